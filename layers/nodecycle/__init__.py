@@ -1,0 +1,1 @@
+"""nodecycle: EC2 Auto Scaling lifecycle hooks for Kubernetes nodes and Elastic IP fleets."""

@@ -1,0 +1,88 @@
+"""Auto Scaling: completing and heartbeating lifecycle actions, and reading hooks and group tags."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from nodecycle.adapters.aws import client, error_code, transient_errors
+from nodecycle.domain.model import ActionRef, Transition
+from nodecycle.settings import ActionResult
+
+log = logging.getLogger(__name__)
+
+# The states in which an instance can have an active action of each transition.
+_WAITING = {
+    Transition.LAUNCHING: frozenset({"Pending:Wait", "Warmed:Pending:Wait"}),
+    Transition.TERMINATING: frozenset({"Terminating:Wait", "Warmed:Terminating:Wait"}),
+}
+
+
+class AutoscalingActions:
+    def __init__(self, autoscaling: Any = None) -> None:
+        self._client = autoscaling
+
+    @property
+    def _asg(self) -> Any:
+        if self._client is None:
+            self._client = client("autoscaling")
+        return self._client
+
+    def complete(self, action: ActionRef, result: ActionResult) -> bool:
+        try:
+            with transient_errors("completing a lifecycle action"):
+                self._asg.complete_lifecycle_action(
+                    AutoScalingGroupName=action.group,
+                    LifecycleHookName=action.hook,
+                    InstanceId=action.instance_id,
+                    LifecycleActionToken=action.token,
+                    LifecycleActionResult=result.value,
+                )
+        except ClientError as error:
+            return self._settled(action, error)
+        return True
+
+    def heartbeat(self, action: ActionRef) -> bool:
+        try:
+            with transient_errors("recording a lifecycle heartbeat"):
+                self._asg.record_lifecycle_action_heartbeat(
+                    AutoScalingGroupName=action.group,
+                    LifecycleHookName=action.hook,
+                    InstanceId=action.instance_id,
+                    LifecycleActionToken=action.token,
+                )
+        except ClientError as error:
+            return self._settled(action, error)
+        return True
+
+    def _settled(self, action: ActionRef, error: ClientError) -> bool:
+        """Tell "no active lifecycle action" from a real error without parsing the message text.
+
+        Auto Scaling answers ValidationError for both. The instance's lifecycle state decides: an action can
+        only be active while the instance waits in the Wait state of the action's transition.
+        """
+        if error_code(error) != "ValidationError":
+            raise error
+        with transient_errors("reading an instance's lifecycle state"):
+            found = self._asg.describe_auto_scaling_instances(InstanceIds=[action.instance_id])
+        states = [item.get("LifecycleState") for item in found.get("AutoScalingInstances", [])]
+        if any(state in _WAITING[action.transition] for state in states):
+            raise error
+        log.info("no active lifecycle action for %s (state %s)", action.instance_id, states or "gone")
+        return False
+
+    def heartbeat_timeout(self, group: str, hook: str) -> int | None:
+        with transient_errors("reading a lifecycle hook"):
+            found = self._asg.describe_lifecycle_hooks(AutoScalingGroupName=group, LifecycleHookNames=[hook])
+        hooks = found.get("LifecycleHooks", [])
+        return int(hooks[0].get("HeartbeatTimeout", 3600)) if hooks else None
+
+    def group_tags(self, group: str) -> dict[str, str] | None:
+        with transient_errors("reading a group's tags"):
+            found = self._asg.describe_auto_scaling_groups(AutoScalingGroupNames=[group])
+        groups = found.get("AutoScalingGroups", [])
+        if not groups:
+            return None
+        return {tag["Key"]: tag.get("Value", "") for tag in groups[0].get("Tags", [])}

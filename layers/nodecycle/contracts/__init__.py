@@ -1,0 +1,1 @@
+"""The shapes of the messages nodecycle receives and sends (pydantic models)."""

@@ -1,0 +1,151 @@
+"""Every shape in which AWS delivers a lifecycle action, and their one normalized form.
+
+- EventBridge: ``EC2 Instance-launch Lifecycle Action`` / ``EC2 Instance-terminate Lifecycle Action``,
+  invoking the intake function directly or delivered as an SQS message body by an SQS target;
+- a hook whose notification target is an SQS queue: a flat JSON body (``Service: "AWS Auto Scaling"``);
+- ``autoscaling:TEST_NOTIFICATION``, sent to a queue when a hook is created: acknowledged and dropped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, Literal
+
+from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from nodecycle.domain.model import LifecycleEvent, Transition
+
+SOURCE = "aws.autoscaling"
+DETAIL_TYPES = {
+    "EC2 Instance-launch Lifecycle Action": Transition.LAUNCHING,
+    "EC2 Instance-terminate Lifecycle Action": Transition.TERMINATING,
+}
+TEST_NOTIFICATION = "autoscaling:TEST_NOTIFICATION"
+
+_INSTANCE_ID = r"^i-[0-9a-f]{8,17}$"
+
+
+class InvalidLifecycleEvent(ValueError):
+    """The input is not a lifecycle action nodecycle can act on. ``reason`` is a short metric dimension."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class TestNotification(BaseModel):
+    """Sent once to an SQS target when a hook is created. Carries no action: nothing to do."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    Event: Literal["autoscaling:TEST_NOTIFICATION"]
+    Service: str
+    AutoScalingGroupName: str
+    Time: datetime | None = None
+    RequestId: str | None = None
+
+
+class _LifecycleFields(BaseModel):
+    """The fields of a lifecycle action, common to both delivery shapes."""
+
+    model_config = ConfigDict(extra="ignore", str_strip_whitespace=True)
+
+    LifecycleActionToken: str = Field(min_length=1)
+    AutoScalingGroupName: str = Field(min_length=1)
+    LifecycleHookName: str = Field(min_length=1)
+    EC2InstanceId: str = Field(pattern=_INSTANCE_ID)
+    LifecycleTransition: Transition
+    NotificationMetadata: str | None = None
+    Origin: str | None = None
+    Destination: str | None = None
+
+    def normalized(self, started_at: datetime, delivery: str) -> LifecycleEvent:
+        return LifecycleEvent(
+            instance_id=self.EC2InstanceId,
+            transition=self.LifecycleTransition,
+            token=self.LifecycleActionToken,
+            group=self.AutoScalingGroupName,
+            hook=self.LifecycleHookName,
+            started_at=started_at,
+            origin=self.Origin,
+            destination=self.Destination,
+            notification_metadata=self.NotificationMetadata,
+            delivery=delivery,
+        )
+
+
+class HookNotification(_LifecycleFields):
+    """The body a hook targeted directly at an SQS queue sends."""
+
+    Service: Literal["AWS Auto Scaling"]
+    Time: datetime
+    RequestId: str | None = None
+    AccountId: str | None = None
+
+
+class LifecycleActionEvent(EventBridgeModel):
+    """An EventBridge lifecycle action event."""
+
+    detail: _LifecycleFields
+
+
+def from_eventbridge(event: Mapping[str, Any], delivery: str = "eventbridge") -> LifecycleEvent:
+    source = event.get("source")
+    if source != SOURCE:
+        raise InvalidLifecycleEvent("wrong-source", f"source is {source!r}, expected {SOURCE!r}")
+    detail_type = event.get("detail-type")
+    expected = DETAIL_TYPES.get(str(detail_type))
+    if expected is None:
+        raise InvalidLifecycleEvent(
+            "unsupported-detail-type", f"detail-type {detail_type!r} is not a lifecycle action"
+        )
+    parsed = _validate(LifecycleActionEvent, event)
+    if parsed.detail.LifecycleTransition is not expected:
+        raise InvalidLifecycleEvent(
+            "unknown-transition",
+            f"LifecycleTransition {parsed.detail.LifecycleTransition} does not match detail-type {detail_type!r}",
+        )
+    return parsed.detail.normalized(parsed.time, delivery)
+
+
+def from_sqs_body(body: str) -> LifecycleEvent | TestNotification:
+    try:
+        data = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise InvalidLifecycleEvent("malformed-json", f"body is not JSON: {error}") from None
+    if not isinstance(data, dict):
+        raise InvalidLifecycleEvent("unknown-shape", f"body is a JSON {type(data).__name__}, not an object")
+    if "detail-type" in data or "source" in data:
+        return from_eventbridge(data, delivery="sqs-eventbridge")
+    if data.get("Event") == TEST_NOTIFICATION:
+        return _validate(TestNotification, data)
+    if data.get("Service") == "AWS Auto Scaling" or "LifecycleTransition" in data:
+        parsed = _validate(HookNotification, data)
+        return parsed.normalized(parsed.Time, "sqs")
+    raise InvalidLifecycleEvent(
+        "unknown-shape",
+        f"body is neither an EventBridge event nor a hook notification (keys: {sorted(data)[:8]})",
+    )
+
+
+def _validate[M: BaseModel](model: type[M], data: Mapping[str, Any]) -> M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as error:
+        raise _invalid(error) from None
+
+
+def _invalid(error: ValidationError) -> InvalidLifecycleEvent:
+    first = error.errors()[0]
+    field = ".".join(str(part) for part in first["loc"])
+    name = str(first["loc"][-1]) if first["loc"] else ""
+    if first["type"] == "missing":
+        return InvalidLifecycleEvent("missing-field", f"{field} is missing")
+    if name == "LifecycleTransition":
+        return InvalidLifecycleEvent(
+            "unknown-transition", f"{field} {first.get('input')!r} is not a known transition"
+        )
+    return InvalidLifecycleEvent("invalid-field", f"{field}: {first['msg']} (got {first.get('input')!r})")

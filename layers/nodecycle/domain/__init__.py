@@ -1,0 +1,1 @@
+"""The domain: plain Python that takes its ports through constructors and knows nothing of AWS or Lambda."""

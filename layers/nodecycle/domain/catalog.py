@@ -1,0 +1,75 @@
+"""What this stack manages, and the hook facts it needs: looked up once and cached per container."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from nodecycle.domain.ports import Autoscaling, Clock
+
+log = logging.getLogger(__name__)
+
+OWNER_TAG = "nodecycle:owner"
+
+
+class ManagedGroups:
+    """Decides whether an Auto Scaling group belongs to this stack.
+
+    A group is managed when it is named in the settings, or (when enabled) when it carries the tag
+    ``nodecycle:owner=<owner id>``. Tag answers are cached for ``ttl`` so that a burst of events of one
+    group costs one DescribeTags, and a newly tagged group is picked up within minutes.
+    """
+
+    def __init__(
+        self,
+        *,
+        owner: str,
+        names: tuple[str, ...],
+        by_tag: bool,
+        hooks: tuple[str, ...],
+        autoscaling: Autoscaling,
+        clock: Clock,
+        ttl: timedelta = timedelta(minutes=5),
+    ) -> None:
+        self._owner = owner
+        self._names = frozenset(names)
+        self._by_tag = by_tag
+        self._hooks = frozenset(hooks)
+        self._autoscaling = autoscaling
+        self._clock = clock
+        self._ttl = ttl
+        self._tagged: dict[str, tuple[bool, datetime]] = {}
+
+    def manages(self, group: str, hook: str) -> bool:
+        if self._hooks and hook not in self._hooks:
+            return False
+        if group in self._names:
+            return True
+        return self._by_tag and self._tagged_for_us(group)
+
+    def _tagged_for_us(self, group: str) -> bool:
+        now = self._clock.now()
+        cached = self._tagged.get(group)
+        if cached and now - cached[1] < self._ttl:
+            return cached[0]
+        tags = self._autoscaling.group_tags(group)
+        ours = tags is not None and tags.get(OWNER_TAG) == self._owner
+        self._tagged[group] = (ours, now)
+        return ours
+
+
+class HookTimeouts:
+    """Heartbeat timeouts of lifecycle hooks. A hook's timeout rarely changes, so it is read once."""
+
+    def __init__(self, autoscaling: Autoscaling) -> None:
+        self._autoscaling = autoscaling
+        self._cache: dict[tuple[str, str], int] = {}
+
+    def heartbeat_timeout(self, group: str, hook: str) -> int | None:
+        key = (group, hook)
+        if key not in self._cache:
+            timeout = self._autoscaling.heartbeat_timeout(group, hook)
+            if timeout is None:
+                return None
+            self._cache[key] = timeout
+        return self._cache[key]

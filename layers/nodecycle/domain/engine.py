@@ -1,0 +1,245 @@
+"""The step engine: runs a lifecycle one short, idempotent step at a time.
+
+Each step is one function call that returns an :class:`Outcome`; the engine commits the new record state
+(conditional on ``seq``), keeps the lifecycle action alive with heartbeats, and then either runs the next
+step inline or sends a work message (with ``DelaySeconds`` when it must wait: it never sleeps).
+
+Crash safety: the commit comes before the message. A crash after the commit and before the message leaves
+the redelivered message one ``seq`` behind the record; when the record's step is overdue by
+``resume_grace`` that message re-sends the lost one (so does the sweeper). Duplicate messages for the same
+``seq`` collapse because only one commit per ``seq`` can win.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any, Protocol
+
+from nodecycle.domain.errors import TransientError
+from nodecycle.domain.flow import Worker, after_completion, following, worker_of
+from nodecycle.domain.model import LifecycleRecord, Step
+from nodecycle.domain.ports import Autoscaling, Clock, Metrics, RecordStore, WorkMessage, WorkQueues
+from nodecycle.settings import ActionResult
+
+log = logging.getLogger(__name__)
+
+MAX_DELAY = 900  # SQS DelaySeconds limit: longer waits are chained
+MAX_BACKOFF = 120
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a step decided. Build with :meth:`next`, :meth:`again` or :meth:`goto`."""
+
+    then: Step | None  # None: the next step of the plan
+    delay: float = 0
+    again: bool = False
+    changes: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def next(cls, delay: float = 0, **changes: Any) -> Outcome:
+        return cls(then=None, delay=delay, changes=changes)
+
+    @classmethod
+    def wait(cls, delay: float, **changes: Any) -> Outcome:
+        """Run this step again after ``delay`` seconds."""
+        return cls(then=None, delay=delay, again=True, changes=changes)
+
+    @classmethod
+    def goto(cls, step: Step, delay: float = 0, **changes: Any) -> Outcome:
+        return cls(then=step, delay=delay, changes=changes)
+
+
+class StepHandler(Protocol):
+    def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome: ...
+
+
+class Handled(StrEnum):
+    RAN = "ran"
+    DONE = "done"
+    STALE = "stale"  # an older seq: its work was done by another delivery
+    CONFLICT = "conflict"  # another delivery of the same seq committed first
+    RESENT = "resent"  # the record's current message looked lost: sent again
+    FORWARDED = "forwarded"  # the current step belongs to the other worker
+    SNOOZED = "snoozed"  # arrived before its due time (a wait longer than SQS's delay limit)
+    UNKNOWN = "unknown"  # no such record (expired, or never written)
+    FINISHED = "finished"
+
+
+@dataclass(frozen=True)
+class EngineTiming:
+    resume_grace: timedelta  # how overdue a message must be before it is presumed lost
+    heartbeat_margin: timedelta  # heartbeat when the next step could run later than deadline - margin
+    inline_budget: float = 15.0  # seconds a step may take: run the next one inline only with this left
+
+
+class StepEngine:
+    def __init__(
+        self,
+        *,
+        worker: Worker,
+        steps: Mapping[Step, StepHandler],
+        records: RecordStore,
+        queues: WorkQueues,
+        autoscaling: Autoscaling,
+        clock: Clock,
+        metrics: Metrics,
+        timing: EngineTiming,
+        failure_result: Callable[[LifecycleRecord], ActionResult],
+    ) -> None:
+        self._worker = worker
+        self._steps = steps
+        self._records = records
+        self._queues = queues
+        self._autoscaling = autoscaling
+        self._clock = clock
+        self._metrics = metrics
+        self._timing = timing
+        self._failure_result = failure_result
+
+    def handle(self, message: WorkMessage, time_left: Callable[[], float] = lambda: 60.0) -> Handled:
+        record = self._records.get(message.record_id)
+        if record is None:
+            log.warning("no lifecycle record %s: message dropped", message.record_id)
+            return Handled.UNKNOWN
+        if record.finished:
+            return Handled.FINISHED
+        now = self._clock.now()
+        if message.seq != record.seq:
+            if message.seq == record.seq - 1 and record.overdue(now, self._timing.resume_grace):
+                log.warning(
+                    "the message for step %s (seq %d) looks lost: sending it again", record.step, record.seq
+                )
+                self.resume(record)
+                return Handled.RESENT
+            log.info("stale message (seq %d, record at %d): dropped", message.seq, record.seq)
+            return Handled.STALE
+        if record.due_at - now > timedelta(seconds=1):
+            self._send(record, now)
+            return Handled.SNOOZED
+
+        while True:
+            if worker_of(record.step) is not self._worker:
+                self._send(record, now)
+                return Handled.FORWARDED
+            committed = self._run_step(record, now)
+            if committed is None:
+                return Handled.CONFLICT
+            record = committed
+            if record.finished:
+                return Handled.DONE
+            now = self._clock.now()
+            inline = (
+                record.due_at <= now
+                and worker_of(record.step) is self._worker
+                and time_left() > self._timing.inline_budget
+            )
+            if not inline:
+                self._send(record, now)
+                return Handled.RAN
+
+    def resume(self, record: LifecycleRecord) -> bool:
+        """Re-send the current step of a record whose message was lost.
+
+        The step moves to a new ``seq`` first, so that if the old message was only late, not lost, it
+        arrives stale and the lifecycle still has a single chain of work.
+        """
+        now = self._clock.now()
+        resumed = record.model_copy(
+            update={"seq": record.seq + 1, "resumes": record.resumes + 1, "updated_at": now, "due_at": now}
+        )
+        if not self._records.commit(resumed, expected_seq=record.seq):
+            return False
+        self._metrics.count("LifecyclesResumed")
+        self._send(resumed, now)
+        return True
+
+    # -- one step ---------------------------------------------------------------------------------------
+
+    def _run_step(self, record: LifecycleRecord, now: datetime) -> LifecycleRecord | None:
+        outcome = self._guard(record, now)
+        if outcome is None:
+            handler = self._steps[record.step]
+            try:
+                outcome = handler(record, now)
+            except TransientError as error:
+                delay = min(MAX_BACKOFF, 2 ** min(record.attempts, 7)) * random.uniform(1.0, 1.5)
+                log.warning(
+                    "step %s failed (attempt %d), retrying in %.0fs: %s",
+                    record.step,
+                    record.attempts + 1,
+                    delay,
+                    error,
+                )
+                self._metrics.count("StepRetries", step=record.step.value)
+                outcome = Outcome.wait(delay, attempts=record.attempts + 1, last_error=str(error)[:500])
+        updated = self._apply(record, outcome, now)
+        updated = self._keep_alive(updated, now)
+        if not self._records.commit(updated, expected_seq=record.seq):
+            log.info("another delivery already ran step %s (seq %d)", record.step, record.seq)
+            return None
+        if updated.step is not record.step:
+            log.info("step %s -> %s", record.step, updated.step, extra={"seq": updated.seq})
+        return updated
+
+    def _guard(self, record: LifecycleRecord, now: datetime) -> Outcome | None:
+        """Complete the action before its global timeout, whatever the current step is still waiting for."""
+        if not record.action_open or record.step in (Step.COMPLETE, Step.CLEANUP):
+            return None
+        if now < record.global_deadline - self._timing.heartbeat_margin:
+            return None
+        log.error("global timeout of the lifecycle action is near: completing it now")
+        self._metrics.count("GlobalTimeoutsNear")
+        return Outcome.goto(Step.COMPLETE, result=self._failure_result(record), outcome="global-timeout-near")
+
+    def _apply(self, record: LifecycleRecord, outcome: Outcome, now: datetime) -> LifecycleRecord:
+        changes: dict[str, Any] = dict(outcome.changes)
+        if outcome.again:
+            step = record.step
+        else:
+            step = outcome.then or following(record, record.step)
+            changes.setdefault("attempts", 0)
+        changes.update(
+            step=step, seq=record.seq + 1, updated_at=now, due_at=now + timedelta(seconds=outcome.delay)
+        )
+        if step is Step.DONE:
+            changes["finished_at"] = now
+        return record.model_copy(update=changes)
+
+    def _keep_alive(self, record: LifecycleRecord, now: datetime) -> LifecycleRecord:
+        """Heartbeat when the next step could otherwise run after the action has timed out."""
+        if not record.action_open or record.step in (Step.COMPLETE, Step.CLEANUP, Step.DONE):
+            return record
+        margin = self._timing.heartbeat_margin
+        latest = record.global_deadline - margin
+        if record.due_at > latest:  # never wait past the point where the guard must complete the action
+            record = record.model_copy(update={"due_at": max(now, latest)})
+        if (
+            record.due_at < record.heartbeat_deadline - margin
+            or record.heartbeat_deadline >= record.global_deadline
+        ):
+            return record
+        try:
+            active = self._autoscaling.heartbeat(record.action)
+        except TransientError as error:
+            log.warning("heartbeat failed, retrying shortly: %s", error)
+            return record.model_copy(update={"due_at": min(record.due_at, now + timedelta(seconds=5))})
+        if not active:
+            log.warning("the lifecycle action is no longer active (timed out or completed elsewhere)")
+            self._metrics.count("LifecycleActionsExpired")
+            return self._apply(
+                record, Outcome.goto(after_completion(record), outcome="action-expired"), now
+            ).model_copy(update={"seq": record.seq})
+        self._metrics.count("Heartbeats")
+        deadline = min(now + timedelta(seconds=record.heartbeat_timeout), record.global_deadline)
+        return record.model_copy(update={"heartbeat_deadline": deadline, "heartbeats": record.heartbeats + 1})
+
+    def _send(self, record: LifecycleRecord, now: datetime) -> None:
+        delay = max(0, min(MAX_DELAY, round((record.due_at - now).total_seconds())))
+        message = WorkMessage(record_id=record.id, seq=record.seq, step=record.step)
+        self._queues.send(worker_of(record.step), message, delay_seconds=delay)

@@ -1,0 +1,112 @@
+"""Intake: turn one lifecycle event into a durable record and its first unit of work."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from nodecycle.domain.catalog import HookTimeouts, ManagedGroups
+from nodecycle.domain.flow import plan_for, worker_of
+from nodecycle.domain.model import LifecycleEvent, LifecycleRecord, global_deadline
+from nodecycle.domain.ports import Clock, Metrics, RecordStore, WorkMessage, WorkQueues
+from nodecycle.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class IntakeOutcome(StrEnum):
+    ACCEPTED = "accepted"  # a new record and its first message
+    DUPLICATE = "duplicate"  # the action is known: nothing written, nothing sent
+    RESENT = "resent"  # the action is known but its first message was lost: sent again
+    UNMANAGED = "unmanaged"  # not a group (or hook) of this stack
+    UNKNOWN_HOOK = "unknown-hook"  # the hook no longer exists, so neither does the action
+    EXPIRED = "expired"  # delivered after the action's global timeout
+
+
+class Intake:
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        records: RecordStore,
+        queues: WorkQueues,
+        groups: ManagedGroups,
+        hooks: HookTimeouts,
+        clock: Clock,
+        metrics: Metrics,
+        resume_grace: timedelta,
+    ) -> None:
+        self._settings = settings
+        self._records = records
+        self._queues = queues
+        self._groups = groups
+        self._hooks = hooks
+        self._clock = clock
+        self._metrics = metrics
+        self._resume_grace = resume_grace
+
+    def accept(self, event: LifecycleEvent) -> IntakeOutcome:
+        if not self._groups.manages(event.group, event.hook):
+            log.debug("ignored: group %s / hook %s is not managed by this stack", event.group, event.hook)
+            self._metrics.count("LifecycleActionsIgnored")
+            return IntakeOutcome.UNMANAGED
+
+        self._metrics.count("LifecycleActionsReceived", transition=event.transition.short)
+        timeout = self._hooks.heartbeat_timeout(event.group, event.hook)
+        if timeout is None:
+            log.warning("dropped: lifecycle hook %s of group %s does not exist", event.hook, event.group)
+            self._metrics.count("LifecycleEventsRejected", reason="unknown-hook")
+            return IntakeOutcome.UNKNOWN_HOOK
+
+        now = self._clock.now()
+        record = self._new_record(event, timeout, now)
+        if now > record.global_deadline:
+            log.warning("dropped: delivered after the action's global timeout (%s)", record.global_deadline)
+            self._metrics.count("LifecycleEventsRejected", reason="expired")
+            return IntakeOutcome.EXPIRED
+
+        if self._records.create(record):
+            self._send_first(record)
+            log.info("accepted %s lifecycle action; first step %s", event.transition.short, record.step)
+            return IntakeOutcome.ACCEPTED
+
+        known = self._records.get(record.id)
+        # A crash between the record's write and its first message leaves a record nobody works on: the
+        # redelivery that follows the crash re-sends the message. Only when it is overdue, so that an
+        # ordinary duplicate does not make a second unit of work.
+        if known is not None and known.seq == 0 and known.overdue(now, self._resume_grace):
+            self._send_first(known)
+            log.warning("re-sent the first step of a known lifecycle action whose message was lost")
+            return IntakeOutcome.RESENT
+        log.info("duplicate delivery of a known lifecycle action: nothing to do")
+        self._metrics.count("LifecycleEventsDuplicate")
+        return IntakeOutcome.DUPLICATE
+
+    def _new_record(self, event: LifecycleEvent, heartbeat_timeout: int, now: datetime) -> LifecycleRecord:
+        plan = plan_for(event, self._settings)
+        return LifecycleRecord(
+            id=event.record_id,
+            owner=self._settings.owner_id,
+            instance_id=event.instance_id,
+            transition=event.transition,
+            token=event.token,
+            group=event.group,
+            hook=event.hook,
+            origin=event.origin,
+            destination=event.destination,
+            notification_metadata=event.notification_metadata,
+            plan=plan,
+            step=plan[0],
+            received_at=now,
+            started_at=event.started_at,
+            updated_at=now,
+            due_at=now,
+            heartbeat_timeout=heartbeat_timeout,
+            heartbeat_deadline=event.started_at + timedelta(seconds=heartbeat_timeout),
+            global_deadline=global_deadline(event.started_at, heartbeat_timeout),
+        )
+
+    def _send_first(self, record: LifecycleRecord) -> None:
+        message = WorkMessage(record_id=record.id, seq=record.seq, step=record.step)
+        self._queues.send(worker_of(record.step), message)

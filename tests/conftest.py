@@ -1,0 +1,69 @@
+"""Fixtures every test can use: a clean AWS-like environment, moto with the stack's resources, settings."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+
+import pytest
+from moto import mock_aws
+
+from nodecycle.observability import logger
+
+from tests.support.stack import Stack, create_stack
+
+REGION = "eu-west-1"
+
+
+class _CurrentStdout:
+    """Powertools' log handler keeps the stream it was created with; tests capture a new one each time."""
+
+    def write(self, text: str) -> int:
+        return sys.stdout.write(text)
+
+    def flush(self) -> None:
+        sys.stdout.flush()
+
+
+logger.registered_handler.setStream(_CurrentStdout())  # type: ignore[arg-type]
+
+BASE_SETTINGS = {
+    "NODECYCLE_OWNER_ID": "stack-a",
+    "NODECYCLE_CLUSTER_NAME": "sandbox",
+    "NODECYCLE_MANAGED_GROUPS": "nodes-general",
+}
+
+
+@pytest.fixture(autouse=True)
+def aws_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fake credentials and a region, never a real endpoint; powertools quiet and without X-Ray."""
+    for name in ("AWS_ENDPOINT_URL", "AWS_PROFILE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    monkeypatch.setenv("AWS_REGION", REGION)
+    monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
+    monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "nodecycle")
+    monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "NodeCycle")
+
+
+@pytest.fixture
+def stack(monkeypatch: pytest.MonkeyPatch) -> Iterator[Stack]:
+    """moto with the lifecycle table and the queues, and settings pointing at them."""
+    with mock_aws():
+        created = create_stack()
+        for name, value in {**BASE_SETTINGS, **created.env()}.items():
+            monkeypatch.setenv(name, value)
+        yield created
+
+
+@pytest.fixture(autouse=True)
+def fresh_containers() -> Iterator[None]:
+    """Every test starts like a cold Lambda container: settings and services are built again."""
+    yield
+    for name, module in list(sys.modules.items()):
+        if name.startswith("nodecycle.wiring"):
+            for value in vars(module).values():
+                if callable(getattr(value, "cache_clear", None)) and getattr(value, "__module__", "") == name:
+                    value.cache_clear()

@@ -1,0 +1,1 @@
+"""Helpers shared by the tests: sample events, function loading, fakes, the stack's AWS resources."""

@@ -1,0 +1,66 @@
+"""The stack's AWS resources, created on moto from template.yaml so tests cannot drift from it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import boto3
+
+from nodecycle_sandbox.runner.cfn_yaml import load_template
+
+TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
+
+
+@dataclass(frozen=True)
+class Stack:
+    table: str
+    drain_queue: str
+    eip_queue: str
+    intake_queue: str
+
+    def env(self) -> dict[str, str]:
+        return {
+            "NODECYCLE_RECORD_TABLE": self.table,
+            "NODECYCLE_DRAIN_QUEUE_URL": self.drain_queue,
+            "NODECYCLE_EIP_QUEUE_URL": self.eip_queue,
+        }
+
+
+def create_stack() -> Stack:
+    """Inside ``mock_aws``: the lifecycle table (keys, index, TTL) and the work queues."""
+    resources = load_template(TEMPLATE)["Resources"]
+    table = resources["LifecycleTable"]["Properties"]
+    dynamodb = boto3.client("dynamodb")
+    dynamodb.create_table(
+        TableName="nodecycle-lifecycle",
+        BillingMode=table["BillingMode"],
+        AttributeDefinitions=table["AttributeDefinitions"],
+        KeySchema=table["KeySchema"],
+        GlobalSecondaryIndexes=table["GlobalSecondaryIndexes"],
+    )
+    dynamodb.update_time_to_live(
+        TableName="nodecycle-lifecycle", TimeToLiveSpecification=table["TimeToLiveSpecification"]
+    )
+    sqs = boto3.client("sqs")
+    urls = {
+        name: sqs.create_queue(QueueName=f"nodecycle-{name}")["QueueUrl"] for name in ("drain", "eip", "intake")
+    }
+    return Stack(
+        table="nodecycle-lifecycle", drain_queue=urls["drain"], eip_queue=urls["eip"], intake_queue=urls["intake"]
+    )
+
+
+def receive_all(queue_url: str) -> list[dict[str, Any]]:
+    """Every message visible on a queue (moto ignores DelaySeconds for receive, which suits assertions)."""
+    sqs = boto3.client("sqs")
+    messages: list[dict[str, Any]] = []
+    while True:
+        batch = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, VisibilityTimeout=0).get(
+            "Messages", []
+        )
+        fresh = [m for m in batch if m["MessageId"] not in {seen["MessageId"] for seen in messages}]
+        if not fresh:
+            return messages
+        messages.extend(fresh)

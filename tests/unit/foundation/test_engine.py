@@ -1,0 +1,338 @@
+"""The step engine: fencing by seq, inline steps, waits, heartbeats, the global-timeout guard, lost messages."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import pytest
+
+from nodecycle.domain.completion import CompleteAction
+from nodecycle.domain.engine import EngineTiming, Handled, Outcome, StepEngine
+from nodecycle.domain.errors import TransientError
+from nodecycle.domain.flow import Worker
+from nodecycle.domain.model import LifecycleRecord, Step, Transition, global_deadline
+from nodecycle.domain.ports import WorkMessage
+from nodecycle.settings import ActionResult
+from tests.support.fakes import T0, FakeAutoscaling, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
+
+HEARTBEAT = 300
+MARGIN = 60
+
+
+def make_record(plan: tuple[Step, ...], step: Step | None = None, **changes: object) -> LifecycleRecord:
+    record = LifecycleRecord(
+        id="i-0123456789abcdef0/terminate/token",
+        owner="stack-a",
+        instance_id="i-0123456789abcdef0",
+        transition=Transition.TERMINATING,
+        token="token",
+        group="nodes",
+        hook="terminate",
+        plan=plan,
+        step=step or plan[0],
+        received_at=T0,
+        started_at=T0,
+        updated_at=T0,
+        due_at=T0,
+        heartbeat_timeout=HEARTBEAT,
+        heartbeat_deadline=T0 + timedelta(seconds=HEARTBEAT),
+        global_deadline=global_deadline(T0, HEARTBEAT),
+    )
+    return record.model_copy(update=changes)
+
+
+@dataclass
+class Script:
+    """A step whose outcomes are scripted; it records when it ran."""
+
+    outcomes: list[Outcome | Exception]
+    runs: list[datetime] = field(default_factory=list)
+
+    def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
+        self.runs.append(now)
+        outcome = self.outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+
+@dataclass
+class World:
+    clock: FakeClock = field(default_factory=FakeClock)
+    records: InMemoryRecords = field(default_factory=InMemoryRecords)
+    queues: RecordingQueues = field(default_factory=RecordingQueues)
+    autoscaling: FakeAutoscaling = field(default_factory=FakeAutoscaling)
+    metrics: FakeMetrics = field(default_factory=FakeMetrics)
+
+    def engine(self, steps: dict[Step, object], worker: Worker = Worker.DRAIN) -> StepEngine:
+        return StepEngine(
+            worker=worker,
+            steps=steps,  # type: ignore[arg-type]
+            records=self.records,
+            queues=self.queues,
+            autoscaling=self.autoscaling,
+            clock=self.clock,
+            metrics=self.metrics,
+            timing=EngineTiming(resume_grace=timedelta(minutes=3), heartbeat_margin=timedelta(seconds=MARGIN)),
+            failure_result=lambda record: ActionResult.ABANDON,
+        )
+
+    def message(self, record_id: str = "i-0123456789abcdef0/terminate/token") -> WorkMessage:
+        record = self.records.get(record_id)
+        assert record is not None
+        return WorkMessage(record_id=record.id, seq=record.seq, step=record.step)
+
+    def record(self) -> LifecycleRecord:
+        (record,) = self.records.items.values()
+        return record
+
+
+PLAN = (Step.ACQUIRE_SLOT, Step.CORDON, Step.EVICT, Step.RELEASE_EIP, Step.COMPLETE, Step.CLEANUP, Step.DONE)
+
+
+def test_steps_of_the_same_worker_run_inline_until_one_must_wait() -> None:
+    # Given a lifecycle at its first step, where the third step must wait 5 s
+    world = World()
+    world.records.create(make_record(PLAN))
+    acquire, cordon, evict = Script([Outcome.next()]), Script([Outcome.next()]), Script([Outcome.wait(5)])
+    engine = world.engine({Step.ACQUIRE_SLOT: acquire, Step.CORDON: cordon, Step.EVICT: evict})
+
+    # When its message is handled
+    handled = engine.handle(world.message())
+
+    # Then three steps ran in one invocation, each committed, and one delayed message waits for the next run
+    assert handled is Handled.RAN
+    assert (len(acquire.runs), len(cordon.runs), len(evict.runs)) == (1, 1, 1)
+    assert world.records.commits == 3
+    (sent,) = world.queues.take()
+    assert (sent.worker, sent.message.step, sent.message.seq, sent.delay) == (Worker.DRAIN, Step.EVICT, 3, 5)
+
+
+def test_a_step_of_the_other_worker_is_handed_over_through_its_queue() -> None:
+    world = World()
+    world.records.create(make_record(PLAN, Step.EVICT))
+    engine = world.engine({Step.EVICT: Script([Outcome.next()])})
+    engine.handle(world.message())
+    (sent,) = world.queues.take()
+    assert (sent.worker, sent.message.step, sent.delay) == (Worker.EIP, Step.RELEASE_EIP, 0)
+
+
+def test_a_step_runs_inline_only_while_the_invocation_has_time_left() -> None:
+    world = World()
+    world.records.create(make_record(PLAN))
+    cordon = Script([Outcome.next()])
+    engine = world.engine({Step.ACQUIRE_SLOT: Script([Outcome.next()]), Step.CORDON: cordon})
+    engine.handle(world.message(), time_left=lambda: 3.0)
+    assert cordon.runs == []
+    assert [s.message.step for s in world.queues.take()] == [Step.CORDON]
+
+
+def test_a_duplicate_delivery_of_a_message_does_nothing() -> None:
+    # Given a message delivered twice
+    world = World()
+    world.records.create(make_record(PLAN))
+    acquire = Script([Outcome.wait(5)])
+    engine = world.engine({Step.ACQUIRE_SLOT: acquire})
+    message = world.message()
+
+    # When both deliveries are handled
+    assert engine.handle(message) is Handled.RAN
+    assert engine.handle(message) is Handled.STALE
+
+    # Then the step ran once and one chain of work goes on
+    assert len(acquire.runs) == 1
+    assert len(world.queues.take()) == 1
+
+
+def test_two_concurrent_deliveries_of_one_message_commit_once() -> None:
+    # Given two invocations that both read the record at the same seq
+    world = World()
+    world.records.create(make_record(PLAN))
+    slow_engine_record = world.record()
+
+    class Racing:
+        def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
+            # the other delivery commits first, while this one is still working
+            world.records.commit(slow_engine_record.model_copy(update={"seq": 1}), expected_seq=0)
+            return Outcome.wait(5)
+
+    engine = world.engine({Step.ACQUIRE_SLOT: Racing()})
+
+    # When the slower one tries to commit
+    handled = engine.handle(world.message())
+
+    # Then it loses, and sends nothing
+    assert handled is Handled.CONFLICT
+    assert world.queues.take() == []
+
+
+def test_a_message_lost_after_its_commit_is_sent_again_by_the_redelivery_of_the_one_before() -> None:
+    # Given a step that committed and then crashed before sending the next message
+    world = World()
+    world.records.create(make_record(PLAN))
+    engine = world.engine({Step.ACQUIRE_SLOT: Script([Outcome.wait(5)])})
+    old = world.message()
+    engine.handle(old)
+    world.queues.take()  # the message the crash lost
+
+    # When the old message is redelivered soon, it is only stale; once the next step is overdue, it repairs
+    world.clock.advance(10)
+    assert engine.handle(old) is Handled.STALE
+    assert world.queues.take() == []
+    world.clock.advance(200)
+    assert engine.handle(old) is Handled.RESENT
+
+    # Then the current step is sent again under a new seq (so a late original would be stale)
+    (sent,) = world.queues.take()
+    assert sent.message.seq == world.record().seq == 2
+    assert world.record().resumes == 1
+    assert world.metrics.counts["LifecyclesResumed"] == 1
+
+
+def test_a_transient_failure_retries_the_step_with_growing_backoff() -> None:
+    world = World()
+    world.records.create(make_record(PLAN))
+    failing = Script([TransientError("throttled"), TransientError("throttled"), Outcome.wait(5)])
+    engine = world.engine({Step.ACQUIRE_SLOT: failing})
+    delays = []
+    for _ in range(2):
+        engine.handle(world.message())
+        (sent,) = world.queues.take()
+        delays.append(sent.delay)
+        world.clock.advance(sent.delay)
+    assert world.record().attempts == 2
+    assert world.record().last_error == "throttled"
+    assert 1 <= delays[0] < delays[1] <= 4
+    engine.handle(world.message())
+    assert world.record().attempts == 2  # a wait keeps the count; only a step that moves on resets it
+
+
+def test_an_unexpected_error_propagates_so_the_message_is_retried_and_dead_lettered() -> None:
+    world = World()
+    world.records.create(make_record(PLAN))
+    engine = world.engine({Step.ACQUIRE_SLOT: Script([KeyError("bug")])})
+    with pytest.raises(KeyError):
+        engine.handle(world.message())
+    assert world.record().seq == 0
+
+
+def test_a_wait_that_would_outlive_the_heartbeat_timeout_records_a_heartbeat_first() -> None:
+    # Given a step that waits 30 s, 230 s into a hook with a 300 s heartbeat timeout and a 60 s margin
+    world = World()
+    world.records.create(make_record(PLAN, Step.EVICT))
+    engine = world.engine({Step.EVICT: Script([Outcome.wait(30), Outcome.wait(30)])})
+    world.clock.advance(200)
+    engine.handle(world.message())
+    assert world.autoscaling.heartbeats == []  # 200 + 30 < 300 - 60
+    world.clock.advance(30)
+
+    # When it runs again
+    engine.handle(world.message())
+
+    # Then it heartbeats, and the new deadline is a heartbeat timeout from now
+    assert len(world.autoscaling.heartbeats) == 1
+    record = world.record()
+    assert record.heartbeat_deadline == world.clock.now() + timedelta(seconds=HEARTBEAT)
+    assert record.heartbeats == 1
+
+
+def test_no_heartbeat_is_recorded_beyond_the_global_timeout() -> None:
+    world = World()
+    deadline = T0 + timedelta(seconds=600)
+    world.records.create(make_record(PLAN, Step.EVICT, global_deadline=deadline, heartbeat_deadline=deadline))
+    engine = world.engine({Step.EVICT: Script([Outcome.wait(30)])})
+    world.clock.advance(400)
+    engine.handle(world.message())
+    assert world.autoscaling.heartbeats == []
+
+
+def test_an_action_that_is_no_longer_active_skips_to_the_cleanup() -> None:
+    # Given an action that timed out while the drain was waiting
+    world = World()
+    world.records.create(make_record(PLAN, Step.EVICT))
+    world.autoscaling.active = False
+    cleanup = Script([Outcome.next()])
+    engine = world.engine({Step.EVICT: Script([Outcome.wait(30)]), Step.CLEANUP: cleanup})
+    world.clock.advance(250)
+
+    # When the heartbeat finds no active action
+    engine.handle(world.message())
+
+    # Then the lifecycle goes on with its cleanup, without completing anything
+    record = world.record()
+    assert record.outcome == "action-expired"
+    assert len(cleanup.runs) == 1
+    assert record.finished
+    assert world.autoscaling.completed == []
+
+
+def test_near_the_global_timeout_the_action_is_completed_whatever_it_waits_for() -> None:
+    # Given a lifecycle still waiting for its slot a minute before the global timeout
+    world = World()
+    world.records.create(make_record(PLAN))
+    waiting = Script([Outcome.wait(30)])
+    engine = world.engine(
+        {
+            Step.ACQUIRE_SLOT: waiting,
+            Step.COMPLETE: CompleteAction(world.autoscaling, world.metrics),
+            Step.CLEANUP: Script([Outcome.next()]),
+        }
+    )
+    world.clock.current = world.record().global_deadline - timedelta(seconds=MARGIN)
+
+    # When its step runs
+    engine.handle(world.message())
+
+    # Then the waiting step does not run; the action is completed with the failure result
+    assert waiting.runs == []
+    ((_, result),) = world.autoscaling.completed
+    assert result is ActionResult.ABANDON
+    assert world.record().outcome == "global-timeout-near"
+    assert world.metrics.counts["GlobalTimeoutsNear"] == 1
+
+
+def test_a_wait_never_runs_past_the_point_where_the_guard_must_complete() -> None:
+    world = World()
+    world.records.create(make_record(PLAN, Step.EVICT))
+    engine = world.engine({Step.EVICT: Script([Outcome.wait(900)])})
+    world.clock.current = world.record().global_deadline - timedelta(seconds=MARGIN + 100)
+    engine.handle(world.message())
+    (sent,) = world.queues.take()
+    assert sent.delay == 100
+
+
+def test_a_message_that_arrives_before_its_time_is_put_back_for_the_rest_of_the_wait() -> None:
+    world = World()
+    world.records.create(make_record(PLAN, Step.EVICT, due_at=T0 + timedelta(seconds=1500)))
+    evict = Script([])
+    engine = world.engine({Step.EVICT: evict})
+    assert engine.handle(world.message()) is Handled.SNOOZED
+    (sent,) = world.queues.take()
+    assert sent.delay == 900  # SQS's longest delay; the rest is chained
+    assert evict.runs == []
+
+
+def test_completion_settles_the_action_once_and_is_harmless_when_repeated() -> None:
+    world = World()
+    world.records.create(make_record((Step.COMPLETE, Step.DONE)))
+    complete = CompleteAction(world.autoscaling, world.metrics)
+    engine = world.engine({Step.COMPLETE: complete})
+    assert engine.handle(world.message()) is Handled.DONE
+    record = world.record()
+    assert record.result is ActionResult.CONTINUE
+    assert record.completed_at == T0
+    assert record.finished_at == T0
+    assert len(world.autoscaling.completed) == 1
+    # completing an action that is already settled is success, not an error
+    again = complete(record.model_copy(update={"completed_at": None}), T0)
+    assert again.changes["outcome"] == "completed"
+
+
+def test_unknown_and_finished_records_drop_their_messages() -> None:
+    world = World()
+    engine = world.engine({})
+    unknown = WorkMessage(record_id="i-0123456789abcdef0/terminate/nope", seq=0, step=Step.EVICT)
+    assert engine.handle(unknown) is Handled.UNKNOWN
+    world.records.create(make_record(PLAN, Step.DONE))
+    assert engine.handle(world.message()) is Handled.FINISHED

@@ -1,0 +1,122 @@
+"""Every shape AWS delivers a lifecycle action in parses to the same normalized event; bad input names its fault."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nodecycle.contracts.lifecycle_events import (
+    InvalidLifecycleEvent,
+    TestNotification as HookTestNotification,
+    from_eventbridge,
+    from_sqs_body,
+)
+from nodecycle.domain.model import LifecycleEvent, Transition
+from tests.support.events import load_event, sqs_bodies
+
+
+def _comparable(event: LifecycleEvent) -> dict[str, object]:
+    data = event.model_dump(exclude={"delivery", "started_at"})
+    data["started_at"] = event.started_at.replace(microsecond=0)
+    return data
+
+
+def test_the_three_deliveries_of_one_terminate_action_normalize_to_the_same_event() -> None:
+    direct = from_eventbridge(load_event("eventbridge-terminate.json"))
+    (hook_body,) = sqs_bodies("sqs-hook-terminate.json")
+    (bridged_body,) = sqs_bodies("sqs-eventbridge-terminate.json")
+    from_hook = from_sqs_body(hook_body)
+    bridged = from_sqs_body(bridged_body)
+
+    assert isinstance(from_hook, LifecycleEvent)
+    assert isinstance(bridged, LifecycleEvent)
+    assert _comparable(direct) == _comparable(from_hook) == _comparable(bridged)
+    assert (direct.delivery, from_hook.delivery, bridged.delivery) == ("eventbridge", "sqs", "sqs-eventbridge")
+    assert direct.transition is Transition.TERMINATING
+    assert direct.notification_metadata == "drain-timeout=600"
+    assert direct.record_id == "i-0a1b2c3d4e5f60718/terminate/9f0c3d3e-6a8b-4c8e-9d57-2f7b1e0a6c41"
+
+
+def test_launch_deliveries_normalize_to_the_same_event() -> None:
+    direct = from_eventbridge(load_event("eventbridge-launch.json"))
+    (body,) = sqs_bodies("sqs-hook-launch.json")
+    from_hook = from_sqs_body(body)
+    assert isinstance(from_hook, LifecycleEvent)
+    assert _comparable(direct) == _comparable(from_hook)
+    assert direct.transition is Transition.LAUNCHING
+
+
+@pytest.mark.parametrize(
+    ("name", "from_pool", "into_pool"),
+    [
+        ("eventbridge-launch-into-warm-pool.json", False, True),
+        ("eventbridge-launch-from-warm-pool.json", True, False),
+        ("eventbridge-terminate-from-warm-pool.json", True, False),
+    ],
+)
+def test_warm_pool_origins_and_destinations_are_kept(name: str, from_pool: bool, into_pool: bool) -> None:
+    event = from_eventbridge(load_event(name))
+    assert (event.from_warm_pool, event.into_warm_pool) == (from_pool, into_pool)
+
+
+def test_a_test_notification_is_recognized() -> None:
+    (body,) = sqs_bodies("sqs-test-notification.json")
+    parsed = from_sqs_body(body)
+    assert isinstance(parsed, HookTestNotification)
+    assert parsed.AutoScalingGroupName == "nodes-general"
+
+
+def _hook_body(**changes: object) -> str:
+    (body,) = sqs_bodies("sqs-hook-terminate.json")
+    data = json.loads(body)
+    for key, value in changes.items():
+        if value is None:
+            data.pop(key)
+        else:
+            data[key] = value
+    return json.dumps(data)
+
+
+@pytest.mark.parametrize(
+    ("body", "reason", "says"),
+    [
+        ("{not json", "malformed-json", "not JSON"),
+        ("[1, 2]", "unknown-shape", "JSON list"),
+        ('{"hello": "world"}', "unknown-shape", "neither an EventBridge event nor a hook notification"),
+        (_hook_body(LifecycleTransition="autoscaling:EC2_INSTANCE_REBOOTING"), "unknown-transition", "REBOOTING"),
+        (_hook_body(LifecycleActionToken=None), "missing-field", "LifecycleActionToken is missing"),
+        (_hook_body(EC2InstanceId=None), "missing-field", "EC2InstanceId is missing"),
+        (_hook_body(EC2InstanceId="not-an-instance"), "invalid-field", "EC2InstanceId"),
+        (_hook_body(LifecycleActionToken=""), "invalid-field", "LifecycleActionToken"),
+        (_hook_body(Time="yesterday"), "invalid-field", "Time"),
+    ],
+)
+def test_bad_sqs_bodies_are_rejected_with_a_reason_that_names_the_fault(body: str, reason: str, says: str) -> None:
+    with pytest.raises(InvalidLifecycleEvent, match=says) as raised:
+        from_sqs_body(body)
+    assert raised.value.reason == reason
+
+
+def test_an_event_from_another_source_is_rejected() -> None:
+    event = load_event("eventbridge-terminate.json")
+    event["source"] = "custom.autoscaling"
+    with pytest.raises(InvalidLifecycleEvent, match="custom.autoscaling") as raised:
+        from_eventbridge(event)
+    assert raised.value.reason == "wrong-source"
+
+
+def test_an_autoscaling_event_that_is_not_a_lifecycle_action_is_rejected() -> None:
+    event = load_event("eventbridge-terminate.json")
+    event["detail-type"] = "EC2 Instance Terminate Successful"
+    with pytest.raises(InvalidLifecycleEvent) as raised:
+        from_eventbridge(event)
+    assert raised.value.reason == "unsupported-detail-type"
+
+
+def test_a_transition_that_contradicts_the_detail_type_is_rejected() -> None:
+    event = load_event("eventbridge-terminate.json")
+    event["detail"]["LifecycleTransition"] = "autoscaling:EC2_INSTANCE_LAUNCHING"
+    with pytest.raises(InvalidLifecycleEvent, match="does not match detail-type") as raised:
+        from_eventbridge(event)
+    assert raised.value.reason == "unknown-transition"

@@ -1,0 +1,63 @@
+"""Settings: read once from the environment; a bad value names the variable and what was expected."""
+
+from __future__ import annotations
+
+import pytest
+
+from nodecycle.settings import EipMode, Quantity, Settings, SettingsError, TimeoutPolicy
+
+REQUIRED = {
+    "NODECYCLE_OWNER_ID": "stack-a",
+    "NODECYCLE_MANAGED_GROUPS": "nodes-a, nodes-b",
+    "NODECYCLE_RECORD_TABLE": "table",
+    "NODECYCLE_DRAIN_QUEUE_URL": "https://sqs/drain",
+    "NODECYCLE_EIP_QUEUE_URL": "https://sqs/eip",
+}
+
+
+def test_defaults_describe_a_conservative_stack() -> None:
+    settings = Settings.from_env(REQUIRED)
+    assert settings.managed_groups == ("nodes-a", "nodes-b")
+    assert settings.budget_max_unavailable == Quantity(value=1)
+    assert settings.budget_max_unavailable_per_zone is None
+    assert settings.timeout_policy is TimeoutPolicy.FORCE
+    assert settings.eip_mode is EipMode.OFF
+    assert settings.cluster_name is None
+    assert not settings.readiness_gate_enabled  # no cluster, no gate
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "says"),
+    [
+        ("NODECYCLE_DRAIN_TIMEOUT_SECONDS", "ten", "NODECYCLE_DRAIN_TIMEOUT_SECONDS: Input should be a valid integer"),
+        ("NODECYCLE_DRAIN_TIMEOUT_SECONDS", "-5", "NODECYCLE_DRAIN_TIMEOUT_SECONDS: Input should be greater than"),
+        ("NODECYCLE_TIMEOUT_POLICY", "panic", "NODECYCLE_TIMEOUT_POLICY: Input should be 'force' or 'continue'"),
+        ("NODECYCLE_BUDGET_MAX_UNAVAILABLE", "150%", "NODECYCLE_BUDGET_MAX_UNAVAILABLE: a percent must be between"),
+        ("NODECYCLE_BUDGET_MAX_UNAVAILABLE", "0", "NODECYCLE_BUDGET_MAX_UNAVAILABLE: expected a positive integer"),
+        ("NODECYCLE_OWNER_ID", "has spaces", "NODECYCLE_OWNER_ID: String should match pattern"),
+        ("NODECYCLE_EIP_MODE", "pool", "NODECYCLE_EIP_MODE=pool needs NODECYCLE_EIP_POOL_NAME"),
+        ("NODECYCLE_MANAGED_GROUPS", "", "no managed groups"),
+    ],
+)
+def test_an_invalid_value_names_the_setting_and_what_was_expected(name: str, value: str, says: str) -> None:
+    with pytest.raises(SettingsError, match=says.replace("(", r"\(")):
+        Settings.from_env({**REQUIRED, name: value})
+
+
+def test_a_missing_setting_is_named() -> None:
+    env = {key: value for key, value in REQUIRED.items() if key != "NODECYCLE_RECORD_TABLE"}
+    with pytest.raises(SettingsError, match="NODECYCLE_RECORD_TABLE: is required but not set"):
+        Settings.from_env(env)
+
+
+@pytest.mark.parametrize(
+    ("text", "total", "limit"),
+    [("3", 100, 3), ("25%", 10, 3), ("25%", 1, 1), ("10%", 300, 30), ("1%", 5, 1), ("100%", 7, 7)],
+)
+def test_a_percent_limit_rounds_up_and_is_at_least_one(text: str, total: int, limit: int) -> None:
+    assert Quantity.parse(text).resolve(total) == limit
+
+
+def test_settings_round_trip_through_their_environment() -> None:
+    settings = Settings.from_env({**REQUIRED, "NODECYCLE_BUDGET_MAX_UNAVAILABLE_PER_ZONE": "34%"})
+    assert Settings.from_env(settings.env()) == settings

@@ -1,0 +1,1 @@
+"""The nodecycle command line: the local sandbox, the demo, the disruption budget, lifecycle status."""
