@@ -43,8 +43,6 @@ def plan_for(event: LifecycleEvent, settings: Settings) -> tuple[Step, ...]:
         # An instance that terminates from a warm pool is stopped: no node to drain, no budget to take.
         if kube and not event.from_warm_pool:
             steps += [Step.ACQUIRE_SLOT, Step.CORDON, Step.EVICT]
-            if settings.lb_deregistration_delay_seconds:
-                steps.append(Step.LB_DELAY)
         if eip:
             steps.append(Step.RELEASE_EIP)
         steps.append(Step.COMPLETE)

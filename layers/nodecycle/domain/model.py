@@ -91,8 +91,7 @@ class Step(StrEnum):
     READY_GATE = "ready-gate"
     ACQUIRE_SLOT = "acquire-slot"
     CORDON = "cordon"
-    EVICT = "evict"
-    LB_DELAY = "lb-delay"
+    EVICT = "evict"  # ...and wait until the pods are gone; then the optional load balancer delay
     RELEASE_EIP = "release-eip"
     COMPLETE = "complete"
     CLEANUP = "cleanup"
@@ -140,6 +139,7 @@ class LifecycleRecord(BaseModel):
     zone: str | None = None
     drain_started_at: datetime | None = None
     drain_deadline: datetime | None = None
+    gate_deadline: datetime | None = None  # launch readiness gate
     forced_at: datetime | None = None
     pods_evicted: int = 0
     slot_waiting_since: datetime | None = None

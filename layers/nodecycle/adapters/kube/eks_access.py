@@ -1,0 +1,108 @@
+"""Access to an EKS cluster from a Lambda: no kubeconfig file, no kubectl binary.
+
+The endpoint and CA come from ``eks:DescribeCluster`` (once per container). The bearer token is what
+``aws eks get-token`` produces: ``k8s-aws-v1.`` + base64url (no padding) of a presigned STS
+``GetCallerIdentity`` URL that signs the header ``x-k8s-aws-id: <cluster name>``. EKS accepts such a URL for
+15 minutes after it was signed, so it is renewed well before that, on the request that finds it old.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import tempfile
+import threading
+import time
+from typing import Any
+
+from kubernetes.client import ApiClient, Configuration
+
+from nodecycle.adapters.aws import client, transient_errors
+
+TOKEN_PREFIX = "k8s-aws-v1."
+CLUSTER_ID_HEADER = "x-k8s-aws-id"
+TOKEN_REFRESH_SECONDS = 10 * 60  # EKS honours a token for 15 minutes
+REQUEST_TIMEOUT = (5, 20)  # connect, read (seconds) for every Kubernetes call
+
+
+class EksTokens:
+    """Bearer tokens for one cluster, renewed before EKS would refuse them."""
+
+    def __init__(self, cluster_name: str, sts: Any = None) -> None:
+        self._cluster_name = cluster_name
+        self._sts = sts
+        self._token: str | None = None
+        self._issued = 0.0
+        self._lock = threading.Lock()
+
+    def token(self) -> str:
+        with self._lock:
+            if self._token is None or time.monotonic() - self._issued > TOKEN_REFRESH_SECONDS:
+                self._token = self._presign()
+                self._issued = time.monotonic()
+            return self._token
+
+    def _presign(self) -> str:
+        if self._sts is None:
+            self._sts = client("sts")
+            events = self._sts.meta.events
+            events.register("provide-client-params.sts.GetCallerIdentity", _take_cluster_id)
+            events.register("before-sign.sts.GetCallerIdentity", _sign_cluster_id)
+        url = self._sts.generate_presigned_url(
+            "get_caller_identity",
+            Params={CLUSTER_ID_HEADER: self._cluster_name},
+            ExpiresIn=60,
+            HttpMethod="GET",
+        )
+        return TOKEN_PREFIX + base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
+
+
+def _take_cluster_id(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+    # GetCallerIdentity has no such parameter: move it aside before botocore validates the call...
+    if CLUSTER_ID_HEADER in params:
+        context[CLUSTER_ID_HEADER] = params.pop(CLUSTER_ID_HEADER)
+
+
+def _sign_cluster_id(request: Any, **_: Any) -> None:
+    # ...and put it in the headers just before signing, so the signature covers it.
+    if CLUSTER_ID_HEADER in request.context:
+        request.headers[CLUSTER_ID_HEADER] = request.context[CLUSTER_ID_HEADER]
+
+
+class EksCluster:
+    """An authenticated ``ApiClient`` for one EKS cluster, built once per container."""
+
+    def __init__(self, name: str, eks: Any = None, tokens: EksTokens | None = None) -> None:
+        self._name = name
+        self._eks = eks
+        self._tokens = tokens or EksTokens(name)
+        self._api: ApiClient | None = None
+        self._lock = threading.Lock()
+
+    def api_client(self) -> ApiClient:
+        with self._lock:
+            if self._api is None:
+                self._api = self._connect()
+            return self._api
+
+    def _connect(self) -> ApiClient:
+        if self._eks is None:
+            self._eks = client("eks")
+        with transient_errors("describing the EKS cluster"):
+            cluster = self._eks.describe_cluster(name=self._name)["cluster"]
+        config = Configuration(host=cluster["endpoint"])
+        config.ssl_ca_cert = _write_ca(base64.b64decode(cluster["certificateAuthority"]["data"]))
+        tokens = self._tokens
+        config.api_key = {"authorization": tokens.token()}
+        config.api_key_prefix = {"authorization": "Bearer"}
+        # the client declares this hook as None-typed, but calls it before every request when set
+        config.refresh_api_key_hook = lambda cfg: cfg.api_key.update(authorization=tokens.token())  # type: ignore[assignment]
+        return ApiClient(config)
+
+
+def _write_ca(pem: bytes) -> str:
+    # The client wants a file: Lambda's /tmp is the only writable place, and it lives as long as the container.
+    handle, path = tempfile.mkstemp(prefix="nodecycle-eks-ca-", suffix=".pem")
+    with os.fdopen(handle, "wb") as stream:
+        stream.write(pem)
+    return path

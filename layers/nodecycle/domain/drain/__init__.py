@@ -1,0 +1,1 @@
+"""Draining a terminating node, and the launch readiness gate: the steps that talk to Kubernetes."""

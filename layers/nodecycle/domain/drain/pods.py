@@ -1,0 +1,33 @@
+"""Which pods a drain evicts, and with what grace period.
+
+Like ``kubectl drain --ignore-daemonsets --delete-emptydir-data --force``: DaemonSet pods stay (their
+controller would put them straight back, and they serve the node until it is gone) and mirror pods stay
+(the kubelet owns them). Everything else goes, including pods with emptyDir data and pods without a
+controller: the node itself is about to disappear, so keeping them would only lose them later, abruptly.
+"""
+
+from __future__ import annotations
+
+from nodecycle.domain.cluster import PodInfo
+
+DEFAULT_GRACE = 30  # Kubernetes' default terminationGracePeriodSeconds
+
+
+def drainable(pod: PodInfo) -> bool:
+    return pod.controller_kind != "DaemonSet" and not pod.mirror
+
+
+def remaining(pods: list[PodInfo]) -> list[PodInfo]:
+    """The pods the drain still waits for: every drainable pod still bound to the node."""
+    return [pod for pod in pods if drainable(pod)]
+
+
+def to_evict(pods: list[PodInfo]) -> list[PodInfo]:
+    """The pods to ask to leave now: those not already on their way out."""
+    return [pod for pod in remaining(pods) if not pod.terminating]
+
+
+def grace_for(pod: PodInfo, cap: int) -> int:
+    """The pod's own grace period, never more than the cap."""
+    own = pod.grace_period if pod.grace_period is not None else DEFAULT_GRACE
+    return max(0, min(own, cap))

@@ -1,0 +1,273 @@
+"""The Kubernetes steps of a lifecycle. Each is short and idempotent: a redelivery runs it again safely.
+
+Terminate: ACQUIRE_SLOT (find the node, take a budget slot or wait) -> CORDON (owner + in-progress
+annotations and the cordon in one PATCH) -> EVICT (evict, then poll until the pods are gone; timeout
+policy; load balancer delay) -> [RELEASE_EIP] -> COMPLETE -> CLEANUP (clear the annotations in one PATCH,
+release the slot, wake the next waiter). Launch: READY_GATE (until the node is registered and Ready).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from nodecycle.domain.budget import SlotDecision, SlotRequest
+from nodecycle.domain.cluster import Claim, Cluster, Eviction, Instances, NodeInfo, PodInfo
+from nodecycle.domain.drain import pods as podfilter
+from nodecycle.domain.engine import Outcome
+from nodecycle.domain.flow import Worker
+from nodecycle.domain.model import LifecycleRecord, Step
+from nodecycle.domain.ports import Metrics, RecordStore, WorkMessage, WorkQueues
+from nodecycle.settings import ActionResult, Settings, TimeoutPolicy
+
+log = logging.getLogger(__name__)
+
+FORCED_POD_SLACK = timedelta(seconds=60)  # after a forced delete's grace: a pod still there is stuck
+PRIVATE_DNS = "private_dns"  # record.extra key: the instance's private DNS name, looked up once
+
+
+class Slots(Protocol):
+    """The disruption budget, as the drain uses it."""
+
+    def acquire(self, request: SlotRequest) -> SlotDecision: ...
+
+    def renew(self, request: SlotRequest) -> SlotDecision: ...
+
+    def release(self, node: str) -> list[str]:
+        """Give the slot (or waiting place) of ``node`` back; the record ids of waiters that may go now."""
+        ...
+
+
+class NodeFinder:
+    """Finds the node of an instance, remembering the instance's DNS name in the record."""
+
+    def __init__(self, cluster: Cluster, instances: Instances) -> None:
+        self._cluster = cluster
+        self._instances = instances
+
+    def find(self, record: LifecycleRecord) -> tuple[NodeInfo | None, dict[str, object]]:
+        extra: dict[str, object] = dict(record.extra)
+        if PRIVATE_DNS not in extra:
+            extra[PRIVATE_DNS] = self._instances.private_dns_name(record.instance_id)
+        dns = extra[PRIVATE_DNS]
+        node = self._cluster.find_node(record.instance_id, dns if isinstance(dns, str) else None)
+        return node, extra
+
+
+def _known[T](value: T | None, what: str) -> T:
+    """A record field an earlier step of the plan has set."""
+    if value is None:
+        raise RuntimeError(f"lifecycle record has no {what}: the plan's steps ran out of order")
+    return value
+
+
+def _slot_request(record: LifecycleRecord, node: str, zone: str | None) -> SlotRequest:
+    return SlotRequest(
+        node=node, instance_id=record.instance_id, zone=zone, owner=record.owner, record_id=record.id
+    )
+
+
+class AcquireSlot:
+    def __init__(
+        self, *, finder: NodeFinder, cluster: Cluster, slots: Slots, settings: Settings, metrics: Metrics
+    ):
+        self._finder = finder
+        self._cluster = cluster
+        self._slots = slots
+        self._settings = settings
+        self._metrics = metrics
+
+    def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
+        extra = record.extra
+        node = self._cluster.get_node(record.node) if record.node else None
+        if node is None:
+            node, extra = self._finder.find(record)
+        if node is None:
+            log.warning("no node for instance %s: nothing to drain", record.instance_id)
+            self._metrics.count("NodesNotFound")
+            return Outcome.goto(Step.COMPLETE, outcome="node-not-found", extra=extra)
+        found: dict[str, Any] = {"node": node.name, "zone": node.zone, "extra": extra}
+        if node.owner not in (None, record.owner):
+            # Another stack is draining this node: leave it alone, and settle our own action once it is
+            # done with it, or when our drain timeout says we have waited long enough.
+            if now - record.received_at > timedelta(seconds=self._settings.drain_timeout_seconds):
+                return Outcome.goto(Step.COMPLETE, outcome=f"node-owned-by:{node.owner}", **found)
+            log.info("node %s is being drained by owner %s: waiting", node.name, node.owner)
+            return Outcome.wait(self._settings.budget_retry_seconds, **found)
+        decision = self._slots.acquire(_slot_request(record, node.name, node.zone))
+        if decision.granted:
+            return Outcome.next(slot_waiting_since=None, **found)
+        log.info("no budget slot for node %s yet: %s", node.name, decision.reason)
+        return Outcome.wait(
+            self._settings.budget_retry_seconds, slot_waiting_since=record.slot_waiting_since or now, **found
+        )
+
+
+class Cordon:
+    def __init__(self, *, cluster: Cluster, settings: Settings) -> None:
+        self._cluster = cluster
+        self._settings = settings
+
+    def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
+        node = self._cluster.get_node(_known(record.node, "node"))
+        if node is None:
+            return Outcome.goto(Step.COMPLETE, outcome="node-gone")
+        if node.owner not in (None, record.owner):
+            log.warning("node %s was claimed by owner %s meanwhile: leaving it alone", node.name, node.owner)
+            return Outcome.goto(Step.COMPLETE, outcome=f"node-owned-by:{node.owner}")
+        if node.owner is None and node.in_progress:
+            log.info("adopting node %s: in progress with no owner", node.name)
+        in_progress = json.dumps(
+            {
+                "instance": record.instance_id,
+                "transition": record.transition.short,
+                "token": record.token,
+                "started": now.isoformat(),
+            },
+            separators=(",", ":"),
+        )
+        claim = self._cluster.claim_node(
+            node,
+            owner=record.owner,
+            in_progress=in_progress,
+            cordon=True,
+            exclude_from_lb=self._settings.exclude_from_load_balancers,
+        )
+        if claim is Claim.CONFLICT:
+            return Outcome.wait(1)  # the node changed under us: read it again and decide again
+        if claim is Claim.GONE:
+            return Outcome.goto(Step.COMPLETE, outcome="node-gone")
+        log.info("cordoned node %s", node.name)
+        deadline = now + timedelta(seconds=self._settings.drain_timeout_seconds)
+        return Outcome.next(drain_started_at=now, drain_deadline=deadline)
+
+
+class Evict:
+    def __init__(self, *, cluster: Cluster, slots: Slots, settings: Settings, metrics: Metrics) -> None:
+        self._cluster = cluster
+        self._slots = slots
+        self._settings = settings
+        self._metrics = metrics
+
+    def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
+        node = _known(record.node, "node")
+        deadline = _known(record.drain_deadline, "drain deadline")
+        settings = self._settings
+        if not self._slots.renew(_slot_request(record, node, record.zone)).granted:
+            # Our holder expired and its slot went to another node: evicting now could exceed the budget.
+            log.warning("lost the budget slot of node %s: pausing the drain until it is back", record.node)
+            self._metrics.count("BudgetSlotsLost")
+            return Outcome.wait(settings.budget_retry_seconds)
+        pods = self._cluster.pods_on(node)
+        left = podfilter.remaining(pods)
+        if not left:
+            return self._drained(
+                record, now, "drained" if record.forced_at is None else "drain-timeout-forced"
+            )
+        if now >= deadline:
+            return self._timed_out(record, now, left)
+        evicted = 0
+        for pod in podfilter.to_evict(pods):
+            result = self._cluster.evict(pod, podfilter.grace_for(pod, settings.pod_grace_cap_seconds))
+            if result is Eviction.EVICTED:
+                evicted += 1
+            elif result is Eviction.BLOCKED:
+                self._metrics.count("EvictionsBlockedByPdb")
+            elif result is Eviction.MISCONFIGURED:
+                log.error(
+                    "pod %s/%s is selected by more than one PodDisruptionBudget", pod.namespace, pod.name
+                )
+                self._metrics.count("EvictionErrors")
+        if evicted:
+            self._metrics.count("PodsEvicted", evicted)
+        return Outcome.wait(settings.drain_poll_seconds, pods_evicted=record.pods_evicted + evicted)
+
+    def _timed_out(self, record: LifecycleRecord, now: datetime, left: list[PodInfo]) -> Outcome:
+        settings = self._settings
+        if record.forced_at is None:
+            log.warning(
+                "drain timeout with %d pods left on node %s: policy %s",
+                len(left),
+                record.node,
+                settings.timeout_policy,
+            )
+            self._metrics.count("DrainTimeouts")
+        if settings.timeout_policy is TimeoutPolicy.CONTINUE:
+            return self._drained(record, now, "drain-timeout-continued")
+        forced_at = record.forced_at or now
+        if now > forced_at + timedelta(seconds=settings.force_grace_seconds) + FORCED_POD_SLACK:
+            log.error("%d pods did not stop after a forced delete: going on", len(left))
+            return self._drained(record, now, "drain-timeout-forced-incomplete")
+        for pod in left:
+            if not pod.terminating:
+                self._cluster.delete_pod(pod, podfilter.grace_for(pod, settings.force_grace_seconds))
+        return Outcome.wait(settings.drain_poll_seconds, forced_at=forced_at)
+
+    def _drained(self, record: LifecycleRecord, now: datetime, outcome: str) -> Outcome:
+        started = _known(record.drain_started_at, "drain start")
+        self._metrics.seconds("DrainDuration", (now - started).total_seconds())
+        log.info("node %s drained (%s)", record.node, outcome)
+        # The optional load balancer delay is the wait before the next step.
+        return Outcome.next(delay=self._settings.lb_deregistration_delay_seconds, outcome=outcome)
+
+
+class Cleanup:
+    """After completion: clear our annotations, give the slot back, wake whoever may use it now."""
+
+    def __init__(
+        self, *, cluster: Cluster, slots: Slots, records: RecordStore, queues: WorkQueues, metrics: Metrics
+    ) -> None:
+        self._cluster = cluster
+        self._slots = slots
+        self._records = records
+        self._queues = queues
+        self._metrics = metrics
+
+    def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
+        if record.node is None:
+            return Outcome.next()
+        node = self._cluster.get_node(record.node)
+        ours = node is not None and node.owner == record.owner
+        if ours and node is not None and self._cluster.release_node(node) is Claim.CONFLICT:
+            return Outcome.wait(1)
+        for waiter in self._slots.release(record.node):
+            self._wake(waiter)
+        return Outcome.next()
+
+    def _wake(self, record_id: str) -> None:
+        waiting = self._records.get(record_id)
+        if waiting is None or waiting.step is not Step.ACQUIRE_SLOT:
+            return
+        # A message with no delay next to the waiter's backoff message: the first to run takes the slot and
+        # moves the record on; the other one arrives stale and is dropped.
+        self._queues.send(Worker.DRAIN, WorkMessage(record_id=waiting.id, seq=waiting.seq, step=waiting.step))
+        self._metrics.count("WaitersWoken")
+
+
+class ReadinessGate:
+    """A launch completes once its node is registered and Ready (bounded by the readiness timeout)."""
+
+    def __init__(self, *, finder: NodeFinder, settings: Settings, metrics: Metrics) -> None:
+        self._finder = finder
+        self._settings = settings
+        self._metrics = metrics
+
+    def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
+        deadline = record.gate_deadline or now + timedelta(seconds=self._settings.readiness_timeout_seconds)
+        node, extra = self._finder.find(record)
+        if node is not None and node.ready:
+            log.info("node %s is Ready", node.name)
+            return Outcome.next(node=node.name, zone=node.zone, outcome="node-ready", extra=extra)
+        if now >= deadline:
+            why = "node-not-ready" if node is not None else "node-never-joined"
+            log.error(
+                "readiness gate timed out (%s): completing with %s",
+                why,
+                self._settings.readiness_failure_result,
+            )
+            self._metrics.count("ReadinessTimeouts")
+            result: ActionResult = self._settings.readiness_failure_result
+            return Outcome.goto(Step.COMPLETE, result=result, outcome=why, extra=extra)
+        return Outcome.wait(self._settings.drain_poll_seconds, gate_deadline=deadline, extra=extra)

@@ -1,0 +1,165 @@
+"""The Kubernetes adapter over real HTTPS: EKS access (endpoint + CA + token), nodes, pods, evictions.
+
+The in-memory API server speaks the wire protocol, so the content types, the 409s and the Status bodies the
+adapter relies on are exercised for real.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from kubernetes.client import VersionApi
+from moto import mock_aws
+
+from nodecycle.adapters.kube.cluster import KubeCluster
+from nodecycle.adapters.kube.eks_access import EksCluster
+from nodecycle.domain.cluster import OWNER_ANNOTATION, Claim, Eviction
+from nodecycle_sandbox.aws.eks import point_cluster
+from nodecycle_sandbox.kube import KubeServer
+
+ACCOUNT = "123456789012"
+NODE_A = "ip-10-0-1-10.eu-west-1.compute.internal"
+NODE_B = "ip-10-0-2-10.eu-west-1.compute.internal"
+SEED = {
+    "namespaces": ["shop"],
+    "nodes": [
+        {"privateIp": "10.0.1.10", "instanceId": "i-0a1b2c3d4e5f60101", "zone": "eu-west-1a"},
+        {"privateIp": "10.0.2.10", "instanceId": "i-0a1b2c3d4e5f60201", "zone": "eu-west-1b"},
+    ],
+    "daemonSets": [{"name": "kube-proxy", "namespace": "kube-system"}],
+    "deployments": [{"name": "web", "namespace": "shop", "replicas": 4, "pdb": {"maxUnavailable": 1}}],
+}
+
+
+@pytest.fixture
+def server() -> Iterator[KubeServer]:
+    with KubeServer(tls=True) as kube:
+        kube.seed(SEED)
+        kube.settle()
+        yield kube
+
+
+@pytest.fixture
+def cluster(server: KubeServer) -> Iterator[KubeCluster]:
+    with mock_aws():
+        point_cluster(
+            account=ACCOUNT,
+            region="eu-west-1",
+            name="sandbox",
+            endpoint=server.url,
+            ca_pem=server.ca_pem.decode(),
+        )
+        eks = EksCluster("sandbox")
+        yield KubeCluster(eks.api_client)
+
+
+def test_the_node_of_an_instance_is_found_by_provider_id_and_by_private_dns_name(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    by_provider = cluster.find_node("i-0a1b2c3d4e5f60201", None)
+    assert by_provider is not None
+    assert (by_provider.name, by_provider.zone, by_provider.ready) == (NODE_B, "eu-west-1b", True)
+    server.reset_counters()
+    by_dns = cluster.find_node("i-0a1b2c3d4e5f60101", NODE_A)
+    assert by_dns is not None and by_dns.name == NODE_A
+    assert server.counters() == {("get", "nodes"): 1}  # the DNS name hit: no node list
+    assert cluster.find_node("i-0ffffffffffffffff", None) is None
+
+
+def test_claim_sets_both_annotations_and_the_cordon_in_one_patch(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    node = cluster.get_node(NODE_A)
+    assert node is not None
+    server.reset_counters()
+    claim = cluster.claim_node(
+        node, owner="stack-a", in_progress='{"token":"t"}', cordon=True, exclude_from_lb=True
+    )
+    assert claim is Claim.CLAIMED
+    assert server.counters() == {("patch", "nodes"): 1}
+    stored = server.get_object("nodes", NODE_A)
+    assert stored is not None
+    assert stored["spec"]["unschedulable"] is True
+    assert stored["metadata"]["annotations"][OWNER_ANNOTATION] == "stack-a"
+    assert stored["metadata"]["annotations"]["nodecycle.io/in-progress"] == '{"token":"t"}'
+    assert stored["metadata"]["labels"]["node.kubernetes.io/exclude-from-external-load-balancers"] == "true"
+
+    claimed = cluster.get_node(NODE_A)
+    assert claimed is not None
+    assert cluster.release_node(claimed) is Claim.CLAIMED
+    released = server.get_object("nodes", NODE_A)
+    assert released is not None
+    annotations = released["metadata"].get("annotations") or {}
+    assert OWNER_ANNOTATION not in annotations and "nodecycle.io/in-progress" not in annotations
+
+
+def test_a_claim_on_a_node_changed_since_it_was_read_is_a_conflict(cluster: KubeCluster) -> None:
+    stale = cluster.get_node(NODE_A)
+    assert stale is not None
+    fresh = cluster.claim_node(stale, owner="stack-b", in_progress="{}", cordon=True, exclude_from_lb=False)
+    assert fresh is Claim.CLAIMED
+    assert (
+        cluster.claim_node(stale, owner="stack-a", in_progress="{}", cordon=True, exclude_from_lb=False)
+        is Claim.CONFLICT
+    )
+    node = cluster.get_node(NODE_A)
+    assert node is not None and node.owner == "stack-b"
+
+
+def test_pods_on_lists_one_node_and_classifies_daemonset_pods(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    server.reset_counters()
+    pods = cluster.pods_on(NODE_A)
+    assert server.counters() == {("list", "pods"): 1}
+    assert pods
+    on_a = {
+        pod["metadata"]["name"] for pod in server.objects("pods") if pod["spec"].get("nodeName") == NODE_A
+    }
+    assert {pod.name for pod in pods} == on_a
+    assert {pod.controller_kind for pod in pods} == {"ReplicaSet", "DaemonSet"}
+
+
+def test_evictions_answer_evicted_then_blocked_by_the_disruption_budget(cluster: KubeCluster) -> None:
+    # Given web pods under a budget that allows one unavailable pod
+    web = [
+        pod
+        for node in (NODE_A, NODE_B)
+        for pod in cluster.pods_on(node)
+        if pod.controller_kind == "ReplicaSet"
+    ]
+    first, second = web[0], web[1]
+
+    # When two are evicted at once, the first goes and the second is refused (429)
+    assert cluster.evict(first, grace_seconds=5) is Eviction.EVICTED
+    assert cluster.evict(second, grace_seconds=5) is Eviction.BLOCKED
+
+    # And a pod that no longer exists counts as gone
+    assert cluster.evict(first.model_copy(update={"name": "web-gone"}), grace_seconds=5) is Eviction.GONE
+
+
+def test_a_deleted_pod_is_gone_once_its_grace_period_is_over(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    (victim,) = [pod for pod in cluster.pods_on(NODE_A) if pod.controller_kind == "ReplicaSet"][:1]
+    assert cluster.delete_pod(victim, grace_seconds=0) is True
+    server.settle()
+    assert victim.uid not in {pod.uid for pod in cluster.pods_on(NODE_A)}
+    assert cluster.delete_pod(victim, grace_seconds=0) is False
+
+
+def test_requests_carry_an_eks_token_the_server_accepts(server: KubeServer) -> None:
+    with mock_aws():
+        point_cluster(
+            account=ACCOUNT,
+            region="eu-west-1",
+            name="sandbox",
+            endpoint=server.url,
+            ca_pem=server.ca_pem.decode(),
+        )
+        api = EksCluster("sandbox").api_client()
+        token = api.configuration.api_key["authorization"]
+        assert token.startswith("k8s-aws-v1.")
+        assert "=" not in token
+        assert VersionApi(api).get_code().git_version  # 401 without an acceptable token

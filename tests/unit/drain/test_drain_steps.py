@@ -1,0 +1,435 @@
+"""The drain steps against an in-memory cluster and budget: the step logic, without a server."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import pytest
+
+from nodecycle.domain.budget import SlotDecision, SlotReason, SlotRequest
+from nodecycle.domain.cluster import Claim, Eviction, NodeInfo, PodInfo
+from nodecycle.domain.drain.steps import AcquireSlot, Cleanup, Cordon, Evict, NodeFinder, ReadinessGate
+from nodecycle.domain.flow import Worker
+from nodecycle.domain.model import LifecycleRecord, Step, Transition
+from nodecycle.settings import ActionResult, Settings
+from tests.support.fakes import T0, FakeMetrics, InMemoryRecords, RecordingQueues
+from tests.unit.foundation.test_engine import make_record
+
+INSTANCE = "i-0123456789abcdef0"
+NODE = "ip-10-0-1-23.eu-west-1.compute.internal"
+
+
+def settings(**changes: str) -> Settings:
+    env = {
+        "NODECYCLE_OWNER_ID": "stack-a",
+        "NODECYCLE_CLUSTER_NAME": "sandbox",
+        "NODECYCLE_MANAGED_GROUPS": "nodes",
+        "NODECYCLE_RECORD_TABLE": "t",
+        "NODECYCLE_DRAIN_QUEUE_URL": "q",
+        "NODECYCLE_EIP_QUEUE_URL": "e",
+        "NODECYCLE_DRAIN_TIMEOUT_SECONDS": "600",
+        "NODECYCLE_POD_GRACE_CAP_SECONDS": "60",
+        "NODECYCLE_FORCE_GRACE_SECONDS": "5",
+        "NODECYCLE_DRAIN_POLL_SECONDS": "5",
+        "NODECYCLE_BUDGET_RETRY_SECONDS": "30",
+        "NODECYCLE_READINESS_TIMEOUT_SECONDS": "300",
+    }
+    return Settings.from_env(env | {f"NODECYCLE_{key.upper()}": value for key, value in changes.items()})
+
+
+def node(**changes: object) -> NodeInfo:
+    base = NodeInfo(
+        name=NODE,
+        instance_id=INSTANCE,
+        zone="eu-west-1a",
+        ready=True,
+        unschedulable=False,
+        owner=None,
+        in_progress=None,
+        resource_version="7",
+    )
+    return base.model_copy(update=changes)
+
+
+def pod(name: str, **changes: object) -> PodInfo:
+    base = PodInfo(
+        namespace="apps",
+        name=name,
+        uid=f"uid-{name}",
+        controller_kind="ReplicaSet",
+        mirror=False,
+        terminating=False,
+        finished=False,
+        grace_period=300,
+        has_local_storage=False,
+    )
+    return base.model_copy(update=changes)
+
+
+@dataclass
+class FakeCluster:
+    nodes: dict[str, NodeInfo] = field(default_factory=dict)
+    pods: list[PodInfo] = field(default_factory=list)
+    blocked: set[str] = field(default_factory=set)  # pods a PodDisruptionBudget protects
+    conflicts: int = 0  # the next claims that find the node changed
+    evictions: list[tuple[str, int]] = field(default_factory=list)
+    deletions: list[tuple[str, int]] = field(default_factory=list)
+    patches: list[dict[str, object]] = field(default_factory=list)
+
+    def find_node(self, instance_id: str, private_dns_name: str | None) -> NodeInfo | None:
+        return next((n for n in self.nodes.values() if n.instance_id == instance_id), None)
+
+    def get_node(self, name: str) -> NodeInfo | None:
+        return self.nodes.get(name)
+
+    def claim_node(
+        self, node: NodeInfo, *, owner: str, in_progress: str, cordon: bool, exclude_from_lb: bool
+    ) -> Claim:
+        if self.conflicts:
+            self.conflicts -= 1
+            return Claim.CONFLICT
+        self.patches.append(
+            {"owner": owner, "in_progress": in_progress, "cordon": cordon, "lb": exclude_from_lb}
+        )
+        self.nodes[node.name] = node.model_copy(
+            update={"owner": owner, "in_progress": in_progress, "unschedulable": cordon}
+        )
+        return Claim.CLAIMED
+
+    def release_node(self, node: NodeInfo) -> Claim:
+        self.patches.append({"owner": None, "in_progress": None})
+        self.nodes[node.name] = node.model_copy(update={"owner": None, "in_progress": None})
+        return Claim.CLAIMED
+
+    def pods_on(self, node: str) -> list[PodInfo]:
+        return list(self.pods)
+
+    def evict(self, pod: PodInfo, grace_seconds: int) -> Eviction:
+        if pod.name in self.blocked:
+            return Eviction.BLOCKED
+        self.evictions.append((pod.name, grace_seconds))
+        self.pods = [
+            p.model_copy(update={"terminating": True}) if p.name == pod.name else p for p in self.pods
+        ]
+        return Eviction.EVICTED
+
+    def delete_pod(self, pod: PodInfo, grace_seconds: int) -> bool:
+        self.deletions.append((pod.name, grace_seconds))
+        self.pods = [
+            p.model_copy(update={"terminating": True}) if p.name == pod.name else p for p in self.pods
+        ]
+        return True
+
+
+@dataclass
+class FakeSlots:
+    room: int = 1
+    holders: set[str] = field(default_factory=set)
+    lost: bool = False
+    waiters: list[str] = field(default_factory=list)
+    released: list[str] = field(default_factory=list)
+
+    def acquire(self, request: SlotRequest) -> SlotDecision:
+        if request.node in self.holders or len(self.holders) < self.room:
+            self.holders.add(request.node)
+            return SlotDecision(True, SlotReason.GRANTED, len(self.holders), 0, None)
+        return SlotDecision(False, SlotReason.NO_ROOM, len(self.holders), 1, 1)
+
+    def renew(self, request: SlotRequest) -> SlotDecision:
+        if self.lost:
+            return SlotDecision(False, SlotReason.LOST, 0, 1, 1)
+        return self.acquire(request)
+
+    def release(self, node: str) -> list[str]:
+        self.released.append(node)
+        self.holders.discard(node)
+        woken, self.waiters = self.waiters, []
+        return woken
+
+
+class NoDns:
+    def private_dns_name(self, instance_id: str) -> str | None:
+        return None
+
+
+def terminating(step: Step, **changes: object) -> LifecycleRecord:
+    plan = (Step.ACQUIRE_SLOT, Step.CORDON, Step.EVICT, Step.COMPLETE, Step.CLEANUP, Step.DONE)
+    record = make_record(plan, step, instance_id=INSTANCE, id=f"{INSTANCE}/terminate/token")
+    return record.model_copy(update=changes)
+
+
+# -- ACQUIRE_SLOT -------------------------------------------------------------------------------------------
+
+
+def acquire(cluster: FakeCluster, slots: FakeSlots, metrics: FakeMetrics | None = None) -> AcquireSlot:
+    return AcquireSlot(
+        finder=NodeFinder(cluster, NoDns()),
+        cluster=cluster,
+        slots=slots,
+        settings=settings(),
+        metrics=metrics or FakeMetrics(),
+    )
+
+
+def test_a_missing_node_means_nothing_to_drain_and_the_action_completes() -> None:
+    metrics = FakeMetrics()
+    outcome = acquire(FakeCluster(), FakeSlots(), metrics)(terminating(Step.ACQUIRE_SLOT), T0)
+    assert outcome.then is Step.COMPLETE
+    assert outcome.changes["outcome"] == "node-not-found"
+    assert metrics.counts["NodesNotFound"] == 1
+
+
+def test_a_slot_is_taken_for_the_instances_node() -> None:
+    cluster, slots = FakeCluster(nodes={NODE: node()}), FakeSlots()
+    outcome = acquire(cluster, slots)(terminating(Step.ACQUIRE_SLOT), T0)
+    assert (outcome.then, outcome.again) == (None, False)
+    assert (outcome.changes["node"], outcome.changes["zone"]) == (NODE, "eu-west-1a")
+    assert slots.holders == {NODE}
+
+
+def test_without_room_the_node_waits_and_remembers_since_when() -> None:
+    cluster, slots = FakeCluster(nodes={NODE: node()}), FakeSlots(room=1, holders={"other-node"})
+    step = acquire(cluster, slots)
+    first = step(terminating(Step.ACQUIRE_SLOT), T0)
+    assert first.again
+    assert first.delay == 30
+    assert first.changes["slot_waiting_since"] == T0
+    later = step(terminating(Step.ACQUIRE_SLOT, slot_waiting_since=T0), T0 + timedelta(seconds=30))
+    assert later.changes["slot_waiting_since"] == T0
+
+
+def test_a_node_another_owner_drains_is_left_alone_until_our_drain_timeout() -> None:
+    # Given a node that another nodecycle stack has claimed
+    cluster, slots = FakeCluster(nodes={NODE: node(owner="stack-b")}), FakeSlots()
+    step = acquire(cluster, slots)
+
+    # Then we wait without taking a slot, and after our drain timeout we settle our own action only
+    waiting = step(terminating(Step.ACQUIRE_SLOT), T0)
+    assert waiting.again
+    assert slots.holders == set()
+    done = step(terminating(Step.ACQUIRE_SLOT), T0 + timedelta(seconds=601))
+    assert done.then is Step.COMPLETE
+    assert done.changes["outcome"] == "node-owned-by:stack-b"
+    assert cluster.patches == []
+
+
+# -- CORDON -------------------------------------------------------------------------------------------------
+
+
+def test_cordon_sets_owner_and_in_progress_with_the_cordon_in_one_patch() -> None:
+    cluster = FakeCluster(nodes={NODE: node()})
+    outcome = Cordon(cluster=cluster, settings=settings())(terminating(Step.CORDON, node=NODE), T0)
+    (patch,) = cluster.patches
+    assert patch["owner"] == "stack-a"
+    assert patch["cordon"] is True
+    assert patch["lb"] is True
+    assert json.loads(str(patch["in_progress"])) == {
+        "instance": INSTANCE,
+        "transition": "terminate",
+        "token": "token",
+        "started": T0.isoformat(),
+    }
+    assert outcome.changes["drain_deadline"] == T0 + timedelta(seconds=600)
+
+
+def test_a_node_in_progress_without_owner_is_adopted() -> None:
+    cluster = FakeCluster(nodes={NODE: node(in_progress='{"instance":"i-0123456789abcdef0"}')})
+    outcome = Cordon(cluster=cluster, settings=settings())(terminating(Step.CORDON, node=NODE), T0)
+    assert outcome.then is None
+    assert cluster.nodes[NODE].owner == "stack-a"
+
+
+def test_a_node_claimed_by_another_owner_meanwhile_is_not_touched() -> None:
+    cluster = FakeCluster(nodes={NODE: node(owner="stack-b")})
+    outcome = Cordon(cluster=cluster, settings=settings())(terminating(Step.CORDON, node=NODE), T0)
+    assert outcome.then is Step.COMPLETE
+    assert cluster.patches == []
+
+
+def test_a_node_that_changed_since_it_was_read_is_read_again() -> None:
+    cluster = FakeCluster(nodes={NODE: node()}, conflicts=1)
+    outcome = Cordon(cluster=cluster, settings=settings())(terminating(Step.CORDON, node=NODE), T0)
+    assert (outcome.again, outcome.delay) == (True, 1)
+
+
+# -- EVICT --------------------------------------------------------------------------------------------------
+
+
+def draining(**changes: object) -> LifecycleRecord:
+    return terminating(
+        Step.EVICT, node=NODE, drain_started_at=T0, drain_deadline=T0 + timedelta(seconds=600), **changes
+    )
+
+
+def evict(
+    cluster: FakeCluster, slots: FakeSlots | None = None, metrics: FakeMetrics | None = None, **env: str
+) -> Evict:
+    return Evict(
+        cluster=cluster,
+        slots=slots or FakeSlots(holders={NODE}),
+        settings=settings(**env),
+        metrics=metrics or FakeMetrics(),
+    )
+
+
+def test_pods_are_evicted_with_their_grace_capped_and_daemonset_pods_stay() -> None:
+    # Given a node with two workload pods (one with a long grace period) and a DaemonSet pod
+    cluster = FakeCluster(
+        pods=[pod("web-1", grace_period=20), pod("web-2"), pod("logs", controller_kind="DaemonSet")]
+    )
+    metrics = FakeMetrics()
+
+    # When the evict step runs
+    outcome = evict(cluster, metrics=metrics)(draining(), T0)
+
+    # Then the workload pods are evicted, their grace capped at 60 s, and the step polls again
+    assert cluster.evictions == [("web-1", 20), ("web-2", 60)]
+    assert (outcome.again, outcome.delay, outcome.changes["pods_evicted"]) == (True, 5, 2)
+    assert metrics.counts["PodsEvicted"] == 2
+
+
+def test_a_pod_protected_by_its_disruption_budget_is_retried_on_the_next_poll() -> None:
+    cluster = FakeCluster(pods=[pod("db-0")], blocked={"db-0"})
+    metrics = FakeMetrics()
+    step = evict(cluster, metrics=metrics)
+    assert step(draining(), T0).again
+    assert step(draining(), T0 + timedelta(seconds=5)).again
+    assert metrics.counts["EvictionsBlockedByPdb"] == 2
+    cluster.blocked.clear()
+    step(draining(), T0 + timedelta(seconds=10))
+    assert cluster.evictions == [("db-0", 60)]
+
+
+def test_the_drain_is_over_when_only_daemonset_and_mirror_pods_are_left() -> None:
+    cluster = FakeCluster(pods=[pod("logs", controller_kind="DaemonSet"), pod("kube-proxy", mirror=True)])
+    metrics = FakeMetrics()
+    outcome = evict(cluster, metrics=metrics, lb_deregistration_delay_seconds="45")(
+        draining(), T0 + timedelta(seconds=42)
+    )
+    assert (outcome.then, outcome.again) == (None, False)
+    assert outcome.delay == 45  # the load balancer delay before the next step
+    assert outcome.changes["outcome"] == "drained"
+    assert metrics.timings["DrainDuration"] == [42.0]
+
+
+def test_a_drain_that_lost_its_slot_pauses_without_evicting() -> None:
+    cluster = FakeCluster(pods=[pod("web-1")])
+    outcome = evict(cluster, FakeSlots(lost=True))(draining(), T0)
+    assert outcome.again
+    assert cluster.evictions == []
+
+
+def test_timeout_policy_continue_goes_on_with_the_pods_still_there() -> None:
+    cluster = FakeCluster(pods=[pod("db-0")], blocked={"db-0"})
+    metrics = FakeMetrics()
+    outcome = evict(cluster, metrics=metrics, timeout_policy="continue")(
+        draining(), T0 + timedelta(seconds=600)
+    )
+    assert (outcome.then, outcome.again) == (None, False)
+    assert outcome.changes["outcome"] == "drain-timeout-continued"
+    assert metrics.counts["DrainTimeouts"] == 1
+
+
+def test_timeout_policy_force_deletes_the_remaining_pods_then_waits_for_them() -> None:
+    # Given a drain stuck on a disruption budget past its timeout
+    cluster = FakeCluster(pods=[pod("db-0")], blocked={"db-0"})
+    metrics = FakeMetrics()
+    step = evict(cluster, metrics=metrics)
+    late = T0 + timedelta(seconds=600)
+
+    # When the step runs, it deletes the pod with the force grace period, and waits
+    first = step(draining(), late)
+    assert cluster.deletions == [("db-0", 5)]
+    assert first.again
+    assert first.changes["forced_at"] == late
+
+    # Then once the pod is gone, the drain ends, saying it was forced
+    cluster.pods = []
+    done = step(draining(forced_at=late), late + timedelta(seconds=5))
+    assert done.changes["outcome"] == "drain-timeout-forced"
+    assert metrics.counts["DrainTimeouts"] == 1
+
+
+def test_a_pod_that_never_stops_after_a_forced_delete_does_not_hold_the_lifecycle_forever() -> None:
+    cluster = FakeCluster(pods=[pod("stuck", terminating=True)])
+    late = T0 + timedelta(seconds=600)
+    outcome = evict(cluster)(draining(forced_at=late), late + timedelta(seconds=66))
+    assert outcome.changes["outcome"] == "drain-timeout-forced-incomplete"
+
+
+# -- CLEANUP ------------------------------------------------------------------------------------------------
+
+
+def test_cleanup_clears_our_annotations_releases_the_slot_and_wakes_the_next_waiter() -> None:
+    # Given our drained node, and another lifecycle waiting for a slot
+    cluster = FakeCluster(nodes={NODE: node(owner="stack-a", in_progress="{}")})
+    records, queues = InMemoryRecords(), RecordingQueues()
+    waiter = terminating(Step.ACQUIRE_SLOT, id="i-0aaaaaaaaaaaaaaaa/terminate/t2", seq=4)
+    records.create(waiter)
+    slots = FakeSlots(holders={NODE}, waiters=[waiter.id])
+    metrics = FakeMetrics()
+
+    # When cleanup runs
+    step = Cleanup(cluster=cluster, slots=slots, records=records, queues=queues, metrics=metrics)
+    outcome = step(terminating(Step.CLEANUP, node=NODE), T0)
+
+    # Then both annotations go in one patch, the slot is released and the waiter gets a message right away
+    assert outcome.then is None
+    assert cluster.patches == [{"owner": None, "in_progress": None}]
+    assert slots.released == [NODE]
+    (sent,) = queues.take()
+    assert (sent.worker, sent.message.record_id, sent.message.seq, sent.delay) == (
+        Worker.DRAIN,
+        waiter.id,
+        4,
+        0,
+    )
+    assert metrics.counts["WaitersWoken"] == 1
+
+
+def test_cleanup_never_clears_the_annotations_of_another_owner() -> None:
+    cluster = FakeCluster(nodes={NODE: node(owner="stack-b", in_progress="{}")})
+    step = Cleanup(
+        cluster=cluster,
+        slots=FakeSlots(),
+        records=InMemoryRecords(),
+        queues=RecordingQueues(),
+        metrics=FakeMetrics(),
+    )
+    step(terminating(Step.CLEANUP, node=NODE), T0)
+    assert cluster.patches == []
+
+
+# -- READY_GATE ---------------------------------------------------------------------------------------------
+
+
+def launching(**changes: object) -> LifecycleRecord:
+    record = make_record((Step.READY_GATE, Step.COMPLETE, Step.DONE), transition=Transition.LAUNCHING)
+    return record.model_copy(update={"instance_id": INSTANCE, **changes})
+
+
+@pytest.mark.parametrize("ready", [True, False])
+def test_the_gate_opens_only_for_a_ready_node(ready: bool) -> None:
+    cluster = FakeCluster(nodes={NODE: node(ready=ready)})
+    gate = ReadinessGate(finder=NodeFinder(cluster, NoDns()), settings=settings(), metrics=FakeMetrics())
+    outcome = gate(launching(), T0)
+    assert outcome.again is not ready
+    if not ready:
+        assert outcome.changes["gate_deadline"] == T0 + timedelta(seconds=300)
+
+
+def test_the_gate_gives_up_with_the_configured_result_when_the_node_never_joins() -> None:
+    metrics = FakeMetrics()
+    gate = ReadinessGate(
+        finder=NodeFinder(FakeCluster(), NoDns()),
+        settings=settings(readiness_failure_result="CONTINUE"),
+        metrics=metrics,
+    )
+    deadline = T0 + timedelta(seconds=300)
+    outcome = gate(launching(gate_deadline=deadline), deadline)
+    assert outcome.then is Step.COMPLETE
+    assert outcome.changes["result"] is ActionResult.CONTINUE
+    assert outcome.changes["outcome"] == "node-never-joined"
+    assert metrics.counts["ReadinessTimeouts"] == 1
