@@ -15,7 +15,9 @@ def metric_counts(output: str) -> Counter[tuple[str, tuple[tuple[str, str], ...]
         document = json.loads(line)
         directive = document["_aws"]["CloudWatchMetrics"][0]
         names = {dimension for group in directive["Dimensions"] for dimension in group}
-        dimensions = tuple(sorted((name, document[name]) for name in names if name not in ("owner", "service")))
+        dimensions = tuple(
+            sorted((name, document[name]) for name in names if name not in ("owner", "service"))
+        )
         for metric in directive["Metrics"]:
             values = document[metric["Name"]]
             counts[(metric["Name"], dimensions)] += sum(values) if isinstance(values, list) else values

@@ -25,7 +25,9 @@ def sqs_event(*bodies: str | dict[str, Any], template: str = "sqs-hook-terminate
     records = []
     for index, body in enumerate(bodies):
         text = body if isinstance(body, str) else json.dumps(body)
-        records.append({**base, "messageId": f"message-{index}", "receiptHandle": f"handle-{index}", "body": text})
+        records.append(
+            {**base, "messageId": f"message-{index}", "receiptHandle": f"handle-{index}", "body": text}
+        )
     return {"Records": records}
 
 

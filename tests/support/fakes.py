@@ -62,9 +62,9 @@ class InMemoryRecords:
         self.commits += 1
         return True
 
-    def open_due_before(self, owner: str, before: datetime) -> Iterator[LifecycleRecord]:
+    def open_records(self, owner: str) -> Iterator[LifecycleRecord]:
         for record in list(self.items.values()):
-            if record.owner == owner and not record.finished and record.due_at < before:
+            if record.owner == owner and not record.finished:
                 yield record
 
 

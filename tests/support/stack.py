@@ -45,10 +45,14 @@ def create_stack() -> Stack:
     )
     sqs = boto3.client("sqs")
     urls = {
-        name: sqs.create_queue(QueueName=f"nodecycle-{name}")["QueueUrl"] for name in ("drain", "eip", "intake")
+        name: sqs.create_queue(QueueName=f"nodecycle-{name}")["QueueUrl"]
+        for name in ("drain", "eip", "intake")
     }
     return Stack(
-        table="nodecycle-lifecycle", drain_queue=urls["drain"], eip_queue=urls["eip"], intake_queue=urls["intake"]
+        table="nodecycle-lifecycle",
+        drain_queue=urls["drain"],
+        eip_queue=urls["eip"],
+        intake_queue=urls["intake"],
     )
 
 

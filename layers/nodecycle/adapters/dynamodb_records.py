@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -45,24 +45,20 @@ class DynamoRecordStore:
         item = response.get("Item")
         return _from_item(item) if item else None
 
-    def open_due_before(self, owner: str, before: datetime) -> Iterator[LifecycleRecord]:
+    def open_records(self, owner: str) -> Iterator[LifecycleRecord]:
+        # The index is sparse (only open records carry open_owner) and projects every attribute, so one
+        # query page after another returns whole records: calls grow with pages, not with records.
         paginator = self._dynamodb.get_paginator("query")
         pages = paginator.paginate(
             TableName=self._table,
             IndexName=OPEN_INDEX,
-            KeyConditionExpression="open_owner = :owner AND due_epoch < :before",
-            ExpressionAttributeValues={
-                ":owner": {"S": owner},
-                ":before": {"N": str(int(before.timestamp()))},
-            },
+            KeyConditionExpression="open_owner = :owner",
+            ExpressionAttributeValues={":owner": {"S": owner}},
         )
         with transient_errors("listing open lifecycle records"):
             for page in pages:
                 for item in page.get("Items", []):
-                    # the index projects keys only: read the whole, current record
-                    record = self.get(item["id"]["S"])
-                    if record is not None and not record.finished:
-                        yield record
+                    yield _from_item(item)
 
     def _put(self, record: LifecycleRecord, condition: str, values: dict[str, Any]) -> bool:
         kwargs: dict[str, Any] = {

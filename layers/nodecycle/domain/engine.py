@@ -101,6 +101,7 @@ class StepEngine:
         self._metrics = metrics
         self._timing = timing
         self._failure_result = failure_result
+        self._dispatch = Dispatcher(records=records, queues=queues, clock=clock, metrics=metrics)
 
     def handle(self, message: WorkMessage, time_left: Callable[[], float] = lambda: 60.0) -> Handled:
         record = self._records.get(message.record_id)
@@ -115,17 +116,17 @@ class StepEngine:
                 log.warning(
                     "the message for step %s (seq %d) looks lost: sending it again", record.step, record.seq
                 )
-                self.resume(record)
+                self._dispatch.resume(record)
                 return Handled.RESENT
             log.info("stale message (seq %d, record at %d): dropped", message.seq, record.seq)
             return Handled.STALE
         if record.due_at - now > timedelta(seconds=1):
-            self._send(record, now)
+            self._dispatch.send(record, now)
             return Handled.SNOOZED
 
         while True:
             if worker_of(record.step) is not self._worker:
-                self._send(record, now)
+                self._dispatch.send(record, now)
                 return Handled.FORWARDED
             committed = self._run_step(record, now)
             if committed is None:
@@ -140,24 +141,8 @@ class StepEngine:
                 and time_left() > self._timing.inline_budget
             )
             if not inline:
-                self._send(record, now)
+                self._dispatch.send(record, now)
                 return Handled.RAN
-
-    def resume(self, record: LifecycleRecord) -> bool:
-        """Re-send the current step of a record whose message was lost.
-
-        The step moves to a new ``seq`` first, so that if the old message was only late, not lost, it
-        arrives stale and the lifecycle still has a single chain of work.
-        """
-        now = self._clock.now()
-        resumed = record.model_copy(
-            update={"seq": record.seq + 1, "resumes": record.resumes + 1, "updated_at": now, "due_at": now}
-        )
-        if not self._records.commit(resumed, expected_seq=record.seq):
-            return False
-        self._metrics.count("LifecyclesResumed")
-        self._send(resumed, now)
-        return True
 
     # -- one step ---------------------------------------------------------------------------------------
 
@@ -178,7 +163,7 @@ class StepEngine:
                 )
                 self._metrics.count("StepRetries", step=record.step.value)
                 outcome = Outcome.wait(delay, attempts=record.attempts + 1, last_error=str(error)[:500])
-        updated = self._apply(record, outcome, now)
+        updated = advance(record, outcome, now)
         updated = self._keep_alive(updated, now)
         if not self._records.commit(updated, expected_seq=record.seq):
             log.info("another delivery already ran step %s (seq %d)", record.step, record.seq)
@@ -196,20 +181,6 @@ class StepEngine:
         log.error("global timeout of the lifecycle action is near: completing it now")
         self._metrics.count("GlobalTimeoutsNear")
         return Outcome.goto(Step.COMPLETE, result=self._failure_result(record), outcome="global-timeout-near")
-
-    def _apply(self, record: LifecycleRecord, outcome: Outcome, now: datetime) -> LifecycleRecord:
-        changes: dict[str, Any] = dict(outcome.changes)
-        if outcome.again:
-            step = record.step
-        else:
-            step = outcome.then or following(record, record.step)
-            changes.setdefault("attempts", 0)
-        changes.update(
-            step=step, seq=record.seq + 1, updated_at=now, due_at=now + timedelta(seconds=outcome.delay)
-        )
-        if step is Step.DONE:
-            changes["finished_at"] = now
-        return record.model_copy(update=changes)
 
     def _keep_alive(self, record: LifecycleRecord, now: datetime) -> LifecycleRecord:
         """Heartbeat when the next step could otherwise run after the action has timed out."""
@@ -232,14 +203,55 @@ class StepEngine:
         if not active:
             log.warning("the lifecycle action is no longer active (timed out or completed elsewhere)")
             self._metrics.count("LifecycleActionsExpired")
-            return self._apply(
-                record, Outcome.goto(after_completion(record), outcome="action-expired"), now
-            ).model_copy(update={"seq": record.seq})
+            expired = advance(record, Outcome.goto(after_completion(record), outcome="action-expired"), now)
+            return expired.model_copy(update={"seq": record.seq})  # the step's own advance took the new seq
         self._metrics.count("Heartbeats")
         deadline = min(now + timedelta(seconds=record.heartbeat_timeout), record.global_deadline)
         return record.model_copy(update={"heartbeat_deadline": deadline, "heartbeats": record.heartbeats + 1})
 
-    def _send(self, record: LifecycleRecord, now: datetime) -> None:
+
+def advance(record: LifecycleRecord, outcome: Outcome, now: datetime) -> LifecycleRecord:
+    """The record after ``outcome``, under the next ``seq``."""
+    changes: dict[str, Any] = dict(outcome.changes)
+    if outcome.again:
+        step = record.step
+    else:
+        step = outcome.then or following(record, record.step)
+        changes.setdefault("attempts", 0)
+    changes.update(
+        step=step, seq=record.seq + 1, updated_at=now, due_at=now + timedelta(seconds=outcome.delay)
+    )
+    if step is Step.DONE:
+        changes["finished_at"] = now
+    return record.model_copy(update=changes)
+
+
+class Dispatcher:
+    """Sends the work message of a record's current step, and re-sends one that was lost."""
+
+    def __init__(self, *, records: RecordStore, queues: WorkQueues, clock: Clock, metrics: Metrics) -> None:
+        self._records = records
+        self._queues = queues
+        self._clock = clock
+        self._metrics = metrics
+
+    def send(self, record: LifecycleRecord, now: datetime) -> None:
         delay = max(0, min(MAX_DELAY, round((record.due_at - now).total_seconds())))
         message = WorkMessage(record_id=record.id, seq=record.seq, step=record.step)
         self._queues.send(worker_of(record.step), message, delay_seconds=delay)
+
+    def resume(self, record: LifecycleRecord) -> bool:
+        """Re-send the current step of a record whose message was lost.
+
+        The step moves to a new ``seq`` first, so that if the old message was only late, not lost, it
+        arrives stale and the lifecycle still has a single chain of work.
+        """
+        now = self._clock.now()
+        resumed = record.model_copy(
+            update={"seq": record.seq + 1, "resumes": record.resumes + 1, "updated_at": now, "due_at": now}
+        )
+        if not self._records.commit(resumed, expected_seq=record.seq):
+            return False
+        self._metrics.count("LifecyclesResumed")
+        self.send(resumed, now)
+        return True

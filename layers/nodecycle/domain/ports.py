@@ -47,8 +47,8 @@ class RecordStore(Protocol):
         """Replace the record if its stored seq is still ``expected_seq``; False when another delivery won."""
         ...
 
-    def open_due_before(self, owner: str, before: datetime) -> Iterator[LifecycleRecord]:
-        """Unfinished records of ``owner`` whose next step was due before ``before``."""
+    def open_records(self, owner: str) -> Iterator[LifecycleRecord]:
+        """The unfinished records of ``owner`` (read in pages, for the sweeper and the status command)."""
         ...
 
 

@@ -10,7 +10,15 @@ import pytest
 
 from nodecycle.domain.budget import SlotDecision, SlotReason, SlotRequest
 from nodecycle.domain.cluster import Claim, Eviction, NodeInfo, PodInfo
-from nodecycle.domain.drain.steps import AcquireSlot, Cleanup, Cordon, Evict, NodeFinder, ReadinessGate
+from nodecycle.domain.drain.steps import (
+    AcquireSlot,
+    Cleanup,
+    Cordon,
+    Evict,
+    NodeFinder,
+    ReadinessGate,
+    WaiterWaker,
+)
 from nodecycle.domain.flow import Worker
 from nodecycle.domain.model import LifecycleRecord, Step, Transition
 from nodecycle.settings import ActionResult, Settings
@@ -372,7 +380,9 @@ def test_cleanup_clears_our_annotations_releases_the_slot_and_wakes_the_next_wai
     metrics = FakeMetrics()
 
     # When cleanup runs
-    step = Cleanup(cluster=cluster, slots=slots, records=records, queues=queues, metrics=metrics)
+    step = Cleanup(
+        cluster=cluster, slots=slots, waker=WaiterWaker(records=records, queues=queues, metrics=metrics)
+    )
     outcome = step(terminating(Step.CLEANUP, node=NODE), T0)
 
     # Then both annotations go in one patch, the slot is released and the waiter gets a message right away
@@ -391,13 +401,8 @@ def test_cleanup_clears_our_annotations_releases_the_slot_and_wakes_the_next_wai
 
 def test_cleanup_never_clears_the_annotations_of_another_owner() -> None:
     cluster = FakeCluster(nodes={NODE: node(owner="stack-b", in_progress="{}")})
-    step = Cleanup(
-        cluster=cluster,
-        slots=FakeSlots(),
-        records=InMemoryRecords(),
-        queues=RecordingQueues(),
-        metrics=FakeMetrics(),
-    )
+    waker = WaiterWaker(records=InMemoryRecords(), queues=RecordingQueues(), metrics=FakeMetrics())
+    step = Cleanup(cluster=cluster, slots=FakeSlots(), waker=waker)
     step(terminating(Step.CLEANUP, node=NODE), T0)
     assert cluster.patches == []
 

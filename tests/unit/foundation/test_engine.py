@@ -74,7 +74,9 @@ class World:
             autoscaling=self.autoscaling,
             clock=self.clock,
             metrics=self.metrics,
-            timing=EngineTiming(resume_grace=timedelta(minutes=3), heartbeat_margin=timedelta(seconds=MARGIN)),
+            timing=EngineTiming(
+                resume_grace=timedelta(minutes=3), heartbeat_margin=timedelta(seconds=MARGIN)
+            ),
             failure_result=lambda record: ActionResult.ABANDON,
         )
 

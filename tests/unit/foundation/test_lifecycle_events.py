@@ -8,9 +8,11 @@ import pytest
 
 from nodecycle.contracts.lifecycle_events import (
     InvalidLifecycleEvent,
-    TestNotification as HookTestNotification,
     from_eventbridge,
     from_sqs_body,
+)
+from nodecycle.contracts.lifecycle_events import (
+    TestNotification as HookTestNotification,
 )
 from nodecycle.domain.model import LifecycleEvent, Transition
 from tests.support.events import load_event, sqs_bodies
@@ -32,7 +34,11 @@ def test_the_three_deliveries_of_one_terminate_action_normalize_to_the_same_even
     assert isinstance(from_hook, LifecycleEvent)
     assert isinstance(bridged, LifecycleEvent)
     assert _comparable(direct) == _comparable(from_hook) == _comparable(bridged)
-    assert (direct.delivery, from_hook.delivery, bridged.delivery) == ("eventbridge", "sqs", "sqs-eventbridge")
+    assert (direct.delivery, from_hook.delivery, bridged.delivery) == (
+        "eventbridge",
+        "sqs",
+        "sqs-eventbridge",
+    )
     assert direct.transition is Transition.TERMINATING
     assert direct.notification_metadata == "drain-timeout=600"
     assert direct.record_id == "i-0a1b2c3d4e5f60718/terminate/9f0c3d3e-6a8b-4c8e-9d57-2f7b1e0a6c41"
@@ -84,7 +90,11 @@ def _hook_body(**changes: object) -> str:
         ("{not json", "malformed-json", "not JSON"),
         ("[1, 2]", "unknown-shape", "JSON list"),
         ('{"hello": "world"}', "unknown-shape", "neither an EventBridge event nor a hook notification"),
-        (_hook_body(LifecycleTransition="autoscaling:EC2_INSTANCE_REBOOTING"), "unknown-transition", "REBOOTING"),
+        (
+            _hook_body(LifecycleTransition="autoscaling:EC2_INSTANCE_REBOOTING"),
+            "unknown-transition",
+            "REBOOTING",
+        ),
         (_hook_body(LifecycleActionToken=None), "missing-field", "LifecycleActionToken is missing"),
         (_hook_body(EC2InstanceId=None), "missing-field", "EC2InstanceId is missing"),
         (_hook_body(EC2InstanceId="not-an-instance"), "invalid-field", "EC2InstanceId"),
@@ -92,7 +102,9 @@ def _hook_body(**changes: object) -> str:
         (_hook_body(Time="yesterday"), "invalid-field", "Time"),
     ],
 )
-def test_bad_sqs_bodies_are_rejected_with_a_reason_that_names_the_fault(body: str, reason: str, says: str) -> None:
+def test_bad_sqs_bodies_are_rejected_with_a_reason_that_names_the_fault(
+    body: str, reason: str, says: str
+) -> None:
     with pytest.raises(InvalidLifecycleEvent, match=says) as raised:
         from_sqs_body(body)
     assert raised.value.reason == reason
@@ -101,7 +113,7 @@ def test_bad_sqs_bodies_are_rejected_with_a_reason_that_names_the_fault(body: st
 def test_an_event_from_another_source_is_rejected() -> None:
     event = load_event("eventbridge-terminate.json")
     event["source"] = "custom.autoscaling"
-    with pytest.raises(InvalidLifecycleEvent, match="custom.autoscaling") as raised:
+    with pytest.raises(InvalidLifecycleEvent, match=r"custom\.autoscaling") as raised:
         from_eventbridge(event)
     assert raised.value.reason == "wrong-source"
 

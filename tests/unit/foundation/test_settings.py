@@ -29,11 +29,31 @@ def test_defaults_describe_a_conservative_stack() -> None:
 @pytest.mark.parametrize(
     ("name", "value", "says"),
     [
-        ("NODECYCLE_DRAIN_TIMEOUT_SECONDS", "ten", "NODECYCLE_DRAIN_TIMEOUT_SECONDS: Input should be a valid integer"),
-        ("NODECYCLE_DRAIN_TIMEOUT_SECONDS", "-5", "NODECYCLE_DRAIN_TIMEOUT_SECONDS: Input should be greater than"),
-        ("NODECYCLE_TIMEOUT_POLICY", "panic", "NODECYCLE_TIMEOUT_POLICY: Input should be 'force' or 'continue'"),
-        ("NODECYCLE_BUDGET_MAX_UNAVAILABLE", "150%", "NODECYCLE_BUDGET_MAX_UNAVAILABLE: a percent must be between"),
-        ("NODECYCLE_BUDGET_MAX_UNAVAILABLE", "0", "NODECYCLE_BUDGET_MAX_UNAVAILABLE: expected a positive integer"),
+        (
+            "NODECYCLE_DRAIN_TIMEOUT_SECONDS",
+            "ten",
+            "NODECYCLE_DRAIN_TIMEOUT_SECONDS: Input should be a valid integer",
+        ),
+        (
+            "NODECYCLE_DRAIN_TIMEOUT_SECONDS",
+            "-5",
+            "NODECYCLE_DRAIN_TIMEOUT_SECONDS: Input should be greater than",
+        ),
+        (
+            "NODECYCLE_TIMEOUT_POLICY",
+            "panic",
+            "NODECYCLE_TIMEOUT_POLICY: Input should be 'force' or 'continue'",
+        ),
+        (
+            "NODECYCLE_BUDGET_MAX_UNAVAILABLE",
+            "150%",
+            "NODECYCLE_BUDGET_MAX_UNAVAILABLE: a percent must be between",
+        ),
+        (
+            "NODECYCLE_BUDGET_MAX_UNAVAILABLE",
+            "0",
+            "NODECYCLE_BUDGET_MAX_UNAVAILABLE: expected a positive integer",
+        ),
         ("NODECYCLE_OWNER_ID", "has spaces", "NODECYCLE_OWNER_ID: String should match pattern"),
         ("NODECYCLE_EIP_MODE", "pool", "NODECYCLE_EIP_MODE=pool needs NODECYCLE_EIP_POOL_NAME"),
         ("NODECYCLE_MANAGED_GROUPS", "", "no managed groups"),

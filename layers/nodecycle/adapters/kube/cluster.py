@@ -130,6 +130,13 @@ class KubeCluster:
             raise
         return node_info(_json(response))
 
+    def node_names(self) -> set[str]:
+        return {node.name for node in self._nodes()}
+
+    def nodes_owned_by(self, owner: str) -> list[NodeInfo]:
+        # Annotations cannot be selected on: one paged list of the nodes, filtered here.
+        return [node for node in self._nodes() if node.owner == owner]
+
     def _nodes(self) -> Iterator[NodeInfo]:
         token: str | None = None
         while True:

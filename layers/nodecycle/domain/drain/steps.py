@@ -213,17 +213,31 @@ class Evict:
         return Outcome.next(delay=self._settings.lb_deregistration_delay_seconds, outcome=outcome)
 
 
-class Cleanup:
-    """After completion: clear our annotations, give the slot back, wake whoever may use it now."""
+class WaiterWaker:
+    """Sends a waiting lifecycle its next message at once, when a slot it may take has been freed."""
 
-    def __init__(
-        self, *, cluster: Cluster, slots: Slots, records: RecordStore, queues: WorkQueues, metrics: Metrics
-    ) -> None:
-        self._cluster = cluster
-        self._slots = slots
+    def __init__(self, *, records: RecordStore, queues: WorkQueues, metrics: Metrics) -> None:
         self._records = records
         self._queues = queues
         self._metrics = metrics
+
+    def wake(self, record_id: str) -> None:
+        waiting = self._records.get(record_id)
+        if waiting is None or waiting.step is not Step.ACQUIRE_SLOT:
+            return
+        # A message with no delay next to the waiter's backoff message: the first to run takes the slot and
+        # moves the record on; the other one arrives stale and is dropped.
+        self._queues.send(Worker.DRAIN, WorkMessage(record_id=waiting.id, seq=waiting.seq, step=waiting.step))
+        self._metrics.count("WaitersWoken")
+
+
+class Cleanup:
+    """After completion: clear our annotations, give the slot back, wake whoever may use it now."""
+
+    def __init__(self, *, cluster: Cluster, slots: Slots, waker: WaiterWaker) -> None:
+        self._cluster = cluster
+        self._slots = slots
+        self._waker = waker
 
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
         if record.node is None:
@@ -233,17 +247,8 @@ class Cleanup:
         if ours and node is not None and self._cluster.release_node(node) is Claim.CONFLICT:
             return Outcome.wait(1)
         for waiter in self._slots.release(record.node):
-            self._wake(waiter)
+            self._waker.wake(waiter)
         return Outcome.next()
-
-    def _wake(self, record_id: str) -> None:
-        waiting = self._records.get(record_id)
-        if waiting is None or waiting.step is not Step.ACQUIRE_SLOT:
-            return
-        # A message with no delay next to the waiter's backoff message: the first to run takes the slot and
-        # moves the record on; the other one arrives stale and is dropped.
-        self._queues.send(Worker.DRAIN, WorkMessage(record_id=waiting.id, seq=waiting.seq, step=waiting.step))
-        self._metrics.count("WaitersWoken")
 
 
 class ReadinessGate:

@@ -1,0 +1,231 @@
+"""The sweeper's parts with in-memory ports: lost messages, actions near their global timeout, stale budget
+entries, leftover annotations, and a failing part that does not stop the others."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import pytest
+
+from nodecycle.domain.budget import Holder, SweepResult, Waiter
+from nodecycle.domain.cluster import Claim, NodeInfo
+from nodecycle.domain.completion import CompleteAction
+from nodecycle.domain.drain.steps import WaiterWaker
+from nodecycle.domain.engine import Dispatcher
+from nodecycle.domain.model import LifecycleRecord, Step
+from nodecycle.domain.sweeper import (
+    MAX_RESUMES,
+    Counts,
+    LeftoverAnnotations,
+    LifecycleRepair,
+    StaleBudgetEntries,
+    Sweeper,
+    SweepFailed,
+)
+from nodecycle.settings import ActionResult
+from tests.support.fakes import T0, FakeAutoscaling, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
+from tests.unit.foundation.test_engine import PLAN, make_record
+
+GRACE = timedelta(minutes=3)
+MARGIN = timedelta(seconds=60)
+
+
+@dataclass
+class Repair:
+    clock: FakeClock = field(default_factory=FakeClock)
+    records: InMemoryRecords = field(default_factory=InMemoryRecords)
+    queues: RecordingQueues = field(default_factory=RecordingQueues)
+    autoscaling: FakeAutoscaling = field(default_factory=FakeAutoscaling)
+    metrics: FakeMetrics = field(default_factory=FakeMetrics)
+
+    def part(self) -> LifecycleRepair:
+        return LifecycleRepair(
+            records=self.records,
+            dispatcher=Dispatcher(
+                records=self.records, queues=self.queues, clock=self.clock, metrics=self.metrics
+            ),
+            completion=CompleteAction(self.autoscaling, self.metrics),
+            metrics=self.metrics,
+            resume_grace=GRACE,
+            margin=MARGIN,
+            failure_result=lambda record: ActionResult.CONTINUE,
+        )
+
+    def run(self) -> Counts:
+        return self.part()(list(self.records.open_records("stack-a")), self.clock.now())
+
+
+def test_a_lifecycle_whose_message_was_lost_is_resumed_under_a_new_seq() -> None:
+    repair = Repair()
+    repair.records.create(make_record(PLAN, Step.EVICT, node="n1", seq=7))
+    repair.clock.advance(GRACE.total_seconds() + 1)
+    assert repair.run()["LifecyclesResumed"] == 1
+    (sent,) = repair.queues.take()
+    assert (sent.message.step, sent.message.seq) == (Step.EVICT, 8)
+
+
+def test_a_lifecycle_that_is_only_waiting_is_left_alone() -> None:
+    repair = Repair()
+    repair.records.create(make_record(PLAN, Step.EVICT, due_at=T0 + timedelta(minutes=10)))
+    repair.clock.advance(GRACE.total_seconds() + 1)
+    assert repair.run()["LifecyclesResumed"] == 0
+    assert repair.queues.take() == []
+
+
+def test_an_overdue_action_near_its_global_timeout_is_completed_by_the_sweeper_itself() -> None:
+    # Given a lifecycle whose work has been stuck until shortly before its action's global timeout
+    repair = Repair()
+    record = make_record(PLAN, Step.EVICT, node="n1")
+    repair.records.create(record)
+    repair.clock.current = record.global_deadline - MARGIN
+
+    # When the sweeper runs
+    counts = repair.run()
+
+    # Then the action is completed with the failure result, and the cleanup is sent on
+    assert counts["LifecyclesSettled"] == 1
+    ((_, result),) = repair.autoscaling.completed
+    assert result is ActionResult.CONTINUE
+    swept = repair.records.get(record.id)
+    assert swept is not None
+    assert (swept.step, swept.outcome, swept.completed_at) == (
+        Step.CLEANUP,
+        "settled-by-sweeper",
+        repair.clock.now(),
+    )
+    assert [s.message.step for s in repair.queues.take()] == [Step.CLEANUP]
+
+
+def test_a_lifecycle_resumed_too_often_is_reported_stuck_instead() -> None:
+    repair = Repair()
+    repair.records.create(make_record(PLAN, Step.EVICT, resumes=MAX_RESUMES))
+    repair.clock.advance(GRACE.total_seconds() + 1)
+    counts = repair.run()
+    assert (counts["LifecyclesResumed"], counts["LifecyclesStuck"]) == (0, 1)
+    assert repair.metrics.counts["LifecyclesStuck"] == 1
+
+
+def entry(node: str, record_id: str, instance: str) -> Holder:
+    return Holder(
+        node=node,
+        instance_id=instance,
+        zone="eu-west-1a",
+        owner="stack-a",
+        record_id=record_id,
+        renewed_at=T0,
+        ttl_seconds=300,
+        acquired_at=T0,
+    )
+
+
+@dataclass
+class FakeBudget:
+    entries: list[Holder]
+    wake: tuple[str, ...] = ()
+    judged: dict[str, bool] = field(default_factory=dict)
+
+    def sweep(self, *, is_stale: Callable[[Holder | Waiter], bool]) -> SweepResult:
+        self.judged = {e.node: is_stale(e) for e in self.entries}
+        stale = tuple(e for e in self.entries if self.judged[e.node])
+        return SweepResult(holders=stale, waiters=(), wake=self.wake)
+
+
+def test_budget_entries_of_gone_nodes_gone_instances_and_finished_lifecycles_are_stale() -> None:
+    # Given four holders: a live one, one whose node is gone, one whose instance is gone, one whose record closed
+    live = make_record(PLAN, Step.EVICT, id="i-1/terminate/a", instance_id="i-1")
+    no_node = make_record(PLAN, Step.EVICT, id="i-2/terminate/b", instance_id="i-2")
+    no_instance = make_record(PLAN, Step.EVICT, id="i-3/terminate/c", instance_id="i-3")
+    budget = FakeBudget(
+        [
+            entry("n1", live.id, "i-1"),
+            entry("n2", no_node.id, "i-2"),
+            entry("n3", no_instance.id, "i-3"),
+            entry("n4", "i-4/terminate/d", "i-4"),
+        ],
+        wake=("i-9/terminate/w",),
+    )
+    records, queues = InMemoryRecords(), RecordingQueues()
+    records.create(make_record(PLAN, Step.ACQUIRE_SLOT, id="i-9/terminate/w"))
+    alive_calls: list[list[str]] = []
+
+    def alive(ids: object) -> set[str]:
+        alive_calls.append(sorted(ids))  # type: ignore[call-overload]
+        return {"i-1", "i-2"}
+
+    part = StaleBudgetEntries(
+        budget=budget,
+        node_names=lambda: {"n1", "n3", "n4"},
+        alive_instances=alive,
+        waker=WaiterWaker(records=records, queues=queues, metrics=FakeMetrics()),
+    )
+
+    # When the sweeper judges them
+    counts = part([live, no_node, no_instance], T0)
+
+    # Then only the live holder stays, instances were checked in one batch, and the eligible waiter is woken
+    assert budget.judged == {"n1": False, "n2": True, "n3": True, "n4": True}
+    assert len(alive_calls) == 1
+    assert counts["SweptHolders"] == 3
+    assert [s.message.record_id for s in queues.take()] == ["i-9/terminate/w"]
+
+
+@dataclass
+class FakeNodes:
+    nodes: list[NodeInfo]
+    released: list[str] = field(default_factory=list)
+
+    def nodes_owned_by(self, owner: str) -> list[NodeInfo]:
+        return [node for node in self.nodes if node.owner == owner]
+
+    def release_node(self, node: NodeInfo) -> Claim:
+        self.released.append(node.name)
+        return Claim.CLAIMED
+
+
+def annotated(name: str, owner: str, instance: str, token: str) -> NodeInfo:
+    progress = json.dumps({"instance": instance, "transition": "terminate", "token": token, "started": "x"})
+    return NodeInfo(
+        name=name,
+        instance_id=instance,
+        zone="a",
+        ready=True,
+        unschedulable=True,
+        owner=owner,
+        in_progress=progress,
+        resource_version="1",
+    )
+
+
+def test_annotations_of_lifecycles_that_are_over_are_cleared_and_no_others() -> None:
+    running = make_record(PLAN, Step.EVICT, id="i-0aaaaaaaaaaaaaaa1/terminate/t1")
+    nodes = FakeNodes(
+        [
+            annotated("busy", "stack-a", "i-0aaaaaaaaaaaaaaa1", "t1"),  # its lifecycle is open
+            annotated("over", "stack-a", "i-0aaaaaaaaaaaaaaa2", "t2"),  # its lifecycle is over
+            annotated("theirs", "stack-b", "i-0aaaaaaaaaaaaaaa3", "t3"),  # another owner's
+        ]
+    )
+    counts = LeftoverAnnotations(owner="stack-a", cluster=nodes)([running], T0)
+    assert nodes.released == ["over"]
+    assert counts == {"AnnotationsCleared": 1}
+
+
+def test_a_failing_part_does_not_stop_the_others_and_fails_the_sweep() -> None:
+    ran: list[str] = []
+
+    def broken(open_records: Sequence[LifecycleRecord], now: datetime) -> Counts:
+        raise ConnectionError("cluster unreachable")
+
+    def fine(open_records: Sequence[LifecycleRecord], now: datetime) -> Counts:
+        ran.append("fine")
+        return {"Fine": 1}
+
+    sweeper = Sweeper(
+        owner="stack-a", records=InMemoryRecords(), clock=FakeClock(), parts={"broken": broken, "fine": fine}
+    )
+    with pytest.raises(SweepFailed, match="broken"):
+        sweeper.sweep()
+    assert ran == ["fine"]
