@@ -1,0 +1,109 @@
+"""The emulation in-process under `mock_aws`, with a fake cluster and a recording EventBridge."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from nodecycle_sandbox.aws import AwsControl, install
+from nodecycle_sandbox.aws.group import AutoScalingGroup, GroupSpec, HookSpec
+
+REGION = "eu-west-1"
+# moto reads the caller's access key from the request signature: it must look like a real one.
+OPERATOR_KEY = "AKIATESTOPERATOR0000"
+
+
+@dataclass
+class FakeNodes:
+    """A `NodeRegistry` that remembers what the emulation asked of the cluster."""
+
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    removed: list[str] = field(default_factory=list)
+
+    def add_node(
+        self,
+        name: str,
+        *,
+        instance_id: str,
+        zone: str,
+        ready: bool = True,
+        ready_after: float | None = None,
+        labels: dict[str, str] | None = None,
+        pods_capacity: int = 110,
+    ) -> None:
+        self.nodes[name] = {
+            "instance_id": instance_id,
+            "zone": zone,
+            "ready": ready,
+            "ready_after": ready_after,
+        }
+        self.nodes[name]["labels"] = labels or {}
+
+    def remove_node(self, name: str) -> None:
+        self.nodes.pop(name, None)
+        self.removed.append(name)
+
+    def node_for_instance(self, instance_id: str) -> str | None:
+        return next((n for n, node in self.nodes.items() if node["instance_id"] == instance_id), None)
+
+
+@dataclass
+class RecordingBus:
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    def publish(self, event: dict[str, Any]) -> None:
+        self.events.append(event)
+
+    def tokens(self, instance_id: str, transition: str) -> list[str]:
+        return [
+            e["detail"]["LifecycleActionToken"]
+            for e in self.events
+            if e["detail"]["EC2InstanceId"] == instance_id
+            and e["detail"]["LifecycleTransition"] == transition
+        ]
+
+
+@dataclass
+class Emulation:
+    control: AwsControl
+    nodes: FakeNodes
+    bus: RecordingBus
+    autoscaling: Any
+    ec2: Any
+    sqs: Any
+
+    def group(self, *hooks: HookSpec, size: int = 0, name: str = "workers") -> AutoScalingGroup:
+        group = AutoScalingGroup(
+            autoscaling=self.autoscaling, ec2=self.ec2, control=self.control, region=REGION, name=name
+        )
+        group.create(GroupSpec(name=name, size=size, hooks=hooks))
+        return group
+
+
+@pytest.fixture
+def aws() -> Iterator[Emulation]:
+    install()
+    with mock_aws():
+        control = AwsControl(region=REGION)
+        nodes, bus = FakeNodes(), RecordingBus()
+        control.connect(events=bus, nodes=nodes)
+        yield Emulation(
+            control=control,
+            nodes=nodes,
+            bus=bus,
+            autoscaling=_client("autoscaling"),
+            ec2=_client("ec2"),
+            sqs=_client("sqs"),
+        )
+        control.close()
+
+
+def _client(service: str) -> Any:
+    return boto3.client(  # type: ignore[call-overload]
+        service, region_name=REGION, aws_access_key_id=OPERATOR_KEY, aws_secret_access_key="testing"
+    )

@@ -1,0 +1,208 @@
+"""Lifecycle actions: instances wait for their hooks, heartbeats, timeouts and AWS's answers."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from botocore.exceptions import ClientError
+
+from nodecycle_sandbox.aws import LAUNCHING, TERMINATING
+from nodecycle_sandbox.aws.group import HookSpec, wait_for
+
+from .conftest import OPERATOR_KEY, Emulation
+
+TERMINATE_HOOK = HookSpec("drain", TERMINATING, heartbeat_timeout=60, default_result="CONTINUE")
+
+
+def _complete(aws: Emulation, hook: str, token: str, result: str = "CONTINUE") -> None:
+    aws.autoscaling.complete_lifecycle_action(
+        AutoScalingGroupName="workers",
+        LifecycleHookName=hook,
+        LifecycleActionToken=token,
+        LifecycleActionResult=result,
+    )
+
+
+def test_a_terminate_hook_holds_the_instance_until_its_action_is_completed(aws: Emulation) -> None:
+    # Given a group of two in service with a terminate hook
+    group = aws.group(TERMINATE_HOOK, size=2)
+    victim = sorted(group.in_state("InService"))[0]
+
+    # When the instance is terminated
+    group.terminate(victim)
+
+    # Then it waits in Terminating:Wait, still running, while a replacement launches
+    assert group.instances()[victim] == "Terminating:Wait"
+    assert len(group.in_state("InService")) == 2
+    state = aws.ec2.describe_instances(InstanceIds=[victim])["Reservations"][0]["Instances"][0]["State"][
+        "Name"
+    ]
+    assert state == "running"
+
+    # When the action is completed
+    (token,) = aws.bus.tokens(victim, TERMINATING)
+    _complete(aws, "drain", token)
+
+    # Then the instance is gone from the group and terminated in EC2
+    assert victim not in group.instances()
+    state = aws.ec2.describe_instances(InstanceIds=[victim])["Reservations"][0]["Instances"][0]["State"][
+        "Name"
+    ]
+    assert state == "terminated"
+    (action,) = group.actions(transition=TERMINATING)
+    assert (action.outcome, action.result, action.completed_by) == ("completed", "CONTINUE", OPERATOR_KEY)
+
+
+def test_a_completed_token_cannot_be_completed_again(aws: Emulation) -> None:
+    # Given an action completed once
+    group = aws.group(TERMINATE_HOOK, size=1)
+    victim = group.in_state("InService")[0]
+    group.terminate(victim)
+    (token,) = aws.bus.tokens(victim, TERMINATING)
+    _complete(aws, "drain", token)
+
+    # When it is completed again
+    with pytest.raises(ClientError) as raised:
+        _complete(aws, "drain", token)
+
+    # Then AWS's ValidationError comes back, and the late call is on record
+    assert raised.value.response["Error"]["Code"] == "ValidationError"
+    assert raised.value.response["Error"]["Message"] == f"No active Lifecycle Action found with token {token}"
+    (action,) = group.actions(transition=TERMINATING)
+    assert [call[2] for call in action.late_calls] == ["CompleteLifecycleAction"]
+
+
+def test_an_unknown_token_or_instance_has_no_active_action(aws: Emulation) -> None:
+    # Given a group without pending actions
+    group = aws.group(TERMINATE_HOOK, size=1)
+    instance = group.in_state("InService")[0]
+
+    # When a made-up token, or an instance without an action, is completed or heartbeated
+    with pytest.raises(ClientError) as by_token:
+        _complete(aws, "drain", "6d2f1cf4-0000-4000-8000-000000000000")
+    with pytest.raises(ClientError) as by_instance:
+        aws.autoscaling.record_lifecycle_action_heartbeat(
+            AutoScalingGroupName="workers", LifecycleHookName="drain", InstanceId=instance
+        )
+
+    # Then both get "No active Lifecycle Action found", naming what was given
+    assert by_token.value.response["Error"]["Message"].endswith("token 6d2f1cf4-0000-4000-8000-000000000000")
+    assert by_instance.value.response["Error"]["Message"] == (
+        f"No active Lifecycle Action found with instance ID {instance}"
+    )
+
+
+def test_an_action_can_be_completed_by_instance_id_without_a_token(aws: Emulation) -> None:
+    # Given an instance held by the terminate hook
+    group = aws.group(TERMINATE_HOOK, size=1)
+    victim = group.in_state("InService")[0]
+    group.terminate(victim, decrement=False)
+
+    # When the action is completed naming only the instance
+    aws.autoscaling.complete_lifecycle_action(
+        AutoScalingGroupName="workers",
+        LifecycleHookName="drain",
+        InstanceId=victim,
+        LifecycleActionResult="ABANDON",
+    )
+
+    # Then the instance terminates (ABANDON at terminate still terminates)
+    assert victim not in group.instances()
+    (action,) = group.actions(transition=TERMINATING)
+    assert action.result == "ABANDON"
+
+
+def test_a_heartbeat_extends_the_wait_and_a_timeout_applies_the_default_result(aws: Emulation) -> None:
+    # Given a terminate hook with a one-second heartbeat timeout
+    group = aws.group(HookSpec("drain", TERMINATING, heartbeat_timeout=1, default_result="CONTINUE"), size=1)
+    victim = group.in_state("InService")[0]
+    group.terminate(victim, decrement=True)
+    started = time.time()
+
+    # When heartbeats are recorded for 1.6 s
+    for _ in range(4):
+        time.sleep(0.4)
+        aws.autoscaling.record_lifecycle_action_heartbeat(
+            AutoScalingGroupName="workers", LifecycleHookName="drain", InstanceId=victim
+        )
+
+    # Then the instance is still held past its first heartbeat deadline
+    assert time.time() - started > 1.5
+    assert group.instances()[victim] == "Terminating:Wait"
+
+    # And once heartbeats stop, the timeout applies the default result
+    wait_for(lambda: victim not in group.instances(), timeout=3)
+    (action,) = group.actions(transition=TERMINATING)
+    assert (action.outcome, action.result, len(action.heartbeats)) == ("heartbeat-timeout", "CONTINUE", 4)
+    assert action.finished_at is not None
+    assert action.finished_at - action.heartbeats[-1] == pytest.approx(1.0, abs=0.3)
+
+
+def test_heartbeats_never_extend_past_the_global_timeout(aws: Emulation) -> None:
+    # Given a global timeout of 2 x the heartbeat timeout (AWS: 100 x, at most 48 h)
+    aws.control.configure(global_timeout_factor=2)
+    group = aws.group(HookSpec("drain", TERMINATING, heartbeat_timeout=1, default_result="CONTINUE"), size=1)
+    hook = aws.autoscaling.describe_lifecycle_hooks(AutoScalingGroupName="workers")["LifecycleHooks"][0]
+    assert hook["GlobalTimeout"] == 2
+    victim = group.in_state("InService")[0]
+    group.terminate(victim, decrement=True)
+
+    # When heartbeats keep coming until the action ends
+    def heartbeat_until_gone() -> bool:
+        try:
+            aws.autoscaling.record_lifecycle_action_heartbeat(
+                AutoScalingGroupName="workers", LifecycleHookName="drain", InstanceId=victim
+            )
+        except aws.autoscaling.exceptions.ClientError:
+            return True
+        time.sleep(0.2)
+        return False
+
+    wait_for(heartbeat_until_gone, timeout=4)
+
+    # Then it ended at the global timeout, with the default result
+    (action,) = group.actions(transition=TERMINATING)
+    assert action.outcome == "global-timeout"
+    assert action.finished_at is not None
+    assert action.finished_at - action.started_at == pytest.approx(2.0, abs=0.3)
+
+
+def test_a_launch_waits_in_pending_wait_and_an_abandoned_launch_is_replaced(aws: Emulation) -> None:
+    # Given a launch hook
+    group = aws.group(HookSpec("ready", LAUNCHING, heartbeat_timeout=60), size=1)
+    (first,) = group.in_state("Pending:Wait")
+
+    # When its action is abandoned
+    (token,) = aws.bus.tokens(first, LAUNCHING)
+    _complete(aws, "ready", token, "ABANDON")
+
+    # Then the instance is terminated and a new one waits in its place
+    assert first not in group.instances()
+    (second,) = group.in_state("Pending:Wait")
+    assert second != first
+
+    # And CONTINUE puts the replacement in service
+    (token,) = aws.bus.tokens(second, LAUNCHING)
+    _complete(aws, "ready", token, "CONTINUE")
+    assert group.instances() == {second: "InService"}
+    asg_instances = aws.autoscaling.describe_auto_scaling_instances(InstanceIds=[second])[
+        "AutoScalingInstances"
+    ]
+    assert asg_instances[0]["LifecycleState"] == "InService"
+
+
+def test_every_hook_of_a_transition_must_let_the_instance_go(aws: Emulation) -> None:
+    # Given two terminate hooks
+    group = aws.group(TERMINATE_HOOK, HookSpec("eip", TERMINATING, 60, "CONTINUE"), size=1)
+    victim = group.in_state("InService")[0]
+    group.terminate(victim, decrement=True)
+    tokens = {a.hook: a.token for a in group.actions(transition=TERMINATING)}
+
+    # When only one completes
+    _complete(aws, "drain", tokens["drain"])
+
+    # Then the instance still waits, until the other completes too
+    assert group.instances()[victim] == "Terminating:Wait"
+    _complete(aws, "eip", tokens["eip"])
+    assert victim not in group.instances()

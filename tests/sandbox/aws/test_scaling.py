@@ -1,0 +1,102 @@
+"""Scaling through the hooks: zones, scale-in, replacement, and the nodes that come and go with instances."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from nodecycle_sandbox.aws import LAUNCHING, TERMINATING
+from nodecycle_sandbox.aws.group import HookSpec
+
+from .conftest import Emulation
+
+TERMINATE_HOOK = HookSpec("drain", TERMINATING, 60, "CONTINUE")
+
+
+def test_a_group_spreads_its_instances_across_its_zones(aws: Emulation) -> None:
+    # When a group of six is created over three zones
+    aws.group(size=6)
+
+    # Then each zone has two instances
+    instances = aws.autoscaling.describe_auto_scaling_instances()["AutoScalingInstances"]
+    assert Counter(i["AvailabilityZone"] for i in instances) == {
+        "eu-west-1a": 2,
+        "eu-west-1b": 2,
+        "eu-west-1c": 2,
+    }
+
+
+def test_scale_in_goes_through_the_terminate_hook(aws: Emulation) -> None:
+    # Given four instances in service and a terminate hook
+    group = aws.group(TERMINATE_HOOK, size=4)
+
+    # When the desired capacity drops to two
+    group.set_desired(2)
+
+    # Then two instances wait for their actions; none is replaced
+    assert Counter(group.instances().values()) == {"InService": 2, "Terminating:Wait": 2}
+    victims = group.in_state("Terminating:Wait")
+    assert {a.instance_id for a in group.actions(transition=TERMINATING)} == set(victims)
+    assert all(a.active for a in group.actions())
+
+
+def test_a_launched_instance_registers_its_node_and_a_terminated_one_removes_it(aws: Emulation) -> None:
+    # Given nodes that take 2 s to become Ready
+    aws.control.plan_nodes(ready_after=2.0)
+
+    # When an instance launches
+    group = aws.group(size=1)
+    (instance,) = group.in_state("InService")
+
+    # Then its node is registered under its private DNS name, in its zone, Ready after the delay
+    reservation = aws.ec2.describe_instances(InstanceIds=[instance])["Reservations"][0]["Instances"][0]
+    name = reservation["PrivateDnsName"]
+    assert name.endswith(".eu-west-1.compute.internal")
+    zone = reservation["Placement"]["AvailabilityZone"]
+    assert aws.nodes.nodes[name]["instance_id"] == instance
+    assert aws.nodes.nodes[name]["ready_after"] == 2.0
+    assert aws.nodes.nodes[name]["labels"]["topology.kubernetes.io/zone"] == zone
+
+    # When it is terminated
+    group.terminate(instance, decrement=True)
+
+    # Then its node leaves the cluster
+    assert aws.nodes.removed == [name]
+
+
+def test_planned_launches_can_register_a_node_that_never_becomes_ready_or_none_at_all(aws: Emulation) -> None:
+    # Given the next launch never becomes Ready and the one after never joins
+    aws.control.plan_nodes(never_ready=1, never_join=1)
+
+    # When three instances launch
+    aws.group(HookSpec("ready", LAUNCHING, 60), size=3)
+
+    # Then one node is missing and one of the two others stays NotReady
+    assert len(aws.nodes.nodes) == 2
+    assert sorted(node["ready"] for node in aws.nodes.nodes.values()) == [False, True]
+
+
+def test_terminating_an_instance_with_decrement_shrinks_the_group(aws: Emulation) -> None:
+    # Given two instances
+    group = aws.group(size=2)
+    victim = group.in_state("InService")[0]
+
+    # When one is terminated with decrement
+    group.terminate(victim, decrement=True)
+
+    # Then one is left and the desired capacity is one
+    assert list(group.instances()) != [victim]
+    assert len(group.instances()) == 1
+    desired = aws.autoscaling.describe_auto_scaling_groups()["AutoScalingGroups"][0]["DesiredCapacity"]
+    assert desired == 1
+
+
+def test_deleting_the_group_ends_pending_actions_and_removes_the_nodes(aws: Emulation) -> None:
+    # Given instances held by a launch hook
+    group = aws.group(HookSpec("ready", LAUNCHING, 60), size=2)
+
+    # When the group is deleted
+    aws.autoscaling.delete_auto_scaling_group(AutoScalingGroupName="workers", ForceDelete=True)
+
+    # Then the actions are cancelled and the nodes are gone
+    assert {a.outcome for a in group.actions()} == {"cancelled"}
+    assert aws.nodes.nodes == {}

@@ -1,0 +1,132 @@
+"""Process mode: warm worker processes per function, a concurrency limit, crashes and timeouts."""
+
+from __future__ import annotations
+
+from .conftest import MakeRunner
+
+TEMPLATE = """
+Globals:
+  Function:
+    Timeout: 2
+    MemorySize: 256
+    Environment:
+      Variables:
+        GREETING: hello
+Resources:
+  Work:
+    Type: AWS::SQS::Queue
+    Properties:
+      VisibilityTimeout: 1
+  Worker:
+    Type: AWS::Serverless::Function
+    Properties:
+      CodeUri: functions/worker/
+      Handler: app.handler
+      Events:
+        Work:
+          Type: SQS
+          Properties:
+            Queue: !GetAtt Work.Arn
+            BatchSize: 1
+            ScalingConfig: {MaximumConcurrency: 2}
+"""
+
+HANDLER = """
+import os, time, boto3
+
+def handler(event, context):
+    body = event["Records"][0]["body"]
+    marker = os.path.join(os.environ["LAMBDA_TASK_ROOT"], body + ".seen")
+    first_time = not os.path.exists(marker)
+    open(marker, "w").close()
+    if body == "crash" and first_time:
+        os._exit(3)
+    if body == "slow" and first_time:
+        time.sleep(5)
+    if body.startswith("sleep"):
+        time.sleep(0.5)
+    boto3.client("sqs").list_queues()
+    return {
+        "pid": os.getpid(),
+        "greeting": os.environ["GREETING"],
+        "function": context.function_name,
+        "memory": context.memory_limit_in_mb,
+        "remaining": context.get_remaining_time_in_millis(),
+    }
+"""
+
+
+def _send(runner, *bodies: str) -> None:
+    for body in bodies:
+        runner.sqs.send_message(QueueUrl=runner.queue("Work").url, MessageBody=body)
+
+
+def _ok_bodies(runner) -> list[str]:
+    return [i.event["Records"][0]["body"] for i in runner.journal.invocations("Worker") if i.ok]
+
+
+def test_no_more_invocations_run_at_once_than_the_maximum_concurrency(make_runner: MakeRunner) -> None:
+    # Given MaximumConcurrency 2 and a handler that takes half a second
+    runner = make_runner(TEMPLATE, {"worker": HANDLER}, mode="process")
+
+    # When six messages arrive at once
+    _send(runner, *[f"sleep{n}" for n in range(6)])
+    runner.journal.wait_until(lambda: len(_ok_bodies(runner)) == 6, timeout=15)
+
+    # Then at most two ran at any moment, in at most two warm workers
+    invocations = runner.journal.invocations("Worker")
+    edges = sorted([(i.started_at, 1) for i in invocations] + [(i.finished_at, -1) for i in invocations])
+    running = peak = 0
+    for _, step in edges:
+        running += step
+        peak = max(peak, running)
+    assert peak == 2
+    assert len({i.response["pid"] for i in invocations}) == 2
+    assert sum(i.cold_start for i in invocations) == 2
+
+
+def test_a_worker_sees_its_environment_context_and_has_its_aws_calls_counted(make_runner: MakeRunner) -> None:
+    # Given a worker
+    runner = make_runner(TEMPLATE, {"worker": HANDLER}, mode="process")
+
+    # When it handles a message
+    _send(runner, "hi")
+    (invocation,) = runner.journal.wait_until(lambda: runner.journal.invocations("Worker"), timeout=10)
+
+    # Then it saw the template's environment and a Lambda-like context, and its SQS call was counted
+    assert invocation.response["greeting"] == "hello"
+    assert (invocation.response["function"], invocation.response["memory"]) == ("t-Worker", 256)
+    assert 0 < invocation.response["remaining"] <= 2000
+    assert invocation.api_calls == {"sqs.ListQueues": 1}
+    assert runner.journal.api_calls("Worker") == {"sqs.ListQueues": 1}
+
+
+def test_a_crashed_worker_fails_its_batch_and_is_replaced(make_runner: MakeRunner) -> None:
+    # Given a handler whose process dies on the first "crash"
+    runner = make_runner(TEMPLATE, {"worker": HANDLER}, mode="process")
+
+    # When "crash" arrives
+    _send(runner, "crash")
+
+    # Then the invocation fails like a crashed container, and the redelivery succeeds in a new one
+    runner.journal.wait_until(lambda: "crash" in _ok_bodies(runner), timeout=10)
+    failed, succeeded = runner.journal.invocations("Worker")
+    assert not failed.ok
+    assert (failed.error or "").startswith("Runtime.ExitError")
+    assert succeeded.cold_start
+
+
+def test_an_invocation_that_overruns_its_timeout_is_stopped(make_runner: MakeRunner) -> None:
+    # Given a two-second timeout and a handler that sleeps five seconds the first time
+    runner = make_runner(TEMPLATE, {"worker": HANDLER}, mode="process")
+
+    # When "slow" arrives
+    _send(runner, "slow")
+
+    # Then the invocation times out after two seconds and the message is handled again
+    runner.journal.wait_until(lambda: "slow" in _ok_bodies(runner), timeout=12)
+    timed_out = runner.journal.wait_until(
+        lambda: [i for i in runner.journal.invocations("Worker") if not i.ok], timeout=5
+    )[0]
+    assert timed_out.error == "Sandbox.Timedout: Task timed out after 2.00 seconds"
+    assert 1.9 < timed_out.duration < 3.5

@@ -1,0 +1,96 @@
+"""The Auto Scaling API operations the sandbox adds to (or replaces in) moto's `AutoScalingResponse`.
+
+moto dispatches `Action=CompleteLifecycleAction` to the response method `complete_lifecycle_action`, in
+server mode and under `mock_aws` alike, so adding methods to the class is all it takes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from moto.core.responses import ActionResult, EmptyResult
+
+from nodecycle_sandbox.aws.lifecycle import emulator_for
+from nodecycle_sandbox.aws.refresh import DEFAULT_MIN_HEALTHY_PERCENTAGE
+
+if TYPE_CHECKING:
+    from moto.autoscaling.responses import AutoScalingResponse
+
+
+def complete_lifecycle_action(self: AutoScalingResponse) -> ActionResult:
+    emulator_for(self.autoscaling_backend).complete(
+        group=self._get_param("AutoScalingGroupName"),
+        hook=self._get_param("LifecycleHookName"),
+        result=self._get_param("LifecycleActionResult"),
+        token=self._get_param("LifecycleActionToken"),
+        instance_id=self._get_param("InstanceId"),
+        caller=self.access_key,
+    )
+    return EmptyResult()
+
+
+def record_lifecycle_action_heartbeat(self: AutoScalingResponse) -> ActionResult:
+    emulator_for(self.autoscaling_backend).heartbeat(
+        group=self._get_param("AutoScalingGroupName"),
+        hook=self._get_param("LifecycleHookName"),
+        token=self._get_param("LifecycleActionToken"),
+        instance_id=self._get_param("InstanceId"),
+        caller=self.access_key,
+    )
+    return EmptyResult()
+
+
+def put_lifecycle_hook(self: AutoScalingResponse) -> ActionResult:
+    # moto's own version drops the notification target, metadata and role.
+    emulator_for(self.autoscaling_backend).put_hook(
+        group=self._get_param("AutoScalingGroupName"),
+        name=self._get_param("LifecycleHookName"),
+        transition=self._get_param("LifecycleTransition"),
+        heartbeat_timeout=self._get_int_param("HeartbeatTimeout"),
+        default_result=self._get_param("DefaultResult"),
+        target_arn=self._get_param("NotificationTargetARN"),
+        metadata=self._get_param("NotificationMetadata"),
+        role_arn=self._get_param("RoleARN"),
+    )
+    return EmptyResult()
+
+
+def start_instance_refresh(self: AutoScalingResponse) -> ActionResult:
+    preferences = self._get_param("Preferences") or {}
+    refresh = emulator_for(self.autoscaling_backend).start_refresh(
+        self._get_param("AutoScalingGroupName"),
+        min_healthy_percentage=int(preferences.get("MinHealthyPercentage", DEFAULT_MIN_HEALTHY_PERCENTAGE)),
+        # AWS falls back to the group's warm-up or grace period (often minutes); the sandbox to none.
+        instance_warmup=float(preferences.get("InstanceWarmup", 0)),
+    )
+    return ActionResult({"InstanceRefreshId": refresh.refresh_id})
+
+
+def describe_instance_refreshes(self: AutoScalingResponse) -> ActionResult:
+    emulator = emulator_for(self.autoscaling_backend)
+    group = self._get_param("AutoScalingGroupName")
+    wanted = self._get_param("InstanceRefreshIds") or []
+    with emulator.lock:
+        refreshes = [
+            r.describe(emulator.instances)
+            for r in reversed(list(emulator.refreshes.values()))
+            if r.group == group and (not wanted or r.refresh_id in wanted)
+        ]
+    return ActionResult({"InstanceRefreshes": refreshes})
+
+
+def cancel_instance_refresh(self: AutoScalingResponse) -> ActionResult:
+    refresh_id = emulator_for(self.autoscaling_backend).cancel_refresh(
+        self._get_param("AutoScalingGroupName")
+    )
+    return ActionResult({"InstanceRefreshId": refresh_id})
+
+
+OPERATIONS = (
+    complete_lifecycle_action,
+    record_lifecycle_action_heartbeat,
+    put_lifecycle_hook,
+    start_instance_refresh,
+    describe_instance_refreshes,
+    cancel_instance_refresh,
+)

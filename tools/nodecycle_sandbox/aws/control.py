@@ -1,0 +1,133 @@
+"""The sandbox's own handle on the emulated AWS: knobs and records that no AWS API has.
+
+`AwsControl` acts on the moto backends of the process it lives in. `AwsControls` is the surface shared
+with `RemoteAwsControl` (the same calls, made over a pipe into the AWS process).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Protocol
+
+from moto.autoscaling.models import AutoScalingBackend, autoscaling_backends
+
+from nodecycle_sandbox.aws import eks
+from nodecycle_sandbox.aws.lifecycle import EventSink, LifecycleEmulator, emulator_for
+from nodecycle_sandbox.aws.nodes import NodeRegistry
+from nodecycle_sandbox.aws.records import ActionRecord, InstanceHistory, Notification, RefreshTimeline
+
+SANDBOX_ACCOUNT = "123456789012"
+
+
+class AwsControls(Protocol):
+    def configure(
+        self,
+        *,
+        global_timeout_factor: float | None = None,
+        global_timeout_cap: float | None = None,
+        eventbridge_for_sqs_hooks: bool | None = None,
+    ) -> None: ...
+
+    def plan_nodes(
+        self,
+        *,
+        ready_after: float | None = None,
+        never_ready: int = 0,
+        never_join: int = 0,
+        labels: dict[str, str] | None = None,
+    ) -> None: ...
+
+    def point_cluster(self, *, name: str, endpoint: str, ca_pem: str) -> None: ...
+
+    def actions(self) -> list[ActionRecord]: ...
+
+    def instances(self) -> list[InstanceHistory]: ...
+
+    def refresh_timeline(self, refresh_id: str) -> RefreshTimeline: ...
+
+    def notifications(self) -> list[Notification]: ...
+
+
+class AwsControl:
+    """Knobs and records of the emulation in one account and region of this process's moto."""
+
+    def __init__(self, *, region: str, account: str = SANDBOX_ACCOUNT) -> None:
+        self.region = region
+        self.account = account
+
+    @property
+    def backend(self) -> AutoScalingBackend:
+        return autoscaling_backends[self.account][self.region]
+
+    @property
+    def emulator(self) -> LifecycleEmulator:
+        return emulator_for(self.backend)
+
+    def connect(self, *, events: EventSink | None, nodes: NodeRegistry | None) -> None:
+        """Where lifecycle events go and which cluster instances join (in-process objects only)."""
+        self.emulator.events = events
+        self.emulator.nodes = nodes
+
+    def configure(
+        self,
+        *,
+        global_timeout_factor: float | None = None,
+        global_timeout_cap: float | None = None,
+        eventbridge_for_sqs_hooks: bool | None = None,
+    ) -> None:
+        """Change the global-timeout rule (for hooks put from now on) and where SQS-hook events go."""
+        emulator = self.emulator
+        with emulator.lock:
+            if global_timeout_factor is not None:
+                emulator.timing.global_timeout_factor = global_timeout_factor
+            if global_timeout_cap is not None:
+                emulator.timing.global_timeout_cap = global_timeout_cap
+            if eventbridge_for_sqs_hooks is not None:
+                emulator.eventbridge_for_sqs_hooks = eventbridge_for_sqs_hooks
+
+    def plan_nodes(
+        self,
+        *,
+        ready_after: float | None = None,
+        never_ready: int = 0,
+        never_join: int = 0,
+        labels: dict[str, str] | None = None,
+    ) -> None:
+        """How the next launches join the cluster (see `NodePlan`)."""
+        emulator = self.emulator
+        with emulator.lock:
+            plan = emulator.node_plan
+            if ready_after is not None:
+                plan.ready_after = ready_after
+            plan.never_ready += never_ready
+            plan.never_join += never_join
+            if labels is not None:
+                plan.labels = dict(labels)
+
+    def point_cluster(self, *, name: str, endpoint: str, ca_pem: str) -> None:
+        eks.point_cluster(
+            account=self.account, region=self.region, name=name, endpoint=endpoint, ca_pem=ca_pem
+        )
+
+    def actions(self) -> list[ActionRecord]:
+        emulator = self.emulator
+        with emulator.lock:
+            return copy.deepcopy(list(emulator.actions.values()))
+
+    def instances(self) -> list[InstanceHistory]:
+        emulator = self.emulator
+        with emulator.lock:
+            return copy.deepcopy(list(emulator.instances.values()))
+
+    def refresh_timeline(self, refresh_id: str) -> RefreshTimeline:
+        emulator = self.emulator
+        with emulator.lock:
+            return emulator.refreshes[refresh_id].timeline(emulator.instances)
+
+    def notifications(self) -> list[Notification]:
+        emulator = self.emulator
+        with emulator.lock:
+            return list(emulator.notifications)
+
+    def close(self) -> None:
+        self.emulator.close()

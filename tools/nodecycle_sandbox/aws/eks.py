@@ -1,0 +1,31 @@
+"""The EKS cluster of the sandbox: moto's cluster object, pointed at the local Kubernetes API server."""
+
+from __future__ import annotations
+
+import base64
+
+from moto.eks.models import eks_backends
+
+SANDBOX_CLUSTER_ROLE = "arn:aws:iam::{account}:role/nodecycle-sandbox-cluster"
+
+
+def point_cluster(
+    *, account: str, region: str, name: str, endpoint: str, ca_pem: str, create: bool = True
+) -> None:
+    """Make `DescribeCluster` return `endpoint` and the base64 of `ca_pem`, creating the cluster if asked.
+
+    moto invents an unreachable endpoint and random CA data; product code trusts what DescribeCluster
+    says, so the sandbox rewrites moto's cluster object rather than teaching the product anything.
+    """
+    backend = eks_backends[account][region]
+    if name not in backend.clusters:
+        if not create:
+            raise KeyError(f"no EKS cluster {name} in {account}/{region}")
+        backend.create_cluster(
+            name=name,
+            role_arn=SANDBOX_CLUSTER_ROLE.format(account=account),
+            resources_vpc_config={"subnetIds": [], "securityGroupIds": [], "endpointPublicAccess": True},
+        )
+    cluster = backend.clusters[name]
+    cluster.endpoint = endpoint
+    cluster.certificate_authority = {"data": base64.b64encode(ca_pem.encode()).decode()}

@@ -1,0 +1,157 @@
+"""`sandbox.asg`: the Auto Scaling group of the sandbox, driven through the real Auto Scaling API."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from nodecycle_sandbox.aws.control import AwsControls
+from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING, ActionRecord, RefreshTimeline
+
+if TYPE_CHECKING:
+    from mypy_boto3_autoscaling import AutoScalingClient
+    from mypy_boto3_ec2 import EC2Client
+
+# An image id moto knows; the sandbox never boots it.
+SANDBOX_AMI = "ami-12c6146b"
+
+
+@dataclass(frozen=True)
+class HookSpec:
+    name: str
+    transition: str
+    heartbeat_timeout: int = 300
+    default_result: str = "ABANDON"
+    # "eventbridge": AWS sends the action to EventBridge only; "sqs": also to the given queue ARN.
+    target_arn: str | None = None
+    role_arn: str | None = None
+    metadata: str | None = None
+
+
+def default_hooks(heartbeat_timeout: int = 300) -> tuple[HookSpec, ...]:
+    return (
+        HookSpec("nodecycle-launch", LAUNCHING, heartbeat_timeout, "ABANDON"),
+        HookSpec("nodecycle-terminate", TERMINATING, heartbeat_timeout, "CONTINUE"),
+    )
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    name: str = "nodecycle-workers"
+    zones: tuple[str, ...] = ("a", "b", "c")  # suffixes of the region, or full zone names
+    size: int = 3
+    max_size: int = 100
+    instance_type: str = "m5.large"
+    hooks: tuple[HookSpec, ...] = field(default_factory=default_hooks)
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+class AutoScalingGroup:
+    def __init__(
+        self, *, autoscaling: AutoScalingClient, ec2: EC2Client, control: AwsControls, region: str, name: str
+    ) -> None:
+        self.autoscaling = autoscaling
+        self.ec2 = ec2
+        self.control = control
+        self.region = region
+        self.name = name
+
+    def create(self, spec: GroupSpec) -> None:
+        """Create the group empty, put its hooks, then scale to size, so every instance launches through
+        the launch hooks (as a group created with `LifecycleHookSpecificationList` would)."""
+        template = f"{spec.name}-template"
+        data: Any = {"ImageId": SANDBOX_AMI, "InstanceType": spec.instance_type}
+        self.ec2.create_launch_template(LaunchTemplateName=template, LaunchTemplateData=data)
+        self.autoscaling.create_auto_scaling_group(
+            AutoScalingGroupName=spec.name,
+            LaunchTemplate={"LaunchTemplateName": template},
+            MinSize=0,
+            MaxSize=spec.max_size,
+            DesiredCapacity=0,
+            AvailabilityZones=[z if z.startswith(self.region) else f"{self.region}{z}" for z in spec.zones],
+            Tags=[
+                {"Key": k, "Value": v, "PropagateAtLaunch": True, "ResourceId": spec.name}
+                for k, v in spec.tags.items()
+            ],
+        )
+        for hook in spec.hooks:
+            self.put_hook(hook)
+        if spec.size:
+            self.set_desired(spec.size)
+
+    def put_hook(self, hook: HookSpec) -> None:
+        request: dict[str, Any] = {
+            "AutoScalingGroupName": self.name,
+            "LifecycleHookName": hook.name,
+            "LifecycleTransition": hook.transition,
+            "HeartbeatTimeout": hook.heartbeat_timeout,
+            "DefaultResult": hook.default_result,
+        }
+        if hook.target_arn:
+            request["NotificationTargetARN"] = hook.target_arn
+        if hook.role_arn:
+            request["RoleARN"] = hook.role_arn
+        if hook.metadata is not None:
+            request["NotificationMetadata"] = hook.metadata
+        self.autoscaling.put_lifecycle_hook(**request)
+
+    # -- scaling --------------------------------------------------------------------------------
+
+    def set_desired(self, capacity: int) -> None:
+        self.autoscaling.set_desired_capacity(AutoScalingGroupName=self.name, DesiredCapacity=capacity)
+
+    def terminate(self, instance_id: str, *, decrement: bool = False) -> None:
+        self.autoscaling.terminate_instance_in_auto_scaling_group(
+            InstanceId=instance_id, ShouldDecrementDesiredCapacity=decrement
+        )
+
+    def start_refresh(self, *, min_healthy_percentage: int = 90, instance_warmup: int = 0) -> str:
+        answer = self.autoscaling.start_instance_refresh(
+            AutoScalingGroupName=self.name,
+            Preferences={"MinHealthyPercentage": min_healthy_percentage, "InstanceWarmup": instance_warmup},
+        )
+        return answer["InstanceRefreshId"]
+
+    def refresh_status(self, refresh_id: str) -> str:
+        answer = self.autoscaling.describe_instance_refreshes(
+            AutoScalingGroupName=self.name, InstanceRefreshIds=[refresh_id]
+        )
+        return answer["InstanceRefreshes"][0]["Status"]
+
+    def wait_refresh(self, refresh_id: str, timeout: float) -> RefreshTimeline:
+        wait_for(lambda: self.refresh_status(refresh_id) != "InProgress", timeout)
+        return self.control.refresh_timeline(refresh_id)
+
+    # -- looking --------------------------------------------------------------------------------
+
+    def instances(self) -> dict[str, str]:
+        """Instance id -> lifecycle state, for the instances the group has now."""
+        group = self.autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[self.name])
+        return {i["InstanceId"]: i["LifecycleState"] for i in group["AutoScalingGroups"][0]["Instances"]}
+
+    def in_state(self, state: str) -> list[str]:
+        return [i for i, s in self.instances().items() if s == state]
+
+    def actions(self, *, transition: str | None = None) -> list[ActionRecord]:
+        return [
+            a
+            for a in self.control.actions()
+            if a.group == self.name and (transition is None or a.transition == transition)
+        ]
+
+    def wait_in_service(self, count: int, timeout: float) -> list[str]:
+        return wait_for(lambda: len(ids := self.in_state("InService")) >= count and ids, timeout)
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, poll: float = 0.05) -> Any:
+    """Poll `predicate` until it is truthy; return its value or raise TimeoutError."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"condition not met within {timeout} s")
+        time.sleep(poll)

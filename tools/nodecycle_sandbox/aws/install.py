@@ -1,0 +1,87 @@
+"""Teach moto lifecycle hooks, once per process, before any request is served.
+
+Patches classes, not backends, so it works for every account/region, under `mock_aws` and in server mode,
+and survives moto's resets (a reset backend gets a fresh emulator through `emulator_for`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from moto.autoscaling.models import AutoScalingBackend, FakeAutoScalingGroup, InstanceState
+from moto.autoscaling.responses import AutoScalingResponse
+
+from nodecycle_sandbox.aws import api, sqs_timing
+from nodecycle_sandbox.aws.lifecycle import active_instances, emulator_for
+
+_MARKER = "_nodecycle_sandbox_installed"
+
+
+def install() -> None:
+    """Idempotent: a second call changes nothing."""
+    if getattr(AutoScalingResponse, _MARKER, False):
+        return
+    for operation in api.OPERATIONS:
+        setattr(AutoScalingResponse, operation.__name__, operation)
+    _patch_group()
+    _patch_backend()
+    sqs_timing.install()
+    setattr(AutoScalingResponse, _MARKER, True)
+
+
+def _patch_group() -> None:
+    original_set_desired_capacity = FakeAutoScalingGroup.set_desired_capacity
+
+    def group_active_instances(self: FakeAutoScalingGroup) -> list[InstanceState]:
+        return active_instances(self)
+
+    def replace_autoscaling_group_instances(
+        self: FakeAutoScalingGroup, count_needed: int, propagated_tags: dict[str, str]
+    ) -> None:
+        # moto launches the whole count into one random zone, InService at once; launch through the hooks.
+        emulator_for(self.autoscaling_backend).launch_instances(self, count_needed)
+
+    def set_desired_capacity(self: FakeAutoScalingGroup, new_capacity: int | None) -> None:
+        emulator = emulator_for(self.autoscaling_backend)
+        with emulator.lock:
+            desired = self.min_size if new_capacity is None else new_capacity
+            excess = len(active_instances(self)) - (desired or 0)
+            if excess <= 0:
+                original_set_desired_capacity(self, new_capacity)
+                return
+            # moto would drop the excess instances at once; scale in through the terminate hooks.
+            self.desired_capacity = desired
+            emulator.scale_in(self, excess)
+            if self.name in self.autoscaling_backend.autoscaling_groups:
+                self.autoscaling_backend.update_attached_elbs(self.name)
+
+    FakeAutoScalingGroup.active_instances = group_active_instances  # type: ignore[method-assign]
+    FakeAutoScalingGroup.replace_autoscaling_group_instances = replace_autoscaling_group_instances  # type: ignore[method-assign]
+    FakeAutoScalingGroup.set_desired_capacity = set_desired_capacity  # type: ignore[method-assign]
+
+
+def _patch_backend() -> None:
+    original_notify = AutoScalingBackend.notify_terminate_instances
+    original_delete = AutoScalingBackend.delete_auto_scaling_group
+
+    def terminate_instance(self: AutoScalingBackend, instance_id: str, should_decrement: bool) -> Any:
+        return emulator_for(self).terminate_instance(instance_id, should_decrement)
+
+    def notify_terminate_instances(self: AutoScalingBackend, instance_ids: list[str]) -> None:
+        emulator_for(self).forget_instances(instance_ids)
+        original_notify(self, instance_ids)
+
+    def delete_auto_scaling_group(self: AutoScalingBackend, group_name: str) -> None:
+        group = self.autoscaling_groups.get(group_name)
+        if group is not None:
+            emulator_for(self).delete_group(group)
+        original_delete(self, group_name)
+
+    patches: dict[str, Callable[..., Any]] = {
+        "terminate_instance": terminate_instance,
+        "notify_terminate_instances": notify_terminate_instances,
+        "delete_auto_scaling_group": delete_auto_scaling_group,
+    }
+    for name, function in patches.items():
+        setattr(AutoScalingBackend, name, function)

@@ -1,0 +1,625 @@
+"""The lifecycle-hook state machine moto lacks, bound to one moto Auto Scaling backend.
+
+Instances of a group launch into `Pending:Wait` and leave through `Terminating:Wait` while a hook holds them;
+each hook gets a lifecycle action with a token that `CompleteLifecycleAction` (CONTINUE/ABANDON) or a timeout
+(the hook's default result) ends. Heartbeats push the heartbeat deadline but never past the global timeout.
+The emulator drives moto's own objects (`InstanceState.lifecycle_state`, the group's instance list, EC2
+instances), so moto's Describe* answers show the same states the emulation uses.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from moto.autoscaling.exceptions import ValidationError
+from moto.autoscaling.models import (
+    ASG_NAME_TAG,
+    FakeAutoScalingGroup,
+    InstanceState,
+    LifecycleHook,
+    TerminateInstanceActivity,
+)
+from moto.sqs.models import sqs_backends
+
+from nodecycle_sandbox.aws import notifications
+from nodecycle_sandbox.aws.nodes import NodePlan, NodeRegistry, register_node
+from nodecycle_sandbox.aws.records import (
+    LAUNCHING,
+    RESULTS,
+    TERMINATING,
+    TRANSITIONS,
+    ActionRecord,
+    InstanceHistory,
+    Notification,
+)
+from nodecycle_sandbox.aws.refresh import InstanceRefresh
+from nodecycle_sandbox.aws.scheduler import Scheduler
+
+if TYPE_CHECKING:
+    from moto.autoscaling.models import AutoScalingBackend
+
+_log = logging.getLogger(__name__)
+
+# States in which an instance counts toward the group's capacity (AWS: terminating and standby do not).
+_CAPACITY_STATES = frozenset({"Pending", "Pending:Wait", "Pending:Proceed", "InService"})
+# AWS defaults and limits for hooks.
+DEFAULT_HEARTBEAT_TIMEOUT = 3600
+DEFAULT_GLOBAL_TIMEOUT_FACTOR = 100.0
+DEFAULT_GLOBAL_TIMEOUT_CAP = 48 * 3600.0
+
+
+class EventSink(Protocol):
+    """Where EventBridge events go: the default event bus, i.e. the runner's rules in the sandbox."""
+
+    def publish(self, event: dict[str, Any]) -> None: ...
+
+
+@dataclass
+class LifecycleTiming:
+    """Global timeout = min(factor x heartbeat timeout, cap), fixed when the hook is put (as AWS does)."""
+
+    global_timeout_factor: float = DEFAULT_GLOBAL_TIMEOUT_FACTOR
+    global_timeout_cap: float = DEFAULT_GLOBAL_TIMEOUT_CAP
+
+    def global_timeout(self, heartbeat_timeout: float) -> float:
+        return min(heartbeat_timeout * self.global_timeout_factor, self.global_timeout_cap)
+
+
+def no_active_action(token: str | None, instance_id: str | None) -> ValidationError:
+    """AWS's answer to a wrong, foreign or finished lifecycle action."""
+    if token:
+        return ValidationError(f"No active Lifecycle Action found with token {token}")
+    return ValidationError(f"No active Lifecycle Action found with instance ID {instance_id}")
+
+
+def emulator_for(backend: AutoScalingBackend) -> LifecycleEmulator:
+    """The emulator of one moto backend; created with it, so a moto reset also resets the emulation."""
+    emulator: LifecycleEmulator | None = getattr(backend, "_nodecycle_emulator", None)
+    if emulator is None:
+        emulator = LifecycleEmulator(backend)
+        backend._nodecycle_emulator = emulator  # type: ignore[attr-defined]
+    return emulator
+
+
+class LifecycleEmulator:
+    def __init__(self, backend: AutoScalingBackend) -> None:
+        self.backend = backend
+        # Re-entrant: a completion terminates an instance, which may launch a replacement, which may
+        # start a new action, all under one consistent view of the group.
+        self.lock = threading.RLock()
+        self.timing = LifecycleTiming()
+        self.node_plan = NodePlan()
+        self.nodes: NodeRegistry | None = None
+        self.events: EventSink | None = None
+        # AWS sends every lifecycle action to EventBridge, also when the hook notifies an SQS queue.
+        self.eventbridge_for_sqs_hooks = True
+        self.notifications: list[Notification] = []
+        self.actions: dict[str, ActionRecord] = {}
+        self.instances: dict[str, InstanceHistory] = {}
+        self.refreshes: dict[str, InstanceRefresh] = {}
+        self._rounds: dict[tuple[str, str], list[str]] = {}
+        self._scheduler: Scheduler | None = None
+        self._closed = False
+
+    # -- configuration --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop the timers; pending actions stay as they are."""
+        with self.lock:
+            self._closed = True
+            scheduler, self._scheduler = self._scheduler, None
+        if scheduler is not None:
+            scheduler.close()
+
+    def _call_at(self, when: float, callback: Callable[[], None]) -> None:
+        if self._closed:
+            return
+        if self._scheduler is None:
+            self._scheduler = Scheduler(f"nodecycle-lifecycle-{self.backend.region_name}")
+        self._scheduler.call_at(when, callback)
+
+    # -- hooks ----------------------------------------------------------------------------------
+
+    def put_hook(
+        self,
+        *,
+        group: str,
+        name: str,
+        transition: str | None,
+        heartbeat_timeout: int | None,
+        default_result: str | None,
+        target_arn: str | None,
+        metadata: str | None,
+        role_arn: str | None,
+    ) -> LifecycleHook:
+        with self.lock:
+            asg = self._group(group)
+            # moto's hook class declares only what moto stores; the sandbox adds attributes to it.
+            hook: Any = self.backend.lifecycle_hooks.get(f"{group}_{name}")
+            if hook is None:
+                if transition not in TRANSITIONS:
+                    raise ValidationError(f"Invalid Lifecycle Transition: {transition}")
+                hook = self.backend.create_lifecycle_hook(
+                    name, group, transition, heartbeat_timeout, default_result or "ABANDON"
+                )
+                hook.notification_target_arn = None
+                hook.notification_metadata = None
+                hook.role_arn = None
+            # PutLifecycleHook on an existing hook changes only what the call names.
+            if transition is not None:
+                if transition not in TRANSITIONS:
+                    raise ValidationError(f"Invalid Lifecycle Transition: {transition}")
+                hook.lifecycle_transition = transition
+            if heartbeat_timeout is not None:
+                if heartbeat_timeout <= 0:
+                    raise ValidationError("HeartbeatTimeout must be positive")
+                hook.heartbeat_timeout = heartbeat_timeout
+            if default_result is not None:
+                if default_result not in RESULTS:
+                    raise ValidationError(f"Invalid DefaultResult: {default_result}")
+                hook.default_result = default_result
+            if metadata is not None:
+                hook.notification_metadata = metadata
+            if role_arn is not None:
+                hook.role_arn = role_arn
+            hook.global_timeout = int(self.timing.global_timeout(hook.heartbeat_timeout))
+            if target_arn is not None:
+                hook.notification_target_arn = target_arn or None
+                if hook.notification_target_arn:
+                    self._send_sqs(
+                        hook.notification_target_arn,
+                        notifications.sqs_test_notification(
+                            at=time.time(), account=self.backend.account_id, group=group, group_arn=asg.arn
+                        ),
+                        required=True,
+                    )
+            return hook
+
+    def delete_hooks_of(self, group: str) -> None:
+        for key in [k for k, h in self.backend.lifecycle_hooks.items() if h.auto_scaling_group_name == group]:
+            del self.backend.lifecycle_hooks[key]
+
+    def _hooks(self, group: str, transition: str) -> list[LifecycleHook]:
+        return [
+            hook
+            for hook in self.backend.describe_lifecycle_hooks(group)
+            if hook.lifecycle_transition == transition
+        ]
+
+    # -- launching ------------------------------------------------------------------------------
+
+    def launch_instances(self, group: FakeAutoScalingGroup, count: int) -> None:
+        """Launch `count` instances one at a time, each into the zone that has the fewest (as AWS balances)."""
+        with self.lock:
+            tags = group.get_propagated_tags()
+            tags[ASG_NAME_TAG] = group.name
+            tags.update(group.instance_tags)
+            associate_public_ip = (
+                group.launch_config.associate_public_ip_address if group.launch_config else None
+            )
+            launch_template = None
+            if group.ec2_launch_template is not None:
+                launch_template = {"LaunchTemplateId": group.ec2_launch_template.id}
+            for _ in range(count):
+                zone = self._emptiest_zone(group)
+                reservation = self.backend.ec2_backend.run_instances(
+                    group.image_id,
+                    1,
+                    group.user_data,
+                    group.security_groups,
+                    instance_type=group.instance_type,
+                    tags={"instance": dict(tags)},
+                    placement=zone,
+                    launch_config=group.launch_config,
+                    launch_template=launch_template,
+                    is_instance_type_default=False,
+                    associate_public_ip=associate_public_ip,
+                    subnet_id=self._subnet_in(group, zone),
+                    # Without it moto names every instance's DNS after us-east-1.
+                    region_name=self.backend.region_name,
+                )
+                instance = reservation.instances[0]
+                instance.autoscaling_group = group  # type: ignore[attr-defined]
+                state = InstanceState(
+                    instance,
+                    lifecycle_state="Pending",
+                    protected_from_scale_in=group.new_instances_protected_from_scale_in,
+                )
+                group.instance_states.append(state)
+                self._launched(group, state)
+
+    def _emptiest_zone(self, group: FakeAutoScalingGroup) -> str:
+        counts = dict.fromkeys(group.availability_zones, 0)
+        for state in active_instances(group):
+            counts[_zone(state)] = counts.get(_zone(state), 0) + 1
+        return min(group.availability_zones, key=lambda zone: counts[zone])
+
+    def _subnet_in(self, group: FakeAutoScalingGroup, zone: str) -> str | None:
+        if not group.vpc_zone_identifier:
+            return None
+        subnets = self.backend.ec2_backend.describe_subnets(subnet_ids=group.vpc_zone_identifier.split(","))
+        return next(subnet.id for subnet in subnets if subnet.availability_zone == zone)
+
+    def _launched(self, group: FakeAutoScalingGroup, state: InstanceState) -> None:
+        instance = state.instance
+        node_name = instance.private_dns_name
+        self.instances[instance.id] = InstanceHistory(
+            instance_id=instance.id,
+            group=group.name,
+            zone=_zone(state),
+            node_name=node_name,
+            launched_at=time.time(),
+        )
+        join = self.node_plan.next_join()
+        if self.nodes is not None:
+            register_node(
+                self.nodes,
+                self.node_plan,
+                name=node_name,
+                instance_id=instance.id,
+                zone=_zone(state),
+                join=join,
+            )
+        hooks = self._hooks(group.name, LAUNCHING)
+        if not hooks:
+            self._put_in_service(group, state)
+            return
+        state.lifecycle_state = "Pending:Wait"
+        for hook in hooks:
+            self._start_action(group, state, hook)
+
+    def _put_in_service(self, group: FakeAutoScalingGroup, state: InstanceState) -> None:
+        state.lifecycle_state = "InService"
+        self.instances[state.instance.id].in_service_at = time.time()
+        self._progress(group.name)
+
+    # -- terminating ----------------------------------------------------------------------------
+
+    def begin_terminate(self, group: FakeAutoScalingGroup, state: InstanceState, cause: str) -> None:
+        with self.lock:
+            if state.lifecycle_state.startswith("Terminating"):
+                return
+            self._cancel_round(state.instance.id, LAUNCHING)
+            history = self.instances.get(state.instance.id)
+            if history is not None:
+                history.terminate_started_at = time.time()
+                history.termination_cause = cause
+            hooks = self._hooks(group.name, TERMINATING)
+            if not hooks:
+                self._terminate_now(group, state)
+                return
+            state.lifecycle_state = "Terminating:Wait"
+            for hook in hooks:
+                self._start_action(group, state, hook)
+
+    def _terminate_now(self, group: FakeAutoScalingGroup, state: InstanceState) -> None:
+        state.lifecycle_state = "Terminating:Proceed"
+        group.instance_states = [s for s in group.instance_states if s is not state]
+        self._instance_gone(state.instance.id)
+        self.backend.ec2_backend.terminate_instances([state.instance.id])
+        self._progress(group.name)
+
+    def _instance_gone(self, instance_id: str) -> None:
+        """The instance stops existing: its actions end and its node leaves the cluster."""
+        for transition in TRANSITIONS:
+            self._cancel_round(instance_id, transition)
+        history = self.instances.get(instance_id)
+        if history is None or history.terminated_at is not None:
+            return
+        history.terminated_at = time.time()
+        if history.terminate_started_at is None:
+            history.terminate_started_at = history.terminated_at
+        if self.nodes is not None:
+            self.nodes.remove_node(history.node_name)
+
+    def scale_in(self, group: FakeAutoScalingGroup, count: int) -> None:
+        for state in self._victims(group, count):
+            self.begin_terminate(group, state, "scale-in")
+
+    def _victims(self, group: FakeAutoScalingGroup, count: int) -> list[InstanceState]:
+        """AWS's default termination policy, simplified: the zone with the most instances, oldest first."""
+        candidates = [s for s in active_instances(group) if not s.protected_from_scale_in]
+        chosen: list[InstanceState] = []
+        for _ in range(min(count, len(candidates))):
+            per_zone: dict[str, int] = {}
+            for state in candidates:
+                per_zone[_zone(state)] = per_zone.get(_zone(state), 0) + 1
+            zone = max(per_zone, key=lambda z: per_zone[z])
+            victim = min(
+                (s for s in candidates if s.availability_zone == zone), key=lambda s: s.instance.launch_time
+            )
+            candidates.remove(victim)
+            chosen.append(victim)
+        return chosen
+
+    def terminate_instance(self, instance_id: str, should_decrement: bool) -> TerminateInstanceActivity:
+        """TerminateInstanceInAutoScalingGroup: through the terminate hooks, replaced unless decremented."""
+        with self.lock:
+            found = self._find_state(instance_id)
+            if found is None:
+                raise ValidationError(
+                    f"Instance Id not found - No managed instance found for instance ID: {instance_id}"
+                )
+            group, state = found
+            original = int(group.desired_capacity or 0)
+            if should_decrement:
+                if original <= int(group.min_size or 0):
+                    raise ValidationError(
+                        f"Currently, desiredSize equals minSize ({group.min_size}). Terminating instance "
+                        "without replacement will violate group's min size constraint. Either set shouldDecre"
+                        "mentDesiredCapacity flag to false or lower group's min size."
+                    )
+                group.desired_capacity = original - 1
+            self.begin_terminate(group, state, "user-request")
+            group.set_desired_capacity(group.desired_capacity)
+            return TerminateInstanceActivity(state.instance, original)
+
+    def forget_instances(self, instance_ids: list[str]) -> None:
+        """EC2 terminated these instances behind the group's back (TerminateInstances)."""
+        with self.lock:
+            for instance_id in instance_ids:
+                if instance_id in self.instances:
+                    self._instance_gone(instance_id)
+
+    def delete_group(self, group: FakeAutoScalingGroup) -> None:
+        """DeleteAutoScalingGroup: like ForceDelete, instances go at once and hooks are not consulted."""
+        with self.lock:
+            for state in list(group.instance_states):
+                self._instance_gone(state.instance.id)
+                self.backend.ec2_backend.terminate_instances([state.instance.id])
+            group.instance_states = []
+            self.delete_hooks_of(group.name)
+            for refresh in self.refreshes.values():
+                if refresh.group == group.name and refresh.status == "InProgress":
+                    refresh.finish("Cancelled", time.time())
+
+    # -- lifecycle actions ------------------------------------------------------------------------
+
+    def _start_action(self, group: FakeAutoScalingGroup, state: InstanceState, hook: Any) -> None:
+        now = time.time()
+        transition: str = hook.lifecycle_transition
+        action = ActionRecord(
+            token=str(uuid.uuid4()),
+            group=group.name,
+            hook=hook.name,
+            instance_id=state.instance.id,
+            transition=transition,
+            default_result=hook.default_result,
+            heartbeat_timeout=float(hook.heartbeat_timeout),
+            global_timeout=float(getattr(hook, "global_timeout", hook.heartbeat_timeout)),
+            started_at=now,
+        )
+        self.actions[action.token] = action
+        self._rounds.setdefault((action.instance_id, transition), []).append(action.token)
+        self._call_at(action.deadline, lambda: self._check_timeout(action.token))
+        metadata: str | None = getattr(hook, "notification_metadata", None)
+        target: str | None = getattr(hook, "notification_target_arn", None)
+        if target:
+            self._send_sqs(
+                target,
+                notifications.sqs_lifecycle_body(
+                    at=now,
+                    account=self.backend.account_id,
+                    group=group.name,
+                    hook=hook.name,
+                    instance_id=action.instance_id,
+                    transition=transition,
+                    token=action.token,
+                    metadata=metadata,
+                ),
+                required=False,
+            )
+        if not target or self.eventbridge_for_sqs_hooks:
+            event = notifications.eventbridge_event(
+                at=now,
+                account=self.backend.account_id,
+                region=self.backend.region_name,
+                group_arn=group.arn,
+                group=group.name,
+                hook=hook.name,
+                instance_id=action.instance_id,
+                transition=transition,
+                token=action.token,
+                metadata=metadata,
+            )
+            self.notifications.append(Notification(now, "eventbridge", event))
+            if self.events is not None:
+                self.events.publish(event)
+
+    def complete(
+        self,
+        *,
+        group: str,
+        hook: str,
+        result: str,
+        token: str | None,
+        instance_id: str | None,
+        caller: str,
+    ) -> None:
+        with self.lock:
+            if result not in RESULTS:
+                raise ValidationError(
+                    f"Value {result} at 'lifecycleActionResult' failed to satisfy constraint: "
+                    "Member must be CONTINUE or ABANDON"
+                )
+            action = self._active_action(group, hook, token, instance_id, caller, "CompleteLifecycleAction")
+            self._finish(action, result, "completed", caller)
+
+    def heartbeat(
+        self, *, group: str, hook: str, token: str | None, instance_id: str | None, caller: str
+    ) -> None:
+        with self.lock:
+            action = self._active_action(
+                group, hook, token, instance_id, caller, "RecordLifecycleActionHeartbeat"
+            )
+            action.heartbeats.append(time.time())
+
+    def _active_action(
+        self, group: str, hook: str, token: str | None, instance_id: str | None, caller: str, operation: str
+    ) -> ActionRecord:
+        if token:
+            candidates = [self.actions[token]] if token in self.actions else []
+        else:
+            candidates = [a for a in self.actions.values() if a.instance_id == instance_id]
+        matching = [
+            a
+            for a in candidates
+            if a.group == group and a.hook == hook and (instance_id is None or a.instance_id == instance_id)
+        ]
+        active = [a for a in matching if a.active]
+        if active:
+            return active[0]
+        if matching:
+            matching[-1].late_calls.append((time.time(), caller, operation))
+        raise no_active_action(token, instance_id)
+
+    def _check_timeout(self, token: str) -> None:
+        with self.lock:
+            action = self.actions[token]
+            if self._closed or not action.active:
+                return
+            now = time.time()
+            if now < action.deadline:
+                # A heartbeat moved the deadline since this timer was set.
+                self._call_at(action.deadline, lambda: self._check_timeout(token))
+                return
+            outcome = "global-timeout" if action.deadline >= action.global_deadline else "heartbeat-timeout"
+            self._finish(action, action.default_result, outcome, None)
+
+    def _finish(self, action: ActionRecord, result: str, outcome: str, caller: str | None) -> None:
+        action.finished_at = time.time()
+        action.result = result
+        action.outcome = outcome
+        action.completed_by = caller
+        round_ = [self.actions[t] for t in self._rounds.get((action.instance_id, action.transition), [])]
+        if any(a.active for a in round_):
+            return  # another hook of the same transition still holds the instance
+        found = self._find_state(action.instance_id)
+        if found is None:
+            return
+        group, state = found
+        if action.transition == TERMINATING:
+            self._terminate_now(group, state)
+        elif any(a.result == "ABANDON" for a in round_):
+            # A launch that is abandoned is terminated without termination hooks, then replaced.
+            history = self.instances[action.instance_id]
+            history.terminate_started_at = time.time()
+            history.termination_cause = "launch-abandoned"
+            self._terminate_now(group, state)
+            group.set_desired_capacity(group.desired_capacity)
+        else:
+            state.lifecycle_state = "Pending:Proceed"
+            self._put_in_service(group, state)
+
+    def _cancel_round(self, instance_id: str, transition: str) -> None:
+        now = time.time()
+        for token in self._rounds.get((instance_id, transition), []):
+            action = self.actions[token]
+            if action.active:
+                action.finished_at = now
+                action.outcome = "cancelled"
+
+    # -- instance refresh -----------------------------------------------------------------------
+
+    def start_refresh(
+        self, group_name: str, *, min_healthy_percentage: int, instance_warmup: float
+    ) -> InstanceRefresh:
+        with self.lock:
+            group = self._group(group_name)
+            if any(r.group == group_name and r.status == "InProgress" for r in self.refreshes.values()):
+                raise ValidationError(f"An Instance Refresh is already in progress for group {group_name}.")
+            refresh = InstanceRefresh.plan(
+                group_name=group_name,
+                instance_ids=[s.instance.id for s in active_instances(group)],
+                desired_capacity=group.desired_capacity or 0,
+                min_healthy_percentage=min_healthy_percentage,
+                instance_warmup=instance_warmup,
+                started_at=time.time(),
+            )
+            self.refreshes[refresh.refresh_id] = refresh
+            self._advance_refresh(refresh)
+            return refresh
+
+    def cancel_refresh(self, group_name: str) -> str:
+        with self.lock:
+            for refresh in self.refreshes.values():
+                if refresh.group == group_name and refresh.status == "InProgress":
+                    refresh.finish("Cancelled", time.time())
+                    return refresh.refresh_id
+            raise ValidationError(f"No in progress or pending Instance Refresh found for group {group_name}")
+
+    def _progress(self, group_name: str) -> None:
+        # Refreshes advance on the timer thread: this may run deep inside a launch or a termination.
+        for refresh in self.refreshes.values():
+            if refresh.group == group_name and refresh.status == "InProgress":
+                self._call_at(time.time(), functools.partial(self._advance_locked, refresh))
+
+    def _advance_locked(self, refresh: InstanceRefresh) -> None:
+        with self.lock:
+            self._advance_refresh(refresh)
+
+    def _advance_refresh(self, refresh: InstanceRefresh) -> None:
+        if refresh.status != "InProgress":
+            return
+        group = self.backend.autoscaling_groups.get(refresh.group)
+        if group is None:
+            refresh.finish("Failed", time.time())
+            return
+        now = time.time()
+        step = refresh.step(group, self.instances, now)
+        if step.wake_at is not None:
+            self._call_at(step.wake_at, lambda: self._advance_locked(refresh))
+        for state in step.terminate:
+            self.begin_terminate(group, state, "instance-refresh")
+        if step.terminate:
+            group.set_desired_capacity(group.desired_capacity)
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _group(self, name: str) -> FakeAutoScalingGroup:
+        group = self.backend.autoscaling_groups.get(name)
+        if group is None:
+            raise ValidationError(f"AutoScalingGroup name not found - AutoScalingGroup '{name}' not found")
+        return group
+
+    def _find_state(self, instance_id: str) -> tuple[FakeAutoScalingGroup, InstanceState] | None:
+        for group in self.backend.autoscaling_groups.values():
+            for state in group.instance_states:
+                if state.instance.id == instance_id:
+                    return group, state
+        return None
+
+    def _send_sqs(self, target_arn: str, body: dict[str, Any], *, required: bool) -> None:
+        _, _, service, region, account, queue_name = target_arn.split(":", 5)
+        if service != "sqs":
+            raise ValidationError(
+                f"The sandbox delivers lifecycle notifications to SQS only, not {target_arn}"
+            )
+        try:
+            sqs_backends[account][region].send_message(queue_name, json.dumps(body))
+        except Exception as error:  # moto raises several kinds for a missing queue
+            if required:
+                raise ValidationError(
+                    f"Unable to publish test message to notification target {target_arn} using IAM role "
+                    "arn. Please check your target and role configuration and try to put lifecycle hook again."
+                ) from error
+            _log.warning("lifecycle notification to %s failed: %s", target_arn, error)
+            return
+        self.notifications.append(Notification(time.time(), target_arn, body))
+
+
+def _zone(state: InstanceState) -> str:
+    return str(state.availability_zone)
+
+
+def active_instances(group: FakeAutoScalingGroup) -> list[InstanceState]:
+    """Instances that count toward capacity: pending and in service, not terminating or in standby."""
+    return [s for s in group.instance_states if s.lifecycle_state in _CAPACITY_STATES]

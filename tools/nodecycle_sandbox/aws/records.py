@@ -1,0 +1,105 @@
+"""What happened, kept for tests and benchmarks: lifecycle actions, instances and instance refreshes.
+
+Every record is a plain picklable dataclass with epoch-second timestamps, so it crosses the pipe from the
+AWS process unchanged and can be compared with times measured in any other process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+LAUNCHING = "autoscaling:EC2_INSTANCE_LAUNCHING"
+TERMINATING = "autoscaling:EC2_INSTANCE_TERMINATING"
+TRANSITIONS = (LAUNCHING, TERMINATING)
+RESULTS = ("CONTINUE", "ABANDON")
+
+
+@dataclass
+class ActionRecord:
+    """One lifecycle action: an instance held by one hook for one transition."""
+
+    token: str
+    group: str
+    hook: str
+    instance_id: str
+    transition: str
+    default_result: str
+    heartbeat_timeout: float
+    global_timeout: float
+    started_at: float
+    heartbeats: list[float] = field(default_factory=list)
+    finished_at: float | None = None
+    result: str | None = None
+    # "completed" (by an API call), "heartbeat-timeout", "global-timeout" or "cancelled" (the instance
+    # went away before the action ended, e.g. a group deletion).
+    outcome: str | None = None
+    completed_by: str | None = None
+    # Calls that named this action after it had ended: (time, caller, operation). AWS answers them with
+    # "No active Lifecycle Action found"; tests assert that such late calls are harmless.
+    late_calls: list[tuple[float, str, str]] = field(default_factory=list)
+
+    @property
+    def active(self) -> bool:
+        return self.finished_at is None
+
+    @property
+    def global_deadline(self) -> float:
+        return self.started_at + self.global_timeout
+
+    @property
+    def deadline(self) -> float:
+        """When the action times out if nobody completes it or records a heartbeat."""
+        last_beat = self.heartbeats[-1] if self.heartbeats else self.started_at
+        return min(last_beat + self.heartbeat_timeout, self.global_deadline)
+
+
+@dataclass
+class InstanceHistory:
+    """The life of one instance of a group, as the emulation drove it."""
+
+    instance_id: str
+    group: str
+    zone: str
+    node_name: str
+    launched_at: float
+    in_service_at: float | None = None
+    terminate_started_at: float | None = None
+    terminated_at: float | None = None
+    # Why the instance left: "scale-in", "user-request", "instance-refresh", "launch-abandoned", ...
+    termination_cause: str | None = None
+
+
+@dataclass
+class RefreshBatch:
+    started_at: float
+    instance_ids: list[str]
+
+
+@dataclass
+class RefreshTimeline:
+    """An instance refresh: its batches and the history of every instance it replaced or launched."""
+
+    refresh_id: str
+    group: str
+    status: str
+    min_healthy_percentage: int
+    instance_warmup: float
+    batch_size: int
+    started_at: float
+    finished_at: float | None
+    batches: list[RefreshBatch]
+    instances_to_replace: list[str]
+    instances: dict[str, InstanceHistory]
+
+    @property
+    def duration(self) -> float | None:
+        return None if self.finished_at is None else self.finished_at - self.started_at
+
+
+@dataclass(frozen=True)
+class Notification:
+    """A message the emulation sent: to EventBridge (target "eventbridge") or to an SQS queue ARN."""
+
+    sent_at: float
+    target: str
+    payload: dict[str, object]

@@ -1,0 +1,51 @@
+"""moto in server mode, in this process, on a free loopback port, with the lifecycle emulation installed."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+from werkzeug.serving import BaseWSGIServer, make_server
+
+from nodecycle_sandbox.aws.install import install
+
+
+class _QuietRequestHandler(MotoRequestHandler):
+    def log_request(self, *args: Any, **kwargs: Any) -> None:
+        """One line per request would drown the sandbox's own output; errors are still logged."""
+
+
+class MotoServer:
+    """Like `moto.server.ThreadedMotoServer`, but quiet, on port 0 by default, and emulation-aware."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._host = host
+        self._port = port
+        self._server: BaseWSGIServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        if self._server is None:
+            raise RuntimeError("the moto server is not started")
+        return f"http://{self._host}:{self._server.server_port}"
+
+    def start(self) -> str:
+        install()
+        app = DomainDispatcherApplication(create_backend_app)
+        self._server = make_server(
+            self._host, self._port, app, threaded=True, request_handler=_QuietRequestHandler
+        )
+        self._thread = threading.Thread(target=self._server.serve_forever, name="moto-server", daemon=True)
+        self._thread.start()
+        return self.url
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self._server = None
+        self._thread = None

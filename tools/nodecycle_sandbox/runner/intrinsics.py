@@ -1,0 +1,168 @@
+"""Resolve CloudFormation intrinsic functions the way a deployment would, against sandbox resources."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+# Marks a value that `!Ref AWS::NoValue` removed (from a mapping or a list).
+_NO_VALUE = object()
+_SUB_VARIABLE = re.compile(r"\$\{([^}!][^}]*)\}")
+
+
+class UnsupportedIntrinsic(ValueError):
+    """The template uses an intrinsic function (or a form of one) the sandbox cannot resolve."""
+
+
+class ResourceResolver(Protocol):
+    """Physical values of the template's resources: `Ref` and `Fn::GetAtt`."""
+
+    def ref(self, logical_id: str) -> str: ...
+
+    def get_att(self, logical_id: str, attribute: str) -> str: ...
+
+
+class Intrinsics:
+    def __init__(
+        self,
+        template: Mapping[str, Any],
+        *,
+        resources: ResourceResolver,
+        stack_name: str,
+        region: str,
+        account: str,
+        parameters: Mapping[str, str] | None = None,
+    ) -> None:
+        self._template = template
+        self._resources = resources
+        self._pseudo = {
+            "AWS::StackName": stack_name,
+            "AWS::Region": region,
+            "AWS::AccountId": account,
+            "AWS::Partition": "aws",
+            "AWS::URLSuffix": "amazonaws.com",
+            "AWS::StackId": f"arn:aws:cloudformation:{region}:{account}:stack/{stack_name}/sandbox",
+            "AWS::NotificationARNs": "",
+        }
+        self._parameters = self._parameter_values(parameters or {})
+        self._conditions: dict[str, bool] = {}
+
+    def _parameter_values(self, overrides: Mapping[str, str]) -> dict[str, Any]:
+        declared = self._template.get("Parameters") or {}
+        unknown = set(overrides) - set(declared)
+        if unknown:
+            raise ValueError(f"parameter overrides for undeclared parameters: {sorted(unknown)}")
+        values: dict[str, Any] = {}
+        for name, spec in declared.items():
+            if name in overrides:
+                value = overrides[name]
+            elif "Default" in spec:
+                value = spec["Default"]
+            else:
+                continue
+            # List parameters are given as comma-separated strings and Ref to a list.
+            is_list = spec.get("Type") == "CommaDelimitedList" or str(spec.get("Type", "")).startswith(
+                "List<"
+            )
+            values[name] = str(value).split(",") if is_list and not isinstance(value, list) else value
+        return values
+
+    # -- public ---------------------------------------------------------------------------------
+
+    def resolve(self, value: Any) -> Any:
+        resolved = self._resolve(value)
+        return None if resolved is _NO_VALUE else resolved
+
+    def condition(self, name: str) -> bool:
+        if name not in self._conditions:
+            conditions = self._template.get("Conditions") or {}
+            if name not in conditions:
+                raise ValueError(f"unknown condition {name!r}")
+            self._conditions[name] = bool(self._resolve(conditions[name]))
+        return self._conditions[name]
+
+    def parameter(self, name: str) -> Any:
+        if name not in self._parameters:
+            raise ValueError(f"parameter {name!r} has no value (no Default and no override)")
+        return self._parameters[name]
+
+    # -- the functions --------------------------------------------------------------------------
+
+    def _resolve(self, value: Any) -> Any:
+        if isinstance(value, list):
+            items = [self._resolve(item) for item in value]
+            return [item for item in items if item is not _NO_VALUE]
+        if not isinstance(value, dict):
+            return value
+        if len(value) == 1:
+            ((key, argument),) = value.items()
+            if key == "Ref":
+                return self._ref(argument)
+            if key == "Condition":
+                return self.condition(argument)
+            if key.startswith("Fn::"):
+                return self._function(key, argument)
+        resolved = {k: self._resolve(v) for k, v in value.items()}
+        return {k: v for k, v in resolved.items() if v is not _NO_VALUE}
+
+    def _ref(self, name: str) -> Any:
+        if name == "AWS::NoValue":
+            return _NO_VALUE
+        if name in self._pseudo:
+            return self._pseudo[name]
+        if name in (self._template.get("Parameters") or {}):
+            return self.parameter(name)
+        return self._resources.ref(name)
+
+    def _function(self, key: str, argument: Any) -> Any:
+        if key == "Fn::GetAtt":
+            logical_id, attribute = argument if isinstance(argument, list) else argument.split(".", 1)
+            return self._resources.get_att(self._resolve(logical_id), self._resolve(attribute))
+        if key == "Fn::Sub":
+            return self._sub(argument)
+        if key == "Fn::If":
+            name, when_true, when_false = argument
+            return self._resolve(when_true if self.condition(name) else when_false)
+        if key == "Fn::Equals":
+            left, right = (self._resolve(a) for a in argument)
+            return str(left) == str(right)
+        if key == "Fn::Not":
+            return not self._resolve(argument[0])
+        if key == "Fn::And":
+            return all(self._resolve(a) for a in argument)
+        if key == "Fn::Or":
+            return any(self._resolve(a) for a in argument)
+        if key == "Fn::Join":
+            separator, items = argument
+            return str(separator).join(str(item) for item in self._resolve(items))
+        if key == "Fn::Select":
+            index, items = argument
+            return self._resolve(items)[int(self._resolve(index))]
+        if key == "Fn::Split":
+            separator, text = argument
+            return str(self._resolve(text)).split(separator)
+        if key == "Fn::FindInMap":
+            mapping, top, second = (self._resolve(a) for a in argument)
+            return self._template["Mappings"][mapping][top][second]
+        raise UnsupportedIntrinsic(f"the sandbox does not resolve {key} (value: {argument!r})")
+
+    def _sub(self, argument: Any) -> str:
+        if isinstance(argument, list):
+            text, variables = argument[0], {k: self._resolve(v) for k, v in argument[1].items()}
+        else:
+            text, variables = argument, {}
+        if not isinstance(text, str):
+            raise UnsupportedIntrinsic(f"Fn::Sub needs a string template, got {text!r}")
+
+        def replace(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name in variables:
+                return str(variables[name])
+            if "." in name and not name.startswith("AWS::"):
+                logical_id, attribute = name.split(".", 1)
+                return str(self._resources.get_att(logical_id, attribute))
+            return str(self._ref(name))
+
+        # "${!Literal}" is CloudFormation's escape for a literal "${Literal}".
+        return _SUB_VARIABLE.sub(replace, text).replace("${!", "${")

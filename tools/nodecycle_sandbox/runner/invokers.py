@@ -1,0 +1,328 @@
+"""Two ways to run a handler: in warm worker processes (as Lambda does) or inline (for fast tests)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+from nodecycle_sandbox.runner import api_calls
+from nodecycle_sandbox.runner.context import LambdaContext
+from nodecycle_sandbox.runner.functions import FunctionSpec
+from nodecycle_sandbox.runner.handlers import Handler, call_handler, error_outcome, load_handler
+
+INIT_TIMEOUT = 30.0
+# Variables of the runner's own environment a worker still needs to start Python at all.
+_PASSTHROUGH = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "COVERAGE_PROCESS_START")
+
+
+@dataclass
+class InvocationResult:
+    request_id: str
+    ok: bool
+    started_at: float
+    finished_at: float
+    response: Any = None
+    error_type: str | None = None
+    error_message: str | None = None
+    api_calls: dict[str, int] = field(default_factory=dict)
+    cold_start: bool = False
+
+    @property
+    def duration(self) -> float:
+        return self.finished_at - self.started_at
+
+
+class Invoker(Protocol):
+    def invoke(self, spec: FunctionSpec, event: Any) -> InvocationResult: ...
+
+    def close(self) -> None: ...
+
+
+def _context(spec: FunctionSpec, request_id: str, started_at: float) -> LambdaContext:
+    return LambdaContext(
+        function_name=spec.name,
+        function_version="$LATEST",
+        invoked_function_arn=spec.arn,
+        memory_limit_in_mb=spec.memory_mb,
+        aws_request_id=request_id,
+        log_group_name=f"/aws/lambda/{spec.name}",
+        log_stream_name=f"sandbox/[$LATEST]{spec.logical_id}",
+        deadline=started_at + spec.timeout,
+    )
+
+
+def _result(request_id: str, started_at: float, outcome: Mapping[str, Any], cold: bool) -> InvocationResult:
+    return InvocationResult(
+        request_id=request_id,
+        ok=bool(outcome["ok"]),
+        started_at=started_at,
+        finished_at=time.time(),
+        response=outcome.get("response"),
+        error_type=outcome.get("errorType"),
+        error_message=outcome.get("errorMessage"),
+        api_calls=dict(outcome.get("apiCalls") or {}),
+        cold_start=cold,
+    )
+
+
+def _timed_out(spec: FunctionSpec) -> dict[str, Any]:
+    return {
+        "ok": False,
+        "errorType": "Sandbox.Timedout",
+        "errorMessage": f"Task timed out after {spec.timeout:.2f} seconds",
+    }
+
+
+# -- inline -------------------------------------------------------------------------------------
+
+
+class InlineInvoker:
+    """Handlers run in this process, one invocation at a time across all functions (deterministic).
+
+    Each invocation sees its function's environment in `os.environ`; it is restored afterwards. A handler
+    cannot be interrupted in-process, so one that overruns its timeout is reported as timed out after it
+    returns, as Lambda would have reported it.
+    """
+
+    def __init__(self, environments: Mapping[str, Mapping[str, str]]) -> None:
+        self._environments = environments
+        self._handlers: dict[str, Handler] = {}
+        self._lock = threading.Lock()
+
+    def invoke(self, spec: FunctionSpec, event: Any) -> InvocationResult:
+        request_id = str(uuid.uuid4())
+        with self._lock, _environ(self._environments[spec.logical_id]):
+            started_at = time.time()
+            cold = spec.logical_id not in self._handlers
+            if cold:
+                for layer in spec.layer_dirs:
+                    if str(layer) not in sys.path:
+                        sys.path.insert(0, str(layer))
+                try:
+                    self._handlers[spec.logical_id] = load_handler(
+                        spec.handler_file, spec.module_name, spec.handler_name
+                    )
+                except Exception as error:
+                    return _result(request_id, started_at, error_outcome(error), cold)
+            context = _context(spec, request_id, started_at)
+            with api_calls.counting() as calls:
+                outcome = call_handler(self._handlers[spec.logical_id], event, context)
+            if time.time() - started_at > spec.timeout:
+                outcome = _timed_out(spec)
+            return _result(request_id, started_at, {**outcome, "apiCalls": dict(calls)}, cold)
+
+    def close(self) -> None:
+        for spec_module in [name for name in sys.modules if name.startswith("nodecycle_sandbox_fn_")]:
+            del sys.modules[spec_module]
+
+
+@contextmanager
+def _environ(variables: Mapping[str, str]) -> Iterator[None]:
+    saved = dict(os.environ)
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+# -- worker processes ---------------------------------------------------------------------------
+
+
+class WorkerGone(Exception):
+    """The worker process died or had to be killed; its container is discarded."""
+
+
+class _Worker:
+    def __init__(self, spec: FunctionSpec, environment: Mapping[str, str], log: IO[bytes] | None) -> None:
+        passthrough = {k: os.environ[k] for k in _PASSTHROUGH if k in os.environ}
+        self._process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "nodecycle_sandbox.runner.worker",
+                str(spec.handler_file),
+                spec.module_name,
+                spec.handler_name,
+                *(str(layer) for layer in spec.layer_dirs),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            env={**passthrough, **environment},
+            cwd=spec.code_dir,
+        )
+        assert self._process.stdin is not None
+        assert self._process.stdout is not None
+        self._requests = self._process.stdin
+        self._replies = self._process.stdout
+        self.init_error: dict[str, Any] | None = None
+        hello = self._read(INIT_TIMEOUT)
+        if "init_error" in hello:
+            self.init_error = hello["init_error"]
+
+    def invoke(self, event: Any, context: LambdaContext, timeout: float) -> dict[str, Any]:
+        try:
+            self._requests.write(json.dumps({"event": event, "context": asdict(context)}).encode() + b"\n")
+            self._requests.flush()
+        except (BrokenPipeError, OSError) as error:
+            raise WorkerGone(f"worker exited: {error}") from error
+        reply = self._read(timeout)
+        return reply
+
+    def _read(self, timeout: float) -> dict[str, Any]:
+        ready, _, _ = select.select([self._replies], [], [], timeout)
+        if not ready:
+            self.kill()
+            raise TimeoutError
+        line = self._replies.readline()
+        if not line:
+            self.kill()
+            raise WorkerGone(f"worker exited with status {self._process.wait()}")
+        reply: dict[str, Any] = json.loads(line)
+        return reply
+
+    def kill(self) -> None:
+        if self._process.poll() is None:
+            self._process.kill()
+        self._process.wait()
+        self._requests.close()
+        self._replies.close()
+
+    def stop(self) -> None:
+        # A worker that already exited has nothing left to be told.
+        with contextlib.suppress(BrokenPipeError):
+            self._requests.close()
+        try:
+            self._process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+        self._replies.close()
+
+
+class _Pool:
+    """Warm workers of one function, started on demand up to `size` (the function's concurrency)."""
+
+    def __init__(self, spec: FunctionSpec, environment: Mapping[str, str], size: int, log: IO[bytes] | None):
+        self._spec = spec
+        self._environment = environment
+        self._size = size
+        self._log = log
+        self._idle: list[_Worker] = []
+        self._count = 0
+        self._cond = threading.Condition()
+
+    def acquire(self) -> tuple[_Worker, bool]:
+        with self._cond:
+            while not self._idle and self._count >= self._size:
+                self._cond.wait()
+            if self._idle:
+                return self._idle.pop(), False
+            self._count += 1
+        try:
+            return _Worker(self._spec, self._environment, self._log), True
+        except BaseException:
+            self._discard()
+            raise
+
+    def release(self, worker: _Worker) -> None:
+        with self._cond:
+            self._idle.append(worker)
+            self._cond.notify()
+
+    def discard(self, worker: _Worker) -> None:
+        worker.kill()
+        self._discard()
+
+    def _discard(self) -> None:
+        with self._cond:
+            self._count -= 1
+            self._cond.notify()
+
+    def close(self) -> None:
+        with self._cond:
+            idle, self._idle = self._idle, []
+            self._count -= len(idle)
+        for worker in idle:
+            worker.stop()
+
+
+class ProcessInvoker:
+    """Each function has a pool of worker processes: warm containers that import the handler once.
+
+    A worker that crashes or overruns its timeout is killed and replaced by a cold one on a later
+    invocation; the invocation it was running fails (so an SQS batch returns to the queue).
+    """
+
+    def __init__(
+        self,
+        environments: Mapping[str, Mapping[str, str]],
+        pool_sizes: Mapping[str, int],
+        log_dir: Path | None = None,
+    ) -> None:
+        self._environments = environments
+        self._pool_sizes = pool_sizes
+        self._log_dir = log_dir
+        self._pools: dict[str, _Pool] = {}
+        self._logs: list[IO[bytes]] = []
+        self._lock = threading.Lock()
+
+    def _pool(self, spec: FunctionSpec) -> _Pool:
+        with self._lock:
+            if spec.logical_id not in self._pools:
+                log = None
+                if self._log_dir is not None:
+                    self._log_dir.mkdir(parents=True, exist_ok=True)
+                    log = (self._log_dir / f"{spec.logical_id}.log").open("ab")
+                    self._logs.append(log)
+                self._pools[spec.logical_id] = _Pool(
+                    spec, self._environments[spec.logical_id], self._pool_sizes.get(spec.logical_id, 1), log
+                )
+            return self._pools[spec.logical_id]
+
+    def invoke(self, spec: FunctionSpec, event: Any) -> InvocationResult:
+        request_id = str(uuid.uuid4())
+        pool = self._pool(spec)
+        started_at = time.time()
+        try:
+            worker, cold = pool.acquire()
+        except (TimeoutError, WorkerGone) as error:
+            return _result(request_id, started_at, error_outcome(error), True)
+        if worker.init_error is not None:
+            pool.discard(worker)
+            return _result(request_id, started_at, worker.init_error, cold)
+        # Lambda's timeout covers the invocation, not the cold start before it.
+        invoke_at = time.time()
+        try:
+            outcome = worker.invoke(event, _context(spec, request_id, invoke_at), spec.timeout)
+        except TimeoutError:
+            pool.discard(worker)
+            return _result(request_id, started_at, _timed_out(spec), cold)
+        except WorkerGone as error:
+            pool.discard(worker)
+            outcome = {"ok": False, "errorType": "Runtime.ExitError", "errorMessage": str(error)}
+            return _result(request_id, started_at, outcome, cold)
+        pool.release(worker)
+        return _result(request_id, started_at, outcome, cold)
+
+    def close(self) -> None:
+        with self._lock:
+            pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            pool.close()
+        for log in self._logs:
+            log.close()

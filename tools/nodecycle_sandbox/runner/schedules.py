@@ -1,0 +1,91 @@
+"""Schedules (`Schedule`/`ScheduleV2` events): fired every interval, or faster in the sandbox, or on demand."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from nodecycle_sandbox.runner.functions import FunctionSpec
+
+
+def scheduled_event(*, rule_arn: str, account: str, region: str, at: float, detail: Any) -> dict[str, Any]:
+    """The event a schedule rule sends when the template gives no `Input`."""
+    return {
+        "version": "0",
+        "id": str(uuid.uuid4()),
+        "detail-type": "Scheduled Event",
+        "source": "aws.events",
+        "account": account,
+        "time": datetime.fromtimestamp(at, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "region": region,
+        "resources": [rule_arn],
+        "detail": detail,
+    }
+
+
+class Schedules:
+    """Fires each enabled schedule every interval (or a faster sandbox interval), and on demand."""
+
+    def __init__(
+        self,
+        *,
+        functions: list[FunctionSpec],
+        submit: Callable[[FunctionSpec, Any, str], None],
+        stack_name: str,
+        account: str,
+        region: str,
+        interval_override: float | None,
+    ) -> None:
+        self._functions = functions
+        self._submit = submit
+        self._stack = stack_name
+        self._account = account
+        self._region = region
+        self._interval_override = interval_override
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        for spec in self._functions:
+            for trigger in spec.schedules:
+                interval = self._interval_override or trigger.interval
+                if not trigger.enabled or interval is None:
+                    continue
+                thread = threading.Thread(
+                    target=self._tick,
+                    args=(spec, trigger.name, interval),
+                    name=f"schedule-{spec.logical_id}",
+                    daemon=True,
+                )
+                thread.start()
+                self._threads.append(thread)
+
+    def fire(self, spec: FunctionSpec, name: str | None = None) -> None:
+        trigger = next(t for t in spec.schedules if name is None or t.name == name)
+        if trigger.input:
+            event: Any = json.loads(trigger.input)  # a target's Input replaces the event
+        else:
+            rule = f"{self._stack}-{spec.logical_id}{trigger.name}"
+            event = scheduled_event(
+                rule_arn=f"arn:aws:events:{self._region}:{self._account}:rule/{rule}",
+                account=self._account,
+                region=self._region,
+                at=time.time(),
+                detail={},
+            )
+        self._submit(spec, event, f"schedule:{trigger.name}")
+
+    def _tick(self, spec: FunctionSpec, name: str, interval: float) -> None:
+        while not self._stopping.wait(interval):
+            self.fire(spec, name)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        for thread in self._threads:
+            thread.join(timeout=5)
+        self._threads = []

@@ -1,0 +1,51 @@
+"""A warm Lambda container: one process, one function, invocations one at a time.
+
+Run as `python -m nodecycle_sandbox.runner.worker HANDLER_FILE MODULE HANDLER [LAYER_DIR...]` with the
+function's environment. It speaks JSON lines on the stdin/stdout it was started with; the handler's own
+stdout goes to stderr, so a `print` or a log line can never corrupt the protocol.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import IO, Any
+
+from nodecycle_sandbox.runner import api_calls
+from nodecycle_sandbox.runner.context import LambdaContext
+from nodecycle_sandbox.runner.handlers import call_handler, error_outcome, load_handler
+
+
+def _send(stream: IO[bytes], message: dict[str, Any]) -> None:
+    stream.write(json.dumps(message).encode() + b"\n")
+    stream.flush()
+
+
+def main(argv: list[str]) -> int:
+    handler_file, module_name, handler_name, *layer_dirs = argv
+    requests = os.fdopen(os.dup(0), "rb")
+    replies = os.fdopen(os.dup(1), "wb")
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    os.dup2(2, 1)
+    # /opt/python (the layer) and /var/task (the function) come first on Lambda's path.
+    sys.path[:0] = [*layer_dirs, str(Path(handler_file).parent)]
+    api_calls.install()
+    try:
+        handler = load_handler(Path(handler_file), module_name, handler_name)
+    except BaseException as error:  # an init error fails the invocation and discards the container
+        _send(replies, {"init_error": error_outcome(error)})
+        return 1
+    _send(replies, {"ready": True})
+    for line in requests:
+        request = json.loads(line)
+        context = LambdaContext(**request["context"])
+        with api_calls.counting(process_wide=True) as calls:
+            outcome = call_handler(handler, request["event"], context)
+        _send(replies, {**outcome, "apiCalls": dict(calls)})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

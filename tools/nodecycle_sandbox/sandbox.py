@@ -1,0 +1,253 @@
+"""`Sandbox`: the whole local stand-in for AWS and the cluster, for the CLI, the demo, tests and benchmarks.
+
+Processes and threads:
+- the AWS process (default; or in this process with `aws_process=False`): moto's server on a free
+  loopback port, with the lifecycle emulation and its timer thread;
+- this process: the Kubernetes API server, the runner's pollers, schedules and async invokers, and a relay
+  thread carrying lifecycle events (-> EventBridge rules) and node registrations (-> Kubernetes) out of
+  the AWS process;
+- worker processes (mode "process"): warm Lambda containers, started on demand per function.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+import boto3
+from botocore.config import Config
+
+from nodecycle_sandbox.aws.control import SANDBOX_ACCOUNT, AwsControl, AwsControls
+from nodecycle_sandbox.aws.group import AutoScalingGroup, GroupSpec
+from nodecycle_sandbox.aws.nodes import NodeRegistry
+from nodecycle_sandbox.aws.process import AwsProcess
+from nodecycle_sandbox.aws.server import MotoServer
+from nodecycle_sandbox.runner.runner import SANDBOX_SECRET_KEY, Runner
+
+if TYPE_CHECKING:
+    from mypy_boto3_autoscaling import AutoScalingClient
+    from mypy_boto3_ec2 import EC2Client
+
+OPERATOR_ACCESS_KEY = "AKIASANDBOXOPERATOR0"
+# Variables that belong to one Lambda function, not to "the handlers' environment" as a whole.
+_PER_FUNCTION = frozenset(
+    {
+        "AWS_LAMBDA_FUNCTION_NAME",
+        "AWS_LAMBDA_FUNCTION_MEMORY_SIZE",
+        "AWS_LAMBDA_FUNCTION_VERSION",
+        "AWS_LAMBDA_LOG_GROUP_NAME",
+        "AWS_LAMBDA_LOG_STREAM_NAME",
+        "LAMBDA_TASK_ROOT",
+        "AWS_EXECUTION_ENV",
+    }
+)
+
+
+class ClusterServer(NodeRegistry, Protocol):
+    """What the sandbox needs of `nodecycle_sandbox.kube.KubeServer`."""
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def ca_pem(self) -> bytes | str: ...
+
+    def start(self) -> Any: ...
+
+    def stop(self) -> Any: ...
+
+
+@dataclass(frozen=True)
+class SandboxOptions:
+    root: Path = field(default_factory=Path.cwd)
+    template: Path | None = None  # default: <root>/template.yaml
+    region: str = "eu-west-1"
+    stack_name: str = "nodecycle"
+    cluster_name: str = "sandbox"
+    mode: Literal["process", "inline"] = "process"
+    aws_process: bool = True
+    # Template parameter overrides (by parameter name) and handler environment overrides (by variable).
+    parameters: Mapping[str, str] = field(default_factory=dict)
+    settings: Mapping[str, str] = field(default_factory=dict)
+    # None: no group (tests that build their own).
+    group: GroupSpec | None = field(default_factory=GroupSpec)
+    # "eventbridge": hooks notify EventBridge only; "sqs": the intake queue too (with the hook role).
+    hook_target: Literal["eventbridge", "sqs"] = "eventbridge"
+    node_ready_after: float = 0.0
+    global_timeout_factor: float | None = None
+    schedule_interval: float | None = None
+    schedules_enabled: bool = True
+    async_retry_delays: tuple[float, ...] = (1.0, 2.0)
+    log_dir: Path | None = None
+
+
+class Sandbox:
+    """Start with `with Sandbox(SandboxOptions(...)) as sandbox:`; then `sandbox.asg`, `sandbox.kube`,
+    `sandbox.runner`, `sandbox.aws` (controls and records of the emulation) and `sandbox.env`."""
+
+    def __init__(self, options: SandboxOptions | None = None, *, kube: ClusterServer | None = None) -> None:
+        self.options = options or SandboxOptions()
+        self._kube = kube
+        self._aws_process: AwsProcess | None = None
+        self._moto: MotoServer | None = None
+        self._local_control: AwsControl | None = None
+        self._runner: Runner | None = None
+        self._asg: AutoScalingGroup | None = None
+        self._started = threading.Event()
+        self.endpoint_url = ""
+
+    # -- what tests use -------------------------------------------------------------------------
+
+    @property
+    def kube(self) -> ClusterServer:
+        assert self._kube is not None, "the sandbox is not started"
+        return self._kube
+
+    @property
+    def runner(self) -> Runner:
+        assert self._runner is not None, "the sandbox is not started"
+        return self._runner
+
+    @property
+    def asg(self) -> AutoScalingGroup:
+        assert self._asg is not None, "the sandbox has no group (options.group is None) or is not started"
+        return self._asg
+
+    @property
+    def aws(self) -> AwsControls:
+        if self._local_control is not None:
+            return self._local_control
+        assert self._aws_process is not None, "the sandbox is not started"
+        assert self._aws_process.control is not None
+        return self._aws_process.control
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The handlers' shared environment (settings, endpoint, region) with an operator's credentials:
+        what a CLI command or a debugger session needs to act as nodecycle against the sandbox."""
+        environments = list(self.runner.environments.values())
+        shared = {
+            k: v
+            for k, v in environments[0].items()
+            if k not in _PER_FUNCTION and all(e.get(k) == v for e in environments)
+        }
+        return {
+            **shared,
+            "AWS_ACCESS_KEY_ID": OPERATOR_ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": SANDBOX_SECRET_KEY,
+        }
+
+    def client(self, service: str) -> Any:
+        """A boto3 client of the sandbox's AWS with the operator's credentials."""
+        return boto3.client(
+            service,  # type: ignore[call-overload]
+            endpoint_url=self.endpoint_url,
+            region_name=self.options.region,
+            aws_access_key_id=OPERATOR_ACCESS_KEY,
+            aws_secret_access_key=SANDBOX_SECRET_KEY,
+            # The sandbox allows what AWS forbids for speed, e.g. heartbeat timeouts under 30 s.
+            config=Config(parameter_validation=False, retries={"max_attempts": 2, "mode": "standard"}),
+        )
+
+    def publish(self, event: dict[str, Any]) -> None:
+        """The emulation's EventBridge: lifecycle events go to the runner's rules."""
+        self._started.wait()
+        if self._runner is not None:  # None once stopping: late events have nowhere to go
+            self._runner.publish(event)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> Sandbox:
+        options = self.options
+        try:
+            if self._kube is None:
+                from nodecycle_sandbox.kube import KubeServer
+
+                self._kube = KubeServer(tls=True, cluster_name=options.cluster_name)
+            kube = self._kube
+            kube.start()
+            self._start_aws()
+            self.aws.configure(global_timeout_factor=options.global_timeout_factor)
+            self.aws.plan_nodes(ready_after=options.node_ready_after)
+            ca_pem = kube.ca_pem
+            self.aws.point_cluster(
+                name=options.cluster_name,
+                endpoint=kube.url,
+                ca_pem=ca_pem.decode() if isinstance(ca_pem, bytes) else ca_pem,
+            )
+            parameters = {"ClusterName": options.cluster_name, **options.parameters}
+            if options.group is not None:
+                parameters.setdefault("ManagedGroups", options.group.name)
+            self._runner = Runner(
+                template=options.template or options.root / "template.yaml",
+                root=options.root,
+                endpoint_url=self.endpoint_url,
+                region=options.region,
+                stack_name=options.stack_name,
+                parameters=parameters,
+                environment=options.settings,
+                mode=options.mode,
+                schedule_interval=options.schedule_interval,
+                schedules_enabled=options.schedules_enabled,
+                async_retry_delays=options.async_retry_delays,
+                log_dir=options.log_dir,
+            ).start()
+            self._started.set()
+            if options.group is not None:
+                self._create_group(options.group)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_aws(self) -> None:
+        if self.options.aws_process:
+            self._aws_process = AwsProcess(region=self.options.region, events=self, nodes=self._kube)
+            self.endpoint_url = self._aws_process.start()
+        else:
+            self._moto = MotoServer()
+            self.endpoint_url = self._moto.start()
+            self._local_control = AwsControl(region=self.options.region)
+            self._local_control.connect(events=self, nodes=self._kube)
+
+    def _create_group(self, spec: GroupSpec) -> None:
+        hooks = spec.hooks
+        if self.options.hook_target == "sqs":
+            intake = self.runner.queue("IntakeQueue").arn
+            role = f"arn:aws:iam::{SANDBOX_ACCOUNT}:role/{self.options.stack_name}-HookNotificationRole"
+            hooks = tuple(
+                replace(h, target_arn=h.target_arn or intake, role_arn=h.role_arn or role) for h in hooks
+            )
+        autoscaling: AutoScalingClient = self.client("autoscaling")
+        ec2: EC2Client = self.client("ec2")
+        self._asg = AutoScalingGroup(
+            autoscaling=autoscaling, ec2=ec2, control=self.aws, region=self.options.region, name=spec.name
+        )
+        self._asg.create(replace(spec, hooks=hooks))
+
+    def stop(self) -> None:
+        self._started.set()  # release a relay waiting in publish()
+        if self._runner is not None:
+            self._runner.stop()
+            self._runner = None
+        if self._aws_process is not None:
+            self._aws_process.stop()
+            self._aws_process = None
+        if self._local_control is not None:
+            self._local_control.close()
+            self._local_control = None
+        if self._moto is not None:
+            self._moto.stop()
+            self._moto = None
+        if self._kube is not None:
+            self._kube.stop()
+
+    def __enter__(self) -> Sandbox:
+        return self.start()
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self.stop()
