@@ -162,8 +162,11 @@ class Settings(BaseModel):
     readiness_timeout_seconds: Annotated[int, Field(ge=30)] = 600
     readiness_failure_result: ActionResult = ActionResult.ABANDON
 
-    # Sweeper
+    # Sweeper and repairs
     sweep_grace_seconds: Annotated[int, Field(ge=60)] = 600
+    # A step whose message is this overdue is presumed lost and sent again (a late original then arrives
+    # stale): well past any queueing delay, short enough to repair a crash quickly.
+    resume_grace_seconds: Annotated[int, Field(ge=1)] = 180
 
     @field_validator("managed_groups", "managed_hooks")
     @classmethod

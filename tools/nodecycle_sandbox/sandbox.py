@@ -81,6 +81,8 @@ class SandboxOptions:
     global_timeout_factor: float | None = None
     schedule_interval: float | None = None
     schedules_enabled: bool = True
+    # False: nothing polls the work queues; a test delivers their messages itself (e.g. to inject crashes).
+    sqs_sources_enabled: bool = True
     async_retry_delays: tuple[float, ...] = (1.0, 2.0)
     log_dir: Path | None = None
 
@@ -193,6 +195,7 @@ class Sandbox:
                 mode=options.mode,
                 schedule_interval=options.schedule_interval,
                 schedules_enabled=options.schedules_enabled,
+                sqs_sources_enabled=options.sqs_sources_enabled,
                 async_retry_delays=options.async_retry_delays,
                 log_dir=options.log_dir,
             ).start()

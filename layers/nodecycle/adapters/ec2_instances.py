@@ -1,16 +1,15 @@
-"""EC2 instances: what the drain and the sweeper need to know about them."""
+"""EC2 instances: what the drain, the EIP steps and the sweeper need to know about them."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import itertools
+from collections.abc import Collection, Iterator
 from typing import Any
 
-from botocore.exceptions import ClientError
+from nodecycle.adapters.aws import client, transient_errors
+from nodecycle.domain.eip.addresses import GONE_STATES
 
-from nodecycle.adapters.aws import client, error_code, transient_errors
-
-_GONE = frozenset({"shutting-down", "terminated"})
-_BATCH = 200  # instance ids per DescribeInstances call
+INSTANCE_FILTER_MAX = 200  # values one DescribeInstances filter accepts
 
 
 class Ec2Instances:
@@ -24,33 +23,22 @@ class Ec2Instances:
         return self._client
 
     def private_dns_name(self, instance_id: str) -> str | None:
-        found = self._describe([instance_id])
-        return next((item.get("PrivateDnsName") or None for item in found), None)
+        return next((item.get("PrivateDnsName") or None for item in self._describe([instance_id])), None)
 
-    def alive(self, instance_ids: Iterable[str]) -> set[str]:
-        """The instances among ``instance_ids`` that exist and are not terminating (batched calls)."""
-        ids = sorted(set(instance_ids))
-        alive: set[str] = set()
-        for start in range(0, len(ids), _BATCH):
-            for item in self._describe(ids[start : start + _BATCH]):
-                if item.get("State", {}).get("Name") not in _GONE:
-                    alive.add(item["InstanceId"])
-        return alive
+    def states(self, instance_ids: Collection[str]) -> dict[str, str]:
+        """Instance id -> state name, for those of ``instance_ids`` EC2 still knows (batched calls)."""
+        return {item["InstanceId"]: item["State"]["Name"] for item in self._describe(instance_ids)}
 
-    def _describe(self, instance_ids: list[str]) -> list[dict[str, Any]]:
-        # Filtering by instance-id (rather than InstanceIds=) answers an empty list for unknown ids instead
-        # of failing the whole batch with InvalidInstanceID.NotFound.
+    def alive(self, instance_ids: Collection[str]) -> set[str]:
+        """The instances among ``instance_ids`` that exist and are not terminating."""
+        return {instance for instance, state in self.states(instance_ids).items() if state not in GONE_STATES}
+
+    def _describe(self, instance_ids: Collection[str]) -> Iterator[dict[str, Any]]:
+        # Filtering by instance-id (rather than InstanceIds=) answers nothing for an unknown id instead of
+        # failing the whole batch with InvalidInstanceID.NotFound.
         paginator = self._ec2.get_paginator("describe_instances")
-        pages = paginator.paginate(Filters=[{"Name": "instance-id", "Values": instance_ids}])
-        try:
-            with transient_errors("describing instances"):
-                return [
-                    instance
-                    for page in pages
-                    for reservation in page.get("Reservations", [])
-                    for instance in reservation.get("Instances", [])
-                ]
-        except ClientError as error:
-            if error_code(error) == "InvalidInstanceID.Malformed":
-                return []
-            raise
+        with transient_errors("describing instances"):
+            for batch in itertools.batched(sorted(set(instance_ids)), INSTANCE_FILTER_MAX):
+                for page in paginator.paginate(Filters=[{"Name": "instance-id", "Values": list(batch)}]):
+                    for reservation in page.get("Reservations", []):
+                        yield from reservation.get("Instances", [])

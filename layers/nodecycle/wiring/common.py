@@ -17,9 +17,6 @@ from nodecycle.domain.model import LifecycleRecord, Step, Transition
 from nodecycle.observability import PowertoolsMetrics
 from nodecycle.settings import ActionResult, EipFailurePolicy, Settings
 
-# A message is presumed lost when its step is this much overdue: well past any queueing or retry delay.
-RESUME_GRACE = timedelta(minutes=3)
-
 
 @dataclass(frozen=True)
 class Common:
@@ -31,9 +28,13 @@ class Common:
     autoscaling: AutoscalingActions
 
     @property
+    def resume_grace(self) -> timedelta:
+        return timedelta(seconds=self.settings.resume_grace_seconds)
+
+    @property
     def timing(self) -> EngineTiming:
         return EngineTiming(
-            resume_grace=RESUME_GRACE,
+            resume_grace=self.resume_grace,
             heartbeat_margin=timedelta(seconds=self.settings.heartbeat_margin_seconds),
         )
 

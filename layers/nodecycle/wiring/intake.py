@@ -4,7 +4,7 @@ from functools import cache
 
 from nodecycle.domain.catalog import HookTimeouts, ManagedGroups
 from nodecycle.domain.intake import Intake
-from nodecycle.wiring.common import RESUME_GRACE, common
+from nodecycle.wiring.common import common
 
 
 @cache
@@ -26,5 +26,5 @@ def intake() -> Intake:
         hooks=HookTimeouts(shared.autoscaling),
         clock=shared.clock,
         metrics=shared.metrics,
-        resume_grace=RESUME_GRACE,
+        resume_grace=shared.resume_grace,
     )

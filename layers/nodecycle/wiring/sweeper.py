@@ -19,8 +19,8 @@ from nodecycle.domain.sweeper import (
     Sweeper,
     SweepPart,
 )
-from nodecycle.settings import EipMode
-from nodecycle.wiring.common import RESUME_GRACE, common
+from nodecycle.wiring import eip
+from nodecycle.wiring.common import common
 
 
 @cache
@@ -35,7 +35,7 @@ def sweeper() -> Sweeper:
             ),
             completion=CompleteAction(shared.autoscaling, shared.metrics),
             metrics=shared.metrics,
-            resume_grace=RESUME_GRACE,
+            resume_grace=shared.resume_grace,
             margin=shared.timing.heartbeat_margin,
             failure_result=shared.failure_result,
         )
@@ -50,10 +50,8 @@ def sweeper() -> Sweeper:
             waker=drain.waker(),
         )
         parts["annotations"] = LeftoverAnnotations(owner=settings.owner_id, cluster=drain.cluster())
-    if settings.eip_mode is not EipMode.OFF:
-        from nodecycle.wiring import eip
-
-        parts["addresses"] = _addresses_part(eip.address_sweep())
+    # Always, even with EIPs off now: addresses left from when they were on still need freeing.
+    parts["addresses"] = _addresses_part(eip.address_sweep())
     return Sweeper(owner=settings.owner_id, records=shared.records, clock=shared.clock, parts=parts)
 
 

@@ -61,6 +61,7 @@ class Runner:
         async_retry_delays: tuple[float, ...] = (1.0, 2.0),
         schedule_interval: float | None = None,
         schedules_enabled: bool = True,
+        sqs_sources_enabled: bool = True,
         log_dir: Path | None = None,
     ) -> None:
         self.template_path = template
@@ -78,6 +79,7 @@ class Runner:
         self._async_retry_delays = async_retry_delays
         self._schedule_interval = schedule_interval
         self._schedules_enabled = schedules_enabled
+        self._sqs_sources_enabled = sqs_sources_enabled
         self._log_dir = log_dir
         self.functions: dict[str, FunctionSpec] = {}
         self.environments: dict[str, dict[str, str]] = {}
@@ -144,7 +146,7 @@ class Runner:
         )
         for spec in specs:
             for trigger in spec.sqs:
-                if not trigger.enabled:
+                if not (trigger.enabled and self._sqs_sources_enabled):
                     continue
                 source = SqsEventSource(
                     spec=spec,

@@ -1,0 +1,145 @@
+"""Elastic IPs as the EIP steps see them: the tags nodecycle writes, one address, and the port to EC2."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Protocol
+
+# The owner tag is the one a managed group carries: one name for "this stack's" everywhere.
+from nodecycle.domain.catalog import OWNER_TAG as OWNER_TAG
+
+# Set in AllocateAddress's TagSpecifications. AllocateAddress has no idempotency token, so these tags are the
+# only way to find an address again after a crash: the instance tag is the idempotency key of a launch, and
+# allocated-at is what the sweeper measures its grace from.
+INSTANCE_TAG = "nodecycle:instance-id"
+GROUP_TAG = "nodecycle:group"
+ALLOCATED_AT_TAG = "nodecycle:allocated-at"
+# An address of a pool (named by this tag's value) is claimed and returned, never released.
+POOL_TAG = "nodecycle:pool"
+
+# EC2 instance states from which an instance never takes, nor keeps, an address again.
+GONE_STATES = frozenset({"shutting-down", "terminated"})
+
+
+class AddressError(Exception):
+    """EC2 refused an address call for a reason the EIP steps decide about (not a transient one)."""
+
+
+class AddressLimitExceeded(AddressError):
+    """The account's Elastic IP quota is used up (``AddressLimitExceeded``)."""
+
+
+class AddressAlreadyAssociated(AddressError):
+    """The address is associated already and was not moved (``Resource.AlreadyAssociated``)."""
+
+
+class AddressNotFound(AddressError):
+    """No such allocation: the address was released, perhaps behind our back (``InvalidAllocationID.NotFound``)."""
+
+
+class AddressInUse(AddressError):
+    """The address is still associated, so it cannot be released (``InvalidIPAddress.InUse``)."""
+
+
+class InstanceUnavailable(AddressError):
+    """The instance cannot take an address now: still pending, or gone.
+
+    EC2 answers both with the same codes (``InvalidInstanceID``, ``InvalidInstanceID.NotFound``,
+    ``IncorrectInstanceState``), so the caller asks for the instance's state to tell them apart.
+    """
+
+
+@dataclass(frozen=True)
+class Address:
+    """One Elastic IP as DescribeAddresses shows it."""
+
+    allocation_id: str
+    public_ip: str
+    association_id: str | None = None
+    instance_id: str | None = None  # None when unassociated, or associated with a bare network interface
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def associated(self) -> bool:
+        return self.association_id is not None
+
+    @property
+    def pool(self) -> str | None:
+        return self.tags.get(POOL_TAG)
+
+    @property
+    def allocated_for(self) -> str | None:
+        """The instance nodecycle allocated this address for, if it did."""
+        return self.tags.get(INSTANCE_TAG)
+
+    @property
+    def allocated_at(self) -> datetime | None:
+        """When nodecycle allocated it; None for an address nodecycle did not allocate (or a mangled tag)."""
+        text = self.tags.get(ALLOCATED_AT_TAG)
+        if text is None:
+            return None
+        try:
+            stamp = datetime.fromisoformat(text)
+        except ValueError:
+            return None
+        return stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)
+
+
+class Addresses(Protocol):
+    """Elastic IPs and instance states, in the terms of the EIP steps.
+
+    Every method raises :class:`~nodecycle.domain.errors.TransientError` for throttling and other failures
+    worth retrying later, and the :class:`AddressError` named in its docstring for the answers that decide
+    what a step does next.
+    """
+
+    def find(
+        self,
+        owner: str,
+        *,
+        instance_id: str | None = None,
+        allocated_for: str | None = None,
+        pool: str | None = None,
+    ) -> list[Address]:
+        """Addresses tagged ``nodecycle:owner=<owner>``, narrowed by every filter given: associated with
+        ``instance_id``, tagged as allocated for ``allocated_for``, tagged as members of ``pool``.
+        One DescribeAddresses call."""
+        ...
+
+    def describe(self, allocation_id: str) -> Address:
+        """The address as EC2 shows it now. Raises :class:`AddressNotFound`."""
+        ...
+
+    def allocate(self, tags: Mapping[str, str]) -> Address:
+        """A new address carrying ``tags`` from its creation. Raises :class:`AddressLimitExceeded`."""
+        ...
+
+    def associate(self, allocation_id: str, instance_id: str) -> str:
+        """Associate the address with the instance, never moving it from where it is (AllowReassociation
+        false); the association id. Raises :class:`AddressAlreadyAssociated`, :class:`AddressNotFound`,
+        :class:`InstanceUnavailable`."""
+        ...
+
+    def disassociate(self, association_id: str) -> bool:
+        """End this association (never another one); False when it had ended already."""
+        ...
+
+    def release(self, allocation_id: str) -> bool:
+        """Release the address; False when it was released already. Raises :class:`AddressInUse`."""
+        ...
+
+    def instance_states(self, instance_ids: Collection[str]) -> dict[str, str]:
+        """EC2 states (``pending``, ``running``, ``terminated``...) of those instances that EC2 knows; an id
+        missing from the answer does not exist (any more). Batched: calls grow with pages, not with ids."""
+        ...
+
+
+def distinct(*listings: Iterable[Address]) -> list[Address]:
+    """The addresses of several listings, each once (the first sighting wins), in order."""
+    seen: dict[str, Address] = {}
+    for listing in listings:
+        for address in listing:
+            seen.setdefault(address.allocation_id, address)
+    return list(seen.values())

@@ -1,0 +1,349 @@
+"""ASSIGN_EIP: give a launching instance its Elastic IP, and see that it holds, before it goes in service.
+
+A run of the step does what it can without waiting and returns. What must wait (an association that
+DescribeAddresses does not show yet, an instance still pending) is written to ``record.extra["eip"]`` and
+picked up by the next run of the step, ``Outcome.wait`` seconds later: nothing sleeps in the Lambda.
+
+Idempotency: AllocateAddress has no client token, so every address is tagged at its allocation with the
+instance it is for, and every run starts by looking for addresses so tagged. A redelivery after the
+association keeps what it finds; a redelivery after a crash between AllocateAddress and AssociateAddress
+associates the address it finds instead of allocating a second one. Two deliveries running at the same
+moment may both allocate; both then take the lowest allocation id tagged for the instance, one associates
+it, the other is refused (``Resource.AlreadyAssociated``), sees it on this very instance and keeps it, and
+the spare is released.
+
+No stealing: AssociateAddress always runs with AllowReassociation false, so an address that another launch
+associated first is refused, not moved, and the step tries the next free one.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from nodecycle.domain.eip import SCRATCH, without_scratch
+from nodecycle.domain.eip.addresses import (
+    ALLOCATED_AT_TAG,
+    GONE_STATES,
+    GROUP_TAG,
+    INSTANCE_TAG,
+    OWNER_TAG,
+    POOL_TAG,
+    Address,
+    AddressAlreadyAssociated,
+    Addresses,
+    AddressInUse,
+    AddressLimitExceeded,
+    AddressNotFound,
+    InstanceUnavailable,
+    distinct,
+)
+from nodecycle.domain.engine import Outcome
+from nodecycle.domain.errors import TransientError
+from nodecycle.domain.model import LifecycleRecord, Step
+from nodecycle.domain.ports import Metrics
+from nodecycle.settings import ActionResult, EipFailurePolicy, EipMode, Settings
+
+log = logging.getLogger(__name__)
+
+VERIFY_DELAY = 2  # seconds: DescribeAddresses usually shows a new association within a second or two
+VERIFY_READS = 5  # reads of an association that does not show before it is made again
+INSTANCE_DELAY = 5  # seconds between attempts on an instance that cannot take an address yet
+INSTANCE_ATTEMPTS = 24  # two minutes: an instance is pending for well under one
+MAX_RESTARTS = 3  # an assignment that did not hold is started over this often, then the launch fails
+
+
+class AssignAddress:
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        addresses: Addresses,
+        metrics: Metrics,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._owner = settings.owner_id
+        self._mode = settings.eip_mode
+        self._pool = settings.eip_pool_name or ""
+        self._grow_pool = settings.eip_pool_allocate_when_empty
+        self._abandon = settings.eip_failure_policy is EipFailurePolicy.ABANDON
+        self._addresses = addresses
+        self._metrics = metrics
+        self._rng = rng or random.Random()
+
+    def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
+        scratch: dict[str, Any] = dict(record.extra.get(SCRATCH) or {})
+        try:
+            if self._mode is EipMode.OFF:
+                # The plan was made while EIPs were on; the stack has turned them off since.
+                log.info("EIP mode is off now: the launch goes on without an address")
+                return Outcome.next(extra=without_scratch(record))
+            if "verify" in scratch:
+                return self._confirm(record, scratch, scratch["verify"]["allocation_id"], None)
+            if self._mode is EipMode.POOL:
+                return self._claim(record, scratch, now)
+            return self._allocate(record, scratch, now)
+        except TransientError as error:
+            self._metrics.count("EipFailures")
+            log.warning(
+                "EC2 did not answer (throttled or unavailable); the step retries with backoff: %s", error
+            )
+            raise
+
+    # -- allocate mode: a new address per instance ---------------------------------------------------
+
+    def _allocate(self, record: LifecycleRecord, scratch: dict[str, Any], now: datetime) -> Outcome:
+        instance = record.instance_id
+        found = self._addresses.find(self._owner, allocated_for=instance)
+        held = _held(found, instance)
+        if held is not None:
+            log.info("instance %s holds address %s already (a redelivery): kept", instance, held.public_ip)
+            return self._done(record, held, found)
+        if not _unassociated(found):
+            try:
+                allocated = self._addresses.allocate(self._tags(record, now))
+            except AddressLimitExceeded:
+                return self._fail(record, "address quota exceeded")
+            self._metrics.count("EipsAllocated")
+            log.info(
+                "allocated Elastic IP %s for instance %s",
+                allocated.public_ip,
+                instance,
+                extra={"allocation_id": allocated.allocation_id},
+            )
+            # Another delivery of this message may be allocating at this very moment: looking again lets
+            # both converge on the lowest allocation id; the spare is released once one holds.
+            found = distinct(self._addresses.find(self._owner, allocated_for=instance), [allocated])
+            held = _held(found, instance)
+            if held is not None:
+                return self._done(record, held, found)
+        for address in _unassociated(found):
+            outcome = self._take(record, scratch, address, found)
+            if outcome is not None:
+                return outcome
+        return self._start_over(
+            record, scratch, "the addresses allocated for the instance were taken or released"
+        )
+
+    # -- pool mode: claim a free address of the pool, return it at terminate ----------------------------
+
+    def _claim(self, record: LifecycleRecord, scratch: dict[str, Any], now: datetime) -> Outcome:
+        instance = record.instance_id
+        found = self._addresses.find(self._owner, pool=self._pool)
+        held = _held(found, instance)
+        if held is not None:
+            log.info(
+                "instance %s holds pool address %s already (a redelivery): kept", instance, held.public_ip
+            )
+            return self._done(record, held, found)
+        free = [address for address in found if not address.associated]
+        # An address that an earlier delivery grew the pool by for this very instance comes first (no second
+        # allocation); the others in random order, so that concurrent launches rarely reach for the same one.
+        others = [address for address in free if address.allocated_for != instance]
+        self._rng.shuffle(others)
+        for address in [*(a for a in free if a.allocated_for == instance), *others]:
+            outcome = self._take(record, scratch, address, found)
+            if outcome is not None:
+                return outcome
+        if not self._grow_pool:
+            return self._fail(record, f"address pool {self._pool!r} is empty")
+        try:
+            allocated = self._addresses.allocate({**self._tags(record, now), POOL_TAG: self._pool})
+        except AddressLimitExceeded:
+            return self._fail(record, f"address pool {self._pool!r} is empty and the address quota exceeded")
+        self._metrics.count("EipsAllocated")
+        log.info("address pool %r is empty: allocated %s into it", self._pool, allocated.public_ip)
+        outcome = self._take(record, scratch, allocated, [*found, allocated])
+        if outcome is not None:
+            return outcome
+        return self._start_over(record, scratch, "another launch claimed the new pool address first")
+
+    # -- association and its verification ------------------------------------------------------------
+
+    def _take(
+        self, record: LifecycleRecord, scratch: dict[str, Any], address: Address, found: list[Address]
+    ) -> Outcome | None:
+        """Associate ``address`` with the instance; None when it is not to be had (taken first, or gone)."""
+        instance = record.instance_id
+        try:
+            association = self._addresses.associate(address.allocation_id, instance)
+        except AddressAlreadyAssociated:
+            current = self._current(address.allocation_id)
+            if current is not None and current.instance_id == instance:
+                log.info(
+                    "address %s was associated with instance %s by a concurrent delivery",
+                    address.public_ip,
+                    instance,
+                )
+                return self._done(record, current, found)
+            log.info(
+                "address %s is associated elsewhere (refused, not moved): trying the next", address.public_ip
+            )
+            return None
+        except AddressNotFound:
+            self._metrics.count("EipFailures")
+            log.warning("address %s was released behind our back: trying the next", address.allocation_id)
+            return None
+        except InstanceUnavailable:
+            return self._instance_unavailable(record, scratch)
+        if address.pool is not None:
+            self._metrics.count("EipsClaimed")
+        log.info(
+            "associated %s with instance %s; verifying",
+            address.public_ip,
+            instance,
+            extra={"allocation_id": address.allocation_id, "association_id": association},
+        )
+        return self._confirm(record, scratch, address.allocation_id, found)
+
+    def _confirm(
+        self,
+        record: LifecycleRecord,
+        scratch: dict[str, Any],
+        allocation_id: str,
+        found: list[Address] | None,
+    ) -> Outcome:
+        """Go on only once DescribeAddresses shows the association (it is eventually consistent)."""
+        try:
+            current = self._addresses.describe(allocation_id)
+        except AddressNotFound:
+            self._metrics.count("EipFailures")
+            return self._start_over(record, scratch, f"address {allocation_id} was released behind our back")
+        if current.instance_id == record.instance_id:
+            return self._done(record, current, found)
+        if current.associated:
+            holder = current.instance_id or "a network interface"
+            return self._start_over(
+                record, scratch, f"address {current.public_ip} is associated with {holder}"
+            )
+        reads = int(scratch.get("verify", {}).get("reads", 0)) + 1
+        if reads >= VERIFY_READS:
+            return self._start_over(
+                record, scratch, f"the association of {current.public_ip} did not show in {reads} reads"
+            )
+        log.info("the association of %s does not show yet: verifying again shortly", current.public_ip)
+        verify = {"allocation_id": allocation_id, "reads": reads}
+        return _wait(record, VERIFY_DELAY, {**scratch, "verify": verify})
+
+    def _current(self, allocation_id: str) -> Address | None:
+        try:
+            return self._addresses.describe(allocation_id)
+        except AddressNotFound:
+            return None
+
+    def _instance_unavailable(self, record: LifecycleRecord, scratch: dict[str, Any]) -> Outcome:
+        """EC2 refused the instance; its state tells a pending instance (wait) from a gone one (fail)."""
+        instance = record.instance_id
+        state = self._addresses.instance_states([instance]).get(instance)
+        if state in GONE_STATES:
+            if self._mode is EipMode.ALLOCATE:
+                self._release_spares(record, keep=None, found=None)
+            return self._fail(record, f"instance is {state}")
+        attempts = int(scratch.get("instance_attempts", 0)) + 1
+        if attempts > INSTANCE_ATTEMPTS:
+            waited = INSTANCE_ATTEMPTS * INSTANCE_DELAY
+            return self._fail(
+                record, f"instance could not take an address for {waited}s (state {state or 'unknown'})"
+            )
+        log.info(
+            "instance %s cannot take an address yet (state %s): trying again shortly",
+            instance,
+            state or "not visible yet",
+        )
+        return _wait(record, INSTANCE_DELAY, {**scratch, "instance_attempts": attempts})
+
+    # -- endings ---------------------------------------------------------------------------------------
+
+    def _done(self, record: LifecycleRecord, address: Address, found: list[Address] | None) -> Outcome:
+        if self._mode is EipMode.ALLOCATE:
+            self._release_spares(record, keep=address.allocation_id, found=found)
+        log.info(
+            "instance %s has Elastic IP %s",
+            record.instance_id,
+            address.public_ip,
+            extra={"allocation_id": address.allocation_id},
+        )
+        return Outcome.next(
+            allocation_id=address.allocation_id, public_ip=address.public_ip, extra=without_scratch(record)
+        )
+
+    def _release_spares(self, record: LifecycleRecord, keep: str | None, found: list[Address] | None) -> None:
+        """Release the unassociated addresses allocated for this instance other than ``keep``.
+
+        They are what concurrent deliveries (or a launch that failed) left: one instance, one address. EC2
+        refuses to release an address that got associated meanwhile, so this never takes one in use.
+        """
+        listing = (
+            found
+            if found is not None
+            else self._addresses.find(self._owner, allocated_for=record.instance_id)
+        )
+        for address in listing:
+            spare = (
+                address.allocation_id != keep
+                and not address.associated
+                and address.pool is None
+                and address.allocated_for == record.instance_id
+            )
+            if not spare:
+                continue
+            try:
+                released = self._addresses.release(address.allocation_id)
+            except AddressInUse:
+                log.info("spare address %s got associated meanwhile: left alone", address.public_ip)
+                continue
+            if released:
+                self._metrics.count("EipsReleased")
+                log.info("released spare address %s of instance %s", address.public_ip, record.instance_id)
+
+    def _start_over(self, record: LifecycleRecord, scratch: dict[str, Any], reason: str) -> Outcome:
+        restarts = int(scratch.get("restarts", 0)) + 1
+        if restarts > MAX_RESTARTS:
+            return self._fail(record, f"{reason} (gave up after {MAX_RESTARTS} attempts)")
+        log.warning("%s: assigning an address again", reason)
+        return _wait(record, VERIFY_DELAY, {"restarts": restarts})
+
+    def _fail(self, record: LifecycleRecord, reason: str) -> Outcome:
+        self._metrics.count("EipFailures")
+        extra = without_scratch(record)
+        if self._abandon:
+            log.error(
+                "no Elastic IP for instance %s: %s; abandoning the launch (the group replaces the instance)",
+                record.instance_id,
+                reason,
+            )
+            return Outcome.goto(
+                Step.COMPLETE, result=ActionResult.ABANDON, outcome=f"eip-failed: {reason}", extra=extra
+            )
+        log.error(
+            "no Elastic IP for instance %s: %s; the launch goes on without an address (policy continue)",
+            record.instance_id,
+            reason,
+        )
+        return Outcome.next(outcome=f"eip-failed: {reason}; continued without an address", extra=extra)
+
+    def _tags(self, record: LifecycleRecord, now: datetime) -> dict[str, str]:
+        return {
+            OWNER_TAG: self._owner,
+            INSTANCE_TAG: record.instance_id,
+            GROUP_TAG: record.group,
+            ALLOCATED_AT_TAG: now.isoformat(timespec="seconds"),
+        }
+
+
+def _held(found: Iterable[Address], instance: str) -> Address | None:
+    """The address associated with the instance (the lowest allocation id, should there be several)."""
+    held = sorted((a for a in found if a.instance_id == instance), key=lambda a: a.allocation_id)
+    return held[0] if held else None
+
+
+def _unassociated(found: Iterable[Address]) -> list[Address]:
+    """Free addresses that are no pool's, lowest allocation id first: the order concurrent runs agree on."""
+    return sorted((a for a in found if not a.associated and a.pool is None), key=lambda a: a.allocation_id)
+
+
+def _wait(record: LifecycleRecord, delay: float, scratch: dict[str, Any]) -> Outcome:
+    return Outcome.wait(delay, extra={**record.extra, SCRATCH: scratch})

@@ -1,0 +1,106 @@
+"""RELEASE_EIP: after the drain, take back this owner's addresses from the terminating instance.
+
+The tags decide, not the current mode: a pool address is disassociated (back to its pool), never released;
+an address allocated for this instance is disassociated and released; an address associated with another
+instance is never touched, whatever its tags say (a pool address claimed again after this instance lost
+it); an address of another owner is never even listed.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from nodecycle.domain.eip import SCRATCH, without_scratch
+from nodecycle.domain.eip.addresses import Address, Addresses, AddressInUse, distinct
+from nodecycle.domain.engine import Outcome
+from nodecycle.domain.errors import TransientError
+from nodecycle.domain.model import LifecycleRecord
+from nodecycle.domain.ports import Metrics
+
+log = logging.getLogger(__name__)
+
+RELEASE_DELAY = 3  # seconds: EC2 refuses to release an address until its disassociation has settled
+RELEASE_ATTEMPTS = 10  # then the sweeper releases what is left, once EC2 shows it unassociated
+
+
+class ReleaseAddresses:
+    def __init__(self, *, owner: str, addresses: Addresses, metrics: Metrics) -> None:
+        self._owner = owner
+        self._addresses = addresses
+        self._metrics = metrics
+
+    def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
+        instance = record.instance_id
+        try:
+            # Associated with the instance (either mode), or allocated for it: an instance that terminated
+            # before its drain finished has lost its association already, not its address.
+            found = distinct(
+                self._addresses.find(self._owner, instance_id=instance),
+                self._addresses.find(self._owner, allocated_for=instance),
+            )
+            taken_back: list[Address] = []
+            in_use: list[Address] = []
+            for address in found:
+                if address.associated and address.instance_id != instance:
+                    log.info(
+                        "address %s is associated with %s now: not this instance's to give back",
+                        address.public_ip,
+                        address.instance_id or "a network interface",
+                    )
+                    continue
+                taken_back.append(address)
+                if not self._take_back(address, instance):
+                    in_use.append(address)
+        except TransientError as error:
+            self._metrics.count("EipFailures")
+            log.warning(
+                "EC2 did not answer (throttled or unavailable); the step retries with backoff: %s", error
+            )
+            raise
+        if in_use:
+            attempts = int(record.extra.get(SCRATCH, {}).get("release_attempts", 0)) + 1
+            if attempts < RELEASE_ATTEMPTS:
+                log.info("EC2 does not show the disassociation yet: releasing again shortly")
+                return Outcome.wait(
+                    RELEASE_DELAY, extra={**record.extra, SCRATCH: {"release_attempts": attempts}}
+                )
+            self._metrics.count("EipFailures")
+            log.error(
+                "addresses %s are still in use after %d attempts: left to the sweeper",
+                ", ".join(address.public_ip for address in in_use),
+                attempts,
+            )
+        if not taken_back:
+            return Outcome.next(extra=without_scratch(record))
+        first = taken_back[0]
+        return Outcome.next(
+            allocation_id=first.allocation_id, public_ip=first.public_ip, extra=without_scratch(record)
+        )
+
+    def _take_back(self, address: Address, instance: str) -> bool:
+        """Disassociate, then release or return the address; False when EC2 still has it in use."""
+        if address.association_id is not None and not self._addresses.disassociate(address.association_id):
+            log.info("address %s was disassociated already", address.public_ip)
+        if address.pool is not None:
+            self._metrics.count("EipsReturned")
+            log.info("returned address %s to pool %r", address.public_ip, address.pool)
+            return True
+        if address.allocated_for != instance:
+            # Ours, but allocated for another instance: unassociated now, the sweeper judges it by its age.
+            log.warning(
+                "address %s was allocated for %s: disassociated only",
+                address.public_ip,
+                address.allocated_for,
+            )
+            return True
+        try:
+            released = self._addresses.release(address.allocation_id)
+        except AddressInUse:
+            return False
+        if released:
+            self._metrics.count("EipsReleased")
+            log.info("released address %s of instance %s", address.public_ip, instance)
+        else:
+            log.info("address %s was released already", address.public_ip)
+        return True

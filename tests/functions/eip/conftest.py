@@ -1,0 +1,154 @@
+"""The eip function on moto: EC2 instances from run_instances, the stack's table and queues (tests/conftest.py),
+and an EC2 client that answers the Elastic IP calls as AWS does where moto does not."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from datetime import timedelta
+from types import ModuleType
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+
+from nodecycle.adapters import ec2_addresses
+from nodecycle.adapters.dynamodb_records import DynamoRecordStore
+from nodecycle.domain.model import LifecycleRecord
+from nodecycle.domain.ports import WorkMessage
+from tests.support.events import sqs_event
+from tests.support.functions import load_function
+from tests.support.stack import Stack
+
+IMAGE = "ami-12c6146b"  # one of moto's stock images (listing them all is slow)
+
+
+def aws_error(code: str, operation: str, message: str = "") -> ClientError:
+    return ClientError({"Error": {"Code": code, "Message": message or code}}, operation)
+
+
+class AwsLikeEc2:
+    """A moto EC2 client, answering the Elastic IP calls as AWS does where moto 5.2 does not.
+
+    - ReleaseAddress of an associated address: moto disassociates and releases it without a word; AWS
+      refuses with ``InvalidIPAddress.InUse``.
+    - AllocateAddress: moto has no Elastic IP quota; AWS refuses with ``AddressLimitExceeded`` (here when
+      ``quota`` addresses exist).
+    - AssociateAddress: moto associates a terminated instance; AWS refuses with ``InvalidInstanceID``. moto
+      does honour AllowReassociation=false (``Resource.AlreadyAssociated``), but as a check and then a set
+      that two threads can interleave; AWS decides atomically, so the call is serialized here.
+    ``quota`` may be changed by a test; ``failures`` are raised by the next calls of a method;
+    ``associations`` records each association made, ``refusals`` each AssociateAddress refused, by code.
+    Everything else is moto's, as it is.
+    """
+
+    def __init__(self, ec2: Any, *, quota: int | None = None, lock: threading.Lock | None = None) -> None:
+        self.moto = ec2
+        self.quota = quota
+        self._lock = lock or threading.Lock()
+        self.failures: dict[str, list[BaseException]] = {}
+        self.associations: list[tuple[str, str]] = []
+        self.refusals: Counter[str] = Counter()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.moto, name)
+
+    def allocate_address(self, **kwargs: Any) -> Any:
+        self._inject("allocate_address")
+        with self._lock:
+            if self.quota is not None and len(self.moto.describe_addresses()["Addresses"]) >= self.quota:
+                raise aws_error("AddressLimitExceeded", "AllocateAddress", "too many addresses allocated")
+            return self.moto.allocate_address(**kwargs)
+
+    def associate_address(self, **kwargs: Any) -> Any:
+        self._inject("associate_address")
+        with self._lock:
+            instance = kwargs["InstanceId"]
+            if instance_state(self.moto, instance) != "running":
+                self.refusals["InvalidInstanceID"] += 1
+                raise aws_error(
+                    "InvalidInstanceID", "AssociateAddress", f"{instance} is not in a valid state"
+                )
+            try:
+                associated = self.moto.associate_address(**kwargs)
+            except ClientError as error:
+                self.refusals[error.response["Error"]["Code"]] += 1
+                raise
+            self.associations.append((kwargs["AllocationId"], instance))
+            return associated
+
+    def release_address(self, **kwargs: Any) -> Any:
+        self._inject("release_address")
+        with self._lock:
+            found = self.moto.describe_addresses(AllocationIds=[kwargs["AllocationId"]])["Addresses"]
+            if found and found[0].get("AssociationId"):
+                raise aws_error("InvalidIPAddress.InUse", "ReleaseAddress", "address in use")
+            return self.moto.release_address(**kwargs)
+
+    def _inject(self, method: str) -> None:
+        pending = self.failures.get(method)
+        if pending:
+            raise pending.pop(0)
+
+
+def instance_state(ec2: Any, instance_id: str) -> str | None:
+    found = ec2.describe_instances(Filters=[{"Name": "instance-id", "Values": [instance_id]}])
+    states = [i["State"]["Name"] for r in found["Reservations"] for i in r["Instances"]]
+    return states[0] if states else None
+
+
+def api_calls(ec2: Any) -> Counter[str]:
+    """Counts of the API operations ``ec2`` (a real boto3 client) sends from now on."""
+    calls: Counter[str] = Counter()
+
+    def count(model: Any, **_: Any) -> None:
+        calls[model.name] += 1
+
+    ec2.meta.events.register("before-call.ec2.*", count)
+    return calls
+
+
+def run_instances(count: int) -> list[str]:
+    launched = boto3.client("ec2").run_instances(
+        ImageId=IMAGE, MinCount=count, MaxCount=count, InstanceType="t4g.small"
+    )
+    return [instance["InstanceId"] for instance in launched["Instances"]]
+
+
+def allocate(**tags: str) -> str:
+    ec2: Any = boto3.client("ec2")
+    spec = [{"ResourceType": "elastic-ip", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}]
+    return str(ec2.allocate_address(Domain="vpc", TagSpecifications=spec)["AllocationId"])
+
+
+def addresses(**filters: str) -> list[dict[str, Any]]:
+    ec2: Any = boto3.client("ec2")
+    found = ec2.describe_addresses(
+        Filters=[{"Name": name, "Values": [value]} for name, value in filters.items()]
+    )
+    return list(found["Addresses"])
+
+
+def store(stack: Stack) -> DynamoRecordStore:
+    return DynamoRecordStore(stack.table, ttl=timedelta(days=14))
+
+
+def work_event(*records: LifecycleRecord) -> dict[str, Any]:
+    """An SQS batch of the EIP queue: one work message per record, for its current step and seq."""
+    bodies = [WorkMessage(record_id=r.id, seq=r.seq, step=r.step).model_dump_json() for r in records]
+    return sqs_event(*bodies)
+
+
+@pytest.fixture
+def ec2(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> AwsLikeEc2:
+    """The client the eip function's EC2 adapter gets (instead of a plain moto client)."""
+    aws_like = AwsLikeEc2(boto3.client("ec2"))
+    monkeypatch.setattr(ec2_addresses, "client", lambda service: aws_like)
+    return aws_like
+
+
+@pytest.fixture
+def eip_fn(stack: Stack, ec2: AwsLikeEc2, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    monkeypatch.setenv("NODECYCLE_EIP_MODE", "allocate")
+    return load_function("eip")

@@ -1,0 +1,49 @@
+"""The sweeper's EIP part on moto, through the eip wiring: what it frees and what it costs in API calls."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import boto3
+
+from nodecycle.domain.eip.addresses import ALLOCATED_AT_TAG, INSTANCE_TAG, OWNER_TAG, POOL_TAG
+from nodecycle.wiring.eip import address_sweep
+from tests.functions.eip.conftest import AwsLikeEc2, addresses, allocate, api_calls, run_instances
+from tests.support.stack import Stack
+
+
+def test_the_sweep_frees_what_was_left_behind_and_nothing_else_in_two_api_calls(
+    stack: Stack, ec2: AwsLikeEc2
+) -> None:
+    # Given, for this stack: a leaked address (unassociated for an hour), one a launch allocated a moment
+    # ago, one on a live instance, and a pool address still associated with a terminated instance (moto
+    # keeps that association; AWS ends it itself, unless the termination is still in progress)
+    live, terminated = run_instances(2)
+    hour_ago = (datetime.now(UTC) - timedelta(hours=1)).isoformat(timespec="seconds")
+    just_now = datetime.now(UTC).isoformat(timespec="seconds")
+    ours = {OWNER_TAG: "stack-a"}
+    leaked = allocate(**ours, **{INSTANCE_TAG: "i-0000000000000dead", ALLOCATED_AT_TAG: hour_ago})
+    young = allocate(**ours, **{INSTANCE_TAG: "i-000000000000000ff", ALLOCATED_AT_TAG: just_now})
+    in_use = allocate(**ours, **{INSTANCE_TAG: live, ALLOCATED_AT_TAG: hour_ago})
+    pooled = allocate(**ours, **{POOL_TAG: "ci"})
+    ec2.associate_address(AllocationId=in_use, InstanceId=live, AllowReassociation=False)
+    ec2.associate_address(AllocationId=pooled, InstanceId=terminated, AllowReassociation=False)
+    boto3.client("ec2").terminate_instances(InstanceIds=[terminated])
+    # and another stack's address, unassociated for an hour
+    theirs = allocate(**{OWNER_TAG: "stack-b", ALLOCATED_AT_TAG: hour_ago})
+    calls = api_calls(ec2.moto)
+
+    # When the sweeper runs
+    report = address_sweep()()
+
+    # Then the leak is released, the pool address is free in its pool, everything else is as it was
+    state = {a["AllocationId"]: a.get("InstanceId") or None for a in addresses()}
+    assert state == {young: None, in_use: live, pooled: None, theirs: None}
+    assert leaked not in state
+    assert (report.released, report.returned) == (1, 1)
+    # And it cost one DescribeAddresses and one DescribeInstances (then one call per address it frees)
+    assert (
+        calls["DescribeAddresses"] == 2
+    )  # the listing, and the AWS-like client's in-use check before release
+    assert calls["DescribeInstances"] == 1
+    assert calls["ReleaseAddress"] == calls["DisassociateAddress"] == 1

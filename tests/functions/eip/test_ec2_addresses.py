@@ -1,0 +1,195 @@
+"""The EC2 adapter of the EIP steps: the exact requests (botocore Stubber), and EC2's error codes turned into
+the domain's answers. moto does not answer AddressLimitExceeded, InvalidIPAddress.InUse or InvalidInstanceID
+as AWS does, so those answers are stubbed here, as AWS documents them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError
+from botocore.stub import Stubber
+
+from nodecycle.adapters.ec2_addresses import Ec2Addresses
+from nodecycle.domain.eip.addresses import (
+    Address,
+    AddressAlreadyAssociated,
+    AddressError,
+    AddressInUse,
+    AddressLimitExceeded,
+    AddressNotFound,
+    InstanceUnavailable,
+)
+from nodecycle.domain.errors import TransientError
+from tests.functions.eip.conftest import api_calls, run_instances
+from tests.support.stack import Stack
+
+ALLOCATION = "eipalloc-0123456789abcdef0"
+INSTANCE = "i-0fedcba9876543210"
+
+
+@pytest.fixture
+def stubbed() -> Iterator[tuple[Ec2Addresses, Stubber]]:
+    # One attempt per call: botocore's own retries would consume the stubbed answers.
+    ec2 = boto3.client("ec2", config=Config(retries={"total_max_attempts": 1}))
+    with Stubber(ec2) as stubber:
+        yield Ec2Addresses(ec2), stubber
+        stubber.assert_no_pending_responses()
+
+
+def test_an_association_never_moves_an_address_from_where_it_is(
+    stubbed: tuple[Ec2Addresses, Stubber],
+) -> None:
+    adapter, stubber = stubbed
+    stubber.add_response(
+        "associate_address",
+        {"AssociationId": "eipassoc-1"},
+        expected_params={"AllocationId": ALLOCATION, "InstanceId": INSTANCE, "AllowReassociation": False},
+    )
+
+    assert adapter.associate(ALLOCATION, INSTANCE) == "eipassoc-1"
+
+
+def test_an_allocation_carries_its_tags_from_creation(stubbed: tuple[Ec2Addresses, Stubber]) -> None:
+    adapter, stubber = stubbed
+    tags = {"nodecycle:owner": "stack-a", "nodecycle:instance-id": INSTANCE}
+    stubber.add_response(
+        "allocate_address",
+        {"AllocationId": ALLOCATION, "PublicIp": "203.0.113.7", "Domain": "vpc"},
+        expected_params={
+            "Domain": "vpc",
+            "TagSpecifications": [
+                {
+                    "ResourceType": "elastic-ip",
+                    "Tags": [
+                        {"Key": "nodecycle:owner", "Value": "stack-a"},
+                        {"Key": "nodecycle:instance-id", "Value": INSTANCE},
+                    ],
+                }
+            ],
+        },
+    )
+
+    assert adapter.allocate(tags) == Address(allocation_id=ALLOCATION, public_ip="203.0.113.7", tags=tags)
+
+
+def test_a_search_is_one_describe_addresses_filtered_by_owner_and_what_is_asked(
+    stubbed: tuple[Ec2Addresses, Stubber],
+) -> None:
+    adapter, stubber = stubbed
+    stubber.add_response(
+        "describe_addresses",
+        {
+            "Addresses": [
+                {
+                    "AllocationId": ALLOCATION,
+                    "PublicIp": "203.0.113.7",
+                    "AssociationId": "eipassoc-1",
+                    "InstanceId": INSTANCE,
+                    "Tags": [
+                        {"Key": "nodecycle:owner", "Value": "stack-a"},
+                        {"Key": "nodecycle:pool", "Value": "ci"},
+                    ],
+                }
+            ]
+        },
+        expected_params={
+            "Filters": [
+                {"Name": "tag:nodecycle:owner", "Values": ["stack-a"]},
+                {"Name": "instance-id", "Values": [INSTANCE]},
+                {"Name": "tag:nodecycle:pool", "Values": ["ci"]},
+            ]
+        },
+    )
+
+    (found,) = adapter.find("stack-a", instance_id=INSTANCE, pool="ci")
+
+    assert found.association_id == "eipassoc-1"
+    assert found.instance_id == INSTANCE
+    assert found.pool == "ci"
+
+
+ANSWERS: list[tuple[str, str, dict[str, Any], type[Exception]]] = [
+    ("allocate_address", "AddressLimitExceeded", {}, AddressLimitExceeded),
+    ("associate_address", "Resource.AlreadyAssociated", {}, AddressAlreadyAssociated),
+    ("associate_address", "InvalidAllocationID.NotFound", {}, AddressNotFound),
+    ("associate_address", "InvalidInstanceID", {}, InstanceUnavailable),  # pending, or terminated
+    ("associate_address", "InvalidInstanceID.NotFound", {}, InstanceUnavailable),
+    ("associate_address", "IncorrectInstanceState", {}, InstanceUnavailable),
+    ("describe_addresses", "InvalidAllocationID.NotFound", {}, AddressNotFound),
+    ("release_address", "InvalidIPAddress.InUse", {}, AddressInUse),
+    ("allocate_address", "RequestLimitExceeded", {}, TransientError),
+    ("associate_address", "InternalError", {"http_status_code": 500}, TransientError),
+]
+
+
+def call(adapter: Ec2Addresses, method: str) -> object:
+    calls = {
+        "allocate_address": lambda: adapter.allocate({"nodecycle:owner": "stack-a"}),
+        "associate_address": lambda: adapter.associate(ALLOCATION, INSTANCE),
+        "describe_addresses": lambda: adapter.describe(ALLOCATION),
+        "release_address": lambda: adapter.release(ALLOCATION),
+        "disassociate_address": lambda: adapter.disassociate("eipassoc-1"),
+    }
+    return calls[method]()
+
+
+@pytest.mark.parametrize(("method", "code", "options", "expected"), ANSWERS)
+def test_ec2_error_codes_become_the_domains_answers(
+    stubbed: tuple[Ec2Addresses, Stubber],
+    method: str,
+    code: str,
+    options: dict[str, Any],
+    expected: type[Exception],
+) -> None:
+    adapter, stubber = stubbed
+    stubber.add_client_error(method, service_error_code=code, **options)
+
+    with pytest.raises(expected):
+        call(adapter, method)
+
+
+@pytest.mark.parametrize(
+    ("method", "code"),
+    [
+        ("release_address", "InvalidAllocationID.NotFound"),
+        ("disassociate_address", "InvalidAssociationID.NotFound"),
+    ],
+)
+def test_taking_back_what_is_gone_already_answers_false(
+    stubbed: tuple[Ec2Addresses, Stubber], method: str, code: str
+) -> None:
+    adapter, stubber = stubbed
+    stubber.add_client_error(method, service_error_code=code)
+
+    assert call(adapter, method) is False
+
+
+def test_an_error_with_no_decision_attached_propagates_as_it_is(
+    stubbed: tuple[Ec2Addresses, Stubber],
+) -> None:
+    adapter, stubber = stubbed
+    stubber.add_client_error("release_address", service_error_code="UnauthorizedOperation")
+
+    with pytest.raises(ClientError) as raised:
+        call(adapter, "release_address")
+    assert not isinstance(raised.value, AddressError)
+
+
+def test_instance_states_take_one_describe_instances_per_200_ids_and_skip_the_unknown(stack: Stack) -> None:
+    # Given two instances, one of them terminated, among 450 ids EC2 mostly does not know
+    running, terminated = run_instances(2)
+    ec2 = boto3.client("ec2")
+    ec2.terminate_instances(InstanceIds=[terminated])
+    unknown = [f"i-{number:017x}" for number in range(448)]
+    calls = api_calls(ec2)
+
+    # When the adapter asks for their states
+    states = Ec2Addresses(ec2).instance_states([running, terminated, *unknown])
+
+    # Then three calls answered for all of them (a filter, not InstanceIds: unknown ids do not fail a batch)
+    assert calls["DescribeInstances"] == 3
+    assert states == {running: "running", terminated: "terminated"}

@@ -1,0 +1,237 @@
+"""The eip function on moto: a launch gets a verified address, a terminate gives it back, duplicates and
+crashes leave one address, quota exhaustion ends the launch as configured.
+
+moto lacks some of AWS's answers (no address quota; it releases an associated address silently; it lets a
+terminated instance take an address): the function's EC2 client is the AwsLikeEc2 of conftest.py, which
+gives them as AWS does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime
+from types import ModuleType
+from typing import Any
+
+import pytest
+from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
+
+from nodecycle.domain.eip.addresses import ALLOCATED_AT_TAG, GROUP_TAG, INSTANCE_TAG, OWNER_TAG
+from nodecycle.domain.model import LifecycleRecord, Step
+from nodecycle.settings import ActionResult
+from tests.functions.eip.conftest import (
+    AwsLikeEc2,
+    addresses,
+    allocate,
+    run_instances,
+    store,
+    work_event,
+)
+from tests.support.emf import metric
+from tests.support.functions import FUNCTIONS, LambdaContext
+from tests.support.stack import Stack, receive_all
+from tests.unit.eip.fakes import GROUP, launch_record, terminate_record
+
+OWNER = "stack-a"  # tests/conftest.py's stack
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def given(stack: Stack, record: LifecycleRecord) -> LifecycleRecord:
+    assert store(stack).create(record)
+    return record
+
+
+def current(stack: Stack, record: LifecycleRecord) -> LifecycleRecord:
+    found = store(stack).get(record.id)
+    assert found is not None
+    return found
+
+
+def work(queue_url: str) -> list[dict[str, Any]]:
+    return [json.loads(message["Body"]) for message in receive_all(queue_url)]
+
+
+def failures(response: dict[str, Any]) -> list[dict[str, str]]:
+    return list(response.get("batchItemFailures", []))
+
+
+def test_a_launch_gets_a_tagged_address_associated_and_verified_then_goes_to_the_readiness_gate(
+    eip_fn: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a launching instance whose lifecycle is at ASSIGN_EIP
+    (instance,) = run_instances(1)
+    record = given(stack, launch_record(instance, at=now()))
+
+    # When the eip function gets the work message
+    response = eip_fn.handler(work_event(record), LambdaContext())
+
+    # Then the instance holds a new address, tagged at its creation with owner, instance, group and time
+    assert failures(response) == []
+    (address,) = addresses(**{f"tag:{OWNER_TAG}": OWNER})
+    assert address["InstanceId"] == instance
+    tags = {tag["Key"]: tag["Value"] for tag in address["Tags"]}
+    assert tags[INSTANCE_TAG] == instance
+    assert tags[GROUP_TAG] == GROUP
+    assert datetime.fromisoformat(tags[ALLOCATED_AT_TAG]) <= now()
+    # And the record holds the allocation, and the drain function has the readiness gate's message
+    updated = current(stack, record)
+    assert updated.step is Step.READY_GATE
+    assert updated.allocation_id == address["AllocationId"]
+    assert updated.public_ip == address["PublicIp"]
+    assert work(stack.drain_queue) == [{"record_id": record.id, "seq": 1, "step": "ready-gate"}]
+    assert metric(capsys.readouterr().out, "EipsAllocated") == 1
+
+
+def test_terminate_releases_the_address_and_goes_to_completion(
+    eip_fn: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given an instance that got its address at launch, and now terminates (drained)
+    (instance,) = run_instances(1)
+    launch = given(stack, launch_record(instance, at=now()))
+    eip_fn.handler(work_event(launch), LambdaContext())
+    terminate = given(stack, terminate_record(instance, at=now()))
+
+    # When the eip function gets the RELEASE_EIP message
+    response = eip_fn.handler(work_event(terminate), LambdaContext())
+
+    # Then the address is released, and the drain function has the completion's message
+    assert failures(response) == []
+    assert addresses(**{f"tag:{OWNER_TAG}": OWNER}) == []
+    assert current(stack, terminate).step is Step.COMPLETE
+    assert {"record_id": terminate.id, "seq": 1, "step": "complete"} in work(stack.drain_queue)
+    assert metric(capsys.readouterr().out, "EipsReleased") == 1
+
+
+def test_a_launch_message_delivered_twice_in_one_batch_leaves_one_address(
+    eip_fn: ModuleType, stack: Stack
+) -> None:
+    # Given the same work message twice in a batch (SQS delivers at least once)
+    (instance,) = run_instances(1)
+    record = given(stack, launch_record(instance, at=now()))
+
+    # When the function handles the batch
+    response = eip_fn.handler(work_event(record, record), LambdaContext())
+
+    # Then the instance has one address
+    assert failures(response) == []
+    assert [a["InstanceId"] for a in addresses(**{f"tag:{OWNER_TAG}": OWNER})] == [instance]
+
+
+def test_a_launch_redelivered_after_a_crash_between_allocation_and_association_leaves_one_address(
+    eip_fn: ModuleType, stack: Stack, ec2: AwsLikeEc2
+) -> None:
+    # Given a first delivery that dies right after AllocateAddress (AllocateAddress has no idempotency token)
+    (instance,) = run_instances(1)
+    record = given(stack, launch_record(instance, at=now()))
+    ec2.failures["associate_address"] = [RuntimeError("the Lambda timed out")]
+    with pytest.raises(BatchProcessingError):  # the whole batch failed: SQS delivers it again
+        eip_fn.handler(work_event(record), LambdaContext())
+    (leftover,) = addresses(**{f"tag:{INSTANCE_TAG}": instance})
+    assert "AssociationId" not in leftover
+
+    # When SQS delivers the message again
+    second = eip_fn.handler(work_event(record), LambdaContext())
+
+    # Then the address tagged for the instance is associated, and no second one exists
+    assert failures(second) == []
+    (address,) = addresses(**{f"tag:{OWNER_TAG}": OWNER})
+    assert address["AllocationId"] == leftover["AllocationId"]
+    assert address["InstanceId"] == instance
+    assert current(stack, record).allocation_id == leftover["AllocationId"]
+
+
+@pytest.mark.parametrize(
+    ("policy", "step", "result"),
+    [("abandon", Step.COMPLETE, ActionResult.ABANDON), ("continue", Step.READY_GATE, None)],
+)
+def test_an_exhausted_address_quota_ends_the_launch_as_configured(
+    eip_fn: ModuleType,
+    stack: Stack,
+    ec2: AwsLikeEc2,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    policy: str,
+    step: Step,
+    result: ActionResult | None,
+) -> None:
+    # Given an account at its Elastic IP quota (moto has none: the AWS-like client answers
+    # AddressLimitExceeded as AWS does), and a failure policy
+    monkeypatch.setenv("NODECYCLE_EIP_FAILURE_POLICY", policy)
+    ec2.quota = 0
+    (instance,) = run_instances(1)
+    record = given(stack, launch_record(instance, at=now()))
+
+    # When the launch asks for an address
+    response = eip_fn.handler(work_event(record), LambdaContext())
+
+    # Then it is abandoned (completed with ABANDON) or goes on to the readiness gate without an address
+    assert failures(response) == []
+    updated = current(stack, record)
+    assert updated.step is step
+    assert updated.result is result
+    assert updated.outcome is not None
+    assert updated.outcome.startswith("eip-failed: address quota exceeded")
+    assert updated.allocation_id is None
+    assert work(stack.drain_queue) == [{"record_id": record.id, "seq": 1, "step": step.value}]
+    assert metric(capsys.readouterr().out, "EipFailures") == 1
+
+
+def test_a_pool_launch_claims_a_pool_address_and_terminate_returns_it(
+    eip_fn: ModuleType, stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a pool of one address, tagged for this stack
+    monkeypatch.setenv("NODECYCLE_EIP_MODE", "pool")
+    monkeypatch.setenv("NODECYCLE_EIP_POOL_NAME", "ci")
+    pooled = allocate(**{OWNER_TAG: OWNER, "nodecycle:pool": "ci"})
+    (instance,) = run_instances(1)
+    launch = given(stack, launch_record(instance, at=now()))
+
+    # When the instance launches, Then it holds the pool address
+    eip_fn.handler(work_event(launch), LambdaContext())
+    (address,) = addresses(**{"tag:nodecycle:pool": "ci"})
+    assert (address["AllocationId"], address.get("InstanceId")) == (pooled, instance)
+
+    # When it terminates, Then the address is free in the pool again, not released
+    terminate = given(stack, terminate_record(instance, at=now()))
+    eip_fn.handler(work_event(terminate), LambdaContext())
+    (address,) = addresses(**{"tag:nodecycle:pool": "ci"})
+    assert address["AllocationId"] == pooled
+    assert "AssociationId" not in address
+
+
+def test_a_body_that_is_not_a_work_message_is_dropped_without_failing_the_batch(
+    eip_fn: ModuleType, stack: Stack
+) -> None:
+    (instance,) = run_instances(1)
+    record = given(stack, launch_record(instance, at=now()))
+    event = work_event(record)
+    event["Records"].insert(0, {**event["Records"][0], "messageId": "garbage", "body": "{not json"})
+
+    response = eip_fn.handler(event, LambdaContext())
+
+    assert failures(response) == []
+    assert current(stack, record).step is Step.READY_GATE
+
+
+def test_the_eip_function_does_not_import_the_kubernetes_client(stack: Stack) -> None:
+    # Given a fresh interpreter with the function's environment
+    script = f"""
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("eip_app", {str(FUNCTIONS / "eip" / "app.py")!r})
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+from nodecycle.wiring.eip import address_sweep, engine
+engine(); address_sweep()
+print(sorted(name for name in sys.modules if name == "kubernetes" or name.startswith("kubernetes.")))
+"""
+    # When it loads the handler and builds its services, Then no Kubernetes module is imported
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=dict(os.environ), check=True
+    )
+    assert done.stdout.strip().splitlines()[-1] == "[]"

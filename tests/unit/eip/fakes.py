@@ -1,0 +1,249 @@
+"""An in-memory EC2 for the EIP steps: the Addresses port, answering as AWS does.
+
+It answers as AWS, not as moto: AssociateAddress with AllowReassociation false refuses an address that is
+associated already (``Resource.AlreadyAssociated``) and an instance that is pending or gone
+(``InvalidInstanceID``); associating a second address with an instance moves the instance's first address
+off it silently; ReleaseAddress refuses an associated address (``InvalidIPAddress.InUse``); there is an
+address quota (``AddressLimitExceeded``); a terminated instance loses its associations. It can also lag
+(DescribeAddresses not showing a new association yet) and fail the next call of a method on request.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from nodecycle.domain.eip.addresses import (
+    ALLOCATED_AT_TAG,
+    GROUP_TAG,
+    INSTANCE_TAG,
+    OWNER_TAG,
+    POOL_TAG,
+    Address,
+    AddressAlreadyAssociated,
+    AddressInUse,
+    AddressLimitExceeded,
+    AddressNotFound,
+    InstanceUnavailable,
+)
+from nodecycle.domain.model import LifecycleRecord, Step, Transition, global_deadline
+
+T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
+OWNER = "stack-a"
+GROUP = "ci-runners"
+HEARTBEAT = 3600
+
+
+@dataclass
+class Eip:
+    allocation_id: str
+    public_ip: str
+    tags: dict[str, str]
+    association_id: str | None = None
+    instance_id: str | None = None
+
+    def view(self) -> Address:
+        return Address(
+            allocation_id=self.allocation_id,
+            public_ip=self.public_ip,
+            association_id=self.association_id,
+            instance_id=self.instance_id,
+            tags=dict(self.tags),
+        )
+
+
+@dataclass
+class FakeAddresses:
+    eips: dict[str, Eip] = field(default_factory=dict)
+    instances: dict[str, str] = field(default_factory=dict)  # instance id -> EC2 state
+    quota: int = 5  # AWS's default Elastic IP quota per Region
+    lag: int = 0  # DescribeAddresses (describe) hides a new association from this many reads
+    calls: list[str] = field(default_factory=list)
+    faults: dict[str, list[Exception]] = field(default_factory=lambda: defaultdict(list))
+    # runs once, before the next call of a method, with that call's arguments
+    before: dict[str, Callable[..., object]] = field(default_factory=dict)
+    _hidden: dict[str, int] = field(default_factory=dict)
+    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+    # -- set-up and inspection ---------------------------------------------------------------------
+
+    def launch(self, instance_id: str, state: str = "running") -> str:
+        self.instances[instance_id] = state
+        return instance_id
+
+    def terminate(self, instance_id: str) -> None:
+        """As EC2 does: the instance's addresses are disassociated when it terminates."""
+        self.instances[instance_id] = "terminated"
+        for eip in self.eips.values():
+            if eip.instance_id == instance_id:
+                eip.instance_id = eip.association_id = None
+
+    def add(
+        self,
+        *,
+        owner: str | None = OWNER,
+        allocated_for: str | None = None,
+        pool: str | None = None,
+        allocated_at: datetime | None = T0,
+        on: str | None = None,
+    ) -> str:
+        """An address that exists before the test starts, tagged as given (and associated ``on`` an instance)."""
+        tags = {OWNER_TAG: owner, INSTANCE_TAG: allocated_for, POOL_TAG: pool, GROUP_TAG: GROUP}
+        if allocated_at is not None:
+            tags[ALLOCATED_AT_TAG] = allocated_at.isoformat()
+        eip = self._new({key: value for key, value in tags.items() if value is not None})
+        if on is not None:
+            self.take(eip.allocation_id, on)
+        return eip.allocation_id
+
+    def take(self, allocation_id: str, instance_id: str) -> None:
+        """Someone associates the address behind the step's back (another launch, another tool)."""
+        eip = self.eips[allocation_id]
+        eip.instance_id, eip.association_id = instance_id, self._id("eipassoc")
+
+    def on(self, instance_id: str) -> list[Eip]:
+        return [eip for eip in self.eips.values() if eip.instance_id == instance_id]
+
+    def count(self, method: str) -> int:
+        return self.calls.count(method)
+
+    # -- the port ----------------------------------------------------------------------------------
+
+    def find(
+        self,
+        owner: str,
+        *,
+        instance_id: str | None = None,
+        allocated_for: str | None = None,
+        pool: str | None = None,
+    ) -> list[Address]:
+        self._call("find")
+        wanted = {OWNER_TAG: owner, INSTANCE_TAG: allocated_for, POOL_TAG: pool}
+        return [
+            eip.view()
+            for eip in self.eips.values()
+            if all(value is None or eip.tags.get(key) == value for key, value in wanted.items())
+            and (instance_id is None or eip.instance_id == instance_id)
+        ]
+
+    def describe(self, allocation_id: str) -> Address:
+        self._call("describe", allocation_id)
+        eip = self._eip(allocation_id)
+        if self._hidden.get(allocation_id, 0) > 0:
+            self._hidden[allocation_id] -= 1
+            return Address(allocation_id=eip.allocation_id, public_ip=eip.public_ip, tags=dict(eip.tags))
+        return eip.view()
+
+    def allocate(self, tags: Mapping[str, str]) -> Address:
+        self._call("allocate", tags)
+        if len(self.eips) >= self.quota:
+            raise AddressLimitExceeded("AddressLimitExceeded")
+        return self._new(dict(tags)).view()
+
+    def associate(self, allocation_id: str, instance_id: str) -> str:
+        self._call("associate", allocation_id, instance_id)
+        eip = self._eip(allocation_id)
+        if self.instances.get(instance_id) != "running":
+            raise InstanceUnavailable(
+                f"InvalidInstanceID: {instance_id} is {self.instances.get(instance_id)}"
+            )
+        if eip.association_id is not None:
+            raise AddressAlreadyAssociated(f"Resource.AlreadyAssociated: {eip.public_ip}")
+        for other in self.on(instance_id):  # the instance's primary address takes the new one instead
+            other.instance_id = other.association_id = None
+        eip.instance_id, eip.association_id = instance_id, self._id("eipassoc")
+        self._hidden[allocation_id] = self.lag
+        return eip.association_id
+
+    def disassociate(self, association_id: str) -> bool:
+        self._call("disassociate", association_id)
+        for eip in self.eips.values():
+            if eip.association_id == association_id:
+                eip.instance_id = eip.association_id = None
+                return True
+        return False
+
+    def release(self, allocation_id: str) -> bool:
+        self._call("release", allocation_id)
+        eip = self.eips.get(allocation_id)
+        if eip is None:
+            return False
+        if eip.association_id is not None:
+            raise AddressInUse(f"InvalidIPAddress.InUse: {eip.public_ip}")
+        del self.eips[allocation_id]
+        return True
+
+    def instance_states(self, instance_ids: Collection[str]) -> dict[str, str]:
+        self._call("instance_states", instance_ids)
+        return {instance: self.instances[instance] for instance in instance_ids if instance in self.instances}
+
+    # -- plumbing ----------------------------------------------------------------------------------
+
+    def _call(self, method: str, *args: object) -> None:
+        self.calls.append(method)
+        hook = self.before.pop(method, None)
+        if hook is not None:
+            hook(*args)
+        if self.faults[method]:
+            raise self.faults[method].pop(0)
+
+    def _eip(self, allocation_id: str) -> Eip:
+        eip = self.eips.get(allocation_id)
+        if eip is None:
+            raise AddressNotFound(f"InvalidAllocationID.NotFound: {allocation_id}")
+        return eip
+
+    def _new(self, tags: dict[str, str]) -> Eip:
+        number = next(self._ids)
+        eip = Eip(allocation_id=f"eipalloc-{number:04d}", public_ip=f"198.51.100.{number}", tags=tags)
+        self.eips[eip.allocation_id] = eip
+        return eip
+
+    def _id(self, prefix: str) -> str:
+        return f"{prefix}-{next(self._ids):04d}"
+
+
+def lifecycle(
+    instance_id: str, transition: Transition, plan: tuple[Step, ...], at: datetime = T0, **changes: object
+) -> LifecycleRecord:
+    """A lifecycle action that started ``at``, with the hook's heartbeat timeout ahead of it."""
+    record = LifecycleRecord(
+        id=f"{instance_id}/{transition.short}/token",
+        owner=OWNER,
+        instance_id=instance_id,
+        transition=transition,
+        token="token",
+        group=GROUP,
+        hook=transition.short,
+        plan=plan,
+        step=plan[0],
+        received_at=at,
+        started_at=at,
+        updated_at=at,
+        due_at=at,
+        heartbeat_timeout=HEARTBEAT,
+        heartbeat_deadline=at + timedelta(seconds=HEARTBEAT),
+        global_deadline=global_deadline(at, HEARTBEAT),
+    )
+    return record.model_copy(update=changes)
+
+
+def launch_record(instance_id: str, at: datetime = T0, **changes: object) -> LifecycleRecord:
+    plan = (Step.ASSIGN_EIP, Step.READY_GATE, Step.COMPLETE, Step.DONE)
+    return lifecycle(instance_id, Transition.LAUNCHING, plan, at, **changes)
+
+
+def terminate_record(instance_id: str, at: datetime = T0, **changes: object) -> LifecycleRecord:
+    plan = (
+        Step.ACQUIRE_SLOT,
+        Step.CORDON,
+        Step.EVICT,
+        Step.RELEASE_EIP,
+        Step.COMPLETE,
+        Step.CLEANUP,
+        Step.DONE,
+    )
+    return lifecycle(instance_id, Transition.TERMINATING, plan, at, **{"step": Step.RELEASE_EIP, **changes})

@@ -1,0 +1,144 @@
+"""The sweeper's EIP part on an in-memory EC2: what it frees, what it never touches, what it costs."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from nodecycle.domain.eip.sweep import AddressSweep, AddressSweepReport
+from tests.support.fakes import FakeClock, FakeMetrics
+from tests.unit.eip.fakes import OWNER, T0, FakeAddresses
+
+GRACE = timedelta(minutes=10)
+LIVE = "i-0000000000000001a"
+POOL = "ci"
+
+
+@pytest.fixture
+def ec2() -> FakeAddresses:
+    fake = FakeAddresses(quota=10_000)
+    fake.launch(LIVE)
+    return fake
+
+
+@pytest.fixture
+def metrics() -> FakeMetrics:
+    return FakeMetrics()
+
+
+def sweep(ec2: FakeAddresses, metrics: FakeMetrics) -> AddressSweepReport:
+    return AddressSweep(owner=OWNER, addresses=ec2, clock=FakeClock(T0), metrics=metrics, grace=GRACE)()
+
+
+def test_an_unassociated_address_older_than_the_grace_is_released_and_a_younger_one_kept(
+    ec2: FakeAddresses, metrics: FakeMetrics
+) -> None:
+    # Given an address left unassociated by a crash, one just allocated by a launch still at work, and one in use
+    leaked = ec2.add(allocated_for="i-crashed", allocated_at=T0 - GRACE - timedelta(seconds=1))
+    young = ec2.add(allocated_for="i-launching", allocated_at=T0 - timedelta(seconds=30))
+    in_use = ec2.add(allocated_for=LIVE, allocated_at=T0 - timedelta(days=3), on=LIVE)
+
+    # When the sweeper runs
+    report = sweep(ec2, metrics)
+
+    # Then only the leak is released
+    assert leaked not in ec2.eips
+    assert {young, in_use} <= set(ec2.eips)
+    assert report == AddressSweepReport(released=1, returned=0, kept=2)
+    assert metrics.counts["SweptEips"] == 1
+
+
+def test_pool_addresses_are_never_released_and_are_taken_back_from_gone_instances(
+    ec2: FakeAddresses, metrics: FakeMetrics
+) -> None:
+    # Given old free pool addresses, pool addresses still associated with a terminated and with a vanished
+    # instance (EC2 normally ends those associations itself), and one on a live instance
+    free = [ec2.add(pool=POOL, allocated_at=T0 - timedelta(days=30)), ec2.add(pool=POOL, allocated_at=None)]
+    ec2.launch("i-terminated", state="terminated")
+    stale = [ec2.add(pool=POOL, on="i-terminated"), ec2.add(pool=POOL, on="i-vanished")]
+    live = ec2.add(pool=POOL, on=LIVE)
+
+    # When the sweeper runs
+    report = sweep(ec2, metrics)
+
+    # Then every pool address is still allocated; the stale ones are free again, the live one untouched
+    assert set(free + stale + [live]) == set(ec2.eips)
+    assert all(ec2.eips[address].association_id is None for address in stale)
+    assert ec2.eips[live].instance_id == LIVE
+    assert ec2.count("release") == 0
+    assert report.returned == 2
+    assert metrics.counts["SweptEips"] == 2
+
+
+def test_an_old_address_still_associated_with_a_terminated_instance_is_disassociated_and_released(
+    ec2: FakeAddresses, metrics: FakeMetrics
+) -> None:
+    ec2.launch("i-terminated", state="terminated")
+    address = ec2.add(allocated_for="i-terminated", allocated_at=T0 - timedelta(hours=1), on="i-terminated")
+
+    report = sweep(ec2, metrics)
+
+    assert address not in ec2.eips
+    assert report.released == 1
+
+
+def test_the_sweep_never_touches_the_addresses_of_another_owner(
+    ec2: FakeAddresses, metrics: FakeMetrics
+) -> None:
+    # Given another stack's old unassociated address, and one on an instance that is gone
+    theirs = [
+        ec2.add(owner="stack-b", allocated_for="i-x", allocated_at=T0 - timedelta(days=1)),
+        ec2.add(owner="stack-b", pool=POOL, on="i-vanished"),
+    ]
+
+    # When this stack's sweeper runs
+    report = sweep(ec2, metrics)
+
+    # Then both are as they were
+    assert set(theirs) == set(ec2.eips)
+    assert ec2.eips[theirs[1]].instance_id == "i-vanished"
+    assert report == AddressSweepReport()
+    assert metrics.counts["SweptEips"] == 0
+
+
+def test_an_address_a_launch_associates_between_the_listing_and_the_release_is_kept(
+    ec2: FakeAddresses, metrics: FakeMetrics
+) -> None:
+    # Given an old unassociated address that a redelivered launch associates just before the release
+    address = ec2.add(allocated_for=LIVE, allocated_at=T0 - timedelta(hours=1))
+    ec2.before["release"] = lambda allocation_id: ec2.take(allocation_id, LIVE)
+
+    # When the sweeper runs, Then EC2's refusal (the address is in use) keeps it with the launch
+    report = sweep(ec2, metrics)
+
+    assert ec2.eips[address].instance_id == LIVE
+    assert report.released == 0
+
+
+def test_an_address_without_an_allocation_time_is_not_nodecycles_to_release(
+    ec2: FakeAddresses, metrics: FakeMetrics
+) -> None:
+    address = ec2.add(allocated_for="i-x", allocated_at=None)
+
+    report = sweep(ec2, metrics)
+
+    assert address in ec2.eips
+    assert report.kept == 1
+
+
+def test_the_sweep_costs_one_listing_and_one_instance_lookup_however_many_addresses(
+    ec2: FakeAddresses, metrics: FakeMetrics
+) -> None:
+    # Given 300 addresses on 300 live instances, and 300 leaked ones
+    for number in range(300):
+        instance = ec2.launch(f"i-{number:017x}")
+        ec2.add(allocated_for=instance, on=instance)
+        ec2.add(allocated_for=f"i-gone-{number}", allocated_at=T0 - timedelta(days=1))
+
+    # When the sweeper runs
+    report = sweep(ec2, metrics)
+
+    # Then it listed once and asked for instance states once (the adapter batches that call by 200)
+    assert ec2.count("find") == ec2.count("instance_states") == 1
+    assert report.released == 300

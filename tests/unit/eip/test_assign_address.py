@@ -1,0 +1,439 @@
+"""ASSIGN_EIP on an in-memory EC2 that answers as AWS does (see fakes.py): allocation, pool claims,
+verification, idempotency under redelivery and crashes, and every failure's outcome."""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any
+
+import pytest
+
+from nodecycle.domain.eip.addresses import (
+    ALLOCATED_AT_TAG,
+    GROUP_TAG,
+    INSTANCE_TAG,
+    OWNER_TAG,
+    POOL_TAG,
+)
+from nodecycle.domain.eip.assign import INSTANCE_DELAY, VERIFY_DELAY, VERIFY_READS, AssignAddress
+from nodecycle.domain.engine import Outcome
+from nodecycle.domain.errors import TransientError
+from nodecycle.domain.model import LifecycleRecord, Step
+from nodecycle.settings import ActionResult, Settings
+from tests.support.fakes import FakeMetrics
+from tests.unit.eip.fakes import GROUP, OWNER, T0, FakeAddresses, launch_record
+
+INSTANCE = "i-0fedcba9876543210"
+OTHER = "i-0000000000000aaaa"
+POOL = "ci"
+
+
+class LambdaDied(Exception):
+    """The function died between two API calls (a timeout, a killed container)."""
+
+
+def settings(**overrides: Any) -> Settings:
+    values = {
+        "owner_id": OWNER,
+        "record_table": "records",
+        "drain_queue_url": "https://sqs.example/drain",
+        "eip_queue_url": "https://sqs.example/eip",
+        "managed_groups": GROUP,
+        "eip_mode": "allocate",
+        **overrides,
+    }
+    return Settings.model_validate(values)
+
+
+def step(ec2: FakeAddresses, metrics: FakeMetrics, seed: int = 7, **overrides: Any) -> AssignAddress:
+    return AssignAddress(
+        settings=settings(**overrides), addresses=ec2, metrics=metrics, rng=random.Random(seed)
+    )
+
+
+def after(record: LifecycleRecord, outcome: Outcome) -> LifecycleRecord:
+    """The record as the engine commits it after ``outcome`` (the changes; the step stays on a wait)."""
+    return record.model_copy(update=dict(outcome.changes))
+
+
+def went_on(outcome: Outcome) -> bool:
+    return outcome.then is None and not outcome.again
+
+
+@pytest.fixture
+def ec2() -> FakeAddresses:
+    fake = FakeAddresses()
+    fake.launch(INSTANCE)
+    fake.launch(OTHER)
+    return fake
+
+
+@pytest.fixture
+def metrics() -> FakeMetrics:
+    return FakeMetrics()
+
+
+# -- allocate mode -------------------------------------------------------------------------------------
+
+
+def test_a_launch_gets_a_new_address_tagged_for_its_instance_and_goes_on_once_it_holds(
+    ec2: FakeAddresses, metrics: FakeMetrics
+) -> None:
+    # Given a running instance whose launch needs an address
+    record = launch_record(INSTANCE)
+
+    # When the step runs
+    outcome = step(ec2, metrics)(record, T0)
+
+    # Then the instance holds a new address tagged at creation, and the lifecycle goes on with it recorded
+    (eip,) = ec2.on(INSTANCE)
+    assert eip.tags == {
+        OWNER_TAG: OWNER,
+        INSTANCE_TAG: INSTANCE,
+        GROUP_TAG: GROUP,
+        ALLOCATED_AT_TAG: "2026-11-30T10:00:00+00:00",
+    }
+    assert went_on(outcome)
+    assert outcome.changes["allocation_id"] == eip.allocation_id
+    assert outcome.changes["public_ip"] == eip.public_ip
+    assert ec2.count("describe") == 1  # verified before going on
+    assert metrics.counts["EipsAllocated"] == 1
+    assert metrics.counts["EipFailures"] == 0
+
+
+def test_a_redelivery_after_the_association_keeps_the_address_and_allocates_nothing(
+    ec2: FakeAddresses, metrics: FakeMetrics
+) -> None:
+    # Given an instance that holds the address an earlier delivery gave it
+    held = ec2.add(allocated_for=INSTANCE, on=INSTANCE)
+
+    # When the same launch message is delivered again
+    outcome = step(ec2, metrics)(launch_record(INSTANCE), T0)
+
+    # Then it keeps that address: nothing allocated, nothing associated
+    assert went_on(outcome)
+    assert outcome.changes["allocation_id"] == held
+    assert ec2.count("allocate") == ec2.count("associate") == 0
+    assert len(ec2.eips) == 1
+
+
+def test_a_crash_between_allocation_and_association_is_repaired_by_the_next_delivery(
+    ec2: FakeAddresses, metrics: FakeMetrics
+) -> None:
+    # Given a delivery that allocated an address and died before associating it
+    ec2.faults["associate"].append(LambdaDied())
+    with pytest.raises(LambdaDied):
+        step(ec2, metrics)(launch_record(INSTANCE), T0)
+    (leftover,) = ec2.eips
+
+    # When the message is delivered again
+    outcome = step(ec2, metrics)(launch_record(INSTANCE), T0)
+
+    # Then the address tagged for the instance is associated, and no second one is allocated
+    assert went_on(outcome)
+    assert [eip.allocation_id for eip in ec2.on(INSTANCE)] == [leftover]
+    assert ec2.count("allocate") == 1
+    assert len(ec2.eips) == 1
+
+
+@pytest.mark.parametrize("meanwhile", ["allocate", "associate"])
+def test_two_deliveries_of_one_launch_running_at_once_leave_one_address(
+    ec2: FakeAddresses, metrics: FakeMetrics, meanwhile: str
+) -> None:
+    # Given two deliveries of the same launch message, the second running whole while the first is
+    # about to allocate (both allocate) or about to associate (the second finds the first's address)
+    record = launch_record(INSTANCE)
+    second: list[Outcome] = []
+    ec2.before[meanwhile] = lambda *_: second.append(step(ec2, metrics)(record, T0))
+
+    # When the first one finishes too
+    first = step(ec2, metrics)(record, T0)
+
+    # Then both went on with the same address, and the instance has that one address only
+    (eip,) = ec2.eips.values()
+    assert eip.instance_id == INSTANCE
+    assert went_on(first)
+    assert went_on(second[0])
+    assert first.changes["allocation_id"] == second[0].changes["allocation_id"] == eip.allocation_id
+
+
+def test_an_association_that_does_not_show_yet_is_verified_on_a_later_run_without_sleeping(
+    ec2: FakeAddresses, metrics: FakeMetrics, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given DescribeAddresses that shows a new association only on its second read
+    ec2.lag = 1
+    monkeypatch.setattr(time, "sleep", lambda seconds: pytest.fail(f"the step slept {seconds}s"))
+    record = launch_record(INSTANCE)
+
+    # When the step runs
+    waiting = step(ec2, metrics)(record, T0)
+
+    # Then it waits a short while (the engine re-enqueues the message) instead of going on blind
+    assert waiting.again
+    assert waiting.delay == VERIFY_DELAY
+
+    # And when it runs again, it reads the association, allocating and associating nothing more
+    outcome = step(ec2, metrics)(after(record, waiting), T0)
+    assert went_on(outcome)
+    assert outcome.changes["allocation_id"] == ec2.on(INSTANCE)[0].allocation_id
+    assert "eip" not in outcome.changes["extra"]  # the step's scratch is gone with it
+    assert ec2.count("allocate") == ec2.count("associate") == 1
+
+
+def test_an_association_that_never_shows_is_looked_up_again_from_the_start(
+    ec2: FakeAddresses, metrics: FakeMetrics
+) -> None:
+    # Given DescribeAddresses that lags longer than the step reads it
+    ec2.lag = VERIFY_READS + 1
+    record = launch_record(INSTANCE)
+    assign = step(ec2, metrics)
+
+    # When the step has read it as often as it will
+    outcomes = [assign(record, T0)]
+    while "verify" in outcomes[-1].changes["extra"].get("eip", {}):
+        record = after(record, outcomes[-1])
+        outcomes.append(assign(record, T0))
+
+    # Then it starts over, and the start finds the instance holding its address: no second allocation
+    final = assign(after(record, outcomes[-1]), T0)
+    assert len(outcomes) == VERIFY_READS
+    assert went_on(final)
+    assert ec2.count("allocate") == 1
+    assert len(ec2.eips) == 1
+
+
+def test_an_address_released_behind_our_back_before_it_showed_is_replaced(
+    ec2: FakeAddresses, metrics: FakeMetrics
+) -> None:
+    # Given an association not showing yet, and its address released by someone else meanwhile
+    ec2.lag = 1
+    record = launch_record(INSTANCE)
+    waiting = step(ec2, metrics)(record, T0)
+    ec2.lag = 0
+    (gone,) = ec2.eips
+    ec2.eips[gone].instance_id = ec2.eips[gone].association_id = None
+    del ec2.eips[gone]
+
+    # When the step runs again, and again
+    restart = step(ec2, metrics)(after(record, waiting), T0)
+    outcome = step(ec2, metrics)(after(after(record, waiting), restart), T0)
+
+    # Then it counted a failure, started over and gave the instance a new address
+    assert restart.again
+    assert metrics.counts["EipFailures"] == 1
+    assert went_on(outcome)
+    assert outcome.changes["allocation_id"] != gone
+    assert [eip.allocation_id for eip in ec2.on(INSTANCE)] == [outcome.changes["allocation_id"]]
+
+
+@pytest.mark.parametrize(
+    ("policy", "goes_to", "result"),
+    [("abandon", Step.COMPLETE, ActionResult.ABANDON), ("continue", None, None)],
+)
+def test_an_exhausted_address_quota_ends_the_assignment_as_the_failure_policy_says(
+    ec2: FakeAddresses, metrics: FakeMetrics, policy: str, goes_to: Step | None, result: ActionResult | None
+) -> None:
+    # Given an account whose Elastic IP quota is used up
+    ec2.quota = 0
+
+    # When a launch asks for an address
+    outcome = step(ec2, metrics, eip_failure_policy=policy)(launch_record(INSTANCE), T0)
+
+    # Then the launch is abandoned (the group replaces the instance) or goes on without an address
+    assert outcome.then is goes_to
+    assert not outcome.again
+    assert outcome.changes.get("result") is result
+    assert outcome.changes["outcome"].startswith("eip-failed: address quota exceeded")
+    assert metrics.counts["EipFailures"] == 1
+    assert not ec2.eips
+
+
+def test_throttling_leaves_the_retry_to_the_engine_and_counts_a_failure(
+    ec2: FakeAddresses, metrics: FakeMetrics
+) -> None:
+    # Given EC2 throttling the allocation
+    ec2.faults["allocate"].append(TransientError("RequestLimitExceeded"))
+
+    # When the step runs, Then the engine gets the transient error to retry with backoff
+    with pytest.raises(TransientError):
+        step(ec2, metrics)(launch_record(INSTANCE), T0)
+    assert metrics.counts["EipFailures"] == 1
+    assert not ec2.eips
+
+
+def test_a_pending_instance_is_waited_for_and_gets_the_address_allocated_for_it(
+    ec2: FakeAddresses, metrics: FakeMetrics
+) -> None:
+    # Given an instance still pending, which EC2 refuses an address
+    ec2.launch(INSTANCE, state="pending")
+    record = launch_record(INSTANCE)
+
+    # When the step runs, Then it waits for the instance
+    waiting = step(ec2, metrics)(record, T0)
+    assert waiting.again
+    assert waiting.delay == INSTANCE_DELAY
+
+    # And once the instance runs, it gets the address allocated before, not a second one
+    ec2.launch(INSTANCE, state="running")
+    outcome = step(ec2, metrics)(after(record, waiting), T0)
+    assert went_on(outcome)
+    assert ec2.count("allocate") == 1
+    assert len(ec2.on(INSTANCE)) == len(ec2.eips) == 1
+
+
+def test_an_instance_already_gone_fails_the_launch_and_its_new_address_is_released(
+    ec2: FakeAddresses, metrics: FakeMetrics
+) -> None:
+    # Given an instance terminated before its launch step ran
+    ec2.terminate(INSTANCE)
+
+    # When the step runs
+    outcome = step(ec2, metrics)(launch_record(INSTANCE), T0)
+
+    # Then the launch ends per policy and the address allocated for it does not leak
+    assert outcome.then is Step.COMPLETE
+    assert outcome.changes["outcome"] == "eip-failed: instance is terminated"
+    assert metrics.counts["EipFailures"] == 1
+    assert not ec2.eips
+
+
+# -- pool mode -----------------------------------------------------------------------------------------
+
+
+def test_pool_mode_claims_a_free_address_of_its_pool_and_never_one_in_use_or_not_its_own(
+    ec2: FakeAddresses, metrics: FakeMetrics
+) -> None:
+    # Given a pool with one address in use and one free, and free addresses of another owner or pool
+    in_use = ec2.add(pool=POOL, on=OTHER)
+    free = ec2.add(pool=POOL)
+    foreign = [
+        ec2.add(owner="stack-b", pool=POOL),
+        ec2.add(pool="other-pool"),
+        ec2.add(owner=None, pool=POOL),
+    ]
+
+    # When a launch claims an address
+    outcome = step(ec2, metrics, eip_mode="pool", eip_pool_name=POOL)(launch_record(INSTANCE), T0)
+
+    # Then it holds the free one, the one in use stays where it was, the others are untouched
+    assert went_on(outcome)
+    assert [eip.allocation_id for eip in ec2.on(INSTANCE)] == [free]
+    assert ec2.eips[in_use].instance_id == OTHER
+    assert all(ec2.eips[other].instance_id is None for other in foreign)
+    assert metrics.counts["EipsClaimed"] == 1
+    assert ec2.count("allocate") == 0
+
+
+def test_pool_mode_tries_the_next_free_address_when_another_launch_took_one_first(
+    ec2: FakeAddresses, metrics: FakeMetrics
+) -> None:
+    # Given two free pool addresses, and another launch that associates whichever one this launch reaches
+    # for first, between this launch's listing and its AssociateAddress
+    both = {ec2.add(pool=POOL), ec2.add(pool=POOL)}
+    ec2.before["associate"] = lambda allocation_id, _instance: ec2.take(allocation_id, OTHER)
+
+    # When the launch claims an address
+    outcome = step(ec2, metrics, eip_mode="pool", eip_pool_name=POOL)(launch_record(INSTANCE), T0)
+
+    # Then EC2 refused the first (not moved: the other launch keeps it) and the launch holds the second
+    assert went_on(outcome)
+    (taken,) = ec2.on(OTHER)
+    (mine,) = ec2.on(INSTANCE)
+    assert {taken.allocation_id, mine.allocation_id} == both
+    assert ec2.count("associate") == 2
+
+
+def test_concurrent_pool_claims_reach_for_free_addresses_in_random_order() -> None:
+    # Given a pool of five free addresses
+    # When launches with different random sources claim one each from the same listing
+    first_choices = set()
+    for seed in range(20):
+        ec2 = FakeAddresses()
+        ec2.launch(INSTANCE)
+        for _ in range(5):
+            ec2.add(pool=POOL)
+        step(ec2, FakeMetrics(), seed=seed, eip_mode="pool", eip_pool_name=POOL)(launch_record(INSTANCE), T0)
+        first_choices.add(ec2.on(INSTANCE)[0].allocation_id)
+
+    # Then they do not all reach for the same one (which would make every concurrent claim collide)
+    assert len(first_choices) > 1
+
+
+@pytest.mark.parametrize(("policy", "goes_to"), [("abandon", Step.COMPLETE), ("continue", None)])
+def test_an_empty_pool_ends_the_assignment_as_the_failure_policy_says(
+    ec2: FakeAddresses, metrics: FakeMetrics, policy: str, goes_to: Step | None
+) -> None:
+    # Given a pool whose only address is in use
+    ec2.add(pool=POOL, on=OTHER)
+
+    # When a launch claims an address
+    outcome = step(ec2, metrics, eip_mode="pool", eip_pool_name=POOL, eip_failure_policy=policy)(
+        launch_record(INSTANCE), T0
+    )
+
+    # Then nothing is taken from the other instance and the launch ends per policy
+    assert outcome.then is goes_to
+    assert outcome.changes["outcome"].startswith("eip-failed: address pool 'ci' is empty")
+    assert ec2.on(INSTANCE) == []
+    assert len(ec2.on(OTHER)) == 1
+    assert metrics.counts["EipFailures"] == 1
+
+
+def test_an_empty_pool_grows_by_one_address_when_the_settings_allow_it(
+    ec2: FakeAddresses, metrics: FakeMetrics
+) -> None:
+    # Given an empty pool that may grow
+    ec2.add(pool=POOL, on=OTHER)
+
+    # When a launch claims an address
+    outcome = step(ec2, metrics, eip_mode="pool", eip_pool_name=POOL, eip_pool_allocate_when_empty="true")(
+        launch_record(INSTANCE), T0
+    )
+
+    # Then a new address joins the pool (tagged as a pool member and as this stack's) and the launch holds it
+    assert went_on(outcome)
+    (eip,) = ec2.on(INSTANCE)
+    assert eip.tags[POOL_TAG] == POOL
+    assert eip.tags[OWNER_TAG] == OWNER
+    assert metrics.counts["EipsAllocated"] == metrics.counts["EipsClaimed"] == 1
+
+
+def test_a_pool_claim_delivered_again_keeps_what_the_first_delivery_claimed(
+    ec2: FakeAddresses, metrics: FakeMetrics
+) -> None:
+    # Given an instance that holds a pool address, and a free one left in the pool
+    held = ec2.add(pool=POOL, on=INSTANCE)
+    ec2.add(pool=POOL)
+
+    # When the launch message is delivered again
+    outcome = step(ec2, metrics, eip_mode="pool", eip_pool_name=POOL)(launch_record(INSTANCE), T0)
+
+    # Then the instance keeps its address and claims no second one
+    assert outcome.changes["allocation_id"] == held
+    assert ec2.count("associate") == 0
+
+
+def test_an_address_refused_as_associated_but_on_this_instance_is_kept(
+    ec2: FakeAddresses, metrics: FakeMetrics
+) -> None:
+    # Given a pool address that a concurrent delivery of this launch associates first
+    address = ec2.add(pool=POOL)
+    ec2.before["associate"] = lambda allocation_id, instance: ec2.take(allocation_id, instance)
+
+    # When this delivery's AssociateAddress is refused
+    outcome = step(ec2, metrics, eip_mode="pool", eip_pool_name=POOL)(launch_record(INSTANCE), T0)
+
+    # Then it sees the address on its own instance and goes on with it
+    assert went_on(outcome)
+    assert outcome.changes["allocation_id"] == address
+    assert ec2.count("associate") == 1
+
+
+def test_with_eip_mode_turned_off_since_the_plan_was_made_the_launch_goes_on_without_calls(
+    ec2: FakeAddresses, metrics: FakeMetrics
+) -> None:
+    outcome = step(ec2, metrics, eip_mode="off")(launch_record(INSTANCE), T0)
+
+    assert went_on(outcome)
+    assert ec2.calls == []
