@@ -98,6 +98,7 @@ class Sandbox:
         self._moto: MotoServer | None = None
         self._local_control: AwsControl | None = None
         self._runner: Runner | None = None
+        self._extra_runners: list[Runner] = []
         self._asg: AutoScalingGroup | None = None
         self._started = threading.Event()
         self.endpoint_url = ""
@@ -158,8 +159,8 @@ class Sandbox:
     def publish(self, event: dict[str, Any]) -> None:
         """The emulation's EventBridge: lifecycle events go to the runner's rules."""
         self._started.wait()
-        if self._runner is not None:  # None once stopping: late events have nowhere to go
-            self._runner.publish(event)
+        for runner in self._runners():  # none once stopping: late events have nowhere to go
+            runner.publish(event)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -181,24 +182,10 @@ class Sandbox:
                 endpoint=kube.url,
                 ca_pem=ca_pem.decode() if isinstance(ca_pem, bytes) else ca_pem,
             )
-            parameters = {"ClusterName": options.cluster_name, **options.parameters}
+            parameters = dict(options.parameters)
             if options.group is not None:
                 parameters.setdefault("ManagedGroups", options.group.name)
-            self._runner = Runner(
-                template=options.template or options.root / "template.yaml",
-                root=options.root,
-                endpoint_url=self.endpoint_url,
-                region=options.region,
-                stack_name=options.stack_name,
-                parameters=parameters,
-                environment=options.settings,
-                mode=options.mode,
-                schedule_interval=options.schedule_interval,
-                schedules_enabled=options.schedules_enabled,
-                sqs_sources_enabled=options.sqs_sources_enabled,
-                async_retry_delays=options.async_retry_delays,
-                log_dir=options.log_dir,
-            ).start()
+            self._runner = self._new_runner(options.stack_name, parameters, options.settings)
             self._started.set()
             if options.group is not None:
                 self._create_group(options.group)
@@ -206,6 +193,44 @@ class Sandbox:
             self.stop()
             raise
         return self
+
+    def add_stack(
+        self,
+        stack_name: str,
+        *,
+        parameters: Mapping[str, str] | None = None,
+        settings: Mapping[str, str] | None = None,
+        group: GroupSpec | None = None,
+    ) -> tuple[Runner, AutoScalingGroup | None]:
+        """Deploy the template once more, as another stack on the same cluster and AWS (its own queues,
+        table and owner id), with its own group if given. Lifecycle events reach every stack's rules."""
+        values = dict(parameters or {})
+        if group is not None:
+            values.setdefault("ManagedGroups", group.name)
+        runner = self._new_runner(stack_name, values, settings or {})
+        self._extra_runners.append(runner)
+        created = None
+        if group is not None:
+            created = self._new_group(group)
+        return runner, created
+
+    def _new_runner(self, stack_name: str, parameters: Mapping[str, str], settings: Mapping[str, str]) -> Runner:
+        options = self.options
+        return Runner(
+            template=options.template or options.root / "template.yaml",
+            root=options.root,
+            endpoint_url=self.endpoint_url,
+            region=options.region,
+            stack_name=stack_name,
+            parameters={"ClusterName": options.cluster_name, **parameters},
+            environment=settings,
+            mode=options.mode,
+            schedule_interval=options.schedule_interval,
+            schedules_enabled=options.schedules_enabled,
+            sqs_sources_enabled=options.sqs_sources_enabled,
+            async_retry_delays=options.async_retry_delays,
+            log_dir=options.log_dir,
+        ).start()
 
     def _start_aws(self) -> None:
         if self.options.aws_process:
@@ -217,7 +242,13 @@ class Sandbox:
             self._local_control = AwsControl(region=self.options.region)
             self._local_control.connect(events=self, nodes=self._kube)
 
+    def _runners(self) -> list[Runner]:
+        return [r for r in (self._runner, *self._extra_runners) if r is not None]
+
     def _create_group(self, spec: GroupSpec) -> None:
+        self._asg = self._new_group(spec)
+
+    def _new_group(self, spec: GroupSpec) -> AutoScalingGroup:
         hooks = spec.hooks
         if self.options.hook_target == "sqs":
             intake = self.runner.queue("IntakeQueue").arn
@@ -227,16 +258,17 @@ class Sandbox:
             )
         autoscaling: AutoScalingClient = self.client("autoscaling")
         ec2: EC2Client = self.client("ec2")
-        self._asg = AutoScalingGroup(
+        group = AutoScalingGroup(
             autoscaling=autoscaling, ec2=ec2, control=self.aws, region=self.options.region, name=spec.name
         )
-        self._asg.create(replace(spec, hooks=hooks))
+        group.create(replace(spec, hooks=hooks))
+        return group
 
     def stop(self) -> None:
         self._started.set()  # release a relay waiting in publish()
-        if self._runner is not None:
-            self._runner.stop()
-            self._runner = None
+        runners, self._runner, self._extra_runners = self._runners(), None, []
+        for runner in runners:
+            runner.stop()
         if self._aws_process is not None:
             self._aws_process.stop()
             self._aws_process = None

@@ -1,0 +1,202 @@
+"""The pods/eviction subresource under PodDisruptionBudgets, as kube-apiserver answers it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from nodecycle_sandbox.kube import KubeServer
+
+from .conftest import Kube, is_ready, nodes_seed, pods_of, status_of, wait_until
+
+VIOLATION = "Cannot evict pod as it would violate the pod's disruption budget."
+
+
+def _seed_web(
+    server: KubeServer,
+    *,
+    replicas: int,
+    pdb: dict[str, Any] | None,
+    slow_replacements: bool = False,
+    **pod: Any,
+) -> list[str]:
+    """``web`` in namespace shop, one pod per node, settled; returns the pod names. With
+    ``slow_replacements`` the pods created from now on take a minute to become Ready."""
+    deployment = {"name": "web", "namespace": "shop", "replicas": replicas, **pod}
+    if pdb is not None:
+        deployment["pdb"] = pdb
+    server.seed({"nodes": nodes_seed(replicas), "deployments": [deployment]})
+    server.settle()
+    if slow_replacements:
+        server.pod_start_seconds = 60
+    return sorted(p["metadata"]["name"] for p in pods_of(server, "shop", "web"))
+
+
+def _eviction(name: str, api_version: str = "policy/v1", **extra: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": api_version,
+        "kind": "Eviction",
+        "metadata": {"name": name, "namespace": "shop"},
+        **extra,
+    }
+
+
+def _evict(kube: Kube, name: str, **extra: Any) -> int:
+    """The HTTP status of an eviction (201, or the error's)."""
+    try:
+        _, status, _ = kube.core.create_namespaced_pod_eviction_with_http_info(
+            name, "shop", _eviction(name, **extra)
+        )
+    except ApiException as error:
+        return int(error.status)
+    return int(status)
+
+
+def test_allowed_eviction_is_201_and_the_pod_terminates_and_is_replaced(
+    server: KubeServer, kube: Kube
+) -> None:
+    pods = _seed_web(server, replicas=3, pdb={"maxUnavailable": 1})
+    assert _evict(kube, pods[0]) == 201
+    assert server.counters()[("create", "pods/eviction")] == 1
+    wait_until(
+        lambda: pods[0] not in {p["metadata"]["name"] for p in pods_of(server, "shop", "web")},
+        what="pod gone",
+    )
+    wait_until(
+        lambda: sum(is_ready(p) for p in pods_of(server, "shop", "web")) == 3, what="a Ready replacement"
+    )
+
+
+def test_eviction_that_would_violate_the_budget_is_429_with_the_message_kubectl_expects(
+    server: KubeServer, kube: Kube
+) -> None:
+    # Given 3 pods under minAvailable 2, replacements slow to start
+    pods = _seed_web(server, replicas=3, pdb={"minAvailable": 2}, slow_replacements=True)
+    # When two pods are evicted in a row
+    assert _evict(kube, pods[0]) == 201
+    with pytest.raises(ApiException) as raised:
+        kube.core.create_namespaced_pod_eviction(pods[1], "shop", _eviction(pods[1]))
+    # Then the second is refused with a TooManyRequests Status naming the budget
+    assert raised.value.status == 429
+    assert status_of(raised.value) == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": VIOLATION,
+        "reason": "TooManyRequests",
+        "details": {
+            "causes": [
+                {
+                    "reason": "DisruptionBudget",
+                    "message": "The disruption budget web needs 2 healthy pods and has 2 currently",
+                }
+            ]
+        },
+        "code": 429,
+    }
+    assert server.get_object("pods", pods[1], "shop") is not None
+
+
+@pytest.mark.parametrize(
+    ("pdb", "allowed"),
+    [
+        ({"minAvailable": 3}, 1),
+        ({"minAvailable": 0}, 4),
+        ({"minAvailable": "50%"}, 2),
+        ({"minAvailable": "60%"}, 1),  # ceil(2.4) = 3 must stay
+        ({"maxUnavailable": 0}, 0),
+        ({"maxUnavailable": "25%"}, 1),
+        ({"maxUnavailable": "30%"}, 2),  # ceil(1.2) = 2 may go
+    ],
+)
+def test_budget_as_count_or_percent_allows_exactly_its_disruptions(
+    server: KubeServer, kube: Kube, pdb: dict[str, Any], allowed: int
+) -> None:
+    pods = _seed_web(server, replicas=4, pdb=pdb, slow_replacements=True)
+    statuses = [_evict(kube, name) for name in pods]
+    assert statuses.count(201) == allowed
+    assert statuses.count(429) == 4 - allowed
+
+
+def test_pod_matched_by_two_budgets_cannot_be_evicted_500(server: KubeServer, kube: Kube) -> None:
+    pods = _seed_web(server, replicas=2, pdb={"maxUnavailable": 1})
+    second = {
+        "metadata": {"name": "web-too"},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}},
+    }
+    kube.policy.create_namespaced_pod_disruption_budget("shop", second)
+    with pytest.raises(ApiException) as raised:
+        kube.core.create_namespaced_pod_eviction(pods[0], "shop", _eviction(pods[0]))
+    assert raised.value.status == 500
+    assert status_of(raised.value)["reason"] == "InternalError"
+    assert "more than one PodDisruptionBudget" in status_of(raised.value)["message"]
+
+
+def test_eviction_of_a_missing_pod_is_404(server: KubeServer, kube: Kube) -> None:
+    _seed_web(server, replicas=1, pdb=None)
+    assert _evict(kube, "web-gone") == 404
+
+
+def test_evicting_a_pod_that_is_already_terminating_succeeds_with_an_exhausted_budget(
+    server: KubeServer, kube: Kube
+) -> None:
+    pods = _seed_web(
+        server, replicas=3, pdb={"maxUnavailable": 1}, shutdownSeconds=30, slow_replacements=True
+    )
+    assert _evict(kube, pods[0]) == 201
+    assert _evict(kube, pods[1]) == 429
+    assert _evict(kube, pods[0]) == 201  # a drain retrying the pod it already evicted is not blocked
+
+
+def test_eviction_honours_delete_options_grace_period(server: KubeServer, kube: Kube) -> None:
+    pods = _seed_web(server, replicas=2, pdb={"maxUnavailable": 1}, shutdownSeconds=30)
+    assert _evict(kube, pods[0], deleteOptions={"gracePeriodSeconds": 0}) == 201
+    assert server.get_object("pods", pods[0], "shop") is None
+
+
+def test_policy_v1beta1_eviction_body_is_accepted(server: KubeServer, kube: Kube) -> None:
+    pods = _seed_web(server, replicas=2, pdb={"maxUnavailable": 1})
+    assert _evict(kube, pods[0], api_version="policy/v1beta1") == 201
+
+
+def test_eviction_whose_body_names_another_pod_is_400(server: KubeServer, kube: Kube) -> None:
+    pods = _seed_web(server, replicas=2, pdb=None)
+    with pytest.raises(ApiException) as raised:
+        kube.core.create_namespaced_pod_eviction(pods[0], "shop", _eviction(pods[1]))
+    assert (raised.value.status, status_of(raised.value)["reason"]) == (400, "BadRequest")
+
+
+def test_budget_status_reports_what_the_disruption_controller_would(server: KubeServer, kube: Kube) -> None:
+    _seed_web(server, replicas=4, pdb={"minAvailable": "50%"})
+    status = kube.policy.read_namespaced_pod_disruption_budget("web", "shop").status
+    assert (
+        status.expected_pods,
+        status.desired_healthy,
+        status.current_healthy,
+        status.disruptions_allowed,
+    ) == (
+        4,
+        2,
+        4,
+        2,
+    )
+    assert [(c.type, c.status) for c in status.conditions] == [("DisruptionAllowed", "True")]
+
+
+def test_pods_of_a_not_ready_node_count_unhealthy_and_may_be_evicted_while_the_budget_holds(
+    server: KubeServer, kube: Kube
+) -> None:
+    # Given 3 pods on 3 nodes under minAvailable 2
+    pods = _seed_web(server, replicas=3, pdb={"minAvailable": 2}, slow_replacements=True)
+    sick = next(p for p in pods_of(server, "shop", "web") if p["metadata"]["name"] == pods[0])
+    # When the node of one pod stops reporting Ready
+    server.set_node_ready(sick["spec"]["nodeName"], False)
+    wait_until(
+        lambda: not is_ready(server.get_object("pods", pods[0], "shop") or {}), what="the pod to turn unready"
+    )
+    # Then a healthy pod may not go (only 2 healthy are left) but the unhealthy one may
+    assert _evict(kube, pods[1]) == 429
+    assert _evict(kube, pods[0]) == 201

@@ -1,0 +1,204 @@
+"""fieldSelector, labelSelector and limit/continue on lists, against one shared, settled cluster."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from nodecycle_sandbox.kube import KubeServer
+
+from .conftest import Kube, connect, node_name, nodes_seed, status_of
+
+Pod = dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[tuple[KubeServer, Kube]]:
+    """3 nodes with room for 3 pods each and 12 pods: 3 of them stay Pending."""
+    with KubeServer(tick_seconds=0.02, pod_start_seconds=0.0) as server:
+        server.seed(
+            {
+                "nodes": nodes_seed(3, pods_capacity=3),
+                "deployments": [
+                    {
+                        "name": "web",
+                        "namespace": "shop",
+                        "replicas": 4,
+                        "labels": {"app": "web", "tier": "front"},
+                    },
+                    {
+                        "name": "api",
+                        "namespace": "shop",
+                        "replicas": 3,
+                        "labels": {"app": "api", "tier": "back"},
+                    },
+                    {"name": "batch", "namespace": "jobs", "replicas": 4, "labels": {"app": "batch"}},
+                ],
+                "objects": [
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "metadata": {"name": "canary", "namespace": "shop", "labels": {"canary": "yes"}},
+                        "spec": {"containers": [{"name": "c", "image": "x"}]},
+                    }
+                ],
+            }
+        )
+        server.settle()
+        kube = connect(server)
+        yield server, kube
+        kube.api_client.close()
+
+
+def _names(pods: list[Pod]) -> list[str]:
+    return sorted(f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in pods)
+
+
+def _listed(kube: Kube, **kwargs: Any) -> list[str]:
+    return sorted(
+        f"{p.metadata.namespace}/{p.metadata.name}"
+        for p in kube.core.list_pod_for_all_namespaces(**kwargs).items
+    )
+
+
+FIRST_NODE = node_name(0, 10)
+
+
+@pytest.mark.parametrize(
+    ("selector", "expected"),
+    [
+        (f"spec.nodeName={FIRST_NODE}", lambda p: p["spec"].get("nodeName") == FIRST_NODE),
+        (f"spec.nodeName=={FIRST_NODE}", lambda p: p["spec"].get("nodeName") == FIRST_NODE),
+        (f"spec.nodeName!={FIRST_NODE}", lambda p: p["spec"].get("nodeName") != FIRST_NODE),
+        ("spec.nodeName=", lambda p: not p["spec"].get("nodeName")),
+        ("metadata.name=canary", lambda p: p["metadata"]["name"] == "canary"),
+        ("metadata.namespace=jobs", lambda p: p["metadata"]["namespace"] == "jobs"),
+        ("status.phase=Pending", lambda p: p["status"]["phase"] == "Pending"),
+        (
+            "status.phase!=Pending,metadata.namespace!=jobs",
+            lambda p: p["status"]["phase"] != "Pending" and p["metadata"]["namespace"] != "jobs",
+        ),
+    ],
+)
+def test_field_selector_selects_pods_by_node_name_namespace_and_phase(
+    cluster: tuple[KubeServer, Kube], selector: str, expected: Callable[[Pod], bool]
+) -> None:
+    server, kube = cluster
+    wanted = _names([p for p in server.objects("pods") if expected(p)])
+    assert wanted, "the cluster must hold pods this selector matches"
+    assert _listed(kube, field_selector=selector) == wanted
+
+
+def test_three_pods_stay_pending_when_nodes_are_full(cluster: tuple[KubeServer, Kube]) -> None:
+    _, kube = cluster
+    assert len(_listed(kube, field_selector="status.phase=Pending")) == 3
+    assert len(_listed(kube, field_selector="status.phase=Running")) == 9
+
+
+@pytest.mark.parametrize(
+    ("selector", "expected"),
+    [
+        ("app=web", lambda labels: labels.get("app") == "web"),
+        ("app==web", lambda labels: labels.get("app") == "web"),
+        ("app!=web", lambda labels: labels.get("app") != "web"),
+        ("app in (web, api)", lambda labels: labels.get("app") in ("web", "api")),
+        ("app notin (web,api)", lambda labels: labels.get("app") not in ("web", "api")),
+        ("tier", lambda labels: "tier" in labels),
+        ("!tier", lambda labels: "tier" not in labels),
+        (
+            "tier=front,app in (web)",
+            lambda labels: labels.get("tier") == "front" and labels.get("app") == "web",
+        ),
+        ("canary,!app", lambda labels: "canary" in labels and "app" not in labels),
+    ],
+)
+def test_label_selector_supports_equality_sets_and_existence(
+    cluster: tuple[KubeServer, Kube], selector: str, expected: Callable[[dict[str, str]], bool]
+) -> None:
+    server, kube = cluster
+    wanted = _names([p for p in server.objects("pods") if expected(p["metadata"].get("labels", {}))])
+    assert wanted
+    assert _listed(kube, label_selector=selector) == wanted
+
+
+def test_label_and_field_selectors_combine_on_namespaced_lists(cluster: tuple[KubeServer, Kube]) -> None:
+    server, kube = cluster
+    listed = kube.core.list_namespaced_pod(
+        "shop", label_selector="tier", field_selector="status.phase=Running"
+    )
+    expected = [
+        p
+        for p in server.objects("pods", "shop")
+        if "tier" in p["metadata"]["labels"] and p["status"]["phase"] == "Running"
+    ]
+    assert sorted(p.metadata.name for p in listed.items) == sorted(p["metadata"]["name"] for p in expected)
+
+
+def test_node_field_selector_on_unschedulable(cluster: tuple[KubeServer, Kube]) -> None:
+    _, kube = cluster
+    assert len(kube.core.list_node(field_selector="spec.unschedulable=false").items) == 3
+    assert kube.core.list_node(field_selector="spec.unschedulable=true").items == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"field_selector": "spec.containers=x"}, "field label not supported: spec.containers"),
+        ({"label_selector": "app in web"}, "unable to parse requirement"),
+        ({"label_selector": "a=b=c"}, "unable to parse requirement"),
+        ({"_continue": "garbage!", "limit": 2}, "continue key is not valid"),
+    ],
+)
+def test_malformed_list_options_are_400_bad_request(
+    cluster: tuple[KubeServer, Kube], kwargs: dict[str, Any], message: str
+) -> None:
+    _, kube = cluster
+    with pytest.raises(ApiException) as raised:
+        kube.core.list_pod_for_all_namespaces(**kwargs)
+    body = status_of(raised.value)
+    assert (raised.value.status, body["reason"]) == (400, "BadRequest")
+    assert message in body["message"]
+
+
+def test_limit_and_continue_page_through_every_pod_once(cluster: tuple[KubeServer, Kube]) -> None:
+    server, kube = cluster
+    seen: list[str] = []
+    token = None
+    pages = 0
+    while True:
+        page = kube.core.list_pod_for_all_namespaces(limit=5, _continue=token)
+        pages += 1
+        assert len(page.items) <= 5
+        if pages == 1:
+            assert page.metadata.remaining_item_count == len(server.objects("pods")) - 5
+        seen += [f"{p.metadata.namespace}/{p.metadata.name}" for p in page.items]
+        token = page.metadata._continue
+        if not token:
+            break
+    assert pages == 3
+    assert seen == _names(server.objects("pods"))  # in order, none twice
+
+
+def test_pagination_applies_after_selectors(cluster: tuple[KubeServer, Kube]) -> None:
+    _, kube = cluster
+    first = kube.core.list_namespaced_pod("shop", label_selector="tier=front", limit=3)
+    rest = kube.core.list_namespaced_pod(
+        "shop", label_selector="tier=front", limit=3, _continue=first.metadata._continue
+    )
+    names = [p.metadata.name for p in first.items + rest.items]
+    assert len(names) == 4
+    assert all(n.startswith("web-") for n in names)
+    assert rest.metadata._continue is None
+    assert first.metadata.remaining_item_count is None  # as on a real server: not reported with selectors
+
+
+def test_the_client_default_limit_500_returns_everything_in_one_page(
+    cluster: tuple[KubeServer, Kube],
+) -> None:
+    server, kube = cluster
+    page = kube.core.list_pod_for_all_namespaces(limit=500)
+    assert len(page.items) == len(server.objects("pods"))
+    assert page.metadata._continue is None

@@ -1,0 +1,30 @@
+"""In-memory Kubernetes API server for the nodecycle sandbox; the official client and kubectl work against it.
+
+    from nodecycle_sandbox.kube import KubeServer
+
+    with KubeServer(tls=True, tick_seconds=0.05) as server:   # 127.0.0.1, a free port
+        server.load_default_seed()                            # or server.seed(dict | path)
+        server.settle()                                       # pods scheduled and Ready
+        server.url, server.ca_pem, server.token()             # what eks:DescribeCluster + get-token give
+        server.write_kubeconfig()                             # for kubectl
+        server.counters(), server.history(), server.objects("pods")
+
+Served: core/v1 namespaces, nodes (+status), pods (+status, +eviction), configmaps; apps/v1 deployments,
+replicasets, daemonsets; policy/v1 poddisruptionbudgets; coordination.k8s.io/v1 leases. Not served: watch,
+dryRun, server-side apply, deletecollection, scale subresources, protobuf bodies; finalizers are ignored.
+"""
+
+from nodecycle_sandbox.kube.auth import make_eks_token
+from nodecycle_sandbox.kube.history import HistoryEntry, max_unschedulable
+from nodecycle_sandbox.kube.meta import SHUTDOWN_ANNOTATION, START_ANNOTATION, ZONE_LABEL
+from nodecycle_sandbox.kube.server import KubeServer
+
+__all__ = [
+    "SHUTDOWN_ANNOTATION",
+    "START_ANNOTATION",
+    "ZONE_LABEL",
+    "HistoryEntry",
+    "KubeServer",
+    "make_eks_token",
+    "max_unschedulable",
+]

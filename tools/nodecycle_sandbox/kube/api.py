@@ -1,0 +1,437 @@
+"""The verbs of the Kubernetes API (get, list, create, update, patch, delete) with the checks and defaults a real
+API server applies: names, namespaces, resourceVersion preconditions, status subresources, generation."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from nodecycle_sandbox.kube import errors
+from nodecycle_sandbox.kube.builders import random_suffix
+from nodecycle_sandbox.kube.history import API, SANDBOX
+from nodecycle_sandbox.kube.kubelet import Kubelet
+from nodecycle_sandbox.kube.meta import (
+    DEFAULT_GRACE_SECONDS,
+    SHUTDOWN_ANNOTATION,
+    START_ANNOTATION,
+    JsonObj,
+    annotations_of,
+    json_copy,
+    labels_of,
+    rfc3339,
+)
+from nodecycle_sandbox.kube.patching import PatchError, apply_patch
+from nodecycle_sandbox.kube.resources import (
+    ALL,
+    DAEMONSETS,
+    DEPLOYMENTS,
+    NAMESPACES,
+    PDBS,
+    PODS,
+    REPLICASETS,
+    ResourceType,
+)
+from nodecycle_sandbox.kube.selectors import (
+    from_label_selector_object,
+    parse_field_selector,
+    parse_label_selector,
+)
+from nodecycle_sandbox.kube.store import Store
+
+_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_PERCENT = re.compile(r"^[0-9]+%$")
+_SECONDS = re.compile(r"^[0-9]+(\.[0-9]+)?$")
+_WORKLOADS = (DEPLOYMENTS, REPLICASETS, DAEMONSETS)
+# Metadata the server owns: a client's copy of these is ignored on update.
+_SERVER_METADATA = (
+    "uid",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "generation",
+)
+
+
+@dataclass(frozen=True)
+class ListOptions:
+    label_selector: str = ""
+    field_selector: str = ""
+    limit: int = 0
+    continue_token: str = ""
+
+
+def check_preconditions(rt: ResourceType, obj: JsonObj, options: JsonObj) -> None:
+    """DeleteOptions.preconditions: a uid or resourceVersion that no longer matches is a 409."""
+    pre = options.get("preconditions") or {}
+    meta = obj["metadata"]
+    for field, label in (("uid", "UID"), ("resourceVersion", "ResourceVersion")):
+        if pre.get(field) and pre[field] != meta.get(field):
+            raise errors.conflict(
+                rt,
+                meta["name"],
+                f"Precondition failed: {label} in precondition: {pre[field]}, {label} in object meta: {meta.get(field)}",
+            )
+
+
+class Api:
+    def __init__(self, store: Store, kubelet: Kubelet) -> None:
+        self._store = store
+        self._kubelet = kubelet
+
+    # --- reads ------------------------------------------------------------------------------------
+
+    def get(self, rt: ResourceType, namespace: str, name: str) -> JsonObj:
+        obj = self._store.get(rt, namespace, name)
+        if obj is None:
+            raise errors.not_found(rt, name)
+        return obj
+
+    def list(self, rt: ResourceType, namespace: str | None, options: ListOptions) -> JsonObj:
+        labels = parse_label_selector(options.label_selector)
+        fields = parse_field_selector(options.field_selector, rt)
+        with self._store.lock:
+            items = self._store.items(rt, namespace)
+            revision = self._store.revision
+        start_after: tuple[str, str] | None = None
+        if options.continue_token:
+            revision, start_after = _decode_continue(options.continue_token)
+        selected = [
+            o
+            for o in items
+            if (start_after is None or _key(o) > start_after)
+            and labels.matches(labels_of(o))
+            and fields.matches(o)
+        ]
+        meta: JsonObj = {"resourceVersion": str(revision)}
+        if 0 < options.limit < len(selected):
+            selected, rest = selected[: options.limit], len(selected) - options.limit
+            meta["continue"] = _encode_continue(revision, _key(selected[-1]))
+            if not options.label_selector and not options.field_selector:
+                meta["remainingItemCount"] = rest
+        return {"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta, "items": selected}
+
+    # --- writes -----------------------------------------------------------------------------------
+
+    def create(self, rt: ResourceType, namespace: str, body: Any, *, source: str = API) -> JsonObj:
+        obj = _decoded(rt, body)
+        meta = obj["metadata"]
+        with self._store.lock:
+            if rt.namespaced:
+                if meta.get("namespace", namespace) != namespace:
+                    raise errors.bad_request(
+                        "the namespace of the provided object does not match the namespace sent on the request"
+                    )
+                if self._store.get(NAMESPACES, "", namespace) is None:
+                    raise errors.not_found(NAMESPACES, namespace)
+                meta["namespace"] = namespace
+            else:
+                meta.pop("namespace", None)
+            if not meta.get("name") and meta.get("generateName"):
+                meta["name"] = self._generated_name(rt, namespace, str(meta["generateName"]))
+            name = str(meta.get("name") or "")
+            _validate_name(rt, name)
+            if meta.get("resourceVersion"):
+                raise errors.bad_request("resourceVersion should not be set on objects to be created")
+            if self._store.get(rt, namespace, name) is not None:
+                raise errors.already_exists(rt, name)
+            for key in ("deletionTimestamp", "deletionGracePeriodSeconds"):
+                meta.pop(key, None)
+            meta["uid"] = self._store.new_uid()
+            meta["creationTimestamp"] = rfc3339(time.time())
+            if rt.tracks_generation:
+                meta["generation"] = 1
+            else:
+                meta.pop("generation", None)
+            if rt is PODS:
+                # Whatever status a client sends, a new pod starts Pending: status is the kubelet's to write.
+                obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+            _default_and_validate(rt, obj)
+            return self._store.write(rt, obj, verb="create", source=source)
+
+    def update(
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        body: Any,
+        *,
+        subresource: str = "",
+        source: str = API,
+    ) -> JsonObj:
+        obj = _decoded(rt, body)
+        with self._store.lock:
+            return self._replace(rt, self.get(rt, namespace, name), obj, subresource, "update", source)
+
+    def patch(
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        content_type: str,
+        patch: Any,
+        *,
+        subresource: str = "",
+        source: str = API,
+    ) -> JsonObj:
+        with self._store.lock:
+            current = self.get(rt, namespace, name)
+            try:
+                patched = apply_patch(content_type, current, patch)
+            except PatchError as exc:
+                raise errors.ApiError(422, "Invalid", f"the patch could not be applied: {exc}") from None
+            # A resourceVersion left in (or put into) the patched object is a precondition, as in kube-apiserver.
+            return self._replace(rt, current, _decoded(rt, patched), subresource, "patch", source)
+
+    def delete(
+        self, rt: ResourceType, namespace: str, name: str, options: JsonObj, *, source: str = API
+    ) -> JsonObj:
+        with self._store.lock:
+            current = self.get(rt, namespace, name)
+            check_preconditions(rt, current, options)
+            if rt is PODS:
+                # Pods answer with the object (still there, terminating, when the deletion is graceful);
+                # every other kind answers with a Status.
+                grace = options.get("gracePeriodSeconds")
+                return self._kubelet.delete_pod(
+                    current,
+                    None if grace is None else int(grace),
+                    verb="delete",
+                    resource="pods",
+                    source=source,
+                )
+            if rt is NAMESPACES:
+                # Namespaces end at once here, contents included, instead of going through Terminating.
+                for child in ALL:
+                    if child.namespaced:
+                        for obj in self._store.items(child, name):
+                            self._store.remove(
+                                child, name, obj["metadata"]["name"], verb="delete", source=SANDBOX
+                            )
+            self._store.remove(rt, namespace, name, verb="delete", source=source)
+        details: JsonObj = {"name": name, "kind": rt.plural, "uid": current["metadata"]["uid"]}
+        if rt.group:
+            details["group"] = rt.group
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
+
+    # --- internals --------------------------------------------------------------------------------
+
+    def _generated_name(self, rt: ResourceType, namespace: str, prefix: str) -> str:
+        while True:
+            name = prefix + random_suffix()
+            if self._store.get(rt, namespace, name) is None:
+                return name
+
+    def _replace(
+        self, rt: ResourceType, current: JsonObj, new: JsonObj, subresource: str, verb: str, source: str
+    ) -> JsonObj:
+        cur_meta, meta = current["metadata"], new["metadata"]
+        name = cur_meta["name"]
+        if meta.get("name", name) != name:
+            raise errors.bad_request(
+                f"the name of the object ({meta['name']}) does not match the name on the URL ({name})"
+            )
+        if rt.namespaced and meta.get("namespace", cur_meta["namespace"]) != cur_meta["namespace"]:
+            raise errors.bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request"
+            )
+        wanted_version = meta.get("resourceVersion")
+        if wanted_version and wanted_version != cur_meta["resourceVersion"]:
+            raise errors.stale_resource_version(rt, name)
+        if subresource == "status":
+            result = json_copy(current)
+            result["status"] = new.get("status") or {}
+        else:
+            result = new
+            meta["name"] = name
+            if rt.namespaced:
+                meta["namespace"] = cur_meta["namespace"]
+            for key in _SERVER_METADATA:
+                if key in cur_meta:
+                    meta[key] = cur_meta[key]
+                else:
+                    meta.pop(key, None)
+            if rt.has_status:
+                if "status" in current:
+                    result["status"] = json_copy(current["status"])
+                else:
+                    result.pop("status", None)
+            _default_and_validate(rt, result)
+            _validate_update(rt, current, result)
+            if rt.tracks_generation and _spec_of(result) != _spec_of(current):
+                meta["generation"] = int(cur_meta.get("generation", 0)) + 1
+        result["metadata"]["resourceVersion"] = cur_meta["resourceVersion"]
+        if result == current:
+            return current  # a write that changes nothing keeps its resourceVersion, as in kube-apiserver
+        resource = f"{rt.plural}/{subresource}" if subresource else rt.plural
+        return self._store.write(rt, result, verb=verb, source=source, resource=resource)
+
+
+def _key(obj: JsonObj) -> tuple[str, str]:
+    meta = obj["metadata"]
+    return meta.get("namespace", ""), meta["name"]
+
+
+def _encode_continue(revision: int, key: tuple[str, str]) -> str:
+    raw = json.dumps({"rv": revision, "start": list(key)}).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_continue(token: str) -> tuple[int, tuple[str, str]]:
+    try:
+        data = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        namespace, name = data["start"]
+        return int(data["rv"]), (str(namespace), str(name))
+    except (binascii.Error, ValueError, KeyError, TypeError):
+        raise errors.bad_request(f"continue key is not valid: {token!r}") from None
+
+
+def _decoded(rt: ResourceType, body: Any) -> JsonObj:
+    """A private copy of a request body, checked to be an object of ``rt``."""
+    if not isinstance(body, dict):
+        raise errors.bad_request(f"the body of the request must be a {rt.kind} object")
+    for field, expected in (("apiVersion", rt.api_version), ("kind", rt.kind)):
+        if body.get(field, expected) != expected:
+            raise errors.bad_request(
+                f"the {field} in the data ({body.get(field)}) does not match the expected {expected}"
+            )
+    obj: JsonObj = json_copy(body)
+    obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
+    if not isinstance(obj.get("metadata"), dict):
+        obj["metadata"] = {}
+    for key in ("labels", "annotations", "ownerReferences", "finalizers"):
+        if not obj["metadata"].get(key, True):
+            del obj["metadata"][key]  # empty collections are omitted, as Go's omitempty does on a real server
+    return obj
+
+
+def _spec_of(obj: JsonObj) -> JsonObj:
+    """Everything a generation counts: the object without its metadata and status."""
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status")}
+
+
+def _validate_name(rt: ResourceType, name: str) -> None:
+    if not name:
+        raise errors.invalid(rt, name, "metadata.name", "Required value: name or generateName is required")
+    pattern, limit = (_LABEL, 63) if rt is NAMESPACES else (_SUBDOMAIN, 253)
+    if len(name) > limit or not pattern.match(name):
+        raise errors.invalid(rt, name, "metadata.name", f"Invalid value: {name!r}: a lowercase RFC 1123 name")
+
+
+def _default_and_validate(rt: ResourceType, obj: JsonObj) -> None:
+    name = obj["metadata"]["name"]
+    if rt is NAMESPACES:
+        obj.setdefault("spec", {"finalizers": ["kubernetes"]})
+        obj.setdefault("status", {"phase": "Active"})
+        return
+    if rt is not PODS and rt is not PDBS and rt not in _WORKLOADS:
+        return
+    spec = obj.setdefault("spec", {})
+    if not isinstance(spec, dict):
+        raise errors.invalid(rt, name, "spec", "Invalid value: must be an object")
+    if rt is PODS:
+        _validate_pod_spec(rt, name, spec, "spec")
+        _validate_sandbox_annotations(rt, name, obj)
+        spec.setdefault("restartPolicy", "Always")
+        spec.setdefault("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS)
+        spec.setdefault("schedulerName", "default-scheduler")
+        spec.setdefault("dnsPolicy", "ClusterFirst")
+    elif rt in _WORKLOADS:
+        if rt is not DAEMONSETS:
+            spec.setdefault("replicas", 1)
+            if not isinstance(spec["replicas"], int) or spec["replicas"] < 0:
+                raise errors.invalid(
+                    rt, name, "spec.replicas", "Invalid value: must be a non-negative integer"
+                )
+        selector = spec.get("selector")
+        if not isinstance(selector, dict) or not (
+            selector.get("matchLabels") or selector.get("matchExpressions")
+        ):
+            raise errors.invalid(rt, name, "spec.selector", "Required value")
+        template = spec.get("template") or {}
+        try:
+            matches = from_label_selector_object(selector).matches(
+                (template.get("metadata") or {}).get("labels") or {}
+            )
+        except ValueError as exc:
+            raise errors.invalid(rt, name, "spec.selector", f"Invalid value: {exc}") from None
+        if not matches:
+            raise errors.invalid(
+                rt,
+                name,
+                "spec.template.metadata.labels",
+                "Invalid value: `selector` does not match template `labels`",
+            )
+        _validate_pod_spec(rt, name, template.get("spec"), "spec.template.spec")
+        _validate_sandbox_annotations(rt, name, template)
+    else:
+        present = [k for k in ("minAvailable", "maxUnavailable") if spec.get(k) is not None]
+        if len(present) > 1:
+            raise errors.invalid(
+                rt, name, "spec", "Invalid value: minAvailable and maxUnavailable cannot be both set"
+            )
+        for key in present:
+            value = spec[key]
+            if not (
+                (isinstance(value, int) and value >= 0) or (isinstance(value, str) and _PERCENT.match(value))
+            ):
+                raise errors.invalid(
+                    rt, name, f"spec.{key}", f"Invalid value: {value!r}: an integer or a percentage"
+                )
+        try:
+            from_label_selector_object(spec.get("selector"))
+        except ValueError as exc:
+            raise errors.invalid(rt, name, "spec.selector", f"Invalid value: {exc}") from None
+
+
+def _validate_sandbox_annotations(rt: ResourceType, name: str, pod: JsonObj) -> None:
+    """The sandbox's timing annotations must be seconds: a typo would otherwise go unnoticed in a test."""
+    for key in (SHUTDOWN_ANNOTATION, START_ANNOTATION):
+        raw = annotations_of(pod).get(key)
+        if raw is not None and not _SECONDS.match(str(raw)):
+            raise errors.invalid(
+                rt,
+                name,
+                f"metadata.annotations[{key}]",
+                f"Invalid value: {raw!r}: a non-negative number of seconds",
+            )
+
+
+def _validate_pod_spec(rt: ResourceType, name: str, spec: Any, path: str) -> None:
+    containers = spec.get("containers") if isinstance(spec, dict) else None
+    if not isinstance(containers, list) or not containers:
+        raise errors.invalid(rt, name, f"{path}.containers", "Required value")
+
+
+def _immutable_pod_spec(spec: JsonObj) -> JsonObj:
+    """The pod spec without the fields Kubernetes lets an update change."""
+    frozen = {
+        k: v
+        for k, v in spec.items()
+        if k not in ("activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds")
+    }
+    for key in ("containers", "initContainers"):
+        if key in frozen:
+            frozen[key] = [{k: v for k, v in c.items() if k != "image"} for c in frozen[key]]
+    return frozen
+
+
+def _validate_update(rt: ResourceType, current: JsonObj, new: JsonObj) -> None:
+    name = current["metadata"]["name"]
+    old_spec, new_spec = current.get("spec") or {}, new.get("spec") or {}
+    if rt is PODS and _immutable_pod_spec(old_spec) != _immutable_pod_spec(new_spec):
+        raise errors.invalid(
+            rt,
+            name,
+            "spec",
+            "Forbidden: pod updates may not change fields other than `spec.containers[*].image`, "
+            "`spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` (only additions to "
+            "existing tolerations) or `spec.terminationGracePeriodSeconds`",
+        )
+    if rt in _WORKLOADS and old_spec.get("selector") != new_spec.get("selector"):
+        raise errors.invalid(rt, name, "spec.selector", "Invalid value: field is immutable")

@@ -1,0 +1,466 @@
+"""The simulated control plane: node readiness, garbage collection, Deployment / ReplicaSet / DaemonSet
+controllers, mirror pods, a scheduler and the status writers, run together by one background loop."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from nodecycle_sandbox.kube.api import Api
+from nodecycle_sandbox.kube.builders import mirror_pod, pod_from_template, ready_condition, template_hash
+from nodecycle_sandbox.kube.eviction import PodIndex, compute_budget
+from nodecycle_sandbox.kube.history import SANDBOX
+from nodecycle_sandbox.kube.kubelet import Kubelet
+from nodecycle_sandbox.kube.meta import (
+    ZONE_LABEL,
+    JsonObj,
+    controller_ref,
+    is_terminating,
+    json_copy,
+    labels_of,
+    name_of,
+    namespace_of,
+    node_ready,
+    node_schedulable,
+    owner_ref,
+    pod_active,
+    pod_node,
+    pod_ready,
+    pod_terminal,
+    pods_capacity,
+    uid_of,
+    with_condition,
+)
+from nodecycle_sandbox.kube.patching import MERGE_PATCH
+from nodecycle_sandbox.kube.resources import (
+    ALL,
+    DAEMONSETS,
+    DEPLOYMENTS,
+    NODES,
+    PDBS,
+    PODS,
+    REPLICASETS,
+    ResourceType,
+)
+from nodecycle_sandbox.kube.store import Store
+
+logger = logging.getLogger(__name__)
+
+# What the DaemonSet controller adds to its pods so that cordoned or failing nodes keep them.
+_DAEMON_TOLERATIONS = [
+    {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
+    {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"},
+    {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
+]
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    changed: bool  # the pass wrote something, so another pass may have more to do
+    due: float | None  # the next monotonic time a timer (pod start / stop, node readiness) fires
+    revision: int  # the store revision the pass ended at
+
+
+@dataclass(frozen=True)
+class StaticPod:
+    name: str
+    namespace: str
+    image: str
+
+
+class Controllers:
+    """One ``sync`` is one pass of every controller under the store lock; passes are idempotent."""
+
+    def __init__(self, store: Store, api: Api, kubelet: Kubelet) -> None:
+        self._store = store
+        self._api = api
+        self._kubelet = kubelet
+        self._node_ready_at: dict[str, float] = {}
+        self._static_pods: dict[str, list[StaticPod]] = {}
+
+    # --- hooks for the sandbox's helpers ------------------------------------------------------------
+
+    def make_ready_after(self, node: str, seconds: float) -> None:
+        with self._store.lock:
+            self._node_ready_at[node] = time.monotonic() + seconds
+
+    def add_static_pod(self, node: str, pod: StaticPod) -> None:
+        with self._store.lock:
+            self._static_pods.setdefault(node, []).append(pod)
+
+    def set_node_ready(self, name: str, ready: bool) -> None:
+        with self._store.lock:
+            self._node_ready_at.pop(name, None)
+            node = self._store.get(NODES, "", name)
+            if node is None:
+                raise LookupError(f"no node {name!r}")
+            self._write_node_ready(node, ready)
+
+    # --- the pass -----------------------------------------------------------------------------------
+
+    def sync(self) -> SyncResult:
+        """Run every controller once."""
+        with self._store.lock:
+            changed, node_deadline = self._sync_node_timers()
+            changed |= self.collect_garbage()
+            changed |= self._sync_static_pods()
+            changed |= self._sync_deployments()
+            changed |= self._sync_replicasets()
+            changed |= self._sync_daemonsets()
+            changed |= self._schedule()
+            kubelet_changed, pod_deadline = self._kubelet.sync()
+            changed |= kubelet_changed
+            changed |= self._sync_statuses()
+            deadlines = [d for d in (node_deadline, pod_deadline) if d is not None]
+            return SyncResult(changed, min(deadlines, default=None), self._store.revision)
+
+    def _sync_node_timers(self) -> tuple[bool, float | None]:
+        mono = time.monotonic()
+        changed = False
+        for name, due in list(self._node_ready_at.items()):
+            node = self._store.get(NODES, "", name)
+            if node is None:
+                del self._node_ready_at[name]
+            elif mono >= due:
+                del self._node_ready_at[name]
+                changed |= self._write_node_ready(node, True)
+        return changed, min(self._node_ready_at.values(), default=None)
+
+    def _write_node_ready(self, node: JsonObj, ready: bool) -> bool:
+        if node_ready(node) == ready:
+            return False
+        now = time.time()
+        updated = json_copy(node)
+        status = updated.setdefault("status", {})
+        status["conditions"] = with_condition(
+            status.get("conditions") or [], ready_condition(ready, now), now
+        )
+        self._store.write(NODES, updated, verb="update", source=SANDBOX, resource="nodes/status")
+        return True
+
+    def collect_garbage(self) -> bool:
+        """Pods of vanished nodes go at once (pod GC); objects whose owners are all gone are deleted."""
+        changed = False
+        nodes = {name_of(n) for n in self._store.items(NODES)}
+        for pod in self._store.items(PODS):
+            if pod_node(pod) and pod_node(pod) not in nodes:
+                self._store.remove(PODS, namespace_of(pod), name_of(pod), verb="delete", source=SANDBOX)
+                changed = True
+        for rt in ALL:
+            for obj in self._store.items(rt):
+                refs = obj["metadata"].get("ownerReferences") or []
+                if not refs or any(self._store.has_uid(str(r.get("uid"))) for r in refs):
+                    continue
+                if rt is PODS:
+                    if not is_terminating(obj):
+                        self._kubelet.delete_pod(obj, None, verb="delete", resource="pods", source=SANDBOX)
+                        changed = True
+                else:
+                    self._store.remove(rt, namespace_of(obj), name_of(obj), verb="delete", source=SANDBOX)
+                    changed = True
+        return changed
+
+    def _sync_static_pods(self) -> bool:
+        changed = False
+        for node_name, pods in list(self._static_pods.items()):
+            node = self._store.get(NODES, "", node_name)
+            if node is None:
+                del self._static_pods[node_name]
+                continue
+            for static in pods:
+                mirror = mirror_pod(node, name=static.name, namespace=static.namespace, image=static.image)
+                if self._store.get(PODS, static.namespace, mirror["metadata"]["name"]) is None:
+                    self._api.create(PODS, static.namespace, mirror, source=SANDBOX)
+                    changed = True
+        return changed
+
+    def _owned(self, rt: ResourceType, owner: JsonObj) -> list[JsonObj]:
+        uid = uid_of(owner)
+        return [
+            o
+            for o in self._store.items(rt, namespace_of(owner))
+            if (controller_ref(o) or {}).get("uid") == uid
+        ]
+
+    def _scale(self, rs: JsonObj, replicas: int) -> bool:
+        if (rs.get("spec") or {}).get("replicas") == replicas:
+            return False
+        patch = {"spec": {"replicas": replicas}}
+        self._api.patch(REPLICASETS, namespace_of(rs), name_of(rs), MERGE_PATCH, patch, source=SANDBOX)
+        return True
+
+    def _sync_deployments(self) -> bool:
+        """One ReplicaSet per pod template (named ``<deployment>-<hash>``); older ones are scaled to zero."""
+        changed = False
+        for deployment in self._store.items(DEPLOYMENTS):
+            spec = deployment["spec"]
+            digest = template_hash(spec["template"])
+            rs_name = f"{name_of(deployment)}-{digest}"
+            owned = self._owned(REPLICASETS, deployment)
+            current = next((rs for rs in owned if name_of(rs) == rs_name), None)
+            if current is None:
+                template = json_copy(spec["template"])
+                template.setdefault("metadata", {}).setdefault("labels", {})["pod-template-hash"] = digest
+                selector = json_copy(spec["selector"])
+                selector.setdefault("matchLabels", {})["pod-template-hash"] = digest
+                rs = {
+                    "metadata": {
+                        "name": rs_name,
+                        "labels": dict(template["metadata"]["labels"]),
+                        "ownerReferences": [owner_ref(deployment)],
+                    },
+                    "spec": {"replicas": spec["replicas"], "selector": selector, "template": template},
+                }
+                self._api.create(REPLICASETS, namespace_of(deployment), rs, source=SANDBOX)
+                changed = True
+            else:
+                changed |= self._scale(current, spec["replicas"])
+            for old in owned:
+                if old is not current:
+                    changed |= self._scale(old, 0)
+        return changed
+
+    def _pods_by_controller(self) -> dict[str, list[JsonObj]]:
+        out: dict[str, list[JsonObj]] = {}
+        for pod in self._store.items(PODS):
+            ref = controller_ref(pod)
+            if ref is not None:
+                out.setdefault(str(ref.get("uid")), []).append(pod)
+        return out
+
+    def _sync_replicasets(self) -> bool:
+        """Replace pods that are terminating or gone; remove surplus ones, unscheduled and unready first."""
+        changed = False
+        by_owner = self._pods_by_controller()
+        for rs in self._store.items(REPLICASETS):
+            active = [p for p in by_owner.get(uid_of(rs), []) if pod_active(p)]
+            missing = int(rs["spec"]["replicas"]) - len(active)
+            for _ in range(missing):
+                pod = pod_from_template(rs["spec"]["template"], namespace=namespace_of(rs), owner=rs)
+                self._api.create(PODS, namespace_of(rs), pod, source=SANDBOX)
+                changed = True
+            if missing < 0:
+                newest_first = sorted(active, key=lambda p: p["metadata"]["creationTimestamp"], reverse=True)
+                victims = sorted(newest_first, key=lambda p: (bool(pod_node(p)), pod_ready(p)))[:-missing]
+                for pod in victims:
+                    self._kubelet.delete_pod(pod, None, verb="delete", resource="pods", source=SANDBOX)
+                changed = True
+        return changed
+
+    def _daemon_nodes(self, ds: JsonObj, nodes: list[JsonObj]) -> set[str]:
+        selector = ((ds["spec"].get("template") or {}).get("spec") or {}).get("nodeSelector") or {}
+        return {name_of(n) for n in nodes if all(labels_of(n).get(k) == v for k, v in selector.items())}
+
+    def _sync_daemonsets(self) -> bool:
+        """One pod per matching node, bound directly and tolerating cordoned and failing nodes."""
+        changed = False
+        by_owner = self._pods_by_controller()
+        nodes = self._store.items(NODES)
+        for ds in self._store.items(DAEMONSETS):
+            wanted = self._daemon_nodes(ds, nodes)
+            placed: dict[str, list[JsonObj]] = {}
+            for pod in by_owner.get(uid_of(ds), []):
+                if pod_active(pod):
+                    placed.setdefault(pod_node(pod), []).append(pod)
+            for node in sorted(wanted - set(placed)):
+                pod = pod_from_template(ds["spec"]["template"], namespace=namespace_of(ds), owner=ds)
+                pod["spec"]["nodeName"] = node
+                pod["spec"]["tolerations"] = list(pod["spec"].get("tolerations") or []) + _DAEMON_TOLERATIONS
+                self._api.create(PODS, namespace_of(ds), pod, source=SANDBOX)
+                changed = True
+            for node, pods in placed.items():
+                for pod in pods if node not in wanted else pods[1:]:
+                    self._kubelet.delete_pod(pod, None, verb="delete", resource="pods", source=SANDBOX)
+                    changed = True
+        return changed
+
+    def _schedule(self) -> bool:
+        """Bind pending pods to Ready, schedulable nodes with room, spreading each owner's pods over zones
+        and nodes, then preferring the least loaded node (name breaks ties, for repeatable tests)."""
+        pods = self._store.items(PODS)
+        pending = [p for p in pods if not pod_node(p) and pod_active(p)]
+        if not pending:
+            return False
+        all_nodes = self._store.items(NODES)
+        nodes = [n for n in all_nodes if node_schedulable(n)]
+        zone = {name_of(n): labels_of(n).get(ZONE_LABEL, "") for n in all_nodes}
+        load: Counter[str] = Counter()
+        per_node: Counter[tuple[str, str]] = Counter()
+        per_zone: Counter[tuple[str, str]] = Counter()
+        for pod in pods:
+            node = pod_node(pod)
+            if node and not pod_terminal(pod):
+                owner = str((controller_ref(pod) or {}).get("uid", ""))
+                load[node] += 1
+                per_node[(node, owner)] += 1
+                per_zone[(zone.get(node, ""), owner)] += 1
+        changed = False
+        now = time.time()
+        for pod in sorted(pending, key=lambda p: (p["metadata"]["creationTimestamp"], name_of(p))):
+            owner = str((controller_ref(pod) or {}).get("uid", ""))
+            selector = (pod.get("spec") or {}).get("nodeSelector") or {}
+            fits = [
+                n
+                for n in nodes
+                if load[name_of(n)] < pods_capacity(n)
+                and all(labels_of(n).get(k) == v for k, v in selector.items())
+            ]
+            updated = json_copy(pod)
+            status = updated.setdefault("status", {})
+            if not fits:
+                unschedulable = {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "no Ready, schedulable node has room for the pod",
+                }
+                status["conditions"] = with_condition(status.get("conditions") or [], unschedulable, now)
+                if updated != pod:
+                    self._store.write(PODS, updated, verb="update", source=SANDBOX, resource="pods/status")
+                    changed = True
+                continue
+            best = min(
+                fits,
+                key=lambda n: (
+                    per_node[(name_of(n), owner)] + per_zone[(zone[name_of(n)], owner)],
+                    load[name_of(n)],
+                    name_of(n),
+                ),
+            )
+            node = name_of(best)
+            updated["spec"]["nodeName"] = node
+            scheduled = {"type": "PodScheduled", "status": "True"}
+            status["conditions"] = with_condition(status.get("conditions") or [], scheduled, now)
+            self._store.write(PODS, updated, verb="create", source=SANDBOX, resource="pods/binding")
+            load[node] += 1
+            per_node[(node, owner)] += 1
+            per_zone[(zone[node], owner)] += 1
+            changed = True
+        return changed
+
+    # --- status writers -----------------------------------------------------------------------------
+
+    def _write_status(self, rt: ResourceType, obj: JsonObj, status: JsonObj) -> bool:
+        if obj.get("status") == status:
+            return False
+        updated = json_copy(obj)
+        updated["status"] = status
+        self._store.write(rt, updated, verb="update", source=SANDBOX, resource=f"{rt.plural}/status")
+        return True
+
+    def _sync_statuses(self) -> bool:
+        changed = False
+        by_owner = self._pods_by_controller()
+        now = time.time()
+
+        def counts(owner: JsonObj) -> tuple[int, int]:
+            active = [p for p in by_owner.get(uid_of(owner), []) if pod_active(p)]
+            return len(active), sum(1 for p in active if pod_ready(p))
+
+        replica_counts: dict[str, tuple[int, int]] = {}
+        for rs in self._store.items(REPLICASETS):
+            total, ready = replica_counts[uid_of(rs)] = counts(rs)
+            status = {
+                "replicas": total,
+                "fullyLabeledReplicas": total,
+                "readyReplicas": ready,
+                "availableReplicas": ready,
+                "observedGeneration": rs["metadata"]["generation"],
+            }
+            changed |= self._write_status(REPLICASETS, rs, status)
+        for deployment in self._store.items(DEPLOYMENTS):
+            digest = template_hash(deployment["spec"]["template"])
+            owned = self._owned(REPLICASETS, deployment)
+            total = sum(replica_counts.get(uid_of(rs), (0, 0))[0] for rs in owned)
+            ready = sum(replica_counts.get(uid_of(rs), (0, 0))[1] for rs in owned)
+            updated = sum(
+                replica_counts.get(uid_of(rs), (0, 0))[0] for rs in owned if name_of(rs).endswith(digest)
+            )
+            status = {
+                "observedGeneration": deployment["metadata"]["generation"],
+                "replicas": total,
+                "updatedReplicas": updated,
+                "readyReplicas": ready,
+                "availableReplicas": ready,
+                "unavailableReplicas": max(0, int(deployment["spec"]["replicas"]) - ready),
+            }
+            changed |= self._write_status(DEPLOYMENTS, deployment, status)
+        nodes = self._store.items(NODES)
+        for ds in self._store.items(DAEMONSETS):
+            total, ready = counts(ds)
+            status = {
+                "currentNumberScheduled": total,
+                "desiredNumberScheduled": len(self._daemon_nodes(ds, nodes)),
+                "numberMisscheduled": 0,
+                "numberReady": ready,
+                "numberAvailable": ready,
+                "updatedNumberScheduled": total,
+                "observedGeneration": ds["metadata"]["generation"],
+            }
+            changed |= self._write_status(DAEMONSETS, ds, status)
+        index = PodIndex(self._store.items(PODS))
+        for pdb in self._store.items(PDBS):
+            budget = compute_budget(self._store, pdb, index)
+            allowed = budget.allowed > 0
+            condition = {
+                "type": "DisruptionAllowed",
+                "status": "True" if allowed else "False",
+                "reason": "SufficientPods" if allowed else "InsufficientPods",
+                "message": "",
+                "observedGeneration": pdb["metadata"]["generation"],
+            }
+            old_conditions = (pdb.get("status") or {}).get("conditions") or []
+            status = {
+                "observedGeneration": pdb["metadata"]["generation"],
+                "expectedPods": budget.expected,
+                "desiredHealthy": budget.desired,
+                "currentHealthy": budget.current,
+                "disruptionsAllowed": budget.allowed,
+                "conditions": with_condition(old_conditions, condition, now),
+            }
+            changed |= self._write_status(PDBS, pdb, status)
+        return changed
+
+
+class ControllerLoop:
+    """Runs ``Controllers.sync`` every tick on a daemon thread; skips a tick when nothing changed and no
+    timer is due, so an idle sandbox costs nothing. A controller failure is kept and re-raised by ``check``."""
+
+    def __init__(self, sync: Callable[[], SyncResult], revision: Callable[[], int], tick: float) -> None:
+        self._sync = sync
+        self._revision = revision
+        self._tick = tick
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kube-sandbox-controllers", daemon=True)
+        self.failure: BaseException | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def check(self) -> None:
+        if self.failure is not None:
+            raise RuntimeError("the sandbox controllers failed") from self.failure
+
+    def _run(self) -> None:
+        clean_revision = -1
+        due: float | None = None
+        while not self._stop.wait(self._tick):
+            if self._revision() == clean_revision and (due is None or time.monotonic() < due):
+                continue
+            try:
+                result = self._sync()
+            except Exception as exc:  # kept for check(); the loop must outlive one bad pass
+                logger.exception("sandbox controller pass failed")
+                self.failure = exc
+                continue
+            due = result.due
+            clean_revision = -1 if result.changed else result.revision

@@ -1,0 +1,112 @@
+"""Kubernetes API errors, each rendered as the ``kind: Status`` body a real API server sends."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nodecycle_sandbox.kube.resources import ResourceType
+
+
+class ApiError(Exception):
+    """An API failure with the HTTP code, reason and message of the matching Kubernetes ``Status``."""
+
+    def __init__(self, code: int, reason: str, message: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.details = details
+
+    def status(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        }
+        if self.details is not None:
+            body["details"] = self.details
+        return body
+
+
+def _details(rt: ResourceType, name: str, **extra: Any) -> dict[str, Any]:
+    details: dict[str, Any] = {"name": name, "kind": rt.plural}
+    if rt.group:
+        details["group"] = rt.group
+    details.update(extra)
+    return details
+
+
+def not_found(rt: ResourceType, name: str) -> ApiError:
+    return ApiError(404, "NotFound", f'{rt.qualified} "{name}" not found', _details(rt, name))
+
+
+def already_exists(rt: ResourceType, name: str) -> ApiError:
+    return ApiError(409, "AlreadyExists", f'{rt.qualified} "{name}" already exists', _details(rt, name))
+
+
+def conflict(rt: ResourceType, name: str, why: str) -> ApiError:
+    return ApiError(
+        409,
+        "Conflict",
+        f'Operation cannot be fulfilled on {rt.qualified} "{name}": {why}',
+        _details(rt, name),
+    )
+
+
+def stale_resource_version(rt: ResourceType, name: str) -> ApiError:
+    return conflict(
+        rt,
+        name,
+        "the object has been modified; please apply your changes to the latest version and try again",
+    )
+
+
+def invalid(rt: ResourceType, name: str, field: str, problem: str) -> ApiError:
+    """422 with one field cause, e.g. ``invalid(rt, "x", "metadata.name", "Required value")``."""
+    return ApiError(
+        422,
+        "Invalid",
+        f'{rt.kind} "{name}" is invalid: {field}: {problem}',
+        {
+            "name": name,
+            "kind": rt.kind,
+            "group": rt.group,
+            "causes": [{"reason": "FieldValueInvalid", "message": problem, "field": field}],
+        },
+    )
+
+
+def bad_request(message: str) -> ApiError:
+    return ApiError(400, "BadRequest", message)
+
+
+def unauthorized() -> ApiError:
+    return ApiError(401, "Unauthorized", "Unauthorized")
+
+
+def method_not_allowed(message: str) -> ApiError:
+    return ApiError(405, "MethodNotAllowed", message)
+
+
+def unsupported_media_type(content_type: str) -> ApiError:
+    return ApiError(
+        415, "UnsupportedMediaType", f"the body of the request was in an unknown format: {content_type}"
+    )
+
+
+def too_many_requests(message: str, causes: list[dict[str, str]]) -> ApiError:
+    return ApiError(429, "TooManyRequests", message, {"causes": causes})
+
+
+def internal_error(message: str) -> ApiError:
+    return ApiError(
+        500, "InternalError", f"Internal error occurred: {message}", {"causes": [{"message": message}]}
+    )
+
+
+def path_not_found(path: str) -> ApiError:
+    return ApiError(404, "NotFound", f"the server could not find the requested resource ({path})", {})

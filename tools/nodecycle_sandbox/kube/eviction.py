@@ -1,0 +1,193 @@
+"""PodDisruptionBudget arithmetic and the pods/eviction subresource, as the disruption controller and the
+eviction REST handler of kube-apiserver implement them."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from nodecycle_sandbox.kube import errors
+from nodecycle_sandbox.kube.api import check_preconditions
+from nodecycle_sandbox.kube.kubelet import Kubelet
+from nodecycle_sandbox.kube.meta import (
+    JsonObj,
+    controller_ref,
+    is_terminating,
+    labels_of,
+    name_of,
+    namespace_of,
+    pod_healthy,
+    pod_phase,
+    pod_ready,
+    uid_of,
+)
+from nodecycle_sandbox.kube.resources import EVICTION_API_VERSIONS, PDBS, PODS
+from nodecycle_sandbox.kube.selectors import LabelSelector, from_label_selector_object
+from nodecycle_sandbox.kube.store import Store
+
+VIOLATION_MESSAGE = "Cannot evict pod as it would violate the pod's disruption budget."
+MULTIPLE_PDBS_MESSAGE = (
+    "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
+)
+
+
+@dataclass(frozen=True)
+class Budget:
+    expected: int
+    desired: int
+    current: int
+    allowed: int
+
+
+def _scaled(value: int | str, total: int) -> int:
+    """An int-or-percent scaled against ``total``, rounding up (intstr.GetScaledValueFromIntOrPercent)."""
+    if isinstance(value, int):
+        return value
+    if not value.endswith("%") or not value[:-1].isdigit():
+        raise ValueError(f"invalid int-or-percent {value!r}")
+    return math.ceil(int(value[:-1]) * total / 100)
+
+
+def _expected_scale(store: Store, pods: list[JsonObj]) -> int | None:
+    """Sum of the replicas of the pods' controllers; None (fail safe) when a pod has no scalable controller."""
+    scales: dict[str, int] = {}
+    for pod in pods:
+        ref = controller_ref(pod)
+        if ref is None or ref.get("kind") != "ReplicaSet":
+            return None  # the disruption controller only knows scalable controllers: it then allows nothing
+        rs = store.by_uid(str(ref.get("uid")))
+        if rs is None:
+            return None
+        owner = controller_ref(rs)
+        if owner is not None and owner.get("kind") == "Deployment":
+            deployment = store.by_uid(str(owner.get("uid")))
+            if deployment is None:
+                return None
+            scales[uid_of(deployment)] = int((deployment.get("spec") or {}).get("replicas", 1))
+        else:
+            scales[uid_of(rs)] = int((rs.get("spec") or {}).get("replicas", 1))
+    return sum(scales.values())
+
+
+class PodIndex:
+    """Pods grouped by namespace and by label, so that matching every PodDisruptionBudget of a big cluster in
+    one controller pass does not test every pod against every selector."""
+
+    def __init__(self, pods: list[JsonObj]) -> None:
+        self._by_namespace: dict[str, list[JsonObj]] = {}
+        self._by_label: dict[tuple[str, str, str], list[JsonObj]] = {}
+        for pod in pods:
+            namespace = namespace_of(pod)
+            self._by_namespace.setdefault(namespace, []).append(pod)
+            for key, value in labels_of(pod).items():
+                self._by_label.setdefault((namespace, key, value), []).append(pod)
+
+    def select(self, namespace: str, selector: LabelSelector) -> list[JsonObj]:
+        equality = next((r for r in selector.requirements if r.op == "In" and len(r.values) == 1), None)
+        if equality is None:
+            candidates = self._by_namespace.get(namespace, [])
+        else:
+            (value,) = equality.values
+            candidates = self._by_label.get((namespace, equality.key, value), [])
+        return [p for p in candidates if selector.matches(labels_of(p))]
+
+
+def pdb_pods(store: Store, pdb: JsonObj, index: PodIndex | None = None) -> list[JsonObj]:
+    selector = from_label_selector_object((pdb.get("spec") or {}).get("selector"))
+    namespace = pdb["metadata"]["namespace"]
+    return (index or PodIndex(store.items(PODS, namespace))).select(namespace, selector)
+
+
+def compute_budget(store: Store, pdb: JsonObj, index: PodIndex | None = None) -> Budget:
+    """What the disruption controller would write into the PDB's status, computed fresh under the lock
+    (``index``: the pods of the current controller pass, when computing many budgets at once).
+
+    Counting afresh (rather than trusting status.disruptionsAllowed, as kube-apiserver does with its
+    DisruptedPods bookkeeping) is equivalent here: an evicted pod is marked terminating in the same locked
+    step, so the next eviction already sees one healthy pod fewer.
+    """
+    with store.lock:
+        pods = pdb_pods(store, pdb, index)
+        spec = pdb.get("spec") or {}
+        current = sum(1 for p in pods if pod_healthy(p))
+        min_available = spec.get("minAvailable")
+        max_unavailable = spec.get("maxUnavailable")
+        if max_unavailable is None and not isinstance(min_available, str):
+            # An integer minAvailable (or nothing) counts the pods themselves, not their controllers' scale.
+            expected, desired = len(pods), int(min_available or 0)
+        else:
+            scale = _expected_scale(store, pods)
+            if scale is None:
+                return Budget(expected=0, desired=0, current=current, allowed=0)
+            expected = scale
+            if max_unavailable is not None:
+                desired = max(0, expected - _scaled(max_unavailable, expected))
+            else:
+                desired = _scaled(str(min_available), expected)
+        allowed = current - desired if expected > 0 and current > desired else 0
+        return Budget(expected=expected, desired=desired, current=current, allowed=allowed)
+
+
+def evict(store: Store, kubelet: Kubelet, namespace: str, name: str, body: Any, *, source: str) -> JsonObj:
+    """POST .../pods/{name}/eviction: delete the pod unless a PodDisruptionBudget forbids it (429)."""
+    if not isinstance(body, dict):
+        raise errors.bad_request("the body of an eviction must be a JSON object")
+    # Like any typed endpoint, the body may leave apiVersion and kind out; they default to policy/v1 Eviction.
+    api_version = body.get("apiVersion", "policy/v1")
+    if api_version not in EVICTION_API_VERSIONS or body.get("kind", "Eviction") != "Eviction":
+        raise errors.bad_request(
+            f"expected an Eviction of {' or '.join(sorted(EVICTION_API_VERSIONS))}, got {api_version} {body.get('kind')}"
+        )
+    meta = body.get("metadata") or {}
+    if meta.get("name") != name:
+        raise errors.bad_request("name in URL does not match name in Eviction object")
+    if meta.get("namespace", namespace) != namespace:
+        raise errors.bad_request("namespace in URL does not match namespace in Eviction object")
+    options = body.get("deleteOptions") or {}
+    with store.lock:
+        pod = store.get(PODS, namespace, name)
+        if pod is None:
+            raise errors.not_found(PODS, name)
+        check_preconditions(PODS, pod, options)
+        grace = options.get("gracePeriodSeconds")
+        if not _pdb_applies(pod):
+            kubelet.delete_pod(pod, grace, verb="create", resource="pods/eviction", source=source)
+            return _success()
+        labels = labels_of(pod)
+        pdbs = [
+            p
+            for p in store.items(PDBS, namespace)
+            if from_label_selector_object((p.get("spec") or {}).get("selector")).matches(labels)
+        ]
+        if len(pdbs) > 1:
+            raise errors.internal_error(MULTIPLE_PDBS_MESSAGE)
+        if pdbs:
+            pdb = pdbs[0]
+            budget = compute_budget(store, pdb)
+            unhealthy_may_go = not pod_ready(pod) and (
+                (pdb.get("spec") or {}).get("unhealthyPodEvictionPolicy") == "AlwaysAllow"
+                or 0 < budget.desired <= budget.current
+            )
+            if not unhealthy_may_go and budget.allowed <= 0:
+                raise errors.too_many_requests(
+                    VIOLATION_MESSAGE,
+                    [
+                        {
+                            "reason": "DisruptionBudget",
+                            "message": f"The disruption budget {name_of(pdb)} needs {budget.desired} healthy pods "
+                            f"and has {budget.current} currently",
+                        }
+                    ],
+                )
+        kubelet.delete_pod(pod, grace, verb="create", resource="pods/eviction", source=source)
+        return _success()
+
+
+def _pdb_applies(pod: JsonObj) -> bool:
+    """Finished, pending and already terminating pods are evicted without consulting any budget."""
+    return pod_phase(pod) not in ("Succeeded", "Failed", "Pending") and not is_terminating(pod)
+
+
+def _success() -> JsonObj:
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}

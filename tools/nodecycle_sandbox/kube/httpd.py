@@ -1,0 +1,145 @@
+"""The HTTP(S) transport: a threaded HTTP/1.1 server with keep-alive, TLS handshakes off the accept thread,
+and a clean stop that also closes idle keep-alive connections."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import ssl
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from nodecycle_sandbox.kube.routing import Request, Router
+
+logger = logging.getLogger(__name__)
+
+_HANDSHAKE_TIMEOUT = 10.0
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, so urllib3 pools and Go's transport reuse connections
+    server: KubeHTTPServer
+    timeout = 300  # an idle keep-alive connection is closed after this many seconds
+
+    def setup(self) -> None:
+        if isinstance(self.request, ssl.SSLSocket):
+            self.request.settimeout(_HANDSHAKE_TIMEOUT)
+            self.request.do_handshake()
+        super().setup()
+        self.server.track(self.request)
+
+    def finish(self) -> None:
+        self.server.untrack(self.request)
+        super().finish()
+
+    def do_GET(self) -> None:
+        self._serve()
+
+    do_POST = do_PUT = do_PATCH = do_DELETE = do_GET
+
+    def _read_body(self) -> bytes:
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            chunks: list[bytes] = []
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass  # trailers
+                    return b"".join(chunks)
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _serve(self) -> None:
+        parts = urlsplit(self.path)
+        request = Request(
+            method=self.command,
+            path=parts.path,
+            query=dict(parse_qsl(parts.query, keep_blank_values=True)),
+            headers={k.lower(): v for k, v in self.headers.items()},
+            body=self._read_body(),
+        )
+        try:
+            response = self.server.router.handle(request)
+        except Exception:
+            logger.exception("sandbox API server failed on %s %s", self.command, self.path)
+            self._send(500, "application/json", _internal_error())
+            return
+        if isinstance(response.body, str):
+            self._send(response.status, "text/plain; charset=utf-8", response.body.encode())
+        else:
+            self._send(
+                response.status, "application/json", json.dumps(response.body, separators=(",", ":")).encode()
+            )
+
+    def _send(self, status: int, content_type: str, data: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Cache-Control", "no-cache, private")
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        logger.debug("%s - " + format, self.address_string(), *args)
+
+
+def _internal_error() -> bytes:
+    body = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": "Internal error occurred: the sandbox API server failed; see its log",
+        "reason": "InternalError",
+        "code": 500,
+    }
+    return json.dumps(body).encode()
+
+
+class KubeHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    # Many clients connecting at once (a test's thread pool) must not overflow the listen backlog.
+    request_queue_size = 128
+
+    def __init__(self, address: tuple[str, int], router: Router, ssl_context: ssl.SSLContext | None) -> None:
+        self.router = router
+        self._ssl_context = ssl_context
+        self._connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
+        super().__init__(address, _Handler)
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        sock, address = super().get_request()
+        # Without TCP_NODELAY a response written as headers + body can wait for a delayed ACK (40 ms).
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self._ssl_context is not None:
+            # The handshake runs on the connection's own thread (see _Handler.setup), never on this one.
+            sock = self._ssl_context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        return sock, address
+
+    def track(self, sock: socket.socket) -> None:
+        with self._connections_lock:
+            self._connections.add(sock)
+
+    def untrack(self, sock: socket.socket) -> None:
+        with self._connections_lock:
+            self._connections.discard(sock)
+
+    def close_connections(self) -> None:
+        """Wake every connection thread blocked on an idle keep-alive socket, so stop() leaves nothing behind."""
+        with self._connections_lock:
+            connections = list(self._connections)
+        for sock in connections:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                logger.debug("connection already closed", exc_info=True)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # Clients hanging up mid-request and failed TLS handshakes are routine for a test server.
+        logger.debug("connection from %s failed", client_address, exc_info=True)

@@ -1,0 +1,189 @@
+"""The simulated kubelets of all nodes: pods start after a delay, report readiness and stop within their grace."""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+import time
+
+from nodecycle_sandbox.kube import errors
+from nodecycle_sandbox.kube.builders import ip_of_node_name
+from nodecycle_sandbox.kube.history import SANDBOX
+from nodecycle_sandbox.kube.meta import (
+    DEFAULT_GRACE_SECONDS,
+    SHUTDOWN_ANNOTATION,
+    START_ANNOTATION,
+    JsonObj,
+    float_annotation,
+    is_terminating,
+    json_copy,
+    name_of,
+    namespace_of,
+    node_ready,
+    pod_node,
+    pod_phase,
+    pod_ready,
+    pod_terminal,
+    rfc3339,
+    uid_of,
+    with_condition,
+)
+from nodecycle_sandbox.kube.resources import NODES, PODS
+from nodecycle_sandbox.kube.store import Store
+
+
+class Kubelet:
+    """Pod lifecycle on the nodes, driven by ``sync`` from the controller loop.
+
+    Timers are monotonic and kept beside the objects (keyed by pod uid) because timestamps in the API have
+    whole-second precision, too coarse for tests that time a 0.3 s shutdown.
+    """
+
+    def __init__(self, store: Store, *, start_seconds: float, shutdown_seconds: float) -> None:
+        self._store = store
+        self.start_seconds = start_seconds
+        self.shutdown_seconds = shutdown_seconds
+        self._ready_at: dict[str, float] = {}
+        self._gone_at: dict[str, float] = {}
+        self._ips = itertools.count(10)
+
+    def delete_pod(
+        self, pod: JsonObj, grace: int | None, *, verb: str, resource: str, source: str
+    ) -> JsonObj:
+        """Delete a pod the way the API server and kubelet do it together; returns the response object.
+
+        A bound, running pod with a grace period is only marked (deletionTimestamp); the kubelet removes it
+        once its simulated shutdown is over. Grace 0, an unbound pod or a finished pod go at once.
+        """
+        with self._store.lock:
+            spec = pod.get("spec") or {}
+            if grace is None:
+                grace = int(spec.get("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS))
+            if grace < 0:
+                raise errors.bad_request("gracePeriodSeconds must not be negative")
+            if grace == 0 or not pod_node(pod) or pod_terminal(pod):
+                removed = self._store.remove(
+                    PODS, namespace_of(pod), name_of(pod), verb=verb, source=source, resource=resource
+                )
+                self._forget(uid_of(pod))
+                return removed or pod
+            now, mono = time.time(), time.monotonic()
+            stop_after = min(float_annotation(pod, SHUTDOWN_ANNOTATION, self.shutdown_seconds), float(grace))
+            meta = pod["metadata"]
+            if is_terminating(pod) and grace >= int(meta.get("deletionGracePeriodSeconds", grace)):
+                return pod  # a longer or equal grace never extends a deletion in progress
+            updated = json_copy(pod)
+            updated["metadata"]["deletionTimestamp"] = rfc3339(now + grace)
+            updated["metadata"]["deletionGracePeriodSeconds"] = grace
+            uid = uid_of(pod)
+            self._gone_at[uid] = min(self._gone_at.get(uid, float("inf")), mono + stop_after)
+            return self._store.write(PODS, updated, verb=verb, source=source, resource=resource)
+
+    def sync(self) -> tuple[bool, float | None]:
+        """One kubelet pass over all bound pods; returns (changed anything, next monotonic deadline)."""
+        with self._store.lock:
+            nodes = {name_of(n): n for n in self._store.items(NODES)}
+            changed = False
+            deadlines: list[float] = []
+            seen: set[str] = set()
+            mono = time.monotonic()
+            for pod in self._store.items(PODS):
+                node = nodes.get(pod_node(pod))
+                if node is None:
+                    continue  # unbound, or its node is gone (the pod garbage collector removes it)
+                uid = uid_of(pod)
+                seen.add(uid)
+                alive = node_ready(node)
+                if is_terminating(pod):
+                    gone_at = self._gone_at.setdefault(uid, mono + self.shutdown_seconds)
+                    if alive and mono >= gone_at:
+                        self._store.remove(
+                            PODS, namespace_of(pod), name_of(pod), verb="delete", source=SANDBOX
+                        )
+                        changed = True
+                    elif alive:
+                        deadlines.append(gone_at)
+                elif pod_terminal(pod):
+                    continue
+                elif pod_phase(pod) != "Running":
+                    start = float_annotation(pod, START_ANNOTATION, self.start_seconds)
+                    ready_at = self._ready_at.setdefault(uid, mono + start)
+                    if alive and mono >= ready_at:
+                        self._store.write(
+                            PODS,
+                            self._running(pod, node),
+                            verb="update",
+                            source=SANDBOX,
+                            resource="pods/status",
+                        )
+                        changed = True
+                    elif alive:
+                        deadlines.append(ready_at)
+                elif pod_ready(pod) != alive:
+                    self._store.write(
+                        PODS,
+                        self._with_readiness(pod, alive),
+                        verb="update",
+                        source=SANDBOX,
+                        resource="pods/status",
+                    )
+                    changed = True
+            for uid in set(self._ready_at) - seen:
+                del self._ready_at[uid]
+            for uid in set(self._gone_at) - seen:
+                del self._gone_at[uid]
+            return changed, min(deadlines, default=None)
+
+    def _forget(self, uid: str) -> None:
+        self._ready_at.pop(uid, None)
+        self._gone_at.pop(uid, None)
+
+    def _running(self, pod: JsonObj, node: JsonObj) -> JsonObj:
+        now = time.time()
+        n = next(self._ips)
+        pod_ip = f"10.{100 + (n >> 16) % 100}.{(n >> 8) & 255}.{n & 255}"
+        host_ip = ip_of_node_name(name_of(node)) or "10.0.0.1"
+        updated = json_copy(pod)
+        conditions: list[JsonObj] = (pod.get("status") or {}).get("conditions") or []
+        for kind in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled"):
+            conditions = with_condition(conditions, {"type": kind, "status": "True"}, now)
+        started = rfc3339(now)
+        updated["status"] = {
+            "phase": "Running",
+            "conditions": conditions,
+            "hostIP": host_ip,
+            "hostIPs": [{"ip": host_ip}],
+            "podIP": pod_ip,
+            "podIPs": [{"ip": pod_ip}],
+            "startTime": started,
+            "qosClass": "BestEffort",
+            "containerStatuses": [
+                {
+                    "name": c.get("name", "app"),
+                    "image": c.get("image", ""),
+                    "imageID": "",
+                    "containerID": f"containerd://{secrets.token_hex(32)}",
+                    "ready": True,
+                    "started": True,
+                    "restartCount": 0,
+                    "state": {"running": {"startedAt": started}},
+                }
+                for c in (pod.get("spec") or {}).get("containers") or []
+            ],
+        }
+        return updated
+
+    @staticmethod
+    def _with_readiness(pod: JsonObj, ready: bool) -> JsonObj:
+        """A node that stops reporting makes its pods unready, which PodDisruptionBudgets then see."""
+        now = time.time()
+        updated = json_copy(pod)
+        status = updated.setdefault("status", {})
+        value = "True" if ready else "False"
+        conditions = status.get("conditions") or []
+        for kind in ("Ready", "ContainersReady"):
+            conditions = with_condition(conditions, {"type": kind, "status": value}, now)
+        status["conditions"] = conditions
+        for container in status.get("containerStatuses") or []:
+            container["ready"] = ready
+        return updated

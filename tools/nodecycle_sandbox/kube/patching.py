@@ -1,0 +1,253 @@
+"""The three PATCH flavours of the Kubernetes API: JSON merge (RFC 7386), strategic merge, JSON patch (RFC 6902).
+
+Every function returns a new document and never mutates its inputs: stored objects are shared, immutable values.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nodecycle_sandbox.kube.meta import json_copy
+
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+PATCH_TYPES = (MERGE_PATCH, STRATEGIC_MERGE_PATCH, JSON_PATCH)
+
+
+class PatchError(ValueError):
+    """The patch cannot be applied to this object (a failed ``test``, a missing path, a bad directive)."""
+
+
+# Strategic merge knows, from the Go struct tags, which lists merge by a key. The sandbox serves a handful
+# of types, and in all of them a list field's name decides its merge key; lists not named here are atomic.
+_MERGE_KEYS = {
+    "containers": "name",
+    "initContainers": "name",
+    "ephemeralContainers": "name",
+    "volumes": "name",
+    "env": "name",
+    "imagePullSecrets": "name",
+    "volumeMounts": "mountPath",
+    "ports": "containerPort",
+    "conditions": "type",
+    "addresses": "type",
+    "ownerReferences": "uid",
+}
+# Lists of scalars with patchStrategy=merge: the patch's values are added to the existing set.
+_MERGED_SCALAR_LISTS = frozenset({"finalizers"})
+_DELETE_FROM = "$deleteFromPrimitiveList/"
+_SET_ORDER = "$setElementOrder/"
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    if not isinstance(patch, dict):
+        return json_copy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+class _Deleted:
+    """Marker for a map removed by ``$patch: delete``."""
+
+
+_DELETED = _Deleted()
+
+
+def strategic_merge_patch(original: dict[str, Any], patch: Any) -> dict[str, Any]:
+    if not isinstance(patch, dict):
+        raise PatchError("a strategic merge patch must be a JSON object")
+    merged = _merge_map(original, patch)
+    if isinstance(merged, _Deleted):
+        raise PatchError("a strategic merge patch cannot delete the whole object")
+    return merged
+
+
+def _merge_map(original: dict[str, Any] | None, patch: dict[str, Any]) -> dict[str, Any] | _Deleted:
+    directive = patch.get("$patch")
+    if directive == "delete":
+        return _DELETED
+    if directive == "replace":
+        replaced = _merge_map(None, {k: v for k, v in patch.items() if k != "$patch"})
+        assert isinstance(replaced, dict)
+        return replaced
+    if directive is not None:
+        raise PatchError(f"unknown patch directive {directive!r}")
+    result = dict(original) if original is not None else {}
+    # Deletions from scalar lists apply before the merge of the same list, as in apimachinery.
+    for key, value in patch.items():
+        if key.startswith(_DELETE_FROM):
+            field = key[len(_DELETE_FROM) :]
+            result[field] = [item for item in result.get(field) or [] if item not in value]
+    for key, value in patch.items():
+        if key.startswith(("$", _SET_ORDER)):
+            continue  # directives: handled above or only about ordering
+        if value is None:
+            result.pop(key, None)
+        elif isinstance(value, dict):
+            current = result.get(key)
+            merged = _merge_map(current if isinstance(current, dict) else None, value)
+            if isinstance(merged, _Deleted):
+                result.pop(key, None)
+            else:
+                result[key] = merged
+        elif isinstance(value, list):
+            current = result.get(key)
+            result[key] = _merge_list(key, current if isinstance(current, list) else [], value)
+        else:
+            result[key] = value
+    retain = patch.get("$retainKeys")
+    if retain is not None:
+        result = {k: v for k, v in result.items() if k in retain}
+    return result
+
+
+def _fresh(element: Any) -> Any:
+    """A patch element with no original counterpart, its directives stripped."""
+    if isinstance(element, dict):
+        merged = _merge_map(None, element)
+        return {} if isinstance(merged, _Deleted) else merged
+    return json_copy(element)
+
+
+def _merge_list(field: str, original: list[Any], patch: list[Any]) -> list[Any]:
+    if field in _MERGED_SCALAR_LISTS:
+        return list(original) + [item for item in patch if item not in original]
+    merge_key = _MERGE_KEYS.get(field)
+    if merge_key is None or not all(isinstance(e, dict) for e in patch):
+        return [_fresh(e) for e in patch]
+    if any(e.get("$patch") == "replace" for e in patch):
+        return [_fresh(e) for e in patch if e.get("$patch") != "replace"]
+    result = list(original)
+    for element in patch:
+        key = element.get(merge_key)
+        index = next(
+            (i for i, item in enumerate(result) if isinstance(item, dict) and item.get(merge_key) == key),
+            None,
+        )
+        if element.get("$patch") == "delete":
+            if index is not None:
+                del result[index]
+            continue
+        if index is None:
+            result.append(_fresh(element))
+        else:
+            merged = _merge_map(result[index], element)
+            if not isinstance(merged, _Deleted):
+                result[index] = merged
+    return result
+
+
+# --- JSON patch ------------------------------------------------------------------------------------
+
+
+def _pointer(path: Any) -> list[str]:
+    if not isinstance(path, str) or (path and not path.startswith("/")):
+        raise PatchError(f"invalid JSON pointer {path!r}")
+    if path == "":
+        return []
+    return [token.replace("~1", "/").replace("~0", "~") for token in path[1:].split("/")]
+
+
+def _index(container: list[Any], token: str, *, allow_end: bool) -> int:
+    if token == "-" and allow_end:
+        return len(container)
+    if not token.isdigit() or (len(token) > 1 and token.startswith("0")):
+        raise PatchError(f"invalid array index {token!r}")
+    index = int(token)
+    if index > len(container) or (index == len(container) and not allow_end):
+        raise PatchError(f"array index {index} out of range")
+    return index
+
+
+def _resolve(doc: Any, tokens: list[str]) -> Any:
+    current = doc
+    for token in tokens:
+        if isinstance(current, dict):
+            if token not in current:
+                raise PatchError(f"path segment {token!r} not found")
+            current = current[token]
+        elif isinstance(current, list):
+            current = current[_index(current, token, allow_end=False)]
+        else:
+            raise PatchError(f"path segment {token!r} does not name a container")
+    return current
+
+
+def _add(doc: Any, tokens: list[str], value: Any) -> Any:
+    if not tokens:
+        return value
+    parent = _resolve(doc, tokens[:-1])
+    last = tokens[-1]
+    if isinstance(parent, dict):
+        parent[last] = value
+    elif isinstance(parent, list):
+        parent.insert(_index(parent, last, allow_end=True), value)
+    else:
+        raise PatchError(f"cannot add to a scalar at {last!r}")
+    return doc
+
+
+def _remove(doc: Any, tokens: list[str]) -> tuple[Any, Any]:
+    if not tokens:
+        raise PatchError("cannot remove the whole document")
+    parent = _resolve(doc, tokens[:-1])
+    last = tokens[-1]
+    if isinstance(parent, dict):
+        if last not in parent:
+            raise PatchError(f"path segment {last!r} not found")
+        return doc, parent.pop(last)
+    if isinstance(parent, list):
+        return doc, parent.pop(_index(parent, last, allow_end=False))
+    raise PatchError(f"cannot remove from a scalar at {last!r}")
+
+
+def json_patch(doc: Any, operations: Any) -> Any:
+    if not isinstance(operations, list):
+        raise PatchError("a JSON patch must be a list of operations")
+    result = json_copy(doc)
+    for op in operations:
+        if not isinstance(op, dict) or "op" not in op or "path" not in op:
+            raise PatchError(f"malformed JSON patch operation {op!r}")
+        kind = op["op"]
+        path = _pointer(op["path"])
+        if kind in ("add", "replace", "test") and "value" not in op:
+            raise PatchError(f"operation {kind!r} needs a value")
+        if kind == "add":
+            result = _add(result, path, json_copy(op["value"]))
+        elif kind == "remove":
+            result, _ = _remove(result, path)
+        elif kind == "replace":
+            if path:
+                result, _ = _remove(result, path)
+            result = _add(result, path, json_copy(op["value"]))
+        elif kind in ("move", "copy"):
+            source = _pointer(op.get("from"))
+            if kind == "move":
+                result, value = _remove(result, source)
+            else:
+                value = json_copy(_resolve(result, source))
+            result = _add(result, path, value)
+        elif kind == "test":
+            if _resolve(result, path) != op["value"]:
+                raise PatchError(f"test failed at {op['path']!r}")
+        else:
+            raise PatchError(f"unknown JSON patch operation {kind!r}")
+    return result
+
+
+def apply_patch(content_type: str, original: dict[str, Any], patch: Any) -> dict[str, Any]:
+    if content_type == MERGE_PATCH:
+        result = merge_patch(original, patch)
+    elif content_type == STRATEGIC_MERGE_PATCH:
+        result = strategic_merge_patch(original, patch)
+    else:
+        result = json_patch(original, patch)
+    if not isinstance(result, dict):
+        raise PatchError("the patched object is not a JSON object")
+    return result

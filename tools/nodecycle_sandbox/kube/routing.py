@@ -1,0 +1,263 @@
+"""From an HTTP request to an API verb: authentication, URL layout, content types, query parameters."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote
+
+from nodecycle_sandbox.kube import discovery, errors, tables
+from nodecycle_sandbox.kube.api import Api, ListOptions
+from nodecycle_sandbox.kube.auth import TokenRejected, bearer_token
+from nodecycle_sandbox.kube.counters import Counters
+from nodecycle_sandbox.kube.eviction import evict
+from nodecycle_sandbox.kube.history import API
+from nodecycle_sandbox.kube.kubelet import Kubelet
+from nodecycle_sandbox.kube.meta import JsonObj
+from nodecycle_sandbox.kube.patching import PATCH_TYPES
+from nodecycle_sandbox.kube.resources import PODS, ResourceType, by_path
+from nodecycle_sandbox.kube.store import Store
+
+logger = logging.getLogger(__name__)
+
+_HEALTH_PATHS = frozenset({"/healthz", "/livez", "/readyz"})
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    path: str
+    query: Mapping[str, str]  # the last value of each parameter
+    headers: Mapping[str, str]  # lower-case names
+    body: bytes
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    body: JsonObj | str  # a str is sent as text/plain
+
+
+@dataclass(frozen=True)
+class Target:
+    rt: ResourceType
+    namespace: str | None  # None: every namespace (lists of namespaced resources); "": cluster-scoped
+    name: str
+    subresource: str
+
+
+class Router:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        api: Api,
+        kubelet: Kubelet,
+        counters: Counters,
+        check_token: Callable[[str], None],
+        server_address: Callable[[], str],
+    ) -> None:
+        self._store = store
+        self._api = api
+        self._kubelet = kubelet
+        self._counters = counters
+        self._check_token = check_token
+        self._server_address = server_address
+
+    def handle(self, request: Request) -> Response:
+        try:
+            self._authenticate(request)
+            return self._route(request)
+        except errors.ApiError as exc:
+            return Response(exc.code, exc.status())
+
+    def _authenticate(self, request: Request) -> None:
+        token = bearer_token(request.headers.get("authorization"))
+        if token is None:
+            raise errors.unauthorized()
+        try:
+            self._check_token(token)
+        except TokenRejected as exc:
+            logger.debug("rejected bearer token: %s", exc)
+            raise errors.unauthorized() from None
+
+    def _route(self, request: Request) -> Response:
+        path = request.path.rstrip("/") or "/"
+        segments = [unquote(s) for s in path.split("/") if s]
+        if request.method == "GET" and _is_non_resource(path, segments):
+            self._counters.add("get", path)
+            return Response(200, self._non_resource(path, segments))
+        target = _target(segments)
+        if target is None:
+            raise errors.path_not_found(path)
+        return self._serve(request, target)
+
+    def _non_resource(self, path: str, segments: list[str]) -> JsonObj | str:
+        if path in _HEALTH_PATHS:
+            return "ok"
+        if path == "/version":
+            return discovery.version()
+        if segments == ["api"]:
+            return discovery.api_versions(self._server_address())
+        if segments == ["apis"]:
+            return discovery.api_group_list()
+        if segments == ["openapi", "v3"]:
+            return discovery.openapi_v3_index()
+        if segments[:2] == ["openapi", "v3"]:
+            found = discovery.openapi_v3_group_version("/".join(segments[2:]))
+            if found is None:
+                raise errors.path_not_found(path)
+            return found
+        if segments[0] == "api":
+            found = discovery.api_resource_list("", segments[1])
+        elif len(segments) == 2:
+            found = discovery.api_group(segments[1])
+        else:
+            found = discovery.api_resource_list(segments[1], segments[2])
+        if found is None:
+            raise errors.path_not_found(path)
+        return found
+
+    def _serve(self, request: Request, target: Target) -> Response:
+        rt, name, sub = target.rt, target.name, target.subresource
+        namespace = target.namespace or ""
+        resource = f"{rt.plural}/{sub}" if sub else rt.plural
+        method = request.method
+        if method != "GET" and request.query.get("dryRun"):
+            raise errors.bad_request("dryRun is not supported by the nodecycle sandbox")
+        if sub == "eviction" and method != "POST":
+            raise errors.method_not_allowed(f"{method} is not supported on {request.path}")
+        if method == "GET" and not name:
+            self._counters.add("list", resource)
+            if request.query.get("watch") in ("1", "true"):
+                raise errors.method_not_allowed("watch is not supported by the nodecycle sandbox")
+            listed = self._api.list(rt, target.namespace, _list_options(request.query))
+            return self._read_response(request, rt, listed, listed["items"], listed["metadata"])
+        if method == "GET":
+            self._counters.add("get", resource)
+            obj = self._api.get(rt, namespace, name)
+            version = {"resourceVersion": obj["metadata"]["resourceVersion"]}
+            return self._read_response(request, rt, obj, [obj], version)
+        if method == "POST" and not name and target.namespace is not None:
+            self._counters.add("create", resource)
+            return Response(201, self._api.create(rt, namespace, _json_body(request), source=API))
+        if method == "POST" and sub == "eviction":
+            self._counters.add("create", resource)
+            return Response(
+                201, evict(self._store, self._kubelet, namespace, name, _json_body(request), source=API)
+            )
+        if method == "PUT" and name:
+            self._counters.add("update", resource)
+            updated = self._api.update(rt, namespace, name, _json_body(request), subresource=sub, source=API)
+            return Response(200, updated)
+        if method == "PATCH" and name:
+            self._counters.add("patch", resource)
+            content_type = _content_type(request)
+            if content_type not in PATCH_TYPES:
+                raise errors.unsupported_media_type(content_type)
+            patched = self._api.patch(
+                rt, namespace, name, content_type, _decode(request.body), subresource=sub, source=API
+            )
+            return Response(200, patched)
+        if method == "DELETE" and name and not sub:
+            self._counters.add("delete", resource)
+            return Response(200, self._api.delete(rt, namespace, name, _delete_options(request), source=API))
+        raise errors.method_not_allowed(f"{method} is not supported on {request.path}")
+
+    @staticmethod
+    def _read_response(
+        request: Request, rt: ResourceType, body: JsonObj, items: list[JsonObj], table_meta: JsonObj
+    ) -> Response:
+        """kubectl asks for server-side printed Tables; every other client gets the objects."""
+        if "as=Table" not in request.headers.get("accept", ""):
+            return Response(200, body)
+        include = request.query.get("includeObject", "Metadata")
+        return Response(200, tables.table(rt, items, table_meta, include))
+
+
+def _is_non_resource(path: str, segments: list[str]) -> bool:
+    """Health, version, discovery and OpenAPI documents (``/api/v1`` but not ``/api/v1/nodes``)."""
+    if path in _HEALTH_PATHS or path == "/version" or segments[:2] == ["openapi", "v3"]:
+        return True
+    if segments in (["api"], ["apis"]):
+        return True
+    if len(segments) == 2 and segments[0] in ("api", "apis"):
+        return True
+    return len(segments) == 3 and segments[0] == "apis"
+
+
+def _target(segments: list[str]) -> Target | None:
+    """Resolve the resource URL layouts of the core group (/api/v1/...) and named groups (/apis/g/v/...)."""
+    if len(segments) >= 2 and segments[0] == "api":
+        group, version, rest = "", segments[1], segments[2:]
+    elif len(segments) >= 3 and segments[0] == "apis":
+        group, version, rest = segments[1], segments[2], segments[3:]
+    else:
+        return None
+    namespace: str | None = None
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        namespaced = by_path(group, version, rest[2])
+        if namespaced is not None and namespaced.namespaced:
+            namespace, rest = rest[1], rest[2:]
+    if not rest or len(rest) > 3:
+        return None
+    rt = by_path(group, version, rest[0])
+    if rt is None or (rt.namespaced and namespace is None and len(rest) > 1):
+        return None  # a namespaced object is only reachable under /namespaces/{ns}/
+    name = rest[1] if len(rest) > 1 else ""
+    sub = rest[2] if len(rest) > 2 else ""
+    if sub and not ((sub == "status" and rt.has_status) or (sub == "eviction" and rt is PODS)):
+        return None
+    if not rt.namespaced:
+        namespace = ""
+    return Target(rt, namespace, name, sub)
+
+
+def _content_type(request: Request) -> str:
+    return request.headers.get("content-type", "").split(";")[0].strip().lower()
+
+
+def _decode(body: bytes) -> Any:
+    try:
+        return json.loads(body) if body else None
+    except ValueError as exc:
+        raise errors.bad_request(f"error decoding the request body as JSON: {exc}") from None
+
+
+def _json_body(request: Request) -> Any:
+    content_type = _content_type(request)
+    if content_type not in ("", "application/json", "*/*"):
+        raise errors.unsupported_media_type(content_type)
+    return _decode(request.body)
+
+
+def _int_param(query: Mapping[str, str], name: str) -> int | None:
+    raw = query.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise errors.bad_request(f"{name} must be an integer, got {raw!r}") from None
+
+
+def _list_options(query: Mapping[str, str]) -> ListOptions:
+    return ListOptions(
+        label_selector=query.get("labelSelector", ""),
+        field_selector=query.get("fieldSelector", ""),
+        limit=_int_param(query, "limit") or 0,
+        continue_token=query.get("continue", ""),
+    )
+
+
+def _delete_options(request: Request) -> JsonObj:
+    body = _decode(request.body) if request.body.strip() else {}
+    if not isinstance(body, dict):
+        raise errors.bad_request("DeleteOptions must be a JSON object")
+    grace = _int_param(request.query, "gracePeriodSeconds")
+    if grace is not None and body.get("gracePeriodSeconds") is None:
+        body["gracePeriodSeconds"] = grace
+    return body

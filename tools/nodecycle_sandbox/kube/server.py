@@ -1,0 +1,328 @@
+"""KubeServer: the in-memory Kubernetes API server of the sandbox, with its simulated nodes and controllers."""
+
+from __future__ import annotations
+
+import functools
+import ssl
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from nodecycle_sandbox.kube.api import Api
+from nodecycle_sandbox.kube.auth import check_eks_token, make_eks_token
+from nodecycle_sandbox.kube.builders import node_object
+from nodecycle_sandbox.kube.controllers import ControllerLoop, Controllers, StaticPod
+from nodecycle_sandbox.kube.counters import Counters
+from nodecycle_sandbox.kube.history import SANDBOX, HistoryEntry
+from nodecycle_sandbox.kube.httpd import KubeHTTPServer
+from nodecycle_sandbox.kube.kubeconfig import write_kubeconfig
+from nodecycle_sandbox.kube.kubelet import Kubelet
+from nodecycle_sandbox.kube.meta import JsonObj, json_copy, name_of
+from nodecycle_sandbox.kube.resources import NAMESPACES, NODES, by_name
+from nodecycle_sandbox.kube.routing import Router
+from nodecycle_sandbox.kube.seed import default_seed, load_seed
+from nodecycle_sandbox.kube.store import Store
+from nodecycle_sandbox.kube.tls import ServerCertificate, issue
+
+_BUILTIN_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+
+class KubeServer:
+    """A Kubernetes API server in this process, on loopback.
+
+    The official Python client and kubectl work against it unchanged; everything they can do is also
+    visible through the helpers here (``objects``, ``history``, ``counters``). The cluster may be seeded
+    before or after ``start``. Bearer tokens must have the EKS form (see ``make_eks_token``).
+
+    Args:
+        tls: serve HTTPS with a fresh CA (``ca_pem``), else plain HTTP.
+        tick_seconds: period of the kubelet / controller loop.
+        pod_start_seconds: how long a scheduled pod takes to become Ready (annotation
+            ``sandbox.nodecycle.io/start-seconds`` overrides it per pod).
+        pod_shutdown_seconds: how long a deleted pod takes to stop, capped by its grace period
+            (annotation ``sandbox.nodecycle.io/shutdown-seconds`` overrides it per pod).
+        token_max_age_seconds: refuse EKS tokens signed longer ago than this (EKS: 900); None: no limit.
+    """
+
+    def __init__(
+        self,
+        *,
+        tls: bool = True,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        tick_seconds: float = 0.05,
+        cluster_name: str = "sandbox",
+        pod_start_seconds: float = 0.2,
+        pod_shutdown_seconds: float = 0.0,
+        token_max_age_seconds: float | None = None,
+    ) -> None:
+        self.cluster_name = cluster_name
+        self._tls = tls
+        self._host = host
+        self._port = port
+        self._tick = tick_seconds
+        self._token_max_age = token_max_age_seconds
+        self._store = Store()
+        self._kubelet = Kubelet(
+            self._store, start_seconds=pod_start_seconds, shutdown_seconds=pod_shutdown_seconds
+        )
+        self._api = Api(self._store, self._kubelet)
+        self._controllers = Controllers(self._store, self._api, self._kubelet)
+        self._counters = Counters()
+        self._httpd: KubeHTTPServer | None = None
+        self._serve_thread: threading.Thread | None = None
+        self._loop: ControllerLoop | None = None
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._certificate: ServerCertificate | None = None
+        for namespace in _BUILTIN_NAMESPACES:
+            self._api.create(NAMESPACES, "", {"metadata": {"name": namespace}}, source=SANDBOX)
+
+    # --- lifecycle ----------------------------------------------------------------------------------
+
+    def start(self) -> KubeServer:
+        if self._httpd is not None:
+            raise RuntimeError("the server is already started")
+        self._tmp = tempfile.TemporaryDirectory(prefix="nodecycle-kube-")
+        context = None
+        if self._tls:
+            self._certificate = issue(self._host)
+            cert_file, key_file = Path(self._tmp.name, "server.crt"), Path(self._tmp.name, "server.key")
+            cert_file.write_bytes(self._certificate.cert_pem)
+            key_file.write_bytes(self._certificate.key_pem)
+            Path(self._tmp.name, "ca.crt").write_bytes(self._certificate.ca_pem)
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(cert_file, key_file)
+            context.set_alpn_protocols(["http/1.1"])  # no h2: this server speaks HTTP/1.1 only
+        router = Router(
+            store=self._store,
+            api=self._api,
+            kubelet=self._kubelet,
+            counters=self._counters,
+            check_token=functools.partial(check_eks_token, max_age_seconds=self._token_max_age),
+            server_address=lambda: f"{self._host}:{self.port}",
+        )
+        self._httpd = KubeHTTPServer((self._host, self._port), router, context)
+        self._serve_thread = threading.Thread(
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.02},
+            name="kube-sandbox-http",
+            daemon=True,
+        )
+        self._serve_thread.start()
+        self._loop = ControllerLoop(self._controllers.sync, lambda: self._store.revision, self._tick)
+        self._loop.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and simulating; re-raises a controller failure that happened while running."""
+        if self._loop is not None:
+            self._loop.stop()
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.close_connections()
+            self._httpd.server_close()
+        if self._serve_thread is not None:
+            self._serve_thread.join()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+        loop, self._loop, self._httpd, self._serve_thread, self._tmp = self._loop, None, None, None, None
+        if loop is not None:
+            loop.check()
+
+    def __enter__(self) -> KubeServer:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # --- connection facts ---------------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        if self._httpd is None:
+            raise RuntimeError("the server is not started")
+        return int(self._httpd.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self._tls else 'http'}://{self._host}:{self.port}"
+
+    @property
+    def ca_pem(self) -> bytes:
+        """The CA certificate (PEM) that signed the server certificate, as eks:DescribeCluster returns it."""
+        if self._certificate is None:
+            raise RuntimeError("no CA: the server is not started, or serves plain HTTP")
+        return self._certificate.ca_pem
+
+    @property
+    def ca_file(self) -> Path:
+        """The CA certificate as a file, valid while the server runs (for ``ssl_ca_cert`` and the like)."""
+        if self._tmp is None or self._certificate is None:
+            raise RuntimeError("no CA: the server is not started, or serves plain HTTP")
+        return Path(self._tmp.name, "ca.crt")
+
+    def token(self) -> str:
+        """A fresh EKS-form bearer token this server accepts."""
+        return make_eks_token(self.cluster_name)
+
+    def write_kubeconfig(self, path: Path | None = None) -> Path:
+        """A kubeconfig for kubectl with the CA and a fresh EKS-form token; by default in the server's temp dir."""
+        if self._tmp is None:
+            raise RuntimeError("the server is not started")
+        target = path or Path(self._tmp.name, "kubeconfig")
+        return write_kubeconfig(
+            target, self.url, self.token(), ca_pem=self._certificate.ca_pem if self._certificate else None
+        )
+
+    # --- cluster set-up -----------------------------------------------------------------------------
+
+    def seed(self, source: Mapping[str, Any] | str | Path) -> None:
+        """Create what a seed document describes (see ``nodecycle_sandbox.kube.seed``), atomically."""
+        plan = load_seed(source)
+        with self._store.lock:
+            for namespace in plan.namespaces:
+                if self._store.get(NAMESPACES, "", namespace) is None:
+                    self._api.create(NAMESPACES, "", {"metadata": {"name": namespace}}, source=SANDBOX)
+            for node in plan.nodes:
+                self.add_node(
+                    node.name,
+                    instance_id=node.instance_id,
+                    zone=node.zone,
+                    ready=node.ready,
+                    labels=node.labels,
+                    pods_capacity=node.pods_capacity,
+                )
+                for static in node.static_pods:
+                    self._controllers.add_static_pod(node.name, static)
+            for rt, obj in plan.objects:
+                self._api.create(rt, obj["metadata"].get("namespace", ""), obj, source=SANDBOX)
+
+    def load_default_seed(self) -> None:
+        """6 nodes over 3 zones of eu-west-1, Deployments under PodDisruptionBudgets, two DaemonSets."""
+        self.seed(default_seed())
+
+    def add_node(
+        self,
+        name: str,
+        *,
+        instance_id: str,
+        zone: str,
+        ready: bool = True,
+        ready_after: float | None = None,
+        labels: dict[str, str] | None = None,
+        pods_capacity: int = 110,
+    ) -> JsonObj:
+        """Register a node as a kubelet would. With ``ready_after`` it registers NotReady and turns Ready
+        that many seconds later (a launching instance)."""
+        node = node_object(
+            name,
+            instance_id=instance_id,
+            zone=zone,
+            ready=ready and ready_after is None,
+            labels=labels,
+            pods_capacity=pods_capacity,
+            now=time.time(),
+        )
+        with self._store.lock:
+            created = self._api.create(NODES, "", node, source=SANDBOX)
+            if ready_after is not None:
+                self._controllers.make_ready_after(name, ready_after)
+            return json_copy(created)
+
+    def add_static_pod(
+        self,
+        node: str,
+        name: str,
+        *,
+        namespace: str = "kube-system",
+        image: str = "registry.k8s.io/pause:3.10",
+    ) -> None:
+        """A kubelet static pod on ``node``; its mirror pod (``<name>-<node>``) appears in the API."""
+        with self._store.lock:
+            if self._store.get(NODES, "", node) is None:
+                raise LookupError(f"no node {node!r}")
+            self._controllers.add_static_pod(node, StaticPod(name, namespace, image))
+
+    def set_node_ready(self, name: str, ready: bool) -> None:
+        """Flip the node's Ready condition; its pods' readiness follows, as the node lifecycle controller does."""
+        self._controllers.set_node_ready(name, ready)
+
+    def remove_node(self, name: str) -> bool:
+        """The instance is gone: delete the node and, at once, its pods (controllers recreate them elsewhere).
+        Returns False when there was no such node (an instance whose kubelet never registered)."""
+        with self._store.lock:
+            if self._store.get(NODES, "", name) is None:
+                return False
+            self._api.delete(NODES, "", name, {}, source=SANDBOX)
+            self._controllers.collect_garbage()
+            return True
+
+    def node_for_instance(self, instance_id: str) -> str | None:
+        for node in self._store.items(NODES):
+            if (node.get("spec") or {}).get("providerID", "").endswith(f"/{instance_id}"):
+                return name_of(node)
+        return None
+
+    def settle(self, timeout: float = 10.0) -> None:
+        """Wait until the controllers have nothing left to do: pods started, terminations finished, replicas
+        in place (pods that fit nowhere stay Pending). Raises TimeoutError otherwise."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._loop is not None:
+                self._loop.check()
+            result = self._controllers.sync()
+            if not result.changed and result.due is None:
+                return
+            now = time.monotonic()
+            if now >= deadline:
+                raise TimeoutError(f"the sandbox cluster did not settle within {timeout}s")
+            if not result.changed and result.due is not None:
+                time.sleep(min(max(0.0, result.due - now), deadline - now, self._tick))
+
+    @property
+    def pod_start_seconds(self) -> float:
+        """How long a pod takes to become Ready once scheduled; may be changed while running (e.g. to make
+        replacements slow after the cluster settled)."""
+        return self._kubelet.start_seconds
+
+    @pod_start_seconds.setter
+    def pod_start_seconds(self, seconds: float) -> None:
+        self._kubelet.start_seconds = seconds
+
+    @property
+    def pod_shutdown_seconds(self) -> float:
+        """How long a deleted pod takes to stop (capped by its grace period); may be changed while running."""
+        return self._kubelet.shutdown_seconds
+
+    @pod_shutdown_seconds.setter
+    def pod_shutdown_seconds(self, seconds: float) -> None:
+        self._kubelet.shutdown_seconds = seconds
+
+    # --- observation --------------------------------------------------------------------------------
+
+    def counters(self) -> dict[tuple[str, str], int]:
+        """API requests so far by (verb, resource); verbs get, list, create, update, patch, delete."""
+        return self._counters.snapshot()
+
+    def reset_counters(self) -> None:
+        self._counters.reset()
+
+    def history(self) -> list[HistoryEntry]:
+        return self._store.history()
+
+    def reset_history(self) -> None:
+        self._store.reset_history()
+
+    def objects(self, kind: str, namespace: str | None = None) -> list[JsonObj]:
+        """A copy of every object of ``kind`` (``"pods"``, ``"Node"``, ``"deploy"``...), sorted by namespace/name."""
+        return [json_copy(o) for o in self._store.items(by_name(kind), namespace)]
+
+    def get_object(self, kind: str, name: str, namespace: str = "") -> JsonObj | None:
+        obj = self._store.get(by_name(kind), namespace, name)
+        return None if obj is None else json_copy(obj)

@@ -1,0 +1,116 @@
+"""The object store: every object of the cluster, a global resourceVersion counter and the write history."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+import uuid
+
+from nodecycle_sandbox.kube.history import HistoryEntry
+from nodecycle_sandbox.kube.meta import JsonObj, json_copy, metadata
+from nodecycle_sandbox.kube.resources import ALL, ResourceType
+
+Key = tuple[str, str]  # (namespace or "", name)
+
+
+class Store:
+    """All objects behind one re-entrant lock.
+
+    Locking discipline: every method takes ``lock`` itself; a caller that reads and then writes (an update
+    checked against a resourceVersion, an eviction counting a budget's healthy pods, a controller pass)
+    holds ``lock`` around the whole sequence. Stored objects are never mutated: a write stores a new dict,
+    so a reference taken under the lock stays a consistent snapshot, and responses are serialised after
+    the lock is released.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self._revision = 0
+        self._objects: dict[ResourceType, dict[Key, JsonObj]] = {rt: {} for rt in ALL}
+        self._by_uid: dict[str, tuple[ResourceType, Key]] = {}
+        self._history: list[HistoryEntry] = []
+
+    @property
+    def revision(self) -> int:
+        return self._revision
+
+    def get(self, rt: ResourceType, namespace: str, name: str) -> JsonObj | None:
+        with self.lock:
+            return self._objects[rt].get((namespace if rt.namespaced else "", name))
+
+    def items(self, rt: ResourceType, namespace: str | None = None) -> list[JsonObj]:
+        """Objects sorted by (namespace, name), the order lists and pagination use."""
+        with self.lock:
+            table = self._objects[rt]
+            keys = sorted(k for k in table if namespace is None or k[0] == namespace)
+            return [table[k] for k in keys]
+
+    def has_uid(self, uid: str) -> bool:
+        with self.lock:
+            return uid in self._by_uid
+
+    def by_uid(self, uid: str) -> JsonObj | None:
+        with self.lock:
+            found = self._by_uid.get(uid)
+            return None if found is None else self._objects[found[0]].get(found[1])
+
+    def new_uid(self) -> str:
+        return str(uuid.uuid4())
+
+    def write(self, rt: ResourceType, obj: JsonObj, *, verb: str, source: str, resource: str = "") -> JsonObj:
+        """Store ``obj`` (new or replacing) under a new resourceVersion. The store owns ``obj`` from now on."""
+        with self.lock:
+            self._revision += 1
+            meta = obj["metadata"]
+            meta["resourceVersion"] = str(self._revision)
+            key = (meta.get("namespace", "") if rt.namespaced else "", meta["name"])
+            self._objects[rt][key] = obj
+            self._by_uid[meta["uid"]] = (rt, key)
+            self._record(rt, obj, verb, source, resource, removed=False)
+            return obj
+
+    def remove(
+        self, rt: ResourceType, namespace: str, name: str, *, verb: str, source: str, resource: str = ""
+    ) -> JsonObj | None:
+        """Delete an object for good; returns its last state, or None when it did not exist."""
+        with self.lock:
+            obj = self._objects[rt].pop((namespace if rt.namespaced else "", name), None)
+            if obj is None:
+                return None
+            self._by_uid.pop(metadata(obj).get("uid", ""), None)
+            self._revision += 1
+            self._record(rt, obj, verb, source, resource, removed=True)
+            return obj
+
+    def _record(
+        self, rt: ResourceType, obj: JsonObj, verb: str, source: str, resource: str, *, removed: bool
+    ) -> None:
+        meta = obj["metadata"]
+        self._history.append(
+            HistoryEntry(
+                resource_version=self._revision,
+                time=time.time(),
+                verb=verb,
+                resource=resource or rt.plural,
+                namespace=meta.get("namespace", ""),
+                name=meta["name"],
+                source=source,
+                removed=removed,
+                object=obj,
+            )
+        )
+
+    def history(self) -> list[HistoryEntry]:
+        """Entries with copied objects, so a test can never change what the store holds."""
+        with self.lock:
+            entries = list(self._history)
+        return [_copied(e) for e in entries]
+
+    def reset_history(self) -> None:
+        with self.lock:
+            self._history.clear()
+
+
+def _copied(entry: HistoryEntry) -> HistoryEntry:
+    return dataclasses.replace(entry, object=json_copy(entry.object))
