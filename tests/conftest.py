@@ -9,7 +9,6 @@ import pytest
 from moto import mock_aws
 
 from nodecycle.observability import logger
-
 from tests.support.stack import Stack, create_stack
 
 REGION = "eu-west-1"

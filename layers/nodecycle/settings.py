@@ -166,7 +166,7 @@ class Settings(BaseModel):
     sweep_grace_seconds: Annotated[int, Field(ge=60)] = 600
     # A step whose message is this overdue is presumed lost and sent again (a late original then arrives
     # stale): well past any queueing delay, short enough to repair a crash quickly.
-    resume_grace_seconds: Annotated[int, Field(ge=1)] = 180
+    resume_grace_seconds: Annotated[int, Field(ge=1)] = 60
 
     @field_validator("managed_groups", "managed_hooks")
     @classmethod
@@ -179,6 +179,11 @@ class Settings(BaseModel):
             raise ValueError(
                 "no managed groups: set NODECYCLE_MANAGED_GROUPS (comma-separated names) "
                 "and/or NODECYCLE_MANAGED_BY_TAG=true"
+            )
+        if self.budget_retry_seconds >= self.budget_holder_ttl_seconds:
+            # a waiter that retries less often than its entry expires would lose its place in the queue
+            raise ValueError(
+                "NODECYCLE_BUDGET_RETRY_SECONDS must be shorter than NODECYCLE_BUDGET_HOLDER_TTL_SECONDS"
             )
         if self.eip_mode is EipMode.POOL and not self.eip_pool_name:
             raise ValueError("NODECYCLE_EIP_MODE=pool needs NODECYCLE_EIP_POOL_NAME")

@@ -78,6 +78,7 @@ class SandboxOptions:
     # "eventbridge": hooks notify EventBridge only; "sqs": the intake queue too (with the hook role).
     hook_target: Literal["eventbridge", "sqs"] = "eventbridge"
     node_ready_after: float = 0.0
+    node_remove_after: float = 0.0  # delay between an instance's end and its node's removal
     global_timeout_factor: float | None = None
     schedule_interval: float | None = None
     schedules_enabled: bool = True
@@ -175,7 +176,7 @@ class Sandbox:
             kube.start()
             self._start_aws()
             self.aws.configure(global_timeout_factor=options.global_timeout_factor)
-            self.aws.plan_nodes(ready_after=options.node_ready_after)
+            self.aws.plan_nodes(ready_after=options.node_ready_after, remove_after=options.node_remove_after)
             ca_pem = kube.ca_pem
             self.aws.point_cluster(
                 name=options.cluster_name,
@@ -214,7 +215,9 @@ class Sandbox:
             created = self._new_group(group)
         return runner, created
 
-    def _new_runner(self, stack_name: str, parameters: Mapping[str, str], settings: Mapping[str, str]) -> Runner:
+    def _new_runner(
+        self, stack_name: str, parameters: Mapping[str, str], settings: Mapping[str, str]
+    ) -> Runner:
         options = self.options
         return Runner(
             template=options.template or options.root / "template.yaml",

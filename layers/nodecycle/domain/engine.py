@@ -4,15 +4,18 @@ Each step is one function call that returns an :class:`Outcome`; the engine comm
 (conditional on ``seq``), keeps the lifecycle action alive with heartbeats, and then either runs the next
 step inline or sends a work message (with ``DelaySeconds`` when it must wait: it never sleeps).
 
-Crash safety: the commit comes before the message. A crash after the commit and before the message leaves
-the redelivered message one ``seq`` behind the record; when the record's step is overdue by
-``resume_grace`` that message re-sends the lost one (so does the sweeper). Duplicate messages for the same
-``seq`` collapse because only one commit per ``seq`` can win.
+Crash safety: the commit comes before the message. A crash after a commit and before the next message
+leaves the redelivered message behind the record's ``seq``. Any such older message sends a *watch*: a
+message that comes back once the record's current step would be ``resume_grace`` overdue; if the record
+has not moved by then, its step is sent again under a new ``seq`` (the sweeper does the same for
+lifecycles whose messages are all gone). Duplicate messages for the same ``seq`` collapse because only one
+commit per ``seq`` can win, and a watch ends at its first check, so duplicates never multiply.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -62,9 +65,10 @@ class StepHandler(Protocol):
 class Handled(StrEnum):
     RAN = "ran"
     DONE = "done"
-    STALE = "stale"  # an older seq: its work was done by another delivery
+    STALE = "stale"  # a watch found the chain had moved on
     CONFLICT = "conflict"  # another delivery of the same seq committed first
     RESENT = "resent"  # the record's current message looked lost: sent again
+    WATCHING = "watching"  # an older message came again: a watch checks later whether the chain was lost
     FORWARDED = "forwarded"  # the current step belongs to the other worker
     SNOOZED = "snoozed"  # arrived before its due time (a wait longer than SQS's delay limit)
     UNKNOWN = "unknown"  # no such record (expired, or never written)
@@ -111,15 +115,14 @@ class StepEngine:
         if record.finished:
             return Handled.FINISHED
         now = self._clock.now()
+        if message.watch is not None:
+            return self._check(message, record, now)
         if message.seq != record.seq:
-            if message.seq == record.seq - 1 and record.overdue(now, self._timing.resume_grace):
-                log.warning(
-                    "the message for step %s (seq %d) looks lost: sending it again", record.step, record.seq
-                )
-                self._dispatch.resume(record)
-                return Handled.RESENT
-            log.info("stale message (seq %d, record at %d): dropped", message.seq, record.seq)
-            return Handled.STALE
+            # An older message came again: a duplicate, or the redelivery after a crash that may have struck
+            # between a commit and the next message. Too early to tell: a watch comes back once the current
+            # step would be overdue, and repairs the chain if it has not moved by then.
+            self._watch(record, now)
+            return Handled.WATCHING
         if record.due_at - now > timedelta(seconds=1):
             self._dispatch.send(record, now)
             return Handled.SNOOZED
@@ -143,6 +146,23 @@ class StepEngine:
             if not inline:
                 self._dispatch.send(record, now)
                 return Handled.RAN
+
+    # -- lost messages ----------------------------------------------------------------------------------
+
+    def _watch(self, record: LifecycleRecord, now: datetime) -> None:
+        check_in = record.due_at + self._timing.resume_grace - now + timedelta(seconds=1)
+        watch = WorkMessage(record_id=record.id, seq=record.seq, step=record.step, watch=record.seq)
+        self._dispatch.send_again(watch, delay_seconds=math.ceil(check_in.total_seconds()))
+
+    def _check(self, watch: WorkMessage, record: LifecycleRecord, now: datetime) -> Handled:
+        if record.seq != watch.watch:
+            return Handled.STALE  # the chain moved on: nothing was lost
+        if not record.overdue(now, self._timing.resume_grace):
+            self._watch(record, now)  # early (clock rounding): look again when it is
+            return Handled.WATCHING
+        log.warning("the message for step %s (seq %d) looks lost: sending it again", record.step, record.seq)
+        self._dispatch.resume(record)
+        return Handled.RESENT
 
     # -- one step ---------------------------------------------------------------------------------------
 
@@ -239,6 +259,11 @@ class Dispatcher:
         delay = max(0, min(MAX_DELAY, round((record.due_at - now).total_seconds())))
         message = WorkMessage(record_id=record.id, seq=record.seq, step=record.step)
         self._queues.send(worker_of(record.step), message, delay_seconds=delay)
+
+    def send_again(self, message: WorkMessage, delay_seconds: int) -> None:
+        self._queues.send(
+            worker_of(message.step), message, delay_seconds=max(0, min(MAX_DELAY, delay_seconds))
+        )
 
     def resume(self, record: LifecycleRecord) -> bool:
         """Re-send the current step of a record whose message was lost.

@@ -34,6 +34,7 @@ class WorkMessage(BaseModel):
     record_id: str
     seq: int
     step: Step  # informative: the record is the authority on what runs
+    watch: int | None = None  # a watch: resend the step if the record is still at this seq (see engine)
 
 
 class RecordStore(Protocol):

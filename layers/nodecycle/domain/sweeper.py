@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Protocol
 
@@ -98,7 +98,7 @@ class LifecycleRepair:
                 continue
             if record.action_open and now >= record.global_deadline - 2 * self._margin:
                 counts["LifecyclesSettled"] += self._settle(record, now)
-            elif record.resumes >= MAX_RESUMES:
+            elif record.resumes >= MAX_RESUMES:  # counted below, once per sweep
                 log.error(
                     "lifecycle %s is stuck at %s after %d resumes", record.id, record.step, record.resumes
                 )
@@ -140,7 +140,7 @@ class StaleBudgetEntries:
         *,
         budget: SweepableBudget,
         node_names: Callable[[], set[str]],
-        alive_instances: Callable[[Iterable[str]], set[str]],
+        alive_instances: Callable[[Collection[str]], set[str]],
         waker: WaiterWaker,
     ) -> None:
         self._budget = budget
@@ -179,9 +179,10 @@ class OwnedNodes(Protocol):
 class LeftoverAnnotations:
     """Nodes still annotated by this owner for a lifecycle that is over: clear both annotations at once."""
 
-    def __init__(self, *, owner: str, cluster: OwnedNodes) -> None:
+    def __init__(self, *, owner: str, cluster: OwnedNodes, metrics: Metrics) -> None:
         self._owner = owner
         self._cluster = cluster
+        self._metrics = metrics
 
     def __call__(self, open_records: Sequence[LifecycleRecord], now: datetime) -> Counts:
         open_ids = {record.id for record in open_records}
@@ -195,6 +196,7 @@ class LeftoverAnnotations:
                     "cleared leftover annotations of node %s (lifecycle %s is over)", node.name, lifecycle
                 )
                 cleared += 1
+        self._metrics.count("AnnotationsCleared", cleared)
         return {"AnnotationsCleared": cleared}
 
 

@@ -49,7 +49,9 @@ def sweeper() -> Sweeper:
             alive_instances=Ec2Instances().alive,
             waker=drain.waker(),
         )
-        parts["annotations"] = LeftoverAnnotations(owner=settings.owner_id, cluster=drain.cluster())
+        parts["annotations"] = LeftoverAnnotations(
+            owner=settings.owner_id, cluster=drain.cluster(), metrics=shared.metrics
+        )
     # Always, even with EIPs off now: addresses left from when they were on still need freeing.
     parts["addresses"] = _addresses_part(eip.address_sweep())
     return Sweeper(owner=settings.owner_id, records=shared.records, clock=shared.clock, parts=parts)

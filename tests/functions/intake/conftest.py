@@ -22,7 +22,8 @@ def make_group(name: str, tags: dict[str, str] | None = None) -> None:
         "LaunchTemplates"
     ]:
         ec2.create_launch_template(
-            LaunchTemplateName="nodes", LaunchTemplateData={"ImageId": "ami-12c6146b", "InstanceType": "m6g.large"}
+            LaunchTemplateName="nodes",
+            LaunchTemplateData={"ImageId": "ami-12c6146b", "InstanceType": "m6g.large"},
         )
     autoscaling = boto3.client("autoscaling")
     autoscaling.create_auto_scaling_group(
@@ -32,7 +33,9 @@ def make_group(name: str, tags: dict[str, str] | None = None) -> None:
         MaxSize=10,
         DesiredCapacity=0,
         AvailabilityZones=["eu-west-1a"],
-        Tags=[{"Key": key, "Value": value, "PropagateAtLaunch": False} for key, value in (tags or {}).items()],
+        Tags=[
+            {"Key": key, "Value": value, "PropagateAtLaunch": False} for key, value in (tags or {}).items()
+        ],
     )
     for hook, transition in (
         (TERMINATE_HOOK, "autoscaling:EC2_INSTANCE_TERMINATING"),
@@ -55,4 +58,4 @@ def group(stack: Stack) -> str:
 
 @pytest.fixture
 def intake_fn(stack: Stack, group: str) -> Iterator[ModuleType]:
-    yield load_function("intake")
+    return load_function("intake")

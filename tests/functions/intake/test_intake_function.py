@@ -85,7 +85,9 @@ def test_a_launch_goes_to_the_eip_queue_when_eip_mode_is_on(
     assert record["plan"] == ["assign-eip", "ready-gate", "complete", "done"]
 
 
-def test_a_launch_goes_to_the_readiness_gate_when_eip_mode_is_off(intake_fn: ModuleType, stack: Stack) -> None:
+def test_a_launch_goes_to_the_readiness_gate_when_eip_mode_is_off(
+    intake_fn: ModuleType, stack: Stack
+) -> None:
     intake_fn.handler(happening_now(load_event("sqs-hook-launch.json")), LambdaContext())
     assert [m["step"] for m in work(stack.drain_queue)] == [Step.READY_GATE.value]
     assert work(stack.eip_queue) == []
@@ -136,7 +138,9 @@ def test_groups_tagged_with_the_owner_are_managed_and_their_tags_read_once(
 
     from nodecycle.wiring.common import common
 
-    common().autoscaling._asg.meta.events.register("before-call.auto-scaling.DescribeAutoScalingGroups", count)
+    common().autoscaling._asg.meta.events.register(
+        "before-call.auto-scaling.DescribeAutoScalingGroups", count
+    )
 
     # When three actions of the tagged group and one of the other owner's group arrive
     for index in range(3):
@@ -243,7 +247,9 @@ def test_an_invalid_setting_stops_the_function_with_a_message_that_names_it(
 def test_an_action_of_a_group_whose_hook_is_gone_is_dropped(
     intake_fn: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    boto3.client("autoscaling").delete_lifecycle_hook(AutoScalingGroupName=GROUP, LifecycleHookName="nodecycle-terminate")
+    boto3.client("autoscaling").delete_lifecycle_hook(
+        AutoScalingGroupName=GROUP, LifecycleHookName="nodecycle-terminate"
+    )
     intake_fn.handler(happening_now(load_event("eventbridge-terminate.json")), LambdaContext())
     assert records() == []
     assert metric(capsys.readouterr().out, "LifecycleEventsRejected", reason="unknown-hook") == 1

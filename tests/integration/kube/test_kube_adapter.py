@@ -62,7 +62,8 @@ def test_the_node_of_an_instance_is_found_by_provider_id_and_by_private_dns_name
     assert (by_provider.name, by_provider.zone, by_provider.ready) == (NODE_B, "eu-west-1b", True)
     server.reset_counters()
     by_dns = cluster.find_node("i-0a1b2c3d4e5f60101", NODE_A)
-    assert by_dns is not None and by_dns.name == NODE_A
+    assert by_dns is not None
+    assert by_dns.name == NODE_A
     assert server.counters() == {("get", "nodes"): 1}  # the DNS name hit: no node list
     assert cluster.find_node("i-0ffffffffffffffff", None) is None
 
@@ -91,7 +92,8 @@ def test_claim_sets_both_annotations_and_the_cordon_in_one_patch(
     released = server.get_object("nodes", NODE_A)
     assert released is not None
     annotations = released["metadata"].get("annotations") or {}
-    assert OWNER_ANNOTATION not in annotations and "nodecycle.io/in-progress" not in annotations
+    assert OWNER_ANNOTATION not in annotations
+    assert "nodecycle.io/in-progress" not in annotations
 
 
 def test_a_claim_on_a_node_changed_since_it_was_read_is_a_conflict(cluster: KubeCluster) -> None:
@@ -104,7 +106,8 @@ def test_a_claim_on_a_node_changed_since_it_was_read_is_a_conflict(cluster: Kube
         is Claim.CONFLICT
     )
     node = cluster.get_node(NODE_A)
-    assert node is not None and node.owner == "stack-b"
+    assert node is not None
+    assert node.owner == "stack-b"
 
 
 def test_pods_on_lists_one_node_and_classifies_daemonset_pods(

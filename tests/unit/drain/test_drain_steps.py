@@ -313,13 +313,33 @@ def test_a_pod_protected_by_its_disruption_budget_is_retried_on_the_next_poll() 
 def test_the_drain_is_over_when_only_daemonset_and_mirror_pods_are_left() -> None:
     cluster = FakeCluster(pods=[pod("logs", controller_kind="DaemonSet"), pod("kube-proxy", mirror=True)])
     metrics = FakeMetrics()
-    outcome = evict(cluster, metrics=metrics, lb_deregistration_delay_seconds="45")(
-        draining(), T0 + timedelta(seconds=42)
-    )
-    assert (outcome.then, outcome.again) == (None, False)
-    assert outcome.delay == 45  # the load balancer delay before the next step
+    outcome = evict(cluster, metrics=metrics)(draining(), T0 + timedelta(seconds=42))
+    assert (outcome.then, outcome.again, outcome.delay) == (None, False, 0)
     assert outcome.changes["outcome"] == "drained"
     assert metrics.timings["DrainDuration"] == [42.0]
+
+
+def test_the_load_balancer_delay_is_waited_in_pieces_that_keep_the_slot_renewed() -> None:
+    # Given a 250 s load balancer delay and a 300 s holder TTL (renew at least every 100 s)
+    cluster = FakeCluster(pods=[])
+    slots = FakeSlots(holders={NODE})
+    metrics = FakeMetrics()
+    step = evict(
+        cluster, slots, metrics, lb_deregistration_delay_seconds="250", budget_holder_ttl_seconds="300"
+    )
+
+    # When the node is found empty, then polled again after each wait
+    first = step(draining(), T0)
+    record = draining(extra=first.changes["extra"])
+    second = step(record, T0 + timedelta(seconds=first.delay))
+    third = step(record, T0 + timedelta(seconds=first.delay + second.delay))
+    last = step(record, T0 + timedelta(seconds=250))
+
+    # Then it waits 100 s, 100 s, 50 s (renewing each time), and goes on once the delay is over
+    assert [first.delay, second.delay, third.delay] == [100, 100, 50]
+    assert [first.again, second.again, third.again] == [True, True, True]
+    assert (last.again, last.then, last.changes["outcome"]) == (False, None, "drained")
+    assert metrics.timings["DrainDuration"] == [0.0]  # measured once, when the node was found empty
 
 
 def test_a_drain_that_lost_its_slot_pauses_without_evicting() -> None:

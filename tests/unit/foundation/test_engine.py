@@ -130,21 +130,50 @@ def test_a_step_runs_inline_only_while_the_invocation_has_time_left() -> None:
     assert [s.message.step for s in world.queues.take()] == [Step.CORDON]
 
 
-def test_a_duplicate_delivery_of_a_message_does_nothing() -> None:
+def test_a_duplicate_delivery_of_a_message_runs_its_step_once() -> None:
     # Given a message delivered twice
     world = World()
     world.records.create(make_record(PLAN))
-    acquire = Script([Outcome.wait(5)])
+    acquire = Script([Outcome.wait(5), Outcome.wait(5)])
     engine = world.engine({Step.ACQUIRE_SLOT: acquire})
     message = world.message()
 
     # When both deliveries are handled
     assert engine.handle(message) is Handled.RAN
-    assert engine.handle(message) is Handled.STALE
+    assert engine.handle(message) is Handled.WATCHING
 
-    # Then the step ran once and one chain of work goes on
+    # Then the step ran once; the duplicate only sent a watch, which finds the chain healthy and ends
     assert len(acquire.runs) == 1
-    assert len(world.queues.take()) == 1
+    first, watch = world.queues.take()
+    world.clock.advance(first.delay)
+    engine.handle(first.message)
+    world.queues.take()
+    world.clock.advance(watch.delay - first.delay)
+    assert engine.handle(watch.message) is Handled.STALE
+    assert world.queues.take() == []
+    assert len(acquire.runs) == 2  # the second is the next poll of the chain, not the duplicate
+
+
+def test_a_redelivery_several_steps_behind_still_repairs_a_lost_chain() -> None:
+    # Given steps that ran inline (seq 0 -> 2), then a crash before the next message was sent
+    world = World()
+    world.records.create(make_record(PLAN))
+    engine = world.engine(
+        {Step.ACQUIRE_SLOT: Script([Outcome.next()]), Step.CORDON: Script([Outcome.wait(5)])}
+    )
+    old = world.message()
+    engine.handle(old)
+    world.queues.take()  # lost with the crash
+
+    # When the first message comes again, then its watch
+    assert engine.handle(old) is Handled.WATCHING
+    (watch,) = world.queues.take()
+    world.clock.advance(watch.delay)
+
+    # Then the chain is repaired at the current step
+    assert engine.handle(watch.message) is Handled.RESENT
+    (sent,) = world.queues.take()
+    assert (sent.message.step, sent.message.seq, sent.message.watch) == (Step.CORDON, 3, None)
 
 
 def test_two_concurrent_deliveries_of_one_message_commit_once() -> None:
@@ -178,12 +207,15 @@ def test_a_message_lost_after_its_commit_is_sent_again_by_the_redelivery_of_the_
     engine.handle(old)
     world.queues.take()  # the message the crash lost
 
-    # When the old message is redelivered soon, it is only stale; once the next step is overdue, it repairs
+    # When the old message is redelivered soon, it sends a watch that comes back when the step would be overdue
     world.clock.advance(10)
-    assert engine.handle(old) is Handled.STALE
-    assert world.queues.take() == []
-    world.clock.advance(200)
-    assert engine.handle(old) is Handled.RESENT
+    assert engine.handle(old) is Handled.WATCHING
+    (watch,) = world.queues.take()
+    assert watch.message.watch == 1
+    assert watch.delay == 5 - 10 + 180 + 1  # due 5 s after the commit, 180 s grace, checked 1 s after
+    # ...and the step still not having run by then, the watch repairs the chain
+    world.clock.advance(watch.delay)
+    assert engine.handle(watch.message) is Handled.RESENT
 
     # Then the current step is sent again under a new seq (so a late original would be stale)
     (sent,) = world.queues.take()

@@ -208,9 +208,11 @@ def test_annotations_of_lifecycles_that_are_over_are_cleared_and_no_others() -> 
             annotated("theirs", "stack-b", "i-0aaaaaaaaaaaaaaa3", "t3"),  # another owner's
         ]
     )
-    counts = LeftoverAnnotations(owner="stack-a", cluster=nodes)([running], T0)
+    metrics = FakeMetrics()
+    counts = LeftoverAnnotations(owner="stack-a", cluster=nodes, metrics=metrics)([running], T0)
     assert nodes.released == ["over"]
     assert counts == {"AnnotationsCleared": 1}
+    assert metrics.counts["AnnotationsCleared"] == 1
 
 
 def test_a_failing_part_does_not_stop_the_others_and_fails_the_sweep() -> None:

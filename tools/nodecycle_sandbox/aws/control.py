@@ -32,6 +32,7 @@ class AwsControls(Protocol):
         self,
         *,
         ready_after: float | None = None,
+        remove_after: float | None = None,
         never_ready: int = 0,
         never_join: int = 0,
         labels: dict[str, str] | None = None,
@@ -89,6 +90,7 @@ class AwsControl:
         self,
         *,
         ready_after: float | None = None,
+        remove_after: float | None = None,
         never_ready: int = 0,
         never_join: int = 0,
         labels: dict[str, str] | None = None,
@@ -99,6 +101,8 @@ class AwsControl:
             plan = emulator.node_plan
             if ready_after is not None:
                 plan.ready_after = ready_after
+            if remove_after is not None:
+                plan.remove_after = remove_after
             plan.never_ready += never_ready
             plan.never_join += never_join
             if labels is not None:

@@ -318,7 +318,13 @@ class LifecycleEmulator:
         if history.terminate_started_at is None:
             history.terminate_started_at = history.terminated_at
         if self.nodes is not None:
-            self.nodes.remove_node(history.node_name)
+            delay = self.node_plan.remove_after
+            if delay > 0:
+                timer = threading.Timer(delay, self.nodes.remove_node, args=(history.node_name,))
+                timer.daemon = True
+                timer.start()
+            else:
+                self.nodes.remove_node(history.node_name)
 
     def scale_in(self, group: FakeAutoScalingGroup, count: int) -> None:
         for state in self._victims(group, count):

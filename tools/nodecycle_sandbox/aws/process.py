@@ -117,6 +117,7 @@ class RemoteAwsControl:
         self,
         *,
         ready_after: float | None = None,
+        remove_after: float | None = None,
         never_ready: int = 0,
         never_join: int = 0,
         labels: dict[str, str] | None = None,
@@ -124,6 +125,7 @@ class RemoteAwsControl:
         self._call(
             "plan_nodes",
             ready_after=ready_after,
+            remove_after=remove_after,
             never_ready=never_ready,
             never_join=never_join,
             labels=labels,

@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 
 FORCED_POD_SLACK = timedelta(seconds=60)  # after a forced delete's grace: a pod still there is stuck
 PRIVATE_DNS = "private_dns"  # record.extra key: the instance's private DNS name, looked up once
+DRAINED_AT = "drained_at"  # record.extra key: when the node was found empty (the load balancer delay starts)
 
 
 class Slots(Protocol):
@@ -206,11 +207,20 @@ class Evict:
         return Outcome.wait(settings.drain_poll_seconds, forced_at=forced_at)
 
     def _drained(self, record: LifecycleRecord, now: datetime, outcome: str) -> Outcome:
-        started = _known(record.drain_started_at, "drain start")
-        self._metrics.seconds("DrainDuration", (now - started).total_seconds())
-        log.info("node %s drained (%s)", record.node, outcome)
-        # The optional load balancer delay is the wait before the next step.
-        return Outcome.next(delay=self._settings.lb_deregistration_delay_seconds, outcome=outcome)
+        """The node is empty. Before the next step, the optional load balancer delay: waited here, in pieces,
+        because the budget slot must be renewed while the node is still in the load balancers' way."""
+        extra = dict(record.extra)
+        if DRAINED_AT not in extra:
+            started = _known(record.drain_started_at, "drain start")
+            self._metrics.seconds("DrainDuration", (now - started).total_seconds())
+            log.info("node %s drained (%s)", record.node, outcome)
+            extra[DRAINED_AT] = now.isoformat()
+        delay = timedelta(seconds=self._settings.lb_deregistration_delay_seconds)
+        left = datetime.fromisoformat(str(extra[DRAINED_AT])) + delay - now
+        if left <= timedelta(0):
+            return Outcome.next(outcome=outcome, extra=extra)
+        renew_every = self._settings.budget_holder_ttl_seconds / 3
+        return Outcome.wait(min(left.total_seconds(), renew_every), outcome=outcome, extra=extra)
 
 
 class WaiterWaker:

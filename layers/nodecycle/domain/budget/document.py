@@ -1,0 +1,159 @@
+"""The budget document: what the ``nodecycle-budget`` ConfigMap holds, and its JSON form.
+
+One JSON document (ConfigMap key ``budget.json``), camelCase like the Kubernetes objects around it::
+
+    {
+      "formatVersion": 1,
+      "holders": [{"node": "ip-10-0-1-7.ec2.internal", "instanceId": "i-0abc", "zone": "eu-west-1a",
+                   "owner": "ng-blue", "recordId": "i-0abc/terminate/tok", "acquiredAt": "...Z",
+                   "renewedAt": "...Z", "ttlSeconds": 300}],
+      "waiters": [{"node": ..., "instanceId": ..., "zone": ..., "owner": ..., "recordId": ...,
+                   "waitingSince": "...Z", "renewedAt": "...Z", "ttlSeconds": 300}],
+      "released": [{"node": ..., "owner": ..., "releasedAt": "...Z", "ttlSeconds": 300}],
+      "limits": {"ng-blue": {"maxUnavailable": "4", "maxUnavailablePerZone": "2",
+                             "countUnavailable": false, "nodesInScope": 12,
+                             "resolved": {"total": 4, "perZone": {"byZone": {"eu-west-1a": 2}, "other": 2}},
+                             "unavailable": [], "updatedAt": "...Z"}}
+    }
+
+``waiters`` is in first-come order. ``limits`` holds each writer's own limits, resolved against its own
+scope when it last wrote, and the nodes it counts as unavailable: every writer evaluates another owner's
+waiters with that owner's recorded limits, so all stacks agree on who is next (see :mod:`.rules`).
+``released`` remembers for one TTL the nodes whose slot was just given back: such a node stays cordoned
+until its instance is gone, and must not be counted as "unavailable for another reason" meanwhile.
+
+A reader refuses a document of a newer format rather than rewrite what it does not understand.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+FORMAT_VERSION = 1
+
+
+class BudgetFormatError(ValueError):
+    """The stored budget document is not one this version of nodecycle can read."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        frozen=True, alias_generator=to_camel, validate_by_name=True, validate_by_alias=True, extra="forbid"
+    )
+
+
+class _Entry(_Model):
+    """What holders and waiters share: a node of a lifecycle record, renewed or forgotten."""
+
+    node: str
+    instance_id: str
+    zone: str | None
+    owner: str
+    record_id: str
+    renewed_at: datetime
+    ttl_seconds: int = Field(ge=1)
+
+    @property
+    def expires_at(self) -> datetime:
+        return self.renewed_at + timedelta(seconds=self.ttl_seconds)
+
+    def expired(self, now: datetime) -> bool:
+        return now >= self.expires_at
+
+
+class Holder(_Entry):
+    """A node that holds a slot: it may be cordoned and drained."""
+
+    acquired_at: datetime
+
+
+class Waiter(_Entry):
+    """A node that asked for a slot and found no room; it renews its entry each time it asks again."""
+
+    waiting_since: datetime
+
+
+class Released(_Model):
+    """A node whose slot was given back: not "unavailable for another reason" until ``expires_at``."""
+
+    node: str
+    owner: str
+    released_at: datetime
+    ttl_seconds: int = Field(ge=1)
+
+    def expired(self, now: datetime) -> bool:
+        return now >= self.released_at + timedelta(seconds=self.ttl_seconds)
+
+
+class NodeRef(_Model):
+    name: str
+    zone: str | None
+
+
+class ZoneLimits(_Model):
+    by_zone: dict[str, int]  # zones that have nodes in scope
+    other: int  # any other zone: no node in scope there (yet), or unknown
+
+    def of(self, zone: str | None) -> int:
+        return self.other if zone is None else self.by_zone.get(zone, self.other)
+
+
+class ResolvedLimits(_Model):
+    total: int
+    per_zone: ZoneLimits | None  # None: no per-zone limit
+
+    def zones(self) -> set[str]:
+        return set(self.per_zone.by_zone) if self.per_zone else set()
+
+
+class OwnerLimits(_Model):
+    """One stack's limits as configured, resolved against its scope, and what it counts as unavailable."""
+
+    max_unavailable: str
+    max_unavailable_per_zone: str | None
+    count_unavailable: bool
+    nodes_in_scope: int | None  # None: not looked up (integer limits and no unavailable-node counting)
+    resolved: ResolvedLimits
+    unavailable: tuple[NodeRef, ...] = ()
+    updated_at: datetime
+
+
+class BudgetDocument(_Model):
+    format_version: int = FORMAT_VERSION
+    holders: tuple[Holder, ...] = ()
+    waiters: tuple[Waiter, ...] = ()
+    released: tuple[Released, ...] = ()
+    limits: dict[str, OwnerLimits] = Field(default_factory=dict)
+
+    def entries(self) -> tuple[Holder | Waiter, ...]:
+        return (*self.holders, *self.waiters)
+
+    def holder(self, node: str) -> Holder | None:
+        return next((h for h in self.holders if h.node == node), None)
+
+    def waiter(self, node: str) -> Waiter | None:
+        return next((w for w in self.waiters if w.node == node), None)
+
+    def to_json(self) -> str:
+        return self.model_dump_json(by_alias=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> BudgetDocument:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise BudgetFormatError(f"the budget document is not JSON: {error}") from None
+        version = data.get("formatVersion") if isinstance(data, dict) else None
+        if not isinstance(version, int) or not 1 <= version <= FORMAT_VERSION:
+            raise BudgetFormatError(
+                f"budget document format {version!r} is not supported (this nodecycle reads up to "
+                f"{FORMAT_VERSION}); upgrade this stack"
+            )
+        try:
+            return cls.model_validate(data)
+        except ValidationError as error:
+            raise BudgetFormatError(f"invalid budget document: {error}") from None

@@ -1,0 +1,221 @@
+"""The disruption budget of one stack (owner): slots for draining nodes, shared with the other stacks.
+
+Every operation is one read-modify-write of the shared document through :class:`BudgetStore`; the
+decisions themselves are the pure functions of :mod:`.rules`, re-run on every retry of a conflicting write.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from nodecycle.domain.budget import rules
+from nodecycle.domain.budget.document import BudgetDocument, Holder, OwnerLimits, Waiter
+from nodecycle.domain.budget.limits import BudgetLimits, owner_limits
+from nodecycle.domain.budget.ports import BudgetStore, NodeInventory
+from nodecycle.domain.budget.requests import SlotDecision, SlotRequest
+from nodecycle.domain.budget.view import BudgetView, view_of
+from nodecycle.domain.ports import Clock, Metrics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    holders: tuple[Holder, ...] = ()  # this owner's holders removed
+    waiters: tuple[Waiter, ...] = ()  # this owner's waiters removed
+    wake: tuple[str, ...] = ()  # record ids of this owner's waiters that are eligible now
+
+
+@dataclass(frozen=True)
+class _Written[T]:
+    result: T
+    holders: int | None  # live holders after the write; None when nothing was written
+
+
+class DisruptionBudget:
+    def __init__(
+        self,
+        *,
+        store: BudgetStore,
+        nodes: NodeInventory,
+        clock: Clock,
+        metrics: Metrics,
+        limits: BudgetLimits,
+        holder_ttl: timedelta,
+        count_unavailable: bool,
+        owner: str,
+    ) -> None:
+        self._store = store
+        self._nodes = nodes
+        self._clock = clock
+        self._metrics = metrics
+        self._limits = limits
+        self._ttl = holder_ttl
+        self._count_unavailable = count_unavailable
+        self._owner = owner
+
+    def acquire(self, request: SlotRequest) -> SlotDecision:
+        """Take a slot for the node, or join (or renew) its place among the waiters. Idempotent."""
+        return self._claim(request, renewing=False)
+
+    def renew(self, request: SlotRequest) -> SlotDecision:
+        """Renew the node's slot. A holder that expired and was removed takes a slot again when there is
+        room; otherwise it is denied (reason ``lost``) and waits like any other node."""
+        return self._claim(request, renewing=True)
+
+    def release(self, node: str) -> list[str]:
+        """Give back this owner's slot of ``node`` (and drop its waiter entry, if any).
+
+        Returns the record ids of this owner's waiters that are eligible now, in order: wake them. A
+        repeated release removes nothing and still returns them, so a crash before the wake-up is repaired
+        by the redelivery.
+        """
+        limits = self._own_limits()
+
+        def mutate(current: BudgetDocument | None) -> tuple[BudgetDocument | None, list[str]]:
+            if current is None:
+                return current, []
+            now = self._clock.now()
+            live = rules.prune(current, now)
+            doc, holder, _ = rules.release(live, node, self._owner, now=now, ttl=self._ttl)
+            other = live.holder(node)
+            if holder is None and other is not None:
+                log.warning(
+                    "the budget slot of %s is held by owner %s, not by us: left alone", node, other.owner
+                )
+            return self._finish(current, doc, limits, self._wake_list(doc, limits))
+
+        return self._write(mutate)
+
+    def forget_waiter(self, node: str) -> list[str]:
+        """Drop this owner's waiter entry of ``node`` (its lifecycle ended otherwise). Returns the record ids
+        of this owner's waiters that are eligible now: the dropped one may have been owed a slot."""
+        limits = self._own_limits()
+
+        def mutate(current: BudgetDocument | None) -> tuple[BudgetDocument | None, list[str]]:
+            if current is None:
+                return current, []
+            live = rules.prune(current, self._clock.now())
+            doc, _ = rules.drop_waiter(live, node, self._owner)
+            return self._finish(current, doc, limits, self._wake_list(doc, limits))
+
+        return self._write(mutate)
+
+    def sweep(self, *, is_stale: Callable[[Holder | Waiter], bool]) -> SweepResult:
+        """Remove this owner's entries that expired or that ``is_stale`` declares stale (node or instance
+        gone, lifecycle record finished). ``is_stale`` is asked once per live entry, before the write."""
+        current = self._store.read()
+        if current is None:
+            return SweepResult()
+        now = self._clock.now()
+        doomed = {
+            (entry.node, entry.record_id)
+            for entry in current.entries()
+            if entry.owner == self._owner and not entry.expired(now) and is_stale(entry)
+        }
+        limits = self._own_limits()
+
+        def mutate(current: BudgetDocument | None) -> tuple[BudgetDocument | None, SweepResult]:
+            if current is None:
+                return current, SweepResult()
+            now = self._clock.now()
+            expired = [e for e in current.entries() if e.owner == self._owner and e.expired(now)]
+            doc = rules.prune(current, now)
+            removed: list[Holder | Waiter] = list(expired)
+            for node, record_id in sorted(doomed):
+                doc, holder, waiter = rules.release(
+                    doc, node, self._owner, now=now, ttl=self._ttl, record_id=record_id
+                )
+                removed += [e for e in (holder, waiter) if e is not None]
+            result = SweepResult(
+                holders=tuple(e for e in removed if isinstance(e, Holder)),
+                waiters=tuple(e for e in removed if isinstance(e, Waiter)),
+                wake=tuple(self._wake_list(doc, limits)),
+            )
+            return self._finish(current, doc, limits, result)
+
+        result = self._write(mutate)
+        self._metrics.count("SweptHolders", len(result.holders))
+        for entry in (*result.holders, *result.waiters):
+            log.info("swept the budget entry of %s (record %s)", entry.node, entry.record_id)
+        return result
+
+    def snapshot(self) -> BudgetView:
+        """The budget as it is, with this owner's limits resolved now."""
+        now = self._clock.now()
+        doc = rules.with_own_limits(self._store.read() or BudgetDocument(), self._owner, self._own_limits())
+        return view_of(doc, now)
+
+    def _claim(self, request: SlotRequest, *, renewing: bool) -> SlotDecision:
+        if request.owner != self._owner:
+            raise ValueError(
+                f"a slot request of owner {request.owner!r} made to the budget of {self._owner!r}"
+            )
+        limits = self._own_limits()
+
+        def mutate(
+            current: BudgetDocument | None,
+        ) -> tuple[BudgetDocument | None, tuple[SlotDecision, timedelta | None]]:
+            now = self._clock.now()
+            fresh = None if current is None else rules.fresh_holder(current, request, now)
+            if fresh is not None:
+                return current, (fresh, None)
+            doc = rules.with_own_limits(rules.prune(current or BudgetDocument(), now), self._owner, limits)
+            doc, decision, waited = rules.claim(doc, request, now=now, ttl=self._ttl, renewing=renewing)
+            return doc, (decision, waited)
+
+        decision, waited = self._write(mutate)
+        if waited is not None:
+            self._metrics.seconds("BudgetWait", waited.total_seconds())
+        log.info(
+            "budget slot for %s: %s (%s; %d holders, %d waiting%s)",
+            request.node,
+            "granted" if decision.granted else "denied",
+            decision.reason,
+            decision.holders,
+            decision.waiting,
+            "" if decision.position is None else f", position {decision.position}",
+        )
+        return decision
+
+    def _own_limits(self) -> OwnerLimits:
+        # The node list is needed only for percent limits and unavailable-node counting (and is cached).
+        needed = self._limits.has_percent or self._count_unavailable
+        nodes = self._nodes.nodes_in_scope() if needed else None
+        return owner_limits(
+            self._limits, count_unavailable=self._count_unavailable, nodes=nodes, now=self._clock.now()
+        )
+
+    def _wake_list(self, doc: BudgetDocument, limits: OwnerLimits) -> list[str]:
+        with_limits = rules.with_own_limits(doc, self._owner, limits)
+        return [w.record_id for w in rules.eligible_waiters(with_limits) if w.owner == self._owner]
+
+    def _finish[T](
+        self, current: BudgetDocument, doc: BudgetDocument, limits: OwnerLimits, result: T
+    ) -> tuple[BudgetDocument | None, T]:
+        """Write ``doc`` (with this owner's limits) only when it differs from ``current``."""
+        if doc is current:
+            return current, result
+        return rules.with_own_limits(doc, self._owner, limits), result
+
+    def _write[T](self, mutate: Callable[[BudgetDocument | None], tuple[BudgetDocument | None, T]]) -> T:
+        """Run ``mutate`` through the store; count conflicts and report the holders after a write."""
+        attempts = 0
+
+        def counted(current: BudgetDocument | None) -> tuple[BudgetDocument | None, _Written[T]]:
+            nonlocal attempts
+            attempts += 1
+            doc, result = mutate(current)
+            return doc, _Written(result, None if doc is current or doc is None else len(doc.holders))
+
+        try:
+            written = self._store.update(counted)
+        finally:
+            if attempts > 1:
+                self._metrics.count("BudgetConflicts", attempts - 1)
+        if written.holders is not None:
+            self._metrics.count("BudgetHolders", written.holders)
+        return written.result

@@ -1,0 +1,53 @@
+"""A sandbox API server with nodes over three zones, and the official client on it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client
+
+from nodecycle_sandbox.kube import KubeServer
+
+ZONES = ("eu-west-1a", "eu-west-1b", "eu-west-1c")
+NAMESPACE = "kube-system"
+
+
+def node_name(index: int) -> str:
+    return f"ip-10-0-{index % 3 + 1}-{10 + index // 3}.eu-west-1.compute.internal"
+
+
+def zone_of(index: int) -> str:
+    return ZONES[index % 3]
+
+
+def instance_of(index: int) -> str:
+    return f"i-0{index:016x}"
+
+
+def core_api(server: KubeServer) -> client.CoreV1Api:
+    """A CoreV1Api with its own ApiClient (connection pool), configured as the product's: CA + bearer."""
+    config = client.Configuration(host=server.url)
+    config.ssl_ca_cert = str(server.ca_file)
+    config.api_key = {"authorization": server.token()}
+    config.api_key_prefix = {"authorization": "Bearer"}
+    return client.CoreV1Api(client.ApiClient(config))
+
+
+def add_nodes(server: KubeServer, count: int) -> None:
+    """``count`` Ready nodes round-robin over the three zones."""
+    for i in range(count):
+        server.add_node(node_name(i), instance_id=instance_of(i), zone=zone_of(i))
+
+
+@pytest.fixture
+def server() -> Iterator[KubeServer]:
+    with KubeServer(tls=True) as started:
+        yield started
+
+
+@pytest.fixture
+def core(server: KubeServer) -> Iterator[client.CoreV1Api]:
+    api = core_api(server)
+    yield api
+    api.api_client.close()

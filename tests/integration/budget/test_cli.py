@@ -1,0 +1,161 @@
+"""``nodecycle budget show`` and ``nodecycle budget release`` against the sandbox through a kubeconfig."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from nodecycle.adapters.kube_budget import ConfigMapBudgetStore, KubeNodeInventory
+from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotRequest
+from nodecycle.settings import Quantity
+from nodecycle_cli import budget as budget_cli
+from nodecycle_sandbox.kube import KubeServer
+from tests.integration.budget.conftest import NAMESPACE, add_nodes, core_api, instance_of, node_name, zone_of
+from tests.integration.budget.drains import Drain, SharedMetrics, WallClock
+
+
+def run(kubeconfig: Path, *argv: str) -> int:
+    """The budget command through a parser of its own, as ``nodecycle`` registers it."""
+    parser = argparse.ArgumentParser(prog="nodecycle")
+    budget_cli.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["budget", *argv, "--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE])
+    return int(args.run(args))
+
+
+@pytest.fixture
+def kubeconfig(server: KubeServer, tmp_path: Path) -> Path:
+    return server.write_kubeconfig(tmp_path / "kubeconfig")
+
+
+@pytest.fixture
+def blue(server: KubeServer) -> Iterator[DisruptionBudget]:
+    """Owner blue with limits 2 / 1 per zone, holding 2 nodes, with 2 more waiting."""
+    add_nodes(server, 6)
+    api = core_api(server)
+    budget = DisruptionBudget(
+        store=ConfigMapBudgetStore(lambda: api, NAMESPACE),
+        nodes=KubeNodeInventory(lambda: api),
+        clock=WallClock(),
+        metrics=SharedMetrics(),
+        limits=BudgetLimits(Quantity.parse("2"), Quantity.parse("50%")),
+        holder_ttl=timedelta(seconds=300),
+        count_unavailable=False,
+        owner="blue",
+    )
+    for i in (0, 1, 3, 2):  # zones a, b, a (waits: zone a full), c (waits: 2 in all)
+        budget.acquire(
+            SlotRequest(node_name(i), instance_of(i), zone_of(i), owner="blue", record_id=f"rec-{i}")
+        )
+    yield budget
+    api.api_client.close()
+
+
+def test_show_prints_limits_zones_holders_and_waiters(
+    blue: DisruptionBudget, kubeconfig: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(kubeconfig, "show") == 0
+
+    out = capsys.readouterr().out
+    assert f"Disruption budget {NAMESPACE}/nodecycle-budget (format 1)" in out
+    assert "HOLDERS (2)" in out
+    assert "WAITERS (2)" in out
+    limits = out.split("LIMITS\n")[1].splitlines()[1].split()
+    assert limits[:4] == ["blue", "2", "50%", "6"]
+    zone_a = next(line for line in out.splitlines() if line.startswith("eu-west-1a"))
+    assert zone_a.split() == ["eu-west-1a", "1", "1", "blue:", "1"]
+    holder = next(line for line in out.splitlines() if line.startswith(node_name(0)))
+    assert holder.split()[1:4] == [instance_of(0), "eu-west-1a", "blue"]
+    assert re.search(r"in (4m5\d|5m00)s$", holder), holder
+
+
+def test_show_as_json_is_the_budget_view(
+    blue: DisruptionBudget, kubeconfig: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(kubeconfig, "show", "--output", "json") == 0
+
+    view = json.loads(capsys.readouterr().out)
+    assert [h["node"] for h in view["holders"]] == [node_name(0), node_name(1)]
+    assert [(w["position"], w["node"]) for w in view["waiters"]] == [(1, node_name(3)), (2, node_name(2))]
+    assert view["limits"][0]["per_zone"] == {"eu-west-1a": 1, "eu-west-1b": 1, "eu-west-1c": 1}
+
+
+def test_show_without_a_budget_says_there_is_none_yet(
+    server: KubeServer, kubeconfig: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(kubeconfig, "show") == 0
+    assert "No budget yet" in capsys.readouterr().out
+
+
+def test_release_asks_then_frees_the_slot_whatever_owner_holds_it(
+    blue: DisruptionBudget,
+    kubeconfig: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given an operator who confirms
+    questions: list[str] = []
+    monkeypatch.setattr("builtins.input", lambda prompt: questions.append(prompt) or "y")
+
+    # When they release the slot of a node blue holds
+    assert run(kubeconfig, "release", node_name(0)) == 0
+
+    # Then they were asked about that node and its owner, and the slot is free for the first waiter
+    assert questions == [f"Release the budget slot of {node_name(0)} held by blue? [y/N] "]
+    assert f"Released the budget slot of {node_name(0)}: owner blue, instance {instance_of(0)}" in (
+        capsys.readouterr().out
+    )
+    assert [v.node for v in blue.snapshot().holders] == [node_name(1)]
+    assert blue.acquire(SlotRequest(node_name(3), instance_of(3), zone_of(3), "blue", "rec-3")).granted
+
+
+def test_release_does_nothing_unless_confirmed(
+    blue: DisruptionBudget, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("builtins.input", lambda prompt: "")
+
+    assert run(kubeconfig, "release", node_name(0)) == 1
+    assert len(blue.snapshot().holders) == 2
+
+
+def test_release_with_yes_does_not_ask(
+    blue: DisruptionBudget, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("builtins.input", lambda prompt: pytest.fail("asked"))
+
+    assert run(kubeconfig, "release", node_name(1), "--yes") == 0
+    assert [v.node for v in blue.snapshot().holders] == [node_name(0)]
+
+
+def test_release_of_a_node_that_only_waits_says_so(
+    blue: DisruptionBudget, kubeconfig: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(kubeconfig, "release", node_name(3), "--yes") == 1
+    assert "holds no budget slot (it is waiting, for owner blue)" in capsys.readouterr().out
+
+
+def test_show_lists_the_nodes_an_owner_counts_as_unavailable_for_other_reasons(
+    server: KubeServer, kubeconfig: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a node cordoned by hand, and an owner that counts such nodes
+    add_nodes(server, 3)
+    core = core_api(server)
+    core.patch_node(node_name(2), {"spec": {"unschedulable": True}})
+    green = Drain.connect(server, SharedMetrics(), total="2", per_zone="1", owner="green")
+    green.acquire(SlotRequest(node_name(0), instance_of(0), zone_of(0), "green", "rec-0"))
+
+    # When the budget is shown
+    assert run(kubeconfig, "show") == 0
+
+    # Then the node is listed with the owner that counts it
+    out = capsys.readouterr().out
+    assert "yes (1 now)" in out
+    section = out.split("UNAVAILABLE FOR OTHER REASONS")[1].splitlines()
+    assert section[2].split() == [node_name(2), "green"]
+    green.close()
+    core.api_client.close()

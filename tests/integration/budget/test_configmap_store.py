@@ -1,0 +1,193 @@
+"""The budget's Kubernetes adapters over real HTTPS against the sandbox API server: the ConfigMap written
+with resourceVersion preconditions, 409s on racing writes and creates, and the node list."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from nodecycle.adapters.kube_budget import DATA_KEY, ConfigMapBudgetStore, KubeNodeInventory
+from nodecycle.domain.budget import BudgetDocument, NodeState
+from nodecycle.domain.budget.document import Released
+from nodecycle.domain.errors import TransientError
+from nodecycle_sandbox.kube import KubeServer
+from tests.integration.budget.conftest import NAMESPACE, add_nodes, node_name
+
+NO_SLEEP: dict[str, Any] = {"sleep": lambda seconds: None}
+
+
+def with_entry(doc: BudgetDocument | None, node: str) -> BudgetDocument:
+    """A document change that is easy to see: one more entry in ``released``."""
+    base = doc or BudgetDocument()
+    entry = Released(node=node, owner="test", released_at=datetime(2025, 1, 1, tzinfo=UTC), ttl_seconds=60)
+    return base.model_copy(update={"released": (*base.released, entry)})
+
+
+def written(store: ConfigMapBudgetStore) -> list[str]:
+    doc = store.read()
+    return [] if doc is None else [r.node for r in doc.released]
+
+
+def test_the_config_map_is_created_on_first_use(core: client.CoreV1Api) -> None:
+    store = ConfigMapBudgetStore(lambda: core, NAMESPACE)
+    assert store.read() is None
+
+    store.update(lambda doc: (with_entry(doc, "n1"), None))
+
+    config_map = core.read_namespaced_config_map("nodecycle-budget", NAMESPACE)
+    assert config_map.metadata.labels == {"app.kubernetes.io/managed-by": "nodecycle"}
+    assert BudgetDocument.from_json(config_map.data[DATA_KEY]).released[0].node == "n1"
+
+
+def test_a_writer_that_loses_the_race_to_create_retries_on_what_the_winner_wrote(
+    core: client.CoreV1Api, server: KubeServer
+) -> None:
+    # Given two writers that both find no ConfigMap, the second creating it while the first decides
+    first, second = (ConfigMapBudgetStore(lambda: core, NAMESPACE, **NO_SLEEP) for _ in range(2))
+    seen: list[BudgetDocument | None] = []
+
+    def mutate(doc: BudgetDocument | None) -> tuple[BudgetDocument, None]:
+        seen.append(doc)
+        if len(seen) == 1:
+            second.update(lambda d: (with_entry(d, "winner"), None))
+        return with_entry(doc, "loser"), None
+
+    # When the first writes, Then its create fails with 409 AlreadyExists and it decides again on the winner's
+    first.update(mutate)
+    assert seen[0] is None
+    assert written(first) == ["winner", "loser"]
+    assert server.counters()[("create", "configmaps")] == 2
+    assert server.counters()[("update", "configmaps")] == 1
+
+
+def test_a_replace_with_a_stale_resource_version_is_retried_on_the_new_document(
+    core: client.CoreV1Api, server: KubeServer
+) -> None:
+    first, second = (ConfigMapBudgetStore(lambda: core, NAMESPACE, **NO_SLEEP) for _ in range(2))
+    first.update(lambda doc: (with_entry(doc, "n0"), None))
+    attempts = 0
+
+    def mutate(doc: BudgetDocument | None) -> tuple[BudgetDocument, None]:
+        nonlocal attempts
+        attempts += 1
+        if attempts == 1:
+            second.update(lambda d: (with_entry(d, "n1"), None))
+        return with_entry(doc, "n2"), None
+
+    first.update(mutate)
+
+    assert attempts == 2
+    assert written(first) == ["n0", "n1", "n2"]
+
+
+def test_conflicts_that_do_not_let_up_are_a_transient_error(core: client.CoreV1Api) -> None:
+    store = ConfigMapBudgetStore(lambda: core, NAMESPACE, max_attempts=3, **NO_SLEEP)
+    rival = ConfigMapBudgetStore(lambda: core, NAMESPACE)
+
+    def always_overtaken(doc: BudgetDocument | None) -> tuple[BudgetDocument, None]:
+        rival.update(lambda d: (with_entry(d, "rival"), None))
+        return with_entry(doc, "never"), None
+
+    with pytest.raises(TransientError, match="3 conflicting writes"):
+        store.update(always_overtaken)
+    assert "never" not in written(store)
+
+
+def test_a_mutation_that_changes_nothing_writes_nothing(core: client.CoreV1Api, server: KubeServer) -> None:
+    store = ConfigMapBudgetStore(lambda: core, NAMESPACE)
+    store.update(lambda doc: (with_entry(doc, "n1"), None))
+    server.reset_counters()
+
+    assert store.update(lambda doc: (doc, "unchanged")) == "unchanged"
+    assert ("update", "configmaps") not in server.counters()
+
+
+def test_what_others_added_to_the_config_map_survives_a_write(core: client.CoreV1Api) -> None:
+    # Given a budget ConfigMap that an operator labelled and annotated, with a key of its own
+    core.create_namespaced_config_map(
+        NAMESPACE,
+        client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(
+                name="nodecycle-budget", labels={"team": "platform"}, annotations={"note": "keep"}
+            ),
+            data={"README": "managed by nodecycle"},
+        ),
+    )
+    store = ConfigMapBudgetStore(lambda: core, NAMESPACE)
+
+    # When nodecycle reads it (an empty budget) and writes its document
+    assert store.read() == BudgetDocument()
+    store.update(lambda doc: (with_entry(doc, "n1"), None))
+
+    # Then the label, the annotation and the other key are still there
+    config_map = core.read_namespaced_config_map("nodecycle-budget", NAMESPACE)
+    assert config_map.metadata.labels == {"team": "platform"}
+    assert config_map.metadata.annotations == {"note": "keep"}
+    assert config_map.data["README"] == "managed by nodecycle"
+
+
+def test_a_missing_namespace_is_a_configuration_error_not_a_transient_one(core: client.CoreV1Api) -> None:
+    store = ConfigMapBudgetStore(lambda: core, "no-such-namespace")
+    with pytest.raises(ApiException) as raised:
+        store.update(lambda doc: (with_entry(doc, "n1"), None))
+    assert raised.value.status == 404
+
+
+def test_an_unreachable_api_server_is_a_transient_error(server: KubeServer, core: client.CoreV1Api) -> None:
+    core.api_client.configuration.retries = 0
+    server.stop()
+    with pytest.raises(TransientError):
+        ConfigMapBudgetStore(lambda: core, NAMESPACE).read()
+
+
+@pytest.mark.parametrize("status", [429, 500, 503])
+def test_throttling_and_server_errors_are_transient(status: int) -> None:
+    class Throttled:
+        def read_namespaced_config_map(self, *args: object, **kwargs: object) -> None:
+            raise ApiException(status=status, reason="busy")
+
+    with pytest.raises(TransientError, match=str(status)):
+        ConfigMapBudgetStore(Throttled, NAMESPACE).read()
+
+
+def test_the_inventory_lists_the_nodes_of_its_selector_page_by_page(
+    core: client.CoreV1Api, server: KubeServer
+) -> None:
+    # Given 5 nodes of our group (one cordoned, one NotReady) and 2 of another group
+    ours = [node_name(i) for i in range(5)]
+    for i, name in enumerate(ours):
+        server.add_node(name, instance_id=f"i-{i}", zone="eu-west-1a", ready=i != 3, labels={"ng": "blue"})
+    for i in (10, 11):
+        server.add_node(node_name(i), instance_id=f"i-{i}", zone="eu-west-1b", labels={"ng": "green"})
+    core.patch_node(ours[1], {"spec": {"unschedulable": True}})
+    inventory = KubeNodeInventory(lambda: core, "ng=blue", page_size=2)
+
+    # When it lists the nodes in scope
+    nodes = {n.name: n for n in inventory.nodes_in_scope()}
+
+    # Then it sees exactly our 5, with their zone and state, in 3 pages
+    assert sorted(nodes) == sorted(ours)
+    assert nodes[ours[1]] == NodeState(name=ours[1], zone="eu-west-1a", schedulable=False, ready=True)
+    assert [name for name, n in nodes.items() if not n.ready] == [ours[3]]
+    assert server.counters()[("list", "nodes")] == 3
+
+
+def test_the_inventory_lists_nodes_at_most_once_per_cache_ttl(
+    core: client.CoreV1Api, server: KubeServer
+) -> None:
+    add_nodes(server, 3)
+    clock = [0.0]
+    inventory = KubeNodeInventory(lambda: core, "", timedelta(seconds=10), monotonic=lambda: clock[0])
+
+    inventory.nodes_in_scope()
+    clock[0] = 9.9
+    inventory.nodes_in_scope()
+    assert server.counters()[("list", "nodes")] == 1
+
+    clock[0] = 10.0
+    assert len(inventory.nodes_in_scope()) == 3
+    assert server.counters()[("list", "nodes")] == 2

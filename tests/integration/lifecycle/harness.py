@@ -1,0 +1,132 @@
+"""Running nodecycle end to end on the sandbox: the real handlers, the template's wiring, moto and the
+in-memory API server. What the tests assert comes from the sandbox's records, not nodecycle's logs."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+from nodecycle.adapters.dynamodb_records import DynamoRecordStore
+from nodecycle.domain.model import LifecycleRecord, Transition
+from nodecycle_sandbox import Sandbox, SandboxOptions
+from nodecycle_sandbox.aws.group import GroupSpec, HookSpec, default_hooks
+from nodecycle_sandbox.aws.records import TERMINATING, ActionRecord
+
+ROOT = Path(__file__).resolve().parents[3]
+T = TypeVar("T")
+
+# Quick but realistic: 1 s polls, a 20 s repair grace; per-test parameters override these.
+FAST = {
+    "DrainPollSeconds": "1",
+    "BudgetRetrySeconds": "5",
+    "ResumeGraceSeconds": "20",
+    "DrainConcurrency": "4",
+    "BudgetMaxUnavailable": "2",
+    "BudgetMaxUnavailablePerZone": "1",
+}
+
+WORKLOADS: dict[str, Any] = {
+    "namespaces": ["shop"],
+    "daemonSets": [{"name": "node-agent", "namespace": "kube-system"}],
+    "deployments": [
+        {
+            "name": "web",
+            "namespace": "shop",
+            "replicas": 6,
+            "shutdownSeconds": 0.3,
+            "pdb": {"maxUnavailable": 1},
+        },
+        {
+            "name": "api",
+            "namespace": "shop",
+            "replicas": 4,
+            "shutdownSeconds": 0.5,
+            "pdb": {"minAvailable": "50%"},
+        },
+    ],
+}
+
+
+def wait_for[T](predicate: Callable[[], T | None], timeout: float, what: str, poll: float = 0.2) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not within {timeout} s")
+        time.sleep(poll)
+
+
+@contextmanager
+def running(
+    *,
+    parameters: Mapping[str, str] | None = None,
+    size: int = 3,
+    hooks: tuple[HookSpec, ...] | None = None,
+    workloads: Mapping[str, Any] | None = WORKLOADS,
+    **options: Any,
+) -> Iterator[Sandbox]:
+    """A sandbox with a group of ``size`` instances in service (their launch actions completed through the
+    readiness gate) and the workloads scheduled on their nodes."""
+    group = GroupSpec(size=size, hooks=hooks or default_hooks(heartbeat_timeout=300))
+    opts = SandboxOptions(
+        root=ROOT, parameters={**FAST, **(parameters or {})}, group=group, node_ready_after=0.5, **options
+    )
+    with Sandbox(opts) as sandbox:
+        sandbox.asg.wait_in_service(size, timeout=90)
+        if workloads:
+            sandbox.kube.seed(dict(workloads))
+            sandbox.kube.settle(timeout=30)
+        yield sandbox
+
+
+def records(sandbox: Sandbox, stack: str | None = None) -> DynamoRecordStore:
+    runner = sandbox.runner
+    table = runner.table("LifecycleTable").name
+    return DynamoRecordStore(table, ttl=timedelta(days=1), dynamodb=sandbox.client("dynamodb"))
+
+
+def record_of(
+    sandbox: Sandbox, instance_id: str, transition: Transition = Transition.TERMINATING
+) -> LifecycleRecord:
+    table = records(sandbox)
+    action = next(
+        a for a in sandbox.aws.actions() if a.instance_id == instance_id and a.transition == transition.value
+    )
+    found = table.get(f"{instance_id}/{transition.short}/{action.token}")
+    assert found is not None, f"no lifecycle record for {instance_id}"
+    return found
+
+
+def terminate_action(sandbox: Sandbox, instance_id: str) -> ActionRecord | None:
+    return next(
+        (a for a in sandbox.aws.actions() if a.instance_id == instance_id and a.transition == TERMINATING),
+        None,
+    )
+
+
+def wait_terminated(sandbox: Sandbox, instance_id: str, timeout: float = 60) -> ActionRecord:
+    def settled() -> ActionRecord | None:
+        action = terminate_action(sandbox, instance_id)
+        return action if action is not None and not action.active else None
+
+    return wait_for(settled, timeout, f"the terminate action of {instance_id}")
+
+
+def wait_finished(sandbox: Sandbox, instance_id: str, timeout: float = 30) -> LifecycleRecord:
+    return wait_for(
+        lambda: (r := record_of(sandbox, instance_id)).finished and r,
+        timeout,
+        f"the lifecycle of {instance_id}",
+    )
+
+
+def node_of(sandbox: Sandbox, instance_id: str) -> str:
+    node = sandbox.kube.node_for_instance(instance_id)
+    assert node is not None, f"no node for {instance_id}"
+    return node

@@ -1,0 +1,345 @@
+"""A Lambda killed after each API call in turn: redelivery finishes the work, with nothing lost or doubled.
+
+The drain and EIP work queues are delivered by this test instead of the sandbox's pollers, so that a
+"container" can die right after its N-th API call (AWS or Kubernetes) while handling one lifecycle's
+messages. The dead invocation's message comes back after its visibility timeout, as on AWS; a fresh
+container (caches cleared) handles it. Every lifecycle must end with its action completed exactly once,
+its record finished, its budget slot released and the node annotations cleared.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+import pytest
+from botocore.client import BaseClient
+from kubernetes.client import ApiClient, Configuration, CoreV1Api, rest
+
+from nodecycle.domain.cluster import IN_PROGRESS_ANNOTATION, OWNER_ANNOTATION
+from nodecycle_sandbox import Sandbox, SandboxOptions
+from nodecycle_sandbox.aws.group import GroupSpec
+from nodecycle_sandbox.aws.records import TERMINATING
+from tests.integration.lifecycle.harness import FAST, ROOT, node_of, record_of
+from tests.support.functions import LambdaContext, load_function
+
+pytestmark = pytest.mark.slow
+
+REDELIVERY = 1  # seconds: the visibility timeout this test's deliveries use
+ANY = "*"  # a kill point for whichever lifecycle makes the call first
+CREATE_BUDGET = "kube:POST /v1/namespaces/kube-system/configmaps"  # once per cluster, by whoever comes first
+
+
+class Killed(BaseException):
+    """The Lambda container died (not an Exception: nothing in the handler may catch it)."""
+
+
+def kind(call: str) -> str:
+    """A call without the names in it: "kube:GET /v1/nodes/ip-10-1-2-3..." -> "kube:GET /v1/nodes/{name}"."""
+    return re.sub(r"/(nodes|pods)/[^/]+", r"/\1/{name}", call)
+
+
+@dataclass
+class Killer:
+    """Records the API calls made while handling each lifecycle's messages, and kills a container right
+    after a chosen one: the k-th call of a kind (k-th, so that concurrent lifecycles, which may poll more
+    often than the baseline did, still die at the same point of their work)."""
+
+    kill_at: dict[str, tuple[str, int]] = field(default_factory=dict)  # instance id -> (call kind, k)
+    calls: dict[str, list[str]] = field(default_factory=dict)
+    current: str | None = None  # the instance whose lifecycle the message in hand belongs to
+    thread: int | None = None
+    kills: list[tuple[str, str]] = field(default_factory=list)
+
+    def after_call(self, what: str) -> None:
+        if self.current is None or threading.get_ident() != self.thread:
+            return
+        made = self.calls.setdefault(self.current, [])
+        made.append(what)
+        point = (kind(what), sum(1 for call in made if kind(call) == kind(what)))
+        for key in (self.current, ANY):
+            if self.kill_at.get(key) == point:
+                del self.kill_at[key]
+                self.kills.append((self.current, what))
+                raise Killed(what)
+
+
+@contextmanager
+def counting_calls(killer: Killer) -> Iterator[None]:
+    aws_call = BaseClient._make_api_call
+    kube_call = rest.RESTClientObject.request
+
+    def aws(client: Any, operation: str, params: Any) -> Any:
+        result = aws_call(client, operation, params)
+        killer.after_call(f"{client.meta.service_model.service_name}:{operation}")
+        return result
+
+    def kube(self: Any, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        result = kube_call(self, method, url, *args, **kwargs)
+        killer.after_call(f"kube:{method} {url.split('?')[0].split('/api', 1)[-1]}")
+        return result
+
+    BaseClient._make_api_call = aws  # type: ignore[method-assign]
+    rest.RESTClientObject.request = kube  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        BaseClient._make_api_call = aws_call  # type: ignore[method-assign]
+        rest.RESTClientObject.request = kube_call  # type: ignore[method-assign]
+
+
+def fresh_container() -> None:
+    """What a new Lambda container has: nothing cached from the one that died."""
+    for name, module in list(__import__("sys").modules.items()):
+        if name.startswith("nodecycle.wiring"):
+            for value in vars(module).values():
+                if callable(getattr(value, "cache_clear", None)) and getattr(value, "__module__", "") == name:
+                    value.cache_clear()
+
+
+class Pump:
+    """Delivers the work queues to the drain and eip handlers in this thread, one message per invocation."""
+
+    def __init__(self, sandbox: Sandbox, killer: Killer) -> None:
+        self.sandbox = sandbox
+        self.killer = killer
+        self.sqs = sandbox.client("sqs")
+        self.handlers: dict[str, tuple[ModuleType, str, str]] = {}
+        for function, queue in (("drain", "DrainQueue"), ("eip", "EipQueue")):
+            info = sandbox.runner.queue(queue)
+            self.handlers[function] = (load_function(function), info.url, info.arn)
+        self.env = sandbox.runner.environments["DrainFunction"]
+
+    def until(self, done: Callable[[], bool], timeout: float) -> None:
+        killer = self.killer
+        killer.thread = threading.get_ident()
+        deadline = time.monotonic() + timeout
+        with self.environment():
+            while not done():
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"work not done within {timeout} s")
+                if not any([self.deliver(name) for name in self.handlers]):  # noqa: C419 - deliver to every queue
+                    time.sleep(0.05)
+
+    @contextmanager
+    def environment(self) -> Iterator[None]:
+        saved = dict(os.environ)
+        os.environ.update(self.env)
+        fresh_container()
+        try:
+            yield
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+            fresh_container()
+
+    def deliver(self, function: str) -> bool:
+        module, url, arn = self.handlers[function]
+        messages = self.sqs.receive_message(
+            QueueUrl=url, MaxNumberOfMessages=1, VisibilityTimeout=REDELIVERY, AttributeNames=["All"]
+        ).get("Messages", [])
+        for message in messages:
+            event = {
+                "Records": [
+                    {
+                        "messageId": message["MessageId"],
+                        "receiptHandle": message["ReceiptHandle"],
+                        "body": message["Body"],
+                        "attributes": message.get("Attributes", {}),
+                        "messageAttributes": {},
+                        "md5OfBody": message["MD5OfBody"],
+                        "eventSource": "aws:sqs",
+                        "eventSourceARN": arn,
+                        "awsRegion": self.sandbox.options.region,
+                    }
+                ]
+            }
+            self.killer.current = str(json.loads(message["Body"]).get("record_id", "")).split("/", 1)[0]
+            try:
+                result = module.handler(event, LambdaContext())
+            except Killed:
+                fresh_container()  # the message comes back after its visibility timeout
+                continue
+            finally:
+                self.killer.current = None
+            if not result["batchItemFailures"]:
+                self.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+        return bool(messages)
+
+
+def sandbox_core_api(sandbox: Sandbox) -> CoreV1Api:
+    config = Configuration(host=sandbox.kube.url)
+    config.ssl_ca_cert = str(sandbox.kube.ca_file)  # type: ignore[attr-defined]
+    config.api_key = {"authorization": sandbox.kube.token()}  # type: ignore[attr-defined]
+    config.api_key_prefix = {"authorization": "Bearer"}
+    return CoreV1Api(ApiClient(config))
+
+
+def action_of(sandbox: Sandbox, instance_id: str) -> Any:
+    return next(
+        a for a in sandbox.aws.actions() if a.instance_id == instance_id and a.transition == TERMINATING
+    )
+
+
+@pytest.fixture(scope="module")
+def crashes() -> Iterator[tuple[Sandbox, Pump, Killer]]:
+    options = SandboxOptions(
+        root=ROOT,
+        mode="process",
+        sqs_sources_enabled=False,  # this test delivers the work queues itself
+        schedules_enabled=False,  # no sweeper: redelivery alone must repair every crash
+        parameters={
+            **FAST,
+            "ResumeGraceSeconds": "2",
+            "EipMode": "allocate",
+            "BudgetMaxUnavailable": "100%",
+            "BudgetMaxUnavailablePerZone": "",
+        },
+        group=GroupSpec(size=0),
+        node_ready_after=0.2,
+        node_remove_after=8.0,  # the node outlives its instance a while, as on EKS: its cleanup is visible
+    )
+    killer = Killer()
+    with Sandbox(options) as sandbox, counting_calls(killer):
+        pump = Pump(sandbox, killer)
+        yield sandbox, pump, killer
+
+
+def launch(sandbox: Sandbox, pump: Pump, count: int) -> list[str]:
+    before = set(sandbox.asg.instances())
+    sandbox.asg.set_desired(len(before) + count)
+    pump.until(lambda: len(sandbox.asg.in_state("InService")) >= len(before) + count, timeout=120)
+    new = sorted(set(sandbox.asg.in_state("InService")) - before)
+    # Exactly two bare pods per node, so every lifecycle makes the same calls as the baseline did
+    sandbox.kube.seed(
+        {
+            "namespaces": ["crash"],
+            "objects": [
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {
+                        "name": f"job-{instance[2:]}-{index}",
+                        "namespace": "crash",
+                        "annotations": {"sandbox.nodecycle.io/shutdown-seconds": "0.1"},
+                    },
+                    "spec": {
+                        "nodeName": node_of(sandbox, instance),
+                        "containers": [{"name": "job", "image": "busybox"}],
+                    },
+                }
+                for instance in new
+                for index in range(2)
+            ],
+        }
+    )
+    sandbox.kube.settle()
+    return new
+
+
+def terminate_all(sandbox: Sandbox, pump: Pump, instances: list[str], timeout: float) -> None:
+    for instance in instances:
+        sandbox.asg.terminate(instance, decrement=True)
+
+    def finished() -> bool:
+        for instance in instances:
+            action = next(
+                (
+                    a
+                    for a in sandbox.aws.actions()
+                    if a.instance_id == instance and a.transition == TERMINATING
+                ),
+                None,
+            )
+            if action is None or action.active:
+                return False
+            try:
+                if not record_of(sandbox, instance).finished:
+                    return False
+            except AssertionError:
+                return False
+        return True
+
+    try:
+        pump.until(finished, timeout=timeout)
+    except TimeoutError as error:
+        raise TimeoutError(f"{error}; unfinished: {_unfinished(sandbox, instances)}") from None
+
+
+def _unfinished(sandbox: Sandbox, instances: list[str]) -> list[str]:
+    report = []
+    for instance in instances:
+        action = next(
+            (a for a in sandbox.aws.actions() if a.instance_id == instance and a.transition == TERMINATING),
+            None,
+        )
+        try:
+            record = record_of(sandbox, instance)
+            where = f"{record.step} seq={record.seq} due={record.due_at:%H:%M:%S} outcome={record.outcome}"
+        except (AssertionError, StopIteration):
+            where = "no record"
+        if action is None or action.active or "done" not in where:
+            report.append(f"{instance}: action={action and (action.outcome, action.active)} record={where}")
+    return report
+
+
+def test_a_lambda_killed_after_each_api_call_in_turn_still_completes_every_lifecycle(
+    crashes: tuple[Sandbox, Pump, Killer],
+) -> None:
+    sandbox, pump, killer = crashes
+    # Given one lifecycle without crashes, to learn how many API calls a terminate takes (EIP release included)
+    (baseline,) = launch(sandbox, pump, 1)
+    killer.calls.clear()
+    terminate_all(sandbox, pump, [baseline], timeout=60)
+    calls = killer.calls[baseline]
+    assert len(calls) >= 15, calls
+
+    # When as many lifecycles run, the N-th one's container killed right after its N-th API call
+    victims = launch(sandbox, pump, len(calls))
+    nodes = {victim: node_of(sandbox, victim) for victim in victims}
+    killer.calls.clear()
+    for number, victim in enumerate(victims):
+        call = calls[number]
+        point = (kind(call), sum(1 for c in calls[: number + 1] if kind(c) == kind(call)))
+        # The budget ConfigMap is created once, by whichever lifecycle comes first: remove it, and let
+        # that lifecycle be the one killed right after creating it.
+        killer.kill_at[ANY if call == CREATE_BUDGET else victim] = point
+    sandbox_core_api(sandbox).delete_namespaced_config_map("nodecycle-budget", "kube-system")
+    terminate_all(sandbox, pump, victims, timeout=240)
+
+    # Then every lifecycle ended well: completed once, before its global timeout, record finished, slot
+    # released, annotations cleared; and every kill point was reached
+    assert len(killer.kills) == len(victims), "a lifecycle made fewer calls than the baseline"
+    for victim in victims:
+        action = action_of(sandbox, victim)
+        assert (action.outcome, action.result) == ("completed", "CONTINUE"), victim
+        assert action.late_calls == [] or all(
+            op == "CompleteLifecycleAction" for _, _, op in action.late_calls
+        )
+        record = record_of(sandbox, victim)
+        assert record.finished, victim
+        assert record.outcome == "drained", (victim, record.outcome)
+    budget = sandbox.kube.get_object("configmaps", "nodecycle-budget", "kube-system")
+    assert budget is not None
+    document = json.loads(budget["data"]["budget.json"])
+    assert document["holders"] == []
+    assert document["waiters"] == []
+    history = sandbox.kube.history()
+    for victim, node in nodes.items():
+        states = [e.object for e in history if e.kind == "Node" and e.name == node and not e.removed]
+        last = states[-1]["metadata"].get("annotations") or {}
+        assert OWNER_ANNOTATION not in last, (victim, killer.kills)
+        assert IN_PROGRESS_ANNOTATION not in last, (victim, killer.kills)
+    addresses = sandbox.client("ec2").describe_addresses()["Addresses"]
+    assert [a for a in addresses if a.get("InstanceId") in victims or not a.get("AssociationId")] == []
+    # the kills struck after AWS and Kubernetes calls alike
+    killed = {what.split(":", 1)[0] for _, what in killer.kills}
+    assert {"kube", "dynamodb", "sqs", "autoscaling", "ec2"} <= killed, killed

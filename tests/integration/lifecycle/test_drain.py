@@ -1,0 +1,200 @@
+"""Drains end to end on the sandbox: PodDisruptionBudgets hold, completion waits for the last pod,
+DaemonSet pods stay, the timeout policy applies, duplicates are harmless, a missing node completes at once,
+another owner's node is left alone."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from kubernetes.client import ApiClient, Configuration, CoreV1Api
+
+from nodecycle.domain.cluster import OWNER_ANNOTATION
+from nodecycle.domain.model import Step
+from nodecycle_sandbox import Sandbox
+from nodecycle_sandbox.checks import completed_before_drained, last_pod_gone, pdb_breaches
+from tests.integration.lifecycle.harness import (
+    node_of,
+    record_of,
+    running,
+    terminate_action,
+    wait_finished,
+    wait_for,
+    wait_terminated,
+)
+
+pytestmark = pytest.mark.slow
+
+DRAIN_TIMEOUT = 12
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> Iterator[Sandbox]:
+    parameters = {
+        "DrainTimeoutSeconds": str(DRAIN_TIMEOUT),
+        "ForceGraceSeconds": "1",
+        "TimeoutPolicy": "force",
+    }
+    with running(parameters=parameters, size=6) as sandbox:
+        yield sandbox
+
+
+def in_service(sandbox: Sandbox) -> list[str]:
+    return sorted(sandbox.asg.in_state("InService"))
+
+
+def kube_api(sandbox: Sandbox) -> CoreV1Api:
+    config = Configuration(host=sandbox.kube.url)
+    config.ssl_ca_cert = str(sandbox.kube.ca_file)  # type: ignore[attr-defined]
+    config.api_key = {"authorization": sandbox.kube.token()}  # type: ignore[attr-defined]
+    config.api_key_prefix = {"authorization": "Bearer"}
+    return CoreV1Api(ApiClient(config))
+
+
+def test_a_terminating_node_drains_under_its_budgets_and_completes_after_its_last_pod(
+    sandbox: Sandbox,
+) -> None:
+    # Given a node running web and api pods (under PodDisruptionBudgets) and a DaemonSet pod
+    victim = in_service(sandbox)[0]
+    node = node_of(sandbox, victim)
+    sandbox.kube.reset_history()
+    pods_before = [p for p in sandbox.kube.objects("pods") if p["spec"].get("nodeName") == node]
+    assert any(p["metadata"]["namespace"] == "shop" for p in pods_before)
+
+    # When its instance terminates (and is replaced)
+    sandbox.asg.terminate(victim)
+    action = wait_terminated(sandbox, victim)
+
+    # Then the action was completed by nodecycle, only after the last workload pod had gone
+    history = sandbox.kube.history()
+    assert (action.outcome, action.result) == ("completed", "CONTINUE")
+    assert completed_before_drained(history, [action]) == []
+    gone = last_pod_gone([e for e in history if e.time <= action.finished_at], node)  # type: ignore[operator]
+    assert gone is not None
+    assert gone <= action.finished_at
+    # no PodDisruptionBudget ever had fewer healthy pods than it requires
+    assert pdb_breaches(history) == []
+    # DaemonSet pods were never evicted
+    evicted = {e.name for e in history if e.resource == "pods/eviction"}
+    assert evicted
+    assert not any(name.startswith("node-agent") for name in evicted)
+    record = wait_finished(sandbox, victim)
+    assert record.outcome == "drained"
+    assert record.pods_evicted == len(evicted)
+
+
+def test_a_drain_stuck_on_a_disruption_budget_meets_its_timeout_policy(sandbox: Sandbox) -> None:
+    # Given a pod whose budget never allows an eviction
+    sandbox.kube.seed(
+        {
+            "deployments": [
+                {"name": "singleton", "namespace": "shop", "replicas": 1, "pdb": {"minAvailable": 1}}
+            ]
+        }
+    )
+    sandbox.kube.settle()
+    (pod,) = [
+        p for p in sandbox.kube.objects("pods", "shop") if p["metadata"]["name"].startswith("singleton")
+    ]
+    node = pod["spec"]["nodeName"]
+    victim = next(i for i in in_service(sandbox) if node_of(sandbox, i) == node)
+
+    # When its node's instance terminates
+    sandbox.asg.terminate(victim)
+    action = wait_terminated(sandbox, victim, timeout=DRAIN_TIMEOUT + 40)
+
+    # Then the drain waited for its timeout, then the force policy deleted the pod and the action completed
+    record = wait_finished(sandbox, victim)
+    assert record.outcome == "drain-timeout-forced"
+    assert record.drain_started_at is not None
+    assert action.finished_at - record.drain_started_at.timestamp() >= DRAIN_TIMEOUT  # type: ignore[operator]
+    history = sandbox.kube.history()
+    deletes = [
+        e
+        for e in history
+        if e.resource == "pods" and e.verb == "delete" and e.name == pod["metadata"]["name"]
+    ]
+    assert deletes, "the blocked pod was deleted by the force policy"
+    assert completed_before_drained(history, [action]) == []
+
+
+def test_a_duplicated_work_message_drains_once(sandbox: Sandbox) -> None:
+    # Given a terminating instance whose first work message is delivered twice
+    victim = in_service(sandbox)[0]
+    node = node_of(sandbox, victim)
+    sandbox.kube.reset_history()
+    sandbox.asg.terminate(victim)
+    record = wait_for(lambda: _record_or_none(sandbox, victim), 20, "the lifecycle record")
+    duplicate = json.dumps({"record_id": record.id, "seq": 0, "step": Step.ACQUIRE_SLOT.value})
+    sqs = sandbox.client("sqs")
+    for _ in range(2):
+        sqs.send_message(QueueUrl=sandbox.runner.queue("DrainQueue").url, MessageBody=duplicate)
+
+    # When the drain runs
+    action = wait_terminated(sandbox, victim)
+    wait_finished(sandbox, victim)
+
+    # Then the node was claimed once, each pod evicted at most once, the action completed once
+    history = sandbox.kube.history()
+    claims = [
+        e
+        for e in history
+        if e.kind == "Node" and e.name == node and e.verb == "patch" and _owner(e.object) == "nodecycle"
+    ]
+    assert len(claims) == 1
+    evictions = [e.name for e in history if e.resource == "pods/eviction"]
+    assert len(evictions) == len(set(evictions))
+    assert action.outcome == "completed"
+    assert action.late_calls == []
+
+
+def test_a_node_that_is_gone_completes_the_action_at_once(sandbox: Sandbox) -> None:
+    victim = in_service(sandbox)[-1]
+    sandbox.kube.remove_node(node_of(sandbox, victim))
+    sandbox.asg.terminate(victim)
+    action = wait_terminated(sandbox, victim, timeout=20)
+    assert action.finished_at - action.started_at < 10  # type: ignore[operator]
+    assert wait_finished(sandbox, victim).outcome == "node-not-found"
+
+
+def test_a_node_another_owner_is_draining_is_left_alone(sandbox: Sandbox) -> None:
+    # Given a node that another nodecycle stack has claimed
+    victim = in_service(sandbox)[1]
+    node = node_of(sandbox, victim)
+    kube_api(sandbox).patch_node(
+        node,
+        {"metadata": {"annotations": {OWNER_ANNOTATION: "stack-b", "nodecycle.io/in-progress": "{}"}}},
+        _content_type="application/merge-patch+json",
+    )
+    sandbox.kube.reset_history()
+
+    # When its instance terminates
+    sandbox.asg.terminate(victim)
+    action = wait_terminated(sandbox, victim, timeout=DRAIN_TIMEOUT + 30)
+
+    # Then this stack neither cordoned, annotated nor evicted anything there, and settled its own action
+    # after its drain timeout
+    history = [e for e in sandbox.kube.history() if e.time < action.finished_at]  # type: ignore[operator]
+    assert [e for e in history if e.kind == "Node" and e.name == node and e.source == "api"] == []
+    node_pods = {
+        p["metadata"]["name"] for p in sandbox.kube.objects("pods") if p["spec"].get("nodeName") == node
+    }
+    assert not any(e.resource == "pods/eviction" and e.name in node_pods for e in history)
+    assert action.outcome == "completed"
+    assert wait_finished(sandbox, victim).outcome == "node-owned-by:stack-b"
+
+
+def _owner(obj: dict[str, object]) -> str | None:
+    meta = obj.get("metadata") or {}
+    annotations = meta.get("annotations") or {}  # type: ignore[union-attr]
+    return annotations.get(OWNER_ANNOTATION)  # type: ignore[no-any-return,union-attr]
+
+
+def _record_or_none(sandbox: Sandbox, instance_id: str) -> object:
+    if terminate_action(sandbox, instance_id) is None:
+        return None
+    try:
+        return record_of(sandbox, instance_id)
+    except AssertionError:
+        return None

@@ -1,0 +1,122 @@
+"""Fakes of the budget's ports: a store that can lose races and crash, a clock that tests move, metrics
+that remember."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from nodecycle.domain.budget import BudgetDocument, DisruptionBudget, NodeState, SlotRequest
+from nodecycle.domain.errors import TransientError
+
+START = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+
+BudgetFactory = Callable[..., DisruptionBudget]  # the make_budget fixture
+
+
+class Crash(Exception):
+    """The function died at this point (the Lambda timed out, the container was killed)."""
+
+
+class FakeClock:
+    def __init__(self, now: datetime = START) -> None:
+        self.current = now
+
+    def now(self) -> datetime:
+        return self.current
+
+    def advance(self, seconds: float) -> None:
+        self.current += timedelta(seconds=seconds)
+
+
+@dataclass
+class RecordingMetrics:
+    emitted: list[tuple[str, float]] = field(default_factory=list)
+
+    def count(self, name: str, value: float = 1, **dimensions: str) -> None:
+        self.emitted.append((name, value))
+
+    def seconds(self, name: str, value: float, **dimensions: str) -> None:
+        self.emitted.append((name, value))
+
+    def values(self, name: str) -> list[float]:
+        return [value for emitted, value in self.emitted if emitted == name]
+
+
+class FakeInventory:
+    def __init__(self, nodes: list[NodeState] | None = None) -> None:
+        self.nodes = list(nodes or [])
+        self.calls = 0
+
+    def nodes_in_scope(self) -> list[NodeState]:
+        self.calls += 1
+        return list(self.nodes)
+
+
+class MemoryBudgetStore:
+    """The BudgetStore contract over a JSON string and a version counter, like the ConfigMap.
+
+    Faults on demand, each for the next update only:
+    - ``interleave(fn)``: ``fn`` (another writer) runs between this update's read and its write, so the
+      write conflicts and the update starts over;
+    - ``conflicts(n)``: the next ``n`` writes lose a race to a writer that changes nothing;
+    - ``crash(before_write=...)``: the caller dies before or after its write.
+    """
+
+    def __init__(self, max_attempts: int = 5) -> None:
+        self.text: str | None = None
+        self.version = 0
+        self.max_attempts = max_attempts
+        self.conflicts_seen = 0
+        self._interleaved: list[Callable[[], object]] = []
+        self._forced_conflicts = 0
+        self._crash: bool | None = None  # True: before the write, False: after it
+
+    def read(self) -> BudgetDocument | None:
+        return None if self.text is None else BudgetDocument.from_json(self.text)
+
+    def interleave(self, writer: Callable[[], object]) -> None:
+        self._interleaved.append(writer)
+
+    def conflicts(self, count: int) -> None:
+        self._forced_conflicts = count
+
+    def crash(self, *, before_write: bool) -> None:
+        self._crash = before_write
+
+    def update[T](self, mutate: Callable[[BudgetDocument | None], tuple[BudgetDocument | None, T]]) -> T:
+        crash, self._crash = self._crash, None
+        for _ in range(self.max_attempts):
+            version = self.version
+            current = self.read()
+            new, result = mutate(current)
+            if crash is True:
+                raise Crash("before the write")
+            if self._interleaved:
+                self._interleaved.pop(0)()
+            if new is current:  # nothing to write, nothing to conflict with
+                if crash is False:
+                    raise Crash("after deciding, with nothing to write")
+                return result
+            if self._forced_conflicts:
+                self._forced_conflicts -= 1
+                self.version += 1
+            if version != self.version:
+                self.conflicts_seen += 1
+                continue
+            assert new is not None
+            self.text = new.to_json()
+            self.version += 1
+            if crash is False:
+                raise Crash("after the write")
+            return result
+        raise TransientError("the budget document kept changing under us")
+
+
+def slot(node: str, zone: str | None = "a", owner: str = "blue") -> SlotRequest:
+    return SlotRequest(node=node, instance_id=f"i-{node}", zone=zone, owner=owner, record_id=f"rec-{node}")
+
+
+def node(name: str, zone: str | None = "a", *, schedulable: bool = True, ready: bool = True) -> NodeState:
+    return NodeState(name=name, zone=zone, schedulable=schedulable, ready=ready)

@@ -1,0 +1,350 @@
+"""Random interleavings of acquire, renew, release, expiry, sweeps, crashes and 409 conflicts between three
+owners sharing one budget document, checked against a naive model of the rules.
+
+What the machine proves, after every step:
+- the live holders never exceed a limit, globally or in any zone (a node of unknown zone in every zone);
+- no node is held twice, waits twice, or both holds and waits;
+- the live holders are exactly the grants the model expects: none lost while renewed, none left once its TTL
+  passed (a vanished holder's slot is free again), none of one owner removed by another;
+- each acquire is granted exactly when a first-come-first-served, work-conserving replay of the waiters
+  (written naively here) says so, and the record ids a release returns are granted when woken;
+- after every waiter retried in turn, no waiter is left waiting while it would fit (no idle slot).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from nodecycle.domain.budget import (
+    BudgetDocument,
+    BudgetLimits,
+    DisruptionBudget,
+    SlotDecision,
+    SlotReason,
+    SlotRequest,
+)
+from nodecycle.domain.errors import TransientError
+from nodecycle.settings import Quantity
+from tests.unit.budget.fakes import Crash, FakeClock, FakeInventory, MemoryBudgetStore, RecordingMetrics
+
+OWNERS = ("blue", "green", "red")
+ZONES = ("a", "b", "c")
+# node -> (owner, zone): every owner has nodes in every zone, and some nodes have no zone label
+NODES = {
+    f"n{i:02d}": (OWNERS[i % 3], ("a", "b", "c", None)[(i // 3) % 4])
+    for i in range(15)  # i // 3: a a a b b b c c c None None None a a a
+}
+NODE_NAMES = sorted(NODES)
+
+
+@dataclass(frozen=True)
+class Limits:
+    total: int
+    per_zone: int | None
+    ttl: int
+
+
+def request(node: str, owner: str | None = None) -> SlotRequest:
+    node_owner, zone = NODES[node]
+    return SlotRequest(
+        node=node, instance_id=f"i-{node}", zone=zone, owner=owner or node_owner, record_id=f"rec-{node}"
+    )
+
+
+def fits(taken: list[str | None], zone: str | None, limits: Limits) -> bool:
+    """Naive: one more node of ``zone`` next to nodes of zones ``taken`` stays within ``limits``."""
+    if len(taken) >= limits.total:
+        return False
+    if limits.per_zone is None:
+        return True
+
+    def load(z: str | None) -> int:
+        return sum(1 for t in taken if t is None or t == z)
+
+    zones = [zone] if zone is not None else [*ZONES, None]
+    return all(load(z) < limits.per_zone for z in zones)
+
+
+class BudgetMachine(RuleBasedStateMachine):
+    @initialize(
+        limits=st.lists(
+            st.builds(
+                Limits,
+                total=st.integers(1, 4),
+                per_zone=st.none() | st.integers(1, 2),
+                ttl=st.sampled_from([30, 60, 120]),
+            ),
+            min_size=1,
+            max_size=3,
+        )
+    )
+    def setup(self, limits: list[Limits]) -> None:
+        # one draw: every owner has the same limits; three draws: each its own share
+        self.limits = {owner: limits[i % len(limits)] for i, owner in enumerate(OWNERS)}
+        self.clock = FakeClock()
+        self.store = MemoryBudgetStore()
+        self.metrics = RecordingMetrics()
+        self.budgets = {
+            owner: DisruptionBudget(
+                store=self.store,
+                nodes=FakeInventory(),
+                clock=self.clock,
+                metrics=self.metrics,
+                limits=BudgetLimits(
+                    Quantity(value=lim.total),
+                    None if lim.per_zone is None else Quantity(value=lim.per_zone),
+                ),
+                holder_ttl=timedelta(seconds=lim.ttl),
+                count_unavailable=False,
+                owner=owner,
+            )
+            for owner, lim in self.limits.items()
+        }
+        self.held: dict[str, datetime] = {}  # the model: node -> last renewal the model knows of
+
+    # --- the model -------------------------------------------------------------------------------------
+
+    def now(self) -> datetime:
+        return self.clock.now()
+
+    def model_live(self) -> dict[str, datetime]:
+        return {
+            node: renewed
+            for node, renewed in self.held.items()
+            if renewed + timedelta(seconds=self.limits[NODES[node][0]].ttl) > self.now()
+        }
+
+    def stored(self) -> BudgetDocument:
+        return self.store.read() or BudgetDocument()
+
+    def live_holders(self) -> dict[str, str | None]:
+        return {h.node: h.zone for h in self.stored().holders if not h.expired(self.now())}
+
+    def live_waiters(self) -> list[tuple[str, str | None, str]]:
+        return [(w.node, w.zone, w.owner) for w in self.stored().waiters if not w.expired(self.now())]
+
+    def replay(self, waiters: list[tuple[str, str | None, str]]) -> list[str]:
+        holders = self.live_holders()
+        taken = list(holders.values())
+        eligible = []
+        for node, zone, owner in waiters:
+            if node not in holders and fits(taken, zone, self.limits[owner]):
+                taken.append(zone)
+                eligible.append(node)
+        return eligible
+
+    def expected_grant(self, node: str, owner: str) -> bool:
+        holders = {h.node: h.owner for h in self.stored().holders if not h.expired(self.now())}
+        if node in holders:
+            return holders[node] == owner
+        waiters = self.live_waiters()
+        if any(n == node and o != owner for n, _, o in waiters):
+            return False
+        if not any(n == node for n, _, _ in waiters):
+            waiters.append((node, NODES[node][1], owner))
+        return node in self.replay(waiters)
+
+    def granted(self, node: str, owner: str) -> None:
+        """A new slot granted by ``owner`` leaves the total, and the zone(s) the node may be in, within
+        ``owner``'s own limits (other zones may be fuller: another owner's share may be bigger)."""
+        self.held[node] = self.now()
+        zones = list(self.live_holders().values())
+        limits = self.limits[owner]
+        assert len(zones) <= limits.total
+        if limits.per_zone is not None:
+            zone = NODES[node][1]
+            for z in [zone] if zone is not None else [*ZONES, None]:
+                assert sum(1 for t in zones if t is None or t == z) <= limits.per_zone
+
+    def held_again(self, node: str) -> None:
+        """A holder granted again: renewed in the document unless its last renewal is still fresh."""
+        holder = self.stored().holder(node)
+        assert holder is not None
+        assert self.now() - holder.renewed_at < timedelta(seconds=holder.ttl_seconds) / 3
+        self.held[node] = holder.renewed_at
+
+    def acquire_checked(self, node: str) -> None:
+        owner = NODES[node][0]
+        expected = self.expected_grant(node, owner)
+        decision = self.budgets[owner].acquire(request(node))
+        assert decision.granted == expected, (node, decision)
+        if decision.reason is SlotReason.HELD:
+            self.held_again(node)  # not a new slot: the owner's share applied when it was granted
+        elif decision.granted:
+            self.granted(node, owner)
+        else:
+            self.held.pop(node, None)
+
+    # --- rules -----------------------------------------------------------------------------------------
+
+    @rule(node=st.sampled_from(NODE_NAMES))
+    def acquire(self, node: str) -> None:
+        self.acquire_checked(node)
+
+    @precondition(lambda self: bool(self.held))
+    @rule(data=st.data())
+    def renew(self, data: st.DataObject) -> None:
+        node = data.draw(st.sampled_from(sorted(self.held)))
+        owner = NODES[node][0]
+        still_live = node in self.model_live()
+        expected = still_live or self.expected_grant(node, owner)
+        decision = self.budgets[owner].renew(request(node))
+        assert decision.granted == expected, (node, decision)
+        if still_live:
+            assert decision.reason is SlotReason.HELD
+            self.held_again(node)
+        elif decision.granted:
+            assert decision.reason is SlotReason.REACQUIRED
+            self.granted(node, owner)
+        else:
+            assert decision.reason is SlotReason.LOST
+            del self.held[node]
+
+    @rule(node=st.sampled_from(NODE_NAMES), wake=st.booleans())
+    def release(self, node: str, wake: bool) -> None:
+        owner = NODES[node][0]
+        woken = self.budgets[owner].release(node)
+        self.held.pop(node, None)
+        own_waiters = [w for w in self.live_waiters() if w[2] == owner]
+        eligible = set(self.replay(self.live_waiters()))
+        assert woken == [f"rec-{n}" for n, _, _ in own_waiters if n in eligible]
+        if wake:
+            for record in woken:
+                decision = self.budgets[owner].acquire(request(record.removeprefix("rec-")))
+                assert decision.granted, "a woken waiter gets the slot it was woken for"
+                self.granted(record.removeprefix("rec-"), owner)
+
+    @rule(node=st.sampled_from(NODE_NAMES), before_write=st.booleans())
+    def crash_while_acquiring(self, node: str, before_write: bool) -> None:
+        text = self.store.text
+        self.store.crash(before_write=before_write)
+        with pytest.raises(Crash):
+            self.budgets[NODES[node][0]].acquire(request(node))
+        if before_write:
+            assert self.store.text == text
+            return
+        # the write happened, and nobody heard of it: the drain will not renew (unless redelivered)
+        holder = self.stored().holder(node)
+        if holder is not None:
+            self.held[node] = holder.renewed_at
+
+    @rule(node=st.sampled_from(NODE_NAMES), rival=st.sampled_from(NODE_NAMES))
+    def acquire_racing_another_writer(self, node: str, rival: str) -> None:
+        # rival == node: a duplicate delivery of the same step, running at the same time
+        outcome: list[SlotDecision] = []
+        self.store.interleave(lambda: outcome.append(self.budgets[NODES[rival][0]].acquire(request(rival))))
+        mine = self.budgets[NODES[node][0]].acquire(request(node))
+        for name, decision in ((rival, outcome[0]), (node, mine)):  # the rival's write came first
+            if decision.reason is SlotReason.HELD:
+                self.held_again(name)
+            elif decision.granted:
+                self.held[name] = self.now()
+            else:
+                self.held.pop(name, None)
+        if mine.granted and mine.reason is not SlotReason.HELD:
+            self.granted(node, NODES[node][0])  # decided again on the rival's write, within our limits
+
+    @rule(node=st.sampled_from(NODE_NAMES))
+    def conflicts_do_not_let_up(self, node: str) -> None:
+        text = self.store.text
+        self.store.conflicts(self.store.max_attempts)
+        try:
+            decision = self.budgets[NODES[node][0]].acquire(request(node))
+        except TransientError:
+            assert self.store.text == text
+        else:  # only a holder renewed recently enough writes nothing, and so meets no conflict
+            assert decision.reason is SlotReason.HELD
+            assert self.store.text == text
+            self.held_again(node)
+        self.store.conflicts(0)
+
+    # TTLs are 30, 60 or 120 s: whole multiples of 15 land exactly on expiry boundaries
+    @rule(seconds=st.integers(1, 90) | st.sampled_from([15, 30, 60]))
+    def time_passes(self, seconds: int) -> None:
+        self.clock.advance(seconds)
+
+    @rule(owner=st.sampled_from(OWNERS), stale=st.sets(st.sampled_from(NODE_NAMES), max_size=5))
+    def sweep(self, owner: str, stale: set[str]) -> None:
+        before = self.stored()
+        expected = {
+            h.node for h in before.holders if h.owner == owner and (h.expired(self.now()) or h.node in stale)
+        }
+        result = self.budgets[owner].sweep(is_stale=lambda entry: entry.node in stale)
+        assert {h.node for h in result.holders} == expected
+        assert all(w.owner == owner for w in result.waiters)
+        for node in expected:
+            self.held.pop(node, None)
+
+    @rule(node=st.sampled_from(NODE_NAMES))
+    def give_up_waiting(self, node: str) -> None:
+        owner = NODES[node][0]
+        self.budgets[owner].forget_waiter(node)
+        assert all(n != node for n, _, o in self.live_waiters() if o == owner)
+
+    @precondition(lambda self: bool(self.live_holders()) or bool(self.live_waiters()))
+    @rule(data=st.data(), intruder=st.sampled_from(OWNERS))
+    def another_owner_reaches_for_a_node_held_or_queued(self, data: st.DataObject, intruder: str) -> None:
+        holders = {h.node: h.owner for h in self.stored().holders if not h.expired(self.now())}
+        waiters = {n: o for n, _, o in self.live_waiters()}
+        node = data.draw(st.sampled_from(sorted({**holders, **waiters})))
+        if intruder == NODES[node][0]:
+            return
+        decision = self.budgets[intruder].acquire(request(node, owner=intruder))
+        assert not decision.granted
+        assert decision.reason is (
+            SlotReason.HELD_BY_OTHER_OWNER if node in holders else SlotReason.CLAIMED_BY_OTHER_OWNER
+        )
+        self.budgets[intruder].release(node)
+        assert {h.node: h.owner for h in self.stored().holders if not h.expired(self.now())} == holders
+        assert {n: o for n, _, o in self.live_waiters()} == waiters
+
+    @rule()
+    def every_waiter_retries(self) -> None:
+        for node, _, _ in self.live_waiters():
+            self.acquire_checked(node)
+        # work-conserving: nobody is left waiting for a slot that is free for it
+        taken = list(self.live_holders().values())
+        for node, zone, owner in self.live_waiters():
+            assert not fits(taken, zone, self.limits[owner]), f"{node} waits though it fits"
+
+    # --- invariants ------------------------------------------------------------------------------------
+
+    @invariant()
+    def never_above_a_limit(self) -> None:
+        zones = list(self.live_holders().values())
+        assert len(zones) <= max(lim.total for lim in self.limits.values())
+        per_zone = [lim.per_zone for lim in self.limits.values()]
+        if None not in per_zone:
+            for zone in (*ZONES, None):
+                assert sum(1 for z in zones if z is None or z == zone) <= max(
+                    p for p in per_zone if p is not None
+                )
+
+    @invariant()
+    def one_entry_per_node(self) -> None:
+        doc = self.stored()
+        holders = [h.node for h in doc.holders]
+        waiters = [w.node for w in doc.waiters]
+        assert len(holders) == len(set(holders))
+        assert len(waiters) == len(set(waiters))
+        assert not set(holders) & set(waiters)
+
+    @invariant()
+    def live_holders_are_exactly_the_live_grants(self) -> None:
+        stored = {h.node: h.renewed_at for h in self.stored().holders if not h.expired(self.now())}
+        assert stored == self.model_live()
+
+
+BudgetMachine.TestCase.settings = settings(
+    max_examples=200,
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+test_budget_under_random_interleavings = BudgetMachine.TestCase

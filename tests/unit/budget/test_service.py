@@ -1,0 +1,420 @@
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+
+from nodecycle.domain.budget import SlotReason
+from nodecycle.domain.errors import TransientError
+from tests.unit.budget.fakes import (
+    BudgetFactory,
+    FakeClock,
+    FakeInventory,
+    MemoryBudgetStore,
+    RecordingMetrics,
+    node,
+    slot,
+)
+
+# --- acquire and wait --------------------------------------------------------------------------------
+
+
+def test_a_node_that_holds_a_slot_and_asks_again_holds_it_once(
+    make_budget: BudgetFactory, store: MemoryBudgetStore
+) -> None:
+    budget = make_budget()
+    first = budget.acquire(slot("n1"))
+    again = budget.acquire(slot("n1"))
+
+    assert (first.reason, again.reason) == (SlotReason.GRANTED, SlotReason.HELD)
+    assert again.holders == 1
+    doc = store.read()
+    assert doc is not None
+    assert [h.node for h in doc.holders] == ["n1"]
+
+
+def test_a_full_zone_waits_while_the_other_zones_drain(make_budget: BudgetFactory) -> None:
+    # Given limits 4 in all, 2 per zone, and zone a already draining 2 nodes
+    budget = make_budget("4", "2")
+    assert budget.acquire(slot("a1", "a")).granted
+    assert budget.acquire(slot("a2", "a")).granted
+
+    # When a third node of zone a and a node of zone b ask
+    third = budget.acquire(slot("a3", "a"))
+    other_zone = budget.acquire(slot("b1", "b"))
+
+    # Then zone a's node waits first in line, and zone b's node passes it
+    assert (third.granted, third.reason, third.position) == (False, SlotReason.NO_ROOM, 1)
+    assert other_zone.granted
+
+
+def test_a_newcomer_does_not_overtake_an_older_waiter_that_fits(make_budget: BudgetFactory) -> None:
+    # Given a full budget of 1 with a node of zone b waiting
+    budget = make_budget("1", None)
+    budget.acquire(slot("a1", "a"))
+    assert not budget.acquire(slot("b1", "b")).granted
+
+    # When the holder releases and, before the waiter retries, a newcomer asks
+    woken = budget.release("a1")
+    newcomer = budget.acquire(slot("c1", "c"))
+
+    # Then the newcomer queues behind the waiter, which is woken and gets the slot
+    assert woken == ["rec-b1"]
+    assert (newcomer.granted, newcomer.position) == (False, 2)
+    assert budget.acquire(slot("b1", "b")).reason is SlotReason.GRANTED
+
+
+def test_a_node_without_a_zone_counts_against_every_zone(make_budget: BudgetFactory) -> None:
+    # Given 1 per zone and a holder whose zone is unknown
+    budget = make_budget("4", "1")
+    assert budget.acquire(slot("x1", None)).granted
+
+    # When nodes of zones a and b ask, then another of unknown zone
+    # Then none fits: the unknown node might be in any of those zones
+    assert not budget.acquire(slot("a1", "a")).granted
+    assert not budget.acquire(slot("b1", "b")).granted
+    assert not budget.acquire(slot("x2", None)).granted
+
+
+def test_a_waiter_that_stops_asking_loses_its_place(make_budget: BudgetFactory, clock: FakeClock) -> None:
+    # Given a full budget of 1 and two waiters
+    budget = make_budget("1", None, ttl=timedelta(seconds=60))
+    budget.acquire(slot("n1"))
+    budget.acquire(slot("w1"))
+    budget.acquire(slot("w2"))
+
+    # When w1 stops asking for longer than the TTL while w2 keeps asking
+    clock.advance(40)
+    budget.acquire(slot("w2"))
+    clock.advance(30)
+
+    # Then w2 is first in line and is the one woken by the release
+    assert budget.release("n1") == ["rec-w2"]
+
+
+def test_a_request_for_another_owner_is_a_programming_error(make_budget: BudgetFactory) -> None:
+    with pytest.raises(ValueError, match="owner"):
+        make_budget(owner="blue").acquire(slot("n1", owner="green"))
+
+
+# --- renew ----------------------------------------------------------------------------------------------
+
+
+def test_a_holder_that_expired_takes_its_slot_again_when_there_is_room(
+    make_budget: BudgetFactory, clock: FakeClock
+) -> None:
+    budget = make_budget("1", None, ttl=timedelta(seconds=60))
+    budget.acquire(slot("n1"))
+    clock.advance(61)
+
+    assert budget.renew(slot("n1")).reason is SlotReason.REACQUIRED
+
+
+def test_a_holder_that_expired_while_another_took_its_slot_is_told_it_lost_it(
+    make_budget: BudgetFactory, clock: FakeClock
+) -> None:
+    # Given a holder that went quiet for longer than its TTL, and a node that took the free slot
+    budget = make_budget("1", None, ttl=timedelta(seconds=60))
+    budget.acquire(slot("n1"))
+    clock.advance(61)
+    assert budget.acquire(slot("n2")).granted
+
+    # When the first holder renews
+    decision = budget.renew(slot("n1"))
+
+    # Then it is denied and waits in line (its drain pauses evicting)
+    assert (decision.granted, decision.reason, decision.position) == (False, SlotReason.LOST, 1)
+
+
+# --- release and wake -----------------------------------------------------------------------------------
+
+
+def test_a_release_wakes_as_many_of_its_own_waiters_as_there_is_room_for(make_budget: BudgetFactory) -> None:
+    # Given blue holding 2 slots of 2, with green then blue then blue waiting
+    blue, green = make_budget("2", None, owner="blue"), make_budget("2", None, owner="green")
+    blue.acquire(slot("b1"))
+    blue.acquire(slot("b2"))
+    green.acquire(slot("g1", owner="green"))
+    blue.acquire(slot("b3"))
+    blue.acquire(slot("b4"))
+
+    # When blue releases one slot, then another
+    first = blue.release("b1")
+    second = blue.release("b2")
+
+    # Then the first slot is green's to take (blue wakes nobody), the second is blue's next waiter
+    assert first == []
+    assert second == ["rec-b3"]
+
+
+def test_a_repeated_release_still_returns_the_waiters_to_wake(make_budget: BudgetFactory) -> None:
+    # Given a release whose wake-up message was lost in a crash
+    budget = make_budget("1", None)
+    budget.acquire(slot("n1"))
+    budget.acquire(slot("n2"))
+    assert budget.release("n1") == ["rec-n2"]
+
+    # When the release is delivered again, Then it wakes the same waiter
+    assert budget.release("n1") == ["rec-n2"]
+
+
+def test_no_owner_releases_or_takes_a_slot_another_owner_holds(
+    make_budget: BudgetFactory, store: MemoryBudgetStore
+) -> None:
+    blue, green = make_budget(owner="blue"), make_budget(owner="green")
+    blue.acquire(slot("n1"))
+
+    assert green.acquire(slot("n1", owner="green")).reason is SlotReason.HELD_BY_OTHER_OWNER
+    green.release("n1")
+
+    doc = store.read()
+    assert doc is not None
+    assert [(h.node, h.owner) for h in doc.holders] == [("n1", "blue")]
+
+
+def test_a_waiter_that_gives_up_leaves_the_queue_and_its_slot_goes_to_the_next(
+    make_budget: BudgetFactory,
+) -> None:
+    budget = make_budget("2", None)
+    budget.acquire(slot("n1"))
+    budget.acquire(slot("n2"))
+    budget.acquire(slot("w1"))
+    budget.acquire(slot("w2"))
+    budget.release("n1")  # the slot is w1's
+
+    assert budget.forget_waiter("w1") == ["rec-w2"]
+
+
+# --- several owners ----------------------------------------------------------------------------------
+
+
+def test_each_owner_applies_its_own_limits_to_the_holders_of_all_owners(make_budget: BudgetFactory) -> None:
+    # Given blue allowed 3 and green allowed 1, with blue holding 1
+    blue, green = make_budget("3", None, owner="blue"), make_budget("1", None, owner="green")
+    blue.acquire(slot("b1"))
+
+    # When both ask for more
+    # Then green is held to its share while blue may still go up to its own
+    assert not green.acquire(slot("g1", owner="green")).granted
+    assert blue.acquire(slot("b2")).granted
+
+
+def test_owners_agree_on_who_is_next_when_one_counts_unavailable_nodes(
+    make_budget: BudgetFactory, inventory: FakeInventory
+) -> None:
+    # Given a cluster with a node cordoned by hand, which only green counts, and limits of 2 for both
+    inventory.nodes = [node("b1"), node("g1"), node("g2"), node("u1", schedulable=False)]
+    blue = make_budget("2", None, owner="blue")
+    green = make_budget("2", None, owner="green", count_unavailable=True)
+    blue.acquire(slot("b1"))
+
+    # When green's node asks first (its view is full: b1 + u1) and blue's younger node asks after
+    assert not green.acquire(slot("g1", owner="green")).granted
+    blue_decision = blue.acquire(slot("b2"))
+
+    # Then blue knows green's waiter cannot go and takes the free slot instead of leaving it idle
+    assert blue_decision.granted
+
+
+# --- nodes unavailable for other reasons -----------------------------------------------------------------
+
+
+def test_a_cordoned_or_not_ready_node_nobody_holds_counts_against_the_limits(
+    make_budget: BudgetFactory, inventory: FakeInventory
+) -> None:
+    # Given zone a with a node cordoned by hand and one NotReady, zone b healthy, limits 3 / 2 per zone
+    inventory.nodes = [node("a1"), node("a2", schedulable=False), node("a3", ready=False), node("b1", "b")]
+    budget = make_budget("3", "2", count_unavailable=True)
+
+    # When a node of each zone asks
+    # Then zone a is full already, and zone b gets the last slot of the cluster
+    assert not budget.acquire(slot("a1", "a")).granted
+    assert budget.acquire(slot("b1", "b")).granted
+
+
+def test_a_node_already_unavailable_takes_its_slot_without_counting_twice(
+    make_budget: BudgetFactory, inventory: FakeInventory
+) -> None:
+    # Given a full budget of 1 whose only unavailable node is the one asking (cordoned by a drain that lost
+    # its holder, or by hand before its instance was terminated)
+    inventory.nodes = [node("n1", schedulable=False), node("n2")]
+    budget = make_budget("1", None, count_unavailable=True)
+
+    # When it asks, Then it gets the slot: granting it disrupts nothing more
+    assert budget.acquire(slot("n1")).granted
+    assert not budget.acquire(slot("n2")).granted
+
+
+def test_a_drained_node_does_not_count_as_unavailable_after_its_release(
+    make_budget: BudgetFactory, inventory: FakeInventory, clock: FakeClock
+) -> None:
+    # Given a drained node, still cordoned after its release while its instance terminates
+    inventory.nodes = [node("n1", schedulable=False), node("n2")]
+    budget = make_budget("1", None, count_unavailable=True, ttl=timedelta(seconds=60))
+    budget.acquire(slot("n1"))
+    budget.release("n1")
+
+    # When the next node asks at once, Then the freed slot is its
+    assert budget.acquire(slot("n2")).granted
+    budget.release("n2")
+
+    # But a node still cordoned a TTL after its release is unavailable for some other reason, and counts
+    clock.advance(61)
+    assert not budget.acquire(slot("n2")).granted
+
+
+def test_integer_limits_without_unavailable_counting_never_list_nodes(
+    make_budget: BudgetFactory, inventory: FakeInventory
+) -> None:
+    budget = make_budget("2", "1")
+    budget.acquire(slot("n1"))
+    budget.release("n1")
+    assert inventory.calls == 0
+
+
+def test_holders_of_nodes_out_of_scope_still_count(
+    make_budget: BudgetFactory, inventory: FakeInventory
+) -> None:
+    # Given 50% of a scope of 2 nodes (1 slot), and another owner holding a node outside that scope
+    inventory.nodes = [node("n1"), node("n2")]
+    make_budget("5", None, owner="green").acquire(slot("g1", owner="green"))
+
+    # When a node in scope asks, Then the outside holder took the only slot
+    assert not make_budget("50%", None).acquire(slot("n1")).granted
+
+
+# --- conflicts, metrics --------------------------------------------------------------------------------
+
+
+def test_a_write_that_loses_a_race_is_decided_again_on_the_new_document(
+    make_budget: BudgetFactory, store: MemoryBudgetStore, metrics: RecordingMetrics
+) -> None:
+    # Given a budget of 1, and another owner taking the slot between our read and our write
+    blue, green = make_budget("1", None, owner="blue"), make_budget("1", None, owner="green")
+    store.interleave(lambda: green.acquire(slot("g1", owner="green")))
+
+    # When blue acquires
+    decision = blue.acquire(slot("b1"))
+
+    # Then blue's decision is made again after the conflict: it waits; the retry is counted
+    assert not decision.granted
+    assert metrics.values("BudgetConflicts") == [1]
+
+
+def test_conflicts_that_do_not_let_up_are_a_transient_error(
+    make_budget: BudgetFactory, store: MemoryBudgetStore, metrics: RecordingMetrics
+) -> None:
+    store.conflicts(store.max_attempts)
+    with pytest.raises(TransientError):
+        make_budget().acquire(slot("n1"))
+    assert store.text is None
+    assert metrics.values("BudgetConflicts") == [store.max_attempts - 1]
+
+
+def test_the_wait_is_measured_from_joining_the_queue_to_the_grant(
+    make_budget: BudgetFactory, clock: FakeClock, metrics: RecordingMetrics
+) -> None:
+    budget = make_budget("1", None)
+    budget.acquire(slot("n1"))
+    budget.acquire(slot("n2"))
+    clock.advance(30)
+    budget.acquire(slot("n2"))
+    clock.advance(12)
+    budget.release("n1")
+    budget.acquire(slot("n2"))
+
+    assert metrics.values("BudgetWait") == [42]
+    assert metrics.values("BudgetHolders") == [1, 1, 1, 0, 1]
+
+
+# --- sweeper, snapshot ------------------------------------------------------------------------------
+
+
+def test_the_sweeper_removes_its_own_stale_entries_only_and_wakes_the_next(
+    make_budget: BudgetFactory, store: MemoryBudgetStore, metrics: RecordingMetrics
+) -> None:
+    # Given blue holding n1 and n2 (budget full), green holding g1, and blue's w1 waiting
+    blue, green = make_budget("3", None, owner="blue"), make_budget("3", None, owner="green")
+    blue.acquire(slot("n1"))
+    blue.acquire(slot("n2"))
+    green.acquire(slot("g1", owner="green"))
+    blue.acquire(slot("w1"))
+    asked: list[str] = []
+
+    def is_stale(entry: object) -> bool:  # the sweeper: n1's instance is gone, and so is g1's
+        asked.append(entry.node)  # type: ignore[attr-defined]
+        return entry.node in {"n1", "g1"}  # type: ignore[attr-defined]
+
+    # When blue's sweeper runs
+    result = blue.sweep(is_stale=is_stale)
+
+    # Then only blue's entries were judged, n1 is gone, w1 is woken, and green's holder is untouched
+    assert sorted(asked) == ["n1", "n2", "w1"]
+    assert [h.node for h in result.holders] == ["n1"]
+    assert result.wake == ("rec-w1",)
+    doc = store.read()
+    assert doc is not None
+    assert sorted(h.node for h in doc.holders) == ["g1", "n2"]
+    assert metrics.values("SweptHolders") == [1]
+
+
+def test_the_snapshot_shows_holders_waiters_and_limits_per_zone(
+    make_budget: BudgetFactory, clock: FakeClock, inventory: FakeInventory
+) -> None:
+    inventory.nodes = [node("a1", "a"), node("a2", "a"), node("b1", "b")]
+    budget = make_budget("2", "50%")
+    budget.acquire(slot("a1", "a"))
+    clock.advance(10)
+    budget.acquire(slot("a2", "a"))
+    clock.advance(5)
+
+    view = budget.snapshot()
+
+    assert [(h.node, h.held_seconds, h.expires_in_seconds) for h in view.holders] == [("a1", 15, 285)]
+    assert [(w.position, w.node, w.waiting_seconds, w.eligible) for w in view.waiters] == [
+        (1, "a2", 5, False)
+    ]
+    assert [(z.zone, z.holders, z.waiters, z.limits) for z in view.zones] == [
+        ("a", 1, 1, {"blue": 1}),
+        ("b", 0, 0, {"blue": 1}),
+    ]
+    assert (view.limits[0].total, view.limits[0].nodes_in_scope) == (2, 3)
+
+
+# --- renewals and writes ---------------------------------------------------------------------------------
+
+
+def test_a_renewal_within_a_third_of_the_ttl_writes_nothing_and_a_later_one_is_written(
+    make_budget: BudgetFactory, store: MemoryBudgetStore, clock: FakeClock
+) -> None:
+    # Given a holder with a TTL of 300 s
+    budget = make_budget()
+    budget.acquire(slot("n1"))
+    version = store.version
+
+    # When its drain renews at every step, every 5 s for 95 s, Then nothing is written
+    for _ in range(19):
+        clock.advance(5)
+        assert budget.renew(slot("n1")).reason is SlotReason.HELD
+    assert store.version == version
+
+    # When it renews 100 s (a third of its TTL) after its last written renewal, Then that renewal is written
+    clock.advance(5)
+    budget.renew(slot("n1"))
+    doc = store.read()
+    assert doc is not None
+    assert store.version == version + 1
+    assert doc.holders[0].renewed_at == clock.now()
+
+
+def test_a_new_lifecycle_of_a_held_node_takes_the_holder_over_at_once(
+    make_budget: BudgetFactory, store: MemoryBudgetStore
+) -> None:
+    budget = make_budget()
+    budget.acquire(slot("n1"))
+
+    assert budget.acquire(replace(slot("n1"), record_id="rec-n1-again")).reason is SlotReason.HELD
+    doc = store.read()
+    assert doc is not None
+    assert [h.record_id for h in doc.holders] == ["rec-n1-again"]

@@ -1,0 +1,108 @@
+"""Invariant checks over what the sandbox recorded: the API server's write history and the emulated
+lifecycle actions. Tests, the demo and the benchmarks judge nodecycle by these, never by its own logs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from nodecycle_sandbox.aws.records import TERMINATING, ActionRecord
+from nodecycle_sandbox.kube import HistoryEntry, max_unschedulable
+
+
+@dataclass(frozen=True)
+class Breach:
+    time: float
+    budget: str  # namespace/name of the PodDisruptionBudget
+    healthy: int
+    desired: int
+
+
+def pdb_breaches(history: Iterable[HistoryEntry]) -> list[Breach]:
+    """Every moment a PodDisruptionBudget had fewer healthy pods than it requires (from its status)."""
+    breaches = []
+    for entry in history:
+        if entry.kind != "PodDisruptionBudget" or entry.removed:
+            continue
+        status = entry.object.get("status") or {}
+        if "currentHealthy" in status and status["currentHealthy"] < status.get("desiredHealthy", 0):
+            breaches.append(
+                Breach(
+                    entry.time,
+                    f"{entry.namespace}/{entry.name}",
+                    status["currentHealthy"],
+                    status["desiredHealthy"],
+                )
+            )
+    return breaches
+
+
+def cordon_peaks(history: Sequence[HistoryEntry]) -> tuple[int, dict[str, int]]:
+    """The most nodes cordoned at once, in the cluster and in each zone."""
+    zones = {entry.zone for entry in history if entry.kind == "Node" and entry.zone}
+    return max_unschedulable(history), {zone: max_unschedulable(history, zone=zone) for zone in sorted(zones)}
+
+
+def nodes_of_instances(history: Iterable[HistoryEntry]) -> dict[str, str]:
+    """Instance id -> node name, from the nodes' provider ids."""
+    found = {}
+    for entry in history:
+        if entry.kind == "Node":
+            provider = (entry.object.get("spec") or {}).get("providerID", "")
+            if provider:
+                found[provider.rsplit("/", 1)[-1]] = entry.name
+    return found
+
+
+def _drainable(pod: dict[str, object]) -> bool:
+    meta = pod.get("metadata") or {}
+    assert isinstance(meta, dict)
+    owners = meta.get("ownerReferences") or []
+    if any(ref.get("kind") == "DaemonSet" for ref in owners):
+        return False
+    return "kubernetes.io/config.mirror" not in (meta.get("annotations") or {})
+
+
+def last_pod_gone(history: Sequence[HistoryEntry], node: str) -> float | None:
+    """When the last drainable pod bound to ``node`` went away (None if one never did: still there)."""
+    present: dict[str, float] = {}
+    gone_at = 0.0
+    for entry in history:
+        if entry.kind != "Pod":
+            continue
+        key = f"{entry.namespace}/{entry.name}"
+        on_node = (entry.object.get("spec") or {}).get("nodeName") == node and _drainable(entry.object)
+        if on_node and not entry.removed:
+            present[key] = entry.time
+        elif key in present:
+            del present[key]
+            gone_at = entry.time
+    return None if present else gone_at
+
+
+def completed_before_drained(history: Sequence[HistoryEntry], actions: Iterable[ActionRecord]) -> list[str]:
+    """Terminate actions that were completed while drainable pods were still on their node."""
+    nodes = nodes_of_instances(history)
+    early = []
+    for action in actions:
+        if action.transition != TERMINATING or action.outcome != "completed" or action.finished_at is None:
+            continue
+        node = nodes.get(action.instance_id)
+        if node is None:
+            continue  # the instance never had a node: nothing to drain
+        before = [entry for entry in history if entry.time <= action.finished_at]
+        gone = last_pod_gone(before, node)
+        if gone is None:
+            early.append(f"{action.instance_id} ({node})")
+    return early
+
+
+def unsettled(actions: Iterable[ActionRecord]) -> list[str]:
+    """Actions that were not completed by a call, or were completed after their global timeout."""
+    bad = []
+    for action in actions:
+        if action.outcome != "completed":
+            bad.append(f"{action.instance_id} {action.transition}: {action.outcome}")
+        elif action.finished_at is not None and action.finished_at > action.global_deadline:
+            bad.append(f"{action.instance_id} {action.transition}: completed after its global timeout")
+    return bad
