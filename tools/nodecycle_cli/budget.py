@@ -18,6 +18,7 @@ from kubernetes import client, config
 from nodecycle.adapters.kube_budget import ConfigMapBudgetStore
 from nodecycle.domain.budget import BudgetDocument, BudgetView, Holder, view_of
 from nodecycle.domain.budget.rules import force_release
+from nodecycle_cli.output import age, table
 
 DEFAULT_NAMESPACE = "kube-system"  # the default of the BudgetNamespace stack parameter
 DEFAULT_NAME = "nodecycle-budget"
@@ -99,10 +100,10 @@ def release_slot(args: argparse.Namespace) -> int:
             f"The slot of {args.node} changed meanwhile (released, or taken by another lifecycle): nothing released."
         )
         return 1
-    age = _age((datetime.now(UTC) - removed.acquired_at).total_seconds())
+    held = age((datetime.now(UTC) - removed.acquired_at).total_seconds())
     print(
         f"Released the budget slot of {removed.node}: owner {removed.owner}, instance {removed.instance_id}, "
-        f"lifecycle {removed.record_id}, held for {age}.\n"
+        f"lifecycle {removed.record_id}, held for {held}.\n"
         "Waiting nodes take it at their next retry. If that drain is still running, it takes a slot again at "
         "its next step when there is room, and otherwise pauses until there is."
     )
@@ -112,7 +113,7 @@ def release_slot(args: argparse.Namespace) -> int:
 def render(view: BudgetView, where: str) -> str:
     """The view as tables, for people."""
     lines = [f"Disruption budget {where} (format {view.format_version})", ""]
-    lines += _table(
+    lines += table(
         "LIMITS",
         ["OWNER", "MAX-UNAVAILABLE", "PER-ZONE", "NODES", "COUNTS-UNAVAILABLE", "UPDATED"],
         [
@@ -124,7 +125,7 @@ def render(view: BudgetView, where: str) -> str:
                 lim.max_unavailable_per_zone or "-",
                 "-" if lim.nodes_in_scope is None else str(lim.nodes_in_scope),
                 f"yes ({len(lim.unavailable)} now)" if lim.count_unavailable else "no",
-                f"{_age(lim.updated_seconds_ago)} ago",
+                f"{age(lim.updated_seconds_ago)} ago",
             ]
             for lim in view.limits
         ],
@@ -134,12 +135,12 @@ def render(view: BudgetView, where: str) -> str:
         for node in lim.unavailable:
             counted_by.setdefault(node, []).append(lim.owner)
     if counted_by:
-        lines += _table(
+        lines += table(
             "UNAVAILABLE FOR OTHER REASONS (cordoned or NotReady, held by no one)",
             ["NODE", "COUNTED-BY"],
             [[node, ", ".join(owners)] for node, owners in sorted(counted_by.items())],
         )
-    lines += _table(
+    lines += table(
         "ZONES",
         ["ZONE", "HOLDERS", "WAITING", "LIMIT"],
         [
@@ -152,7 +153,7 @@ def render(view: BudgetView, where: str) -> str:
             for z in view.zones
         ],
     )
-    lines += _table(
+    lines += table(
         f"HOLDERS ({len(view.holders)})",
         ["NODE", "INSTANCE", "ZONE", "OWNER", "HELD", "RENEWED", "EXPIRES"],
         [
@@ -161,14 +162,14 @@ def render(view: BudgetView, where: str) -> str:
                 h.instance_id,
                 h.zone or "-",
                 h.owner,
-                _age(h.held_seconds),
-                f"{_age(h.renewed_seconds_ago)} ago",
+                age(h.held_seconds),
+                f"{age(h.renewed_seconds_ago)} ago",
                 _expiry(h.expires_in_seconds),
             ]
             for h in view.holders
         ],
     )
-    lines += _table(
+    lines += table(
         f"WAITERS ({len(view.waiters)})",
         ["#", "NODE", "ZONE", "OWNER", "WAITING", "EXPIRES", "NEXT"],
         [
@@ -177,7 +178,7 @@ def render(view: BudgetView, where: str) -> str:
                 w.node,
                 w.zone or "-",
                 w.owner,
-                _age(w.waiting_seconds),
+                age(w.waiting_seconds),
                 _expiry(w.expires_in_seconds),
                 "yes" if w.eligible else "",
             ]
@@ -187,27 +188,8 @@ def render(view: BudgetView, where: str) -> str:
     return "\n".join(lines).rstrip()
 
 
-def _table(title: str, header: list[str], rows: list[list[str]]) -> list[str]:
-    if not rows:
-        return [f"{title}: none", ""]
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    out = [title]
-    for row in [header, *rows]:
-        out.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
-    return [*out, ""]
-
-
-def _age(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-
-
 def _expiry(seconds: float) -> str:
-    return "expired" if seconds <= 0 else f"in {_age(seconds)}"
+    return "expired" if seconds <= 0 else f"in {age(seconds)}"
 
 
 def _store(args: argparse.Namespace) -> ConfigMapBudgetStore:

@@ -3,11 +3,11 @@ lifecycle actions. Tests, the demo and the benchmarks judge nodecycle by these, 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from nodecycle_sandbox.aws.records import TERMINATING, ActionRecord
-from nodecycle_sandbox.kube import HistoryEntry, max_unschedulable
+from nodecycle_sandbox.kube import HistoryEntry
 
 
 @dataclass(frozen=True)
@@ -37,10 +37,51 @@ def pdb_breaches(history: Iterable[HistoryEntry]) -> list[Breach]:
     return breaches
 
 
-def cordon_peaks(history: Sequence[HistoryEntry]) -> tuple[int, dict[str, int]]:
-    """The most nodes cordoned at once, in the cluster and in each zone."""
-    zones = {entry.zone for entry in history if entry.kind == "Node" and entry.zone}
-    return max_unschedulable(history), {zone: max_unschedulable(history, zone=zone) for zone in sorted(zones)}
+def cordon_peaks(
+    history: Sequence[HistoryEntry], released: Mapping[str, float] | None = None
+) -> tuple[int, dict[str, int]]:
+    """The most nodes cordoned at once, in the cluster and in each zone.
+
+    ``released`` (node -> time) ends a node's count early: a node whose terminate action was completed has
+    given its budget slot back, even though its Node object lingers, cordoned, until the instance is gone.
+    Without it, a node counts until it is uncordoned or removed.
+    """
+    cut = released or {}
+    spans: list[tuple[float, int, str | None]] = []  # (time, +1/-1, zone)
+    since: dict[str, tuple[float, str | None]] = {}
+    for entry in history:
+        if entry.kind != "Node":
+            continue
+        cordoned = entry.unschedulable and not entry.removed
+        if cordoned and entry.name not in since:
+            since[entry.name] = (entry.time, entry.zone)
+        elif not cordoned and entry.name in since:
+            start, zone = since.pop(entry.name)
+            spans += _span(start, min(entry.time, cut.get(entry.name, entry.time)), zone)
+    for name, (start, zone) in since.items():
+        spans += _span(start, cut.get(name, float("inf")), zone)
+    peak, zones = 0, {}
+    current: dict[str | None, int] = {}
+    for _, change, zone in sorted(spans, key=lambda span: (span[0], span[1])):  # ends before starts
+        current[zone] = current.get(zone, 0) + change
+        peak = max(peak, sum(current.values()))
+        if zone is not None:
+            zones[zone] = max(zones.get(zone, 0), current[zone])
+    return peak, dict(sorted(zones.items()))
+
+
+def _span(start: float, end: float, zone: str | None) -> list[tuple[float, int, str | None]]:
+    return [(start, +1, zone), (end, -1, zone)] if end > start else []
+
+
+def released_at(history: Iterable[HistoryEntry], actions: Iterable[ActionRecord]) -> dict[str, float]:
+    """Node -> when its instance's terminate action was completed (its budget slot released)."""
+    nodes = nodes_of_instances(history)
+    return {
+        nodes[a.instance_id]: a.finished_at
+        for a in actions
+        if a.transition == TERMINATING and a.finished_at is not None and a.instance_id in nodes
+    }
 
 
 def nodes_of_instances(history: Iterable[HistoryEntry]) -> dict[str, str]:

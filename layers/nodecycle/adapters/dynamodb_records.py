@@ -60,6 +60,20 @@ class DynamoRecordStore:
                 for item in page.get("Items", []):
                     yield _from_item(item)
 
+    def scan(self, owner: str) -> Iterator[LifecycleRecord]:
+        """Every record of ``owner`` still in the table, finished ones too: a full scan, for operators'
+        tools (``nodecycle status --all``), never for the functions."""
+        pages = self._dynamodb.get_paginator("scan").paginate(
+            TableName=self._table,
+            FilterExpression="#owner = :owner",
+            ExpressionAttributeNames={"#owner": "owner"},
+            ExpressionAttributeValues={":owner": {"S": owner}},
+        )
+        with transient_errors("scanning lifecycle records"):
+            for page in pages:
+                for item in page.get("Items", []):
+                    yield _from_item(item)
+
     def _put(self, record: LifecycleRecord, condition: str, values: dict[str, Any]) -> bool:
         kwargs: dict[str, Any] = {
             "TableName": self._table,

@@ -25,6 +25,6 @@ class SqsWorkQueues:
         with transient_errors(f"sending work to the {worker} queue"):
             self._sqs.send_message(
                 QueueUrl=self._urls[worker],
-                MessageBody=message.model_dump_json(exclude_none=True),
+                MessageBody=message.model_dump_json(exclude_defaults=True),
                 DelaySeconds=delay_seconds,
             )

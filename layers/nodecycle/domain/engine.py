@@ -123,7 +123,7 @@ class StepEngine:
             # step would be overdue, and repairs the chain if it has not moved by then.
             self._watch(record, now)
             return Handled.WATCHING
-        if record.due_at - now > timedelta(seconds=1):
+        if record.due_at - now > timedelta(seconds=1) and not message.wake:
             self._dispatch.send(record, now)
             return Handled.SNOOZED
 

@@ -35,6 +35,7 @@ class WorkMessage(BaseModel):
     seq: int
     step: Step  # informative: the record is the authority on what runs
     watch: int | None = None  # a watch: resend the step if the record is still at this seq (see engine)
+    wake: bool = False  # run the waiting step now, before its due time (a budget slot was freed for it)
 
 
 class RecordStore(Protocol):

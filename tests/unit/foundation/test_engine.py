@@ -347,6 +347,26 @@ def test_a_message_that_arrives_before_its_time_is_put_back_for_the_rest_of_the_
     assert evict.runs == []
 
 
+def test_a_wake_message_runs_a_waiting_step_before_its_due_time() -> None:
+    # Given a lifecycle waiting 30 s for a budget slot
+    world = World()
+    world.records.create(make_record(PLAN))
+    acquire = Script([Outcome.wait(30), Outcome.next()])
+    engine = world.engine({Step.ACQUIRE_SLOT: acquire, Step.CORDON: Script([Outcome.wait(5)])})
+    engine.handle(world.message())
+    world.queues.take()
+
+    # When a freed slot wakes it a second later
+    world.clock.advance(1)
+    record = world.record()
+    wake = WorkMessage(record_id=record.id, seq=record.seq, step=record.step, wake=True)
+
+    # Then the step runs at once (an ordinary message that early would be put back until its time)
+    assert engine.handle(wake) is Handled.RAN
+    assert len(acquire.runs) == 2
+    assert world.record().step is Step.CORDON
+
+
 def test_completion_settles_the_action_once_and_is_harmless_when_repeated() -> None:
     world = World()
     world.records.create(make_record((Step.COMPLETE, Step.DONE)))

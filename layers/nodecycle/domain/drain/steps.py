@@ -235,9 +235,10 @@ class WaiterWaker:
         waiting = self._records.get(record_id)
         if waiting is None or waiting.step is not Step.ACQUIRE_SLOT:
             return
-        # A message with no delay next to the waiter's backoff message: the first to run takes the slot and
-        # moves the record on; the other one arrives stale and is dropped.
-        self._queues.send(Worker.DRAIN, WorkMessage(record_id=waiting.id, seq=waiting.seq, step=waiting.step))
+        # A message with no delay next to the waiter's backoff message, marked to run before its due time:
+        # the first to run takes the slot and moves the record on; the other one arrives stale.
+        wake = WorkMessage(record_id=waiting.id, seq=waiting.seq, step=waiting.step, wake=True)
+        self._queues.send(Worker.DRAIN, wake)
         self._metrics.count("WaitersWoken")
 
 
