@@ -33,7 +33,8 @@ class PowertoolsMetrics:
 
     def __init__(self, owner: str) -> None:
         self._owner = owner
-        metrics.set_default_dimensions(owner=owner)
+        if metrics.default_dimensions.get("owner") != owner:  # set once per container
+            metrics.set_default_dimensions(owner=owner)
 
     def count(self, name: str, value: float = 1, **dimensions: str) -> None:
         self._emit(name, MetricUnit.Count, value, dimensions)

@@ -10,7 +10,10 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from nodecycle_cli import budget, demo, sandbox, status
+import nodecycle_cli.budget
+import nodecycle_cli.demo
+import nodecycle_cli.sandbox
+import nodecycle_cli.status
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,10 +23,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log what the tool does")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    sandbox.register(commands)
-    demo.register(commands)
-    budget.register(commands)
-    status.register(commands)
+    for command in (nodecycle_cli.sandbox, nodecycle_cli.demo, nodecycle_cli.budget, nodecycle_cli.status):
+        command.register(commands)
     return parser
 
 

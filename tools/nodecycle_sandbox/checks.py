@@ -60,7 +60,7 @@ def cordon_peaks(
             spans += _span(start, min(entry.time, cut.get(entry.name, entry.time)), zone)
     for name, (start, zone) in since.items():
         spans += _span(start, cut.get(name, float("inf")), zone)
-    peak, zones = 0, {}
+    peak, zones = 0, dict[str, int]()
     current: dict[str | None, int] = {}
     for _, change, zone in sorted(spans, key=lambda span: (span[0], span[1])):  # ends before starts
         current[zone] = current.get(zone, 0) + change

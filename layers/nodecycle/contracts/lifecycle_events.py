@@ -26,6 +26,9 @@ DETAIL_TYPES = {
 TEST_NOTIFICATION = "autoscaling:TEST_NOTIFICATION"
 
 _INSTANCE_ID = r"^i-[0-9a-f]{8,17}$"
+_TOKEN = (
+    r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"  # a UUID, as AWS issues
+)
 
 
 class InvalidLifecycleEvent(ValueError):
@@ -53,7 +56,7 @@ class _LifecycleFields(BaseModel):
 
     model_config = ConfigDict(extra="ignore", str_strip_whitespace=True)
 
-    LifecycleActionToken: str = Field(min_length=1)
+    LifecycleActionToken: str = Field(pattern=_TOKEN)
     AutoScalingGroupName: str = Field(min_length=1)
     LifecycleHookName: str = Field(min_length=1)
     EC2InstanceId: str = Field(pattern=_INSTANCE_ID)

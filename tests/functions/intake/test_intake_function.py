@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import uuid
 from types import ModuleType
 from typing import Any
 
@@ -143,10 +144,10 @@ def test_groups_tagged_with_the_owner_are_managed_and_their_tags_read_once(
     )
 
     # When three actions of the tagged group and one of the other owner's group arrive
-    for index in range(3):
+    for _ in range(3):
         event = happening_now(load_event("eventbridge-terminate.json"))
         event["detail"]["AutoScalingGroupName"] = "tagged"
-        event["detail"]["LifecycleActionToken"] = f"token-{index}"
+        event["detail"]["LifecycleActionToken"] = str(uuid.uuid4())
         intake_fn.handler(event, LambdaContext())
     theirs = happening_now(load_event("eventbridge-terminate.json"))
     theirs["detail"]["AutoScalingGroupName"] = "theirs"
@@ -211,7 +212,7 @@ def test_a_record_that_fails_for_a_retryable_reason_alone_is_reported_to_sqs(
     first = load_event("sqs-hook-terminate.json")["Records"][0]["body"]
     second = json.loads(first)
     second["EC2InstanceId"] = "i-0123456789abcdef0"
-    second["LifecycleActionToken"] = "another-token"
+    second["LifecycleActionToken"] = str(uuid.uuid4())
     event = happening_now(sqs_event(first, second))
     from botocore.exceptions import ClientError
 

@@ -205,7 +205,7 @@ def crashes() -> Iterator[tuple[Sandbox, Pump, Killer]]:
         },
         group=GroupSpec(size=0),
         node_ready_after=0.2,
-        node_remove_after=8.0,  # the node outlives its instance a while, as on EKS: its cleanup is visible
+        node_remove_after=120.0,  # the node outlives its instance a while, as on EKS: its cleanup is visible
     )
     killer = Killer()
     with Sandbox(options) as sandbox, counting_calls(killer):

@@ -99,6 +99,7 @@ def _hook_body(**changes: object) -> str:
         (_hook_body(EC2InstanceId=None), "missing-field", "EC2InstanceId is missing"),
         (_hook_body(EC2InstanceId="not-an-instance"), "invalid-field", "EC2InstanceId"),
         (_hook_body(LifecycleActionToken=""), "invalid-field", "LifecycleActionToken"),
+        (_hook_body(LifecycleActionToken="not-a-token"), "invalid-field", "LifecycleActionToken"),
         (_hook_body(Time="yesterday"), "invalid-field", "Time"),
     ],
 )

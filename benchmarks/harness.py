@@ -1,0 +1,82 @@
+"""The sandbox as the integration tests run it (process mode: handlers in warm worker processes, moto and the
+lifecycle emulation in their own process), and the waits every benchmark needs."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+from nodecycle_sandbox import Sandbox, SandboxOptions
+from nodecycle_sandbox.aws.group import GroupSpec, default_hooks
+from nodecycle_sandbox.kube import KubeServer
+
+ROOT = Path(__file__).resolve().parents[1]
+ZONES = ("a", "b", "c")
+NODE_READY_AFTER = 0.5  # a launched instance's kubelet turns Ready this long after it registers
+# On EKS a node object outlives its instance for a while, so the drain's clean-up still finds it and clears
+# its annotations: with 0 that PATCH would be skipped and the API call counts would flatter nodecycle.
+NODE_REMOVE_AFTER = 2.0
+# Fast polls as in the integration tests (production defaults: 5 s and 60 s); the same for every benchmark.
+BASE_PARAMETERS = {"DrainPollSeconds": "1", "ResumeGraceSeconds": "60"}
+
+
+@contextmanager
+def sandbox(*, parameters: Mapping[str, str], size: int, log_dir: Path) -> Iterator[Sandbox]:
+    """A sandbox whose group has ``size`` instances in service (launched through the launch hooks).
+
+    The sweeper's schedule is off: it is not on the path of a drain, and a sweep in the middle of a
+    measurement would add API calls and budget writes that belong to no lifecycle."""
+    options = SandboxOptions(
+        root=ROOT,
+        parameters={**BASE_PARAMETERS, **parameters},
+        group=GroupSpec(zones=ZONES, size=size, hooks=default_hooks(heartbeat_timeout=300)),
+        node_ready_after=NODE_READY_AFTER,
+        node_remove_after=NODE_REMOVE_AFTER,
+        schedules_enabled=False,
+        log_dir=log_dir,
+    )
+    with Sandbox(options) as started:
+        if size:
+            started.asg.wait_in_service(size, timeout=60 + 3 * size)
+        yield started
+
+
+def kube(sandbox: Sandbox) -> KubeServer:
+    """The sandbox's API server with its records (history, counters), not just the part the sandbox needs."""
+    server = sandbox.kube
+    assert isinstance(server, KubeServer), "the benchmarks need the sandbox's own API server"
+    return server
+
+
+def wait_for[T](predicate: Callable[[], T | None], timeout: float, what: str, poll: float = 0.1) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not within {timeout:.0f} s")
+        time.sleep(poll)
+
+
+def quiesce(sandbox: Sandbox, *, quiet: float = 1.0, timeout: float = 120) -> None:
+    """Wait until no lifecycle action is open and for ``quiet`` seconds neither a handler finished nor the API
+    server answered a request: whatever came before is over, and counting can start (or stop)."""
+    deadline = time.monotonic() + timeout
+    last: tuple[int, int] | None = None
+    since = time.monotonic()
+    while True:
+        now = time.monotonic()
+        if any(action.active for action in sandbox.aws.actions()):
+            last = None
+        else:
+            activity = (len(sandbox.runner.journal.invocations()), sum(kube(sandbox).counters().values()))
+            if activity != last:
+                last, since = activity, now
+            elif now - since >= quiet:
+                return
+        if now > deadline:
+            raise TimeoutError(f"the sandbox did not quiesce within {timeout:.0f} s")
+        time.sleep(0.1)

@@ -1,0 +1,187 @@
+"""Benchmark 1: an instance refresh of the whole group under the budget, against the ideal schedule.
+
+With ``MinHealthyPercentage=0`` every old instance starts terminating at once, so the budget alone decides how
+many nodes drain together. Ours: first cordon -> last old instance's terminate action completed. Ideal: the
+measured drain durations (cordon -> completion of each node's action) packed into the budget's slots, as a
+lower bound and as a greedy schedule with no hand-over latency.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks.harness import kube, sandbox, wait_for
+from benchmarks.records import BudgetWrite, Drain, arrival_order, budget_writes, drains, emptied_at
+from benchmarks.report import Result, Row
+from benchmarks.schedule import Budget, greedy_makespan, idle_gaps, lower_bound
+from nodecycle_sandbox.aws.records import TERMINATING
+from nodecycle_sandbox.kube import HistoryEntry
+
+TARGET_RATIO = 1.10  # design: within 10% of the ideal schedule
+TARGET_GAP = 1.0  # design: no slot idles for more than about a second while a node waits
+# (name, replicas per node, shutdown seconds, PodDisruptionBudget): a web tier, an API, slow workers. The
+# shutdown times fall between the drain's polls, as real ones do, rather than on whole seconds.
+DEPLOYMENTS: tuple[tuple[str, float, float, dict[str, Any] | None], ...] = (
+    ("web", 1.0, 1.5, {"maxUnavailable": 2}),
+    ("api", 0.5, 3.5, {"minAvailable": "50%"}),
+    ("worker", 0.5, 5.5, None),
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    nodes: int
+    budget: Budget
+    retry_seconds: int  # BudgetRetrySeconds: a waiter's backoff when no release wakes it
+    poll_seconds: int  # DrainPollSeconds: how often a drain looks whether its node is empty yet
+    drain_concurrency: int = 6
+
+
+@dataclass(frozen=True)
+class RefreshRun:
+    settings: Settings
+    drains: list[Drain]  # every old node's drain, in cordon order
+    writes: list[BudgetWrite]  # the budget ConfigMap's contents, write by write
+    cordons: dict[str, float]
+    emptied: dict[str, float]  # node -> when its last drainable pod was gone
+    refresh_seconds: float  # the instance refresh, as the emulated Auto Scaling timed it
+
+
+def workloads(nodes: int) -> dict[str, Any]:
+    deployments = []
+    for name, per_node, shutdown, pdb in DEPLOYMENTS:
+        deployment: dict[str, Any] = {
+            "name": name,
+            "namespace": "shop",
+            "replicas": max(1, round(nodes * per_node)),
+            "shutdownSeconds": shutdown,
+        }
+        if pdb is not None:
+            deployment["pdb"] = pdb
+        deployments.append(deployment)
+    return {
+        "namespaces": ["shop"],
+        "daemonSets": [{"name": "node-agent", "namespace": "kube-system"}],
+        "deployments": deployments,
+    }
+
+
+def run(settings: Settings, log_dir: Path) -> RefreshRun:
+    parameters = {
+        "BudgetMaxUnavailable": str(settings.budget.total),
+        "BudgetMaxUnavailablePerZone": str(settings.budget.per_zone),
+        "BudgetRetrySeconds": str(settings.retry_seconds),
+        "DrainPollSeconds": str(settings.poll_seconds),
+        "DrainConcurrency": str(settings.drain_concurrency),
+    }
+    with sandbox(parameters=parameters, size=settings.nodes, log_dir=log_dir) as box:
+        server = kube(box)
+        server.seed(workloads(settings.nodes))
+        server.settle(timeout=60)
+        old = set(box.asg.in_state("InService"))
+        server.reset_history()  # no node is cordoned now: the history starts clean
+        refresh = box.asg.start_refresh(min_healthy_percentage=0)
+        # Budget-bound: a broken wake-up costs a whole backoff per round of the budget, so allow for that.
+        rounds = settings.nodes / settings.budget.total + 1
+        timeline = box.asg.wait_refresh(refresh, timeout=120 + rounds * (settings.retry_seconds + 15))
+        if timeline.status != "Successful" or timeline.duration is None:
+            raise RuntimeError(f"the instance refresh ended {timeline.status}")
+        # The last drains' clean-up (slot release) comes just after their completion: wait for an empty budget.
+        wait_for(lambda: _budget_empty(server.history()), 60, "the last budget releases")
+        history = server.history()
+        actions = [a for a in box.asg.actions(transition=TERMINATING) if a.instance_id in old]
+    found = drains(history, actions)
+    if len(found) != len(old):
+        raise RuntimeError(f"{len(found)} of {len(old)} old nodes were cordoned and completed")
+    writes = budget_writes(history)
+    cordons = {drain.node: drain.cordoned_at for drain in found}
+    emptied = {drain.node: at for drain in found if (at := emptied_at(history, drain)) is not None}
+    return RefreshRun(settings, found, writes, cordons, emptied, timeline.duration)
+
+
+def _budget_empty(history: list[HistoryEntry]) -> bool:
+    writes = budget_writes(history)
+    return bool(writes) and not writes[-1].holders and not writes[-1].waiters
+
+
+def result(run: RefreshRun) -> Result:
+    settings, found = run.settings, run.drains
+    budget = settings.budget
+    start = min(drain.cordoned_at for drain in found)
+    end = max(drain.done_at for drain in found)
+    makespan = end - start
+    order = {node: index for index, node in enumerate(arrival_order(run.writes))}
+    arrival = sorted(found, key=lambda drain: order.get(drain.node, len(order)))
+    bound = lower_bound(found, budget)
+    greedy = greedy_makespan(arrival, budget)
+    gaps = idle_gaps(found, budget, start, end)
+    idle = sum(finish - begin for begin, finish in gaps)
+    worst = max((finish - begin for begin, finish in gaps), default=0.0)
+    durations = [drain.duration for drain in found]
+    name = f"refresh makespan, {settings.nodes} nodes, {budget.total}/{budget.per_zone}"
+    rows = [
+        Row(
+            f"{name} vs lower bound",
+            makespan,
+            bound,
+            "s",
+            f"<= {TARGET_RATIO:.2f}",
+            makespan <= bound * TARGET_RATIO,
+        ),
+        Row(
+            f"{name} vs greedy",
+            makespan,
+            greedy,
+            "s",
+            f"<= {TARGET_RATIO:.2f}",
+            makespan <= greedy * TARGET_RATIO,
+        ),
+        Row(
+            f"slot idle while a node waits, total ({100 * idle / makespan:.0f}% of makespan)",
+            idle,
+            0.0,
+            "s",
+            "-",
+        ),
+        Row(
+            "slot idle while a node waits, worst gap", worst, TARGET_GAP, "s", "<= ~1 s", worst <= TARGET_GAP
+        ),
+    ]
+    # Inside each measured duration, so invisible to the ratios above: the time from the node's last pod
+    # leaving to the action's completion, mostly the wait for the drain's next poll.
+    tails = [drain.done_at - run.emptied[drain.node] for drain in found if drain.node in run.emptied]
+    if tails:
+        tail = statistics.median(tails)
+        rows.append(Row("drain tail: last pod gone -> action completed, median", tail, 0.0, "s", "-"))
+    first_wait = min(drain.waiting_at for drain in found)
+    shutdowns = ", ".join(f"{kind} {shutdown:g} s" for kind, _, shutdown, _ in DEPLOYMENTS)
+    details = [
+        f"group of {settings.nodes} nodes over 3 zones; budget {budget.total} in all, {budget.per_zone} per zone; "
+        f"BudgetRetrySeconds {settings.retry_seconds}; DrainPollSeconds {settings.poll_seconds}; "
+        f"DrainConcurrency {settings.drain_concurrency}",
+        f"workloads: {_workload_summary(settings.nodes)}; pod shutdown: {shutdowns}; a DaemonSet pod per node",
+        f"drain durations (cordon -> action completed): min {min(durations):.2f} s, "
+        f"median {statistics.median(durations):.2f} s, max {max(durations):.2f} s, sum {sum(durations):.1f} s",
+        f"makespan {makespan:.2f} s (first cordon -> last completion); lower bound {bound:.2f} s; "
+        f"greedy schedule in arrival order {greedy:.2f} s; whole refresh {run.refresh_seconds:.1f} s",
+        f"start-up (first terminate action -> first cordon, outside the makespan): {start - first_wait:.2f} s",
+        f"idle stretches while a node waited: {len(gaps)}, total {idle:.2f} s, worst {worst:.2f} s",
+    ]
+    if tails:
+        details.append(
+            f"drain tail (last pod gone -> action completed): median {statistics.median(tails):.2f} s, "
+            f"max {max(tails):.2f} s, sum {sum(tails):.1f} s of the {sum(durations):.1f} s of drains"
+        )
+    return Result("instance refresh vs the ideal schedule", rows, details)
+
+
+def _workload_summary(nodes: int) -> str:
+    parts = []
+    for deployment in workloads(nodes)["deployments"]:
+        pdb = deployment.get("pdb")
+        guard = f" under a PDB {next(iter(pdb))}={next(iter(pdb.values()))}" if pdb else ""
+        parts.append(f"{deployment['name']} x{deployment['replicas']}{guard}")
+    return ", ".join(parts)

@@ -1,0 +1,75 @@
+"""Ideal schedules of drains under a budget (a global and a per-zone limit), and the idle slots of a real one.
+
+Pure functions of measured durations and times, so that the ideal is built from exactly the drains that ran.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+
+from benchmarks.records import Drain
+
+
+@dataclass(frozen=True)
+class Budget:
+    total: int
+    per_zone: int
+
+
+def lower_bound(drains: Sequence[Drain], budget: Budget) -> float:
+    """No schedule can be shorter: all the drain time spread over every slot, each zone's over its own slots,
+    and the longest drain."""
+    by_zone: dict[str, float] = {}
+    for drain in drains:
+        by_zone[drain.zone] = by_zone.get(drain.zone, 0.0) + drain.duration
+    return max(
+        sum(drain.duration for drain in drains) / budget.total,
+        max(seconds / budget.per_zone for seconds in by_zone.values()),
+        max(drain.duration for drain in drains),
+    )
+
+
+def greedy_makespan(drains: Sequence[Drain], budget: Budget) -> float:
+    """An achievable ideal: the same drains, in the given (arrival) order, each starting the instant a slot with
+    room in its zone is free, as the design's budget hands slots out (first come, first served, but a younger
+    waiter of a zone with room goes before an older one whose zone is full), with no hand-over latency."""
+    pending = list(drains)
+    running: list[tuple[float, str]] = []  # (end, zone)
+    now = 0.0
+    while pending or running:
+        for drain in list(pending):
+            in_zone = sum(1 for _, zone in running if zone == drain.zone)
+            if len(running) < budget.total and in_zone < budget.per_zone:
+                running.append((now + drain.duration, drain.zone))
+                pending.remove(drain)
+        now = min(end for end, _ in running)
+        running = [(end, zone) for end, zone in running if end > now]
+    return now
+
+
+def idle_gaps(drains: Sequence[Drain], budget: Budget, start: float, end: float) -> list[tuple[float, float]]:
+    """The stretches of [start, end] during which a slot was free, in all and in the zone of a node that was
+    waiting for one (its terminate action had started, it was not cordoned yet): time a perfect hand-over
+    would not have lost."""
+    moments = {start, end}
+    for drain in drains:
+        moments.update(t for t in (drain.waiting_at, drain.cordoned_at, drain.done_at) if start < t < end)
+    gaps: list[tuple[float, float]] = []
+    for begin, finish in pairwise(sorted(moments)):
+        middle = (begin + finish) / 2  # nothing changes between two consecutive moments
+        holding = [d for d in drains if d.cordoned_at <= middle < d.done_at]
+        if len(holding) >= budget.total:
+            continue
+        in_zone = Counter(d.zone for d in holding)
+        if not any(
+            d.waiting_at <= middle < d.cordoned_at and in_zone[d.zone] < budget.per_zone for d in drains
+        ):
+            continue
+        if gaps and gaps[-1][1] == begin:
+            gaps[-1] = (gaps[-1][0], finish)
+        else:
+            gaps.append((begin, finish))
+    return gaps

@@ -1,0 +1,122 @@
+"""The sweeper function on moto, for a stack without a cluster (an Elastic IP fleet): lost messages resumed,
+actions near their global timeout completed, dangling addresses released."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+from types import ModuleType
+
+import boto3
+import pytest
+
+from nodecycle.adapters.dynamodb_records import DynamoRecordStore
+from nodecycle.domain.model import LifecycleRecord, Step, Transition, global_deadline
+from nodecycle_sandbox.aws.install import install
+from tests.functions.intake.conftest import GROUP, HEARTBEAT_TIMEOUT, make_group
+from tests.support.emf import metric
+from tests.support.events import load_event
+from tests.support.functions import LambdaContext, load_function
+from tests.support.stack import Stack, receive_all
+
+OWNER = "stack-a"
+
+
+@pytest.fixture
+def sweeper(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    install()  # moto lacks CompleteLifecycleAction: the sandbox's emulation adds it
+    monkeypatch.setenv("NODECYCLE_CLUSTER_NAME", "")  # an EIP fleet: no Kubernetes parts
+    monkeypatch.setenv("NODECYCLE_EIP_MODE", "allocate")
+    monkeypatch.setenv("NODECYCLE_RESUME_GRACE_SECONDS", "60")
+    make_group(GROUP)
+    return load_function("sweeper")
+
+
+def store(stack: Stack) -> DynamoRecordStore:
+    return DynamoRecordStore(stack.table, ttl=timedelta(days=1))
+
+
+def record(instance: str, step: Step, due_at: datetime, started_at: datetime) -> LifecycleRecord:
+    token = str(uuid.uuid5(uuid.NAMESPACE_OID, instance))  # lifecycle action tokens are UUIDs
+    return LifecycleRecord(
+        id=f"{instance}/terminate/{token}",
+        owner=OWNER,
+        instance_id=instance,
+        transition=Transition.TERMINATING,
+        token=token,
+        group=GROUP,
+        hook="nodecycle-terminate",
+        plan=(Step.RELEASE_EIP, Step.COMPLETE, Step.DONE),
+        step=step,
+        seq=3,
+        received_at=started_at,
+        started_at=started_at,
+        updated_at=due_at,
+        due_at=due_at,
+        heartbeat_timeout=HEARTBEAT_TIMEOUT,
+        heartbeat_deadline=started_at + timedelta(seconds=HEARTBEAT_TIMEOUT),
+        global_deadline=global_deadline(started_at, HEARTBEAT_TIMEOUT),
+    )
+
+
+def test_the_sweeper_resumes_lost_work_and_releases_dangling_addresses(
+    sweeper: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a lifecycle whose message was lost 5 minutes ago, one that is waiting normally, and an address of
+    # this stack left unassociated for an hour (plus one of another stack, and one just allocated)
+    now = datetime.now(UTC)
+    records = store(stack)
+    lost = record(
+        "i-0aaaaaaaaaaaaaaa1", Step.RELEASE_EIP, now - timedelta(minutes=5), now - timedelta(minutes=6)
+    )
+    waiting = record("i-0aaaaaaaaaaaaaaa2", Step.RELEASE_EIP, now + timedelta(seconds=30), now)
+    for item in (lost, waiting):
+        assert records.create(item)
+    ec2 = boto3.client("ec2")
+    hour_ago = (now - timedelta(hours=1)).isoformat()
+
+    def allocate(owner: str, at: str) -> str:
+        tags = [{"Key": "nodecycle:owner", "Value": owner}, {"Key": "nodecycle:allocated-at", "Value": at}]
+        return ec2.allocate_address(
+            Domain="vpc", TagSpecifications=[{"ResourceType": "elastic-ip", "Tags": tags}]
+        )["AllocationId"]
+
+    dangling = allocate(OWNER, hour_ago)
+    theirs = allocate("stack-b", hour_ago)
+    fresh = allocate(OWNER, now.isoformat())
+
+    # When the scheduled sweep runs
+    report = sweeper.handler(load_event("sweeper-schedule.json"), LambdaContext())
+
+    # Then the lost lifecycle is sent again (under a new seq), the waiting one is left alone, and only this
+    # stack's old, unassociated address is released
+    assert report["LifecyclesResumed"] == 1
+    messages = [json.loads(m["Body"]) for m in receive_all(stack.eip_queue)]
+    assert messages == [{"record_id": lost.id, "seq": 4, "step": "release-eip"}]
+    left = {a["AllocationId"] for a in ec2.describe_addresses()["Addresses"]}
+    assert dangling not in left
+    assert {theirs, fresh} <= left
+    output = capsys.readouterr().out
+    assert metric(output, "LifecyclesResumed") == 1
+    assert metric(output, "SweptEips") == 1
+
+
+def test_an_action_near_its_global_timeout_is_completed_by_the_sweeper(
+    sweeper: ModuleType, stack: Stack
+) -> None:
+    # Given a lifecycle stuck long enough that its action's global timeout is a minute away
+    started = datetime.now(UTC) - timedelta(seconds=HEARTBEAT_TIMEOUT * 100 - 60)
+    stuck = record("i-0aaaaaaaaaaaaaaa3", Step.RELEASE_EIP, started + timedelta(minutes=1), started)
+    store(stack).create(stuck)
+
+    # When the sweep runs
+    report = sweeper.handler(load_event("sweeper-schedule.json"), LambdaContext())
+
+    # Then it completes the action itself (no active action in moto: "already settled" is success) and the
+    # record is finished with the sweeper's outcome
+    assert report["LifecyclesSettled"] == 1
+    swept = store(stack).get(stuck.id)
+    assert swept is not None
+    assert (swept.step, swept.outcome) == (Step.DONE, "settled-by-sweeper")
+    assert swept.completed_at is not None
