@@ -31,7 +31,7 @@ install: $(VENV)/.installed
 lint: install
 	ruff check .
 	ruff format --check .
-	mypy layers/nodecycle tools
+	mypy layers/nodecycle tools tests benchmarks
 	@for app in functions/*/app.py; do echo "mypy $$app"; mypy "$$app"; done
 	lint-imports
 

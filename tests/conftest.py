@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Iterator
 
@@ -24,7 +25,9 @@ class _CurrentStdout:
         sys.stdout.flush()
 
 
-logger.registered_handler.setStream(_CurrentStdout())  # type: ignore[arg-type]
+handler = logger.registered_handler
+assert isinstance(handler, logging.StreamHandler)
+handler.setStream(_CurrentStdout())
 
 BASE_SETTINGS = {
     "NODECYCLE_OWNER_ID": "stack-a",

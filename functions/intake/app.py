@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
@@ -34,7 +35,7 @@ processor = BatchProcessor(event_type=EventType.SQS)
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
-def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any] | None:
+def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse | None:
     if "Records" in event:
         return process_partial_response(
             event=event, record_handler=_queue_record, processor=processor, context=context

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -28,7 +28,7 @@ class FakeClock:
 
 class FakeMetrics:
     def __init__(self) -> None:
-        self.counts: Counter[str] = Counter()
+        self.counts: defaultdict[str, float] = defaultdict(float)
         self.timings: dict[str, list[float]] = {}
 
     def count(self, name: str, value: float = 1, **dimensions: str) -> None:

@@ -59,7 +59,7 @@ def create_stack() -> Stack:
 def receive_all(queue_url: str) -> list[dict[str, Any]]:
     """Every message visible on a queue (moto ignores DelaySeconds for receive, which suits assertions)."""
     sqs = boto3.client("sqs")
-    messages: list[dict[str, Any]] = []
+    messages: list[Any] = []
     while True:
         batch = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, VisibilityTimeout=0).get(
             "Messages", []

@@ -21,6 +21,7 @@ from nodecycle.adapters.dynamodb_records import DynamoRecordStore
 from nodecycle.domain.model import LifecycleRecord
 from nodecycle_cli.sandbox import add_sandbox_options, start
 from nodecycle_sandbox import Sandbox
+from nodecycle_sandbox.aws.group import wait_for
 from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING
 from nodecycle_sandbox.checks import (
     completed_before_drained,
@@ -30,7 +31,6 @@ from nodecycle_sandbox.checks import (
     unsettled,
 )
 from nodecycle_sandbox.kube import KubeServer
-from nodecycle_sandbox.scenario import wait
 
 ZONE_LABEL = "topology.kubernetes.io/zone"
 
@@ -73,13 +73,15 @@ def run(args: argparse.Namespace) -> int:
         refreshed = time.monotonic()
         refresh = sandbox.asg.start_refresh(min_healthy_percentage=0)
         watch_refresh(sandbox, kube, old, refresh, refreshed)
-        wait(lambda: all(r.finished for r in terminations(sandbox, old)), 60, "the lifecycles to finish")
+        wait_for(
+            lambda: all(r.finished for r in terminations(sandbox, old)), 60, "the lifecycles to finish", 0.25
+        )
         took = time.monotonic() - refreshed
         print(f"     refresh done in {took:.1f} s")
 
         print("\n3/4  the scheduled sweeper runs once (it frees what a crash would have left behind)")
         sandbox.runner.fire_schedule("SweeperFunction")
-        sweep = wait(lambda: _sweep_result(sandbox), 60, "the sweep")
+        sweep = wait_for(lambda: _sweep_result(sandbox), 60, "the sweep", 0.25)
         print("     " + ", ".join(f"{name} {value}" for name, value in sorted(sweep.items())))
 
         print("\n4/4  checks, from the API server's history, the Auto Scaling emulation and EC2")

@@ -30,6 +30,8 @@ from nodecycle_sandbox.runner.runner import SANDBOX_SECRET_KEY, Runner
 
 if TYPE_CHECKING:
     from mypy_boto3_autoscaling import AutoScalingClient
+
+    from nodecycle_sandbox.kube import KubeServer
     from mypy_boto3_ec2 import EC2Client
 
 OPERATOR_ACCESS_KEY = "AKIASANDBOXOPERATOR0"
@@ -107,8 +109,12 @@ class Sandbox:
     # -- what tests use -------------------------------------------------------------------------
 
     @property
-    def kube(self) -> ClusterServer:
-        assert self._kube is not None, "the sandbox is not started"
+    def kube(self) -> KubeServer:
+        """The in-memory API server (a sandbox started with a stand-in cluster has none: use the stand-in)."""
+        from nodecycle_sandbox.kube import KubeServer
+
+        if not isinstance(self._kube, KubeServer):
+            raise TypeError("this sandbox runs with a stand-in cluster, not the in-memory API server")
         return self._kube
 
     @property

@@ -5,8 +5,7 @@ Used by ``nodecycle sandbox`` and ``nodecycle demo``.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,14 +67,3 @@ def finished_actions(sandbox: Sandbox, seen: set[str]) -> Iterator[ActionEvent]:
         if not action.active and action.token not in seen:
             seen.add(action.token)
             yield ActionEvent(action)
-
-
-def wait(predicate: Callable[[], Any], timeout: float, what: str, poll: float = 0.25) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not within {timeout:.0f} s")
-        time.sleep(poll)

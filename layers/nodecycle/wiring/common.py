@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import cache
@@ -11,7 +12,7 @@ from nodecycle.adapters.autoscaling import AutoscalingActions
 from nodecycle.adapters.clock import SystemClock
 from nodecycle.adapters.dynamodb_records import DynamoRecordStore
 from nodecycle.adapters.sqs_queues import SqsWorkQueues
-from nodecycle.domain.engine import EngineTiming
+from nodecycle.domain.engine import EngineTiming, StepEngine, StepHandler
 from nodecycle.domain.flow import Worker
 from nodecycle.domain.model import LifecycleRecord, Step, Transition
 from nodecycle.observability import PowertoolsMetrics
@@ -36,6 +37,20 @@ class Common:
         return EngineTiming(
             resume_grace=self.resume_grace,
             heartbeat_margin=timedelta(seconds=self.settings.heartbeat_margin_seconds),
+        )
+
+    def engine(self, worker: Worker, steps: Mapping[Step, StepHandler]) -> StepEngine:
+        """The step engine of one worker function, over the shared ports."""
+        return StepEngine(
+            worker=worker,
+            steps=steps,
+            records=self.records,
+            queues=self.queues,
+            autoscaling=self.autoscaling,
+            clock=self.clock,
+            metrics=self.metrics,
+            timing=self.timing,
+            failure_result=self.failure_result,
         )
 
     def failure_result(self, record: LifecycleRecord) -> ActionResult:

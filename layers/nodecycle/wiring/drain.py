@@ -94,14 +94,4 @@ def engine() -> StepEngine:
             Step.CLEANUP: Cleanup(cluster=cluster(), slots=budget(), waker=waker()),
             Step.READY_GATE: ReadinessGate(finder=finder, settings=settings, metrics=shared.metrics),
         }
-    return StepEngine(
-        worker=Worker.DRAIN,
-        steps=steps,
-        records=shared.records,
-        queues=shared.queues,
-        autoscaling=shared.autoscaling,
-        clock=shared.clock,
-        metrics=shared.metrics,
-        timing=shared.timing,
-        failure_result=shared.failure_result,
-    )
+    return shared.engine(Worker.DRAIN, steps)

@@ -24,21 +24,14 @@ def addresses() -> Ec2Addresses:
 def engine() -> StepEngine:
     shared = common()
     settings = shared.settings
-    return StepEngine(
-        worker=Worker.EIP,
-        steps={
+    return shared.engine(
+        Worker.EIP,
+        {
             Step.ASSIGN_EIP: AssignAddress(settings=settings, addresses=addresses(), metrics=shared.metrics),
             Step.RELEASE_EIP: ReleaseAddresses(
                 owner=settings.owner_id, addresses=addresses(), metrics=shared.metrics
             ),
         },
-        records=shared.records,
-        queues=shared.queues,
-        autoscaling=shared.autoscaling,
-        clock=shared.clock,
-        metrics=shared.metrics,
-        timing=shared.timing,
-        failure_result=shared.failure_result,
     )
 
 

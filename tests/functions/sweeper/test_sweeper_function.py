@@ -7,6 +7,7 @@ import json
 import uuid
 from datetime import UTC, datetime, timedelta
 from types import ModuleType
+from typing import Any
 
 import boto3
 import pytest
@@ -77,10 +78,14 @@ def test_the_sweeper_resumes_lost_work_and_releases_dangling_addresses(
     hour_ago = (now - timedelta(hours=1)).isoformat()
 
     def allocate(owner: str, at: str) -> str:
-        tags = [{"Key": "nodecycle:owner", "Value": owner}, {"Key": "nodecycle:allocated-at", "Value": at}]
-        return ec2.allocate_address(
+        tags: list[Any] = [
+            {"Key": "nodecycle:owner", "Value": owner},
+            {"Key": "nodecycle:allocated-at", "Value": at},
+        ]
+        allocated = ec2.allocate_address(
             Domain="vpc", TagSpecifications=[{"ResourceType": "elastic-ip", "Tags": tags}]
-        )["AllocationId"]
+        )
+        return str(allocated["AllocationId"])
 
     dangling = allocate(OWNER, hour_ago)
     theirs = allocate("stack-b", hour_ago)

@@ -100,7 +100,12 @@ def test_release_asks_then_frees_the_slot_whatever_owner_holds_it(
 ) -> None:
     # Given an operator who confirms
     questions: list[str] = []
-    monkeypatch.setattr("builtins.input", lambda prompt: questions.append(prompt) or "y")
+
+    def confirm(prompt: str) -> str:
+        questions.append(prompt)
+        return "y"
+
+    monkeypatch.setattr("builtins.input", confirm)
 
     # When they release the slot of a node blue holds
     assert run(kubeconfig, "release", node_name(0)) == 0

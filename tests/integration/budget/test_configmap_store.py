@@ -39,6 +39,8 @@ def test_the_config_map_is_created_on_first_use(core: client.CoreV1Api) -> None:
     store.update(lambda doc: (with_entry(doc, "n1"), None))
 
     config_map = core.read_namespaced_config_map("nodecycle-budget", NAMESPACE)
+    assert config_map.metadata is not None
+    assert config_map.data is not None
     assert config_map.metadata.labels == {"app.kubernetes.io/managed-by": "nodecycle"}
     assert BudgetDocument.from_json(config_map.data[DATA_KEY]).released[0].node == "n1"
 
@@ -125,6 +127,8 @@ def test_what_others_added_to_the_config_map_survives_a_write(core: client.CoreV
 
     # Then the label, the annotation and the other key are still there
     config_map = core.read_namespaced_config_map("nodecycle-budget", NAMESPACE)
+    assert config_map.metadata is not None
+    assert config_map.data is not None
     assert config_map.metadata.labels == {"team": "platform"}
     assert config_map.metadata.annotations == {"note": "keep"}
     assert config_map.data["README"] == "managed by nodecycle"

@@ -3,17 +3,18 @@ in-memory API server. What the tests assert comes from the sandbox's records, no
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
+from kubernetes.client import ApiClient, Configuration, CoreV1Api
+
 from nodecycle.adapters.dynamodb_records import DynamoRecordStore
 from nodecycle.domain.model import LifecycleRecord, Transition
 from nodecycle_sandbox import Sandbox, SandboxOptions
-from nodecycle_sandbox.aws.group import GroupSpec, HookSpec, default_hooks
+from nodecycle_sandbox.aws.group import GroupSpec, HookSpec, default_hooks, wait_for
 from nodecycle_sandbox.aws.records import TERMINATING, ActionRecord
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -51,15 +52,14 @@ WORKLOADS: dict[str, Any] = {
 }
 
 
-def wait_for[T](predicate: Callable[[], T | None], timeout: float, what: str, poll: float = 0.2) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not within {timeout} s")
-        time.sleep(poll)
+def core_api(sandbox: Sandbox) -> CoreV1Api:
+    """The official client on the sandbox's API server, as an operator would use it."""
+    kube = sandbox.kube
+    config = Configuration(host=kube.url)
+    config.ssl_ca_cert = str(kube.ca_file)
+    config.api_key = {"authorization": kube.token()}
+    config.api_key_prefix = {"authorization": "Bearer"}
+    return CoreV1Api(ApiClient(config))
 
 
 @contextmanager

@@ -22,13 +22,13 @@ from typing import Any
 
 import pytest
 from botocore.client import BaseClient
-from kubernetes.client import ApiClient, Configuration, CoreV1Api, rest
+from kubernetes.client import rest
 
 from nodecycle.domain.cluster import IN_PROGRESS_ANNOTATION, OWNER_ANNOTATION
 from nodecycle_sandbox import Sandbox, SandboxOptions
 from nodecycle_sandbox.aws.group import GroupSpec
 from nodecycle_sandbox.aws.records import TERMINATING
-from tests.integration.lifecycle.harness import FAST, ROOT, node_of, record_of
+from tests.integration.lifecycle.harness import FAST, ROOT, core_api, node_of, record_of
 from tests.support.functions import LambdaContext, load_function
 
 pytestmark = pytest.mark.slow
@@ -74,7 +74,8 @@ class Killer:
 
 @contextmanager
 def counting_calls(killer: Killer) -> Iterator[None]:
-    aws_call = BaseClient._make_api_call
+    # the one method every boto3 call and every Kubernetes client call goes through
+    aws_call = BaseClient._make_api_call  # type: ignore[attr-defined]
     kube_call = rest.RESTClientObject.request
 
     def aws(client: Any, operation: str, params: Any) -> Any:
@@ -87,12 +88,12 @@ def counting_calls(killer: Killer) -> Iterator[None]:
         killer.after_call(f"kube:{method} {url.split('?')[0].split('/api', 1)[-1]}")
         return result
 
-    BaseClient._make_api_call = aws  # type: ignore[method-assign]
+    BaseClient._make_api_call = aws  # type: ignore[attr-defined]
     rest.RESTClientObject.request = kube  # type: ignore[method-assign]
     try:
         yield
     finally:
-        BaseClient._make_api_call = aws_call  # type: ignore[method-assign]
+        BaseClient._make_api_call = aws_call  # type: ignore[attr-defined]
         rest.RESTClientObject.request = kube_call  # type: ignore[method-assign]
 
 
@@ -173,14 +174,6 @@ class Pump:
             if not result["batchItemFailures"]:
                 self.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
         return bool(messages)
-
-
-def sandbox_core_api(sandbox: Sandbox) -> CoreV1Api:
-    config = Configuration(host=sandbox.kube.url)
-    config.ssl_ca_cert = str(sandbox.kube.ca_file)  # type: ignore[attr-defined]
-    config.api_key = {"authorization": sandbox.kube.token()}  # type: ignore[attr-defined]
-    config.api_key_prefix = {"authorization": "Bearer"}
-    return CoreV1Api(ApiClient(config))
 
 
 def action_of(sandbox: Sandbox, instance_id: str) -> Any:
@@ -312,7 +305,7 @@ def test_a_lambda_killed_after_each_api_call_in_turn_still_completes_every_lifec
         # The budget ConfigMap is created once, by whichever lifecycle comes first: remove it, and let
         # that lifecycle be the one killed right after creating it.
         killer.kill_at[ANY if call == CREATE_BUDGET else victim] = point
-    sandbox_core_api(sandbox).delete_namespaced_config_map("nodecycle-budget", "kube-system")
+    core_api(sandbox).delete_namespaced_config_map("nodecycle-budget", "kube-system")
     terminate_all(sandbox, pump, victims, timeout=240)
 
     # Then every lifecycle ended well: completed once, before its global timeout, record finished, slot

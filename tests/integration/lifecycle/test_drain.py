@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
-from kubernetes.client import ApiClient, Configuration, CoreV1Api
 
 from nodecycle.domain.cluster import OWNER_ANNOTATION
 from nodecycle.domain.model import Step
 from nodecycle_sandbox import Sandbox
 from nodecycle_sandbox.checks import completed_before_drained, last_pod_gone, pdb_breaches
 from tests.integration.lifecycle.harness import (
+    core_api,
     node_of,
     record_of,
     running,
@@ -44,14 +45,6 @@ def in_service(sandbox: Sandbox) -> list[str]:
     return sorted(sandbox.asg.in_state("InService"))
 
 
-def kube_api(sandbox: Sandbox) -> CoreV1Api:
-    config = Configuration(host=sandbox.kube.url)
-    config.ssl_ca_cert = str(sandbox.kube.ca_file)  # type: ignore[attr-defined]
-    config.api_key = {"authorization": sandbox.kube.token()}  # type: ignore[attr-defined]
-    config.api_key_prefix = {"authorization": "Bearer"}
-    return CoreV1Api(ApiClient(config))
-
-
 def test_a_terminating_node_drains_under_its_budgets_and_completes_after_its_last_pod(
     sandbox: Sandbox,
 ) -> None:
@@ -70,7 +63,8 @@ def test_a_terminating_node_drains_under_its_budgets_and_completes_after_its_las
     history = sandbox.kube.history()
     assert (action.outcome, action.result) == ("completed", "CONTINUE")
     assert completed_before_drained(history, [action]) == []
-    gone = last_pod_gone([e for e in history if e.time <= action.finished_at], node)  # type: ignore[operator]
+    assert action.finished_at is not None
+    gone = last_pod_gone([e for e in history if e.time <= action.finished_at], node)
     assert gone is not None
     assert gone <= action.finished_at
     # no PodDisruptionBudget ever had fewer healthy pods than it requires
@@ -162,7 +156,7 @@ def test_a_node_another_owner_is_draining_is_left_alone(sandbox: Sandbox) -> Non
     # Given a node that another nodecycle stack has claimed
     victim = in_service(sandbox)[1]
     node = node_of(sandbox, victim)
-    kube_api(sandbox).patch_node(
+    core_api(sandbox).patch_node(
         node,
         {"metadata": {"annotations": {OWNER_ANNOTATION: "stack-b", "nodecycle.io/in-progress": "{}"}}},
         _content_type="application/merge-patch+json",
@@ -185,10 +179,10 @@ def test_a_node_another_owner_is_draining_is_left_alone(sandbox: Sandbox) -> Non
     assert wait_finished(sandbox, victim).outcome == "node-owned-by:stack-b"
 
 
-def _owner(obj: dict[str, object]) -> str | None:
-    meta = obj.get("metadata") or {}
-    annotations = meta.get("annotations") or {}  # type: ignore[union-attr]
-    return annotations.get(OWNER_ANNOTATION)  # type: ignore[no-any-return,union-attr]
+def _owner(obj: dict[str, Any]) -> str | None:
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    owner = annotations.get(OWNER_ANNOTATION)
+    return None if owner is None else str(owner)
 
 
 def _record_or_none(sandbox: Sandbox, instance_id: str) -> object:

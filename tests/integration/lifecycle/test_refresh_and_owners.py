@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from kubernetes.client import ApiClient, Configuration, CoreV1Api
 
 from nodecycle.domain.cluster import OWNER_ANNOTATION
 from nodecycle_sandbox import Sandbox
@@ -40,14 +39,6 @@ def test_an_instance_refresh_never_exceeds_the_budget_globally_or_in_any_zone() 
         assert len(terminations) == 12
         assert unsettled(terminations) == []
         assert completed_before_drained(history, terminations) == []
-
-
-def _api(sandbox: Sandbox) -> CoreV1Api:
-    config = Configuration(host=sandbox.kube.url)
-    config.ssl_ca_cert = str(sandbox.kube.ca_file)  # type: ignore[attr-defined]
-    config.api_key = {"authorization": sandbox.kube.token()}  # type: ignore[attr-defined]
-    config.api_key_prefix = {"authorization": "Bearer"}
-    return CoreV1Api(ApiClient(config))
 
 
 def test_two_stacks_on_one_cluster_never_touch_what_the_other_holds() -> None:

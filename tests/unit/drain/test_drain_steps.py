@@ -23,6 +23,7 @@ from nodecycle.domain.flow import Worker
 from nodecycle.domain.model import LifecycleRecord, Step, Transition
 from nodecycle.settings import ActionResult, Settings
 from tests.support.fakes import T0, FakeMetrics, InMemoryRecords, RecordingQueues
+from tests.unit.drain.builders import pod
 from tests.unit.foundation.test_engine import make_record
 
 INSTANCE = "i-0123456789abcdef0"
@@ -57,21 +58,6 @@ def node(**changes: object) -> NodeInfo:
         owner=None,
         in_progress=None,
         resource_version="7",
-    )
-    return base.model_copy(update=changes)
-
-
-def pod(name: str, **changes: object) -> PodInfo:
-    base = PodInfo(
-        namespace="apps",
-        name=name,
-        uid=f"uid-{name}",
-        controller_kind="ReplicaSet",
-        mirror=False,
-        terminating=False,
-        finished=False,
-        grace_period=300,
-        has_local_storage=False,
     )
     return base.model_copy(update=changes)
 

@@ -4,23 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from nodecycle.domain.cluster import PodInfo
 from nodecycle.domain.drain.pods import drainable, grace_for, remaining, to_evict
-
-
-def pod(name: str = "web-1", **changes: object) -> PodInfo:
-    base = PodInfo(
-        namespace="apps",
-        name=name,
-        uid=f"uid-{name}",
-        controller_kind="ReplicaSet",
-        mirror=False,
-        terminating=False,
-        finished=False,
-        grace_period=30,
-        has_local_storage=False,
-    )
-    return base.model_copy(update=changes)
+from tests.unit.drain.builders import pod
 
 
 @pytest.mark.parametrize(
@@ -38,7 +23,7 @@ def pod(name: str = "web-1", **changes: object) -> PodInfo:
 def test_every_pod_but_daemonset_and_mirror_pods_is_drained(
     changes: dict[str, object], expected: bool
 ) -> None:
-    assert drainable(pod(**changes)) is expected
+    assert drainable(pod("web-1", **changes)) is expected
 
 
 def test_terminating_pods_are_waited_for_but_not_evicted_again() -> None:

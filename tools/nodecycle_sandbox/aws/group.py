@@ -145,13 +145,15 @@ class AutoScalingGroup:
         return wait_for(lambda: len(ids := self.in_state("InService")) >= count and ids, timeout)
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float, poll: float = 0.05) -> Any:
-    """Poll `predicate` until it is truthy; return its value or raise TimeoutError."""
+def wait_for(
+    predicate: Callable[[], Any], timeout: float, what: str = "condition", poll: float = 0.05
+) -> Any:
+    """Poll `predicate` until it is truthy; return its value or raise TimeoutError naming `what`."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() >= deadline:
-            raise TimeoutError(f"condition not met within {timeout} s")
+            raise TimeoutError(f"{what}: not met within {timeout} s")
         time.sleep(poll)

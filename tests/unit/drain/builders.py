@@ -1,0 +1,21 @@
+"""Cluster values for the drain's unit tests."""
+
+from __future__ import annotations
+
+from nodecycle.domain.cluster import PodInfo
+
+
+def pod(name: str = "web-1", **changes: object) -> PodInfo:
+    """A ReplicaSet pod with a 300 s grace period; ``changes`` override any field."""
+    base = PodInfo(
+        namespace="apps",
+        name=name,
+        uid=f"uid-{name}",
+        controller_kind="ReplicaSet",
+        mirror=False,
+        terminating=False,
+        finished=False,
+        grace_period=300,
+        has_local_storage=False,
+    )
+    return base.model_copy(update=changes)
