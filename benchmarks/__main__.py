@@ -20,8 +20,14 @@ SIZES = {"nodes": (24, 12), "calls_nodes": (6, 3), "acquirers": (50, 30)}
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="smaller sizes (about 2 minutes on 2 cores)")
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks", description="Run the benchmarks on the sandbox and print one table."
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smaller sizes (about a minute on 2 cores; the default run takes about 1.5)",
+    )
     parser.add_argument("--nodes", type=int, help="refresh: nodes in the group (default 24, quick 12)")
     parser.add_argument("--max-unavailable", type=int, default=4, help="budget: nodes draining at once")
     parser.add_argument("--per-zone", type=int, default=2, help="budget: nodes draining at once per zone")

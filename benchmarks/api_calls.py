@@ -19,11 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import kube, quiesce, wait_for
+from benchmarks.harness import quiesce
 from benchmarks.harness import sandbox as start_sandbox
 from benchmarks.records import BUDGET_KEY, BUDGET_NAME, BUDGET_NAMESPACE
 from benchmarks.report import Result, Row
 from nodecycle_sandbox import Sandbox
+from nodecycle_sandbox.aws.group import wait_for
 from nodecycle_sandbox.aws.records import TERMINATING
 from nodecycle_sandbox.kube import SHUTDOWN_ANNOTATION
 from nodecycle_sandbox.kube.builders import default_container
@@ -78,9 +79,9 @@ def run(settings: Settings, log_dir: Path) -> list[Measurement]:
     with start_sandbox(parameters=PARAMETERS, size=0, log_dir=log_dir) as box:
         kubectl = None
         if shutil.which("kubectl"):
-            kubectl = Kubectl(kube(box).write_kubeconfig(log_dir / "kubeconfig"), log_dir / "kubectl-cache")
+            kubectl = Kubectl(box.kube.write_kubeconfig(log_dir / "kubeconfig"), log_dir / "kubectl-cache")
             kubectl("get", "nodes")
-        kube(box).seed({"daemonSets": [{"name": "node-agent", "namespace": "kube-system"}]})
+        box.kube.seed({"daemonSets": [{"name": "node-agent", "namespace": "kube-system"}]})
         ours, theirs = _grow(box, settings.nodes + 1, settings)
         _warm_up(box)
         measurements = [_measure(box, ours, theirs, kubectl)]
@@ -92,7 +93,7 @@ def run(settings: Settings, log_dir: Path) -> list[Measurement]:
 def _grow(box: Sandbox, size: int, settings: Settings) -> tuple[str, str]:
     """Launch two nodes to measure on, with their pinned pods, then filler nodes with ``settings.pods`` pods
     each until the cluster has ``size`` nodes. Returns the two new instances (ours, kubectl's)."""
-    server = kube(box)
+    server = box.kube
     before = set(box.asg.instances())
     box.aws.plan_nodes(labels={})
     box.asg.set_desired(len(before) + 2)
@@ -114,12 +115,12 @@ def _grow(box: Sandbox, size: int, settings: Settings) -> tuple[str, str]:
 def _warm_up(box: Sandbox) -> None:
     """One filler's terminate lifecycle, not counted: it creates the budget ConfigMap, as any earlier drain
     would have, so that the two sizes are measured in the same steady state."""
-    filler = sorted(set(box.asg.instances()) - _labelled_none(box))[0]
+    filler = sorted(set(box.asg.instances()) - _measured_instances(box))[0]
     _terminate(box, filler)
 
 
 def _measure(box: Sandbox, ours: str, theirs: str, kubectl: Kubectl | None) -> Measurement:
-    server = kube(box)
+    server = box.kube
     quiesce(box)
     nodes, pods = len(server.objects("nodes")), len(server.objects("pods"))
     server.reset_counters()
@@ -157,7 +158,7 @@ def _action_done(box: Sandbox, instance: str) -> bool:
 
 
 def _budget_nodes(box: Sandbox) -> set[str]:
-    configmap = kube(box).get_object("configmaps", BUDGET_NAME, BUDGET_NAMESPACE)
+    configmap = box.kube.get_object("configmaps", BUDGET_NAME, BUDGET_NAMESPACE)
     if configmap is None:
         return set()
     doc = json.loads(configmap["data"][BUDGET_KEY])
@@ -170,13 +171,13 @@ def _new_in_service(box: Sandbox, before: set[str], count: int) -> set[str] | No
 
 
 def _node(box: Sandbox, instance: str) -> str:
-    return wait_for(lambda: kube(box).node_for_instance(instance), 30, f"the node of {instance}")
+    return wait_for(lambda: box.kube.node_for_instance(instance), 30, f"the node of {instance}")
 
 
-def _labelled_none(box: Sandbox) -> set[str]:
+def _measured_instances(box: Sandbox) -> set[str]:
     """Instances whose node is not a filler: the measured ones."""
     found = set()
-    for node in kube(box).objects("nodes"):
+    for node in box.kube.objects("nodes"):
         if ROLE_LABEL not in node["metadata"].get("labels", {}):
             found.add(node["spec"]["providerID"].rsplit("/", 1)[-1])
     return found

@@ -65,7 +65,7 @@ def _race(acquirers: int, budget: Budget, *, at_once: bool) -> Race:
     with KubeServer(tls=True) as server:
         for i in range(acquirers):
             server.add_node(_node(i), instance_id=f"i-{i:017x}", zone=ZONES[i % 3])
-        apis = [_core_api(server) for _ in range(acquirers)]
+        apis = [client.CoreV1Api(server.api_client()) for _ in range(acquirers)]
         budgets = [_budget(api, budget) for api in apis]
         give_ups = [0] * acquirers
         start = threading.Barrier(acquirers) if at_once else None
@@ -107,15 +107,6 @@ def _race(acquirers: int, budget: Budget, *, at_once: bool) -> Race:
 
 def _node(i: int) -> str:
     return f"ip-10-0-{i % 3 + 1}-{10 + i // 3}.eu-west-1.compute.internal"
-
-
-def _core_api(server: KubeServer) -> client.CoreV1Api:
-    """A client of its own (its own connection pool), configured as the product's: the CA and a bearer token."""
-    config = client.Configuration(host=server.url)
-    config.ssl_ca_cert = str(server.ca_file)
-    config.api_key = {"authorization": server.token()}
-    config.api_key_prefix = {"authorization": "Bearer"}
-    return client.CoreV1Api(client.ApiClient(config))
 
 
 def _budget(api: client.CoreV1Api, budget: Budget) -> DisruptionBudget:

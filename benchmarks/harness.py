@@ -4,13 +4,12 @@ lifecycle emulation in their own process), and the waits every benchmark needs."
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
 from nodecycle_sandbox import Sandbox, SandboxOptions
 from nodecycle_sandbox.aws.group import GroupSpec, default_hooks
-from nodecycle_sandbox.kube import KubeServer
 
 ROOT = Path(__file__).resolve().parents[1]
 ZONES = ("a", "b", "c")
@@ -43,24 +42,6 @@ def sandbox(*, parameters: Mapping[str, str], size: int, log_dir: Path) -> Itera
         yield started
 
 
-def kube(sandbox: Sandbox) -> KubeServer:
-    """The sandbox's API server with its records (history, counters), not just the part the sandbox needs."""
-    server = sandbox.kube
-    assert isinstance(server, KubeServer), "the benchmarks need the sandbox's own API server"
-    return server
-
-
-def wait_for[T](predicate: Callable[[], T | None], timeout: float, what: str, poll: float = 0.1) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not within {timeout:.0f} s")
-        time.sleep(poll)
-
-
 def quiesce(sandbox: Sandbox, *, quiet: float = 1.0, timeout: float = 120) -> None:
     """Wait until no lifecycle action is open and for ``quiet`` seconds neither a handler finished nor the API
     server answered a request: whatever came before is over, and counting can start (or stop)."""
@@ -72,7 +53,7 @@ def quiesce(sandbox: Sandbox, *, quiet: float = 1.0, timeout: float = 120) -> No
         if any(action.active for action in sandbox.aws.actions()):
             last = None
         else:
-            activity = (len(sandbox.runner.journal.invocations()), sum(kube(sandbox).counters().values()))
+            activity = (len(sandbox.runner.journal.invocations()), sum(sandbox.kube.counters().values()))
             if activity != last:
                 last, since = activity, now
             elif now - since >= quiet:

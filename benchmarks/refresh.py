@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import kube, sandbox, wait_for
+from benchmarks.harness import sandbox
 from benchmarks.records import BudgetWrite, Drain, arrival_order, budget_writes, drains, emptied_at
 from benchmarks.report import Result, Row
-from benchmarks.schedule import Budget, greedy_makespan, idle_gaps, lower_bound
+from benchmarks.schedule import Budget, best_packing_found, greedy_makespan, idle_gaps, lower_bound
+from nodecycle_sandbox.aws.group import wait_for
 from nodecycle_sandbox.aws.records import TERMINATING
 from nodecycle_sandbox.kube import HistoryEntry
 
@@ -78,7 +79,7 @@ def run(settings: Settings, log_dir: Path) -> RefreshRun:
         "DrainConcurrency": str(settings.drain_concurrency),
     }
     with sandbox(parameters=parameters, size=settings.nodes, log_dir=log_dir) as box:
-        server = kube(box)
+        server = box.kube
         server.seed(workloads(settings.nodes))
         server.settle(timeout=60)
         old = set(box.asg.in_state("InService"))
@@ -122,23 +123,20 @@ def result(run: RefreshRun) -> Result:
     worst = max((finish - begin for begin, finish in gaps), default=0.0)
     durations = [drain.duration for drain in found]
     name = f"refresh makespan, {settings.nodes} nodes, {budget.total}/{budget.per_zone}"
+    # The ideal the design sets is the drains packed into the budget's slots as its rules hand them out
+    # (first come, first served, work-conserving) with no delay: the greedy schedule in arrival order. The
+    # lower bound packs them as if drains could be split and reordered at will: shown, with no target, to
+    # say how much a different order could gain (see benchmarks/README.md).
     rows = [
         Row(
-            f"{name} vs lower bound",
-            makespan,
-            bound,
-            "s",
-            f"<= {TARGET_RATIO:.2f}",
-            makespan <= bound * TARGET_RATIO,
-        ),
-        Row(
-            f"{name} vs greedy",
+            f"{name} vs ideal packing (arrival order)",
             makespan,
             greedy,
             "s",
             f"<= {TARGET_RATIO:.2f}",
             makespan <= greedy * TARGET_RATIO,
         ),
+        Row(f"{name} vs lower bound (any order)", makespan, bound, "s", "-"),
         Row(
             f"slot idle while a node waits, total ({100 * idle / makespan:.0f}% of makespan)",
             idle,
@@ -167,6 +165,10 @@ def result(run: RefreshRun) -> Result:
         f"median {statistics.median(durations):.2f} s, max {max(durations):.2f} s, sum {sum(durations):.1f} s",
         f"makespan {makespan:.2f} s (first cordon -> last completion); lower bound {bound:.2f} s; "
         f"greedy schedule in arrival order {greedy:.2f} s; whole refresh {run.refresh_seconds:.1f} s",
+        f"the same greedy, zone-balanced (the zone with the most drains left first): "
+        f"{greedy_makespan(arrival, budget, balance_zones=True):.2f} s; best packing found knowing every "
+        f"duration in advance: {best_packing_found(found, budget):.2f} s (the optimum lies between it and the "
+        f"lower bound)",
         f"start-up (first terminate action -> first cordon, outside the makespan): {start - first_wait:.2f} s",
         f"idle stretches while a node waited: {len(gaps)}, total {idle:.2f} s, worst {worst:.2f} s",
     ]

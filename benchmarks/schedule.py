@@ -5,6 +5,7 @@ Pure functions of measured durations and times, so that the ideal is built from 
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,22 +33,42 @@ def lower_bound(drains: Sequence[Drain], budget: Budget) -> float:
     )
 
 
-def greedy_makespan(drains: Sequence[Drain], budget: Budget) -> float:
+def greedy_makespan(drains: Sequence[Drain], budget: Budget, *, balance_zones: bool = False) -> float:
     """An achievable ideal: the same drains, in the given (arrival) order, each starting the instant a slot with
     room in its zone is free, as the design's budget hands slots out (first come, first served, but a younger
-    waiter of a zone with room goes before an older one whose zone is full), with no hand-over latency."""
+    waiter of a zone with room goes before an older one whose zone is full), with no hand-over latency.
+
+    ``balance_zones``: of the drains that fit, the first of the zone with the most drains left goes first (a
+    policy to compare with: it keeps the last drains from piling up in one zone's two slots)."""
     pending = list(drains)
     running: list[tuple[float, str]] = []  # (end, zone)
     now = 0.0
     while pending or running:
-        for drain in list(pending):
-            in_zone = sum(1 for _, zone in running if zone == drain.zone)
-            if len(running) < budget.total and in_zone < budget.per_zone:
-                running.append((now + drain.duration, drain.zone))
-                pending.remove(drain)
+        while fits := [drain for drain in pending if _fits(drain.zone, running, budget)]:
+            left = Counter(drain.zone for drain in pending)
+            chosen = max(fits, key=lambda drain: left[drain.zone]) if balance_zones else fits[0]
+            running.append((now + chosen.duration, chosen.zone))
+            pending.remove(chosen)
         now = min(end for end, _ in running)
         running = [(end, zone) for end, zone in running if end > now]
     return now
+
+
+def _fits(zone: str, running: list[tuple[float, str]], budget: Budget) -> bool:
+    in_zone = sum(1 for _, other in running if other == zone)
+    return len(running) < budget.total and in_zone < budget.per_zone
+
+
+def best_packing_found(drains: Sequence[Drain], budget: Budget, *, orders: int = 1000) -> float:
+    """The shortest greedy schedule over many orders of the same drains (longest first, and random ones): an
+    achievable packing that no online scheduler could plan for (it needs every duration in advance). The
+    optimal packing lies between :func:`lower_bound` and this."""
+    shuffler = random.Random(0)  # the same orders on every run
+    longest_first = sorted(drains, key=lambda drain: -drain.duration)
+    best = greedy_makespan(longest_first, budget)
+    for _ in range(orders):
+        best = min(best, greedy_makespan(shuffler.sample(list(drains), len(drains)), budget))
+    return best
 
 
 def idle_gaps(drains: Sequence[Drain], budget: Budget, start: float, end: float) -> list[tuple[float, float]]:

@@ -30,9 +30,9 @@ from nodecycle_sandbox.runner.runner import SANDBOX_SECRET_KEY, Runner
 
 if TYPE_CHECKING:
     from mypy_boto3_autoscaling import AutoScalingClient
+    from mypy_boto3_ec2 import EC2Client
 
     from nodecycle_sandbox.kube import KubeServer
-    from mypy_boto3_ec2 import EC2Client
 
 OPERATOR_ACCESS_KEY = "AKIASANDBOXOPERATOR0"
 # Variables that belong to one Lambda function, not to "the handlers' environment" as a whole.

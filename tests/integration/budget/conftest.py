@@ -27,11 +27,7 @@ def instance_of(index: int) -> str:
 
 def core_api(server: KubeServer) -> client.CoreV1Api:
     """A CoreV1Api with its own ApiClient (connection pool), configured as the product's: CA + bearer."""
-    config = client.Configuration(host=server.url)
-    config.ssl_ca_cert = str(server.ca_file)
-    config.api_key = {"authorization": server.token()}
-    config.api_key_prefix = {"authorization": "Bearer"}
-    return client.CoreV1Api(client.ApiClient(config))
+    return client.CoreV1Api(server.api_client())
 
 
 def add_nodes(server: KubeServer, count: int) -> None:

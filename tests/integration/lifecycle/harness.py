@@ -9,7 +9,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kubernetes.client import ApiClient, Configuration, CoreV1Api
+from kubernetes.client import CoreV1Api
 
 from nodecycle.adapters.dynamodb_records import DynamoRecordStore
 from nodecycle.domain.model import LifecycleRecord, Transition
@@ -54,12 +54,7 @@ WORKLOADS: dict[str, Any] = {
 
 def core_api(sandbox: Sandbox) -> CoreV1Api:
     """The official client on the sandbox's API server, as an operator would use it."""
-    kube = sandbox.kube
-    config = Configuration(host=kube.url)
-    config.ssl_ca_cert = str(kube.ca_file)
-    config.api_key = {"authorization": kube.token()}
-    config.api_key_prefix = {"authorization": "Bearer"}
-    return CoreV1Api(ApiClient(config))
+    return CoreV1Api(sandbox.kube.api_client())
 
 
 @contextmanager

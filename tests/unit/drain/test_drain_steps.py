@@ -278,10 +278,27 @@ def test_pods_are_evicted_with_their_grace_capped_and_daemonset_pods_stay() -> N
     # When the evict step runs
     outcome = evict(cluster, metrics=metrics)(draining(), T0)
 
-    # Then the workload pods are evicted, their grace capped at 60 s, and the step polls again
+    # Then the workload pods are evicted, their grace capped at 60 s, and the step polls again soon
     assert cluster.evictions == [("web-1", 20), ("web-2", 60)]
-    assert (outcome.again, outcome.delay, outcome.changes["pods_evicted"]) == (True, 5, 2)
+    assert (outcome.again, outcome.delay, outcome.changes["pods_evicted"]) == (True, 1, 2)
     assert metrics.counts["PodsEvicted"] == 2
+
+
+def test_polls_start_quick_and_slow_down_to_the_configured_interval() -> None:
+    # Given a pod that takes its time to stop
+    cluster = FakeCluster(pods=[pod("slow", terminating=True)])
+    step = evict(cluster)
+    record = draining()
+
+    # When the step polls again and again
+    delays = []
+    for _ in range(5):
+        outcome = step(record, T0)
+        delays.append(outcome.delay)
+        record = record.model_copy(update=dict(outcome.changes))
+
+    # Then it looks after 1, 2, 4 s, then every 5 s (the setting): an empty node is noticed within seconds
+    assert delays == [1, 2, 4, 5, 5]
 
 
 def test_a_pod_protected_by_its_disruption_budget_is_retried_on_the_next_poll() -> None:

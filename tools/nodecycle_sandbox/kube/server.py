@@ -10,7 +10,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nodecycle_sandbox.kube.api import Api
 from nodecycle_sandbox.kube.auth import check_eks_token, make_eks_token
@@ -27,6 +27,9 @@ from nodecycle_sandbox.kube.routing import Router
 from nodecycle_sandbox.kube.seed import default_seed, load_seed
 from nodecycle_sandbox.kube.store import Store
 from nodecycle_sandbox.kube.tls import ServerCertificate, issue
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
 
 _BUILTIN_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
@@ -170,6 +173,17 @@ class KubeServer:
     def token(self) -> str:
         """A fresh EKS-form bearer token this server accepts."""
         return make_eks_token(self.cluster_name)
+
+    def api_client(self) -> ApiClient:
+        """An official-client ``ApiClient`` for this server (a connection pool of its own), configured as the
+        product configures its own: the CA and an EKS-form bearer token."""
+        from kubernetes.client import ApiClient, Configuration
+
+        config = Configuration(host=self.url)
+        config.ssl_ca_cert = str(self.ca_file)
+        config.api_key = {"authorization": self.token()}
+        config.api_key_prefix = {"authorization": "Bearer"}
+        return ApiClient(config)
 
     def write_kubeconfig(self, path: Path | None = None) -> Path:
         """A kubeconfig for kubectl with the CA and a fresh EKS-form token; by default in the server's temp dir."""

@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 FORCED_POD_SLACK = timedelta(seconds=60)  # after a forced delete's grace: a pod still there is stuck
 PRIVATE_DNS = "private_dns"  # record.extra key: the instance's private DNS name, looked up once
 DRAINED_AT = "drained_at"  # record.extra key: when the node was found empty (the load balancer delay starts)
+POLLS = "polls"  # record.extra key: how often the drain has looked for its pods so far
 
 
 class Slots(Protocol):
@@ -55,6 +56,12 @@ class NodeFinder:
         dns = extra[PRIVATE_DNS]
         node = self._cluster.find_node(record.instance_id, dns if isinstance(dns, str) else None)
         return node, extra
+
+
+def _poll_delay(polls: int, every: int) -> int:
+    """1 s, 2 s, 4 s... up to the configured poll interval: most pods are gone within seconds, and a slot
+    held by an empty node waiting for its next poll is a slot the budget's waiters cannot use."""
+    return int(min(every, 2**polls))
 
 
 def _known[T](value: T | None, what: str) -> T:
@@ -183,7 +190,12 @@ class Evict:
                 self._metrics.count("EvictionErrors")
         if evicted:
             self._metrics.count("PodsEvicted", evicted)
-        return Outcome.wait(settings.drain_poll_seconds, pods_evicted=record.pods_evicted + evicted)
+        polls = int(record.extra.get(POLLS, 0))
+        return Outcome.wait(
+            _poll_delay(polls, settings.drain_poll_seconds),
+            pods_evicted=record.pods_evicted + evicted,
+            extra={**record.extra, POLLS: polls + 1},
+        )
 
     def _timed_out(self, record: LifecycleRecord, now: datetime, left: list[PodInfo]) -> Outcome:
         settings = self._settings
