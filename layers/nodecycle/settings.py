@@ -24,6 +24,9 @@ from pydantic import (
 )
 
 ENV_PREFIX = "NODECYCLE_"
+MAX_RETRY_BACKOFF_SECONDS = (
+    180  # the step engine's longest wait before retrying a step after a transient error
+)
 
 
 class SettingsError(ValueError):
@@ -124,7 +127,9 @@ class Settings(BaseModel):
     cluster_name: OptionalText = None  # None: a fleet without Kubernetes (EIPs only)
     managed_groups: CsvList = ()
     managed_by_tag: bool = False  # groups tagged nodecycle:owner=<owner_id>
-    managed_hooks: CsvList = ()  # empty: every hook of a managed group
+    # Only these hooks' actions are nodecycle's: other tools' hooks on the same groups are left to them.
+    # "*" takes every hook of a managed group.
+    managed_hooks: CsvList = ("nodecycle-launch", "nodecycle-terminate")
 
     # State and work queues
     record_table: str = Field(min_length=1)
@@ -148,7 +153,7 @@ class Settings(BaseModel):
     budget_namespace: str = Field(default="kube-system", min_length=1)
     budget_node_selector: str = ""
     budget_count_unavailable: bool = False
-    budget_holder_ttl_seconds: Annotated[int, Field(ge=30)] = 300
+    budget_holder_ttl_seconds: Annotated[int, Field(ge=30)] = 600
     budget_retry_seconds: Annotated[int, Field(ge=1, le=900)] = 30
 
     # Elastic IPs
@@ -163,10 +168,12 @@ class Settings(BaseModel):
     readiness_failure_result: ActionResult = ActionResult.ABANDON
 
     # Sweeper and repairs
-    sweep_grace_seconds: Annotated[int, Field(ge=60)] = 600
+    sweep_grace_seconds: Annotated[int, Field(ge=300)] = 600
     # A step whose message is this overdue is presumed lost and sent again (a late original then arrives
     # stale): well past any queueing delay, short enough to repair a crash quickly.
     resume_grace_seconds: Annotated[int, Field(ge=1)] = 60
+    # The work queues' visibility timeout: how long a step whose invocation died waits to be retried.
+    work_visibility_timeout_seconds: Annotated[int, Field(ge=1)] = 150
 
     @field_validator("managed_groups", "managed_hooks")
     @classmethod
@@ -175,6 +182,10 @@ class Settings(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
+        if not self.managed_hooks:
+            raise ValueError(
+                "NODECYCLE_MANAGED_HOOKS is empty: name the hooks nodecycle answers, or '*' for all"
+            )
         if not self.managed_groups and not self.managed_by_tag:
             raise ValueError(
                 "no managed groups: set NODECYCLE_MANAGED_GROUPS (comma-separated names) "
@@ -185,9 +196,23 @@ class Settings(BaseModel):
             raise ValueError(
                 "NODECYCLE_BUDGET_RETRY_SECONDS must be shorter than NODECYCLE_BUDGET_HOLDER_TTL_SECONDS"
             )
+        renewal_gap = max(3 * self.drain_poll_seconds, self.redelivery_seconds + MAX_RETRY_BACKOFF_SECONDS)
+        if self.budget_holder_ttl_seconds < renewal_gap:
+            # a draining node renews its slot at each step; the longest gap between two steps (a poll, or a
+            # crashed step's retry after a backoff) must not let the slot expire and go to another node
+            raise ValueError(
+                f"NODECYCLE_BUDGET_HOLDER_TTL_SECONDS must be at least {renewal_gap} (3 drain polls, or the "
+                "work queues' visibility timeout + the resume grace + the longest retry backoff)"
+            )
         if self.eip_mode is EipMode.POOL and not self.eip_pool_name:
             raise ValueError("NODECYCLE_EIP_MODE=pool needs NODECYCLE_EIP_POOL_NAME")
         return self
+
+    @property
+    def redelivery_seconds(self) -> int:
+        """How late a step can run when its invocation dies: redelivered after the visibility timeout, or,
+        if its message was lost, sent again by a watch once the resume grace has passed."""
+        return self.work_visibility_timeout_seconds + self.resume_grace_seconds
 
     @property
     def uses_kubernetes(self) -> bool:

@@ -4,14 +4,15 @@ shape is what matters here, and moto would accept a wrong one)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import boto3
 import pytest
 from botocore.stub import Stubber
 
 from nodecycle.adapters.autoscaling import AutoscalingActions
+from nodecycle.adapters.ec2_addresses import Ec2Addresses
 from nodecycle.adapters.sqs_queues import SqsWorkQueues
+from nodecycle.domain.eip.addresses import InstanceUnavailable
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import Worker
 from nodecycle.domain.model import ActionRef, Step, Transition
@@ -42,21 +43,6 @@ def autoscaling() -> Iterator[tuple[AutoscalingActions, Stubber]]:
         stubber.assert_no_pending_responses()
 
 
-def _instance(state: str) -> dict[str, Any]:
-    return {
-        "AutoScalingInstances": [
-            {
-                "InstanceId": ACTION.instance_id,
-                "AutoScalingGroupName": ACTION.group,
-                "AvailabilityZone": "eu-west-1a",
-                "LifecycleState": state,
-                "HealthStatus": "HEALTHY",
-                "ProtectedFromScaleIn": False,
-            }
-        ]
-    }
-
-
 def test_complete_names_the_action_by_token_with_the_result(
     autoscaling: tuple[AutoscalingActions, Stubber],
 ) -> None:
@@ -73,35 +59,28 @@ def test_a_heartbeat_names_the_action_by_token(autoscaling: tuple[AutoscalingAct
     assert adapter.heartbeat(ACTION) is True
 
 
-@pytest.mark.parametrize("state", ["Terminating:Proceed", "Terminated", None])
-def test_no_active_action_is_read_from_the_instance_state_not_the_message(
-    autoscaling: tuple[AutoscalingActions, Stubber], state: str | None
+def test_no_active_action_means_settled_even_while_another_hook_keeps_the_instance_waiting(
+    autoscaling: tuple[AutoscalingActions, Stubber],
 ) -> None:
-    # Given AWS refusing the completion with a ValidationError while the instance no longer waits
+    # Given AWS refusing a completion of our action, as it does once the action is completed or timed out
     adapter, stubber = autoscaling
     stubber.add_client_error(
         "complete_lifecycle_action", "ValidationError", "No active Lifecycle Action found with token " + TOKEN
     )
-    stubber.add_response(
-        "describe_auto_scaling_instances",
-        _instance(state) if state else {"AutoScalingInstances": []},
-        {"InstanceIds": [ACTION.instance_id]},
+    stubber.add_client_error(
+        "record_lifecycle_action_heartbeat", "ValidationError", "No active Lifecycle Action found with token"
     )
-    # Then the action counts as settled already: completing twice is harmless
+    # Then the action counts as settled already (completing twice is harmless), and no heartbeat is owed
     assert adapter.complete(ACTION, ActionResult.CONTINUE) is False
+    assert adapter.heartbeat(ACTION) is False
 
 
-def test_a_validation_error_while_the_instance_waits_is_a_real_error(
+def test_other_errors_are_not_taken_for_a_settled_action(
     autoscaling: tuple[AutoscalingActions, Stubber],
 ) -> None:
     adapter, stubber = autoscaling
-    stubber.add_client_error("complete_lifecycle_action", "ValidationError", "1 validation error detected")
-    stubber.add_response(
-        "describe_auto_scaling_instances",
-        _instance("Terminating:Wait"),
-        {"InstanceIds": [ACTION.instance_id]},
-    )
-    with pytest.raises(Exception, match="validation error"):
+    stubber.add_client_error("complete_lifecycle_action", "AccessDenied", "not authorized", 403)
+    with pytest.raises(Exception, match="not authorized"):
         adapter.complete(ACTION, ActionResult.CONTINUE)
 
 
@@ -132,3 +111,69 @@ def test_a_work_message_goes_to_its_workers_queue_with_its_delay() -> None:
         )
         queues.send(Worker.DRAIN, message, delay_seconds=17)
         stubber.assert_no_pending_responses()
+
+
+def test_an_address_goes_to_the_primary_interface_of_an_instance_with_several() -> None:
+    # Given an instance the VPC CNI has given a second network interface (EC2 then refuses an instance id)
+    client = boto3.client("ec2")
+    instance = "i-0a1b2c3d4e5f60718"
+    with Stubber(client) as stubber:
+        stubber.add_client_error(
+            "associate_address",
+            "InvalidInstanceID",
+            "There are multiple interfaces attached to instance. Please specify an interface ID.",
+            expected_params={
+                "AllocationId": "eipalloc-1",
+                "InstanceId": instance,
+                "AllowReassociation": False,
+            },
+        )
+        stubber.add_response(
+            "describe_instances",
+            {
+                "Reservations": [
+                    {
+                        "Instances": [
+                            {
+                                "InstanceId": instance,
+                                "State": {"Name": "running", "Code": 16},
+                                "NetworkInterfaces": [
+                                    {"NetworkInterfaceId": "eni-secondary", "Attachment": {"DeviceIndex": 1}},
+                                    {"NetworkInterfaceId": "eni-primary", "Attachment": {"DeviceIndex": 0}},
+                                ],
+                            }
+                        ]
+                    }
+                ]
+            },
+            {"Filters": [{"Name": "instance-id", "Values": [instance]}]},
+        )
+        stubber.add_response(
+            "associate_address",
+            {"AssociationId": "eipassoc-1"},
+            {"AllocationId": "eipalloc-1", "NetworkInterfaceId": "eni-primary", "AllowReassociation": False},
+        )
+
+        # When the address is associated
+        association = Ec2Addresses(client).associate("eipalloc-1", instance)
+
+        # Then it went to the primary interface, still without taking it from anyone
+        assert association == "eipassoc-1"
+        stubber.assert_no_pending_responses()
+
+
+def test_an_instance_that_is_not_running_is_unavailable_for_an_address() -> None:
+    client = boto3.client("ec2")
+    instance = "i-0a1b2c3d4e5f60718"
+    with Stubber(client) as stubber:
+        stubber.add_client_error("associate_address", "InvalidInstanceID", "not in a valid state")
+        stubber.add_response(
+            "describe_instances",
+            {
+                "Reservations": [
+                    {"Instances": [{"InstanceId": instance, "State": {"Name": "pending", "Code": 0}}]}
+                ]
+            },
+        )
+        with pytest.raises(InstanceUnavailable):
+            Ec2Addresses(client).associate("eipalloc-1", instance)

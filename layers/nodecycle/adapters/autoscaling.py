@@ -8,16 +8,10 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from nodecycle.adapters.aws import client, error_code, transient_errors
-from nodecycle.domain.model import ActionRef, Transition
+from nodecycle.domain.model import ActionRef
 from nodecycle.settings import ActionResult
 
 log = logging.getLogger(__name__)
-
-# The states in which an instance can have an active action of each transition.
-_WAITING = {
-    Transition.LAUNCHING: frozenset({"Pending:Wait", "Warmed:Pending:Wait"}),
-    Transition.TERMINATING: frozenset({"Terminating:Wait", "Warmed:Terminating:Wait"}),
-}
 
 
 class AutoscalingActions:
@@ -58,19 +52,19 @@ class AutoscalingActions:
         return True
 
     def _settled(self, action: ActionRef, error: ClientError) -> bool:
-        """Tell "no active lifecycle action" from a real error without parsing the message text.
+        """A ValidationError naming our own action means Auto Scaling no longer has it active.
 
-        Auto Scaling answers ValidationError for both. The instance's lifecycle state decides: an action can
-        only be active while the instance waits in the Wait state of the action's transition.
+        AWS answers "No active Lifecycle Action found" for an action completed before (by a delivery that died
+        before recording it), timed out, or gone with its group; the instance's state cannot tell, since
+        another hook may keep it waiting. Every other parameter of these calls comes from the action itself.
         """
         if error_code(error) != "ValidationError":
             raise error
-        with transient_errors("reading an instance's lifecycle state"):
-            found = self._asg.describe_auto_scaling_instances(InstanceIds=[action.instance_id])
-        states = [item.get("LifecycleState") for item in found.get("AutoScalingInstances", [])]
-        if any(state in _WAITING[action.transition] for state in states):
-            raise error
-        log.info("no active lifecycle action for %s (state %s)", action.instance_id, states or "gone")
+        log.warning(
+            "Auto Scaling has no active lifecycle action for %s any more: %s",
+            action.instance_id,
+            error.response.get("Error", {}).get("Message", ""),
+        )
         return False
 
     def heartbeat_timeout(self, group: str, hook: str) -> int | None:

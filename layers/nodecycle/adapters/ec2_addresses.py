@@ -27,9 +27,6 @@ from nodecycle.domain.eip.addresses import (
     InstanceUnavailable,
 )
 
-# DescribeInstances takes at most 200 values per filter; a filter (unlike InstanceIds) does not fail the
-# whole call when one of the instances no longer exists.
-
 _NOT_FOUND = "InvalidAllocationID.NotFound"
 _INSTANCE_UNAVAILABLE = ("InvalidInstanceID", "InvalidInstanceID.NotFound", "IncorrectInstanceState")
 
@@ -96,11 +93,36 @@ class Ec2Addresses:
             _NOT_FOUND: AddressNotFound,
         }
         answers.update(dict.fromkeys(_INSTANCE_UNAVAILABLE, InstanceUnavailable))
-        with _answers(answers), transient_errors("associating an Elastic IP"):
-            associated = self._ec2.associate_address(
-                AllocationId=allocation_id, InstanceId=instance_id, AllowReassociation=False
+        target: dict[str, str] = {"InstanceId": instance_id}
+        try:
+            with transient_errors("associating an Elastic IP"):
+                associated = self._ec2.associate_address(
+                    AllocationId=allocation_id, AllowReassociation=False, **target
+                )
+        except ClientError as error:
+            # EC2 takes an instance id only while the instance has one network interface; once the VPC CNI
+            # has attached more (a retry, a warm-pool launch), it wants the primary interface instead.
+            interface = (
+                self._primary_interface(instance_id) if error_code(error) == "InvalidInstanceID" else None
             )
+            if interface is None:
+                with _answers(answers):
+                    raise
+            with _answers(answers), transient_errors("associating an Elastic IP"):
+                associated = self._ec2.associate_address(
+                    AllocationId=allocation_id, AllowReassociation=False, NetworkInterfaceId=interface
+                )
         return str(associated["AssociationId"])
+
+    def _primary_interface(self, instance_id: str) -> str | None:
+        """The primary network interface of a running instance that has several; None otherwise."""
+        for instance in Ec2Instances(self._ec2).describe([instance_id]):
+            interfaces = instance.get("NetworkInterfaces", [])
+            if instance.get("State", {}).get("Name") == "running" and len(interfaces) > 1:
+                for interface in interfaces:
+                    if interface.get("Attachment", {}).get("DeviceIndex") == 0:
+                        return str(interface["NetworkInterfaceId"])
+        return None
 
     def disassociate(self, association_id: str) -> bool:
         try:

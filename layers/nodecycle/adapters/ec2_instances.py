@@ -23,17 +23,18 @@ class Ec2Instances:
         return self._client
 
     def private_dns_name(self, instance_id: str) -> str | None:
-        return next((item.get("PrivateDnsName") or None for item in self._describe([instance_id])), None)
+        return next((item.get("PrivateDnsName") or None for item in self.describe([instance_id])), None)
 
     def states(self, instance_ids: Collection[str]) -> dict[str, str]:
         """Instance id -> state name, for those of ``instance_ids`` EC2 still knows (batched calls)."""
-        return {item["InstanceId"]: item["State"]["Name"] for item in self._describe(instance_ids)}
+        return {item["InstanceId"]: item["State"]["Name"] for item in self.describe(instance_ids)}
 
     def alive(self, instance_ids: Collection[str]) -> set[str]:
         """The instances among ``instance_ids`` that exist and are not terminating."""
         return {instance for instance, state in self.states(instance_ids).items() if state not in GONE_STATES}
 
-    def _describe(self, instance_ids: Collection[str]) -> Iterator[dict[str, Any]]:
+    def describe(self, instance_ids: Collection[str]) -> Iterator[dict[str, Any]]:
+        """The instances among ``instance_ids`` that EC2 knows, as DescribeInstances answers them."""
         # Filtering by instance-id (rather than InstanceIds=) answers nothing for an unknown id instead of
         # failing the whole batch with InvalidInstanceID.NotFound.
         paginator = self._ec2.get_paginator("describe_instances")

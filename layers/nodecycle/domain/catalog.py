@@ -34,14 +34,14 @@ class ManagedGroups:
         self._owner = owner
         self._names = frozenset(names)
         self._by_tag = by_tag
-        self._hooks = frozenset(hooks)
+        self._hooks = None if "*" in hooks else frozenset(hooks)  # None: every hook
         self._autoscaling = autoscaling
         self._clock = clock
         self._ttl = ttl
         self._tagged: dict[str, tuple[bool, datetime]] = {}
 
     def manages(self, group: str, hook: str) -> bool:
-        if self._hooks and hook not in self._hooks:
+        if self._hooks is not None and hook not in self._hooks:
             return False
         if group in self._names:
             return True

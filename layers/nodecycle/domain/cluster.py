@@ -23,7 +23,6 @@ class NodeInfo(BaseModel):
     instance_id: str | None
     zone: str | None
     ready: bool
-    unschedulable: bool
     owner: str | None  # the nodecycle.io/owner annotation
     in_progress: str | None  # the nodecycle.io/in-progress annotation (JSON)
     resource_version: str
@@ -38,9 +37,7 @@ class PodInfo(BaseModel):
     controller_kind: str | None  # kind of the controlling owner reference, if any
     mirror: bool  # a static pod's mirror: the kubelet owns it, the API cannot evict it
     terminating: bool  # has a deletionTimestamp
-    finished: bool  # phase Succeeded or Failed
     grace_period: int | None  # spec.terminationGracePeriodSeconds
-    has_local_storage: bool  # emptyDir volumes
 
 
 class Eviction(StrEnum):
@@ -57,8 +54,14 @@ class Claim(StrEnum):
 
 
 class Cluster(Protocol):
-    def find_node(self, instance_id: str, private_dns_name: str | None) -> NodeInfo | None:
-        """The node of an instance: by ``spec.providerID``, else by the instance's private DNS name."""
+    def find_node(
+        self, instance_id: str, private_dns_name: str | None, *, scan: bool = True
+    ) -> NodeInfo | None:
+        """The node of an instance: by ``spec.providerID``, else by the instance's private DNS name.
+
+        The node named after the DNS name is read first (one GET); only with ``scan`` are all nodes listed
+        to match the provider id, for clusters whose node names are not DNS names.
+        """
         ...
 
     def get_node(self, name: str) -> NodeInfo | None: ...
@@ -69,8 +72,9 @@ class Cluster(Protocol):
         """One PATCH, conditional on the node's resourceVersion: owner + in-progress annotations, cordon."""
         ...
 
-    def release_node(self, node: NodeInfo) -> Claim:
-        """One PATCH, conditional on the resourceVersion: remove both annotations together."""
+    def release_node(self, node: NodeInfo, *, uncordon: bool = False) -> Claim:
+        """One PATCH, conditional on the resourceVersion: remove both annotations together (and, for a node
+        that will come back, the cordon and the load balancer exclusion)."""
         ...
 
     def pods_on(self, node: str) -> list[PodInfo]:

@@ -27,12 +27,12 @@ from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import Worker, after_completion, following, worker_of
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.ports import Autoscaling, Clock, Metrics, RecordStore, WorkMessage, WorkQueues
-from nodecycle.settings import ActionResult
+from nodecycle.settings import MAX_RETRY_BACKOFF_SECONDS, ActionResult
 
 log = logging.getLogger(__name__)
 
 MAX_DELAY = 900  # SQS DelaySeconds limit: longer waits are chained
-MAX_BACKOFF = 120
+MAX_BACKOFF = MAX_RETRY_BACKOFF_SECONDS / 1.5  # times a jitter of up to 1.5
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,10 @@ class Handled(StrEnum):
 @dataclass(frozen=True)
 class EngineTiming:
     resume_grace: timedelta  # how overdue a message must be before it is presumed lost
-    heartbeat_margin: timedelta  # heartbeat when the next step could run later than deadline - margin
+    heartbeat_margin: timedelta  # what a step may take, plus the delivery of its message
+    # How late a step can run when its invocation dies: the queue's visibility timeout, then the watch's
+    # grace. A heartbeat must come early enough that such a retry still finds the action alive.
+    redelivery: timedelta
     inline_budget: float = 15.0  # seconds a step may take: run the next one inline only with this left
 
 
@@ -203,41 +206,51 @@ class StepEngine:
         return Outcome.goto(Step.COMPLETE, result=self._failure_result(record), outcome="global-timeout-near")
 
     def _keep_alive(self, record: LifecycleRecord, now: datetime) -> LifecycleRecord:
-        """Heartbeat when the next step could otherwise run after the action has timed out."""
+        """Heartbeat when the next step, or its retry after a crash, could come after the action timed out;
+        and never let the next step come later than the last moment at which it could still heartbeat."""
         if not record.action_open or record.step in (Step.COMPLETE, Step.CLEANUP, Step.DONE):
             return record
         margin = self._timing.heartbeat_margin
         latest = record.global_deadline - margin
         if record.due_at > latest:  # never wait past the point where the guard must complete the action
             record = record.model_copy(update={"due_at": max(now, latest)})
+        renewable = record.heartbeat_deadline < record.global_deadline
+        if renewable and record.due_at + margin + self._timing.redelivery >= record.heartbeat_deadline:
+            try:
+                active = self._autoscaling.heartbeat(record.action)
+            except TransientError as error:
+                log.warning("heartbeat failed, retrying shortly: %s", error)
+                return record.model_copy(update={"due_at": min(record.due_at, now + timedelta(seconds=5))})
+            if not active:
+                log.warning("the lifecycle action is no longer active (timed out or completed elsewhere)")
+                self._metrics.count("LifecycleActionsExpired")
+                expired = advance(
+                    record, Outcome.goto(after_completion(record), outcome="action-expired"), now
+                )
+                return expired.model_copy(update={"seq": record.seq})  # the step's own advance took this seq
+            self._metrics.count("Heartbeats")
+            deadline = min(now + timedelta(seconds=record.heartbeat_timeout), record.global_deadline)
+            record = record.model_copy(
+                update={"heartbeat_deadline": deadline, "heartbeats": record.heartbeats + 1}
+            )
         if (
-            record.due_at < record.heartbeat_deadline - margin
-            or record.heartbeat_deadline >= record.global_deadline
+            record.heartbeat_deadline < record.global_deadline
+            and record.due_at > record.heartbeat_deadline - margin
         ):
-            return record
-        try:
-            active = self._autoscaling.heartbeat(record.action)
-        except TransientError as error:
-            log.warning("heartbeat failed, retrying shortly: %s", error)
-            return record.model_copy(update={"due_at": min(record.due_at, now + timedelta(seconds=5))})
-        if not active:
-            log.warning("the lifecycle action is no longer active (timed out or completed elsewhere)")
-            self._metrics.count("LifecycleActionsExpired")
-            expired = advance(record, Outcome.goto(after_completion(record), outcome="action-expired"), now)
-            return expired.model_copy(update={"seq": record.seq})  # the step's own advance took the new seq
-        self._metrics.count("Heartbeats")
-        deadline = min(now + timedelta(seconds=record.heartbeat_timeout), record.global_deadline)
-        return record.model_copy(update={"heartbeat_deadline": deadline, "heartbeats": record.heartbeats + 1})
+            # a wait longer than the hook's heartbeat timeout is cut into pieces, each with its heartbeat
+            cut = max(now + timedelta(seconds=1), record.heartbeat_deadline - margin)
+            record = record.model_copy(update={"due_at": min(record.due_at, cut)})
+        return record
 
 
 def advance(record: LifecycleRecord, outcome: Outcome, now: datetime) -> LifecycleRecord:
     """The record after ``outcome``, under the next ``seq``."""
     changes: dict[str, Any] = dict(outcome.changes)
-    if outcome.again:
-        step = record.step
-    else:
-        step = outcome.then or following(record, record.step)
-        changes.setdefault("attempts", 0)
+    step = record.step if outcome.again else outcome.then or following(record, record.step)
+    # A step that ran is progress: the retry count (set again by the transient-error path) and the count of
+    # resumes (how many lost messages in a row) start over.
+    changes.setdefault("attempts", 0)
+    changes.setdefault("resumes", 0)
     changes.update(
         step=step, seq=record.seq + 1, updated_at=now, due_at=now + timedelta(seconds=outcome.delay)
     )

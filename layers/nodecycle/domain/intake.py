@@ -59,6 +59,15 @@ class Intake:
             self._metrics.count("LifecycleEventsRejected", reason="unknown-hook")
             return IntakeOutcome.UNKNOWN_HOOK
 
+        window = self._settings.heartbeat_margin_seconds + self._settings.redelivery_seconds
+        if timeout < window:
+            log.warning(
+                "hook %s has a heartbeat timeout of %d s, shorter than the heartbeat margin plus a crashed step's "
+                "retry (%d s): a crash near a heartbeat deadline can let the action time out; raise it",
+                event.hook,
+                timeout,
+                window,
+            )
         now = self._clock.now()
         record = self._new_record(event, timeout, now)
         if now > record.global_deadline:

@@ -92,21 +92,31 @@ class LifecycleRepair:
         self._failure_result = failure_result
 
     def __call__(self, open_records: Sequence[LifecycleRecord], now: datetime) -> Counts:
-        counts = {"LifecyclesResumed": 0, "LifecyclesSettled": 0, "LifecyclesStuck": 0}
+        counts = dict.fromkeys(
+            ("LifecyclesResumed", "LifecyclesSettled", "LifecyclesStuck", "RepairsRaced"), 0
+        )
+        counts["RepairsFailed"] = 0
         for record in open_records:
             if not record.overdue(now, self._grace):
                 continue
-            if record.action_open and now >= record.global_deadline - 2 * self._margin:
-                counts["LifecyclesSettled"] += self._settle(record, now)
-            elif record.resumes >= MAX_RESUMES:  # counted below, once per sweep
-                log.error(
-                    "lifecycle %s is stuck at %s after %d resumes", record.id, record.step, record.resumes
-                )
-                counts["LifecyclesStuck"] += 1
-            else:
-                counts["LifecyclesResumed"] += self._dispatcher.resume(record)
+            try:
+                counts[self._repair(record, now)] += 1
+            except Exception:  # one lifecycle's failure must not stop the repair of the others
+                log.exception("could not repair lifecycle %s", record.id)
+                counts["RepairsFailed"] += 1
         self._metrics.count("LifecyclesStuck", counts["LifecyclesStuck"])
+        if counts["RepairsFailed"]:
+            raise SweepFailed(f"{counts['RepairsFailed']} lifecycles could not be repaired (the others were)")
         return counts
+
+    def _repair(self, record: LifecycleRecord, now: datetime) -> str:
+        """What became of one overdue lifecycle: the name of its count."""
+        if record.action_open and now >= record.global_deadline - 2 * self._margin:
+            return "LifecyclesSettled" if self._settle(record, now) else "RepairsRaced"
+        if record.resumes >= MAX_RESUMES:
+            log.error("lifecycle %s is stuck at %s after %d resumes", record.id, record.step, record.resumes)
+            return "LifecyclesStuck"
+        return "LifecyclesResumed" if self._dispatcher.resume(record) else "RepairsRaced"
 
     def _settle(self, record: LifecycleRecord, now: datetime) -> bool:
         log.error(
@@ -139,11 +149,13 @@ class StaleBudgetEntries:
         self,
         *,
         budget: SweepableBudget,
+        records: RecordStore,
         node_names: Callable[[], set[str]],
         alive_instances: Callable[[Collection[str]], set[str]],
         waker: WaiterWaker,
     ) -> None:
         self._budget = budget
+        self._records = records
         self._node_names = node_names
         self._alive = alive_instances
         self._waker = waker
@@ -156,7 +168,7 @@ class StaleBudgetEntries:
             # Asked once per live entry of this owner: the node list and the instance check are made once.
             if "nodes" not in facts:
                 facts["nodes"] = self._node_names()
-            if entry.record_id not in open_ids:
+            if entry.record_id not in open_ids and _over(self._records, entry.record_id):
                 return True
             if entry.node not in facts["nodes"]:
                 return True
@@ -179,9 +191,10 @@ class OwnedNodes(Protocol):
 class LeftoverAnnotations:
     """Nodes still annotated by this owner for a lifecycle that is over: clear both annotations at once."""
 
-    def __init__(self, *, owner: str, cluster: OwnedNodes, metrics: Metrics) -> None:
+    def __init__(self, *, owner: str, cluster: OwnedNodes, records: RecordStore, metrics: Metrics) -> None:
         self._owner = owner
         self._cluster = cluster
+        self._records = records
         self._metrics = metrics
 
     def __call__(self, open_records: Sequence[LifecycleRecord], now: datetime) -> Counts:
@@ -189,7 +202,7 @@ class LeftoverAnnotations:
         cleared = 0
         for node in self._cluster.nodes_owned_by(self._owner):
             lifecycle = _lifecycle_of(node)
-            if lifecycle is not None and lifecycle in open_ids:
+            if lifecycle is not None and (lifecycle in open_ids or not _over(self._records, lifecycle)):
                 continue
             if self._cluster.release_node(node) is Claim.CLAIMED:
                 log.info(
@@ -198,6 +211,14 @@ class LeftoverAnnotations:
                 cleared += 1
         self._metrics.count("AnnotationsCleared", cleared)
         return {"AnnotationsCleared": cleared}
+
+
+def _over(records: RecordStore, record_id: str) -> bool:
+    """Whether a lifecycle missing from the sweep's list of open ones is really over. The list is a snapshot
+    from an index that lags: a lifecycle that started since, or that the index has not caught up with, is
+    read again, consistently, before anything of it is removed."""
+    record = records.get(record_id)
+    return record is None or record.finished
 
 
 def _lifecycle_of(node: NodeInfo) -> str | None:

@@ -36,6 +36,7 @@ class Common:
     def timing(self) -> EngineTiming:
         return EngineTiming(
             resume_grace=self.resume_grace,
+            redelivery=timedelta(seconds=self.settings.redelivery_seconds),
             heartbeat_margin=timedelta(seconds=self.settings.heartbeat_margin_seconds),
         )
 

@@ -45,12 +45,13 @@ def sweeper() -> Sweeper:
 
         parts["budget"] = StaleBudgetEntries(
             budget=drain.budget(),
+            records=shared.records,
             node_names=drain.cluster().node_names,
             alive_instances=Ec2Instances().alive,
             waker=drain.waker(),
         )
         parts["annotations"] = LeftoverAnnotations(
-            owner=settings.owner_id, cluster=drain.cluster(), metrics=shared.metrics
+            owner=settings.owner_id, cluster=drain.cluster(), records=shared.records, metrics=shared.metrics
         )
     # Always, even with EIPs off now: addresses left from when they were on still need freeing.
     parts["addresses"] = _addresses_part(eip.address_sweep())

@@ -116,7 +116,8 @@ ANSWERS: list[tuple[str, str, dict[str, Any], type[Exception]]] = [
     ("allocate_address", "AddressLimitExceeded", {}, AddressLimitExceeded),
     ("associate_address", "Resource.AlreadyAssociated", {}, AddressAlreadyAssociated),
     ("associate_address", "InvalidAllocationID.NotFound", {}, AddressNotFound),
-    ("associate_address", "InvalidInstanceID", {}, InstanceUnavailable),  # pending, or terminated
+    # ("associate_address", "InvalidInstanceID"): the adapter looks at the instance first, see
+    # tests/functions/test_aws_adapters.py (several network interfaces, or not running)
     ("associate_address", "InvalidInstanceID.NotFound", {}, InstanceUnavailable),
     ("associate_address", "IncorrectInstanceState", {}, InstanceUnavailable),
     ("describe_addresses", "InvalidAllocationID.NotFound", {}, AddressNotFound),

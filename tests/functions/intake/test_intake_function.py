@@ -123,6 +123,25 @@ def test_a_group_this_stack_does_not_manage_is_ignored_without_error(
     assert metric(output, "LifecycleActionsIgnored") == 1
 
 
+def test_another_tools_hook_on_a_managed_group_is_left_to_that_tool(
+    intake_fn: ModuleType, stack: Stack
+) -> None:
+    # Given an action of a hook this stack does not answer (say, a deployment tool's) on a managed group
+    boto3.client("autoscaling").put_lifecycle_hook(
+        AutoScalingGroupName=GROUP,
+        LifecycleHookName="deploy-tool-terminate",
+        LifecycleTransition="autoscaling:EC2_INSTANCE_TERMINATING",
+        HeartbeatTimeout=HEARTBEAT_TIMEOUT,
+    )
+    event = happening_now(load_event("eventbridge-terminate.json"))
+    event["detail"]["LifecycleHookName"] = "deploy-tool-terminate"
+
+    # When intake receives it, nothing is recorded, so nodecycle will never complete that tool's action
+    intake_fn.handler(event, LambdaContext())
+    assert records() == []
+    assert work(stack.drain_queue) == []
+
+
 def test_groups_tagged_with_the_owner_are_managed_and_their_tags_read_once(
     stack: Stack, monkeypatch: pytest.MonkeyPatch
 ) -> None:

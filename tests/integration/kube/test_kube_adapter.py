@@ -166,3 +166,19 @@ def test_requests_carry_an_eks_token_the_server_accepts(server: KubeServer) -> N
         assert token.startswith("k8s-aws-v1.")
         assert "=" not in token
         assert VersionApi(api).get_code().git_version  # 401 without an acceptable token
+
+
+def test_a_node_that_will_come_back_is_released_uncordoned(cluster: KubeCluster, server: KubeServer) -> None:
+    node = cluster.get_node(NODE_B)
+    assert node is not None
+    cluster.claim_node(node, owner="stack-a", in_progress="{}", cordon=True, exclude_from_lb=True)
+    claimed = cluster.get_node(NODE_B)
+    assert claimed is not None
+    assert cluster.release_node(claimed, uncordon=True) is Claim.CLAIMED
+    stored = server.get_object("nodes", NODE_B)
+    assert stored is not None
+    assert not stored["spec"].get("unschedulable")
+    assert "node.kubernetes.io/exclude-from-external-load-balancers" not in (
+        stored["metadata"].get("labels") or {}
+    )
+    assert OWNER_ANNOTATION not in (stored["metadata"].get("annotations") or {})

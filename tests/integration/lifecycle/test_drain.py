@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
-from nodecycle.domain.cluster import OWNER_ANNOTATION
+from nodecycle.adapters.clock import SystemClock
+from nodecycle.adapters.kube_budget import ConfigMapBudgetStore, KubeNodeInventory
+from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotRequest
+from nodecycle.domain.cluster import OWNER_ANNOTATION, ZONE_LABEL
 from nodecycle.domain.model import Step
+from nodecycle.settings import Quantity
 from nodecycle_sandbox import Sandbox
 from nodecycle_sandbox.checks import completed_before_drained, last_pod_gone, pdb_breaches
 from tests.integration.lifecycle.harness import (
@@ -24,6 +29,7 @@ from tests.integration.lifecycle.harness import (
     wait_for,
     wait_terminated,
 )
+from tests.support.fakes import FakeMetrics
 
 pytestmark = pytest.mark.slow
 
@@ -152,15 +158,40 @@ def test_a_node_that_is_gone_completes_the_action_at_once(sandbox: Sandbox) -> N
     assert wait_finished(sandbox, victim).outcome == "node-not-found"
 
 
-def test_a_node_another_owner_is_draining_is_left_alone(sandbox: Sandbox) -> None:
-    # Given a node that another nodecycle stack has claimed
-    victim = in_service(sandbox)[1]
-    node = node_of(sandbox, victim)
-    core_api(sandbox).patch_node(
+def claim_as(sandbox: Sandbox, owner: str, node: str, *, hold_slot: bool) -> DisruptionBudget | None:
+    """Do to ``node`` what another nodecycle stack's cordon does: its annotations, and (if it is alive) its
+    holder in the shared budget, whose handle is returned."""
+    api = core_api(sandbox)
+    budget = None
+    if hold_slot:
+        budget = DisruptionBudget(
+            store=ConfigMapBudgetStore(lambda: api, "kube-system"),
+            nodes=KubeNodeInventory(lambda: api),
+            clock=SystemClock(),
+            metrics=FakeMetrics(),
+            limits=BudgetLimits(max_unavailable=Quantity(value=5)),
+            holder_ttl=timedelta(minutes=10),
+            count_unavailable=False,
+            owner=owner,
+        )
+        zone = (sandbox.kube.get_object("nodes", node) or {})["metadata"]["labels"][ZONE_LABEL]
+        assert budget.acquire(
+            SlotRequest(node, "i-0bbbbbbbbbbbbbbbb", zone, owner, "rec-of-" + owner)
+        ).granted
+    api.patch_node(
         node,
-        {"metadata": {"annotations": {OWNER_ANNOTATION: "stack-b", "nodecycle.io/in-progress": "{}"}}},
+        {"metadata": {"annotations": {OWNER_ANNOTATION: owner, "nodecycle.io/in-progress": "{}"}}},
         _content_type="application/merge-patch+json",
     )
+    return budget
+
+
+def test_a_node_another_owner_is_draining_is_left_alone(sandbox: Sandbox) -> None:
+    # Given a node that another nodecycle stack has claimed, and holds a budget slot for
+    victim = in_service(sandbox)[1]
+    node = node_of(sandbox, victim)
+    other = claim_as(sandbox, "stack-b", node, hold_slot=True)
+    assert other is not None
     sandbox.kube.reset_history()
 
     # When its instance terminates
@@ -169,7 +200,8 @@ def test_a_node_another_owner_is_draining_is_left_alone(sandbox: Sandbox) -> Non
 
     # Then this stack neither cordoned, annotated nor evicted anything there, and settled its own action
     # after its drain timeout
-    history = [e for e in sandbox.kube.history() if e.time < action.finished_at]  # type: ignore[operator]
+    assert action.finished_at is not None
+    history = [e for e in sandbox.kube.history() if e.time < action.finished_at]
     assert [e for e in history if e.kind == "Node" and e.name == node and e.source == "api"] == []
     node_pods = {
         p["metadata"]["name"] for p in sandbox.kube.objects("pods") if p["spec"].get("nodeName") == node
@@ -177,6 +209,24 @@ def test_a_node_another_owner_is_draining_is_left_alone(sandbox: Sandbox) -> Non
     assert not any(e.resource == "pods/eviction" and e.name in node_pods for e in history)
     assert action.outcome == "completed"
     assert wait_finished(sandbox, victim).outcome == "node-owned-by:stack-b"
+    other.release(node)  # the other stack's drain ends too
+
+
+def test_a_node_left_annotated_by_a_stack_whose_drain_died_is_adopted(sandbox: Sandbox) -> None:
+    # Given a node another stack annotated, but holds no budget slot for (its drain died, its holder expired)
+    victim = in_service(sandbox)[2]
+    node = node_of(sandbox, victim)
+    claim_as(sandbox, "stack-gone", node, hold_slot=False)
+
+    # When its instance terminates
+    sandbox.asg.terminate(victim)
+    action = wait_terminated(sandbox, victim)
+
+    # Then this stack adopts the node and drains it like its own
+    assert action.outcome == "completed"
+    assert wait_finished(sandbox, victim).outcome == "drained"
+    owners = {_owner(e.object) for e in sandbox.kube.history() if e.kind == "Node" and e.name == node}
+    assert "nodecycle" in owners
 
 
 def _owner(obj: dict[str, Any]) -> str | None:

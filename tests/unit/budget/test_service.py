@@ -183,7 +183,8 @@ def test_a_waiter_that_gives_up_leaves_the_queue_and_its_slot_goes_to_the_next(
     budget.acquire(slot("w2"))
     budget.release("n1")  # the slot is w1's
 
-    assert budget.forget_waiter("w1") == ["rec-w2"]
+    # its lifecycle ends while it still waits (the action timed out): its cleanup releases the node
+    assert budget.release("w1") == ["rec-w2"]
 
 
 # --- several owners ----------------------------------------------------------------------------------
@@ -325,7 +326,9 @@ def test_the_wait_is_measured_from_joining_the_queue_to_the_grant(
     budget.acquire(slot("n2"))
 
     assert metrics.values("BudgetWait") == [42]
-    assert metrics.values("BudgetHolders") == [1, 1, 1, 0, 1]
+    # n2's retry 30 s after joining writes nothing: its place is fresh (renewed less than a third of the
+    # 300 s TTL ago) and it still gets no slot
+    assert metrics.values("BudgetHolders") == [1, 1, 0, 1]
 
 
 # --- sweeper, snapshot ------------------------------------------------------------------------------

@@ -14,8 +14,6 @@ def pod(name: str = "web-1", **changes: object) -> PodInfo:
         controller_kind="ReplicaSet",
         mirror=False,
         terminating=False,
-        finished=False,
         grace_period=300,
-        has_local_storage=False,
     )
     return base.model_copy(update=changes)

@@ -54,7 +54,6 @@ def node(**changes: object) -> NodeInfo:
         instance_id=INSTANCE,
         zone="eu-west-1a",
         ready=True,
-        unschedulable=False,
         owner=None,
         in_progress=None,
         resource_version="7",
@@ -72,7 +71,9 @@ class FakeCluster:
     deletions: list[tuple[str, int]] = field(default_factory=list)
     patches: list[dict[str, object]] = field(default_factory=list)
 
-    def find_node(self, instance_id: str, private_dns_name: str | None) -> NodeInfo | None:
+    def find_node(
+        self, instance_id: str, private_dns_name: str | None, *, scan: bool = True
+    ) -> NodeInfo | None:
         return next((n for n in self.nodes.values() if n.instance_id == instance_id), None)
 
     def get_node(self, name: str) -> NodeInfo | None:
@@ -92,8 +93,8 @@ class FakeCluster:
         )
         return Claim.CLAIMED
 
-    def release_node(self, node: NodeInfo) -> Claim:
-        self.patches.append({"owner": None, "in_progress": None})
+    def release_node(self, node: NodeInfo, *, uncordon: bool = False) -> Claim:
+        self.patches.append({"owner": None, "in_progress": None, **({"cordon": False} if uncordon else {})})
         self.nodes[node.name] = node.model_copy(update={"owner": None, "in_progress": None})
         return Claim.CLAIMED
 
@@ -121,11 +122,14 @@ class FakeCluster:
 class FakeSlots:
     room: int = 1
     holders: set[str] = field(default_factory=set)
+    others: dict[str, str] = field(default_factory=dict)  # node -> the other owner holding it
     lost: bool = False
     waiters: list[str] = field(default_factory=list)
     released: list[str] = field(default_factory=list)
 
     def acquire(self, request: SlotRequest) -> SlotDecision:
+        if request.node in self.others:
+            return SlotDecision(False, SlotReason.HELD_BY_OTHER_OWNER, len(self.holders), 0, None)
         if request.node in self.holders or len(self.holders) < self.room:
             self.holders.add(request.node)
             return SlotDecision(True, SlotReason.GRANTED, len(self.holders), 0, None)
@@ -195,8 +199,8 @@ def test_without_room_the_node_waits_and_remembers_since_when() -> None:
 
 
 def test_a_node_another_owner_drains_is_left_alone_until_our_drain_timeout() -> None:
-    # Given a node that another nodecycle stack has claimed
-    cluster, slots = FakeCluster(nodes={NODE: node(owner="stack-b")}), FakeSlots()
+    # Given a node that another nodecycle stack has claimed, and holds in the budget
+    cluster, slots = FakeCluster(nodes={NODE: node(owner="stack-b")}), FakeSlots(others={NODE: "stack-b"})
     step = acquire(cluster, slots)
 
     # Then we wait without taking a slot, and after our drain timeout we settle our own action only
@@ -207,6 +211,22 @@ def test_a_node_another_owner_drains_is_left_alone_until_our_drain_timeout() -> 
     assert done.then is Step.COMPLETE
     assert done.changes["outcome"] == "node-owned-by:stack-b"
     assert cluster.patches == []
+
+
+def test_a_node_claimed_by_an_owner_that_holds_no_slot_any_more_is_adopted() -> None:
+    # Given a node annotated by another stack whose budget holder has expired (its drain died)
+    cluster, slots = FakeCluster(nodes={NODE: node(owner="stack-b", in_progress="{}")}), FakeSlots()
+
+    # When this stack's lifecycle of the node takes a slot and cordons
+    taken = acquire(cluster, slots)(terminating(Step.ACQUIRE_SLOT), T0)
+    record = terminating(Step.CORDON, node=NODE, extra=taken.changes["extra"])
+    cordoned = Cordon(cluster=cluster, settings=settings())(record, T0)
+
+    # Then it adopts the node: its own slot, its own annotations
+    assert (taken.then, taken.again) == (None, False)
+    assert slots.holders == {NODE}
+    assert cordoned.then is None
+    assert cluster.nodes[NODE].owner == "stack-a"
 
 
 # -- CORDON -------------------------------------------------------------------------------------------------
@@ -323,24 +343,23 @@ def test_the_drain_is_over_when_only_daemonset_and_mirror_pods_are_left() -> Non
 
 
 def test_the_load_balancer_delay_is_waited_in_pieces_that_keep_the_slot_renewed() -> None:
-    # Given a 250 s load balancer delay and a 300 s holder TTL (renew at least every 100 s)
+    # Given a 250 s load balancer delay and a 600 s holder TTL (renew at least every 200 s)
     cluster = FakeCluster(pods=[])
     slots = FakeSlots(holders={NODE})
     metrics = FakeMetrics()
     step = evict(
-        cluster, slots, metrics, lb_deregistration_delay_seconds="250", budget_holder_ttl_seconds="300"
+        cluster, slots, metrics, lb_deregistration_delay_seconds="250", budget_holder_ttl_seconds="600"
     )
 
     # When the node is found empty, then polled again after each wait
     first = step(draining(), T0)
     record = draining(extra=first.changes["extra"])
     second = step(record, T0 + timedelta(seconds=first.delay))
-    third = step(record, T0 + timedelta(seconds=first.delay + second.delay))
     last = step(record, T0 + timedelta(seconds=250))
 
-    # Then it waits 100 s, 100 s, 50 s (renewing each time), and goes on once the delay is over
-    assert [first.delay, second.delay, third.delay] == [100, 100, 50]
-    assert [first.again, second.again, third.again] == [True, True, True]
+    # Then it waits 200 s, then 50 s (renewing each time), and goes on once the delay is over
+    assert [first.delay, second.delay] == [200, 50]
+    assert [first.again, second.again] == [True, True]
     assert (last.again, last.then, last.changes["outcome"]) == (False, None, "drained")
     assert metrics.timings["DrainDuration"] == [0.0]  # measured once, when the node was found empty
 
@@ -420,6 +439,19 @@ def test_cleanup_clears_our_annotations_releases_the_slot_and_wakes_the_next_wai
         0,
     )
     assert metrics.counts["WaitersWoken"] == 1
+
+
+def test_a_node_going_into_a_warm_pool_is_uncordoned_as_its_annotations_are_cleared() -> None:
+    # Given our drained node, whose instance is stopped into the warm pool (it will come back as this node)
+    cluster = FakeCluster(nodes={NODE: node(owner="stack-a", in_progress="{}")})
+    waker = WaiterWaker(records=InMemoryRecords(), queues=RecordingQueues(), metrics=FakeMetrics())
+    step = Cleanup(cluster=cluster, slots=FakeSlots(holders={NODE}), waker=waker)
+
+    # When cleanup runs
+    step(terminating(Step.CLEANUP, node=NODE, destination="WarmPool"), T0)
+
+    # Then the same patch lifts the cordon
+    assert cluster.patches == [{"owner": None, "in_progress": None, "cordon": False}]
 
 
 def test_cleanup_never_clears_the_annotations_of_another_owner() -> None:

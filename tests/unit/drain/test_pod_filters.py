@@ -15,9 +15,8 @@ from tests.unit.drain.builders import pod
         ({"controller_kind": "DaemonSet"}, False),
         ({"mirror": True, "controller_kind": "Node"}, False),
         ({"controller_kind": None}, True),  # a bare pod: the node is going away, so it goes too
-        ({"has_local_storage": True}, True),  # emptyDir data dies with the node anyway
         ({"controller_kind": "StatefulSet"}, True),
-        ({"controller_kind": "Job", "finished": True}, True),
+        ({"controller_kind": "Job"}, True),
     ],
 )
 def test_every_pod_but_daemonset_and_mirror_pods_is_drained(

@@ -52,23 +52,26 @@ def test_an_unassociated_address_older_than_the_grace_is_released_and_a_younger_
 def test_pool_addresses_are_never_released_and_are_taken_back_from_gone_instances(
     ec2: FakeAddresses, metrics: FakeMetrics
 ) -> None:
-    # Given old free pool addresses, pool addresses still associated with a terminated and with a vanished
-    # instance (EC2 normally ends those associations itself), and one on a live instance
+    # Given old free pool addresses, a pool address still associated with a terminated instance (EC2
+    # normally ends that association itself), one on an instance DescribeInstances does not list (yet: a
+    # new instance can be missing for a few seconds), and one on a live instance
     free = [ec2.add(pool=POOL, allocated_at=T0 - timedelta(days=30)), ec2.add(pool=POOL, allocated_at=None)]
     ec2.launch("i-terminated", state="terminated")
-    stale = [ec2.add(pool=POOL, on="i-terminated"), ec2.add(pool=POOL, on="i-vanished")]
+    stale = [ec2.add(pool=POOL, on="i-terminated")]
+    unknown = ec2.add(pool=POOL, on="i-unlisted")
     live = ec2.add(pool=POOL, on=LIVE)
 
     # When the sweeper runs
     report = sweep(ec2, metrics)
 
-    # Then every pool address is still allocated; the stale ones are free again, the live one untouched
-    assert set(free + stale + [live]) == set(ec2.eips)
+    # Then every pool address is still allocated; the stale one is free again, the others untouched
+    assert {*free, *stale, unknown, live} == set(ec2.eips)
     assert all(ec2.eips[address].association_id is None for address in stale)
+    assert ec2.eips[unknown].instance_id == "i-unlisted"
     assert ec2.eips[live].instance_id == LIVE
     assert ec2.count("release") == 0
-    assert report.returned == 2
-    assert metrics.counts["SweptEips"] == 2
+    assert report.returned == 1
+    assert metrics.counts["SweptEips"] == 1
 
 
 def test_an_old_address_still_associated_with_a_terminated_instance_is_disassociated_and_released(

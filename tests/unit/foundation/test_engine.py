@@ -64,6 +64,7 @@ class World:
     queues: RecordingQueues = field(default_factory=RecordingQueues)
     autoscaling: FakeAutoscaling = field(default_factory=FakeAutoscaling)
     metrics: FakeMetrics = field(default_factory=FakeMetrics)
+    redelivery: float = 0  # seconds a crashed step may take to come back (0: the older tests' timing)
 
     def engine(self, steps: dict[Step, object], worker: Worker = Worker.DRAIN) -> StepEngine:
         return StepEngine(
@@ -75,7 +76,9 @@ class World:
             clock=self.clock,
             metrics=self.metrics,
             timing=EngineTiming(
-                resume_grace=timedelta(minutes=3), heartbeat_margin=timedelta(seconds=MARGIN)
+                resume_grace=timedelta(minutes=3),
+                heartbeat_margin=timedelta(seconds=MARGIN),
+                redelivery=timedelta(seconds=self.redelivery),
             ),
             failure_result=lambda record: ActionResult.ABANDON,
         )
@@ -239,7 +242,7 @@ def test_a_transient_failure_retries_the_step_with_growing_backoff() -> None:
     assert world.record().last_error == "throttled"
     assert 1 <= delays[0] < delays[1] <= 4
     engine.handle(world.message())
-    assert world.record().attempts == 2  # a wait keeps the count; only a step that moves on resets it
+    assert world.record().attempts == 0  # the step ran: the next transient error starts the backoff over
 
 
 def test_an_unexpected_error_propagates_so_the_message_is_retried_and_dead_lettered() -> None:
@@ -269,6 +272,47 @@ def test_a_wait_that_would_outlive_the_heartbeat_timeout_records_a_heartbeat_fir
     record = world.record()
     assert record.heartbeat_deadline == world.clock.now() + timedelta(seconds=HEARTBEAT)
     assert record.heartbeats == 1
+
+
+def test_a_heartbeat_comes_early_enough_that_a_crashed_step_retried_later_finds_the_action_alive() -> None:
+    # Given a step that may come back 210 s late if its invocation dies (visibility timeout + grace)
+    world = World(redelivery=210)
+    world.records.create(make_record(PLAN, Step.EVICT))
+    engine = world.engine({Step.EVICT: Script([Outcome.wait(5), Outcome.wait(5)])})
+
+    # When it waits 5 s, 30 s into a 300 s hook: a late retry could come at 35 + 210, within a margin of 300
+    world.clock.advance(30)
+    engine.handle(world.message())
+
+    # Then it records a heartbeat now, not only when the deadline is a minute away
+    assert len(world.autoscaling.heartbeats) == 1
+
+
+def test_a_wait_longer_than_the_heartbeat_timeout_is_cut_into_pieces_that_each_heartbeat() -> None:
+    # Given a step that asks to wait 15 minutes in a hook whose heartbeat timeout is 5 minutes
+    world = World()
+    world.records.create(make_record(PLAN, Step.ACQUIRE_SLOT))
+    engine = world.engine({Step.ACQUIRE_SLOT: Script([Outcome.wait(900), Outcome.wait(900)])})
+
+    # When it runs, twice
+    engine.handle(world.message())
+    (first,) = world.queues.take()
+    world.clock.advance(first.delay)
+    engine.handle(world.message())
+    (second,) = world.queues.take()
+
+    # Then each run records a heartbeat, and each wait ends a margin before the new heartbeat deadline
+    assert first.delay == second.delay == HEARTBEAT - MARGIN
+    assert len(world.autoscaling.heartbeats) == 2
+    assert world.record().heartbeat_deadline == world.clock.now() + timedelta(seconds=HEARTBEAT)
+
+
+def test_a_successful_poll_resets_the_retry_count_after_transient_errors() -> None:
+    world = World()
+    world.records.create(make_record(PLAN, Step.EVICT, attempts=5, resumes=3))
+    engine = world.engine({Step.EVICT: Script([Outcome.wait(5)])})
+    engine.handle(world.message())
+    assert (world.record().attempts, world.record().resumes) == (0, 0)
 
 
 def test_no_heartbeat_is_recorded_beyond_the_global_timeout() -> None:

@@ -16,6 +16,7 @@ from nodecycle.domain.completion import CompleteAction
 from nodecycle.domain.drain.steps import WaiterWaker
 from nodecycle.domain.engine import Dispatcher
 from nodecycle.domain.model import LifecycleRecord, Step
+from nodecycle.domain.ports import WorkMessage
 from nodecycle.domain.sweeper import (
     MAX_RESUMES,
     Counts,
@@ -157,6 +158,7 @@ def test_budget_entries_of_gone_nodes_gone_instances_and_finished_lifecycles_are
 
     part = StaleBudgetEntries(
         budget=budget,
+        records=records,
         node_names=lambda: {"n1", "n3", "n4"},
         alive_instances=alive,
         waker=WaiterWaker(records=records, queues=queues, metrics=FakeMetrics()),
@@ -180,7 +182,7 @@ class FakeNodes:
     def nodes_owned_by(self, owner: str) -> list[NodeInfo]:
         return [node for node in self.nodes if node.owner == owner]
 
-    def release_node(self, node: NodeInfo) -> Claim:
+    def release_node(self, node: NodeInfo, *, uncordon: bool = False) -> Claim:
         self.released.append(node.name)
         return Claim.CLAIMED
 
@@ -192,7 +194,6 @@ def annotated(name: str, owner: str, instance: str, token: str) -> NodeInfo:
         instance_id=instance,
         zone="a",
         ready=True,
-        unschedulable=True,
         owner=owner,
         in_progress=progress,
         resource_version="1",
@@ -209,10 +210,61 @@ def test_annotations_of_lifecycles_that_are_over_are_cleared_and_no_others() -> 
         ]
     )
     metrics = FakeMetrics()
-    counts = LeftoverAnnotations(owner="stack-a", cluster=nodes, metrics=metrics)([running], T0)
+    counts = LeftoverAnnotations(owner="stack-a", cluster=nodes, records=InMemoryRecords(), metrics=metrics)(
+        [running], T0
+    )
     assert nodes.released == ["over"]
     assert counts == {"AnnotationsCleared": 1}
     assert metrics.counts["AnnotationsCleared"] == 1
+
+
+def test_a_lifecycle_that_started_after_the_sweeps_snapshot_keeps_its_slot_and_annotations() -> None:
+    # Given a drain whose record was written after the sweep listed the open lifecycles
+    late = make_record(
+        PLAN, Step.EVICT, id="i-0aaaaaaaaaaaaaaa5/terminate/t5", instance_id="i-0aaaaaaaaaaaaaaa5"
+    )
+    records = InMemoryRecords()
+    records.create(late)
+    budget = FakeBudget([entry("n5", late.id, late.instance_id)])
+    nodes = FakeNodes([annotated("n5", "stack-a", late.instance_id, "t5")])
+    waker = WaiterWaker(records=records, queues=RecordingQueues(), metrics=FakeMetrics())
+
+    # When the sweep judges its budget entry and its node against the (older) snapshot: none open
+    StaleBudgetEntries(
+        budget=budget,
+        records=records,
+        node_names=lambda: {"n5"},
+        alive_instances=lambda ids: {late.instance_id},
+        waker=waker,
+    )([], T0)
+    LeftoverAnnotations(owner="stack-a", cluster=nodes, records=records, metrics=FakeMetrics())([], T0)
+
+    # Then a consistent read of the record keeps both
+    assert budget.judged == {"n5": False}
+    assert nodes.released == []
+
+
+def test_one_lifecycle_that_cannot_be_repaired_does_not_stop_the_others() -> None:
+    # Given two lost lifecycles, the first of which fails to be resent
+    repair = Repair()
+    broken = make_record(PLAN, Step.EVICT, id="i-1/terminate/a")
+    fine = make_record(PLAN, Step.EVICT, id="i-2/terminate/b")
+    for record in (broken, fine):
+        repair.records.create(record)
+    repair.clock.advance(GRACE.total_seconds() + 1)
+    original = repair.queues.send
+
+    def send(worker: object, message: WorkMessage, delay_seconds: int = 0) -> None:
+        if message.record_id == broken.id:
+            raise ConnectionError("queue unreachable")
+        original(worker, message, delay_seconds)  # type: ignore[arg-type]
+
+    repair.queues.send = send  # type: ignore[method-assign]
+
+    # When the sweeper repairs them, the failure is reported after the other one was resent
+    with pytest.raises(SweepFailed, match="1 lifecycles could not be repaired"):
+        repair.run()
+    assert [s.message.record_id for s in repair.queues.sent] == [fine.id]
 
 
 def test_a_failing_part_does_not_stop_the_others_and_fails_the_sweep() -> None:

@@ -42,7 +42,7 @@ def kube_errors(what: str) -> Iterator[None]:
     try:
         yield
     except ApiException as error:
-        if error.status == 429 or (error.status or 0) >= 500:
+        if error.status in (410, 429) or (error.status or 0) >= 500:  # 410: a list's continue token expired
             raise TransientError(f"{what}: HTTP {error.status} {error.reason}") from error
         raise
     except HTTPError as error:
@@ -68,7 +68,6 @@ def node_info(data: dict[str, Any]) -> NodeInfo:
         instance_id=instance_of(spec.get("providerID")),
         zone=labels.get(ZONE_LABEL) or labels.get(LEGACY_ZONE_LABEL),
         ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions),
-        unschedulable=bool(spec.get("unschedulable")),
         owner=annotations.get(OWNER_ANNOTATION),
         in_progress=annotations.get(IN_PROGRESS_ANNOTATION),
         resource_version=str(meta.get("resourceVersion", "")),
@@ -86,9 +85,7 @@ def pod_info(data: dict[str, Any]) -> PodInfo:
         controller_kind=controller.get("kind") if controller else None,
         mirror="kubernetes.io/config.mirror" in (meta.get("annotations") or {}),
         terminating=meta.get("deletionTimestamp") is not None,
-        finished=(data.get("status") or {}).get("phase") in ("Succeeded", "Failed"),
         grace_period=spec.get("terminationGracePeriodSeconds"),
-        has_local_storage=any("emptyDir" in volume for volume in spec.get("volumes") or []),
     )
 
 
@@ -110,10 +107,14 @@ class KubeCluster:
 
     # -- nodes ------------------------------------------------------------------------------------------
 
-    def find_node(self, instance_id: str, private_dns_name: str | None) -> NodeInfo | None:
+    def find_node(
+        self, instance_id: str, private_dns_name: str | None, *, scan: bool = True
+    ) -> NodeInfo | None:
         by_name = self.get_node(private_dns_name) if private_dns_name else None
         if by_name is not None and by_name.instance_id == instance_id:
             return by_name  # the common case on EKS: one GET
+        if not scan:
+            return by_name if by_name is not None and by_name.instance_id is None else None
         for node in self._nodes():
             if node.instance_id == instance_id:
                 return node
@@ -165,13 +166,15 @@ class KubeCluster:
             body["spec"] = {"unschedulable": True}
         return self._patch_node(node.name, body)
 
-    def release_node(self, node: NodeInfo) -> Claim:
-        body = {
-            "metadata": {
-                "resourceVersion": node.resource_version,
-                "annotations": {OWNER_ANNOTATION: None, IN_PROGRESS_ANNOTATION: None},
-            }
+    def release_node(self, node: NodeInfo, *, uncordon: bool = False) -> Claim:
+        metadata: dict[str, Any] = {
+            "resourceVersion": node.resource_version,
+            "annotations": {OWNER_ANNOTATION: None, IN_PROGRESS_ANNOTATION: None},
         }
+        body: dict[str, Any] = {"metadata": metadata}
+        if uncordon:
+            metadata["labels"] = {EXCLUDE_LB_LABEL: None}
+            body["spec"] = {"unschedulable": None}
         return self._patch_node(node.name, body)
 
     def _patch_node(self, name: str, body: dict[str, Any]) -> Claim:

@@ -146,6 +146,28 @@ def fresh_holder(doc: BudgetDocument, request: SlotRequest, now: datetime) -> Sl
     return _decision(prune(doc, now), True, SlotReason.HELD)
 
 
+def fresh_waiter(
+    doc: BudgetDocument, request: SlotRequest, now: datetime, *, renewing: bool
+) -> SlotDecision | None:
+    """The decision for a request whose lifecycle waits for the node, renewed its place less than a third of
+    its TTL ago, and still does not get a slot: denied, with nothing to write. Waiters retry every
+    ``BudgetRetrySeconds``; writing each time would churn the shared document as much as the drains do.
+    ``None`` when the request must be written (the entry needs its renewal, or it gets a slot now)."""
+    waiter = doc.waiter(request.node)
+    if (
+        waiter is None
+        or (waiter.owner, waiter.record_id, waiter.instance_id)
+        != (request.owner, request.record_id, request.instance_id)
+        or now - waiter.renewed_at >= timedelta(seconds=waiter.ttl_seconds) / RENEWALS_PER_TTL
+    ):
+        return None
+    live = prune(doc, now)
+    if doc.holder(request.node) is not None or any(w.node == request.node for w in eligible_waiters(live)):
+        return None
+    position = next(i for i, w in enumerate(live.waiters, start=1) if w.node == request.node)
+    return _decision(live, False, SlotReason.LOST if renewing else SlotReason.NO_ROOM, position)
+
+
 def claim(
     doc: BudgetDocument, request: SlotRequest, *, now: datetime, ttl: timedelta, renewing: bool
 ) -> tuple[BudgetDocument, SlotDecision, timedelta | None]:
@@ -232,14 +254,6 @@ def release(
         }
     )
     return doc, holder, waiter
-
-
-def drop_waiter(doc: BudgetDocument, node: str, owner: str) -> tuple[BudgetDocument, Waiter | None]:
-    """Remove ``owner``'s waiter of ``node``. ``doc`` must be pruned."""
-    waiter = doc.waiter(node)
-    if waiter is None or waiter.owner != owner:
-        return doc, None
-    return doc.model_copy(update={"waiters": tuple(w for w in doc.waiters if w is not waiter)}), waiter
 
 
 def force_release(doc: BudgetDocument, holder: Holder) -> BudgetDocument:

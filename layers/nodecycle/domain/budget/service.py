@@ -90,20 +90,6 @@ class DisruptionBudget:
 
         return self._write(mutate)
 
-    def forget_waiter(self, node: str) -> list[str]:
-        """Drop this owner's waiter entry of ``node`` (its lifecycle ended otherwise). Returns the record ids
-        of this owner's waiters that are eligible now: the dropped one may have been owed a slot."""
-        limits = self._own_limits()
-
-        def mutate(current: BudgetDocument | None) -> tuple[BudgetDocument | None, list[str]]:
-            if current is None:
-                return current, []
-            live = rules.prune(current, self._clock.now())
-            doc, _ = rules.drop_waiter(live, node, self._owner)
-            return self._finish(current, doc, limits, self._wake_list(doc, limits))
-
-        return self._write(mutate)
-
     def sweep(self, *, is_stale: Callable[[Holder | Waiter], bool]) -> SweepResult:
         """Remove this owner's entries that expired or that ``is_stale`` declares stale (node or instance
         gone, lifecycle record finished). ``is_stale`` is asked once per live entry, before the write."""
@@ -160,7 +146,12 @@ class DisruptionBudget:
             current: BudgetDocument | None,
         ) -> tuple[BudgetDocument | None, tuple[SlotDecision, timedelta | None]]:
             now = self._clock.now()
-            fresh = None if current is None else rules.fresh_holder(current, request, now)
+            fresh = (
+                None
+                if current is None
+                else rules.fresh_holder(current, request, now)
+                or rules.fresh_waiter(current, request, now, renewing=renewing)
+            )
             if fresh is not None:
                 return current, (fresh, None)
             doc = rules.with_own_limits(rules.prune(current or BudgetDocument(), now), self._owner, limits)

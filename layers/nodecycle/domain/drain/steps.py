@@ -13,12 +13,12 @@ import logging
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from nodecycle.domain.budget import SlotDecision, SlotRequest
+from nodecycle.domain.budget import SlotDecision, SlotReason, SlotRequest
 from nodecycle.domain.cluster import Claim, Cluster, Eviction, Instances, NodeInfo, PodInfo
 from nodecycle.domain.drain import pods as podfilter
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.flow import Worker
-from nodecycle.domain.model import LifecycleRecord, Step
+from nodecycle.domain.model import WARM_POOL, LifecycleRecord, Step
 from nodecycle.domain.ports import Metrics, RecordStore, WorkMessage, WorkQueues
 from nodecycle.settings import ActionResult, Settings, TimeoutPolicy
 
@@ -28,6 +28,10 @@ FORCED_POD_SLACK = timedelta(seconds=60)  # after a forced delete's grace: a pod
 PRIVATE_DNS = "private_dns"  # record.extra key: the instance's private DNS name, looked up once
 DRAINED_AT = "drained_at"  # record.extra key: when the node was found empty (the load balancer delay starts)
 POLLS = "polls"  # record.extra key: how often the drain has looked for its pods so far
+SCAN_EVERY = 6  # the readiness gate lists every node once in this many polls
+ADOPT_FROM = (
+    "adopt_from"  # record.extra key: the owner whose stale claim on the node this lifecycle takes over
+)
 
 
 class Slots(Protocol):
@@ -49,12 +53,14 @@ class NodeFinder:
         self._cluster = cluster
         self._instances = instances
 
-    def find(self, record: LifecycleRecord) -> tuple[NodeInfo | None, dict[str, object]]:
+    def find(
+        self, record: LifecycleRecord, *, scan: bool = True
+    ) -> tuple[NodeInfo | None, dict[str, object]]:
         extra: dict[str, object] = dict(record.extra)
         if PRIVATE_DNS not in extra:
             extra[PRIVATE_DNS] = self._instances.private_dns_name(record.instance_id)
         dns = extra[PRIVATE_DNS]
-        node = self._cluster.find_node(record.instance_id, dns if isinstance(dns, str) else None)
+        node = self._cluster.find_node(record.instance_id, dns if isinstance(dns, str) else None, scan=scan)
         return node, extra
 
 
@@ -97,16 +103,26 @@ class AcquireSlot:
             self._metrics.count("NodesNotFound")
             return Outcome.goto(Step.COMPLETE, outcome="node-not-found", extra=extra)
         found: dict[str, Any] = {"node": node.name, "zone": node.zone, "extra": extra}
-        if node.owner not in (None, record.owner):
+        foreign = node.owner not in (None, record.owner)
+        decision = self._slots.acquire(_slot_request(record, node.name, node.zone))
+        if decision.granted:
+            if foreign:
+                # The other stack annotated the node but holds no slot for it any more: its drain died or
+                # gave up (its holder expired). Adopt the node, as one in progress with no owner.
+                log.warning(
+                    "adopting node %s from owner %s, which holds it in the budget no more",
+                    node.name,
+                    node.owner,
+                )
+                found["extra"] = {**extra, ADOPT_FROM: node.owner}
+            return Outcome.next(slot_waiting_since=None, **found)
+        if foreign and decision.reason in (SlotReason.HELD_BY_OTHER_OWNER, SlotReason.CLAIMED_BY_OTHER_OWNER):
             # Another stack is draining this node: leave it alone, and settle our own action once it is
             # done with it, or when our drain timeout says we have waited long enough.
             if now - record.received_at > timedelta(seconds=self._settings.drain_timeout_seconds):
                 return Outcome.goto(Step.COMPLETE, outcome=f"node-owned-by:{node.owner}", **found)
             log.info("node %s is being drained by owner %s: waiting", node.name, node.owner)
             return Outcome.wait(self._settings.budget_retry_seconds, **found)
-        decision = self._slots.acquire(_slot_request(record, node.name, node.zone))
-        if decision.granted:
-            return Outcome.next(slot_waiting_since=None, **found)
         log.info("no budget slot for node %s yet: %s", node.name, decision.reason)
         return Outcome.wait(
             self._settings.budget_retry_seconds, slot_waiting_since=record.slot_waiting_since or now, **found
@@ -122,7 +138,7 @@ class Cordon:
         node = self._cluster.get_node(_known(record.node, "node"))
         if node is None:
             return Outcome.goto(Step.COMPLETE, outcome="node-gone")
-        if node.owner not in (None, record.owner):
+        if node.owner not in (None, record.owner, record.extra.get(ADOPT_FROM)):
             log.warning("node %s was claimed by owner %s meanwhile: leaving it alone", node.name, node.owner)
             return Outcome.goto(Step.COMPLETE, outcome=f"node-owned-by:{node.owner}")
         if node.owner is None and node.in_progress:
@@ -267,7 +283,9 @@ class Cleanup:
             return Outcome.next()
         node = self._cluster.get_node(record.node)
         ours = node is not None and node.owner == record.owner
-        if ours and node is not None and self._cluster.release_node(node) is Claim.CONFLICT:
+        # An instance going into a warm pool comes back as the same node: it must not come back cordoned.
+        back = record.destination == WARM_POOL
+        if ours and node is not None and self._cluster.release_node(node, uncordon=back) is Claim.CONFLICT:
             return Outcome.wait(1)
         for waiter in self._slots.release(record.node):
             self._waker.wake(waiter)
@@ -284,7 +302,11 @@ class ReadinessGate:
 
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
         deadline = record.gate_deadline or now + timedelta(seconds=self._settings.readiness_timeout_seconds)
-        node, extra = self._finder.find(record)
+        # A node that has not registered yet is looked up by its DNS name at each poll (one GET); all nodes
+        # are listed only now and then, for clusters whose node names are not DNS names.
+        polls = int(record.extra.get(POLLS, 0))
+        node, extra = self._finder.find(record, scan=polls % SCAN_EVERY == 0)
+        extra[POLLS] = polls + 1
         if node is not None and node.ready:
             log.info("node %s is Ready", node.name)
             return Outcome.next(node=node.name, zone=node.zone, outcome="node-ready", extra=extra)

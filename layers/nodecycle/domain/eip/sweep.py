@@ -112,5 +112,7 @@ class AddressSweep:
 def _on_gone_instance(address: Address, states: dict[str, str]) -> bool:
     if address.instance_id is None:
         return False  # associated with a network interface, not an instance: not ours to judge
+    # An instance DescribeInstances does not know (yet) is left alone: a new instance may not be listed for a
+    # few seconds, while a terminated one stays listed as such, and EC2 itself frees its addresses later.
     state = states.get(address.instance_id)
-    return state is None or state in GONE_STATES
+    return state is not None and state in GONE_STATES
