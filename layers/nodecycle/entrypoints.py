@@ -5,16 +5,21 @@ Handlers stay thin: parse the event, call the domain through these helpers, map 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import ValidationError
 
 from nodecycle.domain.engine import Handled, StepEngine
 from nodecycle.domain.ports import Metrics, WorkMessage
-from nodecycle.observability import logger
+from nodecycle.observability import logger, metrics, tracer
+
+WorkHandler = Callable[[dict[str, Any], LambdaContext], PartialItemFailureResponse]
 
 
 @contextmanager
@@ -56,3 +61,23 @@ def run_work_record(engine: StepEngine, metrics: Metrics, record: SQSRecord, con
         handled = engine.handle(message, time_left=lambda: context.get_remaining_time_in_millis() / 1000)
         logger.debug("work message handled: %s", handled, extra={"seq": message.seq, "step": message.step})
         return handled
+
+
+def work_queue_handler(engine: Callable[[], StepEngine], sink: Callable[[], Metrics]) -> WorkHandler:
+    """The Lambda handler of a work queue: each SQS record is one work message, run by ``engine``; a record
+    that raises fails alone (partial batch response), so SQS retries it, then dead-letters it."""
+    processor = BatchProcessor(event_type=EventType.SQS)
+
+    def work(record: SQSRecord, lambda_context: LambdaContext) -> str:
+        handled = run_work_record(engine(), sink(), record, lambda_context)
+        return handled.value if handled is not None else "rejected"
+
+    @logger.inject_lambda_context(clear_state=True)
+    @tracer.capture_lambda_handler
+    @metrics.log_metrics
+    def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
+        return process_partial_response(
+            event=event, record_handler=work, processor=processor, context=context
+        )
+
+    return handler
