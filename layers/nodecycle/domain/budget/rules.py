@@ -135,13 +135,7 @@ def fresh_holder(doc: BudgetDocument, request: SlotRequest, now: datetime) -> Sl
     ago: granted, with nothing to write. A drain renews at every step (every few seconds); writing each time
     would only make the shared document change faster and the acquirers conflict more. ``None`` when the
     renewal must be written."""
-    holder = doc.holder(request.node)
-    if (
-        holder is None
-        or (holder.owner, holder.record_id, holder.instance_id)
-        != (request.owner, request.record_id, request.instance_id)
-        or now - holder.renewed_at >= timedelta(seconds=holder.ttl_seconds) / RENEWALS_PER_TTL
-    ):
+    if not _renewed_lately(doc.holder(request.node), request, now):
         return None
     return _decision(prune(doc, now), True, SlotReason.HELD)
 
@@ -153,19 +147,23 @@ def fresh_waiter(
     its TTL ago, and still does not get a slot: denied, with nothing to write. Waiters retry every
     ``BudgetRetrySeconds``; writing each time would churn the shared document as much as the drains do.
     ``None`` when the request must be written (the entry needs its renewal, or it gets a slot now)."""
-    waiter = doc.waiter(request.node)
-    if (
-        waiter is None
-        or (waiter.owner, waiter.record_id, waiter.instance_id)
-        != (request.owner, request.record_id, request.instance_id)
-        or now - waiter.renewed_at >= timedelta(seconds=waiter.ttl_seconds) / RENEWALS_PER_TTL
-    ):
+    if not _renewed_lately(doc.waiter(request.node), request, now):
         return None
     live = prune(doc, now)
     if doc.holder(request.node) is not None or any(w.node == request.node for w in eligible_waiters(live)):
         return None
     position = next(i for i, w in enumerate(live.waiters, start=1) if w.node == request.node)
     return _decision(live, False, SlotReason.LOST if renewing else SlotReason.NO_ROOM, position)
+
+
+def _renewed_lately(entry: Holder | Waiter | None, request: SlotRequest, now: datetime) -> bool:
+    """Whether ``entry`` is this request's lifecycle's, renewed less than a third of its TTL ago."""
+    return (
+        entry is not None
+        and (entry.owner, entry.record_id, entry.instance_id)
+        == (request.owner, request.record_id, request.instance_id)
+        and now - entry.renewed_at < timedelta(seconds=entry.ttl_seconds) / RENEWALS_PER_TTL
+    )
 
 
 def claim(
