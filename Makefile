@@ -12,28 +12,40 @@ PYTEST_WORKERS ?= 2
 export SAM_CLI_TELEMETRY := 0
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help install lint template build pytest test demo sandbox bench clean
+.PHONY: help install lock lint lint-types template build pytest test test-unit test-functions \
+	test-integration test-sandbox test-campaign demo sandbox bench clean
 
 help:
 	@echo "make demo      run the demo on the local sandbox (sets everything up)"
 	@echo "make test      lint, types, import contracts, template checks, sam build, tests with coverage"
+	@echo "make test-unit | test-functions | test-integration | test-sandbox | test-campaign"
+	@echo "               one level of the suite (tests/README.md), without coverage"
 	@echo "make sandbox   start the sandbox and keep it running (watch it with kubectl)"
 	@echo "make bench     run the benchmarks and print their ratios"
 
-$(VENV)/.installed: pyproject.toml
+# requirements/dev.lock pins every development tool and library (make lock writes it): CI installs
+# exactly what was tested here.
+$(VENV)/.installed: pyproject.toml requirements/dev.lock
 	@test -x $(BIN)/python || "$$(scripts/find-python)" -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -c requirements/dev.lock -e '.[dev,sandbox]'
 	@touch $@
 
 install: $(VENV)/.installed
 
-lint: install
+lock: install
+	$(BIN)/python -m pip install --quiet pip-tools
+	$(BIN)/pip-compile --quiet --strip-extras --extra dev --extra sandbox --no-emit-index-url \
+		--output-file requirements/dev.lock pyproject.toml
+
+lint: install lint-types
 	ruff check .
 	ruff format --check .
-	mypy layers/nodecycle tools tests benchmarks
-	@for app in functions/*/app.py; do echo "mypy $$app"; mypy "$$app"; done
 	lint-imports
+
+lint-types: install
+	mypy layers/nodecycle sandbox cli tests benchmarks
+	@for app in functions/*/app.py; do echo "mypy $$app"; mypy "$$app"; done
 
 template: install
 	sam validate --region $(REGION)
@@ -48,6 +60,21 @@ pytest: install
 	pytest -n $(PYTEST_WORKERS) --dist loadfile --cov --cov-report=term --cov-report=xml -q
 
 test: lint template build pytest
+
+test-unit: install
+	pytest -m unit -q -p no:cacheprovider
+
+test-functions: install
+	pytest -m functions -q -n $(PYTEST_WORKERS) --dist loadfile
+
+test-integration: install
+	pytest -m integration -q -n $(PYTEST_WORKERS) --dist loadfile
+
+test-sandbox: install
+	pytest -m sandbox -q -n $(PYTEST_WORKERS) --dist loadfile
+
+test-campaign: install
+	pytest -m campaign -q
 
 demo: install
 	nodecycle demo

@@ -22,10 +22,10 @@ from kubernetes import client
 from benchmarks.records import BUDGET_KEY, BUDGET_NAME, BUDGET_NAMESPACE, budget_writes
 from benchmarks.report import Result, Row
 from benchmarks.schedule import Budget
-from nodecycle.adapters.kube_budget import ConfigMapBudgetStore, KubeNodeInventory
+from nodecycle.adapters.kube.budget import ConfigMapBudgetStore, KubeNodeInventory
 from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotRequest
 from nodecycle.domain.errors import TransientError
-from nodecycle.settings import Quantity
+from nodecycle.domain.policy import Quantity
 from nodecycle_sandbox.kube import KubeServer
 
 ZONES = ("eu-west-1a", "eu-west-1b", "eu-west-1c")

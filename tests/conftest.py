@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from moto import mock_aws
@@ -13,6 +14,16 @@ from nodecycle.observability import logger
 from tests.support.stack import Stack, create_stack
 
 REGION = "eu-west-1"
+TESTS = Path(__file__).resolve().parent
+# Each folder is one level of the suite (tests/README.md): its marker selects it (`pytest -m unit`).
+LEVELS = ("unit", "functions", "integration", "sandbox", "campaign")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        level = item.path.relative_to(TESTS).parts[0]
+        if level in LEVELS:
+            item.add_marker(level)
 
 
 class _CurrentStdout:

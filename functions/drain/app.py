@@ -5,7 +5,6 @@ batch response), retried, and dead-lettered at last."""
 from __future__ import annotations
 
 from nodecycle.entrypoints import work_queue_handler
-from nodecycle.wiring.common import common
-from nodecycle.wiring.drain import engine
+from nodecycle.wiring.drain import engine, shared
 
-handler = work_queue_handler(engine, lambda: common().metrics)
+handler = work_queue_handler(engine, lambda: shared().metrics)

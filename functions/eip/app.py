@@ -9,7 +9,6 @@ it, then dead-letters it. This function never imports the Kubernetes client (col
 from __future__ import annotations
 
 from nodecycle.entrypoints import work_queue_handler
-from nodecycle.wiring.common import common
-from nodecycle.wiring.eip import engine
+from nodecycle.wiring.eip import engine, shared
 
-handler = work_queue_handler(engine, lambda: common().metrics)
+handler = work_queue_handler(engine, lambda: shared().metrics)

@@ -26,8 +26,7 @@ from nodecycle.contracts.lifecycle_events import (
 from nodecycle.domain.model import LifecycleEvent
 from nodecycle.entrypoints import correlated
 from nodecycle.observability import logger, metrics, tracer
-from nodecycle.wiring.common import common
-from nodecycle.wiring.intake import intake
+from nodecycle.wiring.intake import intake, shared
 
 processor = BatchProcessor(event_type=EventType.SQS)
 
@@ -54,7 +53,7 @@ def accept(parse: Callable[[], LifecycleEvent | TestNotification]) -> str:
         event = parse()
     except InvalidLifecycleEvent as error:
         logger.error("rejected a lifecycle event: %s", error, extra={"reason": error.reason})
-        common().metrics.count("LifecycleEventsRejected", reason=error.reason)
+        shared().metrics.count("LifecycleEventsRejected", reason=error.reason)
         return "rejected"
     if isinstance(event, TestNotification):
         logger.info("test notification for group %s acknowledged", event.AutoScalingGroupName)

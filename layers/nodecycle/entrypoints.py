@@ -16,7 +16,9 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import ValidationError
 
 from nodecycle.domain.engine import Handled, StepEngine
-from nodecycle.domain.ports import Metrics, WorkMessage
+from nodecycle.domain.model import parse_record_id
+from nodecycle.domain.ports.lifecycle import WorkMessage
+from nodecycle.domain.ports.runtime import Metrics
 from nodecycle.observability import logger, metrics, tracer
 
 WorkHandler = Callable[[dict[str, Any], LambdaContext], PartialItemFailureResponse]
@@ -52,12 +54,11 @@ def run_work_record(engine: StepEngine, metrics: Metrics, record: SQSRecord, con
         )
         metrics.count("WorkMessagesRejected")
         return None
-    instance_id = message.record_id.split("/", 1)[0]
-    with correlated(
-        record_id=message.record_id,
-        instance_id=instance_id,
-        lifecycle_token=message.record_id.rsplit("/", 1)[-1],
-    ):
+    try:
+        instance_id, _, token = parse_record_id(message.record_id)
+    except ValueError:
+        instance_id, token = None, None  # the engine finds no such record and drops the message
+    with correlated(record_id=message.record_id, instance_id=instance_id, lifecycle_token=token):
         handled = engine.handle(message, time_left=lambda: context.get_remaining_time_in_millis() / 1000)
         logger.debug("work message handled: %s", handled, extra={"seq": message.seq, "step": message.step})
         return handled

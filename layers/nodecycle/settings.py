@@ -1,16 +1,19 @@
-"""One validated settings model, read from the environment once per cold start.
+"""The stack's settings, read from the environment once per cold start and validated.
 
 Every setting is an environment variable named ``NODECYCLE_<FIELD>``; the SAM template fills them from
-stack parameters. A missing or invalid value raises :class:`SettingsError`, whose message names the
-variable and what was expected, so a misconfigured stack fails at its first invocation with a readable log
-line instead of misbehaving later.
+stack parameters. Settings come in sections (scope, state, timing, drain, budget, EIPs, readiness, sweep),
+and each function validates only the sections it uses (:data:`IntakeSettings`, :data:`DrainSettings`,
+:data:`EipSettings`, :data:`SweeperSettings`): the eip function does not fail on a budget rule it never
+applies. A missing or invalid value raises :class:`SettingsError`, whose message names the variable and
+what was expected, so a misconfigured stack fails at its first invocation with a readable log line.
+
+The words of the settings (``TimeoutPolicy``, ``EipMode``, ``Quantity``...) are the domain's
+(:mod:`nodecycle.domain.policy`); the composition roots turn a section into the narrow policy a step needs.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from enum import StrEnum
 from typing import Annotated, Any, Self
 
 from pydantic import (
@@ -23,71 +26,20 @@ from pydantic import (
     model_validator,
 )
 
-ENV_PREFIX = "NODECYCLE_"
-MAX_RETRY_BACKOFF_SECONDS = (
-    180  # the step engine's longest wait before retrying a step after a transient error
+from nodecycle.domain.engine import MAX_RETRY_BACKOFF_SECONDS
+from nodecycle.domain.policy import (
+    ActionResult,
+    EipFailurePolicy,
+    EipMode,
+    Quantity,
+    TimeoutPolicy,
 )
+
+ENV_PREFIX = "NODECYCLE_"
 
 
 class SettingsError(ValueError):
     """The environment does not describe a valid nodecycle configuration."""
-
-
-class TimeoutPolicy(StrEnum):
-    """What a drain does when its drain timeout passes with pods still on the node."""
-
-    FORCE = "force"  # delete the remaining pods (grace capped), wait for that, then complete
-    CONTINUE = "continue"  # complete anyway: the instance terminates with the pods on it
-
-
-class EipMode(StrEnum):
-    OFF = "off"
-    ALLOCATE = "allocate"  # a new address per instance, released at terminate
-    POOL = "pool"  # claim a free address tagged nodecycle:pool=<name>, returned at terminate
-
-
-class EipFailurePolicy(StrEnum):
-    ABANDON = "abandon"  # the group replaces the instance
-    CONTINUE = "continue"  # the instance goes in service without an address
-
-
-class ActionResult(StrEnum):
-    CONTINUE = "CONTINUE"
-    ABANDON = "ABANDON"
-
-
-_PERCENT = re.compile(r"^(\d{1,3})%$")
-
-
-class Quantity(BaseModel):
-    """A budget limit: an absolute count of nodes, or a percent of the nodes in scope."""
-
-    model_config = ConfigDict(frozen=True)
-
-    value: int = Field(ge=0)
-    percent: bool = False
-
-    @classmethod
-    def parse(cls, text: str) -> Quantity:
-        text = text.strip()
-        match = _PERCENT.match(text)
-        if match:
-            value = int(match.group(1))
-            if not 0 < value <= 100:
-                raise ValueError(f"a percent must be between 1% and 100%, got {text!r}")
-            return cls(value=value, percent=True)
-        if text.isdigit() and int(text) > 0:
-            return cls(value=int(text))
-        raise ValueError(f"expected a positive integer or a percent such as '25%', got {text!r}")
-
-    def resolve(self, total: int) -> int:
-        """The limit for ``total`` nodes in scope: a percent rounds up and is at least 1."""
-        if not self.percent:
-            return self.value
-        return max(1, -(-total * self.value // 100))
-
-    def __str__(self) -> str:
-        return f"{self.value}%" if self.percent else str(self.value)
 
 
 def _split_list(value: Any) -> Any:
@@ -117,113 +69,11 @@ OptionalText = Annotated[str | None, BeforeValidator(_blank_is_none)]
 Seconds = Annotated[int, Field(ge=0)]
 
 
-class Settings(BaseModel):
-    """Everything a nodecycle function needs to know about its stack."""
-
+class _Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore", str_strip_whitespace=True)
 
-    # Identity and scope
-    owner_id: str = Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-    cluster_name: OptionalText = None  # None: a fleet without Kubernetes (EIPs only)
-    managed_groups: CsvList = ()
-    managed_by_tag: bool = False  # groups tagged nodecycle:owner=<owner_id>
-    # Only these hooks' actions are nodecycle's: other tools' hooks on the same groups are left to them.
-    # "*" takes every hook of a managed group.
-    managed_hooks: CsvList = ("nodecycle-launch", "nodecycle-terminate")
-
-    # State and work queues
-    record_table: str = Field(min_length=1)
-    drain_queue_url: str = Field(min_length=1)
-    eip_queue_url: str = Field(min_length=1)
-    record_ttl_days: int = Field(default=14, ge=1, le=365)
-
-    # Drain
-    drain_timeout_seconds: Seconds = 900
-    pod_grace_cap_seconds: Seconds = 120
-    timeout_policy: TimeoutPolicy = TimeoutPolicy.FORCE
-    force_grace_seconds: Seconds = 10
-    exclude_from_load_balancers: bool = True
-    lb_deregistration_delay_seconds: Annotated[int, Field(ge=0, le=900)] = 0
-    drain_poll_seconds: Annotated[int, Field(ge=1, le=300)] = 5
-    heartbeat_margin_seconds: Annotated[int, Field(ge=5)] = 60
-
-    # Disruption budget
-    budget_max_unavailable: Limit = Quantity(value=1)
-    budget_max_unavailable_per_zone: OptionalLimit = None
-    budget_namespace: str = Field(default="kube-system", min_length=1)
-    budget_node_selector: str = ""
-    budget_count_unavailable: bool = False
-    budget_holder_ttl_seconds: Annotated[int, Field(ge=30)] = 600
-    budget_retry_seconds: Annotated[int, Field(ge=1, le=900)] = 30
-
-    # Elastic IPs
-    eip_mode: EipMode = EipMode.OFF
-    eip_pool_name: OptionalText = None
-    eip_pool_allocate_when_empty: bool = False
-    eip_failure_policy: EipFailurePolicy = EipFailurePolicy.ABANDON
-
-    # Launch readiness gate
-    readiness_gate: bool = True
-    readiness_timeout_seconds: Annotated[int, Field(ge=30)] = 600
-    readiness_failure_result: ActionResult = ActionResult.ABANDON
-
-    # Sweeper and repairs
-    sweep_grace_seconds: Annotated[int, Field(ge=300)] = 600
-    # A step whose message is this overdue is presumed lost and sent again (a late original then arrives
-    # stale): well past any queueing delay, short enough to repair a crash quickly.
-    resume_grace_seconds: Annotated[int, Field(ge=1)] = 60
-    # The work queues' visibility timeout: how long a step whose invocation died waits to be retried.
-    work_visibility_timeout_seconds: Annotated[int, Field(ge=1)] = 150
-
-    @field_validator("managed_groups", "managed_hooks")
     @classmethod
-    def _no_duplicates(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(value))
-
-    @model_validator(mode="after")
-    def _consistent(self) -> Self:
-        if not self.managed_hooks:
-            raise ValueError(
-                "NODECYCLE_MANAGED_HOOKS is empty: name the hooks nodecycle answers, or '*' for all"
-            )
-        if not self.managed_groups and not self.managed_by_tag:
-            raise ValueError(
-                "no managed groups: set NODECYCLE_MANAGED_GROUPS (comma-separated names) "
-                "and/or NODECYCLE_MANAGED_BY_TAG=true"
-            )
-        if self.budget_retry_seconds >= self.budget_holder_ttl_seconds:
-            # a waiter that retries less often than its entry expires would lose its place in the queue
-            raise ValueError(
-                "NODECYCLE_BUDGET_RETRY_SECONDS must be shorter than NODECYCLE_BUDGET_HOLDER_TTL_SECONDS"
-            )
-        renewal_gap = max(3 * self.drain_poll_seconds, self.redelivery_seconds + MAX_RETRY_BACKOFF_SECONDS)
-        if self.budget_holder_ttl_seconds < renewal_gap:
-            # a draining node renews its slot at each step; the longest gap between two steps (a poll, or a
-            # crashed step's retry after a backoff) must not let the slot expire and go to another node
-            raise ValueError(
-                f"NODECYCLE_BUDGET_HOLDER_TTL_SECONDS must be at least {renewal_gap} (3 drain polls, or the "
-                "work queues' visibility timeout + the resume grace + the longest retry backoff)"
-            )
-        if self.eip_mode is EipMode.POOL and not self.eip_pool_name:
-            raise ValueError("NODECYCLE_EIP_MODE=pool needs NODECYCLE_EIP_POOL_NAME")
-        return self
-
-    @property
-    def redelivery_seconds(self) -> int:
-        """How late a step can run when its invocation dies: redelivered after the visibility timeout, or,
-        if its message was lost, sent again by a watch once the resume grace has passed."""
-        return self.work_visibility_timeout_seconds + self.resume_grace_seconds
-
-    @property
-    def uses_kubernetes(self) -> bool:
-        return self.cluster_name is not None
-
-    @property
-    def readiness_gate_enabled(self) -> bool:
-        return self.readiness_gate and self.uses_kubernetes
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str]) -> Settings:
+    def from_env(cls, environ: Mapping[str, str]) -> Self:
         values = {
             key[len(ENV_PREFIX) :].lower(): value
             for key, value in environ.items()
@@ -250,6 +100,164 @@ class Settings(BaseModel):
                 text = str(value)
             out[ENV_PREFIX + name.upper()] = text
         return out
+
+
+class Identity(_Section):
+    owner_id: str = Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+    cluster_name: OptionalText = None  # None: a fleet without Kubernetes (EIPs only)
+
+    @property
+    def uses_kubernetes(self) -> bool:
+        return self.cluster_name is not None
+
+
+class Scope(_Section):
+    """Which groups and hooks are this stack's (intake only)."""
+
+    managed_groups: CsvList = ()
+    managed_by_tag: bool = False  # groups tagged nodecycle:owner=<owner_id>
+    # Only these hooks' actions are nodecycle's: other tools' hooks on the same groups are left to them.
+    # "*" takes every hook of a managed group.
+    managed_hooks: CsvList = ("nodecycle-launch", "nodecycle-terminate")
+
+    @field_validator("managed_groups", "managed_hooks")
+    @classmethod
+    def _no_duplicates(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(value))
+
+    @model_validator(mode="after")
+    def _something_managed(self) -> Self:
+        if not self.managed_hooks:
+            raise ValueError(
+                "NODECYCLE_MANAGED_HOOKS is empty: name the hooks nodecycle answers, or '*' for all"
+            )
+        if not self.managed_groups and not self.managed_by_tag:
+            raise ValueError(
+                "no managed groups: set NODECYCLE_MANAGED_GROUPS (comma-separated names) "
+                "and/or NODECYCLE_MANAGED_BY_TAG=true"
+            )
+        return self
+
+
+class State(_Section):
+    """Where lifecycle records and work messages live."""
+
+    record_table: str = Field(min_length=1)
+    drain_queue_url: str = Field(min_length=1)
+    eip_queue_url: str = Field(min_length=1)
+    record_ttl_days: int = Field(default=14, ge=1, le=365)
+
+
+class Timing(_Section):
+    """What the step engine needs to keep actions alive and repair lost messages."""
+
+    heartbeat_margin_seconds: Annotated[int, Field(ge=5)] = 60
+    # A step whose message is this overdue is presumed lost and sent again (a late original then arrives
+    # stale): well past any queueing delay, short enough to repair a crash quickly.
+    resume_grace_seconds: Annotated[int, Field(ge=1)] = 60
+    # The work queues' visibility timeout: how long a step whose invocation died waits to be retried.
+    work_visibility_timeout_seconds: Annotated[int, Field(ge=1)] = 150
+
+    @property
+    def redelivery_seconds(self) -> int:
+        """How late a step can run when its invocation dies: redelivered after the visibility timeout, or,
+        if its message was lost, sent again by a watch once the resume grace has passed."""
+        return self.work_visibility_timeout_seconds + self.resume_grace_seconds
+
+
+class Drain(_Section):
+    drain_timeout_seconds: Seconds = 900
+    pod_grace_cap_seconds: Seconds = 120
+    timeout_policy: TimeoutPolicy = TimeoutPolicy.FORCE
+    force_grace_seconds: Seconds = 10
+    exclude_from_load_balancers: bool = True
+    lb_deregistration_delay_seconds: Annotated[int, Field(ge=0, le=900)] = 0
+    drain_poll_seconds: Annotated[int, Field(ge=1, le=300)] = 5
+
+
+class Budget(_Section):
+    budget_max_unavailable: Limit = Quantity(value=1)
+    budget_max_unavailable_per_zone: OptionalLimit = None
+    budget_namespace: str = Field(default="kube-system", min_length=1)
+    budget_node_selector: str = ""
+    budget_count_unavailable: bool = False
+    budget_holder_ttl_seconds: Annotated[int, Field(ge=30)] = 600
+    budget_retry_seconds: Annotated[int, Field(ge=1, le=900)] = 30
+
+    @model_validator(mode="after")
+    def _retry_within_ttl(self) -> Self:
+        if self.budget_retry_seconds >= self.budget_holder_ttl_seconds:
+            # a waiter that retries less often than its entry expires would lose its place in the queue
+            raise ValueError(
+                "NODECYCLE_BUDGET_RETRY_SECONDS must be shorter than NODECYCLE_BUDGET_HOLDER_TTL_SECONDS"
+            )
+        return self
+
+
+class Eip(_Section):
+    eip_mode: EipMode = EipMode.OFF
+    eip_pool_name: OptionalText = None
+    eip_pool_allocate_when_empty: bool = False
+    eip_failure_policy: EipFailurePolicy = EipFailurePolicy.ABANDON
+
+    @model_validator(mode="after")
+    def _pool_named(self) -> Self:
+        if self.eip_mode is EipMode.POOL and not self.eip_pool_name:
+            raise ValueError("NODECYCLE_EIP_MODE=pool needs NODECYCLE_EIP_POOL_NAME")
+        return self
+
+
+class Readiness(_Section):
+    """The launch readiness gate."""
+
+    readiness_gate: bool = True
+    readiness_timeout_seconds: Annotated[int, Field(ge=30)] = 600
+    readiness_failure_result: ActionResult = ActionResult.ABANDON
+
+
+class Sweep(_Section):
+    sweep_grace_seconds: Annotated[int, Field(ge=300)] = 600
+
+
+# -- what each function validates ---------------------------------------------------------------------
+
+
+class FunctionSettings(Identity, State, Timing):
+    """What every function reads: who it is, where the records and queues are, the engine's timing."""
+
+
+class IntakeSettings(FunctionSettings, Scope, Eip, Readiness):
+    """Intake chooses each action's plan: it needs to know whether EIPs and the readiness gate are on."""
+
+    @property
+    def readiness_gate_enabled(self) -> bool:
+        return self.readiness_gate and self.uses_kubernetes
+
+
+class DrainSettings(FunctionSettings, Drain, Budget, Readiness):
+    @model_validator(mode="after")
+    def _holders_outlive_their_renewals(self) -> Self:
+        renewal_gap = max(3 * self.drain_poll_seconds, self.redelivery_seconds + MAX_RETRY_BACKOFF_SECONDS)
+        if self.budget_holder_ttl_seconds < renewal_gap:
+            # a draining node renews its slot at each step; the longest gap between two steps (a poll, or a
+            # crashed step's retry after a backoff) must not let the slot expire and go to another node
+            raise ValueError(
+                f"NODECYCLE_BUDGET_HOLDER_TTL_SECONDS must be at least {renewal_gap} (3 drain polls, or the "
+                "work queues' visibility timeout + the resume grace + the longest retry backoff)"
+            )
+        return self
+
+
+class EipSettings(FunctionSettings, Eip):
+    pass
+
+
+class SweeperSettings(FunctionSettings, Budget, Eip, Readiness, Sweep):
+    pass
+
+
+class Settings(IntakeSettings, DrainSettings, EipSettings, SweeperSettings):
+    """Every setting of a stack: what tools that start or inspect a stack (the sandbox, the CLI) read."""
 
 
 def _describe(error: ValidationError) -> str:

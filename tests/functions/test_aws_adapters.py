@@ -9,15 +9,15 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from nodecycle.adapters.autoscaling import AutoscalingActions
-from nodecycle.adapters.ec2_addresses import Ec2Addresses
-from nodecycle.adapters.sqs_queues import SqsWorkQueues
-from nodecycle.domain.eip.addresses import InstanceUnavailable
+from nodecycle.adapters.aws.addresses import Ec2Addresses
+from nodecycle.adapters.aws.autoscaling import AutoscalingActions
+from nodecycle.adapters.aws.queues import SqsWorkQueues
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import Worker
 from nodecycle.domain.model import ActionRef, Step, Transition
-from nodecycle.domain.ports import WorkMessage
-from nodecycle.settings import ActionResult
+from nodecycle.domain.policy import ActionResult
+from nodecycle.domain.ports.addresses import InstanceUnavailable
+from nodecycle.domain.ports.lifecycle import WorkMessage
 
 TOKEN = "9f0c3d3e-6a8b-4c8e-9d57-2f7b1e0a6c41"
 ACTION = ActionRef(

@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 
 from nodecycle.domain.flow import Worker
 from nodecycle.domain.model import ActionRef, LifecycleRecord
-from nodecycle.domain.ports import WorkMessage
-from nodecycle.settings import ActionResult
+from nodecycle.domain.policy import ActionResult
+from nodecycle.domain.ports.lifecycle import WorkMessage
 
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 

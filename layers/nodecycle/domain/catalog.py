@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
-from nodecycle.domain.ports import Autoscaling, Clock
+from nodecycle.domain.ports.lifecycle import Autoscaling
+from nodecycle.domain.ports.runtime import Clock
 
 log = logging.getLogger(__name__)
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import datetime
 
 from nodecycle.domain.engine import Outcome
-from nodecycle.domain.model import LifecycleRecord
-from nodecycle.domain.ports import Autoscaling, Metrics
-from nodecycle.settings import ActionResult
+from nodecycle.domain.model import LifecycleRecord, Step, Transition
+from nodecycle.domain.policy import ActionResult
+from nodecycle.domain.ports.lifecycle import Autoscaling
+from nodecycle.domain.ports.runtime import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -32,3 +34,22 @@ class CompleteAction:
             )
             self._metrics.seconds("LifecycleDuration", (now - record.started_at).total_seconds())
         return Outcome.next(completed_at=now, result=result, outcome=outcome)
+
+
+@dataclass(frozen=True)
+class SettleResults:
+    """The result for an action that must be settled before its work could finish (its global timeout is
+    near): a terminating instance goes either way, and CONTINUE lets the group's other hooks run; a launch
+    follows the failure policy of the step it was waiting in. None: this function never settles a launch at
+    that step (it does not run it)."""
+
+    eip: ActionResult | None = None  # a launch still assigning its address
+    readiness: ActionResult | None = None  # a launch waiting for its node to be Ready
+
+    def __call__(self, record: LifecycleRecord) -> ActionResult:
+        if record.transition is Transition.TERMINATING:
+            return ActionResult.CONTINUE
+        result = self.eip if record.step is Step.ASSIGN_EIP else self.readiness
+        if result is None:
+            raise RuntimeError(f"no failure result for a launch settled at step {record.step}")
+        return result

@@ -24,14 +24,16 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from nodecycle.domain.errors import TransientError
-from nodecycle.domain.flow import Worker, after_completion, following, worker_of
+from nodecycle.domain.flow import Worker, after_completion, following, worker_for, worker_of
 from nodecycle.domain.model import LifecycleRecord, Step
-from nodecycle.domain.ports import Autoscaling, Clock, Metrics, RecordStore, WorkMessage, WorkQueues
-from nodecycle.settings import MAX_RETRY_BACKOFF_SECONDS, ActionResult
+from nodecycle.domain.policy import ActionResult
+from nodecycle.domain.ports.lifecycle import Autoscaling, RecordStore, WorkMessage, WorkQueues
+from nodecycle.domain.ports.runtime import Clock, Metrics
 
 log = logging.getLogger(__name__)
 
 MAX_DELAY = 900  # SQS DelaySeconds limit: longer waits are chained
+MAX_RETRY_BACKOFF_SECONDS = 180  # the longest wait before retrying a step after a transient error
 MAX_BACKOFF = MAX_RETRY_BACKOFF_SECONDS / 1.5  # times a jitter of up to 1.5
 
 
@@ -127,11 +129,11 @@ class StepEngine:
             self._watch(record, now)
             return Handled.WATCHING
         if record.due_at - now > timedelta(seconds=1) and not message.wake:
-            self._dispatch.send(record, now)
+            self._dispatch.send(record, now, here=self._worker)
             return Handled.SNOOZED
 
         while True:
-            if worker_of(record.step) is not self._worker:
+            if worker_of(record, self._worker) is not self._worker:
                 self._dispatch.send(record, now)
                 return Handled.FORWARDED
             committed = self._run_step(record, now)
@@ -143,11 +145,11 @@ class StepEngine:
             now = self._clock.now()
             inline = (
                 record.due_at <= now
-                and worker_of(record.step) is self._worker
+                and worker_of(record, self._worker) is self._worker
                 and time_left() > self._timing.inline_budget
             )
             if not inline:
-                self._dispatch.send(record, now)
+                self._dispatch.send(record, now, here=self._worker)
                 return Handled.RAN
 
     # -- lost messages ----------------------------------------------------------------------------------
@@ -155,7 +157,9 @@ class StepEngine:
     def _watch(self, record: LifecycleRecord, now: datetime) -> None:
         check_in = record.due_at + self._timing.resume_grace - now + timedelta(seconds=1)
         watch = WorkMessage(record_id=record.id, seq=record.seq, step=record.step, watch=record.seq)
-        self._dispatch.send_again(watch, delay_seconds=math.ceil(check_in.total_seconds()))
+        self._dispatch.send_again(
+            record, watch, delay_seconds=math.ceil(check_in.total_seconds()), here=self._worker
+        )
 
     def _check(self, watch: WorkMessage, record: LifecycleRecord, now: datetime) -> Handled:
         if record.seq != watch.watch:
@@ -260,7 +264,8 @@ def advance(record: LifecycleRecord, outcome: Outcome, now: datetime) -> Lifecyc
 
 
 class Dispatcher:
-    """Sends the work message of a record's current step, and re-sends one that was lost."""
+    """Sends the work message of a record's current step, re-sends one that was lost, and wakes a lifecycle
+    waiting for a budget slot when one is freed for it."""
 
     def __init__(self, *, records: RecordStore, queues: WorkQueues, clock: Clock, metrics: Metrics) -> None:
         self._records = records
@@ -268,15 +273,31 @@ class Dispatcher:
         self._clock = clock
         self._metrics = metrics
 
-    def send(self, record: LifecycleRecord, now: datetime) -> None:
+    def send(self, record: LifecycleRecord, now: datetime, here: Worker | None = None) -> None:
+        """Send the message of the record's current step, from worker ``here`` (None: from elsewhere)."""
         delay = max(0, min(MAX_DELAY, round((record.due_at - now).total_seconds())))
         message = WorkMessage(record_id=record.id, seq=record.seq, step=record.step)
-        self._queues.send(worker_of(record.step), message, delay_seconds=delay)
+        self._queues.send(worker_of(record, here), message, delay_seconds=delay)
 
-    def send_again(self, message: WorkMessage, delay_seconds: int) -> None:
+    def send_again(
+        self, record: LifecycleRecord, message: WorkMessage, delay_seconds: int, here: Worker | None = None
+    ) -> None:
         self._queues.send(
-            worker_of(message.step), message, delay_seconds=max(0, min(MAX_DELAY, delay_seconds))
+            worker_for(record.plan, message.step, here),
+            message,
+            delay_seconds=max(0, min(MAX_DELAY, delay_seconds)),
         )
+
+    def wake(self, record_id: str) -> None:
+        """Send a waiting lifecycle its next message at once: a budget slot it may take has been freed."""
+        waiting = self._records.get(record_id)
+        if waiting is None or waiting.step is not Step.ACQUIRE_SLOT:
+            return
+        # A message with no delay next to the waiter's backoff message, marked to run before its due time:
+        # the first to run takes the slot and moves the record on; the other one arrives stale.
+        wake = WorkMessage(record_id=waiting.id, seq=waiting.seq, step=waiting.step, wake=True)
+        self._queues.send(worker_of(waiting), wake)
+        self._metrics.count("WaitersWoken")
 
     def resume(self, record: LifecycleRecord) -> bool:
         """Re-send the current step of a record whose message was lost.

@@ -9,26 +9,42 @@ from __future__ import annotations
 from enum import StrEnum
 
 from nodecycle.domain.model import LifecycleEvent, LifecycleRecord, Step, Transition
-from nodecycle.settings import EipMode, Settings
+from nodecycle.domain.policy import PlanPolicy
 
 
 class Worker(StrEnum):
     """A function with its own work queue."""
 
-    DRAIN = "drain"  # everything that talks to Kubernetes, and completion
+    DRAIN = "drain"  # everything that talks to Kubernetes
     EIP = "eip"  # Elastic IP work; never imports the Kubernetes client
 
 
 _WORKER = {Step.ASSIGN_EIP: Worker.EIP, Step.RELEASE_EIP: Worker.EIP}
+# Completing an action needs only Auto Scaling, which every worker can reach: it runs where the record is
+# (the worker that ran the step before), so a launch with an address and no readiness gate never wakes the
+# drain function, nor loads the Kubernetes client, just to complete.
+_WHERE_THE_RECORD_IS = frozenset({Step.COMPLETE, Step.DONE})
 
 
-def worker_of(step: Step) -> Worker:
-    return _WORKER.get(step, Worker.DRAIN)
+def worker_of(record: LifecycleRecord, here: Worker | None = None) -> Worker:
+    """The function that runs the record's current step, sent from worker ``here`` (None: from intake or
+    the sweeper)."""
+    return worker_for(record.plan, record.step, here)
 
 
-def plan_for(event: LifecycleEvent, settings: Settings) -> tuple[Step, ...]:
-    eip = settings.eip_mode is not EipMode.OFF
-    kube = settings.uses_kubernetes
+def worker_for(plan: tuple[Step, ...], step: Step, here: Worker | None = None) -> Worker:
+    if step not in _WHERE_THE_RECORD_IS:
+        return _WORKER.get(step, Worker.DRAIN)
+    if here is not None:
+        return here
+    # Not sent by a worker: the worker of the step before it in the plan, or the one without Kubernetes.
+    before = plan[: plan.index(step)] if step in plan else ()
+    return worker_for(plan, before[-1]) if before else Worker.EIP
+
+
+def plan_for(event: LifecycleEvent, policy: PlanPolicy) -> tuple[Step, ...]:
+    eip = policy.eip
+    kube = policy.kubernetes
     steps: list[Step] = []
     if event.transition is Transition.LAUNCHING:
         # An instance launched into a warm pool is stopped right after: it neither joins the cluster nor
@@ -36,7 +52,7 @@ def plan_for(event: LifecycleEvent, settings: Settings) -> tuple[Step, ...]:
         if not event.into_warm_pool:
             if eip:
                 steps.append(Step.ASSIGN_EIP)
-            if settings.readiness_gate_enabled:
+            if policy.readiness_gate and kube:
                 steps.append(Step.READY_GATE)
         steps.append(Step.COMPLETE)
     else:

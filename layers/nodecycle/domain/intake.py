@@ -9,8 +9,9 @@ from enum import StrEnum
 from nodecycle.domain.catalog import HookTimeouts, ManagedGroups
 from nodecycle.domain.flow import plan_for, worker_of
 from nodecycle.domain.model import LifecycleEvent, LifecycleRecord, global_deadline
-from nodecycle.domain.ports import Clock, Metrics, RecordStore, WorkMessage, WorkQueues
-from nodecycle.settings import Settings
+from nodecycle.domain.policy import PlanPolicy
+from nodecycle.domain.ports.lifecycle import RecordStore, WorkMessage, WorkQueues
+from nodecycle.domain.ports.runtime import Clock, Metrics
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +29,8 @@ class Intake:
     def __init__(
         self,
         *,
-        settings: Settings,
+        owner: str,
+        plan: PlanPolicy,
         records: RecordStore,
         queues: WorkQueues,
         groups: ManagedGroups,
@@ -36,8 +38,11 @@ class Intake:
         clock: Clock,
         metrics: Metrics,
         resume_grace: timedelta,
+        retry_window: timedelta,
     ) -> None:
-        self._settings = settings
+        self._owner = owner
+        self._plan = plan
+        self._retry_window = retry_window
         self._records = records
         self._queues = queues
         self._groups = groups
@@ -59,7 +64,7 @@ class Intake:
             self._metrics.count("LifecycleEventsRejected", reason="unknown-hook")
             return IntakeOutcome.UNKNOWN_HOOK
 
-        window = self._settings.heartbeat_margin_seconds + self._settings.redelivery_seconds
+        window = int(self._retry_window.total_seconds())
         if timeout < window:
             log.warning(
                 "hook %s has a heartbeat timeout of %d s, shorter than the heartbeat margin plus a crashed step's "
@@ -93,22 +98,14 @@ class Intake:
         return IntakeOutcome.DUPLICATE
 
     def _new_record(self, event: LifecycleEvent, heartbeat_timeout: int, now: datetime) -> LifecycleRecord:
-        plan = plan_for(event, self._settings)
+        plan = plan_for(event, self._plan)
         return LifecycleRecord(
+            **event.model_dump(exclude={"delivery"}),  # the action, its timing and its warm-pool moves
             id=event.record_id,
-            owner=self._settings.owner_id,
-            instance_id=event.instance_id,
-            transition=event.transition,
-            token=event.token,
-            group=event.group,
-            hook=event.hook,
-            origin=event.origin,
-            destination=event.destination,
-            notification_metadata=event.notification_metadata,
+            owner=self._owner,
             plan=plan,
             step=plan[0],
             received_at=now,
-            started_at=event.started_at,
             updated_at=now,
             due_at=now,
             heartbeat_timeout=heartbeat_timeout,
@@ -118,4 +115,4 @@ class Intake:
 
     def _send_first(self, record: LifecycleRecord) -> None:
         message = WorkMessage(record_id=record.id, seq=record.seq, step=record.step)
-        self._queues.send(worker_of(record.step), message)
+        self._queues.send(worker_of(record), message)

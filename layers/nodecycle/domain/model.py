@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from nodecycle.settings import ActionResult
+from nodecycle.domain.policy import ActionResult
 
 # AWS facts: a lifecycle action times out after its hook's heartbeat timeout unless a heartbeat renews it,
 # and never lives longer than 100 heartbeat timeouts or 48 hours, whichever is smaller.
@@ -24,12 +24,21 @@ class Transition(StrEnum):
     def short(self) -> str:
         return "launch" if self is Transition.LAUNCHING else "terminate"
 
+    @classmethod
+    def from_short(cls, short: str) -> Transition:
+        """``launch`` or ``terminate`` (as in record ids and annotations) -> the transition."""
+        for transition in cls:
+            if transition.short == short:
+                return transition
+        raise ValueError(f"{short!r} is neither 'launch' nor 'terminate'")
+
 
 WARM_POOL = "WarmPool"
 
 
 class ActionRef(BaseModel):
-    """What CompleteLifecycleAction and RecordLifecycleActionHeartbeat need to name one action."""
+    """What CompleteLifecycleAction and RecordLifecycleActionHeartbeat need to name one action; events and
+    records of an action carry these fields too."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -38,30 +47,10 @@ class ActionRef(BaseModel):
     instance_id: str
     token: str
     transition: Transition
-
-
-class LifecycleEvent(BaseModel):
-    """One lifecycle action, normalized from whichever shape AWS delivered it in."""
-
-    model_config = ConfigDict(frozen=True)
-
-    instance_id: str
-    transition: Transition
-    token: str
-    group: str
-    hook: str
-    started_at: datetime  # when Auto Scaling started the action: the hook's timers run from here
-    origin: str | None = None
-    destination: str | None = None
-    notification_metadata: str | None = None
-    delivery: str  # "eventbridge" or "sqs", for logs only
-
-    @property
-    def record_id(self) -> str:
-        return record_id(self.instance_id, self.transition, self.token)
 
     @property
     def action(self) -> ActionRef:
+        """Just the action's name, whatever else the event or record carries."""
         return ActionRef(
             group=self.group,
             hook=self.hook,
@@ -69,6 +58,20 @@ class LifecycleEvent(BaseModel):
             token=self.token,
             transition=self.transition,
         )
+
+    @property
+    def record_id(self) -> str:
+        return record_id(self.instance_id, self.transition, self.token)
+
+
+class LifecycleEvent(ActionRef):
+    """One lifecycle action, normalized from whichever shape AWS delivered it in."""
+
+    started_at: datetime  # when Auto Scaling started the action: the hook's timers run from here
+    origin: str | None = None
+    destination: str | None = None
+    notification_metadata: str | None = None
+    delivery: str  # "eventbridge" or "sqs", for logs only
 
     @property
     def from_warm_pool(self) -> bool:
@@ -82,6 +85,14 @@ class LifecycleEvent(BaseModel):
 def record_id(instance_id: str, transition: Transition, token: str) -> str:
     """The identity of a lifecycle action: the same action delivered twice maps to the same record."""
     return f"{instance_id}/{transition.short}/{token}"
+
+
+def parse_record_id(text: str) -> tuple[str, Transition, str]:
+    """``record_id``'s inverse: (instance id, transition, token). Raises ValueError for anything else."""
+    instance_id, short, token = text.split("/", 2)
+    if not instance_id or not token:
+        raise ValueError(f"{text!r} is not a lifecycle record id")
+    return instance_id, Transition.from_short(short), token
 
 
 class Step(StrEnum):
@@ -98,7 +109,7 @@ class Step(StrEnum):
     DONE = "done"
 
 
-class LifecycleRecord(BaseModel):
+class LifecycleRecord(ActionRef):
     """The durable state of one lifecycle action (one DynamoDB item).
 
     ``seq`` fences the work messages: a message carries the ``seq`` it was sent for, and only a message
@@ -106,15 +117,8 @@ class LifecycleRecord(BaseModel):
     duplicate deliveries collapse into one chain of work.
     """
 
-    model_config = ConfigDict(frozen=True)
-
     id: str
     owner: str
-    instance_id: str
-    transition: Transition
-    token: str
-    group: str
-    hook: str
     origin: str | None = None
     destination: str | None = None
     notification_metadata: str | None = None
@@ -158,16 +162,6 @@ class LifecycleRecord(BaseModel):
     @property
     def finished(self) -> bool:
         return self.step is Step.DONE
-
-    @property
-    def action(self) -> ActionRef:
-        return ActionRef(
-            group=self.group,
-            hook=self.hook,
-            instance_id=self.instance_id,
-            token=self.token,
-            transition=self.transition,
-        )
 
     @property
     def action_open(self) -> bool:

@@ -1,27 +1,28 @@
-"""What every function shares: settings, clock, metrics, the record store, the work queues, Auto Scaling."""
+"""What every function shares: the clock, metrics, the record store, the work queues, Auto Scaling, and the
+narrow policies the domain is handed, built from the function's own settings."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import cache
 
-from nodecycle.adapters.autoscaling import AutoscalingActions
+from nodecycle.adapters.aws.autoscaling import AutoscalingActions
+from nodecycle.adapters.aws.queues import SqsWorkQueues
+from nodecycle.adapters.aws.records import DynamoRecordStore
 from nodecycle.adapters.clock import SystemClock
-from nodecycle.adapters.dynamodb_records import DynamoRecordStore
-from nodecycle.adapters.sqs_queues import SqsWorkQueues
-from nodecycle.domain.engine import EngineTiming, StepEngine, StepHandler
+from nodecycle.domain.completion import SettleResults
+from nodecycle.domain.engine import Dispatcher, EngineTiming, StepEngine, StepHandler
 from nodecycle.domain.flow import Worker
-from nodecycle.domain.model import LifecycleRecord, Step, Transition
+from nodecycle.domain.model import Step
+from nodecycle.domain.policy import DrainPolicy, EipPolicy, ReadinessPolicy
 from nodecycle.observability import PowertoolsMetrics
-from nodecycle.settings import ActionResult, EipFailurePolicy, Settings
+from nodecycle.settings import DrainSettings, Eip, FunctionSettings, Readiness
 
 
 @dataclass(frozen=True)
 class Common:
-    settings: Settings
+    settings: FunctionSettings
     clock: SystemClock
     metrics: PowertoolsMetrics
     records: DynamoRecordStore
@@ -40,7 +41,10 @@ class Common:
             heartbeat_margin=timedelta(seconds=self.settings.heartbeat_margin_seconds),
         )
 
-    def engine(self, worker: Worker, steps: Mapping[Step, StepHandler]) -> StepEngine:
+    def dispatcher(self) -> Dispatcher:
+        return Dispatcher(records=self.records, queues=self.queues, clock=self.clock, metrics=self.metrics)
+
+    def engine(self, worker: Worker, steps: dict[Step, StepHandler], settle: SettleResults) -> StepEngine:
         """The step engine of one worker function, over the shared ports."""
         return StepEngine(
             worker=worker,
@@ -51,26 +55,13 @@ class Common:
             clock=self.clock,
             metrics=self.metrics,
             timing=self.timing,
-            failure_result=self.failure_result,
+            failure_result=settle,
         )
-
-    def failure_result(self, record: LifecycleRecord) -> ActionResult:
-        """The result for an action that must be settled before its work could finish."""
-        if record.transition is Transition.TERMINATING:
-            return ActionResult.CONTINUE  # the instance goes either way; CONTINUE runs the other hooks
-        if record.step is Step.ASSIGN_EIP:
-            return (
-                ActionResult.ABANDON
-                if self.settings.eip_failure_policy is EipFailurePolicy.ABANDON
-                else ActionResult.CONTINUE
-            )
-        return self.settings.readiness_failure_result
 
 
 @cache
-def common() -> Common:
+def common(settings: FunctionSettings) -> Common:
     """Built at the first invocation of a container (not at import), and kept for the next ones."""
-    settings = Settings.from_env(os.environ)
     return Common(
         settings=settings,
         clock=SystemClock(),
@@ -78,4 +69,38 @@ def common() -> Common:
         records=DynamoRecordStore(settings.record_table, ttl=timedelta(days=settings.record_ttl_days)),
         queues=SqsWorkQueues({Worker.DRAIN: settings.drain_queue_url, Worker.EIP: settings.eip_queue_url}),
         autoscaling=AutoscalingActions(),
+    )
+
+
+# -- the narrow policies, each from its own section of the settings -----------------------------------
+
+
+def drain_policy(settings: DrainSettings) -> DrainPolicy:
+    return DrainPolicy(
+        timeout=timedelta(seconds=settings.drain_timeout_seconds),
+        pod_grace_cap=settings.pod_grace_cap_seconds,
+        on_timeout=settings.timeout_policy,
+        force_grace=settings.force_grace_seconds,
+        exclude_from_load_balancers=settings.exclude_from_load_balancers,
+        lb_deregistration_delay=timedelta(seconds=settings.lb_deregistration_delay_seconds),
+        poll_seconds=settings.drain_poll_seconds,
+        budget_retry_seconds=settings.budget_retry_seconds,
+        holder_ttl=timedelta(seconds=settings.budget_holder_ttl_seconds),
+    )
+
+
+def readiness_policy(settings: Readiness, poll_seconds: int) -> ReadinessPolicy:
+    return ReadinessPolicy(
+        timeout=timedelta(seconds=settings.readiness_timeout_seconds),
+        poll_seconds=poll_seconds,
+        on_failure=settings.readiness_failure_result,
+    )
+
+
+def eip_policy(settings: Eip) -> EipPolicy:
+    return EipPolicy(
+        mode=settings.eip_mode,
+        pool=settings.eip_pool_name,
+        grow_pool=settings.eip_pool_allocate_when_empty,
+        on_failure=settings.eip_failure_policy,
     )

@@ -2,96 +2,104 @@
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 from functools import cache
 
 from kubernetes.client import CoreV1Api
 
-from nodecycle.adapters.ec2_instances import Ec2Instances
-from nodecycle.adapters.kube.cluster import KubeCluster
+from nodecycle.adapters.aws.instances import Ec2Instances
+from nodecycle.adapters.kube.budget import ConfigMapBudgetStore, KubeNodeInventory
+from nodecycle.adapters.kube.cluster_api import KubeCluster
 from nodecycle.adapters.kube.eks_access import EksCluster
-from nodecycle.adapters.kube_budget import ConfigMapBudgetStore, KubeNodeInventory
 from nodecycle.domain.budget import BudgetLimits, DisruptionBudget
-from nodecycle.domain.completion import CompleteAction
-from nodecycle.domain.drain.steps import (
-    AcquireSlot,
-    Cleanup,
-    Cordon,
-    Evict,
-    NodeFinder,
-    ReadinessGate,
-    WaiterWaker,
-)
+from nodecycle.domain.completion import CompleteAction, SettleResults
+from nodecycle.domain.drain.steps import AcquireSlot, Cleanup, Cordon, Evict
 from nodecycle.domain.engine import StepEngine, StepHandler
 from nodecycle.domain.flow import Worker
+from nodecycle.domain.launch import ReadinessGate
 from nodecycle.domain.model import Step
-from nodecycle.wiring.common import common
+from nodecycle.domain.nodes import NodeFinder
+from nodecycle.settings import Budget, DrainSettings, FunctionSettings
+from nodecycle.wiring.common import Common, common, drain_policy, readiness_policy
 
 NODE_LIST_CACHE = timedelta(seconds=10)
 
 
 @cache
-def eks() -> EksCluster:
-    cluster_name = common().settings.cluster_name
-    if cluster_name is None:
-        raise RuntimeError(
-            "a Kubernetes step ran without NODECYCLE_CLUSTER_NAME: the plan and settings disagree"
-        )
-    return EksCluster(cluster_name)
+def settings() -> DrainSettings:
+    return DrainSettings.from_env(os.environ)
 
 
-def core_api() -> CoreV1Api:
-    return CoreV1Api(eks().api_client())
+def shared() -> Common:
+    return common(settings())
+
+
+# -- the cluster: also what the sweeper uses -----------------------------------------------------------
 
 
 @cache
-def budget() -> DisruptionBudget:
-    shared = common()
-    settings = shared.settings
+def eks(cluster_name: str) -> EksCluster:
+    return EksCluster(cluster_name)
+
+
+def _cluster_name(config: FunctionSettings) -> str:
+    if config.cluster_name is None:
+        raise RuntimeError(
+            "a Kubernetes step ran without NODECYCLE_CLUSTER_NAME: the plan and settings disagree"
+        )
+    return config.cluster_name
+
+
+@cache
+def cluster(config: FunctionSettings) -> KubeCluster:
+    access = eks(_cluster_name(config))
+    return KubeCluster(access.api_client)
+
+
+@cache
+def budget(config: Budget, ports: Common) -> DisruptionBudget:
+    access = eks(_cluster_name(ports.settings))
+
+    def core_api() -> CoreV1Api:
+        return CoreV1Api(access.api_client())
+
     return DisruptionBudget(
-        store=ConfigMapBudgetStore(core_api, namespace=settings.budget_namespace),
+        store=ConfigMapBudgetStore(core_api, namespace=config.budget_namespace),
         nodes=KubeNodeInventory(
-            core_api, label_selector=settings.budget_node_selector, cache_ttl=NODE_LIST_CACHE
+            core_api, label_selector=config.budget_node_selector, cache_ttl=NODE_LIST_CACHE
         ),
-        clock=shared.clock,
-        metrics=shared.metrics,
+        clock=ports.clock,
+        metrics=ports.metrics,
         limits=BudgetLimits(
-            max_unavailable=settings.budget_max_unavailable,
-            max_unavailable_per_zone=settings.budget_max_unavailable_per_zone,
+            max_unavailable=config.budget_max_unavailable,
+            max_unavailable_per_zone=config.budget_max_unavailable_per_zone,
         ),
-        holder_ttl=timedelta(seconds=settings.budget_holder_ttl_seconds),
-        count_unavailable=settings.budget_count_unavailable,
-        owner=settings.owner_id,
+        holder_ttl=timedelta(seconds=config.budget_holder_ttl_seconds),
+        count_unavailable=config.budget_count_unavailable,
+        owner=ports.settings.owner_id,
     )
 
 
 @cache
-def cluster() -> KubeCluster:
-    return KubeCluster(lambda: eks().api_client())
-
-
-def waker() -> WaiterWaker:
-    shared = common()
-    return WaiterWaker(records=shared.records, queues=shared.queues, metrics=shared.metrics)
-
-
-@cache
 def engine() -> StepEngine:
-    shared = common()
-    settings = shared.settings
-    finder = NodeFinder(cluster(), Ec2Instances())
-    steps: dict[Step, StepHandler] = {
-        Step.COMPLETE: CompleteAction(shared.autoscaling, shared.metrics),
-    }
-    if settings.uses_kubernetes:
+    config = settings()
+    ports = shared()
+    readiness = readiness_policy(config, poll_seconds=config.drain_poll_seconds)
+    steps: dict[Step, StepHandler] = {Step.COMPLETE: CompleteAction(ports.autoscaling, ports.metrics)}
+    if config.uses_kubernetes:
         # The Kubernetes steps are built on first use: a stack without a cluster never connects to one.
+        policy = drain_policy(config)
+        nodes = cluster(config)
+        slots = budget(config, ports)
+        finder = NodeFinder(nodes, Ec2Instances())
         steps |= {
             Step.ACQUIRE_SLOT: AcquireSlot(
-                finder=finder, cluster=cluster(), slots=budget(), settings=settings, metrics=shared.metrics
+                finder=finder, cluster=nodes, slots=slots, policy=policy, metrics=ports.metrics
             ),
-            Step.CORDON: Cordon(cluster=cluster(), settings=settings),
-            Step.EVICT: Evict(cluster=cluster(), slots=budget(), settings=settings, metrics=shared.metrics),
-            Step.CLEANUP: Cleanup(cluster=cluster(), slots=budget(), waker=waker()),
-            Step.READY_GATE: ReadinessGate(finder=finder, settings=settings, metrics=shared.metrics),
+            Step.CORDON: Cordon(cluster=nodes, policy=policy),
+            Step.EVICT: Evict(cluster=nodes, slots=slots, policy=policy, metrics=ports.metrics),
+            Step.CLEANUP: Cleanup(cluster=nodes, slots=slots, dispatcher=ports.dispatcher()),
+            Step.READY_GATE: ReadinessGate(finder=finder, policy=readiness, metrics=ports.metrics),
         }
-    return shared.engine(Worker.DRAIN, steps)
+    return ports.engine(Worker.DRAIN, steps, SettleResults(readiness=readiness.on_failure))

@@ -2,17 +2,29 @@
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 from functools import cache
 
-from nodecycle.adapters.ec2_addresses import Ec2Addresses
+from nodecycle.adapters.aws.addresses import Ec2Addresses
+from nodecycle.domain.completion import CompleteAction, SettleResults
 from nodecycle.domain.eip.assign import AssignAddress
 from nodecycle.domain.eip.release import ReleaseAddresses
-from nodecycle.domain.eip.sweep import AddressSweep
 from nodecycle.domain.engine import StepEngine
 from nodecycle.domain.flow import Worker
 from nodecycle.domain.model import Step
-from nodecycle.wiring.common import common
+from nodecycle.domain.sweep.addresses import AddressSweep
+from nodecycle.settings import EipSettings, SweeperSettings
+from nodecycle.wiring.common import Common, common, eip_policy
+
+
+@cache
+def settings() -> EipSettings:
+    return EipSettings.from_env(os.environ)
+
+
+def shared() -> Common:
+    return common(settings())
 
 
 @cache
@@ -22,27 +34,29 @@ def addresses() -> Ec2Addresses:
 
 @cache
 def engine() -> StepEngine:
-    shared = common()
-    settings = shared.settings
-    return shared.engine(
+    config = settings()
+    ports = shared()
+    policy = eip_policy(config)
+    return ports.engine(
         Worker.EIP,
         {
-            Step.ASSIGN_EIP: AssignAddress(settings=settings, addresses=addresses(), metrics=shared.metrics),
-            Step.RELEASE_EIP: ReleaseAddresses(
-                owner=settings.owner_id, addresses=addresses(), metrics=shared.metrics
+            Step.ASSIGN_EIP: AssignAddress(
+                owner=config.owner_id, policy=policy, addresses=addresses(), metrics=ports.metrics
             ),
+            Step.RELEASE_EIP: ReleaseAddresses(
+                owner=config.owner_id, addresses=addresses(), metrics=ports.metrics
+            ),
+            Step.COMPLETE: CompleteAction(ports.autoscaling, ports.metrics),
         },
+        SettleResults(eip=policy.failure_result),
     )
 
 
-@cache
-def address_sweep() -> AddressSweep:
-    shared = common()
-    settings = shared.settings
+def address_sweep(config: SweeperSettings, ports: Common) -> AddressSweep:
     return AddressSweep(
-        owner=settings.owner_id,
+        owner=config.owner_id,
         addresses=addresses(),
-        clock=shared.clock,
-        metrics=shared.metrics,
-        grace=timedelta(seconds=settings.sweep_grace_seconds),
+        clock=ports.clock,
+        metrics=ports.metrics,
+        grace=timedelta(seconds=config.sweep_grace_seconds),
     )

@@ -1,30 +1,51 @@
+"""The intake function's composition root."""
+
 from __future__ import annotations
 
+import os
+from datetime import timedelta
 from functools import cache
 
 from nodecycle.domain.catalog import HookTimeouts, ManagedGroups
 from nodecycle.domain.intake import Intake
-from nodecycle.wiring.common import common
+from nodecycle.domain.policy import EipMode, PlanPolicy
+from nodecycle.settings import IntakeSettings
+from nodecycle.wiring.common import Common, common
+
+
+@cache
+def settings() -> IntakeSettings:
+    return IntakeSettings.from_env(os.environ)
+
+
+def shared() -> Common:
+    return common(settings())
 
 
 @cache
 def intake() -> Intake:
-    shared = common()
-    settings = shared.settings
+    config = settings()
+    ports = shared()
     return Intake(
-        settings=settings,
-        records=shared.records,
-        queues=shared.queues,
-        groups=ManagedGroups(
-            owner=settings.owner_id,
-            names=settings.managed_groups,
-            by_tag=settings.managed_by_tag,
-            hooks=settings.managed_hooks,
-            autoscaling=shared.autoscaling,
-            clock=shared.clock,
+        owner=config.owner_id,
+        plan=PlanPolicy(
+            kubernetes=config.uses_kubernetes,
+            eip=config.eip_mode is not EipMode.OFF,
+            readiness_gate=config.readiness_gate,
         ),
-        hooks=HookTimeouts(shared.autoscaling),
-        clock=shared.clock,
-        metrics=shared.metrics,
-        resume_grace=shared.resume_grace,
+        records=ports.records,
+        queues=ports.queues,
+        groups=ManagedGroups(
+            owner=config.owner_id,
+            names=config.managed_groups,
+            by_tag=config.managed_by_tag,
+            hooks=config.managed_hooks,
+            autoscaling=ports.autoscaling,
+            clock=ports.clock,
+        ),
+        hooks=HookTimeouts(ports.autoscaling),
+        clock=ports.clock,
+        metrics=ports.metrics,
+        resume_grace=ports.resume_grace,
+        retry_window=timedelta(seconds=config.heartbeat_margin_seconds + config.redelivery_seconds),
     )

@@ -2,60 +2,67 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from datetime import datetime
 from functools import cache
 
-from nodecycle.adapters.ec2_instances import Ec2Instances
-from nodecycle.domain.completion import CompleteAction
-from nodecycle.domain.eip.sweep import AddressSweep
-from nodecycle.domain.engine import Dispatcher
+from nodecycle.adapters.aws.instances import Ec2Instances
+from nodecycle.domain.completion import CompleteAction, SettleResults
 from nodecycle.domain.model import LifecycleRecord
-from nodecycle.domain.sweeper import (
-    Counts,
-    LeftoverAnnotations,
-    LifecycleRepair,
-    StaleBudgetEntries,
-    Sweeper,
-    SweepPart,
-)
+from nodecycle.domain.sweep.addresses import AddressSweep
+from nodecycle.domain.sweep.annotations import LeftoverAnnotations
+from nodecycle.domain.sweep.budget_entries import StaleBudgetEntries
+from nodecycle.domain.sweep.lifecycles import LifecycleRepair
+from nodecycle.domain.sweep.sweeper import Counts, Sweeper, SweepPart
+from nodecycle.settings import SweeperSettings
 from nodecycle.wiring import eip
-from nodecycle.wiring.common import common
+from nodecycle.wiring.common import Common, common, eip_policy
+
+
+@cache
+def settings() -> SweeperSettings:
+    return SweeperSettings.from_env(os.environ)
+
+
+def shared() -> Common:
+    return common(settings())
 
 
 @cache
 def sweeper() -> Sweeper:
-    shared = common()
-    settings = shared.settings
+    config = settings()
+    ports = shared()
     parts: dict[str, SweepPart] = {
         "lifecycles": LifecycleRepair(
-            records=shared.records,
-            dispatcher=Dispatcher(
-                records=shared.records, queues=shared.queues, clock=shared.clock, metrics=shared.metrics
+            records=ports.records,
+            dispatcher=ports.dispatcher(),
+            completion=CompleteAction(ports.autoscaling, ports.metrics),
+            metrics=ports.metrics,
+            resume_grace=ports.resume_grace,
+            margin=ports.timing.heartbeat_margin,
+            failure_result=SettleResults(
+                eip=eip_policy(config).failure_result, readiness=config.readiness_failure_result
             ),
-            completion=CompleteAction(shared.autoscaling, shared.metrics),
-            metrics=shared.metrics,
-            resume_grace=shared.resume_grace,
-            margin=shared.timing.heartbeat_margin,
-            failure_result=shared.failure_result,
         )
     }
-    if settings.uses_kubernetes:
+    if config.uses_kubernetes:
         from nodecycle.wiring import drain  # the Kubernetes client only when there is a cluster
 
+        nodes = drain.cluster(config)
         parts["budget"] = StaleBudgetEntries(
-            budget=drain.budget(),
-            records=shared.records,
-            node_names=drain.cluster().node_names,
+            budget=drain.budget(config, ports),
+            records=ports.records,
+            node_names=nodes.node_names,
             alive_instances=Ec2Instances().alive,
-            waker=drain.waker(),
+            waker=ports.dispatcher(),
         )
         parts["annotations"] = LeftoverAnnotations(
-            owner=settings.owner_id, cluster=drain.cluster(), records=shared.records, metrics=shared.metrics
+            owner=config.owner_id, cluster=nodes, records=ports.records, metrics=ports.metrics
         )
     # Always, even with EIPs off now: addresses left from when they were on still need freeing.
-    parts["addresses"] = _addresses_part(eip.address_sweep())
-    return Sweeper(owner=settings.owner_id, records=shared.records, clock=shared.clock, parts=parts)
+    parts["addresses"] = _addresses_part(eip.address_sweep(config, ports))
+    return Sweeper(owner=config.owner_id, records=ports.records, clock=ports.clock, parts=parts)
 
 
 def _addresses_part(sweep: AddressSweep) -> SweepPart:

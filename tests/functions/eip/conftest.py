@@ -13,10 +13,11 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from nodecycle.adapters import ec2_addresses
-from nodecycle.adapters.dynamodb_records import DynamoRecordStore
+from nodecycle.adapters.aws import clients
+from nodecycle.adapters.aws.records import DynamoRecordStore
 from nodecycle.domain.model import LifecycleRecord
-from nodecycle.domain.ports import WorkMessage
+from nodecycle.domain.ports.lifecycle import WorkMessage
+from nodecycle_sandbox.aws.install import install
 from tests.support.events import sqs_event
 from tests.support.functions import load_function
 from tests.support.stack import Stack
@@ -144,11 +145,13 @@ def work_event(*records: LifecycleRecord) -> dict[str, Any]:
 def ec2(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> AwsLikeEc2:
     """The client the eip function's EC2 adapter gets (instead of a plain moto client)."""
     aws_like = AwsLikeEc2(boto3.client("ec2"))
-    monkeypatch.setattr(ec2_addresses, "client", lambda service: aws_like)
+    made = clients.client
+    monkeypatch.setattr(clients, "client", lambda service: aws_like if service == "ec2" else made(service))
     return aws_like
 
 
 @pytest.fixture
 def eip_fn(stack: Stack, ec2: AwsLikeEc2, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    install()  # moto lacks CompleteLifecycleAction, which the eip function calls: the sandbox's emulation adds it
     monkeypatch.setenv("NODECYCLE_EIP_MODE", "allocate")
     return load_function("eip")

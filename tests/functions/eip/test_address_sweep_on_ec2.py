@@ -6,7 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import boto3
 
-from nodecycle.domain.eip.addresses import ALLOCATED_AT_TAG, INSTANCE_TAG, OWNER_TAG, POOL_TAG
+from nodecycle.domain.ports.addresses import ALLOCATED_AT_TAG, INSTANCE_TAG, OWNER_TAG, POOL_TAG
+from nodecycle.wiring import sweeper
 from nodecycle.wiring.eip import address_sweep
 from tests.functions.eip.conftest import AwsLikeEc2, addresses, allocate, api_calls, run_instances
 from tests.support.stack import Stack
@@ -34,7 +35,7 @@ def test_the_sweep_frees_what_was_left_behind_and_nothing_else_in_two_api_calls(
     calls = api_calls(ec2.moto)
 
     # When the sweeper runs
-    report = address_sweep()()
+    report = address_sweep(sweeper.settings(), sweeper.shared())()
 
     # Then the leak is released, the pool address is free in its pool, everything else is as it was
     state = {a["AllocationId"]: a.get("InstanceId") or None for a in addresses()}

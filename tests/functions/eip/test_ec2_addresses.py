@@ -13,8 +13,9 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 
-from nodecycle.adapters.ec2_addresses import Ec2Addresses
-from nodecycle.domain.eip.addresses import (
+from nodecycle.adapters.aws.addresses import Ec2Addresses
+from nodecycle.domain.errors import TransientError
+from nodecycle.domain.ports.addresses import (
     Address,
     AddressAlreadyAssociated,
     AddressError,
@@ -23,7 +24,6 @@ from nodecycle.domain.eip.addresses import (
     AddressNotFound,
     InstanceUnavailable,
 )
-from nodecycle.domain.errors import TransientError
 from tests.functions.eip.conftest import api_calls, run_instances
 from tests.support.stack import Stack
 

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
 
-from nodecycle.domain.eip.addresses import ALLOCATED_AT_TAG, GROUP_TAG, INSTANCE_TAG, OWNER_TAG
 from nodecycle.domain.model import LifecycleRecord, Step
-from nodecycle.settings import ActionResult
+from nodecycle.domain.policy import ActionResult
+from nodecycle.domain.ports.addresses import ALLOCATED_AT_TAG, GROUP_TAG, INSTANCE_TAG, OWNER_TAG
 from tests.functions.eip.conftest import (
     AwsLikeEc2,
     addresses,
@@ -100,11 +100,13 @@ def test_terminate_releases_the_address_and_goes_to_completion(
     # When the eip function gets the RELEASE_EIP message
     response = eip_fn.handler(work_event(terminate), LambdaContext())
 
-    # Then the address is released, and the drain function has the completion's message
+    # Then the address is released, the eip function completes the action where the record is, and the
+    # drain function has only the cleanup's message
     assert failures(response) == []
     assert addresses(**{f"tag:{OWNER_TAG}": OWNER}) == []
-    assert current(stack, terminate).step is Step.COMPLETE
-    assert {"record_id": terminate.id, "seq": 1, "step": "complete"} in work(stack.drain_queue)
+    done = current(stack, terminate)
+    assert (done.step, done.completed_at is not None) == (Step.CLEANUP, True)
+    assert {"record_id": terminate.id, "seq": 2, "step": "cleanup"} in work(stack.drain_queue)
     assert metric(capsys.readouterr().out, "EipsReleased") == 1
 
 
@@ -148,7 +150,7 @@ def test_a_launch_redelivered_after_a_crash_between_allocation_and_association_l
 
 @pytest.mark.parametrize(
     ("policy", "step", "result"),
-    [("abandon", Step.COMPLETE, ActionResult.ABANDON), ("continue", Step.READY_GATE, None)],
+    [("abandon", Step.DONE, ActionResult.ABANDON), ("continue", Step.READY_GATE, None)],
 )
 def test_an_exhausted_address_quota_ends_the_launch_as_configured(
     eip_fn: ModuleType,
@@ -170,7 +172,8 @@ def test_an_exhausted_address_quota_ends_the_launch_as_configured(
     # When the launch asks for an address
     response = eip_fn.handler(work_event(record), LambdaContext())
 
-    # Then it is abandoned (completed with ABANDON) or goes on to the readiness gate without an address
+    # Then it is abandoned (completed with ABANDON, by the eip function itself) or goes on to the
+    # readiness gate (the drain function's) without an address
     assert failures(response) == []
     updated = current(stack, record)
     assert updated.step is step
@@ -178,7 +181,9 @@ def test_an_exhausted_address_quota_ends_the_launch_as_configured(
     assert updated.outcome is not None
     assert updated.outcome.startswith("eip-failed: address quota exceeded")
     assert updated.allocation_id is None
-    assert work(stack.drain_queue) == [{"record_id": record.id, "seq": 1, "step": step.value}]
+    handed_over = [] if step is Step.DONE else [{"record_id": record.id, "seq": 1, "step": step.value}]
+    assert work(stack.drain_queue) == handed_over
+    assert (updated.completed_at is not None) == (step is Step.DONE)
     assert metric(capsys.readouterr().out, "EipFailures") == 1
 
 
@@ -226,8 +231,8 @@ import importlib.util, sys
 spec = importlib.util.spec_from_file_location("eip_app", {str(FUNCTIONS / "eip" / "app.py")!r})
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
-from nodecycle.wiring.eip import address_sweep, engine
-engine(); address_sweep()
+from nodecycle.wiring import eip, sweeper
+eip.engine(); eip.address_sweep(sweeper.settings(), sweeper.shared())
 print(sorted(name for name in sys.modules if name == "kubernetes" or name.startswith("kubernetes.")))
 """
     # When it loads the handler and builds its services, Then no Kubernetes module is imported

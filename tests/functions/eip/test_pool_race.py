@@ -17,12 +17,14 @@ from typing import Any
 
 import boto3
 
-from nodecycle.adapters.ec2_addresses import Ec2Addresses
-from nodecycle.domain.eip.addresses import OWNER_TAG, POOL_TAG
+from nodecycle.adapters.aws.addresses import Ec2Addresses
 from nodecycle.domain.eip.assign import AssignAddress
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.model import Step
-from nodecycle.settings import ActionResult, Settings
+from nodecycle.domain.policy import ActionResult
+from nodecycle.domain.ports.addresses import OWNER_TAG, POOL_TAG
+from nodecycle.settings import EipSettings
+from nodecycle.wiring.common import eip_policy
 from tests.functions.eip.conftest import AwsLikeEc2, addresses, allocate, run_instances
 from tests.support.fakes import FakeMetrics
 from tests.support.stack import Stack
@@ -50,7 +52,7 @@ def test_twenty_launches_racing_for_ten_pool_addresses_take_each_once_and_steal_
     # Given a pool of 10 free addresses of this stack and 20 instances launching at once
     pool = {allocate(**{OWNER_TAG: "stack-a", POOL_TAG: "ci"}) for _ in range(POOL_SIZE)}
     instances = run_instances(LAUNCHES)
-    settings = Settings.model_validate(
+    settings = EipSettings.model_validate(
         {
             "owner_id": "stack-a",
             "record_table": stack.table,
@@ -66,8 +68,9 @@ def test_twenty_launches_racing_for_ten_pool_addresses_take_each_once_and_steal_
 
     def launch(number: int) -> Outcome:
         step = AssignAddress(
-            settings=settings,
-            addresses=Ec2Addresses(clients[number]),
+            owner="stack-a",
+            policy=eip_policy(settings),
+            addresses=Ec2Addresses(clients[number]),  # type: ignore[arg-type]  # a wrapped moto client
             metrics=FakeMetrics(),
             rng=random.Random(number),
         )

@@ -101,7 +101,9 @@ def test_a_launch_into_a_warm_pool_is_completed_without_gate_or_address(
     intake_fn.handler(happening_now(load_event("eventbridge-launch-into-warm-pool.json")), LambdaContext())
     (record,) = records()
     assert record["plan"] == ["complete", "done"]
-    assert [m["step"] for m in work(stack.drain_queue)] == ["complete"]
+    # nothing to drain or gate: completed by the function that does not load the Kubernetes client
+    assert [m["step"] for m in work(stack.eip_queue)] == ["complete"]
+    assert work(stack.drain_queue) == []
 
 
 def test_a_group_this_stack_does_not_manage_is_ignored_without_error(
@@ -156,9 +158,9 @@ def test_groups_tagged_with_the_owner_are_managed_and_their_tags_read_once(
     def count(model: Any, **_: Any) -> None:
         calls.append(model.name)
 
-    from nodecycle.wiring.common import common
+    from nodecycle.wiring.intake import shared
 
-    common().autoscaling._asg.meta.events.register(
+    shared().autoscaling._asg().meta.events.register(
         "before-call.auto-scaling.DescribeAutoScalingGroups", count
     )
 
@@ -235,9 +237,9 @@ def test_a_record_that_fails_for_a_retryable_reason_alone_is_reported_to_sqs(
     event = happening_now(sqs_event(first, second))
     from botocore.exceptions import ClientError
 
-    from nodecycle.wiring.common import common
+    from nodecycle.wiring.intake import shared
 
-    queues = common().queues
+    queues = shared().queues
     original = queues.send
 
     def throttled(worker: Any, message: Any, delay_seconds: int = 0) -> None:
@@ -258,10 +260,21 @@ def test_a_record_that_fails_for_a_retryable_reason_alone_is_reported_to_sqs(
 def test_an_invalid_setting_stops_the_function_with_a_message_that_names_it(
     intake_fn: ModuleType, stack: Stack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("NODECYCLE_DRAIN_TIMEOUT_SECONDS", "ten minutes")
-    with pytest.raises(ValueError, match="NODECYCLE_DRAIN_TIMEOUT_SECONDS"):
+    monkeypatch.setenv("NODECYCLE_RECORD_TTL_DAYS", "two weeks")
+    with pytest.raises(ValueError, match="NODECYCLE_RECORD_TTL_DAYS"):
         intake_fn.handler(happening_now(load_event("eventbridge-terminate.json")), LambdaContext())
     assert records() == []
+
+
+def test_intake_does_not_validate_the_settings_only_other_functions_use(
+    intake_fn: ModuleType, stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a drain setting that the drain function would refuse
+    monkeypatch.setenv("NODECYCLE_DRAIN_TIMEOUT_SECONDS", "ten minutes")
+    monkeypatch.setenv("NODECYCLE_BUDGET_HOLDER_TTL_SECONDS", "1")
+    # When intake receives an action, Then it records it: intake uses neither setting
+    intake_fn.handler(happening_now(load_event("eventbridge-terminate.json")), LambdaContext())
+    assert len(records()) == 1
 
 
 def test_an_action_of_a_group_whose_hook_is_gone_is_dropped(

@@ -12,7 +12,7 @@ from typing import Any
 import boto3
 import pytest
 
-from nodecycle.adapters.dynamodb_records import DynamoRecordStore
+from nodecycle.adapters.aws.records import DynamoRecordStore
 from nodecycle.domain.model import LifecycleRecord, Step, Transition, global_deadline
 from nodecycle_sandbox.aws.install import install
 from tests.functions.intake.conftest import GROUP, HEARTBEAT_TIMEOUT, make_group

@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta
 
 from kubernetes import client
 
-from nodecycle.adapters.kube_budget import ConfigMapBudgetStore, KubeNodeInventory
+from nodecycle.adapters.kube.budget import ConfigMapBudgetStore, KubeNodeInventory
 from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotDecision, SlotRequest
 from nodecycle.domain.errors import TransientError
-from nodecycle.settings import Quantity
+from nodecycle.domain.policy import Quantity
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.budget.conftest import NAMESPACE, core_api
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from nodecycle.adapters.kube_budget import ConfigMapBudgetStore, KubeNodeInventory
+from nodecycle.adapters.kube.budget import ConfigMapBudgetStore, KubeNodeInventory
 from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotRequest
-from nodecycle.settings import Quantity
+from nodecycle.domain.policy import Quantity
 from nodecycle_cli import budget as budget_cli
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.budget.conftest import NAMESPACE, add_nodes, core_api, instance_of, node_name, zone_of

@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from nodecycle.adapters.kube_budget import DATA_KEY, ConfigMapBudgetStore, KubeNodeInventory
+from nodecycle.adapters.kube.budget import DATA_KEY, ConfigMapBudgetStore, KubeNodeInventory
 from nodecycle.domain.budget import BudgetDocument, NodeState
 from nodecycle.domain.budget.document import Released
 from nodecycle.domain.errors import TransientError

@@ -7,7 +7,7 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
-from nodecycle.adapters.kube_budget import ConfigMapBudgetStore
+from nodecycle.adapters.kube.budget import ConfigMapBudgetStore
 from nodecycle.domain.budget import SlotDecision, SlotRequest
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.budget.conftest import NAMESPACE, add_nodes, core_api, instance_of, node_name, zone_of

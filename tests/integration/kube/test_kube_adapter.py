@@ -12,9 +12,9 @@ import pytest
 from kubernetes.client import VersionApi
 from moto import mock_aws
 
-from nodecycle.adapters.kube.cluster import KubeCluster
+from nodecycle.adapters.kube.cluster_api import KubeCluster
 from nodecycle.adapters.kube.eks_access import EksCluster
-from nodecycle.domain.cluster import OWNER_ANNOTATION, Claim, Eviction
+from nodecycle.domain.ports.cluster import OWNER_ANNOTATION, Claim, Eviction
 from nodecycle_sandbox.aws.eks import point_cluster
 from nodecycle_sandbox.kube import KubeServer
 

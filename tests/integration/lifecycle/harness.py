@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from kubernetes.client import CoreV1Api
 
-from nodecycle.adapters.dynamodb_records import DynamoRecordStore
+from nodecycle.adapters.aws.records import DynamoRecordStore
 from nodecycle.domain.model import LifecycleRecord, Transition
 from nodecycle_sandbox import Sandbox, SandboxOptions
 from nodecycle_sandbox.aws.group import GroupSpec, HookSpec, default_hooks, wait_for

@@ -24,7 +24,7 @@ import pytest
 from botocore.client import BaseClient
 from kubernetes.client import rest
 
-from nodecycle.domain.cluster import IN_PROGRESS_ANNOTATION, OWNER_ANNOTATION
+from nodecycle.domain.ports.cluster import IN_PROGRESS_ANNOTATION, OWNER_ANNOTATION
 from nodecycle_sandbox import Sandbox, SandboxOptions
 from nodecycle_sandbox.aws.group import GroupSpec
 from nodecycle_sandbox.aws.records import TERMINATING

@@ -13,11 +13,11 @@ import pytest
 from kubernetes.client import PolicyV1Api
 
 from nodecycle.adapters.clock import SystemClock
-from nodecycle.adapters.kube_budget import ConfigMapBudgetStore, KubeNodeInventory
+from nodecycle.adapters.kube.budget import ConfigMapBudgetStore, KubeNodeInventory
 from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotRequest
-from nodecycle.domain.cluster import OWNER_ANNOTATION, ZONE_LABEL
 from nodecycle.domain.model import Step
-from nodecycle.settings import Quantity
+from nodecycle.domain.policy import Quantity
+from nodecycle.domain.ports.cluster import OWNER_ANNOTATION, ZONE_LABEL
 from nodecycle_sandbox import Sandbox
 from nodecycle_sandbox.checks import completed_before_drained, last_pod_gone, pdb_breaches
 from tests.integration.lifecycle.harness import (

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from nodecycle.domain.cluster import OWNER_ANNOTATION
+from nodecycle.domain.ports.cluster import OWNER_ANNOTATION
 from nodecycle_sandbox import Sandbox
 from nodecycle_sandbox.aws.group import GroupSpec
 from nodecycle_sandbox.aws.records import TERMINATING

@@ -5,7 +5,7 @@ from datetime import timedelta
 import pytest
 
 from nodecycle.domain.budget import BudgetLimits, DisruptionBudget
-from nodecycle.settings import Quantity
+from nodecycle.domain.policy import Quantity
 from tests.unit.budget.fakes import (
     BudgetFactory,
     FakeClock,

@@ -30,7 +30,7 @@ from nodecycle.domain.budget import (
     SlotRequest,
 )
 from nodecycle.domain.errors import TransientError
-from nodecycle.settings import Quantity
+from nodecycle.domain.policy import Quantity
 from tests.unit.budget.fakes import Crash, FakeClock, FakeInventory, MemoryBudgetStore, RecordingMetrics
 
 OWNERS = ("blue", "green", "red")

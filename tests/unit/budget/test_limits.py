@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from nodecycle.domain.budget import BudgetLimits
-from nodecycle.settings import Quantity
+from nodecycle.domain.policy import Quantity
 from tests.unit.budget.fakes import node
 
 

@@ -8,7 +8,7 @@ from datetime import timedelta
 from nodecycle.domain.budget import BudgetDocument, BudgetLimits, Holder, Waiter
 from nodecycle.domain.budget.limits import owner_limits
 from nodecycle.domain.budget.rules import eligible_waiters, prune
-from nodecycle.settings import Quantity
+from nodecycle.domain.policy import Quantity
 from tests.unit.budget.fakes import START
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nodecycle.domain.cluster import PodInfo
+from nodecycle.domain.ports.cluster import PodInfo
 
 
 def pod(name: str = "web-1", **changes: object) -> PodInfo:

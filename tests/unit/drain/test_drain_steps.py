@@ -3,26 +3,24 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import timedelta
 
 import pytest
 
 from nodecycle.domain.budget import SlotDecision, SlotReason, SlotRequest
-from nodecycle.domain.cluster import Claim, Eviction, NodeInfo, PodInfo
-from nodecycle.domain.drain.steps import (
-    AcquireSlot,
-    Cleanup,
-    Cordon,
-    Evict,
-    NodeFinder,
-    ReadinessGate,
-    WaiterWaker,
-)
+from nodecycle.domain.drain.steps import AcquireSlot, Cleanup, Cordon, Evict
+from nodecycle.domain.engine import Dispatcher
 from nodecycle.domain.flow import Worker
+from nodecycle.domain.launch import ReadinessGate
 from nodecycle.domain.model import LifecycleRecord, Step, Transition
-from nodecycle.settings import ActionResult, Settings
-from tests.support.fakes import T0, FakeMetrics, InMemoryRecords, RecordingQueues
+from nodecycle.domain.nodes import NodeFinder
+from nodecycle.domain.policy import ActionResult, DrainPolicy, ReadinessPolicy
+from nodecycle.domain.ports.cluster import Claim, Eviction, NodeInfo, PodInfo
+from nodecycle.settings import DrainSettings
+from nodecycle.wiring.common import drain_policy, readiness_policy
+from tests.support.fakes import T0, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
 from tests.unit.drain.builders import pod
 from tests.unit.foundation.test_engine import make_record
 
@@ -30,7 +28,7 @@ INSTANCE = "i-0123456789abcdef0"
 NODE = "ip-10-0-1-23.eu-west-1.compute.internal"
 
 
-def settings(**changes: str) -> Settings:
+def settings(**changes: str) -> DrainSettings:
     env = {
         "NODECYCLE_OWNER_ID": "stack-a",
         "NODECYCLE_CLUSTER_NAME": "sandbox",
@@ -45,7 +43,16 @@ def settings(**changes: str) -> Settings:
         "NODECYCLE_BUDGET_RETRY_SECONDS": "30",
         "NODECYCLE_READINESS_TIMEOUT_SECONDS": "300",
     }
-    return Settings.from_env(env | {f"NODECYCLE_{key.upper()}": value for key, value in changes.items()})
+    return DrainSettings.from_env(env | {f"NODECYCLE_{key.upper()}": value for key, value in changes.items()})
+
+
+def policy(**changes: str) -> DrainPolicy:
+    return drain_policy(settings(**changes))
+
+
+def readiness(**changes: str) -> ReadinessPolicy:
+    config = settings(**changes)
+    return readiness_policy(config, poll_seconds=config.drain_poll_seconds)
 
 
 def node(**changes: object) -> NodeInfo:
@@ -65,6 +72,7 @@ def node(**changes: object) -> NodeInfo:
 class FakeCluster:
     nodes: dict[str, NodeInfo] = field(default_factory=dict)
     pods: list[PodInfo] = field(default_factory=list)
+    pod_nodes: dict[str, str] = field(default_factory=dict)  # pod name -> its node, when not NODE
     blocked: set[str] = field(default_factory=set)  # pods a PodDisruptionBudget protects
     conflicts: int = 0  # the next claims that find the node changed
     evictions: list[tuple[str, int]] = field(default_factory=list)
@@ -99,7 +107,7 @@ class FakeCluster:
         return Claim.CLAIMED
 
     def pods_on(self, node: str) -> list[PodInfo]:
-        return list(self.pods)
+        return [p for p in self.pods if self.pod_nodes.get(p.name, NODE) == node]
 
     def evict(self, pod: PodInfo, grace_seconds: int) -> Eviction:
         if pod.name in self.blocked:
@@ -151,6 +159,9 @@ class NoDns:
     def private_dns_name(self, instance_id: str) -> str | None:
         return None
 
+    def alive(self, instance_ids: Collection[str]) -> set[str]:
+        return set(instance_ids)
+
 
 def terminating(step: Step, **changes: object) -> LifecycleRecord:
     plan = (Step.ACQUIRE_SLOT, Step.CORDON, Step.EVICT, Step.COMPLETE, Step.CLEANUP, Step.DONE)
@@ -166,7 +177,7 @@ def acquire(cluster: FakeCluster, slots: FakeSlots, metrics: FakeMetrics | None 
         finder=NodeFinder(cluster, NoDns()),
         cluster=cluster,
         slots=slots,
-        settings=settings(),
+        policy=policy(),
         metrics=metrics or FakeMetrics(),
     )
 
@@ -220,7 +231,7 @@ def test_a_node_claimed_by_an_owner_that_holds_no_slot_any_more_is_adopted() -> 
     # When this stack's lifecycle of the node takes a slot and cordons
     taken = acquire(cluster, slots)(terminating(Step.ACQUIRE_SLOT), T0)
     record = terminating(Step.CORDON, node=NODE, extra=taken.changes["extra"])
-    cordoned = Cordon(cluster=cluster, settings=settings())(record, T0)
+    cordoned = Cordon(cluster=cluster, policy=policy())(record, T0)
 
     # Then it adopts the node: its own slot, its own annotations
     assert (taken.then, taken.again) == (None, False)
@@ -234,7 +245,7 @@ def test_a_node_claimed_by_an_owner_that_holds_no_slot_any_more_is_adopted() -> 
 
 def test_cordon_sets_owner_and_in_progress_with_the_cordon_in_one_patch() -> None:
     cluster = FakeCluster(nodes={NODE: node()})
-    outcome = Cordon(cluster=cluster, settings=settings())(terminating(Step.CORDON, node=NODE), T0)
+    outcome = Cordon(cluster=cluster, policy=policy())(terminating(Step.CORDON, node=NODE), T0)
     (patch,) = cluster.patches
     assert patch["owner"] == "stack-a"
     assert patch["cordon"] is True
@@ -250,21 +261,21 @@ def test_cordon_sets_owner_and_in_progress_with_the_cordon_in_one_patch() -> Non
 
 def test_a_node_in_progress_without_owner_is_adopted() -> None:
     cluster = FakeCluster(nodes={NODE: node(in_progress='{"instance":"i-0123456789abcdef0"}')})
-    outcome = Cordon(cluster=cluster, settings=settings())(terminating(Step.CORDON, node=NODE), T0)
+    outcome = Cordon(cluster=cluster, policy=policy())(terminating(Step.CORDON, node=NODE), T0)
     assert outcome.then is None
     assert cluster.nodes[NODE].owner == "stack-a"
 
 
 def test_a_node_claimed_by_another_owner_meanwhile_is_not_touched() -> None:
     cluster = FakeCluster(nodes={NODE: node(owner="stack-b")})
-    outcome = Cordon(cluster=cluster, settings=settings())(terminating(Step.CORDON, node=NODE), T0)
+    outcome = Cordon(cluster=cluster, policy=policy())(terminating(Step.CORDON, node=NODE), T0)
     assert outcome.then is Step.COMPLETE
     assert cluster.patches == []
 
 
 def test_a_node_that_changed_since_it_was_read_is_read_again() -> None:
     cluster = FakeCluster(nodes={NODE: node()}, conflicts=1)
-    outcome = Cordon(cluster=cluster, settings=settings())(terminating(Step.CORDON, node=NODE), T0)
+    outcome = Cordon(cluster=cluster, policy=policy())(terminating(Step.CORDON, node=NODE), T0)
     assert (outcome.again, outcome.delay) == (True, 1)
 
 
@@ -283,7 +294,7 @@ def evict(
     return Evict(
         cluster=cluster,
         slots=slots or FakeSlots(holders={NODE}),
-        settings=settings(**env),
+        policy=policy(**env),
         metrics=metrics or FakeMetrics(),
     )
 
@@ -423,7 +434,9 @@ def test_cleanup_clears_our_annotations_releases_the_slot_and_wakes_the_next_wai
 
     # When cleanup runs
     step = Cleanup(
-        cluster=cluster, slots=slots, waker=WaiterWaker(records=records, queues=queues, metrics=metrics)
+        cluster=cluster,
+        slots=slots,
+        dispatcher=Dispatcher(records=records, queues=queues, clock=FakeClock(T0), metrics=metrics),
     )
     outcome = step(terminating(Step.CLEANUP, node=NODE), T0)
 
@@ -444,8 +457,10 @@ def test_cleanup_clears_our_annotations_releases_the_slot_and_wakes_the_next_wai
 def test_a_node_going_into_a_warm_pool_is_uncordoned_as_its_annotations_are_cleared() -> None:
     # Given our drained node, whose instance is stopped into the warm pool (it will come back as this node)
     cluster = FakeCluster(nodes={NODE: node(owner="stack-a", in_progress="{}")})
-    waker = WaiterWaker(records=InMemoryRecords(), queues=RecordingQueues(), metrics=FakeMetrics())
-    step = Cleanup(cluster=cluster, slots=FakeSlots(holders={NODE}), waker=waker)
+    waker = Dispatcher(
+        records=InMemoryRecords(), queues=RecordingQueues(), clock=FakeClock(T0), metrics=FakeMetrics()
+    )
+    step = Cleanup(cluster=cluster, slots=FakeSlots(holders={NODE}), dispatcher=waker)
 
     # When cleanup runs
     step(terminating(Step.CLEANUP, node=NODE, destination="WarmPool"), T0)
@@ -456,8 +471,10 @@ def test_a_node_going_into_a_warm_pool_is_uncordoned_as_its_annotations_are_clea
 
 def test_cleanup_never_clears_the_annotations_of_another_owner() -> None:
     cluster = FakeCluster(nodes={NODE: node(owner="stack-b", in_progress="{}")})
-    waker = WaiterWaker(records=InMemoryRecords(), queues=RecordingQueues(), metrics=FakeMetrics())
-    step = Cleanup(cluster=cluster, slots=FakeSlots(), waker=waker)
+    waker = Dispatcher(
+        records=InMemoryRecords(), queues=RecordingQueues(), clock=FakeClock(T0), metrics=FakeMetrics()
+    )
+    step = Cleanup(cluster=cluster, slots=FakeSlots(), dispatcher=waker)
     step(terminating(Step.CLEANUP, node=NODE), T0)
     assert cluster.patches == []
 
@@ -473,7 +490,7 @@ def launching(**changes: object) -> LifecycleRecord:
 @pytest.mark.parametrize("ready", [True, False])
 def test_the_gate_opens_only_for_a_ready_node(ready: bool) -> None:
     cluster = FakeCluster(nodes={NODE: node(ready=ready)})
-    gate = ReadinessGate(finder=NodeFinder(cluster, NoDns()), settings=settings(), metrics=FakeMetrics())
+    gate = ReadinessGate(finder=NodeFinder(cluster, NoDns()), policy=readiness(), metrics=FakeMetrics())
     outcome = gate(launching(), T0)
     assert outcome.again is not ready
     if not ready:
@@ -484,7 +501,7 @@ def test_the_gate_gives_up_with_the_configured_result_when_the_node_never_joins(
     metrics = FakeMetrics()
     gate = ReadinessGate(
         finder=NodeFinder(FakeCluster(), NoDns()),
-        settings=settings(readiness_failure_result="CONTINUE"),
+        policy=readiness(readiness_failure_result="CONTINUE"),
         metrics=metrics,
     )
     deadline = T0 + timedelta(seconds=300)

@@ -11,12 +11,14 @@ address quota (``AddressLimitExceeded``); a terminated instance loses its associ
 from __future__ import annotations
 
 import itertools
+import uuid
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from nodecycle.domain.eip.addresses import (
+from nodecycle.domain.model import LifecycleRecord, Step, Transition, global_deadline, record_id
+from nodecycle.domain.ports.addresses import (
     ALLOCATED_AT_TAG,
     GROUP_TAG,
     INSTANCE_TAG,
@@ -29,7 +31,6 @@ from nodecycle.domain.eip.addresses import (
     AddressNotFound,
     InstanceUnavailable,
 )
-from nodecycle.domain.model import LifecycleRecord, Step, Transition, global_deadline
 
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 OWNER = "stack-a"
@@ -210,12 +211,13 @@ def lifecycle(
     instance_id: str, transition: Transition, plan: tuple[Step, ...], at: datetime = T0, **changes: object
 ) -> LifecycleRecord:
     """A lifecycle action that started ``at``, with the hook's heartbeat timeout ahead of it."""
+    token = str(uuid.uuid5(uuid.NAMESPACE_OID, f"{instance_id}/{transition.short}"))  # tokens are UUIDs
     record = LifecycleRecord(
-        id=f"{instance_id}/{transition.short}/token",
+        id=record_id(instance_id, transition, token),
         owner=OWNER,
         instance_id=instance_id,
         transition=transition,
-        token="token",
+        token=token,
         group=GROUP,
         hook=transition.short,
         plan=plan,

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from nodecycle.domain.eip.sweep import AddressSweep, AddressSweepReport
+from nodecycle.domain.sweep.addresses import AddressSweep, AddressSweepReport
 from tests.support.fakes import FakeClock, FakeMetrics
 from tests.unit.eip.fakes import OWNER, T0, FakeAddresses
 

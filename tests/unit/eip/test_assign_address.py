@@ -9,18 +9,14 @@ from typing import Any
 
 import pytest
 
-from nodecycle.domain.eip.addresses import (
-    ALLOCATED_AT_TAG,
-    GROUP_TAG,
-    INSTANCE_TAG,
-    OWNER_TAG,
-    POOL_TAG,
-)
 from nodecycle.domain.eip.assign import INSTANCE_DELAY, VERIFY_DELAY, VERIFY_READS, AssignAddress
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import LifecycleRecord, Step
-from nodecycle.settings import ActionResult, Settings
+from nodecycle.domain.policy import ActionResult
+from nodecycle.domain.ports.addresses import ALLOCATED_AT_TAG, GROUP_TAG, INSTANCE_TAG, OWNER_TAG, POOL_TAG
+from nodecycle.settings import EipSettings
+from nodecycle.wiring.common import eip_policy
 from tests.support.fakes import FakeMetrics
 from tests.unit.eip.fakes import GROUP, OWNER, T0, FakeAddresses, launch_record
 
@@ -33,7 +29,7 @@ class LambdaDied(Exception):
     """The function died between two API calls (a timeout, a killed container)."""
 
 
-def settings(**overrides: Any) -> Settings:
+def settings(**overrides: Any) -> EipSettings:
     values = {
         "owner_id": OWNER,
         "record_table": "records",
@@ -43,12 +39,16 @@ def settings(**overrides: Any) -> Settings:
         "eip_mode": "allocate",
         **overrides,
     }
-    return Settings.model_validate(values)
+    return EipSettings.model_validate(values)
 
 
 def step(ec2: FakeAddresses, metrics: FakeMetrics, seed: int = 7, **overrides: Any) -> AssignAddress:
     return AssignAddress(
-        settings=settings(**overrides), addresses=ec2, metrics=metrics, rng=random.Random(seed)
+        owner=OWNER,
+        policy=eip_policy(settings(**overrides)),
+        addresses=ec2,
+        metrics=metrics,
+        rng=random.Random(seed),
     )
 
 

@@ -10,8 +10,10 @@ from nodecycle.domain.eip.assign import VERIFY_DELAY, AssignAddress
 from nodecycle.domain.engine import EngineTiming, Handled, StepEngine
 from nodecycle.domain.flow import Worker
 from nodecycle.domain.model import Step
-from nodecycle.domain.ports import WorkMessage
-from nodecycle.settings import ActionResult, Settings
+from nodecycle.domain.policy import ActionResult
+from nodecycle.domain.ports.lifecycle import WorkMessage
+from nodecycle.settings import EipSettings
+from nodecycle.wiring.common import eip_policy
 from tests.support.fakes import FakeAutoscaling, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
 from tests.unit.eip.fakes import GROUP, OWNER, T0, FakeAddresses, launch_record
 
@@ -22,7 +24,7 @@ def test_an_association_that_does_not_show_yet_comes_back_on_the_eip_queue_and_t
     # Given the engine of the eip function, and EC2 that shows a new association only on the second read
     ec2, records, queues, clock = FakeAddresses(lag=1), InMemoryRecords(), RecordingQueues(), FakeClock(T0)
     ec2.launch(INSTANCE)
-    settings = Settings.model_validate(
+    settings = EipSettings.model_validate(
         {
             "owner_id": OWNER,
             "record_table": "records",
@@ -36,7 +38,11 @@ def test_an_association_that_does_not_show_yet_comes_back_on_the_eip_queue_and_t
         worker=Worker.EIP,
         steps={
             Step.ASSIGN_EIP: AssignAddress(
-                settings=settings, addresses=ec2, metrics=FakeMetrics(), rng=random.Random(1)
+                owner=OWNER,
+                policy=eip_policy(settings),
+                addresses=ec2,
+                metrics=FakeMetrics(),
+                rng=random.Random(1),
             )
         },
         records=records,

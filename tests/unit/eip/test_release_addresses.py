@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from nodecycle.domain.eip.addresses import AddressInUse
 from nodecycle.domain.eip.release import RELEASE_ATTEMPTS, RELEASE_DELAY, ReleaseAddresses
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import LifecycleRecord
+from nodecycle.domain.ports.addresses import AddressInUse
 from tests.support.fakes import FakeMetrics
 from tests.unit.eip.fakes import OWNER, T0, FakeAddresses, terminate_record
 

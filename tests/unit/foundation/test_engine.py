@@ -12,8 +12,8 @@ from nodecycle.domain.engine import EngineTiming, Handled, Outcome, StepEngine
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import Worker
 from nodecycle.domain.model import LifecycleRecord, Step, Transition, global_deadline
-from nodecycle.domain.ports import WorkMessage
-from nodecycle.settings import ActionResult
+from nodecycle.domain.policy import ActionResult
+from nodecycle.domain.ports.lifecycle import WorkMessage
 from tests.support.fakes import T0, FakeAutoscaling, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
 
 HEARTBEAT = 300

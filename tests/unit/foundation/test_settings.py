@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from nodecycle.settings import EipMode, Quantity, Settings, SettingsError, TimeoutPolicy
+from nodecycle.domain.policy import EipMode, Quantity, TimeoutPolicy
+from nodecycle.settings import (
+    DrainSettings,
+    EipSettings,
+    IntakeSettings,
+    Settings,
+    SettingsError,
+    SweeperSettings,
+)
 
 REQUIRED = {
     "NODECYCLE_OWNER_ID": "stack-a",
@@ -81,3 +89,30 @@ def test_a_percent_limit_rounds_up_and_is_at_least_one(text: str, total: int, li
 def test_settings_round_trip_through_their_environment() -> None:
     settings = Settings.from_env({**REQUIRED, "NODECYCLE_BUDGET_MAX_UNAVAILABLE_PER_ZONE": "34%"})
     assert Settings.from_env(settings.env()) == settings
+
+
+@pytest.mark.parametrize(
+    ("function", "refuses"),
+    [(IntakeSettings, False), (DrainSettings, True), (EipSettings, False), (SweeperSettings, False)],
+)
+def test_each_function_validates_only_the_settings_it_uses(
+    function: type[IntakeSettings | DrainSettings | EipSettings | SweeperSettings], refuses: bool
+) -> None:
+    # Given a holder TTL too short for the drains' renewals: a rule only the drain function applies
+    env = {**REQUIRED, "NODECYCLE_BUDGET_HOLDER_TTL_SECONDS": "40", "NODECYCLE_BUDGET_RETRY_SECONDS": "10"}
+    # When each function reads its settings, Then only the drain function refuses them, naming the setting
+    if refuses:
+        with pytest.raises(SettingsError, match="NODECYCLE_BUDGET_HOLDER_TTL_SECONDS must be at least"):
+            function.from_env(env)
+    else:
+        function.from_env(env)
+
+
+def test_a_setting_a_function_does_not_read_is_not_its_concern() -> None:
+    # An EIP pool without a name stops the functions that assign addresses, not the drain function
+    env = {**REQUIRED, "NODECYCLE_EIP_MODE": "pool"}
+    with pytest.raises(SettingsError, match="NODECYCLE_EIP_MODE=pool needs NODECYCLE_EIP_POOL_NAME"):
+        EipSettings.from_env(env)
+    with pytest.raises(SettingsError, match="NODECYCLE_EIP_POOL_NAME"):
+        IntakeSettings.from_env(env)
+    assert DrainSettings.from_env(env).owner_id == "stack-a"

@@ -11,22 +11,16 @@ from datetime import datetime, timedelta
 import pytest
 
 from nodecycle.domain.budget import Holder, SweepResult, Waiter
-from nodecycle.domain.cluster import Claim, NodeInfo
 from nodecycle.domain.completion import CompleteAction
-from nodecycle.domain.drain.steps import WaiterWaker
 from nodecycle.domain.engine import Dispatcher
 from nodecycle.domain.model import LifecycleRecord, Step
-from nodecycle.domain.ports import WorkMessage
-from nodecycle.domain.sweeper import (
-    MAX_RESUMES,
-    Counts,
-    LeftoverAnnotations,
-    LifecycleRepair,
-    StaleBudgetEntries,
-    Sweeper,
-    SweepFailed,
-)
-from nodecycle.settings import ActionResult
+from nodecycle.domain.policy import ActionResult
+from nodecycle.domain.ports.cluster import Claim, NodeInfo
+from nodecycle.domain.ports.lifecycle import WorkMessage
+from nodecycle.domain.sweep.annotations import LeftoverAnnotations
+from nodecycle.domain.sweep.budget_entries import StaleBudgetEntries
+from nodecycle.domain.sweep.lifecycles import MAX_RESUMES, LifecycleRepair
+from nodecycle.domain.sweep.sweeper import Counts, Sweeper, SweepFailed
 from tests.support.fakes import T0, FakeAutoscaling, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
 from tests.unit.foundation.test_engine import PLAN, make_record
 
@@ -161,7 +155,7 @@ def test_budget_entries_of_gone_nodes_gone_instances_and_finished_lifecycles_are
         records=records,
         node_names=lambda: {"n1", "n3", "n4"},
         alive_instances=alive,
-        waker=WaiterWaker(records=records, queues=queues, metrics=FakeMetrics()),
+        waker=Dispatcher(records=records, queues=queues, clock=FakeClock(), metrics=FakeMetrics()),
     )
 
     # When the sweeper judges them
@@ -181,6 +175,9 @@ class FakeNodes:
 
     def nodes_owned_by(self, owner: str) -> list[NodeInfo]:
         return [node for node in self.nodes if node.owner == owner]
+
+    def node_names(self) -> set[str]:
+        return {node.name for node in self.nodes}
 
     def release_node(self, node: NodeInfo, *, uncordon: bool = False) -> Claim:
         self.released.append(node.name)
@@ -227,7 +224,7 @@ def test_a_lifecycle_that_started_after_the_sweeps_snapshot_keeps_its_slot_and_a
     records.create(late)
     budget = FakeBudget([entry("n5", late.id, late.instance_id)])
     nodes = FakeNodes([annotated("n5", "stack-a", late.instance_id, "t5")])
-    waker = WaiterWaker(records=records, queues=RecordingQueues(), metrics=FakeMetrics())
+    waker = Dispatcher(records=records, queues=RecordingQueues(), clock=FakeClock(), metrics=FakeMetrics())
 
     # When the sweep judges its budget entry and its node against the (older) snapshot: none open
     StaleBudgetEntries(

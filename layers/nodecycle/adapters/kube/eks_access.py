@@ -13,11 +13,14 @@ import os
 import tempfile
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kubernetes.client import ApiClient, Configuration
 
-from nodecycle.adapters.aws import client, transient_errors
+from nodecycle.adapters.aws.clients import LazyClient, client, transient_errors
+
+if TYPE_CHECKING:
+    from mypy_boto3_eks import EKSClient
 
 TOKEN_PREFIX = "k8s-aws-v1."
 CLUSTER_ID_HEADER = "x-k8s-aws-id"
@@ -72,9 +75,9 @@ def _sign_cluster_id(request: Any, **_: Any) -> None:
 class EksCluster:
     """An authenticated ``ApiClient`` for one EKS cluster, built once per container."""
 
-    def __init__(self, name: str, eks: Any = None, tokens: EksTokens | None = None) -> None:
+    def __init__(self, name: str, eks: EKSClient | None = None, tokens: EksTokens | None = None) -> None:
         self._name = name
-        self._eks = eks
+        self._eks: LazyClient[EKSClient] = LazyClient("eks", eks)
         self._tokens = tokens or EksTokens(name)
         self._api: ApiClient | None = None
         self._lock = threading.Lock()
@@ -86,10 +89,8 @@ class EksCluster:
             return self._api
 
     def _connect(self) -> ApiClient:
-        if self._eks is None:
-            self._eks = client("eks")
         with transient_errors("describing the EKS cluster"):
-            cluster = self._eks.describe_cluster(name=self._name)["cluster"]
+            cluster = self._eks().describe_cluster(name=self._name)["cluster"]
         config = Configuration(host=cluster["endpoint"])
         config.ssl_ca_cert = _write_ca(base64.b64decode(cluster["certificateAuthority"]["data"]))
         tokens = self._tokens

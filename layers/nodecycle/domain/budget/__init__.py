@@ -1,6 +1,7 @@
 """The disruption budget: a multi-owner lock on node disruption, limited globally and per zone.
 
-Pure Python over two ports (:class:`BudgetStore`, :class:`NodeInventory`); the rules are in :mod:`.rules`.
+Pure Python over two ports (:class:`~nodecycle.domain.ports.budget.BudgetStore`,
+:class:`~nodecycle.domain.ports.budget.NodeInventory`); the rules are in :mod:`.rules`.
 """
 
 from nodecycle.domain.budget.document import (
@@ -11,7 +12,6 @@ from nodecycle.domain.budget.document import (
     Waiter,
 )
 from nodecycle.domain.budget.limits import BudgetLimits, NodeState
-from nodecycle.domain.budget.ports import BudgetStore, NodeInventory
 from nodecycle.domain.budget.requests import SlotDecision, SlotReason, SlotRequest
 from nodecycle.domain.budget.service import DisruptionBudget, SweepResult
 from nodecycle.domain.budget.view import BudgetView, view_of
@@ -21,11 +21,9 @@ __all__ = [
     "BudgetDocument",
     "BudgetFormatError",
     "BudgetLimits",
-    "BudgetStore",
     "BudgetView",
     "DisruptionBudget",
     "Holder",
-    "NodeInventory",
     "NodeState",
     "SlotDecision",
     "SlotReason",

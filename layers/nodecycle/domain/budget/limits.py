@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from nodecycle.domain.budget.document import NodeRef, OwnerLimits, ResolvedLimits, ZoneLimits
-from nodecycle.settings import Quantity
+from nodecycle.domain.policy import Quantity
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,10 @@ from datetime import timedelta
 from nodecycle.domain.budget import rules
 from nodecycle.domain.budget.document import BudgetDocument, Holder, OwnerLimits, Waiter
 from nodecycle.domain.budget.limits import BudgetLimits, owner_limits
-from nodecycle.domain.budget.ports import BudgetStore, NodeInventory
 from nodecycle.domain.budget.requests import SlotDecision, SlotRequest
 from nodecycle.domain.budget.view import BudgetView, view_of
-from nodecycle.domain.ports import Clock, Metrics
+from nodecycle.domain.ports.budget import BudgetStore, NodeInventory
+from nodecycle.domain.ports.runtime import Clock, Metrics
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ controller: the node itself is about to disappear, so keeping them would only lo
 
 from __future__ import annotations
 
-from nodecycle.domain.cluster import PodInfo
+from nodecycle.domain.ports.cluster import PodInfo
 
 DEFAULT_GRACE = 30  # Kubernetes' default terminationGracePeriodSeconds
 

@@ -1,9 +1,9 @@
-"""The Kubernetes steps of a lifecycle. Each is short and idempotent: a redelivery runs it again safely.
+"""The drain of a terminating node. Each step is short and idempotent: a redelivery runs it again safely.
 
-Terminate: ACQUIRE_SLOT (find the node, take a budget slot or wait) -> CORDON (owner + in-progress
-annotations and the cordon in one PATCH) -> EVICT (evict, then poll until the pods are gone; timeout
-policy; load balancer delay) -> [RELEASE_EIP] -> COMPLETE -> CLEANUP (clear the annotations in one PATCH,
-release the slot, wake the next waiter). Launch: READY_GATE (until the node is registered and Ready).
+ACQUIRE_SLOT (find the node, take a budget slot or wait) -> CORDON (owner + in-progress annotations and the
+cordon in one PATCH) -> EVICT (evict, then poll until the pods are gone; timeout policy; load balancer
+delay) -> [RELEASE_EIP] -> COMPLETE -> CLEANUP (clear the annotations in one PATCH, release the slot, wake
+the next waiter).
 """
 
 from __future__ import annotations
@@ -11,57 +11,26 @@ from __future__ import annotations
 import json
 import logging
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
-from nodecycle.domain.budget import SlotDecision, SlotReason, SlotRequest
-from nodecycle.domain.cluster import Claim, Cluster, Eviction, Instances, NodeInfo, PodInfo
+from nodecycle.domain.budget import SlotReason, SlotRequest
 from nodecycle.domain.drain import pods as podfilter
-from nodecycle.domain.engine import Outcome
-from nodecycle.domain.flow import Worker
+from nodecycle.domain.engine import Dispatcher, Outcome
 from nodecycle.domain.model import WARM_POOL, LifecycleRecord, Step
-from nodecycle.domain.ports import Metrics, RecordStore, WorkMessage, WorkQueues
-from nodecycle.settings import ActionResult, Settings, TimeoutPolicy
+from nodecycle.domain.nodes import NodeFinder
+from nodecycle.domain.policy import DrainPolicy, TimeoutPolicy
+from nodecycle.domain.ports.budget import Slots
+from nodecycle.domain.ports.cluster import Claim, Cluster, Eviction, PodInfo
+from nodecycle.domain.ports.runtime import Metrics
 
 log = logging.getLogger(__name__)
 
 FORCED_POD_SLACK = timedelta(seconds=60)  # after a forced delete's grace: a pod still there is stuck
-PRIVATE_DNS = "private_dns"  # record.extra key: the instance's private DNS name, looked up once
 DRAINED_AT = "drained_at"  # record.extra key: when the node was found empty (the load balancer delay starts)
 POLLS = "polls"  # record.extra key: how often the drain has looked for its pods so far
-SCAN_EVERY = 6  # the readiness gate lists every node once in this many polls
 ADOPT_FROM = (
     "adopt_from"  # record.extra key: the owner whose stale claim on the node this lifecycle takes over
 )
-
-
-class Slots(Protocol):
-    """The disruption budget, as the drain uses it."""
-
-    def acquire(self, request: SlotRequest) -> SlotDecision: ...
-
-    def renew(self, request: SlotRequest) -> SlotDecision: ...
-
-    def release(self, node: str) -> list[str]:
-        """Give the slot (or waiting place) of ``node`` back; the record ids of waiters that may go now."""
-        ...
-
-
-class NodeFinder:
-    """Finds the node of an instance, remembering the instance's DNS name in the record."""
-
-    def __init__(self, cluster: Cluster, instances: Instances) -> None:
-        self._cluster = cluster
-        self._instances = instances
-
-    def find(
-        self, record: LifecycleRecord, *, scan: bool = True
-    ) -> tuple[NodeInfo | None, dict[str, object]]:
-        extra: dict[str, object] = dict(record.extra)
-        if PRIVATE_DNS not in extra:
-            extra[PRIVATE_DNS] = self._instances.private_dns_name(record.instance_id)
-        dns = extra[PRIVATE_DNS]
-        node = self._cluster.find_node(record.instance_id, dns if isinstance(dns, str) else None, scan=scan)
-        return node, extra
 
 
 def _poll_delay(polls: int, every: int) -> int:
@@ -85,12 +54,12 @@ def _slot_request(record: LifecycleRecord, node: str, zone: str | None) -> SlotR
 
 class AcquireSlot:
     def __init__(
-        self, *, finder: NodeFinder, cluster: Cluster, slots: Slots, settings: Settings, metrics: Metrics
+        self, *, finder: NodeFinder, cluster: Cluster, slots: Slots, policy: DrainPolicy, metrics: Metrics
     ):
         self._finder = finder
         self._cluster = cluster
         self._slots = slots
-        self._settings = settings
+        self._policy = policy
         self._metrics = metrics
 
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
@@ -119,20 +88,20 @@ class AcquireSlot:
         if foreign and decision.reason in (SlotReason.HELD_BY_OTHER_OWNER, SlotReason.CLAIMED_BY_OTHER_OWNER):
             # Another stack is draining this node: leave it alone, and settle our own action once it is
             # done with it, or when our drain timeout says we have waited long enough.
-            if now - record.received_at > timedelta(seconds=self._settings.drain_timeout_seconds):
+            if now - record.received_at > self._policy.timeout:
                 return Outcome.goto(Step.COMPLETE, outcome=f"node-owned-by:{node.owner}", **found)
             log.info("node %s is being drained by owner %s: waiting", node.name, node.owner)
-            return Outcome.wait(self._settings.budget_retry_seconds, **found)
+            return Outcome.wait(self._policy.budget_retry_seconds, **found)
         log.info("no budget slot for node %s yet: %s", node.name, decision.reason)
         return Outcome.wait(
-            self._settings.budget_retry_seconds, slot_waiting_since=record.slot_waiting_since or now, **found
+            self._policy.budget_retry_seconds, slot_waiting_since=record.slot_waiting_since or now, **found
         )
 
 
 class Cordon:
-    def __init__(self, *, cluster: Cluster, settings: Settings) -> None:
+    def __init__(self, *, cluster: Cluster, policy: DrainPolicy) -> None:
         self._cluster = cluster
-        self._settings = settings
+        self._policy = policy
 
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
         node = self._cluster.get_node(_known(record.node, "node"))
@@ -157,33 +126,33 @@ class Cordon:
             owner=record.owner,
             in_progress=in_progress,
             cordon=True,
-            exclude_from_lb=self._settings.exclude_from_load_balancers,
+            exclude_from_lb=self._policy.exclude_from_load_balancers,
         )
         if claim is Claim.CONFLICT:
             return Outcome.wait(1)  # the node changed under us: read it again and decide again
         if claim is Claim.GONE:
             return Outcome.goto(Step.COMPLETE, outcome="node-gone")
         log.info("cordoned node %s", node.name)
-        deadline = now + timedelta(seconds=self._settings.drain_timeout_seconds)
+        deadline = now + self._policy.timeout
         return Outcome.next(drain_started_at=now, drain_deadline=deadline)
 
 
 class Evict:
-    def __init__(self, *, cluster: Cluster, slots: Slots, settings: Settings, metrics: Metrics) -> None:
+    def __init__(self, *, cluster: Cluster, slots: Slots, policy: DrainPolicy, metrics: Metrics) -> None:
         self._cluster = cluster
         self._slots = slots
-        self._settings = settings
+        self._policy = policy
         self._metrics = metrics
 
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
         node = _known(record.node, "node")
         deadline = _known(record.drain_deadline, "drain deadline")
-        settings = self._settings
+        policy = self._policy
         if not self._slots.renew(_slot_request(record, node, record.zone)).granted:
             # Our holder expired and its slot went to another node: evicting now could exceed the budget.
             log.warning("lost the budget slot of node %s: pausing the drain until it is back", record.node)
             self._metrics.count("BudgetSlotsLost")
-            return Outcome.wait(settings.budget_retry_seconds)
+            return Outcome.wait(policy.budget_retry_seconds)
         pods = self._cluster.pods_on(node)
         left = podfilter.remaining(pods)
         if not left:
@@ -194,7 +163,7 @@ class Evict:
             return self._timed_out(record, now, left)
         evicted = 0
         for pod in podfilter.to_evict(pods):
-            result = self._cluster.evict(pod, podfilter.grace_for(pod, settings.pod_grace_cap_seconds))
+            result = self._cluster.evict(pod, podfilter.grace_for(pod, policy.pod_grace_cap))
             if result is Eviction.EVICTED:
                 evicted += 1
             elif result is Eviction.BLOCKED:
@@ -208,31 +177,31 @@ class Evict:
             self._metrics.count("PodsEvicted", evicted)
         polls = int(record.extra.get(POLLS, 0))
         return Outcome.wait(
-            _poll_delay(polls, settings.drain_poll_seconds),
+            _poll_delay(polls, policy.poll_seconds),
             pods_evicted=record.pods_evicted + evicted,
             extra={**record.extra, POLLS: polls + 1},
         )
 
     def _timed_out(self, record: LifecycleRecord, now: datetime, left: list[PodInfo]) -> Outcome:
-        settings = self._settings
+        policy = self._policy
         if record.forced_at is None:
             log.warning(
                 "drain timeout with %d pods left on node %s: policy %s",
                 len(left),
                 record.node,
-                settings.timeout_policy,
+                policy.on_timeout,
             )
             self._metrics.count("DrainTimeouts")
-        if settings.timeout_policy is TimeoutPolicy.CONTINUE:
+        if policy.on_timeout is TimeoutPolicy.CONTINUE:
             return self._drained(record, now, "drain-timeout-continued")
         forced_at = record.forced_at or now
-        if now > forced_at + timedelta(seconds=settings.force_grace_seconds) + FORCED_POD_SLACK:
+        if now > forced_at + timedelta(seconds=policy.force_grace) + FORCED_POD_SLACK:
             log.error("%d pods did not stop after a forced delete: going on", len(left))
             return self._drained(record, now, "drain-timeout-forced-incomplete")
         for pod in left:
             if not pod.terminating:
-                self._cluster.delete_pod(pod, podfilter.grace_for(pod, settings.force_grace_seconds))
-        return Outcome.wait(settings.drain_poll_seconds, forced_at=forced_at)
+                self._cluster.delete_pod(pod, podfilter.grace_for(pod, policy.force_grace))
+        return Outcome.wait(policy.poll_seconds, forced_at=forced_at)
 
     def _drained(self, record: LifecycleRecord, now: datetime, outcome: str) -> Outcome:
         """The node is empty. Before the next step, the optional load balancer delay: waited here, in pieces,
@@ -243,40 +212,21 @@ class Evict:
             self._metrics.seconds("DrainDuration", (now - started).total_seconds())
             log.info("node %s drained (%s)", record.node, outcome)
             extra[DRAINED_AT] = now.isoformat()
-        delay = timedelta(seconds=self._settings.lb_deregistration_delay_seconds)
+        delay = self._policy.lb_deregistration_delay
         left = datetime.fromisoformat(str(extra[DRAINED_AT])) + delay - now
         if left <= timedelta(0):
             return Outcome.next(outcome=outcome, extra=extra)
-        renew_every = self._settings.budget_holder_ttl_seconds / 3
+        renew_every = self._policy.holder_ttl.total_seconds() / 3
         return Outcome.wait(min(left.total_seconds(), renew_every), outcome=outcome, extra=extra)
-
-
-class WaiterWaker:
-    """Sends a waiting lifecycle its next message at once, when a slot it may take has been freed."""
-
-    def __init__(self, *, records: RecordStore, queues: WorkQueues, metrics: Metrics) -> None:
-        self._records = records
-        self._queues = queues
-        self._metrics = metrics
-
-    def wake(self, record_id: str) -> None:
-        waiting = self._records.get(record_id)
-        if waiting is None or waiting.step is not Step.ACQUIRE_SLOT:
-            return
-        # A message with no delay next to the waiter's backoff message, marked to run before its due time:
-        # the first to run takes the slot and moves the record on; the other one arrives stale.
-        wake = WorkMessage(record_id=waiting.id, seq=waiting.seq, step=waiting.step, wake=True)
-        self._queues.send(Worker.DRAIN, wake)
-        self._metrics.count("WaitersWoken")
 
 
 class Cleanup:
     """After completion: clear our annotations, give the slot back, wake whoever may use it now."""
 
-    def __init__(self, *, cluster: Cluster, slots: Slots, waker: WaiterWaker) -> None:
+    def __init__(self, *, cluster: Cluster, slots: Slots, dispatcher: Dispatcher) -> None:
         self._cluster = cluster
         self._slots = slots
-        self._waker = waker
+        self._dispatcher = dispatcher
 
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
         if record.node is None:
@@ -288,36 +238,5 @@ class Cleanup:
         if ours and node is not None and self._cluster.release_node(node, uncordon=back) is Claim.CONFLICT:
             return Outcome.wait(1)
         for waiter in self._slots.release(record.node):
-            self._waker.wake(waiter)
+            self._dispatcher.wake(waiter)
         return Outcome.next()
-
-
-class ReadinessGate:
-    """A launch completes once its node is registered and Ready (bounded by the readiness timeout)."""
-
-    def __init__(self, *, finder: NodeFinder, settings: Settings, metrics: Metrics) -> None:
-        self._finder = finder
-        self._settings = settings
-        self._metrics = metrics
-
-    def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
-        deadline = record.gate_deadline or now + timedelta(seconds=self._settings.readiness_timeout_seconds)
-        # A node that has not registered yet is looked up by its DNS name at each poll (one GET); all nodes
-        # are listed only now and then, for clusters whose node names are not DNS names.
-        polls = int(record.extra.get(POLLS, 0))
-        node, extra = self._finder.find(record, scan=polls % SCAN_EVERY == 0)
-        extra[POLLS] = polls + 1
-        if node is not None and node.ready:
-            log.info("node %s is Ready", node.name)
-            return Outcome.next(node=node.name, zone=node.zone, outcome="node-ready", extra=extra)
-        if now >= deadline:
-            why = "node-not-ready" if node is not None else "node-never-joined"
-            log.error(
-                "readiness gate timed out (%s): completing with %s",
-                why,
-                self._settings.readiness_failure_result,
-            )
-            self._metrics.count("ReadinessTimeouts")
-            result: ActionResult = self._settings.readiness_failure_result
-            return Outcome.goto(Step.COMPLETE, result=result, outcome=why, extra=extra)
-        return Outcome.wait(self._settings.drain_poll_seconds, gate_deadline=deadline, extra=extra)

@@ -1,6 +1,7 @@
-"""Elastic IPs that follow the instance: the ASSIGN_EIP and RELEASE_EIP steps and the sweeper's EIP part.
+"""Elastic IPs that follow the instance: the ASSIGN_EIP and RELEASE_EIP steps (the sweeper's part is in
+:mod:`nodecycle.domain.sweep.addresses`).
 
-Everything here talks to EC2 through the :class:`~nodecycle.domain.eip.addresses.Addresses` port and decides
+Everything here talks to EC2 through the :class:`~nodecycle.domain.ports.addresses.Addresses` port and decides
 by the tags nodecycle writes when it allocates (owner, instance, group, allocated-at, pool), not by the
 current settings: a pool address is never released, and an address of another owner is never touched.
 """

@@ -25,7 +25,11 @@ from datetime import datetime
 from typing import Any
 
 from nodecycle.domain.eip import SCRATCH, without_scratch
-from nodecycle.domain.eip.addresses import (
+from nodecycle.domain.engine import Outcome
+from nodecycle.domain.errors import TransientError
+from nodecycle.domain.model import LifecycleRecord, Step
+from nodecycle.domain.policy import ActionResult, EipFailurePolicy, EipMode, EipPolicy
+from nodecycle.domain.ports.addresses import (
     ALLOCATED_AT_TAG,
     GONE_STATES,
     GROUP_TAG,
@@ -41,11 +45,7 @@ from nodecycle.domain.eip.addresses import (
     InstanceUnavailable,
     distinct,
 )
-from nodecycle.domain.engine import Outcome
-from nodecycle.domain.errors import TransientError
-from nodecycle.domain.model import LifecycleRecord, Step
-from nodecycle.domain.ports import Metrics
-from nodecycle.settings import ActionResult, EipFailurePolicy, EipMode, Settings
+from nodecycle.domain.ports.runtime import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -60,16 +60,17 @@ class AssignAddress:
     def __init__(
         self,
         *,
-        settings: Settings,
+        owner: str,
+        policy: EipPolicy,
         addresses: Addresses,
         metrics: Metrics,
         rng: random.Random | None = None,
     ) -> None:
-        self._owner = settings.owner_id
-        self._mode = settings.eip_mode
-        self._pool = settings.eip_pool_name or ""
-        self._grow_pool = settings.eip_pool_allocate_when_empty
-        self._abandon = settings.eip_failure_policy is EipFailurePolicy.ABANDON
+        self._owner = owner
+        self._mode = policy.mode
+        self._pool = policy.pool or ""
+        self._grow_pool = policy.grow_pool
+        self._abandon = policy.on_failure is EipFailurePolicy.ABANDON
         self._addresses = addresses
         self._metrics = metrics
         self._rng = rng or random.Random()

@@ -12,11 +12,11 @@ import logging
 from datetime import datetime
 
 from nodecycle.domain.eip import SCRATCH, without_scratch
-from nodecycle.domain.eip.addresses import Address, Addresses, AddressInUse, distinct
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import LifecycleRecord
-from nodecycle.domain.ports import Metrics
+from nodecycle.domain.ports.addresses import Address, Addresses, AddressInUse, distinct
+from nodecycle.domain.ports.runtime import Metrics
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,201 @@
+"""``nodecycle budget``: look at the shared disruption budget, and free a slot by hand.
+
+    nodecycle budget show [--output table|json]
+    nodecycle budget release NODE [--yes]
+
+Both talk to the cluster of the current kubeconfig (``--kubeconfig``, ``--context``), a real one or the
+sandbox's, and read the ``nodecycle-budget`` ConfigMap of ``--namespace``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client, config
+
+from nodecycle.adapters.kube.budget import ConfigMapBudgetStore
+from nodecycle.domain.budget import BudgetDocument, BudgetView, Holder, view_of
+from nodecycle.domain.budget.rules import force_release
+from nodecycle_cli.output import age, table
+
+DEFAULT_NAMESPACE = "kube-system"  # the default of the BudgetNamespace stack parameter
+DEFAULT_NAME = "nodecycle-budget"
+
+
+def register(commands: Any) -> None:
+    """Add ``budget show`` and ``budget release`` to ``commands`` (an ``add_subparsers()`` result)."""
+    cluster = argparse.ArgumentParser(add_help=False)
+    cluster.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+    cluster.add_argument("--context", help="kubeconfig context (default: the current context)")
+    cluster.add_argument(
+        "--namespace",
+        default=DEFAULT_NAMESPACE,
+        help=f"namespace of the budget (default: {DEFAULT_NAMESPACE})",
+    )
+    cluster.add_argument(
+        "--name", default=DEFAULT_NAME, help=f"name of the ConfigMap (default: {DEFAULT_NAME})"
+    )
+
+    budget = commands.add_parser("budget", help="show the disruption budget, or release a slot by hand")
+    actions = budget.add_subparsers(dest="budget_command", required=True, metavar="ACTION")
+
+    show = actions.add_parser(
+        "show", parents=[cluster], help="holders, waiters and limits, per zone, with their ages"
+    )
+    show.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    show.set_defaults(run=show_budget)
+
+    release = actions.add_parser(
+        "release",
+        parents=[cluster],
+        help="free the slot a node holds, whatever stack holds it (for a drain that is stuck)",
+    )
+    release.add_argument("node", metavar="NODE")
+    release.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+    release.set_defaults(run=release_slot)
+
+
+def show_budget(args: argparse.Namespace) -> int:
+    doc = _store(args).read()
+    if doc is None:
+        print(
+            f"No budget yet: ConfigMap {args.namespace}/{args.name} does not exist (the first drain creates it)."
+        )
+        return 0
+    view = view_of(doc, datetime.now(UTC))
+    if args.output == "json":
+        print(view.model_dump_json(indent=2))
+    else:
+        print(render(view, f"{args.namespace}/{args.name}"))
+    return 0
+
+
+def release_slot(args: argparse.Namespace) -> int:
+    store = _store(args)
+    doc = store.read()
+    holder = None if doc is None else doc.holder(args.node)
+    if doc is None or holder is None:
+        waiter = None if doc is None else doc.waiter(args.node)
+        where = "" if waiter is None else f" (it is waiting, for owner {waiter.owner})"
+        print(f"{args.node} holds no budget slot{where}. Nothing released.")
+        return 1
+    if not args.yes:
+        answer = input(f"Release the budget slot of {args.node} held by {holder.owner}? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            print("Nothing released.")
+            return 1
+
+    def remove(current: BudgetDocument | None) -> tuple[BudgetDocument | None, Holder | None]:
+        # the holder confirmed, not whatever holds the node by now
+        still = None if current is None else current.holder(holder.node)
+        if current is None or still is None or still.record_id != holder.record_id:
+            return current, None
+        return force_release(current, still), still
+
+    removed = store.update(remove)
+    if removed is None:
+        print(
+            f"The slot of {args.node} changed meanwhile (released, or taken by another lifecycle): nothing released."
+        )
+        return 1
+    held = age((datetime.now(UTC) - removed.acquired_at).total_seconds())
+    print(
+        f"Released the budget slot of {removed.node}: owner {removed.owner}, instance {removed.instance_id}, "
+        f"lifecycle {removed.record_id}, held for {held}.\n"
+        "Waiting nodes take it at their next retry. If that drain is still running, it takes a slot again at "
+        "its next step when there is room, and otherwise pauses until there is."
+    )
+    return 0
+
+
+def render(view: BudgetView, where: str) -> str:
+    """The view as tables, for people."""
+    lines = [f"Disruption budget {where} (format {view.format_version})", ""]
+    lines += table(
+        "LIMITS",
+        ["OWNER", "MAX-UNAVAILABLE", "PER-ZONE", "NODES", "COUNTS-UNAVAILABLE", "UPDATED"],
+        [
+            [
+                lim.owner,
+                f"{lim.max_unavailable} (={lim.total})"
+                if lim.max_unavailable != str(lim.total)
+                else str(lim.total),
+                lim.max_unavailable_per_zone or "-",
+                "-" if lim.nodes_in_scope is None else str(lim.nodes_in_scope),
+                f"yes ({len(lim.unavailable)} now)" if lim.count_unavailable else "no",
+                f"{age(lim.updated_seconds_ago)} ago",
+            ]
+            for lim in view.limits
+        ],
+    )
+    counted_by: dict[str, list[str]] = {}
+    for lim in view.limits:
+        for node in lim.unavailable:
+            counted_by.setdefault(node, []).append(lim.owner)
+    if counted_by:
+        lines += table(
+            "UNAVAILABLE FOR OTHER REASONS (cordoned or NotReady, held by no one)",
+            ["NODE", "COUNTED-BY"],
+            [[node, ", ".join(owners)] for node, owners in sorted(counted_by.items())],
+        )
+    lines += table(
+        "ZONES",
+        ["ZONE", "HOLDERS", "WAITING", "LIMIT"],
+        [
+            [
+                z.zone or "(unknown: counts in every zone)",
+                str(z.holders),
+                str(z.waiters),
+                ", ".join(f"{owner}: {limit}" for owner, limit in z.limits.items()) or "-",
+            ]
+            for z in view.zones
+        ],
+    )
+    lines += table(
+        f"HOLDERS ({len(view.holders)})",
+        ["NODE", "INSTANCE", "ZONE", "OWNER", "HELD", "RENEWED", "EXPIRES"],
+        [
+            [
+                h.node,
+                h.instance_id,
+                h.zone or "-",
+                h.owner,
+                age(h.held_seconds),
+                f"{age(h.renewed_seconds_ago)} ago",
+                _expiry(h.expires_in_seconds),
+            ]
+            for h in view.holders
+        ],
+    )
+    lines += table(
+        f"WAITERS ({len(view.waiters)})",
+        ["#", "NODE", "ZONE", "OWNER", "WAITING", "EXPIRES", "NEXT"],
+        [
+            [
+                str(w.position),
+                w.node,
+                w.zone or "-",
+                w.owner,
+                age(w.waiting_seconds),
+                _expiry(w.expires_in_seconds),
+                "yes" if w.eligible else "",
+            ]
+            for w in view.waiters
+        ],
+    )
+    return "\n".join(lines).rstrip()
+
+
+def _expiry(seconds: float) -> str:
+    return "expired" if seconds <= 0 else f"in {age(seconds)}"
+
+
+def _store(args: argparse.Namespace) -> ConfigMapBudgetStore:
+    configuration = client.Configuration()
+    config.load_kube_config(
+        config_file=args.kubeconfig, context=args.context, client_configuration=configuration
+    )
+    api = client.CoreV1Api(client.ApiClient(configuration))
+    return ConfigMapBudgetStore(lambda: api, args.namespace, args.name)

@@ -1,0 +1,1 @@
+"""AWS adapters: the domain's ports on boto3."""

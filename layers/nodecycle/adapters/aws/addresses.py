@@ -1,0 +1,170 @@
+"""Elastic IPs and instance states on EC2: the :class:`~nodecycle.domain.eip.addresses.Addresses` port.
+
+EC2's answers become the domain's exceptions by error code, never by message text. Throttling, 5xx and
+connection errors become :class:`~nodecycle.domain.errors.TransientError` (``transient_errors``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from nodecycle.adapters.aws.clients import LazyClient, error_code, transient_errors
+from nodecycle.adapters.aws.instances import Ec2Instances
+from nodecycle.domain.ports.addresses import (
+    INSTANCE_TAG,
+    OWNER_TAG,
+    POOL_TAG,
+    Address,
+    AddressAlreadyAssociated,
+    AddressError,
+    AddressInUse,
+    AddressLimitExceeded,
+    AddressNotFound,
+    InstanceUnavailable,
+)
+
+if TYPE_CHECKING:
+    from mypy_boto3_ec2 import EC2Client
+    from mypy_boto3_ec2.type_defs import FilterTypeDef
+
+_NOT_FOUND = "InvalidAllocationID.NotFound"
+_INSTANCE_UNAVAILABLE = ("InvalidInstanceID", "InvalidInstanceID.NotFound", "IncorrectInstanceState")
+
+
+class Ec2Addresses:
+    def __init__(self, ec2: EC2Client | None = None) -> None:
+        self._ec2: LazyClient[EC2Client] = LazyClient("ec2", ec2)
+
+    def find(
+        self,
+        owner: str,
+        *,
+        instance_id: str | None = None,
+        allocated_for: str | None = None,
+        pool: str | None = None,
+    ) -> list[Address]:
+        filters = [_filter(f"tag:{OWNER_TAG}", owner)]
+        if instance_id is not None:
+            filters.append(_filter("instance-id", instance_id))
+        if allocated_for is not None:
+            filters.append(_filter(f"tag:{INSTANCE_TAG}", allocated_for))
+        if pool is not None:
+            filters.append(_filter(f"tag:{POOL_TAG}", pool))
+        # DescribeAddresses has no pagination: one call answers for every matching address.
+        with transient_errors("listing Elastic IPs"):
+            found = self._ec2().describe_addresses(Filters=filters)
+        return [_address(item) for item in found.get("Addresses", [])]
+
+    def describe(self, allocation_id: str) -> Address:
+        with _answers({_NOT_FOUND: AddressNotFound}), transient_errors("describing an Elastic IP"):
+            found = self._ec2().describe_addresses(AllocationIds=[allocation_id])
+        addresses = found.get("Addresses", [])
+        if not addresses:
+            raise AddressNotFound(allocation_id)
+        return _address(addresses[0])
+
+    def allocate(self, tags: Mapping[str, str]) -> Address:
+        with (
+            _answers({"AddressLimitExceeded": AddressLimitExceeded}),
+            transient_errors("allocating an Elastic IP"),
+        ):
+            allocated = self._ec2().allocate_address(
+                Domain="vpc",
+                TagSpecifications=[
+                    {
+                        "ResourceType": "elastic-ip",
+                        "Tags": [{"Key": key, "Value": value} for key, value in tags.items()],
+                    }
+                ],
+            )
+        return Address(
+            allocation_id=allocated["AllocationId"], public_ip=allocated["PublicIp"], tags=dict(tags)
+        )
+
+    def associate(self, allocation_id: str, instance_id: str) -> str:
+        answers: dict[str, type[AddressError]] = {
+            "Resource.AlreadyAssociated": AddressAlreadyAssociated,
+            _NOT_FOUND: AddressNotFound,
+        }
+        answers.update(dict.fromkeys(_INSTANCE_UNAVAILABLE, InstanceUnavailable))
+        try:
+            with transient_errors("associating an Elastic IP"):
+                associated = self._ec2().associate_address(
+                    AllocationId=allocation_id, AllowReassociation=False, InstanceId=instance_id
+                )
+        except ClientError as error:
+            # EC2 takes an instance id only while the instance has one network interface; once the VPC CNI
+            # has attached more (a retry, a warm-pool launch), it wants the primary interface instead.
+            interface = (
+                self._primary_interface(instance_id) if error_code(error) == "InvalidInstanceID" else None
+            )
+            if interface is None:
+                with _answers(answers):
+                    raise
+            with _answers(answers), transient_errors("associating an Elastic IP"):
+                associated = self._ec2().associate_address(
+                    AllocationId=allocation_id, AllowReassociation=False, NetworkInterfaceId=interface
+                )
+        return str(associated["AssociationId"])
+
+    def _primary_interface(self, instance_id: str) -> str | None:
+        """The primary network interface of a running instance that has several; None otherwise."""
+        for instance in Ec2Instances(self._ec2()).describe([instance_id]):
+            interfaces = instance.get("NetworkInterfaces", [])
+            if instance.get("State", {}).get("Name") == "running" and len(interfaces) > 1:
+                for interface in interfaces:
+                    if interface.get("Attachment", {}).get("DeviceIndex") == 0:
+                        return str(interface["NetworkInterfaceId"])
+        return None
+
+    def disassociate(self, association_id: str) -> bool:
+        try:
+            with transient_errors("disassociating an Elastic IP"):
+                self._ec2().disassociate_address(AssociationId=association_id)
+        except ClientError as error:
+            if error_code(error) == "InvalidAssociationID.NotFound":
+                return False
+            raise
+        return True
+
+    def release(self, allocation_id: str) -> bool:
+        answers = {"InvalidIPAddress.InUse": AddressInUse, _NOT_FOUND: AddressNotFound}
+        try:
+            with _answers(answers), transient_errors("releasing an Elastic IP"):
+                self._ec2().release_address(AllocationId=allocation_id)
+        except AddressNotFound:
+            return False
+        return True
+
+    def instance_states(self, instance_ids: Collection[str]) -> dict[str, str]:
+        return Ec2Instances(self._ec2()).states(instance_ids)
+
+
+@contextmanager
+def _answers(errors: Mapping[str, type[AddressError]]) -> Iterator[None]:
+    """Turn the EC2 error codes that decide what a step does into the domain's exceptions."""
+    try:
+        yield
+    except ClientError as error:
+        domain_error = errors.get(error_code(error))
+        if domain_error is None:
+            raise
+        raise domain_error(str(error)) from error
+
+
+def _filter(name: str, value: str) -> FilterTypeDef:
+    return {"Name": name, "Values": [value]}
+
+
+def _address(item: Mapping[str, Any]) -> Address:
+    return Address(
+        allocation_id=item["AllocationId"],
+        public_ip=item["PublicIp"],
+        association_id=item.get("AssociationId") or None,
+        instance_id=item.get("InstanceId") or None,
+        tags={tag["Key"]: tag.get("Value", "") for tag in item.get("Tags", [])},
+    )

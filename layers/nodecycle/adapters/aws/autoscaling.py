@@ -1,0 +1,81 @@
+"""Auto Scaling: completing and heartbeating lifecycle actions, and reading hooks and group tags."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from botocore.exceptions import ClientError
+
+from nodecycle.adapters.aws.clients import LazyClient, error_code, transient_errors
+from nodecycle.domain.model import ActionRef
+from nodecycle.domain.policy import ActionResult
+
+if TYPE_CHECKING:
+    from mypy_boto3_autoscaling import AutoScalingClient
+
+log = logging.getLogger(__name__)
+
+
+class AutoscalingActions:
+    def __init__(self, autoscaling: AutoScalingClient | None = None) -> None:
+        self._asg: LazyClient[AutoScalingClient] = LazyClient("autoscaling", autoscaling)
+
+    def complete(self, action: ActionRef, result: ActionResult) -> bool:
+        try:
+            with transient_errors("completing a lifecycle action"):
+                self._asg().complete_lifecycle_action(
+                    AutoScalingGroupName=action.group,
+                    LifecycleHookName=action.hook,
+                    InstanceId=action.instance_id,
+                    LifecycleActionToken=action.token,
+                    LifecycleActionResult=result.value,
+                )
+        except ClientError as error:
+            return self._settled(action, error)
+        return True
+
+    def heartbeat(self, action: ActionRef) -> bool:
+        try:
+            with transient_errors("recording a lifecycle heartbeat"):
+                self._asg().record_lifecycle_action_heartbeat(
+                    AutoScalingGroupName=action.group,
+                    LifecycleHookName=action.hook,
+                    InstanceId=action.instance_id,
+                    LifecycleActionToken=action.token,
+                )
+        except ClientError as error:
+            return self._settled(action, error)
+        return True
+
+    def _settled(self, action: ActionRef, error: ClientError) -> bool:
+        """A ValidationError naming our own action means Auto Scaling no longer has it active.
+
+        AWS answers "No active Lifecycle Action found" for an action completed before (by a delivery that died
+        before recording it), timed out, or gone with its group; the instance's state cannot tell, since
+        another hook may keep it waiting. Every other parameter of these calls comes from the action itself.
+        """
+        if error_code(error) != "ValidationError":
+            raise error
+        log.warning(
+            "Auto Scaling has no active lifecycle action for %s any more: %s",
+            action.instance_id,
+            error.response.get("Error", {}).get("Message", ""),
+        )
+        return False
+
+    def heartbeat_timeout(self, group: str, hook: str) -> int | None:
+        with transient_errors("reading a lifecycle hook"):
+            found = self._asg().describe_lifecycle_hooks(
+                AutoScalingGroupName=group, LifecycleHookNames=[hook]
+            )
+        hooks = found.get("LifecycleHooks", [])
+        return int(hooks[0].get("HeartbeatTimeout", 3600)) if hooks else None
+
+    def group_tags(self, group: str) -> dict[str, str] | None:
+        with transient_errors("reading a group's tags"):
+            found = self._asg().describe_auto_scaling_groups(AutoScalingGroupNames=[group])
+        groups = found.get("AutoScalingGroups", [])
+        if not groups:
+            return None
+        return {tag["Key"]: tag.get("Value", "") for tag in groups[0].get("Tags", [])}

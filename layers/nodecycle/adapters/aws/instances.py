@@ -1,0 +1,43 @@
+"""EC2 instances: what the drain, the EIP steps and the sweeper need to know about them."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Collection, Iterator
+from typing import TYPE_CHECKING
+
+from nodecycle.adapters.aws.clients import LazyClient, transient_errors
+from nodecycle.domain.ports.addresses import GONE_STATES
+
+if TYPE_CHECKING:
+    from mypy_boto3_ec2 import EC2Client
+    from mypy_boto3_ec2.type_defs import InstanceTypeDef
+
+INSTANCE_FILTER_MAX = 200  # values one DescribeInstances filter accepts
+
+
+class Ec2Instances:
+    def __init__(self, ec2: EC2Client | None = None) -> None:
+        self._ec2: LazyClient[EC2Client] = LazyClient("ec2", ec2)
+
+    def private_dns_name(self, instance_id: str) -> str | None:
+        return next((item.get("PrivateDnsName") or None for item in self.describe([instance_id])), None)
+
+    def states(self, instance_ids: Collection[str]) -> dict[str, str]:
+        """Instance id -> state name, for those of ``instance_ids`` EC2 still knows (batched calls)."""
+        return {item["InstanceId"]: item["State"]["Name"] for item in self.describe(instance_ids)}
+
+    def alive(self, instance_ids: Collection[str]) -> set[str]:
+        """The instances among ``instance_ids`` that exist and are not terminating."""
+        return {instance for instance, state in self.states(instance_ids).items() if state not in GONE_STATES}
+
+    def describe(self, instance_ids: Collection[str]) -> Iterator[InstanceTypeDef]:
+        """The instances among ``instance_ids`` that EC2 knows, as DescribeInstances answers them."""
+        # Filtering by instance-id (rather than InstanceIds=) answers nothing for an unknown id instead of
+        # failing the whole batch with InvalidInstanceID.NotFound.
+        paginator = self._ec2().get_paginator("describe_instances")
+        with transient_errors("describing instances"):
+            for batch in itertools.batched(sorted(set(instance_ids)), INSTANCE_FILTER_MAX):
+                for page in paginator.paginate(Filters=[{"Name": "instance-id", "Values": list(batch)}]):
+                    for reservation in page.get("Reservations", []):
+                        yield from reservation.get("Instances", [])

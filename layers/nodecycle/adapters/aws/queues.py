@@ -1,0 +1,27 @@
+"""The work queues on SQS: one queue per worker function."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from nodecycle.adapters.aws.clients import LazyClient, transient_errors
+from nodecycle.domain.flow import Worker
+from nodecycle.domain.ports.lifecycle import WorkMessage
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+
+
+class SqsWorkQueues:
+    def __init__(self, urls: Mapping[Worker, str], sqs: SQSClient | None = None) -> None:
+        self._urls = dict(urls)
+        self._sqs: LazyClient[SQSClient] = LazyClient("sqs", sqs)
+
+    def send(self, worker: Worker, message: WorkMessage, delay_seconds: int = 0) -> None:
+        with transient_errors(f"sending work to the {worker} queue"):
+            self._sqs().send_message(
+                QueueUrl=self._urls[worker],
+                MessageBody=message.model_dump_json(exclude_defaults=True),
+                DelaySeconds=delay_seconds,
+            )

@@ -1,0 +1,128 @@
+"""The lifecycle record store on DynamoDB: one item per lifecycle action, conditional writes only."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+from botocore.exceptions import ClientError
+
+from nodecycle.adapters.aws.clients import LazyClient, error_code, transient_errors
+from nodecycle.domain.model import LifecycleRecord
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+OPEN_INDEX = "open-by-due"  # sparse: only unfinished records carry its key attributes
+
+_serializer = TypeSerializer()
+_deserializer = TypeDeserializer()
+
+
+class DynamoRecordStore:
+    def __init__(self, table: str, ttl: timedelta, dynamodb: DynamoDBClient | None = None) -> None:
+        self._table = table
+        self._ttl = ttl
+        self._dynamodb: LazyClient[DynamoDBClient] = LazyClient("dynamodb", dynamodb)
+
+    def create(self, record: LifecycleRecord) -> bool:
+        return self._put(record, "attribute_not_exists(id)", {})
+
+    def commit(self, record: LifecycleRecord, expected_seq: int) -> bool:
+        return self._put(record, "seq = :expected", {":expected": {"N": str(expected_seq)}})
+
+    def get(self, record_id: str) -> LifecycleRecord | None:
+        with transient_errors("reading a lifecycle record"):
+            response = self._dynamodb().get_item(
+                TableName=self._table, Key={"id": {"S": record_id}}, ConsistentRead=True
+            )
+        item = response.get("Item")
+        return _from_item(item) if item else None
+
+    def open_records(self, owner: str) -> Iterator[LifecycleRecord]:
+        # The index is sparse (only open records carry open_owner) and projects every attribute, so one
+        # query page after another returns whole records: calls grow with pages, not with records.
+        paginator = self._dynamodb().get_paginator("query")
+        pages = paginator.paginate(
+            TableName=self._table,
+            IndexName=OPEN_INDEX,
+            KeyConditionExpression="open_owner = :owner",
+            ExpressionAttributeValues={":owner": {"S": owner}},
+        )
+        with transient_errors("listing open lifecycle records"):
+            for page in pages:
+                for item in page.get("Items", []):
+                    yield _from_item(item)
+
+    def scan(self, owner: str) -> Iterator[LifecycleRecord]:
+        """Every record of ``owner`` still in the table, finished ones too: a full scan, for operators'
+        tools (``nodecycle status --all``), never for the functions."""
+        pages = (
+            self._dynamodb()
+            .get_paginator("scan")
+            .paginate(
+                TableName=self._table,
+                FilterExpression="#owner = :owner",
+                ExpressionAttributeNames={"#owner": "owner"},
+                ExpressionAttributeValues={":owner": {"S": owner}},
+            )
+        )
+        with transient_errors("scanning lifecycle records"):
+            for page in pages:
+                for item in page.get("Items", []):
+                    yield _from_item(item)
+
+    def _put(self, record: LifecycleRecord, condition: str, values: dict[str, Any]) -> bool:
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "Item": self._to_item(record),
+            "ConditionExpression": condition,
+        }
+        if values:
+            kwargs["ExpressionAttributeValues"] = values
+        try:
+            with transient_errors("writing a lifecycle record"):
+                self._dynamodb().put_item(**kwargs)
+        except ClientError as error:
+            if error_code(error) == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    def _to_item(self, record: LifecycleRecord) -> dict[str, Any]:
+        data = record.model_dump(mode="json", exclude_none=True)
+        end = record.finished_at or record.global_deadline
+        data["expires_at"] = int((end + self._ttl).timestamp())  # the table's TTL attribute
+        if not record.finished:
+            data["open_owner"] = record.owner
+            data["due_epoch"] = int(record.due_at.timestamp())
+        return {key: _serializer.serialize(_dynamo(value)) for key, value in data.items() if value != {}}
+
+
+def _from_item(item: dict[str, Any]) -> LifecycleRecord:
+    data = {key: _plain(_deserializer.deserialize(value)) for key, value in item.items()}
+    return LifecycleRecord.model_validate(data, strict=False)
+
+
+def _dynamo(value: Any) -> Any:
+    """DynamoDB numbers are Decimals; it refuses floats."""
+    if isinstance(value, float):
+        return Decimal(str(value))
+    if isinstance(value, list):
+        return [_dynamo(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _dynamo(item) for key, item in value.items()}
+    return value
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    return value

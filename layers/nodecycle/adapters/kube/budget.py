@@ -1,0 +1,187 @@
+"""The disruption budget's ports on the Kubernetes API: the shared ConfigMap, and the nodes in scope.
+
+Both take a zero-argument factory of a ``kubernetes.client.CoreV1Api`` and call it once per operation, so
+the cluster-access module that builds it stays in charge of caching the client and refreshing its token.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from kubernetes.client import V1ConfigMap, V1ObjectMeta
+from kubernetes.client.exceptions import ApiException
+
+from nodecycle.adapters.kube.errors import kube_errors
+from nodecycle.domain.budget import BudgetDocument, NodeState
+from nodecycle.domain.errors import TransientError
+from nodecycle.domain.ports.cluster import ZONE_LABEL
+
+log = logging.getLogger(__name__)
+
+DATA_KEY = "budget.json"
+REQUEST_TIMEOUT = (5, 15)  # connect, read: a Lambda step must not hang on a dead connection
+
+CoreV1Factory = Callable[[], Any]  # () -> kubernetes.client.CoreV1Api
+
+
+class ConfigMapBudgetStore:
+    """The budget document in one ConfigMap, replaced with its ``resourceVersion`` (optimistic concurrency).
+
+    A write that loses a race (409: the ConfigMap changed, or another writer created it first; 404: it was
+    deleted meanwhile) runs the whole read-mutate-write again after a jittered backoff, up to
+    ``max_attempts`` times; then, as for throttling (429), server errors and connection errors, it raises
+    :class:`TransientError` so that the step is retried later.
+    """
+
+    def __init__(
+        self,
+        core_v1_api_factory: CoreV1Factory,
+        namespace: str,
+        name: str = "nodecycle-budget",
+        *,
+        max_attempts: int = 8,
+        backoff_seconds: float = 0.05,
+        max_backoff_seconds: float = 1.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self._api = core_v1_api_factory
+        self.namespace = namespace
+        self.name = name
+        self._max_attempts = max_attempts
+        self._backoff = backoff_seconds
+        self._max_backoff = max_backoff_seconds
+        self._sleep = sleep
+
+    def read(self) -> BudgetDocument | None:
+        config_map = self._get(self._api())
+        return None if config_map is None else _document(config_map)
+
+    def update[T](self, mutate: Callable[[BudgetDocument | None], tuple[BudgetDocument | None, T]]) -> T:
+        api = self._api()
+        for attempt in range(self._max_attempts):
+            if attempt:
+                # full jitter: writers that collided spread out instead of colliding again in step
+                self._sleep(random.uniform(0, min(self._max_backoff, self._backoff * 2**attempt)))
+            config_map = self._get(api)
+            current = None if config_map is None else _document(config_map)
+            new, result = mutate(current)
+            if new is current:
+                return result
+            assert new is not None  # only None is current when there is no ConfigMap
+            if self._write(api, config_map, new):
+                return result
+            log.info("the budget ConfigMap changed under us (attempt %d): reading it again", attempt + 1)
+        raise TransientError(
+            f"ConfigMap {self.namespace}/{self.name} kept changing: {self._max_attempts} conflicting writes"
+        )
+
+    def _get(self, api: Any) -> Any:
+        with kube_errors(f"reading ConfigMap {self.namespace}/{self.name}"):
+            try:
+                return api.read_namespaced_config_map(
+                    self.name, self.namespace, _request_timeout=REQUEST_TIMEOUT
+                )
+            except ApiException as error:
+                if error.status == 404:
+                    return None
+                raise
+
+    def _write(self, api: Any, config_map: Any, doc: BudgetDocument) -> bool:
+        """Create or replace; False when another writer came first."""
+        with kube_errors(f"writing ConfigMap {self.namespace}/{self.name}"):
+            try:
+                if config_map is None:
+                    body = V1ConfigMap(
+                        metadata=V1ObjectMeta(
+                            name=self.name,
+                            namespace=self.namespace,
+                            labels={"app.kubernetes.io/managed-by": "nodecycle"},
+                        ),
+                        data={DATA_KEY: doc.to_json()},
+                    )
+                    api.create_namespaced_config_map(self.namespace, body, _request_timeout=REQUEST_TIMEOUT)
+                else:
+                    # the object as read: its resourceVersion makes the replace conditional, and labels,
+                    # annotations or other keys someone added survive
+                    config_map.data = {**(config_map.data or {}), DATA_KEY: doc.to_json()}
+                    api.replace_namespaced_config_map(
+                        self.name, self.namespace, config_map, _request_timeout=REQUEST_TIMEOUT
+                    )
+            except ApiException as error:
+                if error.status == 409 or (error.status == 404 and config_map is not None):
+                    return False
+                raise
+        return True
+
+
+class KubeNodeInventory:
+    """The nodes matching a label selector (all nodes when empty), listed at most once per ``cache_ttl``."""
+
+    def __init__(
+        self,
+        core_v1_api_factory: CoreV1Factory,
+        label_selector: str = "",
+        cache_ttl: timedelta = timedelta(seconds=10),
+        *,
+        page_size: int = 500,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._api = core_v1_api_factory
+        self._selector = label_selector
+        self._ttl = cache_ttl.total_seconds()
+        self._page_size = page_size
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self._cached: tuple[float, list[NodeState]] | None = None
+
+    def nodes_in_scope(self) -> list[NodeState]:
+        with self._lock:
+            now = self._monotonic()
+            if self._cached is None or now - self._cached[0] >= self._ttl:
+                self._cached = (now, self._list())
+            return list(self._cached[1])
+
+    def _list(self) -> list[NodeState]:
+        api = self._api()
+        nodes: list[NodeState] = []
+        token = None
+        with kube_errors("listing nodes"):
+            while True:
+                # raw JSON: the client's model deserialization of full Node objects is slow, and we need
+                # four fields of each
+                response = api.list_node(
+                    label_selector=self._selector,
+                    limit=self._page_size,
+                    _continue=token,
+                    _preload_content=False,
+                    _request_timeout=REQUEST_TIMEOUT,
+                )
+                page = json.loads(response.data)
+                nodes += [_node_state(item) for item in page.get("items") or []]
+                token = (page.get("metadata") or {}).get("continue")
+                if not token:
+                    return nodes
+
+
+def _node_state(node: dict[str, Any]) -> NodeState:
+    metadata = node.get("metadata") or {}
+    conditions = (node.get("status") or {}).get("conditions") or []
+    return NodeState(
+        name=metadata["name"],
+        zone=(metadata.get("labels") or {}).get(ZONE_LABEL),
+        schedulable=not (node.get("spec") or {}).get("unschedulable", False),
+        ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions),
+    )
+
+
+def _document(config_map: Any) -> BudgetDocument:
+    text = (config_map.data or {}).get(DATA_KEY)
+    # an empty ConfigMap (made by hand, or by a GitOps tool to own its namespace) is an empty budget
+    return BudgetDocument() if not text else BudgetDocument.from_json(text)

@@ -1,0 +1,259 @@
+"""The cluster port on the official Kubernetes client.
+
+Responses are read as JSON (``_preload_content=False``) rather than as the client's generated models: the
+drain needs a handful of fields, and skipping model validation keeps a 300-node list cheap.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from kubernetes.client import ApiClient, CoreV1Api, V1DeleteOptions, V1Eviction, V1ObjectMeta, V1Preconditions
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
+
+from nodecycle.adapters.kube.eks_access import REQUEST_TIMEOUT
+from nodecycle.adapters.kube.errors import kube_errors
+from nodecycle.domain.errors import TransientError
+from nodecycle.domain.ports.cluster import (
+    EXCLUDE_LB_LABEL,
+    IN_PROGRESS_ANNOTATION,
+    OWNER_ANNOTATION,
+    ZONE_LABEL,
+    Claim,
+    Eviction,
+    NodeInfo,
+    PodInfo,
+)
+
+log = logging.getLogger(__name__)
+
+MERGE_PATCH = "application/merge-patch+json"
+LEGACY_ZONE_LABEL = "failure-domain.beta.kubernetes.io/zone"
+PAGE = 500
+
+
+def instance_of(provider_id: str | None) -> str | None:
+    """``aws:///eu-west-1a/i-0123456789abcdef0`` -> ``i-0123456789abcdef0``."""
+    if not provider_id or not provider_id.startswith("aws://"):
+        return None
+    last = provider_id.rstrip("/").rsplit("/", 1)[-1]
+    return last if last.startswith("i-") else None
+
+
+def node_info(data: dict[str, Any]) -> NodeInfo:
+    meta = data.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    spec = data.get("spec") or {}
+    conditions = (data.get("status") or {}).get("conditions") or []
+    return NodeInfo(
+        name=meta["name"],
+        instance_id=instance_of(spec.get("providerID")),
+        zone=labels.get(ZONE_LABEL) or labels.get(LEGACY_ZONE_LABEL),
+        ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions),
+        owner=annotations.get(OWNER_ANNOTATION),
+        in_progress=annotations.get(IN_PROGRESS_ANNOTATION),
+        resource_version=str(meta.get("resourceVersion", "")),
+    )
+
+
+def pod_info(data: dict[str, Any]) -> PodInfo:
+    meta = data.get("metadata") or {}
+    spec = data.get("spec") or {}
+    controller = next((ref for ref in meta.get("ownerReferences") or [] if ref.get("controller")), None)
+    return PodInfo(
+        namespace=meta["namespace"],
+        name=meta["name"],
+        uid=meta.get("uid", ""),
+        controller_kind=controller.get("kind") if controller else None,
+        mirror="kubernetes.io/config.mirror" in (meta.get("annotations") or {}),
+        terminating=meta.get("deletionTimestamp") is not None,
+        grace_period=spec.get("terminationGracePeriodSeconds"),
+    )
+
+
+def _json(response: Any) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(response.data)
+    return data
+
+
+class KubeCluster:
+    def __init__(self, api_client: Callable[[], ApiClient]) -> None:
+        self._api_client = api_client
+        self._core: CoreV1Api | None = None
+
+    @property
+    def _api(self) -> CoreV1Api:
+        if self._core is None:
+            self._core = CoreV1Api(self._api_client())
+        return self._core
+
+    # -- nodes ------------------------------------------------------------------------------------------
+
+    def find_node(
+        self, instance_id: str, private_dns_name: str | None, *, scan: bool = True
+    ) -> NodeInfo | None:
+        by_name = self.get_node(private_dns_name) if private_dns_name else None
+        if by_name is not None and by_name.instance_id == instance_id:
+            return by_name  # the common case on EKS: one GET
+        if not scan:
+            return by_name if by_name is not None and by_name.instance_id is None else None
+        for node in self._nodes():
+            if node.instance_id == instance_id:
+                return node
+        # A node named after the instance but without a provider id yet (still registering) is ours too.
+        return by_name if by_name is not None and by_name.instance_id is None else None
+
+    def get_node(self, name: str) -> NodeInfo | None:
+        try:
+            with kube_errors(f"reading node {name}"):
+                response = self._api.read_node(name, _preload_content=False, _request_timeout=REQUEST_TIMEOUT)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        return node_info(_json(response))
+
+    def node_names(self) -> set[str]:
+        return {node.name for node in self._nodes()}
+
+    def nodes_owned_by(self, owner: str) -> list[NodeInfo]:
+        # Annotations cannot be selected on: one paged list of the nodes, filtered here.
+        return [node for node in self._nodes() if node.owner == owner]
+
+    def _nodes(self) -> Iterator[NodeInfo]:
+        token: str | None = None
+        while True:
+            with kube_errors("listing nodes"):
+                response = self._api.list_node(
+                    limit=PAGE, _continue=token, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
+                )
+            page = _json(response)
+            for item in page.get("items") or []:
+                yield node_info(item)
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return
+
+    def claim_node(
+        self, node: NodeInfo, *, owner: str, in_progress: str, cordon: bool, exclude_from_lb: bool
+    ) -> Claim:
+        metadata: dict[str, Any] = {
+            "resourceVersion": node.resource_version,
+            "annotations": {OWNER_ANNOTATION: owner, IN_PROGRESS_ANNOTATION: in_progress},
+        }
+        if exclude_from_lb:
+            metadata["labels"] = {EXCLUDE_LB_LABEL: "true"}
+        body: dict[str, Any] = {"metadata": metadata}
+        if cordon:
+            body["spec"] = {"unschedulable": True}
+        return self._patch_node(node.name, body)
+
+    def release_node(self, node: NodeInfo, *, uncordon: bool = False) -> Claim:
+        metadata: dict[str, Any] = {
+            "resourceVersion": node.resource_version,
+            "annotations": {OWNER_ANNOTATION: None, IN_PROGRESS_ANNOTATION: None},
+        }
+        body: dict[str, Any] = {"metadata": metadata}
+        if uncordon:
+            metadata["labels"] = {EXCLUDE_LB_LABEL: None}
+            body["spec"] = {"unschedulable": None}
+        return self._patch_node(node.name, body)
+
+    def _patch_node(self, name: str, body: dict[str, Any]) -> Claim:
+        # A merge patch that carries metadata.resourceVersion is applied only if the node has not changed
+        # since it was read: the API server answers 409 otherwise.
+        try:
+            with kube_errors(f"patching node {name}"):
+                self._api.patch_node(
+                    name,
+                    body,
+                    _content_type=MERGE_PATCH,
+                    _preload_content=False,
+                    _request_timeout=REQUEST_TIMEOUT,
+                )
+        except ApiException as error:
+            if error.status == 409:
+                return Claim.CONFLICT
+            if error.status == 404:
+                return Claim.GONE
+            raise
+        return Claim.CLAIMED
+
+    # -- pods -------------------------------------------------------------------------------------------
+
+    def pods_on(self, node: str) -> list[PodInfo]:
+        pods: list[PodInfo] = []
+        token: str | None = None
+        while True:
+            with kube_errors(f"listing the pods of node {node}"):
+                response = self._api.list_pod_for_all_namespaces(
+                    field_selector=f"spec.nodeName={node}",
+                    limit=PAGE,
+                    _continue=token,
+                    _preload_content=False,
+                    _request_timeout=REQUEST_TIMEOUT,
+                )
+            page = _json(response)
+            pods.extend(pod_info(item) for item in page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return pods
+
+    def evict(self, pod: PodInfo, grace_seconds: int) -> Eviction:
+        body = V1Eviction(
+            api_version="policy/v1",
+            kind="Eviction",
+            metadata=V1ObjectMeta(name=pod.name, namespace=pod.namespace),
+            delete_options=_delete_options(pod, grace_seconds),
+        )
+        try:
+            self._api.create_namespaced_pod_eviction(
+                pod.name, pod.namespace, body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
+            )
+        except ApiException as error:
+            if error.status == 429:
+                return Eviction.BLOCKED
+            if error.status in (404, 409):  # gone, or replaced by a pod of the same name (uid precondition)
+                return Eviction.GONE
+            if error.status == 500:
+                log.error("eviction of %s/%s failed: %s", pod.namespace, pod.name, _status_message(error))
+                return Eviction.MISCONFIGURED
+            with kube_errors(f"evicting pod {pod.namespace}/{pod.name}"):
+                raise
+        except HTTPError as error:
+            raise TransientError(f"evicting pod {pod.namespace}/{pod.name}: {error}") from error
+        return Eviction.EVICTED
+
+    def delete_pod(self, pod: PodInfo, grace_seconds: int) -> bool:
+        try:
+            with kube_errors(f"deleting pod {pod.namespace}/{pod.name}"):
+                self._api.delete_namespaced_pod(
+                    pod.name,
+                    pod.namespace,
+                    grace_period_seconds=grace_seconds,
+                    body=_delete_options(pod, grace_seconds),
+                    _preload_content=False,
+                    _request_timeout=REQUEST_TIMEOUT,
+                )
+        except ApiException as error:
+            if error.status in (404, 409):
+                return False
+            raise
+        return True
+
+
+def _delete_options(pod: PodInfo, grace_seconds: int) -> V1DeleteOptions:
+    # The uid precondition makes sure a pod recreated under the same name (a StatefulSet's) is not hit.
+    return V1DeleteOptions(grace_period_seconds=grace_seconds, preconditions=V1Preconditions(uid=pod.uid))
+
+
+def _status_message(error: ApiException) -> str:
+    try:
+        return str(json.loads(error.body or "{}").get("message", error.reason))
+    except ValueError:
+        return str(error.reason)

@@ -1,0 +1,25 @@
+"""How the Kubernetes adapters classify the API's failures."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
+
+from nodecycle.domain.errors import TransientError
+
+
+@contextmanager
+def kube_errors(what: str) -> Iterator[None]:
+    """Throttling (429), server errors, an expired list continuation (410) and network failures are worth
+    retrying later, as a :class:`TransientError`; the rest is raised as it is."""
+    try:
+        yield
+    except ApiException as error:
+        if error.status in (410, 429) or (error.status or 0) >= 500:  # 410: a list's continue token expired
+            raise TransientError(f"{what}: HTTP {error.status} {error.reason}") from error
+        raise
+    except HTTPError as error:
+        raise TransientError(f"{what}: {error}") from error

@@ -1,0 +1,116 @@
+"""The domain's own words for what a stack may choose, and the narrow policies each step is handed.
+
+The settings module reads these choices from the environment and the composition roots (``wiring``) build
+the policies below from them; the domain never reads settings itself, so a step sees only what it uses.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import timedelta
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ActionResult(StrEnum):
+    CONTINUE = "CONTINUE"
+    ABANDON = "ABANDON"
+
+
+class TimeoutPolicy(StrEnum):
+    """What a drain does when its drain timeout passes with pods still on the node."""
+
+    FORCE = "force"  # delete the remaining pods (grace capped), wait for that, then complete
+    CONTINUE = "continue"  # complete anyway: the instance terminates with the pods on it
+
+
+class EipMode(StrEnum):
+    OFF = "off"
+    ALLOCATE = "allocate"  # a new address per instance, released at terminate
+    POOL = "pool"  # claim a free address tagged nodecycle:pool=<name>, returned at terminate
+
+
+class EipFailurePolicy(StrEnum):
+    ABANDON = "abandon"  # the group replaces the instance
+    CONTINUE = "continue"  # the instance goes in service without an address
+
+
+_PERCENT = re.compile(r"^(\d{1,3})%$")
+
+
+class Quantity(BaseModel):
+    """A budget limit: an absolute count of nodes, or a percent of the nodes in scope."""
+
+    model_config = ConfigDict(frozen=True)
+
+    value: int = Field(ge=0)
+    percent: bool = False
+
+    @classmethod
+    def parse(cls, text: str) -> Quantity:
+        text = text.strip()
+        match = _PERCENT.match(text)
+        if match:
+            value = int(match.group(1))
+            if not 0 < value <= 100:
+                raise ValueError(f"a percent must be between 1% and 100%, got {text!r}")
+            return cls(value=value, percent=True)
+        if text.isdigit() and int(text) > 0:
+            return cls(value=int(text))
+        raise ValueError(f"expected a positive integer or a percent such as '25%', got {text!r}")
+
+    def resolve(self, total: int) -> int:
+        """The limit for ``total`` nodes in scope: a percent rounds up and is at least 1."""
+        if not self.percent:
+            return self.value
+        return max(1, -(-total * self.value // 100))
+
+    def __str__(self) -> str:
+        return f"{self.value}%" if self.percent else str(self.value)
+
+
+@dataclass(frozen=True)
+class PlanPolicy:
+    """What a lifecycle's plan may contain: chosen once per action, when it is received."""
+
+    kubernetes: bool  # the stack has a cluster: terminating nodes are drained
+    eip: bool  # Elastic IPs are on (allocate or pool)
+    readiness_gate: bool  # a launch completes once its node is Ready
+
+
+@dataclass(frozen=True)
+class DrainPolicy:
+    """How a terminating node is drained, and how its budget slot is asked for and kept."""
+
+    timeout: timedelta  # after this much draining, ``on_timeout`` applies
+    pod_grace_cap: int  # seconds: an evicted pod's own grace period, never more than this
+    on_timeout: TimeoutPolicy
+    force_grace: int  # seconds: the grace of a pod deleted by the force policy
+    exclude_from_load_balancers: bool
+    lb_deregistration_delay: timedelta
+    poll_seconds: int  # the longest wait between two looks at the pods
+    budget_retry_seconds: int  # how often a node waiting for a slot asks again
+    holder_ttl: timedelta  # a budget holder that is not renewed within this expires
+
+
+@dataclass(frozen=True)
+class ReadinessPolicy:
+    """The launch readiness gate: how long a new node may take to be Ready, and what happens if it is not."""
+
+    timeout: timedelta
+    poll_seconds: int
+    on_failure: ActionResult
+
+
+@dataclass(frozen=True)
+class EipPolicy:
+    mode: EipMode
+    pool: str | None  # the pool's name (pool mode)
+    grow_pool: bool  # allocate into an empty pool instead of failing
+    on_failure: EipFailurePolicy
+
+    @property
+    def failure_result(self) -> ActionResult:
+        return ActionResult.ABANDON if self.on_failure is EipFailurePolicy.ABANDON else ActionResult.CONTINUE

@@ -1,0 +1,54 @@
+"""The disruption budget's ports: where its document lives, which nodes are in scope; and the budget itself
+as the drain steps and the sweeper use it (implemented by :class:`~nodecycle.domain.budget.DisruptionBudget`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:  # annotations only: the budget package imports these ports
+    from nodecycle.domain.budget.document import BudgetDocument, Holder, Waiter
+    from nodecycle.domain.budget.limits import NodeState
+    from nodecycle.domain.budget.requests import SlotDecision, SlotRequest
+    from nodecycle.domain.budget.service import SweepResult
+
+
+class BudgetStore(Protocol):
+    def read(self) -> BudgetDocument | None:
+        """The stored document; None when there is none yet."""
+        ...
+
+    def update[T](self, mutate: Callable[[BudgetDocument | None], tuple[BudgetDocument | None, T]]) -> T:
+        """Read the document, apply ``mutate`` and write the result if it is still the stored version.
+
+        On a conflict (another writer came first, or created the document first) the whole read-mutate-
+        write runs again, a bounded number of times with jittered backoff, so ``mutate`` must be a pure
+        function of the document it is given. ``mutate`` returns the document to store and a result;
+        returning the very document it was given (None included) writes nothing. Raises
+        :class:`~nodecycle.domain.errors.TransientError` when the conflicts or the API do not let up.
+        """
+        ...
+
+
+class NodeInventory(Protocol):
+    def nodes_in_scope(self) -> list[NodeState]:
+        """The nodes the percent limits and unavailable-node counting apply to (may be cached briefly)."""
+        ...
+
+
+class Slots(Protocol):
+    """The disruption budget, as the drain steps use it."""
+
+    def acquire(self, request: SlotRequest) -> SlotDecision: ...
+
+    def renew(self, request: SlotRequest) -> SlotDecision: ...
+
+    def release(self, node: str) -> list[str]:
+        """Give the slot (or waiting place) of ``node`` back; the record ids of waiters that may go now."""
+        ...
+
+
+class SweepableBudget(Protocol):
+    """The disruption budget, as the sweeper uses it."""
+
+    def sweep(self, *, is_stale: Callable[[Holder | Waiter], bool]) -> SweepResult: ...

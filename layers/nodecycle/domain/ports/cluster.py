@@ -1,0 +1,115 @@
+"""The Kubernetes cluster as the drain, the readiness gate and the sweeper see it: nodes, the pods on one
+node, evictions; and EC2 instances' DNS names, by which nodes are found.
+
+Plain values and ports; the adapters (``nodecycle.adapters.kube``, ``nodecycle.adapters.aws.clients``) implement
+them with the official client and boto3.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from enum import StrEnum
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+OWNER_ANNOTATION = "nodecycle.io/owner"
+IN_PROGRESS_ANNOTATION = "nodecycle.io/in-progress"
+EXCLUDE_LB_LABEL = "node.kubernetes.io/exclude-from-external-load-balancers"
+ZONE_LABEL = "topology.kubernetes.io/zone"
+
+
+class NodeInfo(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    instance_id: str | None
+    zone: str | None
+    ready: bool
+    owner: str | None  # the nodecycle.io/owner annotation
+    in_progress: str | None  # the nodecycle.io/in-progress annotation (JSON)
+    resource_version: str
+
+
+class PodInfo(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    namespace: str
+    name: str
+    uid: str
+    controller_kind: str | None  # kind of the controlling owner reference, if any
+    mirror: bool  # a static pod's mirror: the kubelet owns it, the API cannot evict it
+    terminating: bool  # has a deletionTimestamp
+    grace_period: int | None  # spec.terminationGracePeriodSeconds
+
+
+class Eviction(StrEnum):
+    EVICTED = "evicted"
+    GONE = "gone"  # 404, or the pod was replaced (uid precondition failed)
+    BLOCKED = "blocked"  # 429: a PodDisruptionBudget would be violated
+    MISCONFIGURED = "misconfigured"  # 500: more than one PodDisruptionBudget selects the pod
+
+
+class Claim(StrEnum):
+    CLAIMED = "claimed"
+    CONFLICT = "conflict"  # the node changed since it was read: read it again
+    GONE = "gone"
+
+
+class Cluster(Protocol):
+    def find_node(
+        self, instance_id: str, private_dns_name: str | None, *, scan: bool = True
+    ) -> NodeInfo | None:
+        """The node of an instance: by ``spec.providerID``, else by the instance's private DNS name.
+
+        The node named after the DNS name is read first (one GET); only with ``scan`` are all nodes listed
+        to match the provider id, for clusters whose node names are not DNS names.
+        """
+        ...
+
+    def get_node(self, name: str) -> NodeInfo | None: ...
+
+    def claim_node(
+        self, node: NodeInfo, *, owner: str, in_progress: str, cordon: bool, exclude_from_lb: bool
+    ) -> Claim:
+        """One PATCH, conditional on the node's resourceVersion: owner + in-progress annotations, cordon."""
+        ...
+
+    def release_node(self, node: NodeInfo, *, uncordon: bool = False) -> Claim:
+        """One PATCH, conditional on the resourceVersion: remove both annotations together (and, for a node
+        that will come back, the cordon and the load balancer exclusion)."""
+        ...
+
+    def pods_on(self, node: str) -> list[PodInfo]:
+        """The pods bound to one node (a field-selected list, never a cluster-wide one)."""
+        ...
+
+    def evict(self, pod: PodInfo, grace_seconds: int) -> Eviction: ...
+
+    def delete_pod(self, pod: PodInfo, grace_seconds: int) -> bool:
+        """Delete (the force policy); False when the pod was already gone."""
+        ...
+
+
+class OwnedNodes(Protocol):
+    """The cluster as the sweeper sees it: which nodes exist, and which this owner left annotated."""
+
+    def node_names(self) -> set[str]:
+        """The names of every node (a paged list)."""
+        ...
+
+    def nodes_owned_by(self, owner: str) -> list[NodeInfo]:
+        """The nodes annotated with ``owner`` (a paged list)."""
+        ...
+
+    def release_node(self, node: NodeInfo, *, uncordon: bool = False) -> Claim: ...
+
+
+class Instances(Protocol):
+    def private_dns_name(self, instance_id: str) -> str | None:
+        """The instance's private DNS name; None when the instance is unknown."""
+        ...
+
+    def alive(self, instance_ids: Collection[str]) -> set[str]:
+        """The instances among ``instance_ids`` that exist and are not shutting down or terminated."""
+        ...

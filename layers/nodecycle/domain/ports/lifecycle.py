@@ -1,0 +1,62 @@
+"""The lifecycle's ports: the record store, the work queues and the messages on them, Auto Scaling."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+from nodecycle.domain.flow import Worker
+from nodecycle.domain.model import ActionRef, LifecycleRecord, Step
+from nodecycle.domain.policy import ActionResult
+
+
+class WorkMessage(BaseModel):
+    """One unit of work: run the current step of a lifecycle record, if ``seq`` is still current."""
+
+    model_config = ConfigDict(frozen=True)
+
+    record_id: str
+    seq: int
+    step: Step  # informative: the record is the authority on what runs
+    watch: int | None = None  # a watch: resend the step if the record is still at this seq (see engine)
+    wake: bool = False  # run the waiting step now, before its due time (a budget slot was freed for it)
+
+
+class RecordStore(Protocol):
+    def create(self, record: LifecycleRecord) -> bool:
+        """Write a new record; False when a record with this id already exists."""
+        ...
+
+    def get(self, record_id: str) -> LifecycleRecord | None: ...
+
+    def commit(self, record: LifecycleRecord, expected_seq: int) -> bool:
+        """Replace the record if its stored seq is still ``expected_seq``; False when another delivery won."""
+        ...
+
+    def open_records(self, owner: str) -> Iterator[LifecycleRecord]:
+        """The unfinished records of ``owner`` (read in pages, for the sweeper and the status command)."""
+        ...
+
+
+class WorkQueues(Protocol):
+    def send(self, worker: Worker, message: WorkMessage, delay_seconds: int = 0) -> None: ...
+
+
+class Autoscaling(Protocol):
+    def complete(self, action: ActionRef, result: ActionResult) -> bool:
+        """Complete the action; False when it was no longer active (completed before, or timed out)."""
+        ...
+
+    def heartbeat(self, action: ActionRef) -> bool:
+        """Record a heartbeat; False when the action is no longer active."""
+        ...
+
+    def heartbeat_timeout(self, group: str, hook: str) -> int | None:
+        """The hook's heartbeat timeout in seconds; None when the hook does not exist."""
+        ...
+
+    def group_tags(self, group: str) -> dict[str, str] | None:
+        """The group's tags; None when the group does not exist."""
+        ...

@@ -1,0 +1,1 @@
+"""The sweeper and its parts (see :mod:`.sweeper`)."""

@@ -1,0 +1,118 @@
+"""The sweeper's Elastic IP part: free what a crash, or an instance gone without its hook, left behind.
+
+The rule, per address tagged ``nodecycle:owner=<this owner>`` (addresses of other owners are never listed):
+
+- Associated with an instance that is gone (shutting-down, terminated, or unknown to EC2): disassociate it
+  (that association id only, so a newer association is never undone). A pool address is then back in its
+  pool and done with; any other address is judged by the next rule.
+- Associated otherwise (a live instance, a network interface): in use, left alone.
+- A pool address: never released; free is where it belongs.
+- Unassociated, allocated by nodecycle more than the sweep grace ago (``nodecycle:allocated-at``): released.
+  An address is unassociated in two cases only: for the seconds between its AllocateAddress and
+  AssociateAddress (the grace covers them, and a launch whose address the sweep did release allocates
+  again), and after its instance went without RELEASE_EIP running (it should go at once). So its age
+  since allocation is all the rule needs, and no ``unassociated-since`` tag (and no CreateTags permission
+  beyond allocation) is needed: such an address lives at most one sweep period past the grace.
+- Without ``nodecycle:allocated-at``: not allocated by nodecycle; left alone, with a warning.
+
+EC2 refuses to release an associated address (``InvalidIPAddress.InUse``), so a launch that associates an
+address between this sweep's listing and its release keeps it.
+
+Cost: one DescribeAddresses (it has no pages: one call answers for every address of the owner) and one
+batched DescribeInstances for the instances the addresses are associated with.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from nodecycle.domain.ports.addresses import GONE_STATES, Address, Addresses, AddressInUse
+from nodecycle.domain.ports.runtime import Clock, Metrics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AddressSweepReport:
+    released: int = 0  # unassociated past the grace (or on a gone instance): released
+    returned: int = 0  # pool addresses taken back from gone instances
+    kept: int = 0  # addresses of this owner left as they are
+
+
+class AddressSweep:
+    def __init__(
+        self, *, owner: str, addresses: Addresses, clock: Clock, metrics: Metrics, grace: timedelta
+    ) -> None:
+        self._owner = owner
+        self._addresses = addresses
+        self._clock = clock
+        self._metrics = metrics
+        self._grace = grace
+
+    def __call__(self) -> AddressSweepReport:
+        now = self._clock.now()
+        found = self._addresses.find(self._owner)
+        attached = {address.instance_id for address in found if address.instance_id}
+        states = self._addresses.instance_states(attached) if attached else {}
+        released = returned = 0
+        for address in found:
+            if address.association_id is not None:
+                if not _on_gone_instance(address, states):
+                    continue
+                self._addresses.disassociate(address.association_id)
+                log.warning(
+                    "address %s was still associated with instance %s, which is gone: disassociated",
+                    address.public_ip,
+                    address.instance_id,
+                )
+                if address.pool is not None:
+                    returned += 1
+                    continue
+            if address.pool is None and self._expired(address, now) and self._release(address):
+                released += 1
+        if released or returned:
+            self._metrics.count("SweptEips", released + returned)
+        report = AddressSweepReport(
+            released=released, returned=returned, kept=len(found) - released - returned
+        )
+        log.info(
+            "EIP sweep: %d released, %d returned to their pool, %d kept", released, returned, report.kept
+        )
+        return report
+
+    def _expired(self, address: Address, now: datetime) -> bool:
+        allocated_at = address.allocated_at
+        if allocated_at is None:
+            log.warning(
+                "address %s carries this owner's tag but no valid allocation time: not nodecycle's, left alone",
+                address.public_ip,
+            )
+            return False
+        return now - allocated_at >= self._grace
+
+    def _release(self, address: Address) -> bool:
+        try:
+            released = self._addresses.release(address.allocation_id)
+        except AddressInUse:
+            # Associated since the listing (a launch took it back), or a disassociation not settled yet.
+            log.info("address %s is in use: kept", address.public_ip)
+            return False
+        if released:
+            log.warning(
+                "released address %s: unassociated, allocated at %s for %s",
+                address.public_ip,
+                address.allocated_at,
+                address.allocated_for or "no instance",
+            )
+        return released
+
+
+def _on_gone_instance(address: Address, states: dict[str, str]) -> bool:
+    if address.instance_id is None:
+        return False  # associated with a network interface, not an instance: not ours to judge
+    # An instance DescribeInstances does not know (yet) is left alone: a new instance may not be listed for a
+    # few seconds, while a terminated one stays listed as such, and EC2 itself frees its addresses later.
+    state = states.get(address.instance_id)
+    return state is not None and state in GONE_STATES

@@ -1,0 +1,73 @@
+"""The sweeper: what repairs a crash that redelivery alone cannot.
+
+Every few minutes, for this owner only, each part of the sweep (this package) runs over the open
+lifecycles:
+
+- :mod:`.lifecycles`: lifecycles whose next step is long overdue (their message was lost) are resumed; one
+  whose action is near its global timeout is completed right here, so invariant 2 holds even when the work
+  queue is stuck;
+- :mod:`.budget_entries`: budget holders and waiters whose node or instance is gone, or whose lifecycle is
+  over, are removed;
+- :mod:`.annotations`: nodes left with this owner's annotations by a lifecycle that is over get them cleared;
+- :mod:`.addresses`: addresses left unassociated past the sweep grace are released.
+
+Each part runs even when another fails; a failure is logged with its cause and re-raised at the end, so
+the invocation counts as failed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Protocol
+
+from nodecycle.domain.model import LifecycleRecord
+from nodecycle.domain.ports.lifecycle import RecordStore
+from nodecycle.domain.ports.runtime import Clock
+
+log = logging.getLogger(__name__)
+
+Counts = dict[str, int]
+
+
+class SweepPart(Protocol):
+    def __call__(self, open_records: Sequence[LifecycleRecord], now: datetime) -> Counts: ...
+
+
+class SweepFailed(Exception):
+    """At least one part of a sweep failed; the others ran."""
+
+
+class Sweeper:
+    def __init__(
+        self, *, owner: str, records: RecordStore, clock: Clock, parts: Mapping[str, SweepPart]
+    ) -> None:
+        self._owner = owner
+        self._records = records
+        self._clock = clock
+        self._parts = parts
+
+    def sweep(self) -> Counts:
+        now = self._clock.now()
+        open_records = list(self._records.open_records(self._owner))
+        report: Counts = {"OpenLifecycles": len(open_records)}
+        failed: list[str] = []
+        for name, part in self._parts.items():
+            try:
+                report |= part(open_records, now)
+            except Exception:  # isolate the parts: log it whole here, fail the sweep at the end
+                log.exception("sweep part %s failed", name)
+                failed.append(name)
+        log.info("sweep done", extra={"sweep": report})
+        if failed:
+            raise SweepFailed(f"sweep parts failed: {', '.join(failed)} (the others ran)")
+        return report
+
+
+def lifecycle_over(records: RecordStore, record_id: str) -> bool:
+    """Whether a lifecycle missing from the sweep's list of open ones is really over. The list is a snapshot
+    from an index that lags: a lifecycle that started since, or that the index has not caught up with, is
+    read again, consistently, before anything of it is removed."""
+    record = records.get(record_id)
+    return record is None or record.finished

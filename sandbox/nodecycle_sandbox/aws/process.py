@@ -1,0 +1,206 @@
+"""The emulated AWS in a process of its own.
+
+moto's request handling, the lifecycle timers and the event-source pollers would otherwise share one GIL
+with the Kubernetes server; a busy drain then shows up as sandbox latency. The child process runs moto and
+the emulation; two pipes connect it to the parent: controls go in (`RemoteAwsControl`), and lifecycle
+events and node registrations come out, to the parent's `EventSink` and `NodeRegistry`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any, cast
+
+from nodecycle_sandbox.aws.control import SANDBOX_ACCOUNT, AwsControl, AwsControls
+from nodecycle_sandbox.aws.lifecycle import EventSink
+from nodecycle_sandbox.aws.nodes import NodeRegistry
+
+_log = logging.getLogger(__name__)
+
+# The calls of the `AwsControls` protocol: what the parent may ask of the `AwsControl` in the AWS process.
+_REMOTE_CALLS = frozenset(name for name in vars(AwsControls) if not name.startswith("_"))
+
+
+class _Outbox:
+    """The child's side of the event pipe: an `EventSink` and a `NodeRegistry` in one."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self._lock = threading.Lock()
+
+    def _send(self, message: tuple[Any, ...]) -> None:
+        with self._lock:
+            self._conn.send(message)
+
+    def publish(self, event: dict[str, Any]) -> None:
+        self._send(("publish", event))
+
+    def add_node(self, name: str, **kwargs: Any) -> None:
+        self._send(("add_node", name, kwargs))
+
+    def remove_node(self, name: str) -> None:
+        self._send(("remove_node", name, {}))
+
+
+def _serve(region: str, account: str, controls: Connection, outbox: Connection) -> None:
+    from nodecycle_sandbox.aws.server import MotoServer
+
+    server = MotoServer()
+    url = server.start()
+    control = AwsControl(region=region, account=account)
+    sink = _Outbox(outbox)
+    control.connect(events=sink, nodes=sink)
+    controls.send(url)
+    try:
+        while True:
+            try:
+                request = controls.recv()
+            except EOFError:
+                break
+            if request is None:
+                break
+            name, kwargs = request
+            try:
+                if name not in _REMOTE_CALLS:
+                    raise AttributeError(f"{name} is not a remote control call")
+                controls.send(("ok", getattr(control, name)(**kwargs)))
+            except Exception as error:  # the parent re-raises it; the child must keep serving
+                controls.send(("error", f"{type(error).__name__}: {error}"))
+    finally:
+        control.close()
+        server.stop()
+        outbox.close()
+
+
+class RemoteControlError(RuntimeError):
+    """A control call failed inside the AWS process."""
+
+
+class RemoteAwsControl:
+    """`AwsControls` over the pipe into the AWS process: each call is forwarded by name and keyword
+    arguments to the `AwsControl` in there, so a new control needs no second copy here."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        if name not in _REMOTE_CALLS:
+            raise AttributeError(f"{name} is not a remote control call")
+        return functools.partial(self._call, name)
+
+    def _call(self, call: str, **kwargs: Any) -> Any:
+        with self._lock:
+            self._conn.send((call, kwargs))
+            status, value = self._conn.recv()
+        if status == "error":
+            raise RemoteControlError(value)
+        return value
+
+
+class AwsProcess:
+    """Starts and stops the AWS process and relays what comes out of it."""
+
+    def __init__(
+        self,
+        *,
+        region: str,
+        account: str = SANDBOX_ACCOUNT,
+        events: EventSink | None = None,
+        nodes: NodeRegistry | None = None,
+    ) -> None:
+        self._region = region
+        self._account = account
+        self._events = events
+        self._nodes = nodes
+        self._process: subprocess.Popen[bytes] | None = None
+        self._controls: Connection | None = None
+        self._relay: threading.Thread | None = None
+        self.url = ""
+        self.control: AwsControls | None = None
+
+    def start(self, timeout: float = 60) -> str:
+        # A fresh interpreter (not multiprocessing's spawn, which re-runs the parent's __main__, nor fork,
+        # which would copy the parent's threads' locks) that gets its ends of two socket pairs.
+        controls, child_controls = socket.socketpair()
+        outbox, child_outbox = socket.socketpair()
+        self._process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "nodecycle_sandbox.aws.process",
+                str(child_controls.fileno()),
+                str(child_outbox.fileno()),
+                self._region,
+                self._account,
+            ],
+            pass_fds=(child_controls.fileno(), child_outbox.fileno()),
+        )
+        child_controls.close()
+        child_outbox.close()
+        self._controls = Connection(controls.detach())
+        try:
+            if not self._controls.poll(timeout):
+                raise RuntimeError("the AWS process did not start in time")
+            self.url = self._controls.recv()
+        except (EOFError, RuntimeError):
+            self.stop()
+            raise RuntimeError("the AWS process failed to start (see its output above)") from None
+        self.control = cast("AwsControls", RemoteAwsControl(self._controls))
+        self._relay = threading.Thread(
+            target=self._relay_events, args=(Connection(outbox.detach()),), name="aws-relay", daemon=True
+        )
+        self._relay.start()
+        return self.url
+
+    def _relay_events(self, outbox: Connection) -> None:
+        while True:
+            try:
+                message = outbox.recv()
+            except (EOFError, OSError):
+                return
+            try:
+                if message[0] == "publish":
+                    if self._events is not None:
+                        self._events.publish(message[1])
+                elif self._nodes is not None:
+                    _, name, kwargs = message
+                    getattr(self._nodes, message[0])(name, **kwargs)
+            except Exception:
+                # A failing consumer must not cut the pipe: later events would pile up in the child.
+                _log.exception("relaying %s from the AWS process failed", message[0])
+
+    def stop(self) -> None:
+        if self._controls is not None:
+            # The child may already be gone, which is what stop wants anyway.
+            with contextlib.suppress(BrokenPipeError, OSError):
+                self._controls.send(None)
+            self._controls.close()
+            self._controls = None
+        if self._process is not None:
+            try:
+                self._process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+            self._process = None
+        if self._relay is not None:
+            self._relay.join(timeout=5)
+            self._relay = None
+
+
+if __name__ == "__main__":
+    _serve(
+        region=sys.argv[3],
+        account=sys.argv[4],
+        controls=Connection(int(sys.argv[1])),
+        outbox=Connection(int(sys.argv[2])),
+    )

@@ -1,0 +1,112 @@
+"""Asynchronous invocation (EventBridge rules and schedules -> Lambda), with Lambda's retry policy.
+
+A failed event is retried `MaximumRetryAttempts` times (2 by default) after a back-off (about a minute, then
+two, on AWS; seconds in the sandbox), then sent to the function's dead-letter queue or on-failure
+destination if the template configures one, else dropped, as Lambda does.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from nodecycle_sandbox.runner.functions import FunctionSpec
+from nodecycle_sandbox.runner.invokers import InvocationResult
+from nodecycle_sandbox.runner.journal import Invocation, Journal
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+
+_log = logging.getLogger(__name__)
+
+
+class AsyncInvoker:
+    def __init__(
+        self,
+        *,
+        invoke: Callable[[FunctionSpec, Any], InvocationResult],
+        journal: Journal,
+        sqs: SQSClient,
+        retry_delays: tuple[float, ...],
+        max_workers: int,
+    ) -> None:
+        self._invoke = invoke
+        self._journal = journal
+        self._sqs = sqs
+        self._sqs_lock = threading.Lock()
+        self._retry_delays = retry_delays
+        self._executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="lambda-async")
+        self._stopping = threading.Event()
+
+    def submit(self, spec: FunctionSpec, event: Any, source: str) -> None:
+        if not self._stopping.is_set():
+            self._executor.submit(self._run, spec, event, source)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+    def _run(self, spec: FunctionSpec, event: Any, source: str) -> None:
+        attempts = 1 + spec.async_retries
+        result: InvocationResult | None = None
+        for attempt in range(1, attempts + 1):
+            if self._stopping.is_set():
+                return
+            result = self._invoke(spec, event)
+            self._journal.record(Invocation.of(spec.logical_id, source, event, result, attempt=attempt))
+            if result.ok:
+                return
+            if attempt < attempts:
+                delay = self._retry_delays[min(attempt - 1, len(self._retry_delays) - 1)]
+                if self._stopping.wait(delay):
+                    return
+        assert result is not None
+        self._dead_letter(spec, event, result, attempts)
+
+    def _dead_letter(self, spec: FunctionSpec, event: Any, result: InvocationResult, attempts: int) -> None:
+        if spec.dead_letter_arn:
+            self._send(
+                spec.dead_letter_arn,
+                json.dumps(event),
+                {
+                    "RequestID": {"DataType": "String", "StringValue": result.request_id},
+                    "ErrorCode": {"DataType": "Number", "StringValue": "200"},
+                    "ErrorMessage": {"DataType": "String", "StringValue": (result.error_message or "")[:256]},
+                },
+            )
+        if spec.on_failure_arn:
+            record = {
+                "version": "1.0",
+                "timestamp": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+                "requestContext": {
+                    "requestId": result.request_id,
+                    "functionArn": f"{spec.arn}:$LATEST",
+                    "condition": "RetriesExhausted",
+                    "approximateInvokeCount": attempts,
+                },
+                "requestPayload": event,
+                "responseContext": {
+                    "statusCode": 200,
+                    "executedVersion": "$LATEST",
+                    "functionError": "Unhandled",
+                },
+                "responsePayload": {"errorMessage": result.error_message, "errorType": result.error_type},
+            }
+            self._send(spec.on_failure_arn, json.dumps(record), {})
+        if not (spec.dead_letter_arn or spec.on_failure_arn):
+            _log.warning(
+                "%s: event dropped after %d attempts: %s", spec.logical_id, attempts, result.error_message
+            )
+
+    def _send(self, queue_arn: str, body: str, attributes: dict[str, Any]) -> None:
+        _, _, service, _region, account, name = queue_arn.split(":", 5)
+        if service != "sqs":
+            raise ValueError(f"the sandbox sends failed events to SQS only, not {queue_arn}")
+        with self._sqs_lock:
+            url = self._sqs.get_queue_url(QueueName=name, QueueOwnerAWSAccountId=account)["QueueUrl"]
+            self._sqs.send_message(QueueUrl=url, MessageBody=body, MessageAttributes=attributes)

@@ -1,0 +1,280 @@
+"""The Lambda-like runner: deploys the template's queues and table, and delivers work to the handlers as
+Lambda would (SQS event source mappings, EventBridge rules, schedules), inline or in worker processes."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal
+
+import boto3
+from botocore.config import Config
+
+from nodecycle_sandbox.runner.async_invoke import AsyncInvoker
+from nodecycle_sandbox.runner.cfn_yaml import load_template
+from nodecycle_sandbox.runner.context import lambda_environment
+from nodecycle_sandbox.runner.functions import FunctionSpec, read_functions
+from nodecycle_sandbox.runner.intrinsics import Intrinsics
+from nodecycle_sandbox.runner.invokers import InlineInvoker, InvocationResult, Invoker, ProcessInvoker
+from nodecycle_sandbox.runner.journal import Invocation, Journal
+from nodecycle_sandbox.runner.patterns import matches
+from nodecycle_sandbox.runner.resources import QueueInfo, SandboxResources, TableInfo
+from nodecycle_sandbox.runner.schedules import Schedules
+from nodecycle_sandbox.runner.sqs_source import SqsEventSource
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_sqs import SQSClient
+
+SANDBOX_ACCOUNT = "123456789012"
+SANDBOX_SECRET_KEY = "sandbox-secret-access-key"
+# Lambda's concurrency for an SQS mapping without ScalingConfig is the account's; the sandbox caps it.
+DEFAULT_SQS_CONCURRENCY = 5
+ASYNC_CONCURRENCY = 2
+STOP_GRACE_SECONDS = 10.0
+
+
+class Runner:
+    """Runs the functions of a SAM template against the sandbox's AWS endpoint.
+
+    mode "process" (default): each function has warm worker processes, up to its concurrency.
+    mode "inline": handlers run in this process, one invocation at a time (fast, deterministic tests).
+    """
+
+    def __init__(
+        self,
+        *,
+        template: Path,
+        endpoint_url: str,
+        region: str,
+        account: str = SANDBOX_ACCOUNT,
+        root: Path | None = None,
+        stack_name: str = "nodecycle",
+        parameters: Mapping[str, str] | None = None,
+        environment: Mapping[str, str] | None = None,
+        mode: Literal["process", "inline"] = "process",
+        default_concurrency: int = DEFAULT_SQS_CONCURRENCY,
+        poll_wait: int = 1,
+        async_retry_delays: tuple[float, ...] = (1.0, 2.0),
+        schedule_interval: float | None = None,
+        schedules_enabled: bool = True,
+        sqs_sources_enabled: bool = True,
+        log_dir: Path | None = None,
+    ) -> None:
+        self.template_path = template
+        self.endpoint_url = endpoint_url
+        self.region = region
+        self.account = account
+        self.root = root or template.parent
+        self.stack_name = stack_name
+        self.mode = mode
+        self.journal = Journal()
+        self._parameters = dict(parameters or {})
+        self._overrides = dict(environment or {})
+        self._default_concurrency = default_concurrency
+        self._poll_wait = poll_wait
+        self._async_retry_delays = async_retry_delays
+        self._schedule_interval = schedule_interval
+        self._schedules_enabled = schedules_enabled
+        self._sqs_sources_enabled = sqs_sources_enabled
+        self._log_dir = log_dir
+        self.functions: dict[str, FunctionSpec] = {}
+        self.environments: dict[str, dict[str, str]] = {}
+        self._resources: SandboxResources | None = None
+        self._invoker: Invoker | None = None
+        self._async: AsyncInvoker | None = None
+        self._sources: list[SqsEventSource] = []
+        self._schedules: Schedules | None = None
+        self.sqs: SQSClient = self._client("sqs", max_pool_connections=10)
+        self.dynamodb: DynamoDBClient = self._client("dynamodb", max_pool_connections=10)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> Runner:
+        template = load_template(self.template_path)
+        resources = SandboxResources(
+            template,
+            stack_name=self.stack_name,
+            region=self.region,
+            account=self.account,
+            sqs=self.sqs,
+            dynamodb=self.dynamodb,
+        )
+        resources.intrinsics = Intrinsics(
+            template,
+            resources=resources,
+            stack_name=self.stack_name,
+            region=self.region,
+            account=self.account,
+            parameters=self._parameters,
+        )
+        resources.create_all()
+        self._resources = resources
+        specs = read_functions(
+            template,
+            root=self.root,
+            intrinsics=resources.intrinsics,
+            resources=resources,
+            region=self.region,
+            account=self.account,
+        )
+        self.functions = {spec.logical_id: spec for spec in specs}
+        self.environments = {
+            spec.logical_id: lambda_environment(
+                spec,
+                region=self.region,
+                sandbox_env=self._sandbox_env(index, spec),
+                overrides=self._overrides,
+            )
+            for index, spec in enumerate(specs)
+        }
+        if self.mode == "inline":
+            self._invoker = InlineInvoker(self.environments)
+        else:
+            self._invoker = ProcessInvoker(
+                self.environments, {s.logical_id: self._pool_size(s) for s in specs}, self._log_dir
+            )
+        self._async = AsyncInvoker(
+            invoke=self._invoke,
+            journal=self.journal,
+            sqs=self.sqs,
+            retry_delays=self._async_retry_delays,
+            max_workers=ASYNC_CONCURRENCY * max(1, len(specs)),
+        )
+        for spec in specs:
+            for trigger in spec.sqs:
+                if not (trigger.enabled and self._sqs_sources_enabled):
+                    continue
+                source = SqsEventSource(
+                    spec=spec,
+                    trigger=trigger,
+                    invoke=self._invoke,
+                    journal=self.journal,
+                    client_factory=lambda: self._client("sqs"),
+                    region=self.region,
+                    concurrency=self._sqs_concurrency(trigger.max_concurrency),
+                    poll_wait=self._poll_wait,
+                )
+                source.start()
+                self._sources.append(source)
+        self._schedules = Schedules(
+            functions=specs,
+            submit=self._async.submit,
+            stack_name=self.stack_name,
+            account=self.account,
+            region=self.region,
+            interval_override=self._schedule_interval,
+        )
+        if self._schedules_enabled:
+            self._schedules.start()
+        return self
+
+    def stop(self) -> None:
+        for source in self._sources:
+            source.stop()
+        if self._schedules is not None:
+            self._schedules.stop()
+        if self._async is not None:
+            self._async.stop()
+        # Pollers finish their long poll, and any invocation in flight, within one shared grace period.
+        deadline = time.monotonic() + self._poll_wait + STOP_GRACE_SECONDS
+        for source in self._sources:
+            source.join(deadline)
+        self._sources = []
+        if self._invoker is not None:
+            self._invoker.close()
+            self._invoker = None
+
+    def __enter__(self) -> Runner:
+        return self.start()
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self.stop()
+
+    # -- delivering work ------------------------------------------------------------------------
+
+    def publish(self, event: dict[str, Any]) -> None:
+        """Put an event on the default EventBridge bus: every matching rule invokes its function async."""
+        assert self._async is not None, "the runner is not started"
+        for spec in self.functions.values():
+            for rule in spec.rules:
+                if matches(rule.pattern, event):
+                    self._async.submit(spec, event, f"rule:{rule.name}")
+
+    def fire_schedule(self, function: str, name: str | None = None) -> None:
+        """Fire a function's schedule now (the first one, or the one called `name`)."""
+        assert self._schedules is not None, "the runner is not started"
+        self._schedules.fire(self.functions[function], name)
+
+    def invoke(self, function: str, event: Any) -> InvocationResult:
+        """A synchronous (RequestResponse) invocation, recorded in the journal as "direct"."""
+        result = self._invoke(self.functions[function], event)
+        self.journal.record(Invocation.of(function, "direct", event, result))
+        return result
+
+    def _invoke(self, spec: FunctionSpec, event: Any) -> InvocationResult:
+        assert self._invoker is not None, "the runner is not started"
+        return self._invoker.invoke(spec, event)
+
+    # -- what was deployed ----------------------------------------------------------------------
+
+    def queue(self, logical_id: str) -> QueueInfo:
+        assert self._resources is not None, "the runner is not started"
+        return self._resources.queues[logical_id]
+
+    def table(self, logical_id: str) -> TableInfo:
+        assert self._resources is not None, "the runner is not started"
+        return self._resources.tables[logical_id]
+
+    def function_of_access_key(self, access_key: str) -> str | None:
+        """Which function called AWS with this access key (each function has its own)."""
+        for logical_id, environment in self.environments.items():
+            if environment.get("AWS_ACCESS_KEY_ID") == access_key:
+                return logical_id
+        return None
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _sandbox_env(self, index: int, spec: FunctionSpec) -> dict[str, str]:
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint_url,
+            "AWS_ACCESS_KEY_ID": access_key_for(index, spec.logical_id),
+            "AWS_SECRET_ACCESS_KEY": SANDBOX_SECRET_KEY,
+            # No instance metadata service here: do not let botocore wait for one.
+            "AWS_EC2_METADATA_DISABLED": "true",
+            # No X-Ray daemon or Lambda trace segment either.
+            "POWERTOOLS_TRACE_DISABLED": "true",
+        }
+
+    def _sqs_concurrency(self, maximum: int | None) -> int:
+        return 1 if self.mode == "inline" else (maximum or self._default_concurrency)
+
+    def _pool_size(self, spec: FunctionSpec) -> int:
+        size = sum(self._sqs_concurrency(t.max_concurrency) for t in spec.sqs if t.enabled)
+        if spec.rules or spec.schedules:
+            size += ASYNC_CONCURRENCY
+        return max(1, size)
+
+    def _client(self, service: Literal["sqs", "dynamodb"], *, max_pool_connections: int = 2) -> Any:
+        return boto3.client(
+            service,
+            endpoint_url=self.endpoint_url,
+            region_name=self.region,
+            aws_access_key_id="AKIASANDBOXRUNNER000",
+            aws_secret_access_key=SANDBOX_SECRET_KEY,
+            config=Config(
+                retries={"max_attempts": 2, "mode": "standard"},
+                read_timeout=self._poll_wait + 30,
+                max_pool_connections=max_pool_connections,
+                user_agent_extra="nodecycle-sandbox-runner",
+            ),
+        )
+
+
+def access_key_for(index: int, logical_id: str) -> str:
+    """A fake but well-formed access key id (20 upper-case alphanumerics) that names the function."""
+    stem = re.sub(r"[^A-Z0-9]", "", logical_id.upper())[:12].ljust(12, "X")
+    return f"AKIA{stem}{index:04d}"

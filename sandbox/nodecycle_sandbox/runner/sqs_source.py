@@ -1,0 +1,190 @@
+"""An SQS event source mapping, as Lambda runs one.
+
+Pollers long-poll the queue, gather up to `BatchSize` messages (within `MaximumBatchingWindowInSeconds`),
+and invoke the function with a real-shaped SQS event. A successful batch is deleted; a failed invocation
+leaves the whole batch to come back after the visibility timeout; with `ReportBatchItemFailures` only the
+reported messages stay. One poller per concurrency slot bounds the invocations in flight at
+`MaximumConcurrency`. Delays and redrive to the dead-letter queue after `maxReceiveCount` are SQS's own
+business, which moto does at receive time, as AWS does.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from nodecycle_sandbox.runner.functions import FunctionSpec, SqsTrigger
+from nodecycle_sandbox.runner.invokers import InvocationResult
+from nodecycle_sandbox.runner.journal import Invocation, Journal
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_sqs.type_defs import MessageTypeDef
+
+_log = logging.getLogger(__name__)
+_SYSTEM_ATTRIBUTES = (
+    "ApproximateReceiveCount",
+    "SentTimestamp",
+    "SenderId",
+    "ApproximateFirstReceiveTimestamp",
+    "SequenceNumber",
+    "MessageGroupId",
+    "MessageDeduplicationId",
+    "AWSTraceHeader",
+)
+
+
+def sqs_record(message: MessageTypeDef, *, queue_arn: str, region: str) -> dict[str, Any]:
+    """One record of Lambda's SQS event."""
+    attributes = message.get("Attributes") or {}
+    record: dict[str, Any] = {
+        "messageId": message["MessageId"],
+        "receiptHandle": message["ReceiptHandle"],
+        "body": message["Body"],
+        "attributes": {k: attributes[k] for k in _SYSTEM_ATTRIBUTES if k in attributes},
+        "messageAttributes": {
+            name: {
+                "stringValue": value.get("StringValue"),
+                "binaryValue": value.get("BinaryValue"),
+                "stringListValues": [],
+                "binaryListValues": [],
+                "dataType": value["DataType"],
+            }
+            for name, value in (message.get("MessageAttributes") or {}).items()
+        },
+        "md5OfBody": message["MD5OfBody"],
+        "eventSource": "aws:sqs",
+        "eventSourceARN": queue_arn,
+        "awsRegion": region,
+    }
+    if "MD5OfMessageAttributes" in message:
+        record["md5OfMessageAttributes"] = message["MD5OfMessageAttributes"]
+    return record
+
+
+def failed_message_ids(result: InvocationResult, batch: list[str], report_failures: bool) -> list[str]:
+    """The messages that must go back to the queue after this invocation."""
+    if not result.ok:
+        return list(batch)
+    if not report_failures or not isinstance(result.response, dict):
+        return []
+    failures = result.response.get("batchItemFailures") or []
+    try:
+        reported = [str(item["itemIdentifier"]) for item in failures]
+    except (KeyError, TypeError):
+        return list(batch)  # Lambda treats a malformed failure report as a failure of the whole batch
+    if any(not item or item not in batch for item in reported):
+        return list(batch)
+    return reported
+
+
+class SqsEventSource:
+    def __init__(
+        self,
+        *,
+        spec: FunctionSpec,
+        trigger: SqsTrigger,
+        invoke: Callable[[FunctionSpec, Any], InvocationResult],
+        journal: Journal,
+        client_factory: Callable[[], SQSClient],
+        region: str,
+        concurrency: int,
+        poll_wait: int,
+    ) -> None:
+        self._spec = spec
+        self._trigger = trigger
+        self._invoke = invoke
+        self._journal = journal
+        self._client_factory = client_factory
+        self._region = region
+        self._concurrency = concurrency
+        self._poll_wait = poll_wait
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    @property
+    def source(self) -> str:
+        return f"sqs:{self._trigger.queue.logical_id}"
+
+    def start(self) -> None:
+        for index in range(self._concurrency):
+            thread = threading.Thread(
+                target=self._poll, name=f"{self._spec.logical_id}-{self._trigger.name}-{index}", daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def join(self, deadline: float) -> None:
+        """Wait for the pollers (and the invocations they are in) until `deadline` (time.monotonic())."""
+        for thread in self._threads:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        self._threads = []
+
+    def _poll(self) -> None:
+        client = self._client_factory()
+        while not self._stopping.is_set():
+            try:
+                messages = self._receive(client)
+                if messages:
+                    self._deliver(client, messages)
+            except Exception:
+                if self._stopping.is_set():
+                    return  # the AWS side went away first during shutdown
+                _log.exception("%s poller failed; retrying", self.source)
+                self._stopping.wait(1)
+
+    def _receive(self, client: SQSClient) -> list[MessageTypeDef]:
+        trigger = self._trigger
+        messages: list[MessageTypeDef] = []
+        window_end: float | None = None
+        while len(messages) < trigger.batch_size and not self._stopping.is_set():
+            wait = self._poll_wait
+            if window_end is not None:
+                remaining = window_end - time.monotonic()
+                if remaining <= 0:
+                    break
+                # WaitTimeSeconds is whole seconds: below one, poll without waiting, in short steps.
+                wait = min(wait, int(remaining))
+                if wait == 0:
+                    self._stopping.wait(min(remaining, 0.05))
+            answer = client.receive_message(
+                QueueUrl=trigger.queue.url,
+                MaxNumberOfMessages=min(10, trigger.batch_size - len(messages)),
+                WaitTimeSeconds=wait,
+                MessageSystemAttributeNames=["All"],
+                MessageAttributeNames=["All"],
+            )
+            received = answer.get("Messages", [])
+            messages.extend(received)
+            if messages and trigger.batching_window <= 0:
+                break
+            if messages and window_end is None:
+                window_end = time.monotonic() + trigger.batching_window
+        return messages
+
+    def _deliver(self, client: SQSClient, messages: list[MessageTypeDef]) -> None:
+        trigger = self._trigger
+        event = {
+            "Records": [sqs_record(m, queue_arn=trigger.queue.arn, region=self._region) for m in messages]
+        }
+        result = self._invoke(self._spec, event)
+        ids = [m["MessageId"] for m in messages]
+        failed = failed_message_ids(result, ids, trigger.report_failures)
+        done = [m for m in messages if m["MessageId"] not in failed]
+        for start in range(0, len(done), 10):
+            chunk = done[start : start + 10]
+            client.delete_message_batch(
+                QueueUrl=trigger.queue.url,
+                Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(chunk)],
+            )
+        self._journal.record(
+            Invocation.of(
+                self._spec.logical_id, self.source, event, result, records=tuple(ids), failures=tuple(failed)
+            )
+        )

@@ -1,0 +1,76 @@
+"""The flow: which steps a lifecycle's plan holds, and which function runs each of them."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from nodecycle.domain.flow import Worker, plan_for, worker_for
+from nodecycle.domain.model import LifecycleEvent, Step, Transition
+from nodecycle.domain.policy import PlanPolicy
+
+KUBE_AND_EIP = PlanPolicy(kubernetes=True, eip=True, readiness_gate=True)
+
+
+def event(
+    transition: Transition, origin: str | None = None, destination: str | None = None
+) -> LifecycleEvent:
+    return LifecycleEvent(
+        instance_id="i-0123456789abcdef0",
+        transition=transition,
+        token="7b4c5d2e-1f3a-4b6c-8d9e-0a1b2c3d4e5f",
+        group="nodes",
+        hook="hook",
+        started_at=datetime(2026, 1, 1, tzinfo=UTC),
+        origin=origin,
+        destination=destination,
+        delivery="eventbridge",
+    )
+
+
+@pytest.mark.parametrize(
+    ("policy", "transition", "plan"),
+    [
+        (KUBE_AND_EIP, Transition.LAUNCHING, ("assign-eip", "ready-gate", "complete", "done")),
+        (
+            KUBE_AND_EIP,
+            Transition.TERMINATING,
+            ("acquire-slot", "cordon", "evict", "release-eip", "complete", "cleanup", "done"),
+        ),
+        (PlanPolicy(False, True, True), Transition.LAUNCHING, ("assign-eip", "complete", "done")),
+        (PlanPolicy(False, True, True), Transition.TERMINATING, ("release-eip", "complete", "done")),
+        (PlanPolicy(True, False, False), Transition.LAUNCHING, ("complete", "done")),
+    ],
+)
+def test_the_plan_holds_only_what_the_stack_does(
+    policy: PlanPolicy, transition: Transition, plan: tuple[str, ...]
+) -> None:
+    assert plan_for(event(transition), policy) == tuple(Step(step) for step in plan)
+
+
+def test_warm_pool_moves_have_nothing_to_drain_or_assign() -> None:
+    assert plan_for(event(Transition.LAUNCHING, destination="WarmPool"), KUBE_AND_EIP) == (
+        Step.COMPLETE,
+        Step.DONE,
+    )
+    assert plan_for(event(Transition.TERMINATING, origin="WarmPool"), KUBE_AND_EIP) == (
+        Step.RELEASE_EIP,
+        Step.COMPLETE,
+        Step.DONE,
+    )
+
+
+def test_completion_runs_on_the_worker_that_has_the_record() -> None:
+    launch = plan_for(
+        event(Transition.LAUNCHING), PlanPolicy(kubernetes=True, eip=True, readiness_gate=False)
+    )
+    # An address and no gate: the eip function assigns and completes; the drain function is never involved
+    assert [worker_for(launch, step) for step in launch[:-1]] == [Worker.EIP, Worker.EIP]
+    # Sent by a worker, the completion stays on that worker (a jump to COMPLETE from any step)
+    assert worker_for(launch, Step.COMPLETE, here=Worker.DRAIN) is Worker.DRAIN
+    terminate = plan_for(event(Transition.TERMINATING), KUBE_AND_EIP)
+    assert worker_for(terminate, Step.COMPLETE) is Worker.EIP  # after RELEASE_EIP
+    assert worker_for(terminate, Step.CLEANUP) is Worker.DRAIN
+    # A plan that starts with its completion goes to the function without the Kubernetes client
+    assert worker_for((Step.COMPLETE, Step.DONE), Step.COMPLETE) is Worker.EIP
