@@ -281,7 +281,9 @@ class BudgetMachine(RuleBasedStateMachine):
         expected = {
             h.node for h in before.holders if h.owner == owner and (h.expired(self.now()) or h.node in stale)
         }
-        result = self.budgets[owner].sweep(is_stale=lambda entry: entry.node in stale)
+        result = self.budgets[owner].sweep(
+            stale=lambda entries: {e.record_id for e in entries if e.node in stale}
+        )
         assert {h.node for h in result.holders} == expected
         assert all(w.owner == owner for w in result.waiters)
         for node in expected:

@@ -1,11 +1,12 @@
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 
-from nodecycle.domain.budget import SlotReason
+from nodecycle.domain.budget import Holder, SlotReason, Waiter
 from nodecycle.domain.errors import TransientError
 from tests.unit.budget.fakes import (
     BudgetFactory,
@@ -345,12 +346,14 @@ def test_the_sweeper_removes_its_own_stale_entries_only_and_wakes_the_next(
     blue.acquire(slot("w1"))
     asked: list[str] = []
 
-    def is_stale(entry: object) -> bool:  # the sweeper: n1's instance is gone, and so is g1's
-        asked.append(entry.node)  # type: ignore[attr-defined]
-        return entry.node in {"n1", "g1"}  # type: ignore[attr-defined]
+    def stale(
+        entries: Sequence[Holder | Waiter],
+    ) -> set[str]:  # the sweeper: n1's and g1's instances are gone
+        asked.extend(entry.node for entry in entries)
+        return {entry.record_id for entry in entries if entry.node in {"n1", "g1"}}
 
     # When blue's sweeper runs
-    result = blue.sweep(is_stale=is_stale)
+    result = blue.sweep(stale=stale)
 
     # Then only blue's entries were judged, n1 is gone, w1 is woken, and green's holder is untouched
     assert sorted(asked) == ["n1", "n2", "w1"]

@@ -4,7 +4,7 @@ entries, leftover annotations, and a failing part that does not stop the others.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -35,6 +35,7 @@ class Repair:
     queues: RecordingQueues = field(default_factory=RecordingQueues)
     autoscaling: FakeAutoscaling = field(default_factory=FakeAutoscaling)
     metrics: FakeMetrics = field(default_factory=FakeMetrics)
+    failure: ActionResult = ActionResult.CONTINUE
 
     def part(self) -> LifecycleRepair:
         return LifecycleRepair(
@@ -46,7 +47,7 @@ class Repair:
             metrics=self.metrics,
             resume_grace=GRACE,
             margin=MARGIN,
-            failure_result=lambda record: ActionResult.CONTINUE,
+            failure_result=lambda record: self.failure,
         )
 
     def run(self) -> Counts:
@@ -94,6 +95,23 @@ def test_an_overdue_action_near_its_global_timeout_is_completed_by_the_sweeper_i
     assert [s.message.step for s in repair.queues.take()] == [Step.CLEANUP]
 
 
+def test_an_action_already_decided_is_completed_by_the_sweeper_with_its_own_result() -> None:
+    # Given a launch whose node was found Ready (result CONTINUE decided) but whose completion message was
+    # lost until shortly before the global timeout, on a stack whose failure result is ABANDON
+    repair = Repair(failure=ActionResult.ABANDON)
+    launch = (Step.READY_GATE, Step.COMPLETE, Step.DONE)
+    record = make_record(launch, Step.COMPLETE, result=ActionResult.CONTINUE, outcome="node-ready")
+    repair.records.create(record)
+    repair.clock.current = record.global_deadline - MARGIN
+
+    # When the sweeper settles it
+    repair.run()
+
+    # Then it completes with the decided result: a Ready node is not abandoned for being late
+    ((_, result),) = repair.autoscaling.completed
+    assert result is ActionResult.CONTINUE
+
+
 def test_a_lifecycle_resumed_too_often_is_reported_stuck_instead() -> None:
     repair = Repair()
     repair.records.create(make_record(PLAN, Step.EVICT, resumes=MAX_RESUMES))
@@ -116,16 +134,29 @@ def entry(node: str, record_id: str, instance: str) -> Holder:
     )
 
 
+class AliveInstances:
+    """EC2 as the sweeper asks it: of the instances asked about, those that are alive; never others."""
+
+    def __init__(self, alive: set[str]) -> None:
+        self._alive = alive
+        self.asked: list[set[str]] = []
+
+    def __call__(self, instance_ids: Collection[str]) -> set[str]:
+        self.asked.append(set(instance_ids))
+        return set(instance_ids) & self._alive
+
+
 @dataclass
 class FakeBudget:
     entries: list[Holder]
     wake: tuple[str, ...] = ()
     judged: dict[str, bool] = field(default_factory=dict)
 
-    def sweep(self, *, is_stale: Callable[[Holder | Waiter], bool]) -> SweepResult:
-        self.judged = {e.node: is_stale(e) for e in self.entries}
-        stale = tuple(e for e in self.entries if self.judged[e.node])
-        return SweepResult(holders=stale, waiters=(), wake=self.wake)
+    def sweep(self, *, stale: Callable[[Sequence[Holder | Waiter]], set[str]]) -> SweepResult:
+        doomed = stale(self.entries)
+        self.judged = {e.node: e.record_id in doomed for e in self.entries}
+        stale_entries = tuple(e for e in self.entries if self.judged[e.node])
+        return SweepResult(holders=stale_entries, waiters=(), wake=self.wake)
 
 
 def test_budget_entries_of_gone_nodes_gone_instances_and_finished_lifecycles_are_stale() -> None:
@@ -144,11 +175,7 @@ def test_budget_entries_of_gone_nodes_gone_instances_and_finished_lifecycles_are
     )
     records, queues = InMemoryRecords(), RecordingQueues()
     records.create(make_record(PLAN, Step.ACQUIRE_SLOT, id="i-9/terminate/w"))
-    alive_calls: list[list[str]] = []
-
-    def alive(ids: object) -> set[str]:
-        alive_calls.append(sorted(ids))  # type: ignore[call-overload]
-        return {"i-1", "i-2"}
+    alive = AliveInstances({"i-1", "i-2"})
 
     part = StaleBudgetEntries(
         budget=budget,
@@ -161,9 +188,10 @@ def test_budget_entries_of_gone_nodes_gone_instances_and_finished_lifecycles_are
     # When the sweeper judges them
     counts = part([live, no_node, no_instance], T0)
 
-    # Then only the live holder stays, instances were checked in one batch, and the eligible waiter is woken
+    # Then only the live holder stays, the entries' instances were checked in one batch, and the eligible
+    # waiter is woken
     assert budget.judged == {"n1": False, "n2": True, "n3": True, "n4": True}
-    assert len(alive_calls) == 1
+    assert alive.asked == [{"i-1", "i-2", "i-3", "i-4"}]
     assert counts["SweptHolders"] == 3
     assert [s.message.record_id for s in queues.take()] == ["i-9/terminate/w"]
 
@@ -226,12 +254,13 @@ def test_a_lifecycle_that_started_after_the_sweeps_snapshot_keeps_its_slot_and_a
     nodes = FakeNodes([annotated("n5", "stack-a", late.instance_id, "t5")])
     waker = Dispatcher(records=records, queues=RecordingQueues(), clock=FakeClock(), metrics=FakeMetrics())
 
-    # When the sweep judges its budget entry and its node against the (older) snapshot: none open
+    # When the sweep judges its budget entry and its node against the (older) snapshot: none open; EC2 says
+    # the instance is alive when asked about it (and only then)
     StaleBudgetEntries(
         budget=budget,
         records=records,
         node_names=lambda: {"n5"},
-        alive_instances=lambda ids: {late.instance_id},
+        alive_instances=AliveInstances({late.instance_id}),
         waker=waker,
     )([], T0)
     LeftoverAnnotations(owner="stack-a", cluster=nodes, records=records, metrics=FakeMetrics())([], T0)

@@ -7,7 +7,7 @@ decisions themselves are the pure functions of :mod:`.rules`, re-run on every re
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -90,18 +90,17 @@ class DisruptionBudget:
 
         return self._write(mutate)
 
-    def sweep(self, *, is_stale: Callable[[Holder | Waiter], bool]) -> SweepResult:
-        """Remove this owner's entries that expired or that ``is_stale`` declares stale (node or instance
-        gone, lifecycle record finished). ``is_stale`` is asked once per live entry, before the write."""
+    def sweep(self, *, stale: Callable[[Sequence[Holder | Waiter]], set[str]]) -> SweepResult:
+        """Remove this owner's entries that expired or that ``stale`` declares stale (node or instance gone,
+        lifecycle record finished). ``stale`` is asked once, before the write, with every live entry of this
+        owner, and answers the record ids of those that are stale."""
         current = self._store.read()
         if current is None:
             return SweepResult()
         now = self._clock.now()
-        doomed = {
-            (entry.node, entry.record_id)
-            for entry in current.entries()
-            if entry.owner == self._owner and not entry.expired(now) and is_stale(entry)
-        }
+        live = [e for e in current.entries() if e.owner == self._owner and not e.expired(now)]
+        judged = stale(live) if live else set()
+        doomed = {(entry.node, entry.record_id) for entry in live if entry.record_id in judged}
         limits = self._own_limits()
 
         def mutate(current: BudgetDocument | None) -> tuple[BudgetDocument | None, SweepResult]:

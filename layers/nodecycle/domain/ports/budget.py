@@ -3,7 +3,7 @@ as the drain steps and the sweeper use it (implemented by :class:`~nodecycle.dom
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:  # annotations only: the budget package imports these ports
@@ -51,4 +51,6 @@ class Slots(Protocol):
 class SweepableBudget(Protocol):
     """The disruption budget, as the sweeper uses it."""
 
-    def sweep(self, *, is_stale: Callable[[Holder | Waiter], bool]) -> SweepResult: ...
+    def sweep(self, *, stale: Callable[[Sequence[Holder | Waiter]], set[str]]) -> SweepResult:
+        """Remove this owner's expired entries and those whose record ids ``stale`` answers."""
+        ...

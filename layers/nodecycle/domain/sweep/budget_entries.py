@@ -34,21 +34,22 @@ class StaleBudgetEntries:
 
     def __call__(self, open_records: Sequence[LifecycleRecord], now: datetime) -> Counts:
         open_ids = {record.id for record in open_records}
-        facts: dict[str, set[str]] = {}
 
-        def is_stale(entry: Holder | Waiter) -> bool:
-            # Asked once per live entry of this owner: the node list and the instance check are made once.
-            if "nodes" not in facts:
-                facts["nodes"] = self._node_names()
-            if entry.record_id not in open_ids and lifecycle_over(self._records, entry.record_id):
-                return True
-            if entry.node not in facts["nodes"]:
-                return True
-            if "alive" not in facts:
-                facts["alive"] = self._alive([r.instance_id for r in open_records])
-            return entry.instance_id not in facts["alive"]
+        def stale(entries: Sequence[Holder | Waiter]) -> set[str]:
+            # One node list and one batched instance check for all the entries judged: EC2 is asked about
+            # exactly their instances (a lifecycle that started after the sweep's snapshot of open records
+            # holds a slot too, and its instance is alive).
+            nodes = self._node_names()
+            alive = self._alive({entry.instance_id for entry in entries})
+            return {
+                entry.record_id
+                for entry in entries
+                if (entry.record_id not in open_ids and lifecycle_over(self._records, entry.record_id))
+                or entry.node not in nodes
+                or entry.instance_id not in alive
+            }
 
-        result = self._budget.sweep(is_stale=is_stale)
+        result = self._budget.sweep(stale=stale)
         for waiting in result.wake:
             self._waker.wake(waiting)
         return {"SweptHolders": len(result.holders), "SweptWaiters": len(result.waiters)}

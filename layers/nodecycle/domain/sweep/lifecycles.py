@@ -73,11 +73,14 @@ class LifecycleRepair:
             "lifecycle %s at %s is overdue near its global timeout: completing it now", record.id, record.step
         )
         self._metrics.count("GlobalTimeoutsNear")
+        # An action whose completion was already decided (the step is COMPLETE) keeps its result and why;
+        # any other is settled with the failure result of the step it was waiting in.
+        decided = record.step is Step.COMPLETE and record.result is not None
         settling = record.model_copy(
             update={
                 "step": Step.COMPLETE,
-                "result": self._failure_result(record),
-                "outcome": "settled-by-sweeper",
+                "result": record.result if decided else self._failure_result(record),
+                "outcome": record.outcome if decided else "settled-by-sweeper",
             }
         )
         settled = advance(settling, self._completion(settling, now), now)
