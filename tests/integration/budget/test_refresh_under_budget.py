@@ -45,7 +45,7 @@ def test_a_refresh_of_every_node_never_cordons_more_than_the_budget_allows(serve
             time.sleep(DRAIN_SECONDS / 3)
             assert me.budget.renew(request).granted
         server.remove_node(request.node)  # CompleteLifecycleAction CONTINUE: the instance terminates
-        for waiter in me.budget.release(request.node):
+        for waiter in me.budget.release(request.node, request.record_id):
             woken_at[waiter] = time.monotonic()
             wake[waiter].set()
 

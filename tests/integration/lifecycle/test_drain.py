@@ -212,7 +212,7 @@ def test_a_node_another_owner_is_draining_is_left_alone(sandbox: Sandbox) -> Non
     assert not any(e.resource == "pods/eviction" and e.name in node_pods for e in history)
     assert action.outcome == "completed"
     assert wait_finished(sandbox, victim).outcome == "node-owned-by:stack-b"
-    other.release(node)  # the other stack's drain ends too
+    other.release(node, "rec-of-stack-b")  # the other stack's drain ends too
 
 
 def test_a_node_left_annotated_by_a_stack_whose_drain_died_is_adopted(sandbox: Sandbox) -> None:

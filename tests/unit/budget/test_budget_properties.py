@@ -209,7 +209,7 @@ class BudgetMachine(RuleBasedStateMachine):
     @rule(node=st.sampled_from(NODE_NAMES), wake=st.booleans())
     def release(self, node: str, wake: bool) -> None:
         owner = NODES[node][0]
-        woken = self.budgets[owner].release(node)
+        woken = self.budgets[owner].release(node, request(node).record_id)
         self.held.pop(node, None)
         own_waiters = [w for w in self.live_waiters() if w[2] == owner]
         eligible = set(self.replay(self.live_waiters()))
@@ -293,7 +293,7 @@ class BudgetMachine(RuleBasedStateMachine):
     def give_up_waiting(self, node: str) -> None:
         owner = NODES[node][0]
         if self.stored().holder(node) is None:  # a waiter's lifecycle ending: its cleanup releases the node
-            self.budgets[owner].release(node)
+            self.budgets[owner].release(node, request(node).record_id)
         assert all(n != node for n, _, o in self.live_waiters() if o == owner)
 
     @precondition(lambda self: bool(self.live_holders()) or bool(self.live_waiters()))
@@ -309,7 +309,7 @@ class BudgetMachine(RuleBasedStateMachine):
         assert decision.reason is (
             SlotReason.HELD_BY_OTHER_OWNER if node in holders else SlotReason.CLAIMED_BY_OTHER_OWNER
         )
-        self.budgets[intruder].release(node)
+        self.budgets[intruder].release(node, request(node, owner=intruder).record_id)
         assert {h.node: h.owner for h in self.stored().holders if not h.expired(self.now())} == holders
         assert {n: o for n, _, o in self.live_waiters()} == waiters
 

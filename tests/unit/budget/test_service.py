@@ -57,7 +57,7 @@ def test_a_newcomer_does_not_overtake_an_older_waiter_that_fits(make_budget: Bud
     assert not budget.acquire(slot("b1", "b")).granted
 
     # When the holder releases and, before the waiter retries, a newcomer asks
-    woken = budget.release("a1")
+    woken = budget.release("a1", "rec-a1")
     newcomer = budget.acquire(slot("c1", "c"))
 
     # Then the newcomer queues behind the waiter, which is woken and gets the slot
@@ -91,7 +91,7 @@ def test_a_waiter_that_stops_asking_loses_its_place(make_budget: BudgetFactory, 
     clock.advance(30)
 
     # Then w2 is first in line and is the one woken by the release
-    assert budget.release("n1") == ["rec-w2"]
+    assert budget.release("n1", "rec-n1") == ["rec-w2"]
 
 
 def test_a_request_for_another_owner_is_a_programming_error(make_budget: BudgetFactory) -> None:
@@ -141,8 +141,8 @@ def test_a_release_wakes_as_many_of_its_own_waiters_as_there_is_room_for(make_bu
     blue.acquire(slot("b4"))
 
     # When blue releases one slot, then another
-    first = blue.release("b1")
-    second = blue.release("b2")
+    first = blue.release("b1", "rec-b1")
+    second = blue.release("b2", "rec-b2")
 
     # Then the first slot is green's to take (blue wakes nobody), the second is blue's next waiter
     assert first == []
@@ -154,10 +154,10 @@ def test_a_repeated_release_still_returns_the_waiters_to_wake(make_budget: Budge
     budget = make_budget("1", None)
     budget.acquire(slot("n1"))
     budget.acquire(slot("n2"))
-    assert budget.release("n1") == ["rec-n2"]
+    assert budget.release("n1", "rec-n1") == ["rec-n2"]
 
     # When the release is delivered again, Then it wakes the same waiter
-    assert budget.release("n1") == ["rec-n2"]
+    assert budget.release("n1", "rec-n1") == ["rec-n2"]
 
 
 def test_no_owner_releases_or_takes_a_slot_another_owner_holds(
@@ -167,7 +167,7 @@ def test_no_owner_releases_or_takes_a_slot_another_owner_holds(
     blue.acquire(slot("n1"))
 
     assert green.acquire(slot("n1", owner="green")).reason is SlotReason.HELD_BY_OTHER_OWNER
-    green.release("n1")
+    green.release("n1", "rec-n1")
 
     doc = store.read()
     assert doc is not None
@@ -182,10 +182,10 @@ def test_a_waiter_that_gives_up_leaves_the_queue_and_its_slot_goes_to_the_next(
     budget.acquire(slot("n2"))
     budget.acquire(slot("w1"))
     budget.acquire(slot("w2"))
-    budget.release("n1")  # the slot is w1's
+    budget.release("n1", "rec-n1")  # the slot is w1's
 
     # its lifecycle ends while it still waits (the action timed out): its cleanup releases the node
-    assert budget.release("w1") == ["rec-w2"]
+    assert budget.release("w1", "rec-w1") == ["rec-w2"]
 
 
 # --- several owners ----------------------------------------------------------------------------------
@@ -255,11 +255,11 @@ def test_a_drained_node_does_not_count_as_unavailable_after_its_release(
     inventory.nodes = [node("n1", schedulable=False), node("n2")]
     budget = make_budget("1", None, count_unavailable=True, ttl=timedelta(seconds=60))
     budget.acquire(slot("n1"))
-    budget.release("n1")
+    budget.release("n1", "rec-n1")
 
     # When the next node asks at once, Then the freed slot is its
     assert budget.acquire(slot("n2")).granted
-    budget.release("n2")
+    budget.release("n2", "rec-n2")
 
     # But a node still cordoned a TTL after its release is unavailable for some other reason, and counts
     clock.advance(61)
@@ -271,7 +271,7 @@ def test_integer_limits_without_unavailable_counting_never_list_nodes(
 ) -> None:
     budget = make_budget("2", "1")
     budget.acquire(slot("n1"))
-    budget.release("n1")
+    budget.release("n1", "rec-n1")
     assert inventory.calls == 0
 
 
@@ -323,7 +323,7 @@ def test_the_wait_is_measured_from_joining_the_queue_to_the_grant(
     clock.advance(30)
     budget.acquire(slot("n2"))
     clock.advance(12)
-    budget.release("n1")
+    budget.release("n1", "rec-n1")
     budget.acquire(slot("n2"))
 
     assert metrics.values("BudgetWait") == [42]
@@ -424,3 +424,20 @@ def test_a_new_lifecycle_of_a_held_node_takes_the_holder_over_at_once(
     doc = store.read()
     assert doc is not None
     assert [h.record_id for h in doc.holders] == ["rec-n1-again"]
+
+
+def test_a_release_frees_the_slot_of_its_own_lifecycle_only(
+    make_budget: BudgetFactory, store: MemoryBudgetStore
+) -> None:
+    # Given node n1 held by lifecycle rec-old, then taken over by rec-new (the name reused by a new instance)
+    budget = make_budget("1", None)
+    budget.acquire(slot("n1"))
+    budget.acquire(replace(slot("n1"), record_id="rec-new", instance_id="i-new"))
+
+    # When the old lifecycle's cleanup releases the node late
+    budget.release("n1", "rec-n1")
+
+    # Then the new lifecycle still holds it
+    doc = store.read()
+    assert doc is not None
+    assert [(h.node, h.record_id) for h in doc.holders] == [("n1", "rec-new")]

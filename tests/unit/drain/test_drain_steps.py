@@ -130,6 +130,7 @@ class FakeCluster:
 class FakeSlots:
     room: int = 1
     holders: set[str] = field(default_factory=set)
+    held_for: dict[str, str] = field(default_factory=dict)  # node -> the lifecycle holding it, once known
     others: dict[str, str] = field(default_factory=dict)  # node -> the other owner holding it
     lost: bool = False
     waiters: list[str] = field(default_factory=list)
@@ -140,6 +141,7 @@ class FakeSlots:
             return SlotDecision(False, SlotReason.HELD_BY_OTHER_OWNER, len(self.holders), 0, None)
         if request.node in self.holders or len(self.holders) < self.room:
             self.holders.add(request.node)
+            self.held_for[request.node] = request.record_id  # a new lifecycle of the node takes it over
             return SlotDecision(True, SlotReason.GRANTED, len(self.holders), 0, None)
         return SlotDecision(False, SlotReason.NO_ROOM, len(self.holders), 1, 1)
 
@@ -148,7 +150,9 @@ class FakeSlots:
             return SlotDecision(False, SlotReason.LOST, 0, 1, 1)
         return self.acquire(request)
 
-    def release(self, node: str) -> list[str]:
+    def release(self, node: str, record_id: str) -> list[str]:
+        if self.held_for.get(node, record_id) != record_id:
+            return []  # another lifecycle of this node name holds it: not ours to give back
         self.released.append(node)
         self.holders.discard(node)
         woken, self.waiters = self.waiters, []
@@ -467,6 +471,26 @@ def test_a_node_going_into_a_warm_pool_is_uncordoned_as_its_annotations_are_clea
 
     # Then the same patch lifts the cordon
     assert cluster.patches == [{"owner": None, "in_progress": None, "cordon": False}]
+
+
+def test_a_late_cleanup_leaves_a_newer_lifecycle_of_the_same_node_name_alone() -> None:
+    # Given a node name reused by a new instance (a recycled private IP): the new lifecycle holds the slot of
+    # the name and annotated the node, when the cleanup of the old lifecycle comes late
+    old = terminating(Step.CLEANUP, node=NODE)
+    new_progress = json.dumps({"instance": "i-0bbbbbbbbbbbbbbbb", "transition": "terminate", "token": "t9"})
+    cluster = FakeCluster(nodes={NODE: node(owner="stack-a", in_progress=new_progress)})
+    slots = FakeSlots(holders={NODE}, held_for={NODE: "i-0bbbbbbbbbbbbbbbb/terminate/t9"})
+    waker = Dispatcher(
+        records=InMemoryRecords(), queues=RecordingQueues(), clock=FakeClock(T0), metrics=FakeMetrics()
+    )
+
+    # When the old lifecycle's cleanup runs
+    Cleanup(cluster=cluster, slots=slots, dispatcher=waker)(old, T0)
+
+    # Then the new lifecycle keeps both its annotations and its slot
+    assert cluster.patches == []
+    assert slots.holders == {NODE}
+    assert slots.released == []
 
 
 def test_cleanup_never_clears_the_annotations_of_another_owner() -> None:

@@ -66,8 +66,11 @@ class DisruptionBudget:
         room; otherwise it is denied (reason ``lost``) and waits like any other node."""
         return self._claim(request, renewing=True)
 
-    def release(self, node: str) -> list[str]:
-        """Give back this owner's slot of ``node`` (and drop its waiter entry, if any).
+    def release(self, node: str, record_id: str) -> list[str]:
+        """Give back the slot of ``node`` held for lifecycle ``record_id`` (and drop its waiter entry, if any).
+
+        By lifecycle, never by node name alone: node names are reused (a recycled private IP), and a late
+        cleanup of an old lifecycle must not free the slot of a new one on a node of the same name.
 
         Returns the record ids of this owner's waiters that are eligible now, in order: wake them. A
         repeated release removes nothing and still returns them, so a crash before the wake-up is repaired
@@ -80,11 +83,17 @@ class DisruptionBudget:
                 return current, []
             now = self._clock.now()
             live = rules.prune(current, now)
-            doc, holder, _ = rules.release(live, node, self._owner, now=now, ttl=self._ttl)
+            doc, holder, _ = rules.release(
+                live, node, self._owner, now=now, ttl=self._ttl, record_id=record_id
+            )
             other = live.holder(node)
             if holder is None and other is not None:
                 log.warning(
-                    "the budget slot of %s is held by owner %s, not by us: left alone", node, other.owner
+                    "the budget slot of %s is held by owner %s for %s, not by us for %s: left alone",
+                    node,
+                    other.owner,
+                    other.record_id,
+                    record_id,
                 )
             return self._finish(current, doc, limits, self._wake_list(doc, limits))
 

@@ -232,11 +232,13 @@ class Cleanup:
         if record.node is None:
             return Outcome.next()
         node = self._cluster.get_node(record.node)
-        ours = node is not None and node.owner == record.owner
+        # Ours: annotated by this owner for this lifecycle. Node names are reused (recycled private IPs): a
+        # late cleanup must not clear the annotations, nor free the slot, of a newer lifecycle of the name.
+        ours = node is not None and node.owner == record.owner and node.lifecycle in (None, record.id)
         # An instance going into a warm pool comes back as the same node: it must not come back cordoned.
         back = record.destination == WARM_POOL
         if ours and node is not None and self._cluster.release_node(node, uncordon=back) is Claim.CONFLICT:
             return Outcome.wait(1)
-        for waiter in self._slots.release(record.node):
+        for waiter in self._slots.release(record.node, record.id):
             self._dispatcher.wake(waiter)
         return Outcome.next()

@@ -43,8 +43,9 @@ class Slots(Protocol):
 
     def renew(self, request: SlotRequest) -> SlotDecision: ...
 
-    def release(self, node: str) -> list[str]:
-        """Give the slot (or waiting place) of ``node`` back; the record ids of waiters that may go now."""
+    def release(self, node: str, record_id: str) -> list[str]:
+        """Give back the slot (or waiting place) of ``node`` held for lifecycle ``record_id``; the record ids
+        of waiters that may go now."""
         ...
 
 

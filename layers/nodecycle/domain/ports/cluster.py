@@ -7,11 +7,14 @@ them with the official client and boto3.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection
 from enum import StrEnum
 from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict
+
+from nodecycle.domain.model import Transition, record_id
 
 OWNER_ANNOTATION = "nodecycle.io/owner"
 IN_PROGRESS_ANNOTATION = "nodecycle.io/in-progress"
@@ -29,6 +32,15 @@ class NodeInfo(BaseModel):
     owner: str | None  # the nodecycle.io/owner annotation
     in_progress: str | None  # the nodecycle.io/in-progress annotation (JSON)
     resource_version: str
+
+    @property
+    def lifecycle(self) -> str | None:
+        """The lifecycle record id the in-progress annotation names (None: none, or unreadable)."""
+        try:
+            data = json.loads(self.in_progress or "")
+            return record_id(data["instance"], Transition.from_short(data["transition"]), data["token"])
+        except (ValueError, KeyError, TypeError):
+            return None
 
 
 class PodInfo(BaseModel):

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 from datetime import datetime
 
-from nodecycle.domain.model import LifecycleRecord, Transition, record_id
-from nodecycle.domain.ports.cluster import Claim, NodeInfo, OwnedNodes
+from nodecycle.domain.model import LifecycleRecord
+from nodecycle.domain.ports.cluster import Claim, OwnedNodes
 from nodecycle.domain.ports.lifecycle import RecordStore
 from nodecycle.domain.ports.runtime import Metrics
 from nodecycle.domain.sweep.sweeper import Counts, lifecycle_over
@@ -29,7 +28,7 @@ class LeftoverAnnotations:
         open_ids = {record.id for record in open_records}
         cleared = 0
         for node in self._cluster.nodes_owned_by(self._owner):
-            lifecycle = _lifecycle_of(node)
+            lifecycle = node.lifecycle
             if lifecycle is not None and (
                 lifecycle in open_ids or not lifecycle_over(self._records, lifecycle)
             ):
@@ -41,12 +40,3 @@ class LeftoverAnnotations:
                 cleared += 1
         self._metrics.count("AnnotationsCleared", cleared)
         return {"AnnotationsCleared": cleared}
-
-
-def _lifecycle_of(node: NodeInfo) -> str | None:
-    """The lifecycle record id an in-progress annotation names (None if unreadable)."""
-    try:
-        data = json.loads(node.in_progress or "")
-        return record_id(data["instance"], Transition.from_short(data["transition"]), data["token"])
-    except (ValueError, KeyError, TypeError):
-        return None
