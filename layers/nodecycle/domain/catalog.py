@@ -60,17 +60,28 @@ class ManagedGroups:
 
 
 class HookTimeouts:
-    """Heartbeat timeouts of lifecycle hooks. A hook's timeout rarely changes, so it is read once."""
+    """Heartbeat timeouts of lifecycle hooks, read again once ``ttl`` has passed.
 
-    def __init__(self, autoscaling: Autoscaling) -> None:
+    A hook's timeout rarely changes, so a burst of actions costs one DescribeLifecycleHooks; but when an
+    operator lowers it, a warm container must not keep timing heartbeats by the old, longer value (the
+    action would expire mid-drain): the answer is trusted for ``ttl`` only, on the wall clock.
+    """
+
+    def __init__(self, autoscaling: Autoscaling, clock: Clock, ttl: timedelta = timedelta(minutes=1)) -> None:
         self._autoscaling = autoscaling
-        self._cache: dict[tuple[str, str], int] = {}
+        self._clock = clock
+        self._ttl = ttl
+        self._cache: dict[tuple[str, str], tuple[int, datetime]] = {}
 
     def heartbeat_timeout(self, group: str, hook: str) -> int | None:
         key = (group, hook)
-        if key not in self._cache:
-            timeout = self._autoscaling.heartbeat_timeout(group, hook)
-            if timeout is None:
-                return None
-            self._cache[key] = timeout
-        return self._cache[key]
+        now = self._clock.now()
+        cached = self._cache.get(key)
+        if cached is not None and now - cached[1] < self._ttl:
+            return cached[0]
+        timeout = self._autoscaling.heartbeat_timeout(group, hook)
+        if timeout is None:
+            self._cache.pop(key, None)
+            return None
+        self._cache[key] = (timeout, now)
+        return timeout

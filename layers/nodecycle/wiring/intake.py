@@ -43,7 +43,7 @@ def intake() -> Intake:
             autoscaling=ports.autoscaling,
             clock=ports.clock,
         ),
-        hooks=HookTimeouts(ports.autoscaling),
+        hooks=HookTimeouts(ports.autoscaling, ports.clock),
         clock=ports.clock,
         metrics=ports.metrics,
         resume_grace=ports.resume_grace,

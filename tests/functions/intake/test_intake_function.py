@@ -6,12 +6,14 @@ import json
 import subprocess
 import sys
 import uuid
+from datetime import UTC, datetime, timedelta
 from types import ModuleType
 from typing import Any
 
 import boto3
 import pytest
 
+from nodecycle.adapters.clock import SystemClock
 from nodecycle.domain.model import Step, Transition
 from tests.functions.intake.conftest import GROUP, HEARTBEAT_TIMEOUT, make_group
 from tests.support.emf import metric
@@ -315,3 +317,29 @@ def test_the_intake_function_does_not_import_the_kubernetes_client() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
+
+
+def test_a_lowered_hook_timeout_reaches_a_warm_intake_within_minutes(
+    intake_fn: ModuleType, stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a warm intake that has read the terminate hook's heartbeat timeout (300 s) for a first action
+    first = happening_now(load_event("eventbridge-terminate.json"))
+    intake_fn.handler(first, LambdaContext())
+    # When an operator lowers the hook's heartbeat timeout, and a new action arrives ten minutes later
+    boto3.client("autoscaling").put_lifecycle_hook(
+        AutoScalingGroupName=GROUP,
+        LifecycleHookName="nodecycle-terminate",
+        LifecycleTransition="autoscaling:EC2_INSTANCE_TERMINATING",
+        HeartbeatTimeout=120,
+        DefaultResult="ABANDON",
+    )
+    later = datetime.now(UTC) + timedelta(minutes=10)
+    monkeypatch.setattr(SystemClock, "now", lambda self: later)
+    second = happening_now(load_event("eventbridge-terminate.json"))
+    second["time"] = later.isoformat()
+    second["detail"]["LifecycleActionToken"] = str(uuid.uuid4())
+    intake_fn.handler(second, LambdaContext())
+
+    # Then the new action's record times its heartbeats by the lowered timeout, not the cached one
+    timeouts = sorted(int(item["heartbeat_timeout"]) for item in records())
+    assert timeouts == [120, 300]
