@@ -185,7 +185,7 @@ def test_the_inventory_lists_nodes_at_most_once_per_cache_ttl(
 ) -> None:
     add_nodes(server, 3)
     clock = [0.0]
-    inventory = KubeNodeInventory(lambda: core, "", timedelta(seconds=10), monotonic=lambda: clock[0])
+    inventory = KubeNodeInventory(lambda: core, "", timedelta(seconds=10), wall_clock=lambda: clock[0])
 
     inventory.nodes_in_scope()
     clock[0] = 9.9

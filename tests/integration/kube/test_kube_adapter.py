@@ -6,6 +6,7 @@ adapter relies on are exercised for real.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -13,7 +14,8 @@ from kubernetes.client import VersionApi
 from moto import mock_aws
 
 from nodecycle.adapters.kube.cluster_api import KubeCluster
-from nodecycle.adapters.kube.eks_access import EksCluster
+from nodecycle.adapters.kube import eks_access
+from nodecycle.adapters.kube.eks_access import EksCluster, EksTokens
 from nodecycle.domain.ports.cluster import OWNER_ANNOTATION, Claim, Eviction
 from nodecycle_sandbox.aws.eks import point_cluster
 from nodecycle_sandbox.kube import KubeServer
@@ -182,3 +184,47 @@ def test_a_node_that_will_come_back_is_released_uncordoned(cluster: KubeCluster,
         stored["metadata"].get("labels") or {}
     )
     assert OWNER_ANNOTATION not in (stored["metadata"].get("annotations") or {})
+
+
+def test_a_thawed_container_presigns_a_new_token_by_the_wall_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a token presigned at a cold start
+    presigned: list[str] = []
+
+    class Sts:
+        meta = type("Meta", (), {"events": type("Events", (), {"register": lambda *a, **k: None})()})()
+
+        def generate_presigned_url(self, *args: object, **kwargs: object) -> str:
+            presigned.append(f"https://sts.amazonaws.com/?Action=GetCallerIdentity&n={len(presigned)}")
+            return presigned[-1]
+
+    tokens = EksTokens("sandbox", sts=Sts())
+    first = tokens.token()
+    # When the container is frozen for 20 minutes: the monotonic clock stands still, the wall clock does not
+    frozen = time.monotonic()
+    monkeypatch.setattr(eks_access.time, "monotonic", lambda: frozen)
+    thawed = time.time() + 20 * 60
+    monkeypatch.setattr(eks_access.time, "time", lambda: thawed)
+    # Then the next request gets a new token: EKS refuses one signed 20 minutes ago
+    assert tokens.token() != first
+    assert len(presigned) == 2
+
+
+def test_a_token_the_api_server_refuses_is_replaced_and_the_request_sent_once_more() -> None:
+    # Given an API server that accepts tokens signed at most a second ago (EKS: 15 minutes)
+    with KubeServer(tls=True, token_max_age_seconds=1) as server, mock_aws():
+        server.seed(SEED)
+        point_cluster(
+            account=ACCOUNT,
+            region="eu-west-1",
+            name="sandbox",
+            endpoint=server.url,
+            ca_pem=server.ca_pem.decode(),
+        )
+        cluster = KubeCluster(EksCluster("sandbox").api_client)
+        assert cluster.get_node(NODE_A) is not None
+        # When the token has grown too old for the server before the client would renew it
+        time.sleep(1.5)
+        # Then the 401 is answered with a new token and the same request, once, and it succeeds
+        server.reset_counters()
+        assert cluster.get_node(NODE_A) is not None
+        assert server.counters() == {("get", "nodes"): 1}

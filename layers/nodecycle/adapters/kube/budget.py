@@ -122,7 +122,11 @@ class ConfigMapBudgetStore:
 
 
 class KubeNodeInventory:
-    """The nodes matching a label selector (all nodes when empty), listed at most once per ``cache_ttl``."""
+    """The nodes matching a label selector (all nodes when empty), listed at most once per ``cache_ttl``.
+
+    The cache's age is measured on the wall clock: a Lambda environment frozen between invocations may see
+    its monotonic clock stand still, and would trust an hours-old list.
+    """
 
     def __init__(
         self,
@@ -131,20 +135,20 @@ class KubeNodeInventory:
         cache_ttl: timedelta = timedelta(seconds=10),
         *,
         page_size: int = 500,
-        monotonic: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._api = core_v1_api_factory
         self._selector = label_selector
         self._ttl = cache_ttl.total_seconds()
         self._page_size = page_size
-        self._monotonic = monotonic
+        self._wall_clock = wall_clock
         self._lock = threading.Lock()
         self._cached: tuple[float, list[NodeState]] | None = None
 
     def nodes_in_scope(self) -> list[NodeState]:
         with self._lock:
-            now = self._monotonic()
-            if self._cached is None or now - self._cached[0] >= self._ttl:
+            now = self._wall_clock()
+            if self._cached is None or not 0 <= now - self._cached[0] < self._ttl:
                 self._cached = (now, self._list())
             return list(self._cached[1])
 

@@ -29,7 +29,12 @@ REQUEST_TIMEOUT = (5, 20)  # connect, read (seconds) for every Kubernetes call
 
 
 class EksTokens:
-    """Bearer tokens for one cluster, renewed before EKS would refuse them."""
+    """Bearer tokens for one cluster, renewed before EKS would refuse them.
+
+    The age of a token is measured on the wall clock, as EKS measures it: a Lambda environment may be frozen
+    between invocations for hours, and the monotonic clock may stand still meanwhile, so a thawed container
+    would otherwise send a token EKS refuses.
+    """
 
     def __init__(self, cluster_name: str, sts: Any = None) -> None:
         self._cluster_name = cluster_name
@@ -40,10 +45,17 @@ class EksTokens:
 
     def token(self) -> str:
         with self._lock:
-            if self._token is None or time.monotonic() - self._issued > TOKEN_REFRESH_SECONDS:
+            now = time.time()
+            # a clock that went back is no reason to trust an old token either
+            if self._token is None or not 0 <= now - self._issued <= TOKEN_REFRESH_SECONDS:
                 self._token = self._presign()
-                self._issued = time.monotonic()
+                self._issued = now
             return self._token
+
+    def invalidate(self) -> None:
+        """Forget the token (the API server refused it): the next request presigns a new one."""
+        with self._lock:
+            self._token = None
 
     def _presign(self) -> str:
         if self._sts is None:
@@ -98,7 +110,35 @@ class EksCluster:
         config.api_key_prefix = {"authorization": "Bearer"}
         # the client declares this hook as None-typed, but calls it before every request when set
         config.refresh_api_key_hook = lambda cfg: cfg.api_key.update(authorization=tokens.token())  # type: ignore[assignment]
-        return ApiClient(config)
+        return _RenewingApiClient(config, tokens)
+
+
+class _RenewingApiClient(ApiClient):
+    """An ``ApiClient`` that answers a 401 with a new token and the same request, once.
+
+    A token can be refused before the client would renew it (a clock skew, a thawed container, an
+    authenticator that restarted): one retry with a fresh token repairs that; a second 401 is a real
+    authorization failure and is raised.
+    """
+
+    def __init__(self, configuration: Configuration, tokens: EksTokens) -> None:
+        super().__init__(configuration)
+        self._tokens = tokens
+
+    def call_api(
+        self, method: str, url: str, header_params: dict[str, str] | None = None, *args: Any, **kwargs: Any
+    ) -> Any:
+        # The client checks a response's status after this call (and raises ApiException then), so the 401
+        # is seen here as a status; the headers were built, bearer token included, before this call.
+        response = super().call_api(method, url, header_params, *args, **kwargs)
+        if response.status != 401:
+            return response
+        response.read()  # give the connection back to the pool
+        self._tokens.invalidate()
+        headers = dict(header_params or {})
+        for name in [name for name in headers if name.lower() == "authorization"]:
+            headers[name] = f"Bearer {self._tokens.token()}"
+        return super().call_api(method, url, headers, *args, **kwargs)
 
 
 def _write_ca(pem: bytes) -> str:
