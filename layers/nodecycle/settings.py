@@ -217,6 +217,9 @@ class Readiness(_Section):
 
 class Sweep(_Section):
     sweep_grace_seconds: Annotated[int, Field(ge=300)] = 600
+    # How often the sweeper runs (its schedule): it keeps alive every action whose heartbeat deadline comes
+    # before its next run.
+    sweep_interval_minutes: Annotated[float, Field(gt=0, le=60)] = 5
 
 
 # -- what each function validates ---------------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import cache
 
 from nodecycle.adapters.aws.instances import Ec2Instances
@@ -37,10 +37,12 @@ def sweeper() -> Sweeper:
         "lifecycles": LifecycleRepair(
             records=ports.records,
             dispatcher=ports.dispatcher(),
+            autoscaling=ports.autoscaling,
             completion=CompleteAction(ports.autoscaling, ports.metrics),
             metrics=ports.metrics,
             resume_grace=ports.resume_grace,
             margin=ports.timing.heartbeat_margin,
+            interval=timedelta(minutes=config.sweep_interval_minutes),
             failure_result=SettleResults(
                 eip=eip_policy(config).failure_result, readiness=config.readiness_failure_result
             ),

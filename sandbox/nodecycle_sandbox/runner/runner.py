@@ -144,22 +144,9 @@ class Runner:
             retry_delays=self._async_retry_delays,
             max_workers=ASYNC_CONCURRENCY * max(1, len(specs)),
         )
-        for spec in specs:
-            for trigger in spec.sqs:
-                if not (trigger.enabled and self._sqs_sources_enabled):
-                    continue
-                source = SqsEventSource(
-                    spec=spec,
-                    trigger=trigger,
-                    invoke=self._invoke,
-                    journal=self.journal,
-                    client_factory=lambda: self._client("sqs"),
-                    region=self.region,
-                    concurrency=self._sqs_concurrency(trigger.max_concurrency),
-                    poll_wait=self._poll_wait,
-                )
-                source.start()
-                self._sources.append(source)
+        if self._sqs_sources_enabled:
+            for spec in specs:
+                self._start_sources(spec)
         self._schedules = Schedules(
             functions=specs,
             submit=self._async.submit,
@@ -203,6 +190,39 @@ class Runner:
             for rule in spec.rules:
                 if matches(rule.pattern, event):
                     self._async.submit(spec, event, f"rule:{rule.name}")
+
+    def set_sources_enabled(self, function: str, enabled: bool) -> None:
+        """Disable or enable a function's SQS event sources, as `UpdateEventSourceMapping --enabled` does:
+        a disabled source leaves its messages in the queue (a stalled queue), and resumes polling when
+        enabled again."""
+        spec = self.functions[function]
+        running = [s for s in self._sources if s.function == function]
+        if not enabled:
+            for source in running:
+                source.stop()
+            deadline = time.monotonic() + self._poll_wait + STOP_GRACE_SECONDS
+            for source in running:
+                source.join(deadline)
+            self._sources = [s for s in self._sources if s.function != function]
+        elif not running:
+            self._start_sources(spec)
+
+    def _start_sources(self, spec: FunctionSpec) -> None:
+        for trigger in spec.sqs:
+            if not trigger.enabled:
+                continue
+            source = SqsEventSource(
+                spec=spec,
+                trigger=trigger,
+                invoke=self._invoke,
+                journal=self.journal,
+                client_factory=lambda: self._client("sqs"),
+                region=self.region,
+                concurrency=self._sqs_concurrency(trigger.max_concurrency),
+                poll_wait=self._poll_wait,
+            )
+            source.start()
+            self._sources.append(source)
 
     def fire_schedule(self, function: str, name: str | None = None) -> None:
         """Fire a function's schedule now (the first one, or the one called `name`)."""

@@ -109,6 +109,10 @@ class SqsEventSource:
     def source(self) -> str:
         return f"sqs:{self._trigger.queue.logical_id}"
 
+    @property
+    def function(self) -> str:
+        return self._spec.logical_id
+
     def start(self) -> None:
         for index in range(self._concurrency):
             thread = threading.Thread(

@@ -13,8 +13,8 @@ import pytest
 from kubernetes.client import VersionApi
 from moto import mock_aws
 
-from nodecycle.adapters.kube.cluster_api import KubeCluster
 from nodecycle.adapters.kube import eks_access
+from nodecycle.adapters.kube.cluster_api import KubeCluster
 from nodecycle.adapters.kube.eks_access import EksCluster, EksTokens
 from nodecycle.domain.ports.cluster import OWNER_ANNOTATION, Claim, Eviction
 from nodecycle_sandbox.aws.eks import point_cluster

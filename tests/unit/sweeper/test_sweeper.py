@@ -26,6 +26,7 @@ from tests.unit.foundation.test_engine import PLAN, make_record
 
 GRACE = timedelta(minutes=3)
 MARGIN = timedelta(seconds=60)
+INTERVAL = timedelta(minutes=5)  # between two sweeps
 
 
 @dataclass
@@ -43,10 +44,12 @@ class Repair:
             dispatcher=Dispatcher(
                 records=self.records, queues=self.queues, clock=self.clock, metrics=self.metrics
             ),
+            autoscaling=self.autoscaling,
             completion=CompleteAction(self.autoscaling, self.metrics),
             metrics=self.metrics,
             resume_grace=GRACE,
             margin=MARGIN,
+            interval=INTERVAL,
             failure_result=lambda record: self.failure,
         )
 
@@ -69,6 +72,64 @@ def test_a_lifecycle_that_is_only_waiting_is_left_alone() -> None:
     repair.clock.advance(GRACE.total_seconds() + 1)
     assert repair.run()["LifecyclesResumed"] == 0
     assert repair.queues.take() == []
+
+
+def test_a_stalled_lifecycle_is_kept_alive_across_the_next_sweep_and_reported() -> None:
+    # Given a drain whose work queue has stalled: its step is overdue, and its action's heartbeat deadline
+    # falls before the next sweep
+    repair = Repair()
+    record = make_record(PLAN, Step.EVICT, node="n1", seq=7)
+    repair.records.create(record)
+    repair.clock.current = record.heartbeat_deadline - MARGIN
+
+    # When the sweeper runs
+    counts = repair.run()
+
+    # Then it records a heartbeat (the action lives one more heartbeat timeout), resends the step, and
+    # counts the lifecycle as stalled, for the alarm
+    assert repair.autoscaling.heartbeats == [record.action]
+    kept = repair.records.get(record.id)
+    assert kept is not None
+    assert kept.heartbeat_deadline == repair.clock.now() + timedelta(seconds=record.heartbeat_timeout)
+    assert kept.heartbeats == 1
+    assert counts["LifecyclesStalled"] == 1
+    assert counts["LifecyclesResumed"] == 1
+    assert repair.metrics.counts["LifecyclesStalled"] == 1
+
+
+def test_a_stuck_lifecycle_is_kept_alive_too() -> None:
+    # Given a lifecycle resumed too often (its step keeps failing), whose heartbeat deadline is near
+    repair = Repair()
+    record = make_record(PLAN, Step.EVICT, node="n1", resumes=MAX_RESUMES)
+    repair.records.create(record)
+    repair.clock.current = record.heartbeat_deadline - MARGIN
+    # When the sweeper runs, Then it is reported stuck, and its action does not time out meanwhile
+    assert repair.run()["LifecyclesStuck"] == 1
+    assert repair.autoscaling.heartbeats == [record.action]
+
+
+def test_a_lifecycle_whose_deadline_is_beyond_the_next_sweep_is_not_heartbeated() -> None:
+    repair = Repair()
+    record = make_record(PLAN, Step.EVICT, node="n1", heartbeat_timeout=3600)
+    record = record.model_copy(update={"heartbeat_deadline": T0 + timedelta(hours=1)})
+    repair.records.create(record)
+    repair.clock.advance(GRACE.total_seconds() + 1)
+    repair.run()
+    assert repair.autoscaling.heartbeats == []
+
+
+def test_a_stalled_action_found_no_longer_active_goes_past_its_completion() -> None:
+    # Given a stalled lifecycle whose action Auto Scaling no longer has (timed out, or completed elsewhere)
+    repair = Repair()
+    repair.autoscaling.active = False
+    record = make_record(PLAN, Step.EVICT, node="n1")
+    repair.records.create(record)
+    repair.clock.current = record.heartbeat_deadline - MARGIN
+    # When the sweeper runs, Then the lifecycle goes on to its cleanup, with the reason
+    repair.run()
+    moved = repair.records.get(record.id)
+    assert moved is not None
+    assert (moved.step, moved.outcome) == (Step.CLEANUP, "action-expired")
 
 
 def test_an_overdue_action_near_its_global_timeout_is_completed_by_the_sweeper_itself() -> None:

@@ -7,10 +7,11 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from nodecycle.domain.completion import CompleteAction
-from nodecycle.domain.engine import Dispatcher, advance
+from nodecycle.domain.engine import Dispatcher, Outcome, advance
+from nodecycle.domain.flow import after_completion
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.policy import ActionResult
-from nodecycle.domain.ports.lifecycle import RecordStore
+from nodecycle.domain.ports.lifecycle import Autoscaling, RecordStore
 from nodecycle.domain.ports.runtime import Metrics
 from nodecycle.domain.sweep.sweeper import Counts, SweepFailed
 
@@ -20,44 +21,96 @@ MAX_RESUMES = 5  # a lifecycle resumed this often is failing for a reason a rese
 
 
 class LifecycleRepair:
-    """Resume lifecycles whose message was lost; settle those whose action is near its global timeout."""
+    """Keep open actions alive, resume lifecycles whose message was lost, settle those near their global
+    timeout.
+
+    Keeping alive: the step engine heartbeats an action as its steps run, but when the work queue stalls (the
+    function throttled, failing at init, a poison batch) no step runs, and Auto Scaling would apply the
+    hook's default result to an undrained node at the heartbeat timeout. So every open action whose
+    heartbeat deadline falls before the next sweep (plus the margin) gets a heartbeat here, up to its global
+    timeout: a stall costs time, never an undrained termination. An overdue one counts as stalled
+    (``LifecyclesStalled``: the alarm).
+    """
 
     def __init__(
         self,
         *,
         records: RecordStore,
         dispatcher: Dispatcher,
+        autoscaling: Autoscaling,
         completion: CompleteAction,
         metrics: Metrics,
         resume_grace: timedelta,
         margin: timedelta,
+        interval: timedelta,
         failure_result: Callable[[LifecycleRecord], ActionResult],
     ) -> None:
         self._records = records
         self._dispatcher = dispatcher
+        self._autoscaling = autoscaling
         self._completion = completion
         self._metrics = metrics
         self._grace = resume_grace
         self._margin = margin
+        self._interval = interval
         self._failure_result = failure_result
 
     def __call__(self, open_records: Sequence[LifecycleRecord], now: datetime) -> Counts:
         counts = dict.fromkeys(
-            ("LifecyclesResumed", "LifecyclesSettled", "LifecyclesStuck", "RepairsRaced"), 0
+            (
+                "LifecyclesResumed",
+                "LifecyclesSettled",
+                "LifecyclesStuck",
+                "LifecyclesStalled",
+                "LifecyclesKeptAlive",
+                "RepairsRaced",
+                "RepairsFailed",
+            ),
+            0,
         )
-        counts["RepairsFailed"] = 0
         for record in open_records:
-            if not record.overdue(now, self._grace):
-                continue
             try:
-                counts[self._repair(record, now)] += 1
+                overdue = record.overdue(now, self._grace)
+                kept = self._keep_alive(record, now, counts)
+                counts["LifecyclesStalled"] += overdue
+                if kept is not None and overdue:
+                    counts[self._repair(kept, now)] += 1
             except Exception:  # one lifecycle's failure must not stop the repair of the others
                 log.exception("could not repair lifecycle %s", record.id)
                 counts["RepairsFailed"] += 1
-        self._metrics.count("LifecyclesStuck", counts["LifecyclesStuck"])
+        for name in ("LifecyclesStuck", "LifecyclesStalled"):
+            self._metrics.count(name, counts[name])
         if counts["RepairsFailed"]:
             raise SweepFailed(f"{counts['RepairsFailed']} lifecycles could not be repaired (the others were)")
         return counts
+
+    def _keep_alive(self, record: LifecycleRecord, now: datetime, counts: Counts) -> LifecycleRecord | None:
+        """Heartbeat the action if its heartbeat deadline comes before the next sweep can; the record as it
+        is now, or None when the engine moved it meanwhile (it is alive) or it went past its completion."""
+        if (
+            not record.action_open
+            or record.heartbeat_deadline >= record.global_deadline  # the global timeout comes first anyway
+            or record.heartbeat_deadline > now + self._interval + self._margin
+            or now >= record.global_deadline - 2 * self._margin  # settled right away instead
+        ):
+            return record
+        if not self._autoscaling.heartbeat(record.action):
+            log.warning(
+                "the lifecycle action of %s is no longer active (timed out, or completed elsewhere)",
+                record.id,
+            )
+            self._metrics.count("LifecycleActionsExpired")
+            gone = advance(record, Outcome.goto(after_completion(record), outcome="action-expired"), now)
+            if self._records.commit(gone, expected_seq=record.seq) and not gone.finished:
+                self._dispatcher.send(gone, now)
+            return None
+        self._metrics.count("Heartbeats")
+        counts["LifecyclesKeptAlive"] += 1
+        deadline = min(now + timedelta(seconds=record.heartbeat_timeout), record.global_deadline)
+        kept = record.model_copy(update={"heartbeat_deadline": deadline, "heartbeats": record.heartbeats + 1})
+        # Same seq: the work message in flight (if any) stays current. If the engine commits first, this write
+        # loses, and the engine's record (with an earlier deadline) heartbeats again soon: harmless.
+        return kept if self._records.commit(kept, expected_seq=record.seq) else None
 
     def _repair(self, record: LifecycleRecord, now: datetime) -> str:
         """What became of one overdue lifecycle: the name of its count."""
