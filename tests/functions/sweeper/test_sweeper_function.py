@@ -71,6 +71,10 @@ def test_the_sweeper_resumes_lost_work_and_releases_dangling_addresses(
     lost = record(
         "i-0aaaaaaaaaaaaaaa1", Step.RELEASE_EIP, now - timedelta(minutes=5), now - timedelta(minutes=6)
     )
+    # (its hook's heartbeat timeout is long: the action needs no heartbeat before the next sweep)
+    lost = lost.model_copy(
+        update={"heartbeat_timeout": 3600, "heartbeat_deadline": lost.started_at + timedelta(hours=1)}
+    )
     waiting = record("i-0aaaaaaaaaaaaaaa2", Step.RELEASE_EIP, now + timedelta(seconds=30), now)
     for item in (lost, waiting):
         assert records.create(item)
