@@ -143,6 +143,9 @@ class LifecycleRecord(ActionRef):
     zone: str | None = None
     drain_started_at: datetime | None = None
     drain_deadline: datetime | None = None
+    # Set while a drain that lost its budget slot waits to get it back: that wait does not count against the
+    # drain timeout (the deadline moves on by it when the slot is back).
+    drain_paused_at: datetime | None = None
     gate_deadline: datetime | None = None  # launch readiness gate
     forced_at: datetime | None = None
     pods_evicted: int = 0

@@ -93,6 +93,9 @@ class DrainPolicy:
     poll_seconds: int  # the longest wait between two looks at the pods
     budget_retry_seconds: int  # how often a node waiting for a slot asks again
     holder_ttl: timedelta  # a budget holder that is not renewed within this expires
+    # Before an action's global timeout the engine completes it whatever it waits for: a drain plans to be
+    # done by then.
+    settle_margin: timedelta
 
 
 @dataclass(frozen=True)

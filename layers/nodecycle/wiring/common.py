@@ -86,6 +86,7 @@ def drain_policy(settings: DrainSettings) -> DrainPolicy:
         poll_seconds=settings.drain_poll_seconds,
         budget_retry_seconds=settings.budget_retry_seconds,
         holder_ttl=timedelta(seconds=settings.budget_holder_ttl_seconds),
+        settle_margin=timedelta(seconds=settings.heartbeat_margin_seconds),
     )
 
 

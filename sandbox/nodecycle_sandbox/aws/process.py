@@ -67,11 +67,11 @@ def _serve(region: str, account: str, controls: Connection, outbox: Connection) 
                 break
             if request is None:
                 break
-            name, kwargs = request
+            name, args, kwargs = request
             try:
                 if name not in _REMOTE_CALLS:
                     raise AttributeError(f"{name} is not a remote control call")
-                controls.send(("ok", getattr(control, name)(**kwargs)))
+                controls.send(("ok", getattr(control, name)(*args, **kwargs)))
             except Exception as error:  # the parent re-raises it; the child must keep serving
                 controls.send(("error", f"{type(error).__name__}: {error}"))
     finally:
@@ -85,8 +85,8 @@ class RemoteControlError(RuntimeError):
 
 
 class RemoteAwsControl:
-    """`AwsControls` over the pipe into the AWS process: each call is forwarded by name and keyword
-    arguments to the `AwsControl` in there, so a new control needs no second copy here."""
+    """`AwsControls` over the pipe into the AWS process: each call is forwarded by name, with its arguments,
+    to the `AwsControl` in there, so a new control needs no second copy here."""
 
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
@@ -97,9 +97,9 @@ class RemoteAwsControl:
             raise AttributeError(f"{name} is not a remote control call")
         return functools.partial(self._call, name)
 
-    def _call(self, call: str, **kwargs: Any) -> Any:
+    def _call(self, call: str, *args: Any, **kwargs: Any) -> Any:
         with self._lock:
-            self._conn.send((call, kwargs))
+            self._conn.send((call, args, kwargs))
             status, value = self._conn.recv()
         if status == "error":
             raise RemoteControlError(value)

@@ -28,6 +28,7 @@ from nodecycle_sandbox.kube.meta import (
 from nodecycle_sandbox.kube.patching import PatchError, apply_patch
 from nodecycle_sandbox.kube.resources import (
     ALL,
+    CONFIGMAPS,
     DAEMONSETS,
     DEPLOYMENTS,
     NAMESPACES,
@@ -323,8 +324,20 @@ def _validate_name(rt: ResourceType, name: str) -> None:
         raise errors.invalid(rt, name, "metadata.name", f"Invalid value: {name!r}: a lowercase RFC 1123 name")
 
 
+# The API server refuses a ConfigMap whose data and binaryData together exceed this (as it does a Secret).
+MAX_CONFIGMAP_BYTES = 1024 * 1024
+
+
 def _default_and_validate(rt: ResourceType, obj: JsonObj) -> None:
     name = obj["metadata"]["name"]
+    if rt is CONFIGMAPS:
+        size = sum(len(key) + len(str(value)) for key, value in (obj.get("data") or {}).items())
+        size += sum(
+            len(key) + len(base64.b64decode(value)) for key, value in (obj.get("binaryData") or {}).items()
+        )
+        if size > MAX_CONFIGMAP_BYTES:
+            raise errors.invalid(rt, name, "[]", f"Too long: must have at most {MAX_CONFIGMAP_BYTES} bytes")
+        return
     if rt is NAMESPACES:
         obj.setdefault("spec", {"finalizers": ["kubernetes"]})
         obj.setdefault("status", {"phase": "Active"})

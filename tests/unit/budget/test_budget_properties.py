@@ -6,13 +6,15 @@ What the machine proves, after every step:
 - no node is held twice, waits twice, or both holds and waits;
 - the live holders are exactly the grants the model expects: none lost while renewed, none left once its TTL
   passed (a vanished holder's slot is free again), none of one owner removed by another;
-- each acquire is granted exactly when a first-come-first-served, work-conserving replay of the waiters
-  (written naively here) says so, and the record ids a release returns are granted when woken;
+- each acquire is granted exactly when a work-conserving replay of the waiters (written naively here: the
+  zone with the most waiters left first, a waiter passed over MAX_PASSED times first of all) says so, and the
+  record ids a release returns are granted when woken;
 - after every waiter retried in turn, no waiter is left waiting while it would fit (no idle slot).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -29,6 +31,7 @@ from nodecycle.domain.budget import (
     SlotReason,
     SlotRequest,
 )
+from nodecycle.domain.budget.rules import MAX_PASSED
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.policy import Quantity
 from tests.unit.budget.fakes import Crash, FakeClock, FakeInventory, MemoryBudgetStore, RecordingMetrics
@@ -132,12 +135,38 @@ class BudgetMachine(RuleBasedStateMachine):
     def replay(self, waiters: list[tuple[str, str | None, str]]) -> list[str]:
         holders = self.live_holders()
         taken = list(holders.values())
-        eligible = []
-        for node, zone, owner in waiters:
-            if node not in holders and fits(taken, zone, self.limits[owner]):
-                taken.append(zone)
-                eligible.append(node)
-        return eligible
+        stored = {w.node: w for w in self.stored().waiters}
+        # (node, zone, owner, waiting since, passed); a newcomer waits from now and was never passed
+        remaining = [
+            (
+                n,
+                z,
+                o,
+                stored[n].waiting_since if n in stored else self.now(),
+                stored[n].passed if n in stored else 0,
+            )
+            for n, z, o in waiters
+            if n not in holders
+        ]
+        work = Counter(zone for _, zone, _, _, _ in remaining)
+        eligible: list[str] = []
+        while True:
+            fitting = [w for w in remaining if fits(taken, w[1], self.limits[w[2]])]
+            if not fitting:
+                return eligible
+
+            def order(w: tuple[str, str | None, str, datetime, int]) -> tuple[int, float, datetime, int]:
+                _, zone, _, since, passed = w
+                joined = remaining.index(w) + len(eligible)  # the order the waiters joined in
+                if passed >= MAX_PASSED:
+                    return (0, 0.0, since, joined)
+                return (1, -work[zone], since, joined)
+
+            best = min(fitting, key=order)
+            taken.append(best[1])
+            eligible.append(best[0])
+            remaining.remove(best)
+            work[best[1]] -= 1
 
     def expected_grant(self, node: str, owner: str) -> bool:
         holders = {h.node: h.owner for h in self.stored().holders if not h.expired(self.now())}
@@ -211,9 +240,8 @@ class BudgetMachine(RuleBasedStateMachine):
         owner = NODES[node][0]
         woken = self.budgets[owner].release(node, request(node).record_id)
         self.held.pop(node, None)
-        own_waiters = [w for w in self.live_waiters() if w[2] == owner]
-        eligible = set(self.replay(self.live_waiters()))
-        assert woken == [f"rec-{n}" for n, _, _ in own_waiters if n in eligible]
+        eligible = self.replay(self.live_waiters())
+        assert woken == [f"rec-{n}" for n in eligible if NODES[n][0] == owner]
         if wake:
             for record in woken:
                 decision = self.budgets[owner].acquire(request(record.removeprefix("rec-")))

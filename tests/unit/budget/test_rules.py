@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from nodecycle.domain.budget import BudgetDocument, BudgetLimits, Holder, Waiter
 from nodecycle.domain.budget.limits import owner_limits
-from nodecycle.domain.budget.rules import eligible_waiters, prune
+from nodecycle.domain.budget.rules import MAX_PASSED, eligible_waiters, prune
 from nodecycle.domain.policy import Quantity
 from tests.unit.budget.fakes import START
 
@@ -26,22 +26,32 @@ def holder(node: str, owner: str = "blue", renewed_seconds_ago: float = 0, ttl: 
     )
 
 
-def waiter(node: str, owner: str = "blue") -> Waiter:
-    return Waiter(
+def waiter(node: str, owner: str = "blue", zone: str = "a", since: float = 0, **changes: object) -> Waiter:
+    """A waiter that joined ``since`` seconds after START."""
+    joined = START + timedelta(seconds=since)
+    entry = Waiter(
         node=node,
         instance_id=f"i-{node}",
-        zone="a",
+        zone=zone,
         owner=owner,
         record_id=f"rec-{node}",
-        waiting_since=START,
-        renewed_at=START,
-        ttl_seconds=60,
+        waiting_since=joined,
+        renewed_at=joined,
+        ttl_seconds=600,
     )
+    return entry.model_copy(update=changes)
 
 
-def limits(total: int) -> dict[str, object]:
-    entry = owner_limits(BudgetLimits(Quantity(value=total)), count_unavailable=False, nodes=None, now=START)
+def limits(total: int, per_zone: int | None = None) -> dict[str, object]:
+    zone_limit = None if per_zone is None else Quantity(value=per_zone)
+    entry = owner_limits(
+        BudgetLimits(Quantity(value=total), zone_limit), count_unavailable=False, nodes=None, now=START
+    )
     return {"blue": entry, "green": entry}
+
+
+def picks(doc: BudgetDocument, seconds: float = 60) -> list[str]:
+    return [w.node for w in eligible_waiters(doc, START + timedelta(seconds=seconds))]
 
 
 def test_a_holder_is_stale_from_the_moment_its_ttl_has_passed_since_its_renewal() -> None:
@@ -59,12 +69,12 @@ def test_a_node_held_by_one_owner_is_never_eligible_as_another_owners_waiter() -
             "limits": limits(3),
         }
     )
-    assert [w.node for w in eligible_waiters(doc)] == ["n2"]
+    assert [w.node for w in eligible_waiters(doc, START)] == ["n2"]
 
 
 def test_a_waiter_whose_owner_never_recorded_its_limits_is_not_eligible() -> None:
     doc = BudgetDocument.model_validate({"waiters": [waiter("n1", owner="gone")], "limits": limits(3)})
-    assert eligible_waiters(doc) == []
+    assert eligible_waiters(doc, START) == []
 
 
 def test_prune_returns_the_same_document_when_nothing_expired() -> None:
@@ -83,3 +93,67 @@ def test_the_limits_of_a_stack_that_left_are_forgotten_after_a_day() -> None:
 
     # When the document is pruned, Then only the limits of the stack still in the budget remain
     assert list(prune(doc, START).limits) == ["blue"]
+
+
+# -- who goes next ---------------------------------------------------------------------------------------
+
+
+def test_a_drain_in_progress_that_lost_its_slot_gets_it_back_before_untouched_nodes() -> None:
+    # Given one free slot, two untouched nodes waiting, and a younger waiter whose drain is in progress
+    doc = BudgetDocument.model_validate(
+        {
+            "waiters": [waiter("w1"), waiter("w2", since=1), waiter("cordoned", since=2, in_progress=True)],
+            "limits": limits(1),
+        }
+    )
+    # Then the node in progress is next: it is disruption already done
+    assert picks(doc) == ["cordoned"]
+
+
+def test_a_waiter_whose_global_timeout_is_near_goes_before_the_others() -> None:
+    doc = BudgetDocument.model_validate(
+        {
+            "waiters": [
+                waiter("w1"),
+                waiter("late-later", since=1, urgent_at=START + timedelta(seconds=50)),
+                waiter("late-first", since=2, urgent_at=START + timedelta(seconds=30)),
+                waiter("not-yet", since=3, urgent_at=START + timedelta(hours=1)),
+            ],
+            "limits": limits(2),
+        }
+    )
+    # At 60 s both urgent waiters are past their urgent time: earliest first, before any other
+    assert picks(doc, 60) == ["late-first", "late-later"]
+    # At 40 s only one of them is
+    assert picks(doc, 40) == ["late-first", "w1"]
+
+
+def test_among_waiters_that_fit_the_zone_with_the_most_work_left_goes_first() -> None:
+    # Given one slot per zone free in zones a and b... and zone a with three waiters, zone b with one
+    doc = BudgetDocument.model_validate(
+        {
+            "waiters": [
+                waiter("b1", zone="b"),
+                waiter("a1", zone="a", since=1),
+                waiter("a2", zone="a", since=2),
+                waiter("a3", zone="a", since=3),
+            ],
+            "limits": limits(1, per_zone=1),
+        }
+    )
+    # Then with room for one node, it goes to zone a (first come, first served would take b1)
+    assert picks(doc) == ["a1"]
+
+
+def test_a_waiter_passed_over_often_enough_goes_first() -> None:
+    doc = BudgetDocument.model_validate(
+        {
+            "waiters": [
+                waiter("b1", zone="b", passed=MAX_PASSED),
+                waiter("a1", zone="a", since=1),
+                waiter("a2", zone="a", since=2),
+            ],
+            "limits": limits(1, per_zone=1),
+        }
+    )
+    assert picks(doc) == ["b1"]

@@ -441,3 +441,40 @@ def test_a_release_frees_the_slot_of_its_own_lifecycle_only(
     doc = store.read()
     assert doc is not None
     assert [(h.node, h.record_id) for h in doc.holders] == [("n1", "rec-new")]
+
+
+def test_no_waiter_is_passed_over_more_than_a_bounded_number_of_times(
+    make_budget: BudgetFactory, store: MemoryBudgetStore, clock: FakeClock
+) -> None:
+    # Given one slot, held; an old waiter of zone b, then four younger ones of zone a (more work left there)
+    budget = make_budget("1", None)
+    budget.acquire(slot("h", zone="c"))
+    for name, zone in (("b1", "b"), ("a1", "a"), ("a2", "a"), ("a3", "a"), ("a4", "a")):
+        clock.advance(1)
+        assert not budget.acquire(slot(name, zone=zone)).granted
+    # When the slot passes from node to node as each drain ends
+    order = []
+    holder = "h"
+    for _ in range(5):
+        (next_up,) = budget.release(holder, f"rec-{holder}")
+        holder = next_up.removeprefix("rec-")
+        assert budget.acquire(slot(holder, zone="b" if holder == "b1" else "a")).granted
+        order.append(holder)
+    # Then zone a goes first, but b1 gets its turn once passed over MAX_PASSED times
+    assert order == ["a1", "a2", "a3", "b1", "a4"]
+
+
+def test_a_node_whose_action_cannot_wait_any_longer_takes_a_slot_without_room(
+    make_budget: BudgetFactory, store: MemoryBudgetStore
+) -> None:
+    # Given a full budget
+    budget = make_budget("1", None)
+    budget.acquire(slot("n1"))
+    # When a node whose global timeout is too near asks with force
+    decision = budget.acquire(replace(slot("late"), force=True))
+    # Then it holds a (forced) slot that the others count, and the next waiter still waits
+    assert (decision.granted, decision.reason) == (True, SlotReason.FORCED)
+    doc = store.read()
+    assert doc is not None
+    assert [(h.node, h.forced) for h in doc.holders] == [("n1", False), ("late", True)]
+    assert not budget.acquire(slot("n3")).granted

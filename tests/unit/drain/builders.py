@@ -13,7 +13,6 @@ def pod(name: str = "web-1", **changes: object) -> PodInfo:
         uid=f"uid-{name}",
         controller_kind="ReplicaSet",
         mirror=False,
-        terminating=False,
         grace_period=300,
     )
     return base.model_copy(update=changes)

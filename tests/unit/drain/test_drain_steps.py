@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
 from nodecycle.domain.budget import SlotDecision, SlotReason, SlotRequest
-from nodecycle.domain.drain.steps import AcquireSlot, Cleanup, Cordon, Evict
+from nodecycle.domain.drain.steps import FORCED_SLOT, STUCK_PODS, AcquireSlot, Cleanup, Cordon, Evict
 from nodecycle.domain.engine import Dispatcher
 from nodecycle.domain.flow import Worker
 from nodecycle.domain.launch import ReadinessGate
@@ -73,6 +73,7 @@ class FakeCluster:
     nodes: dict[str, NodeInfo] = field(default_factory=dict)
     pods: list[PodInfo] = field(default_factory=list)
     pod_nodes: dict[str, str] = field(default_factory=dict)  # pod name -> its node, when not NODE
+    now: datetime = T0  # the API server's clock: deletions are timed by it
     blocked: set[str] = field(default_factory=set)  # pods a PodDisruptionBudget protects
     conflicts: int = 0  # the next claims that find the node changed
     evictions: list[tuple[str, int]] = field(default_factory=list)
@@ -113,17 +114,28 @@ class FakeCluster:
         if pod.name in self.blocked:
             return Eviction.BLOCKED
         self.evictions.append((pod.name, grace_seconds))
-        self.pods = [
-            p.model_copy(update={"terminating": True}) if p.name == pod.name else p for p in self.pods
-        ]
+        self._deleting(pod, grace_seconds)
         return Eviction.EVICTED
 
     def delete_pod(self, pod: PodInfo, grace_seconds: int) -> bool:
         self.deletions.append((pod.name, grace_seconds))
-        self.pods = [
-            p.model_copy(update={"terminating": True}) if p.name == pod.name else p for p in self.pods
-        ]
+        self._deleting(pod, grace_seconds)
         return True
+
+    def _deleting(self, pod: PodInfo, grace_seconds: int) -> None:
+        # As the API server does: the deadline is now + grace; a later, shorter deletion brings it forward
+        deletion_at = self.now + timedelta(seconds=grace_seconds)
+        self.pods = [
+            p.model_copy(
+                update={
+                    "deletion_at": min(deletion_at, p.deletion_at or deletion_at),
+                    "deletion_grace": grace_seconds,
+                }
+            )
+            if p.name == pod.name
+            else p
+            for p in self.pods
+        ]
 
 
 @dataclass
@@ -135,14 +147,18 @@ class FakeSlots:
     lost: bool = False
     waiters: list[str] = field(default_factory=list)
     released: list[str] = field(default_factory=list)
+    requests: list[SlotRequest] = field(default_factory=list)
 
     def acquire(self, request: SlotRequest) -> SlotDecision:
         if request.node in self.others:
             return SlotDecision(False, SlotReason.HELD_BY_OTHER_OWNER, len(self.holders), 0, None)
-        if request.node in self.holders or len(self.holders) < self.room:
+        self.requests.append(request)
+        if request.node in self.holders or len(self.holders) < self.room or request.force:
+            forced = request.node not in self.holders and len(self.holders) >= self.room
             self.holders.add(request.node)
             self.held_for[request.node] = request.record_id  # a new lifecycle of the node takes it over
-            return SlotDecision(True, SlotReason.GRANTED, len(self.holders), 0, None)
+            reason = SlotReason.FORCED if forced else SlotReason.GRANTED
+            return SlotDecision(True, reason, len(self.holders), 0, None)
         return SlotDecision(False, SlotReason.NO_ROOM, len(self.holders), 1, 1)
 
     def renew(self, request: SlotRequest) -> SlotDecision:
@@ -211,6 +227,39 @@ def test_without_room_the_node_waits_and_remembers_since_when() -> None:
     assert first.changes["slot_waiting_since"] == T0
     later = step(terminating(Step.ACQUIRE_SLOT, slot_waiting_since=T0), T0 + timedelta(seconds=30))
     assert later.changes["slot_waiting_since"] == T0
+
+
+def test_a_waiter_asks_with_precedence_near_its_global_timeout_and_takes_a_slot_when_it_cannot_wait() -> None:
+    # Given a full budget, and a terminating node whose action's global timeout is 10 minutes away (its
+    # drain timeout is 600 s: a whole drain no longer fits before it)
+    cluster, slots = FakeCluster(nodes={NODE: node()}), FakeSlots(room=1, holders={"other-node"})
+    metrics = FakeMetrics()
+    record = terminating(Step.ACQUIRE_SLOT)
+    late = record.global_deadline - timedelta(minutes=10)
+    # When it asks for a slot
+    outcome = acquire(cluster, slots, metrics)(record, late)
+    # Then it took one without room (it goes either way: a drain beats none), and says so
+    (asked,) = slots.requests
+    assert asked.force
+    assert asked.urgent_at is not None
+    assert asked.urgent_at < late
+    assert (outcome.then, outcome.again) == (None, False)
+    assert outcome.changes["extra"][FORCED_SLOT] is True
+    assert metrics.counts["ForcedSlots"] == 1
+    # And hours before its global timeout it asks like anyone else, and waits
+    early_slots = FakeSlots(room=1, holders={"other-node"})
+    assert acquire(cluster, early_slots, metrics)(record, T0).again
+    (early,) = early_slots.requests
+    assert not early.force
+
+
+def test_a_cordon_near_the_global_timeout_leaves_the_timeout_policy_time_to_act() -> None:
+    cluster = FakeCluster(nodes={NODE: node()})
+    record = terminating(Step.CORDON, node=NODE)
+    late = record.global_deadline - timedelta(minutes=5)
+    outcome = Cordon(cluster=cluster, policy=policy())(record, late)
+    # force grace 5 s + a stuck pod's minute + the 60 s settle margin before the global timeout
+    assert outcome.changes["drain_deadline"] == record.global_deadline - timedelta(seconds=125)
 
 
 def test_a_node_another_owner_drains_is_left_alone_until_our_drain_timeout() -> None:
@@ -292,6 +341,11 @@ def draining(**changes: object) -> LifecycleRecord:
     )
 
 
+def polled(**changes: object) -> LifecycleRecord:
+    """A drain that has asked its pods to leave once already."""
+    return draining(extra={"polls": 1}, **changes)
+
+
 def evict(
     cluster: FakeCluster, slots: FakeSlots | None = None, metrics: FakeMetrics | None = None, **env: str
 ) -> Evict:
@@ -321,7 +375,7 @@ def test_pods_are_evicted_with_their_grace_capped_and_daemonset_pods_stay() -> N
 
 def test_polls_start_quick_and_slow_down_to_the_configured_interval() -> None:
     # Given a pod that takes its time to stop
-    cluster = FakeCluster(pods=[pod("slow", terminating=True)])
+    cluster = FakeCluster(pods=[pod("slow", deletion_at=T0 + timedelta(seconds=30), deletion_grace=30)])
     step = evict(cluster)
     record = draining()
 
@@ -390,7 +444,7 @@ def test_timeout_policy_continue_goes_on_with_the_pods_still_there() -> None:
     cluster = FakeCluster(pods=[pod("db-0")], blocked={"db-0"})
     metrics = FakeMetrics()
     outcome = evict(cluster, metrics=metrics, timeout_policy="continue")(
-        draining(), T0 + timedelta(seconds=600)
+        polled(), T0 + timedelta(seconds=600)
     )
     assert (outcome.then, outcome.again) == (None, False)
     assert outcome.changes["outcome"] == "drain-timeout-continued"
@@ -405,7 +459,7 @@ def test_timeout_policy_force_deletes_the_remaining_pods_then_waits_for_them() -
     late = T0 + timedelta(seconds=600)
 
     # When the step runs, it deletes the pod with the force grace period, and waits
-    first = step(draining(), late)
+    first = step(polled(), late)
     assert cluster.deletions == [("db-0", 5)]
     assert first.again
     assert first.changes["forced_at"] == late
@@ -417,11 +471,73 @@ def test_timeout_policy_force_deletes_the_remaining_pods_then_waits_for_them() -
     assert metrics.counts["DrainTimeouts"] == 1
 
 
+def test_a_drain_that_starts_past_its_deadline_asks_its_pods_to_leave_before_forcing_anything() -> None:
+    # Given a drain whose deadline has passed before its first look at the pods (it got its slot back late)
+    cluster = FakeCluster(nodes={NODE: node()}, pods=[pod("web-1")])
+    first = evict(cluster)(draining(), T0 + timedelta(seconds=900))
+    # Then it evicts (PodDisruptionBudgets respected) rather than deleting at once
+    assert (cluster.evictions, cluster.deletions) == ([("web-1", 60)], [])
+    assert first.again
+
+
 def test_a_pod_that_never_stops_after_a_forced_delete_does_not_hold_the_lifecycle_forever() -> None:
-    cluster = FakeCluster(pods=[pod("stuck", terminating=True)])
+    # Given a Ready node whose last pod was force-deleted at the drain timeout and is still there a minute
+    # past its deletion deadline (a finalizer nobody removes)
     late = T0 + timedelta(seconds=600)
+    stuck = pod("stuck", deletion_at=late + timedelta(seconds=5), deletion_grace=5)
+    cluster = FakeCluster(nodes={NODE: node()}, pods=[stuck])
+    # When the drain looks again, Then it stops waiting for it, and says so
     outcome = evict(cluster)(draining(forced_at=late), late + timedelta(seconds=66))
-    assert outcome.changes["outcome"] == "drain-timeout-forced-incomplete"
+    assert outcome.changes["outcome"] == (
+        "drain-timeout-forced; 1 pods left terminating (past their deletion deadline)"
+    )
+    assert outcome.changes["extra"][STUCK_PODS]["pods"] == ["apps/stuck"]
+
+
+def test_pods_of_a_node_whose_kubelet_is_gone_count_as_gone_once_asked_to_leave() -> None:
+    # Given a node that went NotReady (its kubelet is gone): the pods the drain evicted stay Terminating
+    cluster = FakeCluster(nodes={NODE: node(ready=False)}, pods=[pod("web-1"), pod("web-2")])
+    metrics = FakeMetrics()
+    step = evict(cluster, metrics=metrics)
+    step(draining(), T0)
+    assert len(cluster.evictions) == 2
+    # When the drain looks again 20 s later (their 300 s grace is far from over, no drain timeout yet)
+    outcome = step(draining(), T0 + timedelta(seconds=20))
+    # Then it does not wait for them: nothing will ever stop them but the node's removal
+    assert (outcome.then, outcome.again) == (None, False)
+    assert outcome.changes["outcome"] == "drained; 2 pods left terminating (node not ready)"
+    assert metrics.counts["PodsLeftTerminating"] == 2
+
+
+def test_a_ready_node_whose_pods_take_their_grace_period_is_waited_for() -> None:
+    # Given a healthy node whose evicted pods are shutting down within their grace
+    cluster = FakeCluster(nodes={NODE: node()}, pods=[pod("web-1")])
+    step = evict(cluster)
+    step(draining(), T0)
+    # When the drain looks again 20 s later, Then it keeps waiting (the node was checked: Ready)
+    assert step(draining(), T0 + timedelta(seconds=20)).again
+    # and a pod deleted only now does not make it look at the node at all
+    quick = FakeCluster(
+        nodes={}, pods=[pod("web-3", deletion_at=T0 + timedelta(seconds=30), deletion_grace=30)]
+    )
+    assert evict(quick)(draining(), T0 + timedelta(seconds=1)).again
+
+
+def test_time_spent_waiting_for_a_lost_slot_is_not_drain_time() -> None:
+    # Given a drain that lost its budget slot 100 s into its 600 s drain timeout
+    cluster = FakeCluster(nodes={NODE: node()}, pods=[pod("db-0")], blocked={"db-0"})
+    slots = FakeSlots(holders={NODE}, lost=True)
+    paused = evict(cluster, slots)(draining(), T0 + timedelta(seconds=100))
+    assert paused.changes["drain_paused_at"] == T0 + timedelta(seconds=100)
+    # When it gets the slot back 900 s later (past its original deadline)
+    slots.lost = False
+    record = draining(drain_paused_at=T0 + timedelta(seconds=100))
+    resumed = evict(cluster, slots)(record, T0 + timedelta(seconds=1000))
+    # Then it goes on evicting, with a deadline moved on by the 900 s it waited, and forces nothing
+    assert resumed.again
+    assert resumed.changes["drain_deadline"] == T0 + timedelta(seconds=1500)
+    assert resumed.changes["drain_paused_at"] is None
+    assert cluster.deletions == []
 
 
 # -- CLEANUP ------------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nodecycle.domain.drain.pods import drainable, grace_for, remaining, to_evict
+from tests.support.fakes import T0
 from tests.unit.drain.builders import pod
 
 
@@ -26,7 +27,7 @@ def test_every_pod_but_daemonset_and_mirror_pods_is_drained(
 
 
 def test_terminating_pods_are_waited_for_but_not_evicted_again() -> None:
-    pods = [pod("a"), pod("b", terminating=True), pod("ds", controller_kind="DaemonSet")]
+    pods = [pod("a"), pod("b", deletion_at=T0), pod("ds", controller_kind="DaemonSet")]
     assert [p.name for p in remaining(pods)] == ["a", "b"]
     assert [p.name for p in to_evict(pods)] == ["a"]
 

@@ -117,6 +117,22 @@ class ConfigMapBudgetStore:
             except ApiException as error:
                 if error.status == 409 or (error.status == 404 and config_map is not None):
                     return False
+                if error.status in (413, 422):
+                    # Too large, or otherwise invalid: the same write would fail again. The domain bounds the
+                    # document (its queue's maximum), so this is a document no version of nodecycle should
+                    # write: say what the server said and how big it was, and let the step retry later.
+                    size = len(doc.to_json())
+                    log.error(
+                        "the API server refused the budget ConfigMap %s/%s (%d bytes): %s",
+                        self.namespace,
+                        self.name,
+                        size,
+                        _message(error),
+                    )
+                    raise TransientError(
+                        f"the API server refused ConfigMap {self.namespace}/{self.name} ({size} bytes): "
+                        f"{_message(error)}"
+                    ) from error
                 raise
         return True
 
@@ -183,6 +199,13 @@ def _node_state(node: dict[str, Any]) -> NodeState:
         schedulable=not (node.get("spec") or {}).get("unschedulable", False),
         ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions),
     )
+
+
+def _message(error: ApiException) -> str:
+    try:
+        return str(json.loads(error.body or "{}").get("message") or error.reason)
+    except ValueError:
+        return str(error.reason)
 
 
 def _document(config_map: Any) -> BudgetDocument:

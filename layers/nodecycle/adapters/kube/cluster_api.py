@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from typing import Any
 
 from kubernetes.client import ApiClient, CoreV1Api, V1DeleteOptions, V1Eviction, V1ObjectMeta, V1Preconditions
@@ -71,9 +72,15 @@ def pod_info(data: dict[str, Any]) -> PodInfo:
         uid=meta.get("uid", ""),
         controller_kind=controller.get("kind") if controller else None,
         mirror="kubernetes.io/config.mirror" in (meta.get("annotations") or {}),
-        terminating=meta.get("deletionTimestamp") is not None,
         grace_period=spec.get("terminationGracePeriodSeconds"),
+        deletion_at=_timestamp(meta.get("deletionTimestamp")),
+        deletion_grace=meta.get("deletionGracePeriodSeconds"),
     )
+
+
+def _timestamp(text: str | None) -> datetime | None:
+    """An RFC 3339 timestamp of the API (``2026-12-01T10:00:00Z``), timezone-aware."""
+    return None if not text else datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def _json(response: Any) -> dict[str, Any]:

@@ -3,12 +3,13 @@
 One JSON document (ConfigMap key ``budget.json``), camelCase like the Kubernetes objects around it::
 
     {
-      "formatVersion": 1,
+      "formatVersion": 2,
       "holders": [{"node": "ip-10-0-1-7.ec2.internal", "instanceId": "i-0abc", "zone": "eu-west-1a",
                    "owner": "ng-blue", "recordId": "i-0abc/terminate/tok", "acquiredAt": "...Z",
-                   "renewedAt": "...Z", "ttlSeconds": 300}],
+                   "renewedAt": "...Z", "ttlSeconds": 300, "forced": false}],
       "waiters": [{"node": ..., "instanceId": ..., "zone": ..., "owner": ..., "recordId": ...,
-                   "waitingSince": "...Z", "renewedAt": "...Z", "ttlSeconds": 300}],
+                   "waitingSince": "...Z", "renewedAt": "...Z", "ttlSeconds": 300,
+                   "inProgress": false, "urgentAt": null, "passed": 0}],
       "released": [{"node": ..., "owner": ..., "releasedAt": "...Z", "ttlSeconds": 300}],
       "limits": {"ng-blue": {"maxUnavailable": "4", "maxUnavailablePerZone": "2",
                              "countUnavailable": false, "nodesInScope": 12,
@@ -16,10 +17,11 @@ One JSON document (ConfigMap key ``budget.json``), camelCase like the Kubernetes
                              "unavailable": [], "updatedAt": "...Z"}}
     }
 
-``waiters`` is in first-come order. ``limits`` holds each writer's own limits, resolved against its own
+``waiters`` is in first-come order; who goes next is decided from their precedence (see :mod:`.rules`). ``limits`` holds each writer's own limits, resolved against its own
 scope when it last wrote, and the nodes it counts as unavailable: every writer evaluates another owner's
 waiters with that owner's recorded limits, so all stacks agree on who is next (see :mod:`.rules`).
-``released`` remembers for one TTL the nodes whose slot was just given back: such a node stays cordoned
+The budget holds at most ``MAX_WAITERS`` waiters (see :mod:`.rules`), so that the document stays well under
+the API server's 1 MiB limit for a ConfigMap (about 320 bytes a waiter). ``released`` remembers for one TTL the nodes whose slot was just given back: such a node stays cordoned
 until its instance is gone, and must not be counted as "unavailable for another reason" meanwhile.
 
 A reader refuses a document of a newer format rather than rewrite what it does not understand.
@@ -33,7 +35,10 @@ from datetime import datetime, timedelta
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
-FORMAT_VERSION = 1
+# 2: waiters carry their precedence (inProgress, urgentAt, passed), holders may be forced. A stack that reads
+# up to 1 refuses a document of format 2 rather than rewrite what it does not understand: upgrade every stack
+# sharing the cluster (a format-1 document is read, and rewritten as format 2, by this version).
+FORMAT_VERSION = 2
 
 
 class BudgetFormatError(ValueError):
@@ -69,12 +74,18 @@ class Holder(_Entry):
     """A node that holds a slot: it may be cordoned and drained."""
 
     acquired_at: datetime
+    # Taken without room, because the node goes either way (its action's global timeout is near): it counts
+    # against the limits like any holder, so the others wait for it.
+    forced: bool = False
 
 
 class Waiter(_Entry):
     """A node that asked for a slot and found no room; it renews its entry each time it asks again."""
 
     waiting_since: datetime
+    in_progress: bool = False  # cordoned and partly drained already: its drain lost its slot
+    urgent_at: datetime | None = None  # from then on its action's global timeout is near: it goes first
+    passed: int = 0  # how often a younger waiter took a slot while this one would have fit
 
 
 class Released(_Model):
@@ -139,7 +150,19 @@ class BudgetDocument(_Model):
         return next((w for w in self.waiters if w.node == node), None)
 
     def to_json(self) -> str:
-        return self.model_dump_json(by_alias=True)
+        """The document as stored: in this version's format (a format-1 document read is written as 2),
+        compact (fields at their defaults left out, no spaces): the API server refuses a ConfigMap over
+        1 MiB, and the document is read and rewritten on every decision."""
+        data = self.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+        data = {
+            "formatVersion": FORMAT_VERSION,
+            "holders": [],
+            "waiters": [],
+            "released": [],
+            "limits": {},
+            **{key: value for key, value in data.items() if key != "formatVersion"},
+        }
+        return json.dumps(data, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> BudgetDocument:

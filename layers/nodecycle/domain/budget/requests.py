@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 
 
@@ -13,6 +14,14 @@ class SlotRequest:
     zone: str | None  # topology.kubernetes.io/zone; None when unknown (counts against every zone)
     owner: str
     record_id: str  # the lifecycle record, so that a releaser can wake this waiter
+    # The node is cordoned and partly drained already (a drain that lost its slot asks for it back): it is
+    # disruption in progress, and goes before nodes not yet touched.
+    in_progress: bool = False
+    # From then on the action's global timeout is near: the node goes before the others that wait.
+    urgent_at: datetime | None = None
+    # The node goes either way (its action's global timeout is too near to wait any longer): take a slot
+    # even without room, so that the others count it.
+    force: bool = False
 
 
 class SlotReason(StrEnum):
@@ -20,7 +29,9 @@ class SlotReason(StrEnum):
     HELD = "held"  # the node already held its slot: renewed
     REACQUIRED = "reacquired"  # the holder had expired and been removed; there was room again
     NO_ROOM = "no-room"  # waiting (see position)
+    QUEUE_FULL = "queue-full"  # no room, and the queue holds its maximum of waiters: ask again later
     LOST = "lost"  # the holder had expired and been removed, and there is no room now: waiting
+    FORCED = "forced"  # granted without room: the node goes either way
     HELD_BY_OTHER_OWNER = "held-by-other-owner"  # another stack holds this node: hands off
     CLAIMED_BY_OTHER_OWNER = "claimed-by-other-owner"  # another stack waits for this node: hands off
 

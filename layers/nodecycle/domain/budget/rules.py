@@ -14,14 +14,29 @@ per zone) bound the occupancy it sees.
 zone Z is its nodes plus the nodes of unknown zone. Granting an unknown-zone node needs room in every zone
 (those with nodes in scope, those of the occupants, and one more zone with no node in scope at all).
 
-**Eligibility (first come, first served, work-conserving).** Replay the live waiters oldest first, starting
-from the occupancy of live holders; grant each waiter that still fits, under *its own owner's* recorded
-limits and unavailable nodes, and add it to the occupancy; skip (do not stop at) a waiter that does not fit.
-The waiters granted in this replay are *eligible*. A request is granted only when it is eligible: a
-newcomer joins the end of the queue first, so it never overtakes an older waiter that fits, while a younger
-waiter whose zone has room does pass an older one whose zone is full. Because every owner replays the same
-document with the same recorded limits, all stacks agree on who is next, and a slot an eligible waiter of
-another stack is owed stays free for it (it takes it at its next retry) instead of going to a younger one.
+**Eligibility (precedence, then the zone with the most work left, work-conserving).** Replay the live
+waiters, starting from the occupancy of live holders: again and again, among the waiters that still fit
+(each under *its own owner's* recorded limits and unavailable nodes), pick the first by this order and add
+it to the occupancy, until none fits:
+
+1. a node *in progress* (cordoned and partly drained: its drain lost its slot) — disruption already done
+   goes on before any new one; oldest first;
+2. a node whose action's global timeout is near (``urgentAt`` passed) — earliest first;
+3. a node passed over ``MAX_PASSED`` times already — oldest first (the bound on the next rule's unfairness);
+4. any other node: the one of the zone with the most waiters left in this replay, then the oldest. Under a
+   per-zone limit, first come first served leaves the last drains of a refresh bunched in one zone while the
+   other zones' slots idle; draining the zone with the most work left first keeps every zone busy to the end.
+
+The waiters picked in this replay are *eligible*. A request is granted only when it is eligible: a newcomer
+joins the queue first, so it goes before an older waiter only by this order; a waiter whose zone is full is
+skipped, never waited for. When a waiter is granted, each older waiter that would have fit at its pick (and
+came after it in the order) counts one more ``passed``. Because every owner replays the same document with
+the same recorded limits, all stacks agree on who is next, and a slot an eligible waiter of another stack is
+owed stays free for it (it takes it at its next retry) instead of going to another one.
+
+**Forced holders.** A node whose action's global timeout is too near to wait takes a slot even without room
+(it goes either way, and the drain at least respects PodDisruptionBudgets): it counts against the limits, so
+the others wait for it. Only a node nobody else holds or waits for may be forced (invariant 3).
 
 **Holders.** One holder per node: a node that holds a slot and asks again holds it again (renewed; taken
 over by a new lifecycle of the same node). A renewal is written only when a third of the TTL has passed since
@@ -34,6 +49,7 @@ expires.
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -79,10 +95,23 @@ def prune(doc: BudgetDocument, now: datetime) -> BudgetDocument:
 
 
 class Occupancy:
-    """The nodes that take a slot, with their zones."""
+    """The nodes that take a slot, with their zones; counts kept as nodes are added."""
 
     def __init__(self, nodes: dict[str, str | None]) -> None:
-        self._nodes = nodes
+        self._nodes: dict[str, str | None] = {}
+        self._by_zone: Counter[str] = Counter()
+        self._unknown = 0
+        for node, zone in nodes.items():
+            self.add(node, zone)
+
+    def add(self, node: str, zone: str | None) -> None:
+        if node in self._nodes:
+            return
+        self._nodes[node] = zone
+        if zone is None:
+            self._unknown += 1
+        else:
+            self._by_zone[zone] += 1
 
     def admits(self, node: str, zone: str | None, limits: ResolvedLimits) -> bool:
         """Whether ``node`` may take a slot under ``limits``; a node already counted takes no new one."""
@@ -95,13 +124,13 @@ class Occupancy:
             return True
         if zone is not None:
             return self.load(zone) < per_zone.of(zone)
-        known = {z for z in self._nodes.values() if z is not None} | limits.zones()
+        known = set(self._by_zone) | limits.zones()
         # None stands for a zone with no node in scope (its limit is ``other``): the unknown node may be there
         return all(self.load(z) < per_zone.of(z) for z in (*known, None))
 
     def load(self, zone: str | None) -> int:
         """Nodes in ``zone`` plus those of unknown zone (``zone=None``: those of unknown zone only)."""
-        return sum(1 for z in self._nodes.values() if z is None or z == zone)
+        return self._unknown + (0 if zone is None else self._by_zone[zone])
 
 
 def counted_unavailable(doc: BudgetDocument, limits: OwnerLimits) -> dict[str, str | None]:
@@ -110,20 +139,55 @@ def counted_unavailable(doc: BudgetDocument, limits: OwnerLimits) -> dict[str, s
     return {n.name: n.zone for n in limits.unavailable if n.name not in skip}
 
 
-def eligible_waiters(doc: BudgetDocument) -> list[Waiter]:
+MAX_PASSED = 3  # a waiter passed over this often goes next, oldest first (after the precedence classes)
+# The queue's bound: at about 320 bytes a waiter, 2,000 waiters keep the document near 650 KB, well under the
+# API server's 1 MiB limit for a ConfigMap, with room for holders and limits. A node that finds the queue full
+# is told so and asks again later, outside the queue.
+MAX_WAITERS = 2000
+
+
+def eligible_waiters(doc: BudgetDocument, now: datetime) -> list[Waiter]:
     """The waiters that get a slot, in order (see the module docstring). ``doc`` must be pruned."""
+    return [waiter for waiter, _ in _replay(doc, now)]
+
+
+def _replay(doc: BudgetDocument, now: datetime) -> list[tuple[Waiter, list[Waiter]]]:
+    """The eligible waiters in the order they are picked, each with the waiters that fit at its pick."""
     granted = {h.node: h.zone for h in doc.holders}
-    held = set(granted)
-    eligible = []
-    for waiter in doc.waiters:
-        limits = doc.limits.get(waiter.owner)
-        if waiter.node in held or limits is None:
-            continue
-        taken = Occupancy({**counted_unavailable(doc, limits), **granted})
-        if taken.admits(waiter.node, waiter.zone, limits.resolved):
-            granted[waiter.node] = waiter.zone
-            eligible.append(waiter)
-    return eligible
+    remaining = [w for w in doc.waiters if w.node not in granted and w.owner in doc.limits]
+    occupancy = {  # what each owner sees taken: every holder, and the unavailable nodes it counts
+        owner: Occupancy({**counted_unavailable(doc, limits), **granted})
+        for owner, limits in doc.limits.items()
+    }
+    work_left = Counter(w.zone for w in remaining)
+    arrival = {w.node: i for i, w in enumerate(doc.waiters)}  # join order breaks ties
+    picks: list[tuple[Waiter, list[Waiter]]] = []
+    while remaining:
+        fitting = [
+            w for w in remaining if occupancy[w.owner].admits(w.node, w.zone, doc.limits[w.owner].resolved)
+        ]
+        if not fitting:
+            break
+        best = min(fitting, key=lambda w: _precedence(w, now, work_left, arrival[w.node]))
+        picks.append((best, fitting))
+        for taken in occupancy.values():
+            taken.add(best.node, best.zone)
+        remaining.remove(best)
+        work_left[best.zone] -= 1
+    return picks
+
+
+def _precedence(
+    waiter: Waiter, now: datetime, work_left: Counter[str | None], arrival: int
+) -> tuple[Any, ...]:
+    """The order of the replay's picks (lowest first); the classes never compare their second members."""
+    if waiter.in_progress:
+        return (0, waiter.waiting_since, arrival)
+    if waiter.urgent_at is not None and now >= waiter.urgent_at:
+        return (1, waiter.urgent_at, arrival)
+    if waiter.passed >= MAX_PASSED:
+        return (2, waiter.waiting_since, arrival)
+    return (3, -work_left[waiter.zone], waiter.waiting_since, arrival)
 
 
 def with_own_limits(doc: BudgetDocument, owner: str, limits: OwnerLimits) -> BudgetDocument:
@@ -147,13 +211,33 @@ def fresh_waiter(
     its TTL ago, and still does not get a slot: denied, with nothing to write. Waiters retry every
     ``BudgetRetrySeconds``; writing each time would churn the shared document as much as the drains do.
     ``None`` when the request must be written (the entry needs its renewal, or it gets a slot now)."""
-    if not _renewed_lately(doc.waiter(request.node), request, now):
+    waiter = doc.waiter(request.node)
+    if not _renewed_lately(waiter, request, now) or request.force:
         return None
+    assert waiter is not None
+    if (waiter.in_progress, waiter.urgent_at) != (request.in_progress, request.urgent_at):
+        return None  # its precedence changed: written now
     live = prune(doc, now)
-    if doc.holder(request.node) is not None or any(w.node == request.node for w in eligible_waiters(live)):
+    if doc.holder(request.node) is not None or any(
+        w.node == request.node for w in eligible_waiters(live, now)
+    ):
         return None
-    position = next(i for i, w in enumerate(live.waiters, start=1) if w.node == request.node)
-    return _decision(live, False, SlotReason.LOST if renewing else SlotReason.NO_ROOM, position)
+    reason = SlotReason.LOST if renewing else SlotReason.NO_ROOM
+    return _decision(live, False, reason, position_of(live, request.node, now))
+
+
+def queue_order(doc: BudgetDocument, now: datetime) -> list[Waiter]:
+    """The live waiters in the order they would go (their place in line), for people and decisions: the
+    replay's order as it stands now (the zone with the most work left counted once, at the start)."""
+    work_left = Counter(w.zone for w in doc.waiters)
+    return [
+        w for _, w in sorted(enumerate(doc.waiters), key=lambda e: _precedence(e[1], now, work_left, e[0]))
+    ]
+
+
+def position_of(doc: BudgetDocument, node: str, now: datetime) -> int:
+    """The 1-based place in line of the waiter of ``node``."""
+    return next(i for i, w in enumerate(queue_order(doc, now), start=1) if w.node == node)
 
 
 def _renewed_lately(entry: Holder | Waiter | None, request: SlotRequest, now: datetime) -> bool:
@@ -191,28 +275,38 @@ def claim(
     waiter = doc.waiter(request.node)
     if waiter is not None and waiter.owner != request.owner:
         return doc, _decision(doc, False, SlotReason.CLAIMED_BY_OTHER_OWNER), None
+    precedence = {"in_progress": request.in_progress, "urgent_at": request.urgent_at}
+    if waiter is None and len(doc.waiters) >= MAX_WAITERS and not request.force:
+        return doc, _decision(doc, False, SlotReason.QUEUE_FULL), None
     if waiter is None:
-        entry = Waiter(node=request.node, owner=request.owner, waiting_since=now, **renewal)
+        entry = Waiter(node=request.node, owner=request.owner, waiting_since=now, **renewal, **precedence)
         waiters = (*doc.waiters, entry)
     else:
-        entry = waiter.model_copy(update=renewal)
+        entry = waiter.model_copy(update={**renewal, **precedence})
         waiters = tuple(entry if w is waiter else w for w in doc.waiters)
     doc = doc.model_copy(update={"waiters": waiters})
 
-    if not any(w.node == request.node for w in eligible_waiters(doc)):
+    pick = next((fitting for w, fitting in _replay(doc, now) if w.node == request.node), None)
+    if pick is None and not request.force:
         reason = SlotReason.LOST if renewing else SlotReason.NO_ROOM
-        position = next(i for i, w in enumerate(doc.waiters, start=1) if w.node == request.node)
-        return doc, _decision(doc, False, reason, position), None
+        return doc, _decision(doc, False, reason, position_of(doc, request.node, now)), None
 
-    granted = Holder(node=request.node, owner=request.owner, acquired_at=now, **renewal)
+    # Older waiters that would have fit at this pick were passed over: each counts one more pass.
+    passed = {w.node for w in pick or () if w.node != request.node and w.waiting_since < entry.waiting_since}
+    forced = pick is None
+    granted = Holder(node=request.node, owner=request.owner, acquired_at=now, forced=forced, **renewal)
     doc = doc.model_copy(
         update={
             "holders": (*doc.holders, granted),
-            "waiters": tuple(w for w in doc.waiters if w.node != request.node),
+            "waiters": tuple(
+                w.model_copy(update={"passed": w.passed + 1}) if w.node in passed else w
+                for w in doc.waiters
+                if w.node != request.node
+            ),
             "released": tuple(r for r in doc.released if r.node != request.node),
         }
     )
-    reason = SlotReason.REACQUIRED if renewing else SlotReason.GRANTED
+    reason = SlotReason.FORCED if forced else SlotReason.REACQUIRED if renewing else SlotReason.GRANTED
     waited = now - entry.waiting_since if waiter is not None else None
     return doc, _decision(doc, True, reason), waited
 

@@ -14,7 +14,7 @@ from datetime import timedelta
 from nodecycle.domain.budget import rules
 from nodecycle.domain.budget.document import BudgetDocument, Holder, OwnerLimits, Waiter
 from nodecycle.domain.budget.limits import BudgetLimits, owner_limits
-from nodecycle.domain.budget.requests import SlotDecision, SlotRequest
+from nodecycle.domain.budget.requests import SlotDecision, SlotReason, SlotRequest
 from nodecycle.domain.budget.view import BudgetView, view_of
 from nodecycle.domain.ports.budget import BudgetStore, NodeInventory
 from nodecycle.domain.ports.runtime import Clock, Metrics
@@ -164,11 +164,20 @@ class DisruptionBudget:
                 return current, (fresh, None)
             doc = rules.with_own_limits(rules.prune(current or BudgetDocument(), now), self._owner, limits)
             doc, decision, waited = rules.claim(doc, request, now=now, ttl=self._ttl, renewing=renewing)
+            if decision.reason is SlotReason.QUEUE_FULL:
+                return current, (decision, None)  # nothing to write for a node that is not let in
             return doc, (decision, waited)
 
         decision, waited = self._write(mutate)
         if waited is not None:
             self._metrics.seconds("BudgetWait", waited.total_seconds())
+        if decision.reason is SlotReason.QUEUE_FULL:
+            log.error(
+                "the budget's queue is full (%d waiters): node %s waits outside it and asks again later",
+                decision.waiting,
+                request.node,
+            )
+            self._metrics.count("BudgetQueueFull")
         log.info(
             "budget slot for %s: %s (%s; %d holders, %d waiting%s)",
             request.node,
@@ -190,7 +199,11 @@ class DisruptionBudget:
 
     def _wake_list(self, doc: BudgetDocument, limits: OwnerLimits) -> list[str]:
         with_limits = rules.with_own_limits(doc, self._owner, limits)
-        return [w.record_id for w in rules.eligible_waiters(with_limits) if w.owner == self._owner]
+        return [
+            w.record_id
+            for w in rules.eligible_waiters(with_limits, self._clock.now())
+            if w.owner == self._owner
+        ]
 
     def _finish[T](
         self, current: BudgetDocument, doc: BudgetDocument, limits: OwnerLimits, result: T

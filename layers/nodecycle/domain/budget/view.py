@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from pydantic import BaseModel, ConfigDict
 
 from nodecycle.domain.budget.document import BudgetDocument
-from nodecycle.domain.budget.rules import counted_unavailable, eligible_waiters, prune
+from nodecycle.domain.budget.rules import counted_unavailable, eligible_waiters, prune, queue_order
 
 
 class _View(BaseModel):
@@ -20,6 +20,7 @@ class HolderView(_View):
     zone: str | None
     owner: str
     record_id: str
+    forced: bool  # taken without room: its action's global timeout was near
     held_seconds: float
     renewed_seconds_ago: float
     expires_in_seconds: float  # <= 0: expired, the next writer removes it
@@ -35,6 +36,9 @@ class WaiterView(_View):
     waiting_seconds: float
     expires_in_seconds: float
     eligible: bool  # gets the next slot it asks for
+    in_progress: bool  # cordoned and partly drained: its drain lost its slot (goes first)
+    urgent: bool  # its action's global timeout is near (goes next)
+    passed: int  # how often a younger waiter went before it
 
 
 class LimitsView(_View):
@@ -68,7 +72,7 @@ class BudgetView(_View):
 def view_of(doc: BudgetDocument, now: datetime) -> BudgetView:
     """Every entry of ``doc``, expired ones included (they show a negative ``expires_in_seconds``)."""
     live = prune(doc, now)
-    eligible = {w.node for w in eligible_waiters(live)}
+    eligible = {w.node for w in eligible_waiters(live, now)}
     holders = [
         HolderView(
             node=h.node,
@@ -76,6 +80,7 @@ def view_of(doc: BudgetDocument, now: datetime) -> BudgetView:
             zone=h.zone,
             owner=h.owner,
             record_id=h.record_id,
+            forced=h.forced,
             held_seconds=_seconds(now - h.acquired_at),
             renewed_seconds_ago=_seconds(now - h.renewed_at),
             expires_in_seconds=_seconds(h.expires_at - now),
@@ -93,8 +98,13 @@ def view_of(doc: BudgetDocument, now: datetime) -> BudgetView:
             waiting_seconds=_seconds(now - w.waiting_since),
             expires_in_seconds=_seconds(w.expires_at - now),
             eligible=w.node in eligible,
+            in_progress=w.in_progress,
+            urgent=w.urgent_at is not None and now >= w.urgent_at,
+            passed=w.passed,
         )
-        for position, w in enumerate(doc.waiters, start=1)
+        for position, w in enumerate(
+            [*queue_order(live, now), *(w for w in doc.waiters if w.expired(now))], start=1
+        )
     ]
     limits = [
         LimitsView(

@@ -26,6 +26,14 @@ from nodecycle.domain.ports.runtime import Metrics
 log = logging.getLogger(__name__)
 
 FORCED_POD_SLACK = timedelta(seconds=60)  # after a forced delete's grace: a pod still there is stuck
+# A pod still there this long after its deletion's deadline (deletionTimestamp: request + grace) will not go by
+# itself (a finalizer nobody removes, a kubelet that is gone): kubectl drain's --skip-wait-for-delete-timeout.
+STUCK_AFTER = timedelta(seconds=60)
+# A pod asked to go this long ago and still there makes the drain look at its node: on a node that is not
+# Ready (its kubelet gone), pods being deleted never finish, and waiting for them only holds a budget slot.
+CHECK_NODE_AFTER = timedelta(seconds=15)
+STUCK_PODS = "stuck_pods"  # record.extra key: pods the drain stopped waiting for, and why
+FORCED_SLOT = "forced_slot"  # record.extra key: the slot was taken without room (global timeout near)
 DRAINED_AT = "drained_at"  # record.extra key: when the node was found empty (the load balancer delay starts)
 POLLS = "polls"  # record.extra key: how often the drain has looked for its pods so far
 ADOPT_FROM = (
@@ -46,10 +54,36 @@ def _known[T](value: T | None, what: str) -> T:
     return value
 
 
-def _slot_request(record: LifecycleRecord, node: str, zone: str | None) -> SlotRequest:
+def _slot_request(
+    record: LifecycleRecord,
+    node: str,
+    zone: str | None,
+    *,
+    in_progress: bool = False,
+    urgent_at: datetime | None = None,
+    force: bool = False,
+) -> SlotRequest:
     return SlotRequest(
-        node=node, instance_id=record.instance_id, zone=zone, owner=record.owner, record_id=record.id
+        node=node,
+        instance_id=record.instance_id,
+        zone=zone,
+        owner=record.owner,
+        record_id=record.id,
+        in_progress=in_progress,
+        urgent_at=urgent_at,
+        force=force,
     )
+
+
+def _tail(policy: DrainPolicy) -> timedelta:
+    """What a drain needs after its timeout: the force policy's grace, a stuck pod's margin, and the margin
+    before the action's global timeout at which the engine completes it whatever happens."""
+    return timedelta(seconds=policy.force_grace) + STUCK_AFTER + policy.settle_margin
+
+
+def _full_drain(policy: DrainPolicy) -> timedelta:
+    """The longest a whole drain takes, from its cordon to the completion of its action."""
+    return policy.timeout + _tail(policy)
 
 
 class AcquireSlot:
@@ -73,7 +107,26 @@ class AcquireSlot:
             return Outcome.goto(Step.COMPLETE, outcome="node-not-found", extra=extra)
         found: dict[str, Any] = {"node": node.name, "zone": node.zone, "extra": extra}
         foreign = node.owner not in (None, record.owner)
-        decision = self._slots.acquire(_slot_request(record, node.name, node.zone))
+        # Near its global timeout a node goes before the others; nearer still it cannot wait any longer: it
+        # goes either way then, and a drain that respects PodDisruptionBudgets beats none, so it takes a slot
+        # even without room (a forced holder, which the others count).
+        full_drain = _full_drain(self._policy)
+        request = _slot_request(
+            record,
+            node.name,
+            node.zone,
+            urgent_at=record.global_deadline - 2 * full_drain,
+            force=now >= record.global_deadline - full_drain,
+        )
+        decision = self._slots.acquire(request)
+        if decision.reason is SlotReason.FORCED:
+            log.warning(
+                "node %s takes a budget slot without room: its action's global timeout is %s",
+                node.name,
+                record.global_deadline,
+            )
+            self._metrics.count("ForcedSlots")
+            found["extra"] = {**found["extra"], FORCED_SLOT: True}
         if decision.granted:
             if foreign:
                 # The other stack annotated the node but holds no slot for it any more: its drain died or
@@ -83,7 +136,7 @@ class AcquireSlot:
                     node.name,
                     node.owner,
                 )
-                found["extra"] = {**extra, ADOPT_FROM: node.owner}
+                found["extra"] = {**found["extra"], ADOPT_FROM: node.owner}
             return Outcome.next(slot_waiting_since=None, **found)
         if foreign and decision.reason in (SlotReason.HELD_BY_OTHER_OWNER, SlotReason.CLAIMED_BY_OTHER_OWNER):
             # Another stack is draining this node: leave it alone, and settle our own action once it is
@@ -133,7 +186,8 @@ class Cordon:
         if claim is Claim.GONE:
             return Outcome.goto(Step.COMPLETE, outcome="node-gone")
         log.info("cordoned node %s", node.name)
-        deadline = now + self._policy.timeout
+        # Never past the point where the timeout policy still has time to act before the global timeout
+        deadline = min(now + self._policy.timeout, record.global_deadline - _tail(self._policy))
         return Outcome.next(drain_started_at=now, drain_deadline=deadline)
 
 
@@ -146,21 +200,41 @@ class Evict:
 
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
         node = _known(record.node, "node")
-        deadline = _known(record.drain_deadline, "drain deadline")
         policy = self._policy
-        if not self._slots.renew(_slot_request(record, node, record.zone)).granted:
-            # Our holder expired and its slot went to another node: evicting now could exceed the budget.
+        request = _slot_request(record, node, record.zone, in_progress=True)
+        if not self._slots.renew(request).granted:
+            # Our holder expired and its slot went to another node: evicting now could exceed the budget. The
+            # node waits with precedence (it is disruption in progress), and the wait is not drain time.
             log.warning("lost the budget slot of node %s: pausing the drain until it is back", record.node)
             self._metrics.count("BudgetSlotsLost")
-            return Outcome.wait(policy.budget_retry_seconds)
+            return Outcome.wait(policy.budget_retry_seconds, drain_paused_at=record.drain_paused_at or now)
+        changes: dict[str, Any] = {}
+        deadline = _known(record.drain_deadline, "drain deadline")
+        if record.drain_paused_at is not None:
+            deadline += now - record.drain_paused_at
+            changes = {"drain_deadline": deadline, "drain_paused_at": None}
+            log.info("the budget slot of node %s is back: the drain goes on until %s", node, deadline)
         pods = self._cluster.pods_on(node)
         left = podfilter.remaining(pods)
-        if not left:
-            return self._drained(
-                record, now, "drained" if record.forced_at is None else "drain-timeout-forced"
-            )
-        if now >= deadline:
-            return self._timed_out(record, now, left)
+        stuck, why = self._stuck(node, left, now)
+        if len(stuck) == len(left):
+            base = "drained" if record.forced_at is None else "drain-timeout-forced"
+            if stuck:
+                log.warning(
+                    "%d pods left terminating on node %s (%s): not waiting for them", len(stuck), node, why
+                )
+                self._metrics.count("PodsLeftTerminating", len(stuck))
+                extra = {
+                    **record.extra,
+                    STUCK_PODS: {"why": why, "pods": [f"{p.namespace}/{p.name}" for p in stuck]},
+                }
+                record = record.model_copy(update={"extra": extra})
+                base = f"{base}; {len(stuck)} pods left terminating ({why})"
+            return self._drained(record, now, base, **changes)
+        left = [pod for pod in left if pod not in stuck]
+        polls = int(record.extra.get(POLLS, 0))
+        if now >= deadline and polls > 0:  # every drain asks its pods to leave once, before any force
+            return self._timed_out(record, now, left, **changes)
         evicted = 0
         for pod in podfilter.to_evict(pods):
             result = self._cluster.evict(pod, podfilter.grace_for(pod, policy.pod_grace_cap))
@@ -175,14 +249,36 @@ class Evict:
                 self._metrics.count("EvictionErrors")
         if evicted:
             self._metrics.count("PodsEvicted", evicted)
-        polls = int(record.extra.get(POLLS, 0))
         return Outcome.wait(
             _poll_delay(polls, policy.poll_seconds),
             pods_evicted=record.pods_evicted + evicted,
             extra={**record.extra, POLLS: polls + 1},
+            **changes,
         )
 
-    def _timed_out(self, record: LifecycleRecord, now: datetime, left: list[PodInfo]) -> Outcome:
+    def _stuck(self, node: str, left: list[PodInfo], now: datetime) -> tuple[list[PodInfo], str]:
+        """The pods of ``left`` that will never leave by themselves, and why: all those being deleted when
+        the node is not Ready (its kubelet is gone: they stay Terminating until the node object goes), else
+        those still there well past their deletion's deadline."""
+        deleting = [pod for pod in left if pod.deletion_at is not None]
+        if not deleting:
+            return [], ""
+        asked_long_ago = any(
+            pod.deletion_requested_at is not None and now - pod.deletion_requested_at > CHECK_NODE_AFTER
+            for pod in deleting
+        )
+        if asked_long_ago:
+            info = self._cluster.get_node(node)
+            if info is None or not info.ready:
+                return deleting, "node not ready"
+        past = [
+            pod for pod in deleting if pod.deletion_at is not None and now > pod.deletion_at + STUCK_AFTER
+        ]
+        return past, "past their deletion deadline"
+
+    def _timed_out(
+        self, record: LifecycleRecord, now: datetime, left: list[PodInfo], **changes: Any
+    ) -> Outcome:
         policy = self._policy
         if record.forced_at is None:
             log.warning(
@@ -193,17 +289,17 @@ class Evict:
             )
             self._metrics.count("DrainTimeouts")
         if policy.on_timeout is TimeoutPolicy.CONTINUE:
-            return self._drained(record, now, "drain-timeout-continued")
+            return self._drained(record, now, "drain-timeout-continued", **changes)
         forced_at = record.forced_at or now
         if now > forced_at + timedelta(seconds=policy.force_grace) + FORCED_POD_SLACK:
             log.error("%d pods did not stop after a forced delete: going on", len(left))
-            return self._drained(record, now, "drain-timeout-forced-incomplete")
+            return self._drained(record, now, "drain-timeout-forced-incomplete", **changes)
         for pod in left:
             if not pod.terminating:
                 self._cluster.delete_pod(pod, podfilter.grace_for(pod, policy.force_grace))
-        return Outcome.wait(policy.poll_seconds, forced_at=forced_at)
+        return Outcome.wait(policy.poll_seconds, forced_at=forced_at, **changes)
 
-    def _drained(self, record: LifecycleRecord, now: datetime, outcome: str) -> Outcome:
+    def _drained(self, record: LifecycleRecord, now: datetime, outcome: str, **changes: Any) -> Outcome:
         """The node is empty. Before the next step, the optional load balancer delay: waited here, in pieces,
         because the budget slot must be renewed while the node is still in the load balancers' way."""
         extra = dict(record.extra)
@@ -215,9 +311,9 @@ class Evict:
         delay = self._policy.lb_deregistration_delay
         left = datetime.fromisoformat(str(extra[DRAINED_AT])) + delay - now
         if left <= timedelta(0):
-            return Outcome.next(outcome=outcome, extra=extra)
+            return Outcome.next(outcome=outcome, extra=extra, **changes)
         renew_every = self._policy.holder_ttl.total_seconds() / 3
-        return Outcome.wait(min(left.total_seconds(), renew_every), outcome=outcome, extra=extra)
+        return Outcome.wait(min(left.total_seconds(), renew_every), outcome=outcome, extra=extra, **changes)
 
 
 class Cleanup:

@@ -1,7 +1,7 @@
 """The Kubernetes cluster as the drain, the readiness gate and the sweeper see it: nodes, the pods on one
 node, evictions; and EC2 instances' DNS names, by which nodes are found.
 
-Plain values and ports; the adapters (``nodecycle.adapters.kube``, ``nodecycle.adapters.aws.clients``) implement
+Plain values and ports; the adapters (``nodecycle.adapters.kube``, ``nodecycle.adapters.aws``) implement
 them with the official client and boto3.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Protocol
 
@@ -51,8 +52,21 @@ class PodInfo(BaseModel):
     uid: str
     controller_kind: str | None  # kind of the controlling owner reference, if any
     mirror: bool  # a static pod's mirror: the kubelet owns it, the API cannot evict it
-    terminating: bool  # has a deletionTimestamp
     grace_period: int | None  # spec.terminationGracePeriodSeconds
+    # metadata.deletionTimestamp: set when a deletion (or eviction) was accepted, to the moment by which the
+    # kubelet should have stopped the pod (request + grace); and metadata.deletionGracePeriodSeconds
+    deletion_at: datetime | None = None
+    deletion_grace: int | None = None
+
+    @property
+    def terminating(self) -> bool:
+        return self.deletion_at is not None
+
+    @property
+    def deletion_requested_at(self) -> datetime | None:
+        if self.deletion_at is None:
+            return None
+        return self.deletion_at - timedelta(seconds=self.deletion_grace or 0)
 
 
 class Eviction(StrEnum):
