@@ -94,6 +94,7 @@ class FakeAutoscaling:
     completed: list[tuple[ActionRef, ActionResult]] = field(default_factory=list)
     heartbeats: list[ActionRef] = field(default_factory=list)
     active: bool = True  # False: the action timed out or was completed by someone else
+    states: dict[str, str] = field(default_factory=dict)  # instance -> lifecycle state, for those a group has
 
     def complete(self, action: ActionRef, result: ActionResult) -> bool:
         if not self.active:
@@ -113,3 +114,6 @@ class FakeAutoscaling:
 
     def group_tags(self, group: str) -> dict[str, str] | None:
         return self.tags.get(group)
+
+    def lifecycle_state(self, instance_id: str) -> str | None:
+        return self.states.get(instance_id)

@@ -14,6 +14,10 @@ from nodecycle.domain.ports.runtime import Metrics
 
 log = logging.getLogger(__name__)
 
+# record.extra key: the action was no longer active when this lifecycle came to complete it (completed by an
+# earlier delivery, timed out, or never Auto Scaling's)
+SETTLED_ELSEWHERE = "settled_elsewhere"
+
 
 class CompleteAction:
     def __init__(self, autoscaling: Autoscaling, metrics: Metrics) -> None:
@@ -23,17 +27,19 @@ class CompleteAction:
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
         result = record.result or ActionResult.CONTINUE
         outcome = record.outcome or "completed"
+        extra = record.extra
         if record.action_open:
             # Completing twice is harmless: "no active lifecycle action" means it is settled already.
             if self._autoscaling.complete(record.action, result):
                 log.info("completed the lifecycle action with %s (%s)", result, outcome)
             else:
                 log.info("the lifecycle action was already settled; nothing to complete")
+                extra = {**extra, SETTLED_ELSEWHERE: True}
             self._metrics.count(
                 "LifecycleActionsCompleted", result=result.value, transition=record.transition.short
             )
             self._metrics.seconds("LifecycleDuration", (now - record.started_at).total_seconds())
-        return Outcome.next(completed_at=now, result=result, outcome=outcome)
+        return Outcome.next(completed_at=now, result=result, outcome=outcome, extra=extra)
 
 
 @dataclass(frozen=True)

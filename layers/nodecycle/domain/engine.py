@@ -24,7 +24,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from nodecycle.domain.errors import TransientError
-from nodecycle.domain.flow import Worker, after_completion, following, worker_for, worker_of
+from nodecycle.domain.flow import Worker, after_completion, disruptive, following, worker_for, worker_of
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.lifecycle import Autoscaling, RecordStore, WorkMessage, WorkQueues
@@ -178,7 +178,9 @@ class StepEngine:
         if outcome is None:
             handler = self._steps[record.step]
             try:
-                outcome = handler(record, now)
+                record, outcome = self._verify(record, now)
+                if outcome is None:
+                    outcome = handler(record, now)
             except TransientError as error:
                 delay = min(MAX_BACKOFF, 2 ** min(record.attempts, 7)) * random.uniform(1.0, 1.5)
                 log.warning(
@@ -198,6 +200,26 @@ class StepEngine:
         if updated.step is not record.step:
             log.info("step %s -> %s", record.step, updated.step, extra={"seq": updated.seq})
         return updated
+
+    def _verify(self, record: LifecycleRecord, now: datetime) -> tuple[LifecycleRecord, Outcome | None]:
+        """Before the first step that disrupts anything (a budget slot, a cordon, an eviction, an address
+        release), confirm with Auto Scaling that this token's action is active: a heartbeat with the token
+        does (and renews the action). A forged, replayed or stale message names an action Auto Scaling does
+        not have: nothing is touched, the lifecycle goes past its completion as an ``unknown-action``."""
+        if record.verified_at is not None or not disruptive(record.step) or not record.action_open:
+            return record, None
+        if not self._autoscaling.heartbeat(record.action):
+            log.warning(
+                "Auto Scaling has no active lifecycle action with this token for %s: nothing is disrupted",
+                record.instance_id,
+            )
+            self._metrics.count("LifecycleActionsUnknown")
+            return record, Outcome.goto(after_completion(record), outcome="unknown-action")
+        deadline = min(now + timedelta(seconds=record.heartbeat_timeout), record.global_deadline)
+        verified = record.model_copy(
+            update={"verified_at": now, "heartbeat_deadline": deadline, "heartbeats": record.heartbeats + 1}
+        )
+        return verified, None
 
     def _guard(self, record: LifecycleRecord, now: datetime) -> Outcome | None:
         """Complete the action before its global timeout, whatever the current step is still waiting for."""

@@ -26,6 +26,15 @@ _WORKER = {Step.ASSIGN_EIP: Worker.EIP, Step.RELEASE_EIP: Worker.EIP}
 _WHERE_THE_RECORD_IS = frozenset({Step.COMPLETE, Step.DONE})
 
 
+# The steps that disrupt something (take a slot others wait for, cordon, evict, release an address): before
+# the first of them the engine confirms with Auto Scaling that the action is real and active.
+_DISRUPTIVE = frozenset({Step.ACQUIRE_SLOT, Step.CORDON, Step.EVICT, Step.RELEASE_EIP})
+
+
+def disruptive(step: Step) -> bool:
+    return step in _DISRUPTIVE
+
+
 def worker_of(record: LifecycleRecord, here: Worker | None = None) -> Worker:
     """The function that runs the record's current step, sent from worker ``here`` (None: from intake or
     the sweeper)."""

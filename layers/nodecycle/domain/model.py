@@ -138,6 +138,8 @@ class LifecycleRecord(ActionRef):
     heartbeat_deadline: datetime  # the action times out here unless a heartbeat renews it
     global_deadline: datetime  # the action times out here whatever happens
     heartbeats: int = 0
+    # When Auto Scaling confirmed that this token's action is active (before anything was disrupted)
+    verified_at: datetime | None = None
 
     node: str | None = None
     zone: str | None = None

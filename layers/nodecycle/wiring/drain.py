@@ -99,7 +99,9 @@ def engine() -> StepEngine:
             ),
             Step.CORDON: Cordon(cluster=nodes, policy=policy),
             Step.EVICT: Evict(cluster=nodes, slots=slots, policy=policy, metrics=ports.metrics),
-            Step.CLEANUP: Cleanup(cluster=nodes, slots=slots, dispatcher=ports.dispatcher()),
+            Step.CLEANUP: Cleanup(
+                cluster=nodes, slots=slots, dispatcher=ports.dispatcher(), autoscaling=ports.autoscaling
+            ),
             Step.READY_GATE: ReadinessGate(finder=finder, policy=readiness, metrics=ports.metrics),
         }
     return ports.engine(Worker.DRAIN, steps, SettleResults(readiness=readiness.on_failure))

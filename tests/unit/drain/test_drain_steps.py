@@ -20,7 +20,7 @@ from nodecycle.domain.policy import ActionResult, DrainPolicy, ReadinessPolicy
 from nodecycle.domain.ports.cluster import Claim, Eviction, NodeInfo, PodInfo
 from nodecycle.settings import DrainSettings
 from nodecycle.wiring.common import drain_policy, readiness_policy
-from tests.support.fakes import T0, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
+from tests.support.fakes import T0, FakeAutoscaling, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
 from tests.unit.drain.builders import pod
 from tests.unit.foundation.test_engine import make_record
 
@@ -557,6 +557,7 @@ def test_cleanup_clears_our_annotations_releases_the_slot_and_wakes_the_next_wai
         cluster=cluster,
         slots=slots,
         dispatcher=Dispatcher(records=records, queues=queues, clock=FakeClock(T0), metrics=metrics),
+        autoscaling=FakeAutoscaling(),
     )
     outcome = step(terminating(Step.CLEANUP, node=NODE), T0)
 
@@ -580,7 +581,9 @@ def test_a_node_going_into_a_warm_pool_is_uncordoned_as_its_annotations_are_clea
     waker = Dispatcher(
         records=InMemoryRecords(), queues=RecordingQueues(), clock=FakeClock(T0), metrics=FakeMetrics()
     )
-    step = Cleanup(cluster=cluster, slots=FakeSlots(holders={NODE}), dispatcher=waker)
+    step = Cleanup(
+        cluster=cluster, slots=FakeSlots(holders={NODE}), dispatcher=waker, autoscaling=FakeAutoscaling()
+    )
 
     # When cleanup runs
     step(terminating(Step.CLEANUP, node=NODE, destination="WarmPool"), T0)
@@ -601,7 +604,7 @@ def test_a_late_cleanup_leaves_a_newer_lifecycle_of_the_same_node_name_alone() -
     )
 
     # When the old lifecycle's cleanup runs
-    Cleanup(cluster=cluster, slots=slots, dispatcher=waker)(old, T0)
+    Cleanup(cluster=cluster, slots=slots, dispatcher=waker, autoscaling=FakeAutoscaling())(old, T0)
 
     # Then the new lifecycle keeps both its annotations and its slot
     assert cluster.patches == []
@@ -609,12 +612,32 @@ def test_a_late_cleanup_leaves_a_newer_lifecycle_of_the_same_node_name_alone() -
     assert slots.released == []
 
 
+@pytest.mark.parametrize(("state", "uncordoned"), [("InService", True), ("Terminating:Proceed", False)])
+def test_a_node_whose_action_turned_out_gone_is_uncordoned_if_its_instance_stays(
+    state: str, uncordoned: bool
+) -> None:
+    # Given our cordoned node, whose action Auto Scaling no longer had when the drain came to complete it
+    cluster = FakeCluster(nodes={NODE: node(owner="stack-a", in_progress="{}")})
+    autoscaling = FakeAutoscaling(states={INSTANCE: state})
+    waker = Dispatcher(
+        records=InMemoryRecords(), queues=RecordingQueues(), clock=FakeClock(T0), metrics=FakeMetrics()
+    )
+    record = terminating(Step.CLEANUP, node=NODE, outcome="action-expired")
+    # When cleanup runs
+    Cleanup(cluster=cluster, slots=FakeSlots(holders={NODE}), dispatcher=waker, autoscaling=autoscaling)(
+        record, T0
+    )
+    # Then the node is uncordoned only if its instance is still in service (it is not going away)
+    expected = {"owner": None, "in_progress": None, **({"cordon": False} if uncordoned else {})}
+    assert cluster.patches == [expected]
+
+
 def test_cleanup_never_clears_the_annotations_of_another_owner() -> None:
     cluster = FakeCluster(nodes={NODE: node(owner="stack-b", in_progress="{}")})
     waker = Dispatcher(
         records=InMemoryRecords(), queues=RecordingQueues(), clock=FakeClock(T0), metrics=FakeMetrics()
     )
-    step = Cleanup(cluster=cluster, slots=FakeSlots(), dispatcher=waker)
+    step = Cleanup(cluster=cluster, slots=FakeSlots(), dispatcher=waker, autoscaling=FakeAutoscaling())
     step(terminating(Step.CLEANUP, node=NODE), T0)
     assert cluster.patches == []
 

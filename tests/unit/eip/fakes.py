@@ -248,4 +248,6 @@ def terminate_record(instance_id: str, at: datetime = T0, **changes: object) -> 
         Step.CLEANUP,
         Step.DONE,
     )
-    return lifecycle(instance_id, Transition.TERMINATING, plan, at, **{"step": Step.RELEASE_EIP, **changes})
+    # at RELEASE_EIP after a drain: the drain's first step confirmed the action with Auto Scaling
+    changes = {"step": Step.RELEASE_EIP, "verified_at": at, **changes}
+    return lifecycle(instance_id, Transition.TERMINATING, plan, at, **changes)

@@ -38,6 +38,7 @@ def make_record(plan: tuple[Step, ...], step: Step | None = None, **changes: obj
         heartbeat_timeout=HEARTBEAT,
         heartbeat_deadline=T0 + timedelta(seconds=HEARTBEAT),
         global_deadline=global_deadline(T0, HEARTBEAT),
+        verified_at=T0,  # confirmed with Auto Scaling (the tests of that confirmation set None)
     )
     return record.model_copy(update=changes)
 
@@ -343,6 +344,52 @@ def test_an_action_that_is_no_longer_active_skips_to_the_cleanup() -> None:
     assert len(cleanup.runs) == 1
     assert record.finished
     assert world.autoscaling.completed == []
+
+
+def test_before_its_first_disruptive_step_an_action_is_confirmed_with_auto_scaling() -> None:
+    # Given a new terminate lifecycle, not yet confirmed
+    world = World()
+    world.records.create(make_record(PLAN, verified_at=None))
+    acquire = Script([Outcome.wait(30)])
+    engine = world.engine({Step.ACQUIRE_SLOT: acquire})
+
+    # When its first step runs
+    engine.handle(world.message())
+
+    # Then a heartbeat with its token confirmed the action first (and renewed it), then the step ran
+    record = world.record()
+    assert world.autoscaling.heartbeats == [record.action]
+    assert (record.verified_at, record.heartbeats) == (T0, 1)
+    assert len(acquire.runs) == 1
+
+
+def test_a_message_naming_an_action_auto_scaling_does_not_have_disrupts_nothing() -> None:
+    # Given a lifecycle recorded from a forged or replayed message: Auto Scaling has no such active action
+    world = World()
+    world.records.create(make_record(PLAN, verified_at=None))
+    world.autoscaling.active = False
+    acquire, cleanup = Script([Outcome.next()]), Script([Outcome.next()])
+    engine = world.engine({Step.ACQUIRE_SLOT: acquire, Step.CLEANUP: cleanup})
+
+    # When its first step comes
+    engine.handle(world.message())
+
+    # Then no step that disrupts anything runs, nothing is completed, and the lifecycle ends as unknown
+    assert acquire.runs == []
+    record = world.record()
+    assert (record.outcome, record.finished, record.completed_at) == ("unknown-action", True, None)
+    assert world.autoscaling.completed == []
+    assert world.metrics.counts["LifecycleActionsUnknown"] == 1
+
+
+def test_launch_steps_need_no_confirmation() -> None:
+    world = World()
+    launch = (Step.READY_GATE, Step.COMPLETE, Step.DONE)
+    world.records.create(make_record(launch, verified_at=None))
+    gate = Script([Outcome.wait(5)])
+    world.engine({Step.READY_GATE: gate}).handle(world.message())
+    assert world.autoscaling.heartbeats == []
+    assert len(gate.runs) == 1
 
 
 def test_near_the_global_timeout_the_action_is_completed_whatever_it_waits_for() -> None:

@@ -79,3 +79,9 @@ class AutoscalingActions:
         if not groups:
             return None
         return {tag["Key"]: tag.get("Value", "") for tag in groups[0].get("Tags", [])}
+
+    def lifecycle_state(self, instance_id: str) -> str | None:
+        with transient_errors("reading an instance's lifecycle state"):
+            found = self._asg().describe_auto_scaling_instances(InstanceIds=[instance_id])
+        instances = found.get("AutoScalingInstances", [])
+        return str(instances[0]["LifecycleState"]) if instances else None

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from nodecycle.domain.budget import SlotReason, SlotRequest
+from nodecycle.domain.completion import SETTLED_ELSEWHERE
 from nodecycle.domain.drain import pods as podfilter
 from nodecycle.domain.engine import Dispatcher, Outcome
 from nodecycle.domain.model import WARM_POOL, LifecycleRecord, Step
@@ -21,6 +22,7 @@ from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.policy import DrainPolicy, TimeoutPolicy
 from nodecycle.domain.ports.budget import Slots
 from nodecycle.domain.ports.cluster import Claim, Cluster, Eviction, PodInfo
+from nodecycle.domain.ports.lifecycle import Autoscaling
 from nodecycle.domain.ports.runtime import Metrics
 
 log = logging.getLogger(__name__)
@@ -317,12 +319,20 @@ class Evict:
 
 
 class Cleanup:
-    """After completion: clear our annotations, give the slot back, wake whoever may use it now."""
+    """After completion: clear our annotations, give the slot back, wake whoever may use it now.
 
-    def __init__(self, *, cluster: Cluster, slots: Slots, dispatcher: Dispatcher) -> None:
+    A node comes back uncordoned when its instance is coming back: into a warm pool, or still in service
+    because the action this lifecycle drained for was not Auto Scaling's to end (it was no longer active:
+    completed elsewhere, timed out, or never issued) and the instance stayed.
+    """
+
+    def __init__(
+        self, *, cluster: Cluster, slots: Slots, dispatcher: Dispatcher, autoscaling: Autoscaling
+    ) -> None:
         self._cluster = cluster
         self._slots = slots
         self._dispatcher = dispatcher
+        self._autoscaling = autoscaling
 
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
         if record.node is None:
@@ -331,10 +341,22 @@ class Cleanup:
         # Ours: annotated by this owner for this lifecycle. Node names are reused (recycled private IPs): a
         # late cleanup must not clear the annotations, nor free the slot, of a newer lifecycle of the name.
         ours = node is not None and node.owner == record.owner and node.lifecycle in (None, record.id)
-        # An instance going into a warm pool comes back as the same node: it must not come back cordoned.
-        back = record.destination == WARM_POOL
-        if ours and node is not None and self._cluster.release_node(node, uncordon=back) is Claim.CONFLICT:
-            return Outcome.wait(1)
+        if ours and node is not None:
+            back = self._coming_back(record)
+            if back and record.destination != WARM_POOL:
+                log.warning(
+                    "instance %s is still in service though its action is gone: node %s is uncordoned",
+                    record.instance_id,
+                    node.name,
+                )
+            if self._cluster.release_node(node, uncordon=back) is Claim.CONFLICT:
+                return Outcome.wait(1)
         for waiter in self._slots.release(record.node, record.id):
             self._dispatcher.wake(waiter)
         return Outcome.next()
+
+    def _coming_back(self, record: LifecycleRecord) -> bool:
+        if record.destination == WARM_POOL:
+            return True  # stopped into the warm pool: it comes back as the same node
+        gone = record.outcome in ("action-expired", "unknown-action") or record.extra.get(SETTLED_ELSEWHERE)
+        return bool(gone) and self._autoscaling.lifecycle_state(record.instance_id) == "InService"

@@ -60,3 +60,8 @@ class Autoscaling(Protocol):
     def group_tags(self, group: str) -> dict[str, str] | None:
         """The group's tags; None when the group does not exist."""
         ...
+
+    def lifecycle_state(self, instance_id: str) -> str | None:
+        """The instance's lifecycle state in its group (``InService``, ``Terminating:Wait``...); None when
+        no group has it (any more)."""
+        ...

@@ -1,0 +1,77 @@
+"""Nothing is disrupted for a lifecycle action Auto Scaling does not confirm as active: a well-formed hook
+notification sent to the intake queue for a live, in-service instance, with a token no hook issued (forged),
+or with the token of an action already completed (replayed), leaves the node untouched."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+
+from nodecycle.domain.model import LifecycleRecord, Transition
+from nodecycle_sandbox import Sandbox
+from nodecycle_sandbox.aws.records import LAUNCHING
+from tests.integration.lifecycle.harness import node_of, records, running, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+def notify(sandbox: Sandbox, instance: str, token: str) -> None:
+    """What anyone with sqs:SendMessage on the intake queue can send: a hook notification, well formed."""
+    body = {
+        "Origin": "AutoScalingGroup",
+        "Destination": "EC2",
+        "LifecycleHookName": "nodecycle-terminate",
+        "AccountId": "123456789012",
+        "RequestId": str(uuid.uuid4()),
+        "LifecycleTransition": "autoscaling:EC2_INSTANCE_TERMINATING",
+        "AutoScalingGroupName": sandbox.asg.name,
+        "Service": "AWS Auto Scaling",
+        "Time": datetime.now(UTC).isoformat(),
+        "EC2InstanceId": instance,
+        "LifecycleActionToken": token,
+    }
+    queue = sandbox.runner.queue("IntakeQueue").url
+    sandbox.client("sqs").send_message(QueueUrl=queue, MessageBody=json.dumps(body))
+
+
+def finished(sandbox: Sandbox, instance: str, token: str) -> LifecycleRecord:
+    store = records(sandbox)
+    record_id = f"{instance}/terminate/{token}"
+    return wait_for(
+        lambda: (r := store.get(record_id)) is not None and r.finished and r,
+        60,
+        f"the lifecycle of {record_id}",
+    )
+
+
+def test_forged_and_replayed_terminate_notifications_touch_nothing() -> None:
+    with running(size=2) as sandbox:
+        forged_target, replay_target = sorted(sandbox.asg.in_state("InService"))
+        completed_launch = next(
+            a for a in sandbox.aws.actions() if a.transition == LAUNCHING and a.instance_id == replay_target
+        )
+        writes_before = len(sandbox.kube.history())
+
+        # When a notification with a token no hook issued, and one with the token of the instance's
+        # (completed) launch action, arrive on the intake queue
+        forged_token = str(uuid.uuid4())
+        notify(sandbox, forged_target, forged_token)
+        notify(sandbox, replay_target, completed_launch.token)
+
+        # Then both lifecycles end as unknown actions, with nothing completed
+        for instance, token in ((forged_target, forged_token), (replay_target, completed_launch.token)):
+            record = finished(sandbox, instance, token)
+            assert (record.outcome, record.completed_at) == ("unknown-action", None)
+        # And the nodes were never cordoned, annotated or drained; the instances stay in service
+        nodes = {node_of(sandbox, forged_target), node_of(sandbox, replay_target)}
+        writes = sandbox.kube.history()[writes_before:]
+        assert [w for w in writes if w.kind == "Node" and w.name in nodes and w.source == "api"] == []
+        assert not any(w.resource == "pods/eviction" for w in writes)
+        assert sorted(sandbox.asg.in_state("InService")) == sorted([forged_target, replay_target])
+        budget = sandbox.kube.get_object("configmaps", "nodecycle-budget", "kube-system")
+        holders = json.loads(budget["data"]["budget.json"])["holders"] if budget else []
+        assert holders == []
+        assert record.transition is Transition.TERMINATING
