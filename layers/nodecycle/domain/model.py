@@ -142,6 +142,7 @@ class LifecycleRecord(ActionRef):
     verified_at: datetime | None = None
 
     node: str | None = None
+    node_uid: str | None = None  # what the node's Events name it by
     zone: str | None = None
     drain_started_at: datetime | None = None
     drain_deadline: datetime | None = None

@@ -12,6 +12,7 @@ from nodecycle.adapters.aws.instances import Ec2Instances
 from nodecycle.adapters.kube.budget import ConfigMapBudgetStore, KubeNodeInventory
 from nodecycle.adapters.kube.cluster_api import KubeCluster
 from nodecycle.adapters.kube.eks_access import EksCluster
+from nodecycle.adapters.kube.events import KubeEvents
 from nodecycle.domain.budget import BudgetLimits, DisruptionBudget
 from nodecycle.domain.completion import CompleteAction, SettleResults
 from nodecycle.domain.drain.steps import AcquireSlot, Cleanup, Cordon, Evict
@@ -93,14 +94,21 @@ def engine() -> StepEngine:
         nodes = cluster(config)
         slots = budget(config, ports)
         finder = NodeFinder(nodes, Ec2Instances())
+        events = KubeEvents(eks(_cluster_name(config)).api_client, owner=config.owner_id)
         steps |= {
             Step.ACQUIRE_SLOT: AcquireSlot(
-                finder=finder, cluster=nodes, slots=slots, policy=policy, metrics=ports.metrics
+                finder=finder, cluster=nodes, slots=slots, policy=policy, metrics=ports.metrics, events=events
             ),
-            Step.CORDON: Cordon(cluster=nodes, policy=policy),
-            Step.EVICT: Evict(cluster=nodes, slots=slots, policy=policy, metrics=ports.metrics),
+            Step.CORDON: Cordon(cluster=nodes, policy=policy, events=events),
+            Step.EVICT: Evict(
+                cluster=nodes, slots=slots, policy=policy, metrics=ports.metrics, events=events
+            ),
             Step.CLEANUP: Cleanup(
-                cluster=nodes, slots=slots, dispatcher=ports.dispatcher(), autoscaling=ports.autoscaling
+                cluster=nodes,
+                slots=slots,
+                dispatcher=ports.dispatcher(),
+                autoscaling=ports.autoscaling,
+                events=events,
             ),
             Step.READY_GATE: ReadinessGate(finder=finder, policy=readiness, metrics=ports.metrics),
         }

@@ -81,6 +81,30 @@ PDBS = ResourceType(
     tracks_generation=True,
 )
 LEASES = ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True)
+# core/v1 Events, with the field selectors `kubectl describe` and `kubectl get events --for` send
+EVENTS = ResourceType(
+    "",
+    "v1",
+    "events",
+    "Event",
+    True,
+    ("ev",),
+    (),
+    False,
+    (
+        "involvedObject.kind",
+        "involvedObject.namespace",
+        "involvedObject.name",
+        "involvedObject.uid",
+        "involvedObject.apiVersion",
+        "involvedObject.resourceVersion",
+        "involvedObject.fieldPath",
+        "reason",
+        "reportingComponent",
+        "source",
+        "type",
+    ),
+)
 
 ALL: tuple[ResourceType, ...] = (
     PODS,
@@ -92,6 +116,7 @@ ALL: tuple[ResourceType, ...] = (
     DAEMONSETS,
     PDBS,
     LEASES,
+    EVENTS,
 )
 
 # Subresources announced in discovery and served by the router. kubectl drain looks for "pods/eviction"

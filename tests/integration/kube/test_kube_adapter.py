@@ -137,11 +137,13 @@ def test_evictions_answer_evicted_then_blocked_by_the_disruption_budget(cluster:
     first, second = web[0], web[1]
 
     # When two are evicted at once, the first goes and the second is refused (429)
-    assert cluster.evict(first, grace_seconds=5) is Eviction.EVICTED
-    assert cluster.evict(second, grace_seconds=5) is Eviction.BLOCKED
+    assert cluster.evict(first, grace_seconds=5).kind is Eviction.EVICTED
+    blocked = cluster.evict(second, grace_seconds=5)
+    assert blocked.kind is Eviction.BLOCKED
+    assert blocked.detail.startswith("The disruption budget ")  # the budget named, as the server said
 
     # And a pod that no longer exists counts as gone
-    assert cluster.evict(first.model_copy(update={"name": "web-gone"}), grace_seconds=5) is Eviction.GONE
+    assert cluster.evict(first.model_copy(update={"name": "web-gone"}), grace_seconds=5).kind is Eviction.GONE
 
 
 def test_a_deleted_pod_is_gone_once_its_grace_period_is_over(

@@ -89,13 +89,26 @@ def records(sandbox: Sandbox, stack: str | None = None) -> DynamoRecordStore:
 def record_of(
     sandbox: Sandbox, instance_id: str, transition: Transition = Transition.TERMINATING
 ) -> LifecycleRecord:
-    table = records(sandbox)
-    action = next(
-        a for a in sandbox.aws.actions() if a.instance_id == instance_id and a.transition == transition.value
-    )
-    found = table.get(f"{instance_id}/{transition.short}/{action.token}")
+    found = find_record(sandbox, instance_id, transition)
     assert found is not None, f"no lifecycle record for {instance_id}"
     return found
+
+
+def find_record(
+    sandbox: Sandbox, instance_id: str, transition: Transition = Transition.TERMINATING
+) -> LifecycleRecord | None:
+    """The lifecycle record of the instance's action, or None while there is none (yet)."""
+    action = next(
+        (
+            a
+            for a in sandbox.aws.actions()
+            if a.instance_id == instance_id and a.transition == transition.value
+        ),
+        None,
+    )
+    if action is None:
+        return None
+    return records(sandbox).get(f"{instance_id}/{transition.short}/{action.token}")
 
 
 def terminate_action(sandbox: Sandbox, instance_id: str) -> ActionRecord | None:

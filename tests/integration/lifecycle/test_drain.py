@@ -22,6 +22,7 @@ from nodecycle_sandbox import Sandbox
 from nodecycle_sandbox.checks import completed_before_drained, last_pod_gone, pdb_breaches
 from tests.integration.lifecycle.harness import (
     core_api,
+    find_record,
     node_of,
     record_of,
     running,
@@ -85,7 +86,9 @@ def test_a_terminating_node_drains_under_its_budgets_and_completes_after_its_las
     assert record.pods_evicted == len(evicted)
 
 
-def test_a_drain_stuck_on_a_disruption_budget_meets_its_timeout_policy(sandbox: Sandbox) -> None:
+def test_a_drain_stuck_on_a_disruption_budget_meets_its_timeout_policy_and_its_events_tell_it(
+    sandbox: Sandbox,
+) -> None:
     # Given a pod whose budget never allows an eviction
     sandbox.kube.seed(
         {
@@ -100,10 +103,27 @@ def test_a_drain_stuck_on_a_disruption_budget_meets_its_timeout_policy(sandbox: 
     ]
     node = pod["spec"]["nodeName"]
     victim = next(i for i in in_service(sandbox) if node_of(sandbox, i) == node)
+    # and another stack draining a node of the same zone (this stack allows one per zone): the node waits
+    zone = (sandbox.kube.get_object("nodes", node) or {})["metadata"]["labels"][ZONE_LABEL]
+    neighbour = next(
+        node_of(sandbox, i)
+        for i in in_service(sandbox)
+        if node_of(sandbox, i) != node
+        and (sandbox.kube.get_object("nodes", node_of(sandbox, i)) or {})["metadata"]["labels"][ZONE_LABEL]
+        == zone
+    )
+    other = claim_as(sandbox, "stack-b", neighbour, hold_slot=True, annotate=False)
+    assert other is not None
 
-    # When its node's instance terminates
+    # When its node's instance terminates, and the other stack's drain ends a little later
     sandbox.asg.terminate(victim)
-    action = wait_terminated(sandbox, victim, timeout=DRAIN_TIMEOUT + 40)
+    wait_for(
+        lambda: (r := find_record(sandbox, victim)) is not None and r.slot_waiting_since is not None,
+        30,
+        "the node waiting",
+    )
+    other.release(neighbour, "rec-of-stack-b")
+    action = wait_terminated(sandbox, victim, timeout=DRAIN_TIMEOUT + 60)
 
     # Then the drain waited for its timeout, then the force policy deleted the pod and the action completed
     record = wait_finished(sandbox, victim)
@@ -118,6 +138,30 @@ def test_a_drain_stuck_on_a_disruption_budget_meets_its_timeout_policy(sandbox: 
     ]
     assert deletes, "the blocked pod was deleted by the force policy"
     assert completed_before_drained(history, [action]) == []
+    # And the node's Events, as `kubectl describe node` selects them, tell each decision in order
+    api = core_api(sandbox)
+    events = api.list_namespaced_event(
+        "default", field_selector=f"involvedObject.kind=Node,involvedObject.name={node}"
+    ).items
+    # (in the order they were written: the API server's resourceVersions grow)
+    nodecycle = sorted(
+        (e for e in events if e.reporting_component == "nodecycle"),
+        key=lambda e: int(e.metadata.resource_version or 0),
+    )
+    assert [e.reason for e in nodecycle] == [
+        "WaitingForDisruptionBudget",
+        "Cordoned",
+        "EvictionBlocked",
+        "DrainTimeout",
+        "Drained",
+        "LifecycleActionCompleted",
+    ]
+    assert "The disruption budget singleton" in (nodecycle[2].message or "")  # the budget, named
+    # and the blocked pod has its own event
+    pod_events = api.list_namespaced_event(
+        "shop", field_selector=f"involvedObject.kind=Pod,involvedObject.name={pod['metadata']['name']}"
+    ).items
+    assert [e.reason for e in pod_events if e.reporting_component == "nodecycle"] == ["EvictionBlocked"]
     # the singleton's replacement runs on another node now: its budget must not block that node's drain
     PolicyV1Api(sandbox.kube.api_client()).delete_namespaced_pod_disruption_budget("singleton", "shop")
 
@@ -161,7 +205,9 @@ def test_a_node_that_is_gone_completes_the_action_at_once(sandbox: Sandbox) -> N
     assert wait_finished(sandbox, victim).outcome == "node-not-found"
 
 
-def claim_as(sandbox: Sandbox, owner: str, node: str, *, hold_slot: bool) -> DisruptionBudget | None:
+def claim_as(
+    sandbox: Sandbox, owner: str, node: str, *, hold_slot: bool, annotate: bool = True
+) -> DisruptionBudget | None:
     """Do to ``node`` what another nodecycle stack's cordon does: its annotations, and (if it is alive) its
     holder in the shared budget, whose handle is returned."""
     api = core_api(sandbox)
@@ -181,11 +227,12 @@ def claim_as(sandbox: Sandbox, owner: str, node: str, *, hold_slot: bool) -> Dis
         assert budget.acquire(
             SlotRequest(node, "i-0bbbbbbbbbbbbbbbb", zone, owner, "rec-of-" + owner)
         ).granted
-    api.patch_node(
-        node,
-        {"metadata": {"annotations": {OWNER_ANNOTATION: owner, "nodecycle.io/in-progress": "{}"}}},
-        _content_type="application/merge-patch+json",
-    )
+    if annotate:
+        api.patch_node(
+            node,
+            {"metadata": {"annotations": {OWNER_ANNOTATION: owner, "nodecycle.io/in-progress": "{}"}}},
+            _content_type="application/merge-patch+json",
+        )
     return budget
 
 

@@ -17,7 +17,7 @@ from nodecycle.domain.launch import ReadinessGate
 from nodecycle.domain.model import LifecycleRecord, Step, Transition
 from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.policy import ActionResult, DrainPolicy, ReadinessPolicy
-from nodecycle.domain.ports.cluster import Claim, Eviction, NodeInfo, PodInfo
+from nodecycle.domain.ports.cluster import Claim, Eviction, EvictionResult, NodeInfo, PodInfo
 from nodecycle.settings import DrainSettings
 from nodecycle.wiring.common import drain_policy, readiness_policy
 from tests.support.fakes import T0, FakeAutoscaling, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
@@ -110,12 +110,14 @@ class FakeCluster:
     def pods_on(self, node: str) -> list[PodInfo]:
         return [p for p in self.pods if self.pod_nodes.get(p.name, NODE) == node]
 
-    def evict(self, pod: PodInfo, grace_seconds: int) -> Eviction:
+    def evict(self, pod: PodInfo, grace_seconds: int) -> EvictionResult:
         if pod.name in self.blocked:
-            return Eviction.BLOCKED
+            return EvictionResult(
+                Eviction.BLOCKED, f"The disruption budget {pod.name}-pdb needs 1 healthy pods"
+            )
         self.evictions.append((pod.name, grace_seconds))
         self._deleting(pod, grace_seconds)
-        return Eviction.EVICTED
+        return EvictionResult(Eviction.EVICTED)
 
     def delete_pod(self, pod: PodInfo, grace_seconds: int) -> bool:
         self.deletions.append((pod.name, grace_seconds))
@@ -136,6 +138,24 @@ class FakeCluster:
             else p
             for p in self.pods
         ]
+
+
+@dataclass
+class FakeEvents:
+    """The events written, as (subject, reason, type): a node's name, or namespace/name of a pod."""
+
+    written: list[tuple[str, str, str]] = field(default_factory=list)
+    messages: list[str] = field(default_factory=list)
+
+    def on_node(
+        self, node: str, uid: str | None, reason: str, message: str, *, warning: bool = False
+    ) -> None:
+        self.written.append((node, reason, "Warning" if warning else "Normal"))
+        self.messages.append(message)
+
+    def on_pod(self, pod: PodInfo, reason: str, message: str, *, warning: bool = False) -> None:
+        self.written.append((f"{pod.namespace}/{pod.name}", reason, "Warning" if warning else "Normal"))
+        self.messages.append(message)
 
 
 @dataclass
@@ -192,13 +212,19 @@ def terminating(step: Step, **changes: object) -> LifecycleRecord:
 # -- ACQUIRE_SLOT -------------------------------------------------------------------------------------------
 
 
-def acquire(cluster: FakeCluster, slots: FakeSlots, metrics: FakeMetrics | None = None) -> AcquireSlot:
+def acquire(
+    cluster: FakeCluster,
+    slots: FakeSlots,
+    metrics: FakeMetrics | None = None,
+    events: FakeEvents | None = None,
+) -> AcquireSlot:
     return AcquireSlot(
         finder=NodeFinder(cluster, NoDns()),
         cluster=cluster,
         slots=slots,
         policy=policy(),
         metrics=metrics or FakeMetrics(),
+        events=events or FakeEvents(),
     )
 
 
@@ -257,7 +283,7 @@ def test_a_cordon_near_the_global_timeout_leaves_the_timeout_policy_time_to_act(
     cluster = FakeCluster(nodes={NODE: node()})
     record = terminating(Step.CORDON, node=NODE)
     late = record.global_deadline - timedelta(minutes=5)
-    outcome = Cordon(cluster=cluster, policy=policy())(record, late)
+    outcome = Cordon(cluster=cluster, policy=policy(), events=FakeEvents())(record, late)
     # force grace 5 s + a stuck pod's minute + the 60 s settle margin before the global timeout
     assert outcome.changes["drain_deadline"] == record.global_deadline - timedelta(seconds=125)
 
@@ -284,7 +310,7 @@ def test_a_node_claimed_by_an_owner_that_holds_no_slot_any_more_is_adopted() -> 
     # When this stack's lifecycle of the node takes a slot and cordons
     taken = acquire(cluster, slots)(terminating(Step.ACQUIRE_SLOT), T0)
     record = terminating(Step.CORDON, node=NODE, extra=taken.changes["extra"])
-    cordoned = Cordon(cluster=cluster, policy=policy())(record, T0)
+    cordoned = Cordon(cluster=cluster, policy=policy(), events=FakeEvents())(record, T0)
 
     # Then it adopts the node: its own slot, its own annotations
     assert (taken.then, taken.again) == (None, False)
@@ -298,7 +324,9 @@ def test_a_node_claimed_by_an_owner_that_holds_no_slot_any_more_is_adopted() -> 
 
 def test_cordon_sets_owner_and_in_progress_with_the_cordon_in_one_patch() -> None:
     cluster = FakeCluster(nodes={NODE: node()})
-    outcome = Cordon(cluster=cluster, policy=policy())(terminating(Step.CORDON, node=NODE), T0)
+    outcome = Cordon(cluster=cluster, policy=policy(), events=FakeEvents())(
+        terminating(Step.CORDON, node=NODE), T0
+    )
     (patch,) = cluster.patches
     assert patch["owner"] == "stack-a"
     assert patch["cordon"] is True
@@ -314,21 +342,27 @@ def test_cordon_sets_owner_and_in_progress_with_the_cordon_in_one_patch() -> Non
 
 def test_a_node_in_progress_without_owner_is_adopted() -> None:
     cluster = FakeCluster(nodes={NODE: node(in_progress='{"instance":"i-0123456789abcdef0"}')})
-    outcome = Cordon(cluster=cluster, policy=policy())(terminating(Step.CORDON, node=NODE), T0)
+    outcome = Cordon(cluster=cluster, policy=policy(), events=FakeEvents())(
+        terminating(Step.CORDON, node=NODE), T0
+    )
     assert outcome.then is None
     assert cluster.nodes[NODE].owner == "stack-a"
 
 
 def test_a_node_claimed_by_another_owner_meanwhile_is_not_touched() -> None:
     cluster = FakeCluster(nodes={NODE: node(owner="stack-b")})
-    outcome = Cordon(cluster=cluster, policy=policy())(terminating(Step.CORDON, node=NODE), T0)
+    outcome = Cordon(cluster=cluster, policy=policy(), events=FakeEvents())(
+        terminating(Step.CORDON, node=NODE), T0
+    )
     assert outcome.then is Step.COMPLETE
     assert cluster.patches == []
 
 
 def test_a_node_that_changed_since_it_was_read_is_read_again() -> None:
     cluster = FakeCluster(nodes={NODE: node()}, conflicts=1)
-    outcome = Cordon(cluster=cluster, policy=policy())(terminating(Step.CORDON, node=NODE), T0)
+    outcome = Cordon(cluster=cluster, policy=policy(), events=FakeEvents())(
+        terminating(Step.CORDON, node=NODE), T0
+    )
     assert (outcome.again, outcome.delay) == (True, 1)
 
 
@@ -347,13 +381,18 @@ def polled(**changes: object) -> LifecycleRecord:
 
 
 def evict(
-    cluster: FakeCluster, slots: FakeSlots | None = None, metrics: FakeMetrics | None = None, **env: str
+    cluster: FakeCluster,
+    slots: FakeSlots | None = None,
+    metrics: FakeMetrics | None = None,
+    events: FakeEvents | None = None,
+    **env: str,
 ) -> Evict:
     return Evict(
         cluster=cluster,
         slots=slots or FakeSlots(holders={NODE}),
         policy=policy(**env),
         metrics=metrics or FakeMetrics(),
+        events=events or FakeEvents(),
     )
 
 
@@ -558,6 +597,7 @@ def test_cleanup_clears_our_annotations_releases_the_slot_and_wakes_the_next_wai
         slots=slots,
         dispatcher=Dispatcher(records=records, queues=queues, clock=FakeClock(T0), metrics=metrics),
         autoscaling=FakeAutoscaling(),
+        events=FakeEvents(),
     )
     outcome = step(terminating(Step.CLEANUP, node=NODE), T0)
 
@@ -582,7 +622,11 @@ def test_a_node_going_into_a_warm_pool_is_uncordoned_as_its_annotations_are_clea
         records=InMemoryRecords(), queues=RecordingQueues(), clock=FakeClock(T0), metrics=FakeMetrics()
     )
     step = Cleanup(
-        cluster=cluster, slots=FakeSlots(holders={NODE}), dispatcher=waker, autoscaling=FakeAutoscaling()
+        cluster=cluster,
+        slots=FakeSlots(holders={NODE}),
+        dispatcher=waker,
+        autoscaling=FakeAutoscaling(),
+        events=FakeEvents(),
     )
 
     # When cleanup runs
@@ -604,7 +648,9 @@ def test_a_late_cleanup_leaves_a_newer_lifecycle_of_the_same_node_name_alone() -
     )
 
     # When the old lifecycle's cleanup runs
-    Cleanup(cluster=cluster, slots=slots, dispatcher=waker, autoscaling=FakeAutoscaling())(old, T0)
+    Cleanup(
+        cluster=cluster, slots=slots, dispatcher=waker, autoscaling=FakeAutoscaling(), events=FakeEvents()
+    )(old, T0)
 
     # Then the new lifecycle keeps both its annotations and its slot
     assert cluster.patches == []
@@ -624,9 +670,13 @@ def test_a_node_whose_action_turned_out_gone_is_uncordoned_if_its_instance_stays
     )
     record = terminating(Step.CLEANUP, node=NODE, outcome="action-expired")
     # When cleanup runs
-    Cleanup(cluster=cluster, slots=FakeSlots(holders={NODE}), dispatcher=waker, autoscaling=autoscaling)(
-        record, T0
-    )
+    Cleanup(
+        cluster=cluster,
+        slots=FakeSlots(holders={NODE}),
+        dispatcher=waker,
+        autoscaling=autoscaling,
+        events=FakeEvents(),
+    )(record, T0)
     # Then the node is uncordoned only if its instance is still in service (it is not going away)
     expected = {"owner": None, "in_progress": None, **({"cordon": False} if uncordoned else {})}
     assert cluster.patches == [expected]
@@ -637,7 +687,13 @@ def test_cleanup_never_clears_the_annotations_of_another_owner() -> None:
     waker = Dispatcher(
         records=InMemoryRecords(), queues=RecordingQueues(), clock=FakeClock(T0), metrics=FakeMetrics()
     )
-    step = Cleanup(cluster=cluster, slots=FakeSlots(), dispatcher=waker, autoscaling=FakeAutoscaling())
+    step = Cleanup(
+        cluster=cluster,
+        slots=FakeSlots(),
+        dispatcher=waker,
+        autoscaling=FakeAutoscaling(),
+        events=FakeEvents(),
+    )
     step(terminating(Step.CLEANUP, node=NODE), T0)
     assert cluster.patches == []
 

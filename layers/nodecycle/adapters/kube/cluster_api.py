@@ -26,6 +26,7 @@ from nodecycle.domain.ports.cluster import (
     ZONE_LABEL,
     Claim,
     Eviction,
+    EvictionResult,
     NodeInfo,
     PodInfo,
 )
@@ -55,6 +56,7 @@ def node_info(data: dict[str, Any]) -> NodeInfo:
         name=meta["name"],
         instance_id=instance_of(spec.get("providerID")),
         zone=labels.get(ZONE_LABEL) or labels.get(LEGACY_ZONE_LABEL),
+        uid=meta.get("uid"),
         ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions),
         owner=annotations.get(OWNER_ANNOTATION),
         in_progress=annotations.get(IN_PROGRESS_ANNOTATION),
@@ -211,7 +213,7 @@ class KubeCluster:
             if not token:
                 return pods
 
-    def evict(self, pod: PodInfo, grace_seconds: int) -> Eviction:
+    def evict(self, pod: PodInfo, grace_seconds: int) -> EvictionResult:
         body = V1Eviction(
             api_version="policy/v1",
             kind="Eviction",
@@ -224,17 +226,20 @@ class KubeCluster:
             )
         except ApiException as error:
             if error.status == 429:
-                return Eviction.BLOCKED
+                budget = _disruption_budget_cause(error)
+                if budget is None:  # no budget named: the API server is shedding load
+                    return EvictionResult(Eviction.THROTTLED, _status_message(error))
+                return EvictionResult(Eviction.BLOCKED, budget)
             if error.status in (404, 409):  # gone, or replaced by a pod of the same name (uid precondition)
-                return Eviction.GONE
+                return EvictionResult(Eviction.GONE)
             if error.status == 500:
                 log.error("eviction of %s/%s failed: %s", pod.namespace, pod.name, _status_message(error))
-                return Eviction.MISCONFIGURED
+                return EvictionResult(Eviction.MISCONFIGURED, _status_message(error))
             with kube_errors(f"evicting pod {pod.namespace}/{pod.name}"):
                 raise
         except HTTPError as error:
             raise TransientError(f"evicting pod {pod.namespace}/{pod.name}: {error}") from error
-        return Eviction.EVICTED
+        return EvictionResult(Eviction.EVICTED)
 
     def delete_pod(self, pod: PodInfo, grace_seconds: int) -> bool:
         try:
@@ -257,6 +262,19 @@ class KubeCluster:
 def _delete_options(pod: PodInfo, grace_seconds: int) -> V1DeleteOptions:
     # The uid precondition makes sure a pod recreated under the same name (a StatefulSet's) is not hit.
     return V1DeleteOptions(grace_period_seconds=grace_seconds, preconditions=V1Preconditions(uid=pod.uid))
+
+
+def _disruption_budget_cause(error: ApiException) -> str | None:
+    """The DisruptionBudget cause of a 429 from the eviction subresource ("The disruption budget web needs 2
+    healthy pods and has 2 currently"); None when the 429 names no budget (throttling)."""
+    try:
+        details = json.loads(error.body or "{}").get("details") or {}
+    except ValueError:
+        return None
+    for cause in details.get("causes") or []:
+        if cause.get("reason") == "DisruptionBudget":
+            return str(cause.get("message") or "a PodDisruptionBudget")
+    return None
 
 
 def _status_message(error: ApiException) -> str:

@@ -21,7 +21,7 @@ from nodecycle.domain.model import WARM_POOL, LifecycleRecord, Step
 from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.policy import DrainPolicy, TimeoutPolicy
 from nodecycle.domain.ports.budget import Slots
-from nodecycle.domain.ports.cluster import Claim, Cluster, Eviction, PodInfo
+from nodecycle.domain.ports.cluster import Claim, Cluster, Events, Eviction, PodInfo
 from nodecycle.domain.ports.lifecycle import Autoscaling
 from nodecycle.domain.ports.runtime import Metrics
 
@@ -36,6 +36,7 @@ STUCK_AFTER = timedelta(seconds=60)
 CHECK_NODE_AFTER = timedelta(seconds=15)
 STUCK_PODS = "stuck_pods"  # record.extra key: pods the drain stopped waiting for, and why
 FORCED_SLOT = "forced_slot"  # record.extra key: the slot was taken without room (global timeout near)
+BLOCKED_REPORTED = "blocked_reported"  # record.extra key: pods whose blocked eviction an Event told of
 DRAINED_AT = "drained_at"  # record.extra key: when the node was found empty (the load balancer delay starts)
 POLLS = "polls"  # record.extra key: how often the drain has looked for its pods so far
 ADOPT_FROM = (
@@ -47,6 +48,11 @@ def _poll_delay(polls: int, every: int) -> int:
     """1 s, 2 s, 4 s... up to the configured poll interval: most pods are gone within seconds, and a slot
     held by an empty node waiting for its next poll is a slot the budget's waiters cannot use."""
     return int(min(every, 2**polls))
+
+
+def _ordinal(number: int) -> str:
+    suffix = "th" if 10 <= number % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
+    return f"{number}{suffix}"
 
 
 def _known[T](value: T | None, what: str) -> T:
@@ -90,13 +96,21 @@ def _full_drain(policy: DrainPolicy) -> timedelta:
 
 class AcquireSlot:
     def __init__(
-        self, *, finder: NodeFinder, cluster: Cluster, slots: Slots, policy: DrainPolicy, metrics: Metrics
+        self,
+        *,
+        finder: NodeFinder,
+        cluster: Cluster,
+        slots: Slots,
+        policy: DrainPolicy,
+        metrics: Metrics,
+        events: Events,
     ):
         self._finder = finder
         self._cluster = cluster
         self._slots = slots
         self._policy = policy
         self._metrics = metrics
+        self._events = events
 
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
         extra = record.extra
@@ -107,7 +121,7 @@ class AcquireSlot:
             log.warning("no node for instance %s: nothing to drain", record.instance_id)
             self._metrics.count("NodesNotFound")
             return Outcome.goto(Step.COMPLETE, outcome="node-not-found", extra=extra)
-        found: dict[str, Any] = {"node": node.name, "zone": node.zone, "extra": extra}
+        found: dict[str, Any] = {"node": node.name, "node_uid": node.uid, "zone": node.zone, "extra": extra}
         foreign = node.owner not in (None, record.owner)
         # Near its global timeout a node goes before the others; nearer still it cannot wait any longer: it
         # goes either way then, and a drain that respects PodDisruptionBudgets beats none, so it takes a slot
@@ -129,6 +143,14 @@ class AcquireSlot:
             )
             self._metrics.count("ForcedSlots")
             found["extra"] = {**found["extra"], FORCED_SLOT: True}
+            self._events.on_node(
+                node.name,
+                node.uid,
+                "DisruptionBudgetExceeded",
+                f"Took a disruption budget slot without room: the lifecycle action of {record.instance_id} "
+                f"times out at {record.global_deadline:%H:%M:%S}Z, too soon to wait; draining now",
+                warning=True,
+            )
         if decision.granted:
             if foreign:
                 # The other stack annotated the node but holds no slot for it any more: its drain died or
@@ -148,15 +170,25 @@ class AcquireSlot:
             log.info("node %s is being drained by owner %s: waiting", node.name, node.owner)
             return Outcome.wait(self._policy.budget_retry_seconds, **found)
         log.info("no budget slot for node %s yet: %s", node.name, decision.reason)
+        if record.slot_waiting_since is None:
+            place = "" if decision.position is None else f"{_ordinal(decision.position)} in line, "
+            self._events.on_node(
+                node.name,
+                node.uid,
+                "WaitingForDisruptionBudget",
+                f"Waiting for a disruption budget slot to drain for the termination of {record.instance_id} "
+                f"({place}{decision.holders} nodes draining, {decision.waiting} waiting: {decision.reason})",
+            )
         return Outcome.wait(
             self._policy.budget_retry_seconds, slot_waiting_since=record.slot_waiting_since or now, **found
         )
 
 
 class Cordon:
-    def __init__(self, *, cluster: Cluster, policy: DrainPolicy) -> None:
+    def __init__(self, *, cluster: Cluster, policy: DrainPolicy, events: Events) -> None:
         self._cluster = cluster
         self._policy = policy
+        self._events = events
 
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
         node = self._cluster.get_node(_known(record.node, "node"))
@@ -190,15 +222,25 @@ class Cordon:
         log.info("cordoned node %s", node.name)
         # Never past the point where the timeout policy still has time to act before the global timeout
         deadline = min(now + self._policy.timeout, record.global_deadline - _tail(self._policy))
+        self._events.on_node(
+            node.name,
+            node.uid,
+            "Cordoned",
+            f"Cordoned by nodecycle ({record.owner}) for the termination of {record.instance_id}: evicting "
+            f"its pods until {deadline:%H:%M:%S}Z, then {self._policy.on_timeout}",
+        )
         return Outcome.next(drain_started_at=now, drain_deadline=deadline)
 
 
 class Evict:
-    def __init__(self, *, cluster: Cluster, slots: Slots, policy: DrainPolicy, metrics: Metrics) -> None:
+    def __init__(
+        self, *, cluster: Cluster, slots: Slots, policy: DrainPolicy, metrics: Metrics, events: Events
+    ) -> None:
         self._cluster = cluster
         self._slots = slots
         self._policy = policy
         self._metrics = metrics
+        self._events = events
 
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
         node = _known(record.node, "node")
@@ -238,24 +280,40 @@ class Evict:
         if now >= deadline and polls > 0:  # every drain asks its pods to leave once, before any force
             return self._timed_out(record, now, left, **changes)
         evicted = 0
+        reported = set(record.extra.get(BLOCKED_REPORTED) or [])
         for pod in podfilter.to_evict(pods):
             result = self._cluster.evict(pod, podfilter.grace_for(pod, policy.pod_grace_cap))
-            if result is Eviction.EVICTED:
+            if result.kind is Eviction.EVICTED:
                 evicted += 1
-            elif result is Eviction.BLOCKED:
+            elif result.kind is Eviction.BLOCKED:
                 self._metrics.count("EvictionsBlockedByPdb")
-            elif result is Eviction.MISCONFIGURED:
+                if pod.uid not in reported:  # told once per pod and drain: it is retried at every poll
+                    reported.add(pod.uid)
+                    self._blocked(record, pod, result.detail)
+            elif result.kind is Eviction.THROTTLED:
+                self._metrics.count("EvictionsThrottled")
+            elif result.kind is Eviction.MISCONFIGURED:
                 log.error(
                     "pod %s/%s is selected by more than one PodDisruptionBudget", pod.namespace, pod.name
                 )
                 self._metrics.count("EvictionErrors")
         if evicted:
             self._metrics.count("PodsEvicted", evicted)
+        extra = {**record.extra, POLLS: polls + 1}
+        if reported:
+            extra[BLOCKED_REPORTED] = sorted(reported)
         return Outcome.wait(
             _poll_delay(polls, policy.poll_seconds),
             pods_evicted=record.pods_evicted + evicted,
-            extra={**record.extra, POLLS: polls + 1},
+            extra=extra,
             **changes,
+        )
+
+    def _blocked(self, record: LifecycleRecord, pod: PodInfo, budget: str) -> None:
+        message = f"Eviction of {pod.namespace}/{pod.name} blocked by a PodDisruptionBudget: {budget}"
+        self._events.on_pod(pod, "EvictionBlocked", message, warning=True)
+        self._events.on_node(
+            _known(record.node, "node"), record.node_uid, "EvictionBlocked", message, warning=True
         )
 
     def _stuck(self, node: str, left: list[PodInfo], now: datetime) -> tuple[list[PodInfo], str]:
@@ -290,6 +348,14 @@ class Evict:
                 policy.on_timeout,
             )
             self._metrics.count("DrainTimeouts")
+            self._events.on_node(
+                _known(record.node, "node"),
+                record.node_uid,
+                "DrainTimeout",
+                f"Drain timed out with {len(left)} pods left ({', '.join(f'{p.namespace}/{p.name}' for p in left[:5])}"
+                f"{', ...' if len(left) > 5 else ''}): timeout policy {policy.on_timeout}",
+                warning=True,
+            )
         if policy.on_timeout is TimeoutPolicy.CONTINUE:
             return self._drained(record, now, "drain-timeout-continued", **changes)
         forced_at = record.forced_at or now
@@ -307,9 +373,16 @@ class Evict:
         extra = dict(record.extra)
         if DRAINED_AT not in extra:
             started = _known(record.drain_started_at, "drain start")
-            self._metrics.seconds("DrainDuration", (now - started).total_seconds())
+            took = (now - started).total_seconds()
+            self._metrics.seconds("DrainDuration", took)
             log.info("node %s drained (%s)", record.node, outcome)
             extra[DRAINED_AT] = now.isoformat()
+            self._events.on_node(
+                _known(record.node, "node"),
+                record.node_uid,
+                "Drained",
+                f"Drained in {took:.0f}s ({outcome}): {record.pods_evicted} pods evicted",
+            )
         delay = self._policy.lb_deregistration_delay
         left = datetime.fromisoformat(str(extra[DRAINED_AT])) + delay - now
         if left <= timedelta(0):
@@ -327,12 +400,19 @@ class Cleanup:
     """
 
     def __init__(
-        self, *, cluster: Cluster, slots: Slots, dispatcher: Dispatcher, autoscaling: Autoscaling
+        self,
+        *,
+        cluster: Cluster,
+        slots: Slots,
+        dispatcher: Dispatcher,
+        autoscaling: Autoscaling,
+        events: Events,
     ) -> None:
         self._cluster = cluster
         self._slots = slots
         self._dispatcher = dispatcher
         self._autoscaling = autoscaling
+        self._events = events
 
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
         if record.node is None:
@@ -353,7 +433,18 @@ class Cleanup:
                 return Outcome.wait(1)
         for waiter in self._slots.release(record.node, record.id):
             self._dispatcher.wake(waiter)
+        # (told even when the node is gone already: its events are read by its name and uid)
+        self._settled(record, node.uid if node is not None else record.node_uid)
         return Outcome.next()
+
+    def _settled(self, record: LifecycleRecord, uid: str | None) -> None:
+        node = _known(record.node, "node")
+        if record.completed_at is not None and not record.extra.get(SETTLED_ELSEWHERE):
+            message = f"Completed the lifecycle action of {record.instance_id} with {record.result} ({record.outcome})"
+            self._events.on_node(node, uid, "LifecycleActionCompleted", message)
+        else:
+            message = f"The lifecycle action of {record.instance_id} was no longer active ({record.outcome})"
+            self._events.on_node(node, uid, "LifecycleActionGone", message, warning=True)
 
     def _coming_back(self, record: LifecycleRecord) -> bool:
         if record.destination == WARM_POOL:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Protocol
@@ -29,6 +30,7 @@ class NodeInfo(BaseModel):
     name: str
     instance_id: str | None
     zone: str | None
+    uid: str | None = None  # metadata.uid: what Events name the node by
     ready: bool
     owner: str | None  # the nodecycle.io/owner annotation
     in_progress: str | None  # the nodecycle.io/in-progress annotation (JSON)
@@ -72,8 +74,15 @@ class PodInfo(BaseModel):
 class Eviction(StrEnum):
     EVICTED = "evicted"
     GONE = "gone"  # 404, or the pod was replaced (uid precondition failed)
-    BLOCKED = "blocked"  # 429: a PodDisruptionBudget would be violated
+    BLOCKED = "blocked"  # 429 naming a disruption budget: a PodDisruptionBudget would be violated
+    THROTTLED = "throttled"  # 429 without one: the API server sheds load (priority and fairness)
     MISCONFIGURED = "misconfigured"  # 500: more than one PodDisruptionBudget selects the pod
+
+
+@dataclass(frozen=True)
+class EvictionResult:
+    kind: Eviction
+    detail: str = ""  # what the API server said (for BLOCKED: which budget, and how many pods it needs)
 
 
 class Claim(StrEnum):
@@ -110,7 +119,7 @@ class Cluster(Protocol):
         """The pods bound to one node (a field-selected list, never a cluster-wide one)."""
         ...
 
-    def evict(self, pod: PodInfo, grace_seconds: int) -> Eviction: ...
+    def evict(self, pod: PodInfo, grace_seconds: int) -> EvictionResult: ...
 
     def delete_pod(self, pod: PodInfo, grace_seconds: int) -> bool:
         """Delete (the force policy); False when the pod was already gone."""
@@ -129,6 +138,18 @@ class OwnedNodes(Protocol):
         ...
 
     def release_node(self, node: NodeInfo, *, uncordon: bool = False) -> Claim: ...
+
+
+class Events(Protocol):
+    """Kubernetes Events that tell a drain's story to ``kubectl describe node`` and ``kubectl get events``:
+    every decision (waiting for a slot, cordoned, eviction blocked, timed out, drained, completed). Best
+    effort: an event that cannot be written is logged and forgotten, never a failed step."""
+
+    def on_node(
+        self, node: str, uid: str | None, reason: str, message: str, *, warning: bool = False
+    ) -> None: ...
+
+    def on_pod(self, pod: PodInfo, reason: str, message: str, *, warning: bool = False) -> None: ...
 
 
 class Instances(Protocol):
