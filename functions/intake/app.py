@@ -1,10 +1,12 @@
-"""intake: lifecycle actions from EventBridge (direct) and from the intake queue (SQS, batch).
+"""intake: lifecycle actions and disruptions (Spot interruptions, rebalance recommendations, scheduled
+maintenance, instances stopped or terminated outside the hooks) from EventBridge (direct) and from the
+intake queue (SQS, batch).
 
 Parse and validate, drop test notifications and what is not valid (one log line and a metric, never a
-retry: the same bytes would fail the same way), then hand the action to the domain, which ignores
-unmanaged groups, de-duplicates, writes the record and sends the first unit of work. Errors from AWS
-propagate: EventBridge's asynchronous invocation retries and then dead-letters; on the queue, the record
-alone fails (partial batch response) and is retried, then dead-lettered.
+retry: the same bytes would fail the same way), then hand each action or disruption to the domain, which
+ignores what is not this stack's, de-duplicates, writes the record and sends the first unit of work. Errors
+from AWS propagate: EventBridge's asynchronous invocation retries and then dead-letters; on the queue, the
+record alone fails (partial batch response) and is retried, then dead-lettered.
 """
 
 from __future__ import annotations
@@ -17,13 +19,10 @@ from aws_lambda_powertools.utilities.batch.types import PartialItemFailureRespon
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from nodecycle.contracts.lifecycle_events import (
-    InvalidLifecycleEvent,
-    TestNotification,
-    from_eventbridge,
-    from_sqs_body,
-)
-from nodecycle.domain.model import LifecycleEvent
+from nodecycle.contracts.disruption_events import NotADisruption
+from nodecycle.contracts.events import Received, from_eventbridge, from_sqs_body
+from nodecycle.contracts.lifecycle_events import InvalidLifecycleEvent, TestNotification
+from nodecycle.domain.model import DisruptionEvent
 from nodecycle.entrypoints import correlated
 from nodecycle.observability import logger, metrics, tracer
 from nodecycle.wiring.intake import intake, shared
@@ -48,16 +47,31 @@ def _queue_record(record: SQSRecord) -> str:
         return accept(lambda: from_sqs_body(record.body))
 
 
-def accept(parse: Callable[[], LifecycleEvent | TestNotification]) -> str:
+def accept(parse: Callable[[], list[Received] | TestNotification]) -> str:
     try:
-        event = parse()
+        events = parse()
     except InvalidLifecycleEvent as error:
         logger.error("rejected a lifecycle event: %s", error, extra={"reason": error.reason})
         shared().metrics.count("LifecycleEventsRejected", reason=error.reason)
         return "rejected"
-    if isinstance(event, TestNotification):
-        logger.info("test notification for group %s acknowledged", event.AutoScalingGroupName)
+    except NotADisruption as error:
+        logger.info("acknowledged an event that tells of no disruption: %s", error)
+        return "not-a-disruption"
+    if isinstance(events, TestNotification):
+        logger.info("test notification for group %s acknowledged", events.AutoScalingGroupName)
         return "test-notification"
+    return ",".join(_accept_one(event) for event in events)
+
+
+def _accept_one(event: Received) -> str:
+    if isinstance(event, DisruptionEvent):
+        with correlated(
+            instance_id=event.instance_id,
+            event_id=event.event_id,
+            transition=event.cause.short,
+            delivery=event.delivery,
+        ):
+            return intake().accept_disruption(event).value
     with correlated(
         instance_id=event.instance_id,
         lifecycle_token=event.token,

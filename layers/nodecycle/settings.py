@@ -32,6 +32,7 @@ from nodecycle.domain.policy import (
     EipFailurePolicy,
     EipMode,
     Quantity,
+    RebalancePolicy,
     TimeoutPolicy,
 )
 
@@ -215,6 +216,14 @@ class Readiness(_Section):
     readiness_failure_result: ActionResult = ActionResult.ABANDON
 
 
+class Disruptions(_Section):
+    """Disruptions no hook waits for (intake plans them)."""
+
+    rebalance_policy: RebalancePolicy = RebalancePolicy.IGNORE
+    # Scheduled maintenance is drained this long before it starts (unless the group replaces it first)
+    maintenance_lead_minutes: Annotated[int, Field(ge=0, le=7 * 24 * 60)] = 60
+
+
 class Sweep(_Section):
     sweep_grace_seconds: Annotated[int, Field(ge=300)] = 600
     # How often the sweeper runs (its schedule): it keeps alive every action whose heartbeat deadline comes
@@ -229,7 +238,7 @@ class FunctionSettings(Identity, State, Timing):
     """What every function reads: who it is, where the records and queues are, the engine's timing."""
 
 
-class IntakeSettings(FunctionSettings, Scope, Eip, Readiness):
+class IntakeSettings(FunctionSettings, Scope, Eip, Readiness, Disruptions):
     """Intake chooses each action's plan: it needs to know whether EIPs and the readiness gate are on."""
 
     @property
@@ -259,7 +268,9 @@ class SweeperSettings(FunctionSettings, Budget, Eip, Readiness, Sweep):
     pass
 
 
-class Settings(IntakeSettings, DrainSettings, EipSettings, SweeperSettings):
+# (the pydantic mypy plugin types each section's generated model_construct by its own fields, so it sees the
+# bases' constructors as incompatible; pydantic builds the union of the fields, which is what is meant)
+class Settings(IntakeSettings, DrainSettings, SweeperSettings):  # type: ignore[misc]
     """Every setting of a stack: what tools that start or inspect a stack (the sandbox, the CLI) read."""
 
 

@@ -25,7 +25,7 @@ DETAIL_TYPES = {
 }
 TEST_NOTIFICATION = "autoscaling:TEST_NOTIFICATION"
 
-_INSTANCE_ID = r"^i-[0-9a-f]{8,17}$"
+INSTANCE_ID = r"^i-[0-9a-f]{8,17}$"
 _TOKEN = (
     r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"  # a UUID, as AWS issues
 )
@@ -59,7 +59,7 @@ class _LifecycleFields(BaseModel):
     LifecycleActionToken: str = Field(pattern=_TOKEN)
     AutoScalingGroupName: str = Field(min_length=1)
     LifecycleHookName: str = Field(min_length=1)
-    EC2InstanceId: str = Field(pattern=_INSTANCE_ID)
+    EC2InstanceId: str = Field(pattern=INSTANCE_ID)
     LifecycleTransition: Transition
     NotificationMetadata: str | None = None
     Origin: str | None = None
@@ -105,7 +105,7 @@ def from_eventbridge(event: Mapping[str, Any], delivery: str = "eventbridge") ->
         raise InvalidLifecycleEvent(
             "unsupported-detail-type", f"detail-type {detail_type!r} is not a lifecycle action"
         )
-    parsed = _validate(LifecycleActionEvent, event)
+    parsed = validate(LifecycleActionEvent, event)
     if parsed.detail.LifecycleTransition is not expected:
         raise InvalidLifecycleEvent(
             "unknown-transition",
@@ -124,9 +124,9 @@ def from_sqs_body(body: str) -> LifecycleEvent | TestNotification:
     if "detail-type" in data or "source" in data:
         return from_eventbridge(data, delivery="sqs-eventbridge")
     if data.get("Event") == TEST_NOTIFICATION:
-        return _validate(TestNotification, data)
+        return validate(TestNotification, data)
     if data.get("Service") == "AWS Auto Scaling" or "LifecycleTransition" in data:
-        parsed = _validate(HookNotification, data)
+        parsed = validate(HookNotification, data)
         return parsed.normalized(parsed.Time, "sqs")
     raise InvalidLifecycleEvent(
         "unknown-shape",
@@ -134,7 +134,7 @@ def from_sqs_body(body: str) -> LifecycleEvent | TestNotification:
     )
 
 
-def _validate[M: BaseModel](model: type[M], data: Mapping[str, Any]) -> M:
+def validate[M: BaseModel](model: type[M], data: Mapping[str, Any]) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as error:

@@ -44,6 +44,9 @@ class ManagedGroups:
     def manages(self, group: str, hook: str) -> bool:
         if self._hooks is not None and hook not in self._hooks:
             return False
+        return self.manages_group(group)
+
+    def manages_group(self, group: str) -> bool:
         if group in self._names:
             return True
         return self._by_tag and self._tagged_for_us(group)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from nodecycle.domain.model import LifecycleEvent, LifecycleRecord, Step, Transition
-from nodecycle.domain.policy import PlanPolicy
+from nodecycle.domain.model import DisruptionEvent, LifecycleEvent, LifecycleRecord, Step, Transition
+from nodecycle.domain.policy import PlanPolicy, RebalancePolicy
 
 
 class Worker(StrEnum):
@@ -28,7 +28,7 @@ _WHERE_THE_RECORD_IS = frozenset({Step.COMPLETE, Step.DONE})
 
 # The steps that disrupt something (take a slot others wait for, cordon, evict, release an address): before
 # the first of them the engine confirms with Auto Scaling that the action is real and active.
-_DISRUPTIVE = frozenset({Step.ACQUIRE_SLOT, Step.CORDON, Step.EVICT, Step.RELEASE_EIP})
+_DISRUPTIVE = frozenset({Step.ACQUIRE_SLOT, Step.CORDON, Step.EVICT, Step.RELEASE_EIP, Step.FORGET_NODE})
 
 
 def disruptive(step: Step) -> bool:
@@ -77,9 +77,36 @@ def plan_for(event: LifecycleEvent, policy: PlanPolicy) -> tuple[Step, ...]:
     return tuple(steps)
 
 
+def disruption_plan(event: DisruptionEvent, policy: PlanPolicy) -> tuple[Step, ...]:
+    """The plan of a disruption without a hook; empty when this stack has nothing to do for it. No
+    completion: no hook waits for one. A later terminate hook of the same instance finds the node drained."""
+    kube, eip = policy.kubernetes, policy.eip
+    steps: list[Step] = []
+    if event.cause is Transition.STATE_CHANGE:  # it already happened: free what the instance held, at once
+        steps += [Step.FORGET_NODE] if kube else []
+        steps += [Step.RELEASE_EIP] if eip else []
+    elif event.cause is Transition.REBALANCE:
+        if kube and policy.rebalance is RebalancePolicy.CORDON:
+            steps += [Step.CORDON, Step.CLEANUP]
+        elif kube and policy.rebalance is RebalancePolicy.DRAIN:
+            steps += [Step.ACQUIRE_SLOT, Step.CORDON, Step.EVICT, Step.CLEANUP]
+    elif kube:  # a Spot interruption, scheduled maintenance: drained before it strikes
+        steps += [Step.ACQUIRE_SLOT, Step.CORDON, Step.EVICT, Step.CLEANUP]
+    return (*steps, Step.DONE) if steps else ()
+
+
 def following(record: LifecycleRecord, step: Step) -> Step:
     """The step after ``step`` in the record's plan."""
     return record.plan[record.plan.index(step) + 1]
+
+
+def settle_step(record: LifecycleRecord) -> Step:
+    """Where a lifecycle goes when its drain ends early (no node, another owner's node): its completion; a
+    disruption without a hook has none, and goes to its cleanup."""
+    for step in (Step.COMPLETE, Step.CLEANUP):
+        if step in record.plan:
+            return step
+    return Step.DONE
 
 
 def after_completion(record: LifecycleRecord) -> Step:

@@ -6,10 +6,18 @@ import logging
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from nodecycle.domain.catalog import HookTimeouts, ManagedGroups
-from nodecycle.domain.flow import plan_for, worker_of
-from nodecycle.domain.model import LifecycleEvent, LifecycleRecord, global_deadline
+from nodecycle.domain.catalog import OWNER_TAG, HookTimeouts, ManagedGroups
+from nodecycle.domain.engine import MAX_DELAY
+from nodecycle.domain.flow import disruption_plan, plan_for, worker_of
+from nodecycle.domain.model import (
+    DisruptionEvent,
+    LifecycleEvent,
+    LifecycleRecord,
+    Transition,
+    global_deadline,
+)
 from nodecycle.domain.policy import PlanPolicy
+from nodecycle.domain.ports.instances import InstanceDirectory, InstanceFacts
 from nodecycle.domain.ports.lifecycle import RecordStore, WorkMessage, WorkQueues
 from nodecycle.domain.ports.runtime import Clock, Metrics
 
@@ -21,6 +29,9 @@ class IntakeOutcome(StrEnum):
     DUPLICATE = "duplicate"  # the action is known: nothing written, nothing sent
     RESENT = "resent"  # the action is known but its first message was lost: sent again
     UNMANAGED = "unmanaged"  # not a group (or hook) of this stack
+    IGNORED = "ignored"  # a disruption this stack has nothing to do for (its settings, its parts)
+    UNKNOWN_INSTANCE = "unknown-instance"  # EC2 does not know the instance of a disruption
+    UNCONFIRMED = "unconfirmed"  # a disruption that came by the queue and EC2 does not confirm
     UNKNOWN_HOOK = "unknown-hook"  # the hook no longer exists, so neither does the action
     EXPIRED = "expired"  # delivered after the action's global timeout
 
@@ -39,8 +50,10 @@ class Intake:
         metrics: Metrics,
         resume_grace: timedelta,
         retry_window: timedelta,
+        instances: InstanceDirectory | None = None,
     ) -> None:
         self._owner = owner
+        self._instances = instances
         self._plan = plan
         self._retry_window = retry_window
         self._records = records
@@ -80,9 +93,83 @@ class Intake:
             self._metrics.count("LifecycleEventsRejected", reason="expired")
             return IntakeOutcome.EXPIRED
 
+        return self._store(record, now)
+
+    def accept_disruption(self, event: DisruptionEvent) -> IntakeOutcome:
+        """A disruption without a hook: an instance of a managed group (or carrying this owner's tag) gets a
+        lifecycle record of its own, one per instance and cause, planned by what the stack does."""
+        if self._instances is None:
+            raise RuntimeError("intake of disruptions needs the instance directory")
+        facts = self._instances.facts(event.instance_id)
+        if facts is None:
+            log.warning("dropped: EC2 does not know instance %s (%s)", event.instance_id, event.cause.short)
+            self._metrics.count("LifecycleEventsRejected", reason="unknown-instance")
+            return IntakeOutcome.UNKNOWN_INSTANCE
+        if not self._ours(facts):
+            log.debug("ignored: instance %s is not of a group this stack manages", event.instance_id)
+            self._metrics.count("LifecycleActionsIgnored")
+            return IntakeOutcome.UNMANAGED
+        self._metrics.count("DisruptionsReceived", cause=event.cause.short)
+        if event.delivery != "eventbridge" and not self._confirmed(event, facts):
+            # Only AWS can put an event with an aws.* source on EventBridge; anyone allowed to send to the
+            # intake queue can send its shape. Disrupt nothing EC2 does not confirm.
+            log.warning(
+                "dropped: a %s of %s came by the queue and EC2 does not confirm it",
+                event.cause.short,
+                event.instance_id,
+            )
+            self._metrics.count("LifecycleEventsRejected", reason="unconfirmed")
+            return IntakeOutcome.UNCONFIRMED
+        plan = disruption_plan(event, self._plan)
+        if not plan:
+            log.info("%s of %s: nothing for this stack to do", event.cause.short, event.instance_id)
+            return IntakeOutcome.IGNORED
+        now = self._clock.now()
+        due = now
+        if event.cause is Transition.SCHEDULED_CHANGE:  # drained a lead time before the maintenance
+            due = max(now, event.strikes_at - self._plan.maintenance_lead)
+        record = LifecycleRecord(
+            id=event.record_id,
+            owner=self._owner,
+            instance_id=event.instance_id,
+            transition=event.cause,
+            token=event.event_id,
+            group=facts.group or "",
+            hook="",  # no hook waits for it
+            plan=plan,
+            step=plan[0],
+            received_at=now,
+            started_at=event.happened_at,
+            updated_at=now,
+            due_at=due,
+            heartbeat_timeout=0,
+            heartbeat_deadline=event.strikes_at,
+            global_deadline=event.strikes_at,
+        )
+        return self._store(record, now)
+
+    def _ours(self, facts: InstanceFacts) -> bool:
+        if facts.tags.get(OWNER_TAG) == self._owner:
+            return True
+        return facts.group is not None and self._groups.manages_group(facts.group)
+
+    def _confirmed(self, event: DisruptionEvent, facts: InstanceFacts) -> bool:
+        """What EC2 itself says of the disruption (instances is set: see accept_disruption)."""
+        assert self._instances is not None
+        if event.cause is Transition.STATE_CHANGE:
+            return facts.state in ("stopping", "stopped", "shutting-down", "terminated")
+        if event.cause is Transition.SPOT_INTERRUPTION:
+            return facts.spot_request is not None and self._instances.spot_interruption_noticed(
+                facts.spot_request
+            )
+        if event.cause is Transition.SCHEDULED_CHANGE:
+            return bool(self._instances.scheduled_events(event.instance_id))
+        return False  # no EC2 API confirms a rebalance recommendation: it comes by EventBridge or not at all
+
+    def _store(self, record: LifecycleRecord, now: datetime) -> IntakeOutcome:
         if self._records.create(record):
             self._send_first(record)
-            log.info("accepted %s lifecycle action; first step %s", event.transition.short, record.step)
+            log.info("accepted %s; first step %s", record.transition.short, record.step)
             return IntakeOutcome.ACCEPTED
 
         known = self._records.get(record.id)
@@ -115,4 +202,5 @@ class Intake:
 
     def _send_first(self, record: LifecycleRecord) -> None:
         message = WorkMessage(record_id=record.id, seq=record.seq, step=record.step)
-        self._queues.send(worker_of(record), message)
+        delay = max(0, min(MAX_DELAY, round((record.due_at - self._clock.now()).total_seconds())))
+        self._queues.send(worker_of(record), message, delay_seconds=delay)

@@ -17,20 +17,42 @@ GLOBAL_TIMEOUT_CAP = timedelta(hours=48)
 
 
 class Transition(StrEnum):
+    """What happens to an instance: the two transitions of Auto Scaling's lifecycle hooks, and the
+    disruptions nobody chose (EC2 and AWS Health tell of them; no hook waits for them)."""
+
     LAUNCHING = "autoscaling:EC2_INSTANCE_LAUNCHING"
     TERMINATING = "autoscaling:EC2_INSTANCE_TERMINATING"
+    SPOT_INTERRUPTION = "ec2:SPOT_INSTANCE_INTERRUPTION"  # EC2 reclaims the capacity in two minutes
+    REBALANCE = "ec2:INSTANCE_REBALANCE_RECOMMENDATION"  # a Spot instance at elevated risk of interruption
+    SCHEDULED_CHANGE = "health:EC2_SCHEDULED_CHANGE"  # maintenance (reboot, stop, retirement) scheduled ahead
+    STATE_CHANGE = "ec2:INSTANCE_STATE_CHANGE"  # stopped or terminated outside the group's hooks
 
     @property
     def short(self) -> str:
-        return "launch" if self is Transition.LAUNCHING else "terminate"
+        return _SHORT[self]
+
+    @property
+    def has_hook(self) -> bool:
+        """A lifecycle hook's transition: there is an action to heartbeat and to complete."""
+        return self in (Transition.LAUNCHING, Transition.TERMINATING)
 
     @classmethod
     def from_short(cls, short: str) -> Transition:
-        """``launch`` or ``terminate`` (as in record ids and annotations) -> the transition."""
-        for transition in cls:
-            if transition.short == short:
+        """``launch``, ``terminate``, ``spot-interruption``... (as in record ids and annotations) -> the transition."""
+        for transition, name in _SHORT.items():
+            if name == short:
                 return transition
-        raise ValueError(f"{short!r} is neither 'launch' nor 'terminate'")
+        raise ValueError(f"{short!r} names no transition ({', '.join(_SHORT.values())})")
+
+
+_SHORT = {
+    Transition.LAUNCHING: "launch",
+    Transition.TERMINATING: "terminate",
+    Transition.SPOT_INTERRUPTION: "spot-interruption",
+    Transition.REBALANCE: "rebalance",
+    Transition.SCHEDULED_CHANGE: "scheduled-change",
+    Transition.STATE_CHANGE: "state-change",
+}
 
 
 WARM_POOL = "WarmPool"
@@ -83,16 +105,42 @@ class LifecycleEvent(ActionRef):
 
 
 def record_id(instance_id: str, transition: Transition, token: str) -> str:
-    """The identity of a lifecycle action: the same action delivered twice maps to the same record."""
+    """The identity of a lifecycle: the same action delivered twice maps to the same record. A disruption
+    without a hook has one record per instance and cause (a Spot interruption is told once or twice, a
+    rebalance recommendation again and again): its token, the event's id, is not part of it."""
+    if not transition.has_hook:
+        return f"{instance_id}/{transition.short}"
     return f"{instance_id}/{transition.short}/{token}"
 
 
-def parse_record_id(text: str) -> tuple[str, Transition, str]:
-    """``record_id``'s inverse: (instance id, transition, token). Raises ValueError for anything else."""
-    instance_id, short, token = text.split("/", 2)
-    if not instance_id or not token:
+def parse_record_id(text: str) -> tuple[str, Transition, str | None]:
+    """``record_id``'s inverse: (instance id, transition, token, None for a disruption without a hook).
+    Raises ValueError for anything else."""
+    instance_id, short, *rest = text.split("/", 2)
+    transition = Transition.from_short(short)
+    token = rest[0] if rest else None
+    if not instance_id or (token is None) == transition.has_hook or token == "":
         raise ValueError(f"{text!r} is not a lifecycle record id")
-    return instance_id, Transition.from_short(short), token
+    return instance_id, transition, token
+
+
+class DisruptionEvent(BaseModel):
+    """A disruption without a hook (a Spot interruption warning, a rebalance recommendation, scheduled
+    maintenance, an instance stopped or terminated outside the hooks), normalized from its event."""
+
+    model_config = ConfigDict(frozen=True)
+
+    instance_id: str
+    cause: Transition  # one of the transitions without a hook
+    event_id: str  # the event's id: the record's token
+    happened_at: datetime  # when EC2 (or AWS Health) told of it
+    strikes_at: datetime  # when the instance goes: the interruption, the maintenance's start
+    state: str | None = None  # for a state change: the instance's new state
+    delivery: str
+
+    @property
+    def record_id(self) -> str:
+        return record_id(self.instance_id, self.cause, self.event_id)
 
 
 class Step(StrEnum):
@@ -101,8 +149,11 @@ class Step(StrEnum):
     ASSIGN_EIP = "assign-eip"
     READY_GATE = "ready-gate"
     ACQUIRE_SLOT = "acquire-slot"
-    CORDON = "cordon"
+    CORDON = "cordon"  # (a rebalance recommendation's cordon-only plan finds the node here)
     EVICT = "evict"  # ...and wait until the pods are gone; then the optional load balancer delay
+    # a disruption without a hook that already happened (stopped, terminated): free the node's slot and
+    # clear its annotations at once (the address goes with RELEASE_EIP)
+    FORGET_NODE = "forget-node"
     RELEASE_EIP = "release-eip"
     COMPLETE = "complete"
     CLEANUP = "cleanup"
@@ -171,8 +222,14 @@ class LifecycleRecord(ActionRef):
 
     @property
     def action_open(self) -> bool:
-        """True while the lifecycle action may still need a heartbeat or a completion."""
-        return self.completed_at is None and self.outcome != "action-expired" and not self.finished
+        """True while the lifecycle action may still need a heartbeat or a completion (a disruption without
+        a hook has no action)."""
+        return (
+            self.transition.has_hook
+            and self.completed_at is None
+            and self.outcome != "action-expired"
+            and not self.finished
+        )
 
     def overdue(self, now: datetime, grace: timedelta) -> bool:
         """True when the message for this seq should have run long ago: it was probably lost."""

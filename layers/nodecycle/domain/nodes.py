@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from nodecycle.domain.model import LifecycleRecord
-from nodecycle.domain.ports.cluster import Cluster, Instances, NodeInfo
+from nodecycle.domain.ports.cluster import Cluster, NodeInfo
+from nodecycle.domain.ports.instances import Instances
 
 PRIVATE_DNS = "private_dns"  # record.extra key: the instance's private DNS name, looked up once
 

@@ -32,6 +32,14 @@ class EipMode(StrEnum):
     POOL = "pool"  # claim a free address tagged nodecycle:pool=<name>, returned at terminate
 
 
+class RebalancePolicy(StrEnum):
+    """What a rebalance recommendation (a Spot instance at elevated risk of interruption) does to its node."""
+
+    IGNORE = "ignore"
+    CORDON = "cordon"  # no new pods on it; what runs there stays until the instance goes
+    DRAIN = "drain"  # drained under the budget, like a voluntary disruption
+
+
 class EipFailurePolicy(StrEnum):
     ABANDON = "abandon"  # the group replaces the instance
     CONTINUE = "continue"  # the instance goes in service without an address
@@ -78,6 +86,9 @@ class PlanPolicy:
     kubernetes: bool  # the stack has a cluster: terminating nodes are drained
     eip: bool  # Elastic IPs are on (allocate or pool)
     readiness_gate: bool  # a launch completes once its node is Ready
+    rebalance: RebalancePolicy = RebalancePolicy.IGNORE
+    # Scheduled maintenance is drained this long before its start (unless the group replaces it first)
+    maintenance_lead: timedelta = timedelta(hours=1)
 
 
 @dataclass(frozen=True)

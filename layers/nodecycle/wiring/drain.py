@@ -15,7 +15,7 @@ from nodecycle.adapters.kube.eks_access import EksCluster
 from nodecycle.adapters.kube.events import KubeEvents
 from nodecycle.domain.budget import BudgetLimits, DisruptionBudget
 from nodecycle.domain.completion import CompleteAction, SettleResults
-from nodecycle.domain.drain.steps import AcquireSlot, Cleanup, Cordon, Evict
+from nodecycle.domain.drain.steps import AcquireSlot, Cleanup, Cordon, Evict, ForgetNode
 from nodecycle.domain.engine import StepEngine, StepHandler
 from nodecycle.domain.flow import Worker
 from nodecycle.domain.launch import ReadinessGate
@@ -97,9 +97,18 @@ def engine() -> StepEngine:
         events = KubeEvents(eks(_cluster_name(config)).api_client, owner=config.owner_id)
         steps |= {
             Step.ACQUIRE_SLOT: AcquireSlot(
-                finder=finder, cluster=nodes, slots=slots, policy=policy, metrics=ports.metrics, events=events
+                finder=finder,
+                cluster=nodes,
+                slots=slots,
+                policy=policy,
+                metrics=ports.metrics,
+                events=events,
+                records=ports.records,
             ),
-            Step.CORDON: Cordon(cluster=nodes, policy=policy, events=events),
+            Step.CORDON: Cordon(finder=finder, cluster=nodes, policy=policy, events=events),
+            Step.FORGET_NODE: ForgetNode(
+                finder=finder, cluster=nodes, slots=slots, dispatcher=ports.dispatcher()
+            ),
             Step.EVICT: Evict(
                 cluster=nodes, slots=slots, policy=policy, metrics=ports.metrics, events=events
             ),

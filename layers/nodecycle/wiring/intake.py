@@ -6,6 +6,7 @@ import os
 from datetime import timedelta
 from functools import cache
 
+from nodecycle.adapters.aws.instances import Ec2Instances
 from nodecycle.domain.catalog import HookTimeouts, ManagedGroups
 from nodecycle.domain.intake import Intake
 from nodecycle.domain.policy import EipMode, PlanPolicy
@@ -32,6 +33,8 @@ def intake() -> Intake:
             kubernetes=config.uses_kubernetes,
             eip=config.eip_mode is not EipMode.OFF,
             readiness_gate=config.readiness_gate,
+            rebalance=config.rebalance_policy,
+            maintenance_lead=timedelta(minutes=config.maintenance_lead_minutes),
         ),
         records=ports.records,
         queues=ports.queues,
@@ -48,4 +51,5 @@ def intake() -> Intake:
         metrics=ports.metrics,
         resume_grace=ports.resume_grace,
         retry_window=timedelta(seconds=config.heartbeat_margin_seconds + config.redelivery_seconds),
+        instances=Ec2Instances(),
     )

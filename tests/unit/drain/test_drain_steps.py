@@ -10,7 +10,15 @@ from datetime import datetime, timedelta
 import pytest
 
 from nodecycle.domain.budget import SlotDecision, SlotReason, SlotRequest
-from nodecycle.domain.drain.steps import FORCED_SLOT, STUCK_PODS, AcquireSlot, Cleanup, Cordon, Evict
+from nodecycle.domain.drain.steps import (
+    FORCED_SLOT,
+    STUCK_PODS,
+    AcquireSlot,
+    Cleanup,
+    Cordon,
+    Evict,
+    ForgetNode,
+)
 from nodecycle.domain.engine import Dispatcher
 from nodecycle.domain.flow import Worker
 from nodecycle.domain.launch import ReadinessGate
@@ -168,6 +176,7 @@ class FakeSlots:
     waiters: list[str] = field(default_factory=list)
     released: list[str] = field(default_factory=list)
     requests: list[SlotRequest] = field(default_factory=list)
+    forgotten: list[str] = field(default_factory=list)
 
     def acquire(self, request: SlotRequest) -> SlotDecision:
         if request.node in self.others:
@@ -185,6 +194,10 @@ class FakeSlots:
         if self.lost:
             return SlotDecision(False, SlotReason.LOST, 0, 1, 1)
         return self.acquire(request)
+
+    def forget(self, owner: str, instance_id: str) -> list[str]:
+        self.forgotten.append(instance_id)
+        return []
 
     def release(self, node: str, record_id: str) -> list[str]:
         if self.held_for.get(node, record_id) != record_id:
@@ -225,6 +238,7 @@ def acquire(
         policy=policy(),
         metrics=metrics or FakeMetrics(),
         events=events or FakeEvents(),
+        records=InMemoryRecords(),
     )
 
 
@@ -283,7 +297,9 @@ def test_a_cordon_near_the_global_timeout_leaves_the_timeout_policy_time_to_act(
     cluster = FakeCluster(nodes={NODE: node()})
     record = terminating(Step.CORDON, node=NODE)
     late = record.global_deadline - timedelta(minutes=5)
-    outcome = Cordon(cluster=cluster, policy=policy(), events=FakeEvents())(record, late)
+    outcome = Cordon(
+        finder=NodeFinder(cluster, NoDns()), cluster=cluster, policy=policy(), events=FakeEvents()
+    )(record, late)
     # force grace 5 s + a stuck pod's minute + the 60 s settle margin before the global timeout
     assert outcome.changes["drain_deadline"] == record.global_deadline - timedelta(seconds=125)
 
@@ -310,7 +326,9 @@ def test_a_node_claimed_by_an_owner_that_holds_no_slot_any_more_is_adopted() -> 
     # When this stack's lifecycle of the node takes a slot and cordons
     taken = acquire(cluster, slots)(terminating(Step.ACQUIRE_SLOT), T0)
     record = terminating(Step.CORDON, node=NODE, extra=taken.changes["extra"])
-    cordoned = Cordon(cluster=cluster, policy=policy(), events=FakeEvents())(record, T0)
+    cordoned = Cordon(
+        finder=NodeFinder(cluster, NoDns()), cluster=cluster, policy=policy(), events=FakeEvents()
+    )(record, T0)
 
     # Then it adopts the node: its own slot, its own annotations
     assert (taken.then, taken.again) == (None, False)
@@ -324,9 +342,9 @@ def test_a_node_claimed_by_an_owner_that_holds_no_slot_any_more_is_adopted() -> 
 
 def test_cordon_sets_owner_and_in_progress_with_the_cordon_in_one_patch() -> None:
     cluster = FakeCluster(nodes={NODE: node()})
-    outcome = Cordon(cluster=cluster, policy=policy(), events=FakeEvents())(
-        terminating(Step.CORDON, node=NODE), T0
-    )
+    outcome = Cordon(
+        finder=NodeFinder(cluster, NoDns()), cluster=cluster, policy=policy(), events=FakeEvents()
+    )(terminating(Step.CORDON, node=NODE), T0)
     (patch,) = cluster.patches
     assert patch["owner"] == "stack-a"
     assert patch["cordon"] is True
@@ -342,27 +360,27 @@ def test_cordon_sets_owner_and_in_progress_with_the_cordon_in_one_patch() -> Non
 
 def test_a_node_in_progress_without_owner_is_adopted() -> None:
     cluster = FakeCluster(nodes={NODE: node(in_progress='{"instance":"i-0123456789abcdef0"}')})
-    outcome = Cordon(cluster=cluster, policy=policy(), events=FakeEvents())(
-        terminating(Step.CORDON, node=NODE), T0
-    )
+    outcome = Cordon(
+        finder=NodeFinder(cluster, NoDns()), cluster=cluster, policy=policy(), events=FakeEvents()
+    )(terminating(Step.CORDON, node=NODE), T0)
     assert outcome.then is None
     assert cluster.nodes[NODE].owner == "stack-a"
 
 
 def test_a_node_claimed_by_another_owner_meanwhile_is_not_touched() -> None:
     cluster = FakeCluster(nodes={NODE: node(owner="stack-b")})
-    outcome = Cordon(cluster=cluster, policy=policy(), events=FakeEvents())(
-        terminating(Step.CORDON, node=NODE), T0
-    )
+    outcome = Cordon(
+        finder=NodeFinder(cluster, NoDns()), cluster=cluster, policy=policy(), events=FakeEvents()
+    )(terminating(Step.CORDON, node=NODE), T0)
     assert outcome.then is Step.COMPLETE
     assert cluster.patches == []
 
 
 def test_a_node_that_changed_since_it_was_read_is_read_again() -> None:
     cluster = FakeCluster(nodes={NODE: node()}, conflicts=1)
-    outcome = Cordon(cluster=cluster, policy=policy(), events=FakeEvents())(
-        terminating(Step.CORDON, node=NODE), T0
-    )
+    outcome = Cordon(
+        finder=NodeFinder(cluster, NoDns()), cluster=cluster, policy=policy(), events=FakeEvents()
+    )(terminating(Step.CORDON, node=NODE), T0)
     assert (outcome.again, outcome.delay) == (True, 1)
 
 
@@ -514,8 +532,8 @@ def test_a_drain_that_starts_past_its_deadline_asks_its_pods_to_leave_before_for
     # Given a drain whose deadline has passed before its first look at the pods (it got its slot back late)
     cluster = FakeCluster(nodes={NODE: node()}, pods=[pod("web-1")])
     first = evict(cluster)(draining(), T0 + timedelta(seconds=900))
-    # Then it evicts (PodDisruptionBudgets respected) rather than deleting at once
-    assert (cluster.evictions, cluster.deletions) == ([("web-1", 60)], [])
+    # Then it evicts (PodDisruptionBudgets respected) rather than deleting at once, with the force grace
+    assert (cluster.evictions, cluster.deletions) == ([("web-1", 5)], [])
     assert first.again
 
 
@@ -729,3 +747,92 @@ def test_the_gate_gives_up_with_the_configured_result_when_the_node_never_joins(
     assert outcome.changes["result"] is ActionResult.CONTINUE
     assert outcome.changes["outcome"] == "node-never-joined"
     assert metrics.counts["ReadinessTimeouts"] == 1
+
+
+# -- disruptions without a hook -------------------------------------------------------------------------
+
+
+def spot(step: Step, **changes: object) -> LifecycleRecord:
+    """A Spot interruption warned of at T0: the instance goes at T0 + 2 minutes."""
+    plan = (Step.ACQUIRE_SLOT, Step.CORDON, Step.EVICT, Step.CLEANUP, Step.DONE)
+    strikes = T0 + timedelta(minutes=2)
+    record = make_record(
+        plan,
+        step,
+        id=f"{INSTANCE}/spot-interruption",
+        instance_id=INSTANCE,
+        transition=Transition.SPOT_INTERRUPTION,
+        hook="",
+        heartbeat_timeout=0,
+        heartbeat_deadline=strikes,
+        global_deadline=strikes,
+    )
+    return record.model_copy(update=changes)
+
+
+def test_a_spot_interruption_takes_a_slot_even_when_the_budget_is_full() -> None:
+    cluster, slots = FakeCluster(nodes={NODE: node()}), FakeSlots(room=1, holders={"other-node"})
+    outcome = acquire(cluster, slots)(spot(Step.ACQUIRE_SLOT), T0 + timedelta(seconds=1))
+    (asked,) = slots.requests
+    assert asked.force
+    assert (outcome.then, outcome.again) == (None, False)
+
+
+def test_a_spot_drain_ends_before_the_interruption_and_no_grace_reaches_past_it() -> None:
+    # Given the cordon 20 s after the warning
+    cluster = FakeCluster(nodes={NODE: node()}, pods=[pod("web-1")])
+    cordoned = Cordon(
+        finder=NodeFinder(cluster, NoDns()), cluster=cluster, policy=policy(), events=FakeEvents()
+    )(spot(Step.CORDON, node=NODE), T0 + timedelta(seconds=20))
+    deadline = cordoned.changes["drain_deadline"]
+    assert deadline == T0 + timedelta(minutes=2) - timedelta(seconds=10)
+    # When the pods are evicted 30 s after the warning, Then their grace fits in the 80 s left
+    record = spot(Step.EVICT, node=NODE, drain_started_at=T0, drain_deadline=deadline)
+    evict(cluster)(record, T0 + timedelta(seconds=30))
+    assert cluster.evictions == [("web-1", 60)]  # the 60 s cap is shorter than the 80 s left
+    fresh = FakeCluster(nodes={NODE: node()}, pods=[pod("web-2")])
+    evict(fresh)(record, T0 + timedelta(seconds=90))
+    assert fresh.evictions == [("web-2", 20)]  # 20 s left: no more
+
+
+def test_a_terminate_hook_after_a_drained_spot_interruption_completes_at_once() -> None:
+    # Given the Spot interruption's drain of the instance, over
+    records = InMemoryRecords()
+    drained = spot(Step.DONE, node=NODE, zone="eu-west-1a", drain_started_at=T0, outcome="drained")
+    records.create(drained)
+    step = AcquireSlot(
+        finder=NodeFinder(FakeCluster(), NoDns()),
+        cluster=FakeCluster(),
+        slots=FakeSlots(room=0),
+        policy=policy(),
+        metrics=FakeMetrics(),
+        events=FakeEvents(),
+        records=records,
+    )
+    # When Auto Scaling's terminate hook for the same instance comes
+    outcome = step(terminating(Step.ACQUIRE_SLOT), T0 + timedelta(minutes=2))
+    # Then it goes straight to its completion: the node is drained already
+    assert outcome.then is Step.COMPLETE
+    assert outcome.changes["outcome"] == "drained-by:spot-interruption"
+    # and while that drain still runs, it waits for it
+    records.commit(drained.model_copy(update={"step": Step.EVICT}), expected_seq=drained.seq)
+    assert step(terminating(Step.ACQUIRE_SLOT), T0 + timedelta(seconds=60)).again
+
+
+def test_an_instance_gone_outside_the_hooks_has_its_slot_and_annotations_freed() -> None:
+    # Given our node of an instance that was terminated without its hook, mid-drain
+    progress = json.dumps({"instance": INSTANCE, "transition": "terminate", "token": "t1"})
+    cluster = FakeCluster(nodes={NODE: node(owner="stack-a", in_progress=progress)})
+    slots = FakeSlots(holders={NODE})
+    waker = Dispatcher(
+        records=InMemoryRecords(), queues=RecordingQueues(), clock=FakeClock(T0), metrics=FakeMetrics()
+    )
+    record = spot(Step.FORGET_NODE, transition=Transition.STATE_CHANGE, id=f"{INSTANCE}/state-change")
+    # When the state change's step runs
+    outcome = ForgetNode(finder=NodeFinder(cluster, NoDns()), cluster=cluster, slots=slots, dispatcher=waker)(
+        record, T0
+    )
+    # Then the annotations (of whichever lifecycle) are cleared and the instance's budget entries forgotten
+    assert cluster.patches == [{"owner": None, "in_progress": None}]
+    assert slots.forgotten == [INSTANCE]
+    assert outcome.changes["outcome"] == "instance-gone-without-hook"

@@ -8,12 +8,14 @@ from typing import TYPE_CHECKING
 
 from nodecycle.adapters.aws.clients import LazyClient, transient_errors
 from nodecycle.domain.ports.addresses import GONE_STATES
+from nodecycle.domain.ports.instances import InstanceFacts, ScheduledEvent
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client
     from mypy_boto3_ec2.type_defs import InstanceTypeDef
 
 INSTANCE_FILTER_MAX = 200  # values one DescribeInstances filter accepts
+GROUP_NAME_TAG = "aws:autoscaling:groupName"  # Auto Scaling tags the instances of a group with its name
 
 
 class Ec2Instances:
@@ -41,3 +43,34 @@ class Ec2Instances:
                 for page in paginator.paginate(Filters=[{"Name": "instance-id", "Values": list(batch)}]):
                     for reservation in page.get("Reservations", []):
                         yield from reservation.get("Instances", [])
+
+    def facts(self, instance_id: str) -> InstanceFacts | None:
+        found = next(iter(self.describe([instance_id])), None)
+        if found is None:
+            return None
+        tags = {tag["Key"]: tag.get("Value", "") for tag in found.get("Tags", [])}
+        return InstanceFacts(
+            instance_id=instance_id,
+            state=found["State"]["Name"],
+            group=tags.get(GROUP_NAME_TAG),
+            tags=tags,
+            spot_request=found.get("SpotInstanceRequestId"),
+        )
+
+    def spot_interruption_noticed(self, spot_request: str) -> bool:
+        with transient_errors("describing a Spot request"):
+            found = self._ec2().describe_spot_instance_requests(SpotInstanceRequestIds=[spot_request])
+        codes = {
+            request.get("Status", {}).get("Code", "") for request in found.get("SpotInstanceRequests", [])
+        }
+        return any(code.startswith("marked-for-") for code in codes)
+
+    def scheduled_events(self, instance_id: str) -> list[ScheduledEvent]:
+        with transient_errors("describing an instance's scheduled events"):
+            found = self._ec2().describe_instance_status(InstanceIds=[instance_id], IncludeAllInstances=True)
+        return [
+            ScheduledEvent(code=event["Code"], not_before=event["NotBefore"])
+            for status in found.get("InstanceStatuses", [])
+            for event in status.get("Events", [])
+            if not event.get("Description", "").startswith("[Completed]")
+        ]

@@ -99,6 +99,26 @@ class DisruptionBudget:
 
         return self._write(mutate)
 
+    def forget(self, owner: str, instance_id: str) -> list[str]:
+        """Remove this owner's entries of an instance that is gone (stopped or terminated outside the
+        hooks), whichever lifecycle holds them; the record ids of this owner's waiters eligible now."""
+        if owner != self._owner:
+            raise ValueError(f"owner {owner!r} asked the budget of {self._owner!r} to forget an instance")
+        limits = self._own_limits()
+
+        def mutate(current: BudgetDocument | None) -> tuple[BudgetDocument | None, list[str]]:
+            if current is None:
+                return current, []
+            now = self._clock.now()
+            doc = rules.prune(current, now)
+            for entry in [e for e in doc.entries() if e.owner == owner and e.instance_id == instance_id]:
+                doc, _, _ = rules.release(
+                    doc, entry.node, owner, now=now, ttl=self._ttl, record_id=entry.record_id
+                )
+            return self._finish(current, doc, limits, self._wake_list(doc, limits))
+
+        return self._write(mutate)
+
     def sweep(self, *, stale: Callable[[Sequence[Holder | Waiter]], set[str]]) -> SweepResult:
         """Remove this owner's entries that expired or that ``stale`` declares stale (node or instance gone,
         lifecycle record finished). ``stale`` is asked once, before the write, with every live entry of this

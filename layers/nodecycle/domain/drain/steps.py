@@ -17,12 +17,13 @@ from nodecycle.domain.budget import SlotReason, SlotRequest
 from nodecycle.domain.completion import SETTLED_ELSEWHERE
 from nodecycle.domain.drain import pods as podfilter
 from nodecycle.domain.engine import Dispatcher, Outcome
-from nodecycle.domain.model import WARM_POOL, LifecycleRecord, Step
+from nodecycle.domain.flow import settle_step
+from nodecycle.domain.model import WARM_POOL, LifecycleRecord, Step, Transition, record_id
 from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.policy import DrainPolicy, TimeoutPolicy
 from nodecycle.domain.ports.budget import Slots
 from nodecycle.domain.ports.cluster import Claim, Cluster, Events, Eviction, PodInfo
-from nodecycle.domain.ports.lifecycle import Autoscaling
+from nodecycle.domain.ports.lifecycle import Autoscaling, RecordStore
 from nodecycle.domain.ports.runtime import Metrics
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,11 @@ FORCED_SLOT = "forced_slot"  # record.extra key: the slot was taken without room
 BLOCKED_REPORTED = "blocked_reported"  # record.extra key: pods whose blocked eviction an Event told of
 DRAINED_AT = "drained_at"  # record.extra key: when the node was found empty (the load balancer delay starts)
 POLLS = "polls"  # record.extra key: how often the drain has looked for its pods so far
+# The disruptions without a hook whose drain a later terminate hook of the same instance finds done
+LINKED_CAUSES = (Transition.SPOT_INTERRUPTION, Transition.SCHEDULED_CHANGE, Transition.REBALANCE)
+LINKED_POLL_SECONDS = 5
+# A Spot instance's drain ends this long before the interruption: a pod's grace never reaches past it
+SPOT_MARGIN = timedelta(seconds=10)
 ADOPT_FROM = (
     "adopt_from"  # record.extra key: the owner whose stale claim on the node this lifecycle takes over
 )
@@ -104,6 +110,7 @@ class AcquireSlot:
         policy: DrainPolicy,
         metrics: Metrics,
         events: Events,
+        records: RecordStore,
     ):
         self._finder = finder
         self._cluster = cluster
@@ -111,8 +118,13 @@ class AcquireSlot:
         self._policy = policy
         self._metrics = metrics
         self._events = events
+        self._records = records
 
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
+        if record.transition is Transition.TERMINATING:
+            linked = self._linked(record, now)
+            if linked is not None:
+                return linked
         extra = record.extra
         node = self._cluster.get_node(record.node) if record.node else None
         if node is None:
@@ -120,7 +132,7 @@ class AcquireSlot:
         if node is None:
             log.warning("no node for instance %s: nothing to drain", record.instance_id)
             self._metrics.count("NodesNotFound")
-            return Outcome.goto(Step.COMPLETE, outcome="node-not-found", extra=extra)
+            return Outcome.goto(settle_step(record), outcome="node-not-found", extra=extra)
         found: dict[str, Any] = {"node": node.name, "node_uid": node.uid, "zone": node.zone, "extra": extra}
         foreign = node.owner not in (None, record.owner)
         # Near its global timeout a node goes before the others; nearer still it cannot wait any longer: it
@@ -132,7 +144,9 @@ class AcquireSlot:
             node.name,
             node.zone,
             urgent_at=record.global_deadline - 2 * full_drain,
-            force=now >= record.global_deadline - full_drain,
+            # a Spot interruption is not the budget's to refuse: the capacity goes either way
+            force=record.transition is Transition.SPOT_INTERRUPTION
+            or now >= record.global_deadline - full_drain,
         )
         decision = self._slots.acquire(request)
         if decision.reason is SlotReason.FORCED:
@@ -166,10 +180,12 @@ class AcquireSlot:
             # Another stack is draining this node: leave it alone, and settle our own action once it is
             # done with it, or when our drain timeout says we have waited long enough.
             if now - record.received_at > self._policy.timeout:
-                return Outcome.goto(Step.COMPLETE, outcome=f"node-owned-by:{node.owner}", **found)
+                return Outcome.goto(settle_step(record), outcome=f"node-owned-by:{node.owner}", **found)
             log.info("node %s is being drained by owner %s: waiting", node.name, node.owner)
             return Outcome.wait(self._policy.budget_retry_seconds, **found)
         log.info("no budget slot for node %s yet: %s", node.name, decision.reason)
+        if decision.reason is SlotReason.QUEUE_FULL:
+            return Outcome.wait(self._policy.budget_retry_seconds, **found)
         if record.slot_waiting_since is None:
             place = "" if decision.position is None else f"{_ordinal(decision.position)} in line, "
             self._events.on_node(
@@ -183,20 +199,51 @@ class AcquireSlot:
             self._policy.budget_retry_seconds, slot_waiting_since=record.slot_waiting_since or now, **found
         )
 
+    def _linked(self, record: LifecycleRecord, now: datetime) -> Outcome | None:
+        """A terminate hook of an instance that a disruption without a hook (a Spot interruption, a
+        rebalance recommendation, scheduled maintenance) drained or is draining: complete at once once that
+        drain is over, rather than drain the node again."""
+        for cause in LINKED_CAUSES:
+            other = self._records.get(record_id(record.instance_id, cause, ""))
+            if other is None or other.owner != record.owner or other.drain_started_at is None:
+                continue
+            if not other.finished:
+                log.info(
+                    "instance %s is being drained for a %s: waiting for it", record.instance_id, cause.short
+                )
+                return Outcome.wait(LINKED_POLL_SECONDS)
+            log.info("instance %s was drained for a %s: completing at once", record.instance_id, cause.short)
+            return Outcome.goto(
+                Step.COMPLETE,
+                outcome=f"drained-by:{cause.short}",
+                node=other.node,
+                node_uid=other.node_uid,
+                zone=other.zone,
+            )
+        return None
+
 
 class Cordon:
-    def __init__(self, *, cluster: Cluster, policy: DrainPolicy, events: Events) -> None:
+    def __init__(self, *, finder: NodeFinder, cluster: Cluster, policy: DrainPolicy, events: Events) -> None:
+        self._finder = finder
         self._cluster = cluster
         self._policy = policy
         self._events = events
 
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
-        node = self._cluster.get_node(_known(record.node, "node"))
+        found: dict[str, Any] = {}
+        if record.node is None:  # a plan without a slot (a rebalance recommendation's cordon): find it here
+            node, extra = self._finder.find(record)
+            if node is None:
+                return Outcome.goto(settle_step(record), outcome="node-not-found", extra=extra)
+            found = {"node": node.name, "node_uid": node.uid, "zone": node.zone, "extra": extra}
+        else:
+            node = self._cluster.get_node(record.node)
         if node is None:
-            return Outcome.goto(Step.COMPLETE, outcome="node-gone")
+            return Outcome.goto(settle_step(record), outcome="node-gone")
         if node.owner not in (None, record.owner, record.extra.get(ADOPT_FROM)):
             log.warning("node %s was claimed by owner %s meanwhile: leaving it alone", node.name, node.owner)
-            return Outcome.goto(Step.COMPLETE, outcome=f"node-owned-by:{node.owner}")
+            return Outcome.goto(settle_step(record), outcome=f"node-owned-by:{node.owner}")
         if node.owner is None and node.in_progress:
             log.info("adopting node %s: in progress with no owner", node.name)
         in_progress = json.dumps(
@@ -218,10 +265,13 @@ class Cordon:
         if claim is Claim.CONFLICT:
             return Outcome.wait(1)  # the node changed under us: read it again and decide again
         if claim is Claim.GONE:
-            return Outcome.goto(Step.COMPLETE, outcome="node-gone")
+            return Outcome.goto(settle_step(record), outcome="node-gone")
         log.info("cordoned node %s", node.name)
-        # Never past the point where the timeout policy still has time to act before the global timeout
-        deadline = min(now + self._policy.timeout, record.global_deadline - _tail(self._policy))
+        if record.transition is Transition.SPOT_INTERRUPTION:
+            deadline = min(now + self._policy.timeout, record.global_deadline - SPOT_MARGIN)
+        else:
+            # Never past the point where the timeout policy still has time to act before the global timeout
+            deadline = min(now + self._policy.timeout, record.global_deadline - _tail(self._policy))
         self._events.on_node(
             node.name,
             node.uid,
@@ -229,7 +279,7 @@ class Cordon:
             f"Cordoned by nodecycle ({record.owner}) for the termination of {record.instance_id}: evicting "
             f"its pods until {deadline:%H:%M:%S}Z, then {self._policy.on_timeout}",
         )
-        return Outcome.next(drain_started_at=now, drain_deadline=deadline)
+        return Outcome.next(drain_started_at=now, drain_deadline=deadline, **found)
 
 
 class Evict:
@@ -281,8 +331,11 @@ class Evict:
             return self._timed_out(record, now, left, **changes)
         evicted = 0
         reported = set(record.extra.get(BLOCKED_REPORTED) or [])
+        # A pod's grace never reaches past the drain's deadline (two minutes, for a Spot interruption), nor
+        # falls below what the timeout policy would give it anyway
+        cap = min(policy.pod_grace_cap, max(policy.force_grace, int((deadline - now).total_seconds())))
         for pod in podfilter.to_evict(pods):
-            result = self._cluster.evict(pod, podfilter.grace_for(pod, policy.pod_grace_cap))
+            result = self._cluster.evict(pod, podfilter.grace_for(pod, cap))
             if result.kind is Eviction.EVICTED:
                 evicted += 1
             elif result.kind is Eviction.BLOCKED:
@@ -439,6 +492,8 @@ class Cleanup:
 
     def _settled(self, record: LifecycleRecord, uid: str | None) -> None:
         node = _known(record.node, "node")
+        if not record.transition.has_hook:
+            return  # no action to tell of: the drain's own events told the story
         if record.completed_at is not None and not record.extra.get(SETTLED_ELSEWHERE):
             message = f"Completed the lifecycle action of {record.instance_id} with {record.result} ({record.outcome})"
             self._events.on_node(node, uid, "LifecycleActionCompleted", message)
@@ -447,7 +502,37 @@ class Cleanup:
             self._events.on_node(node, uid, "LifecycleActionGone", message, warning=True)
 
     def _coming_back(self, record: LifecycleRecord) -> bool:
+        if not record.transition.has_hook:
+            return False  # drained (or cordoned) for a disruption that comes: it stays cordoned
         if record.destination == WARM_POOL:
             return True  # stopped into the warm pool: it comes back as the same node
         gone = record.outcome in ("action-expired", "unknown-action") or record.extra.get(SETTLED_ELSEWHERE)
         return bool(gone) and self._autoscaling.lifecycle_state(record.instance_id) == "InService"
+
+
+class ForgetNode:
+    """An instance stopped or terminated outside the hooks: free what nodecycle held for it at once (its
+    slot, its waiting place, its node's annotations), rather than at the next sweep.
+
+    Budget entries are this owner's of the instance (instance ids are never reused, unlike node names); the
+    annotations those of this owner on the instance's node, whichever lifecycle set them. The cordon stays:
+    the node is not coming back.
+    """
+
+    def __init__(self, *, finder: NodeFinder, cluster: Cluster, slots: Slots, dispatcher: Dispatcher) -> None:
+        self._finder = finder
+        self._cluster = cluster
+        self._slots = slots
+        self._dispatcher = dispatcher
+
+    def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
+        node, extra = self._finder.find(record)
+        found: dict[str, Any] = {"extra": extra}
+        if node is not None:
+            found |= {"node": node.name, "node_uid": node.uid, "zone": node.zone}
+            if node.owner == record.owner and self._cluster.release_node(node) is Claim.CONFLICT:
+                return Outcome.wait(1, **found)
+        for waiter in self._slots.forget(record.owner, record.instance_id):
+            self._dispatcher.wake(waiter)
+        log.info("instance %s went without a hook: its slot and annotations are freed", record.instance_id)
+        return Outcome.next(outcome="instance-gone-without-hook", **found)

@@ -48,6 +48,11 @@ class Slots(Protocol):
         of waiters that may go now."""
         ...
 
+    def forget(self, owner: str, instance_id: str) -> list[str]:
+        """Remove ``owner``'s holder and waiter entries of the instance (it is gone); the record ids of
+        waiters that may go now."""
+        ...
+
 
 class SweepableBudget(Protocol):
     """The disruption budget, as the sweeper uses it."""

@@ -1,5 +1,5 @@
 """The Kubernetes cluster as the drain, the readiness gate and the sweeper see it: nodes, the pods on one
-node, evictions; and EC2 instances' DNS names, by which nodes are found.
+node, evictions, events.
 
 Plain values and ports; the adapters (``nodecycle.adapters.kube``, ``nodecycle.adapters.aws``) implement
 them with the official client and boto3.
@@ -8,7 +8,6 @@ them with the official client and boto3.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -150,13 +149,3 @@ class Events(Protocol):
     ) -> None: ...
 
     def on_pod(self, pod: PodInfo, reason: str, message: str, *, warning: bool = False) -> None: ...
-
-
-class Instances(Protocol):
-    def private_dns_name(self, instance_id: str) -> str | None:
-        """The instance's private DNS name; None when the instance is unknown."""
-        ...
-
-    def alive(self, instance_ids: Collection[str]) -> set[str]:
-        """The instances among ``instance_ids`` that exist and are not shutting down or terminated."""
-        ...

@@ -1,0 +1,147 @@
+"""The EC2 and AWS Health events of disruptions that no lifecycle hook waits for, and their normalized form.
+
+- ``EC2 Spot Instance Interruption Warning``: EC2 reclaims a Spot instance two minutes after the event;
+- ``EC2 Instance Rebalance Recommendation``: a Spot instance is at elevated risk of interruption;
+- ``EC2 Instance State-change Notification``: an instance stopping, stopped, shutting down or terminated
+  (other states are not disruptions);
+- ``AWS Health Event`` of category ``scheduledChange`` for EC2: maintenance (a reboot, a stop, a retirement)
+  scheduled for one or more instances, starting at ``startTime``.
+
+All come as EventBridge events (invoking intake directly, or delivered as an SQS message body).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from email.utils import parsedate_to_datetime
+from typing import Annotated, Any, Literal
+
+from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+from nodecycle.contracts.lifecycle_events import INSTANCE_ID, InvalidLifecycleEvent, validate
+from nodecycle.domain.model import DisruptionEvent, Transition
+
+EC2_SOURCE = "aws.ec2"
+HEALTH_SOURCE = "aws.health"
+SPOT_WARNING = "EC2 Spot Instance Interruption Warning"
+REBALANCE = "EC2 Instance Rebalance Recommendation"
+STATE_CHANGE = "EC2 Instance State-change Notification"
+HEALTH_EVENT = "AWS Health Event"
+DETAIL_TYPES = {
+    EC2_SOURCE: (SPOT_WARNING, REBALANCE, STATE_CHANGE),
+    HEALTH_SOURCE: (HEALTH_EVENT,),
+}
+SPOT_NOTICE = timedelta(minutes=2)  # EC2 interrupts a Spot instance two minutes after its warning
+DISRUPTED_STATES = ("stopping", "stopped", "shutting-down", "terminated")
+
+
+class NotADisruption(ValueError):
+    """A well-formed event that tells of nothing to act on (an instance starting, a Health event that is
+    not a scheduled change of EC2 instances): acknowledged and dropped, quietly."""
+
+
+class _Detail(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    instance_id: str = Field(alias="instance-id", pattern=INSTANCE_ID)
+
+
+class _SpotWarning(_Detail):
+    instance_action: Literal["terminate", "stop", "hibernate"] = Field(alias="instance-action")
+
+
+class _StateChange(_Detail):
+    state: str
+
+
+class _Entity(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    entityValue: str
+
+
+def _health_time(value: Any) -> Any:
+    """AWS Health writes its times as RFC 1123 dates (``Mon, 07 Dec 2026 10:00:00 GMT``)."""
+    if isinstance(value, str) and "," in value:
+        try:
+            return parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return value  # left for the model to refuse, naming the field
+    return value
+
+
+class _HealthDetail(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    service: str
+    eventTypeCategory: str
+    eventTypeCode: str
+    startTime: Annotated[datetime, BeforeValidator(_health_time)]
+    affectedEntities: list[_Entity] = Field(default_factory=list)
+
+
+class _Ec2Event(EventBridgeModel):
+    detail: dict[str, Any]
+
+
+def is_disruption_event(event: Mapping[str, Any]) -> bool:
+    """Whether ``event`` is one of the EventBridge events this module reads (by source and detail-type)."""
+    return event.get("detail-type") in DETAIL_TYPES.get(str(event.get("source")), ())
+
+
+def from_eventbridge(event: Mapping[str, Any], delivery: str = "eventbridge") -> list[DisruptionEvent]:
+    """The disruptions an event tells of (one per instance). Raises :class:`InvalidLifecycleEvent` for a
+    malformed event, :class:`NotADisruption` for one that tells of nothing to act on."""
+    parsed = validate(_Ec2Event, event)
+    kind = parsed.detail_type
+    common = {"event_id": parsed.id, "happened_at": parsed.time, "delivery": delivery}
+    if kind == SPOT_WARNING:
+        spot = validate(_SpotWarning, parsed.detail)
+        return [
+            DisruptionEvent(
+                instance_id=spot.instance_id,
+                cause=Transition.SPOT_INTERRUPTION,
+                strikes_at=parsed.time + SPOT_NOTICE,
+                **common,
+            )
+        ]
+    if kind == REBALANCE:
+        detail = validate(_Detail, parsed.detail)
+        # no deadline: drained (if at all) under the budget, like a voluntary disruption
+        return [
+            DisruptionEvent(
+                instance_id=detail.instance_id,
+                cause=Transition.REBALANCE,
+                strikes_at=parsed.time + timedelta(days=2),
+                **common,
+            )
+        ]
+    if kind == STATE_CHANGE:
+        change = validate(_StateChange, parsed.detail)
+        if change.state not in DISRUPTED_STATES:
+            raise NotADisruption(f"instance {change.instance_id} is {change.state}: not a disruption")
+        return [
+            DisruptionEvent(
+                instance_id=change.instance_id,
+                cause=Transition.STATE_CHANGE,
+                strikes_at=parsed.time,
+                state=change.state,
+                **common,
+            )
+        ]
+    health = validate(_HealthDetail, parsed.detail)
+    if health.service != "EC2" or health.eventTypeCategory != "scheduledChange":
+        raise NotADisruption(f"AWS Health event {health.eventTypeCode}: not a scheduled change of EC2")
+    instances = sorted({e.entityValue for e in health.affectedEntities if e.entityValue.startswith("i-")})
+    if not instances:
+        raise InvalidLifecycleEvent("missing-field", "detail.affectedEntities names no instance")
+    for instance in instances:
+        validate(_Detail, {"instance-id": instance})
+    return [
+        DisruptionEvent(
+            instance_id=instance, cause=Transition.SCHEDULED_CHANGE, strikes_at=health.startTime, **common
+        )
+        for instance in instances
+    ]

@@ -1,0 +1,33 @@
+"""Every event intake reads, whichever way it came: lifecycle actions (:mod:`.lifecycle_events`) and
+disruptions without a hook (:mod:`.disruption_events`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from nodecycle.contracts import disruption_events, lifecycle_events
+from nodecycle.contracts.lifecycle_events import InvalidLifecycleEvent, TestNotification
+from nodecycle.domain.model import DisruptionEvent, LifecycleEvent
+
+Received = LifecycleEvent | DisruptionEvent
+
+
+def from_eventbridge(event: Mapping[str, Any], delivery: str = "eventbridge") -> list[Received]:
+    if disruption_events.is_disruption_event(event):
+        return list(disruption_events.from_eventbridge(event, delivery))
+    return [lifecycle_events.from_eventbridge(event, delivery)]
+
+
+def from_sqs_body(body: str) -> list[Received] | TestNotification:
+    """A message of the intake queue: a hook notification, a test notification, or an EventBridge event
+    (lifecycle action or disruption) that an SQS target delivered."""
+    try:
+        data = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise InvalidLifecycleEvent("malformed-json", f"body is not JSON: {error}") from None
+    if isinstance(data, dict) and disruption_events.is_disruption_event(data):
+        return list(disruption_events.from_eventbridge(data, delivery="sqs-eventbridge"))
+    parsed = lifecycle_events.from_sqs_body(body)
+    return parsed if isinstance(parsed, TestNotification) else [parsed]

@@ -1,0 +1,50 @@
+"""EC2 instances as nodecycle needs to know them: their names (by which nodes are found), whether they live,
+and the facts that confirm a disruption EC2 told of through a channel anyone could write to."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class InstanceFacts:
+    instance_id: str
+    state: str  # pending, running, stopping, stopped, shutting-down, terminated
+    group: str | None  # the Auto Scaling group it belongs to (its aws:autoscaling:groupName tag)
+    tags: dict[str, str]
+    spot_request: str | None  # the Spot request of a Spot instance; None for On-Demand
+
+
+@dataclass(frozen=True)
+class ScheduledEvent:
+    code: str  # instance-reboot, system-reboot, system-maintenance, instance-retirement, instance-stop
+    not_before: datetime
+
+
+class Instances(Protocol):
+    def private_dns_name(self, instance_id: str) -> str | None:
+        """The instance's private DNS name; None when the instance is unknown."""
+        ...
+
+    def alive(self, instance_ids: Collection[str]) -> set[str]:
+        """The instances among ``instance_ids`` that exist and are not shutting down or terminated."""
+        ...
+
+
+class InstanceDirectory(Protocol):
+    """What intake asks of EC2 about the instance of a disruption event."""
+
+    def facts(self, instance_id: str) -> InstanceFacts | None:
+        """What EC2 says of the instance now; None when it does not know it."""
+        ...
+
+    def spot_interruption_noticed(self, spot_request: str) -> bool:
+        """Whether EC2 has marked the Spot request's instance for interruption (its status code says so)."""
+        ...
+
+    def scheduled_events(self, instance_id: str) -> list[ScheduledEvent]:
+        """The maintenance events EC2 has scheduled for the instance (DescribeInstanceStatus)."""
+        ...

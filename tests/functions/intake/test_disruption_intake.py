@@ -1,0 +1,155 @@
+"""Intake of disruptions without a hook on moto: a Spot interruption, a rebalance recommendation, scheduled
+maintenance and an instance gone outside the hooks become one lifecycle record per instance and cause when
+the instance is of a managed group; what came by the queue is confirmed with EC2 first."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from types import ModuleType
+from typing import Any
+
+import boto3
+import pytest
+
+from nodecycle.domain.model import Step, Transition
+from tests.functions.intake.conftest import GROUP, make_group
+from tests.support.emf import metric
+from tests.support.events import load_event, sqs_event
+from tests.support.functions import LambdaContext
+from tests.support.stack import Stack, receive_all
+
+
+def records() -> list[dict[str, Any]]:
+    items = boto3.resource("dynamodb").Table("nodecycle-lifecycle").scan()["Items"]
+    return sorted(items, key=lambda item: str(item["id"]))
+
+
+def work(queue_url: str) -> list[dict[str, Any]]:
+    return [json.loads(message["Body"]) for message in receive_all(queue_url)]
+
+
+def launch(group: str = GROUP) -> str:
+    """One instance of ``group`` (moto tags it aws:autoscaling:groupName, as Auto Scaling does)."""
+    autoscaling = boto3.client("autoscaling")
+    before = set(instances_of(group))
+    autoscaling.set_desired_capacity(AutoScalingGroupName=group, DesiredCapacity=len(before) + 1)
+    (new,) = set(instances_of(group)) - before
+    return new
+
+
+def instances_of(group: str) -> list[str]:
+    found = boto3.client("autoscaling").describe_auto_scaling_groups(AutoScalingGroupNames=[group])
+    return [i["InstanceId"] for i in found["AutoScalingGroups"][0]["Instances"]]
+
+
+def ec2_event(name: str, instance: str, **detail: str) -> dict[str, Any]:
+    event = load_event(name)
+    event["time"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    event["detail"] = {**event["detail"], "instance-id": instance, **detail}
+    return event
+
+
+def test_a_spot_interruption_of_a_managed_instance_starts_a_drain_at_once(
+    intake_fn: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given an instance of a managed group, and EC2's warning that it will be reclaimed (by EventBridge)
+    instance = launch()
+    event = ec2_event("eventbridge-spot-interruption.json", instance)
+
+    # When intake receives it, twice (EventBridge delivers at least once)
+    intake_fn.handler(event, LambdaContext())
+    intake_fn.handler(event, LambdaContext())
+
+    # Then one record per instance and cause, planned as a drain without a completion, and its first step
+    (record,) = records()
+    assert record["id"] == f"{instance}/spot-interruption"
+    assert record["transition"] == Transition.SPOT_INTERRUPTION.value
+    assert record["plan"] == ["acquire-slot", "cordon", "evict", "cleanup", "done"]
+    assert record["group"] == GROUP
+    assert work(stack.drain_queue) == [{"record_id": record["id"], "seq": 0, "step": "acquire-slot"}]
+    assert metric(capsys.readouterr().out, "DisruptionsReceived", cause="spot-interruption") == 2
+
+
+def test_an_instance_of_a_group_this_stack_does_not_manage_is_left_to_others(
+    intake_fn: ModuleType, stack: Stack
+) -> None:
+    make_group("nodes-other")
+    instance = launch("nodes-other")
+    intake_fn.handler(ec2_event("eventbridge-spot-interruption.json", instance), LambdaContext())
+    assert records() == []
+
+
+def test_an_instance_ec2_does_not_know_is_refused(
+    intake_fn: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    intake_fn.handler(ec2_event("eventbridge-spot-interruption.json", "i-0ffffffffffffffff"), LambdaContext())
+    assert records() == []
+    assert metric(capsys.readouterr().out, "LifecycleEventsRejected", reason="unknown-instance") == 1
+
+
+def test_what_comes_by_the_queue_is_confirmed_with_ec2_first(
+    intake_fn: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a running On-Demand instance of a managed group, and anyone who may send to the intake queue
+    instance = launch()
+    forged = [
+        ec2_event("eventbridge-spot-interruption.json", instance),  # not a Spot instance at all
+        ec2_event("eventbridge-instance-stopped.json", instance, state="terminated"),  # it is running
+        ec2_event("eventbridge-rebalance-recommendation.json", instance),  # no API confirms one
+    ]
+    # When those arrive on the intake queue
+    response = intake_fn.handler(sqs_event(*forged), LambdaContext())
+    # Then none is recorded, and the batch did not fail for them (they are refused, not retried)
+    assert response["batchItemFailures"] == []
+    assert records() == []
+    assert metric(capsys.readouterr().out, "LifecycleEventsRejected", reason="unconfirmed") == 3
+
+
+def test_an_instance_terminated_outside_the_hooks_is_forgotten_at_once(
+    intake_fn: ModuleType, stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an instance of a managed group (with Elastic IPs on) terminated by someone outside the hooks
+    monkeypatch.setenv("NODECYCLE_EIP_MODE", "allocate")
+    instance = launch()
+    boto3.client("ec2").terminate_instances(InstanceIds=[instance])
+    event = ec2_event("eventbridge-instance-stopped.json", instance, state="terminated")
+
+    # When its state change arrives by the queue (EC2 confirms it: the instance is terminated)
+    intake_fn.handler(sqs_event(event), LambdaContext())
+
+    # Then its slot and annotations are freed (drain function), then its address taken back (eip function)
+    (record,) = records()
+    assert record["plan"] == [Step.FORGET_NODE.value, Step.RELEASE_EIP.value, Step.DONE.value]
+    assert [m["step"] for m in work(stack.drain_queue)] == ["forget-node"]
+
+
+@pytest.mark.parametrize(("policy", "plan"), [("ignore", None), ("cordon", ["cordon", "cleanup", "done"])])
+def test_a_rebalance_recommendation_does_what_the_stack_says(
+    intake_fn: ModuleType, stack: Stack, monkeypatch: pytest.MonkeyPatch, policy: str, plan: list[str] | None
+) -> None:
+    monkeypatch.setenv("NODECYCLE_REBALANCE_POLICY", policy)
+    instance = launch()
+    intake_fn.handler(ec2_event("eventbridge-rebalance-recommendation.json", instance), LambdaContext())
+    assert [r["plan"] for r in records()] == ([] if plan is None else [plan])
+
+
+def test_scheduled_maintenance_is_drained_a_lead_time_before_it_starts(
+    intake_fn: ModuleType, stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an instance whose retirement AWS Health scheduled for three hours from now, and a one-hour lead
+    monkeypatch.setenv("NODECYCLE_MAINTENANCE_LEAD_MINUTES", "60")
+    instance = launch()
+    event = load_event("eventbridge-health-scheduled-retirement.json")
+    starts = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=3)
+    event["detail"]["startTime"] = starts.strftime("%a, %d %b %Y %H:%M:%S GMT")
+    event["detail"]["affectedEntities"] = [{"entityValue": instance}]
+
+    # When intake receives it
+    intake_fn.handler(event, LambdaContext())
+
+    # Then its drain is due two hours from now (its first message comes back until then)
+    (record,) = records()
+    assert record["transition"] == Transition.SCHEDULED_CHANGE.value
+    due = datetime.fromisoformat(record["due_at"])
+    assert abs(due - (starts - timedelta(hours=1))) < timedelta(seconds=5)
