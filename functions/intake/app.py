@@ -24,7 +24,6 @@ from nodecycle.contracts.lifecycle_events import (
     from_sqs_body,
 )
 from nodecycle.domain.model import LifecycleEvent
-from nodecycle.entrypoints import correlated
 from nodecycle.observability import logger, metrics, tracer
 from nodecycle.wiring.intake import intake, shared
 
@@ -44,7 +43,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailure
 
 
 def _queue_record(record: SQSRecord) -> str:
-    with correlated(message_id=record.message_id):
+    with logger.append_context_keys(message_id=record.message_id):
         return accept(lambda: from_sqs_body(record.body))
 
 
@@ -58,9 +57,10 @@ def accept(parse: Callable[[], LifecycleEvent | TestNotification]) -> str:
     if isinstance(event, TestNotification):
         logger.info("test notification for group %s acknowledged", event.AutoScalingGroupName)
         return "test-notification"
-    with correlated(
+    with logger.append_context_keys(
         instance_id=event.instance_id,
         lifecycle_token=event.token,
+        correlation_id=event.token,
         group=event.group,
         transition=event.transition.short,
         delivery=event.delivery,
