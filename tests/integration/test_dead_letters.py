@@ -39,7 +39,7 @@ def runner() -> Iterator[Runner]:
     server.stop()
 
 
-def messages(runner: Runner, queue: str) -> list[dict[str, Any]]:
+def messages(runner: Runner, queue: str) -> list[Any]:
     found = runner.sqs.receive_message(
         QueueUrl=runner.queue(queue).url, MaxNumberOfMessages=10, VisibilityTimeout=0, WaitTimeSeconds=1
     )
