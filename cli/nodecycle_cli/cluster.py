@@ -4,6 +4,7 @@ and whether that kubeconfig points at the stack's EKS cluster."""
 from __future__ import annotations
 
 import argparse
+import os
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -22,9 +23,9 @@ def api_client(args: argparse.Namespace) -> ApiClient:
     from kubernetes import client, config
 
     configuration = client.Configuration()
-    config.load_kube_config(
-        config_file=args.kubeconfig, context=args.context, client_configuration=configuration
-    )
+    # The client reads $KUBECONFIG once, when it is imported: read it now (a list of paths is merged).
+    files = args.kubeconfig or os.environ.get("KUBECONFIG") or None
+    config.load_kube_config(config_file=files, context=args.context, client_configuration=configuration)
     return client.ApiClient(configuration)
 
 

@@ -22,7 +22,10 @@ if TYPE_CHECKING:
 
 def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--stack", help="the nodecycle stack's name: its outputs give the table, owner id, cluster, queues"
+        "--stack",
+        default=os.environ.get("NODECYCLE_STACK") or None,
+        help="the nodecycle stack's name: its outputs give the table, owner id, cluster, queues "
+        "(default: $NODECYCLE_STACK)",
     )
     parser.add_argument("--region", help="AWS region of the stack (default: the usual chain: AWS_REGION...)")
 
