@@ -202,7 +202,7 @@ class Sandbox:
             self._runner = self._new_runner(options.stack_name, parameters, options.settings)
             self._started.set()
             if options.group is not None:
-                self._create_group(options.group)
+                self.create_group(options.group)
         except BaseException:
             self.stop()
             raise
@@ -264,8 +264,13 @@ class Sandbox:
     def _runners(self) -> list[Runner]:
         return [r for r in (self._runner, *self._extra_runners) if r is not None]
 
-    def _create_group(self, spec: GroupSpec) -> None:
+    def create_group(self, spec: GroupSpec) -> AutoScalingGroup:
+        """The sandbox's group, for a sandbox started without one (``options.group=None``) that prepares
+        something first (the CLI checks the settings and creates an address pool before the launches)."""
+        if self._asg is not None:
+            raise RuntimeError("the sandbox has its group already")
         self._asg = self._new_group(spec)
+        return self._asg
 
     def _new_group(self, spec: GroupSpec) -> AutoScalingGroup:
         hooks = spec.hooks
