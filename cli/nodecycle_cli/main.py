@@ -61,6 +61,10 @@ def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+class MissingPackage(Exception):
+    """A command's module needs a package this install lacks (an extra not installed)."""
+
+
 def load(command: Command) -> ModuleType:
     try:
         return importlib.import_module(command.module)
@@ -68,7 +72,7 @@ def load(command: Command) -> ModuleType:
         if error.name is None or error.name.split(".")[0] in ("nodecycle", "nodecycle_cli"):
             raise
         install = f"pip install 'nodecycle[{command.extra}]'" if command.extra else "pip install nodecycle"
-        raise SystemExit(
+        raise MissingPackage(
             f"nodecycle {command.name} needs the Python package {error.name.split('.')[0]!r}, which is not "
             f"installed: {install}"
         ) from None
@@ -81,7 +85,12 @@ def chosen_command(argv: Sequence[str]) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser(chosen_command(words)).parse_args(words)
+    try:
+        parser = build_parser(chosen_command(words))
+    except MissingPackage as missing:
+        print(missing, file=sys.stderr)
+        return 2
+    args = parser.parse_args(words)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     try:
         return int(args.run(args) or 0)

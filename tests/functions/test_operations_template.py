@@ -187,3 +187,37 @@ def test_the_templates_defaults_pass_the_settings_checks(
         if isinstance(value, dict) and set(value) == {"Ref"} and value["Ref"] in TEMPLATE["Parameters"]:
             environment.setdefault(variable, str(TEMPLATE["Parameters"][value["Ref"]]["Default"]))
     settings.from_env(environment)
+
+
+def test_what_the_doctor_checks_each_function_may_do_is_what_deploy_rbac_grants() -> None:
+    """The doctor's list of each function's calls and the RBAC manifest must not drift apart: every call the
+    doctor reviews is granted by some rule of deploy/rbac.yaml (in the template's default BudgetNamespace)."""
+    import yaml
+
+    from nodecycle_cli.doctor.permissions import NEEDS
+
+    namespace = TEMPLATE["Parameters"]["BudgetNamespace"]["Default"]
+    with (ROOT / "deploy" / "rbac.yaml").open() as stream:
+        objects = [o for o in yaml.safe_load_all(stream) if o and o["kind"] in ("Role", "ClusterRole")]
+
+    def granted(verb: str, resource: str, name: str, namespaced: bool) -> bool:
+        for role in objects:
+            if role["kind"] == "Role" and (not namespaced or role["metadata"]["namespace"] != namespace):
+                continue
+            for rule in role["rules"]:
+                names = rule.get("resourceNames") or []
+                if (
+                    "" in rule["apiGroups"]
+                    and resource in rule["resources"]
+                    and verb in rule["verbs"]
+                    and (not names or name in names)
+                ):
+                    return True
+        return False
+
+    for function, needs in NEEDS.items():
+        for need in needs:
+            resource = f"{need.resource}/{need.subresource}" if need.subresource else need.resource
+            assert granted(need.verb, resource, need.name, need.namespaced), (
+                f"{function}: {need.describe(namespace)}"
+            )
