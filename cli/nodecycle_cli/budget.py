@@ -66,9 +66,12 @@ def show_budget(args: argparse.Namespace) -> int:
 
     doc = _store(args).read()
     if doc is None:
-        print(
-            f"No budget yet: ConfigMap {args.namespace}/{args.name} does not exist (the first drain creates it)."
-        )
+        note = f"No budget yet: ConfigMap {args.namespace}/{args.name} does not exist (the first drain creates it)."
+        if args.output == "json":
+            print("null")  # valid JSON for a script; the note for its person
+            print(note, file=sys.stderr)
+        else:
+            print(note)
         return 0
     view = view_of(doc, datetime.now(UTC))
     if args.output == "json":
