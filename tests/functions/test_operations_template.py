@@ -221,3 +221,9 @@ def test_what_the_doctor_checks_each_function_may_do_is_what_deploy_rbac_grants(
             assert granted(need.verb, resource, need.name, need.namespaced), (
                 f"{function}: {need.describe(namespace)}"
             )
+
+
+def test_the_doctors_defaults_for_a_preflight_are_the_templates() -> None:
+    from nodecycle_cli.doctor import DEFAULTS
+
+    assert {name: str(TEMPLATE["Parameters"][name]["Default"]) for name in DEFAULTS} == DEFAULTS
