@@ -35,7 +35,7 @@ install: $(VENV)/.installed
 
 lock: install
 	$(BIN)/python -m pip install --quiet pip-tools
-	$(BIN)/pip-compile --quiet --strip-extras --extra dev --extra sandbox --no-emit-index-url \
+	$(BIN)/pip-compile --quiet --strip-extras --extra dev --extra sandbox --no-emit-index-url --no-emit-find-links \
 		--output-file requirements/dev.lock pyproject.toml
 
 lint: install lint-types

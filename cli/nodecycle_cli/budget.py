@@ -1,24 +1,28 @@
 """``nodecycle budget``: look at the shared disruption budget, and free a slot by hand.
 
-    nodecycle budget show [--output table|json]
-    nodecycle budget release NODE [--yes]
+    nodecycle budget show [--stack NAME] [--json]
+    nodecycle budget release NODE [--stack NAME] [--yes]
 
 Both talk to the cluster of the current kubeconfig (``--kubeconfig``, ``--context``), a real one or the
-sandbox's, and read the ``nodecycle-budget`` ConfigMap of ``--namespace``.
+sandbox's, and read the ``nodecycle-budget`` ConfigMap of ``--namespace``. With ``--stack``, the namespace
+is the stack's ``BudgetNamespace``, and the kubeconfig's server is compared with the stack's EKS cluster
+(a mismatch is said on stderr: the budget shown would be another cluster's).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kubernetes import client, config
-
-from nodecycle.adapters.kube.budget import ConfigMapBudgetStore
-from nodecycle.domain.budget import BudgetDocument, BudgetView, Holder, view_of
-from nodecycle.domain.budget.rules import force_release
+from nodecycle_cli.cluster import add_kubeconfig_arguments, api_client, mismatch
+from nodecycle_cli.deployment import add_stack_arguments, find, session
 from nodecycle_cli.output import age, table
+
+if TYPE_CHECKING:
+    from nodecycle.adapters.kube.budget import ConfigMapBudgetStore
+    from nodecycle.domain.budget import BudgetDocument, BudgetView, Holder
 
 DEFAULT_NAMESPACE = "kube-system"  # the default of the BudgetNamespace stack parameter
 DEFAULT_NAME = "nodecycle-budget"
@@ -27,12 +31,11 @@ DEFAULT_NAME = "nodecycle-budget"
 def register(commands: Any) -> None:
     """Add ``budget show`` and ``budget release`` to ``commands`` (an ``add_subparsers()`` result)."""
     cluster = argparse.ArgumentParser(add_help=False)
-    cluster.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
-    cluster.add_argument("--context", help="kubeconfig context (default: the current context)")
+    add_kubeconfig_arguments(cluster)
+    add_stack_arguments(cluster)
     cluster.add_argument(
         "--namespace",
-        default=DEFAULT_NAMESPACE,
-        help=f"namespace of the budget (default: {DEFAULT_NAMESPACE})",
+        help=f"namespace of the budget (default: the stack's BudgetNamespace, else {DEFAULT_NAMESPACE})",
     )
     cluster.add_argument(
         "--name", default=DEFAULT_NAME, help=f"name of the ConfigMap (default: {DEFAULT_NAME})"
@@ -45,6 +48,7 @@ def register(commands: Any) -> None:
         "show", parents=[cluster], help="holders, waiters and limits, per zone, with their ages"
     )
     show.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    show.add_argument("--json", dest="output", action="store_const", const="json", help="same as -o json")
     show.set_defaults(run=show_budget)
 
     release = actions.add_parser(
@@ -58,11 +62,16 @@ def register(commands: Any) -> None:
 
 
 def show_budget(args: argparse.Namespace) -> int:
+    from nodecycle.domain.budget import view_of
+
     doc = _store(args).read()
     if doc is None:
-        print(
-            f"No budget yet: ConfigMap {args.namespace}/{args.name} does not exist (the first drain creates it)."
-        )
+        note = f"No budget yet: ConfigMap {args.namespace}/{args.name} does not exist (the first drain creates it)."
+        if args.output == "json":
+            print("null")  # valid JSON for a script; the note for its person
+            print(note, file=sys.stderr)
+        else:
+            print(note)
         return 0
     view = view_of(doc, datetime.now(UTC))
     if args.output == "json":
@@ -73,6 +82,8 @@ def show_budget(args: argparse.Namespace) -> int:
 
 
 def release_slot(args: argparse.Namespace) -> int:
+    from nodecycle.domain.budget.rules import force_release
+
     store = _store(args)
     doc = store.read()
     holder = None if doc is None else doc.holder(args.node)
@@ -193,9 +204,17 @@ def _expiry(seconds: float) -> str:
 
 
 def _store(args: argparse.Namespace) -> ConfigMapBudgetStore:
-    configuration = client.Configuration()
-    config.load_kube_config(
-        config_file=args.kubeconfig, context=args.context, client_configuration=configuration
-    )
-    api = client.CoreV1Api(client.ApiClient(configuration))
+    from kubernetes import client
+
+    from nodecycle.adapters.kube.budget import ConfigMapBudgetStore
+
+    kube = api_client(args)
+    if args.stack:
+        aws = session(args)
+        deployment = find(aws, args.stack)
+        args.namespace = args.namespace or deployment.parameter("BudgetNamespace", DEFAULT_NAMESPACE)
+        if deployment.cluster is not None and (wrong := mismatch(kube, aws, deployment.cluster)):
+            print(f"warning: {wrong}", file=sys.stderr)
+    args.namespace = args.namespace or DEFAULT_NAMESPACE
+    api = client.CoreV1Api(kube)
     return ConfigMapBudgetStore(lambda: api, args.namespace, args.name)

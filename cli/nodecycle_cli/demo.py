@@ -5,7 +5,9 @@ workloads under PodDisruptionBudgets are scheduled on them; then every instance 
 nodecycle drains the old nodes under the disruption budget (a cluster-wide and a per-zone limit),
 releases their addresses and completes their hooks. The demo ends with checks made from what the sandbox
 recorded (the API server's history, the emulated Auto Scaling actions, EC2's addresses), not from
-nodecycle's own logs; its exit status says whether they all held.
+nodecycle's own logs; its exit status says whether they all held. It also draws the refresh as a timeline
+(one lane per node, grouped by zone, coloured by phase, with the budget's limits), as a PNG and an HTML
+page in --timeline-dir.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from nodecycle.adapters.aws.records import DynamoRecordStore
 from nodecycle.domain.model import LifecycleRecord
-from nodecycle_cli.sandbox import add_sandbox_options, start
+from nodecycle_cli import timeline
+from nodecycle_cli.sandbox import STATE_DIR, add_sandbox_options, start
 from nodecycle_sandbox import Sandbox
 from nodecycle_sandbox.aws.group import wait_for
 from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING
@@ -45,6 +49,12 @@ def register(commands: Any) -> None:
     add_sandbox_options(parser, nodes=9)
     parser.set_defaults(max_unavailable="3", run=run)
     parser.add_argument("--keep", action="store_true", help="leave the sandbox running afterwards (Ctrl-C)")
+    parser.add_argument(
+        "--timeline-dir",
+        type=Path,
+        default=STATE_DIR,
+        help=f"where to write timeline.png and timeline.html (default {STATE_DIR})",
+    )
 
 
 @dataclass
@@ -89,6 +99,8 @@ def run(args: argparse.Namespace) -> int:
         for check in checks:
             print(check.line())
         passed = all(check.ok for check in checks)
+        png, page = draw_timeline(args, sandbox, kube, old)
+        print(f"\ntimeline of the refresh: {png}\n                         {page}")
         print(
             f"\n{'all checks passed' if passed else 'SOME CHECKS FAILED'} ({time.monotonic() - began:.0f} s in all)"
         )
@@ -168,6 +180,27 @@ def _sweep_result(sandbox: Sandbox) -> dict[str, int] | None:
     return None
 
 
+def draw_timeline(
+    args: argparse.Namespace, sandbox: Sandbox, kube: KubeServer, old: set[str]
+) -> tuple[Path, Path]:
+    from nodecycle_cli.timeline_plot import write
+
+    drawn = timeline.build(
+        history=kube.history(),
+        actions=sandbox.aws.actions(),
+        instances=sandbox.aws.instances(),
+        replaced=old,
+        limit=int(args.max_unavailable),
+        per_zone=int(args.max_unavailable_per_zone) if args.max_unavailable_per_zone else None,
+        outcomes={r.instance_id: r.outcome or "" for r in terminations(sandbox, old)},
+    )
+    title = (
+        f"Instance refresh of {len(drawn.lanes)} nodes, budget {args.max_unavailable} in all and "
+        f"{args.max_unavailable_per_zone or 'no limit'} per zone"
+    )
+    return write(drawn, args.timeline_dir / "timeline.png", args.timeline_dir / "timeline.html", title)
+
+
 def run_checks(args: argparse.Namespace, sandbox: Sandbox, kube: KubeServer, old: set[str]) -> list[Check]:
     history = kube.history()
     actions = sandbox.aws.actions()
@@ -186,7 +219,10 @@ def run_checks(args: argparse.Namespace, sandbox: Sandbox, kube: KubeServer, old
     )
     ours = addresses["Addresses"]
     per_instance = Counter(a.get("InstanceId") for a in ours if a.get("InstanceId"))
-    dangling = [a["PublicIp"] for a in ours if not a.get("AssociationId")]
+    pooled = {a["PublicIp"] for a in ours if any(t["Key"] == "nodecycle:pool" for t in a.get("Tags", []))}
+    # a pool address waiting in its pool is free by design; any other unassociated one leaked
+    dangling = [a["PublicIp"] for a in ours if not a.get("AssociationId") and a["PublicIp"] not in pooled]
+    free = len([a for a in ours if not a.get("AssociationId") and a["PublicIp"] in pooled])
     eip = args.eip_mode != "off"
     return [
         Check(
@@ -216,6 +252,7 @@ def run_checks(args: argparse.Namespace, sandbox: Sandbox, kube: KubeServer, old
             (not eip)
             or (set(per_instance) == in_service and set(per_instance.values()) == {1} and not dangling),
             f"{len(per_instance)} instances in service with one address each, {len(dangling)} unassociated"
+            + (f", {free} free in the pool" if pooled else "")
             if eip
             else "off",
         ),

@@ -1,40 +1,109 @@
-"""``nodecycle``: the command line of the project (the local sandbox, the demo, the budget, lifecycle status).
+"""``nodecycle``: the command line of the project (the local sandbox, the demo, the budget, lifecycle status,
+the preflight).
 
-It is a developer and operator tool: installed by pyproject.toml, never shipped in the Lambda layer.
+It is a developer and operator tool: installed by pyproject.toml, never shipped in the Lambda layer. A plain
+``pip install`` gives the commands that work against a real account and cluster (``status``, ``budget``,
+``doctor``); ``sandbox`` and ``demo`` need the ``sandbox`` extra. Each command's module is imported only
+when that command runs, so ``nodecycle --help`` and ``nodecycle status --help`` never import moto or the
+sandbox, and a missing extra is one line that says what to install.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
 from collections.abc import Sequence
-
-import nodecycle_cli.budget
-import nodecycle_cli.demo
-import nodecycle_cli.sandbox
-import nodecycle_cli.status
+from dataclasses import dataclass
+from types import ModuleType
 
 
-def build_parser() -> argparse.ArgumentParser:
+@dataclass(frozen=True)
+class Command:
+    """A subcommand: its module has ``register(commands)``, which adds its parser to ``commands`` (an
+    ``add_subparsers()`` result) with ``set_defaults(run=...)``."""
+
+    name: str
+    module: str
+    help: str
+    extra: str | None = None  # the pip extra its imports need, if any
+
+
+# Adding a command is one line here (and its module).
+COMMANDS = (
+    Command(
+        "sandbox",
+        "nodecycle_cli.sandbox",
+        "run nodecycle locally (moto + a Kubernetes API server)",
+        "sandbox",
+    ),
+    Command("demo", "nodecycle_cli.demo", "an instance refresh on the local sandbox, end to end", "sandbox"),
+    Command("status", "nodecycle_cli.status", "the lifecycles a stack is working on"),
+    Command("budget", "nodecycle_cli.budget", "show the disruption budget, or release a slot by hand"),
+    Command("doctor", "nodecycle_cli.doctor", "check a deployment: cluster access, hooks, rules, queues"),
+)
+
+
+def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
+    """The parser, with the full arguments of the ``chosen`` command only (the others are listed by name)."""
     parser = argparse.ArgumentParser(
         prog="nodecycle",
         description="EC2 Auto Scaling lifecycle hooks for EKS nodes and Elastic IP fleets.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log what the tool does")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in (nodecycle_cli.sandbox, nodecycle_cli.demo, nodecycle_cli.budget, nodecycle_cli.status):
-        command.register(commands)
+    for command in COMMANDS:
+        if command.name == chosen:
+            load(command).register(commands)
+        else:
+            commands.add_parser(command.name, help=command.help)
     return parser
 
 
+class MissingPackage(Exception):
+    """A command's module needs a package this install lacks (an extra not installed)."""
+
+
+def load(command: Command) -> ModuleType:
+    try:
+        return importlib.import_module(command.module)
+    except ModuleNotFoundError as error:
+        if error.name is None or error.name.split(".")[0] in ("nodecycle", "nodecycle_cli"):
+            raise
+        install = f"pip install 'nodecycle[{command.extra}]'" if command.extra else "pip install nodecycle"
+        raise MissingPackage(
+            f"nodecycle {command.name} needs the Python package {error.name.split('.')[0]!r}, which is not "
+            f"installed: {install}"
+        ) from None
+
+
+def chosen_command(argv: Sequence[str]) -> str | None:
+    """The command named on the line (the first word that is not an option: top-level options take no value)."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    try:
+        parser = build_parser(chosen_command(words))
+    except MissingPackage as missing:
+        print(missing, file=sys.stderr)
+        return 2
+    args = parser.parse_args(words)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     try:
         return int(args.run(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except Exception as error:
+        from nodecycle_cli.failures import explain
+
+        reason = explain(error)
+        if reason is None or args.verbose:
+            raise
+        print(f"nodecycle {args.command}: {reason}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

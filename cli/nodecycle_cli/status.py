@@ -1,10 +1,11 @@
 """``nodecycle status``: the lifecycles a stack is working on, from its lifecycle table.
 
-    nodecycle status [--table NAME] [--owner ID] [--all] [-o table|json]
+    nodecycle status --stack NAME [--region R] [--all] [--json]
+    nodecycle status [--table NAME --owner ID] [--all] [--json]
 
-The table and owner default to ``NODECYCLE_RECORD_TABLE`` and ``NODECYCLE_OWNER_ID`` (the sandbox's
-environment file sets both); AWS credentials, region and endpoint come from the environment as boto3 reads
-them.
+With ``--stack`` the table and owner id come from the stack's outputs; otherwise from ``--table`` and
+``--owner`` or ``NODECYCLE_RECORD_TABLE`` and ``NODECYCLE_OWNER_ID`` (the sandbox's environment file sets
+both). AWS credentials, region and endpoint come from the usual chain.
 """
 
 from __future__ import annotations
@@ -13,28 +14,45 @@ import argparse
 import json
 import os
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from nodecycle.adapters.aws.records import DynamoRecordStore
-from nodecycle.domain.model import LifecycleRecord
+from nodecycle_cli.deployment import add_stack_arguments, find, session
+from nodecycle_cli.failures import CommandError
 from nodecycle_cli.output import age, table
+
+if TYPE_CHECKING:
+    from nodecycle.domain.model import LifecycleRecord
 
 
 def register(commands: Any) -> None:
-    parser = commands.add_parser("status", help="the lifecycles a stack is working on")
+    parser = commands.add_parser(
+        "status",
+        help="the lifecycles a stack is working on",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_stack_arguments(parser)
     parser.add_argument("--table", default=os.environ.get("NODECYCLE_RECORD_TABLE"), help="lifecycle table")
     parser.add_argument("--owner", default=os.environ.get("NODECYCLE_OWNER_ID"), help="the stack's owner id")
     parser.add_argument("--all", action="store_true", help="finished lifecycles too (reads the whole table)")
     parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    parser.add_argument("--json", dest="output", action="store_const", const="json", help="same as -o json")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from nodecycle.adapters.aws.records import DynamoRecordStore
+
+    aws = session(args)
+    if args.stack:
+        deployment = find(aws, args.stack)
+        args.table, args.owner = deployment.table, deployment.owner
     if not args.table or not args.owner:
-        raise SystemExit(
-            "nodecycle status needs --table and --owner (or NODECYCLE_RECORD_TABLE, NODECYCLE_OWNER_ID)"
+        raise CommandError(
+            "which stack? pass --stack NAME (or --table and --owner, or set NODECYCLE_RECORD_TABLE and "
+            "NODECYCLE_OWNER_ID)"
         )
-    store = DynamoRecordStore(args.table, ttl=timedelta(days=1))
+    store = DynamoRecordStore(args.table, ttl=timedelta(days=1), dynamodb=aws.client("dynamodb"))
     records = list(store.scan(args.owner) if args.all else store.open_records(args.owner))
     records.sort(key=lambda record: record.received_at)
     if args.output == "json":

@@ -23,7 +23,6 @@ from nodecycle.contracts.disruption_events import NotADisruption
 from nodecycle.contracts.events import Received, from_eventbridge, from_sqs_body
 from nodecycle.contracts.lifecycle_events import InvalidLifecycleEvent, TestNotification
 from nodecycle.domain.model import DisruptionEvent
-from nodecycle.entrypoints import correlated
 from nodecycle.observability import logger, metrics, tracer
 from nodecycle.wiring.intake import intake, shared
 
@@ -43,7 +42,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailure
 
 
 def _queue_record(record: SQSRecord) -> str:
-    with correlated(message_id=record.message_id):
+    with logger.append_context_keys(message_id=record.message_id):
         return accept(lambda: from_sqs_body(record.body))
 
 
@@ -65,16 +64,18 @@ def accept(parse: Callable[[], list[Received] | TestNotification]) -> str:
 
 def _accept_one(event: Received) -> str:
     if isinstance(event, DisruptionEvent):
-        with correlated(
+        with logger.append_context_keys(
             instance_id=event.instance_id,
             event_id=event.event_id,
+            correlation_id=event.event_id,
             transition=event.cause.short,
             delivery=event.delivery,
         ):
             return intake().accept_disruption(event).value
-    with correlated(
+    with logger.append_context_keys(
         instance_id=event.instance_id,
         lifecycle_token=event.token,
+        correlation_id=event.token,
         group=event.group,
         transition=event.transition.short,
         delivery=event.delivery,

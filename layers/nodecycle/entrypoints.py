@@ -1,12 +1,14 @@
-"""Lambda glue shared by the function handlers: correlation ids and work-message handling.
+"""Lambda glue shared by the function handlers: work-message handling.
 
-Handlers stay thin: parse the event, call the domain through these helpers, map the outcome.
+Handlers stay thin: parse the event, call the domain through these helpers, map the outcome. Log keys of
+one record (instance id, lifecycle token as the correlation id) come from the powertools Logger's
+``append_context_keys``, which removes them when the record is done, so the next record starts clean; keys
+whose value is None are left out of the log lines.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
@@ -22,20 +24,6 @@ from nodecycle.domain.ports.runtime import Metrics
 from nodecycle.observability import logger, metrics, tracer
 
 WorkHandler = Callable[[dict[str, Any], LambdaContext], PartialItemFailureResponse]
-
-
-@contextmanager
-def correlated(**keys: str | None) -> Iterator[None]:
-    """Log keys for one record of a batch, removed afterwards so the next record starts clean."""
-    present = {key: value for key, value in keys.items() if value}
-    logger.append_keys(**present)
-    if present.get("lifecycle_token"):
-        logger.set_correlation_id(present["lifecycle_token"])
-    try:
-        yield
-    finally:
-        logger.remove_keys(list(present))
-        logger.set_correlation_id(None)
 
 
 def run_work_record(engine: StepEngine, metrics: Metrics, record: SQSRecord, context: Any) -> Handled | None:
@@ -58,7 +46,9 @@ def run_work_record(engine: StepEngine, metrics: Metrics, record: SQSRecord, con
         instance_id, _, token = parse_record_id(message.record_id)
     except ValueError:
         instance_id, token = None, None  # the engine finds no such record and drops the message
-    with correlated(record_id=message.record_id, instance_id=instance_id, lifecycle_token=token):
+    with logger.append_context_keys(
+        record_id=message.record_id, instance_id=instance_id, lifecycle_token=token, correlation_id=token
+    ):
         handled = engine.handle(message, time_left=lambda: context.get_remaining_time_in_millis() / 1000)
         logger.debug("work message handled: %s", handled, extra={"seq": message.seq, "step": message.step})
         return handled

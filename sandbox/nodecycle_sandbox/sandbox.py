@@ -26,6 +26,8 @@ from nodecycle_sandbox.aws.group import AutoScalingGroup, GroupSpec
 from nodecycle_sandbox.aws.nodes import NodeRegistry
 from nodecycle_sandbox.aws.process import AwsProcess
 from nodecycle_sandbox.aws.server import MotoServer
+from nodecycle_sandbox.runner.cfn_yaml import load_template
+from nodecycle_sandbox.runner.intrinsics import check_parameters
 from nodecycle_sandbox.runner.runner import SANDBOX_SECRET_KEY, Runner
 
 if TYPE_CHECKING:
@@ -70,6 +72,8 @@ class SandboxOptions:
     region: str = "eu-west-1"
     stack_name: str = "nodecycle"
     cluster_name: str = "sandbox"
+    # The EKS cluster's authentication mode: access entries need API or API_AND_CONFIG_MAP.
+    authentication_mode: str = "API_AND_CONFIG_MAP"
     mode: Literal["process", "inline"] = "process"
     aws_process: bool = True
     # Template parameter overrides (by parameter name) and handler environment overrides (by variable).
@@ -173,6 +177,11 @@ class Sandbox:
 
     def start(self) -> Sandbox:
         options = self.options
+        parameters = dict(options.parameters)
+        if options.group is not None:
+            parameters.setdefault("ManagedGroups", options.group.name)
+        # As CloudFormation does, refuse a bad parameter value before anything starts.
+        check_parameters(load_template(self._template()), {"ClusterName": options.cluster_name, **parameters})
         try:
             if self._kube is None:
                 from nodecycle_sandbox.kube import KubeServer
@@ -188,14 +197,12 @@ class Sandbox:
                 name=options.cluster_name,
                 endpoint=kube.url,
                 ca_pem=ca_pem.decode() if isinstance(ca_pem, bytes) else ca_pem,
+                authentication_mode=options.authentication_mode,
             )
-            parameters = dict(options.parameters)
-            if options.group is not None:
-                parameters.setdefault("ManagedGroups", options.group.name)
             self._runner = self._new_runner(options.stack_name, parameters, options.settings)
             self._started.set()
             if options.group is not None:
-                self._create_group(options.group)
+                self.create_group(options.group)
         except BaseException:
             self.stop()
             raise
@@ -226,7 +233,7 @@ class Sandbox:
     ) -> Runner:
         options = self.options
         return Runner(
-            template=options.template or options.root / "template.yaml",
+            template=self._template(),
             root=options.root,
             endpoint_url=self.endpoint_url,
             region=options.region,
@@ -241,6 +248,9 @@ class Sandbox:
             log_dir=options.log_dir,
         ).start()
 
+    def _template(self) -> Path:
+        return self.options.template or self.options.root / "template.yaml"
+
     def _start_aws(self) -> None:
         if self.options.aws_process:
             self._aws_process = AwsProcess(region=self.options.region, events=self, nodes=self._kube)
@@ -254,8 +264,13 @@ class Sandbox:
     def _runners(self) -> list[Runner]:
         return [r for r in (self._runner, *self._extra_runners) if r is not None]
 
-    def _create_group(self, spec: GroupSpec) -> None:
+    def create_group(self, spec: GroupSpec) -> AutoScalingGroup:
+        """The sandbox's group, for a sandbox started without one (``options.group=None``) that prepares
+        something first (the CLI checks the settings and creates an address pool before the launches)."""
+        if self._asg is not None:
+            raise RuntimeError("the sandbox has its group already")
         self._asg = self._new_group(spec)
+        return self._asg
 
     def _new_group(self, spec: GroupSpec) -> AutoScalingGroup:
         hooks = spec.hooks

@@ -12,6 +12,7 @@ from typing import Protocol
 from moto.autoscaling.models import AutoScalingBackend, autoscaling_backends
 
 from nodecycle_sandbox.aws import eks
+from nodecycle_sandbox.aws.eks_access import API_AND_CONFIG_MAP
 from nodecycle_sandbox.aws.lifecycle import EventSink, LifecycleEmulator, emulator_for
 from nodecycle_sandbox.aws.nodes import NodeRegistry
 from nodecycle_sandbox.aws.records import ActionRecord, InstanceHistory, Notification, RefreshTimeline
@@ -38,7 +39,9 @@ class AwsControls(Protocol):
         labels: dict[str, str] | None = None,
     ) -> None: ...
 
-    def point_cluster(self, *, name: str, endpoint: str, ca_pem: str) -> None: ...
+    def point_cluster(
+        self, *, name: str, endpoint: str, ca_pem: str, authentication_mode: str = API_AND_CONFIG_MAP
+    ) -> None: ...
 
     def actions(self) -> list[ActionRecord]: ...
 
@@ -108,9 +111,16 @@ class AwsControl:
             if labels is not None:
                 plan.labels = dict(labels)
 
-    def point_cluster(self, *, name: str, endpoint: str, ca_pem: str) -> None:
+    def point_cluster(
+        self, *, name: str, endpoint: str, ca_pem: str, authentication_mode: str = API_AND_CONFIG_MAP
+    ) -> None:
         eks.point_cluster(
-            account=self.account, region=self.region, name=name, endpoint=endpoint, ca_pem=ca_pem
+            account=self.account,
+            region=self.region,
+            name=name,
+            endpoint=endpoint,
+            ca_pem=ca_pem,
+            authentication_mode=authentication_mode,
         )
 
     def actions(self) -> list[ActionRecord]:

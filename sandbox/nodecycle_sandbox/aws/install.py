@@ -1,4 +1,4 @@
-"""Teach moto lifecycle hooks, once per process, before any request is served.
+"""Teach moto lifecycle hooks (and EKS access entries), once per process, before any request is served.
 
 Patches classes, not backends, so it works for every account/region, under `mock_aws` and in server mode,
 and survives moto's resets (a reset backend gets a fresh emulator through `emulator_for`).
@@ -12,7 +12,7 @@ from typing import Any
 from moto.autoscaling.models import AutoScalingBackend, FakeAutoScalingGroup, InstanceState
 from moto.autoscaling.responses import AutoScalingResponse
 
-from nodecycle_sandbox.aws import api, sqs_timing
+from nodecycle_sandbox.aws import api, eks_access, sqs_timing
 from nodecycle_sandbox.aws.lifecycle import active_instances, emulator_for
 
 _MARKER = "_nodecycle_sandbox_installed"
@@ -27,6 +27,7 @@ def install() -> None:
     _patch_group()
     _patch_backend()
     sqs_timing.install()
+    eks_access.install()
     setattr(AutoScalingResponse, _MARKER, True)
 
 

@@ -15,6 +15,52 @@ class UnsupportedIntrinsic(ValueError):
     """The template uses an intrinsic function (or a form of one) the sandbox cannot resolve."""
 
 
+class ParameterError(ValueError):
+    """A parameter value the template's constraints refuse: CloudFormation rejects the stack for it."""
+
+
+def check_parameters(template: Mapping[str, Any], overrides: Mapping[str, str]) -> None:
+    """Refuse, as CloudFormation does before it creates anything, an override of an undeclared parameter or
+    a value that breaks its parameter's Type, AllowedValues, AllowedPattern, MinValue, MaxValue, MinLength
+    or MaxLength. The message names the parameter, the value and the constraint."""
+    declared = template.get("Parameters") or {}
+    unknown = sorted(set(overrides) - set(declared))
+    if unknown:
+        raise ParameterError(
+            f"the template declares no parameter {', '.join(unknown)} (it has: {', '.join(sorted(declared))})"
+        )
+    for name, spec in declared.items():
+        if name in overrides:
+            _check_value(name, spec, str(overrides[name]))
+
+
+def _check_value(name: str, spec: Mapping[str, Any], value: str) -> None:
+    def refuse(what: str) -> ParameterError:
+        hint = f" ({spec['ConstraintDescription']})" if spec.get("ConstraintDescription") else ""
+        return ParameterError(f"parameter {name}={value!r} is not valid: {what}{hint}")
+
+    kind = str(spec.get("Type", "String"))
+    if kind == "Number":
+        try:
+            number = float(value)
+        except ValueError:
+            raise refuse("it must be a number (Type: Number)") from None
+        if "MinValue" in spec and number < float(spec["MinValue"]):
+            raise refuse(f"it must be a number not less than {spec['MinValue']} (MinValue)")
+        if "MaxValue" in spec and number > float(spec["MaxValue"]):
+            raise refuse(f"it must be a number not greater than {spec['MaxValue']} (MaxValue)")
+    allowed = spec.get("AllowedValues")
+    if allowed is not None and value not in [str(v) for v in allowed]:
+        raise refuse(f"it must be one of {', '.join(str(v) for v in allowed)} (AllowedValues)")
+    pattern = spec.get("AllowedPattern")
+    if pattern is not None and re.fullmatch(str(pattern), value) is None:
+        raise refuse(f"it must match the pattern {pattern} (AllowedPattern)")
+    if "MinLength" in spec and len(value) < int(spec["MinLength"]):
+        raise refuse(f"it must contain at least {spec['MinLength']} characters (MinLength)")
+    if "MaxLength" in spec and len(value) > int(spec["MaxLength"]):
+        raise refuse(f"it must contain at most {spec['MaxLength']} characters (MaxLength)")
+
+
 class ResourceResolver(Protocol):
     """Physical values of the template's resources: `Ref` and `Fn::GetAtt`."""
 
@@ -50,9 +96,7 @@ class Intrinsics:
 
     def _parameter_values(self, overrides: Mapping[str, str]) -> dict[str, Any]:
         declared = self._template.get("Parameters") or {}
-        unknown = set(overrides) - set(declared)
-        if unknown:
-            raise ValueError(f"parameter overrides for undeclared parameters: {sorted(unknown)}")
+        check_parameters(self._template, overrides)
         values: dict[str, Any] = {}
         for name, spec in declared.items():
             if name in overrides:

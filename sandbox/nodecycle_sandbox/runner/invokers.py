@@ -22,7 +22,10 @@ from nodecycle_sandbox.runner.context import LambdaContext
 from nodecycle_sandbox.runner.functions import FunctionSpec
 from nodecycle_sandbox.runner.handlers import Handler, call_handler, error_outcome, load_handler
 
-INIT_TIMEOUT = 30.0
+# Lambda gives a cold start 10 s of init, then retries the init within the invocation, under the function's
+# timeout: a container may take up to that long to start. Never less than 30 s here (a loaded machine).
+LAMBDA_INIT_SECONDS = 10.0
+MIN_INIT_TIMEOUT = 30.0
 # Variables of the runner's own environment a worker still needs to start Python at all.
 _PASSTHROUGH = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "COVERAGE_PROCESS_START")
 
@@ -38,6 +41,8 @@ class InvocationResult:
     error_message: str | None = None
     api_calls: dict[str, int] = field(default_factory=dict)
     cold_start: bool = False
+    # The handler could not be loaded (an import error): Lambda's Runtime.ImportModuleError / init error.
+    init_error: bool = False
 
     @property
     def duration(self) -> float:
@@ -63,7 +68,9 @@ def _context(spec: FunctionSpec, request_id: str, started_at: float) -> LambdaCo
     )
 
 
-def _result(request_id: str, started_at: float, outcome: Mapping[str, Any], cold: bool) -> InvocationResult:
+def _result(
+    request_id: str, started_at: float, outcome: Mapping[str, Any], cold: bool, *, init_error: bool = False
+) -> InvocationResult:
     return InvocationResult(
         request_id=request_id,
         ok=bool(outcome["ok"]),
@@ -74,6 +81,7 @@ def _result(request_id: str, started_at: float, outcome: Mapping[str, Any], cold
         error_message=outcome.get("errorMessage"),
         api_calls=dict(outcome.get("apiCalls") or {}),
         cold_start=cold,
+        init_error=init_error,
     )
 
 
@@ -115,7 +123,7 @@ class InlineInvoker:
                         spec.handler_file, spec.module_name, spec.handler_name
                     )
                 except Exception as error:
-                    return _result(request_id, started_at, error_outcome(error), cold)
+                    return _result(request_id, started_at, error_outcome(error), cold, init_error=True)
             context = _context(spec, request_id, started_at)
             with api_calls.counting() as calls:
                 outcome = call_handler(self._handlers[spec.logical_id], event, context)
@@ -170,7 +178,7 @@ class _Worker:
         self._requests = self._process.stdin
         self._replies = self._process.stdout
         self.init_error: dict[str, Any] | None = None
-        hello = self._read(INIT_TIMEOUT)
+        hello = self._read(max(MIN_INIT_TIMEOUT, LAMBDA_INIT_SECONDS + spec.timeout))
         if "init_error" in hello:
             self.init_error = hello["init_error"]
 
@@ -304,7 +312,7 @@ class ProcessInvoker:
             return _result(request_id, started_at, error_outcome(error), True)
         if worker.init_error is not None:
             pool.discard(worker)
-            return _result(request_id, started_at, worker.init_error, cold)
+            return _result(request_id, started_at, worker.init_error, cold, init_error=True)
         # Lambda's timeout covers the invocation, not the cold start before it.
         invoke_at = time.time()
         try:

@@ -29,6 +29,7 @@ class Invocation:
     failures: tuple[str, ...] = ()
     api_calls: dict[str, int] = field(default_factory=dict)
     cold_start: bool = False
+    init_error: bool = False  # the handler could not be loaded
     attempt: int = 1
 
     @property
@@ -50,6 +51,7 @@ class Invocation:
             error=None if result.ok else f"{result.error_type}: {result.error_message}",
             api_calls=result.api_calls,
             cold_start=result.cold_start,
+            init_error=result.init_error,
             **more,
         )
 

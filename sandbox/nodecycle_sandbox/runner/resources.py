@@ -70,6 +70,7 @@ class SandboxResources:
         dynamodb: DynamoDBClient,
     ) -> None:
         self._resources: Mapping[str, Any] = template["Resources"]
+        self._implicit = implicit_resources(self._resources)
         self._stack = stack_name
         self._region = region
         self._account = account
@@ -90,6 +91,8 @@ class SandboxResources:
             return self.table(logical_id).name
         if kind == "AWS::Serverless::Function":
             return self.function_name(logical_id)
+        if kind in ("AWS::IAM::Role", "AWS::Events::Rule"):
+            return self._physical_name(logical_id)  # their Ref is their name
         # CloudFormation's Ref of most other resources is a name or an ARN the sandbox never uses.
         return self._physical_name(logical_id)
 
@@ -104,6 +107,16 @@ class SandboxResources:
         elif kind == "AWS::Serverless::Function":
             name = self.function_name(logical_id)
             values = {"Arn": f"arn:aws:lambda:{self._region}:{self._account}:function:{name}"}
+        elif kind == "AWS::IAM::Role":
+            name = self._physical_name(logical_id)
+            values = {
+                "Arn": f"arn:aws:iam::{self._account}:role/{name}",
+                "RoleId": f"AROA{name.upper()[:17]}",
+            }
+        elif kind == "AWS::Events::Rule":
+            values = {
+                "Arn": f"arn:aws:events:{self._region}:{self._account}:rule/{self._physical_name(logical_id)}"
+            }
         else:
             service = kind.split("::")[1].lower()
             values = {
@@ -191,6 +204,8 @@ class SandboxResources:
     # -- helpers --------------------------------------------------------------------------------
 
     def _type(self, logical_id: str) -> str:
+        if logical_id in self._implicit:
+            return self._implicit[logical_id]
         if logical_id not in self._resources:
             raise ValueError(f"the template has no resource or parameter {logical_id!r}")
         kind: str = self._resources[logical_id]["Type"]
@@ -227,6 +242,23 @@ class _CycleGuard:
 
     def __exit__(self, *exc: object) -> None:
         self._creating.discard(self._logical_id)
+
+
+def implicit_resources(resources: Mapping[str, Any]) -> dict[str, str]:
+    """The resources SAM generates that a template may name (logical id -> type): a function's execution
+    role (``<Function>Role``, unless it names its own) and the rule of each of its EventBridge and schedule
+    events (``<Function><Event>``)."""
+    found = {}
+    for logical_id, resource in resources.items():
+        if resource.get("Type") != "AWS::Serverless::Function":
+            continue
+        properties = resource.get("Properties") or {}
+        if "Role" not in properties:
+            found[f"{logical_id}Role"] = "AWS::IAM::Role"
+        for event, spec in (properties.get("Events") or {}).items():
+            if spec.get("Type") in ("EventBridgeRule", "CloudWatchEvent", "Schedule"):
+                found[f"{logical_id}{event}"] = "AWS::Events::Rule"
+    return found
 
 
 def _cfn_string(value: Any) -> str:

@@ -24,6 +24,7 @@ from nodecycle_sandbox.runner.patterns import matches
 from nodecycle_sandbox.runner.resources import QueueInfo, SandboxResources, TableInfo
 from nodecycle_sandbox.runner.schedules import Schedules
 from nodecycle_sandbox.runner.sqs_source import SqsEventSource
+from nodecycle_sandbox.runner.stack import StackDeployment
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -88,6 +89,7 @@ class Runner:
         self._async: AsyncInvoker | None = None
         self._sources: list[SqsEventSource] = []
         self._schedules: Schedules | None = None
+        self._deployment: StackDeployment | None = None
         self.sqs: SQSClient = self._client("sqs", max_pool_connections=10)
         self.dynamodb: DynamoDBClient = self._client("dynamodb", max_pool_connections=10)
 
@@ -122,6 +124,14 @@ class Runner:
             account=self.account,
         )
         self.functions = {spec.logical_id: spec for spec in specs}
+        self._deployment = StackDeployment(
+            template,
+            stack_name=self.stack_name,
+            intrinsics=resources.intrinsics,
+            resources=resources,
+            clients={name: self._client(name) for name in ("events", "eks", "cloudformation")},
+        )
+        self._deployment.deploy(specs)
         self.environments = {
             spec.logical_id: lambda_environment(
                 spec,
@@ -154,6 +164,7 @@ class Runner:
             account=self.account,
             region=self.region,
             interval_override=self._schedule_interval,
+            enabled=self._deployment.enabled,
         )
         if self._schedules_enabled:
             self._schedules.start()
@@ -186,9 +197,11 @@ class Runner:
     def publish(self, event: dict[str, Any]) -> None:
         """Put an event on the default EventBridge bus: every matching rule invokes its function async."""
         assert self._async is not None, "the runner is not started"
+        assert self._deployment is not None
         for spec in self.functions.values():
             for rule in spec.rules:
-                if matches(rule.pattern, event):
+                # A rule an operator disabled (aws events disable-rule) delivers nothing, as on AWS.
+                if matches(rule.pattern, event) and self._deployment.enabled(spec.logical_id, rule.name):
                     self._async.submit(spec, event, f"rule:{rule.name}")
 
     def set_sources_enabled(self, function: str, enabled: bool) -> None:
@@ -278,9 +291,9 @@ class Runner:
             size += ASYNC_CONCURRENCY
         return max(1, size)
 
-    def _client(self, service: Literal["sqs", "dynamodb"], *, max_pool_connections: int = 2) -> Any:
+    def _client(self, service: str, *, max_pool_connections: int = 2) -> Any:
         return boto3.client(
-            service,
+            service,  # type: ignore[call-overload]
             endpoint_url=self.endpoint_url,
             region_name=self.region,
             aws_access_key_id="AKIASANDBOXRUNNER000",

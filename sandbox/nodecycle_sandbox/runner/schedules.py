@@ -40,6 +40,7 @@ class Schedules:
         account: str,
         region: str,
         interval_override: float | None,
+        enabled: Callable[[str, str], bool] = lambda function, event: True,
     ) -> None:
         self._functions = functions
         self._submit = submit
@@ -47,6 +48,7 @@ class Schedules:
         self._account = account
         self._region = region
         self._interval_override = interval_override
+        self._enabled = enabled  # (function, event) -> whether its rule is enabled now
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -82,7 +84,8 @@ class Schedules:
 
     def _tick(self, spec: FunctionSpec, name: str, interval: float) -> None:
         while not self._stopping.wait(interval):
-            self.fire(spec, name)
+            if self._enabled(spec.logical_id, name):  # a disabled rule does not fire; `fire` still does
+                self.fire(spec, name)
 
     def stop(self) -> None:
         self._stopping.set()

@@ -310,6 +310,26 @@ def test_logs_carry_the_instance_and_token_as_correlation_ids(
     assert lines[0]["correlation_id"] == "9f0c3d3e-6a8b-4c8e-9d57-2f7b1e0a6c41"
 
 
+def test_one_records_log_keys_do_not_follow_the_next_record_of_its_batch(
+    intake_fn: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a batch of a valid terminate action followed by a body that is not JSON
+    event = happening_now(load_event("sqs-hook-terminate.json"))
+    valid = event["Records"][0]["body"]
+
+    # When intake handles it
+    intake_fn.handler(sqs_event(valid, "{not json"), LambdaContext())
+
+    # Then the rejection's log line carries its own message id and none of the first record's keys
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    accepted = next(line for line in lines if str(line.get("message", "")).startswith("accepted"))
+    rejected = next(line for line in lines if str(line.get("message", "")).startswith("rejected"))
+    assert accepted["message_id"] == "message-0"
+    assert accepted["correlation_id"] == accepted["lifecycle_token"]
+    assert rejected["message_id"] == "message-1"
+    assert not {"instance_id", "lifecycle_token", "correlation_id"} & set(rejected)
+
+
 def test_the_intake_function_does_not_import_the_kubernetes_client() -> None:
     code = (
         "import sys; sys.path[:0] = ['.']; from tests.support.functions import load_function; "

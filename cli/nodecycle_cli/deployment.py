@@ -1,0 +1,114 @@
+"""Where a deployed stack keeps its things: found by stack name from its outputs and parameters.
+
+``--stack NAME`` reads the CloudFormation stack (``DescribeStacks``) with the usual credential chain; its
+outputs name the lifecycle table, the owner id, the queues and the function roles, and its parameters hold
+the settings (cluster, managed groups and hooks, timing). The sandbox registers its deployment as a stack
+too, so the same commands work against it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from nodecycle_cli.failures import CommandError
+
+if TYPE_CHECKING:
+    import boto3
+
+
+def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--stack",
+        default=os.environ.get("NODECYCLE_STACK") or None,
+        help="the nodecycle stack's name: its outputs give the table, owner id, cluster, queues "
+        "(default: $NODECYCLE_STACK)",
+    )
+    parser.add_argument("--region", help="AWS region of the stack (default: the usual chain: AWS_REGION...)")
+
+
+def session(args: argparse.Namespace) -> boto3.Session:
+    """A boto3 session of the usual chain; the region from ``--region``, else ``AWS_REGION`` (which the AWS
+    CLI reads and botocore does not), else ``AWS_DEFAULT_REGION`` and the profile."""
+    import boto3
+
+    return boto3.Session(region_name=getattr(args, "region", None) or os.environ.get("AWS_REGION") or None)
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One nodecycle stack: its name, outputs and parameters (every parameter, defaults included)."""
+
+    name: str
+    region: str
+    outputs: Mapping[str, str] = field(default_factory=dict)
+    parameters: Mapping[str, str] = field(default_factory=dict)
+
+    def output(self, key: str) -> str:
+        value = self.outputs.get(key)
+        if not value:
+            raise CommandError(
+                f"stack {self.name} has no output {key}: it was deployed from an older template "
+                "(sam build && sam deploy updates it)"
+            )
+        return value
+
+    def parameter(self, key: str, default: str = "") -> str:
+        return self.parameters.get(key, default)
+
+    def number(self, key: str, default: int) -> int:
+        value = self.parameters.get(key)
+        return int(value) if value not in (None, "") else default
+
+    @property
+    def owner(self) -> str:
+        return self.output("OwnerId")
+
+    @property
+    def table(self) -> str:
+        return self.output("LifecycleTableName")
+
+    @property
+    def cluster(self) -> str | None:
+        return self.parameters.get("ClusterName") or None
+
+    @property
+    def managed_groups(self) -> tuple[str, ...]:
+        return tuple(g.strip() for g in self.parameter("ManagedGroups").split(",") if g.strip())
+
+    @property
+    def managed_hooks(self) -> tuple[str, ...]:
+        hooks = self.parameter("ManagedHooks", "nodecycle-launch,nodecycle-terminate")
+        return tuple(h.strip() for h in hooks.split(",") if h.strip())
+
+
+def find(session: boto3.Session, name: str) -> Deployment:
+    """The stack called ``name``; a stack that does not exist is one clear line."""
+    from botocore.exceptions import ClientError
+
+    cloudformation = session.client("cloudformation")
+    try:
+        stacks = cloudformation.describe_stacks(StackName=name)["Stacks"]
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") == "ValidationError":
+            raise CommandError(
+                f"no CloudFormation stack {name!r} in {cloudformation.meta.region_name} "
+                "(pass --region, or the name `sam deploy` was given)"
+            ) from None
+        raise
+    return from_description(stacks[0], cloudformation.meta.region_name)
+
+
+def from_description(stack: Mapping[str, Any], region: str) -> Deployment:
+    return Deployment(
+        name=stack["StackName"],
+        region=region,
+        outputs={o["OutputKey"]: o.get("OutputValue", "") for o in stack.get("Outputs") or []},
+        parameters={
+            p["ParameterKey"]: p.get("ResolvedValue", p.get("ParameterValue", ""))
+            for p in stack.get("Parameters") or []
+        },
+    )

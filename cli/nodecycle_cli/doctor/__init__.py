@@ -1,0 +1,302 @@
+"""``nodecycle doctor``: check a deployment against its account and cluster, and say what is wrong.
+
+    nodecycle doctor --stack NAME [--region R] [--kubeconfig F] [--context C] [--json]
+    nodecycle doctor --cluster NAME --group GROUP...       (before deploying: the cluster and the groups)
+
+With ``--stack`` the stack's outputs and parameters give the table, owner id, cluster, queues, rules, groups
+and settings (the sandbox registers its stack too: ``nodecycle doctor --stack nodecycle``). AWS is reached
+with the usual credential chain, the cluster with the kubeconfig. Checked:
+
+- the cluster's authentication mode (access entries need API or API_AND_CONFIG_MAP);
+- each function role's access entry, and what the identity it gives may do in the cluster (a
+  SubjectAccessReview of every call the function makes);
+- deploy/rbac.yaml applied as it is (and its budget Role in the stack's BudgetNamespace);
+- the budget ConfigMap readable as a budget document;
+- each managed group's hooks: present, named in ManagedHooks, a heartbeat timeout long enough for the
+  settings (HeartbeatMarginSeconds + WorkVisibilityTimeoutSeconds + ResumeGraceSeconds), the default result;
+- the EventBridge rules enabled; the dead-letter queues empty; no lifecycle stuck.
+
+Each finding says what is wrong, why it matters and the command that fixes it. Exit status: 0 all good,
+1 a problem or a warning, 2 nothing wrong found but some checks could not be made.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nodecycle_cli.cluster import add_kubeconfig_arguments, api_client, mismatch
+from nodecycle_cli.deployment import Deployment, add_stack_arguments, find, session
+from nodecycle_cli.doctor import aws_checks, cluster_checks
+from nodecycle_cli.doctor.findings import Finding, as_json, exit_status, render
+from nodecycle_cli.doctor.permissions import Identity
+from nodecycle_cli.failures import CommandError, explain
+
+if TYPE_CHECKING:
+    import boto3
+
+DEFAULTS = {  # the template's defaults, for a preflight before the stack exists
+    "HeartbeatMarginSeconds": "60",
+    "WorkVisibilityTimeoutSeconds": "150",
+    "ResumeGraceSeconds": "60",
+    "EipMode": "off",
+    "EipFailurePolicy": "abandon",
+    "ReadinessGate": "true",
+    "ReadinessFailureResult": "ABANDON",
+    "BudgetNamespace": "kube-system",
+    "KubernetesGroup": "nodecycle",
+    "ManagedHooks": "nodecycle-launch,nodecycle-terminate",
+    "ManagedByTag": "false",
+    "CreateAccessEntries": "true",
+}
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "doctor",
+        help="check a deployment: cluster access, hooks, rules, queues",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_stack_arguments(parser)
+    add_kubeconfig_arguments(parser)
+    parser.add_argument("--cluster", help="the EKS cluster to check (default: the stack's ClusterName)")
+    parser.add_argument(
+        "--group", action="append", default=[], help="an Auto Scaling group to check (default: the stack's)"
+    )
+    parser.add_argument(
+        "--rbac",
+        type=Path,
+        help="the RBAC manifest to compare with the cluster (default: deploy/rbac.yaml here)",
+    )
+    parser.add_argument("--json", action="store_true", help="the findings as JSON")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    aws = session(args)
+    deployment = find(aws, args.stack) if args.stack else None
+    if deployment is None and not (args.cluster or args.group):
+        raise CommandError(
+            "what to check? pass --stack NAME (or, before deploying, --cluster NAME and --group GROUP)"
+        )
+    doctor = Doctor(args, aws, deployment)
+    findings = doctor.examine()
+    if args.json:
+        print(json.dumps({"target": doctor.title(), "findings": as_json(findings)}, indent=2))
+    else:
+        print(render(doctor.title(), findings))
+    return exit_status(findings)
+
+
+class Doctor:
+    def __init__(self, args: argparse.Namespace, aws: boto3.Session, deployment: Deployment | None) -> None:
+        self._args = args
+        self._aws = aws
+        self._deployment = deployment
+        self._clients: dict[str, Any] = {}
+        self._mode_of: str | None = None  # the cluster's authentication mode, once read
+        self.cluster = args.cluster or (deployment.cluster if deployment else None)
+
+    def title(self) -> str:
+        where = self._aws.region_name or "(no region)"
+        if self._deployment is not None:
+            target = f"stack {self._deployment.name} (owner {self._deployment.outputs.get('OwnerId', '?')})"
+        else:
+            target = "no stack (a preflight of the cluster and groups)"
+        return f"nodecycle doctor: {target} in {where}, cluster {self.cluster or '(none)'}"
+
+    def parameter(self, name: str) -> str:
+        if self._deployment is not None and name in self._deployment.parameters:
+            return self._deployment.parameters[name]
+        return DEFAULTS[name]
+
+    def client(self, service: str) -> Any:
+        if service not in self._clients:
+            self._clients[service] = self._aws.client(service)  # type: ignore[call-overload]
+        return self._clients[service]
+
+    # -- the checks ---------------------------------------------------------------------------------
+
+    def examine(self) -> list[Finding]:
+        findings: list[Finding] = []
+        deployment = self._deployment
+        if deployment is not None:
+            findings += self._guard(
+                "eventbridge.rule",
+                lambda: aws_checks.rules(
+                    self.client("events"),
+                    {
+                        "lifecycle actions": deployment.output("LifecycleRuleName"),
+                        "sweeper schedule": deployment.output("SweepRuleName"),
+                    },
+                ),
+            )
+            findings += self._guard(
+                "queues.dead-letters",
+                lambda: aws_checks.dead_letters(
+                    self.client("sqs"),
+                    {
+                        what: deployment.output(f"{what.capitalize()}DeadLetterQueueUrl")
+                        for what in ("intake", "drain", "eip", "sweeper")
+                    },
+                ),
+            )
+            findings += self._guard("lifecycles.stuck", lambda: [self._stuck(deployment)])
+        findings += self._guard("hooks", self._hooks)
+        if self.cluster:
+            findings += self._cluster(self.cluster)
+        return findings
+
+    def _guard(self, check: str, run: Callable[[], list[Finding]]) -> list[Finding]:
+        """A check that cannot be made is a finding too, not the end of the examination."""
+        try:
+            return run()
+        except CommandError as error:
+            return [Finding.unchecked(check, str(error))]
+        except Exception as error:
+            reason = explain(error)
+            if getattr(self._args, "verbose", False):
+                raise
+            return [Finding.unchecked(check, reason or f"{type(error).__name__}: {error}")]
+
+    def _stuck(self, deployment: Deployment) -> Finding:
+        from nodecycle.adapters.aws.records import DynamoRecordStore
+
+        store = DynamoRecordStore(deployment.table, ttl=timedelta(days=1), dynamodb=self.client("dynamodb"))
+        grace = timedelta(seconds=int(self.parameter("ResumeGraceSeconds")))
+        return aws_checks.stuck_lifecycles(
+            store.open_records(deployment.owner), datetime.now(UTC), grace, deployment.name
+        )
+
+    def _hooks(self) -> list[Finding]:
+        autoscaling = self.client("autoscaling")
+        if self._args.group:
+            groups = list(self._args.group)
+        else:
+            assert self._deployment is not None
+            by_tag = self.parameter("ManagedByTag") == "true"
+            groups = aws_checks.managed_groups(
+                autoscaling, self._deployment.managed_groups, self._deployment.owner if by_tag else None
+            )
+        eip = self.parameter("EipMode") != "off"
+        gate = self.parameter("ReadinessGate") == "true" and bool(self.cluster)
+        transitions = []
+        if eip or gate:
+            transitions.append(aws_checks.LAUNCHING)
+        if eip or self.cluster:
+            transitions.append(aws_checks.TERMINATING)
+        abandons = (eip and self.parameter("EipFailurePolicy") == "abandon") or (
+            gate and self.parameter("ReadinessFailureResult") == "ABANDON"
+        )
+        rules = aws_checks.HookRules(
+            names=tuple(h.strip() for h in self.parameter("ManagedHooks").split(",") if h.strip()),
+            transitions=tuple(transitions),
+            min_heartbeat=sum(
+                int(self.parameter(name))
+                for name in ("HeartbeatMarginSeconds", "WorkVisibilityTimeoutSeconds", "ResumeGraceSeconds")
+            ),
+            launch_default="ABANDON" if abandons else "CONTINUE",
+        )
+        return aws_checks.hooks(autoscaling, groups, rules)
+
+    def _cluster(self, cluster: str) -> list[Finding]:
+        eks = self.client("eks")
+        found = self._guard("cluster.authentication-mode", lambda: [self._mode(eks, cluster)])
+        findings = list(found)
+        if self._mode_of is None:
+            return findings  # no cluster of that name, or it could not be read: nothing more to look at
+        try:
+            kube = api_client(self._args)
+        except Exception as error:
+            reason = explain(error) or f"{type(error).__name__}: {error}"
+            return [*findings, Finding.unchecked("cluster.kubeconfig", f"the cluster's objects: {reason}")]
+        findings += self._guard("cluster.kubeconfig", lambda: self._kubeconfig(kube, cluster))
+        namespace = self.parameter("BudgetNamespace")
+        budget_exists: list[bool | None] = [None]
+
+        def budget() -> list[Finding]:
+            finding, budget_exists[0] = cluster_checks.budget_configmap(kube, namespace)
+            return [finding]
+
+        findings += self._guard("cluster.budget", budget)
+        identities: list[Identity] = []
+        if self._deployment is not None:
+            findings += self._guard("cluster.access-entry", lambda: self._access(eks, cluster, identities))
+        if identities:
+            findings += self._guard(
+                "cluster.permissions",
+                lambda: cluster_checks.permissions(kube, identities, namespace, budget_exists[0]),
+            )
+        findings += self._guard("cluster.rbac-applied", lambda: self._rbac(kube, namespace))
+        return findings
+
+    def _mode(self, eks: Any, cluster: str) -> Finding:
+        finding, self._mode_of = cluster_checks.authentication_mode(eks, cluster)
+        if self._mode_of == "CONFIG_MAP" and self.parameter("CreateAccessEntries") == "false":
+            return Finding.warning(
+                finding.check,
+                f"cluster {cluster} authenticates through the aws-auth ConfigMap only (CONFIG_MAP), and the "
+                "stack creates no access entries (CreateAccessEntries=false)",
+                "the functions' roles must then be mapped in kube-system/aws-auth by hand, which the doctor "
+                "cannot check; access entries are what EKS recommends",
+                finding.fix,
+            )
+        return finding
+
+    def _kubeconfig(self, kube: Any, cluster: str) -> list[Finding]:
+        wrong = mismatch(kube, self._aws, cluster)
+        if wrong:
+            return [
+                Finding.problem(
+                    "cluster.kubeconfig",
+                    wrong,
+                    "the cluster checks below would look at another cluster",
+                    f"aws eks update-kubeconfig --name {cluster}",
+                )
+            ]
+        return [Finding.ok("cluster.kubeconfig", f"the kubeconfig's context is cluster {cluster}")]
+
+    def _access(self, eks: Any, cluster: str, identities: list[Identity]) -> list[Finding]:
+        assert self._deployment is not None
+        if self._mode_of not in cluster_checks.ACCESS_ENTRY_MODES:
+            return [
+                Finding.unchecked(
+                    "cluster.access-entry",
+                    "the functions' access entries: the cluster takes none (CONFIG_MAP)",
+                )
+            ]
+        roles = {
+            "drain": self._deployment.output("DrainFunctionRoleArn"),
+            "sweeper": self._deployment.output("SweeperFunctionRoleArn"),
+        }
+        findings, found = cluster_checks.access_entries(
+            eks, cluster, roles, self.parameter("KubernetesGroup")
+        )
+        identities += found
+        return findings
+
+    def _rbac(self, kube: Any, namespace: str) -> list[Finding]:
+        path = self._args.rbac or _find_manifest()
+        if path is None:
+            return [
+                Finding.unchecked(
+                    "cluster.rbac-applied",
+                    "no deploy/rbac.yaml here or above (run from the nodecycle checkout, or pass --rbac PATH)",
+                )
+            ]
+        manifest = cluster_checks.load_manifest(path)
+        return cluster_checks.rbac_applied(kube, manifest, str(path), namespace)
+
+
+def _find_manifest() -> Path | None:
+    here = Path.cwd().resolve()
+    for folder in (here, *here.parents):
+        candidate = folder / "deploy" / "rbac.yaml"
+        if candidate.is_file():
+            return candidate
+    return None

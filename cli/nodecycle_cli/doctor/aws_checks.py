@@ -1,0 +1,246 @@
+"""The doctor's checks on the AWS side: the managed groups' hooks, the EventBridge rules, the dead-letter
+queues, and lifecycles that stopped moving."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from nodecycle_cli.doctor.findings import Finding
+from nodecycle_cli.output import age
+
+LAUNCHING = "autoscaling:EC2_INSTANCE_LAUNCHING"
+TERMINATING = "autoscaling:EC2_INSTANCE_TERMINATING"
+MAX_RESUMES = 5  # the sweeper gives up resuming a lifecycle after this many (nodecycle.domain.sweep)
+
+
+@dataclass(frozen=True)
+class HookRules:
+    """What the stack's settings ask of its groups' hooks."""
+
+    names: tuple[str, ...]  # ManagedHooks ("*": any)
+    transitions: tuple[str, ...]  # the transitions nodecycle must hold
+    min_heartbeat: int  # HeartbeatMarginSeconds + WorkVisibilityTimeoutSeconds + ResumeGraceSeconds
+    launch_default: str  # the default result a launch hook should have: what nodecycle does on failure
+
+    def answers(self, hook: str) -> bool:
+        return "*" in self.names or hook in self.names
+
+
+def managed_groups(autoscaling: Any, names: Sequence[str], owner: str | None) -> list[str]:
+    """The groups named, and those tagged nodecycle:owner=<owner> when the stack manages by tag."""
+    found = list(names)
+    if owner:
+        pages = autoscaling.get_paginator("describe_auto_scaling_groups").paginate(
+            Filters=[{"Name": "tag:nodecycle:owner", "Values": [owner]}]
+        )
+        for page in pages:
+            found += [
+                g["AutoScalingGroupName"]
+                for g in page["AutoScalingGroups"]
+                if g["AutoScalingGroupName"] not in found
+            ]
+    return found
+
+
+def hooks(autoscaling: Any, groups: Sequence[str], rules: HookRules) -> list[Finding]:
+    if not groups:
+        return [
+            Finding.problem(
+                "hooks",
+                "the stack manages no Auto Scaling group (ManagedGroups is empty, and no group is tagged "
+                "nodecycle:owner for it)",
+                "no lifecycle action is ever answered",
+                "sam deploy --parameter-overrides ManagedGroups=<group names> (or tag the groups "
+                "nodecycle:owner=<owner id> with ManagedByTag=true)",
+            )
+        ]
+    existing = {
+        g["AutoScalingGroupName"]
+        for g in autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=list(groups))[
+            "AutoScalingGroups"
+        ]
+    }
+    findings = []
+    for group in groups:
+        if group not in existing:
+            findings.append(
+                Finding.problem(
+                    f"hooks.{group}",
+                    f"Auto Scaling group {group} does not exist",
+                    "ManagedGroups names it: a typo, or a group replaced under another name",
+                    "sam deploy --parameter-overrides ManagedGroups=<the right names>",
+                )
+            )
+            continue
+        found = autoscaling.describe_lifecycle_hooks(AutoScalingGroupName=group)["LifecycleHooks"]
+        findings += _group_hooks(group, found, rules)
+    return findings
+
+
+def _group_hooks(group: str, found: Sequence[Mapping[str, Any]], rules: HookRules) -> list[Finding]:
+    findings = []
+    check = f"hooks.{group}"
+    for transition in rules.transitions:
+        short = "launch" if transition == LAUNCHING else "terminate"
+        of_transition = [h for h in found if h["LifecycleTransition"] == transition]
+        ours = [h for h in of_transition if rules.answers(h["LifecycleHookName"])]
+        if not ours:
+            others = ", ".join(h["LifecycleHookName"] for h in of_transition)
+            default = (
+                "ABANDON" if transition == LAUNCHING and rules.launch_default == "ABANDON" else "CONTINUE"
+            )
+            findings.append(
+                Finding.problem(
+                    check,
+                    f"group {group} has no {short} hook that nodecycle answers"
+                    + (
+                        f" (its {short} hooks {others} are not in ManagedHooks: {', '.join(rules.names)})"
+                        if others
+                        else ""
+                    ),
+                    "without one, Auto Scaling does not wait for nodecycle: "
+                    + (
+                        "nodes are terminated undrained"
+                        if short == "terminate"
+                        else "instances go in service without their address or before their node is Ready"
+                    ),
+                    f"aws autoscaling put-lifecycle-hook --auto-scaling-group-name {group} --lifecycle-hook-name "
+                    f"nodecycle-{short} --lifecycle-transition {transition} --heartbeat-timeout "
+                    f"{max(600, rules.min_heartbeat)} --default-result {default}"
+                    + (f" (or add {others.split(', ')[0]} to ManagedHooks)" if others else ""),
+                )
+            )
+            continue
+        for hook in ours:
+            findings += _hook(group, hook, short, rules)
+    return findings or [Finding.ok(check, f"group {group}: no hook needed by these settings")]
+
+
+def _hook(group: str, hook: Mapping[str, Any], short: str, rules: HookRules) -> list[Finding]:
+    name, check = hook["LifecycleHookName"], f"hooks.{group}"
+    timeout, default = int(hook["HeartbeatTimeout"]), hook["DefaultResult"]
+    put = (
+        f"aws autoscaling put-lifecycle-hook --auto-scaling-group-name {group} --lifecycle-hook-name {name} "
+        f"--lifecycle-transition {hook['LifecycleTransition']}"
+    )
+    findings = []
+    if timeout < rules.min_heartbeat:
+        findings.append(
+            Finding.problem(
+                check,
+                f"hook {name} of group {group} has a heartbeat timeout of {timeout} s, under the "
+                f"{rules.min_heartbeat} s these settings need",
+                "a step retried after a crash (the work queue's visibility timeout, then the resume grace) can "
+                "come after the action timed out, plus the heartbeat margin: the action ends with its default "
+                "result, undrained",
+                f"{put} --heartbeat-timeout {max(600, rules.min_heartbeat)} --default-result {default}",
+            )
+        )
+    wanted = rules.launch_default if short == "launch" else "CONTINUE"
+    if default != wanted:
+        why = (
+            "if nodecycle cannot answer, ABANDON also skips the group's other terminate hooks (both results "
+            "terminate the instance)"
+            if short == "terminate"
+            else "if nodecycle cannot answer, CONTINUE puts the instance in service without its address or "
+            "before its node is Ready, while nodecycle itself would have abandoned it"
+        )
+        findings.append(
+            Finding.warning(
+                check,
+                f"hook {name} of group {group} defaults to {default}, not {wanted}",
+                why,
+                f"{put} --heartbeat-timeout {timeout} --default-result {wanted}",
+            )
+        )
+    return findings or [
+        Finding.ok(check, f"hook {name} of group {group}: heartbeat {timeout} s, default {default}")
+    ]
+
+
+def rules(events: Any, names: Mapping[str, str]) -> list[Finding]:
+    """Each EventBridge rule of the stack exists and is enabled."""
+    findings = []
+    for what, name in names.items():
+        check = "eventbridge.rule"
+        try:
+            state = events.describe_rule(Name=name)["State"]
+        except Exception as error:
+            if getattr(error, "response", {}).get("Error", {}).get("Code") != "ResourceNotFoundException":
+                raise
+            findings.append(
+                Finding.problem(
+                    check,
+                    f"EventBridge rule {name} ({what}) does not exist",
+                    "it was deleted outside the stack",
+                    "sam deploy (CloudFormation recreates it after a drift: or delete and redeploy the stack)",
+                )
+            )
+            continue
+        if state == "ENABLED":
+            findings.append(Finding.ok(check, f"EventBridge rule {name} ({what}) is enabled"))
+        else:
+            findings.append(
+                Finding.problem(
+                    check,
+                    f"EventBridge rule {name} ({what}) is {state}",
+                    "lifecycle actions no longer reach intake: hooks time out with their default result, nodes "
+                    "are terminated undrained"
+                    if what == "lifecycle actions"
+                    else "the sweeper no longer runs: nothing repairs lost lifecycles or frees stale slots and "
+                    "addresses, and no action near its global timeout is completed",
+                    f"aws events enable-rule --name {name}",
+                )
+            )
+    return findings
+
+
+def dead_letters(sqs: Any, queues: Mapping[str, str]) -> list[Finding]:
+    findings = []
+    for what, url in queues.items():
+        attributes = sqs.get_queue_attributes(
+            QueueUrl=url,
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        count = int(attributes.get("ApproximateNumberOfMessages", 0)) + int(
+            attributes.get("ApproximateNumberOfMessagesNotVisible", 0)
+        )
+        check = f"queues.dead-letters.{what}"
+        if count:
+            findings.append(
+                Finding.problem(
+                    check,
+                    f"{count} message{'s' if count != 1 else ''} in the {what} dead-letter queue",
+                    f"work that failed for good: see docs/runbook.md#{what}-dead-letters",
+                    f"aws sqs receive-message --queue-url {url} --max-number-of-messages 10 --attribute-names All "
+                    "--message-attribute-names All --visibility-timeout 0",
+                )
+            )
+        else:
+            findings.append(Finding.ok(check, f"the {what} dead-letter queue is empty"))
+    return findings
+
+
+def stuck_lifecycles(records: Iterable[Any], now: datetime, resume_grace: timedelta, stack: str) -> Finding:
+    """Open lifecycles whose next step is overdue by more than the resume grace: their message is lost and
+    nothing repaired it yet, or the sweeper gave up on them."""
+    check = "lifecycles.stuck"
+    overdue = sorted((r for r in records if r.overdue(now, resume_grace)), key=lambda r: r.due_at)
+    if not overdue:
+        return Finding.ok(check, "no lifecycle is overdue")
+    described = "; ".join(
+        f"{r.instance_id} {r.transition.short} at {r.step.value}, {age((now - r.due_at).total_seconds())} overdue"
+        + (f" (resumed {r.resumes} times: the sweeper gave up)" if r.resumes >= MAX_RESUMES else "")
+        for r in overdue[:10]
+    )
+    more = f" and {len(overdue) - 10} more" if len(overdue) > 10 else ""
+    return Finding.problem(
+        check,
+        f"{len(overdue)} lifecycle{'s' if len(overdue) != 1 else ''} stopped moving: {described}{more}",
+        "their drain or address step does not run: nodes wait cordoned, budget slots stay taken; the sweeper "
+        "completes each action near its global timeout, undrained if need be",
+        f"nodecycle status --stack {stack}; then docs/runbook.md#lifecycles-stuck",
+    )

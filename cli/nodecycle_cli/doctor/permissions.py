@@ -1,0 +1,110 @@
+"""What each function that talks to the cluster must be allowed to do there, and a SubjectAccessReview of it.
+
+The list follows the calls of ``nodecycle.adapters.kube`` (a test compares it with ``deploy/rbac.yaml``). The
+doctor asks the API server itself (``authorization.k8s.io/v1`` SubjectAccessReview) whether the identity the
+function's access entry gives it (its username and groups) may make each call, so what answers is the
+cluster's whole authorizer chain (RBAC, and EKS access policies), not a reading of the RBAC objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+BUDGET_NAME = "nodecycle-budget"
+
+
+@dataclass(frozen=True)
+class Need:
+    verb: str
+    resource: str
+    subresource: str = ""
+    namespaced: bool = False  # in the budget's namespace
+    name: str = ""
+    why: str = ""
+
+    def describe(self, namespace: str) -> str:
+        what = f"{self.resource}/{self.subresource}" if self.subresource else self.resource
+        where = f" {self.name}" if self.name else ""
+        scope = f" in {namespace}" if self.namespaced else ""
+        return f"{self.verb} {what}{where}{scope}"
+
+
+_BUDGET = (
+    Need("get", "configmaps", namespaced=True, name=BUDGET_NAME, why="read the disruption budget"),
+    Need("update", "configmaps", namespaced=True, name=BUDGET_NAME, why="take and release budget slots"),
+)
+# Only while the budget ConfigMap does not exist: the first writer creates it.
+CREATE_BUDGET = Need("create", "configmaps", namespaced=True, why="create the budget on first use")
+
+NEEDS: dict[str, tuple[Need, ...]] = {
+    "drain": (
+        Need("get", "nodes", why="read the node of a lifecycle"),
+        Need("list", "nodes", why="find a node by its instance"),
+        Need("patch", "nodes", why="cordon and annotate, then clear the annotations"),
+        Need("list", "pods", why="the pods of the node (a field selector)"),
+        Need("create", "pods", subresource="eviction", why="evict under PodDisruptionBudgets"),
+        Need("delete", "pods", why="the force timeout policy"),
+        *_BUDGET,
+    ),
+    "sweeper": (
+        Need("list", "nodes", why="nodes this stack left annotated; nodes still there"),
+        Need("patch", "nodes", why="clear leftover annotations"),
+        *_BUDGET,
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who a function is in the cluster: what its access entry maps its role to."""
+
+    function: str
+    username: str
+    groups: tuple[str, ...]
+
+
+class ReviewUnavailable(Exception):
+    """The API server cannot answer SubjectAccessReviews (not served, or the caller may not create them)."""
+
+
+def denied(api_client: Any, identity: Identity, needs: Sequence[Need], namespace: str) -> list[Need]:
+    """The needs the API server refuses to ``identity``; ReviewUnavailable when it cannot be asked."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    authorization = client.AuthorizationV1Api(api_client)
+    refused = []
+    for need in needs:
+        review = client.V1SubjectAccessReview(
+            spec=client.V1SubjectAccessReviewSpec(
+                user=identity.username,
+                # what the EKS authenticator adds to every authenticated identity
+                groups=[*identity.groups, "system:authenticated"],
+                resource_attributes=client.V1ResourceAttributes(
+                    group="",
+                    verb=need.verb,
+                    resource=need.resource,
+                    subresource=need.subresource or None,
+                    namespace=namespace if need.namespaced else None,
+                    name=need.name or None,
+                ),
+            )
+        )
+        try:
+            answer = authorization.create_subject_access_review(review)
+        except ApiException as error:
+            if error.status == 404:  # a POST to a path that is not served
+                raise ReviewUnavailable(
+                    "the API server does not serve SubjectAccessReview (authorization.k8s.io/v1)"
+                ) from None
+            if error.status == 403:
+                raise ReviewUnavailable(
+                    "you may not create SubjectAccessReviews (create on subjectaccessreviews, "
+                    "authorization.k8s.io): run the doctor as a cluster administrator"
+                ) from None
+            raise
+        if not (answer.status and answer.status.allowed):
+            refused.append(need)
+    return refused

@@ -1,0 +1,78 @@
+"""What went wrong around a command, in one line: missing credentials, kubeconfig, region, stack.
+
+A person who runs ``nodecycle status`` without AWS credentials or ``nodecycle budget show`` without a
+kubeconfig needs to read what to do, not a traceback (``-v`` still shows the traceback).
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+class CommandError(Exception):
+    """A problem the command found and explained itself (its message is the whole explanation)."""
+
+
+def explain(error: BaseException) -> str | None:
+    """One line for the errors the environment causes; None for anything else (a bug: keep the traceback)."""
+    cause: BaseException | None = error
+    while cause is not None:  # the product's adapters wrap some (a TransientError from a connection error)
+        if isinstance(cause, CommandError):
+            return str(cause)
+        for explainer in (_aws, _kubernetes):
+            reason = explainer(cause)
+            if reason is not None:
+                return reason
+        cause = cause.__cause__
+    return None
+
+
+def _aws(error: BaseException) -> str | None:
+    exceptions = sys.modules.get("botocore.exceptions")
+    if exceptions is None:
+        return None  # botocore was never imported: the error cannot be one of its own
+    if isinstance(error, exceptions.NoCredentialsError | exceptions.PartialCredentialsError):
+        return (
+            "no AWS credentials found (the usual chain: AWS_PROFILE, AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY, ~/.aws/config, SSO): run `aws configure` or `aws sso login`, or set AWS_PROFILE"
+        )
+    if isinstance(error, exceptions.NoRegionError):
+        return "no AWS region: set AWS_REGION (or AWS_DEFAULT_REGION), or pass --region"
+    if isinstance(error, exceptions.TokenRetrievalError | exceptions.SSOTokenLoadError):
+        return f"the AWS SSO session cannot be used ({error}): run `aws sso login`"
+    if isinstance(error, exceptions.EndpointConnectionError | exceptions.ConnectTimeoutError):
+        return f"cannot reach AWS: {error}"
+    if isinstance(error, exceptions.ClientError):
+        details = error.response.get("Error", {})
+        return f"AWS refused {error.operation_name}: {details.get('Code')}: {details.get('Message')}"
+    return None
+
+
+def _kubernetes(error: BaseException) -> str | None:
+    config = sys.modules.get("kubernetes.config.config_exception")
+    if config is not None and isinstance(error, config.ConfigException):
+        return (
+            f"no usable kubeconfig ({error}): set KUBECONFIG or pass --kubeconfig "
+            "(for EKS: aws eks update-kubeconfig --name CLUSTER)"
+        )
+    rest = sys.modules.get("kubernetes.client.exceptions")
+    if rest is not None and isinstance(error, rest.ApiException):
+        if error.status == 401:
+            return "the cluster refused the kubeconfig's credentials (401 Unauthorized): renew them"
+        if error.status == 403:
+            return f"the cluster forbids it (403): {_status_message(error)}"
+        return f"the Kubernetes API answered {error.status} {error.reason}: {_status_message(error)}"
+    urllib3 = sys.modules.get("urllib3.exceptions")
+    if urllib3 is not None and isinstance(error, urllib3.MaxRetryError | urllib3.NewConnectionError):
+        return f"cannot reach the Kubernetes API: {error}"
+    return None
+
+
+def _status_message(error: object) -> str:
+    import json
+
+    body = getattr(error, "body", None)
+    try:
+        return str(json.loads(body or "{}").get("message") or body)
+    except (TypeError, ValueError):
+        return str(body)

@@ -1,0 +1,145 @@
+"""What a deployment leaves in the account besides queues and tables, for operators' tools to find.
+
+CloudFormation would create the template's EventBridge rules (the ones SAM makes for ``EventBridgeRule`` and
+``Schedule`` events), its EKS access entries, and a stack whose outputs and parameters name it all. The
+runner creates them in the sandbox's AWS through the ordinary APIs, so that ``nodecycle doctor --stack``,
+``status --stack`` and the AWS CLI find them there as in an account, and so that what an operator changes
+there matters: a rule disabled with ``aws events disable-rule`` stops its deliveries (the runner asks before
+each one), an access entry creation refused by a ``CONFIG_MAP`` cluster fails the deployment, as it rolls a
+stack back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from nodecycle_sandbox.runner.functions import FunctionSpec, RuleTrigger, ScheduleTrigger
+from nodecycle_sandbox.runner.intrinsics import Intrinsics
+from nodecycle_sandbox.runner.resources import SandboxResources
+
+_RULE_EVENTS = ("EventBridgeRule", "CloudWatchEvent", "Schedule")
+
+
+@dataclass(frozen=True)
+class DeployedRule:
+    name: str
+    function: str  # logical id
+    event: str  # the event's name in the function's Events
+
+
+class StackDeployment:
+    """Creates the rules, access entries and the stack record; answers whether a rule is enabled."""
+
+    def __init__(
+        self,
+        template: Mapping[str, Any],
+        *,
+        stack_name: str,
+        intrinsics: Intrinsics,
+        resources: SandboxResources,
+        clients: Mapping[str, Any],
+    ) -> None:
+        self._template = template
+        self._stack = stack_name
+        self._intrinsics = intrinsics
+        self._resources = resources
+        self._events = clients["events"]
+        self._eks = clients["eks"]
+        self._cloudformation = clients["cloudformation"]
+        self.rules: dict[tuple[str, str], DeployedRule] = {}
+
+    def deploy(self, functions: list[FunctionSpec]) -> None:
+        self._create_rules(functions)
+        self._create_access_entries()
+        self._create_stack_record()
+
+    def enabled(self, function: str, event: str) -> bool:
+        """Whether the rule of ``function``'s ``event`` is enabled now (an operator may have disabled it)."""
+        rule = self.rules.get((function, event))
+        if rule is None:
+            return True
+        return str(self._events.describe_rule(Name=rule.name)["State"]) == "ENABLED"
+
+    # -- what is created ----------------------------------------------------------------------------
+
+    def _create_rules(self, functions: list[FunctionSpec]) -> None:
+        for spec in functions:
+            triggers: list[RuleTrigger | ScheduleTrigger] = [*spec.rules, *spec.schedules]
+            for trigger in triggers:
+                name = self._resources.ref(f"{spec.logical_id}{trigger.name}")
+                request: dict[str, Any] = {"Name": name, "State": "ENABLED"}
+                if isinstance(trigger, RuleTrigger):
+                    request["EventPattern"] = json.dumps(trigger.pattern)
+                else:
+                    request["ScheduleExpression"] = trigger.expression
+                    request["State"] = "ENABLED" if trigger.enabled else "DISABLED"
+                self._events.put_rule(**request)
+                self._events.put_targets(Rule=name, Targets=[{"Id": spec.logical_id, "Arn": spec.arn}])
+                self.rules[(spec.logical_id, trigger.name)] = DeployedRule(
+                    name, spec.logical_id, trigger.name
+                )
+
+    def _create_access_entries(self) -> None:
+        for logical_id, resource in self._template["Resources"].items():
+            if resource["Type"] != "AWS::EKS::AccessEntry" or not self._resources.exists(logical_id):
+                continue
+            properties = self._intrinsics.resolve(resource.get("Properties") or {})
+            request = {
+                "clusterName": properties["ClusterName"],
+                "principalArn": properties["PrincipalArn"],
+                "kubernetesGroups": list(properties.get("KubernetesGroups") or []),
+                "type": properties.get("Type", "STANDARD"),
+            }
+            if properties.get("Username"):
+                request["username"] = properties["Username"]
+            self._eks.create_access_entry(**request)
+
+    def _create_stack_record(self) -> None:
+        declared: Mapping[str, Any] = self._template.get("Parameters") or {}
+        parameters = {
+            name: {
+                "Type": "String",
+                **({"Description": spec["Description"]} if "Description" in spec else {}),
+            }
+            for name, spec in declared.items()
+        }
+        values = []
+        for name in declared:
+            value = self._intrinsics.parameter(name)
+            values.append(
+                {
+                    "ParameterKey": name,
+                    "ParameterValue": ",".join(value) if isinstance(value, list) else str(value),
+                }
+            )
+        outputs = {}
+        for name, output in (self._template.get("Outputs") or {}).items():
+            if "Condition" in output and not self._intrinsics.condition(output["Condition"]):
+                continue
+            value = self._intrinsics.resolve(output["Value"])
+            outputs[name] = {"Value": ",".join(value) if isinstance(value, list) else str(value)}
+            if "Description" in output:
+                outputs[name]["Description"] = output["Description"]
+        body = {
+            "AWSTemplateFormatVersion": "2010-09-09",
+            "Description": f"The sandbox's deployment of {self._stack}: its parameters and outputs.",
+            "Parameters": parameters,
+            # A stack needs a resource: a parameter naming the deployment, harmless in the sandbox.
+            "Resources": {
+                "Deployment": {
+                    "Type": "AWS::SSM::Parameter",
+                    "Properties": {
+                        "Name": f"/nodecycle-sandbox/{self._stack}",
+                        "Type": "String",
+                        "Value": "sandbox",
+                    },
+                }
+            },
+            "Outputs": outputs,
+        }
+        self._cloudformation.create_stack(
+            StackName=self._stack, TemplateBody=json.dumps(body), Parameters=values
+        )

@@ -1,0 +1,229 @@
+"""What operators rely on in template.yaml: every alarm has its runbook entry, every metric the code emits is
+on the dashboard (or knowingly left off it), and the queues, batches and concurrency fit the functions."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodecycle.settings import DrainSettings, SweeperSettings
+from nodecycle_sandbox.runner.cfn_yaml import load_template
+
+ROOT = Path(__file__).resolve().parents[2]
+TEMPLATE = load_template(ROOT / "template.yaml")
+RESOURCES: Mapping[str, Any] = TEMPLATE["Resources"]
+RUNBOOK = (ROOT / "docs" / "runbook.md").read_text()
+LEFT_OFF_TITLE = "## Metrics not on the dashboard"
+
+
+def resources_of(kind: str) -> dict[str, Mapping[str, Any]]:
+    return {name: r["Properties"] for name, r in RESOURCES.items() if r["Type"] == kind}
+
+
+def anchors(markdown: str) -> set[str]:
+    """GitHub's anchors of the headings: lower case, punctuation dropped, spaces to hyphens."""
+    found = set()
+    for line in markdown.splitlines():
+        if line.startswith("#"):
+            title = line.lstrip("#").strip().lower()
+            found.add(re.sub(r"\s", "-", re.sub(r"[^\w\s-]", "", title)))
+    return found
+
+
+def emitted_metrics() -> set[str]:
+    """Every metric name the product code emits through the Metrics port: ``.count("X"`` or ``.seconds("X"``."""
+    names = set()
+    for source in (ROOT / "layers" / "nodecycle").rglob("*.py"):
+        names |= set(re.findall(r"\.(?:count|seconds)\(\s*\"(\w+)\"", source.read_text()))
+    return names
+
+
+def dashboard_metrics() -> set[str]:
+    """The NodeCycle metrics the dashboard draws: its metric rows, and those its SEARCH expressions name."""
+    body, _ = RESOURCES["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
+    document = json.loads(re.sub(r"\$\{[^}]+\}", "x", body))
+    names: set[str] = set()
+    for widget in document["widgets"]:
+        namespace, metric = None, None
+        for row in widget["properties"]["metrics"]:
+            for item in row:
+                if isinstance(item, dict) and "expression" in item:
+                    names |= set(re.findall(r'MetricName="(\w+)"', item["expression"]))
+            if isinstance(row[0], dict) or row[0] == "...":
+                continue
+            namespace = namespace if row[0] == "." else row[0]
+            metric = metric if row[1] == "." else row[1]
+            if namespace == "NodeCycle":
+                names.add(str(metric))
+    return names
+
+
+def left_off_metrics() -> set[str]:
+    section = RUNBOOK.split(LEFT_OFF_TITLE, 1)[1].split("\n## ", 1)[0]
+    return set(re.findall(r"^- `(\w+)`", section, flags=re.M))
+
+
+def alarms() -> Iterator[tuple[str, Mapping[str, Any]]]:
+    yield from resources_of("AWS::CloudWatch::Alarm").items()
+
+
+def test_every_alarm_points_at_its_entry_in_the_runbook() -> None:
+    headings = anchors(RUNBOOK)
+    for name, alarm in alarms():
+        match = re.search(r"Runbook: docs/runbook\.md#([\w-]+)$", alarm["AlarmDescription"])
+        assert match, f"{name}: its AlarmDescription names no runbook entry"
+        assert match.group(1) in headings, f"{name}: docs/runbook.md has no entry #{match.group(1)}"
+        assert name.removesuffix("Alarm") in RUNBOOK, f"{name}: its runbook entry does not name it"
+
+
+def test_the_alarms_issue_twelve_asked_for_exist() -> None:
+    metrics = {alarm.get("MetricName") for _, alarm in alarms()}
+    assert {
+        "LifecyclesStuck",
+        "ReadinessTimeouts",
+        "EvictionErrors",
+        "ApproximateAgeOfOldestMessage",
+    } <= metrics
+    for function in ("Intake", "Drain", "Eip", "Sweeper"):
+        for metric in ("Errors", "Throttles"):
+            alarm = RESOURCES[f"{function}{metric}Alarm"]["Properties"]
+            assert (alarm["MetricName"], alarm["Dimensions"][0]["Value"]) == (
+                metric,
+                {"Ref": f"{function}Function"},
+            )
+    rejected = RESOURCES["RejectedEventsAlarm"]["Properties"]["Metrics"][0]["Expression"]["Fn::Sub"][0]
+    assert "SUM(LifecycleEventsRejected)" in rejected
+
+
+def test_every_metric_the_code_emits_is_on_the_dashboard_or_listed_as_left_off() -> None:
+    emitted, drawn, left_off = emitted_metrics(), dashboard_metrics(), left_off_metrics()
+    assert len(emitted) > 25  # the scan found the code's metrics
+    assert not emitted - drawn - left_off, "add them to the dashboard or to the runbook's list"
+    assert not drawn & left_off, "a metric both on the dashboard and listed as left off"
+    assert not (drawn | left_off) - emitted, "the dashboard or the list names a metric nothing emits"
+
+
+def test_alarms_on_nodecycle_metrics_watch_metrics_the_code_emits() -> None:
+    watched = {a["MetricName"] for _, a in alarms() if a.get("Namespace") == "NodeCycle"}
+    assert watched <= emitted_metrics()
+
+
+def test_the_collection_of_metric_names_fails_on_a_metric_nowhere(tmp_path: Path) -> None:
+    # the scan itself: a name that is neither drawn nor listed is caught
+    emitted = {*emitted_metrics(), "SomethingNew"}
+    assert emitted - dashboard_metrics() - left_off_metrics() == {"SomethingNew"}
+
+
+def test_a_failed_intake_event_has_one_way_to_its_dead_letter_queue() -> None:
+    intake = RESOURCES["IntakeFunction"]["Properties"]
+    assert "DeadLetterQueue" not in intake
+    assert intake["EventInvokeConfig"]["DestinationConfig"]["OnFailure"]["Destination"] == {
+        "Fn::GetAtt": ["IntakeDeadLetterQueue", "Arn"]
+    }
+
+
+def test_sweeper_failures_have_their_own_dead_letter_queue() -> None:
+    sweeper = RESOURCES["SweeperFunction"]["Properties"]
+    own = {"Fn::GetAtt": ["SweeperDeadLetterQueue", "Arn"]}
+    assert sweeper["EventInvokeConfig"]["DestinationConfig"]["OnFailure"]["Destination"] == own
+    assert sweeper["Events"]["Sweep"]["Properties"]["DeadLetterConfig"]["Arn"] == own
+    assert RESOURCES["SweeperDeadLettersAlarm"]["Properties"]["Dimensions"][0]["Value"] == {
+        "Fn::GetAtt": ["SweeperDeadLetterQueue", "QueueName"]
+    }
+
+
+def _default(name: str) -> int:
+    return int(TEMPLATE["Parameters"][name]["Default"])
+
+
+def test_queue_mappings_fit_their_functions() -> None:
+    functions = resources_of("AWS::Serverless::Function")
+    queues = resources_of("AWS::SQS::Queue")
+    for name, function in functions.items():
+        for event in (function.get("Events") or {}).values():
+            if event["Type"] != "SQS":
+                continue
+            mapping = event["Properties"]
+            queue = queues[mapping["Queue"]["Fn::GetAtt"][0]]
+            visibility = queue["VisibilityTimeout"]
+            visibility = _default(visibility["Ref"]) if isinstance(visibility, dict) else visibility
+            # Lambda refuses a mapping whose queue's visibility timeout is shorter than the function's
+            assert visibility >= 1.5 * function["Timeout"], name
+            # the mapping never invokes beyond what is reserved for the function: it is never throttled
+            maximum, reserved = (
+                mapping["ScalingConfig"]["MaximumConcurrency"],
+                function["ReservedConcurrentExecutions"],
+            )
+            assert maximum == reserved if isinstance(maximum, dict) else maximum <= reserved, name
+    assert (
+        RESOURCES["IntakeQueue"]["Properties"]["VisibilityTimeout"]
+        == 6 * functions["IntakeFunction"]["Timeout"]
+    )
+    for worker in ("DrainFunction", "EipFunction"):
+        assert functions[worker]["Events"]["Work"]["Properties"]["BatchSize"] == 1
+    assert functions["SweeperFunction"]["ReservedConcurrentExecutions"] == 1
+    assert functions["DrainFunction"]["ReservedConcurrentExecutions"] == {"Ref": "DrainConcurrency"}
+
+
+@pytest.mark.parametrize("settings", [DrainSettings, SweeperSettings])
+def test_the_templates_defaults_pass_the_settings_checks(
+    settings: type[DrainSettings | SweeperSettings],
+) -> None:
+    # The queues' visibility timeout feeds the heartbeat timing and the holder TTL rule: the defaults must
+    # agree with what the functions check at their cold start.
+    environment = {
+        "NODECYCLE_OWNER_ID": "stack-a",
+        "NODECYCLE_RECORD_TABLE": "t",
+        "NODECYCLE_DRAIN_QUEUE_URL": "q",
+        "NODECYCLE_EIP_QUEUE_URL": "q",
+    }
+    variables = TEMPLATE["Globals"]["Function"]["Environment"]["Variables"]
+    for variable, value in variables.items():
+        if isinstance(value, dict) and set(value) == {"Ref"} and value["Ref"] in TEMPLATE["Parameters"]:
+            environment.setdefault(variable, str(TEMPLATE["Parameters"][value["Ref"]]["Default"]))
+    settings.from_env(environment)
+
+
+def test_what_the_doctor_checks_each_function_may_do_is_what_deploy_rbac_grants() -> None:
+    """The doctor's list of each function's calls and the RBAC manifest must not drift apart: every call the
+    doctor reviews is granted by some rule of deploy/rbac.yaml (in the template's default BudgetNamespace)."""
+    import yaml
+
+    from nodecycle_cli.doctor.permissions import NEEDS
+
+    namespace = TEMPLATE["Parameters"]["BudgetNamespace"]["Default"]
+    with (ROOT / "deploy" / "rbac.yaml").open() as stream:
+        objects = [o for o in yaml.safe_load_all(stream) if o and o["kind"] in ("Role", "ClusterRole")]
+
+    def granted(verb: str, resource: str, name: str, namespaced: bool) -> bool:
+        for role in objects:
+            if role["kind"] == "Role" and (not namespaced or role["metadata"]["namespace"] != namespace):
+                continue
+            for rule in role["rules"]:
+                names = rule.get("resourceNames") or []
+                if (
+                    "" in rule["apiGroups"]
+                    and resource in rule["resources"]
+                    and verb in rule["verbs"]
+                    and (not names or name in names)
+                ):
+                    return True
+        return False
+
+    for function, needs in NEEDS.items():
+        for need in needs:
+            resource = f"{need.resource}/{need.subresource}" if need.subresource else need.resource
+            assert granted(need.verb, resource, need.name, need.namespaced), (
+                f"{function}: {need.describe(namespace)}"
+            )
+
+
+def test_the_doctors_defaults_for_a_preflight_are_the_templates() -> None:
+    from nodecycle_cli.doctor import DEFAULTS
+
+    assert {name: str(TEMPLATE["Parameters"][name]["Default"]) for name in DEFAULTS} == DEFAULTS

@@ -1,0 +1,403 @@
+"""``nodecycle doctor`` against a sandbox, correct and then misconfigured in each way an operator can get
+wrong, one at a time: the doctor names each problem and the command that fixes it.
+
+One sandbox for the module: each test plants its misconfiguration through the ordinary APIs (events,
+autoscaling, eks, sqs, the Kubernetes API) and takes it away again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from nodecycle.adapters.aws.records import DynamoRecordStore
+from nodecycle.domain.model import LifecycleRecord, Step, Transition
+from nodecycle_cli.main import main
+from nodecycle_sandbox import Sandbox, SandboxOptions
+from nodecycle_sandbox.aws.group import GroupSpec, HookSpec, default_hooks
+from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING
+
+ROOT = Path(__file__).resolve().parents[3]
+STACK = "nodecycle"
+GROUP = "nodecycle-workers"
+SAR_NOT_SERVED = "the API server does not serve SubjectAccessReview (authorization.k8s.io/v1)"
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> Iterator[Sandbox]:
+    # Given a deployment as the README describes it: hooks of 600 s, the stack's access entries
+    options = SandboxOptions(root=ROOT, group=GroupSpec(name=GROUP, size=2, hooks=default_hooks(600)))
+    with Sandbox(options) as started:
+        started.asg.wait_in_service(2, timeout=90)
+        yield started
+
+
+@dataclass
+class Doctor:
+    sandbox: Sandbox
+    kubeconfig: Path
+    capsys: pytest.CaptureFixture[str]
+
+    def __call__(self, *argv: str) -> tuple[int, list[dict[str, str]]]:
+        """Run ``nodecycle doctor ARGV --json``: its exit status and findings."""
+        self.capsys.readouterr()
+        status = main(["doctor", *argv, "--json"])
+        return status, json.loads(self.capsys.readouterr().out)["findings"]
+
+    def text(self, *argv: str) -> tuple[int, str]:
+        self.capsys.readouterr()
+        status = main(["doctor", *argv])
+        return status, self.capsys.readouterr().out
+
+    def client(self, service: str) -> Any:
+        return self.sandbox.client(service)
+
+
+@pytest.fixture
+def doctor(
+    sandbox: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Doctor:
+    """An operator's shell on the sandbox: its endpoint and credentials, a kubeconfig, the repository's
+    deploy/rbac.yaml at hand."""
+    env = sandbox.env
+    for name in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(name, env[name])
+    kubeconfig = sandbox.kube.write_kubeconfig(tmp_path / "kubeconfig")
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.chdir(ROOT)
+    return Doctor(sandbox, kubeconfig, capsys)
+
+
+def not_ok(findings: list[dict[str, str]]) -> list[dict[str, str]]:
+    return [f for f in findings if f["status"] != "ok"]
+
+
+def only(findings: list[dict[str, str]], check: str) -> dict[str, str]:
+    (found,) = [f for f in not_ok(findings) if f["check"] == check or f["check"].startswith(check + ".")]
+    return found
+
+
+def test_a_correct_deployment_has_no_problem_and_says_what_it_could_not_check(doctor: Doctor) -> None:
+    status, findings = doctor("--stack", STACK)
+
+    # Then everything it can see is right; today's sandbox serves neither SubjectAccessReview nor RBAC
+    # objects, which the doctor says instead of guessing (exit status 2: nothing wrong, not everything seen)
+    assert {f["status"] for f in findings} == {"ok", "unchecked"}
+    assert {(f["check"], f["what"]) for f in not_ok(findings)} == {
+        ("cluster.permissions.drain", f"cannot check: what the drain function may do: {SAR_NOT_SERVED}"),
+        ("cluster.permissions.sweeper", f"cannot check: what the sweeper function may do: {SAR_NOT_SERVED}"),
+        ("cluster.rbac-applied", "cannot check: the API server does not serve rbac.authorization.k8s.io/v1"),
+    }
+    assert status == 2
+    checks = {f["check"] for f in findings}
+    assert {
+        "eventbridge.rule",
+        "queues.dead-letters.drain",
+        "lifecycles.stuck",
+        f"hooks.{GROUP}",
+        "cluster.authentication-mode",
+        "cluster.kubeconfig",
+        "cluster.budget",
+        "cluster.access-entry.drain",
+        "cluster.access-entry.sweeper",
+    } <= checks
+
+
+def test_the_text_report_says_what_why_and_how_to_fix(doctor: Doctor) -> None:
+    rule = f"{STACK}-IntakeFunctionLifecycleActions"
+    events = doctor.client("events")
+    events.disable_rule(Name=rule)
+    try:
+        status, text = doctor.text("--stack", STACK)
+    finally:
+        events.enable_rule(Name=rule)
+    assert status == 1
+    assert f"PROBLEM  EventBridge rule {rule} (lifecycle actions) is DISABLED" in text
+    assert "why: lifecycle actions no longer reach intake" in text
+    assert f"fix: aws events enable-rule --name {rule}" in text
+    assert "1 problems, 0 warnings, 3 checks not made" in text
+
+
+def test_a_disabled_sweeper_schedule_is_a_problem(doctor: Doctor) -> None:
+    rule = f"{STACK}-SweeperFunctionSweep"
+    events = doctor.client("events")
+    events.disable_rule(Name=rule)
+    try:
+        status, findings = doctor("--stack", STACK)
+    finally:
+        events.enable_rule(Name=rule)
+    found = only(findings, "eventbridge.rule")
+    assert (status, found["status"]) == (1, "problem")
+    assert "the sweeper no longer runs" in found["why"]
+
+
+def test_messages_in_a_dead_letter_queue_are_counted_with_the_command_to_read_them(doctor: Doctor) -> None:
+    sqs = doctor.client("sqs")
+    url = doctor.sandbox.runner.queue("DrainDeadLetterQueue").url
+    for _ in range(2):
+        sqs.send_message(QueueUrl=url, MessageBody='{"record_id": "x", "seq": 0, "step": "evict"}')
+    try:
+        status, findings = doctor("--stack", STACK)
+    finally:
+        sqs.purge_queue(QueueUrl=url)
+    found = only(findings, "queues.dead-letters")
+    assert (status, found["check"], found["what"]) == (
+        1,
+        "queues.dead-letters.drain",
+        "2 messages in the drain dead-letter queue",
+    )
+    assert found["fix"].startswith(f"aws sqs receive-message --queue-url {url}")
+
+
+@pytest.fixture
+def hooks(doctor: Doctor) -> Iterator[Callable[..., None]]:
+    """Change the group's hooks for one test; the README's hooks are put back afterwards."""
+    autoscaling = doctor.client("autoscaling")
+
+    def change(*, delete: str | None = None, put: HookSpec | None = None) -> None:
+        if delete:
+            autoscaling.delete_lifecycle_hook(AutoScalingGroupName=GROUP, LifecycleHookName=delete)
+        if put:
+            doctor.sandbox.asg.put_hook(put)
+
+    yield change
+    for hook in autoscaling.describe_lifecycle_hooks(AutoScalingGroupName=GROUP)["LifecycleHooks"]:
+        autoscaling.delete_lifecycle_hook(
+            AutoScalingGroupName=GROUP, LifecycleHookName=hook["LifecycleHookName"]
+        )
+    for hook in default_hooks(600):
+        doctor.sandbox.asg.put_hook(hook)
+
+
+def test_a_group_without_a_terminate_hook_is_a_problem(doctor: Doctor, hooks: Callable[..., None]) -> None:
+    hooks(delete="nodecycle-terminate")
+
+    status, findings = doctor("--stack", STACK)
+
+    found = only(findings, "hooks")
+    assert status == 1
+    assert found["what"] == f"group {GROUP} has no terminate hook that nodecycle answers"
+    assert "nodes are terminated undrained" in found["why"]
+    assert found["fix"] == (
+        f"aws autoscaling put-lifecycle-hook --auto-scaling-group-name {GROUP} --lifecycle-hook-name "
+        f"nodecycle-terminate --lifecycle-transition {TERMINATING} --heartbeat-timeout 600 --default-result CONTINUE"
+    )
+
+
+def test_a_hook_whose_name_is_not_in_managed_hooks_is_named(
+    doctor: Doctor, hooks: Callable[..., None]
+) -> None:
+    hooks(delete="nodecycle-terminate", put=HookSpec("drain-me", TERMINATING, 600, "CONTINUE"))
+
+    _, findings = doctor("--stack", STACK)
+
+    found = only(findings, "hooks")
+    assert (
+        "its terminate hooks drain-me are not in ManagedHooks: nodecycle-launch, nodecycle-terminate"
+        in (found["what"])
+    )
+    assert found["fix"].endswith("(or add drain-me to ManagedHooks)")
+
+
+def test_a_heartbeat_timeout_too_short_for_the_settings_is_a_problem(
+    doctor: Doctor, hooks: Callable[..., None]
+) -> None:
+    # Given a terminate hook of 240 s, under 60 (margin) + 150 (visibility) + 60 (resume grace)
+    hooks(put=HookSpec("nodecycle-terminate", TERMINATING, 240, "CONTINUE"))
+
+    status, findings = doctor("--stack", STACK)
+
+    found = only(findings, "hooks")
+    assert (status, found["status"]) == (1, "problem")
+    assert found["what"] == (
+        f"hook nodecycle-terminate of group {GROUP} has a heartbeat timeout of 240 s, under the 270 s these "
+        "settings need"
+    )
+    assert "--heartbeat-timeout 600 --default-result CONTINUE" in found["fix"]
+
+
+def test_a_launch_hook_that_continues_when_nodecycle_would_abandon_is_a_warning(
+    doctor: Doctor, hooks: Callable[..., None]
+) -> None:
+    hooks(put=HookSpec("nodecycle-launch", LAUNCHING, 600, "CONTINUE"))
+
+    status, findings = doctor("--stack", STACK)
+
+    found = only(findings, "hooks")
+    assert (status, found["status"]) == (1, "warning")
+    assert found["what"] == f"hook nodecycle-launch of group {GROUP} defaults to CONTINUE, not ABANDON"
+    assert found["fix"].endswith("--heartbeat-timeout 600 --default-result ABANDON")
+
+
+def test_a_missing_access_entry_is_a_problem_with_the_command_that_creates_it(doctor: Doctor) -> None:
+    eks = doctor.client("eks")
+    role = f"arn:aws:iam::123456789012:role/{STACK}-SweeperFunctionRole"
+    entry = eks.describe_access_entry(clusterName="sandbox", principalArn=role)["accessEntry"]
+    eks.delete_access_entry(clusterName="sandbox", principalArn=role)
+    try:
+        status, findings = doctor("--stack", STACK)
+    finally:
+        eks.create_access_entry(
+            clusterName="sandbox", principalArn=role, kubernetesGroups=entry["kubernetesGroups"]
+        )
+    found = only(findings, "cluster.access-entry")
+    assert (status, found["check"]) == (1, "cluster.access-entry.sweeper")
+    assert found["fix"].startswith(
+        f"aws eks create-access-entry --cluster-name sandbox --principal-arn {role} --kubernetes-groups nodecycle"
+    )
+    # without an entry there is no identity to review: only the drain function's permissions are asked
+    assert [f["check"] for f in findings if f["check"].startswith("cluster.permissions")] == [
+        "cluster.permissions.drain"
+    ]
+
+
+def test_a_cluster_in_config_map_mode_is_a_problem(doctor: Doctor) -> None:
+    # Given another cluster, created through the EKS API without an access configuration (CONFIG_MAP)
+    eks = doctor.client("eks")
+    eks.create_cluster(name="legacy", roleArn="arn:aws:iam::123456789012:role/eks", resourcesVpcConfig={})
+
+    status, findings = doctor("--stack", STACK, "--cluster", "legacy")
+
+    mode = only(findings, "cluster.authentication-mode")
+    assert status == 1
+    assert (
+        mode["what"]
+        == "cluster legacy authenticates through the aws-auth ConfigMap only (authentication mode CONFIG_MAP)"
+    )
+    assert mode["fix"].startswith(
+        "aws eks update-cluster-config --name legacy --access-config authenticationMode=API_AND_CONFIG_MAP"
+    )
+    # and the kubeconfig, which points at the sandbox's cluster, is not that cluster's
+    assert only(findings, "cluster.kubeconfig")["fix"] == "aws eks update-kubeconfig --name legacy"
+    assert only(findings, "cluster.access-entry")["status"] == "unchecked"
+
+
+def test_a_budget_configmap_that_is_not_a_budget_is_a_problem(doctor: Doctor) -> None:
+    core = client.CoreV1Api(doctor.sandbox.kube.api_client())
+    core.create_namespaced_config_map(
+        "kube-system",
+        client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name="nodecycle-budget"), data={"budget.json": "{oops"}
+        ),
+    )
+    try:
+        status, findings = doctor("--stack", STACK)
+    finally:
+        core.delete_namespaced_config_map("nodecycle-budget", "kube-system")
+    found = only(findings, "cluster.budget")
+    assert status == 1
+    assert found["what"].startswith("ConfigMap kube-system/nodecycle-budget is not a budget document")
+    assert "kubectl -n kube-system get configmap nodecycle-budget -o yaml" in found["fix"]
+
+
+def test_a_lifecycle_that_stopped_moving_is_named(doctor: Doctor) -> None:
+    # Given an open lifecycle whose next step was due 10 minutes ago (its message lost, not repaired yet)
+    runner = doctor.sandbox.runner
+    store = DynamoRecordStore(
+        runner.table("LifecycleTable").name, ttl=timedelta(days=1), dynamodb=doctor.client("dynamodb")
+    )
+    now = datetime.now(UTC)
+    record = LifecycleRecord(
+        id=f"i-0123456789abcdef0/terminate/{'1' * 8}-1111-4111-8111-{'1' * 12}",
+        group=GROUP,
+        hook="nodecycle-terminate",
+        instance_id="i-0123456789abcdef0",
+        token=f"{'1' * 8}-1111-4111-8111-{'1' * 12}",
+        transition=Transition.TERMINATING,
+        owner=STACK,
+        plan=(Step.ACQUIRE_SLOT, Step.CORDON, Step.EVICT, Step.COMPLETE, Step.CLEANUP, Step.DONE),
+        step=Step.EVICT,
+        seq=3,
+        received_at=now - timedelta(minutes=12),
+        started_at=now - timedelta(minutes=12),
+        updated_at=now - timedelta(minutes=11),
+        due_at=now - timedelta(minutes=10),
+        heartbeat_timeout=600,
+        heartbeat_deadline=now + timedelta(minutes=5),
+        global_deadline=now + timedelta(hours=16),
+        node="ip-10-0-1-1.eu-west-1.compute.internal",
+    )
+    assert store.create(record)
+    try:
+        status, findings = doctor("--stack", STACK)
+    finally:
+        doctor.client("dynamodb").delete_item(
+            TableName=runner.table("LifecycleTable").name, Key={"id": {"S": record.id}}
+        )
+    found = only(findings, "lifecycles.stuck")
+    assert status == 1
+    assert found["what"].startswith(
+        "1 lifecycle stopped moving: i-0123456789abcdef0 terminate at evict, 10m0"
+    )
+    assert found["fix"] == f"nodecycle status --stack {STACK}; then docs/runbook.md#lifecycles-stuck"
+
+
+def test_before_deploying_it_checks_the_cluster_and_the_groups_given(doctor: Doctor) -> None:
+    status, findings = doctor("--cluster", "sandbox", "--group", GROUP, "--group", "nodes-typo")
+
+    assert status == 1
+    found = only(findings, "hooks")
+    assert found["what"] == "Auto Scaling group nodes-typo does not exist"
+    assert not any(f["check"].startswith(("eventbridge", "queues", "cluster.access-entry")) for f in findings)
+
+
+def test_no_stack_is_one_line_naming_it(doctor: Doctor, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["doctor", "--stack", "nope"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "nodecycle doctor: no CloudFormation stack 'nope' in eu-west-1 (pass --region, or the name `sam deploy` "
+        "was given)"
+    )
+
+
+# -- the other commands, by stack name ------------------------------------------------------------------
+
+
+def test_status_finds_the_table_and_owner_from_the_stack_and_prints_json(
+    doctor: Doctor, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    assert main(["status", "--stack", STACK, "--all", "--json"]) == 0
+    records = json.loads(capsys.readouterr().out)
+    instances = set(doctor.sandbox.asg.in_state("InService"))
+    assert {(r["instance_id"], r["step"], r["outcome"]) for r in records} == {
+        (instance, "done", "node-ready") for instance in instances
+    }
+
+
+def test_budget_show_takes_the_namespace_from_the_stack(
+    doctor: Doctor, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    assert main(["budget", "show", "--stack", STACK, "--json"]) == 0
+    out = capsys.readouterr()
+    assert out.out == "null\n"  # JSON, for a script...
+    # ...and for its person the note, and no warning: the kubeconfig is the stack's cluster's
+    assert out.err.startswith("No budget yet: ConfigMap kube-system/nodecycle-budget does not exist")
+    assert "warning" not in out.err
+
+
+def test_budget_show_warns_when_the_kubeconfig_is_another_clusters(
+    doctor: Doctor, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a kubeconfig whose server is not the stack's cluster (nothing listens there)
+    other = tmp_path / "other"
+    other.write_text(doctor.kubeconfig.read_text().replace(doctor.sandbox.kube.url, "https://127.0.0.1:1"))
+
+    status = main(["budget", "show", "--stack", STACK, "--kubeconfig", str(other)])
+
+    # Then it says so before trying, and the failure to connect is one line
+    err = capsys.readouterr().err.splitlines()
+    assert status == 2
+    assert err[0] == (
+        "warning: the kubeconfig's context points at https://127.0.0.1:1, but the stack's cluster sandbox is at "
+        f"{doctor.sandbox.kube.url}: pass --context, or run `aws eks update-kubeconfig --name sandbox`"
+    )
+    assert err[1].startswith("nodecycle budget: cannot reach the Kubernetes API")
+    assert len(err) == 2
