@@ -78,8 +78,8 @@ class LifecycleRepair:
             except Exception:  # one lifecycle's failure must not stop the repair of the others
                 log.exception("could not repair lifecycle %s", record.id)
                 counts["RepairsFailed"] += 1
-        for name in ("LifecyclesStuck", "LifecyclesStalled"):
-            self._metrics.count(name, counts[name])
+        self._metrics.count("LifecyclesStuck", counts["LifecyclesStuck"])
+        self._metrics.count("LifecyclesStalled", counts["LifecyclesStalled"])
         if counts["RepairsFailed"]:
             raise SweepFailed(f"{counts['RepairsFailed']} lifecycles could not be repaired (the others were)")
         return counts
