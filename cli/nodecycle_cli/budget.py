@@ -20,7 +20,7 @@ from nodecycle.domain.budget import BudgetDocument, BudgetView, Holder, view_of
 from nodecycle.domain.budget.rules import force_release
 from nodecycle_cli.output import age, table
 
-DEFAULT_NAMESPACE = "kube-system"  # the default of the BudgetNamespace stack parameter
+DEFAULT_NAMESPACE = "nodecycle"  # the default of the BudgetNamespace stack parameter
 DEFAULT_NAME = "nodecycle-budget"
 
 
@@ -61,9 +61,10 @@ def show_budget(args: argparse.Namespace) -> int:
     doc = _store(args).read()
     if doc is None:
         print(
-            f"No budget yet: ConfigMap {args.namespace}/{args.name} does not exist (the first drain creates it)."
+            f"No budget: ConfigMap {args.namespace}/{args.name} does not exist, and nodecycle does not create it."
+            f" Apply it with the RBAC: nodecycle rbac --namespace {args.namespace} | kubectl apply -f -"
         )
-        return 0
+        return 1
     view = view_of(doc, datetime.now(UTC))
     if args.output == "json":
         print(view.model_dump_json(indent=2))

@@ -91,5 +91,5 @@ def _principals(value: Any, source: str) -> Mapping[str, tuple[str, ...]]:
     if value == "*":
         return {"*": ("*",)}
     if not isinstance(value, Mapping):
-        raise PolicyError(f"{source}: Principal must be \"*\" or a mapping, got {value!r}")
+        raise PolicyError(f'{source}: Principal must be "*" or a mapping, got {value!r}')
     return {kind: _strings(ids, source) for kind, ids in value.items()}

@@ -78,8 +78,12 @@ def test_string_equals_needs_the_key_and_one_of_the_values() -> None:
     statement = allow(
         "ec2:ReleaseAddress", EIP, Condition={"StringEquals": {"aws:ResourceTag/nodecycle:owner": ["a", "b"]}}
     )
-    assert decide([statement], "ec2:ReleaseAddress", EIP, **{"aws:ResourceTag/nodecycle:owner": "b"}) == "allow"
-    assert decide([statement], "ec2:ReleaseAddress", EIP, **{"aws:ResourceTag/nodecycle:owner": "c"}) != "allow"
+    assert (
+        decide([statement], "ec2:ReleaseAddress", EIP, **{"aws:ResourceTag/nodecycle:owner": "b"}) == "allow"
+    )
+    assert (
+        decide([statement], "ec2:ReleaseAddress", EIP, **{"aws:ResourceTag/nodecycle:owner": "c"}) != "allow"
+    )
     assert decide([statement], "ec2:ReleaseAddress", EIP) is Decision.IMPLICIT_DENY  # no such tag
 
 
@@ -101,8 +105,12 @@ def test_every_operator_and_every_key_of_a_block_must_hold() -> None:
     good = {"ec2:CreateAction": "AllocateAddress", "aws:RequestTag/nodecycle:owner": "a"}
     tags = {"aws:TagKeys": ["nodecycle:owner", "nodecycle:group"]}
     assert decide([statement], "ec2:CreateTags", **good, **tags) is Decision.ALLOW
-    assert decide([statement], "ec2:CreateTags", **{**good, "ec2:CreateAction": "CreateTags"}, **tags) != "allow"
-    assert decide([statement], "ec2:CreateTags", **good, **{"aws:TagKeys": ["nodecycle:owner", "x"]}) != "allow"
+    assert (
+        decide([statement], "ec2:CreateTags", **{**good, "ec2:CreateAction": "CreateTags"}, **tags) != "allow"
+    )
+    assert (
+        decide([statement], "ec2:CreateTags", **good, **{"aws:TagKeys": ["nodecycle:owner", "x"]}) != "allow"
+    )
 
 
 def test_negated_operators_hold_when_the_key_is_missing() -> None:
@@ -113,7 +121,9 @@ def test_negated_operators_hold_when_the_key_is_missing() -> None:
 
 
 def test_if_exists_holds_when_the_key_is_missing() -> None:
-    statement = allow("ec2:ReleaseAddress", EIP, Condition={"StringEqualsIfExists": {"aws:ResourceTag/o": "a"}})
+    statement = allow(
+        "ec2:ReleaseAddress", EIP, Condition={"StringEqualsIfExists": {"aws:ResourceTag/o": "a"}}
+    )
     assert decide([statement], "ec2:ReleaseAddress", EIP) is Decision.ALLOW
     assert decide([statement], "ec2:ReleaseAddress", EIP, **{"aws:ResourceTag/o": "b"}) != "allow"
 
@@ -125,7 +135,11 @@ def test_string_like_matches_wildcards_in_values() -> None:
 
 
 def test_arn_operators_match_arns_segment_by_segment() -> None:
-    statement = allow("sqs:SendMessage", "*", Condition={"ArnLike": {"aws:SourceArn": "arn:aws:autoscaling:*:*:autoScalingGroup:*"}})
+    statement = allow(
+        "sqs:SendMessage",
+        "*",
+        Condition={"ArnLike": {"aws:SourceArn": "arn:aws:autoscaling:*:*:autoScalingGroup:*"}},
+    )
     assert decide([statement], "sqs:SendMessage", **{"aws:SourceArn": GROUP}) is Decision.ALLOW
     statement = allow("sqs:SendMessage", "*", Condition={"ArnEquals": {"aws:SourceArn": GROUP}})
     assert decide([statement], "sqs:SendMessage", **{"aws:SourceArn": GROUP}) is Decision.ALLOW
@@ -135,7 +149,11 @@ def test_arn_operators_match_arns_segment_by_segment() -> None:
 
 
 def test_null_tests_whether_a_key_is_present() -> None:
-    present = allow("ec2:AssociateAddress", "*", Condition={"Null": {"aws:ResourceTag/aws:autoscaling:groupName": "false"}})
+    present = allow(
+        "ec2:AssociateAddress",
+        "*",
+        Condition={"Null": {"aws:ResourceTag/aws:autoscaling:groupName": "false"}},
+    )
     absent = allow("ec2:AssociateAddress", "*", Condition={"Null": {"aws:ResourceTag/x": "true"}})
     tagged = {"aws:ResourceTag/aws:autoscaling:groupName": "nodes"}
     assert decide([present], "ec2:AssociateAddress", **tagged) is Decision.ALLOW
@@ -145,7 +163,9 @@ def test_null_tests_whether_a_key_is_present() -> None:
 
 
 def test_for_all_values_holds_for_no_values_and_for_any_value_needs_one() -> None:
-    for_all = allow("ec2:CreateTags", "*", Condition={"ForAllValues:StringEquals": {"aws:TagKeys": ["a", "b"]}})
+    for_all = allow(
+        "ec2:CreateTags", "*", Condition={"ForAllValues:StringEquals": {"aws:TagKeys": ["a", "b"]}}
+    )
     for_any = allow("ec2:CreateTags", "*", Condition={"ForAnyValue:StringEquals": {"aws:TagKeys": ["a"]}})
     assert decide([for_all], "ec2:CreateTags") is Decision.ALLOW  # AWS's known pitfall: vacuously true
     assert decide([for_all], "ec2:CreateTags", **{"aws:TagKeys": ["a", "b"]}) is Decision.ALLOW
@@ -163,7 +183,9 @@ def test_trust_statements_match_the_principal_and_the_source() -> None:
                 "Action": "sts:AssumeRole",
                 "Condition": {
                     "StringEquals": {"aws:SourceAccount": "123456789012"},
-                    "ArnLike": {"aws:SourceArn": "arn:aws:autoscaling:eu-west-1:123456789012:autoScalingGroup:*"},
+                    "ArnLike": {
+                        "aws:SourceArn": "arn:aws:autoscaling:eu-west-1:123456789012:autoScalingGroup:*"
+                    },
                 },
             }
         }
@@ -181,7 +203,9 @@ def test_trust_statements_match_the_principal_and_the_source() -> None:
     "statement",
     [
         allow("ec2:ReleaseAddress", "*", Condition={"NumericLessThan": {"ec2:Count": "1"}}),
-        allow("ec2:ReleaseAddress", "*", Condition={"StringEquals": {"aws:ResourceTag/o": "${aws:username}"}}),
+        allow(
+            "ec2:ReleaseAddress", "*", Condition={"StringEquals": {"aws:ResourceTag/o": "${aws:username}"}}
+        ),
         allow("ec2:ReleaseAddress", "arn:aws:ec2:*:*:elastic-ip/${aws:username}"),
         {"Effect": "Maybe", "Action": "ec2:ReleaseAddress", "Resource": "*"},
         {"Effect": "Allow", "Action": "ec2:ReleaseAddress", "NotAction": "x", "Resource": "*"},
