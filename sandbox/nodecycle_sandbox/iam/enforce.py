@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import json
+import warnings
 from typing import Any
 
 from moto.core.exceptions import ServiceException
@@ -41,6 +42,11 @@ class AccessDenied(Exception):
         super().__init__(message)
         self.service = service
         self.message = message
+
+
+class _DeniedError(ServiceException):
+    """What moto serializes in the service's own protocol (declared outside moto's packages, so that moto
+    looks the error code up in the service being called)."""
 
 
 def install() -> None:
@@ -134,6 +140,9 @@ def _render(response: BaseResponse, denied: AccessDenied) -> Any:
             f"You are not authorized to perform this operation. {message}. "
             f"Encoded authorization failure message: {encoded}"
         )
-    _, headers, body = response.serialized(ActionResult(ServiceException(code, message)))
+    with warnings.catch_warnings():
+        # Access errors are common to every service, so the service models do not declare them: moto warns.
+        warnings.simplefilter("ignore", UserWarning)
+        _, headers, body = response.serialized(ActionResult(_DeniedError(code, message)))
     headers["status"] = status
     return status, headers, body
