@@ -132,4 +132,4 @@ def dump(summary: Mapping[str, Any]) -> str:
 
 
 if __name__ == "__main__":
-    print(dump(summarize(Path(sys.argv[1]) if len(sys.argv) > 1 else Path.cwd())), end="")
+    sys.stdout.write(dump(summarize(Path(sys.argv[1]) if len(sys.argv) > 1 else Path.cwd())))

@@ -92,3 +92,82 @@ def discovery(segments: list[str]) -> JsonObj | None:
             ],
         }
     return None
+
+
+# -- protobuf --------------------------------------------------------------------------------------------
+# kubectl posts access reviews as protobuf (``application/vnd.kubernetes.protobuf``): the "k8s\0" magic, a
+# runtime.Unknown envelope, then the review. Only the fields of a review are read (k8s.io/api
+# authorization/v1 generated.proto); the answer goes back as JSON, which kubectl also accepts.
+
+PROTOBUF = "application/vnd.kubernetes.protobuf"
+_MAGIC = b"k8s\x00"
+_RESOURCE_FIELDS = {
+    1: "namespace",
+    2: "verb",
+    3: "group",
+    4: "version",
+    5: "resource",
+    6: "subresource",
+    7: "name",
+}
+_NON_RESOURCE_FIELDS = {1: "path", 2: "verb"}
+
+
+def decode_protobuf(body: bytes) -> JsonObj:
+    """A review posted as protobuf, as the JSON object it stands for."""
+    if not body.startswith(_MAGIC):
+        raise errors.bad_request("a protobuf body must start with the k8s magic number")
+    envelope = _fields(body[len(_MAGIC) :])
+    raw = next((value for number, value in envelope if number == 2), b"")
+    spec: JsonObj = {}
+    for number, value in _fields(raw):
+        if number != 2:  # 1: metadata, 3: status
+            continue
+        for field, content in _fields(value):
+            if field == 1:
+                spec["resourceAttributes"] = _strings(content, _RESOURCE_FIELDS)
+            elif field == 2:
+                spec["nonResourceAttributes"] = _strings(content, _NON_RESOURCE_FIELDS)
+            elif field == 3:
+                spec["user"] = content.decode()
+            elif field == 4:
+                spec.setdefault("groups", []).append(content.decode())
+    return {"spec": spec}
+
+
+def _strings(message: bytes, names: dict[int, str]) -> JsonObj:
+    return {names[n]: v.decode() for n, v in _fields(message) if n in names and isinstance(v, bytes)}
+
+
+def _fields(message: bytes) -> list[tuple[int, Any]]:
+    """(field number, value) of a protobuf message: varints as ints, length-delimited fields as bytes."""
+    out: list[tuple[int, Any]] = []
+    position = 0
+    while position < len(message):
+        key, position = _varint(message, position)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, position = _varint(message, position)
+            out.append((number, value))
+        elif wire == 2:
+            length, position = _varint(message, position)
+            out.append((number, message[position : position + length]))
+            position += length
+        elif wire in (1, 5):
+            position += 8 if wire == 1 else 4
+        else:
+            raise errors.bad_request(f"unsupported protobuf wire type {wire}")
+    return out
+
+
+def _varint(data: bytes, position: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if position >= len(data):
+            raise errors.bad_request("truncated protobuf body")
+        byte = data[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, position
+        shift += 7

@@ -94,7 +94,12 @@ class Router:
         segments = [unquote(s) for s in path.split("/") if s]
         if request.method == "POST" and reviews.is_review_path(segments):
             self._access.authorize(user, Attributes("create", reviews.GROUP, segments[3]))
-            return Response(201, reviews.review(self._access.rbac, user, segments[3], _json_body(request)))
+            body = (
+                reviews.decode_protobuf(request.body)
+                if _content_type(request) == reviews.PROTOBUF
+                else _json_body(request)
+            )
+            return Response(201, reviews.review(self._access.rbac, user, segments[3], body))
         if request.method == "GET" and _is_non_resource(path, segments):
             self._access.authorize(user, Attributes("get", path=path))
             self._counters.add("get", path)
