@@ -24,6 +24,7 @@ from nodecycle_sandbox.kube import errors
 from nodecycle_sandbox.kube.rbac import AUTHENTICATED, MASTERS, Attributes, Rbac, User, forbidden_message
 
 ADMIN_USER = "kubernetes-admin"
+JOURNAL_LIMIT = 200_000
 AWS_AUTH = ("kube-system", "aws-auth")
 
 
@@ -36,6 +37,13 @@ class AccessEntry:
     username: str | None = None  # None: EKS's default for a role
 
 
+@dataclass(frozen=True)
+class Authorization:
+    user: User
+    attributes: Attributes
+    allowed: bool
+
+
 class Access:
     def __init__(self, rbac: Rbac, read_config_map: Callable[[str, str], Mapping[str, Any] | None]) -> None:
         self.rbac = rbac
@@ -44,6 +52,7 @@ class Access:
         self._admin_keys: set[str] = set()
         self._roles_by_key: dict[str, tuple[str, str]] = {}  # access key -> (role ARN, session name)
         self._entries: dict[str, AccessEntry] = {}
+        self._journal: list[Authorization] = []
 
     # -- what the cluster knows -------------------------------------------------------------------
 
@@ -70,9 +79,19 @@ class Access:
         return self._impersonated(user, headers)
 
     def authorize(self, user: User, attributes: Attributes) -> None:
-        if not self.rbac.authorize(user, attributes).allowed:
+        allowed = self.rbac.authorize(user, attributes).allowed
+        if MASTERS not in user.groups:
+            with self._lock:
+                if len(self._journal) < JOURNAL_LIMIT:
+                    self._journal.append(Authorization(user, attributes, allowed))
+        if not allowed:
             message, details = forbidden_message(user, attributes)
             raise errors.ApiError(403, "Forbidden", message, details)
+
+    def journal(self) -> list[Authorization]:
+        """Every authorization of a non-administrator so far, in order (what the necessity analysis replays)."""
+        with self._lock:
+            return list(self._journal)
 
     def _user_of_key(self, access_key: str | None) -> User | None:
         if access_key is None:

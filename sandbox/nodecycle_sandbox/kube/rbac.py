@@ -21,8 +21,10 @@ AUTHENTICATED = "system:authenticated"
 _RBAC_KINDS = frozenset({"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"})
 # What the bootstrap roles system:discovery, system:public-info-viewer and system:basic-user grant every
 # authenticated user.
-_DISCOVERY_PATHS = ("/api", "/api/*", "/apis", "/apis/*", "/version", "/healthz", "/livez", "/readyz")
-_DISCOVERY_PATHS += ("/openapi", "/openapi/*")
+_DISCOVERY_PATHS: tuple[str, ...] = (
+    *("/api", "/api/*", "/apis", "/apis/*", "/version", "/healthz", "/livez", "/readyz"),
+    *("/openapi", "/openapi/*"),
+)
 _SELF_REVIEWS = frozenset({"selfsubjectaccessreviews", "selfsubjectrulesreviews"})
 
 

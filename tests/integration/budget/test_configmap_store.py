@@ -172,7 +172,7 @@ def test_a_budget_namespace_the_rbac_does_not_cover_is_forbidden_not_transient(
     with pytest.raises(ApiException) as raised:
         store.update(lambda doc: (with_entry(doc, "n1"), None))
     assert raised.value.status == 403
-    message = json.loads(raised.value.body)["message"]
+    message = json.loads(raised.value.body or "{}")["message"]
     assert message == (
         'configmaps "nodecycle-budget" is forbidden: User "arn:aws:sts::123456789012:assumed-role/'
         'nodecycle-DrainFunctionRole/nodecycle-DrainFunction" cannot get resource "configmaps" in API group "" '

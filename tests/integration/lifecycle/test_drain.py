@@ -168,7 +168,7 @@ def claim_as(sandbox: Sandbox, owner: str, node: str, *, hold_slot: bool) -> Dis
     budget = None
     if hold_slot:
         budget = DisruptionBudget(
-            store=ConfigMapBudgetStore(lambda: api, "kube-system"),
+            store=ConfigMapBudgetStore(lambda: api, "nodecycle"),
             nodes=KubeNodeInventory(lambda: api),
             clock=SystemClock(),
             metrics=FakeMetrics(),

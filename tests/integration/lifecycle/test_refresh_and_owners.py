@@ -132,5 +132,5 @@ def _zone(sandbox: Sandbox, node: str) -> str:
 
 
 def _budget(sandbox: Sandbox) -> str:
-    configmap = sandbox.kube.get_object("configmaps", "nodecycle-budget", "kube-system")
+    configmap = sandbox.kube.get_object("configmaps", "nodecycle-budget", "nodecycle")
     return "{}" if configmap is None else str(configmap["data"]["budget.json"])

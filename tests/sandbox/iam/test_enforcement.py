@@ -52,7 +52,7 @@ def deployed() -> Iterator[tuple[str, Runner]]:
 def client(deployed: tuple[str, Runner], service: str, function: str | None = None) -> Any:
     url, runner = deployed
     key = runner.access_key(function) if function else OPERATOR
-    return boto3.client(
+    return boto3.client(  # type: ignore[call-overload]
         service, endpoint_url=url, region_name=REGION, aws_access_key_id=key, aws_secret_access_key="x"
     )
 

@@ -16,7 +16,9 @@ EIP = "arn:aws:ec2:eu-west-1:123456789012:elastic-ip/eipalloc-1"
 GROUP = "arn:aws:autoscaling:eu-west-1:123456789012:autoScalingGroup:1a2b:autoScalingGroupName/nodes"
 
 
-def decide(statements: list[dict[str, Any]], action: str, resource: str = "*", **context: Any) -> Decision:
+def decide(
+    statements: list[dict[str, Any]], action: str, resource: str = "*", /, **context: str | list[str]
+) -> Decision:
     policy = parse_policy({"Version": "2012-10-17", "Statement": statements}, source="test")
     return evaluate(policy, Request(action, resource, context_of(context))).decision
 

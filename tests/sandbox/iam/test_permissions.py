@@ -65,8 +65,8 @@ def summarize_text(template: str) -> dict[str, Any]:
 
 
 def test_sam_adds_no_role_or_policy_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
-    from samtranslator.translator.transform import transform
-    from samtranslator.yaml_helper import yaml_parse
+    from samtranslator.translator.transform import transform  # type: ignore[import-untyped]
+    from samtranslator.yaml_helper import yaml_parse  # type: ignore[import-untyped]
 
     # Given the template as SAM transforms it for CloudFormation (code locations made S3-like)
     monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")

@@ -66,9 +66,13 @@ def core(server: KubeServer, function: str) -> client.CoreV1Api:
 def refused(call: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
     with pytest.raises(ApiException) as raised:
         call(*args, **kwargs)
-    body: dict[str, Any] = json.loads(raised.value.body)
+    body: dict[str, Any] = json.loads(raised.value.body or "{}")
     body["http"] = raised.value.status
     return body
+
+
+def allowed(review: Any) -> bool:
+    return bool(review.status and review.status.allowed)
 
 
 def a_pod(server: KubeServer) -> str:
@@ -121,7 +125,7 @@ def test_the_budget_is_the_only_config_map_they_may_read_and_replace(deployed: K
 
 def test_the_sweeper_lists_and_patches_nodes_and_reads_no_pod(deployed: KubeServer) -> None:
     sweeper = core(deployed, "sweeper")
-    (node,) = [n.metadata.name for n in sweeper.list_node().items]
+    (node,) = [str(n.metadata.name) for n in sweeper.list_node().items if n.metadata]
     sweeper.patch_node(node, {"metadata": {"annotations": {"x": "y"}}})
     denied = refused(sweeper.list_pod_for_all_namespaces)
     assert denied["message"] == (
@@ -169,11 +173,11 @@ def test_access_reviews_answer_from_the_same_rules(deployed: KubeServer) -> None
             resource_attributes=client.V1ResourceAttributes(verb="patch", resource="nodes", name="n1"),
         )
     )
-    assert reviews.create_subject_access_review(review).status.allowed
+    assert allowed(reviews.create_subject_access_review(review))
     review.spec.resource_attributes = client.V1ResourceAttributes(
         verb="create", resource="pods", subresource="eviction", namespace="shop"
     )
-    assert not reviews.create_subject_access_review(review).status.allowed
+    assert not allowed(reviews.create_subject_access_review(review))
 
     # A function may ask about itself, and not about others
     own = client.AuthorizationV1Api(deployed.api_client(KEYS["drain"]))
@@ -182,7 +186,7 @@ def test_access_reviews_answer_from_the_same_rules(deployed: KubeServer) -> None
             resource_attributes=client.V1ResourceAttributes(verb="delete", resource="pods", namespace="shop")
         )
     )
-    assert own.create_self_subject_access_review(mine).status.allowed
+    assert allowed(own.create_self_subject_access_review(mine))
     denied = refused(own.create_subject_access_review, review)
     assert (
         'cannot create resource "subjectaccessreviews" in API group "authorization.k8s.io"'
