@@ -81,6 +81,9 @@ class Identities:
             self._roles.update(parsed)
             for key in keys:
                 role = self._roles[key["role_arn"]]
+                known = self._keys.get(key["access_key"])
+                if known is not None and known.role.arn != role.arn:
+                    raise ValueError(f"access key {key['access_key']} already acts as {known.role.arn}")
                 self._keys[key["access_key"]] = Principal(
                     key["access_key"], role, key["session_name"], key["account"]
                 )

@@ -4,6 +4,7 @@ Lambda would (SQS event source mappings, EventBridge rules, schedules), inline o
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -284,7 +285,7 @@ class Runner:
     def _sandbox_env(self, index: int, spec: FunctionSpec) -> dict[str, str]:
         return {
             "AWS_ENDPOINT_URL": self.endpoint_url,
-            "AWS_ACCESS_KEY_ID": access_key_for(index, spec.logical_id),
+            "AWS_ACCESS_KEY_ID": access_key_for(index, spec.logical_id, self.stack_name),
             "AWS_SECRET_ACCESS_KEY": SANDBOX_SECRET_KEY,
             # No instance metadata service here: do not let botocore wait for one.
             "AWS_EC2_METADATA_DISABLED": "true",
@@ -323,7 +324,9 @@ class Runner:
         )
 
 
-def access_key_for(index: int, logical_id: str) -> str:
-    """A fake but well-formed access key id (20 upper-case alphanumerics) that names the function."""
-    stem = re.sub(r"[^A-Z0-9]", "", logical_id.upper())[:12].ljust(12, "X")
-    return f"AKIA{stem}{index:04d}"
+def access_key_for(index: int, logical_id: str, stack_name: str = "") -> str:
+    """A fake but well-formed access key id (20 upper-case alphanumerics) that names the function, and is
+    its own: two stacks deployed on one sandbox have functions of the same name, but not the same role."""
+    stem = re.sub(r"[^A-Z0-9]", "", logical_id.upper())[:10].ljust(10, "X")
+    stack = hashlib.sha256(stack_name.encode()).hexdigest()[:4].upper()
+    return f"AKIA{stem}{stack}{index:02d}"
