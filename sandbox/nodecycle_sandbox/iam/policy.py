@@ -35,7 +35,8 @@ class Statement:
 
     @property
     def label(self) -> str:
-        return f"{self.source} ({self.sid})" if self.sid else self.source
+        """``<role>/<policy>:<Sid>``, or ``<role>/<policy>#<index>`` for a statement without a Sid."""
+        return f"{self.source.rsplit('#', 1)[0]}:{self.sid}" if self.sid else self.source
 
 
 def parse_policy(document: Mapping[str, Any], *, source: str = "") -> list[Statement]:

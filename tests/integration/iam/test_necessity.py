@@ -35,18 +35,40 @@ pytestmark = pytest.mark.slow
 
 OWNER = "nodecycle"
 POOLED = "pooled"  # the second stack: an EIP-only fleet managed by tag, with an address pool
-# Permissions the sandbox does not exercise, and why.
+# What the sandbox does not exercise, and why: "<role>/<policy>:<Sid>" (a statement) or "... <action>".
+TRACING = "X-Ray is not emulated: tracing is off in the sandbox (no daemon, no segments)"
+LOGS = "Lambda's own log delivery is not emulated: the sandbox keeps the functions' logs on stdout"
+REPAIR = (
+    "the sweeper's repair of a lifecycle whose messages were all lost (tests/functions/sweeper covers it on "
+    "moto); this scenario loses none"
+)
+NEAR_TIMEOUT = (
+    "completion near the global timeout: no scenario of the suite waits for one (tests/functions/sweeper)"
+)
+MULTI_INTERFACE = (
+    "the primary interface of a multi-interface instance: moto associates with any instance "
+    "(tests/functions/eip/conftest.py's AwsLikeEc2 refuses as EC2 does)"
+)
 NOT_EXERCISED = {
-    # Lambda writes its logs and traces with the role; the sandbox keeps logs on stdout and runs no X-Ray.
-    "LogsPolicy/logs#0": "Lambda's own log delivery is not emulated",
-    "xray:PutTraceSegments": "X-Ray is not emulated (tracing is off in the sandbox)",
-    # The sandbox's stacks have no VPC (UseVpc is false): these statements are not in their roles.
-    # The sweeper completes an action only when its global timeout is near: hours on AWS, and no sandbox
-    # scenario of the suite waits for one (tests/functions/sweeper covers the decision on moto).
-    "SweeperFunctionRole/sweeper#2": "completion near the global timeout (named groups)",
-    "SweeperFunctionRole/sweeper#3": "completion near the global timeout (tagged groups)",
-    # A failed event after its retries: the intake dead-letter queue is in the same statement as the work
-    # queues, which are exercised; an intake that fails three times is not part of this scenario.
+    **{
+        f"{role}/{policy}:Tracing": TRACING
+        for role, policy in (
+            ("IntakeFunctionRole", "intake"),
+            ("DrainFunctionRole", "drain"),
+            ("EipFunctionRole", "eip"),
+            ("SweeperFunctionRole", "sweeper"),
+        )
+    },
+    **{
+        f"{role}/logs:OwnLogGroup": LOGS
+        for role in ("IntakeFunctionRole", "DrainFunctionRole", "EipFunctionRole", "SweeperFunctionRole")
+    },
+    "SweeperFunctionRole/sweeper:Records dynamodb:PutItem": REPAIR,
+    "SweeperFunctionRole/sweeper:SendWork": REPAIR,
+    "SweeperFunctionRole/sweeper:CompleteByName": NEAR_TIMEOUT,
+    "SweeperFunctionRole/sweeper:CompleteByTag": NEAR_TIMEOUT,
+    "EipFunctionRole/eip:Describe ec2:DescribeInstances": MULTI_INTERFACE,
+    "EipFunctionRole/eip:InterfaceSide ec2:AssociateAddress": MULTI_INTERFACE,
 }
 
 
@@ -88,19 +110,21 @@ def test_every_permission_is_needed_by_some_path(exercised: Sandbox) -> None:
         }
     )
     sandbox.kube.settle(timeout=30)
-    leftovers(sandbox)
     hook_notifying_the_intake_queue(sandbox)
     pooled = pooled_stack(sandbox)
 
-    # When an instance of each stack terminates, and the default stack's sweeper runs
+    # When an instance of each stack terminates (its lifecycle event delivered twice), and the default
+    # stack's sweeper runs
     victim = sandbox.asg.in_state("InService")[0]
     sandbox.asg.terminate(victim)
     assert wait_terminated(sandbox, victim, timeout=90).result == "CONTINUE"
+    deliver_again(sandbox, victim)
     pooled_instance = wait_for(lambda: sandbox_in_service(sandbox, "pooled-fleet"), 60, "the pooled launch")
     sandbox.client("autoscaling").terminate_instance_in_auto_scaling_group(
         InstanceId=pooled_instance, ShouldDecrementDesiredCapacity=True
     )
     wait_for(lambda: terminated(sandbox, pooled_instance), 60, "the pooled terminate")
+    leftovers(sandbox)
     sandbox.runner.fire_schedule("SweeperFunction")
     wait_for(lambda: swept(sandbox.runner), 60, "the sweep")
     probes(sandbox, pooled)
@@ -139,7 +163,7 @@ def merge(findings: list[Finding]) -> list[Finding]:
 
 def leftovers(sandbox: Sandbox) -> None:
     """What a crash leaves for the sweeper: an address on a gone instance, a node annotated for a lifecycle
-    that is over, a budget holder for a node that is gone."""
+    that is over, a budget holder for a node that is gone (made once the drains are over: it holds a slot)."""
     ec2 = sandbox.client("ec2")
     image = ec2.describe_images()["Images"][0]["ImageId"]
     gone = ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
@@ -195,7 +219,7 @@ def hook_notifying_the_intake_queue(sandbox: Sandbox) -> None:
 
 
 def pooled_stack(sandbox: Sandbox) -> Runner:
-    """An EIP-only fleet (no cluster) managed by its tag, claiming addresses from a pool."""
+    """A node group managed by its tag, claiming addresses from a pool."""
     ec2 = sandbox.client("ec2")
     for _ in range(2):
         tags = [{"Key": "nodecycle:owner", "Value": POOLED}, {"Key": "nodecycle:pool", "Value": "blue"}]
@@ -203,14 +227,20 @@ def pooled_stack(sandbox: Sandbox) -> Runner:
     runner, group = sandbox.add_stack(
         POOLED,
         parameters={
-            "ClusterName": "",
+            **FAST,
             "ManagedGroups": "",
             "ManagedByTag": "true",
             "EipMode": "pool",
             "EipPoolName": "blue",
-            "ReadinessGate": "false",
+            "HeartbeatMarginSeconds": "5",
+            # the workload's pods may land on its node too, and never leave under their budget
+            "DrainTimeoutSeconds": "3",
+            "TimeoutPolicy": "force",
+            "ForceGraceSeconds": "0",
         },
-        group=GroupSpec(name="pooled-fleet", size=1, hooks=default_hooks(), tags={"nodecycle:owner": POOLED}),
+        group=GroupSpec(
+            name="pooled-fleet", size=1, hooks=default_hooks(heartbeat_timeout=30), tags={"nodecycle:owner": POOLED}
+        ),
     )
     assert group is not None
     return runner
@@ -233,6 +263,28 @@ def probes(sandbox: Sandbox, pooled: Runner) -> None:
         )
         with pytest.raises(ClientError, match="explicit deny"):
             client.release_address(AllocationId=pooled_address["AllocationId"])
+
+
+def deliver_again(sandbox: Sandbox, instance: str) -> None:
+    """EventBridge delivers at least once: the same terminate event again, which intake recognizes."""
+    event = next(
+        i.event
+        for i in sandbox.runner.journal.invocations()
+        if i.function == "IntakeFunction"
+        and isinstance(i.event, dict)
+        and (i.event.get("detail") or {}).get("EC2InstanceId") == instance
+        and (i.event.get("detail") or {}).get("LifecycleTransition") == TERMINATING
+    )
+    before = len(sandbox.runner.journal.invocations())
+    sandbox.publish(event)
+    wait_for(
+        lambda: any(
+            i.function == "IntakeFunction" and i.finished_at
+            for i in sandbox.runner.journal.invocations()[before:]
+        ),
+        30,
+        "the second delivery",
+    )
 
 
 def sandbox_in_service(sandbox: Sandbox, group: str) -> str | None:
