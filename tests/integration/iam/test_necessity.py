@@ -239,7 +239,10 @@ def pooled_stack(sandbox: Sandbox) -> Runner:
             "ForceGraceSeconds": "0",
         },
         group=GroupSpec(
-            name="pooled-fleet", size=1, hooks=default_hooks(heartbeat_timeout=30), tags={"nodecycle:owner": POOLED}
+            name="pooled-fleet",
+            size=1,
+            hooks=default_hooks(heartbeat_timeout=30),
+            tags={"nodecycle:owner": POOLED},
         ),
     )
     assert group is not None
