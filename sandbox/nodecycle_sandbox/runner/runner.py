@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -95,6 +96,8 @@ class Runner:
         self.roles: dict[str, dict[str, Any]] = {}
         self.function_roles: dict[str, str] = {}
         self.access_entries: list[dict[str, Any]] = []  # the template's EKS access entries, resolved
+        self._sqs_by_function: dict[str, SQSClient] = {}
+        self._clients_lock = threading.Lock()
         self.environments: dict[str, dict[str, str]] = {}
         self._resources: SandboxResources | None = None
         self._invoker: Invoker | None = None
@@ -156,7 +159,7 @@ class Runner:
             invoke=self._invoke,
             journal=self.journal,
             sqs=self.sqs,
-            sender=lambda spec: self._client("sqs", access_key=self.access_key(spec.logical_id)),
+            sender=self._function_sqs,
             retry_delays=self._async_retry_delays,
             max_workers=ASYNC_CONCURRENCY * max(1, len(specs)),
         )
@@ -274,6 +277,15 @@ class Runner:
             for name, role in self.function_roles.items()
         ]
         self._identities(list(self.roles.values()), keys)
+
+    def _function_sqs(self, spec: FunctionSpec) -> SQSClient:
+        """The SQS client Lambda uses for a function's failed events (its role), made once."""
+        with self._clients_lock:
+            client = self._sqs_by_function.get(spec.logical_id)
+            if client is None:
+                client = self._client("sqs", access_key=self.access_key(spec.logical_id))
+                self._sqs_by_function[spec.logical_id] = client
+            return client
 
     def _mapping_client(self, spec: FunctionSpec, trigger: SqsTrigger) -> SQSClient:
         """An event source mapping polls with the function's role, as Lambda does, and reads the queue's
