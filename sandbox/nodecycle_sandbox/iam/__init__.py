@@ -7,8 +7,12 @@
 - ``evaluate``: a request (action, resource, context keys) against a set of statements: an explicit Deny
   wins, else an Allow, else the implicit deny;
 - ``template``: the policies of each function's role (and of the other roles) read from ``template.yaml``;
+- ``identities``: which access key acts as which role (the AWS process's table) and the journal of every
+  decision;
 - ``requests`` and ``enforce``: moto's requests turned into IAM requests from moto's own state (resource
-  ARNs, tags), and the hook that answers a denied call as AWS does.
+  ARNs, tags), and the hook that answers a denied call as AWS does;
+- ``summary`` and ``necessity``: every permission a deployment grants, one line each (the reviewed list),
+  and which of them the recorded calls needed.
 """
 
 from nodecycle_sandbox.iam.evaluate import Decision, Request, Verdict, evaluate

@@ -22,7 +22,7 @@ from nodecycle.domain.budget import BudgetDocument, NodeState
 from nodecycle.domain.budget.document import Released
 from nodecycle.domain.errors import TransientError
 from nodecycle_sandbox.kube import KubeServer
-from tests.integration.budget.conftest import NAMESPACE, add_nodes, admin_api, node_name
+from tests.integration.budget.conftest import NAMESPACE, add_nodes, admin_api, core_api, node_name
 
 NO_SLEEP: dict[str, Any] = {"sleep": lambda seconds: None}
 
@@ -234,3 +234,15 @@ def test_the_inventory_lists_nodes_at_most_once_per_cache_ttl(
     clock[0] = 10.0
     assert len(inventory.nodes_in_scope()) == 3
     assert server.counters()[("list", "nodes")] == 2
+
+
+def test_a_budget_namespace_works_once_the_rbac_is_rendered_for_it(server: KubeServer) -> None:
+    # Given the cluster side rendered for BudgetNamespace=platform (nodecycle rbac --namespace platform)
+    from nodecycle_cli.rbac import render
+
+    server.apply(render("platform"))
+    store = ConfigMapBudgetStore(lambda: core_api(server), "platform")
+
+    # When the drain function writes the budget there, Then its RBAC allows it on the shipped ConfigMap
+    store.update(lambda doc: (with_entry(doc, "n1"), None))
+    assert written(store) == ["n1"]
