@@ -16,6 +16,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from kubernetes import client
 
@@ -27,6 +28,7 @@ from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotRequest
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.policy import Quantity
 from nodecycle_sandbox.kube import KubeServer
+from nodecycle_sandbox.kube.access import AccessEntry
 
 ZONES = ("eu-west-1a", "eu-west-1b", "eu-west-1c")
 
@@ -63,9 +65,14 @@ def run(acquirers: int, budget: Budget) -> tuple[Race, Race]:
 
 def _race(acquirers: int, budget: Budget, *, at_once: bool) -> Race:
     with KubeServer(tls=True) as server:
+        # The cluster as deployed, and the acquirers acting as the drain function (its RBAC)
+        server.apply(ROOT / "deploy" / "rbac.yaml")
+        server.add_access_entries([AccessEntry(DRAIN_ROLE, ("nodecycle-drain",))])
+        server.map_role(DRAIN_KEY, DRAIN_ROLE, "nodecycle-DrainFunction")
+        server.reset_history()  # the shipped ConfigMap is not a write of the race
         for i in range(acquirers):
             server.add_node(_node(i), instance_id=f"i-{i:017x}", zone=ZONES[i % 3])
-        apis = [client.CoreV1Api(server.api_client()) for _ in range(acquirers)]
+        apis = [client.CoreV1Api(server.api_client(DRAIN_KEY)) for _ in range(acquirers)]
         budgets = [_budget(api, budget) for api in apis]
         give_ups = [0] * acquirers
         start = threading.Barrier(acquirers) if at_once else None
@@ -103,6 +110,11 @@ def _race(acquirers: int, budget: Budget, *, at_once: bool) -> Race:
             conflicts=writes - len(budget_writes(server.history())),
             give_ups=sum(give_ups),
         )
+
+
+ROOT = Path(__file__).resolve().parents[1]
+DRAIN_ROLE = "arn:aws:iam::123456789012:role/nodecycle-DrainFunctionRole"
+DRAIN_KEY = "AKIABENCHDRAINROLE00"
 
 
 def _node(i: int) -> str:

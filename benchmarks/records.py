@@ -15,7 +15,7 @@ from nodecycle_sandbox.aws.records import TERMINATING, ActionRecord
 from nodecycle_sandbox.checks import last_pod_gone, nodes_of_instances
 from nodecycle_sandbox.kube import HistoryEntry
 
-BUDGET_NAMESPACE = "kube-system"  # the template's default BudgetNamespace
+BUDGET_NAMESPACE = "nodecycle"  # the template's default BudgetNamespace
 BUDGET_NAME = "nodecycle-budget"
 BUDGET_KEY = "budget.json"
 

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from nodecycle.adapters.kube.budget import ConfigMapBudgetStore
     from nodecycle.domain.budget import BudgetDocument, BudgetView, Holder
 
-DEFAULT_NAMESPACE = "kube-system"  # the default of the BudgetNamespace stack parameter
+DEFAULT_NAMESPACE = "nodecycle"  # the default of the BudgetNamespace stack parameter
 DEFAULT_NAME = "nodecycle-budget"
 
 
@@ -66,13 +66,14 @@ def show_budget(args: argparse.Namespace) -> int:
 
     doc = _store(args).read()
     if doc is None:
-        note = f"No budget yet: ConfigMap {args.namespace}/{args.name} does not exist (the first drain creates it)."
+        note = (
+            f"No budget: ConfigMap {args.namespace}/{args.name} does not exist, and nodecycle does not create it."
+            f" Apply it with the RBAC: nodecycle rbac --namespace {args.namespace} | kubectl apply -f -"
+        )
         if args.output == "json":
             print("null")  # valid JSON for a script; the note for its person
-            print(note, file=sys.stderr)
-        else:
-            print(note)
-        return 0
+        print(note, file=sys.stderr if args.output == "json" else sys.stdout)
+        return 1
     view = view_of(doc, datetime.now(UTC))
     if args.output == "json":
         print(view.model_dump_json(indent=2))

@@ -224,6 +224,9 @@ def run_checks(args: argparse.Namespace, sandbox: Sandbox, kube: KubeServer, old
     dangling = [a["PublicIp"] for a in ours if not a.get("AssociationId") and a["PublicIp"] not in pooled]
     free = len([a for a in ours if not a.get("AssociationId") and a["PublicIp"] in pooled])
     eip = args.eip_mode != "off"
+    aws_calls = sandbox.aws.authorizations()
+    kube_requests = kube.access.journal()
+    refused = [e for e in aws_calls if not e.allowed] + [r for r in kube_requests if not r.allowed]
     return [
         Check(
             "budget, cluster-wide",
@@ -260,5 +263,11 @@ def run_checks(args: argparse.Namespace, sandbox: Sandbox, kube: KubeServer, old
             "lifecycle records",
             all(r.finished for r in records) and len(records) == len(old),
             ", ".join(f"{outcome} {count}" for outcome, count in outcomes.items()),
+        ),
+        Check(
+            "least privilege",
+            bool(aws_calls) and bool(kube_requests) and not refused,
+            f"{len(aws_calls)} AWS calls checked against each function's role, {len(kube_requests)} "
+            f"Kubernetes requests against deploy/rbac.yaml, {len(refused)} refused",
         ),
     ]

@@ -42,6 +42,7 @@ COMMANDS = (
     Command("status", "nodecycle_cli.status", "the lifecycles a stack is working on"),
     Command("budget", "nodecycle_cli.budget", "show the disruption budget, or release a slot by hand"),
     Command("doctor", "nodecycle_cli.doctor", "check a deployment: cluster access, hooks, rules, queues"),
+    Command("rbac", "nodecycle_cli.rbac", "print the cluster roles the functions need (for kubectl apply)"),
 )
 
 

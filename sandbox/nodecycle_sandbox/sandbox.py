@@ -92,6 +92,9 @@ class SandboxOptions:
     sqs_sources_enabled: bool = True
     async_retry_delays: tuple[float, ...] = (1.0, 2.0)
     log_dir: Path | None = None
+    # What the platform team applied to the cluster (`kubectl apply -f`): None, <root>/deploy/rbac.yaml;
+    # "" nothing (no namespace, no budget ConfigMap, no role: every function call is forbidden).
+    rbac_manifest: str | Path | None = None
 
 
 class Sandbox:
@@ -189,6 +192,7 @@ class Sandbox:
                 self._kube = KubeServer(tls=True, cluster_name=options.cluster_name)
             kube = self._kube
             kube.start()
+            self._prepare_cluster()
             self._start_aws()
             self.aws.configure(global_timeout_factor=options.global_timeout_factor)
             self.aws.plan_nodes(ready_after=options.node_ready_after, remove_after=options.node_remove_after)
@@ -200,6 +204,7 @@ class Sandbox:
                 authentication_mode=options.authentication_mode,
             )
             self._runner = self._new_runner(options.stack_name, parameters, options.settings)
+            self._grant_cluster_access(self._runner)
             self._started.set()
             if options.group is not None:
                 self.create_group(options.group)
@@ -223,6 +228,7 @@ class Sandbox:
             values.setdefault("ManagedGroups", group.name)
         runner = self._new_runner(stack_name, values, settings or {})
         self._extra_runners.append(runner)
+        self._grant_cluster_access(runner)
         created = None
         if group is not None:
             created = self._new_group(group)
@@ -246,10 +252,47 @@ class Sandbox:
             sqs_sources_enabled=options.sqs_sources_enabled,
             async_retry_delays=options.async_retry_delays,
             log_dir=options.log_dir,
+            identities=self._register_identities,
         ).start()
 
     def _template(self) -> Path:
         return self.options.template or self.options.root / "template.yaml"
+
+    def _register_identities(self, roles: list[dict[str, Any]], keys: list[dict[str, str]]) -> None:
+        """Each function's key acts as its role: AWS evaluates its calls against the role's policies."""
+        self.aws.register_identities(roles=roles, keys=keys)
+
+    def _prepare_cluster(self) -> None:
+        """The cluster as a platform team leaves it before deploying: the operator is an administrator,
+        and the RBAC manifest (its roles, the budget namespace and ConfigMap) is applied."""
+        from nodecycle_sandbox.kube import KubeServer
+
+        if not isinstance(self._kube, KubeServer):
+            return
+        self._kube.access.add_admin_key(OPERATOR_ACCESS_KEY)
+        manifest = self.options.rbac_manifest
+        if manifest is None:
+            manifest = self.options.root / "deploy" / "rbac.yaml"
+        if manifest != "":
+            self._kube.apply(manifest)
+
+    def _grant_cluster_access(self, runner: Runner) -> None:
+        """EKS's side of the stack: its access entries, and each function's key as a session of its role."""
+        from nodecycle_sandbox.kube import KubeServer
+        from nodecycle_sandbox.kube.access import AccessEntry
+
+        if not isinstance(self._kube, KubeServer):
+            return
+        self._kube.add_access_entries(
+            [
+                AccessEntry(e["principal_arn"], tuple(e["groups"]), e["username"])
+                for e in runner.access_entries
+            ]
+        )
+        for function, role in runner.function_roles.items():
+            self._kube.map_role(
+                runner.access_key(function), runner.roles[role]["arn"], runner.functions[function].name
+            )
 
     def _start_aws(self) -> None:
         if self.options.aws_process:

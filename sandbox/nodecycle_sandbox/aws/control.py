@@ -7,7 +7,7 @@ with `RemoteAwsControl` (the same calls, made over a pipe into the AWS process).
 from __future__ import annotations
 
 import copy
-from typing import Protocol
+from typing import Any, Protocol
 
 from moto.autoscaling.models import AutoScalingBackend, autoscaling_backends
 
@@ -16,6 +16,7 @@ from nodecycle_sandbox.aws.eks_access import API_AND_CONFIG_MAP
 from nodecycle_sandbox.aws.lifecycle import EventSink, LifecycleEmulator, emulator_for
 from nodecycle_sandbox.aws.nodes import NodeRegistry
 from nodecycle_sandbox.aws.records import ActionRecord, InstanceHistory, Notification, RefreshTimeline
+from nodecycle_sandbox.iam.identities import IDENTITIES, JournalEntry
 
 SANDBOX_ACCOUNT = "123456789012"
 
@@ -50,6 +51,10 @@ class AwsControls(Protocol):
     def refresh_timeline(self, refresh_id: str) -> RefreshTimeline: ...
 
     def notifications(self) -> list[Notification]: ...
+
+    def register_identities(self, *, roles: list[dict[str, Any]], keys: list[dict[str, str]]) -> None: ...
+
+    def authorizations(self) -> list[JournalEntry]: ...
 
 
 class AwsControl:
@@ -142,6 +147,15 @@ class AwsControl:
         emulator = self.emulator
         with emulator.lock:
             return list(emulator.notifications)
+
+    def register_identities(self, *, roles: list[dict[str, Any]], keys: list[dict[str, str]]) -> None:
+        """Roles and the access keys that act as them: their calls are evaluated against the roles'
+        policies from now on (see ``nodecycle_sandbox.iam``)."""
+        IDENTITIES.register(roles, keys)
+
+    def authorizations(self) -> list[JournalEntry]:
+        """Every authorization decided so far for a registered role, in order."""
+        return IDENTITIES.journal()
 
     def close(self) -> None:
         self.emulator.close()

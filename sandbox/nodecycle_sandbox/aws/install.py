@@ -14,6 +14,7 @@ from moto.autoscaling.responses import AutoScalingResponse
 
 from nodecycle_sandbox.aws import api, eks_access, sqs_timing
 from nodecycle_sandbox.aws.lifecycle import active_instances, emulator_for
+from nodecycle_sandbox.iam import enforce
 
 _MARKER = "_nodecycle_sandbox_installed"
 
@@ -28,6 +29,7 @@ def install() -> None:
     _patch_backend()
     sqs_timing.install()
     eks_access.install()
+    enforce.install()  # each function's calls against its role (nodecycle_sandbox.iam)
     setattr(AutoScalingResponse, _MARKER, True)
 
 

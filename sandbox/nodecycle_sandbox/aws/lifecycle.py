@@ -29,7 +29,7 @@ from moto.autoscaling.models import (
 )
 from moto.sqs.models import sqs_backends
 
-from nodecycle_sandbox.aws import notifications
+from nodecycle_sandbox.aws import hook_role, notifications
 from nodecycle_sandbox.aws.nodes import NodePlan, NodeRegistry, register_node
 from nodecycle_sandbox.aws.records import (
     LAUNCHING,
@@ -180,6 +180,8 @@ class LifecycleEmulator:
                             at=time.time(), account=self.backend.account_id, group=group, group_arn=asg.arn
                         ),
                         required=True,
+                        role_arn=hook.role_arn,
+                        group_arn=asg.arn,
                     )
             return hook
 
@@ -422,6 +424,8 @@ class LifecycleEmulator:
                     metadata=metadata,
                 ),
                 required=False,
+                role_arn=getattr(hook, "role_arn", None),
+                group_arn=group.arn,
             )
         if not target or self.eventbridge_for_sqs_hooks:
             event = notifications.eventbridge_event(
@@ -603,13 +607,23 @@ class LifecycleEmulator:
                     return group, state
         return None
 
-    def _send_sqs(self, target_arn: str, body: dict[str, Any], *, required: bool) -> None:
+    def _send_sqs(
+        self,
+        target_arn: str,
+        body: dict[str, Any],
+        *,
+        required: bool,
+        role_arn: str | None = None,
+        group_arn: str = "",
+    ) -> None:
         _, _, service, region, account, queue_name = target_arn.split(":", 5)
         if service != "sqs":
             raise ValidationError(
                 f"The sandbox delivers lifecycle notifications to SQS only, not {target_arn}"
             )
         try:
+            if role_arn:  # Auto Scaling sends with the hook's role: its trust and its policies must allow it
+                hook_role.authorize(role_arn, self.backend.account_id, group_arn, target_arn)
             sqs_backends[account][region].send_message(queue_name, json.dumps(body))
         except Exception as error:  # moto raises several kinds for a missing queue
             if required:

@@ -9,6 +9,10 @@
         server.write_kubeconfig()                             # for kubectl
         server.counters(), server.history(), server.objects("pods")
 
+Authentication and authorization as on EKS: an EKS token's access key maps to an identity (``access``),
+whose requests RBAC judges (``rbac``, with the manifests given to ``server.apply``); 401 and 403 with the
+real Status bodies; access reviews for ``kubectl auth can-i``.
+
 Served: core/v1 namespaces, nodes (+status), pods (+status, +eviction), configmaps; apps/v1 deployments,
 replicasets, daemonsets; policy/v1 poddisruptionbudgets; coordination.k8s.io/v1 leases. Not served: watch,
 dryRun, server-side apply, deletecollection, scale subresources, protobuf bodies; finalizers are ignored.

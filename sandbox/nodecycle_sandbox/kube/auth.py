@@ -23,8 +23,17 @@ class TokenRejected(ValueError):
     """Why a bearer token is not an acceptable EKS token (logged; the client only sees 401)."""
 
 
+ADMIN_ACCESS_KEY = (
+    "AKIASANDBOXEXAMPLE"  # the key of the tokens the sandbox makes for itself: the cluster creator
+)
+
+
 def make_eks_token(
-    cluster_name: str, sts_url_base: str = "https://sts.amazonaws.com/", *, now: dt.datetime | None = None
+    cluster_name: str,
+    sts_url_base: str = "https://sts.amazonaws.com/",
+    *,
+    now: dt.datetime | None = None,
+    access_key: str = ADMIN_ACCESS_KEY,
 ) -> str:
     """A well-formed EKS token for ``cluster_name``, as ``aws eks get-token`` prints it (signature is fake).
 
@@ -35,7 +44,7 @@ def make_eks_token(
     match = re.match(r"^sts\.([a-z0-9-]+)\.amazonaws\.com$", urlsplit(sts_url_base).hostname or "")
     region = match.group(1) if match else "us-east-1"
     amz_date = moment.strftime(_AMZ_DATE)
-    scope = f"AKIASANDBOXEXAMPLE/{moment:%Y%m%d}/{region}/sts/aws4_request"
+    scope = f"{access_key}/{moment:%Y%m%d}/{region}/sts/aws4_request"
     query = (
         "Action=GetCallerIdentity&Version=2011-06-15&X-Amz-Algorithm=AWS4-HMAC-SHA256"
         f"&X-Amz-Credential={quote(scope, safe='')}&X-Amz-Date={amz_date}&X-Amz-Expires=60"
@@ -48,8 +57,9 @@ def make_eks_token(
 
 def check_eks_token(
     token: str, *, max_age_seconds: float | None = None, now: dt.datetime | None = None
-) -> None:
-    """Raise TokenRejected unless ``token`` is an EKS token (and, with ``max_age_seconds``, a fresh one)."""
+) -> str:
+    """The access key that signed ``token``; TokenRejected unless it is an EKS token (and, with
+    ``max_age_seconds``, a fresh one)."""
     if not token.startswith(TOKEN_PREFIX):
         raise TokenRejected(f"token does not start with {TOKEN_PREFIX!r}")
     encoded = token[len(TOKEN_PREFIX) :]
@@ -79,6 +89,10 @@ def check_eks_token(
             raise TokenRejected(
                 f"token expired: signed {age:.0f}s ago, accepted up to {max_age_seconds:.0f}s"
             )
+    access_key = query.get("X-Amz-Credential", "").split("/", 1)[0]
+    if not access_key:
+        raise TokenRejected("presigned URL has no X-Amz-Credential")
+    return access_key
 
 
 def bearer_token(authorization: str | None) -> str | None:

@@ -60,7 +60,7 @@ class _Handler(BaseHTTPRequestHandler):
             method=self.command,
             path=parts.path,
             query=dict(parse_qsl(parts.query, keep_blank_values=True)),
-            headers={k.lower(): v for k, v in self.headers.items()},
+            headers=_headers(self.headers),
             body=self._read_body(),
         )
         try:
@@ -86,6 +86,15 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         logger.debug("%s - " + format, self.address_string(), *args)
+
+
+def _headers(message: Any) -> dict[str, str]:
+    """Lower-case names; a header sent several times (Impersonate-Group) is joined with commas."""
+    headers: dict[str, str] = {}
+    for name, value in message.items():
+        key = name.lower()
+        headers[key] = f"{headers[key]},{value}" if key in headers else value
+    return headers
 
 
 def _internal_error() -> bytes:

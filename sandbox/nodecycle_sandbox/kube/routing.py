@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
-from nodecycle_sandbox.kube import discovery, errors, tables
+from nodecycle_sandbox.kube import discovery, errors, reviews, tables
+from nodecycle_sandbox.kube.access import Access
 from nodecycle_sandbox.kube.api import Api, ListOptions
 from nodecycle_sandbox.kube.auth import TokenRejected, bearer_token
 from nodecycle_sandbox.kube.counters import Counters
@@ -18,6 +19,7 @@ from nodecycle_sandbox.kube.history import API
 from nodecycle_sandbox.kube.kubelet import Kubelet
 from nodecycle_sandbox.kube.meta import JsonObj
 from nodecycle_sandbox.kube.patching import PATCH_TYPES
+from nodecycle_sandbox.kube.rbac import Attributes, User
 from nodecycle_sandbox.kube.resources import PODS, ResourceType, by_path
 from nodecycle_sandbox.kube.store import Store
 
@@ -57,8 +59,9 @@ class Router:
         api: Api,
         kubelet: Kubelet,
         counters: Counters,
-        check_token: Callable[[str], None],
+        check_token: Callable[[str], str],
         server_address: Callable[[], str],
+        access: Access,
     ) -> None:
         self._store = store
         self._api = api
@@ -66,33 +69,45 @@ class Router:
         self._counters = counters
         self._check_token = check_token
         self._server_address = server_address
+        self._access = access
 
     def handle(self, request: Request) -> Response:
         try:
-            self._authenticate(request)
-            return self._route(request)
+            user = self._authenticate(request)
+            return self._route(request, user)
         except errors.ApiError as exc:
             return Response(exc.code, exc.status())
 
-    def _authenticate(self, request: Request) -> None:
+    def _authenticate(self, request: Request) -> User:
         token = bearer_token(request.headers.get("authorization"))
         if token is None:
             raise errors.unauthorized()
         try:
-            self._check_token(token)
+            access_key = self._check_token(token)
         except TokenRejected as exc:
             logger.debug("rejected bearer token: %s", exc)
             raise errors.unauthorized() from None
+        return self._access.authenticate(access_key, request.headers)
 
-    def _route(self, request: Request) -> Response:
+    def _route(self, request: Request, user: User) -> Response:
         path = request.path.rstrip("/") or "/"
         segments = [unquote(s) for s in path.split("/") if s]
+        if request.method == "POST" and reviews.is_review_path(segments):
+            self._access.authorize(user, Attributes("create", reviews.GROUP, segments[3]))
+            body = (
+                reviews.decode_protobuf(request.body)
+                if _content_type(request) == reviews.PROTOBUF
+                else _json_body(request)
+            )
+            return Response(201, reviews.review(self._access.rbac, user, segments[3], body))
         if request.method == "GET" and _is_non_resource(path, segments):
+            self._access.authorize(user, Attributes("get", path=path))
             self._counters.add("get", path)
             return Response(200, self._non_resource(path, segments))
         target = _target(segments)
         if target is None:
             raise errors.path_not_found(path)
+        self._access.authorize(user, _attributes(request, target))
         return self._serve(request, target)
 
     def _non_resource(self, path: str, segments: list[str]) -> JsonObj | str:
@@ -103,7 +118,11 @@ class Router:
         if segments == ["api"]:
             return discovery.api_versions(self._server_address())
         if segments == ["apis"]:
-            return discovery.api_group_list()
+            listed = discovery.api_group_list()
+            return {**listed, "groups": [*listed["groups"], reviews.group_entry()]}
+        review_discovery = reviews.discovery(segments)
+        if review_discovery is not None:
+            return review_discovery
         if segments == ["openapi", "v3"]:
             return discovery.openapi_v3_index()
         if segments[:2] == ["openapi", "v3"]:
@@ -214,6 +233,25 @@ def _target(segments: list[str]) -> Target | None:
     if not rt.namespaced:
         namespace = ""
     return Target(rt, namespace, name, sub)
+
+
+def _attributes(request: Request, target: Target) -> Attributes:
+    """The verb and resource RBAC judges, from the method and the URL, as the API server derives them."""
+    method, named = request.method, bool(target.name)
+    if method == "GET":
+        verb = "get" if named else ("watch" if request.query.get("watch") in ("1", "true") else "list")
+    else:
+        verb = {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(method, "")
+        if method == "DELETE":
+            verb = "delete" if named else "deletecollection"
+    return Attributes(
+        verb=verb or method.lower(),
+        api_group=target.rt.group,
+        resource=target.rt.plural,
+        subresource=target.subresource,
+        namespace=target.namespace or "",
+        name=target.name,
+    )
 
 
 def _content_type(request: Request) -> str:

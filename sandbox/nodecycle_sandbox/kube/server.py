@@ -12,8 +12,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from nodecycle_sandbox.kube.access import Access, AccessEntry, load_manifest
 from nodecycle_sandbox.kube.api import Api
-from nodecycle_sandbox.kube.auth import check_eks_token, make_eks_token
+from nodecycle_sandbox.kube.auth import ADMIN_ACCESS_KEY, check_eks_token, make_eks_token
 from nodecycle_sandbox.kube.builders import node_object
 from nodecycle_sandbox.kube.controllers import ControllerLoop, Controllers, StaticPod
 from nodecycle_sandbox.kube.counters import Counters
@@ -22,7 +23,8 @@ from nodecycle_sandbox.kube.httpd import KubeHTTPServer
 from nodecycle_sandbox.kube.kubeconfig import write_kubeconfig
 from nodecycle_sandbox.kube.kubelet import Kubelet
 from nodecycle_sandbox.kube.meta import JsonObj, json_copy, name_of
-from nodecycle_sandbox.kube.resources import NAMESPACES, NODES, by_name
+from nodecycle_sandbox.kube.rbac import Rbac
+from nodecycle_sandbox.kube.resources import CONFIGMAPS, NAMESPACES, NODES, by_name
 from nodecycle_sandbox.kube.routing import Router
 from nodecycle_sandbox.kube.seed import default_seed, load_seed
 from nodecycle_sandbox.kube.store import Store
@@ -76,6 +78,9 @@ class KubeServer:
         self._api = Api(self._store, self._kubelet)
         self._controllers = Controllers(self._store, self._api, self._kubelet)
         self._counters = Counters()
+        self.rbac = Rbac()
+        self.access = Access(self.rbac, lambda namespace, name: self._store.get(CONFIGMAPS, namespace, name))
+        self.access.add_admin_key(ADMIN_ACCESS_KEY)
         self._httpd: KubeHTTPServer | None = None
         self._serve_thread: threading.Thread | None = None
         self._loop: ControllerLoop | None = None
@@ -107,6 +112,7 @@ class KubeServer:
             counters=self._counters,
             check_token=functools.partial(check_eks_token, max_age_seconds=self._token_max_age),
             server_address=lambda: f"{self._host}:{self.port}",
+            access=self.access,
         )
         self._httpd = KubeHTTPServer((self._host, self._port), router, context)
         self._serve_thread = threading.Thread(
@@ -170,18 +176,19 @@ class KubeServer:
             raise RuntimeError("no CA: the server is not started, or serves plain HTTP")
         return Path(self._tmp.name, "ca.crt")
 
-    def token(self) -> str:
-        """A fresh EKS-form bearer token this server accepts."""
-        return make_eks_token(self.cluster_name)
+    def token(self, access_key: str = ADMIN_ACCESS_KEY) -> str:
+        """A fresh EKS-form bearer token signed with ``access_key`` (by default the cluster creator's)."""
+        return make_eks_token(self.cluster_name, access_key=access_key)
 
-    def api_client(self) -> ApiClient:
+    def api_client(self, access_key: str = ADMIN_ACCESS_KEY) -> ApiClient:
         """An official-client ``ApiClient`` for this server (a connection pool of its own), configured as the
-        product configures its own: the CA and an EKS-form bearer token."""
+        product configures its own: the CA and an EKS-form bearer token signed with ``access_key`` (the
+        cluster creator's by default; a key given to ``map_role`` acts as that role)."""
         from kubernetes.client import ApiClient, Configuration
 
         config = Configuration(host=self.url)
         config.ssl_ca_cert = str(self.ca_file)
-        config.api_key = {"authorization": self.token()}
+        config.api_key = {"authorization": self.token(access_key)}
         config.api_key_prefix = {"authorization": "Bearer"}
         return ApiClient(config)
 
@@ -216,6 +223,25 @@ class KubeServer:
                     self._controllers.add_static_pod(node.name, static)
             for rt, obj in plan.objects:
                 self._api.create(rt, obj["metadata"].get("namespace", ""), obj, source=SANDBOX)
+
+    def apply(self, manifest: str | Path) -> None:
+        """What ``kubectl apply -f`` of an RBAC manifest (``deploy/rbac.yaml``) does: its Roles, ClusterRoles
+        and bindings take effect; its namespaces and ConfigMaps are created if missing."""
+        text = manifest.read_text() if isinstance(manifest, Path) else manifest
+        with self._store.lock:
+            for obj in self.rbac.load(load_manifest(text)):
+                rt = by_name(str(obj["kind"]))
+                namespace = str(obj["metadata"].get("namespace") or "") if rt.namespaced else ""
+                if self._store.get(rt, namespace, obj["metadata"]["name"]) is None:
+                    self._api.create(rt, namespace, json_copy(dict(obj)), source=SANDBOX)
+
+    def map_role(self, access_key: str, role_arn: str, session_name: str) -> None:
+        """STS's side: ``access_key`` is a session of ``role_arn`` (see ``add_access_entries``)."""
+        self.access.add_role_key(access_key, role_arn, session_name)
+
+    def add_access_entries(self, entries: list[AccessEntry]) -> None:
+        """EKS access entries: a role's sessions get these Kubernetes groups."""
+        self.access.add_access_entries(entries)
 
     def load_default_seed(self) -> None:
         """6 nodes over 3 zones of eu-west-1, Deployments under PodDisruptionBudgets, two DaemonSets."""

@@ -32,12 +32,14 @@ class AsyncInvoker:
         invoke: Callable[[FunctionSpec, Any], InvocationResult],
         journal: Journal,
         sqs: SQSClient,
+        sender: Callable[[FunctionSpec], SQSClient],
         retry_delays: tuple[float, ...],
         max_workers: int,
     ) -> None:
         self._invoke = invoke
         self._journal = journal
         self._sqs = sqs
+        self._sender = sender
         self._sqs_lock = threading.Lock()
         self._retry_delays = retry_delays
         self._executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="lambda-async")
@@ -71,6 +73,7 @@ class AsyncInvoker:
     def _dead_letter(self, spec: FunctionSpec, event: Any, result: InvocationResult, attempts: int) -> None:
         if spec.dead_letter_arn:
             self._send(
+                spec,
                 spec.dead_letter_arn,
                 json.dumps(event),
                 {
@@ -97,16 +100,17 @@ class AsyncInvoker:
                 },
                 "responsePayload": {"errorMessage": result.error_message, "errorType": result.error_type},
             }
-            self._send(spec.on_failure_arn, json.dumps(record), {})
+            self._send(spec, spec.on_failure_arn, json.dumps(record), {})
         if not (spec.dead_letter_arn or spec.on_failure_arn):
             _log.warning(
                 "%s: event dropped after %d attempts: %s", spec.logical_id, attempts, result.error_message
             )
 
-    def _send(self, queue_arn: str, body: str, attributes: dict[str, Any]) -> None:
+    def _send(self, spec: FunctionSpec, queue_arn: str, body: str, attributes: dict[str, Any]) -> None:
         _, _, service, _region, account, name = queue_arn.split(":", 5)
         if service != "sqs":
             raise ValueError(f"the sandbox sends failed events to SQS only, not {queue_arn}")
         with self._sqs_lock:
             url = self._sqs.get_queue_url(QueueName=name, QueueOwnerAWSAccountId=account)["QueueUrl"]
-            self._sqs.send_message(QueueUrl=url, MessageBody=body, MessageAttributes=attributes)
+        # Lambda sends to a dead-letter queue or a destination with the function's execution role.
+        self._sender(spec).send_message(QueueUrl=url, MessageBody=body, MessageAttributes=attributes)

@@ -91,8 +91,10 @@ class SandboxResources:
             return self.table(logical_id).name
         if kind == "AWS::Serverless::Function":
             return self.function_name(logical_id)
-        if kind in ("AWS::IAM::Role", "AWS::Events::Rule"):
-            return self._physical_name(logical_id)  # their Ref is their name
+        if kind == "AWS::IAM::Role":
+            return self.role_arn(logical_id).rsplit("/", 1)[-1]  # a role's Ref is its name
+        if kind == "AWS::Events::Rule":
+            return self._physical_name(logical_id)  # its Ref is its name
         # CloudFormation's Ref of most other resources is a name or an ARN the sandbox never uses.
         return self._physical_name(logical_id)
 
@@ -108,15 +110,16 @@ class SandboxResources:
             name = self.function_name(logical_id)
             values = {"Arn": f"arn:aws:lambda:{self._region}:{self._account}:function:{name}"}
         elif kind == "AWS::IAM::Role":
-            name = self._physical_name(logical_id)
-            values = {
-                "Arn": f"arn:aws:iam::{self._account}:role/{name}",
-                "RoleId": f"AROA{name.upper()[:17]}",
-            }
+            values = {"Arn": self.role_arn(logical_id), "RoleId": f"AROA{logical_id.upper()[:17]}"}
         elif kind == "AWS::Events::Rule":
             values = {
                 "Arn": f"arn:aws:events:{self._region}:{self._account}:rule/{self._physical_name(logical_id)}"
             }
+        elif kind == "AWS::Logs::LogGroup":
+            name = self._resolve(self._properties(logical_id).get("LogGroupName")) or self._physical_name(
+                logical_id
+            )
+            values = {"Arn": f"arn:aws:logs:{self._region}:{self._account}:log-group:{name}:*"}
         else:
             service = kind.split("::")[1].lower()
             values = {
@@ -131,6 +134,10 @@ class SandboxResources:
     def function_name(self, logical_id: str) -> str:
         name = self._properties(logical_id).get("FunctionName")
         return str(self._resolve(name)) if name else self._physical_name(logical_id)
+
+    def role_arn(self, logical_id: str) -> str:
+        name = self._properties(logical_id).get("RoleName")
+        return f"arn:aws:iam::{self._account}:role/{self._resolve(name) if name else self._physical_name(logical_id)}"
 
     def queue(self, logical_id: str) -> QueueInfo:
         if logical_id not in self.queues:

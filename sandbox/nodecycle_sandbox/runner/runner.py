@@ -3,9 +3,12 @@ Lambda would (SQS event source mappings, EventBridge rules, schedules), inline o
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import re
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
@@ -13,10 +16,11 @@ from typing import TYPE_CHECKING, Any, Literal
 import boto3
 from botocore.config import Config
 
+from nodecycle_sandbox.iam.template import access_entries, function_role, template_roles
 from nodecycle_sandbox.runner.async_invoke import AsyncInvoker
 from nodecycle_sandbox.runner.cfn_yaml import load_template
 from nodecycle_sandbox.runner.context import lambda_environment
-from nodecycle_sandbox.runner.functions import FunctionSpec, read_functions
+from nodecycle_sandbox.runner.functions import FunctionSpec, SqsTrigger, read_functions
 from nodecycle_sandbox.runner.intrinsics import Intrinsics
 from nodecycle_sandbox.runner.invokers import InlineInvoker, InvocationResult, Invoker, ProcessInvoker
 from nodecycle_sandbox.runner.journal import Invocation, Journal
@@ -30,8 +34,12 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_sqs import SQSClient
 
+# Registers roles ({"arn", "trust", "policies"}) and the keys that act as them with the AWS side.
+IdentityRegistry = Callable[[list[dict[str, Any]], list[dict[str, str]]], None]
+
 SANDBOX_ACCOUNT = "123456789012"
 SANDBOX_SECRET_KEY = "sandbox-secret-access-key"
+RUNNER_ACCESS_KEY = "AKIASANDBOXRUNNER000"  # the runner's own deployment work: the account's administrator
 # Lambda's concurrency for an SQS mapping without ScalingConfig is the account's; the sandbox caps it.
 DEFAULT_SQS_CONCURRENCY = 5
 ASYNC_CONCURRENCY = 2
@@ -64,6 +72,7 @@ class Runner:
         schedules_enabled: bool = True,
         sqs_sources_enabled: bool = True,
         log_dir: Path | None = None,
+        identities: IdentityRegistry | None = None,
     ) -> None:
         self.template_path = template
         self.endpoint_url = endpoint_url
@@ -82,7 +91,14 @@ class Runner:
         self._schedules_enabled = schedules_enabled
         self._sqs_sources_enabled = sqs_sources_enabled
         self._log_dir = log_dir
+        self._identities = identities
         self.functions: dict[str, FunctionSpec] = {}
+        # The template's roles (logical id -> {"arn", "trust", "policies"}) and the role of each function.
+        self.roles: dict[str, dict[str, Any]] = {}
+        self.function_roles: dict[str, str] = {}
+        self.access_entries: list[dict[str, Any]] = []  # the template's EKS access entries, resolved
+        self._sqs_by_function: dict[str, SQSClient] = {}
+        self._clients_lock = threading.Lock()
         self.environments: dict[str, dict[str, str]] = {}
         self._resources: SandboxResources | None = None
         self._invoker: Invoker | None = None
@@ -141,6 +157,8 @@ class Runner:
             )
             for index, spec in enumerate(specs)
         }
+        if self._identities is not None:
+            self._register_identities(template, resources)
         if self.mode == "inline":
             self._invoker = InlineInvoker(self.environments)
         else:
@@ -151,6 +169,7 @@ class Runner:
             invoke=self._invoke,
             journal=self.journal,
             sqs=self.sqs,
+            sender=self._function_sqs,
             retry_delays=self._async_retry_delays,
             max_workers=ASYNC_CONCURRENCY * max(1, len(specs)),
         )
@@ -229,7 +248,7 @@ class Runner:
                 trigger=trigger,
                 invoke=self._invoke,
                 journal=self.journal,
-                client_factory=lambda: self._client("sqs"),
+                client_factory=functools.partial(self._mapping_client, spec, trigger),
                 region=self.region,
                 concurrency=self._sqs_concurrency(trigger.max_concurrency),
                 poll_wait=self._poll_wait,
@@ -262,6 +281,9 @@ class Runner:
         assert self._resources is not None, "the runner is not started"
         return self._resources.tables[logical_id]
 
+    def access_key(self, function: str) -> str:
+        return self.environments[function]["AWS_ACCESS_KEY_ID"]
+
     def function_of_access_key(self, access_key: str) -> str | None:
         """Which function called AWS with this access key (each function has its own)."""
         for logical_id, environment in self.environments.items():
@@ -271,10 +293,44 @@ class Runner:
 
     # -- helpers --------------------------------------------------------------------------------
 
+    def _register_identities(self, template: Mapping[str, Any], resources: SandboxResources) -> None:
+        """Tell the AWS side which role each function's key acts as, with the roles' policies."""
+        assert self._identities is not None
+        assert resources.intrinsics is not None
+        self.roles = template_roles(template, resources.intrinsics, resources)
+        self.function_roles = {name: function_role(template, name) for name in self.functions}
+        self.access_entries = access_entries(template, resources.intrinsics, resources)
+        keys = [
+            {
+                "access_key": self.access_key(name),
+                "role_arn": self.roles[role]["arn"],
+                "session_name": self.functions[name].name,  # Lambda's session name is the function's name
+                "account": self.account,
+            }
+            for name, role in self.function_roles.items()
+        ]
+        self._identities(list(self.roles.values()), keys)
+
+    def _function_sqs(self, spec: FunctionSpec) -> SQSClient:
+        """The SQS client Lambda uses for a function's failed events (its role), made once."""
+        with self._clients_lock:
+            client = self._sqs_by_function.get(spec.logical_id)
+            if client is None:
+                client = self._client("sqs", access_key=self.access_key(spec.logical_id))
+                self._sqs_by_function[spec.logical_id] = client
+            return client
+
+    def _mapping_client(self, spec: FunctionSpec, trigger: SqsTrigger) -> SQSClient:
+        """An event source mapping polls with the function's role, as Lambda does, and reads the queue's
+        attributes when it starts."""
+        client: SQSClient = self._client("sqs", access_key=self.access_key(spec.logical_id))
+        client.get_queue_attributes(QueueUrl=trigger.queue.url, AttributeNames=["VisibilityTimeout"])
+        return client
+
     def _sandbox_env(self, index: int, spec: FunctionSpec) -> dict[str, str]:
         return {
             "AWS_ENDPOINT_URL": self.endpoint_url,
-            "AWS_ACCESS_KEY_ID": access_key_for(index, spec.logical_id),
+            "AWS_ACCESS_KEY_ID": access_key_for(index, spec.logical_id, self.stack_name),
             "AWS_SECRET_ACCESS_KEY": SANDBOX_SECRET_KEY,
             # No instance metadata service here: do not let botocore wait for one.
             "AWS_EC2_METADATA_DISABLED": "true",
@@ -291,12 +347,14 @@ class Runner:
             size += ASYNC_CONCURRENCY
         return max(1, size)
 
-    def _client(self, service: str, *, max_pool_connections: int = 2) -> Any:
+    def _client(
+        self, service: str, *, max_pool_connections: int = 2, access_key: str = RUNNER_ACCESS_KEY
+    ) -> Any:
         return boto3.client(
             service,  # type: ignore[call-overload]
             endpoint_url=self.endpoint_url,
             region_name=self.region,
-            aws_access_key_id="AKIASANDBOXRUNNER000",
+            aws_access_key_id=access_key,
             aws_secret_access_key=SANDBOX_SECRET_KEY,
             config=Config(
                 retries={"max_attempts": 2, "mode": "standard"},
@@ -307,7 +365,9 @@ class Runner:
         )
 
 
-def access_key_for(index: int, logical_id: str) -> str:
-    """A fake but well-formed access key id (20 upper-case alphanumerics) that names the function."""
-    stem = re.sub(r"[^A-Z0-9]", "", logical_id.upper())[:12].ljust(12, "X")
-    return f"AKIA{stem}{index:04d}"
+def access_key_for(index: int, logical_id: str, stack_name: str = "") -> str:
+    """A fake but well-formed access key id (20 upper-case alphanumerics) that names the function, and is
+    its own: two stacks deployed on one sandbox have functions of the same name, but not the same role."""
+    stem = re.sub(r"[^A-Z0-9]", "", logical_id.upper())[:10].ljust(10, "X")
+    stack = hashlib.sha256(stack_name.encode()).hexdigest()[:4].upper()
+    return f"AKIA{stem}{stack}{index:02d}"

@@ -1,16 +1,22 @@
-"""A sandbox API server with nodes over three zones, and the official client on it."""
+"""A sandbox API server with nodes over three zones and deploy/rbac.yaml applied, and the official client
+on it acting as the drain function (its group, its RBAC)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from kubernetes import client
 
 from nodecycle_sandbox.kube import KubeServer
+from nodecycle_sandbox.kube.access import AccessEntry
 
 ZONES = ("eu-west-1a", "eu-west-1b", "eu-west-1c")
-NAMESPACE = "kube-system"
+NAMESPACE = "nodecycle"  # the template's default BudgetNamespace, where deploy/rbac.yaml ships the budget
+RBAC = Path(__file__).resolve().parents[3] / "deploy" / "rbac.yaml"
+DRAIN_KEY = "AKIATESTDRAINROLE000"
+DRAIN_ROLE = "arn:aws:iam::123456789012:role/nodecycle-DrainFunctionRole"
 
 
 def node_name(index: int) -> str:
@@ -26,8 +32,21 @@ def instance_of(index: int) -> str:
 
 
 def core_api(server: KubeServer) -> client.CoreV1Api:
-    """A CoreV1Api with its own ApiClient (connection pool), configured as the product's: CA + bearer."""
+    """A CoreV1Api with its own ApiClient (connection pool), configured as the product's (CA + bearer), signed
+    by the drain function's role: what it may do is what deploy/rbac.yaml grants the drain group."""
+    return client.CoreV1Api(server.api_client(DRAIN_KEY))
+
+
+def admin_api(server: KubeServer) -> client.CoreV1Api:
+    """The cluster administrator's client, for what a platform team does by hand."""
     return client.CoreV1Api(server.api_client())
+
+
+def act_as_drain(server: KubeServer) -> None:
+    """The cluster as deployed: deploy/rbac.yaml applied, the drain role's access entry."""
+    server.apply(RBAC)
+    server.add_access_entries([AccessEntry(DRAIN_ROLE, ("nodecycle-drain",))])
+    server.map_role(DRAIN_KEY, DRAIN_ROLE, "nodecycle-DrainFunction")
 
 
 def add_nodes(server: KubeServer, count: int) -> None:
@@ -39,6 +58,7 @@ def add_nodes(server: KubeServer, count: int) -> None:
 @pytest.fixture
 def server() -> Iterator[KubeServer]:
     with KubeServer(tls=True) as started:
+        act_as_drain(started)
         yield started
 
 

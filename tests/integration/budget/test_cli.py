@@ -16,7 +16,15 @@ from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotRequest
 from nodecycle.domain.policy import Quantity
 from nodecycle_cli import budget as budget_cli
 from nodecycle_sandbox.kube import KubeServer
-from tests.integration.budget.conftest import NAMESPACE, add_nodes, core_api, instance_of, node_name, zone_of
+from tests.integration.budget.conftest import (
+    NAMESPACE,
+    add_nodes,
+    admin_api,
+    core_api,
+    instance_of,
+    node_name,
+    zone_of,
+)
 from tests.integration.budget.drains import Drain, SharedMetrics, WallClock
 
 
@@ -85,11 +93,20 @@ def test_show_as_json_is_the_budget_view(
     assert view["limits"][0]["per_zone"] == {"eu-west-1a": 1, "eu-west-1b": 1, "eu-west-1c": 1}
 
 
-def test_show_without_a_budget_says_there_is_none_yet(
+def test_show_of_the_shipped_budget_is_an_empty_one(
     server: KubeServer, kubeconfig: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert run(kubeconfig, "show") == 0
-    assert "No budget yet" in capsys.readouterr().out
+    assert run(kubeconfig, "show", "--output", "json") == 0
+    view = json.loads(capsys.readouterr().out)
+    assert (view["holders"], view["waiters"]) == ([], [])
+
+
+def test_show_without_a_budget_says_how_to_install_it(
+    server: KubeServer, kubeconfig: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    admin_api(server).delete_namespaced_config_map("nodecycle-budget", NAMESPACE)
+    assert run(kubeconfig, "show") == 1
+    assert "nodecycle rbac --namespace nodecycle | kubectl apply -f -" in capsys.readouterr().out
 
 
 def test_release_asks_then_frees_the_slot_whatever_owner_holds_it(

@@ -1,8 +1,10 @@
 """The budget's Kubernetes adapters over real HTTPS against the sandbox API server: the ConfigMap written
-with resourceVersion preconditions, 409s on racing writes and creates, and the node list."""
+with resourceVersion preconditions, 409s on racing writes, the shipped ConfigMap never created, and the node
+list; all as the drain function's RBAC allows."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -10,12 +12,17 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from nodecycle.adapters.kube.budget import DATA_KEY, ConfigMapBudgetStore, KubeNodeInventory
+from nodecycle.adapters.kube.budget import (
+    DATA_KEY,
+    BudgetNotInstalled,
+    ConfigMapBudgetStore,
+    KubeNodeInventory,
+)
 from nodecycle.domain.budget import BudgetDocument, NodeState
 from nodecycle.domain.budget.document import Released
 from nodecycle.domain.errors import TransientError
 from nodecycle_sandbox.kube import KubeServer
-from tests.integration.budget.conftest import NAMESPACE, add_nodes, node_name
+from tests.integration.budget.conftest import NAMESPACE, add_nodes, admin_api, core_api, node_name
 
 NO_SLEEP: dict[str, Any] = {"sleep": lambda seconds: None}
 
@@ -32,38 +39,58 @@ def written(store: ConfigMapBudgetStore) -> list[str]:
     return [] if doc is None else [r.node for r in doc.released]
 
 
-def test_the_config_map_is_created_on_first_use(core: client.CoreV1Api) -> None:
+def test_the_shipped_config_map_is_an_empty_budget_that_keeps_its_labels(core: client.CoreV1Api) -> None:
+    # Given the empty ConfigMap deploy/rbac.yaml ships
     store = ConfigMapBudgetStore(lambda: core, NAMESPACE)
-    assert store.read() is None
+    assert store.read() == BudgetDocument()
 
+    # When the drain function writes the budget into it
     store.update(lambda doc: (with_entry(doc, "n1"), None))
 
+    # Then the document is there and the manifest's labels stayed
     config_map = core.read_namespaced_config_map("nodecycle-budget", NAMESPACE)
     assert config_map.metadata is not None
     assert config_map.data is not None
-    assert config_map.metadata.labels == {"app.kubernetes.io/managed-by": "nodecycle"}
+    assert config_map.metadata.labels == {
+        "app.kubernetes.io/name": "nodecycle",
+        "app.kubernetes.io/managed-by": "nodecycle",
+    }
     assert BudgetDocument.from_json(config_map.data[DATA_KEY]).released[0].node == "n1"
 
 
-def test_a_writer_that_loses_the_race_to_create_retries_on_what_the_winner_wrote(
+def test_a_missing_config_map_is_an_error_that_names_it_and_the_fix(
     core: client.CoreV1Api, server: KubeServer
 ) -> None:
-    # Given two writers that both find no ConfigMap, the second creating it while the first decides
-    first, second = (ConfigMapBudgetStore(lambda: core, NAMESPACE, **NO_SLEEP) for _ in range(2))
+    # Given a cluster where the budget ConfigMap was deleted (or never applied)
+    admin_api(server).delete_namespaced_config_map("nodecycle-budget", NAMESPACE)
+    store = ConfigMapBudgetStore(lambda: core, NAMESPACE)
+    assert store.read() is None
+
+    # When a drain tries to take a slot, Then it fails with what is missing and how to fix it, creating nothing
+    with pytest.raises(BudgetNotInstalled) as raised:
+        store.update(lambda doc: (with_entry(doc, "n1"), None))
+    assert "ConfigMap nodecycle/nodecycle-budget does not exist" in str(raised.value)
+    assert "nodecycle rbac --namespace nodecycle | kubectl apply -f -" in str(raised.value)
+    assert ("create", "configmaps") not in server.counters()
+
+
+def test_a_config_map_deleted_between_read_and_write_is_read_again_and_reported_missing(
+    core: client.CoreV1Api, server: KubeServer
+) -> None:
+    # Given a writer whose ConfigMap is deleted while it decides
+    store = ConfigMapBudgetStore(lambda: core, NAMESPACE, **NO_SLEEP)
     seen: list[BudgetDocument | None] = []
 
     def mutate(doc: BudgetDocument | None) -> tuple[BudgetDocument, None]:
         seen.append(doc)
         if len(seen) == 1:
-            second.update(lambda d: (with_entry(d, "winner"), None))
-        return with_entry(doc, "loser"), None
+            admin_api(server).delete_namespaced_config_map("nodecycle-budget", NAMESPACE)
+        return with_entry(doc, "n1"), None
 
-    # When the first writes, Then its create fails with 409 AlreadyExists and it decides again on the winner's
-    first.update(mutate)
-    assert seen[0] is None
-    assert written(first) == ["winner", "loser"]
-    assert server.counters()[("create", "configmaps")] == 2
-    assert server.counters()[("update", "configmaps")] == 1
+    # When it writes, Then the 404 makes it read again, and what it finds is no budget at all
+    with pytest.raises(BudgetNotInstalled):
+        store.update(mutate)
+    assert seen == [BudgetDocument(), None]
 
 
 def test_a_replace_with_a_stale_resource_version_is_retried_on_the_new_document(
@@ -108,9 +135,12 @@ def test_a_mutation_that_changes_nothing_writes_nothing(core: client.CoreV1Api, 
     assert ("update", "configmaps") not in server.counters()
 
 
-def test_what_others_added_to_the_config_map_survives_a_write(core: client.CoreV1Api) -> None:
+def test_what_others_added_to_the_config_map_survives_a_write(
+    core: client.CoreV1Api, server: KubeServer
+) -> None:
     # Given a budget ConfigMap that an operator labelled and annotated, with a key of its own
-    core.create_namespaced_config_map(
+    admin_api(server).replace_namespaced_config_map(
+        "nodecycle-budget",
         NAMESPACE,
         client.V1ConfigMap(
             metadata=client.V1ObjectMeta(
@@ -134,11 +164,20 @@ def test_what_others_added_to_the_config_map_survives_a_write(core: client.CoreV
     assert config_map.data["README"] == "managed by nodecycle"
 
 
-def test_a_missing_namespace_is_a_configuration_error_not_a_transient_one(core: client.CoreV1Api) -> None:
-    store = ConfigMapBudgetStore(lambda: core, "no-such-namespace")
+def test_a_budget_namespace_the_rbac_does_not_cover_is_forbidden_not_transient(
+    core: client.CoreV1Api,
+) -> None:
+    # BudgetNamespace set to another namespace than the one deploy/rbac.yaml was rendered for
+    store = ConfigMapBudgetStore(lambda: core, "platform")
     with pytest.raises(ApiException) as raised:
         store.update(lambda doc: (with_entry(doc, "n1"), None))
-    assert raised.value.status == 404
+    assert raised.value.status == 403
+    message = json.loads(raised.value.body or "{}")["message"]
+    assert message == (
+        'configmaps "nodecycle-budget" is forbidden: User "arn:aws:sts::123456789012:assumed-role/'
+        'nodecycle-DrainFunctionRole/nodecycle-DrainFunction" cannot get resource "configmaps" in API group "" '
+        'in the namespace "platform"'
+    )
 
 
 def test_an_unreachable_api_server_is_a_transient_error(server: KubeServer, core: client.CoreV1Api) -> None:
@@ -195,3 +234,15 @@ def test_the_inventory_lists_nodes_at_most_once_per_cache_ttl(
     clock[0] = 10.0
     assert len(inventory.nodes_in_scope()) == 3
     assert server.counters()[("list", "nodes")] == 2
+
+
+def test_a_budget_namespace_works_once_the_rbac_is_rendered_for_it(server: KubeServer) -> None:
+    # Given the cluster side rendered for BudgetNamespace=platform (nodecycle rbac --namespace platform)
+    from nodecycle_cli.rbac import render
+
+    server.apply(render("platform"))
+    store = ConfigMapBudgetStore(lambda: core_api(server), "platform")
+
+    # When the drain function writes the budget there, Then its RBAC allows it on the shipped ConfigMap
+    store.update(lambda doc: (with_entry(doc, "n1"), None))
+    assert written(store) == ["n1"]

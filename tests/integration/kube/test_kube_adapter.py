@@ -1,7 +1,8 @@
 """The Kubernetes adapter over real HTTPS: EKS access (endpoint + CA + token), nodes, pods, evictions.
 
 The in-memory API server speaks the wire protocol, so the content types, the 409s and the Status bodies the
-adapter relies on are exercised for real.
+adapter relies on are exercised for real; the adapter's token is the drain function's, so what it does is
+what deploy/rbac.yaml grants that function.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from nodecycle.adapters.kube.eks_access import EksCluster, EksTokens
 from nodecycle.domain.ports.cluster import OWNER_ANNOTATION, Claim, Eviction
 from nodecycle_sandbox.aws.eks import point_cluster
 from nodecycle_sandbox.kube import KubeServer
+from tests.integration.budget.conftest import DRAIN_ROLE, act_as_drain
 
 ACCOUNT = "123456789012"
 NODE_A = "ip-10-0-1-10.eu-west-1.compute.internal"
@@ -37,6 +39,9 @@ SEED = {
 @pytest.fixture
 def server() -> Iterator[KubeServer]:
     with KubeServer(tls=True) as kube:
+        act_as_drain(kube)
+        # mock_aws signs with its own fake key: it stands for the drain function's role here
+        kube.map_role("FOOBARKEY", DRAIN_ROLE, "nodecycle-DrainFunction")
         kube.seed(SEED)
         kube.settle()
         yield kube

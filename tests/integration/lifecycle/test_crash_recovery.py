@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+import boto3
 import pytest
 from botocore.client import BaseClient
 from kubernetes.client import rest
@@ -28,7 +29,7 @@ from nodecycle.domain.ports.cluster import IN_PROGRESS_ANNOTATION, OWNER_ANNOTAT
 from nodecycle_sandbox import Sandbox, SandboxOptions
 from nodecycle_sandbox.aws.group import GroupSpec
 from nodecycle_sandbox.aws.records import TERMINATING
-from tests.integration.lifecycle.harness import FAST, ROOT, core_api, node_of, record_of
+from tests.integration.lifecycle.harness import FAST, ROOT, node_of, record_of
 from tests.support.functions import LambdaContext, load_function
 
 pytestmark = [
@@ -40,7 +41,6 @@ pytestmark = [
 
 REDELIVERY = 1  # seconds: the visibility timeout this test's deliveries use
 ANY = "*"  # a kill point for whichever lifecycle makes the call first
-CREATE_BUDGET = "kube:POST /v1/namespaces/kube-system/configmaps"  # once per cluster, by whoever comes first
 
 
 class Killed(BaseException):
@@ -122,7 +122,11 @@ class Pump:
         for function, queue in (("drain", "DrainQueue"), ("eip", "EipQueue")):
             info = sandbox.runner.queue(queue)
             self.handlers[function] = (load_function(function), info.url, info.arn)
-        self.env = sandbox.runner.environments["DrainFunction"]
+        # Each handler calls AWS as its own function (its own role: the sandbox enforces it).
+        self.envs = {
+            "drain": sandbox.runner.environments["DrainFunction"],
+            "eip": sandbox.runner.environments["EipFunction"],
+        }
 
     def until(self, done: Callable[[], bool], timeout: float) -> None:
         killer = self.killer
@@ -138,14 +142,20 @@ class Pump:
     @contextmanager
     def environment(self) -> Iterator[None]:
         saved = dict(os.environ)
-        os.environ.update(self.env)
         fresh_container()
         try:
             yield
         finally:
             os.environ.clear()
             os.environ.update(saved)
+            boto3.DEFAULT_SESSION = None
             fresh_container()
+
+    def _as(self, function: str) -> None:
+        """The handler's own environment, its credentials included: the default boto3 session caches the
+        credentials it found first, so it is made again (the clients cached in the wiring keep theirs)."""
+        os.environ.update(self.envs[function])
+        boto3.DEFAULT_SESSION = None
 
     def deliver(self, function: str) -> bool:
         module, url, arn = self.handlers[function]
@@ -169,6 +179,7 @@ class Pump:
                 ]
             }
             self.killer.current = str(json.loads(message["Body"]).get("record_id", "")).split("/", 1)[0]
+            self._as(function)
             try:
                 result = module.handler(event, LambdaContext())
             except Killed:
@@ -307,10 +318,7 @@ def test_a_lambda_killed_after_each_api_call_in_turn_still_completes_every_lifec
     for number, victim in enumerate(victims):
         call = calls[number]
         point = (kind(call), sum(1 for c in calls[: number + 1] if kind(c) == kind(call)))
-        # The budget ConfigMap is created once, by whichever lifecycle comes first: remove it, and let
-        # that lifecycle be the one killed right after creating it.
-        killer.kill_at[ANY if call == CREATE_BUDGET else victim] = point
-    core_api(sandbox).delete_namespaced_config_map("nodecycle-budget", "kube-system")
+        killer.kill_at[victim] = point
     terminate_all(sandbox, pump, victims, timeout=240)
 
     # Then every lifecycle ended well: completed once, before its global timeout, record finished, slot
@@ -325,7 +333,7 @@ def test_a_lambda_killed_after_each_api_call_in_turn_still_completes_every_lifec
         record = record_of(sandbox, victim)
         assert record.finished, victim
         assert record.outcome == "drained", (victim, record.outcome)
-    budget = sandbox.kube.get_object("configmaps", "nodecycle-budget", "kube-system")
+    budget = sandbox.kube.get_object("configmaps", "nodecycle-budget", "nodecycle")
     assert budget is not None
     document = json.loads(budget["data"]["budget.json"])
     assert document["holders"] == []

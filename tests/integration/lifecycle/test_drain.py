@@ -214,7 +214,7 @@ def claim_as(
     budget = None
     if hold_slot:
         budget = DisruptionBudget(
-            store=ConfigMapBudgetStore(lambda: api, "kube-system"),
+            store=ConfigMapBudgetStore(lambda: api, "nodecycle"),
             nodes=KubeNodeInventory(lambda: api),
             clock=SystemClock(),
             metrics=FakeMetrics(),

@@ -23,10 +23,21 @@ Globals:
 Resources:
   IntakeQueue:
     Type: AWS::SQS::Queue
+  IntakeRole: # the sandbox evaluates every call of the function against it
+    Type: AWS::IAM::Role
+    Properties:
+      AssumeRolePolicyDocument:
+        Statement: [{Effect: Allow, Principal: {Service: lambda.amazonaws.com}, Action: sts:AssumeRole}]
+      Policies:
+        - PolicyName: intake
+          PolicyDocument:
+            Statement:
+              - {Effect: Allow, Action: [eks:DescribeCluster, autoscaling:CompleteLifecycleAction], Resource: "*"}
   Intake:
     Type: AWS::Serverless::Function
     Properties:
       CodeUri: functions/intake/
+      Role: !GetAtt IntakeRole.Arn
       Handler: app.handler
       Events:
         Actions:

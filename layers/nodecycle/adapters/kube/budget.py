@@ -15,7 +15,6 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from kubernetes.client import V1ConfigMap, V1ObjectMeta
 from kubernetes.client.exceptions import ApiException
 
 from nodecycle.adapters.kube.errors import kube_errors
@@ -31,11 +30,26 @@ REQUEST_TIMEOUT = (5, 15)  # connect, read: a Lambda step must not hang on a dea
 CoreV1Factory = Callable[[], Any]  # () -> kubernetes.client.CoreV1Api
 
 
+class BudgetNotInstalled(RuntimeError):
+    """The budget ConfigMap does not exist: the cluster side of the deployment was not applied."""
+
+    def __init__(self, namespace: str, name: str) -> None:
+        super().__init__(
+            f"the disruption budget ConfigMap {namespace}/{name} does not exist, and nodecycle does not create "
+            f"it (its RBAC has no create). Apply the cluster side of the deployment, which ships it empty: "
+            f"`kubectl apply -f deploy/rbac.yaml`, or for BudgetNamespace={namespace}: "
+            f"`nodecycle rbac --namespace {namespace} | kubectl apply -f -`"
+        )
+        self.namespace = namespace
+        self.name = name
+
+
 class ConfigMapBudgetStore:
     """The budget document in one ConfigMap, replaced with its ``resourceVersion`` (optimistic concurrency).
 
-    A write that loses a race (409: the ConfigMap changed, or another writer created it first; 404: it was
-    deleted meanwhile) runs the whole read-mutate-write again after a jittered backoff, up to
+    The ConfigMap is shipped with the RBAC (``deploy/rbac.yaml``), never created here: a missing one raises
+    :class:`BudgetNotInstalled`, which names it and the fix. A write that loses a race (409: the ConfigMap
+    changed; 404: it was deleted meanwhile) runs the whole read-mutate-write again after a jittered backoff, up to
     ``max_attempts`` times; then, as for throttling (429), server errors and connection errors, it raises
     :class:`TransientError` so that the step is retried later.
     """
@@ -94,28 +108,21 @@ class ConfigMapBudgetStore:
                 raise
 
     def _write(self, api: Any, config_map: Any, doc: BudgetDocument) -> bool:
-        """Create or replace; False when another writer came first."""
+        """Replace; False when another writer came first."""
         with kube_errors(f"writing ConfigMap {self.namespace}/{self.name}"):
             try:
                 if config_map is None:
-                    body = V1ConfigMap(
-                        metadata=V1ObjectMeta(
-                            name=self.name,
-                            namespace=self.namespace,
-                            labels={"app.kubernetes.io/managed-by": "nodecycle"},
-                        ),
-                        data={DATA_KEY: doc.to_json()},
-                    )
-                    api.create_namespaced_config_map(self.namespace, body, _request_timeout=REQUEST_TIMEOUT)
-                else:
-                    # the object as read: its resourceVersion makes the replace conditional, and labels,
-                    # annotations or other keys someone added survive
-                    config_map.data = {**(config_map.data or {}), DATA_KEY: doc.to_json()}
-                    api.replace_namespaced_config_map(
-                        self.name, self.namespace, config_map, _request_timeout=REQUEST_TIMEOUT
-                    )
+                    # nodecycle may not create ConfigMaps (that right would reach kube-system/aws-auth): the
+                    # budget is shipped, empty, with the RBAC, and a missing one is a deployment mistake.
+                    raise BudgetNotInstalled(self.namespace, self.name)
+                # the object as read: its resourceVersion makes the replace conditional, and labels,
+                # annotations or other keys someone added survive
+                config_map.data = {**(config_map.data or {}), DATA_KEY: doc.to_json()}
+                api.replace_namespaced_config_map(
+                    self.name, self.namespace, config_map, _request_timeout=REQUEST_TIMEOUT
+                )
             except ApiException as error:
-                if error.status == 409 or (error.status == 404 and config_map is not None):
+                if error.status in (404, 409):  # deleted or changed since it was read: read it again
                     return False
                 if error.status in (413, 422):
                     # Too large, or otherwise invalid: the same write would fail again. The domain bounds the

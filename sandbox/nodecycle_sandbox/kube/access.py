@@ -1,0 +1,146 @@
+"""Who is asking, and may they: EKS authentication, impersonation and RBAC for the API server.
+
+An EKS bearer token is a presigned STS ``GetCallerIdentity`` URL; its ``X-Amz-Credential`` names the access
+key that signed it. EKS turns that key's IAM identity into a Kubernetes user and groups: the cluster
+creator is an administrator (``system:masters``); a role is mapped by its access entry (EKS's default user
+name ``arn:aws:sts::<account>:assumed-role/<role>/<session>``, the entry's groups) or, failing that, by the
+``mapRoles`` of ``kube-system/aws-auth`` (clusters whose authentication mode includes ``CONFIG_MAP``).
+Anyone else gets 401, as on EKS. Every identity also belongs to ``system:authenticated``.
+
+An administrator may impersonate (``Impersonate-User`` / ``Impersonate-Group``, what ``kubectl --as``
+sends); anyone else needs RBAC's ``impersonate`` verb on ``users`` and ``groups``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from nodecycle_sandbox.kube import errors
+from nodecycle_sandbox.kube.rbac import AUTHENTICATED, MASTERS, Attributes, Rbac, User, forbidden_message
+
+ADMIN_USER = "kubernetes-admin"
+JOURNAL_LIMIT = 200_000
+AWS_AUTH = ("kube-system", "aws-auth")
+
+
+@dataclass(frozen=True)
+class AccessEntry:
+    """An EKS access entry: a role's ARN and the Kubernetes groups (and user name) it maps to."""
+
+    principal_arn: str
+    groups: tuple[str, ...]
+    username: str | None = None  # None: EKS's default for a role
+
+
+@dataclass(frozen=True)
+class Authorization:
+    user: User
+    attributes: Attributes
+    allowed: bool
+
+
+class Access:
+    def __init__(self, rbac: Rbac, read_config_map: Callable[[str, str], Mapping[str, Any] | None]) -> None:
+        self.rbac = rbac
+        self._read_config_map = read_config_map
+        self._lock = threading.Lock()
+        self._admin_keys: set[str] = set()
+        self._roles_by_key: dict[str, tuple[str, str]] = {}  # access key -> (role ARN, session name)
+        self._entries: dict[str, AccessEntry] = {}
+        self._journal: list[Authorization] = []
+
+    # -- what the cluster knows -------------------------------------------------------------------
+
+    def add_admin_key(self, access_key: str) -> None:
+        """The cluster creator's (or another administrator's) key: ``system:masters``."""
+        with self._lock:
+            self._admin_keys.add(access_key)
+
+    def add_role_key(self, access_key: str, role_arn: str, session_name: str) -> None:
+        """What STS says of this key: a session of that role (a Lambda function's execution role)."""
+        with self._lock:
+            self._roles_by_key[access_key] = (role_arn, session_name)
+
+    def add_access_entries(self, entries: Iterable[AccessEntry]) -> None:
+        with self._lock:
+            self._entries.update({entry.principal_arn: entry for entry in entries})
+
+    # -- per request ------------------------------------------------------------------------------
+
+    def authenticate(self, access_key: str | None, headers: Mapping[str, str]) -> User:
+        user = self._user_of_key(access_key)
+        if user is None:
+            raise errors.unauthorized()
+        return self._impersonated(user, headers)
+
+    def authorize(self, user: User, attributes: Attributes) -> None:
+        allowed = self.rbac.authorize(user, attributes).allowed
+        if MASTERS not in user.groups:
+            with self._lock:
+                if len(self._journal) < JOURNAL_LIMIT:
+                    self._journal.append(Authorization(user, attributes, allowed))
+        if not allowed:
+            message, details = forbidden_message(user, attributes)
+            raise errors.ApiError(403, "Forbidden", message, details)
+
+    def journal(self) -> list[Authorization]:
+        """Every authorization of a non-administrator so far, in order (what the necessity analysis replays)."""
+        with self._lock:
+            return list(self._journal)
+
+    def _user_of_key(self, access_key: str | None) -> User | None:
+        if access_key is None:
+            return None
+        with self._lock:
+            if access_key in self._admin_keys:
+                return User(ADMIN_USER, (MASTERS, AUTHENTICATED))
+            role = self._roles_by_key.get(access_key)
+            if role is None:
+                return None
+            role_arn, session = role
+            entry = self._entries.get(role_arn)
+        if entry is not None:
+            return User(
+                entry.username or assumed_role_user(role_arn, session), (*entry.groups, AUTHENTICATED)
+            )
+        mapped = self._aws_auth_mapping(role_arn)
+        if mapped is None:
+            return None
+        username, groups = mapped
+        return User(username.replace("{{SessionName}}", session), (*groups, AUTHENTICATED))
+
+    def _aws_auth_mapping(self, role_arn: str) -> tuple[str, tuple[str, ...]] | None:
+        config_map = self._read_config_map(*AWS_AUTH)
+        if not config_map:
+            return None
+        for mapping in yaml.safe_load((config_map.get("data") or {}).get("mapRoles") or "[]") or []:
+            if mapping.get("rolearn") == role_arn:
+                return str(mapping.get("username") or role_arn), tuple(mapping.get("groups") or ())
+        return None
+
+    def _impersonated(self, user: User, headers: Mapping[str, str]) -> User:
+        as_user = headers.get("impersonate-user")
+        as_groups = [g.strip() for g in headers.get("impersonate-group", "").split(",") if g.strip()]
+        if as_user is None:
+            if as_groups:
+                raise errors.bad_request("requested impersonation of groups without impersonating a user")
+            return user
+        self.authorize(user, Attributes("impersonate", resource="users", name=as_user))
+        for group in as_groups:
+            self.authorize(user, Attributes("impersonate", resource="groups", name=group))
+        return User(as_user, (*as_groups, AUTHENTICATED))
+
+
+def assumed_role_user(role_arn: str, session: str) -> str:
+    """EKS's default user name for a role's access entry."""
+    account = role_arn.split(":")[4]
+    return f"arn:aws:sts::{account}:assumed-role/{role_arn.rsplit('/', 1)[-1]}/{session}"
+
+
+def load_manifest(text: str) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(text) if doc]

@@ -1,0 +1,307 @@
+"""Every permission the deployment grants is needed: nodecycle runs its paths on the sandbox (launch with an
+address, a drain forced past a PodDisruptionBudget, the address taken back, a sweep that repairs what a
+crash left; a tag-managed EIP-only stack with a pool), then each IAM statement (and each action of it), and
+each RBAC verb on each resource, is taken away in turn and the recorded, allowed calls are evaluated
+again (``nodecycle_sandbox.iam.necessity`` says why that equals re-running): some call must fail without
+it. A Deny is needed when it refused a call (a probe of what it forbids).
+
+What the sandbox cannot exercise is listed in ``NOT_EXERCISED`` with the reason; the test also fails if a
+listed permission turns out to be exercised, so the list stays exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+from kubernetes.client import CoreV1Api
+
+from nodecycle.adapters.clock import SystemClock
+from nodecycle.adapters.kube.budget import ConfigMapBudgetStore, KubeNodeInventory
+from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotRequest
+from nodecycle.domain.policy import Quantity
+from nodecycle_sandbox import Sandbox, SandboxOptions
+from nodecycle_sandbox.aws.group import GroupSpec, default_hooks, wait_for
+from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING
+from nodecycle_sandbox.iam.necessity import Finding, aws_findings, rbac_findings
+from nodecycle_sandbox.runner import Runner
+from tests.integration.lifecycle.harness import FAST, ROOT, wait_terminated
+from tests.support.fakes import FakeMetrics
+
+pytestmark = pytest.mark.slow
+
+OWNER = "nodecycle"
+POOLED = "pooled"  # the second stack: an EIP-only fleet managed by tag, with an address pool
+# What the sandbox does not exercise, and why: "<role>/<policy>:<Sid>" (a statement) or "... <action>".
+TRACING = "X-Ray is not emulated: tracing is off in the sandbox (no daemon, no segments)"
+LOGS = "Lambda's own log delivery is not emulated: the sandbox keeps the functions' logs on stdout"
+REPAIR = (
+    "the sweeper's repair of a lifecycle whose messages were all lost (tests/functions/sweeper covers it on "
+    "moto); this scenario loses none"
+)
+NEAR_TIMEOUT = (
+    "completion near the global timeout: no scenario of the suite waits for one (tests/functions/sweeper)"
+)
+MULTI_INTERFACE = (
+    "the primary interface of a multi-interface instance: moto associates with any instance "
+    "(tests/functions/eip/conftest.py's AwsLikeEc2 refuses as EC2 does)"
+)
+NOT_EXERCISED = {
+    **{
+        f"{role}/{policy}:Tracing": TRACING
+        for role, policy in (
+            ("IntakeFunctionRole", "intake"),
+            ("DrainFunctionRole", "drain"),
+            ("EipFunctionRole", "eip"),
+            ("SweeperFunctionRole", "sweeper"),
+        )
+    },
+    **{
+        f"{role}/logs:OwnLogGroup": LOGS
+        for role in ("IntakeFunctionRole", "DrainFunctionRole", "EipFunctionRole", "SweeperFunctionRole")
+    },
+    "SweeperFunctionRole/sweeper:Records dynamodb:PutItem": REPAIR,
+    "SweeperFunctionRole/sweeper:SendWork": REPAIR,
+    "SweeperFunctionRole/sweeper:CompleteByName": NEAR_TIMEOUT,
+    "SweeperFunctionRole/sweeper:CompleteByTag": NEAR_TIMEOUT,
+    "EipFunctionRole/eip:Describe ec2:DescribeInstances": MULTI_INTERFACE,
+    "EipFunctionRole/eip:InterfaceSide ec2:AssociateAddress": MULTI_INTERFACE,
+}
+
+
+@pytest.fixture(scope="module")
+def exercised() -> Iterator[Sandbox]:
+    parameters = {
+        **FAST,
+        "EipMode": "allocate",
+        "TimeoutPolicy": "force",
+        "DrainTimeoutSeconds": "3",
+        "ForceGraceSeconds": "0",
+        "BudgetMaxUnavailable": "50%",  # a percent: the budget lists the nodes in scope
+        "HeartbeatMarginSeconds": "5",
+        "SweepGraceSeconds": "300",
+    }
+    group = GroupSpec(size=2, hooks=default_hooks(heartbeat_timeout=30))
+    options = SandboxOptions(root=ROOT, parameters=parameters, group=group, node_ready_after=0.3)
+    with Sandbox(options) as sandbox:
+        sandbox.asg.wait_in_service(2, timeout=90)
+        yield sandbox
+
+
+def test_every_permission_is_needed_by_some_path(exercised: Sandbox) -> None:
+    sandbox = exercised
+    # Given the paths of the default stack: launches (an address each, the readiness gate) happened; a
+    # workload whose PodDisruptionBudget never lets a pod go, so the drain times out and deletes
+    sandbox.kube.seed(
+        {
+            "namespaces": ["shop"],
+            "deployments": [
+                {
+                    "name": "web",
+                    "namespace": "shop",
+                    "replicas": 2,
+                    "shutdownSeconds": 0.1,
+                    "pdb": {"minAvailable": 2},
+                }
+            ],
+        }
+    )
+    sandbox.kube.settle(timeout=30)
+    hook_notifying_the_intake_queue(sandbox)
+    pooled = pooled_stack(sandbox)
+
+    # When an instance of each stack terminates (its lifecycle event delivered twice), and the default
+    # stack's sweeper runs
+    victim = sandbox.asg.in_state("InService")[0]
+    sandbox.asg.terminate(victim)
+    assert wait_terminated(sandbox, victim, timeout=90).result == "CONTINUE"
+    deliver_again(sandbox, victim)
+    pooled_instance = wait_for(lambda: sandbox_in_service(sandbox, "pooled-fleet"), 60, "the pooled launch")
+    sandbox.client("autoscaling").terminate_instance_in_auto_scaling_group(
+        InstanceId=pooled_instance, ShouldDecrementDesiredCapacity=True
+    )
+    wait_for(lambda: terminated(sandbox, pooled_instance), 60, "the pooled terminate")
+    leftovers(sandbox)
+    sandbox.runner.fire_schedule("SweeperFunction")
+    wait_for(lambda: swept(sandbox.runner), 60, "the sweep")
+    probes(sandbox, pooled)
+
+    # Then, taking any permission away, some call the functions made would have been refused
+    journal = sandbox.aws.authorizations()
+    findings = merge(
+        aws_findings(sandbox.runner.roles, journal) + aws_findings(pooled.roles, journal)
+    ) + rbac_findings((ROOT / "deploy" / "rbac.yaml").read_text(), sandbox.kube.access.journal())
+    report = "\n".join(f.line() for f in findings)
+    unneeded = [f for f in findings if not f.needed and not exempt(f)]
+    assert unneeded == [], f"permissions no path needed:\n{report}"
+    surprising = [f for f in findings if f.needed and exempt(f)]
+    assert surprising == [], f"exercised after all, remove from NOT_EXERCISED:\n{report}"
+
+
+def exempt(finding: Finding) -> bool:
+    return any(
+        key in finding.permission or key in f"{finding.subject}/{finding.permission}" for key in NOT_EXERCISED
+    )
+
+
+def merge(findings: list[Finding]) -> list[Finding]:
+    """Both stacks deploy the same template: a statement is needed if either needed it."""
+    merged: dict[tuple[str, str], Finding] = {}
+    for finding in findings:
+        key = (finding.subject, finding.permission)
+        previous = merged.get(key)
+        if previous is None or finding.needed_by > previous.needed_by:
+            merged[key] = finding
+    return list(merged.values())
+
+
+# -- the paths ---------------------------------------------------------------------------------------------
+
+
+def leftovers(sandbox: Sandbox) -> None:
+    """What a crash leaves for the sweeper: an address on a gone instance, a node annotated for a lifecycle
+    that is over, a budget holder for a node that is gone (made once the drains are over: it holds a slot)."""
+    ec2 = sandbox.client("ec2")
+    image = ec2.describe_images()["Images"][0]["ImageId"]
+    gone = ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
+    old = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
+    tags = {"nodecycle:owner": OWNER, "nodecycle:instance-id": gone, "nodecycle:allocated-at": old}
+    spec = [{"ResourceType": "elastic-ip", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}]
+    allocation = ec2.allocate_address(Domain="vpc", TagSpecifications=spec)["AllocationId"]
+    ec2.associate_address(AllocationId=allocation, InstanceId=gone)
+    ec2.terminate_instances(InstanceIds=[gone])
+
+    admin = CoreV1Api(sandbox.kube.api_client())
+    node = sandbox.kube.objects("nodes")[-1]["metadata"]["name"]
+    stale = '{"instance": "i-0123456789abcdef0", "transition": "terminate", "token": "7d6c2a1e-0000-4000-8000-000000000000"}'
+    admin.patch_node(
+        node, {"metadata": {"annotations": {"nodecycle.io/owner": OWNER, "nodecycle.io/in-progress": stale}}}
+    )
+    budget = DisruptionBudget(
+        store=ConfigMapBudgetStore(lambda: admin, "nodecycle"),
+        nodes=KubeNodeInventory(lambda: admin),
+        clock=SystemClock(),
+        metrics=FakeMetrics(),
+        limits=BudgetLimits(max_unavailable=Quantity(value=5)),
+        holder_ttl=timedelta(minutes=10),
+        count_unavailable=False,
+        owner=OWNER,
+    )
+    assert budget.acquire(
+        SlotRequest("gone-node", "i-0ffffffffffffffff", "eu-west-1a", OWNER, "rec-gone")
+    ).granted
+
+
+def hook_notifying_the_intake_queue(sandbox: Sandbox) -> None:
+    """A hook that notifies the intake queue with the hook role: Auto Scaling's test notification goes
+    through the role's trust and policy, and the intake queue's mapping receives and deletes it."""
+    autoscaling, ec2 = sandbox.client("autoscaling"), sandbox.client("ec2")
+    ec2.create_launch_template(
+        LaunchTemplateName="notify-only", LaunchTemplateData={"ImageId": "ami-12c6146b"}
+    )
+    autoscaling.create_auto_scaling_group(
+        AutoScalingGroupName="notify-only",
+        LaunchTemplate={"LaunchTemplateName": "notify-only"},
+        MinSize=0,
+        MaxSize=1,
+        AvailabilityZones=["eu-west-1a"],
+    )
+    autoscaling.put_lifecycle_hook(
+        AutoScalingGroupName="notify-only",
+        LifecycleHookName="notify",
+        LifecycleTransition=LAUNCHING,
+        NotificationTargetARN=sandbox.runner.queue("IntakeQueue").arn,
+        RoleARN=sandbox.runner.roles["HookNotificationRole"]["arn"],
+    )
+
+
+def pooled_stack(sandbox: Sandbox) -> Runner:
+    """A node group managed by its tag, claiming addresses from a pool."""
+    ec2 = sandbox.client("ec2")
+    for _ in range(2):
+        tags = [{"Key": "nodecycle:owner", "Value": POOLED}, {"Key": "nodecycle:pool", "Value": "blue"}]
+        ec2.allocate_address(Domain="vpc", TagSpecifications=[{"ResourceType": "elastic-ip", "Tags": tags}])
+    runner, group = sandbox.add_stack(
+        POOLED,
+        parameters={
+            **FAST,
+            "ManagedGroups": "",
+            "ManagedByTag": "true",
+            "EipMode": "pool",
+            "EipPoolName": "blue",
+            "HeartbeatMarginSeconds": "5",
+            # the workload's pods may land on its node too, and never leave under their budget
+            "DrainTimeoutSeconds": "3",
+            "TimeoutPolicy": "force",
+            "ForceGraceSeconds": "0",
+        },
+        group=GroupSpec(
+            name="pooled-fleet",
+            size=1,
+            hooks=default_hooks(heartbeat_timeout=30),
+            tags={"nodecycle:owner": POOLED},
+        ),
+    )
+    assert group is not None
+    return runner
+
+
+def probes(sandbox: Sandbox, pooled: Runner) -> None:
+    """What the Deny statements forbid: releasing a pool address, tried with each function's own key."""
+    ec2 = sandbox.client("ec2")
+    tags = [{"Key": "nodecycle:owner", "Value": OWNER}, {"Key": "nodecycle:pool", "Value": "blue"}]
+    pooled_address = ec2.allocate_address(
+        Domain="vpc", TagSpecifications=[{"ResourceType": "elastic-ip", "Tags": tags}]
+    )
+    for function in ("EipFunction", "SweeperFunction"):
+        client = boto3.client(
+            "ec2",
+            endpoint_url=sandbox.endpoint_url,
+            region_name=sandbox.options.region,
+            aws_access_key_id=sandbox.runner.access_key(function),
+            aws_secret_access_key="x",
+        )
+        with pytest.raises(ClientError, match="explicit deny"):
+            client.release_address(AllocationId=pooled_address["AllocationId"])
+
+
+def deliver_again(sandbox: Sandbox, instance: str) -> None:
+    """EventBridge delivers at least once: the same terminate event again, which intake recognizes."""
+    event = next(
+        i.event
+        for i in sandbox.runner.journal.invocations()
+        if i.function == "IntakeFunction"
+        and isinstance(i.event, dict)
+        and (i.event.get("detail") or {}).get("EC2InstanceId") == instance
+        and (i.event.get("detail") or {}).get("LifecycleTransition") == TERMINATING
+    )
+    before = len(sandbox.runner.journal.invocations())
+    sandbox.publish(event)
+    wait_for(
+        lambda: any(
+            i.function == "IntakeFunction" and i.finished_at
+            for i in sandbox.runner.journal.invocations()[before:]
+        ),
+        30,
+        "the second delivery",
+    )
+
+
+def sandbox_in_service(sandbox: Sandbox, group: str) -> str | None:
+    groups = sandbox.client("autoscaling").describe_auto_scaling_groups(AutoScalingGroupNames=[group])
+    instances = groups["AutoScalingGroups"][0]["Instances"]
+    return next((i["InstanceId"] for i in instances if i["LifecycleState"] == "InService"), None)
+
+
+def terminated(sandbox: Sandbox, instance: str) -> bool:
+    return any(
+        a.instance_id == instance and a.transition == TERMINATING and not a.active
+        for a in sandbox.aws.actions()
+    )
+
+
+def swept(runner: Runner) -> bool:
+    return any(i.function == "SweeperFunction" and i.finished_at for i in runner.journal.invocations())

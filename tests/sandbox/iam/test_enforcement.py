@@ -1,0 +1,269 @@
+"""Each function may call AWS only as its role in template.yaml allows, and a denied call fails exactly as
+AWS fails it. moto in this process, the real template deployed by the runner (nothing polls or runs)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+
+from nodecycle_sandbox.aws.server import MotoServer
+from nodecycle_sandbox.iam.enforce import AccessDenied, authorize_service_role
+from nodecycle_sandbox.iam.evaluate import Request, context_of
+from nodecycle_sandbox.iam.identities import IDENTITIES
+from nodecycle_sandbox.runner import Runner
+
+ROOT = Path(__file__).resolve().parents[3]
+REGION = "eu-west-1"
+ACCOUNT = "123456789012"
+OPERATOR = "AKIATESTOPERATOR0000"
+MANAGED = "nodes-a"
+
+
+def session(function: str) -> str:
+    return f"arn:aws:sts::{ACCOUNT}:assumed-role/nodecycle-{function}Role/nodecycle-{function}"
+
+
+@pytest.fixture(scope="module")
+def deployed() -> Iterator[tuple[str, Runner]]:
+    server = MotoServer()
+    url = server.start()
+    runner = Runner(
+        template=ROOT / "template.yaml",
+        root=ROOT,
+        endpoint_url=url,
+        region=REGION,
+        parameters={"ClusterName": "sandbox", "ManagedGroups": MANAGED, "EipMode": "allocate"},
+        mode="inline",
+        sqs_sources_enabled=False,
+        schedules_enabled=False,
+        identities=IDENTITIES.register,
+    ).start()
+    yield url, runner
+    runner.stop()
+    IDENTITIES.clear()
+    server.stop()
+
+
+def client(deployed: tuple[str, Runner], service: str, function: str | None = None) -> Any:
+    url, runner = deployed
+    key = runner.access_key(function) if function else OPERATOR
+    return boto3.client(  # type: ignore[call-overload]
+        service, endpoint_url=url, region_name=REGION, aws_access_key_id=key, aws_secret_access_key="x"
+    )
+
+
+def address(deployed: tuple[str, Runner], **tags: str) -> str:
+    ec2 = client(deployed, "ec2")
+    spec = [{"ResourceType": "elastic-ip", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}]
+    return str(ec2.allocate_address(Domain="vpc", TagSpecifications=spec)["AllocationId"])
+
+
+def instance(deployed: tuple[str, Runner], group: str) -> str:
+    ec2 = client(deployed, "ec2")
+    tags = [{"ResourceType": "instance", "Tags": [{"Key": "aws:autoscaling:groupName", "Value": group}]}]
+    image = ec2.describe_images()["Images"][0]["ImageId"]
+    run = ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1, TagSpecifications=tags)
+    return str(run["Instances"][0]["InstanceId"])
+
+
+def error(call: Any, **kwargs: Any) -> dict[str, Any]:
+    with pytest.raises(ClientError) as raised:
+        call(**kwargs)
+    return {
+        **raised.value.response["Error"],
+        "status": raised.value.response["ResponseMetadata"]["HTTPStatusCode"],
+    }
+
+
+def test_the_intake_function_may_not_release_an_address_the_eip_function_may(
+    deployed: tuple[str, Runner],
+) -> None:
+    # Given an address of this stack
+    allocation = address(deployed, **{"nodecycle:owner": "nodecycle"})
+    arn = f"arn:aws:ec2:{REGION}:{ACCOUNT}:elastic-ip/{allocation}"
+
+    # When the intake function releases it, Then EC2 refuses as it does, naming the action and the address
+    denied = error(client(deployed, "ec2", "IntakeFunction").release_address, AllocationId=allocation)
+    assert (denied["Code"], denied["status"]) == ("UnauthorizedOperation", 403)
+    assert denied["Message"].startswith(
+        f"You are not authorized to perform this operation. User: {session('IntakeFunction')} is not "
+        f"authorized to perform: ec2:ReleaseAddress on resource: {arn} because no identity-based policy "
+        "allows the ec2:ReleaseAddress action. Encoded authorization failure message: "
+    )
+    assert client(deployed, "ec2").describe_addresses(AllocationIds=[allocation])["Addresses"]
+
+    # And the eip function may release it
+    client(deployed, "ec2", "EipFunction").release_address(AllocationId=allocation)
+    assert allocation not in {
+        a["AllocationId"] for a in client(deployed, "ec2").describe_addresses()["Addresses"]
+    }
+
+
+def test_a_pool_address_is_never_released_even_by_its_owner(deployed: tuple[str, Runner]) -> None:
+    allocation = address(deployed, **{"nodecycle:owner": "nodecycle", "nodecycle:pool": "blue"})
+    for function in ("EipFunction", "SweeperFunction"):
+        denied = error(client(deployed, "ec2", function).release_address, AllocationId=allocation)
+        assert denied["Code"] == "UnauthorizedOperation"
+        assert "ec2:ReleaseAddress on resource" in denied["Message"]
+        assert "with an explicit deny in an identity-based policy" in denied["Message"]
+
+
+def test_addresses_of_another_owner_are_out_of_reach(deployed: tuple[str, Runner]) -> None:
+    theirs = address(deployed, **{"nodecycle:owner": "someone-else"})
+    target = instance(deployed, MANAGED)
+    eip = client(deployed, "ec2", "EipFunction")
+    assert error(eip.release_address, AllocationId=theirs)["Code"] == "UnauthorizedOperation"
+    assert (
+        error(eip.associate_address, AllocationId=theirs, InstanceId=target)["Code"]
+        == "UnauthorizedOperation"
+    )
+
+
+def test_new_addresses_must_carry_the_owner_tag_from_their_creation(deployed: tuple[str, Runner]) -> None:
+    eip = client(deployed, "ec2", "EipFunction")
+    denied = error(eip.allocate_address, Domain="vpc")
+    assert (
+        f"ec2:AllocateAddress on resource: arn:aws:ec2:{REGION}:{ACCOUNT}:elastic-ip/*" in denied["Message"]
+    )
+    mine = [{"ResourceType": "elastic-ip", "Tags": [{"Key": "nodecycle:owner", "Value": "nodecycle"}]}]
+    assert eip.allocate_address(Domain="vpc", TagSpecifications=mine)["AllocationId"]
+
+
+def test_addresses_are_associated_with_instances_of_the_managed_groups_only(
+    deployed: tuple[str, Runner],
+) -> None:
+    eip = client(deployed, "ec2", "EipFunction")
+    stray = instance(deployed, "someone-elses-group")
+    allocation = address(deployed, **{"nodecycle:owner": "nodecycle"})
+
+    denied = error(eip.associate_address, AllocationId=allocation, InstanceId=stray, AllowReassociation=False)
+    assert (
+        f"ec2:AssociateAddress on resource: arn:aws:ec2:{REGION}:{ACCOUNT}:instance/{stray}"
+        in denied["Message"]
+    )
+
+    ours = instance(deployed, MANAGED)
+    assert eip.associate_address(AllocationId=allocation, InstanceId=ours, AllowReassociation=False)[
+        "AssociationId"
+    ]
+
+
+def test_lifecycle_actions_of_unmanaged_groups_cannot_be_completed(deployed: tuple[str, Runner]) -> None:
+    autoscaling = client(deployed, "autoscaling")
+    ec2 = client(deployed, "ec2")
+    image = ec2.describe_images()["Images"][0]["ImageId"]
+    autoscaling.create_launch_configuration(
+        LaunchConfigurationName="lc", ImageId=image, InstanceType="t3.micro"
+    )
+    for name in (MANAGED, "not-ours"):
+        autoscaling.create_auto_scaling_group(
+            AutoScalingGroupName=name,
+            LaunchConfigurationName="lc",
+            MinSize=0,
+            MaxSize=1,
+            AvailabilityZones=[f"{REGION}a"],
+        )
+    arn = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=["not-ours"])["AutoScalingGroups"][
+        0
+    ]["AutoScalingGroupARN"]
+    call = {"LifecycleHookName": "h", "InstanceId": "i-0", "LifecycleActionResult": "CONTINUE"}
+    drain = client(deployed, "autoscaling", "DrainFunction")
+
+    denied = error(drain.complete_lifecycle_action, AutoScalingGroupName="not-ours", **call)
+    assert (denied["Code"], denied["status"]) == ("AccessDenied", 403)
+    assert denied["Message"] == (
+        f"User: {session('DrainFunction')} is not authorized to perform: autoscaling:CompleteLifecycleAction "
+        f"on resource: {arn} because no identity-based policy allows the autoscaling:CompleteLifecycleAction action"
+    )
+    # The managed group is reachable: Auto Scaling itself answers (there is no such action)
+    assert (
+        error(drain.complete_lifecycle_action, AutoScalingGroupName=MANAGED, **call)["Code"]
+        == "ValidationError"
+    )
+    intake = client(deployed, "autoscaling", "IntakeFunction")
+    assert (
+        error(intake.complete_lifecycle_action, AutoScalingGroupName=MANAGED, **call)["Code"]
+        == "AccessDenied"
+    )
+
+
+def test_each_function_reaches_its_own_queues_only(deployed: tuple[str, Runner]) -> None:
+    _, runner = deployed
+    drain_queue = runner.queue("DrainQueue")
+    sweeper = client(deployed, "sqs", "SweeperFunction")
+    denied = error(sweeper.receive_message, QueueUrl=drain_queue.url)
+    assert denied["Code"] == "AccessDenied"
+    assert denied["Message"] == (
+        f"User: {session('SweeperFunction')} is not authorized to perform: sqs:receivemessage on resource: "
+        f"{drain_queue.arn} because no identity-based policy allows the sqs:receivemessage action"
+    )
+    client(deployed, "sqs", "DrainFunction").receive_message(QueueUrl=drain_queue.url)
+    dead_letters = runner.queue("IntakeDeadLetterQueue").url
+    assert error(
+        client(deployed, "sqs", "DrainFunction").send_message, QueueUrl=dead_letters, MessageBody="x"
+    )
+
+
+def test_dynamodb_and_eks_refuse_with_their_own_error_shape(deployed: tuple[str, Runner]) -> None:
+    _, runner = deployed
+    table = runner.table("LifecycleTable")
+    denied = error(
+        client(deployed, "dynamodb", "IntakeFunction").query,
+        TableName=table.name,
+        IndexName="open-by-due",
+        KeyConditionExpression="open_owner = :o",
+        ExpressionAttributeValues={":o": {"S": "nodecycle"}},
+    )
+    assert (denied["Code"], denied["status"]) == ("AccessDeniedException", 400)
+    assert f"dynamodb:Query on resource: {table.arn}/index/open-by-due" in denied["Message"]
+    denied = error(client(deployed, "eks", "EipFunction").describe_cluster, name="sandbox")
+    assert denied["Code"] == "AccessDeniedException"
+    assert (
+        f"eks:DescribeCluster on resource: arn:aws:eks:{REGION}:{ACCOUNT}:cluster/sandbox"
+        in denied["Message"]
+    )
+
+
+def test_the_operator_stays_an_administrator(deployed: tuple[str, Runner]) -> None:
+    allocation = address(deployed, **{"nodecycle:pool": "blue"})
+    client(deployed, "ec2").release_address(AllocationId=allocation)
+
+
+def test_only_auto_scaling_for_this_accounts_groups_may_assume_the_hook_role(
+    deployed: tuple[str, Runner],
+) -> None:
+    _, runner = deployed
+    role = runner.roles["HookNotificationRole"]["arn"]
+    queue = runner.queue("IntakeQueue").arn
+    send = [Request("sqs:SendMessage", queue, context_of({"aws:RequestedRegion": REGION}))]
+    group = f"arn:aws:autoscaling:{REGION}:{ACCOUNT}:autoScalingGroup:1:autoScalingGroupName/{MANAGED}"
+    authorize_service_role(
+        role, service="autoscaling.amazonaws.com", source_account=ACCOUNT, source_arn=group, requests=send
+    )
+    elsewhere = group.replace(ACCOUNT, "999999999999")
+    with pytest.raises(AccessDenied, match="sts:AssumeRole"):
+        authorize_service_role(
+            role,
+            service="autoscaling.amazonaws.com",
+            source_account="999999999999",
+            source_arn=elsewhere,
+            requests=send,
+        )
+    with pytest.raises(AccessDenied, match="sts:AssumeRole"):
+        authorize_service_role(
+            role, service="sns.amazonaws.com", source_account=ACCOUNT, source_arn=group, requests=send
+        )
+    other_queue = runner.queue("DrainQueue").arn
+    with pytest.raises(AccessDenied, match="sqs:sendmessage"):
+        authorize_service_role(
+            role,
+            service="autoscaling.amazonaws.com",
+            source_account=ACCOUNT,
+            source_arn=group,
+            requests=[Request("sqs:SendMessage", other_queue, context_of({}))],
+        )
