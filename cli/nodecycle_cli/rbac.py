@@ -122,6 +122,13 @@ subjects:
 """)
 
 
+def documents(manifest: str) -> list[dict[str, Any]]:
+    """The objects of a rendered manifest."""
+    import yaml
+
+    return [doc for doc in yaml.safe_load_all(manifest) if doc]
+
+
 def render(namespace: str = DEFAULT_NAMESPACE, group_prefix: str = DEFAULT_GROUP_PREFIX) -> str:
     """The manifest for a stack with these BudgetNamespace and KubernetesGroup values."""
     if not _DNS_LABEL.match(namespace):

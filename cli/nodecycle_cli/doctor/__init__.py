@@ -47,7 +47,7 @@ DEFAULTS = {  # the template's defaults, for a preflight before the stack exists
     "EipFailurePolicy": "abandon",
     "ReadinessGate": "true",
     "ReadinessFailureResult": "ABANDON",
-    "BudgetNamespace": "kube-system",
+    "BudgetNamespace": "nodecycle",
     "KubernetesGroup": "nodecycle",
     "ManagedHooks": "nodecycle-launch,nodecycle-terminate",
     "ManagedByTag": "false",
@@ -281,22 +281,14 @@ class Doctor:
         return findings
 
     def _rbac(self, kube: Any, namespace: str) -> list[Finding]:
-        path = self._args.rbac or _find_manifest()
-        if path is None:
-            return [
-                Finding.unchecked(
-                    "cluster.rbac-applied",
-                    "no deploy/rbac.yaml here or above (run from the nodecycle checkout, or pass --rbac PATH)",
-                )
-            ]
-        manifest = cluster_checks.load_manifest(path)
-        return cluster_checks.rbac_applied(kube, manifest, str(path), namespace)
+        """The RBAC the stack needs (``nodecycle rbac`` for its namespace and group prefix) is what the
+        cluster has; or, with --rbac, the manifest given."""
+        if self._args.rbac:
+            manifest = cluster_checks.load_manifest(self._args.rbac)
+            return cluster_checks.rbac_applied(kube, manifest, str(self._args.rbac), namespace)
+        from nodecycle_cli import rbac
 
-
-def _find_manifest() -> Path | None:
-    here = Path.cwd().resolve()
-    for folder in (here, *here.parents):
-        candidate = folder / "deploy" / "rbac.yaml"
-        if candidate.is_file():
-            return candidate
-    return None
+        prefix = self.parameter("KubernetesGroup")
+        rendered = rbac.render(namespace=namespace, group_prefix=prefix)
+        source = f"nodecycle rbac --namespace {namespace} --group-prefix {prefix}"
+        return cluster_checks.rbac_applied(kube, rbac.documents(rendered), source, namespace)

@@ -10,7 +10,6 @@ from typing import Any
 from nodecycle_cli.doctor.findings import Finding
 from nodecycle_cli.doctor.permissions import (
     BUDGET_NAME,
-    CREATE_BUDGET,
     NEEDS,
     Identity,
     Need,
@@ -60,12 +59,14 @@ def authentication_mode(eks: Any, cluster: str) -> tuple[Finding, str | None]:
 
 
 def access_entries(
-    eks: Any, cluster: str, roles: Mapping[str, str], kubernetes_group: str
+    eks: Any, cluster: str, roles: Mapping[str, str], group_prefix: str
 ) -> tuple[list[Finding], list[Identity]]:
-    """Each function role's access entry: present, and who it makes the function in the cluster."""
+    """Each function role's access entry: present, and who it makes the function in the cluster (its own
+    group, ``<KubernetesGroup>-<function>``, which deploy/rbac.yaml binds)."""
     findings, identities = [], []
     for function, role in roles.items():
         check = f"cluster.access-entry.{function}"
+        kubernetes_group = f"{group_prefix}-{function}"
         try:
             entry = eks.describe_access_entry(clusterName=cluster, principalArn=role)["accessEntry"]
         except Exception as error:
@@ -83,10 +84,20 @@ def access_entries(
             continue
         groups = tuple(entry.get("kubernetesGroups") or ())
         identities.append(Identity(function, str(entry.get("username") or role), groups))
-        findings.append(
-            Finding.ok(
-                check, f"the {function} function's role maps to the groups {', '.join(groups) or '(none)'}"
+        if kubernetes_group not in groups:
+            findings.append(
+                Finding.problem(
+                    check,
+                    f"the {function} function's role maps to the groups {', '.join(groups) or '(none)'}, "
+                    f"not {kubernetes_group}",
+                    f"deploy/rbac.yaml grants the {function} function's calls to the group {kubernetes_group} only",
+                    f"aws eks update-access-entry --cluster-name {cluster} --principal-arn {role} "
+                    f"--kubernetes-groups {kubernetes_group}",
+                )
             )
+            continue
+        findings.append(
+            Finding.ok(check, f"the {function} function's role maps to the group {kubernetes_group}")
         )
     return findings, identities
 
@@ -99,8 +110,6 @@ def permissions(
     for identity in identities:
         check = f"cluster.permissions.{identity.function}"
         needs: tuple[Need, ...] = NEEDS.get(identity.function, ())
-        if budget_exists is False:
-            needs = (*needs, CREATE_BUDGET)
         try:
             refused = denied(api_client, identity, needs, namespace)
         except ReviewUnavailable as why:
@@ -114,8 +123,8 @@ def permissions(
                     + "; ".join(need.describe(namespace) for need in refused),
                     "those calls fail with 403 Forbidden: "
                     + "; ".join(f"{need.describe(namespace)}: {need.why}" for need in refused),
-                    "kubectl apply -f deploy/rbac.yaml (and check that the access entry's groups are the ones "
-                    "it binds)",
+                    f"nodecycle rbac --namespace {namespace} | kubectl apply -f - (and check that the access "
+                    "entry's groups are the ones it binds)",
                 )
             )
         else:
@@ -193,11 +202,15 @@ def rbac_applied(
                 check,
                 f"{source} is not applied as it is: {what}",
                 "the functions' groups get their permissions from these objects only",
-                f"kubectl apply -f {source}",
+                f"{source} | kubectl apply -f -"
+                if source.startswith("nodecycle rbac")
+                else f"kubectl apply -f {source}",
             )
         )
     else:
-        findings.append(Finding.ok(check, f"{source} is applied: {len(manifest)} objects as in the file"))
+        findings.append(
+            Finding.ok(check, f"{source} is applied: its {len(manifest)} objects are in the cluster")
+        )
     return findings
 
 
@@ -275,7 +288,8 @@ def budget_configmap(api_client: Any, namespace: str) -> tuple[Finding, bool | N
                 f"ConfigMap {where} is not a budget document: {error}",
                 "every drain and every sweep reads it first and fails: no node can take a slot",
                 f"kubectl -n {namespace} get configmap {BUDGET_NAME} -o yaml; if it is not nodecycle's, move it "
-                f"away; if it is, and no drain runs: kubectl -n {namespace} delete configmap {BUDGET_NAME}",
+                f"away; if it is, and no drain runs: kubectl -n {namespace} replace --force -f "
+                f"<(nodecycle rbac --namespace {namespace})",
             ),
             True,
         )
@@ -284,7 +298,16 @@ def budget_configmap(api_client: Any, namespace: str) -> tuple[Finding, bool | N
             return Finding.unchecked(check, f"you may not read ConfigMap {where} (403)"), None
         raise
     if document is None:
-        return Finding.ok(check, f"ConfigMap {where} does not exist yet (the first drain creates it)"), False
+        return (
+            Finding.problem(
+                check,
+                f"ConfigMap {where} does not exist",
+                "nodecycle does not create it (that would take a create permission it must not have): every "
+                "drain stops at its first budget read, with an error naming it",
+                f"nodecycle rbac --namespace {namespace} | kubectl apply -f -",
+            ),
+            False,
+        )
     return (
         Finding.ok(
             check,

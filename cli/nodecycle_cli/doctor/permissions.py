@@ -35,8 +35,6 @@ _BUDGET = (
     Need("get", "configmaps", namespaced=True, name=BUDGET_NAME, why="read the disruption budget"),
     Need("update", "configmaps", namespaced=True, name=BUDGET_NAME, why="take and release budget slots"),
 )
-# Only while the budget ConfigMap does not exist: the first writer creates it.
-CREATE_BUDGET = Need("create", "configmaps", namespaced=True, why="create the budget on first use")
 
 NEEDS: dict[str, tuple[Need, ...]] = {
     "drain": (
@@ -46,6 +44,7 @@ NEEDS: dict[str, tuple[Need, ...]] = {
         Need("list", "pods", why="the pods of the node (a field selector)"),
         Need("create", "pods", subresource="eviction", why="evict under PodDisruptionBudgets"),
         Need("delete", "pods", why="the force timeout policy"),
+        Need("create", "events", namespaced=True, why="tell each decision on the node (best effort)"),
         *_BUDGET,
     ),
     "sweeper": (

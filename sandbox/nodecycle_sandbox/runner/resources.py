@@ -219,6 +219,9 @@ class SandboxResources:
         return kind
 
     def _properties(self, logical_id: str) -> dict[str, Any]:
+        """A resource's properties; none for one SAM generates (see ``implicit_resources``)."""
+        if logical_id in self._implicit:
+            return {}
         properties: dict[str, Any] = self._resources[logical_id].get("Properties") or {}
         return properties
 

@@ -11,6 +11,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
+from nodecycle_sandbox.aws.eks import point_cluster
 from nodecycle_sandbox.aws.server import MotoServer
 from nodecycle_sandbox.iam.enforce import AccessDenied, authorize_service_role
 from nodecycle_sandbox.iam.evaluate import Request, context_of
@@ -32,6 +33,15 @@ def session(function: str) -> str:
 def deployed() -> Iterator[tuple[str, Runner]]:
     server = MotoServer()
     url = server.start()
+    # the cluster the template's access entries are for (CloudFormation would fail without it)
+    point_cluster(
+        account=ACCOUNT,
+        region=REGION,
+        name="sandbox",
+        endpoint="https://127.0.0.1:1",
+        ca_pem="",
+        authentication_mode="API",
+    )
     runner = Runner(
         template=ROOT / "template.yaml",
         root=ROOT,
