@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from nodecycle_sandbox.kube import errors
+from nodecycle_sandbox.kube import errors, rbac
 from nodecycle_sandbox.kube.builders import random_suffix
 from nodecycle_sandbox.kube.history import API, SANDBOX
 from nodecycle_sandbox.kube.kubelet import Kubelet
@@ -34,6 +34,7 @@ from nodecycle_sandbox.kube.resources import (
     NAMESPACES,
     PDBS,
     PODS,
+    RBAC_TYPES,
     REPLICASETS,
     ResourceType,
 )
@@ -337,6 +338,12 @@ def _default_and_validate(rt: ResourceType, obj: JsonObj) -> None:
         )
         if size > MAX_CONFIGMAP_BYTES:
             raise errors.invalid(rt, name, "[]", f"Too long: must have at most {MAX_CONFIGMAP_BYTES} bytes")
+        return
+    if rt in RBAC_TYPES:
+        why = rbac.invalid(obj)
+        if why is not None:
+            field, _, message = why.partition(": ")
+            raise errors.invalid(rt, name, field, message)
         return
     if rt is NAMESPACES:
         obj.setdefault("spec", {"finalizers": ["kubernetes"]})

@@ -101,6 +101,12 @@ class Rbac:
     bindings: list[Binding] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
+    def replace(self, documents: Iterable[Mapping[str, Any]]) -> None:
+        """Forget every object and load ``documents``: what the cluster's stored RBAC objects now say."""
+        with self._lock:
+            self.roles, self.cluster_roles, self.bindings = {}, {}, []
+        self.load(documents)
+
     def load(self, documents: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
         """Apply the RBAC objects among ``documents`` (replacing objects of the same name); return the
         others, for the caller to create through the API."""
@@ -193,6 +199,31 @@ def _path_matches(pattern: str, path: str) -> bool:
     if pattern.endswith("*"):
         return path.startswith(pattern[:-1])
     return path == pattern
+
+
+def invalid(document: Mapping[str, Any]) -> str | None:
+    """Why the API server would refuse this RBAC object (field path: message), or None."""
+    kind = document.get("kind")
+    if kind in {"RoleBinding", "ClusterRoleBinding"}:
+        ref = document.get("roleRef")
+        if not isinstance(ref, dict) or not ref.get("kind") or not ref.get("name"):
+            return "roleRef: Required value"
+        if ref["kind"] not in {"Role", "ClusterRole"} or (
+            kind == "ClusterRoleBinding" and ref["kind"] == "Role"
+        ):
+            return f"roleRef.kind: Unsupported value: {ref['kind']!r}"
+        for i, subject in enumerate(document.get("subjects") or ()):
+            if not isinstance(subject, dict) or not subject.get("kind") or not subject.get("name"):
+                return f"subjects[{i}]: Required value: kind and name"
+        return None
+    if document.get("aggregationRule"):
+        return "aggregationRule: Unsupported value: aggregated ClusterRoles are not served by the sandbox"
+    for i, rule in enumerate(document.get("rules") or ()):
+        if not isinstance(rule, dict) or not rule.get("verbs"):
+            return f"rules[{i}].verbs: Required value"
+        if not rule.get("nonResourceURLs") and not rule.get("apiGroups"):
+            return f"rules[{i}].apiGroups: Required value"
+    return None
 
 
 def _rules(document: Mapping[str, Any]) -> tuple[Rule, ...]:

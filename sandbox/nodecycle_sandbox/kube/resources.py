@@ -106,6 +106,14 @@ EVENTS = ResourceType(
     ),
 )
 
+# RBAC objects are stored and served like any other; the authorizer is rebuilt from them on every write.
+_RBAC = "rbac.authorization.k8s.io"
+ROLES = ResourceType(_RBAC, "v1", "roles", "Role", True)
+ROLEBINDINGS = ResourceType(_RBAC, "v1", "rolebindings", "RoleBinding", True)
+CLUSTERROLES = ResourceType(_RBAC, "v1", "clusterroles", "ClusterRole", False)
+CLUSTERROLEBINDINGS = ResourceType(_RBAC, "v1", "clusterrolebindings", "ClusterRoleBinding", False)
+RBAC_TYPES = (ROLES, ROLEBINDINGS, CLUSTERROLES, CLUSTERROLEBINDINGS)
+
 ALL: tuple[ResourceType, ...] = (
     PODS,
     NODES,
@@ -117,6 +125,7 @@ ALL: tuple[ResourceType, ...] = (
     PDBS,
     LEASES,
     EVENTS,
+    *RBAC_TYPES,
 )
 
 # Subresources announced in discovery and served by the router. kubectl drain looks for "pods/eviction"

@@ -24,7 +24,7 @@ from nodecycle_sandbox.kube.kubeconfig import write_kubeconfig
 from nodecycle_sandbox.kube.kubelet import Kubelet
 from nodecycle_sandbox.kube.meta import JsonObj, json_copy, name_of
 from nodecycle_sandbox.kube.rbac import Rbac
-from nodecycle_sandbox.kube.resources import CONFIGMAPS, NAMESPACES, NODES, by_name
+from nodecycle_sandbox.kube.resources import CONFIGMAPS, NAMESPACES, NODES, RBAC_TYPES, ResourceType, by_name
 from nodecycle_sandbox.kube.routing import Router
 from nodecycle_sandbox.kube.seed import default_seed, load_seed
 from nodecycle_sandbox.kube.store import Store
@@ -79,6 +79,7 @@ class KubeServer:
         self._controllers = Controllers(self._store, self._api, self._kubelet)
         self._counters = Counters()
         self.rbac = Rbac()
+        self._store.listeners.append(self._rbac_changed)
         self.access = Access(self.rbac, lambda namespace, name: self._store.get(CONFIGMAPS, namespace, name))
         self.access.add_admin_key(ADMIN_ACCESS_KEY)
         self._httpd: KubeHTTPServer | None = None
@@ -225,15 +226,26 @@ class KubeServer:
                 self._api.create(rt, obj["metadata"].get("namespace", ""), obj, source=SANDBOX)
 
     def apply(self, manifest: str | Path) -> None:
-        """What ``kubectl apply -f`` of an RBAC manifest (``deploy/rbac.yaml``) does: its Roles, ClusterRoles
-        and bindings take effect; its namespaces and ConfigMaps are created if missing."""
+        """What ``kubectl apply -f`` of ``deploy/rbac.yaml`` does: its Roles, ClusterRoles and bindings are
+        created or replaced (and take effect at once); its namespaces and ConfigMaps are created if missing."""
         text = manifest.read_text() if isinstance(manifest, Path) else manifest
         with self._store.lock:
-            for obj in self.rbac.load(load_manifest(text)):
+            for obj in load_manifest(text):
                 rt = by_name(str(obj["kind"]))
                 namespace = str(obj["metadata"].get("namespace") or "") if rt.namespaced else ""
-                if self._store.get(rt, namespace, obj["metadata"]["name"]) is None:
+                name = obj["metadata"]["name"]
+                current = self._store.get(rt, namespace, name)
+                if current is None:
                     self._api.create(rt, namespace, json_copy(dict(obj)), source=SANDBOX)
+                elif rt in RBAC_TYPES:
+                    body = json_copy(dict(obj))
+                    body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+                    self._api.update(rt, namespace, name, body, source=SANDBOX)
+
+    def _rbac_changed(self, rt: ResourceType) -> None:
+        # The authorizer judges by the stored objects, however they were written (apply, the API, a test).
+        if rt in RBAC_TYPES:
+            self.rbac.replace([obj for kind in RBAC_TYPES for obj in self._store.items(kind)])
 
     def map_role(self, access_key: str, role_arn: str, session_name: str) -> None:
         """STS's side: ``access_key`` is a session of ``role_arn`` (see ``add_access_entries``)."""

@@ -6,6 +6,7 @@ import dataclasses
 import threading
 import time
 import uuid
+from collections.abc import Callable
 
 from nodecycle_sandbox.kube.history import HistoryEntry
 from nodecycle_sandbox.kube.meta import JsonObj, json_copy, metadata
@@ -30,6 +31,8 @@ class Store:
         self._objects: dict[ResourceType, dict[Key, JsonObj]] = {rt: {} for rt in ALL}
         self._by_uid: dict[str, tuple[ResourceType, Key]] = {}
         self._history: list[HistoryEntry] = []
+        # called under the lock after every write or removal, with the type written
+        self.listeners: list[Callable[[ResourceType], None]] = []
 
     @property
     def revision(self) -> int:
@@ -68,6 +71,8 @@ class Store:
             self._objects[rt][key] = obj
             self._by_uid[meta["uid"]] = (rt, key)
             self._record(rt, obj, verb, source, resource, removed=False)
+            for listener in self.listeners:
+                listener(rt)
             return obj
 
     def remove(
@@ -81,6 +86,8 @@ class Store:
             self._by_uid.pop(metadata(obj).get("uid", ""), None)
             self._revision += 1
             self._record(rt, obj, verb, source, resource, removed=True)
+            for listener in self.listeners:
+                listener(rt)
             return obj
 
     def _record(

@@ -99,6 +99,6 @@ def test_a_document_the_api_server_refuses_is_a_clear_transient_error(core: clie
 
     # When it is written, Then the server's refusal (422) is raised as a transient error naming the size
     with pytest.raises(
-        TransientError, match=r"refused ConfigMap kube-system/nodecycle-budget \(\d+ bytes\).*Too long"
+        TransientError, match=rf"refused ConfigMap {NAMESPACE}/nodecycle-budget \(\d+ bytes\).*Too long"
     ):
         store.update(lambda doc: (oversized, None))

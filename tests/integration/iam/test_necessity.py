@@ -49,6 +49,15 @@ MULTI_INTERFACE = (
     "the primary interface of a multi-interface instance: moto associates with any instance "
     "(tests/functions/eip/conftest.py's AwsLikeEc2 refuses as EC2 does)"
 )
+DISRUPTIONS = (
+    "disruptions without a hook (Spot interruptions, scheduled events, state changes) that come by the queue: "
+    "this scenario has none (tests/functions/intake/test_disruption_intake.py sends some on moto)"
+)
+STILL_IN_SERVICE = (
+    "a terminating instance whose action is gone yet which stays InService: Auto Scaling has no path there "
+    "(Terminating:Wait ends in termination); the check guards against a node left cordoned if one ever does "
+    "(tests/unit/drain/test_drain_steps.py)"
+)
 NOT_EXERCISED = {
     **{
         f"{role}/{policy}:Tracing": TRACING
@@ -68,6 +77,8 @@ NOT_EXERCISED = {
     "SweeperFunctionRole/sweeper:CompleteByName": NEAR_TIMEOUT,
     "SweeperFunctionRole/sweeper:CompleteByTag": NEAR_TIMEOUT,
     "EipFunctionRole/eip:Describe ec2:DescribeInstances": MULTI_INTERFACE,
+    "IntakeFunctionRole/intake:DisruptionFacts": DISRUPTIONS,
+    "DrainFunctionRole/drain:InstanceLifecycleState": STILL_IN_SERVICE,
     "EipFunctionRole/eip:InterfaceSide ec2:AssociateAddress": MULTI_INTERFACE,
 }
 

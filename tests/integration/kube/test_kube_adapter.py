@@ -219,6 +219,8 @@ def test_a_thawed_container_presigns_a_new_token_by_the_wall_clock(monkeypatch: 
 def test_a_token_the_api_server_refuses_is_replaced_and_the_request_sent_once_more() -> None:
     # Given an API server that accepts tokens signed at most a second ago (EKS: 15 minutes)
     with KubeServer(tls=True, token_max_age_seconds=1) as server, mock_aws():
+        act_as_drain(server)
+        server.map_role("FOOBARKEY", DRAIN_ROLE, "nodecycle-DrainFunction")
         server.seed(SEED)
         point_cluster(
             account=ACCOUNT,

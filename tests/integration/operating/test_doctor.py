@@ -27,7 +27,6 @@ from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING
 ROOT = Path(__file__).resolve().parents[3]
 STACK = "nodecycle"
 GROUP = "nodecycle-workers"
-SAR_NOT_SERVED = "the API server does not serve SubjectAccessReview (authorization.k8s.io/v1)"
 
 
 @pytest.fixture(scope="module")
@@ -84,18 +83,12 @@ def only(findings: list[dict[str, str]], check: str) -> dict[str, str]:
     return found
 
 
-def test_a_correct_deployment_has_no_problem_and_says_what_it_could_not_check(doctor: Doctor) -> None:
+def test_a_correct_deployment_has_no_problem_and_every_check_is_made(doctor: Doctor) -> None:
     status, findings = doctor("--stack", STACK)
 
-    # Then everything it can see is right; today's sandbox serves neither SubjectAccessReview nor RBAC
-    # objects, which the doctor says instead of guessing (exit status 2: nothing wrong, not everything seen)
-    assert {f["status"] for f in findings} == {"ok", "unchecked"}
-    assert {(f["check"], f["what"]) for f in not_ok(findings)} == {
-        ("cluster.permissions.drain", f"cannot check: what the drain function may do: {SAR_NOT_SERVED}"),
-        ("cluster.permissions.sweeper", f"cannot check: what the sweeper function may do: {SAR_NOT_SERVED}"),
-        ("cluster.rbac-applied", "cannot check: the API server does not serve rbac.authorization.k8s.io/v1"),
-    }
-    assert status == 2
+    # Then everything is right, and everything was seen: the sandbox serves access reviews and RBAC objects
+    assert {f["status"] for f in findings} == {"ok"}, not_ok(findings)
+    assert status == 0
     checks = {f["check"] for f in findings}
     assert {
         "eventbridge.rule",
@@ -107,6 +100,9 @@ def test_a_correct_deployment_has_no_problem_and_says_what_it_could_not_check(do
         "cluster.budget",
         "cluster.access-entry.drain",
         "cluster.access-entry.sweeper",
+        "cluster.permissions.drain",
+        "cluster.permissions.sweeper",
+        "cluster.rbac-applied",
     } <= checks
 
 
@@ -122,7 +118,7 @@ def test_the_text_report_says_what_why_and_how_to_fix(doctor: Doctor) -> None:
     assert f"PROBLEM  EventBridge rule {rule} (lifecycle actions) is DISABLED" in text
     assert "why: lifecycle actions no longer reach intake" in text
     assert f"fix: aws events enable-rule --name {rule}" in text
-    assert "1 problems, 0 warnings, 3 checks not made" in text
+    assert "1 problems, 0 warnings, 0 checks not made" in text
 
 
 def test_a_disabled_sweeper_schedule_is_a_problem(doctor: Doctor) -> None:
@@ -281,20 +277,39 @@ def test_a_cluster_in_config_map_mode_is_a_problem(doctor: Doctor) -> None:
 
 def test_a_budget_configmap_that_is_not_a_budget_is_a_problem(doctor: Doctor) -> None:
     core = client.CoreV1Api(doctor.sandbox.kube.api_client())
-    core.create_namespaced_config_map(
-        "kube-system",
-        client.V1ConfigMap(
-            metadata=client.V1ObjectMeta(name="nodecycle-budget"), data={"budget.json": "{oops"}
-        ),
-    )
+    shipped = core.read_namespaced_config_map("nodecycle-budget", "nodecycle")
+    core.patch_namespaced_config_map("nodecycle-budget", "nodecycle", {"data": {"budget.json": "{oops"}})
     try:
         status, findings = doctor("--stack", STACK)
     finally:
-        core.delete_namespaced_config_map("nodecycle-budget", "kube-system")
+        core.patch_namespaced_config_map("nodecycle-budget", "nodecycle", {"data": shipped.data})
     found = only(findings, "cluster.budget")
     assert status == 1
-    assert found["what"].startswith("ConfigMap kube-system/nodecycle-budget is not a budget document")
-    assert "kubectl -n kube-system get configmap nodecycle-budget -o yaml" in found["fix"]
+    assert found["what"].startswith("ConfigMap nodecycle/nodecycle-budget is not a budget document")
+    assert "kubectl -n nodecycle get configmap nodecycle-budget -o yaml" in found["fix"]
+
+
+def test_rbac_changed_in_the_cluster_is_a_problem_and_the_lost_permission_is_named(doctor: Doctor) -> None:
+    # Given someone removed the drain function's right to evict from its ClusterRole
+    rbac = client.RbacAuthorizationV1Api(doctor.sandbox.kube.api_client())
+    shipped = rbac.read_cluster_role("nodecycle-drain")
+    reduced = rbac.read_cluster_role("nodecycle-drain")
+    reduced.rules = [r for r in reduced.rules if "pods/eviction" not in (r.resources or [])]
+    assert len(reduced.rules) < len(shipped.rules)
+    rbac.replace_cluster_role("nodecycle-drain", reduced)
+    try:
+        status, findings = doctor("--stack", STACK)
+    finally:
+        shipped.metadata.resource_version = None
+        rbac.replace_cluster_role("nodecycle-drain", shipped)
+    # Then the doctor says the manifest is not applied as it is, and what the drain function may no longer do
+    assert status == 1
+    applied = only(findings, "cluster.rbac-applied")
+    assert "different in the cluster: ClusterRole nodecycle-drain" in applied["what"]
+    assert applied["fix"].endswith("kubectl apply -f -")
+    permissions = only(findings, "cluster.permissions")
+    assert permissions["check"] == "cluster.permissions.drain"
+    assert "create pods/eviction" in permissions["what"]
 
 
 def test_a_lifecycle_that_stopped_moving_is_named(doctor: Doctor) -> None:
@@ -377,10 +392,15 @@ def test_budget_show_takes_the_namespace_from_the_stack(
     capsys.readouterr()
     assert main(["budget", "show", "--stack", STACK, "--json"]) == 0
     out = capsys.readouterr()
-    assert out.out == "null\n"  # JSON, for a script...
-    # ...and for its person the note, and no warning: the kubeconfig is the stack's cluster's
-    assert out.err.startswith("No budget yet: ConfigMap kube-system/nodecycle-budget does not exist")
-    assert "warning" not in out.err
+    # the shipped ConfigMap in the stack's namespace, empty: an empty budget, as JSON for a script
+    assert json.loads(out.out) == {
+        "format_version": 2,
+        "holders": [],
+        "waiters": [],
+        "zones": [],
+        "limits": [],
+    }
+    assert "warning" not in out.err  # the kubeconfig is the stack's cluster's
 
 
 def test_budget_show_warns_when_the_kubeconfig_is_another_clusters(

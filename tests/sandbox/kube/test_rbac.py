@@ -5,7 +5,10 @@ and access reviews answer from the same rules."""
 from __future__ import annotations
 
 import json
+import ssl
 import subprocess
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -215,3 +218,55 @@ def test_only_administrators_may_impersonate(deployed: KubeServer) -> None:
         f'users "kubernetes-admin" is forbidden: User "{user("drain")}" cannot impersonate resource "users" in '
         'API group "" at the cluster scope'
     )
+
+
+def test_rbac_objects_are_served_and_a_change_through_the_api_takes_effect_at_once(
+    deployed: KubeServer,
+) -> None:
+    admin = client.RbacAuthorizationV1Api(deployed.api_client())
+    # What was applied is read back, as the doctor reads it
+    binding = admin.read_cluster_role_binding("nodecycle-drain")
+    assert {(s.kind, s.name) for s in binding.subjects} == {("Group", "nodecycle-drain")}
+    assert binding.role_ref.name == "nodecycle-drain"
+    sweeper = core(deployed, "sweeper")
+    assert refused(sweeper.list_namespaced_pod, "shop")["http"] == 403
+    # When an administrator grants the sweeper's group pod reads in one namespace
+    admin.create_namespaced_role(
+        "shop",
+        client.V1Role(
+            metadata=client.V1ObjectMeta(name="read-pods"),
+            rules=[client.V1PolicyRule(api_groups=[""], resources=["pods"], verbs=["list"])],
+        ),
+    )
+    admin.create_namespaced_role_binding(
+        "shop",
+        client.V1RoleBinding(
+            metadata=client.V1ObjectMeta(name="sweeper-reads-pods"),
+            role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name="read-pods"),
+            subjects=[client.RbacV1Subject(kind="Group", name="nodecycle-sweeper")],
+        ),
+    )
+    # Then it may, there and nowhere else; and when the binding goes, the grant goes with it
+    assert len(sweeper.list_namespaced_pod("shop").items) == 1
+    assert refused(sweeper.list_namespaced_pod, "nodecycle")["http"] == 403
+    admin.delete_namespaced_role_binding("sweeper-reads-pods", "shop")
+    assert refused(sweeper.list_namespaced_pod, "shop")["http"] == 403
+
+
+def test_a_binding_without_a_role_is_refused_as_invalid(deployed: KubeServer) -> None:
+    # (the client checks roleRef itself: send the body as kubectl would, unchecked)
+    request = urllib.request.Request(
+        f"{deployed.url}/apis/rbac.authorization.k8s.io/v1/namespaces/shop/rolebindings",
+        data=json.dumps(
+            {"metadata": {"name": "broken"}, "subjects": [{"kind": "Group", "name": "x"}]}
+        ).encode(),
+        headers={"Authorization": f"Bearer {deployed.token()}", "Content-Type": "application/json"},
+        method="POST",
+    )
+    context = ssl.create_default_context(cadata=deployed.ca_pem.decode())
+    with pytest.raises(urllib.error.HTTPError) as raised:
+        urllib.request.urlopen(request, context=context)
+    denied = json.loads(raised.value.read())
+    denied["http"] = raised.value.code
+    assert (denied["http"], denied["reason"]) == (422, "Invalid")
+    assert "roleRef: Required value" in denied["message"]

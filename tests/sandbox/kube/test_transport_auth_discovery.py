@@ -106,6 +106,7 @@ def test_discovery_announces_served_kinds_and_the_policy_v1_eviction_subresource
         "policy": "policy/v1",
         "coordination.k8s.io": "coordination.k8s.io/v1",
         "authorization.k8s.io": "authorization.k8s.io/v1",  # access reviews (kubectl auth can-i)
+        "rbac.authorization.k8s.io": "rbac.authorization.k8s.io/v1",  # what the doctor compares
     }
     apps = {r.name for r in kube.apps.get_api_resources().resources}
     assert {"deployments", "replicasets", "daemonsets"} <= apps
