@@ -292,8 +292,8 @@ def test_a_budget_configmap_that_is_not_a_budget_is_a_problem(doctor: Doctor) ->
 def test_rbac_changed_in_the_cluster_is_a_problem_and_the_lost_permission_is_named(doctor: Doctor) -> None:
     # Given someone removed the drain function's right to evict from its ClusterRole
     rbac = client.RbacAuthorizationV1Api(doctor.sandbox.kube.api_client())
-    shipped = rbac.read_cluster_role("nodecycle-drain")
-    reduced = rbac.read_cluster_role("nodecycle-drain")
+    shipped: Any = rbac.read_cluster_role("nodecycle-drain")
+    reduced: Any = rbac.read_cluster_role("nodecycle-drain")
     reduced.rules = [r for r in reduced.rules if "pods/eviction" not in (r.resources or [])]
     assert len(reduced.rules) < len(shipped.rules)
     rbac.replace_cluster_role("nodecycle-drain", reduced)

@@ -225,7 +225,7 @@ def test_rbac_objects_are_served_and_a_change_through_the_api_takes_effect_at_on
 ) -> None:
     admin = client.RbacAuthorizationV1Api(deployed.api_client())
     # What was applied is read back, as the doctor reads it
-    binding = admin.read_cluster_role_binding("nodecycle-drain")
+    binding: Any = admin.read_cluster_role_binding("nodecycle-drain")
     assert {(s.kind, s.name) for s in binding.subjects} == {("Group", "nodecycle-drain")}
     assert binding.role_ref.name == "nodecycle-drain"
     sweeper = core(deployed, "sweeper")
