@@ -199,7 +199,9 @@ class _Worker:
         if self._process.poll() is None:
             self._process.kill()
         self._process.wait()
-        self._requests.close()
+        # A request still buffered for a process that died cannot be flushed: closing must not fail on it.
+        with contextlib.suppress(OSError):
+            self._requests.close()
         self._replies.close()
 
     def stop(self) -> None:
@@ -245,8 +247,10 @@ class _Pool:
             self._cond.notify()
 
     def discard(self, worker: _Worker) -> None:
-        worker.kill()
-        self._discard()
+        try:
+            worker.kill()
+        finally:
+            self._discard()  # whatever killing it raised, its slot goes back to the pool
 
     def _discard(self) -> None:
         with self._cond:
