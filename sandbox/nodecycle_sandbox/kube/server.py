@@ -49,6 +49,8 @@ class KubeServer:
         pod_shutdown_seconds: how long a deleted pod takes to stop, capped by its grace period
             (annotation ``sandbox.nodecycle.io/shutdown-seconds`` overrides it per pod).
         token_max_age_seconds: refuse EKS tokens signed longer ago than this (EKS: 900); None: no limit.
+        node_monitor_grace_seconds: how long after its kubelet is lost (``kill_kubelet``) a node turns
+            Ready=Unknown (kube-controller-manager's ``--node-monitor-grace-period``: 40 s).
     """
 
     def __init__(
@@ -62,6 +64,7 @@ class KubeServer:
         pod_start_seconds: float = 0.2,
         pod_shutdown_seconds: float = 0.0,
         token_max_age_seconds: float | None = None,
+        node_monitor_grace_seconds: float = 40.0,
     ) -> None:
         self.cluster_name = cluster_name
         self._tls = tls
@@ -69,6 +72,7 @@ class KubeServer:
         self._port = port
         self._tick = tick_seconds
         self._token_max_age = token_max_age_seconds
+        self._node_monitor_grace = node_monitor_grace_seconds
         self._store = Store()
         self._kubelet = Kubelet(
             self._store, start_seconds=pod_start_seconds, shutdown_seconds=pod_shutdown_seconds
@@ -262,6 +266,18 @@ class KubeServer:
             if self._store.get(NODES, "", node) is None:
                 raise LookupError(f"no node {node!r}")
             self._controllers.add_static_pod(node, StaticPod(name, namespace, image))
+
+    def kill_kubelet(self, name: str, *, grace_seconds: float | None = None) -> None:
+        """The node's kubelet is gone (the instance died, or the kubelet did): its pods neither start nor
+        finish terminating; after ``grace_seconds`` (default: the server's node monitor grace period) the node
+        is Ready=Unknown with the unreachable taints. A graceful pod deletion then never completes: only a
+        force delete (grace 0) or the deletion of the node object (pod garbage collection) ends its pods."""
+        grace = self._node_monitor_grace if grace_seconds is None else grace_seconds
+        self._controllers.kill_kubelet(name, grace)
+
+    def revive_kubelet(self, name: str) -> None:
+        """The kubelet is back: the node posts Ready again and its pods' deletions proceed."""
+        self._controllers.revive_kubelet(name)
 
     def set_node_ready(self, name: str, ready: bool) -> None:
         """Flip the node's Ready condition; its pods' readiness follows, as the node lifecycle controller does."""

@@ -168,9 +168,12 @@ def test_a_worker_killed_while_idle_is_replaced_and_its_slot_is_not_lost(make_ru
 
     # Then the one on the dead container fails as a crashed container does, and the next runs in a new one
     dead, fresh = results
-    assert isinstance(dead, InvocationResult) and not dead.ok
+    assert isinstance(dead, InvocationResult)
+    assert not dead.ok
     assert (dead.error_type or "") == "Runtime.ExitError"
-    assert isinstance(fresh, InvocationResult) and fresh.ok and fresh.cold_start
+    assert isinstance(fresh, InvocationResult)
+    assert fresh.ok
+    assert fresh.cold_start
     assert fresh.response["pid"] != first.response["pid"]
 
 
