@@ -12,7 +12,7 @@ Processes and threads:
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
@@ -26,6 +26,8 @@ from nodecycle_sandbox.aws.group import AutoScalingGroup, GroupSpec
 from nodecycle_sandbox.aws.nodes import NodeRegistry
 from nodecycle_sandbox.aws.process import AwsProcess
 from nodecycle_sandbox.aws.server import MotoServer
+from nodecycle_sandbox.faults import Fault, Firing
+from nodecycle_sandbox.runner.faults import RunnerFaults
 from nodecycle_sandbox.runner.runner import SANDBOX_SECRET_KEY, Runner
 
 if TYPE_CHECKING:
@@ -88,6 +90,8 @@ class SandboxOptions:
     sqs_sources_enabled: bool = True
     async_retry_delays: tuple[float, ...] = (1.0, 2.0)
     log_dir: Path | None = None
+    # The handlers' copy of the layer (the `nodecycle` package); None: the template's (`layers/`).
+    layer_dir: Path | None = None
 
 
 class Sandbox:
@@ -105,6 +109,8 @@ class Sandbox:
         self._asg: AutoScalingGroup | None = None
         self._started = threading.Event()
         self.endpoint_url = ""
+        # One injector for every stack's runner: its seeded dice are the run's, whichever stack rolls them.
+        self.runner_faults = RunnerFaults()
 
     # -- what tests use -------------------------------------------------------------------------
 
@@ -162,6 +168,28 @@ class Sandbox:
             # The sandbox allows what AWS forbids for speed, e.g. heartbeat timeouts under 30 s.
             config=Config(parameter_validation=False, retries={"max_attempts": 2, "mode": "standard"}),
         )
+
+    # -- faults ---------------------------------------------------------------------------------
+
+    def arm_faults(self, faults: Sequence[Fault], seed: int) -> None:
+        """Inject ``faults`` from now on, drawn with ``seed``: into the API server, into the AWS calls of
+        every stack's functions, and into the runners' deliveries and containers (replacing any plan)."""
+        self.kube.faults.arm(list(faults), seed)
+        callers = sorted(
+            {env["AWS_ACCESS_KEY_ID"] for runner in self._runners() for env in runner.environments.values()}
+        )
+        self.aws.arm_faults(faults=list(faults), seed=seed, callers=callers)
+        self.runner_faults.arm(list(faults), seed)
+
+    def disarm_faults(self) -> None:
+        self.kube.faults.disarm()
+        self.aws.disarm_faults()
+        self.runner_faults.disarm()
+
+    def fault_firings(self) -> list[Firing]:
+        """Every fault injected since the plan was armed, in time order."""
+        firings = [*self.kube.faults.firings(), *self.aws.fault_firings(), *self.runner_faults.firings()]
+        return sorted(firings, key=lambda firing: firing.at)
 
     def publish(self, event: dict[str, Any]) -> None:
         """The emulation's EventBridge: lifecycle events go to the runner's rules."""
@@ -239,6 +267,8 @@ class Sandbox:
             sqs_sources_enabled=options.sqs_sources_enabled,
             async_retry_delays=options.async_retry_delays,
             log_dir=options.log_dir,
+            layer_dir=options.layer_dir,
+            faults=self.runner_faults,
         ).start()
 
     def _start_aws(self) -> None:

@@ -12,9 +12,11 @@ from typing import Protocol
 from moto.autoscaling.models import AutoScalingBackend, autoscaling_backends
 
 from nodecycle_sandbox.aws import eks
+from nodecycle_sandbox.aws import faults as aws_faults
 from nodecycle_sandbox.aws.lifecycle import EventSink, LifecycleEmulator, emulator_for
 from nodecycle_sandbox.aws.nodes import NodeRegistry
 from nodecycle_sandbox.aws.records import ActionRecord, InstanceHistory, Notification, RefreshTimeline
+from nodecycle_sandbox.faults import Fault, Firing
 
 SANDBOX_ACCOUNT = "123456789012"
 
@@ -47,6 +49,12 @@ class AwsControls(Protocol):
     def refresh_timeline(self, refresh_id: str) -> RefreshTimeline: ...
 
     def notifications(self) -> list[Notification]: ...
+
+    def arm_faults(self, *, faults: list[Fault], seed: int, callers: list[str] | None) -> None: ...
+
+    def disarm_faults(self) -> None: ...
+
+    def fault_firings(self) -> list[Firing]: ...
 
 
 class AwsControl:
@@ -132,6 +140,17 @@ class AwsControl:
         emulator = self.emulator
         with emulator.lock:
             return list(emulator.notifications)
+
+    def arm_faults(self, *, faults: list[Fault], seed: int, callers: list[str] | None) -> None:
+        """Inject ``faults`` into the AWS calls signed by ``callers`` (access key ids; None: anyone)."""
+        aws_faults.FAULTS.arm_for(faults, seed, callers)
+
+    def disarm_faults(self) -> None:
+        aws_faults.FAULTS.disarm()
+
+    def fault_firings(self) -> list[Firing]:
+        """Every fault injected since the plan was armed."""
+        return aws_faults.FAULTS.firings()
 
     def close(self) -> None:
         self.emulator.close()

@@ -17,6 +17,7 @@ from nodecycle_sandbox.kube.auth import check_eks_token, make_eks_token
 from nodecycle_sandbox.kube.builders import node_object
 from nodecycle_sandbox.kube.controllers import ControllerLoop, Controllers, StaticPod
 from nodecycle_sandbox.kube.counters import Counters
+from nodecycle_sandbox.kube.faults import KubeFaults
 from nodecycle_sandbox.kube.history import SANDBOX, HistoryEntry
 from nodecycle_sandbox.kube.httpd import KubeHTTPServer
 from nodecycle_sandbox.kube.kubeconfig import write_kubeconfig
@@ -80,6 +81,8 @@ class KubeServer:
         self._api = Api(self._store, self._kubelet)
         self._controllers = Controllers(self._store, self._api, self._kubelet)
         self._counters = Counters()
+        # Off until armed: `server.faults.arm([Fault(...)], seed)` (see nodecycle_sandbox.faults).
+        self.faults = KubeFaults()
         self._httpd: KubeHTTPServer | None = None
         self._serve_thread: threading.Thread | None = None
         self._loop: ControllerLoop | None = None
@@ -112,7 +115,7 @@ class KubeServer:
             check_token=functools.partial(check_eks_token, max_age_seconds=self._token_max_age),
             server_address=lambda: f"{self._host}:{self.port}",
         )
-        self._httpd = KubeHTTPServer((self._host, self._port), router, context)
+        self._httpd = KubeHTTPServer((self._host, self._port), router, context, self.faults)
         self._serve_thread = threading.Thread(
             target=self._httpd.serve_forever,
             kwargs={"poll_interval": 0.02},

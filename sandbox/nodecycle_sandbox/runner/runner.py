@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
@@ -16,6 +17,7 @@ from botocore.config import Config
 from nodecycle_sandbox.runner.async_invoke import AsyncInvoker
 from nodecycle_sandbox.runner.cfn_yaml import load_template
 from nodecycle_sandbox.runner.context import lambda_environment
+from nodecycle_sandbox.runner.faults import RunnerFaults
 from nodecycle_sandbox.runner.functions import FunctionSpec, read_functions
 from nodecycle_sandbox.runner.intrinsics import Intrinsics
 from nodecycle_sandbox.runner.invokers import InlineInvoker, InvocationResult, Invoker, ProcessInvoker
@@ -63,8 +65,14 @@ class Runner:
         schedules_enabled: bool = True,
         sqs_sources_enabled: bool = True,
         log_dir: Path | None = None,
+        layer_dir: Path | None = None,
+        faults: RunnerFaults | None = None,
     ) -> None:
         self.template_path = template
+        # Another copy of the layer's code for the handlers (e.g. a deliberately broken one, to check that
+        # the tests catch it); None: the template's ContentUri.
+        self._layer_dir = layer_dir
+        self.faults = faults or RunnerFaults()
         self.endpoint_url = endpoint_url
         self.region = region
         self.account = account
@@ -121,6 +129,9 @@ class Runner:
             region=self.region,
             account=self.account,
         )
+        if self._layer_dir is not None:
+            layer = self._layer_dir
+            specs = [replace(spec, layer_dirs=(layer,)) if spec.layer_dirs else spec for spec in specs]
         self.functions = {spec.logical_id: spec for spec in specs}
         self.environments = {
             spec.logical_id: lambda_environment(
@@ -135,7 +146,10 @@ class Runner:
             self._invoker = InlineInvoker(self.environments)
         else:
             self._invoker = ProcessInvoker(
-                self.environments, {s.logical_id: self._pool_size(s) for s in specs}, self._log_dir
+                self.environments,
+                {s.logical_id: self._pool_size(s) for s in specs},
+                self._log_dir,
+                self.faults,
             )
         self._async = AsyncInvoker(
             invoke=self._invoke,
@@ -157,6 +171,7 @@ class Runner:
                     region=self.region,
                     concurrency=self._sqs_concurrency(trigger.max_concurrency),
                     poll_wait=self._poll_wait,
+                    faults=self.faults,
                 )
                 source.start()
                 self._sources.append(source)
