@@ -3,9 +3,11 @@ dropped, duplicated, delayed and reordered."""
 
 from __future__ import annotations
 
+import functools
 import time
 
 from nodecycle_sandbox.faults import Fault
+from nodecycle_sandbox.runner import Runner
 
 from .conftest import MakeRunner
 
@@ -50,8 +52,8 @@ def handler(event, context):
 """
 
 
-def _out(runner) -> list[str]:
-    bodies = []
+def _out(runner: Runner) -> list[str]:
+    bodies: list[str] = []
     while True:
         got = runner.sqs.receive_message(QueueUrl=runner.queue("Out").url, MaxNumberOfMessages=10)
         if not got.get("Messages"):
@@ -61,7 +63,11 @@ def _out(runner) -> list[str]:
             runner.sqs.delete_message(QueueUrl=runner.queue("Out").url, ReceiptHandle=m["ReceiptHandle"])
 
 
-def _send(runner, body: str) -> None:
+def _handled(runner: Runner, body: str) -> bool:
+    return any(i.ok and i.event["Records"][0]["body"] == body for i in runner.journal.invocations())
+
+
+def _send(runner: Runner, body: str) -> None:
     runner.sqs.send_message(QueueUrl=runner.queue("Work").url, MessageBody=body)
 
 
@@ -95,9 +101,7 @@ def test_a_moved_clock_shifts_the_wall_clock_of_the_invocation_only(make_runner:
     for body in ("ahead", "on-time"):
         _send(runner, body)
         runner.journal.wait_until(
-            lambda b=body: any(
-                i.ok and i.event["Records"][0]["body"] == b for i in runner.journal.invocations()
-            ),
+            functools.partial(_handled, runner, body),
             timeout=15,
         )
 
