@@ -281,6 +281,11 @@ class Sandbox:
             self._local_control = AwsControl(region=self.options.region)
             self._local_control.connect(events=self, nodes=self._kube)
 
+    def add_group(self, spec: GroupSpec) -> AutoScalingGroup:
+        """Create another group (its hooks, then its instances, through the launch hooks); the stacks that
+        manage it (by name or by tag) handle its lifecycles."""
+        return self._new_group(spec)
+
     def _runners(self) -> list[Runner]:
         return [r for r in (self._runner, *self._extra_runners) if r is not None]
 

@@ -23,7 +23,7 @@ from nodecycle_sandbox.kube.httpd import KubeHTTPServer
 from nodecycle_sandbox.kube.kubeconfig import write_kubeconfig
 from nodecycle_sandbox.kube.kubelet import Kubelet
 from nodecycle_sandbox.kube.meta import JsonObj, json_copy, name_of
-from nodecycle_sandbox.kube.resources import NAMESPACES, NODES, by_name
+from nodecycle_sandbox.kube.resources import CONFIGMAPS, NAMESPACES, NODES, by_name
 from nodecycle_sandbox.kube.routing import Router
 from nodecycle_sandbox.kube.seed import default_seed, load_seed
 from nodecycle_sandbox.kube.store import Store
@@ -295,6 +295,21 @@ class KubeServer:
             self._api.delete(NODES, "", name, {}, source=SANDBOX)
             self._controllers.collect_garbage()
             return True
+
+    def delete_namespace(self, name: str) -> None:
+        """Delete a namespace and everything in it at once (a test's clean-up)."""
+        with self._store.lock:
+            if self._store.get(NAMESPACES, "", name) is not None:
+                self._api.delete(NAMESPACES, "", name, {}, source=SANDBOX)
+
+    def replace_config_map_data(self, namespace: str, name: str, data: dict[str, str]) -> None:
+        """Replace a ConfigMap's data, as an operator's ``kubectl edit`` would (a test's clean-up)."""
+        with self._store.lock:
+            current = self._store.get(CONFIGMAPS, namespace, name)
+            if current is None:
+                raise LookupError(f"no configmap {namespace}/{name}")
+            updated = {**json_copy(current), "data": dict(data)}
+            self._api.update(CONFIGMAPS, namespace, name, updated, source=SANDBOX)
 
     def node_for_instance(self, instance_id: str) -> str | None:
         for node in self._store.items(NODES):
