@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 
 import nodecycle_cli.budget
+import nodecycle_cli.chaos
 import nodecycle_cli.demo
 import nodecycle_cli.sandbox
 import nodecycle_cli.status
@@ -23,7 +24,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log what the tool does")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in (nodecycle_cli.sandbox, nodecycle_cli.demo, nodecycle_cli.budget, nodecycle_cli.status):
+    for command in (
+        nodecycle_cli.sandbox,
+        nodecycle_cli.demo,
+        nodecycle_cli.budget,
+        nodecycle_cli.status,
+        nodecycle_cli.chaos,
+    ):
         command.register(commands)
     return parser
 

@@ -92,6 +92,9 @@ class SandboxOptions:
     log_dir: Path | None = None
     # The handlers' copy of the layer (the `nodecycle` package); None: the template's (`layers/`).
     layer_dir: Path | None = None
+    # At most this many concurrent invocations per SQS mapping (an account's concurrency limit); None: the
+    # template's MaximumConcurrency.
+    concurrency_cap: int | None = None
 
 
 class Sandbox:
@@ -268,6 +271,7 @@ class Sandbox:
             async_retry_delays=options.async_retry_delays,
             log_dir=options.log_dir,
             layer_dir=options.layer_dir,
+            concurrency_cap=options.concurrency_cap,
             faults=self.runner_faults,
         ).start()
 

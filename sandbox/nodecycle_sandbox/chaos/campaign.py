@@ -84,6 +84,7 @@ def run_campaign(
     layer_dir: Path | None = None,
     only: int | None = None,
     kinds: tuple[str, ...] = KINDS,
+    faults: bool = True,
     shrink: bool = True,
     stop_at_first: bool = False,
     log_dir: Path | None = None,
@@ -95,7 +96,7 @@ def run_campaign(
         report.startup_seconds = time.monotonic() - began
         indexes = [only] if only is not None else list(range(scenarios))
         for index in indexes:
-            scenario = draw(seed, index, kinds=kinds)
+            scenario = draw(seed, index, kinds=kinds, faults=faults)
             observation = world.run(scenario)
             found = invariants.check(observation)
             report.scenarios += 1

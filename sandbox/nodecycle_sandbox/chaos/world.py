@@ -132,6 +132,7 @@ class World:
                 global_timeout_factor=GLOBAL_FACTOR,
                 layer_dir=layer_dir,
                 log_dir=log_dir,
+                concurrency_cap=3,  # fewer containers to start on 2 cores; still 3 drains at once per stack
             ),
             kube=kube,
         )
@@ -156,10 +157,34 @@ class World:
                         }
                     ],
                 )
+            self._warm_up()
         except BaseException:
             box.stop()
             raise
         return self
+
+    def _warm_up(self) -> None:
+        """A launch and a scale-in per stack, not judged: the containers start once here (a cold start of
+        several at once on 2 cores takes many seconds), not in the first scenarios."""
+        box = self.sandbox
+        box.aws.plan_nodes(labels={SCENARIO_LABEL: "warm-up"})
+        groups = [
+            box.add_group(
+                GroupSpec(name=f"warm-up-{stack}", size=3, hooks=_hooks(), tags={OWNER_TAG: owner_of(stack)})
+            )
+            for stack in self.runners
+        ]
+        deadline = time.monotonic() + 180
+        for group in groups:
+            while len(group.in_state("InService")) < 3 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            group.set_desired(0)
+        for group in groups:
+            while (
+                group.instances() or any(a.active for a in group.actions())
+            ) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            group.autoscaling.delete_auto_scaling_group(AutoScalingGroupName=group.name, ForceDelete=True)
 
     def stop(self) -> None:
         self.sandbox.stop()
@@ -259,10 +284,7 @@ class ScenarioRun:
             spec = GroupSpec(
                 name=f"{self.scenario.name}-{stack}",
                 size=size,
-                hooks=(
-                    HookSpec("nodecycle-launch", LAUNCHING, HEARTBEAT_TIMEOUT, "ABANDON"),
-                    HookSpec("nodecycle-terminate", TERMINATING, HEARTBEAT_TIMEOUT, "CONTINUE"),
-                ),
+                hooks=_hooks(),
                 tags={OWNER_TAG: owner_of(stack)},
             )
             self.groups[stack] = self.box.add_group(spec)
@@ -301,7 +323,7 @@ class ScenarioRun:
                         "apiVersion": "policy/v1",
                         "kind": "PodDisruptionBudget",
                         "metadata": {"name": "web", "namespace": namespace},
-                        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}},
+                        "spec": {"maxUnavailable": 2, "selector": {"matchLabels": {"app": "web"}}},
                     },
                     {
                         "apiVersion": "apps/v1",
@@ -530,6 +552,13 @@ class ScenarioRun:
             self.ec2.disassociate_address(AssociationId=found["AssociationId"])
         except (KeyError, ClientError):  # moto keeps some associations by instance only
             self.ec2.disassociate_address(PublicIp=found["PublicIp"])
+
+
+def _hooks() -> tuple[HookSpec, ...]:
+    return (
+        HookSpec("nodecycle-launch", LAUNCHING, HEARTBEAT_TIMEOUT, "ABANDON"),
+        HookSpec("nodecycle-terminate", TERMINATING, HEARTBEAT_TIMEOUT, "CONTINUE"),
+    )
 
 
 def _in_service(group: AutoScalingGroup, size: int) -> bool:

@@ -59,6 +59,7 @@ class Runner:
         environment: Mapping[str, str] | None = None,
         mode: Literal["process", "inline"] = "process",
         default_concurrency: int = DEFAULT_SQS_CONCURRENCY,
+        concurrency_cap: int | None = None,
         poll_wait: int = 1,
         async_retry_delays: tuple[float, ...] = (1.0, 2.0),
         schedule_interval: float | None = None,
@@ -83,6 +84,8 @@ class Runner:
         self._parameters = dict(parameters or {})
         self._overrides = dict(environment or {})
         self._default_concurrency = default_concurrency
+        # Like an account's concurrency limit: no SQS mapping gets more pollers (and containers) than this.
+        self._concurrency_cap = concurrency_cap
         self._poll_wait = poll_wait
         self._async_retry_delays = async_retry_delays
         self._schedule_interval = schedule_interval
@@ -265,7 +268,10 @@ class Runner:
         }
 
     def _sqs_concurrency(self, maximum: int | None) -> int:
-        return 1 if self.mode == "inline" else (maximum or self._default_concurrency)
+        if self.mode == "inline":
+            return 1
+        wanted = maximum or self._default_concurrency
+        return wanted if self._concurrency_cap is None else min(wanted, self._concurrency_cap)
 
     def _pool_size(self, spec: FunctionSpec) -> int:
         size = sum(self._sqs_concurrency(t.max_concurrency) for t in spec.sqs if t.enabled)
