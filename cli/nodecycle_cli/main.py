@@ -24,14 +24,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log what the tool does")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in (
-        nodecycle_cli.sandbox,
-        nodecycle_cli.demo,
-        nodecycle_cli.budget,
-        nodecycle_cli.status,
-        nodecycle_cli.chaos,
-    ):
+    for command in (nodecycle_cli.sandbox, nodecycle_cli.demo, nodecycle_cli.budget, nodecycle_cli.status):
         command.register(commands)
+    nodecycle_cli.chaos.register(commands)
     return parser
 
 
