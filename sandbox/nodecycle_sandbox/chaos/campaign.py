@@ -88,11 +88,12 @@ def run_campaign(
     shrink: bool = True,
     stop_at_first: bool = False,
     log_dir: Path | None = None,
+    warm_up: bool = True,
     progress: Callable[[str], None] = lambda _: None,
 ) -> CampaignReport:
     report = CampaignReport(seed=seed)
     began = time.monotonic()
-    with World(root=root, layer_dir=layer_dir, log_dir=log_dir) as world:
+    with World(root=root, layer_dir=layer_dir, log_dir=log_dir, warm_up=warm_up) as world:
         report.startup_seconds = time.monotonic() - began
         indexes = [only] if only is not None else list(range(scenarios))
         for index in indexes:

@@ -101,6 +101,8 @@ def check_mutation(
     *,
     seed: int,
     max_scenarios: int,
+    kinds: tuple[str, ...] | None = None,
+    warm_up: bool = True,
     progress: Callable[[str], None] = lambda _: None,
 ) -> MutationResult:
     """Run scenarios on the mutated product until a violation is found (or ``max_scenarios`` ran)."""
@@ -111,8 +113,9 @@ def check_mutation(
             seed=seed,
             root=root,
             layer_dir=layer,
-            kinds=mutation.kinds,
+            kinds=kinds or mutation.kinds,
             shrink=False,
+            warm_up=warm_up,
             stop_at_first=True,
             progress=progress,
         )

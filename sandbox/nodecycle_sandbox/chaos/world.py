@@ -116,7 +116,10 @@ class Observation:
 class World:
     """Start once, run many scenarios, stop. ``layer_dir``: the handlers' copy of the product."""
 
-    def __init__(self, *, root: Path, layer_dir: Path | None = None, log_dir: Path | None = None) -> None:
+    def __init__(
+        self, *, root: Path, layer_dir: Path | None = None, log_dir: Path | None = None, warm_up: bool = True
+    ) -> None:
+        self._warm = warm_up
         kube = KubeServer(
             tls=True, cluster_name="chaos", node_monitor_grace_seconds=2.0, pod_start_seconds=0.2
         )
@@ -157,7 +160,8 @@ class World:
                         }
                     ],
                 )
-            self._warm_up()
+            if self._warm:
+                self._warm_up()
         except BaseException:
             box.stop()
             raise
