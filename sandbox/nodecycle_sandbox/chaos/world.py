@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -123,6 +124,10 @@ class World:
         kube = KubeServer(
             tls=True, cluster_name="chaos", node_monitor_grace_seconds=2.0, pod_start_seconds=0.2
         )
+        self._logs: tempfile.TemporaryDirectory[str] | None = None
+        if log_dir is None:  # the functions' logs would otherwise flood the terminal
+            self._logs = tempfile.TemporaryDirectory(prefix="nodecycle-chaos-")
+            log_dir = Path(self._logs.name)
         self.sandbox = Sandbox(
             SandboxOptions(
                 root=root,
@@ -192,6 +197,8 @@ class World:
 
     def stop(self) -> None:
         self.sandbox.stop()
+        if self._logs is not None:
+            self._logs.cleanup()
 
     def __enter__(self) -> World:
         return self.start()
