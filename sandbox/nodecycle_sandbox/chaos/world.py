@@ -173,8 +173,8 @@ class World:
         return self
 
     def _warm_up(self) -> None:
-        """A launch and a scale-in per stack, not judged: the containers start once here (a cold start of
-        several at once on 2 cores takes many seconds), not in the first scenarios."""
+        """A launch, a scale-in and a sweep per stack, not judged: the containers start once here (a cold
+        start of several at once on 2 cores takes many seconds), not in the first scenarios."""
         box = self.sandbox
         box.aws.plan_nodes(labels={SCENARIO_LABEL: "warm-up"})
         groups = [
@@ -194,6 +194,13 @@ class World:
             ) and time.monotonic() < deadline:
                 time.sleep(0.2)
             group.autoscaling.delete_auto_scaling_group(AutoScalingGroupName=group.name, ForceDelete=True)
+        for runner in self.runners.values():  # and the sweepers, which the scenarios fire at any moment
+            before = len(runner.journal.invocations("SweeperFunction"))
+            runner.fire_schedule("SweeperFunction")
+            while (
+                len(runner.journal.invocations("SweeperFunction")) <= before and time.monotonic() < deadline
+            ):
+                time.sleep(0.2)
 
     def stop(self) -> None:
         self.sandbox.stop()
