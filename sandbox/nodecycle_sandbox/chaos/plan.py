@@ -79,7 +79,7 @@ def draw(seed: int, index: int, *, kinds: tuple[str, ...] = KINDS, faults: bool 
         replicas=rng.randint(size, 2 * size),
         shutdown=round(rng.uniform(0.2, 1.5), 1),
         lost_kubelet_at=round(rng.uniform(0.0, 3.0), 1) if kind != "launch" and rng.random() < 0.15 else None,
-        sweeps=tuple(sorted(round(rng.uniform(0.5, 25.0), 1) for _ in range(rng.randint(2, 5)))),
+        sweeps=tuple(sorted(round(rng.uniform(0.5, 15.0), 1) for _ in range(rng.randint(3, 8)))),
     )
     return scenario.with_faults(draw_faults(rng, scenario) if faults else ())
 
