@@ -145,6 +145,7 @@ class World:
             kube=kube,
         )
         self.runners: dict[str, Runner] = {}
+        self.runs = 0
 
     def start(self) -> World:
         box = self.sandbox.start()
@@ -224,6 +225,9 @@ class ScenarioRun:
         self.world = world
         self.box = world.sandbox
         self.scenario = scenario
+        world.runs += 1
+        # The names of this run's groups, node label and namespace: a rerun (shrinking) gets new ones.
+        self.tag = f"{scenario.name}-r{world.runs}"
         self.progress = progress
         self.groups: dict[str, AutoScalingGroup] = {}  # stack -> group
         self.autoscaling = self.box.client("autoscaling")
@@ -245,7 +249,7 @@ class ScenarioRun:
         for runner in self.world.runners.values():
             runner.journal.clear()
         box.kube.reset_history()
-        box.aws.plan_nodes(labels={SCENARIO_LABEL: scenario.name})
+        box.aws.plan_nodes(labels={SCENARIO_LABEL: self.tag})
         started = time.time()
         seen: list[AddressSeen] = []
         try:
@@ -300,7 +304,7 @@ class ScenarioRun:
     def _launch(self, size: int) -> None:
         for stack in self.scenario.stacks:
             spec = GroupSpec(
-                name=f"{self.scenario.name}-{stack}",
+                name=f"{self.tag}-{stack}",
                 size=size,
                 hooks=_hooks(),
                 tags={OWNER_TAG: owner_of(stack)},
@@ -311,8 +315,8 @@ class ScenarioRun:
 
     def _seed_workloads(self) -> None:
         scenario = self.scenario
-        namespace = scenario.name
-        selector = {SCENARIO_LABEL: scenario.name}
+        namespace = self.tag
+        selector = {SCENARIO_LABEL: self.tag}
         replicas = scenario.replicas * len(scenario.stacks)
         pod_spec = {
             "nodeSelector": selector,
@@ -388,7 +392,7 @@ class ScenarioRun:
         nodes = sorted(
             n["metadata"]["name"]
             for n in self.box.kube.objects("nodes")
-            if n["metadata"].get("labels", {}).get(SCENARIO_LABEL) == self.scenario.name
+            if n["metadata"].get("labels", {}).get(SCENARIO_LABEL) == self.tag
         )
         if nodes:
             node = nodes[self.scenario.index % len(nodes)]
@@ -559,9 +563,9 @@ class ScenarioRun:
                     self.ec2.release_address(AllocationId=allocation)
             nodes = {i.node_name for i in self.box.aws.instances() if i.group in mine}
             clear_budget(self.box.kube, nodes)
-            self.box.kube.delete_namespace(self.scenario.name)
+            self.box.kube.delete_namespace(self.tag)
         except Exception:
-            log.exception("cleaning up after %s failed", self.scenario.name)
+            log.exception("cleaning up after %s failed", self.tag)
             self.notes.append("clean-up failed: the next scenario may not start clean")
 
     def _disassociate(self, allocation: str) -> None:
