@@ -54,10 +54,11 @@ class CampaignReport:
     faults: Counter[str] = field(default_factory=Counter)
     violations: Counter[str] = field(default_factory=Counter)
     findings: list[Finding] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # scenarios that could not be set up or run
 
     @property
     def ok(self) -> bool:
-        return not self.findings
+        return not self.findings and not self.errors
 
     def summary(self) -> str:
         per = sum(self.scenario_seconds) / len(self.scenario_seconds) if self.scenario_seconds else 0.0
@@ -71,6 +72,9 @@ class CampaignReport:
         lines.append(f"  violations: {sum(self.violations.values())}")
         for name, what in invariants.INVARIANTS.items():
             lines.append(f"    {name:<15} {self.violations[name]:>4}  {what}")
+        if self.errors:
+            lines.append(f"  scenarios that could not run: {len(self.errors)}")
+            lines += [f"    {error}" for error in self.errors]
         for finding in self.findings:
             lines.append(finding.trace())
         return "\n".join(lines)
@@ -98,7 +102,12 @@ def run_campaign(
         indexes = [only] if only is not None else list(range(scenarios))
         for index in indexes:
             scenario = draw(seed, index, kinds=kinds, faults=faults)
-            observation = world.run(scenario)
+            try:
+                observation = world.run(scenario)
+            except Exception as error:  # a scenario that could not be set up or run is reported, not fatal
+                report.errors.append(f"{scenario.name}: {type(error).__name__}: {error}")
+                progress(f"{scenario.name:<10} {scenario.kind:<10} could not run: {error}")
+                continue
             found = invariants.check(observation)
             report.scenarios += 1
             report.scenario_seconds.append(observation.seconds)

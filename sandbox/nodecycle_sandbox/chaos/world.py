@@ -311,7 +311,10 @@ class ScenarioRun:
             )
             self.groups[stack] = self.box.add_group(spec)
         for group in self.groups.values():
-            self._wait(functools.partial(_in_service, group, size), 90, f"{group.name} in service")
+            # launches go through nodecycle's launch hooks too: as long as their global timeout allows
+            self._wait(
+                functools.partial(_in_service, group, size), QUIESCENCE_TIMEOUT, f"{group.name} in service"
+            )
 
     def _seed_workloads(self) -> None:
         scenario = self.scenario
