@@ -146,7 +146,11 @@ def _shrink(
 
     def fails(candidate: Scenario) -> bool:
         finding.reruns += 1
-        again = world.run(candidate)
+        try:
+            again = world.run(candidate)
+        except Exception as error:  # a rerun that could not run tells nothing either way
+            progress(f"    shrinking {candidate.name}: could not run: {error}")
+            return False
         broken = {v.invariant for v in invariants.check(again)}
         progress(
             f"    shrinking {candidate.name}: {len(candidate.faults)} faults -> {'fails' if broken & wanted else 'passes'}"
