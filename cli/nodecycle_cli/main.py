@@ -39,6 +39,12 @@ COMMANDS = (
         "sandbox",
     ),
     Command("demo", "nodecycle_cli.demo", "an instance refresh on the local sandbox, end to end", "sandbox"),
+    Command(
+        "chaos",
+        "nodecycle_cli.chaos",
+        "refreshes under seeded faults, each checked against the invariants; shrinks what fails",
+        "sandbox",
+    ),
     Command("status", "nodecycle_cli.status", "the lifecycles a stack is working on"),
     Command("budget", "nodecycle_cli.budget", "show the disruption budget, or release a slot by hand"),
     Command("doctor", "nodecycle_cli.doctor", "check a deployment: cluster access, hooks, rules, queues"),

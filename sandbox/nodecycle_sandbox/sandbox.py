@@ -12,7 +12,7 @@ Processes and threads:
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
@@ -26,7 +26,9 @@ from nodecycle_sandbox.aws.group import AutoScalingGroup, GroupSpec
 from nodecycle_sandbox.aws.nodes import NodeRegistry
 from nodecycle_sandbox.aws.process import AwsProcess
 from nodecycle_sandbox.aws.server import MotoServer
+from nodecycle_sandbox.faults import Fault, Firing
 from nodecycle_sandbox.runner.cfn_yaml import load_template
+from nodecycle_sandbox.runner.faults import RunnerFaults
 from nodecycle_sandbox.runner.intrinsics import check_parameters
 from nodecycle_sandbox.runner.runner import SANDBOX_SECRET_KEY, Runner
 
@@ -95,6 +97,15 @@ class SandboxOptions:
     # What the platform team applied to the cluster (`kubectl apply -f`): None, <root>/deploy/rbac.yaml;
     # "" nothing (no namespace, no budget ConfigMap, no role: every function call is forbidden).
     rbac_manifest: str | Path | None = None
+    # The handlers' copy of the layer (the `nodecycle` package); None: the template's (`layers/`).
+    layer_dir: Path | None = None
+    # At most this many concurrent invocations per SQS mapping (an account's concurrency limit); None: the
+    # template's MaximumConcurrency.
+    concurrency_cap: int | None = None
+    # False: a Number parameter below its MinValue is accepted (only that constraint is lifted), for
+    # campaigns that compress minutes into seconds (a 5 s visibility timeout, where AWS wants the functions'
+    # timeout at least).
+    min_values: bool = True
 
 
 class Sandbox:
@@ -112,6 +123,8 @@ class Sandbox:
         self._asg: AutoScalingGroup | None = None
         self._started = threading.Event()
         self.endpoint_url = ""
+        # One injector for every stack's runner: its seeded dice are the run's, whichever stack rolls them.
+        self.runner_faults = RunnerFaults()
 
     # -- what tests use -------------------------------------------------------------------------
 
@@ -170,6 +183,28 @@ class Sandbox:
             config=Config(parameter_validation=False, retries={"max_attempts": 2, "mode": "standard"}),
         )
 
+    # -- faults ---------------------------------------------------------------------------------
+
+    def arm_faults(self, faults: Sequence[Fault], seed: int) -> None:
+        """Inject ``faults`` from now on, drawn with ``seed``: into the API server, into the AWS calls of
+        every stack's functions, and into the runners' deliveries and containers (replacing any plan)."""
+        self.kube.faults.arm(list(faults), seed)
+        callers = sorted(
+            {env["AWS_ACCESS_KEY_ID"] for runner in self._runners() for env in runner.environments.values()}
+        )
+        self.aws.arm_faults(faults=list(faults), seed=seed, callers=callers)
+        self.runner_faults.arm(list(faults), seed)
+
+    def disarm_faults(self) -> None:
+        self.kube.faults.disarm()
+        self.aws.disarm_faults()
+        self.runner_faults.disarm()
+
+    def fault_firings(self) -> list[Firing]:
+        """Every fault injected since the plan was armed, in time order."""
+        firings = [*self.kube.faults.firings(), *self.aws.fault_firings(), *self.runner_faults.firings()]
+        return sorted(firings, key=lambda firing: firing.at)
+
     def publish(self, event: dict[str, Any]) -> None:
         """The emulation's EventBridge: lifecycle events go to the runner's rules."""
         self._started.wait()
@@ -184,7 +219,11 @@ class Sandbox:
         if options.group is not None:
             parameters.setdefault("ManagedGroups", options.group.name)
         # As CloudFormation does, refuse a bad parameter value before anything starts.
-        check_parameters(load_template(self._template()), {"ClusterName": options.cluster_name, **parameters})
+        check_parameters(
+            load_template(self._template()),
+            {"ClusterName": options.cluster_name, **parameters},
+            min_values=options.min_values,
+        )
         try:
             if self._kube is None:
                 from nodecycle_sandbox.kube import KubeServer
@@ -253,6 +292,10 @@ class Sandbox:
             async_retry_delays=options.async_retry_delays,
             log_dir=options.log_dir,
             identities=self._register_identities,
+            layer_dir=options.layer_dir,
+            concurrency_cap=options.concurrency_cap,
+            min_values=options.min_values,
+            faults=self.runner_faults,
         ).start()
 
     def _template(self) -> Path:
@@ -303,6 +346,11 @@ class Sandbox:
             self.endpoint_url = self._moto.start()
             self._local_control = AwsControl(region=self.options.region)
             self._local_control.connect(events=self, nodes=self._kube)
+
+    def add_group(self, spec: GroupSpec) -> AutoScalingGroup:
+        """Create another group (its hooks, then its instances, through the launch hooks); the stacks that
+        manage it (by name or by tag) handle its lifecycles."""
+        return self._new_group(spec)
 
     def _runners(self) -> list[Runner]:
         return [r for r in (self._runner, *self._extra_runners) if r is not None]

@@ -12,10 +12,12 @@ from typing import Any, Protocol
 from moto.autoscaling.models import AutoScalingBackend, autoscaling_backends
 
 from nodecycle_sandbox.aws import eks
+from nodecycle_sandbox.aws import faults as aws_faults
 from nodecycle_sandbox.aws.eks_access import API_AND_CONFIG_MAP
 from nodecycle_sandbox.aws.lifecycle import EventSink, LifecycleEmulator, emulator_for
 from nodecycle_sandbox.aws.nodes import NodeRegistry
 from nodecycle_sandbox.aws.records import ActionRecord, InstanceHistory, Notification, RefreshTimeline
+from nodecycle_sandbox.faults import Fault, Firing
 from nodecycle_sandbox.iam.identities import IDENTITIES, JournalEntry
 
 SANDBOX_ACCOUNT = "123456789012"
@@ -55,6 +57,12 @@ class AwsControls(Protocol):
     def register_identities(self, *, roles: list[dict[str, Any]], keys: list[dict[str, str]]) -> None: ...
 
     def authorizations(self) -> list[JournalEntry]: ...
+
+    def arm_faults(self, *, faults: list[Fault], seed: int, callers: list[str] | None) -> None: ...
+
+    def disarm_faults(self) -> None: ...
+
+    def fault_firings(self) -> list[Firing]: ...
 
 
 class AwsControl:
@@ -156,6 +164,17 @@ class AwsControl:
     def authorizations(self) -> list[JournalEntry]:
         """Every authorization decided so far for a registered role, in order."""
         return IDENTITIES.journal()
+
+    def arm_faults(self, *, faults: list[Fault], seed: int, callers: list[str] | None) -> None:
+        """Inject ``faults`` into the AWS calls signed by ``callers`` (access key ids; None: anyone)."""
+        aws_faults.FAULTS.arm_for(faults, seed, callers)
+
+    def disarm_faults(self) -> None:
+        aws_faults.FAULTS.disarm()
+
+    def fault_firings(self) -> list[Firing]:
+        """Every fault injected since the plan was armed."""
+        return aws_faults.FAULTS.firings()
 
     def close(self) -> None:
         self.emulator.close()

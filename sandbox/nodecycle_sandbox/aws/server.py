@@ -8,6 +8,7 @@ from typing import Any
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 from werkzeug.serving import BaseWSGIServer, make_server
 
+from nodecycle_sandbox.aws import faults
 from nodecycle_sandbox.aws.install import install
 
 
@@ -33,7 +34,7 @@ class MotoServer:
 
     def start(self) -> str:
         install()
-        app = DomainDispatcherApplication(create_backend_app)
+        app = faults.middleware(DomainDispatcherApplication(create_backend_app))
         self._server = make_server(
             self._host, self._port, app, threaded=True, request_handler=_QuietRequestHandler
         )

@@ -15,7 +15,8 @@ real Status bodies; access reviews for ``kubectl auth can-i``.
 
 Served: core/v1 namespaces, nodes (+status), pods (+status, +eviction), configmaps; apps/v1 deployments,
 replicasets, daemonsets; policy/v1 poddisruptionbudgets; coordination.k8s.io/v1 leases. Not served: watch,
-dryRun, server-side apply, deletecollection, scale subresources, protobuf bodies; finalizers are ignored.
+dryRun, server-side apply, deletecollection, scale subresources, protobuf bodies. Finalizers are honoured:
+an object that has them is only marked for deletion until an update removes the last one.
 """
 
 from nodecycle_sandbox.kube.auth import make_eks_token

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from nodecycle_sandbox.kube import errors, rbac
+from nodecycle_sandbox.kube import errors, finalizers, rbac
 from nodecycle_sandbox.kube.builders import random_suffix
 from nodecycle_sandbox.kube.history import API, SANDBOX
 from nodecycle_sandbox.kube.kubelet import Kubelet
@@ -207,6 +207,9 @@ class Api:
                     resource="pods",
                     source=source,
                 )
+            if finalizers.pending(current):
+                # Marked, not removed: it goes when an update removes its last finalizer.
+                return self._store.write(rt, finalizers.marked(current, 0), verb="delete", source=source)
             if rt is NAMESPACES:
                 # Namespaces end at once here, contents included, instead of going through Terminating.
                 for child in ALL:
@@ -265,13 +268,20 @@ class Api:
                     result.pop("status", None)
             _default_and_validate(rt, result)
             _validate_update(rt, current, result)
+            finalizers.check_update(rt, current, result)
             if rt.tracks_generation and _spec_of(result) != _spec_of(current):
                 meta["generation"] = int(cur_meta.get("generation", 0)) + 1
         result["metadata"]["resourceVersion"] = cur_meta["resourceVersion"]
         if result == current:
             return current  # a write that changes nothing keeps its resourceVersion, as in kube-apiserver
         resource = f"{rt.plural}/{subresource}" if subresource else rt.plural
-        return self._store.write(rt, result, verb=verb, source=source, resource=resource)
+        written = self._store.write(rt, result, verb=verb, source=source, resource=resource)
+        if finalizers.complete(rt, written):
+            # The last finalizer of an object being deleted is gone: so is the object.
+            self._store.remove(
+                rt, cur_meta.get("namespace", ""), name, verb=verb, source=source, resource=resource
+            )
+        return written
 
 
 def _key(obj: JsonObj) -> tuple[str, str]:

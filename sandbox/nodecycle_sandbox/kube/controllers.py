@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from nodecycle_sandbox.kube import finalizers, node_lifecycle
 from nodecycle_sandbox.kube.api import Api
 from nodecycle_sandbox.kube.builders import mirror_pod, pod_from_template, ready_condition, template_hash
 from nodecycle_sandbox.kube.eviction import PodIndex, compute_budget
@@ -80,6 +81,9 @@ class Controllers:
         self._api = api
         self._kubelet = kubelet
         self._node_ready_at: dict[str, float] = {}
+        self._kubelet_lost_at: dict[
+            str, float
+        ] = {}  # node -> when the controller notices its kubelet is gone
         self._static_pods: dict[str, list[StaticPod]] = {}
 
     # --- hooks for the sandbox's helpers ------------------------------------------------------------
@@ -91,6 +95,27 @@ class Controllers:
     def add_static_pod(self, node: str, pod: StaticPod) -> None:
         with self._store.lock:
             self._static_pods.setdefault(node, []).append(pod)
+
+    def kill_kubelet(self, name: str, grace: float) -> None:
+        """The node's kubelet stops (a dead instance, a crashed kubelet): ``grace`` seconds later the node
+        lifecycle controller marks the node Unknown and unreachable."""
+        with self._store.lock:
+            if self._store.get(NODES, "", name) is None:
+                raise LookupError(f"no node {name!r}")
+            self._kubelet.kill(name)
+            self._node_ready_at.pop(name, None)
+            self._kubelet_lost_at[name] = time.monotonic() + grace
+
+    def revive_kubelet(self, name: str) -> None:
+        with self._store.lock:
+            node = self._store.get(NODES, "", name)
+            if node is None:
+                raise LookupError(f"no node {name!r}")
+            self._kubelet.revive(name)
+            self._kubelet_lost_at.pop(name, None)
+            updated = node_lifecycle.reachable(node, time.time())
+            if updated != node:
+                self._store.write(NODES, updated, verb="update", source=SANDBOX, resource="nodes/status")
 
     def set_node_ready(self, name: str, ready: bool) -> None:
         with self._store.lock:
@@ -128,7 +153,17 @@ class Controllers:
             elif mono >= due:
                 del self._node_ready_at[name]
                 changed |= self._write_node_ready(node, True)
-        return changed, min(self._node_ready_at.values(), default=None)
+        for name, due in list(self._kubelet_lost_at.items()):
+            node = self._store.get(NODES, "", name)
+            if node is None:
+                del self._kubelet_lost_at[name]
+            elif mono >= due:
+                del self._kubelet_lost_at[name]
+                lost = node_lifecycle.unreachable(node, time.time())
+                self._store.write(NODES, lost, verb="update", source=SANDBOX, resource="nodes/status")
+                changed = True
+        timers = [*self._node_ready_at.values(), *self._kubelet_lost_at.values()]
+        return changed, min(timers, default=None)
 
     def _write_node_ready(self, node: JsonObj, ready: bool) -> bool:
         if node_ready(node) == ready:
@@ -147,21 +182,26 @@ class Controllers:
         changed = False
         nodes = {name_of(n) for n in self._store.items(NODES)}
         for pod in self._store.items(PODS):
-            if pod_node(pod) and pod_node(pod) not in nodes:
-                self._store.remove(PODS, namespace_of(pod), name_of(pod), verb="delete", source=SANDBOX)
+            if pod_node(pod) and pod_node(pod) not in nodes and not finalizers.stopped(pod):
+                # podgc force-deletes the pods of a node that no longer exists (finalizers permitting)
+                self._kubelet.end_pod(pod, verb="delete", source=SANDBOX)
                 changed = True
         for rt in ALL:
             for obj in self._store.items(rt):
                 refs = obj["metadata"].get("ownerReferences") or []
-                if not refs or any(self._store.has_uid(str(r.get("uid"))) for r in refs):
+                if (
+                    is_terminating(obj)
+                    or not refs
+                    or any(self._store.has_uid(str(r.get("uid"))) for r in refs)
+                ):
                     continue
                 if rt is PODS:
-                    if not is_terminating(obj):
-                        self._kubelet.delete_pod(obj, None, verb="delete", resource="pods", source=SANDBOX)
-                        changed = True
+                    self._kubelet.delete_pod(obj, None, verb="delete", resource="pods", source=SANDBOX)
+                elif finalizers.pending(obj):
+                    self._store.write(rt, finalizers.marked(obj, 0), verb="delete", source=SANDBOX)
                 else:
                     self._store.remove(rt, namespace_of(obj), name_of(obj), verb="delete", source=SANDBOX)
-                    changed = True
+                changed = True
         return changed
 
     def _sync_static_pods(self) -> bool:

@@ -8,10 +8,12 @@ import logging
 import socket
 import ssl
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from nodecycle_sandbox.kube.faults import KubeFaultAction, KubeFaults
 from nodecycle_sandbox.kube.routing import Request, Router
 
 logger = logging.getLogger(__name__)
@@ -63,11 +65,17 @@ class _Handler(BaseHTTPRequestHandler):
             headers=_headers(self.headers),
             body=self._read_body(),
         )
+        fault = self.server.faults.decide(request.method, request.path, request.body)
+        if fault is not None and self._inject(fault):
+            return
         try:
             response = self.server.router.handle(request)
         except Exception:
             logger.exception("sandbox API server failed on %s %s", self.command, self.path)
             self._send(500, "application/json", _internal_error())
+            return
+        if fault is not None and fault.drop_after:
+            self._hang_up()  # served, but the client never hears of it
             return
         if isinstance(response.body, str):
             self._send(response.status, "text/plain; charset=utf-8", response.body.encode())
@@ -76,9 +84,33 @@ class _Handler(BaseHTTPRequestHandler):
                 response.status, "application/json", json.dumps(response.body, separators=(",", ":")).encode()
             )
 
-    def _send(self, status: int, content_type: str, data: bytes) -> None:
+    def _inject(self, fault: KubeFaultAction) -> bool:
+        """Apply a fault before serving; True when the request must not be served at all."""
+        if fault.delay:
+            time.sleep(fault.delay)
+        if fault.drop_before:
+            self._hang_up()
+            return True
+        if fault.respond is not None:
+            status, body, headers = fault.respond
+            self._send(status, "application/json", json.dumps(body).encode(), headers)
+            return True
+        return False
+
+    def _hang_up(self) -> None:
+        self.close_connection = True
+        try:
+            self.request.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            logger.debug("connection already closed", exc_info=True)
+
+    def _send(
+        self, status: int, content_type: str, data: bytes, headers: dict[str, str] | None = None
+    ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Cache-Control", "no-cache, private")
         self.end_headers()
@@ -115,8 +147,15 @@ class KubeHTTPServer(ThreadingHTTPServer):
     # Many clients connecting at once (a test's thread pool) must not overflow the listen backlog.
     request_queue_size = 128
 
-    def __init__(self, address: tuple[str, int], router: Router, ssl_context: ssl.SSLContext | None) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        router: Router,
+        ssl_context: ssl.SSLContext | None,
+        faults: KubeFaults | None = None,
+    ) -> None:
         self.router = router
+        self.faults = faults or KubeFaults()
         self._ssl_context = ssl_context
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()

@@ -6,7 +6,7 @@ import itertools
 import secrets
 import time
 
-from nodecycle_sandbox.kube import errors
+from nodecycle_sandbox.kube import errors, finalizers
 from nodecycle_sandbox.kube.builders import ip_of_node_name
 from nodecycle_sandbox.kube.history import SANDBOX
 from nodecycle_sandbox.kube.meta import (
@@ -44,6 +44,7 @@ class Kubelet:
         self.start_seconds = start_seconds
         self.shutdown_seconds = shutdown_seconds
         self._ready_at: dict[str, float] = {}
+        self._dead: set[str] = set()  # nodes whose kubelet is gone
         self._gone_at: dict[str, float] = {}
         self._ips = itertools.count(10)
 
@@ -62,11 +63,7 @@ class Kubelet:
             if grace < 0:
                 raise errors.bad_request("gracePeriodSeconds must not be negative")
             if grace == 0 or not pod_node(pod) or pod_terminal(pod):
-                removed = self._store.remove(
-                    PODS, namespace_of(pod), name_of(pod), verb=verb, source=source, resource=resource
-                )
-                self._forget(uid_of(pod))
-                return removed or pod
+                return self.end_pod(pod, verb=verb, source=source, resource=resource)
             now, mono = time.time(), time.monotonic()
             stop_after = min(float_annotation(pod, SHUTDOWN_ANNOTATION, self.shutdown_seconds), float(grace))
             meta = pod["metadata"]
@@ -79,10 +76,39 @@ class Kubelet:
             self._gone_at[uid] = min(self._gone_at.get(uid, float("inf")), mono + stop_after)
             return self._store.write(PODS, updated, verb=verb, source=source, resource=resource)
 
+    def end_pod(self, pod: JsonObj, *, verb: str, source: str, resource: str = "") -> JsonObj:
+        """Nothing runs for the pod any more: it goes, or, while it has finalizers, it stays marked (grace 0)
+        until an update removes them. Returns the pod as the response shows it."""
+        with self._store.lock:
+            self._forget(uid_of(pod))
+            if finalizers.pending(pod):
+                if finalizers.stopped(pod):
+                    return pod
+                return self._store.write(
+                    PODS, finalizers.marked(pod, 0), verb=verb, source=source, resource=resource
+                )
+            removed = self._store.remove(
+                PODS, namespace_of(pod), name_of(pod), verb=verb, source=source, resource=resource
+            )
+            return removed or pod
+
+    def kill(self, node: str) -> None:
+        """The node's kubelet is gone: its pods neither start nor finish terminating any more."""
+        with self._store.lock:
+            self._dead.add(node)
+
+    def revive(self, node: str) -> None:
+        with self._store.lock:
+            self._dead.discard(node)
+
+    def alive_on(self, node: str) -> bool:
+        return node not in self._dead
+
     def sync(self) -> tuple[bool, float | None]:
         """One kubelet pass over all bound pods; returns (changed anything, next monotonic deadline)."""
         with self._store.lock:
             nodes = {name_of(n): n for n in self._store.items(NODES)}
+            self._dead &= set(nodes)  # a node registering again under a reused name has a kubelet of its own
             changed = False
             deadlines: list[float] = []
             seen: set[str] = set()
@@ -94,12 +120,24 @@ class Kubelet:
                 uid = uid_of(pod)
                 seen.add(uid)
                 alive = node_ready(node)
+                if pod_node(pod) in self._dead:
+                    # No kubelet: nothing starts or stops; the node lifecycle controller marks the pods unready.
+                    if not alive and pod_ready(pod):
+                        self._store.write(
+                            PODS,
+                            self._with_readiness(pod, False),
+                            verb="update",
+                            source=SANDBOX,
+                            resource="pods/status",
+                        )
+                        changed = True
+                    continue
                 if is_terminating(pod):
+                    if finalizers.stopped(pod):
+                        continue  # finished; the object waits for its finalizers to be removed
                     gone_at = self._gone_at.setdefault(uid, mono + self.shutdown_seconds)
                     if alive and mono >= gone_at:
-                        self._store.remove(
-                            PODS, namespace_of(pod), name_of(pod), verb="delete", source=SANDBOX
-                        )
+                        self.end_pod(pod, verb="delete", source=SANDBOX)
                         changed = True
                     elif alive:
                         deadlines.append(gone_at)

@@ -18,6 +18,7 @@ from nodecycle_sandbox.kube.auth import ADMIN_ACCESS_KEY, check_eks_token, make_
 from nodecycle_sandbox.kube.builders import node_object
 from nodecycle_sandbox.kube.controllers import ControllerLoop, Controllers, StaticPod
 from nodecycle_sandbox.kube.counters import Counters
+from nodecycle_sandbox.kube.faults import KubeFaults
 from nodecycle_sandbox.kube.history import SANDBOX, HistoryEntry
 from nodecycle_sandbox.kube.httpd import KubeHTTPServer
 from nodecycle_sandbox.kube.kubeconfig import write_kubeconfig
@@ -51,6 +52,8 @@ class KubeServer:
         pod_shutdown_seconds: how long a deleted pod takes to stop, capped by its grace period
             (annotation ``sandbox.nodecycle.io/shutdown-seconds`` overrides it per pod).
         token_max_age_seconds: refuse EKS tokens signed longer ago than this (EKS: 900); None: no limit.
+        node_monitor_grace_seconds: how long after its kubelet is lost (``kill_kubelet``) a node turns
+            Ready=Unknown (kube-controller-manager's ``--node-monitor-grace-period``: 40 s).
     """
 
     def __init__(
@@ -64,6 +67,7 @@ class KubeServer:
         pod_start_seconds: float = 0.2,
         pod_shutdown_seconds: float = 0.0,
         token_max_age_seconds: float | None = None,
+        node_monitor_grace_seconds: float = 40.0,
     ) -> None:
         self.cluster_name = cluster_name
         self._tls = tls
@@ -71,6 +75,7 @@ class KubeServer:
         self._port = port
         self._tick = tick_seconds
         self._token_max_age = token_max_age_seconds
+        self._node_monitor_grace = node_monitor_grace_seconds
         self._store = Store()
         self._kubelet = Kubelet(
             self._store, start_seconds=pod_start_seconds, shutdown_seconds=pod_shutdown_seconds
@@ -82,6 +87,8 @@ class KubeServer:
         self._store.listeners.append(self._rbac_changed)
         self.access = Access(self.rbac, lambda namespace, name: self._store.get(CONFIGMAPS, namespace, name))
         self.access.add_admin_key(ADMIN_ACCESS_KEY)
+        # Off until armed: `server.faults.arm([Fault(...)], seed)` (see nodecycle_sandbox.faults).
+        self.faults = KubeFaults()
         self._httpd: KubeHTTPServer | None = None
         self._serve_thread: threading.Thread | None = None
         self._loop: ControllerLoop | None = None
@@ -115,7 +122,7 @@ class KubeServer:
             server_address=lambda: f"{self._host}:{self.port}",
             access=self.access,
         )
-        self._httpd = KubeHTTPServer((self._host, self._port), router, context)
+        self._httpd = KubeHTTPServer((self._host, self._port), router, context, self.faults)
         self._serve_thread = threading.Thread(
             target=self._httpd.serve_forever,
             kwargs={"poll_interval": 0.02},
@@ -301,6 +308,18 @@ class KubeServer:
                 raise LookupError(f"no node {node!r}")
             self._controllers.add_static_pod(node, StaticPod(name, namespace, image))
 
+    def kill_kubelet(self, name: str, *, grace_seconds: float | None = None) -> None:
+        """The node's kubelet is gone (the instance died, or the kubelet did): its pods neither start nor
+        finish terminating; after ``grace_seconds`` (default: the server's node monitor grace period) the node
+        is Ready=Unknown with the unreachable taints. A graceful pod deletion then never completes: only a
+        force delete (grace 0) or the deletion of the node object (pod garbage collection) ends its pods."""
+        grace = self._node_monitor_grace if grace_seconds is None else grace_seconds
+        self._controllers.kill_kubelet(name, grace)
+
+    def revive_kubelet(self, name: str) -> None:
+        """The kubelet is back: the node posts Ready again and its pods' deletions proceed."""
+        self._controllers.revive_kubelet(name)
+
     def set_node_ready(self, name: str, ready: bool) -> None:
         """Flip the node's Ready condition; its pods' readiness follows, as the node lifecycle controller does."""
         self._controllers.set_node_ready(name, ready)
@@ -314,6 +333,21 @@ class KubeServer:
             self._api.delete(NODES, "", name, {}, source=SANDBOX)
             self._controllers.collect_garbage()
             return True
+
+    def delete_namespace(self, name: str) -> None:
+        """Delete a namespace and everything in it at once (a test's clean-up)."""
+        with self._store.lock:
+            if self._store.get(NAMESPACES, "", name) is not None:
+                self._api.delete(NAMESPACES, "", name, {}, source=SANDBOX)
+
+    def replace_config_map_data(self, namespace: str, name: str, data: dict[str, str]) -> None:
+        """Replace a ConfigMap's data, as an operator's ``kubectl edit`` would (a test's clean-up)."""
+        with self._store.lock:
+            current = self._store.get(CONFIGMAPS, namespace, name)
+            if current is None:
+                raise LookupError(f"no configmap {namespace}/{name}")
+            updated = {**json_copy(current), "data": dict(data)}
+            self._api.update(CONFIGMAPS, namespace, name, updated, source=SANDBOX)
 
     def node_for_instance(self, instance_id: str) -> str | None:
         for node in self._store.items(NODES):

@@ -19,10 +19,15 @@ class ParameterError(ValueError):
     """A parameter value the template's constraints refuse: CloudFormation rejects the stack for it."""
 
 
-def check_parameters(template: Mapping[str, Any], overrides: Mapping[str, str]) -> None:
+def check_parameters(
+    template: Mapping[str, Any], overrides: Mapping[str, str], *, min_values: bool = True
+) -> None:
     """Refuse, as CloudFormation does before it creates anything, an override of an undeclared parameter or
     a value that breaks its parameter's Type, AllowedValues, AllowedPattern, MinValue, MaxValue, MinLength
-    or MaxLength. The message names the parameter, the value and the constraint."""
+    or MaxLength. The message names the parameter, the value and the constraint.
+
+    ``min_values=False`` accepts a number below its MinValue (only that): a campaign that compresses minutes
+    into seconds sets timeouts below what AWS allows."""
     declared = template.get("Parameters") or {}
     unknown = sorted(set(overrides) - set(declared))
     if unknown:
@@ -31,10 +36,10 @@ def check_parameters(template: Mapping[str, Any], overrides: Mapping[str, str]) 
         )
     for name, spec in declared.items():
         if name in overrides:
-            _check_value(name, spec, str(overrides[name]))
+            _check_value(name, spec, str(overrides[name]), min_values=min_values)
 
 
-def _check_value(name: str, spec: Mapping[str, Any], value: str) -> None:
+def _check_value(name: str, spec: Mapping[str, Any], value: str, *, min_values: bool) -> None:
     def refuse(what: str) -> ParameterError:
         hint = f" ({spec['ConstraintDescription']})" if spec.get("ConstraintDescription") else ""
         return ParameterError(f"parameter {name}={value!r} is not valid: {what}{hint}")
@@ -45,7 +50,7 @@ def _check_value(name: str, spec: Mapping[str, Any], value: str) -> None:
             number = float(value)
         except ValueError:
             raise refuse("it must be a number (Type: Number)") from None
-        if "MinValue" in spec and number < float(spec["MinValue"]):
+        if min_values and "MinValue" in spec and number < float(spec["MinValue"]):
             raise refuse(f"it must be a number not less than {spec['MinValue']} (MinValue)")
         if "MaxValue" in spec and number > float(spec["MaxValue"]):
             raise refuse(f"it must be a number not greater than {spec['MaxValue']} (MaxValue)")
@@ -79,9 +84,11 @@ class Intrinsics:
         region: str,
         account: str,
         parameters: Mapping[str, str] | None = None,
+        min_values: bool = True,
     ) -> None:
         self._template = template
         self._resources = resources
+        self._min_values = min_values
         self._pseudo = {
             "AWS::StackName": stack_name,
             "AWS::Region": region,
@@ -96,7 +103,7 @@ class Intrinsics:
 
     def _parameter_values(self, overrides: Mapping[str, str]) -> dict[str, Any]:
         declared = self._template.get("Parameters") or {}
-        check_parameters(self._template, overrides)
+        check_parameters(self._template, overrides, min_values=self._min_values)
         values: dict[str, Any] = {}
         for name, spec in declared.items():
             if name in overrides:

@@ -19,6 +19,7 @@ from typing import IO, Any, Protocol
 
 from nodecycle_sandbox.runner import api_calls
 from nodecycle_sandbox.runner.context import LambdaContext
+from nodecycle_sandbox.runner.faults import RunnerFaults
 from nodecycle_sandbox.runner.functions import FunctionSpec
 from nodecycle_sandbox.runner.handlers import Handler, call_handler, error_outcome, load_handler
 
@@ -182,9 +183,12 @@ class _Worker:
         if "init_error" in hello:
             self.init_error = hello["init_error"]
 
-    def invoke(self, event: Any, context: LambdaContext, timeout: float) -> dict[str, Any]:
+    def invoke(
+        self, event: Any, context: LambdaContext, timeout: float, faults: Mapping[str, float] | None = None
+    ) -> dict[str, Any]:
+        request = {"event": event, "context": asdict(context), "faults": dict(faults or {})}
         try:
-            self._requests.write(json.dumps({"event": event, "context": asdict(context)}).encode() + b"\n")
+            self._requests.write(json.dumps(request).encode() + b"\n")
             self._requests.flush()
         except (BrokenPipeError, OSError) as error:
             raise WorkerGone(f"worker exited: {error}") from error
@@ -207,7 +211,9 @@ class _Worker:
         if self._process.poll() is None:
             self._process.kill()
         self._process.wait()
-        self._requests.close()
+        # A request still buffered for a process that died cannot be flushed: closing must not fail on it.
+        with contextlib.suppress(OSError):
+            self._requests.close()
         self._replies.close()
 
     def stop(self) -> None:
@@ -253,8 +259,10 @@ class _Pool:
             self._cond.notify()
 
     def discard(self, worker: _Worker) -> None:
-        worker.kill()
-        self._discard()
+        try:
+            worker.kill()
+        finally:
+            self._discard()  # whatever killing it raised, its slot goes back to the pool
 
     def _discard(self) -> None:
         with self._cond:
@@ -281,9 +289,11 @@ class ProcessInvoker:
         environments: Mapping[str, Mapping[str, str]],
         pool_sizes: Mapping[str, int],
         log_dir: Path | None = None,
+        faults: RunnerFaults | None = None,
     ) -> None:
         self._environments = environments
         self._pool_sizes = pool_sizes
+        self._faults = faults or RunnerFaults()
         self._log_dir = log_dir
         self._pools: dict[str, _Pool] = {}
         self._logs: list[IO[bytes]] = []
@@ -316,7 +326,8 @@ class ProcessInvoker:
         # Lambda's timeout covers the invocation, not the cold start before it.
         invoke_at = time.time()
         try:
-            outcome = worker.invoke(event, _context(spec, request_id, invoke_at), spec.timeout)
+            faults = self._faults.directives(spec.logical_id)
+            outcome = worker.invoke(event, _context(spec, request_id, invoke_at), spec.timeout, faults)
         except TimeoutError:
             pool.discard(worker)
             return _result(request_id, started_at, _timed_out(spec), cold)

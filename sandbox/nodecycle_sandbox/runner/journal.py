@@ -61,6 +61,11 @@ class Journal:
         self._entries: list[Invocation] = []
         self._cond = threading.Condition()
 
+    def clear(self) -> None:
+        """Forget what was recorded so far (a long-running sandbox that starts another chapter)."""
+        with self._cond:
+            self._entries.clear()
+
     def record(self, invocation: Invocation) -> None:
         with self._cond:
             self._entries.append(invocation)

@@ -9,6 +9,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
@@ -20,6 +21,7 @@ from nodecycle_sandbox.iam.template import access_entries, function_role, templa
 from nodecycle_sandbox.runner.async_invoke import AsyncInvoker
 from nodecycle_sandbox.runner.cfn_yaml import load_template
 from nodecycle_sandbox.runner.context import lambda_environment
+from nodecycle_sandbox.runner.faults import RunnerFaults
 from nodecycle_sandbox.runner.functions import FunctionSpec, SqsTrigger, read_functions
 from nodecycle_sandbox.runner.intrinsics import Intrinsics
 from nodecycle_sandbox.runner.invokers import InlineInvoker, InvocationResult, Invoker, ProcessInvoker
@@ -66,6 +68,8 @@ class Runner:
         environment: Mapping[str, str] | None = None,
         mode: Literal["process", "inline"] = "process",
         default_concurrency: int = DEFAULT_SQS_CONCURRENCY,
+        concurrency_cap: int | None = None,
+        min_values: bool = True,
         poll_wait: int = 1,
         async_retry_delays: tuple[float, ...] = (1.0, 2.0),
         schedule_interval: float | None = None,
@@ -73,8 +77,14 @@ class Runner:
         sqs_sources_enabled: bool = True,
         log_dir: Path | None = None,
         identities: IdentityRegistry | None = None,
+        layer_dir: Path | None = None,
+        faults: RunnerFaults | None = None,
     ) -> None:
         self.template_path = template
+        # Another copy of the layer's code for the handlers (e.g. a deliberately broken one, to check that
+        # the tests catch it); None: the template's ContentUri.
+        self._layer_dir = layer_dir
+        self.faults = faults or RunnerFaults()
         self.endpoint_url = endpoint_url
         self.region = region
         self.account = account
@@ -85,6 +95,9 @@ class Runner:
         self._parameters = dict(parameters or {})
         self._overrides = dict(environment or {})
         self._default_concurrency = default_concurrency
+        # Like an account's concurrency limit: no SQS mapping gets more pollers (and containers) than this.
+        self._concurrency_cap = concurrency_cap
+        self._min_values = min_values  # False: parameters below their MinValue are accepted (see Intrinsics)
         self._poll_wait = poll_wait
         self._async_retry_delays = async_retry_delays
         self._schedule_interval = schedule_interval
@@ -128,6 +141,7 @@ class Runner:
             region=self.region,
             account=self.account,
             parameters=self._parameters,
+            min_values=self._min_values,
         )
         resources.create_all()
         self._resources = resources
@@ -139,6 +153,9 @@ class Runner:
             region=self.region,
             account=self.account,
         )
+        if self._layer_dir is not None:
+            layer = self._layer_dir
+            specs = [replace(spec, layer_dirs=(layer,)) if spec.layer_dirs else spec for spec in specs]
         self.functions = {spec.logical_id: spec for spec in specs}
         self._deployment = StackDeployment(
             template,
@@ -163,7 +180,10 @@ class Runner:
             self._invoker = InlineInvoker(self.environments)
         else:
             self._invoker = ProcessInvoker(
-                self.environments, {s.logical_id: self._pool_size(s) for s in specs}, self._log_dir
+                self.environments,
+                {s.logical_id: self._pool_size(s) for s in specs},
+                self._log_dir,
+                self.faults,
             )
         self._async = AsyncInvoker(
             invoke=self._invoke,
@@ -252,6 +272,7 @@ class Runner:
                 region=self.region,
                 concurrency=self._sqs_concurrency(trigger.max_concurrency),
                 poll_wait=self._poll_wait,
+                faults=self.faults,
             )
             source.start()
             self._sources.append(source)
@@ -339,7 +360,10 @@ class Runner:
         }
 
     def _sqs_concurrency(self, maximum: int | None) -> int:
-        return 1 if self.mode == "inline" else (maximum or self._default_concurrency)
+        if self.mode == "inline":
+            return 1
+        wanted = maximum or self._default_concurrency
+        return wanted if self._concurrency_cap is None else min(wanted, self._concurrency_cap)
 
     def _pool_size(self, spec: FunctionSpec) -> int:
         size = sum(self._sqs_concurrency(t.max_concurrency) for t in spec.sqs if t.enabled)

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from nodecycle_sandbox.runner.faults import RunnerFaults
 from nodecycle_sandbox.runner.functions import FunctionSpec, SqsTrigger
 from nodecycle_sandbox.runner.invokers import InvocationResult
 from nodecycle_sandbox.runner.journal import Invocation, Journal
@@ -93,7 +94,9 @@ class SqsEventSource:
         region: str,
         concurrency: int,
         poll_wait: int,
+        faults: RunnerFaults | None = None,
     ) -> None:
+        self._faults = faults or RunnerFaults()
         self._spec = spec
         self._trigger = trigger
         self._invoke = invoke
@@ -135,8 +138,13 @@ class SqsEventSource:
         while not self._stopping.is_set():
             try:
                 messages = self._receive(client)
+                queue = self._trigger.queue
+                messages = self._faults.on_receive(queue.logical_id, client, queue.url, messages)
                 if messages:
                     self._deliver(client, messages)
+                    again = self._faults.duplicates(queue.logical_id, messages)
+                    if again:
+                        self._deliver(client, again)
             except Exception:
                 if self._stopping.is_set():
                     return  # the AWS side went away first during shutdown

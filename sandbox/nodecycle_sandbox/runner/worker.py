@@ -15,6 +15,7 @@ from typing import IO, Any
 
 from nodecycle_sandbox.runner import api_calls
 from nodecycle_sandbox.runner.context import LambdaContext
+from nodecycle_sandbox.runner.faults import WorkerFaults
 from nodecycle_sandbox.runner.handlers import call_handler, error_outcome, load_handler
 
 
@@ -32,6 +33,8 @@ def main(argv: list[str]) -> int:
     # /opt/python (the layer) and /var/task (the function) come first on Lambda's path.
     sys.path[:0] = [*layer_dirs, str(Path(handler_file).parent)]
     api_calls.install()
+    faults = WorkerFaults()
+    faults.install()
     try:
         handler = load_handler(Path(handler_file), module_name, handler_name)
     except BaseException as error:  # an init error fails the invocation and discards the container
@@ -41,7 +44,7 @@ def main(argv: list[str]) -> int:
     for line in requests:
         request = json.loads(line)
         context = LambdaContext(**request["context"])
-        with api_calls.counting(process_wide=True) as calls:
+        with faults.applied(request.get("faults") or {}), api_calls.counting(process_wide=True) as calls:
             outcome = call_handler(handler, request["event"], context)
         _send(replies, {**outcome, "apiCalls": dict(calls)})
     return 0

@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+from nodecycle_sandbox.runner.invokers import InvocationResult
+
 from .conftest import MakeRunner
 
 TEMPLATE = """
@@ -130,3 +138,48 @@ def test_an_invocation_that_overruns_its_timeout_is_stopped(make_runner: MakeRun
     )[0]
     assert timed_out.error == "Sandbox.Timedout: Task timed out after 2.00 seconds"
     assert 1.9 < timed_out.duration < 3.5
+
+
+ONE_SLOT = TEMPLATE.replace("MaximumConcurrency: 2", "MaximumConcurrency: 1")
+
+
+def test_a_worker_killed_while_idle_is_replaced_and_its_slot_is_not_lost(make_runner: MakeRunner) -> None:
+    # Given a function with one concurrency slot, whose warm worker is then killed while idle (its pipe broken)
+    runner = make_runner(ONE_SLOT, {"worker": HANDLER}, mode="process", sqs_sources_enabled=False)
+    first = runner.invoke("Worker", {"Records": [{"body": "hi"}]})
+    assert first.ok
+    os.kill(first.response["pid"], signal.SIGKILL)
+    _wait_dead(first.response["pid"])
+
+    # When the next two invocations come (each in its own thread, so a stuck pool cannot hang the test)
+    results: list[object] = []
+
+    def invoke(body: str) -> None:
+        try:
+            results.append(runner.invoke("Worker", {"Records": [{"body": body}]}))
+        except Exception as error:  # what the poller would have seen
+            results.append(error)
+
+    for body in ("after-kill", "again"):
+        thread = threading.Thread(target=invoke, args=(body,), daemon=True)
+        thread.start()
+        thread.join(timeout=15)
+        assert not thread.is_alive(), "the invocation never started: the pool lost its only slot"
+
+    # Then the one on the dead container fails as a crashed container does, and the next runs in a new one
+    dead, fresh = results
+    assert isinstance(dead, InvocationResult)
+    assert not dead.ok
+    assert (dead.error_type or "") == "Runtime.ExitError"
+    assert isinstance(fresh, InvocationResult)
+    assert fresh.ok
+    assert fresh.cold_start
+    assert fresh.response["pid"] != first.response["pid"]
+
+
+def _wait_dead(pid: int) -> None:
+    """Until the killed process is a zombie: its end of the pipe is closed (the runner reaps it later)."""
+    deadline = time.monotonic() + 5
+    while Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z":
+        assert time.monotonic() < deadline, f"process {pid} did not die"
+        time.sleep(0.01)

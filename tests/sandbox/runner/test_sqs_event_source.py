@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 from .conftest import MakeRunner
 
 TEMPLATE = """
@@ -107,13 +105,15 @@ def test_messages_reach_the_handler_at_once_or_at_their_due_time(make_runner: Ma
     _send(runner, "now")
     _send(runner, "later", delay=2)
 
-    # Then the first reaches its handler well within a second, the second at its due time
-    runner.journal.wait_until(lambda: len(runner.journal.invocations("Worker")) == 2, timeout=5)
+    # Then the first reaches its handler before the second is due, and the second not before its due time
+    # (orderings, not durations: a loaded machine may be late, never early)
+    runner.journal.wait_until(lambda: len(runner.journal.invocations("Worker")) == 2, timeout=10)
     started = {
         i.event["Records"][0]["body"]: i.started_at - sent for i in runner.journal.invocations("Worker")
     }
-    assert started["now"] < 0.5
-    assert started["later"] == pytest.approx(2.0, abs=0.5)
+    assert (
+        started["now"] < 2.0 <= started["later"] + 0.05
+    )  # (the queue's clock and ours: 50 ms apart at most)
 
 
 def test_the_sqs_event_has_lambdas_shape(make_runner: MakeRunner) -> None:

@@ -1,0 +1,152 @@
+"""Faults of the emulated AWS endpoint, with the error codes and wire shapes each service really uses:
+
+- ``aws-throttle``: Auto Scaling and STS ``Throttling`` (400, query XML); EC2 ``RequestLimitExceeded``
+  (503, EC2 XML); DynamoDB ``ProvisionedThroughputExceededException`` and SQS ``RequestThrottled`` (400,
+  JSON); EKS ``ThrottlingException`` (429, REST JSON);
+- ``aws-error``: the service's 5xx (``InternalFailure``, ``InternalError``, ``InternalServerError``,
+  ``ServerException``).
+
+Nothing is done for a request that gets a fault: AWS refused it. A WSGI middleware in front of moto
+(``server.py``) asks :meth:`AwsFaults.decide`; only the callers given when arming (the functions' access
+keys) are eligible, so the runner's own pollers and the operator's calls are never hit. One injector per
+process: armed through ``AwsControl.arm_faults``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+from urllib.parse import parse_qs
+
+from nodecycle_sandbox.faults import AWS_KINDS, Fault, Injector
+
+_CREDENTIAL = re.compile(r"Credential=([^/]+)/[^/]+/[^/]+/([^/]+)/aws4_request")
+# service -> (protocol, throttle code, throttle status, error code, error status)
+_ERRORS: dict[str, tuple[str, str, int, str, int]] = {
+    "autoscaling": ("query", "Throttling", 400, "InternalFailure", 500),
+    "sts": ("query", "Throttling", 400, "InternalFailure", 500),
+    "ec2": ("ec2", "RequestLimitExceeded", 503, "InternalError", 500),
+    "dynamodb": ("json", "ProvisionedThroughputExceededException", 400, "InternalServerError", 500),
+    "sqs": ("json", "RequestThrottled", 400, "InternalFailure", 500),
+    "eks": ("rest-json", "ThrottlingException", 429, "ServerException", 500),
+}
+_JSON_NAMESPACE = {"dynamodb": "com.amazonaws.dynamodb.v20120810", "sqs": "com.amazonaws.sqs"}
+_QUERY_NAMESPACE = {"autoscaling": "http://autoscaling.amazonaws.com/doc/2011-01-01/"}
+
+WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+class AwsFaults(Injector):
+    def __init__(self) -> None:
+        super().__init__("aws")
+        self._callers: frozenset[str] | None = frozenset()
+
+    def arm_for(self, faults: list[Fault], seed: int, callers: Iterable[str] | None) -> None:
+        """Arm ``faults`` for requests signed with one of ``callers`` (access key ids; None: anyone)."""
+        self._callers = None if callers is None else frozenset(callers)
+        self.arm(faults, seed)
+
+    def decide(self, environ: dict[str, Any]) -> tuple[int, list[tuple[str, str]], bytes] | None:
+        """The error response to send instead of serving the request, or None."""
+        if not self.armed:
+            return None
+        found = _CREDENTIAL.search(environ.get("HTTP_AUTHORIZATION", ""))
+        if found is None:
+            return None
+        caller, service = found.groups()
+        if self._callers is not None and caller not in self._callers:
+            return None
+        operation = _operation(environ, service)
+        fault = self.draw(AWS_KINDS, f"{service}.{operation}")
+        if fault is None or service not in _ERRORS:
+            return None
+        protocol, throttle, throttle_status, error, error_status = _ERRORS[service]
+        if fault.kind == "aws-throttle":
+            return _response(protocol, service, throttle, throttle_status, "Rate exceeded")
+        return _response(protocol, service, error, error_status, "We encountered an internal error.")
+
+
+def _operation(environ: dict[str, Any], service: str) -> str:
+    """The API operation: from X-Amz-Target (JSON protocols), the Action parameter (query protocols), or
+    the method and path (EKS's REST API). Reading a form body puts it back for moto."""
+    target = environ.get("HTTP_X_AMZ_TARGET", "")
+    if target:
+        return target.rsplit(".", 1)[-1]
+    action = parse_qs(environ.get("QUERY_STRING", "")).get("Action")
+    if action:
+        return action[0]
+    if environ.get("REQUEST_METHOD") == "POST" and "form-urlencoded" in environ.get("CONTENT_TYPE", ""):
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        body = environ["wsgi.input"].read(length) if length else b""
+        environ["wsgi.input"] = io.BytesIO(body)
+        action = parse_qs(body.decode("utf-8", "replace")).get("Action")
+        if action:
+            return action[0]
+    if (
+        service == "eks"
+        and environ.get("REQUEST_METHOD") == "GET"
+        and environ.get("PATH_INFO", "").startswith("/clusters/")
+    ):
+        return "DescribeCluster"
+    return "Unknown"
+
+
+def _response(
+    protocol: str, service: str, code: str, status: int, message: str
+) -> tuple[int, list[tuple[str, str]], bytes]:
+    request_id = str(uuid.uuid4())
+    if protocol == "json":
+        body = json.dumps({"__type": f"{_JSON_NAMESPACE[service]}#{code}", "message": message}).encode()
+        headers = [("Content-Type", "application/x-amz-json-1.0"), ("x-amzn-RequestId", request_id)]
+    elif protocol == "rest-json":
+        body = json.dumps({"message": message}).encode()
+        headers = [
+            ("Content-Type", "application/json"),
+            ("x-amzn-ErrorType", code),
+            ("x-amzn-RequestId", request_id),
+        ]
+    elif protocol == "ec2":
+        body = (
+            f'<?xml version="1.0" encoding="UTF-8"?>\n<Response><Errors><Error><Code>{code}</Code>'
+            f"<Message>{message}</Message></Error></Errors><RequestID>{request_id}</RequestID></Response>"
+        ).encode()
+        headers = [("Content-Type", "text/xml;charset=UTF-8")]
+    else:
+        namespace = _QUERY_NAMESPACE.get(service, f"https://{service}.amazonaws.com/doc/")
+        kind = "Receiver" if status >= 500 else "Sender"
+        body = (
+            f'<ErrorResponse xmlns="{namespace}"><Error><Type>{kind}</Type><Code>{code}</Code>'
+            f"<Message>{message}</Message></Error><RequestId>{request_id}</RequestId></ErrorResponse>"
+        ).encode()
+        headers = [("Content-Type", "text/xml"), ("x-amzn-RequestId", request_id)]
+    return status, [*headers, ("Content-Length", str(len(body)))], body
+
+
+# The one injector of this process (moto serves every account and region of the process).
+FAULTS = AwsFaults()
+
+
+def middleware(app: WsgiApp, faults: AwsFaults = FAULTS) -> WsgiApp:
+    """``app`` behind the fault injector."""
+
+    def serve(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        refused = faults.decide(environ)
+        if refused is None:
+            return app(environ, start_response)
+        status, headers, body = refused
+        start_response(f"{status} {_REASONS.get(status, 'Error')}", headers)
+        return [body]
+
+    return serve
+
+
+_REASONS = {
+    400: "Bad Request",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}

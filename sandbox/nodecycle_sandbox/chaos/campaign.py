@@ -1,0 +1,171 @@
+"""A campaign: K seeded scenarios on one world, each judged by the invariants; every violation shrunk to the
+fewest faults that still reproduce it, and printed with its seed and trace."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nodecycle_sandbox.chaos import invariants
+from nodecycle_sandbox.chaos.invariants import Violation
+from nodecycle_sandbox.chaos.plan import KINDS, Scenario, draw
+from nodecycle_sandbox.chaos.world import Observation, World
+from nodecycle_sandbox.faults import KINDS as FAULT_KINDS
+
+
+@dataclass
+class Finding:
+    """A scenario that broke an invariant, with what it takes to see it again."""
+
+    scenario: Scenario
+    violations: list[Violation]
+    fired: list[str]  # the fault ids that fired in the failing run
+    minimal: Scenario | None = None  # the scenario with the fewest faults that still broke the same invariant
+    reruns: int = 0
+    reproduced: bool | None = None  # None: not shrunk
+
+    def trace(self) -> str:
+        shown = self.minimal or self.scenario
+        lines = [f"  seed {self.scenario.seed} scenario {self.scenario.index}: {shown.describe()}"]
+        for violation in self.violations:
+            lines.append(f"    VIOLATION {violation.invariant}: {violation.detail}")
+        if self.minimal is not None:
+            kept = ", ".join(f.describe() for f in self.minimal.faults) or "none: the scenario alone"
+            again = "reproduced" if self.reproduced else "NOT reproduced on rerun (an interleaving)"
+            lines.append(f"    minimal faults ({again}, {self.reruns} reruns): {kept}")
+        else:
+            lines.append(f"    faults: {', '.join(f.describe() for f in self.scenario.faults) or 'none'}")
+        lines.append(f"    fired: {', '.join(self.fired) or 'none'}")
+        lines.append(f"    replay: nodecycle chaos --seed {self.scenario.seed} --only {self.scenario.index}")
+        return "\n".join(lines)
+
+
+@dataclass
+class CampaignReport:
+    seed: int
+    scenarios: int = 0
+    seconds: float = 0.0
+    startup_seconds: float = 0.0
+    scenario_seconds: list[float] = field(default_factory=list)
+    by_kind: Counter[str] = field(default_factory=Counter)
+    faults: Counter[str] = field(default_factory=Counter)
+    violations: Counter[str] = field(default_factory=Counter)
+    findings: list[Finding] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # scenarios that could not be set up or run
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings and not self.errors
+
+    def summary(self) -> str:
+        per = sum(self.scenario_seconds) / len(self.scenario_seconds) if self.scenario_seconds else 0.0
+        lines = [
+            f"campaign seed {self.seed}: {self.scenarios} scenarios in {self.seconds:.0f}s "
+            f"({per:.1f}s per scenario, {self.startup_seconds:.0f}s to start the world)",
+            "  scenarios by kind: " + ", ".join(f"{k} {self.by_kind[k]}" for k in KINDS if self.by_kind[k]),
+            f"  faults injected: {sum(self.faults.values())}",
+        ]
+        lines += [f"    {kind:<20} {self.faults[kind]}" for kind in FAULT_KINDS if self.faults[kind]]
+        lines.append(f"  violations: {sum(self.violations.values())}")
+        for name, what in invariants.INVARIANTS.items():
+            lines.append(f"    {name:<15} {self.violations[name]:>4}  {what}")
+        if self.errors:
+            lines.append(f"  scenarios that could not run: {len(self.errors)}")
+            lines += [f"    {error}" for error in self.errors]
+        for finding in self.findings:
+            lines.append(finding.trace())
+        return "\n".join(lines)
+
+
+def run_campaign(
+    *,
+    scenarios: int,
+    seed: int,
+    root: Path,
+    layer_dir: Path | None = None,
+    only: int | None = None,
+    kinds: tuple[str, ...] = KINDS,
+    faults: bool = True,
+    shrink: bool = True,
+    stop_at_first: bool = False,
+    log_dir: Path | None = None,
+    warm_up: bool = True,
+    progress: Callable[[str], None] = lambda _: None,
+) -> CampaignReport:
+    report = CampaignReport(seed=seed)
+    began = time.monotonic()
+    with World(root=root, layer_dir=layer_dir, log_dir=log_dir, warm_up=warm_up) as world:
+        report.startup_seconds = time.monotonic() - began
+        indexes = [only] if only is not None else list(range(scenarios))
+        for index in indexes:
+            scenario = draw(seed, index, kinds=kinds, faults=faults)
+            try:
+                observation = world.run(scenario)
+            except Exception as error:  # a scenario that could not be set up or run is reported, not fatal
+                report.errors.append(f"{scenario.name}: {type(error).__name__}: {error}")
+                progress(f"{scenario.name:<10} {scenario.kind:<10} could not run: {error}")
+                continue
+            found = invariants.check(observation)
+            report.scenarios += 1
+            report.scenario_seconds.append(observation.seconds)
+            report.by_kind[scenario.kind] += 1
+            report.faults.update(f.kind for f in observation.firings)
+            progress(_line(observation, found))
+            if not found:
+                continue
+            report.violations.update(v.invariant for v in found)
+            finding = Finding(scenario, found, sorted({f.fault for f in observation.firings}))
+            if shrink:
+                _shrink(world, finding, observation, progress)
+            report.findings.append(finding)
+            if stop_at_first:
+                break
+    report.seconds = time.monotonic() - began
+    return report
+
+
+def _line(observation: Observation, found: list[Violation]) -> str:
+    scenario = observation.scenario
+    fired = Counter(f.kind for f in observation.firings)
+    faults = ", ".join(f"{k} {n}" for k, n in sorted(fired.items())) or "no fault fired"
+    verdict = "ok" if not found else "VIOLATED " + ", ".join(sorted({v.invariant for v in found}))
+    phases = " ".join(f"{name} {seconds:g}" for name, seconds in observation.phases)
+    return f"{scenario.name:<10} {scenario.kind:<10} {observation.seconds:5.1f}s  {verdict}  ({faults})  [{phases}]"
+
+
+def _shrink(
+    world: World, finding: Finding, observation: Observation, progress: Callable[[str], None]
+) -> None:
+    """The fewest faults that still break the same invariant: first only the faults that fired, then
+    without each of those in turn while it still fails. A rerun is a new interleaving, so a violation that
+    does not come back at all is said so, not hidden."""
+    wanted = {v.invariant for v in finding.violations}
+
+    def fails(candidate: Scenario) -> bool:
+        finding.reruns += 1
+        try:
+            again = world.run(candidate)
+        except Exception as error:  # a rerun that could not run tells nothing either way
+            progress(f"    shrinking {candidate.name}: could not run: {error}")
+            return False
+        broken = {v.invariant for v in invariants.check(again)}
+        progress(
+            f"    shrinking {candidate.name}: {len(candidate.faults)} faults -> {'fails' if broken & wanted else 'passes'}"
+        )
+        return bool(broken & wanted)
+
+    fired = {f.fault for f in observation.firings}
+    current = finding.scenario.with_faults(tuple(f for f in finding.scenario.faults if f.id in fired))
+    if not fails(current):
+        if not fails(finding.scenario):
+            finding.minimal, finding.reproduced = finding.scenario, False
+            return
+        current = finding.scenario
+    for fault in list(current.faults):
+        smaller = current.without(fault.id)
+        if fails(smaller):
+            current = smaller
+    finding.minimal, finding.reproduced = current, True

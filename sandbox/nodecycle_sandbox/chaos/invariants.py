@@ -1,0 +1,253 @@
+"""The invariants of ``docs/design.md``, judged on what the world recorded during one scenario: the API
+server's history, the Auto Scaling emulation's actions and instances, EC2's addresses. Never on nodecycle's
+logs; the one thing read from nodecycle's own state is the lifecycle record's ``outcome``, which may say why
+an action was completed with pods still on its node.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING
+from nodecycle_sandbox.chaos.world import (
+    BUDGET,
+    DRAIN_TIMEOUT,
+    FORCE_GRACE,
+    INSTANCE_TAG,
+    LIMITS,
+    OWNER_ANNOTATION,
+    OWNER_TAG,
+    POOL_TAG,
+    Observation,
+)
+from nodecycle_sandbox.checks import cordon_peaks, last_pod_gone, pdb_breaches, released_at
+from nodecycle_sandbox.kube import HistoryEntry
+
+# The invariants, by name, as a campaign reports them.
+INVARIANTS = {
+    "budget": "the budget is never exceeded, globally or in any zone (1)",
+    "drain": "no terminate action is completed while its node still has evictable pods, unless the outcome says why (2)",
+    "global-timeout": "every accepted action is completed by nodecycle before its global timeout (2, 11)",
+    "ownership": "no owner touches another's node or budget entry (3)",
+    "addresses": "no address leaked, stolen, released while in use, or two on one instance (4)",
+    "repair": "everything settles: nothing left half done at quiescence, after the sweepers ran (5)",
+    "pdb": "no eviction takes a PodDisruptionBudget below its floor",
+    "slot-held": "no drain holds its slot past its timeout + force grace + a margin, even on a dead node (10)",
+}
+# Outcomes that claim the node was emptied: with pods still on it, they are wrong.
+CLAIMS_DRAINED = frozenset({None, "completed", "drained", "drain-timeout-forced"})
+SLOT_MARGIN = 20.0  # seconds past drain timeout + force grace: two crashed-step redeliveries and a retry
+
+
+@dataclass(frozen=True)
+class Violation:
+    invariant: str
+    detail: str
+
+
+def check(observation: Observation) -> list[Violation]:
+    found: list[Violation] = []
+    for judge in (_budget, _drain, _global_timeout, _ownership, _addresses, _repair, _pdb, _slot_held):
+        found += list(judge(observation))
+    return found
+
+
+def _budget(o: Observation) -> Iterator[Violation]:
+    peak, zones = cordon_peaks(o.history, released_at(o.history, o.actions))
+    if peak > LIMITS["total"]:
+        yield Violation("budget", f"{peak} nodes drained at once (limit {LIMITS['total']})")
+    for zone, count in zones.items():
+        if count > LIMITS["per_zone"]:
+            yield Violation("budget", f"{count} nodes drained at once in {zone} (limit {LIMITS['per_zone']})")
+
+
+def _drain(o: Observation) -> Iterator[Violation]:
+    nodes = o.nodes_of
+    for action in o.actions:
+        if action.transition != TERMINATING or action.outcome != "completed" or action.finished_at is None:
+            continue
+        node = nodes.get(action.instance_id)
+        if node is None:
+            continue
+        before = [e for e in o.history if e.time <= action.finished_at]
+        if last_pod_gone(before, node) is not None:
+            continue
+        outcome = o.outcomes.get(action.token)
+        if outcome in CLAIMS_DRAINED:
+            left = sorted(e.name for e in _pods_on_at(before, node))
+            yield Violation(
+                "drain",
+                f"{action.instance_id} ({node}) completed with outcome {outcome!r} while {len(left)} pods were "
+                f"still on it: {', '.join(left[:5])}",
+            )
+
+
+def _pods_on_at(history: list[HistoryEntry], node: str) -> list[HistoryEntry]:
+    present: dict[str, HistoryEntry] = {}
+    for entry in history:
+        if entry.kind != "Pod":
+            continue
+        key = f"{entry.namespace}/{entry.name}"
+        meta = entry.object.get("metadata") or {}
+        daemon = any(r.get("kind") == "DaemonSet" for r in meta.get("ownerReferences") or [])
+        on = (entry.object.get("spec") or {}).get("nodeName") == node and not daemon
+        if on and not entry.removed:
+            present[key] = entry
+        else:
+            present.pop(key, None)
+    return list(present.values())
+
+
+def _global_timeout(o: Observation) -> Iterator[Violation]:
+    for action in o.actions:
+        kind = "launch" if action.transition == LAUNCHING else "terminate"
+        if action.active:
+            continue  # reported as left unsettled by "repair"
+        if action.outcome != "completed":
+            yield Violation(
+                "global-timeout",
+                f"{kind} of {action.instance_id} ended by {action.outcome}, not by nodecycle",
+            )
+        elif action.finished_at is not None and action.finished_at > action.global_deadline:
+            yield Violation(
+                "global-timeout", f"{kind} of {action.instance_id} completed after its global timeout"
+            )
+
+
+def _ownership(o: Observation) -> Iterator[Violation]:
+    group_of = {i.instance_id: i.group for i in o.instances}
+    owner_of_node = {i.node_name: o.groups[i.group] for i in o.instances if i.group in o.groups}
+    instance_of_node = {i.node_name: i.instance_id for i in o.instances}
+    terminate = {a.instance_id: a for a in o.actions if a.transition == TERMINATING}
+    last: dict[str, str | None] = {}
+    for entry in o.history:
+        if entry.kind == "Node" and not entry.removed and entry.name in owner_of_node:
+            annotations = (entry.object.get("metadata") or {}).get("annotations") or {}
+            owner = annotations.get(OWNER_ANNOTATION)
+            rightful = owner_of_node[entry.name]
+            if owner is not None and owner != rightful:
+                yield Violation("ownership", f"{entry.name} of {rightful} annotated by {owner}")
+            before = last.get(entry.name)
+            if before is not None and owner != before:
+                action = terminate.get(instance_of_node[entry.name])
+                if action is not None and action.started_at <= entry.time < (
+                    action.finished_at or float("inf")
+                ):
+                    yield Violation(
+                        "ownership",
+                        f"{entry.name}: the claim of {before} was {'cleared' if owner is None else f'taken by {owner}'} "
+                        f"while its drain was under way ({entry.source} write)",
+                    )
+            last[entry.name] = owner
+        elif entry.kind == "ConfigMap" and (entry.namespace, entry.name) == BUDGET[:2] and not entry.removed:
+            doc = json.loads(((entry.object.get("data") or {}).get(BUDGET[2])) or "{}")
+            for kind in ("holders", "waiters"):
+                for item in doc.get(kind, []):
+                    group = group_of.get(item.get("instanceId", ""))
+                    if group in o.groups and item.get("owner") != o.groups[group]:
+                        yield Violation(
+                            "ownership",
+                            f"budget {kind[:-1]} of {item.get('node')} ({o.groups[group]}'s) owned by {item.get('owner')}",
+                        )
+
+
+def _addresses(o: Observation) -> Iterator[Violation]:
+    instances = {i.instance_id: i for i in o.instances}
+
+    def in_service(instance: str | None, at: float) -> bool:
+        known = instances.get(instance or "")
+        return known is not None and (known.terminate_started_at is None or known.terminate_started_at > at)
+
+    reported: set[str] = set()
+    previous: dict[str, tuple[str | None, dict[str, str]]] = {}
+    for look in o.addresses:
+        holders: dict[str, list[str]] = {}
+        for allocation, (instance, _tags) in look.addresses.items():
+            if instance is not None:
+                holders.setdefault(instance, []).append(allocation)
+            was = previous.get(allocation, (None, {}))[0]
+            if was is not None and instance not in (None, was) and in_service(was, look.at):
+                key = f"stolen {allocation}"
+                if key not in reported:
+                    reported.add(key)
+                    yield Violation("addresses", f"{allocation} moved from {was} (in service) to {instance}")
+        for allocation, (was, _tags) in previous.items():
+            if allocation not in look.addresses and in_service(was, look.at):
+                yield Violation("addresses", f"{allocation} released while {was} was in service with it")
+        for instance, allocations in holders.items():
+            if len(allocations) > 1 and instance in instances and f"double {instance}" not in reported:
+                reported.add(f"double {instance}")
+                yield Violation(
+                    "addresses", f"{instance} holds {len(allocations)} of our addresses: {allocations}"
+                )
+        previous = look.addresses
+    ours = set(o.groups.values())
+    for allocation, (instance, tags) in o.final_addresses.items():
+        if tags.get(OWNER_TAG) not in ours:
+            continue
+        gone = (
+            instance is not None and instances.get(instance) is not None and instances[instance].terminated_at
+        )
+        claimed_for = tags.get(INSTANCE_TAG)
+        if POOL_TAG in tags:
+            if gone:
+                yield Violation(
+                    "addresses", f"pool address {allocation} still associated with {instance}, which is gone"
+                )
+        elif instance is None and (claimed_for in instances or claimed_for is None):
+            yield Violation(
+                "addresses", f"{allocation} (for {claimed_for}) unassociated after the sweep grace: leaked"
+            )
+        elif gone:
+            yield Violation(
+                "addresses", f"{allocation} still associated with {instance}, which is gone: leaked"
+            )
+
+
+def _repair(o: Observation) -> Iterator[Violation]:
+    if not o.quiescent:
+        yield Violation("repair", f"not settled after the sweeps: {'; '.join(o.left_over[:6])}")
+
+
+def _pdb(o: Observation) -> Iterator[Violation]:
+    """A breach counts when evictions let it happen. Not before the story began (the workloads were still
+    starting), and not once something PodDisruptionBudgets cannot stop has happened in the namespace: a
+    kubelet lost (its pods turn unready whatever anyone does), a forced delete (the drain timeout's policy), a
+    node gone with its pods still running (an instance terminated: whether that was too early is the "drain"
+    invariant's question)."""
+    excused_from = o.lost_kubelet[1] if o.lost_kubelet else float("inf")
+    for entry in o.history:
+        if entry.kind != "Pod" or entry.time < o.acting_at or entry.verb != "delete":
+            continue
+        running = not (entry.object.get("metadata") or {}).get("deletionTimestamp")
+        if entry.source == "api" or (entry.removed and running):
+            excused_from = min(excused_from, entry.time)
+            break
+    for breach in pdb_breaches(o.history):
+        if breach.time < o.acting_at or breach.time >= excused_from:
+            continue
+        yield Violation(
+            "pdb",
+            f"{breach.budget}: {breach.healthy} healthy pods, {breach.desired} required "
+            f"({breach.time - o.acting_at:.1f}s in)",
+        )
+        return  # one breach tells it; the following moments are the same breach
+
+
+def _slot_held(o: Observation) -> Iterator[Violation]:
+    cordoned: dict[str, float] = {}
+    for entry in o.history:
+        if entry.kind == "Node" and entry.unschedulable and entry.name not in cordoned:
+            cordoned[entry.name] = entry.time
+    limit = DRAIN_TIMEOUT + FORCE_GRACE + SLOT_MARGIN
+    nodes = o.nodes_of
+    for action in o.actions:
+        node = nodes.get(action.instance_id)
+        if action.transition != TERMINATING or node not in cordoned or action.finished_at is None:
+            continue
+        held = action.finished_at - cordoned[node]
+        if held > limit:
+            dead = " (its kubelet was lost)" if o.lost_kubelet and o.lost_kubelet[0] == node else ""
+            yield Violation("slot-held", f"{node}{dead} held its slot {held:.0f}s (limit {limit:.0f}s)")

@@ -1,0 +1,143 @@
+"""The mutation check: copies of the product with one deliberate bug each, run through the campaign, which
+must catch every one. The real source is never touched: ``layers/`` is copied to a temporary directory, a
+small textual patch is applied to the copy, and the handlers run that copy (``SandboxOptions.layer_dir``).
+
+A patch that no longer applies (the product's text moved on) is an error that names the file and the text,
+never a silently unmutated run.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from nodecycle_sandbox.chaos.campaign import run_campaign
+from nodecycle_sandbox.chaos.plan import KINDS
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    what: str
+    file: str  # under layers/
+    old: str
+    new: str
+    kinds: tuple[str, ...] = KINDS  # the scenarios that can show it (all, unless it needs two owners)
+
+
+MUTATIONS = (
+    Mutation(
+        "budget-check-removed",
+        "the budget admits every node: no limit, global or per zone",
+        "nodecycle/domain/budget/rules.py",
+        "        if node in self._nodes:\n            return True\n        if len(self._nodes) >= limits.total:",
+        "        if True:  # MUTATION: the budget check removed\n            return True\n        if len(self._nodes) >= limits.total:",
+    ),
+    Mutation(
+        "complete-before-drained",
+        "the drain goes on to completion as soon as it starts, pods or not",
+        "nodecycle/domain/drain/steps.py",
+        "        left = podfilter.remaining(pods)\n        if not left:",
+        "        left = podfilter.remaining(pods)\n        if True:  # MUTATION: completion before the drain ends",
+    ),
+    Mutation(
+        "sweeper-stale-always",
+        "the sweeper judges every budget entry of its owner stale",
+        "nodecycle/domain/sweep/budget_entries.py",
+        "        def is_stale(entry: Holder | Waiter) -> bool:\n",
+        "        def is_stale(entry: Holder | Waiter) -> bool:\n            return True  # MUTATION: stale check always true\n",
+    ),
+    Mutation(
+        "ownership-skipped",
+        "the sweeper takes every annotated node for its own",
+        "nodecycle/adapters/kube/cluster_api.py",
+        "return [node for node in self._nodes() if node.owner == owner]",
+        "return [node for node in self._nodes() if node.owner is not None]  # MUTATION: ownership skipped",
+        kinds=("two-owners",),
+    ),
+)
+
+
+class PatchDoesNotApply(RuntimeError):
+    pass
+
+
+@contextmanager
+def mutated_layer(root: Path, mutation: Mutation) -> Iterator[Path]:
+    """A temporary copy of ``root/layers`` with ``mutation`` applied; removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix=f"nodecycle-{mutation.name}-") as tmp:
+        copy = Path(tmp, "layers")
+        shutil.copytree(root / "layers", copy, ignore=shutil.ignore_patterns("__pycache__"))
+        target = copy / mutation.file
+        text = target.read_text()
+        if text.count(mutation.old) != 1:
+            raise PatchDoesNotApply(
+                f"mutation {mutation.name}: layers/{mutation.file} contains {text.count(mutation.old)} copies of "
+                f"the text to replace (1 expected): {mutation.old!r}"
+            )
+        target.write_text(text.replace(mutation.old, mutation.new))
+        yield copy
+
+
+@dataclass(frozen=True)
+class MutationResult:
+    mutation: Mutation
+    caught: bool
+    invariant: str | None
+    seed: int
+    scenario: int | None
+    scenarios_run: int
+    seconds: float
+
+
+def check_mutation(
+    root: Path,
+    mutation: Mutation,
+    *,
+    seed: int,
+    max_scenarios: int,
+    kinds: tuple[str, ...] | None = None,
+    warm_up: bool = True,
+    progress: Callable[[str], None] = lambda _: None,
+) -> MutationResult:
+    """Run scenarios on the mutated product until a violation is found (or ``max_scenarios`` ran)."""
+    began = time.monotonic()
+    with mutated_layer(root, mutation) as layer:
+        report = run_campaign(
+            scenarios=max_scenarios,
+            seed=seed,
+            root=root,
+            layer_dir=layer,
+            kinds=kinds or mutation.kinds,
+            shrink=False,
+            warm_up=warm_up,
+            stop_at_first=True,
+            progress=progress,
+        )
+    finding = report.findings[0] if report.findings else None
+    return MutationResult(
+        mutation=mutation,
+        caught=finding is not None,
+        invariant=", ".join(sorted({v.invariant for v in finding.violations})) if finding else None,
+        seed=seed,
+        scenario=finding.scenario.index if finding else None,
+        scenarios_run=report.scenarios,
+        seconds=time.monotonic() - began,
+    )
+
+
+def table(results: list[MutationResult]) -> str:
+    lines = [
+        f"{'mutation':<26} {'caught':<7} {'by invariant':<28} {'seed':<6} {'scenario':<9} {'runs':<5} seconds"
+    ]
+    for r in results:
+        lines.append(
+            f"{r.mutation.name:<26} {'yes' if r.caught else 'NO':<7} {r.invariant or '-':<28} {r.seed:<6} "
+            f"{'-' if r.scenario is None else r.scenario:<9} {r.scenarios_run:<5} {r.seconds:.0f}"
+        )
+    return "\n".join(lines)

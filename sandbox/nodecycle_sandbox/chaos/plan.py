@@ -1,0 +1,148 @@
+"""Scenarios and fault plans, drawn from a seed: the same (seed, index) always gives the same scenario.
+
+A scenario is one short story on a fresh group (or two, of two owners): launches, a scale-in, an instance
+refresh, a few instances terminated, with pods under PodDisruptionBudgets, a node that may lose its kubelet,
+sweeps at random moments, and a handful of faults from the menu below.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field, replace
+
+from nodecycle_sandbox.faults import Fault
+
+KINDS = ("launch", "scale-in", "refresh", "terminate", "two-owners")
+_KIND_WEIGHTS = (2, 3, 3, 2, 3)
+STACKS = ("a", "b")  # a: Elastic IPs allocated per instance; b: claimed from a pool
+FUNCTIONS = ("IntakeFunction", "DrainFunction", "EipFunction", "SweeperFunction")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    seed: int
+    index: int
+    kind: str
+    stacks: tuple[str, ...]  # one group per stack
+    size: int  # instances per group at the start (a launch scenario starts at 1 and grows to it)
+    keep: int  # instances per group at the end of a scale-in
+    terminate: int  # instances terminated (replaced) in a "terminate" scenario
+    min_healthy: int  # an instance refresh's MinHealthyPercentage
+    replicas: int  # pods of the scenario's Deployment, per group
+    shutdown: float  # seconds its pods take to stop
+    lost_kubelet_at: float | None  # seconds into the scenario a node's kubelet dies (None: never)
+    sweeps: tuple[float, ...]  # seconds into the scenario the sweepers run
+    faults: tuple[Fault, ...] = field(default=())
+
+    @property
+    def name(self) -> str:
+        return f"s{self.seed}-{self.index}"
+
+    def without(self, fault_id: str) -> Scenario:
+        return replace(self, faults=tuple(f for f in self.faults if f.id != fault_id))
+
+    def with_faults(self, faults: tuple[Fault, ...]) -> Scenario:
+        return replace(self, faults=faults)
+
+    def describe(self) -> str:
+        what = {
+            "launch": f"launch {self.size} per group",
+            "scale-in": f"scale in {self.size} -> {self.keep}",
+            "refresh": f"instance refresh of {self.size}, min healthy {self.min_healthy}%",
+            "terminate": f"terminate {self.terminate} of {self.size}",
+            "two-owners": f"two owners, each an instance refresh of {self.size}",
+        }[self.kind]
+        lost = "" if self.lost_kubelet_at is None else f", a kubelet lost at {self.lost_kubelet_at:.1f}s"
+        sweeps = ", ".join(f"{t:.1f}" for t in self.sweeps)
+        return (
+            f"{self.name} [{self.kind}] stacks {'+'.join(self.stacks)}: {what}; "
+            f"{self.replicas} pods per group stopping in {self.shutdown:.1f}s{lost}; sweeps at {sweeps}s"
+        )
+
+
+def draw(seed: int, index: int, *, kinds: tuple[str, ...] = KINDS, faults: bool = True) -> Scenario:
+    """Scenario ``index`` of the campaign of ``seed``."""
+    rng = random.Random(f"{seed}:{index}")
+    weights = [w for k, w in zip(KINDS, _KIND_WEIGHTS, strict=True) if k in kinds]
+    kind = rng.choices([k for k in KINDS if k in kinds], weights)[0]
+    stacks = STACKS if kind == "two-owners" else (rng.choice(STACKS),)
+    size = rng.randint(3, 5) if kind == "two-owners" else rng.randint(3, 6)
+    scenario = Scenario(
+        seed=seed,
+        index=index,
+        kind=kind,
+        stacks=stacks,
+        size=size,
+        keep=rng.randint(0, size - 2),
+        terminate=rng.randint(1, size),
+        min_healthy=rng.choice((0, 0, 50)),
+        replicas=rng.randint(size, 2 * size),
+        shutdown=round(rng.uniform(0.2, 1.5), 1),
+        lost_kubelet_at=round(rng.uniform(0.0, 3.0), 1) if kind != "launch" and rng.random() < 0.15 else None,
+        sweeps=tuple(sorted(round(rng.uniform(0.5, 15.0), 1) for _ in range(rng.randint(3, 8)))),
+    )
+    return scenario.with_faults(draw_faults(rng, scenario) if faults else ())
+
+
+def draw_faults(rng: random.Random, scenario: Scenario) -> tuple[Fault, ...]:
+    """2 to 6 rules from the menu, with moderate rates: enough to interleave things differently every
+    time, not so much that every step fails (a real cluster under stress, not a dead one). Clock jumps stay
+    within the stacks' heartbeat margin (10 s): a container clock off by more than the margin it is given
+    would expire actions by design, which proves nothing."""
+    menu = [
+        lambda: Fault("", "kube-conflict", "PUT configmaps", _p(rng, 0.3, 0.8), stop=_stop(rng)),
+        lambda: Fault("", "kube-conflict", "PATCH nodes", _p(rng, 0.2, 0.6), stop=_stop(rng)),
+        lambda: Fault(
+            "",
+            "kube-throttle",
+            rng.choice(("*", "POST pods/eviction", "GET pods")),
+            _p(rng, 0.05, 0.2),
+            value=1,
+        ),
+        lambda: Fault("", "kube-error", "*", _p(rng, 0.02, 0.1)),
+        lambda: Fault("", "kube-slow", "*", _p(rng, 0.05, 0.2), value=round(rng.uniform(0.2, 1.5), 1)),
+        lambda: Fault("", "kube-drop", "*", _p(rng, 0.01, 0.05), limit=3),
+        lambda: Fault("", "kube-lost-response", "*", _p(rng, 0.01, 0.05), limit=3),
+        lambda: Fault(
+            "",
+            "aws-throttle",
+            rng.choice(("autoscaling.*", "dynamodb.*", "sqs.SendMessage", "ec2.*", "*")),
+            _p(rng, 0.05, 0.3),
+        ),
+        lambda: Fault(
+            "",
+            "aws-error",
+            rng.choice(("autoscaling.CompleteLifecycleAction", "dynamodb.PutItem", "ec2.*", "*")),
+            _p(rng, 0.02, 0.1),
+        ),
+        lambda: Fault("", "sqs-duplicate", "*", _p(rng, 0.05, 0.3)),
+        lambda: Fault("", "sqs-delay", "*", _p(rng, 0.05, 0.2), value=rng.randint(1, 4)),
+        lambda: Fault("", "sqs-reorder", "*", _p(rng, 0.1, 0.3)),
+        lambda: Fault("", "sqs-drop", "*", _p(rng, 0.02, 0.1), limit=2),
+        lambda: Fault(
+            "",
+            "worker-kill",
+            rng.choice(FUNCTIONS),
+            _p(rng, 0.05, 0.3),
+            limit=rng.randint(1, 3),
+            value=rng.randint(1, 8),
+        ),
+        lambda: Fault(
+            "",
+            "clock-skew",
+            rng.choice(FUNCTIONS),
+            _p(rng, 0.1, 0.5),
+            value=rng.choice((-1, 1)) * rng.randint(1, 8),
+        ),
+    ]
+    chosen = rng.sample(menu, rng.randint(2, 6))
+    return tuple(replace(make(), id=f"f{n}") for n, make in enumerate(chosen, start=1))
+
+
+def _p(rng: random.Random, low: float, high: float) -> float:
+    return round(rng.uniform(low, high), 2)
+
+
+def _stop(rng: random.Random) -> float | None:
+    """A storm that ends (most do), or one that lasts the whole scenario."""
+    return None if rng.random() < 0.3 else round(rng.uniform(3.0, 15.0), 1)

@@ -1,0 +1,115 @@
+"""Faults of the sandbox API server, as a busy or failing kube-apiserver shows them to its clients:
+
+- ``kube-conflict``: 409 Conflict on a write (PUT, PATCH) that carries a ``resourceVersion``, as if another
+  writer had got there first (a storm when its probability is high); nothing is written;
+- ``kube-throttle``: 429 TooManyRequests with ``Retry-After`` (API Priority and Fairness); nothing is done;
+- ``kube-error``: 500 InternalError; nothing is done;
+- ``kube-slow``: the request is served ``value`` seconds late (a client's read timeout may expire first,
+  while the write still happens);
+- ``kube-drop``: the connection is closed before the request is served (nothing is done);
+- ``kube-lost-response``: the request is served, then the connection is closed before the response is sent.
+
+The HTTP transport asks :meth:`KubeFaults.decide` before serving each request (``httpd.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote
+
+from nodecycle_sandbox.faults import KUBE_KINDS, Injector
+from nodecycle_sandbox.kube.meta import JsonObj
+
+_WRITES = frozenset({"PUT", "PATCH"})
+
+
+@dataclass(frozen=True)
+class KubeFaultAction:
+    delay: float = 0.0  # serve this much later
+    respond: tuple[int, JsonObj, dict[str, str]] | None = None  # send this instead of serving
+    drop_before: bool = False  # close the connection instead of serving
+    drop_after: bool = False  # serve, then close the connection without a response
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def request_name(method: str, path: str) -> tuple[str, str]:
+    """(``"PATCH nodes"``-style name, object name) of a resource request; ("GET /version", "") otherwise."""
+    segments = [unquote(s) for s in path.split("?")[0].strip("/").split("/") if s]
+    if segments[:1] == ["api"]:
+        rest = segments[2:]
+    elif segments[:1] == ["apis"]:
+        rest = segments[3:]
+    else:
+        return f"{method} {path}", ""
+    if len(rest) >= 2 and rest[0] == "namespaces" and len(rest) > 2:
+        rest = rest[2:]
+    if not rest:
+        return f"{method} {path}", ""
+    resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
+    return f"{method} {resource}", rest[1] if len(rest) > 1 else ""
+
+
+def _has_resource_version(body: bytes) -> bool:
+    try:
+        data: Any = json.loads(body) if body else None
+    except ValueError:
+        return False
+    meta = data.get("metadata") if isinstance(data, dict) else None
+    return isinstance(meta, dict) and bool(meta.get("resourceVersion"))
+
+
+def _status(code: int, reason: str, message: str, details: JsonObj | None = None) -> JsonObj:
+    body: JsonObj = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+    if details is not None:
+        body["details"] = details
+    return body
+
+
+class KubeFaults(Injector):
+    def __init__(self) -> None:
+        super().__init__("kube")
+
+    def decide(self, method: str, path: str, body: bytes) -> KubeFaultAction | None:
+        if not self.armed:
+            return None
+        name, obj = request_name(method, path)
+        kinds: tuple[str, ...] = KUBE_KINDS
+        if method not in _WRITES or not _has_resource_version(body):
+            kinds = tuple(k for k in kinds if k != "kube-conflict")
+        fault = self.draw(kinds, name, f"{name} {obj}".strip())
+        if fault is None:
+            return None
+        resource = name.split(" ", 1)[1]
+        if fault.kind == "kube-conflict":
+            message = (
+                f'Operation cannot be fulfilled on {resource.split("/")[0]} "{obj}": the object has been '
+                "modified; please apply your changes to the latest version and try again"
+            )
+            return KubeFaultAction(respond=(409, _status(409, "Conflict", message, {"name": obj}), {}))
+        if fault.kind == "kube-throttle":
+            retry_after = max(1, round(fault.value or 1))
+            status = _status(
+                429,
+                "TooManyRequests",
+                "Too many requests, please try again later.",
+                {"retryAfterSeconds": retry_after},
+            )
+            return KubeFaultAction(respond=(429, status, {"Retry-After": str(retry_after)}))
+        if fault.kind == "kube-error":
+            message = "Internal error occurred: etcdserver: request timed out"
+            return KubeFaultAction(respond=(500, _status(500, "InternalError", message), {}))
+        if fault.kind == "kube-slow":
+            return KubeFaultAction(delay=fault.value)
+        if fault.kind == "kube-drop":
+            return KubeFaultAction(drop_before=True)
+        return KubeFaultAction(drop_after=True)

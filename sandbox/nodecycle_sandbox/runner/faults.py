@@ -1,0 +1,132 @@
+"""Faults of Lambda's side of the sandbox: the SQS event source's deliveries and the containers themselves.
+
+In the runner (:class:`RunnerFaults`, asked by ``sqs_source.py`` and ``invokers.py``):
+
+- ``sqs-duplicate``: a batch is delivered a second time after it was handled (SQS delivers at least once);
+- ``sqs-delay``: a received message is put back, invisible for ``value`` seconds (it comes late);
+- ``sqs-reorder``: a batch's records come in another order, or a lone message is held back a second so
+  that the next one overtakes it;
+- ``sqs-drop``: a received message is deleted unseen (lost: only a watch or the sweeper can repair it);
+- ``worker-kill``: the invocation's container dies right after its ``value``-th API call (AWS or
+  Kubernetes: every HTTP request the handler makes counts), before it can answer;
+- ``clock-skew``: the invocation runs with its container's wall clock ``value`` seconds off (``datetime.now``,
+  ``time.time``; the monotonic clock is untouched), a stand-in for a Lambda container whose clock moved.
+
+In the worker process (:class:`WorkerFaults`): the directives of each invocation are applied around it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from nodecycle_sandbox.faults import Injector
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_sqs.type_defs import MessageTypeDef
+
+KILLED_EXIT_STATUS = 137  # what a container killed by SIGKILL reports
+
+
+class RunnerFaults(Injector):
+    def __init__(self) -> None:
+        super().__init__("runner")
+
+    def on_receive(
+        self, queue: str, client: SQSClient, queue_url: str, messages: list[MessageTypeDef]
+    ) -> list[MessageTypeDef]:
+        """The messages of a received batch to deliver now; the others are dropped or put back."""
+        if not self.armed:
+            return messages
+        kept: list[MessageTypeDef] = []
+        for message in messages:
+            fault = self.draw(("sqs-drop", "sqs-delay"), queue, f"{queue} {message['MessageId']}")
+            if fault is None:
+                kept.append(message)
+            elif fault.kind == "sqs-drop":
+                client.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
+            else:
+                self._put_back(client, queue_url, message, max(1, round(fault.value)))
+        if not kept or self.draw(("sqs-reorder",), queue, f"{queue} batch of {len(kept)}") is None:
+            return kept
+        if len(kept) > 1:
+            self.shuffle(kept)
+            return kept
+        self._put_back(client, queue_url, kept[0], 1)
+        return []
+
+    def duplicates(self, queue: str, messages: list[MessageTypeDef]) -> list[MessageTypeDef]:
+        """The messages of a handled batch to deliver once more."""
+        if not self.armed or not messages:
+            return []
+        fault = self.draw(("sqs-duplicate",), queue, f"{queue} batch of {len(messages)}")
+        return list(messages) if fault is not None else []
+
+    def directives(self, function: str) -> dict[str, float]:
+        """What the next invocation of ``function`` runs with: ``kill_after`` calls, ``clock_skew`` seconds."""
+        if not self.armed:
+            return {}
+        found: dict[str, float] = {}
+        kill = self.draw(("worker-kill",), function)
+        if kill is not None:
+            found["kill_after"] = max(1, round(kill.value))
+        skew = self.draw(("clock-skew",), function)
+        if skew is not None:
+            found["clock_skew"] = skew.value
+        return found
+
+    @staticmethod
+    def _put_back(client: SQSClient, queue_url: str, message: MessageTypeDef, seconds: int) -> None:
+        client.change_message_visibility(
+            QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=seconds
+        )
+
+
+class WorkerFaults:
+    """The container's side: counts the handler's HTTP requests (every AWS and Kubernetes call goes through
+    urllib3's connection pools) and dies after the chosen one; moves the wall clock for an invocation."""
+
+    def __init__(self) -> None:
+        self._calls = 0
+        self._kill_after = 0
+
+    def install(self) -> None:
+        from urllib3.connectionpool import HTTPConnectionPool
+
+        original = HTTPConnectionPool.urlopen
+        hooks = self
+
+        def urlopen(pool: Any, *args: Any, **kwargs: Any) -> Any:
+            response = original(pool, *args, **kwargs)
+            hooks._after_call()
+            return response
+
+        HTTPConnectionPool.urlopen = urlopen  # type: ignore[method-assign,assignment]
+
+    def _after_call(self) -> None:
+        self._calls += 1
+        if self._kill_after and self._calls >= self._kill_after:
+            os._exit(KILLED_EXIT_STATUS)  # no cleanup, no reply: a container that died
+
+    @contextmanager
+    def applied(self, directives: dict[str, float]) -> Iterator[None]:
+        self._calls = 0
+        self._kill_after = int(directives.get("kill_after", 0))
+        skew = float(directives.get("clock_skew", 0.0))
+        traveller = None
+        if skew:
+            import time
+
+            import time_machine  # only in a container whose clock is moved: no cost to the others
+
+            traveller = time_machine.travel(time.time() + skew, tick=True)
+            traveller.start()
+        try:
+            yield
+        finally:
+            self._kill_after = 0
+            if traveller is not None:
+                traveller.stop()

@@ -1,0 +1,145 @@
+"""The campaign's judges can fail: each one, given a recorded world that breaks its invariant, says so
+(and stays quiet on the same world without the break)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nodecycle_sandbox.aws.records import TERMINATING, ActionRecord, InstanceHistory
+from nodecycle_sandbox.chaos.invariants import check
+from nodecycle_sandbox.chaos.plan import draw
+from nodecycle_sandbox.chaos.world import AddressSeen, Observation
+from nodecycle_sandbox.kube import HistoryEntry
+
+NODE = "ip-10-0-1-10.eu-west-1.compute.internal"
+T0 = 1000.0
+
+
+def _node(
+    at: float, *, owner: str | None = None, cordoned: bool = False, removed: bool = False
+) -> HistoryEntry:
+    annotations = {} if owner is None else {"nodecycle.io/owner": owner, "nodecycle.io/in-progress": "{}"}
+    obj: dict[str, Any] = {
+        "kind": "Node",
+        "metadata": {
+            "name": NODE,
+            "annotations": annotations,
+            "labels": {"topology.kubernetes.io/zone": "eu-west-1a"},
+        },
+        "spec": {"providerID": "aws:///eu-west-1a/i-1", "unschedulable": cordoned},
+    }
+    return HistoryEntry(0, at, "patch", "nodes", "", NODE, "api", removed, obj)
+
+
+def _pod(at: float, name: str, *, removed: bool = False) -> HistoryEntry:
+    obj = {"kind": "Pod", "metadata": {"name": name, "namespace": "s"}, "spec": {"nodeName": NODE}}
+    return HistoryEntry(0, at, "delete" if removed else "create", "pods", "s", name, "sandbox", removed, obj)
+
+
+def _terminate(finished: float, started: float = T0 + 1) -> ActionRecord:
+    return ActionRecord(
+        token="tok",
+        group="g",
+        hook="nodecycle-terminate",
+        instance_id="i-1",
+        transition=TERMINATING,
+        default_result="CONTINUE",
+        heartbeat_timeout=30,
+        global_timeout=180,
+        started_at=started,
+        finished_at=finished,
+        result="CONTINUE",
+        outcome="completed",
+    )
+
+
+def _observation(history: list[HistoryEntry], **more: Any) -> Observation:
+    values: dict[str, Any] = {
+        "scenario": draw(1, 0, faults=False),
+        "groups": {"g": "chaos-a"},
+        "started_at": T0,
+        "acting_at": T0,
+        "quiescent": True,
+        "left_over": [],
+        "actions": [_terminate(T0 + 10)],
+        "instances": [InstanceHistory("i-1", "g", "eu-west-1a", NODE, T0, T0, T0 + 1, T0 + 12, "scale-in")],
+        "history": history,
+        "addresses": [],
+        "final_addresses": {},
+        "outcomes": {"tok": "drained"},
+        "lost_kubelet": None,
+        "firings": [],
+    }
+    return Observation(**{**values, **more})
+
+
+def _judged(observation: Observation) -> set[str]:
+    return {v.invariant for v in check(observation)}
+
+
+def test_a_drain_completed_with_pods_left_is_a_violation_unless_its_outcome_says_why() -> None:
+    # Given a node cordoned at 2 s whose pod is still there when its action completes at 10 s
+    history = [
+        _pod(T0, "web-1"),
+        _node(T0 + 2, owner="chaos-a", cordoned=True),
+        _pod(T0 + 11, "web-1", removed=True),
+    ]
+
+    # Then "drained" is judged wrong, and "drain-timeout-continued" explains it
+    assert "drain" in _judged(_observation(history))
+    assert "drain" not in _judged(_observation(history, outcomes={"tok": "drain-timeout-continued"}))
+    # ...and with the pod gone before completion, nothing is wrong
+    emptied = [
+        _pod(T0, "web-1"),
+        _node(T0 + 2, owner="chaos-a", cordoned=True),
+        _pod(T0 + 5, "web-1", removed=True),
+    ]
+    assert _judged(_observation(emptied)) == set()
+
+
+def test_another_owners_annotation_or_a_claim_cleared_mid_drain_is_a_violation() -> None:
+    # Given the node of a chaos-a group annotated by chaos-b
+    assert "ownership" in _judged(_observation([_node(T0 + 2, owner="chaos-b", cordoned=True)]))
+    # Given chaos-a's claim cleared at 5 s, while its terminate action ran until 10 s
+    cleared = [_node(T0 + 2, owner="chaos-a", cordoned=True), _node(T0 + 5, owner=None, cordoned=True)]
+    assert "ownership" in _judged(_observation(cleared))
+    # ...but cleared after the action completed, as the cleanup does, it is fine
+    after = [_node(T0 + 2, owner="chaos-a", cordoned=True), _node(T0 + 11, owner=None, cordoned=True)]
+    assert "ownership" not in _judged(_observation(after))
+
+
+def test_a_slot_held_too_long_is_a_violation() -> None:
+    # Given a node cordoned at 2 s whose action completes 60 s later (limit: 20 + 2 + 20 s)
+    history = [_node(T0 + 2, owner="chaos-a", cordoned=True)]
+    late = _observation(history, actions=[_terminate(T0 + 62)])
+    assert "slot-held" in _judged(late)
+    assert "slot-held" not in _judged(_observation(history))
+
+
+def test_addresses_moved_off_an_instance_in_service_doubled_or_left_behind_are_violations() -> None:
+    tags = {"nodecycle:owner": "chaos-a", "nodecycle:instance-id": "i-1"}
+    instances = [
+        InstanceHistory("i-1", "g", "eu-west-1a", NODE, T0, T0, None, None),
+        InstanceHistory("i-2", "g", "eu-west-1b", "n2", T0, T0, None, None),
+    ]
+    # Given an address that moves from i-1 (in service) to i-2
+    moved = [AddressSeen(T0 + 1, {"a-1": ("i-1", tags)}), AddressSeen(T0 + 2, {"a-1": ("i-2", tags)})]
+    assert "addresses" in _judged(_observation([], instances=instances, actions=[], addresses=moved))
+    # Given an instance holding two of our addresses
+    double = [AddressSeen(T0 + 1, {"a-1": ("i-1", tags), "a-2": ("i-1", tags)})]
+    assert "addresses" in _judged(_observation([], instances=instances, actions=[], addresses=double))
+    # Given an allocated address left unassociated after the late sweep
+    leaked = _observation([], instances=instances, actions=[], final_addresses={"a-1": (None, tags)})
+    assert "addresses" in _judged(leaked)
+    # ...and an address that stays where it is, nothing
+    stays = [AddressSeen(T0 + 1, {"a-1": ("i-1", tags)}), AddressSeen(T0 + 2, {"a-1": ("i-1", tags)})]
+    assert _judged(_observation([], instances=instances, actions=[], addresses=stays)) == set()
+
+
+def test_too_many_nodes_drained_at_once_exceed_the_budget() -> None:
+    # Given three nodes of one zone cordoned at once (limits: 2 in all, 1 per zone)
+    history = []
+    for n in range(3):
+        entry = _node(T0 + 1 + n, owner="chaos-a", cordoned=True)
+        history.append(HistoryEntry(0, entry.time, "patch", "nodes", "", f"n{n}", "api", False, entry.object))
+    assert "budget" in _judged(_observation(history, actions=[]))

@@ -1,0 +1,116 @@
+"""The emulated AWS endpoint throttling and failing as each service does, for the callers a test names."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from nodecycle_sandbox.aws.faults import FAULTS
+from nodecycle_sandbox.aws.server import MotoServer
+from nodecycle_sandbox.faults import Fault
+
+REGION = "eu-west-1"
+FUNCTION_KEY = "AKIADRAINFUNCTIO0001"
+OTHER_KEY = "AKIASANDBOXRUNNER000"
+
+
+@pytest.fixture(scope="module")
+def endpoint() -> Iterator[str]:
+    server = MotoServer()
+    yield server.start()
+    server.stop()
+
+
+@pytest.fixture(autouse=True)
+def disarmed() -> Iterator[None]:
+    yield
+    FAULTS.disarm()
+
+
+def _client(endpoint: str, service: str, key: str = FUNCTION_KEY) -> Any:
+    return boto3.client(
+        service,  # type: ignore[call-overload]
+        endpoint_url=endpoint,
+        region_name=REGION,
+        aws_access_key_id=key,
+        aws_secret_access_key="secret",
+        config=Config(retries={"total_max_attempts": 1, "mode": "standard"}),  # no retry: see each answer
+    )
+
+
+@pytest.mark.parametrize(
+    ("service", "call", "code", "status"),
+    [
+        ("autoscaling", lambda c: c.describe_auto_scaling_groups(), "Throttling", 400),
+        ("ec2", lambda c: c.describe_addresses(), "RequestLimitExceeded", 503),
+        ("dynamodb", lambda c: c.list_tables(), "ProvisionedThroughputExceededException", 400),
+        ("sqs", lambda c: c.list_queues(), "RequestThrottled", 400),
+        ("eks", lambda c: c.describe_cluster(name="x"), "ThrottlingException", 429),
+    ],
+)
+def test_throttling_uses_each_services_own_error_code(
+    endpoint: str, service: str, call: Any, code: str, status: int
+) -> None:
+    # Given throttling of every call of the service
+    FAULTS.arm_for([Fault("t", "aws-throttle", target=f"{service}.*")], seed=1, callers=[FUNCTION_KEY])
+
+    # When the function calls it, Then boto3 reads the service's own throttling error
+    with pytest.raises(ClientError) as refused:
+        call(_client(endpoint, service))
+    assert refused.value.response["Error"]["Code"] == code
+    assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == status
+
+
+def test_server_errors_hit_the_chosen_operation_of_the_chosen_callers_only(endpoint: str) -> None:
+    # Given 5xx on autoscaling's DescribeAutoScalingGroups, for the function's key
+    FAULTS.arm_for(
+        [Fault("e", "aws-error", target="autoscaling.DescribeAutoScalingGroups")],
+        seed=1,
+        callers=[FUNCTION_KEY],
+    )
+    function = _client(endpoint, "autoscaling")
+
+    # When the function makes that call, another call, and another caller makes that call
+    with pytest.raises(ClientError) as failed:
+        function.describe_auto_scaling_groups()
+    function.describe_launch_configurations()
+    _client(endpoint, "autoscaling", OTHER_KEY).describe_auto_scaling_groups()
+
+    # Then only the first failed, with the 500 AWS sends, and it is the only fault on the books
+    assert failed.value.response["Error"]["Code"] == "InternalFailure"
+    assert failed.value.response["ResponseMetadata"]["HTTPStatusCode"] == 500
+    assert [(f.kind, f.detail) for f in FAULTS.firings()] == [
+        ("aws-error", "autoscaling.DescribeAutoScalingGroups")
+    ]
+
+
+def test_botocore_retries_a_throttled_call_that_then_succeeds(endpoint: str) -> None:
+    # Given one throttled SendMessage
+    sqs = _client(endpoint, "sqs")
+    url = sqs.create_queue(QueueName="throttled")["QueueUrl"]
+    FAULTS.arm_for([Fault("t", "aws-throttle", target="sqs.SendMessage", limit=1)], seed=1, callers=None)
+
+    # When a client with botocore's standard retries sends a message
+    retrying = boto3.client(
+        "sqs",
+        endpoint_url=endpoint,
+        region_name=REGION,
+        aws_access_key_id=FUNCTION_KEY,
+        aws_secret_access_key="secret",
+        config=Config(retries={"max_attempts": 3, "mode": "standard"}),
+    )
+    retrying.send_message(QueueUrl=url, MessageBody="hello")
+
+    # Then it went through on the retry: one message, one fault
+    assert (
+        sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])["Attributes"][
+            "ApproximateNumberOfMessages"
+        ]
+        == "1"
+    )
+    assert FAULTS.counts() == {"aws-throttle": 1}

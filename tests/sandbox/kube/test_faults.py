@@ -1,0 +1,135 @@
+"""The API server failing as a busy or broken kube-apiserver does, when a test arms faults: conflicts on
+versioned writes, throttling with Retry-After, server errors, slow answers, dropped connections."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
+
+from nodecycle_sandbox.faults import Fault
+from nodecycle_sandbox.kube import KubeServer
+
+from .conftest import Kube, node_name, nodes_seed, status_of
+
+
+def _node_version(kube: Kube) -> str:
+    return str(kube.core.read_node(node_name(0, 10)).metadata.resource_version)
+
+
+def test_faults_are_off_until_armed(server: KubeServer, kube: Kube) -> None:
+    # Given a server whose faults were never armed
+    server.seed({"nodes": nodes_seed(1)})
+
+    # When a versioned write is made, Then it succeeds and nothing was injected
+    body = {"metadata": {"resourceVersion": _node_version(kube), "labels": {"a": "b"}}}
+    kube.core.patch_node(node_name(0, 10), body)
+    assert server.faults.counts() == {}
+
+
+def test_a_conflict_storm_refuses_versioned_writes_only_and_writes_nothing(
+    server: KubeServer, kube: Kube
+) -> None:
+    # Given a 409 storm on node writes
+    server.seed({"nodes": nodes_seed(1)})
+    server.faults.arm([Fault("f1", "kube-conflict", target="PATCH nodes")], seed=1)
+
+    # When a versioned patch is made, Then it gets the Conflict status a concurrent writer would cause
+    version = _node_version(kube)
+    with pytest.raises(ApiException) as refused:
+        kube.core.patch_node(
+            node_name(0, 10), {"metadata": {"resourceVersion": version, "labels": {"a": "b"}}}
+        )
+    assert refused.value.status == 409
+    assert status_of(refused.value)["reason"] == "Conflict"
+    assert _node_version(kube) == version
+    # ...while an unversioned patch and a read go through
+    kube.core.patch_node(node_name(0, 10), {"metadata": {"labels": {"c": "d"}}})
+    assert server.faults.counts() == {"kube-conflict": 1}
+
+
+def test_throttling_answers_429_with_retry_after(server: KubeServer, kube: Kube) -> None:
+    # Given throttling of configmap creations once, and of pod lists twice
+    server.faults.arm(
+        [
+            Fault("f1", "kube-throttle", target="POST configmaps", limit=1, value=1),
+            Fault("f2", "kube-throttle", target="GET pods", limit=2, value=1),
+        ],
+        seed=1,
+    )
+
+    # When a configmap is created, Then the client gets the 429 with its Retry-After
+    with pytest.raises(ApiException) as refused:
+        kube.core.create_namespaced_config_map("default", {"metadata": {"name": "cm"}})
+    assert refused.value.status == 429
+    assert (refused.value.headers or {})["Retry-After"] == "1"
+    assert status_of(refused.value)["reason"] == "TooManyRequests"
+
+    # When pods are listed, Then the official client (urllib3) honours Retry-After on a GET: it waits,
+    # retries, and gets the list on its third try
+    started = time.monotonic()
+    kube.core.list_pod_for_all_namespaces()
+    assert time.monotonic() - started >= 2
+    assert [f.fault for f in server.faults.firings()] == ["f1", "f2", "f2"]
+
+
+def test_a_lost_response_still_applies_the_write(server: KubeServer, kube: Kube) -> None:
+    # Given responses to node patches lost once
+    server.seed({"nodes": nodes_seed(1)})
+    server.faults.arm([Fault("f1", "kube-lost-response", target="PATCH nodes", limit=1)], seed=1)
+
+    # When a node is labelled, Then the client sees the connection fail, but the label is there
+    with pytest.raises(HTTPError):
+        kube.core.patch_node(node_name(0, 10), {"metadata": {"labels": {"lost": "yes"}}})
+    node = server.get_object("nodes", node_name(0, 10))
+    assert node is not None
+    assert node["metadata"]["labels"]["lost"] == "yes"
+
+
+def test_a_slow_answer_comes_late_and_a_dropped_request_does_nothing(server: KubeServer, kube: Kube) -> None:
+    # Given one slow read, then one dropped create
+    server.faults.arm(
+        [
+            Fault("slow", "kube-slow", target="GET namespaces", limit=1, value=0.5),
+            Fault("drop", "kube-drop", target="POST configmaps", limit=1),
+        ],
+        seed=1,
+    )
+
+    # When both are made
+    started = time.monotonic()
+    kube.core.list_namespace()
+    took = time.monotonic() - started
+    with pytest.raises(HTTPError):
+        kube.core.create_namespaced_config_map("default", {"metadata": {"name": "never"}})
+
+    # Then the read took the delay, and the dropped create created nothing
+    assert took >= 0.5
+    assert server.get_object("configmaps", "never", "default") is None
+    assert server.faults.counts() == {"kube-slow": 1, "kube-drop": 1}
+
+
+def test_the_same_seed_draws_the_same_faults(server: KubeServer, kube: Kube) -> None:
+    # Given server errors on half the namespace lists
+    plan = [Fault("f1", "kube-error", target="GET namespaces", probability=0.5)]
+
+    def outcomes(seed: int) -> list[int]:
+        server.faults.arm(plan, seed=seed)
+        found = []
+        for _ in range(20):
+            try:
+                kube.core.list_namespace()
+                found.append(200)
+            except ApiException as error:
+                found.append(error.status)
+        return found
+
+    # When the same sequence of requests is made twice with one seed, and once with another
+    first, again, other = outcomes(7), outcomes(7), outcomes(8)
+
+    # Then the same seed gave the same answers, and some of them were 500s
+    assert first == again
+    assert 500 in first
+    assert first != other

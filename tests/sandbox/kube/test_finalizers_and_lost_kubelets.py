@@ -1,0 +1,207 @@
+"""Deletions a real cluster does not finish at once: objects with finalizers, and pods of a node whose kubelet
+is gone (NotReady, their graceful deletions never complete until a force delete or the node's removal)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from nodecycle_sandbox.kube import SHUTDOWN_ANNOTATION, KubeServer
+
+from .conftest import Kube, is_ready, node_name, nodes_seed, status_of, wait_until
+
+FINALIZER = "example.com/keep"
+
+
+def _pod(
+    name: str, node: str, *, finalizers: list[str] | None = None, shutdown: float = 0.1
+) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name, "annotations": {SHUTDOWN_ANNOTATION: str(shutdown)}}
+    if finalizers:
+        metadata["finalizers"] = finalizers
+    return {"metadata": metadata, "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}]}}
+
+
+def _running(server: KubeServer, name: str) -> None:
+    wait_until(
+        lambda: (pod := server.get_object("pods", name, "default")) is not None and is_ready(pod),
+        what=f"{name} Ready",
+    )
+
+
+def _ready_status(server: KubeServer, node: str) -> str:
+    found = server.get_object("nodes", node)
+    assert found is not None
+    return next(c["status"] for c in found["status"]["conditions"] if c["type"] == "Ready")
+
+
+def test_a_pod_with_a_finalizer_stays_terminating_after_its_shutdown_until_the_finalizer_is_removed(
+    server: KubeServer, kube: Kube
+) -> None:
+    # Given a running pod with a finalizer, which stops in 0.1 s
+    server.seed({"nodes": nodes_seed(1)})
+    kube.core.create_namespaced_pod("default", _pod("kept", node_name(0, 10), finalizers=[FINALIZER]))
+    _running(server, "kept")
+
+    # When it is deleted gracefully, and its shutdown is long over
+    kube.core.delete_namespaced_pod("kept", "default")
+    wait_until(
+        lambda: (
+            (server.get_object("pods", "kept", "default") or {})["metadata"].get("deletionGracePeriodSeconds")
+            == 0
+        ),
+        what="the kubelet to finish the pod",
+    )
+    time.sleep(0.3)
+
+    # Then it is still there, terminating; a new finalizer is refused; removing the last one ends it
+    pod = kube.core.read_namespaced_pod("kept", "default")
+    assert pod.metadata.deletion_timestamp is not None
+    assert pod.metadata.finalizers == [FINALIZER]
+    with pytest.raises(ApiException) as refused:
+        kube.core.patch_namespaced_pod(
+            "kept", "default", {"metadata": {"finalizers": [FINALIZER, "x.io/more"]}}
+        )
+    assert refused.value.status == 422
+    assert "no new finalizers can be added" in status_of(refused.value)["message"]
+    kube.core.patch_namespaced_pod("kept", "default", {"metadata": {"finalizers": None}})
+    assert server.get_object("pods", "kept", "default") is None
+
+
+def test_a_force_delete_does_not_remove_a_pod_that_still_has_finalizers(
+    server: KubeServer, kube: Kube
+) -> None:
+    # Given a running pod with a finalizer
+    server.seed({"nodes": nodes_seed(1)})
+    kube.core.create_namespaced_pod("default", _pod("kept", node_name(0, 10), finalizers=[FINALIZER]))
+    _running(server, "kept")
+
+    # When it is deleted with grace period 0
+    answer = kube.core.delete_namespaced_pod("kept", "default", grace_period_seconds=0)
+
+    # Then it is marked, not removed, until an update takes the finalizer off
+    assert answer.metadata.deletion_grace_period_seconds == 0
+    assert server.get_object("pods", "kept", "default") is not None
+    pod = kube.core.read_namespaced_pod("kept", "default")
+    pod.metadata.finalizers = []
+    kube.core.replace_namespaced_pod("kept", "default", pod)
+    assert server.get_object("pods", "kept", "default") is None
+
+
+def test_removing_a_finalizer_does_not_cut_a_graceful_shutdown_short(server: KubeServer, kube: Kube) -> None:
+    # Given a pod with a finalizer that takes 1 s to stop, being deleted
+    server.seed({"nodes": nodes_seed(1)})
+    kube.core.create_namespaced_pod(
+        "default", _pod("slow", node_name(0, 10), finalizers=[FINALIZER], shutdown=1)
+    )
+    _running(server, "slow")
+    started = time.monotonic()
+    kube.core.delete_namespaced_pod("slow", "default")
+
+    # When its finalizer is removed at once
+    kube.core.patch_namespaced_pod("slow", "default", {"metadata": {"finalizers": None}})
+
+    # Then it still runs until its shutdown is over, and then it goes
+    assert server.get_object("pods", "slow", "default") is not None
+    wait_until(lambda: server.get_object("pods", "slow", "default") is None, what="slow gone")
+    assert time.monotonic() - started >= 0.9
+
+
+def test_any_object_with_a_finalizer_is_only_marked_when_deleted(server: KubeServer, kube: Kube) -> None:
+    # Given a ConfigMap with a finalizer
+    kube.core.create_namespaced_config_map(
+        "default", {"metadata": {"name": "cm", "finalizers": [FINALIZER]}, "data": {"k": "v"}}
+    )
+
+    # When it is deleted
+    kube.core.delete_namespaced_config_map("cm", "default")
+
+    # Then it stays with a deletion timestamp until the finalizer is removed
+    marked = kube.core.read_namespaced_config_map("cm", "default")
+    assert marked.metadata.deletion_timestamp is not None
+    kube.core.patch_namespaced_config_map("cm", "default", {"metadata": {"finalizers": None}})
+    with pytest.raises(ApiException) as gone:
+        kube.core.read_namespaced_config_map("cm", "default")
+    assert gone.value.status == 404
+
+
+def test_a_node_whose_kubelet_is_lost_goes_unknown_and_its_pods_never_finish_terminating(
+    server: KubeServer, kube: Kube
+) -> None:
+    # Given two running pods on a node
+    server.seed({"nodes": nodes_seed(1)})
+    node = node_name(0, 10)
+    for name in ("a", "b"):
+        kube.core.create_namespaced_pod("default", _pod(name, node))
+        _running(server, name)
+
+    # When its kubelet is lost (the controller notices after 0.2 s) and one pod is deleted gracefully
+    server.kill_kubelet(node, grace_seconds=0.2)
+    kube.core.delete_namespaced_pod("a", "default")
+    wait_until(lambda: _ready_status(server, node) == "Unknown", what="the node to turn Unknown")
+    time.sleep(0.5)  # far longer than the pod's 0.1 s shutdown
+
+    # Then the node is Unknown and tainted unreachable, its pods unready, and the deleted one still terminating
+    found = server.get_object("nodes", node)
+    assert found is not None
+    ready = next(c for c in found["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] == "NodeStatusUnknown"
+    assert {(t["key"], t["effect"]) for t in found["spec"]["taints"]} == {
+        ("node.kubernetes.io/unreachable", "NoSchedule"),
+        ("node.kubernetes.io/unreachable", "NoExecute"),
+    }
+    terminating = server.get_object("pods", "a", "default")
+    assert terminating is not None
+    assert terminating["metadata"].get("deletionTimestamp")
+    assert not any(is_ready(p) for p in server.objects("pods", "default"))
+
+    # ...until a force delete removes it at once, as the real API server does
+    kube.core.delete_namespaced_pod("a", "default", grace_period_seconds=0)
+    assert server.get_object("pods", "a", "default") is None
+
+
+def test_deleting_the_node_of_a_lost_kubelet_garbage_collects_its_pods(
+    server: KubeServer, kube: Kube
+) -> None:
+    # Given a pod being deleted on a node whose kubelet is gone, and another with a finalizer
+    server.seed({"nodes": nodes_seed(1)})
+    node = node_name(0, 10)
+    kube.core.create_namespaced_pod("default", _pod("stuck", node))
+    kube.core.create_namespaced_pod("default", _pod("kept", node, finalizers=[FINALIZER]))
+    _running(server, "stuck")
+    _running(server, "kept")
+    server.kill_kubelet(node, grace_seconds=0)
+    kube.core.delete_namespaced_pod("stuck", "default")
+    time.sleep(0.3)
+    assert server.get_object("pods", "stuck", "default") is not None
+
+    # When the node object is deleted
+    kube.core.delete_node(node)
+
+    # Then pod garbage collection force-deletes its pods: gone, except the one whose finalizer is still there
+    wait_until(lambda: server.get_object("pods", "stuck", "default") is None, what="stuck collected")
+    kept = server.get_object("pods", "kept", "default")
+    assert kept is not None
+    assert kept["metadata"]["deletionGracePeriodSeconds"] == 0
+
+
+def test_a_revived_kubelet_finishes_what_was_pending(server: KubeServer, kube: Kube) -> None:
+    # Given a pod deleted on a node whose kubelet was lost
+    server.seed({"nodes": nodes_seed(1)})
+    node = node_name(0, 10)
+    kube.core.create_namespaced_pod("default", _pod("later", node))
+    _running(server, "later")
+    server.kill_kubelet(node, grace_seconds=0)
+    wait_until(lambda: _ready_status(server, node) == "Unknown", what="the node to turn Unknown")
+    kube.core.delete_namespaced_pod("later", "default")
+
+    # When the kubelet comes back
+    server.revive_kubelet(node)
+
+    # Then the node is Ready without the taints, and the pod's deletion completes
+    assert _ready_status(server, node) == "True"
+    assert not (server.get_object("nodes", node) or {})["spec"].get("taints")
+    wait_until(lambda: server.get_object("pods", "later", "default") is None, what="later gone")

@@ -1,0 +1,147 @@
+"""Lambda's side failing on purpose: containers killed after an API call, clocks moved, SQS deliveries
+dropped, duplicated, delayed and reordered."""
+
+from __future__ import annotations
+
+import functools
+import time
+
+from nodecycle_sandbox.faults import Fault
+from nodecycle_sandbox.runner import Runner
+
+from .conftest import MakeRunner
+
+TEMPLATE = """
+Resources:
+  Work:
+    Type: AWS::SQS::Queue
+    Properties:
+      VisibilityTimeout: 1
+  Out:
+    Type: AWS::SQS::Queue
+  Worker:
+    Type: AWS::Serverless::Function
+    Properties:
+      CodeUri: functions/worker/
+      Handler: app.handler
+      Timeout: 10
+      Environment:
+        Variables:
+          OUT: !Ref Out
+      Events:
+        Work:
+          Type: SQS
+          Properties:
+            Queue: !GetAtt Work.Arn
+            BatchSize: 1
+            ScalingConfig: {MaximumConcurrency: 1}
+"""
+
+HANDLER = """
+import os, time, datetime, boto3
+
+def handler(event, context):
+    sqs = boto3.client("sqs")
+    sqs.send_message(QueueUrl=os.environ["OUT"], MessageBody=event["Records"][0]["body"])
+    sqs.list_queues()
+    return {
+        "time": time.time(),
+        "now": datetime.datetime.now(datetime.UTC).timestamp(),
+        "monotonic": time.monotonic(),
+    }
+"""
+
+
+def _out(runner: Runner) -> list[str]:
+    bodies: list[str] = []
+    while True:
+        got = runner.sqs.receive_message(QueueUrl=runner.queue("Out").url, MaxNumberOfMessages=10)
+        if not got.get("Messages"):
+            return bodies
+        bodies += [m["Body"] for m in got["Messages"]]
+        for m in got["Messages"]:
+            runner.sqs.delete_message(QueueUrl=runner.queue("Out").url, ReceiptHandle=m["ReceiptHandle"])
+
+
+def _handled(runner: Runner, body: str) -> bool:
+    return any(i.ok and i.event["Records"][0]["body"] == body for i in runner.journal.invocations())
+
+
+def _send(runner: Runner, body: str) -> None:
+    runner.sqs.send_message(QueueUrl=runner.queue("Work").url, MessageBody=body)
+
+
+def test_a_container_killed_after_its_first_call_leaves_that_call_done_and_the_message_redelivered(
+    make_runner: MakeRunner,
+) -> None:
+    # Given the worker's container dies right after its first API call, once
+    runner = make_runner(TEMPLATE, {"worker": HANDLER}, mode="process")
+    runner.faults.arm([Fault("k", "worker-kill", target="Worker", limit=1, value=1)], seed=1)
+
+    # When a message arrives
+    _send(runner, "m1")
+    runner.journal.wait_until(lambda: any(i.ok for i in runner.journal.invocations("Worker")), timeout=20)
+
+    # Then the first invocation died as a killed container, after its send went through; the message came
+    # back and was handled again in a new container: the side effect happened twice, as it would on AWS
+    failed, handled = runner.journal.invocations("Worker")
+    assert (failed.error or "").startswith("Runtime.ExitError")
+    assert handled.ok
+    assert handled.cold_start
+    assert _out(runner) == ["m1", "m1"]
+    assert runner.faults.counts() == {"worker-kill": 1}
+
+
+def test_a_moved_clock_shifts_the_wall_clock_of_the_invocation_only(make_runner: MakeRunner) -> None:
+    # Given invocations whose container clock is an hour ahead, for the first one only
+    runner = make_runner(TEMPLATE, {"worker": HANDLER}, mode="process")
+    runner.faults.arm([Fault("s", "clock-skew", target="Worker", limit=1, value=3600)], seed=1)
+
+    # When two messages are handled
+    for body in ("ahead", "on-time"):
+        _send(runner, body)
+        runner.journal.wait_until(
+            functools.partial(_handled, runner, body),
+            timeout=15,
+        )
+
+    # Then time.time and datetime.now were an hour ahead in the first, and right in the second
+    first, second = (i.response for i in runner.journal.invocations("Worker"))
+    now = time.time()
+    assert 3500 < first["time"] - now < 3700
+    assert 3500 < first["now"] - now < 3700
+    assert abs(second["time"] - now) < 60
+    assert abs(second["now"] - now) < 60
+
+
+def test_dropped_messages_are_never_delivered_and_duplicated_ones_twice(make_runner: MakeRunner) -> None:
+    # Given the first message received is lost, and the next batch is delivered twice
+    runner = make_runner(TEMPLATE, {"worker": HANDLER}, mode="process")
+    runner.faults.arm(
+        [Fault("d", "sqs-drop", target="Work", limit=1), Fault("u", "sqs-duplicate", target="Work", limit=1)],
+        seed=1,
+    )
+
+    # When two messages are sent, one after the other
+    _send(runner, "lost")
+    runner.journal.wait_until(lambda: runner.faults.counts().get("sqs-drop"), timeout=10)
+    _send(runner, "twice")
+    runner.journal.wait_until(lambda: len(runner.journal.invocations("Worker")) == 2, timeout=10)
+
+    # Then the lost one was never handled, the other one twice
+    assert [i.event["Records"][0]["body"] for i in runner.journal.invocations("Worker")] == ["twice", "twice"]
+    assert runner.faults.counts() == {"sqs-drop": 1, "sqs-duplicate": 1}
+
+
+def test_a_delayed_message_comes_late(make_runner: MakeRunner) -> None:
+    # Given a message held back for 2 s when first received
+    runner = make_runner(TEMPLATE, {"worker": HANDLER}, mode="process")
+    runner.faults.arm([Fault("l", "sqs-delay", target="Work", limit=1, value=2)], seed=1)
+
+    # When it is sent
+    sent = time.time()
+    _send(runner, "late")
+    (handled,) = runner.journal.wait_until(lambda: runner.journal.invocations("Worker"), timeout=15)
+
+    # Then it was handled at least 2 s later
+    assert handled.started_at - sent >= 1.9
