@@ -37,7 +37,13 @@ class Common:
     def timing(self) -> EngineTiming:
         return EngineTiming(
             resume_grace=self.resume_grace,
-            redelivery=timedelta(seconds=self.settings.redelivery_seconds),
+            # One fault at a time: a dead invocation's message comes back after the visibility timeout, a
+            # lost one is re-sent by a watch once the resume grace has passed (+ a second of rounding).
+            redelivery=timedelta(
+                seconds=max(
+                    self.settings.work_visibility_timeout_seconds, self.settings.resume_grace_seconds + 2
+                )
+            ),
             heartbeat_margin=timedelta(seconds=self.settings.heartbeat_margin_seconds),
         )
 

@@ -122,7 +122,7 @@ class AutoScalingGroup:
 
     def wait_refresh(self, refresh_id: str, timeout: float) -> RefreshTimeline:
         wait_for(lambda: self.refresh_status(refresh_id) != "InProgress", timeout)
-        return self.control.refresh_timeline(refresh_id)
+        return self.control.refresh_timeline(refresh_id=refresh_id)
 
     # -- looking --------------------------------------------------------------------------------
 
