@@ -23,7 +23,10 @@ from nodecycle.domain.nodes import NodeFinder
 from nodecycle.settings import Budget, DrainSettings, FunctionSettings
 from nodecycle.wiring.common import Common, common, drain_policy, readiness_policy
 
-NODE_LIST_CACHE = timedelta(seconds=10)
+# How old the budget's view of the nodes in scope may be (see KubeNodeInventory): their count changes as a
+# group scales, slowly; their health (cordons, NotReady) can change at any moment, so it is read more often.
+NODE_COUNTS_MAX_AGE = timedelta(seconds=60)
+NODE_STATES_MAX_AGE = timedelta(seconds=10)
 
 
 @cache
@@ -67,7 +70,10 @@ def budget(config: Budget, ports: Common) -> DisruptionBudget:
     return DisruptionBudget(
         store=ConfigMapBudgetStore(core_api, namespace=config.budget_namespace),
         nodes=KubeNodeInventory(
-            core_api, label_selector=config.budget_node_selector, cache_ttl=NODE_LIST_CACHE
+            core_api,
+            label_selector=config.budget_node_selector,
+            with_status=config.budget_count_unavailable,
+            max_age=NODE_STATES_MAX_AGE if config.budget_count_unavailable else NODE_COUNTS_MAX_AGE,
         ),
         clock=ports.clock,
         metrics=ports.metrics,

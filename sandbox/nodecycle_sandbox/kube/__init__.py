@@ -7,10 +7,11 @@
         server.settle()                                       # pods scheduled and Ready
         server.url, server.ca_pem, server.token()             # what eks:DescribeCluster + get-token give
         server.write_kubeconfig()                             # for kubectl
-        server.counters(), server.history(), server.objects("pods")
+        server.counters(), server.bytes_sent(), server.history(), server.objects("pods")
 
 Served: core/v1 namespaces, nodes (+status), pods (+status, +eviction), configmaps; apps/v1 deployments,
-replicasets, daemonsets; policy/v1 poddisruptionbudgets; coordination.k8s.io/v1 leases. Not served: watch,
+replicasets, daemonsets; policy/v1 poddisruptionbudgets; coordination.k8s.io/v1 leases; metadata-only and Table
+representations of reads, resourceVersion=0 reads. Not served: watch,
 dryRun, server-side apply, deletecollection, scale subresources, protobuf bodies; finalizers are ignored.
 """
 

@@ -17,6 +17,7 @@ from urllib3.exceptions import HTTPError
 
 from nodecycle.adapters.kube.eks_access import REQUEST_TIMEOUT
 from nodecycle.adapters.kube.errors import kube_errors
+from nodecycle.adapters.kube.lists import PAGE, pages
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.ports.cluster import (
     EXCLUDE_LB_LABEL,
@@ -33,7 +34,6 @@ log = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
 LEGACY_ZONE_LABEL = "failure-domain.beta.kubernetes.io/zone"
-PAGE = 500
 
 
 def instance_of(provider_id: str | None) -> str | None:
@@ -119,25 +119,23 @@ class KubeCluster:
         return node_info(_json(response))
 
     def node_names(self) -> set[str]:
-        return {node.name for node in self._nodes()}
+        # names are metadata: the nodes' spec and status are not fetched
+        return {item["metadata"]["name"] for item in self._list_nodes(metadata_only=True)}
 
     def nodes_owned_by(self, owner: str) -> list[NodeInfo]:
         # Annotations cannot be selected on: one paged list of the nodes, filtered here.
         return [node for node in self._nodes() if node.owner == owner]
 
     def _nodes(self) -> Iterator[NodeInfo]:
-        token: str | None = None
-        while True:
-            with kube_errors("listing nodes"):
-                response = self._api.list_node(
-                    limit=PAGE, _continue=token, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
-                )
-            page = _json(response)
-            for item in page.get("items") or []:
-                yield node_info(item)
-            token = (page.get("metadata") or {}).get("continue")
-            if not token:
-                return
+        return (node_info(item) for item in self._list_nodes())
+
+    def _list_nodes(self, *, metadata_only: bool = False) -> Iterator[dict[str, Any]]:
+        return pages(
+            self._api.list_node,
+            "listing nodes",
+            metadata_only=metadata_only,
+            _request_timeout=REQUEST_TIMEOUT,
+        )
 
     def claim_node(
         self, node: NodeInfo, *, owner: str, in_progress: str, cordon: bool, exclude_from_lb: bool
@@ -187,6 +185,8 @@ class KubeCluster:
     # -- pods -------------------------------------------------------------------------------------------
 
     def pods_on(self, node: str) -> list[PodInfo]:
+        # A consistent read (no resourceVersion): whether the node is empty must not come from a cache
+        # that may lag behind the evictions.
         pods: list[PodInfo] = []
         token: str | None = None
         while True:
