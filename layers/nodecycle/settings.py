@@ -70,7 +70,9 @@ Seconds = Annotated[int, Field(ge=0)]
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore", str_strip_whitespace=True)
+    # defer_build: a section's validators are built when it is first used, not at import, so each function
+    # builds its own settings class only (a cold start's share of the import).
+    model_config = ConfigDict(frozen=True, extra="ignore", str_strip_whitespace=True, defer_build=True)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Self:

@@ -6,11 +6,10 @@ import os
 from datetime import timedelta
 from functools import cache
 
-from kubernetes.client import CoreV1Api
-
 from nodecycle.adapters.aws.instances import Ec2Instances
 from nodecycle.adapters.kube.budget import ConfigMapBudgetStore, KubeNodeInventory
 from nodecycle.adapters.kube.cluster_api import KubeCluster
+from nodecycle.adapters.kube.core_v1 import CoreV1
 from nodecycle.adapters.kube.eks_access import EksCluster
 from nodecycle.domain.budget import BudgetLimits, DisruptionBudget
 from nodecycle.domain.completion import CompleteAction, SettleResults
@@ -64,8 +63,8 @@ def cluster(config: FunctionSettings) -> KubeCluster:
 def budget(config: Budget, ports: Common) -> DisruptionBudget:
     access = eks(_cluster_name(ports.settings))
 
-    def core_api() -> CoreV1Api:
-        return CoreV1Api(access.api_client())
+    def core_api() -> CoreV1:
+        return CoreV1(access.api_client())
 
     return DisruptionBudget(
         store=ConfigMapBudgetStore(core_api, namespace=config.budget_namespace),

@@ -16,7 +16,7 @@ from nodecycle.domain.budget import BudgetDocument, NodeState
 from nodecycle.domain.budget.document import Released
 from nodecycle.domain.errors import TransientError
 from nodecycle_sandbox.kube import KubeServer
-from tests.integration.budget.conftest import NAMESPACE, add_nodes, node_name
+from tests.integration.budget.conftest import NAMESPACE, add_nodes, core_api, node_name
 
 NO_SLEEP: dict[str, Any] = {"sleep": lambda seconds: None}
 
@@ -168,7 +168,9 @@ def test_the_inventory_reads_the_state_of_the_nodes_of_its_selector_from_the_wat
         server.add_node(name, instance_id=f"i-{i}", zone="eu-west-1a", ready=i != 3, labels={"ng": "blue"})
     for i in (10, 11):
         server.add_node(node_name(i), instance_id=f"i-{i}", zone="eu-west-1b", labels={"ng": "green"})
-    core.patch_node(ours[1], {"spec": {"unschedulable": True}})
+    cordon = core_api(server)
+    cordon.patch_node(ours[1], {"spec": {"unschedulable": True}})
+    cordon.api_client.close()
     inventory = KubeNodeInventory(lambda: core, "ng=blue", with_status=True)
 
     # When it lists the nodes in scope

@@ -11,10 +11,11 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from kubernetes.client import ApiClient, CoreV1Api, V1DeleteOptions, V1Eviction, V1ObjectMeta, V1Preconditions
+from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from nodecycle.adapters.kube.core_v1 import CoreV1
 from nodecycle.adapters.kube.eks_access import REQUEST_TIMEOUT
 from nodecycle.adapters.kube.errors import kube_errors
 from nodecycle.adapters.kube.lists import PAGE, pages
@@ -84,12 +85,12 @@ def _json(response: Any) -> dict[str, Any]:
 class KubeCluster:
     def __init__(self, api_client: Callable[[], ApiClient]) -> None:
         self._api_client = api_client
-        self._core: CoreV1Api | None = None
+        self._core: CoreV1 | None = None
 
     @property
-    def _api(self) -> CoreV1Api:
+    def _api(self) -> CoreV1:
         if self._core is None:
-            self._core = CoreV1Api(self._api_client())
+            self._core = CoreV1(self._api_client())
         return self._core
 
     # -- nodes ------------------------------------------------------------------------------------------
@@ -205,12 +206,12 @@ class KubeCluster:
                 return pods
 
     def evict(self, pod: PodInfo, grace_seconds: int) -> Eviction:
-        body = V1Eviction(
-            api_version="policy/v1",
-            kind="Eviction",
-            metadata=V1ObjectMeta(name=pod.name, namespace=pod.namespace),
-            delete_options=_delete_options(pod, grace_seconds),
-        )
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": pod.name, "namespace": pod.namespace},
+            "deleteOptions": _delete_options(pod, grace_seconds),
+        }
         try:
             self._api.create_namespaced_pod_eviction(
                 pod.name, pod.namespace, body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
@@ -247,9 +248,9 @@ class KubeCluster:
         return True
 
 
-def _delete_options(pod: PodInfo, grace_seconds: int) -> V1DeleteOptions:
+def _delete_options(pod: PodInfo, grace_seconds: int) -> dict[str, Any]:
     # The uid precondition makes sure a pod recreated under the same name (a StatefulSet's) is not hit.
-    return V1DeleteOptions(grace_period_seconds=grace_seconds, preconditions=V1Preconditions(uid=pod.uid))
+    return {"gracePeriodSeconds": grace_seconds, "preconditions": {"uid": pod.uid}}
 
 
 def _status_message(error: ApiException) -> str:
