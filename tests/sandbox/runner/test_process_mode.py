@@ -130,3 +130,19 @@ def test_an_invocation_that_overruns_its_timeout_is_stopped(make_runner: MakeRun
     )[0]
     assert timed_out.error == "Sandbox.Timedout: Task timed out after 2.00 seconds"
     assert 1.9 < timed_out.duration < 3.5
+
+
+def test_containers_started_ahead_take_the_invocations_warm(make_runner: MakeRunner) -> None:
+    # Given a worker function whose two containers are started before any message
+    runner = make_runner(TEMPLATE, {"worker": HANDLER}, mode="process")
+    assert runner.warm("Worker") == 2
+    assert runner.warm("Worker") == 0  # already there: none more (the concurrency is 2)
+
+    # When messages arrive
+    _send(runner, *[f"sleep{n}" for n in range(4)])
+    runner.journal.wait_until(lambda: len(_ok_bodies(runner)) == 4, timeout=15)
+
+    # Then no invocation was a cold start, and only those two containers ran them
+    invocations = runner.journal.invocations("Worker")
+    assert not any(i.cold_start for i in invocations)
+    assert len({i.response["pid"] for i in invocations}) == 2
