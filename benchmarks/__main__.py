@@ -94,7 +94,10 @@ def machine() -> str:
     )
 
 
-def run(args: argparse.Namespace, log_dir: Path, report: Callable[[Result], None]) -> list[Result]:
+def run(
+    args: argparse.Namespace, log_dir: Path, report: Callable[[Result], None], failed: list[str]
+) -> list[Result]:
+    """Run the selected benchmarks; ``failed`` collects those that raised."""
     selected = args.only or BENCHMARKS
     budget = Budget(args.max_unavailable, args.per_zone)
     results: list[Result] = []
@@ -106,33 +109,43 @@ def run(args: argparse.Namespace, log_dir: Path, report: Callable[[Result], None
     for name in BENCHMARKS:
         if name not in selected:
             continue
-        if name == "waiting":
-            done(waiting.result(waiting.run()))
-        elif name == "cold":
-            done(cold_start.result(cold_start.run(args.cold_runs)))
-        elif name == "contention":
-            done(contention.result(contention.run(args.acquirers, budget), args.acquirers, budget))
-        elif name == "calls":
-            calls = api_calls.Settings(pods=args.pods, nodes=args.calls_nodes)
-            done(api_calls.result(api_calls.run(calls, log_dir / "calls"), calls))
-        elif name == "sizes":
-            sizes = args.cluster_sizes
-            scoped = cluster_size.run(sizes, log_dir / "sizes")
-            unscoped = cluster_size.run((sizes[0], sizes[-1]), log_dir / "sizes-unscoped", scoped=False)
-            done(cluster_size.result(scoped, unscoped))
-        elif name == "refresh":
-            settings = refresh.Settings(
-                args.nodes, budget, args.retry_seconds, args.poll_seconds, args.drain_concurrency
-            )
-            ran = refresh.run(settings, log_dir / "refresh")
-            done(refresh.result(ran))
-            done(wake.result(ran))
-        elif name == "order":
-            ordered = order.run(args.order_sizes, args.retry_seconds, args.poll_seconds, log_dir)
-            done(order.result(ordered))
-        elif name == "bursts":
-            done(bursts.result(bursts.run(args.burst, log_dir / "bursts")))
+        try:
+            _run_one(name, args, budget, log_dir, done)
+        except Exception as error:  # one benchmark failing must not lose the others' figures
+            print(f"\n## {name}: FAILED\n  {type(error).__name__}: {error}", flush=True)
+            failed.append(name)
     return results
+
+
+def _run_one(
+    name: str, args: argparse.Namespace, budget: Budget, log_dir: Path, done: Callable[[Result], None]
+) -> None:
+    if name == "waiting":
+        done(waiting.result(waiting.run()))
+    elif name == "cold":
+        done(cold_start.result(cold_start.run(args.cold_runs)))
+    elif name == "contention":
+        done(contention.result(contention.run(args.acquirers, budget), args.acquirers, budget))
+    elif name == "calls":
+        calls = api_calls.Settings(pods=args.pods, nodes=args.calls_nodes)
+        done(api_calls.result(api_calls.run(calls, log_dir / "calls"), calls))
+    elif name == "sizes":
+        sizes = args.cluster_sizes
+        scoped = cluster_size.run(sizes, log_dir / "sizes")
+        unscoped = cluster_size.run((sizes[0], sizes[-1]), log_dir / "sizes-unscoped", scoped=False)
+        done(cluster_size.result(scoped, unscoped))
+    elif name == "refresh":
+        settings = refresh.Settings(
+            args.nodes, budget, args.retry_seconds, args.poll_seconds, args.drain_concurrency
+        )
+        ran = refresh.run(settings, log_dir / "refresh")
+        done(refresh.result(ran))
+        done(wake.result(ran))
+    elif name == "order":
+        for nodes in args.order_sizes:  # each size reported as soon as it is measured
+            done(order.result([order.run_one(nodes, args.retry_seconds, args.poll_seconds, log_dir)]))
+    elif name == "bursts":
+        done(bursts.result(bursts.run(args.burst, log_dir / "bursts")))
 
 
 def previous_run() -> dict[str, float]:
@@ -168,23 +181,29 @@ def main(argv: list[str] | None = None) -> int:
     about = machine()
     print(f"machine: {about}", flush=True)
 
+    previous = previous_run()
+
     def report(found: Result) -> None:
         print(f"\n## {found.title}")
         for line in found.details:
             print(f"  {line}")
-        print(flush=True)
+        print(f"\n{text_table(found.rows, previous)}", flush=True)  # at once: a later failure loses nothing
 
+    failed: list[str] = []
     with tempfile.TemporaryDirectory(prefix="nodecycle-bench-") as scratch:
-        results = run(args, args.log_dir or Path(scratch), report)
+        results = run(args, args.log_dir or Path(scratch), report, failed)
     rows = [row for found in results for row in found.rows]
-    previous = previous_run()
-    print(f"\n{text_table(rows, previous)}\n\nMarkdown (for the README):\n\n{markdown_table(rows)}")
+    print(
+        f"\n# All figures\n\n{text_table(rows, previous)}\n\nMarkdown (for the README):\n\n{markdown_table(rows)}"
+    )
     missed = [row.name for row in rows if row.met is False]
     print(f"\n{len(rows)} figures, {len(missed)} targets missed; {time.monotonic() - began:.0f} s in all")
-    if args.save:
+    if failed:
+        print(f"benchmarks that failed: {', '.join(failed)}")
+    if args.save and rows:
         save(rows, about, argv)
         print(f"saved as the previous run: {LAST_RUN}")
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -127,7 +127,8 @@ def _measure(statement: str, function: str, layer: Path, *, no_pyc: Path | None)
     )
     flags = ["-X", f"pycache_prefix={no_pyc}"] if no_pyc is not None else []
     done = subprocess.run(
-        [sys.executable, "-I", "-S", *flags, "-c", program],
+        # -B as well as PYTHONDONTWRITEBYTECODE, which -I ignores: nothing written, as on Lambda
+        [sys.executable, "-I", "-S", "-B", *flags, "-c", program],
         capture_output=True,
         text=True,
         env=env,

@@ -48,14 +48,10 @@ class Ordered:
     details: list[str]
 
 
-def run(sizes: tuple[int, ...], retry_seconds: int, poll_seconds: int, log_dir: Path) -> list[Ordered]:
-    found = []
-    for nodes in sizes:
-        budget = budget_for(nodes)
-        settings = refresh.Settings(nodes, budget, retry_seconds, poll_seconds, DRAIN_CONCURRENCY)
-        done = refresh.run(settings, log_dir / f"order-{nodes}")
-        found.append(_ordered(done))
-    return found
+def run_one(nodes: int, retry_seconds: int, poll_seconds: int, log_dir: Path) -> Ordered:
+    budget = budget_for(nodes)
+    settings = refresh.Settings(nodes, budget, retry_seconds, poll_seconds, DRAIN_CONCURRENCY)
+    return _ordered(refresh.run(settings, log_dir / f"order-{nodes}"))
 
 
 def _ordered(done: refresh.RefreshRun) -> Ordered:

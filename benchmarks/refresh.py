@@ -58,6 +58,7 @@ class StepRun:
     finished: float
     wakes: tuple[float, ...]  # when each wake message it carried was sent (SQS SentTimestamp)
     messages: int
+    watches: int  # messages that only check whether an older one was lost (see the step engine)
 
 
 @dataclass(frozen=True)
@@ -108,9 +109,11 @@ def run(settings: Settings, log_dir: Path) -> RefreshRun:
         began = time.time()
         with load.sampled() as sampled:
             refresh = box.asg.start_refresh(min_healthy_percentage=0)
-            # Budget-bound: a broken wake-up costs a whole backoff per round of the budget: allow for that.
+            # Budget-bound: a broken wake-up costs a whole backoff per round of the budget: allow for that,
+            # and for a sandbox that slows down with hundreds of nodes on a shared machine.
             rounds = settings.nodes / settings.budget.total + 1
-            timeline = box.asg.wait_refresh(refresh, timeout=120 + rounds * (settings.retry_seconds + 15))
+            timeout = 120 + rounds * (settings.retry_seconds + 15) + 3 * settings.nodes
+            timeline = box.asg.wait_refresh(refresh, timeout=timeout)
             if timeline.status != "Successful" or timeline.duration is None:
                 raise RuntimeError(f"the instance refresh ended {timeline.status}")
             # The last drains' clean-up (slot release) comes just after their completion: wait for an empty
@@ -134,12 +137,14 @@ def run(settings: Settings, log_dir: Path) -> RefreshRun:
 
 def _step_run(invocation: Any) -> StepRun:
     records = (invocation.event or {}).get("Records", [])
+    bodies = [json.loads(record["body"]) for record in records]
     wakes = tuple(
         int(record["attributes"]["SentTimestamp"]) / 1000
-        for record in records
-        if json.loads(record["body"]).get("wake")
+        for record, body in zip(records, bodies, strict=True)
+        if body.get("wake")
     )
-    return StepRun(invocation.started_at, invocation.finished_at, wakes, len(records))
+    watches = sum(1 for body in bodies if body.get("watch") is not None)
+    return StepRun(invocation.started_at, invocation.finished_at, wakes, len(records), watches)
 
 
 def _budget_empty(history: list[HistoryEntry]) -> bool:
@@ -282,10 +287,16 @@ def _where_the_idle_time_went(
         f"idle slots while a node waited: {idle:.1f} s, of which {idle - idle_free:.1f} s with every drain "
         f"container busy and {idle_free:.1f} s with one free",
     ]
+    messages = sum(step.messages for step in in_window)
+    watches = sum(step.watches for step in in_window)
+    lines.append(
+        f"drain messages: {messages}, of which {len(wake_delays)} wake-ups and {watches} watches (checks that "
+        f"an older message was not lost)"
+    )
     if wake_delays:
         lines.append(
-            f"wake messages: {len(wake_delays)}, waiting in the drain queue median "
-            f"{statistics.median(wake_delays):.2f} s, max {max(wake_delays):.2f} s"
+            f"wake messages waited in the drain queue: median {statistics.median(wake_delays):.2f} s, "
+            f"max {max(wake_delays):.2f} s"
         )
     idle_load = [run.load.machine_busy(begin, finish) for begin, finish in gaps if finish - begin >= 0.5]
     loaded = [share for share in idle_load if share is not None]

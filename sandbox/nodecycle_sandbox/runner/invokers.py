@@ -318,6 +318,10 @@ class ProcessInvoker:
         """Start ``spec``'s containers ahead of need, up to ``count``: their cold starts are over."""
         return self._pool(spec).warm(count)
 
+    def recycle(self, spec: FunctionSpec) -> None:
+        """Stop ``spec``'s idle containers: the next invocations start new ones, with nothing cached."""
+        self._pool(spec).close()
+
     def invoke(self, spec: FunctionSpec, event: Any) -> InvocationResult:
         request_id = str(uuid.uuid4())
         pool = self._pool(spec)

@@ -225,6 +225,13 @@ class Runner:
         spec = self.functions[function]
         return self._invoker.warm(spec, self._pool_size(spec) if count is None else count)
 
+    def recycle(self, function: str) -> None:
+        """Stop the function's idle containers, as Lambda does with containers idle for a while: whatever
+        they cached is gone, and the next invocations start new ones."""
+        assert self._invoker is not None, "the runner is not started"
+        if isinstance(self._invoker, ProcessInvoker):
+            self._invoker.recycle(self.functions[function])
+
     def _invoke(self, spec: FunctionSpec, event: Any) -> InvocationResult:
         assert self._invoker is not None, "the runner is not started"
         return self._invoker.invoke(spec, event)
