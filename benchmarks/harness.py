@@ -24,6 +24,10 @@ BASE_PARAMETERS = {"DrainPollSeconds": "1", "ResumeGraceSeconds": "60"}
 # a process importing the handler, and a dozen at once on two cores would measure the machine (cold starts
 # are measured by cold_start.py).
 WARM = ("IntakeFunction", "DrainFunction")
+# EventBridge invokes intake asynchronously; Lambda runs those invocations with the function's concurrency
+# (intake reserves none), not two at a time as the sandbox does by default: a refresh starts a hundred
+# lifecycle actions at once.
+ASYNC_CONCURRENCY = 8
 
 
 @contextmanager
@@ -48,6 +52,7 @@ def sandbox(
         schedules_enabled=False,
         log_dir=log_dir,
         hook_target=hook_target,
+        async_concurrency=ASYNC_CONCURRENCY,
     )
     with Sandbox(options) as started:
         if size:

@@ -15,7 +15,6 @@ the template's DrainConcurrency (20).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,11 +68,7 @@ def _ordered(done: refresh.RefreshRun) -> Ordered:
         bound=lower_bound(done.drains, budget),
         worst_wait=max(drain.cordoned_at - start for drain in done.drains),
         fcfs_worst_wait=max(fcfs.values()),
-        gap_rows=[
-            dataclasses.replace(row, name=f"refresh {done.settings.nodes} nodes: {row.name.strip()}")
-            for row in summary.rows
-            if "worst gap" in row.name
-        ],
+        gap_rows=[row for row in summary.rows if "worst gap" in row.name],
         details=[f"{done.settings.nodes} nodes: {line}" for line in summary.details],
     )
 

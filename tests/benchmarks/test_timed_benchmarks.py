@@ -13,7 +13,11 @@ from benchmarks.__main__ import main
 
 # Each benchmark, and the start of rows it must print.
 ROWS = {
-    "refresh": ["refresh makespan, 6 nodes", "slot idle while a node waits, worst gap", "wake latency, max"],
+    "refresh": [
+        "refresh makespan, 6 nodes",
+        "refresh 6 nodes, 4/2: slot idle while a node waits, worst gap",
+        "refresh 6 nodes, 4/2: wake latency, max",
+    ],
     "order": ["refresh 9 nodes, 4/2: makespan vs lower bound", "worst wait for a slot vs FCFS packing"],
     "bursts": ["6 launches at once: last record written", "6 terminations at once: last slot decision"],
 }

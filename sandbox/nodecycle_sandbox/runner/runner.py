@@ -33,6 +33,8 @@ SANDBOX_ACCOUNT = "123456789012"
 SANDBOX_SECRET_KEY = "sandbox-secret-access-key"
 # Lambda's concurrency for an SQS mapping without ScalingConfig is the account's; the sandbox caps it.
 DEFAULT_SQS_CONCURRENCY = 5
+# Asynchronous invocations (EventBridge rules, schedules) in flight at once per function, by default. Lambda
+# runs them with the function's concurrency; the sandbox keeps few worker processes unless told otherwise.
 ASYNC_CONCURRENCY = 2
 STOP_GRACE_SECONDS = 10.0
 
@@ -59,6 +61,7 @@ class Runner:
         default_concurrency: int = DEFAULT_SQS_CONCURRENCY,
         poll_wait: int = 1,
         async_retry_delays: tuple[float, ...] = (1.0, 2.0),
+        async_concurrency: int = ASYNC_CONCURRENCY,
         schedule_interval: float | None = None,
         schedules_enabled: bool = True,
         sqs_sources_enabled: bool = True,
@@ -77,6 +80,7 @@ class Runner:
         self._default_concurrency = default_concurrency
         self._poll_wait = poll_wait
         self._async_retry_delays = async_retry_delays
+        self._async_concurrency = async_concurrency
         self._schedule_interval = schedule_interval
         self._schedules_enabled = schedules_enabled
         self._sqs_sources_enabled = sqs_sources_enabled
@@ -142,7 +146,7 @@ class Runner:
             journal=self.journal,
             sqs=self.sqs,
             retry_delays=self._async_retry_delays,
-            max_workers=ASYNC_CONCURRENCY * max(1, len(specs)),
+            max_workers=self._async_concurrency * max(1, len(specs)),
         )
         for spec in specs:
             for trigger in spec.sqs:
@@ -272,7 +276,7 @@ class Runner:
     def _pool_size(self, spec: FunctionSpec) -> int:
         size = sum(self._sqs_concurrency(t.max_concurrency) for t in spec.sqs if t.enabled)
         if spec.rules or spec.schedules:
-            size += ASYNC_CONCURRENCY
+            size += self._async_concurrency
         return max(1, size)
 
     def _client(self, service: Literal["sqs", "dynamodb"], *, max_pool_connections: int = 2) -> Any:
