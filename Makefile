@@ -13,12 +13,12 @@ export SAM_CLI_TELEMETRY := 0
 export PATH := $(abspath $(BIN)):$(PATH)
 
 .PHONY: help install lock lint lint-types template build pytest test test-unit test-functions \
-	test-integration test-sandbox test-campaign demo sandbox bench clean
+	test-integration test-sandbox test-campaign test-benchmarks demo sandbox bench clean
 
 help:
 	@echo "make demo      run the demo on the local sandbox (sets everything up)"
 	@echo "make test      lint, types, import contracts, template checks, sam build, tests with coverage"
-	@echo "make test-unit | test-functions | test-integration | test-sandbox | test-campaign"
+	@echo "make test-unit | test-functions | test-integration | test-sandbox | test-campaign | test-benchmarks"
 	@echo "               one level of the suite (tests/README.md), without coverage"
 	@echo "make sandbox   start the sandbox and keep it running (watch it with kubectl)"
 	@echo "make bench     run the benchmarks and print their ratios"
@@ -76,14 +76,17 @@ test-sandbox: install
 test-campaign: install
 	pytest -m campaign -q
 
+test-benchmarks: install build
+	pytest -m benchmarks -q -n $(PYTEST_WORKERS) --dist loadfile
+
 demo: install
 	nodecycle demo
 
 sandbox: install
 	nodecycle sandbox
 
-bench: install
-	python -m benchmarks
+bench: install build
+	python -m benchmarks --save
 
 clean:
 	rm -rf .aws-sam .coverage .coverage.* coverage.xml .pytest_cache .mypy_cache .ruff_cache

@@ -1,55 +1,83 @@
-"""``python -m benchmarks [--quick] [sizes]``: run the benchmarks on the sandbox and print one table."""
+"""``python -m benchmarks [--quick | --tiny] [sizes] [--save]``: run the benchmarks and print one table, each
+figure beside its target and the previous saved run's figure."""
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import os
 import platform
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from benchmarks import api_calls, contention, refresh, wake
-from benchmarks.report import Result, markdown_table, text_table
+from benchmarks import api_calls, bursts, cluster_size, cold_start, contention, order, refresh, waiting, wake
+from benchmarks.report import Result, Row, markdown_table, text_table
 from benchmarks.schedule import Budget
 
-BENCHMARKS = ("refresh", "calls", "contention")  # "refresh" also gives the wake latency
-# (default, --quick) per size option; --quick keeps every benchmark but makes each smaller.
-SIZES = {"nodes": (24, 12), "calls_nodes": (6, 3), "acquirers": (50, 30)}
+LAST_RUN = Path(__file__).resolve().parent / "last-run.json"
+# In the order they run: the quick, exact ones first.
+BENCHMARKS = ("waiting", "cold", "contention", "calls", "sizes", "refresh", "order", "bursts")
+# (default, --quick, --tiny) per size option; --quick keeps every benchmark but makes each smaller, --tiny is
+# what CI runs: each benchmark once, to prove it still runs and prints its rows.
+SIZES: dict[str, tuple[Any, Any, Any]] = {
+    "nodes": (24, 12, 6),
+    "order_sizes": ((30, 100, 300), (30,), (9,)),
+    "calls_nodes": (6, 3, 2),
+    "cluster_sizes": ((50, 500, 5000), (50, 500), (10, 20)),
+    "burst": (500, 100, 6),
+    "acquirers": (50, 30, 8),
+    "cold_runs": (7, 3, 1),
+}
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(","))
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks", description="Run the benchmarks on the sandbox and print one table."
+        prog="python -m benchmarks",
+        description="Run the benchmarks on the sandbox and print one table (see benchmarks/README.md).",
     )
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="smaller sizes (about a minute on 2 cores; the default run takes about 1.5)",
-    )
-    parser.add_argument("--nodes", type=int, help="refresh: nodes in the group (default 24, quick 12)")
-    parser.add_argument("--max-unavailable", type=int, default=4, help="budget: nodes draining at once")
-    parser.add_argument("--per-zone", type=int, default=2, help="budget: nodes draining at once per zone")
+    scale = parser.add_mutually_exclusive_group()
+    scale.add_argument("--quick", action="store_true", help="smaller sizes (a few minutes on 2 cores)")
+    scale.add_argument("--tiny", action="store_true", help="the smallest sizes: each benchmark runs, fast")
+    parser.add_argument("--nodes", type=int, help="refresh: nodes in the group (default 24)")
+    parser.add_argument("--max-unavailable", type=int, default=4, help="refresh: nodes draining at once")
+    parser.add_argument("--per-zone", type=int, default=2, help="refresh: nodes draining at once per zone")
     parser.add_argument(
         "--retry-seconds", type=int, default=30, help="BudgetRetrySeconds: a waiter's backoff (the baseline)"
     )
     parser.add_argument(
-        "--poll-seconds", type=int, default=1, help="refresh: DrainPollSeconds (production default 5)"
+        "--poll-seconds", type=int, default=1, help="refresh, order: DrainPollSeconds (production default 5)"
     )
+    parser.add_argument(
+        "--drain-concurrency", type=int, default=6, help="refresh: DrainConcurrency (template default 20)"
+    )
+    parser.add_argument("--order-sizes", type=_sizes, help="order: group sizes, e.g. 30,100,300")
     parser.add_argument("--pods", type=int, default=10, help="calls: drainable pods on the measured node")
-    parser.add_argument(
-        "--calls-nodes", type=int, help="calls: cluster nodes at the first size (default 6, quick 3; then x3)"
-    )
-    parser.add_argument(
-        "--acquirers", type=int, help="contention: concurrent acquirers (default 50, quick 30)"
-    )
+    parser.add_argument("--calls-nodes", type=int, help="calls: cluster nodes at the first size (then x3)")
+    parser.add_argument("--cluster-sizes", type=_sizes, help="sizes: cluster sizes, e.g. 50,500,5000")
+    parser.add_argument("--burst", type=int, help="bursts: lifecycle actions at once (default 500)")
+    parser.add_argument("--acquirers", type=int, help="contention: concurrent acquirers (default 50)")
+    parser.add_argument("--cold-runs", type=int, help="cold: fresh interpreters per import (default 7)")
     parser.add_argument("--only", choices=BENCHMARKS, action="append", help="run only these (repeatable)")
     parser.add_argument("--log-dir", type=Path, help="keep the handlers' logs here (default: discarded)")
+    parser.add_argument(
+        "--save",
+        action="store_true",
+        help=f"save this run's figures as the previous run's, for the next ({LAST_RUN.name})",
+    )
     args = parser.parse_args(argv)
-    for name, (default, quick) in SIZES.items():
+    column = 2 if args.tiny else 1 if args.quick else 0
+    for name, choices in SIZES.items():
         if getattr(args, name) is None:
-            setattr(args, name, quick if args.quick else default)
+            setattr(args, name, choices[column])
     return args
 
 
@@ -61,42 +89,121 @@ def machine() -> str:
     except FileNotFoundError:
         pass
     return (
-        f"machine: {os.cpu_count()} cores, {platform.system()} {platform.machine()}, "
+        f"{os.cpu_count()} cores, {platform.system()} {platform.machine()}, "
         f"Python {platform.python_version()}, kubectl {kubectl}"
     )
 
 
-def run(args: argparse.Namespace, log_dir: Path) -> list[Result]:
+def run(
+    args: argparse.Namespace, log_dir: Path, report: Callable[[Result], None], failed: list[str]
+) -> list[Result]:
+    """Run the selected benchmarks; ``failed`` collects those that raised."""
     selected = args.only or BENCHMARKS
     budget = Budget(args.max_unavailable, args.per_zone)
-    results = []
-    if "refresh" in selected:
-        settings = refresh.Settings(args.nodes, budget, args.retry_seconds, args.poll_seconds)
-        done = refresh.run(settings, log_dir / "refresh")
-        results += [refresh.result(done), wake.result(done)]
-    if "calls" in selected:
-        calls = api_calls.Settings(pods=args.pods, nodes=args.calls_nodes)
-        results.append(api_calls.result(api_calls.run(calls, log_dir / "calls"), calls))
-    if "contention" in selected:
-        results.append(contention.result(contention.run(args.acquirers, budget), args.acquirers, budget))
+    results: list[Result] = []
+
+    def done(found: Result) -> None:
+        results.append(found)
+        report(found)
+
+    for name in BENCHMARKS:
+        if name not in selected:
+            continue
+        try:
+            _run_one(name, args, budget, log_dir, done)
+        except Exception as error:  # one benchmark failing must not lose the others' figures
+            print(f"\n## {name}: FAILED\n  {type(error).__name__}: {error}", flush=True)
+            failed.append(name)
     return results
+
+
+def _run_one(
+    name: str, args: argparse.Namespace, budget: Budget, log_dir: Path, done: Callable[[Result], None]
+) -> None:
+    if name == "waiting":
+        done(waiting.result(waiting.run()))
+    elif name == "cold":
+        done(cold_start.result(cold_start.run(args.cold_runs)))
+    elif name == "contention":
+        done(contention.result(contention.run(args.acquirers, budget), args.acquirers, budget))
+    elif name == "calls":
+        calls = api_calls.Settings(pods=args.pods, nodes=args.calls_nodes)
+        done(api_calls.result(api_calls.run(calls, log_dir / "calls"), calls))
+    elif name == "sizes":
+        sizes = args.cluster_sizes
+        scoped = cluster_size.run(sizes, log_dir / "sizes")
+        unscoped = cluster_size.run((sizes[0], sizes[-1]), log_dir / "sizes-unscoped", scoped=False)
+        done(cluster_size.result(scoped, unscoped))
+    elif name == "refresh":
+        settings = refresh.Settings(
+            args.nodes, budget, args.retry_seconds, args.poll_seconds, args.drain_concurrency
+        )
+        ran = refresh.run(settings, log_dir / "refresh")
+        done(refresh.result(ran))
+        done(wake.result(ran))
+    elif name == "order":
+        for nodes in args.order_sizes:  # each size reported as soon as it is measured
+            done(order.result([order.run_one(nodes, args.retry_seconds, args.poll_seconds, log_dir)]))
+    elif name == "bursts":
+        done(bursts.result(bursts.run(args.burst, log_dir / "bursts")))
+
+
+def previous_run() -> dict[str, float]:
+    if not LAST_RUN.exists():
+        return {}
+    saved = json.loads(LAST_RUN.read_text())
+    return {name: row["ours"] for name, row in saved.get("rows", {}).items()}
+
+
+def save(rows: list[Row], about: str, argv: list[str] | None) -> None:
+    saved = json.loads(LAST_RUN.read_text()) if LAST_RUN.exists() else {"rows": {}}
+    saved["rows"].update(
+        {
+            row.name: {
+                "ours": row.ours,
+                "base": row.base,
+                "unit": row.unit,
+                "target": row.target,
+                "met": row.met,
+            }
+            for row in rows
+        }
+    )
+    saved["machine"] = about
+    saved["date"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    saved["command"] = " ".join(["python -m benchmarks", *(argv or [])])
+    LAST_RUN.write_text(json.dumps(saved, indent=2, sort_keys=True) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     began = time.monotonic()
-    print(machine(), flush=True)
-    with tempfile.TemporaryDirectory(prefix="nodecycle-bench-") as scratch:
-        results = run(args, args.log_dir or Path(scratch))
-    for found in results:
+    about = machine()
+    print(f"machine: {about}", flush=True)
+
+    previous = previous_run()
+
+    def report(found: Result) -> None:
         print(f"\n## {found.title}")
         for line in found.details:
             print(f"  {line}")
+        print(f"\n{text_table(found.rows, previous)}", flush=True)  # at once: a later failure loses nothing
+
+    failed: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="nodecycle-bench-") as scratch:
+        results = run(args, args.log_dir or Path(scratch), report, failed)
     rows = [row for found in results for row in found.rows]
-    print(f"\n{text_table(rows)}\n\nMarkdown (for the README):\n\n{markdown_table(rows)}")
+    print(
+        f"\n# All figures\n\n{text_table(rows, previous)}\n\nMarkdown (for the README):\n\n{markdown_table(rows)}"
+    )
     missed = [row.name for row in rows if row.met is False]
     print(f"\n{len(rows)} figures, {len(missed)} targets missed; {time.monotonic() - began:.0f} s in all")
-    return 0
+    if failed:
+        print(f"benchmarks that failed: {', '.join(failed)}")
+    if args.save and rows:
+        save(rows, about, argv)
+        print(f"saved as the previous run: {LAST_RUN}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

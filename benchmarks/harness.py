@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Literal
 
 from nodecycle_sandbox import Sandbox, SandboxOptions
 from nodecycle_sandbox.aws.group import GroupSpec, default_hooks
@@ -19,14 +20,29 @@ NODE_READY_AFTER = 0.5  # a launched instance's kubelet turns Ready this long af
 NODE_REMOVE_AFTER = 2.0
 # Fast polls as in the integration tests (production defaults: 5 s and 60 s); the same for every benchmark.
 BASE_PARAMETERS = {"DrainPollSeconds": "1", "ResumeGraceSeconds": "60"}
+# Started before anything is measured, every container each may run at once: a cold start in the sandbox is
+# a process importing the handler, and a dozen at once on two cores would measure the machine (cold starts
+# are measured by cold_start.py).
+WARM = ("IntakeFunction", "DrainFunction")
+# EventBridge invokes intake asynchronously; Lambda runs those invocations with the function's concurrency
+# (intake reserves none), not two at a time as the sandbox does by default: a refresh starts a hundred
+# lifecycle actions at once.
+ASYNC_CONCURRENCY = 8
 
 
 @contextmanager
-def sandbox(*, parameters: Mapping[str, str], size: int, log_dir: Path) -> Iterator[Sandbox]:
+def sandbox(
+    *,
+    parameters: Mapping[str, str],
+    size: int,
+    log_dir: Path,
+    hook_target: Literal["eventbridge", "sqs"] = "eventbridge",
+) -> Iterator[Sandbox]:
     """A sandbox whose group has ``size`` instances in service (launched through the launch hooks).
 
     The sweeper's schedule is off: it is not on the path of a drain, and a sweep in the middle of a
-    measurement would add API calls and budget writes that belong to no lifecycle."""
+    measurement would add API calls and budget writes that belong to no lifecycle. The containers of the
+    functions on a drain's path are all started (warm) before the block runs."""
     options = SandboxOptions(
         root=ROOT,
         parameters={**BASE_PARAMETERS, **parameters},
@@ -35,10 +51,14 @@ def sandbox(*, parameters: Mapping[str, str], size: int, log_dir: Path) -> Itera
         node_remove_after=NODE_REMOVE_AFTER,
         schedules_enabled=False,
         log_dir=log_dir,
+        hook_target=hook_target,
+        async_concurrency=ASYNC_CONCURRENCY,
     )
     with Sandbox(options) as started:
         if size:
             started.asg.wait_in_service(size, timeout=60 + 3 * size)
+        for function in WARM:
+            started.runner.warm(function)
         yield started
 
 

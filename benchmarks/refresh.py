@@ -8,15 +8,26 @@ lower bound and as a greedy schedule with no hand-over latency.
 
 from __future__ import annotations
 
+import bisect
+import json
 import statistics
+import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks import load
 from benchmarks.harness import sandbox
 from benchmarks.records import BudgetWrite, Drain, arrival_order, budget_writes, drains, emptied_at
 from benchmarks.report import Result, Row
-from benchmarks.schedule import Budget, best_packing_found, greedy_makespan, idle_gaps, lower_bound
+from benchmarks.schedule import (
+    Budget,
+    best_packing_found,
+    greedy_makespan,
+    idle_gaps,
+    lower_bound,
+)
 from nodecycle_sandbox.aws.group import wait_for
 from nodecycle_sandbox.aws.records import TERMINATING
 from nodecycle_sandbox.kube import HistoryEntry
@@ -42,6 +53,17 @@ class Settings:
 
 
 @dataclass(frozen=True)
+class StepRun:
+    """One invocation of the drain function, from the runner's journal: when it ran, and its messages."""
+
+    started: float
+    finished: float
+    wakes: tuple[float, ...]  # when each wake message it carried was sent (SQS SentTimestamp)
+    messages: int
+    watches: int  # messages that only check whether an older one was lost (see the step engine)
+
+
+@dataclass(frozen=True)
 class RefreshRun:
     settings: Settings
     drains: list[Drain]  # every old node's drain, in cordon order
@@ -49,6 +71,8 @@ class RefreshRun:
     cordons: dict[str, float]
     emptied: dict[str, float]  # node -> when its last drainable pod was gone
     refresh_seconds: float  # the instance refresh, as the emulated Auto Scaling timed it
+    steps: list[StepRun]  # the drain function's invocations during the refresh
+    load: load.Load  # the machine's and the sandbox's CPU during the refresh
 
 
 def workloads(nodes: int) -> dict[str, Any]:
@@ -84,23 +108,45 @@ def run(settings: Settings, log_dir: Path) -> RefreshRun:
         server.settle(timeout=60)
         old = set(box.asg.in_state("InService"))
         server.reset_history()  # no node is cordoned now: the history starts clean
-        refresh = box.asg.start_refresh(min_healthy_percentage=0)
-        # Budget-bound: a broken wake-up costs a whole backoff per round of the budget, so allow for that.
-        rounds = settings.nodes / settings.budget.total + 1
-        timeline = box.asg.wait_refresh(refresh, timeout=120 + rounds * (settings.retry_seconds + 15))
-        if timeline.status != "Successful" or timeline.duration is None:
-            raise RuntimeError(f"the instance refresh ended {timeline.status}")
-        # The last drains' clean-up (slot release) comes just after their completion: wait for an empty budget.
-        wait_for(lambda: _budget_empty(server.history()), 60, "the last budget releases")
+        began = time.time()
+        with load.sampled() as sampled:
+            refresh = box.asg.start_refresh(min_healthy_percentage=0)
+            # Budget-bound: a broken wake-up costs a whole backoff per round of the budget: allow for that,
+            # and for a sandbox that slows down with hundreds of nodes on a shared machine.
+            rounds = settings.nodes / settings.budget.total + 1
+            timeout = 120 + rounds * (settings.retry_seconds + 15) + 3 * settings.nodes
+            timeline = box.asg.wait_refresh(refresh, timeout=timeout)
+            if timeline.status != "Successful" or timeline.duration is None:
+                raise RuntimeError(f"the instance refresh ended {timeline.status}")
+            # The last drains' clean-up (slot release) comes just after their completion: wait for an empty
+            # budget.
+            wait_for(lambda: _budget_empty(server.history()), 60, "the last budget releases")
         history = server.history()
         actions = [a for a in box.asg.actions(transition=TERMINATING) if a.instance_id in old]
+        steps = [
+            _step_run(invocation)
+            for invocation in box.runner.journal.invocations(function="DrainFunction")
+            if invocation.started_at >= began
+        ]
     found = drains(history, actions)
     if len(found) != len(old):
         raise RuntimeError(f"{len(found)} of {len(old)} old nodes were cordoned and completed")
     writes = budget_writes(history)
     cordons = {drain.node: drain.cordoned_at for drain in found}
     emptied = {drain.node: at for drain in found if (at := emptied_at(history, drain)) is not None}
-    return RefreshRun(settings, found, writes, cordons, emptied, timeline.duration)
+    return RefreshRun(settings, found, writes, cordons, emptied, timeline.duration, steps, sampled)
+
+
+def _step_run(invocation: Any) -> StepRun:
+    records = (invocation.event or {}).get("Records", [])
+    bodies = [json.loads(record["body"]) for record in records]
+    wakes = tuple(
+        int(record["attributes"]["SentTimestamp"]) / 1000
+        for record, body in zip(records, bodies, strict=True)
+        if body.get("wake")
+    )
+    watches = sum(1 for body in bodies if body.get("watch") is not None)
+    return StepRun(invocation.started_at, invocation.finished_at, wakes, len(records), watches)
 
 
 def _budget_empty(history: list[HistoryEntry]) -> bool:
@@ -123,6 +169,9 @@ def result(run: RefreshRun) -> Result:
     worst = max((finish - begin for begin, finish in gaps), default=0.0)
     durations = [drain.duration for drain in found]
     name = f"refresh makespan, {settings.nodes} nodes, {budget.total}/{budget.per_zone}"
+    short = (
+        f"refresh {settings.nodes} nodes, {budget.total}/{budget.per_zone}"  # the rows' names: one per setup
+    )
     # The ideal the design sets is the drains packed into the budget's slots as its rules hand them out
     # (first come, first served, work-conserving) with no delay: the greedy schedule in arrival order. The
     # lower bound packs them as if drains could be split and reordered at will: shown, with no target, to
@@ -138,22 +187,43 @@ def result(run: RefreshRun) -> Result:
         ),
         Row(f"{name} vs lower bound (any order)", makespan, bound, "s", "-"),
         Row(
-            f"slot idle while a node waits, total ({100 * idle / makespan:.0f}% of makespan)",
+            f"{short}: slot idle while a node waits, total ({100 * idle / makespan:.0f}% of makespan)",
             idle,
             0.0,
             "s",
             "-",
         ),
         Row(
-            "slot idle while a node waits, worst gap", worst, TARGET_GAP, "s", "<= ~1 s", worst <= TARGET_GAP
+            f"{short}: slot idle while a node waits, worst gap",
+            worst,
+            TARGET_GAP,
+            "s",
+            "<= ~1 s",
+            worst <= TARGET_GAP,
         ),
     ]
+    # The same stretches, less the moments when every drain container was busy: then no step could run
+    # whatever nodecycle does (in the sandbox, because each step waits for a share of two loaded cores).
+    free = _with_a_free_container(gaps, run.steps, settings.drain_concurrency)
+    free_worst = max((finish - begin for begin, finish in free), default=0.0)
+    rows.append(
+        Row(
+            f"{short}:   of which with a drain container free, worst gap",
+            free_worst,
+            TARGET_GAP,
+            "s",
+            "<= ~1 s",
+            free_worst <= TARGET_GAP,
+        )
+    )
     # Inside each measured duration, so invisible to the ratios above: the time from the node's last pod
     # leaving to the action's completion, mostly the wait for the drain's next poll.
     tails = [drain.done_at - run.emptied[drain.node] for drain in found if drain.node in run.emptied]
     if tails:
         tail = statistics.median(tails)
-        rows.append(Row("drain tail: last pod gone -> action completed, median", tail, 0.0, "s", "-"))
+        rows.append(
+            Row(f"{short}: drain tail: last pod gone -> action completed, median", tail, 0.0, "s", "-")
+        )
     first_wait = min(drain.waiting_at for drain in found)
     shutdowns = ", ".join(f"{kind} {shutdown:g} s" for kind, _, shutdown, _ in DEPLOYMENTS)
     details = [
@@ -177,7 +247,114 @@ def result(run: RefreshRun) -> Result:
             f"drain tail (last pod gone -> action completed): median {statistics.median(tails):.2f} s, "
             f"max {max(tails):.2f} s, sum {sum(tails):.1f} s of the {sum(durations):.1f} s of drains"
         )
+    details += _where_the_idle_time_went(run, gaps, free, start, end)
     return Result("instance refresh vs the ideal schedule", rows, details)
+
+
+def _busy(steps: list[StepRun], moment: float) -> int:
+    return sum(1 for step in steps if step.started <= moment < step.finished)
+
+
+def _with_a_free_container(
+    gaps: list[tuple[float, float]], steps: list[StepRun], concurrency: int, resolution: float = 0.05
+) -> list[tuple[float, float]]:
+    """The parts of ``gaps`` during which fewer than ``concurrency`` drain invocations were running."""
+    found: list[tuple[float, float]] = []
+    for begin, finish in gaps:
+        moment = begin
+        while moment < finish:
+            upto = min(finish, moment + resolution)
+            if _busy(steps, (moment + upto) / 2) < concurrency:
+                if found and abs(found[-1][1] - moment) < 1e-9:
+                    found[-1] = (found[-1][0], upto)
+                else:
+                    found.append((moment, upto))
+            moment = upto
+    return found
+
+
+def _not_yet_in_the_budget(
+    gaps: list[tuple[float, float]],
+    drains: list[Drain],
+    budget: Budget,
+    writes: list[BudgetWrite],
+    resolution: float = 0.05,
+) -> float:
+    """How much of ``gaps`` passed while none of the nodes that could have taken the free slot (waiting, room
+    in their zone) was in the budget document yet, as a waiter or a holder not yet cordoned: they had not
+    asked for a slot (intake, their first step). The rest of the idle time is the hand-over."""
+    times = [write.time for write in writes]
+    seconds = 0.0
+    for begin, finish in gaps:
+        moment = begin
+        while moment < finish:
+            upto = min(finish, moment + resolution)
+            middle = (moment + upto) / 2
+            holding = Counter(d.zone for d in drains if d.cordoned_at <= middle < d.done_at)
+            could = {
+                d.node
+                for d in drains
+                if d.waiting_at <= middle < d.cordoned_at and holding[d.zone] < budget.per_zone
+            }
+            index = bisect.bisect_right(times, middle) - 1
+            asked = set() if index < 0 else {e.node for e in (*writes[index].waiters, *writes[index].holders)}
+            if not could & asked:
+                seconds += upto - moment
+            moment = upto
+    return seconds
+
+
+def _where_the_idle_time_went(
+    run: RefreshRun,
+    gaps: list[tuple[float, float]],
+    free: list[tuple[float, float]],
+    start: float,
+    end: float,
+) -> list[str]:
+    """What the sandbox and the drain function were doing while slots stood idle."""
+    concurrency = run.settings.drain_concurrency
+    idle = sum(finish - begin for begin, finish in gaps)
+    idle_free = sum(finish - begin for begin, finish in free)
+    in_window = [step for step in run.steps if step.finished > start and step.started < end]
+    busy = sum(min(end, step.finished) - max(start, step.started) for step in in_window)
+    per_message = [(step.finished - step.started) / step.messages for step in in_window if step.messages]
+    wake_delays = [step.started - sent for step in in_window for sent in step.wakes]
+    lines = [
+        f"drain function: {len(in_window)} invocations, its {concurrency} containers "
+        f"{100 * busy / (concurrency * (end - start)):.0f}% busy over the makespan; per message "
+        + (
+            f"median {statistics.median(per_message):.2f} s, max {max(per_message):.2f} s"
+            if per_message
+            else "-"
+        ),
+        f"idle slots while a node waited: {idle:.1f} s, of which {idle - idle_free:.1f} s with every drain "
+        f"container busy and {idle_free:.1f} s with one free",
+    ]
+    messages = sum(step.messages for step in in_window)
+    watches = sum(step.watches for step in in_window)
+    lines.append(
+        f"drain messages: {messages}, of which {len(wake_delays)} wake-ups and {watches} watches (checks that "
+        f"an older message was not lost)"
+    )
+    if wake_delays:
+        lines.append(
+            f"wake messages waited in the drain queue: median {statistics.median(wake_delays):.2f} s, "
+            f"max {max(wake_delays):.2f} s"
+        )
+    upstream = _not_yet_in_the_budget(gaps, run.drains, run.settings.budget, run.writes)
+    lines.append(
+        f"idle slots while a node waited: {upstream:.1f} s while no waiting node that could take the slot "
+        f"had entered the budget yet (intake, its first step), {idle - upstream:.1f} s while one had (the "
+        f"hand-over: release, wake-up, its step)"
+    )
+    idle_load = [run.load.machine_busy(begin, finish) for begin, finish in gaps if finish - begin >= 0.5]
+    loaded = [share for share in idle_load if share is not None]
+    if loaded:
+        lines.append(
+            f"machine CPU during the idle stretches of 0.5 s or more: {100 * statistics.median(loaded):.0f}% "
+            f"busy (median), {100 * min(loaded):.0f}% at least"
+        )
+    return lines + run.load.summary(start, end)
 
 
 def _workload_summary(nodes: int) -> str:

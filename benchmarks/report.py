@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 
@@ -29,7 +29,7 @@ class Result:
     details: list[str] = field(default_factory=list)
 
 
-HEADER = ("benchmark", "ours", "ideal/base", "ratio", "target", "")
+HEADER = ("benchmark", "ours", "ideal/base", "ratio", "target", "", "previous")
 
 
 def amount(value: float | None, unit: str) -> str:
@@ -37,17 +37,29 @@ def amount(value: float | None, unit: str) -> str:
         return "-"
     if unit == "s":
         return f"{value:.2f} s"
-    return f"{value:.0f}" if value == int(value) else f"{value:.1f}"
+    if abs(value) >= 10_000:
+        return f"{value:,.0f}"
+    return f"{value:.0f}" if value == int(value) else f"{value:.2f}" if abs(value) < 1 else f"{value:.1f}"
 
 
-def cells(row: Row) -> tuple[str, ...]:
+def cells(row: Row, previous: float | None = None) -> tuple[str, ...]:
     ratio = "-" if row.ratio is None else f"{row.ratio:.2f}" if row.ratio >= 0.1 else f"{row.ratio:.1g}"
     verdict = "" if row.met is None else ("ok" if row.met else "MISSED")
-    return (row.name, amount(row.ours, row.unit), amount(row.base, row.unit), ratio, row.target, verdict)
+    return (
+        row.name,
+        amount(row.ours, row.unit),
+        amount(row.base, row.unit),
+        ratio,
+        row.target,
+        verdict,
+        amount(previous, row.unit),
+    )
 
 
-def text_table(rows: Sequence[Row]) -> str:
-    lines = [HEADER, *(cells(row) for row in rows)]
+def text_table(rows: Sequence[Row], previous: Mapping[str, float] | None = None) -> str:
+    """One line per row; ``previous``: each row's figure in the last saved run, by name."""
+    before = previous or {}
+    lines = [HEADER, *(cells(row, before.get(row.name)) for row in rows)]
     widths = [max(len(line[i]) for line in lines) for i in range(len(HEADER))]
 
     def render(line: tuple[str, ...]) -> str:
@@ -69,6 +81,6 @@ def markdown_table(rows: Sequence[Row]) -> str:
     lines = [
         "| " + " | ".join(HEADER[:5]) + " | met |",
         "|---|--:|--:|--:|---|---|",
-        *("| " + " | ".join(escape(cell) for cell in cells(row)) + " |" for row in rows),
+        *("| " + " | ".join(escape(cell) for cell in cells(row)[:6]) + " |" for row in rows),
     ]
     return "\n".join(lines)

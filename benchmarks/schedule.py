@@ -40,18 +40,29 @@ def greedy_makespan(drains: Sequence[Drain], budget: Budget, *, balance_zones: b
 
     ``balance_zones``: of the drains that fit, the first of the zone with the most drains left goes first (a
     policy to compare with: it keeps the last drains from piling up in one zone's two slots)."""
+    starts = greedy_starts(drains, budget, balance_zones=balance_zones)
+    return max((starts[drain.node] + drain.duration for drain in drains), default=0.0)
+
+
+def greedy_starts(
+    drains: Sequence[Drain], budget: Budget, *, balance_zones: bool = False
+) -> dict[str, float]:
+    """When each drain starts in :func:`greedy_makespan`'s schedule (seconds from the first start): with every
+    node waiting from the start, its wait for a slot."""
     pending = list(drains)
     running: list[tuple[float, str]] = []  # (end, zone)
+    starts: dict[str, float] = {}
     now = 0.0
     while pending or running:
         while fits := [drain for drain in pending if _fits(drain.zone, running, budget)]:
             left = Counter(drain.zone for drain in pending)
             chosen = max(fits, key=lambda drain: left[drain.zone]) if balance_zones else fits[0]
             running.append((now + chosen.duration, chosen.zone))
+            starts[chosen.node] = now
             pending.remove(chosen)
         now = min(end for end, _ in running)
         running = [(end, zone) for end, zone in running if end > now]
-    return now
+    return starts
 
 
 def _fits(zone: str, running: list[tuple[float, str]], budget: Budget) -> bool:

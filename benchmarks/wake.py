@@ -66,9 +66,17 @@ def result(run: RefreshRun) -> Result:
     latencies = [handover.latency for handover in found]
     median, worst = statistics.median(latencies), max(latencies)
     retry = run.settings.retry_seconds
+    setup = f"refresh {run.settings.nodes} nodes, {run.settings.budget.total}/{run.settings.budget.per_zone}"
     rows = [
-        Row("wake latency, median (release -> cordon)", median, retry / 2, "s", "<= ~1 s", median <= TARGET),
-        Row("wake latency, max", worst, retry, "s", "<= ~1 s", worst <= TARGET),
+        Row(
+            f"{setup}: wake latency, median (release -> cordon)",
+            median,
+            retry / 2,
+            "s",
+            "<= ~1 s",
+            median <= TARGET,
+        ),
+        Row(f"{setup}: wake latency, max", worst, retry, "s", "<= ~1 s", worst <= TARGET),
     ]
     to_grant = [handover.granted_at - handover.released_at for handover in found]
     to_cordon = [handover.cordoned_at - handover.granted_at for handover in found]

@@ -14,36 +14,30 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
-from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
-from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from nodecycle.contracts.disruption_events import NotADisruption
 from nodecycle.contracts.events import Received, from_eventbridge, from_sqs_body
 from nodecycle.contracts.lifecycle_events import InvalidLifecycleEvent, TestNotification
 from nodecycle.domain.model import DisruptionEvent
+from nodecycle.entrypoints import BatchResponse, SqsRecord, partial_batch
 from nodecycle.observability import logger, metrics, tracer
 from nodecycle.wiring.intake import intake, shared
-
-processor = BatchProcessor(event_type=EventType.SQS)
 
 
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
-def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse | None:
+def handler(event: dict[str, Any], context: LambdaContext) -> BatchResponse | None:
     if "Records" in event:
-        return process_partial_response(
-            event=event, record_handler=_queue_record, processor=processor, context=context
-        )
+        return partial_batch(event, _queue_record)
     accept(lambda: from_eventbridge(event))
     return None
 
 
-def _queue_record(record: SQSRecord) -> str:
-    with logger.append_context_keys(message_id=record.message_id):
-        return accept(lambda: from_sqs_body(record.body))
+def _queue_record(record: SqsRecord) -> str:
+    with logger.append_context_keys(message_id=record.get("messageId")):
+        return accept(lambda: from_sqs_body(record["body"]))
 
 
 def accept(parse: Callable[[], list[Received] | TestNotification]) -> str:

@@ -16,7 +16,7 @@ SERVICE = "nodecycle"
 NAMESPACE = "NodeCycle"
 
 logger = Logger(service=SERVICE)
-tracer = Tracer(service=SERVICE)
+tracer = Tracer(service=SERVICE, patch_modules=("botocore",))
 metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
 
 # Many invocations emit only dimensioned metrics, which are flushed on their own (see PowertoolsMetrics):

@@ -71,7 +71,9 @@ Seconds = Annotated[int, Field(ge=0)]
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore", str_strip_whitespace=True)
+    # defer_build: a section's validators are built when it is first used, not at import, so each function
+    # builds its own settings class only (a cold start's share of the import).
+    model_config = ConfigDict(frozen=True, extra="ignore", str_strip_whitespace=True, defer_build=True)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Self:
@@ -161,9 +163,10 @@ class Timing(_Section):
 
     @property
     def redelivery_seconds(self) -> int:
-        """How late a step can run when its invocation dies: redelivered after the visibility timeout, or,
-        if its message was lost, sent again by a watch once the resume grace has passed."""
-        return self.work_visibility_timeout_seconds + self.resume_grace_seconds
+        """How late a step can run after one fault: if its invocation died, redelivered after the visibility
+        timeout; if its message was lost, sent again by a watch once the resume grace has passed (+ a second
+        of rounding each way). One fault at a time: the retry of a retry heartbeats on its own."""
+        return max(self.work_visibility_timeout_seconds, self.resume_grace_seconds + 2)
 
 
 class Drain(_Section):

@@ -93,6 +93,7 @@ class SandboxOptions:
     # False: nothing polls the work queues; a test delivers their messages itself (e.g. to inject crashes).
     sqs_sources_enabled: bool = True
     async_retry_delays: tuple[float, ...] = (1.0, 2.0)
+    async_concurrency: int = 2  # EventBridge and schedule invocations in flight at once, per function
     log_dir: Path | None = None
     # What the platform team applied to the cluster (`kubectl apply -f`): None, <root>/deploy/rbac.yaml;
     # "" nothing (no namespace, no budget ConfigMap, no role: every function call is forbidden).
@@ -290,6 +291,7 @@ class Sandbox:
             schedules_enabled=options.schedules_enabled,
             sqs_sources_enabled=options.sqs_sources_enabled,
             async_retry_delays=options.async_retry_delays,
+            async_concurrency=options.async_concurrency,
             log_dir=options.log_dir,
             identities=self._register_identities,
             layer_dir=options.layer_dir,

@@ -196,9 +196,11 @@ class Doctor:
         rules = aws_checks.HookRules(
             names=tuple(h.strip() for h in self.parameter("ManagedHooks").split(",") if h.strip()),
             transitions=tuple(transitions),
-            min_heartbeat=sum(
-                int(self.parameter(name))
-                for name in ("HeartbeatMarginSeconds", "WorkVisibilityTimeoutSeconds", "ResumeGraceSeconds")
+            # the engine's rule (settings.redelivery_seconds): a margin, plus one fault's delay
+            min_heartbeat=int(self.parameter("HeartbeatMarginSeconds"))
+            + max(
+                int(self.parameter("WorkVisibilityTimeoutSeconds")),
+                int(self.parameter("ResumeGraceSeconds")) + 2,
             ),
             launch_default="ABANDON" if abandons else "CONTINUE",
         )

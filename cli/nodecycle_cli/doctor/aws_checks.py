@@ -22,7 +22,7 @@ class HookRules:
 
     names: tuple[str, ...]  # ManagedHooks ("*": any)
     transitions: tuple[str, ...]  # the transitions nodecycle must hold
-    min_heartbeat: int  # HeartbeatMarginSeconds + WorkVisibilityTimeoutSeconds + ResumeGraceSeconds
+    min_heartbeat: int  # HeartbeatMarginSeconds + max(WorkVisibilityTimeoutSeconds, ResumeGraceSeconds + 2)
     launch_default: str  # the default result a launch hook should have: what nodecycle does on failure
 
     def answers(self, hook: str) -> bool:

@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 MAX_DELAY = 900  # SQS DelaySeconds limit: longer waits are chained
 MAX_RETRY_BACKOFF_SECONDS = 180  # the longest wait before retrying a step after a transient error
 MAX_BACKOFF = MAX_RETRY_BACKOFF_SECONDS / 1.5  # times a jitter of up to 1.5
+HEARTBEAT_RETRY_MIN = timedelta(seconds=5)  # a failed heartbeat is not tried again sooner than this
+MIN_PIECE = timedelta(seconds=1)  # the shortest piece a long wait is cut into
 
 
 @dataclass(frozen=True)
@@ -81,8 +83,11 @@ class Handled(StrEnum):
 class EngineTiming:
     resume_grace: timedelta  # how overdue a message must be before it is presumed lost
     heartbeat_margin: timedelta  # what a step may take, plus the delivery of its message
-    # How late a step can run when its invocation dies: the queue's visibility timeout, then the watch's
-    # grace. A heartbeat must come early enough that such a retry still finds the action alive.
+    # How late after its due time the next run can start when one fault strikes: its invocation dies (the
+    # message comes back after the queue's visibility timeout), or a crash after a commit loses the next
+    # message (the redelivered older one sends a watch, which re-sends it once the resume grace has
+    # passed). One or the other, so the later of the two, not their sum. A heartbeat must come early
+    # enough that such a retry still finds the action alive.
     redelivery: timedelta
     inline_budget: float = 15.0  # seconds a step may take: run the next one inline only with this left
 
@@ -232,21 +237,32 @@ class StepEngine:
         return Outcome.goto(Step.COMPLETE, result=self._failure_result(record), outcome="global-timeout-near")
 
     def _keep_alive(self, record: LifecycleRecord, now: datetime) -> LifecycleRecord:
-        """Heartbeat when the next step, or its retry after a crash, could come after the action timed out;
-        and never let the next step come later than the last moment at which it could still heartbeat."""
+        """Heartbeat only when the hook's deadline needs it: when the next run, or its retry after one fault,
+        could come too late to heartbeat itself. Never let the next step come later than that, nor later than
+        the point where the guard must complete the action.
+
+        The next run starts by ``due_at`` and, after one fault, by ``due_at + redelivery``; it needs
+        ``heartbeat_margin`` to run and record its own heartbeat. So a heartbeat is recorded now exactly when
+        ``due_at`` reaches ``heartbeat_deadline - margin - redelivery``, and a wait longer than that is cut
+        into pieces, each with its heartbeat."""
         if not record.action_open or record.step in (Step.COMPLETE, Step.CLEANUP, Step.DONE):
             return record
         margin = self._timing.heartbeat_margin
         latest = record.global_deadline - margin
         if record.due_at > latest:  # never wait past the point where the guard must complete the action
             record = record.model_copy(update={"due_at": max(now, latest)})
-        renewable = record.heartbeat_deadline < record.global_deadline
-        if renewable and record.due_at + margin + self._timing.redelivery >= record.heartbeat_deadline:
+        if record.heartbeat_deadline >= record.global_deadline:
+            return record  # the action ends before any heartbeat could matter
+        if record.due_at >= self._last_safe_run(record):  # past it already: heartbeat at once
             try:
                 active = self._autoscaling.heartbeat(record.action)
             except TransientError as error:
-                log.warning("heartbeat failed, retrying shortly: %s", error)
-                return record.model_copy(update={"due_at": min(record.due_at, now + timedelta(seconds=5))})
+                retry_at = self._heartbeat_retry(record, now)
+                log.warning(
+                    "heartbeat failed, retrying in %.0f s: %s", (retry_at - now).total_seconds(), error
+                )
+                self._metrics.count("HeartbeatRetries")
+                return record.model_copy(update={"due_at": min(record.due_at, retry_at)})
             if not active:
                 log.warning("the lifecycle action is no longer active (timed out or completed elsewhere)")
                 self._metrics.count("LifecycleActionsExpired")
@@ -259,14 +275,31 @@ class StepEngine:
             record = record.model_copy(
                 update={"heartbeat_deadline": deadline, "heartbeats": record.heartbeats + 1}
             )
-        if (
-            record.heartbeat_deadline < record.global_deadline
-            and record.due_at > record.heartbeat_deadline - margin
-        ):
-            # a wait longer than the hook's heartbeat timeout is cut into pieces, each with its heartbeat
-            cut = max(now + timedelta(seconds=1), record.heartbeat_deadline - margin)
-            record = record.model_copy(update={"due_at": min(record.due_at, cut)})
+        if record.heartbeat_deadline < record.global_deadline and record.due_at > self._last_safe_run(record):
+            # a wait longer than the heartbeat deadline allows is cut into pieces, each with its heartbeat
+            cut = self._last_safe_run(record)
+            if cut <= now:
+                # a hook whose heartbeat timeout is shorter than the margin plus the redelivery leaves no room
+                # for a fault (intake warns about it): the next run only has to come a margin before the
+                # deadline, rather than every second
+                cut = record.heartbeat_deadline - self._timing.heartbeat_margin
+            record = record.model_copy(update={"due_at": max(now + MIN_PIECE, cut)})
         return record
+
+    def _last_safe_run(self, record: LifecycleRecord) -> datetime:
+        """The latest due time of a next run that, even retried after one fault, still heartbeats in time."""
+        return record.heartbeat_deadline - self._timing.heartbeat_margin - self._timing.redelivery
+
+    def _heartbeat_retry(self, record: LifecycleRecord, now: datetime) -> datetime:
+        """When to try a failed (throttled) heartbeat again: half way to the last moment that still leaves
+        room for a fault, or, past it, half way to the last moment a heartbeat keeps the action alive; never
+        sooner than ``HEARTBEAT_RETRY_MIN``. Each failure halves what is left, so a throttled API is asked
+        a few times, not every few seconds, and the action is still renewed before its deadline."""
+        margin = self._timing.heartbeat_margin
+        target = record.heartbeat_deadline - margin - self._timing.redelivery
+        if target <= now:
+            target = record.heartbeat_deadline - margin
+        return now + max(HEARTBEAT_RETRY_MIN, (target - now) / 2)
 
 
 def advance(record: LifecycleRecord, outcome: Outcome, now: datetime) -> LifecycleRecord:

@@ -6,11 +6,10 @@ import os
 from datetime import timedelta
 from functools import cache
 
-from kubernetes.client import CoreV1Api
-
 from nodecycle.adapters.aws.instances import Ec2Instances
 from nodecycle.adapters.kube.budget import ConfigMapBudgetStore, KubeNodeInventory
 from nodecycle.adapters.kube.cluster_api import KubeCluster
+from nodecycle.adapters.kube.core_v1 import CoreV1
 from nodecycle.adapters.kube.eks_access import EksCluster
 from nodecycle.adapters.kube.events import KubeEvents
 from nodecycle.domain.budget import BudgetLimits, DisruptionBudget
@@ -24,7 +23,10 @@ from nodecycle.domain.nodes import NodeFinder
 from nodecycle.settings import Budget, DrainSettings, FunctionSettings
 from nodecycle.wiring.common import Common, common, drain_policy, readiness_policy
 
-NODE_LIST_CACHE = timedelta(seconds=10)
+# How old the budget's view of the nodes in scope may be (see KubeNodeInventory): their count changes as a
+# group scales, slowly; their health (cordons, NotReady) can change at any moment, so it is read more often.
+NODE_COUNTS_MAX_AGE = timedelta(seconds=60)
+NODE_STATES_MAX_AGE = timedelta(seconds=10)
 
 
 @cache
@@ -62,13 +64,16 @@ def cluster(config: FunctionSettings) -> KubeCluster:
 def budget(config: Budget, ports: Common) -> DisruptionBudget:
     access = eks(_cluster_name(ports.settings))
 
-    def core_api() -> CoreV1Api:
-        return CoreV1Api(access.api_client())
+    def core_api() -> CoreV1:
+        return CoreV1(access.api_client())
 
     return DisruptionBudget(
         store=ConfigMapBudgetStore(core_api, namespace=config.budget_namespace),
         nodes=KubeNodeInventory(
-            core_api, label_selector=config.budget_node_selector, cache_ttl=NODE_LIST_CACHE
+            core_api,
+            label_selector=config.budget_node_selector,
+            with_status=config.budget_count_unavailable,
+            max_age=NODE_STATES_MAX_AGE if config.budget_count_unavailable else NODE_COUNTS_MAX_AGE,
         ),
         clock=ports.clock,
         metrics=ports.metrics,

@@ -36,6 +36,7 @@ class AwsControls(Protocol):
         self,
         *,
         ready_after: float | None = None,
+        join_after: float | None = None,
         remove_after: float | None = None,
         never_ready: int = 0,
         never_join: int = 0,
@@ -106,6 +107,7 @@ class AwsControl:
         self,
         *,
         ready_after: float | None = None,
+        join_after: float | None = None,
         remove_after: float | None = None,
         never_ready: int = 0,
         never_join: int = 0,
@@ -117,6 +119,8 @@ class AwsControl:
             plan = emulator.node_plan
             if ready_after is not None:
                 plan.ready_after = ready_after
+            if join_after is not None:
+                plan.join_after = join_after
             if remove_after is not None:
                 plan.remove_after = remove_after
             plan.never_ready += never_ready

@@ -9,6 +9,7 @@ instances), so moto's Describe* answers show the same states the emulation uses.
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import logging
@@ -262,14 +263,21 @@ class LifecycleEmulator:
         )
         join = self.node_plan.next_join()
         if self.nodes is not None:
-            register_node(
+            register = functools.partial(
+                register_node,
                 self.nodes,
-                self.node_plan,
+                copy.copy(self.node_plan),
                 name=node_name,
                 instance_id=instance.id,
                 zone=_zone(state),
                 join=join,
             )
+            if self.node_plan.join_after > 0:
+                timer = threading.Timer(self.node_plan.join_after, register)
+                timer.daemon = True
+                timer.start()
+            else:
+                register()
         hooks = self._hooks(group.name, LAUNCHING)
         if not hooks:
             self._put_in_service(group, state)

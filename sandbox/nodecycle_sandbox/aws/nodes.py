@@ -37,6 +37,8 @@ class NodePlan:
     """
 
     ready_after: float = 0.0
+    # Seconds between an instance's launch and its node's registration (on EKS the kubelet starts after boot).
+    join_after: float = 0.0
     # Seconds between an instance's end and its node's removal (on EKS the cloud controller takes a while).
     remove_after: float = 0.0
     never_ready: int = 0

@@ -7,16 +7,18 @@
         server.settle()                                       # pods scheduled and Ready
         server.url, server.ca_pem, server.token()             # what eks:DescribeCluster + get-token give
         server.write_kubeconfig()                             # for kubectl
-        server.counters(), server.history(), server.objects("pods")
+        server.counters(), server.bytes_sent(), server.history(), server.objects("pods")
 
 Authentication and authorization as on EKS: an EKS token's access key maps to an identity (``access``),
 whose requests RBAC judges (``rbac``, with the manifests given to ``server.apply``); 401 and 403 with the
 real Status bodies; access reviews for ``kubectl auth can-i``.
 
 Served: core/v1 namespaces, nodes (+status), pods (+status, +eviction), configmaps; apps/v1 deployments,
-replicasets, daemonsets; policy/v1 poddisruptionbudgets; coordination.k8s.io/v1 leases. Not served: watch,
-dryRun, server-side apply, deletecollection, scale subresources, protobuf bodies. Finalizers are honoured:
-an object that has them is only marked for deletion until an update removes the last one.
+replicasets, daemonsets; policy/v1 poddisruptionbudgets; coordination.k8s.io/v1 leases; rbac.authorization.k8s.io/v1
+roles, rolebindings, clusterroles, clusterrolebindings; metadata-only and Table representations of reads,
+resourceVersion=0 reads. Not served: watch, dryRun, server-side apply, deletecollection, scale subresources,
+protobuf bodies. Finalizers are honoured: an object that has them is only marked for deletion until an
+update removes the last one.
 """
 
 from nodecycle_sandbox.kube.auth import make_eks_token

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import json
 import re
 import time
@@ -26,6 +27,7 @@ from nodecycle_sandbox.kube.meta import (
     rfc3339,
 )
 from nodecycle_sandbox.kube.patching import PatchError, apply_patch
+from nodecycle_sandbox.kube.read_versions import LATEST, ReadVersion
 from nodecycle_sandbox.kube.resources import (
     ALL,
     CONFIGMAPS,
@@ -66,6 +68,7 @@ class ListOptions:
     field_selector: str = ""
     limit: int = 0
     continue_token: str = ""
+    version: ReadVersion = LATEST
 
 
 def check_preconditions(rt: ResourceType, obj: JsonObj, options: JsonObj) -> None:
@@ -88,8 +91,10 @@ class Api:
 
     # --- reads ------------------------------------------------------------------------------------
 
-    def get(self, rt: ResourceType, namespace: str, name: str) -> JsonObj:
-        obj = self._store.get(rt, namespace, name)
+    def get(self, rt: ResourceType, namespace: str, name: str, version: ReadVersion = LATEST) -> JsonObj:
+        with self._store.lock:
+            version.check(self._store.revision)
+            obj = self._store.get(rt, namespace, name)
         if obj is None:
             raise errors.not_found(rt, name)
         return obj
@@ -98,8 +103,11 @@ class Api:
         labels = parse_label_selector(options.label_selector)
         fields = parse_field_selector(options.field_selector, rt)
         with self._store.lock:
+            options.version.check(self._store.revision, continuing=bool(options.continue_token))
             items = self._store.items(rt, namespace)
             revision = self._store.revision
+        if options.version.from_cache:
+            options = dataclasses.replace(options, limit=0)  # the watch cache sends everything at once
         start_after: tuple[str, str] | None = None
         if options.continue_token:
             revision, start_after = _decode_continue(options.continue_token)

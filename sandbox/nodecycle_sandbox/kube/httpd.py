@@ -114,6 +114,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Cache-Control", "no-cache, private")
         self.end_headers()
+        self.server.router.sent(data)  # counted first: a client that got the answer finds it counted
         self.wfile.write(data)
 
     def log_message(self, format: str, *args: Any) -> None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
-from nodecycle_sandbox.kube import discovery, errors, reviews, tables
+from nodecycle_sandbox.kube import discovery, errors, representation, reviews, tables
 from nodecycle_sandbox.kube.access import Access
 from nodecycle_sandbox.kube.api import Api, ListOptions
 from nodecycle_sandbox.kube.auth import TokenRejected, bearer_token
@@ -20,6 +20,7 @@ from nodecycle_sandbox.kube.kubelet import Kubelet
 from nodecycle_sandbox.kube.meta import JsonObj
 from nodecycle_sandbox.kube.patching import PATCH_TYPES
 from nodecycle_sandbox.kube.rbac import Attributes, User
+from nodecycle_sandbox.kube.read_versions import ReadVersion
 from nodecycle_sandbox.kube.resources import PODS, ResourceType, by_path
 from nodecycle_sandbox.kube.store import Store
 
@@ -72,6 +73,7 @@ class Router:
         self._access = access
 
     def handle(self, request: Request) -> Response:
+        self._counters.begin(received=len(request.body))
         try:
             user = self._authenticate(request)
             return self._route(request, user)
@@ -154,12 +156,12 @@ class Router:
             if request.query.get("watch") in ("1", "true"):
                 raise errors.method_not_allowed("watch is not supported by the nodecycle sandbox")
             listed = self._api.list(rt, target.namespace, _list_options(request.query))
-            return self._read_response(request, rt, listed, listed["items"], listed["metadata"])
+            return self._read_response(request, rt, listed, listed["items"], listed["metadata"], is_list=True)
         if method == "GET":
             self._counters.add("get", resource)
-            obj = self._api.get(rt, namespace, name)
+            obj = self._api.get(rt, namespace, name, _read_version(request.query))
             version = {"resourceVersion": obj["metadata"]["resourceVersion"]}
-            return self._read_response(request, rt, obj, [obj], version)
+            return self._read_response(request, rt, obj, [obj], version, is_list=False)
         if method == "POST" and not name and target.namespace is not None:
             self._counters.add("create", resource)
             return Response(201, self._api.create(rt, namespace, _json_body(request), source=API))
@@ -188,13 +190,27 @@ class Router:
 
     @staticmethod
     def _read_response(
-        request: Request, rt: ResourceType, body: JsonObj, items: list[JsonObj], table_meta: JsonObj
+        request: Request,
+        rt: ResourceType,
+        body: JsonObj,
+        items: list[JsonObj],
+        table_meta: JsonObj,
+        *,
+        is_list: bool,
     ) -> Response:
-        """kubectl asks for server-side printed Tables; every other client gets the objects."""
-        if "as=Table" not in request.headers.get("accept", ""):
-            return Response(200, body)
-        include = request.query.get("includeObject", "Metadata")
-        return Response(200, tables.table(rt, items, table_meta, include))
+        """The objects, a Table (kubectl) or their metadata only, as the Accept header asks."""
+        shape, version = representation.negotiate(request.headers.get("accept", ""), is_list=is_list)
+        if shape is representation.Representation.TABLE:
+            include = request.query.get("includeObject", "Metadata")
+            return Response(200, tables.table(rt, items, table_meta, include))
+        if shape is representation.Representation.METADATA:
+            shaped = representation.partial_list if is_list else representation.partial_object
+            return Response(200, shaped(body, version))
+        return Response(200, body)
+
+    def sent(self, data: bytes) -> None:
+        """The response body the transport wrote for the request being served on this thread."""
+        self._counters.add_bytes(sent=len(data))
 
 
 def _is_non_resource(path: str, segments: list[str]) -> bool:
@@ -288,7 +304,12 @@ def _list_options(query: Mapping[str, str]) -> ListOptions:
         field_selector=query.get("fieldSelector", ""),
         limit=_int_param(query, "limit") or 0,
         continue_token=query.get("continue", ""),
+        version=_read_version(query),
     )
+
+
+def _read_version(query: Mapping[str, str]) -> ReadVersion:
+    return ReadVersion(query.get("resourceVersion", ""), query.get("resourceVersionMatch", ""))
 
 
 def _delete_options(request: Request) -> JsonObj:

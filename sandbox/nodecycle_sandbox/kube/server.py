@@ -396,7 +396,16 @@ class KubeServer:
         """API requests so far by (verb, resource); verbs get, list, create, update, patch, delete."""
         return self._counters.snapshot()
 
+    def bytes_sent(self) -> dict[tuple[str, str], int]:
+        """Response body bytes written so far by (verb, resource), as ``counters`` counts requests."""
+        return self._counters.bytes_sent()
+
+    def bytes_received(self) -> dict[tuple[str, str], int]:
+        """Request body bytes received so far by (verb, resource)."""
+        return self._counters.bytes_received()
+
     def reset_counters(self) -> None:
+        """Start the request and byte counts over."""
         self._counters.reset()
 
     def history(self) -> list[HistoryEntry]:

@@ -253,6 +253,26 @@ class _Pool:
             self._discard()
             raise
 
+    def warm(self, count: int) -> int:
+        """Start workers until ``count`` (at most the pool's size) exist, each idle and warm; returns how
+        many were started."""
+        started = 0
+        while True:
+            with self._cond:
+                if self._count >= min(count, self._size):
+                    return started
+                self._count += 1
+            try:
+                worker = _Worker(self._spec, self._environment, self._log)
+            except BaseException:
+                self._discard()
+                raise
+            if worker.init_error is not None:
+                self.discard(worker)
+                raise RuntimeError(f"{self._spec.logical_id} failed to start: {worker.init_error}")
+            self.release(worker)
+            started += 1
+
     def release(self, worker: _Worker) -> None:
         with self._cond:
             self._idle.append(worker)
@@ -311,6 +331,14 @@ class ProcessInvoker:
                     spec, self._environments[spec.logical_id], self._pool_sizes.get(spec.logical_id, 1), log
                 )
             return self._pools[spec.logical_id]
+
+    def warm(self, spec: FunctionSpec, count: int) -> int:
+        """Start ``spec``'s containers ahead of need, up to ``count``: their cold starts are over."""
+        return self._pool(spec).warm(count)
+
+    def recycle(self, spec: FunctionSpec) -> None:
+        """Stop ``spec``'s idle containers: the next invocations start new ones, with nothing cached."""
+        self._pool(spec).close()
 
     def invoke(self, spec: FunctionSpec, event: Any) -> InvocationResult:
         request_id = str(uuid.uuid4())

@@ -44,6 +44,8 @@ SANDBOX_SECRET_KEY = "sandbox-secret-access-key"
 RUNNER_ACCESS_KEY = "AKIASANDBOXRUNNER000"  # the runner's own deployment work: the account's administrator
 # Lambda's concurrency for an SQS mapping without ScalingConfig is the account's; the sandbox caps it.
 DEFAULT_SQS_CONCURRENCY = 5
+# Asynchronous invocations (EventBridge rules, schedules) in flight at once per function, by default. Lambda
+# runs them with the function's concurrency; the sandbox keeps few worker processes unless told otherwise.
 ASYNC_CONCURRENCY = 2
 STOP_GRACE_SECONDS = 10.0
 
@@ -72,6 +74,7 @@ class Runner:
         min_values: bool = True,
         poll_wait: int = 1,
         async_retry_delays: tuple[float, ...] = (1.0, 2.0),
+        async_concurrency: int = ASYNC_CONCURRENCY,
         schedule_interval: float | None = None,
         schedules_enabled: bool = True,
         sqs_sources_enabled: bool = True,
@@ -100,6 +103,7 @@ class Runner:
         self._min_values = min_values  # False: parameters below their MinValue are accepted (see Intrinsics)
         self._poll_wait = poll_wait
         self._async_retry_delays = async_retry_delays
+        self._async_concurrency = async_concurrency
         self._schedule_interval = schedule_interval
         self._schedules_enabled = schedules_enabled
         self._sqs_sources_enabled = sqs_sources_enabled
@@ -191,7 +195,7 @@ class Runner:
             sqs=self.sqs,
             sender=self._function_sqs,
             retry_delays=self._async_retry_delays,
-            max_workers=ASYNC_CONCURRENCY * max(1, len(specs)),
+            max_workers=self._async_concurrency * max(1, len(specs)),
         )
         if self._sqs_sources_enabled:
             for spec in specs:
@@ -288,6 +292,23 @@ class Runner:
         self.journal.record(Invocation.of(function, "direct", event, result))
         return result
 
+    def warm(self, function: str, count: int | None = None) -> int:
+        """Start the function's containers before they are needed (all it may run at once by default), as a
+        deployment that has been busy before has them: a measurement then sees no cold start. Returns how
+        many were started; inline mode has no containers to start."""
+        assert self._invoker is not None, "the runner is not started"
+        if not isinstance(self._invoker, ProcessInvoker):
+            return 0
+        spec = self.functions[function]
+        return self._invoker.warm(spec, self._pool_size(spec) if count is None else count)
+
+    def recycle(self, function: str) -> None:
+        """Stop the function's idle containers, as Lambda does with containers idle for a while: whatever
+        they cached is gone, and the next invocations start new ones."""
+        assert self._invoker is not None, "the runner is not started"
+        if isinstance(self._invoker, ProcessInvoker):
+            self._invoker.recycle(self.functions[function])
+
     def _invoke(self, spec: FunctionSpec, event: Any) -> InvocationResult:
         assert self._invoker is not None, "the runner is not started"
         return self._invoker.invoke(spec, event)
@@ -368,7 +389,7 @@ class Runner:
     def _pool_size(self, spec: FunctionSpec) -> int:
         size = sum(self._sqs_concurrency(t.max_concurrency) for t in spec.sqs if t.enabled)
         if spec.rules or spec.schedules:
-            size += ASYNC_CONCURRENCY
+            size += self._async_concurrency
         return max(1, size)
 
     def _client(

@@ -17,11 +17,11 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
 
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.addresses import ALLOCATED_AT_TAG, GROUP_TAG, INSTANCE_TAG, OWNER_TAG
+from nodecycle.entrypoints import BatchFailed
 from tests.functions.eip.conftest import (
     AwsLikeEc2,
     addresses,
@@ -132,7 +132,7 @@ def test_a_launch_redelivered_after_a_crash_between_allocation_and_association_l
     (instance,) = run_instances(1)
     record = given(stack, launch_record(instance, at=now()))
     ec2.failures["associate_address"] = [RuntimeError("the Lambda timed out")]
-    with pytest.raises(BatchProcessingError):  # the whole batch failed: SQS delivers it again
+    with pytest.raises(BatchFailed):  # the whole batch failed: SQS delivers it again
         eip_fn.handler(work_event(record), LambdaContext())
     (leftover,) = addresses(**{f"tag:{INSTANCE_TAG}": instance})
     assert "AssociationId" not in leftover

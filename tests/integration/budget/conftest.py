@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 from kubernetes import client
 
+from nodecycle.adapters.kube.core_v1 import CoreV1
 from nodecycle_sandbox.kube import KubeServer
 from nodecycle_sandbox.kube.access import AccessEntry
 
@@ -62,8 +64,10 @@ def server() -> Iterator[KubeServer]:
         yield started
 
 
-@pytest.fixture
-def core(server: KubeServer) -> Iterator[client.CoreV1Api]:
+@pytest.fixture(params=["CoreV1Api", "CoreV1"])
+def core(server: KubeServer, request: pytest.FixtureRequest) -> Iterator[client.CoreV1Api]:
+    """The official client's CoreV1Api, and the product's CoreV1, which makes the same calls without it:
+    the budget's adapters must behave alike on both."""
     api = core_api(server)
-    yield api
+    yield api if request.param == "CoreV1Api" else cast("client.CoreV1Api", CoreV1(api.api_client))
     api.api_client.close()

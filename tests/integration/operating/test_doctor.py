@@ -205,15 +205,15 @@ def test_a_hook_whose_name_is_not_in_managed_hooks_is_named(
 def test_a_heartbeat_timeout_too_short_for_the_settings_is_a_problem(
     doctor: Doctor, hooks: Callable[..., None]
 ) -> None:
-    # Given a terminate hook of 240 s, under 60 (margin) + 150 (visibility) + 60 (resume grace)
-    hooks(put=HookSpec("nodecycle-terminate", TERMINATING, 240, "CONTINUE"))
+    # Given a terminate hook of 200 s, under 60 (margin) + the later of 150 (visibility) and 60 + 2 (resume grace)
+    hooks(put=HookSpec("nodecycle-terminate", TERMINATING, 200, "CONTINUE"))
 
     status, findings = doctor("--stack", STACK)
 
     found = only(findings, "hooks")
     assert (status, found["status"]) == (1, "problem")
     assert found["what"] == (
-        f"hook nodecycle-terminate of group {GROUP} has a heartbeat timeout of 240 s, under the 270 s these "
+        f"hook nodecycle-terminate of group {GROUP} has a heartbeat timeout of 200 s, under the 210 s these "
         "settings need"
     )
     assert "--heartbeat-timeout 600 --default-result CONTINUE" in found["fix"]

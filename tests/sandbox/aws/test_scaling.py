@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 from nodecycle_sandbox.aws import LAUNCHING, TERMINATING
@@ -61,6 +62,22 @@ def test_a_launched_instance_registers_its_node_and_a_terminated_one_removes_it(
 
     # Then its node leaves the cluster
     assert aws.nodes.removed == [name]
+
+
+def test_a_node_can_register_a_while_after_its_instance_launched(aws: Emulation) -> None:
+    # Given kubelets that register their node 0.3 s after their instance launched
+    aws.control.plan_nodes(join_after=0.3)
+
+    # When an instance launches
+    group = aws.group(size=1)
+    (instance,) = group.in_state("InService")
+
+    # Then its node is not there at once, and is registered a moment later
+    assert aws.nodes.node_for_instance(instance) is None
+    deadline = time.monotonic() + 5
+    while aws.nodes.node_for_instance(instance) is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert aws.nodes.node_for_instance(instance) is not None
 
 
 def test_planned_launches_can_register_a_node_that_never_becomes_ready_or_none_at_all(aws: Emulation) -> None:

@@ -183,3 +183,36 @@ def _wait_dead(pid: int) -> None:
     while Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z":
         assert time.monotonic() < deadline, f"process {pid} did not die"
         time.sleep(0.01)
+
+
+def test_containers_started_ahead_take_the_invocations_warm(make_runner: MakeRunner) -> None:
+    # Given a worker function whose two containers are started before any message
+    runner = make_runner(TEMPLATE, {"worker": HANDLER}, mode="process")
+    assert runner.warm("Worker") == 2
+    assert runner.warm("Worker") == 0  # already there: none more (the concurrency is 2)
+
+    # When messages arrive
+    _send(runner, *[f"sleep{n}" for n in range(4)])
+    runner.journal.wait_until(lambda: len(_ok_bodies(runner)) == 4, timeout=15)
+
+    # Then no invocation was a cold start, and only those two containers ran them
+    invocations = runner.journal.invocations("Worker")
+    assert not any(i.cold_start for i in invocations)
+    assert len({i.response["pid"] for i in invocations}) == 2
+
+
+def test_recycled_containers_are_replaced_by_new_ones(make_runner: MakeRunner) -> None:
+    # Given a worker function that handled a message in a warm container
+    runner = make_runner(TEMPLATE, {"worker": HANDLER}, mode="process")
+    _send(runner, "first")
+    (before,) = runner.journal.wait_until(lambda: runner.journal.invocations("Worker"), timeout=10)
+
+    # When its idle containers are recycled and another message comes
+    runner.recycle("Worker")
+    _send(runner, "second")
+    runner.journal.wait_until(lambda: len(_ok_bodies(runner)) == 2, timeout=10)
+
+    # Then a new container (a cold start) handles it
+    after = runner.journal.invocations("Worker")[-1]
+    assert after.cold_start
+    assert after.response["pid"] != before.response["pid"]

@@ -11,7 +11,7 @@ from nodecycle.domain.completion import CompleteAction
 from nodecycle.domain.engine import EngineTiming, Handled, Outcome, StepEngine
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import Worker
-from nodecycle.domain.model import LifecycleRecord, Step, Transition, global_deadline
+from nodecycle.domain.model import ActionRef, LifecycleRecord, Step, Transition, global_deadline
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.lifecycle import WorkMessage
 from tests.support.fakes import T0, FakeAutoscaling, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
@@ -306,6 +306,112 @@ def test_a_wait_longer_than_the_heartbeat_timeout_is_cut_into_pieces_that_each_h
     assert first.delay == second.delay == HEARTBEAT - MARGIN
     assert len(world.autoscaling.heartbeats) == 2
     assert world.record().heartbeat_deadline == world.clock.now() + timedelta(seconds=HEARTBEAT)
+
+
+ONE_FAULT = 150  # the template's defaults: the work queues' visibility timeout (150 s) > resume grace + 2
+
+
+class ThrottledAutoscaling(FakeAutoscaling):
+    """Heartbeats fail as throttled until ``throttled`` of them have been refused."""
+
+    def __init__(self, throttled: int) -> None:
+        super().__init__()
+        self.throttled = throttled
+        self.refused = 0
+
+    def heartbeat(self, action: ActionRef) -> bool:
+        if self.refused < self.throttled:
+            self.refused += 1
+            raise TransientError("Throttling: Rate exceeded")
+        return super().heartbeat(action)
+
+
+def run_for(world: World, engine: StepEngine, seconds: float) -> list[LifecycleRecord]:
+    """Deliver each message at its due time until ``seconds`` have passed; the records as each run left them."""
+    end = world.clock.now() + timedelta(seconds=seconds)
+    seen = []
+    while (record := world.record()).due_at <= end and not record.finished:
+        world.clock.current = max(world.clock.current, record.due_at)
+        world.queues.take()
+        engine.handle(world.message())
+        seen.append(world.record())
+    return seen
+
+
+def test_a_waiter_heartbeats_only_as_often_as_the_deadline_needs_and_its_next_run_survives_a_fault() -> None:
+    # Given a node waiting for a budget slot, retrying every 30 s, in a hook with a 300 s heartbeat timeout
+    world = World(redelivery=ONE_FAULT)
+    world.records.create(make_record(PLAN))
+    engine = world.engine({Step.ACQUIRE_SLOT: lambda record, now: Outcome.wait(30)})
+
+    # When it waits for an hour
+    runs = run_for(world, engine, 3600)
+
+    # Then every next run, even retried after a fault, still comes a margin before the heartbeat deadline...
+    for record in runs:
+        late = record.due_at + timedelta(seconds=ONE_FAULT + MARGIN)
+        assert late <= record.heartbeat_deadline, f"{record.due_at} retried at {late}"
+    # ...and it heartbeats once per 60 s window the deadline allows (300 - 60 - 150 - 30), not on each retry
+    assert len(runs) == 121
+    assert len(world.autoscaling.heartbeats) <= 61
+
+
+def test_a_long_wait_is_cut_so_that_its_next_run_retried_after_a_fault_still_finds_the_action_alive() -> None:
+    # Given a step that asks to wait 15 minutes in a hook whose heartbeat timeout is 5 minutes, and a next
+    # run that may come 150 s late if its invocation dies
+    world = World(redelivery=ONE_FAULT)
+    world.records.create(make_record(PLAN, Step.ACQUIRE_SLOT))
+    engine = world.engine({Step.ACQUIRE_SLOT: Script([Outcome.wait(900)])})
+
+    # When it runs
+    engine.handle(world.message())
+
+    # Then it heartbeats, and its wait ends early enough that a retry 150 s late still heartbeats in time
+    (sent,) = world.queues.take()
+    assert len(world.autoscaling.heartbeats) == 1
+    assert sent.delay == HEARTBEAT - MARGIN - ONE_FAULT
+
+
+def test_a_throttled_heartbeat_is_asked_again_with_backoff_and_still_renews_the_action_in_time() -> None:
+    # Given a long wait whose heartbeats are throttled six times in a row
+    world = World(redelivery=ONE_FAULT)
+    world.autoscaling = ThrottledAutoscaling(throttled=6)
+    world.records.create(make_record(PLAN, Step.ACQUIRE_SLOT))
+    engine = world.engine({Step.ACQUIRE_SLOT: lambda record, now: Outcome.wait(900)})
+
+    # When it runs until a heartbeat goes through
+    delays = []
+    while not world.autoscaling.heartbeats:
+        engine.handle(world.message())
+        (sent,) = world.queues.take()
+        delays.append(sent.delay)
+        world.clock.advance(sent.delay)
+
+    # Then each retry waits half of what is left before the last run that could survive a fault (90 s in),
+    # never less than 5 s; past it, half of what is left before the deadline's margin (240 s in)...
+    assert delays[:6] == [45, 22, 12, 6, 5, 75]
+    # ...and the heartbeat that went through came before the action's deadline
+    assert world.autoscaling.refused == 6
+    assert world.clock.now() - timedelta(seconds=delays[-1]) < T0 + timedelta(seconds=HEARTBEAT - MARGIN)
+    assert world.metrics.counts["HeartbeatRetries"] == 6
+
+
+def test_a_run_soon_after_a_heartbeat_does_not_heartbeat_again() -> None:
+    # Given a waiter that just heartbeat, woken a few seconds later (a budget slot was freed)
+    world = World(redelivery=ONE_FAULT)
+    world.records.create(make_record(PLAN))
+    engine = world.engine({Step.ACQUIRE_SLOT: lambda record, now: Outcome.wait(30)})
+    world.clock.advance(100)
+    engine.handle(world.message())
+    assert len(world.autoscaling.heartbeats) == 1
+    world.clock.advance(5)
+
+    # When the woken run waits again
+    record = world.record()
+    engine.handle(WorkMessage(record_id=record.id, seq=record.seq, step=record.step, wake=True))
+
+    # Then the deadline renewed 5 s ago still covers the next run and its retry: no second heartbeat
+    assert len(world.autoscaling.heartbeats) == 1
 
 
 def test_a_successful_poll_resets_the_retry_count_after_transient_errors() -> None:

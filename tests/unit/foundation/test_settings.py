@@ -13,6 +13,7 @@ from nodecycle.settings import (
     SettingsError,
     SweeperSettings,
 )
+from nodecycle.wiring.common import common
 
 REQUIRED = {
     "NODECYCLE_OWNER_ID": "stack-a",
@@ -116,3 +117,23 @@ def test_a_setting_a_function_does_not_read_is_not_its_concern() -> None:
     with pytest.raises(SettingsError, match="NODECYCLE_EIP_POOL_NAME"):
         IntakeSettings.from_env(env)
     assert DrainSettings.from_env(env).owner_id == "stack-a"
+
+
+@pytest.mark.parametrize(
+    ("visibility", "grace", "one_fault"),
+    [("150", "60", 150), ("60", "120", 122)],
+)
+def test_the_engine_times_heartbeats_for_one_fault_at_a_time_not_for_two(
+    visibility: str, grace: str, one_fault: int
+) -> None:
+    # Given the work queues' visibility timeout and the resume grace
+    env = {
+        **REQUIRED,
+        "NODECYCLE_WORK_VISIBILITY_TIMEOUT_SECONDS": visibility,
+        "NODECYCLE_RESUME_GRACE_SECONDS": grace,
+    }
+    # When the wiring times the engine
+    timing = common(DrainSettings.from_env(env)).timing
+    # Then a next run is retried after a dead invocation (visibility) or after a lost message (grace, and a
+    # second of rounding), whichever is later: not after both
+    assert timing.redelivery.total_seconds() == one_fault

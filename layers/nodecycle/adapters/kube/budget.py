@@ -18,6 +18,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from nodecycle.adapters.kube.errors import kube_errors
+from nodecycle.adapters.kube.lists import pages
 from nodecycle.domain.budget import BudgetDocument, NodeState
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.ports.cluster import ZONE_LABEL
@@ -145,7 +146,24 @@ class ConfigMapBudgetStore:
 
 
 class KubeNodeInventory:
-    """The nodes matching a label selector (all nodes when empty), listed at most once per ``cache_ttl``.
+    """The nodes in the budget's scope: those matching a label selector (all nodes when it is empty).
+
+    Only what the budget needs is read, and not on every poll:
+
+    - without ``with_status`` (percent limits alone), each node's metadata (its name and zone label), as a
+      ``PartialObjectMetadataList``; with it (counting unavailable nodes), whole nodes, whose cordon and
+      Ready condition are in spec and status;
+    - with ``resourceVersion=0``, from the API server's watch cache rather than from etcd;
+    - at most once per ``max_age`` per container: a cached list serves the budget's decisions in between.
+
+    Why stale counts are safe: the budget re-resolves its limits at every grant, renewal and release, and
+    the holders it counts (nodecycle's own disruption) are read fresh from the ConfigMap at every write, so
+    no grant can exceed the limits the counts give. A count at most ``max_age`` old can only make a percent
+    limit lag behind nodes that joined or left within ``max_age`` (ceil(p x that many) slots at most: none
+    for a steady group), and a node another tool cordoned or that went NotReady within ``max_age`` is
+    counted that much later, as it would be if it changed just after a fresh list. ``max_age`` must stay
+    well under the time a group's size or health takes to change much: a minute for counts, seconds for
+    states (see the drain's wiring).
 
     The cache's age is measured on the wall clock: a Lambda environment frozen between invocations may see
     its monotonic clock stand still, and would trust an hours-old list.
@@ -155,15 +173,15 @@ class KubeNodeInventory:
         self,
         core_v1_api_factory: CoreV1Factory,
         label_selector: str = "",
-        cache_ttl: timedelta = timedelta(seconds=10),
+        max_age: timedelta = timedelta(seconds=10),
         *,
-        page_size: int = 500,
+        with_status: bool = True,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._api = core_v1_api_factory
         self._selector = label_selector
-        self._ttl = cache_ttl.total_seconds()
-        self._page_size = page_size
+        self._max_age = max_age.total_seconds()
+        self._with_status = with_status
         self._wall_clock = wall_clock
         self._lock = threading.Lock()
         self._cached: tuple[float, list[NodeState]] | None = None
@@ -171,30 +189,31 @@ class KubeNodeInventory:
     def nodes_in_scope(self) -> list[NodeState]:
         with self._lock:
             now = self._wall_clock()
-            if self._cached is None or not 0 <= now - self._cached[0] < self._ttl:
+            if self._cached is None or not 0 <= now - self._cached[0] < self._max_age:
                 self._cached = (now, self._list())
             return list(self._cached[1])
 
     def _list(self) -> list[NodeState]:
-        api = self._api()
-        nodes: list[NodeState] = []
-        token = None
-        with kube_errors("listing nodes"):
-            while True:
-                # raw JSON: the client's model deserialization of full Node objects is slow, and we need
-                # four fields of each
-                response = api.list_node(
-                    label_selector=self._selector,
-                    limit=self._page_size,
-                    _continue=token,
-                    _preload_content=False,
-                    _request_timeout=REQUEST_TIMEOUT,
-                )
-                page = json.loads(response.data)
-                nodes += [_node_state(item) for item in page.get("items") or []]
-                token = (page.get("metadata") or {}).get("continue")
-                if not token:
-                    return nodes
+        read = _node_state if self._with_status else _node_metadata
+        found = pages(
+            self._api().list_node,
+            "listing nodes",
+            metadata_only=not self._with_status,
+            label_selector=self._selector,
+            _request_timeout=REQUEST_TIMEOUT,
+        )
+        return [read(item) for item in found]
+
+
+def _node_metadata(node: dict[str, Any]) -> NodeState:
+    """A node known by its metadata only: counted, never counted as unavailable."""
+    metadata = node.get("metadata") or {}
+    return NodeState(
+        name=metadata["name"],
+        zone=(metadata.get("labels") or {}).get(ZONE_LABEL),
+        schedulable=True,
+        ready=True,
+    )
 
 
 def _node_state(node: dict[str, Any]) -> NodeState:

@@ -12,12 +12,14 @@ from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any
 
-from kubernetes.client import ApiClient, CoreV1Api, V1DeleteOptions, V1Eviction, V1ObjectMeta, V1Preconditions
+from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from nodecycle.adapters.kube.core_v1 import CoreV1
 from nodecycle.adapters.kube.eks_access import REQUEST_TIMEOUT
 from nodecycle.adapters.kube.errors import kube_errors
+from nodecycle.adapters.kube.lists import PAGE, pages
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.ports.cluster import (
     EXCLUDE_LB_LABEL,
@@ -35,7 +37,6 @@ log = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
 LEGACY_ZONE_LABEL = "failure-domain.beta.kubernetes.io/zone"
-PAGE = 500
 
 
 def instance_of(provider_id: str | None) -> str | None:
@@ -93,12 +94,12 @@ def _json(response: Any) -> dict[str, Any]:
 class KubeCluster:
     def __init__(self, api_client: Callable[[], ApiClient]) -> None:
         self._api_client = api_client
-        self._core: CoreV1Api | None = None
+        self._core: CoreV1 | None = None
 
     @property
-    def _api(self) -> CoreV1Api:
+    def _api(self) -> CoreV1:
         if self._core is None:
-            self._core = CoreV1Api(self._api_client())
+            self._core = CoreV1(self._api_client())
         return self._core
 
     # -- nodes ------------------------------------------------------------------------------------------
@@ -128,25 +129,23 @@ class KubeCluster:
         return node_info(_json(response))
 
     def node_names(self) -> set[str]:
-        return {node.name for node in self._nodes()}
+        # names are metadata: the nodes' spec and status are not fetched
+        return {item["metadata"]["name"] for item in self._list_nodes(metadata_only=True)}
 
     def nodes_owned_by(self, owner: str) -> list[NodeInfo]:
         # Annotations cannot be selected on: one paged list of the nodes, filtered here.
         return [node for node in self._nodes() if node.owner == owner]
 
     def _nodes(self) -> Iterator[NodeInfo]:
-        token: str | None = None
-        while True:
-            with kube_errors("listing nodes"):
-                response = self._api.list_node(
-                    limit=PAGE, _continue=token, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
-                )
-            page = _json(response)
-            for item in page.get("items") or []:
-                yield node_info(item)
-            token = (page.get("metadata") or {}).get("continue")
-            if not token:
-                return
+        return (node_info(item) for item in self._list_nodes())
+
+    def _list_nodes(self, *, metadata_only: bool = False) -> Iterator[dict[str, Any]]:
+        return pages(
+            self._api.list_node,
+            "listing nodes",
+            metadata_only=metadata_only,
+            _request_timeout=REQUEST_TIMEOUT,
+        )
 
     def claim_node(
         self, node: NodeInfo, *, owner: str, in_progress: str, cordon: bool, exclude_from_lb: bool
@@ -196,6 +195,8 @@ class KubeCluster:
     # -- pods -------------------------------------------------------------------------------------------
 
     def pods_on(self, node: str) -> list[PodInfo]:
+        # A consistent read (no resourceVersion): whether the node is empty must not come from a cache
+        # that may lag behind the evictions.
         pods: list[PodInfo] = []
         token: str | None = None
         while True:
@@ -214,12 +215,12 @@ class KubeCluster:
                 return pods
 
     def evict(self, pod: PodInfo, grace_seconds: int) -> EvictionResult:
-        body = V1Eviction(
-            api_version="policy/v1",
-            kind="Eviction",
-            metadata=V1ObjectMeta(name=pod.name, namespace=pod.namespace),
-            delete_options=_delete_options(pod, grace_seconds),
-        )
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": pod.name, "namespace": pod.namespace},
+            "deleteOptions": _delete_options(pod, grace_seconds),
+        }
         try:
             self._api.create_namespaced_pod_eviction(
                 pod.name, pod.namespace, body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
@@ -259,9 +260,9 @@ class KubeCluster:
         return True
 
 
-def _delete_options(pod: PodInfo, grace_seconds: int) -> V1DeleteOptions:
+def _delete_options(pod: PodInfo, grace_seconds: int) -> dict[str, Any]:
     # The uid precondition makes sure a pod recreated under the same name (a StatefulSet's) is not hit.
-    return V1DeleteOptions(grace_period_seconds=grace_seconds, preconditions=V1Preconditions(uid=pod.uid))
+    return {"gracePeriodSeconds": grace_seconds, "preconditions": {"uid": pod.uid}}
 
 
 def _disruption_budget_cause(error: ApiException) -> str | None:

@@ -1,0 +1,230 @@
+"""Benchmark: hundreds of lifecycle actions at once, end to end in the sandbox.
+
+A group scales out from 0 to N instances in one step (N launch actions at once), then in from N to 0 (N
+terminate actions at once, a scale-in). The hooks notify the intake queue as well as EventBridge, as a hook
+with an SQS target does in AWS (every action arrives twice; intake keeps one), so intake runs with the
+template's queue settings (batch size, concurrency), as the drain function does with its own. The nodes
+have no pods: what is measured is intake, the record writes and each lifecycle's first step, not drains.
+The functions' containers are started before the bursts (see harness.WARM).
+
+- launches: from the scale-out to the last lifecycle record written, and to the last first step run (the
+  readiness gate's first look at its node);
+- terminations: from the scale-in to the last record written, and to the last slot decision (the moment
+  the last node entered the budget ConfigMap, as a holder or a waiter: with a budget of 10, nearly all of
+  them wait);
+- the budget under that load: slot decisions (each run of a waiting lifecycle's step) per second, and
+  409 conflicts per decision, counted by the API server (write requests minus writes kept).
+
+Times come from the sandbox's records: the records' ``received_at`` as DynamoDB holds them, the runner's
+journal (each invocation, with the messages it carried) and the API server's write history. They are
+timing figures, of the sandbox on this machine: the sandbox's load is reported with them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from benchmarks import load
+from benchmarks.harness import sandbox as start_sandbox
+from benchmarks.records import budget_writes
+from benchmarks.report import Result, Row
+from nodecycle_sandbox import Sandbox
+from nodecycle_sandbox.aws.group import wait_for
+
+BUDGET = 10
+PARAMETERS = {"BudgetMaxUnavailable": str(BUDGET), "EipMode": "off"}  # the template's queue settings
+
+
+@dataclass(frozen=True)
+class Burst:
+    transition: str
+    size: int
+    last_record: float  # seconds from the scaling call to the last record written
+    last_first_step: float  # to the last lifecycle's first step (launches) or slot decision (terminations)
+    invocations: dict[str, int]  # function -> invocations during the burst
+    load: list[str]
+
+
+@dataclass(frozen=True)
+class Contention:
+    decisions: int
+    seconds: float
+    conflicts: int
+    configmap_requests: int
+
+
+@dataclass(frozen=True)
+class Bursts:
+    launches: Burst
+    terminations: Burst
+    contention: Contention
+
+
+def run(size: int, log_dir: Path) -> Bursts:
+    """Scale a group out to ``size`` and back in, measuring each burst."""
+    with start_sandbox(parameters=PARAMETERS, size=0, log_dir=log_dir, hook_target="sqs") as box:
+        launches = _launch(box, size)
+        terminations, contention = _scale_in(box, size)
+    return Bursts(launches, terminations, contention)
+
+
+def _launch(box: Sandbox, size: int) -> Burst:
+    began = time.time()
+    with load.sampled() as sampled:
+        box.asg.set_desired(size)
+        records = wait_for(lambda: _records(box, "launch", size, began), 120 + size, "every launch record")
+        first_steps = wait_for(lambda: _first_steps(box, records, began), 120 + size, "every first step")
+        box.asg.wait_in_service(size, timeout=300 + size)
+    end = max(first_steps.values())
+    _settle_journal(box, end)
+    return Burst(
+        "launch",
+        size,
+        max(records.values()) - began,
+        end - began,
+        _invocations(box, began, end),
+        sampled.summary(began, end),
+    )
+
+
+def _scale_in(box: Sandbox, size: int) -> tuple[Burst, Contention]:
+    nodes = {box.kube.node_for_instance(instance) for instance in box.asg.in_state("InService")}
+    box.kube.reset_history()
+    box.kube.reset_counters()
+    began = time.time()
+    with load.sampled() as sampled:
+        box.asg.set_desired(0)
+        records = wait_for(
+            lambda: _records(box, "terminate", size, began), 120 + size, "every terminate record"
+        )
+        decided = wait_for(lambda: _slot_decisions(box, nodes), 120 + size, "every slot decision")
+        calls = box.kube.counters()
+    end = max(decided.values())
+    _settle_journal(box, end)
+    attempted = calls.get(("update", "configmaps"), 0) + calls.get(("create", "configmaps"), 0)
+    decisions = _decisions(box, began, end)
+    contention = Contention(
+        decisions=decisions,
+        seconds=end - began,
+        conflicts=max(0, attempted - len(budget_writes(box.kube.history()))),
+        configmap_requests=sum(n for (_, resource), n in calls.items() if resource == "configmaps"),
+    )
+    burst = Burst(
+        "terminate",
+        size,
+        max(records.values()) - began,
+        end - began,
+        _invocations(box, began, end),
+        sampled.summary(began, end),
+    )
+    return burst, contention
+
+
+def _records(box: Sandbox, transition: str, size: int, since: float) -> dict[str, float] | None:
+    """Lifecycle id -> when its record was written (its received_at), for the records written since
+    ``since``, once there are ``size`` of them."""
+    table = box.runner.table("LifecycleTable").name
+    found: dict[str, float] = {}
+    for page in box.runner.dynamodb.get_paginator("scan").paginate(TableName=table):
+        for item in page.get("Items", []):
+            record_id = item["id"]["S"]
+            written = datetime.fromisoformat(item["received_at"]["S"]).timestamp()
+            if f"/{transition}/" in record_id and written >= since:
+                found[record_id] = written
+    return found if len(found) >= size else None
+
+
+def _first_steps(box: Sandbox, records: dict[str, float], since: float) -> dict[str, float] | None:
+    """Lifecycle id -> when the invocation that ran its first step (seq 0) ended."""
+    done: dict[str, float] = {}
+    for invocation in box.runner.journal.invocations(function="DrainFunction"):
+        if invocation.started_at < since:
+            continue
+        for record in (invocation.event or {}).get("Records", []):
+            message = json.loads(record["body"])
+            if message.get("seq") == 0 and message["record_id"] in records:
+                done.setdefault(message["record_id"], invocation.finished_at)
+    return done if len(done) >= len(records) else None
+
+
+def _slot_decisions(box: Sandbox, nodes: set[str | None]) -> dict[str, float] | None:
+    """Node -> when it first entered the budget (holder or waiter), once every node has."""
+    entered: dict[str, float] = {}
+    for write in budget_writes(box.kube.history()):
+        for entry in (*write.holders, *write.waiters):
+            entered.setdefault(entry.node, write.time)
+    return entered if all(node in entered for node in nodes) else None
+
+
+def _settle_journal(box: Sandbox, end: float, quiet: float = 3.0, timeout: float = 60.0) -> None:
+    """Wait until the invocations that started by ``end`` are all in the journal (it records an invocation
+    when it ends): none more for ``quiet`` seconds."""
+    deadline = time.monotonic() + timeout
+    seen, since = -1, time.monotonic()
+    while time.monotonic() < deadline:
+        count = sum(1 for invocation in box.runner.journal.invocations() if invocation.started_at <= end)
+        if count != seen:
+            seen, since = count, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            return
+        time.sleep(0.2)
+
+
+def _decisions(box: Sandbox, began: float, end: float) -> int:
+    """Runs of the slot step (first runs, retries, wake-ups) that started within the burst."""
+    count = 0
+    for invocation in box.runner.journal.invocations(function="DrainFunction"):
+        if began <= invocation.started_at <= end:
+            for record in (invocation.event or {}).get("Records", []):
+                if json.loads(record["body"]).get("step") == "acquire-slot":
+                    count += 1
+    return count
+
+
+def _invocations(box: Sandbox, began: float, end: float) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for invocation in box.runner.journal.invocations():
+        if began <= invocation.started_at <= end:
+            counts[invocation.function] = counts.get(invocation.function, 0) + 1
+    return counts
+
+
+def result(found: Bursts) -> Result:
+    launches, terminations, contention = found.launches, found.terminations, found.contention
+    n = launches.size
+    per_second = contention.decisions / contention.seconds if contention.seconds else 0.0
+    rows = [
+        Row(f"{n} launches at once: last record written", launches.last_record, None, "s", "-"),
+        Row(
+            f"{n} launches at once: last first step (readiness gate)",
+            launches.last_first_step,
+            None,
+            "s",
+            "-",
+        ),
+        Row(f"{n} terminations at once: last record written", terminations.last_record, None, "s", "-"),
+        Row(f"{n} terminations at once: last slot decision", terminations.last_first_step, None, "s", "-"),
+        Row(f"budget with {n} waiters: slot decisions per second", per_second, None, "", "-"),
+        Row(
+            f"budget with {n} waiters: 409 conflicts per decision",
+            contention.conflicts / max(1, contention.decisions),
+            None,
+            "",
+            "-",
+        ),
+    ]
+    details = [
+        f"a group scaled from 0 to {n} and back to 0 in one step each; hooks notify the intake queue and "
+        f"EventBridge; the template's queue settings; budget {BUDGET} in all; nodes without pods",
+        f"launches: invocations {launches.invocations}",
+        *launches.load,
+        f"terminations: invocations {terminations.invocations}; {contention.decisions} slot decisions in "
+        f"{contention.seconds:.1f} s, {contention.conflicts} conflicts (409), {contention.configmap_requests} "
+        f"ConfigMap requests",
+        *terminations.load,
+    ]
+    return Result(f"bursts of {n} lifecycle actions", rows, details)

@@ -1,0 +1,221 @@
+"""Benchmark: the cold import of each function, from the built artifact, against ``import boto3``.
+
+What Lambda's init phase does first is import the handler module: ``app`` from the function's directory,
+with the layer's ``python/`` directory on the path, on a read-only file system (nothing can be compiled and
+kept). Each figure is the median of several fresh interpreters (``python -I -S``: no site-packages, only the
+function's directory and the layer on the path; ``PYTHONDONTWRITEBYTECODE``; Lambda's environment
+variables, which powertools and the X-Ray SDK look at), timed inside the interpreter around the import, in
+CPU time (what the import costs; on a shared machine the wall time also counts the other processes) and in
+wall time (shown). Every function is measured in the same run as its baseline, side by side.
+
+The artifact is ``.aws-sam/build`` (``make build``): the functions' code, and the layer as
+``layers/Makefile`` builds it (pinned wheels, the package, every module compiled to unchecked-hash .pyc).
+The layer built for Lambda (arm64) cannot be imported on another architecture (its compiled extensions):
+elsewhere, the same make target builds it again for this machine (``.aws-sam/bench-host``), the only
+difference being the platform of the compiled wheels.
+
+For comparison, the same imports without the .pyc files (``-X pycache_prefix`` pointing at an empty
+directory: every module compiled as it is imported, as from the layer before), and the floor set by the
+dependencies every function imports: boto3, pydantic, and powertools' Logger, Metrics and Tracer (which
+patches botocore for X-Ray).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks.report import Result, Row
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILD = ROOT / ".aws-sam" / "build"
+HOST_BUILD = ROOT / ".aws-sam" / "bench-host"
+FUNCTIONS = {
+    "intake": "IntakeFunction",
+    "eip": "EipFunction",
+    "drain": "DrainFunction",
+    "sweeper": "SweeperFunction",
+}
+TARGETS = {"intake": 1.3, "eip": 1.3, "drain": 2.5}  # x import boto3
+BOTO3 = "import boto3"
+FLOOR = (
+    "import boto3, pydantic; from aws_lambda_powertools import Logger, Metrics, Tracer; "
+    'Logger(service="nodecycle"); Metrics(namespace="NodeCycle"); Tracer(patch_modules=("botocore",))'
+)
+HANDLER = "import app"
+HOST_PLATFORMS = {
+    "x86_64": "manylinux2014_x86_64 manylinux_2_28_x86_64 manylinux_2_34_x86_64",
+    "aarch64": "manylinux2014_aarch64 manylinux_2_28_aarch64 manylinux_2_34_aarch64",
+}
+
+
+@dataclass(frozen=True)
+class Import:
+    cpu: float  # seconds, median
+    wall: float
+    kubernetes: bool  # the Kubernetes client was imported
+
+
+@dataclass(frozen=True)
+class ColdStart:
+    runs: int
+    layer: Path
+    precompiled: dict[str, Import]  # "boto3", "floor", and each function
+    source_only: dict[str, Import]  # the same without .pyc files
+
+
+def layer_dir() -> Path:
+    """The built layer's ``python/`` for this machine (building it for this machine if it must)."""
+    built = BUILD / "NodecycleLayer"
+    if not (built / "python").is_dir():
+        raise RuntimeError(f"no built layer in {built}: run `make build` first")
+    machine = platform.machine().lower().replace("arm64", "aarch64")
+    if sys.platform == "linux" and machine == "aarch64":
+        return built / "python"  # Lambda's platform: the artifact as it is
+    if machine not in HOST_PLATFORMS or sys.platform != "linux":
+        raise RuntimeError(f"no manylinux wheels for this machine ({sys.platform} {machine})")
+    host = HOST_BUILD / "NodecycleLayer"
+    stamp = host / ".built-from"
+    source = str((built / "python" / "nodecycle" / "__init__.py").stat().st_mtime_ns)
+    if not stamp.exists() or stamp.read_text() != source:
+        subprocess.run(
+            [
+                "make",
+                "--no-print-directory",
+                "-C",
+                str(ROOT / "layers"),
+                "build-NodecycleLayer",
+                f"ARTIFACTS_DIR={host}",
+                f"PYTHON={sys.executable}",
+                f"PLATFORMS={HOST_PLATFORMS[machine]}",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        stamp.write_text(source)
+    return host / "python"
+
+
+def _measure(statement: str, function: str, layer: Path, *, no_pyc: Path | None) -> tuple[float, float, bool]:
+    code_dir = BUILD / FUNCTIONS[function]
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONDONTWRITEBYTECODE": "1",  # /opt and /var/task are read-only on Lambda
+        "LAMBDA_TASK_ROOT": str(code_dir),
+        "AWS_LAMBDA_FUNCTION_NAME": f"nodecycle-{function}",
+        "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "512",
+        "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
+        "AWS_EXECUTION_ENV": "AWS_Lambda_python3.13",
+        "AWS_REGION": "eu-west-1",
+        "AWS_DEFAULT_REGION": "eu-west-1",
+        "_HANDLER": "app.handler",
+        "POWERTOOLS_SERVICE_NAME": "nodecycle",
+        "POWERTOOLS_METRICS_NAMESPACE": "NodeCycle",
+    }
+    program = (
+        "import sys, time\n"
+        f"sys.path[0:0] = [{str(code_dir)!r}, {str(layer)!r}]\n"
+        "cpu, wall = time.process_time(), time.perf_counter()\n"
+        f"{statement}\n"
+        "print(time.process_time() - cpu, time.perf_counter() - wall, 'kubernetes' in sys.modules)\n"
+    )
+    flags = ["-X", f"pycache_prefix={no_pyc}"] if no_pyc is not None else []
+    done = subprocess.run(
+        # -B as well as PYTHONDONTWRITEBYTECODE, which -I ignores: nothing written, as on Lambda
+        [sys.executable, "-I", "-S", "-B", *flags, "-c", program],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=code_dir,
+        check=False,
+    )
+    if done.returncode:
+        raise RuntimeError(f"{statement} ({function}) failed:\n{done.stderr[-2000:]}")
+    cpu, wall, kubernetes = done.stdout.split()
+    return float(cpu), float(wall), kubernetes == "True"
+
+
+def run(runs: int) -> ColdStart:
+    layer = layer_dir()
+    cases = {"boto3": (BOTO3, "intake"), "floor": (FLOOR, "intake")} | {
+        name: (HANDLER, name) for name in FUNCTIONS
+    }
+    found: dict[str, dict[str, Import]] = {}
+    with tempfile.TemporaryDirectory(prefix="nodecycle-no-pyc-") as empty:
+        for label, no_pyc in (("precompiled", None), ("source_only", Path(empty))):
+            samples: dict[str, list[tuple[float, float, bool]]] = {name: [] for name in cases}
+            for _ in range(runs):  # interleaved: a burst of load on the machine hits every case alike
+                for name, (statement, function) in cases.items():
+                    samples[name].append(_measure(statement, function, layer, no_pyc=no_pyc))
+            found[label] = {
+                name: Import(
+                    cpu=statistics.median(s[0] for s in taken),
+                    wall=statistics.median(s[1] for s in taken),
+                    kubernetes=any(s[2] for s in taken),
+                )
+                for name, taken in samples.items()
+            }
+    return ColdStart(runs, layer, found["precompiled"], found["source_only"])
+
+
+def result(cold: ColdStart) -> Result:
+    boto3 = cold.precompiled["boto3"].cpu
+    rows = []
+    for name in FUNCTIONS:
+        measured = cold.precompiled[name]
+        target = TARGETS.get(name)
+        rows.append(
+            Row(
+                f"cold import of {name} vs import boto3 (CPU, built layer)",
+                measured.cpu,
+                boto3,
+                "s",
+                f"<= {target:.1f}x" if target else "-",
+                None if target is None else measured.cpu <= target * boto3,
+            )
+        )
+    floor = cold.precompiled["floor"].cpu
+    rows.append(Row("  the floor: boto3 + pydantic + powertools (CPU)", floor, boto3, "s", "-"))
+    without = [name for name in ("intake", "eip") if not cold.precompiled[name].kubernetes]
+    rows.append(
+        Row(
+            "functions that import no Kubernetes client (intake, eip)",
+            len(without),
+            2,
+            "",
+            "= 2",
+            len(without) == 2,
+        )
+    )
+    source_boto3 = cold.source_only["boto3"].cpu
+    details = [
+        f"median of {cold.runs} fresh interpreters each; layer {cold.layer.relative_to(ROOT)}; "
+        f"CPU time (wall time alongside; the machine may be shared)",
+        "case         precompiled: CPU   wall   x boto3 | without .pyc: CPU   wall   x boto3 | Kubernetes",
+    ]
+    for name in ("boto3", "floor", *FUNCTIONS):
+        pre, src = cold.precompiled[name], cold.source_only[name]
+        details.append(
+            f"{name:10s} {pre.cpu:14.3f} s {pre.wall:5.2f} s {pre.cpu / boto3:6.2f}x | "
+            f"{src.cpu:12.3f} s {src.wall:5.2f} s {src.cpu / source_boto3:6.2f}x | "
+            f"{'imported' if pre.kubernetes else 'not imported'}"
+        )
+    return Result("cold start: importing each function's handler", rows, details)
+
+
+def main() -> None:  # a development aid: python -m benchmarks.cold_start [runs]
+    found = result(run(int(sys.argv[1]) if len(sys.argv) > 1 else 5))
+    print("\n".join(found.details))
+    for row in found.rows:
+        print(row)
+
+
+if __name__ == "__main__":
+    os.chdir(ROOT)
+    main()

@@ -1,0 +1,156 @@
+"""The few core/v1 calls nodecycle makes, through the official client's ``ApiClient`` (configuration, bearer
+token refresh, TLS, connection pool, ``ApiException``) but not through its generated ``CoreV1Api``.
+
+Importing ``kubernetes.client.api.core_v1_api`` builds the pydantic models of every core/v1 type its
+methods mention: about 250 modules, seconds of every cold start of the drain and sweeper functions, for
+calls whose answers nodecycle reads as raw JSON anyway. The methods here keep ``CoreV1Api``'s names,
+arguments and errors for the calls nodecycle makes, so the adapters read the same either way (tests and
+tools may pass a ``CoreV1Api``): a non-2xx answer raises ``ApiException`` (404 ``NotFoundException``, 409
+``ConflictException``...), ``_preload_content=False`` returns the urllib3 response, and the ConfigMap calls
+return and take ``V1ConfigMap`` models, whose modules are few.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from kubernetes.client import ApiClient, V1ConfigMap
+from kubernetes.client.exceptions import ApiException
+
+JSON = "application/json"
+AUTH = ["BearerToken"]  # the Authorization header, from the configuration's api_key and its refresh hook
+Timeout = float | tuple[float, float] | None
+
+
+class CoreV1:
+    def __init__(self, api_client: ApiClient) -> None:
+        self.api_client = api_client
+
+    # -- nodes ------------------------------------------------------------------------------------------
+
+    def read_node(self, name: str, *, _preload_content: bool = False, **options: Any) -> Any:
+        _raw_only(_preload_content)
+        return self._call("GET", f"/api/v1/nodes/{_segment(name)}", **options)
+
+    def list_node(self, **options: Any) -> Any:
+        return self._call("GET", "/api/v1/nodes", query=_list_query(options), **options)
+
+    def patch_node(
+        self,
+        name: str,
+        body: dict[str, Any],
+        *,
+        _content_type: str,
+        _preload_content: bool = False,
+        **options: Any,
+    ) -> Any:
+        _raw_only(_preload_content)
+        return self._call(
+            "PATCH", f"/api/v1/nodes/{_segment(name)}", body=body, content_type=_content_type, **options
+        )
+
+    # -- pods -------------------------------------------------------------------------------------------
+
+    def list_pod_for_all_namespaces(self, **options: Any) -> Any:
+        return self._call("GET", "/api/v1/pods", query=_list_query(options), **options)
+
+    def create_namespaced_pod_eviction(
+        self, name: str, namespace: str, body: Any, *, _preload_content: bool = False, **options: Any
+    ) -> Any:
+        _raw_only(_preload_content)
+        path = f"/api/v1/namespaces/{_segment(namespace)}/pods/{_segment(name)}/eviction"
+        return self._call("POST", path, body=body, **options)
+
+    def delete_namespaced_pod(
+        self,
+        name: str,
+        namespace: str,
+        *,
+        grace_period_seconds: int | None = None,
+        body: Any = None,
+        _preload_content: bool = False,
+        **options: Any,
+    ) -> Any:
+        _raw_only(_preload_content)
+        query = [] if grace_period_seconds is None else [("gracePeriodSeconds", grace_period_seconds)]
+        path = f"/api/v1/namespaces/{_segment(namespace)}/pods/{_segment(name)}"
+        return self._call("DELETE", path, query=query, body=body, **options)
+
+    # -- configmaps (the budget's store works on V1ConfigMap models) ---------------------------------------
+
+    def read_namespaced_config_map(self, name: str, namespace: str, **options: Any) -> V1ConfigMap:
+        response = self._call("GET", _config_map(namespace, name), **options)
+        return self._config_map(response)
+
+    def create_namespaced_config_map(self, namespace: str, body: Any, **options: Any) -> V1ConfigMap:
+        path = f"/api/v1/namespaces/{_segment(namespace)}/configmaps"
+        return self._config_map(self._call("POST", path, body=body, **options))
+
+    def replace_namespaced_config_map(
+        self, name: str, namespace: str, body: Any, **options: Any
+    ) -> V1ConfigMap:
+        response = self._call("PUT", _config_map(namespace, name), body=body, **options)
+        return self._config_map(response)
+
+    # -- the wire -----------------------------------------------------------------------------------------
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: list[tuple[str, Any]] | None = None,
+        body: Any = None,
+        content_type: str = JSON,
+        _headers: dict[str, str] | None = None,
+        _request_timeout: Timeout = None,
+    ) -> Any:
+        headers = {"Accept": JSON, **(_headers or {})}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        request = self.api_client.param_serialize(
+            method, path, query_params=query or None, header_params=headers, body=body, auth_settings=AUTH
+        )
+        response = self.api_client.call_api(*request, _request_timeout=_request_timeout)
+        if not 200 <= response.status <= 299:
+            response.read()
+            raise ApiException.from_response(http_resp=response, body=None, data=None)
+        return response.response  # the urllib3 response: .data is the body
+
+    def _config_map(self, response: Any) -> V1ConfigMap:
+        found: V1ConfigMap = self.api_client.deserialize(response.data.decode(), "V1ConfigMap", JSON)
+        return found
+
+
+def _raw_only(preload: bool) -> None:
+    if preload:
+        raise ValueError("CoreV1 answers node and pod calls with raw responses only (_preload_content=False)")
+
+
+def _segment(value: str) -> str:
+    return quote(value, safe="")
+
+
+def _config_map(namespace: str, name: str) -> str:
+    return f"/api/v1/namespaces/{_segment(namespace)}/configmaps/{_segment(name)}"
+
+
+_LIST_PARAMETERS = {
+    "label_selector": "labelSelector",
+    "field_selector": "fieldSelector",
+    "limit": "limit",
+    "_continue": "continue",
+    "resource_version": "resourceVersion",
+}
+
+
+def _list_query(options: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The list's query parameters (removed from ``options``), those that are set."""
+    _raw_only(options.pop("_preload_content", False))
+    query = []
+    for argument, parameter in _LIST_PARAMETERS.items():
+        value = options.pop(argument, None)
+        if value not in (None, ""):
+            query.append((parameter, value))
+    return query

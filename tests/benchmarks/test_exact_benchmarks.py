@@ -1,0 +1,34 @@
+"""The benchmarks that need no cluster (or only the built artifact): each runs once at its smallest size and prints its rows, so that
+none can rot unnoticed.
+
+Benchmarks are not timed tests: their figures are not checked here (``make bench`` prints them against their
+targets); only that each one runs to the end and reports every row it promises.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.__main__ import main
+
+# Each benchmark, and the start of rows it must print.
+ROWS = {
+    "waiting": ["AWS calls per waiting lifecycle per hour", "heartbeat calls while throttled"],
+    "cold": ["cold import of intake", "cold import of drain", "functions that import no Kubernetes client"],
+    "contention": ["budget: 8 acquirers at once", "budget: 409 conflicts per acquire"],
+}
+
+
+@pytest.mark.parametrize("benchmark", list(ROWS))
+def test_a_benchmark_runs_at_its_smallest_size_and_prints_its_rows(
+    benchmark: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # When the benchmark runs alone at its smallest size (never saving its figures)
+    assert main(["--tiny", "--only", benchmark]) == 0
+
+    # Then the table has each of its rows, and the markdown table for the README too
+    printed = capsys.readouterr().out
+    table, _, markdown = printed.partition("Markdown (for the README):")
+    for row in ROWS[benchmark]:
+        assert row in table, f"{benchmark} did not print a row starting {row!r}"
+        assert row in markdown

@@ -1,0 +1,38 @@
+"""The refreshes and the bursts: each runs once at its smallest size and prints its rows, so that
+none can rot unnoticed.
+
+Benchmarks are not timed tests: their figures are not checked here (``make bench`` prints them against their
+targets); only that each one runs to the end and reports every row it promises.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.__main__ import main
+
+# Each benchmark, and the start of rows it must print.
+ROWS = {
+    "refresh": [
+        "refresh makespan, 6 nodes",
+        "refresh 6 nodes, 4/2: slot idle while a node waits, worst gap",
+        "refresh 6 nodes, 4/2: wake latency, max",
+    ],
+    "order": ["refresh 9 nodes, 4/2: makespan vs lower bound", "worst wait for a slot vs FCFS packing"],
+    "bursts": ["6 launches at once: last record written", "6 terminations at once: last slot decision"],
+}
+
+
+@pytest.mark.parametrize("benchmark", list(ROWS))
+def test_a_benchmark_runs_at_its_smallest_size_and_prints_its_rows(
+    benchmark: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # When the benchmark runs alone at its smallest size (never saving its figures)
+    assert main(["--tiny", "--only", benchmark]) == 0
+
+    # Then the table has each of its rows, and the markdown table for the README too
+    printed = capsys.readouterr().out
+    table, _, markdown = printed.partition("Markdown (for the README):")
+    for row in ROWS[benchmark]:
+        assert row in table, f"{benchmark} did not print a row starting {row!r}"
+        assert row in markdown
