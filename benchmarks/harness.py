@@ -37,12 +37,14 @@ def sandbox(
     size: int,
     log_dir: Path,
     hook_target: Literal["eventbridge", "sqs"] = "eventbridge",
+    min_values: bool = True,
 ) -> Iterator[Sandbox]:
     """A sandbox whose group has ``size`` instances in service (launched through the launch hooks).
 
     The sweeper's schedule is off: it is not on the path of a drain, and a sweep in the middle of a
     measurement would add API calls and budget writes that belong to no lifecycle. The containers of the
-    functions on a drain's path are all started (warm) before the block runs."""
+    functions on a drain's path are all started (warm) before the block runs. ``min_values=False`` accepts
+    numbers below a parameter's MinValue (a counting benchmark's single drain container)."""
     options = SandboxOptions(
         root=ROOT,
         parameters={**BASE_PARAMETERS, **parameters},
@@ -53,6 +55,7 @@ def sandbox(
         log_dir=log_dir,
         hook_target=hook_target,
         async_concurrency=ASYNC_CONCURRENCY,
+        min_values=min_values,
     )
     with Sandbox(options) as started:
         if size:

@@ -258,7 +258,8 @@ class DrainSettings(FunctionSettings, Drain, Budget, Readiness):
             # crashed step's retry after a backoff) must not let the slot expire and go to another node
             raise ValueError(
                 f"NODECYCLE_BUDGET_HOLDER_TTL_SECONDS must be at least {renewal_gap} (3 drain polls, or the "
-                "work queues' visibility timeout + the resume grace + the longest retry backoff)"
+                "later of the work queues' visibility timeout and the resume grace + 2, plus the longest retry "
+                "backoff)"
             )
         return self
 

@@ -283,7 +283,8 @@ class StepEngine:
                 # for a fault (intake warns about it): the next run only has to come a margin before the
                 # deadline, rather than every second
                 cut = record.heartbeat_deadline - self._timing.heartbeat_margin
-            record = record.model_copy(update={"due_at": max(now + MIN_PIECE, cut)})
+            # a cut only ever brings the next run closer, never past what the step asked for
+            record = record.model_copy(update={"due_at": min(record.due_at, max(now + MIN_PIECE, cut))})
         return record
 
     def _last_safe_run(self, record: LifecycleRecord) -> datetime:

@@ -24,7 +24,7 @@ from nodecycle.domain.budget.rules import MAX_WAITERS
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.policy import Quantity
 from nodecycle_sandbox.kube import KubeServer
-from tests.integration.budget.conftest import NAMESPACE
+from tests.integration.budget.conftest import NAMESPACE, admin_api
 from tests.support.fakes import FakeClock, FakeMetrics
 
 NOW = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
@@ -47,9 +47,11 @@ def waiters(count: int) -> tuple[Waiter, ...]:
     )
 
 
-def stored(core: client.CoreV1Api) -> Any:
-    """The ConfigMap as the API server has it (raw JSON)."""
-    response: Any = core.read_namespaced_config_map("nodecycle-budget", NAMESPACE, _preload_content=False)
+def stored(server: KubeServer) -> Any:
+    """The ConfigMap as the API server has it (raw JSON), read by the administrator's official client."""
+    response: Any = admin_api(server).read_namespaced_config_map(
+        "nodecycle-budget", NAMESPACE, _preload_content=False
+    )
     return json.loads(response.data)
 
 
@@ -77,9 +79,9 @@ def test_a_full_queue_leaves_a_newcomer_outside_and_writes_nothing(
     store.update(
         lambda doc: ((doc or BudgetDocument()).model_copy(update={"waiters": waiters(MAX_WAITERS)}), None)
     )
-    text = stored(core)["data"]["budget.json"]
+    text = stored(server)["data"]["budget.json"]
     assert len(text) < 1024 * 1024 * 0.7  # the bound keeps it well under the API server's limit
-    version = stored(core)["metadata"]["resourceVersion"]
+    version = stored(server)["metadata"]["resourceVersion"]
 
     # When one more node asks for a slot
     decision = shared.acquire(SlotRequest("late", "i-late", "eu-west-1b", "nodes-general", "rec-late"))
@@ -87,7 +89,7 @@ def test_a_full_queue_leaves_a_newcomer_outside_and_writes_nothing(
     # Then it is told the queue is full, counted, and nothing was written
     assert (decision.granted, decision.reason) == (False, SlotReason.QUEUE_FULL)
     assert metrics.counts["BudgetQueueFull"] == 1
-    assert stored(core)["metadata"]["resourceVersion"] == version
+    assert stored(server)["metadata"]["resourceVersion"] == version
 
 
 def test_a_document_the_api_server_refuses_is_a_clear_transient_error(core: client.CoreV1Api) -> None:

@@ -52,7 +52,7 @@ def test_settings_every_function_would_refuse_stop_the_sandbox_with_the_settings
     assert len(err) == 1
     assert err[0].startswith(
         "nodecycle sandbox: the functions would refuse these settings: invalid nodecycle settings: "
-        "NODECYCLE_BUDGET_HOLDER_TTL_SECONDS must be at least 390"
+        "NODECYCLE_BUDGET_HOLDER_TTL_SECONDS must be at least 330"
     )
 
 

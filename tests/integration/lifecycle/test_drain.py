@@ -292,3 +292,52 @@ def _record_or_none(sandbox: Sandbox, instance_id: str) -> object:
         return record_of(sandbox, instance_id)
     except AssertionError:
         return None
+
+
+def test_a_node_whose_kubelet_is_gone_drains_without_waiting_for_pods_that_can_never_stop(
+    sandbox: Sandbox,
+) -> None:
+    # Given a node running workload pods whose kubelet dies: the node turns NotReady (Unknown), and a pod
+    # asked to leave stays Terminating for ever, as on a real cluster, until a force delete or the node's end
+    victim = in_service(sandbox)[0]
+    node = node_of(sandbox, victim)
+    on_node = [
+        p["metadata"]["name"]
+        for p in sandbox.kube.objects("pods", "shop")
+        if p["spec"].get("nodeName") == node and not p["metadata"].get("deletionTimestamp")
+    ]
+    assert on_node
+    sandbox.kube.kill_kubelet(node, grace_seconds=1)
+    wait_for(
+        lambda: (
+            not any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in (sandbox.kube.get_object("nodes", node) or {})["status"]["conditions"]
+            )
+        ),
+        10,
+        "the node to be NotReady",
+    )
+
+    # When its instance terminates
+    sandbox.asg.terminate(victim)
+    action = wait_terminated(sandbox, victim, timeout=90)
+
+    # Then the action was completed with the node's pods still Terminating on it (they cannot stop), the
+    # outcome says so and why (the node is not Ready, not merely late), and the budget slot was released
+    assert (action.outcome, action.result) == ("completed", "CONTINUE")
+    assert action.finished_at is not None
+    history = sandbox.kube.history()
+    still_there = {
+        e.name
+        for e in history
+        if e.kind == "Pod" and e.time <= action.finished_at and e.object["spec"].get("nodeName") == node
+    } - {e.name for e in history if e.kind == "Pod" and e.removed and e.time <= action.finished_at}
+    assert set(on_node) & still_there, "the dead node's pods were gone before completion: nothing was tested"
+    record = wait_finished(sandbox, victim)
+    assert record.outcome is not None
+    assert "pods left terminating (node not ready)" in record.outcome, record.outcome
+    budget = sandbox.kube.get_object("configmaps", "nodecycle-budget", "nodecycle")
+    assert budget is not None
+    holders = json.loads(budget["data"]["budget.json"])["holders"]
+    assert all(h["node"] != node for h in holders)

@@ -308,6 +308,26 @@ def test_a_wait_longer_than_the_heartbeat_timeout_is_cut_into_pieces_that_each_h
     assert world.record().heartbeat_deadline == world.clock.now() + timedelta(seconds=HEARTBEAT)
 
 
+def test_a_hook_too_short_for_a_fault_still_polls_at_the_steps_pace_and_heartbeats_each_time() -> None:
+    # Given a drain polling every second in a hook whose heartbeat timeout (300 s) is shorter than the margin
+    # plus a fault's delay (60 + 270 s): no wait leaves room for a fault (intake warns about such a hook)
+    world = World(redelivery=270)
+    world.records.create(make_record(PLAN, Step.EVICT))
+    engine = world.engine({Step.EVICT: Script([Outcome.wait(1), Outcome.wait(1)])})
+
+    # When it runs, twice
+    engine.handle(world.message())
+    (first,) = world.queues.take()
+    world.clock.advance(first.delay)
+    engine.handle(world.message())
+    (second,) = world.queues.take()
+
+    # Then each next run comes when the step asked (a second later), never later: the wait is not stretched
+    # to the heartbeat deadline; and each run renews the action, the most that can be done
+    assert first.delay == second.delay == 1
+    assert len(world.autoscaling.heartbeats) == 2
+
+
 ONE_FAULT = 150  # the template's defaults: the work queues' visibility timeout (150 s) > resume grace + 2
 
 
