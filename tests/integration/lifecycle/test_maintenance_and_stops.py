@@ -12,6 +12,7 @@ from nodecycle.domain.model import Transition
 from nodecycle_sandbox import Sandbox
 from nodecycle_sandbox.aws.group import wait_for
 from nodecycle_sandbox.checks import last_pod_gone, pdb_breaches
+from nodecycle_sandbox.kube import HistoryEntry
 from tests.integration.lifecycle.harness import node_of, records, running
 
 pytestmark = pytest.mark.slow
@@ -50,7 +51,7 @@ def test_maintenance_is_drained_before_it_starts_and_a_stopped_instance_leaves_n
         # slot, its node is annotated, and it has its Elastic IP
         sandbox.asg.schedule_maintenance([stopped], starts_in=STARTS_IN)
         wait_for(lambda: stopped_node in current_holders(sandbox), 30, "the held-up drain's slot")
-        assert annotations(sandbox, stopped_node)
+        assert nodecycle_annotations(sandbox, stopped_node)
         assert addresses_of(sandbox, stopped)
 
         # When someone stops the instance outside the group's hooks
@@ -67,7 +68,7 @@ def test_maintenance_is_drained_before_it_starts_and_a_stopped_instance_leaves_n
         # ...and it stays so while the held-up drain finds its instance stopped
         time.sleep(5)
         assert stopped_node not in current_holders(sandbox)
-        assert annotations(sandbox, stopped_node) == {}
+        assert nodecycle_annotations(sandbox, stopped_node) == {}
         assert addresses_of(sandbox, stopped) == []
 
 
@@ -95,7 +96,7 @@ def pin(sandbox: Sandbox, node: str) -> None:
     sandbox.kube.settle()
 
 
-def holders_seen(history: list) -> set[str]:  # type: ignore[type-arg]
+def holders_seen(history: list[HistoryEntry]) -> set[str]:
     return {
         h["node"]
         for e in history
@@ -110,7 +111,7 @@ def current_holders(sandbox: Sandbox) -> set[str]:
     return {h["node"] for h in document.get("holders", [])} | {w["node"] for w in document.get("waiters", [])}
 
 
-def annotations(sandbox: Sandbox, node: str) -> dict[str, str]:
+def nodecycle_annotations(sandbox: Sandbox, node: str) -> dict[str, str]:
     found = sandbox.kube.get_object("nodes", node) or {}
     present = (found.get("metadata") or {}).get("annotations") or {}
     return {k: v for k, v in present.items() if k.startswith("nodecycle.io/")}

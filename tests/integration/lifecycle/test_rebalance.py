@@ -12,6 +12,7 @@ from nodecycle.adapters.aws.records import DynamoRecordStore
 from nodecycle.domain.ports.cluster import OWNER_ANNOTATION
 from nodecycle_sandbox.aws.group import GroupSpec, default_hooks, wait_for
 from nodecycle_sandbox.checks import last_pod_gone, pdb_breaches
+from nodecycle_sandbox.kube import HistoryEntry
 from tests.integration.lifecycle.harness import FAST, WORKLOADS, node_of, records, running
 
 pytestmark = pytest.mark.slow
@@ -112,7 +113,7 @@ def _on_node(pod: dict[str, object], node: str) -> bool:
     return isinstance(spec, dict) and spec.get("nodeName") == node
 
 
-def _evictions(history: list, node: str) -> int:  # type: ignore[type-arg]
+def _evictions(history: list[HistoryEntry], node: str) -> int:
     return sum(
         1
         for e in history
