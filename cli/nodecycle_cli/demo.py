@@ -8,11 +8,17 @@ recorded (the API server's history, the emulated Auto Scaling actions, EC2's add
 nodecycle's own logs; its exit status says whether they all held. It also draws the refresh as a timeline
 (one lane per node, grouped by zone, coloured by phase, with the budget's limits), as a PNG and an HTML
 page in --timeline-dir.
+
+With --spot the group is Spot capacity, the refresh replaces half of it at a time, and EC2 interrupts a node
+the refresh has not reached yet while its drains fill the budget: nodecycle drains that node within the
+warning on a slot the budget cannot refuse (the others count it), and the terminate hook Auto Scaling
+starts for it afterwards completes at once. The checks then include the interruption's.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -30,6 +36,7 @@ from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING
 from nodecycle_sandbox.checks import (
     completed_before_drained,
     cordon_peaks,
+    last_pod_gone,
     pdb_breaches,
     released_at,
     unsettled,
@@ -49,6 +56,17 @@ def register(commands: Any) -> None:
     add_sandbox_options(parser, nodes=9)
     parser.set_defaults(max_unavailable="3", run=run)
     parser.add_argument("--keep", action="store_true", help="leave the sandbox running afterwards (Ctrl-C)")
+    parser.add_argument(
+        "--spot",
+        action="store_true",
+        help="Spot capacity: EC2 interrupts a node in the middle of the refresh",
+    )
+    parser.add_argument(
+        "--spot-warning",
+        type=float,
+        default=120.0,
+        help="seconds between the interruption warning and the instance's end (default 120, as EC2)",
+    )
     parser.add_argument(
         "--timeline-dir",
         type=Path,
@@ -81,7 +99,12 @@ def run(args: argparse.Namespace) -> int:
             f"{args.max_unavailable_per_zone} per zone"
         )
         refreshed = time.monotonic()
-        refresh = sandbox.asg.start_refresh(min_healthy_percentage=0)
+        spot: SpotInterruption | None = None
+        if args.spot:
+            refresh = sandbox.asg.start_refresh(min_healthy_percentage=50)
+            spot = interrupt_mid_refresh(sandbox, kube, old, args)
+        else:
+            refresh = sandbox.asg.start_refresh(min_healthy_percentage=0)
         watch_refresh(sandbox, kube, old, refresh, refreshed)
         wait_for(
             lambda: all(r.finished for r in terminations(sandbox, old)), 60, "the lifecycles to finish", 0.25
@@ -95,7 +118,9 @@ def run(args: argparse.Namespace) -> int:
         print("     " + ", ".join(f"{name} {value}" for name, value in sorted(sweep.items())))
 
         print("\n4/4  checks, from the API server's history, the Auto Scaling emulation and EC2")
-        checks = run_checks(args, sandbox, kube, old)
+        checks = run_checks(args, sandbox, kube, old, spot_node=spot.node if spot else None)
+        if spot is not None:
+            checks.extend(spot_checks(sandbox, kube, spot))
         for check in checks:
             print(check.line())
         passed = all(check.ok for check in checks)
@@ -115,6 +140,81 @@ def run(args: argparse.Namespace) -> int:
         return 0
     finally:
         sandbox.stop()
+
+
+@dataclass
+class SpotInterruption:
+    instance: str
+    node: str
+    warned_at: float
+    warning: float
+
+
+def interrupt_mid_refresh(
+    sandbox: Sandbox, kube: KubeServer, old: set[str], args: argparse.Namespace
+) -> SpotInterruption:
+    """Once the refresh's drains fill the budget, EC2 interrupts a node the refresh has not reached yet."""
+    limit = int(args.max_unavailable)
+    wait_for(
+        lambda: sum(1 for n in kube.objects("nodes") if (n.get("spec") or {}).get("unschedulable")) >= limit,
+        120,
+        "the refresh's drains",
+        0.1,
+    )
+    terminating = {i for i, s in sandbox.asg.instances().items() if s.startswith("Terminating")}
+    victim = sorted(old - terminating)[0]
+    node = kube.node_for_instance(victim) or "?"
+    sandbox.asg.interrupt_spot(victim, warning_seconds=args.spot_warning)
+    warned_at = time.time()
+    print(
+        f"     EC2: Spot Instance Interruption Warning for {victim} ({node}): it ends in "
+        f"{args.spot_warning:.0f} s, budget full or not",
+        flush=True,
+    )
+    return SpotInterruption(victim, node, warned_at, args.spot_warning)
+
+
+def spot_checks(sandbox: Sandbox, kube: KubeServer, spot: SpotInterruption) -> list[Check]:
+    history = kube.history()
+    emptied = last_pod_gone(history, spot.node)
+    holders = [
+        h
+        for e in history
+        if e.kind == "ConfigMap" and e.name == "nodecycle-budget" and not e.removed
+        for h in json.loads((e.object.get("data") or {}).get("budget.json") or "{}").get("holders", [])
+        if h["node"] == spot.node
+    ]
+    hook = next(
+        (a for a in sandbox.aws.actions() if a.instance_id == spot.instance and a.transition == TERMINATING),
+        None,
+    )
+    store = DynamoRecordStore(
+        sandbox.runner.table("LifecycleTable").name,
+        ttl=timedelta(days=1),
+        dynamodb=sandbox.client("dynamodb"),
+    )
+    record = store.get(f"{spot.instance}/terminate/{hook.token}") if hook else None
+    took = None if emptied is None else emptied - spot.warned_at
+    return [
+        Check(
+            "Spot interruption",
+            took is not None and took < spot.warning and bool(holders),
+            f"{spot.node} emptied {took:.1f} s after the warning (of {spot.warning:.0f} s), on a budget slot "
+            f"({'forced' if any(h.get('forced') for h in holders) else 'granted'})"
+            if took is not None
+            else f"{spot.node} still had pods",
+        ),
+        Check(
+            "its terminate hook",
+            hook is not None
+            and hook.outcome == "completed"
+            and record is not None
+            and record.outcome == "drained-by:spot-interruption",
+            f"completed {hook.finished_at - hook.started_at:.1f} s after it started, the node found drained"
+            if hook is not None and hook.finished_at is not None
+            else "not completed",
+        ),
+    ]
 
 
 def show_fleet(sandbox: Sandbox, kube: KubeServer, began: float) -> None:
@@ -201,10 +301,15 @@ def draw_timeline(
     return write(drawn, args.timeline_dir / "timeline.png", args.timeline_dir / "timeline.html", title)
 
 
-def run_checks(args: argparse.Namespace, sandbox: Sandbox, kube: KubeServer, old: set[str]) -> list[Check]:
+def run_checks(
+    args: argparse.Namespace, sandbox: Sandbox, kube: KubeServer, old: set[str], spot_node: str | None = None
+) -> list[Check]:
     history = kube.history()
     actions = sandbox.aws.actions()
-    peak, zones = cordon_peaks(history, released_at(history, actions))
+    # A Spot node takes its slot without room (the budget cannot refuse it): the limits are the voluntary
+    # drains', which count it (its own check is separate)
+    voluntary = [e for e in history if not (e.kind == "Node" and e.name == spot_node)]
+    peak, zones = cordon_peaks(voluntary, released_at(history, actions))
     limit, per_zone = int(args.max_unavailable), int(args.max_unavailable_per_zone)
     ended = [a for a in actions if a.instance_id in old and a.transition == TERMINATING]
     launched = [a for a in actions if a.transition == LAUNCHING]

@@ -116,7 +116,15 @@ def start(args: argparse.Namespace) -> tuple[Sandbox, KubeServer]:
             pool = options.parameters["EipPoolName"]
             create_pool(sandbox, pool, 2 * args.nodes)
             print(f"address pool {pool}: {2 * args.nodes} Elastic IPs tagged nodecycle:pool={pool}")
-        sandbox.create_group(GroupSpec(name=GROUP, size=args.nodes, hooks=default_hooks(HEARTBEAT_TIMEOUT)))
+        sandbox.create_group(
+            GroupSpec(
+                name=GROUP,
+                size=args.nodes,
+                hooks=default_hooks(HEARTBEAT_TIMEOUT),
+                # Spot capacity (all of it) for a demo of Spot interruptions
+                on_demand_percentage=0 if getattr(args, "spot", False) else None,
+            )
+        )
         print(f"waiting for {args.nodes} instances to launch through nodecycle's launch hook...")
         wait_for_launches(sandbox, args.nodes, timeout=120 + 15 * args.nodes, log_dir=args.log_dir)
         kube.seed({"nodes": extra_nodes, **workloads})

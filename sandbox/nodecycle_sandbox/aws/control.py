@@ -13,6 +13,7 @@ from moto.autoscaling.models import AutoScalingBackend, autoscaling_backends
 
 from nodecycle_sandbox.aws import eks
 from nodecycle_sandbox.aws import faults as aws_faults
+from nodecycle_sandbox.aws.disruptions import SPOT_HOOK_AFTER_SECONDS, SPOT_WARNING_SECONDS
 from nodecycle_sandbox.aws.eks_access import API_AND_CONFIG_MAP
 from nodecycle_sandbox.aws.lifecycle import EventSink, LifecycleEmulator, emulator_for
 from nodecycle_sandbox.aws.nodes import NodeRegistry
@@ -45,6 +46,25 @@ class AwsControls(Protocol):
 
     def point_cluster(
         self, *, name: str, endpoint: str, ca_pem: str, authentication_mode: str = API_AND_CONFIG_MAP
+    ) -> None: ...
+
+    def interrupt_spot(
+        self,
+        *,
+        instance_id: str,
+        warning_seconds: float = SPOT_WARNING_SECONDS,
+        hook_after: float = SPOT_HOOK_AFTER_SECONDS,
+    ) -> None: ...
+
+    def recommend_rebalance(self, *, instance_id: str) -> None: ...
+
+    def schedule_maintenance(
+        self,
+        *,
+        instance_ids: list[str],
+        code: str = "instance-retirement",
+        starts_in: float,
+        duration: float = 7200,
     ) -> None: ...
 
     def actions(self) -> list[ActionRecord]: ...
@@ -138,6 +158,38 @@ class AwsControl:
             endpoint=endpoint,
             ca_pem=ca_pem,
             authentication_mode=authentication_mode,
+        )
+
+    def interrupt_spot(
+        self,
+        *,
+        instance_id: str,
+        warning_seconds: float = SPOT_WARNING_SECONDS,
+        hook_after: float = SPOT_HOOK_AFTER_SECONDS,
+    ) -> None:
+        """EC2 reclaims a Spot instance: its request marked for termination, the warning on the event bus,
+        the group's terminate hooks ``hook_after`` seconds later, the instance gone ``warning_seconds`` after
+        the warning (AWS: 120; tests compress it)."""
+        self.emulator.disruptions.interrupt_spot(
+            instance_id, warning_seconds=warning_seconds, hook_after=hook_after
+        )
+
+    def recommend_rebalance(self, *, instance_id: str) -> None:
+        """EC2's rebalance recommendation for a Spot instance (an event, nothing more)."""
+        self.emulator.disruptions.recommend_rebalance(instance_id)
+
+    def schedule_maintenance(
+        self,
+        *,
+        instance_ids: list[str],
+        code: str = "instance-retirement",
+        starts_in: float,
+        duration: float = 7200,
+    ) -> None:
+        """A scheduled event (``code``, as DescribeInstanceStatus names it) starting ``starts_in`` seconds from
+        now, on the instances' status and as an AWS Health event."""
+        self.emulator.disruptions.schedule_maintenance(
+            instance_ids, code=code, starts_in=starts_in, duration=duration
         )
 
     def actions(self) -> list[ActionRecord]:

@@ -46,6 +46,9 @@ class GroupSpec:
     instance_type: str = "m5.large"
     hooks: tuple[HookSpec, ...] = field(default_factory=default_hooks)
     tags: dict[str, str] = field(default_factory=dict)
+    # Spot capacity (a MixedInstancesPolicy): None, all On-Demand; else the On-Demand share above the base.
+    on_demand_percentage: int | None = None
+    on_demand_base: int = 0
 
 
 class AutoScalingGroup:
@@ -64,9 +67,23 @@ class AutoScalingGroup:
         template = f"{spec.name}-template"
         data: Any = {"ImageId": SANDBOX_AMI, "InstanceType": spec.instance_type}
         self.ec2.create_launch_template(LaunchTemplateName=template, LaunchTemplateData=data)
+        capacity: dict[str, Any] = {"LaunchTemplate": {"LaunchTemplateName": template}}
+        if spec.on_demand_percentage is not None:
+            capacity = {
+                "MixedInstancesPolicy": {
+                    "LaunchTemplate": {
+                        "LaunchTemplateSpecification": {"LaunchTemplateName": template, "Version": "$Latest"}
+                    },
+                    "InstancesDistribution": {
+                        "OnDemandBaseCapacity": spec.on_demand_base,
+                        "OnDemandPercentageAboveBaseCapacity": spec.on_demand_percentage,
+                        "SpotAllocationStrategy": "price-capacity-optimized",
+                    },
+                }
+            }
         self.autoscaling.create_auto_scaling_group(
             AutoScalingGroupName=spec.name,
-            LaunchTemplate={"LaunchTemplateName": template},
+            **capacity,
             MinSize=0,
             MaxSize=spec.max_size,
             DesiredCapacity=0,
@@ -123,6 +140,36 @@ class AutoScalingGroup:
     def wait_refresh(self, refresh_id: str, timeout: float) -> RefreshTimeline:
         wait_for(lambda: self.refresh_status(refresh_id) != "InProgress", timeout)
         return self.control.refresh_timeline(refresh_id=refresh_id)  # by keyword: it may cross a pipe
+
+    # -- disruptions without a hook ---------------------------------------------------------------
+
+    def interrupt_spot(
+        self, instance_id: str, *, warning_seconds: float = 120, hook_after: float = 2
+    ) -> None:
+        self.control.interrupt_spot(
+            instance_id=instance_id, warning_seconds=warning_seconds, hook_after=hook_after
+        )
+
+    def recommend_rebalance(self, instance_id: str) -> None:
+        self.control.recommend_rebalance(instance_id=instance_id)
+
+    def schedule_maintenance(
+        self, instance_ids: list[str], *, starts_in: float, code: str = "instance-retirement"
+    ) -> None:
+        self.control.schedule_maintenance(instance_ids=instance_ids, code=code, starts_in=starts_in)
+
+    def spot_instances(self) -> list[str]:
+        """The group's instances that are Spot, as DescribeInstances says."""
+        ids = list(self.instances())
+        if not ids:
+            return []
+        found = self.ec2.describe_instances(InstanceIds=ids)
+        return [
+            i["InstanceId"]
+            for r in found["Reservations"]
+            for i in r["Instances"]
+            if i.get("InstanceLifecycle") == "spot"
+        ]
 
     # -- looking --------------------------------------------------------------------------------
 

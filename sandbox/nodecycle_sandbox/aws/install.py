@@ -9,8 +9,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from moto.autoscaling.models import AutoScalingBackend, FakeAutoScalingGroup, InstanceState
+from moto.autoscaling.models import (
+    AutoScalingBackend,
+    FakeAutoScalingGroup,
+    InstanceState,
+    autoscaling_backends,
+)
 from moto.autoscaling.responses import AutoScalingResponse
+from moto.core.responses import ActionResult
+from moto.ec2.responses.instances import InstanceResponse
 
 from nodecycle_sandbox.aws import api, eks_access, sqs_timing
 from nodecycle_sandbox.aws.lifecycle import active_instances, emulator_for
@@ -27,6 +34,7 @@ def install() -> None:
         setattr(AutoScalingResponse, operation.__name__, operation)
     _patch_group()
     _patch_backend()
+    _patch_stop()
     sqs_timing.install()
     eks_access.install()
     enforce.install()  # each function's calls against its role (nodecycle_sandbox.iam)
@@ -72,8 +80,11 @@ def _patch_backend() -> None:
         return emulator_for(self).terminate_instance(instance_id, should_decrement)
 
     def notify_terminate_instances(self: AutoScalingBackend, instance_ids: list[str]) -> None:
-        emulator_for(self).forget_instances(instance_ids)
+        # moto calls this for TerminateInstances only: whoever called it, the hooks had no say.
+        emulator = emulator_for(self)
+        emulator.forget_instances(instance_ids)
         original_notify(self, instance_ids)
+        emulator.disruptions.state_changed(instance_ids, ("shutting-down", "terminated"))
 
     def delete_auto_scaling_group(self: AutoScalingBackend, group_name: str) -> None:
         group = self.autoscaling_groups.get(group_name)
@@ -88,3 +99,16 @@ def _patch_backend() -> None:
     }
     for name, function in patches.items():
         setattr(AutoScalingBackend, name, function)
+
+
+def _patch_stop() -> None:
+    original_stop = InstanceResponse.stop_instances
+
+    def stop_instances(self: InstanceResponse) -> ActionResult:
+        """StopInstances, and EC2's state-change notifications for it (the hooks are not consulted)."""
+        result = original_stop(self)
+        emulator = emulator_for(autoscaling_backends[self.current_account][self.region])
+        emulator.disruptions.state_changed(self._get_param("InstanceIds", []), ("stopping", "stopped"))
+        return result
+
+    InstanceResponse.stop_instances = stop_instances  # type: ignore[method-assign]

@@ -31,6 +31,7 @@ from moto.autoscaling.models import (
 from moto.sqs.models import sqs_backends
 
 from nodecycle_sandbox.aws import hook_role, notifications
+from nodecycle_sandbox.aws.disruptions import DisruptionEmulator
 from nodecycle_sandbox.aws.nodes import NodePlan, NodeRegistry, register_node
 from nodecycle_sandbox.aws.records import (
     LAUNCHING,
@@ -109,6 +110,8 @@ class LifecycleEmulator:
         self._rounds: dict[tuple[str, str], list[str]] = {}
         self._scheduler: Scheduler | None = None
         self._closed = False
+        # EC2's disruptions without a hook: Spot requests, interruptions, scheduled events, state changes.
+        self.disruptions = DisruptionEmulator(self)
 
     # -- configuration --------------------------------------------------------------------------
 
@@ -120,7 +123,7 @@ class LifecycleEmulator:
         if scheduler is not None:
             scheduler.close()
 
-    def _call_at(self, when: float, callback: Callable[[], None]) -> None:
+    def call_at(self, when: float, callback: Callable[[], None]) -> None:
         if self._closed:
             return
         if self._scheduler is None:
@@ -231,6 +234,7 @@ class LifecycleEmulator:
                 )
                 instance = reservation.instances[0]
                 instance.autoscaling_group = group  # type: ignore[attr-defined]
+                self.disruptions.launched(group, instance, [s.instance for s in active_instances(group)])
                 state = InstanceState(
                     instance,
                     lifecycle_state="Pending",
@@ -304,13 +308,13 @@ class LifecycleEmulator:
                 history.termination_cause = cause
             hooks = self._hooks(group.name, TERMINATING)
             if not hooks:
-                self._terminate_now(group, state)
+                self.terminate_now(group, state)
                 return
             state.lifecycle_state = "Terminating:Wait"
             for hook in hooks:
                 self._start_action(group, state, hook)
 
-    def _terminate_now(self, group: FakeAutoScalingGroup, state: InstanceState) -> None:
+    def terminate_now(self, group: FakeAutoScalingGroup, state: InstanceState) -> None:
         state.lifecycle_state = "Terminating:Proceed"
         group.instance_states = [s for s in group.instance_states if s is not state]
         self._instance_gone(state.instance.id)
@@ -359,7 +363,7 @@ class LifecycleEmulator:
     def terminate_instance(self, instance_id: str, should_decrement: bool) -> TerminateInstanceActivity:
         """TerminateInstanceInAutoScalingGroup: through the terminate hooks, replaced unless decremented."""
         with self.lock:
-            found = self._find_state(instance_id)
+            found = self.find_state(instance_id)
             if found is None:
                 raise ValidationError(
                     f"Instance Id not found - No managed instance found for instance ID: {instance_id}"
@@ -415,7 +419,7 @@ class LifecycleEmulator:
         )
         self.actions[action.token] = action
         self._rounds.setdefault((action.instance_id, transition), []).append(action.token)
-        self._call_at(action.deadline, lambda: self._check_timeout(action.token))
+        self.call_at(action.deadline, lambda: self._check_timeout(action.token))
         metadata: str | None = getattr(hook, "notification_metadata", None)
         target: str | None = getattr(hook, "notification_target_arn", None)
         if target:
@@ -507,7 +511,7 @@ class LifecycleEmulator:
             now = time.time()
             if now < action.deadline:
                 # A heartbeat moved the deadline since this timer was set.
-                self._call_at(action.deadline, lambda: self._check_timeout(token))
+                self.call_at(action.deadline, lambda: self._check_timeout(token))
                 return
             outcome = "global-timeout" if action.deadline >= action.global_deadline else "heartbeat-timeout"
             self._finish(action, action.default_result, outcome, None)
@@ -520,18 +524,18 @@ class LifecycleEmulator:
         round_ = [self.actions[t] for t in self._rounds.get((action.instance_id, action.transition), [])]
         if any(a.active for a in round_):
             return  # another hook of the same transition still holds the instance
-        found = self._find_state(action.instance_id)
+        found = self.find_state(action.instance_id)
         if found is None:
             return
         group, state = found
         if action.transition == TERMINATING:
-            self._terminate_now(group, state)
+            self.terminate_now(group, state)
         elif any(a.result == "ABANDON" for a in round_):
             # A launch that is abandoned is terminated without termination hooks, then replaced.
             history = self.instances[action.instance_id]
             history.terminate_started_at = time.time()
             history.termination_cause = "launch-abandoned"
-            self._terminate_now(group, state)
+            self.terminate_now(group, state)
             group.set_desired_capacity(group.desired_capacity)
         else:
             state.lifecycle_state = "Pending:Proceed"
@@ -578,7 +582,7 @@ class LifecycleEmulator:
         # Refreshes advance on the timer thread: this may run deep inside a launch or a termination.
         for refresh in self.refreshes.values():
             if refresh.group == group_name and refresh.status == "InProgress":
-                self._call_at(time.time(), functools.partial(self._advance_locked, refresh))
+                self.call_at(time.time(), functools.partial(self._advance_locked, refresh))
 
     def _advance_locked(self, refresh: InstanceRefresh) -> None:
         with self.lock:
@@ -594,7 +598,7 @@ class LifecycleEmulator:
         now = time.time()
         step = refresh.step(group, self.instances, now)
         if step.wake_at is not None:
-            self._call_at(step.wake_at, lambda: self._advance_locked(refresh))
+            self.call_at(step.wake_at, lambda: self._advance_locked(refresh))
         for state in step.terminate:
             self.begin_terminate(group, state, "instance-refresh")
         if step.terminate:
@@ -608,7 +612,7 @@ class LifecycleEmulator:
             raise ValidationError(f"AutoScalingGroup name not found - AutoScalingGroup '{name}' not found")
         return group
 
-    def _find_state(self, instance_id: str) -> tuple[FakeAutoScalingGroup, InstanceState] | None:
+    def find_state(self, instance_id: str) -> tuple[FakeAutoScalingGroup, InstanceState] | None:
         for group in self.backend.autoscaling_groups.values():
             for state in group.instance_states:
                 if state.instance.id == instance_id:

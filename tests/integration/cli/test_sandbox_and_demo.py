@@ -107,3 +107,22 @@ def test_the_demo_runs_in_each_address_mode_and_draws_its_timeline(
     assert summary is not None
     assert 1 <= int(summary.group(1)) <= 2
     assert re.findall(r"eu-west-1[abc]: (\d)", summary.group(2)) == ["1", "1", "1"]
+
+
+@pytest.mark.slow
+def test_the_spot_demo_shows_an_interruption_in_the_middle_of_the_refresh_and_its_checks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a small Spot group under a budget of 2 (1 per zone), and a warning compressed to 40 s
+    argv = ["demo", "--spot", "--spot-warning", "40", "--nodes", "6", "--eip-mode", "off"]
+
+    # When the demo runs
+    status = main([*argv, "--timeline-dir", str(tmp_path), *paths(tmp_path)])
+
+    # Then EC2's warning is shown during the refresh, and the interruption's checks pass with the others
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert re.search(r"EC2: Spot Instance Interruption Warning for i-\w+ \(.+\): it ends in 40 s", out)
+    assert re.search(r"PASS  Spot interruption: .+ emptied \d+\.\d s after the warning \(of 40 s\)", out)
+    assert re.search(r"PASS  its terminate hook: completed .+ the node found drained", out)
+    assert "all checks passed" in out

@@ -11,6 +11,8 @@ listed permission turns out to be exercised, so the list stays exact.
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -49,10 +51,6 @@ MULTI_INTERFACE = (
     "the primary interface of a multi-interface instance: moto associates with any instance "
     "(tests/functions/eip/conftest.py's AwsLikeEc2 refuses as EC2 does)"
 )
-DISRUPTIONS = (
-    "disruptions without a hook (Spot interruptions, scheduled events, state changes) that come by the queue: "
-    "this scenario has none (tests/functions/intake/test_disruption_intake.py sends some on moto)"
-)
 STILL_IN_SERVICE = (
     "a terminating instance whose action is gone yet which stays InService: Auto Scaling has no path there "
     "(Terminating:Wait ends in termination); the check guards against a node left cordoned if one ever does "
@@ -77,7 +75,6 @@ NOT_EXERCISED = {
     "SweeperFunctionRole/sweeper:CompleteByName": NEAR_TIMEOUT,
     "SweeperFunctionRole/sweeper:CompleteByTag": NEAR_TIMEOUT,
     "EipFunctionRole/eip:Describe ec2:DescribeInstances": MULTI_INTERFACE,
-    "IntakeFunctionRole/intake:DisruptionFacts": DISRUPTIONS,
     "DrainFunctionRole/drain:InstanceLifecycleState": STILL_IN_SERVICE,
     "EipFunctionRole/eip:InterfaceSide ec2:AssociateAddress": MULTI_INTERFACE,
 }
@@ -135,6 +132,7 @@ def test_every_permission_is_needed_by_some_path(exercised: Sandbox) -> None:
         InstanceId=pooled_instance, ShouldDecrementDesiredCapacity=True
     )
     wait_for(lambda: terminated(sandbox, pooled_instance), 60, "the pooled terminate")
+    disruptions_by_the_queue(sandbox)
     leftovers(sandbox)
     sandbox.runner.fire_schedule("SweeperFunction")
     wait_for(lambda: swept(sandbox.runner), 60, "the sweep")
@@ -170,6 +168,37 @@ def merge(findings: list[Finding]) -> list[Finding]:
 
 
 # -- the paths ---------------------------------------------------------------------------------------------
+
+
+def disruptions_by_the_queue(sandbox: Sandbox) -> None:
+    """A Spot instance carrying the owner's tag, interrupted and scheduled for retirement, its events also
+    routed to the intake queue (an operator's EventBridge rule with the queue as target): intake confirms
+    them with EC2 (the instance, its Spot request's status, its scheduled events) before acting."""
+    group = sandbox.add_group(
+        GroupSpec(
+            name="spot-fleet", size=1, hooks=(), tags={"nodecycle:owner": OWNER}, on_demand_percentage=0
+        )
+    )
+    (instance,) = group.wait_in_service(1, timeout=60)
+    group.interrupt_spot(instance, warning_seconds=600)
+    group.schedule_maintenance([instance], starts_in=3600)
+    queue = sandbox.runner.queue("IntakeQueue").url
+    for detail_type in ("EC2 Spot Instance Interruption Warning", "AWS Health Event"):
+        event = next(
+            n.payload for n in sandbox.aws.notifications() if n.payload.get("detail-type") == detail_type
+        )
+        before = len(sandbox.runner.journal.invocations())
+        sandbox.client("sqs").send_message(QueueUrl=queue, MessageBody=json.dumps(event))
+        wait_for(functools.partial(queued_intake_done, sandbox, before), 30, f"the queued {detail_type}")
+
+
+def queued_intake_done(sandbox: Sandbox, since: int) -> bool:
+    """Whether an intake invocation from the queue (an SQS batch) finished after the first ``since``."""
+    return any(
+        i.function == "IntakeFunction" and bool(i.finished_at) and "Records" in i.event
+        for i in sandbox.runner.journal.invocations()[since:]
+        if isinstance(i.event, dict)
+    )
 
 
 def leftovers(sandbox: Sandbox) -> None:

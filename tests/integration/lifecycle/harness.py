@@ -64,11 +64,16 @@ def running(
     size: int = 3,
     hooks: tuple[HookSpec, ...] | None = None,
     workloads: Mapping[str, Any] | None = WORKLOADS,
+    spot: bool = False,
     **options: Any,
 ) -> Iterator[Sandbox]:
     """A sandbox with a group of ``size`` instances in service (their launch actions completed through the
-    readiness gate) and the workloads scheduled on their nodes."""
-    group = GroupSpec(size=size, hooks=hooks or default_hooks(heartbeat_timeout=300))
+    readiness gate) and the workloads scheduled on their nodes; ``spot``: all of them Spot instances."""
+    group = GroupSpec(
+        size=size,
+        hooks=hooks or default_hooks(heartbeat_timeout=300),
+        on_demand_percentage=0 if spot else None,
+    )
     opts = SandboxOptions(
         root=ROOT, parameters={**FAST, **(parameters or {})}, group=group, node_ready_after=0.5, **options
     )

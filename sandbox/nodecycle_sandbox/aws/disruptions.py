@@ -1,0 +1,247 @@
+"""Disruptions that no Auto Scaling hook starts, emulated as EC2 and AWS Health show them.
+
+- Spot capacity: a group with a ``MixedInstancesPolicy`` launches Spot instances per its instances
+  distribution (on-demand base, then the on-demand percentage above it); each gets a Spot request in moto
+  (``DescribeSpotInstanceRequests``) and ``SpotInstanceRequestId``/``InstanceLifecycle`` in
+  ``DescribeInstances``.
+- A Spot interruption: the request's status turns ``marked-for-termination``, the warning goes to the event
+  bus, Auto Scaling starts terminating the instance (its terminate hooks) shortly after, and EC2 terminates
+  it ``warning_seconds`` after the warning whatever the hooks say (then the request is closed).
+- A rebalance recommendation (Spot instances only): the event, nothing else (Capacity Rebalancing is not
+  emulated).
+- Scheduled maintenance: the event in ``DescribeInstanceStatus`` (code, ``NotBefore``, ``NotAfter``) and the
+  AWS Health event.
+- State changes outside the hooks: ``TerminateInstances``/``StopInstances`` called by anyone, and a Spot
+  interruption that the hooks did not finish first, publish ``shutting-down``/``terminated`` and
+  ``stopping``/``stopped``. A termination through the hooks publishes none (not emulated).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from moto.ec2.models.spot_requests import SpotInstanceRequest
+from moto.ec2.utils import random_spot_request_id
+
+from nodecycle_sandbox.aws import ec2_events
+from nodecycle_sandbox.aws.records import Notification
+
+if TYPE_CHECKING:
+    from moto.autoscaling.models import FakeAutoScalingGroup
+    from moto.ec2.models.instances import Instance
+
+    from nodecycle_sandbox.aws.lifecycle import LifecycleEmulator
+
+SPOT_WARNING_SECONDS = 120.0  # EC2 reclaims a Spot instance two minutes after its warning
+# Auto Scaling learns of the interruption from EC2 and starts terminating the instance shortly after.
+SPOT_HOOK_AFTER_SECONDS = 2.0
+MARKED = "marked-for-termination"
+
+
+# Controls, not AWS APIs: what they refuse (interrupting an On-Demand instance) raises ValueError.
+
+
+class _GroupSpotRequest(SpotInstanceRequest):
+    """The Spot request Auto Scaling makes for a Spot instance of a group: moto's model, bound to the
+    instance the group launched instead of launching one of its own."""
+
+    def __init__(self, ec2_backend: Any, instance: Instance) -> None:
+        self._group_instance = instance
+        super().__init__(
+            ec2_backend,
+            spot_request_id=random_spot_request_id(),
+            price="",
+            image_id=instance.image_id,
+            spot_instance_type="one-time",
+            valid_from=None,
+            valid_until=None,
+            launch_group=None,
+            availability_zone_group=None,
+            key_name=instance.key_name or "",
+            security_groups=[],
+            user_data=None,
+            instance_type=instance.instance_type,
+            placement=instance.placement.zone,
+            kernel_id=None,
+            ramdisk_id=None,
+            monitoring_enabled=False,
+            subnet_id=instance.subnet_id or "",
+            tags={},
+            spot_fleet_id=None,
+            instance_interruption_behaviour="terminate",
+        )
+
+    def launch_instance(self) -> Instance:
+        return self._group_instance
+
+    def mark(self, code: str, message: str, *, state: str | None = None) -> None:
+        self._status_code = code
+        self.status_message = message
+        if state is not None:
+            self.state = state
+
+
+def wants_spot(group: FakeAutoScalingGroup, launched: Iterable[Instance]) -> bool:
+    """Whether the group's next instance is Spot: its instances distribution, over what it runs now."""
+    policy = group.mixed_instances_policy or {}
+    if not policy:
+        return False
+    distribution = policy.get("InstancesDistribution") or {}
+    base = int(distribution.get("OnDemandBaseCapacity", 0) or 0)
+    percentage = int(distribution.get("OnDemandPercentageAboveBaseCapacity", 100) or 0)
+    running = list(launched)
+    on_demand = sum(1 for instance in running if getattr(instance, "instance_lifecycle", None) != "spot")
+    if on_demand < base:
+        return False
+    above = len(running) - base + 1  # counting the one about to launch
+    wanted_on_demand = math.ceil(above * percentage / 100)
+    return on_demand - base >= wanted_on_demand
+
+
+class DisruptionEmulator:
+    """EC2's side of the disruptions of one emulated region (it shares the lifecycle emulator's lock)."""
+
+    def __init__(self, lifecycle: LifecycleEmulator) -> None:
+        self._lifecycle = lifecycle
+        self.spot_requests: dict[str, _GroupSpotRequest] = {}  # instance id -> its request
+
+    @property
+    def _ec2(self) -> Any:
+        return self._lifecycle.backend.ec2_backend
+
+    def _publish(self, event: dict[str, Any]) -> None:
+        lifecycle = self._lifecycle
+        lifecycle.notifications.append(Notification(time.time(), "eventbridge", event))
+        if lifecycle.events is not None:
+            lifecycle.events.publish(event)
+
+    def _common(self) -> dict[str, Any]:
+        backend = self._lifecycle.backend
+        return {"at": time.time(), "account": backend.account_id, "region": backend.region_name}
+
+    # -- Spot capacity ----------------------------------------------------------------------------
+
+    def launched(self, group: FakeAutoScalingGroup, instance: Instance, others: Iterable[Instance]) -> None:
+        """Called for each instance a group launches: a Spot one gets its Spot request."""
+        if not wants_spot(group, others):
+            return
+        request = _GroupSpotRequest(self._ec2, instance)
+        self._ec2.spot_instance_requests[request.id] = request
+        self.spot_requests[instance.id] = request
+        # What DescribeInstances answers for a Spot instance (moto serializes the model's attributes).
+        instance.spot_instance_request_id = request.id  # type: ignore[attr-defined]
+        instance.instance_lifecycle = "spot"  # type: ignore[attr-defined]
+        instance.lifecycle = "spot"
+
+    def interrupt_spot(self, instance_id: str, *, warning_seconds: float, hook_after: float) -> None:
+        lifecycle = self._lifecycle
+        with lifecycle.lock:
+            request = self.spot_requests.get(instance_id)
+            if request is None:
+                raise ValueError(f"Instance {instance_id} is not a Spot instance of a group")
+            if request.status["Code"] != "fulfilled":
+                raise ValueError(f"Spot instance {instance_id} is {request.status['Code']} already")
+            instance = self._ec2.get_instance(instance_id)
+            request.mark(
+                MARKED,
+                "Your Spot Instance has been marked for termination because there is no longer enough Spot "
+                "capacity available.",
+            )
+            self._publish(
+                ec2_events.spot_interruption_warning(
+                    **self._common(), zone=instance.placement.zone, instance_id=instance_id
+                )
+            )
+            now = time.time()
+            lifecycle.call_at(now + hook_after, lambda: self._hook_learns(instance_id))
+            lifecycle.call_at(now + warning_seconds, lambda: self._reclaim(instance_id))
+
+    def _hook_learns(self, instance_id: str) -> None:
+        """Auto Scaling learns of the interruption: the instance leaves through the terminate hooks (and is
+        replaced), while EC2's clock keeps running."""
+        lifecycle = self._lifecycle
+        with lifecycle.lock:
+            found = lifecycle.find_state(instance_id)
+            if found is None:
+                return
+            group, state = found
+            lifecycle.begin_terminate(group, state, "spot-interruption")
+            group.set_desired_capacity(group.desired_capacity)
+
+    def _reclaim(self, instance_id: str) -> None:
+        """The two minutes are over: EC2 terminates the instance, whatever its hooks say."""
+        lifecycle = self._lifecycle
+        with lifecycle.lock:
+            request = self.spot_requests[instance_id]
+            request.mark(
+                "instance-terminated-no-capacity",
+                "Your Spot Instance was terminated because there is no Spot capacity available.",
+                state="closed",
+            )
+            found = lifecycle.find_state(instance_id)
+            if found is not None:
+                group, state = found
+                lifecycle.terminate_now(group, state)
+                group.set_desired_capacity(group.desired_capacity)
+                self.state_changed([instance_id], ("shutting-down", "terminated"))
+            elif self._ec2.get_instance(instance_id).state not in ("shutting-down", "terminated"):
+                self._ec2.terminate_instances([instance_id])
+                self.state_changed([instance_id], ("shutting-down", "terminated"))
+
+    def recommend_rebalance(self, instance_id: str) -> None:
+        with self._lifecycle.lock:
+            if instance_id not in self.spot_requests:
+                raise ValueError(f"Instance {instance_id} is not a Spot instance of a group")
+            instance = self._ec2.get_instance(instance_id)
+            self._publish(
+                ec2_events.rebalance_recommendation(
+                    **self._common(), zone=instance.placement.zone, instance_id=instance_id
+                )
+            )
+
+    # -- scheduled events -------------------------------------------------------------------------
+
+    def schedule_maintenance(
+        self, instance_ids: list[str], *, code: str, starts_in: float, duration: float
+    ) -> None:
+        if code not in ec2_events.HEALTH_CODES:
+            raise ValueError(f"Unknown scheduled event code {code}: one of {sorted(ec2_events.HEALTH_CODES)}")
+        with self._lifecycle.lock:
+            now = time.time()
+            starts, ends = now + starts_in, now + starts_in + duration
+            for instance_id in instance_ids:
+                instance = self._ec2.get_instance(instance_id)
+                events = list(getattr(instance, "events", None) or [])
+                events.append(
+                    {
+                        "InstanceEventId": f"instance-event-{uuid.uuid4().hex[:17]}",
+                        "Code": code,
+                        "Description": ec2_events.DESCRIPTIONS[code],
+                        "NotBefore": datetime.fromtimestamp(starts, tz=UTC),
+                        "NotAfter": datetime.fromtimestamp(ends, tz=UTC),
+                    }
+                )
+                # DescribeInstanceStatus answers the model's events (moto serializes its attributes).
+                instance.events = events
+            self._publish(
+                ec2_events.health_scheduled_change(
+                    **self._common(), instance_ids=list(instance_ids), code=code, starts=starts, ends=ends
+                )
+            )
+
+    # -- state changes outside the hooks --------------------------------------------------------
+
+    def state_changed(self, instance_ids: Iterable[str], states: Iterable[str]) -> None:
+        """EC2's state-change notifications, one per instance and state, in order."""
+        ordered = list(states)
+        with self._lifecycle.lock:
+            for instance_id in instance_ids:
+                for state in ordered:
+                    self._publish(
+                        ec2_events.state_change(**self._common(), instance_id=instance_id, state=state)
+                    )

@@ -1,0 +1,208 @@
+"""The disruptions no hook starts, as EC2 and AWS Health show them: Spot capacity and its requests, the
+interruption warning two minutes (here: compressed) before EC2 reclaims the instance, the group's terminate
+hook shortly after the warning, rebalance recommendations, scheduled events in DescribeInstanceStatus and
+AWS Health, and state changes for what is stopped or terminated outside the hooks. Shapes compared with
+the samples in events/."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodecycle_sandbox.aws.group import AutoScalingGroup, GroupSpec, default_hooks, wait_for
+from nodecycle_sandbox.aws.records import TERMINATING
+from nodecycle_sandbox.runner.cfn_yaml import load_template
+from nodecycle_sandbox.runner.patterns import matches
+from tests.sandbox.aws.conftest import REGION, Emulation
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def sample(name: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((ROOT / "events" / name).read_text())
+    return loaded
+
+
+def shape(value: Any) -> Any:
+    """The keys (recursively) and value types of an event: what must equal the sample's."""
+    if isinstance(value, dict):
+        return {key: shape(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [shape(item) for item in value[:1]]
+    return type(value).__name__
+
+
+def intake_patterns() -> list[dict[str, Any]]:
+    events = load_template(ROOT / "template.yaml")["Resources"]["IntakeFunction"]["Properties"]["Events"]
+    return [e["Properties"]["Pattern"] for e in events.values() if e["Type"] == "EventBridgeRule"]
+
+
+def spot_group(
+    aws: Emulation, *, size: int, on_demand_percentage: int = 0, base: int = 0
+) -> AutoScalingGroup:
+    group = AutoScalingGroup(
+        autoscaling=aws.autoscaling, ec2=aws.ec2, control=aws.control, region=REGION, name="spot"
+    )
+    spec = GroupSpec(
+        name="spot",
+        size=0,
+        hooks=(default_hooks()[1],),  # terminate hook only: launches go in service at once
+        on_demand_percentage=on_demand_percentage,
+        on_demand_base=base,
+    )
+    group.create(spec)
+    group.set_desired(size)
+    return group
+
+
+def ec2_events(aws: Emulation, detail_type: str) -> list[dict[str, Any]]:
+    return [e for e in aws.bus.events if e["detail-type"] == detail_type]
+
+
+def test_a_mixed_instances_group_launches_spot_per_its_distribution_each_with_its_spot_request(
+    aws: Emulation,
+) -> None:
+    # Given a group with one On-Demand instance as base and 50% On-Demand above it
+    group = spot_group(aws, size=5, on_demand_percentage=50, base=1)
+
+    # Then 1 + 2 On-Demand and 2 Spot instances, each Spot one with a fulfilled Spot request naming it
+    spot = group.spot_instances()
+    assert len(group.instances()) == 5
+    assert len(spot) == 2
+    described = aws.ec2.describe_instances(InstanceIds=spot)["Reservations"]
+    requests = {i["SpotInstanceRequestId"]: i["InstanceId"] for r in described for i in r["Instances"]}
+    answered = aws.ec2.describe_spot_instance_requests(SpotInstanceRequestIds=list(requests))
+    assert {r["SpotInstanceRequestId"]: r["InstanceId"] for r in answered["SpotInstanceRequests"]} == requests
+    assert {r["Status"]["Code"] for r in answered["SpotInstanceRequests"]} == {"fulfilled"}
+
+
+def test_a_spot_interruption_warns_marks_the_request_starts_the_hook_then_reclaims_the_instance(
+    aws: Emulation,
+) -> None:
+    # Given a Spot group of two, with a terminate hook nobody completes
+    group = spot_group(aws, size=2)
+    victim = sorted(group.instances())[0]
+    request = aws.ec2.describe_instances(InstanceIds=[victim])["Reservations"][0]["Instances"][0][
+        "SpotInstanceRequestId"
+    ]
+
+    # When EC2 interrupts one, with 1.5 s of warning and the hook 0.3 s after it
+    group.interrupt_spot(victim, warning_seconds=1.5, hook_after=0.3)
+
+    # Then at once: the warning, in the sample's shape, matching intake's rule; the request marked
+    (warning,) = ec2_events(aws, "EC2 Spot Instance Interruption Warning")
+    assert shape(warning) == shape(sample("eventbridge-spot-interruption.json"))
+    assert warning["detail"] == {"instance-id": victim, "instance-action": "terminate"}
+    assert warning["resources"][0].startswith(f"arn:aws:ec2:{REGION}")
+    assert warning["resources"][0].endswith(f":instance/{victim}")
+    assert any(matches(p, warning) for p in intake_patterns())
+    status = aws.ec2.describe_spot_instance_requests(SpotInstanceRequestIds=[request])
+    assert status["SpotInstanceRequests"][0]["Status"]["Code"] == "marked-for-termination"
+    assert group.instances()[victim] == "InService"
+    # ...then the group's terminate hook, and a replacement
+    wait_for(lambda: group.instances().get(victim) == "Terminating:Wait", 5, "the terminate hook")
+    (action,) = group.actions(transition=TERMINATING)
+    assert action.instance_id == victim
+    # ...then EC2 reclaims it, though the hook was never completed, and says so
+    wait_for(lambda: victim not in group.instances(), 5, "the reclaim")
+    state = aws.ec2.describe_instances(InstanceIds=[victim])["Reservations"][0]["Instances"][0]["State"]
+    assert state["Name"] == "terminated"
+    assert [a.outcome for a in group.actions(transition=TERMINATING)] == ["cancelled"]
+    changes = [e["detail"]["state"] for e in ec2_events(aws, "EC2 Instance State-change Notification")]
+    assert changes == ["shutting-down", "terminated"]
+    closed = aws.ec2.describe_spot_instance_requests(SpotInstanceRequestIds=[request])[
+        "SpotInstanceRequests"
+    ][0]
+    assert (closed["State"], closed["Status"]["Code"]) == ("closed", "instance-terminated-no-capacity")
+    wait_for(lambda: len([s for s in group.instances().values() if s == "InService"]) == 2, 5, "replacement")
+
+
+def test_a_spot_instance_whose_hook_completes_first_leaves_through_its_hook_without_state_changes(
+    aws: Emulation,
+) -> None:
+    # Given a Spot instance interrupted, whose terminate hook is completed before the warning runs out
+    group = spot_group(aws, size=1)
+    (victim,) = group.instances()
+    group.interrupt_spot(victim, warning_seconds=1.0, hook_after=0.0)
+    wait_for(lambda: group.actions(transition=TERMINATING), 5, "the terminate hook")
+    aws.autoscaling.complete_lifecycle_action(
+        AutoScalingGroupName="spot",
+        LifecycleHookName="nodecycle-terminate",
+        InstanceId=victim,
+        LifecycleActionResult="CONTINUE",
+    )
+    (action,) = group.actions(transition=TERMINATING)
+    assert action.outcome == "completed"
+    # ...and at the reclaim time, EC2 has nothing left to terminate: no state change outside the hooks
+    wait_for(lambda: spot_request(aws, victim)["State"] == "closed", 5, "the reclaim time")
+    assert ec2_events(aws, "EC2 Instance State-change Notification") == []
+
+
+def spot_request(aws: Emulation, instance: str) -> dict[str, Any]:
+    found = aws.ec2.describe_instances(InstanceIds=[instance])["Reservations"][0]["Instances"][0]
+    answer = aws.ec2.describe_spot_instance_requests(SpotInstanceRequestIds=[found["SpotInstanceRequestId"]])
+    request: dict[str, Any] = answer["SpotInstanceRequests"][0]
+    return request
+
+
+def test_only_spot_instances_can_be_interrupted_or_get_a_rebalance_recommendation(aws: Emulation) -> None:
+    group = aws.group(*default_hooks(), size=1)
+    (instance,) = group.instances()
+    with pytest.raises(ValueError, match="not a Spot instance"):
+        group.interrupt_spot(instance)
+    with pytest.raises(ValueError, match="not a Spot instance"):
+        group.recommend_rebalance(instance)
+    assert aws.bus.events == [e for e in aws.bus.events if e["source"] == "aws.autoscaling"]
+
+
+def test_a_rebalance_recommendation_is_an_event_in_the_samples_shape(aws: Emulation) -> None:
+    group = spot_group(aws, size=1)
+    (instance,) = group.instances()
+    group.recommend_rebalance(instance)
+    (event,) = ec2_events(aws, "EC2 Instance Rebalance Recommendation")
+    assert shape(event) == shape(sample("eventbridge-rebalance-recommendation.json"))
+    assert event["detail"] == {"instance-id": instance}
+    assert any(matches(p, event) for p in intake_patterns())
+    assert group.instances() == {instance: "InService"}
+
+
+def test_scheduled_maintenance_is_in_the_instance_status_and_an_aws_health_event(aws: Emulation) -> None:
+    group = aws.group(size=2)
+    instances = sorted(group.instances())
+    group.schedule_maintenance(instances, starts_in=3600)
+
+    (event,) = ec2_events(aws, "AWS Health Event")
+    assert shape(event) == shape(sample("eventbridge-health-scheduled-retirement.json"))
+    assert event["detail"]["eventTypeCode"] == "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED"
+    assert [e["entityValue"] for e in event["detail"]["affectedEntities"]] == instances
+    assert any(matches(p, event) for p in intake_patterns())
+    statuses = aws.ec2.describe_instance_status(InstanceIds=instances, IncludeAllInstances=True)
+    for status in statuses["InstanceStatuses"]:
+        (scheduled,) = status["Events"]
+        assert scheduled["Code"] == "instance-retirement"
+        assert scheduled["NotBefore"].strftime("%a, %d %b %Y %H:%M:%S GMT") == event["detail"]["startTime"]
+
+
+def test_instances_stopped_or_terminated_outside_the_hooks_publish_their_state_changes(
+    aws: Emulation,
+) -> None:
+    group = aws.group(*default_hooks(), size=2)
+    stopped, terminated = sorted(group.instances())
+    aws.ec2.stop_instances(InstanceIds=[stopped])
+    aws.ec2.terminate_instances(InstanceIds=[terminated])
+
+    changes = ec2_events(aws, "EC2 Instance State-change Notification")
+    assert [(e["detail"]["instance-id"], e["detail"]["state"]) for e in changes] == [
+        (stopped, "stopping"),
+        (stopped, "stopped"),
+        (terminated, "shutting-down"),
+        (terminated, "terminated"),
+    ]
+    assert shape(changes[0]) == shape(sample("eventbridge-instance-stopped.json"))
+    assert changes[0]["resources"] == [f"arn:aws:ec2:{REGION}:123456789012:instance/{stopped}"]
+    assert all(any(matches(p, e) for p in intake_patterns()) for e in changes)
+    # the terminate hook was not consulted for the terminated one
+    assert all(a.instance_id != terminated for a in group.actions(transition=TERMINATING))
