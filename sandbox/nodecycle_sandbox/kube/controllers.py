@@ -475,6 +475,7 @@ class ControllerLoop:
         self._revision = revision
         self._tick = tick
         self._stop = threading.Event()
+        self._poked = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kube-sandbox-controllers", daemon=True)
         self.failure: BaseException | None = None
 
@@ -486,6 +487,11 @@ class ControllerLoop:
         if self._thread.is_alive():
             self._thread.join()
 
+    def poke(self) -> None:
+        """Something changed that the store's revision does not show (a kubelet lost or revived, a timer
+        set): run the next tick's pass even if nothing was written."""
+        self._poked.set()
+
     def check(self) -> None:
         if self.failure is not None:
             raise RuntimeError("the sandbox controllers failed") from self.failure
@@ -494,8 +500,10 @@ class ControllerLoop:
         clean_revision = -1
         due: float | None = None
         while not self._stop.wait(self._tick):
-            if self._revision() == clean_revision and (due is None or time.monotonic() < due):
+            poked = self._poked.is_set()
+            if not poked and self._revision() == clean_revision and (due is None or time.monotonic() < due):
                 continue
+            self._poked.clear()
             try:
                 result = self._sync()
             except Exception as exc:  # kept for check(); the loop must outlive one bad pass

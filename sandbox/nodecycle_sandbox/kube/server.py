@@ -315,14 +315,22 @@ class KubeServer:
         force delete (grace 0) or the deletion of the node object (pod garbage collection) ends its pods."""
         grace = self._node_monitor_grace if grace_seconds is None else grace_seconds
         self._controllers.kill_kubelet(name, grace)
+        self._poke()
 
     def revive_kubelet(self, name: str) -> None:
         """The kubelet is back: the node posts Ready again and its pods' deletions proceed."""
         self._controllers.revive_kubelet(name)
+        self._poke()
 
     def set_node_ready(self, name: str, ready: bool) -> None:
         """Flip the node's Ready condition; its pods' readiness follows, as the node lifecycle controller does."""
         self._controllers.set_node_ready(name, ready)
+        self._poke()
+
+    def _poke(self) -> None:
+        """A timer was set without a write: the controller loop must not sleep through it."""
+        if self._loop is not None:
+            self._loop.poke()
 
     def remove_node(self, name: str) -> bool:
         """The instance is gone: delete the node and, at once, its pods (controllers recreate them elsewhere).

@@ -299,14 +299,18 @@ def test_a_node_whose_kubelet_is_gone_drains_without_waiting_for_pods_that_can_n
 ) -> None:
     # Given a node running workload pods whose kubelet dies: the node turns NotReady (Unknown), and a pod
     # asked to leave stays Terminating for ever, as on a real cluster, until a force delete or the node's end
-    victim = in_service(sandbox)[0]
+    def shop_pods(instance: str) -> list[str]:
+        node = node_of(sandbox, instance)
+        return [
+            p["metadata"]["name"]
+            for p in sandbox.kube.objects("pods", "shop")
+            if p["spec"].get("nodeName") == node and not p["metadata"].get("deletionTimestamp")
+        ]
+
+    # (earlier tests replaced nodes: the newest may not run any workload yet)
+    victim = next(i for i in in_service(sandbox) if shop_pods(i))
     node = node_of(sandbox, victim)
-    on_node = [
-        p["metadata"]["name"]
-        for p in sandbox.kube.objects("pods", "shop")
-        if p["spec"].get("nodeName") == node and not p["metadata"].get("deletionTimestamp")
-    ]
-    assert on_node
+    on_node = shop_pods(victim)
     sandbox.kube.kill_kubelet(node, grace_seconds=1)
     wait_for(
         lambda: (

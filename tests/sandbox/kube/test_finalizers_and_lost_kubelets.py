@@ -205,3 +205,21 @@ def test_a_revived_kubelet_finishes_what_was_pending(server: KubeServer, kube: K
     assert _ready_status(server, node) == "True"
     assert not (server.get_object("nodes", node) or {})["spec"].get("taints")
     wait_until(lambda: server.get_object("pods", "later", "default") is None, what="later gone")
+
+
+def test_a_kubelet_lost_on_an_idle_cluster_still_turns_its_node_unknown(
+    server: KubeServer, kube: Kube
+) -> None:
+    # Given a cluster with nothing left to do (the controllers skip their passes while nothing changes)
+    server.seed({"nodes": nodes_seed(1)})
+    node = node_name(0, 10)
+    kube.core.create_namespaced_pod("default", _pod("idle", node))
+    _running(server, "idle")
+    server.settle()
+    time.sleep(0.5)
+
+    # When its kubelet is lost, and nobody writes anything afterwards
+    server.kill_kubelet(node, grace_seconds=0.2)
+
+    # Then the node lifecycle controller still notices once the grace has passed, as on a real cluster
+    wait_until(lambda: _ready_status(server, node) == "Unknown", what="the node to turn Unknown")

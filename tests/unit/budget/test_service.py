@@ -478,3 +478,23 @@ def test_a_node_whose_action_cannot_wait_any_longer_takes_a_slot_without_room(
     assert doc is not None
     assert [(h.node, h.forced) for h in doc.holders] == [("n1", False), ("late", True)]
     assert not budget.acquire(slot("n3")).granted
+
+
+def test_a_node_already_waiting_takes_a_forced_slot_at_once_and_its_other_lifecycle_then_holds_it(
+    make_budget: BudgetFactory, store: MemoryBudgetStore
+) -> None:
+    # Given a full budget and a node waiting in line for its terminate lifecycle
+    budget = make_budget("1", None)
+    budget.acquire(slot("n1"))
+    assert not budget.acquire(slot("spot")).granted
+    # When a Spot interruption of the same node asks with force, under its own lifecycle record
+    decision = budget.acquire(replace(slot("spot"), record_id="rec-spot-interruption", force=True))
+    # Then it holds a forced slot at once, out of the line; and the terminate lifecycle, asking again,
+    # holds the same slot rather than waiting behind others: one node, one slot
+    assert (decision.granted, decision.reason) == (True, SlotReason.FORCED)
+    doc = store.read()
+    assert doc is not None
+    assert [(h.node, h.forced) for h in doc.holders] == [("n1", False), ("spot", True)]
+    assert doc.waiters == ()
+    again = budget.acquire(slot("spot"))
+    assert (again.granted, again.reason) == (True, SlotReason.HELD)
