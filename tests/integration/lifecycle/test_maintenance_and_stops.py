@@ -51,7 +51,8 @@ def test_maintenance_is_drained_before_it_starts_and_a_stopped_instance_leaves_n
         # slot, its node is annotated, and it has its Elastic IP
         sandbox.asg.schedule_maintenance([stopped], starts_in=STARTS_IN)
         wait_for(lambda: stopped_node in current_holders(sandbox), 30, "the held-up drain's slot")
-        assert nodecycle_annotations(sandbox, stopped_node)
+        # (the slot is taken a step before the cordon annotates the node)
+        wait_for(lambda: nodecycle_annotations(sandbox, stopped_node), 30, "the held-up drain's cordon")
         assert addresses_of(sandbox, stopped)
 
         # When someone stops the instance outside the group's hooks
