@@ -277,6 +277,7 @@ class Runner:
                 concurrency=self._sqs_concurrency(trigger.max_concurrency),
                 poll_wait=self._poll_wait,
                 faults=self.faults,
+                fault_client_factory=functools.partial(self._client, "sqs"),
             )
             source.start()
             self._sources.append(source)

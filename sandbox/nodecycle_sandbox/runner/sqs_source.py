@@ -95,8 +95,12 @@ class SqsEventSource:
         concurrency: int,
         poll_wait: int,
         faults: RunnerFaults | None = None,
+        fault_client_factory: Callable[[], SQSClient] | None = None,
     ) -> None:
         self._faults = faults or RunnerFaults()
+        # Faults drop and put back messages as the account's administrator: they are the sandbox's doing, and
+        # the function's role may not (and need not) change a message's visibility.
+        self._fault_client_factory = fault_client_factory or client_factory
         self._spec = spec
         self._trigger = trigger
         self._invoke = invoke
@@ -135,11 +139,12 @@ class SqsEventSource:
 
     def _poll(self) -> None:
         client = self._client_factory()
+        fault_client = self._fault_client_factory()  # faults may be armed later
         while not self._stopping.is_set():
             try:
                 messages = self._receive(client)
                 queue = self._trigger.queue
-                messages = self._faults.on_receive(queue.logical_id, client, queue.url, messages)
+                messages = self._faults.on_receive(queue.logical_id, fault_client, queue.url, messages)
                 if messages:
                     self._deliver(client, messages)
                     again = self._faults.duplicates(queue.logical_id, messages)
