@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.__main__ import main
+from tests.benchmarks.runs import runs_and_prints
 
 # Each benchmark, and the start of rows it must print.
 ROWS = {
@@ -27,12 +27,4 @@ ROWS = {
 def test_a_benchmark_runs_at_its_smallest_size_and_prints_its_rows(
     benchmark: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # When the benchmark runs alone at its smallest size (never saving its figures)
-    assert main(["--tiny", "--only", benchmark]) == 0
-
-    # Then the table has each of its rows, and the markdown table for the README too
-    printed = capsys.readouterr().out
-    table, _, markdown = printed.partition("Markdown (for the README):")
-    for row in ROWS[benchmark]:
-        assert row in table, f"{benchmark} did not print a row starting {row!r}"
-        assert row in markdown
+    runs_and_prints(benchmark, ROWS[benchmark], capsys)
