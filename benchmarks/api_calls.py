@@ -10,7 +10,6 @@ pods in proportion elsewhere, and both are measured again: the counts must not m
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import time
@@ -19,13 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import quiesce
+from benchmarks.harness import node_of, quiesce, terminate_and_settle
 from benchmarks.harness import sandbox as start_sandbox
-from benchmarks.records import BUDGET_KEY, BUDGET_NAME, BUDGET_NAMESPACE
 from benchmarks.report import Result, Row
 from nodecycle_sandbox import Sandbox
 from nodecycle_sandbox.aws.group import wait_for
-from nodecycle_sandbox.aws.records import TERMINATING
 from nodecycle_sandbox.kube import SHUTDOWN_ANNOTATION
 from nodecycle_sandbox.kube.builders import default_container
 
@@ -105,7 +102,7 @@ def _grow(box: Sandbox, size: int, settings: Settings) -> tuple[str, str]:
     box.asg.set_desired(len(before) + 2 + fillers)
     box.asg.wait_in_service(len(before) + 2 + fillers, timeout=60 + 3 * fillers)
     deployments = [
-        _deployment(f"pinned-{instance}", settings.pods, {"kubernetes.io/hostname": _node(box, instance)})
+        _deployment(f"pinned-{instance}", settings.pods, {"kubernetes.io/hostname": node_of(box, instance)})
         for instance in targets
     ]
     deployments.append(_deployment(f"filler-{size}", settings.pods * fillers, {ROLE_LABEL: "filler"}))
@@ -118,7 +115,7 @@ def _warm_up(box: Sandbox) -> None:
     """One filler's terminate lifecycle, not counted: it creates the budget ConfigMap, as any earlier drain
     would have, so that the two sizes are measured in the same steady state."""
     filler = sorted(set(box.asg.instances()) - _measured_instances(box))[0]
-    _terminate(box, filler)
+    terminate_and_settle(box, filler)
 
 
 def _measure(box: Sandbox, ours: str, theirs: str, kubectl: Kubectl | None) -> Measurement:
@@ -127,7 +124,7 @@ def _measure(box: Sandbox, ours: str, theirs: str, kubectl: Kubectl | None) -> M
     nodes, pods = len(server.objects("nodes")), len(server.objects("pods"))
     server.reset_counters()
     mark = time.time()
-    _terminate(box, ours)
+    terminate_and_settle(box, ours)
     ours_kube = Counter({f"{verb} {resource}": n for (verb, resource), n in server.counters().items()})
     invocations = [i for i in box.runner.journal.invocations() if i.started_at >= mark]
     aws: Counter[str] = Counter()
@@ -136,44 +133,14 @@ def _measure(box: Sandbox, ours: str, theirs: str, kubectl: Kubectl | None) -> M
     theirs_kube = None
     if kubectl is not None:
         server.reset_counters()
-        kubectl("drain", _node(box, theirs), *KUBECTL_DRAIN)
+        kubectl("drain", node_of(box, theirs), *KUBECTL_DRAIN)
         theirs_kube = Counter({f"{verb} {resource}": n for (verb, resource), n in server.counters().items()})
     return Measurement(nodes, pods, ours_kube, aws, Counter(i.function for i in invocations), theirs_kube)
-
-
-def _terminate(box: Sandbox, instance: str) -> None:
-    """Terminate without replacement, and wait until nodecycle is done: the action completed, the node out of
-    the budget, then quiet (the clean-up's last write and the final record update)."""
-    node = _node(box, instance)
-    box.asg.terminate(instance, decrement=True)
-    wait_for(lambda: _action_done(box, instance), 120, f"the terminate action of {instance}")
-    wait_for(lambda: node not in _budget_nodes(box), 60, f"the budget release of {node}")
-    quiesce(box, quiet=1.5)
-
-
-def _action_done(box: Sandbox, instance: str) -> bool:
-    return any(
-        not action.active
-        for action in box.asg.actions(transition=TERMINATING)
-        if action.instance_id == instance
-    )
-
-
-def _budget_nodes(box: Sandbox) -> set[str]:
-    configmap = box.kube.get_object("configmaps", BUDGET_NAME, BUDGET_NAMESPACE)
-    if configmap is None:
-        return set()
-    doc = json.loads(configmap["data"][BUDGET_KEY])
-    return {entry["node"] for entry in (*doc.get("holders", []), *doc.get("waiters", []))}
 
 
 def _new_in_service(box: Sandbox, before: set[str], count: int) -> set[str] | None:
     new = set(box.asg.in_state("InService")) - before
     return new if len(new) >= count else None
-
-
-def _node(box: Sandbox, instance: str) -> str:
-    return wait_for(lambda: box.kube.node_for_instance(instance), 30, f"the node of {instance}")
 
 
 def _measured_instances(box: Sandbox) -> set[str]:

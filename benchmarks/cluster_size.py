@@ -24,13 +24,13 @@ from typing import Any
 
 from kubernetes.client import CoreV1Api
 
-from benchmarks.harness import quiesce
+from benchmarks.harness import action_done, node_of, quiesce, terminate_and_settle
 from benchmarks.harness import sandbox as start_sandbox
 from benchmarks.records import BUDGET_KEY, BUDGET_NAME, BUDGET_NAMESPACE
 from benchmarks.report import Result, Row
 from nodecycle_sandbox import Sandbox
 from nodecycle_sandbox.aws.group import wait_for
-from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING
+from nodecycle_sandbox.aws.records import LAUNCHING
 from nodecycle_sandbox.kube import SHUTDOWN_ANNOTATION
 from nodecycle_sandbox.kube.builders import default_container
 
@@ -83,7 +83,7 @@ def run(sizes: tuple[int, ...], log_dir: Path, *, scoped: bool = True) -> list[M
         # drain container is warm, as after any earlier drain.
         box.asg.set_desired(2)
         box.asg.wait_in_service(2, timeout=120)
-        _terminate(box, sorted(box.asg.in_state("InService"))[0])
+        terminate_and_settle(box, sorted(box.asg.in_state("InService"))[0])
         found = []
         others = 0
         for size in sizes:
@@ -120,10 +120,10 @@ def _measure(box: Sandbox) -> Measurement:
     server.reset_counters()
     box.asg.set_desired(len(before) + 1)
     instance = wait_for(lambda: _new_in_service(box, before), 120, "the launched node")
-    wait_for(lambda: _action_done(box, instance, LAUNCHING), 60, "the launch action")
+    wait_for(lambda: action_done(box, instance, LAUNCHING), 60, "the launch action")
     quiesce(box, quiet=1.5)
     launch_requests, launch_bytes = _counts(box)
-    node = _node(box, instance)
+    node = node_of(box, instance)
     server.seed({"namespaces": [NAMESPACE], "deployments": [_pinned(node)]})
     server.settle(timeout=120)
     nodes, pods = len(server.objects("nodes")), len(server.objects("pods"))
@@ -134,7 +134,7 @@ def _measure(box: Sandbox) -> Measurement:
     box.runner.recycle("DrainFunction")
     box.runner.warm("DrainFunction")
     server.reset_counters()
-    _terminate(box, instance)
+    terminate_and_settle(box, instance)
     drain_requests, drain_bytes = _counts(box)
     return Measurement(nodes, pods, launch_requests, launch_bytes, drain_requests, drain_bytes)
 
@@ -161,37 +161,9 @@ def _counts(box: Sandbox) -> tuple[Counter[str], Counter[str]]:
     return requests, sent
 
 
-def _terminate(box: Sandbox, instance: str) -> None:
-    node = _node(box, instance)
-    box.asg.terminate(instance, decrement=True)
-    wait_for(lambda: _action_done(box, instance, TERMINATING), 120, f"the terminate action of {instance}")
-    wait_for(lambda: node not in _budget_nodes(box), 60, f"the budget release of {node}")
-    quiesce(box, quiet=1.5)
-
-
-def _action_done(box: Sandbox, instance: str, transition: str) -> bool:
-    return any(
-        not action.active
-        for action in box.asg.actions(transition=transition)
-        if action.instance_id == instance
-    )
-
-
-def _budget_nodes(box: Sandbox) -> set[str]:
-    configmap = box.kube.get_object("configmaps", BUDGET_NAME, BUDGET_NAMESPACE)
-    if configmap is None:
-        return set()
-    doc = json.loads(configmap["data"][BUDGET_KEY])
-    return {entry["node"] for entry in (*doc.get("holders", []), *doc.get("waiters", []))}
-
-
 def _new_in_service(box: Sandbox, before: set[str]) -> str | None:
     new = set(box.asg.in_state("InService")) - before
     return next(iter(new), None)
-
-
-def _node(box: Sandbox, instance: str) -> str:
-    return wait_for(lambda: box.kube.node_for_instance(instance), 30, f"the node of {instance}")
 
 
 def _pinned(node: str) -> dict[str, Any]:

@@ -3,14 +3,17 @@ lifecycle emulation in their own process), and the waits every benchmark needs."
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
+from benchmarks.records import BUDGET_KEY, BUDGET_NAME, BUDGET_NAMESPACE
 from nodecycle_sandbox import Sandbox, SandboxOptions
-from nodecycle_sandbox.aws.group import GroupSpec, default_hooks
+from nodecycle_sandbox.aws.group import GroupSpec, default_hooks, wait_for
+from nodecycle_sandbox.aws.records import TERMINATING
 
 ROOT = Path(__file__).resolve().parents[1]
 ZONES = ("a", "b", "c")
@@ -84,3 +87,34 @@ def quiesce(sandbox: Sandbox, *, quiet: float = 1.0, timeout: float = 120) -> No
         if now > deadline:
             raise TimeoutError(f"the sandbox did not quiesce within {timeout:.0f} s")
         time.sleep(0.1)
+
+
+def terminate_and_settle(box: Sandbox, instance: str) -> None:
+    """Terminate without replacement, and wait until nodecycle is done: the action completed, the node out of
+    the budget, then quiet (the clean-up's last write and the final record update)."""
+    node = node_of(box, instance)
+    box.asg.terminate(instance, decrement=True)
+    wait_for(lambda: action_done(box, instance, TERMINATING), 120, f"the terminate action of {instance}")
+    wait_for(lambda: node not in budget_nodes(box), 60, f"the budget release of {node}")
+    quiesce(box, quiet=1.5)
+
+
+def action_done(box: Sandbox, instance: str, transition: str) -> bool:
+    return any(
+        not action.active
+        for action in box.asg.actions(transition=transition)
+        if action.instance_id == instance
+    )
+
+
+def budget_nodes(box: Sandbox) -> set[str]:
+    """The nodes holding or waiting for a budget slot, from the ConfigMap as the API server has it."""
+    configmap = box.kube.get_object("configmaps", BUDGET_NAME, BUDGET_NAMESPACE)
+    if configmap is None:
+        return set()
+    doc = json.loads(configmap["data"][BUDGET_KEY])
+    return {entry["node"] for entry in (*doc.get("holders", []), *doc.get("waiters", []))}
+
+
+def node_of(box: Sandbox, instance: str) -> str:
+    return wait_for(lambda: box.kube.node_for_instance(instance), 30, f"the node of {instance}")
