@@ -133,7 +133,13 @@ def _line(observation: Observation, found: list[Violation]) -> str:
     faults = ", ".join(f"{k} {n}" for k, n in sorted(fired.items())) or "no fault fired"
     verdict = "ok" if not found else "VIOLATED " + ", ".join(sorted({v.invariant for v in found}))
     phases = " ".join(f"{name} {seconds:g}" for name, seconds in observation.phases)
-    return f"{scenario.name:<10} {scenario.kind:<10} {observation.seconds:5.1f}s  {verdict}  ({faults})  [{phases}]"
+    notes = "".join(
+        f"\n           note: {note}" for note in observation.notes
+    )  # what the judges may have missed
+    return (
+        f"{scenario.name:<10} {scenario.kind:<10} {observation.seconds:5.1f}s  {verdict}  ({faults})  [{phases}]"
+        f"{notes}"
+    )
 
 
 def _shrink(

@@ -483,13 +483,17 @@ class ScenarioRun:
     @contextmanager
     def _watching_addresses(self, seen: list[AddressSeen]) -> Iterator[None]:
         stop = threading.Event()
+        missed: list[str] = []
 
         def watch() -> None:
             while not stop.wait(0.5):
                 try:
                     seen.append(AddressSeen(time.time(), self._addresses()))
-                except Exception:  # a look that failed is a look missed, not a reason to stop looking
-                    log.debug("looking at the addresses failed", exc_info=True)
+                except (
+                    Exception
+                ) as error:  # a look that failed is a look missed, not a reason to stop looking
+                    log.warning("looking at the addresses failed", exc_info=True)
+                    missed.append(f"{type(error).__name__}: {error}")
 
         thread = threading.Thread(target=watch, name="chaos-addresses", daemon=True)
         thread.start()
@@ -498,6 +502,8 @@ class ScenarioRun:
         finally:
             stop.set()
             thread.join()
+            if missed:  # the addresses invariant saw less than usual: the report says so
+                self.notes.append(f"{len(missed)} looks at the addresses failed (first: {missed[0]})")
             seen.append(AddressSeen(time.time(), self._addresses()))
 
     def _final_addresses(self) -> dict[str, tuple[str | None, dict[str, str]]]:
