@@ -123,13 +123,7 @@ class Kubelet:
                 if pod_node(pod) in self._dead:
                     # No kubelet: nothing starts or stops; the node lifecycle controller marks the pods unready.
                     if not alive and pod_ready(pod):
-                        self._store.write(
-                            PODS,
-                            self._with_readiness(pod, False),
-                            verb="update",
-                            source=SANDBOX,
-                            resource="pods/status",
-                        )
+                        self._post_status(self._with_readiness(pod, False))
                         changed = True
                     continue
                 if is_terminating(pod):
@@ -147,30 +141,22 @@ class Kubelet:
                     start = float_annotation(pod, START_ANNOTATION, self.start_seconds)
                     ready_at = self._ready_at.setdefault(uid, mono + start)
                     if alive and mono >= ready_at:
-                        self._store.write(
-                            PODS,
-                            self._running(pod, node),
-                            verb="update",
-                            source=SANDBOX,
-                            resource="pods/status",
-                        )
+                        self._post_status(self._running(pod, node))
                         changed = True
                     elif alive:
                         deadlines.append(ready_at)
                 elif pod_ready(pod) != alive:
-                    self._store.write(
-                        PODS,
-                        self._with_readiness(pod, alive),
-                        verb="update",
-                        source=SANDBOX,
-                        resource="pods/status",
-                    )
+                    self._post_status(self._with_readiness(pod, alive))
                     changed = True
             for uid in set(self._ready_at) - seen:
                 del self._ready_at[uid]
             for uid in set(self._gone_at) - seen:
                 del self._gone_at[uid]
             return changed, min(deadlines, default=None)
+
+    def _post_status(self, pod: JsonObj) -> None:
+        """The kubelet reports a pod's status, as it does through the pods/status subresource."""
+        self._store.write(PODS, pod, verb="update", source=SANDBOX, resource="pods/status")
 
     def _forget(self, uid: str) -> None:
         self._ready_at.pop(uid, None)
