@@ -36,6 +36,13 @@ def register(commands: Any) -> None:
     parser.add_argument("--no-shrink", action="store_true", help="report violations without shrinking them")
     parser.add_argument("--log-dir", type=Path, help="keep the functions' logs here")
     parser.add_argument(
+        "--worlds",
+        type=int,
+        default=1,
+        metavar="N",
+        help="share the scenarios among N sandboxes run at once, each in its own process (default 1)",
+    )
+    parser.add_argument(
         "--mutations",
         action="store_true",
         help="check that each planted bug is caught (at most --scenarios scenarios each)",
@@ -59,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         faults=not args.no_faults,
         shrink=not args.no_shrink,
         log_dir=args.log_dir,
+        worlds=args.worlds,
         progress=lambda line: print(line, flush=True),
     )
     print(report.summary())

@@ -10,8 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from nodecycle_sandbox.chaos import run_campaign
+from nodecycle_sandbox.chaos import invariants, run_campaign
 from nodecycle_sandbox.chaos.mutations import MUTATIONS, check_mutation
+from nodecycle_sandbox.chaos.plan import Scenario
+from nodecycle_sandbox.chaos.world import World
+from nodecycle_sandbox.faults import Fault
 
 pytestmark = pytest.mark.slow
 
@@ -41,3 +44,32 @@ def test_a_product_whose_budget_check_is_removed_is_caught() -> None:
     assert result.caught, f"not caught in {result.scenarios_run} scenarios"
     assert result.invariant is not None
     assert "budget" in result.invariant
+
+
+def test_a_lost_work_message_is_repaired_by_the_sweepers_schedule() -> None:
+    # Given a scenario whose only sweeps are the world's schedule, and whose first drain message is lost
+    scenario = Scenario(
+        seed=0,
+        index=0,
+        kind="terminate",
+        stacks=("a",),
+        size=3,
+        keep=3,
+        terminate=1,
+        min_healthy=0,
+        replicas=3,
+        shutdown=0.3,
+        lost_kubelet_at=None,
+        sweeps=(),
+        faults=(Fault("f1", "sqs-drop", "DrainQueue", limit=1),),
+    )
+
+    # When it runs to quiescence
+    with World(root=ROOT, warm_up=False) as world:
+        observation = world.run(scenario)
+
+    # Then the message was lost, and the lifecycle was kept alive and resumed before its hook ran out
+    assert [f.kind for f in observation.firings] == ["sqs-drop"]
+    assert observation.quiescent, observation.left_over
+    assert invariants.check(observation) == []
+    assert {a.outcome for a in observation.actions} == {"completed"}, observation.actions

@@ -3,11 +3,16 @@ fewest faults that still reproduce it, and printed with its seed and trace."""
 
 from __future__ import annotations
 
+import contextlib
+import multiprocessing
+import queue
 import time
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from nodecycle_sandbox.chaos import invariants
 from nodecycle_sandbox.chaos.invariants import Violation
@@ -64,7 +69,7 @@ class CampaignReport:
         per = sum(self.scenario_seconds) / len(self.scenario_seconds) if self.scenario_seconds else 0.0
         lines = [
             f"campaign seed {self.seed}: {self.scenarios} scenarios in {self.seconds:.0f}s "
-            f"({per:.1f}s per scenario, {self.startup_seconds:.0f}s to start the world)",
+            f"({per:.1f}s per scenario in its world, {self.startup_seconds:.0f}s to start the world)",
             "  scenarios by kind: " + ", ".join(f"{k} {self.by_kind[k]}" for k in KINDS if self.by_kind[k]),
             f"  faults injected: {sum(self.faults.values())}",
         ]
@@ -93,13 +98,47 @@ def run_campaign(
     stop_at_first: bool = False,
     log_dir: Path | None = None,
     warm_up: bool = True,
+    worlds: int = 1,
     progress: Callable[[str], None] = lambda _: None,
+) -> CampaignReport:
+    """Scenarios 0..K-1 of ``seed`` (or ``only`` that one). ``worlds`` > 1 shares them out, index by index,
+    among that many worlds in their own processes: a scenario spends most of its time waiting for steps and
+    timeouts, so several worlds at once use the cores a single one leaves idle. Each scenario is the same
+    whichever world runs it; the report is the sum of theirs."""
+    indexes = [only] if only is not None else list(range(scenarios))
+    options: dict[str, Any] = {
+        "seed": seed,
+        "root": root,
+        "layer_dir": layer_dir,
+        "kinds": kinds,
+        "faults": faults,
+        "shrink": shrink,
+        "stop_at_first": stop_at_first,
+        "warm_up": warm_up,
+    }
+    if worlds <= 1 or len(indexes) <= 1:
+        return _run(indexes, log_dir=log_dir, progress=progress, **options)
+    return _run_in_worlds(indexes, worlds, log_dir=log_dir, progress=progress, **options)
+
+
+def _run(
+    indexes: list[int],
+    *,
+    seed: int,
+    root: Path,
+    layer_dir: Path | None,
+    kinds: tuple[str, ...],
+    faults: bool,
+    shrink: bool,
+    stop_at_first: bool,
+    log_dir: Path | None,
+    warm_up: bool,
+    progress: Callable[[str], None],
 ) -> CampaignReport:
     report = CampaignReport(seed=seed)
     began = time.monotonic()
     with World(root=root, layer_dir=layer_dir, log_dir=log_dir, warm_up=warm_up) as world:
         report.startup_seconds = time.monotonic() - began
-        indexes = [only] if only is not None else list(range(scenarios))
         for index in indexes:
             scenario = draw(seed, index, kinds=kinds, faults=faults)
             try:
@@ -125,6 +164,56 @@ def run_campaign(
                 break
     report.seconds = time.monotonic() - began
     return report
+
+
+def _run_in_worlds(
+    indexes: list[int],
+    worlds: int,
+    *,
+    log_dir: Path | None,
+    progress: Callable[[str], None],
+    **options: Any,
+) -> CampaignReport:
+    """Each world in a process of its own (spawned: no thread or socket of this one is inherited), its
+    progress lines passed back through a queue as they come."""
+    began = time.monotonic()
+    context = multiprocessing.get_context("spawn")
+    with context.Manager() as manager, ProcessPoolExecutor(worlds, mp_context=context) as pool:
+        lines = manager.Queue()
+        futures = [
+            pool.submit(
+                _run_share,
+                indexes[n::worlds],
+                lines,
+                log_dir=None if log_dir is None else log_dir / f"world-{n}",
+                **options,
+            )
+            for n in range(worlds)
+        ]
+        while not all(f.done() for f in futures):
+            with contextlib.suppress(queue.Empty):
+                progress(lines.get(timeout=0.5))
+        while not lines.empty():
+            progress(lines.get())
+        shares = [f.result() for f in futures]
+    report = CampaignReport(seed=options["seed"])
+    for share in shares:
+        report.scenarios += share.scenarios
+        report.scenario_seconds += share.scenario_seconds
+        report.by_kind.update(share.by_kind)
+        report.faults.update(share.faults)
+        report.violations.update(share.violations)
+        report.findings += share.findings
+        report.errors += share.errors
+        report.startup_seconds = max(report.startup_seconds, share.startup_seconds)
+    report.findings.sort(key=lambda f: f.scenario.index)
+    report.seconds = time.monotonic() - began
+    return report
+
+
+def _run_share(indexes: list[int], lines: Any, **options: Any) -> CampaignReport:
+    """One world's share of a campaign, in its own process."""
+    return _run(indexes, progress=lines.put, **options)
 
 
 def _line(observation: Observation, found: list[Violation]) -> str:

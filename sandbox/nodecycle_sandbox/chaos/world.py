@@ -69,6 +69,13 @@ STACKS: dict[str, dict[str, str]] = {
     "a": {**_STACK, "OwnerId": "chaos-a", "EipMode": "allocate"},
     "b": {**_STACK, "OwnerId": "chaos-b", "EipMode": "pool", "EipPoolName": POOL_NAME},
 }
+# The sweepers' schedule, compressed like the rest: every 12 s (a real stack sweeps every SweepIntervalMinutes,
+# whole minutes for EventBridge, so the handlers are told the interval through their environment). Under the
+# hooks' 30 s heartbeat timeout and 10 s margin this keeps alive every action whose work message was lost and
+# resumes it once it is ResumeGraceSeconds overdue, as the schedule does in AWS. The world fires it itself,
+# from the moment a scenario acts until quiescence, so that the moments before and after stay its own.
+SWEEP_INTERVAL = 12.0
+SETTINGS = {"NODECYCLE_SWEEP_INTERVAL_MINUTES": str(SWEEP_INTERVAL / 60)}
 LIMITS = {"total": 2, "per_zone": 1}
 DRAIN_TIMEOUT = 20.0
 FORCE_GRACE = 2.0
@@ -134,6 +141,7 @@ class World:
                 stack_name="chaos-a",
                 cluster_name="chaos",
                 parameters=STACKS["a"],
+                settings=SETTINGS,
                 group=None,
                 schedules_enabled=False,  # the scenarios fire the sweepers at their own moments
                 node_ready_after=0.3,
@@ -152,7 +160,7 @@ class World:
         box = self.sandbox.start()
         try:
             self.runners = {"a": box.runner}
-            self.runners["b"], _ = box.add_stack("chaos-b", parameters=STACKS["b"])
+            self.runners["b"], _ = box.add_stack("chaos-b", parameters=STACKS["b"], settings=SETTINGS)
             ec2 = box.client("ec2")
             for _ in range(POOL_SIZE):
                 ec2.allocate_address(
@@ -261,8 +269,9 @@ class ScenarioRun:
             with self._watching_addresses(seen):
                 box.arm_faults(scenario.faults, scenario.seed * 1000 + scenario.index)
                 acting = time.time()
-                self._act(acting)
-                quiescent, left = self._quiesce()
+                with self._sweeping_on_schedule():
+                    self._act(acting)
+                    quiescent, left = self._quiesce()
                 self._phase("quiescent")
                 firings = box.fault_firings()
                 box.disarm_faults()
@@ -402,6 +411,24 @@ class ScenarioRun:
             node = nodes[self.scenario.index % len(nodes)]
             self.box.kube.kill_kubelet(node)
             self.lost = (node, time.time())
+
+    @contextmanager
+    def _sweeping_on_schedule(self) -> Iterator[None]:
+        """The sweepers' schedule, every SWEEP_INTERVAL from now until the block ends (the random sweeps of
+        the scenario come on top, as an operator's manual runs would)."""
+        stop = threading.Event()
+
+        def tick() -> None:
+            while not stop.wait(SWEEP_INTERVAL):
+                self._fire_sweepers()
+
+        thread = threading.Thread(target=tick, name="chaos-schedule", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
 
     def _fire_sweepers(self) -> None:
         for stack in self.scenario.stacks:
