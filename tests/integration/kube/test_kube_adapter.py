@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from kubernetes.client import VersionApi
@@ -175,6 +176,24 @@ def test_requests_carry_an_eks_token_the_server_accepts(server: KubeServer) -> N
         assert token.startswith("k8s-aws-v1.")
         assert "=" not in token
         assert VersionApi(api).get_code().git_version  # 401 without an acceptable token
+
+
+def test_containers_of_one_cluster_share_one_certificate_file(server: KubeServer) -> None:
+    # Given two containers' connections to the same cluster (the sandbox runs many on one machine's /tmp)
+    with mock_aws():
+        point_cluster(
+            account=ACCOUNT,
+            region="eu-west-1",
+            name="sandbox",
+            endpoint=server.url,
+            ca_pem=server.ca_pem.decode(),
+        )
+        first = EksCluster("sandbox").api_client().configuration.ssl_ca_cert
+        second = EksCluster("sandbox").api_client().configuration.ssl_ca_cert
+
+    # Then both use one file, which holds the cluster's certificate (not a new file per container start)
+    assert first == second
+    assert Path(first).read_bytes() == server.ca_pem
 
 
 def test_a_node_that_will_come_back_is_released_uncordoned(cluster: KubeCluster, server: KubeServer) -> None:

@@ -9,6 +9,7 @@ The endpoint and CA come from ``eks:DescribeCluster`` (once per container). The 
 from __future__ import annotations
 
 import base64
+import hashlib
 import os
 import tempfile
 import threading
@@ -142,8 +143,13 @@ class _RenewingApiClient(ApiClient):
 
 
 def _write_ca(pem: bytes) -> str:
-    # The client wants a file: Lambda's /tmp is the only writable place, and it lives as long as the container.
-    handle, path = tempfile.mkstemp(prefix="nodecycle-eks-ca-", suffix=".pem")
-    with os.fdopen(handle, "wb") as stream:
-        stream.write(pem)
+    """The client wants a file: Lambda's /tmp is the only writable place, and it lives as long as the
+    container. Named by its content, so a container (or the many containers of one machine, as in the
+    sandbox) keeps one file per cluster certificate, not one per container start; written whole, then renamed."""
+    path = os.path.join(tempfile.gettempdir(), f"nodecycle-eks-ca-{hashlib.sha256(pem).hexdigest()[:20]}.pem")
+    if not os.path.exists(path):
+        handle, partial = tempfile.mkstemp(prefix="nodecycle-eks-ca-", suffix=".partial")
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(pem)
+        os.replace(partial, path)
     return path
