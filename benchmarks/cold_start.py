@@ -17,7 +17,9 @@ difference being the platform of the compiled wheels.
 For comparison, the same imports without the .pyc files (``-X pycache_prefix`` pointing at an empty
 directory: every module compiled as it is imported, as from the layer before), and the floor set by the
 dependencies every function imports: boto3, pydantic, and powertools' Logger, Metrics and Tracer (which
-patches botocore for X-Ray).
+imports the X-Ray SDK and patches botocore: the template's default is Tracing=Active). The intake and drain
+functions are measured once more as deployed with Tracing=PassThrough, where no Tracer is built
+(``nodecycle/observability.py``).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ FUNCTIONS = {
     "sweeper": "SweeperFunction",
 }
 TARGETS = {"intake": 1.3, "eip": 1.3, "drain": 2.5}  # x import boto3
+UNTRACED = ("intake", "drain")  # measured once more as deployed with Tracing=PassThrough (no X-Ray SDK)
 BOTO3 = "import boto3"
 FLOOR = (
     "import boto3, pydantic; from aws_lambda_powertools import Logger, Metrics, Tracer; "
@@ -102,7 +105,9 @@ def layer_dir() -> Path:
     return host / "python"
 
 
-def _measure(statement: str, function: str, layer: Path, *, no_pyc: Path | None) -> tuple[float, float, bool]:
+def _measure(
+    statement: str, function: str, layer: Path, *, no_pyc: Path | None, traced: bool = False
+) -> tuple[float, float, bool]:
     code_dir = BUILD / FUNCTIONS[function]
     env = {
         "PATH": "/usr/bin:/bin",
@@ -117,6 +122,9 @@ def _measure(statement: str, function: str, layer: Path, *, no_pyc: Path | None)
         "_HANDLER": "app.handler",
         "POWERTOOLS_SERVICE_NAME": "nodecycle",
         "POWERTOOLS_METRICS_NAMESPACE": "NodeCycle",
+        # as the template sets it: Tracing=Active (its default) builds powertools' Tracer, which imports the
+        # X-Ray SDK and patches botocore; PassThrough builds none (nodecycle/observability.py)
+        "POWERTOOLS_TRACE_DISABLED": "false" if traced else "true",
     }
     program = (
         "import sys, time\n"
@@ -143,16 +151,18 @@ def _measure(statement: str, function: str, layer: Path, *, no_pyc: Path | None)
 
 def run(runs: int) -> ColdStart:
     layer = layer_dir()
-    cases = {"boto3": (BOTO3, "intake"), "floor": (FLOOR, "intake")} | {
-        name: (HANDLER, name) for name in FUNCTIONS
-    }
+    cases = (
+        {"boto3": (BOTO3, "intake", False), "floor": (FLOOR, "intake", False)}
+        | {name: (HANDLER, name, True) for name in FUNCTIONS}
+        | {f"{name}-xray": (HANDLER, name, False) for name in UNTRACED}
+    )
     found: dict[str, dict[str, Import]] = {}
     with tempfile.TemporaryDirectory(prefix="nodecycle-no-pyc-") as empty:
         for label, no_pyc in (("precompiled", None), ("source_only", Path(empty))):
             samples: dict[str, list[tuple[float, float, bool]]] = {name: [] for name in cases}
             for _ in range(runs):  # interleaved: a burst of load on the machine hits every case alike
-                for name, (statement, function) in cases.items():
-                    samples[name].append(_measure(statement, function, layer, no_pyc=no_pyc))
+                for name, (statement, function, traced) in cases.items():
+                    samples[name].append(_measure(statement, function, layer, no_pyc=no_pyc, traced=traced))
             found[label] = {
                 name: Import(
                     cpu=statistics.median(s[0] for s in taken),
@@ -180,8 +190,20 @@ def result(cold: ColdStart) -> Result:
                 None if target is None else measured.cpu <= target * boto3,
             )
         )
+    for name in UNTRACED:
+        rows.append(
+            Row(
+                f"  cold import of {name} with Tracing=PassThrough (no X-Ray) vs import boto3",
+                cold.precompiled[f"{name}-xray"].cpu,
+                boto3,
+                "s",
+                "-",
+            )
+        )
     floor = cold.precompiled["floor"].cpu
-    rows.append(Row("  the floor: boto3 + pydantic + powertools (CPU)", floor, boto3, "s", "-"))
+    rows.append(
+        Row("  the floor: boto3 + pydantic + powertools Logger, Metrics (CPU)", floor, boto3, "s", "-")
+    )
     without = [name for name in ("intake", "eip") if not cold.precompiled[name].kubernetes]
     rows.append(
         Row(
@@ -199,10 +221,10 @@ def result(cold: ColdStart) -> Result:
         f"CPU time (wall time alongside; the machine may be shared)",
         "case         precompiled: CPU   wall   x boto3 | without .pyc: CPU   wall   x boto3 | Kubernetes",
     ]
-    for name in ("boto3", "floor", *FUNCTIONS):
+    for name in ("boto3", "floor", *FUNCTIONS, *(f"{n}-xray" for n in UNTRACED)):
         pre, src = cold.precompiled[name], cold.source_only[name]
         details.append(
-            f"{name:10s} {pre.cpu:14.3f} s {pre.wall:5.2f} s {pre.cpu / boto3:6.2f}x | "
+            f"{name:12s} {pre.cpu:12.3f} s {pre.wall:5.2f} s {pre.cpu / boto3:6.2f}x | "
             f"{src.cpu:12.3f} s {src.wall:5.2f} s {src.cpu / source_boto3:6.2f}x | "
             f"{'imported' if pre.kubernetes else 'not imported'}"
         )

@@ -7,16 +7,43 @@ keys.
 
 from __future__ import annotations
 
+import os
 import warnings
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
+from aws_lambda_powertools.shared.functions import resolve_truthy_env_var_choice
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools import Tracer
 
 SERVICE = "nodecycle"
 NAMESPACE = "NodeCycle"
 
+
+class _Untraced:
+    """The tracer of a stack deployed without tracing (``Tracing=PassThrough``): nothing.
+
+    Powertools' ``Tracer`` imports the X-Ray SDK even when disabled (its provider is built first), and that
+    import is a measurable share of every cold start (``python -m benchmarks --only cold``)."""
+
+    def capture_lambda_handler[F: Callable[..., Any]](self, handler: F) -> F:
+        return handler
+
+
+def _tracer() -> Tracer | _Untraced:
+    # The template sets POWERTOOLS_TRACE_DISABLED from its Tracing parameter
+    if resolve_truthy_env_var_choice(env=os.getenv("POWERTOOLS_TRACE_DISABLED", "false")):
+        return _Untraced()
+    from aws_lambda_powertools import Tracer
+
+    return Tracer(service=SERVICE, patch_modules=("botocore",))
+
+
 logger = Logger(service=SERVICE)
-tracer = Tracer(service=SERVICE, patch_modules=("botocore",))
+tracer = _tracer()
 metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
 
 # Many invocations emit only dimensioned metrics, which are flushed on their own (see PowertoolsMetrics):

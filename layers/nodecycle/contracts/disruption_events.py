@@ -17,9 +17,9 @@ from datetime import datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Annotated, Any, Literal
 
-from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from nodecycle.contracts.eventbridge import EventBridgeEnvelope
 from nodecycle.contracts.lifecycle_events import INSTANCE_ID, InvalidLifecycleEvent, validate
 from nodecycle.domain.model import DisruptionEvent, Transition
 
@@ -82,7 +82,7 @@ class _HealthDetail(BaseModel):
     affectedEntities: list[_Entity] = Field(default_factory=list)
 
 
-class _Ec2Event(EventBridgeModel):
+class _Ec2Event(EventBridgeEnvelope):
     detail: dict[str, Any]
 
 

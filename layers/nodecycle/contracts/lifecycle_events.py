@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal
 
-from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from nodecycle.contracts.eventbridge import EventBridgeEnvelope
 from nodecycle.domain.model import LifecycleEvent, Transition
 
 SOURCE = "aws.autoscaling"
@@ -89,7 +89,7 @@ class HookNotification(_LifecycleFields):
     AccountId: str | None = None
 
 
-class LifecycleActionEvent(EventBridgeModel):
+class LifecycleActionEvent(EventBridgeEnvelope):
     """An EventBridge lifecycle action event."""
 
     detail: _LifecycleFields

@@ -77,6 +77,14 @@ class CoreV1:
         path = f"/api/v1/namespaces/{_segment(namespace)}/pods/{_segment(name)}"
         return self._call("DELETE", path, query=query, body=body, **options)
 
+    # -- events -----------------------------------------------------------------------------------------
+
+    def create_namespaced_event(
+        self, namespace: str, body: dict[str, Any], *, _preload_content: bool = False, **options: Any
+    ) -> Any:
+        _raw_only(_preload_content)
+        return self._call("POST", f"/api/v1/namespaces/{_segment(namespace)}/events", body=body, **options)
+
     # -- configmaps (the budget's store works on V1ConfigMap models) ---------------------------------------
 
     def read_namespaced_config_map(self, name: str, namespace: str, **options: Any) -> V1ConfigMap:

@@ -13,16 +13,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
-from kubernetes.client import (
-    ApiClient,
-    CoreV1Api,
-    CoreV1Event,
-    V1EventSource,
-    V1ObjectMeta,
-    V1ObjectReference,
-)
+from kubernetes.client import ApiClient
 
+from nodecycle.adapters.kube.core_v1 import CoreV1
 from nodecycle.adapters.kube.eks_access import REQUEST_TIMEOUT
 from nodecycle.domain.ports.cluster import PodInfo
 
@@ -40,34 +35,47 @@ class KubeEvents:
     def on_node(
         self, node: str, uid: str | None, reason: str, message: str, *, warning: bool = False
     ) -> None:
-        subject = V1ObjectReference(api_version="v1", kind="Node", name=node, uid=uid)
+        subject = {"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid}
         self._write(NODE_EVENTS_NAMESPACE, node, subject, reason, message, warning)
 
     def on_pod(self, pod: PodInfo, reason: str, message: str, *, warning: bool = False) -> None:
-        subject = V1ObjectReference(
-            api_version="v1", kind="Pod", name=pod.name, namespace=pod.namespace, uid=pod.uid or None
-        )
+        subject = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": pod.name,
+            "namespace": pod.namespace,
+            "uid": pod.uid or None,
+        }
         self._write(pod.namespace, pod.name, subject, reason, message, warning)
 
     def _write(
-        self, namespace: str, name: str, subject: V1ObjectReference, reason: str, message: str, warning: bool
+        self,
+        namespace: str,
+        name: str,
+        subject: dict[str, Any],
+        reason: str,
+        message: str,
+        warning: bool,
     ) -> None:
-        now = datetime.now(UTC)
-        event = CoreV1Event(
-            metadata=V1ObjectMeta(generate_name=f"{name}.", namespace=namespace),
-            involved_object=subject,
-            reason=reason,
-            message=message[:1024],  # the API server refuses longer messages
-            type="Warning" if warning else "Normal",
-            source=V1EventSource(component=COMPONENT),
-            reporting_component=COMPONENT,
-            reporting_instance=self._owner,
-            first_timestamp=now,
-            last_timestamp=now,
-            count=1,
-        )
+        # Plain JSON, not the client's CoreV1Event model: see core_v1.py on what CoreV1Api costs a cold start
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{name}.", "namespace": namespace},
+            "involvedObject": {k: v for k, v in subject.items() if v is not None},
+            "reason": reason,
+            "message": message[:1024],  # the API server refuses longer messages
+            "type": "Warning" if warning else "Normal",
+            "source": {"component": COMPONENT},
+            "reportingComponent": COMPONENT,
+            "reportingInstance": self._owner,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
         try:
-            CoreV1Api(self._api_client()).create_namespaced_event(
+            CoreV1(self._api_client()).create_namespaced_event(
                 namespace, event, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
             )
         except Exception as error:  # best effort by design: see the module docstring

@@ -1,0 +1,59 @@
+"""What a cold start imports: each function's handler, loaded in a fresh interpreter as Lambda loads it,
+brings in none of the heavy modules it does not need. Each of these once crept back in unnoticed and cost
+every cold start a measurable share (``python -m benchmarks --only cold``):
+
+- ``kubernetes.client.api.core_v1_api`` (the generated ``CoreV1Api``): about 250 model modules, near 1 s of
+  CPU; the adapters call core/v1 through ``adapters/kube/core_v1.py`` instead;
+- ``aws_lambda_powertools.utilities.parser``: 0.07-0.1 s, for the EventBridge envelope alone;
+- ``aws_xray_sdk``: imported and patched into botocore only when the stack traces (``Tracing=Active``, the
+  default), never when it does not (powertools' ``Tracer`` imports it even when disabled).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+HEAVY = ("kubernetes.client.api.core_v1_api", "aws_lambda_powertools.utilities.parser", "aws_xray_sdk")
+
+
+def _imported(function: str, *, tracing: bool) -> dict[str, object]:
+    script = (
+        "import json, sys; from tests.support.functions import load_function; "
+        f"load_function({function!r}); "
+        f"print(json.dumps({{'heavy': sorted({{m.split('.')[0] if m.startswith('aws_xray') else m "
+        f"for m in sys.modules}} & set({list(HEAVY)!r})), "
+        "'models': len([m for m in sys.modules if m.startswith('kubernetes.client.models.')])}))"
+    )
+    env = {**os.environ, "POWERTOOLS_TRACE_DISABLED": "false" if tracing else "true"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=ROOT, check=True
+    )
+    found: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    return found
+
+
+@pytest.mark.parametrize("function", ["intake", "eip", "drain", "sweeper"])
+def test_a_cold_start_imports_none_of_the_heavy_modules_it_does_not_need(function: str) -> None:
+    # When a fresh interpreter loads the function's handler, as deployed with Tracing=PassThrough
+    found = _imported(function, tracing=False)
+
+    # Then none of the heavy modules is imported, and at most a handful of the Kubernetes client's models
+    assert found["heavy"] == [], f"{function} imported {found['heavy']}"
+    models = found["models"]
+    assert isinstance(models, int)
+    assert models <= 10, f"{function} imported {models} of the Kubernetes client's model modules"
+
+
+def test_with_tracing_active_the_x_ray_sdk_is_imported_and_botocore_patched() -> None:
+    # When the intake function loads as deployed with Tracing=Active (the default)
+    found = _imported("intake", tracing=True)
+
+    # Then the X-Ray SDK is there (the check above would see it)
+    assert found["heavy"] == ["aws_xray_sdk"]
