@@ -19,7 +19,7 @@ from moto.autoscaling.responses import AutoScalingResponse
 from moto.core.responses import ActionResult
 from moto.ec2.responses.instances import InstanceResponse
 
-from nodecycle_sandbox.aws import api, eks_access, sqs_timing
+from nodecycle_sandbox.aws import api, ec2_addresses, eks_access, sqs_timing
 from nodecycle_sandbox.aws.lifecycle import active_instances, emulator_for
 from nodecycle_sandbox.iam import enforce
 
@@ -36,6 +36,7 @@ def install() -> None:
     _patch_backend()
     _patch_stop()
     sqs_timing.install()
+    ec2_addresses.install()
     eks_access.install()
     enforce.install()  # each function's calls against its role (nodecycle_sandbox.iam)
     setattr(AutoScalingResponse, _MARKER, True)

@@ -118,6 +118,19 @@ def test_a_lifecycle_whose_deadline_is_beyond_the_next_sweep_is_not_heartbeated(
     assert repair.autoscaling.heartbeats == []
 
 
+def test_an_action_whose_deadline_comes_before_a_late_next_sweep_is_heartbeated() -> None:
+    # Given an action whose heartbeat deadline comes after the next sweep's start on schedule, but before a
+    # next sweep that starts late (one sweep at a time: a slow sweep pushes the next one back)
+    repair = Repair()
+    record = make_record(PLAN, Step.EVICT, node="n1", seq=7)
+    repair.records.create(record)
+    repair.clock.current = record.heartbeat_deadline - INTERVAL - MARGIN - timedelta(seconds=30)
+
+    # When the sweeper runs, Then it heartbeats the action now rather than trust the next sweep to be on time
+    repair.run()
+    assert repair.autoscaling.heartbeats == [record.action]
+
+
 def test_a_stalled_action_found_no_longer_active_goes_past_its_completion() -> None:
     # Given a stalled lifecycle whose action Auto Scaling no longer has (timed out, or completed elsewhere)
     repair = Repair()

@@ -30,6 +30,12 @@ class LifecycleRepair:
     heartbeat deadline falls before the next sweep (plus the margin) gets a heartbeat here, up to its global
     timeout: a stall costs time, never an undrained termination. An overdue one counts as stalled
     (``LifecyclesStalled``: the alarm).
+
+    "The next sweep" is reckoned two intervals away, not one: sweeps run one at a time (the function's
+    reserved concurrency is 1), so a sweep slowed down by the very faults that stalled the queue (throttling,
+    5xx) pushes the next one back. Seen in the fault campaign: a 12 s sweep under AWS error storms delayed the
+    next by 10 s and an action ran out (seed 5, scenario 211). The cost is at most one heartbeat per open
+    action per sweep.
     """
 
     def __init__(
@@ -90,7 +96,7 @@ class LifecycleRepair:
         if (
             not record.action_open
             or record.heartbeat_deadline >= record.global_deadline  # the global timeout comes first anyway
-            or record.heartbeat_deadline > now + self._interval + self._margin
+            or record.heartbeat_deadline > now + 2 * self._interval + self._margin
             or now >= record.global_deadline - 2 * self._margin  # settled right away instead
         ):
             return record

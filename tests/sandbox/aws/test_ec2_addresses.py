@@ -1,0 +1,57 @@
+"""moto's EC2 addresses as the sandbox patches them: an instance holds one Elastic IP, as in EC2."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from nodecycle_sandbox.aws import ec2_addresses
+
+
+@pytest.fixture
+def ec2() -> Iterator[Any]:
+    ec2_addresses.install()
+    with mock_aws():
+        yield boto3.client("ec2", region_name="eu-west-1")
+
+
+def _instance(ec2: Any) -> str:
+    image = ec2.describe_images()["Images"][0]["ImageId"]
+    instance: str = ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
+    return instance
+
+
+def _holders(ec2: Any) -> dict[str, str | None]:
+    return {a["AllocationId"]: a.get("InstanceId") or None for a in ec2.describe_addresses()["Addresses"]}
+
+
+def test_a_second_address_associated_with_an_instance_displaces_the_first(ec2: Any) -> None:
+    # Given an instance that holds an Elastic IP
+    instance = _instance(ec2)
+    first = ec2.allocate_address(Domain="vpc")["AllocationId"]
+    second = ec2.allocate_address(Domain="vpc")["AllocationId"]
+    ec2.associate_address(AllocationId=first, InstanceId=instance, AllowReassociation=False)
+
+    # When another address is associated with it
+    ec2.associate_address(AllocationId=second, InstanceId=instance, AllowReassociation=False)
+
+    # Then the instance holds the new one only; the first stays allocated, associated with nothing
+    assert _holders(ec2) == {first: None, second: instance}
+    released = next(a for a in ec2.describe_addresses()["Addresses"] if a["AllocationId"] == first)
+    assert "AssociationId" not in released
+
+
+def test_an_address_held_by_one_instance_is_still_refused_to_another(ec2: Any) -> None:
+    # Given an address associated with one instance
+    one, other = _instance(ec2), _instance(ec2)
+    address = ec2.allocate_address(Domain="vpc")["AllocationId"]
+    ec2.associate_address(AllocationId=address, InstanceId=one, AllowReassociation=False)
+
+    # When it is associated with another without reassociation, Then EC2's refusal comes, nothing moves
+    with pytest.raises(ec2.exceptions.ClientError, match=r"Resource\.AlreadyAssociated"):
+        ec2.associate_address(AllocationId=address, InstanceId=other, AllowReassociation=False)
+    assert _holders(ec2) == {address: one}
