@@ -16,7 +16,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -412,23 +412,10 @@ class ScenarioRun:
             self.box.kube.kill_kubelet(node)
             self.lost = (node, time.time())
 
-    @contextmanager
-    def _sweeping_on_schedule(self) -> Iterator[None]:
+    def _sweeping_on_schedule(self) -> AbstractContextManager[None]:
         """The sweepers' schedule, every SWEEP_INTERVAL from now until the block ends (the random sweeps of
         the scenario come on top, as an operator's manual runs would)."""
-        stop = threading.Event()
-
-        def tick() -> None:
-            while not stop.wait(SWEEP_INTERVAL):
-                self._fire_sweepers()
-
-        thread = threading.Thread(target=tick, name="chaos-schedule", daemon=True)
-        thread.start()
-        try:
-            yield
-        finally:
-            stop.set()
-            thread.join()
+        return _repeating(SWEEP_INTERVAL, "chaos-schedule", self._fire_sweepers)
 
     def _fire_sweepers(self) -> None:
         for stack in self.scenario.stacks:
@@ -509,29 +496,20 @@ class ScenarioRun:
 
     @contextmanager
     def _watching_addresses(self, seen: list[AddressSeen]) -> Iterator[None]:
-        stop = threading.Event()
         missed: list[str] = []
 
-        def watch() -> None:
-            while not stop.wait(0.5):
-                try:
-                    seen.append(AddressSeen(time.time(), self._addresses()))
-                except (
-                    Exception
-                ) as error:  # a look that failed is a look missed, not a reason to stop looking
-                    log.warning("looking at the addresses failed", exc_info=True)
-                    missed.append(f"{type(error).__name__}: {error}")
+        def look() -> None:
+            try:
+                seen.append(AddressSeen(time.time(), self._addresses()))
+            except Exception as error:  # a look that failed is a look missed, not a reason to stop looking
+                log.warning("looking at the addresses failed", exc_info=True)
+                missed.append(f"{type(error).__name__}: {error}")
 
-        thread = threading.Thread(target=watch, name="chaos-addresses", daemon=True)
-        thread.start()
-        try:
+        with _repeating(0.5, "chaos-addresses", look):
             yield
-        finally:
-            stop.set()
-            thread.join()
-            if missed:  # the addresses invariant saw less than usual: the report says so
-                self.notes.append(f"{len(missed)} looks at the addresses failed (first: {missed[0]})")
-            seen.append(AddressSeen(time.time(), self._addresses()))
+        if missed:  # the addresses invariant saw less than usual: the report says so
+            self.notes.append(f"{len(missed)} looks at the addresses failed (first: {missed[0]})")
+        seen.append(AddressSeen(time.time(), self._addresses()))
 
     def _final_addresses(self) -> dict[str, tuple[str | None, dict[str, str]]]:
         """The addresses once the sweep grace has passed: a sweep with the sweepers' clocks moved past it
@@ -651,3 +629,21 @@ def clear_budget(kube: KubeServer, nodes: set[str]) -> None:
     }
     if kept != doc:
         kube.replace_config_map_data(namespace, name, {key: json.dumps(kept)})
+
+
+@contextmanager
+def _repeating(every: float, name: str, action: Callable[[], None]) -> Iterator[None]:
+    """Run ``action`` every ``every`` seconds in a thread, from now until the block ends."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(every):
+            action()
+
+    thread = threading.Thread(target=loop, name=name, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()

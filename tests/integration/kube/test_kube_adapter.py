@@ -162,7 +162,9 @@ def test_a_deleted_pod_is_gone_once_its_grace_period_is_over(
     assert cluster.delete_pod(victim, grace_seconds=0) is False
 
 
-def test_requests_carry_an_eks_token_the_server_accepts(server: KubeServer) -> None:
+@pytest.fixture
+def eks(server: KubeServer) -> Iterator[None]:
+    """EKS (moto) describing the cluster "sandbox" as the test server: its endpoint and certificate."""
     with mock_aws():
         point_cluster(
             account=ACCOUNT,
@@ -171,25 +173,23 @@ def test_requests_carry_an_eks_token_the_server_accepts(server: KubeServer) -> N
             endpoint=server.url,
             ca_pem=server.ca_pem.decode(),
         )
-        api = EksCluster("sandbox").api_client()
-        token = api.configuration.api_key["authorization"]
-        assert token.startswith("k8s-aws-v1.")
-        assert "=" not in token
-        assert VersionApi(api).get_code().git_version  # 401 without an acceptable token
+        yield
 
 
+@pytest.mark.usefixtures("eks")
+def test_requests_carry_an_eks_token_the_server_accepts() -> None:
+    api = EksCluster("sandbox").api_client()
+    token = api.configuration.api_key["authorization"]
+    assert token.startswith("k8s-aws-v1.")
+    assert "=" not in token
+    assert VersionApi(api).get_code().git_version  # 401 without an acceptable token
+
+
+@pytest.mark.usefixtures("eks")
 def test_containers_of_one_cluster_share_one_certificate_file(server: KubeServer) -> None:
     # Given two containers' connections to the same cluster (the sandbox runs many on one machine's /tmp)
-    with mock_aws():
-        point_cluster(
-            account=ACCOUNT,
-            region="eu-west-1",
-            name="sandbox",
-            endpoint=server.url,
-            ca_pem=server.ca_pem.decode(),
-        )
-        first = EksCluster("sandbox").api_client().configuration.ssl_ca_cert
-        second = EksCluster("sandbox").api_client().configuration.ssl_ca_cert
+    first = EksCluster("sandbox").api_client().configuration.ssl_ca_cert
+    second = EksCluster("sandbox").api_client().configuration.ssl_ca_cert
 
     # Then both use one file, which holds the cluster's certificate (not a new file per container start)
     assert first == second
