@@ -9,6 +9,7 @@ from nodecycle_sandbox.aws.records import TERMINATING, ActionRecord, InstanceHis
 from nodecycle_sandbox.chaos.invariants import check
 from nodecycle_sandbox.chaos.plan import draw
 from nodecycle_sandbox.chaos.world import AddressSeen, Observation
+from nodecycle_sandbox.faults import Firing
 from nodecycle_sandbox.kube import HistoryEntry
 
 NODE = "ip-10-0-1-10.eu-west-1.compute.internal"
@@ -114,6 +115,26 @@ def test_a_slot_held_too_long_is_a_violation() -> None:
     late = _observation(history, actions=[_terminate(T0 + 62)])
     assert "slot-held" in _judged(late)
     assert "slot-held" not in _judged(_observation(history))
+
+
+def test_a_slot_is_judged_until_its_completion_is_first_asked_for_refused_or_not() -> None:
+    # Given a node cordoned at 2 s whose action completes at 62 s, after Auto Scaling refused completions
+    history = [_node(T0 + 2, owner="chaos-a", cordoned=True)]
+
+    def refused(at: float) -> Firing:
+        return Firing(at, "t", "aws-throttle", "autoscaling.CompleteLifecycleAction i-1")
+
+    # When the first refusal came 10 s after the cordon: the drain ended then, the rest was AWS's throttling
+    asked_early = _observation(history, actions=[_terminate(T0 + 62)], firings=[refused(12), refused(40)])
+    # When it came 50 s after the cordon, or named another instance: the drain itself held the slot too long
+    asked_late = _observation(history, actions=[_terminate(T0 + 62)], firings=[refused(52)])
+    other = [Firing(12, "t", "aws-throttle", "autoscaling.CompleteLifecycleAction i-2")]
+    asked_for_another = _observation(history, actions=[_terminate(T0 + 62)], firings=other)
+
+    # Then only the first is within the limit (20 + 2 + 20 s)
+    assert "slot-held" not in _judged(asked_early)
+    assert "slot-held" in _judged(asked_late)
+    assert "slot-held" in _judged(asked_for_another)
 
 
 def test_addresses_moved_off_an_instance_in_service_doubled_or_left_behind_are_violations() -> None:

@@ -61,7 +61,8 @@ class AwsFaults(Injector):
         if self._callers is not None and caller not in self._callers:
             return None
         operation = _operation(environ, service)
-        fault = self.draw(AWS_KINDS, f"{service}.{operation}")
+        name = f"{service}.{operation}"
+        fault = self.draw(AWS_KINDS, name, " ".join((name, *_instances(environ))))
         if fault is None or service not in _ERRORS:
             return None
         protocol, throttle, throttle_status, error, error_status = _ERRORS[service]
@@ -93,6 +94,18 @@ def _operation(environ: dict[str, Any], service: str) -> str:
     ):
         return "DescribeCluster"
     return "Unknown"
+
+
+def _instances(environ: dict[str, Any]) -> list[str]:
+    """The instances a query-protocol request names (a lifecycle action's ``InstanceId``): the firing says
+    which action was refused, so the judges can tell a drain from its completion's retries."""
+    if "form-urlencoded" not in environ.get("CONTENT_TYPE", ""):
+        return []
+    length = int(environ.get("CONTENT_LENGTH") or 0)  # a socket's stream has no end to read to
+    body = environ["wsgi.input"].read(length) if length else b""
+    environ["wsgi.input"] = io.BytesIO(body)
+    form = parse_qs(body.decode("utf-8", "replace"))
+    return [value for key, values in form.items() if key.startswith("InstanceId") for value in values]
 
 
 def _response(

@@ -222,7 +222,9 @@ def _line(observation: Observation, found: list[Violation]) -> str:
     faults = ", ".join(f"{k} {n}" for k, n in sorted(fired.items())) or "no fault fired"
     verdict = "ok" if not found else "VIOLATED " + ", ".join(sorted({v.invariant for v in found}))
     phases = " ".join(f"{name} {seconds:g}" for name, seconds in observation.phases)
-    notes = "".join(
+    # each violation's detail at once, so a long run stopped early still tells what it found
+    notes = "".join(f"\n           {v.invariant}: {v.detail}" for v in found)
+    notes += "".join(
         f"\n           note: {note}" for note in observation.notes
     )  # what the judges may have missed
     return (

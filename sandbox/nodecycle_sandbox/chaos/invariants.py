@@ -237,17 +237,33 @@ def _pdb(o: Observation) -> Iterator[Violation]:
 
 
 def _slot_held(o: Observation) -> Iterator[Violation]:
+    """The drain's span: from the cordon until nodecycle first asks Auto Scaling to complete the action,
+    whether or not Auto Scaling refuses. Retries of a refused completion (AWS throttling for minutes) keep
+    the slot, rightly: the node stays cordoned until it goes. They are not the drain; invariants 2 and 11
+    judge them. (Not "until the pods are gone": a drain that failed to see them go would hide there.)"""
     cordoned: dict[str, float] = {}
     for entry in o.history:
         if entry.kind == "Node" and entry.unschedulable and entry.name not in cordoned:
             cordoned[entry.name] = entry.time
+    asked: dict[str, float] = {}  # instance -> the first refused CompleteLifecycleAction naming it
+    for firing in o.firings:
+        operation, *instances = firing.detail.split()
+        if operation == "autoscaling.CompleteLifecycleAction":
+            for instance in instances:
+                asked.setdefault(instance, o.acting_at + firing.at)
     limit = DRAIN_TIMEOUT + FORCE_GRACE + SLOT_MARGIN
     nodes = o.nodes_of
     for action in o.actions:
         node = nodes.get(action.instance_id)
         if action.transition != TERMINATING or node not in cordoned or action.finished_at is None:
             continue
-        held = action.finished_at - cordoned[node]
+        ended = min(action.finished_at, asked.get(action.instance_id, action.finished_at))
+        held = ended - cordoned[node]
         if held > limit:
             dead = " (its kubelet was lost)" if o.lost_kubelet and o.lost_kubelet[0] == node else ""
-            yield Violation("slot-held", f"{node}{dead} held its slot {held:.0f}s (limit {limit:.0f}s)")
+            finished = action.finished_at - cordoned[node]
+            yield Violation(
+                "slot-held",
+                f"{node}{dead} held its slot {held:.0f}s (limit {limit:.0f}s); its action was completed "
+                f"{finished:.0f}s after the cordon",
+            )

@@ -89,6 +89,25 @@ def test_server_errors_hit_the_chosen_operation_of_the_chosen_callers_only(endpo
     ]
 
 
+def test_a_refused_lifecycle_call_names_its_instance(endpoint: str) -> None:
+    # Given throttling of CompleteLifecycleAction
+    FAULTS.arm_for(
+        [Fault("t", "aws-throttle", target="autoscaling.CompleteLifecycleAction")], seed=1, callers=None
+    )
+
+    # When a function completes the action of one instance
+    with pytest.raises(ClientError):
+        _client(endpoint, "autoscaling").complete_lifecycle_action(
+            AutoScalingGroupName="g",
+            LifecycleHookName="h",
+            InstanceId="i-0123456789abcdef0",
+            LifecycleActionResult="CONTINUE",
+        )
+
+    # Then the books say which action was refused (the judges tell a drain from its completion's retries)
+    assert [f.detail for f in FAULTS.firings()] == ["autoscaling.CompleteLifecycleAction i-0123456789abcdef0"]
+
+
 def test_botocore_retries_a_throttled_call_that_then_succeeds(endpoint: str) -> None:
     # Given one throttled SendMessage
     sqs = _client(endpoint, "sqs")
