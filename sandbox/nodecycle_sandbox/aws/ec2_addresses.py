@@ -7,6 +7,9 @@
   that each claim a pool address would leave the instance with two, which EC2 never shows.
 - EC2 decides each association atomically; moto checks ``AllowReassociation`` and then sets, which two
   request threads can interleave (both "win" the same address). The calls are serialized here.
+- A released address is gone from one answer to the next. moto clears its allocation id and then removes it,
+  so a DescribeAddresses served between the two shows an address without an ``AllocationId``, which EC2
+  never sends (and which a reader of the answer fails on). Here it is removed with its id intact.
 """
 
 from __future__ import annotations
@@ -36,5 +39,18 @@ def install() -> None:
                     other.association_id = None
             return associated
 
+    def release_address(
+        self: ElasticAddressBackend, address: str | None = None, allocation_id: str | None = None
+    ) -> None:
+        with _LOCK:
+            found = (
+                self.address_by_ip([address])
+                if address
+                else self.address_by_allocation([allocation_id or ""])
+            )
+            self.disassociate_address(address=found[0].public_ip)
+            self.addresses.remove(found[0])
+
     ElasticAddressBackend.associate_address = associate_address  # type: ignore[method-assign]
+    ElasticAddressBackend.release_address = release_address  # type: ignore[method-assign]
     setattr(ElasticAddressBackend, _MARKER, True)

@@ -8,6 +8,8 @@ from typing import Any
 import boto3
 import pytest
 from moto import mock_aws
+from moto.core import DEFAULT_ACCOUNT_ID as ACCOUNT_ID
+from moto.ec2.models import ec2_backends
 
 from nodecycle_sandbox.aws import ec2_addresses
 
@@ -55,3 +57,26 @@ def test_an_address_held_by_one_instance_is_still_refused_to_another(ec2: Any) -
     with pytest.raises(ec2.exceptions.ClientError, match=r"Resource\.AlreadyAssociated"):
         ec2.associate_address(AllocationId=address, InstanceId=other, AllowReassociation=False)
     assert _holders(ec2) == {address: one}
+
+
+def test_an_address_being_released_is_never_described_without_its_allocation_id(
+    ec2: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an allocated address, and a DescribeAddresses that lands at the moment the release removes it
+    address = ec2.allocate_address(Domain="vpc")["AllocationId"]
+    backend = ec2_backends[ACCOUNT_ID]["eu-west-1"]
+    seen: list[list[str | None]] = []
+
+    class Watched(list[Any]):
+        def remove(self, item: Any) -> None:
+            seen.append([a.allocation_id for a in backend.describe_addresses()])
+            super().remove(item)
+
+    monkeypatch.setattr(backend, "addresses", Watched(backend.addresses))
+
+    # When it is released
+    ec2.release_address(AllocationId=address)
+
+    # Then that describe saw it whole (moto alone showed it without an id), and it is gone after
+    assert seen == [[address]]
+    assert ec2.describe_addresses()["Addresses"] == []
