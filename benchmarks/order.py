@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks import refresh
+from benchmarks import refresh, wake
 from benchmarks.records import arrival_order
 from benchmarks.report import Result, Row
 from benchmarks.schedule import Budget, greedy_starts, lower_bound
@@ -43,7 +43,7 @@ class Ordered:
     bound: float
     worst_wait: float  # seconds from the first cordon to the last node's cordon
     fcfs_worst_wait: float  # the same in the first-come-first-served packing of the same drains
-    gap_rows: list[Row]  # the refresh's worst idle gaps (in all, and with a drain container free)
+    gap_rows: list[Row]  # the refresh's idle slots and one slot's hand-over
     details: list[str]
 
 
@@ -61,6 +61,7 @@ def _ordered(done: refresh.RefreshRun) -> Ordered:
     arrival = sorted(done.drains, key=lambda drain: order.get(drain.node, len(order)))
     fcfs = greedy_starts(arrival, budget)
     summary = refresh.result(done)
+    handed = wake.result(done)  # one slot's hand-over, where the stretches above merge all slots
     return Ordered(
         nodes=done.settings.nodes,
         budget=budget,
@@ -68,8 +69,8 @@ def _ordered(done: refresh.RefreshRun) -> Ordered:
         bound=lower_bound(done.drains, budget),
         worst_wait=max(drain.cordoned_at - start for drain in done.drains),
         fcfs_worst_wait=max(fcfs.values()),
-        gap_rows=[row for row in summary.rows if "worst gap" in row.name],
-        details=[f"{done.settings.nodes} nodes: {line}" for line in summary.details],
+        gap_rows=[row for row in summary.rows if "makespan" not in row.name] + handed.rows,
+        details=[f"{done.settings.nodes} nodes: {line}" for line in summary.details + handed.details],
     )
 
 

@@ -26,6 +26,7 @@ from benchmarks.schedule import (
     best_packing_found,
     greedy_makespan,
     idle_gaps,
+    idle_slot_seconds,
     lower_bound,
 )
 from nodecycle_sandbox.aws.group import wait_for
@@ -33,7 +34,6 @@ from nodecycle_sandbox.aws.records import TERMINATING
 from nodecycle_sandbox.kube import HistoryEntry
 
 TARGET_RATIO = 1.10  # design: within 10% of the ideal schedule
-TARGET_GAP = 1.0  # design: no slot idles for more than about a second while a node waits
 # (name, replicas per node, shutdown seconds, PodDisruptionBudget): a web tier, an API, slow workers. The
 # shutdown times fall between the drain's polls, as real ones do, rather than on whole seconds.
 DEPLOYMENTS: tuple[tuple[str, float, float, dict[str, Any] | None], ...] = (
@@ -167,6 +167,7 @@ def result(run: RefreshRun) -> Result:
     gaps = idle_gaps(found, budget, start, end)
     idle = sum(finish - begin for begin, finish in gaps)
     worst = max((finish - begin for begin, finish in gaps), default=0.0)
+    lost = idle_slot_seconds(found, budget, start, end)
     durations = [drain.duration for drain in found]
     name = f"refresh makespan, {settings.nodes} nodes, {budget.total}/{budget.per_zone}"
     short = (
@@ -187,35 +188,21 @@ def result(run: RefreshRun) -> Result:
         ),
         Row(f"{name} vs lower bound (any order)", makespan, bound, "s", "-"),
         Row(
-            f"{short}: slot idle while a node waits, total ({100 * idle / makespan:.0f}% of makespan)",
-            idle,
-            0.0,
+            f"{short}: usable slot-seconds idle while nodes waited, of all slot-seconds",
+            lost,
+            budget.total * makespan,
             "s",
             "-",
         ),
-        Row(
-            f"{short}: slot idle while a node waits, worst gap",
-            worst,
-            TARGET_GAP,
-            "s",
-            "<= ~1 s",
-            worst <= TARGET_GAP,
-        ),
+        # Not one slot's idle time: the longest stretch with some slot free, merged across slots (see
+        # schedule.idle_gaps). One slot's hand-over is the wake benchmark's (release -> next cordon).
+        Row(f"{short}: some slot free while a node waits, longest stretch", worst, None, "s", "-"),
     ]
     # The same stretches, less the moments when every drain container was busy: then no step could run
     # whatever nodecycle does (in the sandbox, because each step waits for a share of two loaded cores).
     free = _with_a_free_container(gaps, run.steps, settings.drain_concurrency)
     free_worst = max((finish - begin for begin, finish in free), default=0.0)
-    rows.append(
-        Row(
-            f"{short}:   of which with a drain container free, worst gap",
-            free_worst,
-            TARGET_GAP,
-            "s",
-            "<= ~1 s",
-            free_worst <= TARGET_GAP,
-        )
-    )
+    rows.append(Row(f"{short}:   of which with a drain container free", free_worst, None, "s", "-"))
     # Inside each measured duration, so invisible to the ratios above: the time from the node's last pod
     # leaving to the action's completion, mostly the wait for the drain's next poll.
     tails = [drain.done_at - run.emptied[drain.node] for drain in found if drain.node in run.emptied]

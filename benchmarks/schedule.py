@@ -83,25 +83,42 @@ def best_packing_found(drains: Sequence[Drain], budget: Budget, *, orders: int =
 
 
 def idle_gaps(drains: Sequence[Drain], budget: Budget, start: float, end: float) -> list[tuple[float, float]]:
-    """The stretches of [start, end] during which a slot was free, in all and in the zone of a node that was
-    waiting for one (its terminate action had started, it was not cordoned yet): time a perfect hand-over
-    would not have lost."""
-    moments = {start, end}
-    for drain in drains:
-        moments.update(t for t in (drain.waiting_at, drain.cordoned_at, drain.done_at) if start < t < end)
+    """The stretches of [start, end] during which *some* slot was free, in all and in the zone of a node that
+    was waiting for one (its terminate action had started, it was not cordoned yet). Consecutive moments are
+    merged whichever slot was free in each, so with many slots many short hand-overs chain into one long
+    stretch: how long one slot stood idle is :func:`benchmarks.wake.handovers`' measure, not this."""
     gaps: list[tuple[float, float]] = []
-    for begin, finish in pairwise(sorted(moments)):
-        middle = (begin + finish) / 2  # nothing changes between two consecutive moments
-        holding = [d for d in drains if d.cordoned_at <= middle < d.done_at]
-        if len(holding) >= budget.total:
-            continue
-        in_zone = Counter(d.zone for d in holding)
-        if not any(
-            d.waiting_at <= middle < d.cordoned_at and in_zone[d.zone] < budget.per_zone for d in drains
-        ):
+    for begin, finish, usable in _usable_free_slots(drains, budget, start, end):
+        if not usable:
             continue
         if gaps and gaps[-1][1] == begin:
             gaps[-1] = (gaps[-1][0], finish)
         else:
             gaps.append((begin, finish))
     return gaps
+
+
+def idle_slot_seconds(drains: Sequence[Drain], budget: Budget, start: float, end: float) -> float:
+    """Slot-seconds of [start, end] lost to hand-overs: at each moment, the slots that were free and that a
+    waiting node could have taken (room in all and in its zone, at most one per such node), summed over time."""
+    return sum(
+        (finish - begin) * usable for begin, finish, usable in _usable_free_slots(drains, budget, start, end)
+    )
+
+
+def _usable_free_slots(
+    drains: Sequence[Drain], budget: Budget, start: float, end: float
+) -> list[tuple[float, float, int]]:
+    """[start, end] cut at every change, each piece with how many free slots waiting nodes could have taken."""
+    moments = {start, end}
+    for drain in drains:
+        moments.update(t for t in (drain.waiting_at, drain.cordoned_at, drain.done_at) if start < t < end)
+    pieces = []
+    for begin, finish in pairwise(sorted(moments)):
+        middle = (begin + finish) / 2  # nothing changes between two consecutive moments
+        holding = [d for d in drains if d.cordoned_at <= middle < d.done_at]
+        in_zone = Counter(d.zone for d in holding)
+        waiting = Counter(d.zone for d in drains if d.waiting_at <= middle < d.cordoned_at)
+        by_zone = sum(min(max(0, budget.per_zone - in_zone[zone]), count) for zone, count in waiting.items())
+        pieces.append((begin, finish, min(max(0, budget.total - len(holding)), by_zone)))
+    return pieces
