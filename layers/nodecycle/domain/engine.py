@@ -127,6 +127,11 @@ class StepEngine:
         now = self._clock.now()
         if message.watch is not None:
             return self._check(message, record, now)
+        if message.wake and message.seq != record.seq and message.step is record.step is Step.ACQUIRE_SLOT:
+            # A wake overtaken by the waiter's own retry, which read the budget before the slot was freed and
+            # committed "wait again" first: the slot is still there for it. Run at the current seq (the step is
+            # idempotent and its commit conditional), rather than leave the slot idle until that retry.
+            message = message.model_copy(update={"seq": record.seq})
         if message.seq != record.seq:
             # An older message came again: a duplicate, or the redelivery after a crash that may have struck
             # between a commit and the next message. Too early to tell: a watch comes back once the current
@@ -201,6 +206,11 @@ class StepEngine:
         updated = self._keep_alive(updated, now)
         if not self._records.commit(updated, expected_seq=record.seq):
             log.info("another delivery already ran step %s (seq %d)", record.step, record.seq)
+            if record.step is Step.ACQUIRE_SLOT and updated.step is not Step.ACQUIRE_SLOT:
+                # This run took a slot in the budget document, but the commit that says so lost, perhaps to
+                # the waiter's own retry ("wait again", read before the slot was freed): wake the lifecycle,
+                # or it holds the slot unused until that retry. If it moved on, the wake does nothing.
+                self._dispatch.wake(record.id)
             return None
         if updated.step is not record.step:
             log.info("step %s -> %s", record.step, updated.step, extra={"seq": updated.seq})

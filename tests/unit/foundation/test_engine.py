@@ -584,6 +584,54 @@ def test_a_wake_message_runs_a_waiting_step_before_its_due_time() -> None:
     assert world.record().step is Step.CORDON
 
 
+def test_a_wake_overtaken_by_the_waiters_own_retry_still_runs() -> None:
+    # Given a lifecycle waiting for a slot, woken at its seq...
+    world = World()
+    world.records.create(make_record(PLAN))
+    acquire = Script([Outcome.wait(30), Outcome.wait(30), Outcome.next()])
+    engine = world.engine({Step.ACQUIRE_SLOT: acquire, Step.CORDON: Script([Outcome.wait(5)])})
+    engine.handle(world.message())
+    world.clock.advance(30)
+    record = world.record()
+    wake = WorkMessage(record_id=record.id, seq=record.seq, step=record.step, wake=True)
+    # ...and its own retry, which read the budget before the slot was freed, committing first (seq moves on)
+    engine.handle(world.message())
+    world.queues.take()
+
+    # When the wake arrives under the older seq
+    handled = engine.handle(wake)
+
+    # Then it still runs the waiting step at once and takes the slot: not dropped for the retry 30 s later
+    assert handled is Handled.RAN
+    assert len(acquire.runs) == 3
+    assert world.record().step is Step.CORDON
+
+
+def test_a_woken_step_that_lost_its_commit_to_the_waiters_retry_wakes_it_again() -> None:
+    # Given a lifecycle waiting for a slot, woken at its seq
+    world = World()
+    world.records.create(make_record(PLAN))
+
+    def concurrent_retry_commits_first(record: LifecycleRecord, now: datetime) -> Outcome:
+        # while the woken run takes the slot, the waiter's own retry (denied: it read the budget before the
+        # release) commits "wait again" under the same seq
+        waited = record.model_copy(update={"seq": record.seq + 1, "due_at": now + timedelta(seconds=30)})
+        assert world.records.commit(waited, expected_seq=record.seq)
+        return Outcome.next()  # the slot is ours in the budget document
+
+    engine = world.engine({Step.ACQUIRE_SLOT: concurrent_retry_commits_first})
+    record = world.record()
+    wake = WorkMessage(record_id=record.id, seq=record.seq, step=record.step, wake=True)
+
+    # When the woken run loses its commit
+    handled = engine.handle(wake)
+
+    # Then the lifecycle, holding a slot it does not know of, is woken again at once under its new seq
+    assert handled is Handled.CONFLICT
+    sent = world.queues.take()
+    assert [(s.message.seq, s.message.wake, s.delay) for s in sent] == [(world.record().seq, True, 0)]
+
+
 def test_completion_settles_the_action_once_and_is_harmless_when_repeated() -> None:
     world = World()
     world.records.create(make_record((Step.COMPLETE, Step.DONE)))
