@@ -24,7 +24,15 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from nodecycle.domain.errors import TransientError
-from nodecycle.domain.flow import Worker, after_completion, disruptive, following, worker_for, worker_of
+from nodecycle.domain.flow import (
+    Worker,
+    after_completion,
+    disruptive,
+    draining,
+    following,
+    worker_for,
+    worker_of,
+)
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.lifecycle import Autoscaling, RecordStore, WorkMessage, WorkQueues
@@ -35,6 +43,10 @@ log = logging.getLogger(__name__)
 MAX_DELAY = 900  # SQS DelaySeconds limit: longer waits are chained
 MAX_RETRY_BACKOFF_SECONDS = 180  # the longest wait before retrying a step after a transient error
 MAX_BACKOFF = MAX_RETRY_BACKOFF_SECONDS / 1.5  # times a jitter of up to 1.5
+# A cordoned node's drain holds a slot others wait for, and its drain timeout runs: an API server that fails
+# for a while must not push the next try (or the forced end at the timeout) minutes away. Its steps retry at
+# most this far apart, as ``kubectl drain`` retries an eviction every 5 s.
+DRAIN_RETRY_CAP_SECONDS = 5.0
 HEARTBEAT_RETRY_MIN = timedelta(seconds=5)  # a failed heartbeat is not tried again sooner than this
 MIN_PIECE = timedelta(seconds=1)  # the shortest piece a long wait is cut into
 
@@ -193,6 +205,8 @@ class StepEngine:
                     outcome = handler(record, now)
             except TransientError as error:
                 delay = min(MAX_BACKOFF, 2 ** min(record.attempts, 7)) * random.uniform(1.0, 1.5)
+                if draining(record.step):
+                    delay = min(delay, DRAIN_RETRY_CAP_SECONDS)
                 log.warning(
                     "step %s failed (attempt %d), retrying in %.0fs: %s",
                     record.step,

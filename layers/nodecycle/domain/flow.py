@@ -35,6 +35,11 @@ def disruptive(step: Step) -> bool:
     return step in _DISRUPTIVE
 
 
+def draining(step: Step) -> bool:
+    """The steps of a drain in progress: a cordoned node holding a budget slot, its drain timeout running."""
+    return step in (Step.CORDON, Step.EVICT)
+
+
 def worker_of(record: LifecycleRecord, here: Worker | None = None) -> Worker:
     """The function that runs the record's current step, sent from worker ``here`` (None: from intake or
     the sweeper)."""

@@ -246,6 +246,25 @@ def test_a_transient_failure_retries_the_step_with_growing_backoff() -> None:
     assert world.record().attempts == 0  # the step ran: the next transient error starts the backoff over
 
 
+@pytest.mark.parametrize(("step", "longest"), [(Step.EVICT, 5), (Step.CORDON, 5), (Step.ACQUIRE_SLOT, 180)])
+def test_a_drain_in_progress_retries_a_failing_step_within_seconds_however_often_it_failed(
+    step: Step, longest: int
+) -> None:
+    # Given a step that has already failed six times in a row (an API server failing for a while)
+    world = World()
+    world.records.create(make_record(PLAN, step, attempts=6))
+    engine = world.engine({step: Script([TransientError("HTTP 500")])})
+
+    # When it fails again
+    engine.handle(world.message())
+
+    # Then a cordoned node's drain (its slot held, its timeout running) tries again within 5 s, as kubectl
+    # drain does; a node still waiting for its slot backs off as before (2^6 s and more)
+    (sent,) = world.queues.take()
+    assert sent.delay <= longest
+    assert sent.delay >= (1 if step is not Step.ACQUIRE_SLOT else 64)
+
+
 def test_an_unexpected_error_propagates_so_the_message_is_retried_and_dead_lettered() -> None:
     world = World()
     world.records.create(make_record(PLAN))
