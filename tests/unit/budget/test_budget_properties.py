@@ -135,7 +135,9 @@ class BudgetMachine(RuleBasedStateMachine):
     def replay(self, waiters: list[tuple[str, str | None, str]]) -> list[str]:
         holders = self.live_holders()
         taken = list(holders.values())
-        stored = {w.node: w for w in self.stored().waiters}
+        # an expired waiter stopped asking: it lost its place, and comes back as a newcomer (it keeps neither
+        # its waiting time nor its passes)
+        stored = {w.node: w for w in self.stored().waiters if not w.expired(self.now())}
         # (node, zone, owner, waiting since, passed); a newcomer waits from now and was never passed
         remaining = [
             (
