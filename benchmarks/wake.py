@@ -38,12 +38,9 @@ class Handover:
         return self.cordoned_at - self.freed_at
 
 
-def handovers(
-    writes: list[BudgetWrite], cordons: dict[str, float], completions: dict[str, float] | None = None
-) -> list[Handover]:
+def handovers(writes: list[BudgetWrite], cordons: dict[str, float], done: dict[str, float]) -> list[Handover]:
     """One per slot freed while a node that could take it waited, paired with the earliest later grant;
-    ``completions``: node -> when its action was completed."""
-    done = completions or {}
+    ``done``: node -> when its action was completed."""
     grants = [
         (after.time, node)
         for before, after in pairwise(writes)
@@ -80,6 +77,7 @@ def result(run: RefreshRun) -> Result:
         return Result("budget wake latency", [], ["no slot was released while a node waited"])
     latencies = [handover.latency for handover in found]
     median, worst = statistics.median(latencies), max(latencies)
+    idle = max(handover.idle for handover in found)
     retry = run.settings.retry_seconds
     setup = f"refresh {run.settings.nodes} nodes, {run.settings.budget.total}/{run.settings.budget.per_zone}"
     rows = [
@@ -96,11 +94,11 @@ def result(run: RefreshRun) -> Result:
         # clean-up), so the hand-over a waiting node sees starts at the completion.
         Row(
             f"{setup}: a freed slot idle, max (drain over -> next cordon)",
-            max(handover.idle for handover in found),
+            idle,
             TARGET,
             "s",
             "<= ~1 s",
-            max(handover.idle for handover in found) <= TARGET,
+            idle <= TARGET,
         ),
     ]
     to_grant = [handover.granted_at - handover.released_at for handover in found]

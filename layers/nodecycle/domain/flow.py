@@ -29,6 +29,8 @@ _WHERE_THE_RECORD_IS = frozenset({Step.COMPLETE, Step.DONE})
 # The steps that disrupt something (take a slot others wait for, cordon, evict, release an address): before
 # the first of them the engine confirms with Auto Scaling that the action is real and active.
 _DISRUPTIVE = frozenset({Step.ACQUIRE_SLOT, Step.CORDON, Step.EVICT, Step.RELEASE_EIP, Step.FORGET_NODE})
+# The steps of a drain in progress: a cordoned node holding a budget slot, its drain timeout running.
+_DRAINING = frozenset({Step.CORDON, Step.EVICT})
 
 
 def disruptive(step: Step) -> bool:
@@ -36,8 +38,7 @@ def disruptive(step: Step) -> bool:
 
 
 def draining(step: Step) -> bool:
-    """The steps of a drain in progress: a cordoned node holding a budget slot, its drain timeout running."""
-    return step in (Step.CORDON, Step.EVICT)
+    return step in _DRAINING
 
 
 def worker_of(record: LifecycleRecord, here: Worker | None = None) -> Worker:

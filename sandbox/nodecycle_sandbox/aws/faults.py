@@ -19,7 +19,7 @@ import json
 import re
 import uuid
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qs
 
 from nodecycle_sandbox.faults import AWS_KINDS, Fault, Injector
@@ -80,11 +80,8 @@ def _operation(environ: dict[str, Any], service: str) -> str:
     action = parse_qs(environ.get("QUERY_STRING", "")).get("Action")
     if action:
         return action[0]
-    if environ.get("REQUEST_METHOD") == "POST" and "form-urlencoded" in environ.get("CONTENT_TYPE", ""):
-        length = int(environ.get("CONTENT_LENGTH") or 0)
-        body = environ["wsgi.input"].read(length) if length else b""
-        environ["wsgi.input"] = io.BytesIO(body)
-        action = parse_qs(body.decode("utf-8", "replace")).get("Action")
+    if environ.get("REQUEST_METHOD") == "POST":
+        action = _form(environ).get("Action")
         if action:
             return action[0]
     if (
@@ -99,13 +96,24 @@ def _operation(environ: dict[str, Any], service: str) -> str:
 def _instances(environ: dict[str, Any]) -> list[str]:
     """The instances a query-protocol request names (a lifecycle action's ``InstanceId``): the firing says
     which action was refused, so the judges can tell a drain from its completion's retries."""
-    if "form-urlencoded" not in environ.get("CONTENT_TYPE", ""):
-        return []
-    length = int(environ.get("CONTENT_LENGTH") or 0)  # a socket's stream has no end to read to
-    body = environ["wsgi.input"].read(length) if length else b""
-    environ["wsgi.input"] = io.BytesIO(body)
-    form = parse_qs(body.decode("utf-8", "replace"))
+    form = _form(environ)
     return [value for key, values in form.items() if key.startswith("InstanceId") for value in values]
+
+
+_FORM = "nodecycle_sandbox.form"  # the parsed body, kept in the request's environ: read once
+
+
+def _form(environ: dict[str, Any]) -> dict[str, list[str]]:
+    """A query-protocol request's form body, parsed once per request and put back for moto."""
+    if _FORM not in environ:
+        form: dict[str, list[str]] = {}
+        if "form-urlencoded" in environ.get("CONTENT_TYPE", ""):
+            length = int(environ.get("CONTENT_LENGTH") or 0)  # a socket's stream has no end to read to
+            body = environ["wsgi.input"].read(length) if length else b""
+            environ["wsgi.input"] = io.BytesIO(body)
+            form = parse_qs(body.decode("utf-8", "replace"))
+        environ[_FORM] = form
+    return cast(dict[str, list[str]], environ[_FORM])
 
 
 def _response(
