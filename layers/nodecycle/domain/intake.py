@@ -8,6 +8,7 @@ from enum import StrEnum
 
 from nodecycle.domain.catalog import OWNER_TAG, HookTimeouts, ManagedGroups
 from nodecycle.domain.engine import MAX_DELAY
+from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import disruption_plan, plan_for, worker_of
 from nodecycle.domain.model import (
     DisruptionEvent,
@@ -18,7 +19,7 @@ from nodecycle.domain.model import (
 )
 from nodecycle.domain.policy import PlanPolicy
 from nodecycle.domain.ports.instances import InstanceDirectory, InstanceFacts
-from nodecycle.domain.ports.lifecycle import RecordStore, WorkMessage, WorkQueues
+from nodecycle.domain.ports.lifecycle import Autoscaling, RecordStore, WorkMessage, WorkQueues
 from nodecycle.domain.ports.runtime import Clock, Metrics
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,7 @@ class Intake:
         queues: WorkQueues,
         groups: ManagedGroups,
         hooks: HookTimeouts,
+        autoscaling: Autoscaling,
         clock: Clock,
         metrics: Metrics,
         resume_grace: timedelta,
@@ -60,6 +62,7 @@ class Intake:
         self._queues = queues
         self._groups = groups
         self._hooks = hooks
+        self._autoscaling = autoscaling
         self._clock = clock
         self._metrics = metrics
         self._resume_grace = resume_grace
@@ -93,7 +96,7 @@ class Intake:
             self._metrics.count("LifecycleEventsRejected", reason="expired")
             return IntakeOutcome.EXPIRED
 
-        return self._store(record, now)
+        return self._store(self._keep_alive(record, now), now)
 
     def accept_disruption(self, event: DisruptionEvent) -> IntakeOutcome:
         """A disruption without a hook: an instance of a managed group (or carrying this owner's tag) gets a
@@ -198,6 +201,35 @@ class Intake:
             heartbeat_timeout=heartbeat_timeout,
             heartbeat_deadline=event.started_at + timedelta(seconds=heartbeat_timeout),
             global_deadline=global_deadline(event.started_at, heartbeat_timeout),
+        )
+
+    def _keep_alive(self, record: LifecycleRecord, now: datetime) -> LifecycleRecord:
+        """Heartbeat an action that reached intake late (a backed-up or slow delivery) when its first step,
+        retried after one fault, might not run in time to heartbeat it: with less than the margin and one
+        redelivery left. Seen under load: an action accepted with 12 s of its 30 s left expired while its
+        first message waited behind duplicates in the work queue, before any sweep could renew it.
+
+        The heartbeat with the token also proves the action is Auto Scaling's, which is what the engine
+        checks before the first disruptive step. A failed heartbeat is left to the engine and the sweeper
+        (the record is stored as it is): intake must not lose the event for it."""
+        if (
+            record.heartbeat_deadline >= record.global_deadline
+            or record.heartbeat_deadline - now > self._retry_window
+        ):
+            return record
+        try:
+            active = self._autoscaling.heartbeat(record.action)
+        except TransientError as error:
+            log.warning("could not heartbeat the late lifecycle action (its first step will): %s", error)
+            return record
+        if not active:
+            return record  # gone, or a duplicate of a finished one: the engine's check says what it was
+        self._metrics.count("Heartbeats")
+        deadline = min(now + timedelta(seconds=record.heartbeat_timeout), record.global_deadline)
+        left = (record.heartbeat_deadline - now).total_seconds()
+        log.info("heartbeat for a lifecycle action received %.0f s before its heartbeat deadline", left)
+        return record.model_copy(
+            update={"heartbeat_deadline": deadline, "heartbeats": record.heartbeats + 1, "verified_at": now}
         )
 
     def _send_first(self, record: LifecycleRecord) -> None:

@@ -47,6 +47,7 @@ def intake() -> Intake:
             clock=ports.clock,
         ),
         hooks=HookTimeouts(ports.autoscaling, ports.clock),
+        autoscaling=ports.autoscaling,
         clock=ports.clock,
         metrics=ports.metrics,
         resume_grace=ports.resume_grace,

@@ -345,12 +345,13 @@ def test_a_lowered_hook_timeout_reaches_a_warm_intake_within_minutes(
     # Given a warm intake that has read the terminate hook's heartbeat timeout (300 s) for a first action
     first = happening_now(load_event("eventbridge-terminate.json"))
     intake_fn.handler(first, LambdaContext())
-    # When an operator lowers the hook's heartbeat timeout, and a new action arrives ten minutes later
+    # When an operator lowers the hook's heartbeat timeout (still above the margin plus a redelivery, 210 s:
+    # below that, intake heartbeats every action it accepts), and a new action arrives ten minutes later
     boto3.client("autoscaling").put_lifecycle_hook(
         AutoScalingGroupName=GROUP,
         LifecycleHookName="nodecycle-terminate",
         LifecycleTransition="autoscaling:EC2_INSTANCE_TERMINATING",
-        HeartbeatTimeout=120,
+        HeartbeatTimeout=240,
         DefaultResult="ABANDON",
     )
     later = datetime.now(UTC) + timedelta(minutes=10)
@@ -362,4 +363,4 @@ def test_a_lowered_hook_timeout_reaches_a_warm_intake_within_minutes(
 
     # Then the new action's record times its heartbeats by the lowered timeout, not the cached one
     timeouts = sorted(int(item["heartbeat_timeout"]) for item in records())
-    assert timeouts == [120, 300]
+    assert timeouts == [240, 300]

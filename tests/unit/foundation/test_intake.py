@@ -1,0 +1,106 @@
+"""Intake's domain: an action that reaches intake late is heartbeated there, before its first step can be late."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from nodecycle.domain.catalog import HookTimeouts, ManagedGroups
+from nodecycle.domain.errors import TransientError
+from nodecycle.domain.intake import Intake, IntakeOutcome
+from nodecycle.domain.model import ActionRef, LifecycleEvent, Transition
+from nodecycle.domain.policy import PlanPolicy
+from tests.support.fakes import T0, FakeAutoscaling, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
+
+GROUP, HOOK = "nodes", "terminate"
+TIMEOUT = 30  # the hook's heartbeat timeout
+WINDOW = timedelta(seconds=17)  # the heartbeat margin (10 s) plus a redelivery (7 s)
+
+
+class OneAction(FakeAutoscaling):
+    """Auto Scaling with exactly one active action, known by its token; a heartbeat may be refused."""
+
+    def __init__(self, token: str, throttled: bool = False) -> None:
+        super().__init__(heartbeat_timeouts={(GROUP, HOOK): TIMEOUT})
+        self.token = token
+        self.throttled = throttled
+
+    def heartbeat(self, action: ActionRef) -> bool:
+        if self.throttled:
+            raise TransientError("Rate exceeded")
+        return action.token == self.token and super().heartbeat(action)
+
+
+def event(token: str = "7b4c5d2e-1f3a-4b6c-8d9e-0a1b2c3d4e5f", age: float = 0.0) -> LifecycleEvent:
+    return LifecycleEvent(
+        instance_id="i-0123456789abcdef0",
+        transition=Transition.TERMINATING,
+        token=token,
+        group=GROUP,
+        hook=HOOK,
+        started_at=T0 - timedelta(seconds=age),
+        delivery="sqs",
+    )
+
+
+def intake(autoscaling: FakeAutoscaling, records: InMemoryRecords, clock: FakeClock) -> Intake:
+    return Intake(
+        owner="stack-a",
+        plan=PlanPolicy(kubernetes=True, eip=False, readiness_gate=True),
+        records=records,
+        queues=RecordingQueues(),
+        groups=ManagedGroups(
+            owner="stack-a", names=(GROUP,), by_tag=False, hooks=("*",), autoscaling=autoscaling, clock=clock
+        ),
+        hooks=HookTimeouts(autoscaling, clock),
+        autoscaling=autoscaling,
+        clock=clock,
+        metrics=FakeMetrics(),
+        resume_grace=timedelta(seconds=5),
+        retry_window=WINDOW,
+    )
+
+
+def test_an_action_accepted_with_less_than_the_margin_and_a_redelivery_left_is_heartbeated_at_once() -> None:
+    # Given an action that reaches intake 18 s after it started: 12 s of its 30 s heartbeat timeout left
+    late = event(age=18)
+    autoscaling, records, clock = OneAction(late.token), InMemoryRecords(), FakeClock()
+
+    # When intake accepts it
+    assert intake(autoscaling, records, clock).accept(late) is IntakeOutcome.ACCEPTED
+
+    # Then that action was heartbeated, and its record counts a full timeout from now (and the proof)
+    assert autoscaling.heartbeats == [late.action]
+    (record,) = records.items.values()
+    assert record.heartbeat_deadline == T0 + timedelta(seconds=TIMEOUT)
+    assert (record.heartbeats, record.verified_at) == (1, T0)
+
+
+def test_an_action_accepted_in_good_time_is_left_to_its_first_step() -> None:
+    fresh = event(age=2)  # 28 s left: more than the window
+    autoscaling, records, clock = OneAction(fresh.token), InMemoryRecords(), FakeClock()
+
+    assert intake(autoscaling, records, clock).accept(fresh) is IntakeOutcome.ACCEPTED
+
+    assert autoscaling.heartbeats == []
+    (record,) = records.items.values()
+    assert record.heartbeat_deadline == fresh.started_at + timedelta(seconds=TIMEOUT)
+    assert (record.heartbeats, record.verified_at) == (0, None)
+
+
+@pytest.mark.parametrize("throttled", [False, True], ids=["not-an-active-action", "throttled"])
+def test_a_late_action_whose_heartbeat_fails_is_still_recorded_unverified(throttled: bool) -> None:
+    # Given a late delivery that Auto Scaling does not know as active (forged, replayed), or a throttled API
+    late = event(age=18)
+    autoscaling = OneAction("another-token" if not throttled else late.token, throttled=throttled)
+    records, clock = InMemoryRecords(), FakeClock()
+
+    # When intake accepts it
+    outcome = intake(autoscaling, records, clock).accept(late)
+
+    # Then the event is not lost: its record is stored as it came, for the engine to verify before it disrupts
+    assert outcome is IntakeOutcome.ACCEPTED
+    (record,) = records.items.values()
+    assert record.heartbeat_deadline == late.started_at + timedelta(seconds=TIMEOUT)
+    assert (record.heartbeats, record.verified_at) == (0, None)
