@@ -158,6 +158,7 @@ class StepEngine:
             if worker_of(record, self._worker) is not self._worker:
                 self._dispatch.send(record, now)
                 return Handled.FORWARDED
+            ran = record.step
             committed = self._run_step(record, now)
             if committed is None:
                 return Handled.CONFLICT
@@ -166,7 +167,12 @@ class StepEngine:
                 return Handled.DONE
             now = self._clock.now()
             inline = (
-                record.due_at <= now
+                # Only progress runs inline. A step that must run again (a waiter's retry, a drain's poll, a
+                # transient failure) goes back through the queue even when its wait is over by the time it
+                # returns (a slow API server): looping here, a few waiters would hold every invocation the
+                # function's concurrency allows, and the queued polls of the drains in progress would starve.
+                record.step is not ran
+                and record.due_at <= now
                 and worker_of(record, self._worker) is self._worker
                 and time_left() > self._timing.inline_budget
             )
@@ -217,7 +223,9 @@ class StepEngine:
                 self._metrics.count("StepRetries", step=record.step.value)
                 outcome = Outcome.wait(delay, attempts=record.attempts + 1, last_error=str(error)[:500])
         updated = advance(record, outcome, now)
-        updated = self._keep_alive(updated, now)
+        # Judged when the step ended, not when it began: a step that took seconds (slow or throttled APIs)
+        # may have used up the time in which its successor could still heartbeat.
+        updated = self._keep_alive(updated, self._clock.now())
         if not self._records.commit(updated, expected_seq=record.seq):
             log.info("another delivery already ran step %s (seq %d)", record.step, record.seq)
             if record.step is Step.ACQUIRE_SLOT and updated.step is not Step.ACQUIRE_SLOT:
@@ -277,7 +285,7 @@ class StepEngine:
             record = record.model_copy(update={"due_at": max(now, latest)})
         if record.heartbeat_deadline >= record.global_deadline:
             return record  # the action ends before any heartbeat could matter
-        if record.due_at >= self._last_safe_run(record):  # past it already: heartbeat at once
+        if max(record.due_at, now) >= self._last_safe_run(record):  # past it already: heartbeat at once
             try:
                 active = self._autoscaling.heartbeat(record.action)
             except TransientError as error:

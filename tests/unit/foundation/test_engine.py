@@ -674,3 +674,52 @@ def test_unknown_and_finished_records_drop_their_messages() -> None:
     assert engine.handle(unknown) is Handled.UNKNOWN
     world.records.create(make_record(PLAN, Step.DONE))
     assert engine.handle(world.message()) is Handled.FINISHED
+
+
+def test_a_step_that_must_run_again_goes_back_through_the_queue_even_when_its_wait_is_already_over() -> None:
+    # Given a waiter retrying every 2 s whose attempt takes 3 s (a slow API server), in an invocation with a
+    # minute left
+    world = World()
+    world.records.create(make_record(PLAN))
+    runs: list[datetime] = []
+
+    def acquire(record: LifecycleRecord, now: datetime) -> Outcome:
+        runs.append(now)
+        world.clock.advance(3)
+        return Outcome.wait(2)
+
+    engine = world.engine({Step.ACQUIRE_SLOT: acquire})
+    started = world.clock.now()
+
+    # When its message is handled
+    handled = engine.handle(world.message(), time_left=lambda: 60 - (world.clock.now() - started).seconds)
+
+    # Then it ran once, and its next attempt waits in the queue behind the others' work (seen under load:
+    # four waiters looping inline held every drain invocation, and a drain in progress went unpolled 54 s)
+    assert handled is Handled.RAN
+    assert len(runs) == 1
+    (sent,) = world.queues.take()
+    assert (sent.message.step, sent.message.seq, sent.delay) == (Step.ACQUIRE_SLOT, 1, 0)
+
+
+def test_a_step_that_took_long_heartbeats_by_the_time_it_ended_not_the_time_it_began() -> None:
+    # Given a step that begins 200 s into a hook with a 300 s heartbeat timeout and a 60 s margin (no
+    # heartbeat needed yet: 200 < 300 - 60), and takes 50 s (a slow API, throttled calls retried)
+    world = World()
+    world.records.create(make_record(PLAN, Step.EVICT))
+    world.clock.advance(200)
+
+    def slow(record: LifecycleRecord, now: datetime) -> Outcome:
+        world.clock.advance(50)
+        return Outcome.next()
+
+    engine = world.engine({Step.EVICT: slow})
+
+    # When it ends, 250 s in, handing the next step to the other worker's queue
+    engine.handle(world.message())
+
+    # Then it heartbeats before it commits: the next step, queued, may come too late to do it (seen under
+    # load: a launch whose address took 7 s to verify expired while its readiness gate waited in the queue)
+    assert world.record().step is Step.RELEASE_EIP
+    assert len(world.autoscaling.heartbeats) == 1
+    assert world.record().heartbeat_deadline == world.clock.now() + timedelta(seconds=HEARTBEAT)
