@@ -93,21 +93,24 @@ class FakeAutoscaling:
     tags: dict[str, dict[str, str]] = field(default_factory=dict)
     completed: list[tuple[ActionRef, ActionResult]] = field(default_factory=list)
     heartbeats: list[ActionRef] = field(default_factory=list)
-    active: bool = True  # False: the action timed out or was completed by someone else
+    active: bool = True  # False: every action timed out or was completed by someone else
     states: dict[str, str] = field(default_factory=dict)  # instance -> lifecycle state, for those a group has
 
     def complete(self, action: ActionRef, result: ActionResult) -> bool:
-        if not self.active:
+        if not self._active(action):
             return False
         self.completed.append((action, result))
-        self.active = False
         return True
 
     def heartbeat(self, action: ActionRef) -> bool:
-        if not self.active:
+        if not self._active(action):
             return False
         self.heartbeats.append(action)
         return True
+
+    def _active(self, action: ActionRef) -> bool:
+        """As Auto Scaling answers for this action: a completed one is over, the others are not."""
+        return self.active and all(done.token != action.token for done, _ in self.completed)
 
     def heartbeat_timeout(self, group: str, hook: str) -> int | None:
         return self.heartbeat_timeouts.get((group, hook))
