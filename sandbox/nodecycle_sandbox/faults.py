@@ -27,6 +27,10 @@ AWS_KINDS = ("aws-throttle", "aws-error")
 SQS_KINDS = ("sqs-duplicate", "sqs-delay", "sqs-reorder", "sqs-drop")
 WORKER_KINDS = ("worker-kill", "clock-skew")
 KINDS = (*KUBE_KINDS, *AWS_KINDS, *SQS_KINDS, *WORKER_KINDS)
+# What the runner's own clients add to their User-Agent. Its event source mappings poll with the function's
+# key, as Lambda does (IAM judges them by the function's role), but AWS faults are for nodecycle's calls:
+# Lambda's pollers retry on their own, and nothing nodecycle does could answer a poller refused.
+RUNNER_AGENT = "nodecycle-sandbox-runner"
 
 
 @dataclass(frozen=True)

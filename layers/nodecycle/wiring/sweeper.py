@@ -46,6 +46,7 @@ def sweeper() -> Sweeper:
             failure_result=SettleResults(
                 eip=eip_policy(config).failure_result, readiness=config.readiness_failure_result
             ),
+            clock=ports.clock,
         )
     }
     if config.uses_kubernetes:

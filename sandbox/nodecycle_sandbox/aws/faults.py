@@ -8,8 +8,9 @@
 
 Nothing is done for a request that gets a fault: AWS refused it. A WSGI middleware in front of moto
 (``server.py``) asks :meth:`AwsFaults.decide`; only the callers given when arming (the functions' access
-keys) are eligible, so the runner's own pollers and the operator's calls are never hit. One injector per
-process: armed through ``AwsControl.arm_faults``.
+keys) are eligible, and of their requests not those of the runner's event source mappings (which poll with
+the function's key and say so in their User-Agent): the runner's pollers and the operator's calls are never
+hit. One injector per process: armed through ``AwsControl.arm_faults``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, cast
 from urllib.parse import parse_qs
 
-from nodecycle_sandbox.faults import AWS_KINDS, Fault, Injector
+from nodecycle_sandbox.faults import AWS_KINDS, RUNNER_AGENT, Fault, Injector
 
 _CREDENTIAL = re.compile(r"Credential=([^/]+)/[^/]+/[^/]+/([^/]+)/aws4_request")
 # service -> (protocol, throttle code, throttle status, error code, error status)
@@ -60,6 +61,8 @@ class AwsFaults(Injector):
         caller, service = found.groups()
         if self._callers is not None and caller not in self._callers:
             return None
+        if RUNNER_AGENT in environ.get("HTTP_USER_AGENT", ""):
+            return None  # the runner's event source mapping, polling with the function's key
         operation = _operation(environ, service)
         name = f"{service}.{operation}"
         fault = self.draw(AWS_KINDS, name, " ".join((name, *_instances(environ))))

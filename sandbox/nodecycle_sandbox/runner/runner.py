@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import boto3
 from botocore.config import Config
 
+from nodecycle_sandbox.faults import RUNNER_AGENT
 from nodecycle_sandbox.iam.template import access_entries, function_role, template_roles
 from nodecycle_sandbox.runner.async_invoke import AsyncInvoker
 from nodecycle_sandbox.runner.cfn_yaml import load_template
@@ -406,7 +407,7 @@ class Runner:
                 retries={"max_attempts": 2, "mode": "standard"},
                 read_timeout=self._poll_wait + 30,
                 max_pool_connections=max_pool_connections,
-                user_agent_extra="nodecycle-sandbox-runner",
+                user_agent_extra=RUNNER_AGENT,
             ),
         )
 

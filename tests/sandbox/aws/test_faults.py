@@ -12,7 +12,7 @@ from botocore.exceptions import ClientError
 
 from nodecycle_sandbox.aws.faults import FAULTS
 from nodecycle_sandbox.aws.server import MotoServer
-from nodecycle_sandbox.faults import Fault
+from nodecycle_sandbox.faults import RUNNER_AGENT, Fault
 
 REGION = "eu-west-1"
 FUNCTION_KEY = "AKIADRAINFUNCTIO0001"
@@ -133,3 +133,26 @@ def test_botocore_retries_a_throttled_call_that_then_succeeds(endpoint: str) -> 
         == "1"
     )
     assert FAULTS.counts() == {"aws-throttle": 1}
+
+
+def test_the_runners_event_source_mappings_are_never_refused_though_they_poll_with_the_functions_key(
+    endpoint: str,
+) -> None:
+    # Given throttling of every SQS call the function's key makes
+    FAULTS.arm_for([Fault("t", "aws-throttle", target="sqs.*")], seed=1, callers=[FUNCTION_KEY])
+    mapping = boto3.client(
+        "sqs",
+        endpoint_url=endpoint,
+        region_name=REGION,
+        aws_access_key_id=FUNCTION_KEY,
+        aws_secret_access_key="secret",
+        config=Config(retries={"total_max_attempts": 1, "mode": "standard"}, user_agent_extra=RUNNER_AGENT),
+    )
+
+    # When the runner's mapping polls with that key, and the function itself calls
+    mapping.list_queues()
+    with pytest.raises(ClientError):
+        _client(endpoint, "sqs").list_queues()
+
+    # Then only the function was refused: faults are for nodecycle's calls, not Lambda's pollers
+    assert [f.detail for f in FAULTS.firings()] == ["sqs.ListQueues"]

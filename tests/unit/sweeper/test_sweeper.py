@@ -13,7 +13,7 @@ import pytest
 from nodecycle.domain.budget import Holder, SweepResult, Waiter
 from nodecycle.domain.completion import CompleteAction
 from nodecycle.domain.engine import Dispatcher
-from nodecycle.domain.model import LifecycleRecord, Step
+from nodecycle.domain.model import ActionRef, LifecycleRecord, Step
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.cluster import Claim, NodeInfo
 from nodecycle.domain.ports.lifecycle import WorkMessage
@@ -51,6 +51,7 @@ class Repair:
             margin=MARGIN,
             interval=INTERVAL,
             failure_result=lambda record: self.failure,
+            clock=self.clock,
         )
 
     def run(self) -> Counts:
@@ -64,6 +65,35 @@ def test_a_lifecycle_whose_message_was_lost_is_resumed_under_a_new_seq() -> None
     assert repair.run()["LifecyclesResumed"] == 1
     (sent,) = repair.queues.take()
     assert (sent.message.step, sent.message.seq) == (Step.EVICT, 8)
+
+
+def test_each_lifecycle_is_judged_at_the_time_the_sweep_reaches_it_not_when_the_sweep_began() -> None:
+    # Given two lifecycles: the first one's heartbeat takes 10 s (Auto Scaling throttled, its calls retried),
+    # and the second one's step becomes overdue during those 10 s (its message was lost)
+    repair = Repair()
+    repair.records.create(make_record(PLAN, Step.EVICT, node="n1", id="i-1/terminate/a", instance_id="i-1"))
+    lost = T0 + timedelta(seconds=5) - GRACE  # overdue from 5 s after the sweep begins
+    repair.records.create(
+        make_record(PLAN, Step.EVICT, node="n2", id="i-2/terminate/b", instance_id="i-2", due_at=lost)
+    )
+    heartbeat = repair.autoscaling.heartbeat
+
+    def slow_heartbeat(action: ActionRef) -> bool:
+        if action.instance_id == "i-1":
+            repair.clock.advance(10)
+        return heartbeat(action)
+
+    repair.autoscaling.heartbeat = slow_heartbeat  # type: ignore[method-assign]
+    started = repair.clock.now()
+
+    # When the sweep runs
+    counts = repair.part()(list(repair.records.open_records("stack-a")), started)
+
+    # Then the second lifecycle is resumed now, not one sweep later (seen under AWS throttling: a sweep that
+    # took 10 s judged a lost message "not yet overdue" by its start time, and a drain went unpolled 20 s)
+    assert counts["LifecyclesResumed"] == 1
+    (sent,) = repair.queues.take()
+    assert sent.message.record_id == "i-2/terminate/b"
 
 
 def test_a_lifecycle_that_is_only_waiting_is_left_alone() -> None:

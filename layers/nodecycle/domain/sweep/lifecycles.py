@@ -12,7 +12,7 @@ from nodecycle.domain.flow import after_completion
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.lifecycle import Autoscaling, RecordStore
-from nodecycle.domain.ports.runtime import Metrics
+from nodecycle.domain.ports.runtime import Clock, Metrics
 from nodecycle.domain.sweep.sweeper import Counts, SweepFailed
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,9 @@ class LifecycleRepair:
         margin: timedelta,
         interval: timedelta,
         failure_result: Callable[[LifecycleRecord], ActionResult],
+        clock: Clock,
     ) -> None:
+        self._clock = clock
         self._records = records
         self._dispatcher = dispatcher
         self._autoscaling = autoscaling
@@ -75,6 +77,9 @@ class LifecycleRepair:
             0,
         )
         for record in open_records:
+            # Each lifecycle at the time the sweep reaches it: the calls for the ones before may have taken
+            # seconds (throttled, retried), and a start time would find a lost message "not yet overdue".
+            now = max(now, self._clock.now())
             try:
                 overdue = record.overdue(now, self._grace)
                 kept = self._keep_alive(record, now, counts)
