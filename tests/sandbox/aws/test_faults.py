@@ -32,14 +32,17 @@ def disarmed() -> Iterator[None]:
     FAULTS.disarm()
 
 
-def _client(endpoint: str, service: str, key: str = FUNCTION_KEY) -> Any:
+NO_RETRY = Config(retries={"total_max_attempts": 1, "mode": "standard"})  # see each answer
+
+
+def _client(endpoint: str, service: str, key: str = FUNCTION_KEY, config: Config = NO_RETRY) -> Any:
     return boto3.client(
         service,  # type: ignore[call-overload]
         endpoint_url=endpoint,
         region_name=REGION,
         aws_access_key_id=key,
         aws_secret_access_key="secret",
-        config=Config(retries={"total_max_attempts": 1, "mode": "standard"}),  # no retry: see each answer
+        config=config,
     )
 
 
@@ -115,14 +118,7 @@ def test_botocore_retries_a_throttled_call_that_then_succeeds(endpoint: str) -> 
     FAULTS.arm_for([Fault("t", "aws-throttle", target="sqs.SendMessage", limit=1)], seed=1, callers=None)
 
     # When a client with botocore's standard retries sends a message
-    retrying = boto3.client(
-        "sqs",
-        endpoint_url=endpoint,
-        region_name=REGION,
-        aws_access_key_id=FUNCTION_KEY,
-        aws_secret_access_key="secret",
-        config=Config(retries={"max_attempts": 3, "mode": "standard"}),
-    )
+    retrying = _client(endpoint, "sqs", config=Config(retries={"max_attempts": 3, "mode": "standard"}))
     retrying.send_message(QueueUrl=url, MessageBody="hello")
 
     # Then it went through on the retry: one message, one fault
@@ -140,14 +136,7 @@ def test_the_runners_event_source_mappings_are_never_refused_though_they_poll_wi
 ) -> None:
     # Given throttling of every SQS call the function's key makes
     FAULTS.arm_for([Fault("t", "aws-throttle", target="sqs.*")], seed=1, callers=[FUNCTION_KEY])
-    mapping = boto3.client(
-        "sqs",
-        endpoint_url=endpoint,
-        region_name=REGION,
-        aws_access_key_id=FUNCTION_KEY,
-        aws_secret_access_key="secret",
-        config=Config(retries={"total_max_attempts": 1, "mode": "standard"}, user_agent_extra=RUNNER_AGENT),
-    )
+    mapping = _client(endpoint, "sqs", config=NO_RETRY.merge(Config(user_agent_extra=RUNNER_AGENT)))
 
     # When the runner's mapping polls with that key, and the function itself calls
     mapping.list_queues()
