@@ -252,11 +252,7 @@ class StepEngine:
             )
             self._metrics.count("LifecycleActionsUnknown")
             return record, Outcome.goto(after_completion(record), outcome="unknown-action")
-        deadline = min(now + timedelta(seconds=record.heartbeat_timeout), record.global_deadline)
-        verified = record.model_copy(
-            update={"verified_at": now, "heartbeat_deadline": deadline, "heartbeats": record.heartbeats + 1}
-        )
-        return verified, None
+        return record.renewed(now, verified_at=now), None
 
     def _guard(self, record: LifecycleRecord, now: datetime) -> Outcome | None:
         """Complete the action before its global timeout, whatever the current step is still waiting for."""
@@ -303,10 +299,7 @@ class StepEngine:
                 )
                 return expired.model_copy(update={"seq": record.seq})  # the step's own advance took this seq
             self._metrics.count("Heartbeats")
-            deadline = min(now + timedelta(seconds=record.heartbeat_timeout), record.global_deadline)
-            record = record.model_copy(
-                update={"heartbeat_deadline": deadline, "heartbeats": record.heartbeats + 1}
-            )
+            record = record.renewed(now)
         if record.heartbeat_deadline < record.global_deadline and record.due_at > self._last_safe_run(record):
             # a wait longer than the heartbeat deadline allows is cut into pieces, each with its heartbeat
             cut = self._last_safe_run(record)

@@ -225,12 +225,9 @@ class Intake:
         if not active:
             return record  # gone, or a duplicate of a finished one: the engine's check says what it was
         self._metrics.count("Heartbeats")
-        deadline = min(now + timedelta(seconds=record.heartbeat_timeout), record.global_deadline)
         left = (record.heartbeat_deadline - now).total_seconds()
         log.info("heartbeat for a lifecycle action received %.0f s before its heartbeat deadline", left)
-        return record.model_copy(
-            update={"heartbeat_deadline": deadline, "heartbeats": record.heartbeats + 1, "verified_at": now}
-        )
+        return record.renewed(now, verified_at=now)
 
     def _send_first(self, record: LifecycleRecord) -> None:
         message = WorkMessage(record_id=record.id, seq=record.seq, step=record.step)

@@ -231,6 +231,14 @@ class LifecycleRecord(ActionRef):
             and not self.finished
         )
 
+    def renewed(self, now: datetime, **changes: Any) -> LifecycleRecord:
+        """The record after a heartbeat Auto Scaling accepted at ``now``: its deadline a heartbeat timeout
+        away (never past the global timeout), one more heartbeat counted."""
+        deadline = min(now + timedelta(seconds=self.heartbeat_timeout), self.global_deadline)
+        return self.model_copy(
+            update={"heartbeat_deadline": deadline, "heartbeats": self.heartbeats + 1, **changes}
+        )
+
     def overdue(self, now: datetime, grace: timedelta) -> bool:
         """True when the message for this seq should have run long ago: it was probably lost."""
         return not self.finished and now > self.due_at + grace

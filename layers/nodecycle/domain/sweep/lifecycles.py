@@ -117,8 +117,7 @@ class LifecycleRepair:
             return None
         self._metrics.count("Heartbeats")
         counts["LifecyclesKeptAlive"] += 1
-        deadline = min(now + timedelta(seconds=record.heartbeat_timeout), record.global_deadline)
-        kept = record.model_copy(update={"heartbeat_deadline": deadline, "heartbeats": record.heartbeats + 1})
+        kept = record.renewed(now)
         # Same seq: the work message in flight (if any) stays current. If the engine commits first, this write
         # loses, and the engine's record (with an earlier deadline) heartbeats again soon: harmless.
         return kept if self._records.commit(kept, expected_seq=record.seq) else None
