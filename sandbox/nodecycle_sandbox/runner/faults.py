@@ -3,9 +3,14 @@
 In the runner (:class:`RunnerFaults`, asked by ``sqs_source.py`` and ``invokers.py``):
 
 - ``sqs-duplicate``: a batch is delivered a second time after it was handled (SQS delivers at least once);
-- ``sqs-delay``: a received message is put back, invisible for ``value`` seconds (it comes late);
+- ``sqs-delay``: a received message comes ``value`` seconds late;
 - ``sqs-reorder``: a batch's records come in another order, or a lone message is held back a second so
   that the next one overtakes it;
+
+  A message that comes late is sent again with that delay and the received copy deleted, not made invisible:
+  a late delivery must not count as a receive, or the queue's ``maxReceiveCount`` would dead-letter a message
+  that was only slow (moto counts receives as SQS does). The late copy has a new message id; nodecycle keys
+  nothing on message ids, and SQS's own redeliveries are what ``sqs-duplicate`` is for.
 - ``sqs-drop``: a received message is deleted unseen (lost: only a watch or the sweeper can repair it);
 - ``worker-kill``: the invocation's container dies right after its ``value``-th API call (AWS or
   Kubernetes: every HTTP request the handler makes counts), before it can answer;
@@ -17,6 +22,7 @@ In the worker process (:class:`WorkerFaults`): the directives of each invocation
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,6 +34,7 @@ if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
     from mypy_boto3_sqs.type_defs import MessageTypeDef
 
+_log = logging.getLogger(__name__)
 KILLED_EXIT_STATUS = 137  # what a container killed by SIGKILL reports
 
 
@@ -36,11 +43,18 @@ class RunnerFaults(Injector):
         super().__init__("runner")
 
     def on_receive(
-        self, queue: str, client: SQSClient, queue_url: str, messages: list[MessageTypeDef]
+        self,
+        queue: str,
+        client: SQSClient,
+        queue_url: str,
+        messages: list[MessageTypeDef],
+        log: logging.Logger | None = None,
     ) -> list[MessageTypeDef]:
-        """The messages of a received batch to deliver now; the others are dropped or put back."""
+        """The messages of a received batch to deliver now; the others are dropped or sent again late.
+        ``log``: where each message's fate is written (the runner's delivery log)."""
         if not self.armed:
             return messages
+        log = log or _log
         kept: list[MessageTypeDef] = []
         for message in messages:
             fault = self.draw(("sqs-drop", "sqs-delay"), queue, f"{queue} {message['MessageId']}")
@@ -48,14 +62,16 @@ class RunnerFaults(Injector):
                 kept.append(message)
             elif fault.kind == "sqs-drop":
                 client.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
+                log.info("%s dropped %s", queue, message["MessageId"])
             else:
-                self._put_back(client, queue_url, message, max(1, round(fault.value)))
+                self._send_late(queue, client, queue_url, message, max(1, round(fault.value)), log)
         if not kept or self.draw(("sqs-reorder",), queue, f"{queue} batch of {len(kept)}") is None:
             return kept
         if len(kept) > 1:
             self.shuffle(kept)
+            log.info("%s reordered %s", queue, " ".join(m["MessageId"] for m in kept))
             return kept
-        self._put_back(client, queue_url, kept[0], 1)
+        self._send_late(queue, client, queue_url, kept[0], 1, log)
         return []
 
     def duplicates(self, queue: str, messages: list[MessageTypeDef]) -> list[MessageTypeDef]:
@@ -79,10 +95,27 @@ class RunnerFaults(Injector):
         return found
 
     @staticmethod
-    def _put_back(client: SQSClient, queue_url: str, message: MessageTypeDef, seconds: int) -> None:
-        client.change_message_visibility(
-            QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=seconds
+    def _send_late(
+        queue: str,
+        client: SQSClient,
+        queue_url: str,
+        message: MessageTypeDef,
+        seconds: int,
+        log: logging.Logger,
+    ) -> None:
+        # Sent before the received copy is deleted: a failure between the two duplicates, never loses.
+        attributes = {
+            name: {k: v for k, v in value.items() if k in ("DataType", "StringValue", "BinaryValue")}
+            for name, value in (message.get("MessageAttributes") or {}).items()
+        }
+        again = client.send_message(
+            QueueUrl=queue_url,
+            MessageBody=message["Body"],
+            DelaySeconds=min(seconds, 900),
+            **({"MessageAttributes": attributes} if attributes else {}),  # type: ignore[arg-type]
         )
+        client.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
+        log.info("%s late %s by %ds as %s", queue, message["MessageId"], seconds, again["MessageId"])
 
 
 class WorkerFaults:

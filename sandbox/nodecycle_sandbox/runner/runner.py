@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import re
 import threading
 import time
@@ -109,6 +110,7 @@ class Runner:
         self._schedules_enabled = schedules_enabled
         self._sqs_sources_enabled = sqs_sources_enabled
         self._log_dir = log_dir
+        self._deliveries = self._delivery_log(log_dir, stack_name)
         self._identities = identities
         self.functions: dict[str, FunctionSpec] = {}
         # The template's roles (logical id -> {"arn", "trust", "policies"}) and the role of each function.
@@ -229,6 +231,26 @@ class Runner:
         if self._invoker is not None:
             self._invoker.close()
             self._invoker = None
+        for handler in self._deliveries.handlers:
+            handler.flush()
+
+    @staticmethod
+    def _delivery_log(log_dir: Path | None, stack_name: str) -> logging.Logger:
+        """The event source mappings' log of every message (``sqs_source.py``): ``deliveries-<stack>.log`` in
+        the functions' log directory, kept only when there is one."""
+        log = logging.getLogger(f"nodecycle_sandbox.deliveries.{stack_name}")
+        log.propagate = False
+        for old in list(log.handlers):  # an earlier runner of the same stack name in this process
+            log.removeHandler(old)
+            old.close()
+        log.setLevel(logging.WARNING)
+        if log_dir is not None:
+            log_dir.mkdir(parents=True, exist_ok=True)
+            handler = logging.FileHandler(log_dir / f"deliveries-{stack_name}.log")
+            handler.setFormatter(logging.Formatter("%(asctime)s %(threadName)s %(message)s"))
+            log.addHandler(handler)
+            log.setLevel(logging.INFO)
+        return log
 
     def __enter__(self) -> Runner:
         return self.start()
@@ -279,6 +301,7 @@ class Runner:
                 poll_wait=self._poll_wait,
                 faults=self.faults,
                 fault_client_factory=functools.partial(self._client, "sqs"),
+                deliveries=self._deliveries,
             )
             source.start()
             self._sources.append(source)

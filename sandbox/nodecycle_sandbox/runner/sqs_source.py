@@ -6,6 +6,10 @@ leaves the whole batch to come back after the visibility timeout; with `ReportBa
 reported messages stay. One poller per concurrency slot bounds the invocations in flight at
 `MaximumConcurrency`. Delays and redrive to the dead-letter queue after `maxReceiveCount` are SQS's own
 business, which moto does at receive time, as AWS does.
+
+Each message's way through the mapping goes to the ``deliveries`` log: received (how many times, how long
+after it was sent), dropped, late or reordered by a fault, and the invocation that had it (how long it
+took, whether it failed it). With it a scenario's log tells a slow sandbox from a slow product.
 """
 
 from __future__ import annotations
@@ -96,8 +100,10 @@ class SqsEventSource:
         poll_wait: int,
         faults: RunnerFaults | None = None,
         fault_client_factory: Callable[[], SQSClient] | None = None,
+        deliveries: logging.Logger | None = None,
     ) -> None:
         self._faults = faults or RunnerFaults()
+        self._deliveries = deliveries or _log
         # Faults drop and put back messages as the account's administrator: they are the sandbox's doing, and
         # the function's role may not (and need not) change a message's visibility.
         self._fault_client_factory = fault_client_factory or client_factory
@@ -144,17 +150,36 @@ class SqsEventSource:
             try:
                 messages = self._receive(client)
                 queue = self._trigger.queue
-                messages = self._faults.on_receive(queue.logical_id, fault_client, queue.url, messages)
+                self._log_received(messages)
+                messages = self._faults.on_receive(
+                    queue.logical_id, fault_client, queue.url, messages, self._deliveries
+                )
                 if messages:
                     self._deliver(client, messages)
                     again = self._faults.duplicates(queue.logical_id, messages)
                     if again:
+                        self._deliveries.info(
+                            "%s duplicated %s", queue.logical_id, " ".join(m["MessageId"] for m in again)
+                        )
                         self._deliver(client, again)
             except Exception:
                 if self._stopping.is_set():
                     return  # the AWS side went away first during shutdown
                 _log.exception("%s poller failed; retrying", self.source)
                 self._stopping.wait(1)
+
+    def _log_received(self, messages: list[MessageTypeDef]) -> None:
+        now = time.time()
+        for message in messages:
+            attributes = message.get("Attributes") or {}
+            sent = int(attributes.get("SentTimestamp", 0)) / 1000
+            self._deliveries.info(
+                "%s received %s receives=%s age=%.1fs",
+                self._trigger.queue.logical_id,
+                message["MessageId"],
+                attributes.get("ApproximateReceiveCount", "?"),
+                now - sent if sent else float("nan"),
+            )
 
     def _receive(self, client: SQSClient) -> list[MessageTypeDef]:
         trigger = self._trigger
@@ -190,9 +215,18 @@ class SqsEventSource:
         event = {
             "Records": [sqs_record(m, queue_arn=trigger.queue.arn, region=self._region) for m in messages]
         }
+        began = time.monotonic()
         result = self._invoke(self._spec, event)
         ids = [m["MessageId"] for m in messages]
         failed = failed_message_ids(result, ids, trigger.report_failures)
+        self._deliveries.info(
+            "%s invoked %s with %s in %.1fs: %s",
+            trigger.queue.logical_id,
+            self._spec.logical_id,
+            " ".join(ids),
+            time.monotonic() - began,
+            f"failed {' '.join(failed)}" if failed else "ok",
+        )
         done = [m for m in messages if m["MessageId"] not in failed]
         for start in range(0, len(done), 10):
             chunk = done[start : start + 10]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import time
+from pathlib import Path
 
 from nodecycle_sandbox.faults import Fault
 from nodecycle_sandbox.runner import Runner
@@ -145,3 +146,40 @@ def test_a_delayed_message_comes_late(make_runner: MakeRunner) -> None:
 
     # Then it was handled at least 2 s later
     assert handled.started_at - sent >= 1.9
+
+
+def test_a_message_that_comes_late_again_and_again_is_not_dead_lettered_for_it(
+    make_runner: MakeRunner, tmp_path: Path
+) -> None:
+    # Given a queue that dead-letters a message at its second receive, and a message that comes late three times
+    template = TEMPLATE.replace(
+        """      VisibilityTimeout: 1
+  Out:""",
+        """      VisibilityTimeout: 1
+      RedrivePolicy:
+        deadLetterTargetArn: !GetAtt Dead.Arn
+        maxReceiveCount: 2
+  Dead:
+    Type: AWS::SQS::Queue
+  Out:""",
+    )
+    runner = make_runner(template, {"worker": HANDLER}, mode="process", log_dir=tmp_path / "logs")
+    runner.faults.arm([Fault("l", "sqs-delay", target="Work", limit=3, value=1)], seed=1)
+
+    # When it is sent
+    _send(runner, "slow")
+    (handled,) = runner.journal.wait_until(lambda: runner.journal.invocations("Worker"), timeout=20)
+
+    # Then it was handled, as a first receive, and nothing was dead-lettered: a late delivery is not a receive
+    assert runner.faults.counts() == {"sqs-delay": 3}
+    assert handled.ok
+    assert handled.event["Records"][0]["body"] == "slow"
+    assert handled.event["Records"][0]["attributes"]["ApproximateReceiveCount"] == "1"
+    dead = runner.sqs.receive_message(QueueUrl=runner.queue("Dead").url, WaitTimeSeconds=0)
+    assert not dead.get("Messages")
+    # and the mapping's delivery log tells the message's way: three late copies, then the invocation
+    runner.stop()
+    log = (tmp_path / "logs" / "deliveries-t.log").read_text()
+    assert log.count("Work late ") == 3
+    assert log.count("Work received ") == 4
+    assert f"Work invoked Worker with {handled.event['Records'][0]['messageId']} in " in log
