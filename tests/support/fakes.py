@@ -89,6 +89,11 @@ class RecordingQueues:
 
 @dataclass
 class FakeAutoscaling:
+    """Auto Scaling's lifecycle actions as the product's port sees them. Like Auto Scaling, it knows only the
+    actions it started (``issued``: their tokens; the unit tests' records carry ``"token"``) and refuses a
+    heartbeat or completion for any other, or for one already completed."""
+
+    issued: set[str] = field(default_factory=lambda: {"token"})
     heartbeat_timeouts: dict[tuple[str, str], int] = field(default_factory=dict)
     tags: dict[str, dict[str, str]] = field(default_factory=dict)
     completed: list[tuple[ActionRef, ActionResult]] = field(default_factory=list)
@@ -108,9 +113,17 @@ class FakeAutoscaling:
         self.heartbeats.append(action)
         return True
 
+    def issue(self, token: str) -> None:
+        """An action Auto Scaling starts: its token becomes known."""
+        self.issued.add(token)
+
     def _active(self, action: ActionRef) -> bool:
-        """As Auto Scaling answers for this action: a completed one is over, the others are not."""
-        return self.active and all(done.token != action.token for done, _ in self.completed)
+        """As Auto Scaling answers for this action: one it never started, or completed, is not active."""
+        return (
+            self.active
+            and action.token in self.issued
+            and all(done.token != action.token for done, _ in self.completed)
+        )
 
     def heartbeat_timeout(self, group: str, hook: str) -> int | None:
         return self.heartbeat_timeouts.get((group, hook))

@@ -22,14 +22,13 @@ class OneAction(FakeAutoscaling):
     """Auto Scaling with exactly one active action, known by its token; a heartbeat may be refused."""
 
     def __init__(self, token: str, throttled: bool = False) -> None:
-        super().__init__(heartbeat_timeouts={(GROUP, HOOK): TIMEOUT})
-        self.token = token
+        super().__init__(issued={token}, heartbeat_timeouts={(GROUP, HOOK): TIMEOUT})
         self.throttled = throttled
 
     def heartbeat(self, action: ActionRef) -> bool:
         if self.throttled:
             raise TransientError("Rate exceeded")
-        return action.token == self.token and super().heartbeat(action)
+        return super().heartbeat(action)
 
 
 def event(token: str = "7b4c5d2e-1f3a-4b6c-8d9e-0a1b2c3d4e5f", age: float = 0.0) -> LifecycleEvent:
