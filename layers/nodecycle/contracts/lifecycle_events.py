@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from nodecycle.contracts.eventbridge import EventBridgeEnvelope
 from nodecycle.domain.model import LifecycleEvent, Transition
@@ -64,6 +64,15 @@ class _LifecycleFields(BaseModel):
     NotificationMetadata: str | None = None
     Origin: str | None = None
     Destination: str | None = None
+
+    @field_validator("LifecycleTransition")
+    @classmethod
+    def _a_hooks_transition(cls, transition: Transition) -> Transition:
+        # The disruptions nobody chose have names of nodecycle's own, never an Auto Scaling hook's: a hook-shaped
+        # message naming one is forged or broken, and would skip the action's check with Auto Scaling.
+        if not transition.has_hook:
+            raise ValueError("not a lifecycle hook's transition")
+        return transition
 
     def normalized(self, started_at: datetime, delivery: str) -> LifecycleEvent:
         return LifecycleEvent(
@@ -149,6 +158,7 @@ def _invalid(error: ValidationError) -> InvalidLifecycleEvent:
         return InvalidLifecycleEvent("missing-field", f"{field} is missing")
     if name == "LifecycleTransition":
         return InvalidLifecycleEvent(
-            "unknown-transition", f"{field} {first.get('input')!r} is not a known transition"
+            "unknown-transition",
+            f"{field} {first.get('input')!r} is not a lifecycle hook's transition (launching or terminating)",
         )
     return InvalidLifecycleEvent("invalid-field", f"{field}: {first['msg']} (got {first.get('input')!r})")

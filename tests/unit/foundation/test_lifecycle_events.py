@@ -95,6 +95,12 @@ def _hook_body(**changes: object) -> str:
             "unknown-transition",
             "REBOOTING",
         ),
+        # nodecycle's own names for the disruptions no hook waits for: never an action of a hook
+        *(
+            (_hook_body(LifecycleTransition=str(t)), "unknown-transition", "not a lifecycle hook's")
+            for t in Transition
+            if not t.has_hook
+        ),
         (_hook_body(LifecycleActionToken=None), "missing-field", "LifecycleActionToken is missing"),
         (_hook_body(EC2InstanceId=None), "missing-field", "EC2InstanceId is missing"),
         (_hook_body(EC2InstanceId="not-an-instance"), "invalid-field", "EC2InstanceId"),
