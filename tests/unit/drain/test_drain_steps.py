@@ -819,6 +819,58 @@ def test_a_terminate_hook_after_a_drained_spot_interruption_completes_at_once() 
     assert step(terminating(Step.ACQUIRE_SLOT), T0 + timedelta(seconds=60)).again
 
 
+def test_a_rebalance_recommendation_that_only_cordoned_is_no_drain_for_the_terminate_hook() -> None:
+    # Given a rebalance recommendation that this stack only cordons for, over (Capacity Rebalancing's usual
+    # sequence: the recommendation, then the group terminates the instance)
+    records = InMemoryRecords()
+    cordoned = spot(
+        Step.DONE,
+        plan=(Step.CORDON, Step.CLEANUP, Step.DONE),
+        id=f"{INSTANCE}/rebalance",
+        transition=Transition.REBALANCE,
+        node=NODE,
+        drain_started_at=T0,
+        outcome="cordoned",
+    )
+    records.create(cordoned)
+    cluster, slots = FakeCluster(nodes={NODE: node()}, pods=[pod("web-1")]), FakeSlots(room=1)
+    step = AcquireSlot(
+        finder=NodeFinder(cluster, NoDns()),
+        cluster=cluster,
+        slots=slots,
+        policy=policy(),
+        metrics=FakeMetrics(),
+        events=FakeEvents(),
+        records=records,
+    )
+
+    # When the terminate hook for the instance comes
+    outcome = step(terminating(Step.ACQUIRE_SLOT), T0 + timedelta(minutes=2))
+
+    # Then it drains the node itself: a cordon evicted nothing
+    assert outcome.then is not Step.COMPLETE
+    assert "outcome" not in outcome.changes
+    assert len(slots.requests) == 1
+
+
+def test_a_terminate_hook_after_a_drained_spot_interruption_still_releases_its_address() -> None:
+    records = InMemoryRecords()
+    records.create(spot(Step.DONE, node=NODE, drain_started_at=T0, outcome="drained"))
+    step = AcquireSlot(
+        finder=NodeFinder(FakeCluster(), NoDns()),
+        cluster=FakeCluster(),
+        slots=FakeSlots(room=0),
+        policy=policy(),
+        metrics=FakeMetrics(),
+        events=FakeEvents(),
+        records=records,
+    )
+    plan = (Step.ACQUIRE_SLOT, Step.CORDON, Step.EVICT, Step.RELEASE_EIP, Step.COMPLETE, Step.CLEANUP, Step.DONE)
+    outcome = step(terminating(Step.ACQUIRE_SLOT, plan=plan), T0 + timedelta(minutes=2))
+    assert outcome.then is Step.RELEASE_EIP
+    assert outcome.changes["outcome"] == "drained-by:spot-interruption"
+
+
 def test_an_instance_gone_outside_the_hooks_has_its_slot_and_annotations_freed() -> None:
     # Given our node of an instance that was terminated without its hook, mid-drain
     progress = json.dumps({"instance": INSTANCE, "transition": "terminate", "token": "t1"})

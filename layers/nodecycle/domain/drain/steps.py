@@ -201,11 +201,18 @@ class AcquireSlot:
 
     def _linked(self, record: LifecycleRecord, now: datetime) -> Outcome | None:
         """A terminate hook of an instance that a disruption without a hook (a Spot interruption, a
-        rebalance recommendation, scheduled maintenance) drained or is draining: complete at once once that
-        drain is over, rather than drain the node again."""
+        rebalance recommendation, scheduled maintenance) drained or is draining: go on past the drain once that
+        drain is over, rather than drain the node again. Only a drain counts: a rebalance recommendation that
+        this stack only cordons for evicted nothing, and the group's terminate hook that usually follows it
+        must drain the node itself."""
         for cause in LINKED_CAUSES:
             other = self._records.get(record_id(record.instance_id, cause, ""))
-            if other is None or other.owner != record.owner or other.drain_started_at is None:
+            if (
+                other is None
+                or other.owner != record.owner
+                or other.drain_started_at is None
+                or Step.EVICT not in other.plan
+            ):
                 continue
             if not other.finished:
                 log.info(
@@ -213,8 +220,11 @@ class AcquireSlot:
                 )
                 return Outcome.wait(LINKED_POLL_SECONDS)
             log.info("instance %s was drained for a %s: completing at once", record.instance_id, cause.short)
+            # what the plan does after its drain: its address released (the disruption's plan kept it, the
+            # instance was still running), then the completion
+            after = next(step for step in (Step.RELEASE_EIP, Step.COMPLETE) if step in record.plan)
             return Outcome.goto(
-                Step.COMPLETE,
+                after,
                 outcome=f"drained-by:{cause.short}",
                 node=other.node,
                 node_uid=other.node_uid,
