@@ -216,6 +216,26 @@ def test_an_action_already_decided_is_completed_by_the_sweeper_with_its_own_resu
     assert result is ActionResult.CONTINUE
 
 
+def test_a_launch_past_its_steps_is_completed_by_the_sweeper_as_the_engine_would_not_abandoned() -> None:
+    # Given a launch whose node was found Ready (the gate decides no result: the completion's default,
+    # CONTINUE, follows) but whose completion message was lost until shortly before the global timeout, on
+    # a stack whose failure result is ABANDON
+    repair = Repair(failure=ActionResult.ABANDON)
+    launch = (Step.READY_GATE, Step.COMPLETE, Step.DONE)
+    record = make_record(launch, Step.COMPLETE, outcome="node-ready")
+    repair.records.create(record)
+    repair.clock.current = record.global_deadline - MARGIN
+
+    # When the sweeper settles it
+    repair.run()
+
+    # Then it completes as the engine would have: a healthy instance is not abandoned for a lost message
+    ((_, result),) = repair.autoscaling.completed
+    assert result is ActionResult.CONTINUE
+    (stored,) = repair.records.items.values()
+    assert stored.outcome == "node-ready"
+
+
 def test_a_lifecycle_resumed_too_often_is_reported_stuck_instead() -> None:
     repair = Repair()
     repair.records.create(make_record(PLAN, Step.EVICT, resumes=MAX_RESUMES))

@@ -136,9 +136,11 @@ class LifecycleRepair:
             "lifecycle %s at %s is overdue near its global timeout: completing it now", record.id, record.step
         )
         self._metrics.count("GlobalTimeoutsNear")
-        # An action whose completion was already decided (the step is COMPLETE) keeps its result and why;
-        # any other is settled with the failure result of the step it was waiting in.
-        decided = record.step is Step.COMPLETE and record.result is not None
+        # An action at its completion has passed every step before it: it is completed as the engine would
+        # complete it (its result, or the completion's default when no step decided one, as after a readiness
+        # gate that found the node Ready), and keeps its why. Any other is settled with the failure result of
+        # the step it was waiting in.
+        decided = record.step is Step.COMPLETE
         settling = record.model_copy(
             update={
                 "step": Step.COMPLETE,
