@@ -83,6 +83,7 @@ class FakeCluster:
     pod_nodes: dict[str, str] = field(default_factory=dict)  # pod name -> its node, when not NODE
     now: datetime = T0  # the API server's clock: deletions are timed by it
     blocked: set[str] = field(default_factory=set)  # pods a PodDisruptionBudget protects
+    refused: dict[str, str] = field(default_factory=dict)  # pods the API server will not evict, and why
     conflicts: int = 0  # the next claims that find the node changed
     evictions: list[tuple[str, int]] = field(default_factory=list)
     deletions: list[tuple[str, int]] = field(default_factory=list)
@@ -119,6 +120,8 @@ class FakeCluster:
         return [p for p in self.pods if self.pod_nodes.get(p.name, NODE) == node]
 
     def evict(self, pod: PodInfo, grace_seconds: int) -> EvictionResult:
+        if pod.name in self.refused:
+            return EvictionResult(Eviction.REFUSED, self.refused[pod.name])
         if pod.name in self.blocked:
             return EvictionResult(
                 Eviction.BLOCKED, f"The disruption budget {pod.name}-pdb needs 1 healthy pods"
@@ -428,6 +431,30 @@ def test_pods_are_evicted_with_their_grace_capped_and_daemonset_pods_stay() -> N
     assert cluster.evictions == [("web-1", 20), ("web-2", 60)]
     assert (outcome.again, outcome.delay, outcome.changes["pods_evicted"]) == (True, 1, 2)
     assert metrics.counts["PodsEvicted"] == 2
+
+
+def test_a_pod_whose_eviction_is_refused_does_not_stop_the_others_being_evicted() -> None:
+    # Given a node whose first pod the API server will not evict (403: its namespace is terminating; an
+    # admission webhook's denial is the same), and a second pod
+    why = 'pods "web-1" is forbidden: unable to create new content in namespace apps because it is being terminated'
+    cluster = FakeCluster(pods=[pod("web-1"), pod("web-2")], refused={"web-1": why})
+    metrics, events = FakeMetrics(), FakeEvents()
+    step = evict(cluster, metrics=metrics, events=events)
+
+    # When the evict step runs twice
+    outcome = step(draining(), T0)
+    step(draining().model_copy(update=dict(outcome.changes)), T0 + timedelta(seconds=1))
+
+    # Then the other pod is evicted, the step polls on (the drain's timeout policy decides the rest), and
+    # the refusal is counted each time but told once, with the API server's words
+    assert cluster.evictions == [("web-2", 60)]
+    assert outcome.again
+    assert metrics.counts["EvictionsRefused"] == 2
+    assert [(subject, reason) for subject, reason, _ in events.written] == [
+        ("apps/web-1", "EvictionRefused"),
+        (NODE, "EvictionRefused"),
+    ]
+    assert any(why in message for message in events.messages)
 
 
 def test_polls_start_quick_and_slow_down_to_the_configured_interval() -> None:
@@ -865,7 +892,15 @@ def test_a_terminate_hook_after_a_drained_spot_interruption_still_releases_its_a
         events=FakeEvents(),
         records=records,
     )
-    plan = (Step.ACQUIRE_SLOT, Step.CORDON, Step.EVICT, Step.RELEASE_EIP, Step.COMPLETE, Step.CLEANUP, Step.DONE)
+    plan = (
+        Step.ACQUIRE_SLOT,
+        Step.CORDON,
+        Step.EVICT,
+        Step.RELEASE_EIP,
+        Step.COMPLETE,
+        Step.CLEANUP,
+        Step.DONE,
+    )
     outcome = step(terminating(Step.ACQUIRE_SLOT, plan=plan), T0 + timedelta(minutes=2))
     assert outcome.then is Step.RELEASE_EIP
     assert outcome.changes["outcome"] == "drained-by:spot-interruption"

@@ -236,6 +236,9 @@ class KubeCluster:
             if error.status == 500:
                 log.error("eviction of %s/%s failed: %s", pod.namespace, pod.name, _status_message(error))
                 return EvictionResult(Eviction.MISCONFIGURED, _status_message(error))
+            if error.status in (400, 403, 422):
+                # This pod's answer, not the cluster's: the other pods of the drain must still be evicted
+                return EvictionResult(Eviction.REFUSED, _status_message(error))
             with kube_errors(f"evicting pod {pod.namespace}/{pod.name}"):
                 raise
         except HTTPError as error:

@@ -360,6 +360,14 @@ class Evict:
                     "pod %s/%s is selected by more than one PodDisruptionBudget", pod.namespace, pod.name
                 )
                 self._metrics.count("EvictionErrors")
+            elif result.kind is Eviction.REFUSED:
+                # One pod refused must not leave the others on the node: they are evicted, this one is asked
+                # again at every poll, and the drain's timeout policy decides what becomes of it
+                log.error("eviction of pod %s/%s refused: %s", pod.namespace, pod.name, result.detail)
+                self._metrics.count("EvictionsRefused")
+                if pod.uid not in reported:
+                    reported.add(pod.uid)
+                    self._refused(record, pod, result.detail)
         if evicted:
             self._metrics.count("PodsEvicted", evicted)
         extra = {**record.extra, POLLS: polls + 1}
@@ -370,6 +378,13 @@ class Evict:
             pods_evicted=record.pods_evicted + evicted,
             extra=extra,
             **changes,
+        )
+
+    def _refused(self, record: LifecycleRecord, pod: PodInfo, why: str) -> None:
+        message = f"Eviction of {pod.namespace}/{pod.name} refused by the API server: {why}"
+        self._events.on_pod(pod, "EvictionRefused", message, warning=True)
+        self._events.on_node(
+            _known(record.node, "node"), record.node_uid, "EvictionRefused", message, warning=True
         )
 
     def _blocked(self, record: LifecycleRecord, pod: PodInfo, budget: str) -> None:

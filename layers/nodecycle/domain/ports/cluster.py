@@ -76,6 +76,9 @@ class Eviction(StrEnum):
     BLOCKED = "blocked"  # 429 naming a disruption budget: a PodDisruptionBudget would be violated
     THROTTLED = "throttled"  # 429 without one: the API server sheds load (priority and fairness)
     MISCONFIGURED = "misconfigured"  # 500: more than one PodDisruptionBudget selects the pod
+    # 400, 403, 422: the API server will not evict this pod (its namespace is being deleted, an admission
+    # webhook denies it, or the role lacks pods/eviction); ``detail`` says why
+    REFUSED = "refused"
 
 
 @dataclass(frozen=True)

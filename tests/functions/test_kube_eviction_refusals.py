@@ -1,0 +1,95 @@
+"""The Kubernetes adapter over HTTP, for the evictions an API server refuses for one pod: a refusal is that
+pod's answer (``Eviction.REFUSED``, with the server's words), never an error that ends the drain's step and
+leaves the node's other pods where they are."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
+
+import pytest
+from kubernetes.client import ApiClient, Configuration
+
+from nodecycle.adapters.kube.cluster_api import KubeCluster
+from nodecycle.domain.ports.cluster import Eviction, PodInfo
+
+# What an API server answers, as (status, reason, message, cause)
+REFUSALS = {
+    "namespace-terminating": (
+        403,
+        "Forbidden",
+        'pods "web-1" is forbidden: unable to create new content in namespace apps because it is being '
+        "terminated",
+        "NamespaceTerminating",
+    ),
+    "webhook-denied": (
+        400,
+        "BadRequest",
+        'admission webhook "evictions.example.com" denied the request: pod web-1 is pinned',
+        None,
+    ),
+    "invalid": (422, "Invalid", 'Eviction.policy "web-1" is invalid: deleteOptions: Invalid value', None),
+}
+
+
+class _Refusing(BaseHTTPRequestHandler):
+    answer: ClassVar[tuple[int, str, str, str | None]] = REFUSALS["namespace-terminating"]
+    paths: ClassVar[list[str]] = []
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.paths.append(self.path)
+        code, reason, message, cause = self.answer
+        status = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message}
+        status |= {"reason": reason, "code": code}
+        if cause:
+            status["details"] = {"causes": [{"reason": cause, "message": message}]}
+        body = json.dumps(status).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def server() -> Iterator[str]:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Refusing)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.mark.parametrize("refusal", list(REFUSALS))
+def test_an_eviction_the_api_server_refuses_is_that_pods_answer_with_the_servers_words(
+    server: str, refusal: str
+) -> None:
+    # Given an API server that refuses the eviction of one pod
+    _Refusing.answer = REFUSALS[refusal]
+    _Refusing.paths = []
+    configuration = Configuration(host=server)
+    cluster = KubeCluster(lambda: ApiClient(configuration))
+    web = PodInfo(
+        namespace="apps",
+        name="web-1",
+        uid="uid-web-1",
+        controller_kind="ReplicaSet",
+        mirror=False,
+        grace_period=30,
+    )
+
+    # When the pod is evicted
+    answer = cluster.evict(web, grace_seconds=30)
+
+    # Then the refusal is the answer, with the server's message
+    assert answer.kind is Eviction.REFUSED
+    assert answer.detail == REFUSALS[refusal][2]
+    assert _Refusing.paths == ["/api/v1/namespaces/apps/pods/web-1/eviction"]
