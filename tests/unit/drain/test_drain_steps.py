@@ -449,7 +449,7 @@ def test_a_pod_whose_eviction_is_refused_does_not_stop_the_others_being_evicted(
     # the refusal is counted each time but told once, with the API server's words
     assert cluster.evictions == [("web-2", 60)]
     assert outcome.again
-    assert metrics.counts["EvictionsRefused"] == 2
+    assert metrics.counts["EvictionErrors"] == 2
     assert [(subject, reason) for subject, reason, _ in events.written] == [
         ("apps/web-1", "EvictionRefused"),
         (NODE, "EvictionRefused"),

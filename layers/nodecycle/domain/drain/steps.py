@@ -364,7 +364,7 @@ class Evict:
                 # One pod refused must not leave the others on the node: they are evicted, this one is asked
                 # again at every poll, and the drain's timeout policy decides what becomes of it
                 log.error("eviction of pod %s/%s refused: %s", pod.namespace, pod.name, result.detail)
-                self._metrics.count("EvictionsRefused")
+                self._metrics.count("EvictionErrors")  # the alarm: an operator must look
                 if pod.uid not in reported:
                     reported.add(pod.uid)
                     self._refused(record, pod, result.detail)
