@@ -272,8 +272,9 @@ class StepEngine:
         The next run starts by ``due_at`` and, after one fault, by ``due_at + redelivery``; it needs
         ``heartbeat_margin`` to run and record its own heartbeat. So a heartbeat is recorded now exactly when
         ``due_at`` reaches ``heartbeat_deadline - margin - redelivery``, and a wait longer than that is cut
-        into pieces, each with its heartbeat."""
-        if not record.action_open or record.step in (Step.COMPLETE, Step.CLEANUP, Step.DONE):
+        into pieces, each with its heartbeat. The completion too: a completion throttled again and again
+        backs off for minutes, and an action that expires meanwhile gets the hook's default result."""
+        if not record.action_open or record.step in (Step.CLEANUP, Step.DONE):
             return record
         margin = self._timing.heartbeat_margin
         latest = record.global_deadline - margin

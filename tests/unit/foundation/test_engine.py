@@ -294,6 +294,27 @@ def test_a_wait_that_would_outlive_the_heartbeat_timeout_records_a_heartbeat_fir
     assert record.heartbeats == 1
 
 
+def test_a_completion_retried_after_throttling_keeps_the_action_alive_until_it_succeeds() -> None:
+    # Given a lifecycle at its completion 200 s into a 300 s hook, whose completion has failed often (its
+    # backoff is minutes long) and is throttled once more
+    world = World()
+    world.records.create(make_record(PLAN, Step.COMPLETE, attempts=7))
+    complete = Script([TransientError("Rate exceeded")])
+    engine = world.engine({Step.COMPLETE: complete})
+    world.clock.advance(200)
+
+    # When it runs
+    engine.handle(world.message())
+
+    # Then the retry comes while the action is still alive: a heartbeat now, or a retry early enough to
+    # record one itself (it was due 3-4 minutes later, after the heartbeat timeout, and Auto Scaling applied
+    # the hook's default result: a launch abandoned)
+    record = world.record()
+    assert record.step is Step.COMPLETE
+    assert record.due_at <= record.heartbeat_deadline - timedelta(seconds=MARGIN)
+    assert world.autoscaling.heartbeats
+
+
 def test_a_heartbeat_comes_early_enough_that_a_crashed_step_retried_later_finds_the_action_alive() -> None:
     # Given a step that may come back 210 s late if its invocation dies (visibility timeout + grace)
     world = World(redelivery=210)
