@@ -43,7 +43,12 @@ class _Refusing(BaseHTTPRequestHandler):
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         self.paths.append(self.path)
         code, reason, message, cause = self.answer
-        status = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message}
+        status: dict[str, object] = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "status": "Failure",
+            "message": message,
+        }
         status |= {"reason": reason, "code": code}
         if cause:
             status["details"] = {"causes": [{"reason": cause, "message": message}]}

@@ -76,10 +76,13 @@ class DynamoRecordStore:
                     yield _from_item(item)
 
     def _put(self, record: LifecycleRecord, condition: str, values: dict[str, Any]) -> bool:
+        item = self._to_item(record)
         kwargs: dict[str, Any] = {
             "TableName": self._table,
-            "Item": self._to_item(record),
+            "Item": item,
             "ConditionExpression": condition,
+            # the item that failed the condition, in the same answer: it may be this very write
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }
         if values:
             kwargs["ExpressionAttributeValues"] = values
@@ -88,7 +91,11 @@ class DynamoRecordStore:
                 self._dynamodb().put_item(**kwargs)
         except ClientError as error:
             if error_code(error) == "ConditionalCheckFailedException":
-                return False
+                # botocore sends a request again when its answer was lost (a timeout, a 500 after the write);
+                # a retry of a write that landed fails its own condition. That is this writer's success, not
+                # a lost race: read as one, the engine would send no next message and the lifecycle would wait
+                # for the sweeper, an intake would drop its first message.
+                return error.response.get("Item") == item
             raise
         return True
 

@@ -1,0 +1,88 @@
+"""The lifecycle record store on DynamoDB (moto): a conditional write whose answer was lost and that
+botocore sent again is recognised as this writer's own, not read as a lost race."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from nodecycle.adapters.aws.records import DynamoRecordStore
+from nodecycle.domain.model import Step
+from tests.unit.foundation.test_engine import PLAN, make_record
+
+TABLE = "records"
+
+
+class AnswerLost:
+    """A DynamoDB client whose every PutItem lands but whose answer is lost, so that botocore sends the
+    same request again (standard retry mode does, after a timeout or a 500 served after the write)."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self.sent = 0
+
+    def put_item(self, **request: Any) -> Any:
+        self.sent += 1
+        self._client.put_item(**request)  # applied; its answer never arrives
+        self.sent += 1
+        return self._client.put_item(**request)  # the retry
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
+@pytest.fixture
+def dynamodb() -> Iterator[Any]:
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="eu-west-1")
+        client.create_table(
+            TableName=TABLE,
+            KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        yield client
+
+
+def test_a_write_that_landed_and_was_sent_again_is_this_writers_own(dynamodb: Any) -> None:
+    # Given a record, and a client whose writes land but whose answers are lost (and are sent again)
+    DynamoRecordStore(TABLE, ttl=timedelta(days=14), dynamodb=dynamodb).create(make_record(PLAN))
+    lossy = AnswerLost(dynamodb)
+    store = DynamoRecordStore(TABLE, ttl=timedelta(days=14), dynamodb=lossy)  # type: ignore[arg-type]
+    current = store.get(make_record(PLAN).id)
+    assert current is not None
+
+    # When the next step is committed, and a new record created, each sent twice
+    committed = store.commit(
+        current.model_copy(update={"step": Step.CORDON, "seq": current.seq + 1}), current.seq
+    )
+    created = store.create(
+        make_record(PLAN, id="i-0fedcba9876543210/terminate/token", instance_id="i-0fedcba9876543210")
+    )
+
+    # Then both are the writer's own success: the retry's ConditionalCheckFailed found its own item
+    assert lossy.sent == 4
+    assert (committed, created) == (True, True)
+    stored = store.get(current.id)
+    assert stored is not None
+    assert (stored.step, stored.seq) == (Step.CORDON, current.seq + 1)
+
+
+def test_a_write_that_lost_to_another_writer_is_still_a_lost_race(dynamodb: Any) -> None:
+    # Given a record that another delivery moved on
+    store = DynamoRecordStore(TABLE, ttl=timedelta(days=14), dynamodb=dynamodb)
+    record = make_record(PLAN)
+    store.create(record)
+    assert store.commit(record.model_copy(update={"step": Step.CORDON, "seq": record.seq + 1}), record.seq)
+
+    # When this delivery commits its own next state from the same seq
+    mine = record.model_copy(update={"step": Step.EVICT, "seq": record.seq + 1})
+
+    # Then it lost: the stored item is not its write
+    assert not store.commit(mine, record.seq)
+    assert not store.create(record)
