@@ -51,6 +51,14 @@ HEARTBEAT_RETRY_MIN = timedelta(seconds=5)  # a failed heartbeat is not tried ag
 MIN_PIECE = timedelta(seconds=1)  # the shortest piece a long wait is cut into
 
 
+def waits_for_slot(record: LifecycleRecord) -> bool:
+    """A lifecycle a freed budget slot may move on: a waiter, or a drain paused because it lost its slot
+    (it asks for it back with precedence, and must not sit idle until its retry once one is free)."""
+    return record.step is Step.ACQUIRE_SLOT or (
+        record.step is Step.EVICT and record.drain_paused_at is not None
+    )
+
+
 @dataclass(frozen=True)
 class Outcome:
     """What a step decided. Build with :meth:`next`, :meth:`again` or :meth:`goto`."""
@@ -139,7 +147,12 @@ class StepEngine:
         now = self._clock.now()
         if message.watch is not None:
             return self._check(message, record, now)
-        if message.wake and message.seq != record.seq and message.step is record.step is Step.ACQUIRE_SLOT:
+        if (
+            message.wake
+            and message.seq != record.seq
+            and message.step is record.step
+            and waits_for_slot(record)
+        ):
             # A wake overtaken by the waiter's own retry, which read the budget before the slot was freed and
             # committed "wait again" first: the slot is still there for it. Run at the current seq (the step is
             # idempotent and its commit conditional), rather than leave the slot idle until that retry.
@@ -228,7 +241,7 @@ class StepEngine:
         updated = self._keep_alive(updated, self._clock.now())
         if not self._records.commit(updated, expected_seq=record.seq):
             log.info("another delivery already ran step %s (seq %d)", record.step, record.seq)
-            if record.step is Step.ACQUIRE_SLOT and updated.step is not Step.ACQUIRE_SLOT:
+            if waits_for_slot(record) and not waits_for_slot(updated):
                 # This run took a slot in the budget document, but the commit that says so lost, perhaps to
                 # the waiter's own retry ("wait again", read before the slot was freed): wake the lifecycle,
                 # or it holds the slot unused until that retry. If it moved on, the wake does nothing.
@@ -373,7 +386,7 @@ class Dispatcher:
     def wake(self, record_id: str) -> None:
         """Send a waiting lifecycle its next message at once: a budget slot it may take has been freed."""
         waiting = self._records.get(record_id)
-        if waiting is None or waiting.step is not Step.ACQUIRE_SLOT:
+        if waiting is None or not waits_for_slot(waiting):
             return
         # A message with no delay next to the waiter's backoff message, marked to run before its due time:
         # the first to run takes the slot and moves the record on; the other one arrives stale.

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from nodecycle.domain.completion import CompleteAction
-from nodecycle.domain.engine import EngineTiming, Handled, Outcome, StepEngine
+from nodecycle.domain.engine import Dispatcher, EngineTiming, Handled, Outcome, StepEngine
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import Worker
 from nodecycle.domain.model import ActionRef, LifecycleRecord, Step, Transition, global_deadline
@@ -622,6 +622,36 @@ def test_a_wake_message_runs_a_waiting_step_before_its_due_time() -> None:
     assert engine.handle(wake) is Handled.RAN
     assert len(acquire.runs) == 2
     assert world.record().step is Step.CORDON
+
+
+def test_a_drain_paused_for_its_lost_slot_is_woken_when_a_slot_frees() -> None:
+    # Given a drain that lost its budget slot and waits 30 s to ask for it back (it heads the queue: it is
+    # disruption in progress), and a waiter that has not started
+    world = World()
+    world.records.create(make_record(PLAN, Step.EVICT, drain_paused_at=T0))
+    world.records.create(
+        make_record(PLAN, id="i-0fedcba9876543210/terminate/token", instance_id="i-0fedcba9876543210")
+    )
+    dispatcher = Dispatcher(
+        records=world.records, queues=world.queues, clock=world.clock, metrics=world.metrics
+    )
+
+    # When a freed slot wakes each of them
+    dispatcher.wake("i-0123456789abcdef0/terminate/token")
+    dispatcher.wake("i-0fedcba9876543210/terminate/token")
+
+    # Then both are sent a wake at once: the paused drain is not left idle until its retry
+    sent = world.queues.take()
+    assert [(s.message.step, s.message.wake, s.delay) for s in sent] == [
+        (Step.EVICT, True, 0),
+        (Step.ACQUIRE_SLOT, True, 0),
+    ]
+    # and the wake runs the paused step before its due time
+    world.clock.advance(1)
+    evict = Script([Outcome.wait(5)])
+    engine = world.engine({Step.EVICT: evict})
+    assert engine.handle(sent[0].message) is Handled.RAN
+    assert len(evict.runs) == 1
 
 
 def test_a_wake_overtaken_by_the_waiters_own_retry_still_runs() -> None:
