@@ -7,6 +7,10 @@
   that each claim a pool address would leave the instance with two, which EC2 never shows.
 - EC2 decides each association atomically; moto checks ``AllowReassociation`` and then sets, which two
   request threads can interleave (both "win" the same address). The calls are serialized here.
+- An address still associated is not released: EC2 answers ``InvalidIPAddress.InUse`` ("you must first
+  disassociate the Elastic IP address before you can release it", for addresses of a nondefault VPC, which
+  an EKS cluster's are). moto disassociates it silently, which let a release that skipped the
+  disassociation pass.
 - A released address is gone from one answer to the next. moto clears its allocation id and then removes it,
   so a DescribeAddresses served between the two shows an address without an ``AllocationId``, which EC2
   never sends (and which a reader of the answer fails on). Here it is removed with its id intact.
@@ -17,6 +21,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from moto.ec2.exceptions import EC2ClientError
 from moto.ec2.models.elastic_ip_addresses import ElasticAddress, ElasticAddressBackend
 
 _LOCK = threading.Lock()
@@ -48,7 +53,10 @@ def install() -> None:
                 if address
                 else self.address_by_allocation([allocation_id or ""])
             )
-            self.disassociate_address(address=found[0].public_ip)
+            if found[0].eni is not None or found[0].instance is not None:
+                raise EC2ClientError(
+                    "InvalidIPAddress.InUse", f"Address {found[0].allocation_id} is in use."
+                )
             self.addresses.remove(found[0])
 
     ElasticAddressBackend.associate_address = associate_address  # type: ignore[method-assign]

@@ -80,3 +80,20 @@ def test_an_address_being_released_is_never_described_without_its_allocation_id(
     # Then that describe saw it whole (moto alone showed it without an id), and it is gone after
     assert seen == [[address]]
     assert ec2.describe_addresses()["Addresses"] == []
+
+
+def test_an_associated_address_is_not_released_until_it_is_disassociated(ec2: Any) -> None:
+    # Given an address associated with an instance
+    instance = _instance(ec2)
+    address = ec2.allocate_address(Domain="vpc")["AllocationId"]
+    association = ec2.associate_address(AllocationId=address, InstanceId=instance)["AssociationId"]
+
+    # When it is released, Then EC2's refusal comes (moto alone disassociated it silently) and it stays held
+    with pytest.raises(ec2.exceptions.ClientError, match=r"InvalidIPAddress\.InUse"):
+        ec2.release_address(AllocationId=address)
+    assert _holders(ec2) == {address: instance}
+
+    # and once disassociated, it is released
+    ec2.disassociate_address(AssociationId=association)
+    ec2.release_address(AllocationId=address)
+    assert ec2.describe_addresses()["Addresses"] == []
