@@ -54,10 +54,9 @@ def install() -> None:
                 else self.address_by_allocation([allocation_id or ""])
             )
             if found[0].eni is not None or found[0].instance is not None:
-                raise EC2ClientError(
-                    "InvalidIPAddress.InUse", f"Address {found[0].allocation_id} is in use."
-                )
+                raise EC2ClientError("InvalidIPAddress.InUse", f"Address {found[0].allocation_id} is in use.")
             self.addresses.remove(found[0])
+            self.tags.pop(found[0].allocation_id, None)  # type: ignore[attr-defined]  # EC2 forgets them too
 
     ElasticAddressBackend.associate_address = associate_address  # type: ignore[method-assign]
     ElasticAddressBackend.release_address = release_address  # type: ignore[method-assign]

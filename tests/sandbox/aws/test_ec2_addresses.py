@@ -11,12 +11,13 @@ from moto import mock_aws
 from moto.core import DEFAULT_ACCOUNT_ID as ACCOUNT_ID
 from moto.ec2.models import ec2_backends
 
-from nodecycle_sandbox.aws import ec2_addresses
+from nodecycle_sandbox.aws import ec2_addresses, ec2_tags
 
 
 @pytest.fixture
 def ec2() -> Iterator[Any]:
     ec2_addresses.install()
+    ec2_tags.install()
     with mock_aws():
         yield boto3.client("ec2", region_name="eu-west-1")
 
@@ -97,3 +98,30 @@ def test_an_associated_address_is_not_released_until_it_is_disassociated(ec2: An
     ec2.disassociate_address(AssociationId=association)
     ec2.release_address(AllocationId=address)
     assert ec2.describe_addresses()["Addresses"] == []
+
+
+def test_tags_are_found_by_their_resource_and_a_released_addresss_are_forgotten(ec2: Any) -> None:
+    # Given two tagged addresses, an instance with tags of its own, and a third address released
+    def tagged(**tags: str) -> str:
+        specification = [
+            {"ResourceType": "elastic-ip", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}
+        ]
+        allocation: str = ec2.allocate_address(Domain="vpc", TagSpecifications=specification)["AllocationId"]
+        return allocation
+
+    mine, theirs, gone = tagged(owner="a", pool="p"), tagged(owner="b"), tagged(owner="a")
+    instance = _instance(ec2)
+    ec2.create_tags(Resources=[instance], Tags=[{"Key": "owner", "Value": "a"}])
+    ec2.release_address(AllocationId=gone)
+
+    # When addresses are described by tag, Then each answer has its own tags, as EC2 gives them
+    found = ec2.describe_addresses(Filters=[{"Name": "tag:owner", "Values": ["a"]}])["Addresses"]
+    assert [(a["AllocationId"], a["Tags"]) for a in found] == [
+        (mine, [{"Key": "owner", "Value": "a"}, {"Key": "pool", "Value": "p"}])
+    ]
+    assert [a["AllocationId"] for a in ec2.describe_addresses()["Addresses"]] == [mine, theirs]
+    # and the released address's tags are gone with it
+    described = ec2.describe_tags(Filters=[{"Name": "resource-id", "Values": [gone]}])["Tags"]
+    assert described == []
+    backend = ec2_backends[ACCOUNT_ID]["eu-west-1"]
+    assert gone not in backend.tags
