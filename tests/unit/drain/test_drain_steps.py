@@ -822,20 +822,26 @@ def test_a_spot_drain_ends_before_the_interruption_and_no_grace_reaches_past_it(
     assert fresh.evictions == [("web-2", 20)]  # 20 s left: no more
 
 
-def test_a_terminate_hook_after_a_drained_spot_interruption_completes_at_once() -> None:
-    # Given the Spot interruption's drain of the instance, over
-    records = InMemoryRecords()
-    drained = spot(Step.DONE, node=NODE, zone="eu-west-1a", drain_started_at=T0, outcome="drained")
-    records.create(drained)
-    step = AcquireSlot(
-        finder=NodeFinder(FakeCluster(), NoDns()),
-        cluster=FakeCluster(),
+def acquire_after(records: InMemoryRecords, cluster: FakeCluster | None = None) -> AcquireSlot:
+    """The terminate hook's first step, where ``records`` may hold a disruption's drain of the instance."""
+    cluster = cluster or FakeCluster()
+    return AcquireSlot(
+        finder=NodeFinder(cluster, NoDns()),
+        cluster=cluster,
         slots=FakeSlots(room=0),
         policy=policy(),
         metrics=FakeMetrics(),
         events=FakeEvents(),
         records=records,
     )
+
+
+def test_a_terminate_hook_after_a_drained_spot_interruption_completes_at_once() -> None:
+    # Given the Spot interruption's drain of the instance, over
+    records = InMemoryRecords()
+    drained = spot(Step.DONE, node=NODE, zone="eu-west-1a", drain_started_at=T0, outcome="drained")
+    records.create(drained)
+    step = acquire_after(records)
     # When Auto Scaling's terminate hook for the same instance comes
     outcome = step(terminating(Step.ACQUIRE_SLOT), T0 + timedelta(minutes=2))
     # Then it goes straight to its completion: the node is drained already
@@ -883,25 +889,9 @@ def test_a_rebalance_recommendation_that_only_cordoned_is_no_drain_for_the_termi
 def test_a_terminate_hook_after_a_drained_spot_interruption_still_releases_its_address() -> None:
     records = InMemoryRecords()
     records.create(spot(Step.DONE, node=NODE, drain_started_at=T0, outcome="drained"))
-    step = AcquireSlot(
-        finder=NodeFinder(FakeCluster(), NoDns()),
-        cluster=FakeCluster(),
-        slots=FakeSlots(room=0),
-        policy=policy(),
-        metrics=FakeMetrics(),
-        events=FakeEvents(),
-        records=records,
-    )
-    plan = (
-        Step.ACQUIRE_SLOT,
-        Step.CORDON,
-        Step.EVICT,
-        Step.RELEASE_EIP,
-        Step.COMPLETE,
-        Step.CLEANUP,
-        Step.DONE,
-    )
-    outcome = step(terminating(Step.ACQUIRE_SLOT, plan=plan), T0 + timedelta(minutes=2))
+    plain = terminating(Step.ACQUIRE_SLOT).plan  # with the address released before the completion
+    plan = (*plain[: plain.index(Step.COMPLETE)], Step.RELEASE_EIP, *plain[plain.index(Step.COMPLETE) :])
+    outcome = acquire_after(records)(terminating(Step.ACQUIRE_SLOT, plan=plan), T0 + timedelta(minutes=2))
     assert outcome.then is Step.RELEASE_EIP
     assert outcome.changes["outcome"] == "drained-by:spot-interruption"
 
