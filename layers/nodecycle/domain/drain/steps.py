@@ -352,7 +352,9 @@ class Evict:
                 self._metrics.count("EvictionsBlockedByPdb")
                 if pod.uid not in reported:  # told once per pod and drain: it is retried at every poll
                     reported.add(pod.uid)
-                    self._blocked(record, pod, result.detail)
+                    self._tell(
+                        record, pod, "EvictionBlocked", f"blocked by a PodDisruptionBudget: {result.detail}"
+                    )
             elif result.kind is Eviction.THROTTLED:
                 self._metrics.count("EvictionsThrottled")
             elif result.kind is Eviction.MISCONFIGURED:
@@ -367,7 +369,7 @@ class Evict:
                 self._metrics.count("EvictionErrors")  # the alarm: an operator must look
                 if pod.uid not in reported:
                     reported.add(pod.uid)
-                    self._refused(record, pod, result.detail)
+                    self._tell(record, pod, "EvictionRefused", f"refused by the API server: {result.detail}")
         if evicted:
             self._metrics.count("PodsEvicted", evicted)
         extra = {**record.extra, POLLS: polls + 1}
@@ -380,19 +382,11 @@ class Evict:
             **changes,
         )
 
-    def _refused(self, record: LifecycleRecord, pod: PodInfo, why: str) -> None:
-        message = f"Eviction of {pod.namespace}/{pod.name} refused by the API server: {why}"
-        self._events.on_pod(pod, "EvictionRefused", message, warning=True)
-        self._events.on_node(
-            _known(record.node, "node"), record.node_uid, "EvictionRefused", message, warning=True
-        )
-
-    def _blocked(self, record: LifecycleRecord, pod: PodInfo, budget: str) -> None:
-        message = f"Eviction of {pod.namespace}/{pod.name} blocked by a PodDisruptionBudget: {budget}"
-        self._events.on_pod(pod, "EvictionBlocked", message, warning=True)
-        self._events.on_node(
-            _known(record.node, "node"), record.node_uid, "EvictionBlocked", message, warning=True
-        )
+    def _tell(self, record: LifecycleRecord, pod: PodInfo, reason: str, why: str) -> None:
+        """A warning event on the pod and on its node: why its eviction did not happen."""
+        message = f"Eviction of {pod.namespace}/{pod.name} {why}"
+        self._events.on_pod(pod, reason, message, warning=True)
+        self._events.on_node(_known(record.node, "node"), record.node_uid, reason, message, warning=True)
 
     def _stuck(self, node: str, left: list[PodInfo], now: datetime) -> tuple[list[PodInfo], str]:
         """The pods of ``left`` that will never leave by themselves, and why: all those being deleted when
