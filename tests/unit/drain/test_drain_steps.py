@@ -593,6 +593,22 @@ def test_pods_of_a_node_whose_kubelet_is_gone_count_as_gone_once_asked_to_leave(
     assert metrics.counts["PodsLeftTerminating"] == 2
 
 
+def test_force_deleted_pods_of_a_dead_node_count_as_gone_once_their_grace_is_over() -> None:
+    # Given a drain that force-deleted its last pods at its timeout (grace 5 s), on a node whose kubelet is
+    # gone: the pods stay Terminating, and no kubelet will ever stop them
+    late = T0 + timedelta(seconds=600)
+    deleted = {"deletion_at": late + timedelta(seconds=5), "deletion_grace": 5}
+    cluster = FakeCluster(
+        nodes={NODE: node(ready=False)}, pods=[pod("web-1", **deleted), pod("web-2", **deleted)]
+    )
+    # When the drain looks again 7 s after the forced delete (their grace over, a healthy kubelet would have
+    # stopped them by now)
+    outcome = evict(cluster)(draining(forced_at=late), late + timedelta(seconds=7))
+    # Then it looks at the node and does not wait for them: the slot is not held for nothing
+    assert (outcome.then, outcome.again) == (None, False)
+    assert outcome.changes["outcome"] == "drain-timeout-forced; 2 pods left terminating (node not ready)"
+
+
 def test_a_ready_node_whose_pods_take_their_grace_period_is_waited_for() -> None:
     # Given a healthy node whose evicted pods are shutting down within their grace
     cluster = FakeCluster(nodes={NODE: node()}, pods=[pod("web-1")])

@@ -32,8 +32,9 @@ FORCED_POD_SLACK = timedelta(seconds=60)  # after a forced delete's grace: a pod
 # A pod still there this long after its deletion's deadline (deletionTimestamp: request + grace) will not go by
 # itself (a finalizer nobody removes, a kubelet that is gone): kubectl drain's --skip-wait-for-delete-timeout.
 STUCK_AFTER = timedelta(seconds=60)
-# A pod asked to go this long ago and still there makes the drain look at its node: on a node that is not
-# Ready (its kubelet gone), pods being deleted never finish, and waiting for them only holds a budget slot.
+# A pod asked to go this long ago (or past its own deletion deadline, whichever comes first) and still there
+# makes the drain look at its node: on a node that is not Ready (its kubelet gone), pods being deleted never
+# finish, and waiting for them only holds a budget slot. Until then the node is not read at all.
 CHECK_NODE_AFTER = timedelta(seconds=15)
 STUCK_PODS = "stuck_pods"  # record.extra key: pods the drain stopped waiting for, and why
 FORCED_SLOT = "forced_slot"  # record.extra key: the slot was taken without room (global timeout near)
@@ -391,15 +392,17 @@ class Evict:
     def _stuck(self, node: str, left: list[PodInfo], now: datetime) -> tuple[list[PodInfo], str]:
         """The pods of ``left`` that will never leave by themselves, and why: all those being deleted when
         the node is not Ready (its kubelet is gone: they stay Terminating until the node object goes), else
-        those still there well past their deletion's deadline."""
+        those still there well past their deletion's deadline. A pod force-deleted with a short grace makes
+        the drain look at the node as soon as that grace is over, not only after ``CHECK_NODE_AFTER``."""
         deleting = [pod for pod in left if pod.deletion_at is not None]
         if not deleting:
             return [], ""
-        asked_long_ago = any(
-            pod.deletion_requested_at is not None and now - pod.deletion_requested_at > CHECK_NODE_AFTER
+        overdue = any(
+            (pod.deletion_at is not None and now > pod.deletion_at)
+            or (pod.deletion_requested_at is not None and now - pod.deletion_requested_at > CHECK_NODE_AFTER)
             for pod in deleting
         )
-        if asked_long_ago:
+        if overdue:
             info = self._cluster.get_node(node)
             if info is None or not info.ready:
                 return deleting, "node not ready"
