@@ -9,7 +9,7 @@ from nodecycle_sandbox.aws.records import TERMINATING, ActionRecord, InstanceHis
 from nodecycle_sandbox.chaos.invariants import check
 from nodecycle_sandbox.chaos.plan import draw
 from nodecycle_sandbox.chaos.world import AddressSeen, Observation
-from nodecycle_sandbox.faults import Firing
+from nodecycle_sandbox.faults import Fault, Firing
 from nodecycle_sandbox.kube import HistoryEntry
 
 NODE = "ip-10-0-1-10.eu-west-1.compute.internal"
@@ -135,6 +135,31 @@ def test_a_slot_is_judged_until_its_completion_is_first_asked_for_refused_or_not
     assert "slot-held" not in _judged(asked_early)
     assert "slot-held" in _judged(asked_late)
     assert "slot-held" in _judged(asked_for_another)
+
+
+def test_a_slot_held_up_by_faults_on_its_own_messages_is_excused_for_their_cost_only() -> None:
+    # Given a node cordoned at 2 s whose action completes at 50 s: 48 s held, the limit is 20 + 2 + 20 s
+    history = [_node(T0 + 2, owner="chaos-a", cordoned=True)]
+    scenario = draw(1, 0, faults=False).with_faults(
+        (Fault("f1", "sqs-delay", value=4), Fault("f2", "sqs-drop"))
+    )
+
+    def judged(*firings: Firing) -> set[str]:
+        return _judged(
+            _observation(history, scenario=scenario, actions=[_terminate(T0 + 50)], firings=list(firings))
+        )
+
+    def late(at: float, about: str = "i-1") -> Firing:
+        return Firing(at, "f1", "sqs-delay", f"DrainQueue m-{at} {about}")
+
+    # When two of its drain messages came 4 s late each: 8 s excused
+    assert "slot-held" not in judged(late(20), late(30))
+    # When only one did, or the late ones were another instance's, or came after its drain: not excused
+    assert "slot-held" in judged(late(20))
+    assert "slot-held" in judged(late(20, "i-2"), late(30, "i-2"))
+    assert "slot-held" in judged(late(20), late(55))
+    # When one of its messages was lost: it waited for the sweeper to resume it, which is excused
+    assert "slot-held" not in judged(Firing(20, "f2", "sqs-drop", "DrainQueue m-1 i-1"))
 
 
 def test_addresses_moved_off_an_instance_in_service_doubled_or_left_behind_are_violations() -> None:

@@ -20,6 +20,8 @@ from nodecycle_sandbox.chaos.world import (
     OWNER_ANNOTATION,
     OWNER_TAG,
     POOL_TAG,
+    RESUME_GRACE,
+    SWEEP_INTERVAL,
     Observation,
 )
 from nodecycle_sandbox.checks import cordon_peaks, last_pod_gone, pdb_breaches, released_at
@@ -34,11 +36,15 @@ INVARIANTS = {
     "addresses": "no address leaked, stolen, released while in use, or two on one instance (4)",
     "repair": "everything settles: nothing left half done at quiescence, after the sweepers ran (5)",
     "pdb": "no eviction takes a PodDisruptionBudget below its floor",
-    "slot-held": "no drain holds its slot past its timeout + force grace + a margin, even on a dead node (10)",
+    "slot-held": "no drain holds its slot past its timeout + force grace + a margin (+ faults on its own messages), even on a dead node (10)",
 }
 # Outcomes that claim the node was emptied: with pods still on it, they are wrong.
 CLAIMS_DRAINED = frozenset({None, "completed", "drained", "drain-timeout-forced"})
 SLOT_MARGIN = 20.0  # seconds past drain timeout + force grace: two crashed-step redeliveries and a retry
+# What an injected delivery fault on one of a drain's own messages costs it, on top of the margin: a late
+# message its delay; a lost one until the sweeper resumes the lifecycle (a sweep interval, the resume grace,
+# and one step). Faults that hit other lifecycles' messages excuse nothing.
+LOST_MESSAGE_COST = SWEEP_INTERVAL + RESUME_GRACE + 1.0
 
 
 @dataclass(frozen=True)
@@ -253,17 +259,39 @@ def _slot_held(o: Observation) -> Iterator[Violation]:
                 asked.setdefault(instance, o.acting_at + firing.at)
     limit = DRAIN_TIMEOUT + FORCE_GRACE + SLOT_MARGIN
     nodes = o.nodes_of
+    held_up = _deliveries_held_up(o)
     for action in o.actions:
         node = nodes.get(action.instance_id)
         if action.transition != TERMINATING or node not in cordoned or action.finished_at is None:
             continue
         ended = min(action.finished_at, asked.get(action.instance_id, action.finished_at))
         held = ended - cordoned[node]
-        if held > limit:
+        excused = sum(
+            cost for at, cost in held_up.get(action.instance_id, ()) if cordoned[node] <= at <= ended
+        )
+        if held > limit + excused:
             dead = " (its kubelet was lost)" if o.lost_kubelet and o.lost_kubelet[0] == node else ""
             finished = action.finished_at - cordoned[node]
+            late = f" + {excused:.0f}s its own messages were held up by faults" if excused else ""
             yield Violation(
                 "slot-held",
-                f"{node}{dead} held its slot {held:.0f}s (limit {limit:.0f}s); its action was completed "
+                f"{node}{dead} held its slot {held:.0f}s (limit {limit:.0f}s{late}); its action was completed "
                 f"{finished:.0f}s after the cordon",
             )
+
+
+def _deliveries_held_up(o: Observation) -> dict[str, list[tuple[float, float]]]:
+    """Instance -> (when, seconds) for each injected late or lost delivery of a message about it."""
+    values = {fault.id: fault.value for fault in o.scenario.faults}
+    found: dict[str, list[tuple[float, float]]] = {}
+    for firing in o.firings:
+        if firing.kind == "sqs-delay":
+            cost = max(1.0, round(values.get(firing.fault, 0.0)))
+        elif firing.kind == "sqs-drop":
+            cost = LOST_MESSAGE_COST
+        else:
+            continue
+        _queue, _message, *instances = firing.detail.split()
+        for instance in instances:
+            found.setdefault(instance, []).append((o.acting_at + firing.at, cost))
+    return found

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from mypy_boto3_sqs.type_defs import MessageTypeDef
 
 _log = logging.getLogger(__name__)
+INSTANCE_ID = re.compile(r"\bi-[0-9a-f]{8,17}\b")
 KILLED_EXIT_STATUS = 137  # what a container killed by SIGKILL reports
 
 
@@ -57,7 +59,12 @@ class RunnerFaults(Injector):
         log = log or _log
         kept: list[MessageTypeDef] = []
         for message in messages:
-            fault = self.draw(("sqs-drop", "sqs-delay"), queue, f"{queue} {message['MessageId']}")
+            # The firing names the instances the message is about (its record id holds the instance id), so
+            # that a judge can tell which lifecycle a late or lost delivery held up.
+            about = " ".join(dict.fromkeys(INSTANCE_ID.findall(message.get("Body", ""))))
+            fault = self.draw(
+                ("sqs-drop", "sqs-delay"), queue, f"{queue} {message['MessageId']} {about}".strip()
+            )
             if fault is None:
                 kept.append(message)
             elif fault.kind == "sqs-drop":

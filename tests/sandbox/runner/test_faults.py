@@ -166,14 +166,17 @@ def test_a_message_that_comes_late_again_and_again_is_not_dead_lettered_for_it(
     runner = make_runner(template, {"worker": HANDLER}, mode="process", log_dir=tmp_path / "logs")
     runner.faults.arm([Fault("l", "sqs-delay", target="Work", limit=3, value=1)], seed=1)
 
-    # When it is sent
-    _send(runner, "slow")
+    # When it is sent (about an instance, as a lifecycle's messages are)
+    body = '{"record": "i-0123456789abcdef0/terminate/t"}'
+    _send(runner, body)
     (handled,) = runner.journal.wait_until(lambda: runner.journal.invocations("Worker"), timeout=20)
 
     # Then it was handled, as a first receive, and nothing was dead-lettered: a late delivery is not a receive
     assert runner.faults.counts() == {"sqs-delay": 3}
+    # (each firing names the instance the message is about, for the judges of the campaign)
+    assert all(f.detail.endswith(" i-0123456789abcdef0") for f in runner.faults.firings())
     assert handled.ok
-    assert handled.event["Records"][0]["body"] == "slow"
+    assert handled.event["Records"][0]["body"] == body
     assert handled.event["Records"][0]["attributes"]["ApproximateReceiveCount"] == "1"
     dead = runner.sqs.receive_message(QueueUrl=runner.queue("Dead").url, WaitTimeSeconds=0)
     assert not dead.get("Messages")
