@@ -63,7 +63,8 @@ class InMemoryRecords:
         return True
 
     def open_records(self, owner: str) -> Iterator[LifecycleRecord]:
-        for record in list(self.items.values()):
+        # As the table's open-by-due index returns them: earliest due first (its sort key: whole seconds)
+        for record in sorted(self.items.values(), key=lambda r: int(r.due_at.timestamp())):
             if record.owner == owner and not record.finished:
                 yield record
 
@@ -90,16 +91,24 @@ class RecordingQueues:
 @dataclass
 class FakeAutoscaling:
     """Auto Scaling's lifecycle actions as the product's port sees them. Like Auto Scaling, it knows only the
-    actions it started (``issued``: their tokens; the unit tests' records carry ``"token"``) and refuses a
-    heartbeat or completion for any other, or for one already completed."""
+    actions it started (``issued``: token -> the instance it was issued for, None: the first instance that
+    uses it; the unit tests' records carry ``"token"``) and refuses a heartbeat or completion for any other
+    (a known token with another instance included), for one already completed, and for one that timed out:
+    an action lives ``action_timeout`` seconds from its start (``started``, T0 unless told) or its last
+    accepted heartbeat, and never past its global timeout (100 heartbeat timeouts, at most 48 hours), by
+    ``clock`` (give it the test's own)."""
 
-    issued: set[str] = field(default_factory=lambda: {"token"})
+    issued: dict[str, str | None] = field(default_factory=lambda: {"token": None})
     heartbeat_timeouts: dict[tuple[str, str], int] = field(default_factory=dict)
     tags: dict[str, dict[str, str]] = field(default_factory=dict)
     completed: list[tuple[ActionRef, ActionResult]] = field(default_factory=list)
     heartbeats: list[ActionRef] = field(default_factory=list)
     active: bool = True  # False: every action timed out or was completed by someone else
     states: dict[str, str] = field(default_factory=dict)  # instance -> lifecycle state, for those a group has
+    clock: FakeClock = field(default_factory=FakeClock)
+    action_timeout: int = 300  # seconds: the hooks' heartbeat timeout (the unit tests' records say 300)
+    started: dict[str, datetime] = field(default_factory=dict)  # token -> when its action started (T0)
+    renewed: dict[str, datetime] = field(default_factory=dict)  # token -> its last accepted heartbeat
 
     def complete(self, action: ActionRef, result: ActionResult) -> bool:
         if not self._active(action):
@@ -111,18 +120,36 @@ class FakeAutoscaling:
         if not self._active(action):
             return False
         self.heartbeats.append(action)
+        self.renewed[action.token] = self.clock.now()
         return True
 
-    def issue(self, token: str) -> None:
-        """An action Auto Scaling starts: its token becomes known."""
-        self.issued.add(token)
+    def issue(self, token: str, instance_id: str | None = None, at: datetime | None = None) -> None:
+        """An action Auto Scaling starts (at ``at``, default T0): its token becomes known."""
+        self.issued[token] = instance_id
+        if at is not None:
+            self.started[token] = at
+
+    def kept_alive(self, token: str, at: datetime) -> None:
+        """A heartbeat Auto Scaling accepted at ``at``, as the earlier runs of a long lifecycle sent them."""
+        self.renewed[token] = at
+
+    def expires_at(self, token: str) -> datetime:
+        start = self.started.get(token, T0)
+        timeout = timedelta(seconds=self.action_timeout)
+        ends = start + min(100 * timeout, timedelta(hours=48))
+        return min(self.renewed.get(token, start) + timeout, ends)
 
     def _active(self, action: ActionRef) -> bool:
-        """As Auto Scaling answers for this action: one it never started, or completed, is not active."""
+        """As Auto Scaling answers for this action: one it never started (or started for another instance),
+        completed, or timed out, is not active."""
+        if not self.active or action.token not in self.issued:
+            return False
+        if self.issued[action.token] is None:
+            self.issued[action.token] = action.instance_id
         return (
-            self.active
-            and action.token in self.issued
+            self.issued[action.token] == action.instance_id
             and all(done.token != action.token for done, _ in self.completed)
+            and self.clock.now() <= self.expires_at(action.token)
         )
 
     def heartbeat_timeout(self, group: str, hook: str) -> int | None:

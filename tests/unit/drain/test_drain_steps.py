@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from nodecycle.domain.budget import SlotDecision, SlotReason, SlotRequest
+from nodecycle.domain.completion import CompleteAction
 from nodecycle.domain.drain.steps import (
     FORCED_SLOT,
     STUCK_PODS,
@@ -92,7 +93,13 @@ class FakeCluster:
     def find_node(
         self, instance_id: str, private_dns_name: str | None, *, scan: bool = True
     ) -> NodeInfo | None:
-        return next((n for n in self.nodes.values() if n.instance_id == instance_id), None)
+        # As the adapter: by its DNS name (one GET), else only when allowed to scan, by provider id; a node
+        # of that name without a provider id yet (still registering) is taken as the instance's
+        by_name = self.nodes.get(private_dns_name) if private_dns_name else None
+        if by_name is not None and by_name.instance_id == instance_id:
+            return by_name
+        found = next((n for n in self.nodes.values() if n.instance_id == instance_id), None) if scan else None
+        return found or (by_name if by_name is not None and by_name.instance_id is None else None)
 
     def get_node(self, name: str) -> NodeInfo | None:
         return self.nodes.get(name)
@@ -100,26 +107,47 @@ class FakeCluster:
     def claim_node(
         self, node: NodeInfo, *, owner: str, in_progress: str, cordon: bool, exclude_from_lb: bool
     ) -> Claim:
-        if self.conflicts:
-            self.conflicts -= 1
-            return Claim.CONFLICT
+        refused = self._precondition(node)
+        if refused is not None:
+            return refused
         self.patches.append(
             {"owner": owner, "in_progress": in_progress, "cordon": cordon, "lb": exclude_from_lb}
         )
-        self.nodes[node.name] = node.model_copy(
-            update={"owner": owner, "in_progress": in_progress, "unschedulable": cordon}
-        )
+        self._patched(node, owner=owner, in_progress=in_progress, unschedulable=cordon)
         return Claim.CLAIMED
 
     def release_node(self, node: NodeInfo, *, uncordon: bool = False) -> Claim:
+        refused = self._precondition(node)
+        if refused is not None:
+            return refused
         self.patches.append({"owner": None, "in_progress": None, **({"cordon": False} if uncordon else {})})
-        self.nodes[node.name] = node.model_copy(update={"owner": None, "in_progress": None})
+        self._patched(node, owner=None, in_progress=None, **({"unschedulable": False} if uncordon else {}))
         return Claim.CLAIMED
+
+    def _precondition(self, node: NodeInfo) -> Claim | None:
+        """As the API server answers a patch carrying the resourceVersion it was read at: 404 for a node that
+        is gone, 409 for one changed since (``conflicts``: that many more changes by someone else)."""
+        current = self.nodes.get(node.name)
+        if current is None:
+            return Claim.GONE
+        if self.conflicts:
+            self.conflicts -= 1
+            return Claim.CONFLICT
+        if current.resource_version != node.resource_version:
+            return Claim.CONFLICT
+        return None
+
+    def _patched(self, node: NodeInfo, **changes: object) -> None:
+        current = self.nodes[node.name]
+        version = str(int(current.resource_version or "0") + 1)
+        self.nodes[node.name] = current.model_copy(update={**changes, "resource_version": version})
 
     def pods_on(self, node: str) -> list[PodInfo]:
         return [p for p in self.pods if self.pod_nodes.get(p.name, NODE) == node]
 
     def evict(self, pod: PodInfo, grace_seconds: int) -> EvictionResult:
+        if not any((p.name, p.uid) == (pod.name, pod.uid) for p in self.pods):
+            return EvictionResult(Eviction.GONE)  # 404, or another pod of that name (uid precondition)
         if pod.name in self.refused:
             return EvictionResult(Eviction.REFUSED, self.refused[pod.name])
         if pod.name in self.blocked:
@@ -217,6 +245,13 @@ class NoDns:
 
     def alive(self, instance_ids: Collection[str]) -> set[str]:
         return set(instance_ids)
+
+
+class Dns(NoDns):
+    """EC2 as it answers for the test's instance: its private DNS name is the node's name (EKS's default)."""
+
+    def private_dns_name(self, instance_id: str) -> str | None:
+        return NODE if instance_id == INSTANCE else None
 
 
 def terminating(step: Step, **changes: object) -> LifecycleRecord:
@@ -720,16 +755,23 @@ def test_a_late_cleanup_leaves_a_newer_lifecycle_of_the_same_node_name_alone() -
 
 
 @pytest.mark.parametrize(("state", "uncordoned"), [("InService", True), ("Terminating:Proceed", False)])
+@pytest.mark.parametrize("gone", ["expired before the completion", "refused at the completion"])
 def test_a_node_whose_action_turned_out_gone_is_uncordoned_if_its_instance_stays(
-    state: str, uncordoned: bool
+    state: str, uncordoned: bool, gone: str
 ) -> None:
     # Given our cordoned node, whose action Auto Scaling no longer had when the drain came to complete it
+    # (found by a heartbeat, or told by the completion itself: "no active lifecycle action")
     cluster = FakeCluster(nodes={NODE: node(owner="stack-a", in_progress="{}")})
     autoscaling = FakeAutoscaling(states={INSTANCE: state})
     waker = Dispatcher(
         records=InMemoryRecords(), queues=RecordingQueues(), clock=FakeClock(T0), metrics=FakeMetrics()
     )
-    record = terminating(Step.CLEANUP, node=NODE, outcome="action-expired")
+    if gone == "expired before the completion":
+        record = terminating(Step.CLEANUP, node=NODE, outcome="action-expired")
+    else:
+        autoscaling.active = False
+        done = CompleteAction(autoscaling, FakeMetrics())(terminating(Step.COMPLETE, node=NODE), T0)
+        record = terminating(Step.CLEANUP, node=NODE, **done.changes)
     # When cleanup runs
     Cleanup(
         cluster=cluster,
@@ -770,7 +812,7 @@ def launching(**changes: object) -> LifecycleRecord:
 @pytest.mark.parametrize("ready", [True, False])
 def test_the_gate_opens_only_for_a_ready_node(ready: bool) -> None:
     cluster = FakeCluster(nodes={NODE: node(ready=ready)})
-    gate = ReadinessGate(finder=NodeFinder(cluster, NoDns()), policy=readiness(), metrics=FakeMetrics())
+    gate = ReadinessGate(finder=NodeFinder(cluster, Dns()), policy=readiness(), metrics=FakeMetrics())
     outcome = gate(launching(), T0)
     assert outcome.again is not ready
     if not ready:
@@ -929,3 +971,28 @@ def test_an_instance_gone_outside_the_hooks_has_its_slot_and_annotations_freed()
     assert cluster.patches == [{"owner": None, "in_progress": None}]
     assert slots.forgotten == [INSTANCE]
     assert outcome.changes["outcome"] == "instance-gone-without-hook"
+
+
+def test_an_instance_gone_outside_the_hooks_reads_its_node_again_if_it_changed_since_it_was_listed() -> None:
+    # Given our node as a list found it (the API server's watch cache, at version 7), while the node itself
+    # has moved on to version 8
+    progress = json.dumps({"instance": INSTANCE, "transition": "terminate", "token": "t1"})
+    cluster = FakeCluster(nodes={NODE: node(owner="stack-a", in_progress=progress, resource_version="8")})
+    listed = node(owner="stack-a", in_progress=progress)
+    cluster.find_node = lambda *args, **kwargs: listed  # type: ignore[method-assign]
+    slots = FakeSlots(holders={NODE})
+    waker = Dispatcher(
+        records=InMemoryRecords(), queues=RecordingQueues(), clock=FakeClock(T0), metrics=FakeMetrics()
+    )
+    record = spot(Step.FORGET_NODE, transition=Transition.STATE_CHANGE, id=f"{INSTANCE}/state-change")
+    step = ForgetNode(finder=NodeFinder(cluster, NoDns()), cluster=cluster, slots=slots, dispatcher=waker)
+
+    # When the state change's step runs, Then the stale patch is refused (409): nothing is cleared or
+    # forgotten, and the step reads the node again a second later
+    outcome = step(record, T0)
+    assert (outcome.again, outcome.delay) == (True, 1)
+    assert (cluster.patches, slots.forgotten) == ([], [])
+    # and once it reads the node as it is, it frees everything
+    cluster.find_node = lambda *args, **kwargs: cluster.nodes[NODE]  # type: ignore[method-assign]
+    assert step(record, T0 + timedelta(seconds=1)).changes["outcome"] == "instance-gone-without-hook"
+    assert slots.forgotten == [INSTANCE]

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from nodecycle.domain.completion import CompleteAction
+from nodecycle.domain.completion import SETTLED_ELSEWHERE, CompleteAction
 from nodecycle.domain.engine import Dispatcher, EngineTiming, Handled, Outcome, StepEngine
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import Worker
@@ -43,6 +43,12 @@ def make_record(plan: tuple[Step, ...], step: Step | None = None, **changes: obj
     return record.model_copy(update=changes)
 
 
+def kept_alive(autoscaling: FakeAutoscaling, record: LifecycleRecord, at: datetime) -> LifecycleRecord:
+    """``record`` and Auto Scaling as a long lifecycle leaves them: its last heartbeat accepted at ``at``."""
+    autoscaling.kept_alive(record.token, at)
+    return record.model_copy(update={"heartbeat_deadline": at + timedelta(seconds=record.heartbeat_timeout)})
+
+
 @dataclass
 class Script:
     """A step whose outcomes are scripted; it records when it ran."""
@@ -66,6 +72,9 @@ class World:
     autoscaling: FakeAutoscaling = field(default_factory=FakeAutoscaling)
     metrics: FakeMetrics = field(default_factory=FakeMetrics)
     redelivery: float = 0  # seconds a crashed step may take to come back (0: the older tests' timing)
+
+    def __post_init__(self) -> None:
+        self.autoscaling.clock = self.clock  # Auto Scaling's timeouts run on the test's clock
 
     def engine(self, steps: dict[Step, object], worker: Worker = Worker.DRAIN) -> StepEngine:
         return StepEngine(
@@ -559,9 +568,11 @@ def test_launch_steps_need_no_confirmation() -> None:
 
 
 def test_near_the_global_timeout_the_action_is_completed_whatever_it_waits_for() -> None:
-    # Given a lifecycle still waiting for its slot a minute before the global timeout
+    # Given a lifecycle still waiting for its slot a minute before the global timeout (kept alive till then)
     world = World()
-    world.records.create(make_record(PLAN))
+    record = make_record(PLAN)
+    now = record.global_deadline - timedelta(seconds=MARGIN)
+    world.records.create(kept_alive(world.autoscaling, record, now - timedelta(seconds=100)))
     waiting = Script([Outcome.wait(30)])
     engine = world.engine(
         {
@@ -570,7 +581,7 @@ def test_near_the_global_timeout_the_action_is_completed_whatever_it_waits_for()
             Step.CLEANUP: Script([Outcome.next()]),
         }
     )
-    world.clock.current = world.record().global_deadline - timedelta(seconds=MARGIN)
+    world.clock.current = now
 
     # When its step runs
     engine.handle(world.message())
@@ -585,9 +596,11 @@ def test_near_the_global_timeout_the_action_is_completed_whatever_it_waits_for()
 
 def test_a_wait_never_runs_past_the_point_where_the_guard_must_complete() -> None:
     world = World()
-    world.records.create(make_record(PLAN, Step.EVICT))
+    record = make_record(PLAN, Step.EVICT)
+    now = record.global_deadline - timedelta(seconds=MARGIN + 100)
+    world.records.create(kept_alive(world.autoscaling, record, now - timedelta(seconds=100)))
     engine = world.engine({Step.EVICT: Script([Outcome.wait(900)])})
-    world.clock.current = world.record().global_deadline - timedelta(seconds=MARGIN + 100)
+    world.clock.current = now
     engine.handle(world.message())
     (sent,) = world.queues.take()
     assert sent.delay == 100
@@ -713,9 +726,27 @@ def test_completion_settles_the_action_once_and_is_harmless_when_repeated() -> N
     assert record.completed_at == T0
     assert record.finished_at == T0
     assert len(world.autoscaling.completed) == 1
-    # completing an action that is already settled is success, not an error
-    again = complete(record.model_copy(update={"completed_at": None}), T0)
+    # A second delivery whose record missed the first commit (still at COMPLETE): Auto Scaling has no active
+    # action any more. That is success, not an error, and the record says the action was settled elsewhere
+    again = complete(make_record((Step.COMPLETE, Step.DONE)), T0)
     assert again.changes["outcome"] == "completed"
+    assert again.changes["extra"][SETTLED_ELSEWHERE] is True
+    assert len(world.autoscaling.completed) == 1
+
+
+def test_a_known_token_with_another_instance_disrupts_nothing() -> None:
+    # Given Auto Scaling's action for instance i-0aaaaaaaaaaaaaaaa, and a message that names its token with
+    # another instance (replayed and edited, or forged from a leaked token)
+    world = World()
+    world.autoscaling.issue("token", "i-0aaaaaaaaaaaaaaaa")
+    world.records.create(make_record(PLAN, verified_at=None))
+    acquire, cleanup = Script([Outcome.next()]), Script([Outcome.next()])
+    engine = world.engine({Step.ACQUIRE_SLOT: acquire, Step.CLEANUP: cleanup})
+
+    # When its first step comes, Then nothing is disrupted and the lifecycle ends as unknown
+    engine.handle(world.message())
+    assert acquire.runs == []
+    assert world.record().outcome == "unknown-action"
 
 
 def test_unknown_and_finished_records_drop_their_messages() -> None:

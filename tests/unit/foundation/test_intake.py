@@ -22,7 +22,7 @@ class OneAction(FakeAutoscaling):
     """Auto Scaling with exactly one active action, known by its token; a heartbeat may be refused."""
 
     def __init__(self, token: str, throttled: bool = False) -> None:
-        super().__init__(issued={token}, heartbeat_timeouts={(GROUP, HOOK): TIMEOUT})
+        super().__init__(issued={token: None}, heartbeat_timeouts={(GROUP, HOOK): TIMEOUT})
         self.throttled = throttled
 
     def heartbeat(self, action: ActionRef) -> bool:

@@ -22,7 +22,7 @@ from nodecycle.domain.sweep.budget_entries import StaleBudgetEntries
 from nodecycle.domain.sweep.lifecycles import MAX_RESUMES, LifecycleRepair
 from nodecycle.domain.sweep.sweeper import Counts, Sweeper, SweepFailed
 from tests.support.fakes import T0, FakeAutoscaling, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
-from tests.unit.foundation.test_engine import PLAN, make_record
+from tests.unit.foundation.test_engine import PLAN, kept_alive, make_record
 
 GRACE = timedelta(minutes=3)
 MARGIN = timedelta(seconds=60)
@@ -37,6 +37,9 @@ class Repair:
     autoscaling: FakeAutoscaling = field(default_factory=FakeAutoscaling)
     metrics: FakeMetrics = field(default_factory=FakeMetrics)
     failure: ActionResult = ActionResult.CONTINUE
+
+    def __post_init__(self) -> None:
+        self.autoscaling.clock = self.clock  # Auto Scaling's timeouts run on the test's clock
 
     def part(self) -> LifecycleRepair:
         return LifecycleRepair(
@@ -68,13 +71,23 @@ def test_a_lifecycle_whose_message_was_lost_is_resumed_under_a_new_seq() -> None
 
 
 def test_each_lifecycle_is_judged_at_the_time_the_sweep_reaches_it_not_when_the_sweep_began() -> None:
-    # Given two lifecycles: the first one's heartbeat takes 10 s (Auto Scaling throttled, its calls retried),
-    # and the second one's step becomes overdue during those 10 s (its message was lost)
+    # Given two lifecycles, in the order the index lists them (earliest due first): the first one's heartbeat
+    # takes 10 s (Auto Scaling throttled, its calls retried), and the second one's step becomes overdue
+    # during those 10 s (its message was lost); each its own action
     repair = Repair()
-    repair.records.create(make_record(PLAN, Step.EVICT, node="n1", id="i-1/terminate/a", instance_id="i-1"))
+    waiting = T0 - GRACE + timedelta(seconds=1)  # due, not overdue: within the resume grace
+    repair.autoscaling.issue("a", "i-1")
+    repair.autoscaling.issue("b", "i-2")
+    repair.records.create(
+        make_record(
+            PLAN, Step.EVICT, node="n1", id="i-1/terminate/a", instance_id="i-1", token="a", due_at=waiting
+        )
+    )
     lost = T0 + timedelta(seconds=5) - GRACE  # overdue from 5 s after the sweep begins
     repair.records.create(
-        make_record(PLAN, Step.EVICT, node="n2", id="i-2/terminate/b", instance_id="i-2", due_at=lost)
+        make_record(
+            PLAN, Step.EVICT, node="n2", id="i-2/terminate/b", instance_id="i-2", token="b", due_at=lost
+        )
     )
     heartbeat = repair.autoscaling.heartbeat
 
@@ -179,8 +192,8 @@ def test_an_overdue_action_near_its_global_timeout_is_completed_by_the_sweeper_i
     # Given a lifecycle whose work has been stuck until shortly before its action's global timeout
     repair = Repair()
     record = make_record(PLAN, Step.EVICT, node="n1")
-    repair.records.create(record)
     repair.clock.current = record.global_deadline - MARGIN
+    repair.records.create(kept_alive(repair.autoscaling, record, repair.clock.now() - INTERVAL))
 
     # When the sweeper runs
     counts = repair.run()
@@ -205,8 +218,8 @@ def test_an_action_already_decided_is_completed_by_the_sweeper_with_its_own_resu
     repair = Repair(failure=ActionResult.ABANDON)
     launch = (Step.READY_GATE, Step.COMPLETE, Step.DONE)
     record = make_record(launch, Step.COMPLETE, result=ActionResult.CONTINUE, outcome="node-ready")
-    repair.records.create(record)
     repair.clock.current = record.global_deadline - MARGIN
+    repair.records.create(kept_alive(repair.autoscaling, record, repair.clock.now() - INTERVAL))
 
     # When the sweeper settles it
     repair.run()
@@ -223,8 +236,8 @@ def test_a_launch_past_its_steps_is_completed_by_the_sweeper_as_the_engine_would
     repair = Repair(failure=ActionResult.ABANDON)
     launch = (Step.READY_GATE, Step.COMPLETE, Step.DONE)
     record = make_record(launch, Step.COMPLETE, outcome="node-ready")
-    repair.records.create(record)
     repair.clock.current = record.global_deadline - MARGIN
+    repair.records.create(kept_alive(repair.autoscaling, record, repair.clock.now() - INTERVAL))
 
     # When the sweeper settles it
     repair.run()
