@@ -910,6 +910,27 @@ def test_a_terminate_hook_after_a_drained_spot_interruption_completes_at_once() 
     assert step(terminating(Step.ACQUIRE_SLOT), T0 + timedelta(seconds=60)).again
 
 
+@pytest.mark.parametrize(
+    "how", ["uncordoned after the maintenance, pods came back", "the drain timed out and left pods there"]
+)
+def test_a_drain_for_a_disruption_does_not_excuse_a_terminate_hook_from_draining_pods_on_the_node_now(
+    how: str,
+) -> None:
+    # Given a disruption's drain of the instance, over (days ago, or ended without emptying the node), and
+    # pods on its node now
+    records = InMemoryRecords()
+    outcome = "drained" if how.startswith("uncordoned") else "drain-timeout-continued"
+    earlier = T0 - timedelta(days=2)
+    records.create(spot(Step.DONE, node=NODE, zone="eu-west-1a", drain_started_at=earlier, outcome=outcome))
+    cluster = FakeCluster(nodes={NODE: node()}, pods=[pod("web-1")])
+    # When Auto Scaling's terminate hook for the instance comes
+    step = acquire_after(records, cluster)(terminating(Step.ACQUIRE_SLOT), T0 + timedelta(seconds=30))
+    # Then it drains the node itself: it asks for a slot (none free here) instead of completing
+    assert step.then is not Step.COMPLETE
+    assert step.again
+    assert "outcome" not in step.changes
+
+
 def test_a_rebalance_recommendation_that_only_cordoned_is_no_drain_for_the_terminate_hook() -> None:
     # Given a rebalance recommendation that this stack only cordons for, over (Capacity Rebalancing's usual
     # sequence: the recommendation, then the group terminates the instance)

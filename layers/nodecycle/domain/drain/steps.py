@@ -205,7 +205,9 @@ class AcquireSlot:
         rebalance recommendation, scheduled maintenance) drained or is draining: go on past the drain once that
         drain is over, rather than drain the node again. Only a drain counts: a rebalance recommendation that
         this stack only cordons for evicted nothing, and the group's terminate hook that usually follows it
-        must drain the node itself."""
+        must drain the node itself. Nor does a drain over while pods are on the node now (it timed out and
+        left them, or the node was uncordoned after a maintenance and filled again, days before this hook):
+        the hook drains the node itself, as if there had been no disruption."""
         for cause in LINKED_CAUSES:
             other = self._records.get(record_id(record.instance_id, cause, ""))
             if (
@@ -220,6 +222,15 @@ class AcquireSlot:
                     "instance %s is being drained for a %s: waiting for it", record.instance_id, cause.short
                 )
                 return Outcome.wait(LINKED_POLL_SECONDS)
+            back = podfilter.to_evict(self._cluster.pods_on(other.node)) if other.node else []
+            if back:
+                log.info(
+                    "instance %s was drained for a %s, but %d pods are on its node now: draining it again",
+                    record.instance_id,
+                    cause.short,
+                    len(back),
+                )
+                return None
             log.info("instance %s was drained for a %s: completing at once", record.instance_id, cause.short)
             # what the plan does after its drain: its address released (the disruption's plan kept it, the
             # instance was still running), then the completion
