@@ -212,6 +212,25 @@ def test_an_overdue_action_near_its_global_timeout_is_completed_by_the_sweeper_i
     assert [s.message.step for s in repair.queues.take()] == [Step.CLEANUP]
 
 
+def test_an_overdue_action_is_settled_by_the_last_sweep_that_comes_before_its_global_timeout() -> None:
+    # Given a stalled lifecycle, 3 minutes before its action's global timeout: the next sweep (5 minutes on)
+    # would come too late to complete it
+    repair = Repair()
+    record = make_record(PLAN, Step.EVICT, node="n1")
+    repair.clock.current = record.global_deadline - timedelta(minutes=3)
+    repair.records.create(kept_alive(repair.autoscaling, record, repair.clock.now() - INTERVAL))
+
+    # When the sweeper runs, Then it completes the action now, rather than leave it to Auto Scaling's default
+    assert repair.run()["LifecyclesSettled"] == 1
+    assert len(repair.autoscaling.completed) == 1
+    # while one that the next sweep can still settle in time is resumed, its drain given the time left
+    early = Repair()
+    early.clock.current = record.global_deadline - INTERVAL - 2 * MARGIN - timedelta(seconds=1)
+    early.records.create(kept_alive(early.autoscaling, record, early.clock.now() - INTERVAL))
+    assert early.run()["LifecyclesResumed"] == 1
+    assert early.autoscaling.completed == []
+
+
 def test_an_action_already_decided_is_completed_by_the_sweeper_with_its_own_result() -> None:
     # Given a launch whose node was found Ready (result CONTINUE decided) but whose completion message was
     # lost until shortly before the global timeout, on a stack whose failure result is ABANDON

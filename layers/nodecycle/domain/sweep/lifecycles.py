@@ -124,12 +124,19 @@ class LifecycleRepair:
 
     def _repair(self, record: LifecycleRecord, now: datetime) -> str:
         """What became of one overdue lifecycle: the name of its count."""
-        if record.action_open and now >= record.global_deadline - 2 * self._margin:
+        if record.action_open and self._last_chance(record, now):
             return "LifecyclesSettled" if self._settle(record, now) else "RepairsRaced"
         if record.resumes >= MAX_RESUMES:
             log.error("lifecycle %s is stuck at %s after %d resumes", record.id, record.step, record.resumes)
             return "LifecyclesStuck"
         return "LifecyclesResumed" if self._dispatcher.resume(record) else "RepairsRaced"
+
+    def _last_chance(self, record: LifecycleRecord, now: datetime) -> bool:
+        """Whether this sweep is the last that comes before the action's global timeout (with the margin the
+        completion needs, and one more for a late schedule): the next one, an interval on, would find it
+        timed out with Auto Scaling's default result. A stalled lifecycle is settled then, up to an interval
+        early, rather than resumed into a queue that may not move."""
+        return now >= record.global_deadline - self._interval - 2 * self._margin
 
     def _settle(self, record: LifecycleRecord, now: datetime) -> bool:
         log.error(
