@@ -43,7 +43,21 @@ def dynamodb() -> Iterator[Any]:
         client.create_table(
             TableName=TABLE,
             KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
-            AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+            AttributeDefinitions=[
+                {"AttributeName": "id", "AttributeType": "S"},
+                {"AttributeName": "open_owner", "AttributeType": "S"},
+                {"AttributeName": "due_epoch", "AttributeType": "N"},
+            ],
+            GlobalSecondaryIndexes=[  # as template.yaml declares it
+                {
+                    "IndexName": "open-by-due",
+                    "KeySchema": [
+                        {"AttributeName": "open_owner", "KeyType": "HASH"},
+                        {"AttributeName": "due_epoch", "KeyType": "RANGE"},
+                    ],
+                    "Projection": {"ProjectionType": "ALL"},
+                }
+            ],
             BillingMode="PAY_PER_REQUEST",
         )
         yield client
@@ -86,3 +100,28 @@ def test_a_write_that_lost_to_another_writer_is_still_a_lost_race(dynamodb: Any)
     # Then it lost: the stored item is not its write
     assert not store.commit(mine, record.seq)
     assert not store.create(record)
+
+
+def test_one_unreadable_open_record_does_not_hide_the_others(
+    dynamodb: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given two open lifecycles, one of them written by a newer release (a step this one does not know: the
+    # stack was rolled back) or edited by hand
+    store = DynamoRecordStore(TABLE, ttl=timedelta(days=14), dynamodb=dynamodb)
+    good = make_record(PLAN)
+    odd = make_record(PLAN, id="i-0fedcba9876543210/terminate/token", instance_id="i-0fedcba9876543210")
+    store.create(good)
+    store.create(odd)
+    dynamodb.update_item(
+        TableName=TABLE,
+        Key={"id": {"S": odd.id}},
+        UpdateExpression="SET step = :step",
+        ExpressionAttributeValues={":step": {"S": "warp-drive"}},
+    )
+
+    # When the sweeper lists the open lifecycles
+    listed = list(store.open_records(good.owner))
+
+    # Then it gets the readable one, and the other is named in an error, not raised through the whole sweep
+    assert [record.id for record in listed] == [good.id]
+    assert any(odd.id in message and "step" in message for message in caplog.messages)

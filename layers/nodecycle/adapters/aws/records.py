@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from datetime import timedelta
 from decimal import Decimal
@@ -9,12 +10,15 @@ from typing import TYPE_CHECKING, Any
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
+from pydantic import ValidationError
 
 from nodecycle.adapters.aws.clients import LazyClient, error_code, transient_errors
 from nodecycle.domain.model import LifecycleRecord
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
+
+log = logging.getLogger(__name__)
 
 OPEN_INDEX = "open-by-due"  # sparse: only unfinished records carry its key attributes
 
@@ -55,7 +59,13 @@ class DynamoRecordStore:
         with transient_errors("listing open lifecycle records"):
             for page in pages:
                 for item in page.get("Items", []):
-                    yield _from_item(item)
+                    try:
+                        yield _from_item(item)
+                    except ValidationError as error:
+                        # One record this release cannot read (written by a newer one before a rollback, or
+                        # edited by hand) must not stop the sweep of all the others: it is named, and skipped.
+                        record_id = item.get("id", {}).get("S", "?")
+                        log.error("lifecycle record %s cannot be read, skipped: %s", record_id, error)
 
     def scan(self, owner: str) -> Iterator[LifecycleRecord]:
         """Every record of ``owner`` still in the table, finished ones too: a full scan, for operators'
