@@ -123,6 +123,20 @@ class Intake:
             )
             self._metrics.count("LifecycleEventsRejected", reason="unconfirmed")
             return IntakeOutcome.UNCONFIRMED
+        if (
+            event.cause is Transition.STATE_CHANGE
+            and event.delivery == "eventbridge"
+            and not self._confirmed(event, facts)
+        ):
+            # A true event, but late (Lambda retries an event for hours): the instance runs again, and freeing
+            # its slot or releasing its address now would take them from a live node. EC2's state decides.
+            log.warning(
+                "dropped: a state change of %s came late; EC2 says it is %s now",
+                event.instance_id,
+                facts.state,
+            )
+            self._metrics.count("LifecycleEventsRejected", reason="stale")
+            return IntakeOutcome.UNCONFIRMED
         plan = disruption_plan(event, self._plan)
         if not plan:
             log.info("%s of %s: nothing for this stack to do", event.cause.short, event.instance_id)

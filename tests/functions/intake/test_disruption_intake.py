@@ -124,6 +124,22 @@ def test_an_instance_terminated_outside_the_hooks_is_forgotten_at_once(
     assert [m["step"] for m in work(stack.drain_queue)] == ["forget-node"]
 
 
+def test_a_state_change_that_comes_after_the_instance_is_running_again_changes_nothing(
+    intake_fn: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given an instance of a managed group that was stopped and is running again (out of a warm pool, say),
+    # and EventBridge's "stopped" event for it, delivered late (Lambda retries an event for hours)
+    instance = launch()
+    late = ec2_event("eventbridge-instance-stopped.json", instance, state="stopped")
+
+    # When intake receives it
+    intake_fn.handler(late, LambdaContext())
+
+    # Then nothing is freed or released for an instance that runs: EC2's state now decides, not the event's
+    assert records() == []
+    assert metric(capsys.readouterr().out, "LifecycleEventsRejected", reason="stale") == 1
+
+
 @pytest.mark.parametrize(("policy", "plan"), [("ignore", None), ("cordon", ["cordon", "cleanup", "done"])])
 def test_a_rebalance_recommendation_does_what_the_stack_says(
     intake_fn: ModuleType, stack: Stack, monkeypatch: pytest.MonkeyPatch, policy: str, plan: list[str] | None
