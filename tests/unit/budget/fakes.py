@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from nodecycle.adapters.kube.budget import BudgetNotInstalled
 from nodecycle.domain.budget import BudgetDocument, DisruptionBudget, NodeState, SlotRequest
 from nodecycle.domain.errors import TransientError
 
@@ -65,7 +66,10 @@ class MemoryBudgetStore:
     """
 
     def __init__(self, max_attempts: int = 5) -> None:
-        self.text: str | None = None
+        # As the cluster holds it: the ConfigMap is shipped, empty, with the RBAC (an empty budget). Not
+        # installed (``text`` None), it reads as nothing, and a write fails as the adapter's does: nodecycle
+        # may not create it.
+        self.text: str | None = BudgetDocument().to_json()
         self.version = 0
         self.max_attempts = max_attempts
         self.conflicts_seen = 0
@@ -106,6 +110,8 @@ class MemoryBudgetStore:
                 self.conflicts_seen += 1
                 continue
             assert new is not None
+            if self.text is None:
+                raise BudgetNotInstalled("nodecycle", "nodecycle-budget")
             self.text = new.to_json()
             self.version += 1
             if crash is False:

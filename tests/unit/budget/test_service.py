@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import pytest
 
+from nodecycle.adapters.kube.budget import BudgetNotInstalled
 from nodecycle.domain.budget import Holder, SlotReason, Waiter
 from nodecycle.domain.errors import TransientError
 from tests.unit.budget.fakes import (
@@ -160,6 +161,31 @@ def test_a_repeated_release_still_returns_the_waiters_to_wake(make_budget: Budge
     assert budget.release("n1", "rec-n1") == ["rec-n2"]
 
 
+def test_an_instance_gone_outside_the_hooks_is_forgotten_and_its_slot_goes_to_the_next_waiter(
+    make_budget: BudgetFactory, store: MemoryBudgetStore
+) -> None:
+    # Given blue holding the one slot for instance i-n1 (its node n1) and n2 waiting, and green waiting too
+    blue, green = make_budget("1", None, owner="blue"), make_budget("1", None, owner="green")
+    blue.acquire(slot("n1"))
+    blue.acquire(slot("n2"))
+    green.acquire(slot("g1", owner="green"))
+
+    # When i-n1 is terminated outside the hooks, and green asks the budget to forget it (another owner's)
+    with pytest.raises(ValueError, match="owner 'green' asked the budget of 'blue'"):
+        blue.forget("green", "i-n1")
+    woken = blue.forget("blue", "i-n1")
+
+    # Then blue's entries of the instance are gone (whichever lifecycle held them), and the next waiter in
+    # line is woken: blue's n2 (first come, first served among the owners)
+    assert woken == ["rec-n2"]
+    doc = store.read()
+    assert doc is not None
+    assert [h.node for h in doc.holders] == []
+    assert [w.node for w in doc.waiters] == ["n2", "g1"]
+    # and forgetting it again changes nothing
+    assert blue.forget("blue", "i-n1") == ["rec-n2"]
+
+
 def test_no_owner_releases_or_takes_a_slot_another_owner_holds(
     make_budget: BudgetFactory, store: MemoryBudgetStore
 ) -> None:
@@ -307,10 +333,11 @@ def test_a_write_that_loses_a_race_is_decided_again_on_the_new_document(
 def test_conflicts_that_do_not_let_up_are_a_transient_error(
     make_budget: BudgetFactory, store: MemoryBudgetStore, metrics: RecordingMetrics
 ) -> None:
+    before = store.text
     store.conflicts(store.max_attempts)
     with pytest.raises(TransientError):
         make_budget().acquire(slot("n1"))
-    assert store.text is None
+    assert store.text == before  # nothing of this acquire was written
     assert metrics.values("BudgetConflicts") == [store.max_attempts - 1]
 
 
@@ -498,3 +525,14 @@ def test_a_node_already_waiting_takes_a_forced_slot_at_once_and_its_other_lifecy
     assert doc.waiters == ()
     again = budget.acquire(slot("spot"))
     assert (again.granted, again.reason) == (True, SlotReason.HELD)
+
+
+def test_a_budget_that_was_never_installed_is_a_clear_error_not_a_new_document(
+    make_budget: BudgetFactory, store: MemoryBudgetStore
+) -> None:
+    # Given a cluster where the budget ConfigMap was not applied (nodecycle may not create ConfigMaps)
+    store.text = None
+    # When a node asks for a slot, Then the error says what is missing, and nothing was made
+    with pytest.raises(BudgetNotInstalled, match="nodecycle-budget"):
+        make_budget().acquire(slot("n1"))
+    assert store.text is None

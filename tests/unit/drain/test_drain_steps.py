@@ -227,8 +227,14 @@ class FakeSlots:
         return self.acquire(request)
 
     def forget(self, owner: str, instance_id: str) -> list[str]:
+        # As the budget does: this owner's entries of the instance go (the fake's holders are the test's
+        # instance's nodes), and the waiters that now fit are woken
         self.forgotten.append(instance_id)
-        return []
+        if instance_id != INSTANCE or not self.holders:
+            return []
+        self.holders.clear()
+        woken, self.waiters = self.waiters, []
+        return woken
 
     def release(self, node: str, record_id: str) -> list[str]:
         if self.held_for.get(node, record_id) != record_id:
@@ -976,13 +982,15 @@ def test_a_terminate_hook_after_a_drained_spot_interruption_still_releases_its_a
 
 
 def test_an_instance_gone_outside_the_hooks_has_its_slot_and_annotations_freed() -> None:
-    # Given our node of an instance that was terminated without its hook, mid-drain
+    # Given our node of an instance that was terminated without its hook, mid-drain, and another lifecycle
+    # waiting for the slot it holds
     progress = json.dumps({"instance": INSTANCE, "transition": "terminate", "token": "t1"})
     cluster = FakeCluster(nodes={NODE: node(owner="stack-a", in_progress=progress)})
-    slots = FakeSlots(holders={NODE})
-    waker = Dispatcher(
-        records=InMemoryRecords(), queues=RecordingQueues(), clock=FakeClock(T0), metrics=FakeMetrics()
-    )
+    records, waker_queues = InMemoryRecords(), RecordingQueues()
+    waiting = terminating(Step.ACQUIRE_SLOT, id="i-0aaaaaaaaaaaaaaaa/terminate/t2", seq=4)
+    records.create(waiting)
+    slots = FakeSlots(holders={NODE}, waiters=[waiting.id])
+    waker = Dispatcher(records=records, queues=waker_queues, clock=FakeClock(T0), metrics=FakeMetrics())
     record = spot(Step.FORGET_NODE, transition=Transition.STATE_CHANGE, id=f"{INSTANCE}/state-change")
     # When the state change's step runs
     outcome = ForgetNode(finder=NodeFinder(cluster, NoDns()), cluster=cluster, slots=slots, dispatcher=waker)(
@@ -992,6 +1000,9 @@ def test_an_instance_gone_outside_the_hooks_has_its_slot_and_annotations_freed()
     assert cluster.patches == [{"owner": None, "in_progress": None}]
     assert slots.forgotten == [INSTANCE]
     assert outcome.changes["outcome"] == "instance-gone-without-hook"
+    # and the lifecycle waiting for its slot is woken at once
+    (wake,) = waker_queues.take()
+    assert (wake.message.record_id, wake.message.wake) == (waiting.id, True)
 
 
 def test_an_instance_gone_outside_the_hooks_reads_its_node_again_if_it_changed_since_it_was_listed() -> None:

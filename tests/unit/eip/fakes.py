@@ -62,11 +62,15 @@ class FakeAddresses:
     instances: dict[str, str] = field(default_factory=dict)  # instance id -> EC2 state
     quota: int = 5  # AWS's default Elastic IP quota per Region
     lag: int = 0  # DescribeAddresses (describe) hides a new association from this many reads
+    # ReleaseAddress refuses (InvalidIPAddress.InUse) this many times right after a DisassociateAddress, as
+    # EC2 does until the disassociation has settled
+    settling: int = 1
     calls: list[str] = field(default_factory=list)
     faults: dict[str, list[Exception]] = field(default_factory=lambda: defaultdict(list))
     # runs once, before the next call of a method, with that call's arguments
     before: dict[str, Callable[..., object]] = field(default_factory=dict)
     _hidden: dict[str, int] = field(default_factory=dict)
+    _unsettled: dict[str, int] = field(default_factory=dict)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     # -- set-up and inspection ---------------------------------------------------------------------
@@ -164,6 +168,7 @@ class FakeAddresses:
         for eip in self.eips.values():
             if eip.association_id == association_id:
                 eip.instance_id = eip.association_id = None
+                self._unsettled[eip.allocation_id] = self.settling
                 return True
         return False
 
@@ -174,6 +179,9 @@ class FakeAddresses:
             return False
         if eip.association_id is not None:
             raise AddressInUse(f"InvalidIPAddress.InUse: {eip.public_ip}")
+        if self._unsettled.get(allocation_id, 0) > 0:
+            self._unsettled[allocation_id] -= 1
+            raise AddressInUse(f"InvalidIPAddress.InUse: {eip.public_ip} (its disassociation is settling)")
         del self.eips[allocation_id]
         return True
 

@@ -46,8 +46,12 @@ def test_terminate_disassociates_and_releases_the_address_allocated_for_the_inst
     # Given a terminating instance holding the address allocated for it
     address = ec2.add(allocated_for=INSTANCE, on=INSTANCE)
 
-    # When RELEASE_EIP runs (after the drain)
-    outcome = release(ec2, metrics)
+    # When RELEASE_EIP runs (after the drain), and again a moment later (EC2 refuses the release until the
+    # disassociation has settled)
+    record = terminate_record(INSTANCE)
+    waiting = release(ec2, metrics, record)
+    assert waiting.again
+    outcome = release(ec2, metrics, record.model_copy(update=dict(waiting.changes)))
 
     # Then the address is gone from the account and the lifecycle goes on to completion
     assert address not in ec2.eips
@@ -121,9 +125,8 @@ def test_an_instance_gone_before_its_drain_finished_still_has_its_address_releas
 def test_a_release_refused_while_the_disassociation_settles_is_tried_again_shortly(
     ec2: FakeAddresses, metrics: FakeMetrics
 ) -> None:
-    # Given EC2 still showing the address in use right after its disassociation
+    # Given EC2 still showing the address in use right after its disassociation (as the fake does, once)
     address = ec2.add(allocated_for=INSTANCE, on=INSTANCE)
-    ec2.faults["release"].append(AddressInUse("InvalidIPAddress.InUse"))
     record = terminate_record(INSTANCE)
 
     # When RELEASE_EIP runs, Then it waits a moment

@@ -15,17 +15,19 @@ if TYPE_CHECKING:  # annotations only: the budget package imports these ports
 
 class BudgetStore(Protocol):
     def read(self) -> BudgetDocument | None:
-        """The stored document; None when there is none yet."""
+        """The stored document (an empty one for the ConfigMap as shipped); None when the ConfigMap is not
+        there at all (the deployment's cluster side was not applied)."""
         ...
 
     def update[T](self, mutate: Callable[[BudgetDocument | None], tuple[BudgetDocument | None, T]]) -> T:
         """Read the document, apply ``mutate`` and write the result if it is still the stored version.
 
-        On a conflict (another writer came first, or created the document first) the whole read-mutate-
-        write runs again, a bounded number of times with jittered backoff, so ``mutate`` must be a pure
-        function of the document it is given. ``mutate`` returns the document to store and a result;
-        returning the very document it was given (None included) writes nothing. Raises
-        :class:`~nodecycle.domain.errors.TransientError` when the conflicts or the API do not let up.
+        On a conflict (another writer came first) the whole read-mutate-write runs again, a bounded number
+        of times with jittered backoff, so ``mutate`` must be a pure function of the document it is given.
+        ``mutate`` returns the document to store and a result; returning the very document it was given
+        (None included) writes nothing. Raises :class:`~nodecycle.domain.errors.TransientError` when the
+        conflicts or the API do not let up; a store never creates the document (the Kubernetes store raises
+        its ``BudgetNotInstalled`` when there is none to write to).
         """
         ...
 
