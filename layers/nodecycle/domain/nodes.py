@@ -20,7 +20,9 @@ class NodeFinder:
         self, record: LifecycleRecord, *, scan: bool = True
     ) -> tuple[NodeInfo | None, dict[str, object]]:
         extra: dict[str, object] = dict(record.extra)
-        if PRIVATE_DNS not in extra:
+        if not extra.get(PRIVATE_DNS):
+            # Asked again while unknown: right after RunInstances, EC2 may not describe the instance yet
+            # (eventual consistency), and without its name the node is found only by listing every node.
             extra[PRIVATE_DNS] = self._instances.private_dns_name(record.instance_id)
         dns = extra[PRIVATE_DNS]
         node = self._cluster.find_node(record.instance_id, dns if isinstance(dns, str) else None, scan=scan)

@@ -109,3 +109,33 @@ def test_the_gate_lists_every_node_at_its_last_look_before_giving_up() -> None:
     # Then the last poll before the timeout lists every node, and finds it
     assert opened == 55
     assert cluster.looks == [False] * 11 + [True]
+
+
+class LateDns(Dns):
+    """EC2 right after RunInstances (eventually consistent): the instance is not described for a while."""
+
+    def __init__(self, unknown_for: int) -> None:
+        self.unknown_for = unknown_for
+        self.asked = 0
+
+    def private_dns_name(self, instance_id: str) -> str | None:
+        self.asked += 1
+        return None if self.asked <= self.unknown_for else NODE
+
+
+def test_an_instance_ec2_does_not_describe_yet_is_asked_about_again_not_taken_as_nameless() -> None:
+    # Given a launching instance that EC2 does not describe at the gate's first two polls, whose node joins
+    # under its DNS name 10 s in (polls every 5 s)
+    cluster = LookupsCluster()
+    gate = ReadinessGate(
+        finder=NodeFinder(cluster, LateDns(unknown_for=2)),
+        policy=readiness(readiness_timeout_seconds="600", drain_poll_seconds="5"),
+        metrics=FakeMetrics(),
+    )
+
+    # When the gate polls until the node is Ready
+    opened = poll_gate(gate, cluster, until=600, joins={10: node()})
+
+    # Then it found the node by name once EC2 knew the instance: no two-minute wait for a scan
+    assert opened == 10
+    assert not any(cluster.looks)
