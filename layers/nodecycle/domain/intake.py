@@ -190,6 +190,25 @@ class Intake:
             return IntakeOutcome.ACCEPTED
 
         known = self._records.get(record.id)
+        if (
+            known is not None
+            and known.finished
+            and known.transition is Transition.STATE_CHANGE
+            and known.token != record.token
+        ):
+            # One record per instance and cause: an instance stopped once (its lifecycle long over) and
+            # stopped or terminated again later is a new disruption, not a duplicate. Its lifecycle starts
+            # over under the new event, on the next seq (so a late message of the old one is stale).
+            restarted = record.model_copy(update={"seq": known.seq + 1})
+            if self._records.commit(restarted, expected_seq=known.seq):
+                self._send_first(restarted)
+                log.info(
+                    "accepted a new %s of a known instance; first step %s",
+                    record.transition.short,
+                    record.step,
+                )
+                return IntakeOutcome.ACCEPTED
+            known = self._records.get(record.id)  # another delivery restarted it first
         # A crash between the record's write and its first message leaves a record nobody works on: the
         # redelivery that follows the crash re-sends the message. Only when it is overdue, so that an
         # ordinary duplicate does not make a second unit of work.

@@ -124,6 +124,46 @@ def test_an_instance_terminated_outside_the_hooks_is_forgotten_at_once(
     assert [m["step"] for m in work(stack.drain_queue)] == ["forget-node"]
 
 
+def test_an_instance_stopped_once_and_terminated_later_is_forgotten_again_at_once(
+    intake_fn: ModuleType, stack: Stack
+) -> None:
+    # Given an instance of a managed group that was stopped outside the hooks (its lifecycle, long over),
+    # then started again
+    instance = launch()
+    ec2 = boto3.client("ec2")
+    ec2.stop_instances(InstanceIds=[instance])
+    intake_fn.handler(
+        ec2_event("eventbridge-instance-stopped.json", instance, state="stopped"), LambdaContext()
+    )
+    (first,) = records()
+    boto3.resource("dynamodb").Table("nodecycle-lifecycle").update_item(
+        Key={"id": first["id"]},
+        UpdateExpression="SET step = :done",
+        ExpressionAttributeValues={":done": "done"},
+    )
+    boto3.client("sqs").purge_queue(QueueUrl=stack.drain_queue)  # its work was done
+    ec2.start_instances(InstanceIds=[instance])
+
+    # When it is terminated outside the hooks (a new event, of its own id)
+    ec2.terminate_instances(InstanceIds=[instance])
+    terminated = ec2_event("eventbridge-instance-stopped.json", instance, state="terminated")
+    terminated["id"] = "5d0c7e0a-95b3-4c4c-9d0e-6a2f1b8e7c31"
+    intake_fn.handler(terminated, LambdaContext())
+
+    # Then its lifecycle starts over under the new event (not dropped as a duplicate of the first), and its
+    # slot and annotations are freed at once
+    (again,) = records()
+    assert (again["token"], again["step"], int(again["seq"])) == (
+        terminated["id"],
+        "forget-node",
+        int(first["seq"]) + 1,
+    )
+    assert [(m["step"], m["seq"]) for m in work(stack.drain_queue)] == [("forget-node", int(again["seq"]))]
+    # while the same event delivered again is still a duplicate
+    intake_fn.handler(terminated, LambdaContext())
+    assert len(work(stack.drain_queue)) == 1
+
+
 def test_a_state_change_that_comes_after_the_instance_is_running_again_changes_nothing(
     intake_fn: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str]
 ) -> None:
