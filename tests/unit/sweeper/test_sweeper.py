@@ -231,6 +231,26 @@ def test_an_overdue_action_is_settled_by_the_last_sweep_that_comes_before_its_gl
     assert early.autoscaling.completed == []
 
 
+def test_the_sweeper_settles_nothing_from_a_list_that_lags_behind_the_lifecycle() -> None:
+    # Given a lifecycle near its action's global timeout that the index still lists as overdue at EVICT, while
+    # the engine has meanwhile moved it on (its launch gate found the node Ready; the index lags)
+    repair = Repair()
+    listed = make_record(PLAN, Step.EVICT, node="n1")
+    repair.clock.current = listed.global_deadline - MARGIN
+    listed = kept_alive(repair.autoscaling, listed, repair.clock.now() - INTERVAL)
+    moved = listed.model_copy(
+        update={"seq": listed.seq + 1, "step": Step.COMPLETE, "due_at": repair.clock.now()}
+    )
+    repair.records.create(moved)
+
+    # When the sweeper works from the lagging list
+    counts = repair.part()([listed], repair.clock.now())
+
+    # Then it completes nothing with its failure result: the lifecycle is the engine's
+    assert repair.autoscaling.completed == []
+    assert counts["LifecyclesSettled"] == 0
+
+
 def test_an_action_already_decided_is_completed_by_the_sweeper_with_its_own_result() -> None:
     # Given a launch whose node was found Ready (result CONTINUE decided) but whose completion message was
     # lost until shortly before the global timeout, on a stack whose failure result is ABANDON

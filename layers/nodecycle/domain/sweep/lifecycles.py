@@ -139,6 +139,11 @@ class LifecycleRepair:
         return now >= record.global_deadline - self._interval - 2 * self._margin
 
     def _settle(self, record: LifecycleRecord, now: datetime) -> bool:
+        # The list comes from an index that lags: read the lifecycle as it is before completing its action,
+        # which no conditional write could undo. One the engine has moved on is the engine's.
+        current = self._records.get(record.id)
+        if current is None or current.seq != record.seq:
+            return False
         log.error(
             "lifecycle %s at %s is overdue near its global timeout: completing it now", record.id, record.step
         )
