@@ -8,14 +8,21 @@ from pathlib import Path
 
 import pytest
 
-from nodecycle_sandbox.chaos.mutations import MUTATIONS, check_mutation
-
-pytestmark = pytest.mark.slow
+from nodecycle_sandbox.chaos.mutations import MUTATIONS, Mutation, check_mutation, mutated_layer
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = 3  # the first seed whose first three scenarios are three kinds, two owners among them
 
 
+@pytest.mark.parametrize("mutation", MUTATIONS, ids=lambda m: m.name)
+def test_every_planted_bug_still_applies_to_the_product_as_it_is(mutation: Mutation) -> None:
+    # The patches are textual: a change to the code they patch must not leave one that no longer applies
+    # (the mutation check would only find out when it runs, after a long campaign)
+    with mutated_layer(ROOT, mutation) as layer:
+        assert "MUTATION" in (layer / mutation.file).read_text()
+
+
+@pytest.mark.slow
 def test_a_product_whose_budget_check_is_removed_is_caught() -> None:
     # Given a copy of the product whose budget admits every node
     mutation = next(m for m in MUTATIONS if m.name == "budget-check-removed")

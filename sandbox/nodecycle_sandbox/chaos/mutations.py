@@ -42,15 +42,16 @@ MUTATIONS = (
         "complete-before-drained",
         "the drain goes on to completion as soon as it starts, pods or not",
         "nodecycle/domain/drain/steps.py",
-        "        left = podfilter.remaining(pods)\n        if not left:",
-        "        left = podfilter.remaining(pods)\n        if True:  # MUTATION: completion before the drain ends",
+        "        stuck, why = self._stuck(node, left, now)\n        if len(stuck) == len(left):",
+        "        stuck, why = self._stuck(node, left, now)\n        if True:  # MUTATION: completion before the drain ends",
     ),
     Mutation(
         "sweeper-stale-always",
         "the sweeper judges every budget entry of its owner stale",
         "nodecycle/domain/sweep/budget_entries.py",
-        "        def is_stale(entry: Holder | Waiter) -> bool:\n",
-        "        def is_stale(entry: Holder | Waiter) -> bool:\n            return True  # MUTATION: stale check always true\n",
+        "        def stale(entries: Sequence[Holder | Waiter]) -> set[str]:\n",
+        "        def stale(entries: Sequence[Holder | Waiter]) -> set[str]:\n"
+        "            return {entry.record_id for entry in entries}  # MUTATION: stale check always true\n",
     ),
     Mutation(
         "ownership-skipped",
