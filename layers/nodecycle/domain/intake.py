@@ -113,29 +113,22 @@ class Intake:
             self._metrics.count("LifecycleActionsIgnored")
             return IntakeOutcome.UNMANAGED
         self._metrics.count("DisruptionsReceived", cause=event.cause.short)
-        if event.delivery != "eventbridge" and not self._confirmed(event, facts):
+        by_queue = event.delivery != "eventbridge"
+        if (by_queue or event.cause is Transition.STATE_CHANGE) and not self._confirmed(event, facts):
             # Only AWS can put an event with an aws.* source on EventBridge; anyone allowed to send to the
-            # intake queue can send its shape. Disrupt nothing EC2 does not confirm.
+            # intake queue can send its shape. Disrupt nothing EC2 does not confirm. A state change is checked
+            # whichever way it came: a true one can come late (Lambda retries an event for hours), when the
+            # instance runs again, and freeing its slot or address then would take them from a live node.
+            reason = "unconfirmed" if by_queue else "stale"
             log.warning(
-                "dropped: a %s of %s came by the queue and EC2 does not confirm it",
+                "dropped (%s): a %s of %s came by %s and EC2 does not confirm it (its state: %s)",
+                reason,
                 event.cause.short,
                 event.instance_id,
-            )
-            self._metrics.count("LifecycleEventsRejected", reason="unconfirmed")
-            return IntakeOutcome.UNCONFIRMED
-        if (
-            event.cause is Transition.STATE_CHANGE
-            and event.delivery == "eventbridge"
-            and not self._confirmed(event, facts)
-        ):
-            # A true event, but late (Lambda retries an event for hours): the instance runs again, and freeing
-            # its slot or releasing its address now would take them from a live node. EC2's state decides.
-            log.warning(
-                "dropped: a state change of %s came late; EC2 says it is %s now",
-                event.instance_id,
+                "the queue" if by_queue else "EventBridge",
                 facts.state,
             )
-            self._metrics.count("LifecycleEventsRejected", reason="stale")
+            self._metrics.count("LifecycleEventsRejected", reason=reason)
             return IntakeOutcome.UNCONFIRMED
         plan = disruption_plan(event, self._plan)
         if not plan:
