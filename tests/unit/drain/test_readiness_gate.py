@@ -15,8 +15,8 @@ from tests.unit.drain.test_drain_steps import NODE, FakeCluster, launching, node
 
 @dataclass
 class LookupsCluster(FakeCluster):
-    """Finds a node as the adapter does: by the DNS name at every look, by provider id only when a scan is
-    allowed; records which looks were scans."""
+    """Finds a node as FakeCluster does (as the adapter: by the DNS name at every look, by provider id only
+    when a scan is allowed); records which looks were scans."""
 
     looks: list[bool] = field(default_factory=list)
 
@@ -24,10 +24,7 @@ class LookupsCluster(FakeCluster):
         self, instance_id: str, private_dns_name: str | None, *, scan: bool = True
     ) -> NodeInfo | None:
         self.looks.append(scan)
-        by_name = self.nodes.get(private_dns_name or "")
-        if by_name is not None or not scan:
-            return by_name
-        return next((n for n in self.nodes.values() if n.instance_id == instance_id), None)
+        return super().find_node(instance_id, private_dns_name, scan=scan)
 
 
 class Dns:

@@ -46,7 +46,7 @@ def make_record(plan: tuple[Step, ...], step: Step | None = None, **changes: obj
 def kept_alive(autoscaling: FakeAutoscaling, record: LifecycleRecord, at: datetime) -> LifecycleRecord:
     """``record`` and Auto Scaling as a long lifecycle leaves them: its last heartbeat accepted at ``at``."""
     autoscaling.kept_alive(record.token, at)
-    return record.model_copy(update={"heartbeat_deadline": at + timedelta(seconds=record.heartbeat_timeout)})
+    return record.renewed(at)
 
 
 @dataclass
