@@ -150,6 +150,23 @@ def test_a_release_wakes_as_many_of_its_own_waiters_as_there_is_room_for(make_bu
     assert second == ["rec-b3"]
 
 
+def test_a_release_wakes_only_the_waiters_it_made_eligible(make_budget: BudgetFactory) -> None:
+    # Given two holders of 2 slots and two waiters; the first release woke w1, whose wake-up is still queued
+    budget = make_budget("2", None)
+    for name in ("n1", "n2", "w1", "w2"):
+        budget.acquire(slot(name))
+    assert budget.release("n1", "rec-n1") == ["rec-w1"]
+
+    # When the second holder releases before w1 has taken its slot
+    woken = budget.release("n2", "rec-n2")
+
+    # Then only w2 is woken: w1 was woken by the first release (at 300 nodes, waking every eligible waiter on
+    # every release sent a dozen wake-ups per hand-over, and the drain queue they flooded delayed them all)
+    assert woken == ["rec-w2"]
+    assert budget.acquire(slot("w1")).granted
+    assert budget.acquire(slot("w2")).granted
+
+
 def test_a_repeated_release_still_returns_the_waiters_to_wake(make_budget: BudgetFactory) -> None:
     # Given a release whose wake-up message was lost in a crash
     budget = make_budget("1", None)

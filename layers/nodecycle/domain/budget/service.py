@@ -72,9 +72,9 @@ class DisruptionBudget:
         By lifecycle, never by node name alone: node names are reused (a recycled private IP), and a late
         cleanup of an old lifecycle must not free the slot of a new one on a node of the same name.
 
-        Returns the record ids of this owner's waiters that are eligible now, in order: wake them. A
-        repeated release removes nothing and still returns them, so a crash before the wake-up is repaired
-        by the redelivery.
+        Returns the record ids of this owner's waiters that this release made eligible, in order: wake them.
+        A repeated release removes nothing and returns every eligible waiter of this owner, so a crash
+        before the wake-up is repaired by the redelivery.
         """
         limits = self._own_limits()
 
@@ -83,7 +83,7 @@ class DisruptionBudget:
                 return current, []
             now = self._clock.now()
             live = rules.prune(current, now)
-            doc, holder, _ = rules.release(
+            doc, holder, waiter = rules.release(
                 live, node, self._owner, now=now, ttl=self._ttl, record_id=record_id
             )
             other = live.holder(node)
@@ -95,7 +95,15 @@ class DisruptionBudget:
                     other.record_id,
                     record_id,
                 )
-            return self._finish(current, doc, limits, self._wake_list(doc, limits))
+            wake = self._wake_list(doc, limits)
+            if holder is not None or waiter is not None:
+                # Only those this release made eligible: the others were eligible before it, and whoever made
+                # them so woke them (their wake-up may still be queued), or their own retry finds the slot.
+                # Waking every eligible waiter on every release re-woke each queued one again and again: at
+                # 300 nodes a dozen wake-ups per hand-over, flooding the drain queue that carries them.
+                before = set(self._wake_list(live, limits))
+                wake = [record for record in wake if record not in before]
+            return self._finish(current, doc, limits, wake)
 
         return self._write(mutate)
 
