@@ -30,11 +30,6 @@ def budget_for(nodes: int) -> Budget:
     return Budget(total=max(4, nodes // 8), per_zone=max(2, nodes // 24))
 
 
-def target_for(nodes: int) -> float:
-    """The design's: within 5% of the lower bound at 30 nodes, 10% at 300."""
-    return 1.05 if nodes <= 30 else 1.10
-
-
 @dataclass(frozen=True)
 class Ordered:
     nodes: int
@@ -79,7 +74,7 @@ def result(found: list[Ordered]) -> Result:
     details = []
     for ordered in found:
         name = f"refresh {ordered.nodes} nodes, {ordered.budget.total}/{ordered.budget.per_zone}"
-        target = target_for(ordered.nodes)
+        target = refresh.target_for(ordered.nodes)
         rows.append(
             Row(
                 f"{name}: makespan vs lower bound",

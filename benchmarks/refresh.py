@@ -30,10 +30,22 @@ from benchmarks.schedule import (
     lower_bound,
 )
 from nodecycle_sandbox.aws.group import wait_for
-from nodecycle_sandbox.aws.records import TERMINATING
+from nodecycle_sandbox.aws.records import TERMINATING, ActionRecord
+from nodecycle_sandbox.checks import (
+    completed_before_drained,
+    cordon_peaks,
+    pdb_breaches,
+    released_at,
+    unsettled,
+)
 from nodecycle_sandbox.kube import HistoryEntry
 
-TARGET_RATIO = 1.10  # design: within 10% of the ideal schedule
+
+def target_for(nodes: int) -> float:
+    """The design's, against the lower bound: within 5% at 30 nodes (and fewer), 10% above."""
+    return 1.05 if nodes <= 30 else 1.10
+
+
 # (name, replicas per node, shutdown seconds, PodDisruptionBudget): a web tier, an API, slow workers. The
 # shutdown times fall between the drain's polls, as real ones do, rather than on whole seconds.
 DEPLOYMENTS: tuple[tuple[str, float, float, dict[str, Any] | None], ...] = (
@@ -131,10 +143,30 @@ def run(settings: Settings, log_dir: Path) -> RefreshRun:
     found = drains(history, actions)
     if len(found) != len(old):
         raise RuntimeError(f"{len(found)} of {len(old)} old nodes were cordoned and completed")
+    broken = broken_rules(history, actions, settings.budget)
+    if broken:  # a refresh that beat its ideal by breaking the rules measures nothing
+        raise RuntimeError("the refresh broke the rules it is timed under: " + "; ".join(broken))
     writes = budget_writes(history)
     cordons = {drain.node: drain.cordoned_at for drain in found}
     emptied = {drain.node: at for drain in found if (at := emptied_at(history, drain)) is not None}
     return RefreshRun(settings, found, writes, cordons, emptied, timeline.duration, steps, sampled)
+
+
+def broken_rules(history: list[HistoryEntry], actions: list[ActionRecord], budget: Budget) -> list[str]:
+    """What the sandbox's own records say was wrong with the refresh: more nodes cordoned at once than the
+    budget allows (in all, in a zone), an action completed with pods left on its node or not completed (by a
+    call, before its global timeout), a PodDisruptionBudget breached. Empty when the run was fair."""
+    peak, zones = cordon_peaks(history, released_at(history, actions))
+    broken = [f"{peak} nodes cordoned at once (budget {budget.total})"] if peak > budget.total else []
+    broken += [
+        f"{count} nodes cordoned at once in zone {zone} (budget {budget.per_zone})"
+        for zone, count in zones.items()
+        if count > budget.per_zone
+    ]
+    broken += [f"completed with pods left: {early}" for early in completed_before_drained(history, actions)]
+    broken += unsettled(actions)
+    broken += [f"PDB {b.budget} at {b.healthy} healthy of {b.desired}" for b in pdb_breaches(history)]
+    return broken
 
 
 def _step_run(invocation: Any) -> StepRun:
@@ -173,20 +205,21 @@ def result(run: RefreshRun) -> Result:
     short = (
         f"refresh {settings.nodes} nodes, {budget.total}/{budget.per_zone}"  # the rows' names: one per setup
     )
-    # The ideal the design sets is the drains packed into the budget's slots as its rules hand them out
-    # (first come, first served, work-conserving) with no delay: the greedy schedule in arrival order. The
-    # lower bound packs them as if drains could be split and reordered at will: shown, with no target, to
-    # say how much a different order could gain (see benchmarks/README.md).
+    # The design's target is against the lower bound (the drains packed in the best order, as if they could
+    # be split): no order beats it. The greedy schedule in arrival order (first come, first served, with no
+    # hand-over delay) is shown beside it, with no target: being close to it says the hand-overs are fast,
+    # not that the order is good (see benchmarks/README.md).
+    target = target_for(settings.nodes)
     rows = [
+        Row(f"{name} vs ideal packing (arrival order)", makespan, greedy, "s", "-"),
         Row(
-            f"{name} vs ideal packing (arrival order)",
+            f"{name} vs lower bound (any order)",
             makespan,
-            greedy,
+            bound,
             "s",
-            f"<= {TARGET_RATIO:.2f}",
-            makespan <= greedy * TARGET_RATIO,
+            f"<= {target:.2f}",
+            makespan <= target * bound,
         ),
-        Row(f"{name} vs lower bound (any order)", makespan, bound, "s", "-"),
         Row(
             f"{short}: usable slot-seconds idle while nodes waited, of all slot-seconds",
             lost,

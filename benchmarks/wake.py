@@ -109,7 +109,12 @@ def result(run: RefreshRun) -> Result:
         for node in before.holder_nodes() - write.holder_nodes()
         if node in completions
     ]
+    # The rows above time only the releases a waiting node could take at once; the others (no eligible
+    # waiter in the budget yet, its intake or first step still to come) are in the refresh's idle rows.
+    freed = sum(len(before.holder_nodes() - after.holder_nodes()) for before, after in pairwise(run.writes))
     details = [
+        f"{freed} slots freed, of which {len(found)} while a node that could take it waited in the budget "
+        "(timed below and in the rows)",
         f"{len(found)} hand-overs; release -> grant: median {statistics.median(to_grant):.2f} s, "
         f"max {max(to_grant):.2f} s; grant -> cordon: median {statistics.median(to_cordon):.2f} s, "
         f"max {max(to_cordon):.2f} s",

@@ -6,8 +6,12 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.records import BudgetWrite, Drain, Entry, Limits
+from benchmarks.refresh import broken_rules
 from benchmarks.schedule import Budget, idle_gaps, idle_slot_seconds
 from benchmarks.wake import handovers
+from nodecycle_sandbox.aws.records import TERMINATING, ActionRecord
+from nodecycle_sandbox.kube import HistoryEntry
+from nodecycle_sandbox.kube.meta import ZONE_LABEL
 
 BUDGET = Budget(total=2, per_zone=2)
 LIMITS = {"a": Limits(total=2, per_zone=None, other_zone=2)}
@@ -41,3 +45,41 @@ def test_a_hand_over_counts_one_slot_from_its_holders_completion_to_the_next_cor
 
     # Then one: 0.5 s from the release to the cordon, 1 s of the slot doing nothing
     assert [(h.node, h.latency, h.idle) for h in found] == [("n2", pytest.approx(0.5), pytest.approx(1.0))]
+
+
+def _node(version: int, at: float, name: str, *, cordoned: bool) -> HistoryEntry:
+    node = {
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {ZONE_LABEL: "z"}},
+        "spec": {"unschedulable": cordoned, "providerID": f"aws:///z/i-{name}"},
+    }
+    return HistoryEntry(version, at, "patch", "nodes", "", name, "test", False, node)
+
+
+def _completed(name: str, at: float) -> ActionRecord:
+    return ActionRecord(
+        f"t-{name}", "g", "h", f"i-{name}", TERMINATING, "ABANDON", 300.0, 3000.0, 0.0,
+        finished_at=at, result="CONTINUE", outcome="completed",
+    )  # fmt: skip
+
+
+def test_a_refresh_that_drained_more_nodes_at_once_than_its_budget_is_not_measured() -> None:
+    # Given n1 and n2 cordoned together (from 1 and 2 s, completed at 5 and 6 s) under a budget of 1
+    history = [
+        _node(1, 0.0, "n1", cordoned=False),
+        _node(2, 0.0, "n2", cordoned=False),
+        _node(3, 1.0, "n1", cordoned=True),
+        _node(4, 2.0, "n2", cordoned=True),
+    ]
+    actions = [_completed("n1", 5.0), _completed("n2", 6.0)]
+
+    # When the run is checked against its rules, Then the breach is named, in all and in the zone
+    assert broken_rules(history, actions, Budget(total=1, per_zone=1)) == [
+        "2 nodes cordoned at once (budget 1)",
+        "2 nodes cordoned at once in zone z (budget 1)",
+    ]
+    # ...and the same run under a budget of 2 was fair
+    assert broken_rules(history, actions, Budget(total=2, per_zone=2)) == []
+    # ...as one where n2 was cordoned only once n1's action was completed (its slot given back)
+    later = [*history[:3], _node(4, 5.5, "n2", cordoned=True)]
+    assert broken_rules(later, actions, Budget(total=1, per_zone=1)) == []
