@@ -9,6 +9,7 @@ import json
 import os
 import platform
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -184,6 +185,8 @@ def save(rows: list[Row], about: str, argv: list[str] | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # from the command line too (argv None): save() tells a partial run (--only) by its arguments
+    argv = sys.argv[1:] if argv is None else argv
     args = parse(argv)
     began = time.monotonic()
     about = machine()

@@ -38,6 +38,7 @@ HOOK_TIMEOUTS = (300, 600, 3600)  # a short hook, the README's example, Auto Sca
 # Seconds into the hour during which every heartbeat is throttled: over the first heartbeat a 600 s hook needs
 # (330 s in) and until a minute before its deadline.
 THROTTLED = (300, 540)
+VERIFICATION = 1  # the engine's heartbeat before the first disruptive step: proof that the action is real
 PLAN = (Step.ACQUIRE_SLOT, Step.CORDON, Step.EVICT, Step.COMPLETE, Step.CLEANUP, Step.DONE)
 # The template's defaults, through the product's own settings and wiring.
 _ENV = {
@@ -152,8 +153,10 @@ class Waited:
 
     @property
     def minimum_heartbeats(self) -> int:
-        """What the deadline needs: a step can only heartbeat when it runs, so the first heartbeat comes one
-        retry before ``timeout - margin - one fault`` and the next ones one such window apart."""
+        """What the design needs: the one heartbeat that confirms the action is Auto Scaling's before the
+        first disruptive step (a forged or replayed message touches nothing), and what the deadline needs: a
+        step can only heartbeat when it runs, so the first keep-alive comes one retry before ``timeout -
+        margin - one fault`` and the next ones one such window apart."""
         timing = self.timing
         window = (
             self.heartbeat_timeout
@@ -162,7 +165,7 @@ class Waited:
         )
         if window <= 0:
             return self.runs
-        return math.floor((self.hours * 3600 - window) / window) + 1
+        return VERIFICATION + math.floor((self.hours * 3600 - window) / window) + 1
 
 
 def timing() -> EngineTiming:
