@@ -203,6 +203,20 @@ def test_an_instance_gone_outside_the_hooks_is_forgotten_and_its_slot_goes_to_th
     assert blue.forget("blue", "i-n1") == ["rec-n2"]
 
 
+def test_instances_gone_one_after_another_wake_only_the_waiters_each_made_eligible(
+    make_budget: BudgetFactory,
+) -> None:
+    # Given two holders of 2 slots and two waiters; the first instance gone woke w1, still queued
+    budget = make_budget("2", None)
+    for name in ("n1", "n2", "w1", "w2"):
+        budget.acquire(slot(name))
+    assert budget.forget("blue", "i-n1") == ["rec-w1"]
+
+    # When the second holder's instance goes too (a Spot interruption takes many at once)
+    # Then only w2 is woken, not w1 again
+    assert budget.forget("blue", "i-n2") == ["rec-w2"]
+
+
 def test_no_owner_releases_or_takes_a_slot_another_owner_holds(
     make_budget: BudgetFactory, store: MemoryBudgetStore
 ) -> None:

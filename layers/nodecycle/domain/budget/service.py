@@ -95,21 +95,15 @@ class DisruptionBudget:
                     other.record_id,
                     record_id,
                 )
-            wake = self._wake_list(doc, limits)
-            if holder is not None or waiter is not None:
-                # Only those this release made eligible: the others were eligible before it, and whoever made
-                # them so woke them (their wake-up may still be queued), or their own retry finds the slot.
-                # Waking every eligible waiter on every release re-woke each queued one again and again: at
-                # 300 nodes a dozen wake-ups per hand-over, flooding the drain queue that carries them.
-                before = set(self._wake_list(live, limits))
-                wake = [record for record in wake if record not in before]
-            return self._finish(current, doc, limits, wake)
+            removed = holder is not None or waiter is not None
+            return self._finish(current, doc, limits, self._newly_eligible(live, doc, limits, removed))
 
         return self._write(mutate)
 
     def forget(self, owner: str, instance_id: str) -> list[str]:
         """Remove this owner's entries of an instance that is gone (stopped or terminated outside the
-        hooks), whichever lifecycle holds them; the record ids of this owner's waiters eligible now."""
+        hooks), whichever lifecycle holds them; the record ids of this owner's waiters to wake, as for
+        :meth:`release`."""
         if owner != self._owner:
             raise ValueError(f"owner {owner!r} asked the budget of {self._owner!r} to forget an instance")
         limits = self._own_limits()
@@ -118,12 +112,13 @@ class DisruptionBudget:
             if current is None:
                 return current, []
             now = self._clock.now()
-            doc = rules.prune(current, now)
-            for entry in [e for e in doc.entries() if e.owner == owner and e.instance_id == instance_id]:
+            live = doc = rules.prune(current, now)
+            gone = [e for e in doc.entries() if e.owner == owner and e.instance_id == instance_id]
+            for entry in gone:
                 doc, _, _ = rules.release(
                     doc, entry.node, owner, now=now, ttl=self._ttl, record_id=entry.record_id
                 )
-            return self._finish(current, doc, limits, self._wake_list(doc, limits))
+            return self._finish(current, doc, limits, self._newly_eligible(live, doc, limits, bool(gone)))
 
         return self._write(mutate)
 
@@ -232,6 +227,21 @@ class DisruptionBudget:
             for w in rules.eligible_waiters(with_limits, self._clock.now())
             if w.owner == self._owner
         ]
+
+    def _newly_eligible(
+        self, before: BudgetDocument, after: BudgetDocument, limits: OwnerLimits, removed: bool
+    ) -> list[str]:
+        """This owner's waiters to wake after a write that removed entries (``removed``): those it made
+        eligible. The others were eligible before it, and whoever made them so woke them (their wake-up may
+        still be queued), or their own retry finds the slot. Waking every eligible waiter on every release
+        re-woke each queued one again and again: at 300 nodes a dozen wake-ups per hand-over, flooding the
+        drain queue that carries them. A write that removed nothing (a repeated release, after a crash
+        before its wake-ups) wakes every eligible waiter, so that the redelivery repairs the crash."""
+        wake = self._wake_list(after, limits)
+        if not removed:
+            return wake
+        already = set(self._wake_list(before, limits))
+        return [record for record in wake if record not in already]
 
     def _finish[T](
         self, current: BudgetDocument, doc: BudgetDocument, limits: OwnerLimits, result: T
