@@ -228,8 +228,8 @@ def result(found: Bursts) -> Result:
         f"launches: invocations {launches.invocations}",
         *launches.load,
         f"terminations: invocations {terminations.invocations}; {contention.decisions} slot decisions in "
-        f"{contention.seconds:.1f} s (first decision -> last node in the budget), {contention.conflicts} conflicts (409), {contention.configmap_requests} "
-        f"ConfigMap requests",
+        f"{contention.seconds:.1f} s (first decision -> last node in the budget), {contention.conflicts} "
+        f"conflicts (409), {contention.configmap_requests} ConfigMap requests",
         *terminations.load,
     ]
     return Result(f"bursts of {n} lifecycle actions", rows, details)

@@ -16,10 +16,10 @@ difference being the platform of the compiled wheels.
 
 For comparison, the same imports without the .pyc files (``-X pycache_prefix`` pointing at an empty
 directory: every module compiled as it is imported, as from the layer before), and the floor set by the
-dependencies every function imports: boto3, pydantic's BaseModel, and powertools' Logger, Metrics and Tracer (which
-imports the X-Ray SDK and patches botocore: the template's default is Tracing=Active). The intake and drain
-functions are measured once more as deployed with Tracing=PassThrough, where no Tracer is built
-(``nodecycle/observability.py``).
+dependencies every function imports: boto3, pydantic's BaseModel, and powertools' Logger, Metrics and
+Tracer (which imports the X-Ray SDK and patches botocore: the template's default is Tracing=Active). The
+intake and drain functions are measured once more as deployed with Tracing=PassThrough, where no Tracer is
+built (``nodecycle/observability.py``).
 """
 
 from __future__ import annotations

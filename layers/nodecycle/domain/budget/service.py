@@ -83,7 +83,7 @@ class DisruptionBudget:
                 return current, []
             now = self._clock.now()
             live = rules.prune(current, now)
-            doc, holder, waiter = rules.release(
+            doc, holder, _ = rules.release(
                 live, node, self._owner, now=now, ttl=self._ttl, record_id=record_id
             )
             other = live.holder(node)
@@ -95,8 +95,7 @@ class DisruptionBudget:
                     other.record_id,
                     record_id,
                 )
-            removed = holder is not None or waiter is not None
-            return self._finish(current, doc, limits, self._newly_eligible(live, doc, limits, removed))
+            return self._finish(current, doc, limits, self._newly_eligible(live, doc, limits))
 
         return self._write(mutate)
 
@@ -113,12 +112,11 @@ class DisruptionBudget:
                 return current, []
             now = self._clock.now()
             live = doc = rules.prune(current, now)
-            gone = [e for e in doc.entries() if e.owner == owner and e.instance_id == instance_id]
-            for entry in gone:
+            for entry in [e for e in doc.entries() if e.owner == owner and e.instance_id == instance_id]:
                 doc, _, _ = rules.release(
                     doc, entry.node, owner, now=now, ttl=self._ttl, record_id=entry.record_id
                 )
-            return self._finish(current, doc, limits, self._newly_eligible(live, doc, limits, bool(gone)))
+            return self._finish(current, doc, limits, self._newly_eligible(live, doc, limits))
 
         return self._write(mutate)
 
@@ -229,16 +227,17 @@ class DisruptionBudget:
         ]
 
     def _newly_eligible(
-        self, before: BudgetDocument, after: BudgetDocument, limits: OwnerLimits, removed: bool
+        self, before: BudgetDocument, after: BudgetDocument, limits: OwnerLimits
     ) -> list[str]:
-        """This owner's waiters to wake after a write that removed entries (``removed``): those it made
-        eligible. The others were eligible before it, and whoever made them so woke them (their wake-up may
-        still be queued), or their own retry finds the slot. Waking every eligible waiter on every release
-        re-woke each queued one again and again: at 300 nodes a dozen wake-ups per hand-over, flooding the
-        drain queue that carries them. A write that removed nothing (a repeated release, after a crash
-        before its wake-ups) wakes every eligible waiter, so that the redelivery repairs the crash."""
+        """This owner's waiters to wake after ``before`` became ``after`` by removing entries: those the
+        removal made eligible. The others were eligible before it, and whoever made them so woke them (their
+        wake-up may still be queued), or their own retry finds the slot. Waking every eligible waiter on
+        every release re-woke each queued one again and again: at 300 nodes a dozen wake-ups per hand-over,
+        flooding the drain queue that carries them. When nothing was removed (a repeated release, after a
+        crash before its wake-ups: ``rules.release`` returns the document it was given), every eligible
+        waiter is woken, so that the redelivery repairs the crash."""
         wake = self._wake_list(after, limits)
-        if not removed:
+        if after is before:
             return wake
         already = set(self._wake_list(before, limits))
         return [record for record in wake if record not in already]
