@@ -28,7 +28,7 @@ from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import Worker
 from nodecycle.domain.model import ActionRef, LifecycleRecord, Step, Transition, global_deadline
 from nodecycle.domain.policy import ActionResult
-from nodecycle.domain.ports.lifecycle import WorkMessage
+from nodecycle.domain.ports.lifecycle import Hook, WorkMessage
 from nodecycle.settings import DrainSettings
 from nodecycle.wiring.common import common
 
@@ -122,7 +122,7 @@ class _Autoscaling:
     def complete(self, action: ActionRef, result: ActionResult) -> bool:
         raise AssertionError("a waiter completes nothing")
 
-    def heartbeat_timeout(self, group: str, hook: str) -> int | None:
+    def hook(self, group: str, name: str) -> Hook | None:
         return None
 
     def group_tags(self, group: str) -> dict[str, str] | None:

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from nodecycle.domain.flow import Worker
 from nodecycle.domain.model import ActionRef, LifecycleRecord
 from nodecycle.domain.policy import ActionResult
-from nodecycle.domain.ports.lifecycle import WorkMessage
+from nodecycle.domain.ports.lifecycle import Hook, WorkMessage
 
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 
@@ -99,7 +99,7 @@ class FakeAutoscaling:
     ``clock`` (give it the test's own)."""
 
     issued: dict[str, str | None] = field(default_factory=lambda: {"token": None})
-    heartbeat_timeouts: dict[tuple[str, str], int] = field(default_factory=dict)
+    hooks: dict[tuple[str, str], Hook] = field(default_factory=dict)  # (group, name) -> the hook
     tags: dict[str, dict[str, str]] = field(default_factory=dict)
     completed: list[tuple[ActionRef, ActionResult]] = field(default_factory=list)
     heartbeats: list[ActionRef] = field(default_factory=list)
@@ -152,8 +152,8 @@ class FakeAutoscaling:
             and self.clock.now() <= self.expires_at(action.token)
         )
 
-    def heartbeat_timeout(self, group: str, hook: str) -> int | None:
-        return self.heartbeat_timeouts.get((group, hook))
+    def hook(self, group: str, name: str) -> Hook | None:
+        return self.hooks.get((group, name))
 
     def group_tags(self, group: str) -> dict[str, str] | None:
         return self.tags.get(group)

@@ -13,11 +13,11 @@ All come as EventBridge events (invoking intake directly, or delivered as an SQS
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime, timedelta
+from datetime import timedelta
 from email.utils import parsedate_to_datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
 
 from nodecycle.contracts.eventbridge import EventBridgeEnvelope
 from nodecycle.contracts.lifecycle_events import INSTANCE_ID, InvalidLifecycleEvent, validate
@@ -78,7 +78,7 @@ class _HealthDetail(BaseModel):
     service: str
     eventTypeCategory: str
     eventTypeCode: str
-    startTime: Annotated[datetime, BeforeValidator(_health_time)]
+    startTime: Annotated[AwareDatetime, BeforeValidator(_health_time)]
     affectedEntities: list[_Entity] = Field(default_factory=list)
 
 

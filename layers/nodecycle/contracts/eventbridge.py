@@ -7,10 +7,9 @@ with it, about 0.07-0.1 s of CPU on every cold start of the intake function (mea
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 
 class EventBridgeEnvelope(BaseModel):
@@ -22,7 +21,7 @@ class EventBridgeEnvelope(BaseModel):
     id: str
     source: str
     account: str
-    time: datetime
+    time: AwareDatetime  # EventBridge writes UTC with its Z; a time without a zone is not EventBridge's
     region: str
     resources: list[str]
     detail_type: str = Field(alias="detail-type")

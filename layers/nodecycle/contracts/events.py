@@ -3,12 +3,11 @@ disruptions without a hook (:mod:`.disruption_events`)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from nodecycle.contracts import disruption_events, lifecycle_events
-from nodecycle.contracts.lifecycle_events import InvalidLifecycleEvent, TestNotification
+from nodecycle.contracts.lifecycle_events import TestNotification
 from nodecycle.domain.model import DisruptionEvent, LifecycleEvent
 
 Received = LifecycleEvent | DisruptionEvent
@@ -23,11 +22,8 @@ def from_eventbridge(event: Mapping[str, Any], delivery: str = "eventbridge") ->
 def from_sqs_body(body: str) -> list[Received] | TestNotification:
     """A message of the intake queue: a hook notification, a test notification, or an EventBridge event
     (lifecycle action or disruption) that an SQS target delivered."""
-    try:
-        data = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise InvalidLifecycleEvent("malformed-json", f"body is not JSON: {error}") from None
+    data = lifecycle_events.load_json(body)
     if isinstance(data, dict) and disruption_events.is_disruption_event(data):
         return list(disruption_events.from_eventbridge(data, delivery="sqs-eventbridge"))
-    parsed = lifecycle_events.from_sqs_body(body)
+    parsed = lifecycle_events.from_sqs_data(data)
     return parsed if isinstance(parsed, TestNotification) else [parsed]

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from nodecycle.contracts.eventbridge import EventBridgeEnvelope
 from nodecycle.domain.model import LifecycleEvent, Transition
@@ -47,7 +47,7 @@ class TestNotification(BaseModel):
     Event: Literal["autoscaling:TEST_NOTIFICATION"]
     Service: str
     AutoScalingGroupName: str
-    Time: datetime | None = None
+    Time: AwareDatetime | None = None
     RequestId: str | None = None
 
 
@@ -93,7 +93,7 @@ class HookNotification(_LifecycleFields):
     """The body a hook targeted directly at an SQS queue sends."""
 
     Service: Literal["AWS Auto Scaling"]
-    Time: datetime
+    Time: AwareDatetime  # a time without its zone cannot be set against the hook's deadlines
     RequestId: str | None = None
     AccountId: str | None = None
 
@@ -123,11 +123,22 @@ def from_eventbridge(event: Mapping[str, Any], delivery: str = "eventbridge") ->
     return parsed.detail.normalized(parsed.time, delivery)
 
 
-def from_sqs_body(body: str) -> LifecycleEvent | TestNotification:
+def load_json(body: str) -> Any:
+    """The message body's JSON; :class:`InvalidLifecycleEvent` for anything the parser cannot read, nesting
+    too deep for it included (a RecursionError would otherwise fail the record as if it were retryable)."""
     try:
-        data = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        return json.loads(body)
+    except (ValueError, RecursionError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise InvalidLifecycleEvent("malformed-json", f"body is not JSON: {error}") from None
+
+
+def from_sqs_body(body: str) -> LifecycleEvent | TestNotification:
+    return from_sqs_data(load_json(body))
+
+
+def from_sqs_data(data: Any) -> LifecycleEvent | TestNotification:
+    """A message body already read as JSON: a hook notification, a test notification, or a lifecycle action
+    that an EventBridge rule with an SQS target delivered."""
     if not isinstance(data, dict):
         raise InvalidLifecycleEvent("unknown-shape", f"body is a JSON {type(data).__name__}, not an object")
     if "detail-type" in data or "source" in data:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
-from nodecycle.domain.ports.lifecycle import Autoscaling
+from nodecycle.domain.ports.lifecycle import Autoscaling, Hook
 from nodecycle.domain.ports.runtime import Clock
 
 log = logging.getLogger(__name__)
@@ -62,11 +62,11 @@ class ManagedGroups:
         return ours
 
 
-class HookTimeouts:
-    """Heartbeat timeouts of lifecycle hooks, read again once ``ttl`` has passed.
+class LifecycleHooks:
+    """Lifecycle hooks as Auto Scaling describes them, read again once ``ttl`` has passed.
 
-    A hook's timeout rarely changes, so a burst of actions costs one DescribeLifecycleHooks; but when an
-    operator lowers it, a warm container must not keep timing heartbeats by the old, longer value (the
+    A hook rarely changes, so a burst of actions costs one DescribeLifecycleHooks; but when an operator
+    lowers its timeout, a warm container must not keep timing heartbeats by the old, longer value (the
     action would expire mid-drain): the answer is trusted for ``ttl`` only, on the wall clock.
     """
 
@@ -74,17 +74,17 @@ class HookTimeouts:
         self._autoscaling = autoscaling
         self._clock = clock
         self._ttl = ttl
-        self._cache: dict[tuple[str, str], tuple[int, datetime]] = {}
+        self._cache: dict[tuple[str, str], tuple[Hook, datetime]] = {}
 
-    def heartbeat_timeout(self, group: str, hook: str) -> int | None:
-        key = (group, hook)
+    def get(self, group: str, name: str) -> Hook | None:
+        key = (group, name)
         now = self._clock.now()
         cached = self._cache.get(key)
         if cached is not None and now - cached[1] < self._ttl:
             return cached[0]
-        timeout = self._autoscaling.heartbeat_timeout(group, hook)
-        if timeout is None:
+        hook = self._autoscaling.hook(group, name)
+        if hook is None:
             self._cache.pop(key, None)
             return None
-        self._cache[key] = (timeout, now)
-        return timeout
+        self._cache[key] = (hook, now)
+        return hook

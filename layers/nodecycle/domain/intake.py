@@ -6,7 +6,7 @@ import logging
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from nodecycle.domain.catalog import OWNER_TAG, HookTimeouts, ManagedGroups
+from nodecycle.domain.catalog import OWNER_TAG, LifecycleHooks, ManagedGroups
 from nodecycle.domain.engine import MAX_DELAY
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import disruption_plan, plan_for, worker_of
@@ -34,6 +34,7 @@ class IntakeOutcome(StrEnum):
     UNKNOWN_INSTANCE = "unknown-instance"  # EC2 does not know the instance of a disruption
     UNCONFIRMED = "unconfirmed"  # a disruption that came by the queue and EC2 does not confirm
     UNKNOWN_HOOK = "unknown-hook"  # the hook no longer exists, so neither does the action
+    WRONG_HOOK = "wrong-hook"  # the event's transition is not its hook's: forged or broken
     EXPIRED = "expired"  # delivered after the action's global timeout
 
 
@@ -46,7 +47,7 @@ class Intake:
         records: RecordStore,
         queues: WorkQueues,
         groups: ManagedGroups,
-        hooks: HookTimeouts,
+        hooks: LifecycleHooks,
         autoscaling: Autoscaling,
         clock: Clock,
         metrics: Metrics,
@@ -74,11 +75,25 @@ class Intake:
             return IntakeOutcome.UNMANAGED
 
         self._metrics.count("LifecycleActionsReceived", transition=event.transition.short)
-        timeout = self._hooks.heartbeat_timeout(event.group, event.hook)
-        if timeout is None:
+        hook = self._hooks.get(event.group, event.hook)
+        if hook is None:
             log.warning("dropped: lifecycle hook %s of group %s does not exist", event.hook, event.group)
             self._metrics.count("LifecycleEventsRejected", reason="unknown-hook")
             return IntakeOutcome.UNKNOWN_HOOK
+        if hook.transition is not event.transition:
+            # A hook holds one transition. An event naming a terminate hook as a launch would plan a
+            # completion with CONTINUE, and with the token of a terminating instance's action Auto Scaling
+            # would accept it: the instance would go undrained. Only a forged or broken message says so.
+            log.warning(
+                "dropped: the event says %s but hook %s of group %s holds %s",
+                event.transition.short,
+                event.hook,
+                event.group,
+                hook.transition.short,
+            )
+            self._metrics.count("LifecycleEventsRejected", reason="wrong-hook")
+            return IntakeOutcome.WRONG_HOOK
+        timeout = hook.heartbeat_timeout
 
         window = int(self._retry_window.total_seconds())
         if timeout < window:
@@ -114,11 +129,13 @@ class Intake:
             return IntakeOutcome.UNMANAGED
         self._metrics.count("DisruptionsReceived", cause=event.cause.short)
         by_queue = event.delivery != "eventbridge"
-        if (by_queue or event.cause is Transition.STATE_CHANGE) and not self._confirmed(event, facts):
+        confirmed = self._confirmed(event, facts, by_queue)
+        if confirmed is None:
             # Only AWS can put an event with an aws.* source on EventBridge; anyone allowed to send to the
-            # intake queue can send its shape. Disrupt nothing EC2 does not confirm. A state change is checked
-            # whichever way it came: a true one can come late (Lambda retries an event for hours), when the
-            # instance runs again, and freeing its slot or address then would take them from a live node.
+            # intake queue can send its shape. Disrupt nothing EC2 does not confirm. What EC2 can confirm is
+            # checked whichever way it came: a true event can come late (Lambda retries an event for hours),
+            # when the instance runs again, and freeing its slot or address then would take them from a live
+            # node, or draining it would take a slot from the nodes that need one.
             reason = "unconfirmed" if by_queue else "stale"
             log.warning(
                 "dropped (%s): a %s of %s came by %s and EC2 does not confirm it (its state: %s)",
@@ -130,6 +147,7 @@ class Intake:
             )
             self._metrics.count("LifecycleEventsRejected", reason=reason)
             return IntakeOutcome.UNCONFIRMED
+        event = confirmed
         plan = disruption_plan(event, self._plan)
         if not plan:
             log.info("%s of %s: nothing for this stack to do", event.cause.short, event.instance_id)
@@ -163,18 +181,40 @@ class Intake:
             return True
         return facts.group is not None and self._groups.manages_group(facts.group)
 
-    def _confirmed(self, event: DisruptionEvent, facts: InstanceFacts) -> bool:
-        """What EC2 itself says of the disruption (instances is set: see accept_disruption)."""
+    def _confirmed(
+        self, event: DisruptionEvent, facts: InstanceFacts, by_queue: bool
+    ) -> DisruptionEvent | None:
+        """The event as EC2 itself confirms it; None when EC2 does not (instances is set: see
+        accept_disruption)."""
         assert self._instances is not None
         if event.cause is Transition.STATE_CHANGE:
-            return facts.state in ("stopping", "stopped", "shutting-down", "terminated")
+            return event if facts.state in ("stopping", "stopped", "shutting-down", "terminated") else None
         if event.cause is Transition.SPOT_INTERRUPTION:
-            return facts.spot_request is not None and self._instances.spot_interruption_noticed(
+            if not by_queue and self._clock.now() <= event.strikes_at:
+                # AWS's own, in time: acted on at once, the two minutes are short, and the Spot request's status
+                # may lag the warning. A late one is checked like any other.
+                return event
+            noticed = facts.spot_request is not None and self._instances.spot_interruption_noticed(
                 facts.spot_request
             )
+            return event if noticed else None
         if event.cause is Transition.SCHEDULED_CHANGE:
-            return bool(self._instances.scheduled_events(event.instance_id))
-        return False  # no EC2 API confirms a rebalance recommendation: it comes by EventBridge or not at all
+            # The maintenance is EC2's: its start is when EC2 says, not the message (which may be forged, or
+            # an older version of a rescheduled event). The earliest one is the one to be drained before.
+            scheduled = self._instances.scheduled_events(event.instance_id)
+            if not scheduled:
+                return None
+            starts = min(e.not_before for e in scheduled)
+            if starts != event.strikes_at:
+                log.info(
+                    "maintenance of %s starts at %s by EC2 (the event said %s)",
+                    event.instance_id,
+                    starts,
+                    event.strikes_at,
+                )
+            return event.model_copy(update={"strikes_at": starts})
+        # No EC2 API confirms a rebalance recommendation: it comes by EventBridge or not at all.
+        return None if by_queue else event
 
     def _store(self, record: LifecycleRecord, now: datetime) -> IntakeOutcome:
         if self._records.create(record):
@@ -183,14 +223,10 @@ class Intake:
             return IntakeOutcome.ACCEPTED
 
         known = self._records.get(record.id)
-        if (
-            known is not None
-            and known.finished
-            and known.transition is Transition.STATE_CHANGE
-            and known.token != record.token
-        ):
+        if known is not None and known.finished and self._anew(known, record):
             # One record per instance and cause: an instance stopped once (its lifecycle long over) and
-            # stopped or terminated again later is a new disruption, not a duplicate. Its lifecycle starts
+            # stopped or terminated again later is a new disruption, not a duplicate; so is maintenance EC2
+            # schedules after the last one was drained for. Its lifecycle starts
             # over under the new event, on the next seq (so a late message of the old one is stale).
             restarted = record.model_copy(update={"seq": known.seq + 1})
             if self._records.commit(restarted, expected_seq=known.seq):
@@ -202,6 +238,8 @@ class Intake:
                 )
                 return IntakeOutcome.ACCEPTED
             known = self._records.get(record.id)  # another delivery restarted it first
+        if known is not None and not known.finished and self._rescheduled(known, record, now):
+            return IntakeOutcome.ACCEPTED
         # A crash between the record's write and its first message leaves a record nobody works on: the
         # redelivery that follows the crash re-sends the message. Only when it is overdue, so that an
         # ordinary duplicate does not make a second unit of work.
@@ -212,6 +250,46 @@ class Intake:
         log.info("duplicate delivery of a known lifecycle action: nothing to do")
         self._metrics.count("LifecycleEventsDuplicate")
         return IntakeOutcome.DUPLICATE
+
+    @staticmethod
+    def _anew(known: LifecycleRecord, record: LifecycleRecord) -> bool:
+        """Whether ``record`` tells of another disruption than the finished ``known``. AWS Health sends an
+        event again (a new id) whenever it updates one; only a start EC2 moved makes it other maintenance."""
+        if known.transition is Transition.STATE_CHANGE:
+            return known.token != record.token
+        if known.transition is Transition.SCHEDULED_CHANGE:
+            return known.global_deadline != record.global_deadline
+        return False
+
+    def _rescheduled(self, known: LifecycleRecord, record: LifecycleRecord, now: datetime) -> bool:
+        """Maintenance EC2 moved earlier while its lifecycle waits (or drains): the lifecycle keeps its place
+        and its work, under the earlier start. Later starts change nothing: the node is drained in good time
+        for either. The step moves to a new seq, so that the message waiting for the old due time arrives
+        stale and the lifecycle still has one chain of work (as a resume does)."""
+        if (
+            known.transition is not Transition.SCHEDULED_CHANGE
+            or record.global_deadline >= known.global_deadline
+        ):
+            return False
+        moved = known.model_copy(
+            update={
+                "seq": known.seq + 1,
+                "token": record.token,
+                "updated_at": now,
+                "due_at": min(known.due_at, record.due_at),
+                "heartbeat_deadline": record.heartbeat_deadline,
+                "global_deadline": record.global_deadline,
+            }
+        )
+        if not self._records.commit(moved, expected_seq=known.seq):
+            return False  # another delivery moved it (or the lifecycle moved on): this one is a duplicate
+        self._send_first(moved)
+        log.info(
+            "maintenance of %s moved earlier, to %s: its lifecycle follows",
+            known.instance_id,
+            record.global_deadline,
+        )
+        return True
 
     def _new_record(self, event: LifecycleEvent, heartbeat_timeout: int, now: datetime) -> LifecycleRecord:
         plan = plan_for(event, self._plan)

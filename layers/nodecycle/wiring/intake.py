@@ -7,7 +7,7 @@ from datetime import timedelta
 from functools import cache
 
 from nodecycle.adapters.aws.instances import Ec2Instances
-from nodecycle.domain.catalog import HookTimeouts, ManagedGroups
+from nodecycle.domain.catalog import LifecycleHooks, ManagedGroups
 from nodecycle.domain.intake import Intake
 from nodecycle.domain.policy import EipMode, PlanPolicy
 from nodecycle.settings import IntakeSettings
@@ -46,7 +46,7 @@ def intake() -> Intake:
             autoscaling=ports.autoscaling,
             clock=ports.clock,
         ),
-        hooks=HookTimeouts(ports.autoscaling, ports.clock),
+        hooks=LifecycleHooks(ports.autoscaling, ports.clock),
         autoscaling=ports.autoscaling,
         clock=ports.clock,
         metrics=ports.metrics,

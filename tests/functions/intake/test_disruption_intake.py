@@ -11,6 +11,8 @@ from typing import Any
 
 import boto3
 import pytest
+from moto.core import DEFAULT_ACCOUNT_ID
+from moto.ec2.models import ec2_backends
 
 from nodecycle.domain.model import Step, Transition
 from tests.functions.intake.conftest import GROUP, make_group
@@ -190,22 +192,125 @@ def test_a_rebalance_recommendation_does_what_the_stack_says(
     assert [r["plan"] for r in records()] == ([] if plan is None else [plan])
 
 
+def schedule(instance: str, starts: datetime, code: str = "instance-retirement") -> None:
+    """EC2's side of scheduled maintenance: the event DescribeInstanceStatus lists for the instance (moto
+    answers the events its instance model carries, as the sandbox's emulation sets them)."""
+    model: Any = ec2_backends[DEFAULT_ACCOUNT_ID]["eu-west-1"].get_instance(instance)
+    model.events = [
+        *(getattr(model, "events", None) or []),
+        {
+            "InstanceEventId": f"instance-event-{len(getattr(model, 'events', None) or [])}",
+            "Code": code,
+            "Description": "The instance is running on degraded hardware",
+            "NotBefore": starts,
+            "NotAfter": starts + timedelta(hours=2),
+        },
+    ]
+
+
+def delayed(queue_url: str) -> int:
+    attributes = boto3.client("sqs").get_queue_attributes(
+        QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessagesDelayed"]
+    )["Attributes"]
+    return int(attributes["ApproximateNumberOfMessagesDelayed"])
+
+
+def health_event(instance: str, starts: datetime, event_id: str | None = None) -> dict[str, Any]:
+    event = load_event("eventbridge-health-scheduled-retirement.json")
+    event["detail"]["startTime"] = starts.strftime("%a, %d %b %Y %H:%M:%S GMT")
+    event["detail"]["affectedEntities"] = [{"entityValue": instance}]
+    if event_id is not None:
+        event["id"] = event_id
+    return event
+
+
 def test_scheduled_maintenance_is_drained_a_lead_time_before_it_starts(
     intake_fn: ModuleType, stack: Stack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given an instance whose retirement AWS Health scheduled for three hours from now, and a one-hour lead
     monkeypatch.setenv("NODECYCLE_MAINTENANCE_LEAD_MINUTES", "60")
     instance = launch()
-    event = load_event("eventbridge-health-scheduled-retirement.json")
     starts = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=3)
-    event["detail"]["startTime"] = starts.strftime("%a, %d %b %Y %H:%M:%S GMT")
-    event["detail"]["affectedEntities"] = [{"entityValue": instance}]
+    schedule(instance, starts)
 
     # When intake receives it
-    intake_fn.handler(event, LambdaContext())
+    intake_fn.handler(health_event(instance, starts), LambdaContext())
 
     # Then its drain is due two hours from now (its first message comes back until then)
     (record,) = records()
     assert record["transition"] == Transition.SCHEDULED_CHANGE.value
     due = datetime.fromisoformat(record["due_at"])
     assert abs(due - (starts - timedelta(hours=1))) < timedelta(seconds=5)
+
+
+def test_maintenance_is_timed_by_ec2_not_by_the_message(
+    intake_fn: ModuleType, stack: Stack, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given an instance EC2 has maintenance scheduled for in three days, and one EC2 has none for
+    monkeypatch.setenv("NODECYCLE_MAINTENANCE_LEAD_MINUTES", "60")
+    scheduled, unscheduled = launch(), launch()
+    starts = datetime.now(UTC).replace(microsecond=0) + timedelta(days=3)
+    schedule(scheduled, starts)
+
+    # When Health events for both arrive by the queue, saying the maintenance starts now (forged or stale)
+    now = datetime.now(UTC)
+    response = intake_fn.handler(
+        sqs_event(health_event(scheduled, now), health_event(unscheduled, now, "another-event")),
+        LambdaContext(),
+    )
+
+    # Then the drain is due by EC2's start, not at once; the other is refused; the batch did not fail
+    assert response["batchItemFailures"] == []
+    (record,) = records()
+    assert record["instance_id"] == scheduled
+    assert abs(datetime.fromisoformat(record["due_at"]) - (starts - timedelta(hours=1))) < timedelta(
+        seconds=5
+    )
+    assert datetime.fromisoformat(record["global_deadline"]) == starts
+    assert metric(capsys.readouterr().out, "LifecycleEventsRejected", reason="unconfirmed") == 1
+
+
+def test_maintenance_moved_earlier_moves_its_waiting_drain(
+    intake_fn: ModuleType, stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a drain waiting for maintenance three hours from now, which EC2 then moves to two hours
+    monkeypatch.setenv("NODECYCLE_MAINTENANCE_LEAD_MINUTES", "60")
+    instance = launch()
+    first = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=3)
+    schedule(instance, first)
+    intake_fn.handler(health_event(instance, first), LambdaContext())
+    (waiting,) = records()
+    assert delayed(stack.drain_queue) == 1  # its first step, back when a delay can reach (15 minutes)
+    earlier = first - timedelta(hours=1)
+    schedule(instance, earlier)
+
+    # When AWS Health tells of it (a new event), twice
+    moved = health_event(instance, earlier, "7e1f0c2a-3b4d-4e5f-8a9b-0c1d2e3f4a5b")
+    intake_fn.handler(moved, LambdaContext())
+    intake_fn.handler(moved, LambdaContext())
+
+    # Then the same lifecycle follows the new start, on a new seq: the drain is due an hour earlier
+    (record,) = records()
+    assert (record["id"], int(record["seq"]), record["token"]) == (waiting["id"], 1, moved["id"])
+    assert datetime.fromisoformat(record["global_deadline"]) == earlier
+    assert abs(datetime.fromisoformat(record["due_at"]) - (earlier - timedelta(hours=1))) < timedelta(
+        seconds=5
+    )
+    assert delayed(stack.drain_queue) == 2  # the first step again, for seq 1 (the old message will be stale)
+
+
+def test_a_spot_warning_delivered_after_its_two_minutes_is_confirmed_with_ec2(
+    intake_fn: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a running instance EC2 has not marked for interruption, and a Spot warning for it sent ten
+    # minutes ago by EventBridge (Lambda retries an event for hours; the instance ran on)
+    instance = launch()
+    late = ec2_event("eventbridge-spot-interruption.json", instance)
+    late["time"] = (datetime.now(UTC) - timedelta(minutes=10)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    # When intake receives it
+    intake_fn.handler(late, LambdaContext())
+
+    # Then no drain takes a slot (forced past the budget) for an instance that runs on
+    assert records() == []
+    assert metric(capsys.readouterr().out, "LifecycleEventsRejected", reason="stale") == 1

@@ -12,13 +12,13 @@ import pytest
 
 from nodecycle.domain.model import LifecycleRecord, Transition
 from nodecycle_sandbox import Sandbox
-from nodecycle_sandbox.aws.records import LAUNCHING
-from tests.integration.lifecycle.harness import node_of, records, running, wait_for
+from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING
+from tests.integration.lifecycle.harness import node_of, records, running, terminate_action, wait_for
 
 pytestmark = pytest.mark.slow
 
 
-def notify(sandbox: Sandbox, instance: str, token: str) -> None:
+def notify(sandbox: Sandbox, instance: str, token: str, transition: str = TERMINATING) -> None:
     """What anyone with sqs:SendMessage on the intake queue can send: a hook notification, well formed."""
     body = {
         "Origin": "AutoScalingGroup",
@@ -26,7 +26,7 @@ def notify(sandbox: Sandbox, instance: str, token: str) -> None:
         "LifecycleHookName": "nodecycle-terminate",
         "AccountId": "123456789012",
         "RequestId": str(uuid.uuid4()),
-        "LifecycleTransition": "autoscaling:EC2_INSTANCE_TERMINATING",
+        "LifecycleTransition": transition,
         "AutoScalingGroupName": sandbox.asg.name,
         "Service": "AWS Auto Scaling",
         "Time": datetime.now(UTC).isoformat(),
@@ -75,3 +75,43 @@ def test_forged_and_replayed_terminate_notifications_touch_nothing() -> None:
         holders = json.loads(budget["data"]["budget.json"])["holders"] if budget else []
         assert holders == []
         assert record.transition is Transition.TERMINATING
+
+
+def test_a_terminating_instances_action_named_as_a_launch_is_refused_and_the_drain_goes_on() -> None:
+    with running(size=2) as sandbox:
+        # Given a terminating instance whose drain is held by a pod its budget will not let go
+        sandbox.kube.seed(
+            {
+                "deployments": [
+                    {"name": "singleton", "namespace": "shop", "replicas": 1, "pdb": {"minAvailable": 1}}
+                ]
+            }
+        )
+        sandbox.kube.settle()
+        (pod,) = [
+            p for p in sandbox.kube.objects("pods", "shop") if p["metadata"]["name"].startswith("singleton")
+        ]
+        victim = next(
+            i for i in sandbox.asg.in_state("InService") if node_of(sandbox, i) == pod["spec"]["nodeName"]
+        )
+        sandbox.asg.terminate(victim)
+        action = wait_for(
+            lambda: next(
+                (a for a in sandbox.aws.actions() if a.instance_id == victim and a.transition == TERMINATING),
+                None,
+            ),
+            30,
+            "the terminate action",
+        )
+
+        # When a message names that action (its hook, its instance, its token) as a launch: a launch's plan
+        # completes with CONTINUE, which Auto Scaling accepts for the token whatever the message said
+        journal = sandbox.runner.journal
+        seen = len(journal.invocations("IntakeFunction"))
+        notify(sandbox, victim, action.token, transition=LAUNCHING)
+        journal.wait_until(lambda: len(journal.invocations("IntakeFunction")) > seen, 30)
+
+        # Then intake refuses it: no launch lifecycle, and the terminate action is still waiting on the drain
+        assert records(sandbox).get(f"{victim}/launch/{action.token}") is None
+        assert (terminate := terminate_action(sandbox, victim)) is not None and terminate.active
+        assert victim in sandbox.asg.in_state("Terminating:Wait")

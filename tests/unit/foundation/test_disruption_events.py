@@ -93,3 +93,16 @@ def test_a_health_event_naming_no_instance_is_refused() -> None:
     event["detail"]["affectedEntities"] = []
     with pytest.raises(InvalidLifecycleEvent, match="names no instance"):
         from_eventbridge(json.loads(json.dumps(event)))
+
+
+def test_times_without_their_zone_are_refused_naming_the_field() -> None:
+    # a naive time cannot be set against the clock's aware one: refused at the door, not a TypeError later
+    spot = load_event("eventbridge-spot-interruption.json")
+    spot["time"] = "2026-12-01T10:00:00"
+    with pytest.raises(InvalidLifecycleEvent, match="time") as raised:
+        from_eventbridge(spot)
+    assert raised.value.reason == "invalid-field"
+    health = load_event("eventbridge-health-scheduled-retirement.json")
+    health["detail"]["startTime"] = "2026-12-07T10:00:00"
+    with pytest.raises(InvalidLifecycleEvent, match="startTime"):
+        from_eventbridge(health)

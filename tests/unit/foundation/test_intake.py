@@ -6,11 +6,12 @@ from datetime import timedelta
 
 import pytest
 
-from nodecycle.domain.catalog import HookTimeouts, ManagedGroups
+from nodecycle.domain.catalog import LifecycleHooks, ManagedGroups
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.intake import Intake, IntakeOutcome
 from nodecycle.domain.model import ActionRef, LifecycleEvent, Transition
 from nodecycle.domain.policy import PlanPolicy
+from nodecycle.domain.ports.lifecycle import Hook
 from tests.support.fakes import T0, FakeAutoscaling, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
 
 GROUP, HOOK = "nodes", "terminate"
@@ -22,7 +23,9 @@ class OneAction(FakeAutoscaling):
     """Auto Scaling with exactly one active action, known by its token; a heartbeat may be refused."""
 
     def __init__(self, token: str, throttled: bool = False) -> None:
-        super().__init__(issued={token: None}, heartbeat_timeouts={(GROUP, HOOK): TIMEOUT})
+        super().__init__(
+            issued={token: None}, hooks={(GROUP, HOOK): Hook(Transition.TERMINATING, heartbeat_timeout=TIMEOUT)}
+        )
         self.throttled = throttled
 
     def heartbeat(self, action: ActionRef) -> bool:
@@ -31,10 +34,14 @@ class OneAction(FakeAutoscaling):
         return super().heartbeat(action)
 
 
-def event(token: str = "7b4c5d2e-1f3a-4b6c-8d9e-0a1b2c3d4e5f", age: float = 0.0) -> LifecycleEvent:
+def event(
+    token: str = "7b4c5d2e-1f3a-4b6c-8d9e-0a1b2c3d4e5f",
+    age: float = 0.0,
+    transition: Transition = Transition.TERMINATING,
+) -> LifecycleEvent:
     return LifecycleEvent(
         instance_id="i-0123456789abcdef0",
-        transition=Transition.TERMINATING,
+        transition=transition,
         token=token,
         group=GROUP,
         hook=HOOK,
@@ -52,7 +59,7 @@ def intake(autoscaling: FakeAutoscaling, records: InMemoryRecords, clock: FakeCl
         groups=ManagedGroups(
             owner="stack-a", names=(GROUP,), by_tag=False, hooks=("*",), autoscaling=autoscaling, clock=clock
         ),
-        hooks=HookTimeouts(autoscaling, clock),
+        hooks=LifecycleHooks(autoscaling, clock),
         autoscaling=autoscaling,
         clock=clock,
         metrics=FakeMetrics(),
@@ -103,3 +110,17 @@ def test_a_late_action_whose_heartbeat_fails_is_still_recorded_unverified(thrott
     (record,) = records.items.values()
     assert record.heartbeat_deadline == late.started_at + timedelta(seconds=TIMEOUT)
     assert (record.heartbeats, record.verified_at) == (0, None)
+
+
+def test_an_event_whose_transition_is_not_its_hooks_is_dropped_before_anything_is_planned() -> None:
+    # Given a terminating instance's active action, and a message naming it (its hook, its token) as a launch:
+    # a launch plans a completion with CONTINUE, which Auto Scaling would accept for that token
+    forged = event(transition=Transition.LAUNCHING)
+    autoscaling, records, clock = OneAction(forged.token), InMemoryRecords(), FakeClock()
+
+    # When intake reads it
+    outcome = intake(autoscaling, records, clock).accept(forged)
+
+    # Then it is refused for what it is, and nothing is recorded, heartbeated or completed
+    assert outcome is IntakeOutcome.WRONG_HOOK
+    assert (records.items, autoscaling.heartbeats, autoscaling.completed) == ({}, [], [])

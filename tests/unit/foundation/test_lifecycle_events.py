@@ -107,6 +107,11 @@ def _hook_body(**changes: object) -> str:
         (_hook_body(LifecycleActionToken=""), "invalid-field", "LifecycleActionToken"),
         (_hook_body(LifecycleActionToken="not-a-token"), "invalid-field", "LifecycleActionToken"),
         (_hook_body(Time="yesterday"), "invalid-field", "Time"),
+        # a time without its zone cannot be set against the hook's deadlines: refused, not crashed on later
+        (_hook_body(Time="2026-12-01T10:00:00"), "invalid-field", "Time"),
+        # nested past what the JSON parser recurses into: refused as malformed, not a RecursionError
+        ("[" * 100_000 + "]" * 100_000, "malformed-json", "not JSON"),
+        ('{"a": ' * 100_000 + "1" + "}" * 100_000, "malformed-json", "not JSON"),
     ],
 )
 def test_bad_sqs_bodies_are_rejected_with_a_reason_that_names_the_fault(

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING
 from botocore.exceptions import ClientError
 
 from nodecycle.adapters.aws.clients import LazyClient, error_code, transient_errors
-from nodecycle.domain.model import ActionRef
+from nodecycle.domain.model import ActionRef, Transition
 from nodecycle.domain.policy import ActionResult
+from nodecycle.domain.ports.lifecycle import Hook
 
 if TYPE_CHECKING:
     from mypy_boto3_autoscaling import AutoScalingClient
@@ -64,13 +65,18 @@ class AutoscalingActions:
         )
         return False
 
-    def heartbeat_timeout(self, group: str, hook: str) -> int | None:
+    def hook(self, group: str, name: str) -> Hook | None:
         with transient_errors("reading a lifecycle hook"):
             found = self._asg().describe_lifecycle_hooks(
-                AutoScalingGroupName=group, LifecycleHookNames=[hook]
+                AutoScalingGroupName=group, LifecycleHookNames=[name]
             )
         hooks = found.get("LifecycleHooks", [])
-        return int(hooks[0].get("HeartbeatTimeout", 3600)) if hooks else None
+        if not hooks:
+            return None
+        return Hook(
+            transition=Transition(hooks[0]["LifecycleTransition"]),
+            heartbeat_timeout=int(hooks[0].get("HeartbeatTimeout", 3600)),
+        )
 
     def group_tags(self, group: str) -> dict[str, str] | None:
         with transient_errors("reading a group's tags"):

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict
 
 from nodecycle.domain.flow import Worker
-from nodecycle.domain.model import ActionRef, LifecycleRecord, Step
+from nodecycle.domain.model import ActionRef, LifecycleRecord, Step, Transition
 from nodecycle.domain.policy import ActionResult
 
 
@@ -44,6 +45,14 @@ class WorkQueues(Protocol):
     def send(self, worker: Worker, message: WorkMessage, delay_seconds: int = 0) -> None: ...
 
 
+@dataclass(frozen=True)
+class Hook:
+    """A lifecycle hook as Auto Scaling describes it: which transition it holds and for how long."""
+
+    transition: Transition  # launching or terminating
+    heartbeat_timeout: int  # seconds
+
+
 class Autoscaling(Protocol):
     def complete(self, action: ActionRef, result: ActionResult) -> bool:
         """Complete the action; False when it was no longer active (completed before, or timed out)."""
@@ -53,8 +62,8 @@ class Autoscaling(Protocol):
         """Record a heartbeat; False when the action is no longer active."""
         ...
 
-    def heartbeat_timeout(self, group: str, hook: str) -> int | None:
-        """The hook's heartbeat timeout in seconds; None when the hook does not exist."""
+    def hook(self, group: str, name: str) -> Hook | None:
+        """The group's hook of that name; None when it does not exist."""
         ...
 
     def group_tags(self, group: str) -> dict[str, str] | None:
