@@ -26,9 +26,12 @@ _WORKER = {Step.ASSIGN_EIP: Worker.EIP, Step.RELEASE_EIP: Worker.EIP}
 _WHERE_THE_RECORD_IS = frozenset({Step.COMPLETE, Step.DONE})
 
 
-# The steps that disrupt something (take a slot others wait for, cordon, evict, release an address): before
-# the first of them the engine confirms with Auto Scaling that the action is real and active.
-_DISRUPTIVE = frozenset({Step.ACQUIRE_SLOT, Step.CORDON, Step.EVICT, Step.RELEASE_EIP, Step.FORGET_NODE})
+# The steps that disrupt something (take a slot others wait for, cordon, evict, release an address, or give
+# a running instance one: its public IP changes under its connections): before the first of them the engine
+# confirms with Auto Scaling that the action is real and active.
+_DISRUPTIVE = frozenset(
+    {Step.ACQUIRE_SLOT, Step.CORDON, Step.EVICT, Step.ASSIGN_EIP, Step.RELEASE_EIP, Step.FORGET_NODE}
+)
 # The steps of a drain in progress: a cordoned node holding a budget slot, its drain timeout running.
 _DRAINING = frozenset({Step.CORDON, Step.EVICT})
 

@@ -10,7 +10,9 @@
 - An address still associated is not released: EC2 answers ``InvalidIPAddress.InUse`` ("you must first
   disassociate the Elastic IP address before you can release it", for addresses of a nondefault VPC, which
   an EKS cluster's are). moto disassociates it silently, which let a release that skipped the
-  disassociation pass.
+  disassociation pass. In a default VPC, though, EC2 does as moto ("releasing an Elastic IP address
+  automatically disassociates it from any instance that it's associated with"): with ``DEFAULT_VPC`` set,
+  so does the emulation, and nodecycle must keep an address in use without EC2's refusal.
 - A released address is gone from one answer to the next. moto clears its allocation id and then removes it,
   so a DescribeAddresses served between the two shows an address without an ``AllocationId``, which EC2
   never sends (and which a reader of the answer fails on). Here it is removed with its id intact.
@@ -26,6 +28,9 @@ from moto.ec2.models.elastic_ip_addresses import ElasticAddress, ElasticAddressB
 
 _LOCK = threading.Lock()
 _MARKER = "_nodecycle_sandbox_associate"
+# True: ReleaseAddress answers as for addresses of a default VPC (an address in use is disassociated and
+# released, no error); False: as for those of a nondefault VPC (refused while associated). Read per call.
+DEFAULT_VPC = False
 
 
 def install() -> None:
@@ -53,8 +58,11 @@ def install() -> None:
                 if address
                 else self.address_by_allocation([allocation_id or ""])
             )
-            if found[0].eni is not None or found[0].instance is not None:
+            in_use = found[0].eni is not None or found[0].instance is not None
+            if in_use and not DEFAULT_VPC:
                 raise EC2ClientError("InvalidIPAddress.InUse", f"Address {found[0].allocation_id} is in use.")
+            if in_use:
+                self.disassociate_address(address=found[0].public_ip)
             self.addresses.remove(found[0])
             self.tags.pop(found[0].allocation_id, None)  # type: ignore[attr-defined]  # EC2 forgets them too
 

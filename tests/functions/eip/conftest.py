@@ -33,7 +33,8 @@ class AwsLikeEc2:
     """A moto EC2 client, answering the Elastic IP calls as AWS does where moto 5.2 does not.
 
     - ReleaseAddress of an associated address: moto disassociates and releases it without a word; AWS
-      refuses with ``InvalidIPAddress.InUse``.
+      refuses with ``InvalidIPAddress.InUse`` for an address of a nondefault VPC (an EKS cluster's), and
+      does as moto for one of a default VPC (``default_vpc``, which a test may set).
     - AllocateAddress: moto has no Elastic IP quota; AWS refuses with ``AddressLimitExceeded`` (here when
       ``quota`` addresses exist).
     - AssociateAddress: moto associates a terminated instance; AWS refuses with ``InvalidInstanceID``. moto
@@ -47,6 +48,7 @@ class AwsLikeEc2:
     def __init__(self, ec2: Any, *, quota: int | None = None, lock: threading.Lock | None = None) -> None:
         self.moto = ec2
         self.quota = quota
+        self.default_vpc = False
         self._lock = lock or threading.Lock()
         self.failures: dict[str, list[BaseException]] = {}
         self.associations: list[tuple[str, str]] = []
@@ -83,8 +85,11 @@ class AwsLikeEc2:
         self._inject("release_address")
         with self._lock:
             found = self.moto.describe_addresses(AllocationIds=[kwargs["AllocationId"]])["Addresses"]
-            if found and found[0].get("AssociationId"):
+            association = found[0].get("AssociationId") if found else None
+            if association and not self.default_vpc:
                 raise aws_error("InvalidIPAddress.InUse", "ReleaseAddress", "address in use")
+            if association:
+                self.moto.disassociate_address(AssociationId=association)
             return self.moto.release_address(**kwargs)
 
     def _inject(self, method: str) -> None:

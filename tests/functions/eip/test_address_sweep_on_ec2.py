@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import boto3
 
@@ -42,9 +43,35 @@ def test_the_sweep_frees_what_was_left_behind_and_nothing_else_in_two_api_calls(
     assert state == {young: None, in_use: live, pooled: None, theirs: None}
     assert leaked not in state
     assert (report.released, report.returned) == (1, 1)
-    # And it cost one DescribeAddresses and one DescribeInstances (then one call per address it frees)
-    assert (
-        calls["DescribeAddresses"] == 2
-    )  # the listing, and the AWS-like client's in-use check before release
+    # And it cost one DescribeAddresses and one DescribeInstances (then a look again and one call per
+    # address it frees); the AWS-like client's own in-use check before a release counts one more
+    assert calls["DescribeAddresses"] == 3
     assert calls["DescribeInstances"] == 1
     assert calls["ReleaseAddress"] == calls["DisassociateAddress"] == 1
+
+
+def test_an_address_a_launch_associates_after_the_listing_is_kept_where_ec2_would_release_it_in_use(
+    stack: Stack, ec2: AwsLikeEc2
+) -> None:
+    # Given EC2 in a default VPC (ReleaseAddress disassociates an address in use and releases it without an
+    # error), and an address unassociated for an hour that a launch associates once the sweep has listed it
+    ec2.default_vpc = True
+    (launching,) = run_instances(1)
+    hour_ago = (datetime.now(UTC) - timedelta(hours=1)).isoformat(timespec="seconds")
+    address = allocate(**{OWNER_TAG: "stack-a", INSTANCE_TAG: launching, ALLOCATED_AT_TAG: hour_ago})
+    launch = boto3.client("ec2")  # the launch's own client, not the sweeper's
+    listed: list[bool] = []
+
+    def associate_once_listed(**_: Any) -> None:
+        if not listed:
+            listed.append(True)
+            launch.associate_address(AllocationId=address, InstanceId=launching, AllowReassociation=False)
+
+    ec2.moto.meta.events.register("after-call.ec2.DescribeAddresses", associate_once_listed)
+
+    # When the sweeper runs
+    report = address_sweep(sweeper.settings(), sweeper.shared())()
+
+    # Then the address stays with the launch
+    assert [(a["AllocationId"], a.get("InstanceId")) for a in addresses()] == [(address, launching)]
+    assert report.released == 0

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from types import ModuleType
 from typing import Any
 
+import boto3
 import pytest
 
 from nodecycle.domain.model import LifecycleRecord, Step
@@ -33,7 +34,7 @@ from tests.functions.eip.conftest import (
 from tests.support.emf import metric
 from tests.support.functions import FUNCTIONS, LambdaContext
 from tests.support.stack import Stack, receive_all
-from tests.unit.eip.fakes import GROUP, launch_record, terminate_record
+from tests.unit.eip.fakes import GROUP, launch_record, state_change_record, terminate_record
 
 OWNER = "stack-a"  # tests/conftest.py's stack
 
@@ -108,6 +109,30 @@ def test_terminate_releases_the_address_and_goes_to_completion(
     assert (done.step, done.completed_at is not None) == (Step.CLEANUP, True)
     assert {"record_id": terminate.id, "seq": 2, "step": "cleanup"} in work(stack.drain_queue)
     assert metric(capsys.readouterr().out, "EipsReleased") == 1
+
+
+def test_a_late_stop_event_leaves_the_address_of_an_instance_started_again(
+    eip_fn: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given an instance that got its address at launch, then was stopped outside the hooks and started again
+    (instance,) = run_instances(1)
+    launch = given(stack, launch_record(instance, at=now()))
+    eip_fn.handler(work_event(launch), LambdaContext())
+    stopped_at = now()
+    ec2 = boto3.client("ec2")
+    ec2.stop_instances(InstanceIds=[instance])
+    ec2.start_instances(InstanceIds=[instance])
+
+    # When the stop's RELEASE_EIP message comes late (a retried event, a slow queue)
+    stop = given(stack, state_change_record(instance, at=stopped_at))
+    response = eip_fn.handler(work_event(stop), LambdaContext())
+
+    # Then the running instance keeps its address, and the stop's lifecycle is over
+    assert failures(response) == []
+    (address,) = addresses(**{f"tag:{OWNER_TAG}": OWNER})
+    assert address.get("InstanceId") == instance
+    assert current(stack, stop).step is Step.DONE
+    assert metric(capsys.readouterr().out, "EipsReleased") == 0
 
 
 def test_a_launch_message_delivered_twice_in_one_batch_leaves_one_address(

@@ -100,6 +100,22 @@ def test_an_associated_address_is_not_released_until_it_is_disassociated(ec2: An
     assert ec2.describe_addresses()["Addresses"] == []
 
 
+def test_in_a_default_vpc_an_associated_address_is_disassociated_and_released_without_a_word(
+    ec2: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given the emulation set to answer as EC2 does for addresses of a default VPC, and an address in use
+    monkeypatch.setattr(ec2_addresses, "DEFAULT_VPC", True)
+    instance = _instance(ec2)
+    allocated = ec2.allocate_address(Domain="vpc")
+    ec2.associate_address(AllocationId=allocated["AllocationId"], InstanceId=instance)
+
+    # When it is released, Then no refusal comes: the instance loses it and it is gone
+    ec2.release_address(AllocationId=allocated["AllocationId"])
+    assert ec2.describe_addresses()["Addresses"] == []
+    (reservation,) = ec2.describe_instances(InstanceIds=[instance])["Reservations"]
+    assert reservation["Instances"][0].get("PublicIpAddress") != allocated["PublicIp"]
+
+
 def test_tags_are_found_by_their_resource_and_a_released_addresss_are_forgotten(ec2: Any) -> None:
     # Given two tagged addresses, an instance with tags of its own, and a third address released
     def tagged(**tags: str) -> str:

@@ -3,9 +3,10 @@
 It answers as AWS, not as moto: AssociateAddress with AllowReassociation false refuses an address that is
 associated already (``Resource.AlreadyAssociated``) and an instance that is pending or gone
 (``InvalidInstanceID``); associating a second address with an instance moves the instance's first address
-off it silently; ReleaseAddress refuses an associated address (``InvalidIPAddress.InUse``); there is an
-address quota (``AddressLimitExceeded``); a terminated instance loses its associations. It can also lag
-(DescribeAddresses not showing a new association yet) and fail the next call of a method on request.
+off it silently; ReleaseAddress refuses an associated address (``InvalidIPAddress.InUse``) in a nondefault
+VPC, and with ``default_vpc`` disassociates and releases it without a word, as EC2 does in a default VPC;
+there is an address quota (``AddressLimitExceeded``); a terminated instance loses its associations. It can
+also lag (DescribeAddresses not showing a new association yet) and fail the next call of a method on request.
 """
 
 from __future__ import annotations
@@ -65,10 +66,13 @@ class FakeAddresses:
     # ReleaseAddress refuses (InvalidIPAddress.InUse) this many times right after a DisassociateAddress, as
     # EC2 does until the disassociation has settled
     settling: int = 1
+    # ReleaseAddress as in a default VPC: an associated address is disassociated and released, no error
+    default_vpc: bool = False
     calls: list[str] = field(default_factory=list)
     faults: dict[str, list[Exception]] = field(default_factory=lambda: defaultdict(list))
-    # runs once, before the next call of a method, with that call's arguments
+    # runs once, before (or after) the next call of a method, with that call's arguments
     before: dict[str, Callable[..., object]] = field(default_factory=dict)
+    after: dict[str, Callable[..., object]] = field(default_factory=dict)
     _hidden: dict[str, int] = field(default_factory=dict)
     _unsettled: dict[str, int] = field(default_factory=dict)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
@@ -127,12 +131,14 @@ class FakeAddresses:
     ) -> list[Address]:
         self._call("find")
         wanted = {OWNER_TAG: owner, INSTANCE_TAG: allocated_for, POOL_TAG: pool}
-        return [
+        found = [
             eip.view()
             for eip in self.eips.values()
             if all(value is None or eip.tags.get(key) == value for key, value in wanted.items())
             and (instance_id is None or eip.instance_id == instance_id)
         ]
+        self._done("find", owner)
+        return found
 
     def describe(self, allocation_id: str) -> Address:
         self._call("describe", allocation_id)
@@ -169,6 +175,7 @@ class FakeAddresses:
             if eip.association_id == association_id:
                 eip.instance_id = eip.association_id = None
                 self._unsettled[eip.allocation_id] = self.settling
+                self._done("disassociate", association_id)
                 return True
         return False
 
@@ -177,7 +184,7 @@ class FakeAddresses:
         eip = self.eips.get(allocation_id)
         if eip is None:
             return False
-        if eip.association_id is not None:
+        if eip.association_id is not None and not self.default_vpc:
             raise AddressInUse(f"InvalidIPAddress.InUse: {eip.public_ip}")
         if self._unsettled.get(allocation_id, 0) > 0:
             self._unsettled[allocation_id] -= 1
@@ -198,6 +205,11 @@ class FakeAddresses:
             hook(*args)
         if self.faults[method]:
             raise self.faults[method].pop(0)
+
+    def _done(self, method: str, *args: object) -> None:
+        hook = self.after.pop(method, None)
+        if hook is not None:
+            hook(*args)
 
     def _eip(self, allocation_id: str) -> Eip:
         eip = self.eips.get(allocation_id)
@@ -241,8 +253,19 @@ def lifecycle(
     return record.model_copy(update=changes)
 
 
+def state_change_record(instance_id: str, at: datetime = T0, **changes: object) -> LifecycleRecord:
+    """An instance EC2 told was stopped ``at``, outside the group's hooks, at its RELEASE_EIP: a lifecycle
+    without a hook (nothing to verify, nothing to complete), as intake writes it."""
+    plan = (Step.FORGET_NODE, Step.RELEASE_EIP, Step.DONE)
+    no_hook = {"hook": "", "heartbeat_timeout": 0, "heartbeat_deadline": at, "global_deadline": at}
+    changes = {"step": Step.RELEASE_EIP, **no_hook, **changes}
+    return lifecycle(instance_id, Transition.STATE_CHANGE, plan, at, **changes)
+
+
 def launch_record(instance_id: str, at: datetime = T0, **changes: object) -> LifecycleRecord:
     plan = (Step.ASSIGN_EIP, Step.READY_GATE, Step.COMPLETE, Step.DONE)
+    # the engine confirmed the action with Auto Scaling before ASSIGN_EIP (its own tests show it)
+    changes = {"verified_at": at, **changes}
     return lifecycle(instance_id, Transition.LAUNCHING, plan, at, **changes)
 
 

@@ -121,6 +121,24 @@ def test_an_address_a_launch_associates_between_the_listing_and_the_release_is_k
     assert report.released == 0
 
 
+def test_an_address_a_launch_associates_after_the_listing_is_kept_where_ec2_would_release_it_in_use(
+    ec2: FakeAddresses, metrics: FakeMetrics
+) -> None:
+    # Given EC2 in a default VPC, where ReleaseAddress disassociates an address in use and releases it
+    # without an error, and an old unassociated address that a launch associates once the sweep has listed it
+    ec2.default_vpc = True
+    address = ec2.add(allocated_for=LIVE, allocated_at=T0 - timedelta(hours=1))
+    ec2.after["find"] = lambda *_: ec2.take(address, LIVE)
+
+    # When the sweeper runs
+    report = sweep(ec2, metrics)
+
+    # Then the address stays with the launch: no refusal of EC2's to count on, the sweep looked again
+    assert ec2.eips[address].instance_id == LIVE
+    assert report == AddressSweepReport(released=0, returned=0, kept=1)
+    assert metrics.counts["SweptEips"] == 0
+
+
 def test_an_address_without_an_allocation_time_is_not_nodecycles_to_release(
     ec2: FakeAddresses, metrics: FakeMetrics
 ) -> None:

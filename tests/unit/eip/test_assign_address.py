@@ -118,6 +118,27 @@ def test_a_redelivery_after_the_association_keeps_the_address_and_allocates_noth
     assert len(ec2.eips) == 1
 
 
+def test_a_spare_address_associated_after_the_listing_is_not_released_where_ec2_would_release_it_in_use(
+    ec2: FakeAddresses, metrics: FakeMetrics
+) -> None:
+    # Given EC2 in a default VPC (ReleaseAddress disassociates an address in use and releases it without an
+    # error), an instance holding its address, and a spare allocated for it that another instance gets
+    # associated with once the redelivered launch has listed it
+    ec2.default_vpc = True
+    held = ec2.add(allocated_for=INSTANCE, on=INSTANCE)
+    spare = ec2.add(allocated_for=INSTANCE)
+    ec2.after["find"] = lambda *_: ec2.take(spare, OTHER)
+
+    # When the launch keeps its address and releases the spares
+    outcome = step(ec2, metrics)(launch_record(INSTANCE), T0)
+
+    # Then the spare stays where it is now: released, it would be taken from the other instance
+    assert went_on(outcome)
+    assert outcome.changes["allocation_id"] == held
+    assert ec2.eips[spare].instance_id == OTHER
+    assert metrics.counts["EipsReleased"] == 0
+
+
 def test_a_crash_between_allocation_and_association_is_repaired_by_the_next_delivery(
     ec2: FakeAddresses, metrics: FakeMetrics
 ) -> None:

@@ -3,6 +3,9 @@ pool, what is never touched."""
 
 from __future__ import annotations
 
+import logging
+from datetime import timedelta
+
 import pytest
 
 from nodecycle.domain.eip.release import RELEASE_ATTEMPTS, RELEASE_DELAY, ReleaseAddresses
@@ -11,11 +14,12 @@ from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import LifecycleRecord
 from nodecycle.domain.ports.addresses import AddressInUse
 from tests.support.fakes import FakeMetrics
-from tests.unit.eip.fakes import OWNER, T0, FakeAddresses, terminate_record
+from tests.unit.eip.fakes import OWNER, T0, FakeAddresses, state_change_record, terminate_record
 
 INSTANCE = "i-0a1b2c3d4e5f60718"
 OTHER = "i-0000000000000bbbb"
 POOL = "ci"
+STOPPED_AT = T0 - timedelta(minutes=20)  # when EC2 told that the instance stopped (the event came late)
 
 
 @pytest.fixture
@@ -180,3 +184,94 @@ def test_throttling_leaves_the_retry_to_the_engine_and_counts_a_failure(
     with pytest.raises(TransientError):
         release(ec2, metrics)
     assert metrics.counts["EipFailures"] == 1
+
+
+def release_until_done(ec2: FakeAddresses, metrics: FakeMetrics, record: LifecycleRecord) -> Outcome:
+    """Run RELEASE_EIP until it goes on (EC2 refuses a release while a disassociation settles)."""
+    for _ in range(RELEASE_ATTEMPTS):
+        outcome = release(ec2, metrics, record)
+        if not outcome.again:
+            return outcome
+        record = record.model_copy(update=dict(outcome.changes))
+    raise AssertionError("RELEASE_EIP never went on")
+
+
+def test_a_late_stop_event_leaves_the_address_of_an_instance_running_again(
+    ec2: FakeAddresses, metrics: FakeMetrics, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given an instance that was stopped outside the hooks and has been started again since (a warm pool's
+    # launch, a manual start), holding the address allocated for it before it stopped
+    address = ec2.add(allocated_for=INSTANCE, allocated_at=STOPPED_AT - timedelta(hours=1), on=INSTANCE)
+
+    # When the stop's RELEASE_EIP runs late (no hook: nothing asked Auto Scaling whether it still holds)
+    with caplog.at_level(logging.INFO):
+        outcome = release(ec2, metrics, state_change_record(INSTANCE, at=STOPPED_AT))
+
+    # Then the running instance keeps its address, the lifecycle ends without a retry, and the log says why
+    assert ec2.eips[address].instance_id == INSTANCE
+    assert ec2.count("disassociate") == ec2.count("release") == 0
+    assert went_on(outcome)
+    assert any(f"{INSTANCE} is running" in message for message in caplog.messages)
+
+
+@pytest.mark.parametrize("state", ["stopping", "stopped", "shutting-down", "terminated", None])
+def test_a_stop_event_takes_back_the_address_of_an_instance_that_is_down_or_gone(
+    ec2: FakeAddresses, metrics: FakeMetrics, state: str | None
+) -> None:
+    # Given an instance stopped outside the hooks that is still down (or gone: None), with its address
+    address = ec2.add(allocated_for=INSTANCE, allocated_at=STOPPED_AT - timedelta(hours=1), on=INSTANCE)
+    if state is None:
+        del ec2.instances[INSTANCE]
+    else:
+        ec2.instances[INSTANCE] = state
+
+    # When the stop's RELEASE_EIP runs
+    outcome = release_until_done(ec2, metrics, state_change_record(INSTANCE, at=STOPPED_AT))
+
+    # Then the address is released
+    assert address not in ec2.eips
+    assert went_on(outcome)
+
+
+def test_a_stop_event_never_takes_an_address_the_instance_got_after_it_stopped(
+    ec2: FakeAddresses, metrics: FakeMetrics, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given an instance stopped, started again (a launch allocated it a new address) and stopped once more,
+    # and a pool address grown after the first stop, which it holds too (a second network interface)
+    newer = ec2.add(allocated_for=INSTANCE, allocated_at=STOPPED_AT + timedelta(minutes=5), on=INSTANCE)
+    pooled = ec2.add(pool=POOL, allocated_at=STOPPED_AT + timedelta(minutes=6), on=INSTANCE)
+    ec2.instances[INSTANCE] = "stopped"
+
+    # When the first stop's RELEASE_EIP runs late
+    with caplog.at_level(logging.INFO):
+        outcome = release_until_done(ec2, metrics, state_change_record(INSTANCE, at=STOPPED_AT))
+
+    # Then neither address is taken: they came after the stop this lifecycle is for
+    assert ec2.eips[newer].instance_id == ec2.eips[pooled].instance_id == INSTANCE
+    assert ec2.count("disassociate") == ec2.count("release") == 0
+    assert went_on(outcome)
+    assert any("after the stop" in message for message in caplog.messages)
+
+
+def test_an_address_associated_again_after_its_disassociation_is_not_released_in_a_default_vpc(
+    ec2: FakeAddresses, metrics: FakeMetrics
+) -> None:
+    # Given EC2 in a default VPC (ReleaseAddress disassociates an address in use and releases it without an
+    # error, and here at once after a disassociation), a stopped instance with its address, and a start
+    # whose launch associates that address again right after the stop's RELEASE_EIP disassociated it
+    ec2.default_vpc, ec2.settling = True, 0
+    address = ec2.add(allocated_for=INSTANCE, allocated_at=STOPPED_AT - timedelta(hours=1), on=INSTANCE)
+    ec2.instances[INSTANCE] = "stopped"
+
+    def started_and_launched(*_: object) -> None:
+        ec2.instances[INSTANCE] = "running"
+        ec2.take(address, INSTANCE)
+
+    ec2.after["disassociate"] = started_and_launched
+
+    # When the stop's RELEASE_EIP runs, and again if it waits
+    outcome = release_until_done(ec2, metrics, state_change_record(INSTANCE, at=STOPPED_AT))
+
+    # Then the running instance keeps the address
+    assert ec2.eips[address].instance_id == INSTANCE
+    assert went_on(outcome)

@@ -557,7 +557,26 @@ def test_a_message_naming_an_action_auto_scaling_does_not_have_disrupts_nothing(
     assert world.metrics.counts["LifecycleActionsUnknown"] == 1
 
 
-def test_launch_steps_need_no_confirmation() -> None:
+def test_a_launch_message_auto_scaling_does_not_confirm_gives_no_address() -> None:
+    # Given a launch lifecycle recorded from a forged or replayed message, for a running instance: an address
+    # associated now would replace its public IP under its connections
+    world = World()
+    launch = (Step.ASSIGN_EIP, Step.COMPLETE, Step.DONE)
+    world.records.create(make_record(launch, verified_at=None))
+    world.autoscaling.active = False
+    assign = Script([Outcome.next()])
+
+    # When its first step comes
+    world.engine(
+        {Step.ASSIGN_EIP: assign, Step.COMPLETE: Script([Outcome.next()])}, worker=Worker.EIP
+    ).handle(world.message())
+
+    # Then no address is assigned and the lifecycle ends as unknown
+    assert assign.runs == []
+    assert (world.record().outcome, world.record().finished) == ("unknown-action", True)
+
+
+def test_launch_steps_that_touch_nothing_need_no_confirmation() -> None:
     world = World()
     launch = (Step.READY_GATE, Step.COMPLETE, Step.DONE)
     world.records.create(make_record(launch, verified_at=None))

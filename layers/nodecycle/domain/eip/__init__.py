@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from nodecycle.domain.model import LifecycleRecord
+from nodecycle.domain.ports.addresses import Addresses, AddressInUse, AddressNotFound
 
 # The EIP steps keep what they must remember between two runs of a step under this key of record.extra.
 SCRATCH = "eip"
@@ -19,3 +20,22 @@ SCRATCH = "eip"
 def without_scratch(record: LifecycleRecord) -> dict[str, Any]:
     """The record's extra without the EIP steps' scratch: what a step that is done leaves behind."""
     return {key: value for key, value in record.extra.items() if key != SCRATCH}
+
+
+def release_unassociated(addresses: Addresses, allocation_id: str) -> bool:
+    """Release the address only if EC2 shows it unassociated now; False when it was released already.
+
+    EC2 refuses to release an associated address of a nondefault VPC (``InvalidIPAddress.InUse``), but one of
+    a default VPC it disassociates and releases without a word: an address that a launch associated since it
+    was listed would be taken from its instance. So it is looked at again, by its allocation id, right before
+    (one round trip of a window remains: EC2 has no conditional release). Raises :class:`AddressInUse` when it
+    is associated, or EC2 says it is in use.
+    """
+    try:
+        current = addresses.describe(allocation_id)
+    except AddressNotFound:
+        return False
+    if current.associated:
+        holder = current.instance_id or "a network interface"
+        raise AddressInUse(f"address {current.public_ip} is associated with {holder}")
+    return addresses.release(allocation_id)

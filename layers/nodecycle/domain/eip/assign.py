@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from nodecycle.domain.eip import SCRATCH, without_scratch
+from nodecycle.domain.eip import SCRATCH, release_unassociated, without_scratch
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import LifecycleRecord, Step
@@ -274,8 +274,8 @@ class AssignAddress:
     def _release_spares(self, record: LifecycleRecord, keep: str | None, found: list[Address] | None) -> None:
         """Release the unassociated addresses allocated for this instance other than ``keep``.
 
-        They are what concurrent deliveries (or a launch that failed) left: one instance, one address. EC2
-        refuses to release an address that got associated meanwhile, so this never takes one in use.
+        They are what concurrent deliveries (or a launch that failed) left: one instance, one address. Each
+        is looked at again right before its release, so one that got associated meanwhile is left alone.
         """
         listing = (
             found
@@ -292,7 +292,7 @@ class AssignAddress:
             if not spare:
                 continue
             try:
-                released = self._addresses.release(address.allocation_id)
+                released = release_unassociated(self._addresses, address.allocation_id)
             except AddressInUse:
                 log.info("spare address %s got associated meanwhile: left alone", address.public_ip)
                 continue

@@ -4,6 +4,11 @@ The tags decide, not the current mode: a pool address is disassociated (back to 
 an address allocated for this instance is disassociated and released; an address associated with another
 instance is never touched, whatever its tags say (a pool address claimed again after this instance lost
 it); an address of another owner is never even listed.
+
+A lifecycle without a hook (an instance stopped outside the group's hooks) has no action for Auto Scaling to
+confirm, and its message may run long after the stop (EventBridge retries an event for hours, a queue can
+stall), when the instance runs again (out of a warm pool, or simply started): EC2 itself says whether the
+instance is still down, and an address nodecycle allocated after the stop belongs to a later launch.
 """
 
 from __future__ import annotations
@@ -11,17 +16,20 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
-from nodecycle.domain.eip import SCRATCH, without_scratch
+from nodecycle.domain.eip import SCRATCH, release_unassociated, without_scratch
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import LifecycleRecord
-from nodecycle.domain.ports.addresses import Address, Addresses, AddressInUse, distinct
+from nodecycle.domain.ports.addresses import GONE_STATES, Address, Addresses, AddressInUse, distinct
 from nodecycle.domain.ports.runtime import Metrics
 
 log = logging.getLogger(__name__)
 
 RELEASE_DELAY = 3  # seconds: EC2 refuses to release an address until its disassociation has settled
 RELEASE_ATTEMPTS = 10  # then the sweeper releases what is left, once EC2 shows it unassociated
+# The states in which the instance of a lifecycle without a hook gives its addresses back: stopped, or on
+# its way to stopped or terminated, or terminated.
+DOWN_STATES = GONE_STATES | {"stopping", "stopped"}
 
 
 class ReleaseAddresses:
@@ -32,7 +40,10 @@ class ReleaseAddresses:
 
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
         instance = record.instance_id
+        hookless = not record.transition.has_hook
         try:
+            if hookless and self._up_again(record):
+                return Outcome.next(extra=without_scratch(record))
             # Associated with the instance (either mode), or allocated for it: an instance that terminated
             # before its drain finished has lost its association already, not its address.
             found = distinct(
@@ -47,6 +58,14 @@ class ReleaseAddresses:
                         "address %s is associated with %s now: not this instance's to give back",
                         address.public_ip,
                         address.instance_id or "a network interface",
+                    )
+                    continue
+                if hookless and _since(address, record.started_at):
+                    log.info(
+                        "address %s was allocated at %s, after the stop at %s: a later launch's, kept",
+                        address.public_ip,
+                        address.allocated_at,
+                        record.started_at,
                     )
                     continue
                 taken_back.append(address)
@@ -78,6 +97,20 @@ class ReleaseAddresses:
             allocation_id=first.allocation_id, public_ip=first.public_ip, extra=without_scratch(record)
         )
 
+    def _up_again(self, record: LifecycleRecord) -> bool:
+        """True when the instance of a lifecycle without a hook is not down (any more): a late message."""
+        instance = record.instance_id
+        state = self._addresses.instance_states([instance]).get(instance)
+        if state is None or state in DOWN_STATES:
+            return False  # down, or gone (EC2 no longer lists it): its addresses are to be taken back
+        log.info(
+            "instance %s is %s again since it stopped at %s: its addresses are kept (a late message)",
+            instance,
+            state,
+            record.started_at,
+        )
+        return True
+
     def _take_back(self, address: Address, instance: str) -> bool:
         """Disassociate, then release or return the address; False when EC2 still has it in use."""
         if address.association_id is not None and not self._addresses.disassociate(address.association_id):
@@ -95,7 +128,7 @@ class ReleaseAddresses:
             )
             return True
         try:
-            released = self._addresses.release(address.allocation_id)
+            released = release_unassociated(self._addresses, address.allocation_id)
         except AddressInUse:
             return False
         if released:
@@ -104,3 +137,10 @@ class ReleaseAddresses:
         else:
             log.info("address %s was released already", address.public_ip)
         return True
+
+
+def _since(address: Address, moment: datetime) -> bool:
+    """Allocated at or after ``moment``. The tag has whole seconds, so the stop's own second counts as after:
+    an address kept by mistake stays with its instance; one released by mistake is lost to it."""
+    allocated_at = address.allocated_at
+    return allocated_at is not None and allocated_at >= moment.replace(microsecond=0)

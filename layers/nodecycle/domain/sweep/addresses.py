@@ -15,11 +15,14 @@ The rule, per address tagged ``nodecycle:owner=<this owner>`` (addresses of othe
   beyond allocation) is needed: such an address lives at most one sweep period past the grace.
 - Without ``nodecycle:allocated-at``: not allocated by nodecycle; left alone, with a warning.
 
-EC2 refuses to release an associated address (``InvalidIPAddress.InUse``), so a launch that associates an
-address between this sweep's listing and its release keeps it.
+A launch may associate an address between this sweep's listing and its release (a redelivered launch
+takes the address allocated for its instance). EC2 refuses to release it then only in a nondefault VPC; in a
+default VPC it disassociates and releases it without a word. So each address is described again right
+before its release, and released only if it is still unassociated.
 
 Cost: one DescribeAddresses (it has no pages: one call answers for every address of the owner) and one
-batched DescribeInstances for the instances the addresses are associated with.
+batched DescribeInstances for the instances the addresses are associated with; then, per address released,
+one DescribeAddresses by its allocation id.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from nodecycle.domain.eip import release_unassociated
 from nodecycle.domain.ports.addresses import GONE_STATES, Address, Addresses, AddressInUse
 from nodecycle.domain.ports.runtime import Clock, Metrics
 
@@ -94,7 +98,7 @@ class AddressSweep:
 
     def _release(self, address: Address) -> bool:
         try:
-            released = self._addresses.release(address.allocation_id)
+            released = release_unassociated(self._addresses, address.allocation_id)
         except AddressInUse:
             # Associated since the listing (a launch took it back), or a disassociation not settled yet.
             log.info("address %s is in use: kept", address.public_ip)
