@@ -111,6 +111,13 @@ class EngineTiming:
     redelivery: timedelta
     inline_budget: float = 15.0  # seconds a step may take: run the next one inline only with this left
 
+    @property
+    def settle_before(self) -> timedelta:
+        """How long before the global timeout the guard completes an action, whatever it waits for: the
+        margin the completion needs, plus one fault's retry (an invocation that dies at the guard's run comes
+        back a redelivery later, and must still find the action alive)."""
+        return self.heartbeat_margin + self.redelivery
+
 
 class StepEngine:
     def __init__(
@@ -271,7 +278,7 @@ class StepEngine:
         """Complete the action before its global timeout, whatever the current step is still waiting for."""
         if not record.action_open or record.step in (Step.COMPLETE, Step.CLEANUP):
             return None
-        if now < record.global_deadline - self._timing.heartbeat_margin:
+        if now < record.global_deadline - self._timing.settle_before:
             return None
         log.error("global timeout of the lifecycle action is near: completing it now")
         self._metrics.count("GlobalTimeoutsNear")
@@ -289,8 +296,7 @@ class StepEngine:
         backs off for minutes, and an action that expires meanwhile gets the hook's default result."""
         if not record.action_open or record.step in (Step.CLEANUP, Step.DONE):
             return record
-        margin = self._timing.heartbeat_margin
-        latest = record.global_deadline - margin
+        latest = record.global_deadline - self._timing.settle_before
         if record.due_at > latest:  # never wait past the point where the guard must complete the action
             record = record.model_copy(update={"due_at": max(now, latest)})
         if record.heartbeat_deadline >= record.global_deadline:

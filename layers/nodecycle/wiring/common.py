@@ -86,7 +86,8 @@ def drain_policy(settings: DrainSettings) -> DrainPolicy:
         poll_seconds=settings.drain_poll_seconds,
         budget_retry_seconds=settings.budget_retry_seconds,
         holder_ttl=timedelta(seconds=settings.budget_holder_ttl_seconds),
-        settle_margin=timedelta(seconds=settings.heartbeat_margin_seconds),
+        # as the engine's guard: the completion's margin plus one fault's retry (EngineTiming.settle_before)
+        settle_margin=timedelta(seconds=settings.heartbeat_margin_seconds + settings.redelivery_seconds),
     )
 
 

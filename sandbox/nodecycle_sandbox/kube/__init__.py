@@ -11,7 +11,8 @@
 
 Authentication and authorization as on EKS: an EKS token's access key maps to an identity (``access``),
 whose requests RBAC judges (``rbac``, with the manifests given to ``server.apply``); 401 and 403 with the
-real Status bodies; access reviews for ``kubectl auth can-i``.
+real Status bodies; access reviews for ``kubectl auth can-i``. Validating admission webhooks that deny writes
+(``admission``), as a test registers them.
 
 Served: core/v1 namespaces, nodes (+status), pods (+status, +eviction), configmaps; apps/v1 deployments,
 replicasets, daemonsets; policy/v1 poddisruptionbudgets; coordination.k8s.io/v1 leases; rbac.authorization.k8s.io/v1

@@ -11,6 +11,7 @@ from urllib.parse import unquote
 
 from nodecycle_sandbox.kube import discovery, errors, representation, reviews, tables
 from nodecycle_sandbox.kube.access import Access
+from nodecycle_sandbox.kube.admission import Admission
 from nodecycle_sandbox.kube.api import Api, ListOptions
 from nodecycle_sandbox.kube.auth import TokenRejected, bearer_token
 from nodecycle_sandbox.kube.counters import Counters
@@ -63,6 +64,7 @@ class Router:
         check_token: Callable[[str], str],
         server_address: Callable[[], str],
         access: Access,
+        admission: Admission,
     ) -> None:
         self._store = store
         self._api = api
@@ -71,6 +73,7 @@ class Router:
         self._check_token = check_token
         self._server_address = server_address
         self._access = access
+        self._admission = admission
 
     def handle(self, request: Request) -> Response:
         self._counters.begin(received=len(request.body))
@@ -109,7 +112,9 @@ class Router:
         target = _target(segments)
         if target is None:
             raise errors.path_not_found(path)
-        self._access.authorize(user, _attributes(request, target))
+        attributes = _attributes(request, target)
+        self._access.authorize(user, attributes)
+        self._admission.review(attributes)
         return self._serve(request, target)
 
     def _non_resource(self, path: str, segments: list[str]) -> JsonObj | str:

@@ -13,6 +13,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from nodecycle_sandbox.kube.access import Access, AccessEntry, load_manifest
+from nodecycle_sandbox.kube.admission import Admission
 from nodecycle_sandbox.kube.api import Api
 from nodecycle_sandbox.kube.auth import ADMIN_ACCESS_KEY, check_eks_token, make_eks_token
 from nodecycle_sandbox.kube.builders import node_object
@@ -89,6 +90,8 @@ class KubeServer:
         self.access.add_admin_key(ADMIN_ACCESS_KEY)
         # Off until armed: `server.faults.arm([Fault(...)], seed)` (see nodecycle_sandbox.faults).
         self.faults = KubeFaults()
+        # No webhook until a test registers one: `server.admission.deny(Denial(...))` (see kube/admission.py)
+        self.admission = Admission()
         self._httpd: KubeHTTPServer | None = None
         self._serve_thread: threading.Thread | None = None
         self._loop: ControllerLoop | None = None
@@ -121,6 +124,7 @@ class KubeServer:
             check_token=functools.partial(check_eks_token, max_age_seconds=self._token_max_age),
             server_address=lambda: f"{self._host}:{self.port}",
             access=self.access,
+            admission=self.admission,
         )
         self._httpd = KubeHTTPServer((self._host, self._port), router, context, self.faults)
         self._serve_thread = threading.Thread(

@@ -10,7 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from kubernetes.client import PolicyV1Api
+from kubernetes.client import AppsV1Api, PolicyV1Api
 
 from nodecycle.adapters.clock import SystemClock
 from nodecycle.adapters.kube.budget import ConfigMapBudgetStore, KubeNodeInventory
@@ -20,6 +20,7 @@ from nodecycle.domain.policy import Quantity
 from nodecycle.domain.ports.cluster import OWNER_ANNOTATION, ZONE_LABEL
 from nodecycle_sandbox import Sandbox
 from nodecycle_sandbox.checks import completed_before_drained, last_pod_gone, pdb_breaches
+from nodecycle_sandbox.kube.admission import Denial
 from tests.integration.lifecycle.harness import (
     core_api,
     find_record,
@@ -345,3 +346,76 @@ def test_a_node_whose_kubelet_is_gone_drains_without_waiting_for_pods_that_can_n
     assert budget is not None
     holders = json.loads(budget["data"]["budget.json"])["holders"]
     assert all(h["node"] != node for h in holders)
+
+
+WEBHOOK = "guard.example.com"
+
+
+def test_a_pod_whose_eviction_keeps_failing_does_not_hold_the_drain_past_its_timeout(
+    sandbox: Sandbox,
+) -> None:
+    # Given a node whose first pod a webhook guards: it answers each eviction of it 503 (not now, try again
+    # later), as a read timeout or a 504 would fail it
+    victim = next(i for i in in_service(sandbox) if len(_workload_pods(sandbox, node_of(sandbox, i))) > 1)
+    node = node_of(sandbox, victim)
+    guarded, *others = _workload_pods(sandbox, node)
+    sandbox.kube.admission.deny(
+        Denial(WEBHOOK, "CREATE", "pods/eviction", "shop", guarded, 503, "ServiceUnavailable", "not now")
+    )
+    sandbox.kube.reset_history()
+
+    # When its instance terminates
+    try:
+        sandbox.asg.terminate(victim)
+        action = wait_terminated(sandbox, victim, timeout=DRAIN_TIMEOUT + 60)
+    finally:
+        sandbox.kube.admission.clear()
+
+    # Then the node's other pods were evicted, and at its drain timeout the force policy deleted the guarded pod
+    # and the action was completed, the slot no longer held than the drain timeout allows
+    record = wait_finished(sandbox, victim)
+    assert record.outcome == "drain-timeout-forced"
+    assert (action.outcome, action.result) == ("completed", "CONTINUE")
+    assert record.drain_started_at is not None
+    assert action.finished_at - record.drain_started_at.timestamp() < DRAIN_TIMEOUT + 20  # type: ignore[operator]
+    history = sandbox.kube.history()
+    assert any(e.resource == "pods/eviction" and e.name in others for e in history)
+    assert any(e.resource == "pods" and e.verb == "delete" and e.name == guarded for e in history)
+    assert {d.name for d in sandbox.kube.admission.denied()} == {guarded}
+
+
+def test_a_forced_delete_the_api_server_refuses_does_not_stop_the_drain_ending_by_its_policy(
+    sandbox: Sandbox,
+) -> None:
+    # Given a pod whose budget never allows an eviction, and a webhook that denies its deletion (403)
+    sandbox.kube.seed(
+        {"deployments": [{"name": "pinned", "namespace": "shop", "replicas": 1, "pdb": {"minAvailable": 1}}]}
+    )
+    sandbox.kube.settle()
+    (pod,) = [p for p in sandbox.kube.objects("pods", "shop") if p["metadata"]["name"].startswith("pinned")]
+    pinned, node = pod["metadata"]["name"], pod["spec"]["nodeName"]
+    victim = next(i for i in in_service(sandbox) if node_of(sandbox, i) == node)
+    sandbox.kube.admission.deny(Denial(WEBHOOK, "DELETE", "pods", "shop", pinned, 403, "Forbidden", "pinned"))
+
+    # When its node's instance terminates
+    try:
+        sandbox.asg.terminate(victim)
+        action = wait_terminated(sandbox, victim, timeout=DRAIN_TIMEOUT + 120)
+    finally:
+        sandbox.kube.admission.clear()
+        PolicyV1Api(sandbox.kube.api_client()).delete_namespaced_pod_disruption_budget("pinned", "shop")
+        AppsV1Api(sandbox.kube.api_client()).delete_namespaced_deployment("pinned", "shop")
+
+    # Then the drain timed out, the force policy's delete of the pod was refused, and the drain still ended by
+    # its policy: the action was completed once the force grace and its slack were over
+    record = wait_finished(sandbox, victim)
+    assert record.outcome == "drain-timeout-forced-incomplete"
+    assert (action.outcome, action.result) == ("completed", "CONTINUE")
+    assert [(d.operation, d.name) for d in sandbox.kube.admission.denied()][-1] == ("DELETE", pinned)
+
+
+def _workload_pods(sandbox: Sandbox, node: str) -> list[str]:
+    """The node's pods a drain evicts, in the order the drain asks them."""
+    pods = core_api(sandbox).list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
+    found = (pod.metadata for pod in pods if pod.metadata is not None)
+    return [str(meta.name) for meta in found if meta.namespace == "shop" and not meta.deletion_timestamp]

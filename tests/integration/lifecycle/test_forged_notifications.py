@@ -113,5 +113,7 @@ def test_a_terminating_instances_action_named_as_a_launch_is_refused_and_the_dra
 
         # Then intake refuses it: no launch lifecycle, and the terminate action is still waiting on the drain
         assert records(sandbox).get(f"{victim}/launch/{action.token}") is None
-        assert (terminate := terminate_action(sandbox, victim)) is not None and terminate.active
+        terminate = terminate_action(sandbox, victim)
+        assert terminate is not None
+        assert terminate.active
         assert victim in sandbox.asg.in_state("Terminating:Wait")

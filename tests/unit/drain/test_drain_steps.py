@@ -20,13 +20,15 @@ from nodecycle.domain.drain.steps import (
     Evict,
     ForgetNode,
 )
-from nodecycle.domain.engine import Dispatcher
+from nodecycle.domain.engine import Dispatcher, StepHandler
+from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import Worker
 from nodecycle.domain.launch import ReadinessGate
 from nodecycle.domain.model import LifecycleRecord, Step, Transition
 from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.policy import ActionResult, DrainPolicy, ReadinessPolicy
-from nodecycle.domain.ports.cluster import Claim, Eviction, EvictionResult, NodeInfo, PodInfo
+from nodecycle.domain.ports.cluster import Claim, Eviction, EvictionResult, NodeInfo, PodInfo, Refused
+from nodecycle.domain.sweep.lifecycles import MAX_RESUMES
 from nodecycle.settings import DrainSettings
 from nodecycle.wiring.common import drain_policy, readiness_policy
 from tests.support.fakes import T0, FakeAutoscaling, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
@@ -85,6 +87,11 @@ class FakeCluster:
     now: datetime = T0  # the API server's clock: deletions are timed by it
     blocked: set[str] = field(default_factory=set)  # pods a PodDisruptionBudget protects
     refused: dict[str, str] = field(default_factory=dict)  # pods the API server will not evict, and why
+    undeletable: dict[str, str] = field(default_factory=dict)  # pods the API server will not delete, and why
+    # Pods whose every eviction and deletion fails as the adapter fails one that timed out or got a 502-504:
+    # with a TransientError, and why
+    failing: dict[str, str] = field(default_factory=dict)
+    cordoned: set[str] = field(default_factory=set)  # nodes marked unschedulable
     conflicts: int = 0  # the next claims that find the node changed
     evictions: list[tuple[str, int]] = field(default_factory=list)
     deletions: list[tuple[str, int]] = field(default_factory=list)
@@ -113,7 +120,9 @@ class FakeCluster:
         self.patches.append(
             {"owner": owner, "in_progress": in_progress, "cordon": cordon, "lb": exclude_from_lb}
         )
-        self._patched(node, owner=owner, in_progress=in_progress, unschedulable=cordon)
+        self._patched(node, owner=owner, in_progress=in_progress)
+        if cordon:
+            self.cordoned.add(node.name)
         return Claim.CLAIMED
 
     def release_node(self, node: NodeInfo, *, uncordon: bool = False) -> Claim:
@@ -121,7 +130,9 @@ class FakeCluster:
         if refused is not None:
             return refused
         self.patches.append({"owner": None, "in_progress": None, **({"cordon": False} if uncordon else {})})
-        self._patched(node, owner=None, in_progress=None, **({"unschedulable": False} if uncordon else {}))
+        self._patched(node, owner=None, in_progress=None)
+        if uncordon:
+            self.cordoned.discard(node.name)
         return Claim.CLAIMED
 
     def _precondition(self, node: NodeInfo) -> Claim | None:
@@ -146,7 +157,8 @@ class FakeCluster:
         return [p for p in self.pods if self.pod_nodes.get(p.name, NODE) == node]
 
     def evict(self, pod: PodInfo, grace_seconds: int) -> EvictionResult:
-        if not any((p.name, p.uid) == (pod.name, pod.uid) for p in self.pods):
+        self._answered(pod)
+        if not self._there(pod):
             return EvictionResult(Eviction.GONE)  # 404, or another pod of that name (uid precondition)
         if pod.name in self.refused:
             return EvictionResult(Eviction.REFUSED, self.refused[pod.name])
@@ -159,9 +171,21 @@ class FakeCluster:
         return EvictionResult(Eviction.EVICTED)
 
     def delete_pod(self, pod: PodInfo, grace_seconds: int) -> bool:
+        self._answered(pod)
+        if not self._there(pod):
+            return False  # 404, or another pod of that name (uid precondition: 409)
+        if pod.name in self.undeletable:
+            raise Refused(self.undeletable[pod.name])
         self.deletions.append((pod.name, grace_seconds))
         self._deleting(pod, grace_seconds)
         return True
+
+    def _answered(self, pod: PodInfo) -> None:
+        if pod.name in self.failing:
+            raise TransientError(f"calling for pod {pod.namespace}/{pod.name}: {self.failing[pod.name]}")
+
+    def _there(self, pod: PodInfo) -> bool:
+        return any((p.name, p.uid) == (pod.name, pod.uid) for p in self.pods)
 
     def _deleting(self, pod: PodInfo, grace_seconds: int) -> None:
         # As the API server does: the deadline is now + grace; a later, shorter deletion brings it forward
@@ -344,8 +368,9 @@ def test_a_cordon_near_the_global_timeout_leaves_the_timeout_policy_time_to_act(
     outcome = Cordon(
         finder=NodeFinder(cluster, NoDns()), cluster=cluster, policy=policy(), events=FakeEvents()
     )(record, late)
-    # force grace 5 s + a stuck pod's minute + the 60 s settle margin before the global timeout
-    assert outcome.changes["drain_deadline"] == record.global_deadline - timedelta(seconds=125)
+    # force grace 5 s + a stuck pod's minute + the engine's guard point: the 60 s heartbeat margin and one
+    # fault's 150 s redelivery before the global timeout
+    assert outcome.changes["drain_deadline"] == record.global_deadline - timedelta(seconds=5 + 60 + 60 + 150)
 
 
 def test_a_node_another_owner_drains_is_left_alone_until_our_drain_timeout() -> None:
@@ -379,6 +404,20 @@ def test_a_node_claimed_by_an_owner_that_holds_no_slot_any_more_is_adopted() -> 
     assert slots.holders == {NODE}
     assert cordoned.then is None
     assert cluster.nodes[NODE].owner == "stack-a"
+
+
+def test_a_waiter_whose_node_name_went_to_another_instance_takes_no_slot_for_that_node() -> None:
+    # Given a terminating instance that waits for a slot for its node, by the node's name; meanwhile its node
+    # went, and a new instance's node took the name (a recycled private IP: same DNS name, another provider id)
+    cluster, slots = FakeCluster(nodes={NODE: node(instance_id="i-0ffffffffffffffff")}), FakeSlots()
+    record = terminating(Step.ACQUIRE_SLOT, node=NODE, slot_waiting_since=T0)
+
+    # When it asks again
+    outcome = acquire(cluster, slots)(record, T0 + timedelta(seconds=30))
+
+    # Then the other instance's node gets no slot from it: the instance's own node is looked for, and is gone
+    assert slots.requests == []
+    assert (outcome.then, outcome.changes["outcome"]) == (Step.COMPLETE, "node-not-found")
 
 
 # -- CORDON -------------------------------------------------------------------------------------------------
@@ -418,6 +457,21 @@ def test_a_node_claimed_by_another_owner_meanwhile_is_not_touched() -> None:
     )(terminating(Step.CORDON, node=NODE), T0)
     assert outcome.then is Step.COMPLETE
     assert cluster.patches == []
+
+
+def test_a_node_whose_name_went_to_another_instance_is_not_cordoned() -> None:
+    # Given a node name whose node went with its instance after the slot was taken, and a new instance's node
+    # of the same name (a recycled private IP)
+    cluster = FakeCluster(nodes={NODE: node(instance_id="i-0ffffffffffffffff")})
+
+    # When the cordon comes
+    outcome = Cordon(
+        finder=NodeFinder(cluster, NoDns()), cluster=cluster, policy=policy(), events=FakeEvents()
+    )(terminating(Step.CORDON, node=NODE), T0)
+
+    # Then the new instance's node is left alone: the instance's node is gone
+    assert cluster.patches == []
+    assert (outcome.then, outcome.changes["outcome"]) == (Step.COMPLETE, "node-gone")
 
 
 def test_a_node_that_changed_since_it_was_read_is_read_again() -> None:
@@ -496,6 +550,49 @@ def test_a_pod_whose_eviction_is_refused_does_not_stop_the_others_being_evicted(
         (NODE, "EvictionRefused"),
     ]
     assert any(why in message for message in events.messages)
+
+
+def test_a_pod_whose_eviction_keeps_failing_stops_neither_the_others_nor_the_drain_timeout() -> None:
+    # Given a node whose first pod's eviction fails again and again (a read timeout, a 504), and a second pod
+    cluster = FakeCluster(pods=[pod("web-1"), pod("web-2")], failing={"web-1": "HTTP 504 Gateway Timeout"})
+    metrics = FakeMetrics()
+    step = evict(cluster, metrics=metrics)
+
+    # When the evict step runs
+    first = step(draining(), T0)
+
+    # Then the other pod is evicted and the step polls on, the failure counted as a retry of the step; the pass
+    # counts as one that asked the pods to leave
+    assert cluster.evictions == [("web-2", 60)]
+    assert first.again
+    assert first.changes["extra"]["polls"] == 1
+    assert metrics.counts["StepRetries[step=evict]"] == 1
+
+    # And at the drain timeout the policy applies to the pod that never left: it is deleted
+    cluster.pods = [p for p in cluster.pods if p.name != "web-2"]
+    cluster.failing.clear()
+    late = T0 + timedelta(seconds=600)
+    timed_out = step(draining().model_copy(update=dict(first.changes)), late)
+    assert cluster.deletions == [("web-1", 5)]
+    assert timed_out.changes["forced_at"] == late
+
+
+def test_a_pass_asks_the_pods_that_failed_before_last_and_stops_after_two_failures() -> None:
+    # Given three pods, the first two of which fail transiently (each failure may have cost a read timeout of
+    # the step's minute)
+    cluster = FakeCluster(
+        pods=[pod("a"), pod("b"), pod("c")], failing={"a": "read timed out", "b": "read timed out"}
+    )
+    metrics = FakeMetrics()
+    step = evict(cluster, metrics=metrics)
+
+    # When the step runs, Then the pass ends at the second failure
+    first = step(draining(), T0)
+    assert (cluster.evictions, metrics.counts["StepRetries[step=evict]"]) == ([], 2)
+
+    # And the next pass asks the pod that has not failed first
+    step(draining().model_copy(update=dict(first.changes)), T0 + timedelta(seconds=1))
+    assert cluster.evictions == [("c", 60)]
 
 
 def test_polls_start_quick_and_slow_down_to_the_configured_interval() -> None:
@@ -594,6 +691,65 @@ def test_timeout_policy_force_deletes_the_remaining_pods_then_waits_for_them() -
     done = step(draining(forced_at=late), late + timedelta(seconds=5))
     assert done.changes["outcome"] == "drain-timeout-forced"
     assert metrics.counts["DrainTimeouts"] == 1
+
+
+def test_a_forced_delete_that_keeps_failing_transiently_ends_the_drain_after_the_force_grace() -> None:
+    # Given a drain stuck on disruption budgets past its timeout, where the deletion of the first of its two
+    # pods fails again and again (a read timeout, a 503)
+    late = T0 + timedelta(seconds=600)
+    cluster = FakeCluster(
+        nodes={NODE: node()},
+        pods=[pod("db-0"), pod("db-1")],
+        blocked={"db-0", "db-1"},
+        failing={"db-0": "HTTP 503 Service Unavailable"},
+        now=late,
+    )
+    step = evict(cluster)
+
+    # When the force policy deletes them
+    first = step(polled(), late)
+
+    # Then the other pod is deleted, and the moment the force began is kept
+    assert cluster.deletions == [("db-1", 5)]
+    assert (first.again, first.changes["forced_at"]) == (True, late)
+    record = polled().model_copy(update=dict(first.changes))
+    assert step(record, late + timedelta(seconds=30)).changes["forced_at"] == late
+    # and the failing pod holds the drain no longer than the force grace and its slack
+    done = step(record, late + timedelta(seconds=66))
+    assert done.changes["outcome"] == "drain-timeout-forced-incomplete"
+
+
+def test_a_forced_delete_the_api_server_refuses_does_not_stop_the_others_being_deleted() -> None:
+    # Given a drain stuck on disruption budgets past its timeout, where a webhook denies the deletion of the
+    # first of its two pods (403)
+    why = 'admission webhook "guard.example.com" denied the request: db-0 may not be deleted'
+    late = T0 + timedelta(seconds=600)
+    cluster = FakeCluster(
+        nodes={NODE: node()},
+        pods=[pod("db-0"), pod("db-1")],
+        blocked={"db-0", "db-1"},
+        undeletable={"db-0": why},
+        now=late,
+    )
+    metrics, events = FakeMetrics(), FakeEvents()
+    step = evict(cluster, metrics=metrics, events=events)
+
+    # When the force policy deletes them, twice
+    first = step(polled(), late)
+    record = polled().model_copy(update=dict(first.changes))
+    step(record, late + timedelta(seconds=5))
+
+    # Then the other pod is deleted, the step waits on, and the refusal is counted each time (the eviction
+    # errors' alarm: an operator must look) but told once, with the API server's words
+    assert cluster.deletions == [("db-1", 5)]
+    assert (first.again, first.changes["forced_at"]) == (True, late)
+    assert metrics.counts["EvictionErrors"] == 2
+    refusals = [(subject, reason) for subject, reason, _ in events.written if reason == "DeletionRefused"]
+    assert refusals == [("apps/db-0", "DeletionRefused"), (NODE, "DeletionRefused")]
+    assert any(why in message for message in events.messages)
+    # And the drain ends once the force grace and its slack are over, the refused pod still there
+    done = step(record, late + timedelta(seconds=66))
+    assert done.changes["outcome"] == "drain-timeout-forced-incomplete"
 
 
 def test_a_drain_that_starts_past_its_deadline_asks_its_pods_to_leave_before_forcing_anything() -> None:
@@ -736,6 +892,57 @@ def test_a_node_going_into_a_warm_pool_is_uncordoned_as_its_annotations_are_clea
 
     # Then the same patch lifts the cordon
     assert cluster.patches == [{"owner": None, "in_progress": None, "cordon": False}]
+
+
+@pytest.mark.parametrize("first", [Step.FORGET_NODE, Step.CLEANUP])
+def test_a_node_stopped_into_the_warm_pool_comes_back_uncordoned_whichever_step_runs_first(
+    first: Step,
+) -> None:
+    # Given our cordoned, drained node, whose instance's terminate action (into the warm pool) is complete
+    progress = json.dumps({"instance": INSTANCE, "transition": "terminate", "token": "token"})
+    cluster = FakeCluster(nodes={NODE: node(owner="stack-a", in_progress=progress)}, cordoned={NODE})
+    drained = terminating(Step.CLEANUP, node=NODE, destination="WarmPool", drain_started_at=T0)
+    slots = FakeSlots(holders={NODE}, held_for={NODE: drained.id})
+    waker = Dispatcher(
+        records=InMemoryRecords(), queues=RecordingQueues(), clock=FakeClock(T0), metrics=FakeMetrics()
+    )
+    cleanup = Cleanup(
+        cluster=cluster, slots=slots, dispatcher=waker, autoscaling=FakeAutoscaling(), events=FakeEvents()
+    )
+    # and Auto Scaling stopping the instance: its state change frees what nodecycle held for it
+    stopped = spot(Step.FORGET_NODE, transition=Transition.STATE_CHANGE, id=f"{INSTANCE}/state-change")
+    forget = ForgetNode(finder=NodeFinder(cluster, NoDns()), cluster=cluster, slots=slots, dispatcher=waker)
+
+    # When the state change's step and the drain's cleanup run, in either order
+    runs: list[tuple[StepHandler, LifecycleRecord]] = [(forget, stopped), (cleanup, drained)]
+    for step, record in runs if first is Step.FORGET_NODE else reversed(runs):
+        step(record, T0)
+
+    # Then the node comes back from the warm pool uncordoned, its annotations cleared
+    assert cluster.cordoned == set()
+    assert (cluster.nodes[NODE].owner, cluster.nodes[NODE].in_progress) == (None, None)
+
+
+def test_a_cleanup_into_the_warm_pool_leaves_alone_a_cordon_on_another_instances_node_of_the_name() -> None:
+    # Given the node name of an instance stopped into the warm pool, taken by another instance's node that
+    # someone cordoned (a recycled private IP: no annotations of ours, another provider id)
+    cluster = FakeCluster(nodes={NODE: node(instance_id="i-0ffffffffffffffff")}, cordoned={NODE})
+    waker = Dispatcher(
+        records=InMemoryRecords(), queues=RecordingQueues(), clock=FakeClock(T0), metrics=FakeMetrics()
+    )
+    record = terminating(Step.CLEANUP, node=NODE, destination="WarmPool", drain_started_at=T0)
+
+    # When the stopped instance's cleanup runs
+    Cleanup(
+        cluster=cluster,
+        slots=FakeSlots(),
+        dispatcher=waker,
+        autoscaling=FakeAutoscaling(),
+        events=FakeEvents(),
+    )(record, T0)
+
+    # Then that cordon is not its to lift
+    assert (cluster.patches, cluster.cordoned) == ([], {NODE})
 
 
 def test_a_late_cleanup_leaves_a_newer_lifecycle_of_the_same_node_name_alone() -> None:
@@ -914,6 +1121,34 @@ def test_a_terminate_hook_after_a_drained_spot_interruption_completes_at_once() 
     # and while that drain still runs, it waits for it
     records.commit(drained.model_copy(update={"step": Step.EVICT}), expected_seq=drained.seq)
     assert step(terminating(Step.ACQUIRE_SLOT), T0 + timedelta(seconds=60)).again
+
+
+def test_a_terminate_hook_waits_for_a_stuck_disruption_drain_no_longer_than_a_drain_of_its_own() -> None:
+    # Given the Spot interruption's drain of the instance, stuck at EVICT (its messages dead-lettered, the
+    # sweeper's resumes spent), and the group's terminate hook of the instance, received at T0
+    records = InMemoryRecords()
+    records.create(spot(Step.EVICT, node=NODE, zone="eu-west-1a", drain_started_at=T0, resumes=MAX_RESUMES))
+    cluster, slots = FakeCluster(nodes={NODE: node()}, pods=[pod("web-1")]), FakeSlots(room=1)
+    step = AcquireSlot(
+        finder=NodeFinder(cluster, NoDns()),
+        cluster=cluster,
+        slots=slots,
+        policy=policy(),
+        metrics=FakeMetrics(),
+        events=FakeEvents(),
+        records=records,
+    )
+    hook = terminating(Step.ACQUIRE_SLOT)
+
+    # While a drain could still be running, the hook waits for it
+    assert step(hook, T0 + policy().timeout).again
+    assert slots.requests == []
+
+    # When it has waited longer than the drain timeout, Then it drains the node itself: it takes a slot
+    outcome = step(hook, T0 + policy().timeout + timedelta(seconds=1))
+    assert len(slots.requests) == 1
+    assert outcome.then is None
+    assert not outcome.again
 
 
 @pytest.mark.parametrize(

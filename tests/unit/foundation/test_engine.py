@@ -613,6 +613,60 @@ def test_near_the_global_timeout_the_action_is_completed_whatever_it_waits_for()
     assert world.metrics.counts["GlobalTimeoutsNear"] == 1
 
 
+def test_one_crash_at_the_guards_run_still_leaves_time_to_complete_the_action() -> None:
+    # Given a drain polling near its global timeout, with the engine's one-fault timing: the later of a
+    # visibility timeout and the resume grace (3 minutes here) + 2 s
+    fault = 182
+    world = World(redelivery=fault)
+    record = make_record(PLAN, Step.EVICT, node="n1")
+    end = record.global_deadline
+    world.clock.current = end - timedelta(seconds=MARGIN + fault + 100)
+    world.records.create(kept_alive(world.autoscaling, record, world.clock.now()))
+    complete = CompleteAction(world.autoscaling, world.metrics)
+    crashes = [RuntimeError("the invocation died (a timeout, out of memory)")]
+
+    def crashing_complete(record: LifecycleRecord, now: datetime) -> Outcome:
+        if crashes:
+            raise crashes.pop()
+        return complete(record, now)
+
+    engine = world.engine(
+        {
+            Step.EVICT: Script([Outcome.wait(900)] * 10),
+            Step.COMPLETE: crashing_complete,
+            Step.CLEANUP: Script([Outcome.next()]),
+        }
+    )
+    # its polls, each brought forward as the heartbeats and the guard need, until the guard's run goes to the
+    # completion and its invocation dies (one fault)
+    engine.handle(world.message())
+    while crashes:
+        (sent,) = world.queues.take()
+        world.clock.current = max(world.clock.now(), world.record().due_at)
+        try:
+            engine.handle(sent.message)
+        except RuntimeError:
+            break
+
+    # When SQS delivers the message again a visibility timeout later: older than the record now (the guard
+    # committed the completion step before the crash), it sends a watch, which sends the step again once the
+    # resume grace has passed; each message is delivered when its delay is over
+    crashed_at = world.clock.now()
+    world.clock.current = crashed_at + timedelta(seconds=fault)
+    engine.handle(sent.message)
+    while not world.autoscaling.completed and (pending := world.queues.take()):
+        (sent,) = pending
+        world.clock.current += timedelta(seconds=sent.delay)
+        engine.handle(sent.message)
+
+    # Then the action was still alive and is completed, at most one fault after the guard's run and before
+    # its global timeout
+    ((action, _),) = world.autoscaling.completed
+    assert action == record.action
+    assert world.clock.now() - crashed_at <= timedelta(seconds=fault)
+    assert world.clock.now() < end
+
+
 def test_a_wait_never_runs_past_the_point_where_the_guard_must_complete() -> None:
     world = World()
     record = make_record(PLAN, Step.EVICT)

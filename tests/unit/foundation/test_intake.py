@@ -24,7 +24,8 @@ class OneAction(FakeAutoscaling):
 
     def __init__(self, token: str, throttled: bool = False) -> None:
         super().__init__(
-            issued={token: None}, hooks={(GROUP, HOOK): Hook(Transition.TERMINATING, heartbeat_timeout=TIMEOUT)}
+            issued={token: None},
+            hooks={(GROUP, HOOK): Hook(Transition.TERMINATING, heartbeat_timeout=TIMEOUT)},
         )
         self.throttled = throttled
 

@@ -37,6 +37,7 @@ class Repair:
     autoscaling: FakeAutoscaling = field(default_factory=FakeAutoscaling)
     metrics: FakeMetrics = field(default_factory=FakeMetrics)
     failure: ActionResult = ActionResult.CONTINUE
+    grace: timedelta = GRACE
 
     def __post_init__(self) -> None:
         self.autoscaling.clock = self.clock  # Auto Scaling's timeouts run on the test's clock
@@ -50,7 +51,7 @@ class Repair:
             autoscaling=self.autoscaling,
             completion=CompleteAction(self.autoscaling, self.metrics),
             metrics=self.metrics,
-            resume_grace=GRACE,
+            resume_grace=self.grace,
             margin=MARGIN,
             interval=INTERVAL,
             failure_result=lambda record: self.failure,
@@ -229,6 +230,38 @@ def test_an_overdue_action_is_settled_by_the_last_sweep_that_comes_before_its_gl
     early.records.create(kept_alive(early.autoscaling, record, early.clock.now() - INTERVAL))
     assert early.run()["LifecyclesResumed"] == 1
     assert early.autoscaling.completed == []
+
+
+@pytest.mark.parametrize(
+    ("late", "grace", "beat", "due"),
+    [
+        # the engine's poll is due 150 s before the global timeout, and only 20 s late at the last sweep
+        (130, GRACE, 160, 150),
+        # a short hook: its heartbeat deadline 15 s before the global timeout, its next run not yet due
+        (119, timedelta(seconds=120), 315, 100),
+    ],
+    ids=["late-less-than-the-grace", "heartbeat-deadline-in-the-last-window"],
+)
+def test_the_last_sweep_before_the_global_timeout_settles_an_open_action_that_is_not_overdue_yet(
+    late: int, grace: timedelta, beat: int, due: int
+) -> None:
+    # Given a lifecycle whose queue stalls near its action's global timeout, its next run due shortly before
+    # it (not yet overdue at the last sweep: late by less than the resume grace, or not even due)
+    repair = Repair(grace=grace)
+    record = make_record(PLAN, Step.EVICT, node="n1", seq=40)
+    end = record.global_deadline
+    record = kept_alive(repair.autoscaling, record, end - timedelta(seconds=beat))
+    repair.records.create(record.model_copy(update={"due_at": end - timedelta(seconds=due)}))
+
+    # When the last sweep that comes before the global timeout runs
+    repair.clock.current = end - timedelta(seconds=late)
+    assert repair.clock.now() + INTERVAL > end
+    counts = repair.run()
+
+    # Then it completes the action itself (the queue may not move again before the global timeout)
+    assert counts["LifecyclesSettled"] == 1
+    ((action, result),) = repair.autoscaling.completed
+    assert (action, result) == (record.action, ActionResult.CONTINUE)
 
 
 def test_the_sweeper_settles_nothing_from_a_list_that_lags_behind_the_lifecycle() -> None:

@@ -31,6 +31,7 @@ from nodecycle.domain.ports.cluster import (
     EvictionResult,
     NodeInfo,
     PodInfo,
+    Refused,
 )
 
 log = logging.getLogger(__name__)
@@ -257,8 +258,12 @@ class KubeCluster:
                     _request_timeout=REQUEST_TIMEOUT,
                 )
         except ApiException as error:
-            if error.status in (404, 409):
+            if error.status in (404, 409):  # gone, or replaced by a pod of the same name (uid precondition)
                 return False
+            if error.status in (400, 403, 422):
+                # This pod's answer (a webhook denies it, the role lacks the permission), not the cluster's: the
+                # force policy must still delete the drain's other pods
+                raise Refused(_status_message(error)) from error
             raise
         return True
 

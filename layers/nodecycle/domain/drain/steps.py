@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -17,12 +18,13 @@ from nodecycle.domain.budget import SlotReason, SlotRequest
 from nodecycle.domain.completion import SETTLED_ELSEWHERE
 from nodecycle.domain.drain import pods as podfilter
 from nodecycle.domain.engine import Dispatcher, Outcome
+from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import settle_step
 from nodecycle.domain.model import WARM_POOL, LifecycleRecord, Step, Transition, record_id
 from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.policy import DrainPolicy, TimeoutPolicy
 from nodecycle.domain.ports.budget import Slots
-from nodecycle.domain.ports.cluster import Claim, Cluster, Events, Eviction, PodInfo
+from nodecycle.domain.ports.cluster import Claim, Cluster, Events, Eviction, NodeInfo, PodInfo, Refused
 from nodecycle.domain.ports.lifecycle import Autoscaling, RecordStore
 from nodecycle.domain.ports.runtime import Metrics
 
@@ -39,6 +41,12 @@ CHECK_NODE_AFTER = timedelta(seconds=15)
 STUCK_PODS = "stuck_pods"  # record.extra key: pods the drain stopped waiting for, and why
 FORCED_SLOT = "forced_slot"  # record.extra key: the slot was taken without room (global timeout near)
 BLOCKED_REPORTED = "blocked_reported"  # record.extra key: pods whose blocked eviction an Event told of
+DELETION_REFUSED = "deletion_refused"  # record.extra key: pods whose refused forced delete an Event told of
+# record.extra key: pods a call for (an eviction, a forced delete) failed transiently in this drain: they go last
+FAILED_PODS = "failed_pods"
+# A pass over the pods stops calling after this many transient failures: one pod's call failing is that pod's
+# trouble, more is the API server's, and each may have cost a read timeout of the step's minute.
+FAILURES_PER_PASS = 2
 DRAINED_AT = "drained_at"  # record.extra key: when the node was found empty (the load balancer delay starts)
 POLLS = "polls"  # record.extra key: how often the drain has looked for its pods so far
 # The disruptions without a hook whose drain a later terminate hook of the same instance finds done
@@ -101,6 +109,46 @@ def _full_drain(policy: DrainPolicy) -> timedelta:
     return policy.timeout + _tail(policy)
 
 
+def _of_instance(node: NodeInfo, record: LifecycleRecord) -> bool:
+    """Whether the node is the record's instance's. Node names are reused (a new instance given the private IP
+    of one gone gets its DNS name, and its node the name of the node gone with it); provider ids are not. A
+    node without one yet goes by its name, as the finder takes it."""
+    return node.instance_id in (None, record.instance_id)
+
+
+class _PodCalls:
+    """The calls of one pass over a drain's pods (its evictions, or the force policy's deletes), where a call
+    that fails transiently (a read timeout, a 502-504) is that pod's failure, not the pass's: it is counted as a
+    retry, the pod is asked again at the next poll, and the other pods are asked now. The pods that failed
+    before go last, so a pod that always fails never stands in the others' way."""
+
+    def __init__(self, record: LifecycleRecord, metrics: Metrics) -> None:
+        self._failed = set(record.extra.get(FAILED_PODS) or [])
+        self._metrics = metrics
+
+    def answers[T](
+        self, pods: Iterable[PodInfo], call: Callable[[PodInfo], T]
+    ) -> Iterator[tuple[PodInfo, T]]:
+        """Each pod and what ``call`` answered for it, up to the pass's ``FAILURES_PER_PASS``-th failure."""
+        failures = 0
+        for pod in sorted(pods, key=lambda pod: pod.uid in self._failed):
+            try:
+                answer = call(pod)
+            except TransientError as error:
+                log.warning("pod %s/%s: %s; asked again at the next poll", pod.namespace, pod.name, error)
+                self._metrics.count("StepRetries", step=Step.EVICT.value)
+                self._failed.add(pod.uid)
+                failures += 1
+                if failures == FAILURES_PER_PASS:
+                    return
+                continue
+            yield pod, answer
+
+    def remembered(self) -> dict[str, Any]:
+        """What the record keeps of the pass for the next: the pods that failed."""
+        return {FAILED_PODS: sorted(self._failed)} if self._failed else {}
+
+
 class AcquireSlot:
     def __init__(
         self,
@@ -128,7 +176,8 @@ class AcquireSlot:
                 return linked
         extra = record.extra
         node = self._cluster.get_node(record.node) if record.node else None
-        if node is None:
+        if node is None or not _of_instance(node, record):
+            # Not looked for yet, gone, or its name taken by another instance's node: look for the instance's
             node, extra = self._finder.find(record)
         if node is None:
             log.warning("no node for instance %s: nothing to drain", record.instance_id)
@@ -218,6 +267,17 @@ class AcquireSlot:
             ):
                 continue
             if not other.finished:
+                if now - record.received_at > self._policy.timeout:
+                    # That drain should have ended by now (a Spot drain ends within its two minutes): it is
+                    # stuck (its messages dead-lettered, its resumes spent). The hook is not held by it for
+                    # longer than a drain of its own would take: it drains the node itself.
+                    log.warning(
+                        "instance %s: the drain for its %s is not over after %s: draining it for the hook",
+                        record.instance_id,
+                        cause.short,
+                        self._policy.timeout,
+                    )
+                    return None
                 log.info(
                     "instance %s is being drained for a %s: waiting for it", record.instance_id, cause.short
                 )
@@ -261,6 +321,14 @@ class Cordon:
             found = {"node": node.name, "node_uid": node.uid, "zone": node.zone, "extra": extra}
         else:
             node = self._cluster.get_node(record.node)
+            if node is not None and not _of_instance(node, record):
+                log.warning(
+                    "node %s is instance %s's now: the node of %s is gone",
+                    node.name,
+                    node.instance_id,
+                    record.instance_id,
+                )
+                node = None
         if node is None:
             return Outcome.goto(settle_step(record), outcome="node-gone")
         if node.owner not in (None, record.owner, record.extra.get(ADOPT_FROM)):
@@ -356,8 +424,10 @@ class Evict:
         # A pod's grace never reaches past the drain's deadline (two minutes, for a Spot interruption), nor
         # falls below what the timeout policy would give it anyway
         cap = min(policy.pod_grace_cap, max(policy.force_grace, int((deadline - now).total_seconds())))
-        for pod in podfilter.to_evict(pods):
-            result = self._cluster.evict(pod, podfilter.grace_for(pod, cap))
+        calls = _PodCalls(record, self._metrics)
+        for pod, result in calls.answers(
+            podfilter.to_evict(pods), lambda pod: self._cluster.evict(pod, podfilter.grace_for(pod, cap))
+        ):
             if result.kind is Eviction.EVICTED:
                 evicted += 1
             elif result.kind is Eviction.BLOCKED:
@@ -384,7 +454,8 @@ class Evict:
                     self._tell(record, pod, "EvictionRefused", f"refused by the API server: {result.detail}")
         if evicted:
             self._metrics.count("PodsEvicted", evicted)
-        extra = {**record.extra, POLLS: polls + 1}
+        # A pass counts even when calls of it failed: the drain's timeout then applies to the pods that never left
+        extra = {**record.extra, POLLS: polls + 1, **calls.remembered()}
         if reported:
             extra[BLOCKED_REPORTED] = sorted(reported)
         return Outcome.wait(
@@ -394,9 +465,11 @@ class Evict:
             **changes,
         )
 
-    def _tell(self, record: LifecycleRecord, pod: PodInfo, reason: str, why: str) -> None:
-        """A warning event on the pod and on its node: why its eviction did not happen."""
-        message = f"Eviction of {pod.namespace}/{pod.name} {why}"
+    def _tell(
+        self, record: LifecycleRecord, pod: PodInfo, reason: str, why: str, *, what: str = "Eviction"
+    ) -> None:
+        """A warning event on the pod and on its node: why its eviction (or ``what``) did not happen."""
+        message = f"{what} of {pod.namespace}/{pod.name} {why}"
         self._events.on_pod(pod, reason, message, warning=True)
         self._events.on_node(_known(record.node, "node"), record.node_uid, reason, message, warning=True)
 
@@ -448,10 +521,37 @@ class Evict:
         if now > forced_at + timedelta(seconds=policy.force_grace) + FORCED_POD_SLACK:
             log.error("%d pods did not stop after a forced delete: going on", len(left))
             return self._drained(record, now, "drain-timeout-forced-incomplete", **changes)
-        for pod in left:
-            if not pod.terminating:
-                self._cluster.delete_pod(pod, podfilter.grace_for(pod, policy.force_grace))
-        return Outcome.wait(policy.poll_seconds, forced_at=forced_at, **changes)
+        extra = self._force(record, [pod for pod in left if not pod.terminating])
+        return Outcome.wait(policy.poll_seconds, forced_at=forced_at, extra=extra, **changes)
+
+    def _force(self, record: LifecycleRecord, pods: list[PodInfo]) -> dict[str, Any]:
+        """Delete the pods (the force policy); the record's extra after it. A delete the API server refuses is
+        that pod's answer: the others are deleted, it is asked again at every poll until the force grace and
+        its slack are over, and the eviction errors' alarm calls an operator."""
+        calls = _PodCalls(record, self._metrics)
+        told = set(record.extra.get(DELETION_REFUSED) or [])
+        for pod, refusal in calls.answers(pods, self._delete):
+            if refusal is None:
+                continue
+            log.error("forced delete of pod %s/%s refused: %s", pod.namespace, pod.name, refusal)
+            self._metrics.count("EvictionErrors")
+            if pod.uid not in told:
+                told.add(pod.uid)
+                self._tell(
+                    record, pod, "DeletionRefused", f"refused by the API server: {refusal}", what="Deletion"
+                )
+        extra = {**record.extra, **calls.remembered()}
+        if told:
+            extra[DELETION_REFUSED] = sorted(told)
+        return extra
+
+    def _delete(self, pod: PodInfo) -> str | None:
+        """Delete with the force grace; what the API server said if it refused."""
+        try:
+            self._cluster.delete_pod(pod, podfilter.grace_for(pod, self._policy.force_grace))
+        except Refused as refusal:
+            return str(refusal)
+        return None
 
     def _drained(self, record: LifecycleRecord, now: datetime, outcome: str, **changes: Any) -> Outcome:
         """The node is empty. Before the next step, the optional load balancer delay: waited here, in pieces,
@@ -504,24 +604,41 @@ class Cleanup:
         if record.node is None:
             return Outcome.next()
         node = self._cluster.get_node(record.node)
-        # Ours: annotated by this owner for this lifecycle. Node names are reused (recycled private IPs): a
-        # late cleanup must not clear the annotations, nor free the slot, of a newer lifecycle of the name.
-        ours = node is not None and node.owner == record.owner and node.lifecycle in (None, record.id)
-        if ours and node is not None:
-            back = self._coming_back(record)
-            if back and record.destination != WARM_POOL:
-                log.warning(
-                    "instance %s is still in service though its action is gone: node %s is uncordoned",
-                    record.instance_id,
-                    node.name,
-                )
-            if self._cluster.release_node(node, uncordon=back) is Claim.CONFLICT:
-                return Outcome.wait(1)
+        if node is not None and self._release(node, record) is Claim.CONFLICT:
+            return Outcome.wait(1)
         for waiter in self._slots.release(record.node, record.id):
             self._dispatcher.wake(waiter)
         # (told even when the node is gone already: its events are read by its name and uid)
         self._settled(record, node.uid if node is not None else record.node_uid)
         return Outcome.next()
+
+    def _release(self, node: NodeInfo, record: LifecycleRecord) -> Claim | None:
+        """Clear this lifecycle's annotations from the node, and lift its cordon if the node comes back; None
+        when nothing on the node is this lifecycle's to release."""
+        # Ours: annotated by this owner for this lifecycle. Node names are reused (recycled private IPs): a
+        # late cleanup must not clear the annotations, nor free the slot, of a newer lifecycle of the name.
+        ours = node.owner == record.owner and node.lifecycle in (None, record.id)
+        # Or this instance's node that this lifecycle cordoned, whose annotations are gone: the stop of the
+        # instance (into its warm pool) frees them at once (FORGET_NODE), and may come before this cleanup.
+        # The cordon is still this lifecycle's to lift.
+        freed = (
+            node.owner is None
+            and node.in_progress is None
+            and record.drain_started_at is not None
+            and _of_instance(node, record)
+        )
+        if not (ours or freed):
+            return None
+        back = self._coming_back(record)
+        if not (ours or back):
+            return None  # freed already, and the cordon stays: the node is not coming back
+        if back and record.destination != WARM_POOL:
+            log.warning(
+                "instance %s is still in service though its action is gone: node %s is uncordoned",
+                record.instance_id,
+                node.name,
+            )
+        return self._cluster.release_node(node, uncordon=back)
 
     def _settled(self, record: LifecycleRecord, uid: str | None) -> None:
         node = _known(record.node, "node")
@@ -548,8 +665,9 @@ class ForgetNode:
     slot, its waiting place, its node's annotations), rather than at the next sweep.
 
     Budget entries are this owner's of the instance (instance ids are never reused, unlike node names); the
-    annotations those of this owner on the instance's node, whichever lifecycle set them. The cordon stays:
-    the node is not coming back.
+    annotations those of this owner on the instance's node, whichever lifecycle set them. The cordon stays: a
+    node that is not coming back keeps it, and one that is (stopped into the warm pool) has it lifted by the
+    cleanup of the lifecycle that set it, which runs before or after this step.
     """
 
     def __init__(self, *, finder: NodeFinder, cluster: Cluster, slots: Slots, dispatcher: Dispatcher) -> None:

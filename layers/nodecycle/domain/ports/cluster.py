@@ -87,6 +87,12 @@ class EvictionResult:
     detail: str = ""  # what the API server said (for BLOCKED: which budget, and how many pods it needs)
 
 
+class Refused(Exception):
+    """The API server will not do this to this one object (400, 403, 422: an admission webhook denies it, the
+    role lacks the permission, the request is invalid for it): that object's answer, not the cluster's.
+    ``str(error)`` is what the API server said."""
+
+
 class Claim(StrEnum):
     CLAIMED = "claimed"
     CONFLICT = "conflict"  # the node changed since it was read: read it again
@@ -124,7 +130,8 @@ class Cluster(Protocol):
     def evict(self, pod: PodInfo, grace_seconds: int) -> EvictionResult: ...
 
     def delete_pod(self, pod: PodInfo, grace_seconds: int) -> bool:
-        """Delete (the force policy); False when the pod was already gone."""
+        """Delete (the force policy); False when the pod was already gone. Raises :class:`Refused` when the API
+        server refuses to delete this pod."""
         ...
 
 

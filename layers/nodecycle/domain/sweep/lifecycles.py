@@ -82,9 +82,10 @@ class LifecycleRepair:
             now = max(now, self._clock.now())
             try:
                 overdue = record.overdue(now, self._grace)
+                last = record.action_open and self._last_chance(record, now)
                 kept = self._keep_alive(record, now, counts)
                 counts["LifecyclesStalled"] += overdue
-                if kept is not None and overdue:
+                if kept is not None and (overdue or last):
                     counts[self._repair(kept, now)] += 1
             except Exception:  # one lifecycle's failure must not stop the repair of the others
                 log.exception("could not repair lifecycle %s", record.id)
@@ -134,8 +135,11 @@ class LifecycleRepair:
     def _last_chance(self, record: LifecycleRecord, now: datetime) -> bool:
         """Whether this sweep is the last that comes before the action's global timeout (with the margin the
         completion needs, and one more for a late schedule): the next one, an interval on, would find it
-        timed out with Auto Scaling's default result. A stalled lifecycle is settled then, up to an interval
-        early, rather than resumed into a queue that may not move."""
+        timed out with Auto Scaling's default result. Every open action is settled then, up to an interval
+        early, overdue or not: one whose message is not late yet (within the resume grace, or due in a
+        minute) may sit in a queue that has stalled, and nothing after this sweep could complete it. A
+        lifecycle the engine is running is not disturbed by it: the settlement commits only on the seq it
+        read, and the engine's guard would complete the action at about this time anyway."""
         return now >= record.global_deadline - self._interval - 2 * self._margin
 
     def _settle(self, record: LifecycleRecord, now: datetime) -> bool:

@@ -1,0 +1,216 @@
+"""The drain's steps on the real Kubernetes adapter, against the sandbox API server: the answers that the unit
+tests' fake cluster can only imitate come here as an API server gives them (an admission webhook's denial of
+one pod, a 503 for one pod's eviction, a node name another instance's node took, a node whose annotations a
+stop of its instance cleared before the drain's cleanup)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from moto import mock_aws
+
+from nodecycle.adapters.kube.cluster_api import KubeCluster
+from nodecycle.adapters.kube.eks_access import EksCluster
+from nodecycle.domain.drain.steps import AcquireSlot, Cleanup, Cordon, Evict, ForgetNode
+from nodecycle.domain.engine import Dispatcher
+from nodecycle.domain.model import LifecycleRecord, Step, Transition
+from nodecycle.domain.nodes import NodeFinder
+from nodecycle.domain.ports.cluster import PodInfo, Refused
+from nodecycle_sandbox.aws.eks import point_cluster
+from nodecycle_sandbox.kube import KubeServer
+from nodecycle_sandbox.kube.admission import Denial
+from tests.integration.budget.conftest import DRAIN_ROLE, act_as_drain
+from tests.support.fakes import T0, FakeAutoscaling, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
+from tests.unit.drain.test_drain_steps import FakeEvents, FakeSlots, NoDns, policy, spot, terminating
+
+ACCOUNT = "123456789012"
+NODE = "ip-10-0-1-10.eu-west-1.compute.internal"
+INSTANCE = "i-0a1b2c3d4e5f60101"
+SEED = {
+    "namespaces": ["shop"],
+    "nodes": [
+        {"privateIp": "10.0.1.10", "instanceId": INSTANCE, "zone": "eu-west-1a"},
+        {"privateIp": "10.0.2.10", "instanceId": "i-0a1b2c3d4e5f60201", "zone": "eu-west-1b"},
+    ],
+    "daemonSets": [{"name": "kube-proxy", "namespace": "kube-system"}],
+    "deployments": [{"name": "web", "namespace": "shop", "replicas": 4}],
+}
+WEBHOOK = "guard.example.com"
+DEADLINE = T0 + timedelta(seconds=600)  # the drain timeout of the unit tests' policy
+
+
+@pytest.fixture
+def server() -> Iterator[KubeServer]:
+    with KubeServer(tls=True) as kube:
+        act_as_drain(kube)
+        # mock_aws signs with its own fake key: it stands for the drain function's role here
+        kube.map_role("FOOBARKEY", DRAIN_ROLE, "nodecycle-DrainFunction")
+        kube.seed(SEED)
+        kube.settle()
+        yield kube
+
+
+@pytest.fixture
+def cluster(server: KubeServer) -> Iterator[KubeCluster]:
+    with mock_aws():
+        point_cluster(
+            account=ACCOUNT,
+            region="eu-west-1",
+            name="sandbox",
+            endpoint=server.url,
+            ca_pem=server.ca_pem.decode(),
+        )
+        yield KubeCluster(EksCluster("sandbox").api_client)
+
+
+def web_pods(cluster: KubeCluster) -> list[PodInfo]:
+    """The node's web pods, in the order the drain asks them to leave."""
+    pods = [pod for pod in cluster.pods_on(NODE) if pod.controller_kind == "ReplicaSet"]
+    assert len(pods) >= 2, "the test needs two web pods on the node"
+    return pods
+
+
+def draining(step: Step = Step.EVICT, **changes: object) -> LifecycleRecord:
+    """The terminate lifecycle of the node's instance at ``step``; from the eviction on, cordoned at T0."""
+    drain = {"drain_started_at": T0, "drain_deadline": DEADLINE} if step is Step.EVICT else {}
+    identity = {"id": f"{INSTANCE}/terminate/token", "instance_id": INSTANCE, "node": NODE}
+    return terminating(step, **identity, **drain, **changes)
+
+
+def evict(cluster: KubeCluster, metrics: FakeMetrics | None = None) -> Evict:
+    return Evict(
+        cluster=cluster,
+        slots=FakeSlots(holders={NODE}),
+        policy=policy(),
+        metrics=metrics or FakeMetrics(),
+        events=FakeEvents(),
+    )
+
+
+def on_its_way_out(server: KubeServer, pod: PodInfo) -> bool:
+    """Gone, or being deleted."""
+    found = server.get_object("pods", pod.name, pod.namespace)
+    return found is None or bool(found["metadata"].get("deletionTimestamp"))
+
+
+@pytest.mark.parametrize(("code", "reason"), [(400, ""), (403, "Forbidden"), (422, "Invalid")])
+def test_a_deletion_the_api_server_refuses_is_that_pods_answer_with_the_servers_words(
+    cluster: KubeCluster, server: KubeServer, code: int, reason: str
+) -> None:
+    # Given a webhook that denies the deletion of one pod
+    victim = web_pods(cluster)[0]
+    why = f"{victim.name} may not be deleted"
+    server.admission.deny(Denial(WEBHOOK, "DELETE", "pods", "shop", victim.name, code, reason, why))
+
+    # When the pod is deleted, Then the refusal is the answer, with the server's words
+    with pytest.raises(Refused) as refused:
+        cluster.delete_pod(victim, grace_seconds=0)
+    assert str(refused.value) == f'admission webhook "{WEBHOOK}" denied the request: {why}'
+    assert not on_its_way_out(server, victim)
+
+
+def test_a_forced_delete_the_api_server_refuses_leaves_the_force_policy_to_delete_the_other_pods(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given a drain past its timeout, and a webhook that denies the deletion of the first of the node's pods
+    refused, *others = web_pods(cluster)
+    server.admission.deny(Denial(WEBHOOK, "DELETE", "pods", "shop", refused.name, 403, "Forbidden", "pinned"))
+    metrics = FakeMetrics()
+
+    # When the force policy deletes the pods
+    outcome = evict(cluster, metrics)(draining(extra={"polls": 1}), DEADLINE)
+
+    # Then the other pods are deleted, the refused one is counted, and the drain waits for its pods
+    assert all(on_its_way_out(server, pod) for pod in others)
+    assert not on_its_way_out(server, refused)
+    assert metrics.counts["EvictionErrors"] == 1
+    assert (outcome.again, outcome.changes["forced_at"]) == (True, DEADLINE)
+
+
+def test_a_pod_whose_eviction_fails_transiently_leaves_the_other_pods_to_be_evicted(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given a webhook that guards the first of the node's pods and answers its eviction 503 (try again later)
+    flaky, *others = web_pods(cluster)
+    server.admission.deny(
+        Denial(WEBHOOK, "CREATE", "pods/eviction", "shop", flaky.name, 503, "ServiceUnavailable", "not now")
+    )
+    metrics = FakeMetrics()
+
+    # When the drain asks the pods to leave
+    outcome = evict(cluster, metrics)(draining(), T0)
+
+    # Then the other pods are evicted, the failure counted as a retry, and the pass counts as the drain's first
+    assert all(on_its_way_out(server, pod) for pod in others)
+    assert not on_its_way_out(server, flaky)
+    assert metrics.counts["StepRetries[step=evict]"] == 1
+    assert (outcome.again, outcome.changes["extra"]["polls"]) == (True, 1)
+    assert [denied.name for denied in server.admission.denied()] == [flaky.name]
+
+
+def test_a_node_name_another_instance_took_is_neither_given_a_slot_nor_cordoned(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given the name of the instance's node taken by another instance's node: the node went with its instance,
+    # and a new instance with the same private IP registered (same DNS name, another provider id)
+    server.remove_node(NODE)
+    server.add_node(NODE, instance_id="i-0ffffffffffffffff", zone="eu-west-1a")
+    finder = NodeFinder(cluster, NoDns())
+    slots = FakeSlots()
+    waiting = draining(Step.ACQUIRE_SLOT, slot_waiting_since=T0)
+
+    # When the lifecycle that waited for a slot for the name asks again, and (had it a slot) cordons
+    acquired = AcquireSlot(
+        finder=finder,
+        cluster=cluster,
+        slots=slots,
+        policy=policy(),
+        metrics=FakeMetrics(),
+        events=FakeEvents(),
+        records=InMemoryRecords(),
+    )(waiting, T0)
+    cordoned = Cordon(finder=finder, cluster=cluster, policy=policy(), events=FakeEvents())(
+        draining(Step.CORDON), T0
+    )
+
+    # Then the other instance's node gets no slot and no cordon
+    assert slots.requests == []
+    assert (acquired.changes["outcome"], cordoned.changes["outcome"]) == ("node-not-found", "node-gone")
+    node = server.get_object("nodes", NODE)
+    assert node is not None
+    assert not node["spec"].get("unschedulable")
+
+
+def test_a_node_stopped_into_the_warm_pool_comes_back_uncordoned_when_its_state_change_comes_first(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given the instance's node cordoned by its terminate action into the warm pool, now complete
+    finder = NodeFinder(cluster, NoDns())
+    drained = draining(Step.CORDON, destination="WarmPool")
+    Cordon(finder=finder, cluster=cluster, policy=policy(), events=FakeEvents())(drained, T0)
+    slots = FakeSlots(holders={NODE}, held_for={NODE: drained.id})
+    waker = Dispatcher(
+        records=InMemoryRecords(), queues=RecordingQueues(), clock=FakeClock(T0), metrics=FakeMetrics()
+    )
+
+    # When Auto Scaling stops the instance and the state change frees what nodecycle held for it before the
+    # drain's cleanup runs
+    stopped = spot(
+        Step.FORGET_NODE,
+        transition=Transition.STATE_CHANGE,
+        id=f"{INSTANCE}/state-change",
+        instance_id=INSTANCE,
+    )
+    ForgetNode(finder=finder, cluster=cluster, slots=slots, dispatcher=waker)(stopped, T0)
+    Cleanup(
+        cluster=cluster, slots=slots, dispatcher=waker, autoscaling=FakeAutoscaling(), events=FakeEvents()
+    )(drained.model_copy(update={"step": Step.CLEANUP, "drain_started_at": T0}), T0)
+
+    # Then the node comes back from the warm pool schedulable, without nodecycle's annotations or label
+    node = server.get_object("nodes", NODE)
+    assert node is not None
+    assert not node["spec"].get("unschedulable")
+    assert not [key for key in node["metadata"].get("annotations") or {} if key.startswith("nodecycle.io/")]
+    assert "node.kubernetes.io/exclude-from-external-load-balancers" not in node["metadata"].get("labels", {})
