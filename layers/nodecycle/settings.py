@@ -13,6 +13,7 @@ The words of the settings (``TimeoutPolicy``, ``EipMode``, ``Quantity``...) are 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Annotated, Any, Self
 
@@ -161,6 +162,20 @@ class Timing(_Section):
     # The work queues' visibility timeout: how long a step whose invocation died waits to be retried.
     work_visibility_timeout_seconds: Annotated[int, Field(ge=1)] = 150
 
+    # How often the sweeper runs (its schedule): it keeps alive every action whose heartbeat deadline comes
+    # before its next run, and settles the open ones at its last run before their global timeout.
+    sweep_interval_minutes: Annotated[float, Field(gt=0, le=60)] = 5
+
+    @property
+    def settle_before_seconds(self) -> int:
+        """How long before an action's global timeout it is completed whatever it waits for. By the engine:
+        a margin for the completion, plus one fault's retry (an invocation that dies at that run is
+        redelivered in time). By the sweeper, when the queues stall: at its last run before the global
+        timeout, up to an interval and two margins before it. The same point for both, the earlier of the
+        two: the sweeper never completes a lifecycle that the engine's guard would not have completed yet."""
+        sweep = math.ceil(self.sweep_interval_minutes * 60) + 2 * self.heartbeat_margin_seconds
+        return max(self.heartbeat_margin_seconds + self.redelivery_seconds, sweep)
+
     @property
     def redelivery_seconds(self) -> int:
         """How late a step can run after one fault: if its invocation died, redelivered after the visibility
@@ -229,9 +244,6 @@ class Disruptions(_Section):
 
 class Sweep(_Section):
     sweep_grace_seconds: Annotated[int, Field(ge=300)] = 600
-    # How often the sweeper runs (its schedule): it keeps alive every action whose heartbeat deadline comes
-    # before its next run.
-    sweep_interval_minutes: Annotated[float, Field(gt=0, le=60)] = 5
 
 
 # -- what each function validates ---------------------------------------------------------------------

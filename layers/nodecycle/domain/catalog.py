@@ -76,11 +76,12 @@ class LifecycleHooks:
         self._ttl = ttl
         self._cache: dict[tuple[str, str], tuple[Hook, datetime]] = {}
 
-    def get(self, group: str, name: str) -> Hook | None:
+    def get(self, group: str, name: str, *, fresh: bool = False) -> Hook | None:
+        """The hook; ``fresh``: read from Auto Scaling even within the ttl (before refusing on its answer)."""
         key = (group, name)
         now = self._clock.now()
         cached = self._cache.get(key)
-        if cached is not None and now - cached[1] < self._ttl:
+        if cached is not None and now - cached[1] < self._ttl and not fresh:
             return cached[0]
         hook = self._autoscaling.hook(group, name)
         if hook is None:

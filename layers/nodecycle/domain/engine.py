@@ -109,14 +109,12 @@ class EngineTiming:
     # passed). One or the other, so the later of the two, not their sum. A heartbeat must come early
     # enough that such a retry still finds the action alive.
     redelivery: timedelta
+    # How long before the global timeout the guard completes an action, whatever it waits for: at least the
+    # margin the completion needs plus one fault's retry (an invocation that dies at the guard's run comes
+    # back a redelivery later, and must still find the action alive), and where the sweeper's last run
+    # would settle it anyway (settings: settle_before_seconds).
+    settle_before: timedelta
     inline_budget: float = 15.0  # seconds a step may take: run the next one inline only with this left
-
-    @property
-    def settle_before(self) -> timedelta:
-        """How long before the global timeout the guard completes an action, whatever it waits for: the
-        margin the completion needs, plus one fault's retry (an invocation that dies at the guard's run comes
-        back a redelivery later, and must still find the action alive)."""
-        return self.heartbeat_margin + self.redelivery
 
 
 class StepEngine:

@@ -76,6 +76,9 @@ class Intake:
 
         self._metrics.count("LifecycleActionsReceived", transition=event.transition.short)
         hook = self._hooks.get(event.group, event.hook)
+        if hook is not None and hook.transition is not event.transition:
+            # before refusing: a hook recreated under its name for the other transition within the cache's ttl
+            hook = self._hooks.get(event.group, event.hook, fresh=True)
         if hook is None:
             log.warning("dropped: lifecycle hook %s of group %s does not exist", event.hook, event.group)
             self._metrics.count("LifecycleEventsRejected", reason="unknown-hook")
@@ -203,7 +206,9 @@ class Intake:
             # an older version of a rescheduled event). The earliest one is the one to be drained before.
             scheduled = self._instances.scheduled_events(event.instance_id)
             if not scheduled:
-                return None
+                # By EventBridge the event is AWS's own: EC2's list may lag it, and draining ahead of a
+                # maintenance called off costs less than none ahead of one that comes. By the queue, no.
+                return None if by_queue else event
             starts = min(e.not_before for e in scheduled)
             if starts != event.strikes_at:
                 log.info(

@@ -39,6 +39,7 @@ class Common:
             resume_grace=self.resume_grace,
             redelivery=timedelta(seconds=self.settings.redelivery_seconds),
             heartbeat_margin=timedelta(seconds=self.settings.heartbeat_margin_seconds),
+            settle_before=timedelta(seconds=self.settings.settle_before_seconds),
         )
 
     def dispatcher(self) -> Dispatcher:
@@ -86,8 +87,7 @@ def drain_policy(settings: DrainSettings) -> DrainPolicy:
         poll_seconds=settings.drain_poll_seconds,
         budget_retry_seconds=settings.budget_retry_seconds,
         holder_ttl=timedelta(seconds=settings.budget_holder_ttl_seconds),
-        # as the engine's guard: the completion's margin plus one fault's retry (EngineTiming.settle_before)
-        settle_margin=timedelta(seconds=settings.heartbeat_margin_seconds + settings.redelivery_seconds),
+        settle_margin=timedelta(seconds=settings.settle_before_seconds),  # where the engine's guard completes
     )
 
 

@@ -43,6 +43,7 @@ def sweeper() -> Sweeper:
             resume_grace=ports.resume_grace,
             margin=ports.timing.heartbeat_margin,
             interval=timedelta(minutes=config.sweep_interval_minutes),
+            settle_before=ports.timing.settle_before,
             failure_result=SettleResults(
                 eip=eip_policy(config).failure_result, readiness=config.readiness_failure_result
             ),

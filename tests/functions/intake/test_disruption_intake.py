@@ -192,7 +192,12 @@ def test_a_rebalance_recommendation_does_what_the_stack_says(
     assert [r["plan"] for r in records()] == ([] if plan is None else [plan])
 
 
-def schedule(instance: str, starts: datetime, code: str = "instance-retirement") -> None:
+def schedule(
+    instance: str,
+    starts: datetime,
+    code: str = "instance-retirement",
+    description: str = "The instance is running on degraded hardware",
+) -> None:
     """EC2's side of scheduled maintenance: the event DescribeInstanceStatus lists for the instance (moto
     answers the events its instance model carries, as the sandbox's emulation sets them)."""
     model: Any = ec2_backends[DEFAULT_ACCOUNT_ID]["eu-west-1"].get_instance(instance)
@@ -201,7 +206,7 @@ def schedule(instance: str, starts: datetime, code: str = "instance-retirement")
         {
             "InstanceEventId": f"instance-event-{len(getattr(model, 'events', None) or [])}",
             "Code": code,
-            "Description": "The instance is running on degraded hardware",
+            "Description": description,
             "NotBefore": starts,
             "NotAfter": starts + timedelta(hours=2),
         },
@@ -314,3 +319,45 @@ def test_a_spot_warning_delivered_after_its_two_minutes_is_confirmed_with_ec2(
     # Then no drain takes a slot (forced past the budget) for an instance that runs on
     assert records() == []
     assert metric(capsys.readouterr().out, "LifecycleEventsRejected", reason="stale") == 1
+
+
+def test_maintenance_by_eventbridge_that_ec2_does_not_list_yet_is_drained_by_the_events_start(
+    intake_fn: ModuleType, stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given AWS Health's event of a retirement in three hours, which EC2's status does not list (yet)
+    monkeypatch.setenv("NODECYCLE_MAINTENANCE_LEAD_MINUTES", "60")
+    instance = launch()
+    starts = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=3)
+
+    # When it comes by EventBridge (only AWS can put it there)
+    intake_fn.handler(health_event(instance, starts), LambdaContext())
+
+    # Then it is drained ahead of the event's start rather than not at all
+    (record,) = records()
+    assert datetime.fromisoformat(record["global_deadline"]) == starts
+
+
+def test_maintenance_ec2_lists_as_canceled_or_completed_does_not_time_the_drain(
+    intake_fn: ModuleType, stack: Stack, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given an instance whose earlier maintenance EC2 lists as canceled, and one as completed
+    monkeypatch.setenv("NODECYCLE_MAINTENANCE_LEAD_MINUTES", "60")
+    instance = launch()
+    now = datetime.now(UTC).replace(microsecond=0)
+    schedule(
+        instance,
+        now + timedelta(hours=1),
+        description="[Canceled] The instance is running on degraded hardware",
+    )
+    schedule(
+        instance,
+        now - timedelta(days=1),
+        description="[Completed] The instance is running on degraded hardware",
+    )
+
+    # When a Health event of it comes by the queue
+    intake_fn.handler(sqs_event(health_event(instance, now + timedelta(hours=1))), LambdaContext())
+
+    # Then EC2 confirms nothing: refused
+    assert records() == []
+    assert metric(capsys.readouterr().out, "LifecycleEventsRejected", reason="unconfirmed") == 1

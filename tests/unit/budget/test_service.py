@@ -472,16 +472,30 @@ def test_a_renewal_within_a_third_of_the_ttl_writes_nothing_and_a_later_one_is_w
     assert doc.holders[0].renewed_at == clock.now()
 
 
-def test_a_new_lifecycle_of_a_held_node_takes_the_holder_over_at_once(
+def test_a_second_lifecycle_of_the_held_instance_waits_for_the_first_to_release_its_slot(
     make_budget: BudgetFactory, store: MemoryBudgetStore
 ) -> None:
-    budget = make_budget()
+    # Given a budget of one, n1 held by its instance's drain (a terminate hook's), and n2 waiting
+    budget = make_budget("1", None)
     budget.acquire(slot("n1"))
+    assert not budget.acquire(slot("n2")).granted
 
-    assert budget.acquire(replace(slot("n1"), record_id="rec-n1-again")).reason is SlotReason.HELD
+    # When another lifecycle of the same instance asks for n1's slot (a Spot interruption, a rebalance drain)
+    second = replace(slot("n1"), record_id="rec-n1-spot", force=True)
+    decision = budget.acquire(second)
+
+    # Then it does not take the holder over, so that when its cleanup releases the node, nothing is freed
+    # while the first still drains
+    assert not decision.granted
+    budget.release("n1", "rec-n1-spot")
     doc = store.read()
     assert doc is not None
-    assert [h.record_id for h in doc.holders] == ["rec-n1-again"]
+    assert [(h.node, h.record_id) for h in doc.holders] == [("n1", "rec-n1")]
+    assert not budget.acquire(slot("n2")).granted
+    assert decision.reason is SlotReason.HELD_BY_OTHER_LIFECYCLE
+    # and once the first releases it, the slot is the next one's
+    budget.release("n1", "rec-n1")
+    assert budget.acquire(slot("n2")).granted
 
 
 def test_a_release_frees_the_slot_of_its_own_lifecycle_only(
@@ -538,7 +552,7 @@ def test_a_node_whose_action_cannot_wait_any_longer_takes_a_slot_without_room(
     assert not budget.acquire(slot("n3")).granted
 
 
-def test_a_node_already_waiting_takes_a_forced_slot_at_once_and_its_other_lifecycle_then_holds_it(
+def test_a_node_already_waiting_takes_a_forced_slot_at_once_and_its_other_lifecycle_then_waits_for_it(
     make_budget: BudgetFactory, store: MemoryBudgetStore
 ) -> None:
     # Given a full budget and a node waiting in line for its terminate lifecycle
@@ -547,15 +561,16 @@ def test_a_node_already_waiting_takes_a_forced_slot_at_once_and_its_other_lifecy
     assert not budget.acquire(slot("spot")).granted
     # When a Spot interruption of the same node asks with force, under its own lifecycle record
     decision = budget.acquire(replace(slot("spot"), record_id="rec-spot-interruption", force=True))
-    # Then it holds a forced slot at once, out of the line; and the terminate lifecycle, asking again,
-    # holds the same slot rather than waiting behind others: one node, one slot
+    # Then it holds a forced slot at once, out of the line (one node, one slot: its waiting place is gone);
+    # and the terminate lifecycle, asking again, is told the slot is its instance's other lifecycle's (it
+    # waits for that drain, and cannot release the slot from under it)
     assert (decision.granted, decision.reason) == (True, SlotReason.FORCED)
     doc = store.read()
     assert doc is not None
     assert [(h.node, h.forced) for h in doc.holders] == [("n1", False), ("spot", True)]
     assert doc.waiters == ()
     again = budget.acquire(slot("spot"))
-    assert (again.granted, again.reason) == (True, SlotReason.HELD)
+    assert (again.granted, again.reason) == (False, SlotReason.HELD_BY_OTHER_LIFECYCLE)
 
 
 def test_a_budget_that_was_never_installed_is_a_clear_error_not_a_new_document(

@@ -368,9 +368,9 @@ def test_a_cordon_near_the_global_timeout_leaves_the_timeout_policy_time_to_act(
     outcome = Cordon(
         finder=NodeFinder(cluster, NoDns()), cluster=cluster, policy=policy(), events=FakeEvents()
     )(record, late)
-    # force grace 5 s + a stuck pod's minute + the engine's guard point: the 60 s heartbeat margin and one
-    # fault's 150 s redelivery before the global timeout
-    assert outcome.changes["drain_deadline"] == record.global_deadline - timedelta(seconds=5 + 60 + 60 + 150)
+    # force grace 5 s + a stuck pod's minute + the engine's guard point: where the sweeper's last run (every
+    # 5 minutes) would settle it, two 60 s heartbeat margins more (later than margin + one fault's 150 s)
+    assert outcome.changes["drain_deadline"] == record.global_deadline - timedelta(seconds=5 + 60 + 300 + 120)
 
 
 def test_a_node_another_owner_drains_is_left_alone_until_our_drain_timeout() -> None:
@@ -593,6 +593,28 @@ def test_a_pass_asks_the_pods_that_failed_before_last_and_stops_after_two_failur
     # And the next pass asks the pod that has not failed first
     step(draining().model_copy(update=dict(first.changes)), T0 + timedelta(seconds=1))
     assert cluster.evictions == [("c", 60)]
+
+
+def test_a_pod_that_failed_once_is_not_starved_by_pods_that_always_fail() -> None:
+    # Given two pods whose calls always fail (a webhook that times out for their namespace), and a third
+    # whose call fails once, at the second pass, and would succeed after that
+    cluster = FakeCluster(
+        pods=[pod("a"), pod("b"), pod("z")], failing={"a": "HTTP 504 Gateway Timeout", "b": "HTTP 504"}
+    )
+    step = evict(cluster)
+    record, now = draining(), T0
+    for poll in range(6):
+        if poll == 1:
+            cluster.failing["z"] = "HTTP 502 Bad Gateway"
+        elif poll == 2:
+            del cluster.failing["z"]
+        record = record.model_copy(update=dict(step(record, now).changes))
+        now += timedelta(seconds=10)
+
+    # Then it is asked again, before the pods that failed after it, and evicted
+    assert ("z", 60) in cluster.evictions
+    # and only the pods still failing are remembered
+    assert sorted(record.extra["failed_pods"]) == ["uid-a", "uid-b"]
 
 
 def test_polls_start_quick_and_slow_down_to_the_configured_interval() -> None:
@@ -1139,13 +1161,16 @@ def test_a_terminate_hook_waits_for_a_stuck_disruption_drain_no_longer_than_a_dr
         records=records,
     )
     hook = terminating(Step.ACQUIRE_SLOT)
+    # a drain begun at T0 takes at most its timeout, the force policy's grace, a stuck pod's minute, and the
+    # margin before the global timeout (the load balancer delay is 0 here)
+    ends = T0 + timedelta(seconds=600 + 5 + 60 + 420)
 
-    # While a drain could still be running, the hook waits for it
-    assert step(hook, T0 + policy().timeout).again
+    # While that drain could still be running (in its force phase, say), the hook waits for it
+    assert step(hook, ends).again
     assert slots.requests == []
 
-    # When it has waited longer than the drain timeout, Then it drains the node itself: it takes a slot
-    outcome = step(hook, T0 + policy().timeout + timedelta(seconds=1))
+    # When it has had all that time, Then the hook drains the node itself: it asks for a slot
+    outcome = step(hook, ends + timedelta(seconds=1))
     assert len(slots.requests) == 1
     assert outcome.then is None
     assert not outcome.again

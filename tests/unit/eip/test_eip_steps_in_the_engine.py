@@ -51,7 +51,10 @@ def test_an_association_that_does_not_show_yet_comes_back_on_the_eip_queue_and_t
         clock=clock,
         metrics=FakeMetrics(),
         timing=EngineTiming(
-            resume_grace=timedelta(minutes=3), heartbeat_margin=timedelta(seconds=60), redelivery=timedelta(0)
+            resume_grace=timedelta(minutes=3),
+            heartbeat_margin=timedelta(seconds=60),
+            redelivery=timedelta(0),
+            settle_before=timedelta(seconds=60),
         ),
         failure_result=lambda record: ActionResult.ABANDON,
     )

@@ -89,6 +89,7 @@ class World:
                 resume_grace=timedelta(minutes=3),
                 heartbeat_margin=timedelta(seconds=MARGIN),
                 redelivery=timedelta(seconds=self.redelivery),
+                settle_before=timedelta(seconds=MARGIN + self.redelivery),
             ),
             failure_result=lambda record: ActionResult.ABANDON,
         )

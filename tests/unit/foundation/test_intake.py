@@ -125,3 +125,20 @@ def test_an_event_whose_transition_is_not_its_hooks_is_dropped_before_anything_i
     # Then it is refused for what it is, and nothing is recorded, heartbeated or completed
     assert outcome is IntakeOutcome.WRONG_HOOK
     assert (records.items, autoscaling.heartbeats, autoscaling.completed) == ({}, [], [])
+
+
+def test_a_hook_recreated_for_the_other_transition_is_read_again_before_an_event_is_refused() -> None:
+    # Given intake that has read the hook as a terminate hook, which is then recreated under its name as a
+    # launch hook (within the cache's minute)
+    autoscaling, records, clock = (
+        OneAction("7b4c5d2e-1f3a-4b6c-8d9e-0a1b2c3d4e5f"),
+        InMemoryRecords(),
+        FakeClock(),
+    )
+    hooks = intake(autoscaling, records, clock)
+    assert hooks.accept(event()) is IntakeOutcome.ACCEPTED
+    autoscaling.hooks[(GROUP, HOOK)] = Hook(Transition.LAUNCHING, heartbeat_timeout=TIMEOUT)
+
+    # When the new hook's first launch comes, Then it is accepted
+    launch = event(token="0e1f2a3b-4c5d-4e6f-8a9b-0c1d2e3f4a5b", transition=Transition.LAUNCHING)
+    assert hooks.accept(launch) is IntakeOutcome.ACCEPTED

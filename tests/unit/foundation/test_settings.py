@@ -13,7 +13,7 @@ from nodecycle.settings import (
     SettingsError,
     SweeperSettings,
 )
-from nodecycle.wiring.common import common
+from nodecycle.wiring.common import common, drain_policy
 
 REQUIRED = {
     "NODECYCLE_OWNER_ID": "stack-a",
@@ -137,3 +137,29 @@ def test_the_engine_times_heartbeats_for_one_fault_at_a_time_not_for_two(
     # Then a next run is retried after a dead invocation (visibility) or after a lost message (grace, and a
     # second of rounding), whichever is later: not after both
     assert timing.redelivery.total_seconds() == one_fault
+
+
+@pytest.mark.parametrize(
+    ("interval", "visibility", "settle_before"),
+    [("5", "150", 420), ("1", "150", 210), ("0.5", "600", 660)],
+    ids=["the-sweep-decides", "one-fault-decides", "a-long-visibility-timeout"],
+)
+def test_the_engine_completes_where_the_sweepers_last_run_would_and_leaves_room_for_one_fault(
+    interval: str, visibility: str, settle_before: int
+) -> None:
+    # Given the sweep's interval and the work queues' visibility timeout (heartbeat margin 60 s)
+    env = {
+        **REQUIRED,
+        "NODECYCLE_SWEEP_INTERVAL_MINUTES": interval,
+        "NODECYCLE_WORK_VISIBILITY_TIMEOUT_SECONDS": visibility,
+        "NODECYCLE_BUDGET_HOLDER_TTL_SECONDS": "900",  # outlives a renewal's retry after the longest timeout
+    }
+    # When the wiring times the engine and the drain
+    settings = DrainSettings.from_env(env)
+    timing = common(settings).timing
+    # Then the guard completes an action no later than where the sweeper's last run before the global
+    # timeout settles it (an interval and two margins), nor later than a margin and one fault allow: the
+    # sweeper never settles a lifecycle the engine would still be running, and a crash at the guard's run is
+    # redelivered in time; drains plan to end there
+    assert timing.settle_before.total_seconds() == settle_before
+    assert drain_policy(settings).settle_margin == timing.settle_before

@@ -54,6 +54,7 @@ class Repair:
             resume_grace=self.grace,
             margin=MARGIN,
             interval=INTERVAL,
+            settle_before=INTERVAL + 2 * MARGIN,  # as settings: the later of this and margin + redelivery
             failure_result=lambda record: self.failure,
             clock=self.clock,
         )

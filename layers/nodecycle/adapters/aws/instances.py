@@ -68,9 +68,12 @@ class Ec2Instances:
     def scheduled_events(self, instance_id: str) -> list[ScheduledEvent]:
         with transient_errors("describing an instance's scheduled events"):
             found = self._ec2().describe_instance_status(InstanceIds=[instance_id], IncludeAllInstances=True)
+        # An event over, or called off, stays listed for a week with its description so prefixed; one without
+        # a start says nothing of when to drain.
         return [
             ScheduledEvent(code=event["Code"], not_before=event["NotBefore"])
             for status in found.get("InstanceStatuses", [])
             for event in status.get("Events", [])
-            if not event.get("Description", "").startswith("[Completed]")
+            if not event.get("Description", "").startswith(("[Completed]", "[Canceled]"))
+            and "NotBefore" in event
         ]

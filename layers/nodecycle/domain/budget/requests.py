@@ -34,6 +34,9 @@ class SlotReason(StrEnum):
     FORCED = "forced"  # granted without room: the node goes either way
     HELD_BY_OTHER_OWNER = "held-by-other-owner"  # another stack holds this node: hands off
     CLAIMED_BY_OTHER_OWNER = "claimed-by-other-owner"  # another stack waits for this node: hands off
+    # Another lifecycle of this owner holds this node (a Spot interruption's drain, a terminate hook's): one
+    # slot is one lifecycle's, released by its own cleanup; this one asks again once that drain is over.
+    HELD_BY_OTHER_LIFECYCLE = "held-by-other-lifecycle"
 
 
 @dataclass(frozen=True)

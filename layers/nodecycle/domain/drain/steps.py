@@ -119,34 +119,42 @@ def _of_instance(node: NodeInfo, record: LifecycleRecord) -> bool:
 class _PodCalls:
     """The calls of one pass over a drain's pods (its evictions, or the force policy's deletes), where a call
     that fails transiently (a read timeout, a 502-504) is that pod's failure, not the pass's: it is counted as a
-    retry, the pod is asked again at the next poll, and the other pods are asked now. The pods that failed
-    before go last, so a pod that always fails never stands in the others' way."""
+    retry, the pod is asked again at a later poll, and the other pods are asked now. The pods that failed go
+    last, the one that failed most recently the very last, so pods that always fail never stand in the way of
+    the others, nor of one that failed once."""
 
     def __init__(self, record: LifecycleRecord, metrics: Metrics) -> None:
-        self._failed = set(record.extra.get(FAILED_PODS) or [])
+        self._failed: list[str] = list(record.extra.get(FAILED_PODS) or [])  # oldest failure first
         self._metrics = metrics
 
     def answers[T](
         self, pods: Iterable[PodInfo], call: Callable[[PodInfo], T]
     ) -> Iterator[tuple[PodInfo, T]]:
         """Each pod and what ``call`` answered for it, up to the pass's ``FAILURES_PER_PASS``-th failure."""
+        listed = list(pods)
+        present = {pod.uid for pod in listed}
+        self._failed = [uid for uid in self._failed if uid in present]  # a pod gone has no failure to keep
+        order = {uid: place for place, uid in enumerate(self._failed)}
         failures = 0
-        for pod in sorted(pods, key=lambda pod: pod.uid in self._failed):
+        for pod in sorted(listed, key=lambda pod: order.get(pod.uid, -1)):
             try:
                 answer = call(pod)
             except TransientError as error:
                 log.warning("pod %s/%s: %s; asked again at the next poll", pod.namespace, pod.name, error)
                 self._metrics.count("StepRetries", step=Step.EVICT.value)
-                self._failed.add(pod.uid)
+                self._failed = [*(uid for uid in self._failed if uid != pod.uid), pod.uid]
                 failures += 1
                 if failures == FAILURES_PER_PASS:
                     return
                 continue
+            self._failed = [uid for uid in self._failed if uid != pod.uid]
             yield pod, answer
 
-    def remembered(self) -> dict[str, Any]:
-        """What the record keeps of the pass for the next: the pods that failed."""
-        return {FAILED_PODS: sorted(self._failed)} if self._failed else {}
+    def remembered(self, extra: dict[str, Any]) -> dict[str, Any]:
+        """``extra`` with what the record keeps of the pass for the next: the pods that failed, in the order
+        they go (none: nothing kept)."""
+        kept = {key: value for key, value in extra.items() if key != FAILED_PODS}
+        return {**kept, FAILED_PODS: list(self._failed)} if self._failed else kept
 
 
 class AcquireSlot:
@@ -233,6 +241,14 @@ class AcquireSlot:
                 return Outcome.goto(settle_step(record), outcome=f"node-owned-by:{node.owner}", **found)
             log.info("node %s is being drained by owner %s: waiting", node.name, node.owner)
             return Outcome.wait(self._policy.budget_retry_seconds, **found)
+        if decision.reason is SlotReason.HELD_BY_OTHER_LIFECYCLE:
+            # Another lifecycle of this instance drains the node (a Spot interruption's, a rebalance's): after
+            # it. A terminate hook then finds that drain over (see _linked); a disruption finds the node gone
+            # or drained.
+            log.info(
+                "node %s is being drained for another lifecycle of %s: waiting", node.name, record.instance_id
+            )
+            return Outcome.wait(self._policy.budget_retry_seconds, **found)
         log.info("no budget slot for node %s yet: %s", node.name, decision.reason)
         if decision.reason is SlotReason.QUEUE_FULL:
             return Outcome.wait(self._policy.budget_retry_seconds, **found)
@@ -267,15 +283,18 @@ class AcquireSlot:
             ):
                 continue
             if not other.finished:
-                if now - record.received_at > self._policy.timeout:
-                    # That drain should have ended by now (a Spot drain ends within its two minutes): it is
-                    # stuck (its messages dead-lettered, its resumes spent). The hook is not held by it for
-                    # longer than a drain of its own would take: it drains the node itself.
+                ends = (
+                    other.drain_started_at + _full_drain(self._policy) + self._policy.lb_deregistration_delay
+                )
+                if now > ends:
+                    # That drain had all the time a drain takes, its timeout policy and load balancer delay
+                    # included, and is not over: it is stuck (its messages dead-lettered, its resumes spent).
+                    # The hook drains the node itself (its slot is the other's until that holder expires).
                     log.warning(
-                        "instance %s: the drain for its %s is not over after %s: draining it for the hook",
+                        "instance %s: the drain for its %s, begun at %s, is not over: draining it for the hook",
                         record.instance_id,
                         cause.short,
-                        self._policy.timeout,
+                        other.drain_started_at,
                     )
                     return None
                 log.info(
@@ -455,7 +474,7 @@ class Evict:
         if evicted:
             self._metrics.count("PodsEvicted", evicted)
         # A pass counts even when calls of it failed: the drain's timeout then applies to the pods that never left
-        extra = {**record.extra, POLLS: polls + 1, **calls.remembered()}
+        extra = calls.remembered({**record.extra, POLLS: polls + 1})
         if reported:
             extra[BLOCKED_REPORTED] = sorted(reported)
         return Outcome.wait(
@@ -540,7 +559,7 @@ class Evict:
                 self._tell(
                     record, pod, "DeletionRefused", f"refused by the API server: {refusal}", what="Deletion"
                 )
-        extra = {**record.extra, **calls.remembered()}
+        extra = calls.remembered(record.extra)
         if told:
             extra[DELETION_REFUSED] = sorted(told)
         return extra

@@ -49,6 +49,7 @@ class LifecycleRepair:
         resume_grace: timedelta,
         margin: timedelta,
         interval: timedelta,
+        settle_before: timedelta,
         failure_result: Callable[[LifecycleRecord], ActionResult],
         clock: Clock,
     ) -> None:
@@ -61,6 +62,7 @@ class LifecycleRepair:
         self._grace = resume_grace
         self._margin = margin
         self._interval = interval
+        self._settle_before = settle_before
         self._failure_result = failure_result
 
     def __call__(self, open_records: Sequence[LifecycleRecord], now: datetime) -> Counts:
@@ -133,14 +135,14 @@ class LifecycleRepair:
         return "LifecyclesResumed" if self._dispatcher.resume(record) else "RepairsRaced"
 
     def _last_chance(self, record: LifecycleRecord, now: datetime) -> bool:
-        """Whether this sweep is the last that comes before the action's global timeout (with the margin the
-        completion needs, and one more for a late schedule): the next one, an interval on, would find it
-        timed out with Auto Scaling's default result. Every open action is settled then, up to an interval
-        early, overdue or not: one whose message is not late yet (within the resume grace, or due in a
-        minute) may sit in a queue that has stalled, and nothing after this sweep could complete it. A
-        lifecycle the engine is running is not disturbed by it: the settlement commits only on the seq it
-        read, and the engine's guard would complete the action at about this time anyway."""
-        return now >= record.global_deadline - self._interval - 2 * self._margin
+        """Whether this sweep may be the last that comes before the action's global timeout: past the point
+        where the engine's guard completes it (``settle_before``, at least an interval and two margins before
+        the global timeout: the completion's margin, and one more for a late schedule). Every open action is
+        settled then, overdue or not: one whose message is not late yet (within the resume grace) may sit in
+        a queue that has stalled, and nothing after this sweep could complete it. One the engine moves on
+        is not: the guard has completed it, or is completing it (the settlement commits only on the seq it
+        read, and a second completion is harmless)."""
+        return now >= record.global_deadline - self._settle_before
 
     def _settle(self, record: LifecycleRecord, now: datetime) -> bool:
         # The list comes from an index that lags: read the lifecycle as it is before completing its action,
