@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from moto import mock_aws
 
-from nodecycle.observability import logger
+from nodecycle.observability import logger, metrics
 from tests.support.stack import Stack, create_stack
 
 REGION = "eu-west-1"
@@ -45,6 +45,14 @@ BASE_SETTINGS = {
     "NODECYCLE_CLUSTER_NAME": "sandbox",
     "NODECYCLE_MANAGED_GROUPS": "nodes-general",
 }
+
+
+@pytest.fixture(autouse=True)
+def no_metrics_of_other_tests() -> None:
+    """Powertools keeps the metrics added outside a handler (a test that drives the domain or the wiring
+    directly) until a handler flushes them: the next test's handler would print them as its own. In Lambda
+    every metric is added inside the handler, which flushes them all."""
+    metrics.clear_metrics()
 
 
 @pytest.fixture(autouse=True)

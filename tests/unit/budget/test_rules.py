@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
-from nodecycle.domain.budget import BudgetDocument, BudgetLimits, Holder, Waiter
+from nodecycle.domain.budget import BudgetDocument, BudgetLimits, Holder, SlotReason, SlotRequest, Waiter
 from nodecycle.domain.budget.limits import owner_limits
-from nodecycle.domain.budget.rules import MAX_PASSED, eligible_waiters, prune
+from nodecycle.domain.budget.rules import MAX_PASSED, MAX_WAITERS, claim, eligible_waiters, prune
 from nodecycle.domain.policy import Quantity
 from tests.unit.budget.fakes import START
 
@@ -157,3 +158,34 @@ def test_a_waiter_passed_over_often_enough_goes_first() -> None:
         }
     )
     assert picks(doc) == ["b1"]
+
+
+def test_a_queue_of_long_names_stops_taking_waiters_before_the_document_passes_the_configmap_limit() -> None:
+    # Given a full budget and a queue of nodes with long (valid) names, about 670 bytes a waiter: fewer than
+    # MAX_WAITERS of them bring the document close to the API server's 1 MiB
+    mib, long = 1024 * 1024, "x" * 140
+
+    def name(i: int) -> str:
+        return f"ip-10-0-{i // 250}-{i % 250}-{long}.compute.internal"
+
+    def queue(count: int) -> BudgetDocument:
+        waiters = tuple(waiter(name(i), since=1) for i in range(count))
+        return BudgetDocument(holders=(holder("held", ttl=600),), waiters=waiters, limits=limits(1))
+
+    each = len(queue(101).to_json()) - len(queue(100).to_json())
+    doc = queue(100 + (mib - 10_000 - len(queue(100).to_json())) // each)
+    assert len(doc.waiters) < MAX_WAITERS
+
+    # When more nodes ask for a slot, one after another
+    for i in range(40):
+        request = SlotRequest(
+            node=name(9000 + i), instance_id=f"i-{i}", zone="a", owner="blue", record_id=f"r{i}"
+        )
+        doc, decision, _ = claim(doc, request, now=START, ttl=timedelta(seconds=600), renewing=False)
+
+        # Then they are told the queue is full before the document would pass the limit
+        assert len(doc.to_json()) < mib
+    assert decision.reason is SlotReason.QUEUE_FULL
+    # while a node that must go anyway (a Spot interruption) still gets its forced slot
+    forced = replace(request, force=True)
+    assert claim(doc, forced, now=START, ttl=timedelta(seconds=600), renewing=False)[1].granted

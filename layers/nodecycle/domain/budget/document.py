@@ -20,8 +20,9 @@ One JSON document (ConfigMap key ``budget.json``), camelCase like the Kubernetes
 ``waiters`` is in first-come order; who goes next is decided from their precedence (see :mod:`.rules`). ``limits`` holds each writer's own limits, resolved against its own
 scope when it last wrote, and the nodes it counts as unavailable: every writer evaluates another owner's
 waiters with that owner's recorded limits, so all stacks agree on who is next (see :mod:`.rules`).
-The budget holds at most ``MAX_WAITERS`` waiters (see :mod:`.rules`), so that the document stays well under
-the API server's 1 MiB limit for a ConfigMap (about 320 bytes a waiter). ``released`` remembers for one TTL the nodes whose slot was just given back: such a node stays cordoned
+The budget holds at most ``MAX_WAITERS`` waiters, and takes no new one that would bring the document past
+``MAX_DOCUMENT_BYTES`` (see :mod:`.rules`), so that it stays under the API server's 1 MiB limit for a
+ConfigMap (a waiter takes 300-650 bytes). ``released`` remembers for one TTL the nodes whose slot was just given back: such a node stays cordoned
 until its instance is gone, and must not be counted as "unavailable for another reason" meanwhile.
 
 A reader refuses a document of a newer format rather than rewrite what it does not understand.

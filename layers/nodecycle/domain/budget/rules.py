@@ -140,10 +140,13 @@ def counted_unavailable(doc: BudgetDocument, limits: OwnerLimits) -> dict[str, s
 
 
 MAX_PASSED = 3  # a waiter passed over this often goes next, oldest first (after the precedence classes)
-# The queue's bound: at about 320 bytes a waiter, 2,000 waiters keep the document near 650 KB, well under the
-# API server's 1 MiB limit for a ConfigMap, with room for holders and limits. A node that finds the queue full
-# is told so and asks again later, outside the queue.
+# The queue's bounds. The API server refuses a ConfigMap over 1 MiB, and a waiter takes 300-650 bytes (its
+# node's name, its owner's id, its record's): 2,000 waiters of long names, with the owners' recorded limits
+# (their unavailable nodes), can pass it. So a new waiter also needs the document to stay under
+# MAX_DOCUMENT_BYTES, with room left for holders and renewals. A node that finds the queue full is told so
+# and asks again later, outside the queue.
 MAX_WAITERS = 2000
+MAX_DOCUMENT_BYTES = 900 * 1024
 
 
 def eligible_waiters(doc: BudgetDocument, now: datetime) -> list[Waiter]:
@@ -290,7 +293,10 @@ def claim(
     else:
         entry = waiter.model_copy(update={**renewal, **precedence})
         waiters = tuple(entry if w is waiter else w for w in doc.waiters)
-    doc = doc.model_copy(update={"waiters": waiters})
+    queued = doc.model_copy(update={"waiters": waiters})
+    if waiter is None and not request.force and len(queued.to_json()) > MAX_DOCUMENT_BYTES:
+        return doc, _decision(doc, False, SlotReason.QUEUE_FULL), None
+    doc = queued
 
     pick = next((fitting for w, fitting in _replay(doc, now) if w.node == request.node), None)
     if pick is None and not request.force:
