@@ -22,6 +22,7 @@ from nodecycle.domain.ports.cluster import OWNER_ANNOTATION, Claim, Eviction
 from nodecycle_sandbox.aws.eks import point_cluster
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.budget.conftest import DRAIN_ROLE, act_as_drain
+from tests.integration.kube.cluster import drain_cluster, drain_server
 
 ACCOUNT = "123456789012"
 NODE_A = "ip-10-0-1-10.eu-west-1.compute.internal"
@@ -39,27 +40,14 @@ SEED = {
 
 @pytest.fixture
 def server() -> Iterator[KubeServer]:
-    with KubeServer(tls=True) as kube:
-        act_as_drain(kube)
-        # mock_aws signs with its own fake key: it stands for the drain function's role here
-        kube.map_role("FOOBARKEY", DRAIN_ROLE, "nodecycle-DrainFunction")
-        kube.seed(SEED)
-        kube.settle()
+    with drain_server(SEED) as kube:
         yield kube
 
 
 @pytest.fixture
 def cluster(server: KubeServer) -> Iterator[KubeCluster]:
-    with mock_aws():
-        point_cluster(
-            account=ACCOUNT,
-            region="eu-west-1",
-            name="sandbox",
-            endpoint=server.url,
-            ca_pem=server.ca_pem.decode(),
-        )
-        eks = EksCluster("sandbox")
-        yield KubeCluster(eks.api_client)
+    with drain_cluster(server) as adapter:
+        yield adapter
 
 
 def test_the_node_of_an_instance_is_found_by_provider_id_and_by_private_dns_name(

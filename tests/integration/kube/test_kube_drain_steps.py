@@ -9,19 +9,16 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
-from moto import mock_aws
 
 from nodecycle.adapters.kube.cluster_api import KubeCluster
-from nodecycle.adapters.kube.eks_access import EksCluster
 from nodecycle.domain.drain.steps import AcquireSlot, Cleanup, Cordon, Evict, ForgetNode
 from nodecycle.domain.engine import Dispatcher
 from nodecycle.domain.model import LifecycleRecord, Step, Transition
 from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.ports.cluster import PodInfo, Refused
-from nodecycle_sandbox.aws.eks import point_cluster
 from nodecycle_sandbox.kube import KubeServer
 from nodecycle_sandbox.kube.admission import Denial
-from tests.integration.budget.conftest import DRAIN_ROLE, act_as_drain
+from tests.integration.kube.cluster import drain_cluster, drain_server
 from tests.support.fakes import T0, FakeAutoscaling, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
 from tests.unit.drain.test_drain_steps import FakeEvents, FakeSlots, NoDns, policy, spot, terminating
 
@@ -43,26 +40,14 @@ DEADLINE = T0 + timedelta(seconds=600)  # the drain timeout of the unit tests' p
 
 @pytest.fixture
 def server() -> Iterator[KubeServer]:
-    with KubeServer(tls=True) as kube:
-        act_as_drain(kube)
-        # mock_aws signs with its own fake key: it stands for the drain function's role here
-        kube.map_role("FOOBARKEY", DRAIN_ROLE, "nodecycle-DrainFunction")
-        kube.seed(SEED)
-        kube.settle()
+    with drain_server(SEED) as kube:
         yield kube
 
 
 @pytest.fixture
 def cluster(server: KubeServer) -> Iterator[KubeCluster]:
-    with mock_aws():
-        point_cluster(
-            account=ACCOUNT,
-            region="eu-west-1",
-            name="sandbox",
-            endpoint=server.url,
-            ca_pem=server.ca_pem.decode(),
-        )
-        yield KubeCluster(EksCluster("sandbox").api_client)
+    with drain_cluster(server) as adapter:
+        yield adapter
 
 
 def web_pods(cluster: KubeCluster) -> list[PodInfo]:

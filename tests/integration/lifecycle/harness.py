@@ -143,3 +143,23 @@ def node_of(sandbox: Sandbox, instance_id: str) -> str:
     node = sandbox.kube.node_for_instance(instance_id)
     assert node is not None, f"no node for {instance_id}"
     return node
+
+
+def held_by_a_budget(sandbox: Sandbox) -> tuple[str, str]:
+    """A pod whose PodDisruptionBudget never allows its eviction (one replica, minAvailable 1), scheduled:
+    its name, and the in-service instance whose node it runs on."""
+    sandbox.kube.seed(
+        {
+            "deployments": [
+                {"name": "singleton", "namespace": "shop", "replicas": 1, "pdb": {"minAvailable": 1}}
+            ]
+        }
+    )
+    sandbox.kube.settle()
+    (pod,) = [
+        p for p in sandbox.kube.objects("pods", "shop") if p["metadata"]["name"].startswith("singleton")
+    ]
+    node = pod["spec"]["nodeName"]
+    return pod["metadata"]["name"], next(
+        i for i in sandbox.asg.in_state("InService") if node_of(sandbox, i) == node
+    )

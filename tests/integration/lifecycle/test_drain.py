@@ -24,6 +24,7 @@ from nodecycle_sandbox.kube.admission import Denial
 from tests.integration.lifecycle.harness import (
     core_api,
     find_record,
+    held_by_a_budget,
     node_of,
     record_of,
     running,
@@ -91,19 +92,8 @@ def test_a_drain_stuck_on_a_disruption_budget_meets_its_timeout_policy_and_its_e
     sandbox: Sandbox,
 ) -> None:
     # Given a pod whose budget never allows an eviction
-    sandbox.kube.seed(
-        {
-            "deployments": [
-                {"name": "singleton", "namespace": "shop", "replicas": 1, "pdb": {"minAvailable": 1}}
-            ]
-        }
-    )
-    sandbox.kube.settle()
-    (pod,) = [
-        p for p in sandbox.kube.objects("pods", "shop") if p["metadata"]["name"].startswith("singleton")
-    ]
-    node = pod["spec"]["nodeName"]
-    victim = next(i for i in in_service(sandbox) if node_of(sandbox, i) == node)
+    blocked, victim = held_by_a_budget(sandbox)
+    node = node_of(sandbox, victim)
     # and another stack draining a node of the same zone (this stack allows one per zone): the node waits
     zone = (sandbox.kube.get_object("nodes", node) or {})["metadata"]["labels"][ZONE_LABEL]
     neighbour = next(
@@ -132,11 +122,7 @@ def test_a_drain_stuck_on_a_disruption_budget_meets_its_timeout_policy_and_its_e
     assert record.drain_started_at is not None
     assert action.finished_at - record.drain_started_at.timestamp() >= DRAIN_TIMEOUT  # type: ignore[operator]
     history = sandbox.kube.history()
-    deletes = [
-        e
-        for e in history
-        if e.resource == "pods" and e.verb == "delete" and e.name == pod["metadata"]["name"]
-    ]
+    deletes = [e for e in history if e.resource == "pods" and e.verb == "delete" and e.name == blocked]
     assert deletes, "the blocked pod was deleted by the force policy"
     assert completed_before_drained(history, [action]) == []
     # And the node's Events, as `kubectl describe node` selects them, tell each decision in order
@@ -160,7 +146,7 @@ def test_a_drain_stuck_on_a_disruption_budget_meets_its_timeout_policy_and_its_e
     assert "The disruption budget singleton" in (nodecycle[2].message or "")  # the budget, named
     # and the blocked pod has its own event
     pod_events = api.list_namespaced_event(
-        "shop", field_selector=f"involvedObject.kind=Pod,involvedObject.name={pod['metadata']['name']}"
+        "shop", field_selector=f"involvedObject.kind=Pod,involvedObject.name={blocked}"
     ).items
     assert [e.reason for e in pod_events if e.reporting_component == "nodecycle"] == ["EvictionBlocked"]
     # the singleton's replacement runs on another node now: its budget must not block that node's drain

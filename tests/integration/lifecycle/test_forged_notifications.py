@@ -13,7 +13,14 @@ import pytest
 from nodecycle.domain.model import LifecycleRecord, Transition
 from nodecycle_sandbox import Sandbox
 from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING
-from tests.integration.lifecycle.harness import node_of, records, running, terminate_action, wait_for
+from tests.integration.lifecycle.harness import (
+    held_by_a_budget,
+    node_of,
+    records,
+    running,
+    terminate_action,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -80,20 +87,7 @@ def test_forged_and_replayed_terminate_notifications_touch_nothing() -> None:
 def test_a_terminating_instances_action_named_as_a_launch_is_refused_and_the_drain_goes_on() -> None:
     with running(size=2) as sandbox:
         # Given a terminating instance whose drain is held by a pod its budget will not let go
-        sandbox.kube.seed(
-            {
-                "deployments": [
-                    {"name": "singleton", "namespace": "shop", "replicas": 1, "pdb": {"minAvailable": 1}}
-                ]
-            }
-        )
-        sandbox.kube.settle()
-        (pod,) = [
-            p for p in sandbox.kube.objects("pods", "shop") if p["metadata"]["name"].startswith("singleton")
-        ]
-        victim = next(
-            i for i in sandbox.asg.in_state("InService") if node_of(sandbox, i) == pod["spec"]["nodeName"]
-        )
+        _, victim = held_by_a_budget(sandbox)
         sandbox.asg.terminate(victim)
         action = wait_for(
             lambda: next(

@@ -1,0 +1,44 @@
+"""The sandbox API server as the drain function meets it: its RBAC, its role mapped for the EKS token that
+mock_aws signs, and the real Kubernetes adapter on it through EKS access (endpoint, CA, token)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from moto import mock_aws
+
+from nodecycle.adapters.kube.cluster_api import KubeCluster
+from nodecycle.adapters.kube.eks_access import EksCluster
+from nodecycle_sandbox.aws.eks import point_cluster
+from nodecycle_sandbox.kube import KubeServer
+from tests.integration.budget.conftest import DRAIN_ROLE, act_as_drain
+
+ACCOUNT = "123456789012"
+
+
+@contextmanager
+def drain_server(seed: Mapping[str, Any]) -> Iterator[KubeServer]:
+    """A started HTTPS server with the drain function's RBAC and ``seed``, settled."""
+    with KubeServer(tls=True) as kube:
+        act_as_drain(kube)
+        # mock_aws signs with its own fake key: it stands for the drain function's role here
+        kube.map_role("FOOBARKEY", DRAIN_ROLE, "nodecycle-DrainFunction")
+        kube.seed(dict(seed))
+        kube.settle()
+        yield kube
+
+
+@contextmanager
+def drain_cluster(server: KubeServer) -> Iterator[KubeCluster]:
+    """The adapter on ``server``, as the drain function builds it (within mock_aws: EKS answers the endpoint)."""
+    with mock_aws():
+        point_cluster(
+            account=ACCOUNT,
+            region="eu-west-1",
+            name="sandbox",
+            endpoint=server.url,
+            ca_pem=server.ca_pem.decode(),
+        )
+        yield KubeCluster(EksCluster("sandbox").api_client)
