@@ -215,7 +215,11 @@ class Budget(_Section):
 
 class Eip(_Section):
     eip_mode: EipMode = EipMode.OFF
-    eip_pool_name: OptionalText = None
+    # A tag value EC2 matches as a filter: ``*``, ``?`` and ``\`` would make it match other pools' addresses.
+    eip_pool_name: Annotated[
+        Annotated[str, Field(max_length=255, pattern=r"^[A-Za-z0-9 _.:/=+@-]+$")] | None,
+        BeforeValidator(_blank_is_none),
+    ] = None
     eip_pool_allocate_when_empty: bool = False
     eip_failure_policy: EipFailurePolicy = EipFailurePolicy.ABANDON
 

@@ -10,7 +10,6 @@ from typing import Any
 import boto3
 import pytest
 from botocore.config import Config
-from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 
 from nodecycle.adapters.aws.addresses import Ec2Addresses
@@ -18,10 +17,10 @@ from nodecycle.domain.errors import TransientError
 from nodecycle.domain.ports.addresses import (
     Address,
     AddressAlreadyAssociated,
-    AddressError,
     AddressInUse,
     AddressLimitExceeded,
     AddressNotFound,
+    AddressRefused,
     InstanceUnavailable,
 )
 from tests.functions.eip.conftest import api_calls, run_instances
@@ -124,6 +123,12 @@ ANSWERS: list[tuple[str, str, dict[str, Any], type[Exception]]] = [
     ("release_address", "InvalidIPAddress.InUse", {}, AddressInUse),
     ("allocate_address", "RequestLimitExceeded", {}, TransientError),
     ("associate_address", "InternalError", {"http_status_code": 500}, TransientError),
+    # what no retry changes: a denial (IAM, a service control policy), a subnet without an internet gateway
+    ("release_address", "UnauthorizedOperation", {"http_status_code": 403}, AddressRefused),
+    ("disassociate_address", "AuthFailure", {"http_status_code": 401}, AddressRefused),
+    ("describe_addresses", "UnauthorizedOperation", {"http_status_code": 403}, AddressRefused),
+    ("associate_address", "Gateway.NotAttached", {}, AddressRefused),
+    ("associate_address", "InvalidParameterCombination", {}, AddressRefused),
 ]
 
 
@@ -169,15 +174,32 @@ def test_taking_back_what_is_gone_already_answers_false(
     assert call(adapter, method) is False
 
 
-def test_an_error_with_no_decision_attached_propagates_as_it_is(
+def test_the_primary_interface_of_an_instance_with_several_network_cards_is_device_0_of_card_0(
     stubbed: tuple[Ec2Addresses, Stubber],
 ) -> None:
+    # Given an instance with several interfaces, one of them device 0 of network card 1, listed first
     adapter, stubber = stubbed
-    stubber.add_client_error("release_address", service_error_code="UnauthorizedOperation")
+    stubber.add_client_error(
+        "associate_address", "InvalidInstanceID", "There are multiple interfaces attached to instance."
+    )
+    interfaces = [
+        {"NetworkInterfaceId": "eni-card1", "Attachment": {"DeviceIndex": 0, "NetworkCardIndex": 1}},
+        {"NetworkInterfaceId": "eni-primary", "Attachment": {"DeviceIndex": 0, "NetworkCardIndex": 0}},
+    ]
+    running = {
+        "InstanceId": INSTANCE,
+        "State": {"Name": "running", "Code": 16},
+        "NetworkInterfaces": interfaces,
+    }
+    stubber.add_response("describe_instances", {"Reservations": [{"Instances": [running]}]})
+    # Then the address goes to the primary interface (the stub refuses any other parameters)
+    stubber.add_response(
+        "associate_address",
+        {"AssociationId": "eipassoc-1"},
+        {"AllocationId": ALLOCATION, "NetworkInterfaceId": "eni-primary", "AllowReassociation": False},
+    )
 
-    with pytest.raises(ClientError) as raised:
-        call(adapter, "release_address")
-    assert not isinstance(raised.value, AddressError)
+    assert adapter.associate(ALLOCATION, INSTANCE) == "eipassoc-1"
 
 
 def test_instance_states_take_one_describe_instances_per_200_ids_and_skip_the_unknown(stack: Stack) -> None:

@@ -6,7 +6,9 @@ from datetime import timedelta
 
 import pytest
 
+from nodecycle.domain.ports.addresses import AddressRefused
 from nodecycle.domain.sweep.addresses import AddressSweep, AddressSweepReport
+from nodecycle.domain.sweep.sweeper import SweepFailed
 from tests.support.fakes import FakeClock, FakeMetrics
 from tests.unit.eip.fakes import OWNER, T0, FakeAddresses
 
@@ -165,3 +167,23 @@ def test_the_sweep_costs_one_listing_and_one_instance_lookup_however_many_addres
     # Then it listed once and asked for instance states once (the adapter batches that call by 200)
     assert ec2.count("find") == ec2.count("instance_states") == 1
     assert report.released == 300
+
+
+def test_an_address_ec2_refuses_to_release_does_not_keep_the_others_from_being_released(
+    ec2: FakeAddresses, metrics: FakeMetrics
+) -> None:
+    # Given four leaked addresses, the first of which EC2 refuses to release (a denial on its tags)
+    old = T0 - GRACE - timedelta(seconds=1)
+    stuck, *others = [ec2.add(allocated_for=f"i-crashed-{n}", allocated_at=old) for n in range(4)]
+
+    def refuse(allocation_id: str) -> None:
+        if allocation_id == stuck:
+            ec2.faults["release"].append(AddressRefused("UnauthorizedOperation"))
+
+    ec2.before["release"] = refuse
+
+    # When the sweeper runs, Then the others are released, and the sweep fails once all were seen (its alarm)
+    with pytest.raises(SweepFailed, match="refused to free 1 addresses"):
+        sweep(ec2, metrics)
+    assert set(ec2.eips) & {stuck, *others} == {stuck}
+    assert metrics.counts["EipFailures"] == 1

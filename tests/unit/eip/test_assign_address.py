@@ -14,7 +14,14 @@ from nodecycle.domain.engine import Outcome
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.policy import ActionResult
-from nodecycle.domain.ports.addresses import ALLOCATED_AT_TAG, GROUP_TAG, INSTANCE_TAG, OWNER_TAG, POOL_TAG
+from nodecycle.domain.ports.addresses import (
+    ALLOCATED_AT_TAG,
+    GROUP_TAG,
+    INSTANCE_TAG,
+    OWNER_TAG,
+    POOL_TAG,
+    AddressRefused,
+)
 from nodecycle.settings import EipSettings
 from nodecycle.wiring.common import eip_policy
 from tests.support.fakes import FakeMetrics
@@ -268,6 +275,27 @@ def test_an_exhausted_address_quota_ends_the_assignment_as_the_failure_policy_sa
     assert outcome.changes["outcome"].startswith("eip-failed: address quota exceeded")
     assert metrics.counts["EipFailures"] == 1
     assert not ec2.eips
+
+
+@pytest.mark.parametrize(
+    ("policy", "goes_to", "result"),
+    [("abandon", Step.COMPLETE, ActionResult.ABANDON), ("continue", None, None)],
+)
+def test_an_association_ec2_refuses_for_good_ends_the_assignment_as_the_failure_policy_says(
+    ec2: FakeAddresses, metrics: FakeMetrics, policy: str, goes_to: Step | None, result: ActionResult | None
+) -> None:
+    # Given a subnet without an internet gateway: EC2 refuses every association (Gateway.NotAttached)
+    ec2.faults["associate"].append(AddressRefused("Gateway.NotAttached"))
+
+    # When a launch asks for an address
+    outcome = step(ec2, metrics, eip_failure_policy=policy)(launch_record(INSTANCE), T0)
+
+    # Then the policy decides now (no retry can change it): abandoned, or on without an address
+    assert outcome.then is goes_to
+    assert not outcome.again
+    assert outcome.changes.get("result") is result
+    assert outcome.changes["outcome"].startswith("eip-failed: EC2 refused: Gateway.NotAttached")
+    assert metrics.counts["EipFailures"] == 1
 
 
 def test_throttling_leaves_the_retry_to_the_engine_and_counts_a_failure(

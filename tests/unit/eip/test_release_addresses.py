@@ -12,7 +12,7 @@ from nodecycle.domain.eip.release import RELEASE_ATTEMPTS, RELEASE_DELAY, Releas
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import LifecycleRecord
-from nodecycle.domain.ports.addresses import AddressInUse
+from nodecycle.domain.ports.addresses import AddressInUse, AddressRefused
 from tests.support.fakes import FakeMetrics
 from tests.unit.eip.fakes import OWNER, T0, FakeAddresses, state_change_record, terminate_record
 
@@ -275,3 +275,22 @@ def test_an_address_associated_again_after_its_disassociation_is_not_released_in
     # Then the running instance keeps the address
     assert ec2.eips[address].instance_id == INSTANCE
     assert went_on(outcome)
+
+
+def test_a_release_ec2_refuses_for_good_lets_the_lifecycle_go_on_and_leaves_the_address_to_the_sweeper(
+    ec2: FakeAddresses, metrics: FakeMetrics
+) -> None:
+    # Given a terminating instance's address that EC2 will not let go (a denial on its tags, an SCP)
+    address = ec2.add(allocated_for=INSTANCE, on=INSTANCE)
+    ec2.faults["disassociate"].append(AddressRefused("UnauthorizedOperation"))
+
+    # When RELEASE_EIP runs
+    record = terminate_record(INSTANCE, outcome="drained")
+    outcome = release(ec2, metrics, record)
+
+    # Then the lifecycle goes on to its completion at once, keeping the drain's outcome (no retry helps,
+    # and the action must not wait for the global timeout), and the failure is counted for the alarm
+    assert went_on(outcome)
+    assert "outcome" not in outcome.changes
+    assert address in ec2.eips
+    assert metrics.counts["EipFailures"] == 1

@@ -65,6 +65,9 @@ def test_defaults_describe_a_conservative_stack() -> None:
         ),
         ("NODECYCLE_OWNER_ID", "has spaces", "NODECYCLE_OWNER_ID: String should match pattern"),
         ("NODECYCLE_EIP_MODE", "pool", "NODECYCLE_EIP_MODE=pool needs NODECYCLE_EIP_POOL_NAME"),
+        # EC2 reads * and ? in a filter value as wildcards: "ci-*" would claim the addresses of pool "ci-prod"
+        ("NODECYCLE_EIP_POOL_NAME", "ci-*", "NODECYCLE_EIP_POOL_NAME: String should match pattern"),
+        ("NODECYCLE_EIP_POOL_NAME", "ci-pro?", "NODECYCLE_EIP_POOL_NAME: String should match pattern"),
         ("NODECYCLE_MANAGED_GROUPS", "", "no managed groups"),
     ],
 )

@@ -24,6 +24,7 @@ from nodecycle.domain.ports.addresses import (
     AddressInUse,
     AddressLimitExceeded,
     AddressNotFound,
+    AddressRefused,
     InstanceUnavailable,
 )
 
@@ -55,7 +56,7 @@ class Ec2Addresses:
         if pool is not None:
             filters.append(_filter(f"tag:{POOL_TAG}", pool))
         # DescribeAddresses has no pagination: one call answers for every matching address.
-        with transient_errors("listing Elastic IPs"):
+        with _answers({}), transient_errors("listing Elastic IPs"):
             found = self._ec2().describe_addresses(Filters=filters)
         return [_address(item) for item in found.get("Addresses", [])]
 
@@ -117,18 +118,22 @@ class Ec2Addresses:
             interfaces = instance.get("NetworkInterfaces", [])
             if instance.get("State", {}).get("Name") == "running" and len(interfaces) > 1:
                 for interface in interfaces:
-                    if interface.get("Attachment", {}).get("DeviceIndex") == 0:
+                    attachment = interface.get("Attachment", {})
+                    # the primary is device 0 of network card 0 (instances with several cards have a
+                    # device 0 on each)
+                    if attachment.get("DeviceIndex") == 0 and attachment.get("NetworkCardIndex", 0) == 0:
                         return str(interface["NetworkInterfaceId"])
         return None
 
     def disassociate(self, association_id: str) -> bool:
         try:
-            with transient_errors("disassociating an Elastic IP"):
+            with (
+                _answers({"InvalidAssociationID.NotFound": AddressNotFound}),
+                transient_errors("disassociating an Elastic IP"),
+            ):
                 self._ec2().disassociate_address(AssociationId=association_id)
-        except ClientError as error:
-            if error_code(error) == "InvalidAssociationID.NotFound":
-                return False
-            raise
+        except AddressNotFound:
+            return False
         return True
 
     def release(self, allocation_id: str) -> bool:
@@ -146,14 +151,12 @@ class Ec2Addresses:
 
 @contextmanager
 def _answers(errors: Mapping[str, type[AddressError]]) -> Iterator[None]:
-    """Turn the EC2 error codes that decide what a step does into the domain's exceptions."""
+    """Turn the EC2 error codes that decide what a step does into the domain's exceptions; any other error
+    EC2 answers (throttling and 5xx are transient already) is a refusal no retry changes."""
     try:
         yield
     except ClientError as error:
-        domain_error = errors.get(error_code(error))
-        if domain_error is None:
-            raise
-        raise domain_error(str(error)) from error
+        raise errors.get(error_code(error), AddressRefused)(str(error)) from error
 
 
 def _filter(name: str, value: str) -> FilterTypeDef:

@@ -42,6 +42,7 @@ from nodecycle.domain.ports.addresses import (
     AddressInUse,
     AddressLimitExceeded,
     AddressNotFound,
+    AddressRefused,
     InstanceUnavailable,
     distinct,
 )
@@ -93,6 +94,10 @@ class AssignAddress:
                 "EC2 did not answer (throttled or unavailable); the step retries with backoff: %s", error
             )
             raise
+        except AddressRefused as error:
+            # No retry changes a denial or a subnet without an internet gateway: the policy decides now, not
+            # the global timeout, hours on. An address allocated before the refusal is the sweeper's.
+            return self._fail(record, f"EC2 refused: {error}")
 
     # -- allocate mode: a new address per instance ---------------------------------------------------
 

@@ -20,7 +20,14 @@ from nodecycle.domain.eip import SCRATCH, release_unassociated, without_scratch
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import LifecycleRecord
-from nodecycle.domain.ports.addresses import GONE_STATES, Address, Addresses, AddressInUse, distinct
+from nodecycle.domain.ports.addresses import (
+    GONE_STATES,
+    Address,
+    Addresses,
+    AddressInUse,
+    AddressRefused,
+    distinct,
+)
 from nodecycle.domain.ports.runtime import Metrics
 
 log = logging.getLogger(__name__)
@@ -77,6 +84,14 @@ class ReleaseAddresses:
                 "EC2 did not answer (throttled or unavailable); the step retries with backoff: %s", error
             )
             raise
+        except AddressRefused as error:
+            # No retry changes it, and the action must not wait for one: the lifecycle goes on, and the
+            # address is left to the sweeper (which keeps trying, and whose alarm an operator sees).
+            self._metrics.count("EipFailures")
+            log.error(
+                "EC2 refused to take back the addresses of %s: %s; left to the sweeper", instance, error
+            )
+            return Outcome.next(extra=without_scratch(record))
         if in_use:
             attempts = int(record.extra.get(SCRATCH, {}).get("release_attempts", 0)) + 1
             if attempts < RELEASE_ATTEMPTS:

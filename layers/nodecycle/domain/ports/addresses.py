@@ -27,6 +27,12 @@ class AddressError(Exception):
     """EC2 refused an address call for a reason the EIP steps decide about (not a transient one)."""
 
 
+class AddressRefused(AddressError):
+    """EC2 refused the call for a reason no retry changes: a denial (``UnauthorizedOperation``, a service
+    control policy), a subnet without an internet gateway (``Gateway.NotAttached``), a parameter it rejects.
+    The step's failure policy applies; the ``EipFailures`` alarm calls an operator to fix the account."""
+
+
 class AddressLimitExceeded(AddressError):
     """The account's Elastic IP quota is used up (``AddressLimitExceeded``)."""
 

@@ -32,8 +32,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from nodecycle.domain.eip import release_unassociated
-from nodecycle.domain.ports.addresses import GONE_STATES, Address, Addresses, AddressInUse
+from nodecycle.domain.ports.addresses import GONE_STATES, Address, Addresses, AddressInUse, AddressRefused
 from nodecycle.domain.ports.runtime import Clock, Metrics
+from nodecycle.domain.sweep.sweeper import SweepFailed
 
 log = logging.getLogger(__name__)
 
@@ -60,22 +61,18 @@ class AddressSweep:
         found = self._addresses.find(self._owner)
         attached = {address.instance_id for address in found if address.instance_id}
         states = self._addresses.instance_states(attached) if attached else {}
-        released = returned = 0
+        released = returned = refused = 0
         for address in found:
-            if address.association_id is not None:
-                if not _on_gone_instance(address, states):
-                    continue
-                self._addresses.disassociate(address.association_id)
-                log.warning(
-                    "address %s was still associated with instance %s, which is gone: disassociated",
-                    address.public_ip,
-                    address.instance_id,
-                )
-                if address.pool is not None:
-                    returned += 1
-                    continue
-            if address.pool is None and self._expired(address, now) and self._release(address):
-                released += 1
+            try:
+                freed = self._free(address, states, now)
+            except AddressRefused as error:
+                # One address EC2 will not let go (a denial on its tags, say) must not keep the others
+                # from being freed, sweep after sweep: counted, and the sweep fails once all were seen.
+                log.error("EC2 refused to free address %s: %s", address.public_ip, error)
+                refused += 1
+                continue
+            released += freed == "released"
+            returned += freed == "returned"
         if released or returned:
             self._metrics.count("SweptEips", released + returned)
         report = AddressSweepReport(
@@ -84,7 +81,27 @@ class AddressSweep:
         log.info(
             "EIP sweep: %d released, %d returned to their pool, %d kept", released, returned, report.kept
         )
+        if refused:
+            self._metrics.count("EipFailures", refused)
+            raise SweepFailed(f"EC2 refused to free {refused} addresses (the others were swept)")
         return report
+
+    def _free(self, address: Address, states: dict[str, str], now: datetime) -> str | None:
+        """What became of one address: ``released``, ``returned`` (to its pool), or None (kept)."""
+        if address.association_id is not None:
+            if not _on_gone_instance(address, states):
+                return None
+            self._addresses.disassociate(address.association_id)
+            log.warning(
+                "address %s was still associated with instance %s, which is gone: disassociated",
+                address.public_ip,
+                address.instance_id,
+            )
+            if address.pool is not None:
+                return "returned"
+        if address.pool is None and self._expired(address, now) and self._release(address):
+            return "released"
+        return None
 
     def _expired(self, address: Address, now: datetime) -> bool:
         allocated_at = address.allocated_at
