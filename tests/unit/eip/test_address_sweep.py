@@ -187,3 +187,33 @@ def test_an_address_ec2_refuses_to_release_does_not_keep_the_others_from_being_r
         sweep(ec2, metrics)
     assert set(ec2.eips) & {stuck, *others} == {stuck}
     assert metrics.counts["EipFailures"] == 1
+
+
+@pytest.mark.parametrize("listed", [True, False], ids=["terminated", "no-longer-listed"])
+def test_an_address_left_on_the_network_interface_of_a_gone_instance_is_freed(
+    ec2: FakeAddresses, metrics: FakeMetrics, listed: bool
+) -> None:
+    # Given addresses of an instance gone days ago, left associated with its network interface, which
+    # outlived it (DeleteOnTermination off): one allocated for it, one of a pool; and one on the interface of
+    # a live instance (another tool's doing: in use)
+    gone, live = "i-0a1b2c3d4e5f60718", "i-0a1b2c3d4e5f60719"
+    if listed:
+        ec2.launch(gone, "terminated")
+    ec2.launch(live)
+    days_ago = T0 - timedelta(days=2)
+    allocated, pooled, in_use = (
+        ec2.add(allocated_for=gone, allocated_at=days_ago),
+        ec2.add(allocated_for=gone, allocated_at=days_ago, pool="ci"),
+        ec2.add(allocated_for=live, allocated_at=days_ago),
+    )
+    for allocation_id in (allocated, pooled, in_use):
+        ec2.eips[allocation_id].association_id = f"eipassoc-{allocation_id}"  # on eni-..., no instance
+
+    # When the sweeper runs, and again (EC2 refuses a release until its disassociation has settled)
+    first, second = sweep(ec2, metrics), sweep(ec2, metrics)
+
+    # Then the allocated one is released, the pool's back in its pool, the live instance's left alone
+    assert allocated not in ec2.eips
+    assert ec2.eips[pooled].association_id is None
+    assert ec2.eips[in_use].association_id is not None
+    assert (first.returned, first.released + second.released) == (1, 1)

@@ -5,7 +5,10 @@ The rule, per address tagged ``nodecycle:owner=<this owner>`` (addresses of othe
 - Associated with an instance that is gone (shutting-down, terminated, or unknown to EC2): disassociate it
   (that association id only, so a newer association is never undone). A pool address is then back in its
   pool and done with; any other address is judged by the next rule.
-- Associated otherwise (a live instance, a network interface): in use, left alone.
+- Associated with a network interface and no instance, allocated for an instance that is gone: the
+  interface outlived its instance (``DeleteOnTermination`` off) and would hold the address for ever;
+  disassociated too, and judged as above.
+- Associated otherwise (a live instance, another network interface): in use, left alone.
 - A pool address: never released; free is where it belongs.
 - Unassociated, allocated by nodecycle more than the sweep grace ago (``nodecycle:allocated-at``): released.
   An address is unassociated in two cases only: for the seconds between its AllocateAddress and
@@ -21,7 +24,8 @@ default VPC it disassociates and releases it without a word. So each address is 
 before its release, and released only if it is still unassociated.
 
 Cost: one DescribeAddresses (it has no pages: one call answers for every address of the owner) and one
-batched DescribeInstances for the instances the addresses are associated with; then, per address released,
+batched DescribeInstances for the instances the addresses are associated with (or were allocated for, when
+on an interface alone); then, per address released,
 one DescribeAddresses by its allocation id.
 """
 
@@ -59,7 +63,11 @@ class AddressSweep:
     def __call__(self) -> AddressSweepReport:
         now = self._clock.now()
         found = self._addresses.find(self._owner)
-        attached = {address.instance_id for address in found if address.instance_id}
+        # the instances the addresses are on, and those an address left on a network interface was allocated
+        # for (its instance may be gone, the interface outliving it)
+        attached = {address.instance_id for address in found if address.instance_id} | {
+            address.allocated_for for address in found if _on_an_interface(address) and address.allocated_for
+        }
         states = self._addresses.instance_states(attached) if attached else {}
         released = returned = refused = 0
         for address in found:
@@ -89,19 +97,30 @@ class AddressSweep:
     def _free(self, address: Address, states: dict[str, str], now: datetime) -> str | None:
         """What became of one address: ``released``, ``returned`` (to its pool), or None (kept)."""
         if address.association_id is not None:
-            if not _on_gone_instance(address, states):
+            if not (_on_gone_instance(address, states) or self._left_on_an_interface(address, states, now)):
                 return None
             self._addresses.disassociate(address.association_id)
             log.warning(
-                "address %s was still associated with instance %s, which is gone: disassociated",
+                "address %s was still associated with %s, whose instance %s is gone: disassociated",
                 address.public_ip,
-                address.instance_id,
+                "it" if address.instance_id else "a network interface",
+                address.instance_id or address.allocated_for,
             )
             if address.pool is not None:
                 return "returned"
         if address.pool is None and self._expired(address, now) and self._release(address):
             return "released"
         return None
+
+    def _left_on_an_interface(self, address: Address, states: dict[str, str], now: datetime) -> bool:
+        """An address on a network interface with no instance, allocated for an instance that is gone: the
+        interface outlived it (``DeleteOnTermination`` off), and would hold the address for ever. An instance
+        EC2 no longer lists is gone too, once the address is older than the grace (a terminated one is
+        listed for about an hour; a new one may not be listed yet)."""
+        if not _on_an_interface(address) or address.allocated_for is None:
+            return False
+        state = states.get(address.allocated_for)
+        return state in GONE_STATES or (state is None and self._expired(address, now))
 
     def _expired(self, address: Address, now: datetime) -> bool:
         allocated_at = address.allocated_at
@@ -128,6 +147,10 @@ class AddressSweep:
                 address.allocated_for or "no instance",
             )
         return released
+
+
+def _on_an_interface(address: Address) -> bool:
+    return address.association_id is not None and address.instance_id is None
 
 
 def _on_gone_instance(address: Address, states: dict[str, str]) -> bool:
