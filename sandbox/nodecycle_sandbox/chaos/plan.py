@@ -115,7 +115,8 @@ def draw_faults(rng: random.Random, scenario: Scenario) -> tuple[Fault, ...]:
             rng.choice(("autoscaling.CompleteLifecycleAction", "dynamodb.PutItem", "ec2.*", "*")),
             _p(rng, 0.02, 0.1),
         ),
-        lambda: Fault("", "sqs-duplicate", "*", _p(rng, 0.05, 0.3)),
+        # value 1: the duplicate runs at the same time as the first delivery, not after it
+        lambda: Fault("", "sqs-duplicate", "*", _p(rng, 0.05, 0.3), value=rng.choice((0, 1))),
         lambda: Fault("", "sqs-delay", "*", _p(rng, 0.05, 0.2), value=rng.randint(1, 4)),
         lambda: Fault("", "sqs-reorder", "*", _p(rng, 0.1, 0.3)),
         lambda: Fault("", "sqs-drop", "*", _p(rng, 0.02, 0.1), limit=2),

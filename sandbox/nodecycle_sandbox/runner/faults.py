@@ -2,7 +2,9 @@
 
 In the runner (:class:`RunnerFaults`, asked by ``sqs_source.py`` and ``invokers.py``):
 
-- ``sqs-duplicate``: a batch is delivered a second time after it was handled (SQS delivers at least once);
+- ``sqs-duplicate``: a batch is delivered a second time (SQS delivers at least once): after it was handled,
+  or, with ``value`` 1, at the same time by another poller, as when a receive's visibility timeout ran out
+  or two of SQS's hosts both answered it (two invocations of one message running at once);
 - ``sqs-delay``: a received message comes ``value`` seconds late;
 - ``sqs-reorder``: a batch's records come in another order, or a lone message is held back a second so
   that the next one overtakes it;
@@ -81,12 +83,15 @@ class RunnerFaults(Injector):
         self._send_late(queue, client, queue_url, kept[0], 1, log)
         return []
 
-    def duplicates(self, queue: str, messages: list[MessageTypeDef]) -> list[MessageTypeDef]:
-        """The messages of a handled batch to deliver once more."""
+    def duplicates(self, queue: str, messages: list[MessageTypeDef]) -> tuple[list[MessageTypeDef], bool]:
+        """The messages of a received batch to deliver once more, and whether at the same time as the first
+        delivery (rather than after it)."""
         if not self.armed or not messages:
-            return []
+            return [], False
         fault = self.draw(("sqs-duplicate",), queue, f"{queue} batch of {len(messages)}")
-        return list(messages) if fault is not None else []
+        if fault is None:
+            return [], False
+        return list(messages), fault.value == 1
 
     def directives(self, function: str) -> dict[str, float]:
         """What the next invocation of ``function`` runs with: ``kill_after`` calls, ``clock_skew`` seconds."""

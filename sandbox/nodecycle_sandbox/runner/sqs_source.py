@@ -155,13 +155,20 @@ class SqsEventSource:
                     queue.logical_id, fault_client, queue.url, messages, self._deliveries
                 )
                 if messages:
-                    self._deliver(client, messages)
-                    again = self._faults.duplicates(queue.logical_id, messages)
+                    again, alongside = self._faults.duplicates(queue.logical_id, messages)
                     if again:
                         self._deliveries.info(
-                            "%s duplicated %s", queue.logical_id, " ".join(m["MessageId"] for m in again)
+                            "%s duplicated %s%s",
+                            queue.logical_id,
+                            " ".join(m["MessageId"] for m in again),
+                            " (at the same time)" if alongside else "",
                         )
-                        self._deliver(client, again)
+                    if alongside:
+                        self._deliver_both(client, messages, again)
+                    else:
+                        self._deliver(client, messages)
+                        if again:
+                            self._deliver(client, again)
             except Exception:
                 if self._stopping.is_set():
                     return  # the AWS side went away first during shutdown
@@ -209,6 +216,20 @@ class SqsEventSource:
             if messages and window_end is None:
                 window_end = time.monotonic() + trigger.batching_window
         return messages
+
+    def _deliver_both(
+        self, client: SQSClient, messages: list[MessageTypeDef], again: list[MessageTypeDef]
+    ) -> None:
+        """The batch and its duplicate at once, as two pollers would (each invocation takes its own slot of
+        the function's concurrency); the poller goes on when both are done."""
+        twin = threading.Thread(
+            target=self._deliver, args=(self._client_factory(), again), name=f"{self.source}-duplicate"
+        )
+        twin.start()
+        try:
+            self._deliver(client, messages)
+        finally:
+            twin.join()
 
     def _deliver(self, client: SQSClient, messages: list[MessageTypeDef]) -> None:
         trigger = self._trigger

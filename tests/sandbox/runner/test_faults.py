@@ -134,6 +134,24 @@ def test_dropped_messages_are_never_delivered_and_duplicated_ones_twice(make_run
     assert runner.faults.counts() == {"sqs-drop": 1, "sqs-duplicate": 1}
 
 
+def test_a_duplicate_may_run_at_the_same_time_as_the_first_delivery(make_runner: MakeRunner) -> None:
+    # Given a batch delivered twice at once (as two pollers of SQS may), to a handler that takes its time
+    template = TEMPLATE.replace("MaximumConcurrency: 1", "MaximumConcurrency: 2")
+    slow = HANDLER.replace("    sqs.list_queues()", "    sqs.list_queues()\n    time.sleep(0.5)")
+    runner = make_runner(template, {"worker": slow}, mode="process")
+    runner.faults.arm([Fault("u", "sqs-duplicate", target="Work", limit=1, value=1)], seed=1)
+
+    # When a message is sent
+    _send(runner, "twice")
+    runner.journal.wait_until(lambda: len(runner.journal.invocations("Worker")) == 2, timeout=15)
+
+    # Then both invocations of it ran at once: each began before the other ended
+    first, second = runner.journal.invocations("Worker")
+    assert [i.event["Records"][0]["body"] for i in (first, second)] == ["twice", "twice"]
+    assert first.started_at < second.finished_at
+    assert second.started_at < first.finished_at
+
+
 def test_a_delayed_message_comes_late(make_runner: MakeRunner) -> None:
     # Given a message held back for 2 s when first received
     runner = make_runner(TEMPLATE, {"worker": HANDLER}, mode="process")
