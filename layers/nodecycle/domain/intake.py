@@ -207,8 +207,10 @@ class Intake:
             scheduled = self._instances.scheduled_events(event.instance_id)
             if not scheduled:
                 # By EventBridge the event is AWS's own: EC2's list may lag it, and draining ahead of a
-                # maintenance called off costs less than none ahead of one that comes. By the queue, no.
-                return None if by_queue else event
+                # maintenance called off costs less than none ahead of one that comes. By the queue, no; nor
+                # one whose start has passed (Health tells of a maintenance again when it is over, and EC2
+                # lists it as completed or canceled then, or no more).
+                return None if by_queue or event.strikes_at <= self._clock.now() else event
             starts = min(e.not_before for e in scheduled)
             if starts != event.strikes_at:
                 log.info(

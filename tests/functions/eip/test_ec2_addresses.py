@@ -123,6 +123,10 @@ ANSWERS: list[tuple[str, str, dict[str, Any], type[Exception]]] = [
     ("release_address", "InvalidIPAddress.InUse", {}, AddressInUse),
     ("allocate_address", "RequestLimitExceeded", {}, TransientError),
     ("associate_address", "InternalError", {"http_status_code": 500}, TransientError),
+    # what botocore's standard mode retries and still fails: transient, never a refusal
+    ("associate_address", "RequestTimeout", {}, TransientError),
+    ("associate_address", "PriorRequestNotComplete", {}, TransientError),
+    ("release_address", "EC2ThrottledException", {}, TransientError),
     # what no retry changes: a denial (IAM, a service control policy), a subnet without an internet gateway
     ("release_address", "UnauthorizedOperation", {"http_status_code": 403}, AddressRefused),
     ("disassociate_address", "AuthFailure", {"http_status_code": 401}, AddressRefused),

@@ -361,3 +361,20 @@ def test_maintenance_ec2_lists_as_canceled_or_completed_does_not_time_the_drain(
     # Then EC2 confirms nothing: refused
     assert records() == []
     assert metric(capsys.readouterr().out, "LifecycleEventsRejected", reason="unconfirmed") == 1
+
+
+def test_maintenance_by_eventbridge_that_is_over_drains_nothing(
+    intake_fn: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given AWS Health's event of a maintenance that started an hour ago (Health tells of it again when it is
+    # over), which EC2 lists as completed
+    instance = launch()
+    started = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
+    schedule(instance, started, description="[Completed] The instance is running on degraded hardware")
+
+    # When it comes by EventBridge
+    intake_fn.handler(health_event(instance, started), LambdaContext())
+
+    # Then no drain starts for a maintenance that is over
+    assert records() == []
+    assert metric(capsys.readouterr().out, "LifecycleEventsRejected", reason="stale") == 1

@@ -480,19 +480,25 @@ def test_a_second_lifecycle_of_the_held_instance_waits_for_the_first_to_release_
     budget.acquire(slot("n1"))
     assert not budget.acquire(slot("n2")).granted
 
-    # When another lifecycle of the same instance asks for n1's slot (a Spot interruption, a rebalance drain)
-    second = replace(slot("n1"), record_id="rec-n1-spot", force=True)
+    # When another lifecycle of the same instance asks for n1's slot (a rebalance drain)
+    second = replace(slot("n1"), record_id="rec-n1-rebalance")
     decision = budget.acquire(second)
 
     # Then it does not take the holder over, so that when its cleanup releases the node, nothing is freed
     # while the first still drains
     assert not decision.granted
-    budget.release("n1", "rec-n1-spot")
+    budget.release("n1", "rec-n1-rebalance")
     doc = store.read()
     assert doc is not None
     assert [(h.node, h.record_id) for h in doc.holders] == [("n1", "rec-n1")]
     assert not budget.acquire(slot("n2")).granted
     assert decision.reason is SlotReason.HELD_BY_OTHER_LIFECYCLE
+    # while a Spot interruption of the instance drains at once within the slot the node holds (its two
+    # minutes cannot wait), without renaming it: its own release frees nothing either
+    spot = replace(slot("n1"), record_id="rec-n1-spot", force=True)
+    assert budget.acquire(spot).granted
+    budget.release("n1", "rec-n1-spot")
+    assert not budget.acquire(slot("n2")).granted
     # and once the first releases it, the slot is the next one's
     budget.release("n1", "rec-n1")
     assert budget.acquire(slot("n2")).granted

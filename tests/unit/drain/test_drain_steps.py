@@ -226,6 +226,7 @@ class FakeSlots:
     room: int = 1
     holders: set[str] = field(default_factory=set)
     held_for: dict[str, str] = field(default_factory=dict)  # node -> the lifecycle holding it, once known
+    held_instance: dict[str, str] = field(default_factory=dict)  # node -> the instance of that lifecycle
     others: dict[str, str] = field(default_factory=dict)  # node -> the other owner holding it
     lost: bool = False
     waiters: list[str] = field(default_factory=list)
@@ -237,10 +238,21 @@ class FakeSlots:
         if request.node in self.others:
             return SlotDecision(False, SlotReason.HELD_BY_OTHER_OWNER, len(self.holders), 0, None)
         self.requests.append(request)
+        holder = self.held_for.get(request.node)
+        if (
+            request.node in self.holders
+            and holder not in (None, request.record_id)
+            and self.held_instance.get(request.node) == request.instance_id
+        ):
+            # as the budget: another lifecycle of this instance holds it; a forced one drains within it
+            reason = SlotReason.HELD if request.force else SlotReason.HELD_BY_OTHER_LIFECYCLE
+            return SlotDecision(request.force, reason, len(self.holders), 0, None)
         if request.node in self.holders or len(self.holders) < self.room or request.force:
             forced = request.node not in self.holders and len(self.holders) >= self.room
             self.holders.add(request.node)
-            self.held_for[request.node] = request.record_id  # a new lifecycle of the node takes it over
+            # a lifecycle of another instance of the node name takes it over (the name was reused)
+            self.held_for[request.node] = request.record_id
+            self.held_instance[request.node] = request.instance_id
             reason = SlotReason.FORCED if forced else SlotReason.GRANTED
             return SlotDecision(True, reason, len(self.holders), 0, None)
         return SlotDecision(False, SlotReason.NO_ROOM, len(self.holders), 1, 1)
@@ -1174,6 +1186,43 @@ def test_a_terminate_hook_waits_for_a_stuck_disruption_drain_no_longer_than_a_dr
     assert len(slots.requests) == 1
     assert outcome.then is None
     assert not outcome.again
+
+
+def test_a_lifecycle_of_an_instance_another_of_its_lifecycles_drains_waits_unless_it_cannot() -> None:
+    # Given a node whose slot a terminate hook's drain holds
+    records = InMemoryRecords()
+    cluster = FakeCluster(nodes={NODE: node(owner="stack-a")}, pods=[pod("web-1")])
+    slots = FakeSlots(room=1, holders={NODE}, held_for={NODE: "i-0123456789abcdef0/terminate/token"})
+    slots.held_instance[NODE] = INSTANCE
+    step = AcquireSlot(
+        finder=NodeFinder(cluster, NoDns()),
+        cluster=cluster,
+        slots=slots,
+        policy=policy(),
+        metrics=FakeMetrics(),
+        events=FakeEvents(),
+        records=records,
+    )
+
+    # When a rebalance recommendation of the instance asks for the node's slot, Then it waits for that drain,
+    # without counting as waiting in line
+    later = T0 + timedelta(days=2)  # a rebalance recommendation has no deadline to speak of
+    rebalance = spot(
+        Step.ACQUIRE_SLOT,
+        id=f"{INSTANCE}/rebalance",
+        transition=Transition.REBALANCE,
+        node=NODE,
+        heartbeat_deadline=later,
+        global_deadline=later,
+    )
+    waiting = step(rebalance, T0)
+    assert waiting.again
+    assert "slot_waiting_since" not in waiting.changes
+    # while a Spot interruption, which cannot wait, goes on to drain within the slot the node holds
+    interrupted = step(spot(Step.ACQUIRE_SLOT, node=NODE), T0)
+    assert interrupted.then is None
+    assert not interrupted.again
+    assert slots.held_for[NODE] == "i-0123456789abcdef0/terminate/token"
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,13 @@ from typing import Any
 
 import pytest
 
-from nodecycle.domain.eip.assign import INSTANCE_DELAY, VERIFY_DELAY, VERIFY_READS, AssignAddress
+from nodecycle.domain.eip.assign import (
+    INSTANCE_DELAY,
+    REFUSED_ATTEMPTS,
+    VERIFY_DELAY,
+    VERIFY_READS,
+    AssignAddress,
+)
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import LifecycleRecord, Step
@@ -285,17 +291,27 @@ def test_an_association_ec2_refuses_for_good_ends_the_assignment_as_the_failure_
     ec2: FakeAddresses, metrics: FakeMetrics, policy: str, goes_to: Step | None, result: ActionResult | None
 ) -> None:
     # Given a subnet without an internet gateway: EC2 refuses every association (Gateway.NotAttached)
-    ec2.faults["associate"].append(AddressRefused("Gateway.NotAttached"))
+    refuse = AddressRefused("Gateway.NotAttached")
+    ec2.faults["associate"].extend([refuse] * REFUSED_ATTEMPTS)
+    assign, record = step(ec2, metrics, eip_failure_policy=policy), launch_record(INSTANCE)
 
-    # When a launch asks for an address
-    outcome = step(ec2, metrics, eip_failure_policy=policy)(launch_record(INSTANCE), T0)
+    # When a launch asks for an address: it is asked again a few times, minutes apart (a denial may be IAM
+    # still propagating after a stack update)
+    waits = []
+    for _ in range(REFUSED_ATTEMPTS - 1):
+        outcome = assign(record, T0)
+        assert outcome.again
+        waits.append(outcome.delay)
+        record = after(record, outcome)
+    assert waits == [15, 30, 60]
+    outcome = assign(record, T0)
 
-    # Then the policy decides now (no retry can change it): abandoned, or on without an address
+    # Then the policy decides, not the global timeout hours on: abandoned, or on without an address
     assert outcome.then is goes_to
     assert not outcome.again
     assert outcome.changes.get("result") is result
     assert outcome.changes["outcome"].startswith("eip-failed: EC2 refused: Gateway.NotAttached")
-    assert metrics.counts["EipFailures"] == 1
+    assert metrics.counts["EipFailures"] == REFUSED_ATTEMPTS
 
 
 def test_throttling_leaves_the_retry_to_the_engine_and_counts_a_failure(

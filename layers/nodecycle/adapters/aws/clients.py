@@ -34,6 +34,14 @@ _TRANSIENT_CODES = frozenset(
         "ServiceUnavailableException",
         "Unavailable",
         "InternalServerError",
+        # the other codes botocore's standard retry mode retries: what still fails after it is as transient
+        "EC2ThrottledException",
+        "RequestTimeout",
+        "RequestTimeoutException",
+        "PriorRequestNotComplete",
+        "BandwidthLimitExceeded",
+        "LimitExceededException",
+        "TransactionInProgressException",
     }
 )
 

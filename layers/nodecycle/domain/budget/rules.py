@@ -272,10 +272,14 @@ def claim(
         if holder.owner != request.owner:
             return doc, _decision(doc, False, SlotReason.HELD_BY_OTHER_OWNER), None
         if holder.record_id != request.record_id and holder.instance_id == request.instance_id:
-            # Two lifecycles of one instance (a Spot interruption's drain, then its terminate hook's): renewed
-            # under this request, the holder would be released by whichever ended first while the other still
-            # drains, a slot freed for another node over the budget. (A lifecycle of another instance takes
-            # the holder over: the name was reused, the node of the old instance is gone.)
+            # Two lifecycles of one instance (a rebalance drain, then its terminate hook's): renewed under this
+            # request, the holder would be released by whichever ended first while the other still drains, a
+            # slot freed for another node over the budget. So it stays the first's. A forced request (a Spot
+            # interruption: the capacity goes in two minutes) drains within the slot the node holds, without
+            # renaming it; the others wait for that drain. (A lifecycle of another instance takes the holder
+            # over: the name was reused, the node of the old instance is gone.)
+            if request.force:
+                return doc, _decision(doc, True, SlotReason.HELD), None
             return doc, _decision(doc, False, SlotReason.HELD_BY_OTHER_LIFECYCLE), None
         holders = tuple(h.model_copy(update=renewal) if h is holder else h for h in doc.holders)
         doc = doc.model_copy(update={"holders": holders})

@@ -54,6 +54,9 @@ VERIFY_DELAY = 2  # seconds: DescribeAddresses usually shows a new association w
 VERIFY_READS = 5  # reads of an association that does not show before it is made again
 INSTANCE_DELAY = 5  # seconds between attempts on an instance that cannot take an address yet
 INSTANCE_ATTEMPTS = 24  # two minutes: an instance is pending for well under one
+# What EC2 refuses is asked again this often, 15, 30, 60 s apart, then the failure policy decides
+REFUSED_ATTEMPTS = 4
+REFUSED_DELAY = 15  # seconds
 MAX_RESTARTS = 3  # an assignment that did not hold is started over this often, then the launch fails
 
 
@@ -95,8 +98,17 @@ class AssignAddress:
             )
             raise
         except AddressRefused as error:
-            # No retry changes a denial or a subnet without an internet gateway: the policy decides now, not
-            # the global timeout, hours on. An address allocated before the refusal is the sweeper's.
+            # A denial or a subnet without an internet gateway: asked again a few times, minutes apart (a
+            # denial may be IAM still propagating after a stack update), then the policy decides, not the
+            # global timeout hours on. An address allocated before the refusal is the sweeper's.
+            refused = int(scratch.get("refused", 0)) + 1
+            if refused < REFUSED_ATTEMPTS:
+                self._metrics.count("EipFailures")
+                delay = REFUSED_DELAY * 2 ** (refused - 1)
+                log.warning(
+                    "EC2 refused (%d of %d): %s; asked again in %d s", refused, REFUSED_ATTEMPTS, error, delay
+                )
+                return Outcome.wait(delay, extra={**record.extra, SCRATCH: {**scratch, "refused": refused}})
             return self._fail(record, f"EC2 refused: {error}")
 
     # -- allocate mode: a new address per instance ---------------------------------------------------

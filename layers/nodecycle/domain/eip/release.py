@@ -76,7 +76,13 @@ class ReleaseAddresses:
                     )
                     continue
                 taken_back.append(address)
-                if not self._take_back(address, instance):
+                try:
+                    if not self._take_back(address, instance):
+                        in_use.append(address)
+                except AddressRefused as error:
+                    # asked again with the ones in use (a denial may be IAM still propagating), then left
+                    # to the sweeper; the instance's other addresses are taken back meanwhile
+                    log.warning("EC2 refused to take back address %s: %s", address.public_ip, error)
                     in_use.append(address)
         except TransientError as error:
             self._metrics.count("EipFailures")
@@ -85,23 +91,21 @@ class ReleaseAddresses:
             )
             raise
         except AddressRefused as error:
-            # No retry changes it, and the action must not wait for one: the lifecycle goes on, and the
-            # address is left to the sweeper (which keeps trying, and whose alarm an operator sees).
+            # Not even allowed to list them: the lifecycle goes on, and the addresses are left to the sweeper
+            # (whose own failures an alarm reports).
             self._metrics.count("EipFailures")
-            log.error(
-                "EC2 refused to take back the addresses of %s: %s; left to the sweeper", instance, error
-            )
+            log.error("EC2 refused to list the addresses of %s: %s; left to the sweeper", instance, error)
             return Outcome.next(extra=without_scratch(record))
         if in_use:
             attempts = int(record.extra.get(SCRATCH, {}).get("release_attempts", 0)) + 1
             if attempts < RELEASE_ATTEMPTS:
-                log.info("EC2 does not show the disassociation yet: releasing again shortly")
+                log.info("EC2 does not show the disassociation yet, or refused: releasing again shortly")
                 return Outcome.wait(
                     RELEASE_DELAY, extra={**record.extra, SCRATCH: {"release_attempts": attempts}}
                 )
             self._metrics.count("EipFailures")
             log.error(
-                "addresses %s are still in use after %d attempts: left to the sweeper",
+                "addresses %s are still in use (or refused) after %d attempts: left to the sweeper",
                 ", ".join(address.public_ip for address in in_use),
                 attempts,
             )
