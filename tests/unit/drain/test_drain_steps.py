@@ -1127,13 +1127,16 @@ def test_a_spot_drain_ends_before_the_interruption_and_no_grace_reaches_past_it(
     assert fresh.evictions == [("web-2", 20)]  # 20 s left: no more
 
 
-def acquire_after(records: InMemoryRecords, cluster: FakeCluster | None = None) -> AcquireSlot:
-    """The terminate hook's first step, where ``records`` may hold a disruption's drain of the instance."""
+def acquire_after(
+    records: InMemoryRecords, cluster: FakeCluster | None = None, slots: FakeSlots | None = None
+) -> AcquireSlot:
+    """The first step of a lifecycle, where ``records`` may hold another lifecycle's drain of the instance (no
+    slot free unless ``slots`` says otherwise)."""
     cluster = cluster or FakeCluster()
     return AcquireSlot(
         finder=NodeFinder(cluster, NoDns()),
         cluster=cluster,
-        slots=FakeSlots(room=0),
+        slots=slots or FakeSlots(room=0),
         policy=policy(),
         metrics=FakeMetrics(),
         events=FakeEvents(),
@@ -1163,15 +1166,7 @@ def test_a_terminate_hook_waits_for_a_stuck_disruption_drain_no_longer_than_a_dr
     records = InMemoryRecords()
     records.create(spot(Step.EVICT, node=NODE, zone="eu-west-1a", drain_started_at=T0, resumes=MAX_RESUMES))
     cluster, slots = FakeCluster(nodes={NODE: node()}, pods=[pod("web-1")]), FakeSlots(room=1)
-    step = AcquireSlot(
-        finder=NodeFinder(cluster, NoDns()),
-        cluster=cluster,
-        slots=slots,
-        policy=policy(),
-        metrics=FakeMetrics(),
-        events=FakeEvents(),
-        records=records,
-    )
+    step = acquire_after(records, cluster, slots)
     hook = terminating(Step.ACQUIRE_SLOT)
     # a drain begun at T0 takes at most its timeout, the force policy's grace, a stuck pod's minute, and the
     # margin before the global timeout (the load balancer delay is 0 here)
@@ -1194,15 +1189,7 @@ def test_a_lifecycle_of_an_instance_another_of_its_lifecycles_drains_waits_unles
     cluster = FakeCluster(nodes={NODE: node(owner="stack-a")}, pods=[pod("web-1")])
     slots = FakeSlots(room=1, holders={NODE}, held_for={NODE: "i-0123456789abcdef0/terminate/token"})
     slots.held_instance[NODE] = INSTANCE
-    step = AcquireSlot(
-        finder=NodeFinder(cluster, NoDns()),
-        cluster=cluster,
-        slots=slots,
-        policy=policy(),
-        metrics=FakeMetrics(),
-        events=FakeEvents(),
-        records=records,
-    )
+    step = acquire_after(records, cluster, slots)
 
     # When a rebalance recommendation of the instance asks for the node's slot, Then it waits for that drain,
     # without counting as waiting in line
@@ -1261,15 +1248,7 @@ def test_a_rebalance_recommendation_that_only_cordoned_is_no_drain_for_the_termi
     )
     records.create(cordoned)
     cluster, slots = FakeCluster(nodes={NODE: node()}, pods=[pod("web-1")]), FakeSlots(room=1)
-    step = AcquireSlot(
-        finder=NodeFinder(cluster, NoDns()),
-        cluster=cluster,
-        slots=slots,
-        policy=policy(),
-        metrics=FakeMetrics(),
-        events=FakeEvents(),
-        records=records,
-    )
+    step = acquire_after(records, cluster, slots)
 
     # When the terminate hook for the instance comes
     outcome = step(terminating(Step.ACQUIRE_SLOT), T0 + timedelta(minutes=2))
