@@ -22,6 +22,7 @@ from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Fiel
 from nodecycle.contracts.eventbridge import EventBridgeEnvelope
 from nodecycle.contracts.lifecycle_events import INSTANCE_ID, InvalidLifecycleEvent, validate
 from nodecycle.domain.model import DisruptionEvent, Transition
+from nodecycle.domain.ports.instances import DOWN_STATES
 
 EC2_SOURCE = "aws.ec2"
 HEALTH_SOURCE = "aws.health"
@@ -34,7 +35,6 @@ DETAIL_TYPES = {
     HEALTH_SOURCE: (HEALTH_EVENT,),
 }
 SPOT_NOTICE = timedelta(minutes=2)  # EC2 interrupts a Spot instance two minutes after its warning
-DISRUPTED_STATES = ("stopping", "stopped", "shutting-down", "terminated")
 
 
 class NotADisruption(ValueError):
@@ -120,7 +120,7 @@ def from_eventbridge(event: Mapping[str, Any], delivery: str = "eventbridge") ->
         ]
     if kind == STATE_CHANGE:
         change = validate(_StateChange, parsed.detail)
-        if change.state not in DISRUPTED_STATES:
+        if change.state not in DOWN_STATES:
             raise NotADisruption(f"instance {change.instance_id} is {change.state}: not a disruption")
         return [
             DisruptionEvent(

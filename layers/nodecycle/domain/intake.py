@@ -18,7 +18,7 @@ from nodecycle.domain.model import (
     global_deadline,
 )
 from nodecycle.domain.policy import PlanPolicy
-from nodecycle.domain.ports.instances import InstanceDirectory, InstanceFacts
+from nodecycle.domain.ports.instances import DOWN_STATES, InstanceDirectory, InstanceFacts
 from nodecycle.domain.ports.lifecycle import Autoscaling, RecordStore, WorkMessage, WorkQueues
 from nodecycle.domain.ports.runtime import Clock, Metrics
 
@@ -191,7 +191,7 @@ class Intake:
         accept_disruption)."""
         assert self._instances is not None
         if event.cause is Transition.STATE_CHANGE:
-            return event if facts.state in ("stopping", "stopped", "shutting-down", "terminated") else None
+            return event if facts.state in DOWN_STATES else None
         if event.cause is Transition.SPOT_INTERRUPTION:
             if not by_queue and self._clock.now() <= event.strikes_at:
                 # AWS's own, in time: acted on at once, the two minutes are short, and the Spot request's status

@@ -21,22 +21,19 @@ from nodecycle.domain.engine import Outcome
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import LifecycleRecord
 from nodecycle.domain.ports.addresses import (
-    GONE_STATES,
     Address,
     Addresses,
     AddressInUse,
     AddressRefused,
     distinct,
 )
+from nodecycle.domain.ports.instances import DOWN_STATES
 from nodecycle.domain.ports.runtime import Metrics
 
 log = logging.getLogger(__name__)
 
 RELEASE_DELAY = 3  # seconds: EC2 refuses to release an address until its disassociation has settled
 RELEASE_ATTEMPTS = 10  # then the sweeper releases what is left, once EC2 shows it unassociated
-# The states in which the instance of a lifecycle without a hook gives its addresses back: stopped, or on
-# its way to stopped or terminated, or terminated.
-DOWN_STATES = GONE_STATES | {"stopping", "stopped"}
 
 
 class ReleaseAddresses:

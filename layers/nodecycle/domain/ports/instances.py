@@ -8,6 +8,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
+# The states of an instance stopped or on its way out: a disruption EC2 confirms, addresses to take back.
+DOWN_STATES = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
+
 
 @dataclass(frozen=True)
 class InstanceFacts:
