@@ -132,10 +132,6 @@ def load_json(body: str) -> Any:
         raise InvalidLifecycleEvent("malformed-json", f"body is not JSON: {error}") from None
 
 
-def from_sqs_body(body: str) -> LifecycleEvent | TestNotification:
-    return from_sqs_data(load_json(body))
-
-
 def from_sqs_data(data: Any) -> LifecycleEvent | TestNotification:
     """A message body already read as JSON: a hook notification, a test notification, or a lifecycle action
     that an EventBridge rule with an SQS target delivered."""

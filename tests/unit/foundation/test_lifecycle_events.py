@@ -6,16 +6,23 @@ import json
 
 import pytest
 
-from nodecycle.contracts.lifecycle_events import (
-    InvalidLifecycleEvent,
-    from_eventbridge,
-    from_sqs_body,
-)
+from nodecycle.contracts import events
+from nodecycle.contracts.lifecycle_events import InvalidLifecycleEvent, from_eventbridge
 from nodecycle.contracts.lifecycle_events import (
     TestNotification as HookTestNotification,
 )
 from nodecycle.domain.model import LifecycleEvent, Transition
 from tests.support.events import load_event, sqs_bodies
+
+
+def from_sqs_body(body: str) -> LifecycleEvent | HookTestNotification:
+    """What intake reads from a queue message that holds one lifecycle action (or a test notification)."""
+    parsed = events.from_sqs_body(body)
+    if isinstance(parsed, HookTestNotification):
+        return parsed
+    (event,) = parsed
+    assert isinstance(event, LifecycleEvent)
+    return event
 
 
 def _comparable(event: LifecycleEvent) -> dict[str, object]:
