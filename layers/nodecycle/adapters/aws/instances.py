@@ -7,8 +7,7 @@ from collections.abc import Collection, Iterator
 from typing import TYPE_CHECKING
 
 from nodecycle.adapters.aws.clients import LazyClient, transient_errors
-from nodecycle.domain.ports.addresses import GONE_STATES
-from nodecycle.domain.ports.instances import InstanceFacts, ScheduledEvent
+from nodecycle.domain.ports.instances import GONE_STATES, InstanceFacts, ScheduledEvent
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client

@@ -31,7 +31,6 @@ from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.policy import ActionResult, EipFailurePolicy, EipMode, EipPolicy
 from nodecycle.domain.ports.addresses import (
     ALLOCATED_AT_TAG,
-    GONE_STATES,
     GROUP_TAG,
     INSTANCE_TAG,
     OWNER_TAG,
@@ -46,6 +45,7 @@ from nodecycle.domain.ports.addresses import (
     InstanceUnavailable,
     distinct,
 )
+from nodecycle.domain.ports.instances import GONE_STATES
 from nodecycle.domain.ports.runtime import Metrics
 
 log = logging.getLogger(__name__)

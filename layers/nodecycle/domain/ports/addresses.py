@@ -19,9 +19,6 @@ ALLOCATED_AT_TAG = "nodecycle:allocated-at"
 # An address of a pool (named by this tag's value) is claimed and returned, never released.
 POOL_TAG = "nodecycle:pool"
 
-# EC2 instance states from which an instance never takes, nor keeps, an address again.
-GONE_STATES = frozenset({"shutting-down", "terminated"})
-
 
 class AddressError(Exception):
     """EC2 refused an address call for a reason the EIP steps decide about (not a transient one)."""

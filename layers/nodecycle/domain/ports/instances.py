@@ -8,8 +8,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-# The states of an instance stopped or on its way out: a disruption EC2 confirms, addresses to take back.
-DOWN_STATES = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
+# EC2 instance states from which an instance never takes, nor keeps, an address again.
+GONE_STATES = frozenset({"shutting-down", "terminated"})
+# Those, and stopped or on its way to it: a disruption EC2 confirms, addresses a stop gives back.
+DOWN_STATES = GONE_STATES | {"stopping", "stopped"}
 
 
 @dataclass(frozen=True)

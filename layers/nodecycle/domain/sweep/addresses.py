@@ -36,7 +36,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from nodecycle.domain.eip import release_unassociated
-from nodecycle.domain.ports.addresses import GONE_STATES, Address, Addresses, AddressInUse, AddressRefused
+from nodecycle.domain.ports.addresses import Address, Addresses, AddressInUse, AddressRefused
+from nodecycle.domain.ports.instances import GONE_STATES
 from nodecycle.domain.ports.runtime import Clock, Metrics
 from nodecycle.domain.sweep.sweeper import SweepFailed
 

@@ -88,7 +88,7 @@ class LifecycleRepair:
                 kept = self._keep_alive(record, now, counts)
                 counts["LifecyclesStalled"] += overdue
                 if kept is not None and (overdue or last):
-                    counts[self._repair(kept, now)] += 1
+                    counts[self._repair(kept, now, last)] += 1
             except Exception:  # one lifecycle's failure must not stop the repair of the others
                 log.exception("could not repair lifecycle %s", record.id)
                 counts["RepairsFailed"] += 1
@@ -125,9 +125,10 @@ class LifecycleRepair:
         # loses, and the engine's record (with an earlier deadline) heartbeats again soon: harmless.
         return kept if self._records.commit(kept, expected_seq=record.seq) else None
 
-    def _repair(self, record: LifecycleRecord, now: datetime) -> str:
-        """What became of one overdue lifecycle: the name of its count."""
-        if record.action_open and self._last_chance(record, now):
+    def _repair(self, record: LifecycleRecord, now: datetime, last: bool) -> str:
+        """What became of one overdue lifecycle, or one whose action is at its last chance: the name of its
+        count."""
+        if last:
             return "LifecyclesSettled" if self._settle(record, now) else "RepairsRaced"
         if record.resumes >= MAX_RESUMES:
             log.error("lifecycle %s is stuck at %s after %d resumes", record.id, record.step, record.resumes)
