@@ -229,11 +229,24 @@ def health_event(instance: str, starts: datetime, event_id: str | None = None) -
     return event
 
 
+LEAD = timedelta(hours=1)  # the maintenance lead the tests below set
+
+
+@pytest.fixture
+def an_hours_lead(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NODECYCLE_MAINTENANCE_LEAD_MINUTES", "60")
+
+
+def due_a_lead_before(record: dict[str, Any], starts: datetime) -> bool:
+    """Whether the record's next step is due the lead before ``starts`` (to the seconds the handler took)."""
+    return abs(datetime.fromisoformat(record["due_at"]) - (starts - LEAD)) < timedelta(seconds=5)
+
+
+@pytest.mark.usefixtures("an_hours_lead")
 def test_scheduled_maintenance_is_drained_a_lead_time_before_it_starts(
-    intake_fn: ModuleType, stack: Stack, monkeypatch: pytest.MonkeyPatch
+    intake_fn: ModuleType, stack: Stack
 ) -> None:
     # Given an instance whose retirement AWS Health scheduled for three hours from now, and a one-hour lead
-    monkeypatch.setenv("NODECYCLE_MAINTENANCE_LEAD_MINUTES", "60")
     instance = launch()
     starts = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=3)
     schedule(instance, starts)
@@ -244,15 +257,14 @@ def test_scheduled_maintenance_is_drained_a_lead_time_before_it_starts(
     # Then its drain is due two hours from now (its first message comes back until then)
     (record,) = records()
     assert record["transition"] == Transition.SCHEDULED_CHANGE.value
-    due = datetime.fromisoformat(record["due_at"])
-    assert abs(due - (starts - timedelta(hours=1))) < timedelta(seconds=5)
+    assert due_a_lead_before(record, starts)
 
 
+@pytest.mark.usefixtures("an_hours_lead")
 def test_maintenance_is_timed_by_ec2_not_by_the_message(
-    intake_fn: ModuleType, stack: Stack, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    intake_fn: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Given an instance EC2 has maintenance scheduled for in three days, and one EC2 has none for
-    monkeypatch.setenv("NODECYCLE_MAINTENANCE_LEAD_MINUTES", "60")
     scheduled, unscheduled = launch(), launch()
     starts = datetime.now(UTC).replace(microsecond=0) + timedelta(days=3)
     schedule(scheduled, starts)
@@ -268,18 +280,14 @@ def test_maintenance_is_timed_by_ec2_not_by_the_message(
     assert response["batchItemFailures"] == []
     (record,) = records()
     assert record["instance_id"] == scheduled
-    assert abs(datetime.fromisoformat(record["due_at"]) - (starts - timedelta(hours=1))) < timedelta(
-        seconds=5
-    )
+    assert due_a_lead_before(record, starts)
     assert datetime.fromisoformat(record["global_deadline"]) == starts
     assert metric(capsys.readouterr().out, "LifecycleEventsRejected", reason="unconfirmed") == 1
 
 
-def test_maintenance_moved_earlier_moves_its_waiting_drain(
-    intake_fn: ModuleType, stack: Stack, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.mark.usefixtures("an_hours_lead")
+def test_maintenance_moved_earlier_moves_its_waiting_drain(intake_fn: ModuleType, stack: Stack) -> None:
     # Given a drain waiting for maintenance three hours from now, which EC2 then moves to two hours
-    monkeypatch.setenv("NODECYCLE_MAINTENANCE_LEAD_MINUTES", "60")
     instance = launch()
     first = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=3)
     schedule(instance, first)
@@ -298,9 +306,7 @@ def test_maintenance_moved_earlier_moves_its_waiting_drain(
     (record,) = records()
     assert (record["id"], int(record["seq"]), record["token"]) == (waiting["id"], 1, moved["id"])
     assert datetime.fromisoformat(record["global_deadline"]) == earlier
-    assert abs(datetime.fromisoformat(record["due_at"]) - (earlier - timedelta(hours=1))) < timedelta(
-        seconds=5
-    )
+    assert due_a_lead_before(record, earlier)
     assert delayed(stack.drain_queue) == 2  # the first step again, for seq 1 (the old message will be stale)
 
 
@@ -321,11 +327,11 @@ def test_a_spot_warning_delivered_after_its_two_minutes_is_confirmed_with_ec2(
     assert metric(capsys.readouterr().out, "LifecycleEventsRejected", reason="stale") == 1
 
 
+@pytest.mark.usefixtures("an_hours_lead")
 def test_maintenance_by_eventbridge_that_ec2_does_not_list_yet_is_drained_by_the_events_start(
-    intake_fn: ModuleType, stack: Stack, monkeypatch: pytest.MonkeyPatch
+    intake_fn: ModuleType, stack: Stack
 ) -> None:
     # Given AWS Health's event of a retirement in three hours, which EC2's status does not list (yet)
-    monkeypatch.setenv("NODECYCLE_MAINTENANCE_LEAD_MINUTES", "60")
     instance = launch()
     starts = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=3)
 
@@ -337,11 +343,11 @@ def test_maintenance_by_eventbridge_that_ec2_does_not_list_yet_is_drained_by_the
     assert datetime.fromisoformat(record["global_deadline"]) == starts
 
 
+@pytest.mark.usefixtures("an_hours_lead")
 def test_maintenance_ec2_lists_as_canceled_or_completed_does_not_time_the_drain(
-    intake_fn: ModuleType, stack: Stack, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    intake_fn: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Given an instance whose earlier maintenance EC2 lists as canceled, and one as completed
-    monkeypatch.setenv("NODECYCLE_MAINTENANCE_LEAD_MINUTES", "60")
     instance = launch()
     now = datetime.now(UTC).replace(microsecond=0)
     schedule(

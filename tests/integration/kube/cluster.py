@@ -19,9 +19,10 @@ ACCOUNT = "123456789012"
 
 
 @contextmanager
-def drain_server(seed: Mapping[str, Any]) -> Iterator[KubeServer]:
-    """A started HTTPS server with the drain function's RBAC and ``seed``, settled."""
-    with KubeServer(tls=True) as kube:
+def drain_server(seed: Mapping[str, Any], **options: Any) -> Iterator[KubeServer]:
+    """A started HTTPS server (``options``: the server's own) with the drain function's RBAC and ``seed``,
+    settled."""
+    with KubeServer(tls=True, **options) as kube:
         act_as_drain(kube)
         # mock_aws signs with its own fake key: it stands for the drain function's role here
         kube.map_role("FOOBARKEY", DRAIN_ROLE, "nodecycle-DrainFunction")
@@ -31,8 +32,8 @@ def drain_server(seed: Mapping[str, Any]) -> Iterator[KubeServer]:
 
 
 @contextmanager
-def drain_cluster(server: KubeServer) -> Iterator[KubeCluster]:
-    """The adapter on ``server``, as the drain function builds it (within mock_aws: EKS answers the endpoint)."""
+def eks_describing(server: KubeServer) -> Iterator[None]:
+    """EKS (moto) describing the cluster "sandbox" as ``server``: its endpoint and certificate."""
     with mock_aws():
         point_cluster(
             account=ACCOUNT,
@@ -41,4 +42,11 @@ def drain_cluster(server: KubeServer) -> Iterator[KubeCluster]:
             endpoint=server.url,
             ca_pem=server.ca_pem.decode(),
         )
+        yield
+
+
+@contextmanager
+def drain_cluster(server: KubeServer) -> Iterator[KubeCluster]:
+    """The adapter on ``server``, as the drain function builds it (EKS answers for the endpoint)."""
+    with eks_describing(server):
         yield KubeCluster(EksCluster("sandbox").api_client)

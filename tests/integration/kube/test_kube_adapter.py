@@ -13,18 +13,14 @@ from pathlib import Path
 
 import pytest
 from kubernetes.client import VersionApi
-from moto import mock_aws
 
 from nodecycle.adapters.kube import eks_access
 from nodecycle.adapters.kube.cluster_api import KubeCluster
 from nodecycle.adapters.kube.eks_access import EksCluster, EksTokens
 from nodecycle.domain.ports.cluster import OWNER_ANNOTATION, Claim, Eviction
-from nodecycle_sandbox.aws.eks import point_cluster
 from nodecycle_sandbox.kube import KubeServer
-from tests.integration.budget.conftest import DRAIN_ROLE, act_as_drain
-from tests.integration.kube.cluster import drain_cluster, drain_server
+from tests.integration.kube.cluster import drain_cluster, drain_server, eks_describing
 
-ACCOUNT = "123456789012"
 NODE_A = "ip-10-0-1-10.eu-west-1.compute.internal"
 NODE_B = "ip-10-0-2-10.eu-west-1.compute.internal"
 SEED = {
@@ -152,15 +148,7 @@ def test_a_deleted_pod_is_gone_once_its_grace_period_is_over(
 
 @pytest.fixture
 def eks(server: KubeServer) -> Iterator[None]:
-    """EKS (moto) describing the cluster "sandbox" as the test server: its endpoint and certificate."""
-    with mock_aws():
-        point_cluster(
-            account=ACCOUNT,
-            region="eu-west-1",
-            name="sandbox",
-            endpoint=server.url,
-            ca_pem=server.ca_pem.decode(),
-        )
+    with eks_describing(server):
         yield
 
 
@@ -225,18 +213,7 @@ def test_a_thawed_container_presigns_a_new_token_by_the_wall_clock(monkeypatch: 
 
 def test_a_token_the_api_server_refuses_is_replaced_and_the_request_sent_once_more() -> None:
     # Given an API server that accepts tokens signed at most a second ago (EKS: 15 minutes)
-    with KubeServer(tls=True, token_max_age_seconds=1) as server, mock_aws():
-        act_as_drain(server)
-        server.map_role("FOOBARKEY", DRAIN_ROLE, "nodecycle-DrainFunction")
-        server.seed(SEED)
-        point_cluster(
-            account=ACCOUNT,
-            region="eu-west-1",
-            name="sandbox",
-            endpoint=server.url,
-            ca_pem=server.ca_pem.decode(),
-        )
-        cluster = KubeCluster(EksCluster("sandbox").api_client)
+    with drain_server(SEED, token_max_age_seconds=1) as server, drain_cluster(server) as cluster:
         assert cluster.get_node(NODE_A) is not None
         # When the token has grown too old for the server before the client would renew it
         time.sleep(1.5)

@@ -22,7 +22,6 @@ from tests.integration.kube.cluster import drain_cluster, drain_server
 from tests.support.fakes import T0, FakeAutoscaling, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
 from tests.unit.drain.test_drain_steps import FakeEvents, FakeSlots, NoDns, policy, spot, terminating
 
-ACCOUNT = "123456789012"
 NODE = "ip-10-0-1-10.eu-west-1.compute.internal"
 INSTANCE = "i-0a1b2c3d4e5f60101"
 SEED = {
