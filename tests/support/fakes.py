@@ -109,6 +109,9 @@ class FakeAutoscaling:
     action_timeout: int = 300  # seconds: the hooks' heartbeat timeout (the unit tests' records say 300)
     started: dict[str, datetime] = field(default_factory=dict)  # token -> when its action started (T0)
     renewed: dict[str, datetime] = field(default_factory=dict)  # token -> its last accepted heartbeat
+    _hooks_of: dict[str, tuple[str, str]] = field(
+        default_factory=dict
+    )  # token -> its (group, hook), first used
 
     def complete(self, action: ActionRef, result: ActionResult) -> bool:
         if not self._active(action):
@@ -146,8 +149,11 @@ class FakeAutoscaling:
             return False
         if self.issued[action.token] is None:
             self.issued[action.token] = action.instance_id
+        # Auto Scaling names an action by its group and hook too: the same token under another hook is none
+        hook = self._hooks_of.setdefault(action.token, (action.group, action.hook))
         return (
-            self.issued[action.token] == action.instance_id
+            hook == (action.group, action.hook)
+            and self.issued[action.token] == action.instance_id
             and all(done.token != action.token for done, _ in self.completed)
             and self.clock.now() <= self.expires_at(action.token)
         )

@@ -808,6 +808,22 @@ def test_completion_settles_the_action_once_and_is_harmless_when_repeated() -> N
     assert len(world.autoscaling.completed) == 1
 
 
+def test_a_known_token_under_another_hook_disrupts_nothing() -> None:
+    # Given Auto Scaling's action of the instance under its launch hook, and a message that names its token
+    # and instance under the terminate hook (Auto Scaling names an action by its group and hook too)
+    world = World()
+    launch = make_record(PLAN, hook="launch")
+    assert world.autoscaling.heartbeat(launch.action)  # the action is known under its own hook
+    world.records.create(make_record(PLAN, verified_at=None))
+    acquire = Script([Outcome.next()])
+    engine = world.engine({Step.ACQUIRE_SLOT: acquire, Step.CLEANUP: Script([Outcome.next()])})
+
+    # When its first step comes, Then nothing is disrupted and the lifecycle ends as unknown
+    engine.handle(world.message())
+    assert acquire.runs == []
+    assert world.record().outcome == "unknown-action"
+
+
 def test_a_known_token_with_another_instance_disrupts_nothing() -> None:
     # Given Auto Scaling's action for instance i-0aaaaaaaaaaaaaaaa, and a message that names its token with
     # another instance (replayed and edited, or forged from a leaked token)
