@@ -14,6 +14,7 @@ The words of the settings (``TimeoutPolicy``, ``EipMode``, ``Quantity``...) are 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Self
 
@@ -107,7 +108,9 @@ class _Section(BaseModel):
 
 
 class Identity(_Section):
-    owner_id: str = Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+    # as long as a stack name (the template's default): nothing it is written into allows less (Events'
+    # reportingInstance: 128; annotation values, tags, ConfigMap data and metric dimensions: more)
+    owner_id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
     cluster_name: OptionalText = None  # None: a fleet without Kubernetes (EIPs only)
 
     @property
@@ -177,6 +180,16 @@ class Timing(_Section):
         return max(self.heartbeat_margin_seconds + self.redelivery_seconds, sweep)
 
     @property
+    def min_heartbeat_timeout_seconds(self) -> int:
+        """The shortest heartbeat timeout of a hook whose actions these settings keep alive. The engine's next
+        run may come one fault late (a redelivery) and needs a margin to heartbeat. While the queues stall only
+        the sweeper heartbeats, once a run, which may itself come a margin late (the schedule's precision of a
+        minute, a cold start, the records read before this one): a hook of 300 s under 5-minute sweeps
+        expires between two of them."""
+        sweep = math.ceil(self.sweep_interval_minutes * 60) + self.heartbeat_margin_seconds
+        return max(self.heartbeat_margin_seconds + self.redelivery_seconds, sweep)
+
+    @property
     def redelivery_seconds(self) -> int:
         """How late a step can run after one fault: if its invocation died, redelivered after the visibility
         timeout; if its message was lost, sent again by a watch once the resume grace has passed (+ a second
@@ -194,6 +207,20 @@ class Drain(_Section):
     drain_poll_seconds: Annotated[int, Field(ge=1, le=300)] = 5
 
 
+# A label selector as the API server parses it (labels.Parse): requirements separated by commas, each a key
+# alone or negated, a key compared with = == != to one value, with in/notin to a list, or with < > to an
+# integer. Keys: an optional DNS subdomain prefix and a name of up to 63 characters; values: up to 63.
+_LABEL_NAME = r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+_LABEL_KEY = rf"(?:[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*/)?{_LABEL_NAME}"
+_LABEL_VALUE = rf"(?:{_LABEL_NAME})?"
+_REQUIREMENT = (
+    rf"\s*(?:!\s*{_LABEL_KEY}|{_LABEL_KEY}\s*(?:==?|!=)\s*{_LABEL_VALUE}"
+    rf"|{_LABEL_KEY}\s+(?:in|notin)\s*\(\s*{_LABEL_NAME}(?:\s*,\s*{_LABEL_NAME})*\s*\)"
+    rf"|{_LABEL_KEY}\s*[<>]\s*-?[0-9]+|{_LABEL_KEY})\s*"
+)
+_LABEL_SELECTOR = re.compile(rf"(?:{_REQUIREMENT}(?:,{_REQUIREMENT})*)?")
+
+
 class Budget(_Section):
     budget_max_unavailable: Limit = Quantity(value=1)
     budget_max_unavailable_per_zone: OptionalLimit = None
@@ -202,6 +229,13 @@ class Budget(_Section):
     budget_count_unavailable: bool = False
     budget_holder_ttl_seconds: Annotated[int, Field(ge=30)] = 600
     budget_retry_seconds: Annotated[int, Field(ge=1, le=900)] = 30
+
+    @field_validator("budget_node_selector")
+    @classmethod
+    def _label_selector(cls, value: str) -> str:
+        if _LABEL_SELECTOR.fullmatch(value) is None:
+            raise ValueError(f"not a label selector the API server would accept: {value!r}")
+        return value
 
     @model_validator(mode="after")
     def _retry_within_ttl(self) -> Self:

@@ -11,8 +11,12 @@ from typing import Any
 
 import pytest
 
-from nodecycle.settings import DrainSettings, SweeperSettings
+from nodecycle.settings import DrainSettings, EipSettings, IntakeSettings, SettingsError, SweeperSettings
+from nodecycle_sandbox.iam import Request, evaluate, parse_policy
+from nodecycle_sandbox.iam.evaluate import context_of
+from nodecycle_sandbox.iam.template import StaticResources, offline_roles
 from nodecycle_sandbox.runner.cfn_yaml import load_template
+from nodecycle_sandbox.runner.intrinsics import Intrinsics, ParameterError, check_parameters
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = load_template(ROOT / "template.yaml")
@@ -41,6 +45,39 @@ def emitted_metrics() -> set[str]:
     for source in (ROOT / "layers" / "nodecycle").rglob("*.py"):
         names |= set(re.findall(r"\.(?:count|seconds)\(\s*\"(\w+)\"", source.read_text()))
     return names
+
+
+def emitted_dimensions() -> dict[str, set[frozenset[str]]]:
+    """Metric name -> each set of dimension names a call site emits it with: owner and service (the Metrics
+    adapter's default dimensions) and the call's keyword arguments (``.count("StepRetries", step=...)``)."""
+    found: dict[str, set[frozenset[str]]] = {}
+    for source in (ROOT / "layers" / "nodecycle").rglob("*.py"):
+        calls = re.finditer(r"\.(?:count|seconds)\(\s*\"(\w+)\"((?:[^()]|\([^()]*\))*)\)", source.read_text())
+        for call in calls:
+            keywords = set(re.findall(r"\b(\w+)\s*=(?!=)", call.group(2)))
+            found.setdefault(call.group(1), set()).add(frozenset({"owner", "service", *keywords}))
+    return found
+
+
+def dashboard_rows() -> list[tuple[str, frozenset[str]]]:
+    """The dashboard's NodeCycle metric rows (not its SEARCH expressions): metric name and dimension names,
+    with the rows' shorthand ("." repeats the row above; "..." keeps its leading items) spelled out."""
+    body, _ = RESOURCES["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
+    document = json.loads(re.sub(r"\$\{[^}]+\}", "x", body))
+    rows = []
+    for widget in document["widgets"]:
+        previous: list[Any] = []
+        for row in widget["properties"]["metrics"]:
+            items = [item for item in row if not isinstance(item, dict)]
+            if not items:
+                continue  # an expression
+            if items[0] == "...":
+                items = previous[: len(previous) - len(items) + 1] + items[1:]
+            items = [previous[i] if item == "." else item for i, item in enumerate(items)]
+            previous = items
+            if items[0] == "NodeCycle":
+                rows.append((str(items[1]), frozenset(items[2::2])))
+    return rows
 
 
 def dashboard_metrics() -> set[str]:
@@ -106,6 +143,26 @@ def test_every_metric_the_code_emits_is_on_the_dashboard_or_listed_as_left_off()
     assert not emitted - drawn - left_off, "add them to the dashboard or to the runbook's list"
     assert not drawn & left_off, "a metric both on the dashboard and listed as left off"
     assert not (drawn | left_off) - emitted, "the dashboard or the list names a metric nothing emits"
+
+
+def test_the_dashboard_draws_each_metric_with_dimensions_the_code_emits_it_with() -> None:
+    # CloudWatch matches a metric on its whole set of dimensions: a row that names fewer draws nothing
+    emitted = emitted_dimensions()
+    rows = dashboard_rows()
+    assert len(rows) > 20  # the rows were read
+    drawn_wrong = {name: sorted(dims) for name, dims in rows if dims not in emitted[name]}
+    assert not drawn_wrong, f"dashboard rows that match no metric the code emits: {drawn_wrong}"
+    watched = {
+        name: frozenset(d["Name"] for d in alarm["Dimensions"])
+        for name, alarm in alarms()
+        if alarm.get("Namespace") == "NodeCycle" and "Dimensions" in alarm
+    }
+    assert len(watched) > 5
+    assert not {
+        name
+        for name, dims in watched.items()
+        if dims not in emitted[RESOURCES[name]["Properties"]["MetricName"]]
+    }
 
 
 def test_alarms_on_nodecycle_metrics_watch_metrics_the_code_emits() -> None:
@@ -227,3 +284,115 @@ def test_the_doctors_defaults_for_a_preflight_are_the_templates() -> None:
     from nodecycle_cli.doctor import DEFAULTS
 
     assert {name: str(TEMPLATE["Parameters"][name]["Default"]) for name in DEFAULTS} == DEFAULTS
+
+
+# -- what a parameter value the template accepts does on AWS ------------------------------------------------
+
+REGION, ACCOUNT = "eu-west-1", "123456789012"
+
+
+def intrinsics(parameters: Mapping[str, str], *, stack: str = "nodecycle") -> Intrinsics:
+    """The template resolved as CloudFormation would for ``parameters`` (refused as CloudFormation refuses
+    a value its parameter's constraints do not allow)."""
+    check_parameters(TEMPLATE, parameters)
+    resources = StaticResources(TEMPLATE, stack_name=stack, region=REGION, account=ACCOUNT)
+    resources.intrinsics = Intrinsics(
+        TEMPLATE, resources=resources, stack_name=stack, region=REGION, account=ACCOUNT, parameters=parameters
+    )
+    return resources.intrinsics
+
+
+def function_environment(parameters: Mapping[str, str], *, stack: str = "nodecycle") -> dict[str, str]:
+    variables = intrinsics(parameters, stack=stack).resolve(
+        TEMPLATE["Globals"]["Function"]["Environment"]["Variables"]
+    )
+    return {name: str(value) for name, value in variables.items()}
+
+
+@pytest.mark.parametrize("groups", ["ng-a, ng-b", "ng-a ,ng-b", " ng-a", "ng-a,"])
+def test_a_group_list_with_blanks_around_its_commas_is_refused_by_cloudformation(groups: str) -> None:
+    # The functions trim each name, while IAM compares the ARNs the template builds from the raw list
+    # literally: the stack would manage a group whose actions its roles may not complete.
+    with pytest.raises(ParameterError, match="ManagedGroups"):
+        intrinsics({"ManagedGroups": groups, "ClusterName": "c"})
+
+
+@pytest.mark.parametrize("groups", ["ng-a,ng-b", "ng a,ng-b", "n"])
+def test_every_group_a_stack_manages_is_one_its_roles_may_complete_actions_of(groups: str) -> None:
+    parameters = {"ManagedGroups": groups, "ClusterName": "c"}
+    environment = function_environment(parameters)
+    managed = IntakeSettings.from_env(environment).managed_groups
+    roles = offline_roles(TEMPLATE, parameters, region=REGION, account=ACCOUNT)
+    for role in ("DrainFunctionRole", "SweeperFunctionRole"):
+        statements = [
+            s for p in roles[role]["policies"] for s in parse_policy(p["document"], source=p["source"])
+        ]
+        for group in managed:
+            arn = (
+                f"arn:aws:autoscaling:{REGION}:{ACCOUNT}:autoScalingGroup:uuid-1:autoScalingGroupName/{group}"
+            )
+            request = Request(
+                "autoscaling:CompleteLifecycleAction", arn, context_of({"aws:RequestedRegion": REGION})
+            )
+            assert evaluate(statements, request).allowed, f"{role} may not complete the actions of {group!r}"
+
+
+def test_a_stack_name_cloudformation_accepts_is_an_owner_id_the_functions_accept() -> None:
+    # OwnerId empty (the default): the owner is the stack name, up to 128 letters, digits and hyphens
+    stack = "platform-eks-prod-eu-west-1-general-purpose-nodes-lifecycle-" + "x" * 68
+    assert len(stack) == 128
+    environment = function_environment({"ManagedGroups": "ng-a", "ClusterName": "c"}, stack=stack)
+    assert environment["NODECYCLE_OWNER_ID"] == stack
+    for settings in (IntakeSettings, DrainSettings, EipSettings, SweeperSettings):
+        assert settings.from_env(environment).owner_id == stack
+    intrinsics({"OwnerId": stack})  # and the same as an explicit OwnerId
+    with pytest.raises(ParameterError, match="OwnerId"):
+        intrinsics({"OwnerId": stack + "x"})
+    with pytest.raises(SettingsError, match="NODECYCLE_OWNER_ID"):
+        IntakeSettings.from_env({**environment, "NODECYCLE_OWNER_ID": stack + "x"})
+
+
+def alarm_fires(alarm: Mapping[str, Any], sweeps: Mapping[int, float], until: int) -> list[int]:
+    """When CloudWatch would evaluate ``alarm`` as breaching, per minute up to ``until`` (seconds), for the
+    datapoints ``sweeps`` (second -> value): each period's Maximum; a period without data is not breaching
+    (TreatMissingData: notBreaching); ALARM when DatapointsToAlarm of the last EvaluationPeriods breach."""
+    period, evaluated = int(alarm["Period"]), int(alarm["EvaluationPeriods"])
+    needed = int(alarm.get("DatapointsToAlarm", evaluated))
+    assert (alarm["TreatMissingData"], alarm["ComparisonOperator"]) == (
+        "notBreaching",
+        "GreaterThanThreshold",
+    )
+    assert alarm["Statistic"] == "Maximum"
+    maxima: dict[int, float] = {}
+    for at, value in sweeps.items():
+        maxima[at // period] = max(maxima.get(at // period, value), value)
+    firing = []
+    for now in range(0, until, 60):
+        last = now // period  # the periods that have ended
+        breaching = sum(
+            1 for p in range(last - evaluated, last) if maxima.get(p, 0.0) > float(alarm["Threshold"])
+        )
+        if breaching >= needed:
+            firing.append(now)
+    return firing
+
+
+@pytest.mark.parametrize("interval", [1, 5, 10, 30, 60])
+def test_the_stalled_lifecycles_alarm_fires_on_two_stalled_sweeps_in_a_row_whatever_the_interval(
+    interval: int,
+) -> None:
+    # Only the sweeper emits LifecyclesStalled, once a run (0 when nothing is stalled), 37 s into its minute
+    alarm = intrinsics({"SweepIntervalMinutes": str(interval)}).resolve(
+        RESOURCES["LifecyclesStalledAlarm"]["Properties"]
+    )
+    step, horizon = interval * 60, 6 * 3600
+
+    def sweeps(stalled: set[int]) -> dict[int, float]:
+        return {37 + k * step: 1.0 if k in stalled else 0.0 for k in range(horizon // step)}
+
+    fired = alarm_fires(alarm, sweeps({3, 4}), horizon)  # the 4th and 5th runs found a stalled lifecycle
+    assert fired, f"two stalled sweeps in a row never fire the alarm with {interval}-minute sweeps"
+    assert fired[0] - (37 + 4 * step) <= 120, "the alarm fires within two minutes of the second stalled sweep"
+    assert fired[-1] - (37 + 4 * step) <= 2 * step + 120, "and clears within two intervals once they are not"
+    assert not alarm_fires(alarm, sweeps({3}), horizon), "a queue slow for one sweep catches up: no alarm"
+    assert not alarm_fires(alarm, sweeps(set()), horizon)

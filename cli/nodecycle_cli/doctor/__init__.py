@@ -29,6 +29,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nodecycle.settings import Timing
 from nodecycle_cli.cluster import add_kubeconfig_arguments, api_client, mismatch
 from nodecycle_cli.deployment import Deployment, add_stack_arguments, find, session
 from nodecycle_cli.doctor import aws_checks, cluster_checks
@@ -43,6 +44,7 @@ DEFAULTS = {  # the template's defaults, for a preflight before the stack exists
     "HeartbeatMarginSeconds": "60",
     "WorkVisibilityTimeoutSeconds": "150",
     "ResumeGraceSeconds": "60",
+    "SweepIntervalMinutes": "5",
     "EipMode": "off",
     "EipFailurePolicy": "abandon",
     "ReadinessGate": "true",
@@ -196,12 +198,13 @@ class Doctor:
         rules = aws_checks.HookRules(
             names=tuple(h.strip() for h in self.parameter("ManagedHooks").split(",") if h.strip()),
             transitions=tuple(transitions),
-            # the engine's rule (settings.redelivery_seconds): a margin, plus one fault's delay
-            min_heartbeat=int(self.parameter("HeartbeatMarginSeconds"))
-            + max(
-                int(self.parameter("WorkVisibilityTimeoutSeconds")),
-                int(self.parameter("ResumeGraceSeconds")) + 2,
-            ),
+            # the functions' own rule, from the same settings
+            min_heartbeat=Timing(
+                heartbeat_margin_seconds=int(self.parameter("HeartbeatMarginSeconds")),
+                work_visibility_timeout_seconds=int(self.parameter("WorkVisibilityTimeoutSeconds")),
+                resume_grace_seconds=int(self.parameter("ResumeGraceSeconds")),
+                sweep_interval_minutes=float(self.parameter("SweepIntervalMinutes")),
+            ).min_heartbeat_timeout_seconds,
             launch_default="ABANDON" if abandons else "CONTINUE",
         )
         return aws_checks.hooks(autoscaling, groups, rules)

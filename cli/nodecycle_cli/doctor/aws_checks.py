@@ -22,7 +22,7 @@ class HookRules:
 
     names: tuple[str, ...]  # ManagedHooks ("*": any)
     transitions: tuple[str, ...]  # the transitions nodecycle must hold
-    min_heartbeat: int  # HeartbeatMarginSeconds + max(WorkVisibilityTimeoutSeconds, ResumeGraceSeconds + 2)
+    min_heartbeat: int  # the functions' own minimum (nodecycle.settings.Timing.min_heartbeat_timeout_seconds)
     launch_default: str  # the default result a launch hook should have: what nodecycle does on failure
 
     def answers(self, hook: str) -> bool:
@@ -133,9 +133,9 @@ def _hook(group: str, hook: Mapping[str, Any], short: str, rules: HookRules) -> 
                 check,
                 f"hook {name} of group {group} has a heartbeat timeout of {timeout} s, under the "
                 f"{rules.min_heartbeat} s these settings need",
-                "a step retried after a crash (the work queue's visibility timeout, then the resume grace) can "
-                "come after the action timed out, plus the heartbeat margin: the action ends with its default "
-                "result, undrained",
+                "a step retried after a crash (the work queue's visibility timeout, then the resume grace), or "
+                "the next sweep while a queue stalls (SweepIntervalMinutes), can come after the action timed "
+                "out, plus the heartbeat margin: the action ends with its default result, undrained",
                 f"{put} --heartbeat-timeout {max(600, rules.min_heartbeat)} --default-result {default}",
             )
         )

@@ -53,9 +53,11 @@ class Intake:
         metrics: Metrics,
         resume_grace: timedelta,
         retry_window: timedelta,
+        min_heartbeat: timedelta | None = None,
         instances: InstanceDirectory | None = None,
     ) -> None:
         self._owner = owner
+        self._min_heartbeat = retry_window if min_heartbeat is None else min_heartbeat
         self._instances = instances
         self._plan = plan
         self._retry_window = retry_window
@@ -98,14 +100,16 @@ class Intake:
             return IntakeOutcome.WRONG_HOOK
         timeout = hook.heartbeat_timeout
 
-        window = int(self._retry_window.total_seconds())
-        if timeout < window:
+        needed = int(self._min_heartbeat.total_seconds())
+        if timeout < needed:
             log.warning(
-                "hook %s has a heartbeat timeout of %d s, shorter than the heartbeat margin plus a crashed step's "
-                "retry (%d s): a crash near a heartbeat deadline can let the action time out; raise it",
+                "hook %s has a heartbeat timeout of %d s, under the %d s these settings need (the heartbeat "
+                "margin plus a crashed step's retry, or a sweep interval plus the margin): a crash near a "
+                "heartbeat deadline, or a stalled queue between two sweeps, can let the action time out; "
+                "raise it",
                 event.hook,
                 timeout,
-                window,
+                needed,
             )
         now = self._clock.now()
         record = self._new_record(event, timeout, now)

@@ -52,5 +52,6 @@ def intake() -> Intake:
         metrics=ports.metrics,
         resume_grace=ports.resume_grace,
         retry_window=timedelta(seconds=config.heartbeat_margin_seconds + config.redelivery_seconds),
+        min_heartbeat=timedelta(seconds=config.min_heartbeat_timeout_seconds),
         instances=Ec2Instances(),
     )

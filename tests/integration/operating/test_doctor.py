@@ -205,7 +205,8 @@ def test_a_hook_whose_name_is_not_in_managed_hooks_is_named(
 def test_a_heartbeat_timeout_too_short_for_the_settings_is_a_problem(
     doctor: Doctor, hooks: Callable[..., None]
 ) -> None:
-    # Given a terminate hook of 200 s, under 60 (margin) + the later of 150 (visibility) and 60 + 2 (resume grace)
+    # Given a terminate hook of 200 s, under 60 (margin) + the later of 150 (visibility) and 60 + 2 (resume grace),
+    # and under a sweep interval (300 s) + the margin
     hooks(put=HookSpec("nodecycle-terminate", TERMINATING, 200, "CONTINUE"))
 
     status, findings = doctor("--stack", STACK)
@@ -213,10 +214,28 @@ def test_a_heartbeat_timeout_too_short_for_the_settings_is_a_problem(
     found = only(findings, "hooks")
     assert (status, found["status"]) == (1, "problem")
     assert found["what"] == (
-        f"hook nodecycle-terminate of group {GROUP} has a heartbeat timeout of 200 s, under the 210 s these "
+        f"hook nodecycle-terminate of group {GROUP} has a heartbeat timeout of 200 s, under the 360 s these "
         "settings need"
     )
     assert "--heartbeat-timeout 600 --default-result CONTINUE" in found["fix"]
+
+
+def test_a_heartbeat_timeout_the_sweeper_cannot_keep_alive_is_a_problem(
+    doctor: Doctor, hooks: Callable[..., None]
+) -> None:
+    # Given a terminate hook of 330 s: enough for a crashed step's retry (210 s), but while a queue stalls
+    # only the sweeper heartbeats, once a run: every 5 minutes (SweepIntervalMinutes), which may come late
+    hooks(put=HookSpec("nodecycle-terminate", TERMINATING, 330, "CONTINUE"))
+
+    status, findings = doctor("--stack", STACK)
+
+    found = only(findings, "hooks")
+    assert (status, found["status"]) == (1, "problem")
+    assert found["what"] == (
+        f"hook nodecycle-terminate of group {GROUP} has a heartbeat timeout of 330 s, under the 360 s these "
+        "settings need"
+    )
+    assert "SweepIntervalMinutes" in found["why"]
 
 
 def test_a_launch_hook_that_continues_when_nodecycle_would_abandon_is_a_warning(

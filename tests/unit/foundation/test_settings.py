@@ -69,11 +69,45 @@ def test_defaults_describe_a_conservative_stack() -> None:
         ("NODECYCLE_EIP_POOL_NAME", "ci-*", "NODECYCLE_EIP_POOL_NAME: String should match pattern"),
         ("NODECYCLE_EIP_POOL_NAME", "ci-pro?", "NODECYCLE_EIP_POOL_NAME: String should match pattern"),
         ("NODECYCLE_MANAGED_GROUPS", "", "no managed groups"),
+        # the API server answers 400 to every node list with a selector it cannot parse: each drain would
+        # fail at its slot, again and again, with an error that names a query rather than the setting
+        ("NODECYCLE_BUDGET_NODE_SELECTOR", "role in (workers", "NODECYCLE_BUDGET_NODE_SELECTOR: not a label"),
+        ("NODECYCLE_BUDGET_NODE_SELECTOR", "=workers", "NODECYCLE_BUDGET_NODE_SELECTOR: not a label"),
+        ("NODECYCLE_BUDGET_NODE_SELECTOR", "role==a==b", "NODECYCLE_BUDGET_NODE_SELECTOR: not a label"),
+        ("NODECYCLE_BUDGET_NODE_SELECTOR", "role in ()", "NODECYCLE_BUDGET_NODE_SELECTOR: not a label"),
+        ("NODECYCLE_BUDGET_NODE_SELECTOR", "role=a b", "NODECYCLE_BUDGET_NODE_SELECTOR: not a label"),
     ],
 )
 def test_an_invalid_value_names_the_setting_and_what_was_expected(name: str, value: str, says: str) -> None:
     with pytest.raises(SettingsError, match=says.replace("(", r"\(")):
         Settings.from_env({**REQUIRED, name: value})
+
+
+@pytest.mark.parametrize(
+    "selector",
+    [
+        "",
+        "role=workers",
+        "role==workers,tier!=batch",
+        "node.kubernetes.io/lifecycle in (spot, on-demand), !example.com/excluded",
+        "eks.amazonaws.com/nodegroup notin (system),gpu",
+        "karpenter.sh/capacity-type = spot , zone-index>1",
+        "empty=",
+    ],
+)
+def test_a_label_selector_the_api_server_parses_is_accepted(selector: str) -> None:
+    settings = Settings.from_env({**REQUIRED, "NODECYCLE_BUDGET_NODE_SELECTOR": selector})
+    assert settings.budget_node_selector == selector.strip()
+
+
+@pytest.mark.parametrize(("interval", "needed"), [("5", 360), ("1", 210), ("30", 1860)])
+def test_the_shortest_hook_kept_alive_covers_a_crashed_steps_retry_and_a_sweep_interval(
+    interval: str, needed: int
+) -> None:
+    # 60 s margin; a crashed step is retried within max(150 s visibility, 60 s resume grace + 2); while a queue
+    # stalls only the sweeper heartbeats, once an interval (which may come a margin late)
+    settings = Settings.from_env({**REQUIRED, "NODECYCLE_SWEEP_INTERVAL_MINUTES": interval})
+    assert settings.min_heartbeat_timeout_seconds == needed
 
 
 def test_a_missing_setting_is_named() -> None:
