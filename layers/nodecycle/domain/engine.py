@@ -324,8 +324,11 @@ class StepEngine:
             if cut <= now:
                 # a hook whose heartbeat timeout is shorter than the margin plus the redelivery leaves no room
                 # for a fault (intake warns about it): the next run only has to come a margin before the
-                # deadline, rather than every second
-                cut = record.heartbeat_deadline - self._timing.heartbeat_margin
+                # deadline, or, with a timeout shorter than the margin, half way to it; not every second
+                cut = max(
+                    record.heartbeat_deadline - self._timing.heartbeat_margin,
+                    now + (record.heartbeat_deadline - now) / 2,
+                )
             # a cut only ever brings the next run closer, never past what the step asked for
             record = record.model_copy(update={"due_at": min(record.due_at, max(now + MIN_PIECE, cut))})
         return record

@@ -895,3 +895,37 @@ def test_a_step_that_took_long_heartbeats_by_the_time_it_ended_not_the_time_it_b
     assert world.record().step is Step.RELEASE_EIP
     assert len(world.autoscaling.heartbeats) == 1
     assert world.record().heartbeat_deadline == world.clock.now() + timedelta(seconds=HEARTBEAT)
+
+
+def test_a_waiter_of_a_hook_shorter_than_the_margin_heartbeats_twice_a_timeout_not_every_second() -> None:
+    # Given a hook of Auto Scaling's shortest heartbeat timeout, 30 s, under the margin (intake warns about
+    # it): no run can leave a margin before the deadline, but nothing calls for a run every second either
+    world = World()
+    world.autoscaling.action_timeout = 30
+    world.records.create(
+        make_record(
+            PLAN,
+            Step.ACQUIRE_SLOT,
+            heartbeat_timeout=30,
+            heartbeat_deadline=T0 + timedelta(seconds=30),
+            global_deadline=global_deadline(T0, 30),
+        )
+    )
+    runs = []
+
+    def waiting(record: LifecycleRecord, now: datetime) -> Outcome:
+        runs.append(now)
+        return Outcome.wait(30)  # no budget slot yet: ask again in BudgetRetrySeconds
+
+    engine = world.engine({Step.ACQUIRE_SLOT: waiting})
+
+    # When it waits for a slot for two minutes
+    while world.clock.now() < T0 + timedelta(seconds=120):
+        world.clock.current = max(world.clock.current, world.record().due_at)
+        engine.handle(world.message())
+
+    # Then it ran and heartbeated half way to each heartbeat deadline (about 8 times), not 120 times, and the
+    # action never expired
+    assert 6 <= len(runs) <= 10
+    assert len(world.autoscaling.heartbeats) <= len(runs)
+    assert world.record().step is Step.ACQUIRE_SLOT

@@ -99,14 +99,41 @@ def _slot_request(
 
 
 def _tail(policy: DrainPolicy) -> timedelta:
-    """What a drain needs after its timeout: the force policy's grace, a stuck pod's margin, and the margin
-    before the action's global timeout at which the engine completes it whatever happens."""
-    return timedelta(seconds=policy.force_grace) + STUCK_AFTER + policy.settle_margin
+    """What a drain needs after its timeout: the force policy's grace, a stuck pod's margin, the load balancer
+    delay waited once the node is empty, and the margin before the action's global timeout at which the
+    engine completes it whatever happens."""
+    return (
+        timedelta(seconds=policy.force_grace)
+        + STUCK_AFTER
+        + policy.lb_deregistration_delay
+        + policy.settle_margin
+    )
 
 
 def _full_drain(policy: DrainPolicy) -> timedelta:
     """The longest a whole drain takes, from its cordon to the completion of its action."""
     return policy.timeout + _tail(policy)
+
+
+def _deadline_cap(record: LifecycleRecord, policy: DrainPolicy) -> datetime:
+    """The latest a drain's deadline may be: where its timeout policy still has time to act before the
+    action's global timeout (a Spot interruption's two minutes end sooner)."""
+    if record.transition is Transition.SPOT_INTERRUPTION:
+        return record.global_deadline - SPOT_MARGIN
+    return record.global_deadline - _tail(policy)
+
+
+def _precedence(record: LifecycleRecord, now: datetime, policy: DrainPolicy) -> dict[str, Any]:
+    """A slot request's precedence near the action's global timeout. Near it a node goes before the others;
+    nearer still it cannot wait any longer: it goes either way then, and a drain that respects
+    PodDisruptionBudgets beats none, so it takes a slot even without room (a forced holder, which the others
+    count). A Spot interruption is not the budget's to refuse: the capacity goes either way."""
+    full_drain = _full_drain(policy)
+    return {
+        "urgent_at": record.global_deadline - 2 * full_drain,
+        "force": record.transition is Transition.SPOT_INTERRUPTION
+        or now >= record.global_deadline - full_drain,
+    }
 
 
 def _of_instance(node: NodeInfo, record: LifecycleRecord) -> bool:
@@ -193,19 +220,7 @@ class AcquireSlot:
             return Outcome.goto(settle_step(record), outcome="node-not-found", extra=extra)
         found: dict[str, Any] = {"node": node.name, "node_uid": node.uid, "zone": node.zone, "extra": extra}
         foreign = node.owner not in (None, record.owner)
-        # Near its global timeout a node goes before the others; nearer still it cannot wait any longer: it
-        # goes either way then, and a drain that respects PodDisruptionBudgets beats none, so it takes a slot
-        # even without room (a forced holder, which the others count).
-        full_drain = _full_drain(self._policy)
-        request = _slot_request(
-            record,
-            node.name,
-            node.zone,
-            urgent_at=record.global_deadline - 2 * full_drain,
-            # a Spot interruption is not the budget's to refuse: the capacity goes either way
-            force=record.transition is Transition.SPOT_INTERRUPTION
-            or now >= record.global_deadline - full_drain,
-        )
+        request = _slot_request(record, node.name, node.zone, **_precedence(record, now, self._policy))
         decision = self._slots.acquire(request)
         if decision.reason is SlotReason.FORCED:
             log.warning(
@@ -283,9 +298,7 @@ class AcquireSlot:
             ):
                 continue
             if not other.finished:
-                ends = (
-                    other.drain_started_at + _full_drain(self._policy) + self._policy.lb_deregistration_delay
-                )
+                ends = other.drain_started_at + _full_drain(self._policy)
                 if now > ends:
                     # That drain had all the time a drain takes, its timeout policy and load balancer delay
                     # included, and is not over: it is stuck (its messages dead-lettered, its resumes spent).
@@ -376,11 +389,7 @@ class Cordon:
         if claim is Claim.GONE:
             return Outcome.goto(settle_step(record), outcome="node-gone")
         log.info("cordoned node %s", node.name)
-        if record.transition is Transition.SPOT_INTERRUPTION:
-            deadline = min(now + self._policy.timeout, record.global_deadline - SPOT_MARGIN)
-        else:
-            # Never past the point where the timeout policy still has time to act before the global timeout
-            deadline = min(now + self._policy.timeout, record.global_deadline - _tail(self._policy))
+        deadline = min(now + self._policy.timeout, _deadline_cap(record, self._policy))
         self._events.on_node(
             node.name,
             node.uid,
@@ -404,7 +413,10 @@ class Evict:
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
         node = _known(record.node, "node")
         policy = self._policy
-        request = _slot_request(record, node, record.zone, in_progress=True)
+        # (near the global timeout, a paused drain takes its slot back as a waiter would: forced)
+        request = _slot_request(
+            record, node, record.zone, in_progress=True, **_precedence(record, now, policy)
+        )
         if not self._slots.renew(request).granted:
             # Our holder expired and its slot went to another node: evicting now could exceed the budget. The
             # node waits with precedence (it is disruption in progress), and the wait is not drain time.
@@ -414,7 +426,8 @@ class Evict:
         changes: dict[str, Any] = {}
         deadline = _known(record.drain_deadline, "drain deadline")
         if record.drain_paused_at is not None:
-            deadline += now - record.drain_paused_at
+            # the pause is not drain time, but the timeout policy must still act before the global timeout
+            deadline = min(deadline + (now - record.drain_paused_at), _deadline_cap(record, policy))
             changes = {"drain_deadline": deadline, "drain_paused_at": None}
             log.info("the budget slot of node %s is back: the drain goes on until %s", node, deadline)
         pods = self._cluster.pods_on(node)
