@@ -52,6 +52,35 @@ def test_an_association_never_moves_an_address_from_where_it_is(
     assert adapter.associate(ALLOCATION, INSTANCE) == "eipassoc-1"
 
 
+def test_the_addresses_on_an_instance_are_every_owners_in_one_describe_addresses(
+    stubbed: tuple[Ec2Addresses, Stubber],
+) -> None:
+    adapter, stubber = stubbed
+    stubber.add_response(
+        "describe_addresses",
+        {
+            "Addresses": [
+                {
+                    "AllocationId": ALLOCATION,
+                    "PublicIp": "203.0.113.7",
+                    "AssociationId": "eipassoc-1",
+                    "InstanceId": INSTANCE,
+                }
+            ]
+        },
+        expected_params={"Filters": [{"Name": "instance-id", "Values": [INSTANCE]}]},
+    )
+
+    assert adapter.on_instance(INSTANCE) == [
+        Address(
+            allocation_id=ALLOCATION,
+            public_ip="203.0.113.7",
+            association_id="eipassoc-1",
+            instance_id=INSTANCE,
+        )
+    ]
+
+
 def test_an_allocation_carries_its_tags_from_creation(stubbed: tuple[Ec2Addresses, Stubber]) -> None:
     adapter, stubber = stubbed
     tags = {"nodecycle:owner": "stack-a", "nodecycle:instance-id": INSTANCE}

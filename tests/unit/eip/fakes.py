@@ -140,6 +140,10 @@ class FakeAddresses:
         self._done("find", owner)
         return found
 
+    def on_instance(self, instance_id: str) -> list[Address]:
+        self._call("on_instance", instance_id)
+        return [eip.view() for eip in self.on(instance_id)]
+
     def describe(self, allocation_id: str) -> Address:
         self._call("describe", allocation_id)
         eip = self._eip(allocation_id)

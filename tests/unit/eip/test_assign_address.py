@@ -283,6 +283,58 @@ def test_an_exhausted_address_quota_ends_the_assignment_as_the_failure_policy_sa
     assert not ec2.eips
 
 
+@pytest.mark.parametrize("mode", ["allocate", "pool"])
+@pytest.mark.parametrize(
+    ("policy", "goes_to", "result"),
+    [("abandon", Step.COMPLETE, ActionResult.ABANDON), ("continue", None, None)],
+)
+def test_an_instance_that_holds_an_address_not_ours_keeps_it_and_the_failure_policy_says_what_next(
+    ec2: FakeAddresses,
+    metrics: FakeMetrics,
+    mode: str,
+    policy: str,
+    goes_to: Step | None,
+    result: ActionResult | None,
+) -> None:
+    # Given an instance that holds another stack's address (its group managed by two stacks by mistake; an
+    # operator's or the instance's own bootstrap's address): EC2 would move it off the instance, silently, for
+    # the one nodecycle associates, and its owner's sweeper would then release it
+    ec2.add(pool=POOL, allocated_at=None)
+    theirs = ec2.add(owner="stack-b", allocated_for=INSTANCE, on=INSTANCE)
+
+    # When the launch asks for an address
+    outcome = step(ec2, metrics, eip_mode=mode, eip_pool_name=POOL, eip_failure_policy=policy)(
+        launch_record(INSTANCE), T0
+    )
+
+    # Then nothing is associated (nor allocated): the other address stays, and the failure policy decides
+    assert [eip.allocation_id for eip in ec2.on(INSTANCE)] == [theirs]
+    assert ec2.count("associate") == ec2.count("allocate") == 0
+    assert outcome.then is goes_to
+    assert not outcome.again
+    assert outcome.changes.get("result") is result
+    assert outcome.changes["outcome"].startswith(
+        f"eip-failed: the instance holds address {ec2.eips[theirs].public_ip} (owner stack-b) already"
+    )
+    assert metrics.counts["EipFailures"] == 1
+
+
+def test_our_address_for_the_instance_that_a_concurrent_delivery_associated_since_the_listing_is_kept(
+    ec2: FakeAddresses, metrics: FakeMetrics
+) -> None:
+    # Given the address an earlier delivery allocated, associated by a concurrent one right after this
+    # delivery listed the addresses allocated for the instance
+    ours = ec2.add(allocated_for=INSTANCE)
+    ec2.before["on_instance"] = lambda instance: ec2.take(ours, instance)
+
+    outcome = step(ec2, metrics)(launch_record(INSTANCE), T0)
+
+    # Then it is the instance's address, not one in the way
+    assert went_on(outcome)
+    assert outcome.changes["allocation_id"] == ours
+    assert metrics.counts["EipFailures"] == 0
+
+
 @pytest.mark.parametrize(
     ("policy", "goes_to", "result"),
     [("abandon", Step.COMPLETE, ActionResult.ABANDON), ("continue", None, None)],

@@ -60,6 +60,11 @@ class Ec2Addresses:
             found = self._ec2().describe_addresses(Filters=filters)
         return [_address(item) for item in found.get("Addresses", [])]
 
+    def on_instance(self, instance_id: str) -> list[Address]:
+        with _answers({}), transient_errors("listing an instance's Elastic IPs"):
+            found = self._ec2().describe_addresses(Filters=[_filter("instance-id", instance_id)])
+        return [_address(item) for item in found.get("Addresses", [])]
+
     def describe(self, allocation_id: str) -> Address:
         with _answers({_NOT_FOUND: AddressNotFound}), transient_errors("describing an Elastic IP"):
             found = self._ec2().describe_addresses(AllocationIds=[allocation_id])

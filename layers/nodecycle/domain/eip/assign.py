@@ -13,7 +13,10 @@ it, the other is refused (``Resource.AlreadyAssociated``), sees it on this very 
 the spare is released.
 
 No stealing: AssociateAddress always runs with AllowReassociation false, so an address that another launch
-associated first is refused, not moved, and the step tries the next free one.
+associated first is refused, not moved, and the step tries the next free one. Nor is an address moved off
+the instance: EC2 gives an instance one address on its primary private IP and silently disassociates the
+one it holds for a new one, so an instance that holds an address not nodecycle's gets none (the failure
+policy decides), rather than lose it to be released as unassociated by whoever owns it.
 """
 
 from __future__ import annotations
@@ -120,6 +123,9 @@ class AssignAddress:
         if held is not None:
             log.info("instance %s holds address %s already (a redelivery): kept", instance, held.public_ip)
             return self._done(record, held, found)
+        other = self._held_elsewhere(instance)
+        if other is not None:
+            return self._fail(record, other)
         if not _unassociated(found):
             try:
                 allocated = self._addresses.allocate(self._tags(record, now))
@@ -157,6 +163,9 @@ class AssignAddress:
                 "instance %s holds pool address %s already (a redelivery): kept", instance, held.public_ip
             )
             return self._done(record, held, found)
+        other = self._held_elsewhere(instance)
+        if other is not None:
+            return self._fail(record, other)
         free = [address for address in found if not address.associated]
         # An address that an earlier delivery grew the pool by for this very instance comes first (no second
         # allocation); the others in random order, so that concurrent launches rarely reach for the same one.
@@ -180,6 +189,23 @@ class AssignAddress:
         return self._start_over(record, scratch, "another launch claimed the new pool address first")
 
     # -- association and its verification ------------------------------------------------------------
+
+    def _held_elsewhere(self, instance: str) -> str | None:
+        """Why the instance must get no address, when it holds one not allocated or claimed for it by this
+        stack (another stack's, an operator's): associating another would move that one off it."""
+        for address in self._addresses.on_instance(instance):
+            # (one of ours for this instance is a concurrent delivery's, associated since the listing)
+            for_it = address.allocated_for == instance or (bool(self._pool) and address.pool == self._pool)
+            if address.tags.get(OWNER_TAG) != self._owner or not for_it:
+                owner = address.tags.get(OWNER_TAG) or "not nodecycle"
+                log.error(
+                    "instance %s holds address %s (owner %s) already: it is not moved for another",
+                    instance,
+                    address.public_ip,
+                    owner,
+                )
+                return f"the instance holds address {address.public_ip} (owner {owner}) already"
+        return None
 
     def _take(
         self, record: LifecycleRecord, scratch: dict[str, Any], address: Address, found: list[Address]

@@ -111,6 +111,12 @@ class Addresses(Protocol):
         One DescribeAddresses call."""
         ...
 
+    def on_instance(self, instance_id: str) -> list[Address]:
+        """Every address associated with the instance, whoever's (not only nodecycle's): an instance takes
+        one address on its primary private IP, and associating another moves the first one off it.
+        One DescribeAddresses call."""
+        ...
+
     def describe(self, allocation_id: str) -> Address:
         """The address as EC2 shows it now. Raises :class:`AddressNotFound`."""
         ...
