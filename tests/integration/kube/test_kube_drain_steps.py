@@ -167,6 +167,26 @@ def test_a_node_name_another_instance_took_is_neither_given_a_slot_nor_cordoned(
     assert not node["spec"].get("unschedulable")
 
 
+def test_a_drain_whose_node_name_another_instance_took_meanwhile_evicts_nothing_there_and_settles(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given a drain in progress (its node's uid recorded), and meanwhile its instance gone, its node deleted,
+    # and a new instance of the same private IP registered under the same name, with a pod on it
+    record = draining(Step.EVICT, node_uid=cluster.get_node(NODE).uid, extra={"polls": 1})  # type: ignore[union-attr]
+    server.remove_node(NODE)
+    server.add_node(NODE, instance_id="i-0ffffffffffffffff", zone="eu-west-1a")
+    server.settle()
+    newcomers = cluster.pods_on(NODE)
+    assert newcomers  # the scheduler placed web replicas on the new node
+
+    # When the drain's next poll runs
+    outcome = evict(cluster)(record, T0 + timedelta(seconds=60))
+
+    # Then the new instance's pods are left alone, and the drain of a node that is gone settles
+    assert not any(on_its_way_out(server, pod) for pod in newcomers)
+    assert (outcome.then, outcome.changes["outcome"]) == (Step.COMPLETE, "node-gone")
+
+
 def test_a_node_stopped_into_the_warm_pool_comes_back_uncordoned_when_its_state_change_comes_first(
     cluster: KubeCluster, server: KubeServer
 ) -> None:

@@ -532,7 +532,8 @@ def evict(
 def test_pods_are_evicted_with_their_grace_capped_and_daemonset_pods_stay() -> None:
     # Given a node with two workload pods (one with a long grace period) and a DaemonSet pod
     cluster = FakeCluster(
-        pods=[pod("web-1", grace_period=20), pod("web-2"), pod("logs", controller_kind="DaemonSet")]
+        nodes={NODE: node()},
+        pods=[pod("web-1", grace_period=20), pod("web-2"), pod("logs", controller_kind="DaemonSet")],
     )
     metrics = FakeMetrics()
 
@@ -549,7 +550,7 @@ def test_a_pod_whose_eviction_is_refused_does_not_stop_the_others_being_evicted(
     # Given a node whose first pod the API server will not evict (403: its namespace is terminating; an
     # admission webhook's denial is the same), and a second pod
     why = 'pods "web-1" is forbidden: unable to create new content in namespace apps because it is being terminated'
-    cluster = FakeCluster(pods=[pod("web-1"), pod("web-2")], refused={"web-1": why})
+    cluster = FakeCluster(nodes={NODE: node()}, pods=[pod("web-1"), pod("web-2")], refused={"web-1": why})
     metrics, events = FakeMetrics(), FakeEvents()
     step = evict(cluster, metrics=metrics, events=events)
 
@@ -571,7 +572,9 @@ def test_a_pod_whose_eviction_is_refused_does_not_stop_the_others_being_evicted(
 
 def test_a_pod_whose_eviction_keeps_failing_stops_neither_the_others_nor_the_drain_timeout() -> None:
     # Given a node whose first pod's eviction fails again and again (a read timeout, a 504), and a second pod
-    cluster = FakeCluster(pods=[pod("web-1"), pod("web-2")], failing={"web-1": "HTTP 504 Gateway Timeout"})
+    cluster = FakeCluster(
+        nodes={NODE: node()}, pods=[pod("web-1"), pod("web-2")], failing={"web-1": "HTTP 504 Gateway Timeout"}
+    )
     metrics = FakeMetrics()
     step = evict(cluster, metrics=metrics)
 
@@ -598,7 +601,9 @@ def test_a_pass_asks_the_pods_that_failed_before_last_and_stops_after_two_failur
     # Given three pods, the first two of which fail transiently (each failure may have cost a read timeout of
     # the step's minute)
     cluster = FakeCluster(
-        pods=[pod("a"), pod("b"), pod("c")], failing={"a": "read timed out", "b": "read timed out"}
+        nodes={NODE: node()},
+        pods=[pod("a"), pod("b"), pod("c")],
+        failing={"a": "read timed out", "b": "read timed out"},
     )
     metrics = FakeMetrics()
     step = evict(cluster, metrics=metrics)
@@ -616,7 +621,9 @@ def test_a_pod_that_failed_once_is_not_starved_by_pods_that_always_fail() -> Non
     # Given two pods whose calls always fail (a webhook that times out for their namespace), and a third
     # whose call fails once, at the second pass, and would succeed after that
     cluster = FakeCluster(
-        pods=[pod("a"), pod("b"), pod("z")], failing={"a": "HTTP 504 Gateway Timeout", "b": "HTTP 504"}
+        nodes={NODE: node()},
+        pods=[pod("a"), pod("b"), pod("z")],
+        failing={"a": "HTTP 504 Gateway Timeout", "b": "HTTP 504"},
     )
     step = evict(cluster)
     record, now = draining(), T0
@@ -636,7 +643,9 @@ def test_a_pod_that_failed_once_is_not_starved_by_pods_that_always_fail() -> Non
 
 def test_polls_start_quick_and_slow_down_to_the_configured_interval() -> None:
     # Given a pod that takes its time to stop
-    cluster = FakeCluster(pods=[pod("slow", deletion_at=T0 + timedelta(seconds=30), deletion_grace=30)])
+    cluster = FakeCluster(
+        nodes={NODE: node()}, pods=[pod("slow", deletion_at=T0 + timedelta(seconds=30), deletion_grace=30)]
+    )
     step = evict(cluster)
     record = draining()
 
@@ -652,7 +661,7 @@ def test_polls_start_quick_and_slow_down_to_the_configured_interval() -> None:
 
 
 def test_a_pod_protected_by_its_disruption_budget_is_retried_on_the_next_poll() -> None:
-    cluster = FakeCluster(pods=[pod("db-0")], blocked={"db-0"})
+    cluster = FakeCluster(nodes={NODE: node()}, pods=[pod("db-0")], blocked={"db-0"})
     metrics = FakeMetrics()
     step = evict(cluster, metrics=metrics)
     assert step(draining(), T0).again
@@ -664,7 +673,9 @@ def test_a_pod_protected_by_its_disruption_budget_is_retried_on_the_next_poll() 
 
 
 def test_the_drain_is_over_when_only_daemonset_and_mirror_pods_are_left() -> None:
-    cluster = FakeCluster(pods=[pod("logs", controller_kind="DaemonSet"), pod("kube-proxy", mirror=True)])
+    cluster = FakeCluster(
+        nodes={NODE: node()}, pods=[pod("logs", controller_kind="DaemonSet"), pod("kube-proxy", mirror=True)]
+    )
     metrics = FakeMetrics()
     outcome = evict(cluster, metrics=metrics)(draining(), T0 + timedelta(seconds=42))
     assert (outcome.then, outcome.again, outcome.delay) == (None, False, 0)
@@ -674,7 +685,7 @@ def test_the_drain_is_over_when_only_daemonset_and_mirror_pods_are_left() -> Non
 
 def test_the_load_balancer_delay_is_waited_in_pieces_that_keep_the_slot_renewed() -> None:
     # Given a 250 s load balancer delay and a 600 s holder TTL (renew at least every 200 s)
-    cluster = FakeCluster(pods=[])
+    cluster = FakeCluster(nodes={NODE: node()}, pods=[])
     slots = FakeSlots(holders={NODE})
     metrics = FakeMetrics()
     step = evict(
@@ -695,14 +706,14 @@ def test_the_load_balancer_delay_is_waited_in_pieces_that_keep_the_slot_renewed(
 
 
 def test_a_drain_that_lost_its_slot_pauses_without_evicting() -> None:
-    cluster = FakeCluster(pods=[pod("web-1")])
+    cluster = FakeCluster(nodes={NODE: node()}, pods=[pod("web-1")])
     outcome = evict(cluster, FakeSlots(lost=True))(draining(), T0)
     assert outcome.again
     assert cluster.evictions == []
 
 
 def test_timeout_policy_continue_goes_on_with_the_pods_still_there() -> None:
-    cluster = FakeCluster(pods=[pod("db-0")], blocked={"db-0"})
+    cluster = FakeCluster(nodes={NODE: node()}, pods=[pod("db-0")], blocked={"db-0"})
     metrics = FakeMetrics()
     outcome = evict(cluster, metrics=metrics, timeout_policy="continue")(
         polled(), T0 + timedelta(seconds=600)
@@ -714,7 +725,7 @@ def test_timeout_policy_continue_goes_on_with_the_pods_still_there() -> None:
 
 def test_timeout_policy_force_deletes_the_remaining_pods_then_waits_for_them() -> None:
     # Given a drain stuck on a disruption budget past its timeout
-    cluster = FakeCluster(pods=[pod("db-0")], blocked={"db-0"})
+    cluster = FakeCluster(nodes={NODE: node()}, pods=[pod("db-0")], blocked={"db-0"})
     metrics = FakeMetrics()
     step = evict(cluster, metrics=metrics)
     late = T0 + timedelta(seconds=600)
@@ -852,9 +863,10 @@ def test_a_ready_node_whose_pods_take_their_grace_period_is_waited_for() -> None
     step(draining(), T0)
     # When the drain looks again 20 s later, Then it keeps waiting (the node was checked: Ready)
     assert step(draining(), T0 + timedelta(seconds=20)).again
-    # and a pod deleted only now does not make it look at the node at all
+    # and a pod deleted only now is waited for, whatever the node's readiness says
     quick = FakeCluster(
-        nodes={}, pods=[pod("web-3", deletion_at=T0 + timedelta(seconds=30), deletion_grace=30)]
+        nodes={NODE: node(ready=False)},
+        pods=[pod("web-3", deletion_at=T0 + timedelta(seconds=30), deletion_grace=30)],
     )
     assert evict(quick)(draining(), T0 + timedelta(seconds=1)).again
 
@@ -1321,3 +1333,14 @@ def test_an_instance_gone_outside_the_hooks_reads_its_node_again_if_it_changed_s
     cluster.find_node = lambda *args, **kwargs: cluster.nodes[NODE]  # type: ignore[method-assign]
     assert step(record, T0 + timedelta(seconds=1)).changes["outcome"] == "instance-gone-without-hook"
     assert slots.forgotten == [INSTANCE]
+
+
+def test_a_drain_whose_node_object_is_gone_evicts_nothing_more_and_settles() -> None:
+    # Given a drain in progress whose node object was deleted (its instance gone, or the node deregistered):
+    # its pods are orphans the garbage collector removes, and its name may soon be another instance's node
+    cluster = FakeCluster(nodes={}, pods=[pod("web-1")])
+
+    outcome = evict(cluster)(draining(), T0 + timedelta(seconds=30))
+
+    assert (outcome.then, outcome.changes["outcome"]) == (Step.COMPLETE, "node-gone")
+    assert cluster.evictions == []

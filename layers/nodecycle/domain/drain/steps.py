@@ -423,6 +423,12 @@ class Evict:
             log.warning("lost the budget slot of node %s: pausing the drain until it is back", record.node)
             self._metrics.count("BudgetSlotsLost")
             return Outcome.wait(policy.budget_retry_seconds, drain_paused_at=record.drain_paused_at or now)
+        # The node by its name, at every poll: once it is gone, its name may be another instance's node (a
+        # recycled private IP) whose pods are not ours to evict; the pods of a node gone are not either
+        info = self._cluster.get_node(node)
+        if info is None or not _of_instance(info, record):
+            log.warning("node %s of %s is gone: nothing left to drain there", node, record.instance_id)
+            return Outcome.goto(settle_step(record), outcome="node-gone")
         changes: dict[str, Any] = {}
         deadline = _known(record.drain_deadline, "drain deadline")
         if record.drain_paused_at is not None:
@@ -432,7 +438,7 @@ class Evict:
             log.info("the budget slot of node %s is back: the drain goes on until %s", node, deadline)
         pods = self._cluster.pods_on(node)
         left = podfilter.remaining(pods)
-        stuck, why = self._stuck(node, left, now)
+        stuck, why = self._stuck(info, left, now)
         if len(stuck) == len(left):
             base = "drained" if record.forced_at is None else "drain-timeout-forced"
             if stuck:
@@ -505,7 +511,7 @@ class Evict:
         self._events.on_pod(pod, reason, message, warning=True)
         self._events.on_node(_known(record.node, "node"), record.node_uid, reason, message, warning=True)
 
-    def _stuck(self, node: str, left: list[PodInfo], now: datetime) -> tuple[list[PodInfo], str]:
+    def _stuck(self, node: NodeInfo, left: list[PodInfo], now: datetime) -> tuple[list[PodInfo], str]:
         """The pods of ``left`` that will never leave by themselves, and why: all those being deleted when
         the node is not Ready (its kubelet is gone: they stay Terminating until the node object goes), else
         those still there well past their deletion's deadline. A pod force-deleted with a short grace makes
@@ -518,10 +524,8 @@ class Evict:
             or (pod.deletion_requested_at is not None and now - pod.deletion_requested_at > CHECK_NODE_AFTER)
             for pod in deleting
         )
-        if overdue:
-            info = self._cluster.get_node(node)
-            if info is None or not info.ready:
-                return deleting, "node not ready"
+        if overdue and not node.ready:
+            return deleting, "node not ready"
         past = [
             pod for pod in deleting if pod.deletion_at is not None and now > pod.deletion_at + STUCK_AFTER
         ]
