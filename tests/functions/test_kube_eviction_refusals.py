@@ -14,7 +14,8 @@ import pytest
 from kubernetes.client import ApiClient, Configuration
 
 from nodecycle.adapters.kube.cluster_api import KubeCluster
-from nodecycle.domain.ports.cluster import Eviction, PodInfo
+from nodecycle.domain.errors import TransientError
+from nodecycle.domain.ports.cluster import Eviction, EvictionResult, PodInfo
 
 # What an API server answers, as (status, reason, message, cause)
 REFUSALS = {
@@ -98,3 +99,50 @@ def test_an_eviction_the_api_server_refuses_is_that_pods_answer_with_the_servers
     assert answer.kind is Eviction.REFUSED
     assert answer.detail == REFUSALS[refusal][2]
     assert _Refusing.paths == ["/api/v1/namespaces/apps/pods/web-1/eviction"]
+
+
+# What an API server answers 500 for: one of them only is the pod's (two PodDisruptionBudgets select it, the
+# eviction subresource's fixed words); the others are the server's own failures, worth retrying later
+MULTIPLE_PDBS = (
+    "Internal error occurred: This pod has more than one PodDisruptionBudget, which the eviction subresource "
+    "does not support."
+)
+SERVER_FAILURES = {
+    "etcd-timeout": "Internal error occurred: etcdserver: request timed out",
+    "webhook-unreachable": 'Internal error occurred: failed calling webhook "validate.kyverno.svc-fail": failed '
+    'to call webhook: Post "https://kyverno-svc.kyverno.svc:443/validate/fail?timeout=10s": context deadline '
+    "exceeded",
+}
+
+
+def evict_answered(server: str, message: str) -> EvictionResult:
+    _Refusing.answer = (500, "InternalError", message, None)
+    cluster = KubeCluster(lambda: ApiClient(Configuration(host=server)))
+    web = PodInfo(
+        namespace="apps",
+        name="web-1",
+        uid="uid-web-1",
+        controller_kind="ReplicaSet",
+        mirror=False,
+        grace_period=30,
+    )
+    return cluster.evict(web, grace_seconds=30)
+
+
+def test_a_pod_that_two_disruption_budgets_select_is_misconfigured(server: str) -> None:
+    answer = evict_answered(server, MULTIPLE_PDBS)
+
+    assert answer.kind is Eviction.MISCONFIGURED
+    assert answer.detail == MULTIPLE_PDBS
+
+
+@pytest.mark.parametrize("failure", list(SERVER_FAILURES))
+def test_any_other_internal_error_of_an_eviction_is_transient_not_a_pods_misconfiguration(
+    server: str, failure: str
+) -> None:
+    # A webhook that cannot be called costs its timeout (10 s) per eviction: as a transient failure, the pass
+    # stops after a few of them (FAILURES_PER_PASS) instead of calling every pod of the node
+    with pytest.raises(
+        TransientError, match=r"HTTP 500 Internal error occurred: (etcdserver|failed calling)"
+    ):
+        evict_answered(server, SERVER_FAILURES[failure])

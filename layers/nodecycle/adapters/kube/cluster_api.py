@@ -18,7 +18,7 @@ from urllib3.exceptions import HTTPError
 
 from nodecycle.adapters.kube.core_v1 import CoreV1
 from nodecycle.adapters.kube.eks_access import REQUEST_TIMEOUT
-from nodecycle.adapters.kube.errors import kube_errors
+from nodecycle.adapters.kube.errors import kube_errors, status_message
 from nodecycle.adapters.kube.lists import PAGE, pages
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.ports.cluster import (
@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
 LEGACY_ZONE_LABEL = "failure-domain.beta.kubernetes.io/zone"
+# The eviction subresource's words (HTTP 500) for a pod that more than one PodDisruptionBudget selects
+MULTIPLE_BUDGETS = "more than one PodDisruptionBudget"
 
 
 def instance_of(provider_id: str | None) -> str | None:
@@ -230,16 +232,17 @@ class KubeCluster:
             if error.status == 429:
                 budget = _disruption_budget_cause(error)
                 if budget is None:  # no budget named: the API server is shedding load
-                    return EvictionResult(Eviction.THROTTLED, _status_message(error))
+                    return EvictionResult(Eviction.THROTTLED, status_message(error))
                 return EvictionResult(Eviction.BLOCKED, budget)
             if error.status in (404, 409):  # gone, or replaced by a pod of the same name (uid precondition)
                 return EvictionResult(Eviction.GONE)
-            if error.status == 500:
-                log.error("eviction of %s/%s failed: %s", pod.namespace, pod.name, _status_message(error))
-                return EvictionResult(Eviction.MISCONFIGURED, _status_message(error))
+            if error.status == 500 and MULTIPLE_BUDGETS in status_message(error):
+                # the one 500 that is the pod's (any other is the server's own failure: transient)
+                log.error("eviction of %s/%s failed: %s", pod.namespace, pod.name, status_message(error))
+                return EvictionResult(Eviction.MISCONFIGURED, status_message(error))
             if error.status in (400, 403, 422):
                 # This pod's answer, not the cluster's: the other pods of the drain must still be evicted
-                return EvictionResult(Eviction.REFUSED, _status_message(error))
+                return EvictionResult(Eviction.REFUSED, status_message(error))
             with kube_errors(f"evicting pod {pod.namespace}/{pod.name}"):
                 raise
         except HTTPError as error:
@@ -263,7 +266,7 @@ class KubeCluster:
             if error.status in (400, 403, 422):
                 # This pod's answer (a webhook denies it, the role lacks the permission), not the cluster's: the
                 # force policy must still delete the drain's other pods
-                raise Refused(_status_message(error)) from error
+                raise Refused(status_message(error)) from error
             raise
         return True
 
@@ -284,10 +287,3 @@ def _disruption_budget_cause(error: ApiException) -> str | None:
         if cause.get("reason") == "DisruptionBudget":
             return str(cause.get("message") or "a PodDisruptionBudget")
     return None
-
-
-def _status_message(error: ApiException) -> str:
-    try:
-        return str(json.loads(error.body or "{}").get("message", error.reason))
-    except ValueError:
-        return str(error.reason)

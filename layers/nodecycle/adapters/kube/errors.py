@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -19,7 +20,15 @@ def kube_errors(what: str) -> Iterator[None]:
         yield
     except ApiException as error:
         if error.status in (410, 429) or (error.status or 0) >= 500:  # 410: a list's continue token expired
-            raise TransientError(f"{what}: HTTP {error.status} {error.reason}") from error
+            raise TransientError(f"{what}: HTTP {error.status} {status_message(error)}") from error
         raise
     except HTTPError as error:
         raise TransientError(f"{what}: {error}") from error
+
+
+def status_message(error: ApiException) -> str:
+    """The message of the API server's Status answer (its reason when the body is not one)."""
+    try:
+        return str(json.loads(error.body or "{}").get("message", error.reason))
+    except ValueError:
+        return str(error.reason)

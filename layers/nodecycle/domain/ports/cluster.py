@@ -75,7 +75,7 @@ class Eviction(StrEnum):
     GONE = "gone"  # 404, or the pod was replaced (uid precondition failed)
     BLOCKED = "blocked"  # 429 naming a disruption budget: a PodDisruptionBudget would be violated
     THROTTLED = "throttled"  # 429 without one: the API server sheds load (priority and fairness)
-    MISCONFIGURED = "misconfigured"  # 500: more than one PodDisruptionBudget selects the pod
+    MISCONFIGURED = "misconfigured"  # 500 saying that more than one PodDisruptionBudget selects the pod
     # 400, 403, 422: the API server will not evict this pod (its namespace is being deleted, an admission
     # webhook denies it, or the role lacks pods/eviction); ``detail`` says why
     REFUSED = "refused"
