@@ -98,7 +98,8 @@ def engine() -> StepEngine:
         policy = drain_policy(config)
         nodes = cluster(config)
         slots = budget(config, ports)
-        finder = NodeFinder(nodes, Ec2Instances())
+        instances = Ec2Instances()
+        finder = NodeFinder(nodes, instances)
         events = KubeEvents(eks(_cluster_name(config)).api_client, owner=config.owner_id)
         steps |= {
             Step.ACQUIRE_SLOT: AcquireSlot(
@@ -112,7 +113,11 @@ def engine() -> StepEngine:
             ),
             Step.CORDON: Cordon(finder=finder, cluster=nodes, policy=policy, events=events),
             Step.FORGET_NODE: ForgetNode(
-                finder=finder, cluster=nodes, slots=slots, dispatcher=ports.dispatcher()
+                finder=finder,
+                cluster=nodes,
+                slots=slots,
+                dispatcher=ports.dispatcher(),
+                instances=instances,
             ),
             Step.EVICT: Evict(
                 cluster=nodes, slots=slots, policy=policy, metrics=ports.metrics, events=events

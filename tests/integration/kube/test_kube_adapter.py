@@ -178,7 +178,7 @@ def test_a_node_that_will_come_back_is_released_uncordoned(cluster: KubeCluster,
     cluster.claim_node(node, owner="stack-a", in_progress="{}", cordon=True, exclude_from_lb=True)
     claimed = cluster.get_node(NODE_B)
     assert claimed is not None
-    assert cluster.release_node(claimed, uncordon=True) is Claim.CLAIMED
+    assert cluster.release_node(claimed, uncordon=True, unlabel=True) is Claim.CLAIMED
     stored = server.get_object("nodes", NODE_B)
     assert stored is not None
     assert not stored["spec"].get("unschedulable")

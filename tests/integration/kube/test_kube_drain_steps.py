@@ -9,13 +9,14 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
+from kubernetes.client import CoreV1Api
 
 from nodecycle.adapters.kube.cluster_api import KubeCluster
 from nodecycle.domain.drain.steps import AcquireSlot, Cleanup, Cordon, Evict, ForgetNode
 from nodecycle.domain.engine import Dispatcher
 from nodecycle.domain.model import LifecycleRecord, Step, Transition
 from nodecycle.domain.nodes import NodeFinder
-from nodecycle.domain.ports.cluster import PodInfo, Refused
+from nodecycle.domain.ports.cluster import EXCLUDE_LB_LABEL, PodInfo, Refused
 from nodecycle_sandbox.kube import KubeServer
 from nodecycle_sandbox.kube.admission import Denial
 from tests.integration.kube.cluster import drain_cluster, drain_server
@@ -207,7 +208,7 @@ def test_a_node_stopped_into_the_warm_pool_comes_back_uncordoned_when_its_state_
         id=f"{INSTANCE}/state-change",
         instance_id=INSTANCE,
     )
-    ForgetNode(finder=finder, cluster=cluster, slots=slots, dispatcher=waker)(stopped, T0)
+    ForgetNode(finder=finder, cluster=cluster, slots=slots, dispatcher=waker, instances=NoDns())(stopped, T0)
     Cleanup(
         cluster=cluster, slots=slots, dispatcher=waker, autoscaling=FakeAutoscaling(), events=FakeEvents()
     )(drained.model_copy(update={"step": Step.CLEANUP, "drain_started_at": T0}), T0)
@@ -218,3 +219,35 @@ def test_a_node_stopped_into_the_warm_pool_comes_back_uncordoned_when_its_state_
     assert not node["spec"].get("unschedulable")
     assert not [key for key in node["metadata"].get("annotations") or {} if key.startswith("nodecycle.io/")]
     assert "node.kubernetes.io/exclude-from-external-load-balancers" not in node["metadata"].get("labels", {})
+
+
+def test_a_node_back_from_the_warm_pool_keeps_the_cordon_and_the_label_nodecycle_did_not_set(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given a node an operator cordoned (kubectl cordon), of a node group that keeps its nodes out of external
+    # load balancers by their own label
+    CoreV1Api(server.api_client()).patch_node(
+        NODE, {"spec": {"unschedulable": True}, "metadata": {"labels": {EXCLUDE_LB_LABEL: "true"}}}
+    )
+    # When nodecycle drains it for a scale-in into the warm pool, and cleans up after the completion
+    record = draining(Step.CORDON, destination="WarmPool")
+    claimed = Cordon(
+        finder=NodeFinder(cluster, NoDns()), cluster=cluster, policy=policy(), events=FakeEvents()
+    )(record, T0)
+    waker = Dispatcher(
+        records=InMemoryRecords(), queues=RecordingQueues(), clock=FakeClock(T0), metrics=FakeMetrics()
+    )
+    Cleanup(
+        cluster=cluster,
+        slots=FakeSlots(holders={NODE}, held_for={NODE: record.id}),
+        dispatcher=waker,
+        autoscaling=FakeAutoscaling(),
+        events=FakeEvents(),
+    )(record.model_copy(update={"step": Step.CLEANUP, "drain_started_at": T0, **claimed.changes}), T0)
+
+    # Then nodecycle's annotations are gone, and what it did not set is still there
+    stored = server.get_object("nodes", NODE)
+    assert stored is not None
+    assert stored["spec"].get("unschedulable") is True
+    assert (stored["metadata"].get("labels") or {}).get(EXCLUDE_LB_LABEL) == "true"
+    assert not [key for key in stored["metadata"].get("annotations") or {} if key.startswith("nodecycle.io/")]

@@ -120,17 +120,48 @@ class FakeCluster:
         self.patches.append(
             {"owner": owner, "in_progress": in_progress, "cordon": cordon, "lb": exclude_from_lb}
         )
-        self._patched(node, owner=owner, in_progress=in_progress)
+        current = self.nodes[node.name]
+        self._patched(
+            node,
+            owner=owner,
+            in_progress=in_progress,
+            released_for=None,
+            unschedulable=current.unschedulable or cordon,
+            excluded_from_lb=current.excluded_from_lb or exclude_from_lb,
+        )
         if cordon:
             self.cordoned.add(node.name)
         return Claim.CLAIMED
 
-    def release_node(self, node: NodeInfo, *, uncordon: bool = False) -> Claim:
+    def release_node(
+        self,
+        node: NodeInfo,
+        *,
+        uncordon: bool = False,
+        unlabel: bool = False,
+        released_for: str | None = None,
+    ) -> Claim:
         refused = self._precondition(node)
         if refused is not None:
             return refused
-        self.patches.append({"owner": None, "in_progress": None, **({"cordon": False} if uncordon else {})})
-        self._patched(node, owner=None, in_progress=None)
+        self.patches.append(
+            {
+                "owner": None,
+                "in_progress": None,
+                **({"cordon": False} if uncordon else {}),
+                **({"lb": False} if unlabel else {}),
+                **({"released_for": released_for} if released_for else {}),
+            }
+        )
+        current = self.nodes[node.name]
+        self._patched(
+            node,
+            owner=None,
+            in_progress=None,
+            released_for=released_for,
+            unschedulable=current.unschedulable and not uncordon,
+            excluded_from_lb=current.excluded_from_lb and not unlabel,
+        )
         if uncordon:
             self.cordoned.discard(node.name)
         return Claim.CLAIMED
@@ -286,12 +317,20 @@ class FakeSlots:
         return woken
 
 
+@dataclass
 class NoDns:
+    """EC2 that knows no DNS name; and the states it gives (none: the instances are gone)."""
+
+    known: dict[str, str] = field(default_factory=dict)
+
     def private_dns_name(self, instance_id: str) -> str | None:
         return None
 
     def alive(self, instance_ids: Collection[str]) -> set[str]:
         return set(instance_ids)
+
+    def states(self, instance_ids: Collection[str]) -> dict[str, str]:
+        return {instance: self.known[instance] for instance in instance_ids if instance in self.known}
 
 
 class Dns(NoDns):
@@ -454,7 +493,10 @@ def test_cordon_sets_owner_and_in_progress_with_the_cordon_in_one_patch() -> Non
         "transition": "terminate",
         "token": "token",
         "started": T0.isoformat(),
+        "cordon": True,  # what nodecycle set (the node was neither cordoned nor excluded before)
+        "lb": True,
     }
+    assert outcome.changes["extra"]["set_on_node"] == {"cordon": True, "lb": True}
     assert outcome.changes["drain_deadline"] == T0 + timedelta(seconds=600)
 
 
@@ -941,8 +983,8 @@ def test_a_node_going_into_a_warm_pool_is_uncordoned_as_its_annotations_are_clea
     # When cleanup runs
     step(terminating(Step.CLEANUP, node=NODE, destination="WarmPool"), T0)
 
-    # Then the same patch lifts the cordon
-    assert cluster.patches == [{"owner": None, "in_progress": None, "cordon": False}]
+    # Then the same patch lifts the cordon and the load balancer exclusion
+    assert cluster.patches == [{"owner": None, "in_progress": None, "cordon": False, "lb": False}]
 
 
 @pytest.mark.parametrize("first", [Step.FORGET_NODE, Step.CLEANUP])
@@ -962,7 +1004,9 @@ def test_a_node_stopped_into_the_warm_pool_comes_back_uncordoned_whichever_step_
     )
     # and Auto Scaling stopping the instance: its state change frees what nodecycle held for it
     stopped = spot(Step.FORGET_NODE, transition=Transition.STATE_CHANGE, id=f"{INSTANCE}/state-change")
-    forget = ForgetNode(finder=NodeFinder(cluster, NoDns()), cluster=cluster, slots=slots, dispatcher=waker)
+    forget = ForgetNode(
+        finder=NodeFinder(cluster, NoDns()), cluster=cluster, slots=slots, dispatcher=waker, instances=NoDns()
+    )
 
     # When the state change's step and the drain's cleanup run, in either order
     runs: list[tuple[StepHandler, LifecycleRecord]] = [(forget, stopped), (cleanup, drained)]
@@ -1045,7 +1089,7 @@ def test_a_node_whose_action_turned_out_gone_is_uncordoned_if_its_instance_stays
         events=FakeEvents(),
     )(record, T0)
     # Then the node is uncordoned only if its instance is still in service (it is not going away)
-    expected = {"owner": None, "in_progress": None, **({"cordon": False} if uncordoned else {})}
+    expected = {"owner": None, "in_progress": None, **({"cordon": False, "lb": False} if uncordoned else {})}
     assert cluster.patches == [expected]
 
 
@@ -1298,11 +1342,14 @@ def test_an_instance_gone_outside_the_hooks_has_its_slot_and_annotations_freed()
     waker = Dispatcher(records=records, queues=waker_queues, clock=FakeClock(T0), metrics=FakeMetrics())
     record = spot(Step.FORGET_NODE, transition=Transition.STATE_CHANGE, id=f"{INSTANCE}/state-change")
     # When the state change's step runs
-    outcome = ForgetNode(finder=NodeFinder(cluster, NoDns()), cluster=cluster, slots=slots, dispatcher=waker)(
-        record, T0
-    )
-    # Then the annotations (of whichever lifecycle) are cleared and the instance's budget entries forgotten
-    assert cluster.patches == [{"owner": None, "in_progress": None}]
+    outcome = ForgetNode(
+        finder=NodeFinder(cluster, NoDns()), cluster=cluster, slots=slots, dispatcher=waker, instances=NoDns()
+    )(record, T0)
+    # Then the annotations (of whichever lifecycle) are cleared, marked as that lifecycle's (whose cleanup
+    # may still lift its cordon), and the instance's budget entries forgotten
+    assert cluster.patches == [
+        {"owner": None, "in_progress": None, "released_for": f"{INSTANCE}/terminate/t1"}
+    ]
     assert slots.forgotten == [INSTANCE]
     assert outcome.changes["outcome"] == "instance-gone-without-hook"
     # and the lifecycle waiting for its slot is woken at once
@@ -1322,7 +1369,9 @@ def test_an_instance_gone_outside_the_hooks_reads_its_node_again_if_it_changed_s
         records=InMemoryRecords(), queues=RecordingQueues(), clock=FakeClock(T0), metrics=FakeMetrics()
     )
     record = spot(Step.FORGET_NODE, transition=Transition.STATE_CHANGE, id=f"{INSTANCE}/state-change")
-    step = ForgetNode(finder=NodeFinder(cluster, NoDns()), cluster=cluster, slots=slots, dispatcher=waker)
+    step = ForgetNode(
+        finder=NodeFinder(cluster, NoDns()), cluster=cluster, slots=slots, dispatcher=waker, instances=NoDns()
+    )
 
     # When the state change's step runs, Then the stale patch is refused (409): nothing is cleared or
     # forgotten, and the step reads the node again a second later
@@ -1344,3 +1393,100 @@ def test_a_drain_whose_node_object_is_gone_evicts_nothing_more_and_settles() -> 
 
     assert (outcome.then, outcome.changes["outcome"]) == (Step.COMPLETE, "node-gone")
     assert cluster.evictions == []
+
+
+def test_a_late_stop_of_an_instance_up_again_frees_nothing_of_its_newer_lifecycle() -> None:
+    # Given the stop of the instance into its warm pool, whose FORGET_NODE comes 20 minutes late (a redelivery,
+    # a resume, a dead-letter redrive), when the instance is back and drained for a new terminate action (t3):
+    # its annotations and its budget slot are t3's
+    stop = spot(Step.FORGET_NODE, transition=Transition.STATE_CHANGE, id=f"{INSTANCE}/state-change")
+    later = T0 + timedelta(minutes=20)
+    progress = json.dumps({"instance": INSTANCE, "transition": "terminate", "token": "t3"})
+    cluster = FakeCluster(nodes={NODE: node(owner="stack-a", in_progress=progress)}, cordoned={NODE})
+    records, queues = InMemoryRecords(), RecordingQueues()
+    waiting = terminating(
+        Step.ACQUIRE_SLOT, id="i-0aaaaaaaaaaaaaaaa/terminate/w", instance_id="i-0aaaaaaaaaaaaaaaa"
+    )
+    records.create(waiting)
+    slots = FakeSlots(holders={NODE}, held_for={NODE: f"{INSTANCE}/terminate/t3"}, waiters=[waiting.id])
+    waker = Dispatcher(records=records, queues=queues, clock=FakeClock(later), metrics=FakeMetrics())
+    ec2 = NoDns(known={INSTANCE: "running"})
+
+    # When the late step runs
+    outcome = ForgetNode(
+        finder=NodeFinder(cluster, ec2), cluster=cluster, slots=slots, dispatcher=waker, instances=ec2
+    )(stop, later)
+
+    # Then t3 keeps its slot and annotations, and nobody is woken into the slot t3 still drains with
+    assert outcome.changes["outcome"] == "instance-up-again"
+    assert (slots.forgotten, cluster.patches, queues.take()) == ([], [], [])
+
+
+def test_a_late_cleanup_of_an_old_warm_pool_lifecycle_leaves_a_later_lifecycles_cordon_alone() -> None:
+    # Given t1, a terminate of the instance into its warm pool long ago, whose cleanup comes late; and t3, the
+    # instance back from the pool and terminated for good: t3 cordoned the node, completed, and cleaned up
+    # (the cordon stays: the instance is going)
+    t1 = terminating(
+        Step.CLEANUP,
+        id=f"{INSTANCE}/terminate/t1",
+        token="t1",
+        node=NODE,
+        destination="WarmPool",
+        drain_started_at=T0,
+    )
+    cluster = FakeCluster(nodes={NODE: node()})
+    later = T0 + timedelta(hours=2)
+    t3 = terminating(Step.CORDON, id=f"{INSTANCE}/terminate/t3", token="t3", node=NODE)
+    claimed = Cordon(
+        finder=NodeFinder(cluster, NoDns()), cluster=cluster, policy=policy(), events=FakeEvents()
+    )(t3, later)
+    waker = Dispatcher(
+        records=InMemoryRecords(), queues=RecordingQueues(), clock=FakeClock(later), metrics=FakeMetrics()
+    )
+    autoscaling = FakeAutoscaling(states={INSTANCE: "Terminating:Proceed"})
+    slots = FakeSlots(holders={NODE}, held_for={NODE: t3.id})
+    cleanup = Cleanup(
+        cluster=cluster, slots=slots, dispatcher=waker, autoscaling=autoscaling, events=FakeEvents()
+    )
+    cleanup(t3.model_copy(update={"step": Step.CLEANUP, "drain_started_at": later, **claimed.changes}), later)
+    assert NODE in cluster.cordoned
+
+    # When t1's late cleanup runs while the node is still there
+    cleanup(t1, later + timedelta(seconds=5))
+
+    # Then the node of the terminating instance stays cordoned: that cordon is t3's, and the node is not coming
+    # back
+    assert NODE in cluster.cordoned
+    assert cluster.nodes[NODE].unschedulable
+
+
+def test_a_node_cordoned_and_excluded_before_the_claim_stays_so_when_it_comes_back() -> None:
+    # Given a node an operator cordoned, of a node group labelled out of external load balancers
+    cluster = FakeCluster(nodes={NODE: node(unschedulable=True, excluded_from_lb=True)}, cordoned={NODE})
+    record = terminating(Step.CORDON, node=NODE, destination="WarmPool")
+    cordon = Cordon(
+        finder=NodeFinder(cluster, NoDns()), cluster=cluster, policy=policy(), events=FakeEvents()
+    )
+
+    # When nodecycle claims it (twice: a redelivery after a crash before the record said so)
+    claimed = cordon(record, T0)
+    again = cordon(record, T0 + timedelta(seconds=1))
+
+    # Then it notes that it set neither, in the record and on the node
+    assert claimed.changes["extra"]["set_on_node"] == again.changes["extra"]["set_on_node"]
+    assert claimed.changes["extra"]["set_on_node"] == {"cordon": False, "lb": False}
+    assert json.loads(str(cluster.nodes[NODE].in_progress))["cordon"] is False
+
+    # and when its instance goes into the warm pool and comes back, the cordon and the label stay
+    waker = Dispatcher(
+        records=InMemoryRecords(), queues=RecordingQueues(), clock=FakeClock(T0), metrics=FakeMetrics()
+    )
+    Cleanup(
+        cluster=cluster,
+        slots=FakeSlots(holders={NODE}, held_for={NODE: record.id}),
+        dispatcher=waker,
+        autoscaling=FakeAutoscaling(),
+        events=FakeEvents(),
+    )(record.model_copy(update={"step": Step.CLEANUP, **claimed.changes}), T0)
+    assert cluster.patches[-1] == {"owner": None, "in_progress": None}
+    assert (cluster.nodes[NODE].unschedulable, cluster.nodes[NODE].excluded_from_lb) == (True, True)

@@ -25,6 +25,7 @@ from nodecycle.domain.ports.cluster import (
     EXCLUDE_LB_LABEL,
     IN_PROGRESS_ANNOTATION,
     OWNER_ANNOTATION,
+    RELEASED_FOR_ANNOTATION,
     ZONE_LABEL,
     Claim,
     Eviction,
@@ -65,6 +66,9 @@ def node_info(data: dict[str, Any]) -> NodeInfo:
         owner=annotations.get(OWNER_ANNOTATION),
         in_progress=annotations.get(IN_PROGRESS_ANNOTATION),
         resource_version=str(meta.get("resourceVersion", "")),
+        unschedulable=bool(spec.get("unschedulable")),
+        excluded_from_lb=EXCLUDE_LB_LABEL in labels,
+        released_for=annotations.get(RELEASED_FOR_ANNOTATION),
     )
 
 
@@ -155,7 +159,11 @@ class KubeCluster:
     ) -> Claim:
         metadata: dict[str, Any] = {
             "resourceVersion": node.resource_version,
-            "annotations": {OWNER_ANNOTATION: owner, IN_PROGRESS_ANNOTATION: in_progress},
+            "annotations": {
+                OWNER_ANNOTATION: owner,
+                IN_PROGRESS_ANNOTATION: in_progress,
+                RELEASED_FOR_ANNOTATION: None,
+            },
         }
         if exclude_from_lb:
             metadata["labels"] = {EXCLUDE_LB_LABEL: "true"}
@@ -164,14 +172,26 @@ class KubeCluster:
             body["spec"] = {"unschedulable": True}
         return self._patch_node(node.name, body)
 
-    def release_node(self, node: NodeInfo, *, uncordon: bool = False) -> Claim:
+    def release_node(
+        self,
+        node: NodeInfo,
+        *,
+        uncordon: bool = False,
+        unlabel: bool = False,
+        released_for: str | None = None,
+    ) -> Claim:
         metadata: dict[str, Any] = {
             "resourceVersion": node.resource_version,
-            "annotations": {OWNER_ANNOTATION: None, IN_PROGRESS_ANNOTATION: None},
+            "annotations": {
+                OWNER_ANNOTATION: None,
+                IN_PROGRESS_ANNOTATION: None,
+                RELEASED_FOR_ANNOTATION: released_for,
+            },
         }
         body: dict[str, Any] = {"metadata": metadata}
-        if uncordon:
+        if unlabel:
             metadata["labels"] = {EXCLUDE_LB_LABEL: None}
+        if uncordon:
             body["spec"] = {"unschedulable": None}
         return self._patch_node(node.name, body)
 

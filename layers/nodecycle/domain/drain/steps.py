@@ -25,6 +25,7 @@ from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.policy import DrainPolicy, TimeoutPolicy
 from nodecycle.domain.ports.budget import Slots
 from nodecycle.domain.ports.cluster import Claim, Cluster, Events, Eviction, NodeInfo, PodInfo, Refused
+from nodecycle.domain.ports.instances import DOWN_STATES, Instances
 from nodecycle.domain.ports.lifecycle import Autoscaling, RecordStore
 from nodecycle.domain.ports.runtime import Metrics
 
@@ -49,6 +50,10 @@ FAILED_PODS = "failed_pods"
 FAILURES_PER_PASS = 2
 DRAINED_AT = "drained_at"  # record.extra key: when the node was found empty (the load balancer delay starts)
 POLLS = "polls"  # record.extra key: how often the drain has looked for its pods so far
+# record.extra key (and fields of the in-progress annotation): what nodecycle itself set on the node when it
+# claimed it, {"cordon": bool, "lb": bool}; a node that comes back gets only those undone, never an operator's
+# cordon or a node group's own load balancer exclusion
+SET_ON_NODE = "set_on_node"
 # The disruptions without a hook whose drain a later terminate hook of the same instance finds done
 LINKED_CAUSES = (Transition.SPOT_INTERRUPTION, Transition.SCHEDULED_CHANGE, Transition.REBALANCE)
 LINKED_POLL_SECONDS = 5
@@ -368,12 +373,14 @@ class Cordon:
             return Outcome.goto(settle_step(record), outcome=f"node-owned-by:{node.owner}")
         if node.owner is None and node.in_progress:
             log.info("adopting node %s: in progress with no owner", node.name)
+        set_on_node = self._set_on_node(node)
         in_progress = json.dumps(
             {
                 "instance": record.instance_id,
                 "transition": record.transition.short,
                 "token": record.token,
                 "started": now.isoformat(),
+                **set_on_node,
             },
             separators=(",", ":"),
         )
@@ -389,6 +396,8 @@ class Cordon:
         if claim is Claim.GONE:
             return Outcome.goto(settle_step(record), outcome="node-gone")
         log.info("cordoned node %s", node.name)
+        extra = found.get("extra", record.extra)
+        found["extra"] = {**extra, SET_ON_NODE: set_on_node}
         deadline = min(now + self._policy.timeout, _deadline_cap(record, self._policy))
         self._events.on_node(
             node.name,
@@ -398,6 +407,18 @@ class Cordon:
             f"its pods until {deadline:%H:%M:%S}Z, then {self._policy.on_timeout}",
         )
         return Outcome.next(drain_started_at=now, drain_deadline=deadline, **found)
+
+    def _set_on_node(self, node: NodeInfo) -> dict[str, bool]:
+        """What this claim sets on the node that was not there: the cordon, the load balancer exclusion. A
+        node already in progress (this lifecycle's claim again, after a crash; or one adopted) keeps what its
+        first claim said, which knew the node before any cordon of nodecycle's."""
+        if node.in_progress:
+            first = node.progress()
+            return {"cordon": first.get("cordon") is not False, "lb": first.get("lb") is not False}
+        return {
+            "cordon": not node.unschedulable,
+            "lb": self._policy.exclude_from_load_balancers and not node.excluded_from_lb,
+        }
 
 
 class Evict:
@@ -656,10 +677,13 @@ class Cleanup:
         ours = node.owner == record.owner and node.lifecycle in (None, record.id)
         # Or this instance's node that this lifecycle cordoned, whose annotations are gone: the stop of the
         # instance (into its warm pool) frees them at once (FORGET_NODE), and may come before this cleanup.
-        # The cordon is still this lifecycle's to lift.
+        # The cordon is still this lifecycle's to lift, as the stop's mark says, unless a later lifecycle of
+        # the instance (back from the pool, now terminating for good) has claimed the node since: its claim
+        # removed the mark, and a late cleanup of this one must leave that cordon alone.
         freed = (
             node.owner is None
             and node.in_progress is None
+            and node.released_for == record.id
             and record.drain_started_at is not None
             and _of_instance(node, record)
         )
@@ -667,14 +691,24 @@ class Cleanup:
             return None
         back = self._coming_back(record)
         if not (ours or back):
-            return None  # freed already, and the cordon stays: the node is not coming back
+            # freed already, and the cordon stays (the node is not coming back): only the stop's mark goes
+            return self._cluster.release_node(node)
         if back and record.destination != WARM_POOL:
             log.warning(
                 "instance %s is still in service though its action is gone: node %s is uncordoned",
                 record.instance_id,
                 node.name,
             )
-        return self._cluster.release_node(node, uncordon=back)
+        # Only what this lifecycle set on the node (its claim's annotation says it too; a lifecycle from before
+        # it was noted: both, as then)
+        undo = record.extra.get(SET_ON_NODE)
+        if not isinstance(undo, dict):
+            undo = node.progress() if ours else {}
+        return self._cluster.release_node(
+            node,
+            uncordon=back and undo.get("cordon") is not False,
+            unlabel=back and undo.get("lb") is not False,
+        )
 
     def _settled(self, record: LifecycleRecord, uid: str | None) -> None:
         node = _known(record.node, "node")
@@ -706,18 +740,42 @@ class ForgetNode:
     cleanup of the lifecycle that set it, which runs before or after this step.
     """
 
-    def __init__(self, *, finder: NodeFinder, cluster: Cluster, slots: Slots, dispatcher: Dispatcher) -> None:
+    def __init__(
+        self,
+        *,
+        finder: NodeFinder,
+        cluster: Cluster,
+        slots: Slots,
+        dispatcher: Dispatcher,
+        instances: Instances,
+    ) -> None:
         self._finder = finder
         self._cluster = cluster
         self._slots = slots
         self._dispatcher = dispatcher
+        self._instances = instances
 
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
+        # Intake confirmed the instance down, but this step may run much later (a redelivery, a resume, a
+        # dead-letter redrive): an instance up again since (back from its warm pool) may be in a newer
+        # lifecycle, whose slot and annotations are not this one's to free
+        state = self._instances.states([record.instance_id]).get(record.instance_id)
+        if state is not None and state not in DOWN_STATES:
+            log.info(
+                "instance %s is %s again since it went down at %s: nothing of it is freed (a late message)",
+                record.instance_id,
+                state,
+                record.started_at,
+            )
+            return Outcome.next(outcome="instance-up-again")
         node, extra = self._finder.find(record)
         found: dict[str, Any] = {"extra": extra}
         if node is not None:
             found |= {"node": node.name, "node_uid": node.uid, "zone": node.zone}
-            if node.owner == record.owner and self._cluster.release_node(node) is Claim.CONFLICT:
+            if (
+                node.owner == record.owner
+                and self._cluster.release_node(node, released_for=node.lifecycle) is Claim.CONFLICT
+            ):
                 return Outcome.wait(1, **found)
         for waiter in self._slots.forget(record.owner, record.instance_id):
             self._dispatcher.wake(waiter)

@@ -19,6 +19,9 @@ from nodecycle.domain.model import Transition, record_id
 
 OWNER_ANNOTATION = "nodecycle.io/owner"
 IN_PROGRESS_ANNOTATION = "nodecycle.io/in-progress"
+# Left by the stop of an instance that clears a lifecycle's annotations before that lifecycle's cleanup: the
+# lifecycle's id, so that its cleanup may still lift its cordon (and no later one's). Any claim removes it.
+RELEASED_FOR_ANNOTATION = "nodecycle.io/released-for"
 EXCLUDE_LB_LABEL = "node.kubernetes.io/exclude-from-external-load-balancers"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 
@@ -34,6 +37,9 @@ class NodeInfo(BaseModel):
     owner: str | None  # the nodecycle.io/owner annotation
     in_progress: str | None  # the nodecycle.io/in-progress annotation (JSON)
     resource_version: str
+    unschedulable: bool = False  # spec.unschedulable: cordoned, by nodecycle or anyone
+    excluded_from_lb: bool = False  # labelled node.kubernetes.io/exclude-from-external-load-balancers
+    released_for: str | None = None  # the nodecycle.io/released-for annotation
 
     @property
     def lifecycle(self) -> str | None:
@@ -43,6 +49,14 @@ class NodeInfo(BaseModel):
             return record_id(data["instance"], Transition.from_short(data["transition"]), data["token"])
         except (ValueError, KeyError, TypeError):
             return None
+
+    def progress(self) -> dict[str, object]:
+        """The in-progress annotation's fields ({} when none, or unreadable)."""
+        try:
+            data = json.loads(self.in_progress or "")
+        except ValueError:
+            return {}
+        return data if isinstance(data, dict) else {}
 
 
 class PodInfo(BaseModel):
@@ -118,9 +132,18 @@ class Cluster(Protocol):
         """One PATCH, conditional on the node's resourceVersion: owner + in-progress annotations, cordon."""
         ...
 
-    def release_node(self, node: NodeInfo, *, uncordon: bool = False) -> Claim:
-        """One PATCH, conditional on the resourceVersion: remove both annotations together (and, for a node
-        that will come back, the cordon and the load balancer exclusion)."""
+    def release_node(
+        self,
+        node: NodeInfo,
+        *,
+        uncordon: bool = False,
+        unlabel: bool = False,
+        released_for: str | None = None,
+    ) -> Claim:
+        """One PATCH, conditional on the resourceVersion: remove both annotations together; for a node that
+        will come back, lift the cordon (``uncordon``) and the load balancer exclusion (``unlabel``), each only
+        where nodecycle set it. ``released_for`` marks the node with the lifecycle whose annotations this
+        clears before its cleanup (a stop of its instance); without it, the mark is removed."""
         ...
 
     def pods_on(self, node: str) -> list[PodInfo]:

@@ -38,6 +38,10 @@ class Instances(Protocol):
         """The instances among ``instance_ids`` that exist and are not shutting down or terminated."""
         ...
 
+    def states(self, instance_ids: Collection[str]) -> dict[str, str]:
+        """Instance id -> EC2 state, for those of ``instance_ids`` EC2 still knows (batched calls)."""
+        ...
+
 
 class InstanceDirectory(Protocol):
     """What intake asks of EC2 about the instance of a disruption event."""
