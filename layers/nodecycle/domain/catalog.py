@@ -17,8 +17,10 @@ class ManagedGroups:
     """Decides whether an Auto Scaling group belongs to this stack.
 
     A group is managed when it is named in the settings, or (when enabled) when it carries the tag
-    ``nodecycle:owner=<owner id>``. Tag answers are cached for ``ttl`` so that a burst of events of one
-    group costs one DescribeTags, and a newly tagged group is picked up within minutes.
+    ``nodecycle:owner=<owner id>``; never when that tag names another owner (named here by mistake, it is
+    that stack's: two stacks taking one action would each drain, and one complete it under the other's
+    drain). Tag answers are cached for ``ttl`` so that a burst of events of one group costs one
+    DescribeAutoScalingGroups, and a newly tagged group is picked up within minutes.
     """
 
     def __init__(
@@ -39,7 +41,7 @@ class ManagedGroups:
         self._autoscaling = autoscaling
         self._clock = clock
         self._ttl = ttl
-        self._tagged: dict[str, tuple[bool, datetime]] = {}
+        self._tagged: dict[str, tuple[str | None, datetime]] = {}  # group -> its owner tag, when read
 
     def manages(self, group: str, hook: str) -> bool:
         if self._hooks is not None and hook not in self._hooks:
@@ -47,19 +49,28 @@ class ManagedGroups:
         return self.manages_group(group)
 
     def manages_group(self, group: str) -> bool:
-        if group in self._names:
-            return True
-        return self._by_tag and self._tagged_for_us(group)
+        if group not in self._names and not self._by_tag:
+            return False
+        owner = self._owner_tag(group)
+        if group in self._names and owner not in (None, self._owner):
+            log.error(
+                "group %s is named in this stack's managed groups but tagged %s=%s: left to that stack",
+                group,
+                OWNER_TAG,
+                owner,
+            )
+            return False
+        return group in self._names or owner == self._owner
 
-    def _tagged_for_us(self, group: str) -> bool:
+    def _owner_tag(self, group: str) -> str | None:
         now = self._clock.now()
         cached = self._tagged.get(group)
         if cached and now - cached[1] < self._ttl:
             return cached[0]
         tags = self._autoscaling.group_tags(group)
-        ours = tags is not None and tags.get(OWNER_TAG) == self._owner
-        self._tagged[group] = (ours, now)
-        return ours
+        owner = None if tags is None else tags.get(OWNER_TAG)
+        self._tagged[group] = (owner, now)
+        return owner
 
 
 class LifecycleHooks:

@@ -1490,3 +1490,25 @@ def test_a_node_cordoned_and_excluded_before_the_claim_stays_so_when_it_comes_ba
     )(record.model_copy(update={"step": Step.CLEANUP, **claimed.changes}), T0)
     assert cluster.patches[-1] == {"owner": None, "in_progress": None}
     assert (cluster.nodes[NODE].unschedulable, cluster.nodes[NODE].excluded_from_lb) == (True, True)
+
+
+def test_an_action_another_stack_drains_the_node_for_is_never_completed_here_while_it_drains() -> None:
+    # Given another stack draining the node for the very action this stack received as well (one group
+    # managed by both by mistake: same instance, same token), its drain begun 300 s after ours was received
+    record = terminating(Step.ACQUIRE_SLOT)
+    theirs = json.dumps(
+        {
+            "instance": record.instance_id,
+            "transition": "terminate",
+            "token": record.token,
+            "started": (T0 + timedelta(seconds=300)).isoformat(),
+        }
+    )
+    cluster = FakeCluster(nodes={NODE: node(owner="stack-b", in_progress=theirs)})
+
+    # When this stack asks again after its own drain timeout (600 s) since it received the action
+    outcome = acquire(cluster, FakeSlots(others={NODE: "stack-b"}))(record, T0 + timedelta(seconds=601))
+
+    # Then it waits for the other's drain instead of completing the action under it
+    assert outcome.again
+    assert outcome.then is None

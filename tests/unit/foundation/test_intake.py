@@ -142,3 +142,29 @@ def test_a_hook_recreated_for_the_other_transition_is_read_again_before_an_event
     # When the new hook's first launch comes, Then it is accepted
     launch = event(token="0e1f2a3b-4c5d-4e6f-8a9b-0c1d2e3f4a5b", transition=Transition.LAUNCHING)
     assert hooks.accept(launch) is IntakeOutcome.ACCEPTED
+
+
+def test_a_group_named_in_the_settings_but_tagged_for_another_stack_is_left_to_that_stack() -> None:
+    # Given a group named in stack-a's managed groups, and tagged nodecycle:owner=stack-b (stack-b manages
+    # groups by tag): both stacks would take the very same actions, and the one that lost the budget slot
+    # would complete the action while the other still drains
+    autoscaling = FakeAutoscaling(
+        tags={GROUP: {"nodecycle:owner": "stack-b"}, "ours": {"nodecycle:owner": "stack-a"}}
+    )
+    groups = ManagedGroups(
+        owner="stack-a",
+        names=(GROUP, "ours", "untagged"),
+        by_tag=False,
+        hooks=("*",),
+        autoscaling=autoscaling,
+        clock=FakeClock(),
+    )
+    theirs = ManagedGroups(
+        owner="stack-b", names=(), by_tag=True, hooks=("*",), autoscaling=autoscaling, clock=FakeClock()
+    )
+
+    # Then only stack-b manages it; a named group tagged for this stack, or not tagged, is this stack's
+    assert theirs.manages(GROUP, HOOK)
+    assert not groups.manages(GROUP, HOOK)
+    assert groups.manages("ours", HOOK)
+    assert groups.manages("untagged", HOOK)

@@ -256,8 +256,18 @@ class AcquireSlot:
             return Outcome.next(slot_waiting_since=None, **found)
         if foreign and decision.reason in (SlotReason.HELD_BY_OTHER_OWNER, SlotReason.CLAIMED_BY_OTHER_OWNER):
             # Another stack is draining this node: leave it alone, and settle our own action once it is
-            # done with it, or when our drain timeout says we have waited long enough.
-            if now - record.received_at > self._policy.timeout:
+            # done with it, or when our drain timeout says we have waited long enough. Unless it drains for
+            # this very action (a group both stacks manage, by mistake): completing it would let Auto Scaling
+            # terminate the instance under that drain. Its end ends the action (a heartbeat finds it gone).
+            shared = node.lifecycle == record.id
+            if shared:
+                log.error(
+                    "owner %s drains node %s for this very lifecycle action: is group %s managed by both?",
+                    node.owner,
+                    node.name,
+                    record.group,
+                )
+            elif now - record.received_at > self._policy.timeout:
                 return Outcome.goto(settle_step(record), outcome=f"node-owned-by:{node.owner}", **found)
             log.info("node %s is being drained by owner %s: waiting", node.name, node.owner)
             return Outcome.wait(self._policy.budget_retry_seconds, **found)
