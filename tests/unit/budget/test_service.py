@@ -231,6 +231,29 @@ def test_no_owner_releases_or_takes_a_slot_another_owner_holds(
     assert [(h.node, h.owner) for h in doc.holders] == [("n1", "blue")]
 
 
+@pytest.mark.parametrize("held", [True, False], ids=["holder", "waiter"])
+def test_another_owners_entry_for_a_node_name_now_another_instances_is_stale(
+    make_budget: BudgetFactory, store: MemoryBudgetStore, held: bool
+) -> None:
+    # Given blue's entry (a holder, or a waiter behind a full budget) for node n1 of instance i-old, whose
+    # release was lost when i-old went; and green's new instance, given i-old's private IP, hence the node name
+    blue, green = make_budget("1", None, owner="blue"), make_budget("2", None, owner="green")
+    if not held:
+        blue.acquire(slot("n0"))
+    old = replace(slot("n1"), instance_id="i-old")
+    assert blue.acquire(old).granted is held
+
+    # When green's node of that name has a Spot interruption (its capacity goes in two minutes: forced)
+    decision = green.acquire(replace(slot("n1", owner="green"), instance_id="i-new", force=True))
+
+    # Then green drains its node now: blue's entry names a node gone with its instance
+    assert decision.granted
+    doc = store.read()
+    assert doc is not None
+    assert [(h.node, h.owner) for h in doc.holders if h.node == "n1"] == [("n1", "green")]
+    assert not [w for w in doc.waiters if w.node == "n1"]
+
+
 def test_a_waiter_that_gives_up_leaves_the_queue_and_its_slot_goes_to_the_next(
     make_budget: BudgetFactory,
 ) -> None:

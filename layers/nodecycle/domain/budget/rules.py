@@ -44,7 +44,10 @@ the last written one. A holder that expired and was removed asks again like a ne
 node already counted as unavailable takes its slot without taking a new one.
 
 A node that is held or queued by another owner is handed off, never taken (invariant 3), until that entry
-expires.
+expires; unless the entry is another instance's. Instance ids are never reused, node names are (a recycled
+private IP): an entry of another instance is for a node gone with its instance (its release lost), and the
+name is the request's instance's node now (every caller checks the node by name first). It is stale, and
+removed, as a holder of the same owner for another instance is taken over.
 """
 
 from __future__ import annotations
@@ -253,6 +256,27 @@ def _renewed_lately(entry: Holder | Waiter | None, request: SlotRequest, now: da
     )
 
 
+def _without_other_instances(doc: BudgetDocument, request: SlotRequest) -> BudgetDocument:
+    """``doc`` without another owner's holder or waiter of the request's node name for another instance: it
+    is for a node gone with its instance, whose name the request's instance's node has now."""
+
+    def stale(entry: Holder | Waiter) -> bool:
+        return (
+            entry.node == request.node
+            and entry.owner != request.owner
+            and entry.instance_id != request.instance_id
+        )
+
+    if not any(stale(e) for e in (*doc.holders, *doc.waiters)):
+        return doc
+    return doc.model_copy(
+        update={
+            "holders": tuple(h for h in doc.holders if not stale(h)),
+            "waiters": tuple(w for w in doc.waiters if not stale(w)),
+        }
+    )
+
+
 def claim(
     doc: BudgetDocument, request: SlotRequest, *, now: datetime, ttl: timedelta, renewing: bool
 ) -> tuple[BudgetDocument, SlotDecision, timedelta | None]:
@@ -267,6 +291,7 @@ def claim(
         "renewed_at": now,
         "ttl_seconds": ttl_seconds,
     }
+    doc = _without_other_instances(doc, request)
     holder = doc.holder(request.node)
     if holder is not None:
         if holder.owner != request.owner:

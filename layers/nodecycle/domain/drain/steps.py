@@ -444,6 +444,13 @@ class Evict:
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
         node = _known(record.node, "node")
         policy = self._policy
+        # The node by its name, at every poll, before the slot of that name is renewed: once it is gone, its
+        # name may be another instance's node (a recycled private IP), whose pods are not ours to evict nor its
+        # slot ours to hold; the pods of a node gone are not ours to evict either
+        info = self._cluster.get_node(node)
+        if info is None or not _of_instance(info, record):
+            log.warning("node %s of %s is gone: nothing left to drain there", node, record.instance_id)
+            return Outcome.goto(settle_step(record), outcome="node-gone")
         # (near the global timeout, a paused drain takes its slot back as a waiter would: forced)
         request = _slot_request(
             record, node, record.zone, in_progress=True, **_precedence(record, now, policy)
@@ -454,12 +461,6 @@ class Evict:
             log.warning("lost the budget slot of node %s: pausing the drain until it is back", record.node)
             self._metrics.count("BudgetSlotsLost")
             return Outcome.wait(policy.budget_retry_seconds, drain_paused_at=record.drain_paused_at or now)
-        # The node by its name, at every poll: once it is gone, its name may be another instance's node (a
-        # recycled private IP) whose pods are not ours to evict; the pods of a node gone are not either
-        info = self._cluster.get_node(node)
-        if info is None or not _of_instance(info, record):
-            log.warning("node %s of %s is gone: nothing left to drain there", node, record.instance_id)
-            return Outcome.goto(settle_step(record), outcome="node-gone")
         changes: dict[str, Any] = {}
         deadline = _known(record.drain_deadline, "drain deadline")
         if record.drain_paused_at is not None:
