@@ -13,6 +13,7 @@ import pytest
 from nodecycle.domain.budget import Holder, SweepResult, Waiter
 from nodecycle.domain.completion import CompleteAction
 from nodecycle.domain.engine import Dispatcher
+from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import ActionRef, LifecycleRecord, Step
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.cluster import Claim, NodeInfo
@@ -231,6 +232,25 @@ def test_an_overdue_action_is_settled_by_the_last_sweep_that_comes_before_its_gl
     early.records.create(kept_alive(early.autoscaling, record, early.clock.now() - INTERVAL))
     assert early.run()["LifecyclesResumed"] == 1
     assert early.autoscaling.completed == []
+
+
+def test_the_last_sweep_settles_an_action_even_when_its_heartbeat_is_throttled() -> None:
+    # Given a stalled lifecycle at the last sweep before its action's global timeout, and Auto Scaling
+    # throttling heartbeats (botocore's retries spent)
+    repair = Repair()
+    record = make_record(PLAN, Step.EVICT, node="n1")
+    repair.clock.current = record.global_deadline - timedelta(minutes=3)
+    repair.records.create(kept_alive(repair.autoscaling, record, repair.clock.now() - INTERVAL))
+
+    def throttled(action: ActionRef) -> bool:
+        raise TransientError("Throttling: Rate exceeded")
+
+    repair.autoscaling.heartbeat = throttled  # type: ignore[method-assign]
+
+    # When the sweeper runs, Then it still completes the action: there is no later sweep to do it
+    assert repair.run()["LifecyclesSettled"] == 1
+    ((action, result),) = repair.autoscaling.completed
+    assert (action, result) == (record.action, ActionResult.CONTINUE)
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 
 from nodecycle.domain.completion import CompleteAction
 from nodecycle.domain.engine import Dispatcher, Outcome, advance
+from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import after_completion
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.policy import ActionResult
@@ -85,7 +86,16 @@ class LifecycleRepair:
             try:
                 overdue = record.overdue(now, self._grace)
                 last = record.action_open and self._last_chance(record, now)
-                kept = self._keep_alive(record, now, counts)
+                try:
+                    kept = self._keep_alive(record, now, counts)
+                except TransientError as error:
+                    if not last:
+                        raise
+                    # no later sweep can settle it: complete it anyway (a completion needs no heartbeat)
+                    log.warning(
+                        "could not heartbeat %s at its last chance (%s): settling it", record.id, error
+                    )
+                    kept = record
                 counts["LifecyclesStalled"] += overdue
                 if kept is not None and (overdue or last):
                     counts[self._repair(kept, now, last)] += 1
