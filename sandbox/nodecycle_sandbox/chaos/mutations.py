@@ -42,8 +42,8 @@ MUTATIONS = (
         "complete-before-drained",
         "the drain goes on to completion as soon as it starts, pods or not",
         "nodecycle/domain/drain/steps.py",
-        "        stuck, why = self._stuck(node, left, now)\n        if len(stuck) == len(left):",
-        "        stuck, why = self._stuck(node, left, now)\n        if True:  # MUTATION: completion before the drain ends",
+        "        stuck, why = self._stuck(info, left, now)\n        if len(stuck) == len(left):",
+        "        stuck, why = self._stuck(info, left, now)\n        if True:  # MUTATION: completion before the drain ends",
     ),
     Mutation(
         "sweeper-stale-always",

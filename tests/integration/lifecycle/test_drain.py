@@ -210,10 +210,12 @@ def claim_as(
             count_unavailable=False,
             owner=owner,
         )
-        zone = (sandbox.kube.get_object("nodes", node) or {})["metadata"]["labels"][ZONE_LABEL]
-        assert budget.acquire(
-            SlotRequest(node, "i-0bbbbbbbbbbbbbbbb", zone, owner, "rec-of-" + owner)
-        ).granted
+        found = sandbox.kube.get_object("nodes", node) or {}
+        zone = found["metadata"]["labels"][ZONE_LABEL]
+        # the other stack's holder is for the node's instance (an entry of another instance under this node
+        # name would be for a node gone with its instance: stale)
+        instance = found["spec"]["providerID"].rsplit("/", 1)[-1]
+        assert budget.acquire(SlotRequest(node, instance, zone, owner, "rec-of-" + owner)).granted
     if annotate:
         api.patch_node(
             node,
