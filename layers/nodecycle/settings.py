@@ -208,15 +208,16 @@ class Drain(_Section):
 
 
 # A label selector as the API server parses it (labels.Parse): requirements separated by commas, each a key
-# alone or negated, a key compared with = == != to one value, with in/notin to a list, or with < > to an
-# integer. Keys: an optional DNS subdomain prefix and a name of up to 63 characters; values: up to 63.
+# alone or negated, a key compared with = == != to one value, with in/notin to a set of values (members may be
+# empty: "x in (foo,,baz)", "z notin ()"), or with < > to a whole number (a label value: no sign). Keys: an
+# optional DNS subdomain prefix and a name of up to 63 characters; values: up to 63, or empty.
 _LABEL_NAME = r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
 _LABEL_KEY = rf"(?:[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*/)?{_LABEL_NAME}"
 _LABEL_VALUE = rf"(?:{_LABEL_NAME})?"
 _REQUIREMENT = (
     rf"\s*(?:!\s*{_LABEL_KEY}|{_LABEL_KEY}\s*(?:==?|!=)\s*{_LABEL_VALUE}"
-    rf"|{_LABEL_KEY}\s+(?:in|notin)\s*\(\s*{_LABEL_NAME}(?:\s*,\s*{_LABEL_NAME})*\s*\)"
-    rf"|{_LABEL_KEY}\s*[<>]\s*-?[0-9]+|{_LABEL_KEY})\s*"
+    rf"|{_LABEL_KEY}\s+(?:in|notin)\s*\(\s*{_LABEL_VALUE}(?:\s*,\s*{_LABEL_VALUE})*\s*\)"
+    rf"|{_LABEL_KEY}\s*[<>]\s*[0-9]{{1,63}}|{_LABEL_KEY})\s*"
 )
 _LABEL_SELECTOR = re.compile(rf"(?:{_REQUIREMENT}(?:,{_REQUIREMENT})*)?")
 

@@ -14,7 +14,7 @@ _KEY = r"(?:[A-Za-z0-9.-]+/)?[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?"
 _VALUE = r"(?:(?:[A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?"
 _SET_TERM = re.compile(rf"^({_KEY})\s+(in|notin)\s*\(([^()]*)\)$")
 _EQ_TERM = re.compile(rf"^({_KEY})\s*(==|=|!=)\s*({_VALUE})$")
-_CMP_TERM = re.compile(rf"^({_KEY})\s*([<>])\s*(-?[0-9]+)$")
+_CMP_TERM = re.compile(rf"^({_KEY})\s*([<>])\s*([0-9]+)$")  # a label value: no sign, as the API server says
 _EXISTS_TERM = re.compile(rf"^(!?)\s*({_KEY})$")
 _VALUE_ONLY = re.compile(rf"^{_VALUE}$")
 
@@ -84,7 +84,8 @@ def parse_label_selector(text: str) -> LabelSelector:
     for raw in _split_top_level(text):
         term = raw.strip()
         if m := _SET_TERM.match(term):
-            values = frozenset(v.strip() for v in m.group(3).split(",") if v.strip())
+            # members may be empty, as the API server reads them: "()" is the set {""}
+            values = frozenset(v.strip() for v in m.group(3).split(","))
             if not all(_VALUE_ONLY.match(v) for v in values):
                 raise errors.bad_request(f"unable to parse requirement: invalid value in {term!r}")
             requirements.append(Requirement(m.group(1), "In" if m.group(2) == "in" else "NotIn", values))

@@ -113,6 +113,9 @@ def test_three_pods_stay_pending_when_nodes_are_full(cluster: tuple[KubeServer, 
             lambda labels: labels.get("tier") == "front" and labels.get("app") == "web",
         ),
         ("canary,!app", lambda labels: "canary" in labels and "app" not in labels),
+        # members may be empty, as labels.Parse reads them: "notin ()" is "notin {''}"
+        ("app notin (,web)", lambda labels: labels.get("app") not in ("", "web")),
+        ("app notin ()", lambda labels: labels.get("app") != ""),
     ],
 )
 def test_label_selector_supports_equality_sets_and_existence(
@@ -149,6 +152,7 @@ def test_node_field_selector_on_unschedulable(cluster: tuple[KubeServer, Kube]) 
         ({"field_selector": "spec.containers=x"}, "field label not supported: spec.containers"),
         ({"label_selector": "app in web"}, "unable to parse requirement"),
         ({"label_selector": "a=b=c"}, "unable to parse requirement"),
+        ({"label_selector": "zone-index>-1"}, "unable to parse requirement"),  # a bound is a label value
         ({"_continue": "garbage!", "limit": 2}, "continue key is not valid"),
     ],
 )

@@ -74,7 +74,8 @@ def test_defaults_describe_a_conservative_stack() -> None:
         ("NODECYCLE_BUDGET_NODE_SELECTOR", "role in (workers", "NODECYCLE_BUDGET_NODE_SELECTOR: not a label"),
         ("NODECYCLE_BUDGET_NODE_SELECTOR", "=workers", "NODECYCLE_BUDGET_NODE_SELECTOR: not a label"),
         ("NODECYCLE_BUDGET_NODE_SELECTOR", "role==a==b", "NODECYCLE_BUDGET_NODE_SELECTOR: not a label"),
-        ("NODECYCLE_BUDGET_NODE_SELECTOR", "role in ()", "NODECYCLE_BUDGET_NODE_SELECTOR: not a label"),
+        ("NODECYCLE_BUDGET_NODE_SELECTOR", "zone-index>-1", "NODECYCLE_BUDGET_NODE_SELECTOR: not a label"),
+        ("NODECYCLE_BUDGET_NODE_SELECTOR", "zone-index<+5", "NODECYCLE_BUDGET_NODE_SELECTOR: not a label"),
         ("NODECYCLE_BUDGET_NODE_SELECTOR", "role=a b", "NODECYCLE_BUDGET_NODE_SELECTOR: not a label"),
     ],
 )
@@ -93,6 +94,11 @@ def test_an_invalid_value_names_the_setting_and_what_was_expected(name: str, val
         "eks.amazonaws.com/nodegroup notin (system),gpu",
         "karpenter.sh/capacity-type = spot , zone-index>1",
         "empty=",
+        # labels.Parse's own example of valid syntax: a set may have empty members, or be empty ({""})
+        "x in (foo,,baz),y,z notin ()",
+        "role in ()",
+        "role notin (,system)",
+        "role in (a,)",
     ],
 )
 def test_a_label_selector_the_api_server_parses_is_accepted(selector: str) -> None:
