@@ -52,33 +52,44 @@ def test_an_association_never_moves_an_address_from_where_it_is(
     assert adapter.associate(ALLOCATION, INSTANCE) == "eipassoc-1"
 
 
-def test_the_addresses_on_an_instance_are_every_owners_in_one_describe_addresses(
+def test_the_addresses_an_association_would_displace_are_those_on_the_primary_private_ip(
     stubbed: tuple[Ec2Addresses, Stubber],
 ) -> None:
+    # Given an instance with an operator's address on its primary private IP, and another on the interface
+    # its bootstrap attached (EC2 lists both for the instance, each with its interface and private IP)
     adapter, stubber = stubbed
+
+    def listed(allocation: str, interface: str, private_ip: str) -> dict[str, str]:
+        return {
+            "AllocationId": allocation,
+            "PublicIp": "203.0.113.7",
+            "AssociationId": f"eipassoc-{allocation[-1]}",
+            "InstanceId": INSTANCE,
+            "NetworkInterfaceId": interface,
+            "PrivateIpAddress": private_ip,
+        }
+
     stubber.add_response(
         "describe_addresses",
         {
             "Addresses": [
-                {
-                    "AllocationId": ALLOCATION,
-                    "PublicIp": "203.0.113.7",
-                    "AssociationId": "eipassoc-1",
-                    "InstanceId": INSTANCE,
-                }
+                listed("eipalloc-1", "eni-primary", "10.0.1.10"),
+                listed("eipalloc-2", "eni-bootstrap", "10.0.2.20"),
             ]
         },
         expected_params={"Filters": [{"Name": "instance-id", "Values": [INSTANCE]}]},
     )
+    stubber.add_response(
+        "describe_instances",
+        {"Reservations": [{"Instances": [{"InstanceId": INSTANCE, "PrivateIpAddress": "10.0.1.10"}]}]},
+        expected_params={"Filters": [{"Name": "instance-id", "Values": [INSTANCE]}]},
+    )
+    # and an instance without any (a launch, nearly always): one call
+    stubber.add_response("describe_addresses", {"Addresses": []})
 
-    assert adapter.on_instance(INSTANCE) == [
-        Address(
-            allocation_id=ALLOCATION,
-            public_ip="203.0.113.7",
-            association_id="eipassoc-1",
-            instance_id=INSTANCE,
-        )
-    ]
+    # Then only the address on the primary private IP is in the way of an association
+    assert [a.allocation_id for a in adapter.on_primary_ip(INSTANCE)] == ["eipalloc-1"]
+    assert adapter.on_primary_ip("i-0000000000000aaaa") == []
 
 
 def test_an_allocation_carries_its_tags_from_creation(stubbed: tuple[Ec2Addresses, Stubber]) -> None:

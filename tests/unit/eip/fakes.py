@@ -46,6 +46,7 @@ class Eip:
     tags: dict[str, str]
     association_id: str | None = None
     instance_id: str | None = None
+    secondary: bool = False  # on another interface or private IP of its instance than the primary one
 
     def view(self) -> Address:
         return Address(
@@ -98,20 +99,23 @@ class FakeAddresses:
         pool: str | None = None,
         allocated_at: datetime | None = T0,
         on: str | None = None,
+        secondary: bool = False,
     ) -> str:
-        """An address that exists before the test starts, tagged as given (and associated ``on`` an instance)."""
+        """An address that exists before the test starts, tagged as given (and associated ``on`` an instance,
+        on its primary private IP or, ``secondary``, on another)."""
         tags = {OWNER_TAG: owner, INSTANCE_TAG: allocated_for, POOL_TAG: pool, GROUP_TAG: GROUP}
         if allocated_at is not None:
             tags[ALLOCATED_AT_TAG] = allocated_at.isoformat()
         eip = self._new({key: value for key, value in tags.items() if value is not None})
         if on is not None:
             self.take(eip.allocation_id, on)
+            eip.secondary = secondary
         return eip.allocation_id
 
     def take(self, allocation_id: str, instance_id: str) -> None:
         """Someone associates the address behind the step's back (another launch, another tool)."""
         eip = self.eips[allocation_id]
-        eip.instance_id, eip.association_id = instance_id, self._id("eipassoc")
+        eip.instance_id, eip.association_id, eip.secondary = instance_id, self._id("eipassoc"), False
 
     def on(self, instance_id: str) -> list[Eip]:
         return [eip for eip in self.eips.values() if eip.instance_id == instance_id]
@@ -140,9 +144,9 @@ class FakeAddresses:
         self._done("find", owner)
         return found
 
-    def on_instance(self, instance_id: str) -> list[Address]:
-        self._call("on_instance", instance_id)
-        return [eip.view() for eip in self.on(instance_id)]
+    def on_primary_ip(self, instance_id: str) -> list[Address]:
+        self._call("on_primary_ip", instance_id)
+        return [eip.view() for eip in self.on(instance_id) if not eip.secondary]
 
     def describe(self, allocation_id: str) -> Address:
         self._call("describe", allocation_id)
@@ -167,8 +171,9 @@ class FakeAddresses:
             )
         if eip.association_id is not None:
             raise AddressAlreadyAssociated(f"Resource.AlreadyAssociated: {eip.public_ip}")
-        for other in self.on(instance_id):  # the instance's primary address takes the new one instead
-            other.instance_id = other.association_id = None
+        for other in self.on(instance_id):  # the instance's primary private IP takes the new one instead
+            if not other.secondary:
+                other.instance_id = other.association_id = None
         eip.instance_id, eip.association_id = instance_id, self._id("eipassoc")
         self._hidden[allocation_id] = self.lag
         return eip.association_id

@@ -319,13 +319,28 @@ def test_an_instance_that_holds_an_address_not_ours_keeps_it_and_the_failure_pol
     assert metrics.counts["EipFailures"] == 1
 
 
+def test_an_address_on_another_interface_of_the_instance_does_not_stop_it_getting_one(
+    ec2: FakeAddresses, metrics: FakeMetrics
+) -> None:
+    # Given an instance whose bootstrap attached an interface that carries an operator's address: an
+    # association with the instance (its primary private IP) leaves that one where it is
+    theirs = ec2.add(owner=None, on=INSTANCE, secondary=True)
+
+    outcome = step(ec2, metrics)(launch_record(INSTANCE), T0)
+
+    assert went_on(outcome)
+    assert ec2.eips[theirs].instance_id == INSTANCE
+    assert ec2.eips[outcome.changes["allocation_id"]].instance_id == INSTANCE
+    assert metrics.counts["EipFailures"] == 0
+
+
 def test_our_address_for_the_instance_that_a_concurrent_delivery_associated_since_the_listing_is_kept(
     ec2: FakeAddresses, metrics: FakeMetrics
 ) -> None:
     # Given the address an earlier delivery allocated, associated by a concurrent one right after this
     # delivery listed the addresses allocated for the instance
     ours = ec2.add(allocated_for=INSTANCE)
-    ec2.before["on_instance"] = lambda instance: ec2.take(ours, instance)
+    ec2.before["on_primary_ip"] = lambda instance: ec2.take(ours, instance)
 
     outcome = step(ec2, metrics)(launch_record(INSTANCE), T0)
 

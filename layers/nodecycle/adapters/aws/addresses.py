@@ -60,10 +60,20 @@ class Ec2Addresses:
             found = self._ec2().describe_addresses(Filters=filters)
         return [_address(item) for item in found.get("Addresses", [])]
 
-    def on_instance(self, instance_id: str) -> list[Address]:
+    def on_primary_ip(self, instance_id: str) -> list[Address]:
         with _answers({}), transient_errors("listing an instance's Elastic IPs"):
             found = self._ec2().describe_addresses(Filters=[_filter("instance-id", instance_id)])
-        return [_address(item) for item in found.get("Addresses", [])]
+        items = found.get("Addresses", [])
+        if not items:
+            return []  # (a launch, nearly always: one call)
+        with _answers({}):
+            described = next(iter(Ec2Instances(self._ec2()).describe([instance_id])), None)
+        primary = described.get("PrivateIpAddress") if described is not None else None
+        return [
+            _address(item)
+            for item in items
+            if primary is None or item.get("PrivateIpAddress") in (None, primary)
+        ]
 
     def describe(self, allocation_id: str) -> Address:
         with _answers({_NOT_FOUND: AddressNotFound}), transient_errors("describing an Elastic IP"):

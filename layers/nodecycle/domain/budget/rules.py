@@ -267,7 +267,7 @@ def _without_other_instances(doc: BudgetDocument, request: SlotRequest) -> Budge
             and entry.instance_id != request.instance_id
         )
 
-    if not any(stale(e) for e in (*doc.holders, *doc.waiters)):
+    if not any(stale(h) for h in doc.holders) and not any(stale(w) for w in doc.waiters):
         return doc
     return doc.model_copy(
         update={

@@ -14,9 +14,10 @@ the spare is released.
 
 No stealing: AssociateAddress always runs with AllowReassociation false, so an address that another launch
 associated first is refused, not moved, and the step tries the next free one. Nor is an address moved off
-the instance: EC2 gives an instance one address on its primary private IP and silently disassociates the
-one it holds for a new one, so an instance that holds an address not nodecycle's gets none (the failure
-policy decides), rather than lose it to be released as unassociated by whoever owns it.
+the instance: EC2 associates the address with the instance's primary private IP and silently disassociates
+the one already there, so an instance that holds an address not nodecycle's on that IP gets none (the failure
+policy decides), rather than lose it to be released as unassociated by whoever owns it. An address on
+another interface or private IP (an interface the instance's bootstrap attaches) is not in the way.
 """
 
 from __future__ import annotations
@@ -191,9 +192,9 @@ class AssignAddress:
     # -- association and its verification ------------------------------------------------------------
 
     def _held_elsewhere(self, instance: str) -> str | None:
-        """Why the instance must get no address, when it holds one not allocated or claimed for it by this
-        stack (another stack's, an operator's): associating another would move that one off it."""
-        for address in self._addresses.on_instance(instance):
+        """Why the instance must get no address, when it holds one on its primary private IP that this stack
+        did not allocate or claim for it (another stack's, an operator's): an association would move it off."""
+        for address in self._addresses.on_primary_ip(instance):
             # (one of ours for this instance is a concurrent delivery's, associated since the listing)
             for_it = address.allocated_for == instance or (bool(self._pool) and address.pool == self._pool)
             if address.tags.get(OWNER_TAG) != self._owner or not for_it:

@@ -111,10 +111,11 @@ class Addresses(Protocol):
         One DescribeAddresses call."""
         ...
 
-    def on_instance(self, instance_id: str) -> list[Address]:
-        """Every address associated with the instance, whoever's (not only nodecycle's): an instance takes
-        one address on its primary private IP, and associating another moves the first one off it.
-        One DescribeAddresses call."""
+    def on_primary_ip(self, instance_id: str) -> list[Address]:
+        """The addresses, whoever's (not only nodecycle's), on the instance's primary private IP: the one an
+        association with the instance would move off it (an address on another interface or private IP stays
+        where it is). One DescribeAddresses call; and when it lists any, one DescribeInstances for the primary
+        private IP (unknown: every address listed counts)."""
         ...
 
     def describe(self, allocation_id: str) -> Address:
