@@ -258,12 +258,25 @@ class StepEngine:
 
     def _verify(self, record: LifecycleRecord, now: datetime) -> tuple[LifecycleRecord, Outcome | None]:
         """Before the first step that disrupts anything (a budget slot, a cordon, an eviction, an address
-        release), confirm with Auto Scaling that this token's action is active: a heartbeat with the token
-        does (and renews the action). A forged, replayed or stale message names an action Auto Scaling does
-        not have: nothing is touched, the lifecycle goes past its completion as an ``unknown-action``."""
-        if record.verified_at is not None or not disruptive(record.step) or not record.action_open:
+        assigned or released), confirm with Auto Scaling that this token's action is active: a heartbeat with
+        the token does (and renews the action). A forged, replayed or stale message names an action Auto
+        Scaling does not have: nothing is touched, the lifecycle goes past its completion as an
+        ``unknown-action``. And again before any disruptive step that runs past the record's heartbeat
+        deadline (a stalled queue, throttled heartbeats): the action may have timed out meanwhile, and the
+        instance live on under a newer one (back from its warm pool, in service after a default CONTINUE),
+        whose address or node this step would change (``action-expired``)."""
+        if not disruptive(record.step) or not record.action_open:
+            return record, None
+        if record.verified_at is not None and now <= record.heartbeat_deadline:
             return record, None
         if not self._autoscaling.heartbeat(record.action):
+            if record.verified_at is not None:
+                log.warning(
+                    "the lifecycle action of %s lapsed before this step: nothing is disrupted",
+                    record.instance_id,
+                )
+                self._metrics.count("LifecycleActionsExpired")
+                return record, Outcome.goto(after_completion(record), outcome="action-expired")
             log.warning(
                 "Auto Scaling has no active lifecycle action with this token for %s: nothing is disrupted",
                 record.instance_id,

@@ -6,24 +6,39 @@ from __future__ import annotations
 import random
 from datetime import timedelta
 
+from nodecycle.domain.completion import CompleteAction
+from nodecycle.domain.eip import SCRATCH
 from nodecycle.domain.eip.assign import VERIFY_DELAY, AssignAddress
+from nodecycle.domain.eip.release import ReleaseAddresses
 from nodecycle.domain.engine import EngineTiming, Handled, StepEngine
 from nodecycle.domain.flow import Worker
-from nodecycle.domain.model import Step
+from nodecycle.domain.model import LifecycleRecord, Step, global_deadline
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.lifecycle import WorkMessage
 from nodecycle.settings import EipSettings
 from nodecycle.wiring.common import eip_policy
 from tests.support.fakes import FakeAutoscaling, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
-from tests.unit.eip.fakes import GROUP, OWNER, T0, FakeAddresses, launch_record
+from tests.unit.eip.fakes import GROUP, OWNER, T0, FakeAddresses, launch_record, terminate_record
 
 INSTANCE = "i-0fedcba9876543210"
+QUICK = EngineTiming(
+    resume_grace=timedelta(minutes=3),
+    heartbeat_margin=timedelta(seconds=60),
+    redelivery=timedelta(0),
+    settle_before=timedelta(seconds=60),
+)
 
 
-def test_an_association_that_does_not_show_yet_comes_back_on_the_eip_queue_and_then_hands_over() -> None:
-    # Given the engine of the eip function, and EC2 that shows a new association only on the second read
-    ec2, records, queues, clock = FakeAddresses(lag=1), InMemoryRecords(), RecordingQueues(), FakeClock(T0)
-    ec2.launch(INSTANCE)
+def eip_engine(
+    ec2: FakeAddresses,
+    records: InMemoryRecords,
+    clock: FakeClock,
+    *,
+    queues: RecordingQueues | None = None,
+    autoscaling: FakeAutoscaling | None = None,
+    timing: EngineTiming | None = None,
+) -> StepEngine:
+    """The eip function's engine: its two steps on the fake EC2."""
     settings = EipSettings.model_validate(
         {
             "owner_id": OWNER,
@@ -34,30 +49,32 @@ def test_an_association_that_does_not_show_yet_comes_back_on_the_eip_queue_and_t
             "eip_mode": "allocate",
         }
     )
-    engine = StepEngine(
+    metrics = FakeMetrics()
+    autoscaling = autoscaling or FakeAutoscaling()
+    return StepEngine(
         worker=Worker.EIP,
         steps={
+            Step.COMPLETE: CompleteAction(autoscaling, metrics),
             Step.ASSIGN_EIP: AssignAddress(
-                owner=OWNER,
-                policy=eip_policy(settings),
-                addresses=ec2,
-                metrics=FakeMetrics(),
-                rng=random.Random(1),
-            )
+                owner=OWNER, policy=eip_policy(settings), addresses=ec2, metrics=metrics, rng=random.Random(1)
+            ),
+            Step.RELEASE_EIP: ReleaseAddresses(owner=OWNER, addresses=ec2, metrics=metrics),
         },
         records=records,
-        queues=queues,
-        autoscaling=FakeAutoscaling(),
+        queues=queues or RecordingQueues(),
+        autoscaling=autoscaling,
         clock=clock,
-        metrics=FakeMetrics(),
-        timing=EngineTiming(
-            resume_grace=timedelta(minutes=3),
-            heartbeat_margin=timedelta(seconds=60),
-            redelivery=timedelta(0),
-            settle_before=timedelta(seconds=60),
-        ),
+        metrics=metrics,
+        timing=timing or QUICK,
         failure_result=lambda record: ActionResult.ABANDON,
     )
+
+
+def test_an_association_that_does_not_show_yet_comes_back_on_the_eip_queue_and_then_hands_over() -> None:
+    # Given the engine of the eip function, and EC2 that shows a new association only on the second read
+    ec2, records, queues, clock = FakeAddresses(lag=1), InMemoryRecords(), RecordingQueues(), FakeClock(T0)
+    ec2.launch(INSTANCE)
+    engine = eip_engine(ec2, records, clock, queues=queues)
     record = launch_record(INSTANCE)
     records.create(record)
 
@@ -85,3 +102,104 @@ def test_an_association_that_does_not_show_yet_comes_back_on_the_eip_queue_and_t
     assert done is not None
     assert done.allocation_id == ec2.on(INSTANCE)[0].allocation_id
     assert done.extra == {}
+
+
+# -- a disruptive step that comes after its action may have lapsed ------------------------------------------
+
+HEARTBEAT = 300  # the hook's heartbeat timeout
+DEFAULTS = EngineTiming(
+    resume_grace=timedelta(seconds=60),
+    heartbeat_margin=timedelta(seconds=60),
+    redelivery=timedelta(seconds=150),
+    settle_before=timedelta(seconds=420),
+)
+
+
+def timed(record: LifecycleRecord, **changes: object) -> LifecycleRecord:
+    """``record`` under the hook's own timers, last heartbeated at T0."""
+    return record.model_copy(
+        update={
+            "heartbeat_timeout": HEARTBEAT,
+            "heartbeat_deadline": T0 + timedelta(seconds=HEARTBEAT),
+            "global_deadline": global_deadline(T0, HEARTBEAT),
+            **changes,
+        }
+    )
+
+
+def test_a_release_that_comes_after_its_action_lapsed_leaves_the_address_of_the_instance_back_in_service() -> (
+    None
+):
+    # Given a scale-in into the warm pool, confirmed at T0, its RELEASE_EIP due a minute later; the instance's
+    # address on it
+    clock, ec2, records = FakeClock(T0), FakeAddresses(), InMemoryRecords()
+    ec2.launch(INSTANCE)
+    address = ec2.add(allocated_for=INSTANCE, allocated_at=T0 - timedelta(hours=1), on=INSTANCE)
+    record = timed(terminate_record(INSTANCE, destination="WarmPool"), due_at=T0 + timedelta(seconds=60))
+    records.create(record)
+    autoscaling = FakeAutoscaling(clock=clock, action_timeout=HEARTBEAT)
+    autoscaling.issue(record.token, INSTANCE, at=T0)
+
+    # When its message comes only 15 minutes on (a stalled queue, throttled heartbeats): the action timed out
+    # meanwhile, and the instance, back from its pool, is in service again with its address
+    clock.advance(900)
+    eip_engine(ec2, records, clock, autoscaling=autoscaling, timing=DEFAULTS).handle(
+        WorkMessage(record_id=record.id, seq=record.seq, step=Step.RELEASE_EIP)
+    )
+
+    # Then Auto Scaling is asked again before anything is taken back: the action is gone, the address stays
+    assert [eip.allocation_id for eip in ec2.on(INSTANCE)] == [address]
+    moved = records.get(record.id)
+    assert moved is not None
+    assert moved.outcome == "action-expired"
+
+
+def test_an_assignment_that_comes_after_its_action_lapsed_leaves_the_instance_in_service_as_it_is() -> None:
+    # Given a launch confirmed at T0, waiting for its pending instance
+    clock, ec2, records = FakeClock(T0), FakeAddresses(), InMemoryRecords()
+    ec2.launch(INSTANCE, state="pending")
+    record = timed(
+        launch_record(INSTANCE), due_at=T0 + timedelta(seconds=5), extra={SCRATCH: {"instance_attempts": 1}}
+    )
+    records.create(record)
+    autoscaling = FakeAutoscaling(clock=clock, action_timeout=HEARTBEAT)
+    autoscaling.issue(record.token, INSTANCE, at=T0)
+
+    # When its next try comes after the action timed out with the hook's default CONTINUE: the instance is in
+    # service, reachable at its own public IP
+    ec2.launch(INSTANCE, state="running")
+    clock.advance(600)
+    eip_engine(ec2, records, clock, autoscaling=autoscaling, timing=DEFAULTS).handle(
+        WorkMessage(record_id=record.id, seq=record.seq, step=Step.ASSIGN_EIP)
+    )
+
+    # Then its public IP is not changed under its connections
+    assert ec2.on(INSTANCE) == []
+    moved = records.get(record.id)
+    assert moved is not None
+    assert moved.outcome == "action-expired"
+
+
+def test_a_step_that_runs_late_but_whose_action_is_still_alive_goes_on_and_renews_it() -> None:
+    # Given a scale-in whose release comes after the record's heartbeat deadline, its action kept alive by
+    # someone else meanwhile (the sweeper's heartbeat, whose record write lost)
+    clock, ec2, records = FakeClock(T0), FakeAddresses(settling=0), InMemoryRecords()
+    ec2.launch(INSTANCE)
+    ec2.add(allocated_for=INSTANCE, allocated_at=T0 - timedelta(hours=1), on=INSTANCE)
+    record = timed(terminate_record(INSTANCE), due_at=T0 + timedelta(seconds=60))
+    records.create(record)
+    autoscaling = FakeAutoscaling(clock=clock, action_timeout=HEARTBEAT)
+    autoscaling.issue(record.token, INSTANCE, at=T0)
+    autoscaling.kept_alive(record.token, T0 + timedelta(seconds=250))
+    clock.advance(400)
+
+    eip_engine(ec2, records, clock, autoscaling=autoscaling, timing=DEFAULTS).handle(
+        WorkMessage(record_id=record.id, seq=record.seq, step=Step.RELEASE_EIP)
+    )
+
+    # Then the release goes on, the action confirmed again (and renewed by that heartbeat), then completed
+    assert ec2.on(INSTANCE) == []
+    moved = records.get(record.id)
+    assert moved is not None
+    assert moved.verified_at == clock.now()
+    assert [action for action, _ in autoscaling.completed] == [record.action]
