@@ -25,6 +25,7 @@ from tests.unit.drain.builders import pod
 from tests.unit.drain.test_drain_steps import (
     NODE,
     FakeCluster,
+    FakeEvents,
     FakeSlots,
     evict,
     node,
@@ -60,7 +61,7 @@ def run(record: LifecycleRecord, start: datetime, cluster: FakeCluster, slots: F
     engine = StepEngine(
         worker=Worker.DRAIN,
         steps={
-            Step.EVICT: evict(cluster, slots, **env),
+            Step.EVICT: evict(cluster, slots, metrics, FakeEvents(), **env),
             Step.COMPLETE: CompleteAction(autoscaling, metrics),
             Step.CLEANUP: lambda r, n: Outcome.next(),
         },
