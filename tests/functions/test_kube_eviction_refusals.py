@@ -17,6 +17,14 @@ from nodecycle.adapters.kube.cluster_api import KubeCluster
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.ports.cluster import Eviction, EvictionResult, PodInfo
 
+WEB = PodInfo(
+    namespace="apps",
+    name="web-1",
+    uid="uid-web-1",
+    controller_kind="ReplicaSet",
+    mirror=False,
+    grace_period=30,
+)
 # What an API server answers, as (status, reason, message, cause)
 REFUSALS = {
     "namespace-terminating": (
@@ -83,17 +91,9 @@ def test_an_eviction_the_api_server_refuses_is_that_pods_answer_with_the_servers
     _Refusing.paths = []
     configuration = Configuration(host=server)
     cluster = KubeCluster(lambda: ApiClient(configuration))
-    web = PodInfo(
-        namespace="apps",
-        name="web-1",
-        uid="uid-web-1",
-        controller_kind="ReplicaSet",
-        mirror=False,
-        grace_period=30,
-    )
 
     # When the pod is evicted
-    answer = cluster.evict(web, grace_seconds=30)
+    answer = cluster.evict(WEB, grace_seconds=30)
 
     # Then the refusal is the answer, with the server's message
     assert answer.kind is Eviction.REFUSED
@@ -118,15 +118,7 @@ SERVER_FAILURES = {
 def evict_answered(server: str, message: str) -> EvictionResult:
     _Refusing.answer = (500, "InternalError", message, None)
     cluster = KubeCluster(lambda: ApiClient(Configuration(host=server)))
-    web = PodInfo(
-        namespace="apps",
-        name="web-1",
-        uid="uid-web-1",
-        controller_kind="ReplicaSet",
-        mirror=False,
-        grace_period=30,
-    )
-    return cluster.evict(web, grace_seconds=30)
+    return cluster.evict(WEB, grace_seconds=30)
 
 
 def test_a_pod_that_two_disruption_budgets_select_is_misconfigured(server: str) -> None:

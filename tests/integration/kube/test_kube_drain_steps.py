@@ -21,7 +21,7 @@ from nodecycle_sandbox.kube import KubeServer
 from nodecycle_sandbox.kube.admission import Denial
 from tests.integration.kube.cluster import drain_cluster, drain_server
 from tests.support.fakes import T0, FakeAutoscaling, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
-from tests.unit.drain.test_drain_steps import FakeEvents, FakeSlots, NoDns, policy, spot, terminating
+from tests.unit.drain.test_drain_steps import FakeEvents, FakeSlots, NoDns, cleanup, policy, spot, terminating
 
 NODE = "ip-10-0-1-10.eu-west-1.compute.internal"
 INSTANCE = "i-0a1b2c3d4e5f60101"
@@ -234,16 +234,9 @@ def test_a_node_back_from_the_warm_pool_keeps_the_cordon_and_the_label_nodecycle
     claimed = Cordon(
         finder=NodeFinder(cluster, NoDns()), cluster=cluster, policy=policy(), events=FakeEvents()
     )(record, T0)
-    waker = Dispatcher(
-        records=InMemoryRecords(), queues=RecordingQueues(), clock=FakeClock(T0), metrics=FakeMetrics()
+    cleanup(cluster, FakeSlots(holders={NODE}, held_for={NODE: record.id}))(
+        record.model_copy(update={"step": Step.CLEANUP, "drain_started_at": T0, **claimed.changes}), T0
     )
-    Cleanup(
-        cluster=cluster,
-        slots=FakeSlots(holders={NODE}, held_for={NODE: record.id}),
-        dispatcher=waker,
-        autoscaling=FakeAutoscaling(),
-        events=FakeEvents(),
-    )(record.model_copy(update={"step": Step.CLEANUP, "drain_started_at": T0, **claimed.changes}), T0)
 
     # Then nodecycle's annotations are gone, and what it did not set is still there
     stored = server.get_object("nodes", NODE)

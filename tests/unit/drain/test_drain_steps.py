@@ -27,7 +27,15 @@ from nodecycle.domain.launch import ReadinessGate
 from nodecycle.domain.model import LifecycleRecord, Step, Transition
 from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.policy import ActionResult, DrainPolicy, ReadinessPolicy
-from nodecycle.domain.ports.cluster import Claim, Eviction, EvictionResult, NodeInfo, PodInfo, Refused
+from nodecycle.domain.ports.cluster import (
+    Claim,
+    Cluster,
+    Eviction,
+    EvictionResult,
+    NodeInfo,
+    PodInfo,
+    Refused,
+)
 from nodecycle.domain.sweep.lifecycles import MAX_RESUMES
 from nodecycle.settings import DrainSettings
 from nodecycle.wiring.common import drain_policy, readiness_policy
@@ -553,6 +561,20 @@ def draining(**changes: object) -> LifecycleRecord:
 def polled(**changes: object) -> LifecycleRecord:
     """A drain that has asked its pods to leave once already."""
     return draining(extra={"polls": 1}, **changes)
+
+
+def cleanup(cluster: Cluster, slots: FakeSlots, autoscaling: FakeAutoscaling | None = None) -> Cleanup:
+    """The CLEANUP step, its wake-ups to nowhere."""
+    waker = Dispatcher(
+        records=InMemoryRecords(), queues=RecordingQueues(), clock=FakeClock(T0), metrics=FakeMetrics()
+    )
+    return Cleanup(
+        cluster=cluster,
+        slots=slots,
+        dispatcher=waker,
+        autoscaling=autoscaling or FakeAutoscaling(),
+        events=FakeEvents(),
+    )
 
 
 def evict(
@@ -1478,16 +1500,9 @@ def test_a_node_cordoned_and_excluded_before_the_claim_stays_so_when_it_comes_ba
     assert json.loads(str(cluster.nodes[NODE].in_progress))["cordon"] is False
 
     # and when its instance goes into the warm pool and comes back, the cordon and the label stay
-    waker = Dispatcher(
-        records=InMemoryRecords(), queues=RecordingQueues(), clock=FakeClock(T0), metrics=FakeMetrics()
+    cleanup(cluster, FakeSlots(holders={NODE}, held_for={NODE: record.id}))(
+        record.model_copy(update={"step": Step.CLEANUP, **claimed.changes}), T0
     )
-    Cleanup(
-        cluster=cluster,
-        slots=FakeSlots(holders={NODE}, held_for={NODE: record.id}),
-        dispatcher=waker,
-        autoscaling=FakeAutoscaling(),
-        events=FakeEvents(),
-    )(record.model_copy(update={"step": Step.CLEANUP, **claimed.changes}), T0)
     assert cluster.patches[-1] == {"owner": None, "in_progress": None}
     assert (cluster.nodes[NODE].unschedulable, cluster.nodes[NODE].excluded_from_lb) == (True, True)
 
