@@ -20,11 +20,6 @@ POLLS = "polls"  # record.extra key: how often the gate has looked for the node 
 # within this), then once in SCAN_EVERY polls, and at the last poll before the gate times out.
 SCAN_AFTER = timedelta(minutes=2)
 SCAN_EVERY = 6
-# A Ready condition counts only when the kubelet posted it after the launch action started (less this, for the
-# clocks of Auto Scaling and the API server): an instance taken out of its warm pool soon after its stop finds
-# its node object still Ready from before the stop (the node controller marks it Unknown only 40-50 s after
-# the last post), while its kubelet has not run since. A kubelet that starts posts its status at once.
-CLOCK_SKEW = timedelta(seconds=5)
 
 
 class ReadinessGate:
@@ -41,15 +36,8 @@ class ReadinessGate:
         node, extra = self._finder.find(record, scan=self._scan(polls, now, deadline))
         extra[POLLS] = polls + 1
         if node is not None and node.ready:
-            posted = node.ready_posted_at
-            if posted is None or posted >= record.started_at - CLOCK_SKEW:
-                log.info("node %s is Ready", node.name)
-                return Outcome.next(node=node.name, zone=node.zone, outcome="node-ready", extra=extra)
-            log.info(
-                "node %s says Ready as of %s, before this launch began: waiting for its kubelet",
-                node.name,
-                posted,
-            )
+            log.info("node %s is Ready", node.name)
+            return Outcome.next(node=node.name, zone=node.zone, outcome="node-ready", extra=extra)
         if now >= deadline:
             why = "node-not-ready" if node is not None else "node-never-joined"
             result = self._policy.on_failure

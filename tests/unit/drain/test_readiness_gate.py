@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 
-from nodecycle.adapters.kube.cluster_api import node_info
 from nodecycle.domain.launch import ReadinessGate
 from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.ports.cluster import NodeInfo
 from tests.support.fakes import T0, FakeMetrics
-from tests.unit.drain.test_drain_steps import INSTANCE, NODE, FakeCluster, launching, node, readiness
+from tests.unit.drain.test_drain_steps import NODE, FakeCluster, launching, node, readiness
 
 
 @dataclass
@@ -140,36 +139,3 @@ def test_an_instance_ec2_does_not_describe_yet_is_asked_about_again_not_taken_as
     # Then it found the node by name once EC2 knew the instance: no two-minute wait for a scan
     assert opened == 10
     assert not any(cluster.looks)
-
-
-def test_a_ready_condition_posted_before_the_launch_began_does_not_open_the_gate() -> None:
-    # Given an instance taken out of its warm pool at T0, 20 s after its stop: its node object, as the API
-    # server serves it, still says Ready from its kubelet's last post, 25 s before the launch action started
-    def served(heartbeat: datetime) -> NodeInfo:
-        return node_info(
-            {
-                "metadata": {"name": NODE, "uid": "u-1", "resourceVersion": "42", "labels": {}},
-                "spec": {"providerID": f"aws:///eu-west-1a/{INSTANCE}"},
-                "status": {
-                    "conditions": [
-                        {
-                            "type": "Ready",
-                            "status": "True",
-                            "lastHeartbeatTime": heartbeat.strftime("%Y-%m-%dT%H:%M:%SZ"),
-                            "lastTransitionTime": "2026-11-30T07:00:00Z",
-                        }
-                    ]
-                },
-            }
-        )
-
-    cluster = FakeCluster(nodes={NODE: served(T0 - timedelta(seconds=25))})
-    gate = ReadinessGate(finder=NodeFinder(cluster, Dns()), policy=readiness(), metrics=FakeMetrics())
-    record = launching(origin="WarmPool", started_at=T0)
-
-    # When the gate looks right after the launch began, Then it waits: that kubelet has not run since the stop
-    assert gate(record, T0 + timedelta(seconds=2)).again
-    # and once the kubelet, started again, posts its status, the node is Ready for this launch
-    cluster.nodes[NODE] = served(T0 + timedelta(seconds=40))
-    opened = gate(record, T0 + timedelta(seconds=45))
-    assert (opened.again, opened.changes["outcome"]) == (False, "node-ready")

@@ -57,14 +57,12 @@ def node_info(data: dict[str, Any]) -> NodeInfo:
     annotations = meta.get("annotations") or {}
     spec = data.get("spec") or {}
     conditions = (data.get("status") or {}).get("conditions") or []
-    ready: dict[str, Any] = next((c for c in conditions if c.get("type") == "Ready"), {})
     return NodeInfo(
         name=meta["name"],
         instance_id=instance_of(spec.get("providerID")),
         zone=labels.get(ZONE_LABEL) or labels.get(LEGACY_ZONE_LABEL),
         uid=meta.get("uid"),
-        ready=ready.get("status") == "True",
-        ready_posted_at=_timestamp(ready.get("lastHeartbeatTime")),
+        ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions),
         owner=annotations.get(OWNER_ANNOTATION),
         in_progress=annotations.get(IN_PROGRESS_ANNOTATION),
         resource_version=str(meta.get("resourceVersion", "")),

@@ -40,9 +40,6 @@ class NodeInfo(BaseModel):
     unschedulable: bool = False  # spec.unschedulable: cordoned, by nodecycle or anyone
     excluded_from_lb: bool = False  # labelled node.kubernetes.io/exclude-from-external-load-balancers
     released_for: str | None = None  # the nodecycle.io/released-for annotation
-    ready_posted_at: datetime | None = (
-        None  # when the kubelet last posted the Ready condition (its heartbeat)
-    )
 
     @property
     def lifecycle(self) -> str | None:
