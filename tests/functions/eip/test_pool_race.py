@@ -9,7 +9,6 @@ AssociateAddress on a shared lock, as AWS would. Every launch lists the pool bef
 
 from __future__ import annotations
 
-import random
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -72,7 +71,6 @@ def test_twenty_launches_racing_for_ten_pool_addresses_take_each_once_and_steal_
             policy=eip_policy(settings),
             addresses=Ec2Addresses(clients[number]),  # type: ignore[arg-type]  # a wrapped moto client
             metrics=FakeMetrics(),
-            rng=random.Random(number),
         )
         return step(launch_record(instances[number]), datetime.now(UTC))
 

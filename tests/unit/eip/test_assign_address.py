@@ -3,7 +3,6 @@ verification, idempotency under redelivery and crashes, and every failure's outc
 
 from __future__ import annotations
 
-import random
 import time
 from typing import Any
 
@@ -55,13 +54,12 @@ def settings(**overrides: Any) -> EipSettings:
     return EipSettings.model_validate(values)
 
 
-def step(ec2: FakeAddresses, metrics: FakeMetrics, seed: int = 7, **overrides: Any) -> AssignAddress:
+def step(ec2: FakeAddresses, metrics: FakeMetrics, **overrides: Any) -> AssignAddress:
     return AssignAddress(
         owner=OWNER,
         policy=eip_policy(settings(**overrides)),
         addresses=ec2,
         metrics=metrics,
-        rng=random.Random(seed),
     )
 
 
@@ -476,20 +474,42 @@ def test_pool_mode_tries_the_next_free_address_when_another_launch_took_one_firs
     assert ec2.count("associate") == 2
 
 
-def test_concurrent_pool_claims_reach_for_free_addresses_in_random_order() -> None:
-    # Given a pool of five free addresses
-    # When launches with different random sources claim one each from the same listing
+def test_concurrent_pool_claims_of_other_launches_reach_for_different_addresses() -> None:
+    # Given a pool of five free addresses, When launches of twenty instances each claim one from the same listing
     first_choices = set()
-    for seed in range(20):
+    for number in range(20):
+        instance = f"i-0000000000000{number:04d}"
         ec2 = FakeAddresses()
-        ec2.launch(INSTANCE)
+        ec2.launch(instance)
         for _ in range(5):
             ec2.add(pool=POOL)
-        step(ec2, FakeMetrics(), seed=seed, eip_mode="pool", eip_pool_name=POOL)(launch_record(INSTANCE), T0)
-        first_choices.add(ec2.on(INSTANCE)[0].allocation_id)
+        step(ec2, FakeMetrics(), eip_mode="pool", eip_pool_name=POOL)(launch_record(instance), T0)
+        first_choices.add(ec2.on(instance)[0].allocation_id)
 
     # Then they do not all reach for the same one (which would make every concurrent claim collide)
     assert len(first_choices) > 1
+
+
+def test_two_deliveries_of_one_pool_launch_reach_for_the_same_address_and_take_it_once(
+    ec2: FakeAddresses, metrics: FakeMetrics
+) -> None:
+    # Given a pool of five free addresses, and one launch's message delivered twice at the same moment (SQS
+    # at least once: two containers), each delivery having listed the pool before either associated
+    for _ in range(5):
+        ec2.add(pool=POOL)
+    first, second = (step(ec2, metrics, eip_mode="pool", eip_pool_name=POOL) for _ in range(2))
+    record = launch_record(INSTANCE)
+    outcomes: list[Outcome] = []
+    ec2.before["associate"] = lambda *args: outcomes.append(second(record, T0))
+
+    # When both claim
+    outcomes.insert(0, first(record, T0))
+
+    # Then they took the same address, once: the instance holds what both records name, and no address of
+    # the pool was moved off it by the other's association (EC2 moves the one on the primary private IP)
+    (held,) = ec2.on(INSTANCE)
+    assert [o.changes.get("allocation_id") for o in outcomes] == [held.allocation_id] * 2
+    assert ec2.count("associate") == 2  # the second delivery's was refused (associated already), not moved
 
 
 @pytest.mark.parametrize(("policy", "goes_to"), [("abandon", Step.COMPLETE), ("continue", None)])

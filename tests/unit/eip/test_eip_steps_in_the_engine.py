@@ -3,7 +3,6 @@ survives the commit, and a finished assignment hands over to the drain worker.""
 
 from __future__ import annotations
 
-import random
 from datetime import timedelta
 
 from nodecycle.domain.completion import CompleteAction
@@ -56,7 +55,7 @@ def eip_engine(
         steps={
             Step.COMPLETE: CompleteAction(autoscaling, metrics),
             Step.ASSIGN_EIP: AssignAddress(
-                owner=OWNER, policy=eip_policy(settings), addresses=ec2, metrics=metrics, rng=random.Random(1)
+                owner=OWNER, policy=eip_policy(settings), addresses=ec2, metrics=metrics
             ),
             Step.RELEASE_EIP: ReleaseAddresses(owner=OWNER, addresses=ec2, metrics=metrics),
         },

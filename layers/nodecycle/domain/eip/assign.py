@@ -22,8 +22,8 @@ another interface or private IP (an interface the instance's bootstrap attaches)
 
 from __future__ import annotations
 
+import hashlib
 import logging
-import random
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
@@ -72,7 +72,6 @@ class AssignAddress:
         policy: EipPolicy,
         addresses: Addresses,
         metrics: Metrics,
-        rng: random.Random | None = None,
     ) -> None:
         self._owner = owner
         self._mode = policy.mode
@@ -81,7 +80,6 @@ class AssignAddress:
         self._abandon = policy.on_failure is EipFailurePolicy.ABANDON
         self._addresses = addresses
         self._metrics = metrics
-        self._rng = rng or random.Random()
 
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
         scratch: dict[str, Any] = dict(record.extra.get(SCRATCH) or {})
@@ -169,9 +167,14 @@ class AssignAddress:
             return self._fail(record, other)
         free = [address for address in found if not address.associated]
         # An address that an earlier delivery grew the pool by for this very instance comes first (no second
-        # allocation); the others in random order, so that concurrent launches rarely reach for the same one.
-        others = [address for address in free if address.allocated_for != instance]
-        self._rng.shuffle(others)
+        # allocation); the others in an order of the instance's own: concurrent launches of other instances
+        # rarely reach for the same address, and two deliveries of one launch (SQS delivers at least once)
+        # reach for the same one, so that one associates it and the other finds it on the instance. In
+        # different orders, each would associate its own, and EC2 would move the first off the instance.
+        others = sorted(
+            (address for address in free if address.allocated_for != instance),
+            key=lambda address: _draw(instance, address.allocation_id),
+        )
         for address in [*(a for a in free if a.allocated_for == instance), *others]:
             outcome = self._take(record, scratch, address, found)
             if outcome is not None:
@@ -392,3 +395,8 @@ def _unassociated(found: Iterable[Address]) -> list[Address]:
 
 def _wait(record: LifecycleRecord, delay: float, scratch: dict[str, Any]) -> Outcome:
     return Outcome.wait(delay, extra={**record.extra, SCRATCH: scratch})
+
+
+def _draw(instance: str, allocation_id: str) -> str:
+    """The place of a pool address in the instance's order: a hash, the same in every container."""
+    return hashlib.sha256(f"{instance}/{allocation_id}".encode()).hexdigest()
