@@ -308,8 +308,11 @@ class StepEngine:
         if not record.action_open or record.step in (Step.CLEANUP, Step.DONE):
             return record
         latest = record.global_deadline - self._timing.settle_before
-        if record.due_at > latest:  # never wait past the point where the guard must complete the action
-            record = record.model_copy(update={"due_at": max(now, latest)})
+        if record.due_at > latest:
+            # never wait past the point where the guard must complete the action; past it (the completion,
+            # retried after throttling), keep its backoff, but ask again a margin before the global timeout
+            cap = latest if now < latest else record.global_deadline - self._timing.heartbeat_margin
+            record = record.model_copy(update={"due_at": max(now, min(record.due_at, cap))})
         if record.heartbeat_deadline >= record.global_deadline:
             return record  # the action ends before any heartbeat could matter
         if max(record.due_at, now) >= self._last_safe_run(record):  # past it already: heartbeat at once

@@ -929,3 +929,23 @@ def test_a_waiter_of_a_hook_shorter_than_the_margin_heartbeats_twice_a_timeout_n
     assert 6 <= len(runs) <= 10
     assert len(world.autoscaling.heartbeats) <= len(runs)
     assert world.record().step is Step.ACQUIRE_SLOT
+
+
+def test_a_completion_throttled_past_the_settle_point_backs_off_yet_is_retried_before_the_global_timeout() -> (
+    None
+):
+    # Given a completion two minutes before the global timeout (the guard's point passed), throttled for the
+    # fifth time in a row (Auto Scaling's API under a storm of heartbeats and completions)
+    world = World(redelivery=150)
+    record = make_record(PLAN, Step.COMPLETE, attempts=4)
+    now = record.global_deadline - timedelta(seconds=120)
+    world.records.create(kept_alive(world.autoscaling, record, now - timedelta(seconds=10)))
+    engine = world.engine({Step.COMPLETE: Script([TransientError("Throttling: Rate exceeded")])})
+    world.clock.current = now
+
+    # When it fails again
+    engine.handle(world.message())
+
+    # Then it is asked again after its backoff (16-24 s), not at once, and still a margin before the timeout
+    (sent,) = world.queues.take()
+    assert 16 <= sent.delay <= 120 - MARGIN
