@@ -8,7 +8,9 @@ SHELL := /bin/bash
 VENV ?= .venv
 BIN := $(VENV)/bin
 REGION ?= eu-west-1
-PYTEST_WORKERS ?= 2
+# One more worker than the 2 cores CI has: the sandbox tests mostly wait on their timers (about 60% CPU with
+# 2 workers); with 3, the same run took 13 min 13 s instead of 15 min 36 s and passed (2026-12-03)
+PYTEST_WORKERS ?= 3
 export SAM_CLI_TELEMETRY := 0
 export PATH := $(abspath $(BIN)):$(PATH)
 
