@@ -170,13 +170,17 @@ class Timing(_Section):
     sweep_interval_minutes: Annotated[float, Field(gt=0, le=60)] = 5
 
     @property
+    def sweep_interval_seconds(self) -> int:
+        return math.ceil(self.sweep_interval_minutes * 60)
+
+    @property
     def settle_before_seconds(self) -> int:
         """How long before an action's global timeout it is completed whatever it waits for. By the engine:
         a margin for the completion, plus one fault's retry (an invocation that dies at that run is
         redelivered in time). By the sweeper, when the queues stall: at its last run before the global
         timeout, up to an interval and two margins before it. The same point for both, the earlier of the
         two: the sweeper never completes a lifecycle that the engine's guard would not have completed yet."""
-        sweep = math.ceil(self.sweep_interval_minutes * 60) + 2 * self.heartbeat_margin_seconds
+        sweep = self.sweep_interval_seconds + 2 * self.heartbeat_margin_seconds
         return max(self.heartbeat_margin_seconds + self.redelivery_seconds, sweep)
 
     @property
@@ -186,7 +190,7 @@ class Timing(_Section):
         the sweeper heartbeats, once a run, which may itself come a margin late (the schedule's precision of a
         minute, a cold start, the records read before this one): a hook of 300 s under 5-minute sweeps
         expires between two of them."""
-        sweep = math.ceil(self.sweep_interval_minutes * 60) + self.heartbeat_margin_seconds
+        sweep = self.sweep_interval_seconds + self.heartbeat_margin_seconds
         return max(self.heartbeat_margin_seconds + self.redelivery_seconds, sweep)
 
     @property

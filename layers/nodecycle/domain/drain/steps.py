@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -25,7 +25,7 @@ from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.policy import DrainPolicy, TimeoutPolicy
 from nodecycle.domain.ports.budget import Slots
 from nodecycle.domain.ports.cluster import Claim, Cluster, Events, Eviction, NodeInfo, PodInfo, Refused
-from nodecycle.domain.ports.instances import DOWN_STATES, Instances
+from nodecycle.domain.ports.instances import Instances, up
 from nodecycle.domain.ports.lifecycle import Autoscaling, RecordStore
 from nodecycle.domain.ports.runtime import Metrics
 
@@ -146,6 +146,26 @@ def _of_instance(node: NodeInfo, record: LifecycleRecord) -> bool:
     of one gone gets its DNS name, and its node the name of the node gone with it); provider ids are not. A
     node without one yet goes by its name, as the finder takes it."""
     return node.instance_id in (None, record.instance_id)
+
+
+def _node_still_the_instances(cluster: Cluster, record: LifecycleRecord) -> NodeInfo | None:
+    """The record's node read again by its name; None when it is gone, or when its name is another instance's
+    node now (a recycled private IP): nothing there is this lifecycle's to cordon, evict or hold a slot for."""
+    node = cluster.get_node(_known(record.node, "node"))
+    if node is not None and not _of_instance(node, record):
+        log.warning(
+            "node %s is instance %s's now: the node of %s is gone",
+            node.name,
+            node.instance_id,
+            record.instance_id,
+        )
+        return None
+    return node
+
+
+def _set_on_node(noted: Mapping[str, object]) -> dict[str, bool]:
+    """What a claim noted it set on the node (SET_ON_NODE); a claim from before that was noted set both."""
+    return {"cordon": noted.get("cordon") is not False, "lb": noted.get("lb") is not False}
 
 
 class _PodCalls:
@@ -367,15 +387,7 @@ class Cordon:
                 return Outcome.goto(settle_step(record), outcome="node-not-found", extra=extra)
             found = {"node": node.name, "node_uid": node.uid, "zone": node.zone, "extra": extra}
         else:
-            node = self._cluster.get_node(record.node)
-            if node is not None and not _of_instance(node, record):
-                log.warning(
-                    "node %s is instance %s's now: the node of %s is gone",
-                    node.name,
-                    node.instance_id,
-                    record.instance_id,
-                )
-                node = None
+            node = _node_still_the_instances(self._cluster, record)
         if node is None:
             return Outcome.goto(settle_step(record), outcome="node-gone")
         if node.owner not in (None, record.owner, record.extra.get(ADOPT_FROM)):
@@ -423,8 +435,7 @@ class Cordon:
         node already in progress (this lifecycle's claim again, after a crash; or one adopted) keeps what its
         first claim said, which knew the node before any cordon of nodecycle's."""
         if node.in_progress:
-            first = node.progress()
-            return {"cordon": first.get("cordon") is not False, "lb": first.get("lb") is not False}
+            return _set_on_node(node.progress())
         return {
             "cordon": not node.unschedulable,
             "lb": self._policy.exclude_from_load_balancers and not node.excluded_from_lb,
@@ -447,8 +458,8 @@ class Evict:
         # The node by its name, at every poll, before the slot of that name is renewed: once it is gone, its
         # name may be another instance's node (a recycled private IP), whose pods are not ours to evict nor its
         # slot ours to hold; the pods of a node gone are not ours to evict either
-        info = self._cluster.get_node(node)
-        if info is None or not _of_instance(info, record):
+        info = _node_still_the_instances(self._cluster, record)
+        if info is None:
             log.warning("node %s of %s is gone: nothing left to drain there", node, record.instance_id)
             return Outcome.goto(settle_step(record), outcome="node-gone")
         # (near the global timeout, a paused drain takes its slot back as a waiter would: forced)
@@ -712,14 +723,11 @@ class Cleanup:
             )
         # Only what this lifecycle set on the node (its claim's annotation says it too; a lifecycle from before
         # it was noted: both, as then)
-        undo = record.extra.get(SET_ON_NODE)
-        if not isinstance(undo, dict):
-            undo = node.progress() if ours else {}
-        return self._cluster.release_node(
-            node,
-            uncordon=back and undo.get("cordon") is not False,
-            unlabel=back and undo.get("lb") is not False,
-        )
+        noted = record.extra.get(SET_ON_NODE)
+        if not isinstance(noted, dict):
+            noted = node.progress() if ours else {}
+        undo = _set_on_node(noted)
+        return self._cluster.release_node(node, uncordon=back and undo["cordon"], unlabel=back and undo["lb"])
 
     def _settled(self, record: LifecycleRecord, uid: str | None) -> None:
         node = _known(record.node, "node")
@@ -771,7 +779,7 @@ class ForgetNode:
         # dead-letter redrive): an instance up again since (back from its warm pool) may be in a newer
         # lifecycle, whose slot and annotations are not this one's to free
         state = self._instances.states([record.instance_id]).get(record.instance_id)
-        if state is not None and state not in DOWN_STATES:
+        if up(state):
             log.info(
                 "instance %s is %s again since it went down at %s: nothing of it is freed (a late message)",
                 record.instance_id,

@@ -27,7 +27,7 @@ from nodecycle.domain.ports.addresses import (
     AddressRefused,
     distinct,
 )
-from nodecycle.domain.ports.instances import DOWN_STATES
+from nodecycle.domain.ports.instances import up
 from nodecycle.domain.ports.runtime import Metrics
 
 log = logging.getLogger(__name__)
@@ -117,7 +117,7 @@ class ReleaseAddresses:
         """True when the instance of a lifecycle without a hook is not down (any more): a late message."""
         instance = record.instance_id
         state = self._addresses.instance_states([instance]).get(instance)
-        if state is None or state in DOWN_STATES:
+        if not up(state):
             return False  # down, or gone (EC2 no longer lists it): its addresses are to be taken back
         log.info(
             "instance %s is %s again since it stopped at %s: its addresses are kept (a late message)",

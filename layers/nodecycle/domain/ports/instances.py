@@ -14,6 +14,12 @@ GONE_STATES = frozenset({"shutting-down", "terminated"})
 DOWN_STATES = GONE_STATES | {"stopping", "stopped"}
 
 
+def up(state: str | None) -> bool:
+    """Whether an instance in EC2 ``state`` (None: EC2 no longer lists it) is neither down nor gone: pending
+    or running (again, for a message about its stop that comes late)."""
+    return state is not None and state not in DOWN_STATES
+
+
 @dataclass(frozen=True)
 class InstanceFacts:
     instance_id: str
