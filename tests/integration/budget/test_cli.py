@@ -70,7 +70,7 @@ def test_show_prints_limits_zones_holders_and_waiters(
     assert run(kubeconfig, "show") == 0
 
     out = capsys.readouterr().out
-    assert f"Disruption budget {NAMESPACE}/nodecycle-budget (format 2)" in out
+    assert f"Disruption budget {NAMESPACE}/nodecycle-budget (format 3)" in out
     assert "HOLDERS (2)" in out
     assert "WAITERS (2)" in out
     limits = out.split("LIMITS\n")[1].splitlines()[1].split()

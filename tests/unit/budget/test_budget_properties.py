@@ -15,7 +15,7 @@ What the machine proves, after every step:
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 import pytest
@@ -30,6 +30,7 @@ from nodecycle.domain.budget import (
     SlotDecision,
     SlotReason,
     SlotRequest,
+    rules,
 )
 from nodecycle.domain.budget.rules import MAX_PASSED
 from nodecycle.domain.errors import TransientError
@@ -53,11 +54,20 @@ class Limits:
     ttl: int
 
 
-def request(node: str, owner: str | None = None) -> SlotRequest:
+def request(node: str, lifecycle: int, owner: str | None = None) -> SlotRequest:
+    """A slot request of the node's ``lifecycle``-th lifecycle (a new one after each release)."""
     node_owner, zone = NODES[node]
     return SlotRequest(
-        node=node, instance_id=f"i-{node}", zone=zone, owner=owner or node_owner, record_id=f"rec-{node}"
+        node=node,
+        instance_id=f"i-{node}",
+        zone=zone,
+        owner=owner or node_owner,
+        record_id=f"rec-{node}-{lifecycle}",
     )
+
+
+def node_of(record_id: str) -> str:
+    return record_id.split("-")[1]
 
 
 def fits(taken: list[str | None], zone: str | None, limits: Limits) -> bool:
@@ -110,6 +120,19 @@ class BudgetMachine(RuleBasedStateMachine):
             for owner, lim in self.limits.items()
         }
         self.held: dict[str, datetime] = {}  # the model: node -> last renewal the model knows of
+        self.lifecycles: Counter[str] = Counter()  # node -> its current lifecycle (one more per release)
+        self.ended: dict[str, str] = {}  # node -> the record id of its last lifecycle that released it
+
+    def request(self, node: str, owner: str | None = None) -> SlotRequest:
+        return request(node, self.lifecycles[node], owner)
+
+    def record(self, node: str) -> str:
+        return self.request(node).record_id
+
+    def lifecycle_ends(self, node: str) -> None:
+        """A release ends the node's lifecycle: its next requests are a new lifecycle's."""
+        self.ended[node] = self.record(node)
+        self.lifecycles[node] += 1
 
     # --- the model -------------------------------------------------------------------------------------
 
@@ -203,7 +226,7 @@ class BudgetMachine(RuleBasedStateMachine):
     def acquire_checked(self, node: str) -> None:
         owner = NODES[node][0]
         expected = self.expected_grant(node, owner)
-        decision = self.budgets[owner].acquire(request(node))
+        decision = self.budgets[owner].acquire(self.request(node))
         assert decision.granted == expected, (node, decision)
         if decision.reason is SlotReason.HELD:
             self.held_again(node)  # not a new slot: the owner's share applied when it was granted
@@ -225,7 +248,7 @@ class BudgetMachine(RuleBasedStateMachine):
         owner = NODES[node][0]
         still_live = node in self.model_live()
         expected = still_live or self.expected_grant(node, owner)
-        decision = self.budgets[owner].renew(request(node))
+        decision = self.budgets[owner].renew(self.request(node))
         assert decision.granted == expected, (node, decision)
         if still_live:
             assert decision.reason is SlotReason.HELD
@@ -242,24 +265,25 @@ class BudgetMachine(RuleBasedStateMachine):
         owner = NODES[node][0]
         entries = (*self.stored().holders, *self.stored().waiters)
         frees = any(e.node == node and e.owner == owner and not e.expired(self.now()) for e in entries)
-        before = {f"rec-{n}" for n in self.replay(self.live_waiters()) if NODES[n][0] == owner}
-        woken = self.budgets[owner].release(node, request(node).record_id)
+        before = {self.record(n) for n in self.replay(self.live_waiters()) if NODES[n][0] == owner}
+        woken = self.budgets[owner].release(node, self.record(node))
+        self.lifecycle_ends(node)
         self.held.pop(node, None)
-        eligible = [f"rec-{n}" for n in self.replay(self.live_waiters()) if NODES[n][0] == owner]
+        eligible = [self.record(n) for n in self.replay(self.live_waiters()) if NODES[n][0] == owner]
         # a release that removes an entry wakes those it made eligible; a repeated one, every eligible waiter
         assert woken == ([r for r in eligible if r not in before] if frees else eligible)
         if wake:
             for record in woken:
-                decision = self.budgets[owner].acquire(request(record.removeprefix("rec-")))
+                decision = self.budgets[owner].acquire(self.request(node_of(record)))
                 assert decision.granted, "a woken waiter gets the slot it was woken for"
-                self.granted(record.removeprefix("rec-"), owner)
+                self.granted(node_of(record), owner)
 
     @rule(node=st.sampled_from(NODE_NAMES), before_write=st.booleans())
     def crash_while_acquiring(self, node: str, before_write: bool) -> None:
         text = self.store.text
         self.store.crash(before_write=before_write)
         with pytest.raises(Crash):
-            self.budgets[NODES[node][0]].acquire(request(node))
+            self.budgets[NODES[node][0]].acquire(self.request(node))
         if before_write:
             assert self.store.text == text
             return
@@ -272,8 +296,10 @@ class BudgetMachine(RuleBasedStateMachine):
     def acquire_racing_another_writer(self, node: str, rival: str) -> None:
         # rival == node: a duplicate delivery of the same step, running at the same time
         outcome: list[SlotDecision] = []
-        self.store.interleave(lambda: outcome.append(self.budgets[NODES[rival][0]].acquire(request(rival))))
-        mine = self.budgets[NODES[node][0]].acquire(request(node))
+        self.store.interleave(
+            lambda: outcome.append(self.budgets[NODES[rival][0]].acquire(self.request(rival)))
+        )
+        mine = self.budgets[NODES[node][0]].acquire(self.request(node))
         for name, decision in ((rival, outcome[0]), (node, mine)):  # the rival's write came first
             if decision.reason is SlotReason.HELD:
                 self.held_again(name)
@@ -284,12 +310,28 @@ class BudgetMachine(RuleBasedStateMachine):
         if mine.granted and mine.reason is not SlotReason.HELD:
             self.granted(node, NODES[node][0])  # decided again on the rival's write, within our limits
 
+    @precondition(lambda self: bool(self.ended))
+    @rule(data=st.data(), renewing=st.booleans())
+    def a_late_delivery_of_a_lifecycle_that_released(self, data: st.DataObject, renewing: bool) -> None:
+        node = data.draw(st.sampled_from(sorted(self.ended)))
+        old = self.ended[node]
+        if not any(
+            r.node == node and r.record_id == old for r in rules.prune(self.stored(), self.now()).released
+        ):
+            return  # its release's tombstone expired or was taken over: a later rule decides
+        holders = self.stored().holders
+        late = replace(self.request(node), record_id=old)
+        budget = self.budgets[NODES[node][0]]
+        decision = budget.renew(late) if renewing else budget.acquire(late)
+        assert (decision.granted, decision.reason) == (False, SlotReason.RELEASED), (node, decision)
+        assert self.stored().holders == holders
+
     @rule(node=st.sampled_from(NODE_NAMES))
     def conflicts_do_not_let_up(self, node: str) -> None:
         text = self.store.text
         self.store.conflicts(self.store.max_attempts)
         try:
-            decision = self.budgets[NODES[node][0]].acquire(request(node))
+            decision = self.budgets[NODES[node][0]].acquire(self.request(node))
         except TransientError:
             assert self.store.text == text
         else:
@@ -322,12 +364,16 @@ class BudgetMachine(RuleBasedStateMachine):
         assert all(w.owner == owner for w in result.waiters)
         for node in expected:
             self.held.pop(node, None)
+        for entry in before.entries():
+            if entry.owner == owner and entry.node in stale and not entry.expired(self.now()):
+                self.lifecycle_ends(entry.node)  # stale: its lifecycle is over (or its node is gone)
 
     @rule(node=st.sampled_from(NODE_NAMES))
     def give_up_waiting(self, node: str) -> None:
         owner = NODES[node][0]
         if self.stored().holder(node) is None:  # a waiter's lifecycle ending: its cleanup releases the node
-            self.budgets[owner].release(node, request(node).record_id)
+            self.budgets[owner].release(node, self.record(node))
+            self.lifecycle_ends(node)
         assert all(n != node for n, _, o in self.live_waiters() if o == owner)
 
     @precondition(lambda self: bool(self.live_holders()) or bool(self.live_waiters()))
@@ -338,12 +384,12 @@ class BudgetMachine(RuleBasedStateMachine):
         node = data.draw(st.sampled_from(sorted({**holders, **waiters})))
         if intruder == NODES[node][0]:
             return
-        decision = self.budgets[intruder].acquire(request(node, owner=intruder))
+        decision = self.budgets[intruder].acquire(self.request(node, owner=intruder))
         assert not decision.granted
         assert decision.reason is (
             SlotReason.HELD_BY_OTHER_OWNER if node in holders else SlotReason.CLAIMED_BY_OTHER_OWNER
         )
-        self.budgets[intruder].release(node, request(node, owner=intruder).record_id)
+        self.budgets[intruder].release(node, self.request(node, owner=intruder).record_id)
         assert {h.node: h.owner for h in self.stored().holders if not h.expired(self.now())} == holders
         assert {n: o for n, _, o in self.live_waiters()} == waiters
 

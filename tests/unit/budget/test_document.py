@@ -38,3 +38,28 @@ def test_a_document_of_another_format_is_refused_rather_than_rewritten(version: 
 def test_a_damaged_document_is_refused(text: str) -> None:
     with pytest.raises(BudgetFormatError):
         BudgetDocument.from_json(text)
+
+
+def test_a_format_2_document_is_read_and_its_released_slots_refuse_no_lifecycle(
+    make_budget: BudgetFactory, store: MemoryBudgetStore
+) -> None:
+    # Given a document written by a stack of format 2: a released slot that names no lifecycle
+    store.text = json.dumps(
+        {
+            "formatVersion": 2,
+            "holders": [],
+            "waiters": [],
+            "released": [
+                {"node": "n1", "owner": "blue", "releasedAt": "2999-01-01T00:00:00Z", "ttlSeconds": 300}
+            ],
+            "limits": {},
+        }
+    )
+
+    # When this version decides on it and writes it back
+    granted = make_budget("1", None).acquire(slot("n1"))
+
+    # Then it was understood, and is written in this version's format
+    assert granted.granted
+    assert store.text is not None
+    assert json.loads(store.text)["formatVersion"] == FORMAT_VERSION == 3

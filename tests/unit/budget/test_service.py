@@ -527,6 +527,66 @@ def test_a_second_lifecycle_of_the_held_instance_waits_for_the_first_to_release_
     assert budget.acquire(slot("n2")).granted
 
 
+def test_a_late_delivery_of_a_lifecycle_whose_slot_was_given_back_takes_no_slot_again(
+    make_budget: BudgetFactory, store: MemoryBudgetStore, clock: FakeClock
+) -> None:
+    # Given a budget of one, and n1's lifecycle done: it took the slot, drained, and its cleanup released it
+    budget = make_budget("1", None)
+    assert budget.acquire(slot("n1")).granted
+    budget.release("n1", "rec-n1")
+
+    # When a late delivery of its earlier steps asks again (a duplicate ACQUIRE_SLOT whose write lost to the
+    # whole lifecycle and was retried on the document after the release; a stale EVICT renewing), a few
+    # seconds later
+    clock.advance(3)
+    late = budget.acquire(slot("n1"))
+    renewed = budget.renew(slot("n1"))
+
+    # Then neither takes a slot (no commit of theirs will say so, and nothing would give it back): the next
+    # node gets it
+    assert (late.granted, renewed.granted) == (False, False)
+    assert late.reason is SlotReason.RELEASED
+    doc = store.read()
+    assert doc is not None
+    assert (doc.holders, doc.waiters) == ((), ())
+    assert budget.acquire(slot("n2")).granted
+    # and a new lifecycle of the node (another record) is not refused for the old one's release
+    budget.release("n2", "rec-n2")
+    assert budget.acquire(replace(slot("n1"), record_id="rec-n1-next")).granted
+
+
+def test_a_waiter_is_judged_against_the_limits_its_owner_resolves_now_not_those_it_last_wrote(
+    make_budget: BudgetFactory, inventory: FakeInventory, clock: FakeClock
+) -> None:
+    # Given a limit of 1 counting unavailable nodes, taken by a node an operator cordoned, and n1 waiting
+    inventory.nodes = [node("manual", schedulable=False), node("n1"), node("n2")]
+    budget = make_budget("1", None, count_unavailable=True)
+    assert budget.acquire(slot("n1")).reason is SlotReason.NO_ROOM
+
+    # When the operator uncordons it, and the waiter asks again at its next retry, well within a third of
+    # the TTL since its entry was written (which would otherwise skip the write)
+    inventory.nodes = [node("manual"), node("n1"), node("n2")]
+    clock.advance(30)
+
+    # Then the free slot is its at once, not when its entry next needs renewing
+    assert budget.acquire(slot("n1")).granted
+
+
+def test_a_redeploy_that_raises_the_limit_lets_a_waiter_go_at_its_next_retry(
+    make_budget: BudgetFactory, clock: FakeClock
+) -> None:
+    # Given a limit of 1, held, with a waiter
+    old = make_budget("1", None)
+    assert old.acquire(slot("n1")).granted
+    assert not old.acquire(slot("n2")).granted
+
+    # When the stack is updated to 2 and the waiter asks again at its next retry
+    clock.advance(30)
+
+    # Then it takes the second slot at once
+    assert make_budget("2", None).acquire(slot("n2")).granted
+
+
 def test_a_release_frees_the_slot_of_its_own_lifecycle_only(
     make_budget: BudgetFactory, store: MemoryBudgetStore
 ) -> None:

@@ -3,14 +3,14 @@
 One JSON document (ConfigMap key ``budget.json``), camelCase like the Kubernetes objects around it::
 
     {
-      "formatVersion": 2,
+      "formatVersion": 3,
       "holders": [{"node": "ip-10-0-1-7.ec2.internal", "instanceId": "i-0abc", "zone": "eu-west-1a",
                    "owner": "ng-blue", "recordId": "i-0abc/terminate/tok", "acquiredAt": "...Z",
                    "renewedAt": "...Z", "ttlSeconds": 300, "forced": false}],
       "waiters": [{"node": ..., "instanceId": ..., "zone": ..., "owner": ..., "recordId": ...,
                    "waitingSince": "...Z", "renewedAt": "...Z", "ttlSeconds": 300,
                    "inProgress": false, "urgentAt": null, "passed": 0}],
-      "released": [{"node": ..., "owner": ..., "releasedAt": "...Z", "ttlSeconds": 300}],
+      "released": [{"node": ..., "owner": ..., "recordId": ..., "releasedAt": "...Z", "ttlSeconds": 300}],
       "limits": {"ng-blue": {"maxUnavailable": "4", "maxUnavailablePerZone": "2",
                              "countUnavailable": false, "nodesInScope": 12,
                              "resolved": {"total": 4, "perZone": {"byZone": {"eu-west-1a": 2}, "other": 2}},
@@ -39,7 +39,10 @@ from pydantic.alias_generators import to_camel
 # 2: waiters carry their precedence (inProgress, urgentAt, passed), holders may be forced. A stack that reads
 # up to 1 refuses a document of format 2 rather than rewrite what it does not understand: upgrade every stack
 # sharing the cluster (a format-1 document is read, and rewritten as format 2, by this version).
-FORMAT_VERSION = 2
+# 3: a released slot names the lifecycle that gave it back (``recordId``), which may not take it again. Again
+# an older stack refuses the document rather than drop the field: upgrade every stack sharing the cluster
+# (formats 1 and 2 are read, and rewritten as 3).
+FORMAT_VERSION = 3
 
 
 class BudgetFormatError(ValueError):
@@ -90,10 +93,12 @@ class Waiter(_Entry):
 
 
 class Released(_Model):
-    """A node whose slot was given back: not "unavailable for another reason" until ``expires_at``."""
+    """A node whose slot was given back: not "unavailable for another reason" until ``expires_at``; nor
+    taken again by the lifecycle that gave it back (``record_id``: a late delivery of one of its steps)."""
 
     node: str
     owner: str
+    record_id: str | None = None  # None in documents written before it was kept
     released_at: datetime
     ttl_seconds: int = Field(ge=1)
 
@@ -151,7 +156,7 @@ class BudgetDocument(_Model):
         return next((w for w in self.waiters if w.node == node), None)
 
     def to_json(self) -> str:
-        """The document as stored: in this version's format (a format-1 document read is written as 2),
+        """The document as stored: in this version's format (an older format read is written as this one),
         compact (fields at their defaults left out, no spaces): the API server refuses a ConfigMap over
         1 MiB, and the document is read and rewritten on every decision."""
         data = self.model_dump(mode="json", by_alias=True, exclude_defaults=True)

@@ -37,6 +37,10 @@ class SlotReason(StrEnum):
     # Another lifecycle of this owner holds this node (a Spot interruption's drain, a terminate hook's): one
     # slot is one lifecycle's, released by its own cleanup; this one asks again once that drain is over.
     HELD_BY_OTHER_LIFECYCLE = "held-by-other-lifecycle"
+    # This lifecycle gave its slot back already (its cleanup ran): the request is a late delivery of one of
+    # its earlier steps, whose commit will lose. A slot taken now would be recorded nowhere and held until
+    # the sweeper or the TTL removed it.
+    RELEASED = "released"
 
 
 @dataclass(frozen=True)

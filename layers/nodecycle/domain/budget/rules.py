@@ -41,7 +41,9 @@ the others wait for it. Only a node nobody else holds or waits for may be forced
 **Holders.** One holder per node: a node that holds a slot and asks again holds it again (renewed; taken
 over by a new lifecycle of the same node). A renewal is written only when a third of the TTL has passed since
 the last written one. A holder that expired and was removed asks again like a newcomer, through the queue. A
-node already counted as unavailable takes its slot without taking a new one.
+node already counted as unavailable takes its slot without taking a new one. A lifecycle that released its
+slot less than a TTL ago takes none again: its request is a late delivery of an earlier step (a duplicate
+whose write was retried after the release), whose commit loses, so nothing would ever give that slot back.
 
 A node that is held or queued by another owner is handed off, never taken (invariant 3), until that entry
 expires; unless the entry is another instance's. Instance ids are never reused, node names are (a recycled
@@ -200,6 +202,13 @@ def with_own_limits(doc: BudgetDocument, owner: str, limits: OwnerLimits) -> Bud
     return doc.model_copy(update={"limits": {**doc.limits, owner: limits}})
 
 
+def same_limits(recorded: OwnerLimits | None, resolved: OwnerLimits) -> bool:
+    """Whether an owner's recorded limits are those it resolves now, whenever each was resolved."""
+    return (
+        recorded is not None and recorded.model_copy(update={"updated_at": resolved.updated_at}) == resolved
+    )
+
+
 def fresh_holder(doc: BudgetDocument, request: SlotRequest, now: datetime) -> SlotDecision | None:
     """The decision for a request whose lifecycle holds the node and renewed it less than a third of its TTL
     ago: granted, with nothing to write. A drain renews at every step (every few seconds); writing each time
@@ -292,6 +301,8 @@ def claim(
         "ttl_seconds": ttl_seconds,
     }
     doc = _without_other_instances(doc, request)
+    if any(r.node == request.node and r.record_id == request.record_id for r in doc.released):
+        return doc, _decision(doc, False, SlotReason.RELEASED), None
     holder = doc.holder(request.node)
     if holder is not None:
         if holder.owner != request.owner:
@@ -377,7 +388,13 @@ def release(
         return doc, None, None
     released = doc.released
     if holder is not None:
-        tombstone = Released(node=node, owner=owner, released_at=now, ttl_seconds=int(ttl.total_seconds()))
+        tombstone = Released(
+            node=node,
+            owner=owner,
+            record_id=holder.record_id,
+            released_at=now,
+            ttl_seconds=int(ttl.total_seconds()),
+        )
         released = (*(r for r in released if r.node != node), tombstone)
     doc = doc.model_copy(
         update={

@@ -179,7 +179,13 @@ class DisruptionBudget:
                 None
                 if current is None
                 else rules.fresh_holder(current, request, now)
-                or rules.fresh_waiter(current, request, now, renewing=renewing)
+                or (
+                    # A waiter is judged under its owner's recorded limits: written first when they changed
+                    # (a node back in service, a redeploy), or a slot they free idles until its renewal.
+                    rules.fresh_waiter(current, request, now, renewing=renewing)
+                    if rules.same_limits(current.limits.get(self._owner), limits)
+                    else None
+                )
             )
             if fresh is not None:
                 return current, (fresh, None)

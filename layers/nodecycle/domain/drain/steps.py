@@ -300,6 +300,9 @@ class AcquireSlot:
             )
             return Outcome.wait(self._policy.budget_retry_seconds, **found)
         log.info("no budget slot for node %s yet: %s", node.name, decision.reason)
+        if decision.reason is SlotReason.RELEASED:
+            # This lifecycle drained and gave its slot back: a late delivery of this step (its commit loses)
+            return Outcome.wait(self._policy.budget_retry_seconds, **found)
         if decision.reason is SlotReason.QUEUE_FULL:
             return Outcome.wait(self._policy.budget_retry_seconds, **found)
         if record.slot_waiting_since is None:

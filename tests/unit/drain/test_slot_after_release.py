@@ -1,0 +1,83 @@
+"""A late delivery of a lifecycle's ACQUIRE_SLOT, through the engine, after the lifecycle ended."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotRequest
+from nodecycle.domain.drain.steps import AcquireSlot
+from nodecycle.domain.engine import Handled, Outcome
+from nodecycle.domain.model import Step
+from nodecycle.domain.nodes import NodeFinder
+from nodecycle.domain.policy import Quantity
+from tests.support.fakes import FakeMetrics
+from tests.unit.budget.fakes import FakeInventory, MemoryBudgetStore, RecordingMetrics
+from tests.unit.drain.test_drain_steps import NODE, FakeCluster, FakeEvents, NoDns, node, policy, terminating
+from tests.unit.foundation.test_engine import Script, World
+
+
+def test_a_duplicate_delivery_whose_write_lost_to_the_whole_lifecycle_leaves_no_slot_behind() -> None:
+    # Given a lifecycle at ACQUIRE_SLOT under a budget of one, and two deliveries of that step at once (a
+    # release's wake next to the waiter's own retry)
+    world = World()
+    record = terminating(Step.ACQUIRE_SLOT)
+    world.records.create(record)
+    store = MemoryBudgetStore(max_attempts=8)  # the ConfigMap adapter's read-modify-write attempts
+    budget = DisruptionBudget(
+        store=store,
+        nodes=FakeInventory(),
+        clock=world.clock,
+        metrics=RecordingMetrics(),
+        limits=BudgetLimits(Quantity.parse("1")),
+        holder_ttl=timedelta(seconds=600),
+        count_unavailable=False,
+        owner=record.owner,
+    )
+    cluster = FakeCluster(nodes={NODE: node()})
+    step = AcquireSlot(
+        finder=NodeFinder(cluster, NoDns()),
+        cluster=cluster,
+        slots=budget,
+        policy=policy(),
+        metrics=FakeMetrics(),
+        events=FakeEvents(),
+        records=world.records,
+    )
+
+    def the_other_delivery_runs_the_whole_lifecycle() -> None:
+        # between this delivery's read of the budget and its write: an empty node is cordoned, drained,
+        # completed and released within a second, and its record is done
+        request = SlotRequest(
+            node=NODE,
+            instance_id=record.instance_id,
+            zone="eu-west-1a",
+            owner=record.owner,
+            record_id=record.id,
+        )
+        assert budget.acquire(request).granted
+        current = world.records.get(record.id)
+        assert current is not None
+        done = current.model_copy(update={"seq": current.seq + 1, "step": Step.DONE})
+        assert world.records.commit(done, expected_seq=current.seq)
+        budget.release(NODE, record.id)
+
+    store.interleave(the_other_delivery_runs_the_whole_lifecycle)
+    engine = world.engine({Step.ACQUIRE_SLOT: step, Step.CORDON: Script([Outcome.wait(5)])})
+
+    # When this delivery runs (its write retried on the document after the release)
+    handled = engine.handle(world.message())
+
+    # Then its commit loses, and it took no slot that nothing would give back: the next node may drain
+    assert handled is Handled.CONFLICT
+    assert world.record().finished
+    doc = store.read()
+    assert doc is not None
+    assert [(h.node, h.record_id) for h in doc.holders] == []
+    other = SlotRequest(
+        node="ip-10-0-9-9",
+        instance_id="i-0other",
+        zone="eu-west-1b",
+        owner=record.owner,
+        record_id="i-0other/terminate/t",
+    )
+    assert budget.acquire(other).granted
