@@ -13,7 +13,8 @@ from nodecycle_cli.output import age
 
 LAUNCHING = "autoscaling:EC2_INSTANCE_LAUNCHING"
 TERMINATING = "autoscaling:EC2_INSTANCE_TERMINATING"
-MAX_RESUMES = 5  # the sweeper gives up resuming a lifecycle after this many (nodecycle.domain.sweep)
+# Resumed this often in a row, a lifecycle is stuck: the sweeper re-sends it less often (nodecycle.domain.sweep)
+MAX_RESUMES = 5
 
 
 @dataclass(frozen=True)
@@ -226,14 +227,18 @@ def dead_letters(sqs: Any, queues: Mapping[str, str]) -> list[Finding]:
 
 def stuck_lifecycles(records: Iterable[Any], now: datetime, resume_grace: timedelta, stack: str) -> Finding:
     """Open lifecycles whose next step is overdue by more than the resume grace: their message is lost and
-    nothing repaired it yet, or the sweeper gave up on them."""
+    nothing repaired it yet, or the sweeper's resends keep failing."""
     check = "lifecycles.stuck"
     overdue = sorted((r for r in records if r.overdue(now, resume_grace)), key=lambda r: r.due_at)
     if not overdue:
         return Finding.ok(check, "no lifecycle is overdue")
     described = "; ".join(
         f"{r.instance_id} {r.transition.short} at {r.step.value}, {age((now - r.due_at).total_seconds())} overdue"
-        + (f" (resumed {r.resumes} times: the sweeper gave up)" if r.resumes >= MAX_RESUMES else "")
+        + (
+            f" (resumed {r.resumes} times in a row: stuck, the sweeper re-sends it less often)"
+            if r.resumes >= MAX_RESUMES
+            else ""
+        )
         for r in overdue[:10]
     )
     more = f" and {len(overdue) - 10} more" if len(overdue) > 10 else ""

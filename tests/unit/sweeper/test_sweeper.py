@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from itertools import pairwise
 
 import pytest
 
@@ -342,13 +343,68 @@ def test_a_launch_past_its_steps_is_completed_by_the_sweeper_as_the_engine_would
     assert stored.outcome == "node-ready"
 
 
-def test_a_lifecycle_resumed_too_often_is_reported_stuck_instead() -> None:
+def test_a_lifecycle_resumed_too_often_is_reported_stuck_and_not_sent_again_at_once() -> None:
     repair = Repair()
     repair.records.create(make_record(PLAN, Step.EVICT, resumes=MAX_RESUMES))
     repair.clock.advance(GRACE.total_seconds() + 1)
     counts = repair.run()
     assert (counts["LifecyclesResumed"], counts["LifecyclesStuck"]) == (0, 1)
     assert repair.metrics.counts["LifecyclesStuck"] == 1
+
+
+def long_drain_at_evict(repair: Repair, **changes: object) -> LifecycleRecord:
+    """A drain at EVICT (cordoned, partly evicted) whose hook has a heartbeat timeout of an hour: its action
+    lives 48 h at most."""
+    record = make_record(PLAN, Step.EVICT, node="n1", seq=7, heartbeat_timeout=3600, **changes)
+    record = record.model_copy(update={"heartbeat_deadline": record.started_at + timedelta(hours=1)})
+    repair.autoscaling.action_timeout = 3600
+    repair.records.create(record)
+    return record
+
+
+def test_a_lifecycle_whose_resends_were_all_dead_lettered_resumes_once_the_function_works() -> None:
+    # Given a drain at EVICT, and a drain function failing at init for half an hour (after a bad update):
+    # each message the sweeper re-sends is received five times and dead-lettered, the record does not move
+    repair = Repair()
+    long_drain_at_evict(repair)
+    for _ in range(MAX_RESUMES + 1):
+        repair.clock.advance(INTERVAL.total_seconds())
+        repair.run()
+        repair.queues.take()  # dead-lettered
+
+    # When the function works again and the next sweep comes
+    repair.clock.advance(INTERVAL.total_seconds())
+    counts = repair.run()
+
+    # Then the step is sent again (the runbook: the overdue lifecycles resume on their own), and the
+    # lifecycle is still reported stuck, for the alarm
+    (sent,) = repair.queues.take()
+    assert sent.message.step is Step.EVICT
+    assert (counts["LifecyclesResumed"], counts["LifecyclesStuck"]) == (1, 1)
+
+
+def test_a_stuck_lifecycle_is_sent_again_less_and_less_often_until_its_global_timeout() -> None:
+    # Given a drain whose step keeps failing the same way (every message dead-lettered): resumed five times
+    repair = Repair()
+    record = long_drain_at_evict(repair, resumes=MAX_RESUMES)
+
+    # When the sweeper runs every interval until the action's global timeout
+    resent: list[datetime] = []
+    sweeps = stuck = 0
+    while repair.clock.now() < record.global_deadline - 2 * INTERVAL:
+        repair.clock.advance(INTERVAL.total_seconds())
+        stuck += repair.run()["LifecyclesStuck"]
+        sweeps += 1
+        resent += [repair.clock.now() for s in repair.queues.take() if s.message.step is Step.EVICT]
+
+    # Then its step is sent again after 2, 4, 8 intervals, then every 12 (an hour): a fixed step gets its
+    # chance within the hour, a failing one costs a few dead letters an hour; the action is kept alive
+    # meanwhile, and the lifecycle reported stuck at every sweep
+    gaps = [later - earlier for earlier, later in pairwise([record.updated_at, *resent])]
+    assert gaps[:4] == [2 * INTERVAL, 4 * INTERVAL, 8 * INTERVAL, 12 * INTERVAL]
+    assert set(gaps[4:]) == {12 * INTERVAL}
+    assert repair.autoscaling.completed == []
+    assert stuck == sweeps
 
 
 def entry(node: str, record_id: str, instance: str) -> Holder:

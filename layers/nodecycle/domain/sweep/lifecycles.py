@@ -18,7 +18,13 @@ from nodecycle.domain.sweep.sweeper import Counts, SweepFailed
 
 log = logging.getLogger(__name__)
 
-MAX_RESUMES = 5  # a lifecycle resumed this often is failing for a reason a resend will not fix
+# A lifecycle resumed this often in a row without a step committing is stuck: failing for a reason a resend
+# alone will not fix (a poison step, a function failing at init). It is reported (the alarm), and re-sent
+# less often: after 2, 4, 8 sweep intervals, then every STUCK_BACKOFF_CAP. Never given up on, since the cause
+# may be fixed meanwhile (the function's setting, the cluster's access) and nothing else would send its step
+# again: its messages were dead-lettered, and its action would be completed undrained at its global timeout.
+MAX_RESUMES = 5
+STUCK_BACKOFF_CAP = 12  # sweep intervals (an hour at the default 5 minutes)
 
 
 class LifecycleRepair:
@@ -98,7 +104,8 @@ class LifecycleRepair:
                     kept = record
                 counts["LifecyclesStalled"] += overdue
                 if kept is not None and (overdue or last):
-                    counts[self._repair(kept, now, last)] += 1
+                    for name in self._repair(kept, now, last):
+                        counts[name] += 1
             except Exception:  # one lifecycle's failure must not stop the repair of the others
                 log.exception("could not repair lifecycle %s", record.id)
                 counts["RepairsFailed"] += 1
@@ -135,15 +142,30 @@ class LifecycleRepair:
         # loses, and the engine's record (with an earlier deadline) heartbeats again soon: harmless.
         return kept if self._records.commit(kept, expected_seq=record.seq) else None
 
-    def _repair(self, record: LifecycleRecord, now: datetime, last: bool) -> str:
-        """What became of one overdue lifecycle, or one whose action is at its last chance: the name of its
-        count."""
+    def _repair(self, record: LifecycleRecord, now: datetime, last: bool) -> tuple[str, ...]:
+        """What became of one overdue lifecycle, or one whose action is at its last chance: the names of its
+        counts."""
         if last:
-            return "LifecyclesSettled" if self._settle(record, now) else "RepairsRaced"
+            return ("LifecyclesSettled",) if self._settle(record, now) else ("RepairsRaced",)
+        stuck: tuple[str, ...] = ()
         if record.resumes >= MAX_RESUMES:
+            # Reported at every sweep it is overdue, re-sent or not, so that the alarm holds while it is stuck.
             log.error("lifecycle %s is stuck at %s after %d resumes", record.id, record.step, record.resumes)
-            return "LifecyclesStuck"
-        return "LifecyclesResumed" if self._dispatcher.resume(record) else "RepairsRaced"
+            stuck = ("LifecyclesStuck",)
+            if not self._backed_off(record, now):
+                return stuck
+        # A resend moves the record to a new seq (a late message arrives stale) and commits only on the seq
+        # read: a step the engine ran meanwhile wins.
+        return (*stuck, "LifecyclesResumed" if self._dispatcher.resume(record) else "RepairsRaced")
+
+    def _backed_off(self, record: LifecycleRecord, now: datetime) -> bool:
+        """Whether a stuck lifecycle has waited long enough since its last resend to be sent again: 2, 4, 8
+        sweep intervals, then ``STUCK_BACKOFF_CAP``. Its last resend set ``updated_at``, as does whatever
+        else sends its step (a step that commits, which also ends the stall; maintenance moved earlier).
+        Reckoned in whole sweeps: half an interval's slack for a sweep that starts a little sooner after the
+        last resend than the one that sent it."""
+        intervals = min(2 ** (record.resumes - MAX_RESUMES + 1), STUCK_BACKOFF_CAP)
+        return now - record.updated_at >= (intervals - 0.5) * self._interval
 
     def _last_chance(self, record: LifecycleRecord, now: datetime) -> bool:
         """Whether this sweep may be the last that comes before the action's global timeout: past the point
