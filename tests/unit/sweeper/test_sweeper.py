@@ -482,6 +482,34 @@ def test_budget_entries_of_gone_nodes_gone_instances_and_finished_lifecycles_are
     assert [s.message.record_id for s in queues.take()] == ["i-9/terminate/w"]
 
 
+def test_a_waiter_that_cannot_be_woken_does_not_keep_the_others_waiting() -> None:
+    # Given a sweep that frees two slots, each for a waiter, the first of whose wake-up messages SQS refuses
+    records, queues = InMemoryRecords(), RecordingQueues()
+    for waiter in ("i-8/terminate/v", "i-9/terminate/w"):
+        records.create(make_record(PLAN, Step.ACQUIRE_SLOT, id=waiter))
+    original = queues.send
+
+    def send(worker: object, message: WorkMessage, delay_seconds: int = 0) -> None:
+        if message.record_id == "i-8/terminate/v":
+            raise TransientError("sending to the drain queue: throttled")
+        original(worker, message, delay_seconds)  # type: ignore[arg-type]
+
+    queues.send = send  # type: ignore[method-assign]
+    part = StaleBudgetEntries(
+        budget=FakeBudget([], wake=("i-8/terminate/v", "i-9/terminate/w")),
+        records=records,
+        node_names=set,
+        alive_instances=AliveInstances(set()),
+        waker=Dispatcher(records=records, queues=queues, clock=FakeClock(), metrics=FakeMetrics()),
+    )
+
+    # When the sweep wakes them, Then the sweep fails, but only after the second waiter was woken (the first
+    # one still has its own backoff message)
+    with pytest.raises(SweepFailed, match="1 waiters"):
+        part([], T0)
+    assert [s.message.record_id for s in queues.take()] == ["i-9/terminate/w"]
+
+
 @dataclass
 class FakeNodes:
     nodes: list[NodeInfo]

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from nodecycle.domain.model import LifecycleRecord
-from nodecycle.domain.ports.cluster import Claim, OwnedNodes
+from nodecycle.domain.ports.cluster import Claim, NodeInfo, OwnedNodes
 from nodecycle.domain.ports.lifecycle import RecordStore
 from nodecycle.domain.ports.runtime import Metrics
-from nodecycle.domain.sweep.sweeper import Counts, lifecycle_over
+from nodecycle.domain.sweep.sweeper import Counts, SweepFailed, lifecycle_over
 
 log = logging.getLogger(__name__)
 
@@ -26,17 +26,28 @@ class LeftoverAnnotations:
 
     def __call__(self, open_records: Sequence[LifecycleRecord], now: datetime) -> Counts:
         open_ids = {record.id for record in open_records}
-        cleared = 0
+        cleared = failed = 0
         for node in self._cluster.nodes_owned_by(self._owner):
-            lifecycle = node.lifecycle
-            if lifecycle is not None and (
-                lifecycle in open_ids or not lifecycle_over(self._records, lifecycle)
-            ):
-                continue
-            if self._cluster.release_node(node) is Claim.CLAIMED:
-                log.info(
-                    "cleared leftover annotations of node %s (lifecycle %s is over)", node.name, lifecycle
-                )
-                cleared += 1
+            try:
+                cleared += self._clear(node, open_ids)
+            except Exception:
+                # One node the API server will not patch (an admission webhook denying it, throttling) must
+                # not keep the nodes listed after it annotated, sweep after sweep (the list comes in the same
+                # order): counted, and the sweep fails once all were seen.
+                log.exception("could not clear the leftover annotations of node %s", node.name)
+                failed += 1
         self._metrics.count("AnnotationsCleared", cleared)
+        if failed:
+            self._metrics.count("AnnotationFailures", failed)
+            raise SweepFailed(f"could not clear the annotations of {failed} nodes (the others were cleared)")
         return {"AnnotationsCleared": cleared}
+
+    def _clear(self, node: NodeInfo, open_ids: set[str]) -> bool:
+        """Clear a node's annotations if its lifecycle is over; whether they were cleared."""
+        lifecycle = node.lifecycle
+        if lifecycle is not None and (lifecycle in open_ids or not lifecycle_over(self._records, lifecycle)):
+            return False
+        if self._cluster.release_node(node) is not Claim.CLAIMED:
+            return False  # changed since the listing (the next sweep judges it again), or gone
+        log.info("cleared leftover annotations of node %s (lifecycle %s is over)", node.name, lifecycle)
+        return True

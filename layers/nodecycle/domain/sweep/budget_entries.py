@@ -3,6 +3,7 @@ lifecycle is over."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 
@@ -11,7 +12,9 @@ from nodecycle.domain.engine import Dispatcher
 from nodecycle.domain.model import LifecycleRecord
 from nodecycle.domain.ports.budget import SweepableBudget
 from nodecycle.domain.ports.lifecycle import RecordStore
-from nodecycle.domain.sweep.sweeper import Counts, lifecycle_over
+from nodecycle.domain.sweep.sweeper import Counts, SweepFailed, lifecycle_over
+
+log = logging.getLogger(__name__)
 
 
 class StaleBudgetEntries:
@@ -50,6 +53,15 @@ class StaleBudgetEntries:
             }
 
         result = self._budget.sweep(stale=stale)
+        unwoken = 0
         for waiting in result.wake:
-            self._waker.wake(waiting)
+            try:
+                self._waker.wake(waiting)
+            except Exception:
+                # One wake-up SQS refuses must not keep the other waiters from a freed slot; that waiter
+                # still has its own backoff message. The sweep fails once all were tried.
+                log.exception("could not wake waiter %s for a freed budget slot", waiting)
+                unwoken += 1
+        if unwoken:
+            raise SweepFailed(f"could not wake {unwoken} waiters (the others were woken)")
         return {"SweptHolders": len(result.holders), "SweptWaiters": len(result.waiters)}

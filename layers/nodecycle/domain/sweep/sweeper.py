@@ -11,8 +11,9 @@ lifecycles:
 - :mod:`.annotations`: nodes left with this owner's annotations by a lifecycle that is over get them cleared;
 - :mod:`.addresses`: addresses left unassociated past the sweep grace are released.
 
-Each part runs even when another fails; a failure is logged with its cause and re-raised at the end, so
-the invocation counts as failed.
+Each part runs even when another fails, and within a part each lifecycle, node, waiter or address is handled
+even when one before it fails; a failure is logged with its cause and re-raised at the end, so the invocation
+counts as failed.
 """
 
 from __future__ import annotations
