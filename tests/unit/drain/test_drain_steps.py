@@ -13,6 +13,8 @@ from nodecycle.domain.budget import SlotDecision, SlotReason, SlotRequest
 from nodecycle.domain.completion import CompleteAction
 from nodecycle.domain.drain.steps import (
     FORCED_SLOT,
+    POOL_POLL_SECONDS,
+    POOL_WATCH_SECONDS,
     STUCK_PODS,
     AcquireSlot,
     Cleanup,
@@ -988,25 +990,96 @@ def test_cleanup_clears_our_annotations_releases_the_slot_and_wakes_the_next_wai
     assert metrics.counts["WaitersWoken"] == 1
 
 
-def test_a_node_going_into_a_warm_pool_is_uncordoned_as_its_annotations_are_cleared() -> None:
-    # Given our drained node, whose instance is stopped into the warm pool (it will come back as this node)
-    cluster = FakeCluster(nodes={NODE: node(owner="stack-a", in_progress="{}")})
+@pytest.mark.parametrize("pool", ["Warmed:Pending", "Warmed:Pending:Wait"])
+def test_a_node_going_into_a_warm_pool_keeps_its_cordon_until_its_kubelet_is_gone(pool: str) -> None:
+    # Given our drained node, cordoned, whose terminate action into the warm pool is complete: Auto Scaling
+    # stops the instance only now, and the node stays Ready a minute after that
+    cluster = FakeCluster(nodes={NODE: node(owner="stack-a", in_progress="{}")}, cordoned={NODE})
     waker = Dispatcher(
         records=InMemoryRecords(), queues=RecordingQueues(), clock=FakeClock(T0), metrics=FakeMetrics()
     )
+    autoscaling = FakeAutoscaling(states={INSTANCE: pool})
+    slots = FakeSlots(holders={NODE})
+    step = Cleanup(
+        cluster=cluster, slots=slots, dispatcher=waker, autoscaling=autoscaling, events=FakeEvents()
+    )
+    record = terminating(Step.CLEANUP, node=NODE, destination="WarmPool")
+
+    # When cleanup runs
+    first = step(record, T0)
+
+    # Then the annotations go and the slot is given back at once, but the cordon stays, the node marked as
+    # released for this lifecycle: the pods just evicted from it must not come back to an instance that stops
+    assert cluster.patches == [{"owner": None, "in_progress": None, "released_for": record.id}]
+    assert (cluster.cordoned, slots.released) == ({NODE}, [NODE])
+    assert first.delay == POOL_POLL_SECONDS
+
+    # When it looks again while the node is still Ready, then once the stopped kubelet's node is NotReady
+    watching = record.model_copy(update=first.changes)
+    again = step(watching, T0 + timedelta(seconds=10))
+    assert (again.delay, cluster.cordoned, len(cluster.patches)) == (POOL_POLL_SECONDS, {NODE}, 1)
+    autoscaling.states[INSTANCE] = "Warmed:Stopped"
+    cluster.nodes[NODE] = cluster.nodes[NODE].model_copy(update={"ready": False})
+    lifted = step(watching, T0 + timedelta(seconds=60))
+
+    # Then the cordon and the load balancer exclusion are lifted (the node controller's taint keeps pods off
+    # until it is back), the mark removed, and nothing else is released again
+    assert lifted.then is None
+    assert cluster.patches[-1] == {"owner": None, "in_progress": None, "cordon": False, "lb": False}
+    assert (cluster.cordoned, cluster.nodes[NODE].released_for, slots.released) == (set(), None, [NODE])
+
+
+def test_a_node_back_from_the_warm_pool_before_its_kubelet_was_missed_is_uncordoned() -> None:
+    # Given our node kept cordoned for an instance stopped into the warm pool
+    cluster = FakeCluster(nodes={NODE: node(owner="stack-a", in_progress="{}")}, cordoned={NODE})
+    waker = Dispatcher(
+        records=InMemoryRecords(), queues=RecordingQueues(), clock=FakeClock(T0), metrics=FakeMetrics()
+    )
+    autoscaling = FakeAutoscaling(states={INSTANCE: "Warmed:Pending"})
     step = Cleanup(
         cluster=cluster,
         slots=FakeSlots(holders={NODE}),
         dispatcher=waker,
-        autoscaling=FakeAutoscaling(),
+        autoscaling=autoscaling,
         events=FakeEvents(),
     )
+    record = terminating(Step.CLEANUP, node=NODE, destination="WarmPool")
+    watching = record.model_copy(update=step(record, T0).changes)
 
-    # When cleanup runs
-    step(terminating(Step.CLEANUP, node=NODE, destination="WarmPool"), T0)
+    # When the instance is taken out of the pool again (a scale-out) while its node still looks Ready
+    autoscaling.states[INSTANCE] = "Pending:Wait"
+    step(watching, T0 + timedelta(seconds=30))
 
-    # Then the same patch lifts the cordon and the load balancer exclusion
-    assert cluster.patches == [{"owner": None, "in_progress": None, "cordon": False, "lb": False}]
+    # Then its node is schedulable again
+    assert cluster.cordoned == set()
+
+
+def test_a_node_waiting_in_a_running_warm_pool_stays_cordoned_and_says_so() -> None:
+    # Given our node kept cordoned for an instance that waits in a warm pool whose instances keep running
+    cluster = FakeCluster(nodes={NODE: node(owner="stack-a", in_progress="{}")}, cordoned={NODE})
+    waker = Dispatcher(
+        records=InMemoryRecords(), queues=RecordingQueues(), clock=FakeClock(T0), metrics=FakeMetrics()
+    )
+    events = FakeEvents()
+    autoscaling = FakeAutoscaling(states={INSTANCE: "Warmed:Running"})
+    step = Cleanup(
+        cluster=cluster,
+        slots=FakeSlots(holders={NODE}),
+        dispatcher=waker,
+        autoscaling=autoscaling,
+        events=events,
+    )
+    record = terminating(Step.CLEANUP, node=NODE, destination="WarmPool")
+    watching = record.model_copy(update=step(record, T0).changes)
+
+    # When its node is still Ready after the watch
+    done = step(watching, T0 + timedelta(seconds=POOL_WATCH_SECONDS))
+
+    # Then the lifecycle ends with the node cordoned (no pod runs on an instance out of service), and an Event
+    # tells the operator
+    assert done.then is None
+    assert cluster.cordoned == {NODE}
+    assert (NODE, "CordonKeptInWarmPool", "Warning") in events.written
 
 
 @pytest.mark.parametrize("first", [Step.FORGET_NODE, Step.CLEANUP])

@@ -54,6 +54,12 @@ POLLS = "polls"  # record.extra key: how often the drain has looked for its pods
 # claimed it, {"cordon": bool, "lb": bool}; a node that comes back gets only those undone, never an operator's
 # cordon or a node group's own load balancer exclusion
 SET_ON_NODE = "set_on_node"
+# record.extra key: a node gone into the warm pool with its cordon kept, watched for the moment it may be lifted
+POOL_WATCH = "pool_watch"
+POOL_POLL_SECONDS = 10  # how often a cleanup into the warm pool looks at its node until it may uncordon it
+# How long it looks: a stopped instance's node is NotReady a minute after the stop. Past this, the instance is
+# waiting in a running pool (its node stays Ready) and its node stays cordoned.
+POOL_WATCH_SECONDS = 15 * 60
 # The disruptions without a hook whose drain a later terminate hook of the same instance finds done
 LINKED_CAUSES = (Transition.SPOT_INTERRUPTION, Transition.SCHEDULED_CHANGE, Transition.REBALANCE)
 LINKED_POLL_SECONDS = 5
@@ -662,9 +668,10 @@ class Evict:
 class Cleanup:
     """After completion: clear our annotations, give the slot back, wake whoever may use it now.
 
-    A node comes back uncordoned when its instance is coming back: into a warm pool, or still in service
-    because the action this lifecycle drained for was not Auto Scaling's to end (it was no longer active:
-    completed elsewhere, timed out, or never issued) and the instance stayed.
+    A node comes back uncordoned when its instance is coming back: still in service because the action this
+    lifecycle drained for was not Auto Scaling's to end (it was no longer active: completed elsewhere, timed
+    out, or never issued) and the instance stayed; or into a warm pool, once nothing can be scheduled on it
+    before it is back in service (see ``_hold``).
     """
 
     def __init__(
@@ -685,14 +692,63 @@ class Cleanup:
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
         if record.node is None:
             return Outcome.next()
+        if record.extra.get(POOL_WATCH):
+            return self._lift_when_safe(record, now)
         node = self._cluster.get_node(record.node)
-        if node is not None and self._release(node, record) is Claim.CONFLICT:
-            return Outcome.wait(1)
+        into_pool = record.transition.has_hook and record.destination == WARM_POOL
+        if node is not None:
+            released = self._hold(node, record) if into_pool else self._release(node, record)
+            if released is Claim.CONFLICT:
+                return Outcome.wait(1)
         for waiter in self._slots.release(record.node, record.id):
             self._dispatcher.wake(waiter)
         # (told even when the node is gone already: its events are read by its name and uid)
         self._settled(record, node.uid if node is not None else record.node_uid)
+        if into_pool:
+            return self._lift_when_safe(record, now)
         return Outcome.next()
+
+    def _hold(self, node: NodeInfo, record: LifecycleRecord) -> Claim | None:
+        """Into the warm pool: clear this lifecycle's annotations and mark the node as released for it, but
+        keep the cordon. Auto Scaling stops the instance only after the completion, and its node stays Ready
+        for a minute after that: uncordoned now, it would take the very pods just evicted from it, which the
+        stop then kills, without eviction or PodDisruptionBudget. (Freed by the stop already: marked.)"""
+        if node.owner == record.owner and node.lifecycle in (None, record.id):
+            return self._cluster.release_node(node, released_for=record.id)
+        return None
+
+    def _lift_when_safe(self, record: LifecycleRecord, now: datetime) -> Outcome:
+        """Lift what this lifecycle set on the node once nothing can be scheduled on it before it is back in
+        service: its kubelet is gone (NotReady: the node controller's taint keeps pods off), or the instance
+        left the pool. Only while the node is still marked released for this lifecycle (a later claim of the
+        instance's node removes the mark: that cordon is the later lifecycle's)."""
+        node = self._cluster.get_node(_known(record.node, "node"))
+        if node is None or node.released_for != record.id or not _of_instance(node, record):
+            return Outcome.next()
+        since = datetime.fromisoformat(str(record.extra.get(POOL_WATCH) or now.isoformat()))
+        watching = {"extra": {**record.extra, POOL_WATCH: since.isoformat()}}
+        state = self._autoscaling.lifecycle_state(record.instance_id)
+        pooled = state is not None and state.startswith("Warmed:")
+        if not node.ready or not pooled:
+            undo = _set_on_node(record.extra.get(SET_ON_NODE) or {})
+            lifted = self._cluster.release_node(node, uncordon=undo["cordon"], unlabel=undo["lb"])
+            return Outcome.wait(1, **watching) if lifted is Claim.CONFLICT else Outcome.next()
+        if now - since >= timedelta(seconds=POOL_WATCH_SECONDS):
+            log.warning(
+                "instance %s waits in its warm pool running: node %s stays cordoned",
+                record.instance_id,
+                node.name,
+            )
+            self._events.on_node(
+                node.name,
+                node.uid,
+                "CordonKeptInWarmPool",
+                f"Instance {record.instance_id} waits in its warm pool running ({state}): the node stays "
+                "cordoned, so that no pod runs on an instance out of service; uncordon it once it is back",
+                warning=True,
+            )
+            return Outcome.next()
+        return Outcome.wait(POOL_POLL_SECONDS, **watching)
 
     def _release(self, node: NodeInfo, record: LifecycleRecord) -> Claim | None:
         """Clear this lifecycle's annotations from the node, and lift its cordon if the node comes back; None
@@ -718,7 +774,7 @@ class Cleanup:
         if not (ours or back):
             # freed already, and the cordon stays (the node is not coming back): only the stop's mark goes
             return self._cluster.release_node(node)
-        if back and record.destination != WARM_POOL:
+        if back:
             log.warning(
                 "instance %s is still in service though its action is gone: node %s is uncordoned",
                 record.instance_id,
@@ -746,8 +802,6 @@ class Cleanup:
     def _coming_back(self, record: LifecycleRecord) -> bool:
         if not record.transition.has_hook:
             return False  # drained (or cordoned) for a disruption that comes: it stays cordoned
-        if record.destination == WARM_POOL:
-            return True  # stopped into the warm pool: it comes back as the same node
         gone = record.outcome in ("action-expired", "unknown-action") or record.extra.get(SETTLED_ELSEWHERE)
         return bool(gone) and self._autoscaling.lifecycle_state(record.instance_id) == "InService"
 
