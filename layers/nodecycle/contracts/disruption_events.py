@@ -96,7 +96,12 @@ def from_eventbridge(event: Mapping[str, Any], delivery: str = "eventbridge") ->
     malformed event, :class:`NotADisruption` for one that tells of nothing to act on."""
     parsed = validate(_Ec2Event, event)
     kind = parsed.detail_type
-    common = {"event_id": parsed.id, "happened_at": parsed.time, "delivery": delivery}
+    common = {
+        "event_id": parsed.id,
+        "happened_at": parsed.time,
+        "delivery": delivery,
+        "replay": parsed.replay_name,
+    }
     if kind == SPOT_WARNING:
         spot = validate(_SpotWarning, parsed.detail)
         return [
@@ -109,7 +114,8 @@ def from_eventbridge(event: Mapping[str, Any], delivery: str = "eventbridge") ->
         ]
     if kind == REBALANCE:
         detail = validate(_Detail, parsed.detail)
-        # no deadline: drained (if at all) under the budget, like a voluntary disruption
+        # No deadline: drained (if at all) under the budget, like a voluntary disruption, and never forced
+        # past it (drain/steps.py, _precedence). The two days are a horizon for the drain's own deadline only.
         return [
             DisruptionEvent(
                 instance_id=detail.instance_id,

@@ -24,6 +24,12 @@ from nodecycle.domain.ports.runtime import Clock, Metrics
 
 log = logging.getLogger(__name__)
 
+# The oldest a rebalance recommendation can be when it is delivered: EventBridge retries it for 2 minutes (the
+# rule's RetryPolicy), then Lambda keeps an asynchronous event for at most 6 hours (its maximum event age: the
+# intake function's, left at its default, which is also the most it can be). One older was not delivered but
+# sent again (an archive's replay), and no EC2 API can say whether the instance is still at risk.
+REBALANCE_MAX_AGE = timedelta(hours=6, minutes=5)
+
 
 class IntakeOutcome(StrEnum):
     ACCEPTED = "accepted"  # a new record and its first message
@@ -33,6 +39,7 @@ class IntakeOutcome(StrEnum):
     IGNORED = "ignored"  # a disruption this stack has nothing to do for (its settings, its parts)
     UNKNOWN_INSTANCE = "unknown-instance"  # EC2 does not know the instance of a disruption
     UNCONFIRMED = "unconfirmed"  # a disruption that came by the queue and EC2 does not confirm
+    REPLAYED = "replayed"  # a disruption an EventBridge archive sent again
     UNKNOWN_HOOK = "unknown-hook"  # the hook no longer exists, so neither does the action
     WRONG_HOOK = "wrong-hook"  # the event's transition is not its hook's: forged or broken
     EXPIRED = "expired"  # delivered after the action's global timeout
@@ -135,6 +142,19 @@ class Intake:
             self._metrics.count("LifecycleActionsIgnored")
             return IntakeOutcome.UNMANAGED
         self._metrics.count("DisruptionsReceived", cause=event.cause.short)
+        if event.replay is not None:
+            # An archive's replay sends AWS's events again with their old times, days or months later: what they
+            # told of is over or was acted on then, and a rebalance recommendation, which nothing confirms,
+            # would drain a node for nothing. (A replayed lifecycle action is checked with Auto Scaling.)
+            log.warning(
+                "dropped (replayed): a %s of %s sent at %s, sent again by replay %s",
+                event.cause.short,
+                event.instance_id,
+                event.happened_at,
+                event.replay,
+            )
+            self._metrics.count("LifecycleEventsRejected", reason="replayed")
+            return IntakeOutcome.REPLAYED
         by_queue = event.delivery != "eventbridge"
         confirmed = self._confirmed(event, facts, by_queue)
         if confirmed is None:
@@ -224,8 +244,11 @@ class Intake:
                     event.strikes_at,
                 )
             return event.model_copy(update={"strikes_at": starts})
-        # No EC2 API confirms a rebalance recommendation: it comes by EventBridge or not at all.
-        return None if by_queue else event
+        # No EC2 API confirms a rebalance recommendation: it comes by EventBridge or not at all, and no later
+        # than a delivery can be.
+        if by_queue or self._clock.now() - event.happened_at > REBALANCE_MAX_AGE:
+            return None
+        return event
 
     def _store(self, record: LifecycleRecord, now: datetime) -> IntakeOutcome:
         if self._records.create(record):

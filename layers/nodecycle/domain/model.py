@@ -137,6 +137,7 @@ class DisruptionEvent(BaseModel):
     strikes_at: datetime  # when the instance goes: the interruption, the maintenance's start
     state: str | None = None  # for a state change: the instance's new state
     delivery: str
+    replay: str | None = None  # the name of the EventBridge archive replay that sent it again, if one did
 
     @property
     def record_id(self) -> str:

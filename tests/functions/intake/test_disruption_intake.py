@@ -192,6 +192,46 @@ def test_a_rebalance_recommendation_does_what_the_stack_says(
     assert [r["plan"] for r in records()] == ([] if plan is None else [plan])
 
 
+@pytest.mark.parametrize(
+    "name", ["eventbridge-rebalance-recommendation.json", "eventbridge-spot-interruption.json"]
+)
+def test_a_disruption_an_archive_replays_is_refused(
+    intake_fn: ModuleType,
+    stack: Stack,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    name: str,
+) -> None:
+    # Given a stack that drains on rebalance recommendations, and a running instance of a managed group
+    monkeypatch.setenv("NODECYCLE_REBALANCE_POLICY", "drain")
+    instance = launch()
+    # When an operator replays the default bus's archive: an event of last month comes again, by EventBridge,
+    # marked with its replay's name
+    event = ec2_event(name, instance)
+    event["time"] = (datetime.now(UTC) - timedelta(days=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    event["replay-name"] = "operator-replay-of-last-month"
+    intake_fn.handler(event, LambdaContext())
+    # Then nothing is cordoned or drained for it (invariant 8), and the refusal says why
+    assert records() == []
+    assert metric(capsys.readouterr().out, "LifecycleEventsRejected", reason="replayed") == 1
+
+
+def test_a_rebalance_recommendation_older_than_any_delivery_is_refused(
+    intake_fn: ModuleType, stack: Stack, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a stack that drains on rebalance recommendations, and a recommendation for a running instance
+    # sent seven hours ago (Lambda keeps an event at most six hours: none is delivered that late)
+    monkeypatch.setenv("NODECYCLE_REBALANCE_POLICY", "drain")
+    instance = launch()
+    old = ec2_event("eventbridge-rebalance-recommendation.json", instance)
+    old["time"] = (datetime.now(UTC) - timedelta(hours=7)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # When it reaches intake by EventBridge
+    intake_fn.handler(old, LambdaContext())
+    # Then no drain starts for it
+    assert records() == []
+    assert metric(capsys.readouterr().out, "LifecycleEventsRejected", reason="stale") == 1
+
+
 def schedule(
     instance: str,
     starts: datetime,

@@ -1368,6 +1368,27 @@ def test_a_lifecycle_of_an_instance_another_of_its_lifecycles_drains_waits_unles
     assert slots.held_for[NODE] == "i-0123456789abcdef0/terminate/token"
 
 
+def test_a_rebalance_recommendation_never_takes_a_slot_past_the_budget_whatever_its_record_deadline() -> None:
+    # Given a full budget, and a rebalance recommendation's drain whose record's global deadline (a horizon
+    # intake gives it: a recommendation has no deadline) is a few minutes away
+    cluster, slots = FakeCluster(nodes={NODE: node()}), FakeSlots(room=1, holders={"other-node"})
+    horizon = T0 + timedelta(minutes=5)
+    rebalance = spot(
+        Step.ACQUIRE_SLOT,
+        id=f"{INSTANCE}/rebalance",
+        transition=Transition.REBALANCE,
+        heartbeat_deadline=horizon,
+        global_deadline=horizon,
+    )
+    # When it asks for a slot
+    outcome = acquire(cluster, slots)(rebalance, T0)
+    # Then it waits in line like any voluntary disruption: neither forced past the budget nor ahead of others
+    (asked,) = slots.requests
+    assert (asked.force, asked.urgent_at) == (False, None)
+    assert outcome.again
+    assert NODE not in slots.holders
+
+
 @pytest.mark.parametrize(
     "how", ["uncordoned after the maintenance, pods came back", "the drain timed out and left pods there"]
 )

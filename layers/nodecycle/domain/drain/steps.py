@@ -138,7 +138,11 @@ def _precedence(record: LifecycleRecord, now: datetime, policy: DrainPolicy) -> 
     """A slot request's precedence near the action's global timeout. Near it a node goes before the others;
     nearer still it cannot wait any longer: it goes either way then, and a drain that respects
     PodDisruptionBudgets beats none, so it takes a slot even without room (a forced holder, which the others
-    count). A Spot interruption is not the budget's to refuse: the capacity goes either way."""
+    count). A Spot interruption is not the budget's to refuse: the capacity goes either way. A rebalance
+    recommendation has no deadline (its record's is a horizon): it waits in line however long, and is never
+    forced past the budget."""
+    if record.transition is Transition.REBALANCE:
+        return {"urgent_at": None, "force": False}
     full_drain = _full_drain(policy)
     return {
         "urgent_at": record.global_deadline - 2 * full_drain,
