@@ -18,7 +18,7 @@ from nodecycle.domain.model import (
     global_deadline,
 )
 from nodecycle.domain.policy import PlanPolicy
-from nodecycle.domain.ports.instances import DOWN_STATES, InstanceDirectory, InstanceFacts
+from nodecycle.domain.ports.instances import DOWN_STATES, InstanceDirectory, InstanceFacts, ScheduledEvent
 from nodecycle.domain.ports.lifecycle import Autoscaling, RecordStore, WorkMessage, WorkQueues
 from nodecycle.domain.ports.runtime import Clock, Metrics
 
@@ -43,6 +43,16 @@ class IntakeOutcome(StrEnum):
     UNKNOWN_HOOK = "unknown-hook"  # the hook no longer exists, so neither does the action
     WRONG_HOOK = "wrong-hook"  # the event's transition is not its hook's: forged or broken
     EXPIRED = "expired"  # delivered after the action's global timeout
+
+
+def _described(scheduled: list[ScheduledEvent], starts: datetime) -> datetime:
+    """The start, as EC2 lists it, of the maintenance a Health event that says ``starts`` tells of: the one
+    starting nearest to it (the earlier of two as near). An instance may have several (a reboot in hours, a
+    retirement in days), each told by a Health event of its own: timing each by the earliest would make the
+    later one's event a duplicate of the first, never drained for. Not the first at or after ``starts``: a
+    Health start a few seconds past EC2's would skip to the next maintenance, and an older version of one EC2
+    moved earlier would find none."""
+    return min((e.not_before for e in scheduled), key=lambda at: (abs(at - starts), at))
 
 
 class Intake:
@@ -227,7 +237,7 @@ class Intake:
             return event if noticed else None
         if event.cause is Transition.SCHEDULED_CHANGE:
             # The maintenance is EC2's: its start is when EC2 says, not the message (which may be forged, or
-            # an older version of a rescheduled event). The earliest one is the one to be drained before.
+            # an older version of a rescheduled event).
             scheduled = self._instances.scheduled_events(event.instance_id)
             if not scheduled:
                 # By EventBridge the event is AWS's own: EC2's list may lag it, and draining ahead of a
@@ -235,7 +245,7 @@ class Intake:
                 # one whose start has passed (Health tells of a maintenance again when it is over, and EC2
                 # lists it as completed or canceled then, or no more).
                 return None if by_queue or event.strikes_at <= self._clock.now() else event
-            starts = min(e.not_before for e in scheduled)
+            starts = _described(scheduled, event.strikes_at)
             if starts != event.strikes_at:
                 log.info(
                     "maintenance of %s starts at %s by EC2 (the event said %s)",
@@ -288,7 +298,8 @@ class Intake:
     @staticmethod
     def _anew(known: LifecycleRecord, record: LifecycleRecord) -> bool:
         """Whether ``record`` tells of another disruption than the finished ``known``. AWS Health sends an
-        event again (a new id) whenever it updates one; only a start EC2 moved makes it other maintenance."""
+        event again (a new id) whenever it updates one; only another start (EC2 moved it, or it is another
+        maintenance EC2 lists) makes it other maintenance."""
         if known.transition is Transition.STATE_CHANGE:
             return known.token != record.token
         if known.transition is Transition.SCHEDULED_CHANGE:

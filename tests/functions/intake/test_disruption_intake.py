@@ -350,6 +350,44 @@ def test_maintenance_moved_earlier_moves_its_waiting_drain(intake_fn: ModuleType
     assert delayed(stack.drain_queue) == 2  # the first step again, for seq 1 (the old message will be stale)
 
 
+def finish(record: dict[str, Any]) -> None:
+    """The record's lifecycle over, as its last step leaves it."""
+    boto3.resource("dynamodb").Table("nodecycle-lifecycle").update_item(
+        Key={"id": record["id"]},
+        UpdateExpression="SET #s = :done, finished_at = :now REMOVE open_owner, due_epoch",
+        ExpressionAttributeNames={"#s": "step"},
+        ExpressionAttributeValues={":done": "done", ":now": datetime.now(UTC).isoformat()},
+    )
+
+
+@pytest.mark.usefixtures("an_hours_lead")
+def test_a_second_maintenance_of_an_instance_is_timed_by_its_own_start_and_drained_again(
+    intake_fn: ModuleType, stack: Stack
+) -> None:
+    # Given an instance EC2 will reboot in 50 minutes and retire in 10 days, and the reboot's Health event,
+    # whose drain is over
+    instance = launch()
+    now = datetime.now(UTC).replace(microsecond=0)
+    reboot, retirement = now + timedelta(minutes=50), now + timedelta(days=10)
+    schedule(instance, reboot, code="system-reboot", description="scheduled reboot")
+    schedule(instance, retirement)
+    intake_fn.handler(health_event(instance, reboot), LambdaContext())
+    (first,) = records()
+    assert datetime.fromisoformat(first["global_deadline"]) == reboot
+    finish(first)
+
+    # When the retirement's Health event (another event, another start) arrives while EC2 still lists both
+    intake_fn.handler(
+        health_event(instance, retirement, "5d3c2b1a-0f9e-4d8c-9b7a-6f5e4d3c2b1a"), LambdaContext()
+    )
+
+    # Then the retirement has a lifecycle of its own, timed by its own start (not the reboot's: a duplicate)
+    (second,) = records()
+    assert (int(second["seq"]), second["step"]) == (int(first["seq"]) + 1, "acquire-slot")
+    assert datetime.fromisoformat(second["global_deadline"]) == retirement
+    assert due_a_lead_before(second, retirement)
+
+
 def test_a_spot_warning_delivered_after_its_two_minutes_is_confirmed_with_ec2(
     intake_fn: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str]
 ) -> None:
