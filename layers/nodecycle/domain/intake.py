@@ -270,7 +270,8 @@ class Intake:
         if known is not None and known.finished and self._anew(known, record):
             # One record per instance and cause: an instance stopped once (its lifecycle long over) and
             # stopped or terminated again later is a new disruption, not a duplicate; so is maintenance EC2
-            # schedules after the last one was drained for. Its lifecycle starts
+            # schedules after the last one was drained for, and a Spot instance restarted after an interruption
+            # and interrupted again. Its lifecycle starts
             # over under the new event, on the next seq (so a late message of the old one is stale).
             restarted = record.model_copy(update={"seq": known.seq + 1})
             if self._records.commit(restarted, expected_seq=known.seq):
@@ -304,6 +305,11 @@ class Intake:
             return known.token != record.token
         if known.transition is Transition.SCHEDULED_CHANGE:
             return known.global_deadline != record.global_deadline
+        if known.transition is Transition.SPOT_INTERRUPTION:
+            # A Spot instance that stops or hibernates when interrupted is started again when capacity comes
+            # back, and can be interrupted again: a warning sent after the last interruption struck is another
+            # one. Another warning of the same interruption is sent before it.
+            return known.token != record.token and record.started_at >= known.global_deadline
         return False
 
     def _rescheduled(self, known: LifecycleRecord, record: LifecycleRecord, now: datetime) -> bool:

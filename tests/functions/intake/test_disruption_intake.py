@@ -388,6 +388,45 @@ def test_a_second_maintenance_of_an_instance_is_timed_by_its_own_start_and_drain
     assert due_a_lead_before(second, retirement)
 
 
+def test_a_spot_instance_restarted_after_an_interruption_is_drained_again_at_the_next(
+    intake_fn: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given an instance of a managed group (a Spot instance whose interruption behaviour is stop), and the
+    # drain of its first interruption, over
+    instance = launch()
+    first = ec2_event("eventbridge-spot-interruption.json", instance, **{"instance-action": "stop"})
+    intake_fn.handler(first, LambdaContext())
+    (drained,) = records()
+    finish(drained)
+    boto3.client("sqs").purge_queue(QueueUrl=stack.drain_queue)
+
+    # When a second warning of that same interruption comes (another id, sent before it struck)
+    again = {**first, "id": "3a2b1c0d-1111-4222-8333-944455556666"}
+    intake_fn.handler(again, LambdaContext())
+    # Then it is a duplicate: the node is not drained twice for one interruption
+    assert work(stack.drain_queue) == []
+
+    # When, days later (EC2 started the instance again), EC2 warns of another interruption, twice
+    days = timedelta(days=3)
+    boto3.resource("dynamodb").Table("nodecycle-lifecycle").update_item(
+        Key={"id": drained["id"]},
+        UpdateExpression="SET started_at = :s, heartbeat_deadline = :d, global_deadline = :d",
+        ExpressionAttributeValues={
+            ":s": (datetime.fromisoformat(drained["started_at"]) - days).isoformat(),
+            ":d": (datetime.fromisoformat(drained["global_deadline"]) - days).isoformat(),
+        },
+    )
+    second = ec2_event("eventbridge-spot-interruption.json", instance, **{"instance-action": "stop"})
+    second["id"] = "0b9f5f7e-1111-4222-8333-944455556666"
+    intake_fn.handler(second, LambdaContext())
+    intake_fn.handler(second, LambdaContext())
+
+    # Then the node is drained again, once, under the new event (not swallowed for the record's lifetime)
+    (record,) = records()
+    assert (record["token"], int(record["seq"])) == (second["id"], int(drained["seq"]) + 1)
+    assert [(m["step"], m["seq"]) for m in work(stack.drain_queue)] == [("acquire-slot", int(record["seq"]))]
+
+
 def test_a_spot_warning_delivered_after_its_two_minutes_is_confirmed_with_ec2(
     intake_fn: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str]
 ) -> None:
