@@ -17,10 +17,11 @@ from datetime import timedelta
 from email.utils import parsedate_to_datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from nodecycle.contracts.eventbridge import EventBridgeEnvelope
 from nodecycle.contracts.lifecycle_events import INSTANCE_ID, InvalidLifecycleEvent, validate
+from nodecycle.contracts.times import AwsTime
 from nodecycle.domain.model import DisruptionEvent, Transition
 from nodecycle.domain.ports.instances import DOWN_STATES
 
@@ -78,7 +79,7 @@ class _HealthDetail(BaseModel):
     service: str
     eventTypeCategory: str
     eventTypeCode: str
-    startTime: Annotated[AwareDatetime, BeforeValidator(_health_time)]
+    startTime: Annotated[AwsTime, BeforeValidator(_health_time)]
     affectedEntities: list[_Entity] = Field(default_factory=list)
 
 

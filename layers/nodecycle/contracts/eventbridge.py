@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
+
+from nodecycle.contracts.times import AwsTime
 
 
 class EventBridgeEnvelope(BaseModel):
@@ -21,7 +23,7 @@ class EventBridgeEnvelope(BaseModel):
     id: str
     source: str
     account: str
-    time: AwareDatetime  # EventBridge writes UTC with its Z; a time without a zone is not EventBridge's
+    time: AwsTime  # EventBridge writes UTC with its Z; a time without a zone is not EventBridge's
     region: str
     resources: list[str]
     detail_type: str = Field(alias="detail-type")

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from nodecycle.contracts.eventbridge import EventBridgeEnvelope
+from nodecycle.contracts.times import AwsTime
 from nodecycle.domain.model import LifecycleEvent, Transition
 
 SOURCE = "aws.autoscaling"
@@ -93,7 +94,7 @@ class HookNotification(_LifecycleFields):
     """The body a hook targeted directly at an SQS queue sends."""
 
     Service: Literal["AWS Auto Scaling"]
-    Time: AwareDatetime  # a time without its zone cannot be set against the hook's deadlines
+    Time: AwsTime  # a time without its zone cannot be set against the hook's deadlines
     RequestId: str | None = None
     AccountId: str | None = None
 

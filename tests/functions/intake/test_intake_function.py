@@ -217,6 +217,33 @@ def test_bad_records_are_dropped_with_a_reason_and_never_fail_their_batch(
     assert any("LifecycleActionToken is missing" in line["message"] for line in errors)
 
 
+def test_a_notification_whose_time_no_aws_service_writes_is_rejected_not_retried(
+    intake_fn: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a batch with a valid action and a hook notification whose Time is at the calendar's end (its
+    # deadlines, Time + the hook's timeouts, overflow it)
+    valid = happening_now(load_event("sqs-hook-terminate.json"))["Records"][0]["body"]
+    forged = {
+        **json.loads(valid),
+        "Time": "9999-12-31T23:59:59Z",
+        "EC2InstanceId": "i-0123456789abcdef0",
+        "LifecycleActionToken": "11111111-2222-4333-8444-555555555555",
+    }
+
+    # When intake processes it
+    result = intake_fn.handler(sqs_event(valid, forged), LambdaContext())
+
+    # Then the bad record is dropped with a reason that names its field, never retried into the dead-letter
+    # queue (the same bytes can never succeed), and the valid one is recorded
+    assert result == {"batchItemFailures": []}
+    assert [record["instance_id"] for record in records()] == [json.loads(valid)["EC2InstanceId"]]
+    output = capsys.readouterr().out
+    assert metric(output, "LifecycleEventsRejected", reason="invalid-field") == 1
+    assert "Time" in next(
+        json.loads(line)["message"] for line in output.splitlines() if '"level":"ERROR"' in line
+    )
+
+
 def test_a_bad_eventbridge_event_is_logged_and_not_retried(
     intake_fn: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str]
 ) -> None:

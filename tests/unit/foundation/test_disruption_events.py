@@ -106,3 +106,17 @@ def test_times_without_their_zone_are_refused_naming_the_field() -> None:
     health["detail"]["startTime"] = "2026-12-07T10:00:00"
     with pytest.raises(InvalidLifecycleEvent, match="startTime"):
         from_eventbridge(health)
+
+
+def test_times_no_aws_service_writes_are_refused_naming_the_field() -> None:
+    # near the calendar's ends, a strike time (+2 min) or a lead before a maintenance overflows: refused here
+    spot = load_event("eventbridge-spot-interruption.json")
+    spot["time"] = "9999-12-31T23:59:59Z"
+    with pytest.raises(InvalidLifecycleEvent, match="time") as raised:
+        from_eventbridge(spot)
+    assert raised.value.reason == "invalid-field"
+    health = load_event("eventbridge-health-scheduled-retirement.json")
+    health["detail"]["startTime"] = "0001-01-01T00:00:00Z"
+    with pytest.raises(InvalidLifecycleEvent, match="startTime") as raised:
+        from_eventbridge(health)
+    assert raised.value.reason == "invalid-field"

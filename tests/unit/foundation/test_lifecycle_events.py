@@ -116,6 +116,9 @@ def _hook_body(**changes: object) -> str:
         (_hook_body(Time="yesterday"), "invalid-field", "Time"),
         # a time without its zone cannot be set against the hook's deadlines: refused, not crashed on later
         (_hook_body(Time="2026-12-01T10:00:00"), "invalid-field", "Time"),
+        # a time no AWS service writes, whose deadlines would overflow the calendar: refused, not retried
+        (_hook_body(Time="9999-12-31T23:59:59Z"), "invalid-field", "Time"),
+        (_hook_body(Time="0001-01-01T00:00:00Z"), "invalid-field", "Time"),
         # nested past what the JSON parser recurses into: refused as malformed, not a RecursionError
         ("[" * 100_000 + "]" * 100_000, "malformed-json", "not JSON"),
         ('{"a": ' * 100_000 + "1" + "}" * 100_000, "malformed-json", "not JSON"),

@@ -1,0 +1,25 @@
+"""The times AWS writes into the events intake reads."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated
+
+from pydantic import AfterValidator, AwareDatetime
+
+# Far wider than any time an AWS service writes, far enough from the calendar's ends (years 1 and 9999) that no
+# deadline intake reckons from a time (a hook's timeouts after it, up to 48 h; a maintenance lead before it, up
+# to a week) overflows: an OverflowError there is no fault of the input's name, and would be retried as if
+# it were a passing one, then dead-lettered.
+EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
+LATEST = datetime(3000, 1, 1, tzinfo=UTC)
+
+
+def _in_range(value: datetime) -> datetime:
+    if not EARLIEST <= value < LATEST:
+        raise ValueError(f"not a time AWS writes (years {EARLIEST.year} to {LATEST.year - 1})")
+    return value
+
+
+# A time with its zone (one without cannot be set against the clock's) that AWS could have written.
+AwsTime = Annotated[AwareDatetime, AfterValidator(_in_range)]
