@@ -565,7 +565,12 @@ def polled(**changes: object) -> LifecycleRecord:
     return draining(extra={"polls": 1}, **changes)
 
 
-def cleanup(cluster: Cluster, slots: FakeSlots, autoscaling: FakeAutoscaling | None = None) -> Cleanup:
+def cleanup(
+    cluster: Cluster,
+    slots: FakeSlots,
+    autoscaling: FakeAutoscaling | None = None,
+    events: FakeEvents | None = None,
+) -> Cleanup:
     """The CLEANUP step, its wake-ups to nowhere."""
     waker = Dispatcher(
         records=InMemoryRecords(), queues=RecordingQueues(), clock=FakeClock(T0), metrics=FakeMetrics()
@@ -575,7 +580,7 @@ def cleanup(cluster: Cluster, slots: FakeSlots, autoscaling: FakeAutoscaling | N
         slots=slots,
         dispatcher=waker,
         autoscaling=autoscaling or FakeAutoscaling(),
-        events=FakeEvents(),
+        events=events or FakeEvents(),
     )
 
 
@@ -995,14 +1000,9 @@ def test_a_node_going_into_a_warm_pool_keeps_its_cordon_until_its_kubelet_is_gon
     # Given our drained node, cordoned, whose terminate action into the warm pool is complete: Auto Scaling
     # stops the instance only now, and the node stays Ready a minute after that
     cluster = FakeCluster(nodes={NODE: node(owner="stack-a", in_progress="{}")}, cordoned={NODE})
-    waker = Dispatcher(
-        records=InMemoryRecords(), queues=RecordingQueues(), clock=FakeClock(T0), metrics=FakeMetrics()
-    )
     autoscaling = FakeAutoscaling(states={INSTANCE: pool})
     slots = FakeSlots(holders={NODE})
-    step = Cleanup(
-        cluster=cluster, slots=slots, dispatcher=waker, autoscaling=autoscaling, events=FakeEvents()
-    )
+    step = cleanup(cluster, slots, autoscaling)
     record = terminating(Step.CLEANUP, node=NODE, destination="WarmPool")
 
     # When cleanup runs
@@ -1032,17 +1032,8 @@ def test_a_node_going_into_a_warm_pool_keeps_its_cordon_until_its_kubelet_is_gon
 def test_a_node_back_from_the_warm_pool_before_its_kubelet_was_missed_is_uncordoned() -> None:
     # Given our node kept cordoned for an instance stopped into the warm pool
     cluster = FakeCluster(nodes={NODE: node(owner="stack-a", in_progress="{}")}, cordoned={NODE})
-    waker = Dispatcher(
-        records=InMemoryRecords(), queues=RecordingQueues(), clock=FakeClock(T0), metrics=FakeMetrics()
-    )
     autoscaling = FakeAutoscaling(states={INSTANCE: "Warmed:Pending"})
-    step = Cleanup(
-        cluster=cluster,
-        slots=FakeSlots(holders={NODE}),
-        dispatcher=waker,
-        autoscaling=autoscaling,
-        events=FakeEvents(),
-    )
+    step = cleanup(cluster, FakeSlots(holders={NODE}), autoscaling)
     record = terminating(Step.CLEANUP, node=NODE, destination="WarmPool")
     watching = record.model_copy(update=step(record, T0).changes)
 
@@ -1057,18 +1048,9 @@ def test_a_node_back_from_the_warm_pool_before_its_kubelet_was_missed_is_uncordo
 def test_a_node_waiting_in_a_running_warm_pool_stays_cordoned_and_says_so() -> None:
     # Given our node kept cordoned for an instance that waits in a warm pool whose instances keep running
     cluster = FakeCluster(nodes={NODE: node(owner="stack-a", in_progress="{}")}, cordoned={NODE})
-    waker = Dispatcher(
-        records=InMemoryRecords(), queues=RecordingQueues(), clock=FakeClock(T0), metrics=FakeMetrics()
-    )
     events = FakeEvents()
     autoscaling = FakeAutoscaling(states={INSTANCE: "Warmed:Running"})
-    step = Cleanup(
-        cluster=cluster,
-        slots=FakeSlots(holders={NODE}),
-        dispatcher=waker,
-        autoscaling=autoscaling,
-        events=events,
-    )
+    step = cleanup(cluster, FakeSlots(holders={NODE}), autoscaling, events)
     record = terminating(Step.CLEANUP, node=NODE, destination="WarmPool")
     watching = record.model_copy(update=step(record, T0).changes)
 
