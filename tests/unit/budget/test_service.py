@@ -7,8 +7,9 @@ from datetime import timedelta
 import pytest
 
 from nodecycle.adapters.kube.budget import BudgetNotInstalled
-from nodecycle.domain.budget import Holder, SlotReason, Waiter
+from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, Holder, SlotReason, Waiter
 from nodecycle.domain.errors import TransientError
+from nodecycle.domain.policy import Quantity
 from tests.unit.budget.fakes import (
     BudgetFactory,
     FakeClock,
@@ -585,6 +586,39 @@ def test_a_redeploy_that_raises_the_limit_lets_a_waiter_go_at_its_next_retry(
 
     # Then it takes the second slot at once
     assert make_budget("2", None).acquire(slot("n2")).granted
+
+
+def test_waiters_retrying_through_containers_with_different_node_caches_do_not_rewrite_the_document(
+    store: MemoryBudgetStore, clock: FakeClock, make_budget: BudgetFactory, inventory: FakeInventory
+) -> None:
+    # Given two drain containers of one stack counting unavailable nodes, whose node caches differ by a
+    # replacement node that registered between their lists; a budget of 2 held, and eight nodes waiting
+    inventory.nodes = [node(f"n{i}") for i in range(12)]
+    first = make_budget("2", None, count_unavailable=True)
+    assert first.acquire(slot("n0")).granted
+    assert first.acquire(slot("n1")).granted
+    waiters = [f"n{i}" for i in range(2, 10)]
+    for name in waiters:
+        assert not first.acquire(slot(name)).granted
+    second = DisruptionBudget(  # its own node cache, listed a little later
+        store=store,
+        nodes=FakeInventory([*inventory.nodes, node("new")]),
+        clock=clock,
+        metrics=RecordingMetrics(),
+        limits=BudgetLimits(Quantity.parse("2"), None),
+        holder_ttl=timedelta(seconds=300),
+        count_unavailable=True,
+        owner="blue",
+    )
+    before = store.version
+
+    # When the waiters retry within a few seconds, handed to either container, and none gets a slot
+    for turn, name in enumerate(waiters):
+        clock.advance(1)
+        assert not (first if turn % 2 else second).acquire(slot(name)).granted
+
+    # Then the shared document is not rewritten at every retry (as each container's view of the nodes won)
+    assert store.version - before == 0
 
 
 def test_a_release_frees_the_slot_of_its_own_lifecycle_only(

@@ -202,13 +202,6 @@ def with_own_limits(doc: BudgetDocument, owner: str, limits: OwnerLimits) -> Bud
     return doc.model_copy(update={"limits": {**doc.limits, owner: limits}})
 
 
-def same_limits(recorded: OwnerLimits | None, resolved: OwnerLimits) -> bool:
-    """Whether an owner's recorded limits are those it resolves now, whenever each was resolved."""
-    return (
-        recorded is not None and recorded.model_copy(update={"updated_at": resolved.updated_at}) == resolved
-    )
-
-
 def fresh_holder(doc: BudgetDocument, request: SlotRequest, now: datetime) -> SlotDecision | None:
     """The decision for a request whose lifecycle holds the node and renewed it less than a third of its TTL
     ago: granted, with nothing to write. A drain renews at every step (every few seconds); writing each time

@@ -179,12 +179,11 @@ class DisruptionBudget:
                 None
                 if current is None
                 else rules.fresh_holder(current, request, now)
-                or (
-                    # A waiter is judged under its owner's recorded limits: written first when they changed
-                    # (a node back in service, a redeploy), or a slot they free idles until its renewal.
-                    rules.fresh_waiter(current, request, now, renewing=renewing)
-                    if rules.same_limits(current.limits.get(self._owner), limits)
-                    else None
+                # judged under the limits this owner resolves now (a node back in service, a redeploy may
+                # free a slot), yet written only when that changes the answer: the resolved limits carry
+                # each container's node cache, which containers take at different moments
+                or rules.fresh_waiter(
+                    rules.with_own_limits(current, self._owner, limits), request, now, renewing=renewing
                 )
             )
             if fresh is not None:
