@@ -13,6 +13,7 @@ from nodecycle.domain.budget import SlotDecision, SlotReason, SlotRequest
 from nodecycle.domain.completion import CompleteAction
 from nodecycle.domain.drain.steps import (
     FORCED_SLOT,
+    POOL_IDLE_POLL_SECONDS,
     POOL_POLL_SECONDS,
     POOL_WATCH_SECONDS,
     STUCK_PODS,
@@ -1045,7 +1046,7 @@ def test_a_node_back_from_the_warm_pool_before_its_kubelet_was_missed_is_uncordo
     assert cluster.cordoned == set()
 
 
-def test_a_node_waiting_in_a_running_warm_pool_stays_cordoned_and_says_so() -> None:
+def test_a_node_waiting_in_a_running_warm_pool_stays_cordoned_until_it_leaves_the_pool() -> None:
     # Given our node kept cordoned for an instance that waits in a warm pool whose instances keep running
     cluster = FakeCluster(nodes={NODE: node(owner="stack-a", in_progress="{}")}, cordoned={NODE})
     events = FakeEvents()
@@ -1054,14 +1055,22 @@ def test_a_node_waiting_in_a_running_warm_pool_stays_cordoned_and_says_so() -> N
     record = terminating(Step.CLEANUP, node=NODE, destination="WarmPool")
     watching = record.model_copy(update=step(record, T0).changes)
 
-    # When its node is still Ready after the watch
-    done = step(watching, T0 + timedelta(seconds=POOL_WATCH_SECONDS))
+    # When its node is still Ready after the first watch, and for hours after it
+    later = T0 + timedelta(seconds=POOL_WATCH_SECONDS)
+    idle = step(watching, later)
+    watching = watching.model_copy(update=idle.changes)
+    again = step(watching, later + timedelta(hours=3))
 
-    # Then the lifecycle ends with the node cordoned (no pod runs on an instance out of service), and an Event
-    # tells the operator
-    assert done.then is None
+    # Then it stays cordoned (no pod runs on an instance out of service), looked at once a minute, and an
+    # Event tells the operator so, once
+    assert (idle.delay, again.delay) == (POOL_IDLE_POLL_SECONDS, POOL_IDLE_POLL_SECONDS)
     assert cluster.cordoned == {NODE}
-    assert (NODE, "CordonKeptInWarmPool", "Warning") in events.written
+    assert [reason for _, reason, _ in events.written].count("CordonKeptInWarmPool") == 1
+
+    # and when a scale-out takes it out of the pool, its node is uncordoned at the next look
+    autoscaling.states[INSTANCE] = "Pending:Wait"
+    assert step(watching, later + timedelta(hours=3, minutes=1)).then is None
+    assert cluster.cordoned == set()
 
 
 @pytest.mark.parametrize("first", [Step.FORGET_NODE, Step.CLEANUP])

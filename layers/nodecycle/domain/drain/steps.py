@@ -56,10 +56,12 @@ POLLS = "polls"  # record.extra key: how often the drain has looked for its pods
 SET_ON_NODE = "set_on_node"
 # record.extra key: a node gone into the warm pool with its cordon kept, watched for the moment it may be lifted
 POOL_WATCH = "pool_watch"
+POOL_IDLE = "pool_idle"  # record.extra key: its node was found waiting in a running warm pool (told once)
 POOL_POLL_SECONDS = 10  # how often a cleanup into the warm pool looks at its node until it may uncordon it
-# How long it looks: a stopped instance's node is NotReady a minute after the stop. Past this, the instance is
-# waiting in a running pool (its node stays Ready) and its node stays cordoned.
+# A stopped instance's node is NotReady a minute after the stop. Still Ready after this, the instance waits in
+# a running pool (PoolState Running): it is looked at less often, until it leaves the pool.
 POOL_WATCH_SECONDS = 15 * 60
+POOL_IDLE_POLL_SECONDS = 60
 # The disruptions without a hook whose drain a later terminate hook of the same instance finds done
 LINKED_CAUSES = (Transition.SPOT_INTERRUPTION, Transition.SCHEDULED_CHANGE, Transition.REBALANCE)
 LINKED_POLL_SECONDS = 5
@@ -737,8 +739,10 @@ class Cleanup:
             undo = _set_on_node(record.extra.get(SET_ON_NODE) or {})
             lifted = self._cluster.release_node(node, uncordon=undo["cordon"], unlabel=undo["lb"])
             return Outcome.wait(1, **watching) if lifted is Claim.CONFLICT else Outcome.next()
-        if now - since >= timedelta(seconds=POOL_WATCH_SECONDS):
-            log.warning(
+        if now - since < timedelta(seconds=POOL_WATCH_SECONDS):
+            return Outcome.wait(POOL_POLL_SECONDS, **watching)
+        if not record.extra.get(POOL_IDLE):
+            log.info(
                 "instance %s waits in its warm pool running: node %s stays cordoned",
                 record.instance_id,
                 node.name,
@@ -748,11 +752,9 @@ class Cleanup:
                 node.uid,
                 "CordonKeptInWarmPool",
                 f"Instance {record.instance_id} waits in its warm pool running ({state}): the node stays "
-                "cordoned, so that no pod runs on an instance out of service; uncordon it once it is back",
-                warning=True,
+                "cordoned until it leaves the pool, so that no pod runs on an instance out of service",
             )
-            return Outcome.next()
-        return Outcome.wait(POOL_POLL_SECONDS, **watching)
+        return Outcome.wait(POOL_IDLE_POLL_SECONDS, extra={**watching["extra"], POOL_IDLE: True})
 
     def _release(self, node: NodeInfo, record: LifecycleRecord) -> Claim | None:
         """Clear this lifecycle's annotations from the node, and lift its cordon if the node comes back; None
