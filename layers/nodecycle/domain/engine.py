@@ -33,7 +33,7 @@ from nodecycle.domain.flow import (
     worker_for,
     worker_of,
 )
-from nodecycle.domain.model import LifecycleRecord, Step
+from nodecycle.domain.model import SUCCESSOR, LifecycleRecord, Step
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.lifecycle import Autoscaling, RecordStore, WorkMessage, WorkQueues
 from nodecycle.domain.ports.runtime import Clock, Metrics
@@ -240,7 +240,7 @@ class StepEngine:
                 )
                 self._metrics.count("StepRetries", step=record.step.value)
                 outcome = Outcome.wait(delay, attempts=record.attempts + 1, last_error=str(error)[:500])
-        updated = advance(record, outcome, now)
+        updated = _successor_of(advance(record, outcome, now), now)
         # Judged when the step ended, not when it began: a step that took seconds (slow or throttled APIs)
         # may have used up the time in which its successor could still heartbeat.
         updated = self._keep_alive(updated, self._clock.now())
@@ -379,6 +379,16 @@ def advance(record: LifecycleRecord, outcome: Outcome, now: datetime) -> Lifecyc
     if step is Step.DONE:
         changes["finished_at"] = now
     return record.model_copy(update=changes)
+
+
+def _successor_of(record: LifecycleRecord, now: datetime) -> LifecycleRecord:
+    """A lifecycle done with a successor (another maintenance of the instance, told of while it ran: one
+    record per instance and cause) is followed by it on the same record, under the same next ``seq``."""
+    successor = record.extra.get(SUCCESSOR)
+    if record.step is not Step.DONE or not isinstance(successor, dict):
+        return record
+    log.info("lifecycle %s done: the next one of its instance starts", record.id)
+    return LifecycleRecord.model_validate(successor).model_copy(update={"seq": record.seq, "updated_at": now})
 
 
 class Dispatcher:

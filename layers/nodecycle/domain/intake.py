@@ -11,6 +11,7 @@ from nodecycle.domain.engine import MAX_DELAY
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import disruption_plan, plan_for, worker_of
 from nodecycle.domain.model import (
+    SUCCESSOR,
     DisruptionEvent,
     LifecycleEvent,
     LifecycleRecord,
@@ -53,6 +54,24 @@ def _described(scheduled: list[ScheduledEvent], starts: datetime) -> datetime:
     Health start a few seconds past EC2's would skip to the next maintenance, and an older version of one EC2
     moved earlier would find none."""
     return min((e.not_before for e in scheduled), key=lambda at: (abs(at - starts), at))
+
+
+def _with_successor(record: LifecycleRecord, later: LifecycleRecord) -> LifecycleRecord | None:
+    """``record`` with the lifecycle ``later`` among its successors, in the order of their starts; None when
+    one of that start is there already."""
+    found = record.extra.get(SUCCESSOR)
+    successor = LifecycleRecord.model_validate(found) if isinstance(found, dict) else None
+    if successor is not None and later.global_deadline == successor.global_deadline:
+        return None
+    if successor is None or later.global_deadline < successor.global_deadline:
+        if successor is not None:
+            later = later.model_copy(update={"extra": {**later.extra, SUCCESSOR: found}})
+        chained: LifecycleRecord | None = later
+    else:
+        chained = _with_successor(successor, later)
+    if chained is None:
+        return None
+    return record.model_copy(update={"extra": {**record.extra, SUCCESSOR: chained.model_dump(mode="json")}})
 
 
 class Intake:
@@ -211,7 +230,7 @@ class Intake:
             heartbeat_deadline=event.strikes_at,
             global_deadline=event.strikes_at,
         )
-        return self._store(record, now)
+        return self._store(record, now, listed=event.listed)
 
     def _ours(self, facts: InstanceFacts) -> bool:
         if facts.tags.get(OWNER_TAG) == self._owner:
@@ -253,14 +272,17 @@ class Intake:
                     starts,
                     event.strikes_at,
                 )
-            return event.model_copy(update={"strikes_at": starts})
+            listed = tuple(sorted({e.not_before for e in scheduled}))
+            return event.model_copy(update={"strikes_at": starts, "listed": listed})
         # No EC2 API confirms a rebalance recommendation: it comes by EventBridge or not at all, and no later
         # than a delivery can be.
         if by_queue or self._clock.now() - event.happened_at > REBALANCE_MAX_AGE:
             return None
         return event
 
-    def _store(self, record: LifecycleRecord, now: datetime) -> IntakeOutcome:
+    def _store(
+        self, record: LifecycleRecord, now: datetime, *, listed: tuple[datetime, ...] = ()
+    ) -> IntakeOutcome:
         if self._records.create(record):
             self._send_first(record)
             log.info("accepted %s; first step %s", record.transition.short, record.step)
@@ -283,7 +305,11 @@ class Intake:
                 )
                 return IntakeOutcome.ACCEPTED
             known = self._records.get(record.id)  # another delivery restarted it first
-        if known is not None and not known.finished and self._rescheduled(known, record, now):
+        if (
+            known is not None
+            and not known.finished
+            and (self._rescheduled(known, record, now, listed) or self._queued(known, record, now, listed))
+        ):
             return IntakeOutcome.ACCEPTED
         # A crash between the record's write and its first message leaves a record nobody works on: the
         # redelivery that follows the crash re-sends the message. Only when it is overdue, so that an
@@ -312,11 +338,14 @@ class Intake:
             return known.token != record.token and record.started_at >= known.global_deadline
         return False
 
-    def _rescheduled(self, known: LifecycleRecord, record: LifecycleRecord, now: datetime) -> bool:
-        """Maintenance EC2 moved earlier while its lifecycle waits (or drains): the lifecycle keeps its place
-        and its work, under the earlier start. Later starts change nothing: the node is drained in good time
-        for either. The step moves to a new seq, so that the message waiting for the old due time arrives
-        stale and the lifecycle still has one chain of work (as a resume does)."""
+    def _rescheduled(
+        self, known: LifecycleRecord, record: LifecycleRecord, now: datetime, listed: tuple[datetime, ...]
+    ) -> bool:
+        """Maintenance that starts earlier than the one a lifecycle waits (or drains) for: the lifecycle keeps
+        its place and its work, under the earlier start. EC2 moved it earlier, or it is another maintenance,
+        when EC2 still lists the known start: then that one follows as this lifecycle's successor. The step
+        moves to a new seq, so that the message waiting for the old due time arrives stale and the lifecycle
+        still has one chain of work (as a resume does)."""
         if (
             known.transition is not Transition.SCHEDULED_CHANGE
             or record.global_deadline >= known.global_deadline
@@ -332,11 +361,48 @@ class Intake:
                 "global_deadline": record.global_deadline,
             }
         )
+        if known.global_deadline in listed:
+            later = record.model_copy(
+                update={
+                    "token": known.token,
+                    "due_at": max(now, known.global_deadline - self._plan.maintenance_lead),
+                    "heartbeat_deadline": known.global_deadline,
+                    "global_deadline": known.global_deadline,
+                }
+            )
+            moved = _with_successor(moved, later) or moved
         if not self._records.commit(moved, expected_seq=known.seq):
             return False  # another delivery moved it (or the lifecycle moved on): this one is a duplicate
         self._send_first(moved)
         log.info(
-            "maintenance of %s moved earlier, to %s: its lifecycle follows",
+            "maintenance of %s at %s, before the one its lifecycle waits for: it goes first",
+            known.instance_id,
+            record.global_deadline,
+        )
+        return True
+
+    def _queued(
+        self, known: LifecycleRecord, record: LifecycleRecord, now: datetime, listed: tuple[datetime, ...]
+    ) -> bool:
+        """Another maintenance that starts after the one a lifecycle waits (or drains) for, while EC2 lists
+        both: its lifecycle follows this one's on the record (one record per instance and cause), told now,
+        since AWS Health does not tell of it again. (EC2 moved the known one later when it lists it no
+        more: the node is drained in good time for it, a duplicate.)"""
+        if (
+            known.transition is not Transition.SCHEDULED_CHANGE
+            or record.global_deadline <= known.global_deadline
+            or known.global_deadline not in listed
+        ):
+            return False
+        queued = _with_successor(known, record)
+        if queued is None:
+            return False  # known already: a duplicate
+        queued = queued.model_copy(update={"seq": known.seq + 1, "updated_at": now})
+        if not self._records.commit(queued, expected_seq=known.seq):
+            return False  # another delivery queued it (or the lifecycle moved on)
+        self._send_first(queued)
+        log.info(
+            "maintenance of %s at %s, after the one its lifecycle waits for: it follows",
             known.instance_id,
             record.global_deadline,
         )

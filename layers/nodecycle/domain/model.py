@@ -138,10 +138,17 @@ class DisruptionEvent(BaseModel):
     state: str | None = None  # for a state change: the instance's new state
     delivery: str
     replay: str | None = None  # the name of the EventBridge archive replay that sent it again, if one did
+    # scheduled maintenance: the starts of every maintenance EC2 lists for the instance (confirmed by EC2)
+    listed: tuple[datetime, ...] = ()
 
     @property
     def record_id(self) -> str:
         return record_id(self.instance_id, self.cause, self.event_id)
+
+
+# record.extra key: the lifecycle that starts on this record when this one is done (another maintenance of the
+# instance, told of while this one waited or drained), as the record it will be (JSON)
+SUCCESSOR = "successor"
 
 
 class Step(StrEnum):

@@ -14,7 +14,7 @@ import pytest
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.ec2.models import ec2_backends
 
-from nodecycle.domain.model import Step, Transition
+from nodecycle.domain.model import SUCCESSOR, LifecycleRecord, Step, Transition
 from tests.functions.intake.conftest import GROUP, make_group
 from tests.support.emf import metric
 from tests.support.events import load_event, sqs_event
@@ -386,6 +386,42 @@ def test_a_second_maintenance_of_an_instance_is_timed_by_its_own_start_and_drain
     assert (int(second["seq"]), second["step"]) == (int(first["seq"]) + 1, "acquire-slot")
     assert datetime.fromisoformat(second["global_deadline"]) == retirement
     assert due_a_lead_before(second, retirement)
+
+
+@pytest.mark.usefixtures("an_hours_lead")
+@pytest.mark.parametrize("told_first", ["reboot", "retirement"])
+def test_two_maintenances_told_while_the_first_waits_are_each_drained_for_in_turn(
+    intake_fn: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str], told_first: str
+) -> None:
+    # Given an instance EC2 will reboot in 3 days and retire in 10 days, both listed now
+    instance = launch()
+    now = datetime.now(UTC).replace(microsecond=0)
+    starts = {"reboot": now + timedelta(days=3), "retirement": now + timedelta(days=10)}
+    schedule(instance, starts["reboot"], code="system-reboot", description="scheduled reboot")
+    schedule(instance, starts["retirement"])
+
+    # When AWS Health tells of each (an event each, never again), in either order, while the first waits
+    told_second = "retirement" if told_first == "reboot" else "reboot"
+    intake_fn.handler(health_event(instance, starts[told_first]), LambdaContext())
+    intake_fn.handler(
+        health_event(instance, starts[told_second], "5d3c2b1a-0f9e-4d8c-9b7a-6f5e4d3c2b1a"), LambdaContext()
+    )
+
+    # Then neither is a duplicate: the lifecycle waits for the reboot, and the retirement's follows it on the
+    # record, due a lead before its own start
+    assert metric(capsys.readouterr().out, "LifecycleEventsDuplicate") in (None, 0)
+    (record,) = records()
+    assert datetime.fromisoformat(record["global_deadline"]) == starts["reboot"]
+    successor = LifecycleRecord.model_validate(record["extra"][SUCCESSOR])
+    assert (successor.step, successor.global_deadline) == (Step.ACQUIRE_SLOT, starts["retirement"])
+    assert successor.due_at == starts["retirement"] - timedelta(hours=1)
+    assert SUCCESSOR not in successor.extra
+
+    # and Health telling of the retirement again (an update) queues nothing more
+    intake_fn.handler(
+        health_event(instance, starts["retirement"], "6e4d3c2b-1a0f-4e9d-8c7b-6a5f4e3d2c1b"), LambdaContext()
+    )
+    assert metric(capsys.readouterr().out, "LifecycleEventsDuplicate") == 1
 
 
 def test_a_spot_instance_restarted_after_an_interruption_is_drained_again_at_the_next(

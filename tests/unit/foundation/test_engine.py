@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -11,7 +12,7 @@ from nodecycle.domain.completion import SETTLED_ELSEWHERE, CompleteAction
 from nodecycle.domain.engine import Dispatcher, EngineTiming, Handled, Outcome, StepEngine
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import Worker
-from nodecycle.domain.model import ActionRef, LifecycleRecord, Step, Transition, global_deadline
+from nodecycle.domain.model import SUCCESSOR, ActionRef, LifecycleRecord, Step, Transition, global_deadline
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.lifecycle import WorkMessage
 from tests.support.fakes import T0, FakeAutoscaling, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
@@ -949,3 +950,52 @@ def test_a_completion_throttled_past_the_settle_point_backs_off_yet_is_retried_b
     # Then it is asked again after its backoff (16-24 s), not at once, and still a margin before the timeout
     (sent,) = world.queues.take()
     assert 16 <= sent.delay <= 120 - MARGIN
+
+
+def test_a_lifecycle_done_with_a_successor_starts_it_on_the_same_record() -> None:
+    # Given a maintenance lifecycle at its cleanup, with the lifecycle of a later maintenance of the instance
+    # told of while it waited (one record per instance and cause): due a lead before its own start
+    plan = (Step.ACQUIRE_SLOT, Step.CORDON, Step.EVICT, Step.CLEANUP, Step.DONE)
+    maintenance: dict[str, Any] = {
+        "id": "i-0123456789abcdef0/scheduled-change",
+        "transition": Transition.SCHEDULED_CHANGE,
+        "hook": "",
+        "heartbeat_timeout": 0,
+    }
+    later = T0 + timedelta(days=10)
+    successor = make_record(
+        plan,
+        **maintenance,
+        token="second",
+        due_at=later - timedelta(hours=1),
+        heartbeat_deadline=later,
+        global_deadline=later,
+    )
+    first = make_record(
+        plan,
+        Step.CLEANUP,
+        **maintenance,
+        global_deadline=T0 + timedelta(days=3),
+        extra={SUCCESSOR: successor.model_dump(mode="json")},
+    )
+    world = World()
+    world.records.create(first)
+    engine = world.engine({Step.CLEANUP: Script([Outcome.next()])})
+
+    # When its cleanup is done
+    handled = engine.handle(world.message(first.id))
+
+    # Then the record is the later maintenance's lifecycle, at its first step on the next seq, and its message
+    # waits for its due time (SQS's longest delay at a time)
+    record = world.record()
+    assert handled is Handled.RAN
+    assert (record.step, record.seq, record.token, record.global_deadline) == (
+        Step.ACQUIRE_SLOT,
+        1,
+        "second",
+        later,
+    )
+    assert not record.finished
+    assert SUCCESSOR not in record.extra
+    (sent,) = world.queues.take()
+    assert (sent.message.step, sent.message.seq, sent.delay) == (Step.ACQUIRE_SLOT, 1, 900)
