@@ -556,6 +556,26 @@ def test_a_late_delivery_of_a_lifecycle_whose_slot_was_given_back_takes_no_slot_
     assert budget.acquire(replace(slot("n1"), record_id="rec-n1-next")).granted
 
 
+def test_a_lifecycle_that_starts_over_on_the_same_record_is_not_refused_for_the_last_ones_release(
+    make_budget: BudgetFactory, clock: FakeClock
+) -> None:
+    # Given a Spot interruption's drain of n1 (one record per instance and cause), over: its slot given back
+    budget = make_budget("1", None)
+    first = replace(slot("n1"), token="interruption-1")
+    assert budget.acquire(first).granted
+    budget.release("n1", first.record_id)
+
+    # When the instance, started again, is interrupted again minutes later: the record starts over under the
+    # new warning, whose drain cannot wait (forced)
+    clock.advance(120)
+    again = budget.acquire(replace(first, token="interruption-2", force=True))
+
+    # Then it takes its slot; and once it gave it back, a late delivery of its own does not
+    assert again.granted
+    budget.release("n1", first.record_id)
+    assert budget.acquire(replace(first, token="interruption-2")).reason is SlotReason.RELEASED
+
+
 def test_a_waiter_is_judged_against_the_limits_its_owner_resolves_now_not_those_it_last_wrote(
     make_budget: BudgetFactory, inventory: FakeInventory, clock: FakeClock
 ) -> None:

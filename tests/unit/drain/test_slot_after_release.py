@@ -53,6 +53,7 @@ def test_a_duplicate_delivery_whose_write_lost_to_the_whole_lifecycle_leaves_no_
             zone="eu-west-1a",
             owner=record.owner,
             record_id=record.id,
+            token=record.token,
         )
         assert budget.acquire(request).granted
         current = world.records.get(record.id)

@@ -10,7 +10,8 @@ One JSON document (ConfigMap key ``budget.json``), camelCase like the Kubernetes
       "waiters": [{"node": ..., "instanceId": ..., "zone": ..., "owner": ..., "recordId": ...,
                    "waitingSince": "...Z", "renewedAt": "...Z", "ttlSeconds": 300,
                    "inProgress": false, "urgentAt": null, "passed": 0}],
-      "released": [{"node": ..., "owner": ..., "recordId": ..., "releasedAt": "...Z", "ttlSeconds": 300}],
+      "released": [{"node": ..., "owner": ..., "recordId": ..., "token": ..., "releasedAt": "...Z",
+                    "ttlSeconds": 300}],
       "limits": {"ng-blue": {"maxUnavailable": "4", "maxUnavailablePerZone": "2",
                              "countUnavailable": false, "nodesInScope": 12,
                              "resolved": {"total": 4, "perZone": {"byZone": {"eu-west-1a": 2}, "other": 2}},
@@ -63,6 +64,7 @@ class _Entry(_Model):
     zone: str | None
     owner: str
     record_id: str
+    token: str | None = None  # the lifecycle's token (see SlotRequest)
     renewed_at: datetime
     ttl_seconds: int = Field(ge=1)
 
@@ -94,11 +96,13 @@ class Waiter(_Entry):
 
 class Released(_Model):
     """A node whose slot was given back: not "unavailable for another reason" until ``expires_at``; nor
-    taken again by the lifecycle that gave it back (``record_id``: a late delivery of one of its steps)."""
+    taken again by the lifecycle that gave it back (``record_id`` and ``token``: a late delivery of one of its
+    steps)."""
 
     node: str
     owner: str
     record_id: str | None = None  # None in documents written before it was kept
+    token: str | None = None
     released_at: datetime
     ttl_seconds: int = Field(ge=1)
 

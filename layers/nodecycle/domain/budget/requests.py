@@ -14,6 +14,9 @@ class SlotRequest:
     zone: str | None  # topology.kubernetes.io/zone; None when unknown (counts against every zone)
     owner: str
     record_id: str  # the lifecycle record, so that a releaser can wake this waiter
+    # The lifecycle's token: a record of a disruption (one per instance and cause) starts over under another
+    # one (a Spot instance interrupted again, the next maintenance), which is not the lifecycle that released
+    token: str | None = None
     # The node is cordoned and partly drained already (a drain that lost its slot asks for it back): it is
     # disruption in progress, and goes before nodes not yet touched.
     in_progress: bool = False

@@ -44,6 +44,8 @@ the last written one. A holder that expired and was removed asks again like a ne
 node already counted as unavailable takes its slot without taking a new one. A lifecycle that released its
 slot less than a TTL ago takes none again: its request is a late delivery of an earlier step (a duplicate
 whose write was retried after the release), whose commit loses, so nothing would ever give that slot back.
+A lifecycle is its record and token: a disruption's record (one per instance and cause) starts over under
+another token (a Spot instance interrupted again, the next maintenance), which takes a slot as any other.
 
 A node that is held or queued by another owner is handed off, never taken (invariant 3), until that entry
 expires; unless the entry is another instance's. Instance ids are never reused, node names are (a recycled
@@ -290,11 +292,15 @@ def claim(
         "instance_id": request.instance_id,
         "zone": request.zone,
         "record_id": request.record_id,
+        "token": request.token,
         "renewed_at": now,
         "ttl_seconds": ttl_seconds,
     }
     doc = _without_other_instances(doc, request)
-    if any(r.node == request.node and r.record_id == request.record_id for r in doc.released):
+    if any(
+        (r.node, r.record_id, r.token) == (request.node, request.record_id, request.token)
+        for r in doc.released
+    ):
         return doc, _decision(doc, False, SlotReason.RELEASED), None
     holder = doc.holder(request.node)
     if holder is not None:
@@ -385,6 +391,7 @@ def release(
             node=node,
             owner=owner,
             record_id=holder.record_id,
+            token=holder.token,
             released_at=now,
             ttl_seconds=int(ttl.total_seconds()),
         )

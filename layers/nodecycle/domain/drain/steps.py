@@ -105,6 +105,7 @@ def _slot_request(
         zone=zone,
         owner=record.owner,
         record_id=record.id,
+        token=record.token,
         in_progress=in_progress,
         urgent_at=urgent_at,
         force=force,
