@@ -52,11 +52,13 @@ MIN_PIECE = timedelta(seconds=1)  # the shortest piece a long wait is cut into
 
 
 def waits_for_slot(record: LifecycleRecord) -> bool:
-    """A lifecycle a freed budget slot may move on: a waiter, or a drain paused because it lost its slot
-    (it asks for it back with precedence, and must not sit idle until its retry once one is free)."""
-    return record.step is Step.ACQUIRE_SLOT or (
-        record.step is Step.EVICT and record.drain_paused_at is not None
-    )
+    """A lifecycle a freed budget slot may move on: a waiter (one that asked, and waits: not a lifecycle
+    due later, as maintenance days away, whose first ask a wake must not bring forward), or a drain paused
+    because it lost its slot (it asks for it back with precedence, and must not sit idle until its retry
+    once one is free)."""
+    if record.step is Step.ACQUIRE_SLOT:
+        return record.slot_waiting_since is not None
+    return record.step is Step.EVICT and record.drain_paused_at is not None
 
 
 @dataclass(frozen=True)

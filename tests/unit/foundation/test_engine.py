@@ -718,7 +718,12 @@ def test_a_drain_paused_for_its_lost_slot_is_woken_when_a_slot_frees() -> None:
     world = World()
     world.records.create(make_record(PLAN, Step.EVICT, drain_paused_at=T0))
     world.records.create(
-        make_record(PLAN, id="i-0fedcba9876543210/terminate/token", instance_id="i-0fedcba9876543210")
+        make_record(
+            PLAN,
+            id="i-0fedcba9876543210/terminate/token",
+            instance_id="i-0fedcba9876543210",
+            slot_waiting_since=T0,
+        )
     )
     dispatcher = Dispatcher(
         records=world.records, queues=world.queues, clock=world.clock, metrics=world.metrics
@@ -746,7 +751,8 @@ def test_a_wake_overtaken_by_the_waiters_own_retry_still_runs() -> None:
     # Given a lifecycle waiting for a slot, woken at its seq...
     world = World()
     world.records.create(make_record(PLAN))
-    acquire = Script([Outcome.wait(30), Outcome.wait(30), Outcome.next()])
+    waits = [Outcome.wait(30, slot_waiting_since=T0), Outcome.wait(30, slot_waiting_since=T0)]
+    acquire = Script([*waits, Outcome.next()])
     engine = world.engine({Step.ACQUIRE_SLOT: acquire, Step.CORDON: Script([Outcome.wait(5)])})
     engine.handle(world.message())
     world.clock.advance(30)
@@ -768,7 +774,7 @@ def test_a_wake_overtaken_by_the_waiters_own_retry_still_runs() -> None:
 def test_a_woken_step_that_lost_its_commit_to_the_waiters_retry_wakes_it_again() -> None:
     # Given a lifecycle waiting for a slot, woken at its seq
     world = World()
-    world.records.create(make_record(PLAN))
+    world.records.create(make_record(PLAN, slot_waiting_since=T0))
 
     def concurrent_retry_commits_first(record: LifecycleRecord, now: datetime) -> Outcome:
         # while the woken run takes the slot, the waiter's own retry (denied: it read the budget before the
@@ -999,3 +1005,113 @@ def test_a_lifecycle_done_with_a_successor_starts_it_on_the_same_record() -> Non
     assert SUCCESSOR not in record.extra
     (sent,) = world.queues.take()
     assert (sent.message.step, sent.message.seq, sent.delay) == (Step.ACQUIRE_SLOT, 1, 900)
+
+
+MAINTENANCE_PLAN = (Step.ACQUIRE_SLOT, Step.CORDON, Step.EVICT, Step.CLEANUP, Step.DONE)
+RID = "i-0123456789abcdef0/scheduled-change"
+STARTED_OVER: dict[str, Any] = {
+    "id": RID,
+    "transition": Transition.SCHEDULED_CHANGE,
+    "hook": "",
+    "heartbeat_timeout": 0,
+    "verified_at": None,
+}
+
+
+def _waiting_with_a_successor() -> tuple[World, Any]:
+    """The first maintenance's lifecycle waiting for a slot, a later one's queued as its successor."""
+    later = T0 + timedelta(days=10)
+    successor = make_record(
+        MAINTENANCE_PLAN,
+        **STARTED_OVER,
+        token="second",
+        due_at=later - timedelta(hours=1),
+        heartbeat_deadline=later,
+        global_deadline=later,
+    )
+    first = make_record(
+        MAINTENANCE_PLAN,
+        Step.ACQUIRE_SLOT,
+        **STARTED_OVER,
+        token="first",
+        slot_waiting_since=T0,  # it asked, and waits
+        heartbeat_deadline=T0 + timedelta(hours=1),
+        global_deadline=T0 + timedelta(hours=1),
+        extra={SUCCESSOR: successor.model_dump(mode="json")},
+    )
+    world = World()
+    world.records.create(first)
+    return world, later
+
+
+def test_a_late_wake_of_the_first_lifecycle_does_not_run_its_successor_before_its_due_time() -> None:
+    # Given the first maintenance's lifecycle waiting at ACQUIRE_SLOT (seq 0); a releaser woke it (a message
+    # with wake=True, seq 0), but its own retry (seq 0) ran first, got the slot and, the node being empty,
+    # ran inline through its drain to DONE: the successor now waits at ACQUIRE_SLOT for its due time, 10 days on
+    world, later = _waiting_with_a_successor()
+    wake = WorkMessage(record_id=RID, seq=0, step=Step.ACQUIRE_SLOT, wake=True)
+    acquire = Script([Outcome.next(), Outcome.next()])
+    steps: dict[Step, object] = {
+        Step.ACQUIRE_SLOT: acquire,
+        Step.CORDON: Script([Outcome.next(), Outcome.next()]),
+        Step.EVICT: Script([Outcome.next(), Outcome.next()]),
+        Step.CLEANUP: Script([Outcome.next(), Outcome.next()]),
+    }
+    engine = world.engine(steps)
+    engine.handle(world.message(RID))
+    record = world.record()
+    assert (record.token, record.step, record.due_at) == (
+        "second",
+        Step.ACQUIRE_SLOT,
+        later - timedelta(hours=1),
+    )
+    world.queues.take()
+    runs_before = len(acquire.runs)
+
+    # When the releaser's wake-up (meant for the first lifecycle) arrives a little later
+    world.clock.advance(30)
+    engine.handle(wake)
+
+    # Then the successor must not run now: it is due 10 days from now
+    record = world.record()
+    assert len(acquire.runs) == runs_before, "the successor's ACQUIRE_SLOT ran 10 days before its due time"
+    assert (record.token, record.step) == ("second", Step.ACQUIRE_SLOT)
+
+
+def test_the_engines_own_wake_after_a_lost_commit_does_not_run_the_successor_before_its_due_time() -> None:
+    # Given two deliveries of the first lifecycle's ACQUIRE_SLOT at once (a wake next to its own retry): the one
+    # runs the whole (short) lifecycle while the other is in its step; the other's commit then loses
+    world, _ = _waiting_with_a_successor()
+    engine_holder: dict[str, Any] = {}
+
+    def racing_acquire(record: Any, now: Any) -> Outcome:
+        if not engine_holder.get("raced"):
+            engine_holder["raced"] = True
+            engine_holder["engine"].handle(WorkMessage(record_id=RID, seq=0, step=Step.ACQUIRE_SLOT))
+        return Outcome.next()
+
+    calls: list[str] = []
+
+    def acquire(record: Any, now: Any) -> Outcome:
+        calls.append(record.token)
+        return racing_acquire(record, now)
+
+    steps: dict[Step, object] = {
+        Step.ACQUIRE_SLOT: acquire,
+        Step.CORDON: lambda r, n: Outcome.next(),
+        Step.EVICT: lambda r, n: Outcome.next(),
+        Step.CLEANUP: lambda r, n: Outcome.next(),
+    }
+    engine = world.engine(steps)
+    engine_holder["engine"] = engine
+    engine.handle(WorkMessage(record_id=RID, seq=0, step=Step.ACQUIRE_SLOT, wake=True))
+    record = world.record()
+    assert (record.token, record.step) == ("second", Step.ACQUIRE_SLOT)
+    assert calls == ["first", "first"]
+
+    # When the messages the engine sent are delivered
+    for sent in world.queues.take():
+        engine.handle(sent.message)
+
+    # Then the successor's ACQUIRE_SLOT has not run: it is due in 10 days
+    assert calls == ["first", "first"], f"ACQUIRE_SLOT ran for {calls[2:]} 10 days early"

@@ -460,7 +460,7 @@ def test_budget_entries_of_gone_nodes_gone_instances_and_finished_lifecycles_are
         wake=("i-9/terminate/w",),
     )
     records, queues = InMemoryRecords(), RecordingQueues()
-    records.create(make_record(PLAN, Step.ACQUIRE_SLOT, id="i-9/terminate/w"))
+    records.create(make_record(PLAN, Step.ACQUIRE_SLOT, id="i-9/terminate/w", slot_waiting_since=T0))
     alive = AliveInstances({"i-1", "i-2"})
 
     part = StaleBudgetEntries(
@@ -486,7 +486,7 @@ def test_a_waiter_that_cannot_be_woken_does_not_keep_the_others_waiting() -> Non
     # Given a sweep that frees two slots, each for a waiter, the first of whose wake-up messages SQS refuses
     records, queues = InMemoryRecords(), RecordingQueues()
     for waiter in ("i-8/terminate/v", "i-9/terminate/w"):
-        records.create(make_record(PLAN, Step.ACQUIRE_SLOT, id=waiter))
+        records.create(make_record(PLAN, Step.ACQUIRE_SLOT, id=waiter, slot_waiting_since=T0))
     original = queues.send
 
     def send(worker: object, message: WorkMessage, delay_seconds: int = 0) -> None:
