@@ -125,3 +125,18 @@ def test_one_unreadable_open_record_does_not_hide_the_others(
     # Then it gets the readable one, and the other is named in an error, not raised through the whole sweep
     assert [record.id for record in listed] == [good.id]
     assert any(odd.id in message and "step" in message for message in caplog.messages)
+
+
+def test_an_open_record_whose_step_is_due_past_its_global_timeout_outlives_it(dynamodb: Any) -> None:
+    # Given a lifecycle whose action is long settled but whose cleanup still looks at its node (a node kept
+    # cordoned in a running warm pool, weeks on): its next step is due past its global timeout + the TTL
+    store = DynamoRecordStore(TABLE, ttl=timedelta(days=14), dynamodb=dynamodb)
+    record = make_record(PLAN, Step.CLEANUP)
+    watching = record.model_copy(update={"due_at": record.global_deadline + timedelta(days=21)})
+
+    # When it is written
+    assert store.create(watching)
+
+    # Then DynamoDB's TTL keeps it at least the TTL past that due time (not deleted under its watch)
+    item = dynamodb.get_item(TableName=TABLE, Key={"id": {"S": record.id}})["Item"]
+    assert int(item["expires_at"]["N"]) == int((watching.due_at + timedelta(days=14)).timestamp())

@@ -210,7 +210,11 @@ def test_a_node_stopped_into_the_warm_pool_comes_back_uncordoned_when_its_state_
     )
     ForgetNode(finder=finder, cluster=cluster, slots=slots, dispatcher=waker, instances=NoDns())(stopped, T0)
     Cleanup(
-        cluster=cluster, slots=slots, dispatcher=waker, autoscaling=FakeAutoscaling(), events=FakeEvents()
+        cluster=cluster,
+        slots=slots,
+        dispatcher=waker,
+        autoscaling=FakeAutoscaling(states={INSTANCE: "Pending"}),  # since taken out of the pool again
+        events=FakeEvents(),
     )(drained.model_copy(update={"step": Step.CLEANUP, "drain_started_at": T0}), T0)
 
     # Then the node comes back from the warm pool schedulable, without nodecycle's annotations or label
@@ -234,7 +238,8 @@ def test_a_node_back_from_the_warm_pool_keeps_the_cordon_and_the_label_nodecycle
     claimed = Cordon(
         finder=NodeFinder(cluster, NoDns()), cluster=cluster, policy=policy(), events=FakeEvents()
     )(record, T0)
-    cleanup(cluster, FakeSlots(holders={NODE}, held_for={NODE: record.id}))(
+    back = FakeAutoscaling(states={INSTANCE: "Pending"})  # and the instance is taken out of the pool again
+    cleanup(cluster, FakeSlots(holders={NODE}, held_for={NODE: record.id}), back)(
         record.model_copy(update={"step": Step.CLEANUP, "drain_started_at": T0, **claimed.changes}), T0
     )
 

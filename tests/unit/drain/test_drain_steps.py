@@ -967,7 +967,9 @@ def test_cleanup_clears_our_annotations_releases_the_slot_and_wakes_the_next_wai
     # Given our drained node, and another lifecycle waiting for a slot
     cluster = FakeCluster(nodes={NODE: node(owner="stack-a", in_progress="{}")})
     records, queues = InMemoryRecords(), RecordingQueues()
-    waiter = terminating(Step.ACQUIRE_SLOT, id="i-0aaaaaaaaaaaaaaaa/terminate/t2", seq=4)
+    waiter = terminating(
+        Step.ACQUIRE_SLOT, id="i-0aaaaaaaaaaaaaaaa/terminate/t2", seq=4, slot_waiting_since=T0
+    )
     records.create(waiter)
     slots = FakeSlots(holders={NODE}, waiters=[waiter.id])
     metrics = FakeMetrics()
@@ -1073,6 +1075,24 @@ def test_a_node_waiting_in_a_running_warm_pool_stays_cordoned_until_it_leaves_th
     assert cluster.cordoned == set()
 
 
+def test_a_node_whose_instance_is_terminated_from_the_warm_pool_stays_cordoned() -> None:
+    # Given our node kept cordoned for an instance waiting in a running warm pool
+    cluster = FakeCluster(nodes={NODE: node(owner="stack-a", in_progress="{}")}, cordoned={NODE})
+    autoscaling = FakeAutoscaling(states={INSTANCE: "Warmed:Running"})
+    step = cleanup(cluster, FakeSlots(holders={NODE}), autoscaling)
+    record = terminating(Step.CLEANUP, node=NODE, destination="WarmPool")
+    watching = record.model_copy(update=step(record, T0).changes)
+
+    # When the pool shrinks and the instance is terminated from it (no group has it any more), its node still
+    # Ready until its kubelet is missed
+    del autoscaling.states[INSTANCE]
+    done = step(watching, T0 + timedelta(minutes=20))
+
+    # Then the watch ends with the node cordoned: it is not coming back, and no pod is sent to it meanwhile
+    assert done.then is None
+    assert cluster.cordoned == {NODE}
+
+
 @pytest.mark.parametrize("first", [Step.FORGET_NODE, Step.CLEANUP])
 def test_a_node_stopped_into_the_warm_pool_comes_back_uncordoned_whichever_step_runs_first(
     first: Step,
@@ -1086,7 +1106,11 @@ def test_a_node_stopped_into_the_warm_pool_comes_back_uncordoned_whichever_step_
         records=InMemoryRecords(), queues=RecordingQueues(), clock=FakeClock(T0), metrics=FakeMetrics()
     )
     cleanup = Cleanup(
-        cluster=cluster, slots=slots, dispatcher=waker, autoscaling=FakeAutoscaling(), events=FakeEvents()
+        cluster=cluster,
+        slots=slots,
+        dispatcher=waker,
+        autoscaling=FakeAutoscaling(states={INSTANCE: "Warmed:Stopped"}),
+        events=FakeEvents(),
     )
     # and Auto Scaling stopping the instance: its state change frees what nodecycle held for it
     stopped = spot(Step.FORGET_NODE, transition=Transition.STATE_CHANGE, id=f"{INSTANCE}/state-change")
@@ -1094,10 +1118,15 @@ def test_a_node_stopped_into_the_warm_pool_comes_back_uncordoned_whichever_step_
         finder=NodeFinder(cluster, NoDns()), cluster=cluster, slots=slots, dispatcher=waker, instances=NoDns()
     )
 
-    # When the state change's step and the drain's cleanup run, in either order
+    # When the state change's step and the drain's cleanup run, in either order, and the cleanup looks again
+    # once the stopped kubelet's node is NotReady
     runs: list[tuple[StepHandler, LifecycleRecord]] = [(forget, stopped), (cleanup, drained)]
-    for step, record in runs if first is Step.FORGET_NODE else reversed(runs):
-        step(record, T0)
+    outcomes = {
+        record.id: step(record, T0) for step, record in (runs if first is Step.FORGET_NODE else runs[::-1])
+    }
+    assert cluster.cordoned == {NODE}
+    cluster.nodes[NODE] = cluster.nodes[NODE].model_copy(update={"ready": False})
+    cleanup(drained.model_copy(update=outcomes[drained.id].changes), T0 + timedelta(seconds=50))
 
     # Then the node comes back from the warm pool uncordoned, its annotations cleared
     assert cluster.cordoned == set()
@@ -1443,7 +1472,9 @@ def test_an_instance_gone_outside_the_hooks_has_its_slot_and_annotations_freed()
     progress = json.dumps({"instance": INSTANCE, "transition": "terminate", "token": "t1"})
     cluster = FakeCluster(nodes={NODE: node(owner="stack-a", in_progress=progress)})
     records, waker_queues = InMemoryRecords(), RecordingQueues()
-    waiting = terminating(Step.ACQUIRE_SLOT, id="i-0aaaaaaaaaaaaaaaa/terminate/t2", seq=4)
+    waiting = terminating(
+        Step.ACQUIRE_SLOT, id="i-0aaaaaaaaaaaaaaaa/terminate/t2", seq=4, slot_waiting_since=T0
+    )
     records.create(waiting)
     slots = FakeSlots(holders={NODE}, waiters=[waiting.id])
     waker = Dispatcher(records=records, queues=waker_queues, clock=FakeClock(T0), metrics=FakeMetrics())
@@ -1585,7 +1616,8 @@ def test_a_node_cordoned_and_excluded_before_the_claim_stays_so_when_it_comes_ba
     assert json.loads(str(cluster.nodes[NODE].in_progress))["cordon"] is False
 
     # and when its instance goes into the warm pool and comes back, the cordon and the label stay
-    cleanup(cluster, FakeSlots(holders={NODE}, held_for={NODE: record.id}))(
+    back = FakeAutoscaling(states={INSTANCE: "Pending"})  # taken out of the pool again
+    cleanup(cluster, FakeSlots(holders={NODE}, held_for={NODE: record.id}), back)(
         record.model_copy(update={"step": Step.CLEANUP, **claimed.changes}), T0
     )
     assert cluster.patches[-1] == {"owner": None, "in_progress": None}

@@ -111,7 +111,9 @@ class DynamoRecordStore:
 
     def _to_item(self, record: LifecycleRecord) -> dict[str, Any]:
         data = record.model_dump(mode="json", exclude_none=True)
-        end = record.finished_at or record.global_deadline
+        # kept a TTL after it ends; an open record is kept at least that long after its next step is due (a
+        # cleanup may look at its node for weeks, past the action's global timeout)
+        end = record.finished_at or max(record.global_deadline, record.due_at)
         data["expires_at"] = int((end + self._ttl).timestamp())  # the table's TTL attribute
         if not record.finished:
             data["open_owner"] = record.owner

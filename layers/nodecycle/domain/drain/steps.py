@@ -735,8 +735,15 @@ class Cleanup:
         since = datetime.fromisoformat(str(record.extra.get(POOL_WATCH) or now.isoformat()))
         watching = {"extra": {**record.extra, POOL_WATCH: since.isoformat()}}
         state = self._autoscaling.lifecycle_state(record.instance_id)
-        pooled = state is not None and state.startswith("Warmed:")
-        if not node.ready or not pooled:
+        if state is None:
+            # terminated from the pool (or taken out of the group): not coming back, its cordon stays
+            log.info(
+                "instance %s left its group from the warm pool: node %s stays cordoned",
+                record.instance_id,
+                node.name,
+            )
+            return Outcome.next()
+        if not node.ready or not state.startswith("Warmed:"):
             undo = _set_on_node(record.extra.get(SET_ON_NODE) or {})
             lifted = self._cluster.release_node(node, uncordon=undo["cordon"], unlabel=undo["lb"])
             return Outcome.wait(1, **watching) if lifted is Claim.CONFLICT else Outcome.next()
