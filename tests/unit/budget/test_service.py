@@ -641,6 +641,48 @@ def test_waiters_retrying_through_containers_with_different_node_caches_do_not_r
     assert store.version - before == 0
 
 
+def test_an_owner_whose_limit_dropped_leaves_the_free_slot_to_another_owners_waiter_at_its_retry(
+    make_budget: BudgetFactory, clock: FakeClock
+) -> None:
+    # Given green draining two nodes, blue's x1 waiting first in line, then green's y2 (limits 2 each)
+    green = make_budget("2", None, owner="green")
+    assert green.acquire(slot("y0", owner="green")).granted
+    assert green.acquire(slot("y1", owner="green")).granted
+    assert not make_budget("2", None).acquire(slot("x1")).granted
+    clock.advance(1)
+    assert not green.acquire(slot("y2", owner="green")).granted
+
+    # When blue is redeployed with a limit of 1, green's y0 is done, and each waiter asks again at its retry
+    blue = make_budget("1", None)
+    clock.advance(10)
+    green.release("y0", "rec-y0")
+    clock.advance(30)
+    assert not blue.acquire(slot("x1")).granted  # blue's one slot is taken by y1
+    decision = green.acquire(slot("y2", owner="green"))
+
+    # Then y2 takes the free slot at once: every owner replays blue's waiter under blue's limit of now
+    assert decision.granted, decision
+
+
+def test_a_holder_renewed_by_its_lifecycle_under_a_new_token_is_released_under_it(
+    make_budget: BudgetFactory, clock: FakeClock
+) -> None:
+    # Given n1 held by a maintenance lifecycle, which EC2's earlier start then took over (a new token), and
+    # renewed a moment later, well within a third of the TTL
+    budget = make_budget("1", None)
+    budget.acquire(replace(slot("n1"), token="retirement"))
+    clock.advance(5)
+    assert budget.renew(replace(slot("n1"), token="reboot")).granted
+
+    # When its lifecycle gives the slot back, and the retirement's lifecycle follows on the record
+    budget.release("n1", "rec-n1")
+
+    # Then that one (its token is not the releaser's) takes a slot at once; a late delivery of the releaser not
+    assert budget.acquire(replace(slot("n1"), token="retirement")).granted
+    budget.release("n1", "rec-n1")
+    assert budget.acquire(replace(slot("n1"), token="retirement")).reason is SlotReason.RELEASED
+
+
 def test_a_release_frees_the_slot_of_its_own_lifecycle_only(
     make_budget: BudgetFactory, store: MemoryBudgetStore
 ) -> None:

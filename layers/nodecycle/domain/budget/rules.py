@@ -204,6 +204,13 @@ def with_own_limits(doc: BudgetDocument, owner: str, limits: OwnerLimits) -> Bud
     return doc.model_copy(update={"limits": {**doc.limits, owner: limits}})
 
 
+def same_resolved(doc: BudgetDocument, owner: str, limits: OwnerLimits) -> bool:
+    """Whether ``owner``'s limits recorded in ``doc`` resolve to the totals and per-zone limits it resolves
+    now."""
+    recorded = doc.limits.get(owner)
+    return recorded is not None and recorded.resolved == limits.resolved
+
+
 def fresh_holder(doc: BudgetDocument, request: SlotRequest, now: datetime) -> SlotDecision | None:
     """The decision for a request whose lifecycle holds the node and renewed it less than a third of its TTL
     ago: granted, with nothing to write. A drain renews at every step (every few seconds); writing each time
@@ -254,8 +261,8 @@ def _renewed_lately(entry: Holder | Waiter | None, request: SlotRequest, now: da
     """Whether ``entry`` is this request's lifecycle's, renewed less than a third of its TTL ago."""
     return (
         entry is not None
-        and (entry.owner, entry.record_id, entry.instance_id)
-        == (request.owner, request.record_id, request.instance_id)
+        and (entry.owner, entry.record_id, entry.instance_id, entry.token)
+        == (request.owner, request.record_id, request.instance_id, request.token)
         and now - entry.renewed_at < timedelta(seconds=entry.ttl_seconds) / RENEWALS_PER_TTL
     )
 
