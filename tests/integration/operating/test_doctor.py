@@ -413,7 +413,7 @@ def test_budget_show_takes_the_namespace_from_the_stack(
     out = capsys.readouterr()
     # the shipped ConfigMap in the stack's namespace, empty: an empty budget, as JSON for a script
     assert json.loads(out.out) == {
-        "format_version": 2,
+        "format_version": 3,
         "holders": [],
         "waiters": [],
         "zones": [],

@@ -683,6 +683,24 @@ def test_a_holder_renewed_by_its_lifecycle_under_a_new_token_is_released_under_i
     assert budget.acquire(replace(slot("n1"), token="retirement")).reason is SlotReason.RELEASED
 
 
+def test_a_drain_whose_instance_was_forgotten_is_not_refused_as_if_it_had_released(
+    make_budget: BudgetFactory, clock: FakeClock
+) -> None:
+    # Given n1's drain holding its slot when its instance is stopped outside the hooks (FORGET_NODE frees
+    # what it held at once)
+    budget = make_budget("1", None)
+    assert budget.acquire(slot("n1")).granted
+    budget.forget("blue", "i-n1")
+
+    # When the drain, still running, renews at its next poll (it has yet to see its instance stopped)
+    clock.advance(5)
+    renewed = budget.renew(slot("n1"))
+
+    # Then it is told as any drain that lost its slot (taken again when there is room), not refused as the
+    # lifecycle that gave it back: it goes on to find its instance gone and settle
+    assert renewed.reason is SlotReason.REACQUIRED
+
+
 def test_a_release_frees_the_slot_of_its_own_lifecycle_only(
     make_budget: BudgetFactory, store: MemoryBudgetStore
 ) -> None:

@@ -377,9 +377,12 @@ def release(
     now: datetime,
     ttl: timedelta,
     record_id: str | None = None,
+    by_its_lifecycle: bool = True,
 ) -> tuple[BudgetDocument, Holder | None, Waiter | None]:
     """Remove ``owner``'s holder and waiter of ``node`` (only those of ``record_id`` when given); returns
-    the document and what was removed. ``doc`` must be pruned."""
+    the document and what was removed. ``doc`` must be pruned. Given back ``by_its_lifecycle`` (its cleanup),
+    the holder's lifecycle may not take a slot again for a TTL; removed by another (the stop of its instance,
+    the sweeper), it may: its drain may still be running, and must come to see for itself that it is over."""
 
     def mine(entry: Holder | Waiter | None) -> bool:
         return (
@@ -397,8 +400,8 @@ def release(
         tombstone = Released(
             node=node,
             owner=owner,
-            record_id=holder.record_id,
-            token=holder.token,
+            record_id=holder.record_id if by_its_lifecycle else None,
+            token=holder.token if by_its_lifecycle else None,
             released_at=now,
             ttl_seconds=int(ttl.total_seconds()),
         )

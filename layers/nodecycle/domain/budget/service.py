@@ -114,7 +114,13 @@ class DisruptionBudget:
             live = doc = rules.prune(current, now)
             for entry in [e for e in doc.entries() if e.owner == owner and e.instance_id == instance_id]:
                 doc, _, _ = rules.release(
-                    doc, entry.node, owner, now=now, ttl=self._ttl, record_id=entry.record_id
+                    doc,
+                    entry.node,
+                    owner,
+                    now=now,
+                    ttl=self._ttl,
+                    record_id=entry.record_id,
+                    by_its_lifecycle=False,
                 )
             return self._finish(current, doc, limits, self._newly_eligible(live, doc, limits))
 
@@ -142,7 +148,13 @@ class DisruptionBudget:
             removed: list[Holder | Waiter] = list(expired)
             for node, record_id in sorted(doomed):
                 doc, holder, waiter = rules.release(
-                    doc, node, self._owner, now=now, ttl=self._ttl, record_id=record_id
+                    doc,
+                    node,
+                    self._owner,
+                    now=now,
+                    ttl=self._ttl,
+                    record_id=record_id,
+                    by_its_lifecycle=False,
                 )
                 removed += [e for e in (holder, waiter) if e is not None]
             result = SweepResult(
