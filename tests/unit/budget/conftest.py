@@ -50,10 +50,11 @@ def make_budget(
         owner: str = "blue",
         count_unavailable: bool = False,
         ttl: timedelta = TTL,
+        nodes: FakeInventory | None = None,  # a container's own node cache (default: the shared nodes)
     ) -> DisruptionBudget:
         return DisruptionBudget(
             store=store,
-            nodes=inventory,
+            nodes=nodes or inventory,
             clock=clock,
             metrics=metrics,
             limits=BudgetLimits(

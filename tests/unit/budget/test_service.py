@@ -7,9 +7,8 @@ from datetime import timedelta
 import pytest
 
 from nodecycle.adapters.kube.budget import BudgetNotInstalled
-from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, Holder, SlotReason, Waiter
+from nodecycle.domain.budget import Holder, SlotReason, Waiter
 from nodecycle.domain.errors import TransientError
-from nodecycle.domain.policy import Quantity
 from tests.unit.budget.fakes import (
     BudgetFactory,
     FakeClock,
@@ -620,16 +619,8 @@ def test_waiters_retrying_through_containers_with_different_node_caches_do_not_r
     waiters = [f"n{i}" for i in range(2, 10)]
     for name in waiters:
         assert not first.acquire(slot(name)).granted
-    second = DisruptionBudget(  # its own node cache, listed a little later
-        store=store,
-        nodes=FakeInventory([*inventory.nodes, node("new")]),
-        clock=clock,
-        metrics=RecordingMetrics(),
-        limits=BudgetLimits(Quantity.parse("2"), None),
-        holder_ttl=timedelta(seconds=300),
-        count_unavailable=True,
-        owner="blue",
-    )
+    listed_later = FakeInventory([*inventory.nodes, node("new")])
+    second = make_budget("2", None, count_unavailable=True, nodes=listed_later)
     before = store.version
 
     # When the waiters retry within a few seconds, handed to either container, and none gets a slot

@@ -961,31 +961,8 @@ def test_a_completion_throttled_past_the_settle_point_backs_off_yet_is_retried_b
 def test_a_lifecycle_done_with_a_successor_starts_it_on_the_same_record() -> None:
     # Given a maintenance lifecycle at its cleanup, with the lifecycle of a later maintenance of the instance
     # told of while it waited (one record per instance and cause): due a lead before its own start
-    plan = (Step.ACQUIRE_SLOT, Step.CORDON, Step.EVICT, Step.CLEANUP, Step.DONE)
-    maintenance: dict[str, Any] = {
-        "id": "i-0123456789abcdef0/scheduled-change",
-        "transition": Transition.SCHEDULED_CHANGE,
-        "hook": "",
-        "heartbeat_timeout": 0,
-    }
-    later = T0 + timedelta(days=10)
-    successor = make_record(
-        plan,
-        **maintenance,
-        token="second",
-        due_at=later - timedelta(hours=1),
-        heartbeat_deadline=later,
-        global_deadline=later,
-    )
-    first = make_record(
-        plan,
-        Step.CLEANUP,
-        **maintenance,
-        global_deadline=T0 + timedelta(days=3),
-        extra={SUCCESSOR: successor.model_dump(mode="json")},
-    )
-    world = World()
-    world.records.create(first)
+    world, later = _waiting_with_a_successor(Step.CLEANUP)
+    first = world.record()
     engine = world.engine({Step.CLEANUP: Script([Outcome.next()])})
 
     # When its cleanup is done
@@ -1018,8 +995,9 @@ STARTED_OVER: dict[str, Any] = {
 }
 
 
-def _waiting_with_a_successor() -> tuple[World, Any]:
-    """The first maintenance's lifecycle waiting for a slot, a later one's queued as its successor."""
+def _waiting_with_a_successor(step: Step = Step.ACQUIRE_SLOT) -> tuple[World, Any]:
+    """The first maintenance's lifecycle at ``step`` (waiting for a slot), a later one's queued as its
+    successor."""
     later = T0 + timedelta(days=10)
     successor = make_record(
         MAINTENANCE_PLAN,
@@ -1031,7 +1009,7 @@ def _waiting_with_a_successor() -> tuple[World, Any]:
     )
     first = make_record(
         MAINTENANCE_PLAN,
-        Step.ACQUIRE_SLOT,
+        step,
         **STARTED_OVER,
         token="first",
         slot_waiting_since=T0,  # it asked, and waits
