@@ -52,13 +52,11 @@ MIN_PIECE = timedelta(seconds=1)  # the shortest piece a long wait is cut into
 
 
 def waits_for_slot(record: LifecycleRecord) -> bool:
-    """A lifecycle a freed budget slot may move on: a waiter (one that asked, and waits: not a lifecycle
-    due later, as maintenance days away, whose first ask a wake must not bring forward), or a drain paused
-    because it lost its slot (it asks for it back with precedence, and must not sit idle until its retry
-    once one is free)."""
-    if record.step is Step.ACQUIRE_SLOT:
-        return record.slot_waiting_since is not None
-    return record.step is Step.EVICT and record.drain_paused_at is not None
+    """A lifecycle a freed budget slot may move on: a waiter, or a drain paused because it lost its slot
+    (it asks for it back with precedence, and must not sit idle until its retry once one is free)."""
+    return record.step is Step.ACQUIRE_SLOT or (
+        record.step is Step.EVICT and record.drain_paused_at is not None
+    )
 
 
 @dataclass(frozen=True)
@@ -154,6 +152,10 @@ class StepEngine:
         now = self._clock.now()
         if message.watch is not None:
             return self._check(message, record, now)
+        if message.wake and message.token not in (None, record.token):
+            # a wake-up of the lifecycle this record held before it started over (the next maintenance, due
+            # later): nothing for this one
+            return Handled.STALE
         if (
             message.wake
             and message.seq != record.seq
@@ -252,7 +254,7 @@ class StepEngine:
                 # This run took a slot in the budget document, but the commit that says so lost, perhaps to
                 # the waiter's own retry ("wait again", read before the slot was freed): wake the lifecycle,
                 # or it holds the slot unused until that retry. If it moved on, the wake does nothing.
-                self._dispatch.wake(record.id)
+                self._dispatch.wake(record.id, token=record.token)
             return None
         if updated.step is not record.step:
             log.info("step %s -> %s", record.step, updated.step, extra={"seq": updated.seq})
@@ -418,14 +420,17 @@ class Dispatcher:
             delay_seconds=max(0, min(MAX_DELAY, delay_seconds)),
         )
 
-    def wake(self, record_id: str) -> None:
-        """Send a waiting lifecycle its next message at once: a budget slot it may take has been freed."""
+    def wake(self, record_id: str, token: str | None = None) -> None:
+        """Send a waiting lifecycle its next message at once: a budget slot it may take has been freed. Only
+        the lifecycle of ``token``, when given (the record may have started over under another since)."""
         waiting = self._records.get(record_id)
-        if waiting is None or not waits_for_slot(waiting):
+        if waiting is None or not waits_for_slot(waiting) or token not in (None, waiting.token):
             return
         # A message with no delay next to the waiter's backoff message, marked to run before its due time:
         # the first to run takes the slot and moves the record on; the other one arrives stale.
-        wake = WorkMessage(record_id=waiting.id, seq=waiting.seq, step=waiting.step, wake=True)
+        wake = WorkMessage(
+            record_id=waiting.id, seq=waiting.seq, step=waiting.step, wake=True, token=waiting.token
+        )
         self._queues.send(worker_of(waiting), wake)
         self._metrics.count("WaitersWoken")
 

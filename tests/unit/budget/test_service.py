@@ -692,6 +692,30 @@ def test_a_drain_whose_instance_was_forgotten_is_not_refused_as_if_it_had_releas
     assert renewed.reason is SlotReason.REACQUIRED
 
 
+def test_waiters_retrying_through_containers_that_resolve_a_percent_differently_do_not_rewrite_the_document(
+    store: MemoryBudgetStore, clock: FakeClock, make_budget: BudgetFactory, inventory: FakeInventory
+) -> None:
+    # Given a total of 2 and 50% per zone, held; two containers whose node caches differ by a replacement node
+    # that registered in zone b between their lists (4 nodes there: 2; 5: 3), and eight nodes waiting
+    inventory.nodes = [node(f"n{i}", "a") for i in range(12)] + [node(f"m{i}", "b") for i in range(4)]
+    first = make_budget("2", "50%")
+    assert first.acquire(slot("n0")).granted
+    assert first.acquire(slot("n1")).granted
+    waiters = [f"n{i}" for i in range(2, 10)]
+    for name in waiters:
+        assert not first.acquire(slot(name)).granted
+    second = make_budget("2", "50%", nodes=FakeInventory([*inventory.nodes, node("new", "b")]))
+    before = store.version
+
+    # When the waiters retry, handed to either container, and none gets a slot (the total is full)
+    for turn, name in enumerate(waiters):
+        clock.advance(1)
+        assert not (first if turn % 2 else second).acquire(slot(name)).granted
+
+    # Then the document is not rewritten with each container's view of the zones
+    assert store.version - before == 0
+
+
 def test_a_release_frees_the_slot_of_its_own_lifecycle_only(
     make_budget: BudgetFactory, store: MemoryBudgetStore
 ) -> None:

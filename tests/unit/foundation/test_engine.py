@@ -1027,7 +1027,7 @@ def test_a_late_wake_of_the_first_lifecycle_does_not_run_its_successor_before_it
     # with wake=True, seq 0), but its own retry (seq 0) ran first, got the slot and, the node being empty,
     # ran inline through its drain to DONE: the successor now waits at ACQUIRE_SLOT for its due time, 10 days on
     world, later = _waiting_with_a_successor()
-    wake = WorkMessage(record_id=RID, seq=0, step=Step.ACQUIRE_SLOT, wake=True)
+    wake = WorkMessage(record_id=RID, seq=0, step=Step.ACQUIRE_SLOT, wake=True, token="first")
     acquire = Script([Outcome.next(), Outcome.next()])
     steps: dict[Step, object] = {
         Step.ACQUIRE_SLOT: acquire,

@@ -204,11 +204,11 @@ def with_own_limits(doc: BudgetDocument, owner: str, limits: OwnerLimits) -> Bud
     return doc.model_copy(update={"limits": {**doc.limits, owner: limits}})
 
 
-def same_resolved(doc: BudgetDocument, owner: str, limits: OwnerLimits) -> bool:
-    """Whether ``owner``'s limits recorded in ``doc`` resolve to the totals and per-zone limits it resolves
-    now."""
+def same_configured(doc: BudgetDocument, owner: str, limits: OwnerLimits) -> bool:
+    """Whether ``owner``'s limits recorded in ``doc`` are configured as those it resolves now."""
     recorded = doc.limits.get(owner)
-    return recorded is not None and recorded.resolved == limits.resolved
+    configured = ("max_unavailable", "max_unavailable_per_zone", "count_unavailable")
+    return recorded is not None and all(getattr(recorded, f) == getattr(limits, f) for f in configured)
 
 
 def fresh_holder(doc: BudgetDocument, request: SlotRequest, now: datetime) -> SlotDecision | None:

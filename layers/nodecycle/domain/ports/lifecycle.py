@@ -23,6 +23,9 @@ class WorkMessage(BaseModel):
     step: Step  # informative: the record is the authority on what runs
     watch: int | None = None  # a watch: resend the step if the record is still at this seq (see engine)
     wake: bool = False  # run the waiting step now, before its due time (a budget slot was freed for it)
+    # a wake's lifecycle: a record starts over under another token (the next maintenance), which a wake-up
+    # meant for the last one must not bring forward
+    token: str | None = None
 
 
 class RecordStore(Protocol):
