@@ -152,9 +152,9 @@ class StepEngine:
         now = self._clock.now()
         if message.watch is not None:
             return self._check(message, record, now)
-        if message.wake and message.token not in (None, record.token):
+        if message.wake and (message.token not in (None, record.token) or _not_asking_yet(record, now)):
             # a wake-up of the lifecycle this record held before it started over (the next maintenance, due
-            # later): nothing for this one
+            # later): nothing for this one, which has not asked for a slot yet
             return Handled.STALE
         if (
             message.wake
@@ -385,6 +385,16 @@ def advance(record: LifecycleRecord, outcome: Outcome, now: datetime) -> Lifecyc
     return record.model_copy(update=changes)
 
 
+def _not_asking_yet(record: LifecycleRecord, now: datetime) -> bool:
+    """A lifecycle at ACQUIRE_SLOT that has not asked for a slot and is due later (a maintenance's, days
+    ahead): no wake-up brings it forward. (A first ask in flight is due already.)"""
+    return (
+        record.step is Step.ACQUIRE_SLOT
+        and record.slot_waiting_since is None
+        and record.due_at - now > timedelta(seconds=1)
+    )
+
+
 def _successor_of(record: LifecycleRecord, now: datetime) -> LifecycleRecord:
     """A lifecycle done with a successor (another maintenance of the instance, told of while it ran: one
     record per instance and cause) is followed by it on the same record, under the same next ``seq``."""
@@ -424,7 +434,12 @@ class Dispatcher:
         """Send a waiting lifecycle its next message at once: a budget slot it may take has been freed. Only
         the lifecycle of ``token``, when given (the record may have started over under another since)."""
         waiting = self._records.get(record_id)
-        if waiting is None or not waits_for_slot(waiting) or token not in (None, waiting.token):
+        if (
+            waiting is None
+            or not waits_for_slot(waiting)
+            or token not in (None, waiting.token)
+            or _not_asking_yet(waiting, self._clock.now())
+        ):
             return
         # A message with no delay next to the waiter's backoff message, marked to run before its due time:
         # the first to run takes the slot and moves the record on; the other one arrives stale.

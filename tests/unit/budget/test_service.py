@@ -716,6 +716,41 @@ def test_waiters_retrying_through_containers_that_resolve_a_percent_differently_
     assert store.version - before == 0
 
 
+def test_a_percent_owner_whose_scope_shrank_does_not_keep_another_owners_waiter_from_a_free_slot(
+    store: MemoryBudgetStore, clock: FakeClock, make_budget: BudgetFactory
+) -> None:
+    # Given blue with 10% of its 20 nodes (2), green with an integer 2; green holds g0 and g1
+    blue_nodes = FakeInventory([node(f"b{i}", "a") for i in range(20)])
+    blue = make_budget("10%", None, owner="blue", nodes=blue_nodes)
+    green = make_budget("2", None, owner="green", nodes=FakeInventory([]))
+    assert green.acquire(slot("g0", owner="green")).granted
+    assert green.acquire(slot("g1", owner="green")).granted
+    # blue's b1 waits (first in line), then green's g2
+    assert not blue.acquire(slot("b1", owner="blue")).granted
+    clock.advance(1)
+    assert not green.acquire(slot("g2", owner="green")).granted
+
+    # When blue's scope shrinks to 10 nodes (a refresh terminated half of them: 10% is 1 now), and green
+    # releases g0
+    blue_nodes.nodes = blue_nodes.nodes[:10]
+    clock.advance(1)
+    green.release("g0", "rec-g0")
+
+    # Then blue's b1 may not take it (1 holder already, blue's limit 1), but green's g2 may (green: 1 of 2).
+    # Both retry every 30 s for a minute and a half
+    granted = []
+    first_retry = clock.now() + timedelta(seconds=30)
+    for _ in range(3):
+        clock.advance(30)
+        assert not blue.acquire(slot("b1", owner="blue")).granted  # blue's limit is 1, g1 holds it
+        if green.acquire(slot("g2", owner="green")).granted:
+            granted.append(clock.now())
+            break
+    # Then green's g2 takes it at its first retry: blue's tighter limit is written by its waiter's retry, so
+    # that no owner keeps the slot for b1
+    assert granted == [first_retry]
+
+
 def test_a_release_frees_the_slot_of_its_own_lifecycle_only(
     make_budget: BudgetFactory, store: MemoryBudgetStore
 ) -> None:

@@ -696,7 +696,7 @@ def test_a_wake_message_runs_a_waiting_step_before_its_due_time() -> None:
     # Given a lifecycle waiting 30 s for a budget slot
     world = World()
     world.records.create(make_record(PLAN))
-    acquire = Script([Outcome.wait(30), Outcome.next()])
+    acquire = Script([Outcome.wait(30, slot_waiting_since=T0), Outcome.next()])
     engine = world.engine({Step.ACQUIRE_SLOT: acquire, Step.CORDON: Script([Outcome.wait(5)])})
     engine.handle(world.message())
     world.queues.take()
@@ -1093,3 +1093,34 @@ def test_the_engines_own_wake_after_a_lost_commit_does_not_run_the_successor_bef
 
     # Then the successor's ACQUIRE_SLOT has not run: it is due in 10 days
     assert calls == ["first", "first"], f"ACQUIRE_SLOT ran for {calls[2:]} 10 days early"
+
+
+def test_a_releasers_wake_called_after_the_first_lifecycle_finished_does_not_run_the_successor() -> None:
+    # Given the first maintenance's lifecycle waiting for a slot, a later one's queued as its successor;
+    # a release made it eligible (its record id is in the releaser's wake list), and before the releaser
+    # calls Dispatcher.wake for it (other waiters woken first, a slow SQS send), its own retry took the
+    # slot and, the node being empty, ran through to DONE: the successor now waits 10 days at ACQUIRE_SLOT
+    world, later = _waiting_with_a_successor()
+    acquire = Script([Outcome.next(), Outcome.next()])
+    steps: dict[Step, object] = {
+        Step.ACQUIRE_SLOT: acquire,
+        Step.CORDON: Script([Outcome.next(), Outcome.next()]),
+        Step.EVICT: Script([Outcome.next(), Outcome.next()]),
+        Step.CLEANUP: Script([Outcome.next(), Outcome.next()]),
+    }
+    engine = world.engine(steps)
+    engine.handle(world.message(RID))
+    record = world.record()
+    assert (record.token, record.step, record.slot_waiting_since) == ("second", Step.ACQUIRE_SLOT, None)
+    world.queues.take()
+    runs_before = len(acquire.runs)
+
+    # When the releaser now wakes the waiter of its list, and the wake-up is handled
+    waker = Dispatcher(records=world.records, queues=world.queues, clock=world.clock, metrics=world.metrics)
+    waker.wake(RID)
+    for sent in world.queues.take():
+        engine.handle(sent.message)
+
+    # Then the successor did not run 10 days before its due time
+    assert len(acquire.runs) == runs_before, "the successor's ACQUIRE_SLOT ran 10 days early"
+    assert world.record().due_at == later - timedelta(hours=1)

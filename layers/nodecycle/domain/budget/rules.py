@@ -204,11 +204,23 @@ def with_own_limits(doc: BudgetDocument, owner: str, limits: OwnerLimits) -> Bud
     return doc.model_copy(update={"limits": {**doc.limits, owner: limits}})
 
 
-def same_configured(doc: BudgetDocument, owner: str, limits: OwnerLimits) -> bool:
-    """Whether ``owner``'s limits recorded in ``doc`` are configured as those it resolves now."""
+def may_skip_writing_limits(doc: BudgetDocument, owner: str, limits: OwnerLimits) -> bool:
+    """Whether ``owner``'s limits recorded in ``doc`` may stand although it resolves ``limits`` now: configured
+    alike, and no tighter now. Other owners replay this owner's waiters under the recorded ones: looser than
+    its own, they would keep a slot for a waiter it will not grant (a percent of a scope that shrank), which
+    their own waiters then lose. Looser now, nothing is kept from anyone: the write waits for the waiter's
+    renewal, or for the answer it changes (containers' node caches differ, and would write back and forth)."""
     recorded = doc.limits.get(owner)
     configured = ("max_unavailable", "max_unavailable_per_zone", "count_unavailable")
-    return recorded is not None and all(getattr(recorded, f) == getattr(limits, f) for f in configured)
+    if recorded is None or any(getattr(recorded, f) != getattr(limits, f) for f in configured):
+        return False
+    was, now = recorded.resolved, limits.resolved
+    if now.total < was.total or (was.per_zone is None) != (now.per_zone is None):
+        return False
+    if was.per_zone is None or now.per_zone is None:
+        return True
+    zones = set(was.per_zone.by_zone) | set(now.per_zone.by_zone)
+    return all(now.per_zone.of(z) >= was.per_zone.of(z) for z in (*zones, None))
 
 
 def fresh_holder(doc: BudgetDocument, request: SlotRequest, now: datetime) -> SlotDecision | None:

@@ -192,15 +192,13 @@ class DisruptionBudget:
                 if current is None
                 else rules.fresh_holder(current, request, now)
                 # judged under the limits this owner resolves now (a node back in service, a redeploy may
-                # free a slot), and written when that changes the answer, or when its configured limits
-                # changed (a redeploy: every owner replays this owner's waiters under them). Not for what a
-                # container's node cache changes (percents resolved, nodes counted unavailable), taken at its
-                # own moment: each container would write its view back at every retry.
+                # free a slot), and written when that changes the answer, or when its limits changed in a way
+                # other owners must know (see may_skip_writing_limits)
                 or (
                     rules.fresh_waiter(
                         rules.with_own_limits(current, self._owner, limits), request, now, renewing=renewing
                     )
-                    if rules.same_configured(current, self._owner, limits)
+                    if rules.may_skip_writing_limits(current, self._owner, limits)
                     else None
                 )
             )
