@@ -19,15 +19,16 @@ from tests.unit.foundation.test_engine import PLAN, World, make_record
 OTHER = "i-0other/terminate/t"
 
 
-def _a_first_ask_under_a_full_budget() -> tuple[
-    World, LifecycleRecord, DisruptionBudget, AcquireSlot, Dispatcher
-]:
-    """A lifecycle at its first ask for a slot, under a budget of one another node of the stack holds."""
+def a_first_ask_under_a_budget_of_one(
+    store: MemoryBudgetStore | None = None,
+) -> tuple[World, LifecycleRecord, DisruptionBudget, AcquireSlot]:
+    """A lifecycle at its first ask for a slot (slot_waiting_since None), the real AcquireSlot step, and a
+    budget of one on ``store``."""
     world = World()
-    record = terminating(Step.ACQUIRE_SLOT)  # its first ask: slot_waiting_since is None
+    record = terminating(Step.ACQUIRE_SLOT)
     world.records.create(record)
     budget = DisruptionBudget(
-        store=MemoryBudgetStore(),
+        store=store or MemoryBudgetStore(),
         nodes=FakeInventory(),
         clock=world.clock,
         metrics=RecordingMetrics(),
@@ -36,11 +37,6 @@ def _a_first_ask_under_a_full_budget() -> tuple[
         count_unavailable=False,
         owner=record.owner,
     )
-    # another node of the stack drains and holds the only slot
-    holder = SlotRequest(
-        node="ip-10-0-9-9", instance_id="i-0other", zone="eu-west-1b", owner=record.owner, record_id=OTHER
-    )
-    assert budget.acquire(holder).granted
     cluster = FakeCluster(nodes={NODE: node()})
     step = AcquireSlot(
         finder=NodeFinder(cluster, NoDns()),
@@ -51,6 +47,18 @@ def _a_first_ask_under_a_full_budget() -> tuple[
         events=FakeEvents(),
         records=world.records,
     )
+    return world, record, budget, step
+
+
+def _a_first_ask_under_a_full_budget() -> tuple[
+    World, LifecycleRecord, DisruptionBudget, AcquireSlot, Dispatcher
+]:
+    """A lifecycle at its first ask for a slot, under a budget of one another node of the stack holds."""
+    world, record, budget, step = a_first_ask_under_a_budget_of_one()
+    holder = SlotRequest(
+        node="ip-10-0-9-9", instance_id="i-0other", zone="eu-west-1b", owner=record.owner, record_id=OTHER
+    )
+    assert budget.acquire(holder).granted
     waker = Dispatcher(records=world.records, queues=world.queues, clock=world.clock, metrics=FakeMetrics())
     return world, record, budget, step, waker
 

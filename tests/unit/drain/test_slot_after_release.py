@@ -2,47 +2,20 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
-from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotRequest
-from nodecycle.domain.drain.steps import AcquireSlot
+from nodecycle.domain.budget import SlotRequest
 from nodecycle.domain.engine import Handled, Outcome
 from nodecycle.domain.model import Step
-from nodecycle.domain.nodes import NodeFinder
-from nodecycle.domain.policy import Quantity
-from tests.support.fakes import FakeMetrics
-from tests.unit.budget.fakes import FakeInventory, MemoryBudgetStore, RecordingMetrics
-from tests.unit.drain.test_drain_steps import NODE, FakeCluster, FakeEvents, NoDns, node, policy, terminating
-from tests.unit.foundation.test_engine import Script, World
+from tests.unit.budget.fakes import MemoryBudgetStore
+from tests.unit.drain.test_drain_steps import NODE
+from tests.unit.drain.test_first_ask_wakeups import a_first_ask_under_a_budget_of_one
+from tests.unit.foundation.test_engine import Script
 
 
 def test_a_duplicate_delivery_whose_write_lost_to_the_whole_lifecycle_leaves_no_slot_behind() -> None:
     # Given a lifecycle at ACQUIRE_SLOT under a budget of one, and two deliveries of that step at once (a
     # release's wake next to the waiter's own retry)
-    world = World()
-    record = terminating(Step.ACQUIRE_SLOT)
-    world.records.create(record)
     store = MemoryBudgetStore(max_attempts=8)  # the ConfigMap adapter's read-modify-write attempts
-    budget = DisruptionBudget(
-        store=store,
-        nodes=FakeInventory(),
-        clock=world.clock,
-        metrics=RecordingMetrics(),
-        limits=BudgetLimits(Quantity.parse("1")),
-        holder_ttl=timedelta(seconds=600),
-        count_unavailable=False,
-        owner=record.owner,
-    )
-    cluster = FakeCluster(nodes={NODE: node()})
-    step = AcquireSlot(
-        finder=NodeFinder(cluster, NoDns()),
-        cluster=cluster,
-        slots=budget,
-        policy=policy(),
-        metrics=FakeMetrics(),
-        events=FakeEvents(),
-        records=world.records,
-    )
+    world, record, budget, step = a_first_ask_under_a_budget_of_one(store)
 
     def the_other_delivery_runs_the_whole_lifecycle() -> None:
         # between this delivery's read of the budget and its write: an empty node is cordoned, drained,

@@ -1022,21 +1022,25 @@ def _waiting_with_a_successor(step: Step = Step.ACQUIRE_SLOT) -> tuple[World, An
     return world, later
 
 
+def _run_to_its_successor(world: World) -> tuple[Script, StepEngine]:
+    """The first lifecycle's message handled: it takes its slot and runs through its (empty) drain to DONE,
+    its successor started; the ACQUIRE_SLOT step (which would run the successor's too) and the engine."""
+    acquire = Script([Outcome.next(), Outcome.next()])
+    steps: dict[Step, object] = {Step.ACQUIRE_SLOT: acquire}
+    for step in (Step.CORDON, Step.EVICT, Step.CLEANUP):
+        steps[step] = Script([Outcome.next(), Outcome.next()])
+    engine = world.engine(steps)
+    engine.handle(world.message(RID))
+    return acquire, engine
+
+
 def test_a_late_wake_of_the_first_lifecycle_does_not_run_its_successor_before_its_due_time() -> None:
     # Given the first maintenance's lifecycle waiting at ACQUIRE_SLOT (seq 0); a releaser woke it (a message
     # with wake=True, seq 0), but its own retry (seq 0) ran first, got the slot and, the node being empty,
     # ran inline through its drain to DONE: the successor now waits at ACQUIRE_SLOT for its due time, 10 days on
     world, later = _waiting_with_a_successor()
     wake = WorkMessage(record_id=RID, seq=0, step=Step.ACQUIRE_SLOT, wake=True, token="first")
-    acquire = Script([Outcome.next(), Outcome.next()])
-    steps: dict[Step, object] = {
-        Step.ACQUIRE_SLOT: acquire,
-        Step.CORDON: Script([Outcome.next(), Outcome.next()]),
-        Step.EVICT: Script([Outcome.next(), Outcome.next()]),
-        Step.CLEANUP: Script([Outcome.next(), Outcome.next()]),
-    }
-    engine = world.engine(steps)
-    engine.handle(world.message(RID))
+    acquire, engine = _run_to_its_successor(world)
     record = world.record()
     assert (record.token, record.step, record.due_at) == (
         "second",
@@ -1101,15 +1105,7 @@ def test_a_releasers_wake_called_after_the_first_lifecycle_finished_does_not_run
     # calls Dispatcher.wake for it (other waiters woken first, a slow SQS send), its own retry took the
     # slot and, the node being empty, ran through to DONE: the successor now waits 10 days at ACQUIRE_SLOT
     world, later = _waiting_with_a_successor()
-    acquire = Script([Outcome.next(), Outcome.next()])
-    steps: dict[Step, object] = {
-        Step.ACQUIRE_SLOT: acquire,
-        Step.CORDON: Script([Outcome.next(), Outcome.next()]),
-        Step.EVICT: Script([Outcome.next(), Outcome.next()]),
-        Step.CLEANUP: Script([Outcome.next(), Outcome.next()]),
-    }
-    engine = world.engine(steps)
-    engine.handle(world.message(RID))
+    acquire, engine = _run_to_its_successor(world)
     record = world.record()
     assert (record.token, record.step, record.slot_waiting_since) == ("second", Step.ACQUIRE_SLOT, None)
     world.queues.take()
