@@ -5,6 +5,7 @@ another owner's node is left alone."""
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -215,7 +216,10 @@ def claim_as(
         # the other stack's holder is for the node's instance (an entry of another instance under this node
         # name would be for a node gone with its instance: stale)
         instance = found["spec"]["providerID"].rsplit("/", 1)[-1]
-        assert budget.acquire(SlotRequest(node, instance, zone, owner, "rec-of-" + owner)).granted
+        # a lifecycle of its own each time (a token): the record id is reused by this module's tests, and a
+        # lifecycle that gave its slot back may not take it again
+        claim = SlotRequest(node, instance, zone, owner, "rec-of-" + owner, token=uuid.uuid4().hex)
+        assert budget.acquire(claim).granted
     if annotate:
         api.patch_node(
             node,
