@@ -211,7 +211,7 @@ class Intake:
         now = self._clock.now()
         due = now
         if event.cause is Transition.SCHEDULED_CHANGE:  # drained a lead time before the maintenance
-            due = max(now, event.strikes_at - self._plan.maintenance_lead)
+            due = self._drain_due(event.strikes_at, now)
         record = LifecycleRecord(
             id=event.record_id,
             owner=self._owner,
@@ -338,6 +338,10 @@ class Intake:
             return known.token != record.token and record.started_at >= known.global_deadline
         return False
 
+    def _drain_due(self, starts: datetime, now: datetime) -> datetime:
+        """When the drain for maintenance starting at ``starts`` is due: a lead time before it, or now."""
+        return max(now, starts - self._plan.maintenance_lead)
+
     def _rescheduled(
         self, known: LifecycleRecord, record: LifecycleRecord, now: datetime, listed: tuple[datetime, ...]
     ) -> bool:
@@ -365,7 +369,7 @@ class Intake:
             later = record.model_copy(
                 update={
                     "token": known.token,
-                    "due_at": max(now, known.global_deadline - self._plan.maintenance_lead),
+                    "due_at": self._drain_due(known.global_deadline, now),
                     "heartbeat_deadline": known.global_deadline,
                     "global_deadline": known.global_deadline,
                 }

@@ -40,7 +40,8 @@ from pydantic.alias_generators import to_camel
 # 2: waiters carry their precedence (inProgress, urgentAt, passed), holders may be forced. A stack that reads
 # up to 1 refuses a document of format 2 rather than rewrite what it does not understand: upgrade every stack
 # sharing the cluster (a format-1 document is read, and rewritten as format 2, by this version).
-# 3: a released slot names the lifecycle that gave it back (``recordId``), which may not take it again. Again
+# 3: a released slot names the lifecycle that gave it back (``recordId`` and ``token``), which may not take it
+# again; holders and waiters carry their lifecycle's ``token``. Again
 # an older stack refuses the document rather than drop the field: upgrade every stack sharing the cluster
 # (formats 1 and 2 are read, and rewritten as 3).
 FORMAT_VERSION = 3
