@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
 import socket
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from typing import Any, cast
 from nodecycle_sandbox.aws.control import SANDBOX_ACCOUNT, AwsControl, AwsControls
 from nodecycle_sandbox.aws.lifecycle import EventSink
 from nodecycle_sandbox.aws.nodes import NodeRegistry
+from nodecycle_sandbox.zygote import AWS_PRELOAD, Child, zygote
 
 _log = logging.getLogger(__name__)
 
@@ -121,28 +123,24 @@ class AwsProcess:
         self._account = account
         self._events = events
         self._nodes = nodes
-        self._process: subprocess.Popen[bytes] | None = None
+        self._process: Child | None = None
         self._controls: Connection | None = None
         self._relay: threading.Thread | None = None
         self.url = ""
         self.control: AwsControls | None = None
 
     def start(self, timeout: float = 60) -> str:
-        # A fresh interpreter (not multiprocessing's spawn, which re-runs the parent's __main__, nor fork,
-        # which would copy the parent's threads' locks) that gets its ends of two socket pairs.
+        # Forked from a zygote that has imported moto (see `zygote`), not by multiprocessing (spawn re-runs the
+        # parent's __main__; fork would copy the parent's threads' locks). The child gets its ends of two socket
+        # pairs as descriptors 3 and 4, and our standard output and error.
         controls, child_controls = socket.socketpair()
         outbox, child_outbox = socket.socketpair()
-        self._process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "nodecycle_sandbox.aws.process",
-                str(child_controls.fileno()),
-                str(child_outbox.fileno()),
-                self._region,
-                self._account,
-            ],
-            pass_fds=(child_controls.fileno(), child_outbox.fileno()),
+        self._process = zygote(AWS_PRELOAD).start(
+            "nodecycle_sandbox.aws.process",
+            ["3", "4", self._region, self._account],
+            env=os.environ,
+            cwd=os.getcwd(),
+            fds={1: 1, 2: 2, 3: child_controls.fileno(), 4: child_outbox.fileno()},
         )
         child_controls.close()
         child_outbox.close()

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+from nodecycle_sandbox import zygote
 from nodecycle_sandbox.runner import api_calls
 from nodecycle_sandbox.runner.context import LambdaContext
 from nodecycle_sandbox.runner.faults import RunnerFaults
@@ -29,6 +30,20 @@ LAMBDA_INIT_SECONDS = 10.0
 MIN_INIT_TIMEOUT = 30.0
 # Variables of the runner's own environment a worker still needs to start Python at all.
 _PASSTHROUGH = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "COVERAGE_PROCESS_START")
+_WORKER_MODULE = "nodecycle_sandbox.runner.worker"
+
+
+def _warm_zygote(spec: FunctionSpec) -> zygote.Zygote | None:
+    """The zygote to fork this function's containers from; None to start them cold, when its layer ships its
+    own copy of a library the zygote preloaded (that copy is what the container must import)."""
+    warm = zygote.zygote(zygote.WORKER_PRELOAD)
+    shipped = {
+        entry.name.removesuffix(".py")
+        for layer in spec.layer_dirs
+        if layer.is_dir()
+        for entry in layer.iterdir()
+    }
+    return None if shipped & warm.preloads else warm
 
 
 @dataclass
@@ -158,26 +173,47 @@ class WorkerGone(Exception):
 class _Worker:
     def __init__(self, spec: FunctionSpec, environment: Mapping[str, str], log: IO[bytes] | None) -> None:
         passthrough = {k: os.environ[k] for k in _PASSTHROUGH if k in os.environ}
-        self._process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "nodecycle_sandbox.runner.worker",
-                str(spec.handler_file),
-                spec.module_name,
-                spec.handler_name,
-                *(str(layer) for layer in spec.layer_dirs),
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=log,
-            env={**passthrough, **environment},
-            cwd=spec.code_dir,
-        )
-        assert self._process.stdin is not None
-        assert self._process.stdout is not None
-        self._requests = self._process.stdin
-        self._replies = self._process.stdout
+        args = [
+            str(spec.handler_file),
+            spec.module_name,
+            spec.handler_name,
+            *(str(d) for d in spec.layer_dirs),
+        ]
+        warm = _warm_zygote(spec)
+        self._process: subprocess.Popen[bytes] | zygote.Child
+        if warm is None:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", _WORKER_MODULE, *args],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                env={**passthrough, **environment},
+                cwd=spec.code_dir,
+            )
+            assert self._process.stdin is not None
+            assert self._process.stdout is not None
+            self._requests: IO[bytes] = self._process.stdin
+            self._replies: IO[bytes] = self._process.stdout
+        else:
+            requests_in, requests_out = os.pipe()
+            replies_in, replies_out = os.pipe()
+            try:
+                self._process = warm.start(
+                    _WORKER_MODULE,
+                    args,
+                    env={**passthrough, **environment},
+                    cwd=spec.code_dir,
+                    fds={0: requests_in, 1: replies_out, 2: log.fileno() if log is not None else 2},
+                )
+            except BaseException:
+                for fd in (requests_out, replies_in):
+                    os.close(fd)
+                raise
+            finally:
+                for fd in (requests_in, replies_out):
+                    os.close(fd)
+            self._requests = os.fdopen(requests_out, "wb")
+            self._replies = os.fdopen(replies_in, "rb")
         self.init_error: dict[str, Any] | None = None
         hello = self._read(max(MIN_INIT_TIMEOUT, LAMBDA_INIT_SECONDS + spec.timeout))
         if "init_error" in hello:
@@ -203,7 +239,8 @@ class _Worker:
         line = self._replies.readline()
         if not line:
             self.kill()
-            raise WorkerGone(f"worker exited with status {self._process.wait()}")
+            self._process.wait()
+            raise WorkerGone("worker exited")
         reply: dict[str, Any] = json.loads(line)
         return reply
 

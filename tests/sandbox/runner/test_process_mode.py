@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -178,9 +179,13 @@ def test_a_worker_killed_while_idle_is_replaced_and_its_slot_is_not_lost(make_ru
 
 
 def _wait_dead(pid: int) -> None:
-    """Until the killed process is a zombie: its end of the pipe is closed (the runner reaps it later)."""
+    """Until the killed process is gone (its end of the pipe closed): a zombie, or already reaped by the
+    zygote it was forked from."""
     deadline = time.monotonic() + 5
-    while Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z":
+    while (stat := Path(f"/proc/{pid}/stat")).exists():
+        with contextlib.suppress(FileNotFoundError):
+            if stat.read_text().split(")")[-1].split()[0] == "Z":
+                return
         assert time.monotonic() < deadline, f"process {pid} did not die"
         time.sleep(0.01)
 
