@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from moto.autoscaling.exceptions import ValidationError
 from moto.autoscaling.models import (
     AutoScalingBackend,
     FakeAutoScalingGroup,
@@ -77,6 +78,7 @@ def _patch_group() -> None:
 def _patch_backend() -> None:
     original_notify = AutoScalingBackend.notify_terminate_instances
     original_delete = AutoScalingBackend.delete_auto_scaling_group
+    original_describe_hooks = AutoScalingBackend.describe_lifecycle_hooks
 
     def terminate_instance(self: AutoScalingBackend, instance_id: str, should_decrement: bool) -> Any:
         return emulator_for(self).terminate_instance(instance_id, should_decrement)
@@ -94,8 +96,18 @@ def _patch_backend() -> None:
             emulator_for(self).delete_group(group)
         original_delete(self, group_name)
 
+    def describe_lifecycle_hooks(
+        self: AutoScalingBackend, as_name: str, lifecycle_hook_names: list[str] | None = None
+    ) -> Any:
+        # Auto Scaling answers a ValidationError ("... not found") for a group it does not know, a deleted one
+        # included (Terraform's lifecycle hook finder reads that answer as "gone"); moto answered an empty list.
+        if as_name not in self.autoscaling_groups:
+            raise ValidationError(f"AutoScalingGroup name not found - AutoScalingGroup '{as_name}' not found")
+        return original_describe_hooks(self, as_name, lifecycle_hook_names)
+
     patches: dict[str, Callable[..., Any]] = {
         "terminate_instance": terminate_instance,
+        "describe_lifecycle_hooks": describe_lifecycle_hooks,
         "notify_terminate_instances": notify_terminate_instances,
         "delete_auto_scaling_group": delete_auto_scaling_group,
     }

@@ -15,6 +15,7 @@ import pytest
 
 from nodecycle.adapters.clock import SystemClock
 from nodecycle.domain.model import Step, Transition
+from nodecycle_sandbox.aws.install import install
 from tests.functions.intake.conftest import GROUP, HEARTBEAT_TIMEOUT, make_group
 from tests.support.emf import metric
 from tests.support.events import happening_now, load_event, sqs_event
@@ -315,6 +316,25 @@ def test_an_action_of_a_group_whose_hook_is_gone_is_dropped(
     intake_fn.handler(happening_now(load_event("eventbridge-terminate.json")), LambdaContext())
     assert records() == []
     assert metric(capsys.readouterr().out, "LifecycleEventsRejected", reason="unknown-hook") == 1
+
+
+def test_an_action_of_a_group_deleted_since_is_dropped_not_retried(
+    intake_fn: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given the sandbox's Auto Scaling, which answers as AWS does for a group it does not know (a
+    # ValidationError from DescribeLifecycleHooks: moto alone answers an empty list), and a managed group
+    # deleted (ForceDelete) after Auto Scaling sent a terminate action of one of its instances
+    install()
+    boto3.client("autoscaling").delete_auto_scaling_group(AutoScalingGroupName=GROUP, ForceDelete=True)
+
+    # When intake receives the action, by EventBridge and by the queue
+    intake_fn.handler(happening_now(load_event("eventbridge-terminate.json")), LambdaContext())
+    response = intake_fn.handler(happening_now(load_event("sqs-hook-terminate.json")), LambdaContext())
+
+    # Then it is dropped as an action of a hook that does not exist: no record, no retry, no dead letter
+    assert records() == []
+    assert response == {"batchItemFailures": []}
+    assert metric(capsys.readouterr().out, "LifecycleEventsRejected", reason="unknown-hook") == 2
 
 
 def test_metrics_count_received_actions_by_transition(

@@ -5,6 +5,9 @@ from __future__ import annotations
 import time
 from collections import Counter
 
+import pytest
+from botocore.exceptions import ClientError
+
 from nodecycle_sandbox.aws import LAUNCHING, TERMINATING
 from nodecycle_sandbox.aws.group import HookSpec
 
@@ -117,3 +120,16 @@ def test_deleting_the_group_ends_pending_actions_and_removes_the_nodes(aws: Emul
     # Then the actions are cancelled and the nodes are gone
     assert {a.outcome for a in group.actions()} == {"cancelled"}
     assert aws.nodes.nodes == {}
+
+
+def test_the_hooks_of_a_deleted_group_are_not_found(aws: Emulation) -> None:
+    # Given a group with a terminate hook, deleted
+    aws.group(TERMINATE_HOOK, size=1)
+    aws.autoscaling.delete_auto_scaling_group(AutoScalingGroupName="workers", ForceDelete=True)
+
+    # When its hooks are described, Then Auto Scaling answers a ValidationError (the group is not found), as it
+    # does for any group it does not know; moto answered an empty list
+    with pytest.raises(ClientError) as raised:
+        aws.autoscaling.describe_lifecycle_hooks(AutoScalingGroupName="workers", LifecycleHookNames=["drain"])
+    assert raised.value.response["Error"]["Code"] == "ValidationError"
+    assert "not found" in raised.value.response["Error"]["Message"]

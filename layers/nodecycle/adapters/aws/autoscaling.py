@@ -66,10 +66,23 @@ class AutoscalingActions:
         return False
 
     def hook(self, group: str, name: str) -> Hook | None:
-        with transient_errors("reading a lifecycle hook"):
-            found = self._asg().describe_lifecycle_hooks(
-                AutoScalingGroupName=group, LifecycleHookNames=[name]
+        try:
+            with transient_errors("reading a lifecycle hook"):
+                found = self._asg().describe_lifecycle_hooks(
+                    AutoScalingGroupName=group, LifecycleHookNames=[name]
+                )
+        except ClientError as error:
+            # Auto Scaling answers a ValidationError for a group it does not know: one deleted since it sent
+            # the action (ForceDelete ends the actions with it), or a name no group has. Its hook is as gone as
+            # a deleted hook's; asking again would fail the same way until the dead-letter queue.
+            if error_code(error) != "ValidationError":
+                raise
+            log.warning(
+                "Auto Scaling does not know group %s: %s",
+                group,
+                error.response.get("Error", {}).get("Message", ""),
             )
+            return None
         hooks = found.get("LifecycleHooks", [])
         if not hooks:
             return None
