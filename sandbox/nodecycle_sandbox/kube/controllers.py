@@ -462,6 +462,8 @@ class Controllers:
                 "disruptionsAllowed": budget.allowed,
                 "conditions": with_condition(old_conditions, condition, now),
             }
+            if budget.disrupted:
+                status["disruptedPods"] = budget.disrupted
             changed |= self._write_status(PDBS, pdb, status)
         return changed
 

@@ -4,22 +4,27 @@ eviction REST handler of kube-apiserver implement them."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from nodecycle_sandbox.kube import errors
 from nodecycle_sandbox.kube.api import check_preconditions
+from nodecycle_sandbox.kube.history import SANDBOX
 from nodecycle_sandbox.kube.kubelet import Kubelet
 from nodecycle_sandbox.kube.meta import (
     JsonObj,
     controller_ref,
     is_terminating,
+    json_copy,
     labels_of,
     name_of,
     namespace_of,
+    parse_rfc3339,
     pod_healthy,
     pod_phase,
     pod_ready,
+    rfc3339,
     uid_of,
 )
 from nodecycle_sandbox.kube.resources import EVICTION_API_VERSIONS, PDBS, PODS
@@ -30,6 +35,10 @@ VIOLATION_MESSAGE = "Cannot evict pod as it would violate the pod's disruption b
 MULTIPLE_PDBS_MESSAGE = (
     "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
 )
+# The disruption controller's DeletionTimeout: an eviction a budget allowed is a disruption of its pod (the
+# budget's status.disruptedPods) until the pod is being deleted, or for this long if it never is (a delete
+# the eviction's preconditions refused after the budget check).
+DELETION_TIMEOUT_SECONDS = 120.0
 
 
 @dataclass(frozen=True)
@@ -38,6 +47,7 @@ class Budget:
     desired: int
     current: int
     allowed: int
+    disrupted: dict[str, str] = field(default_factory=dict)  # status.disruptedPods still counted
 
 
 def _scaled(value: int | str, total: int) -> int:
@@ -110,7 +120,8 @@ def compute_budget(store: Store, pdb: JsonObj, index: PodIndex | None = None) ->
     with store.lock:
         pods = pdb_pods(store, pdb, index)
         spec = pdb.get("spec") or {}
-        current = sum(1 for p in pods if pod_healthy(p))
+        disrupted = _disrupted(pdb, pods, time.time())
+        current = sum(1 for p in pods if pod_healthy(p) and name_of(p) not in disrupted)
         min_available = spec.get("minAvailable")
         max_unavailable = spec.get("maxUnavailable")
         if max_unavailable is None and not isinstance(min_available, str):
@@ -119,18 +130,39 @@ def compute_budget(store: Store, pdb: JsonObj, index: PodIndex | None = None) ->
         else:
             scale = _expected_scale(store, pods)
             if scale is None:
-                return Budget(expected=0, desired=0, current=current, allowed=0)
+                return Budget(expected=0, desired=0, current=current, allowed=0, disrupted=disrupted)
             expected = scale
             if max_unavailable is not None:
                 desired = max(0, expected - _scaled(max_unavailable, expected))
             else:
                 desired = _scaled(str(min_available), expected)
         allowed = current - desired if expected > 0 and current > desired else 0
-        return Budget(expected=expected, desired=desired, current=current, allowed=allowed)
+        return Budget(
+            expected=expected, desired=desired, current=current, allowed=allowed, disrupted=disrupted
+        )
+
+
+def _disrupted(pdb: JsonObj, pods: list[JsonObj], now: float) -> dict[str, str]:
+    """The entries of the budget's status.disruptedPods that still count, as the disruption controller keeps
+    them: pods there, not being deleted yet, evicted less than the DeletionTimeout ago."""
+    entries = (pdb.get("status") or {}).get("disruptedPods") or {}
+    return {
+        name_of(pod): entries[name_of(pod)]
+        for pod in pods
+        if name_of(pod) in entries
+        and not is_terminating(pod)
+        and parse_rfc3339(entries[name_of(pod)]) + DELETION_TIMEOUT_SECONDS > now
+    }
 
 
 def evict(store: Store, kubelet: Kubelet, namespace: str, name: str, body: Any, *, source: str) -> JsonObj:
-    """POST .../pods/{name}/eviction: delete the pod unless a PodDisruptionBudget forbids it (429)."""
+    """POST .../pods/{name}/eviction: delete the pod unless a PodDisruptionBudget forbids it (429).
+
+    In kube-apiserver's order: the pod (404); a pod the budgets do not guard is deleted at once, its
+    preconditions checked by the delete (409); otherwise the budgets (500 for more than one, 429 without room),
+    an allowed disruption recorded in the budget's status, and only then the delete with its preconditions: a
+    precondition that no longer matches is 409 when the budget had room (the disruption stays recorded), 429
+    when it had none."""
     if not isinstance(body, dict):
         raise errors.bad_request("the body of an eviction must be a JSON object")
     # Like any typed endpoint, the body may leave apiVersion and kind out; they default to policy/v1 Eviction.
@@ -149,9 +181,9 @@ def evict(store: Store, kubelet: Kubelet, namespace: str, name: str, body: Any, 
         pod = store.get(PODS, namespace, name)
         if pod is None:
             raise errors.not_found(PODS, name)
-        check_preconditions(PODS, pod, options)
         grace = options.get("gracePeriodSeconds")
         if not _pdb_applies(pod):
+            check_preconditions(PODS, pod, options)
             kubelet.delete_pod(pod, grace, verb="create", resource="pods/eviction", source=source)
             return _success()
         labels = labels_of(pod)
@@ -180,8 +212,22 @@ def evict(store: Store, kubelet: Kubelet, namespace: str, name: str, body: Any, 
                         }
                     ],
                 )
+            if not unhealthy_may_go:
+                _record_disruption(store, pdb, budget, name)
+        check_preconditions(PODS, pod, options)
         kubelet.delete_pod(pod, grace, verb="create", resource="pods/eviction", source=source)
         return _success()
+
+
+def _record_disruption(store: Store, pdb: JsonObj, budget: Budget, pod: str) -> None:
+    """The eviction handler's PDB status update (the API server's own write, not the caller's): the pod is about
+    to go, so the budget no longer counts it."""
+    status = dict(pdb.get("status") or {})
+    status["disruptedPods"] = {**budget.disrupted, pod: rfc3339(time.time())}
+    status["disruptionsAllowed"] = budget.allowed - 1
+    updated = json_copy(pdb)
+    updated["status"] = status
+    store.write(PDBS, updated, verb="update", source=SANDBOX, resource="poddisruptionbudgets/status")
 
 
 def _pdb_applies(pod: JsonObj) -> bool:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from nodecycle_sandbox.kube import KubeServer
+from nodecycle_sandbox.kube import KubeServer, eviction
 
 from .conftest import Kube, is_ready, nodes_seed, pods_of, status_of, wait_until
 
@@ -200,3 +200,41 @@ def test_pods_of_a_not_ready_node_count_unhealthy_and_may_be_evicted_while_the_b
     # Then a healthy pod may not go (only 2 healthy are left) but the unhealthy one may
     assert _evict(kube, pods[1]) == 429
     assert _evict(kube, pods[0]) == 201
+
+
+def test_a_stale_uid_precondition_meets_the_budget_first(server: KubeServer, kube: Kube) -> None:
+    # Given a budget with no disruption left
+    pods = _seed_web(server, replicas=2, pdb={"maxUnavailable": 0})
+    # When a pod is evicted with a uid precondition that no longer matches
+    stale = {"preconditions": {"uid": "0b1c0d2e-0000-4000-8000-000000000000"}}
+    # Then the budget answers first (429): kube-apiserver checks the preconditions only when it deletes
+    assert _evict(kube, pods[0], deleteOptions=stale) == 429
+
+
+def test_a_stale_uid_precondition_the_budget_lets_through_is_409_and_counts_as_a_disruption(
+    server: KubeServer, kube: Kube, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a budget with one disruption allowed
+    pods = _seed_web(server, replicas=3, pdb={"maxUnavailable": 1})
+    stale = {"preconditions": {"uid": "0b1c0d2e-0000-4000-8000-000000000000"}}
+    # When a pod is evicted with a uid precondition that no longer matches
+    # Then the delete is refused (409) and the pod stays, but the budget has recorded the disruption it allowed
+    # (status.disruptedPods) and counts it until the pod is deleted or the DeletionTimeout (2 min) has passed
+    assert _evict(kube, pods[0], deleteOptions=stale) == 409
+    assert server.get_object("pods", pods[0], "shop") is not None
+    assert _evict(kube, pods[1]) == 429
+    pdb = server.get_object("poddisruptionbudgets", "web", "shop")
+    assert pdb is not None
+    assert list(pdb["status"]["disruptedPods"]) == [pods[0]]
+    # When the DeletionTimeout has passed, Then the pod that was not deleted counts as healthy again
+    monkeypatch.setattr(eviction, "DELETION_TIMEOUT_SECONDS", 0.0)
+    assert _evict(kube, pods[1]) == 201
+
+
+def test_a_stale_uid_precondition_of_a_pod_being_deleted_is_409(server: KubeServer, kube: Kube) -> None:
+    # Given a pod already terminating (its eviction skips the budget)
+    pods = _seed_web(server, replicas=2, pdb={"maxUnavailable": 1}, shutdownSeconds=30)
+    assert _evict(kube, pods[0]) == 201
+    # When it is evicted again with a uid that no longer matches, Then the delete refuses it: 409
+    stale = {"preconditions": {"uid": "0b1c0d2e-0000-4000-8000-000000000000"}}
+    assert _evict(kube, pods[0], deleteOptions=stale) == 409
