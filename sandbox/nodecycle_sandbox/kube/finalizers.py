@@ -11,7 +11,15 @@ from __future__ import annotations
 import time
 
 from nodecycle_sandbox.kube import errors
-from nodecycle_sandbox.kube.meta import JsonObj, is_terminating, json_copy, metadata, name_of, rfc3339
+from nodecycle_sandbox.kube.meta import (
+    JsonObj,
+    is_terminating,
+    json_copy,
+    metadata,
+    name_of,
+    parse_rfc3339,
+    rfc3339,
+)
 from nodecycle_sandbox.kube.resources import PODS, ResourceType
 
 
@@ -22,15 +30,26 @@ def pending(obj: JsonObj) -> bool:
 
 def marked(obj: JsonObj, grace: int, now: float | None = None) -> JsonObj:
     """A copy marked for deletion ``grace`` seconds from now. A deletion in progress keeps its timestamp
-    unless the new grace ends it sooner, and its grace period only ever shrinks (as kube-apiserver does)."""
+    unless the new grace is shorter, and its grace period only ever shrinks (as kube-apiserver does)."""
     moment = time.time() if now is None else now
     updated = json_copy(obj)
     meta = updated["metadata"]
     current = meta.get("deletionGracePeriodSeconds")
-    if current is None or grace < int(current):
+    if current is None or not meta.get("deletionTimestamp"):
         meta["deletionTimestamp"] = rfc3339(moment + grace)
         meta["deletionGracePeriodSeconds"] = grace
+    elif grace < int(current):
+        meta["deletionTimestamp"] = shortened(meta, grace)
+        meta["deletionGracePeriodSeconds"] = grace
     return updated
+
+
+def shortened(meta: JsonObj, grace: int) -> str:
+    """The deadline of a deletion in progress given a shorter grace: kube-apiserver's BeforeDelete moves it
+    back by the old grace and forward by the new one, so it counts from when the deletion was first asked (a
+    kubelet's final delete, grace 0, makes it that moment), not from the later request."""
+    asked = parse_rfc3339(str(meta["deletionTimestamp"])) - int(meta["deletionGracePeriodSeconds"])
+    return rfc3339(asked + grace)
 
 
 def stopped(obj: JsonObj) -> bool:

@@ -69,9 +69,7 @@ class Kubelet:
             meta = pod["metadata"]
             if is_terminating(pod) and grace >= int(meta.get("deletionGracePeriodSeconds", grace)):
                 return pod  # a longer or equal grace never extends a deletion in progress
-            updated = json_copy(pod)
-            updated["metadata"]["deletionTimestamp"] = rfc3339(now + grace)
-            updated["metadata"]["deletionGracePeriodSeconds"] = grace
+            updated = finalizers.marked(pod, grace, now)
             uid = uid_of(pod)
             self._gone_at[uid] = min(self._gone_at.get(uid, float("inf")), mono + stop_after)
             return self._store.write(PODS, updated, verb=verb, source=source, resource=resource)

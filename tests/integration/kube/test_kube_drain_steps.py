@@ -6,7 +6,7 @@ stop of its instance cleared before the drain's cleanup)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from kubernetes.client import CoreV1Api
@@ -133,6 +133,55 @@ def test_a_pod_whose_eviction_fails_transiently_leaves_the_other_pods_to_be_evic
     assert metrics.counts["StepRetries[step=evict]"] == 1
     assert (outcome.again, outcome.changes["extra"]["polls"]) == (True, 1)
     assert [denied.name for denied in server.admission.denied()] == [flaky.name]
+
+
+def test_pods_a_finalizer_keeps_are_waited_for_until_a_minute_past_their_deletion_deadline(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given the node cordoned, and its web pods carrying a finalizer nobody will remove (a controller that is
+    # down): the API server keeps them, Terminating, after their kubelet has stopped them
+    admin = CoreV1Api(server.api_client())
+    admin.patch_node(NODE, {"spec": {"unschedulable": True}})
+    kept = web_pods(cluster)
+    for pod in kept:
+        admin.patch_namespaced_pod(
+            pod.name, pod.namespace, {"metadata": {"finalizers": ["example.com/keep"]}}
+        )
+    start = datetime.now(UTC)
+    record = terminating(
+        Step.EVICT,
+        id=f"{INSTANCE}/terminate/token",
+        instance_id=INSTANCE,
+        node=NODE,
+        drain_started_at=start,
+        drain_deadline=start + timedelta(seconds=600),
+    )
+    step = evict(cluster)
+
+    # When the drain evicts them and their kubelet has stopped them
+    first = step(record, start)
+    server.settle()
+    assert all(
+        (found := server.get_object("pods", pod.name, pod.namespace)) is not None
+        and found["metadata"].get("deletionGracePeriodSeconds") == 0
+        for pod in kept
+    )
+    record = record.model_copy(update=first.changes)
+
+    # Then, while less than a minute has passed since their deletion's deadline, they are not gone: the drain
+    # waits for them
+    waiting = step(record, start + timedelta(seconds=30))
+    assert (waiting.then, waiting.again) == (None, True)
+    record = record.model_copy(update=waiting.changes)
+
+    # When more than a minute has passed, Then the drain stops waiting for them and says they are still there
+    done = step(record, start + timedelta(seconds=62))
+    assert (
+        done.changes["outcome"]
+        == f"drained; {len(kept)} pods left terminating (past their deletion deadline)"
+    )
+    assert sorted(done.changes["extra"]["stuck_pods"]["pods"]) == sorted(f"shop/{p.name}" for p in kept)
+    assert all(server.get_object("pods", pod.name, pod.namespace) is not None for pod in kept)
 
 
 def test_a_node_name_another_instance_took_is_neither_given_a_slot_nor_cordoned(

@@ -4,6 +4,7 @@ is gone (NotReady, their graceful deletions never complete until a force delete 
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -223,3 +224,41 @@ def test_a_kubelet_lost_on_an_idle_cluster_still_turns_its_node_unknown(
 
     # Then the node lifecycle controller still notices once the grace has passed, as on a real cluster
     wait_until(lambda: _ready_status(server, node) == "Unknown", what="the node to turn Unknown")
+
+
+def test_a_shorter_grace_moves_the_deletion_deadline_from_when_the_deletion_was_asked(
+    server: KubeServer, kube: Kube
+) -> None:
+    # Given two pods with a finalizer that take 1.5 s and 2.5 s to stop, deleted with a grace of 30 s
+    server.seed({"nodes": nodes_seed(2)})
+    kube.core.create_namespaced_pod(
+        "default", _pod("slow", node_name(0, 10), finalizers=[FINALIZER], shutdown=1.5)
+    )
+    kube.core.create_namespaced_pod(
+        "default", _pod("kept", node_name(1, 10), finalizers=[FINALIZER], shutdown=2.5)
+    )
+    _running(server, "slow")
+    _running(server, "kept")
+    first = kube.core.delete_namespaced_pod("slow", "default", grace_period_seconds=30).metadata
+    kept_asked = kube.core.delete_namespaced_pod("kept", "default", grace_period_seconds=30).metadata
+    asked = first.deletion_timestamp - timedelta(seconds=30)
+
+    # When a second delete shortens the grace to 5 s over a second later
+    time.sleep(1.1)
+    second = kube.core.delete_namespaced_pod("slow", "default", grace_period_seconds=5).metadata
+
+    # Then the deadline is the first request's time + 5 s (kube-apiserver's BeforeDelete moves the deadline back
+    # by the old grace and forward by the new one), not the second request's time + 5 s
+    assert (second.deletion_timestamp, second.deletion_grace_period_seconds) == (
+        asked + timedelta(seconds=5),
+        5,
+    )
+
+    # When the kubelet finishes the other pod (its own delete, grace 0), Then its deadline becomes the time its
+    # deletion was asked, whenever the kubelet finished
+    wait_until(
+        lambda: kube.core.read_namespaced_pod("kept", "default").metadata.deletion_grace_period_seconds == 0,
+        what="the kubelet to finish kept",
+    )
+    kept = kube.core.read_namespaced_pod("kept", "default").metadata
+    assert kept.deletion_timestamp == kept_asked.deletion_timestamp - timedelta(seconds=30)
