@@ -20,7 +20,7 @@ from moto.autoscaling.responses import AutoScalingResponse
 from moto.core.responses import ActionResult
 from moto.ec2.responses.instances import InstanceResponse
 
-from nodecycle_sandbox.aws import api, ec2_addresses, ec2_tags, eks_access, sqs_timing
+from nodecycle_sandbox.aws import api, ec2_addresses, ec2_instances, ec2_tags, eks_access, sqs_timing
 from nodecycle_sandbox.aws.lifecycle import active_instances, emulator_for
 from nodecycle_sandbox.iam import enforce
 
@@ -38,6 +38,7 @@ def install() -> None:
     _patch_stop()
     sqs_timing.install()
     ec2_addresses.install()
+    ec2_instances.install()  # terminated instances forgotten after about an hour
     ec2_tags.install()
     eks_access.install()
     enforce.install()  # each function's calls against its role (nodecycle_sandbox.iam)

@@ -5,6 +5,7 @@ the instance is of a managed group; what came by the queue is confirmed with EC2
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime, timedelta
 from types import ModuleType
 from typing import Any
@@ -15,6 +16,8 @@ from moto.core import DEFAULT_ACCOUNT_ID
 from moto.ec2.models import ec2_backends
 
 from nodecycle.domain.model import SUCCESSOR, LifecycleRecord, Step, Transition
+from nodecycle_sandbox.aws import ec2_instances
+from nodecycle_sandbox.aws.install import install
 from tests.functions.intake.conftest import GROUP, make_group
 from tests.support.emf import metric
 from tests.support.events import load_event, sqs_event
@@ -124,6 +127,28 @@ def test_an_instance_terminated_outside_the_hooks_is_forgotten_at_once(
     (record,) = records()
     assert record["plan"] == [Step.FORGET_NODE.value, Step.RELEASE_EIP.value, Step.DONE.value]
     assert [m["step"] for m in work(stack.drain_queue)] == ["forget-node"]
+
+
+def test_a_termination_told_after_ec2_has_forgotten_the_instance_is_refused_not_retried(
+    intake_fn: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given EC2 as the sandbox emulates it, which lists a terminated instance for about an hour and then no more
+    # (here: for a fifth of a second), and an instance of a managed group terminated outside the hooks
+    install()
+    ec2_instances.set_retention(ec2_backends[DEFAULT_ACCOUNT_ID]["eu-west-1"], 0.2)
+    instance = launch()
+    boto3.client("ec2").terminate_instances(InstanceIds=[instance])
+    time.sleep(0.3)
+    event = ec2_event("eventbridge-instance-stopped.json", instance, state="terminated")
+
+    # When its state change arrives after that (a retried delivery, a dead-letter redrive)
+    response = intake_fn.handler(sqs_event(event), LambdaContext())
+
+    # Then it is refused as an instance EC2 does not know, without a retry: the sweeper frees what the
+    # instance held (its budget entry, once EC2 no longer lists it alive; its address, past the sweep grace)
+    assert records() == []
+    assert response == {"batchItemFailures": []}
+    assert metric(capsys.readouterr().out, "LifecycleEventsRejected", reason="unknown-instance") == 1
 
 
 def test_an_instance_stopped_once_and_terminated_later_is_forgotten_again_at_once(

@@ -206,3 +206,32 @@ def test_every_hook_of_a_transition_must_let_the_instance_go(aws: Emulation) -> 
     assert group.instances()[victim] == "Terminating:Wait"
     _complete(aws, "eip", tokens["eip"])
     assert victim not in group.instances()
+
+
+def test_ec2_lists_a_terminated_instance_for_a_while_and_then_no_more(aws: Emulation) -> None:
+    # Given EC2 keeping terminated instances listed for half a second (about an hour on AWS), and an instance
+    # terminated through its hook
+    aws.control.configure(terminated_retention_seconds=0.5)
+    group = aws.group(TERMINATE_HOOK, size=1)
+    victim = group.in_state("InService")[0]
+    group.terminate(victim)
+    (token,) = aws.bus.tokens(victim, TERMINATING)
+    _complete(aws, "drain", token)
+    by_id = [{"Name": "instance-id", "Values": [victim]}]
+
+    # Then for a while it is listed as terminated, and its status only when all instances are asked for
+    (reservation,) = aws.ec2.describe_instances(Filters=by_id)["Reservations"]
+    assert reservation["Instances"][0]["State"]["Name"] == "terminated"
+    assert aws.ec2.describe_instance_status(InstanceIds=[victim])["InstanceStatuses"] == []
+    (status,) = aws.ec2.describe_instance_status(InstanceIds=[victim], IncludeAllInstances=True)[
+        "InstanceStatuses"
+    ]
+    assert status["InstanceState"]["Name"] == "terminated"
+
+    # When the retention has passed, Then EC2 no longer knows it
+    time.sleep(0.6)
+    assert aws.ec2.describe_instances(Filters=by_id)["Reservations"] == []
+    for call in (aws.ec2.describe_instances, aws.ec2.describe_instance_status):
+        with pytest.raises(ClientError) as raised:
+            call(InstanceIds=[victim])
+        assert raised.value.response["Error"]["Code"] == "InvalidInstanceID.NotFound"
