@@ -230,19 +230,19 @@ class FakeCluster:
         return any((p.name, p.uid) == (pod.name, pod.uid) for p in self.pods)
 
     def _deleting(self, pod: PodInfo, grace_seconds: int) -> None:
-        # As the API server does: the deadline is now + grace; a later, shorter deletion brings it forward
-        deletion_at = self.now + timedelta(seconds=grace_seconds)
-        self.pods = [
-            p.model_copy(
-                update={
-                    "deletion_at": min(deletion_at, p.deletion_at or deletion_at),
-                    "deletion_grace": grace_seconds,
-                }
-            )
-            if p.name == pod.name
-            else p
-            for p in self.pods
-        ]
+        self.pods = [self._marked(p, grace_seconds) if p.name == pod.name else p for p in self.pods]
+
+    def _marked(self, pod: PodInfo, grace_seconds: int) -> PodInfo:
+        # As the API server does: the deadline is now + grace; a later, shorter grace counts from when the
+        # deletion was first asked (the old deadline less the old grace), and a longer one changes nothing
+        grace = timedelta(seconds=grace_seconds)
+        if pod.deletion_requested_at is None:
+            return pod.model_copy(update={"deletion_at": self.now + grace, "deletion_grace": grace_seconds})
+        if grace_seconds >= (pod.deletion_grace or 0):
+            return pod
+        return pod.model_copy(
+            update={"deletion_at": pod.deletion_requested_at + grace, "deletion_grace": grace_seconds}
+        )
 
 
 @dataclass
