@@ -402,7 +402,8 @@ def _successor_of(record: LifecycleRecord, now: datetime) -> LifecycleRecord:
     if record.step is not Step.DONE or not isinstance(successor, dict):
         return record
     log.info("lifecycle %s done: the next one of its instance starts", record.id)
-    return LifecycleRecord.model_validate(successor).model_copy(update={"seq": record.seq, "updated_at": now})
+    following = record.followed_by(LifecycleRecord.model_validate(successor))
+    return following.model_copy(update={"seq": record.seq, "updated_at": now})
 
 
 class Dispatcher:

@@ -295,7 +295,7 @@ class Intake:
             # schedules after the last one was drained for, and a Spot instance restarted after an interruption
             # and interrupted again. Its lifecycle starts
             # over under the new event, on the next seq (so a late message of the old one is stale).
-            restarted = record.model_copy(update={"seq": known.seq + 1})
+            restarted = known.followed_by(record).model_copy(update={"seq": known.seq + 1})
             if self._records.commit(restarted, expected_seq=known.seq):
                 self._send_first(restarted)
                 log.info(
@@ -308,6 +308,7 @@ class Intake:
         if (
             known is not None
             and not known.finished
+            and record.global_deadline not in known.done_starts
             and (self._rescheduled(known, record, now, listed) or self._queued(known, record, now, listed))
         ):
             return IntakeOutcome.ACCEPTED
@@ -330,7 +331,8 @@ class Intake:
         if known.transition is Transition.STATE_CHANGE:
             return known.token != record.token
         if known.transition is Transition.SCHEDULED_CHANGE:
-            return known.global_deadline != record.global_deadline
+            # (nor one an earlier lifecycle on the record was for: an update of it)
+            return record.global_deadline not in {known.global_deadline, *known.done_starts}
         if known.transition is Transition.SPOT_INTERRUPTION:
             # A Spot instance that stops or hibernates when interrupted is started again when capacity comes
             # back, and can be interrupted again: a warning sent after the last interruption struck is another

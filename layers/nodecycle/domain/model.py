@@ -149,6 +149,10 @@ class DisruptionEvent(BaseModel):
 # record.extra key: the lifecycle that starts on this record when this one is done (another maintenance of the
 # instance, told of while this one waited or drained), as the record it will be (JSON)
 SUCCESSOR = "successor"
+# record.extra key: the starts of the maintenances the record's earlier lifecycles were for (ISO times). AWS Health
+# sends an event again, under a new id, whenever it updates it: such an update of one of them, while a later one's
+# lifecycle runs on the record, tells of nothing new.
+DONE_STARTS = "done_starts"
 
 
 class Step(StrEnum):
@@ -245,6 +249,21 @@ class LifecycleRecord(ActionRef):
         deadline = min(now + timedelta(seconds=self.heartbeat_timeout), self.global_deadline)
         return self.model_copy(
             update={"heartbeat_deadline": deadline, "heartbeats": self.heartbeats + 1, **changes}
+        )
+
+    @property
+    def done_starts(self) -> frozenset[datetime]:
+        """The starts of the maintenances earlier lifecycles on this record were for (DONE_STARTS)."""
+        return frozenset(datetime.fromisoformat(str(at)) for at in self.extra.get(DONE_STARTS) or ())
+
+    def followed_by(self, later: LifecycleRecord) -> LifecycleRecord:
+        """``later``, the lifecycle that starts on this record once this one is over (the next maintenance of
+        the instance), knowing what the lifecycles before it were for."""
+        if self.transition is not Transition.SCHEDULED_CHANGE:
+            return later
+        starts = sorted({*self.done_starts, self.global_deadline} - {later.global_deadline})
+        return later.model_copy(
+            update={"extra": {**later.extra, DONE_STARTS: [at.isoformat() for at in starts]}}
         )
 
     def overdue(self, now: datetime, grace: timedelta) -> bool:

@@ -414,6 +414,40 @@ def test_a_second_maintenance_of_an_instance_is_timed_by_its_own_start_and_drain
 
 
 @pytest.mark.usefixtures("an_hours_lead")
+def test_a_health_update_of_a_maintenance_drained_for_before_the_next_one_is_a_duplicate(
+    intake_fn: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given an instance EC2 will reboot in 50 minutes and retire in 10 days, the reboot's drain over, and the
+    # retirement's lifecycle started over on the record after it
+    instance = launch()
+    now = datetime.now(UTC).replace(microsecond=0)
+    reboot, retirement = now + timedelta(minutes=50), now + timedelta(days=10)
+    schedule(instance, reboot, code="system-reboot", description="scheduled reboot")
+    schedule(instance, retirement)
+    intake_fn.handler(health_event(instance, reboot), LambdaContext())
+    finish(records()[0])
+    intake_fn.handler(
+        health_event(instance, retirement, "5d3c2b1a-0f9e-4d8c-9b7a-6f5e4d3c2b1a"), LambdaContext()
+    )
+    (waiting,) = records()
+
+    # When AWS Health updates the reboot's event (a new id, the same start) while EC2 lists both, and again once
+    # the retirement's lifecycle is over too
+    update = "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d"
+    intake_fn.handler(health_event(instance, reboot, update), LambdaContext())
+    (after_update,) = records()
+    finish(after_update)
+    intake_fn.handler(health_event(instance, reboot, "0b1c2d3e-4f5a-4b6c-9d8e-7f6a5b4c3d2e"), LambdaContext())
+
+    # Then neither is drained for again: the retirement's lifecycle was left as it was, and the record stays over
+    assert (after_update["seq"], after_update["token"]) == (waiting["seq"], waiting["token"])
+    assert datetime.fromisoformat(after_update["global_deadline"]) == retirement
+    (record,) = records()
+    assert (record["step"], record["token"]) == ("done", waiting["token"])
+    assert metric(capsys.readouterr().out, "LifecycleEventsDuplicate") == 2
+
+
+@pytest.mark.usefixtures("an_hours_lead")
 @pytest.mark.parametrize("told_first", ["reboot", "retirement"])
 def test_two_maintenances_told_while_the_first_waits_are_each_drained_for_in_turn(
     intake_fn: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str], told_first: str

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
-from nodecycle.domain.model import Transition
+from nodecycle.domain.model import LifecycleRecord, Transition
 from nodecycle_sandbox import Sandbox
 from nodecycle_sandbox.aws.group import wait_for
 from nodecycle_sandbox.checks import last_pod_gone, pdb_breaches
@@ -18,6 +20,7 @@ from tests.integration.lifecycle.harness import node_of, records, running
 pytestmark = pytest.mark.slow
 
 STARTS_IN = 65.0  # the maintenance starts 65 s from now; MaintenanceLeadMinutes=1 drains from 5 s on
+LATER_IN = 3600.0  # a second maintenance of the same instance, an hour from now: drained 59 minutes on
 
 
 def test_maintenance_is_drained_before_it_starts_and_a_stopped_instance_leaves_nothing_behind() -> None:
@@ -71,6 +74,70 @@ def test_maintenance_is_drained_before_it_starts_and_a_stopped_instance_leaves_n
         assert stopped_node not in current_holders(sandbox)
         assert nodecycle_annotations(sandbox, stopped_node) == {}
         assert addresses_of(sandbox, stopped) == []
+
+
+def test_a_health_update_of_a_maintenance_drained_for_does_not_pull_back_the_one_that_follows_it() -> None:
+    parameters = {"MaintenanceLeadMinutes": "1"}
+    with running(size=3, parameters=parameters) as sandbox:
+        instance = sorted(sandbox.asg.in_state("InService"))[0]
+        node = node_of(sandbox, instance)
+        store = records(sandbox)
+
+        # Given an instance with a reboot in 65 s and a retirement in an hour, its node drained for the
+        # reboot, and the retirement's lifecycle now waiting on the record for its own lead time
+        reboot = schedule_two_maintenances(sandbox, instance)
+        following = wait_for_the_second(sandbox, instance)
+        sandbox.kube.reset_history()
+
+        # When AWS Health updates the reboot's event (a new event id, the same start), while EC2 lists both
+        update = {**reboot, "id": "0c9b8a7d-6e5f-4a3b-9c2d-1e0f9a8b7c6d", "time": _now()}
+        sandbox.publish(update)
+        time.sleep(8)
+
+        # Then the retirement's lifecycle is left as it was: not pulled back to the reboot, and the node,
+        # drained for that reboot already, is not drained for it again
+        record = store.get(f"{instance}/{Transition.SCHEDULED_CHANGE.short}")
+        assert record is not None
+        assert (record.token, record.global_deadline, record.step) == (
+            following.token,
+            following.global_deadline,
+            following.step,
+        )
+        assert node not in holders_seen(sandbox.kube.history())
+
+
+def schedule_two_maintenances(sandbox: Sandbox, instance: str) -> dict[str, Any]:
+    """A reboot of ``instance`` in ``STARTS_IN`` seconds and a retirement in ``LATER_IN``, each told by AWS
+    Health (the reboot first); the reboot's Health event."""
+    sandbox.asg.schedule_maintenance([instance], code="system-reboot", starts_in=STARTS_IN)
+    sandbox.asg.schedule_maintenance([instance], starts_in=LATER_IN)
+    told: list[dict[str, Any]] = [
+        n.payload for n in sandbox.aws.notifications() if n.payload.get("source") == "aws.health"
+    ]
+    return next(e for e in told if e["detail"]["affectedEntities"][0]["entityValue"] == instance)
+
+
+def wait_for_the_second(sandbox: Sandbox, instance: str) -> LifecycleRecord:
+    """The record of ``instance``'s maintenances once the first one's lifecycle is over and the second's has
+    started on it (it waits for its own lead time). (Intake may take the second's event first: the record is
+    the second's then too, before the first's moves it, but its node is not cordoned yet.)"""
+    store = records(sandbox)
+    node = node_of(sandbox, instance)
+    later = time.time() + LATER_IN - 120
+
+    def started() -> LifecycleRecord | None:
+        record = store.get(f"{instance}/{Transition.SCHEDULED_CHANGE.short}")
+        if record is None or record.finished or record.global_deadline.timestamp() < later:
+            return None
+        cordoned = ((sandbox.kube.get_object("nodes", node) or {}).get("spec") or {}).get("unschedulable")
+        waiting = record.drain_started_at is None and "successor" not in record.extra
+        return record if cordoned and waiting else None
+
+    return wait_for(started, STARTS_IN - 10, "the second maintenance's lifecycle")
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def pin(sandbox: Sandbox, node: str) -> None:
