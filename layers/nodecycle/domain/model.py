@@ -153,6 +153,10 @@ SUCCESSOR = "successor"
 # sends an event again, under a new id, whenever it updates it: such an update of one of them, while a later one's
 # lifecycle runs on the record, tells of nothing new.
 DONE_STARTS = "done_starts"
+# record.extra key: the last drain of the node an earlier lifecycle on the record made, for a maintenance before
+# this one's ({"node", "node_uid", "zone", "drain_started_at"}): the node stays cordoned and empty after it, and a
+# terminate hook of the instance goes on from it while this lifecycle has not begun a drain of its own
+EARLIER_DRAIN = "earlier_drain"
 
 
 class Step(StrEnum):
@@ -262,9 +266,18 @@ class LifecycleRecord(ActionRef):
         if self.transition is not Transition.SCHEDULED_CHANGE:
             return later
         starts = sorted({*self.done_starts, self.global_deadline} - {later.global_deadline})
-        return later.model_copy(
-            update={"extra": {**later.extra, DONE_STARTS: [at.isoformat() for at in starts]}}
-        )
+        extra = {**later.extra, DONE_STARTS: [at.isoformat() for at in starts]}
+        drained = self.extra.get(EARLIER_DRAIN)
+        if self.drain_started_at is not None and Step.EVICT in self.plan:
+            drained = {
+                "node": self.node,
+                "node_uid": self.node_uid,
+                "zone": self.zone,
+                "drain_started_at": self.drain_started_at.isoformat(),
+            }
+        if isinstance(drained, dict):
+            extra[EARLIER_DRAIN] = drained
+        return later.model_copy(update={"extra": extra})
 
     def overdue(self, now: datetime, grace: timedelta) -> bool:
         """True when the message for this seq should have run long ago: it was probably lost."""

@@ -13,9 +13,10 @@ import pytest
 from nodecycle.domain.model import LifecycleRecord, Transition
 from nodecycle_sandbox import Sandbox
 from nodecycle_sandbox.aws.group import wait_for
+from nodecycle_sandbox.aws.records import TERMINATING
 from nodecycle_sandbox.checks import last_pod_gone, pdb_breaches
 from nodecycle_sandbox.kube import HistoryEntry
-from tests.integration.lifecycle.harness import node_of, records, running
+from tests.integration.lifecycle.harness import held_by_a_budget, node_of, records, running
 
 pytestmark = pytest.mark.slow
 
@@ -103,6 +104,48 @@ def test_a_health_update_of_a_maintenance_drained_for_does_not_pull_back_the_one
             following.global_deadline,
             following.step,
         )
+        assert node not in holders_seen(sandbox.kube.history())
+
+
+def test_a_terminate_hook_after_a_maintenance_drain_completes_at_once_while_the_next_one_waits() -> None:
+    parameters = {"MaintenanceLeadMinutes": "1", "BudgetMaxUnavailable": "1"}
+    with running(size=3, parameters=parameters) as sandbox:
+        instance = sorted(sandbox.asg.in_state("InService"))[0]
+        node = node_of(sandbox, instance)
+        store = records(sandbox)
+
+        # Given an instance with a reboot in 65 s and a retirement in an hour, its node drained (cordoned,
+        # empty) for the reboot, and the retirement's lifecycle now waiting on the record for its lead time
+        schedule_two_maintenances(sandbox, instance)
+        wait_for_the_second(sandbox, instance)
+        # ...and the budget's only slot held by another node's drain (its scale-in), which a
+        # PodDisruptionBudget holds up
+        _, held = held_by_a_budget(sandbox)
+        sandbox.asg.terminate(held, decrement=True)
+        held_node = node_of(sandbox, held)
+        wait_for(lambda: nodecycle_annotations(sandbox, held_node), 30, "the held-up drain's slot and cordon")
+        sandbox.kube.reset_history()
+
+        # When the group scales in that instance (its terminate hook)
+        sandbox.asg.terminate(instance, decrement=True)
+
+        # Then its action is completed at once, without waiting for a slot: the node was drained already
+        hook = wait_for(
+            lambda: next(
+                (
+                    a
+                    for a in sandbox.asg.actions(transition=TERMINATING)
+                    if a.instance_id == instance and a.outcome
+                ),
+                None,
+            ),
+            30,
+            "the terminate hook's completion",
+        )
+        assert hook.outcome == "completed"
+        record = store.get(f"{instance}/{Transition.TERMINATING.short}/{hook.token}")
+        assert record is not None
+        assert record.outcome == "drained-by:scheduled-change"
         assert node not in holders_seen(sandbox.kube.history())
 
 

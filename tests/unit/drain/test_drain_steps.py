@@ -1336,6 +1336,53 @@ def test_a_terminate_hook_after_a_drained_spot_interruption_completes_at_once() 
     assert step(terminating(Step.ACQUIRE_SLOT), T0 + timedelta(seconds=60)).again
 
 
+def maintenance(step: Step, starts: datetime, **changes: object) -> LifecycleRecord:
+    """A scheduled maintenance of the instance starting at ``starts``."""
+    return spot(
+        step,
+        id=f"{INSTANCE}/scheduled-change",
+        transition=Transition.SCHEDULED_CHANGE,
+        heartbeat_deadline=starts,
+        global_deadline=starts,
+        **changes,
+    )
+
+
+@pytest.mark.parametrize("pods_back", [False, True])
+def test_a_terminate_hook_goes_on_from_the_drain_for_a_maintenance_while_the_next_one_waits(
+    pods_back: bool,
+) -> None:
+    # Given the drain for a reboot of the instance, over, and the lifecycle of its retirement, days later,
+    # started on the record after it (as a successor, or started over by intake): it waits for its lead time
+    drained = maintenance(
+        Step.DONE,
+        T0 + timedelta(hours=1),
+        node=NODE,
+        zone="eu-west-1a",
+        drain_started_at=T0,
+        outcome="drained",
+    )
+    records = InMemoryRecords()
+    records.create(drained.followed_by(maintenance(Step.ACQUIRE_SLOT, T0 + timedelta(days=10))))
+    cluster = FakeCluster(nodes={NODE: node(unschedulable=True)}, pods=[pod("web-1")] if pods_back else [])
+    slots = FakeSlots(room=0)
+
+    # When Auto Scaling's terminate hook for the instance comes
+    outcome = acquire_after(records, cluster, slots)(
+        terminating(Step.ACQUIRE_SLOT), T0 + timedelta(minutes=5)
+    )
+
+    if pods_back:
+        # Then, pods on the node again, it drains the node itself: it asks for a slot
+        assert outcome.again
+        assert len(slots.requests) == 1
+    else:
+        # Then it goes straight to its completion, on the node drained for the reboot, asking for no slot
+        assert (outcome.then, outcome.changes["outcome"]) == (Step.COMPLETE, "drained-by:scheduled-change")
+        assert outcome.changes["node"] == NODE
+        assert slots.requests == []
+
+
 def test_a_terminate_hook_waits_for_a_stuck_disruption_drain_no_longer_than_a_drain_of_its_own() -> None:
     # Given the Spot interruption's drain of the instance, stuck at EVICT (its messages dead-lettered, the
     # sweeper's resumes spent), and the group's terminate hook of the instance, received at T0

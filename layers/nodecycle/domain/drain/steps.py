@@ -20,7 +20,7 @@ from nodecycle.domain.drain import pods as podfilter
 from nodecycle.domain.engine import Dispatcher, Outcome
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import settle_step
-from nodecycle.domain.model import WARM_POOL, LifecycleRecord, Step, Transition, record_id
+from nodecycle.domain.model import EARLIER_DRAIN, WARM_POOL, LifecycleRecord, Step, Transition, record_id
 from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.policy import DrainPolicy, TimeoutPolicy
 from nodecycle.domain.ports.budget import Slots
@@ -334,13 +334,16 @@ class AcquireSlot:
     def _linked(self, record: LifecycleRecord, now: datetime) -> Outcome | None:
         """A terminate hook of an instance that a disruption without a hook (a Spot interruption, a
         rebalance recommendation, scheduled maintenance) drained or is draining: go on past the drain once that
-        drain is over, rather than drain the node again. Only a drain counts: a rebalance recommendation that
+        drain is over, rather than drain the node again (a slot and a wait for nothing). So too while the next
+        maintenance's lifecycle waits on the record for its lead time: the drain for the one before it counts. Only a drain counts: a rebalance recommendation that
         this stack only cordons for evicted nothing, and the group's terminate hook that usually follows it
         must drain the node itself. Nor does a drain over while pods are on the node now (it timed out and
         left them, or the node was uncordoned after a maintenance and filled again, days before this hook):
         the hook drains the node itself, as if there had been no disruption."""
         for cause in LINKED_CAUSES:
             other = self._records.get(record_id(record.instance_id, cause, ""))
+            if other is not None and other.drain_started_at is None:
+                other = _earlier_drain(other)
             if (
                 other is None
                 or other.owner != record.owner
@@ -386,6 +389,24 @@ class AcquireSlot:
                 zone=other.zone,
             )
         return None
+
+
+def _earlier_drain(record: LifecycleRecord) -> LifecycleRecord | None:
+    """A lifecycle that has not begun a drain of its own (the next maintenance of the instance, waiting for its
+    lead time) as the drain an earlier lifecycle on its record made and finished (EARLIER_DRAIN): the node it
+    left cordoned and empty; None when there was none."""
+    earlier = record.extra.get(EARLIER_DRAIN)
+    if not isinstance(earlier, dict):
+        return None
+    return record.model_copy(
+        update={
+            "step": Step.DONE,
+            "node": earlier.get("node"),
+            "node_uid": earlier.get("node_uid"),
+            "zone": earlier.get("zone"),
+            "drain_started_at": datetime.fromisoformat(str(earlier["drain_started_at"])),
+        }
+    )
 
 
 class Cordon:
