@@ -129,9 +129,15 @@ def _role(pid: int, root: int) -> str:
         return "api server + runner"
     try:
         argv = (PROC / str(pid) / "cmdline").read_bytes().split(b"\0")
+        comm = (PROC / str(pid) / "comm").read_text().strip()
     except OSError:
         return "other"
     words = [part.decode(errors="replace") for part in argv if part]
+    if "nodecycle_sandbox.zygote" in words:
+        # forked from a zygote (nodecycle_sandbox/zygote.py): its command line, our title in comm
+        if comm.startswith("fn:"):
+            return f"{comm.removeprefix('fn:')} workers"
+        return "aws (moto + lifecycle)" if comm == "aws" else "zygotes (the imports, once)"
     if "nodecycle_sandbox.runner.worker" in words:
         handler = words[words.index("nodecycle_sandbox.runner.worker") + 1]
         return f"{Path(handler).parent.name} workers"  # functions/<name>/app.py
@@ -185,7 +191,8 @@ class _Sampler:
         busy, total = _machine()
         if self._samples % self.RESCAN == 0:
             for pid in _descendants(self._root):
-                if pid not in self._pids:
+                # (a child seen between its fork and its title: looked at again)
+                if pid not in self._pids or self._pids[pid].startswith("zygotes"):
                     self._pids[pid] = _role(pid, self._root)
         self._samples += 1
         for pid in self._pids:

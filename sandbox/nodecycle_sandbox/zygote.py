@@ -118,11 +118,20 @@ class Zygote:
         env: Mapping[str, str],
         cwd: Path | str,
         fds: Mapping[int, int],
+        title: str = "",
     ) -> Child:
         """``python -m module *args`` with exactly ``env``, in ``cwd``; ``fds`` maps each descriptor number the
-        child gets (0, 1, 2, ...) to ours that it is a copy of. Nothing else of ours is inherited."""
+        child gets (0, 1, 2, ...) to ours that it is a copy of. Nothing else of ours is inherited. A fork keeps
+        the zygote's command line: ``title`` (15 characters at most) names the child in /proc/<pid>/comm."""
         request = json.dumps(
-            {"module": module, "args": list(args), "env": dict(env), "cwd": str(cwd), "targets": list(fds)}
+            {
+                "module": module,
+                "args": list(args),
+                "env": dict(env),
+                "cwd": str(cwd),
+                "targets": list(fds),
+                "title": title,
+            }
         ).encode()
         with self._lock:
             socket.send_fds(self._socket, [request], list(fds.values()))
@@ -215,6 +224,9 @@ def _become(request: dict[str, Any]) -> None:
         os.dup2(fd, target)
     for fd in spare:
         os.close(fd)
+    if request["title"]:
+        with contextlib.suppress(OSError):
+            Path("/proc/self/comm").write_text(request["title"][:15])
     os.environ.clear()
     os.environ.update(request["env"])
     os.chdir(request["cwd"])
@@ -224,7 +236,9 @@ def _become(request: dict[str, Any]) -> None:
 
         coverage.process_startup(slug="pth")
     sys.argv = [request["module"], *request["args"]]
-    sys.modules.pop(request["module"], None)  # run afresh as __main__, as `python -m` would (runpy warns otherwise)
+    sys.modules.pop(
+        request["module"], None
+    )  # run afresh as __main__, as `python -m` would (runpy warns otherwise)
     runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
 
 

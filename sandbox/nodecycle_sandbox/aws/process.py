@@ -141,6 +141,7 @@ class AwsProcess:
             env=os.environ,
             cwd=os.getcwd(),
             fds={1: 1, 2: 2, 3: child_controls.fileno(), 4: child_outbox.fileno()},
+            title="aws",
         )
         child_controls.close()
         child_outbox.close()

@@ -204,6 +204,7 @@ class _Worker:
                     env={**passthrough, **environment},
                     cwd=spec.code_dir,
                     fds={0: requests_in, 1: replies_out, 2: log.fileno() if log is not None else 2},
+                    title=f"fn:{spec.code_dir.name}",
                 )
             except BaseException:
                 for fd in (requests_out, replies_in):

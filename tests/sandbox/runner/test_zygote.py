@@ -20,6 +20,7 @@ REPORTER = """
 import json, os, sys
 print(json.dumps({"name": __name__, "argv": sys.argv[1:], "cwd": os.getcwd(), "path0": sys.path[0],
                   "env": {k: v for k, v in os.environ.items() if k.startswith("ZYGOTE_")},
+                  "comm": open("/proc/self/comm").read().strip(),
                   "fds": sorted(int(fd) for fd in os.listdir("/proc/self/fd"))}), flush=True)
 print("to stderr", file=sys.stderr, flush=True)
 sys.exit(int(os.environ.get("ZYGOTE_EXIT", "0")))
@@ -44,14 +45,19 @@ def test_a_child_gets_exactly_its_environment_directory_arguments_and_descriptor
     try:
         # When it is started warm, as `python -m reporter a b` with an environment of its own
         child = zygote.start(
-            "reporter", ["a", "b"], env={"ZYGOTE_OWN": "yes"}, cwd=tmp_path, fds={1: out_w, 2: err_w}
+            "reporter",
+            ["a", "b"],
+            env={"ZYGOTE_OWN": "yes"},
+            cwd=tmp_path,
+            fds={1: out_w, 2: err_w},
+            title="fn:reporter",
         )
     finally:
         del os.environ["ZYGOTE_OF_THE_PARENT"]
         os.close(out_w)
         os.close(err_w)
 
-    # Then it ran as __main__ with those, and holds no descriptor it was not given (0 is the zygote's /dev/null)
+    # Then it ran as __main__ with those, under its title, and holds no descriptor it was not given (0 is the zygote's /dev/null)
     with os.fdopen(out_r) as out, os.fdopen(err_r) as err:
         seen = json.loads(out.readline())
         assert err.read() == "to stderr\n"
@@ -61,6 +67,7 @@ def test_a_child_gets_exactly_its_environment_directory_arguments_and_descriptor
     assert seen["cwd"] == str(tmp_path)
     assert seen["path0"] == str(tmp_path)
     assert seen["env"] == {"ZYGOTE_OWN": "yes"}
+    assert seen["comm"] == "fn:reporter"  # its name for whoever reads /proc (the benchmarks' load sampler)
     assert [fd for fd in seen["fds"] if fd > 2] == [3]  # the listing's own descriptor
 
 
