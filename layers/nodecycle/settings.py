@@ -119,7 +119,7 @@ class Identity(_Section):
 
 
 class Scope(_Section):
-    """Which groups and hooks are this stack's (intake only)."""
+    """Which groups and hooks are this stack's (intake, and the sweeper that adopts orphaned actions)."""
 
     managed_groups: CsvList = ()
     managed_by_tag: bool = False  # groups tagged nodecycle:owner=<owner_id>
@@ -323,8 +323,9 @@ class EipSettings(FunctionSettings, Eip):
     pass
 
 
-class SweeperSettings(FunctionSettings, Budget, Eip, Readiness, Sweep):
-    pass
+class SweeperSettings(FunctionSettings, Scope, Budget, Eip, Readiness, Disruptions, Sweep):
+    """The sweeper adopts an action whose event never became a record through intake's own path: it reads
+    what intake reads to find the stack's groups and plan a lifecycle."""
 
 
 # (the pydantic mypy plugin types each section's generated model_construct by its own fields, so it sees the

@@ -4,6 +4,8 @@ shape is what matters here, and moto would accept a wrong one)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
 
 import boto3
 import pytest
@@ -14,7 +16,7 @@ from nodecycle.adapters.aws.autoscaling import AutoscalingActions
 from nodecycle.adapters.aws.queues import SqsWorkQueues
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import Worker
-from nodecycle.domain.model import ActionRef, Step, Transition
+from nodecycle.domain.model import ActionRef, Step, Transition, adopted_token
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.addresses import InstanceUnavailable
 from nodecycle.domain.ports.lifecycle import WorkMessage
@@ -57,6 +59,70 @@ def test_a_heartbeat_names_the_action_by_token(autoscaling: tuple[AutoscalingAct
     adapter, stubber = autoscaling
     stubber.add_response("record_lifecycle_action_heartbeat", {}, ACTION_PARAMS)
     assert adapter.heartbeat(ACTION) is True
+
+
+def test_an_adopted_action_is_named_by_its_instance_without_a_token(
+    autoscaling: tuple[AutoscalingActions, Stubber],
+) -> None:
+    # (no API tells an action's token: an adopted lifecycle's token is nodecycle's own and is never sent)
+    adapter, stubber = autoscaling
+    adopted = ACTION.model_copy(update={"token": adopted_token(ACTION.hook)})
+    by_instance = {k: v for k, v in ACTION_PARAMS.items() if k != "LifecycleActionToken"}
+    stubber.add_response("record_lifecycle_action_heartbeat", {}, by_instance)
+    stubber.add_response(
+        "complete_lifecycle_action", {}, {**by_instance, "LifecycleActionResult": "CONTINUE"}
+    )
+    assert adapter.heartbeat(adopted) is True
+    assert adapter.complete(adopted, ActionResult.CONTINUE) is True
+
+
+def test_the_held_instances_of_named_and_tagged_groups_are_listed_in_one_call_each(
+    autoscaling: tuple[AutoscalingActions, Stubber],
+) -> None:
+    adapter, stubber = autoscaling
+
+    def group(name: str, tags: dict[str, str], states: dict[str, str]) -> dict[str, Any]:
+        return {
+            "AutoScalingGroupName": name,
+            "MinSize": 0,
+            "MaxSize": 9,
+            "DesiredCapacity": len(states),
+            "DefaultCooldown": 300,
+            "AvailabilityZones": ["eu-west-1a"],
+            "HealthCheckType": "EC2",
+            "CreatedTime": datetime(2026, 1, 1, tzinfo=UTC),
+            "Tags": [{"Key": k, "Value": v} for k, v in tags.items()],
+            "Instances": [
+                {
+                    "InstanceId": instance,
+                    "AvailabilityZone": "eu-west-1a",
+                    "LifecycleState": state,
+                    "HealthStatus": "Healthy",
+                    "ProtectedFromScaleIn": False,
+                }
+                for instance, state in states.items()
+            ],
+        }
+
+    named = group(
+        "nodes-a", {}, {"i-01": "InService", "i-02": "Terminating:Wait", "i-03": "Warmed:Pending:Wait"}
+    )
+    tagged = group("nodes-b", {"nodecycle:owner": "stack-a"}, {"i-04": "Pending:Wait"})
+    stubber.add_response(
+        "describe_auto_scaling_groups", {"AutoScalingGroups": [named]}, {"AutoScalingGroupNames": ["nodes-a"]}
+    )
+    stubber.add_response(
+        "describe_auto_scaling_groups",
+        {"AutoScalingGroups": [tagged, named]},  # a group both named and tagged: listed once
+        {"Filters": [{"Name": "tag:nodecycle:owner", "Values": ["stack-a"]}]},
+    )
+
+    found = adapter.waiting_instances(("nodes-a",), "stack-a")
+
+    assert sorted((w.group, w.instance_id, w.transition, dict(w.group_tags)) for w in found) == [
+        ("nodes-a", "i-02", Transition.TERMINATING, {}),
+        ("nodes-b", "i-04", Transition.LAUNCHING, {"nodecycle:owner": "stack-a"}),
+    ]
 
 
 def test_no_active_action_means_settled_even_while_another_hook_keeps_the_instance_waiting(

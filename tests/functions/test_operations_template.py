@@ -238,6 +238,7 @@ def test_the_templates_defaults_pass_the_settings_checks(
         "NODECYCLE_RECORD_TABLE": "t",
         "NODECYCLE_DRAIN_QUEUE_URL": "q",
         "NODECYCLE_EIP_QUEUE_URL": "q",
+        "NODECYCLE_MANAGED_GROUPS": "nodes",  # no default: every stack names its groups (or uses the tag)
     }
     variables = TEMPLATE["Globals"]["Function"]["Environment"]["Variables"]
     for variable, value in variables.items():

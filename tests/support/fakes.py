@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from nodecycle.domain.flow import Worker
 from nodecycle.domain.model import ActionRef, LifecycleRecord
 from nodecycle.domain.policy import ActionResult
-from nodecycle.domain.ports.lifecycle import Hook, WorkMessage
+from nodecycle.domain.ports.lifecycle import Hook, WaitingInstance, WorkMessage
 
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 
@@ -112,25 +112,40 @@ class FakeAutoscaling:
     _hooks_of: dict[str, tuple[str, str]] = field(
         default_factory=dict
     )  # token -> its (group, hook), first used
+    waiting: list[WaitingInstance] = field(default_factory=list)  # what hooks hold, every group's
+    listings: list[tuple[tuple[str, ...], str | None]] = field(
+        default_factory=list
+    )  # waiting_instances calls
 
     def complete(self, action: ActionRef, result: ActionResult) -> bool:
-        if not self._active(action):
+        named = self._named(action)
+        if named is None:
             return False
-        self.completed.append((action, result))
+        self.completed.append((named, result))
         return True
 
     def heartbeat(self, action: ActionRef) -> bool:
-        if not self._active(action):
+        named = self._named(action)
+        if named is None:
             return False
         self.heartbeats.append(action)
-        self.renewed[action.token] = self.clock.now()
+        self.renewed[named.token] = self.clock.now()
         return True
 
-    def issue(self, token: str, instance_id: str | None = None, at: datetime | None = None) -> None:
-        """An action Auto Scaling starts (at ``at``, default T0): its token becomes known."""
+    def issue(
+        self,
+        token: str,
+        instance_id: str | None = None,
+        at: datetime | None = None,
+        hook: tuple[str, str] | None = None,
+    ) -> None:
+        """An action Auto Scaling starts (at ``at``, default T0) under ``hook`` (group, name; default: the
+        first that names it): its token becomes known."""
         self.issued[token] = instance_id
         if at is not None:
             self.started[token] = at
+        if hook is not None:
+            self._hooks_of[token] = hook
 
     def kept_alive(self, token: str, at: datetime) -> None:
         """A heartbeat Auto Scaling accepted at ``at``, as the earlier runs of a long lifecycle sent them."""
@@ -141,6 +156,19 @@ class FakeAutoscaling:
         timeout = timedelta(seconds=self.action_timeout)
         ends = start + min(100 * timeout, timedelta(hours=48))
         return min(self.renewed.get(token, start) + timeout, ends)
+
+    def _named(self, action: ActionRef) -> ActionRef | None:
+        """The active action ``action`` names, with its token; None when there is none. Without its token (an
+        adopted lifecycle's), Auto Scaling finds the action the hook holds for the instance (one issued with
+        its hook: by instance id alone, no call can be the first to name it)."""
+        if action.token_known:
+            return action if self._active(action) else None
+        for token, instance in self.issued.items():
+            if instance == action.instance_id and token in self._hooks_of:
+                named = action.model_copy(update={"token": token})
+                if self._active(named):
+                    return named
+        return None
 
     def _active(self, action: ActionRef) -> bool:
         """As Auto Scaling answers for this action: one it never started (or started for another instance),
@@ -157,6 +185,18 @@ class FakeAutoscaling:
             and all(done.token != action.token for done, _ in self.completed)
             and self.clock.now() <= self.expires_at(action.token)
         )
+
+    def hooks_of(self, group: str) -> dict[str, Hook]:
+        return {name: hook for (g, name), hook in self.hooks.items() if g == group}
+
+    def waiting_instances(self, names: tuple[str, ...], owner: str | None) -> list[WaitingInstance]:
+        """As DescribeAutoScalingGroups filters them: the groups named, and those tagged for ``owner``."""
+        self.listings.append((names, owner))
+        return [
+            w
+            for w in self.waiting
+            if w.group in names or (owner is not None and w.group_tags.get("nodecycle:owner") == owner)
+        ]
 
     def hook(self, group: str, name: str) -> Hook | None:
         return self.hooks.get((group, name))

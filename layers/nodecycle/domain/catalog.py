@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
-from nodecycle.domain.ports.lifecycle import Autoscaling, Hook
+from nodecycle.domain.ports.lifecycle import Autoscaling, Hook, WaitingInstance
 from nodecycle.domain.ports.runtime import Clock
 
 log = logging.getLogger(__name__)
@@ -44,14 +44,27 @@ class ManagedGroups:
         self._tagged: dict[str, tuple[str | None, datetime]] = {}  # group -> its owner tag, when read
 
     def manages(self, group: str, hook: str) -> bool:
-        if self._hooks is not None and hook not in self._hooks:
+        if not self.takes_hook(hook):
             return False
         return self.manages_group(group)
+
+    def takes_hook(self, hook: str) -> bool:
+        return self._hooks is None or hook in self._hooks
 
     def manages_group(self, group: str) -> bool:
         if group not in self._names and not self._by_tag:
             return False
-        owner = self._owner_tag(group)
+        return self._owns(group, self._owner_tag(group))
+
+    def waiting_instances(self) -> list[WaitingInstance]:
+        """The instances that hooks hold in this stack's groups: one listing (in pages) for all of them."""
+        found = self._autoscaling.waiting_instances(
+            tuple(sorted(self._names)), self._owner if self._by_tag else None
+        )
+        return [w for w in found if self._owns(w.group, w.group_tags.get(OWNER_TAG))]
+
+    def _owns(self, group: str, owner: str | None) -> bool:
+        """Whether ``group``, whose owner tag says ``owner``, is this stack's (named here or tagged for it)."""
         if group in self._names and owner not in (None, self._owner):
             log.error(
                 "group %s is named in this stack's managed groups but tagged %s=%s: left to that stack",
@@ -60,7 +73,7 @@ class ManagedGroups:
                 owner,
             )
             return False
-        return group in self._names or owner == self._owner
+        return group in self._names or (self._by_tag and owner == self._owner)
 
     def _owner_tag(self, group: str) -> str | None:
         now = self._clock.now()
@@ -86,6 +99,7 @@ class LifecycleHooks:
         self._clock = clock
         self._ttl = ttl
         self._cache: dict[tuple[str, str], tuple[Hook, datetime]] = {}
+        self._groups: dict[str, tuple[dict[str, Hook], datetime]] = {}
 
     def get(self, group: str, name: str, *, fresh: bool = False) -> Hook | None:
         """The hook; ``fresh``: read from Auto Scaling even within the ttl (before refusing on its answer)."""
@@ -100,3 +114,13 @@ class LifecycleHooks:
             return None
         self._cache[key] = (hook, now)
         return hook
+
+    def of(self, group: str) -> dict[str, Hook]:
+        """The group's hooks by name (one DescribeLifecycleHooks per group and ttl)."""
+        now = self._clock.now()
+        cached = self._groups.get(group)
+        if cached is not None and now - cached[1] < self._ttl:
+            return cached[0]
+        hooks = self._autoscaling.hooks_of(group)
+        self._groups[group] = (hooks, now)
+        return hooks

@@ -16,11 +16,19 @@ from nodecycle.domain.model import (
     LifecycleEvent,
     LifecycleRecord,
     Transition,
+    adopted_token,
     global_deadline,
+    record_id,
 )
 from nodecycle.domain.policy import PlanPolicy
 from nodecycle.domain.ports.instances import DOWN_STATES, InstanceDirectory, InstanceFacts, ScheduledEvent
-from nodecycle.domain.ports.lifecycle import Autoscaling, RecordStore, WorkMessage, WorkQueues
+from nodecycle.domain.ports.lifecycle import (
+    Autoscaling,
+    RecordStore,
+    WaitingInstance,
+    WorkMessage,
+    WorkQueues,
+)
 from nodecycle.domain.ports.runtime import Clock, Metrics
 
 log = logging.getLogger(__name__)
@@ -44,6 +52,7 @@ class IntakeOutcome(StrEnum):
     UNKNOWN_HOOK = "unknown-hook"  # the hook no longer exists, so neither does the action
     WRONG_HOOK = "wrong-hook"  # the event's transition is not its hook's: forged or broken
     EXPIRED = "expired"  # delivered after the action's global timeout
+    ADOPTED = "adopted"  # the sweeper adopted the action before its event came: nothing written, nothing sent
 
 
 def _described(scheduled: list[ScheduledEvent], starts: datetime) -> datetime:
@@ -91,8 +100,10 @@ class Intake:
         retry_window: timedelta,
         min_heartbeat: timedelta | None = None,
         instances: InstanceDirectory | None = None,
+        adopt_after: timedelta = timedelta(0),
     ) -> None:
         self._owner = owner
+        self._adopt_after = adopt_after
         self._min_heartbeat = retry_window if min_heartbeat is None else min_heartbeat
         self._instances = instances
         self._plan = plan
@@ -153,8 +164,46 @@ class Intake:
             log.warning("dropped: delivered after the action's global timeout (%s)", record.global_deadline)
             self._metrics.count("LifecycleEventsRejected", reason="expired")
             return IntakeOutcome.EXPIRED
+        if self._adopted_already(record, now):
+            return IntakeOutcome.ADOPTED
 
         return self._store(self._keep_alive(record, now), now)
+
+    def adopt(self, waiting: WaitingInstance, hook: str, since: datetime) -> IntakeOutcome:
+        """Start the lifecycle of an action whose event never became a record (intake failed for all its
+        retries, or the event was never delivered): the sweeper found ``waiting`` held by ``hook`` with no
+        record, since ``since`` at the latest. The same path as its event's, under a token of its own (see
+        ``adopted_token``): the same record and first step, and a late event of it finds it."""
+        event = LifecycleEvent(
+            group=waiting.group,
+            hook=hook,
+            instance_id=waiting.instance_id,
+            token=adopted_token(hook),
+            transition=waiting.transition,
+            started_at=since,
+            delivery="sweeper",
+        )
+        return self.accept(event)
+
+    def _adopted_already(self, record: LifecycleRecord, now: datetime) -> bool:
+        """Whether the sweeper adopted this action before its event came (late: redriven from the dead-letter
+        queue, or retried for hours). Only an event older than the sweeper waits before adopting can be: the
+        others cost no read. An adopted lifecycle that started after this action did is of this action (a hook
+        holds one action of an instance at a time); one that ended before it started is of an earlier one."""
+        if not record.token_known or now - record.started_at < self._adopt_after / 2:
+            return False
+        adopted = self._records.get(
+            record_id(record.instance_id, record.transition, adopted_token(record.hook))
+        )
+        if adopted is None or adopted.received_at < record.started_at:
+            return False
+        log.warning(
+            "late event of a lifecycle action the sweeper adopted (%s, received %s): nothing to do",
+            adopted.id,
+            adopted.received_at,
+        )
+        self._metrics.count("LifecycleEventsDuplicate")
+        return True
 
     def accept_disruption(self, event: DisruptionEvent) -> IntakeOutcome:
         """A disruption without a hook: an instance of a managed group (or carrying this owner's tag) gets a
@@ -327,7 +376,10 @@ class Intake:
     def _anew(known: LifecycleRecord, record: LifecycleRecord) -> bool:
         """Whether ``record`` tells of another disruption than the finished ``known``. AWS Health sends an
         event again (a new id) whenever it updates one; only another start (EC2 moved it, or it is another
-        maintenance EC2 lists) makes it other maintenance."""
+        maintenance EC2 lists) makes it other maintenance. An instance back from a warm pool can be held by a
+        hook again: an adoption of an action found after the last adopted one ended is another action."""
+        if not known.token_known:
+            return record.started_at > (known.finished_at or known.updated_at)
         if known.transition is Transition.STATE_CHANGE:
             return known.token != record.token
         if known.transition is Transition.SCHEDULED_CHANGE:

@@ -85,6 +85,22 @@ class ActionRef(BaseModel):
     def record_id(self) -> str:
         return record_id(self.instance_id, self.transition, self.token)
 
+    @property
+    def token_known(self) -> bool:
+        """False for a lifecycle the sweeper adopted: Auto Scaling names its action by instance id alone."""
+        return not self.token.startswith(ADOPTED)
+
+
+# The token of a lifecycle the sweeper adopted (see nodecycle.domain.sweep.orphans): an action whose event never
+# became a record. No Auto Scaling API tells an action's token; CompleteLifecycleAction and
+# RecordLifecycleActionHeartbeat take the instance id instead. One per instance, transition and hook, so that a
+# late event of the same action finds it (see Intake.accept).
+ADOPTED = "adopted:"
+
+
+def adopted_token(hook: str) -> str:
+    return ADOPTED + hook
+
 
 class LifecycleEvent(ActionRef):
     """One lifecycle action, normalized from whichever shape AWS delivered it in."""

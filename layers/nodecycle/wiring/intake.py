@@ -10,7 +10,7 @@ from nodecycle.adapters.aws.instances import Ec2Instances
 from nodecycle.domain.catalog import LifecycleHooks, ManagedGroups
 from nodecycle.domain.intake import Intake
 from nodecycle.domain.policy import EipMode, PlanPolicy
-from nodecycle.settings import IntakeSettings
+from nodecycle.settings import IntakeSettings, SweeperSettings, Timing
 from nodecycle.wiring.common import Common, common
 
 
@@ -25,8 +25,28 @@ def shared() -> Common:
 
 @cache
 def intake() -> Intake:
-    config = settings()
-    ports = shared()
+    return build_intake(settings(), shared())
+
+
+def adopt_after(config: Timing) -> timedelta:
+    """How long the sweeper leaves an action held with no record to intake before adopting it: half a sweep
+    interval, so the sweep after the one that first found it (schedules are not exact to the second)."""
+    return timedelta(seconds=config.sweep_interval_seconds / 2)
+
+
+def managed_groups(config: IntakeSettings | SweeperSettings, ports: Common) -> ManagedGroups:
+    return ManagedGroups(
+        owner=config.owner_id,
+        names=config.managed_groups,
+        by_tag=config.managed_by_tag,
+        hooks=config.managed_hooks,
+        autoscaling=ports.autoscaling,
+        clock=ports.clock,
+    )
+
+
+def build_intake(config: IntakeSettings | SweeperSettings, ports: Common) -> Intake:
+    """Intake as the intake function runs it, and as the sweeper adopts an action whose event was lost."""
     return Intake(
         owner=config.owner_id,
         plan=PlanPolicy(
@@ -38,14 +58,7 @@ def intake() -> Intake:
         ),
         records=ports.records,
         queues=ports.queues,
-        groups=ManagedGroups(
-            owner=config.owner_id,
-            names=config.managed_groups,
-            by_tag=config.managed_by_tag,
-            hooks=config.managed_hooks,
-            autoscaling=ports.autoscaling,
-            clock=ports.clock,
-        ),
+        groups=managed_groups(config, ports),
         hooks=LifecycleHooks(ports.autoscaling, ports.clock),
         autoscaling=ports.autoscaling,
         clock=ports.clock,
@@ -54,4 +67,5 @@ def intake() -> Intake:
         retry_window=timedelta(seconds=config.heartbeat_margin_seconds + config.redelivery_seconds),
         min_heartbeat=timedelta(seconds=config.min_heartbeat_timeout_seconds),
         instances=Ec2Instances(),
+        adopt_after=adopt_after(config),
     )

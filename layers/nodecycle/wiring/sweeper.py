@@ -8,16 +8,19 @@ from datetime import datetime, timedelta
 from functools import cache
 
 from nodecycle.adapters.aws.instances import Ec2Instances
+from nodecycle.domain.catalog import LifecycleHooks
 from nodecycle.domain.completion import CompleteAction, SettleResults
 from nodecycle.domain.model import LifecycleRecord
 from nodecycle.domain.sweep.addresses import AddressSweep
 from nodecycle.domain.sweep.annotations import LeftoverAnnotations
 from nodecycle.domain.sweep.budget_entries import StaleBudgetEntries
 from nodecycle.domain.sweep.lifecycles import LifecycleRepair
+from nodecycle.domain.sweep.orphans import OrphanedActions
 from nodecycle.domain.sweep.sweeper import Counts, Sweeper, SweepPart
 from nodecycle.settings import SweeperSettings
 from nodecycle.wiring import eip
 from nodecycle.wiring.common import Common, common, eip_policy
+from nodecycle.wiring.intake import adopt_after, build_intake, managed_groups
 
 
 @cache
@@ -48,7 +51,15 @@ def sweeper() -> Sweeper:
                 eip=eip_policy(config).failure_result, readiness=config.readiness_failure_result
             ),
             clock=ports.clock,
-        )
+        ),
+        "orphans": OrphanedActions(
+            groups=managed_groups(config, ports),
+            hooks=LifecycleHooks(ports.autoscaling, ports.clock),
+            autoscaling=ports.autoscaling,
+            intake=build_intake(config, ports),
+            metrics=ports.metrics,
+            adopt_after=adopt_after(config),
+        ),
     }
     if config.uses_kubernetes:
         from nodecycle.wiring import drain  # the Kubernetes client only when there is a cluster

@@ -56,6 +56,10 @@ STILL_IN_SERVICE = (
     "(Terminating:Wait ends in termination); the check guards against a node left cordoned if one ever does "
     "(tests/unit/drain/test_drain_steps.py)"
 )
+ADOPTION = (
+    "the adoption of an action held with no record (its event dead-lettered): this scenario loses no event "
+    "(tests/integration/lifecycle/test_lost_intake.py adopts one under the same enforced policy)"
+)
 NOT_EXERCISED = {
     **{
         f"{role}/{policy}:Tracing": TRACING
@@ -73,6 +77,7 @@ NOT_EXERCISED = {
     "SweeperFunctionRole/sweeper:Records dynamodb:PutItem": REPAIR,
     "SweeperFunctionRole/sweeper:SendWork": REPAIR,
     "SweeperFunctionRole/sweeper:CompleteByName": NEAR_TIMEOUT,
+    "SweeperFunctionRole/sweeper:OrphanedActions autoscaling:DescribeLifecycleHooks": ADOPTION,
     "SweeperFunctionRole/sweeper:CompleteByTag": NEAR_TIMEOUT,
     "EipFunctionRole/eip:Describe ec2:DescribeInstances": MULTI_INTERFACE,
     "DrainFunctionRole/drain:InstanceLifecycleState": STILL_IN_SERVICE,

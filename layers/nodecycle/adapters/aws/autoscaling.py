@@ -3,19 +3,38 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
 from nodecycle.adapters.aws.clients import LazyClient, error_code, transient_errors
+from nodecycle.domain.catalog import OWNER_TAG
 from nodecycle.domain.model import ActionRef, Transition
 from nodecycle.domain.policy import ActionResult
-from nodecycle.domain.ports.lifecycle import Hook
+from nodecycle.domain.ports.lifecycle import Hook, WaitingInstance
 
 if TYPE_CHECKING:
     from mypy_boto3_autoscaling import AutoScalingClient
 
 log = logging.getLogger(__name__)
+
+# The lifecycle states in which a hook of each transition holds an instance. (A warm pool's own states, such as
+# Warmed:Pending:Wait, are not listed: no lifecycle of a warm-pool move is adopted.)
+_HELD = {"Pending:Wait": Transition.LAUNCHING, "Terminating:Wait": Transition.TERMINATING}
+_NAMES_PER_CALL = 50  # DescribeAutoScalingGroups' limit on AutoScalingGroupNames
+
+
+def _naming(action: ActionRef) -> dict[str, str]:
+    """The parameters that name an action: its token when known; an adopted one's by its instance alone (the
+    hook holds at most one action of an instance)."""
+    named = {
+        "AutoScalingGroupName": action.group,
+        "LifecycleHookName": action.hook,
+        "InstanceId": action.instance_id,
+    }
+    if action.token_known:
+        named["LifecycleActionToken"] = action.token
+    return named
 
 
 class AutoscalingActions:
@@ -25,13 +44,7 @@ class AutoscalingActions:
     def complete(self, action: ActionRef, result: ActionResult) -> bool:
         try:
             with transient_errors("completing a lifecycle action"):
-                self._asg().complete_lifecycle_action(
-                    AutoScalingGroupName=action.group,
-                    LifecycleHookName=action.hook,
-                    InstanceId=action.instance_id,
-                    LifecycleActionToken=action.token,
-                    LifecycleActionResult=result.value,
-                )
+                self._asg().complete_lifecycle_action(**_naming(action), LifecycleActionResult=result.value)
         except ClientError as error:
             return self._settled(action, error)
         return True
@@ -39,12 +52,7 @@ class AutoscalingActions:
     def heartbeat(self, action: ActionRef) -> bool:
         try:
             with transient_errors("recording a lifecycle heartbeat"):
-                self._asg().record_lifecycle_action_heartbeat(
-                    AutoScalingGroupName=action.group,
-                    LifecycleHookName=action.hook,
-                    InstanceId=action.instance_id,
-                    LifecycleActionToken=action.token,
-                )
+                self._asg().record_lifecycle_action_heartbeat(**_naming(action))
         except ClientError as error:
             return self._settled(action, error)
         return True
@@ -90,6 +98,42 @@ class AutoscalingActions:
             transition=Transition(hooks[0]["LifecycleTransition"]),
             heartbeat_timeout=int(hooks[0].get("HeartbeatTimeout", 3600)),
         )
+
+    def hooks_of(self, group: str) -> dict[str, Hook]:
+        with transient_errors("reading a group's lifecycle hooks"):
+            found = self._asg().describe_lifecycle_hooks(AutoScalingGroupName=group)
+        return {
+            hook["LifecycleHookName"]: Hook(
+                transition=Transition(hook["LifecycleTransition"]),
+                heartbeat_timeout=int(hook.get("HeartbeatTimeout", 3600)),
+            )
+            for hook in found.get("LifecycleHooks", [])
+            if hook.get("LifecycleTransition") in _HELD.values()
+        }
+
+    def waiting_instances(self, names: tuple[str, ...], owner: str | None) -> list[WaitingInstance]:
+        queries: list[dict[str, Any]] = [
+            {"AutoScalingGroupNames": list(names[i : i + _NAMES_PER_CALL])}
+            for i in range(0, len(names), _NAMES_PER_CALL)
+        ]
+        if owner is not None:
+            queries.append({"Filters": [{"Name": f"tag:{OWNER_TAG}", "Values": [owner]}]})
+        waiting: dict[tuple[str, str], WaitingInstance] = {}  # a group both named and tagged: once
+        with transient_errors("listing the instances lifecycle hooks hold"):
+            paginator = self._asg().get_paginator("describe_auto_scaling_groups")
+            for query in queries:
+                for page in paginator.paginate(**query):
+                    for group in page.get("AutoScalingGroups", []):
+                        tags = {tag["Key"]: tag.get("Value", "") for tag in group.get("Tags", [])}
+                        for instance in group.get("Instances", []):
+                            transition = _HELD.get(instance.get("LifecycleState", ""))
+                            if transition is None:
+                                continue
+                            key = (group["AutoScalingGroupName"], instance["InstanceId"])
+                            waiting[key] = WaitingInstance(
+                                group=key[0], group_tags=tags, instance_id=key[1], transition=transition
+                            )
+        return list(waiting.values())
 
     def group_tags(self, group: str) -> dict[str, str] | None:
         with transient_errors("reading a group's tags"):

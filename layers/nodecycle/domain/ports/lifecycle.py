@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -56,6 +56,17 @@ class Hook:
     heartbeat_timeout: int  # seconds
 
 
+@dataclass(frozen=True)
+class WaitingInstance:
+    """An instance that a group's lifecycle hooks hold (``Pending:Wait`` or ``Terminating:Wait``), with its
+    group's tags (what decides whether the group is this stack's)."""
+
+    group: str
+    group_tags: Mapping[str, str]
+    instance_id: str
+    transition: Transition
+
+
 class Autoscaling(Protocol):
     def complete(self, action: ActionRef, result: ActionResult) -> bool:
         """Complete the action; False when it was no longer active (completed before, or timed out)."""
@@ -71,6 +82,15 @@ class Autoscaling(Protocol):
 
     def group_tags(self, group: str) -> dict[str, str] | None:
         """The group's tags; None when the group does not exist."""
+        ...
+
+    def hooks_of(self, group: str) -> dict[str, Hook]:
+        """The group's hooks by name (none when the group does not exist)."""
+        ...
+
+    def waiting_instances(self, names: tuple[str, ...], owner: str | None) -> list[WaitingInstance]:
+        """The instances hooks hold in the groups named, and in those tagged ``nodecycle:owner=<owner>`` (when
+        ``owner`` is given): read in pages, not per group or instance."""
         ...
 
     def lifecycle_state(self, instance_id: str) -> str | None:

@@ -6,6 +6,8 @@ lifecycles:
 - :mod:`.lifecycles`: lifecycles whose next step is long overdue (their message was lost) are resumed; one
   whose action is near its global timeout is completed right here, so invariant 2 holds even when the work
   queue is stuck;
+- :mod:`.orphans`: actions of this stack's hooks that hold an instance with no record (their event was
+  dead-lettered or never delivered) are kept alive, then adopted through intake's path;
 - :mod:`.budget_entries`: budget holders and waiters whose node or instance is gone, or whose lifecycle is
   over, are removed;
 - :mod:`.annotations`: nodes left with this owner's annotations by a lifecycle that is over get them cleared;

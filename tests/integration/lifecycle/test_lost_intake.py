@@ -1,0 +1,106 @@
+"""A lifecycle action whose event never became a record (intake failed for all its retries and the event went
+to the intake dead-letter queue) is adopted by the sweeper: drained (or gated) and completed by nodecycle, not
+by the hook's default result. The event redriven from the dead-letter queue later starts no second
+lifecycle."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from nodecycle.domain.model import Transition, adopted_token
+from nodecycle_sandbox import Sandbox
+from nodecycle_sandbox.aws.group import HookSpec, wait_for
+from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING
+from nodecycle_sandbox.checks import completed_before_drained
+from nodecycle_sandbox.faults import Fault
+from tests.integration.lifecycle.harness import (
+    find_record,
+    node_of,
+    records,
+    running,
+    wait_terminated,
+)
+
+pytestmark = pytest.mark.slow
+
+HEARTBEAT_TIMEOUT = 15
+
+
+def dead_letters(sandbox: Sandbox) -> list[Any]:
+    runner = sandbox.runner
+    found = runner.sqs.receive_message(
+        QueueUrl=runner.queue("IntakeDeadLetterQueue").url,
+        MaxNumberOfMessages=10,
+        VisibilityTimeout=0,
+        WaitTimeSeconds=1,
+    )
+    return found.get("Messages", [])
+
+
+def test_the_sweeper_adopts_a_terminate_action_whose_event_intake_dead_lettered() -> None:
+    # Given hooks with a 15 s heartbeat timeout (the terminate hook's default result CONTINUE), a sweeper
+    # every 2 s, and DynamoDB failing every call of the intake function (throttling, a KMS key denied)
+    hooks = (
+        HookSpec("nodecycle-launch", LAUNCHING, HEARTBEAT_TIMEOUT, "ABANDON"),
+        HookSpec("nodecycle-terminate", TERMINATING, HEARTBEAT_TIMEOUT, "CONTINUE"),
+    )
+    parameters = {"HeartbeatMarginSeconds": "5"}
+    settings = {"NODECYCLE_SWEEP_INTERVAL_MINUTES": str(2 / 60)}
+    with running(
+        parameters=parameters, settings=settings, schedule_interval=2.0, size=2, hooks=hooks
+    ) as sandbox:
+        initial = set(sandbox.asg.in_state("InService"))
+        victim = sorted(initial)[0]
+        node = node_of(sandbox, victim)
+        sandbox.aws.arm_faults(
+            faults=[Fault("down", "aws-error", target="dynamodb.*")],
+            seed=1,
+            callers=[sandbox.runner.access_key("IntakeFunction")],
+        )
+
+        # When the instance terminates and intake fails all three attempts (for its replacement's launch too):
+        # the event goes to its dead-letter queue, and no record of the action exists
+        sandbox.asg.terminate(victim)
+        (dead,) = wait_for(lambda: dead_letters(sandbox), 200, "the intake dead letter")
+        sandbox.aws.disarm_faults()
+        assert find_record(sandbox, victim) is None
+
+        # Then the node is drained and the action completed by nodecycle, not by the hook's default result
+        done = wait_terminated(sandbox, victim, timeout=90)
+        assert (done.outcome, done.completed_by is not None) == ("completed", True)
+        assert completed_before_drained(sandbox.kube.history(), [done]) == []
+        assert sandbox.kube.node_for_instance(victim) in (node, None)
+        # by the lifecycle the sweeper adopted, under this stack's hook
+        adopted = records(sandbox).get(f"{victim}/terminate/{adopted_token(done.hook)}")
+        assert adopted is not None
+        assert adopted.finished, adopted
+        # and the replacement's launch action too: through the readiness gate, completed with CONTINUE
+        launched = wait_for(
+            lambda: [
+                a
+                for a in sandbox.aws.actions()
+                if a.transition == LAUNCHING and a.instance_id not in initial and not a.active
+            ],
+            60,
+            "the replacement's launch action",
+        )
+        assert [(a.outcome, a.result, a.completed_by is not None) for a in launched] == [
+            ("completed", "CONTINUE", True)
+        ]
+        sweeps = sandbox.runner.journal.invocations("SweeperFunction")
+        assert sum((s.response or {}).get("LifecyclesAdopted", 0) for s in sweeps) == 2
+
+        # When the dead-lettered event is redriven, as the runbook says
+        intakes = len(sandbox.runner.journal.invocations("IntakeFunction"))
+        sandbox.publish(json.loads(dead["Body"])["requestPayload"])
+
+        # Then it starts no second lifecycle of the same action
+        wait_for(
+            lambda: len(sandbox.runner.journal.invocations("IntakeFunction")) > intakes,
+            30,
+            "the redriven event",
+        )
+        assert find_record(sandbox, victim, Transition.TERMINATING) is None

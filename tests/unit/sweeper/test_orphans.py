@@ -1,0 +1,196 @@
+"""The sweep of orphaned actions with in-memory ports: an action of this stack's hooks that no record tells of
+is kept alive when first found and adopted through intake's path when found again; a late event of it then
+starts no second lifecycle. What is not this stack's, or has a lifecycle, is left alone."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from nodecycle.domain.catalog import LifecycleHooks, ManagedGroups
+from nodecycle.domain.intake import Intake, IntakeOutcome
+from nodecycle.domain.model import LifecycleEvent, LifecycleRecord, Step, Transition, adopted_token
+from nodecycle.domain.policy import PlanPolicy
+from nodecycle.domain.ports.lifecycle import Hook, WaitingInstance
+from nodecycle.domain.sweep.orphans import OrphanedActions
+from tests.support.fakes import T0, FakeAutoscaling, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
+
+OWNER, GROUP, HOOK = "stack-a", "nodes", "nodecycle-terminate"
+INSTANCE, TOKEN = "i-0123456789abcdef0", "7b4c5d2e-1f3a-4b6c-8d9e-0a1b2c3d4e5f"
+INTERVAL = timedelta(minutes=5)
+ADOPT_AFTER = INTERVAL / 2
+
+
+@dataclass
+class World:
+    clock: FakeClock = field(default_factory=FakeClock)
+    records: InMemoryRecords = field(default_factory=InMemoryRecords)
+    queues: RecordingQueues = field(default_factory=RecordingQueues)
+    metrics: FakeMetrics = field(default_factory=FakeMetrics)
+    autoscaling: FakeAutoscaling = field(default_factory=FakeAutoscaling)
+
+    def __post_init__(self) -> None:
+        self.autoscaling.clock = self.clock
+        self.autoscaling.action_timeout = 900
+        self.autoscaling.hooks = {
+            (GROUP, HOOK): Hook(Transition.TERMINATING, heartbeat_timeout=900),
+            (GROUP, "nodecycle-launch"): Hook(Transition.LAUNCHING, heartbeat_timeout=900),
+            (GROUP, "other-tool"): Hook(Transition.TERMINATING, heartbeat_timeout=900),
+        }
+        self.intake = Intake(
+            owner=OWNER,
+            plan=PlanPolicy(kubernetes=True, eip=False, readiness_gate=True),
+            records=self.records,
+            queues=self.queues,
+            groups=self.groups(),
+            hooks=LifecycleHooks(self.autoscaling, self.clock),
+            autoscaling=self.autoscaling,
+            clock=self.clock,
+            metrics=self.metrics,
+            resume_grace=timedelta(seconds=60),
+            retry_window=timedelta(seconds=210),
+            adopt_after=ADOPT_AFTER,
+        )
+        self.part = OrphanedActions(
+            groups=self.groups(),
+            hooks=LifecycleHooks(self.autoscaling, self.clock),
+            autoscaling=self.autoscaling,
+            intake=self.intake,
+            metrics=self.metrics,
+            adopt_after=ADOPT_AFTER,
+        )
+
+    def groups(self) -> ManagedGroups:
+        return ManagedGroups(
+            owner=OWNER,
+            names=(GROUP,),
+            by_tag=True,
+            hooks=(HOOK, "nodecycle-launch"),
+            autoscaling=self.autoscaling,
+            clock=self.clock,
+        )
+
+    def terminating(
+        self, instance: str = INSTANCE, group: str = GROUP, tags: dict[str, str] | None = None
+    ) -> None:
+        """Auto Scaling starts the terminate action of ``instance`` under ``HOOK`` (token ``TOKEN``)."""
+        self.autoscaling.issue(TOKEN, instance, at=self.clock.now(), hook=(group, HOOK))
+        self.autoscaling.waiting.append(WaitingInstance(group, tags or {}, instance, Transition.TERMINATING))
+
+    def sweep(self) -> dict[str, int]:
+        open_records = list(self.records.open_records(OWNER))
+        return self.part(open_records, self.clock.now())
+
+    def event(self) -> LifecycleEvent:
+        """The action's own event, as intake gets it (late)."""
+        return LifecycleEvent(
+            group=GROUP,
+            hook=HOOK,
+            instance_id=INSTANCE,
+            token=TOKEN,
+            transition=Transition.TERMINATING,
+            started_at=T0,
+            delivery="eventbridge",
+        )
+
+
+def adopted(world: World) -> LifecycleRecord | None:
+    return world.records.get(f"{INSTANCE}/terminate/{adopted_token(HOOK)}")
+
+
+def test_an_action_held_with_no_record_is_kept_alive_first_and_adopted_by_a_later_sweep() -> None:
+    # Given a terminate action of this stack's hook whose event never became a record
+    world = World()
+    world.terminating()
+
+    # When the sweeper first finds it
+    first = world.sweep()
+
+    # Then it is kept alive by instance id (no API tells its token), and nothing is adopted yet: intake may
+    # still be retrying its event
+    assert (first["LifecyclesOrphaned"], first["LifecyclesAdopted"]) == (1, 0)
+    assert [(h.instance_id, h.hook, h.token_known) for h in world.autoscaling.heartbeats] == [
+        (INSTANCE, HOOK, False)
+    ]
+    assert adopted(world) is None
+    assert world.queues.sent == []
+
+    # When the next sweep finds it held still
+    world.clock.advance(INTERVAL.total_seconds())
+    second = world.sweep()
+
+    # Then its lifecycle starts as intake would start it: the record, and its first step on the drain queue
+    assert second["LifecyclesAdopted"] == 1
+    record = adopted(world)
+    assert record is not None
+    assert (record.step, record.owner, record.hook, record.token_known) == (
+        Step.ACQUIRE_SLOT,
+        OWNER,
+        HOOK,
+        False,
+    )
+    assert record.started_at <= T0  # its global timeout is reckoned from no later than the action started
+    assert [s.message.record_id for s in world.queues.sent] == [record.id]
+    assert world.metrics.counts["LifecyclesAdopted"] == 1
+
+    # When a later sweep runs, Then the adopted lifecycle is known: nothing is adopted again
+    world.clock.advance(INTERVAL.total_seconds())
+    assert world.sweep()["LifecyclesAdopted"] == 0
+    assert len(world.queues.sent) == 1
+
+
+def test_a_late_event_of_an_adopted_action_starts_no_second_lifecycle() -> None:
+    # Given an action the sweeper adopted
+    world = World()
+    world.terminating()
+    world.sweep()
+    world.clock.advance(INTERVAL.total_seconds())
+    world.sweep()
+    world.queues.take()
+
+    # When its own event comes late (redriven from the intake dead-letter queue)
+    outcome = world.intake.accept(world.event())
+
+    # Then nothing is written or sent for it
+    assert outcome is IntakeOutcome.ADOPTED
+    assert world.records.get(world.event().record_id) is None
+    assert world.queues.sent == []
+
+
+def test_an_event_that_comes_before_the_adoption_leaves_nothing_to_adopt() -> None:
+    # Given an action first found with no record, whose event intake then accepts (its retry succeeded)
+    world = World()
+    world.terminating()
+    world.sweep()
+    world.clock.advance(60)
+    assert world.intake.accept(world.event()) is IntakeOutcome.ACCEPTED
+
+    # When the next sweep runs
+    world.clock.advance(INTERVAL.total_seconds())
+    report = world.sweep()
+
+    # Then the action has its lifecycle: it is not adopted
+    assert (report["LifecyclesOrphaned"], report["LifecyclesAdopted"]) == (0, 0)
+    assert adopted(world) is None
+
+
+def test_what_is_not_this_stacks_or_no_hook_of_it_holds_is_left_alone() -> None:
+    # Given an instance of a group tagged for another stack, and one of ours whose action under this stack's
+    # hook is over (only another tool's hook holds it)
+    world = World()
+    world.autoscaling.waiting.append(
+        WaitingInstance(
+            "theirs", {"nodecycle:owner": "stack-b"}, "i-0fffffffffffffff1", Transition.TERMINATING
+        )
+    )
+    world.autoscaling.waiting.append(WaitingInstance(GROUP, {}, INSTANCE, Transition.TERMINATING))
+
+    # When two sweeps run
+    world.sweep()
+    world.clock.advance(INTERVAL.total_seconds())
+    report = world.sweep()
+
+    # Then nothing is adopted, and the listing was one call per sweep for every group of the stack
+    assert (report["LifecyclesOrphaned"], report["LifecyclesAdopted"]) == (0, 0)
+    assert world.records.items == {}
+    assert world.autoscaling.listings == [((GROUP,), OWNER)] * 2
