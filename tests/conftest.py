@@ -67,6 +67,9 @@ def aws_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
     monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "nodecycle")
     monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "NodeCycle")
+    # moto builds some 130,000 stock AMIs with each EC2 backend (at every mock_aws start and reset): most of the
+    # functions tests' CPU. No test needs them: EC2 accepts any image id (moto validates none by default).
+    monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
 
 
 @pytest.fixture

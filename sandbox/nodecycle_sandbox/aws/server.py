@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -33,6 +34,9 @@ class MotoServer:
         return f"http://{self._host}:{self._server.server_port}"
 
     def start(self) -> str:
+        # moto builds some 130,000 stock AMIs with each region's EC2 backend (a CPU-second and more, again at
+        # each reset); the sandbox launches its own image id, which moto accepts without one (SANDBOX_AMI).
+        os.environ.setdefault("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
         install()
         app = faults.middleware(DomainDispatcherApplication(create_backend_app))
         self._server = make_server(

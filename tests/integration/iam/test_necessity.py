@@ -26,7 +26,7 @@ from nodecycle.adapters.kube.budget import ConfigMapBudgetStore, KubeNodeInvento
 from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotRequest
 from nodecycle.domain.policy import Quantity
 from nodecycle_sandbox import Sandbox, SandboxOptions
-from nodecycle_sandbox.aws.group import GroupSpec, default_hooks, wait_for
+from nodecycle_sandbox.aws.group import SANDBOX_AMI, GroupSpec, default_hooks, wait_for
 from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING
 from nodecycle_sandbox.iam.necessity import Finding, aws_findings, rbac_findings
 from nodecycle_sandbox.runner import Runner
@@ -211,7 +211,7 @@ def leftovers(sandbox: Sandbox) -> None:
     """What a crash leaves for the sweeper: an address on a gone instance, a node annotated for a lifecycle
     that is over, a budget holder for a node that is gone (made once the drains are over: it holds a slot)."""
     ec2 = sandbox.client("ec2")
-    image = ec2.describe_images()["Images"][0]["ImageId"]
+    image = SANDBOX_AMI
     gone = ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
     old = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
     tags = {"nodecycle:owner": OWNER, "nodecycle:instance-id": gone, "nodecycle:allocated-at": old}

@@ -12,6 +12,7 @@ from moto.core import DEFAULT_ACCOUNT_ID as ACCOUNT_ID
 from moto.ec2.models import ec2_backends
 
 from nodecycle_sandbox.aws import ec2_addresses, ec2_tags
+from nodecycle_sandbox.aws.group import SANDBOX_AMI
 
 
 @pytest.fixture
@@ -23,7 +24,7 @@ def ec2() -> Iterator[Any]:
 
 
 def _instance(ec2: Any) -> str:
-    image = ec2.describe_images()["Images"][0]["ImageId"]
+    image = SANDBOX_AMI
     instance: str = ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
     return instance
 

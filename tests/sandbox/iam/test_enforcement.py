@@ -12,6 +12,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from nodecycle_sandbox.aws.eks import point_cluster
+from nodecycle_sandbox.aws.group import SANDBOX_AMI
 from nodecycle_sandbox.aws.server import MotoServer
 from nodecycle_sandbox.iam.enforce import AccessDenied, authorize_service_role
 from nodecycle_sandbox.iam.evaluate import Request, context_of
@@ -76,7 +77,7 @@ def address(deployed: tuple[str, Runner], **tags: str) -> str:
 def instance(deployed: tuple[str, Runner], group: str) -> str:
     ec2 = client(deployed, "ec2")
     tags = [{"ResourceType": "instance", "Tags": [{"Key": "aws:autoscaling:groupName", "Value": group}]}]
-    image = ec2.describe_images()["Images"][0]["ImageId"]
+    image = SANDBOX_AMI
     run = ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1, TagSpecifications=tags)
     return str(run["Instances"][0]["InstanceId"])
 
@@ -165,8 +166,7 @@ def test_addresses_are_associated_with_instances_of_the_managed_groups_only(
 
 def test_lifecycle_actions_of_unmanaged_groups_cannot_be_completed(deployed: tuple[str, Runner]) -> None:
     autoscaling = client(deployed, "autoscaling")
-    ec2 = client(deployed, "ec2")
-    image = ec2.describe_images()["Images"][0]["ImageId"]
+    image = SANDBOX_AMI
     autoscaling.create_launch_configuration(
         LaunchConfigurationName="lc", ImageId=image, InstanceType="t3.micro"
     )
