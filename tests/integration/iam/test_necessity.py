@@ -58,7 +58,9 @@ STILL_IN_SERVICE = (
 )
 ADOPTION = (
     "the adoption of an action held with no record (its event dead-lettered): this scenario loses no event "
-    "(tests/integration/lifecycle/test_lost_intake.py adopts one under the same enforced policy)"
+    "(tests/integration/lifecycle/test_lost_intake.py adopts one under the same enforced policy); but a sweep "
+    "that comes while a launch's event is still on its way sees an action with no record yet and reads the "
+    "group's hooks, so this scenario may exercise it or not (its timing): neither is a finding"
 )
 NOT_EXERCISED = {
     **{
@@ -77,12 +79,13 @@ NOT_EXERCISED = {
     "SweeperFunctionRole/sweeper:Records dynamodb:PutItem": REPAIR,
     "SweeperFunctionRole/sweeper:SendWork": REPAIR,
     "SweeperFunctionRole/sweeper:CompleteByName": NEAR_TIMEOUT,
-    "SweeperFunctionRole/sweeper:OrphanedActions autoscaling:DescribeLifecycleHooks": ADOPTION,
     "SweeperFunctionRole/sweeper:CompleteByTag": NEAR_TIMEOUT,
     "EipFunctionRole/eip:Describe ec2:DescribeInstances": MULTI_INTERFACE,
     "DrainFunctionRole/drain:InstanceLifecycleState": STILL_IN_SERVICE,
     "EipFunctionRole/eip:InterfaceSide ec2:AssociateAddress": MULTI_INTERFACE,
 }
+# Exercised or not, as the scenario's timing falls: exempt from both checks.
+MAYBE_EXERCISED = {"SweeperFunctionRole/sweeper:OrphanedActions autoscaling:DescribeLifecycleHooks": ADOPTION}
 
 
 @pytest.fixture(scope="module")
@@ -150,15 +153,15 @@ def test_every_permission_is_needed_by_some_path(exercised: Sandbox) -> None:
         aws_findings(sandbox.runner.roles, journal) + aws_findings(pooled.roles, journal)
     ) + rbac_findings((ROOT / "deploy" / "rbac.yaml").read_text(), sandbox.kube.access.journal())
     report = "\n".join(f.line() for f in findings)
-    unneeded = [f for f in findings if not f.needed and not exempt(f)]
+    unneeded = [f for f in findings if not f.needed and not exempt(f) and not exempt(f, MAYBE_EXERCISED)]
     assert unneeded == [], f"permissions no path needed:\n{report}"
     surprising = [f for f in findings if f.needed and exempt(f)]
     assert surprising == [], f"exercised after all, remove from NOT_EXERCISED:\n{report}"
 
 
-def exempt(finding: Finding) -> bool:
+def exempt(finding: Finding, listed: dict[str, str] = NOT_EXERCISED) -> bool:
     return any(
-        key in finding.permission or key in f"{finding.subject}/{finding.permission}" for key in NOT_EXERCISED
+        key in finding.permission or key in f"{finding.subject}/{finding.permission}" for key in listed
     )
 
 
