@@ -173,6 +173,14 @@ DONE_STARTS = "done_starts"
 # this one's ({"node", "node_uid", "zone", "drain_started_at"}): the node stays cordoned and empty after it, and a
 # terminate hook of the instance goes on from it while this lifecycle has not begun a drain of its own
 EARLIER_DRAIN = "earlier_drain"
+# record.extra key (and fields of the in-progress annotation): what nodecycle itself set on the node when it
+# claimed it, {"cordon": bool, "lb": bool}; a node that comes back gets only those undone, never an operator's
+# cordon or a node group's own load balancer exclusion
+SET_ON_NODE = "set_on_node"
+# record.extra key: what the lifecycles before this one on the record set on the node and left there for it (the
+# next maintenance of the instance, which began before the one before it was over): SET_ON_NODE's form. Its
+# claim of the node takes them over, so that its cleanup lifts them once its own maintenance is over.
+KEPT_ON_NODE = "kept_on_node"
 
 
 class Step(StrEnum):
@@ -293,6 +301,10 @@ class LifecycleRecord(ActionRef):
             }
         if isinstance(drained, dict):
             extra[EARLIER_DRAIN] = drained
+        kept = self.extra.get(SET_ON_NODE) if self.drain_started_at is not None else None
+        kept = kept or self.extra.get(KEPT_ON_NODE)
+        if isinstance(kept, dict):
+            extra[KEPT_ON_NODE] = kept
         return later.model_copy(update={"extra": extra})
 
     def overdue(self, now: datetime, grace: timedelta) -> bool:

@@ -128,6 +128,7 @@ def engine() -> StepEngine:
                 dispatcher=ports.dispatcher(),
                 autoscaling=ports.autoscaling,
                 events=events,
+                instances=instances,
             ),
             Step.READY_GATE: ReadinessGate(finder=finder, policy=readiness, metrics=ports.metrics),
         }

@@ -67,6 +67,8 @@ class AwsControls(Protocol):
         duration: float = 7200,
     ) -> None: ...
 
+    def end_maintenance(self, *, instance_ids: list[str], canceled: bool = False) -> None: ...
+
     def actions(self) -> list[ActionRecord]: ...
 
     def instances(self) -> list[InstanceHistory]: ...
@@ -195,6 +197,12 @@ class AwsControl:
         self.emulator.disruptions.schedule_maintenance(
             instance_ids, code=code, starts_in=starts_in, duration=duration
         )
+
+    def end_maintenance(self, *, instance_ids: list[str], canceled: bool = False) -> None:
+        """EC2 carries out the instances' first pending scheduled event (a reboot or system maintenance leaves
+        the instance running; a stop or retirement stops it), or calls it off (``canceled``): it is listed
+        ``[Completed]`` or ``[Canceled]`` from then on."""
+        self.emulator.disruptions.end_maintenance(instance_ids, canceled=canceled)
 
     def actions(self) -> list[ActionRecord]:
         emulator = self.emulator

@@ -10,7 +10,9 @@
 - A rebalance recommendation (Spot instances only): the event, nothing else (Capacity Rebalancing is not
   emulated).
 - Scheduled maintenance: the event in ``DescribeInstanceStatus`` (code, ``NotBefore``, ``NotAfter``) and the
-  AWS Health event.
+  AWS Health event; then EC2 carrying it out (a reboot or system maintenance leaves the instance running, a
+  stop or retirement stops it) or calling it off, after which it lists the event with its description
+  prefixed ``[Completed]`` or ``[Canceled]``, as EC2 does for a week.
 - State changes outside the hooks: ``TerminateInstances``/``StopInstances`` called by anyone, and a Spot
   interruption that the hooks did not finish first, publish ``shutting-down``/``terminated`` and
   ``stopping``/``stopped``. A termination through the hooks publishes none (not emulated).
@@ -41,6 +43,9 @@ SPOT_WARNING_SECONDS = 120.0  # EC2 reclaims a Spot instance two minutes after i
 # Auto Scaling learns of the interruption from EC2 and starts terminating the instance shortly after.
 SPOT_HOOK_AFTER_SECONDS = 2.0
 MARKED = "marked-for-termination"
+# The scheduled events EC2 carries out by stopping the instance (the others reboot it, or leave it running)
+GOING_CODES = frozenset({"instance-stop", "instance-retirement"})
+ENDED = ("[Completed]", "[Canceled]")  # how EC2 prefixes the description of an event over or called off
 
 
 # Controls, not AWS APIs: what they refuse (interrupting an On-Demand instance) raises ValueError.
@@ -233,6 +238,23 @@ class DisruptionEmulator:
                     **self._common(), instance_ids=list(instance_ids), code=code, starts=starts, ends=ends
                 )
             )
+
+    def end_maintenance(self, instance_ids: list[str], *, canceled: bool = False) -> None:
+        with self._lifecycle.lock:
+            for instance_id in instance_ids:
+                instance = self._ec2.get_instance(instance_id)
+                events = list(getattr(instance, "events", None) or [])
+                pending = [e for e in events if not e["Description"].startswith(ENDED)]
+                if not pending:
+                    raise ValueError(f"Instance {instance_id} has no pending scheduled event")
+                first = min(pending, key=lambda e: e["NotBefore"])
+                mark = "[Canceled]" if canceled else "[Completed]"
+                instance.events = [
+                    {**e, "Description": f"{mark} {e['Description']}"} if e is first else e for e in events
+                ]
+                if not canceled and first["Code"] in GOING_CODES and instance.state == "running":
+                    self._ec2.stop_instances([instance_id])
+                    self.state_changed([instance_id], ("stopping", "stopped"))
 
     # -- state changes outside the hooks --------------------------------------------------------
 

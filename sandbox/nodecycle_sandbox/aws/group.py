@@ -158,6 +158,9 @@ class AutoScalingGroup:
     ) -> None:
         self.control.schedule_maintenance(instance_ids=instance_ids, code=code, starts_in=starts_in)
 
+    def end_maintenance(self, instance_ids: list[str], *, canceled: bool = False) -> None:
+        self.control.end_maintenance(instance_ids=instance_ids, canceled=canceled)
+
     def spot_instances(self) -> list[str]:
         """The group's instances that are Spot, as DescribeInstances says."""
         ids = list(self.instances())

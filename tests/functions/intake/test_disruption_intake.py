@@ -448,6 +448,43 @@ def test_a_health_update_of_a_maintenance_drained_for_before_the_next_one_is_a_d
 
 
 @pytest.mark.usefixtures("an_hours_lead")
+def test_the_next_maintenance_told_while_the_drained_one_is_watched_for_its_end_follows_it(
+    intake_fn: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given an instance drained for a reboot, which EC2 has carried out since (it lists it completed), the
+    # reboot's lifecycle at its cleanup, watching for the reboot's end before it lifts the cordon
+    instance = launch()
+    now = datetime.now(UTC).replace(microsecond=0)
+    reboot = now + timedelta(minutes=50)
+    schedule(instance, reboot, code="system-reboot", description="scheduled reboot")
+    intake_fn.handler(health_event(instance, reboot), LambdaContext())
+    (record,) = records()
+    boto3.resource("dynamodb").Table("nodecycle-lifecycle").update_item(
+        Key={"id": record["id"]},
+        UpdateExpression="SET #s = :cleanup, drain_started_at = :now",
+        ExpressionAttributeNames={"#s": "step"},
+        ExpressionAttributeValues={":cleanup": "cleanup", ":now": now.isoformat()},
+    )
+    model: Any = ec2_backends[DEFAULT_ACCOUNT_ID]["eu-west-1"].get_instance(instance)
+    model.events = [{**e, "Description": f"[Completed] {e['Description']}"} for e in model.events]
+
+    # When AWS Health tells of the instance's retirement in ten days (EC2 lists it, and no longer the reboot)
+    retirement = now + timedelta(days=10)
+    schedule(instance, retirement)
+    intake_fn.handler(
+        health_event(instance, retirement, "5d3c2b1a-0f9e-4d8c-9b7a-6f5e4d3c2b1a"), LambdaContext()
+    )
+
+    # Then it is no duplicate of the reboot: its lifecycle follows the reboot's on the record, due a lead before
+    # its own start
+    assert metric(capsys.readouterr().out, "LifecycleEventsDuplicate") in (None, 0)
+    (watching,) = records()
+    assert watching["step"] == "cleanup"
+    successor = LifecycleRecord.model_validate(watching["extra"][SUCCESSOR])
+    assert (successor.step, successor.global_deadline) == (Step.ACQUIRE_SLOT, retirement)
+
+
+@pytest.mark.usefixtures("an_hours_lead")
 @pytest.mark.parametrize("told_first", ["reboot", "retirement"])
 def test_two_maintenances_told_while_the_first_waits_are_each_drained_for_in_turn(
     intake_fn: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str], told_first: str

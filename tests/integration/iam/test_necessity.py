@@ -62,6 +62,10 @@ ADOPTION = (
     "that comes while a launch's event is still on its way sees an action with no record yet and reads the "
     "group's hooks, so this scenario may exercise it or not (its timing): neither is a finding"
 )
+MAINTENANCE = (
+    "the end of a scheduled maintenance a node was drained for: this scenario has none "
+    "(tests/integration/lifecycle/test_maintenance_and_stops.py needs it, under the same enforced policy)"
+)
 NOT_EXERCISED = {
     **{
         f"{role}/{policy}:Tracing": TRACING
@@ -82,6 +86,7 @@ NOT_EXERCISED = {
     "SweeperFunctionRole/sweeper:CompleteByTag": NEAR_TIMEOUT,
     "EipFunctionRole/eip:Describe ec2:DescribeInstances": MULTI_INTERFACE,
     "DrainFunctionRole/drain:InstanceLifecycleState": STILL_IN_SERVICE,
+    "DrainFunctionRole/drain:MaintenanceOver": MAINTENANCE,
     "EipFunctionRole/eip:InterfaceSide ec2:AssociateAddress": MULTI_INTERFACE,
 }
 # Exercised or not, as the scenario's timing falls: exempt from both checks.

@@ -21,7 +21,16 @@ from nodecycle_sandbox.kube import KubeServer
 from nodecycle_sandbox.kube.admission import Denial
 from tests.integration.kube.cluster import drain_cluster, drain_server
 from tests.support.fakes import T0, FakeAutoscaling, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
-from tests.unit.drain.test_drain_steps import FakeEvents, FakeSlots, NoDns, cleanup, policy, spot, terminating
+from tests.unit.drain.test_drain_steps import (
+    Ec2Maintenance,
+    FakeEvents,
+    FakeSlots,
+    NoDns,
+    cleanup,
+    policy,
+    spot,
+    terminating,
+)
 
 NODE = "ip-10-0-1-10.eu-west-1.compute.internal"
 INSTANCE = "i-0a1b2c3d4e5f60101"
@@ -264,6 +273,7 @@ def test_a_node_stopped_into_the_warm_pool_comes_back_uncordoned_when_its_state_
         dispatcher=waker,
         autoscaling=FakeAutoscaling(states={INSTANCE: "Pending"}),  # since taken out of the pool again
         events=FakeEvents(),
+        instances=Ec2Maintenance(),
     )(drained.model_copy(update={"step": Step.CLEANUP, "drain_started_at": T0}), T0)
 
     # Then the node comes back from the warm pool schedulable, without nodecycle's annotations or label

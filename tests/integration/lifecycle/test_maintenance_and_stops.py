@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from nodecycle.domain.model import LifecycleRecord, Transition
+from nodecycle.domain.model import LifecycleRecord, Step, Transition
 from nodecycle_sandbox import Sandbox
 from nodecycle_sandbox.aws.group import wait_for
 from nodecycle_sandbox.aws.records import TERMINATING
@@ -21,6 +21,7 @@ from tests.integration.lifecycle.harness import held_by_a_budget, node_of, recor
 pytestmark = pytest.mark.slow
 
 STARTS_IN = 65.0  # the maintenance starts 65 s from now; MaintenanceLeadMinutes=1 drains from 5 s on
+REBOOT_IN = 20.0  # a reboot 20 s from now: MaintenanceLeadMinutes=1 drains at once
 LATER_IN = 3600.0  # a second maintenance of the same instance, an hour from now: drained 59 minutes on
 
 
@@ -37,9 +38,15 @@ def test_maintenance_is_drained_before_it_starts_and_a_stopped_instance_leaves_n
         sandbox.asg.schedule_maintenance([scheduled], starts_in=STARTS_IN)
         starts = time.time() + STARTS_IN - 1  # (Health's times have whole seconds)
 
-        # Then its node is drained before the maintenance starts, under the budget
+        # Then its node is drained before the maintenance starts, under the budget (its cleanup then keeps the
+        # cordon until the maintenance is over)
         maintenance = wait_for(
-            lambda: (r := store.get(f"{scheduled}/{Transition.SCHEDULED_CHANGE.short}")) and r.finished and r,
+            lambda: (
+                (r := store.get(f"{scheduled}/{Transition.SCHEDULED_CHANGE.short}"))
+                and r.drain_started_at is not None
+                and r.step in (Step.CLEANUP, Step.DONE)
+                and r
+            ),
             STARTS_IN - 1,
             "the maintenance drain",
         )
@@ -147,6 +154,52 @@ def test_a_terminate_hook_after_a_maintenance_drain_completes_at_once_while_the_
         assert record is not None
         assert record.outcome == "drained-by:scheduled-change"
         assert node not in holders_seen(sandbox.kube.history())
+
+
+def test_a_node_drained_for_a_reboot_is_uncordoned_once_the_reboot_is_over_and_its_instance_stayed() -> None:
+    parameters = {"MaintenanceLeadMinutes": "1"}
+    with running(size=3, parameters=parameters) as sandbox:
+        instance = sorted(sandbox.asg.in_state("InService"))[0]
+        node = node_of(sandbox, instance)
+        store = records(sandbox)
+
+        # Given EC2's system reboot of one instance 20 s from now, its node drained (cordoned, empty) for it
+        sandbox.asg.schedule_maintenance([instance], code="system-reboot", starts_in=REBOOT_IN)
+        starts = time.time() + REBOOT_IN
+        wait_for(
+            lambda: (
+                (r := store.get(f"{instance}/{Transition.SCHEDULED_CHANGE.short}"))
+                and r.drain_started_at is not None
+                and r.step in (Step.CLEANUP, Step.DONE)
+                and cordoned(sandbox, node)
+                and node not in current_holders(sandbox)
+            ),
+            REBOOT_IN,
+            "the reboot's drain, its slot given back",
+        )
+
+        # When EC2 reboots it in its window (its kubelet gone for a few seconds), and lists the event completed
+        time.sleep(max(0.0, starts - time.time()))
+        assert cordoned(sandbox, node)  # kept while the reboot could still come
+        sandbox.kube.kill_kubelet(node, grace_seconds=0)
+        sandbox.asg.end_maintenance([instance])
+        time.sleep(3)
+        sandbox.kube.revive_kubelet(node)
+
+        # Then the node, Ready again on the instance still in service, is uncordoned: no capacity is lost to
+        # a maintenance that is over, and the lifecycle is done
+        wait_for(lambda: not cordoned(sandbox, node), 90, "the node uncordoned after the reboot")
+        assert instance in sandbox.asg.in_state("InService")
+        wait_for(
+            lambda: (r := store.get(f"{instance}/{Transition.SCHEDULED_CHANGE.short}")) and r.finished,
+            30,
+            "the maintenance's lifecycle over",
+        )
+        assert nodecycle_annotations(sandbox, node) == {}
+
+
+def cordoned(sandbox: Sandbox, node: str) -> bool:
+    return bool(((sandbox.kube.get_object("nodes", node) or {}).get("spec") or {}).get("unschedulable"))
 
 
 def schedule_two_maintenances(sandbox: Sandbox, instance: str) -> dict[str, Any]:

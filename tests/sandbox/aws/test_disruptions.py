@@ -187,6 +187,39 @@ def test_scheduled_maintenance_is_in_the_instance_status_and_an_aws_health_event
         assert scheduled["NotBefore"].strftime("%a, %d %b %Y %H:%M:%S GMT") == event["detail"]["startTime"]
 
 
+def test_scheduled_maintenance_carried_out_or_called_off_is_listed_so_and_a_retirement_stops_the_instance(
+    aws: Emulation,
+) -> None:
+    # Given a reboot of one instance and the retirement of another, each in an hour, and a later reboot
+    group = aws.group(size=2)
+    rebooted, retired = sorted(group.instances())
+    group.schedule_maintenance([rebooted], code="system-reboot", starts_in=3600)
+    group.schedule_maintenance([retired], starts_in=3600)
+    group.schedule_maintenance([rebooted], code="instance-reboot", starts_in=7200)
+
+    # When EC2 carries out the first of each, then calls off the later reboot
+    group.end_maintenance([rebooted, retired])
+    group.end_maintenance([rebooted], canceled=True)
+
+    # Then EC2 lists them completed (canceled), the rebooted instance runs, the retired one is stopped
+    statuses = aws.ec2.describe_instance_status(InstanceIds=[rebooted, retired], IncludeAllInstances=True)
+    listed = {
+        status["InstanceId"]: (status["InstanceState"]["Name"], [e["Description"] for e in status["Events"]])
+        for status in statuses["InstanceStatuses"]
+    }
+    assert listed == {
+        rebooted: ("running", ["[Completed] scheduled reboot", "[Canceled] scheduled reboot"]),
+        retired: ("stopped", ["[Completed] The instance is running on degraded hardware"]),
+    }
+    changes = ec2_events(aws, "EC2 Instance State-change Notification")
+    assert [(e["detail"]["instance-id"], e["detail"]["state"]) for e in changes] == [
+        (retired, "stopping"),
+        (retired, "stopped"),
+    ]
+    with pytest.raises(Exception, match="no pending scheduled event"):
+        group.end_maintenance([retired])
+
+
 def test_instances_stopped_or_terminated_outside_the_hooks_publish_their_state_changes(
     aws: Emulation,
 ) -> None:

@@ -13,6 +13,8 @@ from nodecycle.domain.budget import SlotDecision, SlotReason, SlotRequest
 from nodecycle.domain.completion import CompleteAction
 from nodecycle.domain.drain.steps import (
     FORCED_SLOT,
+    MAINTENANCE_OVER_AFTER,
+    MAINTENANCE_POLL_SECONDS,
     POOL_IDLE_POLL_SECONDS,
     POOL_POLL_SECONDS,
     POOL_WATCH_SECONDS,
@@ -39,6 +41,7 @@ from nodecycle.domain.ports.cluster import (
     PodInfo,
     Refused,
 )
+from nodecycle.domain.ports.instances import ScheduledEvent
 from nodecycle.domain.sweep.lifecycles import MAX_RESUMES
 from nodecycle.settings import DrainSettings
 from nodecycle.wiring.common import drain_policy, readiness_policy
@@ -344,6 +347,17 @@ class NoDns:
         return {instance: self.known[instance] for instance in instance_ids if instance in self.known}
 
 
+@dataclass
+class Ec2Maintenance(NoDns):
+    """EC2 as the cleanup after a maintenance drain asks it: the instances' states (``known``) and the events it
+    lists as pending for the test's instance (one carried out or called off is listed no more as pending)."""
+
+    events: list[ScheduledEvent] = field(default_factory=list)
+
+    def scheduled_events(self, instance_id: str) -> list[ScheduledEvent]:
+        return list(self.events) if instance_id == INSTANCE else []
+
+
 class Dns(NoDns):
     """EC2 as it answers for the test's instance: its private DNS name is the node's name (EKS's default)."""
 
@@ -571,6 +585,7 @@ def cleanup(
     slots: FakeSlots,
     autoscaling: FakeAutoscaling | None = None,
     events: FakeEvents | None = None,
+    ec2: Ec2Maintenance | None = None,
 ) -> Cleanup:
     """The CLEANUP step, its wake-ups to nowhere."""
     waker = Dispatcher(
@@ -582,6 +597,7 @@ def cleanup(
         dispatcher=waker,
         autoscaling=autoscaling or FakeAutoscaling(),
         events=events or FakeEvents(),
+        instances=ec2 or Ec2Maintenance(),
     )
 
 
@@ -981,6 +997,7 @@ def test_cleanup_clears_our_annotations_releases_the_slot_and_wakes_the_next_wai
         dispatcher=Dispatcher(records=records, queues=queues, clock=FakeClock(T0), metrics=metrics),
         autoscaling=FakeAutoscaling(),
         events=FakeEvents(),
+        instances=Ec2Maintenance(),
     )
     outcome = step(terminating(Step.CLEANUP, node=NODE), T0)
 
@@ -1111,6 +1128,7 @@ def test_a_node_stopped_into_the_warm_pool_comes_back_uncordoned_whichever_step_
         dispatcher=waker,
         autoscaling=FakeAutoscaling(states={INSTANCE: "Warmed:Stopped"}),
         events=FakeEvents(),
+        instances=Ec2Maintenance(),
     )
     # and Auto Scaling stopping the instance: its state change frees what nodecycle held for it
     stopped = spot(Step.FORGET_NODE, transition=Transition.STATE_CHANGE, id=f"{INSTANCE}/state-change")
@@ -1149,6 +1167,7 @@ def test_a_cleanup_into_the_warm_pool_leaves_alone_a_cordon_on_another_instances
         dispatcher=waker,
         autoscaling=FakeAutoscaling(),
         events=FakeEvents(),
+        instances=Ec2Maintenance(),
     )(record, T0)
 
     # Then that cordon is not its to lift
@@ -1168,7 +1187,12 @@ def test_a_late_cleanup_leaves_a_newer_lifecycle_of_the_same_node_name_alone() -
 
     # When the old lifecycle's cleanup runs
     Cleanup(
-        cluster=cluster, slots=slots, dispatcher=waker, autoscaling=FakeAutoscaling(), events=FakeEvents()
+        cluster=cluster,
+        slots=slots,
+        dispatcher=waker,
+        autoscaling=FakeAutoscaling(),
+        events=FakeEvents(),
+        instances=Ec2Maintenance(),
     )(old, T0)
 
     # Then the new lifecycle keeps both its annotations and its slot
@@ -1202,6 +1226,7 @@ def test_a_node_whose_action_turned_out_gone_is_uncordoned_if_its_instance_stays
         dispatcher=waker,
         autoscaling=autoscaling,
         events=FakeEvents(),
+        instances=Ec2Maintenance(),
     )(record, T0)
     # Then the node is uncordoned only if its instance is still in service (it is not going away)
     expected = {"owner": None, "in_progress": None, **({"cordon": False, "lb": False} if uncordoned else {})}
@@ -1219,6 +1244,7 @@ def test_cleanup_never_clears_the_annotations_of_another_owner() -> None:
         dispatcher=waker,
         autoscaling=FakeAutoscaling(),
         events=FakeEvents(),
+        instances=Ec2Maintenance(),
     )
     step(terminating(Step.CLEANUP, node=NODE), T0)
     assert cluster.patches == []
@@ -1381,6 +1407,192 @@ def test_a_terminate_hook_goes_on_from_the_drain_for_a_maintenance_while_the_nex
         assert (outcome.then, outcome.changes["outcome"]) == (Step.COMPLETE, "drained-by:scheduled-change")
         assert outcome.changes["node"] == NODE
         assert slots.requests == []
+
+
+REBOOT_AT = T0 + timedelta(hours=1)  # when EC2 reboots the instance (its window opens)
+
+
+def drained_for(starts: datetime, **extra: object) -> LifecycleRecord:
+    """A maintenance's lifecycle at its cleanup: the node cordoned (by it) and drained before ``starts``."""
+    return maintenance(
+        Step.CLEANUP,
+        starts,
+        node=NODE,
+        zone="eu-west-1a",
+        drain_started_at=T0,
+        extra={"set_on_node": {"cordon": True, "lb": False}, **extra},
+    )
+
+
+def cordoned_for_maintenance() -> FakeCluster:
+    """Our node, cordoned and annotated by the maintenance's lifecycle."""
+    progress = json.dumps({"instance": INSTANCE, "transition": "scheduled-change", "token": "token"})
+    claimed = node(owner="stack-a", in_progress=progress, unschedulable=True)
+    return FakeCluster(nodes={NODE: claimed}, cordoned={NODE})
+
+
+def reboot(code: str = "system-reboot", at: datetime = REBOOT_AT) -> ScheduledEvent:
+    return ScheduledEvent(code=code, not_before=at, not_after=at + timedelta(hours=2))
+
+
+@pytest.mark.parametrize("over", ["completed", "its window ended"])
+def test_a_node_drained_for_a_reboot_is_uncordoned_once_the_reboot_is_over_and_its_instance_stayed(
+    over: str,
+) -> None:
+    # Given our node, cordoned and drained for a system reboot EC2 will do in an hour, its instance running
+    # in service
+    cluster = cordoned_for_maintenance()
+    ec2 = Ec2Maintenance(known={INSTANCE: "running"}, events=[reboot()])
+    slots, events = FakeSlots(holders={NODE}), FakeEvents()
+    step = cleanup(cluster, slots, FakeAutoscaling(states={INSTANCE: "InService"}), events, ec2)
+    record = drained_for(REBOOT_AT)
+
+    # When its cleanup runs, before the reboot
+    first = step(record, T0 + timedelta(minutes=1))
+
+    # Then the annotations go and the slot is given back, but the cordon stays while the reboot may come: it
+    # looks again when the window opens
+    assert cluster.patches == [{"owner": None, "in_progress": None, "released_for": record.id}]
+    assert (cluster.cordoned, slots.released) == ({NODE}, [NODE])
+    assert first.again
+    assert first.delay == (REBOOT_AT - T0 - timedelta(minutes=1)).total_seconds()
+
+    # When it looks in the window, the instance rebooting (its kubelet gone) and EC2 done with it, or not yet
+    watching = record.model_copy(update=first.changes)
+    cluster.nodes[NODE] = cluster.nodes[NODE].model_copy(update={"ready": False})
+    if over == "completed":
+        ec2.events = []  # listed [Completed] from now on
+    rebooting = step(watching, REBOOT_AT + timedelta(minutes=10))
+
+    # Then it stays cordoned, looked at again in a minute
+    assert (rebooting.again, rebooting.delay) == (True, MAINTENANCE_POLL_SECONDS)
+    assert cluster.cordoned == {NODE}
+
+    # When the node is Ready again (and, listed as pending still, its window ended a margin ago)
+    cluster.nodes[NODE] = cluster.nodes[NODE].model_copy(update={"ready": True})
+    later = REBOOT_AT + timedelta(minutes=11)
+    if over == "its window ended":
+        assert step(watching, later).again  # in its window still: it may come
+        later = REBOOT_AT + timedelta(hours=2) + MAINTENANCE_OVER_AFTER + timedelta(seconds=1)
+    lifted = step(watching, later)
+
+    # Then what the lifecycle set on the node is lifted, its mark removed, and an Event tells so
+    assert (lifted.then, lifted.again) == (None, False)
+    assert cluster.patches[-1] == {"owner": None, "in_progress": None, "cordon": False}
+    assert (cluster.cordoned, cluster.nodes[NODE].released_for, slots.released) == (set(), None, [NODE])
+    assert (NODE, "UncordonedAfterMaintenance", "Normal") in events.written
+
+
+@pytest.mark.parametrize(
+    ("code", "ec2_state", "group_state"),
+    [
+        ("instance-stop", "stopped", "InService"),  # stopped by EC2; Auto Scaling not yet told
+        ("instance-retirement", "stopped", "Terminating:Wait"),  # ...and its group replacing it
+        ("system-maintenance", "running", "Terminating"),  # terminated by its group meanwhile
+        ("instance-retirement", None, None),  # gone from EC2 and from its group
+    ],
+)
+def test_a_node_drained_for_a_maintenance_its_instance_does_not_come_back_from_stays_cordoned(
+    code: str, ec2_state: str | None, group_state: str | None
+) -> None:
+    # Given our node, cordoned and drained for EC2's maintenance of its instance, watched for its end
+    cluster = cordoned_for_maintenance()
+    ec2 = Ec2Maintenance(known={INSTANCE: "running"}, events=[reboot(code)])
+    autoscaling, events = FakeAutoscaling(states={INSTANCE: "InService"}), FakeEvents()
+    step = cleanup(cluster, FakeSlots(holders={NODE}), autoscaling, events, ec2)
+    record = drained_for(REBOOT_AT)
+    watching = record.model_copy(update=step(record, T0).changes)
+
+    # When the maintenance is done and its instance is going or gone, its node NotReady
+    ec2.events = []
+    ec2.known = {INSTANCE: ec2_state} if ec2_state else {}
+    autoscaling.states = {INSTANCE: group_state} if group_state else {}
+    cluster.nodes[NODE] = cluster.nodes[NODE].model_copy(update={"ready": False})
+    done = step(watching, REBOOT_AT + timedelta(minutes=5))
+
+    # Then the watch ends with the node cordoned (no pod is sent to it), its mark removed, and an Event tells why
+    assert (done.then, done.again) == (None, False)
+    assert (cluster.cordoned, cluster.nodes[NODE].released_for) == ({NODE}, None)
+    assert (NODE, "CordonKeptAfterMaintenance", "Normal") in events.written
+
+
+def test_a_cordon_claimed_since_by_a_later_lifecycle_is_not_lifted_after_the_maintenance() -> None:
+    # Given our node kept cordoned after a reboot, watched for its end
+    cluster = cordoned_for_maintenance()
+    ec2 = Ec2Maintenance(known={INSTANCE: "running"}, events=[reboot()])
+    step = cleanup(
+        cluster, FakeSlots(holders={NODE}), FakeAutoscaling(states={INSTANCE: "InService"}), ec2=ec2
+    )
+    record = drained_for(REBOOT_AT)
+    watching = record.model_copy(update=step(record, T0).changes)
+
+    # When the group's terminate hook drains the node meanwhile (its claim), and then the reboot is over
+    terminate = terminating(Step.CORDON, node=NODE)
+    Cordon(finder=NodeFinder(cluster, NoDns()), cluster=cluster, policy=policy(), events=FakeEvents())(
+        terminate, REBOOT_AT
+    )
+    ec2.events = []
+    done = step(watching, REBOOT_AT + timedelta(minutes=5))
+
+    # Then the watch ends and the cordon, the hook's now, stays
+    assert (done.then, done.again) == (None, False)
+    assert cluster.cordoned == {NODE}
+    assert cluster.nodes[NODE].owner == "stack-a"
+
+
+def test_a_node_drained_for_two_maintenances_in_turn_is_uncordoned_once_the_second_is_over() -> None:
+    # Given our node drained for a reboot, and the instance's retirement in ten days queued on the record
+    # after it (its lifecycle follows once this one is over)
+    retirement_at = T0 + timedelta(days=10)
+    later = maintenance(Step.ACQUIRE_SLOT, retirement_at, token="retirement")
+    cluster = cordoned_for_maintenance()
+    ec2 = Ec2Maintenance(
+        known={INSTANCE: "running"}, events=[reboot(), reboot("instance-reboot", retirement_at)]
+    )
+    autoscaling = FakeAutoscaling(states={INSTANCE: "InService"})
+    step = cleanup(cluster, FakeSlots(holders={NODE}), autoscaling, ec2=ec2)
+    record = drained_for(REBOOT_AT, successor=later.model_dump(mode="json"))
+
+    # When its cleanup runs
+    done = step(record, T0 + timedelta(minutes=1))
+
+    # Then it leaves the node cordoned to the next maintenance's lifecycle, marked for the record
+    assert (done.then, done.again) == (None, False)
+    assert (cluster.cordoned, cluster.nodes[NODE].released_for) == ({NODE}, record.id)
+
+    # When the next lifecycle cordons the node before its own maintenance, and cleans up once that is over
+    following = record.followed_by(later).model_copy(update={"step": Step.CORDON, "node": NODE})
+    claimed = Cordon(
+        finder=NodeFinder(cluster, NoDns()), cluster=cluster, policy=policy(), events=FakeEvents()
+    )(following, retirement_at - timedelta(hours=1))
+    assert (
+        claimed.changes["extra"]["set_on_node"]["cordon"] is True
+    )  # taken over: the node was cordoned already
+    ec2.events = []
+    after = following.model_copy(update={"step": Step.CLEANUP, **claimed.changes})
+    lifted = step(after, retirement_at + timedelta(minutes=30))
+
+    # Then the cordon set for the first is lifted now that the second is over too
+    assert (lifted.then, lifted.again) == (None, False)
+    assert cluster.cordoned == set()
+
+
+def test_a_terminate_hook_goes_on_at_once_while_the_maintenance_drain_watches_for_the_maintenance_end() -> (
+    None
+):
+    # Given the drain for a reboot of the instance, over, its cleanup watching for the reboot's end
+    records = InMemoryRecords()
+    watching = drained_for(REBOOT_AT, maintenance_watch=T0.isoformat())
+    records.create(watching)
+    cluster = FakeCluster(nodes={NODE: node(unschedulable=True)})
+    slots = FakeSlots(room=0)
+
+    # When Auto Scaling's terminate hook for the instance comes, well after a drain's time
+    outcome = acquire_after(records, cluster, slots)(terminating(Step.ACQUIRE_SLOT), T0 + timedelta(hours=1))
+
+    # Then it goes straight to its completion on the node drained for the reboot, asking for no slot
+    assert (outcome.then, outcome.changes["outcome"]) == (Step.COMPLETE, "drained-by:scheduled-change")
+    assert slots.requests == []
 
 
 def test_a_terminate_hook_waits_for_a_stuck_disruption_drain_no_longer_than_a_drain_of_its_own() -> None:
@@ -1631,7 +1843,12 @@ def test_a_late_cleanup_of_an_old_warm_pool_lifecycle_leaves_a_later_lifecycles_
     autoscaling = FakeAutoscaling(states={INSTANCE: "Terminating:Proceed"})
     slots = FakeSlots(holders={NODE}, held_for={NODE: t3.id})
     cleanup = Cleanup(
-        cluster=cluster, slots=slots, dispatcher=waker, autoscaling=autoscaling, events=FakeEvents()
+        cluster=cluster,
+        slots=slots,
+        dispatcher=waker,
+        autoscaling=autoscaling,
+        events=FakeEvents(),
+        instances=Ec2Maintenance(),
     )
     cleanup(t3.model_copy(update={"step": Step.CLEANUP, "drain_started_at": later, **claimed.changes}), later)
     assert NODE in cluster.cordoned

@@ -70,7 +70,7 @@ class Ec2Instances:
         # An event over, or called off, stays listed for a week with its description so prefixed; one without
         # a start says nothing of when to drain.
         return [
-            ScheduledEvent(code=event["Code"], not_before=event["NotBefore"])
+            ScheduledEvent(code=event["Code"], not_before=event["NotBefore"], not_after=event.get("NotAfter"))
             for status in found.get("InstanceStatuses", [])
             for event in status.get("Events", [])
             if not event.get("Description", "").startswith(("[Completed]", "[Canceled]"))

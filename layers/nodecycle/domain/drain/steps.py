@@ -20,12 +20,22 @@ from nodecycle.domain.drain import pods as podfilter
 from nodecycle.domain.engine import Dispatcher, Outcome
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import settle_step
-from nodecycle.domain.model import EARLIER_DRAIN, WARM_POOL, LifecycleRecord, Step, Transition, record_id
+from nodecycle.domain.model import (
+    EARLIER_DRAIN,
+    KEPT_ON_NODE,
+    SET_ON_NODE,
+    SUCCESSOR,
+    WARM_POOL,
+    LifecycleRecord,
+    Step,
+    Transition,
+    record_id,
+)
 from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.policy import DrainPolicy, TimeoutPolicy
 from nodecycle.domain.ports.budget import Slots
 from nodecycle.domain.ports.cluster import Claim, Cluster, Events, Eviction, NodeInfo, PodInfo, Refused
-from nodecycle.domain.ports.instances import Instances, up
+from nodecycle.domain.ports.instances import Instances, MaintainedInstances, ScheduledEvent, up
 from nodecycle.domain.ports.lifecycle import Autoscaling, RecordStore
 from nodecycle.domain.ports.runtime import Metrics
 
@@ -50,10 +60,7 @@ FAILED_PODS = "failed_pods"
 FAILURES_PER_PASS = 2
 DRAINED_AT = "drained_at"  # record.extra key: when the node was found empty (the load balancer delay starts)
 POLLS = "polls"  # record.extra key: how often the drain has looked for its pods so far
-# record.extra key (and fields of the in-progress annotation): what nodecycle itself set on the node when it
-# claimed it, {"cordon": bool, "lb": bool}; a node that comes back gets only those undone, never an operator's
-# cordon or a node group's own load balancer exclusion
-SET_ON_NODE = "set_on_node"
+# (record.extra's SET_ON_NODE: what nodecycle itself set on the node when it claimed it; see the model)
 # record.extra key: a node gone into the warm pool with its cordon kept, watched for the moment it may be lifted
 POOL_WATCH = "pool_watch"
 POOL_IDLE = "pool_idle"  # record.extra key: its node was found waiting in a running warm pool (told once)
@@ -62,6 +69,19 @@ POOL_POLL_SECONDS = 10  # how often a cleanup into the warm pool looks at its no
 # a running pool (PoolState Running): it is looked at less often, until it leaves the pool.
 POOL_WATCH_SECONDS = 15 * 60
 POOL_IDLE_POLL_SECONDS = 60
+# record.extra key: a node drained for scheduled maintenance, its cordon kept, watched since then for the moment
+# the maintenance is over
+MAINTENANCE_WATCH = "maintenance_watch"
+# How often that watch looks (EC2, Auto Scaling, the node) once the maintenance may have begun; before its window
+# it sleeps until the window opens
+MAINTENANCE_POLL_SECONDS = 60
+# A maintenance EC2 still lists as pending this long after its window's end (NotAfter) is over all the same
+MAINTENANCE_OVER_AFTER = timedelta(minutes=15)
+# Windows are hours. A watch still waiting this long after the maintenance's start (a kubelet that never came
+# back, an instance left in Standby) ends with the cordon kept, as before there was a watch: an operator looks.
+MAINTENANCE_WATCH_LIMIT = timedelta(days=2)
+# Auto Scaling lifecycle states of an instance that is leaving its group's service for good (or into its pool)
+LEAVING_STATES = ("Terminating", "Terminated", "Detaching", "Detached", "Warmed")
 # The disruptions without a hook whose drain a later terminate hook of the same instance finds done
 LINKED_CAUSES = (Transition.SPOT_INTERRUPTION, Transition.SCHEDULED_CHANGE, Transition.REBALANCE)
 LINKED_POLL_SECONDS = 5
@@ -351,7 +371,8 @@ class AcquireSlot:
                 or Step.EVICT not in other.plan
             ):
                 continue
-            if not other.finished:
+            # (a drain at its cleanup is over: a maintenance's cleanup watches for the maintenance's end for hours)
+            if not other.finished and other.step is not Step.CLEANUP:
                 ends = other.drain_started_at + _full_drain(self._policy)
                 if now > ends:
                     # That drain had all the time a drain takes, its timeout policy and load balancer delay
@@ -432,7 +453,7 @@ class Cordon:
             return Outcome.goto(settle_step(record), outcome=f"node-owned-by:{node.owner}")
         if node.owner is None and node.in_progress:
             log.info("adopting node %s: in progress with no owner", node.name)
-        set_on_node = self._set_on_node(node)
+        set_on_node = self._set_on_node(node, record)
         in_progress = json.dumps(
             {
                 "instance": record.instance_id,
@@ -467,16 +488,23 @@ class Cordon:
         )
         return Outcome.next(drain_started_at=now, drain_deadline=deadline, **found)
 
-    def _set_on_node(self, node: NodeInfo) -> dict[str, bool]:
+    def _set_on_node(self, node: NodeInfo, record: LifecycleRecord) -> dict[str, bool]:
         """What this claim sets on the node that was not there: the cordon, the load balancer exclusion. A
         node already in progress (this lifecycle's claim again, after a crash; or one adopted) keeps what its
-        first claim said, which knew the node before any cordon of nodecycle's."""
+        first claim said, which knew the node before any cordon of nodecycle's. A node the lifecycle before
+        this one on the record left cordoned for it (still marked released for the record: nobody claimed it
+        since) is taken over with what that one set (KEPT_ON_NODE), to be lifted when this one is over."""
         if node.in_progress:
             return _set_on_node(node.progress())
-        return {
+        fresh = {
             "cordon": not node.unschedulable,
             "lb": self._policy.exclude_from_load_balancers and not node.excluded_from_lb,
         }
+        kept = record.extra.get(KEPT_ON_NODE)
+        if node.released_for != record.id or not isinstance(kept, dict):
+            return fresh
+        inherited = _set_on_node(kept)
+        return {what: fresh[what] or inherited[what] for what in fresh}
 
 
 class Evict:
@@ -699,7 +727,8 @@ class Cleanup:
     A node comes back uncordoned when its instance is coming back: still in service because the action this
     lifecycle drained for was not Auto Scaling's to end (it was no longer active: completed elsewhere, timed
     out, or never issued) and the instance stayed; or into a warm pool, once nothing can be scheduled on it
-    before it is back in service (see ``_hold``).
+    before it is back in service (see ``_hold``); or after scheduled maintenance (a reboot), once it is over
+    and the instance stayed in service (see ``_lift_after_maintenance``).
     """
 
     def __init__(
@@ -710,22 +739,30 @@ class Cleanup:
         dispatcher: Dispatcher,
         autoscaling: Autoscaling,
         events: Events,
+        instances: MaintainedInstances,
     ) -> None:
         self._cluster = cluster
         self._slots = slots
         self._dispatcher = dispatcher
         self._autoscaling = autoscaling
         self._events = events
+        self._instances = instances
 
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
         if record.node is None:
             return Outcome.next()
         if record.extra.get(POOL_WATCH):
             return self._lift_when_safe(record, now)
+        if record.extra.get(MAINTENANCE_WATCH):
+            return self._lift_after_maintenance(record, now)
         node = self._cluster.get_node(record.node)
         into_pool = record.transition.has_hook and record.destination == WARM_POOL
+        # Drained for scheduled maintenance: whether the instance stays (a reboot) or goes (a stop, a
+        # retirement), only the maintenance's end tells
+        maintained = record.transition is Transition.SCHEDULED_CHANGE and record.drain_started_at is not None
         if node is not None:
-            released = self._hold(node, record) if into_pool else self._release(node, record)
+            held = into_pool or maintained
+            released = self._hold(node, record) if held else self._release(node, record)
             if released is Claim.CONFLICT:
                 return Outcome.wait(1)
         for waiter in self._slots.release(record.node, record.id):
@@ -734,6 +771,8 @@ class Cleanup:
         self._settled(record, node.uid if node is not None else record.node_uid)
         if into_pool:
             return self._lift_when_safe(record, now)
+        if maintained:
+            return self._lift_after_maintenance(record, now)
         return Outcome.next()
 
     def _hold(self, node: NodeInfo, record: LifecycleRecord) -> Claim | None:
@@ -784,6 +823,89 @@ class Cleanup:
                 "cordoned until it leaves the pool, so that no pod runs on an instance out of service",
             )
         return Outcome.wait(POOL_IDLE_POLL_SECONDS, extra={**watching["extra"], POOL_IDLE: True})
+
+    def _lift_after_maintenance(self, record: LifecycleRecord, now: datetime) -> Outcome:
+        """Lift what this lifecycle set on the node once the maintenance it drained for is over and the
+        instance stayed: EC2 no longer lists it as pending (carried out, or called off), or its window ended a
+        margin ago; the instance runs, in service in its group; and its node is Ready again (a rebooted
+        kubelet is back). Until then the cordon stays: the maintenance may still come, and a node whose kubelet
+        is not back takes no pods. An instance that goes (stopped, retired, terminating, out of its group)
+        keeps it: it is not coming back. Only while the node is still marked released for this lifecycle, as
+        in the warm-pool watch (a later claim removes the mark: that cordon is the later lifecycle's). Not when
+        the next maintenance's lifecycle follows on the record: it takes the cordon over (KEPT_ON_NODE), and
+        lifts it once that maintenance is over too."""
+        node = self._cluster.get_node(_known(record.node, "node"))
+        if node is None or node.released_for != record.id or not _of_instance(node, record):
+            return Outcome.next()
+        instance = record.instance_id
+        if record.extra.get(SUCCESSOR):
+            log.info(
+                "instance %s has its next maintenance ahead: node %s stays cordoned", instance, node.name
+            )
+            return Outcome.next()
+        since = datetime.fromisoformat(str(record.extra.get(MAINTENANCE_WATCH) or now.isoformat()))
+        watching = {"extra": {**record.extra, MAINTENANCE_WATCH: since.isoformat()}}
+        state = self._instances.states([instance]).get(instance)
+        # (an instance of no group, tagged for this owner, has no group state to ask for)
+        in_group = self._autoscaling.lifecycle_state(instance) if record.group else "InService"
+        if not up(state) or in_group is None or in_group.startswith(LEAVING_STATES):
+            why = f"instance {instance} is not coming back ({state or 'gone'}, {in_group})"
+            return self._kept(node, record, why, watching)
+        ahead = [
+            event for event in self._instances.scheduled_events(instance) if _may_come(event, record, now)
+        ]
+        if not ahead and state == "running" and in_group == "InService" and node.ready:
+            undo = _set_on_node(record.extra.get(SET_ON_NODE) or {})
+            lifted = self._cluster.release_node(node, uncordon=undo["cordon"], unlabel=undo["lb"])
+            if lifted is Claim.CONFLICT:
+                return Outcome.wait(1, **watching)
+            log.info(
+                "the maintenance of %s is over and it stayed: node %s is uncordoned", instance, node.name
+            )
+            self._events.on_node(
+                node.name,
+                node.uid,
+                "UncordonedAfterMaintenance",
+                f"The scheduled maintenance of {instance} is over and the instance stayed in service: the "
+                "cordon set for it is lifted",
+            )
+            return Outcome.next()
+        if now > record.global_deadline + MAINTENANCE_WATCH_LIMIT:
+            return self._kept(
+                node,
+                record,
+                f"instance {instance} is not back in service with its node Ready ({state}, {in_group}, node "
+                f"{'Ready' if node.ready else 'NotReady'}) {MAINTENANCE_WATCH_LIMIT} after its maintenance",
+                watching,
+                warning=True,
+            )
+        # before the window: asleep until it opens; in it or after it, a look a minute
+        opens = min((event.not_before for event in ahead), default=now)
+        delay = max(MAINTENANCE_POLL_SECONDS, (opens - now).total_seconds())
+        return Outcome.wait(delay, **watching)
+
+    def _kept(
+        self,
+        node: NodeInfo,
+        record: LifecycleRecord,
+        why: str,
+        watching: dict[str, Any],
+        *,
+        warning: bool = False,
+    ) -> Outcome:
+        """The watch after a maintenance ends with the cordon kept: its mark goes (nothing on the node is this
+        lifecycle's to lift any more), and the node tells why."""
+        if self._cluster.release_node(node) is Claim.CONFLICT:
+            return Outcome.wait(1, **watching)
+        log.log(logging.WARNING if warning else logging.INFO, "node %s stays cordoned: %s", node.name, why)
+        self._events.on_node(
+            node.name,
+            node.uid,
+            "CordonKeptAfterMaintenance",
+            f"The node stays cordoned after the scheduled maintenance of {record.instance_id}: {why}",
+            warning=warning,
+        )
+        return Outcome.next()
 
     def _release(self, node: NodeInfo, record: LifecycleRecord) -> Claim | None:
         """Clear this lifecycle's annotations from the node, and lift its cordon if the node comes back; None
@@ -839,6 +961,16 @@ class Cleanup:
             return False  # drained (or cordoned) for a disruption that comes: it stays cordoned
         gone = record.outcome in ("action-expired", "unknown-action") or record.extra.get(SETTLED_ELSEWHERE)
         return bool(gone) and self._autoscaling.lifecycle_state(record.instance_id) == "InService"
+
+
+def _may_come(event: ScheduledEvent, record: LifecycleRecord, now: datetime) -> bool:
+    """Whether ``event``, which EC2 lists as pending, is maintenance a node drained for the maintenance of
+    ``record`` must stay cordoned for: one starting by that one's start (the one drained for, or one before
+    it), or already begun, whose window has not ended a margin ago. One that starts later is the instance's next
+    maintenance: the lifecycle that follows on the record, or starts it over, drains for it in its time."""
+    if event.not_before > max(record.global_deadline, now):
+        return False
+    return event.not_after is None or now < event.not_after + MAINTENANCE_OVER_AFTER
 
 
 class ForgetNode:

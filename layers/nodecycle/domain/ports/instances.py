@@ -31,8 +31,11 @@ class InstanceFacts:
 
 @dataclass(frozen=True)
 class ScheduledEvent:
+    """A maintenance EC2 has scheduled for an instance and not yet carried out nor called off."""
+
     code: str  # instance-reboot, system-reboot, system-maintenance, instance-retirement, instance-stop
     not_before: datetime
+    not_after: datetime | None = None  # the end of its window (a stop or retirement has none)
 
 
 class Instances(Protocol):
@@ -49,7 +52,23 @@ class Instances(Protocol):
         ...
 
 
-class InstanceDirectory(Protocol):
+class ScheduledEvents(Protocol):
+    def scheduled_events(self, instance_id: str) -> list[ScheduledEvent]:
+        """The maintenance events EC2 has scheduled for the instance and not carried out nor called off
+        (DescribeInstanceStatus)."""
+        ...
+
+
+class MaintainedInstances(ScheduledEvents, Protocol):
+    """What the cleanup after a maintenance drain asks of EC2: whether the maintenance can still come, and
+    whether the instance is still there once it is over."""
+
+    def states(self, instance_ids: Collection[str]) -> dict[str, str]:
+        """Instance id -> EC2 state, for those of ``instance_ids`` EC2 still knows (batched calls)."""
+        ...
+
+
+class InstanceDirectory(ScheduledEvents, Protocol):
     """What intake asks of EC2 about the instance of a disruption event."""
 
     def facts(self, instance_id: str) -> InstanceFacts | None:
@@ -58,8 +77,4 @@ class InstanceDirectory(Protocol):
 
     def spot_interruption_noticed(self, spot_request: str) -> bool:
         """Whether EC2 has marked the Spot request's instance for interruption (its status code says so)."""
-        ...
-
-    def scheduled_events(self, instance_id: str) -> list[ScheduledEvent]:
-        """The maintenance events EC2 has scheduled for the instance (DescribeInstanceStatus)."""
         ...
