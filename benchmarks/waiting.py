@@ -28,7 +28,7 @@ from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import Worker
 from nodecycle.domain.model import ActionRef, LifecycleRecord, Step, Transition, global_deadline
 from nodecycle.domain.policy import ActionResult
-from nodecycle.domain.ports.lifecycle import Hook, WorkMessage
+from nodecycle.domain.ports.lifecycle import Hook, WaitingInstance, WorkMessage
 from nodecycle.settings import DrainSettings
 from nodecycle.wiring.common import common
 
@@ -127,6 +127,12 @@ class _Autoscaling:
 
     def group_tags(self, group: str) -> dict[str, str] | None:
         return None
+
+    def hooks_of(self, group: str) -> dict[str, Hook]:
+        raise AssertionError("a waiter lists no hooks (the sweeper does)")
+
+    def waiting_instances(self, names: tuple[str, ...], owner: str | None) -> list[WaitingInstance]:
+        raise AssertionError("a waiter lists no groups (the sweeper does)")
 
     def lifecycle_state(self, instance_id: str) -> str | None:
         return "Terminating:Wait"
