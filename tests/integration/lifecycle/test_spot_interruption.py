@@ -15,19 +15,26 @@ from nodecycle_sandbox.aws.group import wait_for
 from nodecycle_sandbox.aws.records import TERMINATING
 from nodecycle_sandbox.checks import completed_before_drained, last_pod_gone, pdb_breaches, released_at
 from nodecycle_sandbox.kube import HistoryEntry
-from tests.integration.lifecycle.harness import node_of, records, running
+from tests.integration.lifecycle.harness import WORKLOADS, node_of, records, running
 
 pytestmark = pytest.mark.slow
 
 WARNING_SECONDS = 40.0
 HOOK_AFTER = 3.0
 LIMIT, PER_ZONE = 2, 1
+# Pods that take 4 s to stop: the refresh's drains hold the budget full for seconds, longer than the Spot
+# lifecycle takes to ask for its slot even on a loaded machine (with the harness's 0.3-0.5 s, a drain could end
+# first in a whole-suite run, and the Spot drain then took a free slot: nothing to force)
+SLOW_TO_STOP = {
+    **WORKLOADS,
+    "deployments": [{**deployment, "shutdownSeconds": 4.0} for deployment in WORKLOADS["deployments"]],
+}
 
 
 def test_a_spot_interruption_during_a_refresh_at_full_budget_drains_in_time_holding_a_slot() -> None:
     # Given 6 Spot nodes over 3 zones, a budget of 2 at once (1 per zone), and a refresh replacing half of
     # them at a time, its drains filling the budget
-    with running(size=6, spot=True) as sandbox:
+    with running(size=6, spot=True, workloads=SLOW_TO_STOP) as sandbox:
         old = set(sandbox.asg.in_state("InService"))
         sandbox.kube.reset_history()
         refresh = sandbox.asg.start_refresh(min_healthy_percentage=50)
