@@ -14,7 +14,14 @@ from nodecycle.adapters.kube.eks_access import EksCluster
 from nodecycle.adapters.kube.events import KubeEvents
 from nodecycle.domain.budget import BudgetLimits, DisruptionBudget
 from nodecycle.domain.completion import CompleteAction, SettleResults
-from nodecycle.domain.drain.steps import AcquireSlot, Cleanup, Cordon, Evict, ForgetNode
+from nodecycle.domain.drain.steps import (
+    MAINTENANCE_POLLS_PER_LOOK,
+    AcquireSlot,
+    Cleanup,
+    Cordon,
+    Evict,
+    ForgetNode,
+)
 from nodecycle.domain.engine import StepEngine, StepHandler
 from nodecycle.domain.flow import Worker
 from nodecycle.domain.launch import ReadinessGate
@@ -129,6 +136,7 @@ def engine() -> StepEngine:
                 autoscaling=ports.autoscaling,
                 events=events,
                 instances=instances,
+                maintenance_poll_seconds=MAINTENANCE_POLLS_PER_LOOK * config.drain_poll_seconds,
             ),
             Step.READY_GATE: ReadinessGate(finder=finder, policy=readiness, metrics=ports.metrics),
         }

@@ -72,9 +72,10 @@ POOL_IDLE_POLL_SECONDS = 60
 # record.extra key: a node drained for scheduled maintenance, its cordon kept, watched since then for the moment
 # the maintenance is over
 MAINTENANCE_WATCH = "maintenance_watch"
-# How often that watch looks (EC2, Auto Scaling, the node) once the maintenance may have begun; before its window
-# it sleeps until the window opens
-MAINTENANCE_POLL_SECONDS = 60
+# How often that watch looks (EC2, Auto Scaling, the node) once the maintenance may have begun, in drain polls
+# (DrainPollSeconds): once a minute at the template's 5 s; before its window it sleeps until the window opens
+MAINTENANCE_POLLS_PER_LOOK = 12
+MAINTENANCE_POLL_SECONDS = MAINTENANCE_POLLS_PER_LOOK * 5
 # A maintenance EC2 still lists as pending this long after its window's end (NotAfter) is over all the same
 MAINTENANCE_OVER_AFTER = timedelta(minutes=15)
 # Windows are hours. A watch still waiting this long after the maintenance's start (a kubelet that never came
@@ -740,6 +741,7 @@ class Cleanup:
         autoscaling: Autoscaling,
         events: Events,
         instances: MaintainedInstances,
+        maintenance_poll_seconds: float = MAINTENANCE_POLL_SECONDS,
     ) -> None:
         self._cluster = cluster
         self._slots = slots
@@ -747,6 +749,7 @@ class Cleanup:
         self._autoscaling = autoscaling
         self._events = events
         self._instances = instances
+        self._maintenance_poll_seconds = maintenance_poll_seconds
 
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
         if record.node is None:
@@ -881,7 +884,7 @@ class Cleanup:
             )
         # before the window: asleep until it opens; in it or after it, a look a minute
         opens = min((event.not_before for event in ahead), default=now)
-        delay = max(MAINTENANCE_POLL_SECONDS, (opens - now).total_seconds())
+        delay = max(self._maintenance_poll_seconds, (opens - now).total_seconds())
         return Outcome.wait(delay, **watching)
 
     def _kept(
