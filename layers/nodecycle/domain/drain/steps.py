@@ -431,6 +431,13 @@ def _earlier_drain(record: LifecycleRecord) -> LifecycleRecord | None:
     )
 
 
+def _watching(record: LifecycleRecord, key: str, now: datetime) -> tuple[datetime, dict[str, Any]]:
+    """When a watch after the cleanup began (its record.extra ``key``; now for its first look), and the
+    changes that keep it going."""
+    since = datetime.fromisoformat(str(record.extra.get(key) or now.isoformat()))
+    return since, {"extra": {**record.extra, key: since.isoformat()}}
+
+
 class Cordon:
     def __init__(self, *, finder: NodeFinder, cluster: Cluster, policy: DrainPolicy, events: Events) -> None:
         self._finder = finder
@@ -787,16 +794,29 @@ class Cleanup:
             return self._cluster.release_node(node, released_for=record.id)
         return None
 
+    def _marked_node(self, record: LifecycleRecord) -> NodeInfo | None:
+        """The instance's node while it is still marked released for this lifecycle (a watch's cordon is its
+        own only so long: a later claim of the node removes the mark); None otherwise."""
+        node = self._cluster.get_node(_known(record.node, "node"))
+        if node is None or node.released_for != record.id or not _of_instance(node, record):
+            return None
+        return node
+
+    def _lift_set(self, node: NodeInfo, record: LifecycleRecord) -> Claim | None:
+        """Lift what this lifecycle set on the node (its SET_ON_NODE note: the cordon, the load balancer label),
+        and its mark."""
+        undo = _set_on_node(record.extra.get(SET_ON_NODE) or {})
+        return self._cluster.release_node(node, uncordon=undo["cordon"], unlabel=undo["lb"])
+
     def _lift_when_safe(self, record: LifecycleRecord, now: datetime) -> Outcome:
         """Lift what this lifecycle set on the node once nothing can be scheduled on it before it is back in
         service: its kubelet is gone (NotReady: the node controller's taint keeps pods off), or the instance
         left the pool. Only while the node is still marked released for this lifecycle (a later claim of the
         instance's node removes the mark: that cordon is the later lifecycle's)."""
-        node = self._cluster.get_node(_known(record.node, "node"))
-        if node is None or node.released_for != record.id or not _of_instance(node, record):
+        node = self._marked_node(record)
+        if node is None:
             return Outcome.next()
-        since = datetime.fromisoformat(str(record.extra.get(POOL_WATCH) or now.isoformat()))
-        watching = {"extra": {**record.extra, POOL_WATCH: since.isoformat()}}
+        since, watching = _watching(record, POOL_WATCH, now)
         state = self._autoscaling.lifecycle_state(record.instance_id)
         if state is None:
             # terminated from the pool (or taken out of the group): not coming back, its cordon stays
@@ -807,8 +827,7 @@ class Cleanup:
             )
             return Outcome.next()
         if not node.ready or not state.startswith("Warmed:"):
-            undo = _set_on_node(record.extra.get(SET_ON_NODE) or {})
-            lifted = self._cluster.release_node(node, uncordon=undo["cordon"], unlabel=undo["lb"])
+            lifted = self._lift_set(node, record)
             return Outcome.wait(1, **watching) if lifted is Claim.CONFLICT else Outcome.next()
         if now - since < timedelta(seconds=POOL_WATCH_SECONDS):
             return Outcome.wait(POOL_POLL_SECONDS, **watching)
@@ -837,8 +856,8 @@ class Cleanup:
         in the warm-pool watch (a later claim removes the mark: that cordon is the later lifecycle's). Not when
         the next maintenance's lifecycle follows on the record: it takes the cordon over (KEPT_ON_NODE), and
         lifts it once that maintenance is over too."""
-        node = self._cluster.get_node(_known(record.node, "node"))
-        if node is None or node.released_for != record.id or not _of_instance(node, record):
+        node = self._marked_node(record)
+        if node is None:
             return Outcome.next()
         instance = record.instance_id
         if record.extra.get(SUCCESSOR):
@@ -846,8 +865,7 @@ class Cleanup:
                 "instance %s has its next maintenance ahead: node %s stays cordoned", instance, node.name
             )
             return Outcome.next()
-        since = datetime.fromisoformat(str(record.extra.get(MAINTENANCE_WATCH) or now.isoformat()))
-        watching = {"extra": {**record.extra, MAINTENANCE_WATCH: since.isoformat()}}
+        _, watching = _watching(record, MAINTENANCE_WATCH, now)
         state = self._instances.states([instance]).get(instance)
         # (an instance of no group, tagged for this owner, has no group state to ask for)
         in_group = self._autoscaling.lifecycle_state(instance) if record.group else "InService"
@@ -858,9 +876,7 @@ class Cleanup:
             event for event in self._instances.scheduled_events(instance) if _may_come(event, record, now)
         ]
         if not ahead and state == "running" and in_group == "InService" and node.ready:
-            undo = _set_on_node(record.extra.get(SET_ON_NODE) or {})
-            lifted = self._cluster.release_node(node, uncordon=undo["cordon"], unlabel=undo["lb"])
-            if lifted is Claim.CONFLICT:
+            if self._lift_set(node, record) is Claim.CONFLICT:
                 return Outcome.wait(1, **watching)
             log.info(
                 "the maintenance of %s is over and it stayed: node %s is uncordoned", instance, node.name
@@ -882,7 +898,7 @@ class Cleanup:
                 watching,
                 warning=True,
             )
-        # before the window: asleep until it opens; in it or after it, a look a minute
+        # before the window: asleep until it opens; in it or after it, a look every 12 drain polls
         opens = min((event.not_before for event in ahead), default=now)
         delay = max(self._maintenance_poll_seconds, (opens - now).total_seconds())
         return Outcome.wait(delay, **watching)
