@@ -175,16 +175,9 @@ class Intake:
         retries, or the event was never delivered): the sweeper found ``waiting`` held by ``hook`` with no
         record, since ``since`` at the latest. The same path as its event's, under a token of its own (see
         ``adopted_token``): the same record and first step, and a late event of it finds it."""
-        event = LifecycleEvent(
-            group=waiting.group,
-            hook=hook,
-            instance_id=waiting.instance_id,
-            token=adopted_token(hook),
-            transition=waiting.transition,
-            started_at=since,
-            delivery="sweeper",
+        return self.accept(
+            LifecycleEvent(**waiting.action(hook).model_dump(), started_at=since, delivery="sweeper")
         )
-        return self.accept(event)
 
     def _adopted_already(self, record: LifecycleRecord, now: datetime) -> bool:
         """Whether the sweeper adopted this action before its event came (late: redriven from the dead-letter

@@ -25,7 +25,10 @@ def shared() -> Common:
 
 @cache
 def intake() -> Intake:
-    return build_intake(settings(), shared())
+    config, ports = settings(), shared()
+    return build_intake(
+        config, ports, managed_groups(config, ports), LifecycleHooks(ports.autoscaling, ports.clock)
+    )
 
 
 def adopt_after(config: Timing) -> timedelta:
@@ -45,8 +48,11 @@ def managed_groups(config: IntakeSettings | SweeperSettings, ports: Common) -> M
     )
 
 
-def build_intake(config: IntakeSettings | SweeperSettings, ports: Common) -> Intake:
-    """Intake as the intake function runs it, and as the sweeper adopts an action whose event was lost."""
+def build_intake(
+    config: IntakeSettings | SweeperSettings, ports: Common, groups: ManagedGroups, hooks: LifecycleHooks
+) -> Intake:
+    """Intake as the intake function runs it, and as the sweeper adopts an action whose event was lost (with
+    the sweeper's own catalog of groups and hooks: one cache of each per container)."""
     return Intake(
         owner=config.owner_id,
         plan=PlanPolicy(
@@ -58,8 +64,8 @@ def build_intake(config: IntakeSettings | SweeperSettings, ports: Common) -> Int
         ),
         records=ports.records,
         queues=ports.queues,
-        groups=managed_groups(config, ports),
-        hooks=LifecycleHooks(ports.autoscaling, ports.clock),
+        groups=groups,
+        hooks=hooks,
         autoscaling=ports.autoscaling,
         clock=ports.clock,
         metrics=ports.metrics,

@@ -36,6 +36,8 @@ def shared() -> Common:
 def sweeper() -> Sweeper:
     config = settings()
     ports = shared()
+    # (one catalog of this stack's groups and hooks: the orphan sweep's and the intake it adopts through)
+    groups, hooks = managed_groups(config, ports), LifecycleHooks(ports.autoscaling, ports.clock)
     parts: dict[str, SweepPart] = {
         "lifecycles": LifecycleRepair(
             records=ports.records,
@@ -53,10 +55,10 @@ def sweeper() -> Sweeper:
             clock=ports.clock,
         ),
         "orphans": OrphanedActions(
-            groups=managed_groups(config, ports),
-            hooks=LifecycleHooks(ports.autoscaling, ports.clock),
+            groups=groups,
+            hooks=hooks,
             autoscaling=ports.autoscaling,
-            intake=build_intake(config, ports),
+            intake=build_intake(config, ports, groups, hooks),
             metrics=ports.metrics,
             adopt_after=adopt_after(config),
         ),

@@ -9,7 +9,7 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict
 
 from nodecycle.domain.flow import Worker
-from nodecycle.domain.model import ActionRef, LifecycleRecord, Step, Transition
+from nodecycle.domain.model import ActionRef, LifecycleRecord, Step, Transition, adopted_token
 from nodecycle.domain.policy import ActionResult
 
 
@@ -65,6 +65,16 @@ class WaitingInstance:
     group_tags: Mapping[str, str]
     instance_id: str
     transition: Transition
+
+    def action(self, hook: str) -> ActionRef:
+        """Its action under ``hook``, named as an adopted one is (no API tells its token: see adopted_token)."""
+        return ActionRef(
+            group=self.group,
+            hook=hook,
+            instance_id=self.instance_id,
+            token=adopted_token(hook),
+            transition=self.transition,
+        )
 
 
 class Autoscaling(Protocol):

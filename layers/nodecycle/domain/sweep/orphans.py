@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 
 from nodecycle.domain.catalog import LifecycleHooks, ManagedGroups
 from nodecycle.domain.intake import Intake, IntakeOutcome
-from nodecycle.domain.model import ActionRef, LifecycleRecord, Transition, adopted_token
+from nodecycle.domain.model import LifecycleRecord, Transition
 from nodecycle.domain.ports.lifecycle import Autoscaling, WaitingInstance
 from nodecycle.domain.ports.runtime import Metrics
 from nodecycle.domain.sweep.sweeper import Counts, SweepFailed
@@ -116,14 +116,7 @@ class OrphanedActions:
     def _held(self, waiting: WaitingInstance, hook: str) -> bool:
         """Whether ``hook`` holds an action of the instance: a heartbeat by instance id is accepted only then,
         and keeps it alive until the next sweep."""
-        action = ActionRef(
-            group=waiting.group,
-            hook=hook,
-            instance_id=waiting.instance_id,
-            token=adopted_token(hook),
-            transition=waiting.transition,
-        )
-        held = self._autoscaling.heartbeat(action)
+        held = self._autoscaling.heartbeat(waiting.action(hook))
         if held:
             self._metrics.count("Heartbeats")
         return held
