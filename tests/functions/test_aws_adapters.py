@@ -125,6 +125,22 @@ def test_the_held_instances_of_named_and_tagged_groups_are_listed_in_one_call_ea
     ]
 
 
+def test_the_hooks_of_a_group_auto_scaling_does_not_know_are_none_whichever_way_they_are_read(
+    autoscaling: tuple[AutoscalingActions, Stubber],
+) -> None:
+    # Given a group deleted between the sweep's listing and its reading of the hooks: Auto Scaling answers a
+    # ValidationError to DescribeLifecycleHooks for a group it does not know
+    adapter, stubber = autoscaling
+    for _ in range(2):
+        stubber.add_client_error(
+            "describe_lifecycle_hooks", "ValidationError", "Group nodes-gone not found", http_status_code=400
+        )
+
+    # Then one hook and all of them read alike: none (the port says so), not an error that fails the sweep
+    assert adapter.hook("nodes-gone", "nodecycle-terminate") is None
+    assert adapter.hooks_of("nodes-gone") == {}
+
+
 def test_no_active_action_means_settled_even_while_another_hook_keeps_the_instance_waiting(
     autoscaling: tuple[AutoscalingActions, Stubber],
 ) -> None:

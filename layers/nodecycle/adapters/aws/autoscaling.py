@@ -37,6 +37,13 @@ def _naming(action: ActionRef) -> dict[str, str]:
     return named
 
 
+def _hook(described: Any) -> Hook:
+    return Hook(
+        transition=Transition(described["LifecycleTransition"]),
+        heartbeat_timeout=int(described.get("HeartbeatTimeout", 3600)),
+    )
+
+
 class AutoscalingActions:
     def __init__(self, autoscaling: AutoScalingClient | None = None) -> None:
         self._asg: LazyClient[AutoScalingClient] = LazyClient("autoscaling", autoscaling)
@@ -74,11 +81,23 @@ class AutoscalingActions:
         return False
 
     def hook(self, group: str, name: str) -> Hook | None:
+        hooks = self._described_hooks(group, "reading a lifecycle hook", LifecycleHookNames=[name])
+        if not hooks:
+            return None
+        return _hook(hooks[0])
+
+    def hooks_of(self, group: str) -> dict[str, Hook]:
+        return {
+            hook["LifecycleHookName"]: _hook(hook)
+            for hook in self._described_hooks(group, "reading a group's lifecycle hooks")
+            if hook.get("LifecycleTransition") in _HELD.values()
+        }
+
+    def _described_hooks(self, group: str, doing: str, **names: list[str]) -> list[Any]:
+        """DescribeLifecycleHooks of ``group``; none for a group Auto Scaling does not know."""
         try:
-            with transient_errors("reading a lifecycle hook"):
-                found = self._asg().describe_lifecycle_hooks(
-                    AutoScalingGroupName=group, LifecycleHookNames=[name]
-                )
+            with transient_errors(doing):
+                found = self._asg().describe_lifecycle_hooks(AutoScalingGroupName=group, **names)
         except ClientError as error:
             # Auto Scaling answers a ValidationError for a group it does not know: one deleted since it sent
             # the action (ForceDelete ends the actions with it), or a name no group has. Its hook is as gone as
@@ -90,26 +109,8 @@ class AutoscalingActions:
                 group,
                 error.response.get("Error", {}).get("Message", ""),
             )
-            return None
-        hooks = found.get("LifecycleHooks", [])
-        if not hooks:
-            return None
-        return Hook(
-            transition=Transition(hooks[0]["LifecycleTransition"]),
-            heartbeat_timeout=int(hooks[0].get("HeartbeatTimeout", 3600)),
-        )
-
-    def hooks_of(self, group: str) -> dict[str, Hook]:
-        with transient_errors("reading a group's lifecycle hooks"):
-            found = self._asg().describe_lifecycle_hooks(AutoScalingGroupName=group)
-        return {
-            hook["LifecycleHookName"]: Hook(
-                transition=Transition(hook["LifecycleTransition"]),
-                heartbeat_timeout=int(hook.get("HeartbeatTimeout", 3600)),
-            )
-            for hook in found.get("LifecycleHooks", [])
-            if hook.get("LifecycleTransition") in _HELD.values()
-        }
+            return []
+        return list(found.get("LifecycleHooks", []))
 
     def waiting_instances(self, names: tuple[str, ...], owner: str | None) -> list[WaitingInstance]:
         queries: list[dict[str, Any]] = [
