@@ -385,18 +385,25 @@ def finish(record: dict[str, Any]) -> None:
     )
 
 
-@pytest.mark.usefixtures("an_hours_lead")
-def test_a_second_maintenance_of_an_instance_is_timed_by_its_own_start_and_drained_again(
-    intake_fn: ModuleType, stack: Stack
-) -> None:
-    # Given an instance EC2 will reboot in 50 minutes and retire in 10 days, and the reboot's Health event,
-    # whose drain is over
+def a_reboot_then_a_retirement(intake_fn: ModuleType) -> tuple[str, datetime, datetime]:
+    """An instance EC2 will reboot in 50 minutes and retire in 10 days (it lists both), and the reboot's
+    Health event told: the instance and the two starts."""
     instance = launch()
     now = datetime.now(UTC).replace(microsecond=0)
     reboot, retirement = now + timedelta(minutes=50), now + timedelta(days=10)
     schedule(instance, reboot, code="system-reboot", description="scheduled reboot")
     schedule(instance, retirement)
     intake_fn.handler(health_event(instance, reboot), LambdaContext())
+    return instance, reboot, retirement
+
+
+@pytest.mark.usefixtures("an_hours_lead")
+def test_a_second_maintenance_of_an_instance_is_timed_by_its_own_start_and_drained_again(
+    intake_fn: ModuleType, stack: Stack
+) -> None:
+    # Given an instance EC2 will reboot in 50 minutes and retire in 10 days, and the reboot's Health event,
+    # whose drain is over
+    instance, reboot, retirement = a_reboot_then_a_retirement(intake_fn)
     (first,) = records()
     assert datetime.fromisoformat(first["global_deadline"]) == reboot
     finish(first)
@@ -419,12 +426,7 @@ def test_a_health_update_of_a_maintenance_drained_for_before_the_next_one_is_a_d
 ) -> None:
     # Given an instance EC2 will reboot in 50 minutes and retire in 10 days, the reboot's drain over, and the
     # retirement's lifecycle started over on the record after it
-    instance = launch()
-    now = datetime.now(UTC).replace(microsecond=0)
-    reboot, retirement = now + timedelta(minutes=50), now + timedelta(days=10)
-    schedule(instance, reboot, code="system-reboot", description="scheduled reboot")
-    schedule(instance, retirement)
-    intake_fn.handler(health_event(instance, reboot), LambdaContext())
+    instance, reboot, retirement = a_reboot_then_a_retirement(intake_fn)
     finish(records()[0])
     intake_fn.handler(
         health_event(instance, retirement, "5d3c2b1a-0f9e-4d8c-9b7a-6f5e4d3c2b1a"), LambdaContext()
