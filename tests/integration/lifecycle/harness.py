@@ -15,7 +15,7 @@ from nodecycle.adapters.aws.records import DynamoRecordStore
 from nodecycle.domain.model import LifecycleRecord, Transition
 from nodecycle_sandbox import Sandbox, SandboxOptions
 from nodecycle_sandbox.aws.group import GroupSpec, HookSpec, default_hooks, wait_for
-from nodecycle_sandbox.aws.records import TERMINATING, ActionRecord
+from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING, ActionRecord
 
 ROOT = Path(__file__).resolve().parents[3]
 T = TypeVar("T")
@@ -82,6 +82,25 @@ def running(
         if workloads:
             sandbox.kube.seed(dict(workloads))
             sandbox.kube.settle(timeout=30)
+        yield sandbox
+
+
+@contextmanager
+def swept_every_two_seconds(heartbeat_timeout: int) -> Iterator[Sandbox]:
+    """Two instances in service under hooks that time out after ``heartbeat_timeout`` seconds (the launch hook's
+    default result ABANDON, the terminate hook's CONTINUE), a 5 s heartbeat margin, and the sweeper every 2 s:
+    what a test of the sweeper's repairs needs to see them within seconds."""
+    hooks = (
+        HookSpec("nodecycle-launch", LAUNCHING, heartbeat_timeout, "ABANDON"),
+        HookSpec("nodecycle-terminate", TERMINATING, heartbeat_timeout, "CONTINUE"),
+    )
+    with running(
+        parameters={"HeartbeatMarginSeconds": "5"},
+        settings={"NODECYCLE_SWEEP_INTERVAL_MINUTES": str(2 / 60)},
+        schedule_interval=2.0,
+        size=2,
+        hooks=hooks,
+    ) as sandbox:
         yield sandbox
 
 

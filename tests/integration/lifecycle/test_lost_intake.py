@@ -12,15 +12,15 @@ import pytest
 
 from nodecycle.domain.model import Transition, adopted_token
 from nodecycle_sandbox import Sandbox
-from nodecycle_sandbox.aws.group import HookSpec, wait_for
-from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING
+from nodecycle_sandbox.aws.group import wait_for
+from nodecycle_sandbox.aws.records import LAUNCHING
 from nodecycle_sandbox.checks import completed_before_drained
 from nodecycle_sandbox.faults import Fault
 from tests.integration.lifecycle.harness import (
     find_record,
     node_of,
     records,
-    running,
+    swept_every_two_seconds,
     wait_terminated,
 )
 
@@ -43,15 +43,7 @@ def dead_letters(sandbox: Sandbox) -> list[Any]:
 def test_the_sweeper_adopts_a_terminate_action_whose_event_intake_dead_lettered() -> None:
     # Given hooks with a 15 s heartbeat timeout (the terminate hook's default result CONTINUE), a sweeper
     # every 2 s, and DynamoDB failing every call of the intake function (throttling, a KMS key denied)
-    hooks = (
-        HookSpec("nodecycle-launch", LAUNCHING, HEARTBEAT_TIMEOUT, "ABANDON"),
-        HookSpec("nodecycle-terminate", TERMINATING, HEARTBEAT_TIMEOUT, "CONTINUE"),
-    )
-    parameters = {"HeartbeatMarginSeconds": "5"}
-    settings = {"NODECYCLE_SWEEP_INTERVAL_MINUTES": str(2 / 60)}
-    with running(
-        parameters=parameters, settings=settings, schedule_interval=2.0, size=2, hooks=hooks
-    ) as sandbox:
+    with swept_every_two_seconds(HEARTBEAT_TIMEOUT) as sandbox:
         initial = set(sandbox.asg.in_state("InService"))
         victim = sorted(initial)[0]
         node = node_of(sandbox, victim)

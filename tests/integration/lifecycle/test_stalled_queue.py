@@ -7,10 +7,13 @@ import time
 
 import pytest
 
-from nodecycle_sandbox.aws.group import HookSpec
-from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING
 from nodecycle_sandbox.checks import completed_before_drained
-from tests.integration.lifecycle.harness import node_of, running, terminate_action, wait_terminated
+from tests.integration.lifecycle.harness import (
+    node_of,
+    swept_every_two_seconds,
+    terminate_action,
+    wait_terminated,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -20,15 +23,7 @@ HEARTBEAT_TIMEOUT = 10
 def test_the_sweeper_keeps_a_stalled_drain_alive_until_its_queue_moves_again() -> None:
     # Given hooks with a 10 s heartbeat timeout, a sweeper every 2 s, and the drain function's queue stalled
     # (its event source disabled, as a throttled or failing function would leave it)
-    hooks = (
-        HookSpec("nodecycle-launch", LAUNCHING, HEARTBEAT_TIMEOUT, "ABANDON"),
-        HookSpec("nodecycle-terminate", TERMINATING, HEARTBEAT_TIMEOUT, "CONTINUE"),
-    )
-    parameters = {"HeartbeatMarginSeconds": "5"}
-    settings = {"NODECYCLE_SWEEP_INTERVAL_MINUTES": str(2 / 60)}
-    with running(
-        parameters=parameters, settings=settings, schedule_interval=2.0, size=2, hooks=hooks
-    ) as sandbox:
+    with swept_every_two_seconds(HEARTBEAT_TIMEOUT) as sandbox:
         victim = sorted(sandbox.asg.in_state("InService"))[0]
         node = node_of(sandbox, victim)
         sandbox.runner.set_sources_enabled("DrainFunction", False)
