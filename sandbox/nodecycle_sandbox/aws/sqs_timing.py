@@ -10,15 +10,39 @@ moto checks each message it returns against the queue's retention period by comp
 attributes, three of which count every message in the queue: with hundreds of lifecycles' messages in the
 drain queue that was a tenth of the AWS process's CPU in a 90-node refresh (py-spy). The retention period
 is read directly instead; the check is the same.
+
+moto also reads the clock through a datetime subtraction, twice per message for each of those counts (every
+SendMessage computes the queue's attributes too): SQS's models read it from `time.time()` instead, the same
+instant in the same unit (both follow a moved clock), at a twentieth of the cost.
+
+moto's receive walks the queue's pending message groups while other requests' threads change them ("Set
+changed size during iteration": an HTTP 500 that SQS does not answer); receives, sends and deletes of one
+process take one lock instead, as SQS's own decisions are atomic.
 """
 
 from __future__ import annotations
 
-from moto.core.utils import unix_time, unix_time_millis
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+from functools import wraps
+from typing import Any
+
+from moto.core import utils as moto_time
+from moto.sqs import models
 from moto.sqs.models import Message, Queue, SQSBackend
 
 # Bounds the latency of changes nobody signals (ChangeMessageVisibility to 0); idle cost is one scan.
 _MAX_WAIT_SECONDS = 0.25
+
+
+def unix_time(moment: datetime | None = None) -> float:
+    return time.time() if moment is None else moto_time.unix_time(moment)
+
+
+def unix_time_millis(moment: datetime | None = None) -> float:
+    return time.time() * 1000.0 if moment is None else moto_time.unix_time_millis(moment)
 
 
 def _wait_for_messages(self: Queue, timeout: int) -> None:
@@ -41,6 +65,54 @@ def _within_retention(self: SQSBackend, queue_name: str, message: Message) -> bo
     return bool(retention + message.sent_timestamp / 1000 > unix_time())  # type: ignore[operator]
 
 
+_BACKEND_LOCK = threading.RLock()
+
+
+def _atomic(operation: Callable[..., Any]) -> Callable[..., Any]:
+    @wraps(operation)
+    def atomic(*args: Any, **kwargs: Any) -> Any:
+        with _BACKEND_LOCK:
+            return operation(*args, **kwargs)
+
+    return atomic
+
+
+def _locked_receive(receive: Callable[..., Any]) -> Callable[..., Any]:
+    """A long poll waits outside the lock: each of its passes takes it (the wait is `wait_for_messages`)."""
+
+    @wraps(receive)
+    def receive_message(
+        self: SQSBackend, queue_name: str, count: int, wait_seconds_timeout: int, *args: Any, **kwargs: Any
+    ) -> Any:
+        deadline = time.monotonic() + wait_seconds_timeout
+        queue = self.get_queue(queue_name)
+        while True:
+            with _BACKEND_LOCK:
+                received = receive(self, queue_name, count, 0, *args, **kwargs)
+            left = deadline - time.monotonic()
+            if received or left <= 0:
+                return received
+            queue.wait_for_messages(left)  # type: ignore[attr-defined]
+
+    return receive_message
+
+
 def install() -> None:
+    if getattr(SQSBackend, "_nodecycle_sqs_timing", False):
+        return
+    models.unix_time = unix_time  # type: ignore[attr-defined]
+    models.unix_time_millis = unix_time_millis  # type: ignore[attr-defined]
     Queue.wait_for_messages = _wait_for_messages  # type: ignore[method-assign]
     SQSBackend.is_message_valid_based_on_retention_period = _within_retention  # type: ignore[method-assign]
+    SQSBackend.receive_message = _locked_receive(SQSBackend.receive_message)  # type: ignore[method-assign]
+    for name in (
+        "send_message",
+        "send_message_batch",
+        "delete_message",
+        "delete_message_batch",
+        "change_message_visibility",
+        "change_message_visibility_batch",
+        "purge_queue",
+    ):
+        setattr(SQSBackend, name, _atomic(getattr(SQSBackend, name)))
+    SQSBackend._nodecycle_sqs_timing = True  # type: ignore[attr-defined]

@@ -1,7 +1,9 @@
-"""moto's SQS as the sandbox patches it: the retention period is still enforced."""
+"""moto's SQS as the sandbox patches it: the retention period is still enforced, and concurrent requests are
+answered as SQS answers them."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -39,3 +41,36 @@ def test_a_message_older_than_its_queue_s_retention_period_is_not_received(sqs: 
 
     # Then only the message within the retention period comes back
     assert [m["Body"] for m in received] == ["new"]
+
+
+def test_concurrent_receivers_each_get_a_message_once_and_delete_it(sqs: Any) -> None:
+    # Given a queue that six threads of one process send to, receive from and delete from at once, as the
+    # sandbox's server threads do (moto's own receive walked its pending messages while other threads changed
+    # them: two receivers got one message, or "Set changed size during iteration" answered a 500)
+    sqs.create_queue(QueueName="busy")
+    backend = sqs_backends[ACCOUNT]["eu-west-1"]
+    failures: list[str] = []
+    received: list[str] = []
+
+    def work() -> None:
+        for _ in range(300):
+            try:
+                for _ in range(3):
+                    backend.send_message("busy", "x")
+                messages = backend.receive_message("busy", 10, 0, 30)
+                received.extend(message.id for message in messages)
+                for message in messages:
+                    backend.delete_message("busy", message.receipt_handle)
+            except Exception as error:  # any failure is the finding
+                failures.append(f"{type(error).__name__}: {error}")
+
+    # When they all run
+    threads = [threading.Thread(target=work) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    # Then no request failed and no message was received twice
+    assert failures == []
+    assert len(received) == len(set(received))
