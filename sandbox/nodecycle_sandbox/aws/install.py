@@ -20,7 +20,15 @@ from moto.autoscaling.responses import AutoScalingResponse
 from moto.core.responses import ActionResult
 from moto.ec2.responses.instances import InstanceResponse
 
-from nodecycle_sandbox.aws import api, ec2_addresses, ec2_instances, ec2_tags, eks_access, sqs_timing
+from nodecycle_sandbox.aws import (
+    api,
+    dynamodb_items,
+    ec2_addresses,
+    ec2_instances,
+    ec2_tags,
+    eks_access,
+    sqs_timing,
+)
 from nodecycle_sandbox.aws.lifecycle import active_instances, emulator_for
 from nodecycle_sandbox.iam import enforce
 
@@ -37,6 +45,7 @@ def install() -> None:
     _patch_backend()
     _patch_stop()
     sqs_timing.install()
+    dynamodb_items.install()  # answers of lifecycle records without moto's per-attribute walk
     ec2_addresses.install()
     ec2_instances.install()  # terminated instances forgotten after about an hour
     ec2_tags.install()
