@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from botocore.model import Shape
+from moto.core.model import StructureShape
 from moto.core.serialize import BaseJSONSerializer
 
 _STRINGS = frozenset({"S", "N"})
@@ -44,7 +44,7 @@ def install() -> None:
     if getattr(walk, "_nodecycle_wire_form", False):
         return
 
-    def serialize_structure(self: Any, serialized: Any, value: Any, shape: Shape, key: str) -> None:
+    def serialize_structure(self: Any, serialized: Any, value: Any, shape: StructureShape, key: str) -> None:
         if key and shape.name == "AttributeValue" and in_wire_form(value):
             self._default_serialize(serialized, value, shape, key)
             return

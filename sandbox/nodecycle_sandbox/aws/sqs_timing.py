@@ -37,12 +37,12 @@ from moto.sqs.models import Message, Queue, SQSBackend
 _MAX_WAIT_SECONDS = 0.25
 
 
-def unix_time(moment: datetime | None = None) -> float:
-    return time.time() if moment is None else moto_time.unix_time(moment)
+def unix_time(dt: datetime | None = None) -> float:
+    return time.time() if dt is None else moto_time.unix_time(dt)
 
 
-def unix_time_millis(moment: datetime | None = None) -> float:
-    return time.time() * 1000.0 if moment is None else moto_time.unix_time_millis(moment)
+def unix_time_millis(dt: datetime | None = None) -> float:
+    return time.time() * 1000.0 if dt is None else moto_time.unix_time_millis(dt)
 
 
 def _wait_for_messages(self: Queue, timeout: int) -> None:
@@ -92,7 +92,7 @@ def _locked_receive(receive: Callable[..., Any]) -> Callable[..., Any]:
             left = deadline - time.monotonic()
             if received or left <= 0:
                 return received
-            queue.wait_for_messages(left)  # type: ignore[attr-defined]
+            queue.wait_for_messages(left)  # type: ignore[arg-type]  # moto types it int; a float waits as well
 
     return receive_message
 
@@ -100,8 +100,8 @@ def _locked_receive(receive: Callable[..., Any]) -> Callable[..., Any]:
 def install() -> None:
     if getattr(SQSBackend, "_nodecycle_sqs_timing", False):
         return
-    models.unix_time = unix_time  # type: ignore[attr-defined]
-    models.unix_time_millis = unix_time_millis  # type: ignore[attr-defined]
+    models.unix_time = unix_time
+    models.unix_time_millis = unix_time_millis
     Queue.wait_for_messages = _wait_for_messages  # type: ignore[method-assign]
     SQSBackend.is_message_valid_based_on_retention_period = _within_retention  # type: ignore[method-assign]
     SQSBackend.receive_message = _locked_receive(SQSBackend.receive_message)  # type: ignore[method-assign]

@@ -12,7 +12,7 @@ from moto.core.serialize import BaseJSONSerializer
 
 from nodecycle_sandbox.aws import dynamodb_items
 
-RECORD = {  # the shape of a lifecycle record: strings, numbers, maps and lists of them
+RECORD: dict[str, Any] = {  # the shape of a lifecycle record: strings, numbers, maps and lists of them
     "id": {"S": "i-0abc:terminate:token"},
     "seq": {"N": "7"},
     "state": {"S": "draining"},
@@ -29,7 +29,7 @@ RECORD = {  # the shape of a lifecycle record: strings, numbers, maps and lists 
     "zones": {"SS": ["eu-west-1a", "eu-west-1b"]},
     "counts": {"NS": ["1", "2.5"]},
 }
-BINARY = {  # what the walk changes (base64), so the patch must leave it to the walk
+BINARY: dict[str, Any] = {  # what the walk changes (base64), so the patch must leave it to the walk
     "id": {"S": "binary"},
     "blob": {"B": b"\x00\x01nodecycle"},
     "blobs": {"BS": [b"a", b"b"]},

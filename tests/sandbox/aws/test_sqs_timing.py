@@ -60,7 +60,7 @@ def test_concurrent_receivers_each_get_a_message_once_and_delete_it(sqs: Any) ->
                 messages = backend.receive_message("busy", 10, 0, 30)
                 received.extend(message.id for message in messages)
                 for message in messages:
-                    backend.delete_message("busy", message.receipt_handle)
+                    backend.delete_message("busy", str(message.receipt_handle))
             except Exception as error:  # any failure is the finding
                 failures.append(f"{type(error).__name__}: {error}")
 
