@@ -527,6 +527,51 @@ def test_a_second_lifecycle_of_the_held_instance_waits_for_the_first_to_release_
     assert budget.acquire(slot("n2")).granted
 
 
+def test_the_release_of_a_node_wakes_its_instances_other_lifecycle_once_it_made_it_eligible(
+    make_budget: BudgetFactory, store: MemoryBudgetStore, clock: FakeClock
+) -> None:
+    # Given a budget of one: n1 held by its instance's terminate drain, n2 waiting, then a rebalance drain of
+    # n1's instance asking for n1's slot, and again at its retry
+    budget = make_budget("1", None)
+    budget.acquire(slot("n1"))
+    assert not budget.acquire(slot("n2")).granted
+    rebalance = replace(slot("n1"), record_id="rec-n1-rebalance")
+    clock.advance(1)
+    assert budget.acquire(rebalance).reason is SlotReason.HELD_BY_OTHER_LIFECYCLE
+    version = store.version
+    clock.advance(30)
+    assert budget.acquire(rebalance).reason is SlotReason.HELD_BY_OTHER_LIFECYCLE
+    retry_writes = store.version - version
+
+    # When the terminate drain releases n1, Then n2 is woken (first in line), not the rebalance
+    assert budget.release("n1", "rec-n1") == ["rec-n2"]
+    assert budget.acquire(slot("n2")).granted
+    # and when n2's drain releases, the rebalance is woken, and takes n1's slot
+    assert budget.release("n2", "rec-n2") == ["rec-n1-rebalance"]
+    assert budget.acquire(rebalance).granted
+    # and its retry in line did not rewrite the document, as any waiter's
+    assert retry_writes == 0
+
+
+def test_a_forced_lifecycle_draining_within_its_instances_held_slot_leaves_the_line(
+    make_budget: BudgetFactory, store: MemoryBudgetStore, clock: FakeClock
+) -> None:
+    # Given n1 held by its instance's terminate drain, and a maintenance of the instance in line for the node
+    budget = make_budget("1", None)
+    budget.acquire(slot("n1"))
+    maintenance = replace(slot("n1"), record_id="rec-n1-maintenance")
+    assert budget.acquire(maintenance).reason is SlotReason.HELD_BY_OTHER_LIFECYCLE
+
+    # When that maintenance is too near to wait (forced), Then it drains within the slot the node holds, out of
+    # the line: the terminate drain's release wakes nobody for it
+    clock.advance(1)
+    assert budget.acquire(replace(maintenance, force=True)).reason is SlotReason.HELD
+    doc = store.read()
+    assert doc is not None
+    assert (doc.waiters, [h.record_id for h in doc.holders]) == ((), ["rec-n1"])
+    assert budget.release("n1", "rec-n1") == []
+
+
 def test_a_late_delivery_of_a_lifecycle_whose_slot_was_given_back_takes_no_slot_again(
     make_budget: BudgetFactory, store: MemoryBudgetStore, clock: FakeClock
 ) -> None:

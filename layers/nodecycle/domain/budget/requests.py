@@ -38,7 +38,8 @@ class SlotReason(StrEnum):
     HELD_BY_OTHER_OWNER = "held-by-other-owner"  # another stack holds this node: hands off
     CLAIMED_BY_OTHER_OWNER = "claimed-by-other-owner"  # another stack waits for this node: hands off
     # Another lifecycle of this owner holds this node (a Spot interruption's drain, a terminate hook's): one
-    # slot is one lifecycle's, released by its own cleanup; this one asks again once that drain is over.
+    # slot is one lifecycle's, released by its own cleanup; this one waits in line for the node, and that
+    # release wakes it when it may go.
     HELD_BY_OTHER_LIFECYCLE = "held-by-other-lifecycle"
     # This lifecycle gave its slot back already (its cleanup ran): the request is a late delivery of one of
     # its earlier steps, whose commit will lose. A slot taken now would be recorded nowhere and held until

@@ -39,7 +39,9 @@ owed stays free for it (it takes it at its next retry) instead of going to anoth
 the others wait for it. Only a node nobody else holds or waits for may be forced (invariant 3).
 
 **Holders.** One holder per node: a node that holds a slot and asks again holds it again (renewed; taken
-over by a new lifecycle of the same node). A renewal is written only when a third of the TTL has passed since
+over by a lifecycle of another instance of the node's name). Another lifecycle of the holder's instance does
+not take it over (one slot, one lifecycle): it waits in line for the node, eligible once the holder is
+released or expired, and so woken by that release as any waiter it made eligible. A renewal is written only when a third of the TTL has passed since
 the last written one. A holder that expired and was removed asks again like a newcomer, through the queue. A
 node already counted as unavailable takes its slot without taking a new one. A lifecycle that released its
 slot less than a TTL ago takes none again: its request is a late delivery of an earlier step (a duplicate
@@ -247,9 +249,12 @@ def fresh_waiter(
     if (waiter.in_progress, waiter.urgent_at) != (request.in_progress, request.urgent_at):
         return None  # its precedence changed: written now
     live = prune(doc, now)
-    if doc.holder(request.node) is not None or any(
-        w.node == request.node for w in eligible_waiters(live, now)
-    ):
+    holder = doc.holder(request.node)
+    if holder is not None:
+        # waiting for its instance's other lifecycle to give the node's slot back: told so again, unwritten
+        live_other = not holder.expired(now) and _of_other_lifecycle(holder, request)
+        return _decision(live, False, SlotReason.HELD_BY_OTHER_LIFECYCLE) if live_other else None
+    if any(w.node == request.node for w in eligible_waiters(live, now)):
         return None
     reason = SlotReason.LOST if renewing else SlotReason.NO_ROOM
     return _decision(live, False, reason, position_of(live, request.node, now))
@@ -322,39 +327,36 @@ def claim(
     ):
         return doc, _decision(doc, False, SlotReason.RELEASED), None
     holder = doc.holder(request.node)
+    waiter = doc.waiter(request.node)
     if holder is not None:
         if holder.owner != request.owner:
             return doc, _decision(doc, False, SlotReason.HELD_BY_OTHER_OWNER), None
-        if holder.record_id != request.record_id and holder.instance_id == request.instance_id:
+        if _of_other_lifecycle(holder, request):
             # Two lifecycles of one instance (a rebalance drain, then its terminate hook's): renewed under this
             # request, the holder would be released by whichever ended first while the other still drains, a
             # slot freed for another node over the budget. So it stays the first's. A forced request (a Spot
             # interruption: the capacity goes in two minutes) drains within the slot the node holds, without
-            # renaming it; the others wait for that drain. (A lifecycle of another instance takes the holder
-            # over: the name was reused, the node of the old instance is gone.)
+            # renaming it (out of the line); the others wait for that drain, in line for the node, so that
+            # the release of the holder wakes the one it makes eligible as it wakes any waiter. (A lifecycle
+            # of another instance takes the holder over: the name was reused, the node of the old instance
+            # is gone.)
             if request.force:
+                doc = _without_waiter(doc, waiter, request)
                 return doc, _decision(doc, True, SlotReason.HELD), None
+            if waiter is None or waiter.owner == request.owner:
+                queued = _queued(doc, request, waiter, renewal, now)
+                doc = doc if queued is None else queued[0]
             return doc, _decision(doc, False, SlotReason.HELD_BY_OTHER_LIFECYCLE), None
         holders = tuple(h.model_copy(update=renewal) if h is holder else h for h in doc.holders)
         doc = doc.model_copy(update={"holders": holders})
         return doc, _decision(doc, True, SlotReason.HELD), None
 
-    waiter = doc.waiter(request.node)
     if waiter is not None and waiter.owner != request.owner:
         return doc, _decision(doc, False, SlotReason.CLAIMED_BY_OTHER_OWNER), None
-    precedence = {"in_progress": request.in_progress, "urgent_at": request.urgent_at}
-    if waiter is None and len(doc.waiters) >= MAX_WAITERS and not request.force:
+    queued = _queued(doc, request, waiter, renewal, now)
+    if queued is None:
         return doc, _decision(doc, False, SlotReason.QUEUE_FULL), None
-    if waiter is None:
-        entry = Waiter(node=request.node, owner=request.owner, waiting_since=now, **renewal, **precedence)
-        waiters = (*doc.waiters, entry)
-    else:
-        entry = waiter.model_copy(update={**renewal, **precedence})
-        waiters = tuple(entry if w is waiter else w for w in doc.waiters)
-    queued = doc.model_copy(update={"waiters": waiters})
-    if waiter is None and not request.force and len(queued.to_json()) > MAX_DOCUMENT_BYTES:
-        return doc, _decision(doc, False, SlotReason.QUEUE_FULL), None
-    doc = queued
+    doc, entry = queued
 
     pick = next((fitting for w, fitting in _replay(doc, now) if w.node == request.node), None)
     if pick is None and not request.force:
@@ -379,6 +381,44 @@ def claim(
     reason = SlotReason.FORCED if forced else SlotReason.REACQUIRED if renewing else SlotReason.GRANTED
     waited = now - entry.waiting_since if waiter is not None else None
     return doc, _decision(doc, True, reason), waited
+
+
+def _of_other_lifecycle(holder: Holder, request: SlotRequest) -> bool:
+    """Whether ``holder`` is another lifecycle's of this owner, for the request's instance (one slot, one
+    lifecycle: see :func:`claim`)."""
+    return (
+        holder.owner == request.owner
+        and holder.record_id != request.record_id
+        and holder.instance_id == request.instance_id
+    )
+
+
+def _queued(
+    doc: BudgetDocument, request: SlotRequest, waiter: Waiter | None, renewal: dict[str, Any], now: datetime
+) -> tuple[BudgetDocument, Waiter] | None:
+    """``doc`` with the request in line for its node: ``waiter`` (this owner's entry of the node, or None)
+    renewed under it, or a new entry at the end; and that entry. None when a new one does not fit: the queue
+    holds its maximum of waiters, or the document would grow too large."""
+    precedence = {"in_progress": request.in_progress, "urgent_at": request.urgent_at}
+    if waiter is None and len(doc.waiters) >= MAX_WAITERS and not request.force:
+        return None
+    if waiter is None:
+        entry = Waiter(node=request.node, owner=request.owner, waiting_since=now, **renewal, **precedence)
+        waiters = (*doc.waiters, entry)
+    else:
+        entry = waiter.model_copy(update={**renewal, **precedence})
+        waiters = tuple(entry if w is waiter else w for w in doc.waiters)
+    queued = doc.model_copy(update={"waiters": waiters})
+    if waiter is None and not request.force and len(queued.to_json()) > MAX_DOCUMENT_BYTES:
+        return None
+    return queued, entry
+
+
+def _without_waiter(doc: BudgetDocument, waiter: Waiter | None, request: SlotRequest) -> BudgetDocument:
+    """``doc`` without ``waiter`` when it is the request's lifecycle's (``doc`` itself otherwise)."""
+    if waiter is None or (waiter.owner, waiter.record_id) != (request.owner, request.record_id):
+        return doc
+    return doc.model_copy(update={"waiters": tuple(w for w in doc.waiters if w is not waiter)})
 
 
 def release(

@@ -328,11 +328,16 @@ class AcquireSlot:
         if decision.reason is SlotReason.HELD_BY_OTHER_LIFECYCLE:
             # Another lifecycle of this instance drains the node (a Spot interruption's, a rebalance's): after
             # it. A terminate hook then finds that drain over (see _linked); a disruption finds the node gone
-            # or drained.
+            # or drained. It waits in line for the node: that drain's release wakes it (a lifecycle that has
+            # not asked yet is not woken, hence the time it began waiting).
             log.info(
                 "node %s is being drained for another lifecycle of %s: waiting", node.name, record.instance_id
             )
-            return Outcome.wait(self._policy.budget_retry_seconds, **found)
+            return Outcome.wait(
+                self._policy.budget_retry_seconds,
+                slot_waiting_since=record.slot_waiting_since or now,
+                **found,
+            )
         log.info("no budget slot for node %s yet: %s", node.name, decision.reason)
         if decision.reason is SlotReason.RELEASED:
             # This lifecycle drained and gave its slot back: a late delivery of this step (its commit loses)
