@@ -737,6 +737,28 @@ def test_a_drain_whose_instance_was_forgotten_is_not_refused_as_if_it_had_releas
     assert renewed.reason is SlotReason.REACQUIRED
 
 
+def test_a_forgotten_lifecycle_that_then_cleaned_up_takes_no_slot_again_but_its_instances_next_one_does(
+    make_budget: BudgetFactory, clock: FakeClock
+) -> None:
+    # Given n1's drain (into the warm pool) holding its slot when its instance is stopped: the stop frees it
+    # (FORGET_NODE) before the drain's own cleanup gives the slot back
+    budget = make_budget("1", None)
+    drain = replace(slot("n1"), token="t1")
+    assert budget.acquire(drain).granted
+    budget.forget("blue", "i-n1")
+    clock.advance(1)
+    budget.release("n1", "rec-n1", "t1")
+
+    # When a late delivery of one of that lifecycle's steps asks for the slot (its commit will lose)
+    clock.advance(1)
+    late = (budget.acquire(drain), budget.renew(replace(drain, in_progress=True)))
+
+    # Then it is refused as any lifecycle that gave its slot back; while the instance's next lifecycle (back
+    # from the pool, another action) takes the slot
+    assert [d.reason for d in late] == [SlotReason.RELEASED, SlotReason.RELEASED]
+    assert budget.acquire(replace(drain, record_id="rec-n1-next", token="t2")).granted
+
+
 def test_waiters_retrying_through_containers_that_resolve_a_percent_differently_do_not_rewrite_the_document(
     store: MemoryBudgetStore, clock: FakeClock, make_budget: BudgetFactory, inventory: FakeInventory
 ) -> None:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from nodecycle.domain.budget import SlotRequest
-from nodecycle.domain.engine import Handled, Outcome
-from nodecycle.domain.model import Step
+import json
+
+from nodecycle.domain.budget import DisruptionBudget, SlotRequest
+from nodecycle.domain.drain.steps import Cleanup
+from nodecycle.domain.engine import Dispatcher, Handled, Outcome
+from nodecycle.domain.model import LifecycleRecord, Step
+from tests.support.fakes import T0, FakeAutoscaling, FakeMetrics
 from tests.unit.budget.fakes import MemoryBudgetStore
-from tests.unit.drain.test_drain_steps import NODE
+from tests.unit.drain.test_drain_steps import INSTANCE, NODE, Ec2Maintenance, FakeCluster, FakeEvents, node
 from tests.unit.drain.test_first_ask_wakeups import a_first_ask_under_a_budget_of_one
 from tests.unit.foundation.test_engine import Script
 
@@ -44,6 +48,11 @@ def test_a_duplicate_delivery_whose_write_lost_to_the_whole_lifecycle_leaves_no_
     # Then its commit loses, and it took no slot that nothing would give back: the next node may drain
     assert handled is Handled.CONFLICT
     assert world.record().finished
+    _left_no_slot_behind(budget, store, record)
+
+
+def _left_no_slot_behind(budget: DisruptionBudget, store: MemoryBudgetStore, record: LifecycleRecord) -> None:
+    """No holder is left, and the next node takes the slot of the budget of one."""
     doc = store.read()
     assert doc is not None
     assert [(h.node, h.record_id) for h in doc.holders] == []
@@ -55,3 +64,59 @@ def test_a_duplicate_delivery_whose_write_lost_to_the_whole_lifecycle_leaves_no_
         record_id="i-0other/terminate/t",
     )
     assert budget.acquire(other).granted
+
+
+def test_a_duplicate_delivery_whose_write_lost_to_a_lifecycle_forgotten_then_cleaned_up_leaves_no_slot() -> (
+    None
+):
+    # Given a lifecycle at ACQUIRE_SLOT under a budget of one (its instance terminates into the warm pool), and
+    # two deliveries of that step at once
+    store = MemoryBudgetStore(max_attempts=8)
+    world, record, budget, step = a_first_ask_under_a_budget_of_one(store)
+    progress = json.dumps({"instance": INSTANCE, "transition": "terminate", "token": record.token})
+    cluster = FakeCluster(nodes={NODE: node(owner=record.owner, in_progress=progress)}, cordoned={NODE})
+    cleanup = Cleanup(
+        cluster=cluster,
+        slots=budget,
+        dispatcher=Dispatcher(
+            records=world.records, queues=world.queues, clock=world.clock, metrics=FakeMetrics()
+        ),
+        autoscaling=FakeAutoscaling(states={INSTANCE: "Warmed:Stopped"}),
+        events=FakeEvents(),
+        instances=Ec2Maintenance(),
+    )
+
+    def the_other_delivery_runs_the_lifecycle_and_the_instance_stops() -> None:
+        # between this delivery's read of the budget and its write: the node is drained and the action
+        # completed; Auto Scaling stops the instance into its warm pool, and its state change frees what
+        # nodecycle held for it (FORGET_NODE) before the lifecycle's own CLEANUP runs; its record is done
+        request = SlotRequest(
+            node=NODE,
+            instance_id=record.instance_id,
+            zone="eu-west-1a",
+            owner=record.owner,
+            record_id=record.id,
+            token=record.token,
+        )
+        assert budget.acquire(request).granted
+        assert budget.forget(record.owner, record.instance_id) == []
+        current = world.records.get(record.id)
+        assert current is not None
+        at_cleanup = current.model_copy(
+            update={"step": Step.CLEANUP, "node": NODE, "destination": "WarmPool", "drain_started_at": T0}
+        )
+        cleanup(at_cleanup, world.clock.now())
+        done = current.model_copy(update={"seq": current.seq + 1, "step": Step.DONE})
+        assert world.records.commit(done, expected_seq=current.seq)
+
+    store.interleave(the_other_delivery_runs_the_lifecycle_and_the_instance_stops)
+    engine = world.engine({Step.ACQUIRE_SLOT: step, Step.CORDON: Script([Outcome.wait(5)])})
+
+    # When this delivery runs (its write retried on the document after the forget and the cleanup)
+    handled = engine.handle(world.message())
+
+    # Then its commit loses, and it took no slot that nothing would give back (only the sweeper, minutes
+    # later): the next node may drain
+    assert handled is Handled.CONFLICT
+    assert world.record().finished
+    _left_no_slot_behind(budget, store, record)

@@ -429,12 +429,16 @@ def release(
     now: datetime,
     ttl: timedelta,
     record_id: str | None = None,
+    token: str | None = None,
     by_its_lifecycle: bool = True,
 ) -> tuple[BudgetDocument, Holder | None, Waiter | None]:
     """Remove ``owner``'s holder and waiter of ``node`` (only those of ``record_id`` when given); returns
     the document and what was removed. ``doc`` must be pruned. Given back ``by_its_lifecycle`` (its cleanup),
     the holder's lifecycle may not take a slot again for a TTL; removed by another (the stop of its instance,
-    the sweeper), it may: its drain may still be running, and must come to see for itself that it is over."""
+    the sweeper), it may: its drain may still be running, and must come to see for itself that it is over.
+    Once it has (its cleanup, lifecycle ``record_id`` of ``token``, finds the slot of the node removed that
+    way), the removal's mark is made its own: a late delivery of one of its steps, whose commit loses, would
+    otherwise take a slot that only the sweeper or the TTL gives back."""
 
     def mine(entry: Holder | Waiter | None) -> bool:
         return (
@@ -445,15 +449,25 @@ def release(
     holder = holder if mine(holder) else None
     waiter = doc.waiter(node)
     waiter = waiter if mine(waiter) else None
-    if holder is None and waiter is None:
+    # the lifecycle the node's mark of a slot given back names, (None, None) for none; None: no mark to write
+    marked: tuple[str | None, str | None] | None = None
+    if holder is not None:
+        marked = (holder.record_id, holder.token) if by_its_lifecycle else (None, None)
+    elif (
+        by_its_lifecycle
+        and record_id is not None
+        and any((r.node, r.owner, r.record_id) == (node, owner, None) for r in doc.released)
+    ):
+        marked = (record_id, token)
+    if holder is None and waiter is None and marked is None:
         return doc, None, None
     released = doc.released
-    if holder is not None:
+    if marked is not None:
         tombstone = Released(
             node=node,
             owner=owner,
-            record_id=holder.record_id if by_its_lifecycle else None,
-            token=holder.token if by_its_lifecycle else None,
+            record_id=marked[0],
+            token=marked[1],
             released_at=now,
             ttl_seconds=int(ttl.total_seconds()),
         )

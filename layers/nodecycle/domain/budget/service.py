@@ -66,11 +66,13 @@ class DisruptionBudget:
         room; otherwise it is denied (reason ``lost``) and waits like any other node."""
         return self._claim(request, renewing=True)
 
-    def release(self, node: str, record_id: str) -> list[str]:
+    def release(self, node: str, record_id: str, token: str | None = None) -> list[str]:
         """Give back the slot of ``node`` held for lifecycle ``record_id`` (and drop its waiter entry, if any).
 
         By lifecycle, never by node name alone: node names are reused (a recycled private IP), and a late
-        cleanup of an old lifecycle must not free the slot of a new one on a node of the same name.
+        cleanup of an old lifecycle must not free the slot of a new one on a node of the same name. The
+        lifecycle (``record_id`` of ``token``) takes no slot again for a TTL, even when another removed its
+        slot before (see :func:`rules.release`).
 
         Returns the record ids of this owner's waiters that this release made eligible, in order: wake them.
         A repeated release removes nothing and returns every eligible waiter of this owner, so a crash
@@ -84,7 +86,7 @@ class DisruptionBudget:
             now = self._clock.now()
             live = rules.prune(current, now)
             doc, holder, _ = rules.release(
-                live, node, self._owner, now=now, ttl=self._ttl, record_id=record_id
+                live, node, self._owner, now=now, ttl=self._ttl, record_id=record_id, token=token
             )
             other = live.holder(node)
             if holder is None and other is not None:

@@ -780,7 +780,7 @@ class Cleanup:
             released = self._hold(node, record) if held else self._release(node, record)
             if released is Claim.CONFLICT:
                 return Outcome.wait(1)
-        for waiter in self._slots.release(record.node, record.id):
+        for waiter in self._slots.release(record.node, record.id, record.token):
             self._dispatcher.wake(waiter)
         # (told even when the node is gone already: its events are read by its name and uid)
         self._settled(record, node.uid if node is not None else record.node_uid)

@@ -45,9 +45,9 @@ class Slots(Protocol):
 
     def renew(self, request: SlotRequest) -> SlotDecision: ...
 
-    def release(self, node: str, record_id: str) -> list[str]:
-        """Give back the slot (or waiting place) of ``node`` held for lifecycle ``record_id``; the record ids
-        of waiters that may go now."""
+    def release(self, node: str, record_id: str, token: str | None = None) -> list[str]:
+        """Give back the slot (or waiting place) of ``node`` held for lifecycle ``record_id`` (of ``token``,
+        which takes no slot again); the record ids of waiters that may go now."""
         ...
 
     def forget(self, owner: str, instance_id: str) -> list[str]:
