@@ -8,6 +8,7 @@ import pytest
 
 from nodecycle.adapters.kube.budget import BudgetNotInstalled
 from nodecycle.domain.budget import Holder, SlotReason, Waiter
+from nodecycle.domain.budget.rules import force_release
 from nodecycle.domain.errors import TransientError
 from tests.unit.budget.fakes import (
     BudgetFactory,
@@ -343,6 +344,29 @@ def test_a_drained_node_does_not_count_as_unavailable_after_its_release(
 
     # But a node still cordoned a TTL after its release is unavailable for some other reason, and counts
     clock.advance(61)
+    assert not budget.acquire(slot("n2")).granted
+
+
+def test_a_node_whose_stuck_holder_an_operator_released_counts_as_unavailable_whoever_released_it_before(
+    make_budget: BudgetFactory, inventory: FakeInventory, store: MemoryBudgetStore, clock: FakeClock
+) -> None:
+    # Given n1 drained and given back by one lifecycle of its instance, then held by the next one, whose drain
+    # is stuck with the node cordoned
+    inventory.nodes = [node("n1", schedulable=False), node("n2")]
+    budget = make_budget("1", None, count_unavailable=True)
+    budget.acquire(slot("n1"))
+    budget.release("n1", "rec-n1")
+    assert budget.acquire(replace(slot("n1"), record_id="rec-n1-next")).granted
+
+    # When an operator releases that stuck holder (`nodecycle budget release`)
+    doc = store.read()
+    assert doc is not None
+    stuck = doc.holder("n1")
+    assert stuck is not None
+    store.text = force_release(doc, stuck).to_json()
+
+    # Then the node, still cordoned, counts as unavailable: the next node waits
+    clock.advance(1)
     assert not budget.acquire(slot("n2")).granted
 
 
@@ -717,6 +741,35 @@ def test_a_holder_renewed_by_its_lifecycle_under_a_new_token_is_released_under_i
     assert budget.acquire(replace(slot("n1"), token="retirement")).granted
     budget.release("n1", "rec-n1")
     assert budget.acquire(replace(slot("n1"), token="retirement")).reason is SlotReason.RELEASED
+
+
+def test_a_late_delivery_of_a_lifecycle_is_refused_after_its_instances_next_lifecycle_held_the_node(
+    make_budget: BudgetFactory, clock: FakeClock
+) -> None:
+    # Given a budget of one: n1 held by the drain for a rebalance recommendation of its instance, and a
+    # maintenance of the instance in line for the node
+    budget = make_budget("1", None)
+    rebalance = replace(slot("n1"), record_id="rec-n1-rebalance")
+    maintenance = replace(slot("n1"), record_id="rec-n1-maintenance")
+    assert budget.acquire(rebalance).granted
+    assert budget.acquire(maintenance).reason is SlotReason.HELD_BY_OTHER_LIFECYCLE
+
+    # When the rebalance drain gives the slot back and the maintenance takes it; a late delivery of one of the
+    # rebalance drain's steps asks for it then, and again once the maintenance's drain (of a node drained
+    # already: seconds) gave it back
+    clock.advance(1)
+    assert budget.release("n1", "rec-n1-rebalance") == ["rec-n1-maintenance"]
+    assert budget.acquire(maintenance).granted
+    while_held = budget.acquire(rebalance)
+    clock.advance(1)
+    woken = budget.release("n1", "rec-n1-maintenance")
+    after = budget.acquire(rebalance)
+
+    # Then it is refused each time, as the lifecycle that gave its slot back: it holds no slot, and waits in no
+    # line, that nothing would give back; the next node takes the slot
+    assert [while_held.reason, after.reason] == [SlotReason.RELEASED, SlotReason.RELEASED]
+    assert woken == []
+    assert budget.acquire(slot("n2")).granted
 
 
 def test_a_drain_whose_instance_was_forgotten_is_not_refused_as_if_it_had_released(

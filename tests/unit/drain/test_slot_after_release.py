@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from nodecycle.domain.budget import DisruptionBudget, SlotRequest
 from nodecycle.domain.drain.steps import Cleanup
@@ -43,6 +44,48 @@ def test_a_duplicate_delivery_whose_write_lost_to_the_whole_lifecycle_leaves_no_
     engine = world.engine({Step.ACQUIRE_SLOT: step, Step.CORDON: Script([Outcome.wait(5)])})
 
     # When this delivery runs (its write retried on the document after the release)
+    handled = engine.handle(world.message())
+
+    # Then its commit loses, and it took no slot that nothing would give back: the next node may drain
+    assert handled is Handled.CONFLICT
+    assert world.record().finished
+    _left_no_slot_behind(budget, store, record)
+
+
+def test_a_duplicate_delivery_whose_write_lost_to_the_lifecycle_and_its_instances_next_one_leaves_no_slot() -> (
+    None
+):
+    # Given a lifecycle at ACQUIRE_SLOT under a budget of one, and two deliveries of that step at once
+    store = MemoryBudgetStore(max_attempts=8)
+    world, record, budget, step = a_first_ask_under_a_budget_of_one(store)
+    request = SlotRequest(
+        node=NODE,
+        instance_id=record.instance_id,
+        zone="eu-west-1a",
+        owner=record.owner,
+        record_id=record.id,
+        token=record.token,
+    )
+
+    def the_other_delivery_runs_the_lifecycle_then_the_next_one_of_the_instance_runs() -> None:
+        # between this delivery's read of the budget and its write: the lifecycle drains the node and gives
+        # the slot back; the next lifecycle of the instance (a maintenance, in line for the node) takes it and
+        # gives it back within seconds (the node is drained already)
+        maintenance = replace(request, record_id=f"{record.instance_id}/scheduled-change", token="evt-1")
+        assert budget.acquire(request).granted
+        assert not budget.acquire(maintenance).granted
+        current = world.records.get(record.id)
+        assert current is not None
+        done = current.model_copy(update={"seq": current.seq + 1, "step": Step.DONE})
+        assert world.records.commit(done, expected_seq=current.seq)
+        assert budget.release(NODE, record.id, record.token) == [maintenance.record_id]
+        assert budget.acquire(maintenance).granted
+        budget.release(NODE, maintenance.record_id, maintenance.token)
+
+    store.interleave(the_other_delivery_runs_the_lifecycle_then_the_next_one_of_the_instance_runs)
+    engine = world.engine({Step.ACQUIRE_SLOT: step, Step.CORDON: Script([Outcome.wait(5)])})
+
+    # When this delivery runs (its write retried on the document after both releases)
     handled = engine.handle(world.message())
 
     # Then its commit loses, and it took no slot that nothing would give back: the next node may drain

@@ -24,7 +24,8 @@ waiters with that owner's recorded limits, so all stacks agree on who is next (s
 The budget holds at most ``MAX_WAITERS`` waiters, and takes no new one that would bring the document past
 ``MAX_DOCUMENT_BYTES`` (see :mod:`.rules`), so that it stays under the API server's 1 MiB limit for a
 ConfigMap (a waiter takes 300-650 bytes). ``released`` remembers for one TTL the nodes whose slot was just given back: such a node stays cordoned
-until its instance is gone, and must not be counted as "unavailable for another reason" meanwhile.
+until its instance is gone, and must not be counted as "unavailable for another reason" meanwhile. It holds
+one entry per lifecycle that gave a node's slot back, kept while another lifecycle holds the node again.
 
 A reader refuses a document of a newer format rather than rewrite what it does not understand.
 """
@@ -98,11 +99,12 @@ class Waiter(_Entry):
 class Released(_Model):
     """A node whose slot was given back: not "unavailable for another reason" until ``expires_at``; nor
     taken again by the lifecycle that gave it back (``record_id`` and ``token``: a late delivery of one of its
-    steps)."""
+    steps), whoever holds the node since."""
 
     node: str
     owner: str
-    record_id: str | None = None  # None in documents written before it was kept
+    # None: removed by another (the stop of its instance, the sweeper), or written before it was kept
+    record_id: str | None = None
     token: str | None = None
     released_at: datetime
     ttl_seconds: int = Field(ge=1)

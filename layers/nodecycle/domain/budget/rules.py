@@ -41,13 +41,14 @@ the others wait for it. Only a node nobody else holds or waits for may be forced
 **Holders.** One holder per node: a node that holds a slot and asks again holds it again (renewed; taken
 over by a lifecycle of another instance of the node's name). Another lifecycle of the holder's instance does
 not take it over (one slot, one lifecycle): it waits in line for the node, eligible once the holder is
-released or expired, and so woken by that release as any waiter it made eligible. A renewal is written only when a third of the TTL has passed since
-the last written one. A holder that expired and was removed asks again like a newcomer, through the queue. A
-node already counted as unavailable takes its slot without taking a new one. A lifecycle that released its
-slot less than a TTL ago takes none again: its request is a late delivery of an earlier step (a duplicate
-whose write was retried after the release), whose commit loses, so nothing would ever give that slot back.
-A lifecycle is its record and token: a disruption's record (one per instance and cause) starts over under
-another token (a Spot instance interrupted again, the next maintenance), which takes a slot as any other.
+released or expired, and so woken by that release as any waiter it made eligible. A renewal is written only
+when a third of the TTL has passed since the last written one. A holder that expired and was removed asks
+again like a newcomer, through the queue. A node already counted as unavailable takes its slot without taking
+a new one. A lifecycle that released its slot less than a TTL ago takes none again, whoever held the node
+since: its request is a late delivery of an earlier step (a duplicate whose write was retried after the
+release), whose commit loses, so nothing would ever give that slot back. A lifecycle is its record and
+token: a disruption's record (one per instance and cause) starts over under another token (a Spot instance
+interrupted again, the next maintenance), which takes a slot as any other.
 
 A node that is held or queued by another owner is handed off, never taken (invariant 3), until that entry
 expires; unless the entry is another instance's. Instance ids are never reused, node names are (a recycled
@@ -83,8 +84,9 @@ def prune(doc: BudgetDocument, now: datetime) -> BudgetDocument:
     """The document without expired entries; ``doc`` itself when nothing expired."""
     holders = tuple(h for h in doc.holders if not h.expired(now))
     waiters = tuple(w for w in doc.waiters if not w.expired(now))
-    held = {h.node for h in holders}
-    released = tuple(r for r in doc.released if not r.expired(now) and r.node not in held)
+    # (kept while the node is held again: a late delivery of a lifecycle that gave its slot back is refused,
+    # whoever took the node since)
+    released = tuple(r for r in doc.released if not r.expired(now))
     active = {h.owner for h in holders} | {w.owner for w in waiters}
     limits = {
         owner: entry
@@ -375,7 +377,6 @@ def claim(
                 for w in doc.waiters
                 if w.node != request.node
             ),
-            "released": tuple(r for r in doc.released if r.node != request.node),
         }
     )
     reason = SlotReason.FORCED if forced else SlotReason.REACQUIRED if renewing else SlotReason.GRANTED
@@ -471,7 +472,13 @@ def release(
             released_at=now,
             ttl_seconds=int(ttl.total_seconds()),
         )
-        released = (*(r for r in released if r.node != node), tombstone)
+        # One per lifecycle of the node; and this owner's mark of a removal by another (no lifecycle) is
+        # replaced by this one.
+        replaced = {(owner, None, None), (owner, *marked)}
+        released = (
+            *(r for r in released if r.node != node or (r.owner, r.record_id, r.token) not in replaced),
+            tombstone,
+        )
     doc = doc.model_copy(
         update={
             "holders": tuple(h for h in doc.holders if h is not holder),
@@ -485,15 +492,17 @@ def release(
 def force_release(doc: BudgetDocument, holder: Holder) -> BudgetDocument:
     """The operator's escape hatch: remove exactly ``holder`` (same node and record), whoever owns it.
 
-    No ``released`` entry: the node is still cordoned by a drain that may be stuck, so to an owner counting
-    unavailable nodes it is unavailable, until someone uncordons it. A drain still running takes a slot
-    again at its next renewal when there is room, and otherwise pauses.
+    No ``released`` entry, and none left of the lifecycles that held the node before: the node is still
+    cordoned by a drain that may be stuck, so to an owner counting unavailable nodes it is unavailable, until
+    someone uncordons it. A drain still running takes a slot again at its next renewal when there is room,
+    and otherwise pauses.
     """
     return doc.model_copy(
         update={
             "holders": tuple(
                 h for h in doc.holders if not (h.node == holder.node and h.record_id == holder.record_id)
-            )
+            ),
+            "released": tuple(r for r in doc.released if r.node != holder.node),
         }
     )
 
