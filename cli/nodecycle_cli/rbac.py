@@ -74,6 +74,30 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: ${prefix
 subjects:
   - {apiGroup: rbac.authorization.k8s.io, kind: Group, name: ${prefix}-drain}
 ---
+# The drain function's launch readiness gate reads a node's Lease, by name: its kubelet renews it every 10 s,
+# while a node object stays Ready for 40-50 s after its instance stopped (an instance back from a warm pool
+# at once would otherwise go in service before its kubelet runs). Nothing else in kube-node-lease.
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: ${prefix}-drain-node-leases
+  namespace: kube-node-lease
+  labels: {app.kubernetes.io/name: nodecycle}
+rules:
+  - apiGroups: [coordination.k8s.io]
+    resources: [leases]
+    verbs: [get]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: ${prefix}-drain-node-leases
+  namespace: kube-node-lease
+  labels: {app.kubernetes.io/name: nodecycle}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: ${prefix}-drain-node-leases}
+subjects:
+  - {apiGroup: rbac.authorization.k8s.io, kind: Group, name: ${prefix}-drain}
+---
 # The sweeper: list the nodes (stale budget entries, leftover annotations) and clear its own leftover
 # annotations. No pods, no evictions.
 apiVersion: rbac.authorization.k8s.io/v1

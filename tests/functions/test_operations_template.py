@@ -258,14 +258,14 @@ def test_what_the_doctor_checks_each_function_may_do_is_what_deploy_rbac_grants(
     with (ROOT / "deploy" / "rbac.yaml").open() as stream:
         objects = [o for o in yaml.safe_load_all(stream) if o and o["kind"] in ("Role", "ClusterRole")]
 
-    def granted(verb: str, resource: str, name: str, namespaced: bool) -> bool:
+    def granted(verb: str, group: str, resource: str, name: str, scope: str | None) -> bool:
         for role in objects:
-            if role["kind"] == "Role" and (not namespaced or role["metadata"]["namespace"] != namespace):
+            if role["kind"] == "Role" and role["metadata"]["namespace"] != scope:
                 continue
             for rule in role["rules"]:
                 names = rule.get("resourceNames") or []
                 if (
-                    "" in rule["apiGroups"]
+                    group in rule["apiGroups"]
                     and resource in rule["resources"]
                     and verb in rule["verbs"]
                     and (not names or name in names)
@@ -276,7 +276,7 @@ def test_what_the_doctor_checks_each_function_may_do_is_what_deploy_rbac_grants(
     for function, needs in NEEDS.items():
         for need in needs:
             resource = f"{need.resource}/{need.subresource}" if need.subresource else need.resource
-            assert granted(need.verb, resource, need.name, need.namespaced), (
+            assert granted(need.verb, need.group, resource, need.name, need.scope(namespace)), (
                 f"{function}: {need.describe(namespace)}"
             )
 

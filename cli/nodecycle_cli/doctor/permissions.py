@@ -23,12 +23,19 @@ class Need:
     namespaced: bool = False  # in the budget's namespace
     name: str = ""
     why: str = ""
+    group: str = ""  # the API group ("": core)
+    namespace: str = ""  # a namespace of its own, whatever the budget's (kube-node-lease)
 
     def describe(self, namespace: str) -> str:
         what = f"{self.resource}/{self.subresource}" if self.subresource else self.resource
+        what = f"{what}.{self.group}" if self.group else what
         where = f" {self.name}" if self.name else ""
-        scope = f" in {namespace}" if self.namespaced else ""
+        scope = f" in {self.scope(namespace)}" if self.scope(namespace) else ""
         return f"{self.verb} {what}{where}{scope}"
+
+    def scope(self, namespace: str) -> str | None:
+        """The namespace of the call, given the budget's (None: cluster-wide)."""
+        return self.namespace or (namespace if self.namespaced else None)
 
 
 _BUDGET = (
@@ -45,6 +52,14 @@ NEEDS: dict[str, tuple[Need, ...]] = {
         Need("create", "pods", subresource="eviction", why="evict under PodDisruptionBudgets"),
         Need("delete", "pods", why="the force timeout policy"),
         Need("create", "events", namespaced=True, why="tell each decision on the node (best effort)"),
+        Need(
+            "get",
+            "leases",
+            group="coordination.k8s.io",
+            namespace="kube-node-lease",
+            why="the readiness gate tells a running kubelet from a node still Ready from before its instance "
+            "stopped (without it, Ready alone opens the gate)",
+        ),
         *_BUDGET,
     ),
     "sweeper": (
@@ -82,11 +97,11 @@ def denied(api_client: Any, identity: Identity, needs: Sequence[Need], namespace
                 # what the EKS authenticator adds to every authenticated identity
                 groups=[*identity.groups, "system:authenticated"],
                 resource_attributes=client.V1ResourceAttributes(
-                    group="",
+                    group=need.group,
                     verb=need.verb,
                     resource=need.resource,
                     subresource=need.subresource or None,
-                    namespace=namespace if need.namespaced else None,
+                    namespace=need.scope(namespace),
                     name=need.name or None,
                 ),
             )

@@ -1,4 +1,5 @@
-"""The launch readiness gate: a launch is completed once its node has registered and is Ready."""
+"""The launch readiness gate: a launch is completed once its node has registered and is Ready, its kubelet
+running since the launch began."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from nodecycle.domain.engine import Outcome
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.policy import ReadinessPolicy
+from nodecycle.domain.ports.cluster import Cluster, Events, NodeInfo, Refused
 from nodecycle.domain.ports.runtime import Metrics
 
 log = logging.getLogger(__name__)
@@ -20,22 +22,40 @@ POLLS = "polls"  # record.extra key: how often the gate has looked for the node 
 # within this), then once in SCAN_EVERY polls, and at the last poll before the gate times out.
 SCAN_AFTER = timedelta(minutes=2)
 SCAN_EVERY = 6
+# A Ready node counts only once its kubelet has renewed its Lease since the launch action started (less this,
+# for the clocks of the instance and of Auto Scaling, and an event time cut to the second). An instance taken
+# out of a Stopped warm pool finds its node object still Ready from before the stop for the 40-50 s the node
+# controller takes to mark it Unknown, while its kubelet has not run since. The Ready condition's own
+# lastHeartbeatTime cannot tell: a live kubelet posts node status only every 5 minutes, but renews its Lease
+# about every 10 s (a brand-new node's kubelet creates its Lease as it starts).
+CLOCK_SKEW = timedelta(seconds=5)
 
 
 class ReadinessGate:
-    """A launch completes once its node is registered and Ready (bounded by the readiness timeout)."""
+    """A launch completes once its node is registered and Ready and its kubelet has run since the launch began
+    (bounded by the readiness timeout)."""
 
-    def __init__(self, *, finder: NodeFinder, policy: ReadinessPolicy, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        *,
+        finder: NodeFinder,
+        cluster: Cluster,
+        policy: ReadinessPolicy,
+        metrics: Metrics,
+        events: Events,
+    ) -> None:
         self._finder = finder
+        self._cluster = cluster
         self._policy = policy
         self._metrics = metrics
+        self._events = events
 
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
         deadline = record.gate_deadline or now + self._policy.timeout
         polls = int(record.extra.get(POLLS, 0))
         node, extra = self._finder.find(record, scan=self._scan(polls, now, deadline))
         extra[POLLS] = polls + 1
-        if node is not None and node.ready:
+        if node is not None and node.ready and self._kubelet_ran_since(node, record):
             log.info("node %s is Ready", node.name)
             return Outcome.next(node=node.name, zone=node.zone, outcome="node-ready", extra=extra)
         if now >= deadline:
@@ -45,6 +65,41 @@ class ReadinessGate:
             self._metrics.count("ReadinessTimeouts")
             return Outcome.goto(Step.COMPLETE, result=result, outcome=why, extra=extra)
         return Outcome.wait(self._policy.poll_seconds, gate_deadline=deadline, extra=extra)
+
+    def _kubelet_ran_since(self, node: NodeInfo, record: LifecycleRecord) -> bool:
+        """Whether the node's kubelet renewed its Lease since the launch began (see CLOCK_SKEW). A node without
+        a Lease waits: a live kubelet creates it again within a renewal."""
+        try:
+            renewed = self._cluster.lease_renewed_at(node.name)
+        except Refused as refused:
+            # RBAC older than this check: Ready alone, as before it, rather than every launch waiting out its
+            # gate (and replaced, under ABANDON); only a stale Ready at a warm-pool return goes unnoticed then
+            log.error(
+                "the Lease of node %s cannot be read (%s): its Ready condition alone opens the gate; apply this "
+                "version's RBAC (nodecycle rbac | kubectl apply -f -)",
+                node.name,
+                refused,
+            )
+            self._events.on_node(
+                node.name,
+                node.uid,
+                "NodeLeaseUnreadable",
+                f"The readiness gate of instance {record.instance_id} may not read the node's Lease in "
+                f"kube-node-lease ({refused}): it took the Ready condition alone, which a node keeps for a while "
+                "after its instance stops. Apply nodecycle's RBAC again (nodecycle rbac | kubectl apply -f -)",
+                warning=True,
+            )
+            return True
+        if renewed is not None and renewed >= record.started_at - CLOCK_SKEW:
+            return True
+        log.info(
+            "node %s says Ready, but its kubelet has not renewed its Lease since the launch began at %s (%s): "
+            "waiting for it",
+            node.name,
+            record.started_at,
+            f"last renewed at {renewed}" if renewed else "no Lease",
+        )
+        return False
 
     def _scan(self, polls: int, now: datetime, deadline: datetime) -> bool:
         """Whether this poll may list every node (see SCAN_AFTER)."""

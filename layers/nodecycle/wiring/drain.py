@@ -138,6 +138,8 @@ def engine() -> StepEngine:
                 instances=instances,
                 maintenance_poll_seconds=MAINTENANCE_POLLS_PER_LOOK * config.drain_poll_seconds,
             ),
-            Step.READY_GATE: ReadinessGate(finder=finder, policy=readiness, metrics=ports.metrics),
+            Step.READY_GATE: ReadinessGate(
+                finder=finder, cluster=nodes, policy=readiness, metrics=ports.metrics, events=events
+            ),
         }
     return ports.engine(Worker.DRAIN, steps, SettleResults(readiness=readiness.on_failure))

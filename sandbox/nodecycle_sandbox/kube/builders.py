@@ -1,7 +1,9 @@
-"""Builders for the objects the simulated cluster creates by itself: nodes, pods of controllers, mirror pods."""
+"""Builders for the objects the simulated cluster creates by itself: nodes, their kubelets' Leases, pods of
+controllers, mirror pods."""
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import re
@@ -11,6 +13,8 @@ from typing import Any
 from nodecycle_sandbox.kube.meta import MIRROR_ANNOTATION, ZONE_LABEL, JsonObj, json_copy, owner_ref, rfc3339
 
 KUBELET_VERSION = "v1.32.0-eks-sandbox"
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+NODE_LEASE_SECONDS = 40  # the kubelet's nodeLeaseDurationSeconds (it renews at a quarter of it: every 10 s)
 # The alphabet of k8s.io/apimachinery/pkg/util/rand: no vowels, no look-alike digits.
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _EC2_NAME = re.compile(r"^ip-(\d{1,3})-(\d{1,3})-(\d{1,3})-(\d{1,3})(\.|$)")
@@ -47,6 +51,33 @@ def ready_condition(ready: bool, now: float) -> JsonObj:
         "reason": "KubeletReady" if ready else "KubeletNotReady",
         "message": "kubelet is posting ready status" if ready else "container runtime network not ready",
         "lastHeartbeatTime": rfc3339(now),
+    }
+
+
+def micro_time(epoch: float) -> str:
+    """A MicroTime, as a Lease's renewTime is written."""
+    return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def node_lease(node: JsonObj, *, uid: str, now: float) -> JsonObj:
+    """The Lease a node's kubelet creates as it starts (``kube-node-lease/<node>``, owned by the node, so that
+    it goes with it)."""
+    name = node["metadata"]["name"]
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {
+            "name": name,
+            "namespace": NODE_LEASE_NAMESPACE,
+            "uid": uid,
+            "creationTimestamp": rfc3339(now),
+            "ownerReferences": [owner_ref(node, controller=False)],
+        },
+        "spec": {
+            "holderIdentity": name,
+            "leaseDurationSeconds": NODE_LEASE_SECONDS,
+            "renewTime": micro_time(now),
+        },
     }
 
 

@@ -64,6 +64,9 @@ class SyncResult:
     changed: bool  # the pass wrote something, so another pass may have more to do
     due: float | None  # the next monotonic time a timer (pod start / stop, node readiness) fires
     revision: int  # the store revision the pass ended at
+    # the next monotonic time a kubelet renews its Lease: a timer of the loop's, but no work that settling waits
+    # for (live kubelets renew for ever)
+    renewal: float | None = None
 
 
 @dataclass(frozen=True)
@@ -140,8 +143,11 @@ class Controllers:
             kubelet_changed, pod_deadline = self._kubelet.sync()
             changed |= kubelet_changed
             changed |= self._sync_statuses()
+            revision = self._store.revision
+            renewal = self._kubelet.renew_leases()
+            changed |= self._store.revision != revision
             deadlines = [d for d in (node_deadline, pod_deadline) if d is not None]
-            return SyncResult(changed, min(deadlines, default=None), self._store.revision)
+            return SyncResult(changed, min(deadlines, default=None), self._store.revision, renewal)
 
     def _sync_node_timers(self) -> tuple[bool, float | None]:
         mono = time.monotonic()
@@ -512,5 +518,5 @@ class ControllerLoop:
                 logger.exception("sandbox controller pass failed")
                 self.failure = exc
                 continue
-            due = result.due
+            due = min((at for at in (result.due, result.renewal) if at is not None), default=None)
             clean_revision = -1 if result.changed else result.revision

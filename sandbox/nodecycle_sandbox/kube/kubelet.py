@@ -1,4 +1,5 @@
-"""The simulated kubelets of all nodes: pods start after a delay, report readiness and stop within their grace."""
+"""The simulated kubelets of all nodes: pods start after a delay, report readiness and stop within their grace;
+each live kubelet renews its node's Lease, a dead one leaves it as it was."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import secrets
 import time
 
 from nodecycle_sandbox.kube import errors, finalizers
-from nodecycle_sandbox.kube.builders import ip_of_node_name
+from nodecycle_sandbox.kube.builders import NODE_LEASE_NAMESPACE, ip_of_node_name, micro_time, node_lease
 from nodecycle_sandbox.kube.history import SANDBOX
 from nodecycle_sandbox.kube.meta import (
     DEFAULT_GRACE_SECONDS,
@@ -28,7 +29,7 @@ from nodecycle_sandbox.kube.meta import (
     uid_of,
     with_condition,
 )
-from nodecycle_sandbox.kube.resources import NODES, PODS
+from nodecycle_sandbox.kube.resources import LEASES, NODES, PODS
 from nodecycle_sandbox.kube.store import Store
 
 
@@ -39,10 +40,14 @@ class Kubelet:
     whole-second precision, too coarse for tests that time a 0.3 s shutdown.
     """
 
-    def __init__(self, store: Store, *, start_seconds: float, shutdown_seconds: float) -> None:
+    def __init__(
+        self, store: Store, *, start_seconds: float, shutdown_seconds: float, lease_renew_seconds: float
+    ) -> None:
         self._store = store
         self.start_seconds = start_seconds
         self.shutdown_seconds = shutdown_seconds
+        self.lease_renew_seconds = lease_renew_seconds
+        self._renewed_at: dict[str, float] = {}  # node -> its kubelet's last Lease renewal (monotonic)
         self._ready_at: dict[str, float] = {}
         self._dead: set[str] = set()  # nodes whose kubelet is gone
         self._gone_at: dict[str, float] = {}
@@ -101,6 +106,41 @@ class Kubelet:
 
     def alive_on(self, node: str) -> bool:
         return node not in self._dead
+
+    def renew_lease(self, node: str) -> None:
+        """The node's kubelet renews its Lease now (creating it, as a kubelet that starts does); a dead one
+        does not."""
+        with self._store.lock:
+            found = self._store.get(NODES, "", node)
+            if found is None or node in self._dead:
+                return
+            now = time.time()
+            lease = self._store.get(LEASES, NODE_LEASE_NAMESPACE, node)
+            if lease is None:
+                created = node_lease(found, uid=self._store.new_uid(), now=now)
+                self._store.write(LEASES, created, verb="create", source=SANDBOX)
+            else:
+                renewed = json_copy(lease)
+                renewed["spec"]["renewTime"] = micro_time(now)
+                self._store.write(LEASES, renewed, verb="update", source=SANDBOX)
+            self._renewed_at[node] = time.monotonic()
+
+    def renew_leases(self) -> float | None:
+        """Each live kubelet renews its Lease once ``lease_renew_seconds`` have passed since its last renewal;
+        returns when the next renewal is due (monotonic)."""
+        with self._store.lock:
+            nodes = {name_of(n) for n in self._store.items(NODES)}
+            for gone in set(self._renewed_at) - nodes:
+                del self._renewed_at[gone]  # its Lease goes with the node (owner reference)
+            mono = time.monotonic()
+            due: list[float] = []
+            for node in sorted(nodes - self._dead):
+                renewed = self._renewed_at.get(node)
+                if renewed is None or mono >= renewed + self.lease_renew_seconds:
+                    self.renew_lease(node)
+                    renewed = self._renewed_at[node]
+                due.append(renewed + self.lease_renew_seconds)
+            return min(due, default=None)
 
     def sync(self) -> tuple[bool, float | None]:
         """One kubelet pass over all bound pods; returns (changed anything, next monotonic deadline)."""

@@ -55,6 +55,8 @@ class KubeServer:
         token_max_age_seconds: refuse EKS tokens signed longer ago than this (EKS: 900); None: no limit.
         node_monitor_grace_seconds: how long after its kubelet is lost (``kill_kubelet``) a node turns
             Ready=Unknown (kube-controller-manager's ``--node-monitor-grace-period``: 40 s).
+        node_lease_renew_seconds: how often each live kubelet renews its node's Lease in ``kube-node-lease``
+            (the kubelet's: a quarter of its 40 s lease duration); a lost kubelet's Lease is left as it was.
     """
 
     def __init__(
@@ -69,6 +71,7 @@ class KubeServer:
         pod_shutdown_seconds: float = 0.0,
         token_max_age_seconds: float | None = None,
         node_monitor_grace_seconds: float = 40.0,
+        node_lease_renew_seconds: float = 10.0,
     ) -> None:
         self.cluster_name = cluster_name
         self._tls = tls
@@ -79,7 +82,10 @@ class KubeServer:
         self._node_monitor_grace = node_monitor_grace_seconds
         self._store = Store()
         self._kubelet = Kubelet(
-            self._store, start_seconds=pod_start_seconds, shutdown_seconds=pod_shutdown_seconds
+            self._store,
+            start_seconds=pod_start_seconds,
+            shutdown_seconds=pod_shutdown_seconds,
+            lease_renew_seconds=node_lease_renew_seconds,
         )
         self._api = Api(self._store, self._kubelet)
         self._controllers = Controllers(self._store, self._api, self._kubelet)
@@ -281,8 +287,8 @@ class KubeServer:
         labels: dict[str, str] | None = None,
         pods_capacity: int = 110,
     ) -> JsonObj:
-        """Register a node as a kubelet would. With ``ready_after`` it registers NotReady and turns Ready
-        that many seconds later (a launching instance)."""
+        """Register a node as a kubelet would, with its Lease. With ``ready_after`` it registers NotReady and
+        turns Ready that many seconds later (a launching instance)."""
         node = node_object(
             name,
             instance_id=instance_id,
@@ -294,6 +300,7 @@ class KubeServer:
         )
         with self._store.lock:
             created = self._api.create(NODES, "", node, source=SANDBOX)
+            self._kubelet.renew_lease(name)
             if ready_after is not None:
                 self._controllers.make_ready_after(name, ready_after)
             return json_copy(created)
@@ -313,8 +320,8 @@ class KubeServer:
             self._controllers.add_static_pod(node, StaticPod(name, namespace, image))
 
     def kill_kubelet(self, name: str, *, grace_seconds: float | None = None) -> None:
-        """The node's kubelet is gone (the instance died, or the kubelet did): its pods neither start nor
-        finish terminating; after ``grace_seconds`` (default: the server's node monitor grace period) the node
+        """The node's kubelet is gone (the instance died or stopped, or the kubelet did): its pods neither start
+        nor finish terminating, its Lease is renewed no more; after ``grace_seconds`` (default: the server's node monitor grace period) the node
         is Ready=Unknown with the unreachable taints. A graceful pod deletion then never completes: only a
         force delete (grace 0) or the deletion of the node object (pod garbage collection) ends its pods."""
         grace = self._node_monitor_grace if grace_seconds is None else grace_seconds
@@ -322,7 +329,8 @@ class KubeServer:
         self._poke()
 
     def revive_kubelet(self, name: str) -> None:
-        """The kubelet is back: the node posts Ready again and its pods' deletions proceed."""
+        """The kubelet is back: it renews its Lease, the node posts Ready again and its pods' deletions
+        proceed."""
         self._controllers.revive_kubelet(name)
         self._poke()
 

@@ -1,5 +1,6 @@
 """Deletions a real cluster does not finish at once: objects with finalizers, and pods of a node whose kubelet
-is gone (NotReady, their graceful deletions never complete until a force delete or the node's removal)."""
+is gone (NotReady, their graceful deletions never complete until a force delete or the node's removal); the
+Lease of a kubelet, renewed while it runs, left as it was once it is gone."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from kubernetes.client.exceptions import ApiException
 
 from nodecycle_sandbox.kube import SHUTDOWN_ANNOTATION, KubeServer
 
-from .conftest import Kube, is_ready, node_name, nodes_seed, status_of, wait_until
+from .conftest import Kube, connect, is_ready, node_name, nodes_seed, status_of, wait_until
 
 FINALIZER = "example.com/keep"
 
@@ -262,3 +263,41 @@ def test_a_shorter_grace_moves_the_deletion_deadline_from_when_the_deletion_was_
     )
     kept = kube.core.read_namespaced_pod("kept", "default").metadata
     assert kept.deletion_timestamp == kept_asked.deletion_timestamp - timedelta(seconds=30)
+
+
+def test_a_kubelet_renews_its_lease_while_it_runs_and_leaves_it_once_lost() -> None:
+    with KubeServer(tick_seconds=0.02, node_lease_renew_seconds=0.2) as server:
+        kube = connect(server)
+        node = node_name(0, 10)
+
+        def renewed() -> Any:
+            return kube.coordination.read_namespaced_lease(node, "kube-node-lease").spec.renew_time
+
+        # Given a node its kubelet registered: its Lease in kube-node-lease, held by it and owned by the node
+        server.seed({"nodes": nodes_seed(1)})
+        lease = kube.coordination.read_namespaced_lease(node, "kube-node-lease")
+        assert (lease.spec.holder_identity, lease.spec.lease_duration_seconds) == (node, 40)
+        assert [(o.kind, o.name) for o in lease.metadata.owner_references] == [("Node", node)]
+
+        # When time passes, Then the kubelet renews it
+        first = lease.spec.renew_time
+        wait_until(lambda: renewed() > first, what="a renewal")
+
+        # When the kubelet is lost (its instance stopped), Then its Lease is renewed no more, while the node
+        # object still says Ready (until the node monitor grace period, 40 s, has passed)
+        server.kill_kubelet(node)
+        last = renewed()
+        time.sleep(0.7)  # more than three renewals of a live kubelet
+        assert renewed() == last
+        assert _ready_status(server, node) == "True"
+
+        # When it is back, Then it renews its Lease at once
+        server.revive_kubelet(node)
+        wait_until(lambda: renewed() > last, what="the revived kubelet's renewal")
+
+        # When the node goes, Then its Lease goes with it (garbage collected: the node owns it)
+        server.remove_node(node)
+        with pytest.raises(ApiException) as gone:
+            renewed()
+        assert gone.value.status == 404
+        kube.api_client.close()

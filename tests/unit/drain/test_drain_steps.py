@@ -110,6 +110,10 @@ class FakeCluster:
     evictions: list[tuple[str, int]] = field(default_factory=list)
     deletions: list[tuple[str, int]] = field(default_factory=list)
     patches: list[dict[str, object]] = field(default_factory=list)
+    # When each node's kubelet last renewed its Lease (None: the node has none). A node not listed has a live
+    # kubelet, which renewed it at the API server's ``now``
+    leases: dict[str, datetime | None] = field(default_factory=dict)
+    leases_refused: str | None = None  # why the API server refuses to read any Lease (a 403), if it does
 
     def find_node(
         self, instance_id: str, private_dns_name: str | None, *, scan: bool = True
@@ -124,6 +128,13 @@ class FakeCluster:
 
     def get_node(self, name: str) -> NodeInfo | None:
         return self.nodes.get(name)
+
+    def lease_renewed_at(self, node: str) -> datetime | None:
+        if self.leases_refused is not None:
+            raise Refused(self.leases_refused)
+        if node in self.leases:
+            return self.leases[node]
+        return self.now if node in self.nodes else None
 
     def claim_node(
         self, node: NodeInfo, *, owner: str, in_progress: str, cordon: bool, exclude_from_lb: bool
@@ -1261,7 +1272,13 @@ def launching(**changes: object) -> LifecycleRecord:
 @pytest.mark.parametrize("ready", [True, False])
 def test_the_gate_opens_only_for_a_ready_node(ready: bool) -> None:
     cluster = FakeCluster(nodes={NODE: node(ready=ready)})
-    gate = ReadinessGate(finder=NodeFinder(cluster, Dns()), policy=readiness(), metrics=FakeMetrics())
+    gate = ReadinessGate(
+        finder=NodeFinder(cluster, Dns()),
+        cluster=cluster,
+        policy=readiness(),
+        metrics=FakeMetrics(),
+        events=FakeEvents(),
+    )
     outcome = gate(launching(), T0)
     assert outcome.again is not ready
     if not ready:
@@ -1270,10 +1287,13 @@ def test_the_gate_opens_only_for_a_ready_node(ready: bool) -> None:
 
 def test_the_gate_gives_up_with_the_configured_result_when_the_node_never_joins() -> None:
     metrics = FakeMetrics()
+    cluster = FakeCluster()
     gate = ReadinessGate(
-        finder=NodeFinder(FakeCluster(), NoDns()),
+        finder=NodeFinder(cluster, NoDns()),
+        cluster=cluster,
         policy=readiness(readiness_failure_result="CONTINUE"),
         metrics=metrics,
+        events=FakeEvents(),
     )
     deadline = T0 + timedelta(seconds=300)
     outcome = gate(launching(gate_deadline=deadline), deadline)

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
+
+import pytest
 
 from nodecycle.domain.launch import ReadinessGate
+from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.nodes import NodeFinder
+from nodecycle.domain.policy import ActionResult, ReadinessPolicy
 from nodecycle.domain.ports.cluster import NodeInfo
 from tests.support.fakes import T0, FakeMetrics
-from tests.unit.drain.test_drain_steps import NODE, FakeCluster, launching, node, readiness
+from tests.unit.drain.test_drain_steps import NODE, FakeCluster, FakeEvents, launching, node, readiness
 
 
 @dataclass
@@ -38,14 +42,32 @@ class Dns:
         return dict.fromkeys(instance_ids, "running")
 
 
+def gate_on(
+    cluster: FakeCluster, dns: Dns, policy: ReadinessPolicy, events: FakeEvents | None = None
+) -> ReadinessGate:
+    return ReadinessGate(
+        finder=NodeFinder(cluster, dns),
+        cluster=cluster,
+        policy=policy,
+        metrics=FakeMetrics(),
+        events=events or FakeEvents(),
+    )
+
+
 def poll_gate(
-    gate: ReadinessGate, cluster: LookupsCluster, *, until: float, joins: dict[float, NodeInfo]
+    gate: ReadinessGate,
+    cluster: FakeCluster,
+    *,
+    until: float,
+    joins: dict[float, NodeInfo],
+    record: LifecycleRecord | None = None,
 ) -> float:
     """Run the gate at each poll until it opens or ``until`` seconds have passed; ``joins`` registers nodes at
     the given seconds. Returns when it opened (or ``until``)."""
-    record = launching()
+    record = record or launching()
     now = T0
     while (now - T0).total_seconds() < until:
+        cluster.now = now
         for at, joined in list(joins.items()):
             if (now - T0).total_seconds() >= at:
                 cluster.nodes[joined.name] = joined
@@ -61,11 +83,7 @@ def poll_gate(
 def test_a_node_that_is_still_registering_is_looked_up_by_name_not_by_listing_every_node() -> None:
     # Given a launching instance whose node registers, under its DNS name, 90 s later (polls every 5 s)
     cluster = LookupsCluster()
-    gate = ReadinessGate(
-        finder=NodeFinder(cluster, Dns()),
-        policy=readiness(readiness_timeout_seconds="600", drain_poll_seconds="5"),
-        metrics=FakeMetrics(),
-    )
+    gate = gate_on(cluster, Dns(), readiness(readiness_timeout_seconds="600", drain_poll_seconds="5"))
 
     # When the gate polls until the node is Ready
     opened = poll_gate(gate, cluster, until=600, joins={90: node()})
@@ -80,11 +98,7 @@ def test_a_node_named_otherwise_than_its_instance_is_found_by_provider_id_once_i
 ):
     # Given a cluster whose node names are not the instances' DNS names, and a node that joins at once
     cluster = LookupsCluster()
-    gate = ReadinessGate(
-        finder=NodeFinder(cluster, Dns()),
-        policy=readiness(readiness_timeout_seconds="600", drain_poll_seconds="5"),
-        metrics=FakeMetrics(),
-    )
+    gate = gate_on(cluster, Dns(), readiness(readiness_timeout_seconds="600", drain_poll_seconds="5"))
 
     # When the gate polls
     opened = poll_gate(gate, cluster, until=600, joins={0: node(name="worker-17")})
@@ -97,11 +111,7 @@ def test_a_node_named_otherwise_than_its_instance_is_found_by_provider_id_once_i
 def test_the_gate_lists_every_node_at_its_last_look_before_giving_up() -> None:
     # Given a gate shorter than the time a node is given to register under its DNS name
     cluster = LookupsCluster()
-    gate = ReadinessGate(
-        finder=NodeFinder(cluster, Dns()),
-        policy=readiness(readiness_timeout_seconds="60", drain_poll_seconds="5"),
-        metrics=FakeMetrics(),
-    )
+    gate = gate_on(cluster, Dns(), readiness(readiness_timeout_seconds="60", drain_poll_seconds="5"))
 
     # When its node, named otherwise, never shows up by name
     opened = poll_gate(gate, cluster, until=120, joins={0: node(name="worker-17")})
@@ -127,10 +137,8 @@ def test_an_instance_ec2_does_not_describe_yet_is_asked_about_again_not_taken_as
     # Given a launching instance that EC2 does not describe at the gate's first two polls, whose node joins
     # under its DNS name 10 s in (polls every 5 s)
     cluster = LookupsCluster()
-    gate = ReadinessGate(
-        finder=NodeFinder(cluster, LateDns(unknown_for=2)),
-        policy=readiness(readiness_timeout_seconds="600", drain_poll_seconds="5"),
-        metrics=FakeMetrics(),
+    gate = gate_on(
+        cluster, LateDns(unknown_for=2), readiness(readiness_timeout_seconds="600", drain_poll_seconds="5")
     )
 
     # When the gate polls until the node is Ready
@@ -139,3 +147,100 @@ def test_an_instance_ec2_does_not_describe_yet_is_asked_about_again_not_taken_as
     # Then it found the node by name once EC2 knew the instance: no two-minute wait for a scan
     assert opened == 10
     assert not any(cluster.looks)
+
+
+@dataclass
+class KubeletCluster(FakeCluster):
+    """A node whose kubelet renews its Lease every 10 s from ``first`` on, as the API server's clock (``now``)
+    runs; stopped from ``stopped`` to ``restarted`` (its Lease stays at the last renewal meanwhile)."""
+
+    first: datetime = T0
+    stopped: datetime | None = None
+    restarted: datetime | None = None
+
+    def lease_renewed_at(self, node: str) -> datetime | None:
+        if node not in self.nodes:
+            return None
+        running_since = self.first
+        if self.restarted is not None and self.now >= self.restarted:
+            running_since = self.restarted
+        elif self.stopped is not None and self.now >= self.stopped:
+            return self._renewed(running_since, self.stopped)
+        return self._renewed(running_since, self.now)
+
+    @staticmethod
+    def _renewed(since: datetime, until: datetime) -> datetime:
+        return since + timedelta(seconds=(until - since).total_seconds() // 10 * 10)
+
+
+@pytest.mark.parametrize("phase", range(10))
+def test_an_instance_from_a_running_warm_pool_is_in_service_within_a_lease_renewal(phase: int) -> None:
+    # Given an instance taken out of a Running warm pool at T0: its kubelet never stopped and renews its Lease
+    # every 10 s, the last time ``phase`` s before T0; its node object says Ready, as it has all along (its
+    # Ready condition posted minutes ago: the kubelet posts node status every 5 minutes)
+    cluster = KubeletCluster(nodes={NODE: node()}, first=T0 - timedelta(seconds=60 + phase))
+    gate = gate_on(cluster, Dns(), readiness(readiness_timeout_seconds="60", drain_poll_seconds="5"))
+
+    # When the gate polls (every 5 s)
+    opened = poll_gate(gate, cluster, until=60, joins={}, record=launching(origin="WarmPool"))
+
+    # Then it opens by the first poll after the kubelet's next renewal at the latest: not a wait for a node status
+    # post, nor a timeout
+    assert opened <= 10
+
+
+def test_a_node_still_ready_from_before_its_instance_stopped_waits_for_its_kubelet() -> None:
+    # Given an instance taken out of a Stopped warm pool at T0, 20 s after its stop: its node object still says
+    # Ready (the node controller has not marked it Unknown yet), its kubelet's Lease was last renewed before the
+    # stop; the kubelet, started again by the boot, renews it from T0 + 42 s
+    cluster = KubeletCluster(
+        nodes={NODE: node()},
+        first=T0 - timedelta(seconds=300),
+        stopped=T0 - timedelta(seconds=20),
+        restarted=T0 + timedelta(seconds=42),
+    )
+    gate = gate_on(cluster, Dns(), readiness(readiness_timeout_seconds="120", drain_poll_seconds="5"))
+
+    # When the gate polls (every 5 s)
+    opened = poll_gate(gate, cluster, until=120, joins={}, record=launching(origin="WarmPool"))
+
+    # Then it waits while the instance boots, and opens at its first poll after the kubelet's first renewal
+    assert opened == 45
+
+
+def test_a_node_without_a_lease_waits_for_one_and_the_gate_times_out_if_none_comes() -> None:
+    # Given a node that says Ready but has no Lease: no kubelet has run since it was deleted
+    cluster = FakeCluster(nodes={NODE: node()}, leases={NODE: None})
+    gate = gate_on(cluster, Dns(), readiness(readiness_timeout_seconds="60", drain_poll_seconds="5"))
+    record = launching()
+
+    # When the gate polls
+    first = gate(record, T0)
+    last = gate(record.model_copy(update=dict(first.changes)), T0 + timedelta(seconds=60))
+
+    # Then it waits, and gives up at its timeout with the configured result, the node not Ready for the launch
+    assert first.again
+    assert (last.then, last.changes["result"], last.changes["outcome"]) == (
+        Step.COMPLETE,
+        ActionResult.ABANDON,
+        "node-not-ready",
+    )
+
+
+def test_a_lease_the_role_may_not_read_leaves_the_gate_to_the_ready_condition_and_says_so_on_the_node() -> (
+    None
+):
+    # Given a deployment whose RBAC predates the Lease rule: the API server refuses the read (403)
+    refused = 'leases.coordination.k8s.io "ip-10-0-1-10" is forbidden'
+    cluster = FakeCluster(nodes={NODE: node(uid="node-uid")}, leases_refused=refused)
+    events = FakeEvents()
+    gate = gate_on(cluster, Dns(), readiness(), events)
+
+    # When the gate finds the node Ready
+    outcome = gate(launching(), T0)
+
+    # Then it opens, as it did before it read Leases, and a Warning on the node says why and what to apply
+    assert (outcome.again, outcome.changes["outcome"]) == (False, "node-ready")
+    assert events.written == [(NODE, "NodeLeaseUnreadable", "Warning")]
+    assert refused in events.messages[0]
+    assert "nodecycle rbac" in events.messages[0]

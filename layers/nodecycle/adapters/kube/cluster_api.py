@@ -41,6 +41,8 @@ MERGE_PATCH = "application/merge-patch+json"
 LEGACY_ZONE_LABEL = "failure-domain.beta.kubernetes.io/zone"
 # The eviction subresource's words (HTTP 500) for a pod that more than one PodDisruptionBudget selects
 MULTIPLE_BUDGETS = "more than one PodDisruptionBudget"
+# Where each kubelet keeps its Lease, named after its node (the NodeLease feature: GA, and always on)
+NODE_LEASE_NAMESPACE = "kube-node-lease"
 
 
 def instance_of(provider_id: str | None) -> str | None:
@@ -134,6 +136,20 @@ class KubeCluster:
                 return None
             raise
         return node_info(_json(response))
+
+    def lease_renewed_at(self, node: str) -> datetime | None:
+        try:
+            with kube_errors(f"reading the Lease of node {node}"):
+                response = self._api.read_namespaced_lease(
+                    node, NODE_LEASE_NAMESPACE, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
+                )
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            if error.status == 403:
+                raise Refused(status_message(error)) from error
+            raise
+        return _timestamp((_json(response).get("spec") or {}).get("renewTime"))
 
     def node_names(self) -> set[str]:
         # names are metadata: the nodes' spec and status are not fetched

@@ -1,5 +1,6 @@
-"""The few core/v1 calls nodecycle makes, through the official client's ``ApiClient`` (configuration, bearer
-token refresh, TLS, connection pool, ``ApiException``) but not through its generated ``CoreV1Api``.
+"""The few core/v1 calls nodecycle makes (and its one call outside core/v1, the read of a kubelet's Lease),
+through the official client's ``ApiClient`` (configuration, bearer token refresh, TLS, connection pool,
+``ApiException``) but not through its generated ``CoreV1Api``.
 
 Importing ``kubernetes.client.api.core_v1_api`` builds the pydantic models of every core/v1 type its
 methods mention: about 250 modules, seconds of every cold start of the drain and sweeper functions, for
@@ -84,6 +85,15 @@ class CoreV1:
     ) -> Any:
         _raw_only(_preload_content)
         return self._call("POST", f"/api/v1/namespaces/{_segment(namespace)}/events", body=body, **options)
+
+    # -- leases: coordination.k8s.io/v1, with CoordinationV1Api's name for the call -------------------------
+
+    def read_namespaced_lease(
+        self, name: str, namespace: str, *, _preload_content: bool = False, **options: Any
+    ) -> Any:
+        _raw_only(_preload_content)
+        path = f"/apis/coordination.k8s.io/v1/namespaces/{_segment(namespace)}/leases/{_segment(name)}"
+        return self._call("GET", path, **options)
 
     # -- configmaps (the budget's store works on V1ConfigMap models) ---------------------------------------
 

@@ -126,6 +126,13 @@ class Cluster(Protocol):
 
     def get_node(self, name: str) -> NodeInfo | None: ...
 
+    def lease_renewed_at(self, node: str) -> datetime | None:
+        """When the node's kubelet last renewed its Lease (``kube-node-lease/<node>``, one GET): a live kubelet
+        renews it about every 10 s, a stopped one never again, while the node object may stay Ready for a while.
+        None when the node has no Lease. Raises :class:`Refused` when the API server will not let it be read
+        (403: a deployment whose RBAC predates the rule)."""
+        ...
+
     def claim_node(
         self, node: NodeInfo, *, owner: str, in_progress: str, cordon: bool, exclude_from_lb: bool
     ) -> Claim:

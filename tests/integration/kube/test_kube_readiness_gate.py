@@ -1,0 +1,122 @@
+"""The launch readiness gate on the real Kubernetes adapter, against the sandbox API server: a node object says
+Ready for the node monitor grace period (40 s) after its instance stopped, while its kubelet's Lease in
+kube-node-lease, renewed only while the kubelet runs, tells whether it does; read under deploy/rbac.yaml, and
+under an older RBAC that does not let it be read."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+
+import pytest
+from kubernetes.client import RbacAuthorizationV1Api
+
+from nodecycle.adapters.kube.cluster_api import KubeCluster
+from nodecycle.adapters.kube.eks_access import EksCluster
+from nodecycle.adapters.kube.events import KubeEvents
+from nodecycle.domain.launch import CLOCK_SKEW, ReadinessGate
+from nodecycle.domain.nodes import NodeFinder
+from nodecycle_sandbox.aws.group import wait_for
+from nodecycle_sandbox.kube import KubeServer
+from tests.integration.kube.cluster import drain_server, eks_describing
+from tests.support.fakes import FakeMetrics
+from tests.unit.drain.test_drain_steps import INSTANCE, NODE, launching, readiness
+from tests.unit.drain.test_readiness_gate import Dns
+
+SEED = {"nodes": [{"privateIp": "10.0.1.23", "instanceId": INSTANCE, "zone": "eu-west-1a"}]}
+LEASES = "kube-node-lease"
+
+
+@pytest.fixture
+def server() -> Iterator[KubeServer]:
+    # kubelets that renew their Leases every 0.5 s: a revived one's renewal is seen at once
+    with drain_server(SEED, node_lease_renew_seconds=0.5) as kube:
+        yield kube
+
+
+@pytest.fixture
+def gate(server: KubeServer) -> Iterator[ReadinessGate]:
+    """The gate as the drain function builds it: the adapter and Events through EKS access."""
+    with eks_describing(server):
+        access = EksCluster("sandbox")
+        cluster = KubeCluster(access.api_client)
+        yield ReadinessGate(
+            finder=NodeFinder(cluster, Dns()),
+            cluster=cluster,
+            policy=readiness(),
+            metrics=FakeMetrics(),
+            events=KubeEvents(access.api_client, owner="nodecycle"),
+        )
+
+
+def renewed(server: KubeServer) -> datetime:
+    """When the node's kubelet last renewed its Lease, as the API server holds it."""
+    lease = server.get_object("leases", NODE, LEASES)
+    assert lease is not None, "the node has no Lease"
+    return datetime.fromisoformat(lease["spec"]["renewTime"].replace("Z", "+00:00"))
+
+
+def says_ready(server: KubeServer) -> bool:
+    node = server.get_object("nodes", NODE) or {}
+    conditions = (node.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def test_an_instance_back_from_a_stopped_warm_pool_waits_while_its_node_is_still_ready_from_before_the_stop(
+    server: KubeServer, gate: ReadinessGate
+) -> None:
+    # Given a node whose instance was stopped into its warm pool: its kubelet is gone, its node object says Ready
+    # until the node controller marks it Unknown (after 40 s)
+    server.kill_kubelet(NODE)
+    last = renewed(server)
+
+    # When the instance is taken out of the pool 20 s after its kubelet's last renewal (its launch action
+    # starts) and the gate looks, while the instance boots
+    returned = last + timedelta(seconds=20)
+    outcome = gate(launching(origin="WarmPool", started_at=returned), returned)
+
+    # Then the gate waits for the kubelet: the node's Ready is from before the stop
+    assert says_ready(server)
+    assert outcome.again
+    assert outcome.changes["gate_deadline"] == returned + timedelta(seconds=300)
+
+
+def test_the_gate_opens_once_the_kubelet_of_an_instance_back_from_its_warm_pool_renews_its_lease(
+    server: KubeServer, gate: ReadinessGate
+) -> None:
+    # Given an instance taken out of its Stopped warm pool, the gate waiting at its first look: its node says
+    # Ready from before the stop
+    server.kill_kubelet(NODE)
+    returned = renewed(server) + CLOCK_SKEW + timedelta(seconds=1)
+    record = launching(origin="WarmPool", started_at=returned)
+    waiting = gate(record, returned)
+    assert waiting.again
+
+    # When its kubelet, started again by the boot, renews its Lease
+    server.revive_kubelet(NODE)
+    wait_for(lambda: renewed(server) >= returned - CLOCK_SKEW, 10, "the kubelet's renewal")
+
+    # Then the gate opens at its next look
+    opened = gate(record.model_copy(update=dict(waiting.changes)), returned + timedelta(seconds=5))
+    assert (opened.again, opened.changes["outcome"]) == (False, "node-ready")
+
+
+def test_without_the_lease_rule_a_ready_node_opens_the_gate_and_a_warning_on_the_node_says_why(
+    server: KubeServer, gate: ReadinessGate
+) -> None:
+    # Given a deployment whose RBAC predates the Lease rule: the drain's group may not read Leases
+    RbacAuthorizationV1Api(server.api_client()).delete_namespaced_role_binding(
+        "nodecycle-drain-node-leases", LEASES
+    )
+    returned = renewed(server)
+
+    # When the gate finds the node Ready
+    outcome = gate(launching(started_at=returned), returned)
+
+    # Then it opens on the Ready condition alone, as it did before it read Leases, and the node's events say
+    # that the Lease could not be read and what to apply
+    assert (outcome.again, outcome.changes["outcome"]) == (False, "node-ready")
+    (warning,) = [e for e in server.objects("events", "default") if e["reason"] == "NodeLeaseUnreadable"]
+    assert (warning["type"], warning["involvedObject"]["name"]) == ("Warning", NODE)
+    assert "forbidden" in warning["message"]
+    assert "nodecycle rbac" in warning["message"]
