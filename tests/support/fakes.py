@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from nodecycle.domain.flow import Worker
-from nodecycle.domain.model import ActionRef, LifecycleRecord
+from nodecycle.domain.model import ActionRef, LifecycleRecord, Transition
 from nodecycle.domain.policy import ActionResult
-from nodecycle.domain.ports.lifecycle import Hook, WaitingInstance, WorkMessage
+from nodecycle.domain.ports.lifecycle import ActionClaim, Claimed, Hook, WaitingInstance, WorkMessage
 
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 
@@ -43,6 +43,7 @@ class FakeMetrics:
 class InMemoryRecords:
     def __init__(self) -> None:
         self.items: dict[str, LifecycleRecord] = {}
+        self.claims: dict[tuple[str, Transition, str], ActionClaim] = {}  # (instance, transition, hook) ->
         self.commits = 0
 
     def create(self, record: LifecycleRecord) -> bool:
@@ -61,6 +62,25 @@ class InMemoryRecords:
         self.items[record.id] = record
         self.commits += 1
         return True
+
+    def claim(self, action: ActionRef) -> ActionClaim | None:
+        return self.claims.get((action.instance_id, action.transition, action.hook))
+
+    def write_claimed(
+        self, record: LifecycleRecord, expected: ActionClaim | None, expected_seq: int | None = None
+    ) -> Claimed:
+        current = self.items.get(record.id)
+        if (
+            (current is not None)
+            if expected_seq is None
+            else (current is None or current.seq != expected_seq)
+        ):
+            return Claimed.RECORD_TAKEN
+        if self.claim(record) != expected:
+            return Claimed.CLAIM_TAKEN
+        self.items[record.id] = record
+        self.claims[(record.instance_id, record.transition, record.hook)] = ActionClaim.of(record)
+        return Claimed.WRITTEN
 
     def open_records(self, owner: str) -> Iterator[LifecycleRecord]:
         # As the table's open-by-due index returns them: earliest due first (its sort key: whole seconds)

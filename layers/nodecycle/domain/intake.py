@@ -17,15 +17,15 @@ from nodecycle.domain.model import (
     LifecycleRecord,
     Step,
     Transition,
-    adopted_token,
     global_deadline,
-    record_id,
 )
 from nodecycle.domain.policy import PlanPolicy
 from nodecycle.domain.ports.instances import DOWN_STATES, InstanceDirectory, InstanceFacts, ScheduledEvent
 from nodecycle.domain.ports.lifecycle import (
+    ActionClaim,
     Autoscaling,
-    RecordStore,
+    Claimed,
+    ClaimingRecordStore,
     WaitingInstance,
     WorkMessage,
     WorkQueues,
@@ -39,6 +39,9 @@ log = logging.getLogger(__name__)
 # intake function's, left at its default, which is also the most it can be). One older was not delivered but
 # sent again (an archive's replay), and no EC2 API can say whether the instance is still at risk.
 REBALANCE_MAX_AGE = timedelta(hours=6, minutes=5)
+# Writes of a hook's lifecycle, each after another lifecycle's claim on its action came in between: two writers
+# (its event's intake, the sweeper) make one retry at most; a third ends in a TransientError (retried later).
+CLAIM_ATTEMPTS = 3
 
 
 class IntakeOutcome(StrEnum):
@@ -90,7 +93,7 @@ class Intake:
         *,
         owner: str,
         plan: PlanPolicy,
-        records: RecordStore,
+        records: ClaimingRecordStore,
         queues: WorkQueues,
         groups: ManagedGroups,
         hooks: LifecycleHooks,
@@ -101,10 +104,8 @@ class Intake:
         retry_window: timedelta,
         min_heartbeat: timedelta | None = None,
         instances: InstanceDirectory | None = None,
-        adopt_after: timedelta = timedelta(0),
     ) -> None:
         self._owner = owner
-        self._adopt_after = adopt_after
         self._min_heartbeat = retry_window if min_heartbeat is None else min_heartbeat
         self._instances = instances
         self._plan = plan
@@ -165,39 +166,17 @@ class Intake:
             log.warning("dropped: delivered after the action's global timeout (%s)", record.global_deadline)
             self._metrics.count("LifecycleEventsRejected", reason="expired")
             return IntakeOutcome.EXPIRED
-        if self._adopted_already(record, now):
-            return IntakeOutcome.ADOPTED
-
         return self._store(self._keep_alive(record, now), now)
 
     def adopt(self, waiting: WaitingInstance, hook: str, since: datetime) -> IntakeOutcome:
         """Start the lifecycle of an action whose event never became a record (intake failed for all its
         retries, or the event was never delivered): the sweeper found ``waiting`` held by ``hook`` with no
         record, since ``since`` at the latest. The same path as its event's, under a token of its own (see
-        ``adopted_token``): the same record and first step, and a late event of it finds it."""
+        ``adopted_token``): the same record and first step, and its action's claim, which a late event of it
+        finds (as the adoption finds the claim of a lifecycle its event started since the sweep listed them)."""
         return self.accept(
             LifecycleEvent(**waiting.action(hook).model_dump(), started_at=since, delivery="sweeper")
         )
-
-    def _adopted_already(self, record: LifecycleRecord, now: datetime) -> bool:
-        """Whether the sweeper adopted this action before its event came (late: redriven from the dead-letter
-        queue, or retried for hours). Only an event older than the sweeper waits before adopting can be: the
-        others cost no read. An adopted lifecycle that started after this action did is of this action (a hook
-        holds one action of an instance at a time); one that ended before it started is of an earlier one."""
-        if not record.token_known or now - record.started_at < self._adopt_after / 2:
-            return False
-        adopted = self._records.get(
-            record_id(record.instance_id, record.transition, adopted_token(record.hook))
-        )
-        if adopted is None or adopted.received_at < record.started_at:
-            return False
-        log.warning(
-            "late event of a lifecycle action the sweeper adopted (%s, received %s): nothing to do",
-            adopted.id,
-            adopted.received_at,
-        )
-        self._metrics.count("LifecycleEventsDuplicate")
-        return True
 
     def accept_disruption(self, event: DisruptionEvent) -> IntakeOutcome:
         """A disruption without a hook: an instance of a managed group (or carrying this owner's tag) gets a
@@ -326,6 +305,8 @@ class Intake:
     def _store(
         self, record: LifecycleRecord, now: datetime, *, listed: tuple[datetime, ...] = ()
     ) -> IntakeOutcome:
+        if record.transition.has_hook:
+            return self._store_action(record, now)
         if self._records.create(record):
             self._send_first(record)
             log.info("accepted %s; first step %s", record.transition.short, record.step)
@@ -355,6 +336,82 @@ class Intake:
             and (self._rescheduled(known, record, now, listed) or self._queued(known, record, now, listed))
         ):
             return IntakeOutcome.ACCEPTED
+        return self._known(known, now)
+
+    def _store_action(self, record: LifecycleRecord, now: datetime) -> IntakeOutcome:
+        """A hook's lifecycle, written with its action's claim (see ActionClaim): one lifecycle goes on for one
+        action, whichever of its event's and the sweeper's adoption is written first. Each retry follows a
+        claim that another lifecycle wrote since it was read."""
+        expected = None if record.token_known else self._records.claim(record)
+        for _ in range(CLAIM_ATTEMPTS):
+            if expected is not None and expected.lifecycle != record.id:
+                taken = self._taken(record, expected)
+                if taken is not None:
+                    return taken
+            written, stored = self._write_action(record, expected)
+            if written is Claimed.WRITTEN:
+                self._send_first(stored)
+                log.info("accepted %s; first step %s", stored.transition.short, stored.step)
+                return IntakeOutcome.ACCEPTED
+            if written is Claimed.RECORD_TAKEN:
+                return self._known(self._records.get(record.id), now)
+            expected = self._records.claim(record)
+        raise TransientError(
+            f"the claim of the {record.transition.short} action of {record.instance_id} under hook {record.hook} "
+            f"changed {CLAIM_ATTEMPTS} times while its lifecycle was written"
+        )
+
+    def _write_action(
+        self, record: LifecycleRecord, expected: ActionClaim | None
+    ) -> tuple[Claimed, LifecycleRecord]:
+        """Write a new record of a hook's lifecycle with its claim. An adopted one's record is that of the
+        instance's earlier adopted lifecycle under the hook (one id per instance, transition and hook): over,
+        it starts again there (on the next seq, so a late message of the old one is stale)."""
+        written = self._records.write_claimed(record, expected)
+        if written is not Claimed.RECORD_TAKEN or record.token_known:
+            return written, record
+        known = self._records.get(record.id)
+        if (
+            known is None
+            or not known.finished
+            or record.started_at <= (known.finished_at or known.updated_at)
+        ):
+            return written, record
+        restarted = record.model_copy(update={"seq": known.seq + 1})
+        return self._records.write_claimed(restarted, expected, expected_seq=known.seq), restarted
+
+    def _taken(self, record: LifecycleRecord, claim: ActionClaim) -> IntakeOutcome | None:
+        """What another lifecycle's claim on the action leaves to ``record``: None when that lifecycle is of an
+        earlier action, over (the instance is back from its warm pool), and ``record``'s replaces it."""
+        if record.token_known:
+            # (a hook holds one action of an instance at a time: one of them that started before this one and
+            # is the claim's, or was adopted before it started, is over)
+            if claim.since < record.started_at:
+                return None
+            self._metrics.count("LifecycleEventsDuplicate")
+            if claim.adopted:
+                log.warning(
+                    "late event of a lifecycle action the sweeper adopted (%s, at %s): nothing to do",
+                    claim.lifecycle,
+                    claim.since,
+                )
+                return IntakeOutcome.ADOPTED
+            log.warning(
+                "event of an action of %s older than the one lifecycle %s goes on for: nothing to do",
+                record.instance_id,
+                claim.lifecycle,
+            )
+            return IntakeOutcome.DUPLICATE
+        # Adopting: the claim is of this action when its lifecycle still holds an action (its event's lifecycle,
+        # written since the sweep listed the open ones), of an earlier one when that lifecycle's is over.
+        other = self._records.get(claim.lifecycle)
+        if other is None or not other.action_open:
+            return None
+        log.warning("not adopted: lifecycle %s of the action came first", claim.lifecycle)
+        return IntakeOutcome.DUPLICATE
+
+    def _known(self, known: LifecycleRecord | None, now: datetime) -> IntakeOutcome:
+        """A duplicate delivery of a known lifecycle (``known``, as read after its write was refused)."""
         # A crash between the record's write and its first message leaves a record nobody works on: the
         # redelivery that follows the crash re-sends the message. Only when it is overdue, so that an
         # ordinary duplicate does not make a second unit of work.
@@ -370,10 +427,7 @@ class Intake:
     def _anew(known: LifecycleRecord, record: LifecycleRecord) -> bool:
         """Whether ``record`` tells of another disruption than the finished ``known``. AWS Health sends an
         event again (a new id) whenever it updates one; only another start (EC2 moved it, or it is another
-        maintenance EC2 lists) makes it other maintenance. An instance back from a warm pool can be held by a
-        hook again: an adoption of an action found after the last adopted one ended is another action."""
-        if not known.token_known:
-            return record.started_at > (known.finished_at or known.updated_at)
+        maintenance EC2 lists) makes it other maintenance."""
         if known.transition is Transition.STATE_CHANGE:
             return known.token != record.token
         if known.transition is Transition.SCHEDULED_CHANGE:

@@ -93,8 +93,9 @@ class ActionRef(BaseModel):
 
 # The token of a lifecycle the sweeper adopted (see nodecycle.domain.sweep.orphans): an action whose event never
 # became a record. No Auto Scaling API tells an action's token; CompleteLifecycleAction and
-# RecordLifecycleActionHeartbeat take the instance id instead. One per instance, transition and hook, so that a
-# late event of the same action finds it (see Intake.accept).
+# RecordLifecycleActionHeartbeat take the instance id instead. One per instance, transition and hook (a later
+# action of the instance under the hook starts over on it); a late event of the action finds its lifecycle by
+# the action's claim (see nodecycle.domain.ports.lifecycle.ActionClaim).
 ADOPTED = "adopted:"
 
 

@@ -109,10 +109,11 @@ def draw_faults(rng: random.Random, scenario: Scenario) -> tuple[Fault, ...]:
             rng.choice(("autoscaling.*", "dynamodb.*", "sqs.SendMessage", "ec2.*", "*")),
             _p(rng, 0.05, 0.3),
         ),
+        # (a record's writes: PutItem, or TransactWriteItems, a hook's new lifecycle with its action's claim)
         lambda: Fault(
             "",
             "aws-error",
-            rng.choice(("autoscaling.CompleteLifecycleAction", "dynamodb.PutItem", "ec2.*", "*")),
+            rng.choice(("autoscaling.CompleteLifecycleAction", "dynamodb.[PT]*", "ec2.*", "*")),
             _p(rng, 0.02, 0.1),
         ),
         # value 1: the duplicate runs at the same time as the first delivery, not after it

@@ -164,9 +164,29 @@ def _sqs(response: Any, operation: str, region: str, account: str, base: dict[st
     return [Request(action, resource, context_of(base))]
 
 
+# What each action of a transaction is authorized as: the operation it stands for, on its own table.
+_TRANSACTION_ACTIONS = {
+    "Put": "PutItem",
+    "Update": "UpdateItem",
+    "Delete": "DeleteItem",
+    "ConditionCheck": "ConditionCheckItem",
+    "Get": "GetItem",
+}
+
+
 def _dynamodb(
     response: Any, operation: str, region: str, account: str, base: dict[str, Any]
 ) -> list[Request]:
+    if operation in ("TransactWriteItems", "TransactGetItems"):
+        return [
+            Request(
+                f"dynamodb:{_TRANSACTION_ACTIONS[kind]}",
+                f"arn:aws:dynamodb:{region}:{account}:table/{action['TableName']}",
+                context_of({**base, "dynamodb:EnclosingOperation": operation}),
+            )
+            for item in response._get_param("TransactItems") or []
+            for kind, action in item.items()
+        ]
     table = response._get_param("TableName")
     if not table:
         return [Request(f"dynamodb:{operation}", "*", context_of(base))]

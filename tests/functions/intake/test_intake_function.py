@@ -26,8 +26,9 @@ TERMINATING_INSTANCE = "i-0a1b2c3d4e5f60718"
 
 
 def records() -> list[dict[str, Any]]:
+    """The lifecycle records (the table's other items are their actions' claims: see ActionClaim)."""
     items = boto3.resource("dynamodb").Table("nodecycle-lifecycle").scan()["Items"]
-    return sorted(items, key=lambda item: str(item["id"]))
+    return sorted((item for item in items if "step" in item), key=lambda item: str(item["id"]))
 
 
 def work(queue_url: str) -> list[dict[str, Any]]:
@@ -167,11 +168,12 @@ def test_groups_tagged_with_the_owner_are_managed_and_their_tags_read_once(
         "before-call.auto-scaling.DescribeAutoScalingGroups", count
     )
 
-    # When three actions of the tagged group and one of the other owner's group arrive
-    for _ in range(3):
+    # When three actions of the tagged group (three instances) and one of the other owner's group arrive
+    for n in range(3):
         event = happening_now(load_event("eventbridge-terminate.json"))
         event["detail"]["AutoScalingGroupName"] = "tagged"
         event["detail"]["LifecycleActionToken"] = str(uuid.uuid4())
+        event["detail"]["EC2InstanceId"] = f"i-0a1b2c3d4e5f6071{n}"
         intake_fn.handler(event, LambdaContext())
     theirs = happening_now(load_event("eventbridge-terminate.json"))
     theirs["detail"]["AutoScalingGroupName"] = "theirs"

@@ -277,3 +277,28 @@ def test_only_auto_scaling_for_this_accounts_groups_may_assume_the_hook_role(
             source_arn=group,
             requests=[Request("sqs:SendMessage", other_queue, context_of({}))],
         )
+
+
+def test_a_transaction_is_authorized_as_each_of_its_writes_on_its_own_table(
+    deployed: tuple[str, Runner],
+) -> None:
+    # Given the intake function, whose role may get and put the lifecycle table's items (and no more)
+    _, runner = deployed
+    table = runner.table("LifecycleTable")
+    intake = client(deployed, "dynamodb", "IntakeFunction")
+
+    def put(key: str) -> dict[str, Any]:
+        return {"Put": {"TableName": table.name, "Item": {"id": {"S": key}}}}
+
+    # When it writes two items in one transaction, Then each is a PutItem it may make
+    intake.transact_write_items(TransactItems=[put("tx-a"), put("tx-b")])
+    assert client(deployed, "dynamodb").get_item(TableName=table.name, Key={"id": {"S": "tx-b"}})["Item"]
+
+    # When a transaction also deletes an item, Then it is refused as that DeleteItem, and nothing is written
+    delete = {"Delete": {"TableName": table.name, "Key": {"id": {"S": "tx-a"}}}}
+    denied = error(intake.transact_write_items, TransactItems=[put("tx-c"), delete])
+    assert (denied["Code"], denied["status"]) == ("AccessDeniedException", 400)
+    assert f"dynamodb:DeleteItem on resource: {table.arn}" in denied["Message"]
+    assert "Item" not in client(deployed, "dynamodb").get_item(
+        TableName=table.name, Key={"id": {"S": "tx-c"}}
+    )

@@ -5,13 +5,13 @@ starts no second lifecycle. What is not this stack's, or has a lifecycle, is lef
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from nodecycle.domain.catalog import LifecycleHooks, ManagedGroups
 from nodecycle.domain.intake import Intake, IntakeOutcome
 from nodecycle.domain.model import LifecycleEvent, LifecycleRecord, Step, Transition, adopted_token
 from nodecycle.domain.policy import PlanPolicy
-from nodecycle.domain.ports.lifecycle import Hook, WaitingInstance
+from nodecycle.domain.ports.lifecycle import ClaimingRecordStore, Hook, WaitingInstance
 from nodecycle.domain.sweep.orphans import OrphanedActions
 from tests.support.fakes import T0, FakeAutoscaling, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
 
@@ -24,7 +24,9 @@ ADOPT_AFTER = INTERVAL / 2
 @dataclass
 class World:
     clock: FakeClock = field(default_factory=FakeClock)
-    records: InMemoryRecords = field(default_factory=InMemoryRecords)
+    records: ClaimingRecordStore = field(
+        default_factory=InMemoryRecords
+    )  # (the functions tests give DynamoDB's)
     queues: RecordingQueues = field(default_factory=RecordingQueues)
     metrics: FakeMetrics = field(default_factory=FakeMetrics)
     autoscaling: FakeAutoscaling = field(default_factory=FakeAutoscaling)
@@ -49,7 +51,6 @@ class World:
             metrics=self.metrics,
             resume_grace=timedelta(seconds=60),
             retry_window=timedelta(seconds=210),
-            adopt_after=ADOPT_AFTER,
         )
         self.part = OrphanedActions(
             groups=self.groups(),
@@ -71,25 +72,29 @@ class World:
         )
 
     def terminating(
-        self, instance: str = INSTANCE, group: str = GROUP, tags: dict[str, str] | None = None
+        self,
+        instance: str = INSTANCE,
+        group: str = GROUP,
+        tags: dict[str, str] | None = None,
+        token: str = TOKEN,
     ) -> None:
         """Auto Scaling starts the terminate action of ``instance`` under ``HOOK`` (token ``TOKEN``)."""
-        self.autoscaling.issue(TOKEN, instance, at=self.clock.now(), hook=(group, HOOK))
+        self.autoscaling.issue(token, instance, at=self.clock.now(), hook=(group, HOOK))
         self.autoscaling.waiting.append(WaitingInstance(group, tags or {}, instance, Transition.TERMINATING))
 
     def sweep(self) -> dict[str, int]:
         open_records = list(self.records.open_records(OWNER))
         return self.part(open_records, self.clock.now())
 
-    def event(self) -> LifecycleEvent:
+    def event(self, token: str = TOKEN, started_at: datetime = T0) -> LifecycleEvent:
         """The action's own event, as intake gets it (late)."""
         return LifecycleEvent(
             group=GROUP,
             hook=HOOK,
             instance_id=INSTANCE,
-            token=TOKEN,
+            token=token,
             transition=Transition.TERMINATING,
-            started_at=T0,
+            started_at=started_at,
             delivery="eventbridge",
         )
 
@@ -192,5 +197,5 @@ def test_what_is_not_this_stacks_or_no_hook_of_it_holds_is_left_alone() -> None:
 
     # Then nothing is adopted, and the listing was one call per sweep for every group of the stack
     assert (report["LifecyclesOrphaned"], report["LifecyclesAdopted"]) == (0, 0)
-    assert world.records.items == {}
+    assert list(world.records.open_records(OWNER)) == []
     assert world.autoscaling.listings == [((GROUP,), OWNER)] * 2

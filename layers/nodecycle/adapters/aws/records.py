@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 from pydantic import ValidationError
 
 from nodecycle.adapters.aws.clients import LazyClient, error_code, transient_errors
-from nodecycle.domain.model import LifecycleRecord
+from nodecycle.domain.errors import TransientError
+from nodecycle.domain.model import ActionRef, LifecycleRecord
+from nodecycle.domain.ports.lifecycle import ActionClaim, Claimed
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import PutTypeDef
 
 log = logging.getLogger(__name__)
 
@@ -33,10 +36,54 @@ class DynamoRecordStore:
         self._dynamodb: LazyClient[DynamoDBClient] = LazyClient("dynamodb", dynamodb)
 
     def create(self, record: LifecycleRecord) -> bool:
-        return self._put(record, "attribute_not_exists(id)", {})
+        return self._put(record, *_record_condition(None))
 
     def commit(self, record: LifecycleRecord, expected_seq: int) -> bool:
-        return self._put(record, "seq = :expected", {":expected": {"N": str(expected_seq)}})
+        return self._put(record, *_record_condition(expected_seq))
+
+    def claim(self, action: ActionRef) -> ActionClaim | None:
+        with transient_errors("reading a lifecycle action's claim"):
+            response = self._dynamodb().get_item(
+                TableName=self._table, Key={"id": {"S": _claim_id(action)}}, ConsistentRead=True
+            )
+        item = response.get("Item")
+        if not item:
+            return None
+        return ActionClaim(item["lifecycle"]["S"], datetime.fromisoformat(item["since"]["S"]))
+
+    def write_claimed(
+        self, record: LifecycleRecord, expected: ActionClaim | None, expected_seq: int | None = None
+    ) -> Claimed:
+        item = self._to_item(record)
+        claim = ActionClaim.of(record)
+        claim_item = {
+            "id": {"S": _claim_id(record)},
+            "lifecycle": {"S": claim.lifecycle},
+            "since": {"S": claim.since.isoformat()},
+            # needed as long as a late event of its action can be taken in: until the action's global timeout
+            "expires_at": item["expires_at"],
+        }
+        written = _conditional_put(self._table, item, *_record_condition(expected_seq))
+        claimed = _conditional_put(self._table, claim_item, *_claim_condition(expected))
+        try:
+            with transient_errors("writing a lifecycle record and its action's claim"):
+                self._dynamodb().transact_write_items(TransactItems=[{"Put": written}, {"Put": claimed}])
+        except ClientError as error:
+            if error_code(error) != "TransactionCanceledException":
+                raise
+            # (a field of TransactionCanceledException botocore's generic error response does not declare)
+            answer = cast(dict[str, Any], error.response)
+            reasons: list[dict[str, Any]] = answer.get("CancellationReasons") or [{}, {}]
+            on_record, on_claim = reasons
+            if on_record.get("Item") == item:
+                return Claimed.WRITTEN  # botocore sent it again after it landed (see _put), with its claim
+            if on_record.get("Code") == "ConditionalCheckFailed":
+                return Claimed.RECORD_TAKEN
+            if on_claim.get("Code") == "ConditionalCheckFailed":
+                return Claimed.CLAIM_TAKEN
+            # another transaction on one of the items at that moment, or throttled: worth retrying
+            raise TransientError(f"writing a lifecycle record and its action's claim: {error}") from error
+        return Claimed.WRITTEN
 
     def get(self, record_id: str) -> LifecycleRecord | None:
         with transient_errors("reading a lifecycle record"):
@@ -87,18 +134,9 @@ class DynamoRecordStore:
 
     def _put(self, record: LifecycleRecord, condition: str, values: dict[str, Any]) -> bool:
         item = self._to_item(record)
-        kwargs: dict[str, Any] = {
-            "TableName": self._table,
-            "Item": item,
-            "ConditionExpression": condition,
-            # the item that failed the condition, in the same answer: it may be this very write
-            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-        }
-        if values:
-            kwargs["ExpressionAttributeValues"] = values
         try:
             with transient_errors("writing a lifecycle record"):
-                self._dynamodb().put_item(**kwargs)
+                self._dynamodb().put_item(**_conditional_put(self._table, item, condition, values))
         except ClientError as error:
             if error_code(error) == "ConditionalCheckFailedException":
                 # botocore sends a request again when its answer was lost (a timeout, a 500 after the write);
@@ -119,6 +157,38 @@ class DynamoRecordStore:
             data["open_owner"] = record.owner
             data["due_epoch"] = int(record.due_at.timestamp())
         return {key: _serializer.serialize(_dynamo(value)) for key, value in data.items() if value != {}}
+
+
+def _conditional_put(table: str, item: dict[str, Any], condition: str, values: dict[str, Any]) -> PutTypeDef:
+    """A conditional PutItem's parameters (alone, or in a transaction)."""
+    put: PutTypeDef = {
+        "TableName": table,
+        "Item": item,
+        "ConditionExpression": condition,
+        # the item that failed the condition, in the same answer: it may be this very write
+        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+    }
+    if values:
+        put["ExpressionAttributeValues"] = values
+    return put
+
+
+def _record_condition(expected_seq: int | None) -> tuple[str, dict[str, Any]]:
+    if expected_seq is None:
+        return "attribute_not_exists(id)", {}
+    return "seq = :expected", {":expected": {"N": str(expected_seq)}}
+
+
+def _claim_condition(expected: ActionClaim | None) -> tuple[str, dict[str, Any]]:
+    if expected is None:
+        return "attribute_not_exists(id)", {}
+    values = {":lifecycle": {"S": expected.lifecycle}, ":since": {"S": expected.since.isoformat()}}
+    return "lifecycle = :lifecycle AND since = :since", values
+
+
+def _claim_id(action: ActionRef) -> str:
+    """The claim's item: beside the records, under an id no record has (nor any record id's form)."""
+    return f"claim#{action.instance_id}#{action.transition.short}#{action.hook}"
 
 
 def _from_item(item: dict[str, Any]) -> LifecycleRecord:

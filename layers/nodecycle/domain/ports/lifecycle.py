@@ -4,12 +4,22 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
 from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict
 
 from nodecycle.domain.flow import Worker
-from nodecycle.domain.model import ActionRef, LifecycleRecord, Step, Transition, adopted_token
+from nodecycle.domain.model import (
+    ADOPTED,
+    ActionRef,
+    LifecycleRecord,
+    Step,
+    Transition,
+    adopted_token,
+    parse_record_id,
+)
 from nodecycle.domain.policy import ActionResult
 
 
@@ -28,6 +38,36 @@ class WorkMessage(BaseModel):
     token: str | None = None
 
 
+@dataclass(frozen=True)
+class ActionClaim:
+    """Which lifecycle goes on for the current action of an instance under a hook: one per instance,
+    transition and hook, beside the records. A record's id names the action by its token, which the sweeper
+    does not know when it adopts an action whose event was lost: the two lifecycles of one action (its event's,
+    its adoption) would have two records. Each new lifecycle of a hook's action is written with the claim, both
+    or neither, and only over the claim it expects: whichever is written second sees the first."""
+
+    lifecycle: str  # the id of its record
+    # when its action started; for an adopted one (no API tells an action's start), when it was adopted
+    since: datetime
+
+    @classmethod
+    def of(cls, record: LifecycleRecord) -> ActionClaim:
+        return cls(record.id, record.started_at if record.token_known else record.received_at)
+
+    @property
+    def adopted(self) -> bool:
+        """Whether the sweeper adopted its lifecycle (see adopted_token)."""
+        return (parse_record_id(self.lifecycle)[2] or "").startswith(ADOPTED)
+
+
+class Claimed(StrEnum):
+    """What became of a record written with its action's claim."""
+
+    WRITTEN = "written"  # both
+    RECORD_TAKEN = "record-taken"  # neither: the record exists (or, over a seq, moved on from it)
+    CLAIM_TAKEN = "claim-taken"  # neither: the claim is not the one expected
+
+
 class RecordStore(Protocol):
     def create(self, record: LifecycleRecord) -> bool:
         """Write a new record; False when a record with this id already exists."""
@@ -41,6 +81,21 @@ class RecordStore(Protocol):
 
     def open_records(self, owner: str) -> Iterator[LifecycleRecord]:
         """The unfinished records of ``owner`` (read in pages, for the sweeper and the status command)."""
+        ...
+
+
+class ClaimingRecordStore(RecordStore, Protocol):
+    """The record store as intake (and the sweeper's adoption through it) starts a hook's lifecycle."""
+
+    def claim(self, action: ActionRef) -> ActionClaim | None:
+        """The claim on the action's instance, transition and hook (read consistently); None when none."""
+        ...
+
+    def write_claimed(
+        self, record: LifecycleRecord, expected: ActionClaim | None, expected_seq: int | None = None
+    ) -> Claimed:
+        """Write a hook's lifecycle (a new record; over ``expected_seq`` when given) and make it its action's
+        claim (``ActionClaim.of``), both or neither, while the claim is still ``expected`` (None: none)."""
         ...
 
 

@@ -85,16 +85,17 @@ class OrphanedActions:
                     # reckoned from here: 100 heartbeat timeouts or 48 hours, so a guess errs by little.)
                     since = before if before is not None else first - 2 * self._adopt_after
                     outcome = self._intake.adopt(waiting, hook, since)
+                    if outcome is not IntakeOutcome.ACCEPTED:
+                        continue  # (intake said why: a lifecycle of the action was written first)
                     log.warning(
                         "adopted the %s action of %s under hook %s, held with no lifecycle record since %s: "
-                        "its event was lost or dead-lettered (%s)",
+                        "its event was lost or dead-lettered",
                         waiting.transition.short,
                         waiting.instance_id,
                         hook,
                         first,
-                        outcome.value,
                     )
-                    counts["LifecyclesAdopted"] += outcome is IntakeOutcome.ACCEPTED
+                    counts["LifecyclesAdopted"] += 1
             except Exception:  # one instance's failure must not stop the others
                 log.exception("could not adopt the action of %s", waiting.instance_id)
                 counts["AdoptionsFailed"] += 1
