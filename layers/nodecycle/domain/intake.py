@@ -366,16 +366,14 @@ class Intake:
     ) -> tuple[Claimed, LifecycleRecord]:
         """Write a new record of a hook's lifecycle with its claim. An adopted one's record is that of the
         instance's earlier adopted lifecycle under the hook (one id per instance, transition and hook): over,
-        it starts again there (on the next seq, so a late message of the old one is stale)."""
+        it starts again there (on the next seq, so a late message of the old one is stale). Whenever it ended:
+        the action the sweeper found held now is another (by the time it is adopted, the listing before the
+        one that first found it may be older than that end: the two actions can be a few seconds apart)."""
         written = self._records.write_claimed(record, expected)
         if written is not Claimed.RECORD_TAKEN or record.token_known:
             return written, record
         known = self._records.get(record.id)
-        if (
-            known is None
-            or not known.finished
-            or record.started_at <= (known.finished_at or known.updated_at)
-        ):
+        if known is None or not known.finished:
             return written, record
         restarted = record.model_copy(update={"seq": known.seq + 1})
         return self._records.write_claimed(restarted, expected, expected_seq=known.seq), restarted

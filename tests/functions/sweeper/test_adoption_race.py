@@ -173,3 +173,38 @@ def test_a_later_action_of_an_instance_whose_lifecycle_ended_is_adopted_when_its
     record = adopted(world)
     assert record is not None
     assert first_steps(world) == [world.event().record_id, record.id]
+
+
+def test_an_action_held_right_after_an_adopted_lifecycle_of_the_instance_ended_is_adopted_again(
+    stack: Stack,
+) -> None:
+    # Given an action the sweeper adopted, a sweep that lists its lifecycle open, and that lifecycle's end
+    # right after (the instance stopped into its warm pool)
+    world = on_dynamodb(stack)
+    world.terminating()
+    world.sweep()
+    world.clock.advance(INTERVAL.total_seconds())
+    world.sweep()
+    first = adopted(world)
+    assert first is not None
+    world.clock.advance(INTERVAL.total_seconds())
+    world.sweep()
+    world.clock.advance(10)
+    finish(world, first.id)
+
+    # When the instance is held again at once (out of the pool and scaled in) by an action whose event is lost,
+    # and two sweeps find it
+    world.clock.advance(10)
+    world.terminating(token=LATER)
+    world.clock.advance(INTERVAL.total_seconds() - 20)
+    world.sweep()
+    world.clock.advance(INTERVAL.total_seconds())
+    report = world.sweep()
+
+    # Then the sweeper adopts it, on the record of the earlier adopted lifecycle, started again
+    assert report["LifecyclesAdopted"] == 1
+    again = adopted(world)
+    assert again is not None
+    assert (again.seq, again.step) == (first.seq + 2, Step.ACQUIRE_SLOT)
+    assert first_steps(world) == [first.id]  # (its first step again, on the next seq)
+    assert [(s.message.record_id, s.message.seq) for s in world.queues.sent][-1] == (first.id, again.seq)
