@@ -105,7 +105,15 @@ def test_the_held_instances_of_named_and_tagged_groups_are_listed_in_one_call_ea
         }
 
     named = group(
-        "nodes-a", {}, {"i-01": "InService", "i-02": "Terminating:Wait", "i-03": "Warmed:Pending:Wait"}
+        "nodes-a",
+        {},
+        {
+            "i-01": "InService",
+            "i-02": "Terminating:Wait",
+            "i-03": "Warmed:Pending:Wait",
+            "i-05": "Warmed:Terminating:Wait",
+            "i-06": "Warmed:Stopped",
+        },
     )
     tagged = group("nodes-b", {"nodecycle:owner": "stack-a"}, {"i-04": "Pending:Wait"})
     stubber.add_response(
@@ -119,9 +127,15 @@ def test_the_held_instances_of_named_and_tagged_groups_are_listed_in_one_call_ea
 
     found = adapter.waiting_instances(("nodes-a",), "stack-a")
 
-    assert sorted((w.group, w.instance_id, w.transition, dict(w.group_tags)) for w in found) == [
-        ("nodes-a", "i-02", Transition.TERMINATING, {}),
-        ("nodes-b", "i-04", Transition.LAUNCHING, {"nodecycle:owner": "stack-a"}),
+    # (a warm pool's own wait states are hooks' actions too: a launch into the pool, a termination from it, as
+    # their events would say, for the plan depends on it)
+    assert sorted(
+        (w.group, w.instance_id, w.transition, dict(w.group_tags), w.origin, w.destination) for w in found
+    ) == [
+        ("nodes-a", "i-02", Transition.TERMINATING, {}, None, None),
+        ("nodes-a", "i-03", Transition.LAUNCHING, {}, None, "WarmPool"),
+        ("nodes-a", "i-05", Transition.TERMINATING, {}, "WarmPool", "EC2"),
+        ("nodes-b", "i-04", Transition.LAUNCHING, {"nodecycle:owner": "stack-a"}, None, None),
     ]
 
 

@@ -175,7 +175,13 @@ class Intake:
         ``adopted_token``): the same record and first step, and its action's claim, which a late event of it
         finds (as the adoption finds the claim of a lifecycle its event started since the sweep listed them)."""
         return self.accept(
-            LifecycleEvent(**waiting.action(hook).model_dump(), started_at=since, delivery="sweeper")
+            LifecycleEvent(
+                **waiting.action(hook).model_dump(),
+                origin=waiting.origin,
+                destination=waiting.destination,
+                started_at=since,
+                delivery="sweeper",
+            )
         )
 
     def accept_disruption(self, event: DisruptionEvent) -> IntakeOutcome:

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 
 from nodecycle.domain.catalog import LifecycleHooks, ManagedGroups
 from nodecycle.domain.intake import Intake, IntakeOutcome
-from nodecycle.domain.model import LifecycleEvent, LifecycleRecord, Step, Transition, adopted_token
+from nodecycle.domain.model import WARM_POOL, LifecycleEvent, LifecycleRecord, Step, Transition, adopted_token
 from nodecycle.domain.policy import PlanPolicy
 from nodecycle.domain.ports.lifecycle import ClaimingRecordStore, Hook, WaitingInstance
 from nodecycle.domain.sweep.orphans import OrphanedActions
@@ -199,3 +199,31 @@ def test_what_is_not_this_stacks_or_no_hook_of_it_holds_is_left_alone() -> None:
     assert (report["LifecyclesOrphaned"], report["LifecyclesAdopted"]) == (0, 0)
     assert list(world.records.open_records(OWNER)) == []
     assert world.autoscaling.listings == [((GROUP,), OWNER)] * 2
+
+
+def test_actions_of_a_warm_pools_own_moves_are_adopted_with_the_plan_their_events_would_have() -> None:
+    # Given an instance launching into its warm pool and another terminating from it (Warmed:Pending:Wait,
+    # Warmed:Terminating:Wait), held by this stack's hooks, whose events were lost
+    world = World()
+    launching, leaving = "i-0aaaaaaaaaaaaaaa1", "i-0aaaaaaaaaaaaaaa2"
+    world.autoscaling.issue("launch-token", launching, at=T0, hook=(GROUP, "nodecycle-launch"))
+    world.autoscaling.issue("terminate-token", leaving, at=T0, hook=(GROUP, HOOK))
+    world.autoscaling.waiting += [
+        WaitingInstance(GROUP, {}, launching, Transition.LAUNCHING, destination=WARM_POOL),
+        WaitingInstance(GROUP, {}, leaving, Transition.TERMINATING, origin=WARM_POOL, destination="EC2"),
+    ]
+
+    # When two sweeps find them
+    world.sweep()
+    world.clock.advance(INTERVAL.total_seconds())
+    report = world.sweep()
+
+    # Then both are adopted as their events would have started them: the launch into the pool completed at
+    # once (no readiness gate: the instance is stopped in the pool), the termination from it without a drain
+    assert report["LifecyclesAdopted"] == 2
+    launch = world.records.get(f"{launching}/launch/{adopted_token('nodecycle-launch')}")
+    terminate = world.records.get(f"{leaving}/terminate/{adopted_token(HOOK)}")
+    assert launch is not None
+    assert terminate is not None
+    assert (launch.plan, launch.destination) == ((Step.COMPLETE, Step.DONE), WARM_POOL)
+    assert (terminate.plan, terminate.origin) == ((Step.COMPLETE, Step.DONE), WARM_POOL)

@@ -9,7 +9,7 @@ from botocore.exceptions import ClientError
 
 from nodecycle.adapters.aws.clients import LazyClient, error_code, transient_errors
 from nodecycle.domain.catalog import OWNER_TAG
-from nodecycle.domain.model import ActionRef, Transition
+from nodecycle.domain.model import WARM_POOL, ActionRef, Transition
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.lifecycle import Hook, WaitingInstance
 
@@ -18,9 +18,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# The lifecycle states in which a hook of each transition holds an instance. (A warm pool's own states, such as
-# Warmed:Pending:Wait, are not listed: no lifecycle of a warm-pool move is adopted.)
-_HELD = {"Pending:Wait": Transition.LAUNCHING, "Terminating:Wait": Transition.TERMINATING}
+# The lifecycle states in which a hook of each transition holds an instance: (transition, origin, destination)
+# as the action's event would say them, where the state tells (a warm pool's own: a launch into the pool is
+# completed at once, a termination from it has no node to drain).
+_HELD = {
+    "Pending:Wait": (Transition.LAUNCHING, None, None),
+    "Terminating:Wait": (Transition.TERMINATING, None, None),
+    "Warmed:Pending:Wait": (Transition.LAUNCHING, None, WARM_POOL),
+    "Warmed:Terminating:Wait": (Transition.TERMINATING, WARM_POOL, "EC2"),
+}
+_HOOK_TRANSITIONS = (Transition.LAUNCHING, Transition.TERMINATING)
 _NAMES_PER_CALL = 50  # DescribeAutoScalingGroups' limit on AutoScalingGroupNames
 
 
@@ -90,7 +97,7 @@ class AutoscalingActions:
         return {
             hook["LifecycleHookName"]: _hook(hook)
             for hook in self._described_hooks(group, "reading a group's lifecycle hooks")
-            if hook.get("LifecycleTransition") in _HELD.values()
+            if hook.get("LifecycleTransition") in _HOOK_TRANSITIONS
         }
 
     def _described_hooks(self, group: str, doing: str, **names: list[str]) -> list[Any]:
@@ -127,12 +134,18 @@ class AutoscalingActions:
                     for group in page.get("AutoScalingGroups", []):
                         tags = {tag["Key"]: tag.get("Value", "") for tag in group.get("Tags", [])}
                         for instance in group.get("Instances", []):
-                            transition = _HELD.get(instance.get("LifecycleState", ""))
-                            if transition is None:
+                            held = _HELD.get(instance.get("LifecycleState", ""))
+                            if held is None:
                                 continue
+                            transition, origin, destination = held
                             key = (group["AutoScalingGroupName"], instance["InstanceId"])
                             waiting[key] = WaitingInstance(
-                                group=key[0], group_tags=tags, instance_id=key[1], transition=transition
+                                group=key[0],
+                                group_tags=tags,
+                                instance_id=key[1],
+                                transition=transition,
+                                origin=origin,
+                                destination=destination,
                             )
         return list(waiting.values())
 

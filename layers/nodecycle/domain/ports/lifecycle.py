@@ -113,13 +113,17 @@ class Hook:
 
 @dataclass(frozen=True)
 class WaitingInstance:
-    """An instance that a group's lifecycle hooks hold (``Pending:Wait`` or ``Terminating:Wait``), with its
-    group's tags (what decides whether the group is this stack's)."""
+    """An instance that a group's lifecycle hooks hold (``Pending:Wait`` or ``Terminating:Wait``, and a warm
+    pool's own ``Warmed:Pending:Wait`` or ``Warmed:Terminating:Wait``), with its group's tags (what decides
+    whether the group is this stack's), and where it comes from and goes to as far as its state tells (as the
+    action's event would say: the plan of a move into or out of a warm pool is not a launch's or a drain's)."""
 
     group: str
     group_tags: Mapping[str, str]
     instance_id: str
     transition: Transition
+    origin: str | None = None
+    destination: str | None = None
 
     def action(self, hook: str) -> ActionRef:
         """Its action under ``hook``, named as an adopted one is (no API tells its token: see adopted_token)."""
