@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from nodecycle.domain.catalog import LifecycleHooks, ManagedGroups
 from nodecycle.domain.intake import Intake, IntakeOutcome
 from nodecycle.domain.model import WARM_POOL, LifecycleEvent, LifecycleRecord, Step, Transition, adopted_token
-from nodecycle.domain.policy import PlanPolicy
+from nodecycle.domain.policy import ActionResult, PlanPolicy
 from nodecycle.domain.ports.lifecycle import ClaimingRecordStore, Hook, WaitingInstance
 from nodecycle.domain.sweep.orphans import OrphanedActions
 from tests.support.fakes import T0, FakeAutoscaling, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
@@ -227,3 +227,41 @@ def test_actions_of_a_warm_pools_own_moves_are_adopted_with_the_plan_their_event
     assert terminate is not None
     assert (launch.plan, launch.destination) == ((Step.COMPLETE, Step.DONE), WARM_POOL)
     assert (terminate.plan, terminate.origin) == ((Step.COMPLETE, Step.DONE), WARM_POOL)
+
+
+def test_an_action_is_adopted_while_an_earlier_lifecycle_of_its_instance_still_watches_the_node() -> None:
+    # Given a termination into the warm pool whose lifecycle completed its action and still watches the node
+    # (its cleanup lifts the cordon once the instance leaves the pool: for weeks, maybe)
+    world = World()
+    world.terminating()
+    assert world.intake.accept(world.event().model_copy(update={"destination": WARM_POOL})) is (
+        IntakeOutcome.ACCEPTED
+    )
+    record = world.records.get(world.event().record_id)
+    assert record is not None
+    assert world.autoscaling.complete(record.action, ActionResult.CONTINUE)
+    watching = record.model_copy(
+        update={
+            "step": Step.CLEANUP,
+            "seq": 1,
+            "completed_at": world.clock.now(),
+            "result": ActionResult.CONTINUE,
+        }
+    )
+    assert world.records.commit(watching, record.seq)
+    world.autoscaling.waiting.clear()
+
+    # When, days later, the instance is terminated from the pool (Warmed:Terminating:Wait) and the event of that
+    # action is lost
+    world.clock.advance(3 * 86400)
+    world.autoscaling.issue("from-the-pool", INSTANCE, at=world.clock.now(), hook=(GROUP, HOOK))
+    world.autoscaling.waiting.append(
+        WaitingInstance(GROUP, {}, INSTANCE, Transition.TERMINATING, origin=WARM_POOL, destination="EC2")
+    )
+    first = world.sweep()
+    world.clock.advance(INTERVAL.total_seconds())
+    second = world.sweep()
+
+    # Then the sweeper keeps it alive and adopts it: the open lifecycle's action is over, so is not this one
+    assert (first["LifecyclesOrphaned"], second["LifecyclesAdopted"]) == (1, 1)
+    assert adopted(world) is not None

@@ -8,10 +8,10 @@ terminates undrained; a launch: no address, no readiness gate). The other repair
 lifecycles that have a record.
 
 So each sweep lists the instances hooks hold in this stack's groups (one DescribeAutoScalingGroups, in pages,
-for all of them) and looks for those with no open lifecycle of their transition. Each one's action under
-each of this stack's hooks is probed with a heartbeat by instance id (no API tells an action's token): Auto
-Scaling accepts it only while that hook holds the instance, and it keeps the action alive until the next
-sweep. An action found so again by a sweep at least ``adopt_after`` later (intake had its time: its retries,
+for all of them) and looks for those with no lifecycle of their transition whose action is open. Each one's
+action under each of this stack's hooks is probed with a heartbeat by instance id (no API tells an action's
+token): Auto Scaling accepts it only while that hook holds the instance, and it keeps the action alive until
+the next sweep. An action found so again by a sweep at least ``adopt_after`` later (intake had its time: its retries,
 a late delivery) is adopted: intake's own path starts its lifecycle, under a token of its own that a late
 event of the action finds (``Intake.accept``), so redriving the dead letter starts no second lifecycle.
 
@@ -58,7 +58,9 @@ class OrphanedActions:
 
     def __call__(self, open_records: Sequence[LifecycleRecord], now: datetime) -> Counts:
         counts = {"LifecyclesOrphaned": 0, "LifecyclesAdopted": 0, "AdoptionsFailed": 0}
-        known = {(r.instance_id, r.transition) for r in open_records if r.transition.has_hook}
+        # (not a lifecycle whose action is over that still watches its node: into a warm pool, for weeks; the
+        # instance's next action under the hook is another one)
+        known = {(r.instance_id, r.transition) for r in open_records if r.action_open}
         listed_before, self._last_listed = self._last_listed, now
         seen: dict[tuple[str, str], tuple[datetime, datetime | None]] = {}
         for waiting in self._groups.waiting_instances():
