@@ -8,7 +8,7 @@ from typing import Any
 from nodecycle_sandbox.aws.records import TERMINATING, ActionRecord, InstanceHistory
 from nodecycle_sandbox.chaos.invariants import check
 from nodecycle_sandbox.chaos.plan import draw
-from nodecycle_sandbox.chaos.world import AddressSeen, Observation
+from nodecycle_sandbox.chaos.world import AddressSeen, Observation, lifecycle_outcome
 from nodecycle_sandbox.faults import Fault, Firing
 from nodecycle_sandbox.kube import HistoryEntry
 
@@ -96,6 +96,25 @@ def test_a_drain_completed_with_pods_left_is_a_violation_unless_its_outcome_says
         _pod(T0 + 5, "web-1", removed=True),
     ]
     assert _judged(_observation(emptied)) == set()
+
+
+def test_an_adopted_actions_drain_is_judged_by_the_outcome_of_the_lifecycle_the_sweeper_adopted() -> None:
+    # Given an action whose event was lost: the sweeper adopted it, and the lifecycle it started (its record
+    # named by instance and hook: no API tells the sweeper the action's token) ended by the drain timeout's
+    # policy, the pod still on the node when the action was completed
+    history = [
+        _pod(T0, "web-1"),
+        _node(T0 + 2, owner="chaos-a", cordoned=True),
+        _pod(T0 + 11, "web-1", removed=True),
+    ]
+    items = {"i-1/terminate/adopted:nodecycle-terminate": {"outcome": {"S": "drain-timeout-continued"}}}
+
+    # When the campaign reads the outcomes of the actions' lifecycles
+    outcomes = {"tok": lifecycle_outcome(items.get, _terminate(T0 + 10))}
+
+    # Then the adopted lifecycle's is the action's, and it explains the pod left, as its event's would have
+    assert outcomes == {"tok": "drain-timeout-continued"}
+    assert "drain" not in _judged(_observation(history, outcomes=outcomes))
 
 
 def test_another_owners_annotation_or_a_claim_cleared_mid_drain_is_a_violation() -> None:

@@ -88,6 +88,25 @@ def owner_of(stack: str) -> str:
     return STACKS[stack]["OwnerId"]
 
 
+def lifecycle_outcome(item: Callable[[str], dict[str, Any] | None], action: ActionRecord) -> str | None:
+    """The outcome of the lifecycle nodecycle ran for ``action`` (why it ended as it did), from the table's
+    items (``item``: one by its id): its event's record, under its token; or, when the sweeper adopted the
+    action (its event lost), the record it started, named by instance and hook (``adopted:<hook>``: Auto
+    Scaling tells no token then). The sandbox emulates no warm pool: an instance has one action of each
+    transition under a hook, so that record is this action's."""
+    short = "launch" if action.transition == LAUNCHING else "terminate"
+    for token in (action.token, f"adopted:{action.hook}"):
+        found = item(f"{action.instance_id}/{short}/{token}")
+        if found is not None:
+            return found.get("outcome", {}).get("S")
+    return None
+
+
+def _item(dynamodb: Any, table: str, key: str) -> dict[str, Any] | None:
+    found: dict[str, Any] | None = dynamodb.get_item(TableName=table, Key={"id": {"S": key}}).get("Item")
+    return found
+
+
 @dataclass
 class AddressSeen:
     """One look at EC2's addresses of the campaign's owners: allocation id -> (instance or None, tags)."""
@@ -544,13 +563,9 @@ class ScenarioRun:
         dynamodb = self.box.client("dynamodb")
         found: dict[str, str | None] = {}
         for stack, group in self.groups.items():
-            table = self.world.runners[stack].table("LifecycleTable").name
+            item = functools.partial(_item, dynamodb, self.world.runners[stack].table("LifecycleTable").name)
             for action in group.actions():
-                short = "launch" if action.transition == LAUNCHING else "terminate"
-                item = dynamodb.get_item(
-                    TableName=table, Key={"id": {"S": f"{action.instance_id}/{short}/{action.token}"}}
-                ).get("Item")
-                found[action.token] = None if item is None else item.get("outcome", {}).get("S")
+                found[action.token] = lifecycle_outcome(item, action)
         return found
 
     # -- back to a clean slate ------------------------------------------------------------------------
