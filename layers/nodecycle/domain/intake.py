@@ -17,7 +17,9 @@ from nodecycle.domain.model import (
     LifecycleRecord,
     Step,
     Transition,
+    adopted_token,
     global_deadline,
+    record_id,
 )
 from nodecycle.domain.policy import PlanPolicy
 from nodecycle.domain.ports.instances import DOWN_STATES, InstanceDirectory, InstanceFacts, ScheduledEvent
@@ -104,8 +106,10 @@ class Intake:
         retry_window: timedelta,
         min_heartbeat: timedelta | None = None,
         instances: InstanceDirectory | None = None,
+        adopt_after: timedelta = timedelta(0),
     ) -> None:
         self._owner = owner
+        self._adopt_after = adopt_after
         self._min_heartbeat = retry_window if min_heartbeat is None else min_heartbeat
         self._instances = instances
         self._plan = plan
@@ -348,6 +352,8 @@ class Intake:
         """A hook's lifecycle, written with its action's claim (see ActionClaim): one lifecycle goes on for one
         action, whichever of its event's and the sweeper's adoption is written first. Each retry follows a
         claim that another lifecycle wrote since it was read."""
+        if record.token_known and self._adopted_without_claim(record, now):
+            return IntakeOutcome.ADOPTED
         expected = None if record.token_known else self._records.claim(record)
         for _ in range(CLAIM_ATTEMPTS):
             if expected is not None and expected.lifecycle != record.id:
@@ -366,6 +372,28 @@ class Intake:
             f"the claim of the {record.transition.short} action of {record.instance_id} under hook {record.hook} "
             f"changed {CLAIM_ATTEMPTS} times while its lifecycle was written"
         )
+
+    def _adopted_without_claim(self, record: LifecycleRecord, now: datetime) -> bool:
+        """Whether the sweeper adopted this action before its event came (late: redriven from the dead-letter
+        queue, or retried for hours) as a release before the claims did: with a record and no claim, which the
+        claim's write would not see (a record adopted since has its claim, and this read tells as it does). Only
+        an event older than the sweeper waits before adopting can be: the others cost no read. An adopted
+        lifecycle that started after this action did is of this action (a hook holds one action of an instance
+        at a time); one adopted before it started is of an earlier one."""
+        if now - record.started_at < self._adopt_after / 2:
+            return False
+        adopted = self._records.get(
+            record_id(record.instance_id, record.transition, adopted_token(record.hook))
+        )
+        if adopted is None or adopted.received_at < record.started_at:
+            return False
+        log.warning(
+            "late event of a lifecycle action the sweeper adopted (%s, received %s): nothing to do",
+            adopted.id,
+            adopted.received_at,
+        )
+        self._metrics.count("LifecycleEventsDuplicate")
+        return True
 
     def _write_action(
         self, record: LifecycleRecord, expected: ActionClaim | None

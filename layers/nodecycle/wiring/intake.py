@@ -10,7 +10,7 @@ from nodecycle.adapters.aws.instances import Ec2Instances
 from nodecycle.domain.catalog import LifecycleHooks, ManagedGroups
 from nodecycle.domain.intake import Intake
 from nodecycle.domain.policy import EipMode, PlanPolicy
-from nodecycle.settings import IntakeSettings, SweeperSettings
+from nodecycle.settings import IntakeSettings, SweeperSettings, Timing
 from nodecycle.wiring.common import Common, common
 
 
@@ -29,6 +29,12 @@ def intake() -> Intake:
     return build_intake(
         config, ports, managed_groups(config, ports), LifecycleHooks(ports.autoscaling, ports.clock)
     )
+
+
+def adopt_after(config: Timing) -> timedelta:
+    """How long the sweeper leaves an action held with no record to intake before adopting it: half a sweep
+    interval, so the sweep after the one that first found it (schedules are not exact to the second)."""
+    return timedelta(seconds=config.sweep_interval_seconds / 2)
 
 
 def managed_groups(config: IntakeSettings | SweeperSettings, ports: Common) -> ManagedGroups:
@@ -67,4 +73,5 @@ def build_intake(
         retry_window=timedelta(seconds=config.heartbeat_margin_seconds + config.redelivery_seconds),
         min_heartbeat=timedelta(seconds=config.min_heartbeat_timeout_seconds),
         instances=Ec2Instances(),
+        adopt_after=adopt_after(config),
     )

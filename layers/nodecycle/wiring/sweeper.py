@@ -20,7 +20,7 @@ from nodecycle.domain.sweep.sweeper import Counts, Sweeper, SweepPart
 from nodecycle.settings import SweeperSettings
 from nodecycle.wiring import eip
 from nodecycle.wiring.common import Common, common, eip_policy
-from nodecycle.wiring.intake import build_intake, managed_groups
+from nodecycle.wiring.intake import adopt_after, build_intake, managed_groups
 
 
 @cache
@@ -80,12 +80,6 @@ def sweeper() -> Sweeper:
     # Always, even with EIPs off now: addresses left from when they were on still need freeing.
     parts["addresses"] = _addresses_part(eip.address_sweep(config, ports))
     return Sweeper(owner=config.owner_id, records=ports.records, clock=ports.clock, parts=parts)
-
-
-def adopt_after(config: SweeperSettings) -> timedelta:
-    """How long the sweeper leaves an action held with no record to intake before adopting it: half a sweep
-    interval, so the sweep after the one that first found it (schedules are not exact to the second)."""
-    return timedelta(seconds=config.sweep_interval_seconds / 2)
 
 
 def _addresses_part(sweep: AddressSweep) -> SweepPart:

@@ -16,7 +16,7 @@ from nodecycle.domain.intake import IntakeOutcome
 from nodecycle.domain.model import Step
 from nodecycle.domain.policy import ActionResult
 from tests.support.stack import Stack
-from tests.unit.sweeper.test_orphans import INSTANCE, INTERVAL, OWNER, TOKEN, World, adopted
+from tests.unit.sweeper.test_orphans import HOOK, INSTANCE, INTERVAL, OWNER, TOKEN, World, adopted
 
 pytestmark = pytest.mark.usefixtures("stack")
 
@@ -208,3 +208,28 @@ def test_an_action_held_right_after_an_adopted_lifecycle_of_the_instance_ended_i
     assert (again.seq, again.step) == (first.seq + 2, Step.ACQUIRE_SLOT)
     assert first_steps(world) == [first.id]  # (its first step again, on the next seq)
     assert [(s.message.record_id, s.message.seq) for s in world.queues.sent][-1] == (first.id, again.seq)
+
+
+def test_a_late_event_of_an_action_adopted_before_claims_were_kept_starts_no_second_lifecycle(
+    stack: Stack,
+) -> None:
+    # Given an action the sweeper adopted while the release before this one ran: its record, with no claim
+    # (the release wrote none), and its lifecycle still draining when this release is deployed
+    client = boto3.client("dynamodb")
+    world = on_dynamodb(stack, client)
+    world.terminating()
+    world.sweep()
+    world.clock.advance(INTERVAL.total_seconds())
+    world.sweep()
+    first = adopted(world)
+    assert first is not None
+    client.delete_item(TableName=stack.table, Key={"id": {"S": f"claim#{INSTANCE}#terminate#{HOOK}"}})
+
+    # When the action's event comes late (the dead-letter queue redriven after the upgrade)
+    world.clock.advance(INTERVAL.total_seconds())
+    outcome = world.intake.accept(world.event())
+
+    # Then it finds the adopted lifecycle: the action has that one lifecycle only
+    assert outcome is IntakeOutcome.ADOPTED
+    assert world.records.get(world.event().record_id) is None
+    assert first_steps(world) == [first.id]
