@@ -23,6 +23,7 @@ from moto.ec2.responses.instances import InstanceResponse
 from nodecycle_sandbox.aws import (
     api,
     dynamodb_items,
+    dynamodb_transactions,
     ec2_addresses,
     ec2_instances,
     ec2_tags,
@@ -46,6 +47,7 @@ def install() -> None:
     _patch_stop()
     sqs_timing.install()
     dynamodb_items.install()  # answers of lifecycle records without moto's per-attribute walk
+    dynamodb_transactions.install()  # one write at a time; a cancelled transaction undoes only its own
     ec2_addresses.install()
     ec2_instances.install()  # terminated instances forgotten after about an hour
     ec2_tags.install()
