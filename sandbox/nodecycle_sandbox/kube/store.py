@@ -30,6 +30,9 @@ class Store:
         self._revision = 0
         self._objects: dict[ResourceType, dict[Key, JsonObj]] = {rt: {} for rt in ALL}
         self._by_uid: dict[str, tuple[ResourceType, Key]] = {}
+        # each type's keys in list order, kept until a key comes or goes: a controller pass lists every type
+        # several times, and sorting them each time was a quarter of the API server's CPU at 600 nodes
+        self._order: dict[ResourceType, list[Key]] = {}
         self._history: list[HistoryEntry] = []
         # called under the lock after every write or removal, with the type written
         self.listeners: list[Callable[[ResourceType], None]] = []
@@ -46,8 +49,12 @@ class Store:
         """Objects sorted by (namespace, name), the order lists and pagination use."""
         with self.lock:
             table = self._objects[rt]
-            keys = sorted(k for k in table if namespace is None or k[0] == namespace)
-            return [table[k] for k in keys]
+            order = self._order.get(rt)
+            if order is None:
+                order = self._order[rt] = sorted(table)
+            if namespace is None:
+                return [table[k] for k in order]
+            return [table[k] for k in order if k[0] == namespace]
 
     def has_uid(self, uid: str) -> bool:
         with self.lock:
@@ -68,6 +75,8 @@ class Store:
             meta = obj["metadata"]
             meta["resourceVersion"] = str(self._revision)
             key = (meta.get("namespace", "") if rt.namespaced else "", meta["name"])
+            if key not in self._objects[rt]:
+                self._order.pop(rt, None)
             self._objects[rt][key] = obj
             self._by_uid[meta["uid"]] = (rt, key)
             self._record(rt, obj, verb, source, resource, removed=False)
@@ -83,6 +92,7 @@ class Store:
             obj = self._objects[rt].pop((namespace if rt.namespaced else "", name), None)
             if obj is None:
                 return None
+            self._order.pop(rt, None)
             self._by_uid.pop(metadata(obj).get("uid", ""), None)
             self._revision += 1
             self._record(rt, obj, verb, source, resource, removed=True)
