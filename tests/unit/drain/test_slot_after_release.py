@@ -8,7 +8,7 @@ from dataclasses import replace
 from nodecycle.domain.budget import DisruptionBudget, SlotRequest
 from nodecycle.domain.drain.steps import Cleanup
 from nodecycle.domain.engine import Dispatcher, Handled, Outcome
-from nodecycle.domain.model import LifecycleRecord, Step
+from nodecycle.domain.model import LifecycleRecord, Step, adopted_token, record_id
 from tests.support.fakes import T0, FakeAutoscaling, FakeMetrics
 from tests.unit.budget.fakes import MemoryBudgetStore
 from tests.unit.drain.test_drain_steps import INSTANCE, NODE, Ec2Maintenance, FakeCluster, FakeEvents, node
@@ -163,3 +163,28 @@ def test_a_duplicate_delivery_whose_write_lost_to_a_lifecycle_forgotten_then_cle
     assert handled is Handled.CONFLICT
     assert world.record().finished
     _left_no_slot_behind(budget, store, record)
+
+
+def test_an_adopted_lifecycle_started_again_on_its_record_takes_the_slot_its_earlier_one_gave_back() -> None:
+    # Given an adopted lifecycle (one record per instance and hook, token adopted:<hook>) that drained the node
+    # and gave its slot back under a budget of one
+    world, record, budget, step = a_first_ask_under_a_budget_of_one()
+    token = adopted_token(record.hook)
+    earlier = record.model_copy(
+        update={"token": token, "id": record_id(record.instance_id, record.transition, token)}
+    )
+    assert not step(earlier, world.clock.now()).again
+    world.clock.advance(60)
+    budget.release(NODE, earlier.id, earlier.token)
+
+    # When the instance, back from its warm pool, is held again under the hook a minute later (well within the
+    # holder TTL): the sweeper adopts the action, and its lifecycle starts again on the same record and token
+    world.clock.advance(60)
+    again = earlier.model_copy(update={"seq": earlier.seq + 1, "received_at": world.clock.now()})
+    late = step(earlier, world.clock.now())  # a late delivery of the earlier lifecycle's step, meanwhile
+    restarted = step(again, world.clock.now())
+
+    # Then a late delivery of the earlier lifecycle is still refused; the new lifecycle takes the slot, as the
+    # lifecycle it is, not the one that gave it back
+    assert late.again
+    assert not restarted.again

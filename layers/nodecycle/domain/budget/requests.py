@@ -17,6 +17,10 @@ class SlotRequest:
     # The lifecycle's token: a record of a disruption (one per instance and cause) starts over under another
     # one (a Spot instance interrupted again, the next maintenance), which is not the lifecycle that released
     token: str | None = None
+    # When the lifecycle began (its record was written): a mark of a slot given back refuses only the lifecycle
+    # as it was when it gave it back, not one that starts over later on the same record and token (an adopted
+    # lifecycle, whose token is its hook's). None: not told, any delivery of the record and token is refused.
+    since: datetime | None = None
     # The node is cordoned and partly drained already (a drain that lost its slot asks for it back): it is
     # disruption in progress, and goes before nodes not yet touched.
     in_progress: bool = False

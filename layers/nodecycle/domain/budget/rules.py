@@ -47,8 +47,10 @@ again like a newcomer, through the queue. A node already counted as unavailable 
 a new one. A lifecycle that released its slot less than a TTL ago takes none again, whoever held the node
 since: its request is a late delivery of an earlier step (a duplicate whose write was retried after the
 release), whose commit loses, so nothing would ever give that slot back. A lifecycle is its record and
-token: a disruption's record (one per instance and cause) starts over under another token (a Spot instance
-interrupted again, the next maintenance), which takes a slot as any other.
+token, as begun: a disruption's record (one per instance and cause) starts over under another token (a Spot
+instance interrupted again, the next maintenance), and an adopted lifecycle's (one per instance and hook)
+under the same token when the instance is held again: either takes a slot as any other, as only a request of
+a lifecycle begun before the release is refused.
 
 A node that is held or queued by another owner is handed off, never taken (invariant 3), until that entry
 expires; unless the entry is another instance's. Instance ids are never reused, node names are (a recycled
@@ -323,10 +325,7 @@ def claim(
         "ttl_seconds": ttl_seconds,
     }
     doc = _without_other_instances(doc, request)
-    if any(
-        (r.node, r.record_id, r.token) == (request.node, request.record_id, request.token)
-        for r in doc.released
-    ):
+    if any(_gave_back(r, request) for r in doc.released):
         return doc, _decision(doc, False, SlotReason.RELEASED), None
     holder = doc.holder(request.node)
     waiter = doc.waiter(request.node)
@@ -382,6 +381,15 @@ def claim(
     reason = SlotReason.FORCED if forced else SlotReason.REACQUIRED if renewing else SlotReason.GRANTED
     waited = now - entry.waiting_since if waiter is not None else None
     return doc, _decision(doc, True, reason), waited
+
+
+def _gave_back(mark: Released, request: SlotRequest) -> bool:
+    """Whether ``mark`` is of the request's lifecycle as it was when it gave its node's slot back: its node,
+    record and token, and begun by then (a lifecycle started again since on the record, under the same token,
+    is another)."""
+    return (mark.node, mark.record_id, mark.token) == (request.node, request.record_id, request.token) and (
+        request.since is None or request.since <= mark.released_at
+    )
 
 
 def _of_other_lifecycle(holder: Holder, request: SlotRequest) -> bool:

@@ -127,6 +127,7 @@ def _slot_request(
         owner=record.owner,
         record_id=record.id,
         token=record.token,
+        since=record.received_at,
         in_progress=in_progress,
         urgent_at=urgent_at,
         force=force,
