@@ -812,6 +812,33 @@ def test_a_forgotten_lifecycle_that_then_cleaned_up_takes_no_slot_again_but_its_
     assert budget.acquire(replace(drain, record_id="rec-n1-next", token="t2")).granted
 
 
+def test_a_forgotten_lifecycle_is_refused_after_its_cleanup_though_another_lifecycle_cleaned_up_first(
+    make_budget: BudgetFactory, clock: FakeClock
+) -> None:
+    # Given n1 held by the drain for a rebalance recommendation of its instance, with the instance's terminate
+    # hook in line for the node, when the instance is stopped: the stop frees both (FORGET_NODE)
+    budget = make_budget("1", None)
+    rebalance = replace(slot("n1"), record_id="rec-n1-rebalance", token="t1")
+    terminate = replace(slot("n1"), record_id="rec-n1-terminate", token="t2")
+    assert budget.acquire(rebalance).granted
+    assert budget.acquire(terminate).reason is SlotReason.HELD_BY_OTHER_LIFECYCLE
+    budget.forget("blue", "i-n1")
+
+    # When the terminate hook's lifecycle cleans up first, then the rebalance drain's; and a late delivery of
+    # one of the rebalance drain's steps asks for the slot (its commit will lose)
+    clock.advance(1)
+    budget.release("n1", "rec-n1-terminate", "t2")
+    clock.advance(1)
+    budget.release("n1", "rec-n1-rebalance", "t1")
+    clock.advance(1)
+    late = budget.acquire(rebalance)
+
+    # Then it is refused, as the lifecycle whose slot the stop removed and that then gave it back: the other
+    # lifecycle's cleanup did not take that removal's mark from it; the next node takes the slot
+    assert late.reason is SlotReason.RELEASED
+    assert budget.acquire(slot("n2")).granted
+
+
 def test_waiters_retrying_through_containers_that_resolve_a_percent_differently_do_not_rewrite_the_document(
     store: MemoryBudgetStore, clock: FakeClock, make_budget: BudgetFactory, inventory: FakeInventory
 ) -> None:

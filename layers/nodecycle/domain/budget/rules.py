@@ -446,8 +446,9 @@ def release(
     the holder's lifecycle may not take a slot again for a TTL; removed by another (the stop of its instance,
     the sweeper), it may: its drain may still be running, and must come to see for itself that it is over.
     Once it has (its cleanup, lifecycle ``record_id`` of ``token``, finds the slot of the node removed that
-    way), the removal's mark is made its own: a late delivery of one of its steps, whose commit loses, would
-    otherwise take a slot that only the sweeper or the TTL gives back."""
+    way), it gets a mark of its own: a late delivery of one of its steps, whose commit loses, would otherwise
+    take a slot that only the sweeper or the TTL gives back. So does any lifecycle of this owner cleaning up
+    on the node while the removal's mark stands, since that mark names none."""
 
     def mine(entry: Holder | Waiter | None) -> bool:
         return (
@@ -480,11 +481,12 @@ def release(
             released_at=now,
             ttl_seconds=int(ttl.total_seconds()),
         )
-        # One per lifecycle of the node; and this owner's mark of a removal by another (no lifecycle) is
-        # replaced by this one.
-        replaced = {(owner, None, None), (owner, *marked)}
+        # One per lifecycle of the node, and one of this owner's removals by another (no lifecycle). That one
+        # stays when a lifecycle makes a mark its own: the mark does not tell which lifecycle's slot was
+        # removed, and a cleanup of another (a lifecycle of the instance in line for the node) must leave
+        # it to the one whose slot it was.
         released = (
-            *(r for r in released if r.node != node or (r.owner, r.record_id, r.token) not in replaced),
+            *(r for r in released if (r.node, r.owner, r.record_id, r.token) != (node, owner, *marked)),
             tombstone,
         )
     doc = doc.model_copy(
