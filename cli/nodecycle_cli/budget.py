@@ -104,7 +104,7 @@ def release_slot(args: argparse.Namespace) -> int:
         still = None if current is None else current.holder(holder.node)
         if current is None or still is None or still.record_id != holder.record_id:
             return current, None
-        return force_release(current, still), still
+        return force_release(current, still, datetime.now(UTC)), still
 
     removed = store.update(remove)
     if removed is None:

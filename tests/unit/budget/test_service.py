@@ -363,10 +363,38 @@ def test_a_node_whose_stuck_holder_an_operator_released_counts_as_unavailable_wh
     assert doc is not None
     stuck = doc.holder("n1")
     assert stuck is not None
-    store.text = force_release(doc, stuck).to_json()
+    store.text = force_release(doc, stuck, clock.now()).to_json()
 
     # Then the node, still cordoned, counts as unavailable: the next node waits
     clock.advance(1)
+    assert not budget.acquire(slot("n2")).granted
+
+
+def test_an_operators_release_of_a_stuck_holder_leaves_the_lifecycle_that_gave_the_node_back_refused(
+    make_budget: BudgetFactory, inventory: FakeInventory, store: MemoryBudgetStore, clock: FakeClock
+) -> None:
+    # Given n1 drained and given back by one lifecycle of its instance, then held by the next one, whose drain
+    # is stuck with the node cordoned
+    inventory.nodes = [node("n1", schedulable=False), node("n2")]
+    budget = make_budget("1", None, count_unavailable=True)
+    earlier = replace(slot("n1"), token="t1")
+    assert budget.acquire(earlier).granted
+    budget.release("n1", "rec-n1", "t1")
+    assert budget.acquire(replace(slot("n1"), record_id="rec-n1-next", token="t2")).granted
+
+    # When an operator releases that stuck holder (`nodecycle budget release`), and a late delivery of one of
+    # the earlier lifecycle's steps asks for the slot (its commit will lose)
+    doc = store.read()
+    assert doc is not None
+    stuck = doc.holder("n1")
+    assert stuck is not None
+    store.text = force_release(doc, stuck, clock.now()).to_json()
+    clock.advance(1)
+    late = budget.acquire(earlier)
+
+    # Then that lifecycle is still refused, as one that gave its slot back (it would hold a slot nothing gives
+    # back); and the node, still cordoned by the stuck drain, counts as unavailable: the next node waits
+    assert late.reason is SlotReason.RELEASED
     assert not budget.acquire(slot("n2")).granted
 
 

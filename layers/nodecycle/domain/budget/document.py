@@ -97,9 +97,10 @@ class Waiter(_Entry):
 
 
 class Released(_Model):
-    """A node whose slot was given back: not "unavailable for another reason" until ``expires_at``; nor
-    taken again by the lifecycle that gave it back (``record_id`` and ``token``: a late delivery of one of its
-    steps), whoever holds the node since."""
+    """A node whose slot was given back: not "unavailable for another reason" until ``expires_at``, unless a
+    slot of it was removed by another since (see :func:`.rules.counted_unavailable`); nor taken again by the
+    lifecycle that gave it back (``record_id`` and ``token``: a late delivery of one of its steps), whoever
+    holds the node since."""
 
     node: str
     owner: str

@@ -6,8 +6,9 @@ its own entries whose node or instance is gone or whose lifecycle record is fini
 
 **What takes a slot.** The *occupancy* an owner sees is: every live holder, of every owner, in scope or not;
 plus, when that owner counts unavailable nodes, the nodes in its scope that are unschedulable or NotReady,
-unless a holder has them or their slot was released less than a TTL ago (the drained node stays cordoned
-until its instance is gone). A node counts once however many reasons it has. An owner's limits (total, and
+unless a holder has them or the lifecycle that drained them gave their slot back less than a TTL ago (the
+drained node stays cordoned until its instance is gone) and nobody removed a slot of the node since (a
+drain whose slot the stop of its instance or an operator removed may still run). A node counts once however many reasons it has. An owner's limits (total, and
 per zone) bound the occupancy it sees.
 
 **Zones.** A node whose zone is unknown might be in any zone, so it counts against every zone: the load of
@@ -147,8 +148,15 @@ class Occupancy:
 
 
 def counted_unavailable(doc: BudgetDocument, limits: OwnerLimits) -> dict[str, str | None]:
-    """The unavailable nodes an owner counts, without those held or just released."""
-    skip = {h.node for h in doc.holders} | {r.node for r in doc.released}
+    """The unavailable nodes an owner counts, without those held or just given back by the lifecycle that
+    drained them: those whose last mark names a lifecycle. A slot removed by another (the stop of its
+    instance, the sweeper, an operator's release of a stuck holder) leaves a drain that may still run, and its
+    cordoned node unavailable, even when lifecycles that held the node before it gave it back."""
+    last: dict[str, Released] = {}
+    for mark in doc.released:
+        if mark.node not in last or mark.released_at >= last[mark.node].released_at:
+            last[mark.node] = mark
+    skip = {h.node for h in doc.holders} | {node for node, mark in last.items() if mark.record_id is not None}
     return {n.name: n.zone for n in limits.unavailable if n.name not in skip}
 
 
@@ -499,22 +507,20 @@ def release(
     return doc, holder, waiter
 
 
-def force_release(doc: BudgetDocument, holder: Holder) -> BudgetDocument:
+def force_release(doc: BudgetDocument, holder: Holder, now: datetime) -> BudgetDocument:
     """The operator's escape hatch: remove exactly ``holder`` (same node and record), whoever owns it.
 
-    No ``released`` entry, and none left of the lifecycles that held the node before: the node is still
-    cordoned by a drain that may be stuck, so to an owner counting unavailable nodes it is unavailable, until
-    someone uncordons it. A drain still running takes a slot again at its next renewal when there is room,
-    and otherwise pauses.
+    A removal by another, as the stop of the instance's: its mark names no lifecycle. So the node, still
+    cordoned by a drain that may be stuck, counts as unavailable to an owner counting unavailable nodes, until
+    someone uncordons it or that lifecycle gives it back (see :func:`counted_unavailable`); while the marks of
+    the lifecycles that gave the node back before stay, and refuse their late deliveries. A drain still
+    running takes a slot again at its next renewal when there is room, and otherwise pauses.
     """
-    return doc.model_copy(
-        update={
-            "holders": tuple(
-                h for h in doc.holders if not (h.node == holder.node and h.record_id == holder.record_id)
-            ),
-            "released": tuple(r for r in doc.released if r.node != holder.node),
-        }
+    ttl = timedelta(seconds=holder.ttl_seconds)
+    removed = release(
+        doc, holder.node, holder.owner, now=now, ttl=ttl, record_id=holder.record_id, by_its_lifecycle=False
     )
+    return removed[0]
 
 
 def _decision(
