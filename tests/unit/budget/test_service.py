@@ -771,6 +771,29 @@ def test_a_holder_renewed_by_its_lifecycle_under_a_new_token_is_released_under_i
     assert budget.acquire(replace(slot("n1"), token="retirement")).reason is SlotReason.RELEASED
 
 
+def test_two_lifecycles_waiting_for_their_instances_node_are_woken_in_turn(make_budget: BudgetFactory) -> None:
+    # Given a budget of one: n1 held by the drain for a rebalance recommendation of its instance, and two more
+    # lifecycles of the instance (a maintenance, then its terminate hook) asking for the node in turn, each
+    # asking again at its retry
+    budget = make_budget("1", None)
+    rebalance = replace(slot("n1"), record_id="rec-n1-rebalance", token="t1")
+    maintenance = replace(slot("n1"), record_id="rec-n1-maintenance", token="t2")
+    terminate = replace(slot("n1"), record_id="rec-n1-terminate", token="t3")
+    assert budget.acquire(rebalance).granted
+    asked = [budget.acquire(r).reason for r in (maintenance, terminate, maintenance, terminate)]
+
+    # When the rebalance drain gives the slot back, and then the lifecycle it woke, once it took it
+    woken = budget.release("n1", "rec-n1-rebalance", "t1")
+    assert budget.acquire(maintenance).granted
+    assert budget.acquire(terminate).reason is SlotReason.HELD_BY_OTHER_LIFECYCLE
+    then = budget.release("n1", "rec-n1-maintenance", "t2")
+
+    # Then each waits its turn, first come first woken: the later one does not take the first one's place in
+    # line, woken in its stead
+    assert asked == [SlotReason.HELD_BY_OTHER_LIFECYCLE] * 4
+    assert (woken, then) == (["rec-n1-maintenance"], ["rec-n1-terminate"])
+
+
 def test_a_late_delivery_of_a_lifecycle_is_refused_after_its_instances_next_lifecycle_held_the_node(
     make_budget: BudgetFactory, clock: FakeClock
 ) -> None:

@@ -42,7 +42,8 @@ the others wait for it. Only a node nobody else holds or waits for may be forced
 **Holders.** One holder per node: a node that holds a slot and asks again holds it again (renewed; taken
 over by a lifecycle of another instance of the node's name). Another lifecycle of the holder's instance does
 not take it over (one slot, one lifecycle): it waits in line for the node, eligible once the holder is
-released or expired, and so woken by that release as any waiter it made eligible. A renewal is written only
+released or expired, and so woken by that release as any waiter it made eligible. A node has one place in
+line: a third lifecycle of the instance leaves it to the one that took it first, and asks again at its retry. A renewal is written only
 when a third of the TTL has passed since the last written one. A holder that expired and was removed asks
 again like a newcomer, through the queue. A node already counted as unavailable takes its slot without taking
 a new one. A lifecycle that released its slot less than a TTL ago takes none again, whoever held the node
@@ -352,7 +353,9 @@ def claim(
             if request.force:
                 doc = _without_waiter(doc, waiter, request)
                 return doc, _decision(doc, True, SlotReason.HELD), None
-            if waiter is None or waiter.owner == request.owner:
+            # (a node has one place in line: a third lifecycle of the instance leaves the second's, and asks
+            # again at its retry)
+            if waiter is None or (waiter.owner == request.owner and not _of_other_lifecycle(waiter, request)):
                 queued = _queued(doc, request, waiter, renewal, now)
                 doc = doc if queued is None else queued[0]
             return doc, _decision(doc, False, SlotReason.HELD_BY_OTHER_LIFECYCLE), None
@@ -400,13 +403,13 @@ def _gave_back(mark: Released, request: SlotRequest) -> bool:
     )
 
 
-def _of_other_lifecycle(holder: Holder, request: SlotRequest) -> bool:
-    """Whether ``holder`` is another lifecycle's of this owner, for the request's instance (one slot, one
+def _of_other_lifecycle(entry: Holder | Waiter, request: SlotRequest) -> bool:
+    """Whether ``entry`` is another lifecycle's of this owner, for the request's instance (one slot, one
     lifecycle: see :func:`claim`)."""
     return (
-        holder.owner == request.owner
-        and holder.record_id != request.record_id
-        and holder.instance_id == request.instance_id
+        entry.owner == request.owner
+        and entry.record_id != request.record_id
+        and entry.instance_id == request.instance_id
     )
 
 

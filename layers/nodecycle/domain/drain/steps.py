@@ -330,7 +330,8 @@ class AcquireSlot:
             # Another lifecycle of this instance drains the node (a Spot interruption's, a rebalance's): after
             # it. A terminate hook then finds that drain over (see _linked); a disruption finds the node gone
             # or drained. It waits in line for the node: that drain's release wakes it (a lifecycle that has
-            # not asked yet is not woken, hence the time it began waiting).
+            # not asked yet is not woken, hence the time it began waiting; nor one behind a third lifecycle of
+            # the instance in line for the node, which has its place: it asks again at its retry).
             log.info(
                 "node %s is being drained for another lifecycle of %s: waiting", node.name, record.instance_id
             )
