@@ -771,7 +771,9 @@ def test_a_holder_renewed_by_its_lifecycle_under_a_new_token_is_released_under_i
     assert budget.acquire(replace(slot("n1"), token="retirement")).reason is SlotReason.RELEASED
 
 
-def test_two_lifecycles_waiting_for_their_instances_node_are_woken_in_turn(make_budget: BudgetFactory) -> None:
+def test_two_lifecycles_waiting_for_their_instances_node_are_woken_in_turn(
+    make_budget: BudgetFactory,
+) -> None:
     # Given a budget of one: n1 held by the drain for a rebalance recommendation of its instance, and two more
     # lifecycles of the instance (a maintenance, then its terminate hook) asking for the node in turn, each
     # asking again at its retry
