@@ -152,7 +152,9 @@ def counted_unavailable(doc: BudgetDocument, limits: OwnerLimits) -> dict[str, s
     """The unavailable nodes an owner counts, without those held or just given back by the lifecycle that
     drained them: those whose last mark names a lifecycle. A slot removed by another (the stop of its
     instance, the sweeper, an operator's release of a stuck holder) leaves a drain that may still run, and its
-    cordoned node unavailable, even when lifecycles that held the node before it gave it back."""
+    cordoned node unavailable, even when lifecycles that held the node before it gave it back; until the next
+    mark naming a lifecycle (any lifecycle of the owner cleaning up on the node, a late delivery of an earlier
+    one's cleanup too) excuses the node again for a TTL, as docs/design.md says."""
     last: dict[str, Released] = {}
     for mark in doc.released:
         if mark.node not in last or mark.released_at >= last[mark.node].released_at:
