@@ -135,6 +135,8 @@ def _records(box: Sandbox, transition: str, size: int, since: float) -> dict[str
     for page in box.runner.dynamodb.get_paginator("scan").paginate(TableName=table):
         for item in page.get("Items", []):
             record_id = item["id"]["S"]
+            if "received_at" not in item:
+                continue  # an action's claim, written with its lifecycle's record (not a record)
             written = datetime.fromisoformat(item["received_at"]["S"]).timestamp()
             if f"/{transition}/" in record_id and written >= since:
                 found[record_id] = written
