@@ -267,3 +267,5 @@ class DisruptionEmulator:
                     self._publish(
                         ec2_events.state_change(**self._common(), instance_id=instance_id, state=state)
                     )
+                if "stopped" in ordered:
+                    self._lifecycle.instance_stopped(instance_id)

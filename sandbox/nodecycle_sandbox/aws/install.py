@@ -44,7 +44,7 @@ def install() -> None:
         setattr(AutoScalingResponse, operation.__name__, operation)
     _patch_group()
     _patch_backend()
-    _patch_stop()
+    _patch_stop_and_start()
     sqs_timing.install()
     dynamodb_items.install()  # answers of lifecycle records without moto's per-attribute walk
     dynamodb_transactions.install()  # one write at a time; a cancelled transaction undoes only its own
@@ -127,7 +127,7 @@ def _patch_backend() -> None:
         setattr(AutoScalingBackend, name, function)
 
 
-def _patch_stop() -> None:
+def _patch_stop_and_start() -> None:
     original_stop = InstanceResponse.stop_instances
 
     def stop_instances(self: InstanceResponse) -> ActionResult:
@@ -138,3 +138,16 @@ def _patch_stop() -> None:
         return result
 
     InstanceResponse.stop_instances = stop_instances  # type: ignore[method-assign]
+
+    original_start = InstanceResponse.start_instances
+
+    def start_instances(self: InstanceResponse) -> ActionResult:
+        """StartInstances, and its instances' nodes back in service (state changes not emulated)."""
+        result = original_start(self)
+        emulator = emulator_for(autoscaling_backends[self.current_account][self.region])
+        with emulator.lock:
+            for instance_id in self._get_param("InstanceIds", []):
+                emulator.instance_started(instance_id)
+        return result
+
+    InstanceResponse.start_instances = start_instances  # type: ignore[method-assign]

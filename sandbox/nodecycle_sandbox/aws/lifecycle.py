@@ -340,6 +340,17 @@ class LifecycleEmulator:
             else:
                 self.nodes.remove_node(history.node_name)
 
+    def instance_stopped(self, instance_id: str) -> None:
+        """The instance stopped (by anyone, or by a maintenance): its node stays, and goes NotReady."""
+        history = self.instances.get(instance_id)
+        if history is not None and self.nodes is not None:
+            self.nodes.instance_stopped(history.node_name)
+
+    def instance_started(self, instance_id: str) -> None:
+        history = self.instances.get(instance_id)
+        if history is not None and self.nodes is not None:
+            self.nodes.instance_started(history.node_name)
+
     def scale_in(self, group: FakeAutoScalingGroup, count: int) -> None:
         for state in self._victims(group, count):
             self.begin_terminate(group, state, "scale-in")

@@ -27,6 +27,10 @@ class NodeRegistry(Protocol):
 
     def remove_node(self, name: str) -> Any: ...
 
+    def instance_stopped(self, name: str) -> Any: ...
+
+    def instance_started(self, name: str) -> Any: ...
+
 
 @dataclass
 class NodePlan:

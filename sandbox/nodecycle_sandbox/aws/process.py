@@ -51,6 +51,12 @@ class _Outbox:
     def remove_node(self, name: str) -> None:
         self._send(("remove_node", name, {}))
 
+    def instance_stopped(self, name: str) -> None:
+        self._send(("instance_stopped", name, {}))
+
+    def instance_started(self, name: str) -> None:
+        self._send(("instance_started", name, {}))
+
 
 def _serve(region: str, account: str, controls: Connection, outbox: Connection) -> None:
     from nodecycle_sandbox.aws.server import MotoServer

@@ -87,6 +87,7 @@ class Controllers:
         self._kubelet_lost_at: dict[
             str, float
         ] = {}  # node -> when the controller notices its kubelet is gone
+        self._stopped: set[str] = set()  # nodes whose instance is stopped: tainted shutdown once NotReady
         self._static_pods: dict[str, list[StaticPod]] = {}
 
     # --- hooks for the sandbox's helpers ------------------------------------------------------------
@@ -108,6 +109,39 @@ class Controllers:
             self._kubelet.kill(name)
             self._node_ready_at.pop(name, None)
             self._kubelet_lost_at[name] = time.monotonic() + grace
+
+    def instance_stopped(self, name: str, grace: float) -> bool:
+        """The node's instance stopped: its kubelet is gone, and the node, once NotReady, is tainted shutdown
+        (at once when it already is). False when there is no such node."""
+        with self._store.lock:
+            node = self._store.get(NODES, "", name)
+            if node is None:
+                return False
+            self._stopped.add(name)
+            self._kubelet.kill(name)
+            self._node_ready_at.pop(name, None)
+            if node_ready(node):
+                self._kubelet_lost_at.setdefault(name, time.monotonic() + grace)
+            elif name not in self._kubelet_lost_at:
+                self._store.write(
+                    NODES, node_lifecycle.shut_down(node, time.time()), verb="update", source=SANDBOX
+                )
+            return True
+
+    def instance_started(self, name: str) -> bool:
+        """The node's instance runs again: its kubelet is back (Ready), and the shutdown taint goes. False
+        when there is no such node."""
+        with self._store.lock:
+            self._stopped.discard(name)
+            if self._store.get(NODES, "", name) is None:
+                return False
+            self.revive_kubelet(name)
+            node = self._store.get(NODES, "", name)
+            assert node is not None  # (under the lock since it was found)
+            updated = node_lifecycle.started(node)
+            if updated != node:
+                self._store.write(NODES, updated, verb="update", source=SANDBOX)
+            return True
 
     def revive_kubelet(self, name: str) -> None:
         with self._store.lock:
@@ -163,9 +197,12 @@ class Controllers:
             node = self._store.get(NODES, "", name)
             if node is None:
                 del self._kubelet_lost_at[name]
+                self._stopped.discard(name)
             elif mono >= due:
                 del self._kubelet_lost_at[name]
                 lost = node_lifecycle.unreachable(node, time.time())
+                if name in self._stopped:
+                    lost = node_lifecycle.shut_down(lost, time.time())
                 self._store.write(NODES, lost, verb="update", source=SANDBOX, resource="nodes/status")
                 changed = True
         timers = [*self._node_ready_at.values(), *self._kubelet_lost_at.values()]

@@ -334,6 +334,20 @@ class KubeServer:
         self._controllers.revive_kubelet(name)
         self._poke()
 
+    def instance_stopped(self, name: str) -> bool:
+        """The node's instance stopped: its kubelet is gone (see ``kill_kubelet``), and once the node is
+        NotReady the cloud provider taints it ``node.cloudprovider.kubernetes.io/shutdown``, keeping the node
+        object. False when there is no such node (an instance whose kubelet never registered)."""
+        found = self._controllers.instance_stopped(name, self._node_monitor_grace)
+        self._poke()
+        return found
+
+    def instance_started(self, name: str) -> bool:
+        """The node's instance runs again: its kubelet posts Ready, and the shutdown taint goes."""
+        found = self._controllers.instance_started(name)
+        self._poke()
+        return found
+
     def set_node_ready(self, name: str, ready: bool) -> None:
         """Flip the node's Ready condition; its pods' readiness follows, as the node lifecycle controller does."""
         self._controllers.set_node_ready(name, ready)

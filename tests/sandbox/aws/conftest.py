@@ -24,6 +24,7 @@ class FakeNodes:
 
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     removed: list[str] = field(default_factory=list)
+    stopped: set[str] = field(default_factory=set)
 
     def add_node(
         self,
@@ -47,6 +48,12 @@ class FakeNodes:
     def remove_node(self, name: str) -> None:
         self.nodes.pop(name, None)
         self.removed.append(name)
+
+    def instance_stopped(self, name: str) -> None:
+        self.stopped.add(name)
+
+    def instance_started(self, name: str) -> None:
+        self.stopped.discard(name)
 
     def node_for_instance(self, instance_id: str) -> str | None:
         return next((n for n, node in self.nodes.items() if node["instance_id"] == instance_id), None)

@@ -227,6 +227,12 @@ def test_instances_stopped_or_terminated_outside_the_hooks_publish_their_state_c
     stopped, terminated = sorted(group.instances())
     aws.ec2.stop_instances(InstanceIds=[stopped])
     aws.ec2.terminate_instances(InstanceIds=[terminated])
+    # (the stopped instance's node stays, stopped, until the instance starts again)
+    stopped_node = aws.nodes.node_for_instance(stopped)
+    assert stopped_node is not None
+    assert aws.nodes.stopped == {stopped_node}
+    aws.ec2.start_instances(InstanceIds=[stopped])
+    assert aws.nodes.stopped == set()
 
     changes = ec2_events(aws, "EC2 Instance State-change Notification")
     assert [(e["detail"]["instance-id"], e["detail"]["state"]) for e in changes] == [

@@ -301,3 +301,28 @@ def test_a_kubelet_renews_its_lease_while_it_runs_and_leaves_it_once_lost() -> N
             renewed()
         assert gone.value.status == 404
         kube.api_client.close()
+
+
+def _taints(server: KubeServer, node: str) -> set[tuple[str, str]]:
+    found = server.get_object("nodes", node) or {}
+    return {(t["key"], t["effect"]) for t in found["spec"].get("taints") or []}
+
+
+def test_the_node_of_a_stopped_instance_stays_tainted_shutdown_until_it_starts_again() -> None:
+    with KubeServer(tick_seconds=0.02, node_monitor_grace_seconds=0.2) as server:
+        # Given a Ready node
+        server.seed({"nodes": nodes_seed(1)})
+        node = node_name(0, 10)
+
+        # When its instance stops
+        assert server.instance_stopped(node)
+
+        # Then, once NotReady, the cloud provider taints it shutdown and keeps the node object
+        wait_until(lambda: _ready_status(server, node) == "Unknown", what="the node to turn Unknown")
+        assert ("node.cloudprovider.kubernetes.io/shutdown", "NoSchedule") in _taints(server, node)
+
+        # ...until the instance runs again: Ready, without the shutdown taint (nor the unreachable ones)
+        assert server.instance_started(node)
+        assert _ready_status(server, node) == "True"
+        assert _taints(server, node) == set()
+        assert not server.instance_stopped("no-such-node")

@@ -83,6 +83,12 @@ class FakeCluster:
     def remove_node(self, name: str) -> None:
         del self.nodes[name]
 
+    def instance_stopped(self, name: str) -> None:
+        self.nodes[name]["stopped"] = True
+
+    def instance_started(self, name: str) -> None:
+        self.nodes[name]["stopped"] = False
+
 
 def test_a_sandbox_launches_and_terminates_instances_through_real_handlers(tmp_path: Path) -> None:
     # Given a sandbox whose intake completes every lifecycle action
