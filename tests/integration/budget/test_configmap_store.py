@@ -18,9 +18,11 @@ from nodecycle.adapters.kube.budget import (
     ConfigMapBudgetStore,
     KubeNodeInventory,
 )
-from nodecycle.domain.budget import BudgetDocument, NodeState
+from nodecycle.domain.budget import BudgetDocument, BudgetLimits, NodeState
 from nodecycle.domain.budget.document import Released
+from nodecycle.domain.budget.limits import owner_limits
 from nodecycle.domain.errors import TransientError
+from nodecycle.domain.policy import Quantity
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.budget.conftest import NAMESPACE, add_nodes, admin_api, core_api, node_name
 
@@ -219,6 +221,33 @@ def test_the_inventory_reads_the_state_of_the_nodes_of_its_selector_from_the_wat
     assert nodes[ours[1]] == NodeState(name=ours[1], zone="eu-west-1a", schedulable=False, ready=True)
     assert [name for name, n in nodes.items() if not n.ready] == [ours[3]]
     assert server.counters()[("list", "nodes")] == 1
+
+
+def test_the_node_of_a_stopped_instance_is_neither_unavailable_nor_in_scope(
+    core: client.CoreV1Api, server: KubeServer
+) -> None:
+    # Given 3 nodes of our group: one in service, one NotReady, and the NotReady node of an instance stopped
+    # into a warm pool, which the cloud provider taints and keeps
+    ours = [node_name(i) for i in range(3)]
+    for i, name in enumerate(ours):
+        server.add_node(name, instance_id=f"i-{i}", zone="eu-west-1a", ready=i == 0, labels={"ng": "blue"})
+    taint = core_api(server)
+    taint.patch_node(
+        ours[2],
+        {"spec": {"taints": [{"key": "node.cloudprovider.kubernetes.io/shutdown", "effect": "NoSchedule"}]}},
+    )
+    taint.api_client.close()
+    inventory = KubeNodeInventory(lambda: core, "ng=blue", with_status=True)
+
+    # When an owner counting unavailable nodes, with a percent limit, records its limits from the list
+    limits = BudgetLimits(Quantity.parse("100%"))
+    entry = owner_limits(
+        limits, count_unavailable=True, nodes=inventory.nodes_in_scope(), now=datetime.now(UTC)
+    )
+
+    # Then only the node lost to a disruption is unavailable, and the percent is of the other 2 nodes
+    assert [n.name for n in entry.unavailable] == [ours[1]]
+    assert (entry.nodes_in_scope, entry.resolved.total) == (2, 2)
 
 
 def test_for_counts_alone_the_inventory_reads_the_nodes_metadata_only(

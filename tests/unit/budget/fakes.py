@@ -124,5 +124,12 @@ def slot(node: str, zone: str | None = "a", owner: str = "blue") -> SlotRequest:
     return SlotRequest(node=node, instance_id=f"i-{node}", zone=zone, owner=owner, record_id=f"rec-{node}")
 
 
-def node(name: str, zone: str | None = "a", *, schedulable: bool = True, ready: bool = True) -> NodeState:
-    return NodeState(name=name, zone=zone, schedulable=schedulable, ready=ready)
+def node(
+    name: str,
+    zone: str | None = "a",
+    *,
+    schedulable: bool = True,
+    ready: bool = True,
+    shut_down: bool = False,
+) -> NodeState:
+    return NodeState(name=name, zone=zone, schedulable=schedulable, ready=ready, shut_down=shut_down)

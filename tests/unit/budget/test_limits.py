@@ -3,8 +3,10 @@ from __future__ import annotations
 import pytest
 
 from nodecycle.domain.budget import BudgetLimits
+from nodecycle.domain.budget.document import NodeRef
+from nodecycle.domain.budget.limits import owner_limits
 from nodecycle.domain.policy import Quantity
-from tests.unit.budget.fakes import node
+from tests.unit.budget.fakes import START, node
 
 
 @pytest.mark.parametrize(
@@ -37,3 +39,23 @@ def test_a_per_zone_percent_is_of_the_nodes_of_that_zone() -> None:
 def test_without_a_per_zone_limit_only_the_total_applies() -> None:
     resolved = BudgetLimits(Quantity.parse("2")).resolve([])
     assert resolved.per_zone is None
+
+
+def test_the_node_of_a_stopped_instance_is_neither_unavailable_nor_in_scope() -> None:
+    # Given 3 nodes in service in zone a, one NotReady for another reason, the NotReady node of an instance
+    # stopped into a warm pool (its cordon lifted by the warm-pool watch) and that of one an operator stopped
+    # while its drain's cordon stayed
+    nodes = [node(f"a{i}") for i in range(3)] + [node("lost", ready=False)]
+    nodes += [node("pooled", ready=False, shut_down=True)]
+    nodes += [node("stopped", schedulable=False, ready=False, shut_down=True)]
+
+    # When an owner counting unavailable nodes, with percent limits, records its limits
+    limits = BudgetLimits(Quantity.parse("50%"), Quantity.parse("50%"))
+    entry = owner_limits(limits, count_unavailable=True, nodes=nodes, now=START)
+
+    # Then only the node lost to a disruption is unavailable, and the percents are of the other 4 nodes
+    assert entry.unavailable == (NodeRef(name="lost", zone="a"),)
+    assert entry.nodes_in_scope == 4
+    assert entry.resolved.total == 2
+    assert entry.resolved.per_zone is not None
+    assert entry.resolved.per_zone.by_zone == {"a": 2}

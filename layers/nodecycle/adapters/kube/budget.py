@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 
 DATA_KEY = "budget.json"
 REQUEST_TIMEOUT = (5, 15)  # connect, read: a Lambda step must not hang on a dead connection
+# What the cloud provider's node lifecycle controller puts on the node of a stopped instance (and takes off
+# when it starts again), keeping the node object: see NodeState.shut_down.
+SHUTDOWN_TAINT = "node.cloudprovider.kubernetes.io/shutdown"
 
 CoreV1Factory = Callable[[], Any]  # () -> kubernetes.client.CoreV1Api
 
@@ -151,8 +154,9 @@ class KubeNodeInventory:
     Only what the budget needs is read, and not on every poll:
 
     - without ``with_status`` (percent limits alone), each node's metadata (its name and zone label), as a
-      ``PartialObjectMetadataList``; with it (counting unavailable nodes), whole nodes, whose cordon and
-      Ready condition are in spec and status;
+      ``PartialObjectMetadataList``; with it (counting unavailable nodes), whole nodes, whose cordon,
+      shutdown taint and Ready condition are in spec and status. So only an owner counting unavailable nodes
+      leaves the nodes of stopped instances out of scope; the metadata of one cannot tell;
     - with ``resourceVersion=0``, from the API server's watch cache rather than from etcd;
     - at most once per ``max_age`` per container: a cached list serves the budget's decisions in between.
 
@@ -206,7 +210,8 @@ class KubeNodeInventory:
 
 
 def _node_metadata(node: dict[str, Any]) -> NodeState:
-    """A node known by its metadata only: counted, never counted as unavailable."""
+    """A node known by its metadata only: counted, never counted as unavailable. (Whether its instance is
+    stopped is in its taints, which metadata does not carry: counted in scope all the same.)"""
     metadata = node.get("metadata") or {}
     return NodeState(
         name=metadata["name"],
@@ -218,12 +223,14 @@ def _node_metadata(node: dict[str, Any]) -> NodeState:
 
 def _node_state(node: dict[str, Any]) -> NodeState:
     metadata = node.get("metadata") or {}
+    spec = node.get("spec") or {}
     conditions = (node.get("status") or {}).get("conditions") or []
     return NodeState(
         name=metadata["name"],
         zone=(metadata.get("labels") or {}).get(ZONE_LABEL),
-        schedulable=not (node.get("spec") or {}).get("unschedulable", False),
+        schedulable=not spec.get("unschedulable", False),
         ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions),
+        shut_down=any(t.get("key") == SHUTDOWN_TAINT for t in spec.get("taints") or []),
     )
 
 

@@ -13,16 +13,25 @@ from nodecycle.domain.policy import Quantity
 
 @dataclass(frozen=True)
 class NodeState:
-    """What the budget needs to know of one node in scope."""
+    """What the budget needs to know of one node in scope.
+
+    ``shut_down``: its instance is stopped (the cloud provider's shutdown taint): into a Stopped warm pool, or
+    by an operator. Its node object stays, NotReady, for as long as the instance is stopped, which may be for
+    good. It is not capacity a disruption took from the cluster, and no drain of it is under way, so it is
+    neither unavailable nor in scope: counted, it would shrink every counting owner's budget by one per pooled
+    instance for as long as the instance waits in the pool, and grow a percent limit with capacity that does
+    not run.
+    """
 
     name: str
     zone: str | None
     schedulable: bool
     ready: bool
+    shut_down: bool = False
 
     @property
     def unavailable(self) -> bool:
-        return not (self.schedulable and self.ready)
+        return not self.shut_down and not (self.schedulable and self.ready)
 
 
 @dataclass(frozen=True)
@@ -42,6 +51,7 @@ class BudgetLimits:
         return self.max_unavailable.percent or (per_zone is not None and per_zone.percent)
 
     def resolve(self, nodes: Sequence[NodeState]) -> ResolvedLimits:
+        nodes = in_scope(nodes)
         per_zone = self.max_unavailable_per_zone
         zone_limits = None
         if per_zone is not None:
@@ -51,6 +61,11 @@ class BudgetLimits:
                 other=per_zone.resolve(0),
             )
         return ResolvedLimits(total=self.max_unavailable.resolve(len(nodes)), per_zone=zone_limits)
+
+
+def in_scope(nodes: Sequence[NodeState]) -> list[NodeState]:
+    """The nodes a percent limit is of: not those of stopped instances (see :class:`NodeState`)."""
+    return [node for node in nodes if not node.shut_down]
 
 
 def owner_limits(
@@ -67,7 +82,7 @@ def owner_limits(
         max_unavailable=str(limits.max_unavailable),
         max_unavailable_per_zone=None if per_zone is None else str(per_zone),
         count_unavailable=count_unavailable,
-        nodes_in_scope=None if nodes is None else len(nodes),
+        nodes_in_scope=None if nodes is None else len(in_scope(nodes)),
         resolved=limits.resolve(nodes or ()),
         unavailable=unavailable,
         updated_at=now,
