@@ -127,7 +127,12 @@ def engine() -> StepEngine:
                 instances=instances,
             ),
             Step.EVICT: Evict(
-                cluster=nodes, slots=slots, policy=policy, metrics=ports.metrics, events=events
+                cluster=nodes,
+                slots=slots,
+                instances=instances,
+                policy=policy,
+                metrics=ports.metrics,
+                events=events,
             ),
             Step.CLEANUP: Cleanup(
                 cluster=nodes,

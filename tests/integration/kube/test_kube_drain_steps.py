@@ -77,6 +77,7 @@ def evict(cluster: KubeCluster, metrics: FakeMetrics | None = None) -> Evict:
     return Evict(
         cluster=cluster,
         slots=FakeSlots(holders={NODE}),
+        instances=NoDns(known={INSTANCE: "running"}),
         policy=policy(),
         metrics=metrics or FakeMetrics(),
         events=FakeEvents(),

@@ -61,7 +61,7 @@ def run(record: LifecycleRecord, start: datetime, cluster: FakeCluster, slots: F
     engine = StepEngine(
         worker=Worker.DRAIN,
         steps={
-            Step.EVICT: evict(cluster, slots, metrics, FakeEvents(), **env),
+            Step.EVICT: evict(cluster, slots, metrics, FakeEvents(), None, **env),
             Step.COMPLETE: CompleteAction(autoscaling, metrics),
             Step.CLEANUP: lambda r, n: Outcome.next(),
         },

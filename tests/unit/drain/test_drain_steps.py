@@ -27,7 +27,7 @@ from nodecycle.domain.drain.steps import (
 )
 from nodecycle.domain.engine import Dispatcher, StepHandler
 from nodecycle.domain.errors import TransientError
-from nodecycle.domain.flow import Worker
+from nodecycle.domain.flow import Worker, settle_step
 from nodecycle.domain.launch import ReadinessGate
 from nodecycle.domain.model import LifecycleRecord, Step, Transition
 from nodecycle.domain.nodes import NodeFinder
@@ -617,11 +617,13 @@ def evict(
     slots: FakeSlots | None = None,
     metrics: FakeMetrics | None = None,
     events: FakeEvents | None = None,
+    ec2: NoDns | None = None,
     **env: str,
 ) -> Evict:
     return Evict(
         cluster=cluster,
         slots=slots or FakeSlots(holders={NODE}),
+        instances=ec2 or NoDns(known={INSTANCE: "running"}),
         policy=policy(**env),
         metrics=metrics or FakeMetrics(),
         events=events or FakeEvents(),
@@ -809,6 +811,39 @@ def test_a_drain_that_lost_its_slot_pauses_without_evicting() -> None:
     outcome = evict(cluster, FakeSlots(lost=True))(draining(), T0)
     assert outcome.again
     assert cluster.evictions == []
+
+
+@dataclass
+class SlotsFreedMeanwhile(FakeSlots):
+    """The budget after someone removed the drain's holder (the stop of its instance, FORGET_NODE, or its
+    expiry): a renewal takes the slot back, REACQUIRED."""
+
+    def renew(self, request: SlotRequest) -> SlotDecision:
+        self.requests.append(request)
+        self.holders.add(request.node)
+        return SlotDecision(True, SlotReason.REACQUIRED, len(self.holders), 0, None)
+
+
+def test_a_drain_whose_slot_the_stop_of_its_instance_freed_settles_without_evicting() -> None:
+    # Given a drain whose instance was stopped outside the hooks (its kubelet gone with it: pods asked to go
+    # would stay Terminating) and whose slot that stop freed
+    cluster = FakeCluster(nodes={NODE: node()}, pods=[pod("web-1")])
+    step = evict(cluster, SlotsFreedMeanwhile(), ec2=NoDns(known={INSTANCE: "stopped"}))
+
+    # When it polls
+    outcome = step(draining(), T0)
+
+    # Then it settles at once, without asking a pod to go
+    assert outcome.then is settle_step(draining())
+    assert outcome.changes["outcome"] == "instance-down"
+    assert cluster.evictions == []
+
+
+def test_a_drain_whose_slot_was_freed_while_its_instance_runs_takes_it_back_and_goes_on() -> None:
+    cluster = FakeCluster(nodes={NODE: node()}, pods=[pod("web-1")])
+    outcome = evict(cluster, SlotsFreedMeanwhile(), ec2=NoDns(known={INSTANCE: "running"}))(draining(), T0)
+    assert outcome.changes.get("outcome") != "instance-down"
+    assert [name for name, _ in cluster.evictions] == ["web-1"]
 
 
 def test_timeout_policy_continue_goes_on_with_the_pods_still_there() -> None:

@@ -524,10 +524,18 @@ class Cordon:
 
 class Evict:
     def __init__(
-        self, *, cluster: Cluster, slots: Slots, policy: DrainPolicy, metrics: Metrics, events: Events
+        self,
+        *,
+        cluster: Cluster,
+        slots: Slots,
+        instances: Instances,
+        policy: DrainPolicy,
+        metrics: Metrics,
+        events: Events,
     ) -> None:
         self._cluster = cluster
         self._slots = slots
+        self._instances = instances
         self._policy = policy
         self._metrics = metrics
         self._events = events
@@ -546,12 +554,27 @@ class Evict:
         request = _slot_request(
             record, node, record.zone, in_progress=True, **_precedence(record, now, policy)
         )
-        if not self._slots.renew(request).granted:
+        renewed = self._slots.renew(request)
+        if not renewed.granted:
             # Our holder expired and its slot went to another node: evicting now could exceed the budget. The
             # node waits with precedence (it is disruption in progress), and the wait is not drain time.
             log.warning("lost the budget slot of node %s: pausing the drain until it is back", record.node)
             self._metrics.count("BudgetSlotsLost")
             return Outcome.wait(policy.budget_retry_seconds, drain_paused_at=record.drain_paused_at or now)
+        if renewed.reason is SlotReason.REACQUIRED:
+            # Someone removed our slot: its holder expired, or the stop of the instance outside the hooks freed
+            # it (FORGET_NODE), leaving this drain to see for itself that it is over. A stopped instance's kubelet
+            # is gone with it: its pods would stay Terminating, and this slot held, until the node controller
+            # marks the node NotReady, most of a minute later. EC2 says at once.
+            state = self._instances.states([record.instance_id]).get(record.instance_id)
+            if not up(state):
+                log.warning(
+                    "instance %s of node %s is %s: nothing left to drain there",
+                    record.instance_id,
+                    node,
+                    state or "gone",
+                )
+                return Outcome.goto(settle_step(record), outcome="instance-down")
         changes: dict[str, Any] = {}
         deadline = _known(record.drain_deadline, "drain deadline")
         if record.drain_paused_at is not None:
