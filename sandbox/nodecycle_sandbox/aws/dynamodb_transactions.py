@@ -26,6 +26,8 @@ from moto.dynamodb import models
 from moto.dynamodb.models import DynamoDBBackend
 from moto.dynamodb.models.table import Table
 
+from nodecycle_sandbox.aws.one_at_a_time import one_at_a_time
+
 _LOCK = threading.RLock()
 _OPERATIONS = (
     "get_item",
@@ -59,15 +61,6 @@ class _Undo:
         return getattr(copy, name)
 
 
-def _atomic(operation: Callable[..., Any]) -> Callable[..., Any]:
-    @wraps(operation)
-    def atomic(*args: Any, **kwargs: Any) -> Any:
-        with _LOCK:
-            return operation(*args, **kwargs)
-
-    return atomic
-
-
 def _transaction(transact: Callable[..., Any]) -> Callable[..., Any]:
     @wraps(transact)
     def transact_write_items(self: DynamoDBBackend, transact_items: list[dict[str, Any]]) -> Any:
@@ -85,7 +78,6 @@ def _transaction(transact: Callable[..., Any]) -> Callable[..., Any]:
 def install() -> None:
     if getattr(DynamoDBBackend, "_nodecycle_transactions", False):
         return
-    for name in _OPERATIONS:
-        setattr(DynamoDBBackend, name, _atomic(getattr(DynamoDBBackend, name)))
+    one_at_a_time(DynamoDBBackend, _OPERATIONS, _LOCK)
     DynamoDBBackend.transact_write_items = _transaction(DynamoDBBackend.transact_write_items)  # type: ignore[method-assign]
     DynamoDBBackend._nodecycle_transactions = True  # type: ignore[attr-defined]

@@ -33,6 +33,8 @@ from moto.core import utils as moto_time
 from moto.sqs import models
 from moto.sqs.models import Message, Queue, SQSBackend
 
+from nodecycle_sandbox.aws.one_at_a_time import one_at_a_time
+
 # Bounds the latency of changes nobody signals (ChangeMessageVisibility to 0); idle cost is one scan.
 _MAX_WAIT_SECONDS = 0.25
 
@@ -68,15 +70,6 @@ def _within_retention(self: SQSBackend, queue_name: str, message: Message) -> bo
 _BACKEND_LOCK = threading.RLock()
 
 
-def _atomic(operation: Callable[..., Any]) -> Callable[..., Any]:
-    @wraps(operation)
-    def atomic(*args: Any, **kwargs: Any) -> Any:
-        with _BACKEND_LOCK:
-            return operation(*args, **kwargs)
-
-    return atomic
-
-
 def _locked_receive(receive: Callable[..., Any]) -> Callable[..., Any]:
     """A long poll waits outside the lock: each of its passes takes it (the wait is `wait_for_messages`)."""
 
@@ -105,14 +98,17 @@ def install() -> None:
     Queue.wait_for_messages = _wait_for_messages  # type: ignore[method-assign]
     SQSBackend.is_message_valid_based_on_retention_period = _within_retention  # type: ignore[method-assign]
     SQSBackend.receive_message = _locked_receive(SQSBackend.receive_message)  # type: ignore[method-assign]
-    for name in (
-        "send_message",
-        "send_message_batch",
-        "delete_message",
-        "delete_message_batch",
-        "change_message_visibility",
-        "change_message_visibility_batch",
-        "purge_queue",
-    ):
-        setattr(SQSBackend, name, _atomic(getattr(SQSBackend, name)))
+    one_at_a_time(
+        SQSBackend,
+        (
+            "send_message",
+            "send_message_batch",
+            "delete_message",
+            "delete_message_batch",
+            "change_message_visibility",
+            "change_message_visibility_batch",
+            "purge_queue",
+        ),
+        _BACKEND_LOCK,
+    )
     SQSBackend._nodecycle_sqs_timing = True  # type: ignore[attr-defined]
