@@ -32,6 +32,7 @@ def budget_for(nodes: int) -> Budget:
 
 @dataclass(frozen=True)
 class Ordered:
+    name: str  # the setup, as its rows begin
     nodes: int
     budget: Budget
     makespan: float
@@ -42,10 +43,13 @@ class Ordered:
     details: list[str]
 
 
-def run_one(nodes: int, retry_seconds: int, poll_seconds: int, log_dir: Path) -> Ordered:
+def run_one(nodes: int, retry_seconds: int, poll_seconds: int, log_dir: Path, pace: float = 1.0) -> Ordered:
+    """One refresh of ``nodes``; ``pace``: pod shutdowns and the drain's polls that many times slower."""
     budget = budget_for(nodes)
-    settings = refresh.Settings(nodes, budget, retry_seconds, poll_seconds, DRAIN_CONCURRENCY)
-    return _ordered(refresh.run(settings, log_dir / f"order-{nodes}"))
+    poll = max(1, round(poll_seconds * pace))
+    settings = refresh.Settings(nodes, budget, retry_seconds, poll, DRAIN_CONCURRENCY, pace)
+    suffix = f"-pace{pace:g}" if pace != 1 else ""
+    return _ordered(refresh.run(settings, log_dir / f"order-{nodes}{suffix}"))
 
 
 def _ordered(done: refresh.RefreshRun) -> Ordered:
@@ -58,6 +62,7 @@ def _ordered(done: refresh.RefreshRun) -> Ordered:
     summary = refresh.result(done)
     handed = wake.result(done)  # one slot's hand-over, where the stretches above merge all slots
     return Ordered(
+        name=done.settings.name,
         nodes=done.settings.nodes,
         budget=budget,
         makespan=end - start,
@@ -65,7 +70,7 @@ def _ordered(done: refresh.RefreshRun) -> Ordered:
         worst_wait=max(drain.cordoned_at - start for drain in done.drains),
         fcfs_worst_wait=max(fcfs.values()),
         gap_rows=[row for row in summary.rows if "makespan" not in row.name] + handed.rows,
-        details=[f"{done.settings.nodes} nodes: {line}" for line in summary.details + handed.details],
+        details=[f"{done.settings.name}: {line}" for line in summary.details + handed.details],
     )
 
 
@@ -73,7 +78,7 @@ def result(found: list[Ordered]) -> Result:
     rows = []
     details = []
     for ordered in found:
-        name = f"refresh {ordered.nodes} nodes, {ordered.budget.total}/{ordered.budget.per_zone}"
+        name = ordered.name
         target = refresh.target_for(ordered.nodes)
         rows.append(
             Row(

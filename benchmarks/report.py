@@ -11,7 +11,7 @@ class Row:
     name: str
     ours: float
     base: float | None  # the ideal or the baseline; None when there is nothing to compare with
-    unit: str  # "s" for seconds, "" for counts
+    unit: str  # "s" for seconds, "%" for shares, "" for counts
     target: str
     met: bool | None = None  # None: a figure for information, with no target to meet
 
@@ -37,6 +37,8 @@ def amount(value: float | None, unit: str) -> str:
         return "-"
     if unit == "s":
         return f"{value:.2f} s"
+    if unit == "%":
+        return f"{value:.0f}%"
     if abs(value) >= 10_000:
         return f"{value:,.0f}"
     return f"{value:.0f}" if value == int(value) else f"{value:.2f}" if abs(value) < 1 else f"{value:.1f}"

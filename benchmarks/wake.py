@@ -79,7 +79,7 @@ def result(run: RefreshRun) -> Result:
     median, worst = statistics.median(latencies), max(latencies)
     idle = max(handover.idle for handover in found)
     retry = run.settings.retry_seconds
-    setup = f"refresh {run.settings.nodes} nodes, {run.settings.budget.total}/{run.settings.budget.per_zone}"
+    setup = run.settings.name
     rows = [
         Row(
             f"{setup}: wake latency, median (release -> cordon)",
