@@ -511,6 +511,19 @@ class Controllers:
         return changed
 
 
+# A pass holds the store's lock, and every API request waits for it. With hundreds of nodes a pass takes tens of
+# milliseconds, and during a refresh something changes at every tick: passes back to back would hold the lock
+# most of the time and make every request wait, a latency the real API server (whose controllers run apart,
+# from informers) does not have. So the loop rests at least this many times a pass's length after it.
+REST_PER_PASS = 2.0
+
+
+def next_wait(tick: float, spent: float) -> float:
+    """How long the loop sleeps after a pass that took ``spent`` seconds: a tick, or longer after a long
+    pass, so that passes take at most ``1 / (1 + REST_PER_PASS)`` of the time."""
+    return max(tick, REST_PER_PASS * spent)
+
+
 class ControllerLoop:
     """Runs ``Controllers.sync`` every tick on a daemon thread; skips a tick when nothing changed and no
     timer is due, so an idle sandbox costs nothing. A controller failure is kept and re-raised by ``check``."""
@@ -544,16 +557,21 @@ class ControllerLoop:
     def _run(self) -> None:
         clean_revision = -1
         due: float | None = None
-        while not self._stop.wait(self._tick):
+        wait = self._tick
+        while not self._stop.wait(wait):
+            wait = self._tick
             poked = self._poked.is_set()
             if not poked and self._revision() == clean_revision and (due is None or time.monotonic() < due):
                 continue
             self._poked.clear()
+            began = time.monotonic()
             try:
                 result = self._sync()
             except Exception as exc:  # kept for check(); the loop must outlive one bad pass
                 logger.exception("sandbox controller pass failed")
                 self.failure = exc
                 continue
+            finally:
+                wait = next_wait(self._tick, time.monotonic() - began)
             due = min((at for at in (result.due, result.renewal) if at is not None), default=None)
             clean_revision = -1 if result.changed else result.revision

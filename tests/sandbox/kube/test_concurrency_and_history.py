@@ -11,6 +11,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from nodecycle_sandbox.kube import KubeServer, max_unschedulable
+from nodecycle_sandbox.kube.controllers import next_wait
 
 from .conftest import Kube, connect, node_name, nodes_seed, pods_of
 
@@ -165,3 +166,16 @@ def test_objects_are_snapshots_the_caller_cannot_change(server: KubeServer) -> N
     node["metadata"]["labels"]["mutated"] = "yes"
     assert "mutated" not in server.objects("nodes")[0]["metadata"]["labels"]
     assert json.dumps(server.objects("no")) == json.dumps(server.objects("nodes"))
+
+
+def test_the_controller_loop_rests_after_a_long_pass_so_that_requests_get_the_lock() -> None:
+    # Given passes of a small cluster (well under a tick) and of a large one (tens of milliseconds)
+    tick = 0.05
+
+    # Then after a short pass the loop waits one tick, as before
+    assert next_wait(tick, 0.001) == tick
+
+    # And after a long one it rests twice the pass, so that passes hold the store's lock (which every
+    # request waits for) a third of the time at most, not back to back
+    assert next_wait(tick, 0.08) == pytest.approx(0.16)
+    assert 0.08 / (0.08 + next_wait(tick, 0.08)) <= 1 / 3 + 1e-9
