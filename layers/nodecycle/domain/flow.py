@@ -110,10 +110,13 @@ def following(record: LifecycleRecord, step: Step) -> Step:
 
 
 def settle_step(record: LifecycleRecord) -> Step:
-    """Where a lifecycle goes when its drain ends early (no node, another owner's node): its completion; a
-    disruption without a hook has none, and goes to its cleanup."""
-    for step in (Step.COMPLETE, Step.CLEANUP):
-        if step in record.plan:
+    """Where a lifecycle goes when its drain ends early (no node, another owner's node), or is over already:
+    what its plan does after a drain. Its address taken back first: the instance still holds it (one going to
+    its warm pool would keep it there, out of the sweeper's reach); then its completion. A disruption without
+    a hook has none, and goes to its cleanup."""
+    later = record.plan[record.plan.index(record.step) + 1 :]
+    for step in (Step.RELEASE_EIP, Step.COMPLETE, Step.CLEANUP):
+        if step in later:
             return step
     return Step.DONE
 

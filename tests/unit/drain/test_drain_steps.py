@@ -410,6 +410,31 @@ def test_a_missing_node_means_nothing_to_drain_and_the_action_completes() -> Non
     assert metrics.counts["NodesNotFound"] == 1
 
 
+def test_a_terminating_instance_with_no_node_to_drain_has_its_address_taken_back_before_its_completion() -> (
+    None
+):
+    # Given a terminating instance of a stack that gives instances Elastic IPs, whose node is not in the
+    # cluster (it never joined, or was deleted): the instance still holds its address, and one that goes back
+    # to its warm pool keeps it there, out of the sweeper's reach (it frees addresses of gone instances only)
+    plan = (
+        Step.ACQUIRE_SLOT,
+        Step.CORDON,
+        Step.EVICT,
+        Step.RELEASE_EIP,
+        Step.COMPLETE,
+        Step.CLEANUP,
+        Step.DONE,
+    )
+    record = terminating(Step.ACQUIRE_SLOT, plan=plan)
+
+    # When its drain begins, and finds nothing to drain
+    outcome = acquire(FakeCluster(), FakeSlots())(record, T0)
+
+    # Then the lifecycle goes on where its plan goes after a drain: the address taken back, then the completion
+    assert (outcome.then, outcome.changes["outcome"]) == (Step.RELEASE_EIP, "node-not-found")
+    assert settle_step(record.model_copy(update={"step": Step.EVICT})) is Step.RELEASE_EIP
+
+
 def test_a_slot_is_taken_for_the_instances_node() -> None:
     cluster, slots = FakeCluster(nodes={NODE: node()}), FakeSlots()
     outcome = acquire(cluster, slots)(terminating(Step.ACQUIRE_SLOT), T0)

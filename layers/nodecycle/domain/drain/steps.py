@@ -409,9 +409,8 @@ class AcquireSlot:
             log.info("instance %s was drained for a %s: completing at once", record.instance_id, cause.short)
             # what the plan does after its drain: its address released (the disruption's plan kept it, the
             # instance was still running), then the completion
-            after = next(step for step in (Step.RELEASE_EIP, Step.COMPLETE) if step in record.plan)
             return Outcome.goto(
-                after,
+                settle_step(record),
                 outcome=f"drained-by:{cause.short}",
                 node=other.node,
                 node_uid=other.node_uid,
