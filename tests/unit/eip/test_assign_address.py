@@ -150,6 +150,35 @@ def test_a_spare_address_associated_after_the_listing_is_not_released_where_ec2_
     assert metrics.counts["EipsReleased"] == 0
 
 
+def test_a_spare_address_ec2_refuses_to_release_is_left_to_the_sweeper_and_the_launch_keeps_its_own(
+    ec2: FakeAddresses, metrics: FakeMetrics
+) -> None:
+    # Given an instance that holds the address a delivery gave it, a spare a concurrent delivery allocated for
+    # it, and EC2 refusing to release that spare every time (a service control policy that denies
+    # ReleaseAddress), with the failure policy abandon
+    held = ec2.add(allocated_for=INSTANCE, on=INSTANCE)
+    spare = ec2.add(allocated_for=INSTANCE)
+    ec2.faults["release"].extend([AddressRefused("UnauthorizedOperation")] * REFUSED_ATTEMPTS)
+    assign, record = step(ec2, metrics, eip_failure_policy="abandon"), launch_record(INSTANCE)
+
+    # When the launch step runs, as often as it asks to run again
+    outcome = assign(record, T0)
+    for _ in range(REFUSED_ATTEMPTS):
+        if not outcome.again:
+            break
+        record = after(record, outcome)
+        outcome = assign(record, T0)
+
+    # Then the launch goes on with the address the instance holds (never abandoned for a spare), and the
+    # spare is left, tagged, to the sweeper
+    assert outcome.changes.get("result") is not ActionResult.ABANDON
+    assert went_on(outcome)
+    assert outcome.changes["allocation_id"] == held
+    assert ec2.eips[held].instance_id == INSTANCE
+    assert spare in ec2.eips
+    assert metrics.counts["EipFailures"] == 1
+
+
 def test_a_crash_between_allocation_and_association_is_repaired_by_the_next_delivery(
     ec2: FakeAddresses, metrics: FakeMetrics
 ) -> None:

@@ -322,7 +322,9 @@ class AssignAddress:
         """Release the unassociated addresses allocated for this instance other than ``keep``.
 
         They are what concurrent deliveries (or a launch that failed) left: one instance, one address. Each
-        is looked at again right before its release, so one that got associated meanwhile is left alone.
+        is looked at again right before its release, so one that got associated meanwhile is left alone. One
+        that EC2 refuses to release is left, tagged, to the sweeper (whose failures an alarm reports): the
+        instance holds its own address, and a spare is no reason to fail its launch.
         """
         listing = (
             found
@@ -342,6 +344,14 @@ class AssignAddress:
                 released = release_unassociated(self._addresses, address.allocation_id)
             except AddressInUse:
                 log.info("spare address %s got associated meanwhile: left alone", address.public_ip)
+                continue
+            except AddressRefused as error:
+                self._metrics.count("EipFailures")
+                log.error(
+                    "EC2 refused to release spare address %s: %s; left to the sweeper",
+                    address.public_ip,
+                    error,
+                )
                 continue
             if released:
                 self._metrics.count("EipsReleased")
