@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import pytest
 
+from nodecycle.domain.errors import TransientError
 from nodecycle.domain.ports.addresses import AddressRefused
 from nodecycle.domain.sweep.addresses import AddressSweep, AddressSweepReport
 from nodecycle.domain.sweep.sweeper import SweepFailed
@@ -186,6 +187,21 @@ def test_an_address_ec2_refuses_to_release_does_not_keep_the_others_from_being_r
     with pytest.raises(SweepFailed, match="refused to free 1 addresses"):
         sweep(ec2, metrics)
     assert set(ec2.eips) & {stuck, *others} == {stuck}
+    assert metrics.counts["EipFailures"] == 1
+
+
+def test_an_address_ec2_throttles_does_not_keep_the_others_from_being_released(
+    ec2: FakeAddresses, metrics: FakeMetrics
+) -> None:
+    # Given four leaked addresses, and EC2 throttling the release of the first past botocore's own retries
+    old = T0 - GRACE - timedelta(seconds=1)
+    throttled, *others = [ec2.add(allocated_for=f"i-crashed-{n}", allocated_at=old) for n in range(4)]
+    ec2.faults["release"].append(TransientError("RequestLimitExceeded"))
+
+    # When the sweeper runs, Then the others are released, and the sweep fails once all were seen (its alarm)
+    with pytest.raises(SweepFailed, match="1 addresses"):
+        sweep(ec2, metrics)
+    assert set(ec2.eips) & {throttled, *others} == {throttled}
     assert metrics.counts["EipFailures"] == 1
 
 

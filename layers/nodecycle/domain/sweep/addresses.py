@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from nodecycle.domain.eip import release_unassociated
+from nodecycle.domain.errors import TransientError
 from nodecycle.domain.ports.addresses import Address, Addresses, AddressInUse, AddressRefused
 from nodecycle.domain.ports.instances import GONE_STATES
 from nodecycle.domain.ports.runtime import Clock, Metrics
@@ -70,15 +71,16 @@ class AddressSweep:
             address.allocated_for for address in found if _on_an_interface(address) and address.allocated_for
         }
         states = self._addresses.instance_states(attached) if attached else {}
-        released = returned = refused = 0
+        released = returned = failed = 0
         for address in found:
             try:
                 freed = self._free(address, states, now)
-            except AddressRefused as error:
-                # One address EC2 will not let go (a denial on its tags, say) must not keep the others
-                # from being freed, sweep after sweep: counted, and the sweep fails once all were seen.
-                log.error("EC2 refused to free address %s: %s", address.public_ip, error)
-                refused += 1
+            except (AddressRefused, TransientError) as error:
+                # One address EC2 will not let go (a denial on its tags, say), or throttles past the client's
+                # own retries, must not keep the others from being freed: counted, and the sweep fails once
+                # all were seen.
+                log.error("EC2 refused to free address %s, or did not answer: %s", address.public_ip, error)
+                failed += 1
                 continue
             released += freed == "released"
             returned += freed == "returned"
@@ -90,9 +92,11 @@ class AddressSweep:
         log.info(
             "EIP sweep: %d released, %d returned to their pool, %d kept", released, returned, report.kept
         )
-        if refused:
-            self._metrics.count("EipFailures", refused)
-            raise SweepFailed(f"EC2 refused to free {refused} addresses (the others were swept)")
+        if failed:
+            self._metrics.count("EipFailures", failed)
+            raise SweepFailed(
+                f"EC2 refused to free {failed} addresses, or did not answer (the others were swept)"
+            )
         return report
 
     def _free(self, address: Address, states: dict[str, str], now: datetime) -> str | None:
