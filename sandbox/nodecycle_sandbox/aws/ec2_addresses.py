@@ -5,6 +5,10 @@
   Elastic IP address with an instance that has an existing Elastic IP address, the existing address is
   disassociated from the instance"). moto keeps both associated, so two concurrent deliveries of one launch
   that each claim a pool address would leave the instance with two, which EC2 never shows.
+- ``AllowReassociation`` false refuses an address associated with anything (``Resource.AlreadyAssociated``).
+  moto refuses only one associated with an instance: an address on a network interface attached to no
+  instance (one that outlived its instance, a NAT box's) it moved to the instance asked for, so a test could
+  not see nodecycle take an address from where it was.
 - EC2 decides each association atomically; moto checks ``AllowReassociation`` and then sets, which two
   request threads can interleave (both "win" the same address). The calls are serialized here.
 - An address still associated is not released: EC2 answers ``InvalidIPAddress.InUse`` ("you must first
@@ -23,7 +27,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from moto.ec2.exceptions import EC2ClientError
+from moto.ec2.exceptions import EC2ClientError, ResourceAlreadyAssociatedError
 from moto.ec2.models.elastic_ip_addresses import ElasticAddress, ElasticAddressBackend
 
 _LOCK = threading.Lock()
@@ -39,9 +43,27 @@ def install() -> None:
         return
     original = ElasticAddressBackend.associate_address
 
-    def associate_address(self: ElasticAddressBackend, *args: Any, **kwargs: Any) -> ElasticAddress:
+    def associate_address(
+        self: ElasticAddressBackend,
+        instance: Any = None,
+        eni: Any = None,
+        address: str | None = None,
+        allocation_id: str | None = None,
+        reassociate: bool = False,
+    ) -> ElasticAddress:
         with _LOCK:
-            associated = original(self, *args, **kwargs)
+            if not reassociate:
+                (found,) = (
+                    self.address_by_ip([address])
+                    if address
+                    else self.address_by_allocation([allocation_id or ""])
+                )
+                # (an instance is asked for by its primary interface, where moto associates it: the same place
+                # again is not a move)
+                target = eni if eni is not None else instance.nics[0] if instance is not None else None
+                if found.eni is not None and found.eni is not target:
+                    raise ResourceAlreadyAssociatedError(found.public_ip)
+            associated = original(self, instance, eni, address, allocation_id, reassociate)
             for other in self.addresses:
                 if other is not associated and other.eni is not None and other.eni is associated.eni:
                     other.instance = None

@@ -61,6 +61,26 @@ def test_an_address_held_by_one_instance_is_still_refused_to_another(ec2: Any) -
     assert _holders(ec2) == {address: one}
 
 
+def test_an_address_on_a_network_interface_without_an_instance_is_refused_to_an_instance(ec2: Any) -> None:
+    # Given an address associated with a network interface attached to no instance (one that outlived its
+    # instance, a NAT box's, another tool's)
+    instance = _instance(ec2)
+    subnet = ec2.describe_subnets()["Subnets"][0]["SubnetId"]
+    interface = ec2.create_network_interface(SubnetId=subnet)["NetworkInterface"]["NetworkInterfaceId"]
+    address = ec2.allocate_address(Domain="vpc")["AllocationId"]
+    ec2.associate_address(AllocationId=address, NetworkInterfaceId=interface, AllowReassociation=False)
+
+    # When it is associated with an instance without reassociation, Then EC2's refusal comes, nothing moves
+    with pytest.raises(ec2.exceptions.ClientError, match=r"Resource\.AlreadyAssociated"):
+        ec2.associate_address(AllocationId=address, InstanceId=instance, AllowReassociation=False)
+    (found,) = ec2.describe_addresses(AllocationIds=[address])["Addresses"]
+    assert (found["NetworkInterfaceId"], found.get("InstanceId") or None) == (interface, None)
+
+    # And with reassociation allowed, it moves
+    ec2.associate_address(AllocationId=address, InstanceId=instance, AllowReassociation=True)
+    assert _holders(ec2) == {address: instance}
+
+
 def test_an_address_being_released_is_never_described_without_its_allocation_id(
     ec2: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
