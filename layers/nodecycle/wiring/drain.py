@@ -113,6 +113,7 @@ def engine() -> StepEngine:
                 finder=finder,
                 cluster=nodes,
                 slots=slots,
+                dispatcher=ports.dispatcher(),
                 policy=policy,
                 metrics=ports.metrics,
                 events=events,
@@ -129,6 +130,7 @@ def engine() -> StepEngine:
             Step.EVICT: Evict(
                 cluster=nodes,
                 slots=slots,
+                dispatcher=ports.dispatcher(),
                 instances=instances,
                 policy=policy,
                 metrics=ports.metrics,

@@ -30,6 +30,7 @@ from tests.unit.drain.test_drain_steps import (
     policy,
     spot,
     terminating,
+    wakes_to_nowhere,
 )
 
 NODE = "ip-10-0-1-10.eu-west-1.compute.internal"
@@ -77,6 +78,7 @@ def evict(cluster: KubeCluster, metrics: FakeMetrics | None = None) -> Evict:
     return Evict(
         cluster=cluster,
         slots=FakeSlots(holders={NODE}),
+        dispatcher=wakes_to_nowhere(),
         instances=NoDns(known={INSTANCE: "running"}),
         policy=policy(),
         metrics=metrics or FakeMetrics(),
@@ -210,6 +212,7 @@ def test_a_node_name_another_instance_took_is_neither_given_a_slot_nor_cordoned(
         finder=finder,
         cluster=cluster,
         slots=slots,
+        dispatcher=wakes_to_nowhere(),
         policy=policy(),
         metrics=FakeMetrics(),
         events=FakeEvents(),

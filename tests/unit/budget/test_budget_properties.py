@@ -155,12 +155,14 @@ class BudgetMachine(RuleBasedStateMachine):
     def live_waiters(self) -> list[tuple[str, str | None, str]]:
         return [(w.node, w.zone, w.owner) for w in self.stored().waiters if not w.expired(self.now())]
 
-    def replay(self, waiters: list[tuple[str, str | None, str]]) -> list[str]:
-        holders = self.live_holders()
+    def replay(self, waiters: list[tuple[str, str | None, str]], *, as_stored: bool = False) -> list[str]:
+        """The eligible waiters; ``as_stored``: as the document was written, its entries expired since still
+        counted (whom its writer woke)."""
+        holders = {h.node: h.zone for h in self.stored().holders} if as_stored else self.live_holders()
         taken = list(holders.values())
         # an expired waiter stopped asking: it lost its place, and comes back as a newcomer (it keeps neither
         # its waiting time nor its passes)
-        stored = {w.node: w for w in self.stored().waiters if not w.expired(self.now())}
+        stored = {w.node: w for w in self.stored().waiters if as_stored or not w.expired(self.now())}
         # (node, zone, owner, waiting since, passed); a newcomer waits from now and was never passed
         remaining = [
             (
@@ -265,12 +267,14 @@ class BudgetMachine(RuleBasedStateMachine):
         owner = NODES[node][0]
         entries = (*self.stored().holders, *self.stored().waiters)
         frees = any(e.node == node and e.owner == owner and not e.expired(self.now()) for e in entries)
-        before = {self.record(n) for n in self.replay(self.live_waiters()) if NODES[n][0] == owner}
+        every = [(w.node, w.zone, w.owner) for w in self.stored().waiters]
+        before = {self.record(n) for n in self.replay(every, as_stored=True) if NODES[n][0] == owner}
         woken = self.budgets[owner].release(node, self.record(node))
         self.lifecycle_ends(node)
         self.held.pop(node, None)
         eligible = [self.record(n) for n in self.replay(self.live_waiters()) if NODES[n][0] == owner]
-        # a release that removes an entry wakes those it made eligible; a repeated one, every eligible waiter
+        # a release that removes an entry wakes those its write made eligible (by the expired entries it
+        # removed too); a repeated one, every eligible waiter
         assert woken == ([r for r in eligible if r not in before] if frees else eligible)
         if wake:
             for record in woken:

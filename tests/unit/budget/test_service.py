@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from nodecycle.adapters.kube.budget import BudgetNotInstalled
-from nodecycle.domain.budget import Holder, SlotReason, Waiter
+from nodecycle.domain.budget import DisruptionBudget, Holder, SlotReason, Waiter
 from nodecycle.domain.budget.rules import force_release
 from nodecycle.domain.errors import TransientError
 from tests.unit.budget.fakes import (
@@ -463,6 +463,132 @@ def test_the_wait_is_measured_from_joining_the_queue_to_the_grant(
     # n2's retry 30 s after joining writes nothing: its place is fresh (renewed less than a third of the
     # 300 s TTL ago) and it still gets no slot
     assert metrics.values("BudgetHolders") == [1, 1, 0, 1]
+
+
+# --- expired holders: the write that removes one wakes the waiters it made eligible ----------------------
+
+
+def _a_holder_that_went_quiet(
+    make_budget: BudgetFactory, clock: FakeClock, total: str, per_zone: str | None, waiters: list[str]
+) -> DisruptionBudget:
+    """Blue's budget (TTL 300 s) with x (zone a) and y (zone b) holding, ``waiters`` (``node:zone``) waiting
+    in that order; x's drain died at once, while y and the waiters kept asking until x's TTL passed a second
+    ago (each last written 101 s ago, so y's next renewal is written)."""
+    budget = make_budget(total, per_zone)
+    assert budget.acquire(slot("x", "a")).granted
+    assert budget.acquire(slot("y", "b")).granted
+    queued = [slot(entry.split(":")[0], entry.split(":")[1]) for entry in waiters]
+    for request in queued:
+        assert not budget.acquire(request).granted
+    clock.advance(200)
+    assert budget.renew(slot("y", "b")).granted
+    for request in queued:
+        assert not budget.acquire(request).granted
+    clock.advance(101)
+    return budget
+
+
+def test_a_renewal_that_removes_an_expired_holder_wakes_the_waiter_it_made_eligible_in_its_zone(
+    make_budget: BudgetFactory, clock: FakeClock
+) -> None:
+    # Given 3 slots, 1 per zone: x (zone a) held and expired, y (zone b) held, and wb (zone b) then wa
+    # (zone a) waiting
+    budget = _a_holder_that_went_quiet(make_budget, clock, "3", "1", ["wb:b", "wa:a"])
+
+    # When y's drain renews its slot (written: its last renewal is a third of the TTL old), removing x
+    decision = budget.renew(slot("y", "b"))
+
+    # Then wa, whose zone x's slot was in, is woken; not wb (zone b is y's), nor y itself (before: nobody was
+    # woken, and wa waited for its own retry, the slot idle up to BudgetRetrySeconds)
+    assert decision.granted
+    assert decision.wake == ("rec-wa",)
+
+
+def test_a_newcomer_that_removes_an_expired_holder_wakes_the_waiter_it_made_eligible_not_itself(
+    make_budget: BudgetFactory, clock: FakeClock
+) -> None:
+    # Given 3 slots, 1 per zone: x (zone a) expired, y (zone b) held, and wa (zone a) waiting
+    budget = _a_holder_that_went_quiet(make_budget, clock, "3", "1", ["wa:a"])
+
+    # When a newcomer of zone c asks, removing x
+    decision = budget.acquire(slot("n", "c"))
+
+    # Then it is granted (wa and it fit), and wa is woken, not the newcomer
+    assert (decision.granted, decision.wake) == (True, ("rec-wa",))
+
+
+def test_a_drain_that_expired_and_lost_its_slot_wakes_the_waiter_its_removal_made_eligible(
+    make_budget: BudgetFactory, clock: FakeClock
+) -> None:
+    # Given blue's 2 slots, 1 per zone: blue's x (zone a) held, green's a2 (zone a) held under green's own
+    # limits (3, no zone limit), and blue's wc (zone c) waiting, all asking until x's TTL passed
+    blue, green = make_budget("2", "1"), make_budget("3", None, owner="green")
+    assert blue.acquire(slot("x", "a")).granted
+    assert green.acquire(slot("a2", "a", owner="green")).granted
+    assert not blue.acquire(slot("wc", "c")).granted
+    clock.advance(200)
+    assert green.renew(slot("a2", "a", owner="green")).granted
+    assert not blue.acquire(slot("wc", "c")).granted
+    clock.advance(101)
+
+    # When x's drain renews (a drain in progress), its expired holder removed by its own write
+    decision = blue.renew(replace(slot("x", "a"), in_progress=True))
+
+    # Then x waits (zone a is a2's), and wc, for which x's removal left room, is woken
+    assert (decision.granted, decision.reason) == (False, SlotReason.LOST)
+    assert decision.wake == ("rec-wc",)
+
+
+def test_a_write_that_removes_an_expired_holder_leaves_another_owners_waiter_to_its_own_retry(
+    make_budget: BudgetFactory, clock: FakeClock
+) -> None:
+    # Given 2 slots, x (blue) expired, y (blue) held, then green's g and blue's w waiting
+    blue = make_budget("2", None)
+    green = make_budget("2", None, owner="green")
+    assert blue.acquire(slot("x")).granted
+    assert blue.acquire(slot("y")).granted
+    assert not green.acquire(slot("g", owner="green")).granted
+    assert not blue.acquire(slot("w")).granted
+    clock.advance(200)
+    assert blue.renew(slot("y")).granted
+    assert not green.acquire(slot("g", owner="green")).granted
+    assert not blue.acquire(slot("w")).granted
+    clock.advance(101)
+
+    # When y's renewal removes x
+    decision = blue.renew(slot("y"))
+
+    # Then x's slot is g's (first in line), which blue does not wake (as a release does not: each stack
+    # wakes its own waiters, through its own queue), and w, behind it, is not eligible
+    assert decision.wake == ()
+    assert green.acquire(slot("g", owner="green")).granted
+
+
+def test_a_release_that_also_removes_an_expired_holder_wakes_the_waiters_both_made_eligible(
+    make_budget: BudgetFactory, clock: FakeClock
+) -> None:
+    # Given 2 slots: x expired, y held, w1 and w2 waiting
+    budget = _a_holder_that_went_quiet(make_budget, clock, "2", None, ["w1:a", "w2:a"])
+
+    # When y releases, its write removing x too
+    woken = budget.release("y", "rec-y")
+
+    # Then both waiters are woken (before: only w2, the one y's release made eligible; w1, made eligible by
+    # x's removal, waited for its retry)
+    assert woken == ["rec-w1", "rec-w2"]
+
+
+def test_the_sweepers_removal_of_an_expired_holder_wakes_the_waiter_it_made_eligible(
+    make_budget: BudgetFactory, clock: FakeClock
+) -> None:
+    # Given 2 slots: x expired, y held, w waiting
+    budget = _a_holder_that_went_quiet(make_budget, clock, "2", None, ["w:a"])
+
+    # When the sweeper runs (nothing of blue's is stale but x's expiry)
+    result = budget.sweep(stale=lambda entries: set())
+
+    # Then w is woken
+    assert result.wake == ("rec-w",)
 
 
 # --- sweeper, snapshot ------------------------------------------------------------------------------

@@ -376,6 +376,13 @@ class Dns(NoDns):
         return NODE if instance_id == INSTANCE else None
 
 
+def wakes_to_nowhere() -> Dispatcher:
+    """A dispatcher whose wake-ups find no waiting record (a step's wake-ups are not what the test is of)."""
+    return Dispatcher(
+        records=InMemoryRecords(), queues=RecordingQueues(), clock=FakeClock(T0), metrics=FakeMetrics()
+    )
+
+
 def terminating(step: Step, **changes: object) -> LifecycleRecord:
     plan = (Step.ACQUIRE_SLOT, Step.CORDON, Step.EVICT, Step.COMPLETE, Step.CLEANUP, Step.DONE)
     record = make_record(plan, step, instance_id=INSTANCE, id=f"{INSTANCE}/terminate/token")
@@ -395,6 +402,7 @@ def acquire(
         finder=NodeFinder(cluster, NoDns()),
         cluster=cluster,
         slots=slots,
+        dispatcher=wakes_to_nowhere(),
         policy=policy(),
         metrics=metrics or FakeMetrics(),
         events=events or FakeEvents(),
@@ -648,6 +656,7 @@ def evict(
     return Evict(
         cluster=cluster,
         slots=slots or FakeSlots(holders={NODE}),
+        dispatcher=wakes_to_nowhere(),
         instances=ec2 or NoDns(known={INSTANCE: "running"}),
         policy=policy(**env),
         metrics=metrics or FakeMetrics(),
@@ -1419,6 +1428,7 @@ def acquire_after(
         finder=NodeFinder(cluster, NoDns()),
         cluster=cluster,
         slots=slots or FakeSlots(room=0),
+        dispatcher=wakes_to_nowhere(),
         policy=policy(),
         metrics=FakeMetrics(),
         events=FakeEvents(),

@@ -42,6 +42,9 @@ def a_first_ask_under_a_budget_of_one(
         finder=NodeFinder(cluster, NoDns()),
         cluster=cluster,
         slots=budget,
+        dispatcher=Dispatcher(
+            records=world.records, queues=world.queues, clock=world.clock, metrics=FakeMetrics()
+        ),
         policy=policy(),
         metrics=FakeMetrics(),
         events=FakeEvents(),

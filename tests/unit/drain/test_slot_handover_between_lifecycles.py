@@ -64,10 +64,12 @@ def test_a_lifecycle_waiting_for_its_instances_other_lifecycle_is_woken_by_that_
     maintained = maintenance(Step.ACQUIRE_SLOT, T0 + timedelta(days=3))
     world.records.create(maintained)
     cluster = FakeCluster(nodes={NODE: node(owner="stack-a")})
+    waker = Dispatcher(records=world.records, queues=world.queues, clock=world.clock, metrics=FakeMetrics())
     acquire = AcquireSlot(
         finder=NodeFinder(cluster, NoDns()),
         cluster=cluster,
         slots=budget,
+        dispatcher=waker,
         policy=policy(),
         metrics=FakeMetrics(),
         events=FakeEvents(),
@@ -83,9 +85,7 @@ def test_a_lifecycle_waiting_for_its_instances_other_lifecycle_is_woken_by_that_
     Cleanup(
         cluster=cluster,
         slots=budget,
-        dispatcher=Dispatcher(
-            records=world.records, queues=world.queues, clock=world.clock, metrics=FakeMetrics()
-        ),
+        dispatcher=waker,
         autoscaling=FakeAutoscaling(),
         events=FakeEvents(),
         instances=Ec2Maintenance(),

@@ -1,8 +1,10 @@
 """The budget's decisions: pure functions of a document, a request and the time.
 
 **Expiry.** A holder or waiter is stale once ``renewedAt + ttlSeconds`` is reached. Stale entries do not
-count, and every writer removes them (of every owner) before it decides anything. The sweeper removes also
-its own entries whose node or instance is gone or whose lifecycle record is finished.
+count, and every writer removes them (of every owner) before it decides anything; it wakes the waiters of its
+owner that their removal made eligible, as a release does (a wake only comes sooner than the waiter's own
+retry). The sweeper removes also its own entries whose node or instance is gone or whose lifecycle record is
+finished.
 
 **What takes a slot.** The *occupancy* an owner sees is: every live holder, of every owner, in scope or not;
 plus, when that owner counts unavailable nodes, the nodes in its scope that are unschedulable or NotReady,
@@ -42,7 +44,8 @@ the others wait for it. Only a node nobody else holds or waits for may be forced
 **Holders.** One holder per node: a node that holds a slot and asks again holds it again (renewed; taken
 over by a lifecycle of another instance of the node's name). Another lifecycle of the holder's instance does
 not take it over (one slot, one lifecycle): it waits in line for the node, eligible once the holder is
-released or expired, and so woken by that release as any waiter it made eligible. A node has one place in
+released or expired, and so woken by that release (or the write that removes the expired holder) as any
+waiter it made eligible. A node has one place in
 line: a third lifecycle of the instance leaves it to the one that took it first, and asks again at its retry. A renewal is written only
 when a third of the TTL has passed since the last written one. A holder that expired and was removed asks
 again like a newcomer, through the queue. A node already counted as unavailable takes its slot without taking
@@ -174,7 +177,8 @@ MAX_DOCUMENT_BYTES = 900 * 1024
 
 
 def eligible_waiters(doc: BudgetDocument, now: datetime) -> list[Waiter]:
-    """The waiters that get a slot, in order (see the module docstring). ``doc`` must be pruned."""
+    """The waiters that get a slot, in order (see the module docstring). ``doc`` pruned; or as stored, to
+    tell who was eligible when it was written (its entries expired since still counted)."""
     return [waiter for waiter, _ in _replay(doc, now)]
 
 

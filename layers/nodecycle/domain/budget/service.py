@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 from nodecycle.domain.budget import rules
@@ -58,12 +58,15 @@ class DisruptionBudget:
         self._owner = owner
 
     def acquire(self, request: SlotRequest) -> SlotDecision:
-        """Take a slot for the node, or join (or renew) its place among the waiters. Idempotent."""
+        """Take a slot for the node, or join (or renew) its place among the waiters. Idempotent. The
+        decision names this owner's waiters that its write made eligible, by removing expired entries: wake
+        them."""
         return self._claim(request, renewing=False)
 
     def renew(self, request: SlotRequest) -> SlotDecision:
         """Renew the node's slot. A holder that expired and was removed takes a slot again when there is
-        room; otherwise it is denied (reason ``lost``) and waits like any other node."""
+        room; otherwise it is denied (reason ``lost``) and waits like any other node. Wakes as
+        :meth:`acquire`."""
         return self._claim(request, renewing=True)
 
     def release(self, node: str, record_id: str, token: str | None = None) -> list[str]:
@@ -74,7 +77,8 @@ class DisruptionBudget:
         lifecycle (``record_id`` of ``token``) takes no slot again for a TTL, even when another removed its
         slot before (see :func:`rules.release`).
 
-        Returns the record ids of this owner's waiters that this release made eligible, in order: wake them.
+        Returns the record ids of this owner's waiters that this release made eligible (and the expired
+        entries its write removed), in order: wake them.
         A repeated release removes nothing and returns every eligible waiter of this owner, so a crash
         before the wake-up is repaired by the redelivery.
         """
@@ -97,7 +101,7 @@ class DisruptionBudget:
                     other.record_id,
                     record_id,
                 )
-            return self._finish(current, doc, limits, self._newly_eligible(live, doc, limits))
+            return self._finish(current, doc, limits, self._woken_by_removal(current, live, doc, limits))
 
         return self._write(mutate)
 
@@ -124,7 +128,7 @@ class DisruptionBudget:
                     record_id=entry.record_id,
                     by_its_lifecycle=False,
                 )
-            return self._finish(current, doc, limits, self._newly_eligible(live, doc, limits))
+            return self._finish(current, doc, limits, self._woken_by_removal(current, live, doc, limits))
 
         return self._write(mutate)
 
@@ -210,7 +214,8 @@ class DisruptionBudget:
             doc, decision, waited = rules.claim(doc, request, now=now, ttl=self._ttl, renewing=renewing)
             if decision.reason is SlotReason.QUEUE_FULL:
                 return current, (decision, None)  # nothing to write for a node that is not let in
-            return doc, (decision, waited)
+            woken = self._newly_eligible(current or BudgetDocument(), doc, limits)
+            return doc, (replace(decision, wake=tuple(woken)), waited)
 
         decision, waited = self._write(mutate)
         if waited is not None:
@@ -249,21 +254,29 @@ class DisruptionBudget:
             if w.owner == self._owner
         ]
 
-    def _newly_eligible(
-        self, before: BudgetDocument, after: BudgetDocument, limits: OwnerLimits
+    def _woken_by_removal(
+        self, stored: BudgetDocument, live: BudgetDocument, after: BudgetDocument, limits: OwnerLimits
     ) -> list[str]:
-        """This owner's waiters to wake after ``before`` became ``after`` by removing entries: those the
-        removal made eligible. The others were eligible before it, and whoever made them so woke them (their
-        wake-up may still be queued), or their own retry finds the slot. Waking every eligible waiter on
-        every release re-woke each queued one again and again: at 300 nodes a dozen wake-ups per hand-over,
-        flooding the drain queue that carries them. When nothing was removed (a repeated release, after a
-        crash before its wake-ups: ``rules.release`` returns the document it was given), every eligible
-        waiter is woken, so that the redelivery repairs the crash."""
-        wake = self._wake_list(after, limits)
-        if after is before:
-            return wake
-        already = set(self._wake_list(before, limits))
-        return [record for record in wake if record not in already]
+        """This owner's waiters to wake after a removal turned ``live`` (``stored`` pruned) into ``after``:
+        those the write made eligible. When nothing was removed (a repeated release, after a crash before its
+        wake-ups: ``rules.release`` returns the document it was given), every eligible waiter is woken, so
+        that the redelivery repairs the crash."""
+        if after is live:
+            return self._wake_list(after, limits)
+        return self._newly_eligible(stored, after, limits)
+
+    def _newly_eligible(
+        self, stored: BudgetDocument, after: BudgetDocument, limits: OwnerLimits
+    ) -> list[str]:
+        """This owner's waiters to wake once the write of ``after`` replaces ``stored`` (the document as
+        read, not pruned): those the write made eligible, by the entries it removed, its own and the expired
+        ones of any owner that every writer prunes (a drain that died, a waiter that stopped asking). The
+        others were eligible as the document was stored, and whoever wrote it woke them (their wake-up may
+        still be queued), or their own retry finds the slot. Waking every eligible waiter on every release
+        re-woke each queued one again and again: at 300 nodes a dozen wake-ups per hand-over, flooding the
+        drain queue that carries them."""
+        already = set(self._wake_list(stored, limits))
+        return [record for record in self._wake_list(after, limits) if record not in already]
 
     def _finish[T](
         self, current: BudgetDocument, doc: BudgetDocument, limits: OwnerLimits, result: T

@@ -251,6 +251,7 @@ class AcquireSlot:
         finder: NodeFinder,
         cluster: Cluster,
         slots: Slots,
+        dispatcher: Dispatcher,
         policy: DrainPolicy,
         metrics: Metrics,
         events: Events,
@@ -259,6 +260,7 @@ class AcquireSlot:
         self._finder = finder
         self._cluster = cluster
         self._slots = slots
+        self._dispatcher = dispatcher
         self._policy = policy
         self._metrics = metrics
         self._events = events
@@ -282,6 +284,9 @@ class AcquireSlot:
         foreign = node.owner not in (None, record.owner)
         request = _slot_request(record, node.name, node.zone, **_precedence(record, now, self._policy))
         decision = self._slots.acquire(request)
+        # (its write removed the expired entries, a dead drain's slot among them: whom that lets go, goes now)
+        for waiter in decision.wake:
+            self._dispatcher.wake(waiter)
         if decision.reason is SlotReason.FORCED:
             log.warning(
                 "node %s takes a budget slot without room: its action's global timeout is %s",
@@ -527,6 +532,7 @@ class Evict:
         *,
         cluster: Cluster,
         slots: Slots,
+        dispatcher: Dispatcher,
         instances: Instances,
         policy: DrainPolicy,
         metrics: Metrics,
@@ -534,6 +540,7 @@ class Evict:
     ) -> None:
         self._cluster = cluster
         self._slots = slots
+        self._dispatcher = dispatcher
         self._instances = instances
         self._policy = policy
         self._metrics = metrics
@@ -554,6 +561,8 @@ class Evict:
             record, node, record.zone, in_progress=True, **_precedence(record, now, policy)
         )
         renewed = self._slots.renew(request)
+        for waiter in renewed.wake:  # (as for a first ask: see AcquireSlot)
+            self._dispatcher.wake(waiter)
         if not renewed.granted:
             # Our holder expired and its slot went to another node: evicting now could exceed the budget. The
             # node waits with precedence (it is disruption in progress), and the wait is not drain time.

@@ -41,9 +41,13 @@ class NodeInventory(Protocol):
 class Slots(Protocol):
     """The disruption budget, as the drain steps use it."""
 
-    def acquire(self, request: SlotRequest) -> SlotDecision: ...
+    def acquire(self, request: SlotRequest) -> SlotDecision:
+        """A slot for the node, or a place in line; the decision names the waiters to wake (``wake``)."""
+        ...
 
-    def renew(self, request: SlotRequest) -> SlotDecision: ...
+    def renew(self, request: SlotRequest) -> SlotDecision:
+        """The node's slot renewed, or taken again, or a place in line; wakes as :meth:`acquire`."""
+        ...
 
     def release(self, node: str, record_id: str, token: str | None = None) -> list[str]:
         """Give back the slot (or waiting place) of ``node`` held for lifecycle ``record_id`` (of ``token``,

@@ -1,0 +1,135 @@
+"""Wake-ups when a drain step's write to the budget removes an expired holder (a drain that died): the
+waiter that removal made eligible takes the slot within about a second, not at its retry."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotRequest
+from nodecycle.domain.drain.steps import AcquireSlot, Evict
+from nodecycle.domain.engine import Dispatcher
+from nodecycle.domain.model import LifecycleRecord, Step
+from nodecycle.domain.nodes import NodeFinder
+from nodecycle.domain.policy import Quantity
+from tests.support.fakes import FakeMetrics
+from tests.unit.budget.fakes import FakeInventory, MemoryBudgetStore, RecordingMetrics
+from tests.unit.drain.test_drain_steps import (
+    INSTANCE,
+    NODE,
+    FakeCluster,
+    FakeEvents,
+    NoDns,
+    draining,
+    node,
+    pod,
+    policy,
+    terminating,
+)
+from tests.unit.foundation.test_engine import World
+
+TTL = timedelta(seconds=60)
+WAITING = "i-0waiting/terminate/t"
+
+
+def _a_dead_drains_slot_and_a_waiter(
+    world: World, drain: LifecycleRecord | None = None
+) -> tuple[DisruptionBudget, Dispatcher]:
+    """A budget (TTL 60 s) with a slot held since T0 by a drain that died at once, and one more held by
+    ``drain`` (its slot taken at T0 + 30 s), if given; full, a lifecycle of the stack waiting for a slot
+    since T0 + 30 s. The time is T0 + 61 s: the dead drain's holder expired, the waiter not."""
+    owner = terminating(Step.ACQUIRE_SLOT).owner
+    budget = DisruptionBudget(
+        store=MemoryBudgetStore(),
+        nodes=FakeInventory(),
+        clock=world.clock,
+        metrics=RecordingMetrics(),
+        limits=BudgetLimits(Quantity.parse("1" if drain is None else "2")),
+        holder_ttl=TTL,
+        count_unavailable=False,
+        owner=owner,
+    )
+    dead = SlotRequest(
+        node="ip-10-0-9-9", instance_id="i-0dead", zone="eu-west-1b", owner=owner, record_id="dead"
+    )
+    assert budget.acquire(dead).granted
+    world.clock.advance(30)
+    if drain is not None:
+        held = SlotRequest(
+            node=NODE,
+            instance_id=INSTANCE,
+            zone="eu-west-1a",
+            owner=owner,
+            record_id=drain.id,
+            token=drain.token,
+        )
+        assert budget.acquire(held).granted
+    waiter = terminating(
+        Step.ACQUIRE_SLOT,
+        id=WAITING,
+        instance_id="i-0waiting",
+        slot_waiting_since=world.clock.now(),
+        due_at=world.clock.now() + timedelta(seconds=30),
+    )
+    world.records.create(waiter)
+    asking = SlotRequest(
+        node="ip-10-0-8-8", instance_id="i-0waiting", zone="eu-west-1c", owner=owner, record_id=WAITING
+    )
+    assert not budget.acquire(asking).granted
+    world.clock.advance(31)
+    dispatcher = Dispatcher(
+        records=world.records, queues=world.queues, clock=world.clock, metrics=FakeMetrics()
+    )
+    return budget, dispatcher
+
+
+def _wakes(world: World) -> list[tuple[str, Step, int]]:
+    return [(s.message.record_id, s.message.step, s.delay) for s in world.queues.sent if s.message.wake]
+
+
+def test_a_newcomers_ask_that_removes_an_expired_holder_wakes_the_waiter_first_in_line() -> None:
+    # Given a budget of 1 held by a drain that died (its TTL passed a second ago), and a lifecycle waiting
+    world = World()
+    budget, dispatcher = _a_dead_drains_slot_and_a_waiter(world)
+    cluster = FakeCluster(nodes={NODE: node()})
+    step = AcquireSlot(
+        finder=NodeFinder(cluster, NoDns()),
+        cluster=cluster,
+        slots=budget,
+        dispatcher=dispatcher,
+        policy=policy(),
+        metrics=FakeMetrics(),
+        events=FakeEvents(),
+        records=world.records,
+    )
+
+    # When another lifecycle asks for a slot (its write removes the dead drain's holder)
+    outcome = step(terminating(Step.ACQUIRE_SLOT), world.clock.now())
+
+    # Then it waits behind the older waiter, which is woken at once (before: nobody was woken, and the freed
+    # slot idled until the waiter's retry, BudgetRetrySeconds later)
+    assert outcome.again
+    assert _wakes(world) == [(WAITING, Step.ACQUIRE_SLOT, 0)]
+
+
+def test_a_drains_renewal_that_removes_an_expired_holder_wakes_the_waiter_it_made_eligible() -> None:
+    # Given a budget of 2: one slot held by a drain that died (its TTL passed a second ago), the other by a
+    # drain in progress whose renewal is due (a third of its TTL passed), and a lifecycle waiting
+    world = World()
+    record = draining()
+    budget, dispatcher = _a_dead_drains_slot_and_a_waiter(world, drain=record)
+    cluster = FakeCluster(nodes={NODE: node()}, pods=[pod("web-1")])
+    step = Evict(
+        cluster=cluster,
+        slots=budget,
+        dispatcher=dispatcher,
+        instances=NoDns(known={INSTANCE: "running"}),
+        policy=policy(),
+        metrics=FakeMetrics(),
+        events=FakeEvents(),
+    )
+
+    # When the drain polls, renewing its slot (its write removes the dead drain's holder)
+    step(record, world.clock.now())
+
+    # Then the waiter is woken at once
+    assert _wakes(world) == [(WAITING, Step.ACQUIRE_SLOT, 0)]
