@@ -195,6 +195,11 @@ class BudgetMachine(RuleBasedStateMachine):
             remaining.remove(best)
             work[best[1]] -= 1
 
+    def eligible_as_stored(self, owner: str) -> set[str]:
+        """The record ids of ``owner``'s waiters eligible as the document was written: those its writer woke."""
+        every = [(w.node, w.zone, w.owner) for w in self.stored().waiters]
+        return {self.record(n) for n in self.replay(every, as_stored=True) if NODES[n][0] == owner}
+
     def expected_grant(self, node: str, owner: str) -> bool:
         holders = {h.node: h.owner for h in self.stored().holders if not h.expired(self.now())}
         if node in holders:
@@ -228,8 +233,12 @@ class BudgetMachine(RuleBasedStateMachine):
     def acquire_checked(self, node: str) -> None:
         owner = NODES[node][0]
         expected = self.expected_grant(node, owner)
+        before = self.eligible_as_stored(owner)
         decision = self.budgets[owner].acquire(self.request(node))
         assert decision.granted == expected, (node, decision)
+        # it wakes the waiters of its owner that its write made eligible (by removing expired entries)
+        eligible = [self.record(n) for n in self.replay(self.live_waiters()) if NODES[n][0] == owner]
+        assert decision.wake == tuple(r for r in eligible if r not in before), (node, decision)
         if decision.reason is SlotReason.HELD:
             self.held_again(node)  # not a new slot: the owner's share applied when it was granted
         elif decision.granted:
@@ -267,8 +276,7 @@ class BudgetMachine(RuleBasedStateMachine):
         owner = NODES[node][0]
         entries = (*self.stored().holders, *self.stored().waiters)
         frees = any(e.node == node and e.owner == owner and not e.expired(self.now()) for e in entries)
-        every = [(w.node, w.zone, w.owner) for w in self.stored().waiters]
-        before = {self.record(n) for n in self.replay(every, as_stored=True) if NODES[n][0] == owner}
+        before = self.eligible_as_stored(owner)
         woken = self.budgets[owner].release(node, self.record(node))
         self.lifecycle_ends(node)
         self.held.pop(node, None)

@@ -578,6 +578,31 @@ def test_a_release_that_also_removes_an_expired_holder_wakes_the_waiters_both_ma
     assert woken == ["rec-w1", "rec-w2"]
 
 
+@pytest.mark.parametrize("asking", ["y", "w2"], ids=["holder-renewing", "waiter-retrying"])
+def test_a_request_with_nothing_to_renew_yet_writes_the_removal_of_an_expired_holder_and_wakes(
+    make_budget: BudgetFactory, clock: FakeClock, store: MemoryBudgetStore, asking: str
+) -> None:
+    # Given 2 slots: x expired a second ago, y held and w1, w2 waiting, all three written 51 s ago (less than
+    # a third of the TTL: their next asks have nothing to renew)
+    budget = make_budget("2", None)
+    for name in ("x", "y", "w1", "w2"):
+        budget.acquire(slot(name))
+    clock.advance(250)
+    for name in ("y", "w1", "w2"):
+        budget.acquire(slot(name))
+    clock.advance(51)
+
+    # When y's drain polls (a renewal), or w2 asks again at its retry
+    decision = (budget.renew if asking == "y" else budget.acquire)(slot(asking))
+
+    # Then the request writes x's removal and wakes w1, which it made eligible (before: nothing was written,
+    # x stayed in the document, and w1 waited for its own retry or another write)
+    assert decision.wake == ("rec-w1",)
+    doc = store.read()
+    assert doc is not None
+    assert [h.node for h in doc.holders] == ["y"]
+
+
 def test_the_sweepers_removal_of_an_expired_holder_wakes_the_waiter_it_made_eligible(
     make_budget: BudgetFactory, clock: FakeClock
 ) -> None:

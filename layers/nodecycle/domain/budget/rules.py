@@ -47,7 +47,8 @@ not take it over (one slot, one lifecycle): it waits in line for the node, eligi
 released or expired, and so woken by that release (or the write that removes the expired holder) as any
 waiter it made eligible. A node has one place in
 line: a third lifecycle of the instance leaves it to the one that took it first, and asks again at its retry. A renewal is written only
-when a third of the TTL has passed since the last written one. A holder that expired and was removed asks
+when a third of the TTL has passed since the last written one, or when an entry expired (its removal is
+written, and wakes the waiters it made eligible). A holder that expired and was removed asks
 again like a newcomer, through the queue. A node already counted as unavailable takes its slot without taking
 a new one. A lifecycle that released its slot less than a TTL ago takes none again, whoever held the node
 since: its request is a late delivery of an earlier step (a duplicate whose write was retried after the
@@ -248,8 +249,8 @@ def fresh_holder(doc: BudgetDocument, request: SlotRequest, now: datetime) -> Sl
     """The decision for a request whose lifecycle holds the node and renewed it less than a third of its TTL
     ago: granted, with nothing to write. A drain renews at every step (every few seconds); writing each time
     would only make the shared document change faster and the acquirers conflict more. ``None`` when the
-    renewal must be written."""
-    if not _renewed_lately(doc.holder(request.node), request, now):
+    renewal must be written, or an entry expired."""
+    if not _renewed_lately(doc.holder(request.node), request, now) or _any_expired(doc, now):
         return None
     return _decision(prune(doc, now), True, SlotReason.HELD)
 
@@ -260,9 +261,10 @@ def fresh_waiter(
     """The decision for a request whose lifecycle waits for the node, renewed its place less than a third of
     its TTL ago, and still does not get a slot: denied, with nothing to write. Waiters retry every
     ``BudgetRetrySeconds``; writing each time would churn the shared document as much as the drains do.
-    ``None`` when the request must be written (the entry needs its renewal, or it gets a slot now)."""
+    ``None`` when the request must be written (the entry needs its renewal, or it gets a slot now, or an
+    entry expired)."""
     waiter = doc.waiter(request.node)
-    if not _renewed_lately(waiter, request, now) or request.force:
+    if not _renewed_lately(waiter, request, now) or request.force or _any_expired(doc, now):
         return None
     assert waiter is not None
     if (waiter.in_progress, waiter.urgent_at) != (request.in_progress, request.urgent_at):
@@ -271,8 +273,8 @@ def fresh_waiter(
     holder = doc.holder(request.node)
     if holder is not None:
         # waiting for its instance's other lifecycle to give the node's slot back: told so again, unwritten
-        live_other = not holder.expired(now) and _of_other_lifecycle(holder, request)
-        return _decision(live, False, SlotReason.HELD_BY_OTHER_LIFECYCLE) if live_other else None
+        other = _of_other_lifecycle(holder, request)
+        return _decision(live, False, SlotReason.HELD_BY_OTHER_LIFECYCLE) if other else None
     if any(w.node == request.node for w in eligible_waiters(live, now)):
         return None
     reason = SlotReason.LOST if renewing else SlotReason.NO_ROOM
@@ -291,6 +293,13 @@ def queue_order(doc: BudgetDocument, now: datetime) -> list[Waiter]:
 def position_of(doc: BudgetDocument, node: str, now: datetime) -> int:
     """The 1-based place in line of the waiter of ``node``."""
     return next(i for i, w in enumerate(queue_order(doc, now), start=1) if w.node == node)
+
+
+def _any_expired(doc: BudgetDocument, now: datetime) -> bool:
+    """Whether a holder or waiter of ``doc`` expired: its removal is written, by whoever asks first (a drain
+    that died may leave a slot to a waiter, which the write wakes), even when that request has nothing to
+    renew yet."""
+    return any(entry.expired(now) for entry in doc.entries())
 
 
 def _renewed_lately(entry: Holder | Waiter | None, request: SlotRequest, now: datetime) -> bool:
