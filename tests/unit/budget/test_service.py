@@ -179,6 +179,23 @@ def test_a_repeated_release_still_returns_the_waiters_to_wake(make_budget: Budge
     assert budget.release("n1", "rec-n1") == ["rec-n2"]
 
 
+def test_a_cleanup_after_the_sweeper_removed_its_slot_returns_every_eligible_waiter(
+    make_budget: BudgetFactory,
+) -> None:
+    # Given a budget of 1 held by n1 with w waiting, and the sweeper's removal of n1's slot (its node gone),
+    # whose wake-up of w was lost
+    budget = make_budget("1", None)
+    budget.acquire(slot("n1"))
+    budget.acquire(slot("w"))
+    assert budget.sweep(stale=lambda entries: {"rec-n1"}).wake == ("rec-w",)
+
+    # When n1's lifecycle cleans up: its release removes nothing (it only marks the node given back)
+    woken = budget.release("n1", "rec-n1")
+
+    # Then, as any release that removes nothing, it returns every eligible waiter
+    assert woken == ["rec-w"]
+
+
 def test_an_instance_gone_outside_the_hooks_is_forgotten_and_its_slot_goes_to_the_next_waiter(
     make_budget: BudgetFactory, store: MemoryBudgetStore
 ) -> None:

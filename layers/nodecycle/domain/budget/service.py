@@ -79,8 +79,9 @@ class DisruptionBudget:
 
         Returns the record ids of this owner's waiters that this release made eligible (and the expired
         entries its write removed), in order: wake them.
-        A repeated release removes nothing and returns every eligible waiter of this owner, so a crash
-        before the wake-up is repaired by the redelivery.
+        A release that removes no entry (a repeated one; one after another removed the slot, which only
+        marks the node given back) returns every eligible waiter of this owner, so a crash before the
+        wake-up is repaired by the redelivery.
         """
         limits = self._own_limits()
 
@@ -89,7 +90,7 @@ class DisruptionBudget:
                 return current, []
             now = self._clock.now()
             live = rules.prune(current, now)
-            doc, holder, _ = rules.release(
+            doc, holder, waiter = rules.release(
                 live, node, self._owner, now=now, ttl=self._ttl, record_id=record_id, token=token
             )
             other = live.holder(node)
@@ -101,7 +102,9 @@ class DisruptionBudget:
                     other.record_id,
                     record_id,
                 )
-            return self._finish(current, doc, limits, self._woken_by_removal(current, live, doc, limits))
+            removed = holder is not None or waiter is not None
+            woken = self._woken_by_removal(current, doc, limits, removed=removed)
+            return self._finish(current, doc, limits, woken)
 
         return self._write(mutate)
 
@@ -128,7 +131,8 @@ class DisruptionBudget:
                     record_id=entry.record_id,
                     by_its_lifecycle=False,
                 )
-            return self._finish(current, doc, limits, self._woken_by_removal(current, live, doc, limits))
+            woken = self._woken_by_removal(current, doc, limits, removed=doc is not live)
+            return self._finish(current, doc, limits, woken)
 
         return self._write(mutate)
 
@@ -255,13 +259,13 @@ class DisruptionBudget:
         ]
 
     def _woken_by_removal(
-        self, stored: BudgetDocument, live: BudgetDocument, after: BudgetDocument, limits: OwnerLimits
+        self, stored: BudgetDocument, after: BudgetDocument, limits: OwnerLimits, *, removed: bool
     ) -> list[str]:
-        """This owner's waiters to wake after a removal turned ``live`` (``stored`` pruned) into ``after``:
-        those the write made eligible. When nothing was removed (a repeated release, after a crash before its
-        wake-ups: ``rules.release`` returns the document it was given), every eligible waiter is woken, so
-        that the redelivery repairs the crash."""
-        if after is live:
+        """This owner's waiters to wake after a release or a forget turned ``stored`` into ``after``: those
+        the write made eligible. When it ``removed`` no entry of its own (a repeated one, after a crash before
+        its wake-ups; a lifecycle's cleanup after another removed its slot, which only marks the node given
+        back), every eligible waiter is woken, so that the redelivery repairs the crash."""
+        if not removed:
             return self._wake_list(after, limits)
         return self._newly_eligible(stored, after, limits)
 
