@@ -6,7 +6,9 @@ Parse and validate, drop test notifications and what is not valid (one log line 
 retry: the same bytes would fail the same way), then hand each action or disruption to the domain, which
 ignores what is not this stack's, de-duplicates, writes the record and sends the first unit of work. Errors
 from AWS propagate: EventBridge's asynchronous invocation retries and then dead-letters; on the queue, the
-record alone fails (partial batch response) and is retried, then dead-lettered.
+record alone fails (partial batch response) and is retried, then dead-lettered. An instance is started only
+with time left to finish it (domain/intake_budget.py): an event whose instances remain when the time is nearly
+out fails the same way, and its retry continues where it stopped.
 """
 
 from __future__ import annotations
@@ -22,25 +24,28 @@ from nodecycle.contracts.lifecycle_events import InvalidLifecycleEvent, TestNoti
 from nodecycle.domain.model import DisruptionEvent
 from nodecycle.entrypoints import BatchResponse, SqsRecord, partial_batch
 from nodecycle.observability import logger, metrics, tracer
-from nodecycle.wiring.intake import intake, shared
+from nodecycle.wiring.intake import budget, intake, shared
 
 
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> BatchResponse | None:
+    def time_left() -> float:
+        return context.get_remaining_time_in_millis() / 1000
+
     if "Records" in event:
-        return partial_batch(event, _queue_record)
-    accept(lambda: from_eventbridge(event))
+        return partial_batch(event, lambda record: _queue_record(record, time_left))
+    accept(lambda: from_eventbridge(event), time_left)
     return None
 
 
-def _queue_record(record: SqsRecord) -> str:
+def _queue_record(record: SqsRecord, time_left: Callable[[], float]) -> str:
     with logger.append_context_keys(message_id=record.get("messageId")):
-        return accept(lambda: from_sqs_body(record["body"]))
+        return accept(lambda: from_sqs_body(record["body"]), time_left)
 
 
-def accept(parse: Callable[[], list[Received] | TestNotification]) -> str:
+def accept(parse: Callable[[], list[Received] | TestNotification], time_left: Callable[[], float]) -> str:
     try:
         events = parse()
     except InvalidLifecycleEvent as error:
@@ -53,7 +58,7 @@ def accept(parse: Callable[[], list[Received] | TestNotification]) -> str:
     if isinstance(events, TestNotification):
         logger.info("test notification for group %s acknowledged", events.AutoScalingGroupName)
         return "test-notification"
-    return ",".join(_accept_one(event) for event in events)
+    return ",".join(budget().take_in(events, _accept_one, time_left))
 
 
 def _accept_one(event: Received) -> str:

@@ -13,6 +13,7 @@ from moto import mock_aws
 
 from nodecycle.adapters.aws.records import DynamoRecordStore
 from nodecycle.domain.model import Step
+from tests.support.fakes import T0
 from tests.unit.foundation.test_engine import PLAN, make_record
 
 TABLE = "records"
@@ -140,3 +141,21 @@ def test_an_open_record_whose_step_is_due_past_its_global_timeout_outlives_it(dy
     # Then DynamoDB's TTL keeps it at least the TTL past that due time (not deleted under its watch)
     item = dynamodb.get_item(TableName=TABLE, Key={"id": {"S": record.id}})["Item"]
     assert int(item["expires_at"]["N"]) == int((watching.due_at + timedelta(days=14)).timestamp())
+
+
+def test_an_events_intake_progress_only_moves_forward(dynamodb: Any) -> None:
+    # Given an event whose intake got through 40 of its instances (saved by the delivery that got furthest)
+    store = DynamoRecordStore(TABLE, ttl=timedelta(days=7), dynamodb=dynamodb)
+    assert store.progress("event-1#names") == 0
+    store.save_progress("event-1#names", 40, T0)
+
+    # When a slower delivery of the same event saves less, and the item's write is sent again
+    store.save_progress("event-1#names", 25, T0)
+    store.save_progress("event-1#names", 40, T0)
+
+    # Then the progress stays where the furthest got, apart from the records and expiring with the table's TTL
+    assert store.progress("event-1#names") == 40
+    assert store.progress("event-2#names") == 0
+    assert list(store.scan("stack-a")) == []
+    item = dynamodb.get_item(TableName=TABLE, Key={"id": {"S": "intake-progress#event-1#names"}})["Item"]
+    assert int(item["expires_at"]["N"]) > T0.timestamp()

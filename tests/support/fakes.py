@@ -45,6 +45,7 @@ class InMemoryRecords:
         self.items: dict[str, LifecycleRecord] = {}
         self.claims: dict[tuple[str, Transition, str], ActionClaim] = {}  # (instance, transition, hook) ->
         self.commits = 0
+        self.progresses: dict[str, int] = {}  # an event's intake progress (IntakeProgress)
 
     def create(self, record: LifecycleRecord) -> bool:
         if record.id in self.items:
@@ -62,6 +63,12 @@ class InMemoryRecords:
         self.items[record.id] = record
         self.commits += 1
         return True
+
+    def progress(self, key: str) -> int:
+        return self.progresses.get(key, 0)
+
+    def save_progress(self, key: str, done: int, at: datetime) -> None:
+        self.progresses[key] = max(done, self.progress(key))  # as DynamoRecordStore's condition keeps it
 
     def claim(self, action: ActionRef) -> ActionClaim | None:
         return self.claims.get((action.instance_id, action.transition, action.hook))

@@ -9,6 +9,7 @@ from functools import cache
 from nodecycle.adapters.aws.instances import Ec2Instances
 from nodecycle.domain.catalog import LifecycleHooks, ManagedGroups
 from nodecycle.domain.intake import Intake
+from nodecycle.domain.intake_budget import IntakeBudget
 from nodecycle.domain.policy import EipMode, PlanPolicy
 from nodecycle.settings import IntakeSettings, SweeperSettings, Timing
 from nodecycle.wiring.common import Common, common
@@ -29,6 +30,12 @@ def intake() -> Intake:
     return build_intake(
         config, ports, managed_groups(config, ports), LifecycleHooks(ports.autoscaling, ports.clock)
     )
+
+
+@cache
+def budget() -> IntakeBudget:
+    ports = shared()
+    return IntakeBudget(ports.records, ports.clock)
 
 
 def adopt_after(config: Timing) -> timedelta:

@@ -15,19 +15,22 @@ import pytest
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.ec2.models import ec2_backends
 
+from nodecycle.domain.intake_budget import OutOfTime
 from nodecycle.domain.model import SUCCESSOR, LifecycleRecord, Step, Transition
+from nodecycle.entrypoints import BatchFailed
 from nodecycle_sandbox.aws import ec2_instances
 from nodecycle_sandbox.aws.install import install
 from tests.functions.intake.conftest import GROUP, make_group
 from tests.support.emf import metric
 from tests.support.events import load_event, sqs_event
-from tests.support.functions import LambdaContext
+from tests.support.functions import AwsLatency, LambdaContext
 from tests.support.stack import Stack, receive_all
 
 
 def records() -> list[dict[str, Any]]:
+    """The lifecycle records (the table's other items: an event's intake progress, see IntakeBudget)."""
     items = boto3.resource("dynamodb").Table("nodecycle-lifecycle").scan()["Items"]
-    return sorted(items, key=lambda item: str(item["id"]))
+    return sorted((item for item in items if "step" in item), key=lambda item: str(item["id"]))
 
 
 def work(queue_url: str) -> list[dict[str, Any]]:
@@ -635,3 +638,79 @@ def test_maintenance_by_eventbridge_that_is_over_drains_nothing(
     # Then no drain starts for a maintenance that is over
     assert records() == []
     assert metric(capsys.readouterr().out, "LifecycleEventsRejected", reason="stale") == 1
+
+
+INTAKE_TIMEOUT_MILLIS = 30_000  # the intake function's Timeout in template.yaml
+AWS_CALL = 0.1  # seconds an EC2, DynamoDB or SQS call takes in AWS, give or take (moto answers in ~1 ms)
+
+
+def many_scheduled(count: int, starts: datetime) -> list[str]:
+    """``count`` instances of the managed group, each with maintenance EC2 schedules at ``starts``."""
+    autoscaling = boto3.client("autoscaling")
+    autoscaling.update_auto_scaling_group(AutoScalingGroupName=GROUP, MaxSize=count, DesiredCapacity=count)
+    instances = instances_of(GROUP)
+    for instance in instances:
+        schedule(instance, starts)
+    return instances
+
+
+def health_event_of(instances: list[str], starts: datetime) -> dict[str, Any]:
+    event = health_event(instances[0], starts)
+    event["detail"]["affectedEntities"] = [{"entityValue": instance} for instance in instances]
+    return event
+
+
+def test_a_health_event_naming_more_instances_than_one_invocation_can_take_in_is_continued_not_repeated(
+    intake_fn: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given an AWS Health event naming 100 instances of a managed group, each about four AWS calls to take
+    # in (at ~0.1 s a call in AWS, 40 s: more than the function's 30 s timeout)
+    starts = datetime.now(UTC).replace(microsecond=0) + timedelta(days=3)
+    instances = many_scheduled(100, starts)
+    event = health_event_of(instances, starts)
+    latency = AwsLatency(per_call=AWS_CALL)
+    with latency.counting():
+        # When EventBridge invokes intake with it: its time runs out by the AWS calls it makes
+        first = LambdaContext(remaining_millis=INTAKE_TIMEOUT_MILLIS, clock=latency)
+        with pytest.raises(OutOfTime):
+            intake_fn.handler(event, first)
+
+        # Then it stopped before its timeout (Lambda would have killed it mid-call) and failed, so Lambda
+        # retries the event; and the retries (two, the function's MaximumRetryAttempts) continue its work
+        assert first.get_remaining_time_in_millis() > 0
+        taken_in = len(records())
+        assert 0 < taken_in < len(instances)
+        for _ in range(2):
+            retry = LambdaContext(remaining_millis=INTAKE_TIMEOUT_MILLIS, clock=latency)
+            try:
+                intake_fn.handler(event, retry)
+                break
+            except OutOfTime:
+                assert len(records()) > taken_in  # each attempt takes in more: never the same again
+                taken_in = len(records())
+            finally:
+                assert retry.get_remaining_time_in_millis() > 0
+
+    # and each instance was taken in once: one record and one drain message (due a lead before) each, no
+    # duplicate
+    assert sorted(record["instance_id"] for record in records()) == sorted(instances)
+    assert delayed(stack.drain_queue) == len(instances)
+    assert metric(capsys.readouterr().out, "LifecycleEventsDuplicate") == 0
+
+
+def test_a_batch_whose_time_is_nearly_out_is_returned_to_the_queue_untouched(
+    intake_fn: ModuleType, stack: Stack
+) -> None:
+    # Given a batch of the intake queue: a Health event naming two instances and a Spot interruption
+    starts = datetime.now(UTC).replace(microsecond=0) + timedelta(days=3)
+    instances = many_scheduled(2, starts)
+    spot = ec2_event("eventbridge-spot-interruption.json", instances[0], **{"instance-action": "terminate"})
+    batch = sqs_event(health_event_of(instances, starts), spot)
+
+    # When intake receives it with little of its time left (a record before them took the rest)
+    with pytest.raises(BatchFailed):
+        intake_fn.handler(batch, LambdaContext(remaining_millis=2_000))
+
+    # Then it starts nothing it could not finish: the invocation fails, so SQS delivers both again
+    assert records() == []
+    assert work(stack.drain_queue) == []

@@ -93,6 +93,34 @@ class DynamoRecordStore:
         item = response.get("Item")
         return _from_item(item) if item else None
 
+    def progress(self, key: str) -> int:
+        with transient_errors("reading an event's intake progress"):
+            response = self._dynamodb().get_item(
+                TableName=self._table, Key={"id": {"S": _progress_id(key)}}, ConsistentRead=True
+            )
+        item = response.get("Item")
+        return int(item["done"]["N"]) if item else 0
+
+    def save_progress(self, key: str, done: int, at: datetime) -> None:
+        item = {
+            "id": {"S": _progress_id(key)},
+            "done": {"N": str(done)},
+            # kept as long as a retry of the event can come: a redrive from the dead-letter queue included
+            "expires_at": {"N": str(int((at + self._ttl).timestamp()))},
+        }
+        try:
+            with transient_errors("saving an event's intake progress"):
+                self._dynamodb().put_item(
+                    TableName=self._table,
+                    Item=item,
+                    ConditionExpression="attribute_not_exists(id) OR done < :done",
+                    ExpressionAttributeValues={":done": item["done"]},
+                )
+        except ClientError as error:
+            if error_code(error) != "ConditionalCheckFailedException":
+                raise
+            # another delivery of the event got as far or further (or botocore's retry of this write landed)
+
     def open_records(self, owner: str) -> Iterator[LifecycleRecord]:
         # The index is sparse (only open records carry open_owner) and projects every attribute, so one
         # query page after another returns whole records: calls grow with pages, not with records.
@@ -189,6 +217,11 @@ def _claim_condition(expected: ActionClaim | None) -> tuple[str, dict[str, Any]]
 def _claim_id(action: ActionRef) -> str:
     """The claim's item: beside the records, under an id no record has (nor any record id's form)."""
     return f"claim#{action.instance_id}#{action.transition.short}#{action.hook}"
+
+
+def _progress_id(key: str) -> str:
+    """An event's intake progress (see IntakeBudget): beside the records, under an id no record has."""
+    return f"intake-progress#{key}"
 
 
 def _from_item(item: dict[str, Any]) -> LifecycleRecord:

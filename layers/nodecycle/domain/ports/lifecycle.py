@@ -99,6 +99,18 @@ class ClaimingRecordStore(RecordStore, Protocol):
         ...
 
 
+class IntakeProgress(Protocol):
+    """How far intake got through the instances of an event it could not finish in one invocation."""
+
+    def progress(self, key: str) -> int:
+        """How many of the event's instances (in their order) were taken in: 0 for an event never cut short."""
+        ...
+
+    def save_progress(self, key: str, done: int, at: datetime) -> None:
+        """Record that the first ``done`` were taken in, unless a delivery of the event got further."""
+        ...
+
+
 class WorkQueues(Protocol):
     def send(self, worker: Worker, message: WorkMessage, delay_seconds: int = 0) -> None: ...
 

@@ -1,0 +1,88 @@
+"""Intake within one invocation's time.
+
+An event tells of one instance, but for AWS Health, whose scheduled-maintenance event names every instance it
+affects (hundreds, for a hardware fleet's retirement): each takes a few AWS calls (its facts and its
+maintenance from EC2, a record write, a message), a tenth of a second or more in AWS. Taken in one after the
+other up to the function's timeout, a large event would be cut off mid-call, and each retry would start over
+(a duplicate costs the same look-ups) and be cut off at the same place: the event would reach the dead-letter
+queue with its last instances never taken in.
+
+So an instance is started only while enough time is left to finish it; an event cut short saves how many of
+its instances (in their order, which the event's parsing fixes) were taken in, and fails: its retry (Lambda's
+for an asynchronous invocation, the queue's for a record) continues from there. Each instance's intake is
+idempotent anyway (one record per instance and cause): a crash before the save repeats work, loses none.
+
+Why not split the event into messages of a few instances each, sent to the intake queue: what comes by the
+queue is trusted less than what EventBridge delivers (anyone allowed to send to it can forge an event), so a
+maintenance EC2 does not list yet would be drained for by the event's first part and not by its others; and
+intake would need to send to its own queue (a permission it does not have, and a loop Lambda's recursion
+detection watches).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+
+from nodecycle.domain.errors import TransientError
+from nodecycle.domain.model import DisruptionEvent, LifecycleEvent
+from nodecycle.domain.ports.lifecycle import IntakeProgress
+from nodecycle.domain.ports.runtime import Clock
+
+log = logging.getLogger(__name__)
+
+# Of the intake function's 30 s: an instance's calls take well under a second in AWS; the rest is room for
+# their retries when throttled (botocore's standard mode backs off for seconds) and for saving the progress.
+RESERVE = timedelta(seconds=10)
+
+
+class OutOfTime(TransientError):
+    """Instances of the event remain and too little time is left to take in another: retried, continuing."""
+
+
+def progress_key(events: Sequence[LifecycleEvent | DisruptionEvent]) -> str | None:
+    """The key of an event's progress: its id and the instances it names (a delivery of another version of
+    the event, or a forged one under its id, does not skip instances this one names). None for an event of
+    one instance, which has no progress to save."""
+    if len(events) < 2 or not isinstance(events[0], DisruptionEvent):
+        return None
+    names = hashlib.sha256(",".join(event.instance_id for event in events).encode()).hexdigest()[:16]
+    return f"{events[0].event_id}#{names}"
+
+
+class IntakeBudget:
+    def __init__(self, progress: IntakeProgress, clock: Clock, reserve: timedelta = RESERVE) -> None:
+        self._progress = progress
+        self._clock = clock
+        self._reserve = reserve.total_seconds()
+
+    def take_in[E: LifecycleEvent | DisruptionEvent](
+        self, events: Sequence[E], accept: Callable[[E], str], time_left: Callable[[], float]
+    ) -> list[str]:
+        """The outcome of ``accept`` for each of ``events`` not taken in by an earlier delivery; raises
+        :class:`OutOfTime` when some remain and ``time_left`` (seconds) is too short to start another."""
+        key = progress_key(events)
+        start = self._progress.progress(key) if key is not None else 0
+        if start:
+            log.info(
+                "continuing an event cut short: %d of its %d instances were taken in", start, len(events)
+            )
+        done = start
+        outcomes: list[str] = []
+        try:
+            for event in events[start:]:
+                if time_left() < self._reserve:
+                    raise OutOfTime(
+                        f"{len(events) - done} of the event's {len(events)} instances remain and "
+                        f"{time_left():.1f} s are left: the retry continues"
+                    )
+                outcomes.append(accept(event))
+                done += 1
+        except Exception:
+            if key is not None and done > start:
+                self._progress.save_progress(key, done, self._clock.now())
+                log.warning("took in %d of the event's %d instances; its retry continues", done, len(events))
+            raise
+        return outcomes
