@@ -13,7 +13,7 @@ out fails the same way, and its retry continues where it stopped.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -22,6 +22,7 @@ from nodecycle.contracts.disruption_events import NotADisruption
 from nodecycle.contracts.events import Received, from_eventbridge, from_sqs_body
 from nodecycle.contracts.lifecycle_events import InvalidLifecycleEvent, TestNotification
 from nodecycle.domain.model import DisruptionEvent
+from nodecycle.domain.ports.instances import InstanceFacts
 from nodecycle.entrypoints import BatchResponse, SqsRecord, partial_batch
 from nodecycle.observability import logger, metrics, tracer
 from nodecycle.wiring.intake import budget, intake, shared
@@ -58,10 +59,11 @@ def accept(parse: Callable[[], list[Received] | TestNotification], time_left: Ca
     if isinstance(events, TestNotification):
         logger.info("test notification for group %s acknowledged", events.AutoScalingGroupName)
         return "test-notification"
-    return ",".join(budget().take_in(events, _accept_one, time_left))
+    looked_up = intake().look_up([event for event in events if isinstance(event, DisruptionEvent)])
+    return ",".join(budget().take_in(events, lambda event: _accept_one(event, looked_up), time_left))
 
 
-def _accept_one(event: Received) -> str:
+def _accept_one(event: Received, looked_up: Mapping[str, InstanceFacts] | None) -> str:
     if isinstance(event, DisruptionEvent):
         with logger.append_context_keys(
             instance_id=event.instance_id,
@@ -70,7 +72,7 @@ def _accept_one(event: Received) -> str:
             transition=event.cause.short,
             delivery=event.delivery,
         ):
-            return intake().accept_disruption(event).value
+            return intake().accept_disruption(event, looked_up).value
     with logger.append_context_keys(
         instance_id=event.instance_id,
         lifecycle_token=event.token,

@@ -6,6 +6,7 @@ import importlib.util
 import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -59,13 +60,17 @@ class AwsLatency:
 
     def __init__(self, per_call: float) -> None:
         self.per_call = per_call
-        self.calls = 0
+        self.operations: Counter[str] = Counter()  # calls by operation (DescribeInstances...)
+
+    @property
+    def calls(self) -> int:
+        return self.operations.total()
 
     def __call__(self) -> float:
         return self.calls * self.per_call
 
-    def _tick(self, **_: Any) -> None:
-        self.calls += 1
+    def _tick(self, model: Any, **_: Any) -> None:
+        self.operations[model.name] += 1
 
     @contextmanager
     def counting(self) -> Iterator[None]:

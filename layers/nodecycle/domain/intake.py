@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from enum import StrEnum
 
@@ -188,12 +189,26 @@ class Intake:
             )
         )
 
-    def accept_disruption(self, event: DisruptionEvent) -> IntakeOutcome:
+    def look_up(self, events: Sequence[DisruptionEvent]) -> Mapping[str, InstanceFacts] | None:
+        """EC2's facts of the instances of an event that names several (AWS Health's), read together: one call
+        per 200 instances rather than one each, most of them often another stack's. None for one instance,
+        which ``accept_disruption`` looks up when it comes to it."""
+        if self._instances is None or len(events) < 2:
+            return None
+        return self._instances.facts_of([event.instance_id for event in events])
+
+    def accept_disruption(
+        self, event: DisruptionEvent, looked_up: Mapping[str, InstanceFacts] | None = None
+    ) -> IntakeOutcome:
         """A disruption without a hook: an instance of a managed group (or carrying this owner's tag) gets a
-        lifecycle record of its own, one per instance and cause, planned by what the stack does."""
+        lifecycle record of its own, one per instance and cause, planned by what the stack does. ``looked_up``:
+        the facts ``look_up`` read for its event (an instance not among them is one EC2 does not know)."""
         if self._instances is None:
             raise RuntimeError("intake of disruptions needs the instance directory")
-        facts = self._instances.facts(event.instance_id)
+        if looked_up is None:
+            facts = self._instances.facts(event.instance_id)
+        else:
+            facts = looked_up.get(event.instance_id)
         if facts is None:
             log.warning("dropped: EC2 does not know instance %s (%s)", event.instance_id, event.cause.short)
             self._metrics.count("LifecycleEventsRejected", reason="unknown-instance")

@@ -1,7 +1,7 @@
 """Intake within one invocation's time.
 
 An event tells of one instance, but for AWS Health, whose scheduled-maintenance event names every instance it
-affects (hundreds, for a hardware fleet's retirement): each takes a few AWS calls (its facts and its
+affects (hundreds, for a hardware fleet's retirement): each of this stack's takes a few AWS calls (its
 maintenance from EC2, a record write, a message), a tenth of a second or more in AWS. Taken in one after the
 other up to the function's timeout, a large event would be cut off mid-call, and each retry would start over
 (a duplicate costs the same look-ups) and be cut off at the same place: the event would reach the dead-letter

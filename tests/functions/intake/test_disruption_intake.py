@@ -663,10 +663,10 @@ def health_event_of(instances: list[str], starts: datetime) -> dict[str, Any]:
 def test_a_health_event_naming_more_instances_than_one_invocation_can_take_in_is_continued_not_repeated(
     intake_fn: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # Given an AWS Health event naming 100 instances of a managed group, each about four AWS calls to take
-    # in (at ~0.1 s a call in AWS, 40 s: more than the function's 30 s timeout)
+    # Given an AWS Health event naming 120 instances of a managed group, each three AWS calls to take in
+    # (their facts read together; at ~0.1 s a call in AWS, 36 s: more than the function's 30 s timeout)
     starts = datetime.now(UTC).replace(microsecond=0) + timedelta(days=3)
-    instances = many_scheduled(100, starts)
+    instances = many_scheduled(120, starts)
     event = health_event_of(instances, starts)
     latency = AwsLatency(per_call=AWS_CALL)
     with latency.counting():
@@ -714,3 +714,30 @@ def test_a_batch_whose_time_is_nearly_out_is_returned_to_the_queue_untouched(
     # Then it starts nothing it could not finish: the invocation fails, so SQS delivers both again
     assert records() == []
     assert work(stack.drain_queue) == []
+
+
+def test_the_instances_a_health_event_names_are_described_together_not_one_by_one(
+    intake_fn: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given an AWS Health event naming 31 instances: 25 of a group another stack manages, 5 of this one's,
+    # and one EC2 no longer knows
+    starts = datetime.now(UTC).replace(microsecond=0) + timedelta(days=3)
+    make_group("nodes-of-another-stack")
+    boto3.client("autoscaling").update_auto_scaling_group(
+        AutoScalingGroupName="nodes-of-another-stack", MaxSize=25, DesiredCapacity=25
+    )
+    others = instances_of("nodes-of-another-stack")
+    ours = many_scheduled(5, starts)
+    latency = AwsLatency(per_call=AWS_CALL)
+
+    # When intake receives it
+    with latency.counting():
+        named = sorted([*others, *ours, "i-0000000000000dead"])
+        intake_fn.handler(health_event_of(named, starts), LambdaContext(clock=latency))
+
+    # Then EC2 describes them in one call (a call per instance would spend EC2's request rate, which the
+    # account's other tools share, and the invocation's time, on the instances of other stacks); this stack's
+    # are taken in
+    assert latency.operations["DescribeInstances"] == 1
+    assert sorted(record["instance_id"] for record in records()) == sorted(ours)
+    assert metric(capsys.readouterr().out, "LifecycleEventsRejected", reason="unknown-instance") == 1

@@ -45,16 +45,10 @@ class Ec2Instances:
 
     def facts(self, instance_id: str) -> InstanceFacts | None:
         found = next(iter(self.describe([instance_id])), None)
-        if found is None:
-            return None
-        tags = {tag["Key"]: tag.get("Value", "") for tag in found.get("Tags", [])}
-        return InstanceFacts(
-            instance_id=instance_id,
-            state=found["State"]["Name"],
-            group=tags.get(GROUP_NAME_TAG),
-            tags=tags,
-            spot_request=found.get("SpotInstanceRequestId"),
-        )
+        return None if found is None else _facts(found)
+
+    def facts_of(self, instance_ids: Collection[str]) -> dict[str, InstanceFacts]:
+        return {found["InstanceId"]: _facts(found) for found in self.describe(instance_ids)}
 
     def spot_interruption_noticed(self, spot_request: str) -> bool:
         with transient_errors("describing a Spot request"):
@@ -76,3 +70,14 @@ class Ec2Instances:
             if not event.get("Description", "").startswith(("[Completed]", "[Canceled]"))
             and "NotBefore" in event
         ]
+
+
+def _facts(found: InstanceTypeDef) -> InstanceFacts:
+    tags = {tag["Key"]: tag.get("Value", "") for tag in found.get("Tags", [])}
+    return InstanceFacts(
+        instance_id=found["InstanceId"],
+        state=found["State"]["Name"],
+        group=tags.get(GROUP_NAME_TAG),
+        tags=tags,
+        spot_request=found.get("SpotInstanceRequestId"),
+    )

@@ -75,6 +75,10 @@ class InstanceDirectory(ScheduledEvents, Protocol):
         """What EC2 says of the instance now; None when it does not know it."""
         ...
 
+    def facts_of(self, instance_ids: Collection[str]) -> dict[str, InstanceFacts]:
+        """What EC2 says now of those of ``instance_ids`` it knows, in as few calls as it allows."""
+        ...
+
     def spot_interruption_noticed(self, spot_request: str) -> bool:
         """Whether EC2 has marked the Spot request's instance for interruption (its status code says so)."""
         ...
