@@ -114,7 +114,8 @@ def settle_step(record: LifecycleRecord) -> Step:
     what its plan does after a drain. Its address taken back first: the instance still holds it (one going to
     its warm pool would keep it there, out of the sweeper's reach); then its completion. A disruption without
     a hook has none, and goes to its cleanup."""
-    later = record.plan[record.plan.index(record.step) + 1 :]
+    # (every caller is a drain step of the plan; a step outside it, should one call this, looks at the whole)
+    later = record.plan[record.plan.index(record.step) + 1 :] if record.step in record.plan else record.plan
     for step in (Step.RELEASE_EIP, Step.COMPLETE, Step.CLEANUP):
         if step in later:
             return step
