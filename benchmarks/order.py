@@ -69,7 +69,7 @@ def _ordered(done: refresh.RefreshRun) -> Ordered:
         bound=lower_bound(done.drains, budget),
         worst_wait=max(drain.cordoned_at - start for drain in done.drains),
         fcfs_worst_wait=max(fcfs.values()),
-        gap_rows=[row for row in summary.rows if "makespan" not in row.name] + handed.rows,
+        gap_rows=[row for row in summary.rows if not row.name.startswith("refresh makespan")] + handed.rows,
         details=[f"{done.settings.name}: {line}" for line in summary.details + handed.details],
     )
 
