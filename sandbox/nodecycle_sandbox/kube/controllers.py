@@ -515,13 +515,16 @@ class Controllers:
 # milliseconds, and during a refresh something changes at every tick: passes back to back would hold the lock
 # most of the time and make every request wait, a latency the real API server (whose controllers run apart,
 # from informers) does not have. So the loop rests at least this many times a pass's length after it.
+# Never more than MAX_REST, though: with thousands of nodes a pass takes a large part of a second, and resting
+# twice that would delay what the controllers do (a node turning Ready, a pod gone) by seconds.
 REST_PER_PASS = 2.0
+MAX_REST = 0.15
 
 
 def next_wait(tick: float, spent: float) -> float:
     """How long the loop sleeps after a pass that took ``spent`` seconds: a tick, or longer after a long
-    pass, so that passes take at most ``1 / (1 + REST_PER_PASS)`` of the time."""
-    return max(tick, REST_PER_PASS * spent)
+    pass, so that passes take at most ``1 / (1 + REST_PER_PASS)`` of the time, up to ``MAX_REST``."""
+    return max(tick, min(REST_PER_PASS * spent, MAX_REST))
 
 
 class ControllerLoop:
