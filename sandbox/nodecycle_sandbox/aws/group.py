@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from botocore.exceptions import ClientError
+
 from nodecycle_sandbox.aws.control import AwsControls
 from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING, ActionRecord, RefreshTimeline
 
@@ -125,10 +127,23 @@ class AutoScalingGroup:
         )
 
     def start_refresh(self, *, min_healthy_percentage: int = 90, instance_warmup: int = 0) -> str:
-        answer = self.autoscaling.start_instance_refresh(
-            AutoScalingGroupName=self.name,
-            Preferences={"MinHealthyPercentage": min_healthy_percentage, "InstanceWarmup": instance_warmup},
-        )
+        try:
+            answer = self.autoscaling.start_instance_refresh(
+                AutoScalingGroupName=self.name,
+                Preferences={
+                    "MinHealthyPercentage": min_healthy_percentage,
+                    "InstanceWarmup": instance_warmup,
+                },
+            )
+        except ClientError as error:
+            if error.response["Error"]["Code"] != "InstanceRefreshInProgress":
+                raise
+            # botocore sent the call again after an answer it did not get (a 500, a timeout) although the first
+            # attempt started the refresh: that one is ours
+            running = self.autoscaling.describe_instance_refreshes(AutoScalingGroupName=self.name)
+            return next(
+                r["InstanceRefreshId"] for r in running["InstanceRefreshes"] if r["Status"] == "InProgress"
+            )
         return answer["InstanceRefreshId"]
 
     def refresh_status(self, refresh_id: str) -> str:

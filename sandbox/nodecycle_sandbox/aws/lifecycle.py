@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from moto.autoscaling.exceptions import ValidationError
+from moto.autoscaling.exceptions import AutoscalingClientError, ValidationError
 from moto.autoscaling.models import (
     ASG_NAME_TAG,
     FakeAutoScalingGroup,
@@ -62,6 +62,15 @@ class EventSink(Protocol):
     """Where EventBridge events go: the default event bus, i.e. the runner's rules in the sandbox."""
 
     def publish(self, event: dict[str, Any]) -> None: ...
+
+
+class InstanceRefreshInProgress(AutoscalingClientError):
+    """What Auto Scaling answers a StartInstanceRefresh while one runs (``InstanceRefreshInProgress``, HTTP 400)."""
+
+    code = "InstanceRefreshInProgress"
+
+    def __init__(self, group_name: str) -> None:
+        super().__init__(f"An Instance Refresh is already in progress for group {group_name}.")
 
 
 @dataclass
@@ -568,7 +577,7 @@ class LifecycleEmulator:
         with self.lock:
             group = self._group(group_name)
             if any(r.group == group_name and r.status == "InProgress" for r in self.refreshes.values()):
-                raise ValidationError(f"An Instance Refresh is already in progress for group {group_name}.")
+                raise InstanceRefreshInProgress(group_name)
             refresh = InstanceRefresh.plan(
                 group_name=group_name,
                 instance_ids=[s.instance.id for s in active_instances(group)],

@@ -5,6 +5,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import pytest
+from botocore.exceptions import ClientError
+
 from nodecycle_sandbox.aws import TERMINATING
 from nodecycle_sandbox.aws.group import HookSpec
 
@@ -74,3 +77,21 @@ def test_a_refresh_replaces_every_instance_in_batches_and_keeps_a_timeline(aws: 
     ]
     assert (status["Status"], status["PercentageComplete"]) == ("Successful", 100)
     drain.join()
+
+
+def test_a_second_start_while_a_refresh_runs_is_refused_as_auto_scaling_does_and_the_harness_keeps_its_own(
+    aws: Emulation,
+) -> None:
+    # Given a refresh running on a group whose terminate actions nobody completes
+    group = aws.group(HookSpec("drain", TERMINATING, 60, "CONTINUE"), size=2)
+    refresh_id = group.start_refresh(min_healthy_percentage=0)
+
+    # When StartInstanceRefresh comes again (botocore's retry of a call whose answer was lost)
+    with pytest.raises(ClientError) as refused:
+        group.autoscaling.start_instance_refresh(AutoScalingGroupName=group.name)
+
+    # Then Auto Scaling's own error code answers it, as AWS does (not a ValidationError)
+    assert refused.value.response["Error"]["Code"] == "InstanceRefreshInProgress"
+
+    # And the harness's start takes the running refresh as its own instead of failing the run
+    assert group.start_refresh(min_healthy_percentage=0) == refresh_id
