@@ -14,6 +14,7 @@ out fails the same way, and its retry continues where it stopped.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from functools import cache
 from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -59,8 +60,10 @@ def accept(parse: Callable[[], list[Received] | TestNotification], time_left: Ca
     if isinstance(events, TestNotification):
         logger.info("test notification for group %s acknowledged", events.AutoScalingGroupName)
         return "test-notification"
-    looked_up = intake().look_up([event for event in events if isinstance(event, DisruptionEvent)])
-    return ",".join(budget().take_in(events, lambda event: _accept_one(event, looked_up), time_left))
+    disruptions = [event for event in events if isinstance(event, DisruptionEvent)]
+    # (read when the first instance is started: a record sent back for want of time has asked EC2 nothing)
+    looked_up = cache(lambda: intake().look_up(disruptions))
+    return ",".join(budget().take_in(events, lambda event: _accept_one(event, looked_up()), time_left))
 
 
 def _accept_one(event: Received, looked_up: Mapping[str, InstanceFacts] | None) -> str:

@@ -64,6 +64,11 @@ class IntakeBudget:
         """The outcome of ``accept`` for each of ``events`` not taken in by an earlier delivery; raises
         :class:`OutOfTime` when some remain and ``time_left`` (seconds) is too short to start another."""
         key = progress_key(events)
+        if events:
+            # Before anything is read: a record of a batch reached with too little time left goes back to the
+            # queue untouched, rather than spend the reserve on reads for instances it will not start (its
+            # progress here; the facts of its instances, which the caller reads at the first ``accept``).
+            self._time_for_another(events, time_left)
         start = self._progress.progress(key) if key is not None else 0
         if start:
             log.info(
@@ -73,11 +78,7 @@ class IntakeBudget:
         outcomes: list[str] = []
         try:
             for event in events[start:]:
-                if time_left() < self._reserve:
-                    raise OutOfTime(
-                        f"{len(events) - done} of the event's {len(events)} instances remain and "
-                        f"{time_left():.1f} s are left: the retry continues"
-                    )
+                self._time_for_another(events, time_left)
                 outcomes.append(accept(event))
                 done += 1
         except Exception:
@@ -86,3 +87,11 @@ class IntakeBudget:
                 log.warning("took in %d of the event's %d instances; its retry continues", done, len(events))
             raise
         return outcomes
+
+    def _time_for_another(self, events: Sequence[object], time_left: Callable[[], float]) -> None:
+        left = time_left()
+        if left < self._reserve:
+            raise OutOfTime(
+                f"{left:.1f} s are left: too little to start another of the event's {len(events)} instances; "
+                "its retry continues"
+            )

@@ -716,6 +716,24 @@ def test_a_batch_whose_time_is_nearly_out_is_returned_to_the_queue_untouched(
     assert work(stack.drain_queue) == []
 
 
+def test_a_health_event_reached_with_too_little_time_goes_back_to_the_queue_without_a_call(
+    intake_fn: ModuleType, stack: Stack
+) -> None:
+    # Given a record of the intake queue: an AWS Health event naming two instances of a managed group
+    starts = datetime.now(UTC).replace(microsecond=0) + timedelta(days=3)
+    batch = sqs_event(health_event_of(many_scheduled(2, starts), starts))
+    latency = AwsLatency(per_call=AWS_CALL)
+
+    # When intake reaches it with too little time left to start an instance (the records before it took the
+    # rest)
+    with latency.counting(), pytest.raises(BatchFailed):
+        intake_fn.handler(batch, LambdaContext(remaining_millis=2_000, clock=latency))
+
+    # Then it goes back to the queue untouched: no call (its instances described, its progress read) spends
+    # the time the invocation keeps in reserve on instances it will not start
+    assert latency.operations == {}
+
+
 def test_the_instances_a_health_event_names_are_described_together_not_one_by_one(
     intake_fn: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str]
 ) -> None:
