@@ -20,7 +20,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from nodecycle.contracts.disruption_events import NotADisruption
-from nodecycle.contracts.events import Received, from_eventbridge, from_sqs_body
+from nodecycle.contracts.events import Received, from_eventbridge, from_sqs_body, names_many
 from nodecycle.contracts.lifecycle_events import InvalidLifecycleEvent, TestNotification
 from nodecycle.domain.model import DisruptionEvent
 from nodecycle.domain.ports.instances import InstanceFacts
@@ -37,9 +37,19 @@ def handler(event: dict[str, Any], context: LambdaContext) -> BatchResponse | No
         return context.get_remaining_time_in_millis() / 1000
 
     if "Records" in event:
-        return partial_batch(event, lambda record: _queue_record(record, time_left))
+        return partial_batch(_health_events_last(event), lambda record: _queue_record(record, time_left))
     accept(lambda: from_eventbridge(event), time_left)
     return None
+
+
+def _health_events_last(event: dict[str, Any]) -> dict[str, Any]:
+    """The batch with its AWS Health events after its other records. Those tell of one instance each, a few
+    AWS calls; a Health event names many, and takes in what the invocation's time allows (the rest at its
+    retry). Taken first, it would leave the others too little time: they would go back to the queue for its
+    visibility timeout (a hook's action three minutes later, its heartbeat timeout running), each receive
+    counted towards the dead-letter queue, and be delivered beside it again."""
+    records = event.get("Records") or []
+    return {**event, "Records": sorted(records, key=lambda record: names_many(record.get("body", "")))}
 
 
 def _queue_record(record: SqsRecord, time_left: Callable[[], float]) -> str:

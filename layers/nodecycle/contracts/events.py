@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nodecycle.contracts import disruption_events, lifecycle_events
-from nodecycle.contracts.lifecycle_events import TestNotification
+from nodecycle.contracts.lifecycle_events import InvalidLifecycleEvent, TestNotification
 from nodecycle.domain.model import DisruptionEvent, LifecycleEvent
 
 Received = LifecycleEvent | DisruptionEvent
@@ -27,3 +27,13 @@ def from_sqs_body(body: str) -> list[Received] | TestNotification:
         return list(disruption_events.from_eventbridge(data, delivery="sqs-eventbridge"))
     parsed = lifecycle_events.from_sqs_data(data)
     return parsed if isinstance(parsed, TestNotification) else [parsed]
+
+
+def names_many(body: str) -> bool:
+    """Whether a message of the intake queue is an AWS Health event: the one event that names many instances
+    (each of the others tells of one). A body that is not JSON is not: its record is rejected when taken in."""
+    try:
+        data = lifecycle_events.load_json(body)
+    except InvalidLifecycleEvent:
+        return False
+    return isinstance(data, dict) and data.get("source") == disruption_events.HEALTH_SOURCE

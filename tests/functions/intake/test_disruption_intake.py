@@ -22,7 +22,7 @@ from nodecycle_sandbox.aws import ec2_instances
 from nodecycle_sandbox.aws.install import install
 from tests.functions.intake.conftest import GROUP, make_group
 from tests.support.emf import metric
-from tests.support.events import load_event, sqs_event
+from tests.support.events import happening_now, load_event, sqs_event
 from tests.support.functions import AwsLatency, LambdaContext
 from tests.support.stack import Stack, receive_all
 
@@ -640,6 +640,7 @@ def test_maintenance_by_eventbridge_that_is_over_drains_nothing(
     assert metric(capsys.readouterr().out, "LifecycleEventsRejected", reason="stale") == 1
 
 
+HOOK_INSTANCE = "i-0a1b2c3d4e5f60718"  # the instance of the sample hook notifications
 INTAKE_TIMEOUT_MILLIS = 30_000  # the intake function's Timeout in template.yaml
 AWS_CALL = 0.1  # seconds an EC2, DynamoDB or SQS call takes in AWS, give or take (moto answers in ~1 ms)
 
@@ -732,6 +733,31 @@ def test_a_health_event_reached_with_too_little_time_goes_back_to_the_queue_with
     # Then it goes back to the queue untouched: no call (its instances described, its progress read) spends
     # the time the invocation keeps in reserve on instances it will not start
     assert latency.operations == {}
+
+
+def test_a_hook_notification_batched_after_a_health_event_is_not_sent_back_for_its_time(
+    intake_fn: ModuleType, stack: Stack
+) -> None:
+    # Given a batch of the intake queue: an AWS Health event naming 120 instances of a managed group (three
+    # AWS calls each, more than one invocation's time; dead-lettered and sent again, as the runbook says),
+    # then a terminate hook notification of the same group (a few calls)
+    starts = datetime.now(UTC).replace(microsecond=0) + timedelta(days=3)
+    instances = many_scheduled(120, starts)
+    (hook,) = happening_now(load_event("sqs-hook-terminate.json"))["Records"]
+    batch = sqs_event(health_event_of(instances, starts), hook["body"])
+    latency = AwsLatency(per_call=AWS_CALL)
+
+    # When intake receives it, its time running out by the AWS calls it makes
+    with latency.counting():
+        response = intake_fn.handler(
+            batch, LambdaContext(remaining_millis=INTAKE_TIMEOUT_MILLIS, clock=latency)
+        )
+
+    # Then the hook's action is taken in, and only the Health event goes back to the queue, to continue at
+    # its next delivery: the notification is not sent back with it for a visibility timeout (its heartbeat
+    # timeout running, a receive counted towards the dead-letter queue)
+    assert response == {"batchItemFailures": [{"itemIdentifier": "message-0"}]}
+    assert HOOK_INSTANCE in {record["instance_id"] for record in records()}
 
 
 def test_the_instances_a_health_event_names_are_described_together_not_one_by_one(
