@@ -8,9 +8,12 @@ from datetime import timedelta
 from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotRequest
 from nodecycle.domain.drain.steps import AcquireSlot, Evict
 from nodecycle.domain.engine import Dispatcher
+from nodecycle.domain.errors import TransientError
+from nodecycle.domain.flow import Worker
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.policy import Quantity
+from nodecycle.domain.ports.lifecycle import WorkMessage
 from tests.support.fakes import FakeMetrics
 from tests.unit.budget.fakes import FakeInventory, MemoryBudgetStore, RecordingMetrics
 from tests.unit.drain.test_drain_steps import (
@@ -32,26 +35,32 @@ WAITING = "i-0waiting/terminate/t"
 
 
 def _a_dead_drains_slot_and_a_waiter(
-    world: World, drain: LifecycleRecord | None = None
+    world: World, drain: LifecycleRecord | None = None, *, waiters: int = 1
 ) -> tuple[DisruptionBudget, Dispatcher]:
-    """A budget (TTL 60 s) with a slot held since T0 by a drain that died at once, and one more held by
-    ``drain`` (its slot taken at T0 + 30 s), if given; full, a lifecycle of the stack waiting for a slot
-    since T0 + 30 s. The time is T0 + 61 s: the dead drain's holder expired, the waiter not."""
+    """A budget (TTL 60 s) with a slot held since T0 by a drain that died at once (one such slot for each of
+    ``waiters``), and one more held by ``drain`` (its slot taken at T0 + 30 s), if given; full, ``waiters``
+    lifecycles of the stack (WAITING, then ``_waiting(2)``...) waiting for a slot since T0 + 30 s, in that
+    order. The time is T0 + 61 s: the dead drains' holders expired, the waiters not."""
     owner = terminating(Step.ACQUIRE_SLOT).owner
     budget = DisruptionBudget(
         store=MemoryBudgetStore(),
         nodes=FakeInventory(),
         clock=world.clock,
         metrics=RecordingMetrics(),
-        limits=BudgetLimits(Quantity.parse("1" if drain is None else "2")),
+        limits=BudgetLimits(Quantity.parse(str(waiters + (drain is not None)))),
         holder_ttl=TTL,
         count_unavailable=False,
         owner=owner,
     )
-    dead = SlotRequest(
-        node="ip-10-0-9-9", instance_id="i-0dead", zone="eu-west-1b", owner=owner, record_id="dead"
-    )
-    assert budget.acquire(dead).granted
+    for i in range(1, waiters + 1):
+        dead = SlotRequest(
+            node=f"ip-10-0-9-{10 - i}",
+            instance_id=f"i-0dead{i}",
+            zone="eu-west-1b",
+            owner=owner,
+            record_id=f"dead-{i}",
+        )
+        assert budget.acquire(dead).granted
     world.clock.advance(30)
     if drain is not None:
         held = SlotRequest(
@@ -63,23 +72,46 @@ def _a_dead_drains_slot_and_a_waiter(
             token=drain.token,
         )
         assert budget.acquire(held).granted
-    waiter = terminating(
-        Step.ACQUIRE_SLOT,
-        id=WAITING,
-        instance_id="i-0waiting",
-        slot_waiting_since=world.clock.now(),
-        due_at=world.clock.now() + timedelta(seconds=30),
-    )
-    world.records.create(waiter)
-    asking = SlotRequest(
-        node="ip-10-0-8-8", instance_id="i-0waiting", zone="eu-west-1c", owner=owner, record_id=WAITING
-    )
-    assert not budget.acquire(asking).granted
+    for i in range(1, waiters + 1):
+        instance = "i-0waiting" if i == 1 else f"i-0waiting{i}"
+        waiter = terminating(
+            Step.ACQUIRE_SLOT,
+            id=_waiting(i),
+            instance_id=instance,
+            slot_waiting_since=world.clock.now(),
+            due_at=world.clock.now() + timedelta(seconds=30),
+        )
+        world.records.create(waiter)
+        asking = SlotRequest(
+            node=f"ip-10-0-8-{9 - i}",
+            instance_id=instance,
+            zone="eu-west-1c",
+            owner=owner,
+            record_id=waiter.id,
+        )
+        assert not budget.acquire(asking).granted
     world.clock.advance(31)
     dispatcher = Dispatcher(
         records=world.records, queues=world.queues, clock=world.clock, metrics=FakeMetrics()
     )
     return budget, dispatcher
+
+
+def _waiting(i: int) -> str:
+    """The record id of the ``i``-th waiter (1: WAITING)."""
+    return WAITING if i == 1 else f"i-0waiting{i}/terminate/t"
+
+
+def _refusing_to_wake(world: World, record_id: str) -> None:
+    """SQS refuses the wake-up message of ``record_id`` (throttled), as the adapter raises it."""
+    original = world.queues.send
+
+    def send(worker: Worker, message: WorkMessage, delay_seconds: int = 0) -> None:
+        if message.wake and message.record_id == record_id:
+            raise TransientError("sending work to the drain queue: throttled")
+        original(worker, message, delay_seconds)
+
+    world.queues.send = send  # type: ignore[method-assign]
 
 
 def _wakes(world: World) -> list[tuple[str, Step, int]]:
@@ -133,3 +165,59 @@ def test_a_drains_renewal_that_removes_an_expired_holder_wakes_the_waiter_it_mad
 
     # Then the waiter is woken at once
     assert _wakes(world) == [(WAITING, Step.ACQUIRE_SLOT, 0)]
+
+
+def test_a_wake_up_sqs_refuses_fails_neither_the_drains_poll_nor_the_other_wake_ups() -> None:
+    # Given a budget of 3: two slots held by drains that died (their TTL passed a second ago), the third by a
+    # drain in progress whose renewal is due, two lifecycles waiting, and SQS refusing the first one's wake-up
+    world = World()
+    record = draining()
+    budget, dispatcher = _a_dead_drains_slot_and_a_waiter(world, drain=record, waiters=2)
+    _refusing_to_wake(world, WAITING)
+    cluster = FakeCluster(nodes={NODE: node()}, pods=[pod("web-1")])
+    step = Evict(
+        cluster=cluster,
+        slots=budget,
+        dispatcher=dispatcher,
+        instances=NoDns(known={INSTANCE: "running"}),
+        policy=policy(),
+        metrics=FakeMetrics(),
+        events=FakeEvents(),
+    )
+
+    # When the drain polls, its renewal removing both dead drains' holders
+    outcome = step(record, world.clock.now())
+
+    # Then the poll goes on (its pod evicted, the next poll planned) and the second waiter is woken; the first
+    # takes its slot at its own retry (before: the poll failed with the refusal, after its renewal was
+    # written, and its retry, finding nothing to remove, woke nobody)
+    assert outcome.again
+    assert [name for name, _ in cluster.evictions] == ["web-1"]
+    assert _wakes(world) == [(_waiting(2), Step.ACQUIRE_SLOT, 0)]
+
+
+def test_a_wake_up_sqs_refuses_fails_neither_a_newcomers_ask_nor_the_other_wake_ups() -> None:
+    # Given a budget of 2 held by two drains that died, two lifecycles waiting, and SQS refusing the first
+    # one's wake-up
+    world = World()
+    budget, dispatcher = _a_dead_drains_slot_and_a_waiter(world, waiters=2)
+    _refusing_to_wake(world, WAITING)
+    cluster = FakeCluster(nodes={NODE: node()})
+    step = AcquireSlot(
+        finder=NodeFinder(cluster, NoDns()),
+        cluster=cluster,
+        slots=budget,
+        dispatcher=dispatcher,
+        policy=policy(),
+        metrics=FakeMetrics(),
+        events=FakeEvents(),
+        records=world.records,
+    )
+
+    # When another lifecycle asks for a slot, removing both dead drains' holders
+    outcome = step(terminating(Step.ACQUIRE_SLOT), world.clock.now())
+
+    # Then it waits behind them (its place in line is written), and the second waiter is woken
+    assert outcome.again
+    assert outcome.changes["slot_waiting_since"] == world.clock.now()
+    assert _wakes(world) == [(_waiting(2), Step.ACQUIRE_SLOT, 0)]

@@ -134,6 +134,19 @@ def _slot_request(
     )
 
 
+def _wake(dispatcher: Dispatcher, waiters: Iterable[str]) -> None:
+    """Wake the waiters a slot request's budget write made eligible (by removing expired entries). A wake-up
+    only comes sooner than the waiter's own retry, and this step's retry would not send it again (its write
+    is done: the next finds nothing left to remove). So one that SQS or DynamoDB refuses fails neither the
+    step (a drain's poll, a slot just granted) nor the other waiters' wake-ups. (A release's refused wake-up
+    fails its cleanup instead: the cleanup's retry, a repeated release, wakes every eligible waiter.)"""
+    for waiter in waiters:
+        try:
+            dispatcher.wake(waiter)
+        except TransientError as error:
+            log.warning("could not wake waiter %s (it asks for the slot at its retry): %s", waiter, error)
+
+
 def _tail(policy: DrainPolicy) -> timedelta:
     """What a drain needs after its timeout: the force policy's grace, a stuck pod's margin, the load balancer
     delay waited once the node is empty, and the margin before the action's global timeout at which the
@@ -285,8 +298,7 @@ class AcquireSlot:
         request = _slot_request(record, node.name, node.zone, **_precedence(record, now, self._policy))
         decision = self._slots.acquire(request)
         # (its write removed the expired entries, a dead drain's slot among them: whom that lets go, goes now)
-        for waiter in decision.wake:
-            self._dispatcher.wake(waiter)
+        _wake(self._dispatcher, decision.wake)
         if decision.reason is SlotReason.FORCED:
             log.warning(
                 "node %s takes a budget slot without room: its action's global timeout is %s",
@@ -561,8 +573,7 @@ class Evict:
             record, node, record.zone, in_progress=True, **_precedence(record, now, policy)
         )
         renewed = self._slots.renew(request)
-        for waiter in renewed.wake:  # (as for a first ask: see AcquireSlot)
-            self._dispatcher.wake(waiter)
+        _wake(self._dispatcher, renewed.wake)  # (as for a first ask: see AcquireSlot)
         if not renewed.granted:
             # Our holder expired and its slot went to another node: evicting now could exceed the budget. The
             # node waits with precedence (it is disruption in progress), and the wait is not drain time.
