@@ -9,6 +9,8 @@ What the machine proves, after every step:
 - each acquire is granted exactly when a work-conserving replay of the waiters (written naively here: the
   zone with the most waiters left first, a waiter passed over MAX_PASSED times first of all) says so, and the
   record ids a release returns are granted when woken;
+- each acquire and renewal wakes exactly its owner's waiters that its write made eligible, judged against the
+  document its committed attempt read (after a lost race, the winner's);
 - after every waiter retried in turn, no waiter is left waiting while it would fit (no idle slot).
 """
 
@@ -230,6 +232,12 @@ class BudgetMachine(RuleBasedStateMachine):
         assert self.now() - holder.renewed_at < timedelta(seconds=holder.ttl_seconds) / 3
         self.held[node] = holder.renewed_at
 
+    def woken_by_the_write(self, owner: str, before: set[str]) -> tuple[str, ...]:
+        """The record ids of ``owner``'s waiters eligible now and not in ``before`` (those eligible as the
+        document was stored when the write read it): whom that write must wake."""
+        eligible = [self.record(n) for n in self.replay(self.live_waiters()) if NODES[n][0] == owner]
+        return tuple(r for r in eligible if r not in before)
+
     def acquire_checked(self, node: str) -> None:
         owner = NODES[node][0]
         expected = self.expected_grant(node, owner)
@@ -237,8 +245,7 @@ class BudgetMachine(RuleBasedStateMachine):
         decision = self.budgets[owner].acquire(self.request(node))
         assert decision.granted == expected, (node, decision)
         # it wakes the waiters of its owner that its write made eligible (by removing expired entries)
-        eligible = [self.record(n) for n in self.replay(self.live_waiters()) if NODES[n][0] == owner]
-        assert decision.wake == tuple(r for r in eligible if r not in before), (node, decision)
+        assert decision.wake == self.woken_by_the_write(owner, before), (node, decision)
         if decision.reason is SlotReason.HELD:
             self.held_again(node)  # not a new slot: the owner's share applied when it was granted
         elif decision.granted:
@@ -259,8 +266,10 @@ class BudgetMachine(RuleBasedStateMachine):
         owner = NODES[node][0]
         still_live = node in self.model_live()
         expected = still_live or self.expected_grant(node, owner)
+        before = self.eligible_as_stored(owner)
         decision = self.budgets[owner].renew(self.request(node))
         assert decision.granted == expected, (node, decision)
+        assert decision.wake == self.woken_by_the_write(owner, before), (node, decision)
         if still_live:
             assert decision.reason is SlotReason.HELD
             self.held_again(node)
@@ -308,10 +317,20 @@ class BudgetMachine(RuleBasedStateMachine):
     def acquire_racing_another_writer(self, node: str, rival: str) -> None:
         # rival == node: a duplicate delivery of the same step, running at the same time
         outcome: list[SlotDecision] = []
-        self.store.interleave(
-            lambda: outcome.append(self.budgets[NODES[rival][0]].acquire(self.request(rival)))
-        )
+        mine_before: set[str] = set()
+
+        def rival_writes() -> None:
+            before = self.eligible_as_stored(NODES[rival][0])
+            decision = self.budgets[NODES[rival][0]].acquire(self.request(rival))
+            assert decision.wake == self.woken_by_the_write(NODES[rival][0], before), (rival, decision)
+            outcome.append(decision)
+            # our write, conflicting, is decided again on the rival's document: its wake-ups are judged
+            # against that one, not against the document our first attempt read
+            mine_before.update(self.eligible_as_stored(NODES[node][0]))
+
+        self.store.interleave(rival_writes)
         mine = self.budgets[NODES[node][0]].acquire(self.request(node))
+        assert mine.wake == self.woken_by_the_write(NODES[node][0], mine_before), (node, mine)
         for name, decision in ((rival, outcome[0]), (node, mine)):  # the rival's write came first
             if decision.reason is SlotReason.HELD:
                 self.held_again(name)
