@@ -581,6 +581,22 @@ def test_a_write_that_removes_an_expired_holder_leaves_another_owners_waiter_to_
     assert green.acquire(slot("g", owner="green")).granted
 
 
+def test_a_write_that_removes_an_expired_holder_under_a_looser_percent_wakes_every_waiter_it_made_eligible(
+    make_budget: BudgetFactory, clock: FakeClock, inventory: FakeInventory
+) -> None:
+    # Given 10% of 20 nodes (2 slots): x expired, y held, w1 then w2 waiting; as stored, nobody is eligible
+    inventory.nodes = [node(f"n{i}") for i in range(20)]
+    budget = _a_holder_that_went_quiet(make_budget, clock, "10%", None, ["w1:a", "w2:a"])
+
+    # When 10 nodes join the scope (10% of 30: 3 slots) and y's renewal is written, removing x
+    inventory.nodes += [node(f"m{i}") for i in range(10)]
+    decision = budget.renew(slot("y", "b"))
+
+    # Then both waiters are woken, first in line first: neither was eligible as the document was stored, so
+    # nobody woke either (before: only w2; w1 counted as eligible already, under the limits resolved now)
+    assert decision.wake == ("rec-w1", "rec-w2")
+
+
 def test_a_release_that_also_removes_an_expired_holder_wakes_the_waiters_both_made_eligible(
     make_budget: BudgetFactory, clock: FakeClock
 ) -> None:

@@ -274,12 +274,15 @@ class DisruptionBudget:
     ) -> list[str]:
         """This owner's waiters to wake once the write of ``after`` replaces ``stored`` (the document as
         read, not pruned): those the write made eligible, by the entries it removed, its own and the expired
-        ones of any owner that every writer prunes (a drain that died, a waiter that stopped asking). The
-        others were eligible as the document was stored, and whoever wrote it woke them (their wake-up may
-        still be queued), or their own retry finds the slot. Waking every eligible waiter on every release
-        re-woke each queued one again and again: at 300 nodes a dozen wake-ups per hand-over, flooding the
-        drain queue that carries them."""
-        already = set(self._wake_list(stored, limits))
+        ones of any owner that every writer prunes (a drain that died, a waiter that stopped asking), or by
+        the limits it records (looser now: a percent of a scope that grew). The others were eligible as the
+        document was stored, under the limits recorded in it, and whoever wrote it woke them (their wake-up
+        may still be queued), or their own retry finds the slot. Judged under the limits resolved now, a
+        waiter that only they made eligible counted as woken already, and nobody woke it. Waking every
+        eligible waiter on every release re-woke each queued one again and again: at 300 nodes a dozen
+        wake-ups per hand-over, flooding the drain queue that carries them."""
+        now = self._clock.now()
+        already = {w.record_id for w in rules.eligible_waiters(stored, now) if w.owner == self._owner}
         return [record for record in self._wake_list(after, limits) if record not in already]
 
     def _finish[T](
