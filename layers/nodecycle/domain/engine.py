@@ -27,6 +27,7 @@ from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import (
     Worker,
     after_completion,
+    completed_first,
     disruptive,
     draining,
     following,
@@ -297,7 +298,12 @@ class StepEngine:
             return None
         log.error("global timeout of the lifecycle action is near: completing it now")
         self._metrics.count("GlobalTimeoutsNear")
-        return Outcome.goto(Step.COMPLETE, result=self._failure_result(record), outcome="global-timeout-near")
+        return Outcome.goto(
+            Step.COMPLETE,
+            plan=completed_first(record),
+            result=self._failure_result(record),
+            outcome="global-timeout-near",
+        )
 
     def _keep_alive(self, record: LifecycleRecord, now: datetime) -> LifecycleRecord:
         """Heartbeat only when the hook's deadline needs it: when the next run, or its retry after one fault,

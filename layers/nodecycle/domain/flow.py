@@ -122,6 +122,23 @@ def settle_step(record: LifecycleRecord) -> Step:
     return Step.DONE
 
 
+def completed_first(record: LifecycleRecord) -> tuple[Step, ...]:
+    """The record's plan for an action completed before its global timeout, whatever its current step waits
+    for (the engine's guard, the sweeper's settlement): the completion comes before a release of the address
+    that has not run yet. A release first would not fit in the time the guard keeps (only the completion's
+    margin and one fault's retry), and skipped it would leave the address with the instance: one going back
+    to its warm pool keeps it there, out of the sweeper's reach. Right after the completion the instance is
+    terminating or going to its pool."""
+    plan = record.plan
+    if Step.RELEASE_EIP not in plan or Step.COMPLETE not in plan or record.step not in plan:
+        return plan
+    if plan.index(record.step) > plan.index(Step.RELEASE_EIP):
+        return plan  # released already (or at its completion)
+    rest = [step for step in plan if step is not Step.RELEASE_EIP]
+    at = rest.index(Step.COMPLETE) + 1
+    return (*rest[:at], Step.RELEASE_EIP, *rest[at:])
+
+
 def after_completion(record: LifecycleRecord) -> Step:
     """Where a lifecycle goes once its action is settled (completed, or gone without us)."""
     return following(record, Step.COMPLETE)

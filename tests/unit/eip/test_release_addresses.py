@@ -304,3 +304,23 @@ def test_a_release_ec2_refuses_for_good_lets_the_lifecycle_go_on_and_leaves_the_
     assert went_on(outcome)
     assert "outcome" not in outcome.changes
     assert metrics.counts["EipFailures"] == 1
+
+
+def test_a_release_after_the_completion_takes_the_address_of_the_settled_action_not_a_later_launchs(
+    ec2: FakeAddresses, metrics: FakeMetrics
+) -> None:
+    # Given an action completed near its global timeout before its release ran (it runs right after), whose
+    # instance left its warm pool again meanwhile with a new address, and still holds the old one (a second
+    # network interface)
+    completed_at = T0 + timedelta(minutes=1)
+    old = ec2.add(allocated_for=INSTANCE, allocated_at=T0 - timedelta(hours=1), on=INSTANCE)
+    newer = ec2.add(allocated_for=INSTANCE, allocated_at=completed_at + timedelta(minutes=5), on=INSTANCE)
+
+    # When the release runs late, after the completion
+    record = terminate_record(INSTANCE, completed_at=completed_at, result="CONTINUE")
+    outcome = release_until_done(ec2, metrics, record)
+
+    # Then the settled action's address is released, and the later launch's is kept
+    assert old not in ec2.eips
+    assert ec2.eips[newer].instance_id == INSTANCE
+    assert went_on(outcome)

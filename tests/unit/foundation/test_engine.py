@@ -615,6 +615,38 @@ def test_near_the_global_timeout_the_action_is_completed_whatever_it_waits_for()
     assert world.metrics.counts["GlobalTimeoutsNear"] == 1
 
 
+def test_an_action_the_guard_completes_before_its_release_has_its_address_taken_back_right_after() -> None:
+    # Given a drain still polling at the guard's point, its plan releasing the instance's address after it:
+    # the guard keeps only the completion's margin and one fault's retry, no room for a release first
+    world = World()
+    record = make_record(PLAN, Step.EVICT, node="n1")
+    now = record.global_deadline - timedelta(seconds=MARGIN)
+    world.records.create(kept_alive(world.autoscaling, record, now - timedelta(seconds=100)))
+    world.clock.current = now
+    drain = world.engine(
+        {
+            Step.EVICT: Script([Outcome.wait(5)]),
+            Step.COMPLETE: CompleteAction(world.autoscaling, world.metrics),
+            Step.CLEANUP: Script([Outcome.next()]),
+        }
+    )
+    release = Script([Outcome.next()])
+    eip = world.engine({Step.RELEASE_EIP: release}, worker=Worker.EIP)
+
+    # When the guard's run completes the action, and the message it sends is handled
+    drain.handle(world.message())
+    ((_, result),) = world.autoscaling.completed
+    (sent,) = world.queues.take()
+    eip.handle(sent.message)
+
+    # Then the address is taken back after the completion, not skipped (an instance going back to its warm
+    # pool would keep it, out of the sweeper's reach), and the cleanup follows
+    assert result is ActionResult.ABANDON
+    assert (sent.worker, sent.message.step) == (Worker.EIP, Step.RELEASE_EIP)
+    assert len(release.runs) == 1
+    assert world.record().step is Step.CLEANUP
+
+
 def test_one_crash_at_the_guards_run_still_leaves_time_to_complete_the_action() -> None:
     # Given a drain polling near its global timeout, with the engine's one-fault timing: the later of a
     # visibility timeout and the resume grace (3 minutes here) + 2 s

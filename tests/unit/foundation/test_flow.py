@@ -6,9 +6,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from nodecycle.domain.flow import Worker, plan_for, worker_for
+from nodecycle.domain.flow import Worker, completed_first, plan_for, worker_for
 from nodecycle.domain.model import LifecycleEvent, Step, Transition
 from nodecycle.domain.policy import PlanPolicy
+from tests.unit.foundation.test_engine import make_record
 
 KUBE_AND_EIP = PlanPolicy(kubernetes=True, eip=True, readiness_gate=True)
 
@@ -74,3 +75,30 @@ def test_completion_runs_on_the_worker_that_has_the_record() -> None:
     assert worker_for(terminate, Step.CLEANUP) is Worker.DRAIN
     # A plan that starts with its completion goes to the function without the Kubernetes client
     assert worker_for((Step.COMPLETE, Step.DONE), Step.COMPLETE) is Worker.EIP
+
+
+RELEASED_AFTER = ("acquire-slot", "cordon", "evict", "complete", "release-eip", "cleanup", "done")
+AS_PLANNED = ("acquire-slot", "cordon", "evict", "release-eip", "complete", "cleanup", "done")
+
+
+@pytest.mark.parametrize(
+    ("step", "plan"),
+    [
+        # a drain, or a release still retrying: the release goes after the completion
+        (Step.ACQUIRE_SLOT, RELEASED_AFTER),
+        (Step.EVICT, RELEASED_AFTER),
+        (Step.RELEASE_EIP, RELEASED_AFTER),
+        (Step.COMPLETE, AS_PLANNED),  # released already
+    ],
+)
+def test_an_action_completed_first_has_the_release_it_has_not_run_yet_right_after_its_completion(
+    step: Step, plan: tuple[str, ...]
+) -> None:
+    terminate = plan_for(event(Transition.TERMINATING), KUBE_AND_EIP)
+    assert completed_first(make_record(terminate, step)) == tuple(Step(name) for name in plan)
+
+
+def test_a_plan_without_a_release_is_completed_first_as_it_is() -> None:
+    no_eip = PlanPolicy(kubernetes=True, eip=False, readiness_gate=False)
+    terminate = plan_for(event(Transition.TERMINATING), no_eip)
+    assert completed_first(make_record(terminate, Step.EVICT)) == terminate

@@ -8,7 +8,9 @@ it); an address of another owner is never even listed.
 A lifecycle without a hook (an instance stopped outside the group's hooks) has no action for Auto Scaling to
 confirm, and its message may run long after the stop (EventBridge retries an event for hours, a queue can
 stall), when the instance runs again (out of a warm pool, or simply started): EC2 itself says whether the
-instance is still down, and an address nodecycle allocated after the stop belongs to a later launch.
+instance is still down, and an address nodecycle allocated after the stop belongs to a later launch. So
+does one allocated after the completion, for a release that runs after it (an action completed near its
+global timeout: see :func:`nodecycle.domain.flow.completed_first`).
 """
 
 from __future__ import annotations
@@ -70,6 +72,16 @@ class ReleaseAddresses:
                         address.public_ip,
                         address.allocated_at,
                         record.started_at,
+                    )
+                    continue
+                if record.completed_at is not None and _since(address, record.completed_at):
+                    # a release after the completion (settled near the global timeout) no longer has an
+                    # action to confirm: its message may come after the instance left its warm pool again
+                    log.info(
+                        "address %s was allocated at %s, after the completion at %s: a later launch's, kept",
+                        address.public_ip,
+                        address.allocated_at,
+                        record.completed_at,
                     )
                     continue
                 taken_back.append(address)
