@@ -122,10 +122,12 @@ def test_an_action_near_its_global_timeout_is_completed_by_the_sweeper(
     # When the sweep runs
     report = sweeper.handler(load_event("sweeper-schedule.json"), LambdaContext())
 
-    # Then it completes the action itself (no active action in moto: "already settled" is success) and the
-    # record is finished with the sweeper's outcome
+    # Then it completes the action itself (no active action in moto: "already settled" is success), with the
+    # sweeper's outcome, and sends the release it interrupted on to the eip worker, after the completion
     assert report["LifecyclesSettled"] == 1
     swept = store(stack).get(stuck.id)
     assert swept is not None
-    assert (swept.step, swept.outcome) == (Step.DONE, "settled-by-sweeper")
+    assert (swept.step, swept.outcome) == (Step.RELEASE_EIP, "settled-by-sweeper")
     assert swept.completed_at is not None
+    messages = [json.loads(m["Body"]) for m in receive_all(stack.eip_queue)]
+    assert messages == [{"record_id": stuck.id, "seq": swept.seq, "step": "release-eip"}]

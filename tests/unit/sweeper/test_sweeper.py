@@ -15,6 +15,7 @@ from nodecycle.domain.budget import Holder, SweepResult, Waiter
 from nodecycle.domain.completion import CompleteAction
 from nodecycle.domain.engine import Dispatcher
 from nodecycle.domain.errors import TransientError
+from nodecycle.domain.flow import Worker
 from nodecycle.domain.model import ActionRef, LifecycleRecord, Step
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.cluster import Claim, NodeInfo
@@ -193,9 +194,10 @@ def test_a_stalled_action_found_no_longer_active_goes_past_its_completion() -> N
 
 
 def test_an_overdue_action_near_its_global_timeout_is_completed_by_the_sweeper_itself() -> None:
-    # Given a lifecycle whose work has been stuck until shortly before its action's global timeout
+    # Given a lifecycle whose work has been stuck until shortly before its action's global timeout (no
+    # address to release)
     repair = Repair()
-    record = make_record(PLAN, Step.EVICT, node="n1")
+    record = make_record(tuple(step for step in PLAN if step is not Step.RELEASE_EIP), Step.EVICT, node="n1")
     repair.clock.current = record.global_deadline - MARGIN
     repair.records.create(kept_alive(repair.autoscaling, record, repair.clock.now() - INTERVAL))
 
@@ -214,6 +216,27 @@ def test_an_overdue_action_near_its_global_timeout_is_completed_by_the_sweeper_i
         repair.clock.now(),
     )
     assert [s.message.step for s in repair.queues.take()] == [Step.CLEANUP]
+
+
+def test_an_action_the_sweeper_settles_before_its_release_has_its_address_taken_back_right_after() -> None:
+    # Given a stalled drain at the last sweep before its action's global timeout, its plan releasing the
+    # instance's address after the drain
+    repair = Repair()
+    record = make_record(PLAN, Step.EVICT, node="n1")
+    repair.clock.current = record.global_deadline - MARGIN
+    repair.records.create(kept_alive(repair.autoscaling, record, repair.clock.now() - INTERVAL))
+
+    # When the sweeper settles it
+    assert repair.run()["LifecyclesSettled"] == 1
+
+    # Then the action is completed first, and the release is sent on to the eip worker rather than skipped
+    # (an instance going back to its warm pool would keep the address, out of the address sweep's reach)
+    assert len(repair.autoscaling.completed) == 1
+    swept = repair.records.get(record.id)
+    assert swept is not None
+    assert (swept.step, swept.completed_at) == (Step.RELEASE_EIP, repair.clock.now())
+    assert [(s.worker, s.message.step) for s in repair.queues.take()] == [(Worker.EIP, Step.RELEASE_EIP)]
+    assert swept.plan[swept.plan.index(Step.RELEASE_EIP) + 1 :] == (Step.CLEANUP, Step.DONE)
 
 
 def test_an_overdue_action_is_settled_by_the_last_sweep_that_comes_before_its_global_timeout() -> None:

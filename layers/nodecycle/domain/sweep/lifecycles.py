@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from nodecycle.domain.completion import CompleteAction
 from nodecycle.domain.engine import Dispatcher, Outcome, advance
 from nodecycle.domain.errors import TransientError
-from nodecycle.domain.flow import after_completion
+from nodecycle.domain.flow import after_completion, completed_first
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.lifecycle import Autoscaling, RecordStore
@@ -190,10 +190,11 @@ class LifecycleRepair:
         # An action at its completion has passed every step before it: it is completed as the engine would
         # complete it (its result, or the completion's default when no step decided one, as after a readiness
         # gate that found the node Ready), and keeps its why. Any other is settled with the failure result of
-        # the step it was waiting in.
+        # the step it was waiting in, and its address, if its plan still had to release it, goes right after.
         decided = record.step is Step.COMPLETE
         settling = record.model_copy(
             update={
+                "plan": completed_first(record),
                 "step": Step.COMPLETE,
                 "result": record.result if decided else self._failure_result(record),
                 "outcome": record.outcome if decided else "settled-by-sweeper",
@@ -203,5 +204,5 @@ class LifecycleRepair:
         if not self._records.commit(settled, expected_seq=record.seq):
             return False
         if not settled.finished:
-            self._dispatcher.send(settled, now)  # what comes after completion: the cleanup
+            self._dispatcher.send(settled, now)  # what comes after completion: the release, the cleanup
         return True
