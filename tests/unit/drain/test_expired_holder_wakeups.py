@@ -114,16 +114,10 @@ def _refusing_to_wake(world: World, record_id: str) -> None:
     world.queues.send = send  # type: ignore[method-assign]
 
 
-def _wakes(world: World) -> list[tuple[str, Step, int]]:
-    return [(s.message.record_id, s.message.step, s.delay) for s in world.queues.sent if s.message.wake]
-
-
-def test_a_newcomers_ask_that_removes_an_expired_holder_wakes_the_waiter_first_in_line() -> None:
-    # Given a budget of 1 held by a drain that died (its TTL passed a second ago), and a lifecycle waiting
-    world = World()
-    budget, dispatcher = _a_dead_drains_slot_and_a_waiter(world)
+def _asking(world: World, budget: DisruptionBudget, dispatcher: Dispatcher) -> AcquireSlot:
+    """The slot step of a newcomer whose node is in the cluster."""
     cluster = FakeCluster(nodes={NODE: node()})
-    step = AcquireSlot(
+    return AcquireSlot(
         finder=NodeFinder(cluster, NoDns()),
         cluster=cluster,
         slots=budget,
@@ -133,6 +127,30 @@ def test_a_newcomers_ask_that_removes_an_expired_holder_wakes_the_waiter_first_i
         events=FakeEvents(),
         records=world.records,
     )
+
+
+def _polling(cluster: FakeCluster, budget: DisruptionBudget, dispatcher: Dispatcher) -> Evict:
+    """The eviction step of a drain in progress, its instance running."""
+    return Evict(
+        cluster=cluster,
+        slots=budget,
+        dispatcher=dispatcher,
+        instances=NoDns(known={INSTANCE: "running"}),
+        policy=policy(),
+        metrics=FakeMetrics(),
+        events=FakeEvents(),
+    )
+
+
+def _wakes(world: World) -> list[tuple[str, Step, int]]:
+    return [(s.message.record_id, s.message.step, s.delay) for s in world.queues.sent if s.message.wake]
+
+
+def test_a_newcomers_ask_that_removes_an_expired_holder_wakes_the_waiter_first_in_line() -> None:
+    # Given a budget of 1 held by a drain that died (its TTL passed a second ago), and a lifecycle waiting
+    world = World()
+    budget, dispatcher = _a_dead_drains_slot_and_a_waiter(world)
+    step = _asking(world, budget, dispatcher)
 
     # When another lifecycle asks for a slot (its write removes the dead drain's holder)
     outcome = step(terminating(Step.ACQUIRE_SLOT), world.clock.now())
@@ -150,15 +168,7 @@ def test_a_drains_renewal_that_removes_an_expired_holder_wakes_the_waiter_it_mad
     record = draining()
     budget, dispatcher = _a_dead_drains_slot_and_a_waiter(world, drain=record)
     cluster = FakeCluster(nodes={NODE: node()}, pods=[pod("web-1")])
-    step = Evict(
-        cluster=cluster,
-        slots=budget,
-        dispatcher=dispatcher,
-        instances=NoDns(known={INSTANCE: "running"}),
-        policy=policy(),
-        metrics=FakeMetrics(),
-        events=FakeEvents(),
-    )
+    step = _polling(cluster, budget, dispatcher)
 
     # When the drain polls, renewing its slot (its write removes the dead drain's holder)
     step(record, world.clock.now())
@@ -175,15 +185,7 @@ def test_a_wake_up_sqs_refuses_fails_neither_the_drains_poll_nor_the_other_wake_
     budget, dispatcher = _a_dead_drains_slot_and_a_waiter(world, drain=record, waiters=2)
     _refusing_to_wake(world, WAITING)
     cluster = FakeCluster(nodes={NODE: node()}, pods=[pod("web-1")])
-    step = Evict(
-        cluster=cluster,
-        slots=budget,
-        dispatcher=dispatcher,
-        instances=NoDns(known={INSTANCE: "running"}),
-        policy=policy(),
-        metrics=FakeMetrics(),
-        events=FakeEvents(),
-    )
+    step = _polling(cluster, budget, dispatcher)
 
     # When the drain polls, its renewal removing both dead drains' holders
     outcome = step(record, world.clock.now())
@@ -202,17 +204,7 @@ def test_a_wake_up_sqs_refuses_fails_neither_a_newcomers_ask_nor_the_other_wake_
     world = World()
     budget, dispatcher = _a_dead_drains_slot_and_a_waiter(world, waiters=2)
     _refusing_to_wake(world, WAITING)
-    cluster = FakeCluster(nodes={NODE: node()})
-    step = AcquireSlot(
-        finder=NodeFinder(cluster, NoDns()),
-        cluster=cluster,
-        slots=budget,
-        dispatcher=dispatcher,
-        policy=policy(),
-        metrics=FakeMetrics(),
-        events=FakeEvents(),
-        records=world.records,
-    )
+    step = _asking(world, budget, dispatcher)
 
     # When another lifecycle asks for a slot, removing both dead drains' holders
     outcome = step(terminating(Step.ACQUIRE_SLOT), world.clock.now())
