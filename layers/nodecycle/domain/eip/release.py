@@ -56,6 +56,7 @@ class ReleaseAddresses:
                 self._addresses.find(self._owner, instance_id=instance),
                 self._addresses.find(self._owner, allocated_for=instance),
             )
+            later = _later_launches_from(record, hookless)
             taken_back: list[Address] = []
             in_use: list[Address] = []
             for address in found:
@@ -66,22 +67,12 @@ class ReleaseAddresses:
                         address.instance_id or "a network interface",
                     )
                     continue
-                if hookless and _since(address, record.started_at):
+                if later is not None and _since(address, later[1]):
                     log.info(
-                        "address %s was allocated at %s, after the stop at %s: a later launch's, kept",
+                        "address %s was allocated at %s, after the %s at %s: a later launch's, kept",
                         address.public_ip,
                         address.allocated_at,
-                        record.started_at,
-                    )
-                    continue
-                if record.completed_at is not None and _since(address, record.completed_at):
-                    # a release after the completion (settled near the global timeout) no longer has an
-                    # action to confirm: its message may come after the instance left its warm pool again
-                    log.info(
-                        "address %s was allocated at %s, after the completion at %s: a later launch's, kept",
-                        address.public_ip,
-                        address.allocated_at,
-                        record.completed_at,
+                        *later,
                     )
                     continue
                 taken_back.append(address)
@@ -165,6 +156,19 @@ class ReleaseAddresses:
         else:
             log.info("address %s was released already", address.public_ip)
         return True
+
+
+def _later_launches_from(record: LifecycleRecord, hookless: bool) -> tuple[str, datetime] | None:
+    """What happened to the instance, and when, from which on an address allocated for it is a later launch's
+    rather than this lifecycle's: a lifecycle with no hook has no action to confirm (see the module
+    docstring), from its stop; nor has a release after the completion (an action settled near its global
+    timeout: :func:`nodecycle.domain.flow.completed_first`), whose message may come after the instance left
+    its warm pool again, from the completion. None: every address of the instance is this lifecycle's."""
+    if hookless:
+        return "stop", record.started_at  # (before any completion of it: the earlier bound keeps more)
+    if record.completed_at is not None:
+        return "completion", record.completed_at
+    return None
 
 
 def _since(address: Address, moment: datetime) -> bool:
