@@ -250,12 +250,12 @@ class DisruptionBudget:
             self._limits, count_unavailable=self._count_unavailable, nodes=nodes, now=self._clock.now()
         )
 
-    def _wake_list(self, doc: BudgetDocument, limits: OwnerLimits) -> list[str]:
-        with_limits = rules.with_own_limits(doc, self._owner, limits)
+    def _wake_list(self, doc: BudgetDocument, limits: OwnerLimits | None) -> list[str]:
+        """This owner's eligible waiters in ``doc``, under ``limits`` (as resolved now), or under those ``doc``
+        records (None)."""
+        judged = doc if limits is None else rules.with_own_limits(doc, self._owner, limits)
         return [
-            w.record_id
-            for w in rules.eligible_waiters(with_limits, self._clock.now())
-            if w.owner == self._owner
+            w.record_id for w in rules.eligible_waiters(judged, self._clock.now()) if w.owner == self._owner
         ]
 
     def _woken_by_removal(
@@ -281,8 +281,7 @@ class DisruptionBudget:
         waiter that only they made eligible counted as woken already, and nobody woke it. Waking every
         eligible waiter on every release re-woke each queued one again and again: at 300 nodes a dozen
         wake-ups per hand-over, flooding the drain queue that carries them."""
-        now = self._clock.now()
-        already = {w.record_id for w in rules.eligible_waiters(stored, now) if w.owner == self._owner}
+        already = set(self._wake_list(stored, None))
         return [record for record in self._wake_list(after, limits) if record not in already]
 
     def _finish[T](
