@@ -62,8 +62,10 @@ def shut_down(node: JsonObj, now: float) -> JsonObj:
     """The NotReady node as the cloud provider leaves it once it finds its instance stopped."""
     updated = json_copy(node)
     spec = updated.setdefault("spec", {})
-    taints = [t for t in spec.get("taints") or [] if t.get("key") != SHUTDOWN_TAINT]
-    spec["taints"] = [*taints, {"key": SHUTDOWN_TAINT, "effect": "NoSchedule", "timeAdded": rfc3339(now)}]
+    spec["taints"] = [
+        *_other_taints(spec),
+        {"key": SHUTDOWN_TAINT, "effect": "NoSchedule", "timeAdded": rfc3339(now)},
+    ]
     return updated
 
 
@@ -71,9 +73,14 @@ def started(node: JsonObj) -> JsonObj:
     """The node once its instance runs again: without the shutdown taint."""
     updated = json_copy(node)
     spec = updated.setdefault("spec", {})
-    taints = [t for t in spec.get("taints") or [] if t.get("key") != SHUTDOWN_TAINT]
+    taints = _other_taints(spec)
     if taints:
         spec["taints"] = taints
     else:
         spec.pop("taints", None)
     return updated
+
+
+def _other_taints(spec: JsonObj) -> list[JsonObj]:
+    """The node's taints but the shutdown one."""
+    return [t for t in spec.get("taints") or [] if t.get("key") != SHUTDOWN_TAINT]
