@@ -435,6 +435,20 @@ class Intake:
             # is the claim's, or was adopted before it started, is over)
             if claim.since < record.started_at:
                 return None
+            if not claim.adopted and self._autoscaling.heartbeat(record.action):
+                # A claim's start is its event's time, which a message sent to the intake queue can set (forged,
+                # or a replay edited): taken in first, such a lifecycle would make the action's own event a
+                # duplicate, and the node wait undrained for the sweeper's adoption. Auto Scaling holds this
+                # token's action now, so the claim's lifecycle is not of it (a hook holds one action of an
+                # instance at a time): this one replaces it, and that one ends at its own check.
+                log.warning(
+                    "lifecycle %s claimed this action of %s with a later start, but Auto Scaling holds this "
+                    "token's: it goes on",
+                    claim.lifecycle,
+                    record.instance_id,
+                )
+                self._metrics.count("Heartbeats")
+                return None
             self._metrics.count("LifecycleEventsDuplicate")
             if claim.adopted:
                 log.warning(
