@@ -57,14 +57,17 @@ class _LifecycleFields(BaseModel):
 
     model_config = ConfigDict(extra="ignore", str_strip_whitespace=True)
 
+    # Each free-text field as long as Auto Scaling lets it be (names of 255 characters, metadata of 1,023;
+    # origins and destinations are short words): what the queue takes (1 MiB) can outgrow the record's item
+    # (400 KB), a write that would fail the same way at every retry until the dead-letter queue.
     LifecycleActionToken: str = Field(pattern=_TOKEN)
-    AutoScalingGroupName: str = Field(min_length=1)
-    LifecycleHookName: str = Field(min_length=1)
+    AutoScalingGroupName: str = Field(min_length=1, max_length=255)
+    LifecycleHookName: str = Field(min_length=1, max_length=255)
     EC2InstanceId: str = Field(pattern=INSTANCE_ID)
     LifecycleTransition: Transition
-    NotificationMetadata: str | None = None
-    Origin: str | None = None
-    Destination: str | None = None
+    NotificationMetadata: str | None = Field(None, max_length=1023)
+    Origin: str | None = Field(None, max_length=255)
+    Destination: str | None = Field(None, max_length=255)
 
     @field_validator("LifecycleTransition")
     @classmethod

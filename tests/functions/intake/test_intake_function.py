@@ -413,3 +413,31 @@ def test_a_lowered_hook_timeout_reaches_a_warm_intake_within_minutes(
     # Then the new action's record times its heartbeats by the lowered timeout, not the cached one
     timeouts = sorted(int(item["heartbeat_timeout"]) for item in records())
     assert timeouts == [240, 300]
+
+
+def test_a_notification_too_large_for_its_record_is_rejected_not_retried(
+    intake_fn: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a batch with a valid action and a hook notification (sent to the queue by someone allowed to send
+    # to it: a queue takes messages of up to 1 MiB) whose NotificationMetadata is larger than any hook's (Auto
+    # Scaling takes 1,023 characters) and than a DynamoDB item can hold (400 KB)
+    valid = happening_now(load_event("sqs-hook-terminate.json"))["Records"][0]["body"]
+    oversized = {
+        **json.loads(valid),
+        "EC2InstanceId": "i-0123456789abcdef0",
+        "LifecycleActionToken": str(uuid.uuid4()),
+        "NotificationMetadata": "x" * 450_000,
+    }
+
+    # When intake processes it
+    result = intake_fn.handler(sqs_event(valid, oversized), LambdaContext())
+
+    # Then the oversized record is dropped with a reason that names its field, never retried into the
+    # dead-letter queue (the same bytes can never be written), and the valid one is recorded
+    assert result == {"batchItemFailures": []}
+    assert [record["instance_id"] for record in records()] == [json.loads(valid)["EC2InstanceId"]]
+    output = capsys.readouterr().out
+    assert metric(output, "LifecycleEventsRejected", reason="invalid-field") == 1
+    assert "NotificationMetadata" in next(
+        json.loads(line)["message"] for line in output.splitlines() if '"level":"ERROR"' in line
+    )
