@@ -93,6 +93,52 @@ def test_an_unknown_token_or_instance_has_no_active_action(aws: Emulation) -> No
     )
 
 
+@pytest.mark.parametrize(
+    "naming",
+    [
+        {"InstanceId": "other-instance"},
+        {"LifecycleHookName": "eip"},
+        {"AutoScalingGroupName": "others"},
+    ],
+    ids=["another-instance", "another-hook", "another-group"],
+)
+def test_a_real_token_named_with_another_instance_hook_or_group_has_no_active_action(
+    aws: Emulation, naming: dict[str, str]
+) -> None:
+    # Given an action held by the terminate hook "drain" of "workers", another hook, another group, and another
+    # instance in service
+    group = aws.group(TERMINATE_HOOK, HookSpec("eip", TERMINATING, 60, "CONTINUE"), size=2)
+    aws.group(TERMINATE_HOOK, name="others")
+    victim, other = sorted(group.in_state("InService"))
+    group.terminate(victim)
+    token = next(a.token for a in group.actions(transition=TERMINATING) if a.hook == "drain")
+    named = {
+        "AutoScalingGroupName": "workers",
+        "LifecycleHookName": "drain",
+        "LifecycleActionToken": token,
+        "InstanceId": victim,
+        **{key: other if value == "other-instance" else value for key, value in naming.items()},
+    }
+
+    # When its token is completed and heartbeated with one of the other names (a replayed message edited, or
+    # forged from a leaked token)
+    with pytest.raises(ClientError) as completed:
+        aws.autoscaling.complete_lifecycle_action(**named, LifecycleActionResult="CONTINUE")
+    with pytest.raises(ClientError) as heartbeated:
+        aws.autoscaling.record_lifecycle_action_heartbeat(**named)
+
+    # Then AWS's answer comes back for both, and the action is still active: the instance waits
+    for raised in (completed, heartbeated):
+        assert raised.value.response["Error"]["Code"] == "ValidationError"
+        assert (
+            raised.value.response["Error"]["Message"]
+            == f"No active Lifecycle Action found with token {token}"
+        )
+    assert group.instances()[victim] == "Terminating:Wait"
+    (action,) = [a for a in group.actions(transition=TERMINATING) if a.token == token]
+    assert (action.active, action.heartbeats) == (True, [])
+
+
 def test_an_action_can_be_completed_by_instance_id_without_a_token(aws: Emulation) -> None:
     # Given an instance held by the terminate hook
     group = aws.group(TERMINATE_HOOK, size=1)
