@@ -20,7 +20,10 @@ class EventBridgeEnvelope(BaseModel):
     model_config = ConfigDict(populate_by_name=True)
 
     version: str
-    id: str
+    # EventBridge writes a UUID. Bounded because what comes by the intake queue (1 MiB) is not EventBridge's: a
+    # disruption's id is its record's token, and an id larger than the item can hold (400 KB) would fail the
+    # write at every retry until the dead-letter queue.
+    id: str = Field(max_length=128)
     source: str
     account: str
     time: AwsTime  # EventBridge writes UTC with its Z; a time without a zone is not EventBridge's

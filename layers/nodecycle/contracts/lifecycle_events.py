@@ -32,6 +32,9 @@ _TOKEN = (
 )
 
 
+_SHOWN = 200  # characters of a refused value that its error shows
+
+
 class InvalidLifecycleEvent(ValueError):
     """The input is not a lifecycle action nodecycle can act on. ``reason`` is a short metric dimension."""
 
@@ -172,4 +175,7 @@ def _invalid(error: ValidationError) -> InvalidLifecycleEvent:
             "unknown-transition",
             f"{field} {first.get('input')!r} is not a lifecycle hook's transition (launching or terminating)",
         )
-    return InvalidLifecycleEvent("invalid-field", f"{field}: {first['msg']} (got {first.get('input')!r})")
+    got = repr(first.get("input"))
+    if len(got) > _SHOWN:  # (a field refused for its length would fill the log line)
+        got = f"{got[:_SHOWN]}... ({len(got)} characters)"
+    return InvalidLifecycleEvent("invalid-field", f"{field}: {first['msg']} (got {got})")

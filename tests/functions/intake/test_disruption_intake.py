@@ -114,6 +114,30 @@ def test_what_comes_by_the_queue_is_confirmed_with_ec2_first(
     assert metric(capsys.readouterr().out, "LifecycleEventsRejected", reason="unconfirmed") == 3
 
 
+def test_an_event_id_too_large_for_its_record_is_rejected_not_retried(
+    intake_fn: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given an instance of a managed group that is stopped (EC2 confirms it), and a state change telling of it
+    # sent to the intake queue by someone allowed to send to it (a queue takes messages of up to 1 MiB), under
+    # an id of 450,000 characters (EventBridge writes a UUID): more than the record's item can hold (400 KB)
+    instance = launch()
+    boto3.client("ec2").stop_instances(InstanceIds=[instance])
+    event = {**ec2_event("eventbridge-instance-stopped.json", instance, state="stopped"), "id": "e" * 450_000}
+
+    # When intake processes it
+    response = intake_fn.handler(sqs_event(event), LambdaContext())
+
+    # Then it is dropped with a reason that names the field, never retried into the dead-letter queue (the same
+    # bytes can never be written)
+    assert response == {"batchItemFailures": []}
+    assert records() == []
+    output = capsys.readouterr().out
+    assert metric(output, "LifecycleEventsRejected", reason="invalid-field") == 1
+    (error,) = [json.loads(line)["message"] for line in output.splitlines() if '"level":"ERROR"' in line]
+    assert error.startswith("rejected a lifecycle event: id: ")
+    assert len(error) < 1000  # what it got, cut short: not 450,000 characters in the log
+
+
 def test_an_instance_terminated_outside_the_hooks_is_forgotten_at_once(
     intake_fn: ModuleType, stack: Stack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
