@@ -47,6 +47,7 @@ _ENV = {
     "NODECYCLE_RECORD_TABLE": "records",
     "NODECYCLE_DRAIN_QUEUE_URL": "https://sqs.invalid/drain",
     "NODECYCLE_EIP_QUEUE_URL": "https://sqs.invalid/eip",
+    "NODECYCLE_WAKE_QUEUE_URL": "https://sqs.invalid/wake",
 }
 
 

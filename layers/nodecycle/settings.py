@@ -152,6 +152,7 @@ class State(_Section):
     record_table: str = Field(min_length=1)
     drain_queue_url: str = Field(min_length=1)
     eip_queue_url: str = Field(min_length=1)
+    wake_queue_url: str = Field(min_length=1)  # budget wake-ups (the drain function's priority lane)
     record_ttl_days: int = Field(default=14, ge=1, le=365)
 
 

@@ -221,10 +221,26 @@ def test_queue_mappings_fit_their_functions() -> None:
         RESOURCES["IntakeQueue"]["Properties"]["VisibilityTimeout"]
         == 6 * functions["IntakeFunction"]["Timeout"]
     )
-    for worker in ("DrainFunction", "EipFunction"):
+    for worker in ("DrainFunction", "WakeFunction", "EipFunction"):
         assert functions[worker]["Events"]["Work"]["Properties"]["BatchSize"] == 1
     assert functions["SweeperFunction"]["ReservedConcurrentExecutions"] == 1
     assert functions["DrainFunction"]["ReservedConcurrentExecutions"] == {"Ref": "DrainConcurrency"}
+    # the wake lane: a mapping's MaximumConcurrency is at least 2, so is its parameter
+    assert functions["WakeFunction"]["ReservedConcurrentExecutions"] == {"Ref": "WakeConcurrency"}
+    assert TEMPLATE["Parameters"]["WakeConcurrency"]["MinValue"] >= 2
+
+
+def test_the_wake_lane_runs_the_drain_functions_code_as_the_drain_function() -> None:
+    # The wake function hands a freed slot over past the drain queue's backlog: it is the drain function on
+    # another queue (its code, its role: its Kubernetes identity and RBAC), and its failures are drain work.
+    functions = resources_of("AWS::Serverless::Function")
+    drain, wake = functions["DrainFunction"], functions["WakeFunction"]
+    for same in ("CodeUri", "Handler", "Role", "Timeout", "MemorySize", "VpcConfig"):
+        assert wake[same] == drain[same], same
+    assert wake["Events"]["Work"]["Properties"]["Queue"] == {"Fn::GetAtt": ["WakeQueue", "Arn"]}
+    wake_queue, drain_queue = RESOURCES["WakeQueue"]["Properties"], RESOURCES["DrainQueue"]["Properties"]
+    assert wake_queue["RedrivePolicy"] == drain_queue["RedrivePolicy"]
+    assert wake_queue["VisibilityTimeout"] == drain_queue["VisibilityTimeout"]
 
 
 @pytest.mark.parametrize("settings", [DrainSettings, SweeperSettings])
@@ -238,6 +254,7 @@ def test_the_templates_defaults_pass_the_settings_checks(
         "NODECYCLE_RECORD_TABLE": "t",
         "NODECYCLE_DRAIN_QUEUE_URL": "q",
         "NODECYCLE_EIP_QUEUE_URL": "q",
+        "NODECYCLE_WAKE_QUEUE_URL": "q",
         "NODECYCLE_MANAGED_GROUPS": "nodes",  # no default: every stack names its groups (or uses the tag)
     }
     variables = TEMPLATE["Globals"]["Function"]["Environment"]["Variables"]

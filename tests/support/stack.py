@@ -19,12 +19,14 @@ class Stack:
     drain_queue: str
     eip_queue: str
     intake_queue: str
+    wake_queue: str
 
     def env(self) -> dict[str, str]:
         return {
             "NODECYCLE_RECORD_TABLE": self.table,
             "NODECYCLE_DRAIN_QUEUE_URL": self.drain_queue,
             "NODECYCLE_EIP_QUEUE_URL": self.eip_queue,
+            "NODECYCLE_WAKE_QUEUE_URL": self.wake_queue,
         }
 
 
@@ -46,13 +48,14 @@ def create_stack() -> Stack:
     sqs = boto3.client("sqs")
     urls = {
         name: sqs.create_queue(QueueName=f"nodecycle-{name}")["QueueUrl"]
-        for name in ("drain", "eip", "intake")
+        for name in ("drain", "eip", "intake", "wake")
     }
     return Stack(
         table="nodecycle-lifecycle",
         drain_queue=urls["drain"],
         eip_queue=urls["eip"],
         intake_queue=urls["intake"],
+        wake_queue=urls["wake"],
     )
 
 

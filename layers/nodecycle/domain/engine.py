@@ -453,7 +453,8 @@ class Dispatcher:
         wake = WorkMessage(
             record_id=waiting.id, seq=waiting.seq, step=waiting.step, wake=True, token=waiting.token
         )
-        self._queues.send(worker_of(waiting), wake)
+        # Through the wake lane, not the drain queue, where it would wait behind every poll queued there.
+        self._queues.send(Worker.WAKE, wake)
         self._metrics.count("WaitersWoken")
 
     def resume(self, record: LifecycleRecord) -> bool:

@@ -17,6 +17,11 @@ class Worker(StrEnum):
 
     DRAIN = "drain"  # everything that talks to Kubernetes
     EIP = "eip"  # Elastic IP work; never imports the Kubernetes client
+    # The drain function's priority lane: budget wake-ups only, on a queue and a function of their own, which
+    # run the drain function's steps. SQS has no priority within a queue: on the drain queue a wake-up would
+    # wait behind every poll of a large refresh, and the freed slot idle meanwhile. What a woken lifecycle
+    # sends next goes back to the drain queue (the lane's engine is the drain worker's).
+    WAKE = "wake"
 
 
 _WORKER = {Step.ASSIGN_EIP: Worker.EIP, Step.RELEASE_EIP: Worker.EIP}

@@ -68,7 +68,13 @@ def common(settings: FunctionSettings) -> Common:
         clock=SystemClock(),
         metrics=PowertoolsMetrics(settings.owner_id),
         records=DynamoRecordStore(settings.record_table, ttl=timedelta(days=settings.record_ttl_days)),
-        queues=SqsWorkQueues({Worker.DRAIN: settings.drain_queue_url, Worker.EIP: settings.eip_queue_url}),
+        queues=SqsWorkQueues(
+            {
+                Worker.DRAIN: settings.drain_queue_url,
+                Worker.EIP: settings.eip_queue_url,
+                Worker.WAKE: settings.wake_queue_url,
+            }
+        ),
         autoscaling=AutoscalingActions(),
     )
 

@@ -15,7 +15,7 @@ from nodecycle_sandbox.faults import Fault
 KINDS = ("launch", "scale-in", "refresh", "terminate", "two-owners")
 _KIND_WEIGHTS = (2, 3, 3, 2, 3)
 STACKS = ("a", "b")  # a: Elastic IPs allocated per instance; b: claimed from a pool
-FUNCTIONS = ("IntakeFunction", "DrainFunction", "EipFunction", "SweeperFunction")
+FUNCTIONS = ("IntakeFunction", "DrainFunction", "EipFunction", "SweeperFunction", "WakeFunction")
 
 
 @dataclass(frozen=True)

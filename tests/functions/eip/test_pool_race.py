@@ -57,6 +57,7 @@ def test_twenty_launches_racing_for_ten_pool_addresses_take_each_once_and_steal_
             "record_table": stack.table,
             "drain_queue_url": stack.drain_queue,
             "eip_queue_url": stack.eip_queue,
+            "wake_queue_url": stack.wake_queue,
             "managed_groups": "ci-runners",
             "eip_mode": "pool",
             "eip_pool_name": "ci",

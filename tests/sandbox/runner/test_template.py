@@ -135,8 +135,14 @@ def test_the_repository_template_is_read(make_runner: MakeRunner, tmp_path: Path
     # When the runner reads it (without starting schedules)
     runner = make_runner(template, {}, root=repository, schedules_enabled=False)
 
-    # Then it finds the four functions, each with a handler file and the shared settings
-    assert set(runner.functions) >= {"IntakeFunction", "DrainFunction", "EipFunction", "SweeperFunction"}
+    # Then it finds the five functions, each with a handler file and the shared settings
+    assert set(runner.functions) >= {
+        "IntakeFunction",
+        "DrainFunction",
+        "WakeFunction",
+        "EipFunction",
+        "SweeperFunction",
+    }
     for spec in runner.functions.values():
         assert spec.handler_file.name == "app.py"
         assert spec.layer_dirs == (repository / "layers",)
@@ -147,4 +153,15 @@ def test_the_repository_template_is_read(make_runner: MakeRunner, tmp_path: Path
     drain = runner.functions["DrainFunction"].sqs[0]
     assert drain.report_failures
     assert drain.queue.dead_letter_arn == runner.queue("DrainDeadLetterQueue").arn
+    # the wake lane: the drain function's code on its own queue, whose failures end with the drain's
+    wake = runner.functions["WakeFunction"]
+    assert wake.handler_file == runner.functions["DrainFunction"].handler_file
+    assert wake.module_name != runner.functions["DrainFunction"].module_name
+    assert (wake.sqs[0].queue.logical_id, wake.sqs[0].batch_size, wake.sqs[0].report_failures) == (
+        "WakeQueue",
+        1,
+        True,
+    )
+    assert wake.sqs[0].queue.dead_letter_arn == runner.queue("DrainDeadLetterQueue").arn
+    assert runner.environments["SweeperFunction"]["NODECYCLE_WAKE_QUEUE_URL"] == runner.queue("WakeQueue").url
     assert runner.functions["SweeperFunction"].schedules[0].interval == 300

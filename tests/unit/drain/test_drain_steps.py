@@ -61,6 +61,7 @@ def settings(**changes: str) -> DrainSettings:
         "NODECYCLE_RECORD_TABLE": "t",
         "NODECYCLE_DRAIN_QUEUE_URL": "q",
         "NODECYCLE_EIP_QUEUE_URL": "e",
+        "NODECYCLE_WAKE_QUEUE_URL": "w",
         "NODECYCLE_DRAIN_TIMEOUT_SECONDS": "600",
         "NODECYCLE_POD_GRACE_CAP_SECONDS": "60",
         "NODECYCLE_FORCE_GRACE_SECONDS": "5",
@@ -1087,7 +1088,7 @@ def test_cleanup_clears_our_annotations_releases_the_slot_and_wakes_the_next_wai
     assert slots.released == [NODE]
     (sent,) = queues.take()
     assert (sent.worker, sent.message.record_id, sent.message.seq, sent.delay) == (
-        Worker.DRAIN,
+        Worker.WAKE,
         waiter.id,
         4,
         0,

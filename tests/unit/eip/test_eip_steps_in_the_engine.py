@@ -44,6 +44,7 @@ def eip_engine(
             "record_table": "records",
             "drain_queue_url": "https://sqs.example/drain",
             "eip_queue_url": "https://sqs.example/eip",
+            "wake_queue_url": "https://sqs.example/wake",
             "managed_groups": GROUP,
             "eip_mode": "allocate",
         }

@@ -21,6 +21,7 @@ REQUIRED = {
     "NODECYCLE_RECORD_TABLE": "table",
     "NODECYCLE_DRAIN_QUEUE_URL": "https://sqs/drain",
     "NODECYCLE_EIP_QUEUE_URL": "https://sqs/eip",
+    "NODECYCLE_WAKE_QUEUE_URL": "https://sqs/wake",
 }
 
 
