@@ -181,9 +181,12 @@ def _settle_journal(box: Sandbox, end: float, quiet: float = 3.0, timeout: float
 
 def _decisions(box: Sandbox, began: float, end: float) -> tuple[int, float]:
     """Runs of the slot step (first runs, retries, wake-ups) that started within the burst, and when the
-    first of them started (the budget's share of the burst begins there, after intake's)."""
+    first of them started (the budget's share of the burst begins there, after intake's). Wake-ups run on
+    the wake function."""
     count, first = 0, end
-    for invocation in box.runner.journal.invocations(function="DrainFunction"):
+    for invocation in box.runner.journal.invocations():
+        if invocation.function not in ("DrainFunction", "WakeFunction"):
+            continue
         if began <= invocation.started_at <= end:
             for record in (invocation.event or {}).get("Records", []):
                 if json.loads(record["body"]).get("step") == "acquire-slot":

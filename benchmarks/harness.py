@@ -26,7 +26,7 @@ BASE_PARAMETERS = {"DrainPollSeconds": "1", "ResumeGraceSeconds": "60"}
 # Started before anything is measured, every container each may run at once: a cold start in the sandbox is
 # a process importing the handler, and a dozen at once on two cores would measure the machine (cold starts
 # are measured by cold_start.py).
-WARM = ("IntakeFunction", "DrainFunction")
+WARM = ("IntakeFunction", "DrainFunction", "WakeFunction")  # (the wake function: a drain's hand-over)
 # EventBridge invokes intake asynchronously; Lambda runs those invocations with the function's concurrency
 # (intake reserves none), not two at a time as the sandbox does by default: a refresh starts a hundred
 # lifecycle actions at once.

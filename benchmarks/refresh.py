@@ -65,6 +65,7 @@ class Settings:
     # Pod shutdowns (and, by the caller, DrainPollSeconds) this many times slower: the same refresh in more
     # wall time, so that the sandbox's CPU per second falls below what two cores give (see order.py).
     pace: float = 1.0
+    wake_concurrency: int = 4  # WakeConcurrency: the wake function's containers (budget wake-ups)
 
     @property
     def name(self) -> str:
@@ -75,7 +76,8 @@ class Settings:
 
 @dataclass(frozen=True)
 class StepRun:
-    """One invocation of the drain function, from the runner's journal: when it ran, and its messages."""
+    """One invocation of the drain function (or of the wake function, which runs the same code on the wake
+    queue), from the runner's journal: when it ran, and its messages."""
 
     started: float
     finished: float
@@ -93,6 +95,7 @@ class RefreshRun:
     emptied: dict[str, float]  # node -> when its last drainable pod was gone
     refresh_seconds: float  # the instance refresh, as the emulated Auto Scaling timed it
     steps: list[StepRun]  # the drain function's invocations during the refresh
+    wake_steps: list[StepRun]  # the wake function's invocations during the refresh (budget wake-ups)
     load: load.Load  # the machine's and the sandbox's CPU during the refresh
 
 
@@ -122,6 +125,7 @@ def run(settings: Settings, log_dir: Path) -> RefreshRun:
         "BudgetRetrySeconds": str(settings.retry_seconds),
         "DrainPollSeconds": str(settings.poll_seconds),
         "DrainConcurrency": str(settings.drain_concurrency),
+        "WakeConcurrency": str(settings.wake_concurrency),
     }
     with sandbox(parameters=parameters, size=settings.nodes, log_dir=log_dir) as box:
         server = box.kube
@@ -144,11 +148,14 @@ def run(settings: Settings, log_dir: Path) -> RefreshRun:
             wait_for(lambda: _budget_empty(server.history()), 60, "the last budget releases")
         history = server.history()
         actions = [a for a in box.asg.actions(transition=TERMINATING) if a.instance_id in old]
-        steps = [
-            _step_run(invocation)
-            for invocation in box.runner.journal.invocations(function="DrainFunction")
-            if invocation.started_at >= began
-        ]
+        steps, wake_steps = (
+            [
+                _step_run(invocation)
+                for invocation in box.runner.journal.invocations(function=function)
+                if invocation.started_at >= began
+            ]
+            for function in ("DrainFunction", "WakeFunction")
+        )
     found = drains(history, actions)
     if len(found) != len(old):
         raise RuntimeError(f"{len(found)} of {len(old)} old nodes were cordoned and completed")
@@ -158,7 +165,9 @@ def run(settings: Settings, log_dir: Path) -> RefreshRun:
     writes = budget_writes(history)
     cordons = {drain.node: drain.cordoned_at for drain in found}
     emptied = {drain.node: at for drain in found if (at := emptied_at(history, drain)) is not None}
-    return RefreshRun(settings, found, writes, cordons, emptied, timeline.duration, steps, sampled)
+    return RefreshRun(
+        settings, found, writes, cordons, emptied, timeline.duration, steps, wake_steps, sampled
+    )
 
 
 def broken_rules(history: list[HistoryEntry], actions: list[ActionRecord], budget: Budget) -> list[str]:
@@ -350,7 +359,9 @@ def _where_the_idle_time_went(
     in_window = [step for step in run.steps if step.finished > start and step.started < end]
     busy = sum(min(end, step.finished) - max(start, step.started) for step in in_window)
     per_message = [(step.finished - step.started) / step.messages for step in in_window if step.messages]
-    wake_delays = [step.started - sent for step in in_window for sent in step.wakes]
+    # Wake-ups go to the wake function's queue; any a drain invocation carried is counted too.
+    woken = [step for step in run.wake_steps if step.finished > start and step.started < end]
+    wake_delays = [step.started - sent for step in (*in_window, *woken) for sent in step.wakes]
     lines = [
         f"drain function: {len(in_window)} invocations, its {concurrency} containers "
         f"{100 * busy / (concurrency * (end - start)):.0f}% busy over the makespan; per message "
@@ -365,12 +376,13 @@ def _where_the_idle_time_went(
     messages = sum(step.messages for step in in_window)
     watches = sum(step.watches for step in in_window)
     lines.append(
-        f"drain messages: {messages}, of which {len(wake_delays)} wake-ups and {watches} watches (checks that "
-        f"an older message was not lost)"
+        f"drain messages: {messages}, of which {watches} watches (checks that an older message was not lost); "
+        f"wake-ups: {len(wake_delays)}, in {len(woken)} wake function invocations "
+        f"({run.settings.wake_concurrency} containers)"
     )
     if wake_delays:
         lines.append(
-            f"wake messages waited in the drain queue: median {statistics.median(wake_delays):.2f} s, "
+            f"wake messages waited in their queue: median {statistics.median(wake_delays):.2f} s, "
             f"max {max(wake_delays):.2f} s"
         )
     upstream = _not_yet_in_the_budget(gaps, run.drains, run.settings.budget, run.writes)
