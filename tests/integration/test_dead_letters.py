@@ -69,3 +69,30 @@ def test_a_failed_sweep_goes_to_the_sweeper_dead_letter_queue(runner: Runner) ->
     (dead,) = runner.journal.wait_until(lambda: messages(runner, "SweeperDeadLetterQueue"), timeout=20)
     assert json.loads(dead["Body"])["requestContext"]["condition"] == "RetriesExhausted"
     assert messages(runner, "DrainDeadLetterQueue") == []
+
+
+@pytest.mark.parametrize(
+    "sample",
+    [
+        "eventbridge-terminate.json",
+        "eventbridge-spot-interruption.json",
+        "eventbridge-health-scheduled-retirement.json",
+    ],
+)
+@pytest.mark.parametrize("elsewhere", [{"account": "210987654321"}, {"region": "us-east-1"}])
+def test_an_event_of_another_account_or_region_does_not_reach_intake(
+    runner: Runner, sample: str, elsewhere: dict[str, str]
+) -> None:
+    # Given the template's rules (a bus can receive other accounts' and regions' events, forwarded to it)
+    before = len(runner.journal.invocations("IntakeFunction"))
+
+    # When an event of another account or region is published, then the same event of this stack's own
+    runner.publish(happening_now(load_event(sample)) | elsewhere)
+    runner.publish(happening_now(load_event(sample)))
+
+    # Then only this stack's own reaches intake (its first attempt; the others fail their settings here)
+    runner.journal.wait_until(
+        lambda: len(runner.journal.invocations("IntakeFunction")) > before, timeout=20
+    )
+    events = [i.event for i in runner.journal.invocations("IntakeFunction")[before:] if i.attempt == 1]
+    assert [(e["account"], e["region"]) for e in events] == [("123456789012", "eu-west-1")]
