@@ -9,8 +9,9 @@ What the machine proves, after every step:
 - each acquire is granted exactly when a work-conserving replay of the waiters (written naively here: the
   zone with the most waiters left first, a waiter passed over MAX_PASSED times first of all) says so, and the
   record ids a release returns are granted when woken;
-- each acquire and renewal wakes exactly its owner's waiters that its write made eligible, judged against the
-  document its committed attempt read (after a lost race, the winner's);
+- each acquire and renewal wakes exactly its owner's waiters that take the room its write added (made
+  eligible by it, at most as many as the waiters eligible now less those eligible before and still waiting),
+  judged against the document its committed attempt read (after a lost race, the winner's);
 - after every waiter retried in turn, no waiter is left waiting while it would fit (no idle slot).
 """
 
@@ -197,10 +198,11 @@ class BudgetMachine(RuleBasedStateMachine):
             remaining.remove(best)
             work[best[1]] -= 1
 
-    def eligible_as_stored(self, owner: str) -> set[str]:
-        """The record ids of ``owner``'s waiters eligible as the document was written: those its writer woke."""
+    def eligible_as_stored(self) -> set[str]:
+        """The nodes of the waiters (of every owner) eligible as the document was written: those its writer
+        woke, or that take their room at their own retry."""
         every = [(w.node, w.zone, w.owner) for w in self.stored().waiters]
-        return {self.record(n) for n in self.replay(every, as_stored=True) if NODES[n][0] == owner}
+        return set(self.replay(every, as_stored=True))
 
     def expected_grant(self, node: str, owner: str) -> bool:
         holders = {h.node: h.owner for h in self.stored().holders if not h.expired(self.now())}
@@ -233,15 +235,20 @@ class BudgetMachine(RuleBasedStateMachine):
         self.held[node] = holder.renewed_at
 
     def woken_by_the_write(self, owner: str, before: set[str]) -> tuple[str, ...]:
-        """The record ids of ``owner``'s waiters eligible now and not in ``before`` (those eligible as the
-        document was stored when the write read it): whom that write must wake."""
-        eligible = [self.record(n) for n in self.replay(self.live_waiters()) if NODES[n][0] == owner]
-        return tuple(r for r in eligible if r not in before)
+        """Whom a write of ``owner`` must wake, given ``before`` (the waiters eligible as the document was stored
+        when the write read it): the room it added (the waiters eligible now, less those of ``before`` still
+        waiting, whose room it is) goes to the first of those eligible now and not in ``before``; the record ids
+        of ``owner``'s among them."""
+        eligible = self.replay(self.live_waiters())
+        waiting = {n for n, _, _ in self.live_waiters()}
+        rooms = len(eligible) - len(before & waiting)
+        fresh = [n for n in eligible if n not in before][: max(0, rooms)]
+        return tuple(self.record(n) for n in fresh if NODES[n][0] == owner)
 
     def acquire_checked(self, node: str) -> None:
         owner = NODES[node][0]
         expected = self.expected_grant(node, owner)
-        before = self.eligible_as_stored(owner)
+        before = self.eligible_as_stored()
         decision = self.budgets[owner].acquire(self.request(node))
         assert decision.granted == expected, (node, decision)
         # it wakes the waiters of its owner that its write made eligible (by removing expired entries)
@@ -266,7 +273,7 @@ class BudgetMachine(RuleBasedStateMachine):
         owner = NODES[node][0]
         still_live = node in self.model_live()
         expected = still_live or self.expected_grant(node, owner)
-        before = self.eligible_as_stored(owner)
+        before = self.eligible_as_stored()
         decision = self.budgets[owner].renew(self.request(node))
         assert decision.granted == expected, (node, decision)
         assert decision.wake == self.woken_by_the_write(owner, before), (node, decision)
@@ -285,14 +292,14 @@ class BudgetMachine(RuleBasedStateMachine):
         owner = NODES[node][0]
         entries = (*self.stored().holders, *self.stored().waiters)
         frees = any(e.node == node and e.owner == owner and not e.expired(self.now()) for e in entries)
-        before = self.eligible_as_stored(owner)
+        before = self.eligible_as_stored()
         woken = self.budgets[owner].release(node, self.record(node))
         self.lifecycle_ends(node)
         self.held.pop(node, None)
         eligible = [self.record(n) for n in self.replay(self.live_waiters()) if NODES[n][0] == owner]
-        # a release that removes an entry wakes those its write made eligible (by the expired entries it
-        # removed too); a repeated one, every eligible waiter
-        assert woken == ([r for r in eligible if r not in before] if frees else eligible)
+        # a release that removes an entry wakes those that take the room its write added (by the expired
+        # entries it removed too); a repeated one, every eligible waiter
+        assert woken == (list(self.woken_by_the_write(owner, before)) if frees else eligible)
         if wake:
             for record in woken:
                 decision = self.budgets[owner].acquire(self.request(node_of(record)))
@@ -320,13 +327,13 @@ class BudgetMachine(RuleBasedStateMachine):
         mine_before: set[str] = set()
 
         def rival_writes() -> None:
-            before = self.eligible_as_stored(NODES[rival][0])
+            before = self.eligible_as_stored()
             decision = self.budgets[NODES[rival][0]].acquire(self.request(rival))
             assert decision.wake == self.woken_by_the_write(NODES[rival][0], before), (rival, decision)
             outcome.append(decision)
             # our write, conflicting, is decided again on the rival's document: its wake-ups are judged
             # against that one, not against the document our first attempt read
-            mine_before.update(self.eligible_as_stored(NODES[node][0]))
+            mine_before.update(self.eligible_as_stored())
 
         self.store.interleave(rival_writes)
         mine = self.budgets[NODES[node][0]].acquire(self.request(node))

@@ -58,6 +58,6 @@ class SlotDecision:
     holders: int  # live holders of all owners after this decision
     waiting: int  # live waiters of all owners after this decision
     position: int | None  # 1-based place among the waiters when waiting; None when granted or handed off
-    # Record ids of this owner's waiters that the decision's write made eligible (it removed expired entries,
-    # as every write does): wake them, as a release's waiters are woken
+    # Record ids of this owner's waiters that take the room the decision's write added (it removed expired
+    # entries, as every write does; an ask that frees nothing adds none): wake them, as a release's are woken
     wake: tuple[str, ...] = ()

@@ -2,9 +2,9 @@
 
 **Expiry.** A holder or waiter is stale once ``renewedAt + ttlSeconds`` is reached. Stale entries do not
 count, and every writer removes them (of every owner) before it decides anything; it wakes the waiters of its
-owner that their removal made eligible, as a release does (a wake only comes sooner than the waiter's own
-retry). The sweeper removes also its own entries whose node or instance is gone or whose lifecycle record is
-finished.
+owner that take the room their removal added, as a release does, and no more (a wake only comes sooner than
+the waiter's own retry; the room of a waiter eligible before the write is that waiter's, woken already). The
+sweeper removes also its own entries whose node or instance is gone or whose lifecycle record is finished.
 
 **What takes a slot.** The *occupancy* an owner sees is: every live holder, of every owner, in scope or not;
 plus, when that owner counts unavailable nodes, the nodes in its scope that are unschedulable or NotReady,

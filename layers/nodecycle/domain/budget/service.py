@@ -250,10 +250,9 @@ class DisruptionBudget:
             self._limits, count_unavailable=self._count_unavailable, nodes=nodes, now=self._clock.now()
         )
 
-    def _wake_list(self, doc: BudgetDocument, limits: OwnerLimits | None) -> list[str]:
-        """This owner's eligible waiters in ``doc``, under ``limits`` (as resolved now), or under those ``doc``
-        records (None)."""
-        judged = doc if limits is None else rules.with_own_limits(doc, self._owner, limits)
+    def _wake_list(self, doc: BudgetDocument, limits: OwnerLimits) -> list[str]:
+        """This owner's eligible waiters in ``doc``, under ``limits`` (as resolved now)."""
+        judged = rules.with_own_limits(doc, self._owner, limits)
         return [
             w.record_id for w in rules.eligible_waiters(judged, self._clock.now()) if w.owner == self._owner
         ]
@@ -262,7 +261,7 @@ class DisruptionBudget:
         self, stored: BudgetDocument, after: BudgetDocument, limits: OwnerLimits, *, removed: bool
     ) -> list[str]:
         """This owner's waiters to wake after a release or a forget turned ``stored`` into ``after``: those
-        the write made eligible. When it ``removed`` no entry of its own (a repeated one, after a crash before
+        that take the room the write added (see :meth:`_newly_eligible`). When it ``removed`` no entry of its own (a repeated one, after a crash before
         its wake-ups; a lifecycle's cleanup after another removed its slot, which only marks the node given
         back), every eligible waiter is woken, so that the redelivery repairs the crash."""
         if not removed:
@@ -273,16 +272,26 @@ class DisruptionBudget:
         self, stored: BudgetDocument, after: BudgetDocument, limits: OwnerLimits
     ) -> list[str]:
         """This owner's waiters to wake once the write of ``after`` replaces ``stored`` (the document as
-        read, not pruned): those the write made eligible, by the entries it removed, its own and the expired
-        ones of any owner that every writer prunes (a drain that died, a waiter that stopped asking), or by
-        the limits it records (looser now: a percent of a scope that grew). The others were eligible as the
-        document was stored, under the limits recorded in it, and whoever wrote it woke them (their wake-up
-        may still be queued), or their own retry finds the slot. Judged under the limits resolved now, a
-        waiter that only they made eligible counted as woken already, and nobody woke it. Waking every
-        eligible waiter on every release re-woke each queued one again and again: at 300 nodes a dozen
-        wake-ups per hand-over, flooding the drain queue that carries them."""
-        already = set(self._wake_list(stored, None))
-        return [record for record in self._wake_list(after, limits) if record not in already]
+        read, not pruned): those that take the room the write added, by the entries it removed, its own and
+        the expired ones of any owner that every writer prunes (a drain that died, a waiter that stopped
+        asking), or by the limits it records (looser now: a percent of a scope that grew).
+
+        The waiters eligible as the document was stored (under the limits recorded in it, which its writer
+        woke them under) were woken by that writer, their wake-up perhaps still queued, or take their room at
+        their own retry: the room of those still waiting is theirs. The room added is the waiters eligible
+        now less those; it goes, in the replay's order, to the waiters eligible now and not as stored, of
+        every owner (another owner's takes it at its own retry). Without that bound, a newcomer's ask, which
+        frees nothing, woke a waiter whenever it changed the zone with the most waiters left and so who is
+        first in line: in a burst of 500 asks, 7 wake-ups per slot freed, one waiter woken again and again,
+        most of them finding it gone on. (Waking every eligible waiter on every release did the same at 300
+        nodes: a dozen wake-ups per hand-over, flooding the drain queue that carries them.)"""
+        now = self._clock.now()
+        before = {(w.node, w.record_id) for w in rules.eligible_waiters(stored, now)}
+        waiting = {(w.node, w.record_id) for w in after.waiters}
+        eligible = rules.eligible_waiters(rules.with_own_limits(after, self._owner, limits), now)
+        rooms = len(eligible) - len(before & waiting)
+        fresh = [w for w in eligible if (w.node, w.record_id) not in before][: max(0, rooms)]
+        return [w.record_id for w in fresh if w.owner == self._owner]
 
     def _finish[T](
         self, current: BudgetDocument, doc: BudgetDocument, limits: OwnerLimits, result: T
