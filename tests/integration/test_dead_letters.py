@@ -91,8 +91,6 @@ def test_an_event_of_another_account_or_region_does_not_reach_intake(
     runner.publish(happening_now(load_event(sample)))
 
     # Then only this stack's own reaches intake (its first attempt; the others fail their settings here)
-    runner.journal.wait_until(
-        lambda: len(runner.journal.invocations("IntakeFunction")) > before, timeout=20
-    )
+    runner.journal.wait_until(lambda: len(runner.journal.invocations("IntakeFunction")) > before, timeout=20)
     events = [i.event for i in runner.journal.invocations("IntakeFunction")[before:] if i.attempt == 1]
     assert [(e["account"], e["region"]) for e in events] == [("123456789012", "eu-west-1")]
