@@ -14,10 +14,12 @@ from pathlib import Path
 import pytest
 from kubernetes.client import VersionApi
 
-from nodecycle.adapters.kube import eks_access
+from nodecycle.adapters.kube import cluster_api, eks_access
 from nodecycle.adapters.kube.cluster_api import KubeCluster
 from nodecycle.adapters.kube.eks_access import EksCluster, EksTokens
+from nodecycle.domain.errors import TransientError
 from nodecycle.domain.ports.cluster import OWNER_ANNOTATION, Claim, Eviction
+from nodecycle_sandbox.faults import Fault
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.kube.cluster import drain_cluster, drain_server, eks_describing
 
@@ -221,3 +223,32 @@ def test_a_token_the_api_server_refuses_is_replaced_and_the_request_sent_once_mo
         server.reset_counters()
         assert cluster.get_node(NODE_A) is not None
         assert server.counters() == {("get", "nodes"): 1}
+
+
+def test_a_read_the_api_server_throttles_is_sent_once_and_left_to_the_steps_backoff(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given an API server shedding load (API Priority and Fairness): 429 with Retry-After for node reads, which
+    # it raises up to 60 s while the shedding goes on
+    server.faults.arm([Fault("apf", "kube-throttle", target="GET nodes", limit=3, value=2)], seed=1)
+
+    # When the drain reads its node, Then the 429 is a transient error at once, from one request: the client
+    # does not sleep out Retry-After inside the Lambda and send the read again (three times 60 s outlast the
+    # function's timeout); the step's retry backs off instead
+    with pytest.raises(TransientError, match="HTTP 429"):
+        cluster.get_node(NODE_A)
+    assert [firing.fault for firing in server.faults.firings()] == ["apf"]
+
+
+def test_a_read_that_outlasts_its_read_timeout_is_not_sent_again_by_the_client(
+    cluster: KubeCluster, server: KubeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given node reads served later than the read timeout (a 0.2 s one here; the functions' is 20 s, of a 60 s
+    # function, so a read sent four times outlasts the function)
+    monkeypatch.setattr(cluster_api, "REQUEST_TIMEOUT", (5, 0.2))
+    server.faults.arm([Fault("slow", "kube-slow", target="GET nodes", limit=4, value=1.0)], seed=1)
+
+    # When the drain reads its node, Then the timeout is a transient error after one request
+    with pytest.raises(TransientError):
+        cluster.get_node(NODE_A)
+    assert [firing.fault for firing in server.faults.firings()] == ["slow"]

@@ -17,6 +17,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from kubernetes.client import ApiClient, Configuration
+from urllib3.util.retry import Retry
 
 from nodecycle.adapters.aws.clients import LazyClient, client, transient_errors
 
@@ -27,6 +28,11 @@ TOKEN_PREFIX = "k8s-aws-v1."
 CLUSTER_ID_HEADER = "x-k8s-aws-id"
 TOKEN_REFRESH_SECONDS = 10 * 60  # EKS honours a token for 15 minutes
 REQUEST_TIMEOUT = (5, 20)  # connect, read (seconds) for every Kubernetes call
+# What the client may send again by itself: a request whose connection could not be made, once. Not a read
+# that timed out, nor a 429 or 503 after its Retry-After: urllib3's default sends an idempotent request up to
+# four times, sleeping out each Retry-After (up to 60 s from API Priority and Fairness), so that one call
+# could outlast the function, asleep in the Lambda. Those are transient errors; the step's retry backs off.
+CLIENT_RETRIES = Retry(total=1, read=0, respect_retry_after_header=False)
 
 
 class EksTokens:
@@ -106,6 +112,7 @@ class EksCluster:
             cluster = self._eks().describe_cluster(name=self._name)["cluster"]
         config = Configuration(host=cluster["endpoint"])
         config.ssl_ca_cert = _write_ca(base64.b64decode(cluster["certificateAuthority"]["data"]))
+        config.retries = CLIENT_RETRIES
         tokens = self._tokens
         config.api_key = {"authorization": tokens.token()}
         config.api_key_prefix = {"authorization": "Bearer"}
