@@ -19,6 +19,7 @@ from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.ports.cluster import EXCLUDE_LB_LABEL, PodInfo, Refused
 from nodecycle_sandbox.kube import KubeServer
 from nodecycle_sandbox.kube.admission import Denial
+from nodecycle_sandbox.kube.meta import SHUTDOWN_ANNOTATION
 from tests.integration.kube.cluster import drain_cluster, drain_server
 from tests.support.fakes import T0, FakeAutoscaling, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
 from tests.unit.drain.test_drain_steps import (
@@ -194,6 +195,73 @@ def test_pods_a_finalizer_keeps_are_waited_for_until_a_minute_past_their_deletio
     )
     assert sorted(done.changes["extra"]["stuck_pods"]["pods"]) == sorted(f"shop/{p.name}" for p in kept)
     assert all(server.get_object("pods", pod.name, pod.namespace) is not None for pod in kept)
+
+
+def deleted_slowly_by_someone_else(cluster: KubeCluster, server: KubeServer) -> PodInfo:
+    """A web pod of the node that uses all the grace it is given to stop, deleted by someone else (a rollout of a
+    workload whose pods may take that long) with an hour's grace."""
+    slow = web_pods(cluster)[0]
+    admin = CoreV1Api(server.api_client())
+    annotations = {SHUTDOWN_ANNOTATION: "3600"}
+    admin.patch_namespaced_pod(slow.name, slow.namespace, {"metadata": {"annotations": annotations}})
+    admin.delete_namespaced_pod(slow.name, slow.namespace, grace_period_seconds=3600)
+    assert deletion_grace(server, slow) == 3600
+    return slow
+
+
+def deletion_grace(server: KubeServer, pod: PodInfo) -> int | None:
+    """The grace of the pod's deletion in progress, as the API server keeps it."""
+    found = server.get_object("pods", pod.name, pod.namespace)
+    assert found is not None, f"{pod.name} is gone"
+    grace: int | None = found["metadata"].get("deletionGracePeriodSeconds")
+    return grace
+
+
+def test_a_pod_someone_deleted_with_a_longer_grace_than_the_drains_is_evicted_with_the_drains(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given a pod deleted with an hour's grace just before the drain
+    slow = deleted_slowly_by_someone_else(cluster, server)
+    start = datetime.now(UTC)
+    record = terminating(
+        Step.EVICT,
+        id=f"{INSTANCE}/terminate/token",
+        instance_id=INSTANCE,
+        node=NODE,
+        drain_started_at=start,
+        drain_deadline=start + timedelta(seconds=600),
+    )
+
+    # When the drain asks the node's pods to leave
+    evict(cluster)(record, start)
+
+    # Then that pod is asked too, and its deletion gets what the drain gives it: its own grace (30 s) within the
+    # cap (60 s), not the hour (the API server shortens a deletion in progress)
+    assert deletion_grace(server, slow) == 30
+
+
+def test_the_force_policy_shortens_the_deletion_of_a_pod_someone_deleted_with_a_longer_grace(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given a drain at its timeout, and a pod deleted with an hour's grace meanwhile
+    slow = deleted_slowly_by_someone_else(cluster, server)
+    start = datetime.now(UTC)
+    record = terminating(
+        Step.EVICT,
+        id=f"{INSTANCE}/terminate/token",
+        instance_id=INSTANCE,
+        node=NODE,
+        drain_started_at=start - timedelta(seconds=600),
+        drain_deadline=start,
+        extra={"polls": 1},
+    )
+
+    # When the force policy deletes the pods left
+    outcome = evict(cluster)(record, start)
+
+    # Then that pod is deleted too, with the force grace (5 s): "force" leaves no pod its hour
+    assert outcome.changes["forced_at"] == start
+    assert deletion_grace(server, slow) == 5
 
 
 def test_a_node_name_another_instance_took_is_neither_given_a_slot_nor_cordoned(

@@ -682,6 +682,43 @@ def test_pods_are_evicted_with_their_grace_capped_and_daemonset_pods_stay() -> N
     assert metrics.counts["PodsEvicted"] == 2
 
 
+def test_a_pod_the_drain_evicted_is_not_asked_again_as_its_deadline_nears_nor_by_the_force_policy() -> None:
+    # Given a pod with a long grace of its own, evicted by a drain 100 s before its deadline (grace capped at 60 s)
+    cluster = FakeCluster(nodes={NODE: node()}, pods=[pod("web-1", grace_period=300)])
+    step = evict(cluster)
+    record = draining().model_copy(update={"drain_deadline": T0 + timedelta(seconds=100)})
+    record = record.model_copy(update=dict(step(record, T0).changes))
+
+    # When the drain polls as its deadline nears (the grace it would give shrinks to the force grace), and at
+    # its deadline, with the pod still stopping
+    for later in (45, 90, 99, 100):
+        record = record.model_copy(update=dict(step(record, T0 + timedelta(seconds=later)).changes))
+
+    # Then the pod was asked once: its deletion ends within what the drain gives it (only a deletion someone
+    # else asked with a longer grace is asked again)
+    assert cluster.evictions == [("web-1", 60)]
+    assert cluster.deletions == []
+    assert record.forced_at == T0 + timedelta(seconds=100)
+
+
+def test_a_pod_on_its_way_out_whose_eviction_is_refused_is_left_to_its_deletion_without_an_alarm() -> None:
+    # Given a pod of a namespace being deleted: the namespace controller deletes it with its own grace (an
+    # hour), and the API server refuses its eviction (403: no new content in a namespace being deleted)
+    why = 'pods "web-1" is forbidden: unable to create new content in namespace apps because it is being terminated'
+    leaving = pod("web-1", deletion_at=T0 + timedelta(seconds=3600), deletion_grace=3600)
+    cluster = FakeCluster(nodes={NODE: node()}, pods=[leaving], refused={"web-1": why})
+    metrics, events = FakeMetrics(), FakeEvents()
+
+    # When the drain asks it to leave with the drain's grace
+    outcome = evict(cluster, metrics=metrics, events=events)(draining(), T0)
+
+    # Then the refusal raises no alarm and tells no event (nothing for an operator to fix: the pod is going), and
+    # the drain polls on, its timeout policy deciding the rest
+    assert outcome.again
+    assert "EvictionErrors" not in metrics.counts
+    assert events.written == []
+
+
 def test_a_pod_whose_eviction_is_refused_does_not_stop_the_others_being_evicted() -> None:
     # Given a node whose first pod the API server will not evict (403: its namespace is terminating; an
     # admission webhook's denial is the same), and a second pod

@@ -8,6 +8,8 @@ controller: the node itself is about to disappear, so keeping them would only lo
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 from nodecycle.domain.ports.cluster import PodInfo
 
 DEFAULT_GRACE = 30  # Kubernetes' default terminationGracePeriodSeconds
@@ -25,6 +27,20 @@ def remaining(pods: list[PodInfo]) -> list[PodInfo]:
 def to_evict(pods: list[PodInfo]) -> list[PodInfo]:
     """The pods to ask to leave now: those not already on their way out."""
     return [pod for pod in remaining(pods) if not pod.terminating]
+
+
+def outlasting(pods: list[PodInfo], cap: int, now: datetime) -> list[PodInfo]:
+    """The pods of ``pods`` whose deletion in progress ends later than one asked now with the grace ``cap``
+    allows them would: deleted by someone else with a longer grace of their own (a rollout, an operator). Asked
+    again, the API server shortens their deletion (it never extends one); left alone, they would hold the drain
+    and the force policy to their own grace."""
+    return [pod for pod in pods if _outlasts(pod, grace_for(pod, cap), now)]
+
+
+def _outlasts(pod: PodInfo, grace: int, now: datetime) -> bool:
+    if pod.deletion_at is None or pod.deletion_grace is None:
+        return False
+    return grace < pod.deletion_grace and pod.deletion_at > now + timedelta(seconds=grace)
 
 
 def grace_for(pod: PodInfo, cap: int) -> int:

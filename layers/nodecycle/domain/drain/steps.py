@@ -628,8 +628,9 @@ class Evict:
         # falls below what the timeout policy would give it anyway
         cap = min(policy.pod_grace_cap, max(policy.force_grace, int((deadline - now).total_seconds())))
         calls = _PodCalls(record, self._metrics)
+        asked = podfilter.to_evict(pods) + podfilter.outlasting(left, cap, now)
         for pod, result in calls.answers(
-            podfilter.to_evict(pods), lambda pod: self._cluster.evict(pod, podfilter.grace_for(pod, cap))
+            asked, lambda pod: self._cluster.evict(pod, podfilter.grace_for(pod, cap))
         ):
             if result.kind is Eviction.EVICTED:
                 evicted += 1
@@ -647,6 +648,13 @@ class Evict:
                     "pod %s/%s is selected by more than one PodDisruptionBudget", pod.namespace, pod.name
                 )
                 self._metrics.count("EvictionErrors")
+            elif result.kind is Eviction.REFUSED and pod.terminating:
+                # A pod on its way out, asked again only to shorten its grace, which the API server will not
+                # evict (403 in a namespace being deleted: no new content there): it goes at its own pace, within
+                # the drain's timeout policy (whose delete is no eviction); nothing for an operator to fix
+                log.info(
+                    "pod %s/%s, being deleted, is not evicted: %s", pod.namespace, pod.name, result.detail
+                )
             elif result.kind is Eviction.REFUSED:
                 # One pod refused must not leave the others on the node: they are evicted, this one is asked
                 # again at every poll, and the drain's timeout policy decides what becomes of it
@@ -722,7 +730,9 @@ class Evict:
         if now > forced_at + timedelta(seconds=policy.force_grace) + FORCED_POD_SLACK:
             log.error("%d pods did not stop after a forced delete: going on", len(left))
             return self._drained(record, now, "drain-timeout-forced-incomplete", **changes)
-        extra = self._force(record, [pod for pod in left if not pod.terminating])
+        # the pods not being deleted yet, and those someone else deletes with a longer grace than the force grace
+        pods = [pod for pod in left if not pod.terminating]
+        extra = self._force(record, pods + podfilter.outlasting(left, policy.force_grace, now))
         return Outcome.wait(policy.poll_seconds, forced_at=forced_at, extra=extra, **changes)
 
     def _force(self, record: LifecycleRecord, pods: list[PodInfo]) -> dict[str, Any]:
