@@ -318,6 +318,38 @@ def test_a_drain_whose_node_name_another_instance_took_meanwhile_evicts_nothing_
     assert (outcome.then, outcome.changes["outcome"]) == (Step.COMPLETE, "node-gone")
 
 
+def test_a_node_object_its_kubelet_registers_again_while_draining_is_cordoned_again_within_the_same_drain(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given a drain in progress, the node cordoned by it; and meanwhile the node object deleted (kubectl delete
+    # node) and registered again by the instance's kubelet: the same instance, a new uid, not cordoned, and the
+    # scheduler placing pods on it
+    finder = NodeFinder(cluster, NoDns())
+    cordon = Cordon(finder=finder, cluster=cluster, policy=policy(), events=FakeEvents())
+    record = draining(Step.CORDON, node_uid=cluster.get_node(NODE).uid)  # type: ignore[union-attr]
+    record = record.model_copy(update={"step": Step.EVICT, **cordon(record, T0).changes})
+    server.remove_node(NODE)
+    server.add_node(NODE, instance_id=INSTANCE, zone="eu-west-1a")
+    server.settle()
+    assert cluster.pods_on(NODE)
+
+    # When the drain's next poll runs, and the step it goes to
+    later = T0 + timedelta(seconds=30)
+    outcome = evict(cluster)(record, later)
+    assert outcome.then is Step.CORDON
+    record = record.model_copy(update={"step": Step.CORDON, **outcome.changes})
+    again = cordon(record, later)
+
+    # Then the new node object is claimed as the old one was (cordoned, annotated), and the drain goes on with
+    # the time it had: its start and its deadline are the drain's, not the new claim's
+    node = server.get_object("nodes", NODE)
+    assert node is not None
+    assert node["spec"].get("unschedulable") is True
+    assert node["metadata"]["annotations"]["nodecycle.io/owner"] == record.owner
+    assert again.changes["node_uid"] == node["metadata"]["uid"]
+    assert (again.changes["drain_started_at"], again.changes["drain_deadline"]) == (T0, DEADLINE)
+
+
 def test_a_node_stopped_into_the_warm_pool_comes_back_uncordoned_when_its_state_change_comes_first(
     cluster: KubeCluster, server: KubeServer
 ) -> None:

@@ -485,12 +485,17 @@ class Cordon:
         if node.owner is None and node.in_progress:
             log.info("adopting node %s: in progress with no owner", node.name)
         set_on_node = self._set_on_node(node, record)
+        if record.drain_started_at is not None and record.drain_deadline is not None:
+            # claimed again by its drain (its node was registered again, see Evict): the drain keeps its time
+            started, deadline = record.drain_started_at, record.drain_deadline
+        else:
+            started, deadline = now, min(now + self._policy.timeout, _deadline_cap(record, self._policy))
         in_progress = json.dumps(
             {
                 "instance": record.instance_id,
                 "transition": record.transition.short,
                 "token": record.token,
-                "started": now.isoformat(),
+                "started": started.isoformat(),
                 **set_on_node,
             },
             separators=(",", ":"),
@@ -509,7 +514,7 @@ class Cordon:
         log.info("cordoned node %s", node.name)
         extra = found.get("extra", record.extra)
         found["extra"] = {**extra, SET_ON_NODE: set_on_node}
-        deadline = min(now + self._policy.timeout, _deadline_cap(record, self._policy))
+        found["node_uid"] = node.uid
         self._events.on_node(
             node.name,
             node.uid,
@@ -517,7 +522,7 @@ class Cordon:
             f"Cordoned by nodecycle ({record.owner}) for the termination of {record.instance_id}: evicting "
             f"its pods until {deadline:%H:%M:%S}Z, then {self._policy.on_timeout}",
         )
-        return Outcome.next(drain_started_at=now, drain_deadline=deadline, **found)
+        return Outcome.next(drain_started_at=started, drain_deadline=deadline, **found)
 
     def _set_on_node(self, node: NodeInfo, record: LifecycleRecord) -> dict[str, bool]:
         """What this claim sets on the node that was not there: the cordon, the load balancer exclusion. A
@@ -568,6 +573,11 @@ class Evict:
         if info is None:
             log.warning("node %s of %s is gone: nothing left to drain there", node, record.instance_id)
             return Outcome.goto(settle_step(record), outcome="node-gone")
+        if None not in (info.uid, record.node_uid) and info.uid != record.node_uid:
+            # The instance's kubelet registered its node again (the object was deleted: a new uid), without the
+            # cordon and the annotations of the drain: pods would be scheduled there again. Claimed again.
+            log.warning("node %s was registered again while draining: claiming it again", node)
+            return Outcome.goto(Step.CORDON)
         # (near the global timeout, a paused drain takes its slot back as a waiter would: forced)
         request = _slot_request(
             record, node, record.zone, in_progress=True, **_precedence(record, now, policy)
