@@ -167,11 +167,13 @@ class Kubelet:
                 if is_terminating(pod):
                     if finalizers.stopped(pod):
                         continue  # finished; the object waits for its finalizers to be removed
+                    # A live kubelet stops the pods deleted on its node even while it reports the node NotReady
+                    # (its container runtime's network not ready): only a kubelet that is gone never does.
                     gone_at = self._gone_at.setdefault(uid, mono + self.shutdown_seconds)
-                    if alive and mono >= gone_at:
+                    if mono >= gone_at:
                         self.end_pod(pod, verb="delete", source=SANDBOX)
                         changed = True
-                    elif alive:
+                    else:
                         deadlines.append(gone_at)
                 elif pod_terminal(pod):
                     continue

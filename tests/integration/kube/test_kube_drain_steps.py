@@ -264,6 +264,38 @@ def test_the_force_policy_shortens_the_deletion_of_a_pod_someone_deleted_with_a_
     assert deletion_grace(server, slow) == 5
 
 
+def test_pods_of_a_node_its_kubelet_reports_not_ready_are_waited_for_as_on_a_ready_node(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given a node whose kubelet reports it NotReady (its container runtime's network not ready: Ready=False,
+    # not Unknown) but is there to stop the pods deleted on it, which take their grace (30 s) to stop
+    admin = CoreV1Api(server.api_client())
+    for pod in web_pods(cluster):
+        admin.patch_namespaced_pod(
+            pod.name, pod.namespace, {"metadata": {"annotations": {SHUTDOWN_ANNOTATION: "3600"}}}
+        )
+    server.set_node_ready(NODE, False)
+    start = datetime.now(UTC)
+    record = terminating(
+        Step.EVICT,
+        id=f"{INSTANCE}/terminate/token",
+        instance_id=INSTANCE,
+        node=NODE,
+        drain_started_at=start,
+        drain_deadline=start + timedelta(seconds=600),
+    )
+    step = evict(cluster)
+    record = record.model_copy(update=step(record, start).changes)
+
+    # When the drain looks again 20 s later, their grace not over
+    outcome = step(record, start + timedelta(seconds=20))
+
+    # Then it waits for them, as on a Ready node: they are stopping (only a kubelet that stopped reporting,
+    # Ready=Unknown, leaves them Terminating for good)
+    assert (outcome.then, outcome.again) == (None, True)
+    assert all(on_its_way_out(server, pod) for pod in web_pods(cluster))
+
+
 def test_a_node_name_another_instance_took_is_neither_given_a_slot_nor_cordoned(
     cluster: KubeCluster, server: KubeServer
 ) -> None:

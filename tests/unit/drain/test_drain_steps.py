@@ -1032,8 +1032,11 @@ def test_a_pod_that_never_stops_after_a_forced_delete_does_not_hold_the_lifecycl
 
 
 def test_pods_of_a_node_whose_kubelet_is_gone_count_as_gone_once_asked_to_leave() -> None:
-    # Given a node that went NotReady (its kubelet is gone): the pods the drain evicted stay Terminating
-    cluster = FakeCluster(nodes={NODE: node(ready=False)}, pods=[pod("web-1"), pod("web-2")])
+    # Given a node that went NotReady (its kubelet is gone: Ready Unknown): the pods the drain evicted stay
+    # Terminating
+    cluster = FakeCluster(
+        nodes={NODE: node(ready=False, kubelet_lost=True)}, pods=[pod("web-1"), pod("web-2")]
+    )
     metrics = FakeMetrics()
     step = evict(cluster, metrics=metrics)
     step(draining(), T0)
@@ -1046,13 +1049,27 @@ def test_pods_of_a_node_whose_kubelet_is_gone_count_as_gone_once_asked_to_leave(
     assert metrics.counts["PodsLeftTerminating"] == 2
 
 
+def test_pods_of_a_node_its_kubelet_reports_not_ready_are_waited_for_until_past_their_deadline() -> None:
+    # Given a node whose kubelet reports it NotReady (Ready=False: its runtime's network not ready), whose
+    # evicted pods are stopping within their grace (60 s, the cap)
+    cluster = FakeCluster(nodes={NODE: node(ready=False)}, pods=[pod("web-1")])
+    step = evict(cluster)
+    step(draining(), T0)
+    # When the drain looks again 20 s later, Then it waits for them: the kubelet is there to stop them
+    assert step(draining(), T0 + timedelta(seconds=20)).again
+    # and when they are still there a minute past their deletion's deadline, it waits no longer
+    outcome = step(draining(), T0 + timedelta(seconds=121))
+    assert outcome.changes["outcome"] == "drained; 1 pods left terminating (past their deletion deadline)"
+
+
 def test_force_deleted_pods_of_a_dead_node_count_as_gone_once_their_grace_is_over() -> None:
     # Given a drain that force-deleted its last pods at its timeout (grace 5 s), on a node whose kubelet is
     # gone: the pods stay Terminating, and no kubelet will ever stop them
     late = T0 + timedelta(seconds=600)
     deleted = {"deletion_at": late + timedelta(seconds=5), "deletion_grace": 5}
     cluster = FakeCluster(
-        nodes={NODE: node(ready=False)}, pods=[pod("web-1", **deleted), pod("web-2", **deleted)]
+        nodes={NODE: node(ready=False, kubelet_lost=True)},
+        pods=[pod("web-1", **deleted), pod("web-2", **deleted)],
     )
     # When the drain looks again 7 s after the forced delete (their grace over, a healthy kubelet would have
     # stopped them by now)
@@ -1071,7 +1088,7 @@ def test_a_ready_node_whose_pods_take_their_grace_period_is_waited_for() -> None
     assert step(draining(), T0 + timedelta(seconds=20)).again
     # and a pod deleted only now is waited for, whatever the node's readiness says
     quick = FakeCluster(
-        nodes={NODE: node(ready=False)},
+        nodes={NODE: node(ready=False, kubelet_lost=True)},
         pods=[pod("web-3", deletion_at=T0 + timedelta(seconds=30), deletion_grace=30)],
     )
     assert evict(quick)(draining(), T0 + timedelta(seconds=1)).again

@@ -65,6 +65,7 @@ def node_info(data: dict[str, Any]) -> NodeInfo:
         zone=labels.get(ZONE_LABEL) or labels.get(LEGACY_ZONE_LABEL),
         uid=meta.get("uid"),
         ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions),
+        kubelet_lost=any(c.get("type") == "Ready" and c.get("status") == "Unknown" for c in conditions),
         owner=annotations.get(OWNER_ANNOTATION),
         in_progress=annotations.get(IN_PROGRESS_ANNOTATION),
         resource_version=str(meta.get("resourceVersion", "")),

@@ -46,7 +46,7 @@ FORCED_POD_SLACK = timedelta(seconds=60)  # after a forced delete's grace: a pod
 # itself (a finalizer nobody removes, a kubelet that is gone): kubectl drain's --skip-wait-for-delete-timeout.
 STUCK_AFTER = timedelta(seconds=60)
 # A pod asked to go this long ago (or past its own deletion deadline, whichever comes first) and still there
-# makes the drain look at its node: on a node that is not Ready (its kubelet gone), pods being deleted never
+# makes the drain look at its node: on a node whose kubelet is gone (Ready Unknown), pods being deleted never
 # finish, and waiting for them only holds a budget slot. Until then the node is not read at all.
 CHECK_NODE_AFTER = timedelta(seconds=15)
 STUCK_PODS = "stuck_pods"  # record.extra key: pods the drain stopped waiting for, and why
@@ -696,7 +696,8 @@ class Evict:
 
     def _stuck(self, node: NodeInfo, left: list[PodInfo], now: datetime) -> tuple[list[PodInfo], str]:
         """The pods of ``left`` that will never leave by themselves, and why: all those being deleted when
-        the node is not Ready (its kubelet is gone: they stay Terminating until the node object goes), else
+        the node's kubelet is gone (Ready Unknown: they stay Terminating until the node object goes; a kubelet
+        that reports the node NotReady is there to stop them), else
         those still there well past their deletion's deadline. A pod force-deleted with a short grace makes
         the drain look at the node as soon as that grace is over, not only after ``CHECK_NODE_AFTER``."""
         deleting = [pod for pod in left if pod.deletion_at is not None]
@@ -707,7 +708,7 @@ class Evict:
             or (pod.deletion_requested_at is not None and now - pod.deletion_requested_at > CHECK_NODE_AFTER)
             for pod in deleting
         )
-        if overdue and not node.ready:
+        if overdue and node.kubelet_lost:
             return deleting, "node not ready"
         past = [
             pod for pod in deleting if pod.deletion_at is not None and now > pod.deletion_at + STUCK_AFTER

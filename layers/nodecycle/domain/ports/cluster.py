@@ -40,6 +40,10 @@ class NodeInfo(BaseModel):
     unschedulable: bool = False  # spec.unschedulable: cordoned, by nodecycle or anyone
     excluded_from_lb: bool = False  # labelled node.kubernetes.io/exclude-from-external-load-balancers
     released_for: str | None = None  # the nodecycle.io/released-for annotation
+    # Ready is Unknown: the kubelet stopped posting the node's status (gone with its instance, or cut off), as
+    # the node lifecycle controller marks it. A NotReady node whose kubelet still reports (Ready=False: its
+    # container runtime's network not ready) still stops the pods deleted on it.
+    kubelet_lost: bool = False
 
     @property
     def lifecycle(self) -> str | None:
