@@ -2,7 +2,8 @@
 
 - ``kube-conflict``: 409 Conflict on a write (PUT, PATCH) that carries a ``resourceVersion``, as if another
   writer had got there first (a storm when its probability is high); nothing is written;
-- ``kube-throttle``: 429 TooManyRequests with ``Retry-After`` (API Priority and Fairness); nothing is done;
+- ``kube-throttle``: 429 with ``Retry-After`` and a plain-text body, as API Priority and Fairness rejects a
+  request before any API handler (no ``Status``); nothing is done;
 - ``kube-error``: 500 InternalError; nothing is done;
 - ``kube-slow``: the request is served ``value`` seconds late (a client's read timeout may expire first,
   while the write still happens);
@@ -28,7 +29,8 @@ _WRITES = frozenset({"PUT", "PATCH"})
 @dataclass(frozen=True)
 class KubeFaultAction:
     delay: float = 0.0  # serve this much later
-    respond: tuple[int, JsonObj, dict[str, str]] | None = None  # send this instead of serving
+    # send this instead of serving: a Status, or plain text
+    respond: tuple[int, JsonObj | str, dict[str, str]] | None = None
     drop_before: bool = False  # close the connection instead of serving
     drop_after: bool = False  # serve, then close the connection without a response
     headers: dict[str, str] = field(default_factory=dict)
@@ -97,14 +99,10 @@ class KubeFaults(Injector):
             )
             return KubeFaultAction(respond=(409, _status(409, "Conflict", message, {"name": obj}), {}))
         if fault.kind == "kube-throttle":
+            # kube-apiserver's tooManyRequests filter: http.Error's text, not a Status
             retry_after = max(1, round(fault.value or 1))
-            status = _status(
-                429,
-                "TooManyRequests",
-                "Too many requests, please try again later.",
-                {"retryAfterSeconds": retry_after},
-            )
-            return KubeFaultAction(respond=(429, status, {"Retry-After": str(retry_after)}))
+            text = "Too many requests, please try again later.\n"
+            return KubeFaultAction(respond=(429, text, {"Retry-After": str(retry_after)}))
         if fault.kind == "kube-error":
             message = "Internal error occurred: etcdserver: request timed out"
             return KubeFaultAction(respond=(500, _status(500, "InternalError", message), {}))

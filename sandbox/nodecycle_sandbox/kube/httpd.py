@@ -93,7 +93,10 @@ class _Handler(BaseHTTPRequestHandler):
             return True
         if fault.respond is not None:
             status, body, headers = fault.respond
-            self._send(status, "application/json", json.dumps(body).encode(), headers)
+            if isinstance(body, str):
+                self._send(status, "text/plain; charset=utf-8", body.encode(), headers)
+            else:
+                self._send(status, "application/json", json.dumps(body).encode(), headers)
             return True
         return False
 

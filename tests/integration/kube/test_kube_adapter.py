@@ -18,7 +18,7 @@ from nodecycle.adapters.kube import cluster_api, eks_access
 from nodecycle.adapters.kube.cluster_api import KubeCluster
 from nodecycle.adapters.kube.eks_access import EksCluster, EksTokens
 from nodecycle.domain.errors import TransientError
-from nodecycle.domain.ports.cluster import OWNER_ANNOTATION, Claim, Eviction
+from nodecycle.domain.ports.cluster import OWNER_ANNOTATION, Claim, Eviction, EvictionResult
 from nodecycle_sandbox.faults import Fault
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.kube.cluster import drain_cluster, drain_server, eks_describing
@@ -136,6 +136,18 @@ def test_evictions_answer_evicted_then_blocked_by_the_disruption_budget(cluster:
 
     # And a pod that no longer exists counts as gone
     assert cluster.evict(first.model_copy(update={"name": "web-gone"}), grace_seconds=5).kind is Eviction.GONE
+
+
+def test_an_eviction_the_api_server_sheds_is_throttled_not_blocked_by_a_budget(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given an API server shedding load (API Priority and Fairness: a 429 in plain text, no Status, no budget)
+    web = next(pod for pod in cluster.pods_on(NODE_A) if pod.controller_kind == "ReplicaSet")
+    server.faults.arm([Fault("apf", "kube-throttle", target="POST pods/eviction", limit=1, value=1)], seed=1)
+
+    # When the pod is evicted, Then the answer is the server's load, not the pod's budget; and the pod stays
+    assert cluster.evict(web, grace_seconds=5) == EvictionResult(Eviction.THROTTLED, "Too Many Requests")
+    assert server.get_object("pods", web.name, web.namespace) is not None
 
 
 def test_a_deleted_pod_is_gone_once_its_grace_period_is_over(
