@@ -105,12 +105,14 @@ class Api:
         with self._store.lock:
             options.version.check(self._store.revision, continuing=bool(options.continue_token))
             items = self._store.items(rt, namespace)
-            revision = self._store.revision
+            revision, compacted = self._store.revision, self._store.compacted
         if options.version.from_cache:
             options = dataclasses.replace(options, limit=0)  # the watch cache sends everything at once
         start_after: tuple[str, str] | None = None
         if options.continue_token:
             revision, start_after = _decode_continue(options.continue_token)
+            if revision < compacted:
+                raise errors.expired_continue()
         selected = [
             o
             for o in items

@@ -80,6 +80,17 @@ def invalid(rt: ResourceType, name: str, field: str, problem: str) -> ApiError:
     )
 
 
+def expired_continue() -> ApiError:
+    """410 for a list continued from a revision etcd has compacted away (kube-apiserver's words; it also offers
+    a token for an inconsistent rest of the list, which the sandbox does not)."""
+    return ApiError(
+        410,
+        "Expired",
+        "The provided continue parameter is too old to display a consistent list result. You can start a new "
+        "list without the continue parameter.",
+    )
+
+
 def bad_request(message: str) -> ApiError:
     return ApiError(400, "BadRequest", message)
 

@@ -448,6 +448,11 @@ class KubeServer:
     def reset_history(self) -> None:
         self._store.reset_history()
 
+    def compact(self) -> None:
+        """etcd compacts its history (kube-apiserver asks for it every 5 minutes): a paged list begun before is
+        refused its next page (410 Expired), and must start over."""
+        self._store.compact()
+
     def objects(self, kind: str, namespace: str | None = None) -> list[JsonObj]:
         """A copy of every object of ``kind`` (``"pods"``, ``"Node"``, ``"deploy"``...), sorted by namespace/name."""
         return [json_copy(o) for o in self._store.items(by_name(kind), namespace)]

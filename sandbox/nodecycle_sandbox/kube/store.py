@@ -28,6 +28,9 @@ class Store:
     def __init__(self) -> None:
         self.lock = threading.RLock()
         self._revision = 0
+        self._compacted = (
+            0  # the revision the history was last compacted at: older ones can no longer be read
+        )
         self._objects: dict[ResourceType, dict[Key, JsonObj]] = {rt: {} for rt in ALL}
         self._by_uid: dict[str, tuple[ResourceType, Key]] = {}
         # each type's keys in list order, kept until a key comes or goes: a controller pass lists every type
@@ -40,6 +43,16 @@ class Store:
     @property
     def revision(self) -> int:
         return self._revision
+
+    @property
+    def compacted(self) -> int:
+        return self._compacted
+
+    def compact(self) -> None:
+        """Forget every revision before the current one, as etcd's compaction does (kube-apiserver asks for one
+        every 5 minutes): a list continued from an older revision can no longer be served."""
+        with self.lock:
+            self._compacted = self._revision
 
     def get(self, rt: ResourceType, namespace: str, name: str) -> JsonObj | None:
         with self.lock:

@@ -10,9 +10,10 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from kubernetes.client import VersionApi
+from kubernetes.client import CoreV1Api, VersionApi
 
 from nodecycle.adapters.kube import cluster_api, eks_access
 from nodecycle.adapters.kube.cluster_api import KubeCluster
@@ -258,9 +259,40 @@ def test_a_read_that_outlasts_its_read_timeout_is_not_sent_again_by_the_client(
     # Given node reads served later than the read timeout (a 0.2 s one here; the functions' is 20 s, of a 60 s
     # function, so a read sent four times outlasts the function)
     monkeypatch.setattr(cluster_api, "REQUEST_TIMEOUT", (5, 0.2))
-    server.faults.arm([Fault("slow", "kube-slow", target="GET nodes", limit=4, value=1.0)], seed=1)
+    server.faults.arm([Fault("slow", "kube-slow", target="GET nodes", limit=4, value=0.6)], seed=1)
 
     # When the drain reads its node, Then the timeout is a transient error after one request
     with pytest.raises(TransientError):
         cluster.get_node(NODE_A)
     assert [firing.fault for firing in server.faults.firings()] == ["slow"]
+
+
+def test_the_pods_of_a_node_listed_across_a_compaction_are_a_transient_error_then_listed_whole(
+    cluster: KubeCluster, server: KubeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given the node's pods listed one per page, and once, between the first two pages, a write and a compaction
+    # of etcd's history (the list's revision is gone: its continue token expires)
+    monkeypatch.setattr(cluster_api, "PAGE", 1)
+    api = cluster._api
+    list_pods = api.list_pod_for_all_namespaces
+    compactions: list[int] = []
+
+    def list_then_compact(**options: Any) -> Any:
+        page = list_pods(**options)
+        if not compactions:
+            CoreV1Api(server.api_client()).patch_node(NODE_B, {"metadata": {"labels": {"written": "since"}}})
+            server.compact()
+            compactions.append(1)
+        return page
+
+    monkeypatch.setattr(api, "list_pod_for_all_namespaces", list_then_compact)
+
+    # When the drain lists the pods, Then the expired list is a transient error (the step's retry lists again)
+    with pytest.raises(TransientError, match="HTTP 410"):
+        cluster.pods_on(NODE_A)
+    # and the list started over has every pod of the node, once
+    on_node = sorted(
+        p["metadata"]["name"] for p in server.objects("pods") if p["spec"].get("nodeName") == NODE_A
+    )
+    assert len(on_node) > 1
+    assert sorted(pod.name for pod in cluster.pods_on(NODE_A)) == on_node

@@ -206,3 +206,25 @@ def test_the_client_default_limit_500_returns_everything_in_one_page(
     page = kube.core.list_pod_for_all_namespaces(limit=500)
     assert len(page.items) == len(server.objects("pods"))
     assert page.metadata._continue is None
+
+
+def test_a_list_continued_after_a_compaction_is_410_expired_and_a_new_list_is_served(
+    server: KubeServer, kube: Kube
+) -> None:
+    # Given a paged list begun, a node written since, and etcd's history compacted then (kube-apiserver asks
+    # every 5 minutes): the list's revision is gone
+    server.seed({"nodes": nodes_seed(3)})
+    first = kube.core.list_node(limit=1)
+    assert first.metadata._continue
+    kube.core.patch_node(node_name(0, 10), {"metadata": {"labels": {"written": "since"}}})
+    server.compact()
+
+    # When the list is continued, Then it is refused as expired: the list must start over
+    with pytest.raises(ApiException) as raised:
+        kube.core.list_node(limit=1, _continue=first.metadata._continue)
+    assert (raised.value.status, status_of(raised.value)["reason"]) == (410, "Expired")
+    assert "too old to display a consistent list result" in status_of(raised.value)["message"]
+    # and a list started over pages through every node
+    again = kube.core.list_node(limit=2)
+    rest = kube.core.list_node(limit=2, _continue=again.metadata._continue)
+    assert len(again.items) + len(rest.items) == 3
