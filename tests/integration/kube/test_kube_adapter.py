@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes.client import CoreV1Api, VersionApi
+from kubernetes.client import CoreV1Api, V1Container, V1ObjectMeta, V1Pod, V1PodSpec, VersionApi
 
 from nodecycle.adapters.kube import cluster_api, eks_access
 from nodecycle.adapters.kube.cluster_api import KubeCluster
@@ -149,6 +149,27 @@ def test_an_eviction_the_api_server_sheds_is_throttled_not_blocked_by_a_budget(
     # When the pod is evicted, Then the answer is the server's load, not the pod's budget; and the pod stays
     assert cluster.evict(web, grace_seconds=5) == EvictionResult(Eviction.THROTTLED, "Too Many Requests")
     assert server.get_object("pods", web.name, web.namespace) is not None
+
+
+def test_a_pod_replaced_by_one_of_the_same_name_on_another_node_is_neither_evicted_nor_deleted(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given a pod of node A as the drain listed it, since deleted and created again under the same name on node
+    # B (as a StatefulSet recreates its pods)
+    listed = next(pod for pod in cluster.pods_on(NODE_A) if pod.controller_kind == "ReplicaSet")
+    admin = CoreV1Api(server.api_client())
+    admin.delete_namespaced_pod(listed.name, listed.namespace, grace_period_seconds=0)
+    spec = V1PodSpec(node_name=NODE_B, containers=[V1Container(name="app", image="app")])
+    admin.create_namespaced_pod(listed.namespace, V1Pod(metadata=V1ObjectMeta(name=listed.name), spec=spec))
+
+    # When the drain evicts, then deletes, the pod it listed, Then neither reaches the new pod (the uid
+    # precondition: 409), and both answer that the listed pod is gone
+    assert cluster.evict(listed, grace_seconds=5).kind is Eviction.GONE
+    assert cluster.delete_pod(listed, grace_seconds=0) is False
+    found = server.get_object("pods", listed.name, listed.namespace)
+    assert found is not None
+    assert found["metadata"]["uid"] != listed.uid
+    assert not found["metadata"].get("deletionTimestamp")
 
 
 def test_a_deleted_pod_is_gone_once_its_grace_period_is_over(
