@@ -9,7 +9,15 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from kubernetes.client import CoreV1Api
+from kubernetes.client import (
+    CoreV1Api,
+    V1Container,
+    V1EmptyDirVolumeSource,
+    V1ObjectMeta,
+    V1Pod,
+    V1PodSpec,
+    V1Volume,
+)
 
 from nodecycle.adapters.kube.cluster_api import KubeCluster
 from nodecycle.domain.drain.steps import AcquireSlot, Cleanup, Cordon, Evict, ForgetNode
@@ -294,6 +302,46 @@ def test_pods_of_a_node_its_kubelet_reports_not_ready_are_waited_for_as_on_a_rea
     # Ready=Unknown, leaves them Terminating for good)
     assert (outcome.then, outcome.again) == (None, True)
     assert all(on_its_way_out(server, pod) for pod in web_pods(cluster))
+
+
+def test_a_drain_ends_with_the_mirror_and_daemonset_pods_still_there_and_the_others_gone(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given the node cordoned, with, besides its web pods and its DaemonSet pod, a static pod's mirror, a pod
+    # without a controller that keeps data in an emptyDir, and a finished pod (Succeeded): as kubectl drain
+    # --ignore-daemonsets --delete-emptydir-data --force sees them
+    admin = CoreV1Api(server.api_client())
+    server.add_static_pod(NODE, "etcd-proxy")
+    spec = V1PodSpec(
+        node_name=NODE,
+        containers=[V1Container(name="app", image="app")],
+        volumes=[V1Volume(name="scratch", empty_dir=V1EmptyDirVolumeSource())],
+    )
+    for name in ("bare", "finished"):
+        admin.create_namespaced_pod("shop", V1Pod(metadata=V1ObjectMeta(name=name), spec=spec))
+    server.settle()
+    admin.patch_namespaced_pod_status("finished", "shop", {"status": {"phase": "Succeeded"}})
+    admin.patch_node(NODE, {"spec": {"unschedulable": True}})
+    start = datetime.now(UTC)
+    record = terminating(
+        Step.EVICT,
+        id=f"{INSTANCE}/terminate/token",
+        instance_id=INSTANCE,
+        node=NODE,
+        drain_started_at=start,
+        drain_deadline=start + timedelta(seconds=600),
+    )
+    step = evict(cluster)
+
+    # When the drain asks the pods to leave, they go, and the drain looks again
+    record = record.model_copy(update=step(record, start).changes)
+    server.settle()
+    outcome = step(record, start + timedelta(seconds=5))
+
+    # Then it is drained, with only the mirror pod and the DaemonSet pod left on the node
+    assert outcome.changes["outcome"] == "drained"
+    left = sorted((pod.controller_kind, pod.mirror) for pod in cluster.pods_on(NODE))
+    assert left == [("DaemonSet", False), ("Node", True)]
 
 
 def test_a_node_name_another_instance_took_is_neither_given_a_slot_nor_cordoned(
