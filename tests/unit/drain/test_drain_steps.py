@@ -219,7 +219,8 @@ class FakeCluster:
             return EvictionResult(Eviction.GONE)  # 404, or another pod of that name (uid precondition)
         if pod.name in self.refused:
             return EvictionResult(Eviction.REFUSED, self.refused[pod.name])
-        if pod.name in self.blocked:
+        # (as the API server does, a pod already being deleted is evicted without consulting its budget)
+        if pod.name in self.blocked and not self._stored(pod).terminating:
             return EvictionResult(
                 Eviction.BLOCKED, f"The disruption budget {pod.name}-pdb needs 1 healthy pods"
             )
@@ -243,6 +244,9 @@ class FakeCluster:
 
     def _there(self, pod: PodInfo) -> bool:
         return any((p.name, p.uid) == (pod.name, pod.uid) for p in self.pods)
+
+    def _stored(self, pod: PodInfo) -> PodInfo:
+        return next(p for p in self.pods if (p.name, p.uid) == (pod.name, pod.uid))
 
     def _deleting(self, pod: PodInfo, grace_seconds: int) -> None:
         self.pods = [self._marked(p, grace_seconds) if p.name == pod.name else p for p in self.pods]
@@ -699,6 +703,22 @@ def test_a_pod_the_drain_evicted_is_not_asked_again_as_its_deadline_nears_nor_by
     assert cluster.evictions == [("web-1", 60)]
     assert cluster.deletions == []
     assert record.forced_at == T0 + timedelta(seconds=100)
+
+
+def test_a_pod_someone_deletes_with_a_longer_grace_is_asked_again_even_under_an_exhausted_budget() -> None:
+    # Given a pod under a budget that allows no disruption, deleted by someone else with an hour's grace
+    leaving = pod("web-1", deletion_at=T0 + timedelta(seconds=3600), deletion_grace=3600)
+    cluster = FakeCluster(nodes={NODE: node()}, pods=[leaving], blocked={"web-1"})
+    events = FakeEvents()
+
+    # When the drain asks it to leave with the drain's grace (60 s, the cap)
+    evict(cluster, events=events)(draining(), T0)
+
+    # Then its deletion is shortened (a pod being deleted is evicted without its budget), and no blocked
+    # eviction is told
+    assert cluster.evictions == [("web-1", 60)]
+    assert cluster.pods[0].deletion_at == T0 + timedelta(seconds=60)
+    assert events.written == []
 
 
 def test_a_pod_on_its_way_out_whose_eviction_is_refused_is_left_to_its_deletion_without_an_alarm() -> None:
