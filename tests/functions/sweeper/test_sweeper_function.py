@@ -11,9 +11,11 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.awsrequest import AWSResponse, HTTPHeaders
 
 from nodecycle.adapters.aws.records import DynamoRecordStore
 from nodecycle.domain.model import LifecycleRecord, Step, Transition, global_deadline
+from nodecycle.domain.sweep.sweeper import SweepFailed
 from nodecycle_sandbox.aws.install import install
 from tests.functions.intake.conftest import GROUP, HEARTBEAT_TIMEOUT, make_group
 from tests.support.emf import metric
@@ -131,3 +133,38 @@ def test_an_action_near_its_global_timeout_is_completed_by_the_sweeper(
     assert swept.completed_at is not None
     messages = [json.loads(m["Body"]) for m in receive_all(stack.eip_queue)]
     assert messages == [{"record_id": stuck.id, "seq": swept.seq, "step": "release-eip"}]
+
+
+def test_a_denied_listing_of_open_lifecycles_does_not_keep_dangling_addresses_from_being_released(
+    sweeper: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given an address of this stack left unassociated for an hour, and a sweeper whose DynamoDB Query of the
+    # open lifecycles is denied (its role lost the index, say; a throttle past botocore's retries alike)
+    ec2 = boto3.client("ec2")
+    tags: list[Any] = [
+        {"Key": "nodecycle:owner", "Value": OWNER},
+        {"Key": "nodecycle:allocated-at", "Value": (datetime.now(UTC) - timedelta(hours=1)).isoformat()},
+    ]
+    dangling = ec2.allocate_address(
+        Domain="vpc", TagSpecifications=[{"ResourceType": "elastic-ip", "Tags": tags}]
+    )["AllocationId"]
+
+    def deny(**_: Any) -> tuple[AWSResponse, dict[str, Any]]:
+        error = {"Code": "AccessDeniedException", "Message": "not authorized to perform dynamodb:Query"}
+        answer: dict[str, Any] = {"Error": error, "ResponseMetadata": {}}
+        return AWSResponse("https://dynamodb", 400, HTTPHeaders(), None), answer
+
+    events = boto3._get_default_session().events  # the adapters' clients are made from it, on first use
+    # (a before-call handler that answers is botocore's answer to the call: the stubs type it as answering None)
+    events.register("before-call.dynamodb.Query", deny, unique_id="tests.DenyQuery")  # type: ignore[arg-type]
+    try:
+        # When the scheduled sweep runs
+        with pytest.raises(SweepFailed):
+            sweeper.handler(load_event("sweeper-schedule.json"), LambdaContext())
+    finally:
+        events.unregister("before-call.dynamodb.Query", unique_id="tests.DenyQuery")
+
+    # Then the parts that need no lifecycle record ran (the address is released), and the invocation failed
+    # (the sweeper's errors alarm) naming the parts that could not run
+    assert dangling not in {a["AllocationId"] for a in ec2.describe_addresses()["Addresses"]}
+    assert metric(capsys.readouterr().out, "SweptEips") == 1

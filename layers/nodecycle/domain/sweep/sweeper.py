@@ -15,15 +15,16 @@ lifecycles:
 
 Each part runs even when another fails, and within a part each lifecycle, node, waiter or address is handled
 even when one before it fails; a failure is logged with its cause and re-raised at the end, so the invocation
-counts as failed.
+counts as failed. The open lifecycles are listed when a part first needs them: a listing DynamoDB refuses
+(denied, throttled past the client's retries) fails the parts that need it, not the address sweep.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
-from typing import Protocol
+from typing import Protocol, overload
 
 from nodecycle.domain.model import LifecycleRecord
 from nodecycle.domain.ports.lifecycle import RecordStore
@@ -53,8 +54,8 @@ class Sweeper:
 
     def sweep(self) -> Counts:
         now = self._clock.now()
-        open_records = list(self._records.open_records(self._owner))
-        report: Counts = {"OpenLifecycles": len(open_records)}
+        open_records = OpenLifecycles(lambda: self._records.open_records(self._owner))
+        report: Counts = {}
         failed: list[str] = []
         for name, part in self._parts.items():
             try:
@@ -62,10 +63,39 @@ class Sweeper:
             except Exception:  # isolate the parts: log it whole here, fail the sweep at the end
                 log.exception("sweep part %s failed", name)
                 failed.append(name)
+        if open_records.listed is not None:
+            report = {"OpenLifecycles": len(open_records.listed)} | report
         log.info("sweep done", extra={"sweep": report})
         if failed:
             raise SweepFailed(f"sweep parts failed: {', '.join(failed)} (the others ran)")
         return report
+
+
+class OpenLifecycles(Sequence[LifecycleRecord]):
+    """The open lifecycles of the owner, listed on first use and kept for the rest of the sweep. A listing that
+    fails raises in the part that asked, and the next part that asks lists them again."""
+
+    def __init__(self, listing: Callable[[], Iterable[LifecycleRecord]]) -> None:
+        self._listing = listing
+        self.listed: list[LifecycleRecord] | None = None
+
+    def _records(self) -> list[LifecycleRecord]:
+        if self.listed is None:
+            self.listed = list(self._listing())
+        return self.listed
+
+    def __len__(self) -> int:
+        return len(self._records())
+
+    def __iter__(self) -> Iterator[LifecycleRecord]:
+        return iter(self._records())
+
+    @overload
+    def __getitem__(self, index: int) -> LifecycleRecord: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[LifecycleRecord]: ...
+    def __getitem__(self, index: int | slice) -> LifecycleRecord | list[LifecycleRecord]:
+        return self._records()[index]
 
 
 def lifecycle_over(records: RecordStore, record_id: str) -> bool:
