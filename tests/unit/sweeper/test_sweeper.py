@@ -3,6 +3,7 @@ entries, leftover annotations, and a failing part that does not stop the others.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from nodecycle.domain.completion import CompleteAction
 from nodecycle.domain.engine import Dispatcher
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import Worker
-from nodecycle.domain.model import ActionRef, LifecycleRecord, Step
+from nodecycle.domain.model import ActionRef, LifecycleRecord, Step, global_deadline
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.cluster import Claim, NodeInfo
 from nodecycle.domain.ports.lifecycle import WorkMessage
@@ -646,3 +647,58 @@ def test_a_failing_part_does_not_stop_the_others_and_fails_the_sweep() -> None:
     with pytest.raises(SweepFailed, match="broken"):
         sweeper.sweep()
     assert ran == ["fine"]
+
+
+class Killed(BaseException):
+    """The Lambda runtime ending an invocation at its timeout: nothing in the function catches it."""
+
+
+def test_sweeps_cut_short_by_their_timeout_keep_every_stalled_action_alive_most_urgent_first() -> None:
+    # Given a stalled queue and two open actions under hooks of 900 s, both to be heartbeated before the next
+    # sweep: the one the index lists first (due first) was heartbeated 300 s ago, the other 850 s ago (it
+    # expires in 50 s); and sweeps so slowed down (Auto Scaling throttled) that each runs out of time after
+    # one heartbeat
+    repair = Repair()
+    repair.autoscaling.action_timeout = 900
+    now = T0 + timedelta(hours=1)
+    repair.clock.current = now
+    lifecycles = []
+    for token, due, renewed in (
+        ("a", now - timedelta(minutes=10), 300),
+        ("b", now - timedelta(minutes=5), 850),
+    ):
+        repair.autoscaling.issue(token, f"i-{token}")
+        record = make_record(
+            PLAN,
+            Step.EVICT,
+            id=f"i-{token}/terminate/{token}",
+            instance_id=f"i-{token}",
+            token=token,
+            node=f"n-{token}",
+            due_at=due,
+            heartbeat_timeout=900,
+            global_deadline=global_deadline(T0, 900),
+        )
+        record = kept_alive(repair.autoscaling, record, now - timedelta(seconds=renewed))
+        repair.records.create(record)
+        lifecycles.append(record)
+    heartbeat = repair.autoscaling.heartbeat
+
+    def until_the_timeout(action: ActionRef) -> bool:
+        if calls.pop() == "timeout":
+            raise Killed
+        return heartbeat(action)
+
+    repair.autoscaling.heartbeat = until_the_timeout  # type: ignore[method-assign]
+
+    # When four sweeps run, INTERVAL apart, each killed at its second heartbeat
+    for _ in range(4):
+        calls = ["timeout", "heartbeat"]
+        with contextlib.suppress(Killed):
+            repair.run()
+        repair.clock.advance(INTERVAL.total_seconds())
+
+    # Then no action timed out between them: each sweep heartbeated the one that would expire first, and the
+    # one it did not reach was the most urgent of the next
+    for record in lifecycles:
+        assert repair.autoscaling.expires_at(record.token) > repair.clock.now(), record.token

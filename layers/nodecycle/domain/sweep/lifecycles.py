@@ -85,7 +85,7 @@ class LifecycleRepair:
             ),
             0,
         )
-        for record in open_records:
+        for record in sorted(open_records, key=self._urgency):
             # Each lifecycle at the time the sweep reaches it: the calls for the ones before may have taken
             # seconds (throttled, retried), and a start time would find a lost message "not yet overdue".
             now = max(now, self._clock.now())
@@ -114,6 +114,17 @@ class LifecycleRepair:
         if counts["RepairsFailed"]:
             raise SweepFailed(f"{counts['RepairsFailed']} lifecycles could not be repaired (the others were)")
         return counts
+
+    def _urgency(self, record: LifecycleRecord) -> tuple[bool, datetime]:
+        """The order of the repairs: the open actions first, the one Auto Scaling would end soonest (its
+        heartbeat deadline, or the point where it is settled) first; then the rest by due time. A sweep that
+        runs out of time (a Lambda timeout under throttling) has then spent it on the actions that could not
+        wait, and the ones it did not reach are the most urgent of the next sweep: in the index's order (due
+        time, which a heartbeat does not change) the same ones came first at every sweep, and an action
+        further down timed out though every sweep ran."""
+        if record.action_open:
+            return False, min(record.heartbeat_deadline, record.global_deadline - self._settle_before)
+        return True, record.due_at
 
     def _keep_alive(self, record: LifecycleRecord, now: datetime, counts: Counts) -> LifecycleRecord | None:
         """Heartbeat the action if its heartbeat deadline comes before the next sweep can; the record as it
