@@ -702,3 +702,38 @@ def test_sweeps_cut_short_by_their_timeout_keep_every_stalled_action_alive_most_
     # one it did not reach was the most urgent of the next
     for record in lifecycles:
         assert repair.autoscaling.expires_at(record.token) > repair.clock.now(), record.token
+
+
+def test_a_budget_entry_whose_lifecycle_cannot_be_read_does_not_keep_the_other_stale_entries() -> None:
+    # Given three holders not in the sweep's list of open lifecycles: one whose record DynamoDB will not
+    # read (throttled past the client's retries), one whose lifecycle is over, and one whose node is gone
+    records = InMemoryRecords()
+    records.create(make_record(PLAN, Step.DONE, id="i-2/terminate/b", instance_id="i-2"))
+    budget = FakeBudget(
+        [
+            entry("n1", "i-1/terminate/a", "i-1"),
+            entry("n2", "i-2/terminate/b", "i-2"),
+            entry("n3", "i-3/terminate/c", "i-3"),
+        ]
+    )
+    get = records.get
+
+    def throttled(record_id: str) -> LifecycleRecord | None:
+        if record_id == "i-1/terminate/a":
+            raise TransientError("reading a lifecycle record: ProvisionedThroughputExceededException")
+        return get(record_id)
+
+    records.get = throttled  # type: ignore[method-assign]
+    part = StaleBudgetEntries(
+        budget=budget,
+        records=records,
+        node_names=lambda: {"n1", "n2"},
+        alive_instances=AliveInstances({"i-1", "i-2", "i-3"}),
+        waker=Dispatcher(records=records, queues=RecordingQueues(), clock=FakeClock(), metrics=FakeMetrics()),
+    )
+
+    # When the sweeper judges them, Then the other two are removed, the unreadable one is kept (its lifecycle
+    # may be live), and the part fails once the budget is swept
+    with pytest.raises(SweepFailed, match="1 budget entries"):
+        part([], T0)
+    assert budget.judged == {"n1": False, "n2": True, "n3": True}

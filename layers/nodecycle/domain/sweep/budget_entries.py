@@ -37,6 +37,7 @@ class StaleBudgetEntries:
 
     def __call__(self, open_records: Sequence[LifecycleRecord], now: datetime) -> Counts:
         open_ids = {record.id for record in open_records}
+        unread: list[str] = []
 
         def stale(entries: Sequence[Holder | Waiter]) -> set[str]:
             # One node list and one batched instance check for all the entries judged: EC2 is asked about
@@ -44,13 +45,13 @@ class StaleBudgetEntries:
             # holds a slot too, and its instance is alive).
             nodes = self._node_names()
             alive = self._alive({entry.instance_id for entry in entries})
-            return {
-                entry.record_id
-                for entry in entries
-                if (entry.record_id not in open_ids and lifecycle_over(self._records, entry.record_id))
-                or entry.node not in nodes
-                or entry.instance_id not in alive
-            }
+            doomed: set[str] = set()
+            for entry in entries:
+                if entry.node not in nodes or entry.instance_id not in alive:
+                    doomed.add(entry.record_id)  # (no record read needed)
+                elif entry.record_id not in open_ids and self._over(entry, unread):
+                    doomed.add(entry.record_id)
+            return doomed
 
         result = self._budget.sweep(stale=stale)
         unwoken = 0
@@ -62,6 +63,24 @@ class StaleBudgetEntries:
                 # still has its own backoff message. The sweep fails once all were tried.
                 log.exception("could not wake waiter %s for a freed budget slot", waiting)
                 unwoken += 1
+        failures = []
+        if unread:
+            failures.append(f"could not read the lifecycles of {len(unread)} budget entries (kept)")
         if unwoken:
-            raise SweepFailed(f"could not wake {unwoken} waiters (the others were woken)")
+            failures.append(f"could not wake {unwoken} waiters (the others were woken)")
+        if failures:
+            raise SweepFailed(f"{'; '.join(failures)}; the other entries were swept")
         return {"SweptHolders": len(result.holders), "SweptWaiters": len(result.waiters)}
+
+    def _over(self, entry: Holder | Waiter, unread: list[str]) -> bool:
+        """Whether the entry's lifecycle is over. One record DynamoDB will not read (throttled past the
+        client's retries) keeps its entry, which may be live, and must not keep the others from the sweep:
+        noted in ``unread``, and the part fails once the budget is swept."""
+        try:
+            return lifecycle_over(self._records, entry.record_id)
+        except Exception:
+            log.exception(
+                "could not read lifecycle %s of the budget entry of %s: kept", entry.record_id, entry.node
+            )
+            unread.append(entry.record_id)
+            return False
