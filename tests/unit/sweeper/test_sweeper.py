@@ -278,6 +278,27 @@ def test_the_last_sweep_settles_an_action_even_when_its_heartbeat_is_throttled()
     assert (action, result) == (record.action, ActionResult.CONTINUE)
 
 
+def test_the_last_sweep_settles_an_action_even_when_its_heartbeat_is_denied() -> None:
+    # Given a stalled lifecycle at the only sweep left before its action's global timeout (the next one comes
+    # after it), and Auto Scaling refusing the sweeper's heartbeats though not its completions (a policy
+    # edited by hand: the adapter raises botocore's ClientError for AccessDenied as it is, not as transient)
+    repair = Repair()
+    record = make_record(PLAN, Step.EVICT, node="n1")
+    repair.clock.current = record.global_deadline - timedelta(minutes=3)
+    repair.records.create(kept_alive(repair.autoscaling, record, repair.clock.now() - INTERVAL))
+
+    def denied(action: ActionRef) -> bool:
+        raise PermissionError("AccessDenied: not authorized to perform RecordLifecycleActionHeartbeat")
+
+    repair.autoscaling.heartbeat = denied  # type: ignore[method-assign]
+
+    # When the sweeper runs, Then it still completes the action: a completion needs no heartbeat, and no
+    # later sweep comes before Auto Scaling would apply the hook's default result to an undrained node
+    assert repair.run()["LifecyclesSettled"] == 1
+    ((action, result),) = repair.autoscaling.completed
+    assert (action, result) == (record.action, ActionResult.CONTINUE)
+
+
 @pytest.mark.parametrize(
     ("late", "grace", "beat", "due"),
     [

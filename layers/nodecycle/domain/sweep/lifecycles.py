@@ -8,7 +8,6 @@ from datetime import datetime, timedelta
 
 from nodecycle.domain.completion import CompleteAction
 from nodecycle.domain.engine import Dispatcher, Outcome, advance
-from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import after_completion, completed_first
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.policy import ActionResult
@@ -94,12 +93,13 @@ class LifecycleRepair:
                 last = record.action_open and self._last_chance(record, now)
                 try:
                     kept = self._keep_alive(record, now, counts)
-                except TransientError as error:
+                except Exception as error:
                     if not last:
                         raise
-                    # no later sweep can settle it: complete it anyway (a completion needs no heartbeat)
+                    # No later sweep can settle it: complete it anyway (a completion needs no heartbeat),
+                    # whatever kept the heartbeat from Auto Scaling: throttling, or a denial of that call alone.
                     log.warning(
-                        "could not heartbeat %s at its last chance (%s): settling it", record.id, error
+                        "could not heartbeat %s at its last chance (%r): settling it", record.id, error
                     )
                     kept = record
                 counts["LifecyclesStalled"] += overdue
