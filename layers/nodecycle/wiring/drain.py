@@ -119,7 +119,15 @@ def engine() -> StepEngine:
                 events=events,
                 records=ports.records,
             ),
-            Step.CORDON: Cordon(finder=finder, cluster=nodes, policy=policy, events=events),
+            Step.CORDON: Cordon(
+                finder=finder,
+                cluster=nodes,
+                slots=slots,
+                dispatcher=ports.dispatcher(),
+                policy=policy,
+                metrics=ports.metrics,
+                events=events,
+            ),
             Step.FORGET_NODE: ForgetNode(
                 finder=finder,
                 cluster=nodes,

@@ -20,7 +20,7 @@ from kubernetes.client import (
 )
 
 from nodecycle.adapters.kube.cluster_api import KubeCluster
-from nodecycle.domain.drain.steps import AcquireSlot, Cleanup, Cordon, Evict, ForgetNode
+from nodecycle.domain.drain.steps import AcquireSlot, Cleanup, Evict, ForgetNode
 from nodecycle.domain.engine import Dispatcher
 from nodecycle.domain.model import LifecycleRecord, Step, Transition
 from nodecycle.domain.nodes import NodeFinder
@@ -36,6 +36,7 @@ from tests.unit.drain.test_drain_steps import (
     FakeSlots,
     NoDns,
     cleanup,
+    cordon,
     policy,
     spot,
     terminating,
@@ -366,9 +367,7 @@ def test_a_node_name_another_instance_took_is_neither_given_a_slot_nor_cordoned(
         events=FakeEvents(),
         records=InMemoryRecords(),
     )(waiting, T0)
-    cordoned = Cordon(finder=finder, cluster=cluster, policy=policy(), events=FakeEvents())(
-        draining(Step.CORDON), T0
-    )
+    cordoned = cordon(cluster, finder=finder)(draining(Step.CORDON), T0)
 
     # Then the other instance's node gets no slot and no cordon
     assert slots.requests == []
@@ -405,9 +404,9 @@ def test_a_node_object_its_kubelet_registers_again_while_draining_is_cordoned_ag
     # node) and registered again by the instance's kubelet: the same instance, a new uid, not cordoned, and the
     # scheduler placing pods on it
     finder = NodeFinder(cluster, NoDns())
-    cordon = Cordon(finder=finder, cluster=cluster, policy=policy(), events=FakeEvents())
+    claim = cordon(cluster, finder=finder)
     record = draining(Step.CORDON, node_uid=cluster.get_node(NODE).uid)  # type: ignore[union-attr]
-    record = record.model_copy(update={"step": Step.EVICT, **cordon(record, T0).changes})
+    record = record.model_copy(update={"step": Step.EVICT, **claim(record, T0).changes})
     server.remove_node(NODE)
     server.add_node(NODE, instance_id=INSTANCE, zone="eu-west-1a")
     server.settle()
@@ -418,7 +417,7 @@ def test_a_node_object_its_kubelet_registers_again_while_draining_is_cordoned_ag
     outcome = evict(cluster)(record, later)
     assert outcome.then is Step.CORDON
     record = record.model_copy(update={"step": Step.CORDON, **outcome.changes})
-    again = cordon(record, later)
+    again = claim(record, later)
 
     # Then the new node object is claimed as the old one was (cordoned, annotated), and the drain goes on with
     # the time it had: its start and its deadline are the drain's, not the new claim's
@@ -436,7 +435,7 @@ def test_a_node_stopped_into_the_warm_pool_comes_back_uncordoned_when_its_state_
     # Given the instance's node cordoned by its terminate action into the warm pool, now complete
     finder = NodeFinder(cluster, NoDns())
     drained = draining(Step.CORDON, destination="WarmPool")
-    Cordon(finder=finder, cluster=cluster, policy=policy(), events=FakeEvents())(drained, T0)
+    cordon(cluster, finder=finder)(drained, T0)
     slots = FakeSlots(holders={NODE}, held_for={NODE: drained.id})
     waker = Dispatcher(
         records=InMemoryRecords(), queues=RecordingQueues(), clock=FakeClock(T0), metrics=FakeMetrics()
@@ -478,9 +477,7 @@ def test_a_node_back_from_the_warm_pool_keeps_the_cordon_and_the_label_nodecycle
     )
     # When nodecycle drains it for a scale-in into the warm pool, and cleans up after the completion
     record = draining(Step.CORDON, destination="WarmPool")
-    claimed = Cordon(
-        finder=NodeFinder(cluster, NoDns()), cluster=cluster, policy=policy(), events=FakeEvents()
-    )(record, T0)
+    claimed = cordon(cluster)(record, T0)
     back = FakeAutoscaling(states={INSTANCE: "Pending"})  # and the instance is taken out of the pool again
     cleanup(cluster, FakeSlots(holders={NODE}, held_for={NODE: record.id}), back)(
         record.model_copy(update={"step": Step.CLEANUP, "drain_started_at": T0, **claimed.changes}), T0
@@ -492,3 +489,63 @@ def test_a_node_back_from_the_warm_pool_keeps_the_cordon_and_the_label_nodecycle
     assert stored["spec"].get("unschedulable") is True
     assert (stored["metadata"].get("labels") or {}).get(EXCLUDE_LB_LABEL) == "true"
     assert not [key for key in stored["metadata"].get("annotations") or {} if key.startswith("nodecycle.io/")]
+
+
+@pytest.mark.parametrize(("code", "reason"), [(400, ""), (403, "Forbidden"), (422, "Invalid")])
+def test_a_cordon_the_api_server_refuses_is_told_and_asked_again_at_each_poll_with_the_slot_kept(
+    cluster: KubeCluster, server: KubeServer, code: int, reason: str
+) -> None:
+    # Given a node whose patches an admission webhook denies (a policy engine that guards it)
+    why = "nodes of this pool may not be changed"
+    server.admission.deny(Denial(WEBHOOK, "UPDATE", "nodes", "*", NODE, code, reason, why))
+    slots, metrics, events = FakeSlots(holders={NODE}), FakeMetrics(), FakeEvents()
+    step = cordon(cluster, slots=slots, metrics=metrics, events=events)
+    record = draining(Step.CORDON, zone="eu-west-1a")
+
+    # When the drain cordons it, twice
+    first = step(record, T0)
+    record = record.model_copy(update=first.changes)
+    second = step(record, T0 + timedelta(seconds=5))
+
+    # Then the refusal is an error an operator sees (the alarm's metric, one Warning event with the server's
+    # words), the cordon is asked again at the poll interval, the slot renewed meanwhile, and nothing of the
+    # node is touched: no eviction comes before a cordon
+    assert (first.again, first.delay, second.again, second.delay) == (True, 5, True, 5)
+    assert metrics.counts["EvictionErrors"] == 2
+    assert events.written == [(NODE, "CordonRefused", "Warning")]
+    assert f'admission webhook "{WEBHOOK}" denied the request: {why}' in events.messages[0]
+    assert [request.node for request in slots.requests] == [NODE]  # the second poll renewed it
+    node = server.get_object("nodes", NODE)
+    assert node is not None
+    assert not node["spec"].get("unschedulable")
+    assert not any(on_its_way_out(server, pod) for pod in web_pods(cluster))
+
+    # When the webhook lets the cordon through, Then the drain's time counts from its first try
+    server.admission.clear()
+    record = record.model_copy(update=second.changes)
+    claimed = step(record, T0 + timedelta(seconds=10))
+    assert (claimed.then, claimed.again) == (None, False)
+    assert (claimed.changes["drain_started_at"], claimed.changes["drain_deadline"]) == (T0, DEADLINE)
+    node = server.get_object("nodes", NODE)
+    assert node is not None
+    assert node["spec"].get("unschedulable") is True
+
+
+def test_a_cordon_refused_until_the_drain_timeout_settles_the_action_without_evicting(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given a node whose patches RBAC-like denial refuses for the whole drain timeout
+    server.admission.deny(Denial(WEBHOOK, "UPDATE", "nodes", "*", NODE, 403, "Forbidden", "no"))
+    metrics, events = FakeMetrics(), FakeEvents()
+    step = cordon(cluster, slots=FakeSlots(holders={NODE}), metrics=metrics, events=events)
+    record = draining(Step.CORDON, zone="eu-west-1a")
+    record = record.model_copy(update=step(record, T0).changes)
+
+    # When the drain timeout passes with the cordon still refused
+    outcome = step(record, DEADLINE)
+
+    # Then the drain timed out (its alarm, its event) and the action is settled: no pod was evicted
+    assert (outcome.then, outcome.changes["outcome"]) == (Step.COMPLETE, "drain-timeout-cordon-refused")
+    assert metrics.counts["DrainTimeouts"] == 1
+    assert (NODE, "DrainTimeout", "Warning") in events.written
+    assert not any(on_its_way_out(server, pod) for pod in web_pods(cluster))

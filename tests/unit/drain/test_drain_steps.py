@@ -394,6 +394,19 @@ def terminating(step: Step, **changes: object) -> LifecycleRecord:
     return record.model_copy(update=changes)
 
 
+def cordon(cluster: Cluster, **ports: object) -> Cordon:
+    """The cordon step on ``cluster``, with fakes for the ports ``ports`` does not name."""
+    defaults: dict[str, object] = {
+        "finder": NodeFinder(cluster, NoDns()),
+        "slots": FakeSlots(),
+        "dispatcher": wakes_to_nowhere(),
+        "policy": policy(),
+        "metrics": FakeMetrics(),
+        "events": FakeEvents(),
+    }
+    return Cordon(cluster=cluster, **(defaults | ports))  # type: ignore[arg-type]
+
+
 # -- ACQUIRE_SLOT -------------------------------------------------------------------------------------------
 
 
@@ -495,9 +508,7 @@ def test_a_cordon_near_the_global_timeout_leaves_the_timeout_policy_time_to_act(
     cluster = FakeCluster(nodes={NODE: node()})
     record = terminating(Step.CORDON, node=NODE)
     late = record.global_deadline - timedelta(minutes=5)
-    outcome = Cordon(
-        finder=NodeFinder(cluster, NoDns()), cluster=cluster, policy=policy(), events=FakeEvents()
-    )(record, late)
+    outcome = cordon(cluster)(record, late)
     # force grace 5 s + a stuck pod's minute + the engine's guard point: where the sweeper's last run (every
     # 5 minutes) would settle it, two 60 s heartbeat margins more (later than margin + one fault's 150 s)
     assert outcome.changes["drain_deadline"] == record.global_deadline - timedelta(seconds=5 + 60 + 300 + 120)
@@ -525,9 +536,7 @@ def test_a_node_claimed_by_an_owner_that_holds_no_slot_any_more_is_adopted() -> 
     # When this stack's lifecycle of the node takes a slot and cordons
     taken = acquire(cluster, slots)(terminating(Step.ACQUIRE_SLOT), T0)
     record = terminating(Step.CORDON, node=NODE, extra=taken.changes["extra"])
-    cordoned = Cordon(
-        finder=NodeFinder(cluster, NoDns()), cluster=cluster, policy=policy(), events=FakeEvents()
-    )(record, T0)
+    cordoned = cordon(cluster)(record, T0)
 
     # Then it adopts the node: its own slot, its own annotations
     assert (taken.then, taken.again) == (None, False)
@@ -555,9 +564,7 @@ def test_a_waiter_whose_node_name_went_to_another_instance_takes_no_slot_for_tha
 
 def test_cordon_sets_owner_and_in_progress_with_the_cordon_in_one_patch() -> None:
     cluster = FakeCluster(nodes={NODE: node()})
-    outcome = Cordon(
-        finder=NodeFinder(cluster, NoDns()), cluster=cluster, policy=policy(), events=FakeEvents()
-    )(terminating(Step.CORDON, node=NODE), T0)
+    outcome = cordon(cluster)(terminating(Step.CORDON, node=NODE), T0)
     (patch,) = cluster.patches
     assert patch["owner"] == "stack-a"
     assert patch["cordon"] is True
@@ -576,18 +583,14 @@ def test_cordon_sets_owner_and_in_progress_with_the_cordon_in_one_patch() -> Non
 
 def test_a_node_in_progress_without_owner_is_adopted() -> None:
     cluster = FakeCluster(nodes={NODE: node(in_progress='{"instance":"i-0123456789abcdef0"}')})
-    outcome = Cordon(
-        finder=NodeFinder(cluster, NoDns()), cluster=cluster, policy=policy(), events=FakeEvents()
-    )(terminating(Step.CORDON, node=NODE), T0)
+    outcome = cordon(cluster)(terminating(Step.CORDON, node=NODE), T0)
     assert outcome.then is None
     assert cluster.nodes[NODE].owner == "stack-a"
 
 
 def test_a_node_claimed_by_another_owner_meanwhile_is_not_touched() -> None:
     cluster = FakeCluster(nodes={NODE: node(owner="stack-b")})
-    outcome = Cordon(
-        finder=NodeFinder(cluster, NoDns()), cluster=cluster, policy=policy(), events=FakeEvents()
-    )(terminating(Step.CORDON, node=NODE), T0)
+    outcome = cordon(cluster)(terminating(Step.CORDON, node=NODE), T0)
     assert outcome.then is Step.COMPLETE
     assert cluster.patches == []
 
@@ -598,9 +601,7 @@ def test_a_node_whose_name_went_to_another_instance_is_not_cordoned() -> None:
     cluster = FakeCluster(nodes={NODE: node(instance_id="i-0ffffffffffffffff")})
 
     # When the cordon comes
-    outcome = Cordon(
-        finder=NodeFinder(cluster, NoDns()), cluster=cluster, policy=policy(), events=FakeEvents()
-    )(terminating(Step.CORDON, node=NODE), T0)
+    outcome = cordon(cluster)(terminating(Step.CORDON, node=NODE), T0)
 
     # Then the new instance's node is left alone: the instance's node is gone
     assert cluster.patches == []
@@ -609,9 +610,7 @@ def test_a_node_whose_name_went_to_another_instance_is_not_cordoned() -> None:
 
 def test_a_node_that_changed_since_it_was_read_is_read_again() -> None:
     cluster = FakeCluster(nodes={NODE: node()}, conflicts=1)
-    outcome = Cordon(
-        finder=NodeFinder(cluster, NoDns()), cluster=cluster, policy=policy(), events=FakeEvents()
-    )(terminating(Step.CORDON, node=NODE), T0)
+    outcome = cordon(cluster)(terminating(Step.CORDON, node=NODE), T0)
     assert (outcome.again, outcome.delay) == (True, 1)
 
 
@@ -1479,9 +1478,7 @@ def test_a_spot_interruption_takes_a_slot_even_when_the_budget_is_full() -> None
 def test_a_spot_drain_ends_before_the_interruption_and_no_grace_reaches_past_it() -> None:
     # Given the cordon 20 s after the warning
     cluster = FakeCluster(nodes={NODE: node()}, pods=[pod("web-1")])
-    cordoned = Cordon(
-        finder=NodeFinder(cluster, NoDns()), cluster=cluster, policy=policy(), events=FakeEvents()
-    )(spot(Step.CORDON, node=NODE), T0 + timedelta(seconds=20))
+    cordoned = cordon(cluster)(spot(Step.CORDON, node=NODE), T0 + timedelta(seconds=20))
     deadline = cordoned.changes["drain_deadline"]
     assert deadline == T0 + timedelta(minutes=2) - timedelta(seconds=10)
     # When the pods are evicted 30 s after the warning, Then their grace fits in the 80 s left
@@ -1693,9 +1690,7 @@ def test_a_cordon_claimed_since_by_a_later_lifecycle_is_not_lifted_after_the_mai
 
     # When the group's terminate hook drains the node meanwhile (its claim), and then the reboot is over
     terminate = terminating(Step.CORDON, node=NODE)
-    Cordon(finder=NodeFinder(cluster, NoDns()), cluster=cluster, policy=policy(), events=FakeEvents())(
-        terminate, REBOOT_AT
-    )
+    cordon(cluster)(terminate, REBOOT_AT)
     ec2.events = []
     done = step(watching, REBOOT_AT + timedelta(minutes=5))
 
@@ -1727,9 +1722,7 @@ def test_a_node_drained_for_two_maintenances_in_turn_is_uncordoned_once_the_seco
 
     # When the next lifecycle cordons the node before its own maintenance, and cleans up once that is over
     following = record.followed_by(later).model_copy(update={"step": Step.CORDON, "node": NODE})
-    claimed = Cordon(
-        finder=NodeFinder(cluster, NoDns()), cluster=cluster, policy=policy(), events=FakeEvents()
-    )(following, retirement_at - timedelta(hours=1))
+    claimed = cordon(cluster)(following, retirement_at - timedelta(hours=1))
     assert (
         claimed.changes["extra"]["set_on_node"]["cordon"] is True
     )  # taken over: the node was cordoned already
@@ -1999,9 +1992,7 @@ def test_a_late_cleanup_of_an_old_warm_pool_lifecycle_leaves_a_later_lifecycles_
     cluster = FakeCluster(nodes={NODE: node()})
     later = T0 + timedelta(hours=2)
     t3 = terminating(Step.CORDON, id=f"{INSTANCE}/terminate/t3", token="t3", node=NODE)
-    claimed = Cordon(
-        finder=NodeFinder(cluster, NoDns()), cluster=cluster, policy=policy(), events=FakeEvents()
-    )(t3, later)
+    claimed = cordon(cluster)(t3, later)
     waker = Dispatcher(
         records=InMemoryRecords(), queues=RecordingQueues(), clock=FakeClock(later), metrics=FakeMetrics()
     )
@@ -2031,13 +2022,11 @@ def test_a_node_cordoned_and_excluded_before_the_claim_stays_so_when_it_comes_ba
     # Given a node an operator cordoned, of a node group labelled out of external load balancers
     cluster = FakeCluster(nodes={NODE: node(unschedulable=True, excluded_from_lb=True)}, cordoned={NODE})
     record = terminating(Step.CORDON, node=NODE, destination="WarmPool")
-    cordon = Cordon(
-        finder=NodeFinder(cluster, NoDns()), cluster=cluster, policy=policy(), events=FakeEvents()
-    )
+    claim = cordon(cluster)
 
     # When nodecycle claims it (twice: a redelivery after a crash before the record said so)
-    claimed = cordon(record, T0)
-    again = cordon(record, T0 + timedelta(seconds=1))
+    claimed = claim(record, T0)
+    again = claim(record, T0 + timedelta(seconds=1))
 
     # Then it notes that it set neither, in the record and on the node
     assert claimed.changes["extra"]["set_on_node"] == again.changes["extra"]["set_on_node"]

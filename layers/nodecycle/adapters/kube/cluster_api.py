@@ -229,6 +229,10 @@ class KubeCluster:
                 return Claim.CONFLICT
             if error.status == 404:
                 return Claim.GONE
+            if error.status in (400, 403, 422):
+                # The node's answer (a webhook that guards it, a role without patch on nodes), not the cluster's:
+                # the step decides what becomes of the drain, rather than the message failing until its DLQ
+                raise Refused(status_message(error)) from error
             raise
         return Claim.CLAIMED
 

@@ -58,6 +58,8 @@ FAILED_PODS = "failed_pods"
 # A pass over the pods stops calling after this many transient failures: one pod's call failing is that pod's
 # trouble, more is the API server's, and each may have cost a read timeout of the step's minute.
 FAILURES_PER_PASS = 2
+# record.extra key: since when the API server refuses the drain's cordon (a webhook that guards the node, RBAC)
+CORDON_REFUSED = "cordon_refused"
 DRAINED_AT = "drained_at"  # record.extra key: when the node was found empty (the load balancer delay starts)
 POLLS = "polls"  # record.extra key: how often the drain has looked for its pods so far
 # (record.extra's SET_ON_NODE: what nodecycle itself set on the node when it claimed it; see the model)
@@ -462,10 +464,23 @@ def _watching(record: LifecycleRecord, key: str, now: datetime) -> tuple[datetim
 
 
 class Cordon:
-    def __init__(self, *, finder: NodeFinder, cluster: Cluster, policy: DrainPolicy, events: Events) -> None:
+    def __init__(
+        self,
+        *,
+        finder: NodeFinder,
+        cluster: Cluster,
+        slots: Slots,
+        dispatcher: Dispatcher,
+        policy: DrainPolicy,
+        metrics: Metrics,
+        events: Events,
+    ) -> None:
         self._finder = finder
         self._cluster = cluster
+        self._slots = slots
+        self._dispatcher = dispatcher
         self._policy = policy
+        self._metrics = metrics
         self._events = events
 
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
@@ -485,11 +500,23 @@ class Cordon:
         if node.owner is None and node.in_progress:
             log.info("adopting node %s: in progress with no owner", node.name)
         set_on_node = self._set_on_node(node, record)
+        refused_since = record.extra.get(CORDON_REFUSED)
         if record.drain_started_at is not None and record.drain_deadline is not None:
             # claimed again by its drain (its node was registered again, see Evict): the drain keeps its time
             started, deadline = record.drain_started_at, record.drain_deadline
         else:
-            started, deadline = now, min(now + self._policy.timeout, _deadline_cap(record, self._policy))
+            # (a cordon the API server refused before: the drain's time runs since its first try)
+            started = datetime.fromisoformat(str(refused_since)) if refused_since else now
+            deadline = min(started + self._policy.timeout, _deadline_cap(record, self._policy))
+        if refused_since and Step.ACQUIRE_SLOT in record.plan:
+            # asked again after a refusal, polls apart: the slot is renewed as a drain's polls renew it
+            request = _slot_request(record, node.name, node.zone, **_precedence(record, now, self._policy))
+            renewed = self._slots.renew(request)
+            _wake(self._dispatcher, renewed.wake)
+            if not renewed.granted:
+                log.warning("lost the budget slot of node %s before its cordon: waiting for one", node.name)
+                self._metrics.count("BudgetSlotsLost")
+                return Outcome.goto(Step.ACQUIRE_SLOT, self._policy.budget_retry_seconds, **found)
         in_progress = json.dumps(
             {
                 "instance": record.instance_id,
@@ -500,19 +527,24 @@ class Cordon:
             },
             separators=(",", ":"),
         )
-        claim = self._cluster.claim_node(
-            node,
-            owner=record.owner,
-            in_progress=in_progress,
-            cordon=True,
-            exclude_from_lb=self._policy.exclude_from_load_balancers,
-        )
+        try:
+            claim = self._cluster.claim_node(
+                node,
+                owner=record.owner,
+                in_progress=in_progress,
+                cordon=True,
+                exclude_from_lb=self._policy.exclude_from_load_balancers,
+            )
+        except Refused as refusal:
+            return self._refused(record, node, str(refusal), started, deadline, now, found)
         if claim is Claim.CONFLICT:
             return Outcome.wait(1)  # the node changed under us: read it again and decide again
         if claim is Claim.GONE:
             return Outcome.goto(settle_step(record), outcome="node-gone")
         log.info("cordoned node %s", node.name)
-        extra = found.get("extra", record.extra)
+        extra = {
+            key: value for key, value in found.get("extra", record.extra).items() if key != CORDON_REFUSED
+        }
         found["extra"] = {**extra, SET_ON_NODE: set_on_node}
         found["node_uid"] = node.uid
         self._events.on_node(
@@ -523,6 +555,51 @@ class Cordon:
             f"its pods until {deadline:%H:%M:%S}Z, then {self._policy.on_timeout}",
         )
         return Outcome.next(drain_started_at=started, drain_deadline=deadline, **found)
+
+    def _refused(
+        self,
+        record: LifecycleRecord,
+        node: NodeInfo,
+        why: str,
+        started: datetime,
+        deadline: datetime,
+        now: datetime,
+        found: dict[str, Any],
+    ) -> Outcome:
+        """The API server will not cordon the node (an admission webhook that guards it, a role without patch
+        on nodes): an error an operator must see, as a refused eviction is (the eviction errors' alarm, a
+        Warning event). Nothing of the node is disrupted meanwhile: no eviction without its cordon, or the
+        pods' replacements are scheduled onto it again. The cordon is asked again at each poll while the
+        drain's time runs (the slot renewed, see above). At the drain timeout the drain is over as one that
+        could not finish: the action is settled, as both timeout policies end (the instance goes, with its
+        pods), rather than held until its global timeout with its slot; the force policy's deletes are left
+        out, for the same reason as the evictions."""
+        log.error("cordon of node %s refused: %s", node.name, why)
+        self._metrics.count("EvictionErrors")  # the alarm: an operator must look
+        if now >= deadline:
+            log.warning("drain timeout with the cordon of node %s still refused: settling", node.name)
+            self._metrics.count("DrainTimeouts")
+            self._events.on_node(
+                node.name,
+                node.uid,
+                "DrainTimeout",
+                f"Drain timed out with its cordon refused since {started:%H:%M:%S}Z ({why}): nothing was "
+                f"evicted; the lifecycle action of {record.instance_id} is completed",
+                warning=True,
+            )
+            return Outcome.goto(settle_step(record), outcome="drain-timeout-cordon-refused", **found)
+        extra = found.get("extra", record.extra)
+        if CORDON_REFUSED not in extra:  # told once per drain: it is asked again at every poll
+            self._events.on_node(
+                node.name,
+                node.uid,
+                "CordonRefused",
+                f"Cordon by nodecycle ({record.owner}) for the termination of {record.instance_id} refused by "
+                f"the API server: {why}; asked again until {deadline:%H:%M:%S}Z, then the drain times out",
+                warning=True,
+            )
+        changes = {**found, "extra": {**extra, CORDON_REFUSED: started.isoformat()}}
+        return Outcome.wait(self._policy.poll_seconds, **changes)
 
     def _set_on_node(self, node: NodeInfo, record: LifecycleRecord) -> dict[str, bool]:
         """What this claim sets on the node that was not there: the cordon, the load balancer exclusion. A

@@ -140,7 +140,8 @@ class Cluster(Protocol):
     def claim_node(
         self, node: NodeInfo, *, owner: str, in_progress: str, cordon: bool, exclude_from_lb: bool
     ) -> Claim:
-        """One PATCH, conditional on the node's resourceVersion: owner + in-progress annotations, cordon."""
+        """One PATCH, conditional on the node's resourceVersion: owner + in-progress annotations, cordon. Raises
+        :class:`Refused` when the API server will not patch the node (an admission webhook, RBAC)."""
         ...
 
     def release_node(
@@ -154,7 +155,8 @@ class Cluster(Protocol):
         """One PATCH, conditional on the resourceVersion: remove both annotations together; for a node that
         will come back, lift the cordon (``uncordon``) and the load balancer exclusion (``unlabel``), each only
         where nodecycle set it. ``released_for`` marks the node with the lifecycle whose annotations this
-        clears before its cleanup (a stop of its instance); without it, the mark is removed."""
+        clears before its cleanup (a stop of its instance); without it, the mark is removed. Raises
+        :class:`Refused` as :meth:`claim_node` does."""
         ...
 
     def pods_on(self, node: str) -> list[PodInfo]:
