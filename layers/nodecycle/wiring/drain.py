@@ -149,6 +149,7 @@ def engine() -> StepEngine:
                 slots=slots,
                 dispatcher=ports.dispatcher(),
                 autoscaling=ports.autoscaling,
+                metrics=ports.metrics,
                 events=events,
                 instances=instances,
                 maintenance_poll_seconds=MAINTENANCE_POLLS_PER_LOOK * config.drain_poll_seconds,

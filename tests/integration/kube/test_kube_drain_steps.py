@@ -455,6 +455,7 @@ def test_a_node_stopped_into_the_warm_pool_comes_back_uncordoned_when_its_state_
         slots=slots,
         dispatcher=waker,
         autoscaling=FakeAutoscaling(states={INSTANCE: "Pending"}),  # since taken out of the pool again
+        metrics=FakeMetrics(),
         events=FakeEvents(),
         instances=Ec2Maintenance(),
     )(drained.model_copy(update={"step": Step.CLEANUP, "drain_started_at": T0}), T0)
@@ -549,3 +550,40 @@ def test_a_cordon_refused_until_the_drain_timeout_settles_the_action_without_evi
     assert metrics.counts["DrainTimeouts"] == 1
     assert (NODE, "DrainTimeout", "Warning") in events.written
     assert not any(on_its_way_out(server, pod) for pod in web_pods(cluster))
+
+
+@pytest.mark.parametrize("lifecycle", ["an action gone, its instance in service", "a rebalance cordon only"])
+def test_a_release_of_the_node_the_api_server_refuses_is_told_and_the_slot_still_given_back(
+    cluster: KubeCluster, server: KubeServer, lifecycle: str
+) -> None:
+    # Given our cordoned node, to be uncordoned (its action turned out gone, its instance stays) or to keep its
+    # cordon without our annotations (a rebalance recommendation's cordon only), and then a webhook that denies
+    # the node's patches
+    if lifecycle == "a rebalance cordon only":
+        plan = (Step.CORDON, Step.CLEANUP, Step.DONE)
+        record = draining(Step.CORDON, transition=Transition.REBALANCE, plan=plan)
+        record = record.model_copy(update={"id": f"{INSTANCE}/rebalance"})
+    else:
+        record = draining(Step.CORDON)
+    claimed = cordon(cluster)(record, T0)
+    record = record.model_copy(update={"step": Step.CLEANUP, "outcome": "action-expired", **claimed.changes})
+    server.admission.deny(Denial(WEBHOOK, "UPDATE", "nodes", "*", NODE, 403, "Forbidden", "pinned"))
+    slots = FakeSlots(holders={NODE}, held_for={NODE: record.id})
+    metrics, events = FakeMetrics(), FakeEvents()
+    in_service = FakeAutoscaling(states={INSTANCE: "InService"})
+
+    # When the cleanup runs
+    outcome = cleanup(cluster, slots, in_service, events, metrics=metrics)(record, T0)
+
+    # Then the refusal is an error told (the alarm's metric, a Warning event with the server's words), and the
+    # lifecycle still ends: its slot is given back; what it left on the node stays for an operator (and the
+    # sweeper) to clear
+    assert (outcome.then, outcome.again) == (None, False)
+    assert slots.released == [NODE]
+    assert metrics.counts["EvictionErrors"] == 1
+    assert (NODE, "ReleaseRefused", "Warning") in events.written
+    assert any(f'admission webhook "{WEBHOOK}" denied the request: pinned' in m for m in events.messages)
+    node = server.get_object("nodes", NODE)
+    assert node is not None
+    assert node["spec"].get("unschedulable") is True
+    assert node["metadata"]["annotations"].get("nodecycle.io/owner") == record.owner

@@ -634,6 +634,8 @@ def cleanup(
     autoscaling: FakeAutoscaling | None = None,
     events: FakeEvents | None = None,
     ec2: Ec2Maintenance | None = None,
+    *,
+    metrics: FakeMetrics | None = None,
 ) -> Cleanup:
     """The CLEANUP step, its wake-ups to nowhere."""
     waker = Dispatcher(
@@ -644,6 +646,7 @@ def cleanup(
         slots=slots,
         dispatcher=waker,
         autoscaling=autoscaling or FakeAutoscaling(),
+        metrics=metrics or FakeMetrics(),
         events=events or FakeEvents(),
         instances=ec2 or Ec2Maintenance(),
     )
@@ -1150,6 +1153,7 @@ def test_cleanup_clears_our_annotations_releases_the_slot_and_wakes_the_next_wai
         slots=slots,
         dispatcher=Dispatcher(records=records, queues=queues, clock=FakeClock(T0), metrics=metrics),
         autoscaling=FakeAutoscaling(),
+        metrics=FakeMetrics(),
         events=FakeEvents(),
         instances=Ec2Maintenance(),
     )
@@ -1281,6 +1285,7 @@ def test_a_node_stopped_into_the_warm_pool_comes_back_uncordoned_whichever_step_
         slots=slots,
         dispatcher=waker,
         autoscaling=FakeAutoscaling(states={INSTANCE: "Warmed:Stopped"}),
+        metrics=FakeMetrics(),
         events=FakeEvents(),
         instances=Ec2Maintenance(),
     )
@@ -1320,6 +1325,7 @@ def test_a_cleanup_into_the_warm_pool_leaves_alone_a_cordon_on_another_instances
         slots=FakeSlots(),
         dispatcher=waker,
         autoscaling=FakeAutoscaling(),
+        metrics=FakeMetrics(),
         events=FakeEvents(),
         instances=Ec2Maintenance(),
     )(record, T0)
@@ -1345,6 +1351,7 @@ def test_a_late_cleanup_leaves_a_newer_lifecycle_of_the_same_node_name_alone() -
         slots=slots,
         dispatcher=waker,
         autoscaling=FakeAutoscaling(),
+        metrics=FakeMetrics(),
         events=FakeEvents(),
         instances=Ec2Maintenance(),
     )(old, T0)
@@ -1379,6 +1386,7 @@ def test_a_node_whose_action_turned_out_gone_is_uncordoned_if_its_instance_stays
         slots=FakeSlots(holders={NODE}),
         dispatcher=waker,
         autoscaling=autoscaling,
+        metrics=FakeMetrics(),
         events=FakeEvents(),
         instances=Ec2Maintenance(),
     )(record, T0)
@@ -1397,6 +1405,7 @@ def test_cleanup_never_clears_the_annotations_of_another_owner() -> None:
         slots=FakeSlots(),
         dispatcher=waker,
         autoscaling=FakeAutoscaling(),
+        metrics=FakeMetrics(),
         events=FakeEvents(),
         instances=Ec2Maintenance(),
     )
@@ -2003,6 +2012,7 @@ def test_a_late_cleanup_of_an_old_warm_pool_lifecycle_leaves_a_later_lifecycles_
         slots=slots,
         dispatcher=waker,
         autoscaling=autoscaling,
+        metrics=FakeMetrics(),
         events=FakeEvents(),
         instances=Ec2Maintenance(),
     )

@@ -125,6 +125,7 @@ def test_a_duplicate_delivery_whose_write_lost_to_a_lifecycle_forgotten_then_cle
             records=world.records, queues=world.queues, clock=world.clock, metrics=FakeMetrics()
         ),
         autoscaling=FakeAutoscaling(states={INSTANCE: "Warmed:Stopped"}),
+        metrics=FakeMetrics(),
         events=FakeEvents(),
         instances=Ec2Maintenance(),
     )

@@ -87,6 +87,7 @@ def test_a_lifecycle_waiting_for_its_instances_other_lifecycle_is_woken_by_that_
         slots=budget,
         dispatcher=waker,
         autoscaling=FakeAutoscaling(),
+        metrics=FakeMetrics(),
         events=FakeEvents(),
         instances=Ec2Maintenance(),
     )(rebalance, world.clock.now())

@@ -893,6 +893,7 @@ class Cleanup:
         slots: Slots,
         dispatcher: Dispatcher,
         autoscaling: Autoscaling,
+        metrics: Metrics,
         events: Events,
         instances: MaintainedInstances,
         maintenance_poll_seconds: float = MAINTENANCE_POLL_SECONDS,
@@ -901,6 +902,7 @@ class Cleanup:
         self._slots = slots
         self._dispatcher = dispatcher
         self._autoscaling = autoscaling
+        self._metrics = metrics
         self._events = events
         self._instances = instances
         self._maintenance_poll_seconds = maintenance_poll_seconds
@@ -919,7 +921,9 @@ class Cleanup:
         maintained = record.transition is Transition.SCHEDULED_CHANGE and record.drain_started_at is not None
         if node is not None:
             held = into_pool or maintained
-            released = self._hold(node, record) if held else self._release(node, record)
+            released = self._patched(
+                node, record, lambda: self._hold(node, record) if held else self._release(node, record)
+            )
             if released is Claim.CONFLICT:
                 return Outcome.wait(1)
         for waiter in self._slots.release(record.node, record.id, record.token):
@@ -931,6 +935,29 @@ class Cleanup:
         if maintained:
             return self._lift_after_maintenance(record, now)
         return Outcome.next()
+
+    def _patched(
+        self, node: NodeInfo, record: LifecycleRecord, patch: Callable[[], Claim | None]
+    ) -> Claim | None:
+        """What ``patch`` of the node (this lifecycle's annotations cleared, its cordon lifted) answered; None
+        when the API server refuses it (a webhook that guards the node, a role without patch on nodes). A
+        refusal is an error an operator must see, as a refused cordon is, but it does not hold the lifecycle's
+        end back: its slot is still given back, its watch ends. What it left on the node stays (the sweeper
+        tries the annotations again; the cordon is the operator's to lift)."""
+        try:
+            return patch()
+        except Refused as refusal:
+            log.error("release of node %s refused: %s", node.name, refusal)
+            self._metrics.count("EvictionErrors")  # the alarm: an operator must look
+            self._events.on_node(
+                node.name,
+                node.uid,
+                "ReleaseRefused",
+                f"nodecycle ({record.owner}) could not clear its annotations of the lifecycle of "
+                f"{record.instance_id}, nor lift what it set on the node: refused by the API server: {refusal}",
+                warning=True,
+            )
+            return None
 
     def _hold(self, node: NodeInfo, record: LifecycleRecord) -> Claim | None:
         """Into the warm pool: clear this lifecycle's annotations and mark the node as released for it, but
@@ -951,9 +978,13 @@ class Cleanup:
 
     def _lift_set(self, node: NodeInfo, record: LifecycleRecord) -> Claim | None:
         """Lift what this lifecycle set on the node (its SET_ON_NODE note: the cordon, the load balancer label),
-        and its mark."""
+        and its mark; None when the API server refuses it (told)."""
         undo = _set_on_node(record.extra.get(SET_ON_NODE) or {})
-        return self._cluster.release_node(node, uncordon=undo["cordon"], unlabel=undo["lb"])
+        return self._patched(
+            node,
+            record,
+            lambda: self._cluster.release_node(node, uncordon=undo["cordon"], unlabel=undo["lb"]),
+        )
 
     def _lift_when_safe(self, record: LifecycleRecord, now: datetime) -> Outcome:
         """Lift what this lifecycle set on the node once nothing can be scheduled on it before it is back in
@@ -1023,8 +1054,11 @@ class Cleanup:
             event for event in self._instances.scheduled_events(instance) if _may_come(event, record, now)
         ]
         if not ahead and state == "running" and in_group == "InService" and node.ready:
-            if self._lift_set(node, record) is Claim.CONFLICT:
+            lifted = self._lift_set(node, record)
+            if lifted is Claim.CONFLICT:
                 return Outcome.wait(1, **watching)
+            if lifted is None:
+                return Outcome.next()  # refused: told, the cordon stays
             log.info(
                 "the maintenance of %s is over and it stayed: node %s is uncordoned", instance, node.name
             )
@@ -1061,7 +1095,7 @@ class Cleanup:
     ) -> Outcome:
         """The watch after a maintenance ends with the cordon kept: its mark goes (nothing on the node is this
         lifecycle's to lift any more), and the node tells why."""
-        if self._cluster.release_node(node) is Claim.CONFLICT:
+        if self._patched(node, record, lambda: self._cluster.release_node(node)) is Claim.CONFLICT:
             return Outcome.wait(1, **watching)
         log.log(logging.WARNING if warning else logging.INFO, "node %s stays cordoned: %s", node.name, why)
         self._events.on_node(
