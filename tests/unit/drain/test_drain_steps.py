@@ -115,6 +115,9 @@ class FakeCluster:
     # kubelet, which renewed it at the API server's ``now``
     leases: dict[str, datetime | None] = field(default_factory=dict)
     leases_refused: str | None = None  # why the API server refuses to read any Lease (a 403), if it does
+    # How many of the next evictions API Priority and Fairness sheds (429 without a budget: nothing is done),
+    # whichever pod they are of
+    shed: int = 0
 
     def find_node(
         self, instance_id: str, private_dns_name: str | None, *, scan: bool = True
@@ -217,6 +220,9 @@ class FakeCluster:
         self._answered(pod)
         if not self._there(pod):
             return EvictionResult(Eviction.GONE)  # 404, or another pod of that name (uid precondition)
+        if self.shed:
+            self.shed -= 1
+            return EvictionResult(Eviction.THROTTLED, "Too many requests, please try again later.")
         if pod.name in self.refused:
             return EvictionResult(Eviction.REFUSED, self.refused[pod.name])
         # (as the API server does, a pod already being deleted is evicted without consulting its budget)
@@ -763,6 +769,27 @@ def test_a_pod_whose_eviction_is_refused_does_not_stop_the_others_being_evicted(
         (NODE, "EvictionRefused"),
     ]
     assert any(why in message for message in events.messages)
+
+
+def test_a_throttled_eviction_ends_the_pass_and_the_other_pods_are_asked_at_the_next_poll() -> None:
+    # Given three pods on the node, and an API server shedding load (API Priority and Fairness): it throttles
+    # the next eviction, whichever pod it is of
+    cluster = FakeCluster(nodes={NODE: node()}, pods=[pod("a"), pod("b"), pod("c")], shed=1)
+    metrics = FakeMetrics()
+    step = evict(cluster, metrics=metrics)
+
+    # When the evict step runs
+    first = step(draining(), T0)
+
+    # Then the pass stops at the throttled answer: no other pod is asked while the server sheds load; the step
+    # polls on, and the pass counts as the drain's first
+    assert metrics.counts["EvictionsThrottled"] == 1
+    assert cluster.evictions == []
+    assert (first.again, first.changes["extra"]["polls"]) == (True, 1)
+
+    # And at the next poll every pod is asked again
+    step(draining().model_copy(update=dict(first.changes)), T0 + timedelta(seconds=1))
+    assert sorted(name for name, _ in cluster.evictions) == ["a", "b", "c"]
 
 
 def test_a_pod_whose_eviction_keeps_failing_stops_neither_the_others_nor_the_drain_timeout() -> None:

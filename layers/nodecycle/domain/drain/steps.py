@@ -729,7 +729,16 @@ class Evict:
                         record, pod, "EvictionBlocked", f"blocked by a PodDisruptionBudget: {result.detail}"
                     )
             elif result.kind is Eviction.THROTTLED:
+                # The API server sheds load (API Priority and Fairness), whichever pod is asked: asking the
+                # others now only adds to it. They are asked at the next poll.
+                log.warning(
+                    "eviction of pod %s/%s throttled by the API server: the pass stops here (%s)",
+                    pod.namespace,
+                    pod.name,
+                    result.detail,
+                )
                 self._metrics.count("EvictionsThrottled")
+                break
             elif result.kind is Eviction.MISCONFIGURED:
                 log.error(
                     "pod %s/%s is selected by more than one PodDisruptionBudget", pod.namespace, pod.name
