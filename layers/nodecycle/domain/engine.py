@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Protocol
 
-from nodecycle.domain.errors import TransientError
+from nodecycle.domain.errors import TransientError, retry_after_wait
 from nodecycle.domain.flow import (
     Worker,
     after_completion,
@@ -234,8 +234,13 @@ class StepEngine:
                     outcome = handler(record, now)
             except TransientError as error:
                 delay = min(MAX_BACKOFF, 2 ** min(record.attempts, 7)) * random.uniform(1.0, 1.5)
+                left = None
                 if draining(record.step):
                     delay = min(delay, DRAIN_RETRY_CAP_SECONDS)
+                    left = record.drain_deadline - now if record.drain_deadline is not None else None
+                # A server that said when to come back (a 429's Retry-After) is not asked sooner, as client-go
+                # does not ask it: a retry sooner only adds to the load it sheds (a drain: up to its deadline)
+                delay = max(delay, retry_after_wait(error.retry_after, left))
                 log.warning(
                     "step %s failed (attempt %d), retrying in %.0fs: %s",
                     record.step,

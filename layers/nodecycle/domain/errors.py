@@ -1,8 +1,33 @@
 """Errors the domain understands. Adapters translate their clients' errors into these."""
 
+from __future__ import annotations
+
+from datetime import timedelta
+
+# The longest a retry waits for a server that said when to come back (Retry-After): one shedding load a minute
+# ago may serve now, and a drain's poll, slot and heartbeats must not sit out a server's whim for longer
+RETRY_AFTER_CAP_SECONDS = 60.0
+
 
 class TransientError(Exception):
     """A call failed in a way that may succeed later (throttling, a 5xx, a network error, a conflict).
 
-    The step engine retries the step with backoff instead of failing the message.
+    The step engine retries the step with backoff instead of failing the message. ``retry_after``: the
+    seconds the server asked to wait before trying again (an HTTP 429's Retry-After), when it said.
     """
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+def retry_after_wait(retry_after: float | None, left: timedelta | None = None) -> float:
+    """How long a retry waits at least for a server that said Retry-After (0 when it did not): what it asked,
+    as client-go waits it, up to ``RETRY_AFTER_CAP_SECONDS``, and never past ``left`` (a drain's time before
+    its deadline, when its timeout policy must act)."""
+    if retry_after is None:
+        return 0.0
+    wait = min(retry_after, RETRY_AFTER_CAP_SECONDS)
+    if left is not None:
+        wait = min(wait, left.total_seconds())
+    return max(wait, 0.0)

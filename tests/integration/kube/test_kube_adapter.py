@@ -144,10 +144,12 @@ def test_an_eviction_the_api_server_sheds_is_throttled_not_blocked_by_a_budget(
 ) -> None:
     # Given an API server shedding load (API Priority and Fairness: a 429 in plain text, no Status, no budget)
     web = next(pod for pod in cluster.pods_on(NODE_A) if pod.controller_kind == "ReplicaSet")
-    server.faults.arm([Fault("apf", "kube-throttle", target="POST pods/eviction", limit=1, value=1)], seed=1)
+    server.faults.arm([Fault("apf", "kube-throttle", target="POST pods/eviction", limit=1, value=3)], seed=1)
 
-    # When the pod is evicted, Then the answer is the server's load, not the pod's budget; and the pod stays
-    assert cluster.evict(web, grace_seconds=5) == EvictionResult(Eviction.THROTTLED, "Too Many Requests")
+    # When the pod is evicted, Then the answer is the server's load, not the pod's budget, with the wait it asked
+    # for (Retry-After); and the pod stays
+    throttled = EvictionResult(Eviction.THROTTLED, "Too Many Requests", retry_after=3)
+    assert cluster.evict(web, grace_seconds=5) == throttled
     assert server.get_object("pods", web.name, web.namespace) is not None
 
 
@@ -269,9 +271,10 @@ def test_a_read_the_api_server_throttles_is_sent_once_and_left_to_the_steps_back
     # When the drain reads its node, Then the 429 is a transient error at once, from one request: the client
     # does not sleep out Retry-After inside the Lambda and send the read again (three times 60 s outlast the
     # function's timeout); the step's retry backs off instead
-    with pytest.raises(TransientError, match="HTTP 429"):
+    with pytest.raises(TransientError, match="HTTP 429") as throttled:
         cluster.get_node(NODE_A)
     assert [firing.fault for firing in server.faults.firings()] == ["apf"]
+    assert throttled.value.retry_after == 2  # (what the step's retry waits at least: see the engine)
 
 
 def test_a_read_that_outlasts_its_read_timeout_is_not_sent_again_by_the_client(

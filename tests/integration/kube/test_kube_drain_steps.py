@@ -25,6 +25,7 @@ from nodecycle.domain.engine import Dispatcher
 from nodecycle.domain.model import LifecycleRecord, Step, Transition
 from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.ports.cluster import EXCLUDE_LB_LABEL, PodInfo, Refused
+from nodecycle_sandbox.faults import Fault
 from nodecycle_sandbox.kube import KubeServer
 from nodecycle_sandbox.kube.admission import Denial
 from nodecycle_sandbox.kube.meta import SHUTDOWN_ANNOTATION
@@ -42,6 +43,7 @@ from tests.unit.drain.test_drain_steps import (
     terminating,
     wakes_to_nowhere,
 )
+from tests.unit.foundation.test_engine import World
 
 NODE = "ip-10-0-1-10.eu-west-1.compute.internal"
 INSTANCE = "i-0a1b2c3d4e5f60101"
@@ -587,3 +589,56 @@ def test_a_release_of_the_node_the_api_server_refuses_is_told_and_the_slot_still
     assert node is not None
     assert node["spec"].get("unschedulable") is True
     assert node["metadata"]["annotations"].get("nodecycle.io/owner") == record.owner
+
+
+def test_a_drain_step_the_api_server_throttles_is_retried_no_sooner_than_its_retry_after(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given a drain in progress, and an API server shedding load (API Priority and Fairness): its node read
+    # answered 429 with Retry-After: 20
+    server.faults.arm([Fault("apf", "kube-throttle", target="GET nodes", limit=1, value=20)], seed=1)
+    world = World()
+    record = draining(extra={"polls": 1})
+    world.records.create(record)
+    engine = world.engine({Step.EVICT: evict(cluster)})
+
+    # When the drain's poll runs (and fails)
+    engine.handle(world.message(record.id))
+
+    # Then it is retried after what the server asked for, not within the drain's usual 5 s (client-go waits
+    # Retry-After too): asking sooner only adds to the load the server sheds
+    (sent,) = world.queues.take()
+    assert sent.delay >= 20
+    assert [firing.fault for firing in server.faults.firings()] == ["apf"]
+
+
+def test_a_throttled_eviction_is_asked_again_no_sooner_than_its_retry_after(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given a drain, and an API server that sheds its first eviction with Retry-After: 20
+    server.faults.arm([Fault("apf", "kube-throttle", target="POST pods/eviction", limit=1, value=20)], seed=1)
+
+    # When the drain asks its pods to leave
+    outcome = evict(cluster)(draining(), T0)
+
+    # Then its next poll comes no sooner than the server asked for (the pass stopped at the throttled answer)
+    assert outcome.again
+    assert outcome.delay >= 20
+    assert not any(on_its_way_out(server, pod) for pod in web_pods(cluster))
+
+
+def test_a_retry_after_is_honoured_only_up_to_a_minute_and_never_past_the_drain_deadline(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given an API server that sheds evictions with a Retry-After of 300 s
+    server.faults.arm(
+        [Fault("apf", "kube-throttle", target="POST pods/eviction", limit=2, value=300)], seed=1
+    )
+
+    # When a drain with ten minutes left, and one with 30 s left, ask their pods to leave
+    early = evict(cluster)(draining(), T0)
+    late = evict(cluster)(draining(), DEADLINE - timedelta(seconds=30))
+
+    # Then the first waits a minute at most (a server that shed load a minute ago may serve now), the second
+    # no longer than its deadline, when its timeout policy applies
+    assert (early.delay, late.delay) == (60, 30)

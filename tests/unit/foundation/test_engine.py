@@ -276,6 +276,21 @@ def test_a_drain_in_progress_retries_a_failing_step_within_seconds_however_often
     assert sent.delay >= (1 if step is not Step.ACQUIRE_SLOT else 64)
 
 
+@pytest.mark.parametrize(("retry_after", "waited"), [(30, 30), (600, 60)])
+def test_a_step_the_server_asked_to_wait_is_retried_no_sooner_than_it_asked_up_to_a_minute(
+    retry_after: float, waited: int
+) -> None:
+    # Given a step whose call the server throttled with a Retry-After, at its first failure (a backoff of 1 s)
+    world = World()
+    world.records.create(make_record(PLAN))
+    engine = world.engine({Step.ACQUIRE_SLOT: Script([TransientError("HTTP 429", retry_after=retry_after)])})
+
+    # When it fails, Then it is retried once the server's wait is over, a minute at most
+    engine.handle(world.message())
+    (sent,) = world.queues.take()
+    assert sent.delay == waited
+
+
 def test_an_unexpected_error_propagates_so_the_message_is_retried_and_dead_lettered() -> None:
     world = World()
     world.records.create(make_record(PLAN))

@@ -18,7 +18,7 @@ from urllib3.exceptions import HTTPError
 
 from nodecycle.adapters.kube.core_v1 import CoreV1
 from nodecycle.adapters.kube.eks_access import REQUEST_TIMEOUT
-from nodecycle.adapters.kube.errors import kube_errors, status_message
+from nodecycle.adapters.kube.errors import kube_errors, retry_after, status_message
 from nodecycle.adapters.kube.lists import PAGE, pages
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.ports.cluster import (
@@ -273,7 +273,7 @@ class KubeCluster:
             if error.status == 429:
                 budget = _disruption_budget_cause(error)
                 if budget is None:  # no budget named: the API server is shedding load
-                    return EvictionResult(Eviction.THROTTLED, status_message(error))
+                    return EvictionResult(Eviction.THROTTLED, status_message(error), retry_after(error))
                 return EvictionResult(Eviction.BLOCKED, budget)
             if error.status in (404, 409):  # gone, or replaced by a pod of the same name (uid precondition)
                 return EvictionResult(Eviction.GONE)

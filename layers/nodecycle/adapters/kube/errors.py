@@ -20,10 +20,22 @@ def kube_errors(what: str) -> Iterator[None]:
         yield
     except ApiException as error:
         if error.status in (410, 429) or (error.status or 0) >= 500:  # 410: a list's continue token expired
-            raise TransientError(f"{what}: HTTP {error.status} {status_message(error)}") from error
+            raise TransientError(
+                f"{what}: HTTP {error.status} {status_message(error)}", retry_after=retry_after(error)
+            ) from error
         raise
     except HTTPError as error:
         raise TransientError(f"{what}: {error}") from error
+
+
+def retry_after(error: ApiException) -> float | None:
+    """The seconds an answer's Retry-After asks a client to wait (API Priority and Fairness's 429 says it);
+    None without one. kube-apiserver gives seconds: an HTTP date is not read."""
+    value = (error.headers or {}).get("Retry-After")
+    try:
+        return None if value is None else float(value)
+    except ValueError:
+        return None
 
 
 def status_message(error: ApiException) -> str:

@@ -18,7 +18,7 @@ from nodecycle.domain.budget import SlotReason, SlotRequest
 from nodecycle.domain.completion import SETTLED_ELSEWHERE
 from nodecycle.domain.drain import pods as podfilter
 from nodecycle.domain.engine import Dispatcher, Outcome
-from nodecycle.domain.errors import TransientError
+from nodecycle.domain.errors import TransientError, retry_after_wait
 from nodecycle.domain.flow import settle_step
 from nodecycle.domain.model import (
     EARLIER_DRAIN,
@@ -710,6 +710,7 @@ class Evict:
         if now >= deadline and polls > 0:  # every drain asks its pods to leave once, before any force
             return self._timed_out(record, now, left, **changes)
         evicted = 0
+        throttled = 0.0  # how long the API server asked the next poll to wait, if it shed an eviction
         reported = set(record.extra.get(BLOCKED_REPORTED) or [])
         # A pod's grace never reaches past the drain's deadline (two minutes, for a Spot interruption), nor
         # falls below what the timeout policy would give it anyway
@@ -730,7 +731,7 @@ class Evict:
                     )
             elif result.kind is Eviction.THROTTLED:
                 # The API server sheds load (API Priority and Fairness), whichever pod is asked: asking the
-                # others now only adds to it. They are asked at the next poll.
+                # others now only adds to it. They are asked at the next poll, once its Retry-After is over.
                 log.warning(
                     "eviction of pod %s/%s throttled by the API server: the pass stops here (%s)",
                     pod.namespace,
@@ -738,6 +739,7 @@ class Evict:
                     result.detail,
                 )
                 self._metrics.count("EvictionsThrottled")
+                throttled = retry_after_wait(result.retry_after, deadline - now)
                 break
             elif result.kind is Eviction.MISCONFIGURED:
                 log.error(
@@ -766,7 +768,7 @@ class Evict:
         if reported:
             extra[BLOCKED_REPORTED] = sorted(reported)
         return Outcome.wait(
-            _poll_delay(polls, policy.poll_seconds),
+            max(_poll_delay(polls, policy.poll_seconds), throttled),
             pods_evicted=record.pods_evicted + evicted,
             extra=extra,
             **changes,

@@ -103,6 +103,7 @@ class Eviction(StrEnum):
 class EvictionResult:
     kind: Eviction
     detail: str = ""  # what the API server said (for BLOCKED: which budget, and how many pods it needs)
+    retry_after: float | None = None  # for THROTTLED: the seconds the server asked to wait (Retry-After)
 
 
 class Refused(Exception):
