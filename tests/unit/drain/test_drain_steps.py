@@ -12,6 +12,7 @@ import pytest
 from nodecycle.domain.budget import SlotDecision, SlotReason, SlotRequest
 from nodecycle.domain.completion import CompleteAction
 from nodecycle.domain.drain.steps import (
+    CORDON_REFUSED,
     FORCED_SLOT,
     MAINTENANCE_OVER_AFTER,
     MAINTENANCE_POLL_SECONDS,
@@ -612,6 +613,21 @@ def test_a_node_whose_name_went_to_another_instance_is_not_cordoned() -> None:
     # Then the new instance's node is left alone: the instance's node is gone
     assert cluster.patches == []
     assert (outcome.then, outcome.changes["outcome"]) == (Step.COMPLETE, "node-gone")
+
+
+def test_a_cordon_asked_again_after_a_refusal_whose_slot_was_lost_waits_for_one_without_cordoning() -> None:
+    # Given a drain whose cordon the API server refused at its last poll, and its budget slot lost since
+    cluster = FakeCluster(nodes={NODE: node()})
+    record = terminating(Step.CORDON, node=NODE, extra={CORDON_REFUSED: T0.isoformat()})
+    metrics = FakeMetrics()
+
+    # When the cordon is asked again
+    outcome = cordon(cluster, slots=FakeSlots(lost=True), metrics=metrics)(record, T0 + timedelta(seconds=5))
+
+    # Then the node is not touched: the lifecycle waits for a slot as any other
+    assert cluster.patches == []
+    assert (outcome.then, outcome.delay) == (Step.ACQUIRE_SLOT, policy().budget_retry_seconds)
+    assert metrics.counts["BudgetSlotsLost"] == 1
 
 
 def test_a_node_that_changed_since_it_was_read_is_read_again() -> None:
