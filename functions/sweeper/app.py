@@ -15,5 +15,5 @@ from nodecycle.wiring.sweeper import sweeper
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, int]:
     # Each part counts its own metrics (SweptHolders, SweptEips, LifecyclesResumed...); the report is the
-    # invocation's result and its log line.
-    return sweeper().sweep()
+    # invocation's result and its log line. The parts start work only with time left for it.
+    return sweeper().sweep(time_left=lambda: context.get_remaining_time_in_millis() / 1000)

@@ -16,6 +16,7 @@ from nodecycle.domain.sweep.annotations import LeftoverAnnotations
 from nodecycle.domain.sweep.budget_entries import StaleBudgetEntries
 from nodecycle.domain.sweep.lifecycles import LifecycleRepair
 from nodecycle.domain.sweep.orphans import OrphanedActions
+from nodecycle.domain.sweep.sweep_time import LIFECYCLES_SHARE, SweepTime
 from nodecycle.domain.sweep.sweeper import Counts, Sweeper, SweepPart
 from nodecycle.settings import SweeperSettings
 from nodecycle.wiring import eip
@@ -38,7 +39,17 @@ def sweeper() -> Sweeper:
     ports = shared()
     # (one catalog of this stack's groups and hooks: the orphan sweep's and the intake it adopts through)
     groups, hooks = managed_groups(config, ports), LifecycleHooks(ports.autoscaling, ports.clock)
+    orphans = OrphanedActions(
+        groups=groups,
+        hooks=hooks,
+        autoscaling=ports.autoscaling,
+        intake=build_intake(config, ports, groups, hooks),
+        metrics=ports.metrics,
+        adopt_after=adopt_after(config),
+    )
+    # In this order: the heartbeats that keep actions alive first (see nodecycle.domain.sweep.sweeper).
     parts: dict[str, SweepPart] = {
+        "orphans": orphans.keep_alive,
         "lifecycles": LifecycleRepair(
             records=ports.records,
             dispatcher=ports.dispatcher(),
@@ -54,14 +65,7 @@ def sweeper() -> Sweeper:
             ),
             clock=ports.clock,
         ),
-        "orphans": OrphanedActions(
-            groups=groups,
-            hooks=hooks,
-            autoscaling=ports.autoscaling,
-            intake=build_intake(config, ports, groups, hooks),
-            metrics=ports.metrics,
-            adopt_after=adopt_after(config),
-        ),
+        "adoptions": orphans.adopt,
     }
     if config.uses_kubernetes:
         from nodecycle.wiring import drain  # the Kubernetes client only when there is a cluster
@@ -79,11 +83,19 @@ def sweeper() -> Sweeper:
         )
     # Always, even with EIPs off now: addresses left from when they were on still need freeing.
     parts["addresses"] = _addresses_part(eip.address_sweep(config, ports))
-    return Sweeper(owner=config.owner_id, records=ports.records, clock=ports.clock, parts=parts)
+    return Sweeper(
+        owner=config.owner_id,
+        records=ports.records,
+        clock=ports.clock,
+        metrics=ports.metrics,
+        parts=parts,
+        shares={"lifecycles": LIFECYCLES_SHARE},
+    )
 
 
 def _addresses_part(sweep: AddressSweep) -> SweepPart:
-    def addresses(open_records: Sequence[LifecycleRecord], now: datetime) -> Counts:
+    # (started only with time left, as every part; then one call and one per address to release: not cut short)
+    def addresses(open_records: Sequence[LifecycleRecord], now: datetime, time: SweepTime) -> Counts:
         report = sweep()
         return {"EipsReleasedBySweep": report.released, "EipsReturnedBySweep": report.returned}
 

@@ -16,7 +16,7 @@ from nodecycle.domain.intake import IntakeOutcome
 from nodecycle.domain.model import Step
 from nodecycle.domain.policy import ActionResult
 from tests.support.stack import Stack
-from tests.unit.sweeper.test_orphans import HOOK, INSTANCE, INTERVAL, OWNER, TOKEN, World, adopted
+from tests.unit.sweeper.test_orphans import AMPLE, HOOK, INSTANCE, INTERVAL, OWNER, TOKEN, World, adopted
 
 pytestmark = pytest.mark.usefixtures("stack")
 
@@ -71,7 +71,8 @@ def test_an_event_written_after_the_sweep_listed_the_open_lifecycles_is_not_adop
 
     # When its late event's record is written (intake's retry got through) before that sweep looks for orphans
     assert world.intake.accept(world.event()) is IntakeOutcome.ACCEPTED
-    report = world.part(listed, world.clock.now())
+    now = world.clock.now()
+    report = world.part.keep_alive(listed, now, AMPLE) | world.part.adopt(listed, now, AMPLE)
 
     # Then the action has one lifecycle, its event's: the sweep adopts nothing
     assert report["LifecyclesAdopted"] == 0

@@ -36,6 +36,10 @@ def sweeper(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     return load_function("sweeper")
 
 
+def invocation() -> LambdaContext:
+    return LambdaContext(remaining_millis=300_000)  # the sweeper's timeout (template.yaml)
+
+
 def store(stack: Stack) -> DynamoRecordStore:
     return DynamoRecordStore(stack.table, ttl=timedelta(days=1))
 
@@ -98,7 +102,7 @@ def test_the_sweeper_resumes_lost_work_and_releases_dangling_addresses(
     fresh = allocate(OWNER, now.isoformat())
 
     # When the scheduled sweep runs
-    report = sweeper.handler(load_event("sweeper-schedule.json"), LambdaContext())
+    report = sweeper.handler(load_event("sweeper-schedule.json"), invocation())
 
     # Then the lost lifecycle is sent again (under a new seq), the waiting one is left alone, and only this
     # stack's old, unassociated address is released
@@ -122,7 +126,7 @@ def test_an_action_near_its_global_timeout_is_completed_by_the_sweeper(
     store(stack).create(stuck)
 
     # When the sweep runs
-    report = sweeper.handler(load_event("sweeper-schedule.json"), LambdaContext())
+    report = sweeper.handler(load_event("sweeper-schedule.json"), invocation())
 
     # Then it completes the action itself (no active action in moto: "already settled" is success), with the
     # sweeper's outcome, and sends the release it interrupted on to the eip worker, after the completion
@@ -160,7 +164,7 @@ def test_a_denied_listing_of_open_lifecycles_does_not_keep_dangling_addresses_fr
     try:
         # When the scheduled sweep runs
         with pytest.raises(SweepFailed):
-            sweeper.handler(load_event("sweeper-schedule.json"), LambdaContext())
+            sweeper.handler(load_event("sweeper-schedule.json"), invocation())
     finally:
         events.unregister("before-call.dynamodb.Query", unique_id="tests.DenyQuery")
 
@@ -168,3 +172,23 @@ def test_a_denied_listing_of_open_lifecycles_does_not_keep_dangling_addresses_fr
     # (the sweeper's errors alarm) naming the parts that could not run
     assert dangling not in {a["AllocationId"] for a in ec2.describe_addresses()["Addresses"]}
     assert metric(capsys.readouterr().out, "SweptEips") == 1
+
+
+def test_a_sweep_invoked_with_too_little_time_left_starts_nothing_and_says_so(
+    sweeper: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a lifecycle whose message was lost, and an invocation with 30 s left (less than the reserve
+    # for one lifecycle's calls and the metrics flush)
+    now = datetime.now(UTC)
+    lost = record(
+        "i-0aaaaaaaaaaaaaaa4", Step.RELEASE_EIP, now - timedelta(minutes=5), now - timedelta(minutes=6)
+    )
+    assert store(stack).create(lost)
+
+    # When the scheduled sweep runs, Then it fails for want of time, having started nothing
+    with pytest.raises(SweepFailed, match="want of time"):
+        sweeper.handler(load_event("sweeper-schedule.json"), LambdaContext(remaining_millis=30_000))
+    assert receive_all(stack.eip_queue) == []
+
+    # and its metrics, flushed, tell of it
+    assert metric(capsys.readouterr().out, "SweepsCutShort") == 1

@@ -18,6 +18,7 @@ from nodecycle_sandbox.kube.access import AccessEntry
 from nodecycle_sandbox.kube.admission import Denial
 from tests.integration.budget.conftest import RBAC, admin_api
 from tests.support.fakes import T0, FakeMetrics, InMemoryRecords
+from tests.unit.sweeper.test_orphans import AMPLE
 
 SWEEPER_KEY = "AKIATESTSWEEPROLE000"
 SWEEPER_ROLE = "arn:aws:iam::123456789012:role/nodecycle-SweeperFunctionRole"
@@ -75,7 +76,7 @@ def test_one_node_the_api_server_will_not_patch_does_not_keep_the_others_annotat
 
     # When the sweep clears the leftover annotations, Then it reports the sweep failed
     with pytest.raises(SweepFailed, match="1 nodes"):
-        part([], T0)
+        part([], T0, AMPLE)
 
     # but only after the other nodes were cleared: the refused one alone keeps them, and it is counted
     assert annotated(server) == [REFUSED]

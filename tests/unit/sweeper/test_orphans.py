@@ -7,18 +7,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+import pytest
+
 from nodecycle.domain.catalog import LifecycleHooks, ManagedGroups
 from nodecycle.domain.intake import Intake, IntakeOutcome
 from nodecycle.domain.model import WARM_POOL, LifecycleEvent, LifecycleRecord, Step, Transition, adopted_token
 from nodecycle.domain.policy import ActionResult, PlanPolicy
 from nodecycle.domain.ports.lifecycle import ClaimingRecordStore, Hook, WaitingInstance
 from nodecycle.domain.sweep.orphans import OrphanedActions
+from nodecycle.domain.sweep.sweep_time import OutOfTime, SweepTime
 from tests.support.fakes import T0, FakeAutoscaling, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
 
 OWNER, GROUP, HOOK = "stack-a", "nodes", "nodecycle-terminate"
 INSTANCE, TOKEN = "i-0123456789abcdef0", "7b4c5d2e-1f3a-4b6c-8d9e-0a1b2c3d4e5f"
 INTERVAL = timedelta(minutes=5)
 ADOPT_AFTER = INTERVAL / 2
+AMPLE = SweepTime(lambda: 300, timedelta())  # a part's time when the test is not about it
 
 
 @dataclass
@@ -83,8 +87,9 @@ class World:
         self.autoscaling.waiting.append(WaitingInstance(group, tags or {}, instance, Transition.TERMINATING))
 
     def sweep(self) -> dict[str, int]:
-        open_records = list(self.records.open_records(OWNER))
-        return self.part(open_records, self.clock.now())
+        """The orphans' two parts of a sweep: the keep-alive, then (after the lifecycles') the adoptions."""
+        open_records, now = list(self.records.open_records(OWNER)), self.clock.now()
+        return self.part.keep_alive(open_records, now, AMPLE) | self.part.adopt(open_records, now, AMPLE)
 
     def event(self, token: str = TOKEN, started_at: datetime = T0) -> LifecycleEvent:
         """The action's own event, as intake gets it (late)."""
@@ -265,3 +270,29 @@ def test_an_action_is_adopted_while_an_earlier_lifecycle_of_its_instance_still_w
     # Then the sweeper keeps it alive and adopts it: the open lifecycle's action is over, so is not this one
     assert (first["LifecyclesOrphaned"], second["LifecyclesAdopted"]) == (1, 1)
     assert adopted(world) is not None
+
+
+def test_a_sweep_short_of_time_keeps_every_orphan_alive_before_adopting_any() -> None:
+    # Given two actions held with no record, found by the last sweep (both due for adoption), and a sweep with
+    # time for two more items only (Auto Scaling throttled)
+    world = World()
+    world.terminating()
+    world.terminating(instance="i-0fedcba9876543210", token="other-token")
+    world.sweep()
+    world.clock.advance(INTERVAL.total_seconds())
+    heartbeats_before = len(world.autoscaling.heartbeats)
+    calls = [300.0, 300.0]
+    short = SweepTime(lambda: calls.pop() if calls else 0.0, timedelta(seconds=45))
+    open_records, now = list(world.records.open_records(OWNER)), world.clock.now()
+
+    # When its orphans' keep-alive runs, then (after the lifecycles') its adoptions
+    kept = world.part.keep_alive(open_records, now, short)
+    with pytest.raises(OutOfTime):
+        world.part.adopt(open_records, now, short)
+
+    # Then both actions got their heartbeat (not one heartbeat and one adoption, the other left to expire),
+    # and the adoptions it had no time for are the next sweep's
+    assert kept["LifecyclesOrphaned"] == 2
+    assert len(world.autoscaling.heartbeats) - heartbeats_before == 2
+    assert world.queues.sent == []
+

@@ -24,9 +24,11 @@ from nodecycle.domain.ports.lifecycle import WorkMessage
 from nodecycle.domain.sweep.annotations import LeftoverAnnotations
 from nodecycle.domain.sweep.budget_entries import StaleBudgetEntries
 from nodecycle.domain.sweep.lifecycles import MAX_RESUMES, LifecycleRepair
+from nodecycle.domain.sweep.sweep_time import LIFECYCLES_SHARE, SweepTime
 from nodecycle.domain.sweep.sweeper import Counts, Sweeper, SweepFailed
 from tests.support.fakes import T0, FakeAutoscaling, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
 from tests.unit.foundation.test_engine import PLAN, kept_alive, make_record
+from tests.unit.sweeper.test_orphans import AMPLE, TOKEN, World
 
 GRACE = timedelta(minutes=3)
 MARGIN = timedelta(seconds=60)
@@ -64,7 +66,7 @@ class Repair:
         )
 
     def run(self) -> Counts:
-        return self.part()(list(self.records.open_records("stack-a")), self.clock.now())
+        return self.part()(list(self.records.open_records("stack-a")), self.clock.now(), AMPLE)
 
 
 def test_a_lifecycle_whose_message_was_lost_is_resumed_under_a_new_seq() -> None:
@@ -106,7 +108,7 @@ def test_each_lifecycle_is_judged_at_the_time_the_sweep_reaches_it_not_when_the_
     started = repair.clock.now()
 
     # When the sweep runs
-    counts = repair.part()(list(repair.records.open_records("stack-a")), started)
+    counts = repair.part()(list(repair.records.open_records("stack-a")), started, AMPLE)
 
     # Then the second lifecycle is resumed now, not one sweep later (seen under AWS throttling: a sweep that
     # took 10 s judged a lost message "not yet overdue" by its start time, and a drain went unpolled 20 s)
@@ -344,7 +346,7 @@ def test_the_sweeper_settles_nothing_from_a_list_that_lags_behind_the_lifecycle(
     repair.records.create(moved)
 
     # When the sweeper works from the lagging list
-    counts = repair.part()([listed], repair.clock.now())
+    counts = repair.part()([listed], repair.clock.now(), AMPLE)
 
     # Then it completes nothing with its failure result: the lifecycle is the engine's
     assert repair.autoscaling.completed == []
@@ -517,7 +519,7 @@ def test_budget_entries_of_gone_nodes_gone_instances_and_finished_lifecycles_are
     )
 
     # When the sweeper judges them
-    counts = part([live, no_node, no_instance], T0)
+    counts = part([live, no_node, no_instance], T0, AMPLE)
 
     # Then only the live holder stays, the entries' instances were checked in one batch, and the eligible
     # waiter is woken
@@ -551,7 +553,7 @@ def test_a_waiter_that_cannot_be_woken_does_not_keep_the_others_waiting() -> Non
     # When the sweep wakes them, Then the sweep fails, but only after the second waiter was woken (the first
     # one still has its own backoff message)
     with pytest.raises(SweepFailed, match="1 waiters"):
-        part([], T0)
+        part([], T0, AMPLE)
     assert [s.message.record_id for s in queues.take()] == ["i-9/terminate/w"]
 
 
@@ -595,7 +597,7 @@ def test_annotations_of_lifecycles_that_are_over_are_cleared_and_no_others() -> 
     )
     metrics = FakeMetrics()
     counts = LeftoverAnnotations(owner="stack-a", cluster=nodes, records=InMemoryRecords(), metrics=metrics)(
-        [running], T0
+        [running], T0, AMPLE
     )
     assert nodes.released == ["over"]
     assert counts == {"AnnotationsCleared": 1}
@@ -621,8 +623,8 @@ def test_a_lifecycle_that_started_after_the_sweeps_snapshot_keeps_its_slot_and_a
         node_names=lambda: {"n5"},
         alive_instances=AliveInstances({late.instance_id}),
         waker=waker,
-    )([], T0)
-    LeftoverAnnotations(owner="stack-a", cluster=nodes, records=records, metrics=FakeMetrics())([], T0)
+    )([], T0, AMPLE)
+    LeftoverAnnotations(owner="stack-a", cluster=nodes, records=records, metrics=FakeMetrics())([], T0, AMPLE)
 
     # Then a consistent read of the record keeps both
     assert budget.judged == {"n5": False}
@@ -655,18 +657,23 @@ def test_one_lifecycle_that_cannot_be_repaired_does_not_stop_the_others() -> Non
 def test_a_failing_part_does_not_stop_the_others_and_fails_the_sweep() -> None:
     ran: list[str] = []
 
-    def broken(open_records: Sequence[LifecycleRecord], now: datetime) -> Counts:
+    def broken(open_records: Sequence[LifecycleRecord], now: datetime, time: SweepTime) -> Counts:
         raise ConnectionError("cluster unreachable")
 
-    def fine(open_records: Sequence[LifecycleRecord], now: datetime) -> Counts:
+    def fine(open_records: Sequence[LifecycleRecord], now: datetime, time: SweepTime) -> Counts:
         ran.append("fine")
         return {"Fine": 1}
 
     sweeper = Sweeper(
-        owner="stack-a", records=InMemoryRecords(), clock=FakeClock(), parts={"broken": broken, "fine": fine}
+        owner="stack-a",
+        records=InMemoryRecords(),
+        clock=FakeClock(),
+        metrics=FakeMetrics(),
+        parts={"broken": broken, "fine": fine},
+        shares={},
     )
     with pytest.raises(SweepFailed, match="broken"):
-        sweeper.sweep()
+        sweeper.sweep(time_left=lambda: 300)
     assert ran == ["fine"]
 
 
@@ -756,5 +763,56 @@ def test_a_budget_entry_whose_lifecycle_cannot_be_read_does_not_keep_the_other_s
     # When the sweeper judges them, Then the other two are removed, the unreadable one is kept (its lifecycle
     # may be live), and the part fails once the budget is swept
     with pytest.raises(SweepFailed, match="1 budget entries"):
-        part([], T0)
+        part([], T0, AMPLE)
     assert budget.judged == {"n1": False, "n2": True, "n3": True}
+
+
+def test_a_sweep_short_of_time_keeps_the_orphaned_actions_alive_and_ends_before_the_runtime_ends_it() -> None:
+    # Given a stalled queue with ten open actions whose heartbeats fall due before the next sweep, an action
+    # of this stack's hook held with no record (its event was lost) that expires in 50 s, and Auto Scaling so
+    # throttled that each heartbeat takes 40 s: the ten alone would take the sweeper's whole 300 s
+    records = InMemoryRecords()
+    world = World(records=records)
+    repair = Repair(clock=world.clock, records=records, autoscaling=world.autoscaling, metrics=world.metrics)
+    stalled = []
+    for n in range(10):
+        token = f"t{n}"
+        world.autoscaling.issue(token, f"i-{n}")
+        record = make_record(
+            PLAN, Step.EVICT, id=f"i-{n}/terminate/{token}", instance_id=f"i-{n}", token=token, node=f"n{n}"
+        )
+        world.records.create(record)
+        stalled.append(record)
+    start = stalled[0].heartbeat_deadline - MARGIN
+    world.clock.current = start - timedelta(seconds=850)
+    world.terminating()  # (its hook's heartbeat timeout: 900 s)
+    world.clock.current = start
+    heartbeat = world.autoscaling.heartbeat
+
+    def throttled(action: ActionRef) -> bool:
+        world.clock.advance(40)
+        if world.clock.now() - start > timedelta(seconds=300):
+            raise Killed  # the runtime ends the invocation at its timeout
+        return heartbeat(action)
+
+    world.autoscaling.heartbeat = throttled  # type: ignore[method-assign]
+    sweeper = Sweeper(
+        owner="stack-a",
+        records=world.records,
+        clock=world.clock,
+        metrics=world.metrics,
+        parts={"orphans": world.part.keep_alive, "lifecycles": repair.part(), "adoptions": world.part.adopt},
+        shares={"lifecycles": LIFECYCLES_SHARE},
+    )
+
+    # When the sweep runs within its 300 s
+    with pytest.raises(SweepFailed, match="want of time: lifecycles"):
+        sweeper.sweep(time_left=lambda: 300 - (world.clock.now() - start).total_seconds())
+
+    # Then the orphaned action (which nothing else keeps alive) lives past the next sweep, and the sweep ends
+    # on its own, with a reserve left and the most urgent lifecycles kept alive, and says it was cut short
+    # (before: the lifecycles took the whole 300 s, the runtime ended the sweep, and the orphan expired)
+    assert world.autoscaling.expires_at(TOKEN) > start + INTERVAL
+    assert world.metrics.counts["SweepsCutShort"] == 1
+    repaired = {action.token for action in world.autoscaling.heartbeats if action.token_known}
+    assert 0 < len(repaired) < len(stalled)

@@ -10,6 +10,7 @@ from nodecycle.domain.model import LifecycleRecord
 from nodecycle.domain.ports.cluster import Claim, NodeInfo, OwnedNodes
 from nodecycle.domain.ports.lifecycle import RecordStore
 from nodecycle.domain.ports.runtime import Metrics
+from nodecycle.domain.sweep.sweep_time import SweepTime
 from nodecycle.domain.sweep.sweeper import Counts, SweepFailed, lifecycle_over
 
 log = logging.getLogger(__name__)
@@ -24,10 +25,13 @@ class LeftoverAnnotations:
         self._records = records
         self._metrics = metrics
 
-    def __call__(self, open_records: Sequence[LifecycleRecord], now: datetime) -> Counts:
+    def __call__(self, open_records: Sequence[LifecycleRecord], now: datetime, time: SweepTime) -> Counts:
         open_ids = {record.id for record in open_records}
-        cleared = failed = 0
+        cleared = failed = unseen = 0
         for node in self._cluster.nodes_owned_by(self._owner):
+            if not time.enough():
+                unseen += 1
+                continue
             try:
                 cleared += self._clear(node, open_ids)
             except Exception:
@@ -39,6 +43,9 @@ class LeftoverAnnotations:
         self._metrics.count("AnnotationsCleared", cleared)
         if failed:
             self._metrics.count("AnnotationFailures", failed)
+        if unseen:
+            raise time.cut_short(f"{unseen} nodes not judged, {failed} could not be cleared")
+        if failed:
             raise SweepFailed(f"could not clear the annotations of {failed} nodes (the others were cleared)")
         return {"AnnotationsCleared": cleared}
 

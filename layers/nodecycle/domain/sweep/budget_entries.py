@@ -12,6 +12,7 @@ from nodecycle.domain.engine import Dispatcher
 from nodecycle.domain.model import LifecycleRecord
 from nodecycle.domain.ports.budget import SweepableBudget
 from nodecycle.domain.ports.lifecycle import RecordStore
+from nodecycle.domain.sweep.sweep_time import SweepTime
 from nodecycle.domain.sweep.sweeper import Counts, SweepFailed, lifecycle_over
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ class StaleBudgetEntries:
         self._alive = alive_instances
         self._waker = waker
 
-    def __call__(self, open_records: Sequence[LifecycleRecord], now: datetime) -> Counts:
+    def __call__(self, open_records: Sequence[LifecycleRecord], now: datetime, time: SweepTime) -> Counts:
         open_ids = {record.id for record in open_records}
         unread: list[str] = []
 
@@ -54,8 +55,11 @@ class StaleBudgetEntries:
             return doomed
 
         result = self._budget.sweep(stale=stale)
-        unwoken = 0
+        unwoken = unsent = 0
         for waiting in result.wake:
+            if not time.enough():
+                unsent += 1  # (each waiter has its own backoff message)
+                continue
             try:
                 self._waker.wake(waiting)
             except Exception:
@@ -68,6 +72,10 @@ class StaleBudgetEntries:
             failures.append(f"could not read the lifecycles of {len(unread)} budget entries (kept)")
         if unwoken:
             failures.append(f"could not wake {unwoken} waiters (the others were woken)")
+        if unsent:
+            raise time.cut_short(
+                f"{unsent} waiters not woken; {'; '.join([*failures, 'the entries were swept'])}"
+            )
         if failures:
             raise SweepFailed(f"{'; '.join(failures)}; the other entries were swept")
         return {"SweptHolders": len(result.holders), "SweptWaiters": len(result.waiters)}

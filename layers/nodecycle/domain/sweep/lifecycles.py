@@ -13,6 +13,7 @@ from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.lifecycle import Autoscaling, RecordStore
 from nodecycle.domain.ports.runtime import Clock, Metrics
+from nodecycle.domain.sweep.sweep_time import SweepTime
 from nodecycle.domain.sweep.sweeper import Counts, SweepFailed
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,7 @@ class LifecycleRepair:
         self._settle_before = settle_before
         self._failure_result = failure_result
 
-    def __call__(self, open_records: Sequence[LifecycleRecord], now: datetime) -> Counts:
+    def __call__(self, open_records: Sequence[LifecycleRecord], now: datetime, time: SweepTime) -> Counts:
         counts = dict.fromkeys(
             (
                 "LifecyclesResumed",
@@ -84,7 +85,12 @@ class LifecycleRepair:
             ),
             0,
         )
-        for record in sorted(open_records, key=self._urgency):
+        ordered = sorted(open_records, key=self._urgency)
+        unreached = 0
+        for reached, record in enumerate(ordered):
+            if not time.enough():
+                unreached = len(ordered) - reached  # the least urgent; the next sweep orders them again
+                break
             # Each lifecycle at the time the sweep reaches it: the calls for the ones before may have taken
             # seconds (throttled, retried), and a start time would find a lost message "not yet overdue".
             now = max(now, self._clock.now())
@@ -111,6 +117,11 @@ class LifecycleRepair:
                 counts["RepairsFailed"] += 1
         self._metrics.count("LifecyclesStuck", counts["LifecyclesStuck"])
         self._metrics.count("LifecyclesStalled", counts["LifecyclesStalled"])
+        if unreached:
+            failures = f" ({counts['RepairsFailed']} of the others could not be repaired)"
+            raise time.cut_short(
+                f"{unreached} of {len(ordered)} lifecycles not reached{failures if counts['RepairsFailed'] else ''}"
+            )
         if counts["RepairsFailed"]:
             raise SweepFailed(f"{counts['RepairsFailed']} lifecycles could not be repaired (the others were)")
         return counts

@@ -15,6 +15,9 @@ the next sweep. An action found so again by a sweep at least ``adopt_after`` lat
 a late delivery) is adopted: intake's own path starts its lifecycle, under a token of its own that a late
 event of the action finds (``Intake.accept``), so redriving the dead letter starts no second lifecycle.
 
+Two parts of the sweep: the keep-alive (listing and heartbeats) comes first of all the sweep's parts, the
+adoptions after the lifecycles' repair (see :mod:`.sweeper`).
+
 The first sightings live in the sweeper's container (sweeps run one at a time): a cold start forgets them,
 which costs one more heartbeat and one more interval before the adoption, never an adoption too early.
 """
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from nodecycle.domain.catalog import LifecycleHooks, ManagedGroups
@@ -30,9 +34,20 @@ from nodecycle.domain.intake import Intake, IntakeOutcome
 from nodecycle.domain.model import LifecycleRecord, Transition
 from nodecycle.domain.ports.lifecycle import Autoscaling, WaitingInstance
 from nodecycle.domain.ports.runtime import Metrics
+from nodecycle.domain.sweep.sweep_time import SweepTime
 from nodecycle.domain.sweep.sweeper import Counts, SweepFailed
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Orphan:
+    """An action of one of this stack's hooks held with no record, kept alive by this sweep."""
+
+    waiting: WaitingInstance
+    hook: str
+    first: datetime  # its first sighting
+    listed_before: datetime | None  # the listing before it that did not show it, if this container knows it
 
 
 class OrphanedActions:
@@ -55,58 +70,95 @@ class OrphanedActions:
         # (instance, hook) -> its first sighting, and the listing before it that did not show it (if known)
         self._seen: dict[tuple[str, str], tuple[datetime, datetime | None]] = {}
         self._last_listed: datetime | None = None  # when the last sweep listed the held instances
+        self._held: list[Orphan] = []  # what this sweep's keep-alive found, for its adoptions
 
-    def __call__(self, open_records: Sequence[LifecycleRecord], now: datetime) -> Counts:
-        counts = {"LifecyclesOrphaned": 0, "LifecyclesAdopted": 0, "AdoptionsFailed": 0}
+    def keep_alive(self, open_records: Sequence[LifecycleRecord], now: datetime, time: SweepTime) -> Counts:
+        """The first sweep part: heartbeat every action held with no record. No record tells when its hook's
+        heartbeat timeout ends, and the first sighting may come just before it: no later part may delay it."""
         # (not a lifecycle whose action is over that still watches its node: into a warm pool, for weeks; the
         # instance's next action under the hook is another one)
         known = {(r.instance_id, r.transition) for r in open_records if r.action_open}
         listed_before, self._last_listed = self._last_listed, now
+        self._held = []
         seen: dict[tuple[str, str], tuple[datetime, datetime | None]] = {}
+        looked = failed = 0
+        cut_short = False
         for waiting in self._groups.waiting_instances():
             if (waiting.instance_id, waiting.transition) in known:
                 continue
+            if not time.enough():
+                cut_short = True  # (the rest forgotten, if held: adopted an interval later, never too early)
+                break
+            looked += 1
             try:
                 for hook in self._our_hooks(waiting.group, waiting.transition):
-                    key = (waiting.instance_id, hook)
-                    if not self._held(waiting, hook):
+                    if not self._held_by(waiting, hook):
                         continue  # this hook's action is over (ours, completed) or another hook holds it
-                    counts["LifecyclesOrphaned"] += 1
+                    key = (waiting.instance_id, hook)
                     first, before = seen[key] = self._seen.get(key, (now, listed_before))
-                    if now - first < self._adopt_after:
-                        log.warning(
-                            "%s is held by hook %s with no lifecycle record: kept alive, adopted unless its "
-                            "event comes within %s",
-                            waiting.instance_id,
-                            hook,
-                            self._adopt_after,
-                        )
-                        continue
-                    # It started after the last listing that did not show it; a cold container does not know
-                    # when that was: about a sweep interval before the first sighting. (Its global timeout is
-                    # reckoned from here: 100 heartbeat timeouts or 48 hours, so a guess errs by little.)
-                    since = before if before is not None else first - 2 * self._adopt_after
-                    outcome = self._intake.adopt(waiting, hook, since)
-                    if outcome is not IntakeOutcome.ACCEPTED:
-                        continue  # (intake said why: a lifecycle of the action was written first)
-                    log.warning(
-                        "adopted the %s action of %s under hook %s, held with no lifecycle record since %s: "
-                        "its event was lost or dead-lettered",
-                        waiting.transition.short,
-                        waiting.instance_id,
-                        hook,
-                        first,
-                    )
-                    counts["LifecyclesAdopted"] += 1
+                    self._held.append(Orphan(waiting, hook, first, before))
             except Exception:  # one instance's failure must not stop the others
-                log.exception("could not adopt the action of %s", waiting.instance_id)
-                counts["AdoptionsFailed"] += 1
+                log.exception("could not tell whether a hook of ours holds %s", waiting.instance_id)
+                failed += 1
         self._seen = seen  # what is no longer held is forgotten (and what was adopted, once its record lists)
-        self._metrics.count("LifecyclesOrphaned", counts["LifecyclesOrphaned"])
-        self._metrics.count("LifecyclesAdopted", counts["LifecyclesAdopted"])
-        if counts["AdoptionsFailed"]:
-            raise SweepFailed(f"{counts['AdoptionsFailed']} orphaned actions could not be adopted")
-        return counts
+        self._metrics.count("LifecyclesOrphaned", len(self._held))
+        if cut_short:
+            raise time.cut_short(f"held instances left unlooked at after {looked} ({failed} failed)")
+        if failed:
+            raise SweepFailed(
+                f"could not tell whether {failed} held instances are orphaned (the others were)"
+            )
+        return {"LifecyclesOrphaned": len(self._held)}
+
+    def adopt(self, open_records: Sequence[LifecycleRecord], now: datetime, time: SweepTime) -> Counts:
+        """A later sweep part: start the lifecycle of each action this sweep kept alive that was first found
+        ``adopt_after`` ago (intake had its time). An adoption takes several calls (intake's path): it comes
+        after every heartbeat, the lifecycles' too."""
+        adopted = failed = unadopted = 0
+        for orphan in self._held:
+            if now - orphan.first < self._adopt_after:
+                log.warning(
+                    "%s is held by hook %s with no lifecycle record: kept alive, adopted unless its event comes "
+                    "within %s",
+                    orphan.waiting.instance_id,
+                    orphan.hook,
+                    self._adopt_after,
+                )
+                continue
+            if not time.enough():
+                unadopted += 1  # kept alive: adopted by the next sweep
+                continue
+            try:
+                adopted += self._adopt(orphan)
+            except Exception:  # one instance's failure must not stop the others
+                log.exception("could not adopt the action of %s", orphan.waiting.instance_id)
+                failed += 1
+        self._metrics.count("LifecyclesAdopted", adopted)
+        if unadopted:
+            raise time.cut_short(f"{unadopted} orphaned actions kept alive but not adopted, {failed} failed")
+        if failed:
+            raise SweepFailed(f"{failed} orphaned actions could not be adopted")
+        return {"LifecyclesAdopted": adopted}
+
+    def _adopt(self, orphan: Orphan) -> bool:
+        """Start the lifecycle of an action held with no record; whether intake accepted it."""
+        # It started after the last listing that did not show it; a cold container does not know when that
+        # was: about a sweep interval before the first sighting. (Its global timeout is reckoned from here: 100
+        # heartbeat timeouts or 48 hours, so a guess errs by little.)
+        since = (
+            orphan.listed_before if orphan.listed_before is not None else orphan.first - 2 * self._adopt_after
+        )
+        if self._intake.adopt(orphan.waiting, orphan.hook, since) is not IntakeOutcome.ACCEPTED:
+            return False  # (intake said why: a lifecycle of the action was written first)
+        log.warning(
+            "adopted the %s action of %s under hook %s, held with no lifecycle record since %s: its event was "
+            "lost or dead-lettered",
+            orphan.waiting.transition.short,
+            orphan.waiting.instance_id,
+            orphan.hook,
+            orphan.first,
+        )
+        return True
 
     def _our_hooks(self, group: str, transition: Transition) -> list[str]:
         """This stack's hooks of ``transition`` on ``group`` (read once per group and ttl)."""
@@ -116,7 +168,7 @@ class OrphanedActions:
             if hook.transition is transition and self._groups.takes_hook(name)
         ]
 
-    def _held(self, waiting: WaitingInstance, hook: str) -> bool:
+    def _held_by(self, waiting: WaitingInstance, hook: str) -> bool:
         """Whether ``hook`` holds an action of the instance: a heartbeat by instance id is accepted only then,
         and keeps it alive until the next sweep."""
         held = self._autoscaling.heartbeat(waiting.action(hook))

@@ -15,7 +15,16 @@ lifecycles:
 
 Each part runs even when another fails, and within a part each lifecycle, node, waiter or address is handled
 even when one before it fails; a failure is logged with its cause and re-raised at the end, so the invocation
-counts as failed. The open lifecycles are listed when a part first needs them: a listing DynamoDB refuses
+counts as failed.
+
+Each part works within the invocation's time (:mod:`.sweep_time`): it starts another item only while more than
+a reserve is left, and the heartbeats that keep actions alive come first. The orphans' first (a share held
+back for the lifecycles'): an orphan's heartbeat is due at every sweep, and no record tells how near its
+hook's timeout is (its first sighting may come just before it); an open lifecycle's is taken two intervals
+ahead, so one this sweep did not reach is reached by the next, most urgent first. Then the lifecycles, the
+orphans' adoptions (several calls each: after every heartbeat), and the rest. A part that stops for want of time fails the sweep like a part that fails (logged, ``SweepsCutShort``,
+the sweeper's dead-letter alarm): the actions it did not reach may be near their timeout, and the next sweep
+takes them up. The open lifecycles are listed when a part first needs them: a listing DynamoDB refuses
 (denied, throttled past the client's retries) fails the parts that need it, not the address sweep.
 """
 
@@ -23,12 +32,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol, overload
 
 from nodecycle.domain.model import LifecycleRecord
 from nodecycle.domain.ports.lifecycle import RecordStore
-from nodecycle.domain.ports.runtime import Clock
+from nodecycle.domain.ports.runtime import Clock, Metrics
+from nodecycle.domain.sweep.sweep_time import RESERVE, OutOfTime, SweepTime
 
 log = logging.getLogger(__name__)
 
@@ -36,38 +46,65 @@ Counts = dict[str, int]
 
 
 class SweepPart(Protocol):
-    def __call__(self, open_records: Sequence[LifecycleRecord], now: datetime) -> Counts: ...
+    def __call__(self, open_records: Sequence[LifecycleRecord], now: datetime, time: SweepTime) -> Counts: ...
 
 
 class SweepFailed(Exception):
-    """At least one part of a sweep failed; the others ran."""
+    """At least one part of a sweep failed, or stopped for want of time; the others ran."""
 
 
 class Sweeper:
     def __init__(
-        self, *, owner: str, records: RecordStore, clock: Clock, parts: Mapping[str, SweepPart]
+        self,
+        *,
+        owner: str,
+        records: RecordStore,
+        clock: Clock,
+        metrics: Metrics,
+        parts: Mapping[str, SweepPart],
+        shares: Mapping[str, timedelta],
+        reserve: timedelta = RESERVE,
     ) -> None:
+        """``parts`` run in their order; ``shares``: the time held back for a part from the parts before it."""
         self._owner = owner
         self._records = records
         self._clock = clock
+        self._metrics = metrics
         self._parts = parts
+        self._shares = shares
+        self._reserve = reserve
 
-    def sweep(self) -> Counts:
+    def sweep(self, time_left: Callable[[], float]) -> Counts:
+        """Run the parts within ``time_left`` (seconds, the invocation's)."""
         now = self._clock.now()
         open_records = OpenLifecycles(lambda: self._records.open_records(self._owner))
         report: Counts = {}
         failed: list[str] = []
-        for name, part in self._parts.items():
+        cut_short: list[str] = []
+        names = list(self._parts)
+        for index, (name, part) in enumerate(self._parts.items()):
+            later = sum((self._shares.get(after, timedelta()) for after in names[index + 1 :]), timedelta())
+            time = SweepTime(time_left, self._reserve + later)
             try:
-                report |= part(open_records, now)
+                if not time.enough():
+                    raise time.cut_short("not started")
+                report |= part(open_records, now, time)
+            except OutOfTime as error:
+                log.error("sweep part %s stopped for want of time: %s", name, error)
+                cut_short.append(name)
             except Exception:  # isolate the parts: log it whole here, fail the sweep at the end
                 log.exception("sweep part %s failed", name)
                 failed.append(name)
         if open_records.listed is not None:
             report = {"OpenLifecycles": len(open_records.listed)} | report
+        if cut_short:
+            self._metrics.count("SweepsCutShort")
         log.info("sweep done", extra={"sweep": report})
-        if failed:
-            raise SweepFailed(f"sweep parts failed: {', '.join(failed)} (the others ran)")
+        if failed or cut_short:
+            causes = [f"sweep parts failed: {', '.join(failed)}"] if failed else []
+            if cut_short:
+                causes.append(f"cut short for want of time: {', '.join(cut_short)} (the next sweep goes on)")
+            raise SweepFailed(f"{'; '.join(causes)} (the others ran)")
         return report
 
 

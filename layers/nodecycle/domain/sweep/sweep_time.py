@@ -1,0 +1,45 @@
+"""A sweep within one invocation's time.
+
+The sweeper has 300 s (its timeout). Under throttling each call is retried for seconds (botocore's standard
+mode, five attempts), and a sweep over many open actions can use all of it: the runtime then ends the
+invocation mid-call, and nothing after that call runs: not the parts after it (the orphans' heartbeats, which
+keep alive the actions no record tells of, came after the lifecycles'), not the metrics flush, not the log of
+what was left undone. So, as intake does (domain/intake_budget.py), a part starts another lifecycle, instance,
+node or waiter only while more than a reserve is left, and says how much it left undone; the sweeper reports
+the sweep cut short, and the next sweep takes it up (the lifecycles most urgent first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+
+# Of the sweeper's 300 s: one item's calls (a heartbeat, a record write, a message: up to three), each retried
+# when throttled (botocore's standard mode backs off for up to about 15 s over its attempts), and the flush of
+# the metrics after the last part.
+RESERVE = timedelta(seconds=45)
+
+# Held back for the lifecycles' repair from the orphans' keep-alive, which comes before it: a few heartbeats
+# (throttled, retried) for the open actions most urgent, and the settlement of one at its last sweep, when
+# orphans are many (intake down through a whole instance refresh).
+LIFECYCLES_SHARE = timedelta(seconds=60)
+
+
+class OutOfTime(Exception):
+    """A part stopped with work left, too little time being left to start more: the next sweep takes it up."""
+
+
+class SweepTime:
+    """The time a part may use: the invocation's remaining time less a reserve (and less the shares held back
+    for the parts after it)."""
+
+    def __init__(self, time_left: Callable[[], float], reserve: timedelta) -> None:
+        self._time_left = time_left
+        self._reserve = reserve.total_seconds()
+
+    def enough(self) -> bool:
+        """Whether another item may be started."""
+        return self._time_left() >= self._reserve
+
+    def cut_short(self, left_undone: str) -> OutOfTime:
+        return OutOfTime(f"{self._time_left():.1f} s were left: too little to start another; {left_undone}")
