@@ -296,3 +296,21 @@ def test_a_sweep_short_of_time_keeps_every_orphan_alive_before_adopting_any() ->
     assert len(world.autoscaling.heartbeats) - heartbeats_before == 2
     assert world.queues.sent == []
 
+
+def test_the_adoptions_take_only_what_their_own_sweep_kept_alive() -> None:
+    # Given an action held with no record, kept alive by two sweeps, the second too short of time to adopt it
+    world = World()
+    world.terminating()
+    world.sweep()
+    world.clock.advance(INTERVAL.total_seconds())
+    now = world.clock.now()
+    world.part.keep_alive([], now, AMPLE)
+
+    # When the next sweep has no time for the keep-alive (the action since completed elsewhere, say), but
+    # has for the adoptions
+    world.clock.advance(INTERVAL.total_seconds())
+    report = world.part.adopt([], world.clock.now(), AMPLE)
+
+    # Then it adopts nothing: no heartbeat of its own told it the action is still held
+    assert report["LifecyclesAdopted"] == 0
+    assert adopted(world) is None

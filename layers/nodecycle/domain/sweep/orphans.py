@@ -70,7 +70,8 @@ class OrphanedActions:
         # (instance, hook) -> its first sighting, and the listing before it that did not show it (if known)
         self._seen: dict[tuple[str, str], tuple[datetime, datetime | None]] = {}
         self._last_listed: datetime | None = None  # when the last sweep listed the held instances
-        self._held: list[Orphan] = []  # what this sweep's keep-alive found, for its adoptions
+        # what the keep-alive found, and when: the adoptions take only what their own sweep kept alive
+        self._held: tuple[datetime | None, list[Orphan]] = (None, [])
 
     def keep_alive(self, open_records: Sequence[LifecycleRecord], now: datetime, time: SweepTime) -> Counts:
         """The first sweep part: heartbeat every action held with no record. No record tells when its hook's
@@ -79,7 +80,8 @@ class OrphanedActions:
         # instance's next action under the hook is another one)
         known = {(r.instance_id, r.transition) for r in open_records if r.action_open}
         listed_before, self._last_listed = self._last_listed, now
-        self._held = []
+        held: list[Orphan] = []
+        self._held = (now, held)
         seen: dict[tuple[str, str], tuple[datetime, datetime | None]] = {}
         looked = failed = 0
         cut_short = False
@@ -96,26 +98,27 @@ class OrphanedActions:
                         continue  # this hook's action is over (ours, completed) or another hook holds it
                     key = (waiting.instance_id, hook)
                     first, before = seen[key] = self._seen.get(key, (now, listed_before))
-                    self._held.append(Orphan(waiting, hook, first, before))
+                    held.append(Orphan(waiting, hook, first, before))
             except Exception:  # one instance's failure must not stop the others
                 log.exception("could not tell whether a hook of ours holds %s", waiting.instance_id)
                 failed += 1
         self._seen = seen  # what is no longer held is forgotten (and what was adopted, once its record lists)
-        self._metrics.count("LifecyclesOrphaned", len(self._held))
+        self._metrics.count("LifecyclesOrphaned", len(held))
         if cut_short:
             raise time.cut_short(f"held instances left unlooked at after {looked} ({failed} failed)")
         if failed:
             raise SweepFailed(
                 f"could not tell whether {failed} held instances are orphaned (the others were)"
             )
-        return {"LifecyclesOrphaned": len(self._held)}
+        return {"LifecyclesOrphaned": len(held)}
 
     def adopt(self, open_records: Sequence[LifecycleRecord], now: datetime, time: SweepTime) -> Counts:
         """A later sweep part: start the lifecycle of each action this sweep kept alive that was first found
         ``adopt_after`` ago (intake had its time). An adoption takes several calls (intake's path): it comes
         after every heartbeat, the lifecycles' too."""
         adopted = failed = unadopted = 0
-        for orphan in self._held:
+        kept_alive_at, held = self._held
+        for orphan in held if kept_alive_at == now else ():
             if now - orphan.first < self._adopt_after:
                 log.warning(
                     "%s is held by hook %s with no lifecycle record: kept alive, adopted unless its event comes "
