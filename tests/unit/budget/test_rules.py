@@ -181,7 +181,7 @@ def test_a_queue_of_long_names_stops_taking_waiters_before_the_document_passes_t
         request = SlotRequest(
             node=name(9000 + i), instance_id=f"i-{i}", zone="a", owner="blue", record_id=f"r{i}"
         )
-        doc, decision, _ = claim(doc, request, now=START, ttl=timedelta(seconds=600), renewing=False)
+        doc, decision, *_ = claim(doc, request, now=START, ttl=timedelta(seconds=600), renewing=False)
 
         # Then they are told the queue is full before the document would pass the limit
         assert len(doc.to_json()) < mib

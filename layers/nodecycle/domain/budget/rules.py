@@ -69,7 +69,8 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import datetime, timedelta
-from typing import Any
+from operator import itemgetter
+from typing import Any, NamedTuple
 
 from nodecycle.domain.budget.document import (
     BudgetDocument,
@@ -186,40 +187,71 @@ def eligible_waiters(doc: BudgetDocument, now: datetime) -> list[Waiter]:
 def _replay(doc: BudgetDocument, now: datetime) -> list[tuple[Waiter, list[Waiter]]]:
     """The eligible waiters in the order they are picked, each with the waiters that fit at its pick."""
     granted = {h.node: h.zone for h in doc.holders}
-    remaining = [w for w in doc.waiters if w.node not in granted and w.owner in doc.limits]
     occupancy = {  # what each owner sees taken: every holder, and the unavailable nodes it counts
         owner: Occupancy({**counted_unavailable(doc, limits), **granted})
         for owner, limits in doc.limits.items()
     }
-    work_left = Counter(w.zone for w in remaining)
-    arrival = {w.node: i for i, w in enumerate(doc.waiters)}  # join order breaks ties
+    resolved = {owner: limits.resolved for owner, limits in doc.limits.items()}
+    # The line sorted once by each waiter's standing (computed once: a replay runs on every write, over
+    # hundreds of waiters in a burst, and picks until the slots are full). The standing orders the picks but
+    # for the zone with the most work left, which ranks the last class and changes as the replay picks.
+    line = sorted(
+        (
+            (_standing(w, now, arrival), w)  # join order breaks ties
+            for arrival, w in enumerate(doc.waiters)
+            if w.node not in granted and w.owner in doc.limits
+        ),
+        key=itemgetter(0),
+    )
+    work_left = Counter(w.zone for _, w in line)
     picks: list[tuple[Waiter, list[Waiter]]] = []
-    while remaining:
+    while line:
         fitting = [
-            w for w in remaining if occupancy[w.owner].admits(w.node, w.zone, doc.limits[w.owner].resolved)
+            e for e in line if occupancy[e[1].owner].admits(e[1].node, e[1].zone, resolved[e[1].owner])
         ]
         if not fitting:
             break
-        best = min(fitting, key=lambda w: _precedence(w, now, work_left, arrival[w.node]))
-        picks.append((best, fitting))
+        # The occupancy only grows during a replay: a waiter that does not fit now fits at no later pick.
+        line = fitting.copy()
+        best = fitting[0]
+        if best[0][0] == _ANY_OTHER:
+            # all that fit are of the last class: the zone with the most work left goes first, and the line's
+            # order within it and between zones of as much work (max keeps the first of equals)
+            best = max(fitting, key=lambda e: work_left[e[1].zone])
+        waiter = best[1]
+        picks.append((waiter, [w for _, w in fitting]))
         for taken in occupancy.values():
-            taken.add(best.node, best.zone)
-        remaining.remove(best)
-        work_left[best.zone] -= 1
+            taken.add(waiter.node, waiter.zone)
+        line.remove(best)
+        work_left[waiter.zone] -= 1
     return picks
+
+
+# The classes of the replay's order (see the module docstring), lowest first.
+_IN_PROGRESS, _URGENT, _PASSED_OVER, _ANY_OTHER = range(4)
+
+
+def _standing(waiter: Waiter, now: datetime, arrival: int) -> tuple[Any, ...]:
+    """A waiter's class and its place in it, but for the work left in its zone (see :func:`_precedence`);
+    the classes never compare their second members."""
+    if waiter.in_progress:
+        return (_IN_PROGRESS, waiter.waiting_since, arrival)
+    if waiter.urgent_at is not None and now >= waiter.urgent_at:
+        return (_URGENT, waiter.urgent_at, arrival)
+    if waiter.passed >= MAX_PASSED:
+        return (_PASSED_OVER, waiter.waiting_since, arrival)
+    return (_ANY_OTHER, waiter.waiting_since, arrival)
 
 
 def _precedence(
     waiter: Waiter, now: datetime, work_left: Counter[str | None], arrival: int
 ) -> tuple[Any, ...]:
-    """The order of the replay's picks (lowest first); the classes never compare their second members."""
-    if waiter.in_progress:
-        return (0, waiter.waiting_since, arrival)
-    if waiter.urgent_at is not None and now >= waiter.urgent_at:
-        return (1, waiter.urgent_at, arrival)
-    if waiter.passed >= MAX_PASSED:
-        return (2, waiter.waiting_since, arrival)
-    return (3, -work_left[waiter.zone], waiter.waiting_since, arrival)
+    """The order of the replay's picks (lowest first): the standing, the last class by the zone with the
+    most work left first."""
+    standing = _standing(waiter, now, arrival)
+    if standing[0] != _ANY_OTHER:
+        return standing
+    return (_ANY_OTHER, -work_left[waiter.zone], *standing[1:])
 
 
 def with_own_limits(doc: BudgetDocument, owner: str, limits: OwnerLimits) -> BudgetDocument:
@@ -291,8 +323,12 @@ def queue_order(doc: BudgetDocument, now: datetime) -> list[Waiter]:
 
 
 def position_of(doc: BudgetDocument, node: str, now: datetime) -> int:
-    """The 1-based place in line of the waiter of ``node``."""
-    return next(i for i, w in enumerate(queue_order(doc, now), start=1) if w.node == node)
+    """The 1-based place in line of the waiter of ``node`` (see :func:`queue_order`): one more than the
+    waiters that go before it, counted rather than sorted (every denied ask tells its place)."""
+    work_left = Counter(w.zone for w in doc.waiters)
+    keys = [(_precedence(w, now, work_left, i), w.node) for i, w in enumerate(doc.waiters)]
+    mine = next(key for key, of in keys if of == node)
+    return 1 + sum(1 for key, _ in keys if key < mine)
 
 
 def _any_expired(doc: BudgetDocument, now: datetime) -> bool:
@@ -333,12 +369,22 @@ def _without_other_instances(doc: BudgetDocument, request: SlotRequest) -> Budge
     )
 
 
+class Claimed(NamedTuple):
+    doc: BudgetDocument
+    decision: SlotDecision
+    waited: timedelta | None  # how long the node had been waiting, when it is granted after waiting
+    # The waiters eligible in ``doc``, when the claim replayed ``doc`` itself (an ask denied for lack of room):
+    # the writer's wake-ups are judged on them, not on a second replay of the same document (a replay is most
+    # of a write's CPU with hundreds of waiters, and a longer read-modify-write loses more races). None: not
+    # replayed, or ``doc`` changed since (a grant).
+    eligible: list[Waiter] | None = None
+
+
 def claim(
     doc: BudgetDocument, request: SlotRequest, *, now: datetime, ttl: timedelta, renewing: bool
-) -> tuple[BudgetDocument, SlotDecision, timedelta | None]:
-    """Acquire or renew a slot for ``request``; returns the new document, the decision, and how long the
-    node had been waiting when it is granted after waiting. ``doc`` must be pruned and carry the owner's
-    current limits."""
+) -> Claimed:
+    """Acquire or renew a slot for ``request``. ``doc`` must be pruned and carry the owner's current
+    limits."""
     ttl_seconds = int(ttl.total_seconds())
     renewal: dict[str, Any] = {
         "instance_id": request.instance_id,
@@ -350,12 +396,12 @@ def claim(
     }
     doc = _without_other_instances(doc, request)
     if any(_gave_back(r, request) for r in doc.released):
-        return doc, _decision(doc, False, SlotReason.RELEASED), None
+        return Claimed(doc, _decision(doc, False, SlotReason.RELEASED), None)
     holder = doc.holder(request.node)
     waiter = doc.waiter(request.node)
     if holder is not None:
         if holder.owner != request.owner:
-            return doc, _decision(doc, False, SlotReason.HELD_BY_OTHER_OWNER), None
+            return Claimed(doc, _decision(doc, False, SlotReason.HELD_BY_OTHER_OWNER), None)
         if _of_other_lifecycle(holder, request):
             # Two lifecycles of one instance (a rebalance drain, then its terminate hook's): renewed under this
             # request, the holder would be released by whichever ended first while the other still drains, a
@@ -367,28 +413,30 @@ def claim(
             # is gone.)
             if request.force:
                 doc = _without_waiter(doc, waiter, request)
-                return doc, _decision(doc, True, SlotReason.HELD), None
+                return Claimed(doc, _decision(doc, True, SlotReason.HELD), None)
             # (a node has one place in line: a third lifecycle of the instance leaves the second's, and asks
             # again at its retry)
             if waiter is None or (waiter.owner == request.owner and not _of_other_lifecycle(waiter, request)):
                 queued = _queued(doc, request, waiter, renewal, now)
                 doc = doc if queued is None else queued[0]
-            return doc, _decision(doc, False, SlotReason.HELD_BY_OTHER_LIFECYCLE), None
+            return Claimed(doc, _decision(doc, False, SlotReason.HELD_BY_OTHER_LIFECYCLE), None)
         holders = tuple(h.model_copy(update=renewal) if h is holder else h for h in doc.holders)
         doc = doc.model_copy(update={"holders": holders})
-        return doc, _decision(doc, True, SlotReason.HELD), None
+        return Claimed(doc, _decision(doc, True, SlotReason.HELD), None)
 
     if waiter is not None and waiter.owner != request.owner:
-        return doc, _decision(doc, False, SlotReason.CLAIMED_BY_OTHER_OWNER), None
+        return Claimed(doc, _decision(doc, False, SlotReason.CLAIMED_BY_OTHER_OWNER), None)
     queued = _queued(doc, request, waiter, renewal, now)
     if queued is None:
-        return doc, _decision(doc, False, SlotReason.QUEUE_FULL), None
+        return Claimed(doc, _decision(doc, False, SlotReason.QUEUE_FULL), None)
     doc, entry = queued
 
-    pick = next((fitting for w, fitting in _replay(doc, now) if w.node == request.node), None)
+    picks = _replay(doc, now)
+    pick = next((fitting for w, fitting in picks if w.node == request.node), None)
     if pick is None and not request.force:
         reason = SlotReason.LOST if renewing else SlotReason.NO_ROOM
-        return doc, _decision(doc, False, reason, position_of(doc, request.node, now)), None
+        decision = _decision(doc, False, reason, position_of(doc, request.node, now))
+        return Claimed(doc, decision, None, [w for w, _ in picks])
 
     # Older waiters that would have fit at this pick were passed over: each counts one more pass.
     passed = {w.node for w in pick or () if w.node != request.node and w.waiting_since < entry.waiting_since}
@@ -406,7 +454,7 @@ def claim(
     )
     reason = SlotReason.FORCED if forced else SlotReason.REACQUIRED if renewing else SlotReason.GRANTED
     waited = now - entry.waiting_since if waiter is not None else None
-    return doc, _decision(doc, True, reason), waited
+    return Claimed(doc, _decision(doc, True, reason), waited)
 
 
 def _gave_back(mark: Released, request: SlotRequest) -> bool:

@@ -215,10 +215,12 @@ class DisruptionBudget:
             if fresh is not None:
                 return current, (fresh, None)
             doc = rules.with_own_limits(rules.prune(current or BudgetDocument(), now), self._owner, limits)
-            doc, decision, waited = rules.claim(doc, request, now=now, ttl=self._ttl, renewing=renewing)
+            doc, decision, waited, eligible = rules.claim(
+                doc, request, now=now, ttl=self._ttl, renewing=renewing
+            )
             if decision.reason is SlotReason.QUEUE_FULL:
                 return current, (decision, None)  # nothing to write for a node that is not let in
-            woken = self._newly_eligible(current or BudgetDocument(), doc, limits)
+            woken = self._newly_eligible(current or BudgetDocument(), doc, limits, eligible)
             return doc, (replace(decision, wake=tuple(woken)), waited)
 
         decision, waited = self._write(mutate)
@@ -269,7 +271,11 @@ class DisruptionBudget:
         return self._newly_eligible(stored, after, limits)
 
     def _newly_eligible(
-        self, stored: BudgetDocument, after: BudgetDocument, limits: OwnerLimits
+        self,
+        stored: BudgetDocument,
+        after: BudgetDocument,
+        limits: OwnerLimits,
+        eligible: list[Waiter] | None = None,
     ) -> list[str]:
         """This owner's waiters to wake once the write of ``after`` replaces ``stored`` (the document as
         read, not pruned): those that take the room the write added, by the entries it removed, its own and
@@ -284,11 +290,14 @@ class DisruptionBudget:
         frees nothing, woke a waiter whenever it changed the zone with the most waiters left and so who is
         first in line: in a burst of 500 asks, 7 wake-ups per slot freed, one waiter woken again and again,
         most of them finding it gone on. (Waking every eligible waiter on every release did the same at 300
-        nodes: a dozen wake-ups per hand-over, flooding the drain queue that carries them.)"""
+        nodes: a dozen wake-ups per hand-over, flooding the drain queue that carries them.)
+
+        ``eligible``: the waiters eligible in ``after`` under ``limits``, when the caller replayed it already."""
         now = self._clock.now()
         before = {(w.node, w.record_id) for w in rules.eligible_waiters(stored, now)}
         waiting = {(w.node, w.record_id) for w in after.waiters}
-        eligible = rules.eligible_waiters(rules.with_own_limits(after, self._owner, limits), now)
+        if eligible is None:
+            eligible = rules.eligible_waiters(rules.with_own_limits(after, self._owner, limits), now)
         rooms = len(eligible) - len(before & waiting)
         fresh = [w for w in eligible if (w.node, w.record_id) not in before][: max(0, rooms)]
         return [w.record_id for w in fresh if w.owner == self._owner]
