@@ -133,8 +133,12 @@ class Occupancy:
         else:
             self._by_zone[zone] += 1
 
-    def admits(self, node: str, zone: str | None, limits: ResolvedLimits) -> bool:
-        """Whether ``node`` may take a slot under ``limits``; a node already counted takes no new one."""
+    def counts(self, node: str) -> bool:
+        return node in self._nodes
+
+    def admits(self, node: str | None, zone: str | None, limits: ResolvedLimits) -> bool:
+        """Whether ``node`` may take a slot under ``limits``; a node already counted takes no new one (None:
+        a node not counted yet)."""
         if node in self._nodes:
             return True
         if len(self._nodes) >= limits.total:
@@ -191,24 +195,25 @@ def _replay(doc: BudgetDocument, now: datetime) -> list[tuple[Waiter, list[Waite
         owner: Occupancy({**counted_unavailable(doc, limits), **granted})
         for owner, limits in doc.limits.items()
     }
-    resolved = {owner: limits.resolved for owner, limits in doc.limits.items()}
     # The line sorted once by each waiter's standing (computed once: a replay runs on every write, over
     # hundreds of waiters in a burst, and picks until the slots are full). The standing orders the picks but
     # for the zone with the most work left, which ranks the last class and changes as the replay picks.
     line = sorted(
         (
-            (_standing(w, now, arrival), w)  # join order breaks ties
+            (_standing(w, now, arrival), w, (w.owner, w.zone))  # join order breaks ties
             for arrival, w in enumerate(doc.waiters)
             if w.node not in granted and w.owner in doc.limits
         ),
         key=itemgetter(0),
     )
-    work_left = Counter(w.zone for _, w in line)
+    groups = {group for _, _, group in line}
+    work_left = Counter(w.zone for _, w, _ in line)
     picks: list[tuple[Waiter, list[Waiter]]] = []
     while line:
-        fitting = [
-            e for e in line if occupancy[e[1].owner].admits(e[1].node, e[1].zone, resolved[e[1].owner])
-        ]
+        # The waiters of one owner and zone fit alike, but for a node its owner counts already (which takes no
+        # new slot): asked once per group, not once per waiter.
+        room = {(o, z): occupancy[o].admits(None, z, doc.limits[o].resolved) for o, z in groups}
+        fitting = [e for e in line if room[e[2]] or occupancy[e[2][0]].counts(e[1].node)]
         if not fitting:
             break
         # The occupancy only grows during a replay: a waiter that does not fit now fits at no later pick.
@@ -219,12 +224,30 @@ def _replay(doc: BudgetDocument, now: datetime) -> list[tuple[Waiter, list[Waite
             # order within it and between zones of as much work (max keeps the first of equals)
             best = max(fitting, key=lambda e: work_left[e[1].zone])
         waiter = best[1]
-        picks.append((waiter, [w for _, w in fitting]))
+        picks.append((waiter, [w for _, w, _ in fitting]))
         for taken in occupancy.values():
             taken.add(waiter.node, waiter.zone)
         line.remove(best)
         work_left[waiter.zone] -= 1
     return picks
+
+
+def same_line(a: BudgetDocument, b: BudgetDocument) -> bool:
+    """Whether ``a`` and ``b`` replay alike at any time, by what the replay reads: the same waiters (the same
+    tuple: a write that changes none keeps it, and comparing hundreds would cost what the replay does), the
+    holders' nodes and zones, the same marks of slots given back, and each owner's resolved limits and
+    unavailable nodes. False may be a false negative, never a false positive."""
+    return (
+        a.waiters is b.waiters
+        and a.released is b.released
+        and [(h.node, h.zone) for h in a.holders] == [(h.node, h.zone) for h in b.holders]
+        and a.limits.keys() == b.limits.keys()
+        and all(
+            (a.limits[owner].resolved, a.limits[owner].unavailable)
+            == (b.limits[owner].resolved, b.limits[owner].unavailable)
+            for owner in a.limits
+        )
+    )
 
 
 # The classes of the replay's order (see the module docstring), lowest first.

@@ -294,10 +294,15 @@ class DisruptionBudget:
 
         ``eligible``: the waiters eligible in ``after`` under ``limits``, when the caller replayed it already."""
         now = self._clock.now()
+        judged = rules.with_own_limits(after, self._owner, limits)
+        if eligible is None and rules.same_line(stored, judged):
+            # (a renewal that expired nothing: the same replay as stored, so no room added; skipped, as a
+            # replay is most of a write's CPU with hundreds of waiters)
+            return []
         before = {(w.node, w.record_id) for w in rules.eligible_waiters(stored, now)}
         waiting = {(w.node, w.record_id) for w in after.waiters}
         if eligible is None:
-            eligible = rules.eligible_waiters(rules.with_own_limits(after, self._owner, limits), now)
+            eligible = rules.eligible_waiters(judged, now)
         rooms = len(eligible) - len(before & waiting)
         fresh = [w for w in eligible if (w.node, w.record_id) not in before][: max(0, rooms)]
         return [w.record_id for w in fresh if w.owner == self._owner]
