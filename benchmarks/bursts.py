@@ -13,7 +13,11 @@ The functions' containers are started before the bursts (see harness.WARM).
   the last node entered the budget ConfigMap, as a holder or a waiter: with a budget of 10, nearly all of
   them wait);
 - the budget under that load: slot decisions (each run of a waiting lifecycle's step) per second, and
-  409 conflicts per decision, counted by the API server (write requests minus writes kept).
+  409 conflicts per decision, counted by the API server (write requests minus writes kept);
+- the CPU of one ask on the longest budget document of the scale-in, in process once the sandbox is gone:
+  a newcomer's ask through the budget service (the decision and the wake-up list), beside the decision
+  alone (what a write computed before wake-ups), each with the document's JSON read and write. The longer
+  a read-modify-write, the more of them lose the race (409) under a burst.
 
 Times come from the sandbox's records: the records' ``received_at`` as DynamoDB holds them, the runner's
 journal (each invocation, with the messages it carried) and the API server's write history. They are
@@ -24,15 +28,22 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from benchmarks import load
+from benchmarks.contention import _NoMetrics
 from benchmarks.harness import sandbox as start_sandbox
-from benchmarks.records import budget_writes
+from benchmarks.records import BUDGET_KEY, BUDGET_NAME, BUDGET_NAMESPACE, budget_writes
 from benchmarks.report import Result, Row
+from nodecycle.domain.budget import BudgetDocument, BudgetLimits, DisruptionBudget, SlotRequest, rules
+from nodecycle.domain.budget.limits import NodeState
+from nodecycle.domain.policy import Quantity
 from nodecycle_sandbox import Sandbox
 from nodecycle_sandbox.aws.group import wait_for
 
@@ -58,6 +69,14 @@ class Contention:
     configmap_requests: int
     wakes: int  # slot decisions run by a wake-up message
     freed: int  # holders that left the budget (slots freed)
+    longest: str  # the longest budget document written during the burst (its JSON)
+
+
+@dataclass(frozen=True)
+class AskCpu:
+    waiters: int
+    ours: float  # CPU seconds of a newcomer's ask through the budget service
+    decision: float  # of the decision alone, without the wake-up list
 
 
 @dataclass(frozen=True)
@@ -65,6 +84,7 @@ class Bursts:
     launches: Burst
     terminations: Burst
     contention: Contention
+    ask: AskCpu
 
 
 def run(size: int, log_dir: Path) -> Bursts:
@@ -72,7 +92,7 @@ def run(size: int, log_dir: Path) -> Bursts:
     with start_sandbox(parameters=PARAMETERS, size=0, log_dir=log_dir, hook_target="sqs") as box:
         launches = _launch(box, size)
         terminations, contention = _scale_in(box, size)
-    return Bursts(launches, terminations, contention)
+    return Bursts(launches, terminations, contention, _ask_cpu(contention.longest))
 
 
 def _launch(box: Sandbox, size: int) -> Burst:
@@ -121,6 +141,7 @@ def _scale_in(box: Sandbox, size: int) -> tuple[Burst, Contention]:
         configmap_requests=sum(n for (_, resource), n in calls.items() if resource == "configmaps"),
         wakes=wakes,
         freed=sum(len(a.holder_nodes() - b.holder_nodes()) for a, b in itertools.pairwise(writes)),
+        longest=max(_budget_texts(box), key=len),
     )
     burst = Burst(
         "terminate",
@@ -131,6 +152,93 @@ def _scale_in(box: Sandbox, size: int) -> tuple[Burst, Contention]:
         sampled.summary(began, end),
     )
     return burst, contention
+
+
+def _budget_texts(box: Sandbox) -> list[str]:
+    return [
+        (entry.object.get("data") or {}).get(BUDGET_KEY, "")
+        for entry in box.kube.history()
+        if entry.kind == "ConfigMap"
+        and (entry.namespace, entry.name) == (BUDGET_NAMESPACE, BUDGET_NAME)
+        and not entry.removed
+    ]
+
+
+class _Text:
+    """A BudgetStore over one JSON text that it never changes (each ask starts on the same document): an
+    update reads it and serializes what it would write, as the ConfigMap store does, without the API server."""
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+
+    def read(self) -> BudgetDocument:
+        return BudgetDocument.from_json(self._text)
+
+    def update[T](self, mutate: Callable[[BudgetDocument | None], tuple[BudgetDocument | None, T]]) -> T:
+        written, result = mutate(self.read())
+        if written is not None:
+            written.to_json()
+        return result
+
+
+class _At:
+    def __init__(self, now: datetime) -> None:
+        self._now = now
+
+    def now(self) -> datetime:
+        return self._now
+
+
+class _NoNodes:
+    def nodes_in_scope(self) -> list[NodeState]:
+        return []
+
+
+def _ask_cpu(text: str, repeat: int = 30) -> AskCpu:
+    """The CPU of a newcomer's ask on ``text`` (see the module docstring), the mean of ``repeat`` asks, at
+    the time of the document's last write, by the stack that wrote it, under the burst's budget."""
+    doc = BudgetDocument.from_json(text)
+    owner, recorded = next(iter(doc.limits.items()))
+    now = max((recorded.updated_at, *(e.renewed_at for e in doc.entries())))
+    zone = next((e.zone for e in doc.entries()), None)
+    limits, ttl = BudgetLimits(Quantity.parse(str(BUDGET))), timedelta(minutes=15)
+    budget = DisruptionBudget(
+        store=_Text(text),
+        nodes=_NoNodes(),
+        clock=_At(now),
+        metrics=_NoMetrics(),
+        limits=limits,
+        holder_ttl=ttl,
+        count_unavailable=False,
+        owner=owner,
+    )
+
+    def decision(request: SlotRequest) -> None:
+        stored = BudgetDocument.from_json(text)
+        live = rules.with_own_limits(rules.prune(stored, now), owner, stored.limits[owner])
+        rules.claim(live, request, now=now, ttl=ttl, renewing=False)[0].to_json()
+
+    def mean(ask: Callable[[SlotRequest], Any]) -> float:
+        spent = 0.0
+        for i in range(repeat):
+            request = SlotRequest(
+                node=f"newcomer-{i}",
+                instance_id=f"i-new{i}",
+                zone=zone,
+                owner=owner,
+                record_id=f"i-new{i}/terminate/bench",
+                token="bench",
+            )
+            began = time.process_time()
+            ask(request)
+            spent += time.process_time() - began
+        return spent / repeat
+
+    logging.disable(logging.INFO)  # the service's line per decision: not in the table, nor in the figure
+    try:
+        return AskCpu(len(doc.waiters), mean(budget.acquire), mean(decision))
+    finally:
+        logging.disable(logging.NOTSET)
 
 
 def _records(box: Sandbox, transition: str, size: int, since: float) -> dict[str, float] | None:
@@ -231,6 +339,13 @@ def result(found: Bursts) -> Result:
             f"budget, {n} nodes for {BUDGET} slots: 409 conflicts per decision",
             contention.conflicts / max(1, contention.decisions),
             None,
+            "",
+            "-",
+        ),
+        Row(
+            f"budget: CPU per ask with {found.ask.waiters} waiters (ms), ours vs the decision alone",
+            found.ask.ours * 1000,
+            found.ask.decision * 1000,
             "",
             "-",
         ),

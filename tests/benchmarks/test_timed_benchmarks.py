@@ -25,7 +25,11 @@ ROWS = {
         "refresh 9 nodes, 4/2, pods 3x slower: a freed slot idle, max",
         "refresh 9 nodes, 4/2, pods 3x slower: machine CPU busy over the makespan",
     ],
-    "bursts": ["6 launches at once: last record written", "6 terminations at once: last slot decision"],
+    "bursts": [
+        "6 launches at once: last record written",
+        "6 terminations at once: last slot decision",
+        "budget: CPU per ask with",
+    ],
 }
 
 
