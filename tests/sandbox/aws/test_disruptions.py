@@ -14,10 +14,13 @@ import pytest
 
 from nodecycle_sandbox.aws.group import AutoScalingGroup, GroupSpec, default_hooks, wait_for
 from nodecycle_sandbox.aws.records import TERMINATING
+from nodecycle_sandbox.iam.template import StaticResources
 from nodecycle_sandbox.runner.cfn_yaml import load_template
+from nodecycle_sandbox.runner.intrinsics import Intrinsics
 from nodecycle_sandbox.runner.patterns import matches
 from tests.sandbox.aws.conftest import REGION, Emulation
 
+ACCOUNT = "123456789012"  # moto's default, the emulation's
 ROOT = Path(__file__).resolve().parents[3]
 
 
@@ -36,8 +39,19 @@ def shape(value: Any) -> Any:
 
 
 def intake_patterns() -> list[dict[str, Any]]:
-    events = load_template(ROOT / "template.yaml")["Resources"]["IntakeFunction"]["Properties"]["Events"]
-    return [e["Properties"]["Pattern"] for e in events.values() if e["Type"] == "EventBridgeRule"]
+    """The intake rules' patterns, resolved as CloudFormation would in the emulation's account and region
+    (they match on both)."""
+    template = load_template(ROOT / "template.yaml")
+    resources = StaticResources(template, stack_name="nodecycle", region=REGION, account=ACCOUNT)
+    resources.intrinsics = Intrinsics(
+        template, resources=resources, stack_name="nodecycle", region=REGION, account=ACCOUNT, parameters={}
+    )
+    events = template["Resources"]["IntakeFunction"]["Properties"]["Events"]
+    return [
+        resources.intrinsics.resolve(e["Properties"]["Pattern"])
+        for e in events.values()
+        if e["Type"] == "EventBridgeRule"
+    ]
 
 
 def spot_group(
