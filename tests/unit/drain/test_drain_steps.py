@@ -26,7 +26,7 @@ from nodecycle.domain.drain.steps import (
     Evict,
     ForgetNode,
 )
-from nodecycle.domain.engine import Dispatcher, StepHandler
+from nodecycle.domain.engine import Dispatcher, StepHandler, advance
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import Worker, settle_step
 from nodecycle.domain.launch import ReadinessGate
@@ -628,6 +628,25 @@ def test_a_cordon_asked_again_after_a_refusal_whose_slot_was_lost_waits_for_one_
     assert cluster.patches == []
     assert (outcome.then, outcome.delay) == (Step.ACQUIRE_SLOT, policy().budget_retry_seconds)
     assert metrics.counts["BudgetSlotsLost"] == 1
+
+
+def test_a_drain_whose_cordon_was_refused_before_it_lost_its_slot_gets_its_whole_timeout_once_back() -> None:
+    # Given a drain whose cordon the API server refused, and whose slot was lost before the cordon was asked
+    # again: it waits for a slot as any other
+    cluster = FakeCluster(nodes={NODE: node()})
+    refused = terminating(Step.CORDON, node=NODE, extra={CORDON_REFUSED: T0.isoformat()})
+    lost = cordon(cluster, slots=FakeSlots(lost=True))(refused, T0 + timedelta(seconds=5))
+    waiting = advance(refused, lost, T0 + timedelta(seconds=5))
+
+    # When it gets a slot back long after (more than a drain timeout), and the cordon is accepted this time
+    back = T0 + 2 * policy().timeout
+    outcome = cordon(cluster)(waiting.model_copy(update={"step": Step.CORDON}), back)
+
+    # Then the time it waited for a slot does not count against its drain (invariant 9): its timeout runs
+    # from now, not from the refusal before the wait, which would force its pods at the next poll
+    assert cluster.patches
+    assert outcome.changes["drain_started_at"] == back
+    assert outcome.changes["drain_deadline"] == back + policy().timeout
 
 
 def test_a_node_that_changed_since_it_was_read_is_read_again() -> None:

@@ -516,6 +516,10 @@ class Cordon:
             if not renewed.granted:
                 log.warning("lost the budget slot of node %s before its cordon: waiting for one", node.name)
                 self._metrics.count("BudgetSlotsLost")
+                # Its drain's time starts again with its next slot: time spent waiting for one never counts
+                # against a drain's timeout (the refusal is told again if the next cordon is refused too)
+                extra = found.get("extra", record.extra)
+                found["extra"] = {key: value for key, value in extra.items() if key != CORDON_REFUSED}
                 return Outcome.goto(Step.ACQUIRE_SLOT, self._policy.budget_retry_seconds, **found)
         in_progress = json.dumps(
             {
