@@ -10,7 +10,8 @@ What the machine proves, after every step:
   zone with the most waiters left first, a waiter passed over MAX_PASSED times first of all) says so, and the
   record ids a release returns are granted when woken;
 - each acquire and renewal wakes exactly its owner's waiters that take the room its write added (made
-  eligible by it, at most as many as the waiters eligible now less those eligible before and still waiting),
+  eligible by it, at most as many as the waiters eligible now less those eligible before, still waiting and
+  still fitting on their own),
   judged against the document its committed attempt read (after a lost race, the winner's);
 - after every waiter retried in turn, no waiter is left waiting while it would fit (no idle slot).
 """
@@ -241,7 +242,12 @@ class BudgetMachine(RuleBasedStateMachine):
         of ``owner``'s among them."""
         eligible = self.replay(self.live_waiters())
         waiting = {n for n, _, _ in self.live_waiters()}
-        rooms = len(eligible) - len(before & waiting)
+        owned = before & waiting
+        if owned - set(eligible):
+            # some of them are not eligible now: only those that fit on their own still own a room (a newcomer
+            # ahead in line has theirs; a limit or an unavailable node may have taken it)
+            owned = set(self.replay([w for w in self.live_waiters() if w[0] in owned]))
+        rooms = len(eligible) - len(owned)
         fresh = [n for n in eligible if n not in before][: max(0, rooms)]
         return tuple(self.record(n) for n in fresh if NODES[n][0] == owner)
 

@@ -195,6 +195,32 @@ def test_newcomers_that_free_no_slot_wake_nobody_though_they_change_who_is_first
     assert budget.acquire(slot("a1", "a")).granted
 
 
+def test_a_release_wakes_the_waiter_it_made_room_for_though_an_earlier_one_lost_its_room_meanwhile(
+    make_budget: BudgetFactory, inventory: FakeInventory, clock: FakeClock
+) -> None:
+    # Given 2 slots in all, 1 per zone, counting unavailable nodes; ha (zone a) and hb (zone b) hold them, a1
+    # (zone a) then b1 (zone b) wait; ha's release woke a1, now eligible
+    inventory.nodes = [node(name, zone) for name, zone in (("ha", "a"), ("a1", "a"), ("ax", "a"))] + [
+        node(name, "b") for name in ("hb", "b1")
+    ]
+    budget = make_budget("2", "1", count_unavailable=True)
+    for name, zone in (("ha", "a"), ("hb", "b"), ("a1", "a"), ("b1", "b")):
+        clock.advance(1)
+        budget.acquire(slot(name, zone))
+    assert budget.release("ha", "rec-ha") == ["rec-a1"]
+
+    # When, before a1 asks again, someone cordons another node of zone a (a1 no longer fits), and hb releases
+    inventory.nodes = [n if n.name != "ax" else node("ax", "a", schedulable=False) for n in inventory.nodes]
+    clock.advance(1)
+    woken = budget.release("hb", "rec-hb")
+
+    # Then b1, whom that release made room for, is woken: a1's room as stored is no longer there to count
+    # against it (before: nobody was woken, and zone b's slot idled until b1's own retry)
+    assert woken == ["rec-b1"]
+    assert not budget.acquire(slot("a1", "a")).granted
+    assert budget.acquire(slot("b1", "b")).granted
+
+
 def test_a_repeated_release_still_returns_the_waiters_to_wake(make_budget: BudgetFactory) -> None:
     # Given a release whose wake-up message was lost in a crash
     budget = make_budget("1", None)

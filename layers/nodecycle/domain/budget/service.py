@@ -303,7 +303,17 @@ class DisruptionBudget:
         waiting = {(w.node, w.record_id) for w in after.waiters}
         if eligible is None:
             eligible = rules.eligible_waiters(judged, now)
-        rooms = len(eligible) - len(before & waiting)
+        owned = before & waiting
+        if owned - {(w.node, w.record_id) for w in eligible}:
+            # Some of them are not eligible now: a newcomer ahead in line has their room (it is still theirs
+            # to give), or something outside the document took it (a tighter limit, a node cordoned by hand
+            # while counting unavailable nodes): then they own no room, and standing for the room this write
+            # added, they left it idle until a waiter's own retry. Only those that fit on their own keep one.
+            alone = judged.model_copy(
+                update={"waiters": tuple(w for w in judged.waiters if (w.node, w.record_id) in owned)}
+            )
+            owned = {(w.node, w.record_id) for w in rules.eligible_waiters(alone, now)}
+        rooms = len(eligible) - len(owned)
         fresh = [w for w in eligible if (w.node, w.record_id) not in before][: max(0, rooms)]
         return [w.record_id for w in fresh if w.owner == self._owner]
 
