@@ -649,6 +649,24 @@ def test_a_drain_whose_cordon_was_refused_before_it_lost_its_slot_gets_its_whole
     assert outcome.changes["drain_deadline"] == back + policy().timeout
 
 
+def test_a_cordon_whose_answer_was_lost_keeps_the_drains_time_from_when_the_node_was_cordoned() -> None:
+    # Given a node this lifecycle's cordon reached at T0 (cordoned and annotated), whose answer was lost (the
+    # connection closed after the API server served it): the step failed and is retried a few seconds later
+    started = {"instance": INSTANCE, "transition": "terminate", "token": "token", "started": T0.isoformat()}
+    record = terminating(Step.CORDON, node=NODE)
+    claimed = node(owner=record.owner, in_progress=json.dumps(started), unschedulable=True)
+    cluster = FakeCluster(nodes={NODE: claimed})
+
+    # When the retry runs
+    retry = T0 + timedelta(seconds=8)
+    outcome = cordon(cluster)(record, retry)
+
+    # Then the drain's time runs from the cordon that took effect, not from the retry: the node has been
+    # cordoned, and the slot held for its drain, since T0 (invariant 10 bounds the slot from the cordon)
+    assert outcome.changes["drain_started_at"] == T0
+    assert outcome.changes["drain_deadline"] == T0 + policy().timeout
+
+
 def test_a_node_that_changed_since_it_was_read_is_read_again() -> None:
     cluster = FakeCluster(nodes={NODE: node()}, conflicts=1)
     outcome = cordon(cluster)(terminating(Step.CORDON, node=NODE), T0)

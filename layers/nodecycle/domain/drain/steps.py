@@ -174,6 +174,20 @@ def _deadline_cap(record: LifecycleRecord, policy: DrainPolicy) -> datetime:
     return record.global_deadline - _tail(policy)
 
 
+def _cordoned_at(node: NodeInfo, record: LifecycleRecord, now: datetime) -> datetime:
+    """When this lifecycle's own claim cordoned ``node``, if one did that the record does not tell of (its
+    answer lost with the connection, its invocation ended after the PATCH; the step retried): the start its
+    in-progress annotation carries. Else ``now``. The slot has been held for the drain since that cordon, and
+    its bound (invariant 10) runs from it, not from the retry."""
+    if node.lifecycle != record.id or not node.unschedulable:
+        return now
+    try:
+        started = datetime.fromisoformat(str(node.progress().get("started")))
+    except ValueError:
+        return now
+    return min(started, now) if started.tzinfo is not None else now
+
+
 def _precedence(record: LifecycleRecord, now: datetime, policy: DrainPolicy) -> dict[str, Any]:
     """A slot request's precedence near the action's global timeout. Near it a node goes before the others;
     nearer still it cannot wait any longer: it goes either way then, and a drain that respects
@@ -505,8 +519,13 @@ class Cordon:
             # claimed again by its drain (its node was registered again, see Evict): the drain keeps its time
             started, deadline = record.drain_started_at, record.drain_deadline
         else:
-            # (a cordon the API server refused before: the drain's time runs since its first try)
-            started = datetime.fromisoformat(str(refused_since)) if refused_since else now
+            # (a cordon the API server refused before: the drain's time runs since its first try; one that took
+            # effect though the step failed: since then)
+            started = (
+                datetime.fromisoformat(str(refused_since))
+                if refused_since
+                else _cordoned_at(node, record, now)
+            )
             deadline = min(started + self._policy.timeout, _deadline_cap(record, self._policy))
         if refused_since and Step.ACQUIRE_SLOT in record.plan:
             # asked again after a refusal, polls apart: the slot is renewed as a drain's polls renew it
