@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from itertools import chain, repeat
 
 import pytest
 
@@ -314,3 +315,24 @@ def test_the_adoptions_take_only_what_their_own_sweep_kept_alive() -> None:
     # Then it adopts nothing: no heartbeat of its own told it the action is still held
     assert report["LifecyclesAdopted"] == 0
     assert adopted(world) is None
+
+
+def test_sweeps_cut_short_reach_every_orphan_in_turn_not_the_same_first_ones_again() -> None:
+    # Given four actions held with no record, and sweeps (Auto Scaling throttled) each with time to look at
+    # two held instances only
+    world = World()
+    instances = [f"i-0000000000000000{n}" for n in range(4)]
+    for n, instance in enumerate(instances):
+        world.terminating(instance=instance, token=f"token-{n}")
+
+    # When two such sweeps run their orphans' keep-alive, an interval apart
+    for _ in range(2):
+        short = SweepTime(chain([300.0, 300.0], repeat(0.0)).__next__, timedelta(seconds=45))
+        with pytest.raises(OutOfTime):
+            world.part.keep_alive([], world.clock.now(), short)
+        world.clock.advance(INTERVAL.total_seconds())
+
+    # Then each action got a heartbeat from one of them: the second sweep begins where the first stopped
+    # (before: both heartbeated the first two listed, and the other two were never kept alive, their hook's
+    # timeout left to apply its default result to undrained nodes)
+    assert {action.instance_id for action in world.autoscaling.heartbeats} == set(instances)

@@ -72,6 +72,8 @@ class OrphanedActions:
         self._last_listed: datetime | None = None  # when the last sweep listed the held instances
         # what the keep-alive found, and when: the adoptions take only what their own sweep kept alive
         self._held: tuple[datetime | None, list[Orphan]] = (None, [])
+        # the held instances the last sweep, cut short, did not look at: the next looks at them first
+        self._unlooked: set[tuple[str, Transition]] = set()
 
     def keep_alive(self, open_records: Sequence[LifecycleRecord], now: datetime, time: SweepTime) -> Counts:
         """The first sweep part: heartbeat every action held with no record. No record tells when its hook's
@@ -85,11 +87,17 @@ class OrphanedActions:
         seen: dict[tuple[str, str], tuple[datetime, datetime | None]] = {}
         looked = failed = 0
         cut_short = False
-        for waiting in self._groups.waiting_instances():
-            if (waiting.instance_id, waiting.transition) in known:
-                continue
+        # The instances a sweep cut short left unlooked at go first at the next: the listing comes in the same
+        # order at every sweep, and each sweep would reach the same first ones again, never the others
+        listed = sorted(
+            (w for w in self._groups.waiting_instances() if (w.instance_id, w.transition) not in known),
+            key=lambda w: (w.instance_id, w.transition) not in self._unlooked,
+        )
+        self._unlooked = set()
+        for index, waiting in enumerate(listed):
             if not time.enough():
                 cut_short = True  # (the rest forgotten, if held: adopted an interval later, never too early)
+                self._unlooked = {(w.instance_id, w.transition) for w in listed[index:]}
                 break
             looked += 1
             try:
