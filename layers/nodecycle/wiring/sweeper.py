@@ -16,7 +16,7 @@ from nodecycle.domain.sweep.annotations import LeftoverAnnotations
 from nodecycle.domain.sweep.budget_entries import StaleBudgetEntries
 from nodecycle.domain.sweep.lifecycles import LifecycleRepair
 from nodecycle.domain.sweep.orphans import OrphanedActions
-from nodecycle.domain.sweep.sweep_time import LIFECYCLES_SHARE, SweepTime
+from nodecycle.domain.sweep.sweep_time import SHARES, SweepTime
 from nodecycle.domain.sweep.sweeper import Counts, Sweeper, SweepPart
 from nodecycle.settings import SweeperSettings
 from nodecycle.wiring import eip
@@ -89,7 +89,7 @@ def sweeper() -> Sweeper:
         clock=ports.clock,
         metrics=ports.metrics,
         parts=parts,
-        shares={"lifecycles": LIFECYCLES_SHARE},
+        shares=SHARES,
     )
 
 

@@ -24,7 +24,7 @@ from nodecycle.domain.ports.lifecycle import WorkMessage
 from nodecycle.domain.sweep.annotations import LeftoverAnnotations
 from nodecycle.domain.sweep.budget_entries import StaleBudgetEntries
 from nodecycle.domain.sweep.lifecycles import MAX_RESUMES, LifecycleRepair
-from nodecycle.domain.sweep.sweep_time import LIFECYCLES_SHARE, SweepTime
+from nodecycle.domain.sweep.sweep_time import LIFECYCLES_SHARE, SHARES, SweepTime
 from nodecycle.domain.sweep.sweeper import Counts, Sweeper, SweepFailed
 from tests.support.fakes import T0, FakeAutoscaling, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
 from tests.unit.foundation.test_engine import PLAN, kept_alive, make_record
@@ -816,3 +816,44 @@ def test_a_sweep_short_of_time_keeps_the_orphaned_actions_alive_and_ends_before_
     assert world.metrics.counts["SweepsCutShort"] == 1
     repaired = {action.token for action in world.autoscaling.heartbeats if action.token_known}
     assert 0 < len(repaired) < len(stalled)
+
+
+def test_sweeps_the_lifecycles_use_up_still_reach_the_budget_annotations_and_addresses() -> None:
+    # Given the sweeper's parts, in the wiring's order and with its shares of time, and a lifecycle repair
+    # with more work than a sweep has time for (each heartbeat throttled for 10 s, more actions than fit)
+    clock = FakeClock()
+    began = clock.now()
+    ran: list[str] = []
+
+    def greedy(open_records: Sequence[LifecycleRecord], now: datetime, time: SweepTime) -> Counts:
+        ran.append("lifecycles")
+        while True:
+            if not time.enough():
+                raise time.cut_short("actions left")
+            clock.advance(10)
+
+    def part(name: str) -> Callable[[Sequence[LifecycleRecord], datetime, SweepTime], Counts]:
+        def run(open_records: Sequence[LifecycleRecord], now: datetime, time: SweepTime) -> Counts:
+            ran.append(name)
+            clock.advance(5)
+            return {}
+
+        return run
+
+    names = ("orphans", "lifecycles", "adoptions", "budget", "annotations", "addresses")
+    sweeper = Sweeper(
+        owner="stack-a",
+        records=InMemoryRecords(),
+        clock=clock,
+        metrics=FakeMetrics(),
+        parts={name: greedy if name == "lifecycles" else part(name) for name in names},
+        shares=SHARES,
+    )
+
+    # When it sweeps within its 300 s, cut short by the lifecycles
+    with pytest.raises(SweepFailed, match="want of time: lifecycles"):
+        sweeper.sweep(time_left=lambda: 300 - (clock.now() - began).total_seconds())
+
+    # Then every part after them ran too (before: the lifecycles used the time down to the reserve, and the
+    # parts after them were "not started" at every such sweep: dangling addresses never released)
+    assert ran == list(names)

@@ -24,6 +24,19 @@ RESERVE = timedelta(seconds=45)
 # orphans are many (intake down through a whole instance refresh).
 LIFECYCLES_SHARE = timedelta(seconds=60)
 
+# The time held back for each part from the parts before it (the sweeper's part names). The parts after the
+# lifecycles' get a share each too: a repair with more to do than a sweep has time for (a stalled queue under
+# throttling) would otherwise use the time down to the reserve at every sweep, and the adoptions, the stale
+# budget entries, the annotations and the dangling addresses (invariant 4) would never be reached. Each share
+# is a few calls with their retries; what one part leaves undone the next sweep takes up.
+SHARES = {
+    "lifecycles": LIFECYCLES_SHARE,
+    "adoptions": timedelta(seconds=20),
+    "budget": timedelta(seconds=15),
+    "annotations": timedelta(seconds=15),
+    "addresses": timedelta(seconds=20),
+}
+
 
 class OutOfTime(Exception):
     """A part stopped with work left, too little time being left to start more: the next sweep takes it up."""
