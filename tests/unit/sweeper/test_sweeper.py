@@ -25,7 +25,7 @@ from nodecycle.domain.sweep.annotations import LeftoverAnnotations
 from nodecycle.domain.sweep.budget_entries import StaleBudgetEntries
 from nodecycle.domain.sweep.lifecycles import MAX_RESUMES, LifecycleRepair
 from nodecycle.domain.sweep.sweep_time import LIFECYCLES_SHARE, SHARES, SweepTime
-from nodecycle.domain.sweep.sweeper import Counts, Sweeper, SweepFailed
+from nodecycle.domain.sweep.sweeper import Counts, Sweeper, SweepFailed, SweepPart
 from tests.support.fakes import T0, FakeAutoscaling, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
 from tests.unit.foundation.test_engine import PLAN, kept_alive, make_record
 from tests.unit.sweeper.test_orphans import AMPLE, TOKEN, World
@@ -832,7 +832,7 @@ def test_sweeps_the_lifecycles_use_up_still_reach_the_budget_annotations_and_add
                 raise time.cut_short("actions left")
             clock.advance(10)
 
-    def part(name: str) -> Callable[[Sequence[LifecycleRecord], datetime, SweepTime], Counts]:
+    def part(name: str) -> SweepPart:
         def run(open_records: Sequence[LifecycleRecord], now: datetime, time: SweepTime) -> Counts:
             ran.append(name)
             clock.advance(5)
