@@ -53,6 +53,11 @@ def instance_of(provider_id: str | None) -> str | None:
     return last if last.startswith("i-") else None
 
 
+# The API server's refusal of what was asked of this one object (a malformed or invalid request, a webhook that
+# denies it, a role without the verb): the object's answer, not the cluster's, so never retried as transient.
+REFUSING = (400, 403, 422)
+
+
 def node_info(data: dict[str, Any]) -> NodeInfo:
     meta = data.get("metadata") or {}
     labels = meta.get("labels") or {}
@@ -229,7 +234,7 @@ class KubeCluster:
                 return Claim.CONFLICT
             if error.status == 404:
                 return Claim.GONE
-            if error.status in (400, 403, 422):
+            if error.status in REFUSING:
                 # The node's answer (a webhook that guards it, a role without patch on nodes), not the cluster's:
                 # the step decides what becomes of the drain, rather than the message failing until its DLQ
                 raise Refused(status_message(error)) from error
@@ -281,7 +286,7 @@ class KubeCluster:
                 # the one 500 that is the pod's (any other is the server's own failure: transient)
                 log.error("eviction of %s/%s failed: %s", pod.namespace, pod.name, status_message(error))
                 return EvictionResult(Eviction.MISCONFIGURED, status_message(error))
-            if error.status in (400, 403, 422):
+            if error.status in REFUSING:
                 # This pod's answer, not the cluster's: the other pods of the drain must still be evicted
                 return EvictionResult(Eviction.REFUSED, status_message(error))
             with kube_errors(f"evicting pod {pod.namespace}/{pod.name}"):
@@ -304,7 +309,7 @@ class KubeCluster:
         except ApiException as error:
             if error.status in (404, 409):  # gone, or replaced by a pod of the same name (uid precondition)
                 return False
-            if error.status in (400, 403, 422):
+            if error.status in REFUSING:
                 # This pod's answer (a webhook denies it, the role lacks the permission), not the cluster's: the
                 # force policy must still delete the drain's other pods
                 raise Refused(status_message(error)) from error

@@ -7,7 +7,7 @@ decisions themselves are the pure functions of :mod:`.rules`, re-run on every re
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
@@ -263,9 +263,10 @@ class DisruptionBudget:
         self, stored: BudgetDocument, after: BudgetDocument, limits: OwnerLimits, *, removed: bool
     ) -> list[str]:
         """This owner's waiters to wake after a release or a forget turned ``stored`` into ``after``: those
-        that take the room the write added (see :meth:`_newly_eligible`). When it ``removed`` no entry of its own (a repeated one, after a crash before
-        its wake-ups; a lifecycle's cleanup after another removed its slot, which only marks the node given
-        back), every eligible waiter is woken, so that the redelivery repairs the crash."""
+        that take the room the write added (see :meth:`_newly_eligible`). When it ``removed`` no entry of its
+        own (a repeated one, after a crash before its wake-ups; a lifecycle's cleanup after another removed its
+        slot, which only marks the node given back), every eligible waiter is woken, so that the redelivery
+        repairs the crash."""
         if not removed:
             return self._wake_list(after, limits)
         return self._newly_eligible(stored, after, limits)
@@ -299,12 +300,12 @@ class DisruptionBudget:
             # (a renewal that expired nothing: the same replay as stored, so no room added; skipped, as a
             # replay is most of a write's CPU with hundreds of waiters)
             return []
-        before = {(w.node, w.record_id) for w in rules.eligible_waiters(stored, now)}
-        waiting = {(w.node, w.record_id) for w in after.waiters}
+        before = _entries(rules.eligible_waiters(stored, now))
+        waiting = _entries(after.waiters)
         if eligible is None:
             eligible = rules.eligible_waiters(judged, now)
         owned = before & waiting
-        if owned - {(w.node, w.record_id) for w in eligible}:
+        if owned - _entries(eligible):
             # Some of them are not eligible now: a newcomer ahead in line has their room (it is still theirs
             # to give), or something outside the document took it (a tighter limit, a node cordoned by hand
             # while counting unavailable nodes): then they own no room, and standing for the room this write
@@ -312,7 +313,7 @@ class DisruptionBudget:
             alone = judged.model_copy(
                 update={"waiters": tuple(w for w in judged.waiters if (w.node, w.record_id) in owned)}
             )
-            owned = {(w.node, w.record_id) for w in rules.eligible_waiters(alone, now)}
+            owned = _entries(rules.eligible_waiters(alone, now))
         rooms = len(eligible) - len(owned)
         fresh = [w for w in eligible if (w.node, w.record_id) not in before][: max(0, rooms)]
         return [w.record_id for w in fresh if w.owner == self._owner]
@@ -343,3 +344,9 @@ class DisruptionBudget:
         if written.holders is not None:
             self._metrics.count("BudgetHolders", written.holders)
         return written.result
+
+
+def _entries(waiters: Iterable[Waiter]) -> set[tuple[str, str]]:
+    """The waiters by node and lifecycle: one waiter's entry in two documents (a node's entry of another
+    lifecycle is another waiter)."""
+    return {(w.node, w.record_id) for w in waiters}

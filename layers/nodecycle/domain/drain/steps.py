@@ -188,6 +188,12 @@ def _cordoned_at(node: NodeInfo, record: LifecycleRecord, now: datetime) -> date
     return min(started, now) if started.tzinfo is not None else now
 
 
+def _without_refusal(found: dict[str, Any], record: LifecycleRecord) -> dict[str, Any]:
+    """The record's extra (as the step found it so far) without the note of a refused cordon: the cordon took
+    effect, or the drain's time starts again with its next slot."""
+    return {key: value for key, value in found.get("extra", record.extra).items() if key != CORDON_REFUSED}
+
+
 def _precedence(record: LifecycleRecord, now: datetime, policy: DrainPolicy) -> dict[str, Any]:
     """A slot request's precedence near the action's global timeout. Near it a node goes before the others;
     nearer still it cannot wait any longer: it goes either way then, and a drain that respects
@@ -537,8 +543,7 @@ class Cordon:
                 self._metrics.count("BudgetSlotsLost")
                 # Its drain's time starts again with its next slot: time spent waiting for one never counts
                 # against a drain's timeout (the refusal is told again if the next cordon is refused too)
-                extra = found.get("extra", record.extra)
-                found["extra"] = {key: value for key, value in extra.items() if key != CORDON_REFUSED}
+                found["extra"] = _without_refusal(found, record)
                 return Outcome.goto(Step.ACQUIRE_SLOT, self._policy.budget_retry_seconds, **found)
         in_progress = json.dumps(
             {
@@ -565,10 +570,7 @@ class Cordon:
         if claim is Claim.GONE:
             return Outcome.goto(settle_step(record), outcome="node-gone")
         log.info("cordoned node %s", node.name)
-        extra = {
-            key: value for key, value in found.get("extra", record.extra).items() if key != CORDON_REFUSED
-        }
-        found["extra"] = {**extra, SET_ON_NODE: set_on_node}
+        found["extra"] = {**_without_refusal(found, record), SET_ON_NODE: set_on_node}
         found["node_uid"] = node.uid
         self._events.on_node(
             node.name,

@@ -118,10 +118,9 @@ class LifecycleRepair:
         self._metrics.count("LifecyclesStuck", counts["LifecyclesStuck"])
         self._metrics.count("LifecyclesStalled", counts["LifecyclesStalled"])
         if unreached:
-            failures = f" ({counts['RepairsFailed']} of the others could not be repaired)"
-            raise time.cut_short(
-                f"{unreached} of {len(ordered)} lifecycles not reached{failures if counts['RepairsFailed'] else ''}"
-            )
+            failed = counts["RepairsFailed"]
+            others = f" ({failed} of the others could not be repaired)" if failed else ""
+            raise time.cut_short(f"{unreached} of {len(ordered)} lifecycles not reached{others}")
         if counts["RepairsFailed"]:
             raise SweepFailed(f"{counts['RepairsFailed']} lifecycles could not be repaired (the others were)")
         return counts

@@ -22,9 +22,9 @@ a reserve is left, and the heartbeats that keep actions alive come first. The or
 back for the lifecycles'): an orphan's heartbeat is due at every sweep, and no record tells how near its
 hook's timeout is (its first sighting may come just before it); an open lifecycle's is taken two intervals
 ahead, so one this sweep did not reach is reached by the next, most urgent first. Then the lifecycles, the
-orphans' adoptions (several calls each: after every heartbeat), and the rest. A part that stops for want of time fails the sweep like a part that fails (logged, ``SweepsCutShort``,
-the sweeper's dead-letter alarm): the actions it did not reach may be near their timeout, and the next sweep
-takes them up. The open lifecycles are listed when a part first needs them: a listing DynamoDB refuses
+orphans' adoptions (several calls each: after every heartbeat), and the rest. A part that stops for want
+of time fails the sweep like a part that fails (logged, ``SweepsCutShort``, the sweeper's dead-letter alarm):
+the actions it did not reach may be near their timeout, and the next sweep takes them up. The open lifecycles are listed when a part first needs them: a listing DynamoDB refuses
 (denied, throttled past the client's retries) fails the parts that need it, not the address sweep.
 """
 
