@@ -1,8 +1,9 @@
 """Benchmark 3: how fast a freed budget slot reaches the next waiting node, from the refresh run's records.
 
 A release is a budget ConfigMap write after which a holder is gone while an eligible waiter remains (room in
-all and in its zone). Its hand-over ends when a node that was waiting then is cordoned; each release is paired
-with the earliest later grant (a waiter turned holder) not paired yet. The baseline is a pure backoff: without
+all and in its zone), or a waiter holds the slot (passed on to it by the release's own write). Its hand-over
+ends when a node that was waiting then is cordoned; each release is paired with the earliest grant (a waiter
+turned holder, by that write or a later one) not paired yet. The baseline is a pure backoff: without
 the wake-up a waiter would notice the free slot only on its next retry, BudgetRetrySeconds apart, so after half
 of that on average and all of it at worst.
 """
@@ -52,7 +53,9 @@ def handovers(writes: list[BudgetWrite], cordons: dict[str, float], done: dict[s
         gone = sorted(
             before.holder_nodes() - after.holder_nodes(), key=lambda node: done.get(node, after.time)
         )
-        waiting = {waiter.node for waiter in after.eligible_waiters()}
+        # (a release passes the slot on to the waiter it wakes in the same write: a waiter then, a holder now)
+        passed = {waiter.node for waiter in before.waiters} & after.holder_nodes()
+        waiting = {waiter.node for waiter in after.eligible_waiters()} | passed
         for node in gone[: len(waiting)]:
             grant = next(
                 (

@@ -47,6 +47,20 @@ def test_a_hand_over_counts_one_slot_from_its_holders_completion_to_the_next_cor
     assert [(h.node, h.latency, h.idle) for h in found] == [("n2", pytest.approx(0.5), pytest.approx(1.0))]
 
 
+def test_a_release_that_passes_its_slot_on_in_the_same_write_is_a_hand_over_too() -> None:
+    # Given n1 completed at 2, and the write of 2.5 that released its slot granting it to the waiter n2
+    writes = [
+        BudgetWrite(1.0, (Entry("n1", "z", "a"),), (Entry("n2", "z", "a"),), LIMITS),
+        BudgetWrite(2.5, (Entry("n2", "z", "a"),), (), LIMITS),
+    ]
+
+    # When the hand-overs are paired, Then one, from that write to n2's cordon at 3
+    found = handovers(writes, {"n1": 0.5, "n2": 3.0}, {"n1": 2.0})
+    assert [(h.node, h.granted_at, h.latency, h.idle) for h in found] == [
+        ("n2", 2.5, pytest.approx(0.5), pytest.approx(1.0))
+    ]
+
+
 def _node(version: int, at: float, name: str, *, cordoned: bool) -> HistoryEntry:
     node = {
         "kind": "Node",

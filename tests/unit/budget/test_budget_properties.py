@@ -153,20 +153,30 @@ class BudgetMachine(RuleBasedStateMachine):
     def stored(self) -> BudgetDocument:
         return self.store.read() or BudgetDocument()
 
-    def live_holders(self) -> dict[str, str | None]:
-        return {h.node: h.zone for h in self.stored().holders if not h.expired(self.now())}
+    def live_holders(self, doc: BudgetDocument | None = None) -> dict[str, str | None]:
+        return {h.node: h.zone for h in (doc or self.stored()).holders if not h.expired(self.now())}
 
-    def live_waiters(self) -> list[tuple[str, str | None, str]]:
-        return [(w.node, w.zone, w.owner) for w in self.stored().waiters if not w.expired(self.now())]
+    def live_waiters(self, doc: BudgetDocument | None = None) -> list[tuple[str, str | None, str]]:
+        return [
+            (w.node, w.zone, w.owner) for w in (doc or self.stored()).waiters if not w.expired(self.now())
+        ]
 
-    def replay(self, waiters: list[tuple[str, str | None, str]], *, as_stored: bool = False) -> list[str]:
+    def replay(
+        self,
+        waiters: list[tuple[str, str | None, str]],
+        *,
+        as_stored: bool = False,
+        doc: BudgetDocument | None = None,
+    ) -> list[str]:
         """The eligible waiters; ``as_stored``: as the document was written, its entries expired since still
-        counted (whom its writer woke)."""
-        holders = {h.node: h.zone for h in self.stored().holders} if as_stored else self.live_holders()
+        counted (whom its writer woke). ``doc``: the document whose holders and waiters' entries count (the
+        one stored)."""
+        doc = doc or self.stored()
+        holders = {h.node: h.zone for h in doc.holders} if as_stored else self.live_holders(doc)
         taken = list(holders.values())
         # an expired waiter stopped asking: it lost its place, and comes back as a newcomer (it keeps neither
         # its waiting time nor its passes)
-        stored = {w.node: w for w in self.stored().waiters if as_stored or not w.expired(self.now())}
+        stored = {w.node: w for w in doc.waiters if as_stored or not w.expired(self.now())}
         # (node, zone, owner, waiting since, passed); a newcomer waits from now and was never passed
         remaining = [
             (
@@ -235,30 +245,109 @@ class BudgetMachine(RuleBasedStateMachine):
         assert self.now() - holder.renewed_at < timedelta(seconds=holder.ttl_seconds) / 3
         self.held[node] = holder.renewed_at
 
-    def woken_by_the_write(self, owner: str, before: set[str]) -> tuple[str, ...]:
+    def woken_by_the_write(
+        self, owner: str, before: set[str], prior: BudgetDocument, requester: str | None
+    ) -> tuple[str, ...] | None:
         """Whom a write of ``owner`` must wake, given ``before`` (the waiters eligible as the document was stored
-        when the write read it): the room it added (the waiters eligible now, less those of ``before`` still
-        waiting, whose room it is) goes to the first of those eligible now and not in ``before``; the record ids
-        of ``owner``'s among them."""
-        eligible = self.replay(self.live_waiters())
-        waiting = {n for n, _, _ in self.live_waiters()}
+        when the write read it) and ``prior`` (that document): the room it added (the waiters eligible now, less
+        those of ``before`` still waiting, whose room it is) goes to the first of those eligible now and not in
+        ``before``; the record ids of ``owner``'s among them, whose slots it passed on to them (holders now).
+        Judged on the document written with those slots turned back into their places in line (see
+        :meth:`unpassed`); None when that cannot tell (below)."""
+        doc, passed = self.unpassed(owner, prior, requester)
+        passes = {w.node: w.passed for w in prior.waiters}
+        crossed = any(w.passed >= MAX_PASSED > passes.get(w.node, 0) for w in doc.waiters)
+        if passed and crossed:
+            # A waiter the write's grants passed over for the last time goes first of all from now on: the
+            # document written no longer tells how the writer replayed it (before those passes). The slots it
+            # passed on are still checked against the limits and the model's grants.
+            return None
+        eligible = self.replay(self.live_waiters(doc), doc=doc)
+        waiting = {n for n, _, _ in self.live_waiters(doc)}
         owned = before & waiting
         if owned - set(eligible):
             # some of them are not eligible now: only those that fit on their own still own a room (a newcomer
             # ahead in line has theirs; a limit or an unavailable node may have taken it)
-            owned = set(self.replay([w for w in self.live_waiters() if w[0] in owned]))
+            owned = set(self.replay([w for w in self.live_waiters(doc) if w[0] in owned], doc=doc))
         rooms = len(eligible) - len(owned)
         fresh = [n for n in eligible if n not in before][: max(0, rooms)]
-        return tuple(self.record(n) for n in fresh if NODES[n][0] == owner)
+        woken = tuple(self.record(n) for n in fresh if NODES[n][0] == owner)
+        assert {node_of(r) for r in woken} == passed, "a write passes on the slots of the waiters it wakes"
+        return woken
+
+    def unpassed(
+        self, owner: str, prior: BudgetDocument, requester: str | None = None
+    ) -> tuple[BudgetDocument, set[str]]:
+        """The document stored by a write of ``owner`` that read ``prior``, with the slots the write passed on
+        turned back into their waiters' entries as ``prior`` had them (in their places in line); and their
+        nodes. A slot passed on is a holder of ``owner`` that was a waiter of the same lifecycle in ``prior``,
+        but for the ``requester``'s (granted by its own ask)."""
+        after = self.stored()
+        was_waiting = {(w.node, w.record_id): w for w in prior.waiters}
+        passed = {
+            h.node
+            for h in after.holders
+            if h.owner == owner and (h.node, h.record_id) in was_waiting and h.node != requester
+        }
+        # the model learns of them as of any grant
+        for h in after.holders:
+            if h.node in passed:
+                self.held[h.node] = h.renewed_at
+        if not passed:
+            return after, passed
+        waiting = {w.node: w for w in after.waiters}
+        line = [
+            w if w.node in passed else waiting[w.node]
+            for w in prior.waiters
+            if w.node in passed or (w.node in waiting and waiting[w.node].record_id == w.record_id)
+        ]
+        listed = {w.node for w in line}
+        line += [w for w in after.waiters if w.node not in listed]
+        doc = after.model_copy(
+            update={
+                "holders": tuple(h for h in after.holders if h.node not in passed),
+                "waiters": tuple(line),
+            }
+        )
+        return doc, passed
+
+    def passed_on_unrenewed(self, owner: str) -> list[str]:
+        """The record ids of ``owner``'s live holders a write passed their slots on to, not renewed since."""
+        return [
+            h.record_id
+            for h in self.stored().holders
+            if h.owner == owner and h.renewed_at < h.acquired_at and not h.expired(self.now())
+        ]
+
+    def holds_passed_on(self, node: str) -> bool:
+        holder = self.stored().holder(node)
+        return (
+            holder is not None
+            and holder.record_id == self.record(node)
+            and holder.renewed_at < holder.acquired_at
+            and not holder.expired(self.now())
+        )
+
+    def check_woken(
+        self,
+        woken: tuple[str, ...],
+        owner: str,
+        before: set[str],
+        prior: BudgetDocument,
+        requester: str | None,
+    ) -> None:
+        expected = self.woken_by_the_write(owner, before, prior, requester)
+        if expected is not None:
+            assert woken == expected, (woken, expected)
 
     def acquire_checked(self, node: str) -> None:
         owner = NODES[node][0]
         expected = self.expected_grant(node, owner)
-        before = self.eligible_as_stored()
+        before, prior = self.eligible_as_stored(), self.stored()
         decision = self.budgets[owner].acquire(self.request(node))
         assert decision.granted == expected, (node, decision)
         # it wakes the waiters of its owner that its write made eligible (by removing expired entries)
-        assert decision.wake == self.woken_by_the_write(owner, before), (node, decision)
+        self.check_woken(decision.wake, owner, before, prior, node)
         if decision.reason is SlotReason.HELD:
             self.held_again(node)  # not a new slot: the owner's share applied when it was granted
         elif decision.granted:
@@ -279,10 +368,10 @@ class BudgetMachine(RuleBasedStateMachine):
         owner = NODES[node][0]
         still_live = node in self.model_live()
         expected = still_live or self.expected_grant(node, owner)
-        before = self.eligible_as_stored()
+        before, prior = self.eligible_as_stored(), self.stored()
         decision = self.budgets[owner].renew(self.request(node))
         assert decision.granted == expected, (node, decision)
-        assert decision.wake == self.woken_by_the_write(owner, before), (node, decision)
+        self.check_woken(decision.wake, owner, before, prior, node)
         if still_live:
             assert decision.reason is SlotReason.HELD
             self.held_again(node)
@@ -298,33 +387,46 @@ class BudgetMachine(RuleBasedStateMachine):
         owner = NODES[node][0]
         entries = (*self.stored().holders, *self.stored().waiters)
         frees = any(e.node == node and e.owner == owner and not e.expired(self.now()) for e in entries)
-        before = self.eligible_as_stored()
+        before, prior = self.eligible_as_stored(), self.stored()
+        unrenewed = self.passed_on_unrenewed(owner)
         woken = self.budgets[owner].release(node, self.record(node))
         self.lifecycle_ends(node)
         self.held.pop(node, None)
-        eligible = [self.record(n) for n in self.replay(self.live_waiters()) if NODES[n][0] == owner]
-        # a release that removes an entry wakes those that take the room its write added (by the expired
-        # entries it removed too); a repeated one, every eligible waiter
-        assert woken == (list(self.woken_by_the_write(owner, before)) if frees else eligible)
+        if frees:
+            # a release that removes an entry wakes those that take the room its write added (by the expired
+            # entries it removed too)
+            self.check_woken(tuple(woken), owner, before, prior, None)
+        else:
+            # a repeated one, every eligible waiter (passed their slots now), and those passed theirs before
+            # that have not renewed them since (their wake-ups perhaps lost in a crash)
+            doc, passed = self.unpassed(owner, prior)
+            eligible = [
+                self.record(n) for n in self.replay(self.live_waiters(doc), doc=doc) if NODES[n][0] == owner
+            ]
+            assert {node_of(r) for r in eligible} == passed
+            assert woken == eligible + unrenewed
         if wake:
             for record in woken:
                 decision = self.budgets[owner].acquire(self.request(node_of(record)))
                 assert decision.granted, "a woken waiter gets the slot it was woken for"
-                self.granted(node_of(record), owner)
+                assert decision.reason is SlotReason.HELD, "its slot was passed on to it"
+                self.held_again(node_of(record))
 
     @rule(node=st.sampled_from(NODE_NAMES), before_write=st.booleans())
     def crash_while_acquiring(self, node: str, before_write: bool) -> None:
-        text = self.store.text
+        text, prior = self.store.text, self.stored()
         self.store.crash(before_write=before_write)
         with pytest.raises(Crash):
             self.budgets[NODES[node][0]].acquire(self.request(node))
         if before_write:
             assert self.store.text == text
             return
-        # the write happened, and nobody heard of it: the drain will not renew (unless redelivered)
+        # the write happened, and nobody heard of it: the drain will not renew (unless redelivered), nor are
+        # the waiters it passed slots on to woken (they find them at their own retries)
         holder = self.stored().holder(node)
         if holder is not None:
             self.held[node] = holder.renewed_at
+        self.unpassed(NODES[node][0], prior, node)
 
     @rule(node=st.sampled_from(NODE_NAMES), rival=st.sampled_from(NODE_NAMES))
     def acquire_racing_another_writer(self, node: str, rival: str) -> None:
@@ -332,24 +434,27 @@ class BudgetMachine(RuleBasedStateMachine):
         outcome: list[SlotDecision] = []
         mine_before: set[str] = set()
 
+        mine_prior: list[BudgetDocument] = []
+
         def rival_writes() -> None:
-            before = self.eligible_as_stored()
+            before, prior = self.eligible_as_stored(), self.stored()
             decision = self.budgets[NODES[rival][0]].acquire(self.request(rival))
-            assert decision.wake == self.woken_by_the_write(NODES[rival][0], before), (rival, decision)
+            self.check_woken(decision.wake, NODES[rival][0], before, prior, rival)
             outcome.append(decision)
             # our write, conflicting, is decided again on the rival's document: its wake-ups are judged
             # against that one, not against the document our first attempt read
             mine_before.update(self.eligible_as_stored())
+            mine_prior.append(self.stored())
 
         self.store.interleave(rival_writes)
         mine = self.budgets[NODES[node][0]].acquire(self.request(node))
-        assert mine.wake == self.woken_by_the_write(NODES[node][0], mine_before), (node, mine)
+        self.check_woken(mine.wake, NODES[node][0], mine_before, mine_prior[0], node)
         for name, decision in ((rival, outcome[0]), (node, mine)):  # the rival's write came first
             if decision.reason is SlotReason.HELD:
                 self.held_again(name)
             elif decision.granted:
                 self.held[name] = self.now()
-            else:
+            elif not self.holds_passed_on(name):  # (a slot our write passed on to the rival: kept)
                 self.held.pop(name, None)
         if mine.granted and mine.reason is not SlotReason.HELD:
             self.granted(node, NODES[node][0])  # decided again on the rival's write, within our limits
@@ -401,6 +506,7 @@ class BudgetMachine(RuleBasedStateMachine):
         expected = {
             h.node for h in before.holders if h.owner == owner and (h.expired(self.now()) or h.node in stale)
         }
+        unrenewed = self.passed_on_unrenewed(owner)
         result = self.budgets[owner].sweep(
             stale=lambda entries: {e.record_id for e in entries if e.node in stale}
         )
@@ -408,6 +514,12 @@ class BudgetMachine(RuleBasedStateMachine):
         assert all(w.owner == owner for w in result.waiters)
         for node in expected:
             self.held.pop(node, None)
+        # it passes on the slots of its owner's eligible waiters, and wakes them and those passed theirs before
+        # that have not renewed them since (a wake-up lost)
+        _, passed = self.unpassed(owner, before)
+        assert {node_of(r) for r in result.wake} == passed | {
+            node_of(r) for r in unrenewed if node_of(r) not in expected
+        }
         for entry in before.entries():
             if entry.owner == owner and entry.node in stale and not entry.expired(self.now()):
                 self.lifecycle_ends(entry.node)  # stale: its lifecycle is over (or its node is gone)
@@ -416,8 +528,10 @@ class BudgetMachine(RuleBasedStateMachine):
     def give_up_waiting(self, node: str) -> None:
         owner = NODES[node][0]
         if self.stored().holder(node) is None:  # a waiter's lifecycle ending: its cleanup releases the node
+            prior = self.stored()
             self.budgets[owner].release(node, self.record(node))
             self.lifecycle_ends(node)
+            self.unpassed(owner, prior)
         assert all(n != node for n, _, o in self.live_waiters() if o == owner)
 
     @precondition(lambda self: bool(self.live_holders()) or bool(self.live_waiters()))
@@ -428,14 +542,22 @@ class BudgetMachine(RuleBasedStateMachine):
         node = data.draw(st.sampled_from(sorted({**holders, **waiters})))
         if intruder == NODES[node][0]:
             return
+        prior = self.stored()
         decision = self.budgets[intruder].acquire(self.request(node, owner=intruder))
         assert not decision.granted
         assert decision.reason is (
             SlotReason.HELD_BY_OTHER_OWNER if node in holders else SlotReason.CLAIMED_BY_OTHER_OWNER
         )
         self.budgets[intruder].release(node, self.request(node, owner=intruder).record_id)
-        assert {h.node: h.owner for h in self.stored().holders if not h.expired(self.now())} == holders
-        assert {n: o for n, _, o in self.live_waiters()} == waiters
+        # nothing of another owner changed; the intruder's writes may only have passed slots on to its own
+        # eligible waiters (removing expired entries; a release that removes nothing, as a repeated one)
+        _, passed = self.unpassed(intruder, prior)
+        assert {
+            h.node: h.owner for h in self.stored().holders if not h.expired(self.now())
+        } == holders | dict.fromkeys(passed, intruder)
+        assert {n: o for n, _, o in self.live_waiters()} == {
+            n: o for n, o in waiters.items() if n not in passed
+        }
 
     @rule()
     def every_waiter_retries(self) -> None:

@@ -6,6 +6,11 @@ owner that take the room their removal added, as a release does, and no more (a 
 the waiter's own retry; the room of a waiter eligible before the write is that waiter's, woken already). The
 sweeper removes also its own entries whose node or instance is gone or whose lifecycle record is finished.
 
+**Passing slots on.** A write that makes waiters of its own owner eligible (a release, the removal of expired
+entries, the sweeper's) grants them their slots itself, in the replay's order (:func:`pass_on`), and wakes
+them: the woken lifecycle finds its slot held, and cordons without writing. Another owner's waiter is never
+granted by this one: its slot stays free for it, and it takes it at its own retry.
+
 **What takes a slot.** The *occupancy* an owner sees is: every live holder, of every owner, in scope or not;
 plus, when that owner counts unavailable nodes, the nodes in its scope that are unschedulable or NotReady,
 unless a holder has them or the lifecycle that drained them gave their slot back less than a TTL ago (the
@@ -68,6 +73,7 @@ removed, as a holder of the same owner for another instance is taken over.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Collection
 from datetime import datetime, timedelta
 from operator import itemgetter
 from typing import Any, NamedTuple
@@ -478,6 +484,66 @@ def claim(
     reason = SlotReason.FORCED if forced else SlotReason.REACQUIRED if renewing else SlotReason.GRANTED
     waited = now - entry.waiting_since if waiter is not None else None
     return Claimed(doc, _decision(doc, True, reason), waited)
+
+
+def pass_on(doc: BudgetDocument, record_ids: Collection[str], owner: str, now: datetime) -> Passed:
+    """``doc`` with the waiters of ``owner`` named by ``record_ids`` (eligible in ``doc``: those a write woke)
+    holding slots, as their own asks would have made them, in the replay's order. ``doc`` pruned, with the
+    owner's current limits.
+
+    The writer that frees room grants it in the same write: the woken lifecycle then finds its slot held
+    and writes nothing before it cordons (a read-modify-write of the shared document less, and none lost to
+    a conflict, between a release and the next cordon: on a busy API server that write was most of the
+    hand-over). A holder passed on keeps its waiter's renewal, so one whose lifecycle stopped asking (it
+    died) frees its slot when its place in line would have expired, not a whole TTL later; and it tells
+    itself apart (:func:`passed_on`) until its lifecycle renews it."""
+    wanted = set(record_ids)
+    picks = [(w, fitting) for w, fitting in _replay(doc, now) if w.owner == owner and w.record_id in wanted]
+    if not picks:
+        return Passed(doc, ())
+    taken = {w.node for w, _ in picks}
+    passed: Counter[str] = Counter()
+    for waiter, fitting in picks:
+        # older waiters that would have fit at its pick were passed over, as at an ask's grant (see claim)
+        passed.update(
+            w.node for w in fitting if w.node not in taken and w.waiting_since < waiter.waiting_since
+        )
+    holders = tuple(
+        Holder(
+            node=w.node,
+            instance_id=w.instance_id,
+            zone=w.zone,
+            owner=w.owner,
+            record_id=w.record_id,
+            token=w.token,
+            renewed_at=w.renewed_at,
+            ttl_seconds=w.ttl_seconds,
+            acquired_at=now,
+        )
+        for w, _ in picks
+    )
+    doc = doc.model_copy(
+        update={
+            "holders": (*doc.holders, *holders),
+            "waiters": tuple(
+                w.model_copy(update={"passed": w.passed + passed[w.node]}) if passed[w.node] else w
+                for w in doc.waiters
+                if w.node not in taken
+            ),
+        }
+    )
+    return Passed(doc, tuple(w for w, _ in picks))
+
+
+class Passed(NamedTuple):
+    doc: BudgetDocument
+    waiters: tuple[Waiter, ...]  # the waiters that hold a slot now, in the replay's order
+
+
+def passed_on(doc: BudgetDocument, owner: str) -> list[Holder]:
+    """The holders of ``owner`` a writer granted (:func:`pass_on`) that have not renewed their slot since:
+    perhaps never woken (a crash between the write and the wake-up, a wake-up lost)."""
+    return [h for h in doc.holders if h.owner == owner and h.renewed_at < h.acquired_at]
 
 
 def _gave_back(mark: Released, request: SlotRequest) -> bool:

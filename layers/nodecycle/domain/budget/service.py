@@ -26,7 +26,14 @@ log = logging.getLogger(__name__)
 class SweepResult:
     holders: tuple[Holder, ...] = ()  # this owner's holders removed
     waiters: tuple[Waiter, ...] = ()  # this owner's waiters removed
-    wake: tuple[str, ...] = ()  # record ids of this owner's waiters that are eligible now
+    wake: tuple[str, ...] = ()  # record ids of this owner's lifecycles to wake: slots passed on to them
+    passed: tuple[Waiter, ...] = ()  # this owner's waiters the sweep passed a slot on to
+
+
+@dataclass(frozen=True)
+class _Passed:
+    wake: list[str]  # the record ids of this owner's lifecycles to wake
+    waiters: tuple[Waiter, ...]  # those passed a slot by the write
 
 
 @dataclass(frozen=True)
@@ -59,8 +66,8 @@ class DisruptionBudget:
 
     def acquire(self, request: SlotRequest) -> SlotDecision:
         """Take a slot for the node, or join (or renew) its place among the waiters. Idempotent. The
-        decision names this owner's waiters that its write made eligible, by removing expired entries: wake
-        them."""
+        decision names this owner's waiters that its write made eligible, by removing expired entries, and
+        passed their slots on to (see :func:`rules.pass_on`): wake them."""
         return self._claim(request, renewing=False)
 
     def renew(self, request: SlotRequest) -> SlotDecision:
@@ -78,16 +85,17 @@ class DisruptionBudget:
         slot before (see :func:`rules.release`).
 
         Returns the record ids of this owner's waiters that this release made eligible (and the expired
-        entries its write removed), in order: wake them.
+        entries its write removed), in order, whose slots its write passed on to them: wake them.
         A release that removes no entry (a repeated one; one after another removed the slot, which only
-        marks the node given back) returns every eligible waiter of this owner, so a crash before the
-        wake-up is repaired by the redelivery.
+        marks the node given back) passes slots on to every eligible waiter of this owner, and returns those
+        and the lifecycles its owner's writes passed slots on to that have not renewed them yet, so a crash
+        before the wake-up is repaired by the redelivery.
         """
         limits = self._own_limits()
 
-        def mutate(current: BudgetDocument | None) -> tuple[BudgetDocument | None, list[str]]:
+        def mutate(current: BudgetDocument | None) -> tuple[BudgetDocument | None, _Passed]:
             if current is None:
-                return current, []
+                return current, _Passed([], ())
             now = self._clock.now()
             live = rules.prune(current, now)
             doc, holder, waiter = rules.release(
@@ -104,9 +112,9 @@ class DisruptionBudget:
                 )
             removed = holder is not None or waiter is not None
             woken = self._woken_by_removal(current, doc, limits, removed=removed)
-            return self._finish(current, doc, limits, woken)
+            return self._pass_on(current, doc, limits, woken, repair=not removed)
 
-        return self._write(mutate)
+        return self._wake_passed(self._write(mutate))
 
     def forget(self, owner: str, instance_id: str) -> list[str]:
         """Remove this owner's entries of an instance that is gone (stopped or terminated outside the
@@ -116,9 +124,9 @@ class DisruptionBudget:
             raise ValueError(f"owner {owner!r} asked the budget of {self._owner!r} to forget an instance")
         limits = self._own_limits()
 
-        def mutate(current: BudgetDocument | None) -> tuple[BudgetDocument | None, list[str]]:
+        def mutate(current: BudgetDocument | None) -> tuple[BudgetDocument | None, _Passed]:
             if current is None:
-                return current, []
+                return current, _Passed([], ())
             now = self._clock.now()
             live = doc = rules.prune(current, now)
             for entry in [e for e in doc.entries() if e.owner == owner and e.instance_id == instance_id]:
@@ -131,10 +139,11 @@ class DisruptionBudget:
                     record_id=entry.record_id,
                     by_its_lifecycle=False,
                 )
-            woken = self._woken_by_removal(current, doc, limits, removed=doc is not live)
-            return self._finish(current, doc, limits, woken)
+            removed = doc is not live
+            woken = self._woken_by_removal(current, doc, limits, removed=removed)
+            return self._pass_on(current, doc, limits, woken, repair=not removed)
 
-        return self._write(mutate)
+        return self._wake_passed(self._write(mutate))
 
     def sweep(self, *, stale: Callable[[Sequence[Holder | Waiter]], set[str]]) -> SweepResult:
         """Remove this owner's entries that expired or that ``stale`` declares stale (node or instance gone,
@@ -167,14 +176,17 @@ class DisruptionBudget:
                     by_its_lifecycle=False,
                 )
                 removed += [e for e in (holder, waiter) if e is not None]
+            written, passed = self._pass_on(current, doc, limits, self._wake_list(doc, limits), repair=True)
             result = SweepResult(
                 holders=tuple(e for e in removed if isinstance(e, Holder)),
                 waiters=tuple(e for e in removed if isinstance(e, Waiter)),
-                wake=tuple(self._wake_list(doc, limits)),
+                wake=tuple(passed.wake),
+                passed=passed.waiters,
             )
-            return self._finish(current, doc, limits, result)
+            return written, result
 
         result = self._write(mutate)
+        self._tell_passed(result.passed)
         self._metrics.count("SweptHolders", len(result.holders))
         for entry in (*result.holders, *result.waiters):
             log.info("swept the budget entry of %s (record %s)", entry.node, entry.record_id)
@@ -195,7 +207,7 @@ class DisruptionBudget:
 
         def mutate(
             current: BudgetDocument | None,
-        ) -> tuple[BudgetDocument | None, tuple[SlotDecision, timedelta | None]]:
+        ) -> tuple[BudgetDocument | None, tuple[SlotDecision, timedelta | None, tuple[Waiter, ...]]]:
             now = self._clock.now()
             fresh = (
                 None
@@ -213,17 +225,19 @@ class DisruptionBudget:
                 )
             )
             if fresh is not None:
-                return current, (fresh, None)
+                return current, (fresh, None, ())
             doc = rules.with_own_limits(rules.prune(current or BudgetDocument(), now), self._owner, limits)
             doc, decision, waited, eligible = rules.claim(
                 doc, request, now=now, ttl=self._ttl, renewing=renewing
             )
             if decision.reason is SlotReason.QUEUE_FULL:
-                return current, (decision, None)  # nothing to write for a node that is not let in
+                return current, (decision, None, ())  # nothing to write for a node that is not let in
             woken = self._newly_eligible(current or BudgetDocument(), doc, limits, eligible)
-            return doc, (replace(decision, wake=tuple(woken)), waited)
+            written, passed = self._pass_on(current, doc, limits, woken)
+            return written, (replace(decision, wake=tuple(passed.wake)), waited, passed.waiters)
 
-        decision, waited = self._write(mutate)
+        decision, waited, passed = self._write(mutate)
+        self._tell_passed(passed)
         if waited is not None:
             self._metrics.seconds("BudgetWait", waited.total_seconds())
         if decision.reason is SlotReason.QUEUE_FULL:
@@ -318,13 +332,40 @@ class DisruptionBudget:
         fresh = [w for w in eligible if (w.node, w.record_id) not in before][: max(0, rooms)]
         return [w.record_id for w in fresh if w.owner == self._owner]
 
-    def _finish[T](
-        self, current: BudgetDocument, doc: BudgetDocument, limits: OwnerLimits, result: T
-    ) -> tuple[BudgetDocument | None, T]:
-        """Write ``doc`` (with this owner's limits) only when it differs from ``current``."""
-        if doc is current:
-            return current, result
-        return rules.with_own_limits(doc, self._owner, limits), result
+    def _pass_on(
+        self,
+        current: BudgetDocument | None,
+        doc: BudgetDocument,
+        limits: OwnerLimits,
+        woken: Sequence[str],
+        *,
+        repair: bool = False,
+    ) -> tuple[BudgetDocument | None, _Passed]:
+        """What to write in place of ``current``: ``doc`` (with this owner's limits) with the slots of the
+        waiters ``woken`` passed on to them (see :func:`rules.pass_on`), only when it differs from
+        ``current``; and whom to wake. ``repair``: wake also the holders passed on before whose lifecycles have
+        not renewed them, perhaps never woken (a write repeated after a crash before its wake-ups, the
+        sweeper's repair of lost wake-ups)."""
+        judged = rules.with_own_limits(doc, self._owner, limits)
+        passed = rules.pass_on(judged, woken, self._owner, self._clock.now())
+        wake = [w.record_id for w in passed.waiters]
+        if repair:
+            wake += [h.record_id for h in rules.passed_on(doc, self._owner)]
+        result = _Passed(wake, passed.waiters)
+        if doc is current and not passed.waiters:
+            return current, result  # nothing to write
+        return passed.doc, result
+
+    def _wake_passed(self, passed: _Passed) -> list[str]:
+        self._tell_passed(passed.waiters)
+        return passed.wake
+
+    def _tell_passed(self, waiters: Iterable[Waiter]) -> None:
+        """Log and measure the slots a write passed on: their lifecycles' wait ends with this write."""
+        now = self._clock.now()
+        for waiter in waiters:
+            log.info("budget slot for %s: passed on to its waiter (record %s)", waiter.node, waiter.record_id)
+            self._metrics.seconds("BudgetWait", (now - waiter.waiting_since).total_seconds())
 
     def _write[T](self, mutate: Callable[[BudgetDocument | None], tuple[BudgetDocument | None, T]]) -> T:
         """Run ``mutate`` through the store; count conflicts and report the holders after a write."""
