@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from nodecycle_cli.cluster import add_kubeconfig_arguments, api_client, mismatch
 from nodecycle_cli.deployment import add_stack_arguments, find, session
+from nodecycle_cli.failures import CommandError
 from nodecycle_cli.output import age, table
 
 if TYPE_CHECKING:
@@ -64,7 +67,9 @@ def register(commands: Any) -> None:
 def show_budget(args: argparse.Namespace) -> int:
     from nodecycle.domain.budget import view_of
 
-    doc = _store(args).read()
+    store = _store(args)
+    with _readable(store):
+        doc = store.read()
     if doc is None:
         note = (
             f"No budget: ConfigMap {args.namespace}/{args.name} does not exist, and nodecycle does not create it."
@@ -86,7 +91,8 @@ def release_slot(args: argparse.Namespace) -> int:
     from nodecycle.domain.budget.rules import force_release
 
     store = _store(args)
-    doc = store.read()
+    with _readable(store):
+        doc = store.read()
     holder = None if doc is None else doc.holder(args.node)
     if doc is None or holder is None:
         waiter = None if doc is None else doc.waiter(args.node)
@@ -106,7 +112,8 @@ def release_slot(args: argparse.Namespace) -> int:
             return current, None
         return force_release(current, still, datetime.now(UTC)), still
 
-    removed = store.update(remove)
+    with _readable(store):
+        removed = store.update(remove)
     if removed is None:
         print(
             f"The slot of {args.node} changed meanwhile (released, or taken by another lifecycle): nothing released."
@@ -202,6 +209,21 @@ def render(view: BudgetView, where: str) -> str:
 
 def _expiry(seconds: float) -> str:
     return "expired" if seconds <= 0 else f"in {age(seconds)}"
+
+
+@contextmanager
+def _readable(store: ConfigMapBudgetStore) -> Iterator[None]:
+    """A budget document this version cannot read (another stack sharing the cluster was upgraded, or someone
+    edited it by hand) is one line that names the ConfigMap; it is never rewritten."""
+    from nodecycle.domain.budget import BudgetFormatError
+
+    try:
+        yield
+    except BudgetFormatError as error:
+        raise CommandError(
+            f"ConfigMap {store.namespace}/{store.name} holds a budget this nodecycle cannot read ({error}): "
+            "nothing changed; use the nodecycle version of the stacks that share the cluster"
+        ) from None
 
 
 def _store(args: argparse.Namespace) -> ConfigMapBudgetStore:

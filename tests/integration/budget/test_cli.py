@@ -15,6 +15,7 @@ from nodecycle.adapters.kube.budget import ConfigMapBudgetStore, KubeNodeInvento
 from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotRequest
 from nodecycle.domain.policy import Quantity
 from nodecycle_cli import budget as budget_cli
+from nodecycle_cli.main import main
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.budget.conftest import (
     NAMESPACE,
@@ -181,3 +182,26 @@ def test_show_lists_the_nodes_an_owner_counts_as_unavailable_for_other_reasons(
     assert section[2].split() == [node_name(2), "green"]
     green.close()
     core.api_client.close()
+
+
+@pytest.mark.parametrize("action", [("show",), ("release", node_name(0), "--yes")])
+def test_a_budget_of_a_format_this_version_cannot_read_is_one_line_that_names_it(
+    server: KubeServer, kubeconfig: Path, capsys: pytest.CaptureFixture[str], action: tuple[str, ...]
+) -> None:
+    # Given a budget written by a newer nodecycle (another stack sharing the cluster was upgraded)
+    newer = json.dumps({"formatVersion": 99, "holders": [], "waiters": []})
+    admin_api(server).patch_namespaced_config_map(
+        "nodecycle-budget", NAMESPACE, {"data": {"budget.json": newer}}
+    )
+
+    # When the operator runs the command as `nodecycle` does
+    code = main(["budget", *action, "--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE])
+
+    # Then one line names the ConfigMap and the format, not a traceback, and the budget is left as it was
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1
+    assert f"ConfigMap {NAMESPACE}/nodecycle-budget" in err
+    assert "format 99" in err
+    stored = admin_api(server).read_namespaced_config_map("nodecycle-budget", NAMESPACE)
+    assert (stored.data or {}).get("budget.json") == newer
