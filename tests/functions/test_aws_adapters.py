@@ -134,8 +134,49 @@ def test_the_held_instances_of_named_and_tagged_groups_are_listed_in_one_call_ea
     ) == [
         ("nodes-a", "i-02", Transition.TERMINATING, {}, None, None),
         ("nodes-a", "i-03", Transition.LAUNCHING, {}, None, "WarmPool"),
+        ("nodes-a", "i-03", Transition.TERMINATING, {}, "AutoScalingGroup", "WarmPool"),  # (see below)
         ("nodes-a", "i-05", Transition.TERMINATING, {}, "WarmPool", "EC2"),
         ("nodes-b", "i-04", Transition.LAUNCHING, {"nodecycle:owner": "stack-a"}, None, None),
+    ]
+
+
+def test_an_instance_in_warmed_pending_wait_is_listed_as_a_launch_into_the_pool_and_a_return_to_it(
+    autoscaling: tuple[AutoscalingActions, Stubber],
+) -> None:
+    # Given a group whose warm pool takes instances back on scale in (InstanceReusePolicy ReuseOnScaleIn): an
+    # instance scaled in waits in Warmed:Pending:Wait under the group's EC2_INSTANCE_TERMINATING hook, the
+    # state a launch into the pool waits in under its launch hook (AWS: "Use lifecycle hooks with a warm pool")
+    adapter, stubber = autoscaling
+    instance = {
+        "InstanceId": "i-07",
+        "AvailabilityZone": "eu-west-1a",
+        "LifecycleState": "Warmed:Pending:Wait",
+        "HealthStatus": "Healthy",
+        "ProtectedFromScaleIn": False,
+    }
+    group = {
+        "AutoScalingGroupName": "nodes-a",
+        "MinSize": 0,
+        "MaxSize": 10,
+        "DesiredCapacity": 1,
+        "DefaultCooldown": 300,
+        "AvailabilityZones": ["eu-west-1a"],
+        "HealthCheckType": "EC2",
+        "CreatedTime": datetime(2026, 1, 1, tzinfo=UTC),
+        "Instances": [instance],
+    }
+    stubber.add_response(
+        "describe_auto_scaling_groups", {"AutoScalingGroups": [group]}, {"AutoScalingGroupNames": ["nodes-a"]}
+    )
+
+    found = adapter.waiting_instances(("nodes-a",), None)
+
+    # Then the state cannot tell which hook holds it: it is listed as both moves, so that the sweep probes the
+    # hooks of each transition (only the one that holds it accepts the heartbeat), and a scale-in whose event
+    # was lost is found and drained before the instance is stopped in the pool with its pods
+    assert sorted((w.instance_id, w.transition, w.origin, w.destination) for w in found) == [
+        ("i-07", Transition.LAUNCHING, None, "WarmPool"),
+        ("i-07", Transition.TERMINATING, "AutoScalingGroup", "WarmPool"),
     ]
 
 

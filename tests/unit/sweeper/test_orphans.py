@@ -235,6 +235,33 @@ def test_actions_of_a_warm_pools_own_moves_are_adopted_with_the_plan_their_event
     assert (terminate.plan, terminate.origin) == ((Step.COMPLETE, Step.DONE), WARM_POOL)
 
 
+def test_an_instance_scaled_in_to_its_warm_pool_is_adopted_as_a_drain_under_the_terminating_hook() -> None:
+    # Given an instance scaled in to a warm pool that takes instances back (ReuseOnScaleIn): it waits in
+    # Warmed:Pending:Wait under this stack's terminating hook, listed as both moves that state may be
+    world = World()
+    world.autoscaling.issue(TOKEN, INSTANCE, at=T0, hook=(GROUP, HOOK))
+    world.autoscaling.waiting += [
+        WaitingInstance(GROUP, {}, INSTANCE, Transition.LAUNCHING, destination=WARM_POOL),
+        WaitingInstance(
+            GROUP, {}, INSTANCE, Transition.TERMINATING, origin="AutoScalingGroup", destination=WARM_POOL
+        ),
+    ]
+
+    # When two sweeps find it
+    world.sweep()
+    world.clock.advance(INTERVAL.total_seconds())
+    report = world.sweep()
+
+    # Then only the hook that holds it is adopted, as the drain its event would have started: its pods are
+    # evicted before the instance is stopped in the pool
+    assert report["LifecyclesAdopted"] == 1
+    record = adopted(world)
+    assert record is not None
+    assert record.plan[:3] == (Step.ACQUIRE_SLOT, Step.CORDON, Step.EVICT)
+    assert record.destination == WARM_POOL
+    assert world.records.get(f"{INSTANCE}/launch/{adopted_token('nodecycle-launch')}") is None
+
+
 def test_an_action_is_adopted_while_an_earlier_lifecycle_of_its_instance_still_watches_the_node() -> None:
     # Given a termination into the warm pool whose lifecycle completed its action and still watches the node
     # (its cleanup lifts the cordon once the instance leaves the pool: for weeks, maybe)

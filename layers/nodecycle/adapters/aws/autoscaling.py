@@ -18,14 +18,21 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# The lifecycle states in which a hook of each transition holds an instance: (transition, origin, destination)
-# as the action's event would say them, where the state tells (a warm pool's own: a launch into the pool is
-# completed at once, a termination from it has no node to drain).
-_HELD = {
-    "Pending:Wait": (Transition.LAUNCHING, None, None),
-    "Terminating:Wait": (Transition.TERMINATING, None, None),
-    "Warmed:Pending:Wait": (Transition.LAUNCHING, None, WARM_POOL),
-    "Warmed:Terminating:Wait": (Transition.TERMINATING, WARM_POOL, "EC2"),
+# The lifecycle states in which hooks hold an instance, and what may hold it in each: (transition, origin,
+# destination) as the action's event would say them, where the state tells (a warm pool's own: a launch into
+# the pool is completed at once, a termination from it has no node to drain). Warmed:Pending:Wait is both a
+# launch into the pool and, in a group whose pool takes instances back on scale in (ReuseOnScaleIn), a
+# termination into it, held by the group's terminating hook: the state cannot tell, so both are listed and
+# the hooks of each transition are probed (only the one that holds the instance accepts a heartbeat).
+_RETURNING_TO_POOL = "AutoScalingGroup"  # the origin of an instance scaled in to its warm pool
+_HELD: dict[str, tuple[tuple[Transition, str | None, str | None], ...]] = {
+    "Pending:Wait": ((Transition.LAUNCHING, None, None),),
+    "Terminating:Wait": ((Transition.TERMINATING, None, None),),
+    "Warmed:Pending:Wait": (
+        (Transition.LAUNCHING, None, WARM_POOL),
+        (Transition.TERMINATING, _RETURNING_TO_POOL, WARM_POOL),
+    ),
+    "Warmed:Terminating:Wait": ((Transition.TERMINATING, WARM_POOL, "EC2"),),
 }
 _HOOK_TRANSITIONS = (Transition.LAUNCHING, Transition.TERMINATING)
 _NAMES_PER_CALL = 50  # DescribeAutoScalingGroups' limit on AutoScalingGroupNames
@@ -126,7 +133,8 @@ class AutoscalingActions:
         ]
         if owner is not None:
             queries.append({"Filters": [{"Name": f"tag:{OWNER_TAG}", "Values": [owner]}]})
-        waiting: dict[tuple[str, str], WaitingInstance] = {}  # a group both named and tagged: once
+        # a group both named and tagged: once
+        waiting: dict[tuple[str, str, Transition], WaitingInstance] = {}
         with transient_errors("listing the instances lifecycle hooks hold"):
             paginator = self._asg().get_paginator("describe_auto_scaling_groups")
             for query in queries:
@@ -134,19 +142,17 @@ class AutoscalingActions:
                     for group in page.get("AutoScalingGroups", []):
                         tags = {tag["Key"]: tag.get("Value", "") for tag in group.get("Tags", [])}
                         for instance in group.get("Instances", []):
-                            held = _HELD.get(instance.get("LifecycleState", ""))
-                            if held is None:
-                                continue
-                            transition, origin, destination = held
-                            key = (group["AutoScalingGroupName"], instance["InstanceId"])
-                            waiting[key] = WaitingInstance(
-                                group=key[0],
-                                group_tags=tags,
-                                instance_id=key[1],
-                                transition=transition,
-                                origin=origin,
-                                destination=destination,
-                            )
+                            held = _HELD.get(instance.get("LifecycleState", ""), ())
+                            for transition, origin, destination in held:
+                                key = (group["AutoScalingGroupName"], instance["InstanceId"], transition)
+                                waiting[key] = WaitingInstance(
+                                    group=key[0],
+                                    group_tags=tags,
+                                    instance_id=key[1],
+                                    transition=transition,
+                                    origin=origin,
+                                    destination=destination,
+                                )
         return list(waiting.values())
 
     def group_tags(self, group: str) -> dict[str, str] | None:
