@@ -88,6 +88,7 @@ def show_budget(args: argparse.Namespace) -> int:
 
 
 def release_slot(args: argparse.Namespace) -> int:
+    from nodecycle.adapters.kube.budget import BudgetContention
     from nodecycle.domain.budget.rules import force_release
 
     store = _store(args)
@@ -113,7 +114,11 @@ def release_slot(args: argparse.Namespace) -> int:
         return force_release(current, still, datetime.now(UTC)), still
 
     with _readable(store):
-        removed = store.update(remove)
+        try:
+            removed = store.update(remove)
+        except BudgetContention as error:
+            # each write lost to another writer (drains renewing, waiters queueing): none of them was applied
+            raise CommandError(f"{error}: nothing released; run the command again") from None
     if removed is None:
         print(
             f"The slot of {args.node} changed meanwhile (released, or taken by another lifecycle): nothing released."

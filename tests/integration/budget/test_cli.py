@@ -16,6 +16,7 @@ from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotRequest
 from nodecycle.domain.policy import Quantity
 from nodecycle_cli import budget as budget_cli
 from nodecycle_cli.main import main
+from nodecycle_sandbox.faults import Fault
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.budget.conftest import (
     NAMESPACE,
@@ -205,3 +206,35 @@ def test_a_budget_of_a_format_this_version_cannot_read_is_one_line_that_names_it
     assert "format 99" in err
     stored = admin_api(server).read_namespaced_config_map("nodecycle-budget", NAMESPACE)
     assert (stored.data or {}).get("budget.json") == newer
+
+
+def test_a_release_that_loses_a_race_with_renewals_reads_again_and_frees_the_slot(
+    blue: DisruptionBudget, server: KubeServer, kubeconfig: Path
+) -> None:
+    # Given drains renewing their slots: the release's first two writes find the budget changed (409)
+    server.faults.arm([Fault("renewals", "kube-conflict", target="PUT configmaps", limit=2)], seed=1)
+
+    # When the operator releases a slot
+    assert run(kubeconfig, "release", node_name(0), "--yes") == 0
+
+    # Then it read the budget again and freed that slot, and only that one
+    assert [v.node for v in blue.snapshot().holders] == [node_name(1)]
+
+
+def test_a_release_that_keeps_losing_the_race_is_one_line_and_releases_nothing(
+    blue: DisruptionBudget, server: KubeServer, kubeconfig: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a budget that changes under every write (409s: a storm of renewals in a large refresh)
+    server.faults.arm([Fault("storm", "kube-conflict", target="PUT configmaps")], seed=1)
+
+    # When the operator releases a slot as `nodecycle` runs the command
+    code = main(["budget", "release", node_name(0), "--yes", "--kubeconfig", str(kubeconfig)])
+    server.faults.disarm()
+
+    # Then one line says the budget kept changing and nothing was released, and the slot is still held
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1
+    assert f"ConfigMap {NAMESPACE}/nodecycle-budget kept changing" in err
+    assert "nothing released" in err
+    assert [v.node for v in blue.snapshot().holders] == [node_name(0), node_name(1)]

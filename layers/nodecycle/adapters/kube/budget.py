@@ -48,14 +48,19 @@ class BudgetNotInstalled(RuntimeError):
         self.name = name
 
 
+class BudgetContention(TransientError):
+    """Every write of an update lost its race (409, 404): nothing was written. Retried later by a step; a
+    person told so (``nodecycle budget release``)."""
+
+
 class ConfigMapBudgetStore:
     """The budget document in one ConfigMap, replaced with its ``resourceVersion`` (optimistic concurrency).
 
     The ConfigMap is shipped with the RBAC (``deploy/rbac.yaml``), never created here: a missing one raises
     :class:`BudgetNotInstalled`, which names it and the fix. A write that loses a race (409: the ConfigMap
     changed; 404: it was deleted meanwhile) runs the whole read-mutate-write again after a jittered backoff, up to
-    ``max_attempts`` times; then, as for throttling (429), server errors and connection errors, it raises
-    :class:`TransientError` so that the step is retried later.
+    ``max_attempts`` times; then it raises :class:`BudgetContention`, and for throttling (429), server errors and
+    connection errors :class:`TransientError`, so that the step is retried later.
     """
 
     def __init__(
@@ -96,7 +101,7 @@ class ConfigMapBudgetStore:
             if self._write(api, config_map, new):
                 return result
             log.info("the budget ConfigMap changed under us (attempt %d): reading it again", attempt + 1)
-        raise TransientError(
+        raise BudgetContention(
             f"ConfigMap {self.namespace}/{self.name} kept changing: {self._max_attempts} conflicting writes"
         )
 
