@@ -7,6 +7,7 @@ import logging
 from datetime import datetime, timedelta
 
 from nodecycle.domain.engine import Outcome
+from nodecycle.domain.errors import TransientError, retry_after_wait
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.policy import ReadinessPolicy
@@ -53,9 +54,13 @@ class ReadinessGate:
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
         deadline = record.gate_deadline or now + self._policy.timeout
         polls = int(record.extra.get(POLLS, 0))
-        node, extra = self._finder.find(record, scan=self._scan(polls, now, deadline))
+        try:
+            node, extra = self._finder.find(record, scan=self._scan(polls, now, deadline))
+            ready = node is not None and node.ready and self._kubelet_ran_since(node, record)
+        except TransientError as error:
+            return self._unanswered(record, now, deadline, error)
         extra[POLLS] = polls + 1
-        if node is not None and node.ready and self._kubelet_ran_since(node, record):
+        if node is not None and ready:
             log.info("node %s is Ready", node.name)
             return Outcome.next(node=node.name, zone=node.zone, outcome="node-ready", extra=extra)
         if now >= deadline:
@@ -65,6 +70,34 @@ class ReadinessGate:
             self._metrics.count("ReadinessTimeouts")
             return Outcome.goto(Step.COMPLETE, result=result, outcome=why, extra=extra)
         return Outcome.wait(self._policy.poll_seconds, gate_deadline=deadline, extra=extra)
+
+    def _unanswered(
+        self, record: LifecycleRecord, now: datetime, deadline: datetime, error: TransientError
+    ) -> Outcome:
+        """A look that got no answer (the API server throttling or failing, EC2 throttling the instance's
+        name) is retried with the engine's backoff as any step's, but not past the gate's timeout: an API server
+        that fails for an hour must not hold the launch until its global timeout, whatever the failure policy
+        says. The deadline is kept from the first look, or a gate whose every look fails would never reach it."""
+        if now >= deadline:
+            log.error(
+                "readiness gate timed out, its last look unanswered (%s): completing with %s",
+                error,
+                self._policy.on_failure,
+            )
+            self._metrics.count("ReadinessTimeouts")
+            return Outcome.goto(
+                Step.COMPLETE,
+                result=self._policy.on_failure,
+                outcome="readiness-unknown",
+                last_error=str(error)[:500],
+            )
+        if record.gate_deadline is None:
+            wait = max(self._policy.poll_seconds, retry_after_wait(error.retry_after))
+            log.warning("readiness gate: no answer at its first look, again in %.0f s: %s", wait, error)
+            return Outcome.wait(
+                wait, gate_deadline=deadline, attempts=record.attempts + 1, last_error=str(error)[:500]
+            )
+        raise error
 
     def _kubelet_ran_since(self, node: NodeInfo, record: LifecycleRecord) -> bool:
         """Whether the node's kubelet renewed its Lease since the launch began (see CLOCK_SKEW). A node without

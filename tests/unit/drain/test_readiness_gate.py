@@ -8,6 +8,8 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from nodecycle.domain.completion import CompleteAction
+from nodecycle.domain.errors import TransientError
 from nodecycle.domain.launch import ReadinessGate
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.nodes import NodeFinder
@@ -15,6 +17,7 @@ from nodecycle.domain.policy import ActionResult, ReadinessPolicy
 from nodecycle.domain.ports.cluster import NodeInfo
 from tests.support.fakes import T0, FakeMetrics
 from tests.unit.drain.test_drain_steps import NODE, FakeCluster, FakeEvents, launching, node, readiness
+from tests.unit.foundation.test_engine import World
 
 
 @dataclass
@@ -244,3 +247,38 @@ def test_a_lease_the_role_may_not_read_leaves_the_gate_to_the_ready_condition_an
     assert events.written == [(NODE, "NodeLeaseUnreadable", "Warning")]
     assert refused in events.messages[0]
     assert "nodecycle rbac" in events.messages[0]
+
+
+@dataclass
+class FailingCluster(FakeCluster):
+    """An API server that answers every read of the gate with a 500 (as the adapter raises it)."""
+
+    def find_node(
+        self, instance_id: str, private_dns_name: str | None, *, scan: bool = True
+    ) -> NodeInfo | None:
+        raise TransientError(f"reading node {private_dns_name}: HTTP 500 etcdserver: request timed out")
+
+
+def test_an_api_server_that_fails_every_read_does_not_hold_the_launch_past_the_readiness_timeout() -> None:
+    # Given a launch whose gate (60 s, polls every 5 s) finds the API server failing every read (500s)
+    world = World()
+    cluster = FailingCluster()
+    gate = gate_on(cluster, Dns(), readiness(readiness_timeout_seconds="60", drain_poll_seconds="5"))
+    world.records.create(launching())
+    engine = world.engine(
+        {Step.READY_GATE: gate, Step.COMPLETE: CompleteAction(world.autoscaling, world.metrics)}
+    )
+
+    # When its messages come, each when it is due, until the gate ends (or the action's global timeout)
+    record = world.record()
+    while record.step is Step.READY_GATE:
+        world.clock.current = max(world.clock.current, record.due_at)
+        engine.handle(world.message(record.id))
+        record = world.record()
+
+    # Then the gate ends at its timeout, with the configured result and why, after at most one retry's backoff
+    # (at most 180 s, times a jitter of 1.5): not hours later at the global timeout
+    assert (record.result, record.outcome) == (ActionResult.ABANDON, "readiness-unknown")
+    assert record.completed_at is not None
+    assert record.completed_at <= T0 + timedelta(seconds=60 + 270)
+    assert [result for _, result in world.autoscaling.completed] == [ActionResult.ABANDON]
