@@ -6,7 +6,9 @@
 Both talk to the cluster of the current kubeconfig (``--kubeconfig``, ``--context``), a real one or the
 sandbox's, and read the ``nodecycle-budget`` ConfigMap of ``--namespace``. With ``--stack``, the namespace
 is the stack's ``BudgetNamespace``, and the kubeconfig's server is compared with the stack's EKS cluster
-(a mismatch is said on stderr: the budget shown would be another cluster's).
+(a mismatch is said on stderr: the budget shown would be another cluster's). ``release`` frees the slot of any
+owner, after a question that names it; with ``--stack``, a slot another owner holds is freed only when the
+question is answered (``--yes`` refuses it: a stack never frees what another owner holds).
 """
 
 from __future__ import annotations
@@ -57,11 +59,11 @@ def register(commands: Any) -> None:
     release = actions.add_parser(
         "release",
         parents=[cluster],
-        help="free the slot a node holds, whatever stack holds it (for a drain that is stuck)",
+        help="free the slot a node holds, whatever stack holds it, after asking (for a drain that is stuck)",
     )
     release.add_argument("node", metavar="NODE")
     release.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
-    release.set_defaults(run=release_slot)
+    release.set_defaults(run=release_slot, stack_owner=None)
 
 
 def show_budget(args: argparse.Namespace) -> int:
@@ -100,8 +102,18 @@ def release_slot(args: argparse.Namespace) -> int:
         where = "" if waiter is None else f" (it is waiting, for owner {waiter.owner})"
         print(f"{args.node} holds no budget slot{where}. Nothing released.")
         return 1
+    acting_for = args.stack_owner
+    another = (
+        "" if acting_for in (None, holder.owner) else f", not by stack {args.stack} (owner {acting_for})"
+    )
+    if another and args.yes:
+        # A stack never frees what another owner holds (invariant 3): nor does its operator without being asked
+        raise CommandError(
+            f"the budget slot of {args.node} is held by owner {holder.owner}{another}: nothing released "
+            "(answer the question without --yes, or release it without --stack)"
+        )
     if not args.yes:
-        answer = input(f"Release the budget slot of {args.node} held by {holder.owner}? [y/N] ")
+        answer = input(f"Release the budget slot of {args.node} held by {holder.owner}{another}? [y/N] ")
         if answer.strip().lower() not in ("y", "yes"):
             print("Nothing released.")
             return 1
@@ -241,6 +253,8 @@ def _store(args: argparse.Namespace) -> ConfigMapBudgetStore:
         aws = session(args)
         deployment = find(aws, args.stack)
         args.namespace = args.namespace or deployment.parameter("BudgetNamespace", DEFAULT_NAMESPACE)
+        if args.budget_command == "release":
+            args.stack_owner = deployment.owner  # whose slots this operator frees without a second thought
         if deployment.cluster is not None and (wrong := mismatch(kube, aws, deployment.cluster)):
             print(f"warning: {wrong}", file=sys.stderr)
     args.namespace = args.namespace or DEFAULT_NAMESPACE

@@ -15,6 +15,7 @@ from nodecycle.adapters.kube.budget import ConfigMapBudgetStore, KubeNodeInvento
 from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotRequest
 from nodecycle.domain.policy import Quantity
 from nodecycle_cli import budget as budget_cli
+from nodecycle_cli.deployment import from_description
 from nodecycle_cli.main import main
 from nodecycle_sandbox.faults import Fault
 from nodecycle_sandbox.kube import KubeServer
@@ -238,3 +239,72 @@ def test_a_release_that_keeps_losing_the_race_is_one_line_and_releases_nothing(
     assert f"ConfigMap {NAMESPACE}/nodecycle-budget kept changing" in err
     assert "nothing released" in err
     assert [v.node for v in blue.snapshot().holders] == [node_name(0), node_name(1)]
+
+
+@pytest.fixture
+def stack_of_owner_green(monkeypatch: pytest.MonkeyPatch) -> str:
+    """A stack `green-nodes` whose OwnerId output is green, as DescribeStacks describes it (no cluster
+    parameter: the kubeconfig is not compared with one)."""
+    described = {"StackName": "green-nodes", "Outputs": [{"OutputKey": "OwnerId", "OutputValue": "green"}]}
+    monkeypatch.setattr(budget_cli, "session", lambda args: None)
+    monkeypatch.setattr(budget_cli, "find", lambda aws, name: from_description(described, "eu-west-1"))
+    return "green-nodes"
+
+
+def test_a_release_for_a_stack_of_a_slot_another_owner_holds_is_refused_without_asking(
+    blue: DisruptionBudget,
+    kubeconfig: Path,
+    stack_of_owner_green: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given an operator acting for stack green-nodes (owner green), told not to be asked
+    monkeypatch.setattr("builtins.input", lambda prompt: pytest.fail("asked"))
+
+    # When they release, by mistake, the slot of a node blue holds
+    code = main(
+        [
+            "budget",
+            "release",
+            node_name(0),
+            "--yes",
+            "--stack",
+            stack_of_owner_green,
+            "--kubeconfig",
+            str(kubeconfig),
+            "--namespace",
+            NAMESPACE,
+        ]
+    )
+
+    # Then nothing is released (invariant 3), and one line says whose slot it is and how to free it anyway
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1
+    assert "held by owner blue, not by stack green-nodes (owner green)" in err
+    assert [v.node for v in blue.snapshot().holders] == [node_name(0), node_name(1)]
+
+
+def test_a_release_for_a_stack_of_a_slot_another_owner_holds_asks_and_names_both_owners(
+    blue: DisruptionBudget,
+    kubeconfig: Path,
+    stack_of_owner_green: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given an operator acting for stack green-nodes who is asked
+    questions: list[str] = []
+
+    def decline(prompt: str) -> str:
+        questions.append(prompt)
+        return ""
+
+    monkeypatch.setattr("builtins.input", decline)
+
+    # When they release the slot of a node blue holds, and do not confirm
+    assert run(kubeconfig, "release", node_name(0), "--stack", stack_of_owner_green) == 1
+
+    # Then the question said the slot is another owner's, and nothing is released
+    assert questions == [
+        f"Release the budget slot of {node_name(0)} held by blue, not by stack green-nodes (owner green)? [y/N] "
+    ]
+    assert len(blue.snapshot().holders) == 2
