@@ -692,11 +692,12 @@ class Evict:
             log.warning("lost the budget slot of node %s: pausing the drain until it is back", record.node)
             self._metrics.count("BudgetSlotsLost")
             return Outcome.wait(policy.budget_retry_seconds, drain_paused_at=record.drain_paused_at or now)
-        if renewed.reason is SlotReason.REACQUIRED:
+        if renewed.reason is SlotReason.REACQUIRED or record.drain_paused_at is not None:
             # Someone removed our slot: its holder expired, or the stop of the instance outside the hooks freed
             # it (FORGET_NODE), leaving this drain to see for itself that it is over. A stopped instance's kubelet
             # is gone with it: its pods would stay Terminating, and this slot held, until the node controller
-            # marks the node NotReady, most of a minute later. EC2 says at once.
+            # marks the node NotReady, most of a minute later. EC2 says at once. (A paused drain's slot comes
+            # back by its own renewal, REACQUIRED, or passed on by another's release: then HELD.)
             state = self._instances.states([record.instance_id]).get(record.instance_id)
             if not up(state):
                 log.warning(
