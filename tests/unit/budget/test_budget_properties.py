@@ -126,6 +126,7 @@ class BudgetMachine(RuleBasedStateMachine):
         self.held: dict[str, datetime] = {}  # the model: node -> last renewal the model knows of
         self.lifecycles: Counter[str] = Counter()  # node -> its current lifecycle (one more per release)
         self.ended: dict[str, str] = {}  # node -> the record id of its last lifecycle that released it
+        self.passed_at: dict[str, datetime] = {}  # node -> when a write last passed a slot on to it
 
     def request(self, node: str, owner: str | None = None) -> SlotRequest:
         return request(node, self.lifecycles[node], owner)
@@ -289,10 +290,13 @@ class BudgetMachine(RuleBasedStateMachine):
             for h in after.holders
             if h.owner == owner and (h.node, h.record_id) in was_waiting and h.node != requester
         }
-        # the model learns of them as of any grant
+        # the model learns of them as of any grant, held from now with their waiters' last renewal (a lifecycle
+        # that stopped asking frees its slot when its place in line would have expired)
         for h in after.holders:
             if h.node in passed:
-                self.held[h.node] = h.renewed_at
+                assert h.acquired_at == self.now(), h
+                self.held[h.node] = was_waiting[(h.node, h.record_id)].renewed_at
+                self.passed_at[h.node] = self.now()
         if not passed:
             return after, passed
         waiting = {w.node: w for w in after.waiters}
@@ -312,20 +316,21 @@ class BudgetMachine(RuleBasedStateMachine):
         return doc, passed
 
     def passed_on_unrenewed(self, owner: str) -> list[str]:
-        """The record ids of ``owner``'s live holders a write passed their slots on to, not renewed since."""
+        """The record ids of ``owner``'s live holders a write passed their slots on to, not renewed since (as
+        the model knows them), in the document's order."""
         return [
-            h.record_id
-            for h in self.stored().holders
-            if h.owner == owner and h.renewed_at < h.acquired_at and not h.expired(self.now())
+            h.record_id for h in self.stored().holders if h.owner == owner and self.holds_passed_on(h.node)
         ]
 
     def holds_passed_on(self, node: str) -> bool:
+        renewed = self.model_live().get(node)
         holder = self.stored().holder(node)
         return (
-            holder is not None
+            renewed is not None
+            and node in self.passed_at
+            and renewed < self.passed_at[node]
+            and holder is not None
             and holder.record_id == self.record(node)
-            and holder.renewed_at < holder.acquired_at
-            and not holder.expired(self.now())
         )
 
     def check_woken(

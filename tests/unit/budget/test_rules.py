@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from nodecycle.domain.budget import BudgetDocument, BudgetLimits, Holder, SlotReason, SlotRequest, Waiter
 from nodecycle.domain.budget.limits import owner_limits
-from nodecycle.domain.budget.rules import MAX_PASSED, MAX_WAITERS, claim, eligible_waiters, prune
+from nodecycle.domain.budget.rules import MAX_PASSED, MAX_WAITERS, claim, eligible_waiters, pass_on, prune
 from nodecycle.domain.policy import Quantity
 from tests.unit.budget.fakes import START
 
@@ -158,6 +158,41 @@ def test_a_waiter_passed_over_often_enough_goes_first() -> None:
         }
     )
     assert picks(doc) == ["b1"]
+
+
+def test_a_slot_passed_on_counts_the_older_waiters_that_fit_as_passed_over_as_a_grant_does() -> None:
+    # Given room for one more node, green's o waiting first (zone b), then blue's w and y (zone a, the zone
+    # with the most work left: w is first in line)
+    doc = BudgetDocument(
+        waiters=(
+            waiter("o", owner="green", zone="b", since=0),
+            waiter("w", zone="a", since=10),
+            waiter("y", zone="a", since=20),
+        ),
+        limits=limits(1),
+    )
+    now = START + timedelta(seconds=60)
+
+    # When blue's write passes the slot on to w
+    passed = pass_on(doc, ["rec-w"], "blue", now)
+
+    # Then w holds it from now, with its last renewal as a waiter (it frees it when its place would have
+    # expired); o, older and fitting, was passed over once, as when w's own ask is granted; y, younger, not
+    assert [w.node for w in passed.waiters] == ["w"]
+    (held,) = passed.doc.holders
+    assert (held.node, held.record_id, held.acquired_at, held.renewed_at) == (
+        "w",
+        "rec-w",
+        now,
+        START + timedelta(seconds=10),
+    )
+    assert {w.node: w.passed for w in passed.doc.waiters} == {"o": 1, "y": 0}
+    granted = claim(doc, _asking("w"), now=now, ttl=timedelta(seconds=600), renewing=False)
+    assert {w.node: w.passed for w in granted.doc.waiters} == {"o": 1, "y": 0}
+
+
+def _asking(node: str) -> SlotRequest:
+    return SlotRequest(node=node, instance_id=f"i-{node}", zone="a", owner="blue", record_id=f"rec-{node}")
 
 
 def test_a_queue_of_long_names_stops_taking_waiters_before_the_document_passes_the_configmap_limit() -> None:
