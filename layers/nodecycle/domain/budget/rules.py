@@ -540,10 +540,15 @@ class Passed(NamedTuple):
     waiters: tuple[Waiter, ...]  # the waiters that hold a slot now, in the replay's order
 
 
-def passed_on(doc: BudgetDocument, owner: str) -> list[Holder]:
-    """The holders of ``owner`` a writer granted (:func:`pass_on`) that have not renewed their slot since:
-    perhaps never woken (a crash between the write and the wake-up, a wake-up lost)."""
-    return [h for h in doc.holders if h.owner == owner and h.renewed_at < h.acquired_at]
+def passed_on(doc: BudgetDocument, owner: str, *, at: datetime) -> list[Holder]:
+    """The holders of ``owner`` the write of time ``at`` granted (:func:`pass_on`) that have not renewed their
+    slot since: perhaps never woken (a crash between the write and the wake-up, a wake-up lost)."""
+    return [h for h in doc.holders if h.owner == owner and h.acquired_at == at and h.renewed_at < at]
+
+
+def mark_of(doc: BudgetDocument, node: str, owner: str, record_id: str) -> Released | None:
+    """The mark of ``node``'s slot given back by lifecycle ``record_id`` of ``owner``, if it stands."""
+    return next((r for r in doc.released if (r.node, r.owner, r.record_id) == (node, owner, record_id)), None)
 
 
 def _gave_back(mark: Released, request: SlotRequest) -> bool:

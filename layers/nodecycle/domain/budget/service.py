@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from nodecycle.domain.budget import rules
 from nodecycle.domain.budget.document import BudgetDocument, Holder, OwnerLimits, Waiter
@@ -88,7 +88,7 @@ class DisruptionBudget:
         entries its write removed), in order, whose slots its write passed on to them: wake them.
         A release that removes no entry (a repeated one; one after another removed the slot, which only
         marks the node given back) passes slots on to every eligible waiter of this owner, and returns those
-        and the lifecycles its owner's writes passed slots on to that have not renewed them yet, so a crash
+        and the lifecycles its first write passed slots on to that have not renewed them yet, so a crash
         before the wake-up is repaired by the redelivery.
         """
         limits = self._own_limits()
@@ -112,7 +112,11 @@ class DisruptionBudget:
                 )
             removed = holder is not None or waiter is not None
             woken = self._woken_by_removal(current, doc, limits, removed=removed)
-            return self._pass_on(current, doc, limits, woken, repair=not removed)
+            # A release repeated after a crash before its wake-ups: those it passed slots on to then, if they
+            # have not renewed them since (perhaps never woken), are woken again
+            mark = None if removed else rules.mark_of(doc, node, self._owner, record_id)
+            repair = [] if mark is None else rules.passed_on(doc, self._owner, at=mark.released_at)
+            return self._pass_on(current, doc, limits, woken, now, repair=[h.record_id for h in repair])
 
         return self._wake_passed(self._write(mutate))
 
@@ -139,9 +143,8 @@ class DisruptionBudget:
                     record_id=entry.record_id,
                     by_its_lifecycle=False,
                 )
-            removed = doc is not live
-            woken = self._woken_by_removal(current, doc, limits, removed=removed)
-            return self._pass_on(current, doc, limits, woken, repair=not removed)
+            woken = self._woken_by_removal(current, doc, limits, removed=doc is not live)
+            return self._pass_on(current, doc, limits, woken, now)
 
         return self._wake_passed(self._write(mutate))
 
@@ -176,7 +179,7 @@ class DisruptionBudget:
                     by_its_lifecycle=False,
                 )
                 removed += [e for e in (holder, waiter) if e is not None]
-            written, passed = self._pass_on(current, doc, limits, self._wake_list(doc, limits), repair=True)
+            written, passed = self._pass_on(current, doc, limits, self._wake_list(doc, limits), now)
             result = SweepResult(
                 holders=tuple(e for e in removed if isinstance(e, Holder)),
                 waiters=tuple(e for e in removed if isinstance(e, Waiter)),
@@ -233,7 +236,7 @@ class DisruptionBudget:
             if decision.reason is SlotReason.QUEUE_FULL:
                 return current, (decision, None, ())  # nothing to write for a node that is not let in
             woken = self._newly_eligible(current or BudgetDocument(), doc, limits, eligible)
-            written, passed = self._pass_on(current, doc, limits, woken)
+            written, passed = self._pass_on(current, doc, limits, woken, now)
             return written, (replace(decision, wake=tuple(passed.wake)), waited, passed.waiters)
 
         decision, waited, passed = self._write(mutate)
@@ -338,20 +341,17 @@ class DisruptionBudget:
         doc: BudgetDocument,
         limits: OwnerLimits,
         woken: Sequence[str],
+        now: datetime,
         *,
-        repair: bool = False,
+        repair: Sequence[str] = (),
     ) -> tuple[BudgetDocument | None, _Passed]:
         """What to write in place of ``current``: ``doc`` (with this owner's limits) with the slots of the
         waiters ``woken`` passed on to them (see :func:`rules.pass_on`), only when it differs from
-        ``current``; and whom to wake. ``repair``: wake also the holders passed on before whose lifecycles have
-        not renewed them, perhaps never woken (a write repeated after a crash before its wake-ups, the
-        sweeper's repair of lost wake-ups)."""
+        ``current``; and whom to wake: those, and the lifecycles of ``repair``. (Any other lost wake-up is
+        repaired by the waiter's own retry, which finds its slot held.)"""
         judged = rules.with_own_limits(doc, self._owner, limits)
-        passed = rules.pass_on(judged, woken, self._owner, self._clock.now())
-        wake = [w.record_id for w in passed.waiters]
-        if repair:
-            wake += [h.record_id for h in rules.passed_on(doc, self._owner)]
-        result = _Passed(wake, passed.waiters)
+        passed = rules.pass_on(judged, woken, self._owner, now)
+        result = _Passed([*(w.record_id for w in passed.waiters), *repair], passed.waiters)
         if doc is current and not passed.waiters:
             return current, result  # nothing to write
         return passed.doc, result
