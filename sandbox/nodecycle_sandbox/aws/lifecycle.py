@@ -516,6 +516,8 @@ class LifecycleEmulator:
             for a in candidates
             if a.group == group and a.hook == hook and (instance_id is None or a.instance_id == instance_id)
         ]
+        for action in matching:
+            self._time_out_if_due(action)
         active = [a for a in matching if a.active]
         if active:
             return active[0]
@@ -528,16 +530,26 @@ class LifecycleEmulator:
             action = self.actions[token]
             if self._closed or not action.active:
                 return
-            now = time.time()
-            if now < action.deadline:
+            if not self._time_out_if_due(action):
                 # A heartbeat moved the deadline since this timer was set.
                 self.call_at(action.deadline, lambda: self._check_timeout(token))
-                return
-            outcome = "global-timeout" if action.deadline >= action.global_deadline else "heartbeat-timeout"
-            self._finish(action, action.default_result, outcome, None)
 
-    def _finish(self, action: ActionRecord, result: str, outcome: str, caller: str | None) -> None:
-        action.finished_at = time.time()
+    def _time_out_if_due(self, action: ActionRecord) -> bool:
+        """End an active action whose deadline has passed with its default result, as of that deadline.
+
+        Auto Scaling ends it at the deadline; the sandbox's timer may fire late (a loaded machine, the lock
+        held by a burst of launches), and a heartbeat or completion that came in between must not find it
+        still active and keep it alive."""
+        if not action.active or time.time() < action.deadline:
+            return False
+        outcome = "global-timeout" if action.deadline >= action.global_deadline else "heartbeat-timeout"
+        self._finish(action, action.default_result, outcome, None, at=action.deadline)
+        return True
+
+    def _finish(
+        self, action: ActionRecord, result: str, outcome: str, caller: str | None, at: float | None = None
+    ) -> None:
+        action.finished_at = time.time() if at is None else at
         action.result = result
         action.outcome = outcome
         action.completed_by = caller

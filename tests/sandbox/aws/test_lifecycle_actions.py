@@ -7,7 +7,7 @@ import time
 import pytest
 from botocore.exceptions import ClientError
 
-from nodecycle_sandbox.aws import LAUNCHING, TERMINATING
+from nodecycle_sandbox.aws import LAUNCHING, TERMINATING, lifecycle
 from nodecycle_sandbox.aws.group import HookSpec, wait_for
 
 from .conftest import OPERATOR_KEY, Emulation
@@ -183,6 +183,53 @@ def test_a_heartbeat_extends_the_wait_and_a_timeout_applies_the_default_result(a
     assert (action.outcome, action.result, len(action.heartbeats)) == ("heartbeat-timeout", "CONTINUE", 4)
     assert action.finished_at is not None
     assert action.finished_at - action.heartbeats[-1] == pytest.approx(1.0, abs=0.3)
+
+
+class _LateClock:
+    """The emulation's clock, ``late`` seconds ahead of the one its timers run on: a timer that fires late,
+    as on a loaded machine, without waiting for it."""
+
+    def __init__(self) -> None:
+        self.late = 0.0
+
+    def time(self) -> float:
+        return time.time() + self.late
+
+
+def test_an_action_past_its_deadline_has_timed_out_though_its_timer_has_not_fired_yet(
+    aws: Emulation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an action of a 60 s heartbeat timeout, 61 s later, before the emulation's timer has said so
+    clock = _LateClock()
+    monkeypatch.setattr(lifecycle, "time", clock)
+    group = aws.group(TERMINATE_HOOK, size=1)
+    victim = group.in_state("InService")[0]
+    group.terminate(victim, decrement=True)
+    clock.late = 61
+
+    # When a heartbeat and a completion name it
+    with pytest.raises(ClientError) as heartbeated:
+        aws.autoscaling.record_lifecycle_action_heartbeat(
+            AutoScalingGroupName="workers", LifecycleHookName="drain", InstanceId=victim
+        )
+    with pytest.raises(ClientError) as completed:
+        aws.autoscaling.complete_lifecycle_action(
+            AutoScalingGroupName="workers",
+            LifecycleHookName="drain",
+            InstanceId=victim,
+            LifecycleActionResult="CONTINUE",
+        )
+
+    # Then AWS's answer comes back to both: the action timed out at its deadline with the hook's default
+    # result, and the instance is gone
+    for raised in (heartbeated, completed):
+        assert raised.value.response["Error"]["Message"] == (
+            f"No active Lifecycle Action found with instance ID {victim}"
+        )
+    (action,) = group.actions(transition=TERMINATING)
+    assert (action.outcome, action.result, action.heartbeats) == ("heartbeat-timeout", "CONTINUE", [])
+    assert action.finished_at == action.deadline
+    assert victim not in group.instances()
 
 
 def test_heartbeats_never_extend_past_the_global_timeout(aws: Emulation) -> None:
