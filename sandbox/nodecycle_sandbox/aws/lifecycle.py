@@ -554,7 +554,10 @@ class LifecycleEmulator:
         action.outcome = outcome
         action.completed_by = caller
         round_ = [self.actions[t] for t in self._rounds.get((action.instance_id, action.transition), [])]
-        if any(a.active for a in round_):
+        # At terminate, ABANDON "stops any remaining actions, such as other lifecycle hooks" (AWS): the instance
+        # goes at once, and terminating it ends the other hooks' actions. CONTINUE lets them finish.
+        abandoned_at_terminate = action.transition == TERMINATING and result == "ABANDON"
+        if any(a.active for a in round_) and not abandoned_at_terminate:
             return  # another hook of the same transition still holds the instance
         found = self.find_state(action.instance_id)
         if found is None:

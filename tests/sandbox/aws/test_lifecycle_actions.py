@@ -301,6 +301,29 @@ def test_every_hook_of_a_transition_must_let_the_instance_go(aws: Emulation) -> 
     assert victim not in group.instances()
 
 
+def test_abandon_at_terminate_stops_the_other_hooks_actions(aws: Emulation) -> None:
+    # Given two terminate hooks holding an instance
+    group = aws.group(TERMINATE_HOOK, HookSpec("eip", TERMINATING, 60, "CONTINUE"), size=1)
+    victim = group.in_state("InService")[0]
+    group.terminate(victim, decrement=True)
+    tokens = {a.hook: a.token for a in group.actions(transition=TERMINATING)}
+
+    # When one of them is completed with ABANDON
+    _complete(aws, "drain", tokens["drain"], "ABANDON")
+
+    # Then the instance terminates at once (AWS: "abandon stops any remaining actions, such as other lifecycle
+    # hooks, and continue allows any other lifecycle hooks to complete"), and the other hook's action is over
+    assert victim not in group.instances()
+    with pytest.raises(ClientError) as raised:
+        _complete(aws, "eip", tokens["eip"])
+    assert (
+        raised.value.response["Error"]["Message"]
+        == f"No active Lifecycle Action found with token {tokens['eip']}"
+    )
+    outcomes = {a.hook: a.outcome for a in group.actions(transition=TERMINATING)}
+    assert outcomes == {"drain": "completed", "eip": "cancelled"}
+
+
 def test_ec2_lists_a_terminated_instance_for_a_while_and_then_no_more(aws: Emulation) -> None:
     # Given EC2 keeping terminated instances listed for half a second (about an hour on AWS), and an instance
     # terminated through its hook
