@@ -108,6 +108,9 @@ def _patch_backend() -> None:
             emulator_for(self).delete_group(group)
         original_delete(self, group_name)
 
+    def delete_lifecycle_hook(self: AutoScalingBackend, as_name: str, name: str) -> None:
+        emulator_for(self).delete_hook(as_name, name)
+
     def describe_lifecycle_hooks(
         self: AutoScalingBackend, as_name: str, lifecycle_hook_names: list[str] | None = None
     ) -> Any:
@@ -120,6 +123,7 @@ def _patch_backend() -> None:
     patches: dict[str, Callable[..., Any]] = {
         "terminate_instance": terminate_instance,
         "describe_lifecycle_hooks": describe_lifecycle_hooks,
+        "delete_lifecycle_hook": delete_lifecycle_hook,
         "notify_terminate_instances": notify_terminate_instances,
         "delete_auto_scaling_group": delete_auto_scaling_group,
     }

@@ -198,6 +198,18 @@ class LifecycleEmulator:
                     )
             return hook
 
+    def delete_hook(self, group: str, name: str) -> None:
+        """DeleteLifecycleHook: "If there are any outstanding lifecycle actions, they are completed first
+        (ABANDON for launching instances, CONTINUE for terminating instances)" (AWS). The hook goes before
+        they are, so that the replacement of an abandoned launch does not wait for it."""
+        with self.lock:
+            self.backend.lifecycle_hooks.pop(f"{group}_{name}", None)
+            for action in [
+                a for a in self.actions.values() if a.active and (a.group, a.hook) == (group, name)
+            ]:
+                result = "ABANDON" if action.transition == LAUNCHING else "CONTINUE"
+                self._finish(action, result, "hook-deleted", None)
+
     def delete_hooks_of(self, group: str) -> None:
         for key in [k for k, h in self.backend.lifecycle_hooks.items() if h.auto_scaling_group_name == group]:
             del self.backend.lifecycle_hooks[key]

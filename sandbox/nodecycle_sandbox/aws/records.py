@@ -30,8 +30,9 @@ class ActionRecord:
     heartbeats: list[float] = field(default_factory=list)
     finished_at: float | None = None
     result: str | None = None
-    # "completed" (by an API call), "heartbeat-timeout", "global-timeout" or "cancelled" (the instance
-    # went away before the action ended, e.g. a group deletion).
+    # "completed" (by an API call), "heartbeat-timeout", "global-timeout", "hook-deleted" (completed by
+    # DeleteLifecycleHook) or "cancelled" (the instance went away before the action ended, e.g. a group
+    # deletion, or another hook's ABANDON at terminate).
     outcome: str | None = None
     completed_by: str | None = None
     # Calls that named this action after it had ended: (time, caller, operation). AWS answers them with

@@ -324,6 +324,42 @@ def test_abandon_at_terminate_stops_the_other_hooks_actions(aws: Emulation) -> N
     assert outcomes == {"drain": "completed", "eip": "cancelled"}
 
 
+def test_deleting_a_terminate_hook_continues_its_outstanding_actions(aws: Emulation) -> None:
+    # Given an instance held by the terminate hook
+    group = aws.group(TERMINATE_HOOK, size=1)
+    victim = group.in_state("InService")[0]
+    group.terminate(victim, decrement=True)
+    (token,) = aws.bus.tokens(victim, TERMINATING)
+
+    # When the hook is deleted
+    aws.autoscaling.delete_lifecycle_hook(AutoScalingGroupName="workers", LifecycleHookName="drain")
+
+    # Then its action is completed first, with CONTINUE (AWS), so the instance terminates, and the action's
+    # token is no longer active
+    assert victim not in group.instances()
+    (action,) = group.actions(transition=TERMINATING)
+    assert (action.outcome, action.result) == ("hook-deleted", "CONTINUE")
+    with pytest.raises(ClientError) as raised:
+        _complete(aws, "drain", token)
+    assert raised.value.response["Error"]["Message"] == f"No active Lifecycle Action found with token {token}"
+
+
+def test_deleting_a_launch_hook_abandons_its_outstanding_actions(aws: Emulation) -> None:
+    # Given an instance held by the launch hook
+    group = aws.group(HookSpec("ready", LAUNCHING, heartbeat_timeout=60), size=1)
+    (first,) = group.in_state("Pending:Wait")
+
+    # When the hook is deleted
+    aws.autoscaling.delete_lifecycle_hook(AutoScalingGroupName="workers", LifecycleHookName="ready")
+
+    # Then its action is completed first, with ABANDON (AWS): the instance is terminated, and its
+    # replacement, with no launch hook left, goes in service
+    assert first not in group.instances()
+    (action,) = group.actions(transition=LAUNCHING)
+    assert (action.instance_id, action.outcome, action.result) == (first, "hook-deleted", "ABANDON")
+    assert list(group.instances().values()) == ["InService"]
+
+
 def test_ec2_lists_a_terminated_instance_for_a_while_and_then_no_more(aws: Emulation) -> None:
     # Given EC2 keeping terminated instances listed for half a second (about an hour on AWS), and an instance
     # terminated through its hook
