@@ -20,6 +20,8 @@ from nodecycle.domain.model import Step
 from nodecycle.domain.policy import Quantity
 from nodecycle.domain.ports.cluster import OWNER_ANNOTATION, ZONE_LABEL
 from nodecycle_sandbox import Sandbox
+from nodecycle_sandbox.aws.group import HookSpec
+from nodecycle_sandbox.aws.records import TERMINATING
 from nodecycle_sandbox.checks import completed_before_drained, last_pod_gone, pdb_breaches
 from nodecycle_sandbox.kube.admission import Denial
 from tests.integration.lifecycle.harness import (
@@ -417,3 +419,54 @@ def _workload_pods(sandbox: Sandbox, node: str) -> list[str]:
     pods = core_api(sandbox).list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
     found = (pod.metadata for pod in pods if pod.metadata is not None)
     return [str(meta.name) for meta in found if meta.namespace == "shop" and not meta.deletion_timestamp]
+
+
+def test_a_drain_whose_action_another_hook_abandoned_ends_and_frees_its_slot(sandbox: Sandbox) -> None:
+    # Given another tool's terminate hook beside nodecycle's, and a node whose drain a pod that no eviction may
+    # move holds up
+    autoscaling = sandbox.client("autoscaling")
+    sandbox.asg.put_hook(HookSpec("other-tool", TERMINATING, 300, "CONTINUE"))
+    sandbox.kube.seed(
+        {"deployments": [{"name": "held", "namespace": "shop", "replicas": 1, "pdb": {"minAvailable": 1}}]}
+    )
+    try:
+        sandbox.kube.settle()
+        (pod,) = [p for p in sandbox.kube.objects("pods", "shop") if p["metadata"]["name"].startswith("held")]
+        node = pod["spec"]["nodeName"]
+        victim = next(i for i in in_service(sandbox) if node_of(sandbox, i) == node)
+        sandbox.asg.terminate(victim)
+        wait_for(
+            lambda: (r := find_record(sandbox, victim)) is not None and r.drain_started_at is not None,
+            30,
+            "the drain under way",
+        )
+
+        # When the other tool completes its action with ABANDON mid-drain
+        other = next(a for a in sandbox.aws.actions() if a.instance_id == victim and a.hook == "other-tool")
+        autoscaling.complete_lifecycle_action(
+            AutoScalingGroupName=sandbox.asg.name,
+            LifecycleHookName="other-tool",
+            LifecycleActionToken=other.token,
+            LifecycleActionResult="ABANDON",
+        )
+
+        # Then the instance is gone at once, nodecycle's action with it (AWS: ABANDON stops the other hooks)
+        assert victim not in sandbox.asg.instances()
+        (ours,) = [
+            a for a in sandbox.aws.actions() if a.instance_id == victim and a.hook == "nodecycle-terminate"
+        ]
+        assert ours.outcome == "cancelled"
+        # And nodecycle's lifecycle still ends, on its node's going (not at its drain timeout), its budget slot
+        # free
+        record = wait_finished(sandbox, victim)
+        assert record.outcome == "node-gone"
+        budget = sandbox.kube.get_object("configmaps", "nodecycle-budget", "nodecycle")
+        assert budget is not None
+        document = json.loads(budget["data"]["budget.json"])
+        assert all(entry["node"] != node for entry in [*document["holders"], *document.get("waiters", [])])
+    finally:
+        autoscaling.delete_lifecycle_hook(
+            AutoScalingGroupName=sandbox.asg.name, LifecycleHookName="other-tool"
+        )
+        PolicyV1Api(sandbox.kube.api_client()).delete_namespaced_pod_disruption_budget("held", "shop")
+        AppsV1Api(sandbox.kube.api_client()).delete_namespaced_deployment("held", "shop")
