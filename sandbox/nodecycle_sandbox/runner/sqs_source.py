@@ -71,17 +71,22 @@ def sqs_record(message: MessageTypeDef, *, queue_arn: str, region: str) -> dict[
 
 
 def failed_message_ids(result: InvocationResult, batch: list[str], report_failures: bool) -> list[str]:
-    """The messages that must go back to the queue after this invocation."""
+    """The messages that must go back to the queue after this invocation, as Lambda decides: all of them
+    after a failed invocation; with ``ReportBatchItemFailures``, none for a null or empty response or failure
+    list, the reported ones, or all of them for a response it cannot read as this batch's message ids (not an
+    object, an empty or null identifier, a bad key name, a message not in the batch)."""
     if not result.ok:
         return list(batch)
-    if not report_failures or not isinstance(result.response, dict):
+    if not report_failures or result.response is None:
         return []
+    if not isinstance(result.response, dict):
+        return list(batch)  # not a batch response at all: Lambda's "invalid JSON response"
     failures = result.response.get("batchItemFailures") or []
     try:
-        reported = [str(item["itemIdentifier"]) for item in failures]
+        reported = [item["itemIdentifier"] for item in failures]
     except (KeyError, TypeError):
         return list(batch)  # Lambda treats a malformed failure report as a failure of the whole batch
-    if any(not item or item not in batch for item in reported):
+    if any(not isinstance(item, str) or item not in batch for item in reported):
         return list(batch)
     return reported
 
