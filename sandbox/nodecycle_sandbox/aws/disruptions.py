@@ -191,9 +191,8 @@ class DisruptionEmulator:
             found = lifecycle.find_state(instance_id)
             if found is not None:
                 group, state = found
-                lifecycle.terminate_now(group, state)
+                lifecycle.terminate_now(group, state)  # (which tells of the state changes)
                 group.set_desired_capacity(group.desired_capacity)
-                self.state_changed([instance_id], ("shutting-down", "terminated"))
             elif self._ec2.get_instance(instance_id).state not in ("shutting-down", "terminated"):
                 self._ec2.terminate_instances([instance_id])
                 self.state_changed([instance_id], ("shutting-down", "terminated"))

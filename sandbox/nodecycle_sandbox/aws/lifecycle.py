@@ -340,6 +340,9 @@ class LifecycleEmulator:
         group.instance_states = [s for s in group.instance_states if s is not state]
         self._instance_gone(state.instance.id)
         self.backend.ec2_backend.terminate_instances([state.instance.id])
+        # EC2 tells EventBridge of every state change of an instance, whoever asked for it: the group's own
+        # terminations too, not only those outside its hooks.
+        self.disruptions.state_changed([state.instance.id], ("shutting-down", "terminated"))
         self._progress(group.name)
 
     def _instance_gone(self, instance_id: str) -> None:
@@ -427,6 +430,7 @@ class LifecycleEmulator:
             for state in list(group.instance_states):
                 self._instance_gone(state.instance.id)
                 self.backend.ec2_backend.terminate_instances([state.instance.id])
+                self.disruptions.state_changed([state.instance.id], ("shutting-down", "terminated"))
             group.instance_states = []
             self.delete_hooks_of(group.name)
             for refresh in self.refreshes.values():

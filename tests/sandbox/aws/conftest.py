@@ -70,7 +70,8 @@ class RecordingBus:
         return [
             e["detail"]["LifecycleActionToken"]
             for e in self.events
-            if e["detail"]["EC2InstanceId"] == instance_id
+            if e["source"] == "aws.autoscaling"  # not EC2's state changes
+            and e["detail"]["EC2InstanceId"] == instance_id
             and e["detail"]["LifecycleTransition"] == transition
         ]
 

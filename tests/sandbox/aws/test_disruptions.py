@@ -135,7 +135,7 @@ def test_a_spot_interruption_warns_marks_the_request_starts_the_hook_then_reclai
     wait_for(lambda: len([s for s in group.instances().values() if s == "InService"]) == 2, 5, "replacement")
 
 
-def test_a_spot_instance_whose_hook_completes_first_leaves_through_its_hook_without_state_changes(
+def test_a_spot_instance_whose_hook_completes_first_leaves_through_its_hook_and_is_terminated_once(
     aws: Emulation,
 ) -> None:
     # Given a Spot instance interrupted, whose terminate hook is completed before the warning runs out
@@ -151,9 +151,14 @@ def test_a_spot_instance_whose_hook_completes_first_leaves_through_its_hook_with
     )
     (action,) = group.actions(transition=TERMINATING)
     assert action.outcome == "completed"
-    # ...and at the reclaim time, EC2 has nothing left to terminate: no state change outside the hooks
+    # ...and at the reclaim time, EC2 has nothing left to terminate: the instance changed state once, when its
+    # hook let it go (EC2 tells of every state change, whoever asked for it)
     wait_for(lambda: spot_request(aws, victim)["State"] == "closed", 5, "the reclaim time")
-    assert ec2_events(aws, "EC2 Instance State-change Notification") == []
+    changes = ec2_events(aws, "EC2 Instance State-change Notification")
+    assert [(e["detail"]["instance-id"], e["detail"]["state"]) for e in changes] == [
+        (victim, "shutting-down"),
+        (victim, "terminated"),
+    ]
 
 
 def spot_request(aws: Emulation, instance: str) -> dict[str, Any]:
@@ -260,3 +265,38 @@ def test_instances_stopped_or_terminated_outside_the_hooks_publish_their_state_c
     assert all(any(matches(p, e) for p in intake_patterns()) for e in changes)
     # the terminate hook was not consulted for the terminated one
     assert all(a.instance_id != terminated for a in group.actions(transition=TERMINATING))
+
+
+def test_instances_the_group_terminates_through_its_hooks_publish_their_state_changes_too(
+    aws: Emulation,
+) -> None:
+    # Given a group of two under nodecycle's hooks
+    group = aws.group(*default_hooks(), size=2)
+    for instance in group.in_state("Pending:Wait"):
+        aws.autoscaling.complete_lifecycle_action(
+            AutoScalingGroupName=group.name,
+            LifecycleHookName="nodecycle-launch",
+            InstanceId=instance,
+            LifecycleActionResult="CONTINUE",
+        )
+    victim = sorted(group.in_state("InService"))[0]
+
+    # When one leaves through its terminate hook
+    group.terminate(victim, decrement=True)
+    assert ec2_events(aws, "EC2 Instance State-change Notification") == []  # held: still running
+    aws.autoscaling.complete_lifecycle_action(
+        AutoScalingGroupName=group.name,
+        LifecycleHookName="nodecycle-terminate",
+        InstanceId=victim,
+        LifecycleActionResult="CONTINUE",
+    )
+
+    # Then EC2 tells of its shutting down and termination, as of any instance's ("Amazon EC2 sends an EC2
+    # Instance State-change Notification event to Amazon EventBridge when the state of an instance changes"),
+    # and intake's rule takes them
+    changes = ec2_events(aws, "EC2 Instance State-change Notification")
+    assert [(e["detail"]["instance-id"], e["detail"]["state"]) for e in changes] == [
+        (victim, "shutting-down"),
+        (victim, "terminated"),
+    ]
+    assert all(any(matches(p, e) for p in intake_patterns()) for e in changes)

@@ -22,6 +22,8 @@ class CompletingDrain:
         self._timers: list[threading.Timer] = []
 
     def publish(self, event: dict[str, Any]) -> None:
+        if event["source"] != "aws.autoscaling":
+            return  # EC2's state changes of the instances it terminates: nothing to complete
         detail = event["detail"]
         timer = threading.Timer(
             0.3,
