@@ -16,7 +16,7 @@ from kubernetes.client import AppsV1Api, PolicyV1Api
 from nodecycle.adapters.clock import SystemClock
 from nodecycle.adapters.kube.budget import ConfigMapBudgetStore, KubeNodeInventory
 from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotRequest
-from nodecycle.domain.model import Step
+from nodecycle.domain.model import Step, Transition, record_id
 from nodecycle.domain.policy import Quantity
 from nodecycle.domain.ports.cluster import OWNER_ANNOTATION, ZONE_LABEL
 from nodecycle_sandbox import Sandbox
@@ -30,6 +30,7 @@ from tests.integration.lifecycle.harness import (
     held_by_a_budget,
     node_of,
     record_of,
+    records,
     running,
     terminate_action,
     wait_finished,
@@ -470,3 +471,38 @@ def test_a_drain_whose_action_another_hook_abandoned_ends_and_frees_its_slot(san
         )
         PolicyV1Api(sandbox.kube.api_client()).delete_namespaced_pod_disruption_budget("held", "shop")
         AppsV1Api(sandbox.kube.api_client()).delete_namespaced_deployment("held", "shop")
+
+
+def test_ec2_telling_of_a_termination_through_the_hook_disrupts_nothing_more(sandbox: Sandbox) -> None:
+    # Given an instance drained and terminated through its hook
+    victim = in_service(sandbox)[0]
+    node = node_of(sandbox, victim)
+    sandbox.asg.terminate(victim)
+    action = wait_terminated(sandbox, victim)
+    assert (action.outcome, action.finished_at is not None) == ("completed", True)
+    wait_finished(sandbox, victim)
+
+    # When EC2's state changes of that termination reach intake, as on AWS after every termination
+    told = wait_for(
+        lambda: (
+            (r := records(sandbox).get(record_id(victim, Transition.STATE_CHANGE, ""))) is not None
+            and r.finished
+            and r
+        ),
+        30,
+        "the lifecycle of EC2's state change",
+    )
+
+    # Then that lifecycle ends having evicted nothing after the action's completion, and nothing of the node
+    # is left in the budget
+    assert told.finished
+    evicted_after = [
+        e.name
+        for e in sandbox.kube.history()
+        if e.resource == "pods/eviction" and e.time > action.finished_at  # type: ignore[operator]
+    ]
+    assert evicted_after == []
+    budget = sandbox.kube.get_object("configmaps", "nodecycle-budget", "nodecycle")
+    assert budget is not None
+    document = json.loads(budget["data"]["budget.json"])
+    assert all(entry["node"] != node for entry in [*document["holders"], *document.get("waiters", [])])
