@@ -584,15 +584,17 @@ class ScenarioRun:
             for allocation, (instance, tags) in self._addresses().items():
                 if tags.get(INSTANCE_TAG) is None and instance is None:
                     continue
-                if instance is not None:
-                    self._disassociate(allocation)
-                if POOL_TAG in tags:
-                    self.ec2.delete_tags(Resources=[allocation], Tags=[{"Key": INSTANCE_TAG}])
-                else:
-                    self.ec2.release_address(AllocationId=allocation)
+                with _unless_released(allocation):
+                    if instance is not None:
+                        self._disassociate(allocation)
+                    if POOL_TAG in tags:
+                        self.ec2.delete_tags(Resources=[allocation], Tags=[{"Key": INSTANCE_TAG}])
+                    else:
+                        self.ec2.release_address(AllocationId=allocation)
             for allocation, (instance, tags) in self._addresses().items():
                 if instance is None and POOL_TAG not in tags:
-                    self.ec2.release_address(AllocationId=allocation)
+                    with _unless_released(allocation):
+                        self.ec2.release_address(AllocationId=allocation)
             nodes = {i.node_name for i in self.box.aws.instances() if i.group in mine}
             clear_budget(self.box.kube, nodes)
             self.box.kube.delete_namespace(self.tag)
@@ -606,6 +608,18 @@ class ScenarioRun:
             self.ec2.disassociate_address(AssociationId=found["AssociationId"])
         except (KeyError, ClientError):  # moto keeps some associations by instance only
             self.ec2.disassociate_address(PublicIp=found["PublicIp"])
+
+
+@contextmanager
+def _unless_released(allocation: str) -> Iterator[None]:
+    """An address nodecycle released meanwhile: the lifecycles that follow EC2's word of the instances'
+    termination (their state changes) may still be freeing addresses while the scenario is cleaned up."""
+    try:
+        yield
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") != "InvalidAllocationID.NotFound":
+            raise
+        log.info("address %s was released meanwhile", allocation)
 
 
 def _hooks() -> tuple[HookSpec, ...]:
