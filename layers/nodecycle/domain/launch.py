@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
+from typing import Any
 
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.errors import TransientError, retry_after_wait
@@ -64,11 +65,7 @@ class ReadinessGate:
             log.info("node %s is Ready", node.name)
             return Outcome.next(node=node.name, zone=node.zone, outcome="node-ready", extra=extra)
         if now >= deadline:
-            why = "node-not-ready" if node is not None else "node-never-joined"
-            result = self._policy.on_failure
-            log.error("readiness gate timed out (%s): completing with %s", why, result)
-            self._metrics.count("ReadinessTimeouts")
-            return Outcome.goto(Step.COMPLETE, result=result, outcome=why, extra=extra)
+            return self._timed_out("node-not-ready" if node is not None else "node-never-joined", extra=extra)
         return Outcome.wait(self._policy.poll_seconds, gate_deadline=deadline, extra=extra)
 
     def _unanswered(
@@ -79,17 +76,8 @@ class ReadinessGate:
         that fails for an hour must not hold the launch until its global timeout, whatever the failure policy
         says. The deadline is kept from the first look, or a gate whose every look fails would never reach it."""
         if now >= deadline:
-            log.error(
-                "readiness gate timed out, its last look unanswered (%s): completing with %s",
-                error,
-                self._policy.on_failure,
-            )
-            self._metrics.count("ReadinessTimeouts")
-            return Outcome.goto(
-                Step.COMPLETE,
-                result=self._policy.on_failure,
-                outcome="readiness-unknown",
-                last_error=str(error)[:500],
+            return self._timed_out(
+                "readiness-unknown", f"its last look unanswered: {error}", last_error=str(error)[:500]
             )
         if record.gate_deadline is None:
             wait = max(self._policy.poll_seconds, retry_after_wait(error.retry_after))
@@ -98,6 +86,13 @@ class ReadinessGate:
                 wait, gate_deadline=deadline, attempts=record.attempts + 1, last_error=str(error)[:500]
             )
         raise error
+
+    def _timed_out(self, outcome: str, detail: str = "", **fields: Any) -> Outcome:
+        """The gate's timeout: the launch is completed with the failure policy's result."""
+        why = f"{outcome}, {detail}" if detail else outcome
+        log.error("readiness gate timed out (%s): completing with %s", why, self._policy.on_failure)
+        self._metrics.count("ReadinessTimeouts")
+        return Outcome.goto(Step.COMPLETE, result=self._policy.on_failure, outcome=outcome, **fields)
 
     def _kubelet_ran_since(self, node: NodeInfo, record: LifecycleRecord) -> bool:
         """Whether the node's kubelet renewed its Lease since the launch began (see CLOCK_SKEW). A node without

@@ -95,6 +95,10 @@ class Waiter(_Entry):
     urgent_at: datetime | None = None  # from then on its action's global timeout is near: it goes first
     passed: int = 0  # how often a younger waiter took a slot while this one would have fit
 
+    def holding(self, *, acquired_at: datetime) -> Holder:
+        """This waiter's entry as a holder's, as of ``acquired_at`` (its renewal kept)."""
+        return Holder(**{name: getattr(self, name) for name in _Entry.model_fields}, acquired_at=acquired_at)
+
 
 class Released(_Model):
     """A node whose slot was given back: not "unavailable for another reason" until ``expires_at``, unless a

@@ -73,7 +73,7 @@ removed, as a holder of the same owner for another instance is taken over.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from operator import itemgetter
 from typing import Any, NamedTuple
@@ -467,20 +467,9 @@ def claim(
         decision = _decision(doc, False, reason, position_of(doc, request.node, now))
         return Claimed(doc, decision, None, [w for w, _ in picks])
 
-    # Older waiters that would have fit at this pick were passed over: each counts one more pass.
-    passed = {w.node for w in pick or () if w.node != request.node and w.waiting_since < entry.waiting_since}
     forced = pick is None
     granted = Holder(node=request.node, owner=request.owner, acquired_at=now, forced=forced, **renewal)
-    doc = doc.model_copy(
-        update={
-            "holders": (*doc.holders, granted),
-            "waiters": tuple(
-                w.model_copy(update={"passed": w.passed + 1}) if w.node in passed else w
-                for w in doc.waiters
-                if w.node != request.node
-            ),
-        }
-    )
+    doc = _with_holders(doc, (granted,), Counter(_passed_over(pick or (), entry, {request.node})))
     reason = SlotReason.FORCED if forced else SlotReason.REACQUIRED if renewing else SlotReason.GRANTED
     waited = now - entry.waiting_since if waiter is not None else None
     return Claimed(doc, _decision(doc, True, reason), waited)
@@ -502,42 +491,38 @@ def pass_on(doc: BudgetDocument, record_ids: Collection[str], owner: str, now: d
     if not picks:
         return Passed(doc, ())
     taken = {w.node for w, _ in picks}
-    passed: Counter[str] = Counter()
+    passes: Counter[str] = Counter()
     for waiter, fitting in picks:
-        # older waiters that would have fit at its pick were passed over, as at an ask's grant (see claim)
-        passed.update(
-            w.node for w in fitting if w.node not in taken and w.waiting_since < waiter.waiting_since
-        )
-    holders = tuple(
-        Holder(
-            node=w.node,
-            instance_id=w.instance_id,
-            zone=w.zone,
-            owner=w.owner,
-            record_id=w.record_id,
-            token=w.token,
-            renewed_at=w.renewed_at,
-            ttl_seconds=w.ttl_seconds,
-            acquired_at=now,
-        )
-        for w, _ in picks
-    )
-    doc = doc.model_copy(
-        update={
-            "holders": (*doc.holders, *holders),
-            "waiters": tuple(
-                w.model_copy(update={"passed": w.passed + passed[w.node]}) if passed[w.node] else w
-                for w in doc.waiters
-                if w.node not in taken
-            ),
-        }
-    )
+        passes.update(_passed_over(fitting, waiter, taken))
+    doc = _with_holders(doc, tuple(w.holding(acquired_at=now) for w, _ in picks), passes)
     return Passed(doc, tuple(w for w, _ in picks))
 
 
 class Passed(NamedTuple):
     doc: BudgetDocument
     waiters: tuple[Waiter, ...]  # the waiters that hold a slot now, in the replay's order
+
+
+def _passed_over(fitting: Iterable[Waiter], granted: Waiter, taken: Collection[str]) -> Iterator[str]:
+    """The nodes of the waiters older than ``granted`` that would have fit at its pick (``fitting``), but for
+    those granted too (``taken``): each is passed over once more."""
+    return (w.node for w in fitting if w.node not in taken and w.waiting_since < granted.waiting_since)
+
+
+def _with_holders(doc: BudgetDocument, holders: Sequence[Holder], passes: Counter[str]) -> BudgetDocument:
+    """``doc`` with ``holders`` granted (their nodes out of the line) and the waiters they passed over
+    counting ``passes`` more passes each."""
+    taken = {h.node for h in holders}
+    return doc.model_copy(
+        update={
+            "holders": (*doc.holders, *holders),
+            "waiters": tuple(
+                w.model_copy(update={"passed": w.passed + passes[w.node]}) if passes[w.node] else w
+                for w in doc.waiters
+                if w.node not in taken
+            ),
+        }
+    )
 
 
 def passed_on(doc: BudgetDocument, owner: str, *, at: datetime) -> list[Holder]:
