@@ -7,9 +7,18 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from nodecycle.domain.engine import Outcome
-from nodecycle.domain.model import LifecycleRecord, Step, Transition
+from nodecycle.domain.model import (
+    ENDED_BY,
+    ENDS_ITS_INSTANCE,
+    INSTANCE_STATE,
+    WARM_POOL,
+    LifecycleRecord,
+    Step,
+    Transition,
+    record_id,
+)
 from nodecycle.domain.policy import ActionResult
-from nodecycle.domain.ports.lifecycle import Autoscaling
+from nodecycle.domain.ports.lifecycle import Autoscaling, RecordStore
 from nodecycle.domain.ports.runtime import Metrics
 
 log = logging.getLogger(__name__)
@@ -19,16 +28,67 @@ log = logging.getLogger(__name__)
 SETTLED_ELSEWHERE = "settled_elsewhere"
 
 
+def ended_by(record: LifecycleRecord, now: datetime) -> LifecycleRecord | None:
+    """The instance's state-change lifecycle, over, as the terminate lifecycle ``record`` writes it when it
+    completes its action; None when ``record``'s own steps do not free everything that lifecycle would.
+
+    EC2 tells of every termination (shutting-down, terminated), through the hooks too, and each such state change
+    would start a lifecycle that frees the instance's slot, annotations and addresses (FORGET_NODE, RELEASE_EIP):
+    a dozen calls per terminated instance, for what this lifecycle frees itself. It does when the instance goes
+    for good whatever the completion does (a terminating action confirmed with Auto Scaling: a timeout or an
+    ABANDON terminates it too; not into or from a warm pool), its addresses are released before the completion
+    (RELEASE_EIP precedes COMPLETE in every plan) and its cleanup has a node to free (this owner's other entries of
+    the instance, another lifecycle's annotations: ENDS_ITS_INSTANCE)."""
+    kube = any(step in record.plan for step in (Step.ACQUIRE_SLOT, Step.CORDON, Step.EVICT))
+    if (
+        record.transition is not Transition.TERMINATING
+        or record.verified_at is None
+        or WARM_POOL in (record.origin, record.destination)
+        or (kube and (Step.CLEANUP not in record.plan or record.node is None))
+    ):
+        return None
+    return LifecycleRecord(
+        id=record_id(record.instance_id, Transition.STATE_CHANGE, ""),
+        owner=record.owner,
+        instance_id=record.instance_id,
+        transition=Transition.STATE_CHANGE,
+        token=f"ended-by:{record.id}",
+        group=record.group,
+        hook="",
+        plan=(Step.DONE,),
+        step=Step.DONE,
+        received_at=now,
+        started_at=now,
+        updated_at=now,
+        due_at=now,
+        heartbeat_timeout=0,
+        heartbeat_deadline=now,
+        global_deadline=now,
+        outcome="ended-through-its-hook",
+        finished_at=now,
+        extra={ENDED_BY: record.id, INSTANCE_STATE: "shutting-down"},
+    )
+
+
 class CompleteAction:
-    def __init__(self, autoscaling: Autoscaling, metrics: Metrics) -> None:
+    """``records``: where the terminate lifecycle's completion writes its instance's state-change lifecycle over
+    (see ``ended_by``); None (the sweeper's completions of actions near their timeout, at another step): not."""
+
+    def __init__(
+        self, autoscaling: Autoscaling, metrics: Metrics, records: RecordStore | None = None
+    ) -> None:
         self._autoscaling = autoscaling
         self._metrics = metrics
+        self._records = records
 
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
         result = record.result or ActionResult.CONTINUE
         outcome = record.outcome or "completed"
         extra = record.extra
         if record.action_open:
+            # Before the completion, so that the state changes that follow it find the record written
+            if self._ends_its_instance(record, now):
+                extra = {**extra, ENDS_ITS_INSTANCE: True}
             # Completing twice is harmless: "no active lifecycle action" means it is settled already.
             if self._autoscaling.complete(record.action, result):
                 log.info("completed the lifecycle action with %s (%s)", result, outcome)
@@ -40,6 +100,17 @@ class CompleteAction:
             )
             self._metrics.seconds("LifecycleDuration", (now - record.started_at).total_seconds())
         return Outcome.next(completed_at=now, result=result, outcome=outcome, extra=extra)
+
+    def _ends_its_instance(self, record: LifecycleRecord, now: datetime) -> bool:
+        """Whether this lifecycle wrote its instance's state-change lifecycle over (this run, or the one a crash
+        cut short before its commit); not when EC2's event wrote it first: that lifecycle frees what it frees."""
+        ended = ended_by(record, now) if self._records is not None and record.step is Step.COMPLETE else None
+        if ended is None or self._records is None:
+            return False
+        if self._records.create(ended):
+            return True
+        known = self._records.get(ended.id)
+        return known is not None and known.token == ended.token
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,8 @@ from nodecycle.domain.engine import MAX_DELAY
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import disruption_plan, plan_for, worker_of
 from nodecycle.domain.model import (
+    ENDED_BY,
+    INSTANCE_STATE,
     SUCCESSOR,
     DisruptionEvent,
     LifecycleEvent,
@@ -23,7 +25,13 @@ from nodecycle.domain.model import (
     record_id,
 )
 from nodecycle.domain.policy import PlanPolicy
-from nodecycle.domain.ports.instances import DOWN_STATES, InstanceDirectory, InstanceFacts, ScheduledEvent
+from nodecycle.domain.ports.instances import (
+    DOWN_STATES,
+    GONE_STATES,
+    InstanceDirectory,
+    InstanceFacts,
+    ScheduledEvent,
+)
 from nodecycle.domain.ports.lifecycle import (
     ActionClaim,
     Autoscaling,
@@ -205,6 +213,8 @@ class Intake:
         the facts ``look_up`` read for its event (an instance not among them is one EC2 does not know)."""
         if self._instances is None:
             raise RuntimeError("intake of disruptions needs the instance directory")
+        if event.cause is Transition.STATE_CHANGE and self._told_already(event):
+            return IntakeOutcome.DUPLICATE
         if looked_up is None:
             facts = self._instances.facts(event.instance_id)
         else:
@@ -276,8 +286,30 @@ class Intake:
             heartbeat_timeout=0,
             heartbeat_deadline=event.strikes_at,
             global_deadline=event.strikes_at,
+            extra={INSTANCE_STATE: event.state} if event.state is not None else {},
         )
         return self._store(record, now, listed=event.listed)
+
+    def _told_already(self, event: DisruptionEvent) -> bool:
+        """Whether the record of the instance's state changes tells of the stop or termination ``event`` tells
+        of, over: read before EC2 is asked, since EC2 tells of every stop and termination twice, and of every
+        termination through the hooks too (whose lifecycle wrote this record over: ENDED_BY). One read then, rather
+        than EC2's description, a refused write and a read. (A forged event that names such an instance does
+        nothing either way.)"""
+        known = self._records.get(event.record_id)
+        if known is None or not known.finished or _another_state_change(known, event.event_id, event.state):
+            return False
+        ended_by = known.extra.get(ENDED_BY)
+        log.info(
+            "%s of %s: told of already (%s)",
+            event.state,
+            event.instance_id,
+            f"ended through its terminate hook by lifecycle {ended_by}"
+            if ended_by
+            else f"event {known.token}",
+        )
+        self._metrics.count("LifecycleEventsDuplicate")
+        return True
 
     def _ours(self, facts: InstanceFacts) -> bool:
         if facts.tags.get(OWNER_TAG) == self._owner:
@@ -291,7 +323,14 @@ class Intake:
         accept_disruption)."""
         assert self._instances is not None
         if event.cause is Transition.STATE_CHANGE:
-            return event if facts.state in DOWN_STATES else None
+            if facts.state not in DOWN_STATES:
+                return None
+            # Its record notes the message's state only where EC2 agrees whether the instance is gone or
+            # stopped: a message that says "terminated" of an instance that is stopped would make its later stops
+            # look like the same disruption (see _another_state_change)
+            if (event.state in GONE_STATES) != (facts.state in GONE_STATES):
+                return event.model_copy(update={"state": facts.state})
+            return event
         if event.cause is Transition.SPOT_INTERRUPTION:
             if not by_queue and self._clock.now() <= event.strikes_at:
                 # AWS's own, in time: acted on at once, the two minutes are short, and the Spot request's status
@@ -490,7 +529,7 @@ class Intake:
         event again (a new id) whenever it updates one; only another start (EC2 moved it, or it is another
         maintenance EC2 lists) makes it other maintenance."""
         if known.transition is Transition.STATE_CHANGE:
-            return known.token != record.token
+            return _another_state_change(known, record.token, record.extra.get(INSTANCE_STATE))
         if known.transition is Transition.SCHEDULED_CHANGE:
             # (nor one an earlier lifecycle on the record was for: an update of it)
             return record.global_deadline not in {known.global_deadline, *known.done_starts}
@@ -624,3 +663,22 @@ class Intake:
         message = WorkMessage(record_id=record.id, seq=record.seq, step=record.step)
         delay = max(0, min(MAX_DELAY, round((record.due_at - self._clock.now()).total_seconds())))
         self._queues.send(worker_of(record), message, delay_seconds=delay)
+
+
+# The two state changes EC2 tells of one stop, and of one termination
+_ONE_DISRUPTION = frozenset({("stopping", "stopped"), ("shutting-down", "terminated")})
+
+
+def _another_state_change(known: LifecycleRecord, token: str, state: str | None) -> bool:
+    """Whether a state change (event ``token``, the instance's new ``state``) tells of another stop or
+    termination than the finished state-change lifecycle ``known``: an instance stopped, started again and stopped
+    again is (EC2 tells of its start to no one here); the second state change of one stop or termination is not,
+    nor is anything after a termination, through the hooks (ENDED_BY) or not."""
+    if token == known.token:
+        return False
+    told = known.extra.get(INSTANCE_STATE)
+    if known.extra.get(ENDED_BY) or told in GONE_STATES:
+        return False
+    if told is None:
+        return True  # a record from before the state was noted: as then
+    return (told, state) not in _ONE_DISRUPTION

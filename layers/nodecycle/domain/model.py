@@ -182,6 +182,16 @@ SET_ON_NODE = "set_on_node"
 # next maintenance of the instance, which began before the one before it was over): SET_ON_NODE's form. Its
 # claim of the node takes them over, so that its cleanup lifts them once its own maintenance is over.
 KEPT_ON_NODE = "kept_on_node"
+# record.extra key of a state-change lifecycle: the state EC2 told of (stopping, stopped, shutting-down, terminated).
+# EC2 tells of each stop and termination twice; the second is the same disruption (see intake).
+INSTANCE_STATE = "instance_state"
+# record.extra key of a state-change lifecycle that a terminate lifecycle wrote over as it completed its action
+# (that lifecycle's id): its own steps free everything the instance held, and EC2's state changes of the
+# termination, which follow every termination, start nothing
+ENDED_BY = "ended_by"
+# record.extra key of the terminate lifecycle that wrote it: its cleanup frees what the state change's lifecycle
+# would have (this owner's other entries of the instance in the budget, another lifecycle's annotations)
+ENDS_ITS_INSTANCE = "ends_its_instance"
 
 
 class Step(StrEnum):

@@ -99,7 +99,9 @@ def engine() -> StepEngine:
     config = settings()
     ports = shared()
     readiness = readiness_policy(config, poll_seconds=config.drain_poll_seconds)
-    steps: dict[Step, StepHandler] = {Step.COMPLETE: CompleteAction(ports.autoscaling, ports.metrics)}
+    steps: dict[Step, StepHandler] = {
+        Step.COMPLETE: CompleteAction(ports.autoscaling, ports.metrics, ports.records)
+    }
     if config.uses_kubernetes:
         # The Kubernetes steps are built on first use: a stack without a cluster never connects to one.
         policy = drain_policy(config)

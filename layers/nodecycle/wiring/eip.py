@@ -46,7 +46,7 @@ def engine() -> StepEngine:
             Step.RELEASE_EIP: ReleaseAddresses(
                 owner=config.owner_id, addresses=addresses(), metrics=ports.metrics
             ),
-            Step.COMPLETE: CompleteAction(ports.autoscaling, ports.metrics),
+            Step.COMPLETE: CompleteAction(ports.autoscaling, ports.metrics, ports.records),
         },
         SettleResults(eip=policy.failure_result),
     )

@@ -15,6 +15,8 @@ import pytest
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.ec2.models import ec2_backends
 
+from nodecycle.adapters.aws.records import DynamoRecordStore
+from nodecycle.domain.completion import ended_by
 from nodecycle.domain.intake_budget import OutOfTime
 from nodecycle.domain.model import SUCCESSOR, LifecycleRecord, Step, Transition
 from nodecycle.entrypoints import BatchFailed
@@ -216,6 +218,121 @@ def test_an_instance_stopped_once_and_terminated_later_is_forgotten_again_at_onc
     # while the same event delivered again is still a duplicate
     intake_fn.handler(terminated, LambdaContext())
     assert len(work(stack.drain_queue)) == 1
+
+
+def worked(record: dict[str, Any], stack: Stack) -> None:
+    """The record's lifecycle as its steps leave it: done, its work taken."""
+    boto3.resource("dynamodb").Table("nodecycle-lifecycle").update_item(
+        Key={"id": record["id"]},
+        UpdateExpression="SET step = :done",
+        ExpressionAttributeValues={":done": "done"},
+    )
+    boto3.client("sqs").purge_queue(QueueUrl=stack.drain_queue)
+
+
+@pytest.mark.parametrize(("first", "then"), [("shutting-down", "terminated"), ("stopping", "stopped")])
+def test_the_two_state_changes_ec2_tells_of_one_stop_or_termination_start_one_lifecycle(
+    intake_fn: ModuleType, stack: Stack, first: str, then: str
+) -> None:
+    # Given an instance of a managed group stopped or terminated outside the hooks, whose first state change
+    # (stopping, shutting-down) started a lifecycle that is over
+    instance = launch()
+    ec2 = boto3.client("ec2")
+    if then == "terminated":
+        ec2.terminate_instances(InstanceIds=[instance])
+    else:
+        ec2.stop_instances(InstanceIds=[instance])
+    intake_fn.handler(ec2_event("eventbridge-instance-stopped.json", instance, state=first), LambdaContext())
+    (told,) = records()
+    worked(told, stack)
+
+    # When EC2's second state change of it comes (stopped, terminated: a new event of its own id), EC2's
+    # requests counted
+    second = ec2_event("eventbridge-instance-stopped.json", instance, state=then)
+    second["id"] = "5d0c7e0a-95b3-4c4c-9d0e-6a2f1b8e7c31"
+    latency = AwsLatency(per_call=0.01)
+    with latency.counting():
+        intake_fn.handler(second, LambdaContext(clock=latency))
+
+    # Then it is the same stop or termination: nothing starts again (a second lifecycle freed nothing more), and
+    # EC2 is not asked about an instance the record tells of already
+    (after,) = records()
+    assert (after["token"], after["step"], int(after["seq"])) == (told["token"], "done", int(told["seq"]))
+    assert work(stack.drain_queue) == []
+    assert latency.operations["DescribeInstances"] == 0
+
+
+def test_a_stop_of_an_instance_started_again_since_its_last_stop_starts_its_lifecycle_again(
+    intake_fn: ModuleType, stack: Stack
+) -> None:
+    # Given an instance stopped outside the hooks (its lifecycle over), then started again
+    instance = launch()
+    ec2 = boto3.client("ec2")
+    ec2.stop_instances(InstanceIds=[instance])
+    intake_fn.handler(
+        ec2_event("eventbridge-instance-stopped.json", instance, state="stopped"), LambdaContext()
+    )
+    (told,) = records()
+    worked(told, stack)
+    ec2.start_instances(InstanceIds=[instance])
+
+    # When it is stopped again (a new event, of its own id)
+    ec2.stop_instances(InstanceIds=[instance])
+    again = ec2_event("eventbridge-instance-stopped.json", instance, state="stopping")
+    again["id"] = "5d0c7e0a-95b3-4c4c-9d0e-6a2f1b8e7c31"
+    intake_fn.handler(again, LambdaContext())
+
+    # Then it is another stop: its lifecycle starts over, and frees what the instance held since it ran again
+    (after,) = records()
+    assert (after["token"], after["step"]) == (again["id"], "forget-node")
+    assert [m["step"] for m in work(stack.drain_queue)] == ["forget-node"]
+
+
+def test_the_state_changes_of_a_termination_through_its_hook_start_nothing_and_ask_ec2_nothing(
+    intake_fn: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given an instance whose terminate lifecycle completed its action, which wrote the instance's state-change
+    # lifecycle over (its own cleanup frees what that one would)
+    instance = launch()
+    now = datetime.now(UTC)
+    terminate = LifecycleRecord(
+        id=f"{instance}/terminate/token",
+        owner="stack-a",
+        instance_id=instance,
+        transition=Transition.TERMINATING,
+        token="token",
+        group=GROUP,
+        hook="drain",
+        plan=(Step.ACQUIRE_SLOT, Step.CORDON, Step.EVICT, Step.COMPLETE, Step.CLEANUP, Step.DONE),
+        step=Step.COMPLETE,
+        node="ip-10-0-1-23.eu-west-1.compute.internal",
+        received_at=now,
+        started_at=now,
+        updated_at=now,
+        due_at=now,
+        heartbeat_timeout=300,
+        heartbeat_deadline=now + timedelta(seconds=300),
+        global_deadline=now + timedelta(hours=1),
+        verified_at=now,
+    )
+    ended = ended_by(terminate, now)
+    assert ended is not None
+    assert DynamoRecordStore("nodecycle-lifecycle", ttl=timedelta(days=1)).create(ended)
+    boto3.client("ec2").terminate_instances(InstanceIds=[instance])
+
+    # When EC2's two state changes of the termination come
+    latency = AwsLatency(per_call=0.01)
+    with latency.counting():
+        for state, event_id in (("shutting-down", "e-1"), ("terminated", "e-2")):
+            event = ec2_event("eventbridge-instance-stopped.json", instance, state=state)
+            intake_fn.handler({**event, "id": event_id}, LambdaContext(clock=latency))
+
+    # Then they start nothing, at one read each
+    (after,) = records()
+    assert (after["id"], after["step"], int(after["seq"])) == (ended.id, "done", 0)
+    assert work(stack.drain_queue) == []
+    assert dict(latency.operations) == {"GetItem": 2}
+    assert metric(capsys.readouterr().out, "LifecycleEventsDuplicate") == 2
 
 
 def test_a_state_change_that_comes_after_the_instance_is_running_again_changes_nothing(

@@ -81,7 +81,8 @@ class Killer:
             return
         made = self.calls.setdefault(self.current, [])
         made.append(what)
-        instance, transition = (self.current.split("/") + [""])[:2]
+        instance, _, rest = self.current.partition("/")
+        transition = rest.split("/", 1)[0]
         point = (kind(what), sum(1 for call in made if kind(call) == kind(what)))
         if transition == "terminate" and self.kill_at.get(instance) == point:
             del self.kill_at[instance]

@@ -16,7 +16,7 @@ from kubernetes.client import AppsV1Api, PolicyV1Api
 from nodecycle.adapters.clock import SystemClock
 from nodecycle.adapters.kube.budget import ConfigMapBudgetStore, KubeNodeInventory
 from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotRequest
-from nodecycle.domain.model import Step, Transition, record_id
+from nodecycle.domain.model import ENDED_BY, ENDS_ITS_INSTANCE, Step, Transition, record_id
 from nodecycle.domain.policy import Quantity
 from nodecycle.domain.ports.cluster import OWNER_ANNOTATION, ZONE_LABEL
 from nodecycle_sandbox import Sandbox
@@ -496,6 +496,11 @@ def test_ec2_telling_of_a_termination_through_the_hook_disrupts_nothing_more(san
     # Then that lifecycle ends having evicted nothing after the action's completion, and nothing of the node
     # is left in the budget
     assert told.finished
+    # and it ran no step at all: the terminate lifecycle's completion wrote it over (its cleanup frees what it
+    # would), rather than a second lifecycle of a dozen calls per terminated instance
+    terminate = record_of(sandbox, victim)
+    assert (told.plan, told.seq, told.extra.get(ENDED_BY)) == ((Step.DONE,), 0, terminate.id)
+    assert terminate.extra.get(ENDS_ITS_INSTANCE) is True
     evicted_after = [
         e.name
         for e in sandbox.kube.history()

@@ -345,7 +345,11 @@ class FakeSlots:
         woken, self.waiters = self.waiters, []
         return woken
 
-    def release(self, node: str, record_id: str, token: str | None = None) -> list[str]:
+    def release(
+        self, node: str, record_id: str, token: str | None = None, *, gone: str | None = None
+    ) -> list[str]:
+        if gone is not None:
+            self.forgotten.append(gone)
         if self.held_for.get(node, record_id) != record_id:
             return []  # another lifecycle of this node name holds it: not ours to give back
         self.released.append(node)

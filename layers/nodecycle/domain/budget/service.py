@@ -76,7 +76,9 @@ class DisruptionBudget:
         :meth:`acquire`."""
         return self._claim(request, renewing=True)
 
-    def release(self, node: str, record_id: str, token: str | None = None) -> list[str]:
+    def release(
+        self, node: str, record_id: str, token: str | None = None, *, gone: str | None = None
+    ) -> list[str]:
         """Give back the slot of ``node`` held for lifecycle ``record_id`` (and drop its waiter entry, if any).
 
         By lifecycle, never by node name alone: node names are reused (a recycled private IP), and a late
@@ -90,6 +92,9 @@ class DisruptionBudget:
         marks the node given back) passes slots on to every eligible waiter of this owner, and returns those
         and the lifecycles its first write passed slots on to that have not renewed them yet, so a crash
         before the wake-up is repaired by the redelivery.
+
+        ``gone``: the instance of a lifecycle that ends it (see ``ENDS_ITS_INSTANCE``): this owner's other entries
+        of it go in the same write, as :meth:`forget` removes them.
         """
         limits = self._own_limits()
 
@@ -111,6 +116,10 @@ class DisruptionBudget:
                     record_id,
                 )
             removed = holder is not None or waiter is not None
+            if gone is not None:
+                freed = doc
+                doc = self._without_instance(doc, gone, now)
+                removed = removed or doc is not freed
             woken = self._woken_by_removal(current, doc, limits, removed=removed)
             # A release repeated after a crash before its wake-ups: those it passed slots on to then, if they
             # have not renewed them since (perhaps never woken), are woken again
@@ -132,21 +141,27 @@ class DisruptionBudget:
             if current is None:
                 return current, _Passed([], ())
             now = self._clock.now()
-            live = doc = rules.prune(current, now)
-            for entry in [e for e in doc.entries() if e.owner == owner and e.instance_id == instance_id]:
-                doc, _, _ = rules.release(
-                    doc,
-                    entry.node,
-                    owner,
-                    now=now,
-                    ttl=self._ttl,
-                    record_id=entry.record_id,
-                    by_its_lifecycle=False,
-                )
+            live = rules.prune(current, now)
+            doc = self._without_instance(live, instance_id, now)
             woken = self._woken_by_removal(current, doc, limits, removed=doc is not live)
             return self._pass_on(current, doc, limits, woken, now)
 
         return self._wake_passed(self._write(mutate))
+
+    def _without_instance(self, doc: BudgetDocument, instance_id: str, now: datetime) -> BudgetDocument:
+        """``doc`` without this owner's entries of an instance that is gone, whichever lifecycle holds them
+        (``doc`` itself when it has none)."""
+        for entry in [e for e in doc.entries() if e.owner == self._owner and e.instance_id == instance_id]:
+            doc, _, _ = rules.release(
+                doc,
+                entry.node,
+                self._owner,
+                now=now,
+                ttl=self._ttl,
+                record_id=entry.record_id,
+                by_its_lifecycle=False,
+            )
+        return doc
 
     def sweep(self, *, stale: Callable[[Sequence[Holder | Waiter]], set[str]]) -> SweepResult:
         """Remove this owner's entries that expired or that ``stale`` declares stale (node or instance gone,

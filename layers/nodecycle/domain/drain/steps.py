@@ -22,6 +22,7 @@ from nodecycle.domain.errors import TransientError, retry_after_wait
 from nodecycle.domain.flow import settle_step
 from nodecycle.domain.model import (
     EARLIER_DRAIN,
+    ENDS_ITS_INSTANCE,
     KEPT_ON_NODE,
     SET_ON_NODE,
     SUCCESSOR,
@@ -963,7 +964,8 @@ class Cleanup:
             )
             if released is Claim.CONFLICT:
                 return Outcome.wait(1)
-        for waiter in self._slots.release(record.node, record.id, record.token):
+        gone = record.instance_id if record.extra.get(ENDS_ITS_INSTANCE) else None
+        for waiter in self._slots.release(record.node, record.id, record.token, gone=gone):
             self._dispatcher.wake(waiter)
         # (told even when the node is gone already: its events are read by its name and uid)
         self._settled(record, node.uid if node is not None else record.node_uid)
@@ -1163,6 +1165,14 @@ class Cleanup:
             and _of_instance(node, record)
         )
         if not (ours or freed):
+            if (
+                record.extra.get(ENDS_ITS_INSTANCE)
+                and node.owner == record.owner
+                and _of_instance(node, record)
+            ):
+                # Annotated by another lifecycle of this owner and instance, which the state change's FORGET_NODE
+                # would clear: it does not run for an instance this lifecycle ends (see ENDS_ITS_INSTANCE)
+                return self._cluster.release_node(node, released_for=node.lifecycle)
             return None
         back = self._coming_back(record)
         if not (ours or back):

@@ -49,9 +49,12 @@ class Slots(Protocol):
         """The node's slot renewed, or taken again, or a place in line; wakes as :meth:`acquire`."""
         ...
 
-    def release(self, node: str, record_id: str, token: str | None = None) -> list[str]:
+    def release(
+        self, node: str, record_id: str, token: str | None = None, *, gone: str | None = None
+    ) -> list[str]:
         """Give back the slot (or waiting place) of ``node`` held for lifecycle ``record_id`` (of ``token``,
-        which takes no slot again); the record ids of waiters that may go now."""
+        which takes no slot again); the record ids of waiters that may go now. ``gone``: an instance that goes
+        for good, whose entries of this owner go in the same write, as :meth:`forget` removes them."""
         ...
 
     def forget(self, owner: str, instance_id: str) -> list[str]:

@@ -1,0 +1,177 @@
+"""A terminate lifecycle that completes its action frees everything its instance held itself (its addresses
+before the completion, its slot and annotations in its cleanup): EC2's state changes of that termination,
+which follow every termination, find the instance's state-change lifecycle written over already and start
+nothing (no second lifecycle of a dozen calls per terminated instance)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotRequest
+from nodecycle.domain.completion import CompleteAction
+from nodecycle.domain.drain.steps import Cleanup
+from nodecycle.domain.engine import Dispatcher
+from nodecycle.domain.model import (
+    ENDED_BY,
+    ENDS_ITS_INSTANCE,
+    WARM_POOL,
+    LifecycleRecord,
+    Step,
+    Transition,
+    record_id,
+)
+from nodecycle.domain.policy import Quantity
+from tests.support.fakes import (
+    T0,
+    FakeAutoscaling,
+    FakeClock,
+    FakeMetrics,
+    InMemoryRecords,
+    RecordingQueues,
+)
+from tests.unit.budget.fakes import FakeInventory, MemoryBudgetStore, RecordingMetrics
+from tests.unit.drain.test_drain_steps import (
+    INSTANCE,
+    NODE,
+    Ec2Maintenance,
+    FakeCluster,
+    FakeEvents,
+    maintenance,
+    node,
+    terminating,
+)
+
+STATE_CHANGE = record_id(INSTANCE, Transition.STATE_CHANGE, "")
+
+
+def completed(
+    record: LifecycleRecord, records: InMemoryRecords, autoscaling: FakeAutoscaling
+) -> LifecycleRecord:
+    """``record`` after its COMPLETE step ran."""
+    outcome = CompleteAction(autoscaling, FakeMetrics(), records)(record, T0)
+    return record.model_copy(update=outcome.changes)
+
+
+def test_the_completion_of_a_termination_writes_its_instances_state_change_lifecycle_over_before_completing() -> (
+    None
+):
+    # Given a terminate lifecycle that drained its node and is to complete its action
+    records, autoscaling = InMemoryRecords(), FakeAutoscaling()
+    record = terminating(Step.COMPLETE, node=NODE, zone="eu-west-1a", drain_started_at=T0)
+
+    # When its COMPLETE step runs
+    after = completed(record, records, autoscaling)
+
+    # Then the action is completed, and the instance's state-change lifecycle is on the record as over, ended
+    # by this lifecycle (whose cleanup is told to free what that one would)
+    assert [result for _, result in autoscaling.completed] == ["CONTINUE"]
+    ended = records.get(STATE_CHANGE)
+    assert ended is not None
+    assert (ended.finished, ended.extra.get(ENDED_BY), ended.owner) == (True, record.id, record.owner)
+    assert after.extra.get(ENDS_ITS_INSTANCE) is True
+    # and a redelivery of the step (a crash before its commit) finds that record its own
+    again = completed(record, records, autoscaling)
+    assert again.extra.get(ENDS_ITS_INSTANCE) is True
+
+
+@pytest.mark.parametrize(
+    ("why", "changes"),
+    [
+        ("into its warm pool: the instance is stopped, and comes back", {"destination": WARM_POOL}),
+        ("from its warm pool: no drain, no cleanup of a node", {"origin": WARM_POOL}),
+        ("never confirmed with Auto Scaling: perhaps no termination at all", {"verified_at": None}),
+        ("its node never found: a cleanup with nothing to free", {"node": None}),
+    ],
+)
+def test_a_termination_whose_own_steps_do_not_free_all_its_instance_held_leaves_the_state_change_its_lifecycle(
+    why: str, changes: dict[str, object]
+) -> None:
+    records, autoscaling = InMemoryRecords(), FakeAutoscaling()
+    record = terminating(Step.COMPLETE, node=NODE, zone="eu-west-1a", drain_started_at=T0).model_copy(
+        update=changes
+    )
+
+    after = completed(record, records, autoscaling)
+
+    assert records.get(STATE_CHANGE) is None, why
+    assert ENDS_ITS_INSTANCE not in after.extra, why
+
+
+def test_the_state_change_lifecycle_a_redelivery_finds_written_by_ec2s_event_is_not_taken_for_its_own() -> (
+    None
+):
+    # Given the instance's state-change lifecycle started by EC2's event before this completion ran again
+    records, autoscaling = InMemoryRecords(), FakeAutoscaling()
+    record = terminating(Step.COMPLETE, node=NODE, zone="eu-west-1a", drain_started_at=T0)
+    told = maintenance(Step.DONE, T0).model_copy(
+        update={"id": STATE_CHANGE, "transition": Transition.STATE_CHANGE, "token": "event-1"}
+    )
+    records.create(told)
+
+    after = completed(record, records, autoscaling)
+
+    # Then that lifecycle frees what it frees, and this cleanup does only its own
+    assert ENDS_ITS_INSTANCE not in after.extra
+    assert records.get(STATE_CHANGE) == told
+
+
+def budget_of(clock: FakeClock) -> DisruptionBudget:
+    return DisruptionBudget(
+        store=MemoryBudgetStore(max_attempts=8),
+        nodes=FakeInventory(),
+        clock=clock,
+        metrics=RecordingMetrics(),
+        limits=BudgetLimits(Quantity.parse("2")),
+        holder_ttl=timedelta(seconds=300),
+        count_unavailable=False,
+        owner="stack-a",
+    )
+
+
+@pytest.mark.parametrize("ends_its_instance", [True, False])
+def test_the_cleanup_of_a_termination_that_ends_its_instance_frees_what_its_other_lifecycles_hold_in_the_budget(
+    ends_its_instance: bool,
+) -> None:
+    # Given the terminate lifecycle holding its node's slot, and a maintenance lifecycle of the same instance
+    # (days ahead) waiting for that slot
+    clock = FakeClock(T0 + timedelta(seconds=5))
+    budget = budget_of(clock)
+    record = terminating(Step.CLEANUP, node=NODE, zone="eu-west-1a", drain_started_at=T0, completed_at=T0)
+    if ends_its_instance:
+        record = record.model_copy(update={"extra": {ENDS_ITS_INSTANCE: True}})
+    later = maintenance(Step.ACQUIRE_SLOT, T0 + timedelta(days=3))
+    for lifecycle in (record, later):
+        request = SlotRequest(
+            node=NODE,
+            instance_id=INSTANCE,
+            zone="eu-west-1a",
+            owner="stack-a",
+            record_id=lifecycle.id,
+            token=lifecycle.token,
+        )
+        budget.acquire(request)
+    assert [w.record_id for w in budget.snapshot().waiters] == [later.id]
+
+    # When its cleanup runs
+    records, queues = InMemoryRecords(), RecordingQueues()
+    records.create(later)
+    Cleanup(
+        cluster=FakeCluster(nodes={NODE: node(owner="stack-a")}),
+        slots=budget,
+        dispatcher=Dispatcher(records=records, queues=queues, clock=clock, metrics=FakeMetrics()),
+        autoscaling=FakeAutoscaling(),
+        metrics=FakeMetrics(),
+        events=FakeEvents(),
+        instances=Ec2Maintenance(),
+    )(record, clock.now())
+
+    # Then, when the instance goes for good, nothing of it stays in the budget: the state change's lifecycle,
+    # which would have forgotten it, does not run. (Otherwise the slot passes on to the lifecycle that waited.)
+    view = budget.snapshot()
+    held = [(h.node, h.record_id) for h in view.holders]
+    if ends_its_instance:
+        assert (held, view.waiters) == ([], [])
+    else:
+        assert held == [(NODE, later.id)]
