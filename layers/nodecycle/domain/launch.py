@@ -60,6 +60,8 @@ class ReadinessGate:
             ready = node is not None and node.ready and self._kubelet_ran_since(node, record)
         except TransientError as error:
             return self._unanswered(record, now, deadline, error)
+        except Refused as refused:
+            return self._refused(record, now, deadline, refused)
         extra[POLLS] = polls + 1
         if node is not None and ready:
             log.info("node %s is Ready", node.name)
@@ -86,6 +88,25 @@ class ReadinessGate:
                 wait, gate_deadline=deadline, attempts=record.attempts + 1, last_error=str(error)[:500]
             )
         raise error
+
+    def _refused(
+        self, record: LifecycleRecord, now: datetime, deadline: datetime, refused: Refused
+    ) -> Outcome:
+        """The API server refuses to show the node (403: a role without get or list on nodes). Not an error for
+        the queue to retry and dead-letter, leaving the launch to its global timeout: each look says so, the
+        next comes at the poll's pace (the RBAC may be mended meanwhile), and the gate's timeout settles the
+        launch by the failure policy, its alarm telling an operator."""
+        why = str(refused)[:500]
+        if now >= deadline:
+            return self._timed_out("readiness-refused", f"the node's read refused: {why}", last_error=why)
+        log.error(
+            "readiness gate: the API server refuses to show the node of %s (%s): apply nodecycle's RBAC "
+            "(nodecycle rbac | kubectl apply -f -); looking again until %s",
+            record.instance_id,
+            why,
+            deadline,
+        )
+        return Outcome.wait(self._policy.poll_seconds, gate_deadline=deadline, last_error=why)
 
     def _timed_out(self, outcome: str, detail: str = "", **fields: Any) -> Outcome:
         """The gate's timeout: the launch is completed with the failure policy's result."""

@@ -15,11 +15,12 @@ from nodecycle.adapters.kube.cluster_api import KubeCluster
 from nodecycle.adapters.kube.eks_access import EksCluster
 from nodecycle.adapters.kube.events import KubeEvents
 from nodecycle.domain.launch import CLOCK_SKEW, ReadinessGate
+from nodecycle.domain.model import Step
 from nodecycle.domain.nodes import NodeFinder
 from nodecycle_sandbox.aws.group import wait_for
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.kube.cluster import drain_server, eks_describing
-from tests.support.fakes import FakeMetrics
+from tests.support.fakes import T0, FakeMetrics
 from tests.unit.drain.test_drain_steps import INSTANCE, NODE, launching, readiness
 from tests.unit.drain.test_readiness_gate import Dns
 
@@ -120,3 +121,22 @@ def test_without_the_lease_rule_a_ready_node_opens_the_gate_and_a_warning_on_the
     assert (warning["type"], warning["involvedObject"]["name"]) == ("Warning", NODE)
     assert "forbidden" in warning["message"]
     assert "nodecycle rbac" in warning["message"]
+
+
+def test_a_role_that_may_not_read_nodes_keeps_the_gate_looking_until_its_timeout_then_settles_it(
+    server: KubeServer, gate: ReadinessGate
+) -> None:
+    # Given a deployment whose drain role may not read nodes (its binding removed)
+    RbacAuthorizationV1Api(server.api_client()).delete_cluster_role_binding("nodecycle-drain")
+    record = launching()
+
+    # When the gate looks, then looks again at its timeout
+    first = gate(record, T0)
+    record = record.model_copy(update=dict(first.changes))
+    last = gate(record, T0 + timedelta(seconds=300))
+
+    # Then the first look waits for the next poll (not an error the queue retries and dead-letters), and the
+    # last settles the launch with the failure policy's result, naming the refusal
+    assert (first.again, first.changes["gate_deadline"]) == (True, T0 + timedelta(seconds=300))
+    assert (last.then, last.changes["outcome"]) == (Step.COMPLETE, "readiness-refused")
+    assert "forbidden" in last.changes["last_error"]

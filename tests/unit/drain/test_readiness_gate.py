@@ -14,7 +14,7 @@ from nodecycle.domain.launch import ReadinessGate
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.policy import ActionResult, ReadinessPolicy
-from nodecycle.domain.ports.cluster import NodeInfo
+from nodecycle.domain.ports.cluster import NodeInfo, Refused
 from tests.support.fakes import T0, FakeMetrics
 from tests.unit.drain.test_drain_steps import NODE, FakeCluster, FakeEvents, launching, node, readiness
 from tests.unit.foundation.test_engine import World
@@ -282,3 +282,51 @@ def test_an_api_server_that_fails_every_read_does_not_hold_the_launch_past_the_r
     assert record.completed_at is not None
     assert record.completed_at <= T0 + timedelta(seconds=60 + 270)
     assert [result for _, result in world.autoscaling.completed] == [ActionResult.ABANDON]
+
+
+@dataclass
+class RefusingCluster(FakeCluster):
+    """An API server that refuses the gate's reads of nodes (403: a role without get and list on nodes)."""
+
+    def find_node(
+        self, instance_id: str, private_dns_name: str | None, *, scan: bool = True
+    ) -> NodeInfo | None:
+        raise Refused(
+            f'nodes "{private_dns_name}" is forbidden: User "nodecycle" cannot get resource "nodes"'
+        )
+
+
+def test_an_api_server_that_refuses_every_read_settles_the_launch_at_the_readiness_timeout_not_dead_lettered() -> (
+    None
+):
+    # Given a launch whose gate (60 s, polls every 5 s) finds the API server refusing every read of nodes (403)
+    world = World()
+    cluster = RefusingCluster()
+    gate = ReadinessGate(
+        finder=NodeFinder(cluster, Dns()),
+        cluster=cluster,
+        policy=readiness(readiness_timeout_seconds="60", drain_poll_seconds="5"),
+        metrics=world.metrics,
+        events=FakeEvents(),
+    )
+    world.records.create(launching())
+    engine = world.engine(
+        {Step.READY_GATE: gate, Step.COMPLETE: CompleteAction(world.autoscaling, world.metrics)}
+    )
+
+    # When its messages come, each when it is due, until the gate ends
+    record = world.record()
+    while record.step is Step.READY_GATE:
+        world.clock.current = max(world.clock.current, record.due_at)
+        engine.handle(
+            world.message(record.id)
+        )  # (a refusal raised here would be retried, then dead-lettered)
+        record = world.record()
+
+    # Then the gate looks again at its poll's pace (RBAC may be mended meanwhile) and ends at its timeout with
+    # the configured result, saying why; the timeout's alarm tells an operator
+    assert (record.result, record.outcome) == (ActionResult.ABANDON, "readiness-refused")
+    assert record.completed_at is not None
+    assert record.completed_at <= T0 + timedelta(seconds=65)
+    assert "forbidden" in (record.last_error or "")
+    assert world.metrics.counts["ReadinessTimeouts"] == 1

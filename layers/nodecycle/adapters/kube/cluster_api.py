@@ -140,6 +140,8 @@ class KubeCluster:
         except ApiException as error:
             if error.status == 404:
                 return None
+            if error.status == 403:
+                raise Refused(status_message(error)) from error
             raise
         return node_info(_json(response))
 
@@ -166,7 +168,12 @@ class KubeCluster:
         return [node for node in self._nodes() if node.owner == owner]
 
     def _nodes(self) -> Iterator[NodeInfo]:
-        return (node_info(item) for item in self._list_nodes())
+        try:
+            yield from (node_info(item) for item in self._list_nodes())
+        except ApiException as error:
+            if error.status == 403:  # a role without list on nodes: this request's answer, as a read's
+                raise Refused(status_message(error)) from error
+            raise
 
     def _list_nodes(self, *, metadata_only: bool = False) -> Iterator[dict[str, Any]]:
         return pages(
