@@ -45,8 +45,19 @@ def same_server(left: str, right: str) -> bool:
 
 
 def mismatch(kube: ApiClient, session: boto3.Session, cluster: str) -> str | None:
-    """Why the kubeconfig's context is not the stack's cluster, or None when it is."""
-    endpoint = eks_endpoint(session, cluster)
+    """Why the kubeconfig's context is not the stack's cluster (or cannot be told to be), or None when it is."""
+    from botocore.exceptions import ClientError
+
+    try:
+        endpoint = eks_endpoint(session, cluster)
+    except ClientError as error:
+        # A courtesy check, not the command's purpose: a role that may read the stack but not describe its
+        # cluster (eks:DescribeCluster) still gets the command, told what was not checked
+        details = error.response.get("Error", {})
+        return (
+            f"cannot check that the kubeconfig's context is cluster {cluster}: AWS refused "
+            f"eks:{error.operation_name} ({details.get('Code')})"
+        )
     host = str(kube.configuration.host)
     if same_server(host, endpoint):
         return None

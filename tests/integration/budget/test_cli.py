@@ -10,6 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from botocore.exceptions import ClientError
 
 from nodecycle.adapters.kube.budget import ConfigMapBudgetStore, KubeNodeInventory
 from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotRequest
@@ -308,3 +309,54 @@ def test_a_release_for_a_stack_of_a_slot_another_owner_holds_asks_and_names_both
         f"Release the budget slot of {node_name(0)} held by blue, not by stack green-nodes (owner green)? [y/N] "
     ]
     assert len(blue.snapshot().holders) == 2
+
+
+class DeniedEks:
+    """EKS as it answers a principal without eks:DescribeCluster."""
+
+    def describe_cluster(self, name: str) -> dict[str, object]:
+        raise ClientError(
+            {
+                "Error": {
+                    "Code": "AccessDeniedException",
+                    "Message": f"User: arn:aws:iam::123456789012:user/ops is not authorized to perform: "
+                    f"eks:DescribeCluster on resource: arn:aws:eks:eu-west-1:123456789012:cluster/{name}",
+                }
+            },
+            "DescribeCluster",
+        )
+
+
+class SessionWithoutDescribeCluster:
+    def client(self, service: str) -> DeniedEks:
+        assert service == "eks", service
+        return DeniedEks()
+
+
+def test_show_for_a_stack_without_leave_to_describe_its_cluster_warns_that_it_cannot_compare_and_shows(
+    blue: DisruptionBudget,
+    kubeconfig: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given an operator whose role may read the stack but not describe its EKS cluster (the comparison of the
+    # kubeconfig's server with the stack's cluster needs it)
+    described = {
+        "StackName": "blue-nodes",
+        "Parameters": [{"ParameterKey": "ClusterName", "ParameterValue": "prod"}],
+        "Outputs": [{"OutputKey": "OwnerId", "OutputValue": "blue"}],
+    }
+    monkeypatch.setattr(budget_cli, "session", lambda args: SessionWithoutDescribeCluster())
+    monkeypatch.setattr(budget_cli, "find", lambda aws, name: from_description(described, "eu-west-1"))
+
+    # When they show the budget for the stack
+    code = run(kubeconfig, "show", "--stack", "blue-nodes")
+
+    # Then the budget is shown (the comparison is a courtesy, not the command's purpose), and one warning says
+    # that it could not be made and why
+    out, err = capsys.readouterr()
+    assert code == 0
+    assert node_name(0) in out
+    assert err.count("\n") == 1
+    assert "cannot check that the kubeconfig's context is cluster prod" in err
+    assert "eks:DescribeCluster" in err
