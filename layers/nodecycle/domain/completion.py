@@ -36,9 +36,10 @@ def ended_by(record: LifecycleRecord, now: datetime) -> LifecycleRecord | None:
     would start a lifecycle that frees the instance's slot, annotations and addresses (FORGET_NODE, RELEASE_EIP):
     a dozen calls per terminated instance, for what this lifecycle frees itself. It does when the instance goes
     for good whatever the completion does (a terminating action confirmed with Auto Scaling: a timeout or an
-    ABANDON terminates it too; not into or from a warm pool), its addresses are released before the completion
-    (RELEASE_EIP precedes COMPLETE in every plan) and its cleanup has a node to free (this owner's other entries of
-    the instance, another lifecycle's annotations: ENDS_ITS_INSTANCE)."""
+    ABANDON terminates it too; not into or from a warm pool), its addresses are released by its own plan
+    (RELEASE_EIP precedes COMPLETE, or follows it at once in an action settled near its global timeout) and its
+    cleanup has a node to free (this owner's other entries of the instance, another lifecycle's annotations:
+    ENDS_ITS_INSTANCE)."""
     kube = any(step in record.plan for step in (Step.ACQUIRE_SLOT, Step.CORDON, Step.EVICT))
     if (
         record.transition is not Transition.TERMINATING
@@ -72,7 +73,9 @@ def ended_by(record: LifecycleRecord, now: datetime) -> LifecycleRecord | None:
 
 class CompleteAction:
     """``records``: where the terminate lifecycle's completion writes its instance's state-change lifecycle over
-    (see ``ended_by``); None (the sweeper's completions of actions near their timeout, at another step): not."""
+    (see ``ended_by``); None: not. The sweeper's settlement near the global timeout too: a completion cut short
+    after that write (killed, or the call throttled) leaves EC2's state changes of the termination starting
+    nothing, and only the completion that commits tells the cleanup to free what they would have."""
 
     def __init__(
         self, autoscaling: Autoscaling, metrics: Metrics, records: RecordStore | None = None

@@ -54,7 +54,7 @@ def sweeper() -> Sweeper:
             records=ports.records,
             dispatcher=ports.dispatcher(),
             autoscaling=ports.autoscaling,
-            completion=CompleteAction(ports.autoscaling, ports.metrics),
+            completion=CompleteAction(ports.autoscaling, ports.metrics, ports.records),
             metrics=ports.metrics,
             resume_grace=ports.resume_grace,
             margin=ports.timing.heartbeat_margin,

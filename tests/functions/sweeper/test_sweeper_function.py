@@ -14,7 +14,8 @@ import pytest
 from botocore.awsrequest import AWSResponse, HTTPHeaders
 
 from nodecycle.adapters.aws.records import DynamoRecordStore
-from nodecycle.domain.model import LifecycleRecord, Step, Transition, global_deadline
+from nodecycle.domain.completion import ended_by
+from nodecycle.domain.model import ENDS_ITS_INSTANCE, LifecycleRecord, Step, Transition, global_deadline
 from nodecycle.domain.sweep.sweeper import SweepFailed
 from nodecycle_sandbox.aws.install import install
 from tests.functions.intake.conftest import GROUP, HEARTBEAT_TIMEOUT, make_group
@@ -137,6 +138,39 @@ def test_an_action_near_its_global_timeout_is_completed_by_the_sweeper(
     assert swept.completed_at is not None
     messages = [json.loads(m["Body"]) for m in receive_all(stack.eip_queue)]
     assert messages == [{"record_id": stuck.id, "seq": swept.seq, "step": "release-eip"}]
+
+
+def test_the_settlement_of_a_completion_cut_short_after_it_ended_its_instance_tells_its_cleanup_so(
+    sweeper: ModuleType, stack: Stack
+) -> None:
+    # Given a drain's terminate lifecycle at its completion near its action's global timeout, whose completion
+    # wrote its instance's state-change lifecycle over (EC2's state changes of the termination start nothing)
+    # and was then cut short: the function killed, or Auto Scaling throttling the call. (This sweeper's stack
+    # has no cluster: settling a lifecycle does not look at one.)
+    started = datetime.now(UTC) - timedelta(seconds=HEARTBEAT_TIMEOUT * 100 - 60)
+    cut_short = record("i-0aaaaaaaaaaaaaaa5", Step.COMPLETE, started + timedelta(minutes=1), started)
+    cut_short = cut_short.model_copy(
+        update={
+            "plan": (Step.ACQUIRE_SLOT, Step.CORDON, Step.EVICT, Step.COMPLETE, Step.CLEANUP, Step.DONE),
+            "node": "ip-10-0-1-23.eu-west-1.compute.internal",
+            "verified_at": started,
+        }
+    )
+    ended = ended_by(cut_short, started + timedelta(minutes=1))
+    assert ended is not None
+    for item in (cut_short, ended):
+        assert store(stack).create(item)
+
+    # When the sweep settles it
+    report = sweeper.handler(load_event("sweeper-schedule.json"), invocation())
+
+    # Then its cleanup is told that it ends its instance, and frees what the state change's lifecycle would
+    # have (this owner's other budget entries of the instance, another lifecycle's annotations): nothing else
+    # does at once
+    assert report["LifecyclesSettled"] == 1
+    swept = store(stack).get(cut_short.id)
+    assert swept is not None
+    assert (swept.step, swept.extra.get(ENDS_ITS_INSTANCE)) == (Step.CLEANUP, True)
 
 
 def test_a_denied_listing_of_open_lifecycles_does_not_keep_dangling_addresses_from_being_released(

@@ -55,7 +55,7 @@ class Repair:
                 records=self.records, queues=self.queues, clock=self.clock, metrics=self.metrics
             ),
             autoscaling=self.autoscaling,
-            completion=CompleteAction(self.autoscaling, self.metrics),
+            completion=CompleteAction(self.autoscaling, self.metrics, self.records),
             metrics=self.metrics,
             resume_grace=self.grace,
             margin=MARGIN,
@@ -386,7 +386,8 @@ def test_a_launch_past_its_steps_is_completed_by_the_sweeper_as_the_engine_would
     # Then it completes as the engine would have: a healthy instance is not abandoned for a lost message
     ((_, result),) = repair.autoscaling.completed
     assert result is ActionResult.CONTINUE
-    (stored,) = repair.records.items.values()
+    stored = repair.records.get(record.id)
+    assert stored is not None
     assert stored.outcome == "node-ready"
 
 
