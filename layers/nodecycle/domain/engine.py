@@ -34,7 +34,15 @@ from nodecycle.domain.flow import (
     worker_for,
     worker_of,
 )
-from nodecycle.domain.model import SUCCESSOR, LifecycleRecord, Step
+from nodecycle.domain.model import (
+    ENDED_BY,
+    ENDS_ITS_INSTANCE,
+    SUCCESSOR,
+    LifecycleRecord,
+    Step,
+    Transition,
+    record_id,
+)
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.lifecycle import Autoscaling, RecordStore, WorkMessage, WorkQueues
 from nodecycle.domain.ports.runtime import Clock, Metrics
@@ -286,7 +294,7 @@ class StepEngine:
                     record.instance_id,
                 )
                 self._metrics.count("LifecycleActionsExpired")
-                return record, Outcome.goto(after_completion(record), outcome="action-expired")
+                return record, expired_before_completion(record, self._records)
             log.warning(
                 "Auto Scaling has no active lifecycle action with this token for %s: nothing is disrupted",
                 record.instance_id,
@@ -343,9 +351,7 @@ class StepEngine:
             if not active:
                 log.warning("the lifecycle action is no longer active (timed out or completed elsewhere)")
                 self._metrics.count("LifecycleActionsExpired")
-                expired = advance(
-                    record, Outcome.goto(after_completion(record), outcome="action-expired"), now
-                )
+                expired = advance(record, expired_before_completion(record, self._records), now)
                 return expired.model_copy(update={"seq": record.seq})  # the step's own advance took this seq
             self._metrics.count("Heartbeats")
             record = record.renewed(now)
@@ -394,6 +400,20 @@ def advance(record: LifecycleRecord, outcome: Outcome, now: datetime) -> Lifecyc
     if step is Step.DONE:
         changes["finished_at"] = now
     return record.model_copy(update=changes)
+
+
+def expired_before_completion(record: LifecycleRecord, records: RecordStore) -> Outcome:
+    """Past the completion of an action found gone (timed out, or completed elsewhere) before its lifecycle
+    completed it. A completion cut short after it wrote its instance's state-change lifecycle over (killed, or
+    its call throttled: see ``completion.ended_by``) is told so, as its commit would have: EC2's state changes
+    of the termination start nothing, and its cleanup frees what their lifecycle would have. (Read only then:
+    no other step writes it.)"""
+    extra = record.extra
+    if record.step is Step.COMPLETE and not extra.get(ENDS_ITS_INSTANCE):
+        told = records.get(record_id(record.instance_id, Transition.STATE_CHANGE, ""))
+        if told is not None and told.extra.get(ENDED_BY) == record.id:
+            extra = {**extra, ENDS_ITS_INSTANCE: True}
+    return Outcome.goto(after_completion(record), outcome="action-expired", extra=extra)
 
 
 def _not_asking_yet(record: LifecycleRecord, now: datetime) -> bool:

@@ -12,17 +12,19 @@ import pytest
 from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotRequest
 from nodecycle.domain.completion import CompleteAction
 from nodecycle.domain.drain.steps import Cleanup
-from nodecycle.domain.engine import Dispatcher
+from nodecycle.domain.engine import Dispatcher, Outcome
+from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import (
     ENDED_BY,
     ENDS_ITS_INSTANCE,
     WARM_POOL,
+    ActionRef,
     LifecycleRecord,
     Step,
     Transition,
     record_id,
 )
-from nodecycle.domain.policy import Quantity
+from nodecycle.domain.policy import ActionResult, Quantity
 from tests.support.fakes import (
     T0,
     FakeAutoscaling,
@@ -42,6 +44,7 @@ from tests.unit.drain.test_drain_steps import (
     node,
     terminating,
 )
+from tests.unit.foundation.test_engine import MARGIN, PLAN, Script, World, make_record
 
 STATE_CHANGE = record_id(INSTANCE, Transition.STATE_CHANGE, "")
 
@@ -175,3 +178,43 @@ def test_the_cleanup_of_a_termination_that_ends_its_instance_frees_what_its_othe
         assert (held, view.waiters) == ([], [])
     else:
         assert held == [(NODE, later.id)]
+
+
+def test_a_completion_throttled_after_it_ended_its_instance_still_tells_its_cleanup_so_when_the_action_is_found_gone() -> (
+    None
+):
+    # Given a drain at its completion near its action's heartbeat deadline, whose call Auto Scaling throttles
+    # (botocore's retries take a minute) after the completion wrote its instance's state-change lifecycle over;
+    # the action times out meanwhile
+    world = World()
+    record = make_record(PLAN, Step.COMPLETE, node=NODE)
+    world.records.create(record)
+    world.clock.current = record.heartbeat_deadline - timedelta(seconds=MARGIN / 2)
+    throttles = [TransientError("Rate exceeded")]
+    complete = world.autoscaling.complete
+
+    def throttled(action: ActionRef, result: ActionResult) -> bool:
+        if throttles:
+            world.clock.advance(MARGIN)
+            raise throttles.pop()
+        return complete(action, result)
+
+    world.autoscaling.complete = throttled  # type: ignore[method-assign]
+    engine = world.engine(
+        {
+            Step.COMPLETE: CompleteAction(world.autoscaling, world.metrics, world.records),
+            Step.CLEANUP: Script([Outcome.wait(5)] * 2),
+        }
+    )
+
+    # When its step runs, and what it sends next
+    engine.handle(world.message())
+    for sent in world.queues.take():
+        world.clock.current = max(world.clock.now(), world.records.get(record.id).due_at)  # type: ignore[union-attr]
+        engine.handle(sent.message)
+
+    # Then the lifecycle reaches its cleanup told that it ends its instance, which frees what the state
+    # change's lifecycle would have: nothing else will at once
+    moved = world.records.get(record.id)
+    assert moved is not None
+    assert (moved.step, moved.extra.get(ENDS_ITS_INSTANCE)) == (Step.CLEANUP, True)

@@ -13,11 +13,11 @@ from itertools import pairwise
 import pytest
 
 from nodecycle.domain.budget import Holder, SweepResult, Waiter
-from nodecycle.domain.completion import CompleteAction
-from nodecycle.domain.engine import Dispatcher
+from nodecycle.domain.completion import CompleteAction, ended_by
+from nodecycle.domain.engine import Dispatcher, Outcome
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import Worker
-from nodecycle.domain.model import ActionRef, LifecycleRecord, Step, global_deadline
+from nodecycle.domain.model import ENDS_ITS_INSTANCE, ActionRef, LifecycleRecord, Step, global_deadline
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.cluster import Claim, NodeInfo
 from nodecycle.domain.ports.lifecycle import WorkMessage
@@ -27,7 +27,8 @@ from nodecycle.domain.sweep.lifecycles import MAX_RESUMES, LifecycleRepair
 from nodecycle.domain.sweep.sweep_time import LIFECYCLES_SHARE, SHARES, SweepTime
 from nodecycle.domain.sweep.sweeper import Counts, Sweeper, SweepFailed, SweepPart
 from tests.support.fakes import T0, FakeAutoscaling, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
-from tests.unit.foundation.test_engine import PLAN, kept_alive, make_record
+from tests.unit.foundation.test_engine import PLAN, Script, kept_alive, make_record
+from tests.unit.foundation.test_engine import World as EngineWorld
 from tests.unit.sweeper.test_orphans import AMPLE, TOKEN, World
 
 GRACE = timedelta(minutes=3)
@@ -194,6 +195,45 @@ def test_a_stalled_action_found_no_longer_active_goes_past_its_completion() -> N
     moved = repair.records.get(record.id)
     assert moved is not None
     assert (moved.step, moved.outcome) == (Step.CLEANUP, "action-expired")
+
+
+def test_a_completion_killed_after_it_ended_its_instance_still_tells_its_cleanup_so_when_the_sweep_finds_the_action_gone() -> (
+    None
+):
+    # Given a drain whose completion was killed after it wrote its instance's state-change lifecycle over (EC2's
+    # state changes of the termination start nothing) and before it completed the action, which timed out
+    # while its message waited to be delivered again
+    repair = Repair()
+    record = make_record(PLAN, Step.COMPLETE, node="n1", seq=7)
+    repair.records.create(record)
+    ended = ended_by(record, T0)
+    assert ended is not None
+    repair.records.create(ended)
+    repair.autoscaling.active = False
+    repair.clock.current = record.heartbeat_deadline - MARGIN
+
+    # When the sweep runs, and then the killed step's message comes again, and whatever the sweep sent
+    repair.run()
+    engine = EngineWorld(
+        clock=repair.clock, records=repair.records, queues=repair.queues, autoscaling=repair.autoscaling
+    ).engine(
+        {
+            Step.COMPLETE: CompleteAction(repair.autoscaling, repair.metrics, repair.records),
+            Step.CLEANUP: Script([Outcome.wait(5)]),
+        }
+    )
+    for message in [
+        WorkMessage(record_id=record.id, seq=7, step=Step.COMPLETE),
+        *(sent.message for sent in repair.queues.take()),
+    ]:
+        engine.handle(message)
+
+    # Then the lifecycle reaches its cleanup told that it ends its instance: that cleanup frees what the state
+    # change's lifecycle would have (this owner's other budget entries of the instance, another lifecycle's
+    # annotations), since nothing else will at once
+    moved = repair.records.get(record.id)
+    assert moved is not None
+    assert (moved.step, moved.extra.get(ENDS_ITS_INSTANCE)) == (Step.CLEANUP, True)
 
 
 def test_an_overdue_action_near_its_global_timeout_is_completed_by_the_sweeper_itself() -> None:

@@ -7,8 +7,8 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from nodecycle.domain.completion import CompleteAction
-from nodecycle.domain.engine import Dispatcher, Outcome, advance
-from nodecycle.domain.flow import after_completion, completed_first
+from nodecycle.domain.engine import Dispatcher, advance, expired_before_completion
+from nodecycle.domain.flow import completed_first
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.lifecycle import Autoscaling, RecordStore
@@ -152,7 +152,7 @@ class LifecycleRepair:
                 record.id,
             )
             self._metrics.count("LifecycleActionsExpired")
-            gone = advance(record, Outcome.goto(after_completion(record), outcome="action-expired"), now)
+            gone = advance(record, expired_before_completion(record, self._records), now)
             if self._records.commit(gone, expected_seq=record.seq) and not gone.finished:
                 self._dispatcher.send(gone, now)
             return None
