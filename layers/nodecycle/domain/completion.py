@@ -8,6 +8,7 @@ from datetime import datetime
 
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.model import (
+    ADDRESSES_LEFT,
     ENDED_BY,
     ENDS_ITS_INSTANCE,
     INSTANCE_STATE,
@@ -37,14 +38,15 @@ def ended_by(record: LifecycleRecord, now: datetime) -> LifecycleRecord | None:
     a dozen calls per terminated instance, for what this lifecycle frees itself. It does when the instance goes
     for good whatever the completion does (a terminating action confirmed with Auto Scaling: a timeout or an
     ABANDON terminates it too; not into or from a warm pool), its addresses are released by its own plan
-    (RELEASE_EIP precedes COMPLETE, or follows it at once in an action settled near its global timeout) and its
-    cleanup has a node to free (this owner's other entries of the instance, another lifecycle's annotations:
-    ENDS_ITS_INSTANCE)."""
+    (RELEASE_EIP precedes COMPLETE, or follows it at once in an action settled near its global timeout; none
+    left to the sweeper: ADDRESSES_LEFT) and its cleanup has a node to free (this owner's other entries of the
+    instance, another lifecycle's annotations: ENDS_ITS_INSTANCE)."""
     kube = any(step in record.plan for step in (Step.ACQUIRE_SLOT, Step.CORDON, Step.EVICT))
     if (
         record.transition is not Transition.TERMINATING
         or record.verified_at is None
         or WARM_POOL in (record.origin, record.destination)
+        or record.extra.get(ADDRESSES_LEFT)
         or (kube and (Step.CLEANUP not in record.plan or record.node is None))
     ):
         return None

@@ -192,6 +192,10 @@ ENDED_BY = "ended_by"
 # record.extra key of the terminate lifecycle that wrote it: its cleanup frees what the state change's lifecycle
 # would have (this owner's other entries of the instance in the budget, another lifecycle's annotations)
 ENDS_ITS_INSTANCE = "ends_its_instance"
+# record.extra key of a lifecycle whose RELEASE_EIP left addresses to the sweeper (EC2 kept them in use to its last
+# attempt, or refused): a terminate lifecycle does not write its instance's state-change lifecycle over then,
+# whose release after the termination finds them free at once
+ADDRESSES_LEFT = "addresses_left"
 
 
 class Step(StrEnum):

@@ -12,7 +12,9 @@ import pytest
 from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotRequest
 from nodecycle.domain.completion import CompleteAction
 from nodecycle.domain.drain.steps import Cleanup
-from nodecycle.domain.engine import Dispatcher, Outcome
+from nodecycle.domain.eip import SCRATCH
+from nodecycle.domain.eip.release import RELEASE_ATTEMPTS, ReleaseAddresses
+from nodecycle.domain.engine import Dispatcher, Outcome, advance
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import (
     ENDED_BY,
@@ -25,6 +27,7 @@ from nodecycle.domain.model import (
     record_id,
 )
 from nodecycle.domain.policy import ActionResult, Quantity
+from nodecycle.domain.ports.addresses import AddressInUse
 from tests.support.fakes import (
     T0,
     FakeAutoscaling,
@@ -44,6 +47,7 @@ from tests.unit.drain.test_drain_steps import (
     node,
     terminating,
 )
+from tests.unit.eip.fakes import OWNER, FakeAddresses, state_change_record, terminate_record
 from tests.unit.foundation.test_engine import MARGIN, PLAN, Script, World, make_record
 
 STATE_CHANGE = record_id(INSTANCE, Transition.STATE_CHANGE, "")
@@ -218,3 +222,34 @@ def test_a_completion_throttled_after_it_ended_its_instance_still_tells_its_clea
     moved = world.records.get(record.id)
     assert moved is not None
     assert (moved.step, moved.extra.get(ENDS_ITS_INSTANCE)) == (Step.CLEANUP, True)
+
+
+def test_a_termination_whose_release_left_an_address_to_the_sweeper_leaves_the_state_change_its_lifecycle() -> (
+    None
+):
+    # Given a terminate lifecycle whose release gave up on the address allocated for its instance: EC2 still
+    # showed it in use (its disassociation settling) at the step's last attempt, so it is left to the sweeper
+    ec2 = FakeAddresses()
+    ec2.launch(INSTANCE)
+    address = ec2.add(allocated_for=INSTANCE, allocated_at=T0 - timedelta(hours=1))
+    ec2.faults["release"].append(AddressInUse("InvalidIPAddress.InUse"))
+    record = terminate_record(
+        INSTANCE, node=NODE, extra={SCRATCH: {"release_attempts": RELEASE_ATTEMPTS - 1}}
+    )
+    released = advance(
+        record, ReleaseAddresses(owner=OWNER, addresses=ec2, metrics=FakeMetrics())(record, T0), T0
+    )
+    assert (released.step, address in ec2.eips) == (Step.COMPLETE, True)
+
+    # When its completion runs
+    records = InMemoryRecords()
+    completed(released, records, FakeAutoscaling())
+
+    # Then the instance's state-change lifecycle is left to EC2's events of the termination: its release,
+    # once the instance is gone, takes the address back at once, not the sweeper after its grace
+    assert records.get(STATE_CHANGE) is None
+    ec2.terminate(INSTANCE)
+    taken_back = ReleaseAddresses(owner=OWNER, addresses=ec2, metrics=FakeMetrics())(
+        state_change_record(INSTANCE), T0
+    )
+    assert (taken_back.again, address in ec2.eips) == (False, False)

@@ -21,7 +21,7 @@ from datetime import datetime
 from nodecycle.domain.eip import SCRATCH, release_unassociated, without_scratch
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.errors import TransientError
-from nodecycle.domain.model import LifecycleRecord
+from nodecycle.domain.model import ADDRESSES_LEFT, LifecycleRecord
 from nodecycle.domain.ports.addresses import (
     Address,
     Addresses,
@@ -95,7 +95,7 @@ class ReleaseAddresses:
             # (whose own failures an alarm reports).
             self._metrics.count("EipFailures")
             log.error("EC2 refused to list the addresses of %s: %s; left to the sweeper", instance, error)
-            return Outcome.next(extra=without_scratch(record))
+            return Outcome.next(extra={**without_scratch(record), ADDRESSES_LEFT: True})
         if in_use:
             attempts = int(record.extra.get(SCRATCH, {}).get("release_attempts", 0)) + 1
             if attempts < RELEASE_ATTEMPTS:
@@ -109,12 +109,13 @@ class ReleaseAddresses:
                 ", ".join(address.public_ip for address in in_use),
                 attempts,
             )
+        extra = without_scratch(record)
+        if in_use:
+            extra[ADDRESSES_LEFT] = True
         if not taken_back:
-            return Outcome.next(extra=without_scratch(record))
+            return Outcome.next(extra=extra)
         first = taken_back[0]
-        return Outcome.next(
-            allocation_id=first.allocation_id, public_ip=first.public_ip, extra=without_scratch(record)
-        )
+        return Outcome.next(allocation_id=first.allocation_id, public_ip=first.public_ip, extra=extra)
 
     def _up_again(self, record: LifecycleRecord) -> bool:
         """True when the instance of a lifecycle without a hook is not down (any more): a late message."""
