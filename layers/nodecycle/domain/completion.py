@@ -19,6 +19,7 @@ from nodecycle.domain.model import (
     record_id,
 )
 from nodecycle.domain.policy import ActionResult
+from nodecycle.domain.ports.instances import STOP_STATES
 from nodecycle.domain.ports.lifecycle import Autoscaling, RecordStore
 from nodecycle.domain.ports.runtime import Metrics
 
@@ -108,14 +109,24 @@ class CompleteAction:
 
     def _ends_its_instance(self, record: LifecycleRecord, now: datetime) -> bool:
         """Whether this lifecycle wrote its instance's state-change lifecycle over (this run, or the one a crash
-        cut short before its commit); not when EC2's event wrote it first: that lifecycle frees what it frees."""
+        cut short before its commit); not when EC2's event wrote it first: that lifecycle frees what it frees.
+        The record of an earlier stop (into a warm pool: every instance that waited in one), over, is written
+        over on its next seq, as a new disruption restarts it; one still at work finishes its own."""
         ended = ended_by(record, now) if self._records is not None and record.step is Step.COMPLETE else None
         if ended is None or self._records is None:
             return False
         if self._records.create(ended):
             return True
         known = self._records.get(ended.id)
-        return known is not None and known.token == ended.token
+        if known is None:
+            return False
+        if known.token == ended.token:
+            return True
+        if known.finished and known.extra.get(INSTANCE_STATE) in STOP_STATES:
+            return self._records.commit(
+                ended.model_copy(update={"seq": known.seq + 1}), expected_seq=known.seq
+            )
+        return False
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import (
     ENDED_BY,
     ENDS_ITS_INSTANCE,
+    INSTANCE_STATE,
     WARM_POOL,
     ActionRef,
     LifecycleRecord,
@@ -113,7 +114,12 @@ def test_the_state_change_lifecycle_a_redelivery_finds_written_by_ec2s_event_is_
     records, autoscaling = InMemoryRecords(), FakeAutoscaling()
     record = terminating(Step.COMPLETE, node=NODE, zone="eu-west-1a", drain_started_at=T0)
     told = maintenance(Step.DONE, T0).model_copy(
-        update={"id": STATE_CHANGE, "transition": Transition.STATE_CHANGE, "token": "event-1"}
+        update={
+            "id": STATE_CHANGE,
+            "transition": Transition.STATE_CHANGE,
+            "token": "event-1",
+            "extra": {INSTANCE_STATE: "shutting-down"},
+        }
     )
     records.create(told)
 
@@ -122,6 +128,41 @@ def test_the_state_change_lifecycle_a_redelivery_finds_written_by_ec2s_event_is_
     # Then that lifecycle frees what it frees, and this cleanup does only its own
     assert ENDS_ITS_INSTANCE not in after.extra
     assert records.get(STATE_CHANGE) == told
+
+
+@pytest.mark.parametrize("finished", [True, False])
+def test_the_record_of_an_earlier_stop_is_written_over_once_that_stops_lifecycle_is_over(
+    finished: bool,
+) -> None:
+    # Given an instance stopped once before (into its warm pool, say), whose state-change lifecycle of that stop
+    # is over, or still going on
+    records, autoscaling = InMemoryRecords(), FakeAutoscaling()
+    record = terminating(Step.COMPLETE, node=NODE, zone="eu-west-1a", drain_started_at=T0)
+    stopped = maintenance(Step.DONE if finished else Step.FORGET_NODE, T0).model_copy(
+        update={
+            "id": STATE_CHANGE,
+            "transition": Transition.STATE_CHANGE,
+            "token": "event-0",
+            "seq": 3,
+            "extra": {INSTANCE_STATE: "stopped"},
+        }
+    )
+    records.create(stopped)
+
+    # When its terminate lifecycle completes its action (and again, a redelivery)
+    after = completed(record, records, autoscaling)
+    again = completed(record, records, autoscaling)
+
+    # Then an earlier stop's record over is written over, on the next seq, as a new record would be: EC2's state
+    # changes of this termination start nothing. One still at work is left to finish its own.
+    written = records.get(STATE_CHANGE)
+    assert written is not None
+    if finished:
+        assert (written.extra.get(ENDED_BY), written.seq, written.finished) == (record.id, 4, True)
+        assert after.extra.get(ENDS_ITS_INSTANCE) is again.extra.get(ENDS_ITS_INSTANCE) is True
+    else:
+        assert written == stopped
+        assert ENDS_ITS_INSTANCE not in after.extra
 
 
 def budget_of(clock: FakeClock) -> DisruptionBudget:

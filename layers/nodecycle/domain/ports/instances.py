@@ -10,8 +10,10 @@ from typing import Protocol
 
 # EC2 instance states from which an instance never takes, nor keeps, an address again.
 GONE_STATES = frozenset({"shutting-down", "terminated"})
-# Those, and stopped or on its way to it: a disruption EC2 confirms, addresses a stop gives back.
-DOWN_STATES = GONE_STATES | {"stopping", "stopped"}
+# Stopped or on its way to it: the instance may run again.
+STOP_STATES = frozenset({"stopping", "stopped"})
+# Either: a disruption EC2 confirms, addresses a stop gives back.
+DOWN_STATES = GONE_STATES | STOP_STATES
 
 
 def up(state: str | None) -> bool:
