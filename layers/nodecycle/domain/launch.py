@@ -13,6 +13,7 @@ from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.policy import ReadinessPolicy
 from nodecycle.domain.ports.cluster import Cluster, Events, NodeInfo, Refused
+from nodecycle.domain.ports.instances import DOWN_STATES, Instances
 from nodecycle.domain.ports.runtime import Metrics
 
 log = logging.getLogger(__name__)
@@ -24,6 +25,9 @@ POLLS = "polls"  # record.extra key: how often the gate has looked for the node 
 # within this), then once in SCAN_EVERY polls, and at the last poll before the gate times out.
 SCAN_AFTER = timedelta(minutes=2)
 SCAN_EVERY = 6
+# A node not Ready yet may be the node of an instance terminated or stopped meanwhile (a scale-in, an operator,
+# a Spot interruption): EC2 is asked for its state once in SCAN_EVERY polls, and before the gate times out,
+# never while the node is Ready (its kubelet runs, so does its instance).
 # A Ready node counts only once its kubelet has renewed its Lease since the launch action started (less this,
 # for the clocks of the instance and of Auto Scaling, and an event time cut to the second). An instance taken
 # out of a Stopped warm pool finds its node object still Ready from before the stop for the 40-50 s the node
@@ -42,12 +46,14 @@ class ReadinessGate:
         *,
         finder: NodeFinder,
         cluster: Cluster,
+        instances: Instances,
         policy: ReadinessPolicy,
         metrics: Metrics,
         events: Events,
     ) -> None:
         self._finder = finder
         self._cluster = cluster
+        self._instances = instances
         self._policy = policy
         self._metrics = metrics
         self._events = events
@@ -58,6 +64,7 @@ class ReadinessGate:
         try:
             node, extra = self._finder.find(record, scan=self._scan(polls, now, deadline))
             ready = node is not None and node.ready and self._kubelet_ran_since(node, record)
+            state = None if ready or not self._ask_state(polls, now, deadline) else self._state(record)
         except TransientError as error:
             return self._unanswered(record, now, deadline, error)
         except Refused as refused:
@@ -66,6 +73,8 @@ class ReadinessGate:
         if node is not None and ready:
             log.info("node %s is Ready", node.name)
             return Outcome.next(node=node.name, zone=node.zone, outcome="node-ready", extra=extra)
+        if state in DOWN_STATES:
+            return self._down(record, state, extra)
         if now >= deadline:
             return self._timed_out("node-not-ready" if node is not None else "node-never-joined", extra=extra)
         return Outcome.wait(self._policy.poll_seconds, gate_deadline=deadline, extra=extra)
@@ -107,6 +116,29 @@ class ReadinessGate:
             deadline,
         )
         return Outcome.wait(self._policy.poll_seconds, gate_deadline=deadline, last_error=why)
+
+    def _state(self, record: LifecycleRecord) -> str | None:
+        return self._instances.states([record.instance_id]).get(record.instance_id)
+
+    def _ask_state(self, polls: int, now: datetime, deadline: datetime) -> bool:
+        """Whether this poll asks EC2 whether the instance is down (see DOWN_STATES' use above)."""
+        return now >= deadline or (polls + 1) % SCAN_EVERY == 0
+
+    def _down(self, record: LifecycleRecord, state: str, extra: dict[str, object]) -> Outcome:
+        """The instance went down while its node was awaited: no node will be Ready for this launch, and no
+        readiness timeout is counted (its alarm is for nodes that do not come up). Completed at once with the
+        failure policy's result: a terminated instance's action is gone already (Auto Scaling ended it, and the
+        completion finds it settled); a stopped instance's is still active, and would otherwise wait out the
+        gate for the same result."""
+        log.warning(
+            "instance %s is %s while its launch waits for its node: completing with %s",
+            record.instance_id,
+            state,
+            self._policy.on_failure,
+        )
+        return Outcome.goto(
+            Step.COMPLETE, result=self._policy.on_failure, outcome="instance-down", extra=extra
+        )
 
     def _timed_out(self, outcome: str, detail: str = "", **fields: Any) -> Outcome:
         """The gate's timeout: the launch is completed with the failure policy's result."""

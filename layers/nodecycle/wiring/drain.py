@@ -157,7 +157,12 @@ def engine() -> StepEngine:
                 maintenance_poll_seconds=MAINTENANCE_POLLS_PER_LOOK * config.drain_poll_seconds,
             ),
             Step.READY_GATE: ReadinessGate(
-                finder=finder, cluster=nodes, policy=readiness, metrics=ports.metrics, events=events
+                finder=finder,
+                cluster=nodes,
+                instances=instances,
+                policy=readiness,
+                metrics=ports.metrics,
+                events=events,
             ),
         }
     return ports.engine(Worker.DRAIN, steps, SettleResults(readiness=readiness.on_failure))

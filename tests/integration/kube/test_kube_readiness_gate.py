@@ -44,6 +44,7 @@ def gate(server: KubeServer) -> Iterator[ReadinessGate]:
         yield ReadinessGate(
             finder=NodeFinder(cluster, Dns()),
             cluster=cluster,
+            instances=Dns(),
             policy=readiness(),
             metrics=FakeMetrics(),
             events=KubeEvents(access.api_client, owner="nodecycle"),

@@ -1511,6 +1511,7 @@ def test_the_gate_opens_only_for_a_ready_node(ready: bool) -> None:
     gate = ReadinessGate(
         finder=NodeFinder(cluster, Dns()),
         cluster=cluster,
+        instances=Dns(),
         policy=readiness(),
         metrics=FakeMetrics(),
         events=FakeEvents(),
@@ -1527,6 +1528,7 @@ def test_the_gate_gives_up_with_the_configured_result_when_the_node_never_joins(
     gate = ReadinessGate(
         finder=NodeFinder(cluster, NoDns()),
         cluster=cluster,
+        instances=NoDns(),
         policy=readiness(readiness_failure_result="CONTINUE"),
         metrics=metrics,
         events=FakeEvents(),

@@ -10,7 +10,7 @@ import pytest
 
 from nodecycle.domain.completion import CompleteAction
 from nodecycle.domain.errors import TransientError
-from nodecycle.domain.launch import ReadinessGate
+from nodecycle.domain.launch import SCAN_EVERY, ReadinessGate
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.policy import ActionResult, ReadinessPolicy
@@ -51,6 +51,7 @@ def gate_on(
     return ReadinessGate(
         finder=NodeFinder(cluster, dns),
         cluster=cluster,
+        instances=dns,
         policy=policy,
         metrics=FakeMetrics(),
         events=events or FakeEvents(),
@@ -305,6 +306,7 @@ def test_an_api_server_that_refuses_every_read_settles_the_launch_at_the_readine
     gate = ReadinessGate(
         finder=NodeFinder(cluster, Dns()),
         cluster=cluster,
+        instances=Dns(),
         policy=readiness(readiness_timeout_seconds="60", drain_poll_seconds="5"),
         metrics=world.metrics,
         events=FakeEvents(),
@@ -330,3 +332,81 @@ def test_an_api_server_that_refuses_every_read_settles_the_launch_at_the_readine
     assert record.completed_at <= T0 + timedelta(seconds=65)
     assert "forbidden" in (record.last_error or "")
     assert world.metrics.counts["ReadinessTimeouts"] == 1
+
+
+class GoingDown(Dns):
+    """EC2 for an instance that is terminated or stopped ``at`` (by the test's clock) while its launch waits:
+    counts the gate's questions about its state."""
+
+    def __init__(self, world: World, at: datetime, state: str) -> None:
+        self.world, self.at, self.state = world, at, state
+        self.asked = 0
+
+    def states(self, instance_ids: Collection[str]) -> dict[str, str]:
+        self.asked += 1
+        state = self.state if self.world.clock.now() >= self.at else "running"
+        return dict.fromkeys(instance_ids, state)
+
+
+@pytest.mark.parametrize("state", ["shutting-down", "terminated", "stopping", "stopped"])
+def test_an_instance_that_goes_down_while_its_launch_waits_ends_the_gate_without_a_readiness_timeout(
+    state: str,
+) -> None:
+    # Given a launch whose gate (3 minutes, polls every 5 s) waits for a node that never joins, and whose
+    # instance is terminated (Auto Scaling ends the launch action then) or stopped 40 s in
+    world = World()
+    cluster = FakeCluster()
+    ec2 = GoingDown(world, at=T0 + timedelta(seconds=40), state=state)
+    gate = ReadinessGate(
+        finder=NodeFinder(cluster, ec2),
+        cluster=cluster,
+        instances=ec2,
+        policy=readiness(readiness_timeout_seconds="180", drain_poll_seconds="5"),
+        metrics=world.metrics,
+        events=FakeEvents(),
+    )
+    world.records.create(launching())
+    world.autoscaling.active = state not in ("shutting-down", "terminated")
+    engine = world.engine(
+        {Step.READY_GATE: gate, Step.COMPLETE: CompleteAction(world.autoscaling, world.metrics)}
+    )
+
+    # When its messages come, each when it is due, until the gate ends
+    record = world.record()
+    polls = 0
+    while record.step is Step.READY_GATE:
+        world.clock.current = max(world.clock.current, record.due_at)
+        engine.handle(world.message(record.id))
+        polls += 1
+        record = world.record()
+
+    # Then the gate ends within a few polls of the instance going down, with the failure policy's result (a
+    # stopped instance's action is still Auto Scaling's to settle), no readiness timeout counted (its alarm pages
+    # an operator for an instance that is simply gone), EC2 asked once in SCAN_EVERY polls at most
+    assert (record.result, record.outcome) == (ActionResult.ABANDON, "instance-down")
+    assert record.completed_at is not None
+    assert record.completed_at <= T0 + timedelta(seconds=40 + 5 * SCAN_EVERY)
+    assert world.metrics.counts.get("ReadinessTimeouts", 0) == 0
+    assert 1 <= ec2.asked <= polls // SCAN_EVERY + 1
+
+
+def test_the_gate_asks_ec2_nothing_of_an_instance_whose_node_is_ready() -> None:
+    # Given a launch whose node is Ready at once
+    world = World()
+    cluster = FakeCluster(nodes={NODE: node()})
+    ec2 = GoingDown(world, at=T0, state="terminated")
+    gate = ReadinessGate(
+        finder=NodeFinder(cluster, ec2),
+        cluster=cluster,
+        instances=ec2,
+        policy=readiness(),
+        metrics=world.metrics,
+        events=FakeEvents(),
+    )
+
+    # When the gate looks
+    outcome = gate(launching(), T0)
+
+    # Then it opens without a question about the instance's state (its node tells it runs)
+    assert (outcome.again, outcome.changes["outcome"]) == (False, "node-ready")
+    assert ec2.asked == 0
