@@ -482,6 +482,17 @@ class Dispatcher:
         self._queues.send(Worker.WAKE, wake)
         self._metrics.count("WaitersWoken")
 
+    def wake_cleanup(self, record_id: str) -> None:
+        """Send a lifecycle watching its node after its cleanup its next look at once: what its watch waits for
+        has come (its instance left the warm pool). The look decides, as at its own pace; only sooner."""
+        watching = self._records.get(record_id)
+        if watching is None or watching.finished or watching.step is not Step.CLEANUP:
+            return
+        wake = WorkMessage(
+            record_id=watching.id, seq=watching.seq, step=watching.step, wake=True, token=watching.token
+        )
+        self._queues.send(Worker.WAKE, wake)
+
     def resume(self, record: LifecycleRecord) -> bool:
         """Re-send the current step of a record whose message was lost.
 

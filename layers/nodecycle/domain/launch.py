@@ -7,7 +7,7 @@ import logging
 from datetime import datetime, timedelta
 from typing import Any
 
-from nodecycle.domain.engine import Outcome
+from nodecycle.domain.engine import Dispatcher, Outcome
 from nodecycle.domain.errors import TransientError, retry_after_wait
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.nodes import NodeFinder
@@ -47,6 +47,7 @@ class ReadinessGate:
         finder: NodeFinder,
         cluster: Cluster,
         instances: Instances,
+        dispatcher: Dispatcher,
         policy: ReadinessPolicy,
         metrics: Metrics,
         events: Events,
@@ -54,6 +55,7 @@ class ReadinessGate:
         self._finder = finder
         self._cluster = cluster
         self._instances = instances
+        self._dispatcher = dispatcher
         self._policy = policy
         self._metrics = metrics
         self._events = events
@@ -72,6 +74,7 @@ class ReadinessGate:
         extra[POLLS] = polls + 1
         if node is not None and ready:
             log.info("node %s is Ready", node.name)
+            self._back_from_pool(node, record)
             return Outcome.next(node=node.name, zone=node.zone, outcome="node-ready", extra=extra)
         if state in DOWN_STATES:
             return self._down(record, state, extra)
@@ -116,6 +119,15 @@ class ReadinessGate:
             deadline,
         )
         return Outcome.wait(self._policy.poll_seconds, gate_deadline=deadline, last_error=why)
+
+    def _back_from_pool(self, node: NodeInfo, record: LifecycleRecord) -> None:
+        """A node still marked released for an earlier lifecycle is one whose instance went into a warm pool
+        with its cordon kept: that lifecycle's cleanup lifts it once the instance leaves the pool, which it
+        has, but looks only every POOL_IDLE_POLL_SECONDS (an instance kept running in the pool for long).
+        Woken now, it lifts it as the launch completes rather than up to a minute after the instance is in
+        service. (A mark of another stack's lifecycle names no record here: nothing is sent.)"""
+        if node.released_for is not None and node.released_for != record.id:
+            self._dispatcher.wake_cleanup(node.released_for)
 
     def _state(self, record: LifecycleRecord) -> str | None:
         return self._instances.states([record.instance_id]).get(record.instance_id)

@@ -160,6 +160,7 @@ def engine() -> StepEngine:
                 finder=finder,
                 cluster=nodes,
                 instances=instances,
+                dispatcher=ports.dispatcher(),
                 policy=readiness,
                 metrics=ports.metrics,
                 events=events,

@@ -21,7 +21,7 @@ from nodecycle_sandbox.aws.group import wait_for
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.kube.cluster import drain_server, eks_describing
 from tests.support.fakes import T0, FakeMetrics
-from tests.unit.drain.test_drain_steps import INSTANCE, NODE, launching, readiness
+from tests.unit.drain.test_drain_steps import INSTANCE, NODE, launching, readiness, wakes_to_nowhere
 from tests.unit.drain.test_readiness_gate import Dns
 
 SEED = {"nodes": [{"privateIp": "10.0.1.23", "instanceId": INSTANCE, "zone": "eu-west-1a"}]}
@@ -45,6 +45,7 @@ def gate(server: KubeServer) -> Iterator[ReadinessGate]:
             finder=NodeFinder(cluster, Dns()),
             cluster=cluster,
             instances=Dns(),
+            dispatcher=wakes_to_nowhere(),
             policy=readiness(),
             metrics=FakeMetrics(),
             events=KubeEvents(access.api_client, owner="nodecycle"),

@@ -9,14 +9,28 @@ from datetime import datetime, timedelta
 import pytest
 
 from nodecycle.domain.completion import CompleteAction
+from nodecycle.domain.drain.steps import POOL_IDLE, POOL_IDLE_POLL_SECONDS, POOL_WATCH
+from nodecycle.domain.engine import Dispatcher
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.launch import SCAN_EVERY, ReadinessGate
-from nodecycle.domain.model import LifecycleRecord, Step
+from nodecycle.domain.model import LifecycleRecord, Step, Transition, record_id
 from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.policy import ActionResult, ReadinessPolicy
 from nodecycle.domain.ports.cluster import NodeInfo, Refused
 from tests.support.fakes import T0, FakeMetrics
-from tests.unit.drain.test_drain_steps import NODE, FakeCluster, FakeEvents, launching, node, readiness
+from tests.unit.drain.test_drain_steps import (
+    INSTANCE,
+    NODE,
+    FakeCluster,
+    FakeEvents,
+    FakeSlots,
+    cleanup,
+    launching,
+    node,
+    readiness,
+    terminating,
+    wakes_to_nowhere,
+)
 from tests.unit.foundation.test_engine import World
 
 
@@ -52,6 +66,7 @@ def gate_on(
         finder=NodeFinder(cluster, dns),
         cluster=cluster,
         instances=dns,
+        dispatcher=wakes_to_nowhere(),
         policy=policy,
         metrics=FakeMetrics(),
         events=events or FakeEvents(),
@@ -307,6 +322,7 @@ def test_an_api_server_that_refuses_every_read_settles_the_launch_at_the_readine
         finder=NodeFinder(cluster, Dns()),
         cluster=cluster,
         instances=Dns(),
+        dispatcher=wakes_to_nowhere(),
         policy=readiness(readiness_timeout_seconds="60", drain_poll_seconds="5"),
         metrics=world.metrics,
         events=FakeEvents(),
@@ -361,6 +377,7 @@ def test_an_instance_that_goes_down_while_its_launch_waits_ends_the_gate_without
         finder=NodeFinder(cluster, ec2),
         cluster=cluster,
         instances=ec2,
+        dispatcher=wakes_to_nowhere(),
         policy=readiness(readiness_timeout_seconds="180", drain_poll_seconds="5"),
         metrics=world.metrics,
         events=FakeEvents(),
@@ -399,6 +416,7 @@ def test_the_gate_asks_ec2_nothing_of_an_instance_whose_node_is_ready() -> None:
         finder=NodeFinder(cluster, ec2),
         cluster=cluster,
         instances=ec2,
+        dispatcher=wakes_to_nowhere(),
         policy=readiness(),
         metrics=world.metrics,
         events=FakeEvents(),
@@ -410,3 +428,56 @@ def test_the_gate_asks_ec2_nothing_of_an_instance_whose_node_is_ready() -> None:
     # Then it opens without a question about the instance's state (its node tells it runs)
     assert (outcome.again, outcome.changes["outcome"]) == (False, "node-ready")
     assert ec2.asked == 0
+
+
+def test_a_node_back_from_a_running_warm_pool_is_uncordoned_as_its_launch_completes() -> None:
+    # Given an instance that went into a warm pool whose instances keep running, its node kept cordoned and
+    # marked released for that lifecycle, whose cleanup watches it once a minute (it has waited for long)
+    world = World()
+    went = terminating(Step.CLEANUP, node=NODE, destination="WarmPool")
+    watching = went.model_copy(
+        update={
+            "extra": {POOL_WATCH: (T0 - timedelta(hours=1)).isoformat(), POOL_IDLE: True},
+            "due_at": T0 + timedelta(seconds=POOL_IDLE_POLL_SECONDS),
+        }
+    )
+    world.records.create(watching)
+    cluster = FakeCluster(nodes={NODE: node(released_for=went.id)}, cordoned={NODE})
+    # and a scale-out that takes it out of the pool: its launch action starts, its node Ready all along
+    world.autoscaling.states[INSTANCE] = "Pending:Wait"
+    launch = launching(origin="WarmPool", id=record_id(INSTANCE, Transition.LAUNCHING, "token"))
+    world.records.create(launch)
+    gate = ReadinessGate(
+        finder=NodeFinder(cluster, Dns()),
+        cluster=cluster,
+        instances=Dns(),
+        dispatcher=Dispatcher(
+            records=world.records, queues=world.queues, clock=world.clock, metrics=world.metrics
+        ),
+        policy=readiness(),
+        metrics=world.metrics,
+        events=FakeEvents(),
+    )
+    engine = world.engine(
+        {
+            Step.READY_GATE: gate,
+            Step.COMPLETE: CompleteAction(world.autoscaling, world.metrics),
+            Step.CLEANUP: cleanup(cluster, FakeSlots(), world.autoscaling),
+        }
+    )
+
+    # When the launch's message comes, and every message it sends for now (none later than now) is handled
+    engine.handle(world.message(launch.id))
+    now = [sent for sent in world.queues.take() if sent.delay == 0]
+    while now:
+        for sent in now:
+            engine.handle(sent.message)
+        now = [sent for sent in world.queues.take() if sent.delay == 0]
+
+    # Then the launch is completed (its instance in service) and its node is schedulable again by then: not at
+    # the cleanup's next look, up to a minute later
+    launched = world.records.get(launch.id)
+    assert launched is not None
+    assert launched.completed_at == T0
+    assert cluster.cordoned == set()
+    assert cluster.nodes[NODE].released_for is None
