@@ -180,6 +180,16 @@ def test_a_termination_told_after_ec2_has_forgotten_the_instance_is_refused_not_
     assert metric(capsys.readouterr().out, "LifecycleEventsRejected", reason="unknown-instance") == 1
 
 
+def worked(record: dict[str, Any], stack: Stack) -> None:
+    """The record's lifecycle as its steps leave it: done, its work taken."""
+    boto3.resource("dynamodb").Table("nodecycle-lifecycle").update_item(
+        Key={"id": record["id"]},
+        UpdateExpression="SET step = :done",
+        ExpressionAttributeValues={":done": "done"},
+    )
+    boto3.client("sqs").purge_queue(QueueUrl=stack.drain_queue)
+
+
 def test_an_instance_stopped_once_and_terminated_later_is_forgotten_again_at_once(
     intake_fn: ModuleType, stack: Stack
 ) -> None:
@@ -192,12 +202,7 @@ def test_an_instance_stopped_once_and_terminated_later_is_forgotten_again_at_onc
         ec2_event("eventbridge-instance-stopped.json", instance, state="stopped"), LambdaContext()
     )
     (first,) = records()
-    boto3.resource("dynamodb").Table("nodecycle-lifecycle").update_item(
-        Key={"id": first["id"]},
-        UpdateExpression="SET step = :done",
-        ExpressionAttributeValues={":done": "done"},
-    )
-    boto3.client("sqs").purge_queue(QueueUrl=stack.drain_queue)  # its work was done
+    worked(first, stack)
     ec2.start_instances(InstanceIds=[instance])
 
     # When it is terminated outside the hooks (a new event, of its own id)
@@ -218,16 +223,6 @@ def test_an_instance_stopped_once_and_terminated_later_is_forgotten_again_at_onc
     # while the same event delivered again is still a duplicate
     intake_fn.handler(terminated, LambdaContext())
     assert len(work(stack.drain_queue)) == 1
-
-
-def worked(record: dict[str, Any], stack: Stack) -> None:
-    """The record's lifecycle as its steps leave it: done, its work taken."""
-    boto3.resource("dynamodb").Table("nodecycle-lifecycle").update_item(
-        Key={"id": record["id"]},
-        UpdateExpression="SET step = :done",
-        ExpressionAttributeValues={":done": "done"},
-    )
-    boto3.client("sqs").purge_queue(QueueUrl=stack.drain_queue)
 
 
 @pytest.mark.parametrize(("first", "then"), [("shutting-down", "terminated"), ("stopping", "stopped")])

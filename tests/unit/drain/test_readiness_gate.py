@@ -275,22 +275,29 @@ class FailingCluster(FakeCluster):
         raise TransientError(f"reading node {private_dns_name}: HTTP 500 etcdserver: request timed out")
 
 
-def test_an_api_server_that_fails_every_read_does_not_hold_the_launch_past_the_readiness_timeout() -> None:
-    # Given a launch whose gate (60 s, polls every 5 s) finds the API server failing every read (500s)
-    world = World()
-    cluster = FailingCluster()
-    gate = gate_on(cluster, Dns(), readiness(readiness_timeout_seconds="60", drain_poll_seconds="5"))
+def gate_until_it_ends(world: World, gate: ReadinessGate) -> LifecycleRecord:
+    """A launch's lifecycle through ``gate``, each message handled when it is due, until the gate ends: the
+    record then."""
     world.records.create(launching())
     engine = world.engine(
         {Step.READY_GATE: gate, Step.COMPLETE: CompleteAction(world.autoscaling, world.metrics)}
     )
-
-    # When its messages come, each when it is due, until the gate ends (or the action's global timeout)
     record = world.record()
     while record.step is Step.READY_GATE:
         world.clock.current = max(world.clock.current, record.due_at)
         engine.handle(world.message(record.id))
         record = world.record()
+    return record
+
+
+def test_an_api_server_that_fails_every_read_does_not_hold_the_launch_past_the_readiness_timeout() -> None:
+    # Given a launch whose gate (60 s, polls every 5 s) finds the API server failing every read (500s)
+    world = World()
+    cluster = FailingCluster()
+    gate = gate_on(cluster, Dns(), readiness(readiness_timeout_seconds="60", drain_poll_seconds="5"))
+
+    # When its messages come, each when it is due, until the gate ends (or the action's global timeout)
+    record = gate_until_it_ends(world, gate)
 
     # Then the gate ends at its timeout, with the configured result and why, after at most one retry's backoff
     # (at most 180 s, times a jitter of 1.5): not hours later at the global timeout
@@ -327,19 +334,10 @@ def test_an_api_server_that_refuses_every_read_settles_the_launch_at_the_readine
         metrics=world.metrics,
         events=FakeEvents(),
     )
-    world.records.create(launching())
-    engine = world.engine(
-        {Step.READY_GATE: gate, Step.COMPLETE: CompleteAction(world.autoscaling, world.metrics)}
-    )
 
-    # When its messages come, each when it is due, until the gate ends
-    record = world.record()
-    while record.step is Step.READY_GATE:
-        world.clock.current = max(world.clock.current, record.due_at)
-        engine.handle(
-            world.message(record.id)
-        )  # (a refusal raised here would be retried, then dead-lettered)
-        record = world.record()
+    # When its messages come, each when it is due, until the gate ends (a refusal raised by a step would be
+    # retried, then dead-lettered)
+    record = gate_until_it_ends(world, gate)
 
     # Then the gate looks again at its poll's pace (RBAC may be mended meanwhile) and ends at its timeout with
     # the configured result, saying why; the timeout's alarm tells an operator
