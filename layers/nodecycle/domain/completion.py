@@ -16,7 +16,6 @@ from nodecycle.domain.model import (
     LifecycleRecord,
     Step,
     Transition,
-    record_id,
 )
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.instances import STOP_STATES
@@ -52,7 +51,7 @@ def ended_by(record: LifecycleRecord, now: datetime) -> LifecycleRecord | None:
     ):
         return None
     return LifecycleRecord(
-        id=record_id(record.instance_id, Transition.STATE_CHANGE, ""),
+        id=record.state_change_id,
         owner=record.owner,
         instance_id=record.instance_id,
         transition=Transition.STATE_CHANGE,
@@ -120,7 +119,7 @@ class CompleteAction:
         known = self._records.get(ended.id)
         if known is None:
             return False
-        if known.token == ended.token:
+        if known.written_over_by(record.id):
             return True
         if known.finished and known.extra.get(INSTANCE_STATE) in STOP_STATES:
             return self._records.commit(

@@ -35,13 +35,10 @@ from nodecycle.domain.flow import (
     worker_of,
 )
 from nodecycle.domain.model import (
-    ENDED_BY,
     ENDS_ITS_INSTANCE,
     SUCCESSOR,
     LifecycleRecord,
     Step,
-    Transition,
-    record_id,
 )
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.lifecycle import Autoscaling, RecordStore, WorkMessage, WorkQueues
@@ -410,8 +407,8 @@ def expired_before_completion(record: LifecycleRecord, records: RecordStore) -> 
     no other step writes it.)"""
     extra = record.extra
     if record.step is Step.COMPLETE and not extra.get(ENDS_ITS_INSTANCE):
-        told = records.get(record_id(record.instance_id, Transition.STATE_CHANGE, ""))
-        if told is not None and told.extra.get(ENDED_BY) == record.id:
+        told = records.get(record.state_change_id)
+        if told is not None and told.written_over_by(record.id):
             extra = {**extra, ENDS_ITS_INSTANCE: True}
     return Outcome.goto(after_completion(record), outcome="action-expired", extra=extra)
 
@@ -475,11 +472,7 @@ class Dispatcher:
             return
         # A message with no delay next to the waiter's backoff message, marked to run before its due time:
         # the first to run takes the slot and moves the record on; the other one arrives stale.
-        wake = WorkMessage(
-            record_id=waiting.id, seq=waiting.seq, step=waiting.step, wake=True, token=waiting.token
-        )
-        # Through the wake lane, not the drain queue, where it would wait behind every poll queued there.
-        self._queues.send(Worker.WAKE, wake)
+        self._send_wake(waiting)
         self._metrics.count("WaitersWoken")
 
     def wake_cleanup(self, record_id: str) -> None:
@@ -488,8 +481,13 @@ class Dispatcher:
         watching = self._records.get(record_id)
         if watching is None or watching.finished or watching.step is not Step.CLEANUP:
             return
+        self._send_wake(watching)
+
+    def _send_wake(self, record: LifecycleRecord) -> None:
+        """The record's current step at once, marked as a wake-up: through the wake lane, not the drain queue,
+        where it would wait behind every poll queued there."""
         wake = WorkMessage(
-            record_id=watching.id, seq=watching.seq, step=watching.step, wake=True, token=watching.token
+            record_id=record.id, seq=record.seq, step=record.step, wake=True, token=record.token
         )
         self._queues.send(Worker.WAKE, wake)
 

@@ -276,6 +276,17 @@ class LifecycleRecord(ActionRef):
         return self.step is Step.DONE
 
     @property
+    def state_change_id(self) -> str:
+        """The id of the record of its instance's state changes (a stop, a termination outside the hooks), which
+        the terminate lifecycle that ends the instance writes over (ENDED_BY)."""
+        return record_id(self.instance_id, Transition.STATE_CHANGE, "")
+
+    def written_over_by(self, lifecycle_id: str) -> bool:
+        """Whether this state-change record is the one lifecycle ``lifecycle_id`` wrote over as it ended its
+        instance (see ``completion.ended_by``)."""
+        return self.extra.get(ENDED_BY) == lifecycle_id
+
+    @property
     def action_open(self) -> bool:
         """True while the lifecycle action may still need a heartbeat or a completion (a disruption without
         a hook has no action)."""
