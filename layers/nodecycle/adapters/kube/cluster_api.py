@@ -18,7 +18,7 @@ from urllib3.exceptions import HTTPError
 
 from nodecycle.adapters.kube.core_v1 import CoreV1
 from nodecycle.adapters.kube.eks_access import REQUEST_TIMEOUT
-from nodecycle.adapters.kube.errors import kube_errors, retry_after, status_message
+from nodecycle.adapters.kube.errors import forbidden_refused, kube_errors, retry_after, status_message
 from nodecycle.adapters.kube.lists import PAGE, pages
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.ports.cluster import (
@@ -135,27 +135,23 @@ class KubeCluster:
 
     def get_node(self, name: str) -> NodeInfo | None:
         try:
-            with kube_errors(f"reading node {name}"):
+            with forbidden_refused(), kube_errors(f"reading node {name}"):
                 response = self._api.read_node(name, _preload_content=False, _request_timeout=REQUEST_TIMEOUT)
         except ApiException as error:
             if error.status == 404:
                 return None
-            if error.status == 403:
-                raise Refused(status_message(error)) from error
             raise
         return node_info(_json(response))
 
     def lease_renewed_at(self, node: str) -> datetime | None:
         try:
-            with kube_errors(f"reading the Lease of node {node}"):
+            with forbidden_refused(), kube_errors(f"reading the Lease of node {node}"):
                 response = self._api.read_namespaced_lease(
                     node, NODE_LEASE_NAMESPACE, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
                 )
         except ApiException as error:
             if error.status == 404:
                 return None
-            if error.status == 403:
-                raise Refused(status_message(error)) from error
             raise
         return _timestamp((_json(response).get("spec") or {}).get("renewTime"))
 
@@ -168,12 +164,8 @@ class KubeCluster:
         return [node for node in self._nodes() if node.owner == owner]
 
     def _nodes(self) -> Iterator[NodeInfo]:
-        try:
+        with forbidden_refused():  # a role without list on nodes, as a read's
             yield from (node_info(item) for item in self._list_nodes())
-        except ApiException as error:
-            if error.status == 403:  # a role without list on nodes: this request's answer, as a read's
-                raise Refused(status_message(error)) from error
-            raise
 
     def _list_nodes(self, *, metadata_only: bool = False) -> Iterator[dict[str, Any]]:
         return pages(

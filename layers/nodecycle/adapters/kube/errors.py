@@ -10,6 +10,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from nodecycle.domain.errors import TransientError
+from nodecycle.domain.ports.cluster import Refused
 
 
 @contextmanager
@@ -26,6 +27,18 @@ def kube_errors(what: str) -> Iterator[None]:
         raise
     except HTTPError as error:
         raise TransientError(f"{what}: {error}") from error
+
+
+@contextmanager
+def forbidden_refused() -> Iterator[None]:
+    """A request the role may not make (403) is that request's answer: a :class:`Refused` the step decides on,
+    not an error for the queue to retry and dead-letter. (Other answers are raised as they are.)"""
+    try:
+        yield
+    except ApiException as error:
+        if error.status == 403:
+            raise Refused(status_message(error)) from error
+        raise
 
 
 def retry_after(error: ApiException) -> float | None:
