@@ -338,12 +338,16 @@ class LifecycleEmulator:
     def terminate_now(self, group: FakeAutoScalingGroup, state: InstanceState) -> None:
         state.lifecycle_state = "Terminating:Proceed"
         group.instance_states = [s for s in group.instance_states if s is not state]
-        self._instance_gone(state.instance.id)
-        self.backend.ec2_backend.terminate_instances([state.instance.id])
-        # EC2 tells EventBridge of every state change of an instance, whoever asked for it: the group's own
-        # terminations too, not only those outside its hooks.
-        self.disruptions.state_changed([state.instance.id], ("shutting-down", "terminated"))
+        self._terminated(state.instance.id)
         self._progress(group.name)
+
+    def _terminated(self, instance_id: str) -> None:
+        """The group's termination of an instance: gone, EC2's instance terminated, and its state changes told
+        (EC2 tells EventBridge of every state change of an instance, whoever asked for it: the group's own
+        terminations too, not only those outside its hooks)."""
+        self._instance_gone(instance_id)
+        self.backend.ec2_backend.terminate_instances([instance_id])
+        self.disruptions.state_changed([instance_id], ("shutting-down", "terminated"))
 
     def _instance_gone(self, instance_id: str) -> None:
         """The instance stops existing: its actions end and its node leaves the cluster."""
@@ -428,9 +432,7 @@ class LifecycleEmulator:
         """DeleteAutoScalingGroup: like ForceDelete, instances go at once and hooks are not consulted."""
         with self.lock:
             for state in list(group.instance_states):
-                self._instance_gone(state.instance.id)
-                self.backend.ec2_backend.terminate_instances([state.instance.id])
-                self.disruptions.state_changed([state.instance.id], ("shutting-down", "terminated"))
+                self._terminated(state.instance.id)
             group.instance_states = []
             self.delete_hooks_of(group.name)
             for refresh in self.refreshes.values():
