@@ -190,20 +190,28 @@ def worked(record: dict[str, Any], stack: Stack) -> None:
     boto3.client("sqs").purge_queue(QueueUrl=stack.drain_queue)
 
 
-def test_an_instance_stopped_once_and_terminated_later_is_forgotten_again_at_once(
-    intake_fn: ModuleType, stack: Stack
-) -> None:
-    # Given an instance of a managed group that was stopped outside the hooks (its lifecycle, long over),
-    # then started again
+def stopped_once_and_started_again(intake_fn: ModuleType, stack: Stack) -> tuple[str, dict[str, Any]]:
+    """An instance of a managed group stopped outside the hooks, its lifecycle of that stop over, then started
+    again: the instance, and its record as that lifecycle left it."""
     instance = launch()
     ec2 = boto3.client("ec2")
     ec2.stop_instances(InstanceIds=[instance])
     intake_fn.handler(
         ec2_event("eventbridge-instance-stopped.json", instance, state="stopped"), LambdaContext()
     )
-    (first,) = records()
-    worked(first, stack)
+    (told,) = records()
+    worked(told, stack)
     ec2.start_instances(InstanceIds=[instance])
+    return instance, told
+
+
+def test_an_instance_stopped_once_and_terminated_later_is_forgotten_again_at_once(
+    intake_fn: ModuleType, stack: Stack
+) -> None:
+    # Given an instance of a managed group that was stopped outside the hooks (its lifecycle, long over),
+    # then started again
+    instance, first = stopped_once_and_started_again(intake_fn, stack)
+    ec2 = boto3.client("ec2")
 
     # When it is terminated outside the hooks (a new event, of its own id)
     ec2.terminate_instances(InstanceIds=[instance])
@@ -261,15 +269,8 @@ def test_a_stop_of_an_instance_started_again_since_its_last_stop_starts_its_life
     intake_fn: ModuleType, stack: Stack
 ) -> None:
     # Given an instance stopped outside the hooks (its lifecycle over), then started again
-    instance = launch()
+    instance, _ = stopped_once_and_started_again(intake_fn, stack)
     ec2 = boto3.client("ec2")
-    ec2.stop_instances(InstanceIds=[instance])
-    intake_fn.handler(
-        ec2_event("eventbridge-instance-stopped.json", instance, state="stopped"), LambdaContext()
-    )
-    (told,) = records()
-    worked(told, stack)
-    ec2.start_instances(InstanceIds=[instance])
 
     # When it is stopped again (a new event, of its own id)
     ec2.stop_instances(InstanceIds=[instance])
