@@ -11,12 +11,22 @@ from itertools import chain, repeat
 import pytest
 
 from nodecycle.domain.catalog import LifecycleHooks, ManagedGroups
+from nodecycle.domain.errors import TransientError
 from nodecycle.domain.intake import Intake, IntakeOutcome
-from nodecycle.domain.model import WARM_POOL, LifecycleEvent, LifecycleRecord, Step, Transition, adopted_token
+from nodecycle.domain.model import (
+    WARM_POOL,
+    ActionRef,
+    LifecycleEvent,
+    LifecycleRecord,
+    Step,
+    Transition,
+    adopted_token,
+)
 from nodecycle.domain.policy import ActionResult, PlanPolicy
 from nodecycle.domain.ports.lifecycle import ClaimingRecordStore, Hook, WaitingInstance
 from nodecycle.domain.sweep.orphans import OrphanedActions
 from nodecycle.domain.sweep.sweep_time import OutOfTime, SweepTime
+from nodecycle.domain.sweep.sweeper import SweepFailed
 from tests.support.fakes import T0, FakeAutoscaling, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
 
 OWNER, GROUP, HOOK = "stack-a", "nodes", "nodecycle-terminate"
@@ -363,3 +373,94 @@ def test_sweeps_cut_short_reach_every_orphan_in_turn_not_the_same_first_ones_aga
     # (before: both heartbeated the first two listed, and the other two were never kept alive, their hook's
     # timeout left to apply its default result to undrained nodes)
     assert {action.instance_id for action in world.autoscaling.heartbeats} == set(instances)
+
+
+def test_a_listing_that_failed_is_not_taken_for_one_that_did_not_show_the_action() -> None:
+    # Given a sweep that listed the held instances and found none, then an action of this stack's hook whose
+    # event never became a record
+    world = World()
+    world.sweep()
+    world.clock.advance(60)
+    world.terminating()
+    started = world.clock.now()
+
+    # When the next sweep cannot list them (DescribeAutoScalingGroups throttled past the client's retries)
+    def throttled(names: tuple[str, ...], owner: str | None) -> list[WaitingInstance]:
+        raise TransientError("listing the instances lifecycle hooks hold: Throttling: Rate exceeded")
+
+    listing = world.autoscaling.waiting_instances
+    world.autoscaling.waiting_instances = throttled  # type: ignore[method-assign]
+    world.clock.advance(INTERVAL.total_seconds() - 60)
+    with pytest.raises(TransientError):
+        world.sweep()
+    world.autoscaling.waiting_instances = listing  # type: ignore[method-assign]
+
+    # and the two sweeps after it find the action held, then adopt it
+    for _ in range(2):
+        world.clock.advance(INTERVAL.total_seconds())
+        world.sweep()
+
+    # Then its global timeout is reckoned from no later than the action started: from the last listing that
+    # did not show it (before: from the failed one, after the action started, and the lifecycle would have
+    # been settled after Auto Scaling had applied the hook's default result at the real global timeout)
+    record = adopted(world)
+    assert record is not None
+    assert record.started_at <= started
+
+
+def test_an_action_listed_but_not_looked_at_is_not_taken_for_one_the_listing_did_not_show() -> None:
+    # Given a sweep that listed the held instances and found none, then an action of this stack's hook whose
+    # event never became a record
+    world = World()
+    world.sweep()
+    world.clock.advance(60)
+    world.terminating()
+    started = world.clock.now()
+
+    # When the next sweep lists it but has no time left to look at it (Auto Scaling throttled), and the two
+    # after it find it held, then adopt it
+    world.clock.advance(INTERVAL.total_seconds() - 60)
+    with pytest.raises(OutOfTime):
+        world.part.keep_alive([], world.clock.now(), SweepTime(lambda: 0.0, timedelta(seconds=45)))
+    for _ in range(2):
+        world.clock.advance(INTERVAL.total_seconds())
+        world.sweep()
+
+    # Then its global timeout is reckoned from no later than the action started (before: from the listing
+    # that showed it, taken for one that did not)
+    record = adopted(world)
+    assert record is not None
+    assert record.started_at <= started
+
+
+def test_an_action_whose_probe_failed_keeps_its_first_sighting() -> None:
+    # Given a sweep that listed the held instances and found none, then an action of this stack's hook whose
+    # event never became a record, found held by the next sweep
+    world = World()
+    world.sweep()
+    world.clock.advance(60)
+    world.terminating()
+    started = world.clock.now()
+    world.clock.advance(INTERVAL.total_seconds() - 60)
+    world.sweep()
+
+    # When the sweep after it cannot probe it (its heartbeat throttled past the client's retries), and the next
+    # finds it held again
+    def throttled(action: ActionRef) -> bool:
+        raise TransientError("recording a lifecycle heartbeat: Throttling: Rate exceeded")
+
+    heartbeat = world.autoscaling.heartbeat
+    world.autoscaling.heartbeat = throttled  # type: ignore[method-assign]
+    world.clock.advance(INTERVAL.total_seconds())
+    with pytest.raises(SweepFailed):
+        world.sweep()
+    world.autoscaling.heartbeat = heartbeat  # type: ignore[method-assign]
+    world.clock.advance(INTERVAL.total_seconds())
+    report = world.sweep()
+
+    # Then it is adopted as found two sweeps ago, its global timeout reckoned from no later than the action
+    # started (not from the listing that first showed it held, taken for one that did not)
+    assert report["LifecyclesAdopted"] == 1
+    record = adopted(world)
+    assert record is not None
+    assert record.started_at <= started

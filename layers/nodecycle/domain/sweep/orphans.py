@@ -74,6 +74,11 @@ class OrphanedActions:
         self._held: tuple[datetime | None, list[Orphan]] = (None, [])
         # the held instances the last sweep, cut short, did not look at: the next looks at them first
         self._unlooked: set[tuple[str, Transition]] = set()
+        # The held instances a listing showed that no probe settled (not looked at, or the probe failed) -> the
+        # last listing that did not show them: a later first sighting of their actions dates from there, not
+        # from a listing that showed them (an action's global timeout is reckoned from it: it must come no
+        # later than the action started)
+        self._unsettled: dict[tuple[str, Transition], datetime | None] = {}
 
     def keep_alive(self, open_records: Sequence[LifecycleRecord], now: datetime, time: SweepTime) -> Counts:
         """The first sweep part: heartbeat every action held with no record. No record tells when its hook's
@@ -81,10 +86,10 @@ class OrphanedActions:
         # (not a lifecycle whose action is over that still watches its node: into a warm pool, for weeks; the
         # instance's next action under the hook is another one)
         known = {(r.instance_id, r.transition) for r in open_records if r.action_open}
-        listed_before, self._last_listed = self._last_listed, now
         held: list[Orphan] = []
         self._held = (now, held)
         seen: dict[tuple[str, str], tuple[datetime, datetime | None]] = {}
+        unsettled: dict[tuple[str, Transition], datetime | None] = {}
         looked = failed = 0
         cut_short = False
         # The instances a sweep cut short left unlooked at go first at the next: the listing comes in the same
@@ -93,11 +98,16 @@ class OrphanedActions:
             (w for w in self._groups.waiting_instances() if (w.instance_id, w.transition) not in known),
             key=lambda w: (w.instance_id, w.transition) not in self._unlooked,
         )
+        # (only a listing made: one that failed showed nothing, and did not fail to show an action)
+        listed_before, self._last_listed = self._last_listed, now
         self._unlooked = set()
         for index, waiting in enumerate(listed):
+            instance = (waiting.instance_id, waiting.transition)
+            before = self._unsettled.get(instance, listed_before)
             if not time.enough():
-                cut_short = True  # (the rest forgotten, if held: adopted an interval later, never too early)
+                cut_short = True  # (the rest keep what was known of them: the next sweep looks at them first)
                 self._unlooked = {(w.instance_id, w.transition) for w in listed[index:]}
+                unsettled |= {key: self._unsettled.get(key, listed_before) for key in self._unlooked}
                 break
             looked += 1
             try:
@@ -105,12 +115,17 @@ class OrphanedActions:
                     if not self._held_by(waiting, hook):
                         continue  # this hook's action is over (ours, completed) or another hook holds it
                     key = (waiting.instance_id, hook)
-                    first, before = seen[key] = self._seen.get(key, (now, listed_before))
-                    held.append(Orphan(waiting, hook, first, before))
+                    first, before_it = seen[key] = self._seen.get(key, (now, before))
+                    held.append(Orphan(waiting, hook, first, before_it))
             except Exception:  # one instance's failure must not stop the others
                 log.exception("could not tell whether a hook of ours holds %s", waiting.instance_id)
+                unsettled[instance] = before
                 failed += 1
-        self._seen = seen  # what is no longer held is forgotten (and what was adopted, once its record lists)
+        # What is no longer held is forgotten (and what was adopted, once its record lists); what no probe
+        # settled keeps its first sighting
+        unsettled_instances = {instance_id for instance_id, _ in unsettled}
+        self._seen = {key: value for key, value in self._seen.items() if key[0] in unsettled_instances} | seen
+        self._unsettled = unsettled
         self._metrics.count("LifecyclesOrphaned", len(held))
         if cut_short:
             raise time.cut_short(f"held instances left unlooked at after {looked} ({failed} failed)")
