@@ -160,8 +160,13 @@ class KubeCluster:
         return {item["metadata"]["name"] for item in self._list_nodes(metadata_only=True)}
 
     def nodes_owned_by(self, owner: str) -> list[NodeInfo]:
-        # Annotations cannot be selected on: one paged list of the nodes, filtered here.
-        return [node for node in self._nodes() if node.owner == owner]
+        # Annotations cannot be selected on: one paged list of the nodes, filtered here. Of their metadata only:
+        # a real node's spec and status (its images above all) are most of its bytes, and an API server answers
+        # a list from its watch cache with every node at once, whatever the limit (a whole list of 5,000 nodes
+        # is over 100 MB of JSON, at every sweep)
+        with forbidden_refused():
+            found = [node_info(item) for item in self._list_nodes(metadata_only=True)]
+        return [node for node in found if node.owner == owner]
 
     def _nodes(self) -> Iterator[NodeInfo]:
         with forbidden_refused():  # a role without list on nodes, as a read's

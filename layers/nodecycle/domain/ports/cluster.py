@@ -180,7 +180,8 @@ class OwnedNodes(Protocol):
         ...
 
     def nodes_owned_by(self, owner: str) -> list[NodeInfo]:
-        """The nodes annotated with ``owner`` (a paged list)."""
+        """The nodes annotated with ``owner`` (a paged list), known by their metadata only: their name,
+        annotations and version, not what their spec and status tell (their instance, readiness, cordon)."""
         ...
 
     def release_node(self, node: NodeInfo, *, uncordon: bool = False) -> Claim: ...
