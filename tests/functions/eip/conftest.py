@@ -11,6 +11,7 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.awsrequest import AWSResponse, HTTPHeaders
 from botocore.exceptions import ClientError
 
 from nodecycle.adapters.aws import clients
@@ -42,11 +43,13 @@ class AwsLikeEc2:
       that two threads can interleave; AWS decides atomically, so the call is serialized here.
     ``quota`` may be changed by a test; ``failures`` are raised by the next calls of a method;
     ``associations`` records each association made, ``refusals`` each AssociateAddress refused, by code.
-    Everything else is moto's, as it is.
+    Everything else is moto's, as it is. What EC2 looks up to decide (an instance's state) it looks up with a
+    client of its own: a call ``deny`` denies to the function is not denied to EC2 itself.
     """
 
     def __init__(self, ec2: Any, *, quota: int | None = None, lock: threading.Lock | None = None) -> None:
         self.moto = ec2
+        self._itself = boto3.client("ec2")
         self.quota = quota
         self.default_vpc = False
         self._lock = lock or threading.Lock()
@@ -68,7 +71,7 @@ class AwsLikeEc2:
         self._inject("associate_address")
         with self._lock:
             instance = kwargs["InstanceId"]
-            if instance_state(self.moto, instance) != "running":
+            if instance_state(self._itself, instance) != "running":
                 self.refusals["InvalidInstanceID"] += 1
                 raise aws_error(
                     "InvalidInstanceID", "AssociateAddress", f"{instance} is not in a valid state"
@@ -102,6 +105,21 @@ def instance_state(ec2: Any, instance_id: str) -> str | None:
     found = ec2.describe_instances(Filters=[{"Name": "instance-id", "Values": [instance_id]}])
     states = [i["State"]["Name"] for r in found["Reservations"] for i in r["Instances"]]
     return states[0] if states else None
+
+
+def deny(ec2: Any, operation: str) -> None:
+    """From now on, EC2 denies ``operation`` (``DescribeInstances``) to ``ec2`` (a real boto3 client), as IAM
+    or a service control policy does: ``UnauthorizedOperation``, HTTP 403. The other calls go through."""
+
+    def denied(**_: Any) -> tuple[AWSResponse, dict[str, Any]]:
+        error = {
+            "Code": "UnauthorizedOperation",
+            "Message": "You are not authorized to perform this operation.",
+        }
+        return AWSResponse("https://ec2", 403, HTTPHeaders(), None), {"Error": error, "ResponseMetadata": {}}
+
+    # (a before-call handler that answers is botocore's answer to the call)
+    ec2.meta.events.register(f"before-call.ec2.{operation}", denied)
 
 
 def api_calls(ec2: Any) -> Counter[str]:

@@ -171,6 +171,7 @@ ANSWERS: list[tuple[str, str, dict[str, Any], type[Exception]]] = [
     ("release_address", "UnauthorizedOperation", {"http_status_code": 403}, AddressRefused),
     ("disassociate_address", "AuthFailure", {"http_status_code": 401}, AddressRefused),
     ("describe_addresses", "UnauthorizedOperation", {"http_status_code": 403}, AddressRefused),
+    ("describe_instances", "UnauthorizedOperation", {"http_status_code": 403}, AddressRefused),
     ("associate_address", "Gateway.NotAttached", {}, AddressRefused),
     ("associate_address", "InvalidParameterCombination", {}, AddressRefused),
 ]
@@ -183,6 +184,7 @@ def call(adapter: Ec2Addresses, method: str) -> object:
         "describe_addresses": lambda: adapter.describe(ALLOCATION),
         "release_address": lambda: adapter.release(ALLOCATION),
         "disassociate_address": lambda: adapter.disassociate("eipassoc-1"),
+        "describe_instances": lambda: adapter.instance_states([INSTANCE]),
     }
     return calls[method]()
 
@@ -244,6 +246,19 @@ def test_the_primary_interface_of_an_instance_with_several_network_cards_is_devi
     )
 
     assert adapter.associate(ALLOCATION, INSTANCE) == "eipassoc-1"
+
+
+def test_a_denied_lookup_of_the_instance_ec2_refused_an_address_is_a_refusal(
+    stubbed: tuple[Ec2Addresses, Stubber],
+) -> None:
+    # Given EC2 refusing the instance id (several interfaces, or not running), then denying its description
+    adapter, stubber = stubbed
+    stubber.add_client_error("associate_address", "InvalidInstanceID", "not in a valid state")
+    stubber.add_client_error("describe_instances", "UnauthorizedOperation", http_status_code=403)
+
+    # Then the association is refused, as any denial is (the step's failure policy decides)
+    with pytest.raises(AddressRefused):
+        adapter.associate(ALLOCATION, INSTANCE)
 
 
 def test_instance_states_take_one_describe_instances_per_200_ids_and_skip_the_unknown(stack: Stack) -> None:

@@ -19,7 +19,8 @@ from typing import Any
 import boto3
 import pytest
 
-from nodecycle.domain.model import LifecycleRecord, Step
+from nodecycle.domain.eip import SCRATCH
+from nodecycle.domain.model import ADDRESSES_LEFT, LifecycleRecord, Step
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.addresses import ALLOCATED_AT_TAG, GROUP_TAG, INSTANCE_TAG, OWNER_TAG
 from nodecycle.entrypoints import BatchFailed
@@ -27,6 +28,7 @@ from tests.functions.eip.conftest import (
     AwsLikeEc2,
     addresses,
     allocate,
+    deny,
     run_instances,
     store,
     work_event,
@@ -171,6 +173,52 @@ def test_a_launch_redelivered_after_a_crash_between_allocation_and_association_l
     assert address["AllocationId"] == leftover["AllocationId"]
     assert address["InstanceId"] == instance
     assert current(stack, record).allocation_id == leftover["AllocationId"]
+
+
+def test_a_denied_instance_lookup_is_a_refusal_asked_again_not_a_failed_message(
+    eip_fn: ModuleType, stack: Stack, ec2: AwsLikeEc2
+) -> None:
+    # Given a launch whose instance cannot take an address (terminated since: EC2 answers InvalidInstanceID,
+    # and the step asks for the instance's state), and a role EC2 denies DescribeInstances (a service control
+    # policy; the other calls allowed)
+    (instance,) = run_instances(1)
+    boto3.client("ec2").terminate_instances(InstanceIds=[instance])
+    record = given(stack, launch_record(instance, at=now()))
+    deny(ec2.moto, "DescribeInstances")
+
+    # When the eip function gets the ASSIGN_EIP message
+    response = eip_fn.handler(work_event(record), LambdaContext())
+
+    # Then the denial is a refusal like any other EC2 denial: asked again later by the step itself (then the
+    # failure policy decides), not a failed message that SQS redelivers until its dead-letter queue
+    assert failures(response) == []
+    waiting = current(stack, record)
+    assert (waiting.step, waiting.extra[SCRATCH]["refused"]) == (Step.ASSIGN_EIP, 1)
+    # And the address allocated for the instance is kept, tagged, for the next run
+    (address,) = addresses(**{f"tag:{INSTANCE_TAG}": instance})
+    assert "AssociationId" not in address
+
+
+def test_a_denied_instance_lookup_on_a_stop_leaves_the_address_to_the_sweeper_and_the_lifecycle_goes_on(
+    eip_fn: ModuleType, stack: Stack, ec2: AwsLikeEc2
+) -> None:
+    # Given an instance that got its address at launch and was stopped outside the hooks, and a role EC2 now
+    # denies DescribeInstances (which tells whether the instance runs again)
+    (instance,) = run_instances(1)
+    eip_fn.handler(work_event(given(stack, launch_record(instance, at=now()))), LambdaContext())
+    stop = given(stack, state_change_record(instance, at=now()))
+    boto3.client("ec2").stop_instances(InstanceIds=[instance])
+    deny(ec2.moto, "DescribeInstances")
+
+    # When the stop's RELEASE_EIP message comes
+    response = eip_fn.handler(work_event(stop), LambdaContext())
+
+    # Then the lifecycle goes on with its address left where it is, to the sweeper, as for any other denial
+    assert failures(response) == []
+    done = current(stack, stop)
+    assert (done.step, done.extra.get(ADDRESSES_LEFT)) == (Step.DONE, True)
+    (address,) = addresses(**{f"tag:{OWNER_TAG}": OWNER})
+    assert address.get("InstanceId") == instance
 
 
 @pytest.mark.parametrize(

@@ -129,7 +129,9 @@ class Ec2Addresses:
 
     def _primary_interface(self, instance_id: str) -> str | None:
         """The primary network interface of a running instance that has several; None otherwise."""
-        for instance in Ec2Instances(self._ec2()).describe([instance_id]):
+        with _answers({}):
+            described = list(Ec2Instances(self._ec2()).describe([instance_id]))
+        for instance in described:
             interfaces = instance.get("NetworkInterfaces", [])
             if instance.get("State", {}).get("Name") == "running" and len(interfaces) > 1:
                 for interface in interfaces:
@@ -161,7 +163,10 @@ class Ec2Addresses:
         return True
 
     def instance_states(self, instance_ids: Collection[str]) -> dict[str, str]:
-        return Ec2Instances(self._ec2()).states(instance_ids)
+        # a denial of DescribeInstances alone (a service control policy) is a refusal like the others: the
+        # steps decide about it (asked again, then the policy), rather than fail their message to the DLQ
+        with _answers({}):
+            return Ec2Instances(self._ec2()).states(instance_ids)
 
 
 @contextmanager
