@@ -205,6 +205,35 @@ def test_an_address_ec2_throttles_does_not_keep_the_others_from_being_released(
     assert metrics.counts["EipFailures"] == 1
 
 
+@pytest.mark.parametrize(
+    "failure",
+    [TransientError("RequestLimitExceeded"), AddressRefused("UnauthorizedOperation")],
+    ids=["throttled", "denied"],
+)
+def test_an_instance_lookup_ec2_fails_does_not_keep_unassociated_leaks_from_being_released(
+    ec2: FakeAddresses, metrics: FakeMetrics, failure: Exception
+) -> None:
+    # Given a leaked address, addresses on a live instance and on the interface of a gone one (whose
+    # judgement needs the instances' states), and EC2 failing the one DescribeInstances of the sweep
+    # (throttled past botocore's own retries: DescribeInstances is the account's busiest call; or denied)
+    old = T0 - GRACE - timedelta(seconds=1)
+    leaked = ec2.add(allocated_for="i-crashed", allocated_at=old)
+    in_use = ec2.add(allocated_for=LIVE, allocated_at=old, on=LIVE)
+    on_interface = ec2.add(allocated_for="i-0a1b2c3d4e5f60718", allocated_at=old)
+    ec2.eips[on_interface].association_id = "eipassoc-eni"  # on an interface, no instance
+    ec2.faults["instance_states"].append(failure)
+
+    # When the sweeper runs, Then the leak, which needs no instance's state, is released; the associated
+    # ones are left as they are (nothing says their instances are gone); and the sweep fails (its alarm)
+    with pytest.raises(SweepFailed, match="instances"):
+        sweep(ec2, metrics)
+    assert leaked not in ec2.eips
+    assert ec2.eips[in_use].instance_id == LIVE
+    assert ec2.eips[on_interface].association_id == "eipassoc-eni"
+    assert metrics.counts["SweptEips"] == 1
+    assert metrics.counts["EipFailures"] == 1
+
+
 @pytest.mark.parametrize("listed", [True, False], ids=["terminated", "no-longer-listed"])
 def test_an_address_left_on_the_network_interface_of_a_gone_instance_is_freed(
     ec2: FakeAddresses, metrics: FakeMetrics, listed: bool

@@ -70,9 +70,11 @@ class AddressSweep:
         attached = {address.instance_id for address in found if address.instance_id} | {
             address.allocated_for for address in found if _on_an_interface(address) and address.allocated_for
         }
-        states = self._addresses.instance_states(attached) if attached else {}
+        states, unknown = self._states(attached)
         released = returned = failed = 0
         for address in found:
+            if unknown and address.associated:
+                continue  # nothing says its instance is gone: in use, as far as this sweep can tell
             try:
                 freed = self._free(address, states, now)
             except (AddressRefused, TransientError) as error:
@@ -92,12 +94,27 @@ class AddressSweep:
         log.info(
             "EIP sweep: %d released, %d returned to their pool, %d kept", released, returned, report.kept
         )
-        if failed:
-            self._metrics.count("EipFailures", failed)
+        if failed or unknown:
+            self._metrics.count("EipFailures", failed + int(unknown))
             raise SweepFailed(
-                f"EC2 refused to free {failed} addresses, or did not answer (the others were swept)"
+                f"EC2 refused to free {failed} addresses, or did not answer"
+                + (", nor told the states of their instances" if unknown else "")
+                + " (the others were swept)"
             )
         return report
+
+    def _states(self, instance_ids: set[str]) -> tuple[dict[str, str], bool]:
+        """The states of the instances the addresses are on (or were allocated for); and True when EC2
+        refused to tell them, or did not answer. The unassociated addresses need no state: a lookup EC2
+        refuses (a denial) or throttles past the client's retries (DescribeInstances is an account's busiest
+        call) must not keep them from being released, sweep after sweep."""
+        if not instance_ids:
+            return {}, False
+        try:
+            return self._addresses.instance_states(instance_ids), False
+        except (AddressRefused, TransientError) as error:
+            log.error("EC2 refused to describe the addresses' instances, or did not answer: %s", error)
+            return {}, True
 
     def _free(self, address: Address, states: dict[str, str], now: datetime) -> str | None:
         """What became of one address: ``released``, ``returned`` (to its pool), or None (kept)."""
