@@ -45,6 +45,16 @@ def autoscaling() -> Iterator[tuple[AutoscalingActions, Stubber]]:
         stubber.assert_no_pending_responses()
 
 
+def _instance(instance_id: str, state: str) -> dict[str, Any]:
+    return {
+        "InstanceId": instance_id,
+        "AvailabilityZone": "eu-west-1a",
+        "LifecycleState": state,
+        "HealthStatus": "Healthy",
+        "ProtectedFromScaleIn": False,
+    }
+
+
 def test_complete_names_the_action_by_token_with_the_result(
     autoscaling: tuple[AutoscalingActions, Stubber],
 ) -> None:
@@ -81,8 +91,12 @@ def test_the_held_instances_of_named_and_tagged_groups_are_listed_in_one_call_ea
 ) -> None:
     adapter, stubber = autoscaling
 
-    def group(name: str, tags: dict[str, str], states: dict[str, str]) -> dict[str, Any]:
+    def group(
+        name: str, tags: dict[str, str], states: dict[str, str], *, pool: bool = False
+    ) -> dict[str, Any]:
+        pooled = {"WarmPoolConfiguration": {"MinSize": 3, "PoolState": "Stopped"}} if pool else {}
         return {
+            **pooled,
             "AutoScalingGroupName": name,
             "MinSize": 0,
             "MaxSize": 9,
@@ -92,29 +106,10 @@ def test_the_held_instances_of_named_and_tagged_groups_are_listed_in_one_call_ea
             "HealthCheckType": "EC2",
             "CreatedTime": datetime(2026, 1, 1, tzinfo=UTC),
             "Tags": [{"Key": k, "Value": v} for k, v in tags.items()],
-            "Instances": [
-                {
-                    "InstanceId": instance,
-                    "AvailabilityZone": "eu-west-1a",
-                    "LifecycleState": state,
-                    "HealthStatus": "Healthy",
-                    "ProtectedFromScaleIn": False,
-                }
-                for instance, state in states.items()
-            ],
+            "Instances": [_instance(instance, state) for instance, state in states.items()],
         }
 
-    named = group(
-        "nodes-a",
-        {},
-        {
-            "i-01": "InService",
-            "i-02": "Terminating:Wait",
-            "i-03": "Warmed:Pending:Wait",
-            "i-05": "Warmed:Terminating:Wait",
-            "i-06": "Warmed:Stopped",
-        },
-    )
+    named = group("nodes-a", {}, {"i-01": "InService", "i-02": "Terminating:Wait"}, pool=True)
     tagged = group("nodes-b", {"nodecycle:owner": "stack-a"}, {"i-04": "Pending:Wait"})
     stubber.add_response(
         "describe_auto_scaling_groups", {"AutoScalingGroups": [named]}, {"AutoScalingGroupNames": ["nodes-a"]}
@@ -123,6 +118,13 @@ def test_the_held_instances_of_named_and_tagged_groups_are_listed_in_one_call_ea
         "describe_auto_scaling_groups",
         {"AutoScalingGroups": [tagged, named]},  # a group both named and tagged: listed once
         {"Filters": [{"Name": "tag:nodecycle:owner", "Values": ["stack-a"]}]},
+    )
+    # (the warm pool's instances are listed by DescribeWarmPool alone, once a group)
+    warmed = {"i-03": "Warmed:Pending:Wait", "i-05": "Warmed:Terminating:Wait", "i-06": "Warmed:Stopped"}
+    stubber.add_response(
+        "describe_warm_pool",
+        {"Instances": [_instance(instance, state) for instance, state in warmed.items()]},
+        {"AutoScalingGroupName": "nodes-a"},
     )
 
     found = adapter.waiting_instances(("nodes-a",), "stack-a")
@@ -147,13 +149,6 @@ def test_an_instance_in_warmed_pending_wait_is_listed_as_a_launch_into_the_pool_
     # instance scaled in waits in Warmed:Pending:Wait under the group's EC2_INSTANCE_TERMINATING hook, the
     # state a launch into the pool waits in under its launch hook (AWS: "Use lifecycle hooks with a warm pool")
     adapter, stubber = autoscaling
-    instance = {
-        "InstanceId": "i-07",
-        "AvailabilityZone": "eu-west-1a",
-        "LifecycleState": "Warmed:Pending:Wait",
-        "HealthStatus": "Healthy",
-        "ProtectedFromScaleIn": False,
-    }
     group = {
         "AutoScalingGroupName": "nodes-a",
         "MinSize": 0,
@@ -163,10 +158,20 @@ def test_an_instance_in_warmed_pending_wait_is_listed_as_a_launch_into_the_pool_
         "AvailabilityZones": ["eu-west-1a"],
         "HealthCheckType": "EC2",
         "CreatedTime": datetime(2026, 1, 1, tzinfo=UTC),
-        "Instances": [instance],
+        "Instances": [],
+        "WarmPoolConfiguration": {
+            "MinSize": 1,
+            "PoolState": "Stopped",
+            "InstanceReusePolicy": {"ReuseOnScaleIn": True},
+        },
     }
     stubber.add_response(
         "describe_auto_scaling_groups", {"AutoScalingGroups": [group]}, {"AutoScalingGroupNames": ["nodes-a"]}
+    )
+    stubber.add_response(
+        "describe_warm_pool",
+        {"Instances": [_instance("i-07", "Warmed:Pending:Wait")]},
+        {"AutoScalingGroupName": "nodes-a"},
     )
 
     found = adapter.waiting_instances(("nodes-a",), None)
@@ -178,6 +183,87 @@ def test_an_instance_in_warmed_pending_wait_is_listed_as_a_launch_into_the_pool_
         ("i-07", Transition.LAUNCHING, None, "WarmPool"),
         ("i-07", Transition.TERMINATING, "AutoScalingGroup", "WarmPool"),
     ]
+
+
+def test_the_held_instances_of_a_groups_warm_pool_are_listed_from_the_pool_page_by_page(
+    autoscaling: tuple[AutoscalingActions, Stubber],
+) -> None:
+    # Given a group with a warm pool: AWS lists the group's instances in DescribeAutoScalingGroups, and those of
+    # its warm pool (Warmed:*) only in DescribeWarmPool, 50 at most a page
+    adapter, stubber = autoscaling
+    pooled = {
+        "AutoScalingGroupName": "nodes-a",
+        "MinSize": 0,
+        "MaxSize": 9,
+        "DesiredCapacity": 1,
+        "DefaultCooldown": 300,
+        "AvailabilityZones": ["eu-west-1a"],
+        "HealthCheckType": "EC2",
+        "CreatedTime": datetime(2026, 1, 1, tzinfo=UTC),
+        "Instances": [_instance("i-01", "Terminating:Wait")],
+        "WarmPoolConfiguration": {"MinSize": 2, "PoolState": "Stopped"},
+        "WarmPoolSize": 3,
+    }
+    stubber.add_response(
+        "describe_auto_scaling_groups",
+        {"AutoScalingGroups": [pooled]},
+        {"AutoScalingGroupNames": ["nodes-a"]},
+    )
+    stubber.add_response(
+        "describe_warm_pool",
+        {
+            "Instances": [_instance("i-02", "Warmed:Terminating:Wait"), _instance("i-03", "Warmed:Stopped")],
+            "NextToken": "page-2",
+        },
+        {"AutoScalingGroupName": "nodes-a"},
+    )
+    stubber.add_response(
+        "describe_warm_pool",
+        {"Instances": [_instance("i-04", "Warmed:Pending:Wait")]},
+        {"AutoScalingGroupName": "nodes-a", "NextToken": "page-2"},
+    )
+
+    found = adapter.waiting_instances(("nodes-a",), None)
+
+    # Then the pool's held instances are listed with the group's: a termination from the pool, a launch into it
+    # (or a scale-in into it), whose lost events the sweep adopts as any other
+    assert sorted((w.instance_id, w.transition, w.origin, w.destination) for w in found) == [
+        ("i-01", Transition.TERMINATING, None, None),
+        ("i-02", Transition.TERMINATING, "WarmPool", "EC2"),
+        ("i-04", Transition.LAUNCHING, None, "WarmPool"),
+        ("i-04", Transition.TERMINATING, "AutoScalingGroup", "WarmPool"),
+    ]
+
+
+def test_a_warm_pool_auto_scaling_no_longer_knows_lists_nothing(
+    autoscaling: tuple[AutoscalingActions, Stubber],
+) -> None:
+    # Given a group deleted (or its pool) between the listing of the groups and the reading of its pool
+    adapter, stubber = autoscaling
+    pooled = {
+        "AutoScalingGroupName": "nodes-a",
+        "MinSize": 0,
+        "MaxSize": 9,
+        "DesiredCapacity": 1,
+        "DefaultCooldown": 300,
+        "AvailabilityZones": ["eu-west-1a"],
+        "HealthCheckType": "EC2",
+        "CreatedTime": datetime(2026, 1, 1, tzinfo=UTC),
+        "Instances": [_instance("i-01", "Terminating:Wait")],
+        "WarmPoolConfiguration": {"MinSize": 2, "PoolState": "Stopped"},
+    }
+    stubber.add_response(
+        "describe_auto_scaling_groups",
+        {"AutoScalingGroups": [pooled]},
+        {"AutoScalingGroupNames": ["nodes-a"]},
+    )
+    stubber.add_client_error(
+        "describe_warm_pool", "ValidationError", "Group nodes-a not found", http_status_code=400
+    )
+
+    # Then the group's own held instances are listed, and the sweep goes on
+    found = adapter.waiting_instances(("nodes-a",), None)
+    assert [(w.instance_id, w.transition) for w in found] == [("i-01", Transition.TERMINATING)]
 
 
 def test_the_hooks_of_a_group_auto_scaling_does_not_know_are_none_whichever_way_they_are_read(

@@ -68,6 +68,10 @@ MAINTENANCE = (
     "timing falls (tests/integration/lifecycle/test_maintenance_and_stops.py needs it, under the same enforced "
     "policy)"
 )
+WARM_POOL = (
+    "the held instances of a warm pool: the sandbox's groups have none (tests/functions/test_aws_adapters.py reads "
+    "AWS's DescribeWarmPool answers)"
+)
 NOT_EXERCISED = {
     **{
         f"{role}/{policy}:Tracing": TRACING
@@ -86,6 +90,7 @@ NOT_EXERCISED = {
     "SweeperFunctionRole/sweeper:CompleteByName": NEAR_TIMEOUT,
     "SweeperFunctionRole/sweeper:CompleteByTag": NEAR_TIMEOUT,
     "EipFunctionRole/eip:InterfaceSide ec2:AssociateAddress": MULTI_INTERFACE,
+    "SweeperFunctionRole/sweeper:OrphanedActions autoscaling:DescribeWarmPool": WARM_POOL,
 }
 # Exercised or not, as the scenario's timing falls: exempt from both checks.
 MAYBE_EXERCISED = {

@@ -133,27 +133,55 @@ class AutoscalingActions:
         ]
         if owner is not None:
             queries.append({"Filters": [{"Name": f"tag:{OWNER_TAG}", "Values": [owner]}]})
-        # a group both named and tagged: once
-        waiting: dict[tuple[str, str, Transition], WaitingInstance] = {}
+        groups: dict[str, Any] = {}  # a group both named and tagged: once
+        waiting: list[WaitingInstance] = []
         with transient_errors("listing the instances lifecycle hooks hold"):
             paginator = self._asg().get_paginator("describe_auto_scaling_groups")
             for query in queries:
                 for page in paginator.paginate(**query):
-                    for group in page.get("AutoScalingGroups", []):
-                        tags = {tag["Key"]: tag.get("Value", "") for tag in group.get("Tags", [])}
-                        for instance in group.get("Instances", []):
-                            held = _HELD.get(instance.get("LifecycleState", ""), ())
-                            for transition, origin, destination in held:
-                                key = (group["AutoScalingGroupName"], instance["InstanceId"], transition)
-                                waiting[key] = WaitingInstance(
-                                    group=key[0],
-                                    group_tags=tags,
-                                    instance_id=key[1],
-                                    transition=transition,
-                                    origin=origin,
-                                    destination=destination,
-                                )
-        return list(waiting.values())
+                    groups.update(
+                        (group["AutoScalingGroupName"], group) for group in page["AutoScalingGroups"]
+                    )
+            for name, group in groups.items():
+                tags = {tag["Key"]: tag.get("Value", "") for tag in group.get("Tags", [])}
+                # (by id: an instance listed by both calls, as it moved between the group and its pool, once)
+                instances = {instance["InstanceId"]: instance for instance in group.get("Instances", [])}
+                if "WarmPoolConfiguration" in group:
+                    instances |= {instance["InstanceId"]: instance for instance in self._warm_pool(name)}
+                waiting += [
+                    WaitingInstance(
+                        group=name,
+                        group_tags=tags,
+                        instance_id=instance["InstanceId"],
+                        transition=transition,
+                        origin=origin,
+                        destination=destination,
+                    )
+                    for instance in instances.values()
+                    for transition, origin, destination in _HELD.get(instance.get("LifecycleState", ""), ())
+                ]
+        return waiting
+
+    def _warm_pool(self, group: str) -> list[Any]:
+        """The instances of ``group``'s warm pool: AWS lists them (Warmed:*) only in DescribeWarmPool, never
+        among the group's own. None for a group, or a pool, Auto Scaling no longer knows (deleted since the
+        listing: a ValidationError)."""
+        try:
+            paginator = self._asg().get_paginator("describe_warm_pool")
+            return [
+                instance
+                for page in paginator.paginate(AutoScalingGroupName=group)
+                for instance in page.get("Instances", [])
+            ]
+        except ClientError as error:
+            if error_code(error) != "ValidationError":
+                raise
+            log.warning(
+                "Auto Scaling does not know the warm pool of group %s: %s",
+                group,
+                error.response.get("Error", {}).get("Message", ""),
+            )
+            return []
 
     def group_tags(self, group: str) -> dict[str, str] | None:
         with transient_errors("reading a group's tags"):
