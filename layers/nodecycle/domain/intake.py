@@ -297,7 +297,11 @@ class Intake:
         than EC2's description, a refused write and a read. (A forged event that names such an instance does
         nothing either way.)"""
         known = self._records.get(event.record_id)
-        if known is None or not known.finished or _another_state_change(known, event.event_id, event.state):
+        if (
+            known is None
+            or not known.finished
+            or _another_state_change(known, event.event_id, event.state, event.happened_at)
+        ):
             return False
         ended_by = known.extra.get(ENDED_BY)
         log.info(
@@ -529,7 +533,9 @@ class Intake:
         event again (a new id) whenever it updates one; only another start (EC2 moved it, or it is another
         maintenance EC2 lists) makes it other maintenance."""
         if known.transition is Transition.STATE_CHANGE:
-            return _another_state_change(known, record.token, record.extra.get(INSTANCE_STATE))
+            return _another_state_change(
+                known, record.token, record.extra.get(INSTANCE_STATE), record.started_at
+            )
         if known.transition is Transition.SCHEDULED_CHANGE:
             # (nor one an earlier lifecycle on the record was for: an update of it)
             return record.global_deadline not in {known.global_deadline, *known.done_starts}
@@ -669,12 +675,19 @@ class Intake:
 _ONE_DISRUPTION = frozenset({("stopping", "stopped"), ("shutting-down", "terminated")})
 
 
-def _another_state_change(known: LifecycleRecord, token: str, state: str | None) -> bool:
-    """Whether a state change (event ``token``, the instance's new ``state``) tells of another stop or
-    termination than the finished state-change lifecycle ``known``: an instance stopped, started again and stopped
-    again is (EC2 tells of its start to no one here); the second state change of one stop or termination is not,
-    nor is anything after a termination, through the hooks (ENDED_BY) or not."""
-    if token == known.token:
+def _another_state_change(
+    known: LifecycleRecord, token: str, state: str | None, happened_at: datetime
+) -> bool:
+    """Whether a state change (event ``token`` at ``happened_at``, the instance's new ``state``) tells of another
+    stop or termination than the finished state-change lifecycle ``known``: an instance stopped, started again and
+    stopped again is (EC2 tells of its start to no one here); the second state change of one stop or termination
+    is not, nor is anything after a termination, through the hooks (ENDED_BY) or not, nor anything that happened
+    before the state change ``known`` was started by: EventBridge keeps no order, and a stop's "stopping" can come
+    after its "stopped" (a delivery retried), whose lifecycle is over by then. (Times are EventBridge's whole
+    seconds, and a stop takes longer than one. Never later than the second ``known`` was received in: a time
+    still to come is a forgery's, by the queue, which must not make the instance's next stops look older.)"""
+    told_at = min(known.started_at, known.received_at.replace(microsecond=0))
+    if token == known.token or happened_at < told_at:
         return False
     told = known.extra.get(INSTANCE_STATE)
     if known.extra.get(ENDED_BY) or told in GONE_STATES:

@@ -265,6 +265,38 @@ def test_the_two_state_changes_ec2_tells_of_one_stop_or_termination_start_one_li
     assert latency.operations["DescribeInstances"] == 0
 
 
+@pytest.mark.parametrize(("first", "then"), [("shutting-down", "terminated"), ("stopping", "stopped")])
+def test_the_two_state_changes_of_one_stop_or_termination_delivered_out_of_order_start_one_lifecycle(
+    intake_fn: ModuleType, stack: Stack, first: str, then: str
+) -> None:
+    # Given an instance of a managed group stopped or terminated outside the hooks, whose second state change
+    # (stopped, terminated) EventBridge delivered first (it keeps no order; a failed delivery of the first is
+    # retried minutes later), and the lifecycle it started is over
+    instance = launch()
+    ec2 = boto3.client("ec2")
+    if then == "terminated":
+        ec2.terminate_instances(InstanceIds=[instance])
+    else:
+        ec2.stop_instances(InstanceIds=[instance])
+    told_at = datetime.now(UTC).replace(microsecond=0)
+    second = ec2_event("eventbridge-instance-stopped.json", instance, state=then)
+    second["time"] = told_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+    intake_fn.handler(second, LambdaContext())
+    (told,) = records()
+    worked(told, stack)
+
+    # When the first state change of it comes at last (its own id, its earlier time)
+    late = ec2_event("eventbridge-instance-stopped.json", instance, state=first)
+    late["id"] = "5d0c7e0a-95b3-4c4c-9d0e-6a2f1b8e7c31"
+    late["time"] = (told_at - timedelta(seconds=20)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    intake_fn.handler(late, LambdaContext())
+
+    # Then it is the same stop or termination: nothing starts again
+    (after,) = records()
+    assert (after["token"], after["step"], int(after["seq"])) == (told["token"], "done", int(told["seq"]))
+    assert work(stack.drain_queue) == []
+
+
 def test_a_stop_of_an_instance_started_again_since_its_last_stop_starts_its_lifecycle_again(
     intake_fn: ModuleType, stack: Stack
 ) -> None:
@@ -279,6 +311,34 @@ def test_a_stop_of_an_instance_started_again_since_its_last_stop_starts_its_life
     intake_fn.handler(again, LambdaContext())
 
     # Then it is another stop: its lifecycle starts over, and frees what the instance held since it ran again
+    (after,) = records()
+    assert (after["token"], after["step"]) == (again["id"], "forget-node")
+    assert [m["step"] for m in work(stack.drain_queue)] == ["forget-node"]
+
+
+def test_a_stop_told_by_the_queue_with_a_time_still_to_come_does_not_hide_the_next_stop(
+    intake_fn: ModuleType, stack: Stack
+) -> None:
+    # Given a stopped instance of a managed group, whose state change came by the intake queue dated centuries
+    # ahead (anyone allowed to send to it sets the time; EC2 confirms only the state), its lifecycle over, and
+    # the instance started again
+    instance = launch()
+    ec2 = boto3.client("ec2")
+    ec2.stop_instances(InstanceIds=[instance])
+    forged = ec2_event("eventbridge-instance-stopped.json", instance, state="stopped")
+    forged["time"] = "2999-01-01T00:00:00Z"
+    intake_fn.handler(sqs_event(forged), LambdaContext())
+    (told,) = records()
+    worked(told, stack)
+    ec2.start_instances(InstanceIds=[instance])
+
+    # When it is stopped again (AWS's own event, of its own id and time)
+    ec2.stop_instances(InstanceIds=[instance])
+    again = ec2_event("eventbridge-instance-stopped.json", instance, state="stopping")
+    again["id"] = "5d0c7e0a-95b3-4c4c-9d0e-6a2f1b8e7c31"
+    intake_fn.handler(again, LambdaContext())
+
+    # Then it is another stop: the forged time does not make it look older than the one told before
     (after,) = records()
     assert (after["token"], after["step"]) == (again["id"], "forget-node")
     assert [m["step"] for m in work(stack.drain_queue)] == ["forget-node"]
