@@ -518,8 +518,15 @@ class Intake:
         """A duplicate delivery of a known lifecycle (``known``, as read after its write was refused)."""
         # A crash between the record's write and its first message leaves a record nobody works on: the
         # redelivery that follows the crash re-sends the message. Only when it is overdue, so that an
-        # ordinary duplicate does not make a second unit of work.
-        if known is not None and known.seq == 0 and known.overdue(now, self._resume_grace):
+        # ordinary duplicate does not make a second unit of work. Whether new or started over on its record (the
+        # next stop or interruption of the instance, on the next seq): as intake wrote it, no step has run, as
+        # every step's commit and every resume moves ``updated_at`` past ``received_at``. (A lifecycle started
+        # over has no older message left either, whose redelivery would send a watch.)
+        if (
+            known is not None
+            and known.updated_at == known.received_at
+            and known.overdue(now, self._resume_grace)
+        ):
             self._send_first(known)
             log.warning("re-sent the first step of a known lifecycle action whose message was lost")
             return IntakeOutcome.RESENT

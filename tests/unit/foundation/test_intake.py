@@ -1,17 +1,21 @@
-"""Intake's domain: an action that reaches intake late is heartbeated there, before its first step can be late."""
+"""Intake's domain: an action that reaches intake late is heartbeated there, before its first step can be late; a
+lifecycle whose first message was lost is sent it again by its event's retry."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from collections.abc import Collection
+from datetime import datetime, timedelta
 
 import pytest
 
 from nodecycle.domain.catalog import LifecycleHooks, ManagedGroups
 from nodecycle.domain.errors import TransientError
+from nodecycle.domain.flow import Worker
 from nodecycle.domain.intake import Intake, IntakeOutcome
-from nodecycle.domain.model import ActionRef, LifecycleEvent, Transition
+from nodecycle.domain.model import ActionRef, DisruptionEvent, LifecycleEvent, Step, Transition
 from nodecycle.domain.policy import PlanPolicy
-from nodecycle.domain.ports.lifecycle import Hook
+from nodecycle.domain.ports.instances import InstanceDirectory, InstanceFacts, ScheduledEvent
+from nodecycle.domain.ports.lifecycle import Hook, WorkMessage
 from tests.support.fakes import T0, FakeAutoscaling, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
 
 GROUP, HOOK = "nodes", "terminate"
@@ -51,12 +55,18 @@ def event(
     )
 
 
-def intake(autoscaling: FakeAutoscaling, records: InMemoryRecords, clock: FakeClock) -> Intake:
+def intake(
+    autoscaling: FakeAutoscaling,
+    records: InMemoryRecords,
+    clock: FakeClock,
+    queues: RecordingQueues | None = None,
+    instances: InstanceDirectory | None = None,
+) -> Intake:
     return Intake(
         owner="stack-a",
         plan=PlanPolicy(kubernetes=True, eip=False, readiness_gate=True),
         records=records,
-        queues=RecordingQueues(),
+        queues=queues or RecordingQueues(),
         groups=ManagedGroups(
             owner="stack-a", names=(GROUP,), by_tag=False, hooks=("*",), autoscaling=autoscaling, clock=clock
         ),
@@ -66,6 +76,7 @@ def intake(autoscaling: FakeAutoscaling, records: InMemoryRecords, clock: FakeCl
         metrics=FakeMetrics(),
         resume_grace=timedelta(seconds=5),
         retry_window=WINDOW,
+        instances=instances,
     )
 
 
@@ -168,3 +179,77 @@ def test_a_group_named_in_the_settings_but_tagged_for_another_stack_is_left_to_t
     assert not groups.manages(GROUP, HOOK)
     assert groups.manages("ours", HOOK)
     assert groups.manages("untagged", HOOK)
+
+
+class OneSpotInstance:
+    """EC2 as intake asks it of one running Spot instance of the group."""
+
+    def facts(self, instance_id: str) -> InstanceFacts | None:
+        return InstanceFacts(instance_id, "running", GROUP, {}, spot_request="sir-0123456789")
+
+    def facts_of(self, instance_ids: Collection[str]) -> dict[str, InstanceFacts]:
+        return {i: facts for i in instance_ids if (facts := self.facts(i)) is not None}
+
+    def scheduled_events(self, instance_id: str) -> list[ScheduledEvent]:
+        return []
+
+    def spot_interruption_noticed(self, spot_request: str) -> bool:
+        return True
+
+
+class SendFailsOnce(RecordingQueues):
+    """SQS refusing one SendMessage (throttled past botocore's retries), or a container killed before it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failing = False
+
+    def send(self, worker: Worker, message: WorkMessage, delay_seconds: int = 0) -> None:
+        if self.failing:
+            self.failing = False
+            raise TransientError("sending work to the drain queue: Throttling")
+        super().send(worker, message, delay_seconds)
+
+
+def spot_warning(event_id: str, at: datetime) -> DisruptionEvent:
+    return DisruptionEvent(
+        instance_id="i-0123456789abcdef0",
+        cause=Transition.SPOT_INTERRUPTION,
+        event_id=event_id,
+        happened_at=at,
+        strikes_at=at + timedelta(minutes=2),
+        delivery="eventbridge",
+    )
+
+
+def test_a_restarted_lifecycle_whose_first_message_was_lost_is_sent_again_by_its_events_retry() -> None:
+    # Given a Spot instance whose interruption's lifecycle is over (it stopped, and was started again since),
+    # and intake that restarts its record for a second interruption but cannot send its first step
+    records, clock, queues = InMemoryRecords(), FakeClock(), SendFailsOnce()
+    taking = intake(FakeAutoscaling(), records, clock, queues, OneSpotInstance())
+    first = spot_warning("5d0c7e0a-95b3-4c4c-9d0e-6a2f1b8e7c31", T0)
+    assert taking.accept_disruption(first) is IntakeOutcome.ACCEPTED
+    over = records.items[first.record_id]
+    done_at = T0 + timedelta(seconds=90)
+    records.items[first.record_id] = over.model_copy(
+        update={"step": Step.DONE, "seq": 5, "updated_at": done_at, "finished_at": done_at}
+    )
+    clock.advance(3600)
+    second = spot_warning("0e1f2a3b-4c5d-4e6f-8a9b-0c1d2e3f4a5b", clock.now())
+    queues.take()
+    queues.failing = True
+    with pytest.raises(TransientError):
+        taking.accept_disruption(second)
+    restarted = records.items[second.record_id]
+    assert (restarted.token, restarted.step, restarted.seq) == (second.event_id, Step.ACQUIRE_SLOT, 6)
+    # (a duplicate delivery before its step is overdue is only that)
+    assert taking.accept_disruption(second) is IntakeOutcome.DUPLICATE
+
+    # When the event is delivered again, a minute later (Lambda's retry of a failed asynchronous invocation)
+    clock.advance(60)
+    outcome = taking.accept_disruption(second)
+
+    # Then its first step is sent again, as for a lifecycle that was new: the drain has two minutes, and the
+    # next sweep may come after they are over
+    assert outcome is IntakeOutcome.RESENT
+    assert [(s.message.step, s.message.seq) for s in queues.take()] == [(Step.ACQUIRE_SLOT, restarted.seq)]
