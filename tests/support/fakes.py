@@ -13,6 +13,7 @@ from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.lifecycle import ActionClaim, Claimed, Hook, WaitingInstance, WorkMessage
 
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
+SQS_MAX_DELAY = 900  # seconds: the most DelaySeconds SQS accepts
 
 
 class FakeClock:
@@ -104,10 +105,15 @@ class Sent:
 
 
 class RecordingQueues:
+    """The work queues, recording what is sent; like SQS, they refuse a ``DelaySeconds`` that is not a whole
+    number of seconds from 0 to 900 (SQS answers InvalidParameterValue, botocore refuses a non-integer)."""
+
     def __init__(self) -> None:
         self.sent: list[Sent] = []
 
     def send(self, worker: Worker, message: WorkMessage, delay_seconds: int = 0) -> None:
+        if not isinstance(delay_seconds, int) or not 0 <= delay_seconds <= SQS_MAX_DELAY:
+            raise ValueError(f"SQS refuses DelaySeconds={delay_seconds!r}: a whole number from 0 to 900")
         self.sent.append(Sent(worker, message, delay_seconds))
 
     def take(self) -> list[Sent]:
