@@ -25,8 +25,9 @@ from typing import Any
 KUBE_KINDS = ("kube-conflict", "kube-throttle", "kube-error", "kube-slow", "kube-drop", "kube-lost-response")
 AWS_KINDS = ("aws-throttle", "aws-error")
 SQS_KINDS = ("sqs-duplicate", "sqs-delay", "sqs-reorder", "sqs-drop")
+EVENT_KINDS = ("event-duplicate", "event-delay")
 WORKER_KINDS = ("worker-kill", "clock-skew")
-KINDS = (*KUBE_KINDS, *AWS_KINDS, *SQS_KINDS, *WORKER_KINDS)
+KINDS = (*KUBE_KINDS, *AWS_KINDS, *SQS_KINDS, *EVENT_KINDS, *WORKER_KINDS)
 # What the runner's own clients add to their User-Agent. Its event source mappings poll with the function's
 # key, as Lambda does (IAM judges them by the function's role), but AWS faults are for nodecycle's calls:
 # Lambda's pollers retry on their own, and nothing nodecycle does could answer a poller refused.
@@ -40,8 +41,8 @@ class Fault:
     ``target`` is a glob over what the injector names its requests: ``"PATCH nodes"``, ``"* configmaps"``,
     ``"POST pods/eviction"`` (Kubernetes: method and resource); ``"autoscaling.CompleteLifecycleAction"``,
     ``"ec2.*"`` (AWS: service and operation); ``"DrainQueue"`` (SQS: the queue's logical id);
-    ``"DrainFunction"`` (workers: the function's logical id). ``value`` is the kind's amount: seconds of delay
-    (``kube-slow``, ``sqs-delay``), of skew (``clock-skew``), of ``Retry-After`` (``kube-throttle``), or the
+    ``"DrainFunction"`` (workers, and events: the function's logical id). ``value`` is the kind's amount:
+    seconds of delay (``kube-slow``, ``sqs-delay``, ``event-delay``), of skew (``clock-skew``), of ``Retry-After`` (``kube-throttle``), or the
     API call after which a worker dies (``worker-kill``: 1 = right after its first call).
     """
 

@@ -121,6 +121,9 @@ def draw_faults(rng: random.Random, scenario: Scenario) -> tuple[Fault, ...]:
         lambda: Fault("", "sqs-delay", "*", _p(rng, 0.05, 0.2), value=rng.randint(1, 4)),
         lambda: Fault("", "sqs-reorder", "*", _p(rng, 0.1, 0.3)),
         lambda: Fault("", "sqs-drop", "*", _p(rng, 0.02, 0.1), limit=2),
+        # (EventBridge's events, to intake: at least once, and a retried delivery overtaken by the next ones)
+        lambda: Fault("", "event-duplicate", "IntakeFunction", _p(rng, 0.05, 0.3), value=rng.choice((0, 1))),
+        lambda: Fault("", "event-delay", "IntakeFunction", _p(rng, 0.05, 0.2), value=rng.randint(1, 6)),
         lambda: Fault(
             "",
             "worker-kill",

@@ -2,7 +2,8 @@
 
 A failed event is retried `MaximumRetryAttempts` times (2 by default) after a back-off (about a minute, then
 two, on AWS; seconds in the sandbox), then sent to the function's dead-letter queue or on-failure
-destination if the template configures one, else dropped, as Lambda does.
+destination if the template configures one, else dropped, as Lambda does. Faults (``runner/faults.py``) may
+run an event late, or twice.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from nodecycle_sandbox.runner.faults import INSTANCE_ID, RunnerFaults
 from nodecycle_sandbox.runner.functions import FunctionSpec
 from nodecycle_sandbox.runner.invokers import InvocationResult
 from nodecycle_sandbox.runner.journal import Invocation, Journal
@@ -35,7 +37,9 @@ class AsyncInvoker:
         sender: Callable[[FunctionSpec], SQSClient],
         retry_delays: tuple[float, ...],
         max_workers: int,
+        faults: RunnerFaults | None = None,
     ) -> None:
+        self._faults = faults or RunnerFaults()
         self._invoke = invoke
         self._journal = journal
         self._sqs = sqs
@@ -46,12 +50,34 @@ class AsyncInvoker:
         self._stopping = threading.Event()
 
     def submit(self, spec: FunctionSpec, event: Any, source: str) -> None:
-        if not self._stopping.is_set():
-            self._executor.submit(self._run, spec, event, source)
+        if self._stopping.is_set():
+            return
+        # (the firing names the instances the event is about, so that a judge can tell whose lifecycle it held)
+        about = " ".join(dict.fromkeys(INSTANCE_ID.findall(json.dumps(event))))
+        delay, duplicates = self._faults.on_event(spec.logical_id, f"{source} {about}".strip())
+        if delay:
+            timer = threading.Timer(delay, self._submit, (spec, event, source, duplicates))
+            timer.daemon = True
+            timer.start()
+        else:
+            self._submit(spec, event, source, duplicates)
+
+    def _submit(self, spec: FunctionSpec, event: Any, source: str, duplicates: tuple[float, ...]) -> None:
+        after = [d for d in duplicates if d >= 0]
+        try:
+            self._executor.submit(self._run_all, spec, event, source, len(after))
+            for _ in (d for d in duplicates if d < 0):
+                self._executor.submit(self._run, spec, event, source)  # at the same time as the first
+        except RuntimeError:
+            return  # the runner stopped while a late event waited: it is dropped with the sandbox
+
+    def _run_all(self, spec: FunctionSpec, event: Any, source: str, again: int) -> None:
+        for _ in range(1 + again):
+            self._run(spec, event, source)
 
     def stop(self) -> None:
         self._stopping.set()
-        self._executor.shutdown(wait=True, cancel_futures=True)
+        self._executor.shutdown(wait=True, cancel_futures=True)  # (a late event's timer submits nothing now)
 
     def _run(self, spec: FunctionSpec, event: Any, source: str) -> None:
         attempts = 1 + spec.async_retries

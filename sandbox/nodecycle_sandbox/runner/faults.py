@@ -14,6 +14,11 @@ In the runner (:class:`RunnerFaults`, asked by ``sqs_source.py`` and ``invokers.
   that was only slow (moto counts receives as SQS does). The late copy has a new message id; nodecycle keys
   nothing on message ids, and SQS's own redeliveries are what ``sqs-duplicate`` is for.
 - ``sqs-drop``: a received message is deleted unseen (lost: only a watch or the sweeper can repair it);
+- ``event-duplicate``: an asynchronous invocation (an EventBridge rule's event, a schedule's) runs twice, as
+  Lambda's asynchronous invocation and EventBridge's delivery are at least once: after the first, or, with
+  ``value`` 1, at the same time;
+- ``event-delay``: an asynchronous invocation runs ``value`` seconds late, as a delivery EventBridge retried
+  after a failure (minutes, on AWS): the events that come after it overtake it;
 - ``worker-kill``: the invocation's container dies right after its ``value``-th API call (AWS or
   Kubernetes: every HTTP request the handler makes counts), before it can answer;
 - ``clock-skew``: the invocation runs with its container's wall clock ``value`` seconds off (``datetime.now``,
@@ -92,6 +97,18 @@ class RunnerFaults(Injector):
         if fault is None:
             return [], False
         return list(messages), fault.value == 1
+
+    def on_event(self, function: str, detail: str) -> tuple[float, tuple[float, ...]]:
+        """An asynchronous invocation of ``function``: after how many seconds its first run starts, and when
+        its duplicates start, each in seconds after the first run ended (-1: at the same time as it)."""
+        if not self.armed:
+            return 0.0, ()
+        late = self.draw(("event-delay",), function, f"{function} {detail}".strip())
+        again = self.draw(("event-duplicate",), function, f"{function} {detail}".strip())
+        delay = max(1.0, late.value) if late is not None else 0.0
+        if again is None:
+            return delay, ()
+        return delay, (-1.0 if again.value == 1 else 0.0,)
 
     def directives(self, function: str) -> dict[str, float]:
         """What the next invocation of ``function`` runs with: ``kill_after`` calls, ``clock_skew`` seconds."""

@@ -199,6 +199,7 @@ class Runner:
             sender=self._function_sqs,
             retry_delays=self._async_retry_delays,
             max_workers=self._async_concurrency * max(1, len(specs)),
+            faults=self.faults,
         )
         if self._sqs_sources_enabled:
             for spec in specs:

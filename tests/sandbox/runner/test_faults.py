@@ -1,5 +1,5 @@
 """Lambda's side failing on purpose: containers killed after an API call, clocks moved, SQS deliveries
-dropped, duplicated, delayed and reordered."""
+dropped, duplicated, delayed and reordered, EventBridge's events invoked twice or late."""
 
 from __future__ import annotations
 
@@ -204,3 +204,83 @@ def test_a_message_that_comes_late_again_and_again_is_not_dead_lettered_for_it(
     assert log.count("Work late ") == 3
     assert log.count("Work received ") == 4
     assert f"Work invoked Worker with {handled.event['Records'][0]['messageId']} in " in log
+
+
+EVENTS = """
+Resources:
+  Intake:
+    Type: AWS::Serverless::Function
+    Properties:
+      CodeUri: functions/intake/
+      Handler: app.handler
+      Timeout: 10
+      Events:
+        Lifecycle:
+          Type: EventBridgeRule
+          Properties:
+            Pattern: {source: [aws.autoscaling]}
+"""
+
+INTAKE = """
+import time
+
+def handler(event, context):
+    time.sleep(0.3)
+    return event["detail"]["n"]
+"""
+
+
+def _lifecycle_event(n: int) -> dict[str, object]:
+    return {
+        "source": "aws.autoscaling",
+        "detail-type": "x",
+        "detail": {"n": n, "EC2InstanceId": f"i-0000000{n}"},
+    }
+
+
+def test_an_event_is_invoked_twice_after_the_first_or_at_the_same_time(make_runner: MakeRunner) -> None:
+    # Given an EventBridge rule whose events Lambda invokes twice (at least once), once after and once at once
+    runner = make_runner(EVENTS, {"intake": INTAKE}, mode="process", async_concurrency=2)
+    runner.faults.arm([Fault("u", "event-duplicate", target="Intake", limit=1)], seed=1)
+
+    # When an event is published
+    runner.publish(_lifecycle_event(1))
+    first, second = runner.journal.wait_until(
+        lambda: len(runner.journal.invocations("Intake")) == 2 and runner.journal.invocations("Intake"),
+        timeout=10,
+    )
+
+    # Then it ran twice, one after the other; and the firing names the instance the event is about
+    assert [i.response for i in (first, second)] == [1, 1]
+    assert second.started_at >= first.finished_at
+    assert [f.detail for f in runner.faults.firings()] == ["Intake rule:Lifecycle i-00000001"]
+
+    # And with value 1, at the same time: each began before the other ended
+    runner.faults.arm([Fault("u", "event-duplicate", target="Intake", limit=1, value=1)], seed=1)
+    runner.publish(_lifecycle_event(2))
+    third, fourth = runner.journal.wait_until(
+        lambda: len(runner.journal.invocations("Intake")) == 4 and runner.journal.invocations("Intake")[2:],
+        timeout=10,
+    )
+    assert [i.response for i in (third, fourth)] == [2, 2]
+    assert third.started_at < fourth.finished_at
+    assert fourth.started_at < third.finished_at
+
+
+def test_a_late_event_is_overtaken_by_the_next(make_runner: MakeRunner) -> None:
+    # Given the first event of a rule invoked 2 s late (a delivery EventBridge retried)
+    runner = make_runner(EVENTS, {"intake": INTAKE})
+    runner.faults.arm([Fault("l", "event-delay", target="Intake", limit=1, value=2)], seed=1)
+
+    # When two events are published, one after the other
+    sent = time.time()
+    runner.publish(_lifecycle_event(1))
+    runner.publish(_lifecycle_event(2))
+    invocations = runner.journal.wait_until(
+        lambda: len(runner.journal.invocations("Intake")) == 2 and runner.journal.invocations("Intake"),
+        timeout=10,
+    )
+
+    # Then the second ran first, and the first at least 2 s after it was published
+    assert [i.response for i in invocations] == [2, 1]
+    assert invocations[1].started_at - sent >= 1.9
