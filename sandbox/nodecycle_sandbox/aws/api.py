@@ -12,6 +12,7 @@ from moto.core.responses import ActionResult, EmptyResult
 
 from nodecycle_sandbox.aws.lifecycle import emulator_for
 from nodecycle_sandbox.aws.refresh import DEFAULT_MIN_HEALTHY_PERCENTAGE
+from nodecycle_sandbox.aws.warm_pool import check_pool_state, pool_instances
 
 if TYPE_CHECKING:
     from moto.autoscaling.responses import AutoScalingResponse
@@ -86,6 +87,36 @@ def cancel_instance_refresh(self: AutoScalingResponse) -> ActionResult:
     return ActionResult({"InstanceRefreshId": refresh_id})
 
 
+def put_warm_pool(self: AutoScalingResponse) -> ActionResult:
+    """PutWarmPool, then the pool filled (moto only stores the configuration)."""
+    params = self._get_params()
+    check_pool_state(params.get("PoolState"))
+    emulator = emulator_for(self.autoscaling_backend)
+    with emulator.lock:
+        name = self._get_param("AutoScalingGroupName")
+        group = emulator.group(name)
+        prepared, minimum = params.get("MaxGroupPreparedCapacity"), params.get("MinSize")
+        group.put_warm_pool(
+            max_group_prepared_capacity=None if prepared is None else int(prepared),
+            min_size=None if minimum is None else int(minimum),
+            pool_state=params.get("PoolState"),
+            instance_reuse_policy=params.get("InstanceReusePolicy"),
+        )
+        emulator.pool.maintain(group)
+    return EmptyResult()
+
+
+def describe_warm_pool(self: AutoScalingResponse) -> ActionResult:
+    """DescribeWarmPool with the pool's instances and their states (moto lists none), in one page."""
+    emulator = emulator_for(self.autoscaling_backend)
+    with emulator.lock:
+        group = emulator.group(self._get_param("AutoScalingGroupName"))
+        result: dict[str, object] = {"Instances": pool_instances(group) if group.warm_pool else []}
+        if group.warm_pool is not None:
+            result["WarmPoolConfiguration"] = group.warm_pool
+        return ActionResult(result)
+
+
 OPERATIONS = (
     complete_lifecycle_action,
     record_lifecycle_action_heartbeat,
@@ -93,4 +124,6 @@ OPERATIONS = (
     start_instance_refresh,
     describe_instance_refreshes,
     cancel_instance_refresh,
+    put_warm_pool,
+    describe_warm_pool,
 )

@@ -40,6 +40,17 @@ def default_hooks(heartbeat_timeout: int = 300) -> tuple[HookSpec, ...]:
 
 
 @dataclass(frozen=True)
+class WarmPoolSpec:
+    """A warm pool of stopped instances (PutWarmPool with PoolState Stopped). The pool keeps
+    max(min_size, max_group_prepared_capacity - desired) instances; unset, AWS counts from the group's max size."""
+
+    min_size: int = 1
+    max_group_prepared_capacity: int | None = None
+    # InstanceReusePolicy.ReuseOnScaleIn: a scale in sends the instance back to the pool, stopped
+    reuse_on_scale_in: bool = False
+
+
+@dataclass(frozen=True)
 class GroupSpec:
     name: str = "nodecycle-workers"
     zones: tuple[str, ...] = ("a", "b", "c")  # suffixes of the region, or full zone names
@@ -51,6 +62,8 @@ class GroupSpec:
     # Spot capacity (a MixedInstancesPolicy): None, all On-Demand; else the On-Demand share above the base.
     on_demand_percentage: int | None = None
     on_demand_base: int = 0
+    # None: no warm pool (the group launches every instance from EC2, as without one)
+    warm_pool: WarmPoolSpec | None = None
 
 
 class AutoScalingGroup:
@@ -65,7 +78,7 @@ class AutoScalingGroup:
 
     def create(self, spec: GroupSpec) -> None:
         """Create the group empty, put its hooks, then scale to size, so every instance launches through
-        the launch hooks (as a group created with `LifecycleHookSpecificationList` would)."""
+        the launch hooks (as a group created with `LifecycleHookSpecificationList` would); then its warm pool."""
         template = f"{spec.name}-template"
         data: Any = {"ImageId": SANDBOX_AMI, "InstanceType": spec.instance_type}
         self.ec2.create_launch_template(LaunchTemplateName=template, LaunchTemplateData=data)
@@ -99,6 +112,9 @@ class AutoScalingGroup:
             self.put_hook(hook)
         if spec.size:
             self.set_desired(spec.size)
+        # (after: the group's instances launch into it, the pool is sized by its desired capacity)
+        if spec.warm_pool is not None:
+            self.put_warm_pool(spec.warm_pool)
 
     def put_hook(self, hook: HookSpec) -> None:
         request: dict[str, Any] = {
@@ -115,6 +131,17 @@ class AutoScalingGroup:
         if hook.metadata is not None:
             request["NotificationMetadata"] = hook.metadata
         self.autoscaling.put_lifecycle_hook(**request)
+
+    def put_warm_pool(self, pool: WarmPoolSpec) -> None:
+        request: dict[str, Any] = {
+            "AutoScalingGroupName": self.name,
+            "MinSize": pool.min_size,
+            "PoolState": "Stopped",
+            "InstanceReusePolicy": {"ReuseOnScaleIn": pool.reuse_on_scale_in},
+        }
+        if pool.max_group_prepared_capacity is not None:
+            request["MaxGroupPreparedCapacity"] = pool.max_group_prepared_capacity
+        self.autoscaling.put_warm_pool(**request)
 
     # -- scaling --------------------------------------------------------------------------------
 
@@ -195,6 +222,11 @@ class AutoScalingGroup:
         """Instance id -> lifecycle state, for the instances the group has now."""
         group = self.autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[self.name])
         return {i["InstanceId"]: i["LifecycleState"] for i in group["AutoScalingGroups"][0]["Instances"]}
+
+    def pool_instances(self) -> dict[str, str]:
+        """Instance id -> lifecycle state (Warmed:*), for the instances of the group's warm pool."""
+        pool = self.autoscaling.describe_warm_pool(AutoScalingGroupName=self.name)
+        return {i["InstanceId"]: i["LifecycleState"] for i in pool.get("Instances", [])}
 
     def in_state(self, state: str) -> list[str]:
         return [i for i, s in self.instances().items() if s == state]

@@ -31,6 +31,7 @@ from nodecycle_sandbox.aws import (
     sqs_timing,
 )
 from nodecycle_sandbox.aws.lifecycle import active_instances, emulator_for
+from nodecycle_sandbox.aws.warm_pool import group_instances
 from nodecycle_sandbox.iam import enforce
 
 _MARKER = "_nodecycle_sandbox_installed"
@@ -75,14 +76,18 @@ def _patch_group() -> None:
             excess = len(active_instances(self)) - (desired or 0)
             if excess <= 0:
                 original_set_desired_capacity(self, new_capacity)
-                return
-            # moto would drop the excess instances at once; scale in through the terminate hooks.
-            self.desired_capacity = desired
-            emulator.scale_in(self, excess)
-            if self.name in self.autoscaling_backend.autoscaling_groups:
-                self.autoscaling_backend.update_attached_elbs(self.name)
+            else:
+                # moto would drop the excess instances at once; scale in through the terminate hooks.
+                self.desired_capacity = desired
+                emulator.scale_in(self, excess)
+                if self.name in self.autoscaling_backend.autoscaling_groups:
+                    self.autoscaling_backend.update_attached_elbs(self.name)
+            # the warm pool's size follows the desired capacity
+            emulator.pool.maintain(self)
 
     FakeAutoScalingGroup.active_instances = group_active_instances  # type: ignore[method-assign]
+    # DescribeAutoScalingGroups' Instances: AWS lists a warm pool's instances in DescribeWarmPool alone.
+    FakeAutoScalingGroup.instances = property(group_instances)  # type: ignore[assignment, method-assign]
     FakeAutoScalingGroup.replace_autoscaling_group_instances = replace_autoscaling_group_instances  # type: ignore[method-assign]
     FakeAutoScalingGroup.set_desired_capacity = set_desired_capacity  # type: ignore[method-assign]
 

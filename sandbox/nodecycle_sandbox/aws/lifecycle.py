@@ -1,6 +1,7 @@
 """The lifecycle-hook state machine moto lacks, bound to one moto Auto Scaling backend.
 
-Instances of a group launch into `Pending:Wait` and leave through `Terminating:Wait` while a hook holds them;
+Instances of a group launch into `Pending:Wait` and leave through `Terminating:Wait` while a hook holds them
+(a group's warm pool, `warm_pool.py`, adds its own `Warmed:*` states and moves);
 each hook gets a lifecycle action with a token that `CompleteLifecycleAction` (CONTINUE/ABANDON) or a timeout
 (the hook's default result) ends. Heartbeats push the heartbeat deadline but never past the global timeout.
 The emulator drives moto's own objects (`InstanceState.lifecycle_state`, the group's instance list, EC2
@@ -34,16 +35,20 @@ from nodecycle_sandbox.aws import hook_role, notifications
 from nodecycle_sandbox.aws.disruptions import DisruptionEmulator
 from nodecycle_sandbox.aws.nodes import NodePlan, NodeRegistry, register_node
 from nodecycle_sandbox.aws.records import (
+    EC2,
+    GROUP,
     LAUNCHING,
     RESULTS,
     TERMINATING,
     TRANSITIONS,
+    WARM_POOL,
     ActionRecord,
     InstanceHistory,
     Notification,
 )
 from nodecycle_sandbox.aws.refresh import InstanceRefresh
 from nodecycle_sandbox.aws.scheduler import Scheduler
+from nodecycle_sandbox.aws.warm_pool import WarmPoolEmulator, in_pool
 
 if TYPE_CHECKING:
     from moto.autoscaling.models import AutoScalingBackend
@@ -117,10 +122,12 @@ class LifecycleEmulator:
         self.instances: dict[str, InstanceHistory] = {}
         self.refreshes: dict[str, InstanceRefresh] = {}
         self._rounds: dict[tuple[str, str], list[str]] = {}
+        self._joined: set[str] = set()  # instances whose node was registered (they entered their group once)
         self._scheduler: Scheduler | None = None
         self._closed = False
         # EC2's disruptions without a hook: Spot requests, interruptions, scheduled events, state changes.
         self.disruptions = DisruptionEmulator(self)
+        self.pool = WarmPoolEmulator(self)
 
     # -- configuration --------------------------------------------------------------------------
 
@@ -154,7 +161,7 @@ class LifecycleEmulator:
         role_arn: str | None,
     ) -> LifecycleHook:
         with self.lock:
-            asg = self._group(group)
+            asg = self.group(group)
             # moto's hook class declares only what moto stores; the sandbox adds attributes to it.
             hook: Any = self.backend.lifecycle_hooks.get(f"{group}_{name}")
             if hook is None:
@@ -214,7 +221,7 @@ class LifecycleEmulator:
         for key in [k for k, h in self.backend.lifecycle_hooks.items() if h.auto_scaling_group_name == group]:
             del self.backend.lifecycle_hooks[key]
 
-    def _hooks(self, group: str, transition: str) -> list[LifecycleHook]:
+    def hooks(self, group: str, transition: str) -> list[LifecycleHook]:
         return [
             hook
             for hook in self.backend.describe_lifecycle_hooks(group)
@@ -224,45 +231,48 @@ class LifecycleEmulator:
     # -- launching ------------------------------------------------------------------------------
 
     def launch_instances(self, group: FakeAutoScalingGroup, count: int) -> None:
-        """Launch `count` instances one at a time, each into the zone that has the fewest (as AWS balances)."""
+        """Scale out by `count`: instances out of the group's warm pool first, then new ones launched one at a
+        time, each into the zone that has the fewest (as AWS balances)."""
         with self.lock:
-            tags = group.get_propagated_tags()
-            tags[ASG_NAME_TAG] = group.name
-            tags.update(group.instance_tags)
-            associate_public_ip = (
-                group.launch_config.associate_public_ip_address if group.launch_config else None
-            )
-            launch_template = None
-            if group.ec2_launch_template is not None:
-                launch_template = {"LaunchTemplateId": group.ec2_launch_template.id}
-            for _ in range(count):
-                zone = self._emptiest_zone(group)
-                reservation = self.backend.ec2_backend.run_instances(
-                    group.image_id,
-                    1,
-                    group.user_data,
-                    group.security_groups,
-                    instance_type=group.instance_type,
-                    tags={"instance": dict(tags)},
-                    placement=zone,
-                    launch_config=group.launch_config,
-                    launch_template=launch_template,
-                    is_instance_type_default=False,
-                    associate_public_ip=associate_public_ip,
-                    subnet_id=self._subnet_in(group, zone),
-                    # Without it moto names every instance's DNS after us-east-1.
-                    region_name=self.backend.region_name,
-                )
-                instance = reservation.instances[0]
-                instance.autoscaling_group = group  # type: ignore[attr-defined]
-                self.disruptions.launched(group, instance, [s.instance for s in active_instances(group)])
-                state = InstanceState(
-                    instance,
-                    lifecycle_state="Pending",
-                    protected_from_scale_in=group.new_instances_protected_from_scale_in,
-                )
+            for _ in range(count - self.pool.take(group, count)):
+                state = self.run_instance(group)
                 group.instance_states.append(state)
-                self._launched(group, state)
+                self.launched(group, state)
+
+    def run_instance(self, group: FakeAutoScalingGroup) -> InstanceState:
+        """A new EC2 instance of the group (`Pending`), not yet among its instances."""
+        tags = group.get_propagated_tags()
+        tags[ASG_NAME_TAG] = group.name
+        tags.update(group.instance_tags)
+        associate_public_ip = group.launch_config.associate_public_ip_address if group.launch_config else None
+        launch_template = None
+        if group.ec2_launch_template is not None:
+            launch_template = {"LaunchTemplateId": group.ec2_launch_template.id}
+        zone = self._emptiest_zone(group)
+        reservation = self.backend.ec2_backend.run_instances(
+            group.image_id,
+            1,
+            group.user_data,
+            group.security_groups,
+            instance_type=group.instance_type,
+            tags={"instance": dict(tags)},
+            placement=zone,
+            launch_config=group.launch_config,
+            launch_template=launch_template,
+            is_instance_type_default=False,
+            associate_public_ip=associate_public_ip,
+            subnet_id=self._subnet_in(group, zone),
+            # Without it moto names every instance's DNS after us-east-1.
+            region_name=self.backend.region_name,
+        )
+        instance = reservation.instances[0]
+        instance.autoscaling_group = group  # type: ignore[attr-defined]
+        self.disruptions.launched(group, instance, [s.instance for s in active_instances(group)])
+        return InstanceState(
+            instance,
+            lifecycle_state="Pending",
+            protected_from_scale_in=group.new_instances_protected_from_scale_in,
+        )
 
     def _emptiest_zone(self, group: FakeAutoScalingGroup) -> str:
         counts = dict.fromkeys(group.availability_zones, 0)
@@ -276,40 +286,65 @@ class LifecycleEmulator:
         subnets = self.backend.ec2_backend.describe_subnets(subnet_ids=group.vpc_zone_identifier.split(","))
         return next(subnet.id for subnet in subnets if subnet.availability_zone == zone)
 
-    def _launched(self, group: FakeAutoScalingGroup, state: InstanceState) -> None:
+    def launched(self, group: FakeAutoScalingGroup, state: InstanceState, destination: str = GROUP) -> None:
+        """A new instance, into the group or into its warm pool (`destination`), through the launch hooks."""
         instance = state.instance
-        node_name = instance.private_dns_name
         self.instances[instance.id] = InstanceHistory(
             instance_id=instance.id,
             group=group.name,
             zone=_zone(state),
-            node_name=node_name,
+            node_name=instance.private_dns_name,
             launched_at=time.time(),
         )
+        if destination == GROUP:
+            self.join(state)
+        self.enter(group, state, origin=EC2, destination=destination)
+
+    def join(self, state: InstanceState) -> None:
+        """The instance's kubelet registers its node, as the node plan says. Once per instance: its first entry
+        into the group (an instance warmed in a pool does not join the cluster before it leaves the pool: the
+        user data AWS documents for warm pools starts the kubelet only then)."""
+        instance = state.instance
+        self._joined.add(instance.id)
         join = self.node_plan.next_join()
-        if self.nodes is not None:
-            register = functools.partial(
-                register_node,
-                self.nodes,
-                copy.copy(self.node_plan),
-                name=node_name,
-                instance_id=instance.id,
-                zone=_zone(state),
-                join=join,
-            )
-            if self.node_plan.join_after > 0:
-                timer = threading.Timer(self.node_plan.join_after, register)
-                timer.daemon = True
-                timer.start()
-            else:
-                register()
-        hooks = self._hooks(group.name, LAUNCHING)
-        if not hooks:
-            self._put_in_service(group, state)
+        if self.nodes is None:
             return
-        state.lifecycle_state = "Pending:Wait"
-        for hook in hooks:
-            self._start_action(group, state, hook)
+        register = functools.partial(
+            register_node,
+            self.nodes,
+            copy.copy(self.node_plan),
+            name=instance.private_dns_name,
+            instance_id=instance.id,
+            zone=_zone(state),
+            join=join,
+        )
+        if self.node_plan.join_after > 0:
+            timer = threading.Timer(self.node_plan.join_after, register)
+            timer.daemon = True
+            timer.start()
+        else:
+            register()
+
+    def joined(self, instance_id: str) -> bool:
+        return instance_id in self._joined
+
+    def enter(
+        self, group: FakeAutoScalingGroup, state: InstanceState, *, origin: str, destination: str
+    ) -> None:
+        """The launch hooks' round of an instance going into the group or its warm pool."""
+        hooks = self.hooks(group.name, LAUNCHING)
+        if not hooks:
+            self._launch_proceeds(group, state, destination)
+            return
+        state.lifecycle_state = "Warmed:Pending:Wait" if destination == WARM_POOL else "Pending:Wait"
+        self.start_round(group, state, hooks, origin=origin, destination=destination)
+
+    def _launch_proceeds(self, group: FakeAutoScalingGroup, state: InstanceState, destination: str) -> None:
+        if destination == WARM_POOL:
+            self.pool.warmed(group, state)
+            return
+        state.lifecycle_state = "Pending:Proceed"
+        self._put_in_service(group, state)
 
     def _put_in_service(self, group: FakeAutoScalingGroup, state: InstanceState) -> None:
         state.lifecycle_state = "InService"
@@ -320,23 +355,24 @@ class LifecycleEmulator:
 
     def begin_terminate(self, group: FakeAutoScalingGroup, state: InstanceState, cause: str) -> None:
         with self.lock:
-            if state.lifecycle_state.startswith("Terminating"):
+            if state.lifecycle_state.startswith(("Terminating", "Warmed:Terminating")):
                 return
-            self._cancel_round(state.instance.id, LAUNCHING)
+            pooled = in_pool(state)
+            for transition in TRANSITIONS:  # (a launch, or a move into the warm pool, under way)
+                self._cancel_round(state.instance.id, transition)
             history = self.instances.get(state.instance.id)
             if history is not None:
                 history.terminate_started_at = time.time()
                 history.termination_cause = cause
-            hooks = self._hooks(group.name, TERMINATING)
+            hooks = self.hooks(group.name, TERMINATING)
             if not hooks:
                 self.terminate_now(group, state)
                 return
-            state.lifecycle_state = "Terminating:Wait"
-            for hook in hooks:
-                self._start_action(group, state, hook)
+            state.lifecycle_state = "Warmed:Terminating:Wait" if pooled else "Terminating:Wait"
+            self.start_round(group, state, hooks, origin=WARM_POOL if pooled else GROUP, destination=EC2)
 
     def terminate_now(self, group: FakeAutoScalingGroup, state: InstanceState) -> None:
-        state.lifecycle_state = "Terminating:Proceed"
+        state.lifecycle_state = "Warmed:Terminating:Proceed" if in_pool(state) else "Terminating:Proceed"
         group.instance_states = [s for s in group.instance_states if s is not state]
         self._terminated(state.instance.id)
         self._progress(group.name)
@@ -374,14 +410,24 @@ class LifecycleEmulator:
         if history is not None and self.nodes is not None:
             self.nodes.instance_stopped(history.node_name)
 
-    def instance_started(self, instance_id: str) -> None:
+    def instance_started(self, instance_id: str, *, boot: float = 0.0) -> None:
+        """The instance runs again: its kubelet is back `boot` seconds later (its node, Ready again)."""
         history = self.instances.get(instance_id)
-        if history is not None and self.nodes is not None:
+        if history is None or self.nodes is None:
+            return
+        if boot > 0:
+            timer = threading.Timer(boot, self.nodes.instance_started, args=(history.node_name,))
+            timer.daemon = True
+            timer.start()
+        else:
             self.nodes.instance_started(history.node_name)
 
     def scale_in(self, group: FakeAutoScalingGroup, count: int) -> None:
         for state in self._victims(group, count):
-            self.begin_terminate(group, state, "scale-in")
+            if self.pool.reuses(group):
+                self.pool.scale_in_to(group, state)
+            else:
+                self.begin_terminate(group, state, "scale-in")
 
     def _victims(self, group: FakeAutoScalingGroup, count: int) -> list[InstanceState]:
         """AWS's default termination policy, simplified: the zone with the most instances, oldest first."""
@@ -441,7 +487,24 @@ class LifecycleEmulator:
 
     # -- lifecycle actions ------------------------------------------------------------------------
 
-    def _start_action(self, group: FakeAutoScalingGroup, state: InstanceState, hook: Any) -> None:
+    def start_round(
+        self,
+        group: FakeAutoScalingGroup,
+        state: InstanceState,
+        hooks: list[LifecycleHook],
+        *,
+        origin: str,
+        destination: str,
+    ) -> None:
+        """One action per hook of the transition; the instance moves on once all are over. A new round of the
+        same transition (an instance back from its warm pool) starts afresh."""
+        self._rounds[(state.instance.id, str(hooks[0].lifecycle_transition))] = []
+        for hook in hooks:
+            self._start_action(group, state, hook, origin=origin, destination=destination)
+
+    def _start_action(
+        self, group: FakeAutoScalingGroup, state: InstanceState, hook: Any, *, origin: str, destination: str
+    ) -> None:
         now = time.time()
         transition: str = hook.lifecycle_transition
         action = ActionRecord(
@@ -454,6 +517,8 @@ class LifecycleEmulator:
             heartbeat_timeout=float(hook.heartbeat_timeout),
             global_timeout=float(getattr(hook, "global_timeout", hook.heartbeat_timeout)),
             started_at=now,
+            origin=origin,
+            destination=destination,
         )
         self.actions[action.token] = action
         self._rounds.setdefault((action.instance_id, transition), []).append(action.token)
@@ -472,6 +537,8 @@ class LifecycleEmulator:
                     transition=transition,
                     token=action.token,
                     metadata=metadata,
+                    origin=origin,
+                    destination=destination,
                 ),
                 required=False,
                 role_arn=getattr(hook, "role_arn", None),
@@ -489,6 +556,8 @@ class LifecycleEmulator:
                 transition=transition,
                 token=action.token,
                 metadata=metadata,
+                origin=origin,
+                destination=destination,
             )
             self.notifications.append(Notification(now, "eventbridge", event))
             if self.events is not None:
@@ -581,7 +650,9 @@ class LifecycleEmulator:
         if found is None:
             return
         group, state = found
-        if action.transition == TERMINATING:
+        if action.transition == TERMINATING and action.destination == WARM_POOL:
+            self.pool.returned(group, state)  # scaled in to the pool: back there whatever the result
+        elif action.transition == TERMINATING:
             self.terminate_now(group, state)
         elif any(a.result == "ABANDON" for a in round_):
             # A launch that is abandoned is terminated without termination hooks, then replaced.
@@ -591,8 +662,7 @@ class LifecycleEmulator:
             self.terminate_now(group, state)
             group.set_desired_capacity(group.desired_capacity)
         else:
-            state.lifecycle_state = "Pending:Proceed"
-            self._put_in_service(group, state)
+            self._launch_proceeds(group, state, action.destination)
 
     def _cancel_round(self, instance_id: str, transition: str) -> None:
         now = time.time()
@@ -608,7 +678,7 @@ class LifecycleEmulator:
         self, group_name: str, *, min_healthy_percentage: int, instance_warmup: float
     ) -> InstanceRefresh:
         with self.lock:
-            group = self._group(group_name)
+            group = self.group(group_name)
             if any(r.group == group_name and r.status == "InProgress" for r in self.refreshes.values()):
                 raise InstanceRefreshInProgress(group_name)
             refresh = InstanceRefresh.plan(
@@ -659,7 +729,7 @@ class LifecycleEmulator:
 
     # -- helpers --------------------------------------------------------------------------------
 
-    def _group(self, name: str) -> FakeAutoScalingGroup:
+    def group(self, name: str) -> FakeAutoScalingGroup:
         group = self.backend.autoscaling_groups.get(name)
         if group is None:
             raise ValidationError(f"AutoScalingGroup name not found - AutoScalingGroup '{name}' not found")

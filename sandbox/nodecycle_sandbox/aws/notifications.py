@@ -14,13 +14,6 @@ _DETAIL_TYPES = {
 }
 
 
-def _origin_destination(transition: str) -> tuple[str, str]:
-    # Warm pools (not emulated) would put "WarmPool" in place of "EC2".
-    if transition == LAUNCHING:
-        return "EC2", "AutoScalingGroup"
-    return "AutoScalingGroup", "EC2"
-
-
 def _iso(at: float, *, millis: bool) -> str:
     moment = datetime.fromtimestamp(at, tz=UTC)
     if millis:
@@ -40,8 +33,9 @@ def eventbridge_event(
     transition: str,
     token: str,
     metadata: str | None,
+    origin: str,
+    destination: str,
 ) -> dict[str, Any]:
-    origin, destination = _origin_destination(transition)
     detail: dict[str, Any] = {
         "LifecycleActionToken": token,
         "AutoScalingGroupName": group,
@@ -76,8 +70,9 @@ def sqs_lifecycle_body(
     transition: str,
     token: str,
     metadata: str | None,
+    origin: str,
+    destination: str,
 ) -> dict[str, Any]:
-    origin, destination = _origin_destination(transition)
     body: dict[str, Any] = {
         "Origin": origin,
         "LifecycleHookName": hook,

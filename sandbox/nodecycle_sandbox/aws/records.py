@@ -12,6 +12,10 @@ LAUNCHING = "autoscaling:EC2_INSTANCE_LAUNCHING"
 TERMINATING = "autoscaling:EC2_INSTANCE_TERMINATING"
 TRANSITIONS = (LAUNCHING, TERMINATING)
 RESULTS = ("CONTINUE", "ABANDON")
+# Where an instance comes from and goes to in a lifecycle action (its events' Origin and Destination).
+EC2 = "EC2"
+GROUP = "AutoScalingGroup"
+WARM_POOL = "WarmPool"
 
 
 @dataclass
@@ -27,6 +31,9 @@ class ActionRecord:
     heartbeat_timeout: float
     global_timeout: float
     started_at: float
+    # Where the instance comes from and goes to: EC2, AutoScalingGroup or WarmPool (as its events say).
+    origin: str = ""
+    destination: str = ""
     heartbeats: list[float] = field(default_factory=list)
     finished_at: float | None = None
     result: str | None = None
@@ -68,6 +75,9 @@ class InstanceHistory:
     terminated_at: float | None = None
     # Why the instance left: "scale-in", "user-request", "instance-refresh", "launch-abandoned", ...
     termination_cause: str | None = None
+    # Times the instance went into its group's warm pool (launched into it, or scaled in to it) and left it.
+    pool_entered_at: list[float] = field(default_factory=list)
+    pool_left_at: list[float] = field(default_factory=list)
 
 
 @dataclass

@@ -11,7 +11,7 @@ import pytest
 from moto import mock_aws
 
 from nodecycle_sandbox.aws import AwsControl, install
-from nodecycle_sandbox.aws.group import AutoScalingGroup, GroupSpec, HookSpec
+from nodecycle_sandbox.aws.group import AutoScalingGroup, GroupSpec, HookSpec, WarmPoolSpec
 
 REGION = "eu-west-1"
 # moto reads the caller's access key from the request signature: it must look like a real one.
@@ -85,11 +85,13 @@ class Emulation:
     ec2: Any
     sqs: Any
 
-    def group(self, *hooks: HookSpec, size: int = 0, name: str = "workers") -> AutoScalingGroup:
+    def group(
+        self, *hooks: HookSpec, size: int = 0, name: str = "workers", warm_pool: WarmPoolSpec | None = None
+    ) -> AutoScalingGroup:
         group = AutoScalingGroup(
             autoscaling=self.autoscaling, ec2=self.ec2, control=self.control, region=REGION, name=name
         )
-        group.create(GroupSpec(name=name, size=size, hooks=hooks))
+        group.create(GroupSpec(name=name, size=size, hooks=hooks, warm_pool=warm_pool))
         return group
 
 

@@ -1,0 +1,161 @@
+"""A group's warm pool, as Auto Scaling keeps one with PoolState Stopped (the user guide's "Use lifecycle hooks
+with a warm pool").
+
+An instance launched into the pool goes `Warmed:Pending` (`Warmed:Pending:Wait` while the launch hooks hold it,
+events Origin "EC2", Destination "WarmPool"), `Warmed:Pending:Proceed`, then is stopped (EC2 tells its
+stopping and stopped) and waits `Warmed:Stopped`. A scale out takes stopped instances from the pool first: each
+is started (its kubelet back once it has booted, the node plan's `join_after`; or its node registering, the
+first time it enters the group: the user data AWS documents for warm pools starts the kubelet only then), then goes
+`Pending:Wait` under the launch hooks (Origin "WarmPool", Destination "AutoScalingGroup") and `InService`. With
+`InstanceReusePolicy.ReuseOnScaleIn` a scale in sends the instance back to the pool instead of terminating it:
+`Warmed:Pending:Wait` under the terminating hooks (Origin "AutoScalingGroup", Destination "WarmPool"), then
+stopped as above. Pool instances count toward no capacity and are listed by DescribeWarmPool alone, not among
+the group's Instances. The pool keeps max(MinSize, MaxGroupPreparedCapacity (the group's MaxSize when unset)
+- desired) instances: it launches what it lacks, and terminates what it has too many of (stopped ones, through
+the terminating hooks: `Warmed:Terminating:Wait`, Origin "WarmPool", Destination "EC2").
+
+Not emulated: PoolState Running and Hibernated (PutWarmPool refuses them), DescribeWarmPool's paging, and
+DeleteWarmPool's termination of the pool's instances.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from moto.autoscaling.exceptions import ValidationError
+
+from nodecycle_sandbox.aws.records import GROUP, TERMINATING, WARM_POOL
+
+if TYPE_CHECKING:
+    from moto.autoscaling.models import FakeAutoScalingGroup, FakeWarmPool, InstanceState
+
+    from nodecycle_sandbox.aws.lifecycle import LifecycleEmulator
+
+POOL_PREFIX = "Warmed:"
+EMULATED_POOL_STATES = ("Stopped",)
+
+
+def in_pool(state: InstanceState) -> bool:
+    return state.lifecycle_state.startswith(POOL_PREFIX)
+
+
+def pool_instances(group: FakeAutoScalingGroup) -> list[InstanceState]:
+    """What DescribeWarmPool lists: every instance in a `Warmed:*` state."""
+    return [s for s in group.instance_states if in_pool(s)]
+
+
+def group_instances(group: FakeAutoScalingGroup) -> list[InstanceState]:
+    """What DescribeAutoScalingGroups lists as the group's Instances: not those of its warm pool."""
+    return [s for s in group.instance_states if not in_pool(s)]
+
+
+def check_pool_state(pool_state: str | None) -> None:
+    if pool_state not in (None, *EMULATED_POOL_STATES):
+        raise ValidationError(
+            f"The sandbox emulates warm pools with PoolState Stopped only, not {pool_state}"
+        )
+
+
+def warm_pool_of(group: FakeAutoScalingGroup) -> FakeWarmPool | None:
+    # (moto sets the group's desired capacity before it gives the group the attribute)
+    return getattr(group, "warm_pool", None)
+
+
+def _flag(value: object) -> bool:
+    # (the query protocol hands moto "true"/"false")
+    return value is True or str(value).lower() == "true"
+
+
+class WarmPoolEmulator:
+    def __init__(self, lifecycle: LifecycleEmulator) -> None:
+        self._lifecycle = lifecycle
+
+    # -- configuration ----------------------------------------------------------------------------
+
+    def reuses(self, group: FakeAutoScalingGroup) -> bool:
+        pool = warm_pool_of(group)
+        return pool is not None and _flag((pool.instance_reuse_policy or {}).get("ReuseOnScaleIn"))
+
+    def _size(self, group: FakeAutoScalingGroup, pool: FakeWarmPool) -> int:
+        prepared = pool.max_group_prepared_capacity
+        ceiling = int(group.max_size or 0) if prepared is None or int(prepared) < 0 else int(prepared)
+        return max(int(pool.min_size or 0), ceiling - int(group.desired_capacity or 0))
+
+    def maintain(self, group: FakeAutoScalingGroup) -> None:
+        """Launch what the pool lacks, terminate what it has too many of (of its stopped instances: an instance
+        on its way into the pool is counted, not taken)."""
+        pool = warm_pool_of(group)
+        if pool is None:
+            return
+        members = [s for s in pool_instances(group) if not s.lifecycle_state.startswith("Warmed:Terminating")]
+        missing = self._size(group, pool) - len(members)
+        for _ in range(missing):
+            state = self._lifecycle.run_instance(group)
+            state.lifecycle_state = "Warmed:Pending"
+            group.instance_states.append(state)
+            self._lifecycle.launched(group, state, WARM_POOL)
+        stopped = sorted(
+            (s for s in members if s.lifecycle_state == "Warmed:Stopped"),
+            key=lambda s: s.instance.launch_time,
+        )
+        for state in stopped[: max(0, -missing)]:
+            self._lifecycle.begin_terminate(group, state, "warm-pool-excess")
+
+    # -- into the pool ----------------------------------------------------------------------------
+
+    def scale_in_to(self, group: FakeAutoScalingGroup, state: InstanceState) -> None:
+        """A scale in with ReuseOnScaleIn: back to the pool, through the terminating hooks."""
+        hooks = self._lifecycle.hooks(group.name, TERMINATING)
+        if not hooks:
+            self.returned(group, state)
+            return
+        state.lifecycle_state = "Warmed:Pending:Wait"
+        self._lifecycle.start_round(group, state, hooks, origin=GROUP, destination=WARM_POOL)
+
+    def warmed(self, group: FakeAutoScalingGroup, state: InstanceState) -> None:
+        """Launched into the pool, its launch hooks over: stopped."""
+        self._stop(group, state)
+
+    def returned(self, group: FakeAutoScalingGroup, state: InstanceState) -> None:
+        """Scaled in to the pool, its terminating hooks over: stopped."""
+        self._stop(group, state)
+
+    def _stop(self, group: FakeAutoScalingGroup, state: InstanceState) -> None:
+        instance_id = state.instance.id
+        state.lifecycle_state = "Warmed:Pending:Proceed"
+        self._lifecycle.backend.ec2_backend.stop_instances([instance_id])
+        # EC2 tells of the stop as of any other; the node (if the instance has one) goes NotReady
+        self._lifecycle.disruptions.state_changed([instance_id], ("stopping", "stopped"))
+        state.lifecycle_state = "Warmed:Stopped"
+        history = self._lifecycle.instances.get(instance_id)
+        if history is not None:
+            history.pool_entered_at.append(time.time())
+        self.maintain(group)  # one more stopped instance than the pool keeps: the excess goes
+
+    # -- out of the pool --------------------------------------------------------------------------
+
+    def take(self, group: FakeAutoScalingGroup, count: int) -> int:
+        """A scale out of `count`: up to that many stopped instances leave the pool (oldest first), started,
+        then through the launch hooks into the group. How many it took."""
+        if warm_pool_of(group) is None:
+            return 0
+        ready = sorted(
+            (s for s in group.instance_states if s.lifecycle_state == "Warmed:Stopped"),
+            key=lambda s: s.instance.launch_time,
+        )[:count]
+        for state in ready:
+            instance_id = state.instance.id
+            state.lifecycle_state = "Pending"
+            self._lifecycle.backend.ec2_backend.start_instances([instance_id])
+            history = self._lifecycle.instances.get(instance_id)
+            if history is not None:
+                history.pool_left_at.append(time.time())
+            if self._lifecycle.joined(instance_id):
+                # its kubelet back once the instance has booted (as long as a first one takes to join): until
+                # then its node object is as the stop left it (still Ready for the node monitor grace period)
+                self._lifecycle.instance_started(instance_id, boot=self._lifecycle.node_plan.join_after)
+            else:
+                self._lifecycle.join(state)
+            self._lifecycle.enter(group, state, origin=WARM_POOL, destination=GROUP)
+        return len(ready)

@@ -1,0 +1,222 @@
+"""A group's warm pool (PoolState Stopped): its instances' states, their hooks' events, DescribeWarmPool."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from nodecycle_sandbox.aws import LAUNCHING, TERMINATING
+from nodecycle_sandbox.aws.group import AutoScalingGroup, HookSpec, WarmPoolSpec
+
+from .conftest import Emulation
+
+HOOKS = (
+    HookSpec("launch", LAUNCHING, heartbeat_timeout=60, default_result="ABANDON"),
+    HookSpec("drain", TERMINATING, heartbeat_timeout=60, default_result="CONTINUE"),
+)
+# One instance in the pool whatever the group's size (MaxGroupPreparedCapacity 0).
+ONE_WARMED = WarmPoolSpec(min_size=1, max_group_prepared_capacity=0)
+# A pool of what the group scaled in from one instance (the pool keeps 1 - desired).
+REUSED = WarmPoolSpec(min_size=0, max_group_prepared_capacity=1, reuse_on_scale_in=True)
+
+
+def _complete(aws: Emulation, hook: str, instance_id: str, transition: str, result: str = "CONTINUE") -> None:
+    aws.autoscaling.complete_lifecycle_action(
+        AutoScalingGroupName="workers",
+        LifecycleHookName=hook,
+        LifecycleActionToken=aws.bus.tokens(instance_id, transition)[-1],
+        LifecycleActionResult=result,
+    )
+
+
+def _route(aws: Emulation, instance_id: str, transition: str) -> tuple[str, str]:
+    """Origin and destination of the instance's latest lifecycle action event."""
+    (*_, detail) = (
+        e["detail"]
+        for e in aws.bus.events
+        if e["source"] == "aws.autoscaling"
+        and e["detail"]["EC2InstanceId"] == instance_id
+        and e["detail"]["LifecycleTransition"] == transition
+    )
+    return detail["Origin"], detail["Destination"]
+
+
+def _ec2_state(aws: Emulation, instance_id: str) -> str:
+    found = aws.ec2.describe_instances(InstanceIds=[instance_id])
+    return str(found["Reservations"][0]["Instances"][0]["State"]["Name"])
+
+
+def _state_changes(aws: Emulation, instance_id: str) -> list[str]:
+    return [
+        e["detail"]["state"]
+        for e in aws.bus.events
+        if e["source"] == "aws.ec2" and e["detail"]["instance-id"] == instance_id
+    ]
+
+
+def _warmed(aws: Emulation, group: AutoScalingGroup) -> str:
+    """The one instance of the pool, its launch into it completed: stopped in the pool."""
+    ((pooled, state),) = group.pool_instances().items()
+    assert state == "Warmed:Pending:Wait"
+    _complete(aws, "launch", pooled, LAUNCHING)
+    return pooled
+
+
+def test_an_instance_launched_into_the_pool_waits_for_the_launch_hook_then_is_stopped(aws: Emulation) -> None:
+    # Given a group of none with a warm pool of one
+    group = aws.group(*HOOKS, warm_pool=ONE_WARMED)
+
+    # Then the pool's instance waits for the launch hook, which AWS tells as a launch from EC2 into the pool;
+    # the group lists no instance (AWS lists the pool's in DescribeWarmPool alone)
+    ((pooled, state),) = group.pool_instances().items()
+    assert state == "Warmed:Pending:Wait"
+    assert _route(aws, pooled, LAUNCHING) == ("EC2", "WarmPool")
+    assert group.instances() == {}
+    answer: Any = aws.autoscaling.describe_warm_pool(AutoScalingGroupName="workers")
+    assert answer["WarmPoolConfiguration"]["PoolState"] == "Stopped"
+    assert answer["WarmPoolConfiguration"]["MinSize"] == 1
+
+    # When its action is completed
+    _complete(aws, "launch", pooled, LAUNCHING)
+
+    # Then it is stopped in the pool (EC2 telling of the stop), and it never joined the cluster
+    assert group.pool_instances() == {pooled: "Warmed:Stopped"}
+    assert _ec2_state(aws, pooled) == "stopped"
+    assert _state_changes(aws, pooled) == ["stopping", "stopped"]
+    assert aws.nodes.node_for_instance(pooled) is None
+    (details,) = aws.autoscaling.describe_auto_scaling_instances(InstanceIds=[pooled])["AutoScalingInstances"]
+    assert details["LifecycleState"] == "Warmed:Stopped"
+
+
+def test_a_scale_out_takes_the_stopped_instance_from_the_pool_through_the_launch_hook(aws: Emulation) -> None:
+    # Given a group of none with one stopped instance in its pool
+    group = aws.group(*HOOKS, warm_pool=ONE_WARMED)
+    pooled = _warmed(aws, group)
+
+    # When the group scales out by one
+    group.set_desired(1)
+
+    # Then the pool's instance is started, its node joins, and it waits for the launch hook, which AWS tells as
+    # a launch from the pool into the group; the pool launches a new instance in its place
+    assert group.instances() == {pooled: "Pending:Wait"}
+    assert _route(aws, pooled, LAUNCHING) == ("WarmPool", "AutoScalingGroup")
+    assert _ec2_state(aws, pooled) == "running"
+    assert aws.nodes.node_for_instance(pooled) is not None
+    ((replacement, state),) = group.pool_instances().items()
+    assert (replacement != pooled, state) == (True, "Warmed:Pending:Wait")
+
+    # When its action is completed
+    _complete(aws, "launch", pooled, LAUNCHING)
+
+    # Then it is in service
+    assert group.instances() == {pooled: "InService"}
+
+
+def test_an_abandoned_launch_into_the_pool_terminates_the_instance_and_warms_another(aws: Emulation) -> None:
+    # Given a group of none whose pool's instance waits for the launch hook
+    group = aws.group(*HOOKS, warm_pool=ONE_WARMED)
+    ((pooled, _),) = group.pool_instances().items()
+
+    # When its action is abandoned
+    _complete(aws, "launch", pooled, LAUNCHING, result="ABANDON")
+
+    # Then it is terminated, and another instance is launched into the pool
+    assert _ec2_state(aws, pooled) == "terminated"
+    ((other, state),) = group.pool_instances().items()
+    assert (other != pooled, state) == (True, "Warmed:Pending:Wait")
+
+
+def test_with_reuse_on_scale_in_a_scaled_in_instance_goes_back_to_the_pool_under_the_terminate_hook(
+    aws: Emulation,
+) -> None:
+    # Given a group of one in service whose warm pool takes instances back on scale in
+    group = aws.group(*HOOKS, size=1, warm_pool=REUSED)
+    (instance,) = group.instances()
+    _complete(aws, "launch", instance, LAUNCHING)
+    node = aws.nodes.node_for_instance(instance)
+    assert node is not None
+    assert group.pool_instances() == {}
+    (described,) = aws.autoscaling.describe_auto_scaling_groups()["AutoScalingGroups"]
+    assert described["WarmPoolConfiguration"]["InstanceReusePolicy"] == {"ReuseOnScaleIn": True}
+
+    # When the group scales in to none
+    group.set_desired(0)
+
+    # Then the instance waits in Warmed:Pending:Wait for the terminate hook, which AWS tells as a move from the
+    # group into the pool; it is still running
+    assert group.pool_instances() == {instance: "Warmed:Pending:Wait"}
+    assert group.instances() == {}
+    assert _route(aws, instance, TERMINATING) == ("AutoScalingGroup", "WarmPool")
+    assert _ec2_state(aws, instance) == "running"
+
+    # When its action is completed
+    _complete(aws, "drain", instance, TERMINATING)
+
+    # Then it is stopped in the pool, its node kept (NotReady: its instance stopped)
+    assert group.pool_instances() == {instance: "Warmed:Stopped"}
+    assert _ec2_state(aws, instance) == "stopped"
+    assert node in aws.nodes.nodes
+    assert node in aws.nodes.stopped
+
+    # When the group scales out again
+    group.set_desired(1)
+
+    # Then the same instance comes back from the pool, started, its node the same one, through the launch hook
+    assert group.instances() == {instance: "Pending:Wait"}
+    assert _route(aws, instance, LAUNCHING) == ("WarmPool", "AutoScalingGroup")
+    assert node not in aws.nodes.stopped
+    assert aws.nodes.node_for_instance(instance) == node
+    _complete(aws, "launch", instance, LAUNCHING)
+    assert group.instances() == {instance: "InService"}
+
+
+def test_without_reuse_on_scale_in_a_scaled_in_instance_is_terminated(aws: Emulation) -> None:
+    # Given a group of one in service with a warm pool that does not take instances back
+    group = aws.group(*HOOKS, size=1, warm_pool=WarmPoolSpec(min_size=0, max_group_prepared_capacity=1))
+    (instance,) = group.instances()
+    _complete(aws, "launch", instance, LAUNCHING)
+
+    # When the group scales in to none, and the instance's terminate action is completed
+    group.set_desired(0)
+    assert _route(aws, instance, TERMINATING) == ("AutoScalingGroup", "EC2")
+    _complete(aws, "drain", instance, TERMINATING)
+
+    # Then it is terminated, and the pool (now of one) warms a new instance instead
+    assert _ec2_state(aws, instance) == "terminated"
+    ((pooled, state),) = group.pool_instances().items()
+    assert (pooled != instance, state) == (True, "Warmed:Pending:Wait")
+
+
+def test_a_pool_made_smaller_terminates_its_excess_stopped_instance_through_the_terminate_hook(
+    aws: Emulation,
+) -> None:
+    # Given a group of none with two stopped instances in its pool
+    group = aws.group(*HOOKS, warm_pool=WarmPoolSpec(min_size=2, max_group_prepared_capacity=0))
+    for pooled in group.pool_instances():
+        _complete(aws, "launch", pooled, LAUNCHING)
+    assert set(group.pool_instances().values()) == {"Warmed:Stopped"}
+
+    # When the pool is made one smaller
+    group.put_warm_pool(WarmPoolSpec(min_size=1, max_group_prepared_capacity=0))
+
+    # Then one of its instances waits in Warmed:Terminating:Wait for the terminate hook, which AWS tells as a
+    # termination from the pool
+    (leaving,) = [i for i, s in group.pool_instances().items() if s == "Warmed:Terminating:Wait"]
+    assert _route(aws, leaving, TERMINATING) == ("WarmPool", "EC2")
+
+    # When its action is completed, it is terminated, and the pool keeps the other
+    _complete(aws, "drain", leaving, TERMINATING)
+    assert _ec2_state(aws, leaving) == "terminated"
+    assert list(group.pool_instances().values()) == ["Warmed:Stopped"]
+
+
+def test_a_pool_state_the_sandbox_does_not_emulate_is_refused(aws: Emulation) -> None:
+    # Given a group
+    aws.group(*HOOKS)
+
+    # When a warm pool of running instances is put, it is refused rather than kept as a Stopped one
+    with pytest.raises(ClientError) as refused:
+        aws.autoscaling.put_warm_pool(AutoScalingGroupName="workers", MinSize=1, PoolState="Running")
+    assert refused.value.response["Error"]["Code"] == "ValidationError"
