@@ -14,7 +14,7 @@ from kubernetes.client import CoreV1Api
 from nodecycle.adapters.aws.records import DynamoRecordStore
 from nodecycle.domain.model import LifecycleRecord, Transition
 from nodecycle_sandbox import Sandbox, SandboxOptions
-from nodecycle_sandbox.aws.group import GroupSpec, HookSpec, default_hooks, wait_for
+from nodecycle_sandbox.aws.group import GroupSpec, HookSpec, WarmPoolSpec, default_hooks, wait_for
 from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING, ActionRecord
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -65,14 +65,17 @@ def running(
     hooks: tuple[HookSpec, ...] | None = None,
     workloads: Mapping[str, Any] | None = WORKLOADS,
     spot: bool = False,
+    warm_pool: WarmPoolSpec | None = None,
     **options: Any,
 ) -> Iterator[Sandbox]:
     """A sandbox with a group of ``size`` instances in service (their launch actions completed through the
-    readiness gate) and the workloads scheduled on their nodes; ``spot``: all of them Spot instances."""
+    readiness gate) and the workloads scheduled on their nodes; ``spot``: all of them Spot instances;
+    ``warm_pool``: the group's warm pool, put once the group has its instances."""
     group = GroupSpec(
         size=size,
         hooks=hooks or default_hooks(heartbeat_timeout=300),
         on_demand_percentage=0 if spot else None,
+        warm_pool=warm_pool,
     )
     opts = SandboxOptions(
         root=ROOT, parameters={**FAST, **(parameters or {})}, group=group, node_ready_after=0.5, **options

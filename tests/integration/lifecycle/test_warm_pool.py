@@ -1,0 +1,271 @@
+"""A group's warm pool (PoolState Stopped) end to end: a launch into the pool completed at once, a launch out
+of it through the readiness gate, and, with ReuseOnScaleIn, a scale in back into the pool drained first."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from nodecycle.domain.drain.steps import POOL_WATCH
+from nodecycle.domain.model import Step, Transition
+from nodecycle.domain.ports.cluster import RELEASED_FOR_ANNOTATION
+from nodecycle_sandbox import Sandbox
+from nodecycle_sandbox.aws.group import WarmPoolSpec
+from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING, ActionRecord
+from nodecycle_sandbox.checks import completed_before_drained, last_pod_gone, pdb_breaches
+from nodecycle_sandbox.kube import HistoryEntry
+from tests.integration.lifecycle.harness import find_record, node_of, running, wait_for
+
+pytestmark = pytest.mark.slow
+
+SHUTDOWN_TAINT = "node.cloudprovider.kubernetes.io/shutdown"
+# One instance warmed in the pool whatever the group's size (MaxGroupPreparedCapacity 0).
+POOL_OF_ONE = WarmPoolSpec(min_size=1, max_group_prepared_capacity=0)
+# No instance in the pool until the group of three scales in: then the pool keeps what it took back.
+TAKES_BACK = WarmPoolSpec(min_size=0, max_group_prepared_capacity=3, reuse_on_scale_in=True)
+BOOT_SECONDS = 2.0  # an instance started out of the pool runs its kubelet again this long after
+LEASE_ALLOWANCE = 5.0  # the readiness gate takes a Lease renewed this long before the action started
+
+
+@pytest.fixture(scope="module")
+def pooled() -> Iterator[Sandbox]:
+    """Two instances in service, Elastic IPs on, and a warm pool of one."""
+    with running(size=2, warm_pool=POOL_OF_ONE, parameters={"EipMode": "allocate"}) as sandbox:
+        yield sandbox
+
+
+def latest_action(sandbox: Sandbox, instance_id: str, transition: str) -> ActionRecord | None:
+    found = [a for a in sandbox.aws.actions() if a.instance_id == instance_id and a.transition == transition]
+    return max(found, key=lambda a: a.started_at) if found else None
+
+
+def wait_in_pool(sandbox: Sandbox) -> str:
+    """The instance stopped in the group's warm pool (one only)."""
+    stopped = wait_for(
+        lambda: [i for i, s in sandbox.asg.pool_instances().items() if s == "Warmed:Stopped"],
+        60,
+        "an instance stopped in the warm pool",
+    )
+    assert len(stopped) == 1
+    return str(stopped[0])
+
+
+def wait_launched_from_pool(sandbox: Sandbox, instance_id: str) -> ActionRecord:
+    """The instance's launch out of the pool, in service (its action over)."""
+    wait_for(lambda: instance_id in sandbox.asg.in_state("InService"), 60, f"{instance_id} in service")
+    action = latest_action(sandbox, instance_id, LAUNCHING)
+    assert action is not None
+    assert (action.origin, action.destination) == ("WarmPool", "AutoScalingGroup")
+    return action
+
+
+def budget_entries_seen(history: list[HistoryEntry]) -> list[dict[str, Any]]:
+    """Every holder and waiter the budget ConfigMap ever had."""
+    return [
+        entry
+        for e in history
+        if e.kind == "ConfigMap" and e.name == "nodecycle-budget" and not e.removed
+        for document in [json.loads((e.object.get("data") or {}).get("budget.json") or "{}")]
+        for entry in [*document.get("holders", []), *document.get("waiters", [])]
+    ]
+
+
+def current_holders(sandbox: Sandbox) -> set[str]:
+    configmap = sandbox.kube.get_object("configmaps", "nodecycle-budget", "nodecycle") or {}
+    document = json.loads((configmap.get("data") or {}).get("budget.json") or "{}")
+    return {h["node"] for h in document.get("holders", [])}
+
+
+def addresses_of(sandbox: Sandbox, instance_id: str) -> list[str]:
+    """Elastic IPs associated with the instance or tagged for it (allocated, not yet released)."""
+    found = sandbox.client("ec2").describe_addresses()["Addresses"]
+    return [
+        a["PublicIp"]
+        for a in found
+        if a.get("InstanceId") == instance_id
+        or any(t["Key"] == "nodecycle:instance-id" and t["Value"] == instance_id for t in a.get("Tags", []))
+    ]
+
+
+def node_object(sandbox: Sandbox, node: str) -> dict[str, Any]:
+    found = sandbox.kube.get_object("nodes", node)
+    assert found is not None, f"no node {node}"
+    return found
+
+
+def cordoned(node: dict[str, Any]) -> bool:
+    return bool(node["spec"].get("unschedulable"))
+
+
+def ready(node: dict[str, Any]) -> bool:
+    return any(
+        c["type"] == "Ready" and c["status"] == "True" for c in node.get("status", {}).get("conditions", [])
+    )
+
+
+def first_ready_since(history: list[HistoryEntry], node: str, since: float) -> float | None:
+    return next(
+        (
+            e.time
+            for e in history
+            if e.kind == "Node" and e.name == node and e.time >= since and not e.removed and ready(e.object)
+        ),
+        None,
+    )
+
+
+def last_renewal(sandbox: Sandbox, node: str) -> float:
+    """When the node's kubelet last renewed its Lease (its renewTime)."""
+    lease = sandbox.kube.get_object("leases", node, "kube-node-lease")
+    assert lease is not None, f"no Lease of {node}"
+    return datetime.fromisoformat(lease["spec"]["renewTime"]).timestamp()
+
+
+def lease_renewals(sandbox: Sandbox, node: str) -> list[float]:
+    """When the node's kubelet renewed its Lease (as far as the history goes back)."""
+    return [
+        e.time
+        for e in sandbox.kube.history()
+        if e.kind == "Lease" and e.namespace == "kube-node-lease" and e.name == node and not e.removed
+    ]
+
+
+def workload_pods_on(sandbox: Sandbox, node: str) -> list[str]:
+    """The pods on ``node`` that a drain evicts (not DaemonSets')."""
+    return [
+        p["metadata"]["name"]
+        for p in sandbox.kube.objects("pods")
+        if p["spec"].get("nodeName") == node
+        and not any(o.get("kind") == "DaemonSet" for o in p["metadata"].get("ownerReferences") or [])
+    ]
+
+
+def test_an_instance_launched_into_the_pool_is_completed_at_once_without_a_slot_an_address_or_a_node(
+    pooled: Sandbox,
+) -> None:
+    # Given a warm pool of one, put once the group was in service: its instance is launched into the pool
+    # Then nodecycle completes the instance's launch action (a launch from EC2 into the pool) and Auto Scaling
+    # stops it in the pool
+    instance = wait_in_pool(pooled)
+    action = latest_action(pooled, instance, LAUNCHING)
+    assert action is not None
+    assert (action.origin, action.destination) == ("EC2", "WarmPool")
+    assert (action.outcome, action.result) == ("completed", "CONTINUE")
+    record = find_record(pooled, instance, Transition.LAUNCHING)
+    assert record is not None
+    assert record.finished
+    # without a budget slot, an Elastic IP, or a node: it never ran as a node of the cluster
+    assert [e for e in budget_entries_seen(pooled.kube.history()) if e.get("instance_id") == instance] == []
+    assert addresses_of(pooled, instance) == []
+    assert pooled.kube.node_for_instance(instance) is None
+
+
+def test_a_scale_out_from_the_pool_completes_the_launch_once_the_node_is_ready_and_leaves_it_schedulable(
+    pooled: Sandbox,
+) -> None:
+    # Given the instance stopped in the warm pool
+    instance = wait_in_pool(pooled)
+
+    # When the group scales out by one
+    pooled.asg.set_desired(3)
+
+    # Then the instance leaves the pool, and nodecycle completes its launch action once its node is Ready
+    action = wait_launched_from_pool(pooled, instance)
+    assert (action.outcome, action.result) == ("completed", "CONTINUE")
+    node = node_of(pooled, instance)
+    became_ready = first_ready_since(pooled.kube.history(), node, action.started_at)
+    assert became_ready is not None
+    assert action.finished_at is not None
+    assert became_ready <= action.finished_at
+    # and the node takes pods, and the instance has its Elastic IP
+    assert not cordoned(node_object(pooled, node))
+    assert addresses_of(pooled, instance) != []
+
+
+def test_a_scale_in_back_into_the_pool_drains_the_node_first_and_a_scale_out_brings_it_back_schedulable() -> (
+    None
+):
+    with running(size=3, warm_pool=TAKES_BACK, parameters={"EipMode": "allocate"}) as sandbox:
+        sandbox.kube.reset_history()
+
+        # When the group scales in by one, with a pool that takes instances back
+        sandbox.asg.set_desired(2)
+
+        # Then the instance goes to the pool through the terminate hook (a move from the group into the pool)
+        instance = wait_in_pool(sandbox)
+        action = latest_action(sandbox, instance, TERMINATING)
+        assert action is not None
+        assert (action.origin, action.destination) == ("AutoScalingGroup", "WarmPool")
+        assert (action.outcome, action.result) == ("completed", "CONTINUE")
+        # its node drained before, through the Eviction API, under the PodDisruptionBudgets
+        node = node_of(sandbox, instance)
+        history = sandbox.kube.history()
+        assert completed_before_drained(history, [action]) == []
+        evicted = {e.name for e in history if e.resource == "pods/eviction"}
+        assert evicted != set()
+        assert evicted <= {
+            e.name for e in history if e.kind == "Pod" and e.object["spec"].get("nodeName") == node
+        }
+        assert pdb_breaches(history) == []
+        emptied = last_pod_gone(history, node)
+        assert emptied is not None
+        assert action.finished_at is not None
+        assert emptied <= action.finished_at
+        # its budget slot taken for the drain, and given back once its cleanup watches the pool
+        record = wait_for(
+            lambda: (
+                (r := find_record(sandbox, instance)) is not None
+                and r.step in (Step.CLEANUP, Step.DONE)
+                and r.extra.get(POOL_WATCH)
+                and r
+            ),
+            30,
+            "the cleanup watching the pool",
+        )
+        assert node in {e["node"] for e in budget_entries_seen(history)}
+        assert node not in current_holders(sandbox)
+        # while in the pool nothing can be scheduled on the node: cordoned (released for this lifecycle), or
+        # NotReady and tainted as shut down (the design lifts the cordon then), and no workload went there
+        in_pool = node_object(sandbox, node)
+        assert in_pool["metadata"]["annotations"].get(RELEASED_FOR_ANNOTATION) == record.id
+        taints = {t["key"] for t in in_pool["spec"].get("taints") or []}
+        assert cordoned(in_pool) or (not ready(in_pool) and SHUTDOWN_TAINT in taints)
+        assert workload_pods_on(sandbox, node) == []
+        # and its Elastic IP released before it went (a stopped instance in the pool would keep it)
+        assert addresses_of(sandbox, instance) == []
+
+        # When the group scales out again, the instance's kubelet back only once it has booted, while its node
+        # object may still be Ready from before the stop (the node monitor grace period), with a Lease the
+        # gate can no longer take for a renewal since the launch
+        sandbox.aws.plan_nodes(join_after=BOOT_SECONDS)
+        renewed = last_renewal(sandbox, node)
+        wait_for(
+            lambda: time.time() > renewed + LEASE_ALLOWANCE + 1,
+            30,
+            "the Lease older than the gate takes",
+        )
+        sandbox.asg.set_desired(3)
+
+        # Then the same instance comes back from the pool through the launch hook, whose action is completed
+        # only once the node's kubelet is back (a Lease renewal between the action's start and its completion),
+        # and its node is schedulable again, the lifecycle that took it to the pool over
+        back = wait_launched_from_pool(sandbox, instance)
+        assert (back.outcome, back.result) == ("completed", "CONTINUE")
+        assert back.finished_at is not None
+        assert [t for t in lease_renewals(sandbox, node) if back.started_at <= t <= back.finished_at] != []
+        wait_for(lambda: not cordoned(node_object(sandbox, node)), 30, "the node uncordoned")
+        finished = wait_for(
+            lambda: (r := find_record(sandbox, instance)) is not None and r.finished and r,
+            30,
+            "the lifecycle that took the instance to the pool",
+        )
+        assert finished.id == record.id
+        assert RELEASED_FOR_ANNOTATION not in (
+            node_object(sandbox, node)["metadata"].get("annotations") or {}
+        )
+        assert addresses_of(sandbox, instance) != []
