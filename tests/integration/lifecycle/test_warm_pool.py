@@ -12,14 +12,22 @@ from typing import Any
 import pytest
 
 from nodecycle.domain.drain.steps import POOL_WATCH
-from nodecycle.domain.model import Step, Transition
+from nodecycle.domain.model import Step, Transition, adopted_token
 from nodecycle.domain.ports.cluster import RELEASED_FOR_ANNOTATION
 from nodecycle_sandbox import Sandbox
-from nodecycle_sandbox.aws.group import WarmPoolSpec
+from nodecycle_sandbox.aws.group import HookSpec, WarmPoolSpec
 from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING, ActionRecord
 from nodecycle_sandbox.checks import completed_before_drained, last_pod_gone, pdb_breaches
+from nodecycle_sandbox.faults import Fault
 from nodecycle_sandbox.kube import HistoryEntry
-from tests.integration.lifecycle.harness import find_record, node_of, running, wait_for
+from tests.integration.lifecycle.harness import (
+    find_record,
+    node_of,
+    records,
+    running,
+    wait_for,
+    wait_terminated,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -29,6 +37,7 @@ POOL_OF_ONE = WarmPoolSpec(min_size=1, max_group_prepared_capacity=0)
 # No instance in the pool until the group of three scales in: then the pool keeps what it took back.
 TAKES_BACK = WarmPoolSpec(min_size=0, max_group_prepared_capacity=3, reuse_on_scale_in=True)
 BOOT_SECONDS = 2.0  # an instance started out of the pool runs its kubelet again this long after
+LOST_HEARTBEAT_TIMEOUT = 15  # the hooks' of the sweeper's adoption: it adopts within seconds
 LEASE_ALLOWANCE = 5.0  # the readiness gate takes a Lease renewed this long before the action started
 
 
@@ -269,3 +278,52 @@ def test_a_scale_in_back_into_the_pool_drains_the_node_first_and_a_scale_out_bri
             node_object(sandbox, node)["metadata"].get("annotations") or {}
         )
         assert addresses_of(sandbox, instance) != []
+
+
+def test_the_sweeper_adopts_a_scale_in_into_the_pool_whose_event_intake_lost_and_drains_it_first() -> None:
+    # Given a pool that takes instances back, hooks that time out after 15 s (the terminate hook's default result
+    # CONTINUE), a sweeper every 2 s, and DynamoDB failing every call of the intake function
+    hooks = (
+        HookSpec("nodecycle-launch", LAUNCHING, LOST_HEARTBEAT_TIMEOUT, "ABANDON"),
+        HookSpec("nodecycle-terminate", TERMINATING, LOST_HEARTBEAT_TIMEOUT, "CONTINUE"),
+    )
+    with running(
+        size=3,
+        warm_pool=TAKES_BACK,
+        hooks=hooks,
+        parameters={"HeartbeatMarginSeconds": "5"},
+        settings={"NODECYCLE_SWEEP_INTERVAL_MINUTES": str(2 / 60)},
+        schedule_interval=2.0,
+    ) as sandbox:
+        sandbox.kube.reset_history()
+        sandbox.aws.arm_faults(
+            faults=[Fault("down", "aws-error", target="dynamodb.*")],
+            seed=1,
+            callers=[sandbox.runner.access_key("IntakeFunction")],
+        )
+
+        # When the group scales in by one: the instance waits in Warmed:Pending:Wait, which DescribeWarmPool
+        # alone lists, and the event of its move into the pool does not become a record
+        sandbox.asg.set_desired(2)
+        (instance,) = wait_for(
+            lambda: list(sandbox.asg.pool_instances()), 30, "the instance going to the pool"
+        )
+
+        # Then the sweeper adopts it with the plan of a move into the pool: the node drained, the action completed
+        # by nodecycle (not by the hook's default result), its cleanup watching the pool
+        action = wait_terminated(sandbox, instance, timeout=60)
+        assert find_record(sandbox, instance) is None  # (no record of the event's own)
+        sandbox.aws.disarm_faults()
+        assert (action.outcome, action.completed_by is not None) == ("completed", True)
+        assert completed_before_drained(sandbox.kube.history(), [action]) == []
+        adopted = wait_for(
+            lambda: (
+                (r := records(sandbox).get(f"{instance}/terminate/{adopted_token(action.hook)}"))
+                and r.extra.get(POOL_WATCH)
+                and r
+            ),
+            30,
+            "the adopted lifecycle watching the pool",
+        )
+        assert adopted.destination == "WarmPool"
+        wait_in_pool(sandbox)
