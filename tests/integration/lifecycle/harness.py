@@ -16,6 +16,7 @@ from nodecycle.domain.model import LifecycleRecord, Transition
 from nodecycle_sandbox import Sandbox, SandboxOptions
 from nodecycle_sandbox.aws.group import GroupSpec, HookSpec, WarmPoolSpec, default_hooks, wait_for
 from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING, ActionRecord
+from nodecycle_sandbox.kube import KubeServer
 
 ROOT = Path(__file__).resolve().parents[3]
 T = TypeVar("T")
@@ -66,11 +67,13 @@ def running(
     workloads: Mapping[str, Any] | None = WORKLOADS,
     spot: bool = False,
     warm_pool: WarmPoolSpec | None = None,
+    node_monitor_grace: float | None = None,
     **options: Any,
 ) -> Iterator[Sandbox]:
     """A sandbox with a group of ``size`` instances in service (their launch actions completed through the
     readiness gate) and the workloads scheduled on their nodes; ``spot``: all of them Spot instances;
-    ``warm_pool``: the group's warm pool, put once the group has its instances."""
+    ``warm_pool``: the group's warm pool, put once the group has its instances; ``node_monitor_grace``: how long
+    a node whose kubelet is gone stays Ready (the cluster's ``--node-monitor-grace-period``, 40 s unless set)."""
     group = GroupSpec(
         size=size,
         hooks=hooks or default_hooks(heartbeat_timeout=300),
@@ -80,7 +83,12 @@ def running(
     opts = SandboxOptions(
         root=ROOT, parameters={**FAST, **(parameters or {})}, group=group, node_ready_after=0.5, **options
     )
-    with Sandbox(opts) as sandbox:
+    kube = (
+        None
+        if node_monitor_grace is None
+        else KubeServer(tls=True, node_monitor_grace_seconds=node_monitor_grace)
+    )
+    with Sandbox(opts, kube=kube) as sandbox:
         sandbox.asg.wait_in_service(size, timeout=90)
         if workloads:
             sandbox.kube.seed(dict(workloads))

@@ -327,3 +327,41 @@ def test_the_sweeper_adopts_a_scale_in_into_the_pool_whose_event_intake_lost_and
         )
         assert adopted.destination == "WarmPool"
         wait_in_pool(sandbox)
+
+
+def test_a_node_stopped_in_the_pool_is_uncordoned_once_not_ready_and_comes_back_ready() -> None:
+    # Given a pool that takes instances back, and nodes that turn NotReady 3 s after their kubelet is gone
+    with running(size=3, warm_pool=TAKES_BACK, node_monitor_grace=3) as sandbox:
+        # When the group scales in by one, and the instance stays in the pool until its node is NotReady
+        sandbox.asg.set_desired(2)
+        instance = wait_in_pool(sandbox)
+        node = node_of(sandbox, instance)
+
+        # Then the pool's watch lifts the cordon of the NotReady node (the shutdown taint keeps pods off), and
+        # the lifecycle that drained it is over
+        wait_for(lambda: not cordoned(node_object(sandbox, node)), 30, "the stopped node uncordoned")
+        stopped = node_object(sandbox, node)
+        assert not ready(stopped)
+        assert SHUTDOWN_TAINT in {t["key"] for t in stopped["spec"].get("taints") or []}
+        record = wait_for(
+            lambda: (r := find_record(sandbox, instance)) is not None and r.finished and r,
+            30,
+            "the lifecycle",
+        )
+        assert record.outcome == "drained"
+
+        # When the group scales out, the instance's kubelet back once it has booted
+        sandbox.aws.plan_nodes(join_after=BOOT_SECONDS)
+        sandbox.asg.set_desired(3)
+
+        # Then its launch out of the pool is completed once the node is Ready again, without the shutdown taint,
+        # and schedulable
+        back = wait_launched_from_pool(sandbox, instance)
+        assert (back.outcome, back.result) == ("completed", "CONTINUE")
+        became_ready = first_ready_since(sandbox.kube.history(), node, back.started_at)
+        assert became_ready is not None
+        assert back.finished_at is not None
+        assert became_ready <= back.finished_at
+        returned = node_object(sandbox, node)
+        assert not cordoned(returned)
+        assert SHUTDOWN_TAINT not in {t["key"] for t in returned["spec"].get("taints") or []}
