@@ -55,6 +55,32 @@ def _instance(instance_id: str, state: str) -> dict[str, Any]:
     }
 
 
+def _group(
+    name: str,
+    states: dict[str, str],
+    *,
+    tags: dict[str, str] | None = None,
+    pool: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A group as DescribeAutoScalingGroups answers it, with its warm pool's configuration when it has one."""
+    return {
+        **({"WarmPoolConfiguration": pool} if pool is not None else {}),
+        "AutoScalingGroupName": name,
+        "MinSize": 0,
+        "MaxSize": 9,
+        "DesiredCapacity": len(states),
+        "DefaultCooldown": 300,
+        "AvailabilityZones": ["eu-west-1a"],
+        "HealthCheckType": "EC2",
+        "CreatedTime": datetime(2026, 1, 1, tzinfo=UTC),
+        "Tags": [{"Key": k, "Value": v} for k, v in (tags or {}).items()],
+        "Instances": [_instance(instance, state) for instance, state in states.items()],
+    }
+
+
+STOPPED_POOL = {"MinSize": 2, "PoolState": "Stopped"}
+
+
 def test_complete_names_the_action_by_token_with_the_result(
     autoscaling: tuple[AutoscalingActions, Stubber],
 ) -> None:
@@ -91,26 +117,8 @@ def test_the_held_instances_of_named_and_tagged_groups_are_listed_in_one_call_ea
 ) -> None:
     adapter, stubber = autoscaling
 
-    def group(
-        name: str, tags: dict[str, str], states: dict[str, str], *, pool: bool = False
-    ) -> dict[str, Any]:
-        pooled = {"WarmPoolConfiguration": {"MinSize": 3, "PoolState": "Stopped"}} if pool else {}
-        return {
-            **pooled,
-            "AutoScalingGroupName": name,
-            "MinSize": 0,
-            "MaxSize": 9,
-            "DesiredCapacity": len(states),
-            "DefaultCooldown": 300,
-            "AvailabilityZones": ["eu-west-1a"],
-            "HealthCheckType": "EC2",
-            "CreatedTime": datetime(2026, 1, 1, tzinfo=UTC),
-            "Tags": [{"Key": k, "Value": v} for k, v in tags.items()],
-            "Instances": [_instance(instance, state) for instance, state in states.items()],
-        }
-
-    named = group("nodes-a", {}, {"i-01": "InService", "i-02": "Terminating:Wait"}, pool=True)
-    tagged = group("nodes-b", {"nodecycle:owner": "stack-a"}, {"i-04": "Pending:Wait"})
+    named = _group("nodes-a", {"i-01": "InService", "i-02": "Terminating:Wait"}, pool=STOPPED_POOL)
+    tagged = _group("nodes-b", {"i-04": "Pending:Wait"}, tags={"nodecycle:owner": "stack-a"})
     stubber.add_response(
         "describe_auto_scaling_groups", {"AutoScalingGroups": [named]}, {"AutoScalingGroupNames": ["nodes-a"]}
     )
@@ -149,22 +157,8 @@ def test_an_instance_in_warmed_pending_wait_is_listed_as_a_launch_into_the_pool_
     # instance scaled in waits in Warmed:Pending:Wait under the group's EC2_INSTANCE_TERMINATING hook, the
     # state a launch into the pool waits in under its launch hook (AWS: "Use lifecycle hooks with a warm pool")
     adapter, stubber = autoscaling
-    group = {
-        "AutoScalingGroupName": "nodes-a",
-        "MinSize": 0,
-        "MaxSize": 10,
-        "DesiredCapacity": 1,
-        "DefaultCooldown": 300,
-        "AvailabilityZones": ["eu-west-1a"],
-        "HealthCheckType": "EC2",
-        "CreatedTime": datetime(2026, 1, 1, tzinfo=UTC),
-        "Instances": [],
-        "WarmPoolConfiguration": {
-            "MinSize": 1,
-            "PoolState": "Stopped",
-            "InstanceReusePolicy": {"ReuseOnScaleIn": True},
-        },
-    }
+    reusing = {**STOPPED_POOL, "InstanceReusePolicy": {"ReuseOnScaleIn": True}}
+    group = _group("nodes-a", {}, pool=reusing)
     stubber.add_response(
         "describe_auto_scaling_groups", {"AutoScalingGroups": [group]}, {"AutoScalingGroupNames": ["nodes-a"]}
     )
@@ -191,19 +185,7 @@ def test_the_held_instances_of_a_groups_warm_pool_are_listed_from_the_pool_page_
     # Given a group with a warm pool: AWS lists the group's instances in DescribeAutoScalingGroups, and those of
     # its warm pool (Warmed:*) only in DescribeWarmPool, 50 at most a page
     adapter, stubber = autoscaling
-    pooled = {
-        "AutoScalingGroupName": "nodes-a",
-        "MinSize": 0,
-        "MaxSize": 9,
-        "DesiredCapacity": 1,
-        "DefaultCooldown": 300,
-        "AvailabilityZones": ["eu-west-1a"],
-        "HealthCheckType": "EC2",
-        "CreatedTime": datetime(2026, 1, 1, tzinfo=UTC),
-        "Instances": [_instance("i-01", "Terminating:Wait")],
-        "WarmPoolConfiguration": {"MinSize": 2, "PoolState": "Stopped"},
-        "WarmPoolSize": 3,
-    }
+    pooled = {**_group("nodes-a", {"i-01": "Terminating:Wait"}, pool=STOPPED_POOL), "WarmPoolSize": 3}
     stubber.add_response(
         "describe_auto_scaling_groups",
         {"AutoScalingGroups": [pooled]},
@@ -240,18 +222,7 @@ def test_a_warm_pool_auto_scaling_no_longer_knows_lists_nothing(
 ) -> None:
     # Given a group deleted (or its pool) between the listing of the groups and the reading of its pool
     adapter, stubber = autoscaling
-    pooled = {
-        "AutoScalingGroupName": "nodes-a",
-        "MinSize": 0,
-        "MaxSize": 9,
-        "DesiredCapacity": 1,
-        "DefaultCooldown": 300,
-        "AvailabilityZones": ["eu-west-1a"],
-        "HealthCheckType": "EC2",
-        "CreatedTime": datetime(2026, 1, 1, tzinfo=UTC),
-        "Instances": [_instance("i-01", "Terminating:Wait")],
-        "WarmPoolConfiguration": {"MinSize": 2, "PoolState": "Stopped"},
-    }
+    pooled = _group("nodes-a", {"i-01": "Terminating:Wait"}, pool=STOPPED_POOL)
     stubber.add_response(
         "describe_auto_scaling_groups",
         {"AutoScalingGroups": [pooled]},

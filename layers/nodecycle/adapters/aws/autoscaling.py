@@ -51,6 +51,16 @@ def _naming(action: ActionRef) -> dict[str, str]:
     return named
 
 
+def _unknown_group(error: ClientError, group: str) -> None:
+    """Tell a ValidationError, Auto Scaling's answer about a group (or its warm pool) it does not know; raise
+    any other error."""
+    if error_code(error) != "ValidationError":
+        raise error
+    log.warning(
+        "Auto Scaling does not know group %s: %s", group, error.response.get("Error", {}).get("Message", "")
+    )
+
+
 def _hook(described: Any) -> Hook:
     return Hook(
         transition=Transition(described["LifecycleTransition"]),
@@ -116,13 +126,7 @@ class AutoscalingActions:
             # Auto Scaling answers a ValidationError for a group it does not know: one deleted since it sent
             # the action (ForceDelete ends the actions with it), or a name no group has. Its hook is as gone as
             # a deleted hook's; asking again would fail the same way until the dead-letter queue.
-            if error_code(error) != "ValidationError":
-                raise
-            log.warning(
-                "Auto Scaling does not know group %s: %s",
-                group,
-                error.response.get("Error", {}).get("Message", ""),
-            )
+            _unknown_group(error, group)
             return []
         return list(found.get("LifecycleHooks", []))
 
@@ -174,13 +178,7 @@ class AutoscalingActions:
                 for instance in page.get("Instances", [])
             ]
         except ClientError as error:
-            if error_code(error) != "ValidationError":
-                raise
-            log.warning(
-                "Auto Scaling does not know the warm pool of group %s: %s",
-                group,
-                error.response.get("Error", {}).get("Message", ""),
-            )
+            _unknown_group(error, group)
             return []
 
     def group_tags(self, group: str) -> dict[str, str] | None:
