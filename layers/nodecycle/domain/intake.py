@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -522,14 +523,15 @@ class Intake:
         # next stop or interruption of the instance, on the next seq): as intake wrote it, no step has run, as
         # every step's commit and every resume moves ``updated_at`` past ``received_at``. (A lifecycle started
         # over has no older message left either, whose redelivery would send a watch.)
-        if (
-            known is not None
-            and known.updated_at == known.received_at
-            and known.overdue(now, self._resume_grace)
-        ):
-            self._send_first(known)
-            log.warning("re-sent the first step of a known lifecycle action whose message was lost")
-            return IntakeOutcome.RESENT
+        if known is not None and known.updated_at == known.received_at and not known.finished:
+            if known.overdue(now, self._resume_grace):
+                self._send_first(known)
+                log.warning("re-sent the first step of a known lifecycle action whose message was lost")
+                return IntakeOutcome.RESENT
+            # Too early to tell a lost first message from one on its way: a watch comes back once the step is
+            # overdue and sends it again if nothing ran (as the engine's watch of a redelivered message). The
+            # event's retries end with this answer, and the sweeper would repair only minutes later.
+            self._watch_first(known, now)
         log.info("duplicate delivery of a known lifecycle action: nothing to do")
         self._metrics.count("LifecycleEventsDuplicate")
         return IntakeOutcome.DUPLICATE
@@ -671,6 +673,12 @@ class Intake:
         left = (record.heartbeat_deadline - now).total_seconds()
         log.info("heartbeat for a lifecycle action received %.0f s before its heartbeat deadline", left)
         return record.renewed(now, verified_at=now)
+
+    def _watch_first(self, record: LifecycleRecord, now: datetime) -> None:
+        watch = WorkMessage(record_id=record.id, seq=record.seq, step=record.step, watch=record.seq)
+        check_in = record.due_at + self._resume_grace - now + timedelta(seconds=1)
+        delay = max(0, min(MAX_DELAY, math.ceil(check_in.total_seconds())))
+        self._queues.send(worker_of(record), watch, delay_seconds=delay)
 
     def _send_first(self, record: LifecycleRecord) -> None:
         message = WorkMessage(record_id=record.id, seq=record.seq, step=record.step)

@@ -222,6 +222,32 @@ def spot_warning(event_id: str, at: datetime) -> DisruptionEvent:
     )
 
 
+def test_a_duplicate_before_a_lost_first_message_is_overdue_sends_a_watch_that_comes_once_it_is() -> None:
+    # Given a Spot interruption's lifecycle written, whose first message SQS refused (or whose container died
+    # before it sent it): intake's invocation failed, and Lambda retries it
+    records, clock, queues = InMemoryRecords(), FakeClock(), SendFailsOnce()
+    taking = intake(FakeAutoscaling(), records, clock, queues, OneSpotInstance())
+    warning = spot_warning("5d0c7e0a-95b3-4c4c-9d0e-6a2f1b8e7c31", T0)
+    queues.failing = True
+    with pytest.raises(TransientError):
+        taking.accept_disruption(warning)
+    written = records.items[warning.record_id]
+
+    # When the retry comes before the first step is overdue (Lambda's first retry comes after about a minute,
+    # ResumeGraceSeconds may be longer; EventBridge may also deliver the event twice at once)
+    clock.advance(2)
+    outcome = taking.accept_disruption(warning)
+
+    # Then it is a duplicate, but it sends a watch of the lifecycle's first step that comes once that step is
+    # overdue and sends it again if nothing ran (the engine's watch): before, nothing was sent, the event's
+    # retries ended, and the lifecycle waited for the next sweep, minutes after the interruption's two
+    assert outcome is IntakeOutcome.DUPLICATE
+    (sent,) = queues.take()
+    assert (sent.message.step, sent.message.seq, sent.message.watch) == (Step.ACQUIRE_SLOT, 0, 0)
+    overdue_in = (written.due_at + timedelta(seconds=5) - clock.now()).total_seconds()
+    assert overdue_in < sent.delay <= overdue_in + 2
+
+
 def test_a_restarted_lifecycle_whose_first_message_was_lost_is_sent_again_by_its_events_retry() -> None:
     # Given a Spot instance whose interruption's lifecycle is over (it stopped, and was started again since),
     # and intake that restarts its record for a second interruption but cannot send its first step
@@ -242,8 +268,9 @@ def test_a_restarted_lifecycle_whose_first_message_was_lost_is_sent_again_by_its
         taking.accept_disruption(second)
     restarted = records.items[second.record_id]
     assert (restarted.token, restarted.step, restarted.seq) == (second.event_id, Step.ACQUIRE_SLOT, 6)
-    # (a duplicate delivery before its step is overdue is only that)
+    # (a duplicate delivery before its step is overdue is only that, and a watch for when it is)
     assert taking.accept_disruption(second) is IntakeOutcome.DUPLICATE
+    assert [s.message.watch for s in queues.take()] == [restarted.seq]
 
     # When the event is delivered again, a minute later (Lambda's retry of a failed asynchronous invocation)
     clock.advance(60)
