@@ -113,7 +113,19 @@ def release_slot(args: argparse.Namespace) -> int:
             "(answer the question without --yes, or release it without --stack)"
         )
     if not args.yes:
-        answer = input(f"Release the budget slot of {args.node} held by {holder.owner}{another}? [y/N] ")
+        try:
+            answer = input(f"Release the budget slot of {args.node} held by {holder.owner}{another}? [y/N] ")
+        except EOFError:
+            # input closed (a script, a pipe): no answer is not a yes
+            # (--yes is no way out for another owner's slot: that one is freed only when the question is answered)
+            how = (
+                "answer it at a terminal"
+                if another
+                else f"pass --yes to release the slot of {args.node} unasked"
+            )
+            raise CommandError(
+                f"no answer to the question (the input is closed): nothing released; {how}"
+            ) from None
         if answer.strip().lower() not in ("y", "yes"):
             print("Nothing released.")
             return 1

@@ -360,3 +360,29 @@ def test_show_for_a_stack_without_leave_to_describe_its_cluster_warns_that_it_ca
     assert err.count("\n") == 1
     assert "cannot check that the kubeconfig's context is cluster prod" in err
     assert "eks:DescribeCluster" in err
+
+
+def test_a_release_whose_question_gets_no_answer_is_one_line_and_releases_nothing(
+    blue: DisruptionBudget,
+    kubeconfig: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given an operator whose input is closed (a script, a pipe, `< /dev/null`): the question reads end of file
+    def closed(prompt: str) -> str:
+        raise EOFError
+
+    monkeypatch.setattr("builtins.input", closed)
+
+    # When they release a slot without --yes, as `nodecycle` runs the command
+    code = main(
+        ["budget", "release", node_name(0), "--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE]
+    )
+
+    # Then one line says that the question got no answer and how to release without one, and the slot is kept
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1
+    assert "no answer" in err
+    assert "--yes" in err
+    assert [v.node for v in blue.snapshot().holders] == [node_name(0), node_name(1)]
