@@ -133,14 +133,7 @@ class DynamoRecordStore:
         )
         with transient_errors("listing open lifecycle records"):
             for page in pages:
-                for item in page.get("Items", []):
-                    try:
-                        yield _from_item(item)
-                    except ValidationError as error:
-                        # One record this release cannot read (written by a newer one before a rollback, or
-                        # edited by hand) must not stop the sweep of all the others: it is named, and skipped.
-                        record_id = item.get("id", {}).get("S", "?")
-                        log.error("lifecycle record %s cannot be read, skipped: %s", record_id, error)
+                yield from _readable(page.get("Items", []))
 
     def scan(self, owner: str) -> Iterator[LifecycleRecord]:
         """Every record of ``owner`` still in the table, finished ones too: a full scan, for operators'
@@ -157,8 +150,7 @@ class DynamoRecordStore:
         )
         with transient_errors("scanning lifecycle records"):
             for page in pages:
-                for item in page.get("Items", []):
-                    yield _from_item(item)
+                yield from _readable(page.get("Items", []))
 
     def _put(self, record: LifecycleRecord, condition: str, values: dict[str, Any]) -> bool:
         item = self._to_item(record)
@@ -199,6 +191,18 @@ def _conditional_put(table: str, item: dict[str, Any], condition: str, values: d
     if values:
         put["ExpressionAttributeValues"] = values
     return put
+
+
+def _readable(items: list[dict[str, Any]]) -> Iterator[LifecycleRecord]:
+    """The records of a page of items. One this release cannot read (written by a newer one before a
+    rollback, or edited by hand) must not stop a listing of all the others (the sweep, an operator's
+    ``nodecycle status --all``): it is named, and skipped."""
+    for item in items:
+        try:
+            yield _from_item(item)
+        except ValidationError as error:
+            record_id = item.get("id", {}).get("S", "?")
+            log.error("lifecycle record %s cannot be read, skipped: %s", record_id, error)
 
 
 def _record_condition(expected_seq: int | None) -> tuple[str, dict[str, Any]]:
