@@ -58,12 +58,11 @@ def hooks(autoscaling: Any, groups: Sequence[str], rules: HookRules) -> list[Fin
                 "nodecycle:owner=<owner id> with ManagedByTag=true)",
             )
         ]
-    existing = {
-        g["AutoScalingGroupName"]
-        for g in autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=list(groups))[
-            "AutoScalingGroups"
-        ]
-    }
+    # AWS answers 50 groups a page, even for the names asked: the next pages hold the others
+    pages = autoscaling.get_paginator("describe_auto_scaling_groups").paginate(
+        AutoScalingGroupNames=list(groups)
+    )
+    existing = {g["AutoScalingGroupName"] for page in pages for g in page["AutoScalingGroups"]}
     findings = []
     for group in groups:
         if group not in existing:
