@@ -26,6 +26,7 @@ import argparse
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -138,16 +139,11 @@ class Doctor:
                     },
                 ),
             )
-            findings += self._guard(
-                "queues.dead-letters",
-                lambda: aws_checks.dead_letters(
-                    self.client("sqs"),
-                    {
-                        what: deployment.output(f"{what.capitalize()}DeadLetterQueueUrl")
-                        for what in ("intake", "drain", "eip", "sweeper")
-                    },
-                ),
-            )
+            for what in ("intake", "drain", "eip", "sweeper"):
+                # one queue at a time: one that cannot be read (deleted, refused) hides none of the others
+                findings += self._guard(
+                    f"queues.dead-letters.{what}", partial(self._dead_letters, deployment, what)
+                )
             findings += self._guard("lifecycles.stuck", lambda: [self._stuck(deployment)])
         findings += self._guard("hooks", self._hooks)
         if self.cluster:
@@ -165,6 +161,10 @@ class Doctor:
             if getattr(self._args, "verbose", False):
                 raise
             return [Finding.unchecked(check, reason or f"{type(error).__name__}: {error}")]
+
+    def _dead_letters(self, deployment: Deployment, what: str) -> list[Finding]:
+        url = deployment.output(f"{what.capitalize()}DeadLetterQueueUrl")
+        return aws_checks.dead_letters(self.client("sqs"), {what: url})
 
     def _stuck(self, deployment: Deployment) -> Finding:
         from nodecycle.adapters.aws.records import DynamoRecordStore
