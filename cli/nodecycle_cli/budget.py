@@ -73,10 +73,7 @@ def show_budget(args: argparse.Namespace) -> int:
     with _readable(store):
         doc = store.read()
     if doc is None:
-        note = (
-            f"No budget: ConfigMap {args.namespace}/{args.name} does not exist, and nodecycle does not create it."
-            f" Apply it with the RBAC: nodecycle rbac --namespace {args.namespace} | kubectl apply -f -"
-        )
+        note = _no_budget(args)
         if args.output == "json":
             print("null")  # valid JSON for a script; the note for its person
         print(note, file=sys.stderr if args.output == "json" else sys.stdout)
@@ -96,9 +93,14 @@ def release_slot(args: argparse.Namespace) -> int:
     store = _store(args)
     with _readable(store):
         doc = store.read()
-    holder = None if doc is None else doc.holder(args.node)
-    if doc is None or holder is None:
-        waiter = None if doc is None else doc.waiter(args.node)
+    if doc is None:
+        # a namespace without the budget (often not the stack's: no --stack nor --namespace) is not a node
+        # that holds nothing
+        print(f"{_no_budget(args)} Nothing released.")
+        return 1
+    holder = doc.holder(args.node)
+    if holder is None:
+        waiter = doc.waiter(args.node)
         where = "" if waiter is None else f" (it is waiting, for owner {waiter.owner})"
         print(f"{args.node} holds no budget slot{where}. Nothing released.")
         return 1
@@ -156,6 +158,13 @@ def release_slot(args: argparse.Namespace) -> int:
         "its next step when there is room, and otherwise pauses until there is."
     )
     return 0
+
+
+def _no_budget(args: argparse.Namespace) -> str:
+    return (
+        f"No budget: ConfigMap {args.namespace}/{args.name} does not exist, and nodecycle does not create it."
+        f" Apply it with the RBAC: nodecycle rbac --namespace {args.namespace} | kubectl apply -f -"
+    )
 
 
 def render(view: BudgetView, where: str) -> str:

@@ -386,3 +386,19 @@ def test_a_release_whose_question_gets_no_answer_is_one_line_and_releases_nothin
     assert "no answer" in err
     assert "--yes" in err
     assert [v.node for v in blue.snapshot().holders] == [node_name(0), node_name(1)]
+
+
+def test_a_release_where_there_is_no_budget_says_so_not_that_the_node_holds_nothing(
+    blue: DisruptionBudget, server: KubeServer, kubeconfig: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a namespace without the budget ConfigMap (the stack keeps it in another BudgetNamespace, and the
+    # operator did not pass --stack or --namespace)
+    admin_api(server).delete_namespaced_config_map("nodecycle-budget", NAMESPACE)
+
+    # When they release the slot of a node
+    assert run(kubeconfig, "release", node_name(0), "--yes") == 1
+
+    # Then they read that there is no budget there, and where it was looked for: not that the node holds nothing
+    out = capsys.readouterr().out
+    assert f"ConfigMap {NAMESPACE}/nodecycle-budget does not exist" in out
+    assert "holds no budget slot" not in out
