@@ -46,15 +46,31 @@ class Deployment:
     region: str
     outputs: Mapping[str, str] = field(default_factory=dict)
     parameters: Mapping[str, str] = field(default_factory=dict)
+    status: str = ""  # StackStatus
 
     def output(self, key: str) -> str:
         value = self.outputs.get(key)
         if not value:
-            raise CommandError(
-                f"stack {self.name} has no output {key}: it was deployed from an older template "
-                "(sam build && sam deploy updates it)"
-            )
+            raise CommandError(f"stack {self.name} has no output {key}: {self._why_no_output()}")
         return value
+
+    def _why_no_output(self) -> str:
+        """A stack has outputs once a deployment of it completed: before, it is not an older template."""
+        if self.status == "REVIEW_IN_PROGRESS":
+            return (
+                "it is REVIEW_IN_PROGRESS, never deployed (its change set was not executed: "
+                "sam deploy, and confirm it)"
+            )
+        if self.status == "CREATE_IN_PROGRESS":
+            return "it is CREATE_IN_PROGRESS: run the command again once it is CREATE_COMPLETE"
+        if self.status.startswith(("CREATE_", "ROLLBACK_")) and self.status != "CREATE_COMPLETE":
+            return (
+                f"it is {self.status}, its creation did not complete (aws cloudformation "
+                f"describe-stack-events --stack-name {self.name} says why; delete it and deploy again)"
+            )
+        if self.status.startswith("DELETE_"):
+            return f"it is {self.status}"
+        return "it was deployed from an older template (sam build && sam deploy updates it)"
 
     def parameter(self, key: str, default: str = "") -> str:
         return self.parameters.get(key, default)
@@ -106,6 +122,7 @@ def from_description(stack: Mapping[str, Any], region: str) -> Deployment:
     return Deployment(
         name=stack["StackName"],
         region=region,
+        status=stack.get("StackStatus", ""),
         outputs={o["OutputKey"]: o.get("OutputValue", "") for o in stack.get("Outputs") or []},
         parameters={
             p["ParameterKey"]: p.get("ResolvedValue", p.get("ParameterValue", ""))
