@@ -6,9 +6,10 @@
 Both talk to the cluster of the current kubeconfig (``--kubeconfig``, ``--context``), a real one or the
 sandbox's, and read the ``nodecycle-budget`` ConfigMap of ``--namespace``. With ``--stack``, the namespace
 is the stack's ``BudgetNamespace``, and the kubeconfig's server is compared with the stack's EKS cluster
-(a mismatch is said on stderr: the budget shown would be another cluster's). ``release`` frees the slot of any
-owner, after a question that names it; with ``--stack``, a slot another owner holds is freed only when the
-question is answered (``--yes`` refuses it: a stack never frees what another owner holds).
+(a mismatch is said on stderr: the budget shown would be another cluster's; ``release`` refuses to free a
+slot there). ``release`` frees the slot of any owner, after a question that names it; with ``--stack``, a slot
+another owner holds is freed only when the question is answered (``--yes`` refuses it: a stack never frees
+what another owner holds).
 """
 
 from __future__ import annotations
@@ -277,7 +278,11 @@ def _store(args: argparse.Namespace) -> ConfigMapBudgetStore:
         if args.budget_command == "release":
             args.stack_owner = deployment.owner  # whose slots this operator frees without a second thought
         if deployment.cluster is not None and (wrong := mismatch(kube, aws, deployment.cluster)):
-            print(f"warning: {wrong}", file=sys.stderr)
+            if wrong.known and args.budget_command == "release":
+                # a stack acts on its own cluster only: its owner id may hold slots elsewhere too (the
+                # stack's name, where each account deploys the same stack)
+                raise CommandError(f"{wrong.why}: nothing released")
+            print(f"warning: {wrong.why}", file=sys.stderr)
     args.namespace = args.namespace or DEFAULT_NAMESPACE
     api = client.CoreV1Api(kube)
     return ConfigMapBudgetStore(lambda: api, args.namespace, args.name)

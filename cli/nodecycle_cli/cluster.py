@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -44,7 +45,13 @@ def same_server(left: str, right: str) -> bool:
     return key(left) == key(right)
 
 
-def mismatch(kube: ApiClient, session: boto3.Session, cluster: str) -> str | None:
+@dataclass(frozen=True)
+class Mismatch:
+    why: str
+    known: bool  # the context is another cluster's; False: it could not be compared
+
+
+def mismatch(kube: ApiClient, session: boto3.Session, cluster: str) -> Mismatch | None:
     """Why the kubeconfig's context is not the stack's cluster (or cannot be told to be), or None when it is."""
     from botocore.exceptions import ClientError
 
@@ -54,14 +61,16 @@ def mismatch(kube: ApiClient, session: boto3.Session, cluster: str) -> str | Non
         # A courtesy check, not the command's purpose: a role that may read the stack but not describe its
         # cluster (eks:DescribeCluster) still gets the command, told what was not checked
         details = error.response.get("Error", {})
-        return (
+        return Mismatch(
             f"cannot check that the kubeconfig's context is cluster {cluster}: AWS refused "
-            f"eks:{error.operation_name} ({details.get('Code')})"
+            f"eks:{error.operation_name} ({details.get('Code')})",
+            known=False,
         )
     host = str(kube.configuration.host)
     if same_server(host, endpoint):
         return None
-    return (
+    return Mismatch(
         f"the kubeconfig's context points at {host}, but the stack's cluster {cluster} is at {endpoint}: "
-        f"pass --context, or run `aws eks update-kubeconfig --name {cluster}`"
+        f"pass --context, or run `aws eks update-kubeconfig --name {cluster}`",
+        known=True,
     )

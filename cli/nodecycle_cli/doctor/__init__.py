@@ -259,7 +259,7 @@ class Doctor:
             return [
                 Finding.problem(
                     "cluster.kubeconfig",
-                    wrong,
+                    wrong.why,
                     "the cluster checks below would look at another cluster",
                     f"aws eks update-kubeconfig --name {cluster}",
                 )

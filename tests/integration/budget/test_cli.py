@@ -9,8 +9,10 @@ from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
+import boto3
 import pytest
 from botocore.exceptions import ClientError
+from moto import mock_aws
 
 from nodecycle.adapters.kube.budget import ConfigMapBudgetStore, KubeNodeInventory
 from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotRequest
@@ -402,3 +404,51 @@ def test_a_release_where_there_is_no_budget_says_so_not_that_the_node_holds_noth
     out = capsys.readouterr().out
     assert f"ConfigMap {NAMESPACE}/nodecycle-budget does not exist" in out
     assert "holds no budget slot" not in out
+
+
+def test_a_release_for_a_stack_whose_cluster_is_not_the_kubeconfigs_is_refused(
+    blue: DisruptionBudget,
+    kubeconfig: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given stack blue-nodes (owner blue: its stack name, as in every account that deploys it so) of cluster prod,
+    # and a kubeconfig whose context is another cluster where a node of that name holds a slot of owner blue
+    with mock_aws():
+        aws = boto3.Session(region_name="eu-west-1")
+        aws.client("eks").create_cluster(
+            name="prod",
+            roleArn="arn:aws:iam::123456789012:role/eks",
+            resourcesVpcConfig={"subnetIds": ["subnet-1"]},
+        )
+        described = {
+            "StackName": "blue-nodes",
+            "Parameters": [{"ParameterKey": "ClusterName", "ParameterValue": "prod"}],
+            "Outputs": [{"OutputKey": "OwnerId", "OutputValue": "blue"}],
+        }
+        monkeypatch.setattr(budget_cli, "session", lambda args: aws)
+        monkeypatch.setattr(budget_cli, "find", lambda aws, name: from_description(described, "eu-west-1"))
+
+        # When the operator releases the slot of that node for the stack, without being asked
+        code = main(
+            [
+                "budget",
+                "release",
+                node_name(0),
+                "--yes",
+                "--stack",
+                "blue-nodes",
+                "--kubeconfig",
+                str(kubeconfig),
+                "--namespace",
+                NAMESPACE,
+            ]
+        )
+
+    # Then nothing is released on a cluster that is not the stack's, and one line says why
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1
+    assert "the stack's cluster prod is at https://" in err
+    assert "nothing released" in err
+    assert [v.node for v in blue.snapshot().holders] == [node_name(0), node_name(1)]
