@@ -12,7 +12,7 @@ from moto.core.responses import ActionResult, EmptyResult
 
 from nodecycle_sandbox.aws.lifecycle import emulator_for
 from nodecycle_sandbox.aws.refresh import DEFAULT_MIN_HEALTHY_PERCENTAGE
-from nodecycle_sandbox.aws.warm_pool import check_pool_state, pool_instances
+from nodecycle_sandbox.aws.warm_pool import check_pool_state, pool_instances, pool_page
 
 if TYPE_CHECKING:
     from moto.autoscaling.responses import AutoScalingResponse
@@ -107,11 +107,19 @@ def put_warm_pool(self: AutoScalingResponse) -> ActionResult:
 
 
 def describe_warm_pool(self: AutoScalingResponse) -> ActionResult:
-    """DescribeWarmPool with the pool's instances and their states (moto lists none), in one page."""
+    """DescribeWarmPool with the pool's instances and their states (moto lists none), in pages of MaxRecords
+    (at most 50) with a NextToken, as AWS answers."""
     emulator = emulator_for(self.autoscaling_backend)
     with emulator.lock:
         group = emulator.group(self._get_param("AutoScalingGroupName"))
-        result: dict[str, object] = {"Instances": pool_instances(group) if group.warm_pool else []}
+        page, next_token = pool_page(
+            pool_instances(group) if group.warm_pool else [],
+            self._get_param("MaxRecords"),
+            self._get_param("NextToken"),
+        )
+        result: dict[str, object] = {"Instances": page}
+        if next_token is not None:
+            result["NextToken"] = next_token
         if group.warm_pool is not None:
             result["WarmPoolConfiguration"] = group.warm_pool
         return ActionResult(result)

@@ -41,13 +41,15 @@ def default_hooks(heartbeat_timeout: int = 300) -> tuple[HookSpec, ...]:
 
 @dataclass(frozen=True)
 class WarmPoolSpec:
-    """A warm pool of stopped instances (PutWarmPool with PoolState Stopped). The pool keeps
-    max(min_size, max_group_prepared_capacity - desired) instances; unset, AWS counts from the group's max size."""
+    """A warm pool (PutWarmPool): its instances wait in `pool_state` (Stopped, Running or Hibernated). The pool
+    keeps max(min_size, max_group_prepared_capacity - desired) instances; unset, AWS counts from the group's max
+    size."""
 
     min_size: int = 1
     max_group_prepared_capacity: int | None = None
-    # InstanceReusePolicy.ReuseOnScaleIn: a scale in sends the instance back to the pool, stopped
+    # InstanceReusePolicy.ReuseOnScaleIn: a scale in sends the instance back to the pool, in its pool state
     reuse_on_scale_in: bool = False
+    pool_state: str = "Stopped"
 
 
 @dataclass(frozen=True)
@@ -136,7 +138,7 @@ class AutoScalingGroup:
         request: dict[str, Any] = {
             "AutoScalingGroupName": self.name,
             "MinSize": pool.min_size,
-            "PoolState": "Stopped",
+            "PoolState": pool.pool_state,
             "InstanceReusePolicy": {"ReuseOnScaleIn": pool.reuse_on_scale_in},
         }
         if pool.max_group_prepared_capacity is not None:

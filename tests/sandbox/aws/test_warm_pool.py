@@ -1,4 +1,5 @@
-"""A group's warm pool (PoolState Stopped): its instances' states, their hooks' events, DescribeWarmPool."""
+"""A group's warm pool (PoolState Stopped, Running, Hibernated): its instances' states, their hooks' events,
+DescribeWarmPool and its pages."""
 
 from __future__ import annotations
 
@@ -212,11 +213,168 @@ def test_a_pool_made_smaller_terminates_its_excess_stopped_instance_through_the_
     assert list(group.pool_instances().values()) == ["Warmed:Stopped"]
 
 
-def test_a_pool_state_the_sandbox_does_not_emulate_is_refused(aws: Emulation) -> None:
+def test_a_pool_state_aws_does_not_know_is_refused(aws: Emulation) -> None:
     # Given a group
     aws.group(*HOOKS)
 
-    # When a warm pool of running instances is put, it is refused rather than kept as a Stopped one
+    # When a warm pool in a state AWS has no such name for is put, it is refused
     with pytest.raises(ClientError) as refused:
-        aws.autoscaling.put_warm_pool(AutoScalingGroupName="workers", MinSize=1, PoolState="Running")
+        aws.autoscaling.put_warm_pool(AutoScalingGroupName="workers", MinSize=1, PoolState="Sleeping")
     assert refused.value.response["Error"]["Code"] == "ValidationError"
+
+
+# A pool of what the group scaled in from one instance, kept running.
+REUSED_RUNNING = WarmPoolSpec(
+    min_size=0, max_group_prepared_capacity=1, reuse_on_scale_in=True, pool_state="Running"
+)
+
+
+def test_an_instance_launched_into_a_running_pool_waits_there_running_without_joining_the_cluster(
+    aws: Emulation,
+) -> None:
+    # Given a group of none with a running warm pool of one
+    group = aws.group(
+        *HOOKS, warm_pool=WarmPoolSpec(min_size=1, max_group_prepared_capacity=0, pool_state="Running")
+    )
+    answer: Any = aws.autoscaling.describe_warm_pool(AutoScalingGroupName="workers")
+    assert answer["WarmPoolConfiguration"]["PoolState"] == "Running"
+
+    # When the launch into the pool is completed
+    pooled = _warmed(aws, group)
+
+    # Then the instance waits running in the pool, EC2 told of no stop, and it has not joined the cluster (the
+    # user data AWS documents for warm pools starts the kubelet only once the instance leaves the pool)
+    assert group.pool_instances() == {pooled: "Warmed:Running"}
+    assert _ec2_state(aws, pooled) == "running"
+    assert _state_changes(aws, pooled) == []
+    assert aws.nodes.node_for_instance(pooled) is None
+
+    # When the group scales out by one
+    group.set_desired(1)
+
+    # Then the instance leaves the pool through the launch hook, its node joining, and goes in service
+    assert group.instances() == {pooled: "Pending:Wait"}
+    assert _route(aws, pooled, LAUNCHING) == ("WarmPool", "AutoScalingGroup")
+    assert aws.nodes.node_for_instance(pooled) is not None
+    _complete(aws, "launch", pooled, LAUNCHING)
+    assert group.instances() == {pooled: "InService"}
+
+
+def test_with_reuse_on_scale_in_a_scaled_in_instance_waits_in_a_running_pool_its_node_ready(
+    aws: Emulation,
+) -> None:
+    # Given a group of one in service whose running warm pool takes instances back on scale in
+    group = aws.group(*HOOKS, size=1, warm_pool=REUSED_RUNNING)
+    (instance,) = group.instances()
+    _complete(aws, "launch", instance, LAUNCHING)
+    node = aws.nodes.node_for_instance(instance)
+    assert node is not None
+
+    # When the group scales in to none, and the instance's move into the pool is completed
+    group.set_desired(0)
+    assert group.pool_instances() == {instance: "Warmed:Pending:Wait"}
+    assert _route(aws, instance, TERMINATING) == ("AutoScalingGroup", "WarmPool")
+    _complete(aws, "drain", instance, TERMINATING)
+
+    # Then it waits running in the pool: no stop, its node kept and Ready (its kubelet alive)
+    assert group.pool_instances() == {instance: "Warmed:Running"}
+    assert group.instances() == {}
+    assert _ec2_state(aws, instance) == "running"
+    assert _state_changes(aws, instance) == []
+    assert node in aws.nodes.nodes
+    assert node not in aws.nodes.stopped
+
+    # When the group scales out again
+    group.set_desired(1)
+
+    # Then the same instance comes back through the launch hook, its node the same one, in service once completed
+    assert group.instances() == {instance: "Pending:Wait"}
+    assert _route(aws, instance, LAUNCHING) == ("WarmPool", "AutoScalingGroup")
+    assert aws.nodes.node_for_instance(instance) == node
+    assert node not in aws.nodes.stopped
+    _complete(aws, "launch", instance, LAUNCHING)
+    assert group.instances() == {instance: "InService"}
+
+
+def test_a_scaled_in_instance_in_a_hibernated_pool_is_stopped_its_node_not_ready(aws: Emulation) -> None:
+    # Given a group of one in service whose hibernated warm pool takes instances back on scale in
+    pool = WarmPoolSpec(
+        min_size=0, max_group_prepared_capacity=1, reuse_on_scale_in=True, pool_state="Hibernated"
+    )
+    group = aws.group(*HOOKS, size=1, warm_pool=pool)
+    (instance,) = group.instances()
+    _complete(aws, "launch", instance, LAUNCHING)
+    node = aws.nodes.node_for_instance(instance)
+
+    # When the group scales in to none, and the instance's move into the pool is completed
+    group.set_desired(0)
+    _complete(aws, "drain", instance, TERMINATING)
+
+    # Then it waits hibernated: stopped to EC2 (which tells of the stop), its node NotReady
+    assert group.pool_instances() == {instance: "Warmed:Hibernated"}
+    assert _ec2_state(aws, instance) == "stopped"
+    assert _state_changes(aws, instance) == ["stopping", "stopped"]
+    assert node in aws.nodes.stopped
+
+    # When the group scales out again, it is started and comes back through the launch hook
+    group.set_desired(1)
+    assert group.instances() == {instance: "Pending:Wait"}
+    assert _ec2_state(aws, instance) == "running"
+    assert node not in aws.nodes.stopped
+
+
+def test_a_scale_out_takes_the_pools_running_instances_first(aws: Emulation) -> None:
+    # Given a group of none with a stopped instance in its pool, then the pool made running and one larger:
+    # the older instance stays stopped, the new one waits running
+    group = aws.group(*HOOKS, warm_pool=ONE_WARMED)
+    stopped = _warmed(aws, group)
+    group.put_warm_pool(WarmPoolSpec(min_size=2, max_group_prepared_capacity=0, pool_state="Running"))
+    (running,) = [i for i in group.pool_instances() if i != stopped]
+    _complete(aws, "launch", running, LAUNCHING)
+    assert group.pool_instances() == {stopped: "Warmed:Stopped", running: "Warmed:Running"}
+
+    # When the group scales out by one
+    group.set_desired(1)
+
+    # Then the running instance leaves the pool, though the stopped one is older
+    assert group.instances() == {running: "Pending:Wait"}
+    assert group.pool_instances()[stopped] == "Warmed:Stopped"
+
+
+def test_describe_warm_pool_answers_in_pages_of_max_records(aws: Emulation) -> None:
+    # Given a group of none with a warm pool of three
+    group = aws.group(*HOOKS, warm_pool=WarmPoolSpec(min_size=3, max_group_prepared_capacity=0))
+    expected = set(group.pool_instances())
+    assert len(expected) == 3
+
+    # When DescribeWarmPool is asked for two at a time
+    first: Any = aws.autoscaling.describe_warm_pool(AutoScalingGroupName="workers", MaxRecords=2)
+    second: Any = aws.autoscaling.describe_warm_pool(
+        AutoScalingGroupName="workers", MaxRecords=2, NextToken=first["NextToken"]
+    )
+
+    # Then it answers two, then the last one without a NextToken, each page with the pool's configuration
+    assert len(first["Instances"]) == 2
+    assert len(second["Instances"]) == 1
+    assert "NextToken" not in second
+    assert {i["InstanceId"] for i in [*first["Instances"], *second["Instances"]]} == expected
+    assert second["WarmPoolConfiguration"]["MinSize"] == 3
+    # and boto3's paginator (nodecycle's) gets them all
+    paginator = aws.autoscaling.get_paginator("describe_warm_pool")
+    paged = [
+        i["InstanceId"]
+        for page in paginator.paginate(AutoScalingGroupName="workers", PaginationConfig={"PageSize": 1})
+        for i in page["Instances"]
+    ]
+    assert sorted(paged) == sorted(expected)
+
+
+def test_describe_warm_pool_refuses_more_than_50_records_and_a_token_it_did_not_give(aws: Emulation) -> None:
+    # Given a group with a warm pool
+    aws.group(*HOOKS, warm_pool=ONE_WARMED)
+
+    # When DescribeWarmPool is asked for 51 records, or with a token of its own making, it is refused
+    for request in ({"MaxRecords": 51}, {"NextToken": "not-a-token"}):
+        with pytest.raises(ClientError) as refused:
+            aws.autoscaling.describe_warm_pool(AutoScalingGroupName="workers", **request)
+        assert refused.value.response["Error"]["Code"] == "ValidationError"
