@@ -1,5 +1,6 @@
-"""A group's warm pool (PoolState Stopped) end to end: a launch into the pool completed at once, a launch out
-of it through the readiness gate, and, with ReuseOnScaleIn, a scale in back into the pool drained first."""
+"""A group's warm pool end to end: a launch into the pool completed at once, a launch out of it through the
+readiness gate, and, with ReuseOnScaleIn, a scale in back into the pool drained first; in a Stopped pool, and
+in a Running one, whose node stays Ready and so keeps its cordon until the instance leaves the pool."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from nodecycle.domain.drain.steps import POOL_WATCH
+from nodecycle.domain.drain.steps import POOL_IDLE, POOL_WATCH, POOL_WATCH_SECONDS
 from nodecycle.domain.model import Step, Transition, adopted_token
 from nodecycle.domain.ports.cluster import RELEASED_FOR_ANNOTATION
 from nodecycle_sandbox import Sandbox
@@ -36,6 +37,10 @@ SHUTDOWN_TAINT = "node.cloudprovider.kubernetes.io/shutdown"
 POOL_OF_ONE = WarmPoolSpec(min_size=1, max_group_prepared_capacity=0)
 # No instance in the pool until the group of three scales in: then the pool keeps what it took back.
 TAKES_BACK = WarmPoolSpec(min_size=0, max_group_prepared_capacity=3, reuse_on_scale_in=True)
+# The same, its instances kept running in the pool (PoolState Running).
+TAKES_BACK_RUNNING = WarmPoolSpec(
+    min_size=0, max_group_prepared_capacity=3, reuse_on_scale_in=True, pool_state="Running"
+)
 BOOT_SECONDS = 2.0  # an instance started out of the pool runs its kubelet again this long after
 LOST_HEARTBEAT_TIMEOUT = 15  # the hooks' of the sweeper's adoption: it adopts within seconds
 LEASE_ALLOWANCE = 5.0  # the readiness gate takes a Lease renewed this long before the action started
@@ -53,15 +58,15 @@ def latest_action(sandbox: Sandbox, instance_id: str, transition: str) -> Action
     return max(found, key=lambda a: a.started_at) if found else None
 
 
-def wait_in_pool(sandbox: Sandbox) -> str:
-    """The instance stopped in the group's warm pool (one only)."""
-    stopped = wait_for(
-        lambda: [i for i, s in sandbox.asg.pool_instances().items() if s == "Warmed:Stopped"],
+def wait_in_pool(sandbox: Sandbox, state: str = "Warmed:Stopped") -> str:
+    """The instance waiting in the group's warm pool (one only), in ``state``."""
+    waiting = wait_for(
+        lambda: [i for i, s in sandbox.asg.pool_instances().items() if s == state],
         60,
-        "an instance stopped in the warm pool",
+        f"an instance in the warm pool ({state})",
     )
-    assert len(stopped) == 1
-    return str(stopped[0])
+    assert len(waiting) == 1
+    return str(waiting[0])
 
 
 def wait_launched_from_pool(sandbox: Sandbox, instance_id: str) -> ActionRecord:
@@ -365,3 +370,185 @@ def test_a_node_stopped_in_the_pool_is_uncordoned_once_not_ready_and_comes_back_
         returned = node_object(sandbox, node)
         assert not cordoned(returned)
         assert SHUTDOWN_TAINT not in {t["key"] for t in returned["spec"].get("taints") or []}
+
+
+def kept_in_pool_events(sandbox: Sandbox, node: str) -> list[dict[str, Any]]:
+    return [
+        e
+        for e in sandbox.kube.objects("events", "default")
+        if e["reason"] == "CordonKeptInWarmPool" and e["involvedObject"]["name"] == node
+    ]
+
+
+def first_uncordon_since(history: list[HistoryEntry], node: str, since: float) -> float | None:
+    return next(
+        (
+            e.time
+            for e in history
+            if e.kind == "Node"
+            and e.name == node
+            and e.time >= since
+            and not e.removed
+            and not cordoned(e.object)
+        ),
+        None,
+    )
+
+
+def carries(invocation: Any, record_id: str) -> list[dict[str, Any]]:
+    """The messages of ``record_id`` an SQS invocation carried."""
+    bodies = [json.loads(r["body"]) for r in (invocation.event or {}).get("Records", [])]
+    return [b for b in bodies if b.get("record_id") == record_id]
+
+
+def test_a_scale_in_into_a_running_pool_keeps_the_ready_node_cordoned_until_its_scale_out_wakes_the_watch() -> (
+    None
+):
+    with running(size=3, warm_pool=TAKES_BACK_RUNNING) as sandbox:
+        sandbox.kube.reset_history()
+
+        # When the group scales in by one, with a running pool that takes instances back
+        sandbox.asg.set_desired(2)
+
+        # Then the instance goes to the pool through the terminate hook, its node drained before, and waits
+        # there running
+        instance = wait_in_pool(sandbox, "Warmed:Running")
+        action = latest_action(sandbox, instance, TERMINATING)
+        assert action is not None
+        assert (action.origin, action.destination) == ("AutoScalingGroup", "WarmPool")
+        assert (action.outcome, action.result) == ("completed", "CONTINUE")
+        node = node_of(sandbox, instance)
+        history = sandbox.kube.history()
+        assert completed_before_drained(history, [action]) == []
+        assert {e.name for e in history if e.resource == "pods/eviction"} != set()
+        assert pdb_breaches(history) == []
+        record = wait_for(
+            lambda: (
+                (r := find_record(sandbox, instance)) is not None
+                and r.step is Step.CLEANUP
+                and r.extra.get(POOL_WATCH)
+                and r
+            ),
+            30,
+            "the cleanup watching the pool",
+        )
+        # its node Ready (its kubelet runs on), yet cordoned, released for this lifecycle, and without workload
+        in_pool = node_object(sandbox, node)
+        assert ready(in_pool)
+        assert cordoned(in_pool)
+        assert in_pool["metadata"]["annotations"].get(RELEASED_FOR_ANNOTATION) == record.id
+        assert workload_pods_on(sandbox, node) == []
+
+        # When the watch has looked at it for longer than it waits for a stopped node's kubelet to go (the
+        # clocks of the functions that run it moved past POOL_WATCH_SECONDS: the 15 minutes are not waited)
+        skew = float(POOL_WATCH_SECONDS + 60)
+        sandbox.arm_faults(
+            [
+                Fault("drain-clock", "clock-skew", target="DrainFunction", value=skew),
+                Fault("wake-clock", "clock-skew", target="WakeFunction", value=skew),
+            ],
+            seed=1,
+        )
+
+        # Then it tells, once, that the node stays cordoned while its instance waits in the pool running, and
+        # looks only once a minute from then on
+        wait_for(lambda: kept_in_pool_events(sandbox, node), 60, "the CordonKeptInWarmPool Event")
+        idle = wait_for(
+            lambda: (r := find_record(sandbox, instance)) is not None and r.extra.get(POOL_IDLE) and r,
+            30,
+            "the watch idle",
+        )
+        assert (idle.id, idle.finished) == (record.id, False)
+        assert len(kept_in_pool_events(sandbox, node)) == 1
+        assert cordoned(node_object(sandbox, node))
+
+        # When the group scales out again
+        sandbox.asg.set_desired(3)
+
+        # Then the same instance comes back from the pool through the launch hook, whose action is completed
+        back = wait_launched_from_pool(sandbox, instance)
+        assert (back.outcome, back.result) == ("completed", "CONTINUE")
+        wait_for(lambda: not cordoned(node_object(sandbox, node)), 60, "the node uncordoned")
+        finished = wait_for(
+            lambda: (r := records(sandbox).get(record.id)) is not None and r.finished and r,
+            30,
+            "the lifecycle that took the instance to the pool",
+        )
+        assert RELEASED_FOR_ANNOTATION not in (
+            node_object(sandbox, node)["metadata"].get("annotations") or {}
+        )
+        # and the cordon was lifted after the launch out of the pool began, by the wake-up its readiness gate
+        # sent the watch through the wake lane (not by the watch's own look, a minute apart)
+        uncordoned = first_uncordon_since(sandbox.kube.history(), node, back.started_at)
+        assert uncordoned is not None
+        # (the journal has an invocation once it has returned, a moment after what it did)
+        wait_for(
+            lambda: [
+                i
+                for i in sandbox.runner.journal.invocations(function="WakeFunction")
+                if i.started_at <= uncordoned <= i.finished_at
+                and any(m.get("wake") for m in carries(i, record.id))
+            ],
+            30,
+            "the wake lane's invocation that lifted the cordon",
+        )
+        assert finished.outcome == "drained"
+
+
+def test_the_sweeper_adopts_a_scale_in_into_a_running_pool_whose_event_intake_lost_and_keeps_the_cordon() -> (
+    None
+):
+    # Given a running pool that takes instances back, hooks that time out after 15 s (the terminate hook's
+    # default result CONTINUE), a sweeper every 2 s, and DynamoDB failing every call of the intake function
+    hooks = (
+        HookSpec("nodecycle-launch", LAUNCHING, LOST_HEARTBEAT_TIMEOUT, "ABANDON"),
+        HookSpec("nodecycle-terminate", TERMINATING, LOST_HEARTBEAT_TIMEOUT, "CONTINUE"),
+    )
+    with running(
+        size=3,
+        warm_pool=TAKES_BACK_RUNNING,
+        hooks=hooks,
+        parameters={"HeartbeatMarginSeconds": "5"},
+        settings={"NODECYCLE_SWEEP_INTERVAL_MINUTES": str(2 / 60)},
+        schedule_interval=2.0,
+    ) as sandbox:
+        sandbox.kube.reset_history()
+        sandbox.aws.arm_faults(
+            faults=[Fault("down", "aws-error", target="dynamodb.*")],
+            seed=1,
+            callers=[sandbox.runner.access_key("IntakeFunction")],
+        )
+
+        # When the group scales in by one: the instance waits in Warmed:Pending:Wait, which DescribeWarmPool
+        # alone lists, and the event of its move into the pool does not become a record
+        sandbox.asg.set_desired(2)
+        (instance,) = wait_for(
+            lambda: list(sandbox.asg.pool_instances()), 30, "the instance going to the pool"
+        )
+
+        # Then the sweeper adopts it with the plan of a move into the pool: the node drained, the action completed
+        # by nodecycle (not by the hook's default result), its cleanup watching the pool
+        action = wait_terminated(sandbox, instance, timeout=60)
+        assert find_record(sandbox, instance) is None  # (no record of the event's own)
+        sandbox.aws.disarm_faults()
+        assert (action.outcome, action.completed_by is not None) == ("completed", True)
+        assert completed_before_drained(sandbox.kube.history(), [action]) == []
+        adopted = wait_for(
+            lambda: (
+                (r := records(sandbox).get(f"{instance}/terminate/{adopted_token(action.hook)}"))
+                and r.extra.get(POOL_WATCH)
+                and r
+            ),
+            30,
+            "the adopted lifecycle watching the pool",
+        )
+        assert adopted.destination == "WarmPool"
+        # and the instance waits in the pool running, its node Ready and cordoned for the adopted lifecycle
+        wait_in_pool(sandbox, "Warmed:Running")
+        node = node_object(sandbox, node_of(sandbox, instance))
+        assert ready(node)
+        assert cordoned(node)
+        assert node["metadata"]["annotations"].get(RELEASED_FOR_ANNOTATION) == adopted.id
+        current = records(sandbox).get(adopted.id)
+        assert current is not None
+        assert not current.finished
