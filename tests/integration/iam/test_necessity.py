@@ -69,8 +69,8 @@ MAINTENANCE = (
     "policy)"
 )
 WARM_POOL = (
-    "the held instances of a warm pool: the sandbox's groups have none (tests/functions/test_aws_adapters.py reads "
-    "AWS's DescribeWarmPool answers)"
+    "the held instances of a warm pool: this scenario's group has none (tests/integration/lifecycle/test_warm_pool.py "
+    "has the sweeper read them under the same enforced policy)"
 )
 NOT_EXERCISED = {
     **{
