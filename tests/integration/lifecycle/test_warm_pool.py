@@ -7,13 +7,14 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
 import pytest
 
 from nodecycle.domain.drain.steps import POOL_IDLE, POOL_WATCH, POOL_WATCH_SECONDS
-from nodecycle.domain.model import Step, Transition, adopted_token
+from nodecycle.domain.model import LifecycleRecord, Step, Transition, adopted_token
 from nodecycle.domain.ports.cluster import RELEASED_FOR_ANNOTATION
 from nodecycle_sandbox import Sandbox
 from nodecycle_sandbox.aws.group import HookSpec, WarmPoolSpec
@@ -285,16 +286,19 @@ def test_a_scale_in_back_into_the_pool_drains_the_node_first_and_a_scale_out_bri
         assert addresses_of(sandbox, instance) != []
 
 
-def test_the_sweeper_adopts_a_scale_in_into_the_pool_whose_event_intake_lost_and_drains_it_first() -> None:
-    # Given a pool that takes instances back, hooks that time out after 15 s (the terminate hook's default result
-    # CONTINUE), a sweeper every 2 s, and DynamoDB failing every call of the intake function
+@contextmanager
+def adopted_scale_in(warm_pool: WarmPoolSpec) -> Iterator[tuple[Sandbox, str, LifecycleRecord]]:
+    """A scale-in into ``warm_pool`` whose event intake lost, adopted by the sweeper: yields the sandbox, the
+    instance and its adopted lifecycle, once that lifecycle's cleanup watches the pool."""
+    # Hooks that time out after 15 s (the terminate hook's default result CONTINUE), a sweeper every 2 s, and
+    # DynamoDB failing every call of the intake function
     hooks = (
         HookSpec("nodecycle-launch", LAUNCHING, LOST_HEARTBEAT_TIMEOUT, "ABANDON"),
         HookSpec("nodecycle-terminate", TERMINATING, LOST_HEARTBEAT_TIMEOUT, "CONTINUE"),
     )
     with running(
         size=3,
-        warm_pool=TAKES_BACK,
+        warm_pool=warm_pool,
         hooks=hooks,
         parameters={"HeartbeatMarginSeconds": "5"},
         settings={"NODECYCLE_SWEEP_INTERVAL_MINUTES": str(2 / 60)},
@@ -307,15 +311,15 @@ def test_the_sweeper_adopts_a_scale_in_into_the_pool_whose_event_intake_lost_and
             callers=[sandbox.runner.access_key("IntakeFunction")],
         )
 
-        # When the group scales in by one: the instance waits in Warmed:Pending:Wait, which DescribeWarmPool
-        # alone lists, and the event of its move into the pool does not become a record
+        # The group scales in by one: the instance waits in Warmed:Pending:Wait, which DescribeWarmPool alone
+        # lists, and the event of its move into the pool does not become a record
         sandbox.asg.set_desired(2)
         (instance,) = wait_for(
             lambda: list(sandbox.asg.pool_instances()), 30, "the instance going to the pool"
         )
 
-        # Then the sweeper adopts it with the plan of a move into the pool: the node drained, the action completed
-        # by nodecycle (not by the hook's default result), its cleanup watching the pool
+        # The sweeper adopts it with the plan of a move into the pool: the node drained, the action completed by
+        # nodecycle (not by the hook's default result), its cleanup watching the pool
         action = wait_terminated(sandbox, instance, timeout=60)
         assert find_record(sandbox, instance) is None  # (no record of the event's own)
         sandbox.aws.disarm_faults()
@@ -331,6 +335,13 @@ def test_the_sweeper_adopts_a_scale_in_into_the_pool_whose_event_intake_lost_and
             "the adopted lifecycle watching the pool",
         )
         assert adopted.destination == "WarmPool"
+        yield sandbox, instance, adopted
+
+
+def test_the_sweeper_adopts_a_scale_in_into_the_pool_whose_event_intake_lost_and_drains_it_first() -> None:
+    # Given a pool that takes instances back, when the group scales in and intake loses the event, then the
+    # sweeper adopts the move into the pool: drained first, completed by nodecycle, watching the pool
+    with adopted_scale_in(TAKES_BACK) as (sandbox, _, _):
         wait_in_pool(sandbox)
 
 
@@ -498,52 +509,10 @@ def test_a_scale_in_into_a_running_pool_keeps_the_ready_node_cordoned_until_its_
 def test_the_sweeper_adopts_a_scale_in_into_a_running_pool_whose_event_intake_lost_and_keeps_the_cordon() -> (
     None
 ):
-    # Given a running pool that takes instances back, hooks that time out after 15 s (the terminate hook's
-    # default result CONTINUE), a sweeper every 2 s, and DynamoDB failing every call of the intake function
-    hooks = (
-        HookSpec("nodecycle-launch", LAUNCHING, LOST_HEARTBEAT_TIMEOUT, "ABANDON"),
-        HookSpec("nodecycle-terminate", TERMINATING, LOST_HEARTBEAT_TIMEOUT, "CONTINUE"),
-    )
-    with running(
-        size=3,
-        warm_pool=TAKES_BACK_RUNNING,
-        hooks=hooks,
-        parameters={"HeartbeatMarginSeconds": "5"},
-        settings={"NODECYCLE_SWEEP_INTERVAL_MINUTES": str(2 / 60)},
-        schedule_interval=2.0,
-    ) as sandbox:
-        sandbox.kube.reset_history()
-        sandbox.aws.arm_faults(
-            faults=[Fault("down", "aws-error", target="dynamodb.*")],
-            seed=1,
-            callers=[sandbox.runner.access_key("IntakeFunction")],
-        )
-
-        # When the group scales in by one: the instance waits in Warmed:Pending:Wait, which DescribeWarmPool
-        # alone lists, and the event of its move into the pool does not become a record
-        sandbox.asg.set_desired(2)
-        (instance,) = wait_for(
-            lambda: list(sandbox.asg.pool_instances()), 30, "the instance going to the pool"
-        )
-
-        # Then the sweeper adopts it with the plan of a move into the pool: the node drained, the action completed
-        # by nodecycle (not by the hook's default result), its cleanup watching the pool
-        action = wait_terminated(sandbox, instance, timeout=60)
-        assert find_record(sandbox, instance) is None  # (no record of the event's own)
-        sandbox.aws.disarm_faults()
-        assert (action.outcome, action.completed_by is not None) == ("completed", True)
-        assert completed_before_drained(sandbox.kube.history(), [action]) == []
-        adopted = wait_for(
-            lambda: (
-                (r := records(sandbox).get(f"{instance}/terminate/{adopted_token(action.hook)}"))
-                and r.extra.get(POOL_WATCH)
-                and r
-            ),
-            30,
-            "the adopted lifecycle watching the pool",
-        )
-        assert adopted.destination == "WarmPool"
-        # and the instance waits in the pool running, its node Ready and cordoned for the adopted lifecycle
+    # Given a running pool that takes instances back, when the group scales in and intake loses the event, then
+    # the sweeper adopts the move into the pool (drained first, completed by nodecycle, watching the pool)
+    with adopted_scale_in(TAKES_BACK_RUNNING) as (sandbox, instance, adopted):
+        # And the instance waits in the pool running, its node Ready and cordoned for the adopted lifecycle
         wait_in_pool(sandbox, "Warmed:Running")
         node = node_object(sandbox, node_of(sandbox, instance))
         assert ready(node)
