@@ -129,16 +129,14 @@ class Doctor:
         findings: list[Finding] = []
         deployment = self._deployment
         if deployment is not None:
-            findings += self._guard(
-                "eventbridge.rule",
-                lambda: aws_checks.rules(
-                    self.client("events"),
-                    {
-                        "lifecycle actions": deployment.output("LifecycleRuleName"),
-                        "sweeper schedule": deployment.output("SweepRuleName"),
-                    },
-                ),
-            )
+            for what, output in (
+                ("lifecycle actions", "LifecycleRuleName"),
+                ("sweeper schedule", "SweepRuleName"),
+            ):
+                # one rule at a time: one that may not be read hides nothing of the other's state
+                findings += self._guard(
+                    f"eventbridge.rule.{what}", partial(self._rule, deployment, what, output)
+                )
             for what in ("intake", "drain", "eip", "sweeper"):
                 # one queue at a time: one that cannot be read (deleted, refused) hides none of the others
                 findings += self._guard(
@@ -161,6 +159,9 @@ class Doctor:
             if getattr(self._args, "verbose", False):
                 raise
             return [Finding.unchecked(check, reason or f"{type(error).__name__}: {error}")]
+
+    def _rule(self, deployment: Deployment, what: str, output: str) -> list[Finding]:
+        return aws_checks.rules(self.client("events"), {what: deployment.output(output)})
 
     def _dead_letters(self, deployment: Deployment, what: str) -> list[Finding]:
         url = deployment.output(f"{what.capitalize()}DeadLetterQueueUrl")

@@ -165,7 +165,7 @@ def rules(events: Any, names: Mapping[str, str]) -> list[Finding]:
     """Each EventBridge rule of the stack exists and is enabled."""
     findings = []
     for what, name in names.items():
-        check = "eventbridge.rule"
+        check = f"eventbridge.rule.{what}"
         try:
             state = events.describe_rule(Name=name)["State"]
         except Exception as error:

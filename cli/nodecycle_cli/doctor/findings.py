@@ -16,7 +16,7 @@ class Status(StrEnum):
 
 @dataclass(frozen=True)
 class Finding:
-    check: str  # a stable id, e.g. "eventbridge.rule"
+    check: str  # a stable id, e.g. "eventbridge.rule.sweeper schedule"
     status: Status
     what: str
     why: str = ""

@@ -91,7 +91,8 @@ def test_a_correct_deployment_has_no_problem_and_every_check_is_made(doctor: Doc
     assert status == 0
     checks = {f["check"] for f in findings}
     assert {
-        "eventbridge.rule",
+        "eventbridge.rule.lifecycle actions",
+        "eventbridge.rule.sweeper schedule",
         "queues.dead-letters.drain",
         "lifecycles.stuck",
         f"hooks.{GROUP}",
