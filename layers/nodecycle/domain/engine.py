@@ -211,11 +211,7 @@ class StepEngine:
     # -- lost messages ----------------------------------------------------------------------------------
 
     def _watch(self, record: LifecycleRecord, now: datetime) -> None:
-        check_in = record.due_at + self._timing.resume_grace - now + timedelta(seconds=1)
-        watch = WorkMessage(record_id=record.id, seq=record.seq, step=record.step, watch=record.seq)
-        self._dispatch.send_again(
-            record, watch, delay_seconds=math.ceil(check_in.total_seconds()), here=self._worker
-        )
+        self._dispatch.watch(record, now, self._timing.resume_grace, here=self._worker)
 
     def _check(self, watch: WorkMessage, record: LifecycleRecord, now: datetime) -> Handled:
         if record.seq != watch.watch:
@@ -449,6 +445,15 @@ class Dispatcher:
         delay = max(0, min(MAX_DELAY, round((record.due_at - now).total_seconds())))
         message = WorkMessage(record_id=record.id, seq=record.seq, step=record.step)
         self._queues.send(worker_of(record, here), message, delay_seconds=delay)
+
+    def watch(
+        self, record: LifecycleRecord, now: datetime, grace: timedelta, here: Worker | None = None
+    ) -> None:
+        """Send a watch of the record's current step: it comes back once the step is ``grace`` overdue, and
+        sends the step again if nothing moved (a message lost) or finds it stale (see ``Engine._check``)."""
+        check_in = record.due_at + grace - now + timedelta(seconds=1)
+        watch = WorkMessage(record_id=record.id, seq=record.seq, step=record.step, watch=record.seq)
+        self.send_again(record, watch, delay_seconds=math.ceil(check_in.total_seconds()), here=here)
 
     def send_again(
         self, record: LifecycleRecord, message: WorkMessage, delay_seconds: int, here: Worker | None = None

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from enum import StrEnum
 
 from nodecycle.domain.catalog import OWNER_TAG, LifecycleHooks, ManagedGroups
-from nodecycle.domain.engine import MAX_DELAY
+from nodecycle.domain.engine import Dispatcher
 from nodecycle.domain.errors import TransientError
-from nodecycle.domain.flow import disruption_plan, plan_for, worker_of
+from nodecycle.domain.flow import disruption_plan, plan_for
 from nodecycle.domain.model import (
     ENDED_BY,
     INSTANCE_STATE,
@@ -39,7 +38,6 @@ from nodecycle.domain.ports.lifecycle import (
     Claimed,
     ClaimingRecordStore,
     WaitingInstance,
-    WorkMessage,
     WorkQueues,
 )
 from nodecycle.domain.ports.runtime import Clock, Metrics
@@ -125,13 +123,14 @@ class Intake:
         self._plan = plan
         self._retry_window = retry_window
         self._records = records
-        self._queues = queues
         self._groups = groups
         self._hooks = hooks
         self._autoscaling = autoscaling
         self._clock = clock
         self._metrics = metrics
         self._resume_grace = resume_grace
+        # (a lifecycle's first message, and the watch of one that may be lost, as the engine sends them)
+        self._dispatch = Dispatcher(records=records, queues=queues, clock=clock, metrics=metrics)
 
     def accept(self, event: LifecycleEvent) -> IntakeOutcome:
         if not self._groups.manages(event.group, event.hook):
@@ -531,7 +530,7 @@ class Intake:
             # Too early to tell a lost first message from one on its way: a watch comes back once the step is
             # overdue and sends it again if nothing ran (as the engine's watch of a redelivered message). The
             # event's retries end with this answer, and the sweeper would repair only minutes later.
-            self._watch_first(known, now)
+            self._dispatch.watch(known, now, self._resume_grace)
         log.info("duplicate delivery of a known lifecycle action: nothing to do")
         self._metrics.count("LifecycleEventsDuplicate")
         return IntakeOutcome.DUPLICATE
@@ -674,16 +673,8 @@ class Intake:
         log.info("heartbeat for a lifecycle action received %.0f s before its heartbeat deadline", left)
         return record.renewed(now, verified_at=now)
 
-    def _watch_first(self, record: LifecycleRecord, now: datetime) -> None:
-        watch = WorkMessage(record_id=record.id, seq=record.seq, step=record.step, watch=record.seq)
-        check_in = record.due_at + self._resume_grace - now + timedelta(seconds=1)
-        delay = max(0, min(MAX_DELAY, math.ceil(check_in.total_seconds())))
-        self._queues.send(worker_of(record), watch, delay_seconds=delay)
-
     def _send_first(self, record: LifecycleRecord) -> None:
-        message = WorkMessage(record_id=record.id, seq=record.seq, step=record.step)
-        delay = max(0, min(MAX_DELAY, round((record.due_at - self._clock.now()).total_seconds())))
-        self._queues.send(worker_of(record), message, delay_seconds=delay)
+        self._dispatch.send(record, self._clock.now())
 
 
 # The two state changes EC2 tells of one stop, and of one termination
