@@ -57,8 +57,8 @@ MUTATIONS = (
         "ownership-skipped",
         "the sweeper takes every annotated node for its own",
         "nodecycle/adapters/kube/cluster_api.py",
-        "return [node for node in found if node.owner == owner]",
-        "return [node for node in found if node.owner is not None]  # MUTATION: ownership skipped",
+        "return [node for node in self._nodes(metadata_only=True) if node.owner == owner]",
+        "return [node for node in self._nodes(metadata_only=True) if node.owner is not None]  # MUTATION: ownership skipped",
         kinds=("two-owners",),
     ),
 )

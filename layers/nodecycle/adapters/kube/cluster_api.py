@@ -164,13 +164,11 @@ class KubeCluster:
         # a real node's spec and status (its images above all) are most of its bytes, and an API server answers
         # a list from its watch cache with every node at once, whatever the limit (a whole list of 5,000 nodes
         # is over 100 MB of JSON, at every sweep)
-        with forbidden_refused():
-            found = [node_info(item) for item in self._list_nodes(metadata_only=True)]
-        return [node for node in found if node.owner == owner]
+        return [node for node in self._nodes(metadata_only=True) if node.owner == owner]
 
-    def _nodes(self) -> Iterator[NodeInfo]:
+    def _nodes(self, *, metadata_only: bool = False) -> Iterator[NodeInfo]:
         with forbidden_refused():  # a role without list on nodes, as a read's
-            yield from (node_info(item) for item in self._list_nodes())
+            yield from (node_info(item) for item in self._list_nodes(metadata_only=metadata_only))
 
     def _list_nodes(self, *, metadata_only: bool = False) -> Iterator[dict[str, Any]]:
         return pages(
