@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from nodecycle_sandbox.runner.faults import INSTANCE_ID, RunnerFaults
+from nodecycle_sandbox.runner.faults import INSTANCE_ID, EventFate, RunnerFaults
 from nodecycle_sandbox.runner.functions import FunctionSpec
 from nodecycle_sandbox.runner.invokers import InvocationResult
 from nodecycle_sandbox.runner.journal import Invocation, Journal
@@ -54,25 +54,24 @@ class AsyncInvoker:
             return
         # (the firing names the instances the event is about, so that a judge can tell whose lifecycle it held)
         about = " ".join(dict.fromkeys(INSTANCE_ID.findall(json.dumps(event))))
-        delay, duplicates = self._faults.on_event(spec.logical_id, f"{source} {about}".strip())
-        if delay:
-            timer = threading.Timer(delay, self._submit, (spec, event, source, duplicates))
+        fate = self._faults.on_event(spec.logical_id, f"{source} {about}".strip())
+        if fate.delay:
+            timer = threading.Timer(fate.delay, self._submit, (spec, event, source, fate))
             timer.daemon = True
             timer.start()
         else:
-            self._submit(spec, event, source, duplicates)
+            self._submit(spec, event, source, fate)
 
-    def _submit(self, spec: FunctionSpec, event: Any, source: str, duplicates: tuple[float, ...]) -> None:
-        after = [d for d in duplicates if d >= 0]
+    def _submit(self, spec: FunctionSpec, event: Any, source: str, fate: EventFate) -> None:
         try:
-            self._executor.submit(self._run_all, spec, event, source, len(after))
-            for _ in (d for d in duplicates if d < 0):
+            self._executor.submit(self._run_all, spec, event, source, fate.again and not fate.alongside)
+            if fate.alongside:
                 self._executor.submit(self._run, spec, event, source)  # at the same time as the first
         except RuntimeError:
             return  # the runner stopped while a late event waited: it is dropped with the sandbox
 
-    def _run_all(self, spec: FunctionSpec, event: Any, source: str, again: int) -> None:
-        for _ in range(1 + again):
+    def _run_all(self, spec: FunctionSpec, event: Any, source: str, twice: bool) -> None:
+        for _ in range(2 if twice else 1):
             self._run(spec, event, source)
 
     def stop(self) -> None:

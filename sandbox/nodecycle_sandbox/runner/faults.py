@@ -34,7 +34,7 @@ import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from nodecycle_sandbox.faults import Injector
 
@@ -45,6 +45,12 @@ if TYPE_CHECKING:
 _log = logging.getLogger(__name__)
 INSTANCE_ID = re.compile(r"\bi-[0-9a-f]{8,17}\b")
 KILLED_EXIT_STATUS = 137  # what a container killed by SIGKILL reports
+
+
+class EventFate(NamedTuple):
+    delay: float = 0.0  # seconds before its (first) run starts
+    again: bool = False  # it runs twice
+    alongside: bool = False  # the second run at the same time as the first, not after it
 
 
 class RunnerFaults(Injector):
@@ -98,17 +104,18 @@ class RunnerFaults(Injector):
             return [], False
         return list(messages), fault.value == 1
 
-    def on_event(self, function: str, detail: str) -> tuple[float, tuple[float, ...]]:
-        """An asynchronous invocation of ``function``: after how many seconds its first run starts, and when
-        its duplicates start, each in seconds after the first run ended (-1: at the same time as it)."""
+    def on_event(self, function: str, detail: str) -> EventFate:
+        """What becomes of an asynchronous invocation of ``function``: how late its run starts, and whether it
+        runs once more (after the first, or at the same time)."""
         if not self.armed:
-            return 0.0, ()
+            return EventFate()
         late = self.draw(("event-delay",), function, f"{function} {detail}".strip())
         again = self.draw(("event-duplicate",), function, f"{function} {detail}".strip())
-        delay = max(1.0, late.value) if late is not None else 0.0
-        if again is None:
-            return delay, ()
-        return delay, (-1.0 if again.value == 1 else 0.0,)
+        return EventFate(
+            delay=max(1.0, late.value) if late is not None else 0.0,
+            again=again is not None,
+            alongside=again is not None and again.value == 1,
+        )
 
     def directives(self, function: str) -> dict[str, float]:
         """What the next invocation of ``function`` runs with: ``kill_after`` calls, ``clock_skew`` seconds."""
