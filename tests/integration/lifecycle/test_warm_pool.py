@@ -79,6 +79,22 @@ def wait_launched_from_pool(sandbox: Sandbox, instance_id: str) -> ActionRecord:
     return action
 
 
+def scaled_in_to_pool(
+    sandbox: Sandbox, state: str = "Warmed:Stopped"
+) -> tuple[str, ActionRecord, str, list[HistoryEntry]]:
+    """The instance a scale-in sent to the pool (waiting there in ``state``), its terminate hook's action (a
+    move from the group into the pool, completed by nodecycle after its node was drained), its node and the API
+    server's history."""
+    instance = wait_in_pool(sandbox, state)
+    action = latest_action(sandbox, instance, TERMINATING)
+    assert action is not None
+    assert (action.origin, action.destination) == ("AutoScalingGroup", "WarmPool")
+    assert (action.outcome, action.result) == ("completed", "CONTINUE")
+    history = sandbox.kube.history()
+    assert completed_before_drained(history, [action]) == []
+    return instance, action, node_of(sandbox, instance), history
+
+
 def budget_entries_seen(history: list[HistoryEntry]) -> list[dict[str, Any]]:
     """Every holder and waiter the budget ConfigMap ever had."""
     return [
@@ -212,15 +228,8 @@ def test_a_scale_in_back_into_the_pool_drains_the_node_first_and_a_scale_out_bri
         sandbox.asg.set_desired(2)
 
         # Then the instance goes to the pool through the terminate hook (a move from the group into the pool)
-        instance = wait_in_pool(sandbox)
-        action = latest_action(sandbox, instance, TERMINATING)
-        assert action is not None
-        assert (action.origin, action.destination) == ("AutoScalingGroup", "WarmPool")
-        assert (action.outcome, action.result) == ("completed", "CONTINUE")
-        # its node drained before, through the Eviction API, under the PodDisruptionBudgets
-        node = node_of(sandbox, instance)
-        history = sandbox.kube.history()
-        assert completed_before_drained(history, [action]) == []
+        # (its node drained before, through the Eviction API, under the PodDisruptionBudgets)
+        instance, action, node, history = scaled_in_to_pool(sandbox)
         evicted = {e.name for e in history if e.resource == "pods/eviction"}
         assert evicted != set()
         assert evicted <= {
@@ -423,14 +432,7 @@ def test_a_scale_in_into_a_running_pool_keeps_the_ready_node_cordoned_until_its_
 
         # Then the instance goes to the pool through the terminate hook, its node drained before, and waits
         # there running
-        instance = wait_in_pool(sandbox, "Warmed:Running")
-        action = latest_action(sandbox, instance, TERMINATING)
-        assert action is not None
-        assert (action.origin, action.destination) == ("AutoScalingGroup", "WarmPool")
-        assert (action.outcome, action.result) == ("completed", "CONTINUE")
-        node = node_of(sandbox, instance)
-        history = sandbox.kube.history()
-        assert completed_before_drained(history, [action]) == []
+        instance, _, node, history = scaled_in_to_pool(sandbox, "Warmed:Running")
         assert {e.name for e in history if e.resource == "pods/eviction"} != set()
         assert pdb_breaches(history) == []
         record = wait_for(
