@@ -10,6 +10,13 @@ message that comes back once the record's current step would be ``resume_grace``
 has not moved by then, its step is sent again under a new ``seq`` (the sweeper does the same for
 lifecycles whose messages are all gone). Duplicate messages for the same ``seq`` collapse because only one
 commit per ``seq`` can win, and a watch ends at its first check, so duplicates never multiply.
+
+Hand-over: a step that frees a budget slot passes it on to a waiter in the same write, and wakes the waiter.
+The first waiter whose step is this worker's is not sent a wake message: the invocation that freed the slot
+runs the waiter's step itself once its own record is committed (it is warm, and has the time), so the slot
+is not left idle while a wake message waits for a container of the wake lane. Any other waiter is sent its
+wake message at once, as before. A wake-up only ever comes sooner than the waiter's own retry: one lost with
+a crash costs time, not the slot.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import logging
 import math
 import random
 from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -123,6 +131,34 @@ class EngineTiming:
     inline_budget: float = 15.0  # seconds a step may take: run the next one inline only with this left
 
 
+@dataclass
+class _HandOver:
+    """The waiter an engine's invocation runs itself once the step it runs now has freed a slot for it."""
+
+    worker: Worker  # the engine's: it runs only a step of its own worker
+    running: str  # the record id of the lifecycle it runs (woken itself only when its commit lost)
+    time_left: Callable[[], float]
+    inline_budget: float
+    waiter: LifecycleRecord | None = None
+
+    def take(self, waiting: LifecycleRecord) -> bool:
+        """Keep ``waiting`` to run here, if it is the first that this invocation can run."""
+        if (
+            self.waiter is not None
+            or waiting.id == self.running
+            or worker_of(waiting, self.worker) is not self.worker
+            or self.time_left() <= self.inline_budget
+        ):
+            return False
+        self.waiter = waiting
+        return True
+
+
+# The hand-over of the step an engine runs now (see ``StepEngine.handle``); None outside a step (the sweeper's
+# and intake's wake-ups are all sent).
+_hand_over: ContextVar[_HandOver | None] = ContextVar("hand_over", default=None)
+
+
 class StepEngine:
     def __init__(
         self,
@@ -149,6 +185,45 @@ class StepEngine:
         self._dispatch = Dispatcher(records=records, queues=queues, clock=clock, metrics=metrics)
 
     def handle(self, message: WorkMessage, time_left: Callable[[], float] = lambda: 60.0) -> Handled:
+        """Run the message's step, and the next ones inline while they are progress; then run the step of a
+        waiter one of them freed a slot for (see the module's docstring)."""
+        hand_over = _HandOver(self._worker, message.record_id, time_left, self._timing.inline_budget)
+        holding = _hand_over.set(hand_over)
+        try:
+            handled = self._handle(message, time_left)
+        except BaseException:
+            if hand_over.waiter is not None:  # this invocation fails: the wake lane runs the waiter
+                self._send_wake_or_leave(hand_over.waiter)
+            raise
+        finally:
+            _hand_over.reset(holding)
+        if hand_over.waiter is not None:
+            self._run_handed_over(hand_over.waiter, time_left)
+        return handled
+
+    def _run_handed_over(self, waiting: LifecycleRecord, time_left: Callable[[], float]) -> None:
+        """Run a woken waiter's step as its wake message would have, in this invocation (a slot it frees in
+        turn is woken through the wake lane). Its failure is not this invocation's, whose message is done:
+        the wake message goes instead, and the wake lane runs it as it would have."""
+        wake = WorkMessage(
+            record_id=waiting.id, seq=waiting.seq, step=waiting.step, wake=True, token=waiting.token
+        )
+        try:
+            handled = self._handle(wake, time_left)
+        except Exception:
+            log.exception("the step of %s, handed a slot, failed here: sent to the wake lane", waiting.id)
+            self._send_wake_or_leave(waiting)
+            return
+        log.info("the slot freed went to %s in this invocation: %s", waiting.id, handled)
+        self._metrics.count("SlotsHandedOver")
+
+    def _send_wake_or_leave(self, waiting: LifecycleRecord) -> None:
+        try:
+            self._dispatch.send_wake(waiting)
+        except TransientError as error:  # (the invocation's own outcome stands)
+            log.warning("could not wake %s (it takes its slot at its own retry): %s", waiting.id, error)
+
+    def _handle(self, message: WorkMessage, time_left: Callable[[], float]) -> Handled:
         record = self._records.get(message.record_id)
         if record is None:
             log.warning("no lifecycle record %s: message dropped", message.record_id)
@@ -475,10 +550,11 @@ class Dispatcher:
             or _not_asking_yet(waiting, self._clock.now())
         ):
             return
-        # A message with no delay next to the waiter's backoff message, marked to run before its due time:
-        # the first to run takes the slot and moves the record on; the other one arrives stale.
-        self._send_wake(waiting)
         self._metrics.count("WaitersWoken")
+        hand_over = _hand_over.get()
+        if hand_over is not None and hand_over.take(waiting):
+            return  # run by the engine's invocation once the step that woke it is committed
+        self.send_wake(waiting)
 
     def wake_cleanup(self, record_id: str) -> None:
         """Send a lifecycle watching its node after its cleanup its next look at once: what its watch waits for
@@ -486,11 +562,13 @@ class Dispatcher:
         watching = self._records.get(record_id)
         if watching is None or watching.finished or watching.step is not Step.CLEANUP:
             return
-        self._send_wake(watching)
+        self.send_wake(watching)
 
-    def _send_wake(self, record: LifecycleRecord) -> None:
+    def send_wake(self, record: LifecycleRecord) -> None:
         """The record's current step at once, marked as a wake-up: through the wake lane, not the drain queue,
-        where it would wait behind every poll queued there."""
+        where it would wait behind every poll queued there. A message with no delay next to the waiter's
+        backoff message, marked to run before its due time: the first to run takes the slot and moves the
+        record on; the other one arrives stale."""
         wake = WorkMessage(
             record_id=record.id, seq=record.seq, step=record.step, wake=True, token=record.token
         )

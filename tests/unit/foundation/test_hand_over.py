@@ -1,0 +1,130 @@
+"""A slot freed by a step goes to its first waiter in the invocation that freed it: the waiter's step runs
+there once the freeing step is committed, rather than after a wake message waits for the wake lane."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+import pytest
+
+from nodecycle.domain.engine import Dispatcher, Handled, Outcome
+from nodecycle.domain.flow import Worker
+from nodecycle.domain.model import LifecycleRecord, Step
+from tests.support.fakes import T0
+from tests.unit.foundation.test_engine import Script, World, make_record
+
+HOLDER = "i-0123456789abcdef0/terminate/token"
+WAITERS = ("i-0aaaaaaaaaaaaaaa1/terminate/token", "i-0aaaaaaaaaaaaaaa2/terminate/token")
+PLAN = (Step.ACQUIRE_SLOT, Step.CORDON, Step.EVICT, Step.COMPLETE, Step.CLEANUP, Step.DONE)
+
+
+def waiting(record_id: str) -> LifecycleRecord:
+    """A lifecycle that asked for a slot and asks again in 30 s."""
+    instance = record_id.split("/")[0]
+    return make_record(
+        PLAN,
+        id=record_id,
+        instance_id=instance,
+        seq=3,
+        slot_waiting_since=T0,
+        due_at=T0 + timedelta(seconds=30),
+    )
+
+
+def releasing(world: World, then: Exception | None = None) -> Callable[[LifecycleRecord, datetime], Outcome]:
+    """The holder's cleanup: its release passes its slots on to both waiters (as DisruptionBudget.release
+    returns them), which it wakes in that order."""
+    dispatcher = Dispatcher(
+        records=world.records, queues=world.queues, clock=world.clock, metrics=world.metrics
+    )
+
+    def cleanup(record: LifecycleRecord, now: datetime) -> Outcome:
+        for waiter in WAITERS:
+            dispatcher.wake(waiter)
+        if then is not None:
+            raise then
+        return Outcome.next()
+
+    return cleanup
+
+
+def given_a_holder_and_two_waiters(world: World) -> None:
+    world.records.create(make_record(PLAN, Step.CLEANUP, completed_at=T0))
+    for waiter in WAITERS:
+        world.records.create(waiting(waiter))
+
+
+def test_the_first_waiter_runs_in_the_invocation_that_freed_its_slot_and_the_others_get_their_wake() -> None:
+    # Given a holder about to release, and two waiters its release passes slots on to
+    world = World()
+    given_a_holder_and_two_waiters(world)
+    acquire, cordon = Script([Outcome.next()]), Script([Outcome.wait(5)])
+    engine = world.engine({Step.CLEANUP: releasing(world), Step.ACQUIRE_SLOT: acquire, Step.CORDON: cordon})
+
+    # When the holder's cleanup runs
+    handled = engine.handle(world.message(HOLDER))
+
+    # Then its own lifecycle is done, and the first waiter took its slot and was cordoned in the same
+    # invocation, its drain's next poll queued; the second waiter was sent its wake-up at once
+    assert handled is Handled.DONE
+    first, second = (world.records.get(waiter) for waiter in WAITERS)
+    assert first is not None
+    assert second is not None
+    assert (first.step, len(acquire.runs), len(cordon.runs)) == (Step.CORDON, 1, 1)
+    assert second.step is Step.ACQUIRE_SLOT
+    sent = [(s.worker, s.message.record_id, s.message.wake, s.delay) for s in world.queues.take()]
+    assert sorted(sent) == sorted([(Worker.WAKE, WAITERS[1], True, 0), (Worker.DRAIN, WAITERS[0], False, 5)])
+    assert world.metrics.counts.get("SlotsHandedOver") == 1
+
+
+def test_a_waiter_is_sent_its_wake_when_the_invocation_has_no_time_left_to_run_it() -> None:
+    world = World()
+    given_a_holder_and_two_waiters(world)
+    acquire = Script([])
+    engine = world.engine({Step.CLEANUP: releasing(world), Step.ACQUIRE_SLOT: acquire})
+
+    # When the holder's cleanup runs with less than the inline budget left
+    engine.handle(world.message(HOLDER), time_left=lambda: 10.0)
+
+    # Then no waiter ran here: both were sent their wake-ups
+    assert acquire.runs == []
+    sent = [(s.worker, s.message.record_id, s.message.wake) for s in world.queues.take()]
+    assert sent == [(Worker.WAKE, WAITERS[0], True), (Worker.WAKE, WAITERS[1], True)]
+
+
+def test_a_step_that_fails_after_freeing_a_slot_still_wakes_its_waiters() -> None:
+    # Given a holder whose cleanup fails after its release (a bug, an API error it does not expect)
+    world = World()
+    given_a_holder_and_two_waiters(world)
+    acquire = Script([])
+    engine = world.engine(
+        {Step.CLEANUP: releasing(world, then=RuntimeError("boom")), Step.ACQUIRE_SLOT: acquire}
+    )
+
+    # When its message is handled, and fails (SQS redelivers it)
+    with pytest.raises(RuntimeError):
+        engine.handle(world.message(HOLDER))
+
+    # Then neither waiter ran in the failed invocation, and both were sent their wake-ups
+    assert acquire.runs == []
+    sent = [(s.worker, s.message.record_id, s.message.wake) for s in world.queues.take()]
+    assert sorted(sent) == [(Worker.WAKE, WAITERS[0], True), (Worker.WAKE, WAITERS[1], True)]
+
+
+def test_a_handed_over_step_that_fails_goes_to_the_wake_lane_and_the_freeing_message_succeeds() -> None:
+    # Given a waiter whose step fails when it runs (the API server it asks refuses)
+    world = World()
+    given_a_holder_and_two_waiters(world)
+    acquire = Script([RuntimeError("the API server refused")])
+    engine = world.engine({Step.CLEANUP: releasing(world), Step.ACQUIRE_SLOT: acquire})
+
+    # When the holder's cleanup runs
+    handled = engine.handle(world.message(HOLDER))
+
+    # Then the holder's message succeeds, the waiter's step ran once here, and it is sent its wake-up, as the
+    # other waiter is: the wake lane runs it again
+    assert handled is Handled.DONE
+    assert len(acquire.runs) == 1
+    sent = [(s.worker, s.message.record_id, s.message.wake) for s in world.queues.take()]
+    assert sorted(sent) == [(Worker.WAKE, WAITERS[0], True), (Worker.WAKE, WAITERS[1], True)]
