@@ -2,8 +2,11 @@
 
 A failed event is retried `MaximumRetryAttempts` times (2 by default) after a back-off (about a minute, then
 two, on AWS; seconds in the sandbox), then sent to the function's dead-letter queue or on-failure
-destination if the template configures one, else dropped, as Lambda does. Faults (``runner/faults.py``) may
-run an event late, or twice.
+destination if the template configures one, else dropped, as Lambda does. An event refused for the
+function's reserved concurrency (a throttle) waits in Lambda's queue and is tried again with an exponential
+back-off, without counting as a retry attempt, until it is older than `MaximumEventAgeInSeconds`; then it
+goes to the same failure targets ("EventAgeExceeded"), see ``concurrency.py``. Faults (``runner/faults.py``)
+may run an event late, or twice.
 """
 
 from __future__ import annotations
@@ -11,20 +14,32 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from nodecycle_sandbox.runner.concurrency import THROTTLE_TIME_SCALE, throttle_backoff
 from nodecycle_sandbox.runner.faults import INSTANCE_ID, EventFate, RunnerFaults
 from nodecycle_sandbox.runner.functions import FunctionSpec
 from nodecycle_sandbox.runner.invokers import InvocationResult
-from nodecycle_sandbox.runner.journal import Invocation, Journal
+from nodecycle_sandbox.runner.journal import Invocation, Journal, Throttle
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
 _log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Queued:
+    """An event in Lambda's queue for the function: when Lambda took it, and how it fared so far."""
+
+    accepted: float = field(default_factory=time.monotonic)
+    attempt: int = 1  # the number of the next invocation that runs the handler
+    throttles: int = 0  # in a row, for the back-off
 
 
 class AsyncInvoker:
@@ -38,8 +53,12 @@ class AsyncInvoker:
         retry_delays: tuple[float, ...],
         max_workers: int,
         faults: RunnerFaults | None = None,
+        throttle_scale: float = THROTTLE_TIME_SCALE,
+        deliveries: logging.Logger | None = None,
     ) -> None:
         self._faults = faults or RunnerFaults()
+        self._throttle_scale = throttle_scale
+        self._deliveries = deliveries or _log
         self._invoke = invoke
         self._journal = journal
         self._sqs = sqs
@@ -78,24 +97,66 @@ class AsyncInvoker:
         self._stopping.set()
         self._executor.shutdown(wait=True, cancel_futures=True)  # (a late event's timer submits nothing now)
 
-    def _run(self, spec: FunctionSpec, event: Any, source: str) -> None:
+    def _run(self, spec: FunctionSpec, event: Any, source: str, queued: _Queued | None = None) -> None:
+        queued = queued or _Queued()
         attempts = 1 + spec.async_retries
-        result: InvocationResult | None = None
-        for attempt in range(1, attempts + 1):
-            if self._stopping.is_set():
-                return
+        while not self._stopping.is_set():
             result = self._invoke(spec, event)
-            self._journal.record(Invocation.of(spec.logical_id, source, event, result, attempt=attempt))
+            if result.throttled:
+                self._throttled(spec, event, source, queued, result)
+                return
+            queued.throttles = 0
+            self._journal.record(
+                Invocation.of(spec.logical_id, source, event, result, attempt=queued.attempt)
+            )
             if result.ok:
                 return
-            if attempt < attempts:
-                delay = self._retry_delays[min(attempt - 1, len(self._retry_delays) - 1)]
-                if self._stopping.wait(delay):
-                    return
-        assert result is not None
-        self._dead_letter(spec, event, result, attempts)
+            if queued.attempt >= attempts:
+                self._dead_letter(spec, event, result, queued.attempt, "RetriesExhausted")
+                return
+            delay = self._retry_delays[min(queued.attempt - 1, len(self._retry_delays) - 1)]
+            if self._stopping.wait(delay):
+                return
+            queued.attempt += 1
 
-    def _dead_letter(self, spec: FunctionSpec, event: Any, result: InvocationResult, attempts: int) -> None:
+    def _throttled(
+        self, spec: FunctionSpec, event: Any, source: str, queued: _Queued, result: InvocationResult
+    ) -> None:
+        """Back to Lambda's queue for a later try, in a timer (the event holds no worker while it waits), or to
+        the failure targets when it would be older than its maximum age by then."""
+        queued.throttles += 1
+        delay = throttle_backoff(queued.throttles, self._throttle_scale)
+        expired = time.monotonic() + delay - queued.accepted > spec.max_event_age * self._throttle_scale
+        about = " ".join(dict.fromkeys(INSTANCE_ID.findall(json.dumps(event))))
+        self._journal.record_throttle(
+            Throttle(spec.logical_id, source, time.time(), "expired" if expired else "retry")
+        )
+        self._deliveries.info(
+            "%s throttled %s %s (%d in a row): %s",
+            source,
+            spec.logical_id,
+            about,
+            queued.throttles,
+            "older than its maximum age, given up" if expired else f"tried again in {delay:.2f}s",
+        )
+        if expired:
+            self._dead_letter(spec, event, result, queued.attempt - 1, "EventAgeExceeded")
+            return
+        timer = threading.Timer(delay, self._retry, (spec, event, source, queued))
+        timer.daemon = True
+        timer.start()
+
+    def _retry(self, spec: FunctionSpec, event: Any, source: str, queued: _Queued) -> None:
+        try:
+            self._executor.submit(self._run, spec, event, source, queued)
+        except RuntimeError:
+            return  # the runner stopped while the event waited: it is dropped with the sandbox
+
+    def _dead_letter(
+        self, spec: FunctionSpec, event: Any, result: InvocationResult, invocations: int, condition: str
+    ) -> None:
+        """``invocations``: how many times the handler ran the event (none, when it was throttled throughout)."""
+        status = "429" if result.throttled else "200"
         if spec.dead_letter_arn:
             self._send(
                 spec,
@@ -103,7 +164,7 @@ class AsyncInvoker:
                 json.dumps(event),
                 {
                     "RequestID": {"DataType": "String", "StringValue": result.request_id},
-                    "ErrorCode": {"DataType": "Number", "StringValue": "200"},
+                    "ErrorCode": {"DataType": "Number", "StringValue": status},
                     "ErrorMessage": {"DataType": "String", "StringValue": (result.error_message or "")[:256]},
                 },
             )
@@ -114,21 +175,26 @@ class AsyncInvoker:
                 "requestContext": {
                     "requestId": result.request_id,
                     "functionArn": f"{spec.arn}:$LATEST",
-                    "condition": "RetriesExhausted",
-                    "approximateInvokeCount": attempts,
+                    "condition": condition,
+                    "approximateInvokeCount": invocations,
                 },
                 "requestPayload": event,
                 "responseContext": {
-                    "statusCode": 200,
+                    "statusCode": int(status),
                     "executedVersion": "$LATEST",
-                    "functionError": "Unhandled",
+                    # a throttled event's last answer was Lambda's 429, not an error of the function
+                    **({} if result.throttled else {"functionError": "Unhandled"}),
                 },
                 "responsePayload": {"errorMessage": result.error_message, "errorType": result.error_type},
             }
             self._send(spec, spec.on_failure_arn, json.dumps(record), {})
         if not (spec.dead_letter_arn or spec.on_failure_arn):
             _log.warning(
-                "%s: event dropped after %d attempts: %s", spec.logical_id, attempts, result.error_message
+                "%s: event dropped (%s) after %d invocations: %s",
+                spec.logical_id,
+                condition,
+                invocations,
+                result.error_message,
             )
 
     def _send(self, spec: FunctionSpec, queue_arn: str, body: str, attributes: dict[str, Any]) -> None:

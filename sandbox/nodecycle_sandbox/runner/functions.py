@@ -14,6 +14,7 @@ from nodecycle_sandbox.runner.resources import QueueInfo, SandboxResources
 DEFAULT_TIMEOUT = 3
 DEFAULT_MEMORY = 128
 DEFAULT_ASYNC_RETRIES = 2
+DEFAULT_MAX_EVENT_AGE = 21600  # seconds: Lambda keeps an asynchronous event up to 6 hours by default
 _RATE = re.compile(r"^rate\((\d+) (minute|minutes|hour|hours|day|days)\)$")
 _UNIT_SECONDS = {"minute": 60, "hour": 3600, "day": 86400}
 
@@ -61,6 +62,9 @@ class FunctionSpec:
     rules: tuple[RuleTrigger, ...] = ()
     schedules: tuple[ScheduleTrigger, ...] = ()
     async_retries: int = DEFAULT_ASYNC_RETRIES
+    max_event_age: float = DEFAULT_MAX_EVENT_AGE  # EventInvokeConfig MaximumEventAgeInSeconds (AWS seconds)
+    # ReservedConcurrentExecutions: its executions in flight across all its sources; None: not reserved.
+    reserved_concurrency: int | None = None
     # Where a failed asynchronous event goes: DeadLetterQueue or EventInvokeConfig OnFailure (SQS ARNs).
     dead_letter_arn: str | None = None
     on_failure_arn: str | None = None
@@ -133,6 +137,12 @@ def read_functions(
                 async_retries=int(
                     intrinsics.resolve(invoke_config.get("MaximumRetryAttempts", DEFAULT_ASYNC_RETRIES))
                 ),
+                max_event_age=float(
+                    intrinsics.resolve(invoke_config.get("MaximumEventAgeInSeconds", DEFAULT_MAX_EVENT_AGE))
+                ),
+                reserved_concurrency=int(intrinsics.resolve(properties["ReservedConcurrentExecutions"]))
+                if "ReservedConcurrentExecutions" in properties
+                else None,
                 dead_letter_arn=intrinsics.resolve(dead_letter) if dead_letter else None,
                 on_failure_arn=intrinsics.resolve(on_failure) if on_failure else None,
             )

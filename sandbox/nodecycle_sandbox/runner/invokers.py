@@ -59,6 +59,8 @@ class InvocationResult:
     cold_start: bool = False
     # The handler could not be loaded (an import error): Lambda's Runtime.ImportModuleError / init error.
     init_error: bool = False
+    # Refused for the function's reserved concurrency (Lambda's 429): the handler did not run.
+    throttled: bool = False
 
     @property
     def duration(self) -> float:

@@ -56,15 +56,44 @@ class Invocation:
         )
 
 
+@dataclass(frozen=True)
+class Throttle:
+    """An invocation Lambda refused for the function's reserved concurrency (nothing ran), and what became of
+    the work it carried."""
+
+    function: str  # logical id
+    source: str  # as an Invocation's
+    at: float
+    # "retry": Lambda tries again later; "returned": an SQS batch left to show again in its queue after the
+    # visibility timeout; "expired": an asynchronous event past its maximum age, sent to its failure targets.
+    outcome: str
+    records: tuple[str, ...] = ()  # SQS: the batch's message ids
+
+
 class Journal:
     def __init__(self) -> None:
         self._entries: list[Invocation] = []
+        self._throttles: list[Throttle] = []
         self._cond = threading.Condition()
 
     def clear(self) -> None:
         """Forget what was recorded so far (a long-running sandbox that starts another chapter)."""
         with self._cond:
             self._entries.clear()
+            self._throttles.clear()
+
+    def record_throttle(self, throttle: Throttle) -> None:
+        with self._cond:
+            self._throttles.append(throttle)
+            self._cond.notify_all()
+
+    def throttles(self, function: str | None = None, source: str | None = None) -> list[Throttle]:
+        with self._cond:
+            return [
+                t
+                for t in self._throttles
+                if (function is None or t.function == function) and (source is None or t.source == source)
+            ]
 
     def record(self, invocation: Invocation) -> None:
         with self._cond:

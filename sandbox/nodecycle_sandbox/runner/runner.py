@@ -22,6 +22,7 @@ from nodecycle_sandbox.faults import RUNNER_AGENT
 from nodecycle_sandbox.iam.template import access_entries, function_role, template_roles
 from nodecycle_sandbox.runner.async_invoke import AsyncInvoker
 from nodecycle_sandbox.runner.cfn_yaml import load_template
+from nodecycle_sandbox.runner.concurrency import THROTTLE_TIME_SCALE, ReservedConcurrency, throttled_result
 from nodecycle_sandbox.runner.context import lambda_environment
 from nodecycle_sandbox.runner.faults import RunnerFaults
 from nodecycle_sandbox.runner.functions import FunctionSpec, SqsTrigger, read_functions
@@ -84,6 +85,7 @@ class Runner:
         identities: IdentityRegistry | None = None,
         layer_dir: Path | None = None,
         faults: RunnerFaults | None = None,
+        throttle_scale: float = THROTTLE_TIME_SCALE,
     ) -> None:
         self.template_path = template
         # Another copy of the layer's code for the handlers (e.g. a deliberately broken one, to check that
@@ -106,6 +108,9 @@ class Runner:
         self._poll_wait = poll_wait
         self._async_retry_delays = async_retry_delays
         self._async_concurrency = async_concurrency
+        # Lambda's throttle back-off and event age, compressed (concurrency.py)
+        self._throttle_scale = throttle_scale
+        self._reserved = ReservedConcurrency({})
         self._schedule_interval = schedule_interval
         self._schedules_enabled = schedules_enabled
         self._sqs_sources_enabled = sqs_sources_enabled
@@ -164,6 +169,7 @@ class Runner:
             layer = self._layer_dir
             specs = [replace(spec, layer_dirs=(layer,)) if spec.layer_dirs else spec for spec in specs]
         self.functions = {spec.logical_id: spec for spec in specs}
+        self._reserved = ReservedConcurrency({s.logical_id: s.reserved_concurrency for s in specs})
         self._deployment = StackDeployment(
             template,
             stack_name=self.stack_name,
@@ -193,13 +199,15 @@ class Runner:
                 self.faults,
             )
         self._async = AsyncInvoker(
-            invoke=self._invoke,
+            invoke=self._invoke_reserved,
             journal=self.journal,
             sqs=self.sqs,
             sender=self._function_sqs,
             retry_delays=self._async_retry_delays,
             max_workers=self._async_concurrency * max(1, len(specs)),
             faults=self.faults,
+            throttle_scale=self._throttle_scale,
+            deliveries=self._deliveries,
         )
         if self._sqs_sources_enabled:
             for spec in specs:
@@ -294,7 +302,7 @@ class Runner:
             source = SqsEventSource(
                 spec=spec,
                 trigger=trigger,
-                invoke=self._invoke,
+                invoke=self._invoke_reserved,
                 journal=self.journal,
                 client_factory=functools.partial(self._mapping_client, spec, trigger),
                 region=self.region,
@@ -303,6 +311,7 @@ class Runner:
                 faults=self.faults,
                 fault_client_factory=functools.partial(self._client, "sqs"),
                 deliveries=self._deliveries,
+                throttle_scale=self._throttle_scale,
             )
             source.start()
             self._sources.append(source)
@@ -338,6 +347,17 @@ class Runner:
     def _invoke(self, spec: FunctionSpec, event: Any) -> InvocationResult:
         assert self._invoker is not None, "the runner is not started"
         return self._invoker.invoke(spec, event)
+
+    def _invoke_reserved(self, spec: FunctionSpec, event: Any) -> InvocationResult:
+        """An invocation by one of the function's event sources, within its reserved concurrency: refused (a
+        throttled result, the handler not run) while all of it is in flight. A test's direct `invoke` stays
+        outside the count: it probes the function, it is not one of its sources."""
+        if not self._reserved.try_acquire(spec.logical_id):
+            return throttled_result()
+        try:
+            return self._invoke(spec, event)
+        finally:
+            self._reserved.release(spec.logical_id)
 
     # -- what was deployed ----------------------------------------------------------------------
 
@@ -416,6 +436,8 @@ class Runner:
         size = sum(self._sqs_concurrency(t.max_concurrency) for t in spec.sqs if t.enabled)
         if spec.rules or spec.schedules:
             size += self._async_concurrency
+        if spec.reserved_concurrency is not None:  # it never runs more at once
+            size = min(size, spec.reserved_concurrency)
         return max(1, size)
 
     def _client(

@@ -4,11 +4,14 @@ Pollers long-poll the queue, gather up to `BatchSize` messages (within `MaximumB
 and invoke the function with a real-shaped SQS event. A successful batch is deleted; a failed invocation
 leaves the whole batch to come back after the visibility timeout; with `ReportBatchItemFailures` only the
 reported messages stay. One poller per concurrency slot bounds the invocations in flight at
-`MaximumConcurrency`. Delays and redrive to the dead-letter queue after `maxReceiveCount` are SQS's own
+`MaximumConcurrency`. An invocation refused for the function's reserved concurrency (a throttle: the
+function's other sources hold it) is tried again with a back-off while the batch's messages stay invisible;
+when their visibility timeout would run out first, the mapping lets go and they show again in the queue,
+their next receive counting towards `maxReceiveCount` (``concurrency.py``). Delays and redrive to the dead-letter queue after `maxReceiveCount` are SQS's own
 business, which moto does at receive time, as AWS does.
 
 Each message's way through the mapping goes to the ``deliveries`` log: received (how many times, how long
-after it was sent), dropped, late or reordered by a fault, and the invocation that had it (how long it
+after it was sent), throttled, dropped, late or reordered by a fault, and the invocation that had it (how long it
 took, whether it failed it). With it a scenario's log tells a slow sandbox from a slow product.
 """
 
@@ -20,10 +23,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from nodecycle_sandbox.runner.concurrency import THROTTLE_TIME_SCALE, throttle_backoff
 from nodecycle_sandbox.runner.faults import RunnerFaults
 from nodecycle_sandbox.runner.functions import FunctionSpec, SqsTrigger
 from nodecycle_sandbox.runner.invokers import InvocationResult
-from nodecycle_sandbox.runner.journal import Invocation, Journal
+from nodecycle_sandbox.runner.journal import Invocation, Journal, Throttle
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -106,8 +110,10 @@ class SqsEventSource:
         faults: RunnerFaults | None = None,
         fault_client_factory: Callable[[], SQSClient] | None = None,
         deliveries: logging.Logger | None = None,
+        throttle_scale: float = THROTTLE_TIME_SCALE,
     ) -> None:
         self._faults = faults or RunnerFaults()
+        self._throttle_scale = throttle_scale
         self._deliveries = deliveries or _log
         # Faults drop and put back messages as the account's administrator: they are the sandbox's doing, and
         # the function's role may not (and need not) change a message's visibility.
@@ -153,7 +159,7 @@ class SqsEventSource:
         fault_client = self._fault_client_factory()  # faults may be armed later
         while not self._stopping.is_set():
             try:
-                messages = self._receive(client)
+                messages, received_at = self._receive(client)
                 queue = self._trigger.queue
                 self._log_received(messages)
                 messages = self._faults.on_receive(
@@ -169,11 +175,11 @@ class SqsEventSource:
                             " (at the same time)" if alongside else "",
                         )
                     if alongside:
-                        self._deliver_both(client, messages, again)
+                        self._deliver_both(client, messages, again, received_at)
                     else:
-                        self._deliver(client, messages)
+                        self._deliver(client, messages, received_at)
                         if again:
-                            self._deliver(client, again)
+                            self._deliver(client, again, received_at)
             except Exception:
                 if self._stopping.is_set():
                     return  # the AWS side went away first during shutdown
@@ -193,9 +199,11 @@ class SqsEventSource:
                 now - sent if sent else float("nan"),
             )
 
-    def _receive(self, client: SQSClient) -> list[MessageTypeDef]:
+    def _receive(self, client: SQSClient) -> tuple[list[MessageTypeDef], float]:
+        """A batch, and when its first messages were received (their visibility timeout runs from then)."""
         trigger = self._trigger
         messages: list[MessageTypeDef] = []
+        received_at = time.monotonic()
         window_end: float | None = None
         while len(messages) < trigger.batch_size and not self._stopping.is_set():
             wait = self._poll_wait
@@ -215,35 +223,45 @@ class SqsEventSource:
                 MessageAttributeNames=["All"],
             )
             received = answer.get("Messages", [])
+            if received and not messages:
+                received_at = time.monotonic()
             messages.extend(received)
             if messages and trigger.batching_window <= 0:
                 break
             if messages and window_end is None:
                 window_end = time.monotonic() + trigger.batching_window
-        return messages
+        return messages, received_at
 
     def _deliver_both(
-        self, client: SQSClient, messages: list[MessageTypeDef], again: list[MessageTypeDef]
+        self,
+        client: SQSClient,
+        messages: list[MessageTypeDef],
+        again: list[MessageTypeDef],
+        received_at: float,
     ) -> None:
         """The batch and its duplicate at once, as two pollers would (each invocation takes its own slot of
         the function's concurrency); the poller goes on when both are done."""
         twin = threading.Thread(
-            target=self._deliver, args=(self._client_factory(), again), name=f"{self.source}-duplicate"
+            target=self._deliver,
+            args=(self._client_factory(), again, received_at),
+            name=f"{self.source}-duplicate",
         )
         twin.start()
         try:
-            self._deliver(client, messages)
+            self._deliver(client, messages, received_at)
         finally:
             twin.join()
 
-    def _deliver(self, client: SQSClient, messages: list[MessageTypeDef]) -> None:
+    def _deliver(self, client: SQSClient, messages: list[MessageTypeDef], received_at: float) -> None:
         trigger = self._trigger
         event = {
             "Records": [sqs_record(m, queue_arn=trigger.queue.arn, region=self._region) for m in messages]
         }
-        began = time.monotonic()
-        result = self._invoke(self._spec, event)
         ids = [m["MessageId"] for m in messages]
+        began = time.monotonic()
+        result = self._invoke_while_invisible(event, ids, received_at)
+        if result is None:
+            return  # throttled until the batch's visibility timeout: its messages show again in the queue
         failed = failed_message_ids(result, ids, trigger.report_failures)
         self._deliveries.info(
             "%s invoked %s with %s in %.1fs: %s",
@@ -265,3 +283,40 @@ class SqsEventSource:
                 self._spec.logical_id, self.source, event, result, records=tuple(ids), failures=tuple(failed)
             )
         )
+
+    def _invoke_while_invisible(
+        self, event: dict[str, Any], ids: list[str], received_at: float
+    ) -> InvocationResult | None:
+        """The batch's invocation, tried again with a back-off while the function is throttled; None when
+        the messages' visibility timeout (from ``received_at``) would run out before the next try."""
+        queue = self._trigger.queue
+        visible_at = received_at + queue.visibility_timeout
+        throttles = 0
+        while True:
+            result = self._invoke(self._spec, event)
+            if not result.throttled:
+                return result
+            throttles += 1
+            delay = throttle_backoff(throttles, self._throttle_scale)
+            returned = time.monotonic() + delay >= visible_at
+            self._journal.record_throttle(
+                Throttle(
+                    self._spec.logical_id,
+                    self.source,
+                    time.time(),
+                    "returned" if returned else "retry",
+                    records=tuple(ids),
+                )
+            )
+            self._deliveries.info(
+                "%s throttled %s with %s (%d in a row): %s",
+                queue.logical_id,
+                self._spec.logical_id,
+                " ".join(ids),
+                throttles,
+                "left to show again after the visibility timeout"
+                if returned
+                else f"tried again in {delay:.2f}s",
+            )
+            if returned or self._stopping.wait(delay):
+                return None
