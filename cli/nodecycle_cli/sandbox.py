@@ -57,11 +57,17 @@ def add_sandbox_options(parser: argparse.ArgumentParser, nodes: int = 6) -> None
     parser.add_argument("--kubeconfig", type=Path, default=STATE_DIR / "kubeconfig", help="where to write it")
     parser.add_argument("--env-file", type=Path, default=STATE_DIR / "sandbox.env", help="where to write it")
     parser.add_argument("--log-dir", type=Path, default=STATE_DIR / "logs", help="the functions' logs")
-    parser.add_argument("--max-unavailable", default="2", help="BudgetMaxUnavailable (default 2)")
+    # %(default)s: the demo sets its own defaults over these (set_defaults), and its help must say those
+    parser.add_argument("--max-unavailable", default="2", help="BudgetMaxUnavailable (default %(default)s)")
     parser.add_argument(
-        "--max-unavailable-per-zone", default="1", help="BudgetMaxUnavailablePerZone (default 1)"
+        "--max-unavailable-per-zone", default="1", help="BudgetMaxUnavailablePerZone (default %(default)s)"
     )
-    parser.add_argument("--eip-mode", choices=("off", "allocate", "pool"), default="allocate")
+    parser.add_argument(
+        "--eip-mode",
+        choices=("off", "allocate", "pool"),
+        default="allocate",
+        help="EipMode (default %(default)s)",
+    )
     parser.add_argument(
         "--parameter",
         action="append",
