@@ -29,7 +29,7 @@ from nodecycle_sandbox.scenario import finished_actions, project_root, split_see
 STATE_DIR = Path(".nodecycle")
 GROUP = "nodecycle-workers"
 POOL_NAME = "sandbox-pool"
-# The hooks the README recommends: long enough for the default settings' heartbeat window (210 s).
+# The hooks the README recommends: longer than the default settings' shortest heartbeat timeout (360 s).
 HEARTBEAT_TIMEOUT = 600
 
 

@@ -13,7 +13,9 @@ with the usual credential chain, the cluster with the kubeconfig. Checked:
 - deploy/rbac.yaml applied as it is (and its budget Role in the stack's BudgetNamespace);
 - the budget ConfigMap readable as a budget document;
 - each managed group's hooks: present, named in ManagedHooks, a heartbeat timeout long enough for the
-  settings (HeartbeatMarginSeconds + WorkVisibilityTimeoutSeconds + ResumeGraceSeconds), the default result;
+  settings (HeartbeatMarginSeconds plus the later of WorkVisibilityTimeoutSeconds and ResumeGraceSeconds + 2,
+  and at least SweepIntervalMinutes plus HeartbeatMarginSeconds: 360 s with the template's defaults), the
+  default result;
 - the EventBridge rules enabled; the dead-letter queues empty; no lifecycle stuck.
 
 Each finding says what is wrong, why it matters and the command that fixes it. Exit status: 0 all good,
