@@ -1,10 +1,12 @@
 """What the ``nodecycle`` commands' ``--help`` tells an operator is what they do: a default an option's help
-names is the default the command uses."""
+names is the default the command uses; and the help is there however the command is run."""
 
 from __future__ import annotations
 
 import argparse
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 
 from nodecycle_cli.main import COMMANDS, build_parser
@@ -51,3 +53,18 @@ def test_a_default_the_help_names_is_the_default_the_command_uses() -> None:
     # Then each default named is the value the command runs with when the option is left out
     assert named > 10  # the scan read the options' help
     assert not wrong
+
+
+def test_python_dash_m_nodecycle_cli_is_the_nodecycle_command() -> None:
+    # Given an install whose `nodecycle` script is not on PATH (a virtualenv not activated, pip install --user)
+    # When the command is run through its package, as `python -m` runs any
+    ran = subprocess.run(
+        [sys.executable, "-m", "nodecycle_cli", "status", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    # Then it is the same command
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.startswith("usage: nodecycle status")
