@@ -68,3 +68,14 @@ def test_python_dash_m_nodecycle_cli_is_the_nodecycle_command() -> None:
     # Then it is the same command
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.startswith("usage: nodecycle status")
+
+
+def test_the_doctors_help_names_the_rbac_it_compares_with_when_rbac_is_left_out() -> None:
+    # Given `nodecycle doctor --help`: run from a plain install, with no deploy/ in the current directory
+    doctor = subparsers(build_parser("doctor"))["doctor"]
+    (option,) = [action for action in doctor._actions if "--rbac" in action.option_strings]
+    help_text = doctor._get_formatter()._expand_help(option)
+    # Then it names the rendering the doctor compares with without --rbac (Doctor._rbac), not a file
+    assert option.default is None
+    assert "nodecycle rbac" in help_text, help_text
+    assert "deploy/rbac.yaml here" not in help_text

@@ -10,7 +10,8 @@ with the usual credential chain, the cluster with the kubeconfig. Checked:
 - the cluster's authentication mode (access entries need API or API_AND_CONFIG_MAP);
 - each function role's access entry, and what the identity it gives may do in the cluster (a
   SubjectAccessReview of every call the function makes);
-- deploy/rbac.yaml applied as it is (and its budget Role in the stack's BudgetNamespace);
+- the RBAC applied as ``nodecycle rbac`` renders it for the stack's BudgetNamespace and KubernetesGroup
+  (deploy/rbac.yaml with the template's defaults), or as the manifest --rbac names;
 - the budget ConfigMap readable as a budget document;
 - each managed group's hooks: present, named in ManagedHooks, a heartbeat timeout long enough for the
   settings (HeartbeatMarginSeconds plus the later of WorkVisibilityTimeoutSeconds and ResumeGraceSeconds + 2,
@@ -76,7 +77,8 @@ def register(commands: Any) -> None:
     parser.add_argument(
         "--rbac",
         type=Path,
-        help="the RBAC manifest to compare with the cluster (default: deploy/rbac.yaml here)",
+        help="the RBAC manifest to compare with the cluster (default: what nodecycle rbac renders for the "
+        "stack's BudgetNamespace and KubernetesGroup)",
     )
     parser.add_argument("--json", action="store_true", help="the findings as JSON")
     parser.set_defaults(run=run)
