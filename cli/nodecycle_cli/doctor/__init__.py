@@ -61,6 +61,16 @@ DEFAULTS = {  # the template's defaults, for a preflight before the stack exists
 }
 
 
+# Every EventBridge rule of the stack, each named by an output of the template: the doctor's name for it (as
+# aws_checks.RULE_PURPOSES has it) and that output.
+RULE_OUTPUTS = (
+    ("lifecycle actions", "LifecycleRuleName"),
+    ("EC2 disruptions", "DisruptionRuleName"),
+    ("scheduled maintenance", "MaintenanceRuleName"),
+    ("sweeper schedule", "SweepRuleName"),
+)
+
+
 def register(commands: Any) -> None:
     parser = commands.add_parser(
         "doctor",
@@ -133,10 +143,7 @@ class Doctor:
         findings: list[Finding] = []
         deployment = self._deployment
         if deployment is not None:
-            for what, output in (
-                ("lifecycle actions", "LifecycleRuleName"),
-                ("sweeper schedule", "SweepRuleName"),
-            ):
+            for what, output in RULE_OUTPUTS:
                 # one rule at a time: one that may not be read hides nothing of the other's state
                 findings += self._guard(
                     f"eventbridge.rule.{what}", partial(self._rule, deployment, what, output)

@@ -161,6 +161,20 @@ def _hook(group: str, hook: Mapping[str, Any], short: str, rules: HookRules) -> 
     ]
 
 
+# Why each of the stack's EventBridge rules matters, by the doctor's name for it: what stops when it is disabled.
+RULE_PURPOSES = {
+    "lifecycle actions": "lifecycle actions no longer reach intake: hooks time out with their default result, nodes "
+    "are terminated undrained",
+    "EC2 disruptions": "Spot interruption warnings, rebalance recommendations and instances stopped or terminated "
+    "outside the hooks no longer reach intake: Spot nodes are reclaimed undrained, and what a stopped or "
+    "terminated instance held (its budget slot, annotations, address) is freed only later, by expiry or the sweeper",
+    "scheduled maintenance": "AWS Health's scheduled EC2 maintenance no longer reaches intake: nodes are not drained "
+    "before their maintenance",
+    "sweeper schedule": "the sweeper no longer runs: nothing repairs lost lifecycles or frees stale slots and "
+    "addresses, and no action near its global timeout is completed",
+}
+
+
 def rules(events: Any, names: Mapping[str, str]) -> list[Finding]:
     """Each EventBridge rule of the stack exists and is enabled."""
     findings = []
@@ -187,11 +201,7 @@ def rules(events: Any, names: Mapping[str, str]) -> list[Finding]:
                 Finding.problem(
                     check,
                     f"EventBridge rule {name} ({what}) is {state}",
-                    "lifecycle actions no longer reach intake: hooks time out with their default result, nodes "
-                    "are terminated undrained"
-                    if what == "lifecycle actions"
-                    else "the sweeper no longer runs: nothing repairs lost lifecycles or frees stale slots and "
-                    "addresses, and no action near its global timeout is completed",
+                    RULE_PURPOSES[what],
                     f"aws events enable-rule --name {name}",
                 )
             )
