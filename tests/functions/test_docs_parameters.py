@@ -9,10 +9,13 @@ from pathlib import Path
 import pytest
 
 from nodecycle.settings import DrainSettings, SettingsError
+from nodecycle_sandbox.iam.template import StaticResources
 from nodecycle_sandbox.runner.cfn_yaml import load_template
+from nodecycle_sandbox.runner.intrinsics import Intrinsics, ParameterError, check_parameters
 
 ROOT = Path(__file__).resolve().parents[2]
-PARAMETERS = load_template(ROOT / "template.yaml")["Parameters"]
+TEMPLATE = load_template(ROOT / "template.yaml")
+PARAMETERS = TEMPLATE["Parameters"]
 ENVIRONMENT = {
     "NODECYCLE_OWNER_ID": "stack-a",
     "NODECYCLE_CLUSTER_NAME": "prod",
@@ -33,3 +36,32 @@ def test_the_shortest_budget_holder_ttl_the_template_states_is_the_one_the_drain
     DrainSettings.from_env({**ENVIRONMENT, "NODECYCLE_BUDGET_HOLDER_TTL_SECONDS": str(shortest)})
     with pytest.raises(SettingsError, match="NODECYCLE_BUDGET_HOLDER_TTL_SECONDS"):
         DrainSettings.from_env({**ENVIRONMENT, "NODECYCLE_BUDGET_HOLDER_TTL_SECONDS": str(shortest - 1)})
+
+
+@pytest.mark.parametrize("interval", ["2.5", "0.5", "05", "61"])
+def test_a_sweep_interval_the_schedule_cannot_take_is_refused_before_anything_is_created(
+    interval: str,
+) -> None:
+    # Given a SweepIntervalMinutes that is not a whole number of minutes from 1 to 60: EventBridge's
+    # rate(N minutes) and the stalled lifecycles' alarm (its Fn::Select) take whole numbers only
+    # Then CloudFormation refuses the parameter itself, naming it, rather than fail half way through the stack
+    with pytest.raises(ParameterError, match="SweepIntervalMinutes"):
+        check_parameters(TEMPLATE, {"SweepIntervalMinutes": interval})
+
+
+@pytest.mark.parametrize("interval", ["1", "5", "60"])
+def test_a_whole_sweep_interval_gives_its_schedule_and_alarm(interval: str) -> None:
+    resources = StaticResources(TEMPLATE, stack_name="nodecycle", region="eu-west-1", account="123456789012")
+    resources.intrinsics = Intrinsics(
+        TEMPLATE,
+        resources=resources,
+        stack_name="nodecycle",
+        region="eu-west-1",
+        account="123456789012",
+        parameters={"SweepIntervalMinutes": interval},
+    )
+    sweep = TEMPLATE["Resources"]["SweeperFunction"]["Properties"]["Events"]["Sweep"]["Properties"]
+    schedule = resources.intrinsics.resolve(sweep["Schedule"])
+    assert schedule == ("rate(1 minute)" if interval == "1" else f"rate({interval} minutes)")
+    alarm = resources.intrinsics.resolve(TEMPLATE["Resources"]["LifecyclesStalledAlarm"]["Properties"])
+    assert int(alarm["EvaluationPeriods"]) == 2 * int(interval) + 1
