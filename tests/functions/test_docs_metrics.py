@@ -1,5 +1,6 @@
-"""The metrics' dimensions, as the runbook gives them to an operator who writes an alarm or a query of their
-own: CloudWatch matches a metric by its whole set of dimensions, so a set missing one finds nothing."""
+"""The metrics as the docs give them to an operator who writes an alarm or a query of their own: every metric
+the code emits is named in the README, with the dimensions the runbook gives (CloudWatch matches a metric by
+its whole set of dimensions, so a set missing one finds nothing)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from nodecycle.observability import NAMESPACE, PowertoolsMetrics, metrics
+from tests.functions.test_operations_template import emitted_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNBOOK = (ROOT / "docs" / "runbook.md").read_text()
@@ -37,3 +39,12 @@ def test_the_runbook_names_every_dimension_a_metric_is_emitted_with(
     # Then the runbook names that namespace and every one of its dimensions
     assert stated.group(1) == NAMESPACE
     assert set(re.findall(r"`(\w+)`", stated.group(2))) == emitted == {"owner", "service"}
+
+
+def test_the_readmes_list_of_metrics_names_every_metric_the_code_emits() -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("- **Metrics** (namespace", 1)[1].split("\n- **", 1)[0]
+    listed = set(re.findall(r"`(\w+)", section))
+    emitted = emitted_metrics()
+    assert len(emitted) > 25  # the scan found the code's metrics
+    assert not emitted - listed, "README's Metrics list misses them"
