@@ -58,7 +58,8 @@ def partial_batch(event: dict[str, Any], handle: Callable[[SqsRecord], object]) 
 def run_work_record(engine: StepEngine, metrics: Metrics, record: SqsRecord, context: Any) -> Handled | None:
     """One SQS record of a work queue: one step (or a few inline) of one lifecycle.
 
-    A body that is not a work message can never succeed: it is logged and dropped, not retried. Anything
+    A body that is not a work message, or one naming no lifecycle, can never succeed: it is logged and
+    dropped, not retried. Anything
     raised from the engine fails this record only, so SQS redelivers it and, in the end, dead-letters it.
     """
     try:
@@ -73,8 +74,18 @@ def run_work_record(engine: StepEngine, metrics: Metrics, record: SqsRecord, con
         return None
     try:
         instance_id, _, token = parse_record_id(message.record_id)
-    except ValueError:
-        instance_id, token = None, None  # the engine finds no such record and drops the message
+    except ValueError as error:
+        # Not sent by nodecycle (anyone allowed to send to the queue can): no lifecycle has such an id, and the
+        # table would answer it with another item (an action's claim, an event's intake progress) that no
+        # record reads from, or refuse the key (empty, too long): an error at every retry until the
+        # dead-letter queue, which a redrive would only fill again
+        logger.error(
+            "dropped a work message that names no lifecycle: %s",
+            error,
+            extra={"message_id": record.get("messageId")},
+        )
+        metrics.count("WorkMessagesRejected")
+        return None
     with logger.append_context_keys(
         record_id=message.record_id, instance_id=instance_id, lifecycle_token=token, correlation_id=token
     ):

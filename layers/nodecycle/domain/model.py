@@ -130,10 +130,21 @@ def record_id(instance_id: str, transition: Transition, token: str) -> str:
     return f"{instance_id}/{transition.short}/{token}"
 
 
+# Longer than any id ``record_id`` makes (an instance id, a transition, and a token: a UUID, an event's id of at
+# most 128 characters, or ``adopted:`` and a hook's name of at most 255), and short enough for a table key
+# (DynamoDB refuses one over 2,048 bytes, a refusal that no retry changes).
+RECORD_ID_MAX = 512
+
+
 def parse_record_id(text: str) -> tuple[str, Transition, str | None]:
     """``record_id``'s inverse: (instance id, transition, token, None for a disruption without a hook).
     Raises ValueError for anything else."""
-    instance_id, short, *rest = text.split("/", 2)
+    if len(text) > RECORD_ID_MAX:
+        raise ValueError(f"{text[:100]!r}... ({len(text)} characters) is not a lifecycle record id")
+    parts = text.split("/", 2)
+    if len(parts) < 2:
+        raise ValueError(f"{text!r} is not a lifecycle record id")
+    instance_id, short, *rest = parts
     transition = Transition.from_short(short)
     token = rest[0] if rest else None
     if not instance_id or (token is None) == transition.has_hook or token == "":
