@@ -12,6 +12,7 @@ from nodecycle.domain.model import (
     ENDED_BY,
     ENDS_ITS_INSTANCE,
     INSTANCE_STATE,
+    SETTLED_ELSEWHERE,
     WARM_POOL,
     LifecycleRecord,
     Step,
@@ -23,10 +24,6 @@ from nodecycle.domain.ports.lifecycle import Autoscaling, RecordStore
 from nodecycle.domain.ports.runtime import Metrics
 
 log = logging.getLogger(__name__)
-
-# record.extra key: the action was no longer active when this lifecycle came to complete it (completed by an
-# earlier delivery, timed out, or never Auto Scaling's)
-SETTLED_ELSEWHERE = "settled_elsewhere"
 
 
 def ended_by(record: LifecycleRecord, now: datetime) -> LifecycleRecord | None:

@@ -350,8 +350,24 @@ class StepEngine:
         ``unknown-action``. And again before any disruptive step that runs past the record's heartbeat
         deadline (a stalled queue, throttled heartbeats): the action may have timed out meanwhile, and the
         instance live on under a newer one (back from its warm pool, in service after a default CONTINUE),
-        whose address or node this step would change (``action-expired``)."""
-        if not disruptive(record.step) or not record.action_open:
+        whose address or node this step would change (``action-expired``). A disruptive step after the
+        action is settled (an address released after an action completed near its global timeout) runs only
+        for an action Auto Scaling confirmed: one settled before any step asked it (the guard completes first),
+        whose completion it refused, may be a forged notification dated so that its global timeout is near,
+        and the address of a running instance would go. A true action that timed out so leaves its instance's
+        addresses to the lifecycle of EC2's state change (its stop, its termination) and to the sweeper."""
+        if not disruptive(record.step):
+            return record, None
+        if not record.action_open:
+            if record.transition.has_hook and not record.action_confirmed:
+                log.warning(
+                    "Auto Scaling never confirmed the lifecycle action of %s (settled near its global timeout "
+                    "with no active action of this token): step %s disrupts nothing",
+                    record.instance_id,
+                    record.step,
+                )
+                self._metrics.count("LifecycleActionsUnknown")
+                return record, Outcome.next(outcome="unknown-action")
             return record, None
         if record.verified_at is not None and now <= record.heartbeat_deadline:
             return record, None

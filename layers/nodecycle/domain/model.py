@@ -207,6 +207,9 @@ ENDS_ITS_INSTANCE = "ends_its_instance"
 # attempt, or refused): a terminate lifecycle does not write its instance's state-change lifecycle over then,
 # whose release after the termination finds them free at once
 ADDRESSES_LEFT = "addresses_left"
+# record.extra key: the action was no longer active when this lifecycle came to complete it (completed by an
+# earlier delivery, timed out, or never Auto Scaling's)
+SETTLED_ELSEWHERE = "settled_elsewhere"
 
 
 class Step(StrEnum):
@@ -296,6 +299,16 @@ class LifecycleRecord(ActionRef):
         """Whether this state-change record is the one lifecycle ``lifecycle_id`` wrote over as it ended its
         instance (see ``completion.ended_by``)."""
         return self.extra.get(ENDED_BY) == lifecycle_id
+
+    @property
+    def action_confirmed(self) -> bool:
+        """Whether Auto Scaling ever showed this lifecycle's action to be its own: a heartbeat it accepted before
+        a disruptive step, or the completion it accepted. Not so for an action completed (or found gone) before
+        any such step ran, by the engine's guard or the sweeper near its global timeout, when Auto Scaling said
+        it holds no such action: forged, replayed, or timed out before it was taken in."""
+        return self.verified_at is not None or (
+            self.completed_at is not None and not self.extra.get(SETTLED_ELSEWHERE)
+        )
 
     @property
     def action_open(self) -> bool:
