@@ -213,16 +213,32 @@ class LifecycleRepair:
         # gate that found the node Ready), and keeps its why. Any other is settled with the failure result of
         # the step it was waiting in, and its address, if its plan still had to release it, goes right after.
         decided = record.step is Step.COMPLETE
+        # Claimed before the completion, on the next seq, as the engine's guard commits its way to the completion
+        # before it completes: a step the engine runs meanwhile (a readiness gate that finds the node Ready, then
+        # its completion inline) loses its commit and completes nothing. Completed first, the action would be
+        # asked for two results (this failure result, and the engine's), the first to come taken.
         settling = record.model_copy(
             update={
                 "plan": completed_first(record),
                 "step": Step.COMPLETE,
                 "result": record.result if decided else self._failure_result(record),
                 "outcome": record.outcome if decided else "settled-by-sweeper",
+                "seq": record.seq + 1,
+                "updated_at": now,
+                "due_at": now,
             }
         )
-        settled = advance(settling, self._completion(settling, now), now)
-        if not self._records.commit(settled, expected_seq=record.seq):
+        if not self._records.commit(settling, expected_seq=record.seq):
+            return False
+        try:
+            completed = self._completion(settling, now)
+        except Exception:
+            # (Auto Scaling throttled): the engine retries the completion, with this result, at its backoff; a
+            # crash here leaves the lifecycle at its completion, overdue, for the next sweep
+            self._dispatcher.send(settling, now)
+            raise
+        settled = advance(settling, completed, now)
+        if not self._records.commit(settled, expected_seq=settling.seq):
             return False
         if not settled.finished:
             self._dispatcher.send(settled, now)  # what comes after completion: the release, the cleanup
