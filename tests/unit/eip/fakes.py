@@ -62,6 +62,9 @@ class Eip:
 class FakeAddresses:
     eips: dict[str, Eip] = field(default_factory=dict)
     instances: dict[str, str] = field(default_factory=dict)  # instance id -> EC2 state
+    # instance id -> its LaunchTime, as EC2 says it: when it was last started (a start out of a stopped or
+    # hibernated state moves it); T0 less a day for an instance launched without one
+    launched: dict[str, datetime] = field(default_factory=dict)
     quota: int = 5  # AWS's default Elastic IP quota per Region
     lag: int = 0  # DescribeAddresses (describe) hides a new association from this many reads
     # ReleaseAddress refuses (InvalidIPAddress.InUse) this many times right after a DisassociateAddress, as
@@ -80,9 +83,15 @@ class FakeAddresses:
 
     # -- set-up and inspection ---------------------------------------------------------------------
 
-    def launch(self, instance_id: str, state: str = "running") -> str:
+    def launch(self, instance_id: str, state: str = "running", at: datetime = T0 - timedelta(days=1)) -> str:
         self.instances[instance_id] = state
+        self.launched[instance_id] = at
         return instance_id
+
+    def start(self, instance_id: str, at: datetime) -> None:
+        """As EC2 does: a stopped instance started again runs, its LaunchTime the start's."""
+        self.instances[instance_id] = "running"
+        self.launched[instance_id] = at
 
     def terminate(self, instance_id: str) -> None:
         """As EC2 does: the instance's addresses are disassociated when it terminates."""
@@ -204,6 +213,10 @@ class FakeAddresses:
     def instance_states(self, instance_ids: Collection[str]) -> dict[str, str]:
         self._call("instance_states", instance_ids)
         return {instance: self.instances[instance] for instance in instance_ids if instance in self.instances}
+
+    def launched_at(self, instance_id: str) -> datetime | None:
+        self._call("launched_at", instance_id)
+        return self.launched.get(instance_id)
 
     # -- plumbing ----------------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
@@ -167,6 +168,11 @@ class Ec2Addresses:
         # steps decide about it (asked again, then the policy), rather than fail their message to the DLQ
         with _answers({}):
             return Ec2Instances(self._ec2()).states(instance_ids)
+
+    def launched_at(self, instance_id: str) -> datetime | None:
+        with _answers({}):
+            found = next(iter(Ec2Instances(self._ec2()).describe([instance_id])), None)
+        return None if found is None else found.get("LaunchTime")
 
 
 @contextmanager

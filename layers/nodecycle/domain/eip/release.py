@@ -50,6 +50,8 @@ class ReleaseAddresses:
         try:
             if hookless and self._up_again(record):
                 return Outcome.next(extra=without_scratch(record))
+            if record.completed_at is not None and self._started_since(record, record.completed_at):
+                return Outcome.next(extra=without_scratch(record))
             # Associated with the instance (either mode), or allocated for it: an instance that terminated
             # before its drain finished has lost its association already, not its address.
             found = distinct(
@@ -128,6 +130,24 @@ class ReleaseAddresses:
             instance,
             state,
             record.started_at,
+        )
+        return True
+
+    def _started_since(self, record: LifecycleRecord, completed_at: datetime) -> bool:
+        """True when the instance of a release after its action's completion (settled near its global timeout)
+        was started again since that completion: it went into its warm pool, stopped, and a scale out took it
+        out again. Its new launch keeps the addresses it finds on it (or allocated for it): theirs, not this
+        lifecycle's to take back from an instance in service. (An instance kept running in a Running pool is not
+        started again: EC2 cannot tell that.)"""
+        launched = self._addresses.launched_at(record.instance_id)
+        if launched is None or launched <= completed_at:
+            return False
+        log.info(
+            "instance %s was started again at %s, after its action's completion at %s: its addresses are a "
+            "later launch's, kept (a late release)",
+            record.instance_id,
+            launched,
+            completed_at,
         )
         return True
 

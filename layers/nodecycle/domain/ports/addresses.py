@@ -145,6 +145,11 @@ class Addresses(Protocol):
         missing from the answer does not exist (any more). Batched: calls grow with pages, not with ids."""
         ...
 
+    def launched_at(self, instance_id: str) -> datetime | None:
+        """When EC2 last started the instance (its ``LaunchTime``, which a start out of a stopped or hibernated
+        state moves); None when EC2 does not know it. One DescribeInstances call."""
+        ...
+
 
 def distinct(*listings: Iterable[Address]) -> list[Address]:
     """The addresses of several listings, each once (the first sighting wins), in order."""
