@@ -94,9 +94,8 @@ def sweeper() -> Sweeper:
 
 
 def _addresses_part(sweep: AddressSweep) -> SweepPart:
-    # (started only with time left, as every part; then one call and one per address to release: not cut short)
     def addresses(open_records: Sequence[LifecycleRecord], now: datetime, time: SweepTime) -> Counts:
-        report = sweep()
+        report = sweep(time)
         return {"EipsReleasedBySweep": report.released, "EipsReturnedBySweep": report.returned}
 
     return addresses

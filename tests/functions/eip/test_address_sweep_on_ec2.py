@@ -12,6 +12,7 @@ from nodecycle.wiring import sweeper
 from nodecycle.wiring.eip import address_sweep
 from tests.functions.eip.conftest import AwsLikeEc2, addresses, allocate, api_calls, run_instances
 from tests.support.stack import Stack
+from tests.unit.sweeper.test_orphans import AMPLE
 
 
 def test_the_sweep_frees_what_was_left_behind_and_nothing_else_in_two_api_calls(
@@ -36,7 +37,7 @@ def test_the_sweep_frees_what_was_left_behind_and_nothing_else_in_two_api_calls(
     calls = api_calls(ec2.moto)
 
     # When the sweeper runs
-    report = address_sweep(sweeper.settings(), sweeper.shared())()
+    report = address_sweep(sweeper.settings(), sweeper.shared())(AMPLE)
 
     # Then the leak is released, the pool address is free in its pool, everything else is as it was
     state = {a["AllocationId"]: a.get("InstanceId") or None for a in addresses()}
@@ -70,7 +71,7 @@ def test_an_address_a_launch_associates_after_the_listing_is_kept_where_ec2_woul
     ec2.moto.meta.events.register("after-call.ec2.DescribeAddresses", associate_once_listed)
 
     # When the sweeper runs
-    report = address_sweep(sweeper.settings(), sweeper.shared())()
+    report = address_sweep(sweeper.settings(), sweeper.shared())(AMPLE)
 
     # Then the address stays with the launch
     assert [(a["AllocationId"], a.get("InstanceId")) for a in addresses()] == [(address, launching)]

@@ -21,7 +21,7 @@ from nodecycle_sandbox.aws.install import install
 from tests.functions.intake.conftest import GROUP, HEARTBEAT_TIMEOUT, make_group
 from tests.support.emf import metric
 from tests.support.events import load_event
-from tests.support.functions import LambdaContext, load_function
+from tests.support.functions import AwsLatency, LambdaContext, load_function
 from tests.support.stack import Stack, receive_all
 
 OWNER = "stack-a"
@@ -226,3 +226,41 @@ def test_a_sweep_invoked_with_too_little_time_left_starts_nothing_and_says_so(
 
     # and its metrics, flushed, tell of it
     assert metric(capsys.readouterr().out, "SweepsCutShort") == 1
+
+
+def test_a_sweep_with_more_dangling_addresses_than_its_time_allows_stops_before_its_timeout_and_the_next_goes_on(
+    sweeper: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given 150 addresses of this stack left unassociated for an hour (a refresh whose releases failed), each
+    # two EC2 calls to release (described again, then released): at 1 s a call (EC2 throttling the account,
+    # botocore retrying), more than the sweeper's 300 s
+    ec2 = boto3.client("ec2")
+    hour_ago = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
+    tags: list[Any] = [
+        {"Key": "nodecycle:owner", "Value": OWNER},
+        {"Key": "nodecycle:allocated-at", "Value": hour_ago},
+    ]
+    for _ in range(150):
+        ec2.allocate_address(Domain="vpc", TagSpecifications=[{"ResourceType": "elastic-ip", "Tags": tags}])
+
+    def left() -> int:
+        return len(ec2.describe_addresses()["Addresses"])
+
+    latency = AwsLatency(per_call=1.0)
+    with latency.counting():
+        # When the scheduled sweep runs, its time running out by the AWS calls it makes
+        first = LambdaContext(remaining_millis=300_000, clock=latency)
+        with pytest.raises(SweepFailed, match="want of time: addresses"):
+            sweeper.handler(load_event("sweeper-schedule.json"), first)
+
+        # Then it stopped before its timeout (Lambda would have ended it mid-call: no metrics, no log of what
+        # was left undone), having released what its time allowed, and said so
+        assert first.get_remaining_time_in_millis() > 0
+        assert 0 < left() < 150
+        assert metric(capsys.readouterr().out, "SweepsCutShort") == 1
+
+        # and the next sweep goes on with the addresses still there, not the ones already released
+        sweeper.handler(
+            load_event("sweeper-schedule.json"), LambdaContext(remaining_millis=300_000, clock=latency)
+        )
+    assert left() == 0

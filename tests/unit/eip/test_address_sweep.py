@@ -12,6 +12,7 @@ from nodecycle.domain.sweep.addresses import AddressSweep, AddressSweepReport
 from nodecycle.domain.sweep.sweeper import SweepFailed
 from tests.support.fakes import FakeClock, FakeMetrics
 from tests.unit.eip.fakes import OWNER, T0, FakeAddresses
+from tests.unit.sweeper.test_orphans import AMPLE
 
 GRACE = timedelta(minutes=10)
 LIVE = "i-0000000000000001a"
@@ -31,7 +32,7 @@ def metrics() -> FakeMetrics:
 
 
 def sweep(ec2: FakeAddresses, metrics: FakeMetrics) -> AddressSweepReport:
-    return AddressSweep(owner=OWNER, addresses=ec2, clock=FakeClock(T0), metrics=metrics, grace=GRACE)()
+    return AddressSweep(owner=OWNER, addresses=ec2, clock=FakeClock(T0), metrics=metrics, grace=GRACE)(AMPLE)
 
 
 def test_an_unassociated_address_older_than_the_grace_is_released_and_a_younger_one_kept(

@@ -27,6 +27,11 @@ Cost: one DescribeAddresses (it has no pages: one call answers for every address
 batched DescribeInstances for the instances the addresses are associated with (or were allocated for, when
 on an interface alone); then, per address released,
 one DescribeAddresses by its allocation id.
+
+Within the sweep's time (:mod:`.sweep_time`): hundreds of addresses to free (a refresh whose releases failed),
+two or three calls each, throttled and retried, outlast the invocation; the runtime would end it mid-call.
+So an address is started only while time is left, and the rest wait for the next sweep, which lists only what
+is still there: what this one freed is gone from its listing.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from nodecycle.domain.errors import TransientError
 from nodecycle.domain.ports.addresses import Address, Addresses, AddressInUse, AddressRefused
 from nodecycle.domain.ports.instances import GONE_STATES
 from nodecycle.domain.ports.runtime import Clock, Metrics
+from nodecycle.domain.sweep.sweep_time import SweepTime
 from nodecycle.domain.sweep.sweeper import SweepFailed
 
 log = logging.getLogger(__name__)
@@ -62,7 +68,7 @@ class AddressSweep:
         self._metrics = metrics
         self._grace = grace
 
-    def __call__(self) -> AddressSweepReport:
+    def __call__(self, time: SweepTime) -> AddressSweepReport:
         now = self._clock.now()
         found = self._addresses.find(self._owner)
         # the instances the addresses are on, and those an address left on a network interface was allocated
@@ -71,10 +77,13 @@ class AddressSweep:
             address.allocated_for for address in found if _on_an_interface(address) and address.allocated_for
         }
         states, unknown = self._states(attached)
-        released = returned = failed = 0
+        released = returned = failed = unreached = 0
         for address in found:
             if unknown and address.associated:
                 continue  # nothing says its instance is gone: in use, as far as this sweep can tell
+            if not time.enough():
+                unreached += 1
+                continue
             try:
                 freed = self._free(address, states, now)
             except (AddressRefused, TransientError) as error:
@@ -92,10 +101,19 @@ class AddressSweep:
             released=released, returned=returned, kept=len(found) - released - returned
         )
         log.info(
-            "EIP sweep: %d released, %d returned to their pool, %d kept", released, returned, report.kept
+            "EIP sweep: %d released, %d returned to their pool, %d kept (%d not judged for want of time)",
+            released,
+            returned,
+            report.kept,
+            unreached,
         )
         if failed or unknown:
             self._metrics.count("EipFailures", failed + int(unknown))
+        if unreached:
+            raise time.cut_short(
+                f"{unreached} of {len(found)} addresses not judged, {failed} could not be freed"
+            )
+        if failed or unknown:
             raise SweepFailed(
                 f"EC2 refused to free {failed} addresses, or did not answer"
                 + (", nor told the states of their instances" if unknown else "")

@@ -5,7 +5,7 @@ mode, five attempts), and a sweep over many open actions can use all of it: the 
 invocation mid-call, and nothing after that call runs: not the parts after it (the orphans' heartbeats, which
 keep alive the actions no record tells of, came after the lifecycles'), not the metrics flush, not the log of
 what was left undone. So, as intake does (domain/intake_budget.py), a part starts another lifecycle, instance,
-node or waiter only while more than a reserve is left, and says how much it left undone; the sweeper reports
+node, waiter or address only while more than a reserve is left, and says how much it left undone; the sweeper reports
 the sweep cut short, and the next sweep takes it up (the lifecycles most urgent first).
 """
 
