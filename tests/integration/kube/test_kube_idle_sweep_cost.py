@@ -1,0 +1,77 @@
+"""What one idle sweep (nothing to repair) costs as the cluster grows: the sweeper function on moto, acting on
+the sandbox API server as the sweeper (its group, its RBAC), its requests counted by both."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+
+from nodecycle_sandbox.aws.eks import point_cluster
+from nodecycle_sandbox.aws.install import install
+from nodecycle_sandbox.kube import KubeServer
+from nodecycle_sandbox.kube.access import AccessEntry
+from tests.functions.intake.conftest import GROUP, make_group
+from tests.integration.budget.conftest import NAMESPACE, RBAC, instance_of, node_name, zone_of
+from tests.integration.kube.cluster import ACCOUNT
+from tests.support.events import load_event
+from tests.support.functions import AwsLatency, LambdaContext, load_function
+from tests.support.stack import Stack
+
+SWEEPER_ROLE = "arn:aws:iam::123456789012:role/nodecycle-SweeperFunctionRole"
+
+
+@pytest.fixture
+def server() -> Iterator[KubeServer]:
+    with KubeServer(tls=True) as kube:
+        kube.apply(RBAC)
+        kube.add_access_entries([AccessEntry(SWEEPER_ROLE, ("nodecycle-sweeper",))])
+        # mock_aws signs the EKS token with its own fake key: it stands for the sweeper's role here
+        kube.map_role("FOOBARKEY", SWEEPER_ROLE, "nodecycle-SweeperFunction")
+        yield kube
+
+
+def test_an_idle_sweep_makes_the_same_requests_at_50_and_at_2000_nodes(
+    server: KubeServer, stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a stack of one managed group on a cluster of 50 nodes, none of them this owner's, and nothing to
+    # repair; a sweeper warm (its cluster endpoint and its hooks read once per container)
+    install()
+    monkeypatch.setenv("NODECYCLE_BUDGET_NAMESPACE", NAMESPACE)
+    point_cluster(
+        account=ACCOUNT,
+        region="eu-west-1",
+        name="sandbox",
+        endpoint=server.url,
+        ca_pem=server.ca_pem.decode(),
+    )
+    make_group(GROUP)
+    sweeper = load_function("sweeper")
+    calls = AwsLatency(per_call=0)
+
+    def one_sweep() -> tuple[Counter[str], Counter[str]]:
+        server.reset_counters()
+        calls.operations.clear()
+        sweeper.handler(load_event("sweeper-schedule.json"), LambdaContext(remaining_millis=300_000))
+        kube = Counter({f"{verb} {resource}": n for (verb, resource), n in server.counters().items()})
+        return Counter(calls.operations), kube
+
+    def grow_to(size: int) -> None:
+        for index in range(len(server.objects("nodes")), size):
+            server.add_node(node_name(index), instance_id=instance_of(index), zone=zone_of(index))
+
+    with calls.counting():
+        grow_to(50)
+        one_sweep()
+        small = one_sweep()
+
+        # When the cluster grows to 2,000 nodes and the next sweep has nothing more to do
+        grow_to(2_000)
+        large = one_sweep()
+
+    # Then it makes the same AWS calls and Kubernetes requests: one metadata-only list of the nodes (the
+    # leftover annotations; annotations cannot be selected on), read in one response from the watch cache,
+    # and the budget's ConfigMap
+    assert large == small
+    assert small[1]["list nodes"] == 1
