@@ -79,10 +79,25 @@ class StaticPod:
 class Controllers:
     """One ``sync`` is one pass of every controller under the store lock; passes are idempotent."""
 
-    def __init__(self, store: Store, api: Api, kubelet: Kubelet) -> None:
+    def __init__(
+        self,
+        store: Store,
+        api: Api,
+        kubelet: Kubelet,
+        *,
+        pod_gc_quarantine: float = 0.0,
+        unreachable_toleration: float = 300.0,
+    ) -> None:
         self._store = store
         self._api = api
         self._kubelet = kubelet
+        # podgc waits this long after it sees pods bound to a node that does not exist before it force-deletes
+        # them (kube-controller-manager's quarantine: 40 s), in case the node was only late in its informer
+        self.pod_gc_quarantine = pod_gc_quarantine
+        # the taint manager's default for pods that do not tolerate the unreachable taint themselves
+        self.unreachable_toleration = unreachable_toleration
+        self._orphaned_at: dict[str, float] = {}  # missing node -> when podgc first saw pods bound to it
+        self._unreachable_at: dict[str, float] = {}  # node -> when it was tainted unreachable (monotonic)
         self._node_ready_at: dict[str, float] = {}
         self._kubelet_lost_at: dict[
             str, float
@@ -150,6 +165,7 @@ class Controllers:
                 raise LookupError(f"no node {name!r}")
             self._kubelet.revive(name)
             self._kubelet_lost_at.pop(name, None)
+            self._unreachable_at.pop(name, None)
             updated = node_lifecycle.reachable(node, time.time())
             if updated != node:
                 self._store.write(NODES, updated, verb="update", source=SANDBOX, resource="nodes/status")
@@ -168,7 +184,9 @@ class Controllers:
         """Run every controller once."""
         with self._store.lock:
             changed, node_deadline = self._sync_node_timers()
-            changed |= self.collect_garbage()
+            evicted, eviction_deadline = self._evict_from_unreachable_nodes()
+            collected, orphan_deadline = self.collect_garbage()
+            changed |= evicted | collected
             changed |= self._sync_static_pods()
             changed |= self._sync_deployments()
             changed |= self._sync_replicasets()
@@ -180,7 +198,8 @@ class Controllers:
             revision = self._store.revision
             renewal = self._kubelet.renew_leases()
             changed |= self._store.revision != revision
-            deadlines = [d for d in (node_deadline, pod_deadline) if d is not None]
+            timers = (node_deadline, eviction_deadline, orphan_deadline, pod_deadline)
+            deadlines = [d for d in timers if d is not None]
             return SyncResult(changed, min(deadlines, default=None), self._store.revision, renewal)
 
     def _sync_node_timers(self) -> tuple[bool, float | None]:
@@ -204,6 +223,7 @@ class Controllers:
                 if name in self._stopped:
                     lost = node_lifecycle.shut_down(lost, time.time())
                 self._store.write(NODES, lost, verb="update", source=SANDBOX, resource="nodes/status")
+                self._unreachable_at[name] = mono
                 changed = True
         timers = [*self._node_ready_at.values(), *self._kubelet_lost_at.values()]
         return changed, min(timers, default=None)
@@ -220,15 +240,34 @@ class Controllers:
         self._store.write(NODES, updated, verb="update", source=SANDBOX, resource="nodes/status")
         return True
 
-    def collect_garbage(self) -> bool:
-        """Pods of vanished nodes go at once (pod GC); objects whose owners are all gone are deleted."""
+    def _evict_from_unreachable_nodes(self) -> tuple[bool, float | None]:
+        """The taint manager: the pods of a node tainted unreachable (NoExecute) are deleted, gracefully, once
+        their toleration of the taint is over; returns (deleted any, when the next one is due)."""
+        mono = time.monotonic()
         changed = False
-        nodes = {name_of(n) for n in self._store.items(NODES)}
-        for pod in self._store.items(PODS):
-            if pod_node(pod) and pod_node(pod) not in nodes and not finalizers.stopped(pod):
-                # podgc force-deletes the pods of a node that no longer exists (finalizers permitting)
-                self._kubelet.end_pod(pod, verb="delete", source=SANDBOX)
+        due: list[float] = []
+        for name, since in list(self._unreachable_at.items()):
+            node = self._store.get(NODES, "", name)
+            if node is None or not node_lifecycle.tainted_unreachable(node):
+                del self._unreachable_at[name]
+                continue
+            for pod in self._store.items(PODS):
+                if pod_node(pod) != name or not pod_active(pod):
+                    continue
+                seconds = node_lifecycle.toleration_seconds(pod, self.unreachable_toleration)
+                if seconds is None:
+                    continue
+                if mono < since + seconds:
+                    due.append(since + seconds)
+                    continue
+                self._kubelet.delete_pod(pod, None, verb="delete", resource="pods", source=SANDBOX)
                 changed = True
+        return changed, min(due, default=None)
+
+    def collect_garbage(self) -> tuple[bool, float | None]:
+        """Pods of vanished nodes go once podgc's quarantine is over; objects whose owners are all gone are
+        deleted. Returns (changed anything, when the next quarantine ends)."""
+        changed, due = self._collect_orphans()
         for rt in ALL:
             for obj in self._store.items(rt):
                 refs = obj["metadata"].get("ownerReferences") or []
@@ -245,7 +284,32 @@ class Controllers:
                 else:
                     self._store.remove(rt, namespace_of(obj), name_of(obj), verb="delete", source=SANDBOX)
                 changed = True
-        return changed
+        return changed, due
+
+    def _collect_orphans(self) -> tuple[bool, float | None]:
+        """podgc's gcOrphaned: the pods bound to a node that does not exist stay as they were (Running, or
+        Terminating with nothing to finish them) until the quarantine is over, then are force-deleted
+        (finalizers permitting). A node registered again under that name in the meantime takes them back."""
+        mono = time.monotonic()
+        nodes = {name_of(n) for n in self._store.items(NODES)}
+        orphans: dict[str, list[JsonObj]] = {}
+        for pod in self._store.items(PODS):
+            if pod_node(pod) and pod_node(pod) not in nodes and not finalizers.stopped(pod):
+                orphans.setdefault(pod_node(pod), []).append(pod)
+        for name in set(self._orphaned_at) - set(orphans):
+            del self._orphaned_at[name]
+        changed = False
+        due: list[float] = []
+        for name, pods in orphans.items():
+            collect_at = self._orphaned_at.setdefault(name, mono) + self.pod_gc_quarantine
+            if mono < collect_at:
+                due.append(collect_at)
+                continue
+            del self._orphaned_at[name]
+            for pod in pods:
+                self._kubelet.end_pod(pod, verb="delete", source=SANDBOX)
+            changed = True
+        return changed, min(due, default=None)
 
     def _sync_static_pods(self) -> bool:
         changed = False

@@ -5,8 +5,12 @@ The cloud provider's node lifecycle controller adds, to a NotReady node whose in
 ``node.cloudprovider.kubernetes.io/shutdown`` taint, keeping the node object (it deletes only the nodes of
 instances that no longer exist), and takes the taint off once the instance runs again.
 
-Not emulated: taint-based eviction of the node's pods once their ``tolerationSeconds`` (300 by default) are
-over; those deletions could not complete anyway, with no kubelet to stop the containers.
+Taint-based eviction: once a node carries the ``NoExecute`` unreachable taint, the taint manager deletes
+(gracefully) each of its pods when its toleration of that taint is over: the pod's own ``tolerationSeconds``,
+forever when it tolerates the taint without them (DaemonSet pods), else the API server's default (its
+DefaultTolerationSeconds admission plugin gives every other pod 300 s). With no kubelet to stop their
+containers, those pods then stay Terminating until the node object goes and the pod garbage collector
+force-deletes them.
 """
 
 from __future__ import annotations
@@ -17,6 +21,28 @@ from nodecycle_sandbox.kube.meta import JsonObj, json_copy, rfc3339, with_condit
 UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
 SHUTDOWN_TAINT = "node.cloudprovider.kubernetes.io/shutdown"
 LOST_MESSAGE = "Kubelet stopped posting node status."
+
+
+def tainted_unreachable(node: JsonObj) -> bool:
+    """The node carries the unreachable taint whose effect evicts its pods."""
+    return any(
+        t.get("key") == UNREACHABLE_TAINT and t.get("effect") == "NoExecute"
+        for t in (node.get("spec") or {}).get("taints") or []
+    )
+
+
+def toleration_seconds(pod: JsonObj, default: float) -> float | None:
+    """How long the pod stays on an unreachable node: its own toleration of the NoExecute unreachable taint
+    (None: for ever), or ``default`` when it has none (what DefaultTolerationSeconds would have added)."""
+    for toleration in (pod.get("spec") or {}).get("tolerations") or []:
+        key, effect = toleration.get("key"), toleration.get("effect")
+        if key not in (UNREACHABLE_TAINT, None, "") or effect not in ("NoExecute", None, ""):
+            continue
+        if not key and toleration.get("operator") != "Exists":
+            continue  # an empty key tolerates every taint only with the operator Exists
+        seconds = toleration.get("tolerationSeconds")
+        return None if seconds is None else max(0.0, float(seconds))
+    return default
 
 
 def unreachable(node: JsonObj, now: float) -> JsonObj:

@@ -57,6 +57,12 @@ class KubeServer:
             Ready=Unknown (kube-controller-manager's ``--node-monitor-grace-period``: 40 s).
         node_lease_renew_seconds: how often each live kubelet renews its node's Lease in ``kube-node-lease``
             (the kubelet's: a quarter of its 40 s lease duration); a lost kubelet's Lease is left as it was.
+        pod_gc_quarantine_seconds: how long the pods of a deleted node stay in the API (Running, or
+            Terminating) before the pod garbage collector force-deletes them (kube-controller-manager: 40 s).
+            0, the default: at once, as tests that do not look at orphaned pods want it.
+        unreachable_toleration_seconds: how long a pod without a toleration of its own stays on a node tainted
+            unreachable before the taint manager deletes it (kube-apiserver's
+            ``--default-unreachable-toleration-seconds``: 300 s). With its kubelet gone, it stays Terminating.
     """
 
     def __init__(
@@ -72,6 +78,8 @@ class KubeServer:
         token_max_age_seconds: float | None = None,
         node_monitor_grace_seconds: float = 40.0,
         node_lease_renew_seconds: float = 10.0,
+        pod_gc_quarantine_seconds: float = 0.0,
+        unreachable_toleration_seconds: float = 300.0,
     ) -> None:
         self.cluster_name = cluster_name
         self._tls = tls
@@ -88,7 +96,13 @@ class KubeServer:
             lease_renew_seconds=node_lease_renew_seconds,
         )
         self._api = Api(self._store, self._kubelet)
-        self._controllers = Controllers(self._store, self._api, self._kubelet)
+        self._controllers = Controllers(
+            self._store,
+            self._api,
+            self._kubelet,
+            pod_gc_quarantine=pod_gc_quarantine_seconds,
+            unreachable_toleration=unreachable_toleration_seconds,
+        )
         self._counters = Counters()
         self.rbac = Rbac()
         self._store.listeners.append(self._rbac_changed)
@@ -359,14 +373,17 @@ class KubeServer:
             self._loop.poke()
 
     def remove_node(self, name: str) -> bool:
-        """The instance is gone: delete the node and, at once, its pods (controllers recreate them elsewhere).
-        Returns False when there was no such node (an instance whose kubelet never registered)."""
+        """The instance is gone: the cloud provider deletes its node. Its pods stay bound to it until the pod
+        garbage collector's quarantine (``pod_gc_quarantine_seconds``) is over: at once by default; the
+        controllers replace them once they are gone. Returns False when there was no such node (an instance
+        whose kubelet never registered)."""
         with self._store.lock:
             if self._store.get(NODES, "", name) is None:
                 return False
             self._api.delete(NODES, "", name, {}, source=SANDBOX)
             self._controllers.collect_garbage()
-            return True
+        self._poke()
+        return True
 
     def delete_namespace(self, name: str) -> None:
         """Delete a namespace and everything in it at once (a test's clean-up)."""
@@ -423,6 +440,17 @@ class KubeServer:
     @pod_shutdown_seconds.setter
     def pod_shutdown_seconds(self, seconds: float) -> None:
         self._kubelet.shutdown_seconds = seconds
+
+    @property
+    def pod_gc_quarantine_seconds(self) -> float:
+        """How long the pods of a deleted node linger before podgc force-deletes them; may be changed while
+        running (a quarantine that ends now lets the next controller pass collect them)."""
+        return self._controllers.pod_gc_quarantine
+
+    @pod_gc_quarantine_seconds.setter
+    def pod_gc_quarantine_seconds(self, seconds: float) -> None:
+        self._controllers.pod_gc_quarantine = seconds
+        self._poke()
 
     # --- observation --------------------------------------------------------------------------------
 
