@@ -398,6 +398,8 @@ class LifecycleEmulator:
         if self.nodes is not None:
             delay = self.node_plan.remove_after
             if delay > 0:
+                # its kubelet goes with it at once: the node lingers without one until the cloud provider deletes it
+                self.nodes.instance_terminated(history.node_name)
                 timer = threading.Timer(delay, self.nodes.remove_node, args=(history.node_name,))
                 timer.daemon = True
                 timer.start()

@@ -27,6 +27,8 @@ class NodeRegistry(Protocol):
 
     def remove_node(self, name: str) -> Any: ...
 
+    def instance_terminated(self, name: str) -> Any: ...
+
     def instance_stopped(self, name: str) -> Any: ...
 
     def instance_started(self, name: str) -> Any: ...
@@ -43,7 +45,9 @@ class NodePlan:
     ready_after: float = 0.0
     # Seconds between an instance's launch and its node's registration (on EKS the kubelet starts after boot).
     join_after: float = 0.0
-    # Seconds between an instance's end and its node's removal (on EKS the cloud controller takes a while).
+    # Seconds between an instance's end and its node's removal (on EKS the cloud controller deletes it once the
+    # node controller found it NotReady, 40 s after its kubelet went with the instance, and EC2 says the instance
+    # is gone). Meanwhile the node stays, its kubelet gone.
     remove_after: float = 0.0
     never_ready: int = 0
     never_join: int = 0

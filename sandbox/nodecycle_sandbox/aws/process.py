@@ -51,6 +51,9 @@ class _Outbox:
     def remove_node(self, name: str) -> None:
         self._send(("remove_node", name, {}))
 
+    def instance_terminated(self, name: str) -> None:
+        self._send(("instance_terminated", name, {}))
+
     def instance_stopped(self, name: str) -> None:
         self._send(("instance_stopped", name, {}))
 

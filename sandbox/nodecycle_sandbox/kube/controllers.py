@@ -67,6 +67,10 @@ class SyncResult:
     # the next monotonic time a kubelet renews its Lease: a timer of the loop's, but no work that settling waits
     # for (live kubelets renew for ever)
     renewal: float | None = None
+    # the next monotonic time the node lifecycle controller marks a node whose kubelet is lost Unknown, or its
+    # taint manager deletes a pod of an unreachable node: timers of the loop's, but no work that settling waits
+    # for either (40 s and five minutes by default after a kubelet is lost, with a node lingering meanwhile)
+    lost_kubelets: float | None = None
 
 
 @dataclass(frozen=True)
@@ -183,7 +187,7 @@ class Controllers:
     def sync(self) -> SyncResult:
         """Run every controller once."""
         with self._store.lock:
-            changed, node_deadline = self._sync_node_timers()
+            changed, node_deadline, lost_deadline = self._sync_node_timers()
             evicted, eviction_deadline = self._evict_from_unreachable_nodes()
             collected, orphan_deadline = self.collect_garbage()
             changed |= evicted | collected
@@ -198,11 +202,15 @@ class Controllers:
             revision = self._store.revision
             renewal = self._kubelet.renew_leases()
             changed |= self._store.revision != revision
-            timers = (node_deadline, eviction_deadline, orphan_deadline, pod_deadline)
-            deadlines = [d for d in timers if d is not None]
-            return SyncResult(changed, min(deadlines, default=None), self._store.revision, renewal)
+            deadlines = [d for d in (node_deadline, orphan_deadline, pod_deadline) if d is not None]
+            lost = [d for d in (lost_deadline, eviction_deadline) if d is not None]
+            return SyncResult(
+                changed, min(deadlines, default=None), self._store.revision, renewal, min(lost, default=None)
+            )
 
-    def _sync_node_timers(self) -> tuple[bool, float | None]:
+    def _sync_node_timers(self) -> tuple[bool, float | None, float | None]:
+        """Nodes turning Ready, and nodes whose lost kubelet the controller notices; returns (changed anything,
+        when the next turns Ready, when the next lost kubelet is noticed)."""
         mono = time.monotonic()
         changed = False
         for name, due in list(self._node_ready_at.items()):
@@ -225,8 +233,8 @@ class Controllers:
                 self._store.write(NODES, lost, verb="update", source=SANDBOX, resource="nodes/status")
                 self._unreachable_at[name] = mono
                 changed = True
-        timers = [*self._node_ready_at.values(), *self._kubelet_lost_at.values()]
-        return changed, min(timers, default=None)
+        ready_due = min(self._node_ready_at.values(), default=None)
+        return changed, ready_due, min(self._kubelet_lost_at.values(), default=None)
 
     def _write_node_ready(self, node: JsonObj, ready: bool) -> bool:
         if node_ready(node) == ready:
@@ -243,25 +251,27 @@ class Controllers:
     def _evict_from_unreachable_nodes(self) -> tuple[bool, float | None]:
         """The taint manager: the pods of a node tainted unreachable (NoExecute) are deleted, gracefully, once
         their toleration of the taint is over; returns (deleted any, when the next one is due)."""
-        mono = time.monotonic()
-        changed = False
-        due: list[float] = []
-        for name, since in list(self._unreachable_at.items()):
+        for name in list(self._unreachable_at):
             node = self._store.get(NODES, "", name)
             if node is None or not node_lifecycle.tainted_unreachable(node):
                 del self._unreachable_at[name]
+        if not self._unreachable_at:
+            return False, None
+        mono = time.monotonic()
+        changed = False
+        due: list[float] = []
+        for pod in self._store.items(PODS):
+            since = self._unreachable_at.get(pod_node(pod))
+            if since is None or not pod_active(pod):
                 continue
-            for pod in self._store.items(PODS):
-                if pod_node(pod) != name or not pod_active(pod):
-                    continue
-                seconds = node_lifecycle.toleration_seconds(pod, self.unreachable_toleration)
-                if seconds is None:
-                    continue
-                if mono < since + seconds:
-                    due.append(since + seconds)
-                    continue
-                self._kubelet.delete_pod(pod, None, verb="delete", resource="pods", source=SANDBOX)
-                changed = True
+            seconds = node_lifecycle.toleration_seconds(pod, self.unreachable_toleration)
+            if seconds is None:
+                continue  # tolerated for ever
+            if mono < since + seconds:
+                due.append(since + seconds)
+                continue
+            self._kubelet.delete_pod(pod, None, verb="delete", resource="pods", source=SANDBOX)
+            changed = True
         return changed, min(due, default=None)
 
     def collect_garbage(self) -> tuple[bool, float | None]:
@@ -640,5 +650,6 @@ class ControllerLoop:
                 continue
             finally:
                 wait = next_wait(self._tick, time.monotonic() - began)
-            due = min((at for at in (result.due, result.renewal) if at is not None), default=None)
+            timers = (result.due, result.renewal, result.lost_kubelets)
+            due = min((at for at in timers if at is not None), default=None)
             clean_revision = -1 if result.changed else result.revision

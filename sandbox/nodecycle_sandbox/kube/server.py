@@ -356,6 +356,17 @@ class KubeServer:
         self._poke()
         return found
 
+    def instance_terminated(self, name: str) -> bool:
+        """The node's instance is gone, its kubelet with it (see ``kill_kubelet``): the node object stays until
+        the cloud provider deletes it (``remove_node``), its pods neither starting nor finishing meanwhile.
+        False when there is no such node (an instance whose kubelet never registered)."""
+        with self._store.lock:
+            if self._store.get(NODES, "", name) is None:
+                return False
+            self._controllers.kill_kubelet(name, self._node_monitor_grace)
+        self._poke()
+        return True
+
     def instance_started(self, name: str) -> bool:
         """The node's instance runs again: its kubelet posts Ready, and the shutdown taint goes."""
         found = self._controllers.instance_started(name)
@@ -408,7 +419,9 @@ class KubeServer:
 
     def settle(self, timeout: float = 10.0) -> None:
         """Wait until the controllers have nothing left to do: pods started, terminations finished, replicas
-        in place (pods that fit nowhere stay Pending). Raises TimeoutError otherwise."""
+        in place (pods that fit nowhere stay Pending). Not waited for: what a lost kubelet leads to later (its
+        node turning Unknown, the taint manager's deletions), which may be minutes away. Raises TimeoutError
+        otherwise."""
         deadline = time.monotonic() + timeout
         while True:
             if self._loop is not None:

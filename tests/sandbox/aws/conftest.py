@@ -25,6 +25,7 @@ class FakeNodes:
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     removed: list[str] = field(default_factory=list)
     stopped: set[str] = field(default_factory=set)
+    terminated: set[str] = field(default_factory=set)
 
     def add_node(
         self,
@@ -48,6 +49,9 @@ class FakeNodes:
     def remove_node(self, name: str) -> None:
         self.nodes.pop(name, None)
         self.removed.append(name)
+
+    def instance_terminated(self, name: str) -> None:
+        self.terminated.add(name)
 
     def instance_stopped(self, name: str) -> None:
         self.stopped.add(name)

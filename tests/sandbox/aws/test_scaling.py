@@ -67,6 +67,24 @@ def test_a_launched_instance_registers_its_node_and_a_terminated_one_removes_it(
     assert aws.nodes.removed == [name]
 
 
+def test_a_terminated_instances_node_loses_its_kubelet_at_once_and_lingers_until_its_removal(
+    aws: Emulation,
+) -> None:
+    # Given nodes that the cloud provider removes a while after their instance is gone
+    aws.control.plan_nodes(remove_after=600.0)
+    group = aws.group(size=1)
+    (instance,) = group.in_state("InService")
+    name = aws.ec2.describe_instances(InstanceIds=[instance])["Reservations"][0]["Instances"][0][
+        "PrivateDnsName"
+    ]
+
+    # When it is terminated
+    group.terminate(instance, decrement=True)
+
+    # Then its kubelet is gone with it, while its node object stays (its removal comes later)
+    assert (aws.nodes.terminated, aws.nodes.removed) == ({name}, [])
+
+
 def test_a_node_can_register_a_while_after_its_instance_launched(aws: Emulation) -> None:
     # Given kubelets that register their node 3 s after their instance launched (long enough that a loaded
     # machine's group creation cannot outlast it: 0.3 s did, in a whole-suite run)

@@ -119,3 +119,60 @@ def test_the_taint_manager_deletes_the_pods_of_an_unreachable_node_once_their_to
         server.remove_node(node)
         wait_until(lambda: not _on(server, node), what="the pods collected")
         kube.api_client.close()
+
+
+def test_the_node_of_a_terminated_instance_lingers_without_its_kubelet_until_the_cloud_provider_deletes_it() -> (
+    None
+):
+    with KubeServer(tick_seconds=0.02, pod_start_seconds=0.05, node_monitor_grace_seconds=0.2) as server:
+        kube = connect(server)
+        # Given a node running a Deployment's pods
+        server.seed(
+            {"nodes": nodes_seed(1), "deployments": [{"name": "web", "namespace": "shop", "replicas": 2}]}
+        )
+        server.settle()
+        node = node_name(0, 10)
+        pods = [p["metadata"]["name"] for p in _on(server, node)]
+
+        # When its instance is terminated, and one of its pods is deleted
+        assert server.instance_terminated(node)
+        kube.core.delete_namespaced_pod(pods[0], "shop", grace_period_seconds=1)
+
+        # Then the node turns Unknown, tainted unreachable (not shut down), and the pod stays Terminating
+        wait_until(lambda: _unreachable(server, node), what="the node tainted unreachable")
+        assert _terminating(server.get_object("pods", pods[0], "shop"))
+        assert not server.instance_terminated("no-such-node")
+
+        # When the cloud provider deletes the node, Then its pods go with it (podgc, quarantine 0 here)
+        server.remove_node(node)
+        wait_until(lambda: not _on(server, node), what="the pods collected")
+        kube.api_client.close()
+
+
+def _unreachable(server: KubeServer, node: str) -> bool:
+    found = server.get_object("nodes", node) or {}
+    keys = {t["key"] for t in found["spec"].get("taints") or []}
+    return keys == {UNREACHABLE}
+
+
+def test_settling_does_not_wait_for_what_a_lost_kubelet_leads_to_minutes_later() -> None:
+    with KubeServer(tick_seconds=0.02, pod_start_seconds=0.05) as server:
+        # Given two nodes with a Deployment's pods
+        server.seed(
+            {"nodes": nodes_seed(2), "deployments": [{"name": "web", "namespace": "shop", "replicas": 4}]}
+        )
+        server.settle()
+        lingering, unreachable = node_name(0, 10), node_name(1, 10)
+
+        # When the instance of one is terminated (its node Unknown only after the 40 s node monitor grace), and
+        # the kubelet of the other is lost and noticed at once (its pods deleted after the 300 s toleration)
+        assert server.instance_terminated(lingering)
+        server.kill_kubelet(unreachable, grace_seconds=0)
+        wait_until(lambda: _unreachable(server, unreachable), what="the node tainted unreachable")
+
+        # Then the cluster is settled at once, with neither timer waited for: the first node still Ready, the
+        # pods of the other neither deleted nor replaced
+        server.settle(timeout=2)
+        assert not _unreachable(server, lingering)
+        assert len(_on(server, unreachable)) == 2
+        assert not any(_terminating(p) for p in _on(server, unreachable))

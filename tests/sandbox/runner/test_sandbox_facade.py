@@ -83,6 +83,9 @@ class FakeCluster:
     def remove_node(self, name: str) -> None:
         del self.nodes[name]
 
+    def instance_terminated(self, name: str) -> None:
+        self.nodes[name]["terminated"] = True
+
     def instance_stopped(self, name: str) -> None:
         self.nodes[name]["stopped"] = True
 
