@@ -2037,14 +2037,33 @@ def test_an_instance_gone_outside_the_hooks_reads_its_node_again_if_it_changed_s
 
 
 def test_a_drain_whose_node_object_is_gone_evicts_nothing_more_and_settles() -> None:
-    # Given a drain in progress whose node object was deleted (its instance gone, or the node deregistered):
-    # its pods are orphans the garbage collector removes, and its name may soon be another instance's node
-    cluster = FakeCluster(nodes={}, pods=[pod("web-1")])
+    # Given a drain in progress whose node object was deleted (its instance gone, or the node deregistered),
+    # the pods still bound to its name all on their way out: the garbage collector removes them
+    cluster = FakeCluster(nodes={}, pods=[pod("web-1", deletion_at=T0)])
 
     outcome = evict(cluster)(draining(), T0 + timedelta(seconds=30))
 
     assert (outcome.then, outcome.changes["outcome"]) == (Step.COMPLETE, "node-gone")
     assert cluster.evictions == []
+
+
+def test_a_drain_whose_node_object_is_gone_asks_the_pods_still_bound_to_it_to_leave_until_its_deadline() -> (
+    None
+):
+    # Given a drain in progress whose node object was deleted under its pods, one of them under a
+    # PodDisruptionBudget that allows no eviction
+    cluster = FakeCluster(nodes={}, pods=[pod("web-1"), pod("db-0")], blocked={"db-0"})
+    step = evict(cluster)
+
+    # When it polls before its deadline, Then they are asked to leave (the one the budget allows goes) and it
+    # waits for them
+    waiting = step(draining(), T0 + timedelta(seconds=30))
+    assert (waiting.then, waiting.again) == (None, True)
+    assert [name for name, _ in cluster.evictions] == ["web-1"]
+
+    # When it polls at its deadline, the blocked pod still there, Then it settles: the garbage collector ends it
+    settled = step(draining(), T0 + timedelta(seconds=600))
+    assert (settled.then, settled.changes["outcome"]) == (Step.COMPLETE, "node-gone")
 
 
 def test_a_late_stop_of_an_instance_up_again_frees_nothing_of_its_newer_lifecycle() -> None:

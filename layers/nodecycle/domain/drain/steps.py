@@ -222,7 +222,11 @@ def _of_instance(node: NodeInfo, record: LifecycleRecord) -> bool:
 def _node_still_the_instances(cluster: Cluster, record: LifecycleRecord) -> NodeInfo | None:
     """The record's node read again by its name; None when it is gone, or when its name is another instance's
     node now (a recycled private IP): nothing there is this lifecycle's to cordon, evict or hold a slot for."""
-    node = cluster.get_node(_known(record.node, "node"))
+    return _the_instances(cluster.get_node(_known(record.node, "node")), record)
+
+
+def _the_instances(node: NodeInfo | None, record: LifecycleRecord) -> NodeInfo | None:
+    """``node``, the node of the record's name as read, unless it is another instance's node now."""
     if node is not None and not _of_instance(node, record):
         log.warning(
             "node %s is instance %s's now: the node of %s is gone",
@@ -671,8 +675,11 @@ class Evict:
         policy = self._policy
         # The node by its name, at every poll, before the slot of that name is renewed: once it is gone, its
         # name may be another instance's node (a recycled private IP), whose pods are not ours to evict nor its
-        # slot ours to hold; the pods of a node gone are not ours to evict either
-        info = _node_still_the_instances(self._cluster, record)
+        # slot ours to hold
+        found = self._cluster.get_node(node)
+        if found is None:
+            return self._node_deleted(record, now)
+        info = _the_instances(found, record)
         if info is None:
             log.warning("node %s of %s is gone: nothing left to drain there", node, record.instance_id)
             return Outcome.goto(settle_step(record), outcome="node-gone")
@@ -739,9 +746,7 @@ class Evict:
         evicted = 0
         throttled = 0.0  # how long the API server asked the next poll to wait, if it shed an eviction
         reported = set(record.extra.get(BLOCKED_REPORTED) or [])
-        # A pod's grace never reaches past the drain's deadline (two minutes, for a Spot interruption), nor
-        # falls below what the timeout policy would give it anyway
-        cap = min(policy.pod_grace_cap, max(policy.force_grace, int((deadline - now).total_seconds())))
+        cap = self._grace_cap(deadline, now)
         calls = _PodCalls(record, self._metrics)
         asked = podfilter.to_evict(pods) + podfilter.outlasting(left, cap, now)
         for pod, result in calls.answers(
@@ -799,6 +804,56 @@ class Evict:
             pods_evicted=record.pods_evicted + evicted,
             extra=extra,
             **changes,
+        )
+
+    def _grace_cap(self, deadline: datetime, now: datetime) -> int:
+        """A pod's grace never reaches past the drain's deadline (two minutes, for a Spot interruption), nor
+        falls below what the timeout policy would give it anyway."""
+        policy = self._policy
+        return min(policy.pod_grace_cap, max(policy.force_grace, int((deadline - now).total_seconds())))
+
+    def _node_deleted(self, record: LifecycleRecord, now: datetime) -> Outcome:
+        """The node object is gone, and its pods may not be: a node deleted while its instance runs (``kubectl
+        delete node``) leaves them bound to its name, running, until the pod garbage collector force-deletes
+        them (40 s later), all at once, whatever their PodDisruptionBudgets say, and only then are they
+        replaced; completing the action now would terminate the instance under them. So they are evicted, as
+        on the node, and waited for until each is gone or past its deletion's deadline (a live kubelet stops
+        them within their grace; with none, they stay until the garbage collector ends them), or until the
+        drain's deadline; then the drain settles. No node has the name meanwhile, so no other instance's pod is
+        bound to it."""
+        node = _known(record.node, "node")
+        deadline = _known(record.drain_deadline, "drain deadline")
+        pods = podfilter.remaining(self._cluster.pods_on(node))
+        asked = podfilter.to_evict(pods)
+        stopping = [pod for pod in pods if pod.deletion_at is not None and now < pod.deletion_at]
+        if not (asked or stopping) or now >= deadline:
+            log.warning("node %s of %s is gone: nothing left to drain there", node, record.instance_id)
+            return Outcome.goto(settle_step(record), outcome="node-gone")
+        log.warning(
+            "node %s of %s is gone, %d of its pods still bound to it: evicting them, waiting for them to stop",
+            node,
+            record.instance_id,
+            len(pods),
+        )
+        cap = self._grace_cap(deadline, now)
+        calls = _PodCalls(record, self._metrics)
+        evicted = 0
+        for _, result in calls.answers(
+            asked, lambda pod: self._cluster.evict(pod, podfilter.grace_for(pod, cap))
+        ):
+            if result.kind is Eviction.EVICTED:
+                evicted += 1
+            elif result.kind is Eviction.BLOCKED:
+                self._metrics.count("EvictionsBlockedByPdb")  # asked again at the next poll
+            elif result.kind is Eviction.THROTTLED:
+                break  # the API server sheds load: the others are asked at the next poll
+        if evicted:
+            self._metrics.count("PodsEvicted", evicted)
+        polls = int(record.extra.get(POLLS, 0))
+        return Outcome.wait(
+            _poll_delay(polls, self._policy.poll_seconds),
+            pods_evicted=record.pods_evicted + evicted,
+            extra=calls.remembered({**record.extra, POLLS: polls + 1}),
         )
 
     def _tell(

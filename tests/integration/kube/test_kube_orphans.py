@@ -1,0 +1,77 @@
+"""The drain's steps on the real Kubernetes adapter against an API server as unkind as Kubernetes is about nodes
+that outlive their instance, or instances that outlive their node: the pods of a deleted node stay bound to it
+until the pod garbage collector's quarantine is over (40 s on a real cluster), and only then go, all at once,
+force-deleted whatever their PodDisruptionBudgets say."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from nodecycle.adapters.kube.cluster_api import KubeCluster
+from nodecycle.domain.model import Step
+from nodecycle_sandbox.kube import KubeServer
+from tests.integration.kube.cluster import drain_cluster, drain_server
+from tests.integration.kube.test_kube_drain_steps import INSTANCE, NODE, SEED, evict, on_its_way_out, web_pods
+from tests.unit.drain.test_drain_steps import terminating
+
+QUARANTINE = 600.0  # longer than any test: the orphans stay until a test ends the quarantine
+
+
+@pytest.fixture
+def server() -> Iterator[KubeServer]:
+    with drain_server(SEED, pod_gc_quarantine_seconds=QUARANTINE) as kube:
+        yield kube
+
+
+@pytest.fixture
+def cluster(server: KubeServer) -> Iterator[KubeCluster]:
+    with drain_cluster(server) as adapter:
+        yield adapter
+
+
+def test_a_drain_whose_node_object_is_deleted_under_running_pods_evicts_them_before_it_settles(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given a drain in progress (its first pass over), and its node object deleted while its instance still runs
+    # (kubectl delete node): its pods stay bound to the node's name, running, until podgc's quarantine is over
+    node = cluster.get_node(NODE)
+    assert node is not None
+    start = datetime.now(UTC)
+    record = terminating(
+        Step.EVICT,
+        id=f"{INSTANCE}/terminate/token",
+        instance_id=INSTANCE,
+        node=NODE,
+        node_uid=node.uid,
+        drain_started_at=start,
+        drain_deadline=start + timedelta(seconds=600),
+        extra={"polls": 1},
+    )
+    pods = web_pods(cluster)
+    server.remove_node(NODE)
+    assert not any(on_its_way_out(server, pod) for pod in pods)
+
+    # When the drain polls
+    step = evict(cluster)
+    outcome = step(record, start)
+
+    # Then it asks them to leave through the Eviction API (their replacements start elsewhere) and waits for
+    # them, rather than completing the action under them: podgc would force-delete them all at once, PDBs or not
+    assert all(on_its_way_out(server, pod) for pod in pods)
+    assert (outcome.then, outcome.again) == (None, True)
+
+    # When it polls again within their grace, Then it waits: a live kubelet would be stopping them
+    record = record.model_copy(update=dict(outcome.changes))
+    assert step(record, start + timedelta(seconds=1)).again
+
+    # When it polls once their grace is over, them still there (no kubelet ends them here: podgc will), Then it
+    # settles: nothing is left there for it to do
+    leaving = [pod.deletion_at for pod in cluster.pods_on(NODE) if pod.controller_kind == "ReplicaSet"]
+    assert leaving
+    assert None not in leaving
+    later = max(at for at in leaving if at is not None) + timedelta(seconds=1)
+    settled = step(record, later)
+    assert (settled.then, settled.changes["outcome"]) == (Step.COMPLETE, "node-gone")
