@@ -2066,6 +2066,21 @@ def test_a_drain_whose_node_object_is_gone_asks_the_pods_still_bound_to_it_to_le
     assert (settled.then, settled.changes["outcome"]) == (Step.COMPLETE, "node-gone")
 
 
+@pytest.mark.parametrize("state", ["terminated", "shutting-down", "stopped", None])
+def test_a_drain_whose_node_object_is_gone_with_its_instance_down_settles_at_once(state: str | None) -> None:
+    # Given a drain in progress whose instance went down (a Spot reclaim, a stop) and whose node object the
+    # cloud controller deleted, its pods still bound to its name: no kubelet will ever stop them
+    cluster = FakeCluster(nodes={}, pods=[pod("web-1"), pod("db-0", deletion_at=T0 + timedelta(seconds=60))])
+    ec2 = NoDns(known={INSTANCE: state} if state else {})
+
+    outcome = evict(cluster, ec2=ec2)(draining(), T0 + timedelta(seconds=30))
+
+    # Then it settles at once, as for an instance found down at a poll: waiting for the pods' grace would only
+    # hold the slot, and evicting them asks nothing of an instance that is gone
+    assert (outcome.then, outcome.changes["outcome"]) == (Step.COMPLETE, "instance-down")
+    assert cluster.evictions == []
+
+
 def test_a_late_stop_of_an_instance_up_again_frees_nothing_of_its_newer_lifecycle() -> None:
     # Given the stop of the instance into its warm pool, whose FORGET_NODE comes 20 minutes late (a redelivery,
     # a resume, a dead-letter redrive), when the instance is back and drained for a new terminate action (t3):

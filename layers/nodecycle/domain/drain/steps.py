@@ -829,6 +829,18 @@ class Evict:
         if not (asked or stopping) or now >= deadline:
             log.warning("node %s of %s is gone: nothing left to drain there", node, record.instance_id)
             return Outcome.goto(settle_step(record), outcome="node-gone")
+        # The usual way a node object goes is its instance's termination (the cloud controller deletes it):
+        # then no kubelet will stop these pods, an eviction asks nothing of a gone instance, and waiting for
+        # their grace only holds the slot. EC2 says so at once (one call, only while pods are bound).
+        state = self._instances.states([record.instance_id]).get(record.instance_id)
+        if not up(state):
+            log.warning(
+                "node %s of %s is gone, its instance %s: nothing left to drain there",
+                node,
+                record.instance_id,
+                state or "gone",
+            )
+            return Outcome.goto(settle_step(record), outcome="instance-down")
         log.warning(
             "node %s of %s is gone, %d of its pods still bound to it: evicting them, waiting for them to stop",
             node,
