@@ -205,6 +205,12 @@ class StepEngine:
         """Run a woken waiter's step as its wake message would have, in this invocation (a slot it frees in
         turn is woken through the wake lane). Its failure is not this invocation's, whose message is done:
         the wake message goes instead, and the wake lane runs it as it would have."""
+        if time_left() <= self._timing.inline_budget:
+            # The time there was at the wake-up went to the steps after it (slow calls, a heartbeat): the
+            # invocation's end could cut the waiter's step short, and its wake-up with it, leaving its slot
+            # idle until its own retry
+            self._send_wake_or_leave(waiting)
+            return
         wake = WorkMessage(
             record_id=waiting.id, seq=waiting.seq, step=waiting.step, wake=True, token=waiting.token
         )

@@ -32,9 +32,11 @@ def waiting(record_id: str) -> LifecycleRecord:
     )
 
 
-def releasing(world: World, then: Exception | None = None) -> Callable[[LifecycleRecord, datetime], Outcome]:
+def releasing(
+    world: World, then: Exception | None = None, taking: float = 0
+) -> Callable[[LifecycleRecord, datetime], Outcome]:
     """The holder's cleanup: its release passes its slots on to both waiters (as DisruptionBudget.release
-    returns them), which it wakes in that order."""
+    returns them), which it wakes in that order; what it does after the release takes ``taking`` seconds."""
     dispatcher = Dispatcher(
         records=world.records, queues=world.queues, clock=world.clock, metrics=world.metrics
     )
@@ -42,6 +44,7 @@ def releasing(world: World, then: Exception | None = None) -> Callable[[Lifecycl
     def cleanup(record: LifecycleRecord, now: datetime) -> Outcome:
         for waiter in WAITERS:
             dispatcher.wake(waiter)
+        world.clock.advance(taking)
         if then is not None:
             raise then
         return Outcome.next()
@@ -126,5 +129,25 @@ def test_a_handed_over_step_that_fails_goes_to_the_wake_lane_and_the_freeing_mes
     # other waiter is: the wake lane runs it again
     assert handled is Handled.DONE
     assert len(acquire.runs) == 1
+    sent = [(s.worker, s.message.record_id, s.message.wake) for s in world.queues.take()]
+    assert sorted(sent) == [(Worker.WAKE, WAITERS[0], True), (Worker.WAKE, WAITERS[1], True)]
+
+
+def test_a_waiter_is_sent_its_wake_when_the_freeing_step_used_up_the_time_to_run_it() -> None:
+    # Given a holder whose cleanup takes 50 s after its release (its Events and its heartbeat answered slowly),
+    # in an invocation with 60 s left when it starts
+    world = World()
+    given_a_holder_and_two_waiters(world)
+    acquire = Script([Outcome.next()])
+    engine = world.engine({Step.CLEANUP: releasing(world, taking=50), Step.ACQUIRE_SLOT: acquire})
+    ends = world.clock.now() + timedelta(seconds=60)
+
+    # When the holder's cleanup runs: 60 s left at the release, 10 s once its record is committed
+    engine.handle(world.message(HOLDER), time_left=lambda: (ends - world.clock.now()).total_seconds())
+
+    # Then the first waiter's step is not begun with less than the inline budget left (the invocation's end
+    # could cut it short, and its wake-up with it: its slot idle until its own retry): it is sent its wake-up,
+    # as the second waiter is
+    assert acquire.runs == [], "the waiter's step ran with 10 s left, and no wake-up was sent for it"
     sent = [(s.worker, s.message.record_id, s.message.wake) for s in world.queues.take()]
     assert sorted(sent) == [(Worker.WAKE, WAITERS[0], True), (Worker.WAKE, WAITERS[1], True)]
