@@ -14,9 +14,10 @@ commit per ``seq`` can win, and a watch ends at its first check, so duplicates n
 Hand-over: a step that frees a budget slot passes it on to a waiter in the same write, and wakes the waiter.
 The first waiter whose step is this worker's is not sent a wake message: the invocation that freed the slot
 runs the waiter's step itself once its own record is committed (it is warm, and has the time), so the slot
-is not left idle while a wake message waits for a container of the wake lane. Any other waiter is sent its
-wake message at once, as before. A wake-up only ever comes sooner than the waiter's own retry: one lost with
-a crash costs time, not the slot.
+is not left idle while a wake message waits for a container of the wake lane. Only once its own lifecycle's
+steps are over for the invocation: one that goes on inline sends the kept waiter its wake message as it goes
+on. Any other waiter is sent its wake message at once, as before. A wake-up only ever comes sooner than the
+waiter's own retry: one lost with a crash costs time, not the slot.
 """
 
 from __future__ import annotations
@@ -288,6 +289,16 @@ class StepEngine:
             if not inline:
                 self._dispatch.send(record, now, here=self._worker)
                 return Handled.RAN
+            self._send_kept_waiter()
+
+    def _send_kept_waiter(self) -> None:
+        """This invocation goes on with its own lifecycle's next step: a waiter kept to run after the step that
+        woke it is sent its wake-up now, for the wake lane to run meanwhile, rather than wait behind those
+        steps (a cordon, an eviction pass: seconds) with its slot idle."""
+        hand_over = _hand_over.get()
+        if hand_over is not None and hand_over.waiter is not None:
+            waiting, hand_over.waiter = hand_over.waiter, None
+            self._send_wake_or_leave(waiting)
 
     # -- lost messages ----------------------------------------------------------------------------------
 
