@@ -583,11 +583,11 @@ class Dispatcher:
             or _not_asking_yet(waiting, self._clock.now())
         ):
             return
-        self._metrics.count("WaitersWoken")
         hand_over = _hand_over.get()
-        if hand_over is not None and hand_over.take(waiting):
-            return  # run by the engine's invocation once the step that woke it is committed
-        self.send_wake(waiting)
+        # (one kept is run by the engine's invocation once the step that woke it is committed)
+        if hand_over is None or not hand_over.take(waiting):
+            self.send_wake(waiting)
+        self._metrics.count("WaitersWoken")  # (after the send: one SQS refused woke nobody)
 
     def wake_cleanup(self, record_id: str) -> None:
         """Send a lifecycle watching its node after its cleanup its next look at once: what its watch waits for

@@ -9,8 +9,10 @@ from datetime import datetime, timedelta
 import pytest
 
 from nodecycle.domain.engine import Dispatcher, Handled, Outcome
+from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import Worker
 from nodecycle.domain.model import LifecycleRecord, Step
+from nodecycle.domain.ports.lifecycle import WorkMessage
 from tests.support.fakes import T0
 from tests.unit.foundation.test_engine import Script, World, make_record
 
@@ -151,3 +153,24 @@ def test_a_waiter_is_sent_its_wake_when_the_freeing_step_used_up_the_time_to_run
     assert acquire.runs == [], "the waiter's step ran with 10 s left, and no wake-up was sent for it"
     sent = [(s.worker, s.message.record_id, s.message.wake) for s in world.queues.take()]
     assert sorted(sent) == [(Worker.WAKE, WAITERS[0], True), (Worker.WAKE, WAITERS[1], True)]
+
+
+def test_a_wake_up_sqs_refuses_is_not_counted_as_a_waiter_woken() -> None:
+    # Given a waiter, and SQS refusing its wake-up (throttled), as the adapter raises it
+    world = World()
+    world.records.create(waiting(WAITERS[0]))
+    dispatcher = Dispatcher(
+        records=world.records, queues=world.queues, clock=world.clock, metrics=world.metrics
+    )
+
+    def refusing(worker: Worker, message: WorkMessage, delay_seconds: int = 0) -> None:
+        raise TransientError("sending work to the wake queue: throttled")
+
+    world.queues.send = refusing  # type: ignore[method-assign]
+
+    # When a release wakes it outside a step (the sweeper's wake-ups), and the wake-up fails
+    with pytest.raises(TransientError):
+        dispatcher.wake(WAITERS[0])
+
+    # Then no waiter is counted as woken: none was
+    assert world.metrics.counts.get("WaitersWoken", 0) == 0
