@@ -221,6 +221,10 @@ class StepEngine:
             log.exception("the step of %s, handed a slot, failed here: sent to the wake lane", waiting.id)
             self._send_wake_or_leave(waiting)
             return
+        if handled not in (Handled.RAN, Handled.DONE):
+            # (moved on, or started over, since the wake-up: nothing ran, as in the wake lane)
+            log.info("the waiter %s handed a slot had nothing to run here: %s", waiting.id, handled)
+            return
         log.info("the slot freed went to %s in this invocation: %s", waiting.id, handled)
         self._metrics.count("SlotsHandedOver")
 

@@ -174,3 +174,30 @@ def test_a_wake_up_sqs_refuses_is_not_counted_as_a_waiter_woken() -> None:
 
     # Then no waiter is counted as woken: none was
     assert world.metrics.counts.get("WaitersWoken", 0) == 0
+
+
+def test_a_handed_over_waiter_that_had_moved_on_is_not_counted_as_a_slot_handed_over() -> None:
+    # Given a holder about to release, and a waiter whose own retry takes the slot passed on to it (and
+    # commits its cordon next) while the holder's cleanup is still running
+    world = World()
+    given_a_holder_and_two_waiters(world)
+    release = releasing(world)
+
+    def cleanup(record: LifecycleRecord, now: datetime) -> Outcome:
+        outcome = release(record, now)
+        first = world.records.get(WAITERS[0])
+        assert first is not None
+        moved = first.model_copy(update={"step": Step.CORDON, "seq": first.seq + 1})
+        assert world.records.commit(moved, expected_seq=first.seq)
+        return outcome
+
+    acquire = Script([])
+    engine = world.engine({Step.CLEANUP: cleanup, Step.ACQUIRE_SLOT: acquire})
+
+    # When the holder's cleanup runs
+    engine.handle(world.message(HOLDER))
+
+    # Then the first waiter's step did not run here (its wake-up found it moved on, as the wake lane would
+    # have), and no slot is counted as handed over in this invocation
+    assert acquire.runs == []
+    assert world.metrics.counts.get("SlotsHandedOver", 0) == 0
