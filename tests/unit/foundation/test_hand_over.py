@@ -3,7 +3,9 @@ there once the freeing step is committed, rather than after a wake message waits
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 
 import pytest
@@ -35,21 +37,28 @@ def waiting(record_id: str) -> LifecycleRecord:
 
 
 def releasing(
-    world: World, then: Exception | None = None, taking: float = 0
+    world: World,
+    then: Exception | None = None,
+    taking: float = 0,
+    *,
+    waking: tuple[str, ...] = WAITERS,
+    outcome: Outcome | None = None,
 ) -> Callable[[LifecycleRecord, datetime], Outcome]:
-    """The holder's cleanup: its release passes its slots on to both waiters (as DisruptionBudget.release
-    returns them), which it wakes in that order; what it does after the release takes ``taking`` seconds."""
+    """The holder's cleanup: its release passes its slots on to the ``waking`` waiters (as
+    DisruptionBudget.release returns them), which it wakes in that order; what it does after the release takes
+    ``taking`` seconds. (With an ``outcome``: another step whose budget write frees slots, a poll's renewal
+    that removed an expired holder.)"""
     dispatcher = Dispatcher(
         records=world.records, queues=world.queues, clock=world.clock, metrics=world.metrics
     )
 
     def cleanup(record: LifecycleRecord, now: datetime) -> Outcome:
-        for waiter in WAITERS:
+        for waiter in waking:
             dispatcher.wake(waiter)
         world.clock.advance(taking)
         if then is not None:
             raise then
-        return Outcome.next()
+        return outcome or Outcome.next()
 
     return cleanup
 
@@ -201,3 +210,212 @@ def test_a_handed_over_waiter_that_had_moved_on_is_not_counted_as_a_slot_handed_
     # have), and no slot is counted as handed over in this invocation
     assert acquire.runs == []
     assert world.metrics.counts.get("SlotsHandedOver", 0) == 0
+
+
+# -- the cases that could leave a slot idle, or run what a wake-up would not: each behaves as a wake-up would --
+
+
+def test_a_waiter_still_runs_when_the_freeing_steps_commit_loses_to_another_delivery() -> None:
+    # Given a holder's cleanup delivered twice, the other delivery committing first (after both released)
+    world = World()
+    given_a_holder_and_two_waiters(world)
+    release = releasing(world)
+
+    def cleanup(record: LifecycleRecord, now: datetime) -> Outcome:
+        outcome = release(record, now)
+        assert world.records.commit(
+            record.model_copy(update={"seq": record.seq + 1}), expected_seq=record.seq
+        )
+        return outcome
+
+    acquire, cordon = Script([Outcome.next()]), Script([Outcome.wait(5)])
+    engine = world.engine({Step.CLEANUP: cleanup, Step.ACQUIRE_SLOT: acquire, Step.CORDON: cordon})
+
+    # When this delivery's commit loses
+    handled = engine.handle(world.message(HOLDER))
+
+    # Then the slot its release passed on is not left idle: the first waiter ran here all the same
+    assert handled is Handled.CONFLICT
+    first = world.records.get(WAITERS[0])
+    assert first is not None
+    assert (first.step, len(acquire.runs)) == (Step.CORDON, 1)
+
+
+def test_a_waiter_still_runs_when_the_freeing_step_fails_transiently_after_the_wake_up() -> None:
+    # Given a holder whose cleanup fails transiently after its release: SQS refuses the second waiter's wake-up
+    world = World()
+    given_a_holder_and_two_waiters(world)
+    original = world.queues.send
+
+    def send(worker: Worker, message: WorkMessage, delay_seconds: int = 0) -> None:
+        if message.wake and message.record_id == WAITERS[1]:
+            raise TransientError("sending work to the wake queue: throttled")
+        original(worker, message, delay_seconds)
+
+    world.queues.send = send  # type: ignore[method-assign]
+    acquire, cordon = Script([Outcome.next()]), Script([Outcome.wait(5)])
+    engine = world.engine({Step.CLEANUP: releasing(world), Step.ACQUIRE_SLOT: acquire, Step.CORDON: cordon})
+
+    # When the holder's cleanup runs
+    handled = engine.handle(world.message(HOLDER))
+
+    # Then the cleanup is retried (its repeated release wakes the second waiter again), and the first waiter,
+    # kept before the failure, ran here
+    assert handled is Handled.RAN
+    holder, first = world.records.get(HOLDER), world.records.get(WAITERS[0])
+    assert holder is not None
+    assert first is not None
+    assert (holder.step, holder.attempts) == (Step.CLEANUP, 1)
+    assert (first.step, len(acquire.runs)) == (Step.CORDON, 1)
+
+
+def _failing_commit(world: World) -> None:
+    """The record store refuses the holder's commit (DynamoDB throttled), as the adapter raises it."""
+    original = world.records.commit
+
+    def commit(record: LifecycleRecord, expected_seq: int) -> bool:
+        if record.id == HOLDER:
+            raise TransientError("writing the lifecycle record: throttled")
+        return original(record, expected_seq)
+
+    world.records.commit = commit  # type: ignore[method-assign]
+
+
+def _failing_heartbeat(world: World) -> None:
+    """Auto Scaling answers the holder's heartbeat, due with its commit, with an error the engine does not
+    expect (not a throttle)."""
+
+    def heartbeat(action: object) -> bool:
+        raise RuntimeError("AccessDenied: autoscaling:RecordLifecycleActionHeartbeat")
+
+    world.autoscaling.heartbeat = heartbeat  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize("failing", [_failing_commit, _failing_heartbeat])
+def test_a_waiter_is_sent_its_wake_when_the_freeing_invocation_fails_after_its_step(
+    failing: Callable[[World], None],
+) -> None:
+    # Given a drain's poll whose renewal removed an expired holder (it wakes both waiters, then waits 5 s),
+    # late enough that its commit comes with a heartbeat, and its commit or its heartbeat failing
+    world = World()
+    world.records.create(make_record(PLAN, Step.EVICT))
+    for waiter in WAITERS:
+        world.records.create(waiting(waiter))
+    world.clock.advance(240)
+    failing(world)
+    acquire = Script([])
+    poll = releasing(world, outcome=Outcome.wait(5))
+    engine = world.engine({Step.EVICT: poll, Step.ACQUIRE_SLOT: acquire})
+
+    # When the poll runs, and its invocation fails after the step
+    with pytest.raises((TransientError, RuntimeError)):
+        engine.handle(world.message(HOLDER))
+
+    # Then neither waiter ran in the failed invocation, and both were sent their wake-ups
+    assert acquire.runs == []
+    sent = [(s.worker, s.message.record_id, s.message.wake) for s in world.queues.take()]
+    assert sorted(sent) == [(Worker.WAKE, WAITERS[0], True), (Worker.WAKE, WAITERS[1], True)]
+
+
+def test_a_slot_the_handed_over_step_frees_in_turn_wakes_its_waiter_through_the_wake_lane() -> None:
+    # Given a holder whose release passes its slot on to the first waiter only, a drain paused for want of a
+    # slot, whose poll's renewal then removes an expired holder, passing that slot on to the second waiter
+    world = World()
+    world.records.create(make_record(PLAN, Step.CLEANUP, completed_at=T0))
+    world.records.create(waiting(WAITERS[0]).model_copy(update={"step": Step.EVICT, "drain_paused_at": T0}))
+    world.records.create(waiting(WAITERS[1]))
+    poll = releasing(world, waking=WAITERS[1:], outcome=Outcome.wait(1))
+    acquire = Script([Outcome.wait(30)])
+    engine = world.engine(
+        {Step.CLEANUP: releasing(world, waking=WAITERS[:1]), Step.EVICT: poll, Step.ACQUIRE_SLOT: acquire}
+    )
+
+    # When the holder's cleanup runs
+    engine.handle(world.message(HOLDER))
+
+    # Then one hand-over per invocation: the paused drain polled here, and the second waiter, woken by that
+    # poll, was sent its wake-up at once (neither kept nor run here: no chain of hand-overs through every
+    # waiter in line, each in the time of the invocation that freed the first slot)
+    assert acquire.runs == []
+    sent = [(s.worker, s.message.record_id, s.message.wake) for s in world.queues.take()]
+    assert sorted(sent) == sorted([(Worker.WAKE, WAITERS[1], True), (Worker.DRAIN, WAITERS[0], False)])
+    assert world.metrics.counts.get("SlotsHandedOver") == 1
+
+
+@pytest.mark.parametrize(
+    "asking",
+    [True, False],
+    ids=["started-over-and-asking", "followed-by-a-later-lifecycle-not-asking-yet"],
+)
+def test_a_waiter_whose_record_holds_another_lifecycle_by_its_turn_is_not_run_here(asking: bool) -> None:
+    # Given a holder whose release passes its slot on to the first waiter; while the cleanup still runs, that
+    # waiter's record starts over under another token: a lifecycle asking for a slot itself (due in 30 s),
+    # or one due days later that has not asked yet
+    world = World()
+    given_a_holder_and_two_waiters(world)
+    release = releasing(world, waking=WAITERS[:1])
+
+    def cleanup(record: LifecycleRecord, now: datetime) -> Outcome:
+        outcome = release(record, now)
+        first = world.records.get(WAITERS[0])
+        assert first is not None
+        other = first.model_copy(
+            update={
+                "token": "token-2",
+                "seq": first.seq + 1,
+                "slot_waiting_since": now if asking else None,
+                "due_at": now + (timedelta(seconds=30) if asking else timedelta(days=3)),
+            }
+        )
+        assert world.records.commit(other, expected_seq=first.seq)
+        return outcome
+
+    acquire = Script([Outcome.next()])
+    engine = world.engine({Step.CLEANUP: cleanup, Step.ACQUIRE_SLOT: acquire, Step.CORDON: Script([])})
+
+    # When the holder's cleanup runs
+    engine.handle(world.message(HOLDER))
+
+    # Then, as the waiter's wake-up would, the hand-over runs nothing of the lifecycle that holds the record now
+    # (it was not the one the slot was passed on to)
+    assert acquire.runs == []
+    assert world.metrics.counts.get("SlotsHandedOver", 0) == 0
+
+
+def test_two_invocations_running_at_once_in_one_process_each_run_the_waiter_their_own_step_woke() -> None:
+    # Given two holders whose cleanups each pass a slot on to one waiter, run at once by one engine in two
+    # threads of a process, each step waking its waiter only once both have begun
+    world = World()
+    second_holder = "i-0bbbbbbbbbbbbbbb1/terminate/token"
+    given_a_holder_and_two_waiters(world)
+    world.records.create(
+        make_record(PLAN, Step.CLEANUP, id=second_holder, instance_id="i-0bbbbbbbbbbbbbbb1", completed_at=T0)
+    )
+    dispatcher = Dispatcher(
+        records=world.records, queues=world.queues, clock=world.clock, metrics=world.metrics
+    )
+    both_running, both_woke = threading.Barrier(2, timeout=10), threading.Barrier(2, timeout=10)
+
+    def cleanup(record: LifecycleRecord, now: datetime) -> Outcome:
+        both_running.wait()
+        dispatcher.wake(WAITERS[0] if record.id == HOLDER else WAITERS[1])
+        both_woke.wait()
+        return Outcome.next()
+
+    ran: list[str] = []
+
+    def acquire(record: LifecycleRecord, now: datetime) -> Outcome:
+        ran.append(record.id)
+        return Outcome.wait(30)
+
+    engine = world.engine({Step.CLEANUP: cleanup, Step.ACQUIRE_SLOT: acquire})
+
+    # When both run
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        runs = [pool.submit(engine.handle, world.message(holder)) for holder in (HOLDER, second_holder)]
+        assert [run.result() for run in runs] == [Handled.DONE, Handled.DONE]
+
+    # Then each invocation ran the waiter its own step woke, and no wake-up was needed
+    assert sorted(ran) == sorted(WAITERS)
+    assert [s.message.wake for s in world.queues.take()] == [False, False]  # the waiters' retries
+    assert world.metrics.counts.get("SlotsHandedOver") == 2
