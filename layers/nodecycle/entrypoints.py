@@ -9,6 +9,7 @@ whose value is None are left out of the log lines.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -73,7 +74,7 @@ def run_work_record(engine: StepEngine, metrics: Metrics, record: SqsRecord, con
         metrics.count("WorkMessagesRejected")
         return None
     try:
-        instance_id, _, token = parse_record_id(message.record_id)
+        parse_record_id(message.record_id)
     except ValueError as error:
         # Not sent by nodecycle (anyone allowed to send to the queue can): no lifecycle has such an id, and the
         # table would answer it with another item (an action's claim, an event's intake progress) that no
@@ -86,12 +87,25 @@ def run_work_record(engine: StepEngine, metrics: Metrics, record: SqsRecord, con
         )
         metrics.count("WorkMessagesRejected")
         return None
-    with logger.append_context_keys(
-        record_id=message.record_id, instance_id=instance_id, lifecycle_token=token, correlation_id=token
-    ):
-        handled = engine.handle(message, time_left=lambda: context.get_remaining_time_in_millis() / 1000)
-        logger.debug("work message handled: %s", handled, extra={"seq": message.seq, "step": message.step})
-        return handled
+    handled = engine.handle(
+        message, time_left=lambda: context.get_remaining_time_in_millis() / 1000, scope=lifecycle_keys
+    )
+    logger.debug(
+        "work message handled: %s",
+        handled,
+        extra={"record_id": message.record_id, "seq": message.seq, "step": message.step},
+    )
+    return handled
+
+
+def lifecycle_keys(record_id: str) -> AbstractContextManager[None]:
+    """The keys of one lifecycle's log lines (instance id, lifecycle token as the correlation id), removed
+    when its run is over: an invocation may run a second lifecycle after the first (a waiter handed the slot
+    the first freed), whose lines must not carry the first one's keys."""
+    instance_id, _, token = parse_record_id(record_id)
+    return logger.append_context_keys(
+        record_id=record_id, instance_id=instance_id, lifecycle_token=token, correlation_id=token
+    )
 
 
 def work_queue_handler(engine: Callable[[], StepEngine], sink: Callable[[], Metrics]) -> WorkHandler:

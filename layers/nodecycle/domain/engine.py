@@ -26,6 +26,7 @@ import logging
 import math
 import random
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -185,13 +186,21 @@ class StepEngine:
         self._failure_result = failure_result
         self._dispatch = Dispatcher(records=records, queues=queues, clock=clock, metrics=metrics)
 
-    def handle(self, message: WorkMessage, time_left: Callable[[], float] = lambda: 60.0) -> Handled:
+    def handle(
+        self,
+        message: WorkMessage,
+        time_left: Callable[[], float] = lambda: 60.0,
+        scope: Callable[[str], AbstractContextManager[object]] = lambda record_id: nullcontext(),
+    ) -> Handled:
         """Run the message's step, and the next ones inline while they are progress; then run the step of a
-        waiter one of them freed a slot for (see the module's docstring)."""
+        waiter one of them freed a slot for (see the module's docstring). ``scope(record_id)``: the log
+        context of one lifecycle's run (its keys), entered for the message's lifecycle and, after it, for
+        the waiter's: each line names the lifecycle it is about."""
         hand_over = _HandOver(self._worker, message.record_id, time_left, self._timing.inline_budget)
         holding = _hand_over.set(hand_over)
         try:
-            handled = self._handle(message, time_left)
+            with scope(message.record_id):
+                handled = self._handle(message, time_left)
         except BaseException:
             if hand_over.waiter is not None:  # this invocation fails: the wake lane runs the waiter
                 self._send_wake_or_leave(hand_over.waiter)
@@ -199,7 +208,8 @@ class StepEngine:
         finally:
             _hand_over.reset(holding)
         if hand_over.waiter is not None:
-            self._run_handed_over(hand_over.waiter, time_left)
+            with scope(hand_over.waiter.id):
+                self._run_handed_over(hand_over.waiter, time_left)
         return handled
 
     def _run_handed_over(self, waiting: LifecycleRecord, time_left: Callable[[], float]) -> None:
