@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import re
+from collections import OrderedDict
 from datetime import datetime, timedelta
 
 from nodecycle.domain.ports.lifecycle import Autoscaling, Hook, WaitingInstance
@@ -11,6 +13,13 @@ from nodecycle.domain.ports.runtime import Clock
 log = logging.getLogger(__name__)
 
 OWNER_TAG = "nodecycle:owner"
+# The most names of groups Auto Scaling does not have that a container remembers (the oldest are forgotten
+# first): anyone allowed to send to the intake queue can name as many as they like, and each would otherwise
+# stay for the container's life. Far above what real events ask (a group deleted while its events drain).
+MAX_ABSENT_GROUPS = 1000
+# An Auto Scaling group's name as Auto Scaling accepts it (ResourceName: 1 to 255 characters, no control
+# character but tab, CR, LF): another cannot be a group, and Auto Scaling would refuse to describe it.
+_GROUP_NAME = re.compile(r"[^\x00-\x08\x0b\x0c\x0e-\x1f]{1,255}")
 
 
 class ManagedGroups:
@@ -20,7 +29,9 @@ class ManagedGroups:
     ``nodecycle:owner=<owner id>``; never when that tag names another owner (named here by mistake, it is
     that stack's: two stacks taking one action would each drain, and one complete it under the other's
     drain). Tag answers are cached for ``ttl`` so that a burst of events of one group costs one
-    DescribeAutoScalingGroups, and a newly tagged group is picked up within minutes.
+    DescribeAutoScalingGroups, and a newly tagged group is picked up within minutes. Names Auto Scaling does
+    not have (a forged notification's) are remembered apart, at most ``MAX_ABSENT_GROUPS`` of them, so that a
+    flood of invented names neither grows a warm container for ever nor pushes out the groups that exist.
     """
 
     def __init__(
@@ -42,6 +53,7 @@ class ManagedGroups:
         self._clock = clock
         self._ttl = ttl
         self._tagged: dict[str, tuple[str | None, datetime]] = {}  # group -> its owner tag, when read
+        self._absent: OrderedDict[str, datetime] = OrderedDict()  # names no group has -> when read
 
     def manages(self, group: str, hook: str) -> bool:
         if not self.takes_hook(hook):
@@ -80,8 +92,18 @@ class ManagedGroups:
         cached = self._tagged.get(group)
         if cached and now - cached[1] < self._ttl:
             return cached[0]
+        absent = self._absent.get(group)
+        if (absent and now - absent < self._ttl) or not _GROUP_NAME.fullmatch(group):
+            return None
         tags = self._autoscaling.group_tags(group)
-        owner = None if tags is None else tags.get(OWNER_TAG)
+        self._absent.pop(group, None)
+        if tags is None:
+            self._tagged.pop(group, None)
+            self._absent[group] = now
+            if len(self._absent) > MAX_ABSENT_GROUPS:
+                self._absent.popitem(last=False)
+            return None
+        owner = tags.get(OWNER_TAG)
         self._tagged[group] = (owner, now)
         return owner
 
