@@ -33,9 +33,20 @@ _WHERE_THE_RECORD_IS = frozenset({Step.COMPLETE, Step.DONE})
 
 # The steps that disrupt something (take a slot others wait for, cordon, evict, release an address, or give
 # a running instance one: its public IP changes under its connections): before the first of them the engine
-# confirms with Auto Scaling that the action is real and active.
+# confirms with Auto Scaling that the action is real and active. And the launch readiness gate, which disrupts
+# nothing but keeps its record open up to its timeout: a forged launch's record would stand for the instance's
+# action meanwhile, and the sweeper would neither keep alive nor adopt the true one whose event was lost (one
+# heartbeat per launch that has no address step to confirm it).
 _DISRUPTIVE = frozenset(
-    {Step.ACQUIRE_SLOT, Step.CORDON, Step.EVICT, Step.ASSIGN_EIP, Step.RELEASE_EIP, Step.FORGET_NODE}
+    {
+        Step.ACQUIRE_SLOT,
+        Step.CORDON,
+        Step.EVICT,
+        Step.ASSIGN_EIP,
+        Step.RELEASE_EIP,
+        Step.FORGET_NODE,
+        Step.READY_GATE,
+    }
 )
 # The steps of a drain in progress: a cordoned node holding a budget slot, its drain timeout running.
 _DRAINING = frozenset({Step.CORDON, Step.EVICT})

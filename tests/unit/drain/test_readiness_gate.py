@@ -479,3 +479,52 @@ def test_a_node_back_from_a_running_warm_pool_is_uncordoned_as_its_launch_comple
     assert launched.completed_at == T0
     assert cluster.cordoned == set()
     assert cluster.nodes[NODE].released_for is None
+
+
+def test_a_forged_launch_ends_at_its_gate_s_first_run_not_at_the_readiness_timeout() -> None:
+    # Given a launch recorded from a forged or replayed notification (EIP off, the gate on): Auto Scaling has
+    # no such active action, and no node joins. Open, its record would count as the instance's known action
+    # to the sweeper (neither kept alive nor adopted: the true action, its event lost, would time out)
+    world = World()
+    world.records.create(launching(verified_at=None))
+    world.autoscaling.active = False
+    cluster = LookupsCluster()
+    gate = gate_on(cluster, Dns(), readiness())
+    engine = world.engine(
+        {Step.READY_GATE: gate, Step.COMPLETE: CompleteAction(world.autoscaling, world.metrics)}
+    )
+
+    # When its first message comes
+    engine.handle(world.message(world.record().id))
+
+    # Then the gate never looked for a node and the lifecycle ended as unknown, completing nothing
+    assert cluster.looks == []
+    assert (world.record().outcome, world.record().finished) == ("unknown-action", True)
+    assert world.autoscaling.completed == []
+
+
+def test_a_true_launch_s_gate_costs_one_heartbeat_its_confirmation() -> None:
+    # Given a true launch (EIP off, the gate on) whose node joins Ready 90 s in, within the hook's heartbeat
+    # timeout: no heartbeat keeps it alive meanwhile
+    world = World()
+    world.records.create(launching(verified_at=None))
+    cluster = LookupsCluster()
+    gate = gate_on(cluster, Dns(), readiness())
+    engine = world.engine(
+        {Step.READY_GATE: gate, Step.COMPLETE: CompleteAction(world.autoscaling, world.metrics)}
+    )
+
+    # When its messages come, each when it is due, the node Ready from 90 s on
+    record = world.record()
+    while not record.finished:
+        world.clock.current = max(world.clock.current, record.due_at)
+        if world.clock.current >= T0 + timedelta(seconds=90):
+            cluster.now = world.clock.current
+            cluster.nodes[NODE] = node()
+        engine.handle(world.message(record.id))
+        record = world.record()
+
+    # Then it completed with CONTINUE after one heartbeat, the one that confirmed the action at the first run
+    assert [result for _, result in world.autoscaling.completed] == [ActionResult.CONTINUE]
+    assert len(world.autoscaling.heartbeats) == 1
+    assert record.verified_at == T0

@@ -593,14 +593,15 @@ def test_a_launch_message_auto_scaling_does_not_confirm_gives_no_address() -> No
     assert (world.record().outcome, world.record().finished) == ("unknown-action", True)
 
 
-def test_launch_steps_that_touch_nothing_need_no_confirmation() -> None:
+def test_a_launch_with_neither_address_nor_gate_needs_no_confirmation_but_its_completion() -> None:
+    # (a launch with the readiness gate is confirmed before it: tests/unit/drain/test_readiness_gate.py)
     world = World()
-    launch = (Step.READY_GATE, Step.COMPLETE, Step.DONE)
+    launch = (Step.COMPLETE, Step.DONE)
     world.records.create(make_record(launch, verified_at=None))
-    gate = Script([Outcome.wait(5)])
-    world.engine({Step.READY_GATE: gate}).handle(world.message())
+    complete = Script([Outcome.wait(5)])
+    world.engine({Step.COMPLETE: complete}).handle(world.message())
     assert world.autoscaling.heartbeats == []
-    assert len(gate.runs) == 1
+    assert len(complete.runs) == 1
 
 
 def test_near_the_global_timeout_the_action_is_completed_whatever_it_waits_for() -> None:
