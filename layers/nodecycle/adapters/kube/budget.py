@@ -161,7 +161,9 @@ class KubeNodeInventory:
     - without ``with_status`` (percent limits alone), each node's metadata (its name and zone label), as a
       ``PartialObjectMetadataList``; with it (counting unavailable nodes), whole nodes, whose cordon,
       shutdown taint and Ready condition are in spec and status. So only an owner counting unavailable nodes
-      leaves the nodes of stopped instances out of scope; the metadata of one cannot tell;
+      leaves the nodes of stopped instances out of scope; the metadata of one cannot tell. (The lingering
+      nodes of instances whose drain ended leave the scope by the budget document's marks, in both modes:
+      see ``limits.in_scope``);
     - with ``resourceVersion=0``, from the API server's watch cache rather than from etcd;
     - at most once per ``max_age`` per container: a cached list serves the budget's decisions in between.
 

@@ -170,12 +170,20 @@ def counted_unavailable(doc: BudgetDocument, limits: OwnerLimits) -> dict[str, s
     cordoned node unavailable, even when lifecycles that held the node before it gave it back; until the next
     mark naming a lifecycle (any lifecycle of the owner cleaning up on the node, a late delivery of an earlier
     one's cleanup too) excuses the node again for a TTL, as docs/design.md says."""
+    skip = {h.node for h in doc.holders} | leaving(doc)
+    return {n.name: n.zone for n in limits.unavailable if n.name not in skip}
+
+
+def leaving(doc: BudgetDocument) -> set[str]:
+    """The nodes whose last mark of a slot given back names a lifecycle, that nobody holds again: drained,
+    by any owner, their instance ended by that lifecycle and their node object lingering until the cloud
+    provider deletes it. A TTL after the mark, a node still there is counted as any other."""
     last: dict[str, Released] = {}
     for mark in doc.released:
         if mark.node not in last or mark.released_at >= last[mark.node].released_at:
             last[mark.node] = mark
-    skip = {h.node for h in doc.holders} | {node for node, mark in last.items() if mark.record_id is not None}
-    return {n.name: n.zone for n in limits.unavailable if n.name not in skip}
+    held = {h.node for h in doc.holders}
+    return {node for node, mark in last.items() if mark.record_id is not None and node not in held}
 
 
 MAX_PASSED = 3  # a waiter passed over this often goes next, oldest first (after the precedence classes)

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 from nodecycle.domain.budget import rules
 from nodecycle.domain.budget.document import BudgetDocument, Holder, OwnerLimits, Waiter
-from nodecycle.domain.budget.limits import BudgetLimits, owner_limits
+from nodecycle.domain.budget.limits import BudgetLimits, NodeState, owner_limits
 from nodecycle.domain.budget.requests import SlotDecision, SlotReason, SlotRequest
 from nodecycle.domain.budget.view import BudgetView, view_of
 from nodecycle.domain.ports.budget import BudgetStore, NodeInventory
@@ -96,7 +96,7 @@ class DisruptionBudget:
         ``gone``: the instance of a lifecycle that ends it (see ``ENDS_ITS_INSTANCE``): this owner's other entries
         of it go in the same write, as :meth:`forget` removes them.
         """
-        limits = self._own_limits()
+        nodes = self._scope()
 
         def mutate(current: BudgetDocument | None) -> tuple[BudgetDocument | None, _Passed]:
             if current is None:
@@ -120,6 +120,8 @@ class DisruptionBudget:
                 freed = doc
                 doc = self._without_instance(doc, gone, now)
                 removed = removed or doc is not freed
+            # (resolved on the document this writes: the node given back leaves the scope with its instance)
+            limits = self._own_limits(nodes, doc)
             woken = self._woken_by_removal(current, doc, limits, removed=removed)
             # A release repeated after a crash before its wake-ups: those it passed slots on to then, if they
             # have not renewed them since (perhaps never woken), are woken again
@@ -135,7 +137,7 @@ class DisruptionBudget:
         :meth:`release`."""
         if owner != self._owner:
             raise ValueError(f"owner {owner!r} asked the budget of {self._owner!r} to forget an instance")
-        limits = self._own_limits()
+        nodes = self._scope()
 
         def mutate(current: BudgetDocument | None) -> tuple[BudgetDocument | None, _Passed]:
             if current is None:
@@ -143,6 +145,7 @@ class DisruptionBudget:
             now = self._clock.now()
             live = rules.prune(current, now)
             doc = self._without_instance(live, instance_id, now)
+            limits = self._own_limits(nodes, doc)
             woken = self._woken_by_removal(current, doc, limits, removed=doc is not live)
             return self._pass_on(current, doc, limits, woken, now)
 
@@ -174,7 +177,7 @@ class DisruptionBudget:
         live = [e for e in current.entries() if e.owner == self._owner and not e.expired(now)]
         judged = stale(live) if live else set()
         doomed = {(entry.node, entry.record_id) for entry in live if entry.record_id in judged}
-        limits = self._own_limits()
+        nodes = self._scope()
 
         def mutate(current: BudgetDocument | None) -> tuple[BudgetDocument | None, SweepResult]:
             if current is None:
@@ -194,6 +197,7 @@ class DisruptionBudget:
                     by_its_lifecycle=False,
                 )
                 removed += [e for e in (holder, waiter) if e is not None]
+            limits = self._own_limits(nodes, doc)
             written, passed = self._pass_on(current, doc, limits, self._wake_list(doc, limits), now)
             result = SweepResult(
                 holders=tuple(e for e in removed if isinstance(e, Holder)),
@@ -213,7 +217,8 @@ class DisruptionBudget:
     def snapshot(self) -> BudgetView:
         """The budget as it is, with this owner's limits resolved now."""
         now = self._clock.now()
-        doc = rules.with_own_limits(self._store.read() or BudgetDocument(), self._owner, self._own_limits())
+        doc = self._store.read() or BudgetDocument()
+        doc = rules.with_own_limits(doc, self._owner, self._own_limits(self._scope(), rules.prune(doc, now)))
         return view_of(doc, now)
 
     def _claim(self, request: SlotRequest, *, renewing: bool) -> SlotDecision:
@@ -221,12 +226,14 @@ class DisruptionBudget:
             raise ValueError(
                 f"a slot request of owner {request.owner!r} made to the budget of {self._owner!r}"
             )
-        limits = self._own_limits()
+        nodes = self._scope()
 
         def mutate(
             current: BudgetDocument | None,
         ) -> tuple[BudgetDocument | None, tuple[SlotDecision, timedelta | None, tuple[Waiter, ...]]]:
             now = self._clock.now()
+            live = rules.prune(current or BudgetDocument(), now)
+            limits = self._own_limits(nodes, live)
             fresh = (
                 None
                 if current is None
@@ -244,7 +251,7 @@ class DisruptionBudget:
             )
             if fresh is not None:
                 return current, (fresh, None, ())
-            doc = rules.with_own_limits(rules.prune(current or BudgetDocument(), now), self._owner, limits)
+            doc = rules.with_own_limits(live, self._owner, limits)
             doc, decision, waited, eligible = rules.claim(
                 doc, request, now=now, ttl=self._ttl, renewing=renewing
             )
@@ -276,12 +283,22 @@ class DisruptionBudget:
         )
         return decision
 
-    def _own_limits(self) -> OwnerLimits:
+    def _scope(self) -> list[NodeState] | None:
+        """The nodes listed in scope, read before a write's read-modify-write (a list of nodes inside it would
+        widen the window another writer's race falls in); None when the limits need none."""
         # The node list is needed only for percent limits and unavailable-node counting (and is cached).
         needed = self._limits.has_percent or self._count_unavailable
-        nodes = self._nodes.nodes_in_scope() if needed else None
+        return self._nodes.nodes_in_scope() if needed else None
+
+    def _own_limits(self, nodes: list[NodeState] | None, doc: BudgetDocument) -> OwnerLimits:
+        """This owner's limits over ``nodes``, less the nodes ``doc`` (pruned) shows leaving: those are in
+        the document, not in the node list, and change with every release (see :func:`limits.in_scope`)."""
         return owner_limits(
-            self._limits, count_unavailable=self._count_unavailable, nodes=nodes, now=self._clock.now()
+            self._limits,
+            count_unavailable=self._count_unavailable,
+            nodes=nodes,
+            now=self._clock.now(),
+            leaving=rules.leaving(doc) if nodes is not None else (),
         )
 
     def _wake_list(self, doc: BudgetDocument, limits: OwnerLimits) -> list[str]:
