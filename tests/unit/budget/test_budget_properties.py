@@ -333,6 +333,17 @@ class BudgetMachine(RuleBasedStateMachine):
             h.record_id for h in self.stored().holders if h.owner == owner and self.holds_passed_on(h.node)
         ]
 
+    def passed_now(self, node: str) -> bool:
+        """Whether a write at this instant passed ``node``'s lifecycle a slot it holds: also when its own ask,
+        denied, renewed its place at the same instant of the fake clock (then it counts as renewed since, for
+        the product's :func:`rules.passed_on` as for :meth:`holds_passed_on`, but it holds the slot)."""
+        holder = self.stored().holder(node)
+        return (
+            self.passed_at.get(node) == self.now()
+            and holder is not None
+            and holder.record_id == self.record(node)
+        )
+
     def holds_passed_on(self, node: str) -> bool:
         renewed = self.model_live().get(node)
         holder = self.stored().holder(node)
@@ -465,8 +476,8 @@ class BudgetMachine(RuleBasedStateMachine):
                 self.held_again(name)
             elif decision.granted:
                 self.held[name] = self.now()
-            elif not self.holds_passed_on(name):  # (a slot our write passed on to the rival: kept)
-                self.held.pop(name, None)
+            elif not (self.holds_passed_on(name) or self.passed_now(name)):
+                self.held.pop(name, None)  # (a slot our write passed on to the rival is kept)
         if mine.granted and mine.reason is not SlotReason.HELD:
             self.granted(node, NODES[node][0])  # decided again on the rival's write, within our limits
 
@@ -631,3 +642,17 @@ BudgetMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 test_budget_under_random_interleavings = BudgetMachine.TestCase
+
+
+def test_a_rival_passed_a_slot_at_the_instant_its_own_ask_renewed_its_place_is_a_holder_to_the_model() -> (
+    None
+):
+    # The case Hypothesis found (the fake clock's single instant): green's n01 asks at 30 s, denied behind blue's
+    # n00, and green's n04, racing it, is granted and passes n01 the slot n00's owner can no longer use
+    machine = BudgetMachine()
+    machine.setup(limits=[Limits(total=1, per_zone=None, ttl=60), Limits(total=2, per_zone=1, ttl=30)])
+    machine.acquire_racing_another_writer(node="n00", rival="n01")
+    machine.time_passes(seconds=30)
+    machine.acquire_racing_another_writer(node="n04", rival="n01")
+    machine.live_holders_are_exactly_the_live_grants()
+    machine.never_above_a_limit()
