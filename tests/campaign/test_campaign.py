@@ -8,6 +8,7 @@ The large runs are `nodecycle chaos --scenarios K --seed S` and `nodecycle chaos
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -70,3 +71,35 @@ def test_a_lost_work_message_is_repaired_by_the_sweepers_schedule(world: World) 
     assert observation.quiescent, observation.left_over
     assert invariants.check(observation) == []
     assert {a.outcome for a in observation.actions} == {"completed"}, observation.actions
+
+
+def test_a_terminated_instances_node_and_then_its_pods_linger_as_the_scenario_draws_and_nothing_breaks(
+    world: World,
+) -> None:
+    # Given a scenario without faults whose terminated instances' nodes linger 3 s, and their pods 2 s more
+    scenario = replace(draw(0, 0, faults=False), kind="terminate", stacks=("a",), size=3, terminate=1)
+    scenario = replace(scenario, lost_kubelet_at=None, sweeps=(), node_removal=3.0, pod_gc_quarantine=2.0)
+
+    # When it runs to quiescence
+    observation = world.run(scenario)
+
+    # Then the replaced instance's node went no sooner than 3 s after the instance, and its DaemonSet pod
+    # (which a drain leaves) no sooner than 2 s after its node; and no invariant was violated meanwhile
+    gone = next(i for i in observation.instances if i.terminated_at is not None)
+    assert gone.terminated_at is not None
+    node_removed = next(
+        e.time for e in observation.history if e.kind == "Node" and e.removed and e.name == gone.node_name
+    )
+    orphans_removed = [
+        e.time
+        for e in observation.history
+        if e.kind == "Pod"
+        and e.removed
+        and (e.object.get("spec") or {}).get("nodeName") == gone.node_name
+        and e.time >= node_removed
+    ]
+    assert node_removed >= gone.terminated_at + 3.0
+    assert orphans_removed
+    assert min(orphans_removed) >= node_removed + 2.0
+    assert observation.quiescent, observation.left_over
+    assert invariants.check(observation) == []

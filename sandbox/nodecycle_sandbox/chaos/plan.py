@@ -2,7 +2,9 @@
 
 A scenario is one short story on a fresh group (or two, of two owners): launches, a scale-in, an instance
 refresh, a few instances terminated, with pods under PodDisruptionBudgets, a node that may lose its kubelet,
-sweeps at random moments, and a handful of faults from the menu below.
+sweeps at random moments, and a handful of faults from the menu below. The cluster is as slow to forget a
+node as a real one: a terminated instance's node lingers a few seconds (its kubelet dead at once), and the
+pods of a deleted node a few seconds more (podgc's quarantine), both drawn per scenario.
 """
 
 from __future__ import annotations
@@ -33,6 +35,10 @@ class Scenario:
     lost_kubelet_at: float | None  # seconds into the scenario a node's kubelet dies (None: never)
     sweeps: tuple[float, ...]  # seconds into the scenario the sweepers run
     faults: tuple[Fault, ...] = field(default=())
+    # Compressed from EKS (seconds to a minute; podgc's 40 s): drawn after the faults, so that a seed's
+    # stories and fault plans stay what they were before these were drawn.
+    node_removal: float = 0.0  # seconds between an instance's end and its node's deletion
+    pod_gc_quarantine: float = 0.0  # seconds the pods of a deleted node linger before podgc deletes them
 
     @property
     def name(self) -> str:
@@ -56,7 +62,9 @@ class Scenario:
         sweeps = ", ".join(f"{t:.1f}" for t in self.sweeps)
         return (
             f"{self.name} [{self.kind}] stacks {'+'.join(self.stacks)}: {what}; "
-            f"{self.replicas} pods per group stopping in {self.shutdown:.1f}s{lost}; sweeps at {sweeps}s"
+            f"{self.replicas} pods per group stopping in {self.shutdown:.1f}s{lost}; sweeps at {sweeps}s; "
+            f"nodes removed {self.node_removal:.1f}s after their instance, their pods {self.pod_gc_quarantine:.1f}s "
+            "after them"
         )
 
 
@@ -81,7 +89,12 @@ def draw(seed: int, index: int, *, kinds: tuple[str, ...] = KINDS, faults: bool 
         lost_kubelet_at=round(rng.uniform(0.0, 3.0), 1) if kind != "launch" and rng.random() < 0.15 else None,
         sweeps=tuple(sorted(round(rng.uniform(0.5, 15.0), 1) for _ in range(rng.randint(3, 8)))),
     )
-    return scenario.with_faults(draw_faults(rng, scenario) if faults else ())
+    scenario = scenario.with_faults(draw_faults(rng, scenario) if faults else ())
+    return replace(
+        scenario,
+        node_removal=round(rng.uniform(0.5, 5.0), 1),
+        pod_gc_quarantine=round(rng.uniform(0.5, 4.0), 1),
+    )
 
 
 def draw_faults(rng: random.Random, scenario: Scenario) -> tuple[Fault, ...]:

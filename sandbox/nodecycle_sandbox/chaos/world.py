@@ -82,6 +82,9 @@ LIMITS = {"total": 2, "per_zone": 1}
 DRAIN_TIMEOUT = 20.0
 FORCE_GRACE = 2.0
 SWEEP_GRACE = 300.0
+# The taint manager's default toleration of an unreachable node (kube-apiserver: 300 s), compressed below the
+# drain timeout: a lost kubelet's pods are deleted, and then stuck Terminating, while a drain waits for them.
+UNREACHABLE_TOLERATION = 8.0
 
 
 def owner_of(stack: str) -> str:
@@ -150,7 +153,11 @@ class World:
     ) -> None:
         self._warm = warm_up
         kube = KubeServer(
-            tls=True, cluster_name="chaos", node_monitor_grace_seconds=2.0, pod_start_seconds=0.2
+            tls=True,
+            cluster_name="chaos",
+            node_monitor_grace_seconds=2.0,
+            pod_start_seconds=0.2,
+            unreachable_toleration_seconds=UNREACHABLE_TOLERATION,
         )
         self._logs: tempfile.TemporaryDirectory[str] | None = None
         if log_dir is None:  # the functions' logs would otherwise flood the terminal
@@ -279,7 +286,8 @@ class ScenarioRun:
         for runner in self.world.runners.values():
             runner.journal.clear()
         box.kube.reset_history()
-        box.aws.plan_nodes(labels={SCENARIO_LABEL: self.tag})
+        box.aws.plan_nodes(labels={SCENARIO_LABEL: self.tag}, remove_after=scenario.node_removal)
+        box.kube.pod_gc_quarantine_seconds = scenario.pod_gc_quarantine
         started = time.time()
         seen: list[AddressSeen] = []
         try:
@@ -469,7 +477,9 @@ class ScenarioRun:
 
     def _unsettled(self) -> list[str]:
         """Everything that still says "not done" in the truth: open actions, groups short of their
-        target, nodes still annotated, budget entries of the scenario's instances."""
+        target, nodes still annotated, budget entries of the scenario's instances, and the nodes of its
+        terminated instances and their pods, until the cluster has forgotten them (the scenario's lingering):
+        the invariants and the final sweep see what happens while they linger and when they go."""
         left: list[str] = []
         actions = [a for a in self.box.aws.actions() if a.group in self._group_names()]
         left += [
@@ -485,13 +495,23 @@ class ScenarioRun:
             target = self.scenario.keep if self.scenario.kind == "scale-in" else self.scenario.size
             if len(states) != target:
                 left.append(f"{group.name}: {len(states)} instances, {target} wanted")
+        nodes: set[str] = set()
         for node in self.box.kube.objects("nodes"):
+            nodes.add(node["metadata"]["name"])
             annotations = node["metadata"].get("annotations") or {}
             if OWNER_ANNOTATION in annotations or IN_PROGRESS_ANNOTATION in annotations:
                 left.append(
                     f"node {node['metadata']['name']} still annotated by {annotations.get(OWNER_ANNOTATION)}"
                 )
-        mine = {i.instance_id for i in self.box.aws.instances() if i.group in self._group_names()}
+        instances = [i for i in self.box.aws.instances() if i.group in self._group_names()]
+        gone = {i.node_name for i in instances if i.terminated_at is not None}
+        left += [f"node {name} of a terminated instance still there" for name in sorted(gone & nodes)]
+        left += [
+            f"pod {pod['metadata']['name']} still bound to {pod['spec']['nodeName']}, which is gone"
+            for pod in self.box.kube.objects("pods", self.tag)
+            if (pod.get("spec") or {}).get("nodeName") in gone
+        ]
+        mine = {i.instance_id for i in instances}
         for kind, entry in budget_entries(self.box.kube):
             if entry.get("instanceId") in mine:
                 left.append(f"budget {kind} {entry.get('node')} ({entry.get('owner')})")

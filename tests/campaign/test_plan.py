@@ -1,0 +1,34 @@
+"""The scenarios a seed draws: the same every time, and as slow to forget a node as a real cluster."""
+
+from __future__ import annotations
+
+from nodecycle_sandbox.chaos.plan import draw
+
+
+def test_every_scenario_draws_a_node_that_lingers_and_pods_that_linger_after_it_for_seconds() -> None:
+    # Given the scenarios of one campaign
+    scenarios = [draw(41, index) for index in range(40)]
+
+    # Then each one removes its terminated instances' nodes seconds late, and their pods seconds after that
+    assert all(0.5 <= s.node_removal <= 5.0 for s in scenarios)
+    assert all(0.5 <= s.pod_gc_quarantine <= 4.0 for s in scenarios)
+    assert len({s.node_removal for s in scenarios}) > 10  # drawn, not one value for all
+    assert "nodes removed" in scenarios[0].describe()
+
+
+def test_the_lingering_is_drawn_after_the_story_and_its_faults_which_a_seed_draws_as_it_did_before() -> None:
+    # Given the first scenario of seed 41
+    scenario = draw(41, 0)
+
+    # Then its story and fault plan are the ones it had before the lingering was drawn (a campaign's seed
+    # still names the runs it named)
+    assert scenario.kind == "two-owners"
+    assert scenario.size == 4
+    assert scenario.lost_kubelet_at == 1.2
+    assert [(f.kind, f.target, f.probability) for f in scenario.faults] == [
+        ("sqs-reorder", "*", 0.24),
+        ("worker-kill", "SweeperFunction", 0.25),
+        ("sqs-delay", "*", 0.06),
+        ("kube-slow", "*", 0.06),
+        ("kube-error", "*", 0.04),
+    ]
