@@ -31,6 +31,8 @@ FAST = {
     "BudgetMaxUnavailablePerZone": "1",
 }
 
+NODE_REMOVE_AFTER = 2.0  # seconds between an instance's end and its node's removal
+
 WORKLOADS: dict[str, Any] = {
     "namespaces": ["shop"],
     "daemonSets": [{"name": "node-agent", "namespace": "kube-system"}],
@@ -80,6 +82,9 @@ def running(
         on_demand_percentage=0 if spot else None,
         warm_pool=warm_pool,
     )
+    # A terminated instance's node outlives it a little, its kubelet gone at once, as on EKS (seconds to a
+    # minute): a test that wants it gone at once, or much later, says so.
+    options.setdefault("node_remove_after", NODE_REMOVE_AFTER)
     opts = SandboxOptions(
         root=ROOT, parameters={**FAST, **(parameters or {})}, group=group, node_ready_after=0.5, **options
     )
