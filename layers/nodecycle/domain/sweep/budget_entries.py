@@ -39,18 +39,26 @@ class StaleBudgetEntries:
     def __call__(self, open_records: Sequence[LifecycleRecord], now: datetime, time: SweepTime) -> Counts:
         open_ids = {record.id for record in open_records}
         unread: list[str] = []
+        unjudged = 0
 
         def stale(entries: Sequence[Holder | Waiter]) -> set[str]:
             # One node list and one batched instance check for all the entries judged: EC2 is asked about
             # exactly their instances (a lifecycle that started after the sweep's snapshot of open records
-            # holds a slot too, and its instance is alive).
+            # holds a slot too, and its instance is alive). The records are read one by one, each retried when
+            # throttled: a read starts only while time is left, and an entry not judged is kept for the next
+            # sweep (the write of what was judged comes within the reserve).
+            nonlocal unjudged
             nodes = self._node_names()
             alive = self._alive({entry.instance_id for entry in entries})
             doomed: set[str] = set()
             for entry in entries:
                 if entry.node not in nodes or entry.instance_id not in alive:
                     doomed.add(entry.record_id)  # (no record read needed)
-                elif entry.record_id not in open_ids and self._over(entry, unread):
+                elif entry.record_id in open_ids:
+                    continue
+                elif not time.enough():
+                    unjudged += 1
+                elif self._over(entry, unread):
                     doomed.add(entry.record_id)
             return doomed
 
@@ -72,10 +80,10 @@ class StaleBudgetEntries:
             failures.append(f"could not read the lifecycles of {len(unread)} budget entries (kept)")
         if unwoken:
             failures.append(f"could not wake {unwoken} waiters (the others were woken)")
-        if unsent:
-            raise time.cut_short(
-                f"{unsent} waiters not woken; {'; '.join([*failures, 'the entries were swept'])}"
-            )
+        if unsent or unjudged:
+            undone = [f"{unjudged} budget entries not judged (kept)"] if unjudged else []
+            undone += [f"{unsent} waiters not woken"] if unsent else []
+            raise time.cut_short("; ".join([*undone, *failures, "the entries judged stale were swept"]))
         if failures:
             raise SweepFailed(f"{'; '.join(failures)}; the other entries were swept")
         return {"SweptHolders": len(result.holders), "SweptWaiters": len(result.waiters)}
