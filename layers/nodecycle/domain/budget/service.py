@@ -168,21 +168,24 @@ class DisruptionBudget:
 
     def sweep(self, *, stale: Callable[[Sequence[Holder | Waiter]], set[str]]) -> SweepResult:
         """Remove this owner's entries that expired or that ``stale`` declares stale (node or instance gone,
-        lifecycle record finished). ``stale`` is asked once, before the write, with every live entry of this
-        owner, and answers the record ids of those that are stale."""
-        current = self._store.read()
-        if current is None:
-            return SweepResult()
-        now = self._clock.now()
-        live = [e for e in current.entries() if e.owner == self._owner and not e.expired(now)]
-        judged = stale(live) if live else set()
-        doomed = {(entry.node, entry.record_id) for entry in live if entry.record_id in judged}
+        lifecycle record finished). ``stale`` is asked once, with every live entry of this owner in the document
+        the update reads first, and answers the record ids of those that are stale: one read of the document
+        when nothing is stale (an idle sweep), and the write carries the version the entries were judged in (a
+        write that conflicts, more likely for the judgement's time, reads again and removes the entries judged
+        stale: the second read the sweep made every time before)."""
         nodes = self._scope()
+        doomed: set[tuple[str, str]] | None = None
 
         def mutate(current: BudgetDocument | None) -> tuple[BudgetDocument | None, SweepResult]:
+            nonlocal doomed
             if current is None:
                 return current, SweepResult()
             now = self._clock.now()
+            if doomed is None:
+                live = [e for e in current.entries() if e.owner == self._owner and not e.expired(now)]
+                judged = stale(live) if live else set()
+                doomed = {(entry.node, entry.record_id) for entry in live if entry.record_id in judged}
+                now = self._clock.now()  # (the judgement may have taken a while)
             expired = [e for e in current.entries() if e.owner == self._owner and e.expired(now)]
             doc = rules.prune(current, now)
             removed: list[Holder | Waiter] = list(expired)
