@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from functools import cache
 
@@ -15,6 +15,7 @@ from nodecycle.domain.sweep.addresses import AddressSweep
 from nodecycle.domain.sweep.annotations import LeftoverAnnotations
 from nodecycle.domain.sweep.budget_entries import StaleBudgetEntries
 from nodecycle.domain.sweep.lifecycles import LifecycleRepair
+from nodecycle.domain.sweep.nodes import SweepNodes
 from nodecycle.domain.sweep.orphans import OrphanedActions
 from nodecycle.domain.sweep.sweep_time import SHARES, SweepTime
 from nodecycle.domain.sweep.sweeper import Counts, Sweeper, SweepPart
@@ -67,10 +68,13 @@ def sweeper() -> Sweeper:
         ),
         "adoptions": orphans.adopt,
     }
+    fresh: list[Callable[[], None]] = []
     if config.uses_kubernetes:
         from nodecycle.wiring import drain  # the Kubernetes client only when there is a cluster
 
-        nodes = drain.cluster(config)
+        # (one list of the nodes' metadata in a sweep, for the budget's part and the annotations')
+        nodes = SweepNodes(drain.cluster(config))
+        fresh.append(nodes.forget)
         parts["budget"] = StaleBudgetEntries(
             budget=drain.budget(config, ports),
             records=ports.records,
@@ -90,6 +94,7 @@ def sweeper() -> Sweeper:
         metrics=ports.metrics,
         parts=parts,
         shares=SHARES,
+        fresh=fresh,
     )
 
 

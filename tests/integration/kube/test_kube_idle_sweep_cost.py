@@ -6,10 +6,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from types import ModuleType
 
 import pytest
 
+from nodecycle.domain.budget import BudgetDocument, Holder
 from nodecycle_sandbox.aws.eks import point_cluster
 from nodecycle_sandbox.aws.install import install
 from nodecycle_sandbox.kube import KubeServer
@@ -103,3 +105,33 @@ def test_an_idle_sweep_reads_the_budget_configmap_once(sweeps: Sweeps) -> None:
     # Then it reads the budget's ConfigMap once: the read its conditional write (had there been one) would
     # have carried the resourceVersion of
     assert kube["get configmaps"] == 1
+
+
+def test_a_sweep_with_budget_entries_lists_the_nodes_once(sweeps: Sweeps) -> None:
+    # Given a cluster of 50 nodes and a budget holding a slot of this owner for a node whose instance is gone
+    sweeps.grow_to(50)
+    sweeps.one()
+    now = datetime.now(UTC)
+    holder = Holder(
+        node=node_name(0),
+        instance_id=instance_of(0),
+        zone=zone_of(0),
+        owner="stack-a",
+        record_id=f"{instance_of(0)}/terminate/a",
+        renewed_at=now,
+        ttl_seconds=300,
+        acquired_at=now,
+    )
+    sweeps.server.replace_config_map_data(
+        NAMESPACE, BUDGET, {"budget.json": BudgetDocument(holders=(holder,)).to_json()}
+    )
+
+    # When it sweeps
+    _, kube, _ = sweeps.one()
+
+    # Then the holder is swept, and the nodes were listed once for the budget and the leftover annotations
+    # both (of their metadata only: their names and annotations)
+    stored = sweeps.server.get_object("configmaps", BUDGET, NAMESPACE)
+    assert stored is not None
+    assert BudgetDocument.from_json(stored["data"]["budget.json"]).holders == ()
+    assert kube["list nodes"] == 1

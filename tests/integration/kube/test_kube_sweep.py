@@ -12,6 +12,7 @@ import pytest
 from nodecycle.adapters.kube.cluster_api import KubeCluster
 from nodecycle.domain.ports.cluster import IN_PROGRESS_ANNOTATION, OWNER_ANNOTATION
 from nodecycle.domain.sweep.annotations import LeftoverAnnotations
+from nodecycle.domain.sweep.nodes import SweepNodes
 from nodecycle.domain.sweep.sweeper import SweepFailed
 from nodecycle_sandbox.kube import KubeServer
 from nodecycle_sandbox.kube.access import AccessEntry
@@ -69,7 +70,7 @@ def test_one_node_the_api_server_will_not_patch_does_not_keep_the_others_annotat
     metrics = FakeMetrics()
     part = LeftoverAnnotations(
         owner=OWNER,
-        cluster=KubeCluster(lambda: server.api_client(SWEEPER_KEY)),
+        cluster=SweepNodes(KubeCluster(lambda: server.api_client(SWEEPER_KEY))),
         records=InMemoryRecords(),
         metrics=metrics,
     )
@@ -91,7 +92,7 @@ def test_the_sweep_judges_the_nodes_by_their_metadata_not_their_whole_objects(se
     server.reset_counters()
     part = LeftoverAnnotations(
         owner=OWNER,
-        cluster=KubeCluster(lambda: server.api_client(SWEEPER_KEY)),
+        cluster=SweepNodes(KubeCluster(lambda: server.api_client(SWEEPER_KEY))),
         records=InMemoryRecords(),
         metrics=FakeMetrics(),
     )

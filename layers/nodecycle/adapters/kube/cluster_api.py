@@ -155,16 +155,11 @@ class KubeCluster:
             raise
         return _timestamp((_json(response).get("spec") or {}).get("renewTime"))
 
-    def node_names(self) -> set[str]:
-        # names are metadata: the nodes' spec and status are not fetched
-        return {item["metadata"]["name"] for item in self._list_nodes(metadata_only=True)}
-
-    def nodes_owned_by(self, owner: str) -> list[NodeInfo]:
-        # Annotations cannot be selected on: one paged list of the nodes, filtered here. Of their metadata only:
-        # a real node's spec and status (its images above all) are most of its bytes, and an API server answers
-        # a list from its watch cache with every node at once, whatever the limit (a whole list of 5,000 nodes
-        # is over 100 MB of JSON, at every sweep)
-        return [node for node in self._nodes(metadata_only=True) if node.owner == owner]
+    def node_metadata(self) -> list[NodeInfo]:
+        # Of their metadata only: a real node's spec and status (its images above all) are most of its bytes,
+        # and an API server answers a list from its watch cache with every node at once, whatever the limit (a
+        # whole list of 5,000 nodes is over 100 MB of JSON, at every sweep)
+        return list(self._nodes(metadata_only=True))
 
     def _nodes(self, *, metadata_only: bool = False) -> Iterator[NodeInfo]:
         with forbidden_refused():  # a role without list on nodes, as a read's

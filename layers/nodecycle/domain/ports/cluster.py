@@ -176,12 +176,22 @@ class OwnedNodes(Protocol):
     """The cluster as the sweeper sees it: which nodes exist, and which this owner left annotated."""
 
     def node_names(self) -> set[str]:
-        """The names of every node (a paged list)."""
+        """The names of every node."""
         ...
 
     def nodes_owned_by(self, owner: str) -> list[NodeInfo]:
-        """The nodes annotated with ``owner`` (a paged list), known by their metadata only: their name,
-        annotations and version, not what their spec and status tell (their instance, readiness, cordon)."""
+        """The nodes annotated with ``owner``, known by their metadata only: their name, annotations and
+        version, not what their spec and status tell (their instance, readiness, cordon)."""
+        ...
+
+    def release_node(self, node: NodeInfo, *, uncordon: bool = False) -> Claim: ...
+
+
+class NodeMetadata(Protocol):
+    """The cluster's nodes by their metadata, as the sweeper lists them (see :class:`OwnedNodes`)."""
+
+    def node_metadata(self) -> list[NodeInfo]:
+        """Every node (a paged list), known by its metadata only, as :meth:`OwnedNodes.nodes_owned_by`."""
         ...
 
     def release_node(self, node: NodeInfo, *, uncordon: bool = False) -> Claim: ...

@@ -64,8 +64,11 @@ class Sweeper:
         parts: Mapping[str, SweepPart],
         shares: Mapping[str, timedelta],
         reserve: timedelta = RESERVE,
+        fresh: Sequence[Callable[[], None]] = (),
     ) -> None:
-        """``parts`` run in their order; ``shares``: the time held back for a part from the parts before it."""
+        """``parts`` run in their order; ``shares``: the time held back for a part from the parts before it;
+        ``fresh``: called as each sweep begins, so that what the parts share within a sweep (a listing) is
+        not carried into the next."""
         self._owner = owner
         self._records = records
         self._clock = clock
@@ -73,9 +76,12 @@ class Sweeper:
         self._parts = parts
         self._shares = shares
         self._reserve = reserve
+        self._fresh = fresh
 
     def sweep(self, time_left: Callable[[], float]) -> Counts:
         """Run the parts within ``time_left`` (seconds, the invocation's)."""
+        for forget in self._fresh:
+            forget()
         now = self._clock.now()
         open_records = OpenLifecycles(lambda: self._records.open_records(self._owner))
         report: Counts = {}
