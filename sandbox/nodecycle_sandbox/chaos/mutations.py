@@ -56,9 +56,9 @@ MUTATIONS = (
     Mutation(
         "ownership-skipped",
         "the sweeper takes every annotated node for its own",
-        "nodecycle/adapters/kube/cluster_api.py",
-        "return [node for node in self._nodes(metadata_only=True) if node.owner == owner]",
-        "return [node for node in self._nodes(metadata_only=True) if node.owner is not None]  # MUTATION: ownership skipped",
+        "nodecycle/domain/sweep/nodes.py",
+        "return [node for node in self._nodes() if node.owner == owner]",
+        "return [node for node in self._nodes() if node.owner is not None]  # MUTATION: ownership skipped",
         kinds=("two-owners",),
     ),
 )
