@@ -238,3 +238,35 @@ def test_a_stale_uid_precondition_of_a_pod_being_deleted_is_409(server: KubeServ
     # When it is evicted again with a uid that no longer matches, Then the delete refuses it: 409
     stale = {"preconditions": {"uid": "0b1c0d2e-0000-4000-8000-000000000000"}}
     assert _evict(kube, pods[0], deleteOptions=stale) == 409
+
+
+@pytest.mark.parametrize(("policy", "evicted"), [(None, 429), ("IfHealthyBudget", 429), ("AlwaysAllow", 201)])
+def test_a_lost_kubelet_makes_its_pods_unhealthy_and_their_eviction_follows_the_unhealthy_pod_policy(
+    server: KubeServer, kube: Kube, policy: str | None, evicted: int
+) -> None:
+    # Given 3 pods on 3 nodes under minAvailable 3, with the given unhealthyPodEvictionPolicy
+    pods = _seed_web(server, replicas=3, pdb={"minAvailable": 3})
+    if policy is not None:
+        kube.policy.patch_namespaced_pod_disruption_budget(
+            "web", "shop", {"spec": {"unhealthyPodEvictionPolicy": policy}}
+        )
+    lost = next(p for p in pods_of(server, "shop", "web") if p["metadata"]["name"] == pods[0])
+    # When the kubelet of one pod's node is lost and the node lifecycle controller marks the node Unknown
+    server.kill_kubelet(lost["spec"]["nodeName"], grace_seconds=0)
+    wait_until(
+        lambda: not is_ready(server.get_object("pods", pods[0], "shop") or {}), what="the pod to turn unready"
+    )
+    # Then the pod's Ready condition is False (MarkPodsNotReady), the budget counts it unhealthy and allows
+    # nothing, and its eviction is refused unless the policy lets unhealthy pods go whatever the budget
+    conditions = (server.get_object("pods", pods[0], "shop") or {})["status"]["conditions"]
+    assert next(c["status"] for c in conditions if c["type"] == "Ready") == "False"
+    wait_until(
+        lambda: (
+            (server.get_object("poddisruptionbudgets", "web", "shop") or {})["status"]["currentHealthy"] == 2
+        ),
+        what="the budget to count 2 healthy",
+    )
+    status = (server.get_object("poddisruptionbudgets", "web", "shop") or {})["status"]
+    assert (status["desiredHealthy"], status["disruptionsAllowed"]) == (3, 0)
+    assert _evict(kube, pods[1]) == 429
+    assert _evict(kube, pods[0]) == evicted
