@@ -7,7 +7,7 @@ import itertools
 import secrets
 import time
 
-from nodecycle_sandbox.kube import errors, finalizers
+from nodecycle_sandbox.kube import errors, finalizers, node_lifecycle
 from nodecycle_sandbox.kube.builders import NODE_LEASE_NAMESPACE, ip_of_node_name, micro_time, node_lease
 from nodecycle_sandbox.kube.history import SANDBOX
 from nodecycle_sandbox.kube.meta import (
@@ -161,7 +161,7 @@ class Kubelet:
                 if pod_node(pod) in self._dead:
                     # No kubelet: nothing starts or stops; the node lifecycle controller marks the pods unready.
                     if not alive and pod_ready(pod):
-                        self._post_status(self._with_readiness(pod, False))
+                        self._post_status(node_lifecycle.pod_not_ready(pod, time.time()))
                         changed = True
                     continue
                 if is_terminating(pod):

@@ -1,6 +1,7 @@
 """What the node lifecycle controller writes when a kubelet stops posting its status: after the node monitor
 grace period every condition turns Unknown (reason ``NodeStatusUnknown``) and the node gets the
-``node.kubernetes.io/unreachable`` taints; when the kubelet comes back, it posts Ready again and the taints go.
+``node.kubernetes.io/unreachable`` taints, and its pods' Ready condition turns False (MarkPodsNotReady), so that
+PodDisruptionBudgets count them unhealthy; when the kubelet comes back, it posts Ready again and the taints go.
 The cloud provider's node lifecycle controller adds, to a NotReady node whose instance is stopped, the
 ``node.cloudprovider.kubernetes.io/shutdown`` taint, keeping the node object (it deletes only the nodes of
 instances that no longer exist), and takes the taint off once the instance runs again.
@@ -67,6 +68,18 @@ def unreachable(node: JsonObj, now: float) -> JsonObj:
         {"key": UNREACHABLE_TAINT, "effect": "NoExecute", "timeAdded": rfc3339(now)},
     ]
     spec["taints"] = taints
+    return updated
+
+
+def pod_not_ready(pod: JsonObj, now: float) -> JsonObj:
+    """The pod of a node not Ready as the controller leaves it (MarkPodsNotReady): its Ready condition False,
+    without a reason, and nothing else; ContainersReady and the containers' statuses are the kubelet's to
+    write, and there is none to write them."""
+    updated = json_copy(pod)
+    status = updated.setdefault("status", {})
+    status["conditions"] = with_condition(
+        status.get("conditions") or [], {"type": "Ready", "status": "False"}, now
+    )
     return updated
 
 

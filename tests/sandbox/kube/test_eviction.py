@@ -258,8 +258,12 @@ def test_a_lost_kubelet_makes_its_pods_unhealthy_and_their_eviction_follows_the_
     )
     # Then the pod's Ready condition is False (MarkPodsNotReady), the budget counts it unhealthy and allows
     # nothing, and its eviction is refused unless the policy lets unhealthy pods go whatever the budget
-    conditions = (server.get_object("pods", pods[0], "shop") or {})["status"]["conditions"]
-    assert next(c["status"] for c in conditions if c["type"] == "Ready") == "False"
+    status = (server.get_object("pods", pods[0], "shop") or {})["status"]
+    conditions = {c["type"]: c["status"] for c in status["conditions"]}
+    assert conditions["Ready"] == "False"
+    # (only the Ready condition: the controller knows nothing of the containers, and says nothing of them)
+    assert conditions["ContainersReady"] == "True"
+    assert all(c["ready"] for c in status["containerStatuses"])
     wait_until(
         lambda: (
             (server.get_object("poddisruptionbudgets", "web", "shop") or {})["status"]["currentHealthy"] == 2
