@@ -37,18 +37,6 @@ SEED = {
 }
 
 
-@pytest.fixture
-def server() -> Iterator[KubeServer]:
-    with drain_server(SEED) as kube:
-        yield kube
-
-
-@pytest.fixture
-def cluster(server: KubeServer) -> Iterator[KubeCluster]:
-    with drain_cluster(server) as adapter:
-        yield adapter
-
-
 def test_the_node_of_an_instance_is_found_by_provider_id_and_by_private_dns_name(
     cluster: KubeCluster, server: KubeServer
 ) -> None:

@@ -6,10 +6,8 @@ policy, and not wait for pods that no kubelet will ever stop."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
-import pytest
 from kubernetes.client import CoreV1Api
 
 from nodecycle.adapters.kube.cluster_api import KubeCluster
@@ -18,7 +16,6 @@ from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.ports.cluster import PodInfo
 from nodecycle_sandbox.aws.group import wait_for
 from nodecycle_sandbox.kube import KubeServer
-from tests.integration.kube.cluster import drain_cluster, drain_server
 from tests.support.fakes import FakeMetrics
 from tests.unit.drain.test_drain_steps import (
     FakeEvents,
@@ -43,18 +40,6 @@ SEED = {
     # two pods on each node, one unavailable allowed
     "deployments": [{"name": "web", "namespace": "shop", "replicas": 4, "pdb": {"maxUnavailable": 1}}],
 }
-
-
-@pytest.fixture
-def server() -> Iterator[KubeServer]:
-    with drain_server(SEED) as kube:
-        yield kube
-
-
-@pytest.fixture
-def cluster(server: KubeServer) -> Iterator[KubeCluster]:
-    with drain_cluster(server) as adapter:
-        yield adapter
 
 
 def web_pods(cluster: KubeCluster, node: str) -> list[PodInfo]:

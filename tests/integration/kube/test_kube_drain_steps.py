@@ -5,7 +5,6 @@ stop of its instance cleared before the drain's cleanup)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -29,7 +28,6 @@ from nodecycle_sandbox.faults import Fault
 from nodecycle_sandbox.kube import KubeServer
 from nodecycle_sandbox.kube.admission import Denial
 from nodecycle_sandbox.kube.meta import SHUTDOWN_ANNOTATION
-from tests.integration.kube.cluster import drain_cluster, drain_server
 from tests.support.fakes import T0, FakeAutoscaling, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
 from tests.unit.drain.test_drain_steps import (
     Ec2Maintenance,
@@ -58,18 +56,6 @@ SEED = {
 }
 WEBHOOK = "guard.example.com"
 DEADLINE = T0 + timedelta(seconds=600)  # the drain timeout of the unit tests' policy
-
-
-@pytest.fixture
-def server() -> Iterator[KubeServer]:
-    with drain_server(SEED) as kube:
-        yield kube
-
-
-@pytest.fixture
-def cluster(server: KubeServer) -> Iterator[KubeCluster]:
-    with drain_cluster(server) as adapter:
-        yield adapter
 
 
 def web_pods(cluster: KubeCluster) -> list[PodInfo]:

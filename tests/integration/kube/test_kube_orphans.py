@@ -5,31 +5,19 @@ force-deleted whatever their PodDisruptionBudgets say."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-
-import pytest
 
 from nodecycle.adapters.kube.cluster_api import KubeCluster
 from nodecycle.domain.model import Step
 from nodecycle_sandbox.kube import KubeServer
-from tests.integration.kube.cluster import drain_cluster, drain_server
-from tests.integration.kube.test_kube_drain_steps import INSTANCE, NODE, SEED, evict, on_its_way_out, web_pods
+from tests.integration.kube.test_kube_drain_steps import INSTANCE, NODE, evict, on_its_way_out, web_pods
+from tests.integration.kube.test_kube_drain_steps import SEED as DRAIN_STEPS_SEED
 from tests.unit.drain.test_drain_steps import terminating
 
 QUARANTINE = 600.0  # longer than any test: the orphans stay until a test ends the quarantine
-
-
-@pytest.fixture
-def server() -> Iterator[KubeServer]:
-    with drain_server(SEED, pod_gc_quarantine_seconds=QUARANTINE) as kube:
-        yield kube
-
-
-@pytest.fixture
-def cluster(server: KubeServer) -> Iterator[KubeCluster]:
-    with drain_cluster(server) as adapter:
-        yield adapter
+# the drain steps' cluster, its pods' orphans kept (the server and cluster fixtures: conftest.py)
+SEED = DRAIN_STEPS_SEED
+SERVER_OPTIONS = {"pod_gc_quarantine_seconds": QUARANTINE}
 
 
 def test_a_drain_whose_node_object_is_deleted_under_running_pods_evicts_them_before_it_settles(
