@@ -743,12 +743,27 @@ class Evict:
         polls = int(record.extra.get(POLLS, 0))
         if now >= deadline and polls > 0:  # every drain asks its pods to leave once, before any force
             return self._timed_out(record, now, left, **changes)
+        cap = self._grace_cap(deadline, now)
+        asked = podfilter.to_evict(pods) + podfilter.outlasting(left, cap, now)
+        return self._ask_to_leave(record, asked, cap, deadline, now, **changes)
+
+    def _ask_to_leave(
+        self,
+        record: LifecycleRecord,
+        asked: list[PodInfo],
+        cap: int,
+        deadline: datetime,
+        now: datetime,
+        **changes: Any,
+    ) -> Outcome:
+        """One pass of evictions over ``asked`` (each pod's grace at most ``cap``), told and counted, then the
+        wait for the next poll: the node's drain, or the pods still bound to a node deleted."""
+        policy = self._policy
+        polls = int(record.extra.get(POLLS, 0))
         evicted = 0
         throttled = 0.0  # how long the API server asked the next poll to wait, if it shed an eviction
         reported = set(record.extra.get(BLOCKED_REPORTED) or [])
-        cap = self._grace_cap(deadline, now)
         calls = _PodCalls(record, self._metrics)
-        asked = podfilter.to_evict(pods) + podfilter.outlasting(left, cap, now)
         for pod, result in calls.answers(
             asked, lambda pod: self._cluster.evict(pod, podfilter.grace_for(pod, cap))
         ):
@@ -847,26 +862,7 @@ class Evict:
             record.instance_id,
             len(pods),
         )
-        cap = self._grace_cap(deadline, now)
-        calls = _PodCalls(record, self._metrics)
-        evicted = 0
-        for _, result in calls.answers(
-            asked, lambda pod: self._cluster.evict(pod, podfilter.grace_for(pod, cap))
-        ):
-            if result.kind is Eviction.EVICTED:
-                evicted += 1
-            elif result.kind is Eviction.BLOCKED:
-                self._metrics.count("EvictionsBlockedByPdb")  # asked again at the next poll
-            elif result.kind is Eviction.THROTTLED:
-                break  # the API server sheds load: the others are asked at the next poll
-        if evicted:
-            self._metrics.count("PodsEvicted", evicted)
-        polls = int(record.extra.get(POLLS, 0))
-        return Outcome.wait(
-            _poll_delay(polls, self._policy.poll_seconds),
-            pods_evicted=record.pods_evicted + evicted,
-            extra=calls.remembered({**record.extra, POLLS: polls + 1}),
-        )
+        return self._ask_to_leave(record, asked, self._grace_cap(deadline, now), deadline, now)
 
     def _tell(
         self, record: LifecycleRecord, pod: PodInfo, reason: str, why: str, *, what: str = "Eviction"
