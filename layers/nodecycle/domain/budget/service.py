@@ -235,22 +235,22 @@ class DisruptionBudget:
             current: BudgetDocument | None,
         ) -> tuple[BudgetDocument | None, tuple[SlotDecision, timedelta | None, tuple[Waiter, ...]]]:
             now = self._clock.now()
+            # A holder that renewed lately (a drain's every poll) needs neither the pruned document nor the
+            # limits: decided before they are worked out
+            held = None if current is None else rules.fresh_holder(current, request, now)
+            if held is not None:
+                return current, (held, None, ())
             live = rules.prune(current or BudgetDocument(), now)
             limits = self._own_limits(nodes, live)
+            # judged under the limits this owner resolves now (a node back in service, a redeploy may free a
+            # slot), and written when that changes the answer, or when its limits changed in a way other owners
+            # must know (see may_skip_writing_limits)
             fresh = (
-                None
-                if current is None
-                else rules.fresh_holder(current, request, now)
-                # judged under the limits this owner resolves now (a node back in service, a redeploy may
-                # free a slot), and written when that changes the answer, or when its limits changed in a way
-                # other owners must know (see may_skip_writing_limits)
-                or (
-                    rules.fresh_waiter(
-                        rules.with_own_limits(current, self._owner, limits), request, now, renewing=renewing
-                    )
-                    if rules.may_skip_writing_limits(current, self._owner, limits)
-                    else None
+                rules.fresh_waiter(
+                    rules.with_own_limits(current, self._owner, limits), request, now, renewing=renewing
                 )
+                if current is not None and rules.may_skip_writing_limits(current, self._owner, limits)
+                else None
             )
             if fresh is not None:
                 return current, (fresh, None, ())
