@@ -38,7 +38,7 @@ from nodecycle.domain.flow import (
     Worker,
     after_completion,
     completed_first,
-    disruptive,
+    needs_confirmation,
     draining,
     following,
     worker_for,
@@ -375,7 +375,8 @@ class StepEngine:
 
     def _verify(self, record: LifecycleRecord, now: datetime) -> tuple[LifecycleRecord, Outcome | None]:
         """Before the first step that disrupts anything (a budget slot, a cordon, an eviction, an address
-        assigned or released), confirm with Auto Scaling that this token's action is active: a heartbeat with
+        assigned or released), or that keeps a launch's record open (the readiness gate: see
+        ``flow.needs_confirmation``), confirm with Auto Scaling that this token's action is active: a heartbeat with
         the token does (and renews the action). A forged, replayed or stale message names an action Auto
         Scaling does not have: nothing is touched, the lifecycle goes past its completion as an
         ``unknown-action``. And again before any disruptive step that runs past the record's heartbeat
@@ -387,7 +388,7 @@ class StepEngine:
         whose completion it refused, may be a forged notification dated so that its global timeout is near,
         and the address of a running instance would go. A true action that timed out so leaves its instance's
         addresses to the lifecycle of EC2's state change (its stop, its termination) and to the sweeper."""
-        if not disruptive(record.step):
+        if not needs_confirmation(record.step):
             return record, None
         if not record.action_open:
             if record.transition.has_hook and not record.action_confirmed:

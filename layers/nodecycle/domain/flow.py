@@ -37,7 +37,7 @@ _WHERE_THE_RECORD_IS = frozenset({Step.COMPLETE, Step.DONE})
 # nothing but keeps its record open up to its timeout: a forged launch's record would stand for the instance's
 # action meanwhile, and the sweeper would neither keep alive nor adopt the true one whose event was lost (one
 # heartbeat per launch that has no address step to confirm it).
-_DISRUPTIVE = frozenset(
+_CONFIRMED_FIRST = frozenset(
     {
         Step.ACQUIRE_SLOT,
         Step.CORDON,
@@ -52,8 +52,8 @@ _DISRUPTIVE = frozenset(
 _DRAINING = frozenset({Step.CORDON, Step.EVICT})
 
 
-def disruptive(step: Step) -> bool:
-    return step in _DISRUPTIVE
+def needs_confirmation(step: Step) -> bool:
+    return step in _CONFIRMED_FIRST
 
 
 def draining(step: Step) -> bool:
