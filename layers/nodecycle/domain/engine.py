@@ -38,9 +38,9 @@ from nodecycle.domain.flow import (
     Worker,
     after_completion,
     completed_first,
-    needs_confirmation,
     draining,
     following,
+    needs_confirmation,
     worker_for,
     worker_of,
 )
