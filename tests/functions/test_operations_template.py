@@ -370,25 +370,33 @@ def test_a_stack_name_cloudformation_accepts_is_an_owner_id_the_functions_accept
         IntakeSettings.from_env({**environment, "NODECYCLE_OWNER_ID": stack + "x"})
 
 
-def alarm_fires(alarm: Mapping[str, Any], sweeps: Mapping[int, float], until: int) -> list[int]:
+def alarm_fires(alarm: Mapping[str, Any], datapoints: Mapping[int, float], until: int) -> list[int]:
     """When CloudWatch would evaluate ``alarm`` as breaching, per minute up to ``until`` (seconds), for the
-    datapoints ``sweeps`` (second -> value): each period's Maximum; a period without data is not breaching
-    (TreatMissingData: notBreaching); ALARM when DatapointsToAlarm of the last EvaluationPeriods breach."""
+    datapoints (second -> value): each period's statistic (Maximum or Sum); a period without data breaches or
+    not as TreatMissingData says; ALARM when DatapointsToAlarm of the last EvaluationPeriods breach."""
     period, evaluated = int(alarm["Period"]), int(alarm["EvaluationPeriods"])
     needed = int(alarm.get("DatapointsToAlarm", evaluated))
-    assert (alarm["TreatMissingData"], alarm["ComparisonOperator"]) == (
-        "notBreaching",
-        "GreaterThanThreshold",
-    )
-    assert alarm["Statistic"] == "Maximum"
-    maxima: dict[int, float] = {}
-    for at, value in sweeps.items():
-        maxima[at // period] = max(maxima.get(at // period, value), value)
+    threshold = float(alarm["Threshold"])
+    compare = {
+        "GreaterThanThreshold": lambda value: value > threshold,
+        "LessThanThreshold": lambda value: value < threshold,
+    }[alarm["ComparisonOperator"]]
+    missing_breaches = {"notBreaching": False, "breaching": True}[alarm["TreatMissingData"]]
+    summed = {"Maximum": False, "Sum": True}[alarm["Statistic"]]
+    periods: dict[int, float] = {}
+    for at, value in datapoints.items():
+        key = at // period
+        if key not in periods:
+            periods[key] = value
+        else:
+            periods[key] = periods[key] + value if summed else max(periods[key], value)
     firing = []
     for now in range(0, until, 60):
         last = now // period  # the periods that have ended
         breaching = sum(
-            1 for p in range(last - evaluated, last) if maxima.get(p, 0.0) > float(alarm["Threshold"])
+            1
+            for p in range(last - evaluated, last)
+            if (compare(periods[p]) if p in periods else missing_breaches)
         )
         if breaching >= needed:
             firing.append(now)
@@ -414,3 +422,42 @@ def test_the_stalled_lifecycles_alarm_fires_on_two_stalled_sweeps_in_a_row_whate
     assert fired[-1] - (37 + 4 * step) <= 2 * step + 120, "and clears within two intervals once they are not"
     assert not alarm_fires(alarm, sweeps({3}), horizon), "a queue slow for one sweep catches up: no alarm"
     assert not alarm_fires(alarm, sweeps(set()), horizon)
+
+
+@pytest.mark.parametrize("interval", [1, 2, 3, 5, 10, 30, 60])
+def test_the_sweeper_not_running_alarm_fires_once_no_sweep_started_for_two_intervals_and_a_minute(
+    interval: int,
+) -> None:
+    # Lambda publishes Invocations only for the minutes with one: the scheduled runs, 12 s into their minute
+    alarm = intrinsics({"SweepIntervalMinutes": str(interval)}).resolve(
+        RESOURCES["SweeperNotRunningAlarm"]["Properties"]
+    )
+    assert (alarm["Namespace"], alarm["MetricName"]) == ("AWS/Lambda", "Invocations")
+    assert RESOURCES["SweeperNotRunningAlarm"]["Properties"]["Dimensions"][0]["Value"] == {
+        "Ref": "SweeperFunction"
+    }
+    step = interval * 60
+    horizon, first_full = 12 * step + 3600, 2 * step + 60  # before that, a new stack's window holds no run
+
+    def fired(missed: set[int], *, late: int = 0) -> list[int]:
+        # run k starts 12 s into its minute, or `late` seconds later (EventBridge starts a scheduled rule's
+        # target within a minute of its time)
+        runs = {
+            12 + k * step + (late if k % 2 else 0): 1.0 for k in range(horizon // step) if k not in missed
+        }
+        return [at for at in alarm_fires(alarm, runs, horizon) if at >= first_full]
+
+    for late in (0, 50):  # every run on time, or late within its minute; then one of them missed
+        assert not fired(set(), late=late)
+        assert not fired({5}, late=late)
+    # a silence of two intervals and a minute: two runs missed in a row from 3-minute sweeps on, three below
+    missed = {5, 6} if interval >= 3 else {5, 6, 7}
+    alarms = fired(missed)
+    assert alarms, f"{len(missed)} runs missed in a row never fire the alarm with {interval}-minute sweeps"
+    assert alarms[0] - (12 + 4 * step) <= 2 * step + 120, (
+        "it fires two intervals and a minute after the last run"
+    )
+    assert alarms[-1] < 12 + (max(missed) + 1) * step + 120, "and clears once the sweeper runs again"
+    stopped = fired(set(range(5, horizon)))
+    assert stopped, "a schedule that stopped fires it"
+    assert stopped[-1] == horizon - 60, "and keeps it firing"
