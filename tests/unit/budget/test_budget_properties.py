@@ -656,3 +656,18 @@ def test_a_rival_passed_a_slot_at_the_instant_its_own_ask_renewed_its_place_is_a
     machine.acquire_racing_another_writer(node="n04", rival="n01")
     machine.live_holders_are_exactly_the_live_grants()
     machine.never_above_a_limit()
+
+
+def test_a_release_after_the_sweeper_removed_its_slot_wakes_none_the_sweeper_passed_slots_to() -> None:
+    # The case Hypothesis found: the sweeper removes n00's slot and passes it to n03 (waking it); n00's
+    # lifecycle then releases, at the same instant, and writes its own mark. It must not take the sweeper's
+    # passes for its own first write's (a repeated release's repair): it read no mark of its own.
+    machine = BudgetMachine()
+    machine.setup(limits=[Limits(total=1, per_zone=None, ttl=30)])
+    machine.acquire(node="n00")
+    machine.acquire_racing_another_writer(node="n00", rival="n03")
+    machine.time_passes(seconds=1)
+    machine.sweep(owner="blue", stale={"n00"})
+    machine.release(node="n00", wake=False)
+    machine.live_holders_are_exactly_the_live_grants()
+    machine.never_above_a_limit()

@@ -124,8 +124,10 @@ class DisruptionBudget:
             limits = self._own_limits(nodes, doc)
             woken = self._woken_by_removal(current, doc, limits, removed=removed)
             # A release repeated after a crash before its wake-ups: those it passed slots on to then, if they
-            # have not renewed them since (perhaps never woken), are woken again
-            mark = None if removed else rules.mark_of(doc, node, self._owner, record_id)
+            # have not renewed them since (perhaps never woken), are woken again. Then: by the mark as read,
+            # not as this write leaves it (a mark it writes now, after another removed the slot, dates the
+            # slots passed on now by another writer: the sweeper's, that woke them already)
+            mark = None if removed else rules.mark_of(live, node, self._owner, record_id)
             repair = [] if mark is None else rules.passed_on(doc, self._owner, at=mark.released_at)
             return self._pass_on(current, doc, limits, woken, now, repair=[h.record_id for h in repair])
 
