@@ -193,8 +193,20 @@ class BudgetMachine(RuleBasedStateMachine):
         ]
         work = Counter(zone for _, zone, _, _, _ in remaining)
         eligible: list[str] = []
+        picked: list[tuple[str | None, str]] = []  # (zone, owner) of the waiters picked so far
+
+        def still_fits(zone: str | None, owner: str, newcomer: str | None) -> bool:
+            # a waiter picked earlier takes its slot in its turn: it must fit beside the newcomer as well
+            others = taken.copy()
+            others.remove(zone)
+            return fits([*others, newcomer], zone, self.limits[owner])
+
         while True:
-            fitting = [w for w in remaining if fits(taken, w[1], self.limits[w[2]])]
+            fitting = [
+                w
+                for w in remaining
+                if fits(taken, w[1], self.limits[w[2]]) and all(still_fits(z, o, w[1]) for z, o in picked)
+            ]
             if not fitting:
                 return eligible
 
@@ -207,6 +219,7 @@ class BudgetMachine(RuleBasedStateMachine):
 
             best = min(fitting, key=order)
             taken.append(best[1])
+            picked.append((best[1], best[2]))
             eligible.append(best[0])
             remaining.remove(best)
             work[best[1]] -= 1
@@ -600,8 +613,14 @@ class BudgetMachine(RuleBasedStateMachine):
 
     @rule()
     def every_waiter_retries(self) -> None:
-        for node, _, _ in self.live_waiters():
-            self.acquire_checked(node)
+        # Until a round grants nothing: a slot an earlier waiter of another owner is owed stays free for it
+        # (a later one would crowd it out), and it takes it at its next retry if it asked before the room came
+        for _ in range(len(NODES) + 1):
+            holders = set(self.live_holders())
+            for node, _, _ in self.live_waiters():
+                self.acquire_checked(node)
+            if set(self.live_holders()) <= holders:
+                break
         # work-conserving: nobody is left waiting for a slot that is free for it
         taken = list(self.live_holders().values())
         for node, zone, owner in self.live_waiters():

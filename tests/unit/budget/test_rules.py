@@ -10,7 +10,7 @@ from nodecycle.domain.budget import BudgetDocument, BudgetLimits, Holder, SlotRe
 from nodecycle.domain.budget.limits import owner_limits
 from nodecycle.domain.budget.rules import MAX_PASSED, MAX_WAITERS, claim, eligible_waiters, pass_on, prune
 from nodecycle.domain.policy import Quantity
-from tests.unit.budget.fakes import START
+from tests.unit.budget.fakes import START, node
 
 
 def holder(node: str, owner: str = "blue", renewed_seconds_ago: float = 0, ttl: int = 60) -> Holder:
@@ -224,3 +224,49 @@ def test_a_queue_of_long_names_stops_taking_waiters_before_the_document_passes_t
     # while a node that must go anyway (a Spot interruption) still gets its forced slot
     forced = replace(request, force=True)
     assert claim(doc, forced, now=START, ttl=timedelta(seconds=600), renewing=False)[1].granted
+
+
+def _owners(green: tuple[int, int | None], blue: tuple[int, int | None]) -> dict[str, object]:
+    """Limits of two owners: (total, per zone) each."""
+
+    def entry(total: int, per_zone: int | None) -> object:
+        return limits(total, per_zone)["blue"]
+
+    return {"green": entry(*green), "blue": entry(*blue)}
+
+
+def test_a_younger_waiter_is_not_eligible_where_it_would_crowd_out_an_older_one_of_a_stricter_owner() -> None:
+    # Given green allowed 2 in all, 1 per zone, blue 4 and 2; one green holder in zone c, green's g1 waiting
+    # in zone a, then blue's b1 in zone a and b2 in zone b
+    doc = BudgetDocument.model_validate(
+        {
+            "holders": [holder("h1", owner="green").model_copy(update={"zone": "c"})],
+            "waiters": [waiter("g1", owner="green"), waiter("b1", since=1), waiter("b2", zone="b", since=2)],
+            "limits": _owners(green=(2, 1), blue=(4, 2)),
+        }
+    )
+    # Then g1 goes; blue's nodes fit blue's limits, but either would fill green's view (2 in all): both
+    # wait, b1 for the zone too
+    assert picks(doc) == ["g1"]
+
+    # and with green allowed 3 in all, b2 of another zone leaves g1 its room; b1 of g1's zone does not
+    doc = doc.model_copy(update={"limits": _owners(green=(3, 1), blue=(4, 2))})
+    assert picks(doc) == ["g1", "b2"]
+
+
+def test_an_owner_that_counts_the_younger_node_already_sees_no_room_taken_by_it() -> None:
+    # Given green allowed 1 with g1 waiting, and blue's b1, a node green counts as unavailable already
+    green = owner_limits(
+        BudgetLimits(Quantity(value=2), None),
+        count_unavailable=True,
+        nodes=[node("b1", schedulable=False), node("g1")],
+        now=START,
+    )
+    doc = BudgetDocument.model_validate(
+        {
+            "waiters": [waiter("g1", owner="green"), waiter("b1", since=1)],
+            "limits": {"green": green, "blue": limits(2)["blue"]},
+        }
+    )
+    # Then both go: b1 draining takes none of green's room (green counts it either way: b1 + g1 = 2)
+    assert picks(doc) == ["g1", "b1"]

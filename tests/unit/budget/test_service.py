@@ -406,6 +406,30 @@ def test_owners_agree_on_who_is_next_when_one_counts_unavailable_nodes(
     assert blue_decision.granted
 
 
+def test_a_looser_owners_newcomer_does_not_take_the_room_a_stricter_owners_older_waiter_needs(
+    make_budget: BudgetFactory, clock: FakeClock
+) -> None:
+    # Given green allowed 2 and blue allowed 3, green holding one node and green's g2 waiting first in line
+    # (blue's b1 and b2 held a moment ago, one given back since)
+    green, blue = make_budget("2", None, owner="green"), make_budget("3", None, owner="blue")
+    assert green.acquire(slot("g1", owner="green")).granted
+    assert blue.acquire(slot("b1")).granted
+    assert not green.acquire(slot("g2", owner="green")).granted
+    clock.advance(1)
+    blue.release("b1", "rec-b1")
+
+    # When blue's newcomer asks before g2's retry: the one free slot fits both, but only one of them
+    clock.advance(1)
+    newcomer = blue.acquire(slot("b2"))
+
+    # Then it waits behind g2, first come first served across owners: granted, it would fill green's view
+    # (g1 + b2 = 2) and leave g2 waiting though it asked first; g2 takes the slot at its retry
+    assert (newcomer.granted, newcomer.reason) == (False, SlotReason.NO_ROOM), newcomer
+    clock.advance(30)
+    assert green.acquire(slot("g2", owner="green")).granted
+    assert blue.acquire(slot("b2")).granted  # and blue's 3 still leave room for it then
+
+
 # --- nodes unavailable for other reasons -----------------------------------------------------------------
 
 

@@ -24,8 +24,10 @@ zone Z is its nodes plus the nodes of unknown zone. Granting an unknown-zone nod
 
 **Eligibility (precedence, then the zone with the most work left, work-conserving).** Replay the live
 waiters, starting from the occupancy of live holders: again and again, among the waiters that still fit
-(each under *its own owner's* recorded limits and unavailable nodes), pick the first by this order and add
-it to the occupancy, until none fits:
+(each under *its own owner's* recorded limits and unavailable nodes, and leaving every waiter picked before
+it the room it was picked for under *that* waiter's owner's limits: owners may have different limits, and a
+looser owner's node must not take the slot a stricter owner's older one was picked for), pick the first by
+this order and add it to the occupancy, until none fits:
 
 1. a node *in progress* (cordoned and partly drained: its drain lost its slot) — disruption already done
    goes on before any new one; oldest first;
@@ -158,6 +160,26 @@ class Occupancy:
         # None stands for a zone with no node in scope (its limit is ``other``): the unknown node may be there
         return all(self.load(z) < per_zone.of(z) for z in (*known, None))
 
+    def keeps_admitting(
+        self, zone: str | None, pending: Iterable[str | None], limits: ResolvedLimits
+    ) -> bool:
+        """Whether one more node of ``zone``, counted, leaves room for the nodes of zones ``pending`` that a
+        replay picked and counted already (see :func:`_replay`): each would still be admitted in its turn."""
+        if len(self._nodes) >= limits.total:
+            return False
+        per_zone = limits.per_zone
+        if per_zone is None:
+            return True
+        every = (*(set(self._by_zone) | limits.zones()), None)
+        for picked in set(pending):
+            # the zones both nodes count against: a node of unknown zone counts against every zone
+            shared = every if zone is None and picked is None else (picked if zone is None else zone,)
+            if (zone is None or picked is None or zone == picked) and any(
+                self.load(z) >= per_zone.of(z) for z in shared
+            ):
+                return False
+        return True
+
     def load(self, zone: str | None) -> int:
         """Nodes in ``zone`` plus those of unknown zone (``zone=None``: those of unknown zone only)."""
         return self._unknown + (0 if zone is None else self._by_zone[zone])
@@ -223,11 +245,20 @@ def _replay(doc: BudgetDocument, now: datetime) -> list[tuple[Waiter, list[Waite
     groups = {group for _, _, group in line}
     work_left = Counter(w.zone for _, w, _ in line)
     picks: list[tuple[Waiter, list[Waiter]]] = []
+    pending: dict[str, list[str | None]] = {}  # owner -> the zones of its waiters picked so far
     while line:
         # The waiters of one owner and zone fit alike, but for a node its owner counts already (which takes no
         # new slot): asked once per group, not once per waiter.
         room = {(o, z): occupancy[o].admits(None, z, doc.limits[o].resolved) for o, z in groups}
-        fitting = [e for e in line if room[e[2]] or occupancy[e[2][0]].counts(e[1].node)]
+        # A pick must also leave the waiters picked before it (of other owners) their room under their own
+        # owners' limits, or a looser owner's newcomer takes the slot a stricter owner's older waiter was
+        # picked for: granted first (the older one takes it only at its retry), it fills that owner's view.
+        leaves = {
+            (other, z): occupancy[other].keeps_admitting(z, zones, doc.limits[other].resolved)
+            for other, zones in pending.items()
+            for z in {z for o, z in groups if o != other}
+        }
+        fitting = [e for e in line if _fits(e[1], e[2], room, leaves, pending, occupancy)]
         if not fitting:
             break
         # The occupancy only grows during a replay: a waiter that does not fit now fits at no later pick.
@@ -241,9 +272,28 @@ def _replay(doc: BudgetDocument, now: datetime) -> list[tuple[Waiter, list[Waite
         picks.append((waiter, [w for _, w, _ in fitting]))
         for taken in occupancy.values():
             taken.add(waiter.node, waiter.zone)
+        pending.setdefault(waiter.owner, []).append(waiter.zone)
         line.remove(best)
         work_left[waiter.zone] -= 1
     return picks
+
+
+def _fits(
+    waiter: Waiter,
+    group: tuple[str, str | None],
+    room: dict[tuple[str, str | None], bool],
+    leaves: dict[tuple[str, str | None], bool],
+    pending: dict[str, list[str | None]],
+    occupancy: dict[str, Occupancy],
+) -> bool:
+    """Whether ``waiter`` fits at this pick of the replay: under its owner's limits, and leaving every other
+    owner's earlier picks their room; an owner that counts the node already sees no new slot taken."""
+    owner, zone = group
+    if not (room[group] or occupancy[owner].counts(waiter.node)):
+        return False
+    return all(
+        leaves[(other, zone)] or occupancy[other].counts(waiter.node) for other in pending if other != owner
+    )
 
 
 def same_line(a: BudgetDocument, b: BudgetDocument) -> bool:
