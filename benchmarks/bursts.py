@@ -335,6 +335,14 @@ def result(found: Bursts) -> Result:
         Row(f"{n} terminations at once: last record written", terminations.last_record, None, "s", "-"),
         Row(f"{n} terminations at once: last slot decision", terminations.last_first_step, None, "s", "-"),
         Row(f"budget, {n} nodes for {BUDGET} slots: slot decisions per second", per_second, None, "", "-"),
+        # Each node asks once ideally; a waiter asks again at its retries (further back in line, less often)
+        Row(
+            f"budget, {n} nodes for {BUDGET} slots: slot asks per node vs one each",
+            contention.decisions / n,
+            1.0,
+            "",
+            "-",
+        ),
         Row(
             f"budget, {n} nodes for {BUDGET} slots: 409 conflicts per decision",
             contention.conflicts / max(1, contention.decisions),

@@ -28,6 +28,7 @@ ROWS = {
     "bursts": [
         "6 launches at once: last record written",
         "6 terminations at once: last slot decision",
+        "slot asks per node vs one each",
         "budget: CPU per ask with",
     ],
 }

@@ -301,6 +301,7 @@ class FakeSlots:
     released: list[str] = field(default_factory=list)
     requests: list[SlotRequest] = field(default_factory=list)
     forgotten: list[str] = field(default_factory=list)
+    position: int = 1  # a waiter's place in line
 
     def acquire(self, request: SlotRequest) -> SlotDecision:
         if request.node in self.others:
@@ -323,7 +324,7 @@ class FakeSlots:
             self.held_instance[request.node] = request.instance_id
             reason = SlotReason.FORCED if forced else SlotReason.GRANTED
             return SlotDecision(True, reason, len(self.holders), 0, None)
-        return SlotDecision(False, SlotReason.NO_ROOM, len(self.holders), 1, 1)
+        return SlotDecision(False, SlotReason.NO_ROOM, len(self.holders), self.position, self.position)
 
     def renew(self, request: SlotRequest) -> SlotDecision:
         if self.lost and not request.force:
@@ -426,13 +427,14 @@ def acquire(
     slots: FakeSlots,
     metrics: FakeMetrics | None = None,
     events: FakeEvents | None = None,
+    drain_policy: DrainPolicy | None = None,
 ) -> AcquireSlot:
     return AcquireSlot(
         finder=NodeFinder(cluster, NoDns()),
         cluster=cluster,
         slots=slots,
         dispatcher=wakes_to_nowhere(),
-        policy=policy(),
+        policy=drain_policy or policy(),
         metrics=metrics or FakeMetrics(),
         events=events or FakeEvents(),
         records=InMemoryRecords(),
@@ -489,6 +491,46 @@ def test_without_room_the_node_waits_and_remembers_since_when() -> None:
     assert first.changes["slot_waiting_since"] == T0
     later = step(terminating(Step.ACQUIRE_SLOT, slot_waiting_since=T0), T0 + timedelta(seconds=30))
     assert later.changes["slot_waiting_since"] == T0
+
+
+@pytest.mark.parametrize(
+    ("position", "ttl", "delay"),
+    [
+        (1, "600", 30),  # next in line: every BudgetRetrySeconds
+        (2, "600", 30),  # within the slots turning over now (2 holders)
+        (3, "600", 60),  # a round of the holders ahead: twice as long
+        (6, "600", 90),
+        (400, "600", 120),  # at most 4 times as long
+        (400, "330", 110),  # and never longer than a third of the place's TTL: each retry renews it in time
+    ],
+)
+def test_a_waiter_far_back_in_line_asks_again_less_often(position: int, ttl: str, delay: float) -> None:
+    # Given a budget of 2 slots, both held, and this node waiting at `position` (a burst: hundreds in line, each
+    # asking every 30 s, read the whole queue from the API server 17 times a second at 500 waiters)
+    cluster = FakeCluster(nodes={NODE: node()})
+    slots = FakeSlots(room=2, holders={"h1", "h2"}, position=position)
+    step = acquire(cluster, slots, drain_policy=policy(budget_holder_ttl_seconds=ttl))
+    outcome = step(terminating(Step.ACQUIRE_SLOT), T0)
+    # Then it asks again later the further back it stands (a released slot still wakes it at once)
+    assert outcome.again
+    assert outcome.delay == delay
+
+
+def test_a_waiter_far_back_in_line_asks_again_when_its_global_timeout_makes_it_urgent() -> None:
+    # Given a node far back in line whose action's global timeout is 45 s from making it go first
+    cluster = FakeCluster(nodes={NODE: node()})
+    slots = FakeSlots(room=2, holders={"h1", "h2"}, position=400)
+    record = terminating(Step.ACQUIRE_SLOT)
+    step = acquire(cluster, slots)
+    step(record, T0)
+    (asked,) = slots.requests
+    assert asked.urgent_at is not None
+    outcome = step(record, asked.urgent_at - timedelta(seconds=45))
+    # Then it asks again when it is urgent, not two minutes later: another stack's free slot is taken at the
+    # waiter's own ask
+    assert outcome.delay == 45
+    # and never sooner than every BudgetRetrySeconds
+    assert step(record, asked.urgent_at - timedelta(seconds=5)).delay == 30
 
 
 def test_a_waiter_asks_with_precedence_near_its_global_timeout_and_takes_a_slot_when_it_cannot_wait() -> None:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from nodecycle.domain.budget import SlotReason, SlotRequest
+from nodecycle.domain.budget import SlotDecision, SlotReason, SlotRequest
 from nodecycle.domain.completion import SETTLED_ELSEWHERE
 from nodecycle.domain.drain import pods as podfilter
 from nodecycle.domain.engine import Dispatcher, Outcome
@@ -212,6 +212,29 @@ def _precedence(record: LifecycleRecord, now: datetime, policy: DrainPolicy) -> 
     }
 
 
+# A waiter asks again at most this many times BudgetRetrySeconds apart, however far back in line it stands.
+RETRY_IN_LINE_FACTOR = 4
+
+
+def _retry_in_line(decision: SlotDecision, request: SlotRequest, now: datetime, policy: DrainPolicy) -> float:
+    """When a node waiting in line asks again: every ``BudgetRetrySeconds`` while it stands among the next
+    waiters the slots held now could pass to, and that much longer for each round of the holders ahead of it
+    (up to RETRY_IN_LINE_FACTOR times). In a burst, hundreds of waiters asking every 30 s read the whole
+    queue from the API server many times a second, almost all of them for nothing: a released slot of its
+    own stack is passed on and woken at once, whatever the waiter's retry; the retry is for another stack's
+    slot and a lost wake-up, which the next waiters need soon and the last ones do not. Never later than a
+    third of the place's TTL (each retry renews the place before it expires), nor than the moment its action's
+    global timeout makes it go first (that precedence, and a slot taken without room after it, need an ask)."""
+    base = policy.budget_retry_seconds
+    if decision.position is None:
+        return base
+    rounds = (decision.position - 1) // max(1, decision.holders)
+    delay = min(base * min(RETRY_IN_LINE_FACTOR, 1 + rounds), policy.holder_ttl.total_seconds() / 3)
+    if request.urgent_at is not None:
+        delay = min(delay, (request.urgent_at - now).total_seconds())
+    return max(base, delay)
+
+
 def _of_instance(node: NodeInfo, record: LifecycleRecord) -> bool:
     """Whether the node is the record's instance's. Node names are reused (a new instance given the private IP
     of one gone gets its DNS name, and its node the name of the node gone with it); provider ids are not. A
@@ -400,7 +423,9 @@ class AcquireSlot:
                 f"({place}{decision.holders} nodes draining, {decision.waiting} waiting: {decision.reason})",
             )
         return Outcome.wait(
-            self._policy.budget_retry_seconds, slot_waiting_since=record.slot_waiting_since or now, **found
+            _retry_in_line(decision, request, now, self._policy),
+            slot_waiting_since=record.slot_waiting_since or now,
+            **found,
         )
 
     def _linked(self, record: LifecycleRecord, now: datetime) -> Outcome | None:
