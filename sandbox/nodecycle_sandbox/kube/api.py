@@ -26,6 +26,7 @@ from nodecycle_sandbox.kube.meta import (
     labels_of,
     rfc3339,
 )
+from nodecycle_sandbox.kube.object_meta import metadata_problem
 from nodecycle_sandbox.kube.patching import PatchError, apply_patch
 from nodecycle_sandbox.kube.read_versions import LATEST, ReadVersion
 from nodecycle_sandbox.kube.resources import (
@@ -351,6 +352,9 @@ MAX_CONFIGMAP_BYTES = 1024 * 1024
 
 def _default_and_validate(rt: ResourceType, obj: JsonObj) -> None:
     name = obj["metadata"]["name"]
+    problem = metadata_problem(obj["metadata"])
+    if problem is not None:
+        raise errors.invalid(rt, name, *problem)
     if rt is CONFIGMAPS:
         size = sum(len(key) + len(str(value)) for key, value in (obj.get("data") or {}).items())
         size += sum(

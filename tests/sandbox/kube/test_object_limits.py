@@ -1,0 +1,96 @@
+"""The limits kube-apiserver puts on what is written, whatever the kind: label keys and values, annotation keys
+and their total size (k8s.io/apimachinery ``pkg/api/validation/objectmeta.go``: ``ValidateObjectMetaAccessor``,
+``ValidateAnnotations``, ``TotalAnnotationSizeLimitB``; ``pkg/util/validation/validation.go``:
+``IsQualifiedName``, ``IsValidLabelValue``), on create, update and patch alike."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from nodecycle_sandbox.kube import KubeServer
+
+from .conftest import Kube, nodes_seed, status_of
+
+MERGE_PATCH = "application/merge-patch+json"
+
+
+@pytest.fixture(autouse=True)
+def one_node(server: KubeServer) -> None:
+    server.seed({"nodes": nodes_seed(1)})
+
+
+def _node(kube: Kube) -> str:
+    return str(kube.core.list_node().items[0].metadata.name)
+
+
+def _patch_metadata(kube: Kube, metadata: dict[str, Any]) -> ApiException:
+    with pytest.raises(ApiException) as raised:
+        kube.core.patch_node(_node(kube), {"metadata": metadata}, _content_type=MERGE_PATCH)
+    return raised.value
+
+
+@pytest.mark.parametrize(
+    ("labels", "why"),
+    [
+        ({"team": "x" * 64}, "must be no more than 63 characters"),
+        ({"team": "a b"}, "a valid label must be an empty string or consist of alphanumeric characters"),
+        ({"team": "-x"}, "must start and end with an alphanumeric character"),
+        ({"k" * 64: "v"}, "name part must be no more than 63 characters"),
+        ({"Example.com/team": "v"}, "prefix part a lowercase RFC 1123 subdomain"),
+        ({"a/b/c": "v"}, "a qualified name must consist of alphanumeric characters"),
+        ({"/team": "v"}, "prefix part must be non-empty"),
+    ],
+)
+def test_a_label_key_or_value_kubernetes_refuses_is_422(kube: Kube, labels: dict[str, str], why: str) -> None:
+    error = _patch_metadata(kube, {"labels": labels})
+    assert error.status == 422
+    assert status_of(error)["details"]["causes"][0]["field"] == "metadata.labels"
+    assert why in status_of(error)["message"]
+
+
+def test_label_values_up_to_63_characters_and_empty_ones_are_accepted(kube: Kube) -> None:
+    labels = {"example.com/team": "x" * 63, "empty": "", "Mixed_Case.key": "A-b_c.9"}
+    node = kube.core.patch_node(_node(kube), {"metadata": {"labels": labels}}, _content_type=MERGE_PATCH)
+    assert labels.items() <= node.metadata.labels.items()
+
+
+def test_annotation_keys_are_qualified_names_of_any_case(kube: Kube) -> None:
+    accepted = {"Example.COM/Reason": "any value at all: spaces, / and ünïcode"}
+    node = kube.core.patch_node(
+        _node(kube), {"metadata": {"annotations": accepted}}, _content_type=MERGE_PATCH
+    )
+    assert accepted.items() <= node.metadata.annotations.items()
+
+    error = _patch_metadata(kube, {"annotations": {"not a key": "v"}})
+    assert (error.status, status_of(error)["details"]["causes"][0]["field"]) == (422, "metadata.annotations")
+
+
+def test_annotations_over_256_kib_in_total_are_422_and_counted_in_bytes(kube: Kube) -> None:
+    # Given annotations whose keys and values take 256 KiB exactly, two bytes for each "é"
+    key, name = "example.com/big", _node(kube)
+    taken = sum(
+        len(k) + len(v.encode()) for k, v in (kube.core.read_node(name).metadata.annotations or {}).items()
+    )
+    room = 256 * 1024 - taken - len(key)
+    at_limit = {key: "é" * (room // 2) + "a" * (room % 2)}
+    kube.core.patch_node(name, {"metadata": {"annotations": at_limit}}, _content_type=MERGE_PATCH)
+
+    # When one byte more is written, Then it is refused as too long, on update as on patch
+    error = _patch_metadata(kube, {"annotations": {"x": ""}})
+    assert error.status == 422
+    assert "metadata.annotations: Too long: must have at most 262144 bytes" in status_of(error)["message"]
+    node = kube.core.read_node(name)
+    node.metadata.annotations["x"] = ""
+    with pytest.raises(ApiException) as raised:
+        kube.core.replace_node(name, node)
+    assert raised.value.status == 422
+
+
+def test_a_configmap_created_with_an_invalid_label_is_422(kube: Kube) -> None:
+    body = {"metadata": {"name": "x", "labels": {"owner": "a" * 100}}, "data": {}}
+    with pytest.raises(ApiException) as raised:
+        kube.core.create_namespaced_config_map("default", body)
+    assert raised.value.status == 422
