@@ -238,6 +238,9 @@ class Api:
     # --- internals --------------------------------------------------------------------------------
 
     def _generated_name(self, rt: ResourceType, namespace: str, prefix: str) -> str:
+        # k8s.io/apiserver pkg/storage/names/generate.go: a prefix is cut to 58 characters, so that the name
+        # with its five random ones fits 63 (an Event's for a node of a long name, say)
+        prefix = prefix[:MAX_GENERATED_NAME_PREFIX]
         while True:
             name = prefix + random_suffix()
             if self._store.get(rt, namespace, name) is None:
@@ -346,6 +349,7 @@ def _validate_name(rt: ResourceType, name: str) -> None:
         raise errors.invalid(rt, name, "metadata.name", f"Invalid value: {name!r}: a lowercase RFC 1123 name")
 
 
+MAX_GENERATED_NAME_PREFIX = 63 - 5
 # The API server refuses a ConfigMap whose data and binaryData together exceed this (as it does a Secret).
 MAX_CONFIGMAP_BYTES = 1024 * 1024
 

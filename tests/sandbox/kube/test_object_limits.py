@@ -94,3 +94,18 @@ def test_a_configmap_created_with_an_invalid_label_is_422(kube: Kube) -> None:
     with pytest.raises(ApiException) as raised:
         kube.core.create_namespaced_config_map("default", body)
     assert raised.value.status == 422
+
+
+def test_a_generated_name_keeps_58_characters_of_its_prefix_as_kube_apiserver_does(kube: Kube) -> None:
+    # k8s.io/apiserver pkg/storage/names/generate.go (SimpleNameGenerator): an Event about a node of a long
+    # (valid) name, named after it, is created with a name of 63 characters
+    node = "ip-10-0-1-7." + "a" * 200 + ".compute.internal"
+    event = {
+        "metadata": {"generateName": f"{node}."},
+        "involvedObject": {"kind": "Node", "name": node, "apiVersion": "v1"},
+        "reason": "Cordoned",
+        "message": "m",
+    }
+    created = kube.core.create_namespaced_event("default", event)
+    assert created.metadata.name.startswith(node[:58])
+    assert len(created.metadata.name) == 63
