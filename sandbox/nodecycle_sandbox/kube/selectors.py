@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nodecycle_sandbox.kube import errors
+from nodecycle_sandbox.kube.object_meta import label_value_problem, qualified_name_problem
 from nodecycle_sandbox.kube.resources import BOOLEAN_FIELDS, ResourceType
 
 _KEY = r"(?:[A-Za-z0-9.-]+/)?[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?"
@@ -102,7 +103,27 @@ def parse_label_selector(text: str) -> LabelSelector:
             raise errors.bad_request(
                 f"unable to parse requirement: found {term!r}, expected a label requirement"
             )
+    for requirement in requirements:
+        why = _requirement_problem(requirement)
+        if why is not None:
+            raise errors.bad_request(f"unable to parse requirement: {why}")
     return LabelSelector(tuple(requirements))
+
+
+def _requirement_problem(requirement: Requirement) -> str | None:
+    """What k8s.io/apimachinery's labels.NewRequirement refuses in a parsed requirement: a key that is not a
+    qualified name, a value that is not a label value (63 characters at most), and for ``<`` and ``>`` a value
+    that is not a 64-bit integer."""
+    why = qualified_name_problem(requirement.key)
+    if why is not None:
+        return f"key: Invalid value: {requirement.key!r}: {why}"
+    for value in sorted(requirement.values):
+        if requirement.op in ("Gt", "Lt") and not -(2**63) <= int(value) < 2**63:
+            return f"values[0]: Invalid value: {value!r}: for 'Gt', 'Lt' operators, the value must be an integer"
+        why = label_value_problem(value)
+        if why is not None:
+            return f"values: Invalid value: {value!r}: {why}"
+    return None
 
 
 def from_label_selector_object(spec: Mapping[str, Any] | None) -> LabelSelector:

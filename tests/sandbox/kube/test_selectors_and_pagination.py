@@ -140,6 +140,13 @@ def test_label_and_field_selectors_combine_on_namespaced_lists(cluster: tuple[Ku
     assert sorted(p.metadata.name for p in listed.items) == sorted(p["metadata"]["name"] for p in expected)
 
 
+def test_label_selector_edges_kubernetes_accepts(cluster: tuple[KubeServer, Kube]) -> None:
+    # (accepted, not a 400; no pod has these labels)
+    _, kube = cluster
+    assert _listed(kube, label_selector=f"example.com/app={'x' * 63}") == []
+    assert _listed(kube, label_selector="zone-index<9223372036854775807") == []
+
+
 def test_node_field_selector_on_unschedulable(cluster: tuple[KubeServer, Kube]) -> None:
     _, kube = cluster
     assert len(kube.core.list_node(field_selector="spec.unschedulable=false").items) == 3
@@ -153,6 +160,13 @@ def test_node_field_selector_on_unschedulable(cluster: tuple[KubeServer, Kube]) 
         ({"label_selector": "app in web"}, "unable to parse requirement"),
         ({"label_selector": "a=b=c"}, "unable to parse requirement"),
         ({"label_selector": "zone-index>-1"}, "unable to parse requirement"),  # a bound is a label value
+        # labels.NewRequirement (k8s.io/apimachinery pkg/labels/selector.go): a qualified key, label values
+        # of 63 characters at most, and a bound that is a 64-bit integer
+        ({"label_selector": f"app={'x' * 64}"}, "must be no more than 63 characters"),
+        ({"label_selector": f"app in (web,{'x' * 64})"}, "must be no more than 63 characters"),
+        ({"label_selector": f"{'k' * 64}=v"}, "name part must be no more than 63 characters"),
+        ({"label_selector": "Example.com/app=web"}, "prefix part a lowercase RFC 1123 subdomain"),
+        ({"label_selector": "zone-index>9223372036854775808"}, "the value must be an integer"),
         ({"_continue": "garbage!", "limit": 2}, "continue key is not valid"),
     ],
 )
