@@ -225,6 +225,11 @@ _REQUIREMENT = (
     rf"|{_LABEL_KEY}\s*[<>]\s*[0-9]{{1,63}}|{_LABEL_KEY})\s*"
 )
 _LABEL_SELECTOR = re.compile(rf"(?:{_REQUIREMENT}(?:,{_REQUIREMENT})*)?")
+# What the syntax above cannot bound: a key's prefix is a DNS subdomain of 253 characters at most, and the bound
+# of < or > is read as a 64-bit integer (labels.NewRequirement: strconv.ParseInt). In a selector that parses,
+# only a key has a "/", and only a bound follows a < or >.
+_KEY_PREFIX = re.compile(r"([^\s,()!=<>/]+)/")
+_BOUND = re.compile(r"[<>]\s*([0-9]+)")
 
 
 class Budget(_Section):
@@ -239,7 +244,11 @@ class Budget(_Section):
     @field_validator("budget_node_selector")
     @classmethod
     def _label_selector(cls, value: str) -> str:
-        if _LABEL_SELECTOR.fullmatch(value) is None:
+        if (
+            _LABEL_SELECTOR.fullmatch(value) is None
+            or any(len(prefix) > 253 for prefix in _KEY_PREFIX.findall(value))
+            or any(int(bound) >= 2**63 for bound in _BOUND.findall(value))
+        ):
             raise ValueError(f"not a label selector the API server would accept: {value!r}")
         return value
 
