@@ -52,6 +52,7 @@ _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _PERCENT = re.compile(r"^[0-9]+%$")
 _SECONDS = re.compile(r"^[0-9]+(\.[0-9]+)?$")
+_CONFIG_KEY = re.compile(r"[-._a-zA-Z0-9]+")
 _WORKLOADS = (DEPLOYMENTS, REPLICASETS, DAEMONSETS)
 # Metadata the server owns: a client's copy of these is ignored on update.
 _SERVER_METADATA = (
@@ -360,12 +361,7 @@ def _default_and_validate(rt: ResourceType, obj: JsonObj) -> None:
     if problem is not None:
         raise errors.invalid(rt, name, *problem)
     if rt is CONFIGMAPS:
-        size = sum(len(key) + len(str(value)) for key, value in (obj.get("data") or {}).items())
-        size += sum(
-            len(key) + len(base64.b64decode(value)) for key, value in (obj.get("binaryData") or {}).items()
-        )
-        if size > MAX_CONFIGMAP_BYTES:
-            raise errors.invalid(rt, name, "[]", f"Too long: must have at most {MAX_CONFIGMAP_BYTES} bytes")
+        _validate_config_map(rt, name, obj)
         return
     if rt in RBAC_TYPES:
         why = rbac.invalid(obj)
@@ -435,6 +431,25 @@ def _default_and_validate(rt: ResourceType, obj: JsonObj) -> None:
             from_label_selector_object(spec.get("selector"))
         except ValueError as exc:
             raise errors.invalid(rt, name, "spec.selector", f"Invalid value: {exc}") from None
+
+
+def _validate_config_map(rt: ResourceType, name: str, obj: JsonObj) -> None:
+    """As ``ValidateConfigMap`` (kubernetes pkg/apis/core/validation): keys of ``[-._a-zA-Z0-9]``, and the
+    values' bytes (UTF-8; binaryData's decoded), not their keys, 1 MiB at most in all."""
+    data, binary = obj.get("data") or {}, obj.get("binaryData") or {}
+    for field, key in [*(("data", k) for k in data), *(("binaryData", k) for k in binary)]:
+        if len(key) > 253 or not _CONFIG_KEY.fullmatch(key) or key in (".", "..") or key.startswith(".."):
+            raise errors.invalid(
+                rt,
+                name,
+                f"{field}[{key}]",
+                f"Invalid value: {key!r}: a valid config key must consist of alphanumeric characters, '-', '_' "
+                "or '.'",
+            )
+    size = sum(len(str(value).encode()) for value in data.values())
+    size += sum(len(base64.b64decode(value)) for value in binary.values())
+    if size > MAX_CONFIGMAP_BYTES:
+        raise errors.invalid(rt, name, "[]", f"Too long: must have at most {MAX_CONFIGMAP_BYTES} bytes")
 
 
 def _validate_sandbox_annotations(rt: ResourceType, name: str, pod: JsonObj) -> None:

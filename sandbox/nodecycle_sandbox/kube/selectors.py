@@ -119,7 +119,9 @@ def _requirement_problem(requirement: Requirement) -> str | None:
         return f"key: Invalid value: {requirement.key!r}: {why}"
     for value in sorted(requirement.values):
         if requirement.op in ("Gt", "Lt") and not -(2**63) <= int(value) < 2**63:
-            return f"values[0]: Invalid value: {value!r}: for 'Gt', 'Lt' operators, the value must be an integer"
+            return (
+                f"values[0]: Invalid value: {value!r}: for 'Gt', 'Lt' operators, the value must be an integer"
+            )
         why = label_value_problem(value)
         if why is not None:
             return f"values: Invalid value: {value!r}: {why}"

@@ -109,3 +109,29 @@ def test_a_generated_name_keeps_58_characters_of_its_prefix_as_kube_apiserver_do
     created = kube.core.create_namespaced_event("default", event)
     assert created.metadata.name.startswith(node[:58])
     assert len(created.metadata.name) == 63
+
+
+def _config_map_refusal(kube: Kube, data: dict[str, str]) -> ApiException:
+    with pytest.raises(ApiException) as raised:
+        kube.core.create_namespaced_config_map("default", {"metadata": {"name": "big"}, "data": data})
+    return raised.value
+
+
+def test_a_configmap_counts_its_values_in_bytes_up_to_1_mib_and_not_its_keys(kube: Kube) -> None:
+    # ValidateConfigMap (kubernetes pkg/apis/core/validation/validation.go): totalSize += len(value), the bytes
+    # of each value, against MaxSecretSize (1 MiB); keys are not counted
+    mib = 1024 * 1024
+    error = _config_map_refusal(kube, {"k": "é" * (mib // 2 + 1)})  # fewer characters than bytes
+    assert error.status == 422
+    assert "Too long: must have at most 1048576 bytes" in status_of(error)["message"]
+
+    kube.core.create_namespaced_config_map(
+        "default", {"metadata": {"name": "full"}, "data": {"k" * 253: "x" * (mib - 1), "a": "x"}}
+    )
+
+
+@pytest.mark.parametrize("key", ["budget/json", "a b", "..x", "k" * 254])
+def test_a_configmap_key_kubernetes_refuses_is_422(kube: Kube, key: str) -> None:
+    error = _config_map_refusal(kube, {key: "v"})
+    assert error.status == 422
+    assert f"data[{key}]" in status_of(error)["message"]

@@ -198,10 +198,13 @@ def test_json_patch_applies_operations_and_a_failed_test_is_422(kube: Kube) -> N
         {"op": "add", "path": "/data/c", "value": "3"},
         {"op": "remove", "path": "/data/b"},
         {"op": "copy", "from": "/data/c", "path": "/data/d"},
-        {"op": "move", "from": "/data/d", "path": "/data/e~1f"},
+        # (a "/" in a key is escaped "~1": in a label's key, since a ConfigMap's keys may have none)
+        {"op": "add", "path": "/metadata/labels", "value": {}},
+        {"op": "move", "from": "/data/d", "path": "/metadata/labels/example.com~1e"},
     ]
     patched = kube.core.patch_namespaced_config_map("ops", "default", operations)
-    assert patched.data == {"a": "10", "c": "3", "e/f": "3"}
+    assert patched.data == {"a": "10", "c": "3"}
+    assert patched.metadata.labels == {"example.com/e": "3"}
     error = _error(
         kube.core.patch_namespaced_config_map,
         "ops",
