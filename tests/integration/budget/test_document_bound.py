@@ -16,6 +16,7 @@ from nodecycle.domain.budget import (
     BudgetDocument,
     BudgetLimits,
     DisruptionBudget,
+    Holder,
     SlotReason,
     SlotRequest,
     Waiter,
@@ -104,3 +105,60 @@ def test_a_document_the_api_server_refuses_is_a_clear_transient_error(core: clie
         TransientError, match=rf"refused ConfigMap {NAMESPACE}/nodecycle-budget \(\d+ bytes\).*Too long"
     ):
         store.update(lambda doc: (oversized, None))
+
+
+def forced_holders(count: int) -> tuple[Holder, ...]:
+    """Nodes that took a slot without room, their actions' global timeouts near (a scale-in longer than them)."""
+    return tuple(
+        Holder(
+            node=f"ip-10-9-{i // 250}-{i % 250}.eu-west-1.compute.internal",
+            instance_id=f"i-1{i:016x}",
+            zone="eu-west-1b",
+            owner="nodes-general",
+            record_id=f"i-1{i:016x}/terminate/5c1d9e2a-7f3b-4a6c-b8d0-{i:012x}",
+            token=f"5c1d9e2a-7f3b-4a6c-b8d0-{i:012x}",
+            renewed_at=NOW,
+            acquired_at=NOW,
+            ttl_seconds=600,
+            forced=True,
+        )
+        for i in range(count)
+    )
+
+
+def test_a_forced_slot_that_would_pass_the_configmap_limit_takes_the_place_of_the_youngest_waiter(
+    core: client.CoreV1Api, server: KubeServer
+) -> None:
+    # Given a scale-in of thousands of nodes: a full queue, and hundreds of nodes that could not join it and
+    # took forced slots as their global timeouts came near, the document a few KiB under the API server's 1 MiB
+    clock, metrics = FakeClock(NOW), FakeMetrics()
+    store = ConfigMapBudgetStore(lambda: core, NAMESPACE)
+    queue, count = BudgetDocument(waiters=waiters(MAX_WAITERS)), 1300
+    while len(queue.model_copy(update={"holders": forced_holders(count)}).to_json()) > 1024 * 1024:
+        count -= 1
+    full = queue.model_copy(update={"holders": forced_holders(count)})
+    assert 1024 * 1024 - 400 < len(full.to_json()) <= 1024 * 1024
+    store.update(lambda doc: (full, None))
+
+    # When one more node outside the queue must go (its action's global timeout is too near to wait)
+    late = SlotRequest(
+        "ip-10-9-200-1.eu-west-1.compute.internal",
+        "i-0fedcba9876543210",
+        "eu-west-1c",
+        "nodes-general",
+        "i-0fedcba9876543210/terminate/0b6f2d4e-3a1c-4e8b-9d7f-5a2c4e6b8d0f",
+        token="0b6f2d4e-3a1c-4e8b-9d7f-5a2c4e6b8d0f",
+        force=True,
+    )
+    decision = budget(core, clock, metrics).acquire(late)
+
+    # Then it takes its forced slot, and the youngest waiter of its stack gives up its place in line for it (it
+    # asks again later, as a node that found the queue full), counted, so that the write stays under 1 MiB
+    assert (decision.granted, decision.reason) == (True, SlotReason.FORCED)
+    doc = BudgetDocument.from_json(stored(server)["data"]["budget.json"])
+    assert doc.holder(late.node) is not None
+    assert len(doc.to_json()) <= 1024 * 1024
+    youngest = waiters(MAX_WAITERS)[-1]
+    assert doc.waiter(youngest.node) is None
+    assert [w.node for w in doc.waiters] == [w.node for w in waiters(MAX_WAITERS)[: len(doc.waiters)]]
+    assert metrics.counts["BudgetQueueFull"] == MAX_WAITERS - len(doc.waiters) >= 1

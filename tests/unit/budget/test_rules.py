@@ -8,7 +8,16 @@ from datetime import timedelta
 
 from nodecycle.domain.budget import BudgetDocument, BudgetLimits, Holder, SlotReason, SlotRequest, Waiter
 from nodecycle.domain.budget.limits import owner_limits
-from nodecycle.domain.budget.rules import MAX_PASSED, MAX_WAITERS, claim, eligible_waiters, pass_on, prune
+from nodecycle.domain.budget.rules import (
+    MAX_DOCUMENT_BYTES,
+    MAX_PASSED,
+    MAX_WAITERS,
+    claim,
+    eligible_waiters,
+    pass_on,
+    prune,
+    shed,
+)
 from nodecycle.domain.policy import Quantity
 from tests.unit.budget.fakes import START, node
 
@@ -270,3 +279,41 @@ def test_an_owner_that_counts_the_younger_node_already_sees_no_room_taken_by_it(
     )
     # Then both go: b1 draining takes none of green's room (green counts it either way: b1 + g1 = 2)
     assert picks(doc) == ["g1", "b1"]
+
+
+def test_a_document_past_its_bound_sheds_the_youngest_waiters_of_the_owner_not_in_progress_urgent_last() -> (
+    None
+):
+    # Given a document past MAX_DOCUMENT_BYTES (a forced slot took it there), whose waiters of owner blue are,
+    # in line: an urgent one, an old one, one in progress, and young ones; and another owner's youngest
+    long = "x" * 200
+    filler = tuple(waiter(f"blue-{i}-{long}", since=10) for i in range(MAX_DOCUMENT_BYTES // 300))
+    line = (
+        waiter("urgent", since=1, urgent_at=START),
+        waiter("old", since=2),
+        waiter("in-progress", since=100, in_progress=True),
+        *filler,
+        waiter("young", since=50),
+        waiter("green-youngest", owner="green", since=200),
+    )
+    doc = BudgetDocument(waiters=line)
+    assert len(doc.to_json()) > MAX_DOCUMENT_BYTES
+
+    # When it is brought back under its bound for owner blue
+    kept, shed_ = shed(doc, "blue", START + timedelta(seconds=300))
+
+    # Then blue's youngest went first (the later of two that came at once first), then older ones, until it fits
+    assert (
+        len(kept.to_json())
+        <= MAX_DOCUMENT_BYTES
+        < len(kept.to_json()) + BudgetDocument.entry_bytes(shed_[-1])
+    )
+    assert [w.node for w in shed_[:2]] == ["young", filler[-1].node]
+    # and neither the drain in progress, nor another owner's waiter, nor the urgent one (while others remain)
+    assert {"in-progress", "green-youngest", "urgent"} <= {w.node for w in kept.waiters}
+    assert [w.node for w in kept.waiters] == [w.node for w in line if w not in shed_]
+
+
+def test_a_document_within_its_bound_sheds_nothing() -> None:
+    doc = BudgetDocument(waiters=(waiter("a"), waiter("b")))
+    assert shed(doc, "blue", START) == (doc, ())

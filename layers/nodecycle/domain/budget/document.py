@@ -23,7 +23,8 @@ scope when it last wrote, and the nodes it counts as unavailable: every writer e
 waiters with that owner's recorded limits, so all stacks agree on who is next (see :mod:`.rules`).
 The budget holds at most ``MAX_WAITERS`` waiters, and takes no new one that would bring the document past
 ``MAX_DOCUMENT_BYTES`` (see :mod:`.rules`), so that it stays under the API server's 1 MiB limit for a
-ConfigMap (a waiter takes 300-650 bytes). ``released`` remembers for one TTL the nodes whose slot was just given back: such a node stays cordoned
+ConfigMap (a waiter takes 300-650 bytes); a forced slot that brings it past takes the places of the youngest
+waiters of its stack. ``released`` remembers for one TTL the nodes whose slot was just given back: such a node stays cordoned
 until its instance is gone, and must not be counted as "unavailable for another reason" meanwhile. It holds
 one entry per lifecycle that gave a node's slot back, kept while another lifecycle holds the node again.
 
@@ -181,6 +182,12 @@ class BudgetDocument(_Model):
             **{key: value for key, value in data.items() if key != "formatVersion"},
         }
         return json.dumps(data, separators=(",", ":"))
+
+    @staticmethod
+    def entry_bytes(entry: Holder | Waiter | Released) -> int:
+        """What ``entry`` takes in :meth:`to_json`'s text: its own JSON and the comma that separates it."""
+        data = entry.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+        return len(json.dumps(data, separators=(",", ":"))) + 1
 
     @classmethod
     def from_json(cls, text: str) -> BudgetDocument:

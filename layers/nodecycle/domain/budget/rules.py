@@ -213,7 +213,8 @@ MAX_PASSED = 3  # a waiter passed over this often goes next, oldest first (after
 # node's name, its owner's id, its record's): 2,000 waiters of long names, with the owners' recorded limits
 # (their unavailable nodes), can pass it. So a new waiter also needs the document to stay under
 # MAX_DOCUMENT_BYTES, with room left for holders and renewals. A node that finds the queue full is told so
-# and asks again later, outside the queue.
+# and asks again later, outside the queue. A forced slot is taken whatever the bound, and then the youngest
+# waiters of its stack give up their places in line until the document is back under it (see :func:`shed`).
 MAX_WAITERS = 2000
 MAX_DOCUMENT_BYTES = 900 * 1024
 
@@ -632,6 +633,39 @@ def _queued(
     if waiter is None and not request.force and len(queued.to_json()) > MAX_DOCUMENT_BYTES:
         return None
     return queued, entry
+
+
+def shed(doc: BudgetDocument, owner: str, now: datetime) -> tuple[BudgetDocument, tuple[Waiter, ...]]:
+    """``doc`` brought back under ``MAX_DOCUMENT_BYTES`` after a forced slot took it past (``doc`` itself when it
+    is not past), by the youngest waiters of ``owner`` giving up their places in line; and those waiters.
+
+    A forced slot is taken whatever the queue holds: its node goes either way, and its drain at least respects
+    PodDisruptionBudgets, while a write past the API server's 1 MiB would fail, and fail every drain's write
+    after it. In a scale-in longer than the actions' global timeouts, the nodes that found the queue full come
+    back forced by the hundreds. So they take the places of the waiters of their own stack (never another's:
+    invariant 3) that would go last: not those in progress (invariant 9), those not urgent yet before the
+    urgent ones, the youngest first. A waiter shed asks again at its next retry, as a node that found the queue
+    full; the caller counts and logs it."""
+    excess = len(doc.to_json()) - MAX_DOCUMENT_BYTES
+    if excess <= 0:
+        return doc, ()
+    # (the queue is in first-come order: the later of two that came at once is the younger)
+    candidates = sorted(
+        ((i, w) for i, w in enumerate(doc.waiters) if w.owner == owner and not w.in_progress),
+        key=lambda item: (
+            item[1].urgent_at is not None and item[1].urgent_at <= now,
+            -item[1].waiting_since.timestamp(),
+            -item[0],
+        ),
+    )
+    shed: list[Waiter] = []
+    for _, waiter in candidates:
+        if excess <= 0:
+            break
+        shed.append(waiter)
+        excess -= BudgetDocument.entry_bytes(waiter)
+    gone = {id(w) for w in shed}
+    return doc.model_copy(update={"waiters": tuple(w for w in doc.waiters if id(w) not in gone)}), tuple(shed)
 
 
 def _without_waiter(doc: BudgetDocument, waiter: Waiter | None, request: SlotRequest) -> BudgetDocument:

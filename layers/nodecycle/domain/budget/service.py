@@ -36,6 +36,10 @@ class _Passed:
     waiters: tuple[Waiter, ...]  # those passed a slot by the write
 
 
+# this owner's waiters that gave up their places in line for a forced slot (see :func:`rules.shed`)
+type _Shed = tuple[Waiter, ...]
+
+
 @dataclass(frozen=True)
 class _Written[T]:
     result: T
@@ -235,13 +239,13 @@ class DisruptionBudget:
 
         def mutate(
             current: BudgetDocument | None,
-        ) -> tuple[BudgetDocument | None, tuple[SlotDecision, timedelta | None, tuple[Waiter, ...]]]:
+        ) -> tuple[BudgetDocument | None, tuple[SlotDecision, timedelta | None, tuple[Waiter, ...], _Shed]]:
             now = self._clock.now()
             # A holder that renewed lately (a drain's every poll) needs neither the pruned document nor the
             # limits: decided before they are worked out
             held = None if current is None else rules.fresh_holder(current, request, now)
             if held is not None:
-                return current, (held, None, ())
+                return current, (held, None, (), ())
             live = rules.prune(current or BudgetDocument(), now)
             limits = self._own_limits(nodes, live)
             # judged under the limits this owner resolves now (a node back in service, a redeploy may free a
@@ -255,19 +259,34 @@ class DisruptionBudget:
                 else None
             )
             if fresh is not None:
-                return current, (fresh, None, ())
+                return current, (fresh, None, (), ())
             doc = rules.with_own_limits(live, self._owner, limits)
             doc, decision, waited, eligible = rules.claim(
                 doc, request, now=now, ttl=self._ttl, renewing=renewing
             )
             if decision.reason is SlotReason.QUEUE_FULL:
-                return current, (decision, None, ())  # nothing to write for a node that is not let in
+                return current, (decision, None, (), ())  # nothing to write for a node that is not let in
+            shed: _Shed = ()
+            if decision.reason is SlotReason.FORCED:
+                doc, shed = rules.shed(doc, self._owner, now)
+                decision = replace(decision, waiting=len(doc.waiters))
             woken = self._newly_eligible(current or BudgetDocument(), doc, limits, eligible)
             written, passed = self._pass_on(current, doc, limits, woken, now)
-            return written, (replace(decision, wake=tuple(passed.wake)), waited, passed.waiters)
+            return written, (replace(decision, wake=tuple(passed.wake)), waited, passed.waiters, shed)
 
-        decision, waited, passed = self._write(mutate)
+        decision, waited, passed, shed = self._write(mutate)
         self._tell_passed(passed)
+        if shed:
+            log.error(
+                "the budget's document was full when node %s took its forced slot: %d waiters of this stack "
+                "gave up their places in line for it, and ask again later: %s%s",
+                request.node,
+                len(shed),
+                ", ".join(w.node for w in shed[:10]),
+                ", ..." if len(shed) > 10 else "",
+            )
+            # counted as nodes that found the queue full: they wait outside it now
+            self._metrics.count("BudgetQueueFull", len(shed))
         if waited is not None:
             self._metrics.seconds("BudgetWait", waited.total_seconds())
         if decision.reason is SlotReason.QUEUE_FULL:
