@@ -103,6 +103,10 @@ def method_not_allowed(message: str) -> ApiError:
     return ApiError(405, "MethodNotAllowed", message)
 
 
+def request_entity_too_large(message: str) -> ApiError:
+    return ApiError(413, "RequestEntityTooLarge", f"Request entity too large: {message}")
+
+
 def unsupported_media_type(content_type: str) -> ApiError:
     return ApiError(
         415, "UnsupportedMediaType", f"the body of the request was in an unknown format: {content_type}"

@@ -279,7 +279,14 @@ def _content_type(request: Request) -> str:
     return request.headers.get("content-type", "").split(";")[0].strip().lower()
 
 
+# What kube-apiserver reads of a request's body (its MaxRequestBodyBytes default: 3 MiB), in every handler
+# that decodes one (k8s.io/apiserver pkg/endpoints/handlers/rest.go: limitedReadBody); 413 past it
+MAX_REQUEST_BODY_BYTES = 3 * 1024 * 1024
+
+
 def _decode(body: bytes) -> Any:
+    if len(body) > MAX_REQUEST_BODY_BYTES:
+        raise errors.request_entity_too_large(f"limit is {MAX_REQUEST_BODY_BYTES}")
     try:
         return json.loads(body) if body else None
     except ValueError as exc:

@@ -121,7 +121,8 @@ def test_a_configmap_counts_its_values_in_bytes_up_to_1_mib_and_not_its_keys(kub
     # ValidateConfigMap (kubernetes pkg/apis/core/validation/validation.go): totalSize += len(value), the bytes
     # of each value, against MaxSecretSize (1 MiB); keys are not counted
     mib = 1024 * 1024
-    error = _config_map_refusal(kube, {"k": "é" * (mib // 2 + 1)})  # fewer characters than bytes
+    # (three bytes a character: the client sends each as a 6-byte escape, and the body stays under 3 MiB)
+    error = _config_map_refusal(kube, {"k": "€" * (mib // 3 + 1)})  # fewer characters than bytes
     assert error.status == 422
     assert "Too long: must have at most 1048576 bytes" in status_of(error)["message"]
 
@@ -135,3 +136,17 @@ def test_a_configmap_key_kubernetes_refuses_is_422(kube: Kube, key: str) -> None
     error = _config_map_refusal(kube, {key: "v"})
     assert error.status == 422
     assert f"data[{key}]" in status_of(error)["message"]
+
+
+def test_a_request_body_over_3_mib_is_413_before_it_is_decoded(kube: Kube) -> None:
+    # k8s.io/apiserver pkg/endpoints/handlers/rest.go limitedReadBody, with MaxRequestBodyBytes' default 3 MiB:
+    # 413 RequestEntityTooLarge; a body under it is decoded and validated (a ConfigMap over 1 MiB: 422)
+    mib = 1024 * 1024
+    with pytest.raises(ApiException) as raised:
+        kube.core.create_namespaced_config_map(
+            "default", {"metadata": {"name": "huge"}, "data": {"k": "x" * 3 * mib}}
+        )
+    assert (raised.value.status, status_of(raised.value)["reason"]) == (413, "RequestEntityTooLarge")
+    assert status_of(raised.value)["message"] == "Request entity too large: limit is 3145728"
+    error = _config_map_refusal(kube, {"k": "x" * (3 * mib - 100)})
+    assert error.status == 422
