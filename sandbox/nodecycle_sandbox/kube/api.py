@@ -14,6 +14,7 @@ from typing import Any
 
 from nodecycle_sandbox.kube import errors, finalizers, rbac
 from nodecycle_sandbox.kube.builders import random_suffix
+from nodecycle_sandbox.kube.events import event_problem
 from nodecycle_sandbox.kube.history import API, SANDBOX
 from nodecycle_sandbox.kube.kubelet import Kubelet
 from nodecycle_sandbox.kube.meta import (
@@ -34,6 +35,7 @@ from nodecycle_sandbox.kube.resources import (
     CONFIGMAPS,
     DAEMONSETS,
     DEPLOYMENTS,
+    EVENTS,
     NAMESPACES,
     PDBS,
     PODS,
@@ -362,6 +364,11 @@ def _default_and_validate(rt: ResourceType, obj: JsonObj) -> None:
         raise errors.invalid(rt, name, *problem)
     if rt is CONFIGMAPS:
         _validate_config_map(rt, name, obj)
+        return
+    if rt is EVENTS:
+        problem = event_problem(obj)
+        if problem is not None:
+            raise errors.invalid(rt, name, *problem)
         return
     if rt in RBAC_TYPES:
         why = rbac.invalid(obj)

@@ -150,3 +150,63 @@ def test_a_request_body_over_3_mib_is_413_before_it_is_decoded(kube: Kube) -> No
     assert status_of(raised.value)["message"] == "Request entity too large: limit is 3145728"
     error = _config_map_refusal(kube, {"k": "x" * (3 * mib - 100)})
     assert error.status == 422
+
+
+NODE = {"apiVersion": "v1", "kind": "Node", "name": "ip-10-0-1-7.eu-west-1.compute.internal"}
+POD = {"apiVersion": "v1", "kind": "Pod", "name": "web-1", "namespace": "shop"}
+
+
+def _event_refusal(kube: Kube, namespace: str, subject: dict[str, str], **fields: Any) -> ApiException | None:
+    """The API server's refusal of an Event about ``subject`` in ``namespace``; None when it is created."""
+    body = {"metadata": {"generateName": "e."}, "involvedObject": subject, "reason": "Cordoned", **fields}
+    try:
+        kube.core.create_namespaced_event(namespace, body)
+    except ApiException as error:
+        return error
+    return None
+
+
+def test_a_core_v1_event_without_event_time_is_in_its_objects_namespace_or_default_for_a_node(
+    kube: Kube,
+) -> None:
+    # kubernetes pkg/apis/core/validation/events.go, legacyValidateEvent: as the kubelet and nodecycle write them
+    kube.core.create_namespace({"metadata": {"name": "shop"}})
+    assert _event_refusal(kube, "default", NODE) is None
+    assert _event_refusal(kube, "shop", POD) is None
+    for namespace, subject in (("kube-system", NODE), ("default", POD)):
+        error = _event_refusal(kube, namespace, subject)
+        assert error is not None
+        assert error.status == 422
+        assert "involvedObject.namespace" in status_of(error)["message"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({}, "reportingComponent"),
+        ({"reportingComponent": "not a name"}, "reportingComponent"),
+        ({"reportingComponent": "nodecycle"}, "reportingInstance"),
+        (
+            {"reportingComponent": "nodecycle", "reportingInstance": "x" * 129, "action": "Drain"},
+            "reportingInstance",
+        ),
+        ({"reportingComponent": "nodecycle", "reportingInstance": "stack-a"}, "action"),
+        (
+            {
+                "reportingComponent": "nodecycle",
+                "reportingInstance": "stack-a",
+                "action": "Drain",
+                "message": "m" * 1025,
+            },
+            "message",
+        ),
+    ],
+)
+def test_a_core_v1_event_with_event_time_says_who_reported_what_within_its_limits(
+    kube: Kube, fields: dict[str, str], field: str
+) -> None:
+    error = _event_refusal(kube, "default", NODE, eventTime="2026-12-01T10:00:00.000000Z", **fields)
+    assert error is not None
+    assert (error.status, status_of(error)["details"]["causes"][0]["field"]) == (422, field)
+    complete = {"reportingComponent": "nodecycle", "reportingInstance": "x" * 128, "action": "Drain"}
+    assert _event_refusal(kube, "default", NODE, eventTime="2026-12-01T10:00:00.000000Z", **complete) is None
