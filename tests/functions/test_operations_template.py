@@ -137,6 +137,14 @@ def test_the_alarms_issue_twelve_asked_for_exist() -> None:
     assert "SUM(LifecycleEventsRejected)" in rejected
 
 
+def test_the_budget_exceeded_or_its_queue_full_alarm() -> None:
+    # Both break a promise of the budget (its limits; first come first served) by design, for good reasons: an
+    # operator must hear of it
+    watched = {a["MetricName"]: name for name, a in alarms() if a.get("Namespace") == "NodeCycle"}
+    assert watched["ForcedSlots"] == "BudgetExceededAlarm"
+    assert watched["BudgetQueueFull"] == "BudgetQueueFullAlarm"
+
+
 def test_every_metric_the_code_emits_is_on_the_dashboard_or_listed_as_left_off() -> None:
     emitted, drawn, left_off = emitted_metrics(), dashboard_metrics(), left_off_metrics()
     assert len(emitted) > 25  # the scan found the code's metrics
