@@ -162,3 +162,52 @@ def test_tags_are_found_by_their_resource_and_a_released_addresss_are_forgotten(
     assert described == []
     backend = ec2_backends[ACCOUNT_ID]["eu-west-1"]
     assert gone not in backend.tags
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        (
+            "aws:owner",
+            "a",
+            "Value ( aws:owner ) for parameter key is invalid. Tag keys starting with 'aws:' are reserved for "
+            "internal use",
+        ),
+        (
+            "AWS:owner",
+            "a",
+            "Value ( AWS:owner ) for parameter key is invalid. Tag keys starting with 'aws:' are reserved for "
+            "internal use",
+        ),
+        ("k" * 129, "a", "Tag key exceeds the maximum length of 128 characters"),
+        ("owner", "v" * 257, "Tag value exceeds the maximum length of 256 characters"),
+    ],
+)
+def test_tags_ec2_restricts_are_refused_at_allocation_and_by_create_tags(
+    ec2: Any, key: str, value: str, message: str
+) -> None:
+    # Given a tag that EC2's tag restrictions forbid ("Tag restrictions", EC2 user guide: keys up to 128
+    # characters, values up to 256, no key beginning with aws:), which moto stored
+    tags = [{"Key": key, "Value": value}]
+
+    # When an address is allocated with it, Then EC2's refusal comes and nothing is allocated
+    with pytest.raises(ec2.exceptions.ClientError) as refused:
+        ec2.allocate_address(Domain="vpc", TagSpecifications=[{"ResourceType": "elastic-ip", "Tags": tags}])
+    assert refused.value.response["Error"] == {"Code": "InvalidParameterValue", "Message": message}
+    assert ec2.describe_addresses()["Addresses"] == []
+
+    # and CreateTags of it on an address is refused the same way, the address keeping its tags
+    address = ec2.allocate_address(Domain="vpc")["AllocationId"]
+    with pytest.raises(ec2.exceptions.ClientError) as refused:
+        ec2.create_tags(Resources=[address], Tags=tags)
+    assert refused.value.response["Error"] == {"Code": "InvalidParameterValue", "Message": message}
+    assert ec2.describe_addresses()["Addresses"][0].get("Tags", []) == []
+
+
+def test_tags_at_ec2s_limits_are_taken(ec2: Any) -> None:
+    # Given a key of 128 characters and a value of 256, the longest EC2 takes
+    tags = [{"Key": "k" * 128, "Value": "v" * 256}]
+
+    # When an address is allocated with it, Then it carries it
+    ec2.allocate_address(Domain="vpc", TagSpecifications=[{"ResourceType": "elastic-ip", "Tags": tags}])
+    assert ec2.describe_addresses()["Addresses"][0]["Tags"] == tags
