@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from moto.autoscaling.models import AutoScalingBackend, autoscaling_backends
 
-from nodecycle_sandbox.aws import ec2_instances, eks
+from nodecycle_sandbox.aws import ec2_addresses, ec2_instances, eks
 from nodecycle_sandbox.aws import faults as aws_faults
 from nodecycle_sandbox.aws.disruptions import SPOT_HOOK_AFTER_SECONDS, SPOT_WARNING_SECONDS
 from nodecycle_sandbox.aws.eks_access import API_AND_CONFIG_MAP
@@ -31,6 +31,8 @@ class AwsControls(Protocol):
         global_timeout_factor: float | None = None,
         global_timeout_cap: float | None = None,
         eventbridge_for_sqs_hooks: bool | None = None,
+        terminated_retention_seconds: float | None = None,
+        address_quota: int | None = None,
     ) -> None: ...
 
     def plan_nodes(
@@ -115,11 +117,15 @@ class AwsControl:
         global_timeout_cap: float | None = None,
         eventbridge_for_sqs_hooks: bool | None = None,
         terminated_retention_seconds: float | None = None,
+        address_quota: int | None = None,
     ) -> None:
-        """Change the global-timeout rule (for hooks put from now on), where SQS-hook events go, and how long
-        EC2 lists a terminated instance (about an hour on AWS)."""
+        """Change the global-timeout rule (for hooks put from now on), where SQS-hook events go, how long
+        EC2 lists a terminated instance (about an hour on AWS), and how many Elastic IPs the account may
+        hold (5 by default on AWS; no limit in the sandbox until set)."""
         emulator = self.emulator
         with emulator.lock:
+            if address_quota is not None:
+                ec2_addresses.set_quota(self.backend.ec2_backend, address_quota)
             if terminated_retention_seconds is not None:
                 ec2_instances.set_retention(self.backend.ec2_backend, terminated_retention_seconds)
             if global_timeout_factor is not None:

@@ -17,6 +17,15 @@
   disassociation pass. In a default VPC, though, EC2 does as moto ("releasing an Elastic IP address
   automatically disassociates it from any instance that it's associated with"): with ``DEFAULT_VPC`` set,
   so does the emulation, and nodecycle must keep an address in use without EC2's refusal.
+- An account holds a limited number of Elastic IPs per region (5 by default, "Elastic IP address quota" in
+  the EC2 user guide): AllocateAddress beyond it answers ``AddressLimitExceeded`` ("The maximum number of
+  addresses has been reached."). moto allocates without end. The quota is per backend (``set_quota``,
+  ``AwsControl.configure(address_quota=...)``); none until set, as an account whose quota was raised for its
+  fleet, so that sandboxes of many nodes keep allocating.
+- An instance takes an address only once it runs: AssociateAddress naming one that is pending, shutting down or
+  terminated answers ``InvalidInstanceID`` ("The pending instance 'i-...' is not in a valid state for this
+  operation.", the answer EC2 gives a launch that associates too early, or one whose instance was terminated
+  meanwhile). moto associated it, so an address could be "held" by a terminated instance.
 - A released address is gone from one answer to the next. moto clears its allocation id and then removes it,
   so a DescribeAddresses served between the two shows an address without an ``AllocationId``, which EC2
   never sends (and which a reader of the answer fails on). Here it is removed with its id intact.
@@ -32,6 +41,10 @@ from moto.ec2.models.elastic_ip_addresses import ElasticAddress, ElasticAddressB
 
 _LOCK = threading.Lock()
 _MARKER = "_nodecycle_sandbox_associate"
+_QUOTA = "_nodecycle_address_quota"
+# the states in which EC2 refuses to associate an address with an instance (stopped and stopping are allowed:
+# an address stays with a stopped instance, and may be associated with one)
+_CANNOT_ASSOCIATE = frozenset({"pending", "shutting-down", "terminated"})
 # True: ReleaseAddress answers as for addresses of a default VPC (an address in use is disassociated and
 # released, no error); False: as for those of a nondefault VPC (refused while associated). Read per call.
 DEFAULT_VPC = False
@@ -42,6 +55,18 @@ def install() -> None:
     if getattr(ElasticAddressBackend, _MARKER, False):
         return
     original = ElasticAddressBackend.associate_address
+    original_allocate = ElasticAddressBackend.allocate_address
+
+    def allocate_address(
+        self: ElasticAddressBackend, domain: str, address: str | None = None, tags: Any = None
+    ) -> ElasticAddress:
+        with _LOCK:
+            quota: int | None = getattr(self, _QUOTA, None)
+            if quota is not None and len(self.addresses) >= quota:
+                raise EC2ClientError(
+                    "AddressLimitExceeded", "The maximum number of addresses has been reached."
+                )
+            return original_allocate(self, domain, address=address, tags=tags)
 
     def associate_address(
         self: ElasticAddressBackend,
@@ -52,6 +77,12 @@ def install() -> None:
         reassociate: bool = False,
     ) -> ElasticAddress:
         with _LOCK:
+            state = instance.state if instance is not None else None
+            if state in _CANNOT_ASSOCIATE:
+                raise EC2ClientError(
+                    "InvalidInstanceID",
+                    f"The {state} instance '{instance.id}' is not in a valid state for this operation.",
+                )
             if not reassociate:
                 (found,) = (
                     self.address_by_ip([address])
@@ -88,6 +119,12 @@ def install() -> None:
             self.addresses.remove(found[0])
             self.tags.pop(found[0].allocation_id, None)  # type: ignore[attr-defined]  # EC2 forgets them too
 
+    ElasticAddressBackend.allocate_address = allocate_address  # type: ignore[method-assign]
     ElasticAddressBackend.associate_address = associate_address  # type: ignore[method-assign]
     ElasticAddressBackend.release_address = release_address  # type: ignore[method-assign]
     setattr(ElasticAddressBackend, _MARKER, True)
+
+
+def set_quota(ec2_backend: Any, addresses: int | None) -> None:
+    """How many Elastic IPs ``ec2_backend``'s account may hold in its region; None: no limit."""
+    setattr(ec2_backend, _QUOTA, addresses)

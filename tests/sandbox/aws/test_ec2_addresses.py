@@ -164,6 +164,43 @@ def test_tags_are_found_by_their_resource_and_a_released_addresss_are_forgotten(
     assert gone not in backend.tags
 
 
+def test_allocations_beyond_the_address_quota_are_refused_until_one_is_released(ec2: Any) -> None:
+    # Given an account whose Elastic IP quota is 2 (5 by default on AWS: "Elastic IP address quota", EC2
+    # user guide), both allocated
+    ec2_addresses.set_quota(ec2_backends[ACCOUNT_ID]["eu-west-1"], 2)
+    first = ec2.allocate_address(Domain="vpc")["AllocationId"]
+    ec2.allocate_address(Domain="vpc")
+
+    # When a third is allocated, Then EC2's refusal comes (moto allocated without end) and nothing is added
+    with pytest.raises(ec2.exceptions.ClientError) as refused:
+        ec2.allocate_address(Domain="vpc")
+    assert refused.value.response["Error"] == {
+        "Code": "AddressLimitExceeded",
+        "Message": "The maximum number of addresses has been reached.",
+    }
+    assert len(ec2.describe_addresses()["Addresses"]) == 2
+
+    # and once one is released, the next allocation succeeds
+    ec2.release_address(AllocationId=first)
+    ec2.allocate_address(Domain="vpc")
+
+
+def test_an_address_is_not_associated_with_a_terminated_instance(ec2: Any) -> None:
+    # Given a terminated instance and a free address
+    instance = _instance(ec2)
+    ec2.terminate_instances(InstanceIds=[instance])
+    address = ec2.allocate_address(Domain="vpc")["AllocationId"]
+
+    # When the address is associated with it, Then EC2's refusal comes (moto associated it) and it stays free
+    with pytest.raises(ec2.exceptions.ClientError) as refused:
+        ec2.associate_address(AllocationId=address, InstanceId=instance, AllowReassociation=False)
+    assert refused.value.response["Error"] == {
+        "Code": "InvalidInstanceID",
+        "Message": f"The terminated instance '{instance}' is not in a valid state for this operation.",
+    }
+    assert _holders(ec2) == {address: None}
+
+
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [
