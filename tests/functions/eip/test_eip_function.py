@@ -18,12 +18,15 @@ from typing import Any
 
 import boto3
 import pytest
+from moto.core import DEFAULT_ACCOUNT_ID as ACCOUNT_ID
+from moto.ec2.models import ec2_backends
 
 from nodecycle.domain.eip import SCRATCH
 from nodecycle.domain.model import ADDRESSES_LEFT, LifecycleRecord, Step
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.addresses import ALLOCATED_AT_TAG, GROUP_TAG, INSTANCE_TAG, OWNER_TAG
 from nodecycle.entrypoints import BatchFailed
+from nodecycle_sandbox.aws import ec2_addresses
 from tests.functions.eip.conftest import (
     AwsLikeEc2,
     addresses,
@@ -258,6 +261,40 @@ def test_an_exhausted_address_quota_ends_the_launch_as_configured(
     assert work(stack.drain_queue) == handed_over
     assert (updated.completed_at is not None) == (step is Step.DONE)
     assert metric(capsys.readouterr().out, "EipFailures") == 1
+
+
+def test_a_launch_whose_duplicate_took_the_last_address_of_the_quota_for_it_keeps_that_address(
+    eip_fn: ModuleType, stack: Stack, ec2: AwsLikeEc2, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an account with room for one more Elastic IP (the sandbox's EC2 answers AddressLimitExceeded past
+    # its quota), and a launch whose message SQS delivered twice at the same moment: the other delivery
+    # allocates for the instance between this one's listing and its own AllocateAddress, taking that room
+    (instance,) = run_instances(1)
+    record = given(stack, launch_record(instance, at=now()))
+    ec2_addresses.set_quota(ec2_backends[ACCOUNT_ID][os.environ["AWS_DEFAULT_REGION"]], 1)
+    allocate_as_ec2_does = ec2.allocate_address
+
+    def after_the_duplicate(**kwargs: Any) -> Any:
+        allocate(
+            **{OWNER_TAG: OWNER, INSTANCE_TAG: instance, GROUP_TAG: GROUP, ALLOCATED_AT_TAG: "2026-01-01"}
+        )
+        return allocate_as_ec2_does(**kwargs)
+
+    monkeypatch.setattr(ec2, "allocate_address", after_the_duplicate)
+
+    # When this delivery's AllocateAddress is refused for the quota
+    response = eip_fn.handler(work_event(record), LambdaContext())
+
+    # Then the launch takes the address allocated for its instance and goes on, rather than be abandoned
+    assert failures(response) == []
+    (address,) = addresses(**{f"tag:{OWNER_TAG}": OWNER})
+    assert address.get("InstanceId") == instance
+    updated = current(stack, record)
+    assert (updated.step, updated.result, updated.allocation_id) == (
+        Step.READY_GATE,
+        None,
+        address["AllocationId"],
+    )
 
 
 def test_a_pool_launch_claims_a_pool_address_and_terminate_returns_it(

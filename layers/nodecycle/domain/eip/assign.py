@@ -129,17 +129,23 @@ class AssignAddress:
             try:
                 allocated = self._addresses.allocate(self._tags(record, now))
             except AddressLimitExceeded:
-                return self._fail(record, "address quota exceeded")
-            self._metrics.count("EipsAllocated")
-            log.info(
-                "allocated Elastic IP %s for instance %s",
-                allocated.public_ip,
-                instance,
-                extra={"allocation_id": allocated.allocation_id},
-            )
-            # Another delivery of this message may be allocating at this very moment: looking again lets
-            # both converge on the lowest allocation id; the spare is released once one holds.
-            found = distinct(self._addresses.find(self._owner, allocated_for=instance), [allocated])
+                # Another delivery of this message may have allocated for the instance since the listing, and
+                # taken the quota's last address doing so: that address is this launch's as well.
+                found = self._addresses.find(self._owner, allocated_for=instance)
+                if not found:
+                    return self._fail(record, "address quota exceeded")
+                log.info("the address quota is used up, by an address allocated for instance %s", instance)
+            else:
+                self._metrics.count("EipsAllocated")
+                log.info(
+                    "allocated Elastic IP %s for instance %s",
+                    allocated.public_ip,
+                    instance,
+                    extra={"allocation_id": allocated.allocation_id},
+                )
+                # Another delivery of this message may be allocating at this very moment: looking again lets
+                # both converge on the lowest allocation id; the spare is released once one holds.
+                found = distinct(self._addresses.find(self._owner, allocated_for=instance), [allocated])
             held = _held(found, instance)
             if held is not None:
                 return self._done(record, held, found)
