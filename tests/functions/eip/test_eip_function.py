@@ -297,6 +297,43 @@ def test_a_launch_whose_duplicate_took_the_last_address_of_the_quota_for_it_keep
     )
 
 
+def test_a_pool_launch_whose_duplicate_grew_the_pool_to_the_quota_for_it_keeps_that_address(
+    eip_fn: ModuleType, stack: Stack, ec2: AwsLikeEc2, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an empty pool that may grow, an account with room for one more Elastic IP (the sandbox's EC2
+    # answers AddressLimitExceeded past its quota), and a launch whose message SQS delivered twice at the same
+    # moment: the other delivery grows the pool for the instance between this one's listing and its own
+    # AllocateAddress, taking that room
+    monkeypatch.setenv("NODECYCLE_EIP_MODE", "pool")
+    monkeypatch.setenv("NODECYCLE_EIP_POOL_NAME", "ci")
+    monkeypatch.setenv("NODECYCLE_EIP_POOL_ALLOCATE_WHEN_EMPTY", "true")
+    (instance,) = run_instances(1)
+    record = given(stack, launch_record(instance, at=now()))
+    ec2_addresses.set_quota(ec2_backends[ACCOUNT_ID][os.environ["AWS_DEFAULT_REGION"]], 1)
+    allocate_as_ec2_does = ec2.allocate_address
+
+    def after_the_duplicate(**kwargs: Any) -> Any:
+        tags = {OWNER_TAG: OWNER, INSTANCE_TAG: instance, GROUP_TAG: GROUP, ALLOCATED_AT_TAG: "2026-01-01"}
+        allocate(**tags, **{"nodecycle:pool": "ci"})
+        return allocate_as_ec2_does(**kwargs)
+
+    monkeypatch.setattr(ec2, "allocate_address", after_the_duplicate)
+
+    # When this delivery's AllocateAddress is refused for the quota
+    response = eip_fn.handler(work_event(record), LambdaContext())
+
+    # Then the launch takes the pool address grown for its instance and goes on, rather than be abandoned
+    assert failures(response) == []
+    (address,) = addresses(**{"tag:nodecycle:pool": "ci"})
+    assert address.get("InstanceId") == instance
+    updated = current(stack, record)
+    assert (updated.step, updated.result, updated.allocation_id) == (
+        Step.READY_GATE,
+        None,
+        address["AllocationId"],
+    )
+
+
 def test_a_pool_launch_claims_a_pool_address_and_terminate_returns_it(
     eip_fn: ModuleType, stack: Stack, monkeypatch: pytest.MonkeyPatch
 ) -> None:

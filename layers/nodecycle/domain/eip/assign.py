@@ -190,6 +190,16 @@ class AssignAddress:
         try:
             allocated = self._addresses.allocate({**self._tags(record, now), POOL_TAG: self._pool})
         except AddressLimitExceeded:
+            # Another delivery of this message may have grown the pool for the instance since the listing, and
+            # taken the quota's last address doing so: that address is this launch's as well.
+            found = self._addresses.find(self._owner, pool=self._pool)
+            held = _held(found, instance)
+            if held is not None:
+                return self._done(record, held, found)
+            for address in (a for a in found if a.allocated_for == instance and not a.associated):
+                outcome = self._take(record, scratch, address, found)
+                if outcome is not None:
+                    return outcome
             return self._fail(record, f"address pool {self._pool!r} is empty and the address quota exceeded")
         self._metrics.count("EipsAllocated")
         log.info("address pool %r is empty: allocated %s into it", self._pool, allocated.public_ip)
