@@ -28,6 +28,7 @@ from nodecycle_sandbox.aws import (
     ec2_instances,
     ec2_tags,
     eks_access,
+    sqs_attributes,
     sqs_timing,
 )
 from nodecycle_sandbox.aws.lifecycle import active_instances, emulator_for
@@ -47,6 +48,7 @@ def install() -> None:
     _patch_backend()
     _patch_stop_and_start()
     sqs_timing.install()
+    sqs_attributes.install()  # queue attributes within SQS's ranges
     dynamodb_items.install()  # answers of lifecycle records without moto's per-attribute walk
     dynamodb_transactions.install()  # one write at a time; a cancelled transaction undoes only its own
     ec2_addresses.install()
