@@ -164,7 +164,7 @@ class Timing(_Section):
     # stale): well past any queueing delay, short enough to repair a crash quickly.
     resume_grace_seconds: Annotated[int, Field(ge=1)] = 60
     # The work queues' visibility timeout: how long a step whose invocation died waits to be retried.
-    work_visibility_timeout_seconds: Annotated[int, Field(ge=1)] = 150
+    work_visibility_timeout_seconds: Annotated[int, Field(ge=1, le=43_200)] = 150  # SQS's limit (12 h)
 
     # How often the sweeper runs (its schedule): it keeps alive every action whose heartbeat deadline comes
     # before its next run, and settles the open ones at its last run before their global timeout.
