@@ -5,11 +5,18 @@ it. Plain data (see ``identities.role_of``), to cross into the AWS process.
 
 A function without an explicit role would get SAM's generated one (managed policies the sandbox does not
 hold); a managed policy ARN cannot be read either: both are refused rather than guessed.
+
+A role's inline policies (its ``Policies``, and the ``AWS::IAM::RolePolicy`` and ``AWS::IAM::Policy`` attached
+to it) total at most 10,240 characters, white space not counted, and a managed policy at most 6,144 ("IAM and
+AWS STS quotas", IAM user guide): IAM refuses the policy that passes it ("Maximum policy size of 10240 bytes
+exceeded for role ...", LimitExceeded) and CloudFormation rolls the stack back. So does the sandbox, which
+created any role.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from nodecycle_sandbox.iam.policy import PolicyError
@@ -25,6 +32,8 @@ class Deployed(Protocol):
 
 
 _ATTACHED = ("AWS::IAM::RolePolicy", "AWS::IAM::Policy", "AWS::IAM::ManagedPolicy")
+ROLE_POLICY_SIZE_QUOTA = 10_240  # characters of a role's inline policies together
+MANAGED_POLICY_SIZE_QUOTA = 6_144  # characters of one managed policy
 
 
 def template_roles(
@@ -33,6 +42,7 @@ def template_roles(
     """Every role of the template whose condition holds, by logical id: ``{"arn", "trust", "policies"}``."""
     declared: Mapping[str, Any] = template["Resources"]
     roles: dict[str, dict[str, Any]] = {}
+    inline: dict[str, list[Any]] = {}  # each role's inline policy documents, held to IAM's quota together
     for logical_id, resource in declared.items():
         if resource["Type"] != "AWS::IAM::Role" or not resources.exists(logical_id):
             continue
@@ -43,6 +53,7 @@ def template_roles(
             {"source": f"{logical_id}/{p['PolicyName']}", "document": intrinsics.resolve(p["PolicyDocument"])}
             for p in properties.get("Policies") or []
         ]
+        inline[logical_id] = [policy["document"] for policy in policies]
         roles[logical_id] = {
             "arn": resources.role_arn(logical_id),
             "trust": intrinsics.resolve(properties.get("AssumeRolePolicyDocument")),
@@ -58,10 +69,35 @@ def template_roles(
             if role not in roles:
                 raise PolicyError(f"{logical_id}: attach policies to a role of the template with !Ref")
             name = properties.get("PolicyName") or properties.get("ManagedPolicyName") or logical_id
-            roles[role]["policies"].append(
-                {"source": f"{role}/{name}", "document": intrinsics.resolve(properties["PolicyDocument"])}
-            )
+            document = intrinsics.resolve(properties["PolicyDocument"])
+            if resource["Type"] == "AWS::IAM::ManagedPolicy":
+                _within_quota([document], MANAGED_POLICY_SIZE_QUOTA, f"policy {name}")
+            else:
+                inline[role].append(document)
+            roles[role]["policies"].append({"source": f"{role}/{name}", "document": document})
+    for logical_id, documents in inline.items():
+        _within_quota(
+            documents, ROLE_POLICY_SIZE_QUOTA, f"role {roles[logical_id]['arn'].rsplit('/', 1)[-1]}"
+        )
     return roles
+
+
+class PolicyLimitExceeded(PolicyError):
+    """Policies larger than IAM takes: IAM's LimitExceeded, which fails the stack's deployment."""
+
+
+def policy_size(documents: Iterable[Any]) -> int:
+    """The size IAM holds policies to: their characters, white space not counted."""
+    return sum(len(json.dumps(document, separators=(",", ":"), ensure_ascii=False)) for document in documents)
+
+
+def _within_quota(documents: list[Any], quota: int, what: str) -> None:
+    size = policy_size(documents)
+    if size > quota:
+        raise PolicyLimitExceeded(
+            f"Maximum policy size of {quota} bytes exceeded for {what} ({size} characters without white "
+            "space): IAM refuses it (LimitExceeded), and CloudFormation the stack"
+        )
 
 
 def function_role(template: Mapping[str, Any], function: str) -> str:
