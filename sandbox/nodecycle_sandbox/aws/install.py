@@ -25,6 +25,7 @@ from nodecycle_sandbox.aws import (
     dynamodb_items,
     dynamodb_transactions,
     ec2_addresses,
+    ec2_filters,
     ec2_instances,
     ec2_tags,
     eks_access,
@@ -52,6 +53,7 @@ def install() -> None:
     dynamodb_items.install()  # answers of lifecycle records without moto's per-attribute walk
     dynamodb_transactions.install()  # one write at a time; a cancelled transaction undoes only its own
     ec2_addresses.install()
+    ec2_filters.install()  # at most 200 filter values a call, of at most 255 characters
     ec2_instances.install()  # terminated instances forgotten after about an hour
     ec2_tags.install()
     eks_access.install()
