@@ -26,6 +26,11 @@
   terminated answers ``InvalidInstanceID`` ("The pending instance 'i-...' is not in a valid state for this
   operation.", the answer EC2 gives a launch that associates too early, or one whose instance was terminated
   meanwhile). moto associated it, so an address could be "held" by a terminated instance.
+- A terminated instance keeps no address: EC2 disassociates its Elastic IPs, which stay allocated ("Elastic IP
+  addresses", EC2 user guide: when an instance is terminated its Elastic IP address is disassociated, and stays
+  allocated to the account); an address on a secondary network interface that outlives the instance (not
+  deleted on termination) stays with that interface. moto left the address associated with the terminated instance for
+  ever, so nothing in the sandbox ever met an address that its instance's termination set free.
 - A released address is gone from one answer to the next. moto clears its allocation id and then removes it,
   so a DescribeAddresses served between the two shows an address without an ``AllocationId``, which EC2
   never sends (and which a reader of the answer fails on). Here it is removed with its id intact.
@@ -38,6 +43,7 @@ from typing import Any
 
 from moto.ec2.exceptions import EC2ClientError, ResourceAlreadyAssociatedError
 from moto.ec2.models.elastic_ip_addresses import ElasticAddress, ElasticAddressBackend
+from moto.ec2.models.instances import Instance, InstanceState
 
 _LOCK = threading.Lock()
 _MARKER = "_nodecycle_sandbox_associate"
@@ -55,6 +61,27 @@ def install() -> None:
     if getattr(ElasticAddressBackend, _MARKER, False):
         return
     original = ElasticAddressBackend.associate_address
+    original_terminate = Instance.terminate
+
+    def terminate(self: Instance) -> InstanceState:
+        # the interfaces that go with the instance: those deleted on termination, and its primary one (the
+        # interface a launch creates is deleted with its instance by default; moto keeps it, and cannot tell a
+        # launch that asked otherwise)
+        going = [nic for index, nic in self.nics.items() if index == 0 or nic.delete_on_termination]
+        interfaces = list(self.nics.values())
+        previous = original_terminate(self)
+        with _LOCK:
+            for address in self.ec2_backend.addresses:
+                if address.instance is not self and address.eni not in interfaces:
+                    continue
+                if address.eni is not None and address.eni not in going:
+                    address.instance = None  # stays with the interface, which outlives the instance
+                    continue
+                address.instance = None
+                address.eni = None
+                address.association_id = None
+        return previous
+
     original_allocate = ElasticAddressBackend.allocate_address
 
     def allocate_address(
@@ -119,6 +146,7 @@ def install() -> None:
             self.addresses.remove(found[0])
             self.tags.pop(found[0].allocation_id, None)  # type: ignore[attr-defined]  # EC2 forgets them too
 
+    Instance.terminate = terminate  # type: ignore[method-assign]
     ElasticAddressBackend.allocate_address = allocate_address  # type: ignore[method-assign]
     ElasticAddressBackend.associate_address = associate_address  # type: ignore[method-assign]
     ElasticAddressBackend.release_address = release_address  # type: ignore[method-assign]

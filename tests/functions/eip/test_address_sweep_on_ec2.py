@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import boto3
+from moto.core import DEFAULT_ACCOUNT_ID as ACCOUNT_ID
+from moto.ec2.models import ec2_backends
 
 from nodecycle.domain.ports.addresses import ALLOCATED_AT_TAG, INSTANCE_TAG, OWNER_TAG, POOL_TAG
 from nodecycle.wiring import sweeper
@@ -19,9 +22,9 @@ def test_the_sweep_frees_what_was_left_behind_and_nothing_else_in_two_api_calls(
     stack: Stack, ec2: AwsLikeEc2
 ) -> None:
     # Given, for this stack: a leaked address (unassociated for an hour), one a launch allocated a moment
-    # ago, one on a live instance, and a pool address still associated with a terminated instance (moto
-    # keeps that association; AWS ends it itself, unless the termination is still in progress)
-    live, terminated = run_instances(2)
+    # ago, one on a live instance, and a pool address still associated with an instance shutting down (EC2
+    # ends the association itself once the instance is terminated, as the sandbox's EC2 does)
+    live, going = run_instances(2)
     hour_ago = (datetime.now(UTC) - timedelta(hours=1)).isoformat(timespec="seconds")
     just_now = datetime.now(UTC).isoformat(timespec="seconds")
     ours = {OWNER_TAG: "stack-a"}
@@ -30,8 +33,8 @@ def test_the_sweep_frees_what_was_left_behind_and_nothing_else_in_two_api_calls(
     in_use = allocate(**ours, **{INSTANCE_TAG: live, ALLOCATED_AT_TAG: hour_ago})
     pooled = allocate(**ours, **{POOL_TAG: "ci"})
     ec2.associate_address(AllocationId=in_use, InstanceId=live, AllowReassociation=False)
-    ec2.associate_address(AllocationId=pooled, InstanceId=terminated, AllowReassociation=False)
-    boto3.client("ec2").terminate_instances(InstanceIds=[terminated])
+    ec2.associate_address(AllocationId=pooled, InstanceId=going, AllowReassociation=False)
+    shutting_down(going)
     # and another stack's address, unassociated for an hour
     theirs = allocate(**{OWNER_TAG: "stack-b", ALLOCATED_AT_TAG: hour_ago})
     calls = api_calls(ec2.moto)
@@ -49,6 +52,14 @@ def test_the_sweep_frees_what_was_left_behind_and_nothing_else_in_two_api_calls(
     assert calls["DescribeAddresses"] == 3
     assert calls["DescribeInstances"] == 1
     assert calls["ReleaseAddress"] == calls["DisassociateAddress"] == 1
+
+
+def shutting_down(instance_id: str) -> None:
+    """The instance's termination begun and not over: EC2 still shows it with its addresses (moto terminates at
+    once)."""
+    backend = ec2_backends[ACCOUNT_ID][os.environ["AWS_DEFAULT_REGION"]]
+    state = backend.get_instance(instance_id)._state
+    state.name, state.code = "shutting-down", 32
 
 
 def test_an_address_a_launch_associates_after_the_listing_is_kept_where_ec2_would_release_it_in_use(

@@ -248,3 +248,23 @@ def test_tags_at_ec2s_limits_are_taken(ec2: Any) -> None:
     # When an address is allocated with it, Then it carries it
     ec2.allocate_address(Domain="vpc", TagSpecifications=[{"ResourceType": "elastic-ip", "Tags": tags}])
     assert ec2.describe_addresses()["Addresses"][0]["Tags"] == tags
+
+
+def test_a_terminated_instance_s_address_is_disassociated_and_stays_allocated(ec2: Any) -> None:
+    # Given an instance that holds an Elastic IP
+    instance = _instance(ec2)
+    address = ec2.allocate_address(Domain="vpc")["AllocationId"]
+    ec2.associate_address(AllocationId=address, InstanceId=instance, AllowReassociation=False)
+
+    # When the instance is terminated
+    ec2.terminate_instances(InstanceIds=[instance])
+
+    # Then the address is free, still allocated (moto kept it on the terminated instance), and can be released
+    (found,) = ec2.describe_addresses(AllocationIds=[address])["Addresses"]
+    assert {key: found.get(key) or None for key in ("InstanceId", "AssociationId", "NetworkInterfaceId")} == {
+        "InstanceId": None,
+        "AssociationId": None,
+        "NetworkInterfaceId": None,
+    }
+    ec2.release_address(AllocationId=address)
+    assert ec2.describe_addresses()["Addresses"] == []
