@@ -363,6 +363,31 @@ def test_every_group_a_stack_manages_is_one_its_roles_may_complete_actions_of(gr
             assert evaluate(statements, request).allowed, f"{role} may not complete the actions of {group!r}"
 
 
+def _groups(count: int, length: int) -> str:
+    """``count`` distinct group names, ``length`` characters in all with their commas."""
+    each = (length - (count - 1)) // count
+    names = [f"{i:03d}".ljust(each, "x") for i in range(count)]
+    names[-1] += "x" * (length - len(",".join(names)))
+    return ",".join(names)
+
+
+@pytest.mark.parametrize("mode", ["off", "allocate", "pool"])
+def test_the_longest_group_list_the_template_accepts_makes_roles_iam_accepts(mode: str) -> None:
+    # Each managed group is in the roles' policies: past IAM's 10,240 characters of inline policies a role is
+    # refused, and the stack rolls back. The template bounds the list so that every role fits, with the longest
+    # stack name, cluster name and pool name, in a long region name
+    widest = {"ClusterName": "c" * 100, "EipMode": mode, "EipPoolName": "p" * 255 if mode == "pool" else ""}
+    longest = _groups(40, 1500)
+    check_parameters(TEMPLATE, {**widest, "ManagedGroups": longest})
+    roles = offline_roles(  # raises PolicyLimitExceeded past the quota
+        TEMPLATE, {**widest, "ManagedGroups": longest}, stack_name="s" * 128, region="ap-southeast-2"
+    )
+    assert len(roles) >= 4
+    for refused in (_groups(41, 1000), _groups(40, 1501)):
+        with pytest.raises(ParameterError, match="ManagedGroups"):
+            check_parameters(TEMPLATE, {**widest, "ManagedGroups": refused})
+
+
 def test_a_stack_name_cloudformation_accepts_is_an_owner_id_the_functions_accept() -> None:
     # OwnerId empty (the default): the owner is the stack name, up to 128 letters, digits and hyphens
     stack = "platform-eks-prod-eu-west-1-general-purpose-nodes-lifecycle-" + "x" * 68
