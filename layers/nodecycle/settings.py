@@ -271,6 +271,8 @@ class Eip(_Section):
     ] = None
     eip_pool_allocate_when_empty: bool = False
     eip_failure_policy: EipFailurePolicy = EipFailurePolicy.ABANDON
+    # How long a launch waits for an address to be given back when the pool is empty or the quota used up
+    eip_wait_seconds: Annotated[int, Field(ge=0, le=3600)] = 600
 
     @model_validator(mode="after")
     def _pool_named(self) -> Self:

@@ -124,6 +124,8 @@ class EipPolicy:
     pool: str | None  # the pool's name (pool mode)
     grow_pool: bool  # allocate into an empty pool instead of failing
     on_failure: EipFailurePolicy
+    # how long a launch waits for an address given back (an empty pool, the quota used up) before on_failure
+    wait: timedelta = timedelta(0)
 
     @property
     def failure_result(self) -> ActionResult:

@@ -111,4 +111,5 @@ def eip_policy(settings: Eip) -> EipPolicy:
         pool=settings.eip_pool_name,
         grow_pool=settings.eip_pool_allocate_when_empty,
         on_failure=settings.eip_failure_policy,
+        wait=timedelta(seconds=settings.eip_wait_seconds),
     )

@@ -239,8 +239,9 @@ def test_an_exhausted_address_quota_ends_the_launch_as_configured(
     result: ActionResult | None,
 ) -> None:
     # Given an account at its Elastic IP quota (moto has none: the AWS-like client answers
-    # AddressLimitExceeded as AWS does), and a failure policy
+    # AddressLimitExceeded as AWS does), and a failure policy that decides at once (EipWaitSeconds 0)
     monkeypatch.setenv("NODECYCLE_EIP_FAILURE_POLICY", policy)
+    monkeypatch.setenv("NODECYCLE_EIP_WAIT_SECONDS", "0")
     ec2.quota = 0
     (instance,) = run_instances(1)
     record = given(stack, launch_record(instance, at=now()))

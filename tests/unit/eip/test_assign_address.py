@@ -4,6 +4,7 @@ verification, idempotency under redelivery and crashes, and every failure's outc
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -299,8 +300,15 @@ def test_an_exhausted_address_quota_ends_the_assignment_as_the_failure_policy_sa
     # Given an account whose Elastic IP quota is used up
     ec2.quota = 0
 
-    # When a launch asks for an address
-    outcome = step(ec2, metrics, eip_failure_policy=policy)(launch_record(INSTANCE), T0)
+    # When a launch asks for an address, and again until EipWaitSeconds have passed without one given back
+    assign = step(ec2, metrics, eip_failure_policy=policy, eip_wait_seconds=600)
+    record, now = launch_record(INSTANCE), T0
+    outcome = assign(record, now)
+    while outcome.again:
+        assert metrics.counts["EipFailures"] == 0  # (waiting is not failing: the alarm waits too)
+        record, now = after(record, outcome), now + timedelta(seconds=outcome.delay)
+        outcome = assign(record, now)
+    assert now - T0 >= timedelta(seconds=600)
 
     # Then the launch is abandoned (the group replaces the instance) or goes on without an address
     assert outcome.then is goes_to
@@ -549,10 +557,10 @@ def test_an_empty_pool_ends_the_assignment_as_the_failure_policy_says(
     # Given a pool whose only address is in use
     ec2.add(pool=POOL, on=OTHER)
 
-    # When a launch claims an address
-    outcome = step(ec2, metrics, eip_mode="pool", eip_pool_name=POOL, eip_failure_policy=policy)(
-        launch_record(INSTANCE), T0
-    )
+    # When a launch claims an address, with no wait for one to be given back
+    outcome = step(
+        ec2, metrics, eip_mode="pool", eip_pool_name=POOL, eip_failure_policy=policy, eip_wait_seconds=0
+    )(launch_record(INSTANCE), T0)
 
     # Then nothing is taken from the other instance and the launch ends per policy
     assert outcome.then is goes_to
@@ -560,6 +568,34 @@ def test_an_empty_pool_ends_the_assignment_as_the_failure_policy_says(
     assert ec2.on(INSTANCE) == []
     assert len(ec2.on(OTHER)) == 1
     assert metrics.counts["EipFailures"] == 1
+
+
+def test_a_launch_that_finds_the_pool_empty_takes_the_address_a_terminated_instance_gives_back(
+    ec2: FakeAddresses, metrics: FakeMetrics
+) -> None:
+    # Given a pool sized to the fleet, in an instance refresh: the pool's one address is on the instance being
+    # replaced, which drains while its replacement launches
+    held = ec2.add(pool=POOL, on=OTHER)
+    assign = step(ec2, metrics, eip_mode="pool", eip_pool_name=POOL)
+    record = launch_record(INSTANCE)
+
+    # When the replacement finds the pool empty, and the drain ends two minutes later (its address returned)
+    first = assign(record, T0)
+    record, now = after(record, first), T0 + timedelta(seconds=first.delay)
+    while now < T0 + timedelta(seconds=120):
+        outcome = assign(record, now)
+        assert outcome.again
+        record, now = after(record, outcome), now + timedelta(seconds=outcome.delay)
+    ec2.terminate(OTHER)
+    outcome = assign(record, now)
+
+    # Then the replacement takes it, instead of being abandoned (and another launched, and abandoned...)
+    assert first.again
+    assert 15 <= first.delay <= 60
+    assert went_on(outcome), outcome
+    assert outcome.changes["allocation_id"] == held
+    assert [eip.allocation_id for eip in ec2.on(INSTANCE)] == [held]
+    assert metrics.counts["EipFailures"] == 0
 
 
 def test_an_empty_pool_grows_by_one_address_when_the_settings_allow_it(

@@ -62,6 +62,9 @@ INSTANCE_ATTEMPTS = 24  # two minutes: an instance is pending for well under one
 REFUSED_ATTEMPTS = 4
 REFUSED_DELAY = 15  # seconds
 MAX_RESTARTS = 3  # an assignment that did not hold is started over this often, then the launch fails
+# No address to be had (an empty pool, the quota used up): looked for again 15, 30, then every 60 s
+EXHAUSTED_DELAY = 15  # seconds
+EXHAUSTED_DELAY_MAX = 60
 
 
 class AssignAddress:
@@ -78,6 +81,7 @@ class AssignAddress:
         self._pool = policy.pool or ""
         self._grow_pool = policy.grow_pool
         self._abandon = policy.on_failure is EipFailurePolicy.ABANDON
+        self._wait = policy.wait
         self._addresses = addresses
         self._metrics = metrics
 
@@ -133,7 +137,7 @@ class AssignAddress:
                 # taken the quota's last address doing so: that address is this launch's as well.
                 found = self._addresses.find(self._owner, allocated_for=instance)
                 if not found:
-                    return self._fail(record, "address quota exceeded")
+                    return self._exhausted(record, scratch, now, "address quota exceeded")
                 log.info("the address quota is used up, by an address allocated for instance %s", instance)
             else:
                 self._metrics.count("EipsAllocated")
@@ -186,7 +190,7 @@ class AssignAddress:
             if outcome is not None:
                 return outcome
         if not self._grow_pool:
-            return self._fail(record, f"address pool {self._pool!r} is empty")
+            return self._exhausted(record, scratch, now, f"address pool {self._pool!r} is empty")
         try:
             allocated = self._addresses.allocate({**self._tags(record, now), POOL_TAG: self._pool})
         except AddressLimitExceeded:
@@ -200,7 +204,9 @@ class AssignAddress:
                 outcome = self._take(record, scratch, address, found)
                 if outcome is not None:
                     return outcome
-            return self._fail(record, f"address pool {self._pool!r} is empty and the address quota exceeded")
+            return self._exhausted(
+                record, scratch, now, f"address pool {self._pool!r} is empty and the address quota exceeded"
+            )
         self._metrics.count("EipsAllocated")
         log.info("address pool %r is empty: allocated %s into it", self._pool, allocated.public_ip)
         outcome = self._take(record, scratch, allocated, [*found, allocated])
@@ -379,6 +385,34 @@ class AssignAddress:
             return self._fail(record, f"{reason} (gave up after {MAX_RESTARTS} attempts)")
         log.warning("%s: assigning an address again", reason)
         return _wait(record, VERIFY_DELAY, {"restarts": restarts})
+
+    def _exhausted(
+        self, record: LifecycleRecord, scratch: dict[str, Any], now: datetime, reason: str
+    ) -> Outcome:
+        """No address to be had now: the pool is empty, or the account's quota is used up. Another lifecycle
+        may be about to give one back: an instance refresh launches each replacement while the instance it
+        replaces drains, and that one's address goes back to the pool (or is released) once its drain is over.
+        Failed at once, a pool sized to the fleet would abandon every replacement of a refresh (the group
+        launching another, and another) until the drains end. So it is looked for again for ``EipWaitSeconds``
+        from the first time it was missing; then the failure policy decides."""
+        since = scratch.get("exhausted_since")
+        started = datetime.fromisoformat(since) if since else now
+        waited = now - started
+        if waited >= self._wait:
+            return self._fail(record, reason if not since else f"{reason} ({waited.total_seconds():.0f} s)")
+        looks = int(scratch.get("exhausted", 0))
+        delay = min(EXHAUSTED_DELAY * 2**looks, EXHAUSTED_DELAY_MAX, (self._wait - waited).total_seconds())
+        log.warning(
+            "no Elastic IP for instance %s yet: %s; looking again in %.0f s (%.0f s of %.0f s waited for one "
+            "to be given back)",
+            record.instance_id,
+            reason,
+            delay,
+            waited.total_seconds(),
+            self._wait.total_seconds(),
+        )
+        scratch = {**scratch, "exhausted_since": started.isoformat(), "exhausted": looks + 1}
+        return Outcome.wait(max(1.0, delay), extra={**record.extra, SCRATCH: scratch})
 
     def _fail(self, record: LifecycleRecord, reason: str) -> Outcome:
         self._metrics.count("EipFailures")
