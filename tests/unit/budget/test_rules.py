@@ -317,3 +317,25 @@ def test_a_document_past_its_bound_sheds_the_youngest_waiters_of_the_owner_not_i
 def test_a_document_within_its_bound_sheds_nothing() -> None:
     doc = BudgetDocument(waiters=(waiter("a"), waiter("b")))
     assert shed(doc, "blue", START) == (doc, ())
+
+
+def test_an_older_waiter_its_owner_counts_already_leaves_room_to_a_younger_one_of_another_owner() -> None:
+    # Given green allowed 1 and counting unavailable nodes, its g1 waiting on a node cordoned already (green
+    # counts it: its view is full), and blue, allowed 2, with b1 waiting after it
+    green = owner_limits(
+        BudgetLimits(Quantity(value=1), None),
+        count_unavailable=True,
+        nodes=[node("g1", schedulable=False), node("b1")],
+        now=START,
+    )
+    doc = BudgetDocument.model_validate(
+        {
+            "waiters": [waiter("g1", owner="green"), waiter("b1", since=1)],
+            "limits": {"green": green, "blue": limits(2)["blue"]},
+        }
+    )
+    # Then both go: g1 takes no new slot in green's view, so b1 beside it crowds nothing out (as it does not
+    # once g1 holds its slot)
+    assert picks(doc) == ["g1", "b1"]
+    held = doc.model_copy(update={"holders": (holder("g1", owner="green"),), "waiters": doc.waiters[1:]})
+    assert picks(held) == ["b1"]

@@ -271,9 +271,12 @@ def _replay(doc: BudgetDocument, now: datetime) -> list[tuple[Waiter, list[Waite
             best = max(fitting, key=lambda e: work_left[e[1].zone])
         waiter = best[1]
         picks.append((waiter, [w for _, w, _ in fitting]))
+        if not occupancy[waiter.owner].counts(waiter.node):
+            # (a node its owner counts already takes no new slot in that owner's view: it is admitted whatever
+            # comes beside it, and keeping room for it would leave a slot idle until its retry)
+            pending.setdefault(waiter.owner, []).append(waiter.zone)
         for taken in occupancy.values():
             taken.add(waiter.node, waiter.zone)
-        pending.setdefault(waiter.owner, []).append(waiter.zone)
         line.remove(best)
         work_left[waiter.zone] -= 1
     return picks
