@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from nodecycle.domain.budget import SlotDecision, SlotReason, SlotRequest
+from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotDecision, SlotReason, SlotRequest
 from nodecycle.domain.completion import CompleteAction
 from nodecycle.domain.drain.steps import (
     CORDON_REFUSED,
@@ -32,7 +32,7 @@ from nodecycle.domain.flow import Worker, settle_step
 from nodecycle.domain.launch import ReadinessGate
 from nodecycle.domain.model import LifecycleRecord, Step, Transition
 from nodecycle.domain.nodes import NodeFinder
-from nodecycle.domain.policy import ActionResult, DrainPolicy, ReadinessPolicy
+from nodecycle.domain.policy import ActionResult, DrainPolicy, Quantity, ReadinessPolicy
 from nodecycle.domain.ports.cluster import (
     Claim,
     Cluster,
@@ -47,6 +47,7 @@ from nodecycle.domain.sweep.lifecycles import MAX_RESUMES
 from nodecycle.settings import DrainSettings
 from nodecycle.wiring.common import drain_policy, readiness_policy
 from tests.support.fakes import T0, FakeAutoscaling, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
+from tests.unit.budget.fakes import FakeInventory, MemoryBudgetStore, RecordingMetrics
 from tests.unit.drain.builders import pod
 from tests.unit.foundation.test_engine import make_record
 
@@ -324,7 +325,8 @@ class FakeSlots:
             self.held_instance[request.node] = request.instance_id
             reason = SlotReason.FORCED if forced else SlotReason.GRANTED
             return SlotDecision(True, reason, len(self.holders), 0, None)
-        return SlotDecision(False, SlotReason.NO_ROOM, len(self.holders), self.position, self.position)
+        holders, position = len(self.holders), self.position
+        return SlotDecision(False, SlotReason.NO_ROOM, holders, position, position, ahead=position - 1)
 
     def renew(self, request: SlotRequest) -> SlotDecision:
         if self.lost and not request.force:
@@ -531,6 +533,40 @@ def test_a_waiter_far_back_in_line_asks_again_when_its_global_timeout_makes_it_u
     assert outcome.delay == 45
     # and never sooner than every BudgetRetrySeconds
     assert step(record, asked.urgent_at - timedelta(seconds=5)).delay == 30
+
+
+def test_a_waiter_next_for_its_zones_slot_asks_again_every_retry_behind_another_zones_line() -> None:
+    # Given stacks of 2 slots and 1 per zone, another stack's slots held in zones a and b, six of this stack's
+    # nodes waiting in zone a (most work left: they stand first in line), and this node of zone b asking
+    clock = FakeClock(T0)
+    store = MemoryBudgetStore()
+
+    def budget(owner: str) -> DisruptionBudget:
+        return DisruptionBudget(
+            store=store,
+            nodes=FakeInventory(),
+            clock=clock,
+            metrics=RecordingMetrics(),
+            limits=BudgetLimits(Quantity(value=2), Quantity(value=1)),
+            holder_ttl=timedelta(seconds=600),
+            count_unavailable=False,
+            owner=owner,
+        )
+
+    def ask(slots: DisruptionBudget, owner: str, name: str, zone: str) -> SlotDecision:
+        return slots.acquire(SlotRequest(name, f"i-{name}", zone, owner, f"rec-{name}"))
+
+    other, ours = budget("stack-b"), budget("stack-a")
+    assert ask(other, "stack-b", "h1", "eu-west-1a").granted
+    assert ask(other, "stack-b", "h2", "eu-west-1b").granted
+    assert not any(ask(ours, "stack-a", f"a{i}", "eu-west-1a").granted for i in range(6))
+    step = acquire(FakeCluster(nodes={NODE: node(zone="eu-west-1b")}), ours)  # type: ignore[arg-type]
+    outcome = step(terminating(Step.ACQUIRE_SLOT), T0)
+    # Then it waits, 7th in line but the next for zone b's slot: once the other stack gives it back (that
+    # stack passes no slot to it), it is taken at this node's own ask, so that ask comes every
+    # BudgetRetrySeconds, not four times later as for a node behind three rounds of the slots held
+    assert outcome.again
+    assert outcome.delay == 30
 
 
 def test_a_waiter_asks_with_precedence_near_its_global_timeout_and_takes_a_slot_when_it_cannot_wait() -> None:

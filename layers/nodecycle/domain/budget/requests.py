@@ -58,6 +58,9 @@ class SlotDecision:
     holders: int  # live holders of all owners after this decision
     waiting: int  # live waiters of all owners after this decision
     position: int | None  # 1-based place among the waiters when waiting; None when granted or handed off
+    # Of the waiters before it in line, those that may take the slot it needs (not those of another zone under
+    # a per-zone limit: a slot of theirs is not its turn); None when not waiting. What its asks are paced by.
+    ahead: int | None = None
     # Record ids of this owner's waiters that take the room the decision's write added (it removed expired
     # entries, as every write does; an ask that frees nothing adds none): wake them, as a release's are woken
     wake: tuple[str, ...] = ()

@@ -401,7 +401,7 @@ def fresh_waiter(
     if any(w.node == request.node for w in eligible_waiters(live, now)):
         return None
     reason = SlotReason.LOST if renewing else SlotReason.NO_ROOM
-    return _decision(live, False, reason, position_of(live, request.node, now))
+    return _waiting(live, reason, request.node, now)
 
 
 def queue_order(doc: BudgetDocument, now: datetime) -> list[Waiter]:
@@ -415,11 +415,29 @@ def queue_order(doc: BudgetDocument, now: datetime) -> list[Waiter]:
 
 def position_of(doc: BudgetDocument, node: str, now: datetime) -> int:
     """The 1-based place in line of the waiter of ``node`` (see :func:`queue_order`): one more than the
-    waiters that go before it, counted rather than sorted (every denied ask tells its place)."""
+    waiters that go before it."""
+    return 1 + len(_before(doc, node, now)[1])
+
+
+def rivals_ahead(doc: BudgetDocument, node: str, now: datetime) -> int:
+    """Of the waiters before the waiter of ``node`` in line, those that may take the slot it needs: under its
+    owner's per-zone limit, a node of a known zone waits for a slot of its zone, and those of another known
+    zone take none of it (the line puts the zone with the most work left first: a node first for its own
+    zone's slot may stand behind hundreds of another). Without a per-zone limit, all of them."""
+    mine, before = _before(doc, node, now)
+    limits = doc.limits.get(mine.owner)
+    if mine.zone is None or limits is None or limits.resolved.per_zone is None:
+        return len(before)
+    return sum(1 for w in before if w.zone in (None, mine.zone))
+
+
+def _before(doc: BudgetDocument, node: str, now: datetime) -> tuple[Waiter, list[Waiter]]:
+    """The waiter of ``node`` and the waiters that go before it (see :func:`queue_order`), found rather than
+    sorted (every denied ask tells its place)."""
     work_left = Counter(w.zone for w in doc.waiters)
-    keys = [(_precedence(w, now, work_left, i), w.node) for i, w in enumerate(doc.waiters)]
-    mine = next(key for key, of in keys if of == node)
-    return 1 + sum(1 for key, _ in keys if key < mine)
+    keys = [(_precedence(w, now, work_left, i), w) for i, w in enumerate(doc.waiters)]
+    mine, waiter = next((key, w) for key, w in keys if w.node == node)
+    return waiter, [w for key, w in keys if key < mine]
 
 
 def _any_expired(doc: BudgetDocument, now: datetime) -> bool:
@@ -526,7 +544,7 @@ def claim(
     pick = next((fitting for w, fitting in picks if w.node == request.node), None)
     if pick is None and not request.force:
         reason = SlotReason.LOST if renewing else SlotReason.NO_ROOM
-        decision = _decision(doc, False, reason, position_of(doc, request.node, now))
+        decision = _waiting(doc, reason, request.node, now)
         return Claimed(doc, decision, None, [w for w, _ in picks])
 
     forced = pick is None
@@ -763,9 +781,19 @@ def force_release(doc: BudgetDocument, holder: Holder, now: datetime) -> BudgetD
     return removed[0]
 
 
-def _decision(
-    doc: BudgetDocument, granted: bool, reason: SlotReason, position: int | None = None
-) -> SlotDecision:
+def _decision(doc: BudgetDocument, granted: bool, reason: SlotReason) -> SlotDecision:
     return SlotDecision(
-        granted=granted, reason=reason, holders=len(doc.holders), waiting=len(doc.waiters), position=position
+        granted=granted, reason=reason, holders=len(doc.holders), waiting=len(doc.waiters), position=None
+    )
+
+
+def _waiting(doc: BudgetDocument, reason: SlotReason, node: str, now: datetime) -> SlotDecision:
+    """A denial of the waiter of ``node``, with its place in line and the rivals ahead of it."""
+    return SlotDecision(
+        granted=False,
+        reason=reason,
+        holders=len(doc.holders),
+        waiting=len(doc.waiters),
+        position=position_of(doc, node, now),
+        ahead=rivals_ahead(doc, node, now),
     )

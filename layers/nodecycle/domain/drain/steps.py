@@ -226,9 +226,10 @@ def _retry_in_line(decision: SlotDecision, request: SlotRequest, now: datetime, 
     third of the place's TTL (each retry renews the place before it expires), nor than the moment its action's
     global timeout makes it go first (that precedence, and a slot taken without room after it, need an ask)."""
     base = policy.budget_retry_seconds
-    if decision.position is None:
+    if decision.ahead is None:
         return base
-    rounds = (decision.position - 1) // max(1, decision.holders)
+    # (the waiters ahead that take another zone's slot are not counted: this node's turn is its zone's)
+    rounds = decision.ahead // max(1, decision.holders)
     delay = min(base * min(RETRY_IN_LINE_FACTOR, 1 + rounds), policy.holder_ttl.total_seconds() / 3)
     if request.urgent_at is not None:
         delay = min(delay, (request.urgent_at - now).total_seconds())
