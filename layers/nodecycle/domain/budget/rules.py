@@ -413,18 +413,11 @@ def queue_order(doc: BudgetDocument, now: datetime) -> list[Waiter]:
     ]
 
 
-def position_of(doc: BudgetDocument, node: str, now: datetime) -> int:
-    """The 1-based place in line of the waiter of ``node`` (see :func:`queue_order`): one more than the
-    waiters that go before it."""
-    return 1 + len(_before(doc, node, now)[1])
-
-
-def rivals_ahead(doc: BudgetDocument, node: str, now: datetime) -> int:
-    """Of the waiters before the waiter of ``node`` in line, those that may take the slot it needs: under its
+def rivals_ahead(doc: BudgetDocument, mine: Waiter, before: Sequence[Waiter]) -> int:
+    """Of the waiters ``before`` the waiter ``mine`` in line, those that may take the slot it needs: under its
     owner's per-zone limit, a node of a known zone waits for a slot of its zone, and those of another known
     zone take none of it (the line puts the zone with the most work left first: a node first for its own
     zone's slot may stand behind hundreds of another). Without a per-zone limit, all of them."""
-    mine, before = _before(doc, node, now)
     limits = doc.limits.get(mine.owner)
     if mine.zone is None or limits is None or limits.resolved.per_zone is None:
         return len(before)
@@ -789,11 +782,12 @@ def _decision(doc: BudgetDocument, granted: bool, reason: SlotReason) -> SlotDec
 
 def _waiting(doc: BudgetDocument, reason: SlotReason, node: str, now: datetime) -> SlotDecision:
     """A denial of the waiter of ``node``, with its place in line and the rivals ahead of it."""
+    mine, before = _before(doc, node, now)
     return SlotDecision(
         granted=False,
         reason=reason,
         holders=len(doc.holders),
         waiting=len(doc.waiters),
-        position=position_of(doc, node, now),
-        ahead=rivals_ahead(doc, node, now),
+        position=1 + len(before),
+        ahead=rivals_ahead(doc, mine, before),
     )
