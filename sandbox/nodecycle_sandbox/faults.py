@@ -23,11 +23,22 @@ from typing import Any
 
 # The kinds, by where they are injected.
 KUBE_KINDS = ("kube-conflict", "kube-throttle", "kube-error", "kube-slow", "kube-drop", "kube-lost-response")
+# Refusals: the request was understood and judged, and the answer is no (for a while), not "try again".
+KUBE_REFUSAL_KINDS = ("kube-webhook-down", "kube-webhook-deny", "kube-forbidden")
 AWS_KINDS = ("aws-throttle", "aws-error")
+AWS_REFUSAL_KINDS = ("aws-denied",)
 SQS_KINDS = ("sqs-duplicate", "sqs-delay", "sqs-reorder", "sqs-drop")
 EVENT_KINDS = ("event-duplicate", "event-delay")
 WORKER_KINDS = ("worker-kill", "clock-skew")
-KINDS = (*KUBE_KINDS, *AWS_KINDS, *SQS_KINDS, *EVENT_KINDS, *WORKER_KINDS)
+KINDS = (
+    *KUBE_KINDS,
+    *KUBE_REFUSAL_KINDS,
+    *AWS_KINDS,
+    *AWS_REFUSAL_KINDS,
+    *SQS_KINDS,
+    *EVENT_KINDS,
+    *WORKER_KINDS,
+)
 # What the runner's own clients add to their User-Agent. Its event source mappings poll with the function's
 # key, as Lambda does (IAM judges them by the function's role), but AWS faults are for nodecycle's calls:
 # Lambda's pollers retry on their own, and nothing nodecycle does could answer a poller refused.

@@ -32,3 +32,17 @@ def test_the_lingering_is_drawn_after_the_story_and_its_faults_which_a_seed_draw
         ("kube-slow", "*", 0.06),
         ("kube-error", "*", 0.04),
     ]
+
+
+def test_refusals_are_drawn_with_a_window_and_a_limit_after_everything_else() -> None:
+    # Given the scenarios of one campaign
+    scenarios = [draw(41, index) for index in range(40)]
+    refusal_kinds = {"kube-webhook-down", "kube-webhook-deny", "kube-forbidden", "aws-denied"}
+
+    # Then some draw refusals, each for a window that ends and up to a limit, numbered after the other faults
+    refusals = [(s, f) for s in scenarios for f in s.faults if f.kind in refusal_kinds]
+    assert {f.kind for _, f in refusals} == refusal_kinds
+    assert all(f.stop is not None and f.start < f.stop and f.limit for _, f in refusals)
+    assert all(s.faults[-1].kind in refusal_kinds for s, _ in refusals)
+    # and none without faults
+    assert not any(f.kind in refusal_kinds for i in range(40) for f in draw(41, i, faults=False).faults)

@@ -5,6 +5,10 @@
   JSON); EKS ``ThrottlingException`` (429, REST JSON);
 - ``aws-error``: the service's 5xx (``InternalFailure``, ``InternalError``, ``InternalServerError``,
   ``ServerException``).
+- ``aws-denied``: the call is refused as a service control policy or a permissions boundary changed for a
+  while refuses it: ``AccessDenied`` (403; DynamoDB ``AccessDeniedException`` 400, EKS 403), EC2
+  ``UnauthorizedOperation`` (403, with its encoded authorization failure message), each with the sentence
+  ``iam/enforce.py`` writes for the caller's role, "with an explicit deny in a service control policy".
 
 Nothing is done for a request that gets a fault: AWS refused it. A WSGI middleware in front of moto
 (``server.py``) asks :meth:`AwsFaults.decide`; only the callers given when arming (the functions' access
@@ -15,6 +19,7 @@ hit. One injector per process: armed through ``AwsControl.arm_faults``.
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import re
@@ -23,7 +28,8 @@ from collections.abc import Callable, Iterable
 from typing import Any, cast
 from urllib.parse import parse_qs
 
-from nodecycle_sandbox.faults import AWS_KINDS, RUNNER_AGENT, Fault, Injector
+from nodecycle_sandbox.faults import AWS_KINDS, AWS_REFUSAL_KINDS, RUNNER_AGENT, Fault, Injector
+from nodecycle_sandbox.iam.identities import IDENTITIES
 
 _CREDENTIAL = re.compile(r"Credential=([^/]+)/[^/]+/[^/]+/([^/]+)/aws4_request")
 # service -> (protocol, throttle code, throttle status, error code, error status)
@@ -34,6 +40,12 @@ _ERRORS: dict[str, tuple[str, str, int, str, int]] = {
     "dynamodb": ("json", "ProvisionedThroughputExceededException", 400, "InternalServerError", 500),
     "sqs": ("json", "RequestThrottled", 400, "InternalFailure", 500),
     "eks": ("rest-json", "ThrottlingException", 429, "ServerException", 500),
+}
+# service -> (denial code, status), as iam/enforce.py answers them; AccessDenied 403 for the others
+_DENIED = {
+    "ec2": ("UnauthorizedOperation", 403),
+    "dynamodb": ("AccessDeniedException", 400),
+    "eks": ("AccessDeniedException", 403),
 }
 _JSON_NAMESPACE = {"dynamodb": "com.amazonaws.dynamodb.v20120810", "sqs": "com.amazonaws.sqs"}
 _QUERY_NAMESPACE = {"autoscaling": "http://autoscaling.amazonaws.com/doc/2011-01-01/"}
@@ -65,13 +77,35 @@ class AwsFaults(Injector):
             return None  # the runner's event source mapping, polling with the function's key
         operation = _operation(environ, service)
         name = f"{service}.{operation}"
-        fault = self.draw(AWS_KINDS, name, " ".join((name, *_instances(environ))))
-        if fault is None or service not in _ERRORS:
+        if service not in _ERRORS:
+            return None
+        fault = self.draw((*AWS_KINDS, *AWS_REFUSAL_KINDS), name, " ".join((name, *_instances(environ))))
+        if fault is None:
             return None
         protocol, throttle, throttle_status, error, error_status = _ERRORS[service]
+        if fault.kind == "aws-denied":
+            code, status = _DENIED.get(service, ("AccessDenied", 403))
+            return _response(protocol, service, code, status, _denial(caller, service, operation))
         if fault.kind == "aws-throttle":
             return _response(protocol, service, throttle, throttle_status, "Rate exceeded")
         return _response(protocol, service, error, error_status, "We encountered an internal error.")
+
+
+def _denial(caller: str, service: str, operation: str) -> str:
+    """What AWS says of a call a service control policy denies, naming the caller's role session."""
+    principal = IDENTITIES.principal(caller)
+    user = principal.arn if principal is not None else caller  # (every armed caller is a function's key)
+    action = f"{service}:{operation}"
+    if service == "sqs":
+        action = action.lower()  # SQS names the action in lower case
+    message = f"User: {user} is not authorized to perform: {action} with an explicit deny in a service control policy"
+    if service == "ec2":
+        encoded = base64.b64encode(json.dumps({"allowed": False, "message": message}).encode()).decode()
+        return (
+            f"You are not authorized to perform this operation. {message}. "
+            f"Encoded authorization failure message: {encoded}"
+        )
+    return message
 
 
 def _operation(environ: dict[str, Any], service: str) -> str:
@@ -170,6 +204,7 @@ def middleware(app: WsgiApp, faults: AwsFaults = FAULTS) -> WsgiApp:
 
 _REASONS = {
     400: "Bad Request",
+    403: "Forbidden",
     429: "Too Many Requests",
     500: "Internal Server Error",
     503: "Service Unavailable",

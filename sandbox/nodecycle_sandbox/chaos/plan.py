@@ -90,11 +90,17 @@ def draw(seed: int, index: int, *, kinds: tuple[str, ...] = KINDS, faults: bool 
         sweeps=tuple(sorted(round(rng.uniform(0.5, 15.0), 1) for _ in range(rng.randint(3, 8)))),
     )
     scenario = scenario.with_faults(draw_faults(rng, scenario) if faults else ())
-    return replace(
+    scenario = replace(
         scenario,
         node_removal=round(rng.uniform(0.5, 5.0), 1),
         pod_gc_quarantine=round(rng.uniform(0.5, 4.0), 1),
     )
+    # Refusals last, for the same reason: the stories and fault plans drawn before them stay what they were.
+    if not faults:
+        return scenario
+    first = len(scenario.faults) + 1
+    refusals = tuple(replace(f, id=f"f{n}") for n, f in enumerate(draw_refusals(rng), start=first))
+    return scenario.with_faults((*scenario.faults, *refusals))
 
 
 def draw_faults(rng: random.Random, scenario: Scenario) -> tuple[Fault, ...]:
@@ -155,6 +161,53 @@ def draw_faults(rng: random.Random, scenario: Scenario) -> tuple[Fault, ...]:
     ]
     chosen = rng.sample(menu, rng.randint(2, 6))
     return tuple(replace(make(), id=f"f{n}") for n, make in enumerate(chosen, start=1))
+
+
+def draw_refusals(rng: random.Random) -> tuple[Fault, ...]:
+    """None, one or two refusals: a request judged and refused, for a while, as a real cluster and account
+    refuse them. A validating webhook with ``failurePolicy: Fail`` that is down or a policy engine that
+    denies (writes only: evictions, pod deletions, node patches), an RBAC binding or access entry edited and
+    restored, an SCP or permissions boundary that denies one AWS call. Each lasts a window of a few seconds
+    to twice the stacks' drain timeout (so that the timeout's policy meets refusals too), and stops: a
+    refusal that never ends is a misconfiguration, whose right outcome (the policy, an alarm) the invariants
+    do not tell from a failure. Half of them are there from the moment the story begins: a scenario's first
+    drains start within a second or two."""
+    webhook = ("POST pods/eviction", "DELETE pods", "PATCH nodes", "*")
+    menu = [
+        lambda: Fault("", "kube-webhook-down", rng.choice(webhook), _p(rng, 0.5, 1.0)),
+        lambda: Fault("", "kube-webhook-deny", rng.choice(webhook[:3]), _p(rng, 0.5, 1.0)),
+        lambda: Fault(
+            "",
+            "kube-forbidden",
+            rng.choice(("PATCH nodes", "POST pods/eviction", "* configmaps", "* pods", "*")),
+            _p(rng, 0.5, 1.0),
+        ),
+        lambda: Fault(
+            "",
+            "aws-denied",
+            rng.choice(
+                (
+                    "autoscaling.CompleteLifecycleAction",
+                    "autoscaling.RecordLifecycleActionHeartbeat",
+                    "autoscaling.Describe*",
+                    "ec2.*",
+                    "dynamodb.*",
+                    "sqs.SendMessage",
+                )
+            ),
+            _p(rng, 0.5, 1.0),
+        ),
+    ]
+    chosen = rng.sample(menu, rng.choice((0, 1, 1, 2)))
+    faults = []
+    for make in chosen:
+        start = 0.0 if rng.random() < 0.5 else round(rng.uniform(0.5, 6.0), 1)  # drains start at once
+        faults.append(
+            replace(
+                make(), start=start, stop=round(start + rng.uniform(2.0, 45.0), 1), limit=rng.randint(3, 30)
+            )
+        )
+    return tuple(faults)
 
 
 def _p(rng: random.Random, low: float, high: float) -> float:

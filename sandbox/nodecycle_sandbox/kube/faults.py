@@ -10,20 +10,40 @@
 - ``kube-drop``: the connection is closed before the request is served (nothing is done);
 - ``kube-lost-response``: the request is served, then the connection is closed before the response is sent.
 
-The HTTP transport asks :meth:`KubeFaults.decide` before serving each request (``httpd.py``).
+Refusals, judged where the API server judges them (after authentication, with the request's own user and
+attributes), so their Status is the one a real cluster writes:
+
+- ``kube-webhook-down``: a write (create, update, patch, delete) meets a validating webhook with
+  ``failurePolicy: Fail`` that cannot be reached: 500 InternalError ``failed calling webhook``; nothing is done;
+- ``kube-webhook-deny``: a write is denied by a policy engine's webhook: 403 ``admission webhook ... denied
+  the request`` (as :class:`~nodecycle_sandbox.kube.admission.Denial` renders it); nothing is done;
+- ``kube-forbidden``: any request is refused by RBAC, as while a ClusterRoleBinding or an access entry is
+  edited: 403 Forbidden with the authorizer's message (``User "..." cannot patch resource "nodes" ...``).
+
+The HTTP transport asks :meth:`KubeFaults.decide` before serving each request (``httpd.py``); a refusal is
+handed to the router, which raises it once it knows who asks for what (``routing.py``).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
-from nodecycle_sandbox.faults import KUBE_KINDS, Injector
+from nodecycle_sandbox.faults import KUBE_KINDS, KUBE_REFUSAL_KINDS, Injector
+from nodecycle_sandbox.kube import errors
+from nodecycle_sandbox.kube.admission import Denial
 from nodecycle_sandbox.kube.meta import JsonObj
+from nodecycle_sandbox.kube.rbac import Attributes, User, forbidden_message
 
 _WRITES = frozenset({"PUT", "PATCH"})
+# What admission judges: create, update, patch, delete (never a read).
+_ADMITTED = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+_WEBHOOK = "policy.chaos.nodecycle.io"
+_WEBHOOK_URL = "https://policy-webhook.policy-system.svc:443/validate?timeout=10s"
+Refusal = Callable[[User, Attributes], errors.ApiError]
 
 
 @dataclass(frozen=True)
@@ -34,6 +54,7 @@ class KubeFaultAction:
     drop_before: bool = False  # close the connection instead of serving
     drop_after: bool = False  # serve, then close the connection without a response
     headers: dict[str, str] = field(default_factory=dict)
+    refuse: Refusal | None = None  # serve as far as authorization, then answer this
 
 
 def request_name(method: str, path: str) -> tuple[str, str]:
@@ -85,12 +106,18 @@ class KubeFaults(Injector):
         if not self.armed:
             return None
         name, obj = request_name(method, path)
-        kinds: tuple[str, ...] = KUBE_KINDS
+        kinds: tuple[str, ...] = (*KUBE_KINDS, *KUBE_REFUSAL_KINDS)
         if method not in _WRITES or not _has_resource_version(body):
             kinds = tuple(k for k in kinds if k != "kube-conflict")
+        if method not in _ADMITTED:
+            kinds = tuple(k for k in kinds if not k.startswith("kube-webhook-"))
+        if not obj and name.startswith(f"{method} /"):  # not a resource: RBAC's bootstrap grants discovery
+            kinds = tuple(k for k in kinds if k not in KUBE_REFUSAL_KINDS)
         fault = self.draw(kinds, name, f"{name} {obj}".strip())
         if fault is None:
             return None
+        if fault.kind in KUBE_REFUSAL_KINDS:
+            return KubeFaultAction(refuse=_REFUSALS[fault.kind])
         resource = name.split(" ", 1)[1]
         if fault.kind == "kube-conflict":
             message = (
@@ -111,3 +138,35 @@ class KubeFaults(Injector):
         if fault.kind == "kube-drop":
             return KubeFaultAction(drop_before=True)
         return KubeFaultAction(drop_after=True)
+
+
+def _forbidden(user: User, attributes: Attributes) -> errors.ApiError:
+    message, details = forbidden_message(user, attributes)
+    return errors.ApiError(403, "Forbidden", message, details)
+
+
+def _webhook_down(_user: User, _attributes: Attributes) -> errors.ApiError:
+    message = (
+        f'Internal error occurred: failed calling webhook "{_WEBHOOK}": failed to call webhook: Post '
+        f'"{_WEBHOOK_URL}": dial tcp 10.100.71.12:443: connect: connection refused'
+    )
+    return errors.ApiError(500, "InternalError", message)
+
+
+def _webhook_deny(_user: User, attributes: Attributes) -> errors.ApiError:
+    what = "/".join(p for p in (attributes.resource, attributes.subresource) if p)
+    denial = Denial(
+        _WEBHOOK,
+        "",
+        what,
+        code=403,
+        message=f"{what} of {attributes.name or 'this object'} is not allowed now",
+    )
+    return denial.error()
+
+
+_REFUSALS: dict[str, Refusal] = {
+    "kube-forbidden": _forbidden,
+    "kube-webhook-down": _webhook_down,
+    "kube-webhook-deny": _webhook_deny,
+}

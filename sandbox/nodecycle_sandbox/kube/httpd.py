@@ -69,7 +69,7 @@ class _Handler(BaseHTTPRequestHandler):
         if fault is not None and self._inject(fault):
             return
         try:
-            response = self.server.router.handle(request)
+            response = self.server.router.handle(request, refuse=None if fault is None else fault.refuse)
         except Exception:
             logger.exception("sandbox API server failed on %s %s", self.command, self.path)
             self._send(500, "application/json", _internal_error())

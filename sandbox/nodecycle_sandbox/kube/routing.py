@@ -16,6 +16,7 @@ from nodecycle_sandbox.kube.api import Api, ListOptions
 from nodecycle_sandbox.kube.auth import TokenRejected, bearer_token
 from nodecycle_sandbox.kube.counters import Counters
 from nodecycle_sandbox.kube.eviction import evict
+from nodecycle_sandbox.kube.faults import Refusal
 from nodecycle_sandbox.kube.history import API
 from nodecycle_sandbox.kube.kubelet import Kubelet
 from nodecycle_sandbox.kube.meta import JsonObj
@@ -75,11 +76,12 @@ class Router:
         self._access = access
         self._admission = admission
 
-    def handle(self, request: Request) -> Response:
+    def handle(self, request: Request, refuse: Refusal | None = None) -> Response:
+        """``refuse``: an injected refusal (``faults.py``), answered once the request is authorized."""
         self._counters.begin(received=len(request.body))
         try:
             user = self._authenticate(request)
-            return self._route(request, user)
+            return self._route(request, user, refuse)
         except errors.ApiError as exc:
             return Response(exc.code, exc.status())
 
@@ -94,7 +96,7 @@ class Router:
             raise errors.unauthorized() from None
         return self._access.authenticate(access_key, request.headers)
 
-    def _route(self, request: Request, user: User) -> Response:
+    def _route(self, request: Request, user: User, refuse: Refusal | None) -> Response:
         path = request.path.rstrip("/") or "/"
         segments = [unquote(s) for s in path.split("/") if s]
         if request.method == "POST" and reviews.is_review_path(segments):
@@ -114,6 +116,8 @@ class Router:
             raise errors.path_not_found(path)
         attributes = _attributes(request, target)
         self._access.authorize(user, attributes)
+        if refuse is not None:
+            raise refuse(user, attributes)
         self._admission.review(attributes)
         return self._serve(request, target)
 

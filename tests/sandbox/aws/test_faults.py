@@ -145,3 +145,28 @@ def test_the_runners_event_source_mappings_are_never_refused_though_they_poll_wi
 
     # Then only the function was refused: faults are for nodecycle's calls, not Lambda's pollers
     assert [f.detail for f in FAULTS.firings()] == ["sqs.ListQueues"]
+
+
+@pytest.mark.parametrize(
+    ("service", "call", "code", "status"),
+    [
+        ("autoscaling", lambda c: c.describe_auto_scaling_groups(), "AccessDenied", 403),
+        ("ec2", lambda c: c.describe_addresses(), "UnauthorizedOperation", 403),
+        ("dynamodb", lambda c: c.list_tables(), "AccessDeniedException", 400),
+        ("sqs", lambda c: c.list_queues(), "AccessDenied", 403),
+        ("eks", lambda c: c.describe_cluster(name="x"), "AccessDeniedException", 403),
+    ],
+)
+def test_a_denied_call_is_refused_with_each_services_own_access_error(
+    endpoint: str, service: str, call: Any, code: str, status: int
+) -> None:
+    # Given every call of the service denied (an SCP changed for a while)
+    FAULTS.arm_for([Fault("d", "aws-denied", target=f"{service}.*")], seed=1, callers=[FUNCTION_KEY])
+
+    # When the function calls it, Then boto3 reads the service's own access error, which says why
+    with pytest.raises(ClientError) as refused:
+        call(_client(endpoint, service))
+    assert refused.value.response["Error"]["Code"] == code
+    assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == status
+    assert "with an explicit deny in a service control policy" in refused.value.response["Error"]["Message"]
+    assert FAULTS.counts() == {"aws-denied": 1}

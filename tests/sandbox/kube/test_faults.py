@@ -12,7 +12,7 @@ from urllib3.exceptions import HTTPError
 from nodecycle_sandbox.faults import Fault
 from nodecycle_sandbox.kube import KubeServer
 
-from .conftest import Kube, node_name, nodes_seed, status_of
+from .conftest import Kube, node_name, nodes_seed, pods_of, status_of
 
 
 def _node_version(kube: Kube) -> str:
@@ -135,3 +135,69 @@ def test_the_same_seed_draws_the_same_faults(server: KubeServer, kube: Kube) -> 
     assert first == again
     assert 500 in first
     assert first != other
+
+
+def test_a_webhook_that_is_down_refuses_writes_only_and_nothing_is_done(
+    server: KubeServer, kube: Kube
+) -> None:
+    # Given a pod, and a failing-closed webhook on evictions that is down (twice at most)
+    server.seed(
+        {"nodes": nodes_seed(1), "deployments": [{"name": "web", "namespace": "shop", "replicas": 1}]}
+    )
+    server.settle()
+    (name,) = [p["metadata"]["name"] for p in pods_of(server, "shop", "web")]
+    server.faults.arm([Fault("f1", "kube-webhook-down", target="* pods/eviction", limit=2)], seed=1)
+    eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name}}
+
+    # When the pods are read and the pod is evicted
+    kube.core.list_namespaced_pod("shop")
+    with pytest.raises(ApiException) as refused:
+        kube.core.create_namespaced_pod_eviction(name, "shop", eviction)
+
+    # Then the read passed (admission judges writes only), and the eviction got the 500 kube-apiserver sends
+    # when it cannot call a webhook whose failurePolicy is Fail; the pod was not touched
+    assert refused.value.status == 500
+    status = status_of(refused.value)
+    assert status["reason"] == "InternalError"
+    assert status["message"].startswith('Internal error occurred: failed calling webhook "')
+    assert kube.core.read_namespaced_pod(name, "shop").metadata.deletion_timestamp is None
+    assert server.faults.counts() == {"kube-webhook-down": 1}
+
+
+def test_a_policy_webhook_denies_a_cordon_in_its_own_words(server: KubeServer, kube: Kube) -> None:
+    # Given a policy engine that denies node patches
+    server.seed({"nodes": nodes_seed(1)})
+    server.faults.arm([Fault("f1", "kube-webhook-deny", target="PATCH nodes", limit=1)], seed=1)
+
+    # When the node is cordoned
+    with pytest.raises(ApiException) as refused:
+        kube.core.patch_node(node_name(0, 10), {"spec": {"unschedulable": True}})
+
+    # Then the webhook's 403 came back as kube-apiserver words it, and the node is not cordoned
+    assert refused.value.status == 403
+    assert 'admission webhook "' in status_of(refused.value)["message"]
+    assert "denied the request" in status_of(refused.value)["message"]
+    assert not kube.core.read_node(node_name(0, 10)).spec.unschedulable
+
+
+def test_rbac_refuses_a_verb_for_a_while_as_the_authorizer_words_it(server: KubeServer, kube: Kube) -> None:
+    # Given the permission to patch nodes withdrawn for one request
+    server.seed({"nodes": nodes_seed(1)})
+    server.faults.arm([Fault("f1", "kube-forbidden", target="PATCH nodes", limit=1)], seed=1)
+    patch = {"metadata": {"labels": {"a": "b"}}}
+
+    # When the node is patched twice
+    with pytest.raises(ApiException) as refused:
+        kube.core.patch_node(node_name(0, 10), patch)
+    kube.core.patch_node(node_name(0, 10), {"metadata": {"labels": {"c": "d"}}})
+
+    # Then the first got RBAC's 403 naming the user, the verb and the node, and was not applied; the second was
+    assert refused.value.status == 403
+    status = status_of(refused.value)
+    assert status["reason"] == "Forbidden"
+    assert status["message"] == (
+        f'nodes "{node_name(0, 10)}" is forbidden: User "kubernetes-admin" cannot patch resource "nodes" in '
+        'API group "" at the cluster scope'
+    )
+    assert kube.core.read_node(node_name(0, 10)).metadata.labels.get("a") is None
+    assert kube.core.read_node(node_name(0, 10)).metadata.labels["c"] == "d"
