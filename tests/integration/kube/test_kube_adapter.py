@@ -19,7 +19,7 @@ from nodecycle.adapters.kube import cluster_api, eks_access
 from nodecycle.adapters.kube.cluster_api import KubeCluster
 from nodecycle.adapters.kube.eks_access import EksCluster, EksTokens
 from nodecycle.domain.errors import TransientError
-from nodecycle.domain.ports.cluster import OWNER_ANNOTATION, Claim, Eviction, EvictionResult
+from nodecycle.domain.ports.cluster import OWNER_ANNOTATION, Claim, Eviction, EvictionResult, Refused
 from nodecycle_sandbox.faults import Fault
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.kube.cluster import drain_cluster, drain_server, eks_describing
@@ -308,3 +308,17 @@ def test_the_pods_of_a_node_listed_across_a_compaction_are_a_transient_error_the
     )
     assert len(on_node) > 1
     assert sorted(pod.name for pod in cluster.pods_on(NODE_A)) == on_node
+
+
+def test_a_pod_list_rbac_refuses_is_a_refusal_naming_the_call_not_an_error(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given RBAC refusing the list of pods for a while (a ClusterRoleBinding edited and not yet restored)
+    server.faults.arm([Fault("rbac", "kube-forbidden", target="GET pods", limit=1)], seed=1)
+
+    # When the pods of a node are listed, Then the adapter answers a refusal in the API server's words, which
+    # name the user and the verb: the drain decides on it, as on a refused cordon
+    with pytest.raises(Refused, match='cannot list resource "pods"'):
+        cluster.pods_on(NODE_A)
+    # and once RBAC is back, the list is what it was
+    assert {p.name for p in cluster.pods_on(NODE_A)}

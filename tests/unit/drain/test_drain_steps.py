@@ -117,6 +117,7 @@ class FakeCluster:
     # kubelet, which renewed it at the API server's ``now``
     leases: dict[str, datetime | None] = field(default_factory=dict)
     leases_refused: str | None = None  # why the API server refuses to read any Lease (a 403), if it does
+    pods_refused: str | None = None  # why the API server refuses to list pods (a 403), if it does
     # How many of the next evictions API Priority and Fairness sheds (429 without a budget: nothing is done),
     # whichever pod they are of
     shed: int = 0
@@ -216,6 +217,8 @@ class FakeCluster:
         self.nodes[node.name] = current.model_copy(update={**changes, "resource_version": version})
 
     def pods_on(self, node: str) -> list[PodInfo]:
+        if self.pods_refused is not None:
+            raise Refused(self.pods_refused)
         return [p for p in self.pods if self.pod_nodes.get(p.name, NODE) == node]
 
     def evict(self, pod: PodInfo, grace_seconds: int) -> EvictionResult:
@@ -880,6 +883,43 @@ def test_a_pod_on_its_way_out_whose_eviction_is_refused_is_left_to_its_deletion_
     assert outcome.again
     assert "EvictionErrors" not in metrics.counts
     assert events.written == []
+
+
+def test_a_drain_refused_the_list_of_its_pods_polls_on_and_raises_the_alarm_telling_it_once() -> None:
+    # Given a drain that RBAC refuses to list pods for a while (a ClusterRoleBinding edited, not yet restored)
+    why = 'pods is forbidden: User "drain" cannot list resource "pods" in API group "" at the cluster scope'
+    cluster = FakeCluster(nodes={NODE: node()}, pods=[pod("web-1")], pods_refused=why)
+    metrics, events = FakeMetrics(), FakeEvents()
+    step = evict(cluster, metrics=metrics, events=events)
+
+    # When the evict step runs twice before its drain timeout
+    outcome = step(polled(), T0 + timedelta(seconds=5))
+    again = step(polled().model_copy(update=dict(outcome.changes)), T0 + timedelta(seconds=10))
+
+    # Then it polls on (the refusal is an answer, not a crash to redeliver), the eviction errors' alarm counts
+    # each refusal, and a Warning event on the node tells it once, with the API server's words
+    assert outcome.again
+    assert again.again
+    assert outcome.delay == policy().poll_seconds
+    assert metrics.counts["EvictionErrors"] == 2
+    assert [(subject, reason) for subject, reason, _ in events.written] == [(NODE, "DrainReadRefused")]
+    assert any(why in message for message in events.messages)
+
+
+def test_a_drain_still_refused_the_list_of_its_pods_at_its_timeout_settles_by_its_policy() -> None:
+    # Given a drain whose pods RBAC still refuses to list when its drain timeout comes
+    why = 'pods is forbidden: User "drain" cannot list resource "pods" in API group "" at the cluster scope'
+    cluster = FakeCluster(nodes={NODE: node()}, pods=[pod("web-1")], pods_refused=why)
+    metrics = FakeMetrics()
+
+    # When the evict step runs at the deadline
+    outcome = evict(cluster, metrics=metrics)(polled(), T0 + timedelta(seconds=600))
+
+    # Then the drain is over as one that could not finish (its slot is not held until the global timeout),
+    # with an outcome that says why the action is completed with pods perhaps left
+    assert (outcome.then, outcome.changes["outcome"]) == (Step.COMPLETE, "drain-timeout-reads-refused")
+    assert metrics.counts["DrainTimeouts"] == 1
+    assert cluster.evictions == []
 
 
 def test_a_pod_whose_eviction_is_refused_does_not_stop_the_others_being_evicted() -> None:

@@ -246,7 +246,7 @@ class KubeCluster:
         pods: list[PodInfo] = []
         token: str | None = None
         while True:
-            with kube_errors(f"listing the pods of node {node}"):
+            with forbidden_refused(), kube_errors(f"listing the pods of node {node}"):
                 response = self._api.list_pod_for_all_namespaces(
                     field_selector=f"spec.nodeName={node}",
                     limit=PAGE,

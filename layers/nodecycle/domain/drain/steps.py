@@ -61,6 +61,8 @@ FAILED_PODS = "failed_pods"
 FAILURES_PER_PASS = 2
 # record.extra key: since when the API server refuses the drain's cordon (a webhook that guards the node, RBAC)
 CORDON_REFUSED = "cordon_refused"
+# record.extra key: since when the API server refuses the drain a read it polls with (its node, its pods: RBAC)
+READS_REFUSED = "reads_refused"
 DRAINED_AT = "drained_at"  # record.extra key: when the node was found empty (the load balancer delay starts)
 POLLS = "polls"  # record.extra key: how often the drain has looked for its pods so far
 # (record.extra's SET_ON_NODE: what nodecycle itself set on the node when it claimed it; see the model)
@@ -697,6 +699,46 @@ class Evict:
         self._events = events
 
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
+        try:
+            return self._poll(record, now)
+        except Refused as refusal:  # (evictions and deletes answer their refusals: only the reads raise one)
+            return self._reads_refused(record, now, str(refusal))
+
+    def _reads_refused(self, record: LifecycleRecord, now: datetime, why: str) -> Outcome:
+        """The API server will not let the drain read its node or list its pods (RBAC edited for a while): the
+        drain cannot tell what is left, so it neither evicts nor completes. As for a refused cordon, an operator
+        must see it (the eviction errors' alarm, a Warning event told once), the reads are asked again at each
+        poll while the drain's time runs, and at the drain timeout the drain is over as one that could not
+        finish: the action is settled rather than held, with its slot, until its global timeout."""
+        node = _known(record.node, "node")
+        deadline = _known(record.drain_deadline, "drain deadline")
+        log.error("the drain of node %s may not read what it polls: %s", node, why)
+        self._metrics.count("EvictionErrors")
+        if now >= deadline:
+            log.warning("drain timeout with the reads of node %s still refused: settling", node)
+            self._metrics.count("DrainTimeouts")
+            self._events.on_node(
+                node,
+                record.node_uid,
+                "DrainTimeout",
+                f"Drain timed out with the API server refusing its reads ({why}): the lifecycle action of "
+                f"{record.instance_id} is completed",
+                warning=True,
+            )
+            return Outcome.goto(settle_step(record), outcome="drain-timeout-reads-refused")
+        if READS_REFUSED not in record.extra:  # told once per drain: asked again at every poll
+            self._events.on_node(
+                node,
+                record.node_uid,
+                "DrainReadRefused",
+                f"Drain by nodecycle ({record.owner}) of {record.instance_id} refused a read by the API server: "
+                f"{why}; asked again until {deadline:%H:%M:%S}Z, then the drain times out",
+                warning=True,
+            )
+        extra = {**record.extra, READS_REFUSED: record.extra.get(READS_REFUSED, now.isoformat())}
+        return Outcome.wait(self._policy.poll_seconds, extra=extra)
+
+    def _poll(self, record: LifecycleRecord, now: datetime) -> Outcome:
         node = _known(record.node, "node")
         policy = self._policy
         # The node by its name, at every poll, before the slot of that name is renewed: once it is gone, its

@@ -161,7 +161,8 @@ class Cluster(Protocol):
         ...
 
     def pods_on(self, node: str) -> list[PodInfo]:
-        """The pods bound to one node (a field-selected list, never a cluster-wide one)."""
+        """The pods bound to one node (a field-selected list, never a cluster-wide one). Raises :class:`Refused`
+        when the API server will not let them be listed (403: RBAC)."""
         ...
 
     def evict(self, pod: PodInfo, grace_seconds: int) -> EvictionResult: ...
