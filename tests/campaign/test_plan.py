@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nodecycle_sandbox.chaos.plan import draw
+from nodecycle_sandbox.chaos.plan import AWS_REFUSAL_LONGEST, draw
 
 
 def test_every_scenario_draws_a_node_that_lingers_and_pods_that_linger_after_it_for_seconds() -> None:
@@ -43,6 +43,11 @@ def test_refusals_are_drawn_with_a_window_and_a_limit_after_everything_else() ->
     refusals = [(s, f) for s in scenarios for f in s.faults if f.kind in refusal_kinds]
     assert {f.kind for _, f in refusals} == refusal_kinds
     assert all(f.stop is not None and f.start < f.stop and f.limit for _, f in refusals)
+    # (AWS's shorter than the hooks' heartbeat timeout less its margin: longer ones end actions whatever happens)
+    assert all(
+        f.stop - f.start <= AWS_REFUSAL_LONGEST for _, f in refusals if f.kind == "aws-denied" and f.stop
+    )
+    assert any(f.stop - f.start > 20.0 for _, f in refusals if f.kind != "aws-denied" and f.stop)
     assert all(s.faults[-1].kind in refusal_kinds for s, _ in refusals)
     # and none without faults
     assert not any(f.kind in refusal_kinds for i in range(40) for f in draw(41, i, faults=False).faults)

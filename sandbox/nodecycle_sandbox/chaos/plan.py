@@ -163,15 +163,23 @@ def draw_faults(rng: random.Random, scenario: Scenario) -> tuple[Fault, ...]:
     return tuple(replace(make(), id=f"f{n}") for n, make in enumerate(chosen, start=1))
 
 
+# How long a refusal lasts at most: in the cluster, twice the stacks' drain timeout (20 s), so that drains meet
+# their timeout policy under refusals; in AWS, less than the hooks' heartbeat timeout (30 s) less the heartbeat
+# margin (10 s). An account that refuses longer the calls that keep an action alive (its heartbeat; the records
+# the engine and the sweeper find it by) lets Auto Scaling end it by its default result whatever nodecycle does:
+# an outage to alarm on, not an interleaving whose outcome the invariants can judge.
+KUBE_REFUSAL_LONGEST = 45.0
+AWS_REFUSAL_LONGEST = 18.0
+
+
 def draw_refusals(rng: random.Random) -> tuple[Fault, ...]:
     """None, one or two refusals: a request judged and refused, for a while, as a real cluster and account
     refuse them. A validating webhook with ``failurePolicy: Fail`` that is down or a policy engine that
     denies (writes only: evictions, pod deletions, node patches), an RBAC binding or access entry edited and
     restored, an SCP or permissions boundary that denies one AWS call. Each lasts a window of a few seconds
-    to twice the stacks' drain timeout (so that the timeout's policy meets refusals too), and stops: a
-    refusal that never ends is a misconfiguration, whose right outcome (the policy, an alarm) the invariants
-    do not tell from a failure. Half of them are there from the moment the story begins: a scenario's first
-    drains start within a second or two."""
+    up to its kind's longest (above), and stops: a refusal that never ends is a misconfiguration, whose right
+    outcome (the policy, an alarm) the invariants do not tell from a failure. Half of them are there from the
+    moment the story begins: a scenario's first drains start within a second or two."""
     webhook = ("POST pods/eviction", "DELETE pods", "PATCH nodes", "*")
     menu = [
         lambda: Fault("", "kube-webhook-down", rng.choice(webhook), _p(rng, 0.5, 1.0)),
@@ -201,12 +209,11 @@ def draw_refusals(rng: random.Random) -> tuple[Fault, ...]:
     chosen = rng.sample(menu, rng.choice((0, 1, 1, 2)))
     faults = []
     for make in chosen:
+        fault = make()
         start = 0.0 if rng.random() < 0.5 else round(rng.uniform(0.5, 6.0), 1)  # drains start at once
-        faults.append(
-            replace(
-                make(), start=start, stop=round(start + rng.uniform(2.0, 45.0), 1), limit=rng.randint(3, 30)
-            )
-        )
+        longest = AWS_REFUSAL_LONGEST if fault.kind == "aws-denied" else KUBE_REFUSAL_LONGEST
+        stop = round(start + rng.uniform(2.0, longest), 1)
+        faults.append(replace(fault, start=start, stop=stop, limit=rng.randint(3, 30)))
     return tuple(faults)
 
 
