@@ -306,6 +306,7 @@ class FakeSlots:
     requests: list[SlotRequest] = field(default_factory=list)
     forgotten: list[str] = field(default_factory=list)
     position: int = 1  # a waiter's place in line
+    refused: str | None = None  # why the API server refuses the budget's reads and writes (a 403), if it does
 
     def acquire(self, request: SlotRequest) -> SlotDecision:
         if request.node in self.others:
@@ -332,6 +333,8 @@ class FakeSlots:
         return SlotDecision(False, SlotReason.NO_ROOM, holders, position, position, ahead=position - 1)
 
     def renew(self, request: SlotRequest) -> SlotDecision:
+        if self.refused is not None:
+            raise Refused(self.refused)
         if self.lost and not request.force:
             return SlotDecision(False, SlotReason.LOST, 0, 1, 1)
         if self.lost:  # as the budget: a forced request takes a slot back even without room
@@ -920,6 +923,22 @@ def test_a_drain_still_refused_the_list_of_its_pods_at_its_timeout_settles_by_it
     assert (outcome.then, outcome.changes["outcome"]) == (Step.COMPLETE, "drain-timeout-reads-refused")
     assert metrics.counts["DrainTimeouts"] == 1
     assert cluster.evictions == []
+
+
+def test_a_drain_refused_the_renewal_of_its_slot_evicts_nothing_and_settles_at_its_timeout() -> None:
+    # Given a drain whose budget slot RBAC refuses to renew (the budget ConfigMap's get or update forbidden)
+    why = 'configmaps "nodecycle-budget" is forbidden: User "drain" cannot get resource "configmaps"'
+    cluster = FakeCluster(nodes={NODE: node()}, pods=[pod("web-1")])
+    slots = FakeSlots(holders={NODE}, refused=why)
+
+    # When the evict step polls before its timeout, and at it
+    before = evict(cluster, slots=slots)(polled(), T0 + timedelta(seconds=5))
+    at = evict(cluster, slots=slots)(polled(), T0 + timedelta(seconds=600))
+
+    # Then nothing is evicted without the slot confirmed, and at the timeout the drain is over
+    assert before.again
+    assert cluster.evictions == []
+    assert (at.then, at.changes["outcome"]) == (Step.COMPLETE, "drain-timeout-reads-refused")
 
 
 def test_a_pod_whose_eviction_is_refused_does_not_stop_the_others_being_evicted() -> None:

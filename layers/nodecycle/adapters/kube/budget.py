@@ -17,7 +17,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from nodecycle.adapters.kube.errors import kube_errors
+from nodecycle.adapters.kube.errors import forbidden_refused, kube_errors
 from nodecycle.adapters.kube.lists import pages
 from nodecycle.domain.budget import BudgetDocument, NodeState
 from nodecycle.domain.errors import TransientError
@@ -60,7 +60,8 @@ class ConfigMapBudgetStore:
     :class:`BudgetNotInstalled`, which names it and the fix. A write that loses a race (409: the ConfigMap
     changed; 404: it was deleted meanwhile) runs the whole read-mutate-write again after a jittered backoff, up to
     ``max_attempts`` times; then it raises :class:`BudgetContention`, and for throttling (429), server errors and
-    connection errors :class:`TransientError`, so that the step is retried later.
+    connection errors :class:`TransientError`, so that the step is retried later. A read or write the role may
+    not make (403: RBAC, a namespace the RBAC does not cover) raises :class:`Refused`, the step's to decide on.
     """
 
     def __init__(
@@ -106,7 +107,7 @@ class ConfigMapBudgetStore:
         )
 
     def _get(self, api: Any) -> Any:
-        with kube_errors(f"reading ConfigMap {self.namespace}/{self.name}"):
+        with forbidden_refused(), kube_errors(f"reading ConfigMap {self.namespace}/{self.name}"):
             try:
                 return api.read_namespaced_config_map(
                     self.name, self.namespace, _request_timeout=REQUEST_TIMEOUT
@@ -118,7 +119,7 @@ class ConfigMapBudgetStore:
 
     def _write(self, api: Any, config_map: Any, doc: BudgetDocument) -> bool:
         """Replace; False when another writer came first."""
-        with kube_errors(f"writing ConfigMap {self.namespace}/{self.name}"):
+        with forbidden_refused(), kube_errors(f"writing ConfigMap {self.namespace}/{self.name}"):
             try:
                 if config_map is None:
                     # nodecycle may not create ConfigMaps (that right would reach kube-system/aws-auth): the

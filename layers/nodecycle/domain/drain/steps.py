@@ -61,7 +61,8 @@ FAILED_PODS = "failed_pods"
 FAILURES_PER_PASS = 2
 # record.extra key: since when the API server refuses the drain's cordon (a webhook that guards the node, RBAC)
 CORDON_REFUSED = "cordon_refused"
-# record.extra key: since when the API server refuses the drain a read it polls with (its node, its pods: RBAC)
+# record.extra key: since when the API server refuses the drain what it polls with (its node, its pods, its
+# budget slot's renewal: RBAC)
 READS_REFUSED = "reads_refused"
 DRAINED_AT = "drained_at"  # record.extra key: when the node was found empty (the load balancer delay starts)
 POLLS = "polls"  # record.extra key: how often the drain has looked for its pods so far
@@ -701,18 +702,20 @@ class Evict:
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
         try:
             return self._poll(record, now)
-        except Refused as refusal:  # (evictions and deletes answer their refusals: only the reads raise one)
+        except Refused as refusal:  # (evictions and deletes answer their refusals: only the polls' reads and
+            # the slot's renewal raise one)
             return self._reads_refused(record, now, str(refusal))
 
     def _reads_refused(self, record: LifecycleRecord, now: datetime, why: str) -> Outcome:
-        """The API server will not let the drain read its node or list its pods (RBAC edited for a while): the
-        drain cannot tell what is left, so it neither evicts nor completes. As for a refused cordon, an operator
+        """The API server will not let the drain read its node, list its pods or renew its budget slot (RBAC
+        edited for a while): the drain cannot tell what is left, or whether it may go on, so it neither evicts
+        nor completes. As for a refused cordon, an operator
         must see it (the eviction errors' alarm, a Warning event told once), the reads are asked again at each
         poll while the drain's time runs, and at the drain timeout the drain is over as one that could not
         finish: the action is settled rather than held, with its slot, until its global timeout."""
         node = _known(record.node, "node")
         deadline = _known(record.drain_deadline, "drain deadline")
-        log.error("the drain of node %s may not read what it polls: %s", node, why)
+        log.error("the drain of node %s is refused what it polls with: %s", node, why)
         self._metrics.count("EvictionErrors")
         if now >= deadline:
             log.warning("drain timeout with the reads of node %s still refused: settling", node)

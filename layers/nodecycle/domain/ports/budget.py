@@ -39,7 +39,9 @@ class NodeInventory(Protocol):
 
 
 class Slots(Protocol):
-    """The disruption budget, as the drain steps use it."""
+    """The disruption budget, as the drain steps use it. Each call raises
+    :class:`~nodecycle.domain.ports.cluster.Refused` when the API server will not let the budget be read or
+    written (403: RBAC)."""
 
     def acquire(self, request: SlotRequest) -> SlotDecision:
         """A slot for the node, or a place in line; the decision names the waiters to wake (``wake``)."""
