@@ -208,3 +208,22 @@ def test_too_many_nodes_drained_at_once_exceed_the_budget() -> None:
         entry = _node(T0 + 1 + n, owner="chaos-a", cordoned=True)
         history.append(HistoryEntry(0, entry.time, "patch", "nodes", "", f"n{n}", "api", False, entry.object))
     assert "budget" in _judged(_observation(history, actions=[]))
+
+
+def test_a_slot_held_by_the_force_policy_asking_again_for_deletes_a_fault_refused_is_excused_its_slack() -> (
+    None
+):
+    # Given a node cordoned at 2 s whose action completes at 80 s (78 s held; the limit is 20 + 2 + 20 s), one of
+    # its pods having been on it
+    history = [_node(T0 + 2, owner="chaos-a", cordoned=True), _pod(T0, "web-1")]
+
+    def judged(*firings: Firing) -> set[str]:
+        return _judged(_observation(history, actions=[_terminate(T0 + 80)], firings=list(firings)))
+
+    # When the forced delete of that pod was refused by a webhook: the force grace's slack (60 s) is excused
+    assert "slot-held" not in judged(Firing(25, "f1", "kube-webhook-deny", "DELETE pods web-1"))
+    # When the delete was only slow (it was done), or another node's pod's was refused: not excused
+    assert "slot-held" in judged(Firing(25, "f1", "kube-slow", "DELETE pods web-1"))
+    assert "slot-held" in judged(Firing(25, "f1", "kube-webhook-deny", "DELETE pods other-1"))
+    # and firings that name no pod are read without fault
+    assert "slot-held" in judged(Firing(25, "f1", "aws-throttle", "sqs.ListQueues"))

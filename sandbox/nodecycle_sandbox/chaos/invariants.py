@@ -36,7 +36,7 @@ INVARIANTS = {
     "addresses": "no address leaked, stolen, released while in use, or two on one instance (4)",
     "repair": "everything settles: nothing left half done at quiescence, after the sweepers ran (5)",
     "pdb": "no eviction takes a PodDisruptionBudget below its floor",
-    "slot-held": "no drain holds its slot past its timeout + force grace + a margin (+ faults on its own messages), even on a dead node (10)",
+    "slot-held": "no drain holds its slot past its timeout + force grace + a margin (+ faults on its own messages and deletes), even on a dead node (10)",
 }
 # Outcomes that claim the node was emptied: with pods still on it, they are wrong.
 CLAIMS_DRAINED = frozenset({None, "completed", "drained", "drain-timeout-forced"})
@@ -45,6 +45,14 @@ SLOT_MARGIN = 20.0  # seconds past drain timeout + force grace: two crashed-step
 # message its delay; a lost one until the sweeper resumes the lifecycle (a sweep interval, the resume grace,
 # and one step). Faults that hit other lifecycles' messages excuse nothing.
 LOST_MESSAGE_COST = SWEEP_INTERVAL + RESUME_GRACE + 1.0
+# What a forced delete of one of a drain's pods that an injected fault answered (refused, failed) costs it: the
+# force policy asks such a pod again at every poll until the force grace and its slack are over (the product's
+# FORCED_POD_SLACK: a pod still there then is given up on), not only for the margin.
+FORCED_DELETE_SLACK = 60.0
+# The API server's faults that leave a request undone (a slow answer or a lost response did it)
+_NOT_DONE = frozenset(
+    {"kube-throttle", "kube-error", "kube-drop", "kube-webhook-down", "kube-webhook-deny", "kube-forbidden"}
+)
 
 
 @dataclass(frozen=True)
@@ -260,6 +268,7 @@ def _slot_held(o: Observation) -> Iterator[Violation]:
     limit = DRAIN_TIMEOUT + FORCE_GRACE + SLOT_MARGIN
     nodes = o.nodes_of
     held_up = _deliveries_held_up(o)
+    deletes_failed = _deletes_failed(o)
     for action in o.actions:
         node = nodes.get(action.instance_id)
         if action.transition != TERMINATING or node not in cordoned or action.finished_at is None:
@@ -269,6 +278,8 @@ def _slot_held(o: Observation) -> Iterator[Violation]:
         excused = sum(
             cost for at, cost in held_up.get(action.instance_id, ()) if cordoned[node] <= at <= ended
         )
+        if any(cordoned[node] <= at <= ended for at in deletes_failed.get(node, ())):
+            excused += FORCED_DELETE_SLACK
         if held > limit + excused:
             dead = " (its kubelet was lost)" if o.lost_kubelet and o.lost_kubelet[0] == node else ""
             finished = action.finished_at - cordoned[node]
@@ -278,6 +289,25 @@ def _slot_held(o: Observation) -> Iterator[Violation]:
                 f"{node}{dead} held its slot {held:.0f}s (limit {limit:.0f}s{late}); its action was completed "
                 f"{finished:.0f}s after the cordon",
             )
+
+
+def _deletes_failed(o: Observation) -> dict[str, list[float]]:
+    """Node -> when a delete of one of its pods got an injected fault instead of an answer (``DELETE pods
+    <name>``): a refusal (a webhook, RBAC), a server error, a dropped connection."""
+    node_of = {
+        entry.name: (entry.object.get("spec") or {}).get("nodeName")
+        for entry in o.history
+        if entry.kind == "Pod" and (entry.object.get("spec") or {}).get("nodeName")
+    }
+    found: dict[str, list[float]] = {}
+    for firing in o.firings:
+        words = firing.detail.split()
+        if firing.kind not in _NOT_DONE or words[:2] != ["DELETE", "pods"] or len(words) < 3:
+            continue
+        node = node_of.get(words[2])
+        if node is not None:
+            found.setdefault(node, []).append(o.acting_at + firing.at)
+    return found
 
 
 def _deliveries_held_up(o: Observation) -> dict[str, list[tuple[float, float]]]:
