@@ -1758,6 +1758,24 @@ def test_a_terminate_hook_after_a_drained_spot_interruption_completes_at_once() 
     assert step(terminating(Step.ACQUIRE_SLOT), T0 + timedelta(seconds=60)).again
 
 
+def test_a_terminate_hook_after_a_drained_spot_interruption_drains_again_when_it_may_not_list_the_pods() -> (
+    None
+):
+    # Given the Spot interruption's drain of the instance, over, and RBAC refusing the list of pods for a while
+    records = InMemoryRecords()
+    records.create(spot(Step.DONE, node=NODE, zone="eu-west-1a", drain_started_at=T0, outcome="drained"))
+    why = 'pods is forbidden: User "drain" cannot list resource "pods" in API group "" at the cluster scope'
+    cluster = FakeCluster(nodes={NODE: node()}, pods_refused=why)
+
+    # When Auto Scaling's terminate hook for the same instance comes
+    outcome = acquire_after(records, cluster)(terminating(Step.ACQUIRE_SLOT), T0 + timedelta(minutes=2))
+
+    # Then it cannot tell whether pods came back, so it drains the node as any (here: waits for a slot), whose
+    # refused reads its timeout policy settles, rather than failing at every delivery until the global timeout
+    assert outcome.then is None
+    assert outcome.again
+
+
 def maintenance(step: Step, starts: datetime, **changes: object) -> LifecycleRecord:
     """A scheduled maintenance of the instance starting at ``starts``."""
     return spot(

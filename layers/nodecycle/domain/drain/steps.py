@@ -470,7 +470,16 @@ class AcquireSlot:
                     "instance %s is being drained for a %s: waiting for it", record.instance_id, cause.short
                 )
                 return Outcome.wait(LINKED_POLL_SECONDS)
-            back = podfilter.to_evict(self._cluster.pods_on(other.node)) if other.node else []
+            try:
+                back = podfilter.to_evict(self._cluster.pods_on(other.node)) if other.node else []
+            except Refused as refusal:
+                # Whether pods came back cannot be told: drained as any node, whose drain settles refused
+                # reads by its timeout policy, rather than failing here at every delivery
+                log.error(
+                    "instance %s: the pods of its node may not be listed: %s", record.instance_id, refusal
+                )
+                self._metrics.count("EvictionErrors")
+                return None
             if back:
                 log.info(
                     "instance %s was drained for a %s, but %d pods are on its node now: draining it again",
