@@ -66,6 +66,7 @@ _STACK = {
     "DrainConcurrency": "4",
     "ReadinessTimeoutSeconds": "30",
     "SweepGraceSeconds": "300",
+    "EipWaitSeconds": "20",  # an empty pool waited for as long as a drain may take to give an address back
 }
 STACKS: dict[str, dict[str, str]] = {
     "a": {**_STACK, "OwnerId": "chaos-a", "EipMode": "allocate"},
