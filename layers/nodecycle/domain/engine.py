@@ -33,7 +33,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Protocol
 
-from nodecycle.domain.errors import TransientError, retry_after_wait
+from nodecycle.domain.errors import AccessRefused, TransientError, retry_after_wait
 from nodecycle.domain.flow import (
     Worker,
     after_completion,
@@ -63,6 +63,10 @@ MAX_BACKOFF = MAX_RETRY_BACKOFF_SECONDS / 1.5  # times a jitter of up to 1.5
 # for a while must not push the next try (or the forced end at the timeout) minutes away. Its steps retry at
 # most this far apart, as ``kubectl drain`` retries an eviction every 5 s.
 DRAIN_RETRY_CAP_SECONDS = 5.0
+# A refused step (see ``StepEngine._retry``) is tried this often in a row, with the step's backoff (minutes for
+# most steps, seconds for a drain's), before its message fails and goes the way of an error: 4 to 5 minutes of
+# backoff, then the queue's deliveries (5 receives, a visibility timeout apart) before the dead-letter queue
+MAX_REFUSED_ATTEMPTS = 8
 HEARTBEAT_RETRY_MIN = timedelta(seconds=5)  # a failed heartbeat is not tried again sooner than this
 MIN_PIECE = timedelta(seconds=1)  # the shortest piece a long wait is cut into
 
@@ -340,23 +344,7 @@ class StepEngine:
                 if outcome is None:
                     outcome = handler(record, now)
             except TransientError as error:
-                delay = min(MAX_BACKOFF, 2 ** min(record.attempts, 7)) * random.uniform(1.0, 1.5)
-                left = None
-                if draining(record.step):
-                    delay = min(delay, DRAIN_RETRY_CAP_SECONDS)
-                    left = record.drain_deadline - now if record.drain_deadline is not None else None
-                # A server that said when to come back (a 429's Retry-After) is not asked sooner, as client-go
-                # does not ask it: a retry sooner only adds to the load it sheds (a drain: up to its deadline)
-                delay = max(delay, retry_after_wait(error.retry_after, left))
-                log.warning(
-                    "step %s failed (attempt %d), retrying in %.0fs: %s",
-                    record.step,
-                    record.attempts + 1,
-                    delay,
-                    error,
-                )
-                self._metrics.count("StepRetries", step=record.step.value)
-                outcome = Outcome.wait(delay, attempts=record.attempts + 1, last_error=str(error)[:500])
+                outcome = self._retry(record, now, error)
         updated = _successor_of(advance(record, outcome, now), now)
         # Judged when the step ended, not when it began: a step that took seconds (slow or throttled APIs)
         # may have used up the time in which its successor could still heartbeat.
@@ -372,6 +360,45 @@ class StepEngine:
         if updated.step is not record.step:
             log.info("step %s -> %s", record.step, updated.step, extra={"seq": updated.seq})
         return updated
+
+    def _retry(self, record: LifecycleRecord, now: datetime, error: TransientError) -> Outcome:
+        """Run a step that failed again later, with backoff. A refusal (AWS's AccessDenied to the role) is told
+        as an error naming the call and the code, and counted apart (``StepRetries`` with ``reason=refused``):
+        it lasts as long as a policy says so, not seconds. It is retried as a transient failure is, for a
+        policy rolled out and back or IAM propagating after a stack update, up to ``MAX_REFUSED_ATTEMPTS``
+        failed tries in a row; then the step's message fails (delivered again after the queue's visibility
+        timeout, then dead-lettered: the alarm), as an error no retry changes, rather than retried every few
+        minutes unseen until the global-timeout guard. (Nothing here settles an action: a refused completion
+        or heartbeat is never taken for an action gone.)"""
+        delay = min(MAX_BACKOFF, 2 ** min(record.attempts, 7)) * random.uniform(1.0, 1.5)
+        left = None
+        if draining(record.step):
+            delay = min(delay, DRAIN_RETRY_CAP_SECONDS)
+            left = record.drain_deadline - now if record.drain_deadline is not None else None
+        attempts = record.attempts + 1
+        if isinstance(error, AccessRefused):
+            # (its own series of the retries, to graph and alarm on apart from throttling's)
+            self._metrics.count("StepRetries", step=record.step.value, reason="refused")
+            if attempts >= MAX_REFUSED_ATTEMPTS:
+                log.error(
+                    "step %s refused (%d failed tries in a row), failing its message: %s",
+                    record.step,
+                    attempts,
+                    error,
+                )
+                raise error
+            log.error(
+                "step %s refused (attempt %d), retrying in %.0fs: %s", record.step, attempts, delay, error
+            )
+        else:
+            # A server that said when to come back (a 429's Retry-After) is not asked sooner, as client-go
+            # does not ask it: a retry sooner only adds to the load it sheds (a drain: up to its deadline)
+            delay = max(delay, retry_after_wait(error.retry_after, left))
+            log.warning(
+                "step %s failed (attempt %d), retrying in %.0fs: %s", record.step, attempts, delay, error
+            )
+            self._metrics.count("StepRetries", step=record.step.value)
+        return Outcome.wait(delay, attempts=attempts, last_error=str(error)[:500])
 
     def _verify(self, record: LifecycleRecord, now: datetime) -> tuple[LifecycleRecord, Outcome | None]:
         """Before the first step that disrupts anything (a budget slot, a cordon, an eviction, an address

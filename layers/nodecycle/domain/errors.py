@@ -21,6 +21,22 @@ class TransientError(Exception):
         self.retry_after = retry_after
 
 
+class AccessRefused(TransientError):
+    """AWS refused a call to this function's role (AccessDenied, UnauthorizedOperation): a policy edited, a
+    service control policy or a permissions boundary rolled out, IAM still propagating after a stack update.
+
+    Transient in that it often lasts minutes, and every place that tries a failed call again later (a
+    heartbeat, a wake-up, the step engine) does so for it too; but unlike throttling it does not pass by
+    itself. The step engine tells it (the call, the code) and counts it, and retries it only so often before
+    it fails the message, so that a denial that stays ends in the dead-letter queue and its alarm.
+    ``call``: what was asked (``completing a lifecycle action``); ``code``: AWS's error code."""
+
+    def __init__(self, call: str, code: str, message: str) -> None:
+        super().__init__(f"{call}: refused ({code}): {message}")
+        self.call = call
+        self.code = code
+
+
 def retry_after_wait(retry_after: float | None, left: timedelta | None = None) -> float:
     """How long a retry waits at least for a server that said Retry-After (0 when it did not): what it asked,
     as client-go waits it, up to ``RETRY_AFTER_CAP_SECONDS``, and never past ``left`` (a drain's time before

@@ -15,6 +15,7 @@ from botocore.exceptions import ClientError
 
 from nodecycle.adapters.aws.clients import LazyClient, error_code, transient_errors
 from nodecycle.adapters.aws.instances import Ec2Instances
+from nodecycle.domain.errors import AccessRefused
 from nodecycle.domain.ports.addresses import (
     INSTANCE_TAG,
     OWNER_TAG,
@@ -113,6 +114,8 @@ class Ec2Addresses:
                 associated = self._ec2().associate_address(
                     AllocationId=allocation_id, AllowReassociation=False, InstanceId=instance_id
                 )
+        except AccessRefused as error:
+            raise AddressRefused(str(error)) from error  # (as _answers says it)
         except ClientError as error:
             # EC2 takes an instance id only while the instance has one network interface; once the VPC CNI
             # has attached more (a retry, a warm-pool launch), it wants the primary interface instead.
@@ -178,11 +181,14 @@ class Ec2Addresses:
 @contextmanager
 def _answers(errors: Mapping[str, type[AddressError]]) -> Iterator[None]:
     """Turn the EC2 error codes that decide what a step does into the domain's exceptions; any other error
-    EC2 answers (throttling and 5xx are transient already) is a refusal no retry changes."""
+    EC2 answers (throttling and 5xx are transient already) is a refusal no retry changes. A denial of the role
+    is the EIP steps' AddressRefused too, as those steps decide on it (asked again, then their policy)."""
     try:
         yield
     except ClientError as error:
         raise errors.get(error_code(error), AddressRefused)(str(error)) from error
+    except AccessRefused as error:
+        raise AddressRefused(str(error)) from error
 
 
 def _filter(name: str, value: str) -> FilterTypeDef:

@@ -11,7 +11,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError, ConnectionError, HTTPClientError
 
-from nodecycle.domain.errors import TransientError
+from nodecycle.domain.errors import AccessRefused, TransientError
 
 # botocore's standard retry mode already backs off on throttling and 5xx; what still fails after it is
 # handed to the step engine as a TransientError, which retries the step later instead of sleeping here.
@@ -44,6 +44,11 @@ _TRANSIENT_CODES = frozenset(
         "TransactionInProgressException",
     }
 )
+
+# How each service says that the caller's role may not make the call (an identity policy, a service control
+# policy, a permissions boundary): EC2 UnauthorizedOperation, DynamoDB and the JSON services
+# AccessDeniedException, the query services (Auto Scaling, SQS, STS) AccessDenied
+_ACCESS_REFUSED_CODES = frozenset({"AccessDenied", "AccessDeniedException", "UnauthorizedOperation"})
 
 
 def client(service: str) -> Any:
@@ -82,12 +87,21 @@ def is_transient(error: Exception) -> bool:
     return isinstance(error, ConnectionError | HTTPClientError)
 
 
+def is_access_refused(error: ClientError) -> bool:
+    return error_code(error) in _ACCESS_REFUSED_CODES
+
+
 @contextmanager
 def transient_errors(what: str) -> Iterator[None]:
-    """Re-raise what is worth retrying later as the domain's TransientError; the rest as it is."""
+    """Re-raise what is worth retrying later as the domain's TransientError, and a call the role is refused as
+    its :class:`AccessRefused` naming ``what`` and the code (never a ClientError a caller could take for an
+    answer, such as "no active lifecycle action"); the rest as it is."""
     try:
         yield
     except (ClientError, ConnectionError, HTTPClientError) as error:
         if is_transient(error):
             raise TransientError(f"{what}: {error}") from error
+        if isinstance(error, ClientError) and is_access_refused(error):
+            message = str(error.response.get("Error", {}).get("Message", ""))
+            raise AccessRefused(what, error_code(error), message) from error
         raise

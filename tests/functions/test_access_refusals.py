@@ -1,0 +1,190 @@
+"""AWS refusing a call to the role (AccessDenied and each service's own shape of it, as the sandbox's IAM
+enforcement answers on moto): the adapters say it as the domain's AccessRefused naming the call and the code,
+and the step engine retries the step, tells and counts the refusal, and gives the message up in the end."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import boto3
+import pytest
+
+from nodecycle.adapters.aws.autoscaling import AutoscalingActions
+from nodecycle.adapters.aws.instances import Ec2Instances
+from nodecycle.adapters.aws.queues import SqsWorkQueues
+from nodecycle.adapters.aws.records import DynamoRecordStore
+from nodecycle.domain.engine import MAX_REFUSED_ATTEMPTS, EngineTiming, Handled, StepEngine
+from nodecycle.domain.errors import AccessRefused
+from nodecycle.domain.flow import Worker
+from nodecycle.domain.model import ActionRef, LifecycleRecord, Step, Transition, global_deadline
+from nodecycle.domain.policy import ActionResult
+from nodecycle.domain.ports.lifecycle import WorkMessage
+from nodecycle_sandbox.aws.install import install
+from nodecycle_sandbox.iam.identities import IDENTITIES
+from tests.support.fakes import T0, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
+from tests.support.stack import Stack
+
+ACCOUNT = "123456789012"
+ROLE = f"arn:aws:iam::{ACCOUNT}:role/nodecycle-drain-refused"
+KEY = "AKIAREFUSEDDRAIN0001"  # this module's own: no other test's calls are evaluated against its role
+ACTION = ActionRef(
+    group="nodes-general",
+    hook="nodecycle-terminate",
+    instance_id="i-0a1b2c3d4e5f60718",
+    token="9f0c3d3e-6a8b-4c8e-9d57-2f7b1e0a6c41",
+    transition=Transition.TERMINATING,
+)
+
+
+@pytest.fixture
+def refused(stack: Stack) -> Callable[[str], Any]:
+    """Clients of a role that may do nothing (a service control policy denying all, for a while): every call
+    is refused as AWS refuses it (moto with the sandbox's IAM enforcement)."""
+    install()  # moto lacks the lifecycle calls: the sandbox adds them, and its IAM enforcement
+    # the action's group (a call on a group Auto Scaling does not know is its ValidationError, not a denial)
+    boto3.client("ec2").create_launch_template(
+        LaunchTemplateName="nodes",
+        LaunchTemplateData={"ImageId": "ami-12c6146b", "InstanceType": "m6g.large"},
+    )
+    boto3.client("autoscaling").create_auto_scaling_group(
+        AutoScalingGroupName=ACTION.group,
+        LaunchTemplate={"LaunchTemplateName": "nodes"},
+        MinSize=0,
+        MaxSize=1,
+        AvailabilityZones=["eu-west-1a"],
+    )
+    IDENTITIES.register(
+        roles=[{"arn": ROLE, "policies": []}],
+        keys=[{"access_key": KEY, "role_arn": ROLE, "session_name": "drain", "account": ACCOUNT}],
+    )
+    return lambda service: boto3.client(  # type: ignore[call-overload]
+        service, aws_access_key_id=KEY, aws_secret_access_key="refused"
+    )
+
+
+@pytest.mark.parametrize(
+    ("service", "call", "code", "what"),
+    [
+        ("autoscaling", lambda c, s: AutoscalingActions(c).complete(ACTION, ActionResult.CONTINUE),
+         "AccessDenied", "completing a lifecycle action"),
+        ("autoscaling", lambda c, s: AutoscalingActions(c).heartbeat(ACTION),
+         "AccessDenied", "recording a lifecycle heartbeat"),
+        ("dynamodb", lambda c, s: DynamoRecordStore(s.table, timedelta(days=1), c).get("i-0a1b2c3d4e5f60718/terminate/t"),
+         "AccessDeniedException", "reading a lifecycle record"),
+        ("sqs", lambda c, s: SqsWorkQueues({Worker.DRAIN: s.drain_queue}, c).send(
+            Worker.DRAIN, WorkMessage(record_id="i-0a1b2c3d4e5f60718/terminate/t", seq=1, step=Step.EVICT)),
+         "AccessDenied", "sending work to the drain queue"),
+        ("ec2", lambda c, s: Ec2Instances(c).states(["i-0a1b2c3d4e5f60718"]),
+         "UnauthorizedOperation", "describing instances"),
+    ],
+    ids=["complete", "heartbeat", "dynamodb-get", "sqs-send", "ec2-describe"],
+)  # fmt: skip
+def test_a_call_the_role_is_refused_is_an_access_refusal_naming_the_call_and_the_code(
+    refused: Callable[[str], Any],
+    stack: Stack,
+    service: str,
+    call: Callable[[Any, Stack], object],
+    code: str,
+    what: str,
+) -> None:
+    # Given a role every call of which is denied
+    # When an adapter makes its call
+    with pytest.raises(AccessRefused) as raised:
+        call(refused(service), stack)
+    # Then it is a refusal naming the call and AWS's code, never an answer (a completion refused is not "no
+    # active lifecycle action": that would settle the action as if it had been completed)
+    assert (raised.value.call, raised.value.code) == (what, code)
+    assert "is not authorized to perform" in str(raised.value)
+
+
+def _record(**changes: Any) -> LifecycleRecord:
+    record = LifecycleRecord(
+        id=f"{ACTION.instance_id}/terminate/{ACTION.token}",
+        owner="stack-a",
+        instance_id=ACTION.instance_id,
+        transition=Transition.TERMINATING,
+        token=ACTION.token,
+        group=ACTION.group,
+        hook=ACTION.hook,
+        plan=(Step.ACQUIRE_SLOT, Step.CORDON, Step.EVICT, Step.COMPLETE, Step.CLEANUP, Step.DONE),
+        step=Step.ACQUIRE_SLOT,
+        received_at=T0,
+        started_at=T0,
+        updated_at=T0,
+        due_at=T0,
+        heartbeat_timeout=300,
+        heartbeat_deadline=T0 + timedelta(seconds=300),
+        global_deadline=global_deadline(T0, 300),
+    )
+    return record.model_copy(update=changes)
+
+
+@pytest.fixture
+def engine_refused_heartbeats(
+    refused: Callable[[str], Any],
+) -> tuple[StepEngine, InMemoryRecords, FakeMetrics, list[LifecycleRecord]]:
+    """The drain's engine whose Auto Scaling adapter is refused: its first disruptive step's confirmation
+    (a heartbeat with the action's token) is denied. The step itself records what it was asked."""
+    records, metrics, ran = InMemoryRecords(), FakeMetrics(), []
+
+    def acquire(record: LifecycleRecord, now: Any) -> Any:
+        ran.append(record)
+        raise AssertionError("a step that Auto Scaling did not confirm ran")
+
+    engine = StepEngine(
+        worker=Worker.DRAIN,
+        steps={Step.ACQUIRE_SLOT: acquire},
+        records=records,
+        queues=RecordingQueues(),
+        autoscaling=AutoscalingActions(refused("autoscaling")),
+        clock=FakeClock(),
+        metrics=metrics,
+        timing=EngineTiming(
+            resume_grace=timedelta(minutes=3),
+            heartbeat_margin=timedelta(seconds=60),
+            redelivery=timedelta(0),
+            settle_before=timedelta(seconds=60),
+        ),
+        failure_result=lambda record: ActionResult.ABANDON,
+    )
+    return engine, records, metrics, ran
+
+
+def test_a_step_whose_aws_call_is_refused_is_retried_with_backoff_told_and_counted(
+    engine_refused_heartbeats: tuple[StepEngine, InMemoryRecords, FakeMetrics, list[LifecycleRecord]],
+) -> None:
+    engine, records, metrics, ran = engine_refused_heartbeats
+    # Given a lifecycle whose action is not confirmed yet, and RecordLifecycleActionHeartbeat denied
+    record = _record()
+    records.create(record)
+    # When its first step runs
+    handled = engine.handle(WorkMessage(record_id=record.id, seq=record.seq, step=record.step))
+    # Then the step is retried later by the engine (not failed for SQS to redeliver and dead-letter), it
+    # disrupted nothing, and the refusal is on the record and counted
+    after = records.get(record.id)
+    assert after is not None
+    assert handled is Handled.RAN
+    assert (after.step, after.attempts, after.seq) == (Step.ACQUIRE_SLOT, 1, record.seq + 1)
+    assert after.due_at > T0
+    assert after.verified_at is None
+    assert "recording a lifecycle heartbeat: refused (AccessDenied)" in (after.last_error or "")
+    assert metrics.counts["StepRetries[reason=refused]"] == 1
+    assert not ran
+
+
+def test_a_step_refused_again_and_again_fails_its_message_for_the_dead_letter_queue(
+    engine_refused_heartbeats: tuple[StepEngine, InMemoryRecords, FakeMetrics, list[LifecycleRecord]],
+) -> None:
+    engine, records, metrics, ran = engine_refused_heartbeats
+    # Given a step refused as often in a row as the engine retries a refusal, but once
+    record = _record(attempts=MAX_REFUSED_ATTEMPTS - 1)
+    records.create(record)
+    # When it is refused once more
+    with pytest.raises(AccessRefused):
+        engine.handle(WorkMessage(record_id=record.id, seq=record.seq, step=record.step))
+    # Then its message fails (delivered again, then dead-lettered: the alarm), the record as it was
+    assert records.get(record.id) == record
+    assert metrics.counts["StepRetries[reason=refused]"] == 1
+    assert not ran
