@@ -51,6 +51,7 @@ from nodecycle.domain.model import (
     Step,
 )
 from nodecycle.domain.policy import ActionResult
+from nodecycle.domain.ports.cluster import Refused
 from nodecycle.domain.ports.lifecycle import Autoscaling, RecordStore, WorkMessage, WorkQueues
 from nodecycle.domain.ports.runtime import Clock, Metrics
 
@@ -343,7 +344,7 @@ class StepEngine:
                 record, outcome = self._verify(record, now)
                 if outcome is None:
                     outcome = handler(record, now)
-            except TransientError as error:
+            except (TransientError, Refused) as error:
                 outcome = self._retry(record, now, error)
         updated = _successor_of(advance(record, outcome, now), now)
         # Judged when the step ended, not when it began: a step that took seconds (slow or throttled APIs)
@@ -361,36 +362,24 @@ class StepEngine:
             log.info("step %s -> %s", record.step, updated.step, extra={"seq": updated.seq})
         return updated
 
-    def _retry(self, record: LifecycleRecord, now: datetime, error: TransientError) -> Outcome:
-        """Run a step that failed again later, with backoff. A refusal (AWS's AccessDenied to the role) is told
-        as an error naming the call and the code, and counted apart (``StepRetries`` with ``reason=refused``):
-        it lasts as long as a policy says so, not seconds. It is retried as a transient failure is, for a
-        policy rolled out and back or IAM propagating after a stack update, up to ``MAX_REFUSED_ATTEMPTS``
-        failed tries in a row; then the step's message fails (delivered again after the queue's visibility
-        timeout, then dead-lettered: the alarm), as an error no retry changes, rather than retried every few
-        minutes unseen until the global-timeout guard. (Nothing here settles an action: a refused completion
-        or heartbeat is never taken for an action gone.)"""
+    def _retry(self, record: LifecycleRecord, now: datetime, error: TransientError | Refused) -> Outcome:
+        """Run a step that failed again later, with backoff. A refusal (AWS's AccessDenied to the role, naming
+        the call and the code; the API server's 403 of a call the step does not decide on itself, such as the
+        budget ConfigMap's read or write in a waiter's ask or a cleanup's release) is told as an error, and
+        counted apart (``StepRetries`` with ``reason=refused``): it lasts as long as a policy says so, not
+        seconds. It is retried as a transient failure is, for a policy rolled out and back or IAM propagating
+        after a stack update, up to ``MAX_REFUSED_ATTEMPTS`` failed tries in a row; then the step's message
+        fails (delivered again after the queue's visibility timeout, then dead-lettered: the alarm), as an
+        error no retry changes, rather than retried every few minutes unseen until the global-timeout guard.
+        (Nothing here settles an action: a refused completion or heartbeat is never taken for an action
+        gone.)"""
         delay = min(MAX_BACKOFF, 2 ** min(record.attempts, 7)) * random.uniform(1.0, 1.5)
         left = None
         if draining(record.step):
             delay = min(delay, DRAIN_RETRY_CAP_SECONDS)
             left = record.drain_deadline - now if record.drain_deadline is not None else None
         attempts = record.attempts + 1
-        if isinstance(error, AccessRefused):
-            # (its own series of the retries, to graph and alarm on apart from throttling's)
-            self._metrics.count("StepRetries", step=record.step.value, reason="refused")
-            if attempts >= MAX_REFUSED_ATTEMPTS:
-                log.error(
-                    "step %s refused (%d failed tries in a row), failing its message: %s",
-                    record.step,
-                    attempts,
-                    error,
-                )
-                raise error
-            log.error(
-                "step %s refused (attempt %d), retrying in %.0fs: %s", record.step, attempts, delay, error
-            )
-        else:
+        if isinstance(error, TransientError) and not isinstance(error, AccessRefused):
             # A server that said when to come back (a 429's Retry-After) is not asked sooner, as client-go
             # does not ask it: a retry sooner only adds to the load it sheds (a drain: up to its deadline)
             delay = max(delay, retry_after_wait(error.retry_after, left))
@@ -398,6 +387,18 @@ class StepEngine:
                 "step %s failed (attempt %d), retrying in %.0fs: %s", record.step, attempts, delay, error
             )
             self._metrics.count("StepRetries", step=record.step.value)
+            return Outcome.wait(delay, attempts=attempts, last_error=str(error)[:500])
+        # (its own series of the retries, to graph and alarm on apart from throttling's)
+        self._metrics.count("StepRetries", step=record.step.value, reason="refused")
+        if attempts >= MAX_REFUSED_ATTEMPTS:
+            log.error(
+                "step %s refused (%d failed tries in a row), failing its message: %s",
+                record.step,
+                attempts,
+                error,
+            )
+            raise error
+        log.error("step %s refused (attempt %d), retrying in %.0fs: %s", record.step, attempts, delay, error)
         return Outcome.wait(delay, attempts=attempts, last_error=str(error)[:500])
 
     def _verify(self, record: LifecycleRecord, now: datetime) -> tuple[LifecycleRecord, Outcome | None]:

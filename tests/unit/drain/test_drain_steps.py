@@ -309,6 +309,7 @@ class FakeSlots:
     refused: str | None = None  # why the API server refuses the budget's reads and writes (a 403), if it does
 
     def acquire(self, request: SlotRequest) -> SlotDecision:
+        self._answer()
         if request.node in self.others:
             return SlotDecision(False, SlotReason.HELD_BY_OTHER_OWNER, len(self.holders), 0, None)
         self.requests.append(request)
@@ -333,8 +334,7 @@ class FakeSlots:
         return SlotDecision(False, SlotReason.NO_ROOM, holders, position, position, ahead=position - 1)
 
     def renew(self, request: SlotRequest) -> SlotDecision:
-        if self.refused is not None:
-            raise Refused(self.refused)
+        self._answer()
         if self.lost and not request.force:
             return SlotDecision(False, SlotReason.LOST, 0, 1, 1)
         if self.lost:  # as the budget: a forced request takes a slot back even without room
@@ -347,6 +347,7 @@ class FakeSlots:
     def forget(self, owner: str, instance_id: str) -> list[str]:
         # As the budget does: this owner's entries of the instance go (the fake's holders are the test's
         # instance's nodes), and the waiters that now fit are woken
+        self._answer()
         self.forgotten.append(instance_id)
         if instance_id != INSTANCE or not self.holders:
             return []
@@ -357,6 +358,7 @@ class FakeSlots:
     def release(
         self, node: str, record_id: str, token: str | None = None, *, gone: str | None = None
     ) -> list[str]:
+        self._answer()
         if gone is not None:
             self.forgotten.append(gone)
         if self.held_for.get(node, record_id) != record_id:
@@ -365,6 +367,11 @@ class FakeSlots:
         self.holders.discard(node)
         woken, self.waiters = self.waiters, []
         return woken
+
+    def _answer(self) -> None:
+        """As the ConfigMap store: every call reads the budget first, so a 403 refuses each of them."""
+        if self.refused is not None:
+            raise Refused(self.refused)
 
 
 @dataclass
