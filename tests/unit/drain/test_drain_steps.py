@@ -725,6 +725,27 @@ def test_a_cordon_asked_again_after_a_refusal_whose_slot_was_lost_waits_for_one_
     assert metrics.counts["BudgetSlotsLost"] == 1
 
 
+def test_a_cordon_asked_again_whose_slot_renewal_is_refused_polls_on_and_settles_at_its_timeout() -> None:
+    # Given a drain whose cordon the API server refused at its last poll, and RBAC refusing the budget since
+    # (the budget ConfigMap's get or update forbidden)
+    why = 'configmaps "nodecycle-budget" is forbidden: User "drain" cannot update resource "configmaps"'
+    cluster = FakeCluster(nodes={NODE: node()})
+    record = terminating(Step.CORDON, node=NODE, extra={CORDON_REFUSED: T0.isoformat()})
+    slots = FakeSlots(holders={NODE}, refused=why)
+    metrics = FakeMetrics()
+
+    # When the cordon is asked again before its drain timeout, and at it
+    before = cordon(cluster, slots=slots, metrics=metrics)(record, T0 + timedelta(seconds=5))
+    at = cordon(cluster, slots=slots)(record, T0 + policy().timeout)
+
+    # Then nothing is cordoned without its slot renewed: it polls on as a refused cordon does, an error an
+    # operator sees, and at the drain timeout the drain is over rather than crashing every poll with its slot
+    assert cluster.patches == []
+    assert (before.again, before.delay) == (True, policy().poll_seconds)
+    assert metrics.counts["EvictionErrors"] == 1
+    assert (at.then, at.changes["outcome"]) == (Step.COMPLETE, "drain-timeout-cordon-refused")
+
+
 def test_a_drain_whose_cordon_was_refused_before_it_lost_its_slot_gets_its_whole_timeout_once_back() -> None:
     # Given a drain whose cordon the API server refused, and whose slot was lost before the cordon was asked
     # again: it waits for a slot as any other

@@ -579,7 +579,13 @@ class Cordon:
         if refused_since and Step.ACQUIRE_SLOT in record.plan:
             # asked again after a refusal, polls apart: the slot is renewed as a drain's polls renew it
             request = _slot_request(record, node.name, node.zone, **_precedence(record, now, self._policy))
-            renewed = self._slots.renew(request)
+            try:
+                renewed = self._slots.renew(request)
+            except Refused as refusal:
+                # (RBAC on the budget ConfigMap): not cordoned without its slot confirmed, and settled at the
+                # drain timeout as the refused cordon it still is, rather than failed at every poll
+                why = f"its budget slot may not be renewed: {refusal}"
+                return self._refused(record, node, why, started, deadline, now, found)
             _wake(self._dispatcher, renewed.wake)
             if not renewed.granted:
                 log.warning("lost the budget slot of node %s before its cordon: waiting for one", node.name)
