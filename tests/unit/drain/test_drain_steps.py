@@ -969,6 +969,23 @@ def test_a_drain_refused_the_renewal_of_its_slot_evicts_nothing_and_settles_at_i
     assert (at.then, at.changes["outcome"]) == (Step.COMPLETE, "drain-timeout-reads-refused")
 
 
+def test_a_drain_paused_for_its_lost_slot_whose_renewal_is_refused_is_not_timed_out_for_the_pause() -> None:
+    # Given a drain paused for its lost slot 100 s into its 600 s (waiting in line: not drain time), and RBAC
+    # refusing the budget ConfigMap since, so that it cannot tell whether the slot is back
+    why = 'configmaps "nodecycle-budget" is forbidden: User "drain" cannot get resource "configmaps"'
+    cluster = FakeCluster(nodes={NODE: node()}, pods=[pod("web-1")])
+    slots = FakeSlots(holders={NODE}, refused=why)
+    paused = polled(drain_paused_at=T0 + timedelta(seconds=100))
+
+    # When it polls past its deadline as it stood before the pause
+    outcome = evict(cluster, slots=slots)(paused, T0 + timedelta(seconds=650))
+
+    # Then it polls on: its drain had 100 s of its time when it paused, not 600 (invariant 9)
+    assert outcome.again
+    assert "outcome" not in outcome.changes
+    assert cluster.evictions == []
+
+
 def test_a_pod_whose_eviction_is_refused_does_not_stop_the_others_being_evicted() -> None:
     # Given a node whose first pod the API server will not evict (403: its namespace is terminating; an
     # admission webhook's denial is the same), and a second pod

@@ -730,6 +730,11 @@ class Evict:
         finish: the action is settled rather than held, with its slot, until its global timeout."""
         node = _known(record.node, "node")
         deadline = _known(record.drain_deadline, "drain deadline")
+        if record.drain_paused_at is not None:
+            # Paused for its lost slot, and unable to tell whether it is back: still waiting, and a wait for a
+            # slot is not drain time (as when the slot comes back: see _poll), up to where the timeout policy
+            # must still act before the global timeout
+            deadline = min(deadline + (now - record.drain_paused_at), _deadline_cap(record, self._policy))
         log.error("the drain of node %s is refused what it polls with: %s", node, why)
         self._metrics.count("EvictionErrors")
         if now >= deadline:
