@@ -21,11 +21,12 @@ from nodecycle.domain.budget import (
     SlotRequest,
     Waiter,
 )
-from nodecycle.domain.budget.rules import MAX_WAITERS
+from nodecycle.domain.budget.limits import owner_limits
+from nodecycle.domain.budget.rules import MAX_DOCUMENT_BYTES, MAX_WAITERS
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.policy import Quantity
 from nodecycle_sandbox.kube import KubeServer
-from tests.integration.budget.conftest import NAMESPACE, admin_api
+from tests.integration.budget.conftest import NAMESPACE, ZONES, admin_api, zone_of
 from tests.support.fakes import FakeClock, FakeMetrics
 
 NOW = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
@@ -162,3 +163,71 @@ def test_a_forced_slot_that_would_pass_the_configmap_limit_takes_the_place_of_th
     assert doc.waiter(youngest.node) is None
     assert [w.node for w in doc.waiters] == [w.node for w in waiters(MAX_WAITERS)[: len(doc.waiters)]]
     assert metrics.counts["BudgetQueueFull"] == MAX_WAITERS - len(doc.waiters) >= 1
+
+
+def cluster_node(index: int) -> str:
+    """A node of the cluster, none of them in :func:`waiters`' line."""
+    return f"ip-10-8-{index // 250}-{index % 250}.eu-west-1.compute.internal"
+
+
+def test_stacks_counting_a_zone_outages_unavailable_nodes_keep_the_document_under_the_configmap_limit(
+    core: client.CoreV1Api, server: KubeServer
+) -> None:
+    # Given a cluster of 5,000 nodes over three zones, shared by two stacks that count unavailable nodes, and
+    # the document of a long scale-in at its bound before anything was unavailable (a full queue, and forced
+    # slots that shed waiters to stay under it), each stack holding a slot
+    for i in range(5000):
+        server.add_node(
+            cluster_node(i), instance_id=f"i-2{i:016x}", zone=zone_of(i), ready=zone_of(i) != ZONES[0]
+        )
+    clock, metrics = FakeClock(NOW), FakeMetrics()
+    stacks = {
+        owner: DisruptionBudget(
+            store=ConfigMapBudgetStore(lambda: core, NAMESPACE, sleep=lambda seconds: None),
+            nodes=KubeNodeInventory(lambda: core),
+            clock=clock,
+            metrics=metrics,
+            limits=BudgetLimits(Quantity(value=2), Quantity(value=1)),
+            holder_ttl=timedelta(minutes=10),
+            count_unavailable=True,
+            owner=owner,
+        )
+        for owner in ("nodes-general", "nodes-batch")
+    }
+    before = {
+        owner: owner_limits(stack_limits, count_unavailable=True, nodes=(), now=NOW)
+        for owner, stack_limits in {
+            "nodes-general": BudgetLimits(Quantity(value=2), Quantity(value=1)),
+            "nodes-batch": BudgetLimits(Quantity(value=2), Quantity(value=1)),
+        }.items()
+    }
+    held = tuple(
+        Holder(
+            node=cluster_node(4001 + n),
+            instance_id=f"i-2{4001 + n:016x}",
+            zone=zone_of(4001 + n),
+            owner=owner,
+            record_id=f"i-2{4001 + n:016x}/terminate/rec",
+            renewed_at=NOW,
+            acquired_at=NOW,
+            ttl_seconds=600,
+        )
+        for n, owner in enumerate(stacks)
+    )
+    queue, count = BudgetDocument(waiters=waiters(MAX_WAITERS), limits=before), 1300
+    while (
+        len(queue.model_copy(update={"holders": (*held, *forced_holders(count))}).to_json())
+        > MAX_DOCUMENT_BYTES
+    ):
+        count -= 1
+    full = queue.model_copy(update={"holders": (*held, *forced_holders(count))})
+    ConfigMapBudgetStore(lambda: core, NAMESPACE).update(lambda doc: (full, None))
+
+    # When zone eu-west-1a is down (its 1,667 nodes NotReady) and each stack gives its slot back
+    for holder, stack in zip(held, stacks.values(), strict=True):
+        stack.release(holder.node, holder.record_id)
+
+    # Then both writes are stored, under the API server's 1 MiB
+    doc = BudgetDocument.from_json(stored(server)["data"]["budget.json"])
+    assert not {h.node for h in held} & {h.node for h in doc.holders}
+    assert len(doc.to_json().encode()) <= 1024 * 1024

@@ -1,10 +1,15 @@
 from __future__ import annotations
 
-import pytest
+from operator import itemgetter
 
-from nodecycle.domain.budget import BudgetLimits
-from nodecycle.domain.budget.document import NodeRef
-from nodecycle.domain.budget.limits import owner_limits
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nodecycle.domain.budget import BudgetDocument, BudgetLimits, Holder, NodeState, Waiter
+from nodecycle.domain.budget.document import NodeRef, Released
+from nodecycle.domain.budget.limits import Decisive, decisive_unavailable, owner_limits
+from nodecycle.domain.budget.rules import _replay, eligible_waiters, leaving
 from nodecycle.domain.policy import Quantity
 from tests.unit.budget.fakes import START, node
 
@@ -59,3 +64,116 @@ def test_the_node_of_a_stopped_instance_is_neither_unavailable_nor_in_scope() ->
     assert entry.resolved.total == 2
     assert entry.resolved.per_zone is not None
     assert entry.resolved.per_zone.by_zone == {"a": 2}
+
+
+# -- the unavailable nodes an owner records ----------------------------------------------------------------
+
+ZONES = ("a", "b", "c", None)
+
+
+@st.composite
+def budgets_with_unavailable_nodes(draw: st.DrawFn) -> tuple[BudgetDocument, dict[str, list[NodeState]]]:
+    """Two owners' limits over one pool of nodes, many of them unavailable, and holders, waiters and marks
+    of slots given back on some of them (and on nodes out of the pool)."""
+    pool = [
+        NodeState(f"n{i}", draw(st.sampled_from(ZONES)), schedulable=False, ready=False) for i in range(40)
+    ]
+    names = st.sampled_from([n.name for n in pool] + [f"x{i}" for i in range(6)])
+    zone_of = {n.name: n.zone for n in pool}
+    owners = ("blue", "green")
+    entries = draw(
+        st.lists(
+            st.tuples(names, st.sampled_from(owners), st.booleans()), max_size=14, unique_by=itemgetter(0)
+        )
+    )
+    seen = {n: zone_of.get(n, draw(st.sampled_from(ZONES))) for n, _, _ in entries}
+    holders = tuple(
+        Holder(
+            node=n,
+            instance_id=f"i-{n}",
+            zone=seen[n],
+            owner=o,
+            record_id=f"r-{n}",
+            acquired_at=START,
+            renewed_at=START,
+            ttl_seconds=600,
+        )
+        for n, o, held in entries
+        if held
+    )
+    waiters = tuple(
+        Waiter(
+            node=n,
+            instance_id=f"i-{n}",
+            zone=seen[n],
+            owner=o,
+            record_id=f"r-{n}",
+            waiting_since=START,
+            renewed_at=START,
+            ttl_seconds=600,
+            passed=draw(st.integers(0, 3)),
+        )
+        for n, o, held in entries
+        if not held
+    )
+    released = tuple(
+        Released(
+            node=n,
+            owner=draw(st.sampled_from(owners)),
+            record_id=draw(st.sampled_from([None, f"r-{n}"])),
+            released_at=START,
+            ttl_seconds=600,
+        )
+        for n in draw(st.lists(names, max_size=4, unique=True))
+    )
+    unavailable = {o: [n for n in pool if draw(st.booleans())] for o in owners}
+    limits = {
+        o: owner_limits(
+            BudgetLimits(
+                Quantity(value=draw(st.integers(1, 8))),
+                draw(st.sampled_from([None, *(Quantity(value=v) for v in range(1, 5))])),
+            ),
+            count_unavailable=True,
+            nodes=unavailable[o],
+            now=START,
+        )
+        for o in owners
+    }
+    return BudgetDocument(holders=holders, waiters=waiters, released=released, limits=limits), unavailable
+
+
+@given(budgets_with_unavailable_nodes())
+@settings(max_examples=300, deadline=None)
+def test_recording_only_the_decisive_unavailable_nodes_changes_no_decision(
+    case: tuple[BudgetDocument, dict[str, list[NodeState]]],
+) -> None:
+    # Given a budget whose owners record every unavailable node in their scope
+    full, unavailable = case
+    # When each records only those that can change a decision
+    held = {h.node for h in full.holders}
+    decisive = Decisive(
+        named=held | {w.node for w in full.waiters} | {r.node for r in full.released},
+        uncounted=held | leaving(full),
+    )
+    trimmed = full.model_copy(
+        update={
+            "limits": {
+                owner: entry.model_copy(
+                    update={
+                        "unavailable": tuple(
+                            NodeRef(name=n.name, zone=n.zone)
+                            for n in decisive_unavailable(unavailable[owner], entry.resolved, decisive)
+                        )
+                    }
+                )
+                for owner, entry in full.limits.items()
+            }
+        }
+    )
+    # Then the same waiters go, in the same order, and the replay picks alike at every step
+    assert [w.node for w in eligible_waiters(trimmed, START)] == [
+        w.node for w in eligible_waiters(full, START)
+    ]
+    assert [(w.node, [f.node for f in fit]) for w, fit in _replay(trimmed, START)] == [
+        (w.node, [f.node for f in fit]) for w, fit in _replay(full, START)
+    ]

@@ -19,7 +19,8 @@ One JSON document (ConfigMap key ``budget.json``), camelCase like the Kubernetes
     }
 
 ``waiters`` is in first-come order; who goes next is decided from their precedence (see :mod:`.rules`). ``limits`` holds each writer's own limits, resolved against its own
-scope when it last wrote, and the nodes it counts as unavailable: every writer evaluates another owner's
+scope when it last wrote, and those of the nodes it counts as unavailable that can change a decision
+(:func:`.limits.decisive_unavailable`): every writer evaluates another owner's
 waiters with that owner's recorded limits, so all stacks agree on who is next (see :mod:`.rules`).
 The budget holds at most ``MAX_WAITERS`` waiters, and takes no new one that would bring the document past
 ``MAX_DOCUMENT_BYTES`` (see :mod:`.rules`), so that it stays under the API server's 1 MiB limit for a

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 from nodecycle.domain.budget import rules
 from nodecycle.domain.budget.document import BudgetDocument, Holder, OwnerLimits, Waiter
-from nodecycle.domain.budget.limits import BudgetLimits, NodeState, owner_limits
+from nodecycle.domain.budget.limits import BudgetLimits, Decisive, NodeState, owner_limits
 from nodecycle.domain.budget.requests import SlotDecision, SlotReason, SlotRequest
 from nodecycle.domain.budget.view import BudgetView, view_of
 from nodecycle.domain.ports.budget import BudgetStore, NodeInventory
@@ -227,7 +227,8 @@ class DisruptionBudget:
         """The budget as it is, with this owner's limits resolved now."""
         now = self._clock.now()
         doc = self._store.read() or BudgetDocument()
-        doc = rules.with_own_limits(doc, self._owner, self._own_limits(self._scope(), rules.prune(doc, now)))
+        limits = self._own_limits(self._scope(), rules.prune(doc, now), written=False)
+        doc = rules.with_own_limits(doc, self._owner, limits)
         return view_of(doc, now)
 
     def _claim(self, request: SlotRequest, *, renewing: bool) -> SlotDecision:
@@ -247,7 +248,7 @@ class DisruptionBudget:
             if held is not None:
                 return current, (held, None, (), ())
             live = rules.prune(current or BudgetDocument(), now)
-            limits = self._own_limits(nodes, live)
+            limits = self._own_limits(nodes, live, asking=request.node)
             # judged under the limits this owner resolves now (a node back in service, a redeploy may free a
             # slot), and written when that changes the answer, or when its limits changed in a way other owners
             # must know (see may_skip_writing_limits)
@@ -314,15 +315,31 @@ class DisruptionBudget:
         needed = self._limits.has_percent or self._count_unavailable
         return self._nodes.nodes_in_scope() if needed else None
 
-    def _own_limits(self, nodes: list[NodeState] | None, doc: BudgetDocument) -> OwnerLimits:
+    def _own_limits(
+        self,
+        nodes: list[NodeState] | None,
+        doc: BudgetDocument,
+        *,
+        asking: str | None = None,
+        written: bool = True,
+    ) -> OwnerLimits:
         """This owner's limits over ``nodes``, less the nodes ``doc`` (pruned) shows leaving: those are in
-        the document, not in the node list, and change with every release (see :func:`limits.in_scope`)."""
+        the document, not in the node list, and change with every release (see :func:`limits.in_scope`).
+        ``written``: to be written into ``doc``, with only the unavailable nodes that can change a decision in
+        it, the node ``asking`` among them (see :func:`limits.decisive_unavailable`)."""
+        leaving = rules.leaving(doc) if nodes is not None else set()
+        decisive = None
+        if written:
+            held = {h.node for h in doc.holders}
+            named = held | {w.node for w in doc.waiters} | {r.node for r in doc.released}
+            decisive = Decisive(named=named | ({asking} if asking else set()), uncounted=held | leaving)
         return owner_limits(
             self._limits,
             count_unavailable=self._count_unavailable,
             nodes=nodes,
             now=self._clock.now(),
-            leaving=rules.leaving(doc) if nodes is not None else (),
+            leaving=leaving,
+            decisive=decisive,
         )
 
     def _wake_list(self, doc: BudgetDocument, limits: OwnerLimits) -> list[str]:

@@ -50,7 +50,9 @@ class LimitsView(_View):
     total: int  # resolved
     per_zone: dict[str, int] | None  # resolved, zones with nodes in scope; None: no per-zone limit
     other_zones: int | None  # resolved, any other zone
-    unavailable: list[str]  # nodes counted as unavailable for other reasons
+    # nodes counted as unavailable for other reasons: all of this owner's; another owner's as it recorded them, those
+    # that can change a decision (see limits.decisive_unavailable)
+    unavailable: list[str]
     updated_seconds_ago: float
 
 
