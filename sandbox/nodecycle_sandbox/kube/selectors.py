@@ -13,10 +13,16 @@ from nodecycle_sandbox.kube.resources import BOOLEAN_FIELDS, ResourceType
 
 _KEY = r"(?:[A-Za-z0-9.-]+/)?[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?"
 _VALUE = r"(?:(?:[A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?"
-_SET_TERM = re.compile(rf"^({_KEY})\s+(in|notin)\s*\(([^()]*)\)$")
-_EQ_TERM = re.compile(rf"^({_KEY})\s*(==|=|!=)\s*({_VALUE})$")
-_CMP_TERM = re.compile(rf"^({_KEY})\s*([<>])\s*([0-9]+)$")  # a label value: no sign, as the API server says
-_EXISTS_TERM = re.compile(rf"^(!?)\s*({_KEY})$")
+# The lexer's whitespace (labels.isWhitespace): any other character, a no-break space or a vertical tab, is
+# part of the word it touches (Python's \s and str.strip() take those for whitespace too)
+_SPACE = " \t\r\n"
+_WS = rf"[{_SPACE}]"
+_SET_TERM = re.compile(rf"^({_KEY}){_WS}+(in|notin){_WS}*\(([^()]*)\)$")
+_EQ_TERM = re.compile(rf"^({_KEY}){_WS}*(==|=|!=){_WS}*({_VALUE})$")
+_CMP_TERM = re.compile(
+    rf"^({_KEY}){_WS}*([<>]){_WS}*([0-9]+)$"
+)  # a label value: no sign, as the API server says
+_EXISTS_TERM = re.compile(rf"^(!?){_WS}*({_KEY})$")
 _VALUE_ONLY = re.compile(rf"^{_VALUE}$")
 
 
@@ -79,14 +85,14 @@ def _split_top_level(text: str) -> list[str]:
 
 def parse_label_selector(text: str) -> LabelSelector:
     """Parse the ``labelSelector`` query syntax; raises a 400 ApiError when it is malformed."""
-    if not text.strip():
+    if not text.strip(_SPACE):
         return EVERYTHING
     requirements: list[Requirement] = []
     for raw in _split_top_level(text):
-        term = raw.strip()
+        term = raw.strip(_SPACE)
         if m := _SET_TERM.match(term):
             # members may be empty, as the API server reads them: "()" is the set {""}
-            values = frozenset(v.strip() for v in m.group(3).split(","))
+            values = frozenset(v.strip(_SPACE) for v in m.group(3).split(","))
             if not all(_VALUE_ONLY.match(v) for v in values):
                 raise errors.bad_request(f"unable to parse requirement: invalid value in {term!r}")
             requirements.append(Requirement(m.group(1), "In" if m.group(2) == "in" else "NotIn", values))

@@ -167,6 +167,11 @@ def test_node_field_selector_on_unschedulable(cluster: tuple[KubeServer, Kube]) 
         ({"label_selector": f"{'k' * 64}=v"}, "name part must be no more than 63 characters"),
         ({"label_selector": "Example.com/app=web"}, "prefix part a lowercase RFC 1123 subdomain"),
         ({"label_selector": "zone-index>9223372036854775808"}, "the value must be an integer"),
+        # the lexer's whitespace is a space, a tab, a CR or an LF: any other character (a no-break space, a
+        # vertical tab, a form feed) is part of the word it touches
+        ({"label_selector": "role=workers\u00a0"}, "unable to parse requirement"),
+        ({"label_selector": "role=workers,\x0bzone=a"}, "unable to parse requirement"),
+        ({"label_selector": "role\x0c in (a)"}, "unable to parse requirement"),
         ({"_continue": "garbage!", "limit": 2}, "continue key is not valid"),
     ],
 )
