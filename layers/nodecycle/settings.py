@@ -219,17 +219,20 @@ class Drain(_Section):
 _LABEL_NAME = r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
 _LABEL_KEY = rf"(?:[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*/)?{_LABEL_NAME}"
 _LABEL_VALUE = rf"(?:{_LABEL_NAME})?"
+# Whitespace is the lexer's (labels.isWhitespace): a space, a tab, a CR, an LF. Any other (a no-break space, a
+# vertical tab: Python's \s) is part of the key or value it touches, which the API server then refuses.
+_WS = r"[ \t\r\n]"
 _REQUIREMENT = (
-    rf"\s*(?:!\s*{_LABEL_KEY}|{_LABEL_KEY}\s*(?:==?|!=)\s*{_LABEL_VALUE}"
-    rf"|{_LABEL_KEY}\s+(?:in|notin)\s*\(\s*{_LABEL_VALUE}(?:\s*,\s*{_LABEL_VALUE})*\s*\)"
-    rf"|{_LABEL_KEY}\s*[<>]\s*[0-9]{{1,63}}|{_LABEL_KEY})\s*"
+    rf"{_WS}*(?:!{_WS}*{_LABEL_KEY}|{_LABEL_KEY}{_WS}*(?:==?|!=){_WS}*{_LABEL_VALUE}"
+    rf"|{_LABEL_KEY}{_WS}+(?:in|notin){_WS}*\({_WS}*{_LABEL_VALUE}(?:{_WS}*,{_WS}*{_LABEL_VALUE})*{_WS}*\)"
+    rf"|{_LABEL_KEY}{_WS}*[<>]{_WS}*[0-9]{{1,63}}|{_LABEL_KEY}){_WS}*"
 )
 _LABEL_SELECTOR = re.compile(rf"(?:{_REQUIREMENT}(?:,{_REQUIREMENT})*)?")
 # What the syntax above cannot bound: a key's prefix is a DNS subdomain of 253 characters at most, and the bound
 # of < or > is read as a 64-bit integer (labels.NewRequirement: strconv.ParseInt). In a selector that parses,
 # only a key has a "/", and only a bound follows a < or >.
-_KEY_PREFIX = re.compile(r"([^\s,()!=<>/]+)/")
-_BOUND = re.compile(r"[<>]\s*([0-9]+)")
+_KEY_PREFIX = re.compile(r"([^ \t\r\n,()!=<>/]+)/")
+_BOUND = re.compile(rf"[<>]{_WS}*([0-9]+)")
 
 
 class Budget(_Section):

@@ -31,6 +31,11 @@ REQUIRED = {
         "role=workers,zone-index<99999999999999999999",
         # a key's prefix is a DNS subdomain: 253 characters at most
         f"{'a' * 254}/role=workers",
+        # the lexer's whitespace is a space, a tab, a CR or an LF: a no-break space (pasted from a page) or a
+        # vertical tab inside the selector is part of the key or value it touches (the settings strip the
+        # value's ends of any whitespace, as what they pass on)
+        "role=workers,\u00a0zone-index>1",
+        "role in (a,\x0bb)",
     ],
 )
 def test_a_node_selector_the_api_server_refuses_is_refused_by_the_settings_naming_it(
