@@ -156,9 +156,12 @@ class Occupancy:
             return True
         if zone is not None:
             return self.load(zone) < per_zone.of(zone)
-        known = set(self._by_zone) | limits.zones()
-        # None stands for a zone with no node in scope (its limit is ``other``): the unknown node may be there
-        return all(self.load(z) < per_zone.of(z) for z in (*known, None))
+        return all(self.load(z) < per_zone.of(z) for z in self._every_zone(limits))
+
+    def _every_zone(self, limits: ResolvedLimits) -> tuple[str | None, ...]:
+        """The zones a node of unknown zone counts against: those of the nodes counted, those of the limits,
+        and None for a zone with no node in scope (its limit is ``other``): the unknown node may be there."""
+        return (*(set(self._by_zone) | limits.zones()), None)
 
     def keeps_admitting(
         self, zone: str | None, pending: Iterable[str | None], limits: ResolvedLimits
@@ -170,13 +173,15 @@ class Occupancy:
         per_zone = limits.per_zone
         if per_zone is None:
             return True
-        every = (*(set(self._by_zone) | limits.zones()), None)
         for picked in set(pending):
             # the zones both nodes count against: a node of unknown zone counts against every zone
-            shared = every if zone is None and picked is None else (picked if zone is None else zone,)
-            if (zone is None or picked is None or zone == picked) and any(
-                self.load(z) >= per_zone.of(z) for z in shared
-            ):
+            if zone is None and picked is None:
+                shared = self._every_zone(limits)
+            elif zone is None or picked is None or zone == picked:
+                shared = (picked if zone is None else zone,)
+            else:
+                continue  # two known zones apart: the new node takes none of the pick's zone
+            if any(self.load(z) >= per_zone.of(z) for z in shared):
                 return False
         return True
 
