@@ -255,7 +255,15 @@ def leftovers(sandbox: Sandbox) -> None:
     ec2.terminate_instances(InstanceIds=[gone])
 
     admin = CoreV1Api(sandbox.kube.api_client())
-    node = sandbox.kube.objects("nodes")[-1]["metadata"]["name"]
+    # A node of the default group in service: the Spot instance's node is being drained for its interruption,
+    # and that drain's own annotations could replace these before the sweep (the sweeper then rightly leaves
+    # them, and its part here goes unexercised); the nodes are listed by name, so "the last" was any of them.
+    in_service = set(sandbox.asg.in_state("InService"))
+    node = next(
+        n["metadata"]["name"]
+        for n in sandbox.kube.objects("nodes")
+        if n["spec"].get("providerID", "").rsplit("/", 1)[-1] in in_service
+    )
     stale = '{"instance": "i-0123456789abcdef0", "transition": "terminate", "token": "7d6c2a1e-0000-4000-8000-000000000000"}'
     admin.patch_node(
         node, {"metadata": {"annotations": {"nodecycle.io/owner": OWNER, "nodecycle.io/in-progress": stale}}}
