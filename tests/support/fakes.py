@@ -16,6 +16,7 @@ from nodecycle.domain.ports.lifecycle import ActionClaim, Claimed, Hook, Waiting
 
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 SQS_MAX_DELAY = 900  # seconds: the most DelaySeconds SQS accepts
+SQS_MAX_MESSAGE = 1024 * 1024  # bytes: a queue's default MaximumMessageSize (the template sets none)
 
 
 class FakeClock:
@@ -148,8 +149,10 @@ class Sent:
 
 
 class RecordingQueues:
-    """The work queues, recording what is sent; like SQS, they refuse a ``DelaySeconds`` that is not a whole
-    number of seconds from 0 to 900 (SQS answers InvalidParameterValue, botocore refuses a non-integer)."""
+    """The work queues, recording what is sent as the worker reads it (its JSON body parsed); like SQS, they
+    refuse a ``DelaySeconds`` that is not a whole number of seconds from 0 to 900 (SQS answers
+    InvalidParameterValue, botocore refuses a non-integer) and a body past the queue's 1 MiB
+    (tests/contracts/test_queues.py)."""
 
     def __init__(self) -> None:
         self.sent: list[Sent] = []
@@ -157,7 +160,12 @@ class RecordingQueues:
     def send(self, worker: Worker, message: WorkMessage, delay_seconds: int = 0) -> None:
         if not isinstance(delay_seconds, int) or not 0 <= delay_seconds <= SQS_MAX_DELAY:
             raise ValueError(f"SQS refuses DelaySeconds={delay_seconds!r}: a whole number from 0 to 900")
-        self.sent.append(Sent(worker, message, delay_seconds))
+        body = message.model_dump_json(exclude_defaults=True)  # as SqsWorkQueues sends it
+        if len(body.encode()) > SQS_MAX_MESSAGE:
+            raise ValueError(
+                f"SQS refuses a message of {len(body.encode())} bytes: at most {SQS_MAX_MESSAGE}"
+            )
+        self.sent.append(Sent(worker, WorkMessage.model_validate_json(body), delay_seconds))
 
     def take(self) -> list[Sent]:
         sent, self.sent = self.sent, []
