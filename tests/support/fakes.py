@@ -267,7 +267,8 @@ class FakeAutoscaling:
             hook == (action.group, action.hook)
             and self.issued[action.token] == action.instance_id
             and all(done.token != action.token for done, _ in self.completed)
-            and self.clock.now() <= self.expires_at(action.token)
+            # (at its deadline itself it is over, as the emulation ends it: tests/contracts/test_autoscaling.py)
+            and self.clock.now() < self.expires_at(action.token)
         )
 
     def hooks_of(self, group: str) -> dict[str, Hook]:

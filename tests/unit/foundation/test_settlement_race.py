@@ -28,7 +28,8 @@ def test_a_launch_the_sweeper_settles_while_the_engine_completes_it_gets_one_res
     launch = (Step.READY_GATE, Step.COMPLETE, Step.DONE)
     record = make_record(launch, Step.READY_GATE)
     repair.clock.current = record.global_deadline - INTERVAL - MARGIN
-    repair.records.create(kept_alive(repair.autoscaling, record, repair.clock.now() - INTERVAL))
+    # (its last heartbeat less than a heartbeat timeout ago: Auto Scaling ends an action at its deadline)
+    repair.records.create(kept_alive(repair.autoscaling, record, repair.clock.now() - INTERVAL + MARGIN))
     engine = EngineWorld(
         clock=repair.clock, records=repair.records, queues=repair.queues, autoscaling=repair.autoscaling
     ).engine(
@@ -69,7 +70,7 @@ def test_a_settlement_whose_completion_is_throttled_leaves_the_completion_to_the
     repair = Repair(failure=ActionResult.ABANDON)
     record = make_record((Step.READY_GATE, Step.COMPLETE, Step.DONE), Step.READY_GATE)
     repair.clock.current = record.global_deadline - INTERVAL - MARGIN
-    repair.records.create(kept_alive(repair.autoscaling, record, repair.clock.now() - INTERVAL))
+    repair.records.create(kept_alive(repair.autoscaling, record, repair.clock.now() - INTERVAL + MARGIN))
 
     def throttled(action: ActionRef, result: ActionResult) -> bool:
         raise TransientError("Throttling: Rate exceeded")

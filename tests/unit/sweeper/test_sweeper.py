@@ -242,7 +242,9 @@ def test_an_overdue_action_near_its_global_timeout_is_completed_by_the_sweeper_i
     repair = Repair()
     record = make_record(tuple(step for step in PLAN if step is not Step.RELEASE_EIP), Step.EVICT, node="n1")
     repair.clock.current = record.global_deadline - MARGIN
-    repair.records.create(kept_alive(repair.autoscaling, record, repair.clock.now() - INTERVAL))
+    # (its last heartbeat less than a heartbeat timeout ago: one exactly 300 s ago ended the action now, as
+    # Auto Scaling ends an action at its deadline; so in the tests below)
+    repair.records.create(kept_alive(repair.autoscaling, record, repair.clock.now() - INTERVAL + MARGIN))
 
     # When the sweeper runs
     counts = repair.run()
@@ -267,7 +269,7 @@ def test_an_action_the_sweeper_settles_before_its_release_has_its_address_taken_
     repair = Repair()
     record = make_record(PLAN, Step.EVICT, node="n1")
     repair.clock.current = record.global_deadline - MARGIN
-    repair.records.create(kept_alive(repair.autoscaling, record, repair.clock.now() - INTERVAL))
+    repair.records.create(kept_alive(repair.autoscaling, record, repair.clock.now() - INTERVAL + MARGIN))
 
     # When the sweeper settles it
     assert repair.run()["LifecyclesSettled"] == 1
@@ -288,7 +290,7 @@ def test_an_overdue_action_is_settled_by_the_last_sweep_that_comes_before_its_gl
     repair = Repair()
     record = make_record(PLAN, Step.EVICT, node="n1")
     repair.clock.current = record.global_deadline - timedelta(minutes=3)
-    repair.records.create(kept_alive(repair.autoscaling, record, repair.clock.now() - INTERVAL))
+    repair.records.create(kept_alive(repair.autoscaling, record, repair.clock.now() - INTERVAL + MARGIN))
 
     # When the sweeper runs, Then it completes the action now, rather than leave it to Auto Scaling's default
     assert repair.run()["LifecyclesSettled"] == 1
@@ -296,7 +298,7 @@ def test_an_overdue_action_is_settled_by_the_last_sweep_that_comes_before_its_gl
     # while one that the next sweep can still settle in time is resumed, its drain given the time left
     early = Repair()
     early.clock.current = record.global_deadline - INTERVAL - 2 * MARGIN - timedelta(seconds=1)
-    early.records.create(kept_alive(early.autoscaling, record, early.clock.now() - INTERVAL))
+    early.records.create(kept_alive(early.autoscaling, record, early.clock.now() - INTERVAL + MARGIN))
     assert early.run()["LifecyclesResumed"] == 1
     assert early.autoscaling.completed == []
 
@@ -307,7 +309,7 @@ def test_the_last_sweep_settles_an_action_even_when_its_heartbeat_is_throttled()
     repair = Repair()
     record = make_record(PLAN, Step.EVICT, node="n1")
     repair.clock.current = record.global_deadline - timedelta(minutes=3)
-    repair.records.create(kept_alive(repair.autoscaling, record, repair.clock.now() - INTERVAL))
+    repair.records.create(kept_alive(repair.autoscaling, record, repair.clock.now() - INTERVAL + MARGIN))
 
     def throttled(action: ActionRef) -> bool:
         raise TransientError("Throttling: Rate exceeded")
@@ -327,7 +329,7 @@ def test_the_last_sweep_settles_an_action_even_when_its_heartbeat_is_denied() ->
     repair = Repair()
     record = make_record(PLAN, Step.EVICT, node="n1")
     repair.clock.current = record.global_deadline - timedelta(minutes=3)
-    repair.records.create(kept_alive(repair.autoscaling, record, repair.clock.now() - INTERVAL))
+    repair.records.create(kept_alive(repair.autoscaling, record, repair.clock.now() - INTERVAL + MARGIN))
 
     def denied(action: ActionRef) -> bool:
         raise PermissionError("AccessDenied: not authorized to perform RecordLifecycleActionHeartbeat")
@@ -400,7 +402,7 @@ def test_an_action_already_decided_is_completed_by_the_sweeper_with_its_own_resu
     launch = (Step.READY_GATE, Step.COMPLETE, Step.DONE)
     record = make_record(launch, Step.COMPLETE, result=ActionResult.CONTINUE, outcome="node-ready")
     repair.clock.current = record.global_deadline - MARGIN
-    repair.records.create(kept_alive(repair.autoscaling, record, repair.clock.now() - INTERVAL))
+    repair.records.create(kept_alive(repair.autoscaling, record, repair.clock.now() - INTERVAL + MARGIN))
 
     # When the sweeper settles it
     repair.run()
@@ -418,7 +420,7 @@ def test_a_launch_past_its_steps_is_completed_by_the_sweeper_as_the_engine_would
     launch = (Step.READY_GATE, Step.COMPLETE, Step.DONE)
     record = make_record(launch, Step.COMPLETE, outcome="node-ready")
     repair.clock.current = record.global_deadline - MARGIN
-    repair.records.create(kept_alive(repair.autoscaling, record, repair.clock.now() - INTERVAL))
+    repair.records.create(kept_alive(repair.autoscaling, record, repair.clock.now() - INTERVAL + MARGIN))
 
     # When the sweeper settles it
     repair.run()

@@ -1,0 +1,271 @@
+"""Auto Scaling's lifecycle actions: FakeAutoscaling (the unit tests') and AutoscalingActions on moto with the
+sandbox's lifecycle emulation (what moto lacks, as AWS answers it) answer alike.
+
+What the domain relies on: an active action takes heartbeats and one completion; any other call finds no
+active action (False, never an error): a token Auto Scaling never issued, or issued for another instance, hook
+or group, an action completed, or timed out (its heartbeat timeout after its start or last heartbeat, never
+past its global timeout); an adopted lifecycle names its action by instance alone. A hook, a group's hooks and
+tags of a group Auto Scaling does not know are none; the instances hooks hold are listed by group name and by
+owner tag."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import pytest
+from moto import mock_aws
+
+from nodecycle.adapters.aws.autoscaling import AutoscalingActions
+from nodecycle.domain.catalog import OWNER_TAG
+from nodecycle.domain.model import ActionRef, Transition, adopted_token
+from nodecycle.domain.policy import ActionResult
+from nodecycle.domain.ports.lifecycle import Autoscaling, Hook, WaitingInstance
+from nodecycle_sandbox.aws import AwsControl, install, lifecycle
+from nodecycle_sandbox.aws.group import AutoScalingGroup, GroupSpec, HookSpec
+from tests.contracts.conftest import REGION, aws
+from tests.sandbox.aws.conftest import FakeNodes, RecordingBus
+from tests.support.fakes import FakeAutoscaling, FakeClock
+
+HEARTBEAT = 300  # seconds: the hooks' heartbeat timeout
+GLOBAL = 100 * HEARTBEAT  # Auto Scaling's global timeout: 100 heartbeat timeouts (at most 48 hours)
+OWNER = "stack-a"
+TERMINATING = Transition.TERMINATING
+
+
+@dataclass
+class Held:
+    """An action a hook holds, and what a test names wrongly beside it."""
+
+    action: ActionRef
+    other_instance: str  # an instance of the group no hook holds
+    other_hook: ActionRef  # the instance's action under the group's other terminate hook
+
+
+class Side(Protocol):
+    port: Autoscaling
+    group: str
+
+    def hold(self) -> Held: ...
+
+    def advance(self, seconds: float) -> None: ...
+
+
+class FakeSide(Side):
+    def __init__(self) -> None:
+        self.clock = FakeClock()
+        self.fake = FakeAutoscaling(issued={}, clock=self.clock, action_timeout=HEARTBEAT)
+        self.port = self.fake
+        self.group = "workers"
+        for name in ("drain", "eip"):
+            self.fake.hooks[(self.group, name)] = Hook(Transition.TERMINATING, HEARTBEAT)
+        self.fake.tags[self.group] = {OWNER_TAG: OWNER}
+        self._instances = (f"i-{n:017x}" for n in range(1, 100))
+
+    def hold(self) -> Held:
+        victim, other = next(self._instances), next(self._instances)
+        actions = []
+        for hook in ("drain", "eip"):
+            token = str(uuid.uuid4())
+            self.fake.issue(token, victim, at=self.clock.now(), hook=(self.group, hook))
+            actions.append(
+                ActionRef(
+                    group=self.group, hook=hook, instance_id=victim, token=token, transition=TERMINATING
+                )
+            )
+        self.fake.waiting.append(
+            WaitingInstance(
+                group=self.group,
+                group_tags={OWNER_TAG: OWNER},
+                instance_id=victim,
+                transition=Transition.TERMINATING,
+                origin=None,
+                destination=None,
+            )
+        )
+        return Held(actions[0], other, actions[1])
+
+    def advance(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+
+
+class Emulation(Side):
+    """The lifecycle emulation, its clock moved by the test (as its own tests do: no timer fires meanwhile)."""
+
+    def __init__(self, control: AwsControl, bus: RecordingBus, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.late = 0.0
+        monkeypatch.setattr(lifecycle, "time", self)
+        self.autoscaling = aws("autoscaling")
+        self.group = f"workers-{uuid.uuid4().hex[:8]}"
+        self.asg = AutoScalingGroup(
+            autoscaling=self.autoscaling, ec2=aws("ec2"), control=control, region=REGION, name=self.group
+        )
+        hooks = tuple(
+            HookSpec(name, "autoscaling:EC2_INSTANCE_TERMINATING", HEARTBEAT, "CONTINUE")
+            for name in ("drain", "eip")
+        )
+        self.asg.create(GroupSpec(name=self.group, size=0, hooks=hooks, tags={OWNER_TAG: OWNER}))
+        self.port = AutoscalingActions(self.autoscaling)
+        self.bus = bus
+
+    def time(self) -> float:
+        return time.time() + self.late
+
+    def hold(self) -> Held:
+        self.asg.set_desired(len(self.asg.instances()) + 2)
+        victim, other = sorted(self.asg.in_state("InService"))[-2:]
+        self.asg.terminate(victim)
+        tokens = {a.hook: a.token for a in self.asg.actions() if a.instance_id == victim}
+        named = [
+            ActionRef(
+                group=self.group, hook=hook, instance_id=victim, token=tokens[hook], transition=TERMINATING
+            )
+            for hook in ("drain", "eip")
+        ]
+        return Held(named[0], other, named[1])
+
+    def advance(self, seconds: float) -> None:
+        self.late += seconds
+
+
+@pytest.fixture(scope="module")
+def emulation() -> Iterator[tuple[AwsControl, RecordingBus]]:
+    install()
+    with mock_aws():
+        control = AwsControl(region=REGION)
+        bus = RecordingBus()
+        control.connect(events=bus, nodes=FakeNodes())
+        yield control, bus
+        control.close()
+
+
+@pytest.fixture(params=["fake", "emulation"])
+def side(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Side:
+    if request.param == "fake":
+        return FakeSide()
+    control, bus = request.getfixturevalue("emulation")
+    return Emulation(control, bus, monkeypatch)
+
+
+def named(action: ActionRef, **changes: Any) -> ActionRef:
+    return action.model_copy(update=changes)
+
+
+# -- the action's life ----------------------------------------------------------------------------------
+
+
+def test_an_active_action_takes_heartbeats_and_one_completion(side: Side) -> None:
+    held = side.hold()
+    assert side.port.heartbeat(held.action)
+    assert side.port.heartbeat(held.action)
+    assert side.port.complete(held.action, ActionResult.CONTINUE)
+    # completed: no active action any more, for a completion (its own retry included) or a heartbeat
+    assert not side.port.complete(held.action, ActionResult.CONTINUE)
+    assert not side.port.complete(held.action, ActionResult.ABANDON)
+    assert not side.port.heartbeat(held.action)
+
+
+def test_the_other_hooks_action_of_the_instance_is_its_own(side: Side) -> None:
+    held = side.hold()
+    assert side.port.complete(held.action, ActionResult.CONTINUE)
+    assert side.port.heartbeat(held.other_hook)  # still active: another hook's action
+    assert side.port.complete(held.other_hook, ActionResult.ABANDON)
+
+
+@pytest.mark.parametrize("wrong", ["token", "instance", "hook", "group", "hook-of-the-other-action"])
+def test_an_action_named_wrongly_is_no_active_action(side: Side, wrong: str) -> None:
+    held = side.hold()
+    action = {
+        "token": named(held.action, token=str(uuid.uuid4())),
+        "instance": named(held.action, instance_id=held.other_instance),
+        "hook": named(held.action, hook="no-such-hook"),
+        "group": named(held.action, group="no-such-group"),
+        "hook-of-the-other-action": named(held.action, hook=held.other_hook.hook),
+    }[wrong]
+
+    assert not side.port.heartbeat(action)
+    assert not side.port.complete(action, ActionResult.CONTINUE)
+    assert side.port.heartbeat(held.action)  # which left the real one active
+
+
+def test_an_adopted_lifecycle_names_its_action_by_instance(side: Side) -> None:
+    held = side.hold()
+    adopted = named(held.action, token=adopted_token(held.action.hook))
+    assert side.port.heartbeat(adopted)
+    assert not side.port.heartbeat(named(adopted, instance_id=held.other_instance))
+    assert side.port.complete(adopted, ActionResult.CONTINUE)
+    assert not side.port.heartbeat(held.action)  # the action it named is the one completed
+    assert not side.port.complete(adopted, ActionResult.CONTINUE)
+
+
+# -- timeouts --------------------------------------------------------------------------------------------
+
+
+def test_an_action_times_out_its_heartbeat_timeout_after_its_start(side: Side) -> None:
+    held = side.hold()
+    side.advance(HEARTBEAT - 1)
+    assert side.port.heartbeat(held.other_hook)  # (renews the other hook's action only)
+    side.advance(1)
+    # at the deadline itself the action is over
+    assert not side.port.heartbeat(held.action)
+    assert not side.port.complete(held.action, ActionResult.CONTINUE)
+    assert side.port.heartbeat(held.other_hook)
+
+
+def test_a_heartbeat_renews_the_action_for_another_heartbeat_timeout(side: Side) -> None:
+    held = side.hold()
+    side.advance(HEARTBEAT - 10)
+    assert side.port.heartbeat(held.action)
+    side.advance(HEARTBEAT - 10)
+    assert side.port.complete(held.action, ActionResult.CONTINUE)
+
+
+def test_heartbeats_never_keep_an_action_past_its_global_timeout(side: Side) -> None:
+    held = side.hold()
+    beats = 0
+    while True:
+        side.advance(HEARTBEAT - 1)
+        if not side.port.heartbeat(held.action):
+            break
+        beats += 1
+    # 100 heartbeat timeouts after its start: the last heartbeat that found it came before that
+    assert beats == GLOBAL // (HEARTBEAT - 1)
+    assert not side.port.complete(held.action, ActionResult.CONTINUE)
+
+
+# -- reading hooks, tags, the held instances ----------------------------------------------------------
+
+
+def test_hooks_and_tags_of_a_known_group(side: Side) -> None:
+    assert side.port.hook(side.group, "drain") == Hook(Transition.TERMINATING, HEARTBEAT)
+    assert side.port.hooks_of(side.group) == {
+        "drain": Hook(Transition.TERMINATING, HEARTBEAT),
+        "eip": Hook(Transition.TERMINATING, HEARTBEAT),
+    }
+    assert (side.port.group_tags(side.group) or {}).get(OWNER_TAG) == OWNER
+
+
+def test_a_hook_or_group_auto_scaling_does_not_know_is_none(side: Side) -> None:
+    assert side.port.hook(side.group, "no-such-hook") is None
+    assert side.port.hook("no-such-group", "drain") is None
+    assert side.port.hooks_of("no-such-group") == {}
+    assert side.port.group_tags("no-such-group") is None
+    assert side.port.lifecycle_state("i-0000000000000dead") is None
+
+
+def test_the_instances_hooks_hold_by_group_name_and_by_owner_tag(side: Side) -> None:
+    held = side.hold()
+
+    def listed(names: tuple[str, ...], owner: str | None) -> set[tuple[str, str, Transition]]:
+        return {(w.group, w.instance_id, w.transition) for w in side.port.waiting_instances(names, owner)}
+
+    expected = {(side.group, held.action.instance_id, Transition.TERMINATING)}
+    assert listed((side.group,), None) == expected
+    assert listed((), OWNER) >= expected
+    assert listed((side.group,), OWNER) >= expected  # once, though named and tagged
+    assert len(side.port.waiting_instances((side.group,), OWNER)) == len(listed((side.group,), OWNER))
+    assert listed(("no-such-group",), None) == set()
+    assert listed((), "stack-b") == set()
