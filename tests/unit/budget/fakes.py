@@ -7,11 +7,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from nodecycle.adapters.kube.budget import BudgetNotInstalled
+from nodecycle.adapters.kube.budget import BudgetContention, BudgetNotInstalled
 from nodecycle.domain.budget import BudgetDocument, DisruptionBudget, NodeState, SlotRequest
 from nodecycle.domain.errors import TransientError
 
 START = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+MAX_CONFIGMAP_BYTES = 1024 * 1024  # the API server's bound on a ConfigMap's data
 
 BudgetFactory = Callable[..., DisruptionBudget]  # the make_budget fixture
 
@@ -56,7 +57,8 @@ class FakeInventory:
 
 
 class MemoryBudgetStore:
-    """The BudgetStore contract over a JSON string and a version counter, like the ConfigMap.
+    """The BudgetStore contract over a JSON string and a version counter, like the ConfigMap (as
+    ConfigMapBudgetStore answers: tests/contracts/test_budget_store.py).
 
     Faults on demand, each for the next update only:
     - ``interleave(fn)``: ``fn`` (another writer) runs between this update's read and its write, so the
@@ -79,6 +81,12 @@ class MemoryBudgetStore:
 
     def read(self) -> BudgetDocument | None:
         return None if self.text is None else BudgetDocument.from_json(self.text)
+
+    def uninstall(self) -> None:
+        """The ConfigMap deleted (by a person, a GitOps tool): an update that read it before loses its write
+        (a 404, as a 409) and reads again."""
+        self.text = None
+        self.version += 1
 
     def interleave(self, writer: Callable[[], object]) -> None:
         self._interleaved.append(writer)
@@ -112,12 +120,16 @@ class MemoryBudgetStore:
             assert new is not None
             if self.text is None:
                 raise BudgetNotInstalled("nodecycle", "nodecycle-budget")
-            self.text = new.to_json()
+            text = new.to_json()
+            if len(text.encode()) > MAX_CONFIGMAP_BYTES:
+                # the API server's 422, which ConfigMapBudgetStore raises as transient
+                raise TransientError(f"the API server refused the budget ConfigMap ({len(text)} bytes)")
+            self.text = text
             self.version += 1
             if crash is False:
                 raise Crash("after the write")
             return result
-        raise TransientError("the budget document kept changing under us")
+        raise BudgetContention(f"the budget document kept changing: {self.max_attempts} conflicting writes")
 
 
 def slot(node: str, zone: str | None = "a", owner: str = "blue") -> SlotRequest:
