@@ -602,6 +602,10 @@ def test_a_waiter_that_cannot_be_woken_does_not_keep_the_others_waiting() -> Non
 
 @dataclass
 class FakeNodes:
+    """The nodes as the API server keeps them (tests/contracts/test_sweep_nodes.py): a release is a patch
+    conditional on the node's resourceVersion as it was read (CONFLICT when it changed since, GONE when it
+    was deleted), which takes the annotations off and moves the resourceVersion on."""
+
     nodes: list[NodeInfo]
     released: list[str] = field(default_factory=list)
 
@@ -612,8 +616,25 @@ class FakeNodes:
         return {node.name for node in self.nodes}
 
     def release_node(self, node: NodeInfo, *, uncordon: bool = False) -> Claim:
+        stored = next((n for n in self.nodes if n.name == node.name), None)
+        if stored is None:
+            return Claim.GONE
+        if stored.resource_version != node.resource_version:
+            return Claim.CONFLICT
         self.released.append(node.name)
+        released = {"owner": None, "in_progress": None}
+        self._replace(
+            stored.model_copy(update={**released, **({"unschedulable": False} if uncordon else {})})
+        )
         return Claim.CLAIMED
+
+    def touch(self, name: str) -> None:
+        """Someone else changes the node: its resourceVersion moves on."""
+        self._replace(next(n for n in self.nodes if n.name == name))
+
+    def _replace(self, node: NodeInfo) -> None:
+        moved = node.model_copy(update={"resource_version": str(int(node.resource_version or "0") + 1)})
+        self.nodes = [moved if n.name == node.name else n for n in self.nodes]
 
 
 def annotated(name: str, owner: str, instance: str, token: str) -> NodeInfo:
