@@ -135,8 +135,10 @@ class InMemoryRecords:
         return Claimed.WRITTEN
 
     def open_records(self, owner: str) -> Iterator[LifecycleRecord]:
-        # As the table's open-by-due index returns them: earliest due first (its sort key: whole seconds)
-        for record in sorted(self.items.values(), key=lambda r: int(r.due_at.timestamp())):
+        # As the table's open-by-due index returns them: earliest due first (its sort key: whole seconds); in no
+        # order DynamoDB promises within one second (here the last written first, unlike moto: by id)
+        written = list(reversed(self.items.values()))
+        for record in sorted(written, key=lambda r: int(r.due_at.timestamp())):
             if record.owner == owner and not record.finished:
                 yield record.model_copy(deep=True)
 
