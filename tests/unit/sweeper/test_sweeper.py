@@ -524,15 +524,22 @@ class AliveInstances:
 
 @dataclass
 class FakeBudget:
+    """The budget's sweep as DisruptionBudget does it: ``stale`` judges this owner's live entries only (not
+    asked when there are none); its expired ones go unjudged."""
+
     entries: list[Holder]
     wake: tuple[str, ...] = ()
     judged: dict[str, bool] = field(default_factory=dict)
+    owner: str = "stack-a"
+    now: datetime = T0
 
     def sweep(self, *, stale: Callable[[Sequence[Holder | Waiter]], set[str]]) -> SweepResult:
-        doomed = stale(self.entries)
-        self.judged = {e.node: e.record_id in doomed for e in self.entries}
-        stale_entries = tuple(e for e in self.entries if self.judged[e.node])
-        return SweepResult(holders=stale_entries, waiters=(), wake=self.wake)
+        mine = [e for e in self.entries if e.owner == self.owner]
+        live = [e for e in mine if not e.expired(self.now)]
+        doomed = stale(live) if live else set()
+        self.judged = {e.node: e.record_id in doomed for e in live}
+        removed = tuple(e for e in mine if e.expired(self.now) or self.judged[e.node])
+        return SweepResult(holders=removed, waiters=(), wake=self.wake)
 
 
 def test_budget_entries_of_gone_nodes_gone_instances_and_finished_lifecycles_are_stale() -> None:
