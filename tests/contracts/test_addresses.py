@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from typing import Protocol
 
 import pytest
-from moto import mock_aws
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.ec2.models import ec2_backends
 
@@ -87,8 +86,14 @@ def side(request: pytest.FixtureRequest) -> Iterator[Side]:
         yield FakeSide()
         return
     install()
-    with mock_aws():
-        yield Ec2Side()
+    request.getfixturevalue("moto")
+    ec2 = Ec2Side()
+    yield ec2
+    # the next test's account holds no address (the quota counts them all)
+    for address in ec2.ec2.describe_addresses()["Addresses"]:
+        if address.get("AssociationId"):
+            ec2.ec2.disassociate_address(AssociationId=address["AssociationId"])
+        ec2.ec2.release_address(AllocationId=address["AllocationId"])
 
 
 def allocate(side: Side, **tags: str) -> Address:
