@@ -7,6 +7,7 @@ import pytest
 
 from nodecycle.domain.engine import MAX_REFUSED_ATTEMPTS, Handled, Outcome
 from nodecycle.domain.model import Step
+from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.cluster import Refused
 from tests.support.fakes import T0
 from tests.unit.drain.test_drain_steps import (
@@ -76,7 +77,9 @@ def test_a_waiter_refused_the_budget_again_and_again_fails_its_message_for_the_d
 def test_a_cleanup_refused_the_release_of_its_slot_gives_it_back_once_allowed() -> None:
     # Given a lifecycle whose action is completed, at its cleanup, and its slot's release refused for a while
     world = World()
-    record = terminating(Step.CLEANUP, node=NODE, completed_at=T0, result="CONTINUE", outcome="drained")
+    record = terminating(
+        Step.CLEANUP, node=NODE, completed_at=T0, result=ActionResult.CONTINUE, outcome="drained"
+    )
     world.records.create(record)
     slots = FakeSlots(holders={NODE}, refused=WHY)
     engine = world.engine({Step.CLEANUP: cleanup(FakeCluster(nodes={NODE: node()}), slots)})
