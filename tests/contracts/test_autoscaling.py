@@ -55,13 +55,13 @@ class Side(Protocol):
 
 
 class FakeSide(Side):
-    def __init__(self) -> None:
+    def __init__(self, heartbeat: int = HEARTBEAT) -> None:
         self.clock = FakeClock()
-        self.fake = FakeAutoscaling(issued={}, clock=self.clock, action_timeout=HEARTBEAT)
+        self.fake = FakeAutoscaling(issued={}, clock=self.clock, action_timeout=heartbeat)
         self.port = self.fake
         self.group = "workers"
         for name in ("drain", "eip"):
-            self.fake.hooks[(self.group, name)] = Hook(Transition.TERMINATING, HEARTBEAT)
+            self.fake.hooks[(self.group, name)] = Hook(Transition.TERMINATING, heartbeat)
         self.fake.tags[self.group] = {OWNER_TAG: OWNER}
         self._instances = (f"i-{n:017x}" for n in range(1, 100))
 
@@ -95,7 +95,13 @@ class FakeSide(Side):
 class Emulation(Side):
     """The lifecycle emulation, its clock moved by the test (as its own tests do: no timer fires meanwhile)."""
 
-    def __init__(self, control: AwsControl, bus: RecordingBus, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(
+        self,
+        control: AwsControl,
+        bus: RecordingBus,
+        monkeypatch: pytest.MonkeyPatch,
+        heartbeat: int = HEARTBEAT,
+    ) -> None:
         self.late = 0.0
         monkeypatch.setattr(lifecycle, "time", self)
         self.autoscaling = aws("autoscaling")
@@ -104,7 +110,7 @@ class Emulation(Side):
             autoscaling=self.autoscaling, ec2=aws("ec2"), control=control, region=REGION, name=self.group
         )
         hooks = tuple(
-            HookSpec(name, "autoscaling:EC2_INSTANCE_TERMINATING", HEARTBEAT, "CONTINUE")
+            HookSpec(name, "autoscaling:EC2_INSTANCE_TERMINATING", heartbeat, "CONTINUE")
             for name in ("drain", "eip")
         )
         self.asg.create(GroupSpec(name=self.group, size=0, hooks=hooks, tags={OWNER_TAG: OWNER}))
@@ -144,10 +150,22 @@ def emulation() -> Iterator[tuple[AwsControl, RecordingBus]]:
 
 @pytest.fixture(params=["fake", "emulation"])
 def side(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Side:
+    return make_side(request, monkeypatch)
+
+
+@pytest.fixture(params=["fake", "emulation"])
+def side_of_an_hour(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Side:
+    """A side whose hooks' heartbeat timeout is an hour: 100 of them pass Auto Scaling's 48-hour cap."""
+    return make_side(request, monkeypatch, heartbeat=3600)
+
+
+def make_side(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, heartbeat: int = HEARTBEAT
+) -> Side:
     if request.param == "fake":
-        return FakeSide()
+        return FakeSide(heartbeat)
     control, bus = request.getfixturevalue("emulation")
-    return Emulation(control, bus, monkeypatch)
+    return Emulation(control, bus, monkeypatch, heartbeat)
 
 
 def named(action: ActionRef, **changes: Any) -> ActionRef:
@@ -233,6 +251,18 @@ def test_heartbeats_never_keep_an_action_past_its_global_timeout(side: Side) -> 
         beats += 1
     # 100 heartbeat timeouts after its start: the last heartbeat that found it came before that
     assert beats == GLOBAL // (HEARTBEAT - 1)
+    assert not side.port.complete(held.action, ActionResult.CONTINUE)
+
+
+def test_the_global_timeout_is_48_hours_at_most(side_of_an_hour: Side) -> None:
+    side = side_of_an_hour
+    held = side.hold()
+    beats = 0
+    while side.port.heartbeat(held.action):  # every 50 minutes
+        beats += 1
+        side.advance(3000)
+    # 48 hours after its start (not 100 heartbeat timeouts): the last heartbeat that found it came before that
+    assert beats == 48 * 3600 // 3000 + 1
     assert not side.port.complete(held.action, ActionResult.CONTINUE)
 
 
