@@ -14,13 +14,13 @@ PYTEST_WORKERS ?= 3
 export SAM_CLI_TELEMETRY := 0
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help install lock lint lint-types template build pytest test test-unit test-functions \
+.PHONY: help install lock lint lint-types template build pytest test test-unit test-contracts test-functions \
 	test-integration test-sandbox test-campaign test-benchmarks demo sandbox bench clean
 
 help:
 	@echo "make demo      run the demo on the local sandbox (sets everything up)"
 	@echo "make test      lint, types, import contracts, template checks, sam build, tests with coverage"
-	@echo "make test-unit | test-functions | test-integration | test-sandbox | test-campaign | test-benchmarks"
+	@echo "make test-unit | test-contracts | test-functions | test-integration | test-sandbox | test-campaign | test-benchmarks"
 	@echo "               one level of the suite (tests/README.md), without coverage"
 	@echo "make sandbox   start the sandbox and keep it running (watch it with kubectl)"
 	@echo "make bench     run the benchmarks and print their ratios"
@@ -65,6 +65,9 @@ test: lint template build pytest
 
 test-unit: install
 	pytest -m unit -q -p no:cacheprovider
+
+test-contracts: install
+	pytest -m contracts -q -n $(PYTEST_WORKERS) --dist loadfile
 
 test-functions: install
 	pytest -m functions -q -n $(PYTEST_WORKERS) --dist loadfile

@@ -16,7 +16,7 @@ from tests.support.stack import Stack, create_stack
 REGION = "eu-west-1"
 TESTS = Path(__file__).resolve().parent
 # Each folder is one level of the suite (tests/README.md): its marker selects it (`pytest -m unit`).
-LEVELS = ("unit", "functions", "integration", "sandbox", "campaign", "benchmarks")
+LEVELS = ("unit", "contracts", "functions", "integration", "sandbox", "campaign", "benchmarks")
 
 
 # Levels whose files each run for a minute or more (besides the files of tests marked slow)
