@@ -6,7 +6,15 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
-from nodecycle.domain.budget import BudgetDocument, BudgetLimits, Holder, SlotReason, SlotRequest, Waiter
+from nodecycle.domain.budget import (
+    BudgetDocument,
+    BudgetLimits,
+    Holder,
+    SlotDecision,
+    SlotReason,
+    SlotRequest,
+    Waiter,
+)
 from nodecycle.domain.budget.limits import owner_limits
 from nodecycle.domain.budget.rules import (
     MAX_DOCUMENT_BYTES,
@@ -339,3 +347,22 @@ def test_an_older_waiter_its_owner_counts_already_leaves_room_to_a_younger_one_o
     assert picks(doc) == ["g1", "b1"]
     held = doc.model_copy(update={"holders": (holder("g1", owner="green"),), "waiters": doc.waiters[1:]})
     assert picks(held) == ["b1"]
+
+
+def test_a_denied_waiter_is_told_the_slots_its_rivals_take_turns_in_whoever_holds_them_now() -> None:
+    # Given an owner of 4 slots and 1 per zone: one holder, and waiters of zones a and b before the asking nodes
+    doc = BudgetDocument(
+        holders=(holder("held", ttl=600),),
+        waiters=(waiter("a1", zone="a"), waiter("b1", zone="b", since=1)),
+        limits=limits(4, per_zone=1),
+    )
+    asked: dict[str, SlotDecision] = {}
+    for node_name, zone in (("a2", "a"), ("n", None)):
+        request = SlotRequest(node_name, f"i-{node_name}", zone, "blue", f"rec-{node_name}")
+        later = START + timedelta(seconds=2)
+        doc, decision, *_ = claim(doc, request, now=later, ttl=timedelta(seconds=600), renewing=False)
+        asked[node_name] = decision
+    # Then a node of zone a takes turns in its zone's slot, one at a time: a1 is a round before it
+    assert (asked["a2"].ahead, asked["a2"].room) == (1, 1)
+    # and a node of unknown zone in the owner's 4, behind every waiter of every zone
+    assert (asked["n"].ahead, asked["n"].room) == (3, 4)

@@ -331,7 +331,9 @@ class FakeSlots:
             reason = SlotReason.FORCED if forced else SlotReason.GRANTED
             return SlotDecision(True, reason, len(self.holders), 0, None)
         holders, position = len(self.holders), self.position
-        return SlotDecision(False, SlotReason.NO_ROOM, holders, position, position, ahead=position - 1)
+        return SlotDecision(
+            False, SlotReason.NO_ROOM, holders, position, position, ahead=position - 1, room=self.room
+        )
 
     def renew(self, request: SlotRequest) -> SlotDecision:
         self._answer()
@@ -580,6 +582,45 @@ def test_a_waiter_next_for_its_zones_slot_asks_again_every_retry_behind_another_
     # BudgetRetrySeconds, not four times later as for a node behind three rounds of the slots held
     assert outcome.again
     assert outcome.delay == 30
+
+
+def test_a_waiter_is_paced_by_the_slots_its_limits_give_not_by_the_slots_held_now() -> None:
+    # Given stacks of 2 slots each: this stack's two holders, then three of the other stack's nodes waiting,
+    # then this node (4th in line, three rivals ahead of it)
+    clock = FakeClock(T0)
+    store = MemoryBudgetStore()
+
+    def budget(owner: str) -> DisruptionBudget:
+        return DisruptionBudget(
+            store=store,
+            nodes=FakeInventory(),
+            clock=clock,
+            metrics=RecordingMetrics(),
+            limits=BudgetLimits(Quantity(value=2), None),
+            holder_ttl=timedelta(seconds=600),
+            count_unavailable=False,
+            owner=owner,
+        )
+
+    def ask(slots: DisruptionBudget, owner: str, name: str) -> SlotDecision:
+        return slots.acquire(SlotRequest(name, f"i-{name}", "eu-west-1a", owner, f"rec-{name}"))
+
+    other, ours = budget("stack-b"), budget("stack-a")
+    assert ask(ours, "stack-a", "a1").granted
+    assert ask(ours, "stack-a", "a2").granted
+    assert not any(ask(other, "stack-b", f"b{i}").granted for i in range(3))
+    step = acquire(FakeCluster(nodes={NODE: node()}), ours)  # type: ignore[arg-type]
+    assert step(terminating(Step.ACQUIRE_SLOT), T0).delay == 60  # a round of the two slots ahead of it
+    # When this stack's drains end (a wave of releases): their slots are free, but owed to the other stack's
+    # waiters, which take them at their own asks (no slot of another stack is passed on)
+    ours.release("a1", "rec-a1")
+    ours.release("a2", "rec-a2")
+    clock.advance(60)
+    outcome = step(terminating(Step.ACQUIRE_SLOT), clock.now())
+    # Then it still stands a round of its two slots away, and asks as soon as before: not as if each of the
+    # three ahead took a round of its own (no slot is held now), four times later than its turn may come
+    assert outcome.again
+    assert outcome.delay == 60
 
 
 def test_a_waiter_asks_with_precedence_near_its_global_timeout_and_takes_a_slot_when_it_cannot_wait() -> None:

@@ -61,6 +61,10 @@ class SlotDecision:
     # Of the waiters before it in line, those that may take the slot it needs (not those of another zone under
     # a per-zone limit: a slot of theirs is not its turn); None when not waiting. What its asks are paced by.
     ahead: int | None = None
+    # The slots its owner's limits give the waiters counted in ``ahead`` (the total, and the per-zone limit of
+    # its zone: the slots that turn over for it, whoever holds them now); None when not waiting. ``ahead``
+    # over it is how many rounds of drains stand before its turn.
+    room: int | None = None
     # Record ids of this owner's waiters that take the room the decision's write added (it removed expired
     # entries, as every write does; an ask that frees nothing adds none): wake them, as a release's are woken
     wake: tuple[str, ...] = ()

@@ -429,6 +429,22 @@ def rivals_ahead(doc: BudgetDocument, mine: Waiter, before: Sequence[Waiter]) ->
     return sum(1 for w in before if w.zone in (None, mine.zone))
 
 
+def rivals_room(doc: BudgetDocument, mine: Waiter) -> int:
+    """The slots the rivals of the waiter ``mine`` (see :func:`rivals_ahead`) take turns in: its owner's total,
+    and under a per-zone limit its zone's, whichever is less; at least 1. Not the holders now: right after a
+    wave of releases, slots free but owed to the waiters ahead (another stack's, which take them at their own
+    asks) hold nobody yet, and under another stack's stricter limits fewer are held than this owner's turn
+    over. (Nodes counted as unavailable take some of them for longer: not told apart, as they may come back.)"""
+    limits = doc.limits.get(mine.owner)
+    if limits is None:
+        return 1
+    resolved = limits.resolved
+    room = resolved.total
+    if mine.zone is not None and resolved.per_zone is not None:
+        room = min(room, resolved.per_zone.of(mine.zone))
+    return max(1, room)
+
+
 def _before(doc: BudgetDocument, node: str, now: datetime) -> tuple[Waiter, list[Waiter]]:
     """The waiter of ``node`` and the waiters that go before it (see :func:`queue_order`), found rather than
     sorted (every denied ask tells its place)."""
@@ -795,4 +811,5 @@ def _waiting(doc: BudgetDocument, reason: SlotReason, node: str, now: datetime) 
         waiting=len(doc.waiters),
         position=1 + len(before),
         ahead=rivals_ahead(doc, mine, before),
+        room=rivals_room(doc, mine),
     )

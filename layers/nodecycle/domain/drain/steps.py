@@ -221,7 +221,7 @@ RETRY_IN_LINE_FACTOR = 4
 
 def _retry_in_line(decision: SlotDecision, request: SlotRequest, now: datetime, policy: DrainPolicy) -> float:
     """When a node waiting in line asks again: every ``BudgetRetrySeconds`` while it stands among the next
-    waiters the slots held now could pass to, and that much longer for each round of the holders ahead of it
+    waiters its owner's slots could pass to, and that much longer for each round of those slots ahead of it
     (up to RETRY_IN_LINE_FACTOR times). In a burst, hundreds of waiters asking every 30 s read the whole
     queue from the API server many times a second, almost all of them for nothing: a released slot of its
     own stack is passed on and woken at once, whatever the waiter's retry; the retry is for another stack's
@@ -229,10 +229,13 @@ def _retry_in_line(decision: SlotDecision, request: SlotRequest, now: datetime, 
     third of the place's TTL (each retry renews the place before it expires), nor than the moment its action's
     global timeout makes it go first (that precedence, and a slot taken without room after it, need an ask)."""
     base = policy.budget_retry_seconds
-    if decision.ahead is None:
+    if decision.ahead is None or decision.room is None:
         return base
-    # (the waiters ahead that take another zone's slot are not counted: this node's turn is its zone's)
-    rounds = decision.ahead // max(1, decision.holders)
+    # (the waiters ahead that take another zone's slot are not counted: this node's turn is its zone's. The
+    # rounds are of the slots its owner's limits give it, not of the holders now: right after a wave of
+    # releases the slots owed to the waiters ahead hold nobody yet, and a node a round from its turn asked
+    # as if each waiter ahead were one)
+    rounds = decision.ahead // max(1, decision.room)
     delay = min(base * min(RETRY_IN_LINE_FACTOR, 1 + rounds), policy.holder_ttl.total_seconds() / 3)
     if request.urgent_at is not None:
         delay = min(delay, (request.urgent_at - now).total_seconds())
