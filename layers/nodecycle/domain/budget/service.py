@@ -36,8 +36,15 @@ class _Passed:
     waiters: tuple[Waiter, ...]  # those passed a slot by the write
 
 
-# this owner's waiters that gave up their places in line for a forced slot (see :func:`rules.shed`)
-type _Shed = tuple[Waiter, ...]
+@dataclass(frozen=True)
+class _Claimed:
+    """What a slot request's write decided, and what the service tells of it once written."""
+
+    decision: SlotDecision
+    waited: timedelta | None = None  # how long the node waited, when it is granted after waiting
+    passed: tuple[Waiter, ...] = ()  # this owner's waiters the write passed a slot on to
+    # this owner's waiters that gave up their places in line for a forced slot (see :func:`rules.shed`)
+    shed: tuple[Waiter, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -238,15 +245,13 @@ class DisruptionBudget:
             )
         nodes = self._scope()
 
-        def mutate(
-            current: BudgetDocument | None,
-        ) -> tuple[BudgetDocument | None, tuple[SlotDecision, timedelta | None, tuple[Waiter, ...], _Shed]]:
+        def mutate(current: BudgetDocument | None) -> tuple[BudgetDocument | None, _Claimed]:
             now = self._clock.now()
             # A holder that renewed lately (a drain's every poll) needs neither the pruned document nor the
             # limits: decided before they are worked out
             held = None if current is None else rules.fresh_holder(current, request, now)
             if held is not None:
-                return current, (held, None, (), ())
+                return current, _Claimed(held)
             live = rules.prune(current or BudgetDocument(), now)
             limits = self._own_limits(nodes, live, asking=request.node)
             # judged under the limits this owner resolves now (a node back in service, a redeploy may free a
@@ -260,23 +265,24 @@ class DisruptionBudget:
                 else None
             )
             if fresh is not None:
-                return current, (fresh, None, (), ())
+                return current, _Claimed(fresh)
             doc = rules.with_own_limits(live, self._owner, limits)
             doc, decision, waited, eligible = rules.claim(
                 doc, request, now=now, ttl=self._ttl, renewing=renewing
             )
             if decision.reason is SlotReason.QUEUE_FULL:
-                return current, (decision, None, (), ())  # nothing to write for a node that is not let in
-            shed: _Shed = ()
+                return current, _Claimed(decision)  # nothing to write for a node that is not let in
+            shed: tuple[Waiter, ...] = ()
             if decision.reason is SlotReason.FORCED:
                 doc, shed = rules.shed(doc, self._owner, now)
                 decision = replace(decision, waiting=len(doc.waiters))
             woken = self._newly_eligible(current or BudgetDocument(), doc, limits, eligible)
             written, passed = self._pass_on(current, doc, limits, woken, now)
-            return written, (replace(decision, wake=tuple(passed.wake)), waited, passed.waiters, shed)
+            return written, _Claimed(replace(decision, wake=tuple(passed.wake)), waited, passed.waiters, shed)
 
-        decision, waited, passed, shed = self._write(mutate)
-        self._tell_passed(passed)
+        claimed = self._write(mutate)
+        decision, waited, shed = claimed.decision, claimed.waited, claimed.shed
+        self._tell_passed(claimed.passed)
         if shed:
             log.error(
                 "the budget's document was full when node %s took its forced slot: %d waiters of this stack "
