@@ -529,6 +529,44 @@ def _watching(record: LifecycleRecord, key: str, now: datetime) -> tuple[datetim
     return since, {"extra": {**record.extra, key: since.isoformat()}}
 
 
+def _refused_while_time_runs(
+    record: LifecycleRecord,
+    node: str,
+    uid: str | None,
+    events: Events,
+    metrics: Metrics,
+    policy: DrainPolicy,
+    *,
+    what: str,
+    marker: str,
+    since: str,
+    deadline: datetime,
+    now: datetime,
+    told: tuple[str, str],
+    timed_out: str,
+    outcome: str,
+    found: Mapping[str, Any] | None = None,
+) -> Outcome:
+    """A drain the API server refuses ``what`` it needs (its cordon, its reads), logged by the caller: an error
+    an operator must see (the eviction errors' alarm, and the Warning event ``told``: its reason and message,
+    told once per drain, while record.extra's ``marker`` says since when it is refused), asked again at each
+    poll while the drain's time runs. At its ``deadline`` the drain is over as one that could not finish: the
+    action is settled with ``outcome`` (a DrainTimeout event says ``timed_out``), rather than held until its
+    global timeout with its slot. ``found``: the changes the step found so far, kept either way."""
+    found = found or {}
+    metrics.count("EvictionErrors")  # the alarm: an operator must look
+    if now >= deadline:
+        log.warning("drain timeout with %s of node %s still refused: settling", what, node)
+        metrics.count("DrainTimeouts")
+        events.on_node(node, uid, "DrainTimeout", timed_out, warning=True)
+        return Outcome.goto(settle_step(record), outcome=outcome, **found)
+    extra = found.get("extra", record.extra)
+    if marker not in extra:  # told once per drain: it is asked again at every poll
+        reason, message = told
+        events.on_node(node, uid, reason, message, warning=True)
+    return Outcome.wait(policy.poll_seconds, **{**found, "extra": {**extra, marker: since}})
+
+
 class Cordon:
     def __init__(
         self,
@@ -644,39 +682,36 @@ class Cordon:
         found: dict[str, Any],
     ) -> Outcome:
         """The API server will not cordon the node (an admission webhook that guards it, a role without patch
-        on nodes): an error an operator must see, as a refused eviction is (the eviction errors' alarm, a
-        Warning event). Nothing of the node is disrupted meanwhile: no eviction without its cordon, or the
-        pods' replacements are scheduled onto it again. The cordon is asked again at each poll while the
-        drain's time runs (the slot renewed, see above). At the drain timeout the drain is over as one that
-        could not finish: the action is settled, as both timeout policies end (the instance goes, with its
-        pods), rather than held until its global timeout with its slot; the force policy's deletes are left
-        out, for the same reason as the evictions."""
+        on nodes): told and asked again at each poll as any refusal of what a drain needs (see
+        :func:`_refused_while_time_runs`; the slot renewed, see above). Nothing of the node is disrupted
+        meanwhile: no eviction without its cordon, or the pods' replacements are scheduled onto it again. At the
+        drain timeout the action is settled, as both timeout policies end (the instance goes, with its pods);
+        the force policy's deletes are left out, for the same reason as the evictions."""
         log.error("cordon of node %s refused: %s", node.name, why)
-        self._metrics.count("EvictionErrors")  # the alarm: an operator must look
-        if now >= deadline:
-            log.warning("drain timeout with the cordon of node %s still refused: settling", node.name)
-            self._metrics.count("DrainTimeouts")
-            self._events.on_node(
-                node.name,
-                node.uid,
-                "DrainTimeout",
-                f"Drain timed out with its cordon refused since {started:%H:%M:%S}Z ({why}): nothing was "
-                f"evicted; the lifecycle action of {record.instance_id} is completed",
-                warning=True,
-            )
-            return Outcome.goto(settle_step(record), outcome="drain-timeout-cordon-refused", **found)
-        extra = found.get("extra", record.extra)
-        if CORDON_REFUSED not in extra:  # told once per drain: it is asked again at every poll
-            self._events.on_node(
-                node.name,
-                node.uid,
+        return _refused_while_time_runs(
+            record,
+            node.name,
+            node.uid,
+            self._events,
+            self._metrics,
+            self._policy,
+            what="the cordon",
+            marker=CORDON_REFUSED,
+            since=started.isoformat(),
+            deadline=deadline,
+            now=now,
+            told=(
                 "CordonRefused",
                 f"Cordon by nodecycle ({record.owner}) for the termination of {record.instance_id} refused by "
                 f"the API server: {why}; asked again until {deadline:%H:%M:%S}Z, then the drain times out",
-                warning=True,
-            )
-        changes = {**found, "extra": {**extra, CORDON_REFUSED: started.isoformat()}}
-        return Outcome.wait(self._policy.poll_seconds, **changes)
+            ),
+            timed_out=(
+                f"Drain timed out with its cordon refused since {started:%H:%M:%S}Z ({why}): nothing was "
+                f"evicted; the lifecycle action of {record.instance_id} is completed"
+            ),
+            outcome="drain-timeout-cordon-refused",
+            found=found,
+        )
 
     def _set_on_node(self, node: NodeInfo, record: LifecycleRecord) -> dict[str, bool]:
         """What this claim sets on the node that was not there: the cordon, the load balancer exclusion. A
@@ -727,10 +762,7 @@ class Evict:
     def _reads_refused(self, record: LifecycleRecord, now: datetime, why: str) -> Outcome:
         """The API server will not let the drain read its node, list its pods or renew its budget slot (RBAC
         edited for a while): the drain cannot tell what is left, or whether it may go on, so it neither evicts
-        nor completes. As for a refused cordon, an operator
-        must see it (the eviction errors' alarm, a Warning event told once), the reads are asked again at each
-        poll while the drain's time runs, and at the drain timeout the drain is over as one that could not
-        finish: the action is settled rather than held, with its slot, until its global timeout."""
+        nor completes. Told and asked again as a refused cordon is (see :func:`_refused_while_time_runs`)."""
         node = _known(record.node, "node")
         deadline = _known(record.drain_deadline, "drain deadline")
         if record.drain_paused_at is not None:
@@ -739,30 +771,29 @@ class Evict:
             # must still act before the global timeout
             deadline = min(deadline + (now - record.drain_paused_at), _deadline_cap(record, self._policy))
         log.error("the drain of node %s is refused what it polls with: %s", node, why)
-        self._metrics.count("EvictionErrors")
-        if now >= deadline:
-            log.warning("drain timeout with the reads of node %s still refused: settling", node)
-            self._metrics.count("DrainTimeouts")
-            self._events.on_node(
-                node,
-                record.node_uid,
-                "DrainTimeout",
-                f"Drain timed out with the API server refusing its reads ({why}): the lifecycle action of "
-                f"{record.instance_id} is completed",
-                warning=True,
-            )
-            return Outcome.goto(settle_step(record), outcome="drain-timeout-reads-refused")
-        if READS_REFUSED not in record.extra:  # told once per drain: asked again at every poll
-            self._events.on_node(
-                node,
-                record.node_uid,
+        return _refused_while_time_runs(
+            record,
+            node,
+            record.node_uid,
+            self._events,
+            self._metrics,
+            self._policy,
+            what="the reads",
+            marker=READS_REFUSED,
+            since=str(record.extra.get(READS_REFUSED, now.isoformat())),
+            deadline=deadline,
+            now=now,
+            told=(
                 "DrainReadRefused",
                 f"Drain by nodecycle ({record.owner}) of {record.instance_id} refused a read by the API server: "
                 f"{why}; asked again until {deadline:%H:%M:%S}Z, then the drain times out",
-                warning=True,
-            )
-        extra = {**record.extra, READS_REFUSED: record.extra.get(READS_REFUSED, now.isoformat())}
-        return Outcome.wait(self._policy.poll_seconds, extra=extra)
+            ),
+            timed_out=(
+                f"Drain timed out with the API server refusing its reads ({why}): the lifecycle action of "
+                f"{record.instance_id} is completed"
+            ),
+            outcome="drain-timeout-reads-refused",
+        )
 
     def _poll(self, record: LifecycleRecord, now: datetime) -> Outcome:
         node = _known(record.node, "node")
