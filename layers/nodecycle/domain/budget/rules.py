@@ -619,10 +619,16 @@ def _with_holders(doc: BudgetDocument, holders: Sequence[Holder], passes: Counte
     )
 
 
-def passed_on(doc: BudgetDocument, owner: str, *, at: datetime) -> list[Holder]:
-    """The holders of ``owner`` the write of time ``at`` granted (:func:`pass_on`) that have not renewed their
-    slot since: perhaps never woken (a crash between the write and the wake-up, a wake-up lost)."""
-    return [h for h in doc.holders if h.owner == owner and h.acquired_at == at and h.renewed_at < at]
+def passed_on(doc: BudgetDocument, owner: str, *, at: datetime | None = None) -> list[Holder]:
+    """The holders of ``owner`` a write granted (:func:`pass_on`; the write of time ``at``, when given) that
+    have not renewed their slot since: perhaps never woken (a crash between the write and the wake-up, a
+    wake-up lost). (A holder passed on keeps its waiter's renewal, older than the pass, until its lifecycle
+    writes one; one woken that has not written yet is among them too: waking it again finds it moved on.)"""
+    return [
+        h
+        for h in doc.holders
+        if h.owner == owner and h.renewed_at < h.acquired_at and (at is None or h.acquired_at == at)
+    ]
 
 
 def mark_of(doc: BudgetDocument, node: str, owner: str, record_id: str) -> Released | None:

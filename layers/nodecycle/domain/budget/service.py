@@ -147,7 +147,10 @@ class DisruptionBudget:
     def forget(self, owner: str, instance_id: str) -> list[str]:
         """Remove this owner's entries of an instance that is gone (stopped or terminated outside the
         hooks), whichever lifecycle holds them; the record ids of this owner's waiters to wake, as for
-        :meth:`release`."""
+        :meth:`release`. A forget that removes no entry (repeated after a wake-up SQS refused, which failed
+        its step) wakes also every holder of this owner passed a slot that has not renewed it since: the
+        instance's entries are gone, so which of them its first write passed slots on to is not told apart,
+        and a waiter passed a slot is no longer among the eligible waiters woken."""
         if owner != self._owner:
             raise ValueError(f"owner {owner!r} asked the budget of {self._owner!r} to forget an instance")
         nodes = self._scope()
@@ -159,8 +162,10 @@ class DisruptionBudget:
             live = rules.prune(current, now)
             doc = self._without_instance(live, instance_id, now)
             limits = self._own_limits(nodes, doc)
-            woken = self._woken_by_removal(current, doc, limits, removed=doc is not live)
-            return self._pass_on(current, doc, limits, woken, now)
+            removed = doc is not live
+            woken = self._woken_by_removal(current, doc, limits, removed=removed)
+            repair = [] if removed else [h.record_id for h in rules.passed_on(doc, self._owner)]
+            return self._pass_on(current, doc, limits, woken, now, repair=repair)
 
         return self._wake_passed(self._write(mutate))
 
