@@ -116,7 +116,7 @@ def from_eventbridge(event: Mapping[str, Any], delivery: str = "eventbridge") ->
     if kind == REBALANCE:
         detail = validate(_Detail, parsed.detail)
         # No deadline: drained (if at all) under the budget, like a voluntary disruption, and never forced
-        # past it (drain/steps.py, _precedence). The two days are a horizon for the drain's own deadline only.
+        # past it (drain/common.py, _precedence). The two days are a horizon for the drain's own deadline only.
         return [
             DisruptionEvent(
                 instance_id=detail.instance_id,

@@ -14,14 +14,11 @@ from nodecycle.adapters.kube.eks_access import EksCluster
 from nodecycle.adapters.kube.events import KubeEvents
 from nodecycle.domain.budget import BudgetLimits, DisruptionBudget
 from nodecycle.domain.completion import CompleteAction, SettleResults
-from nodecycle.domain.drain.steps import (
-    MAINTENANCE_POLLS_PER_LOOK,
-    AcquireSlot,
-    Cleanup,
-    Cordon,
-    Evict,
-    ForgetNode,
-)
+from nodecycle.domain.drain.acquire import AcquireSlot
+from nodecycle.domain.drain.cleanup import MAINTENANCE_POLLS_PER_LOOK, Cleanup
+from nodecycle.domain.drain.cordon import Cordon
+from nodecycle.domain.drain.evict import Evict
+from nodecycle.domain.drain.forget import ForgetNode
 from nodecycle.domain.engine import StepEngine, StepHandler
 from nodecycle.domain.flow import Worker
 from nodecycle.domain.launch import ReadinessGate

@@ -41,7 +41,7 @@ MUTATIONS = (
     Mutation(
         "complete-before-drained",
         "the drain goes on to completion as soon as it starts, pods or not",
-        "nodecycle/domain/drain/steps.py",
+        "nodecycle/domain/drain/evict.py",
         "        stuck, why = self._stuck(info, left, now)\n        if len(stuck) == len(left):",
         "        stuck, why = self._stuck(info, left, now)\n        if True:  # MUTATION: completion before the drain ends",
     ),

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from kubernetes.client import CoreV1Api
 
 from nodecycle.adapters.kube.cluster_api import KubeCluster
-from nodecycle.domain.drain.steps import Evict
+from nodecycle.domain.drain.evict import Evict
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.ports.cluster import PodInfo
 from nodecycle_sandbox.aws.group import wait_for

@@ -19,7 +19,10 @@ from kubernetes.client import (
 )
 
 from nodecycle.adapters.kube.cluster_api import KubeCluster
-from nodecycle.domain.drain.steps import AcquireSlot, Cleanup, Evict, ForgetNode
+from nodecycle.domain.drain.acquire import AcquireSlot
+from nodecycle.domain.drain.cleanup import Cleanup
+from nodecycle.domain.drain.evict import Evict
+from nodecycle.domain.drain.forget import ForgetNode
 from nodecycle.domain.engine import Dispatcher
 from nodecycle.domain.model import LifecycleRecord, Step, Transition
 from nodecycle.domain.nodes import NodeFinder

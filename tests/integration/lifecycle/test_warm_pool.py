@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from nodecycle.domain.drain.steps import POOL_IDLE, POOL_WATCH, POOL_WATCH_SECONDS
+from nodecycle.domain.drain.cleanup import POOL_IDLE, POOL_WATCH, POOL_WATCH_SECONDS
 from nodecycle.domain.model import LifecycleRecord, Step, Transition, adopted_token
 from nodecycle.domain.ports.cluster import RELEASED_FOR_ANNOTATION
 from nodecycle_sandbox import Sandbox

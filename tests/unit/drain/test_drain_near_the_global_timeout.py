@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from nodecycle.domain.completion import CompleteAction, SettleResults
-from nodecycle.domain.drain.steps import _tail
+from nodecycle.domain.drain.common import _tail
 from nodecycle.domain.engine import EngineTiming, Outcome, StepEngine
 from nodecycle.domain.flow import Worker
 from nodecycle.domain.model import LifecycleRecord, Step

@@ -11,21 +11,18 @@ import pytest
 
 from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotDecision, SlotReason, SlotRequest
 from nodecycle.domain.completion import CompleteAction
-from nodecycle.domain.drain.steps import (
-    CORDON_REFUSED,
-    FORCED_SLOT,
+from nodecycle.domain.drain.acquire import FORCED_SLOT, AcquireSlot
+from nodecycle.domain.drain.cleanup import (
     MAINTENANCE_OVER_AFTER,
     MAINTENANCE_POLL_SECONDS,
     POOL_IDLE_POLL_SECONDS,
     POOL_POLL_SECONDS,
     POOL_WATCH_SECONDS,
-    STUCK_PODS,
-    AcquireSlot,
     Cleanup,
-    Cordon,
-    Evict,
-    ForgetNode,
 )
+from nodecycle.domain.drain.cordon import CORDON_REFUSED, Cordon
+from nodecycle.domain.drain.evict import STUCK_PODS, Evict
+from nodecycle.domain.drain.forget import ForgetNode
 from nodecycle.domain.engine import Dispatcher, StepHandler, advance
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import Worker, settle_step

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotRequest
-from nodecycle.domain.drain.steps import AcquireSlot
+from nodecycle.domain.drain.acquire import AcquireSlot
 from nodecycle.domain.engine import Dispatcher, Outcome
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.nodes import NodeFinder

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from nodecycle.domain.completion import CompleteAction
-from nodecycle.domain.drain.steps import POOL_IDLE, POOL_IDLE_POLL_SECONDS, POOL_WATCH
+from nodecycle.domain.drain.cleanup import POOL_IDLE, POOL_IDLE_POLL_SECONDS, POOL_WATCH
 from nodecycle.domain.engine import Dispatcher
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.launch import SCAN_EVERY, ReadinessGate

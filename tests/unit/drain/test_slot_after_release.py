@@ -6,7 +6,7 @@ import json
 from dataclasses import replace
 
 from nodecycle.domain.budget import DisruptionBudget, SlotRequest
-from nodecycle.domain.drain.steps import Cleanup
+from nodecycle.domain.drain.cleanup import Cleanup
 from nodecycle.domain.engine import Dispatcher, Handled, Outcome
 from nodecycle.domain.model import LifecycleRecord, Step, adopted_token, record_id
 from tests.support.fakes import T0, FakeAutoscaling, FakeMetrics

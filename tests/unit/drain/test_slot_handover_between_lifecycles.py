@@ -6,7 +6,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotRequest
-from nodecycle.domain.drain.steps import AcquireSlot, Cleanup
+from nodecycle.domain.drain.acquire import AcquireSlot
+from nodecycle.domain.drain.cleanup import Cleanup
 from nodecycle.domain.engine import Dispatcher, Outcome
 from nodecycle.domain.model import Step, Transition
 from nodecycle.domain.nodes import NodeFinder

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotReason, SlotRequest
-from nodecycle.domain.drain.steps import Evict
+from nodecycle.domain.drain.evict import Evict
 from nodecycle.domain.flow import settle_step
 from nodecycle.domain.policy import Quantity
 from tests.support.fakes import T0, FakeClock, FakeMetrics

@@ -11,7 +11,7 @@ import pytest
 
 from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotRequest
 from nodecycle.domain.completion import CompleteAction
-from nodecycle.domain.drain.steps import Cleanup
+from nodecycle.domain.drain.cleanup import Cleanup
 from nodecycle.domain.eip import SCRATCH
 from nodecycle.domain.eip.release import RELEASE_ATTEMPTS, ReleaseAddresses
 from nodecycle.domain.engine import Dispatcher, Outcome, advance

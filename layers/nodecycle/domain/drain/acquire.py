@@ -1,0 +1,280 @@
+"""The drain's first step: find the node of the instance, and take a budget slot for it or wait in line."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from nodecycle.domain.budget import SlotDecision, SlotReason, SlotRequest
+from nodecycle.domain.drain import pods as podfilter
+from nodecycle.domain.drain.common import (
+    ADOPT_FROM,
+    _full_drain,
+    _of_instance,
+    _precedence,
+    _slot_request,
+    _wake,
+)
+from nodecycle.domain.engine import Dispatcher, Outcome
+from nodecycle.domain.flow import settle_step
+from nodecycle.domain.model import (
+    EARLIER_DRAIN,
+    LifecycleRecord,
+    Step,
+    Transition,
+    record_id,
+)
+from nodecycle.domain.nodes import NodeFinder
+from nodecycle.domain.policy import DrainPolicy
+from nodecycle.domain.ports.budget import Slots
+from nodecycle.domain.ports.cluster import Cluster, Events, Refused
+from nodecycle.domain.ports.lifecycle import RecordStore
+from nodecycle.domain.ports.runtime import Metrics
+
+log = logging.getLogger(__name__)
+
+FORCED_SLOT = "forced_slot"  # record.extra key: the slot was taken without room (global timeout near)
+# The disruptions without a hook whose drain a later terminate hook of the same instance finds done
+LINKED_CAUSES = (Transition.SPOT_INTERRUPTION, Transition.SCHEDULED_CHANGE, Transition.REBALANCE)
+LINKED_POLL_SECONDS = 5
+
+
+def _ordinal(number: int) -> str:
+    suffix = "th" if 10 <= number % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
+    return f"{number}{suffix}"
+
+
+# A waiter asks again at most this many times BudgetRetrySeconds apart, however far back in line it stands.
+RETRY_IN_LINE_FACTOR = 4
+
+
+def _retry_in_line(decision: SlotDecision, request: SlotRequest, now: datetime, policy: DrainPolicy) -> float:
+    """When a node waiting in line asks again: every ``BudgetRetrySeconds`` while it stands among the next
+    waiters its owner's slots could pass to, and that much longer for each round of those slots ahead of it
+    (up to RETRY_IN_LINE_FACTOR times). In a burst, hundreds of waiters asking every 30 s read the whole
+    queue from the API server many times a second, almost all of them for nothing: a released slot of its
+    own stack is passed on and woken at once, whatever the waiter's retry; the retry is for another stack's
+    slot and a lost wake-up, which the next waiters need soon and the last ones do not. Never later than a
+    third of the place's TTL (each retry renews the place before it expires), nor than the moment its action's
+    global timeout makes it go first (that precedence, and a slot taken without room after it, need an ask)."""
+    base = policy.budget_retry_seconds
+    if decision.ahead is None or decision.room is None:
+        return base
+    # (the waiters ahead that take another zone's slot are not counted: this node's turn is its zone's. The
+    # rounds are of the slots its owner's limits give it, not of the holders now: right after a wave of
+    # releases the slots owed to the waiters ahead hold nobody yet, and a node a round from its turn asked
+    # as if each waiter ahead were one)
+    rounds = decision.ahead // max(1, decision.room)
+    delay = min(base * min(RETRY_IN_LINE_FACTOR, 1 + rounds), policy.holder_ttl.total_seconds() / 3)
+    if request.urgent_at is not None:
+        delay = min(delay, (request.urgent_at - now).total_seconds())
+    return max(base, delay)
+
+
+class AcquireSlot:
+    def __init__(
+        self,
+        *,
+        finder: NodeFinder,
+        cluster: Cluster,
+        slots: Slots,
+        dispatcher: Dispatcher,
+        policy: DrainPolicy,
+        metrics: Metrics,
+        events: Events,
+        records: RecordStore,
+    ):
+        self._finder = finder
+        self._cluster = cluster
+        self._slots = slots
+        self._dispatcher = dispatcher
+        self._policy = policy
+        self._metrics = metrics
+        self._events = events
+        self._records = records
+
+    def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
+        if record.transition is Transition.TERMINATING:
+            linked = self._linked(record, now)
+            if linked is not None:
+                return linked
+        extra = record.extra
+        node = self._cluster.get_node(record.node) if record.node else None
+        if node is None or not _of_instance(node, record):
+            # Not looked for yet, gone, or its name taken by another instance's node: look for the instance's
+            node, extra = self._finder.find(record)
+        if node is None:
+            log.warning("no node for instance %s: nothing to drain", record.instance_id)
+            self._metrics.count("NodesNotFound")
+            return Outcome.goto(settle_step(record), outcome="node-not-found", extra=extra)
+        found: dict[str, Any] = {"node": node.name, "node_uid": node.uid, "zone": node.zone, "extra": extra}
+        foreign = node.owner not in (None, record.owner)
+        request = _slot_request(record, node.name, node.zone, **_precedence(record, now, self._policy))
+        decision = self._slots.acquire(request)
+        # (its write removed the expired entries, a dead drain's slot among them: whom that lets go, goes now)
+        _wake(self._dispatcher, decision.wake)
+        if decision.reason is SlotReason.FORCED:
+            log.warning(
+                "node %s takes a budget slot without room: its action's global timeout is %s",
+                node.name,
+                record.global_deadline,
+            )
+            self._metrics.count("ForcedSlots")
+            found["extra"] = {**found["extra"], FORCED_SLOT: True}
+            self._events.on_node(
+                node.name,
+                node.uid,
+                "DisruptionBudgetExceeded",
+                f"Took a disruption budget slot without room: the lifecycle action of {record.instance_id} "
+                f"times out at {record.global_deadline:%H:%M:%S}Z, too soon to wait; draining now",
+                warning=True,
+            )
+        if decision.granted:
+            if foreign:
+                # The other stack annotated the node but holds no slot for it any more: its drain died or
+                # gave up (its holder expired). Adopt the node, as one in progress with no owner.
+                log.warning(
+                    "adopting node %s from owner %s, which holds it in the budget no more",
+                    node.name,
+                    node.owner,
+                )
+                found["extra"] = {**found["extra"], ADOPT_FROM: node.owner}
+            return Outcome.next(slot_waiting_since=None, **found)
+        if foreign and decision.reason in (SlotReason.HELD_BY_OTHER_OWNER, SlotReason.CLAIMED_BY_OTHER_OWNER):
+            # Another stack is draining this node: leave it alone, and settle our own action once it is
+            # done with it, or when our drain timeout says we have waited long enough. Unless it drains for
+            # this very action (a group both stacks manage, by mistake): completing it would let Auto Scaling
+            # terminate the instance under that drain. Its end ends the action (a heartbeat finds it gone).
+            shared = node.lifecycle == record.id
+            if shared:
+                log.error(
+                    "owner %s drains node %s for this very lifecycle action: is group %s managed by both?",
+                    node.owner,
+                    node.name,
+                    record.group,
+                )
+            elif now - record.received_at > self._policy.timeout:
+                return Outcome.goto(settle_step(record), outcome=f"node-owned-by:{node.owner}", **found)
+            log.info("node %s is being drained by owner %s: waiting", node.name, node.owner)
+            return Outcome.wait(self._policy.budget_retry_seconds, **found)
+        if decision.reason is SlotReason.HELD_BY_OTHER_LIFECYCLE:
+            # Another lifecycle of this instance drains the node (a Spot interruption's, a rebalance's): after
+            # it. A terminate hook then finds that drain over (see _linked); a disruption finds the node gone
+            # or drained. It waits in line for the node: that drain's release wakes it (a lifecycle that has
+            # not asked yet is not woken, hence the time it began waiting; nor one behind a third lifecycle of
+            # the instance in line for the node, which has its place: it asks again at its retry).
+            log.info(
+                "node %s is being drained for another lifecycle of %s: waiting", node.name, record.instance_id
+            )
+            return Outcome.wait(
+                self._policy.budget_retry_seconds,
+                slot_waiting_since=record.slot_waiting_since or now,
+                **found,
+            )
+        log.info("no budget slot for node %s yet: %s", node.name, decision.reason)
+        if decision.reason is SlotReason.RELEASED:
+            # This lifecycle drained and gave its slot back: a late delivery of this step (its commit loses)
+            return Outcome.wait(self._policy.budget_retry_seconds, **found)
+        if decision.reason is SlotReason.QUEUE_FULL:
+            return Outcome.wait(self._policy.budget_retry_seconds, **found)
+        if record.slot_waiting_since is None:
+            place = "" if decision.position is None else f"{_ordinal(decision.position)} in line, "
+            self._events.on_node(
+                node.name,
+                node.uid,
+                "WaitingForDisruptionBudget",
+                f"Waiting for a disruption budget slot to drain for the termination of {record.instance_id} "
+                f"({place}{decision.holders} nodes draining, {decision.waiting} waiting: {decision.reason})",
+            )
+        return Outcome.wait(
+            _retry_in_line(decision, request, now, self._policy),
+            slot_waiting_since=record.slot_waiting_since or now,
+            **found,
+        )
+
+    def _linked(self, record: LifecycleRecord, now: datetime) -> Outcome | None:
+        """A terminate hook of an instance that a disruption without a hook (a Spot interruption, a
+        rebalance recommendation, scheduled maintenance) drained or is draining: go on past the drain once that
+        drain is over, rather than drain the node again (a slot and a wait for nothing). So too while the next
+        maintenance's lifecycle waits on the record for its lead time: the drain for the one before it counts. Only a drain counts: a rebalance recommendation that
+        this stack only cordons for evicted nothing, and the group's terminate hook that usually follows it
+        must drain the node itself. Nor does a drain over while pods are on the node now (it timed out and
+        left them, or the node was uncordoned after a maintenance and filled again, days before this hook):
+        the hook drains the node itself, as if there had been no disruption."""
+        for cause in LINKED_CAUSES:
+            other = self._records.get(record_id(record.instance_id, cause, ""))
+            if other is not None and other.drain_started_at is None:
+                other = _earlier_drain(other)
+            if (
+                other is None
+                or other.owner != record.owner
+                or other.drain_started_at is None
+                or Step.EVICT not in other.plan
+            ):
+                continue
+            # (a drain at its cleanup is over: a maintenance's cleanup watches for the maintenance's end for hours)
+            if not other.finished and other.step is not Step.CLEANUP:
+                ends = other.drain_started_at + _full_drain(self._policy)
+                if now > ends:
+                    # That drain had all the time a drain takes, its timeout policy and load balancer delay
+                    # included, and is not over: it is stuck (its messages dead-lettered, its resumes spent).
+                    # The hook drains the node itself (its slot is the other's until that holder expires).
+                    log.warning(
+                        "instance %s: the drain for its %s, begun at %s, is not over: draining it for the hook",
+                        record.instance_id,
+                        cause.short,
+                        other.drain_started_at,
+                    )
+                    return None
+                log.info(
+                    "instance %s is being drained for a %s: waiting for it", record.instance_id, cause.short
+                )
+                return Outcome.wait(LINKED_POLL_SECONDS)
+            try:
+                back = podfilter.to_evict(self._cluster.pods_on(other.node)) if other.node else []
+            except Refused as refusal:
+                # Whether pods came back cannot be told: drained as any node, whose drain settles refused
+                # reads by its timeout policy, rather than failing here at every delivery
+                log.error(
+                    "instance %s: the pods of its node may not be listed: %s", record.instance_id, refusal
+                )
+                self._metrics.count("EvictionErrors")
+                return None
+            if back:
+                log.info(
+                    "instance %s was drained for a %s, but %d pods are on its node now: draining it again",
+                    record.instance_id,
+                    cause.short,
+                    len(back),
+                )
+                return None
+            log.info("instance %s was drained for a %s: completing at once", record.instance_id, cause.short)
+            # what the plan does after its drain: its address released (the disruption's plan kept it, the
+            # instance was still running), then the completion
+            return Outcome.goto(
+                settle_step(record),
+                outcome=f"drained-by:{cause.short}",
+                node=other.node,
+                node_uid=other.node_uid,
+                zone=other.zone,
+            )
+        return None
+
+
+def _earlier_drain(record: LifecycleRecord) -> LifecycleRecord | None:
+    """A lifecycle that has not begun a drain of its own (the next maintenance of the instance, waiting for its
+    lead time) as the drain an earlier lifecycle on its record made and finished (EARLIER_DRAIN): the node it
+    left cordoned and empty; None when there was none."""
+    earlier = record.extra.get(EARLIER_DRAIN)
+    if not isinstance(earlier, dict):
+        return None
+    return record.model_copy(
+        update={
+            "step": Step.DONE,
+            "node": earlier.get("node"),
+            "node_uid": earlier.get("node_uid"),
+            "zone": earlier.get("zone"),
+            "drain_started_at": datetime.fromisoformat(str(earlier["drain_started_at"])),
+        }
+    )

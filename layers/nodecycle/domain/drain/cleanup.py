@@ -1,0 +1,365 @@
+"""The drain's cleanup: clear the annotations in one PATCH, release the slot, wake the next waiters; and the
+watches of a node kept cordoned (into the warm pool, through scheduled maintenance)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from nodecycle.domain.completion import SETTLED_ELSEWHERE
+from nodecycle.domain.drain.common import _known, _of_instance, _set_on_node
+from nodecycle.domain.engine import Dispatcher, Outcome
+from nodecycle.domain.model import (
+    ENDS_ITS_INSTANCE,
+    SET_ON_NODE,
+    SUCCESSOR,
+    WARM_POOL,
+    LifecycleRecord,
+    Transition,
+)
+from nodecycle.domain.ports.budget import Slots
+from nodecycle.domain.ports.cluster import Claim, Cluster, Events, NodeInfo, Refused
+from nodecycle.domain.ports.instances import MaintainedInstances, ScheduledEvent, up
+from nodecycle.domain.ports.lifecycle import Autoscaling
+from nodecycle.domain.ports.runtime import Metrics
+
+log = logging.getLogger(__name__)
+
+# (record.extra's SET_ON_NODE: what nodecycle itself set on the node when it claimed it; see the model)
+# record.extra key: a node gone into the warm pool with its cordon kept, watched for the moment it may be lifted
+POOL_WATCH = "pool_watch"
+POOL_IDLE = "pool_idle"  # record.extra key: its node was found waiting in a running warm pool (told once)
+POOL_POLL_SECONDS = 10  # how often a cleanup into the warm pool looks at its node until it may uncordon it
+# A stopped instance's node is NotReady a minute after the stop. Still Ready after this, the instance waits in
+# a running pool (PoolState Running): it is looked at less often, until it leaves the pool.
+POOL_WATCH_SECONDS = 15 * 60
+POOL_IDLE_POLL_SECONDS = 60
+# record.extra key: a node drained for scheduled maintenance, its cordon kept, watched since then for the moment
+# the maintenance is over
+MAINTENANCE_WATCH = "maintenance_watch"
+# How often that watch looks (EC2, Auto Scaling, the node) once the maintenance may have begun, in drain polls
+# (DrainPollSeconds): once a minute at the template's 5 s; before its window it sleeps until the window opens
+MAINTENANCE_POLLS_PER_LOOK = 12
+MAINTENANCE_POLL_SECONDS = MAINTENANCE_POLLS_PER_LOOK * 5
+# A maintenance EC2 still lists as pending this long after its window's end (NotAfter) is over all the same
+MAINTENANCE_OVER_AFTER = timedelta(minutes=15)
+# Windows are hours. A watch still waiting this long after the maintenance's start (a kubelet that never came
+# back, an instance left in Standby) ends with the cordon kept, as before there was a watch: an operator looks.
+MAINTENANCE_WATCH_LIMIT = timedelta(days=2)
+# Auto Scaling lifecycle states of an instance that is leaving its group's service for good (or into its pool)
+LEAVING_STATES = ("Terminating", "Terminated", "Detaching", "Detached", "Warmed")
+
+
+def _watching(record: LifecycleRecord, key: str, now: datetime) -> tuple[datetime, dict[str, Any]]:
+    """When a watch after the cleanup began (its record.extra ``key``; now for its first look), and the
+    changes that keep it going."""
+    since = datetime.fromisoformat(str(record.extra.get(key) or now.isoformat()))
+    return since, {"extra": {**record.extra, key: since.isoformat()}}
+
+
+class Cleanup:
+    """After completion: clear our annotations, give the slot back, wake whoever may use it now.
+
+    A node comes back uncordoned when its instance is coming back: still in service because the action this
+    lifecycle drained for was not Auto Scaling's to end (it was no longer active: completed elsewhere, timed
+    out, or never issued) and the instance stayed; or into a warm pool, once nothing can be scheduled on it
+    before it is back in service (see ``_hold``); or after scheduled maintenance (a reboot), once it is over
+    and the instance stayed in service (see ``_lift_after_maintenance``).
+    """
+
+    def __init__(
+        self,
+        *,
+        cluster: Cluster,
+        slots: Slots,
+        dispatcher: Dispatcher,
+        autoscaling: Autoscaling,
+        metrics: Metrics,
+        events: Events,
+        instances: MaintainedInstances,
+        maintenance_poll_seconds: float = MAINTENANCE_POLL_SECONDS,
+    ) -> None:
+        self._cluster = cluster
+        self._slots = slots
+        self._dispatcher = dispatcher
+        self._autoscaling = autoscaling
+        self._metrics = metrics
+        self._events = events
+        self._instances = instances
+        self._maintenance_poll_seconds = maintenance_poll_seconds
+
+    def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
+        if record.node is None:
+            return Outcome.next()
+        if record.extra.get(POOL_WATCH):
+            return self._lift_when_safe(record, now)
+        if record.extra.get(MAINTENANCE_WATCH):
+            return self._lift_after_maintenance(record, now)
+        node = self._cluster.get_node(record.node)
+        into_pool = record.transition.has_hook and record.destination == WARM_POOL
+        # Drained for scheduled maintenance: whether the instance stays (a reboot) or goes (a stop, a
+        # retirement), only the maintenance's end tells
+        maintained = record.transition is Transition.SCHEDULED_CHANGE and record.drain_started_at is not None
+        if node is not None:
+            held = into_pool or maintained
+            released = self._patched(
+                node, record, lambda: self._hold(node, record) if held else self._release(node, record)
+            )
+            if released is Claim.CONFLICT:
+                return Outcome.wait(1)
+        gone = record.instance_id if record.extra.get(ENDS_ITS_INSTANCE) else None
+        for waiter in self._slots.release(record.node, record.id, record.token, gone=gone):
+            self._dispatcher.wake(waiter)
+        # (told even when the node is gone already: its events are read by its name and uid)
+        self._settled(record, node.uid if node is not None else record.node_uid)
+        if into_pool:
+            return self._lift_when_safe(record, now)
+        if maintained:
+            return self._lift_after_maintenance(record, now)
+        return Outcome.next()
+
+    def _patched(
+        self, node: NodeInfo, record: LifecycleRecord, patch: Callable[[], Claim | None]
+    ) -> Claim | None:
+        """What ``patch`` of the node (this lifecycle's annotations cleared, its cordon lifted) answered; None
+        when the API server refuses it (a webhook that guards the node, a role without patch on nodes). A
+        refusal is an error an operator must see, as a refused cordon is, but it does not hold the lifecycle's
+        end back: its slot is still given back, its watch ends. What it left on the node stays (the sweeper
+        tries the annotations again; the cordon is the operator's to lift)."""
+        try:
+            return patch()
+        except Refused as refusal:
+            log.error("release of node %s refused: %s", node.name, refusal)
+            self._metrics.count("EvictionErrors")  # the alarm: an operator must look
+            self._events.on_node(
+                node.name,
+                node.uid,
+                "ReleaseRefused",
+                f"nodecycle ({record.owner}) could not clear its annotations of the lifecycle of "
+                f"{record.instance_id}, nor lift what it set on the node: refused by the API server: {refusal}",
+                warning=True,
+            )
+            return None
+
+    def _hold(self, node: NodeInfo, record: LifecycleRecord) -> Claim | None:
+        """Into the warm pool: clear this lifecycle's annotations and mark the node as released for it, but
+        keep the cordon. Auto Scaling stops the instance only after the completion, and its node stays Ready
+        for a minute after that: uncordoned now, it would take the very pods just evicted from it, which the
+        stop then kills, without eviction or PodDisruptionBudget. (Freed by the stop already: marked.)"""
+        if node.owner == record.owner and node.lifecycle in (None, record.id):
+            return self._cluster.release_node(node, released_for=record.id)
+        return None
+
+    def _marked_node(self, record: LifecycleRecord) -> NodeInfo | None:
+        """The instance's node while it is still marked released for this lifecycle (a watch's cordon is its
+        own only so long: a later claim of the node removes the mark); None otherwise."""
+        node = self._cluster.get_node(_known(record.node, "node"))
+        if node is None or node.released_for != record.id or not _of_instance(node, record):
+            return None
+        return node
+
+    def _lift_set(self, node: NodeInfo, record: LifecycleRecord) -> Claim | None:
+        """Lift what this lifecycle set on the node (its SET_ON_NODE note: the cordon, the load balancer label),
+        and its mark; None when the API server refuses it (told)."""
+        undo = _set_on_node(record.extra.get(SET_ON_NODE) or {})
+        return self._patched(
+            node,
+            record,
+            lambda: self._cluster.release_node(node, uncordon=undo["cordon"], unlabel=undo["lb"]),
+        )
+
+    def _lift_when_safe(self, record: LifecycleRecord, now: datetime) -> Outcome:
+        """Lift what this lifecycle set on the node once nothing can be scheduled on it before it is back in
+        service: its kubelet is gone (NotReady: the node controller's taint keeps pods off), or the instance
+        left the pool. Only while the node is still marked released for this lifecycle (a later claim of the
+        instance's node removes the mark: that cordon is the later lifecycle's)."""
+        node = self._marked_node(record)
+        if node is None:
+            return Outcome.next()
+        since, watching = _watching(record, POOL_WATCH, now)
+        state = self._autoscaling.lifecycle_state(record.instance_id)
+        if state is None:
+            # terminated from the pool (or taken out of the group): not coming back, its cordon stays
+            log.info(
+                "instance %s left its group from the warm pool: node %s stays cordoned",
+                record.instance_id,
+                node.name,
+            )
+            return Outcome.next()
+        if not node.ready or not state.startswith("Warmed:"):
+            lifted = self._lift_set(node, record)
+            return Outcome.wait(1, **watching) if lifted is Claim.CONFLICT else Outcome.next()
+        if now - since < timedelta(seconds=POOL_WATCH_SECONDS):
+            return Outcome.wait(POOL_POLL_SECONDS, **watching)
+        if not record.extra.get(POOL_IDLE):
+            log.info(
+                "instance %s waits in its warm pool running: node %s stays cordoned",
+                record.instance_id,
+                node.name,
+            )
+            self._events.on_node(
+                node.name,
+                node.uid,
+                "CordonKeptInWarmPool",
+                f"Instance {record.instance_id} waits in its warm pool running ({state}): the node stays "
+                "cordoned until it leaves the pool, so that no pod runs on an instance out of service",
+            )
+        return Outcome.wait(POOL_IDLE_POLL_SECONDS, extra={**watching["extra"], POOL_IDLE: True})
+
+    def _lift_after_maintenance(self, record: LifecycleRecord, now: datetime) -> Outcome:
+        """Lift what this lifecycle set on the node once the maintenance it drained for is over and the
+        instance stayed: EC2 no longer lists it as pending (carried out, or called off), or its window ended a
+        margin ago; the instance runs, in service in its group; and its node is Ready again (a rebooted
+        kubelet is back). Until then the cordon stays: the maintenance may still come, and a node whose kubelet
+        is not back takes no pods. An instance that goes (stopped, retired, terminating, out of its group)
+        keeps it: it is not coming back. Only while the node is still marked released for this lifecycle, as
+        in the warm-pool watch (a later claim removes the mark: that cordon is the later lifecycle's). Not when
+        the next maintenance's lifecycle follows on the record: it takes the cordon over (KEPT_ON_NODE), and
+        lifts it once that maintenance is over too."""
+        node = self._marked_node(record)
+        if node is None:
+            return Outcome.next()
+        instance = record.instance_id
+        if record.extra.get(SUCCESSOR):
+            log.info(
+                "instance %s has its next maintenance ahead: node %s stays cordoned", instance, node.name
+            )
+            return Outcome.next()
+        _, watching = _watching(record, MAINTENANCE_WATCH, now)
+        state = self._instances.states([instance]).get(instance)
+        # (an instance of no group, tagged for this owner, has no group state to ask for)
+        in_group = self._autoscaling.lifecycle_state(instance) if record.group else "InService"
+        if not up(state) or in_group is None or in_group.startswith(LEAVING_STATES):
+            why = f"instance {instance} is not coming back ({state or 'gone'}, {in_group})"
+            return self._kept(node, record, why, watching)
+        ahead = [
+            event for event in self._instances.scheduled_events(instance) if _may_come(event, record, now)
+        ]
+        if not ahead and state == "running" and in_group == "InService" and node.ready:
+            lifted = self._lift_set(node, record)
+            if lifted is Claim.CONFLICT:
+                return Outcome.wait(1, **watching)
+            if lifted is None:
+                return Outcome.next()  # refused: told, the cordon stays
+            log.info(
+                "the maintenance of %s is over and it stayed: node %s is uncordoned", instance, node.name
+            )
+            self._events.on_node(
+                node.name,
+                node.uid,
+                "UncordonedAfterMaintenance",
+                f"The scheduled maintenance of {instance} is over and the instance stayed in service: the "
+                "cordon set for it is lifted",
+            )
+            return Outcome.next()
+        if now > record.global_deadline + MAINTENANCE_WATCH_LIMIT:
+            return self._kept(
+                node,
+                record,
+                f"instance {instance} is not back in service with its node Ready ({state}, {in_group}, node "
+                f"{'Ready' if node.ready else 'NotReady'}) {MAINTENANCE_WATCH_LIMIT} after its maintenance",
+                watching,
+                warning=True,
+            )
+        # before the window: asleep until it opens; in it or after it, a look every 12 drain polls
+        opens = min((event.not_before for event in ahead), default=now)
+        delay = max(self._maintenance_poll_seconds, (opens - now).total_seconds())
+        return Outcome.wait(delay, **watching)
+
+    def _kept(
+        self,
+        node: NodeInfo,
+        record: LifecycleRecord,
+        why: str,
+        watching: dict[str, Any],
+        *,
+        warning: bool = False,
+    ) -> Outcome:
+        """The watch after a maintenance ends with the cordon kept: its mark goes (nothing on the node is this
+        lifecycle's to lift any more), and the node tells why."""
+        if self._patched(node, record, lambda: self._cluster.release_node(node)) is Claim.CONFLICT:
+            return Outcome.wait(1, **watching)
+        log.log(logging.WARNING if warning else logging.INFO, "node %s stays cordoned: %s", node.name, why)
+        self._events.on_node(
+            node.name,
+            node.uid,
+            "CordonKeptAfterMaintenance",
+            f"The node stays cordoned after the scheduled maintenance of {record.instance_id}: {why}",
+            warning=warning,
+        )
+        return Outcome.next()
+
+    def _release(self, node: NodeInfo, record: LifecycleRecord) -> Claim | None:
+        """Clear this lifecycle's annotations from the node, and lift its cordon if the node comes back; None
+        when nothing on the node is this lifecycle's to release."""
+        # Ours: annotated by this owner for this lifecycle. Node names are reused (recycled private IPs): a
+        # late cleanup must not clear the annotations, nor free the slot, of a newer lifecycle of the name.
+        ours = node.owner == record.owner and node.lifecycle in (None, record.id)
+        # Or this instance's node that this lifecycle cordoned, whose annotations are gone: the stop of the
+        # instance (into its warm pool) frees them at once (FORGET_NODE), and may come before this cleanup.
+        # The cordon is still this lifecycle's to lift, as the stop's mark says, unless a later lifecycle of
+        # the instance (back from the pool, now terminating for good) has claimed the node since: its claim
+        # removed the mark, and a late cleanup of this one must leave that cordon alone.
+        freed = (
+            node.owner is None
+            and node.in_progress is None
+            and node.released_for == record.id
+            and record.drain_started_at is not None
+            and _of_instance(node, record)
+        )
+        if not (ours or freed):
+            if (
+                record.extra.get(ENDS_ITS_INSTANCE)
+                and node.owner == record.owner
+                and _of_instance(node, record)
+            ):
+                # Annotated by another lifecycle of this owner and instance, which the state change's FORGET_NODE
+                # would clear: it does not run for an instance this lifecycle ends (see ENDS_ITS_INSTANCE)
+                return self._cluster.release_node(node, released_for=node.lifecycle)
+            return None
+        back = self._coming_back(record)
+        if not (ours or back):
+            # freed already, and the cordon stays (the node is not coming back): only the stop's mark goes
+            return self._cluster.release_node(node)
+        if back:
+            log.warning(
+                "instance %s is still in service though its action is gone: node %s is uncordoned",
+                record.instance_id,
+                node.name,
+            )
+        # Only what this lifecycle set on the node (its claim's annotation says it too; a lifecycle from before
+        # it was noted: both, as then)
+        noted = record.extra.get(SET_ON_NODE)
+        if not isinstance(noted, dict):
+            noted = node.progress() if ours else {}
+        undo = _set_on_node(noted)
+        return self._cluster.release_node(node, uncordon=back and undo["cordon"], unlabel=back and undo["lb"])
+
+    def _settled(self, record: LifecycleRecord, uid: str | None) -> None:
+        node = _known(record.node, "node")
+        if not record.transition.has_hook:
+            return  # no action to tell of: the drain's own events told the story
+        if record.completed_at is not None and not record.extra.get(SETTLED_ELSEWHERE):
+            message = f"Completed the lifecycle action of {record.instance_id} with {record.result} ({record.outcome})"
+            self._events.on_node(node, uid, "LifecycleActionCompleted", message)
+        else:
+            message = f"The lifecycle action of {record.instance_id} was no longer active ({record.outcome})"
+            self._events.on_node(node, uid, "LifecycleActionGone", message, warning=True)
+
+    def _coming_back(self, record: LifecycleRecord) -> bool:
+        if not record.transition.has_hook:
+            return False  # drained (or cordoned) for a disruption that comes: it stays cordoned
+        gone = record.outcome in ("action-expired", "unknown-action") or record.extra.get(SETTLED_ELSEWHERE)
+        return bool(gone) and self._autoscaling.lifecycle_state(record.instance_id) == "InService"
+
+
+def _may_come(event: ScheduledEvent, record: LifecycleRecord, now: datetime) -> bool:
+    """Whether ``event``, which EC2 lists as pending, is maintenance a node drained for the maintenance of
+    ``record`` must stay cordoned for: one starting by that one's start (the one drained for, or one before
+    it), or already begun, whose window has not ended a margin ago. One that starts later is the instance's next
+    maintenance: the lifecycle that follows on the record, or starts it over, drains for it in its time."""
+    if event.not_before > max(record.global_deadline, now):
+        return False
+    return event.not_after is None or now < event.not_after + MAINTENANCE_OVER_AFTER

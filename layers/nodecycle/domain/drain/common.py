@@ -1,0 +1,180 @@
+"""What the drain's steps share: record.extra keys and timings, the slot request and its precedence, the
+wake-ups, the node of the instance."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from nodecycle.domain.budget import SlotRequest
+from nodecycle.domain.engine import Dispatcher, Outcome
+from nodecycle.domain.errors import TransientError
+from nodecycle.domain.flow import settle_step
+from nodecycle.domain.model import (
+    LifecycleRecord,
+    Transition,
+)
+from nodecycle.domain.policy import DrainPolicy
+from nodecycle.domain.ports.cluster import Events, NodeInfo
+from nodecycle.domain.ports.runtime import Metrics
+
+log = logging.getLogger(__name__)
+
+# A pod still there this long after its deletion's deadline (deletionTimestamp: request + grace) will not go by
+# itself (a finalizer nobody removes, a kubelet that is gone): kubectl drain's --skip-wait-for-delete-timeout.
+STUCK_AFTER = timedelta(seconds=60)
+# A Spot instance's drain ends this long before the interruption: a pod's grace never reaches past it
+SPOT_MARGIN = timedelta(seconds=10)
+ADOPT_FROM = (
+    "adopt_from"  # record.extra key: the owner whose stale claim on the node this lifecycle takes over
+)
+
+
+def _known[T](value: T | None, what: str) -> T:
+    """A record field an earlier step of the plan has set."""
+    if value is None:
+        raise RuntimeError(f"lifecycle record has no {what}: the plan's steps ran out of order")
+    return value
+
+
+def _slot_request(
+    record: LifecycleRecord,
+    node: str,
+    zone: str | None,
+    *,
+    in_progress: bool = False,
+    urgent_at: datetime | None = None,
+    force: bool = False,
+) -> SlotRequest:
+    return SlotRequest(
+        node=node,
+        instance_id=record.instance_id,
+        zone=zone,
+        owner=record.owner,
+        record_id=record.id,
+        token=record.token,
+        since=record.received_at,
+        in_progress=in_progress,
+        urgent_at=urgent_at,
+        force=force,
+    )
+
+
+def _wake(dispatcher: Dispatcher, waiters: Iterable[str]) -> None:
+    """Wake the waiters a slot request's budget write made eligible (by removing expired entries). A wake-up
+    only comes sooner than the waiter's own retry, and this step's retry would not send it again (its write
+    is done: the next finds nothing left to remove). So one that SQS or DynamoDB refuses fails neither the
+    step (a drain's poll, a slot just granted) nor the other waiters' wake-ups. (A release's refused wake-up
+    fails its cleanup instead: the cleanup's retry, a repeated release, wakes every eligible waiter.)"""
+    for waiter in waiters:
+        try:
+            dispatcher.wake(waiter)
+        except TransientError as error:
+            log.warning("could not wake waiter %s (it asks for the slot at its retry): %s", waiter, error)
+
+
+def _tail(policy: DrainPolicy) -> timedelta:
+    """What a drain needs after its timeout: the force policy's grace, a stuck pod's margin, the load balancer
+    delay waited once the node is empty, and the margin before the action's global timeout at which the
+    engine completes it whatever happens."""
+    return (
+        timedelta(seconds=policy.force_grace)
+        + STUCK_AFTER
+        + policy.lb_deregistration_delay
+        + policy.settle_margin
+    )
+
+
+def _full_drain(policy: DrainPolicy) -> timedelta:
+    """The longest a whole drain takes, from its cordon to the completion of its action."""
+    return policy.timeout + _tail(policy)
+
+
+def _deadline_cap(record: LifecycleRecord, policy: DrainPolicy) -> datetime:
+    """The latest a drain's deadline may be: where its timeout policy still has time to act before the
+    action's global timeout (a Spot interruption's two minutes end sooner)."""
+    if record.transition is Transition.SPOT_INTERRUPTION:
+        return record.global_deadline - SPOT_MARGIN
+    return record.global_deadline - _tail(policy)
+
+
+def _precedence(record: LifecycleRecord, now: datetime, policy: DrainPolicy) -> dict[str, Any]:
+    """A slot request's precedence near the action's global timeout. Near it a node goes before the others;
+    nearer still it cannot wait any longer: it goes either way then, and a drain that respects
+    PodDisruptionBudgets beats none, so it takes a slot even without room (a forced holder, which the others
+    count). A Spot interruption is not the budget's to refuse: the capacity goes either way. A rebalance
+    recommendation has no deadline (its record's is a horizon): it waits in line however long, and is never
+    forced past the budget."""
+    if record.transition is Transition.REBALANCE:
+        return {"urgent_at": None, "force": False}
+    full_drain = _full_drain(policy)
+    return {
+        "urgent_at": record.global_deadline - 2 * full_drain,
+        "force": record.transition is Transition.SPOT_INTERRUPTION
+        or now >= record.global_deadline - full_drain,
+    }
+
+
+def _of_instance(node: NodeInfo, record: LifecycleRecord) -> bool:
+    """Whether the node is the record's instance's. Node names are reused (a new instance given the private IP
+    of one gone gets its DNS name, and its node the name of the node gone with it); provider ids are not. A
+    node without one yet goes by its name, as the finder takes it."""
+    return node.instance_id in (None, record.instance_id)
+
+
+def _the_instances(node: NodeInfo | None, record: LifecycleRecord) -> NodeInfo | None:
+    """``node``, the node of the record's name as read, unless it is another instance's node now."""
+    if node is not None and not _of_instance(node, record):
+        log.warning(
+            "node %s is instance %s's now: the node of %s is gone",
+            node.name,
+            node.instance_id,
+            record.instance_id,
+        )
+        return None
+    return node
+
+
+def _set_on_node(noted: Mapping[str, object]) -> dict[str, bool]:
+    """What a claim noted it set on the node (SET_ON_NODE); a claim from before that was noted set both."""
+    return {"cordon": noted.get("cordon") is not False, "lb": noted.get("lb") is not False}
+
+
+def _refused_while_time_runs(
+    record: LifecycleRecord,
+    node: str,
+    uid: str | None,
+    events: Events,
+    metrics: Metrics,
+    policy: DrainPolicy,
+    *,
+    what: str,
+    marker: str,
+    since: str,
+    deadline: datetime,
+    now: datetime,
+    told: tuple[str, str],
+    timed_out: str,
+    outcome: str,
+    found: Mapping[str, Any] | None = None,
+) -> Outcome:
+    """A drain the API server refuses ``what`` it needs (its cordon, its reads), logged by the caller: an error
+    an operator must see (the eviction errors' alarm, and the Warning event ``told``: its reason and message,
+    told once per drain, while record.extra's ``marker`` says since when it is refused), asked again at each
+    poll while the drain's time runs. At its ``deadline`` the drain is over as one that could not finish: the
+    action is settled with ``outcome`` (a DrainTimeout event says ``timed_out``), rather than held until its
+    global timeout with its slot. ``found``: the changes the step found so far, kept either way."""
+    found = found or {}
+    metrics.count("EvictionErrors")  # the alarm: an operator must look
+    if now >= deadline:
+        log.warning("drain timeout with %s of node %s still refused: settling", what, node)
+        metrics.count("DrainTimeouts")
+        events.on_node(node, uid, "DrainTimeout", timed_out, warning=True)
+        return Outcome.goto(settle_step(record), outcome=outcome, **found)
+    extra = found.get("extra", record.extra)
+    if marker not in extra:  # told once per drain: it is asked again at every poll
+        reason, message = told
+        events.on_node(node, uid, reason, message, warning=True)
+    return Outcome.wait(policy.poll_seconds, **{**found, "extra": {**extra, marker: since}})

@@ -1,0 +1,229 @@
+"""The drain's cordon: the owner and in-progress annotations and the cordon in one PATCH."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import datetime
+from typing import Any
+
+from nodecycle.domain.drain.common import (
+    ADOPT_FROM,
+    _deadline_cap,
+    _known,
+    _precedence,
+    _refused_while_time_runs,
+    _set_on_node,
+    _slot_request,
+    _the_instances,
+    _wake,
+)
+from nodecycle.domain.engine import Dispatcher, Outcome
+from nodecycle.domain.flow import settle_step
+from nodecycle.domain.model import (
+    KEPT_ON_NODE,
+    SET_ON_NODE,
+    LifecycleRecord,
+    Step,
+)
+from nodecycle.domain.nodes import NodeFinder
+from nodecycle.domain.policy import DrainPolicy
+from nodecycle.domain.ports.budget import Slots
+from nodecycle.domain.ports.cluster import Claim, Cluster, Events, NodeInfo, Refused
+from nodecycle.domain.ports.runtime import Metrics
+
+log = logging.getLogger(__name__)
+
+# record.extra key: since when the API server refuses the drain's cordon (a webhook that guards the node, RBAC)
+CORDON_REFUSED = "cordon_refused"
+
+
+def _cordoned_at(node: NodeInfo, record: LifecycleRecord, now: datetime) -> datetime:
+    """When this lifecycle's own claim cordoned ``node``, if one did that the record does not tell of (its
+    answer lost with the connection, its invocation ended after the PATCH; the step retried): the start its
+    in-progress annotation carries. Else ``now``. The slot has been held for the drain since that cordon, and
+    its bound (invariant 10) runs from it, not from the retry."""
+    if node.lifecycle != record.id or not node.unschedulable:
+        return now
+    try:
+        started = datetime.fromisoformat(str(node.progress().get("started")))
+    except ValueError:
+        return now
+    return min(started, now) if started.tzinfo is not None else now
+
+
+def _without_refusal(found: dict[str, Any], record: LifecycleRecord) -> dict[str, Any]:
+    """The record's extra (as the step found it so far) without the note of a refused cordon: the cordon took
+    effect, or the drain's time starts again with its next slot."""
+    return {key: value for key, value in found.get("extra", record.extra).items() if key != CORDON_REFUSED}
+
+
+def _node_still_the_instances(cluster: Cluster, record: LifecycleRecord) -> NodeInfo | None:
+    """The record's node read again by its name; None when it is gone, or when its name is another instance's
+    node now (a recycled private IP): nothing there is this lifecycle's to cordon, evict or hold a slot for."""
+    return _the_instances(cluster.get_node(_known(record.node, "node")), record)
+
+
+class Cordon:
+    def __init__(
+        self,
+        *,
+        finder: NodeFinder,
+        cluster: Cluster,
+        slots: Slots,
+        dispatcher: Dispatcher,
+        policy: DrainPolicy,
+        metrics: Metrics,
+        events: Events,
+    ) -> None:
+        self._finder = finder
+        self._cluster = cluster
+        self._slots = slots
+        self._dispatcher = dispatcher
+        self._policy = policy
+        self._metrics = metrics
+        self._events = events
+
+    def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
+        found: dict[str, Any] = {}
+        if record.node is None:  # a plan without a slot (a rebalance recommendation's cordon): find it here
+            node, extra = self._finder.find(record)
+            if node is None:
+                return Outcome.goto(settle_step(record), outcome="node-not-found", extra=extra)
+            found = {"node": node.name, "node_uid": node.uid, "zone": node.zone, "extra": extra}
+        else:
+            node = _node_still_the_instances(self._cluster, record)
+        if node is None:
+            return Outcome.goto(settle_step(record), outcome="node-gone")
+        if node.owner not in (None, record.owner, record.extra.get(ADOPT_FROM)):
+            log.warning("node %s was claimed by owner %s meanwhile: leaving it alone", node.name, node.owner)
+            return Outcome.goto(settle_step(record), outcome=f"node-owned-by:{node.owner}")
+        if node.owner is None and node.in_progress:
+            log.info("adopting node %s: in progress with no owner", node.name)
+        set_on_node = self._set_on_node(node, record)
+        refused_since = record.extra.get(CORDON_REFUSED)
+        if record.drain_started_at is not None and record.drain_deadline is not None:
+            # claimed again by its drain (its node was registered again, see Evict): the drain keeps its time
+            started, deadline = record.drain_started_at, record.drain_deadline
+        else:
+            # (a cordon the API server refused before: the drain's time runs since its first try; one that took
+            # effect though the step failed: since then)
+            started = (
+                datetime.fromisoformat(str(refused_since))
+                if refused_since
+                else _cordoned_at(node, record, now)
+            )
+            deadline = min(started + self._policy.timeout, _deadline_cap(record, self._policy))
+        if refused_since and Step.ACQUIRE_SLOT in record.plan:
+            # asked again after a refusal, polls apart: the slot is renewed as a drain's polls renew it
+            request = _slot_request(record, node.name, node.zone, **_precedence(record, now, self._policy))
+            try:
+                renewed = self._slots.renew(request)
+            except Refused as refusal:
+                # (RBAC on the budget ConfigMap): not cordoned without its slot confirmed, and settled at the
+                # drain timeout as the refused cordon it still is, rather than failed at every poll
+                why = f"its budget slot may not be renewed: {refusal}"
+                return self._refused(record, node, why, started, deadline, now, found)
+            _wake(self._dispatcher, renewed.wake)
+            if not renewed.granted:
+                log.warning("lost the budget slot of node %s before its cordon: waiting for one", node.name)
+                self._metrics.count("BudgetSlotsLost")
+                # Its drain's time starts again with its next slot: time spent waiting for one never counts
+                # against a drain's timeout (the refusal is told again if the next cordon is refused too)
+                found["extra"] = _without_refusal(found, record)
+                return Outcome.goto(Step.ACQUIRE_SLOT, self._policy.budget_retry_seconds, **found)
+        in_progress = json.dumps(
+            {
+                "instance": record.instance_id,
+                "transition": record.transition.short,
+                "token": record.token,
+                "started": started.isoformat(),
+                **set_on_node,
+            },
+            separators=(",", ":"),
+        )
+        try:
+            claim = self._cluster.claim_node(
+                node,
+                owner=record.owner,
+                in_progress=in_progress,
+                cordon=True,
+                exclude_from_lb=self._policy.exclude_from_load_balancers,
+            )
+        except Refused as refusal:
+            return self._refused(record, node, str(refusal), started, deadline, now, found)
+        if claim is Claim.CONFLICT:
+            return Outcome.wait(1)  # the node changed under us: read it again and decide again
+        if claim is Claim.GONE:
+            return Outcome.goto(settle_step(record), outcome="node-gone")
+        log.info("cordoned node %s", node.name)
+        found["extra"] = {**_without_refusal(found, record), SET_ON_NODE: set_on_node}
+        found["node_uid"] = node.uid
+        self._events.on_node(
+            node.name,
+            node.uid,
+            "Cordoned",
+            f"Cordoned by nodecycle ({record.owner}) for the termination of {record.instance_id}: evicting "
+            f"its pods until {deadline:%H:%M:%S}Z, then {self._policy.on_timeout}",
+        )
+        return Outcome.next(drain_started_at=started, drain_deadline=deadline, **found)
+
+    def _refused(
+        self,
+        record: LifecycleRecord,
+        node: NodeInfo,
+        why: str,
+        started: datetime,
+        deadline: datetime,
+        now: datetime,
+        found: dict[str, Any],
+    ) -> Outcome:
+        """The API server will not cordon the node (an admission webhook that guards it, a role without patch
+        on nodes): told and asked again at each poll as any refusal of what a drain needs (see
+        :func:`_refused_while_time_runs`; the slot renewed, see above). Nothing of the node is disrupted
+        meanwhile: no eviction without its cordon, or the pods' replacements are scheduled onto it again. At the
+        drain timeout the action is settled, as both timeout policies end (the instance goes, with its pods);
+        the force policy's deletes are left out, for the same reason as the evictions."""
+        log.error("cordon of node %s refused: %s", node.name, why)
+        return _refused_while_time_runs(
+            record,
+            node.name,
+            node.uid,
+            self._events,
+            self._metrics,
+            self._policy,
+            what="the cordon",
+            marker=CORDON_REFUSED,
+            since=started.isoformat(),
+            deadline=deadline,
+            now=now,
+            told=(
+                "CordonRefused",
+                f"Cordon by nodecycle ({record.owner}) for the termination of {record.instance_id} refused by "
+                f"the API server: {why}; asked again until {deadline:%H:%M:%S}Z, then the drain times out",
+            ),
+            timed_out=(
+                f"Drain timed out with its cordon refused since {started:%H:%M:%S}Z ({why}): nothing was "
+                f"evicted; the lifecycle action of {record.instance_id} is completed"
+            ),
+            outcome="drain-timeout-cordon-refused",
+            found=found,
+        )
+
+    def _set_on_node(self, node: NodeInfo, record: LifecycleRecord) -> dict[str, bool]:
+        """What this claim sets on the node that was not there: the cordon, the load balancer exclusion. A
+        node already in progress (this lifecycle's claim again, after a crash; or one adopted) keeps what its
+        first claim said, which knew the node before any cordon of nodecycle's. A node the lifecycle before
+        this one on the record left cordoned for it (still marked released for the record: nobody claimed it
+        since) is taken over with what that one set (KEPT_ON_NODE), to be lifted when this one is over."""
+        if node.in_progress:
+            return _set_on_node(node.progress())
+        fresh = {
+            "cordon": not node.unschedulable,
+            "lb": self._policy.exclude_from_load_balancers and not node.excluded_from_lb,
+        }
+        kept = record.extra.get(KEPT_ON_NODE)
+        if node.released_for != record.id or not isinstance(kept, dict):
+            return fresh
+        inherited = _set_on_node(kept)
+        return {what: fresh[what] or inherited[what] for what in fresh}

@@ -1,0 +1,472 @@
+"""The drain's evictions: evict, then poll until the pods are gone; the timeout policy; the load balancer
+delay."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from datetime import datetime, timedelta
+from typing import Any
+
+from nodecycle.domain.budget import SlotReason
+from nodecycle.domain.drain import pods as podfilter
+from nodecycle.domain.drain.common import (
+    STUCK_AFTER,
+    _deadline_cap,
+    _known,
+    _precedence,
+    _refused_while_time_runs,
+    _slot_request,
+    _the_instances,
+    _wake,
+)
+from nodecycle.domain.engine import Dispatcher, Outcome
+from nodecycle.domain.errors import TransientError, retry_after_wait
+from nodecycle.domain.flow import settle_step
+from nodecycle.domain.model import (
+    LifecycleRecord,
+    Step,
+)
+from nodecycle.domain.policy import DrainPolicy, TimeoutPolicy
+from nodecycle.domain.ports.budget import Slots
+from nodecycle.domain.ports.cluster import Cluster, Events, Eviction, NodeInfo, PodInfo, Refused
+from nodecycle.domain.ports.instances import Instances, up
+from nodecycle.domain.ports.runtime import Metrics
+
+log = logging.getLogger(__name__)
+
+FORCED_POD_SLACK = timedelta(seconds=60)  # after a forced delete's grace: a pod still there is stuck
+# A pod asked to go this long ago (or past its own deletion deadline, whichever comes first) and still there
+# makes the drain look at its node: on a node whose kubelet is gone (Ready Unknown), pods being deleted never
+# finish, and waiting for them only holds a budget slot. Until then the node is not read at all.
+CHECK_NODE_AFTER = timedelta(seconds=15)
+STUCK_PODS = "stuck_pods"  # record.extra key: pods the drain stopped waiting for, and why
+BLOCKED_REPORTED = "blocked_reported"  # record.extra key: pods whose blocked eviction an Event told of
+DELETION_REFUSED = "deletion_refused"  # record.extra key: pods whose refused forced delete an Event told of
+# record.extra key: pods a call for (an eviction, a forced delete) failed transiently in this drain: they go last
+FAILED_PODS = "failed_pods"
+# A pass over the pods stops calling after this many transient failures: one pod's call failing is that pod's
+# trouble, more is the API server's, and each may have cost a read timeout of the step's minute.
+FAILURES_PER_PASS = 2
+# record.extra key: since when the API server refuses the drain what it polls with (its node, its pods, its
+# budget slot's renewal: RBAC)
+READS_REFUSED = "reads_refused"
+DRAINED_AT = "drained_at"  # record.extra key: when the node was found empty (the load balancer delay starts)
+POLLS = "polls"  # record.extra key: how often the drain has looked for its pods so far
+
+
+def _poll_delay(polls: int, every: int) -> int:
+    """1 s, 2 s, 4 s... up to the configured poll interval: most pods are gone within seconds, and a slot
+    held by an empty node waiting for its next poll is a slot the budget's waiters cannot use."""
+    return int(min(every, 2**polls))
+
+
+class _PodCalls:
+    """The calls of one pass over a drain's pods (its evictions, or the force policy's deletes), where a call
+    that fails transiently (a read timeout, a 502-504) is that pod's failure, not the pass's: it is counted as a
+    retry, the pod is asked again at a later poll, and the other pods are asked now. The pods that failed go
+    last, the one that failed most recently the very last, so pods that always fail never stand in the way of
+    the others, nor of one that failed once."""
+
+    def __init__(self, record: LifecycleRecord, metrics: Metrics) -> None:
+        self._failed: list[str] = list(record.extra.get(FAILED_PODS) or [])  # oldest failure first
+        self._metrics = metrics
+
+    def answers[T](
+        self, pods: Iterable[PodInfo], call: Callable[[PodInfo], T]
+    ) -> Iterator[tuple[PodInfo, T]]:
+        """Each pod and what ``call`` answered for it, up to the pass's ``FAILURES_PER_PASS``-th failure."""
+        listed = list(pods)
+        present = {pod.uid for pod in listed}
+        self._failed = [uid for uid in self._failed if uid in present]  # a pod gone has no failure to keep
+        order = {uid: place for place, uid in enumerate(self._failed)}
+        failures = 0
+        for pod in sorted(listed, key=lambda pod: order.get(pod.uid, -1)):
+            try:
+                answer = call(pod)
+            except TransientError as error:
+                log.warning("pod %s/%s: %s; asked again at the next poll", pod.namespace, pod.name, error)
+                self._metrics.count("StepRetries", step=Step.EVICT.value)
+                self._failed = [*(uid for uid in self._failed if uid != pod.uid), pod.uid]
+                failures += 1
+                if failures == FAILURES_PER_PASS:
+                    return
+                continue
+            self._failed = [uid for uid in self._failed if uid != pod.uid]
+            yield pod, answer
+
+    def remembered(self, extra: dict[str, Any]) -> dict[str, Any]:
+        """``extra`` with what the record keeps of the pass for the next: the pods that failed, in the order
+        they go (none: nothing kept)."""
+        kept = {key: value for key, value in extra.items() if key != FAILED_PODS}
+        return {**kept, FAILED_PODS: list(self._failed)} if self._failed else kept
+
+
+class Evict:
+    def __init__(
+        self,
+        *,
+        cluster: Cluster,
+        slots: Slots,
+        dispatcher: Dispatcher,
+        instances: Instances,
+        policy: DrainPolicy,
+        metrics: Metrics,
+        events: Events,
+    ) -> None:
+        self._cluster = cluster
+        self._slots = slots
+        self._dispatcher = dispatcher
+        self._instances = instances
+        self._policy = policy
+        self._metrics = metrics
+        self._events = events
+
+    def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
+        try:
+            return self._poll(record, now)
+        except Refused as refusal:  # (evictions and deletes answer their refusals: only the polls' reads and
+            # the slot's renewal raise one)
+            return self._reads_refused(record, now, str(refusal))
+
+    def _reads_refused(self, record: LifecycleRecord, now: datetime, why: str) -> Outcome:
+        """The API server will not let the drain read its node, list its pods or renew its budget slot (RBAC
+        edited for a while): the drain cannot tell what is left, or whether it may go on, so it neither evicts
+        nor completes. Told and asked again as a refused cordon is (see :func:`_refused_while_time_runs`)."""
+        node = _known(record.node, "node")
+        deadline = _known(record.drain_deadline, "drain deadline")
+        if record.drain_paused_at is not None:
+            # Paused for its lost slot, and unable to tell whether it is back: still waiting, and a wait for a
+            # slot is not drain time (as when the slot comes back: see _poll), up to where the timeout policy
+            # must still act before the global timeout
+            deadline = min(deadline + (now - record.drain_paused_at), _deadline_cap(record, self._policy))
+        log.error("the drain of node %s is refused what it polls with: %s", node, why)
+        return _refused_while_time_runs(
+            record,
+            node,
+            record.node_uid,
+            self._events,
+            self._metrics,
+            self._policy,
+            what="the reads",
+            marker=READS_REFUSED,
+            since=str(record.extra.get(READS_REFUSED, now.isoformat())),
+            deadline=deadline,
+            now=now,
+            told=(
+                "DrainReadRefused",
+                f"Drain by nodecycle ({record.owner}) of {record.instance_id} refused a read by the API server: "
+                f"{why}; asked again until {deadline:%H:%M:%S}Z, then the drain times out",
+            ),
+            timed_out=(
+                f"Drain timed out with the API server refusing its reads ({why}): the lifecycle action of "
+                f"{record.instance_id} is completed"
+            ),
+            outcome="drain-timeout-reads-refused",
+        )
+
+    def _poll(self, record: LifecycleRecord, now: datetime) -> Outcome:
+        node = _known(record.node, "node")
+        policy = self._policy
+        # The node by its name, at every poll, before the slot of that name is renewed: once it is gone, its
+        # name may be another instance's node (a recycled private IP), whose pods are not ours to evict nor its
+        # slot ours to hold
+        found = self._cluster.get_node(node)
+        if found is None:
+            return self._node_deleted(record, now)
+        info = _the_instances(found, record)
+        if info is None:
+            log.warning("node %s of %s is gone: nothing left to drain there", node, record.instance_id)
+            return Outcome.goto(settle_step(record), outcome="node-gone")
+        if None not in (info.uid, record.node_uid) and info.uid != record.node_uid:
+            # The instance's kubelet registered its node again (the object was deleted: a new uid), without the
+            # cordon and the annotations of the drain: pods would be scheduled there again. Claimed again.
+            log.warning("node %s was registered again while draining: claiming it again", node)
+            return Outcome.goto(Step.CORDON)
+        # (near the global timeout, a paused drain takes its slot back as a waiter would: forced)
+        request = _slot_request(
+            record, node, record.zone, in_progress=True, **_precedence(record, now, policy)
+        )
+        renewed = self._slots.renew(request)
+        _wake(self._dispatcher, renewed.wake)  # (as for a first ask: see AcquireSlot)
+        if not renewed.granted:
+            # Our holder expired and its slot went to another node: evicting now could exceed the budget. The
+            # node waits with precedence (it is disruption in progress), and the wait is not drain time.
+            log.warning("lost the budget slot of node %s: pausing the drain until it is back", record.node)
+            self._metrics.count("BudgetSlotsLost")
+            return Outcome.wait(policy.budget_retry_seconds, drain_paused_at=record.drain_paused_at or now)
+        if renewed.reason is SlotReason.REACQUIRED or record.drain_paused_at is not None:
+            # Someone removed our slot: its holder expired, or the stop of the instance outside the hooks freed
+            # it (FORGET_NODE), leaving this drain to see for itself that it is over. A stopped instance's kubelet
+            # is gone with it: its pods would stay Terminating, and this slot held, until the node controller
+            # marks the node NotReady, most of a minute later. EC2 says at once. (A paused drain's slot comes
+            # back by its own renewal, REACQUIRED, or passed on by another's release: then HELD.)
+            state = self._instances.states([record.instance_id]).get(record.instance_id)
+            if not up(state):
+                log.warning(
+                    "instance %s of node %s is %s: nothing left to drain there",
+                    record.instance_id,
+                    node,
+                    state or "gone",
+                )
+                return Outcome.goto(settle_step(record), outcome="instance-down")
+        changes: dict[str, Any] = {}
+        deadline = _known(record.drain_deadline, "drain deadline")
+        if record.drain_paused_at is not None:
+            # the pause is not drain time, but the timeout policy must still act before the global timeout
+            deadline = min(deadline + (now - record.drain_paused_at), _deadline_cap(record, policy))
+            changes = {"drain_deadline": deadline, "drain_paused_at": None}
+            log.info("the budget slot of node %s is back: the drain goes on until %s", node, deadline)
+        pods = self._cluster.pods_on(node)
+        left = podfilter.remaining(pods)
+        stuck, why = self._stuck(info, left, now)
+        if len(stuck) == len(left):
+            base = "drained" if record.forced_at is None else "drain-timeout-forced"
+            if stuck:
+                log.warning(
+                    "%d pods left terminating on node %s (%s): not waiting for them", len(stuck), node, why
+                )
+                self._metrics.count("PodsLeftTerminating", len(stuck))
+                extra = {
+                    **record.extra,
+                    STUCK_PODS: {"why": why, "pods": [f"{p.namespace}/{p.name}" for p in stuck]},
+                }
+                record = record.model_copy(update={"extra": extra})
+                base = f"{base}; {len(stuck)} pods left terminating ({why})"
+            return self._drained(record, now, base, **changes)
+        left = [pod for pod in left if pod not in stuck]
+        polls = int(record.extra.get(POLLS, 0))
+        if now >= deadline and polls > 0:  # every drain asks its pods to leave once, before any force
+            return self._timed_out(record, now, left, **changes)
+        cap = self._grace_cap(deadline, now)
+        asked = podfilter.to_evict(pods) + podfilter.outlasting(left, cap, now)
+        return self._ask_to_leave(record, asked, cap, deadline, now, **changes)
+
+    def _ask_to_leave(
+        self,
+        record: LifecycleRecord,
+        asked: list[PodInfo],
+        cap: int,
+        deadline: datetime,
+        now: datetime,
+        **changes: Any,
+    ) -> Outcome:
+        """One pass of evictions over ``asked`` (each pod's grace at most ``cap``), told and counted, then the
+        wait for the next poll: the node's drain, or the pods still bound to a node deleted."""
+        policy = self._policy
+        polls = int(record.extra.get(POLLS, 0))
+        evicted = 0
+        throttled = 0.0  # how long the API server asked the next poll to wait, if it shed an eviction
+        reported = set(record.extra.get(BLOCKED_REPORTED) or [])
+        calls = _PodCalls(record, self._metrics)
+        for pod, result in calls.answers(
+            asked, lambda pod: self._cluster.evict(pod, podfilter.grace_for(pod, cap))
+        ):
+            if result.kind is Eviction.EVICTED:
+                evicted += 1
+            elif result.kind is Eviction.BLOCKED:
+                self._metrics.count("EvictionsBlockedByPdb")
+                if pod.uid not in reported:  # told once per pod and drain: it is retried at every poll
+                    reported.add(pod.uid)
+                    self._tell(
+                        record, pod, "EvictionBlocked", f"blocked by a PodDisruptionBudget: {result.detail}"
+                    )
+            elif result.kind is Eviction.THROTTLED:
+                # The API server sheds load (API Priority and Fairness), whichever pod is asked: asking the
+                # others now only adds to it. They are asked at the next poll, once its Retry-After is over.
+                log.warning(
+                    "eviction of pod %s/%s throttled by the API server: the pass stops here (%s)",
+                    pod.namespace,
+                    pod.name,
+                    result.detail,
+                )
+                self._metrics.count("EvictionsThrottled")
+                throttled = retry_after_wait(result.retry_after, deadline - now)
+                break
+            elif result.kind is Eviction.MISCONFIGURED:
+                log.error(
+                    "pod %s/%s is selected by more than one PodDisruptionBudget", pod.namespace, pod.name
+                )
+                self._metrics.count("EvictionErrors")
+            elif result.kind is Eviction.REFUSED and pod.terminating:
+                # A pod on its way out, asked again only to shorten its grace, which the API server will not
+                # evict (403 in a namespace being deleted: no new content there): it goes at its own pace, within
+                # the drain's timeout policy (whose delete is no eviction); nothing for an operator to fix
+                log.info(
+                    "pod %s/%s, being deleted, is not evicted: %s", pod.namespace, pod.name, result.detail
+                )
+            elif result.kind is Eviction.REFUSED:
+                # One pod refused must not leave the others on the node: they are evicted, this one is asked
+                # again at every poll, and the drain's timeout policy decides what becomes of it
+                log.error("eviction of pod %s/%s refused: %s", pod.namespace, pod.name, result.detail)
+                self._metrics.count("EvictionErrors")  # the alarm: an operator must look
+                if pod.uid not in reported:
+                    reported.add(pod.uid)
+                    self._tell(record, pod, "EvictionRefused", f"refused by the API server: {result.detail}")
+        if evicted:
+            self._metrics.count("PodsEvicted", evicted)
+        # A pass counts even when calls of it failed: the drain's timeout then applies to the pods that never left
+        extra = calls.remembered({**record.extra, POLLS: polls + 1})
+        if reported:
+            extra[BLOCKED_REPORTED] = sorted(reported)
+        return Outcome.wait(
+            max(_poll_delay(polls, policy.poll_seconds), throttled),
+            pods_evicted=record.pods_evicted + evicted,
+            extra=extra,
+            **changes,
+        )
+
+    def _grace_cap(self, deadline: datetime, now: datetime) -> int:
+        """A pod's grace never reaches past the drain's deadline (two minutes, for a Spot interruption), nor
+        falls below what the timeout policy would give it anyway."""
+        policy = self._policy
+        return min(policy.pod_grace_cap, max(policy.force_grace, int((deadline - now).total_seconds())))
+
+    def _node_deleted(self, record: LifecycleRecord, now: datetime) -> Outcome:
+        """The node object is gone, and its pods may not be: a node deleted while its instance runs (``kubectl
+        delete node``) leaves them bound to its name, running, until the pod garbage collector force-deletes
+        them (40 s later), all at once, whatever their PodDisruptionBudgets say, and only then are they
+        replaced; completing the action now would terminate the instance under them. So they are evicted, as
+        on the node, and waited for until each is gone or past its deletion's deadline (a live kubelet stops
+        them within their grace; with none, they stay until the garbage collector ends them), or until the
+        drain's deadline; then the drain settles. No node has the name meanwhile, so no other instance's pod is
+        bound to it."""
+        node = _known(record.node, "node")
+        deadline = _known(record.drain_deadline, "drain deadline")
+        pods = podfilter.remaining(self._cluster.pods_on(node))
+        asked = podfilter.to_evict(pods)
+        stopping = [pod for pod in pods if pod.deletion_at is not None and now < pod.deletion_at]
+        if not (asked or stopping) or now >= deadline:
+            log.warning("node %s of %s is gone: nothing left to drain there", node, record.instance_id)
+            return Outcome.goto(settle_step(record), outcome="node-gone")
+        # The usual way a node object goes is its instance's termination (the cloud controller deletes it):
+        # then no kubelet will stop these pods, an eviction asks nothing of a gone instance, and waiting for
+        # their grace only holds the slot. EC2 says so at once (one call, only while pods are bound).
+        state = self._instances.states([record.instance_id]).get(record.instance_id)
+        if not up(state):
+            log.warning(
+                "node %s of %s is gone, its instance %s: nothing left to drain there",
+                node,
+                record.instance_id,
+                state or "gone",
+            )
+            return Outcome.goto(settle_step(record), outcome="instance-down")
+        log.warning(
+            "node %s of %s is gone, %d of its pods still bound to it: evicting them, waiting for them to stop",
+            node,
+            record.instance_id,
+            len(pods),
+        )
+        return self._ask_to_leave(record, asked, self._grace_cap(deadline, now), deadline, now)
+
+    def _tell(
+        self, record: LifecycleRecord, pod: PodInfo, reason: str, why: str, *, what: str = "Eviction"
+    ) -> None:
+        """A warning event on the pod and on its node: why its eviction (or ``what``) did not happen."""
+        message = f"{what} of {pod.namespace}/{pod.name} {why}"
+        self._events.on_pod(pod, reason, message, warning=True)
+        self._events.on_node(_known(record.node, "node"), record.node_uid, reason, message, warning=True)
+
+    def _stuck(self, node: NodeInfo, left: list[PodInfo], now: datetime) -> tuple[list[PodInfo], str]:
+        """The pods of ``left`` that will never leave by themselves, and why: all those being deleted when
+        the node's kubelet is gone (Ready Unknown: they stay Terminating until the node object goes; a kubelet
+        that reports the node NotReady is there to stop them), else
+        those still there well past their deletion's deadline. A pod force-deleted with a short grace makes
+        the drain look at the node as soon as that grace is over, not only after ``CHECK_NODE_AFTER``."""
+        deleting = [pod for pod in left if pod.deletion_at is not None]
+        if not deleting:
+            return [], ""
+        overdue = any(
+            (pod.deletion_at is not None and now > pod.deletion_at)
+            or (pod.deletion_requested_at is not None and now - pod.deletion_requested_at > CHECK_NODE_AFTER)
+            for pod in deleting
+        )
+        if overdue and node.kubelet_lost:
+            return deleting, "node not ready"
+        past = [
+            pod for pod in deleting if pod.deletion_at is not None and now > pod.deletion_at + STUCK_AFTER
+        ]
+        return past, "past their deletion deadline"
+
+    def _timed_out(
+        self, record: LifecycleRecord, now: datetime, left: list[PodInfo], **changes: Any
+    ) -> Outcome:
+        policy = self._policy
+        if record.forced_at is None:
+            log.warning(
+                "drain timeout with %d pods left on node %s: policy %s",
+                len(left),
+                record.node,
+                policy.on_timeout,
+            )
+            self._metrics.count("DrainTimeouts")
+            self._events.on_node(
+                _known(record.node, "node"),
+                record.node_uid,
+                "DrainTimeout",
+                f"Drain timed out with {len(left)} pods left ({', '.join(f'{p.namespace}/{p.name}' for p in left[:5])}"
+                f"{', ...' if len(left) > 5 else ''}): timeout policy {policy.on_timeout}",
+                warning=True,
+            )
+        if policy.on_timeout is TimeoutPolicy.CONTINUE:
+            return self._drained(record, now, "drain-timeout-continued", **changes)
+        forced_at = record.forced_at or now
+        if now > forced_at + timedelta(seconds=policy.force_grace) + FORCED_POD_SLACK:
+            log.error("%d pods did not stop after a forced delete: going on", len(left))
+            return self._drained(record, now, "drain-timeout-forced-incomplete", **changes)
+        # the pods not being deleted yet, and those someone else deletes with a longer grace than the force grace
+        pods = [pod for pod in left if not pod.terminating]
+        extra = self._force(record, pods + podfilter.outlasting(left, policy.force_grace, now))
+        return Outcome.wait(policy.poll_seconds, forced_at=forced_at, extra=extra, **changes)
+
+    def _force(self, record: LifecycleRecord, pods: list[PodInfo]) -> dict[str, Any]:
+        """Delete the pods (the force policy); the record's extra after it. A delete the API server refuses is
+        that pod's answer: the others are deleted, it is asked again at every poll until the force grace and
+        its slack are over, and the eviction errors' alarm calls an operator."""
+        calls = _PodCalls(record, self._metrics)
+        told = set(record.extra.get(DELETION_REFUSED) or [])
+        for pod, refusal in calls.answers(pods, self._delete):
+            if refusal is None:
+                continue
+            log.error("forced delete of pod %s/%s refused: %s", pod.namespace, pod.name, refusal)
+            self._metrics.count("EvictionErrors")
+            if pod.uid not in told:
+                told.add(pod.uid)
+                self._tell(
+                    record, pod, "DeletionRefused", f"refused by the API server: {refusal}", what="Deletion"
+                )
+        extra = calls.remembered(record.extra)
+        if told:
+            extra[DELETION_REFUSED] = sorted(told)
+        return extra
+
+    def _delete(self, pod: PodInfo) -> str | None:
+        """Delete with the force grace; what the API server said if it refused."""
+        try:
+            self._cluster.delete_pod(pod, podfilter.grace_for(pod, self._policy.force_grace))
+        except Refused as refusal:
+            return str(refusal)
+        return None
+
+    def _drained(self, record: LifecycleRecord, now: datetime, outcome: str, **changes: Any) -> Outcome:
+        """The node is empty. Before the next step, the optional load balancer delay: waited here, in pieces,
+        because the budget slot must be renewed while the node is still in the load balancers' way."""
+        extra = dict(record.extra)
+        if DRAINED_AT not in extra:
+            started = _known(record.drain_started_at, "drain start")
+            took = (now - started).total_seconds()
+            self._metrics.seconds("DrainDuration", took)
+            log.info("node %s drained (%s)", record.node, outcome)
+            extra[DRAINED_AT] = now.isoformat()
+            self._events.on_node(
+                _known(record.node, "node"),
+                record.node_uid,
+                "Drained",
+                f"Drained in {took:.0f}s ({outcome}): {record.pods_evicted} pods evicted",
+            )
+        delay = self._policy.lb_deregistration_delay
+        left = datetime.fromisoformat(str(extra[DRAINED_AT])) + delay - now
+        if left <= timedelta(0):
+            return Outcome.next(outcome=outcome, extra=extra, **changes)
+        renew_every = self._policy.holder_ttl.total_seconds() / 3
+        return Outcome.wait(min(left.total_seconds(), renew_every), outcome=outcome, extra=extra, **changes)

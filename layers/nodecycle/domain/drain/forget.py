@@ -1,0 +1,71 @@
+"""An instance gone without a hook: its node's annotations and its budget entries are freed."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from nodecycle.domain.engine import Dispatcher, Outcome
+from nodecycle.domain.model import (
+    LifecycleRecord,
+)
+from nodecycle.domain.nodes import NodeFinder
+from nodecycle.domain.ports.budget import Slots
+from nodecycle.domain.ports.cluster import Claim, Cluster
+from nodecycle.domain.ports.instances import Instances, up
+
+log = logging.getLogger(__name__)
+
+
+class ForgetNode:
+    """An instance stopped or terminated outside the hooks: free what nodecycle held for it at once (its
+    slot, its waiting place, its node's annotations), rather than at the next sweep.
+
+    Budget entries are this owner's of the instance (instance ids are never reused, unlike node names); the
+    annotations those of this owner on the instance's node, whichever lifecycle set them. The cordon stays: a
+    node that is not coming back keeps it, and one that is (stopped into the warm pool) has it lifted by the
+    cleanup of the lifecycle that set it, which runs before or after this step.
+    """
+
+    def __init__(
+        self,
+        *,
+        finder: NodeFinder,
+        cluster: Cluster,
+        slots: Slots,
+        dispatcher: Dispatcher,
+        instances: Instances,
+    ) -> None:
+        self._finder = finder
+        self._cluster = cluster
+        self._slots = slots
+        self._dispatcher = dispatcher
+        self._instances = instances
+
+    def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
+        # Intake confirmed the instance down, but this step may run much later (a redelivery, a resume, a
+        # dead-letter redrive): an instance up again since (back from its warm pool) may be in a newer
+        # lifecycle, whose slot and annotations are not this one's to free
+        state = self._instances.states([record.instance_id]).get(record.instance_id)
+        if up(state):
+            log.info(
+                "instance %s is %s again since it went down at %s: nothing of it is freed (a late message)",
+                record.instance_id,
+                state,
+                record.started_at,
+            )
+            return Outcome.next(outcome="instance-up-again")
+        node, extra = self._finder.find(record)
+        found: dict[str, Any] = {"extra": extra}
+        if node is not None:
+            found |= {"node": node.name, "node_uid": node.uid, "zone": node.zone}
+            if (
+                node.owner == record.owner
+                and self._cluster.release_node(node, released_for=node.lifecycle) is Claim.CONFLICT
+            ):
+                return Outcome.wait(1, **found)
+        for waiter in self._slots.forget(record.owner, record.instance_id):
+            self._dispatcher.wake(waiter)
+        log.info("instance %s went without a hook: its slot and annotations are freed", record.instance_id)
+        return Outcome.next(outcome="instance-gone-without-hook", **found)
