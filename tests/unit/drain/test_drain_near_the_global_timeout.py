@@ -51,9 +51,11 @@ class Run:
 
 
 def run(record: LifecycleRecord, start: datetime, cluster: FakeCluster, slots: FakeSlots, **env: str) -> Run:
-    """Drive the engine (EVICT, then COMPLETE) from ``start`` until the action is completed."""
+    """Drive the engine (EVICT, then COMPLETE) from ``start`` until the action is completed. The budget's time
+    is the engine's: its scenario is as of ``start``, and its entries expire as the run goes on."""
     config = settings(**env)
-    clock = FakeClock(start)
+    clock = slots.clock
+    assert clock.now() == start, "the budget's scenario is as of the run's start"
     records, metrics = InMemoryRecords(), FakeMetrics()
     autoscaling = FakeAutoscaling(clock=clock)
     autoscaling.kept_alive(record.token, start)
@@ -127,7 +129,7 @@ def test_a_drain_paused_long_still_applies_its_timeout_policy_before_its_action_
     record, back = paused_drain(back_after=450)
     cluster = KubeletCluster(nodes={NODE: node()}, pods=[pod("db-0")], blocked={"db-0"})
 
-    done = run(record, back, cluster, FakeSlots(holders={NODE})).done
+    done = run(record, back, cluster, FakeSlots(holders={NODE}, clock=FakeClock(back))).done
 
     assert [name for name, _ in cluster.deletions] == ["db-0"]
     assert done.outcome == "drain-timeout-forced"
@@ -146,7 +148,7 @@ def test_a_paused_drain_near_its_global_timeout_takes_its_slot_back_without_room
         extra={"polls": 1},
     )
     cluster = KubeletCluster(nodes={NODE: node()}, pods=[pod("web-1"), pod("web-2")])
-    slots = FakeSlots(holders={NODE}, lost=True)
+    slots = FakeSlots(holders={NODE}, lost=True, clock=FakeClock(paused))
 
     ran = run(record, paused, cluster, slots)
 
@@ -176,7 +178,7 @@ def test_a_node_forced_into_the_budget_near_its_global_timeout_gets_its_whole_lo
     )
     cluster = KubeletCluster(nodes={NODE: node()}, pods=[pod("db-0")], blocked={"db-0"})
 
-    done = run(record, started, cluster, FakeSlots(holders={NODE}), **env).done
+    done = run(record, started, cluster, FakeSlots(holders={NODE}, clock=FakeClock(started)), **env).done
 
     # Then the action is completed only once the node was out of the load balancers' way for the whole delay
     assert done.completed_at is not None

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 import pytest
 
-from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotDecision, SlotReason, SlotRequest
+from nodecycle.domain.budget import (
+    BudgetDocument,
+    BudgetLimits,
+    DisruptionBudget,
+    Holder,
+    SlotDecision,
+    SlotRequest,
+    Waiter,
+)
 from nodecycle.domain.completion import CompleteAction
 from nodecycle.domain.drain.acquire import FORCED_SLOT, AcquireSlot
 from nodecycle.domain.drain.cleanup import (
@@ -290,81 +298,199 @@ class FakeEvents:
         self.messages.append(message)
 
 
-@dataclass
+OWNER = "stack-a"  # the stack the tests' records and settings are of
+HOLDER_TTL = timedelta(seconds=600)  # as deployed (BudgetHolderTtlSeconds)
+ZONE = "eu-west-1a"
+
+
 class FakeSlots:
-    room: int = 1
-    holders: set[str] = field(default_factory=set)
-    held_for: dict[str, str] = field(default_factory=dict)  # node -> the lifecycle holding it, once known
-    held_instance: dict[str, str] = field(default_factory=dict)  # node -> the instance of that lifecycle
-    others: dict[str, str] = field(default_factory=dict)  # node -> the other owner holding it
-    lost: bool = False
-    waiters: list[str] = field(default_factory=list)
-    released: list[str] = field(default_factory=list)
-    requests: list[SlotRequest] = field(default_factory=list)
-    forgotten: list[str] = field(default_factory=list)
-    position: int = 1  # a waiter's place in line
-    refused: str | None = None  # why the API server refuses the budget's reads and writes (a 403), if it does
+    """The budget the drain steps use: the real :class:`DisruptionBudget` over :class:`MemoryBudgetStore`, seeded
+    with a scenario, and recording what the steps asked. Not kinder than the budget (a fake that grants what the
+    budget refuses, or wakes whom it would not, let tests pass that production fails;
+    tests/contracts/test_drain_slots.py holds it to the budget's answers).
+
+    The scenario, of this stack (``OWNER``) unless told:
+    - ``room``: the stack's limit (maxUnavailable); ``per_zone``: its per-zone limit, if any;
+    - ``holders``: nodes holding a slot, each for lifecycle ``held_for[node]`` of instance
+      ``held_instance[node]``: by default the test's lifecycle (``terminating()``'s) for NODE, and a lifecycle of
+      an instance of its own for any other node;
+    - ``others``: nodes held by another stack (node -> that owner);
+    - ``lost``: NODE's slot expired and was removed, and the room went to another node: a renewal is denied
+      (``lost``), unless forced; setting it false later frees that room again;
+    - ``waiters``: this stack's lifecycles waiting in line (record ids), each for a node of its own;
+    - ``position``: the test's node's place in line when it asks and finds no room (so many nodes wait before
+      it);
+    - ``refused``: why the API server refuses the budget's reads and writes (a 403), if it does: every call
+      reads the budget first, so each of them is refused (settable: the refusal stops).
+    The budget's clock is ``clock`` (T0 unless moved: entries expire only as it moves, as the budget's would).
+    """
+
+    def __init__(
+        self,
+        room: int = 1,
+        holders: Collection[str] = (),
+        held_for: dict[str, str] | None = None,
+        held_instance: dict[str, str] | None = None,
+        others: dict[str, str] | None = None,
+        lost: bool = False,
+        waiters: Collection[str] = (),
+        position: int = 1,
+        refused: str | None = None,
+        per_zone: int | None = None,
+        clock: FakeClock | None = None,
+    ) -> None:
+        self.clock = clock or FakeClock(T0)
+        self.store = MemoryBudgetStore()
+        self.budget = DisruptionBudget(
+            store=self.store,
+            nodes=FakeInventory(),
+            clock=self.clock,
+            metrics=RecordingMetrics(),
+            limits=BudgetLimits(Quantity(value=room), None if per_zone is None else Quantity(value=per_zone)),
+            holder_ttl=HOLDER_TTL,
+            count_unavailable=False,
+            owner=OWNER,
+        )
+        self.refused = refused
+        self.requests: list[SlotRequest] = []  # the slot requests the budget answered
+        self.released: list[str] = []  # the nodes whose slot (or place in line) a release gave back
+        self.forgotten: list[str] = []  # the instances forgotten (by forget, or a release's ``gone``)
+        self.position = position
+        held_for, held_instance = held_for or {}, held_instance or {}
+        now = self.clock.now()
+        entries = [
+            self._holder(node, held_for.get(node), held_instance.get(node), OWNER, now)
+            for node in sorted(holders)
+            if not (lost and node == NODE)
+        ]
+        entries += [
+            self._holder(node, None, None, owner, now) for node, owner in sorted((others or {}).items())
+        ]
+        self._filler = "ip-10-0-9-9.eu-west-1.compute.internal"  # the node that took NODE's room when lost
+        if lost:
+            entries += [self._holder(self._filler, None, None, OWNER, now)]
+        line = [
+            Waiter(
+                node=f"ip-10-0-7-{i}.eu-west-1.compute.internal",
+                instance_id=record_id.split("/")[0],
+                zone=ZONE,
+                owner=OWNER,
+                record_id=record_id,
+                renewed_at=now,
+                ttl_seconds=int(HOLDER_TTL.total_seconds()),
+                waiting_since=now - timedelta(seconds=len(waiters) - i),
+            )
+            for i, record_id in enumerate(waiters)
+        ]
+        self._written(BudgetDocument(holders=tuple(entries), waiters=tuple(line)))
+
+    @staticmethod
+    def _holder(
+        node: str, record_id: str | None, instance_id: str | None, owner: str, now: datetime
+    ) -> Holder:
+        default = (INSTANCE, f"{INSTANCE}/terminate/token") if node == NODE else (f"i-{node}", f"rec-{node}")
+        return Holder(
+            node=node,
+            instance_id=instance_id or default[0],
+            zone=ZONE,
+            owner=owner,
+            record_id=record_id or default[1],
+            # (the tests' records of the instance carry make_record's token)
+            token="token" if node == NODE else None,
+            renewed_at=now,
+            ttl_seconds=int(HOLDER_TTL.total_seconds()),
+            acquired_at=now,
+        )
+
+    @property
+    def holders(self) -> set[str]:
+        """The nodes holding a slot of this stack now."""
+        return {
+            h.node for h in self._document().holders if h.owner == OWNER and not h.expired(self.clock.now())
+        }
+
+    @property
+    def held_for(self) -> dict[str, str]:
+        """The lifecycle each node's slot is held for."""
+        return {h.node: h.record_id for h in self._document().holders if not h.expired(self.clock.now())}
+
+    @property
+    def waiting(self) -> list[str]:
+        """The lifecycles waiting in line, in first-come order."""
+        return [w.record_id for w in self._document().waiters if not w.expired(self.clock.now())]
+
+    @property
+    def lost(self) -> bool:
+        return self._filler in self.holders and NODE not in self.holders
+
+    @lost.setter
+    def lost(self, lost: bool) -> None:
+        assert not lost, "a slot is lost by the scenario the fake is built with"
+        # the drain that took the lost slot's room ended: its release frees the room
+        self.budget.release(self._filler, f"rec-{self._filler}")
+
+    def _document(self) -> BudgetDocument:
+        return self.store.read() or BudgetDocument()
+
+    def _written(self, doc: BudgetDocument) -> None:
+        """``doc`` stored, as another writer's write (the scenario's other drains and waiters)."""
+        self.store.text = doc.to_json()
+        self.store.version += 1
 
     def acquire(self, request: SlotRequest) -> SlotDecision:
         self._answer()
-        if request.node in self.others:
-            return SlotDecision(False, SlotReason.HELD_BY_OTHER_OWNER, len(self.holders), 0, None)
+        decision = self._queued(lambda: self.budget.acquire(request), request)
         self.requests.append(request)
-        holder = self.held_for.get(request.node)
-        if (
-            request.node in self.holders
-            and holder not in (None, request.record_id)
-            and self.held_instance.get(request.node) == request.instance_id
-        ):
-            # as the budget: another lifecycle of this instance holds it; a forced one drains within it
-            reason = SlotReason.HELD if request.force else SlotReason.HELD_BY_OTHER_LIFECYCLE
-            return SlotDecision(request.force, reason, len(self.holders), 0, None)
-        if request.node in self.holders or len(self.holders) < self.room or request.force:
-            forced = request.node not in self.holders and len(self.holders) >= self.room
-            self.holders.add(request.node)
-            # a lifecycle of another instance of the node name takes it over (the name was reused)
-            self.held_for[request.node] = request.record_id
-            self.held_instance[request.node] = request.instance_id
-            reason = SlotReason.FORCED if forced else SlotReason.GRANTED
-            return SlotDecision(True, reason, len(self.holders), 0, None)
-        holders, position = len(self.holders), self.position
-        return SlotDecision(
-            False, SlotReason.NO_ROOM, holders, position, position, ahead=position - 1, room=self.room
-        )
+        return decision
 
     def renew(self, request: SlotRequest) -> SlotDecision:
         self._answer()
-        if self.lost and not request.force:
-            return SlotDecision(False, SlotReason.LOST, 0, 1, 1)
-        if self.lost:  # as the budget: a forced request takes a slot back even without room
-            self.lost = False
-            self.requests.append(request)
-            self.holders.add(request.node)
-            return SlotDecision(True, SlotReason.FORCED, len(self.holders), 0, None)
-        return self.acquire(request)
+        decision = self._queued(lambda: self.budget.renew(request), request)
+        self.requests.append(request)
+        return decision
+
+    def _queued(self, ask: Callable[[], SlotDecision], request: SlotRequest) -> SlotDecision:
+        """``ask``, with ``position - 1`` nodes of this stack joining the line first when the request's node
+        is not in it yet (a node that finds no room takes its place behind them)."""
+        now = self.clock.now()
+        doc = self._document()
+        ahead = self.position - 1
+        if ahead and doc.waiter(request.node) is None and doc.holder(request.node) is None:
+            line = tuple(
+                Waiter(
+                    node=f"ip-10-0-6-{i}.eu-west-1.compute.internal",
+                    instance_id=f"i-0ahead{i}",
+                    zone=request.zone,
+                    owner=OWNER,
+                    record_id=f"i-0ahead{i}/terminate/t",
+                    renewed_at=now,
+                    ttl_seconds=int(HOLDER_TTL.total_seconds()),
+                    waiting_since=now - timedelta(seconds=ahead - i),
+                )
+                for i in range(ahead)
+            )
+            self._written(doc.model_copy(update={"waiters": (*doc.waiters, *line)}))
+            self.position = 1
+        return ask()
 
     def forget(self, owner: str, instance_id: str) -> list[str]:
-        # As the budget does: this owner's entries of the instance go (the fake's holders are the test's
-        # instance's nodes), and the waiters that now fit are woken
         self._answer()
+        woken = self.budget.forget(owner, instance_id)
         self.forgotten.append(instance_id)
-        if instance_id != INSTANCE or not self.holders:
-            return []
-        self.holders.clear()
-        woken, self.waiters = self.waiters, []
         return woken
 
     def release(
         self, node: str, record_id: str, token: str | None = None, *, gone: str | None = None
     ) -> list[str]:
         self._answer()
+        before = self._document()
+        woken = self.budget.release(node, record_id, token, gone=gone)
         if gone is not None:
             self.forgotten.append(gone)
-        if self.held_for.get(node, record_id) != record_id:
-            return []  # another lifecycle of this node name holds it: not ours to give back
-        self.released.append(node)
-        self.holders.discard(node)
-        woken, self.waiters = self.waiters, []
+        if any(e.node == node and e.record_id == record_id for e in before.entries()) and not any(
+            e.node == node and e.record_id == record_id for e in self._document().entries()
+        ):
+            self.released.append(node)
         return woken
 
     def _answer(self) -> None:
@@ -1211,22 +1337,17 @@ def test_a_drain_that_lost_its_slot_pauses_without_evicting() -> None:
     assert cluster.evictions == []
 
 
-@dataclass
-class SlotsFreedMeanwhile(FakeSlots):
+def slots_freed_meanwhile() -> FakeSlots:
     """The budget after someone removed the drain's holder (the stop of its instance, FORGET_NODE, or its
-    expiry): a renewal takes the slot back, REACQUIRED."""
-
-    def renew(self, request: SlotRequest) -> SlotDecision:
-        self.requests.append(request)
-        self.holders.add(request.node)
-        return SlotDecision(True, SlotReason.REACQUIRED, len(self.holders), 0, None)
+    expiry), with room: a renewal takes the slot back, REACQUIRED."""
+    return FakeSlots()
 
 
 def test_a_drain_whose_slot_the_stop_of_its_instance_freed_settles_without_evicting() -> None:
     # Given a drain whose instance was stopped outside the hooks (its kubelet gone with it: pods asked to go
     # would stay Terminating) and whose slot that stop freed
     cluster = FakeCluster(nodes={NODE: node()}, pods=[pod("web-1")])
-    step = evict(cluster, SlotsFreedMeanwhile(), ec2=NoDns(known={INSTANCE: "stopped"}))
+    step = evict(cluster, slots_freed_meanwhile(), ec2=NoDns(known={INSTANCE: "stopped"}))
 
     # When it polls
     outcome = step(draining(), T0)
@@ -1239,7 +1360,7 @@ def test_a_drain_whose_slot_the_stop_of_its_instance_freed_settles_without_evict
 
 def test_a_drain_whose_slot_was_freed_while_its_instance_runs_takes_it_back_and_goes_on() -> None:
     cluster = FakeCluster(nodes={NODE: node()}, pods=[pod("web-1")])
-    outcome = evict(cluster, SlotsFreedMeanwhile(), ec2=NoDns(known={INSTANCE: "running"}))(draining(), T0)
+    outcome = evict(cluster, slots_freed_meanwhile(), ec2=NoDns(known={INSTANCE: "running"}))(draining(), T0)
     assert outcome.changes.get("outcome") != "instance-down"
     assert [name for name, _ in cluster.evictions] == ["web-1"]
 
@@ -1441,14 +1562,18 @@ def test_time_spent_waiting_for_a_lost_slot_is_not_drain_time() -> None:
 
 
 def test_cleanup_clears_our_annotations_releases_the_slot_and_wakes_the_next_waiter() -> None:
-    # Given our drained node, and another lifecycle waiting for a slot
+    # Given our drained node holding the budget's one slot, and two other lifecycles waiting for it
     cluster = FakeCluster(nodes={NODE: node(owner="stack-a", in_progress="{}")})
     records, queues = InMemoryRecords(), RecordingQueues()
     waiter = terminating(
         Step.ACQUIRE_SLOT, id="i-0aaaaaaaaaaaaaaaa/terminate/t2", seq=4, slot_waiting_since=T0
     )
+    behind = terminating(
+        Step.ACQUIRE_SLOT, id="i-0cccccccccccccccc/terminate/t3", seq=2, slot_waiting_since=T0
+    )
     records.create(waiter)
-    slots = FakeSlots(holders={NODE}, waiters=[waiter.id])
+    records.create(behind)
+    slots = FakeSlots(holders={NODE}, waiters=[waiter.id, behind.id])
     metrics = FakeMetrics()
 
     # When cleanup runs
@@ -1463,10 +1588,12 @@ def test_cleanup_clears_our_annotations_releases_the_slot_and_wakes_the_next_wai
     )
     outcome = step(terminating(Step.CLEANUP, node=NODE), T0)
 
-    # Then both annotations go in one patch, the slot is released and the waiter gets a message right away
+    # Then both annotations go in one patch, the slot is released and passed on to the first waiter, which
+    # gets a message right away; the one behind it, with no slot to take, gets none
     assert outcome.then is None
     assert cluster.patches == [{"owner": None, "in_progress": None}]
     assert slots.released == [NODE]
+    assert (set(slots.held_for.values()), slots.waiting) == ({waiter.id}, [behind.id])
     (sent,) = queues.take()
     assert (sent.worker, sent.message.record_id, sent.message.seq, sent.delay) == (
         Worker.WAKE,
@@ -1940,9 +2067,9 @@ def test_a_node_drained_for_a_reboot_is_uncordoned_once_the_reboot_is_over_and_i
     # in service
     cluster = cordoned_for_maintenance()
     ec2 = Ec2Maintenance(known={INSTANCE: "running"}, events=[reboot()])
-    slots, events = FakeSlots(holders={NODE}), FakeEvents()
-    step = cleanup(cluster, slots, FakeAutoscaling(states={INSTANCE: "InService"}), events, ec2)
     record = drained_for(REBOOT_AT)
+    slots, events = FakeSlots(holders={NODE}, held_for={NODE: record.id}), FakeEvents()
+    step = cleanup(cluster, slots, FakeAutoscaling(states={INSTANCE: "InService"}), events, ec2)
 
     # When its cleanup runs, before the reboot
     first = step(record, T0 + timedelta(minutes=1))
@@ -2116,7 +2243,6 @@ def test_a_lifecycle_of_an_instance_another_of_its_lifecycles_drains_waits_unles
     records = InMemoryRecords()
     cluster = FakeCluster(nodes={NODE: node(owner="stack-a")}, pods=[pod("web-1")])
     slots = FakeSlots(room=1, holders={NODE}, held_for={NODE: "i-0123456789abcdef0/terminate/token"})
-    slots.held_instance[NODE] = INSTANCE
     step = acquire_after(records, cluster, slots)
 
     # When a rebalance recommendation of the instance asks for the node's slot, Then it waits for that drain,
