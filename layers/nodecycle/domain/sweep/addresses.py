@@ -16,7 +16,8 @@ The rule, per address tagged ``nodecycle:owner=<this owner>`` (addresses of othe
   again), and after its instance went without RELEASE_EIP running (it should go at once). So its age
   since allocation is all the rule needs, and no ``unassociated-since`` tag (and no CreateTags permission
   beyond allocation) is needed: such an address lives at most one sweep period past the grace.
-- Without ``nodecycle:allocated-at``: not allocated by nodecycle; left alone, with a warning.
+- Without ``nodecycle:allocated-at`` (and in no pool): not allocated by nodecycle; left alone, with a warning,
+  whatever it is associated with (this rule comes first).
 
 A launch may associate an address between this sweep's listing and its release (a redelivered launch
 takes the address allocated for its instance). EC2 refuses to release it then only in a nondefault VPC; in a
@@ -136,6 +137,10 @@ class AddressSweep:
 
     def _free(self, address: Address, states: dict[str, str], now: datetime) -> str | None:
         """What became of one address: ``released``, ``returned`` (to its pool), or None (kept)."""
+        if address.pool is None and not self._allocated_by_nodecycle(address):
+            # Tagged with this owner by hand (or by another tool): neither released nor disassociated, even from
+            # a gone instance's interface that outlived it (a static interface an operator moves on by hand)
+            return None
         if address.association_id is not None:
             if not (_on_gone_instance(address, states) or self._left_on_an_interface(address, states, now)):
                 return None
@@ -162,15 +167,18 @@ class AddressSweep:
         state = states.get(address.allocated_for)
         return state in GONE_STATES or (state is None and self._expired(address, now))
 
-    def _expired(self, address: Address, now: datetime) -> bool:
-        allocated_at = address.allocated_at
-        if allocated_at is None:
+    def _allocated_by_nodecycle(self, address: Address) -> bool:
+        if address.allocated_at is None:
             log.warning(
                 "address %s carries this owner's tag but no valid allocation time: not nodecycle's, left alone",
                 address.public_ip,
             )
             return False
-        return now - allocated_at >= self._grace
+        return True
+
+    def _expired(self, address: Address, now: datetime) -> bool:
+        allocated_at = address.allocated_at
+        return allocated_at is not None and now - allocated_at >= self._grace
 
     def _release(self, address: Address) -> bool:
         try:
