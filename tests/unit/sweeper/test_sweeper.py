@@ -928,3 +928,44 @@ def test_sweeps_the_lifecycles_use_up_still_reach_the_budget_annotations_and_add
     # Then every part after them ran too (before: the lifecycles used the time down to the reserve, and the
     # parts after them were "not started" at every such sweep: dangling addresses never released)
     assert ran == list(names)
+
+
+def test_a_completion_the_engine_is_committing_while_the_sweep_heartbeats_its_action_keeps_its_result() -> (
+    None
+):
+    # Given a drain at its completion, its message delivered on time (due now, not overdue), and its action's
+    # heartbeat deadline before the next sweep
+    repair = Repair()
+    record = make_record(PLAN, Step.COMPLETE, node="n1", seq=7, verified_at=T0)
+    repair.clock.current = record.heartbeat_deadline - MARGIN
+    record = record.model_copy(update={"due_at": repair.clock.now(), "updated_at": repair.clock.now()})
+    repair.records.create(kept_alive(repair.autoscaling, record, repair.clock.now() - timedelta(seconds=10)))
+    complete = repair.autoscaling.complete
+
+    def sweep_between_the_completion_and_its_commit(action: ActionRef, result: ActionResult) -> bool:
+        done = complete(action, result)
+        repair.run()  # the scheduled sweep, between Auto Scaling's answer and the engine's commit
+        return done
+
+    repair.autoscaling.complete = sweep_between_the_completion_and_its_commit  # type: ignore[method-assign]
+    engine = EngineWorld(
+        clock=repair.clock, records=repair.records, queues=repair.queues, autoscaling=repair.autoscaling
+    ).engine(
+        {
+            Step.COMPLETE: CompleteAction(repair.autoscaling, repair.metrics, repair.records),
+            Step.CLEANUP: Script([Outcome.wait(5)]),
+        }
+    )
+
+    # When the engine completes the action, and the sweep heartbeats it (refused: completed) before the
+    # engine's commit lands
+    engine.handle(WorkMessage(record_id=record.id, seq=7, step=Step.COMPLETE))
+
+    # Then the lifecycle goes on as completed by nodecycle, with its result: not as an action that expired
+    # undrained (the sweep's write won over the engine's commit: outcome action-expired, no completion time,
+    # LifecycleActionsExpired counted, the node told its action was gone)
+    moved = repair.records.get(record.id)
+    assert moved is not None
+    assert (moved.step, moved.outcome, moved.result) == (Step.CLEANUP, "completed", ActionResult.CONTINUE)
+    assert moved.completed_at is not None
+    assert repair.metrics.counts.get("LifecycleActionsExpired", 0) == 0

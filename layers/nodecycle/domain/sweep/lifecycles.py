@@ -147,6 +147,13 @@ class LifecycleRepair:
         ):
             return record
         if not self._autoscaling.heartbeat(record.action):
+            if record.step is Step.COMPLETE and not record.overdue(now, self._grace):
+                # Its completion is on time, perhaps running now: Auto Scaling refuses the heartbeat of an action
+                # the engine has just completed, and this write would win over the engine's commit, recording
+                # an action completed by nodecycle as one that expired. Left to the completion: it settles an
+                # action that did expire as well ("no active lifecycle action"), and a lost message is overdue.
+                log.info("the lifecycle action of %s is no longer active: left to its completion", record.id)
+                return None
             log.warning(
                 "the lifecycle action of %s is no longer active (timed out, or completed elsewhere)",
                 record.id,
