@@ -6,6 +6,7 @@ import os
 from datetime import timedelta
 from functools import cache
 
+from nodecycle.adapters.aws.address_lines import DynamoAddressLines
 from nodecycle.adapters.aws.addresses import Ec2Addresses
 from nodecycle.domain.completion import CompleteAction, SettleResults
 from nodecycle.domain.eip.assign import AssignAddress
@@ -41,7 +42,11 @@ def engine() -> StepEngine:
         Worker.EIP,
         {
             Step.ASSIGN_EIP: AssignAddress(
-                owner=config.owner_id, policy=policy, addresses=addresses(), metrics=ports.metrics
+                owner=config.owner_id,
+                policy=policy,
+                addresses=addresses(),
+                metrics=ports.metrics,
+                lines=DynamoAddressLines(config.record_table),
             ),
             Step.RELEASE_EIP: ReleaseAddresses(
                 owner=config.owner_id, addresses=addresses(), metrics=ports.metrics

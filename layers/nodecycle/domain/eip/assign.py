@@ -29,6 +29,7 @@ from datetime import datetime
 from typing import Any
 
 from nodecycle.domain.eip import SCRATCH, release_unassociated, without_scratch
+from nodecycle.domain.eip.line import AddressLines, Line, PoolLine, Waiter, ahead_of, line_key
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import LifecycleRecord, Step
@@ -65,6 +66,9 @@ MAX_RESTARTS = 3  # an assignment that did not hold is started over this often, 
 # No address to be had (an empty pool, the quota used up): looked for again 15, 30, then every 60 s
 EXHAUSTED_DELAY = 15  # seconds
 EXHAUSTED_DELAY_MAX = 60
+# The waiters first in a pool's line look this often: an address given back waits for one of them (a new launch
+# yields to them), and it should not stay free a minute
+FIRST_IN_LINE_DELAY = 15  # seconds
 
 
 class AssignAddress:
@@ -75,6 +79,7 @@ class AssignAddress:
         policy: EipPolicy,
         addresses: Addresses,
         metrics: Metrics,
+        lines: AddressLines | None = None,
     ) -> None:
         self._owner = owner
         self._mode = policy.mode
@@ -84,6 +89,13 @@ class AssignAddress:
         self._wait = policy.wait
         self._addresses = addresses
         self._metrics = metrics
+        # first come, first served among the launches waiting for the pool (see nodecycle.domain.eip.line);
+        # without a store of lines, the first to look takes an address given back
+        self._line = (
+            PoolLine(lines, line_key(owner, self._pool))
+            if lines is not None and self._mode is EipMode.POOL
+            else None
+        )
 
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
         scratch: dict[str, Any] = dict(record.extra.get(SCRATCH) or {})
@@ -176,6 +188,17 @@ class AssignAddress:
         if other is not None:
             return self._fail(record, other)
         free = [address for address in found if not address.associated]
+        line = self._line.read() if self._line is not None else None
+        ahead = self._ahead(record, scratch, line, found, free, now)
+        if len(ahead) >= len(free) > 0:
+            log.info(
+                "%d free address(es) of pool %r go to the %d launch(es) waiting longer than instance %s",
+                len(free),
+                self._pool,
+                len(ahead),
+                instance,
+            )
+            free = []
         # An address that an earlier delivery grew the pool by for this very instance comes first (no second
         # allocation); the others in an order of the instance's own: concurrent launches of other instances
         # rarely reach for the same address, and two deliveries of one launch (SQS delivers at least once)
@@ -190,7 +213,9 @@ class AssignAddress:
             if outcome is not None:
                 return outcome
         if not self._grow_pool:
-            return self._exhausted(record, scratch, now, f"address pool {self._pool!r} is empty")
+            return self._exhausted(
+                record, scratch, now, f"address pool {self._pool!r} is empty", line=line, ahead=len(ahead)
+            )
         try:
             allocated = self._addresses.allocate({**self._tags(record, now), POOL_TAG: self._pool})
         except AddressLimitExceeded:
@@ -205,7 +230,11 @@ class AssignAddress:
                 if outcome is not None:
                     return outcome
             return self._exhausted(
-                record, scratch, now, f"address pool {self._pool!r} is empty and the address quota exceeded"
+                record,
+                scratch,
+                now,
+                f"address pool {self._pool!r} is empty and the address quota exceeded",
+                ahead=len(ahead),
             )
         self._metrics.count("EipsAllocated")
         log.info("address pool %r is empty: allocated %s into it", self._pool, allocated.public_ip)
@@ -213,6 +242,42 @@ class AssignAddress:
         if outcome is not None:
             return outcome
         return self._start_over(record, scratch, "another launch claimed the new pool address first")
+
+    def _ahead(
+        self,
+        record: LifecycleRecord,
+        scratch: dict[str, Any],
+        line: Line | None,
+        found: list[Address],
+        free: list[Address],
+        now: datetime,
+    ) -> list[Waiter]:
+        """The waiters of the pool's line that take the free addresses before this launch: those in line before
+        it (it is in line since it first found the pool empty; a new launch, from now) that still wait."""
+        if line is None or not line.waiters:
+            return []
+        since = _since(scratch, now)
+        served = {address.instance_id for address in found if address.instance_id is not None}
+        ahead = ahead_of(line, record.id, since, now, served)
+        if len(ahead) >= len(free) > 0:
+            # They would keep a free address from this launch: those whose instance is gone (terminated while
+            # waiting, its launch over) do not. One DescribeInstances for them all.
+            states = self._addresses.instance_states([waiter.instance_id for waiter in ahead])
+            ahead = [waiter for waiter in ahead if states.get(waiter.instance_id) not in (None, *GONE_STATES)]
+        return ahead
+
+    def _leave_line(self, record: LifecycleRecord, now: datetime) -> None:
+        """Out of the pool's line, if it joined it: it holds its address, or gives up. A failure to write is
+        no reason to fail the launch: the line no longer counts a waiter whose instance holds an address of
+        the pool, nor one past its wait."""
+        if self._line is None or not (record.extra.get(SCRATCH) or {}).get("exhausted_since"):
+            return
+        try:
+            self._line.leave(record.id, now)
+        except TransientError as error:
+            log.warning(
+                "could not leave the line of pool %r (it no longer counts this launch): %s", self._pool, error
+            )
 
     # -- association and its verification ------------------------------------------------------------
 
@@ -330,6 +395,7 @@ class AssignAddress:
     def _done(self, record: LifecycleRecord, address: Address, found: list[Address] | None) -> Outcome:
         if self._mode is EipMode.ALLOCATE:
             self._release_spares(record, keep=address.allocation_id, found=found)
+        self._leave_line(record, record.updated_at)
         log.info(
             "instance %s has Elastic IP %s",
             record.instance_id,
@@ -384,24 +450,51 @@ class AssignAddress:
         if restarts > MAX_RESTARTS:
             return self._fail(record, f"{reason} (gave up after {MAX_RESTARTS} attempts)")
         log.warning("%s: assigning an address again", reason)
-        return _wait(record, VERIFY_DELAY, {"restarts": restarts})
+        # (a wait for an address given back goes on where it was: EipWaitSeconds bound the wait in all, and
+        # the launch keeps its place in the pool's line)
+        kept: dict[str, Any] = {
+            key: scratch[key] for key in ("exhausted_since", "exhausted") if key in scratch
+        }
+        return _wait(record, VERIFY_DELAY, {**kept, "restarts": restarts})
 
     def _exhausted(
-        self, record: LifecycleRecord, scratch: dict[str, Any], now: datetime, reason: str
+        self,
+        record: LifecycleRecord,
+        scratch: dict[str, Any],
+        now: datetime,
+        reason: str,
+        *,
+        line: Line | None = None,
+        ahead: int | None = None,
     ) -> Outcome:
         """No address to be had now: the pool is empty, or the account's quota is used up. Another lifecycle
         may be about to give one back: an instance refresh launches each replacement while the instance it
         replaces drains, and that one's address goes back to the pool (or is released) once its drain is over.
         Failed at once, a pool sized to the fleet would abandon every replacement of a refresh (the group
         launching another, and another) until the drains end. So it is looked for again for ``EipWaitSeconds``
-        from the first time it was missing; then the failure policy decides."""
+        from the first time it was missing, in all (a start over of the assignment does not start it again);
+        then the failure policy decides. In pool mode the launch waits in the pool's line meanwhile, so the
+        addresses given back go to the launches waiting longest (see :mod:`nodecycle.domain.eip.line`)."""
         since = scratch.get("exhausted_since")
         started = datetime.fromisoformat(since) if since else now
         waited = now - started
         if waited >= self._wait:
             return self._fail(record, reason if not since else f"{reason} ({waited.total_seconds():.0f} s)")
+        if self._line is not None:
+            # in line from the first time it found the pool empty (a join repeated keeps that place, so one
+            # that fails here, the line's writes racing, is made again at the next look, in the same place)
+            try:
+                self._line.join(
+                    Waiter(started, record.id, record.instance_id, started + self._wait), now, line
+                )
+            except TransientError as error:
+                log.warning(
+                    "could not join the line of pool %r (joins at the next look): %s", self._pool, error
+                )
         looks = int(scratch.get("exhausted", 0))
-        delay = min(EXHAUSTED_DELAY * 2**looks, EXHAUSTED_DELAY_MAX, (self._wait - waited).total_seconds())
+        first = self._line is not None and ahead == 0
+        backoff = FIRST_IN_LINE_DELAY if first else EXHAUSTED_DELAY * 2**looks
+        delay = min(backoff, EXHAUSTED_DELAY_MAX, (self._wait - waited).total_seconds())
         log.warning(
             "no Elastic IP for instance %s yet: %s; looking again in %.0f s (%.0f s of %.0f s waited for one "
             "to be given back)",
@@ -416,6 +509,7 @@ class AssignAddress:
 
     def _fail(self, record: LifecycleRecord, reason: str) -> Outcome:
         self._metrics.count("EipFailures")
+        self._leave_line(record, record.updated_at)
         extra = without_scratch(record)
         if self._abandon:
             log.error(
@@ -455,6 +549,12 @@ def _unassociated(found: Iterable[Address]) -> list[Address]:
 
 def _wait(record: LifecycleRecord, delay: float, scratch: dict[str, Any]) -> Outcome:
     return Outcome.wait(delay, extra={**record.extra, SCRATCH: scratch})
+
+
+def _since(scratch: dict[str, Any], now: datetime) -> datetime:
+    """Since when the launch waits for an address to be given back: since ``now`` for one that has not yet."""
+    since = scratch.get("exhausted_since")
+    return datetime.fromisoformat(since) if since else now
 
 
 def _draw(instance: str, allocation_id: str) -> str:

@@ -1,0 +1,90 @@
+"""The lines of launches waiting for a pool address (:mod:`nodecycle.domain.eip.line`) on DynamoDB: one item
+per owner and pool beside the lifecycle records, written only over the version read (GetItem, PutItem: what
+the EIP function may do on the table already)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from nodecycle.adapters.aws.clients import LazyClient, error_code, transient_errors
+from nodecycle.domain.eip.line import Line, Waiter
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import PutItemInputTypeDef
+
+# kept this long after its last waiter's wait ends: the table's TTL deletes it then (read as empty, version 0)
+KEPT = timedelta(days=1)
+
+
+class DynamoAddressLines:
+    def __init__(self, table: str, dynamodb: DynamoDBClient | None = None) -> None:
+        self._table = table
+        self._dynamodb: LazyClient[DynamoDBClient] = LazyClient("dynamodb", dynamodb)
+
+    def read(self, key: str) -> Line:
+        with transient_errors("reading the line of launches waiting for a pool address"):
+            response = self._dynamodb().get_item(
+                TableName=self._table, Key={"id": {"S": _line_id(key)}}, ConsistentRead=True
+            )
+        item = response.get("Item")
+        if not item:
+            return Line()
+        waiters = tuple(_waiter(entry["M"]) for entry in item.get("waiters", {}).get("L", []))
+        return Line(waiters=waiters, version=int(item["version"]["N"]))
+
+    def write(self, key: str, waiters: Sequence[Waiter], expected_version: int) -> bool:
+        item: dict[str, Any] = {
+            "id": {"S": _line_id(key)},
+            "version": {"N": str(expected_version + 1)},
+            "waiters": {"L": [{"M": _entry(waiter)} for waiter in waiters]},
+        }
+        if waiters:  # (an empty line, a few bytes, is kept: its version goes on)
+            ends = max(waiter.until for waiter in waiters) + KEPT
+            item["expires_at"] = {"N": str(int(ends.timestamp()))}
+        put: PutItemInputTypeDef = {
+            "TableName": self._table,
+            "Item": item,
+            "ConditionExpression": "attribute_not_exists(id)",
+            # the item that failed the condition: it may be this very write, sent again by botocore after its
+            # answer was lost
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+        if expected_version:
+            put["ConditionExpression"] = "version = :expected"
+            put["ExpressionAttributeValues"] = {":expected": {"N": str(expected_version)}}
+        try:
+            with transient_errors("writing the line of launches waiting for a pool address"):
+                self._dynamodb().put_item(**put)
+        except ClientError as error:
+            if error_code(error) == "ConditionalCheckFailedException":
+                return error.response.get("Item") == item
+            raise
+        return True
+
+
+def _line_id(key: str) -> str:
+    """The line's item: beside the records, under an id no record has (nor any record id's form)."""
+    return f"eip-line#{key}"
+
+
+def _entry(waiter: Waiter) -> dict[str, Any]:
+    return {
+        "lifecycle": {"S": waiter.lifecycle},
+        "instance": {"S": waiter.instance_id},
+        "since": {"S": waiter.since.isoformat()},
+        "until": {"S": waiter.until.isoformat()},
+    }
+
+
+def _waiter(entry: dict[str, Any]) -> Waiter:
+    return Waiter(
+        since=datetime.fromisoformat(entry["since"]["S"]),
+        lifecycle=entry["lifecycle"]["S"],
+        instance_id=entry["instance"]["S"],
+        until=datetime.fromisoformat(entry["until"]["S"]),
+    )

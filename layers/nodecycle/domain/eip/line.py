@@ -1,0 +1,115 @@
+"""The line of launches waiting for an address of a pool: first come, first served.
+
+A launch that finds its pool empty looks again later (see ``AssignAddress._exhausted``). Without a line, an
+address given back goes to whichever launch looks first, and a new launch looks at once: in an instance
+refresh (each replacement launches while an old instance drains, whose address comes back when its drain
+ends) the new launches took every address given back, and the oldest waiter was abandoned at its
+``EipWaitSeconds`` while addresses had come back all along. So a launch that finds the pool empty joins the
+pool's line, and a launch may claim a free address only when fewer waiters are ahead of it than there are
+free addresses: the oldest waiters take the addresses given back, a new launch waits its turn.
+
+The line is one item beside the lifecycle records (one read per look, a conditional write to join: the cost
+of a look does not grow with the records or the waiters' number of looks). It needs no cleaning: a waiter
+leaves it when it holds its address or gives up, and one that could not (a crash, a launch ended elsewhere)
+no longer counts once its instance holds an address of the pool, once its instance is gone, or at the end of
+its wait, whichever comes first; the next write drops it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from nodecycle.domain.errors import TransientError
+
+WRITES = 8  # conditional writes of the line tried in a row (each after a fresh read) before a retry later
+
+
+@dataclass(frozen=True, order=True)
+class Waiter:
+    """A launch waiting for an address of the pool: in line from ``since`` (when it first found the pool
+    empty) until ``until`` (when it gives up). Ordered by ``since``, ties by the lifecycle's id."""
+
+    since: datetime
+    lifecycle: str  # the id of its lifecycle record
+    instance_id: str
+    until: datetime
+
+
+@dataclass(frozen=True)
+class Line:
+    """The line as stored: its waiters, oldest first, and its version (0: never written)."""
+
+    waiters: tuple[Waiter, ...] = ()
+    version: int = 0
+
+
+class AddressLines(Protocol):
+    """Where the lines are kept: one per owner and pool, written only over the version read."""
+
+    def read(self, key: str) -> Line:
+        """The line as last written (read consistently); an empty line of version 0 when there is none."""
+        ...
+
+    def write(self, key: str, waiters: Sequence[Waiter], expected_version: int) -> bool:
+        """Replace the line by ``waiters`` if it is still at ``expected_version``; False when another writer
+        came first. Raises :class:`~nodecycle.domain.errors.TransientError`."""
+        ...
+
+
+def line_key(owner: str, pool: str) -> str:
+    return f"{owner}/{pool}"
+
+
+def ahead_of(
+    line: Line, lifecycle: str, since: datetime, now: datetime, served: Collection[str]
+) -> list[Waiter]:
+    """The waiters of the line that still count and came before the lifecycle (in line, or about to join it
+    ``since``): not this lifecycle, not past their wait, not on an instance of ``served`` (one that holds an
+    address of the pool: it got its own)."""
+    me = (since, lifecycle)
+    return [
+        waiter
+        for waiter in line.waiters
+        if waiter.lifecycle != lifecycle
+        and waiter.until > now
+        and waiter.instance_id not in served
+        and (waiter.since, waiter.lifecycle) < me
+    ]
+
+
+class PoolLine:
+    """One pool's line, as ASSIGN_EIP joins and leaves it."""
+
+    def __init__(self, lines: AddressLines, key: str) -> None:
+        self._lines = lines
+        self._key = key
+
+    def read(self) -> Line:
+        return self._lines.read(self._key)
+
+    def join(self, waiter: Waiter, now: datetime, line: Line | None = None) -> None:
+        """Put the waiter in line at its place (by ``since``: a join repeated after a crash or a restart of
+        the assignment keeps the place of the first). The waiters past their wait leave with this write."""
+        for _ in range(WRITES):
+            current = line if line is not None else self._lines.read(self._key)
+            line = None
+            if any(other.lifecycle == waiter.lifecycle for other in current.waiters):
+                return
+            kept = [other for other in current.waiters if other.until > now]
+            if self._lines.write(self._key, sorted([*kept, waiter]), current.version):
+                return
+        raise TransientError(f"the line of {self._key} changed at each of {WRITES} writes to join it")
+
+    def leave(self, lifecycle: str, now: datetime) -> None:
+        """Take the lifecycle out of the line (if in it), with the waiters past their wait."""
+        for _ in range(WRITES):
+            current = self._lines.read(self._key)
+            if not any(other.lifecycle == lifecycle for other in current.waiters):
+                return
+            kept = [w for w in current.waiters if w.lifecycle != lifecycle and w.until > now]
+            if self._lines.write(self._key, kept, current.version):
+                return
+        raise TransientError(f"the line of {self._key} changed at each of {WRITES} writes to leave it")

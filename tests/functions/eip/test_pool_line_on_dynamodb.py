@@ -1,0 +1,122 @@
+"""The line of launches waiting for a pool address on moto's DynamoDB (the lifecycle table), through the eip
+function and under concurrent writers: first come, first served."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from types import ModuleType
+
+import boto3
+import pytest
+
+from nodecycle.adapters.aws.address_lines import DynamoAddressLines
+from nodecycle.domain.eip.line import PoolLine, Waiter
+from nodecycle.domain.errors import TransientError
+from nodecycle.domain.model import LifecycleRecord, Step
+from nodecycle.domain.ports.addresses import OWNER_TAG, POOL_TAG
+from tests.functions.eip.conftest import addresses, allocate, run_instances, store, work_event
+from tests.support.functions import LambdaContext
+from tests.support.stack import Stack
+from tests.unit.eip.fakes import launch_record, terminate_record
+
+OWNER = "stack-a"  # tests/conftest.py's stack
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def current(stack: Stack, record: LifecycleRecord) -> LifecycleRecord:
+    found = store(stack).get(record.id)
+    assert found is not None
+    return found
+
+
+def due_now(stack: Stack, record: LifecycleRecord) -> LifecycleRecord:
+    """The record as its next look comes due (the test does not wait for its delay)."""
+    stored = current(stack, record)
+    due = stored.model_copy(update={"due_at": now()})
+    assert store(stack).commit(due, expected_seq=stored.seq)
+    return due
+
+
+def held_by(instance: str) -> list[str]:
+    return [
+        a["AllocationId"] for a in addresses(**{f"tag:{POOL_TAG}": "ci"}) if a.get("InstanceId") == instance
+    ]
+
+
+def test_an_address_given_back_goes_to_the_launch_waiting_longest_not_to_a_new_one(
+    eip_fn: ModuleType, stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a pool of one address held by an old instance, and a replacement that found the pool empty
+    monkeypatch.setenv("NODECYCLE_EIP_MODE", "pool")
+    monkeypatch.setenv("NODECYCLE_EIP_POOL_NAME", "ci")
+    pooled = allocate(**{OWNER_TAG: OWNER, POOL_TAG: "ci"})
+    old, waiting, new = run_instances(3)
+    eip_fn.handler(work_event(store_new(stack, launch_record(old, at=now()))), LambdaContext())
+    assert held_by(old) == [pooled]
+    first = store_new(stack, launch_record(waiting, at=now()))
+    eip_fn.handler(work_event(first), LambdaContext())
+    assert current(stack, first).step is Step.ASSIGN_EIP  # waits
+
+    # When the old instance gives its address back, and a new launch runs before the waiter looks again
+    eip_fn.handler(work_event(store_new(stack, terminate_record(old, at=now()))), LambdaContext())
+    second = store_new(stack, launch_record(new, at=now()))
+    eip_fn.handler(work_event(second), LambdaContext())
+
+    # Then the new launch leaves the free address to the waiter, and waits in line behind it
+    assert held_by(new) == []
+    assert current(stack, second).step is Step.ASSIGN_EIP
+    # And the waiter takes it at its next look
+    eip_fn.handler(work_event(due_now(stack, first)), LambdaContext())
+    assert held_by(waiting) == [pooled]
+    assert current(stack, first).step is not Step.ASSIGN_EIP
+    line = DynamoAddressLines(stack.table).read(f"{OWNER}/ci")
+    assert [waiter.instance_id for waiter in line.waiters] == [new]
+
+
+def store_new(stack: Stack, record: LifecycleRecord) -> LifecycleRecord:
+    assert store(stack).create(record)
+    return record
+
+
+def test_twenty_launches_joining_a_line_at_once_all_wait_in_it_in_the_order_they_came(stack: Stack) -> None:
+    # Given twenty launches that found the pool empty, a millisecond apart, each with its own DynamoDB client
+    start = now()
+    waiters = [
+        Waiter(
+            start + timedelta(milliseconds=n), f"lifecycle-{n:02d}", f"i-{n:02d}", start + timedelta(hours=1)
+        )
+        for n in range(20)
+    ]
+    barrier = threading.Barrier(len(waiters))
+
+    def join(waiter: Waiter) -> int:
+        """Join as ASSIGN_EIP does: a join whose writes all lost the race is made again at the next look."""
+        line = PoolLine(DynamoAddressLines(stack.table, boto3.client("dynamodb")), f"{OWNER}/ci")
+        barrier.wait(timeout=30)
+        for look in range(1, len(waiters) + 1):
+            try:
+                line.join(waiter, start)
+            except TransientError:
+                continue
+            return look
+        return 0
+
+    # When they all join the line at the same moment (conditional writes racing)
+    with ThreadPoolExecutor(max_workers=len(waiters)) as threads:
+        looks = list(threads.map(join, waiters))
+
+    # Then every one is in line (some at a later look), once, in the order it came, whoever wrote first
+    assert 0 not in looks
+    line = DynamoAddressLines(stack.table).read(f"{OWNER}/ci")
+    assert list(line.waiters) == waiters
+    # And a waiter leaving takes only itself out
+    PoolLine(DynamoAddressLines(stack.table), f"{OWNER}/ci").leave("lifecycle-05", start)
+    line = DynamoAddressLines(stack.table).read(f"{OWNER}/ci")
+    assert [waiter.lifecycle for waiter in line.waiters] == [
+        w.lifecycle for w in waiters if w.lifecycle != "lifecycle-05"
+    ]

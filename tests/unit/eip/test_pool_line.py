@@ -1,0 +1,267 @@
+"""Pool mode when the pool is empty: the launches waiting for an address given back are served first come,
+first served (see nodecycle.domain.eip.line), on the in-memory EC2 of fakes.py and an in-memory line."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+
+from nodecycle.domain.eip.assign import AssignAddress
+from nodecycle.domain.eip.line import WRITES, Line, Waiter
+from nodecycle.domain.engine import Outcome
+from nodecycle.domain.model import LifecycleRecord, Step
+from nodecycle.settings import EipSettings
+from nodecycle.wiring.common import eip_policy
+from tests.support.fakes import FakeMetrics
+from tests.unit.eip.fakes import GROUP, OWNER, T0, FakeAddresses, launch_record
+
+POOL = "ci"
+WAIT = 600
+
+
+@dataclass
+class FakeLines:
+    """The lines' store as DynamoDB keeps them: a write lands only over the version it read."""
+
+    lines: dict[str, Line] = field(default_factory=dict)
+    reads: int = 0
+    writes: int = 0
+    # a write of another writer that lands right before the next write of this one (a lost race)
+    racing: list[Sequence[Waiter]] = field(default_factory=list)
+
+    def read(self, key: str) -> Line:
+        self.reads += 1
+        return self.lines.get(key, Line())
+
+    def write(self, key: str, waiters: Sequence[Waiter], expected_version: int) -> bool:
+        self.writes += 1
+        current = self.lines.get(key, Line())
+        if self.racing:
+            current = Line(tuple(self.racing.pop(0)), current.version + 1)
+            self.lines[key] = current
+        if current.version != expected_version:
+            return False
+        self.lines[key] = Line(tuple(waiters), expected_version + 1)
+        return True
+
+    def waiting(self) -> list[str]:
+        return [waiter.instance_id for line in self.lines.values() for waiter in line.waiters]
+
+
+def settings(**overrides: Any) -> EipSettings:
+    values = {
+        "owner_id": OWNER,
+        "record_table": "records",
+        "drain_queue_url": "https://sqs.example/drain",
+        "eip_queue_url": "https://sqs.example/eip",
+        "wake_queue_url": "https://sqs.example/wake",
+        "managed_groups": GROUP,
+        "eip_mode": "pool",
+        "eip_pool_name": POOL,
+        "eip_wait_seconds": WAIT,
+        **overrides,
+    }
+    return EipSettings.model_validate(values)
+
+
+def step(ec2: FakeAddresses, lines: FakeLines, metrics: FakeMetrics, **overrides: Any) -> AssignAddress:
+    return AssignAddress(
+        owner=OWNER, policy=eip_policy(settings(**overrides)), addresses=ec2, metrics=metrics, lines=lines
+    )
+
+
+def after(record: LifecycleRecord, outcome: Outcome) -> LifecycleRecord:
+    return record.model_copy(update=dict(outcome.changes))
+
+
+def went_on(outcome: Outcome) -> bool:
+    return outcome.then is None and not outcome.again and "outcome" not in outcome.changes
+
+
+@pytest.fixture
+def ec2() -> FakeAddresses:
+    return FakeAddresses()
+
+
+@pytest.fixture
+def lines() -> FakeLines:
+    return FakeLines()
+
+
+def test_in_a_refresh_no_waiter_is_abandoned_while_new_launches_take_the_addresses_given_back(
+    ec2: FakeAddresses, lines: FakeLines
+) -> None:
+    # Given a pool of one address, on an old instance, and a replacement that finds the pool empty at T0
+    ec2.add(pool=POOL, on=ec2.launch("i-old"))
+    metrics = FakeMetrics()
+    assign = step(ec2, lines, metrics, eip_failure_policy="abandon")
+    # (time, order, what, instance): a launch's next look, or an address given back
+    events: list[tuple[datetime, int, str, str]] = [(T0, 0, "look", ec2.launch("i-new-00"))]
+    records = {"i-new-00": launch_record("i-new-00", at=T0)}
+    # And, every 110 s, the instance holding the address terminates (its address given back) and, at that very
+    # moment, the next replacement launches and looks at once (an instance refresh, one at a time)
+    for k in range(1, 10):
+        events.append((T0 + timedelta(seconds=110 * k), k, "return", f"i-new-{k:02d}" if k < 9 else ""))
+    heapq.heapify(events)
+    ended: dict[str, Outcome] = {}
+    given_back: list[datetime] = []
+
+    # When every look runs at its time
+    order = 10
+    while events:
+        now, _, what, instance = heapq.heappop(events)
+        if what == "return":
+            for holder in [eip.instance_id for eip in ec2.eips.values() if eip.instance_id]:
+                ec2.terminate(holder)
+                given_back.append(now)
+            if instance:
+                records[ec2.launch(instance)] = launch_record(instance, at=now)
+                heapq.heappush(events, (now, order, "look", instance))
+                order += 1
+            continue
+        if ec2.instances[instance] != "running":
+            continue
+        outcome = assign(records[instance], now)
+        records[instance] = after(records[instance], outcome)
+        if outcome.again:
+            heapq.heappush(events, (now + timedelta(seconds=outcome.delay), order, "look", instance))
+            order += 1
+        else:
+            ended[instance] = outcome
+
+    # Then no launch was abandoned while addresses were given back: each waited its turn and got one
+    abandoned = {i: o.changes["outcome"] for i, o in ended.items() if o.then is Step.COMPLETE}
+    assert len(given_back) >= 6
+    assert abandoned == {}
+    assert sorted(ended) == [f"i-new-{k:02d}" for k in range(9)]
+    assert all(went_on(outcome) for outcome in ended.values())
+    # And the line is left empty
+    assert lines.waiting() == []
+
+
+def test_a_wait_for_an_address_is_bounded_in_all_even_when_the_assignment_starts_over(
+    ec2: FakeAddresses, lines: FakeLines
+) -> None:
+    # Given a launch that has waited most of its EipWaitSeconds for the pool's one address
+    held = ec2.add(pool=POOL, on=ec2.launch("i-old"))
+    waiting = ec2.launch("i-waiting")
+    assign = step(ec2, lines, FakeMetrics(), eip_failure_policy="abandon")
+    record, now = launch_record(waiting), T0
+    outcome = assign(record, now)
+    while now < T0 + timedelta(seconds=500):
+        record, now = after(record, outcome), now + timedelta(seconds=outcome.delay)
+        outcome = assign(record, now)
+        assert outcome.again
+    # When the address is given back, and an operator associates it by hand elsewhere right after the launch's
+    # association (the verification sees it there: the assignment starts over), and the pool stays empty
+    ec2.terminate("i-old")
+    ec2.before["describe"] = lambda allocation_id: ec2.take(allocation_id, "i-by-hand")
+    while outcome.again:
+        record, now = after(record, outcome), now + timedelta(seconds=outcome.delay)
+        outcome = assign(record, now)
+
+    # Then the launch ends as its policy says once EipWaitSeconds have passed since it first found the pool
+    # empty, not EipWaitSeconds after its start over
+    assert outcome.then is Step.COMPLETE
+    assert "gave up" in outcome.changes["outcome"] or "empty" in outcome.changes["outcome"]
+    assert ec2.eips[held].instance_id == "i-by-hand"
+    assert now <= T0 + timedelta(seconds=WAIT)
+
+
+def test_a_new_launch_yields_a_free_address_to_an_older_waiter_who_looks_again_first_in_line(
+    ec2: FakeAddresses, lines: FakeLines
+) -> None:
+    # Given a launch waiting for the pool's one address, and a second waiting behind it
+    held = ec2.add(pool=POOL, on=ec2.launch("i-old"))
+    assign = step(ec2, lines, FakeMetrics())
+    first, second = launch_record(ec2.launch("i-first")), launch_record(ec2.launch("i-second"))
+    waited = assign(first, T0)
+    behind = assign(second, T0 + timedelta(seconds=5))
+
+    # When the address is given back and a new launch looks at once
+    ec2.terminate("i-old")
+    new = assign(launch_record(ec2.launch("i-new")), T0 + timedelta(seconds=10))
+
+    # Then the new launch takes nothing and waits in line behind them; the first waiter, first in line, looks
+    # again in 15 s, not in a minute, and takes the address
+    assert new.again
+    assert ec2.on("i-new") == []
+    assert lines.waiting() == ["i-first", "i-second", "i-new"]
+    assert waited.again
+    assert waited.delay == 15
+    assert behind.again
+    assert behind.delay == 15
+    taken = assign(after(first, waited), T0 + timedelta(seconds=15))
+    assert went_on(taken)
+    assert taken.changes["allocation_id"] == held
+    assert lines.waiting() == ["i-second", "i-new"]
+
+
+@pytest.mark.parametrize("stale", ["gone", "served", "past its wait"])
+def test_a_waiter_that_no_longer_waits_keeps_no_address_from_the_next(
+    ec2: FakeAddresses, lines: FakeLines, stale: str
+) -> None:
+    # Given a waiter in line that cannot leave it (its Lambda died; its launch ended elsewhere): its instance
+    # terminated, or holds an address of the pool, or its wait is over
+    assign = step(ec2, lines, FakeMetrics())
+    ec2.add(pool=POOL, on=ec2.launch("i-old"))
+    assert assign(launch_record(ec2.launch("i-stale")), T0).again
+    if stale == "gone":
+        ec2.terminate("i-stale")
+    elif stale == "served":
+        ec2.add(pool=POOL, on="i-stale")
+    now = T0 + timedelta(seconds=WAIT + 1 if stale == "past its wait" else 30)
+
+    # When an address is given back and a new launch looks
+    free = ec2.add(pool=POOL)
+    outcome = assign(launch_record(ec2.launch("i-new"), at=now), now)
+
+    # Then the new launch takes it
+    assert went_on(outcome)
+    assert outcome.changes["allocation_id"] == free
+
+
+def test_joining_the_line_while_another_launch_joins_keeps_both_in_their_order(
+    ec2: FakeAddresses, lines: FakeLines
+) -> None:
+    # Given an empty pool and a launch that joins the line the moment another, older one writes it
+    ec2.add(pool=POOL, on=ec2.launch("i-old"))
+    assign = step(ec2, lines, FakeMetrics())
+    older = Waiter(T0 - timedelta(seconds=1), "lifecycle-of-i-older", "i-older", T0 + timedelta(seconds=WAIT))
+    lines.racing.append([older])
+
+    # When the launch finds the pool empty
+    outcome = assign(launch_record(ec2.launch("i-late")), T0)
+
+    # Then its write, refused over the version it read, is made again over the other's: both wait, in order
+    assert outcome.again
+    assert lines.waiting() == ["i-older", "i-late"]
+    assert lines.writes == 2
+
+
+def test_a_launch_whose_every_write_to_the_line_loses_a_race_waits_and_joins_at_its_next_look_in_its_place(
+    ec2: FakeAddresses, lines: FakeLines
+) -> None:
+    # Given an empty pool, and a line that another writer changes before each of the launch's writes
+    ec2.add(pool=POOL, on=ec2.launch("i-old"))
+    assign = step(ec2, lines, FakeMetrics())
+    older = Waiter(T0 - timedelta(seconds=1), "lifecycle-of-i-older", "i-older", T0 + timedelta(seconds=WAIT))
+    lines.racing.extend([older] for _ in range(WRITES))
+    record = launch_record(ec2.launch("i-late"))
+
+    # When the launch finds the pool empty, and looks again later
+    first = assign(record, T0)
+    joined_later = lines.waiting()
+    second = assign(after(record, first), T0 + timedelta(seconds=first.delay))
+
+    # Then it waited rather than fail its message, and joined at its next look, in the place of its first
+    assert first.again
+    assert joined_later == ["i-older"]
+    assert second.again
+    assert lines.waiting() == ["i-older", "i-late"]
+    assert lines.lines[f"{OWNER}/{POOL}"].waiters[1].since == T0
