@@ -265,3 +265,26 @@ def test_a_launch_whose_every_write_to_the_line_loses_a_race_waits_and_joins_at_
     assert second.again
     assert lines.waiting() == ["i-older", "i-late"]
     assert lines.lines[f"{OWNER}/{POOL}"].waiters[1].since == T0
+
+
+def test_a_launch_behind_older_waiters_takes_the_address_an_earlier_delivery_grew_the_pool_by_for_it(
+    ec2: FakeAddresses, lines: FakeLines
+) -> None:
+    # Given a pool that may grow, an older launch waiting in line, and a free address an earlier delivery of
+    # this launch grew the pool by for its instance (it died before associating it)
+    assign = step(ec2, lines, FakeMetrics(), eip_pool_allocate_when_empty="true")
+    older = Waiter(
+        T0 - timedelta(seconds=30), "lifecycle-of-i-older", "i-older", T0 + timedelta(seconds=WAIT)
+    )
+    lines.lines[f"{OWNER}/{POOL}"] = Line((older,), 1)
+    ec2.launch("i-older")
+    grown = ec2.add(pool=POOL, allocated_for=ec2.launch("i-late"))
+
+    # When the launch runs again
+    outcome = assign(launch_record("i-late"), T0)
+
+    # Then it takes the address grown for it, and grows the pool by no second one
+    assert went_on(outcome)
+    assert outcome.changes["allocation_id"] == grown
+    assert ec2.count("allocate") == 0
+    assert len(ec2.eips) == 1

@@ -188,27 +188,26 @@ class AssignAddress:
         if other is not None:
             return self._fail(record, other)
         free = [address for address in found if not address.associated]
+        # An address that an earlier delivery grew the pool by for this very instance comes first (no second
+        # allocation), whoever waits; the others in an order of the instance's own: concurrent launches of
+        # other instances rarely reach for the same address, and two deliveries of one launch (SQS delivers at
+        # least once) reach for the same one, so that one associates it and the other finds it on the instance.
+        # In different orders, each would associate its own, and EC2 would move the first off the instance.
+        own = [address for address in free if address.allocated_for == instance]
+        shared = [address for address in free if address.allocated_for != instance]
         line = self._line.read() if self._line is not None else None
-        ahead = self._ahead(record, scratch, line, found, free, now)
-        if len(ahead) >= len(free) > 0:
+        ahead = self._ahead(record, scratch, line, found, shared, now)
+        if len(ahead) >= len(shared) > 0:
             log.info(
                 "%d free address(es) of pool %r go to the %d launch(es) waiting longer than instance %s",
-                len(free),
+                len(shared),
                 self._pool,
                 len(ahead),
                 instance,
             )
-            free = []
-        # An address that an earlier delivery grew the pool by for this very instance comes first (no second
-        # allocation); the others in an order of the instance's own: concurrent launches of other instances
-        # rarely reach for the same address, and two deliveries of one launch (SQS delivers at least once)
-        # reach for the same one, so that one associates it and the other finds it on the instance. In
-        # different orders, each would associate its own, and EC2 would move the first off the instance.
-        others = sorted(
-            (address for address in free if address.allocated_for != instance),
-            key=lambda address: _draw(instance, address.allocation_id),
-        )
-        for address in [*(a for a in free if a.allocated_for == instance), *others]:
+            shared = []
+        others = sorted(shared, key=lambda address: _draw(instance, address.allocation_id))
+        for address in [*own, *others]:
             outcome = self._take(record, scratch, address, found)
             if outcome is not None:
                 return outcome
