@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import boto3
 
+from nodecycle.adapters.aws.address_lines import DynamoAddressLines
 from nodecycle.adapters.aws.addresses import Ec2Addresses
 from nodecycle.domain.eip.assign import AssignAddress
 from nodecycle.domain.engine import Outcome
+from nodecycle.domain.model import LifecycleRecord
 from nodecycle.domain.ports.addresses import OWNER_TAG, POOL_TAG
 from nodecycle.settings import EipSettings
 from nodecycle.wiring.common import eip_policy
@@ -92,3 +94,58 @@ def test_twenty_launches_racing_for_ten_pool_addresses_take_each_once_and_steal_
     assert sorted(allocation for allocation, _ in associations) == sorted(pool)
     refused = sum(client.refusals["Resource.AlreadyAssociated"] for client in clients)
     assert refused >= (LAUNCHES - POOL_SIZE) * POOL_SIZE  # every loser was refused every address
+
+
+def test_the_launches_left_without_an_address_in_a_race_all_wait_in_the_pools_line(stack: Stack) -> None:
+    # Given a pool of 10 free addresses of this stack, 20 instances launching at once, and the pool's line on
+    # the lifecycle table (each launch with its own DynamoDB client, as each Lambda has)
+    pool = {allocate(**{OWNER_TAG: "stack-a", POOL_TAG: "ci"}) for _ in range(POOL_SIZE)}
+    instances = run_instances(LAUNCHES)
+    settings = EipSettings.model_validate(
+        {
+            "owner_id": "stack-a",
+            "record_table": stack.table,
+            "drain_queue_url": stack.drain_queue,
+            "eip_queue_url": stack.eip_queue,
+            "wake_queue_url": stack.wake_queue,
+            "managed_groups": "ci-runners",
+            "eip_mode": "pool",
+            "eip_pool_name": "ci",
+        }
+    )
+    lock, barrier = threading.Lock(), threading.Barrier(LAUNCHES)
+    clients = [ListsTogether(boto3.client("ec2"), lock, barrier) for _ in range(LAUNCHES)]
+    started = datetime.now(UTC)
+
+    def launch(number: int, record: LifecycleRecord, now: datetime) -> Outcome:
+        step = AssignAddress(
+            owner="stack-a",
+            policy=eip_policy(settings),
+            addresses=Ec2Addresses(clients[number]),  # type: ignore[arg-type]  # a wrapped moto client
+            metrics=FakeMetrics(),
+            lines=DynamoAddressLines(stack.table, boto3.client("dynamodb")),
+        )
+        return step(record, now)
+
+    # When they all claim an address
+    records = [launch_record(instance) for instance in instances]
+    with ThreadPoolExecutor(max_workers=LAUNCHES) as threads:
+        outcomes = list(threads.map(launch, range(LAUNCHES), records, [started] * LAUNCHES))
+
+    # Then ten hold an address each, and the other ten wait: none is lost
+    winners = [n for n, o in enumerate(outcomes) if o.then is None and not o.again]
+    losers = [n for n, o in enumerate(outcomes) if o.again]
+    assert sorted(outcomes[n].changes["allocation_id"] for n in winners) == sorted(pool)
+    assert len(losers) == LAUNCHES - POOL_SIZE
+    # And once each has looked again (a join whose writes all lost the race is made at the next look), the
+    # ten wait in the pool's line, in the order they first found the pool empty, and no winner is in it
+    barrier_free = threading.Barrier(1)
+    for client in clients:
+        client._barrier = barrier_free  # (the second looks need not list together)
+    later = started + timedelta(seconds=15)
+    for n in losers:
+        record = records[n].model_copy(update=dict(outcomes[n].changes))
+        assert launch(n, record, later).again
+    line = DynamoAddressLines(stack.table).read("stack-a/ci")
+    assert sorted(waiter.instance_id for waiter in line.waiters) == sorted(instances[n] for n in losers)
+    assert list(line.waiters) == sorted(line.waiters)
