@@ -288,3 +288,23 @@ def test_a_launch_behind_older_waiters_takes_the_address_an_earlier_delivery_gre
     assert outcome.changes["allocation_id"] == grown
     assert ec2.count("allocate") == 0
     assert len(ec2.eips) == 1
+
+
+def test_a_launch_out_of_a_warm_pool_is_not_held_back_by_its_own_instances_entry_of_an_earlier_launch(
+    ec2: FakeAddresses, lines: FakeLines
+) -> None:
+    # Given an instance whose earlier launch (out of its warm pool, since back in it) left its entry in the
+    # pool's line (its action lapsed while it waited: nothing took it out), and a free address
+    instance = ec2.launch("i-warm")
+    earlier = Waiter(
+        T0 - timedelta(seconds=60), "i-warm/launch/earlier-token", instance, T0 + timedelta(seconds=WAIT)
+    )
+    lines.lines[f"{OWNER}/{POOL}"] = Line((earlier,), 1)
+    free = ec2.add(pool=POOL)
+
+    # When the instance launches again
+    outcome = step(ec2, lines, FakeMetrics())(launch_record(instance), T0)
+
+    # Then it takes the free address, rather than leave it to a lifecycle of its own that is over
+    assert went_on(outcome)
+    assert outcome.changes["allocation_id"] == free

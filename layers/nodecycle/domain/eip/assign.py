@@ -257,7 +257,7 @@ class AssignAddress:
             return []
         since = _since(scratch, now)
         served = {address.instance_id for address in found if address.instance_id is not None}
-        ahead = ahead_of(line, record.id, since, now, served)
+        ahead = ahead_of(line, record.id, record.instance_id, since, now, served)
         if len(ahead) >= len(free) > 0:
             # They would keep a free address from this launch: those whose instance is gone (terminated while
             # waiting, its launch over) do not. One DescribeInstances for them all.

@@ -64,16 +64,18 @@ def line_key(owner: str, pool: str) -> str:
 
 
 def ahead_of(
-    line: Line, lifecycle: str, since: datetime, now: datetime, served: Collection[str]
+    line: Line, lifecycle: str, instance_id: str, since: datetime, now: datetime, served: Collection[str]
 ) -> list[Waiter]:
     """The waiters of the line that still count and came before the lifecycle (in line, or about to join it
-    ``since``): not this lifecycle, not past their wait, not on an instance of ``served`` (one that holds an
+    ``since``): not this lifecycle, nor an earlier one of its instance (a launch out of a warm pool again, after
+    one whose action lapsed in line), not past their wait, not on an instance of ``served`` (one that holds an
     address of the pool: it got its own)."""
     me = (since, lifecycle)
     return [
         waiter
         for waiter in line.waiters
         if waiter.lifecycle != lifecycle
+        and waiter.instance_id != instance_id
         and waiter.until > now
         and waiter.instance_id not in served
         and (waiter.since, waiter.lifecycle) < me
@@ -98,7 +100,8 @@ class PoolLine:
             line = None
             if any(other.lifecycle == waiter.lifecycle for other in current.waiters):
                 return
-            kept = [other for other in current.waiters if other.until > now]
+            # (an earlier lifecycle of its instance waits no more: this one takes its place)
+            kept = [o for o in current.waiters if o.until > now and o.instance_id != waiter.instance_id]
             if self._lines.write(self._key, sorted([*kept, waiter]), current.version):
                 return
         raise TransientError(f"the line of {self._key} changed at each of {WRITES} writes to join it")
