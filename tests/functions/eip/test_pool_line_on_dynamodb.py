@@ -12,7 +12,7 @@ import boto3
 import pytest
 
 from nodecycle.adapters.aws.address_lines import DynamoAddressLines
-from nodecycle.domain.eip.line import PoolLine, Waiter
+from nodecycle.domain.eip.line import MAX_WAITERS, PoolLine, Waiter
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.ports.addresses import OWNER_TAG, POOL_TAG
@@ -120,3 +120,22 @@ def test_twenty_launches_joining_a_line_at_once_all_wait_in_it_in_the_order_they
     assert [waiter.lifecycle for waiter in line.waiters] == [
         w.lifecycle for w in waiters if w.lifecycle != "lifecycle-05"
     ]
+
+
+def test_a_full_line_fits_in_its_item_and_reads_back_whole(stack: Stack) -> None:
+    # Given a line as long as it may grow, of lifecycle ids as long as real ones (instance/transition/token)
+    start = now()
+    waiters = [
+        Waiter(
+            start + timedelta(microseconds=n),
+            f"i-{n:017x}/launch/{n:08x}-1f2e-4d3c-8b4a-0123456789ab",
+            f"i-{n:017x}",
+            start + timedelta(hours=1, microseconds=n),
+        )
+        for n in range(MAX_WAITERS)
+    ]
+    lines = DynamoAddressLines(stack.table)
+
+    # When it is written, Then DynamoDB takes it (under its 400 KB per item) and it reads back whole
+    assert lines.write(f"{OWNER}/ci", waiters, 0)
+    assert list(lines.read(f"{OWNER}/ci").waiters) == waiters

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from nodecycle.domain.eip.assign import AssignAddress
-from nodecycle.domain.eip.line import WRITES, Line, Waiter
+from nodecycle.domain.eip.line import MAX_WAITERS, WRITES, Line, Waiter
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.settings import EipSettings
@@ -308,3 +308,24 @@ def test_a_launch_out_of_a_warm_pool_is_not_held_back_by_its_own_instances_entry
     # Then it takes the free address, rather than leave it to a lifecycle of its own that is over
     assert went_on(outcome)
     assert outcome.changes["allocation_id"] == free
+
+
+def test_a_launch_finding_the_line_full_waits_without_joining_it(
+    ec2: FakeAddresses, lines: FakeLines
+) -> None:
+    # Given a line as long as the item of a line may hold (DynamoDB refuses an item over 400 KB for good)
+    ec2.add(pool=POOL, on=ec2.launch("i-old"))
+    until = T0 + timedelta(seconds=WAIT)
+    full = tuple(
+        Waiter(T0 - timedelta(seconds=1), f"lifecycle-{n:04d}", f"i-{n:04d}", until)
+        for n in range(MAX_WAITERS)
+    )
+    lines.lines[f"{OWNER}/{POOL}"] = Line(full, 1)
+
+    # When a launch finds the pool empty
+    outcome = step(ec2, lines, FakeMetrics())(launch_record(ec2.launch("i-late")), T0)
+
+    # Then it waits, and the line is not written longer
+    assert outcome.again
+    assert lines.writes == 0
+    assert len(lines.lines[f"{OWNER}/{POOL}"].waiters) == MAX_WAITERS

@@ -17,6 +17,7 @@ its wait, whichever comes first; the next write drops it.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -24,7 +25,13 @@ from typing import Protocol
 
 from nodecycle.domain.errors import TransientError
 
+log = logging.getLogger(__name__)
+
 WRITES = 8  # conditional writes of the line tried in a row (each after a fresh read) before a retry later
+# The longest line: its item stays well under DynamoDB's 400 KB (about 200 bytes a waiter), which it refuses for
+# good. A launch that finds the line full waits without joining it (first come, first served no longer holds
+# for it: a fleet of more than a thousand launches waiting for one pool is a pool far too small).
+MAX_WAITERS = 1000
 
 
 @dataclass(frozen=True, order=True)
@@ -102,6 +109,14 @@ class PoolLine:
                 return
             # (an earlier lifecycle of its instance waits no more: this one takes its place)
             kept = [o for o in current.waiters if o.until > now and o.instance_id != waiter.instance_id]
+            if len(kept) >= MAX_WAITERS:
+                log.warning(
+                    "the line of %s is full (%d waiting): %s waits out of it",
+                    self._key,
+                    len(kept),
+                    waiter.instance_id,
+                )
+                return
             if self._lines.write(self._key, sorted([*kept, waiter]), current.version):
                 return
         raise TransientError(f"the line of {self._key} changed at each of {WRITES} writes to join it")
