@@ -15,6 +15,7 @@ from nodecycle.domain.eip.assign import AssignAddress
 from nodecycle.domain.eip.line import MAX_WAITERS, WRITES, Line, Waiter
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.model import LifecycleRecord, Step
+from nodecycle.domain.ports.addresses import POOL_TAG
 from nodecycle.settings import EipSettings
 from nodecycle.wiring.common import eip_policy
 from tests.support.fakes import FakeMetrics
@@ -329,3 +330,28 @@ def test_a_launch_finding_the_line_full_waits_without_joining_it(
     assert outcome.again
     assert lines.writes == 0
     assert len(lines.lines[f"{OWNER}/{POOL}"].waiters) == MAX_WAITERS
+
+
+def test_a_pool_that_may_grow_lets_the_oldest_waiter_take_the_quota_freed_not_a_new_launch(
+    ec2: FakeAddresses, lines: FakeLines
+) -> None:
+    # Given a pool that may grow, empty, and the account's address quota used up: a launch waits in line
+    ec2.quota = 2
+    ec2.add(pool=POOL, on=ec2.launch("i-old"))
+    ec2.add(owner="someone-else")
+    assign = step(ec2, lines, FakeMetrics(), eip_pool_allocate_when_empty="true")
+    first = launch_record(ec2.launch("i-first"))
+    waited = assign(first, T0)
+    assert waited.again
+
+    # When the quota frees (another tool releases its address) and a new launch comes before the waiter looks
+    del ec2.eips[next(a for a, eip in ec2.eips.items() if eip.tags.get("nodecycle:owner") == "someone-else")]
+    new = assign(launch_record(ec2.launch("i-new")), T0 + timedelta(seconds=5))
+
+    # Then the new launch allocates nothing and waits behind; the waiter grows the pool for itself at its look
+    assert new.again
+    assert ec2.on("i-new") == []
+    taken = assign(after(first, waited), T0 + timedelta(seconds=waited.delay))
+    assert went_on(taken)
+    assert [eip.tags[POOL_TAG] for eip in ec2.on("i-first")] == [POOL]
+    assert lines.waiting() == ["i-new"]

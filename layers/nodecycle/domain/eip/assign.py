@@ -215,6 +215,17 @@ class AssignAddress:
             return self._exhausted(
                 record, scratch, now, f"address pool {self._pool!r} is empty", line=line, ahead=len(ahead)
             )
+        if ahead:
+            # They wait for the quota (they found the pool empty and could not grow it): one freed goes to the
+            # first of them, at its look (every 15 s), not to a launch that came after
+            return self._exhausted(
+                record,
+                scratch,
+                now,
+                f"address pool {self._pool!r} is empty and {len(ahead)} launch(es) wait for the quota first",
+                line=line,
+                ahead=len(ahead),
+            )
         try:
             allocated = self._addresses.allocate({**self._tags(record, now), POOL_TAG: self._pool})
         except AddressLimitExceeded:
@@ -258,9 +269,10 @@ class AssignAddress:
         since = _since(scratch, now)
         served = {address.instance_id for address in found if address.instance_id is not None}
         ahead = ahead_of(line, record.id, record.instance_id, since, now, served)
-        if len(ahead) >= len(free) > 0:
-            # They would keep a free address from this launch: those whose instance is gone (terminated while
-            # waiting, its launch over) do not. One DescribeInstances for them all.
+        if ahead and (len(ahead) >= len(free) > 0 or (not free and self._grow_pool)):
+            # They would keep a free address (or, in a pool that may grow, the quota) from this launch: those
+            # whose instance is gone (terminated while waiting, its launch over) do not. One DescribeInstances
+            # for them all.
             states = self._addresses.instance_states([waiter.instance_id for waiter in ahead])
             ahead = [waiter for waiter in ahead if states.get(waiter.instance_id) not in (None, *GONE_STATES)]
         return ahead
