@@ -355,3 +355,28 @@ def test_a_pool_that_may_grow_lets_the_oldest_waiter_take_the_quota_freed_not_a_
     assert went_on(taken)
     assert [eip.tags[POOL_TAG] for eip in ec2.on("i-first")] == [POOL]
     assert lines.waiting() == ["i-new"]
+
+
+def test_in_allocate_mode_the_oldest_launch_waiting_for_the_quota_takes_the_address_freed_not_a_new_one(
+    ec2: FakeAddresses, lines: FakeLines
+) -> None:
+    # Given allocate mode and the account's address quota used up: a launch waits
+    ec2.quota = 1
+    ec2.add(allocated_for=ec2.launch("i-old"), on="i-old")
+    assign = step(ec2, lines, FakeMetrics(), eip_mode="allocate", eip_pool_name=None)
+    first = launch_record(ec2.launch("i-first"))
+    waited = assign(first, T0)
+    assert waited.again
+
+    # When the old instance's address is released (its terminate) and a new launch comes before the waiter looks
+    ec2.terminate("i-old")
+    ec2.eips.clear()
+    new = assign(launch_record(ec2.launch("i-new")), T0 + timedelta(seconds=5))
+
+    # Then the new launch allocates nothing and waits behind; the waiter gets the address at its look
+    assert new.again
+    assert ec2.on("i-new") == []
+    taken = assign(after(first, waited), T0 + timedelta(seconds=waited.delay))
+    assert went_on(taken)
+    assert len(ec2.on("i-first")) == 1
+    assert lines.waiting() == ["i-new"]

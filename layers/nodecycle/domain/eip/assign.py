@@ -89,11 +89,12 @@ class AssignAddress:
         self._wait = policy.wait
         self._addresses = addresses
         self._metrics = metrics
-        # first come, first served among the launches waiting for the pool (see nodecycle.domain.eip.line);
-        # without a store of lines, the first to look takes an address given back
+        # first come, first served among the launches waiting for the pool, or in allocate mode for the
+        # quota (see nodecycle.domain.eip.line); without a store of lines, the first to look takes an address
+        # given back
         self._line = (
-            PoolLine(lines, line_key(owner, self._pool))
-            if lines is not None and self._mode is EipMode.POOL
+            PoolLine(lines, line_key(owner, self._pool if self._mode is EipMode.POOL else None))
+            if lines is not None and self._mode is not EipMode.OFF
             else None
         )
 
@@ -142,6 +143,13 @@ class AssignAddress:
         if other is not None:
             return self._fail(record, other)
         if not _unassociated(found):
+            line = self._line.read() if self._line is not None else None
+            ahead = self._ahead(record, scratch, line, found, [], now, quota=True)
+            if ahead:
+                # They wait for the quota: an address freed goes to the first of them, at its look (every 15 s),
+                # not to a launch that came after
+                reason = f"address quota exceeded: {len(ahead)} launch(es) wait first"
+                return self._exhausted(record, scratch, now, reason, line=line, ahead=len(ahead))
             try:
                 allocated = self._addresses.allocate(self._tags(record, now))
             except AddressLimitExceeded:
@@ -149,7 +157,7 @@ class AssignAddress:
                 # taken the quota's last address doing so: that address is this launch's as well.
                 found = self._addresses.find(self._owner, allocated_for=instance)
                 if not found:
-                    return self._exhausted(record, scratch, now, "address quota exceeded")
+                    return self._exhausted(record, scratch, now, "address quota exceeded", line=line, ahead=0)
                 log.info("the address quota is used up, by an address allocated for instance %s", instance)
             else:
                 self._metrics.count("EipsAllocated")
@@ -196,7 +204,7 @@ class AssignAddress:
         own = [address for address in free if address.allocated_for == instance]
         shared = [address for address in free if address.allocated_for != instance]
         line = self._line.read() if self._line is not None else None
-        ahead = self._ahead(record, scratch, line, found, shared, now)
+        ahead = self._ahead(record, scratch, line, found, shared, now, quota=self._grow_pool)
         if len(ahead) >= len(shared) > 0:
             log.info(
                 "%d free address(es) of pool %r go to the %d launch(es) waiting longer than instance %s",
@@ -261,15 +269,18 @@ class AssignAddress:
         found: list[Address],
         free: list[Address],
         now: datetime,
+        *,
+        quota: bool,
     ) -> list[Waiter]:
-        """The waiters of the pool's line that take the free addresses before this launch: those in line before
-        it (it is in line since it first found the pool empty; a new launch, from now) that still wait."""
+        """The waiters of the line that take the ``free`` addresses (and, ``quota``, the quota) before this
+        launch: those in line before it (it is in line since it first found no address; a new launch, from
+        now) that still wait."""
         if line is None or not line.waiters:
             return []
         since = _since(scratch, now)
         served = {address.instance_id for address in found if address.instance_id is not None}
         ahead = ahead_of(line, record.id, record.instance_id, since, now, served)
-        if ahead and (len(ahead) >= len(free) > 0 or (not free and self._grow_pool)):
+        if ahead and (len(ahead) >= len(free) > 0 or (not free and quota)):
             # They would keep a free address (or, in a pool that may grow, the quota) from this launch: those
             # whose instance is gone (terminated while waiting, its launch over) do not. One DescribeInstances
             # for them all.

@@ -1,4 +1,5 @@
-"""The line of launches waiting for an address of a pool: first come, first served.
+"""The line of launches waiting for an address of a pool (in allocate mode, for the account's address quota):
+first come, first served.
 
 A launch that finds its pool empty looks again later (see ``AssignAddress._exhausted``). Without a line, an
 address given back goes to whichever launch looks first, and a new launch looks at once: in an instance
@@ -6,7 +7,10 @@ refresh (each replacement launches while an old instance drains, whose address c
 ends) the new launches took every address given back, and the oldest waiter was abandoned at its
 ``EipWaitSeconds`` while addresses had come back all along. So a launch that finds the pool empty joins the
 pool's line, and a launch may claim a free address only when fewer waiters are ahead of it than there are
-free addresses: the oldest waiters take the addresses given back, a new launch waits its turn.
+free addresses: the oldest waiters take the addresses given back, a new launch waits its turn. What the quota
+frees (allocate mode, or a pool that may grow) has no count to read: only a launch with no waiter ahead of it
+allocates, the first in line, which looks every 15 s (each waiter is the first in line at the latest when the
+wait of all those ahead, which began before its own, is over, so none is abandoned while it could allocate).
 
 The line is one item beside the lifecycle records (one read per look, a conditional write to join: the cost
 of a look does not grow with the records or the waiters' number of looks). It needs no cleaning: a waiter
@@ -66,8 +70,9 @@ class AddressLines(Protocol):
         ...
 
 
-def line_key(owner: str, pool: str) -> str:
-    return f"{owner}/{pool}"
+def line_key(owner: str, pool: str | None) -> str:
+    """The line of a pool, or (None) of the launches of allocate mode waiting for the account's quota."""
+    return f"{owner}/{pool}" if pool is not None else f"{owner}/"
 
 
 def ahead_of(
