@@ -47,6 +47,7 @@ def engine() -> StepEngine:
                 addresses=addresses(),
                 metrics=ports.metrics,
                 lines=DynamoAddressLines(config.record_table),
+                records=ports.records,
             ),
             Step.RELEASE_EIP: ReleaseAddresses(
                 owner=config.owner_id, addresses=addresses(), metrics=ports.metrics

@@ -18,7 +18,7 @@ from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.ports.addresses import POOL_TAG
 from nodecycle.settings import EipSettings
 from nodecycle.wiring.common import eip_policy
-from tests.support.fakes import FakeMetrics
+from tests.support.fakes import FakeMetrics, InMemoryRecords
 from tests.unit.eip.fakes import GROUP, OWNER, T0, FakeAddresses, launch_record
 
 POOL = "ci"
@@ -380,3 +380,39 @@ def test_in_allocate_mode_the_oldest_launch_waiting_for_the_quota_takes_the_addr
     assert went_on(taken)
     assert len(ec2.on("i-first")) == 1
     assert lines.waiting() == ["i-new"]
+
+
+@pytest.mark.parametrize("mode", ["pool", "allocate"])
+def test_a_waiter_whose_lifecycle_is_over_keeps_no_address_from_the_next_launch(
+    ec2: FakeAddresses, lines: FakeLines, mode: str
+) -> None:
+    # Given a launch in line whose lifecycle ended without taking it out (its action completed by hand, found
+    # lapsed by the engine): its instance runs on, in service, within its wait
+    records = InMemoryRecords()
+    over = launch_record(ec2.launch("i-over"), at=T0 - timedelta(seconds=60))
+    records.create(over.model_copy(update={"step": Step.DONE, "finished_at": T0 - timedelta(seconds=30)}))
+    key = f"{OWNER}/{POOL}" if mode == "pool" else f"{OWNER}/"
+    lines.lines[key] = Line(
+        (Waiter(T0 - timedelta(seconds=60), over.id, "i-over", T0 + timedelta(seconds=WAIT)),), 1
+    )
+    # and an address to be had: a free one of the pool, or room in the quota
+    if mode == "pool":
+        ec2.add(pool=POOL)
+    overrides: dict[str, Any] = {"eip_mode": mode} if mode == "allocate" else {}
+    if mode == "allocate":
+        overrides["eip_pool_name"] = None
+    assign = AssignAddress(
+        owner=OWNER,
+        policy=eip_policy(settings(**overrides)),
+        addresses=ec2,
+        metrics=FakeMetrics(),
+        lines=lines,
+        records=records,
+    )
+
+    # When a new launch looks
+    outcome = assign(launch_record(ec2.launch("i-new")), T0)
+
+    # Then it gets the address, rather than wait for a lifecycle that waits no more
+    assert went_on(outcome)
+    assert len(ec2.on("i-new")) == 1

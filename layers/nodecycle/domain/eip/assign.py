@@ -51,6 +51,7 @@ from nodecycle.domain.ports.addresses import (
     distinct,
 )
 from nodecycle.domain.ports.instances import GONE_STATES
+from nodecycle.domain.ports.lifecycle import RecordStore
 from nodecycle.domain.ports.runtime import Metrics
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,8 @@ INSTANCE_ATTEMPTS = 24  # two minutes: an instance is pending for well under one
 # What EC2 refuses is asked again this often, 15, 30, 60 s apart, then the failure policy decides
 REFUSED_ATTEMPTS = 4
 REFUSED_DELAY = 15  # seconds
+# Records looked up per look to find the waiters ahead whose lifecycle is over (see _still_waiting)
+RECORD_LOOKS = 3
 MAX_RESTARTS = 3  # an assignment that did not hold is started over this often, then the launch fails
 # No address to be had (an empty pool, the quota used up): looked for again 15, 30, then every 60 s
 EXHAUSTED_DELAY = 15  # seconds
@@ -80,6 +83,7 @@ class AssignAddress:
         addresses: Addresses,
         metrics: Metrics,
         lines: AddressLines | None = None,
+        records: RecordStore | None = None,
     ) -> None:
         self._owner = owner
         self._mode = policy.mode
@@ -89,6 +93,7 @@ class AssignAddress:
         self._wait = policy.wait
         self._addresses = addresses
         self._metrics = metrics
+        self._records = records  # (to tell a waiter whose lifecycle is over from one still waiting)
         # first come, first served among the launches waiting for the pool, or in allocate mode for the
         # quota (see nodecycle.domain.eip.line); without a store of lines, the first to look takes an address
         # given back
@@ -286,7 +291,28 @@ class AssignAddress:
             # for them all.
             states = self._addresses.instance_states([waiter.instance_id for waiter in ahead])
             ahead = [waiter for waiter in ahead if states.get(waiter.instance_id) not in (None, *GONE_STATES)]
+            ahead = self._still_waiting(ahead, len(free) if free else 1)
         return ahead
+
+    def _still_waiting(self, ahead: list[Waiter], takers: int) -> list[Waiter]:
+        """``ahead`` less the waiters among the first ``takers`` (those that would take what is to be had) whose
+        lifecycle is over or past this step (its action completed by hand, or found lapsed by the engine, while
+        it waited: nothing took it out of the line), looked up by record, at most ``RECORD_LOOKS`` of them: one
+        GetItem each, only when they keep an address from this launch. A waiter further back that is over
+        counts until its wait ends."""
+        if self._records is None:
+            return ahead
+        kept: list[Waiter] = []
+        looks = 0
+        for waiter in ahead:
+            if len(kept) < takers and looks < RECORD_LOOKS:
+                looks += 1
+                record = self._records.get(waiter.lifecycle)
+                if record is None or record.finished or record.step is not Step.ASSIGN_EIP:
+                    log.info("launch %s waits no more (its lifecycle is over): not in line", waiter.lifecycle)
+                    continue
+            kept.append(waiter)
+        return kept
 
     def _leave_line(self, record: LifecycleRecord, now: datetime) -> None:
         """Out of the pool's line, if it joined it: it holds its address, or gives up. A failure to write is
