@@ -15,8 +15,9 @@ wait of all those ahead, which began before its own, is over, so none is abandon
 The line is one item beside the lifecycle records (one read per look, a conditional write to join: the cost
 of a look does not grow with the records or the waiters' number of looks). It needs no cleaning: a waiter
 leaves it when it holds its address or gives up, and one that could not (a crash, a launch ended elsewhere)
-no longer counts once its instance holds an address of the pool, once its instance is gone, or at the end of
-its wait, whichever comes first; the next write drops it.
+no longer counts once its instance holds an address of the pool, once its instance is gone, once its lifecycle
+is over (looked up, for the first waiters only, by the launch it would keep from an address), or at the end of
+its wait, whichever comes first; the next write drops it once its wait is over.
 """
 
 from __future__ import annotations
