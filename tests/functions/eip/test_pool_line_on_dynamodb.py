@@ -139,3 +139,29 @@ def test_a_full_line_fits_in_its_item_and_reads_back_whole(stack: Stack) -> None
     # When it is written, Then DynamoDB takes it (under its 400 KB per item) and it reads back whole
     assert lines.write(f"{OWNER}/ci", waiters, 0)
     assert list(lines.read(f"{OWNER}/ci").waiters) == waiters
+
+
+def test_a_waiting_launch_delivered_twice_in_one_batch_stands_in_line_once_and_takes_one_address(
+    eip_fn: ModuleType, stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a pool whose one address an old instance holds, and a launch whose message comes twice in a batch
+    monkeypatch.setenv("NODECYCLE_EIP_MODE", "pool")
+    monkeypatch.setenv("NODECYCLE_EIP_POOL_NAME", "ci")
+    pooled = allocate(**{OWNER_TAG: OWNER, POOL_TAG: "ci"})
+    old, waiting = run_instances(2)
+    eip_fn.handler(work_event(store_new(stack, launch_record(old, at=now()))), LambdaContext())
+    launch = store_new(stack, launch_record(waiting, at=now()))
+
+    # When both deliveries find the pool empty
+    eip_fn.handler(work_event(launch, launch), LambdaContext())
+
+    # Then the launch is in line once, and waits
+    line = DynamoAddressLines(stack.table).read(f"{OWNER}/ci")
+    assert [waiter.instance_id for waiter in line.waiters] == [waiting]
+    assert current(stack, launch).step is Step.ASSIGN_EIP
+    # And when the address comes back, both deliveries of its next look leave it one address and an empty line
+    eip_fn.handler(work_event(store_new(stack, terminate_record(old, at=now()))), LambdaContext())
+    due = due_now(stack, launch)
+    eip_fn.handler(work_event(due, due), LambdaContext())
+    assert held_by(waiting) == [pooled]
+    assert DynamoAddressLines(stack.table).read(f"{OWNER}/ci").waiters == ()
