@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import pytest
-
 from nodecycle.domain.budget import BudgetDocument, BudgetLimits, DisruptionBudget
 from nodecycle.domain.engine import Dispatcher
 from nodecycle.domain.model import Step
@@ -21,12 +19,6 @@ from tests.unit.sweeper.test_sweeper import AliveInstances, entry
 RECORD = "i-1/scheduled/maintenance"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="domain/budget/service.py (DisruptionBudget.sweep) keeps the entries it judged stale across a "
-    "conflicting write and removes them by (node, record id) in the document it reads again, whatever "
-    "became of them: not this helper's to fix (reported)",
-)
 def test_a_slot_its_restarted_lifecycle_took_while_the_sweep_judged_the_old_one_over_is_kept() -> None:
     # Given a slot of this owner on n1 left by a lifecycle that is over (its cleanup never gave it back), and
     # the sweep judging it stale from its record (finished)

@@ -190,9 +190,9 @@ class DisruptionBudget:
         the update reads first, and answers the record ids of those that are stale: one read of the document
         when nothing is stale (an idle sweep), and the write carries the version the entries were judged in (a
         write that conflicts, more likely for the judgement's time, reads again and removes the entries judged
-        stale: the second read the sweep made every time before)."""
+        stale that are still as they were judged: the second read the sweep made every time before)."""
         nodes = self._scope()
-        doomed: set[tuple[str, str]] | None = None
+        doomed: list[Holder | Waiter] | None = None
 
         def mutate(current: BudgetDocument | None) -> tuple[BudgetDocument | None, SweepResult]:
             nonlocal doomed
@@ -202,12 +202,17 @@ class DisruptionBudget:
             if doomed is None:
                 live = [e for e in current.entries() if e.owner == self._owner and not e.expired(now)]
                 judged = stale(live) if live else set()
-                doomed = {(entry.node, entry.record_id) for entry in live if entry.record_id in judged}
+                doomed = [entry for entry in live if entry.record_id in judged]
                 now = self._clock.now()  # (the judgement may have taken a while)
             expired = [e for e in current.entries() if e.owner == self._owner and e.expired(now)]
             doc = rules.prune(current, now)
             removed: list[Holder | Waiter] = list(expired)
-            for node, record_id in sorted(doomed):
+            # Only the entries judged that are still as they were judged: after a conflicting write the document
+            # read again may hold, at a judged entry's node and record id, another lifecycle's (the record
+            # started over, an instance's next maintenance) or a renewed one, which the judgement did not see
+            # (the next sweep judges them)
+            unchanged = {(e.node, e.record_id) for e in current.entries() if e in doomed}
+            for node, record_id in sorted(unchanged):
                 doc, holder, waiter = rules.release(
                     doc,
                     node,
