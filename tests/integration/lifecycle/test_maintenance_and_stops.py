@@ -100,7 +100,10 @@ def test_a_health_update_of_a_maintenance_drained_for_does_not_pull_back_the_one
         # When AWS Health updates the reboot's event (a new event id, the same start), while EC2 lists both
         update = {**reboot, "id": "0c9b8a7d-6e5f-4a3b-9c2d-1e0f9a8b7c6d", "time": _now()}
         sandbox.publish(update)
-        time.sleep(8)
+        # (once intake has taken it, however late that is: a fixed 8 s here could pass on a loaded machine before
+        # intake ran, and the test then proved nothing; then a few drain polls for any work it would have sent)
+        wait_for(lambda: handled(sandbox, update["id"]), 60, "intake's handling of the update")
+        time.sleep(3)
 
         # Then the retirement's lifecycle is left as it was: not pulled back to the reboot, and the node,
         # drained for that reboot already, is not drained for it again
@@ -196,6 +199,14 @@ def test_a_node_drained_for_a_reboot_is_uncordoned_once_the_reboot_is_over_and_i
             "the maintenance's lifecycle over",
         )
         assert nodecycle_annotations(sandbox, node) == {}
+
+
+def handled(sandbox: Sandbox, event_id: str) -> bool:
+    """Whether an invocation of intake with the event ``event_id`` has ended well."""
+    return any(
+        i.ok and isinstance(i.event, dict) and i.event.get("id") == event_id
+        for i in sandbox.runner.journal.invocations("IntakeFunction")
+    )
 
 
 def cordoned(sandbox: Sandbox, node: str) -> bool:
