@@ -13,7 +13,7 @@ import pytest
 from nodecycle.domain.model import Transition, adopted_token
 from nodecycle_sandbox import Sandbox
 from nodecycle_sandbox.aws.group import wait_for
-from nodecycle_sandbox.aws.records import LAUNCHING
+from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING
 from nodecycle_sandbox.checks import completed_before_drained
 from nodecycle_sandbox.faults import Fault
 from tests.integration.lifecycle.harness import (
@@ -40,6 +40,16 @@ def dead_letters(sandbox: Sandbox) -> list[Any]:
     return found.get("Messages", [])
 
 
+def dead_letter_of(sandbox: Sandbox, instance: str) -> Any:
+    """The dead letter of the instance's terminate event, once it is there. Not the first dead letter: the
+    replacement's launch event fails as the terminate event does, and can reach the queue first."""
+    for message in dead_letters(sandbox):
+        detail = json.loads(message["Body"])["requestPayload"].get("detail") or {}
+        if (detail.get("EC2InstanceId"), detail.get("LifecycleTransition")) == (instance, TERMINATING):
+            return message
+    return None
+
+
 def test_the_sweeper_adopts_a_terminate_action_whose_event_intake_dead_lettered() -> None:
     # Given hooks with a 15 s heartbeat timeout (the terminate hook's default result CONTINUE), a sweeper
     # every 2 s, and DynamoDB failing every call of the intake function (throttling, a KMS key denied)
@@ -56,7 +66,7 @@ def test_the_sweeper_adopts_a_terminate_action_whose_event_intake_dead_lettered(
         # When the instance terminates and intake fails all three attempts (for its replacement's launch too):
         # the event goes to its dead-letter queue, and no record of the action exists
         sandbox.asg.terminate(victim)
-        (dead,) = wait_for(lambda: dead_letters(sandbox), 200, "the intake dead letter")
+        dead = wait_for(lambda: dead_letter_of(sandbox, victim), 200, "the terminate event's dead letter")
         sandbox.aws.disarm_faults()
         assert find_record(sandbox, victim) is None
 
