@@ -13,6 +13,7 @@ import pytest
 from nodecycle.domain.model import LifecycleRecord, Transition
 from nodecycle_sandbox import Sandbox
 from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING
+from nodecycle_sandbox.runner.journal import Invocation
 from tests.integration.lifecycle.harness import (
     held_by_a_budget,
     node_of,
@@ -42,6 +43,20 @@ def notify(sandbox: Sandbox, instance: str, token: str, transition: str = TERMIN
     }
     queue = sandbox.runner.queue("IntakeQueue").url
     sandbox.client("sqs").send_message(QueueUrl=queue, MessageBody=json.dumps(body))
+
+
+def taken(invocations: list[Invocation], token: str, transition: str) -> bool:
+    """Whether one of intake's ``invocations`` from its queue handled the notification of ``token`` as a
+    ``transition`` (did not give it back to the queue for another try)."""
+    return any(
+        (body := json.loads(r["body"])).get("LifecycleActionToken") == token
+        and body.get("LifecycleTransition") == transition
+        and i.ok
+        and r["messageId"] not in i.failures
+        for i in invocations
+        if isinstance(i.event, dict)
+        for r in i.event.get("Records", [])
+    )
 
 
 def finished(sandbox: Sandbox, instance: str, token: str) -> LifecycleRecord:
@@ -101,9 +116,10 @@ def test_a_terminating_instances_action_named_as_a_launch_is_refused_and_the_dra
         # When a message names that action (its hook, its instance, its token) as a launch: a launch's plan
         # completes with CONTINUE, which Auto Scaling accepts for the token whatever the message said
         journal = sandbox.runner.journal
-        seen = len(journal.invocations("IntakeFunction"))
         notify(sandbox, victim, action.token, transition=LAUNCHING)
-        journal.wait_until(lambda: len(journal.invocations("IntakeFunction")) > seen, 30)
+        # (once intake has taken that message: not any intake invocation ending after it was sent, such as the
+        # terminate event's own, which may end later than its action appears)
+        journal.wait_until(lambda: taken(journal.invocations("IntakeFunction"), action.token, LAUNCHING), 30)
 
         # Then intake refuses it: no launch lifecycle, and the terminate action is still waiting on the drain
         assert records(sandbox).get(f"{victim}/launch/{action.token}") is None
