@@ -160,29 +160,30 @@ def test_an_action_can_be_completed_by_instance_id_without_a_token(aws: Emulatio
 
 
 def test_a_heartbeat_extends_the_wait_and_a_timeout_applies_the_default_result(aws: Emulation) -> None:
-    # Given a terminate hook with a one-second heartbeat timeout
-    group = aws.group(HookSpec("drain", TERMINATING, heartbeat_timeout=1, default_result="CONTINUE"), size=1)
+    # Given a terminate hook with a three-second heartbeat timeout (1 s was outlasted between two heartbeats
+    # 0.4 s apart by a whole-suite run on a loaded machine: the action timed out and the heartbeat was refused)
+    group = aws.group(HookSpec("drain", TERMINATING, heartbeat_timeout=3, default_result="CONTINUE"), size=1)
     victim = group.in_state("InService")[0]
     group.terminate(victim, decrement=True)
     started = time.time()
 
-    # When heartbeats are recorded for 1.6 s
+    # When heartbeats are recorded for 4 s
     for _ in range(4):
-        time.sleep(0.4)
+        time.sleep(1.0)
         aws.autoscaling.record_lifecycle_action_heartbeat(
             AutoScalingGroupName="workers", LifecycleHookName="drain", InstanceId=victim
         )
 
     # Then the instance is still held past its first heartbeat deadline
-    assert time.time() - started > 1.5
+    assert time.time() - started > 3.5
     assert group.instances()[victim] == "Terminating:Wait"
 
     # And once heartbeats stop, the timeout applies the default result
-    wait_for(lambda: victim not in group.instances(), timeout=3)
+    wait_for(lambda: victim not in group.instances(), timeout=10)
     (action,) = group.actions(transition=TERMINATING)
     assert (action.outcome, action.result, len(action.heartbeats)) == ("heartbeat-timeout", "CONTINUE", 4)
     assert action.finished_at is not None
-    assert action.finished_at - action.heartbeats[-1] == pytest.approx(1.0, abs=0.3)
+    assert action.finished_at - action.heartbeats[-1] == pytest.approx(3.0, abs=0.3)
 
 
 class _LateClock:
