@@ -89,10 +89,14 @@ def readiness(**changes: str) -> ReadinessPolicy:
 
 
 def node(**changes: object) -> NodeInfo:
+    """The instance's node as the API server gives it; ``changes`` override any field. Like any object it has
+    a uid, one of its own for each name and instance (a node registered again gets a new one)."""
+    name, instance = changes.get("name", NODE), changes.get("instance_id", INSTANCE)
     base = NodeInfo(
         name=NODE,
         instance_id=INSTANCE,
         zone="eu-west-1a",
+        uid=f"uid-{name}-{instance}",
         ready=True,
         owner=None,
         in_progress=None,
@@ -228,18 +232,23 @@ class FakeCluster:
 
     def evict(self, pod: PodInfo, grace_seconds: int) -> EvictionResult:
         self._answered(pod)
-        if not self._there(pod):
-            return EvictionResult(Eviction.GONE)  # 404, or another pod of that name (uid precondition)
+        current = self._named(pod)
+        if current is None:
+            return EvictionResult(Eviction.GONE)  # 404
         if self.shed:
             self.shed -= 1
             return EvictionResult(Eviction.THROTTLED, "Too many requests, please try again later.")
         if pod.name in self.refused:
             return EvictionResult(Eviction.REFUSED, self.refused[pod.name])
-        # (as the API server does, a pod already being deleted is evicted without consulting its budget)
-        if pod.name in self.blocked and not self._stored(pod).terminating:
+        # As the API server does: a pod already being deleted is evicted without consulting its budget; and the
+        # budget is consulted before the uid precondition, so that another pod of that name (a StatefulSet's)
+        # under a budget without room is a 429, not the 409 of a pod gone
+        if pod.name in self.blocked and not current.terminating:
             return EvictionResult(
                 Eviction.BLOCKED, f"The disruption budget {pod.name}-pdb needs 1 healthy pods"
             )
+        if current.uid != pod.uid:
+            return EvictionResult(Eviction.GONE)  # 409: the uid precondition
         self.evictions.append((pod.name, grace_seconds))
         self._deleting(pod, grace_seconds)
         return EvictionResult(Eviction.EVICTED)
@@ -261,10 +270,15 @@ class FakeCluster:
     def _there(self, pod: PodInfo) -> bool:
         return any((p.name, p.uid) == (pod.name, pod.uid) for p in self.pods)
 
-    def _stored(self, pod: PodInfo) -> PodInfo:
-        return next(p for p in self.pods if (p.name, p.uid) == (pod.name, pod.uid))
+    def _named(self, pod: PodInfo) -> PodInfo | None:
+        return next((p for p in self.pods if (p.namespace, p.name) == (pod.namespace, pod.name)), None)
 
     def _deleting(self, pod: PodInfo, grace_seconds: int) -> None:
+        if grace_seconds == 0:
+            # As the API server does: a deletion without grace removes the pod at once (no finalizers here),
+            # whatever its kubelet does
+            self.pods = [p for p in self.pods if p.name != pod.name]
+            return
         self.pods = [self._marked(p, grace_seconds) if p.name == pod.name else p for p in self.pods]
 
     def _marked(self, pod: PodInfo, grace_seconds: int) -> PodInfo:
@@ -280,22 +294,39 @@ class FakeCluster:
         )
 
 
+MESSAGE_LIMIT = 1024  # the characters of a message KubeEvents writes (tests/contracts/test_drain_cluster.py)
+
+
 @dataclass
 class FakeEvents:
     """The events written, as (subject, reason, type): a node's name, or namespace/name of a pod."""
 
     written: list[tuple[str, str, str]] = field(default_factory=list)
     messages: list[str] = field(default_factory=list)
+    uids: list[str | None] = field(default_factory=list)  # the uid each event names its subject by
+    refused: str | None = None  # why the API server refuses every event (a 403: a role without the rule)
+    gone_namespaces: set[str] = field(
+        default_factory=set
+    )  # namespaces deleted: no event can be written there
 
     def on_node(
         self, node: str, uid: str | None, reason: str, message: str, *, warning: bool = False
     ) -> None:
-        self.written.append((node, reason, "Warning" if warning else "Normal"))
-        self.messages.append(message)
+        self._write("default", node, uid, reason, message, warning)
 
     def on_pod(self, pod: PodInfo, reason: str, message: str, *, warning: bool = False) -> None:
-        self.written.append((f"{pod.namespace}/{pod.name}", reason, "Warning" if warning else "Normal"))
-        self.messages.append(message)
+        self._write(pod.namespace, f"{pod.namespace}/{pod.name}", pod.uid or None, reason, message, warning)
+
+    def _write(
+        self, namespace: str, subject: str, uid: str | None, reason: str, message: str, warning: bool
+    ) -> None:
+        # As KubeEvents: best effort, so an event the API server refuses (403) or cannot take (its namespace is
+        # gone: 404) is not written, and no error is raised; a message is cut to what an Event takes
+        if self.refused is not None or namespace in self.gone_namespaces:
+            return
+        self.written.append((subject, reason, "Warning" if warning else "Normal"))
+        self.messages.append(message[:MESSAGE_LIMIT])
+        self.uids.append(uid)
 
 
 OWNER = "stack-a"  # the stack the tests' records and settings are of
