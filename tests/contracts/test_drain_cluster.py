@@ -86,6 +86,7 @@ class Side(Protocol):
     def cordon_by_operator(self) -> None: ...
     def label_by_operator(self) -> None: ...
     def remove_node(self) -> None: ...
+    def register_again(self) -> None: ...
     def add_other_node(self) -> None: ...
     def set_ready(self, ready: bool) -> None: ...
     def add_finished_pod(self) -> None: ...
@@ -116,6 +117,8 @@ class FakeSide:
             pods=fake_pods(),
             pod_nodes={p.name: NODE for p in fake_pods()},
             blocked={"web-1", "web-2"},
+            budget_of={"api-1": "api", "api-2": "api"},
+            room={"api": 1},
         )
         self.fake_events = FakeEvents()
         self.cluster: Cluster = self.fake
@@ -135,6 +138,10 @@ class FakeSide:
     def remove_node(self) -> None:
         del self.fake.nodes[NODE]
         self.fake.leases.pop(NODE, None)
+
+    def register_again(self) -> None:
+        # (as a scenario would write it: the same version as before, but another uid)
+        self.fake.nodes[NODE] = node(name=NODE, instance_id=INSTANCE, uid="uid-node-again")
 
     def add_other_node(self) -> None:
         self.fake.nodes[OTHER] = node(name=OTHER, instance_id="i-0a1b2c3d4e5f60201", uid="uid-other")
@@ -207,6 +214,9 @@ class ServerSide:
     def remove_node(self) -> None:
         self.kube.remove_node(NODE)
         self.kube.settle()  # the garbage collector: the node's Lease goes with it
+
+    def register_again(self) -> None:
+        self.kube.add_node(NODE, instance_id=INSTANCE, zone="eu-west-1a")
 
     def add_other_node(self) -> None:
         self.kube.add_node(OTHER, instance_id="i-0a1b2c3d4e5f60201", zone="eu-west-1b")
@@ -349,6 +359,19 @@ def test_a_node_gone_since_it_was_read_is_gone_for_a_claim_and_a_release(side: S
     assert side.cluster.release_node(read) is Claim.GONE
 
 
+def test_a_node_registered_again_under_its_name_is_a_conflict_for_a_claim_from_a_read_before(
+    side: Side,
+) -> None:
+    read = the_node(side)
+    side.remove_node()
+    side.register_again()
+
+    assert the_node(side).uid != read.uid
+    assert claim(side, read) is Claim.CONFLICT
+    assert side.cluster.release_node(read) is Claim.CONFLICT
+    assert claim(side, the_node(side)) is Claim.CLAIMED
+
+
 @pytest.mark.parametrize("uncordon", [True, False])
 def test_a_release_removes_the_annotations_and_lifts_only_what_it_is_asked_to(
     side: Side, uncordon: bool
@@ -433,6 +456,7 @@ def test_a_nodes_pods_are_its_daemonset_mirror_and_workload_pods_and_no_other_no
 
 
 def test_finished_and_terminating_pods_are_still_the_nodes(side: Side) -> None:
+    side.cordon_by_operator()  # (the replacement of a pod deleted is not scheduled here)
     side.add_finished_pod()
     side.delete_by_someone("web-1", grace=300)
 
@@ -477,7 +501,28 @@ def test_an_eviction_a_budget_with_room_allows_makes_the_pod_terminate_with_the_
     assert (after.terminating, after.deletion_grace, after.uid) == (True, 20, api.uid)
 
 
+def test_a_budget_with_room_for_one_disruption_blocks_the_next_eviction(side: Side) -> None:
+    side.cordon_by_operator()  # (as a drain does: the evicted pod's replacement is not Ready before the next)
+    first, second = named(side, "api-1"), named(side, "api-2")
+
+    assert side.cluster.evict(first, 20).kind is Eviction.EVICTED
+    assert side.cluster.evict(second, 20).kind is Eviction.BLOCKED
+    assert not named(side, "api-2").terminating
+
+
+def test_a_replaced_pod_under_a_budget_with_room_is_gone_and_its_eviction_still_takes_the_room(
+    side: Side,
+) -> None:
+    # (kube-apiserver records the disruption in the budget, then deletes with the uid precondition: 409)
+    side.cordon_by_operator()
+    replaced = named(side, "api-1").model_copy(update={"uid": "0b1d3c2e-0000-0000-0000-000000000000"})
+
+    assert side.cluster.evict(replaced, 20).kind is Eviction.GONE
+    assert side.cluster.evict(named(side, "api-2"), 20).kind is Eviction.BLOCKED
+
+
 def test_a_pod_already_terminating_is_evicted_whatever_its_budget_and_only_ever_sooner(side: Side) -> None:
+    side.cordon_by_operator()
     side.delete_by_someone("web-1", grace=300)
     web = named(side, "web-1")
     asked = web.deletion_requested_at

@@ -111,7 +111,11 @@ class FakeCluster:
     pods: list[PodInfo] = field(default_factory=list)
     pod_nodes: dict[str, str] = field(default_factory=dict)  # pod name -> its node, when not NODE
     now: datetime = T0  # the API server's clock: deletions are timed by it
-    blocked: set[str] = field(default_factory=set)  # pods a PodDisruptionBudget protects
+    blocked: set[str] = field(default_factory=set)  # pods a PodDisruptionBudget without room protects
+    # PodDisruptionBudgets with room: each pod's budget, and the disruptions each budget still allows. An
+    # eviction it allows takes one, as kube-apiserver's does, even when the pod's uid precondition then fails
+    budget_of: dict[str, str] = field(default_factory=dict)
+    room: dict[str, int] = field(default_factory=dict)
     refused: dict[str, str] = field(default_factory=dict)  # pods the API server will not evict, and why
     undeletable: dict[str, str] = field(default_factory=dict)  # pods the API server will not delete, and why
     # Pods whose every eviction and deletion fails as the adapter fails one that timed out or got a 502-504:
@@ -216,7 +220,8 @@ class FakeCluster:
         if self.conflicts:
             self.conflicts -= 1
             return Claim.CONFLICT
-        if current.resource_version != node.resource_version:
+        # (a node registered again under the name is another object: it was never at the version read)
+        if (current.resource_version, current.uid) != (node.resource_version, node.uid):
             return Claim.CONFLICT
         return None
 
@@ -247,6 +252,11 @@ class FakeCluster:
             return EvictionResult(
                 Eviction.BLOCKED, f"The disruption budget {pod.name}-pdb needs 1 healthy pods"
             )
+        budget = self.budget_of.get(pod.name)
+        if budget is not None and not current.terminating:
+            if self.room.get(budget, 0) <= 0:
+                return EvictionResult(Eviction.BLOCKED, f"The disruption budget {budget} has no room")
+            self.room[budget] -= 1
         if current.uid != pod.uid:
             return EvictionResult(Eviction.GONE)  # 409: the uid precondition
         self.evictions.append((pod.name, grace_seconds))
