@@ -89,6 +89,7 @@ class Side(Protocol):
     def register_again(self) -> None: ...
     def add_other_node(self) -> None: ...
     def set_ready(self, ready: bool) -> None: ...
+    def lose_kubelet(self) -> None: ...
     def add_finished_pod(self) -> None: ...
     def delete_by_someone(self, name: str, grace: int) -> None: ...
     def forbid(self, resource: str) -> None: ...
@@ -150,6 +151,9 @@ class FakeSide:
 
     def set_ready(self, ready: bool) -> None:
         self._change(ready=ready)
+
+    def lose_kubelet(self) -> None:
+        self._change(ready=False, kubelet_lost=True)
 
     def add_finished_pod(self) -> None:
         # (the fake has no phases: a finished pod is listed as any other)
@@ -224,6 +228,10 @@ class ServerSide:
 
     def set_ready(self, ready: bool) -> None:
         self.kube.set_node_ready(NODE, ready)
+        self.kube.settle()
+
+    def lose_kubelet(self) -> None:
+        self.kube.kill_kubelet(NODE, grace_seconds=0)  # the node lifecycle controller's grace: over at once
         self.kube.settle()
 
     def _name(self, name: str) -> str:
@@ -412,6 +420,11 @@ def test_a_node_not_ready_is_read_as_not_ready_with_its_kubelet_still_there(side
     assert (the_node(side).ready, the_node(side).kubelet_lost) == (True, False)
     side.set_ready(False)
     assert (the_node(side).ready, the_node(side).kubelet_lost) == (False, False)
+
+
+def test_a_node_whose_kubelet_is_lost_is_read_as_such(side: Side) -> None:
+    side.lose_kubelet()
+    assert (the_node(side).ready, the_node(side).kubelet_lost) == (False, True)
 
 
 def test_a_live_nodes_lease_is_read_and_a_gone_nodes_is_none(side: Side) -> None:

@@ -888,6 +888,22 @@ def test_cordon_sets_owner_and_in_progress_with_the_cordon_in_one_patch() -> Non
     assert outcome.changes["drain_deadline"] == T0 + timedelta(seconds=600)
 
 
+def test_a_cordon_is_told_on_the_node_by_its_uid_and_is_the_same_when_no_event_may_be_written() -> None:
+    # Given a node, with its uid as every node has one
+    told = FakeEvents()
+    outcome = cordon(FakeCluster(nodes={NODE: node()}), events=told)(terminating(Step.CORDON, node=NODE), T0)
+
+    # Then the cordon is told on the node by its uid (what `kubectl describe node` selects events by)
+    assert (told.written, told.uids) == ([(NODE, "Cordoned", "Normal")], [node().uid])
+    assert outcome.changes["node_uid"] == node().uid
+
+    # When the API server refuses every event (a role without the rule), Then the cordon is the same, untold
+    refused = FakeEvents(refused="events is forbidden")
+    again = cordon(FakeCluster(nodes={NODE: node()}), events=refused)(terminating(Step.CORDON, node=NODE), T0)
+    assert (again.then, again.changes) == (outcome.then, outcome.changes)
+    assert refused.written == []
+
+
 def test_a_node_in_progress_without_owner_is_adopted() -> None:
     cluster = FakeCluster(nodes={NODE: node(in_progress='{"instance":"i-0123456789abcdef0"}')})
     outcome = cordon(cluster)(terminating(Step.CORDON, node=NODE), T0)
