@@ -315,9 +315,8 @@ class FakeEvents:
     messages: list[str] = field(default_factory=list)
     uids: list[str | None] = field(default_factory=list)  # the uid each event names its subject by
     refused: str | None = None  # why the API server refuses every event (a 403: a role without the rule)
-    gone_namespaces: set[str] = field(
-        default_factory=set
-    )  # namespaces deleted: no event can be written there
+    # Namespaces deleted: no event can be written there (a 404)
+    gone_namespaces: set[str] = field(default_factory=set)
 
     def on_node(
         self, node: str, uid: str | None, reason: str, message: str, *, warning: bool = False
