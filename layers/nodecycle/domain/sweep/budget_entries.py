@@ -65,7 +65,9 @@ class StaleBudgetEntries:
         result = self._budget.sweep(stale=stale)
         unwoken = unsent = 0
         for waiting in result.wake:
-            if not time.enough():
+            # The slots are written as the waiters' already: their wake-ups finish that write, and may take the
+            # time held back for the parts after this one (see SweepTime.enough_to_finish)
+            if not time.enough_to_finish():
                 unsent += 1  # (each waiter has its own backoff message)
                 continue
             try:

@@ -43,15 +43,25 @@ class OutOfTime(Exception):
 
 
 class SweepTime:
-    """The time a part may use: the invocation's remaining time less a reserve (and less the shares held back
-    for the parts after it)."""
+    """The time a part may use: the invocation's remaining time less a reserve, and less the shares held back
+    for the parts after it."""
 
-    def __init__(self, time_left: Callable[[], float], reserve: timedelta) -> None:
+    def __init__(
+        self, time_left: Callable[[], float], reserve: timedelta, *, held_back: timedelta = timedelta()
+    ) -> None:
         self._time_left = time_left
         self._reserve = reserve.total_seconds()
+        self._held_back = held_back.total_seconds()
 
     def enough(self) -> bool:
         """Whether another item may be started."""
+        return self._time_left() >= self._reserve + self._held_back
+
+    def enough_to_finish(self) -> bool:
+        """Whether the rest of an item begun may be done: what a write a part made leaves to do (the wake-ups
+        of the waiters the budget's write passed slots on to), which the parts after it may wait for. Only the
+        reserve is kept: an item half done (a slot written as a waiter's, the waiter not told) costs more than
+        the few seconds its calls take from the parts after it."""
         return self._time_left() >= self._reserve
 
     def cut_short(self, left_undone: str) -> OutOfTime:

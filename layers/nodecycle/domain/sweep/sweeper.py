@@ -90,7 +90,7 @@ class Sweeper:
         names = list(self._parts)
         for index, (name, part) in enumerate(self._parts.items()):
             later = sum((self._shares.get(after, timedelta()) for after in names[index + 1 :]), timedelta())
-            time = SweepTime(time_left, self._reserve + later)
+            time = SweepTime(time_left, self._reserve, held_back=later)
             try:
                 if not time.enough():
                     raise time.cut_short("not started")
