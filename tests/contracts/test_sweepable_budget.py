@@ -14,7 +14,7 @@ from typing import Protocol
 
 import pytest
 
-from nodecycle.domain.budget import BudgetDocument, BudgetLimits, DisruptionBudget
+from nodecycle.domain.budget import BudgetDocument, BudgetLimits, DisruptionBudget, Verdict
 from nodecycle.domain.budget.document import Holder, Waiter
 from nodecycle.domain.budget.service import SweepResult
 from nodecycle.domain.policy import Quantity
@@ -36,7 +36,7 @@ def holders() -> list[Holder]:
 
 
 class Sweepable(Protocol):
-    def sweep(self, *, stale: Callable[[Sequence[Holder | Waiter]], set[str]]) -> SweepResult: ...
+    def sweep(self, *, stale: Callable[[Sequence[Holder | Waiter]], Verdict]) -> SweepResult: ...
 
 
 def real(entries: list[Holder]) -> DisruptionBudget:
@@ -66,9 +66,9 @@ def test_the_judge_is_asked_about_the_owners_live_entries_only(
 ) -> None:
     asked: list[set[str]] = []
 
-    def stale(entries: Sequence[Holder | Waiter]) -> set[str]:
+    def stale(entries: Sequence[Holder | Waiter]) -> Verdict:
         asked.append({e.record_id for e in entries})
-        return {"i-1/terminate/a"}
+        return Verdict(stale=frozenset({"i-1/terminate/a"}))
 
     result = make(holders()).sweep(stale=stale)
 
@@ -81,9 +81,9 @@ def test_the_judge_is_not_asked_when_the_owner_has_no_live_entry(
 ) -> None:
     asked: list[Sequence[Holder | Waiter]] = []
 
-    def stale(entries: Sequence[Holder | Waiter]) -> set[str]:
+    def stale(entries: Sequence[Holder | Waiter]) -> Verdict:
         asked.append(entries)
-        return set()
+        return Verdict()
 
     result = make([h for h in holders() if h.node in ("n3", "n4")]).sweep(stale=stale)
 

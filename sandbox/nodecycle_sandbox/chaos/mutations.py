@@ -49,9 +49,9 @@ MUTATIONS = (
         "sweeper-stale-always",
         "the sweeper judges every budget entry of its owner stale",
         "nodecycle/domain/sweep/budget_entries.py",
-        "        def stale(entries: Sequence[Holder | Waiter]) -> set[str]:\n",
-        "        def stale(entries: Sequence[Holder | Waiter]) -> set[str]:\n"
-        "            return {entry.record_id for entry in entries}  # MUTATION: stale check always true\n",
+        "        def stale(entries: Sequence[Holder | Waiter]) -> Verdict:\n",
+        "        def stale(entries: Sequence[Holder | Waiter]) -> Verdict:\n"
+        "            return Verdict(stale=frozenset(e.record_id for e in entries))  # MUTATION: stale check always true\n",
     ),
     Mutation(
         "ownership-skipped",

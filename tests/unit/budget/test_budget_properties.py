@@ -34,6 +34,7 @@ from nodecycle.domain.budget import (
     SlotDecision,
     SlotReason,
     SlotRequest,
+    Verdict,
     rules,
 )
 from nodecycle.domain.budget.rules import MAX_PASSED
@@ -561,7 +562,7 @@ class BudgetMachine(RuleBasedStateMachine):
             h.node for h in before.holders if h.owner == owner and (h.expired(self.now()) or h.node in stale)
         }
         result = self.budgets[owner].sweep(
-            stale=lambda entries: {e.record_id for e in entries if e.node in stale}
+            stale=lambda entries: Verdict(stale=frozenset(e.record_id for e in entries if e.node in stale))
         )
         assert {h.node for h in result.holders} == expected
         assert all(w.owner == owner for w in result.waiters)

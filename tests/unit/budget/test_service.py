@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from nodecycle.adapters.kube.budget import BudgetNotInstalled
-from nodecycle.domain.budget import DisruptionBudget, Holder, SlotReason, Waiter
+from nodecycle.domain.budget import DisruptionBudget, Holder, SlotReason, Verdict, Waiter
 from nodecycle.domain.budget.rules import force_release
 from nodecycle.domain.errors import TransientError
 from tests.unit.budget.fakes import (
@@ -270,7 +270,7 @@ def test_a_cleanup_after_the_sweeper_removed_its_slot_wakes_nobody_the_sweep_pas
     budget.acquire(slot("n1"))
     budget.acquire(slot("w"))
     clock.advance(5)
-    assert budget.sweep(stale=lambda entries: {"rec-n1"}).wake == ("rec-w",)
+    assert budget.sweep(stale=lambda entries: Verdict(stale=frozenset({"rec-n1"}))).wake == ("rec-w",)
 
     # When n1's lifecycle cleans up: its release removes nothing (it only marks the node given back)
     clock.advance(5)
@@ -762,7 +762,7 @@ def test_the_sweepers_removal_of_an_expired_holder_wakes_the_waiter_it_made_elig
     budget = _a_holder_that_went_quiet(make_budget, clock, "2", None, ["w:a"])
 
     # When the sweeper runs (nothing of blue's is stale but x's expiry)
-    result = budget.sweep(stale=lambda entries: set())
+    result = budget.sweep(stale=lambda entries: Verdict())
 
     # Then w is woken
     assert result.wake == ("rec-w",)
@@ -784,9 +784,9 @@ def test_the_sweeper_removes_its_own_stale_entries_only_and_wakes_the_next(
 
     def stale(
         entries: Sequence[Holder | Waiter],
-    ) -> set[str]:  # the sweeper: n1's and g1's instances are gone
+    ) -> Verdict:  # the sweeper: n1's and g1's instances are gone
         asked.extend(entry.node for entry in entries)
-        return {entry.record_id for entry in entries if entry.node in {"n1", "g1"}}
+        return Verdict(stale=frozenset(entry.record_id for entry in entries if entry.node in {"n1", "g1"}))
 
     # When blue's sweeper runs
     result = blue.sweep(stale=stale)

@@ -1,5 +1,5 @@
 """The budget part of the sweep under failure and short time, on the real DisruptionBudget over the ConfigMap's
-stand-in (MemoryBudgetStore) and the real dispatcher: the wake-ups of the slots it passed on."""
+stand-in (MemoryBudgetStore) and the real dispatcher: a sweep cut short, the wake-ups of the slots it passed on."""
 
 from __future__ import annotations
 
@@ -7,12 +7,14 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+import pytest
+
 from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotRequest
 from nodecycle.domain.engine import Dispatcher
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.policy import Quantity
 from nodecycle.domain.sweep.budget_entries import StaleBudgetEntries
-from nodecycle.domain.sweep.sweep_time import SweepTime
+from nodecycle.domain.sweep.sweep_time import OutOfTime, SweepTime
 from tests.support.fakes import T0, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
 from tests.unit.budget.fakes import FakeInventory, MemoryBudgetStore, RecordingMetrics, node
 from tests.unit.foundation.test_engine import PLAN, make_record
@@ -127,6 +129,28 @@ class World:
         return [sent.message.record_id for sent in self.queues.take() if sent.message.wake]
 
 
+def test_a_sweep_cut_short_passes_no_slot_to_a_waiter_it_had_no_time_to_judge() -> None:
+    # Given a budget of 1 held by n1, whose lifecycle is over (its cleanup died), and two waiters in line: n2,
+    # whose lifecycle is over too, and n3, open; each record read is throttled (10 s), and the part's time lets
+    # it read one record only
+    world = World()
+    world.lifecycle("n1", over=True)
+    world.lifecycle("n2", over=True)
+    n3 = world.lifecycle("n3")
+    world.queues.take()
+
+    # When the sweep's budget part runs: it judges n1 stale (its record read), and has no time left to read n2's
+    with pytest.raises(OutOfTime, match="1 budget entries not judged"):
+        world.part()(world.open_records(), world.clock.now(), world.time(left=60, reserve=15, held_back=40))
+
+    # Then n1's slot goes to n3, whose lifecycle is open, and n2 keeps its place unjudged, for the next sweep
+    # (before: the slot went to n2, first in line, whose lifecycle is gone: nobody to wake, the slot idle until
+    # n2's entry expired or a sweep with the time to judge it came)
+    assert world.holders() == ["n3"]
+    assert world.waiters() == ["n2"]
+    assert world.woken() == [n3]
+
+
 def test_the_wake_ups_of_the_slots_a_sweep_passed_on_are_sent_with_the_time_of_the_parts_after_it() -> None:
     # Given a budget of 1 held by n1, whose lifecycle is over, n2 waiting (open); the read of n1's record takes
     # the part's time down into the shares held back for the parts after it, not into the reserve
@@ -144,5 +168,33 @@ def test_the_wake_ups_of_the_slots_a_sweep_passed_on_are_sent_with_the_time_of_t
     # (before: skipped for want of time, with the slot written as n2's: n2 learnt of it only at its own retry,
     # up to minutes, the slot idle meanwhile)
     assert counts["SweptHolders"] == 1
+    assert world.holders() == ["n2"]
+    assert world.woken() == [n2]
+
+
+def test_a_waiter_left_unjudged_that_asks_again_during_the_sweep_is_passed_the_slot() -> None:
+    # Given a budget of 1 held by n1, whose lifecycle is over, and n2 waiting, whose lifecycle began after the
+    # sweep listed the open ones (not among them); the part has time to read n1's record only
+    world = World()
+    world.lifecycle("n1", over=True)
+    n2 = world.lifecycle("n2")
+    world.open_ids.discard(n2)
+    snapshot = world.open_records()
+    world.queues.take()
+    world.clock.advance(200)  # (n2's place is renewed at its next ask: a third of its TTL passed)
+
+    # When n2 asks again between the sweep's read of the budget and its write (its place renewed: the write
+    # conflicts, and the sweep reads the budget again)
+    def asks_again() -> None:
+        world.budget.acquire(
+            SlotRequest(node="n2", instance_id="i-n2", zone="a", owner=OWNER, record_id=n2, token="n2")
+        )
+
+    world.store.interleave(asks_again)
+    with pytest.raises(OutOfTime, match="1 budget entries not judged"):
+        world.part()(snapshot, world.clock.now(), world.time(left=60, reserve=15, held_back=40))
+
+    # Then n1's slot goes to n2 all the same: a waiter that renewed its place since it was left unjudged asked
+    # meanwhile, and its lifecycle is alive
     assert world.holders() == ["n2"]
     assert world.woken() == [n2]

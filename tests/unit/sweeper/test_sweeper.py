@@ -12,7 +12,7 @@ from itertools import pairwise
 
 import pytest
 
-from nodecycle.domain.budget import Holder, SweepResult, Waiter
+from nodecycle.domain.budget import Holder, SweepResult, Verdict, Waiter
 from nodecycle.domain.completion import CompleteAction, ended_by
 from nodecycle.domain.engine import Dispatcher, Outcome
 from nodecycle.domain.errors import TransientError
@@ -533,10 +533,10 @@ class FakeBudget:
     owner: str = "stack-a"
     now: datetime = T0
 
-    def sweep(self, *, stale: Callable[[Sequence[Holder | Waiter]], set[str]]) -> SweepResult:
+    def sweep(self, *, stale: Callable[[Sequence[Holder | Waiter]], Verdict]) -> SweepResult:
         mine = [e for e in self.entries if e.owner == self.owner]
         live = [e for e in mine if not e.expired(self.now)]
-        doomed = stale(live) if live else set()
+        doomed = stale(live).stale if live else frozenset()
         self.judged = {e.node: e.record_id in doomed for e in live}
         removed = tuple(e for e in mine if e.expired(self.now) or self.judged[e.node])
         return SweepResult(holders=removed, waiters=(), wake=self.wake)

@@ -31,6 +31,16 @@ class SweepResult:
 
 
 @dataclass(frozen=True)
+class Verdict:
+    """The sweeper's judgement of this owner's live entries (see :meth:`DisruptionBudget.sweep`), by record id."""
+
+    stale: frozenset[str] = frozenset()  # to remove: the node, the instance or the lifecycle is gone
+    # Waiters whose lifecycle it could not tell alive (no time left to read its record, a read refused): kept in
+    # line, but passed no slot, which one whose lifecycle is gone would hold idle until its entry expired
+    unjudged: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
 class _Passed:
     wake: list[str]  # the record ids of this owner's lifecycles to wake
     waiters: tuple[Waiter, ...]  # those passed a slot by the write
@@ -184,15 +194,22 @@ class DisruptionBudget:
             )
         return doc
 
-    def sweep(self, *, stale: Callable[[Sequence[Holder | Waiter]], set[str]]) -> SweepResult:
+    def sweep(self, *, stale: Callable[[Sequence[Holder | Waiter]], Verdict]) -> SweepResult:
         """Remove this owner's entries that expired or that ``stale`` declares stale (node or instance gone,
         lifecycle record finished). ``stale`` is asked once, with every live entry of this owner in the document
         the update reads first, and answers the record ids of those that are stale: one read of the document
         when nothing is stale (an idle sweep), and the write carries the version the entries were judged in (a
         write that conflicts, more likely for the judgement's time, reads again and removes the entries judged
-        stale that are still as they were judged: the second read the sweep made every time before)."""
+        stale that are still as they were judged: the second read the sweep made every time before).
+
+        The room freed goes to this owner's eligible waiters, in the same write, but for the waiters ``stale``
+        left unjudged and that are still as they were then (one that renewed its place since asked meanwhile:
+        its lifecycle is alive): the room goes past them to the next, and they keep their places in line for
+        their own asks or the next sweep's judgement. Those are waiters whose lifecycle was not among the open
+        ones the sweep listed: a lifecycle that is over, most likely, or one that began during the sweep."""
         nodes = self._scope()
         doomed: list[Holder | Waiter] | None = None
+        unjudged: list[Waiter] = []
 
         def mutate(current: BudgetDocument | None) -> tuple[BudgetDocument | None, SweepResult]:
             nonlocal doomed
@@ -201,8 +218,9 @@ class DisruptionBudget:
             now = self._clock.now()
             if doomed is None:
                 live = [e for e in current.entries() if e.owner == self._owner and not e.expired(now)]
-                judged = stale(live) if live else set()
-                doomed = [entry for entry in live if entry.record_id in judged]
+                verdict = stale(live) if live else Verdict()
+                doomed = [entry for entry in live if entry.record_id in verdict.stale]
+                unjudged.extend(w for w in current.waiters if w in live and w.record_id in verdict.unjudged)
                 now = self._clock.now()  # (the judgement may have taken a while)
             expired = [e for e in current.entries() if e.owner == self._owner and e.expired(now)]
             doc = rules.prune(current, now)
@@ -224,7 +242,21 @@ class DisruptionBudget:
                 )
                 removed += [e for e in (holder, waiter) if e is not None]
             limits = self._own_limits(nodes, doc)
-            written, passed = self._pass_on(current, doc, limits, self._wake_list(doc, limits), now)
+            # The line the room freed is passed on in: without the waiters set aside
+            aside = [w for w in doc.waiters if w in unjudged]
+            line = (
+                doc
+                if not aside
+                else doc.model_copy(update={"waiters": tuple(w for w in doc.waiters if w not in aside)})
+            )
+            written, passed = self._pass_on(current, line, limits, self._wake_list(line, limits), now)
+            if line is not doc:
+                # the waiters set aside back in their places (nothing passed on: the write without a line set aside)
+                written = (
+                    _back_in_line(written, doc.waiters, aside)
+                    if passed.waiters
+                    else self._pass_on(current, doc, limits, (), now)[0]
+                )
             result = SweepResult(
                 holders=tuple(e for e in removed if isinstance(e, Holder)),
                 waiters=tuple(e for e in removed if isinstance(e, Waiter)),
@@ -474,6 +506,18 @@ class DisruptionBudget:
         if written.holders is not None:
             self._metrics.count("BudgetHolders", written.holders)
         return written.result
+
+
+def _back_in_line(
+    written: BudgetDocument | None, line: Sequence[Waiter], aside: Sequence[Waiter]
+) -> BudgetDocument | None:
+    """``written`` (a line without the waiters ``aside``, some passed a slot) with those waiters back in their
+    places of ``line``, the line as it was before."""
+    if written is None:
+        return None
+    now_waiting = {(w.node, w.record_id): w for w in written.waiters}
+    waiters = (w if w in aside else now_waiting.get((w.node, w.record_id)) for w in line)
+    return written.model_copy(update={"waiters": tuple(w for w in waiters if w is not None)})
 
 
 def _entries(waiters: Iterable[Waiter]) -> set[tuple[str, str]]:

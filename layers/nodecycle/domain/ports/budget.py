@@ -10,7 +10,7 @@ if TYPE_CHECKING:  # annotations only: the budget package imports these ports
     from nodecycle.domain.budget.document import BudgetDocument, Holder, Waiter
     from nodecycle.domain.budget.limits import NodeState
     from nodecycle.domain.budget.requests import SlotDecision, SlotRequest
-    from nodecycle.domain.budget.service import SweepResult
+    from nodecycle.domain.budget.service import SweepResult, Verdict
 
 
 class BudgetStore(Protocol):
@@ -68,6 +68,7 @@ class Slots(Protocol):
 class SweepableBudget(Protocol):
     """The disruption budget, as the sweeper uses it."""
 
-    def sweep(self, *, stale: Callable[[Sequence[Holder | Waiter]], set[str]]) -> SweepResult:
-        """Remove this owner's expired entries and those whose record ids ``stale`` answers."""
+    def sweep(self, *, stale: Callable[[Sequence[Holder | Waiter]], Verdict]) -> SweepResult:
+        """Remove this owner's expired entries and those ``stale`` judges stale; pass the room freed on to this
+        owner's eligible waiters but those it left unjudged."""
         ...

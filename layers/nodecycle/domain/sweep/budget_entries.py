@@ -7,7 +7,7 @@ import logging
 from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 
-from nodecycle.domain.budget import Holder, Waiter
+from nodecycle.domain.budget import Holder, Verdict, Waiter
 from nodecycle.domain.engine import Dispatcher
 from nodecycle.domain.model import LifecycleRecord
 from nodecycle.domain.ports.budget import SweepableBudget
@@ -41,16 +41,17 @@ class StaleBudgetEntries:
         unread: list[str] = []
         unjudged = 0
 
-        def stale(entries: Sequence[Holder | Waiter]) -> set[str]:
+        def stale(entries: Sequence[Holder | Waiter]) -> Verdict:
             # One node list and one batched instance check for all the entries judged: EC2 is asked about
             # exactly their instances (a lifecycle that started after the sweep's snapshot of open records
             # holds a slot too, and its instance is alive). The records are read one by one, each retried when
             # throttled: a read starts only while time is left, and an entry not judged is kept for the next
-            # sweep (the write of what was judged comes within the reserve).
+            # sweep (the write of what was judged comes within the reserve), and passed no slot.
             nonlocal unjudged
             nodes = self._node_names()
             alive = self._alive({entry.instance_id for entry in entries})
             doomed: set[str] = set()
+            unsure: set[str] = set()
             for entry in entries:
                 if entry.node not in nodes or entry.instance_id not in alive:
                     doomed.add(entry.record_id)  # (no record read needed)
@@ -58,9 +59,12 @@ class StaleBudgetEntries:
                     continue
                 elif not time.enough():
                     unjudged += 1
+                    unsure.add(entry.record_id)
                 elif self._over(entry, unread):
                     doomed.add(entry.record_id)
-            return doomed
+                elif entry.record_id in unread:
+                    unsure.add(entry.record_id)
+            return Verdict(stale=frozenset(doomed), unjudged=frozenset(unsure))
 
         result = self._budget.sweep(stale=stale)
         unwoken = unsent = 0
