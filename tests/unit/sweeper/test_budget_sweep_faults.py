@@ -1,5 +1,6 @@
 """The budget part of the sweep under failure and short time, on the real DisruptionBudget over the ConfigMap's
-stand-in (MemoryBudgetStore) and the real dispatcher: a sweep cut short, the wake-ups of the slots it passed on."""
+stand-in (MemoryBudgetStore) and the real dispatcher: a sweep cut short, EC2 refusing DescribeInstances, the
+wake-ups of the slots it passed on."""
 
 from __future__ import annotations
 
@@ -7,14 +8,18 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+import boto3
 import pytest
+from botocore.stub import Stubber
 
+from nodecycle.adapters.aws.instances import Ec2Instances
 from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotRequest
 from nodecycle.domain.engine import Dispatcher
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.policy import Quantity
 from nodecycle.domain.sweep.budget_entries import StaleBudgetEntries
 from nodecycle.domain.sweep.sweep_time import OutOfTime, SweepTime
+from nodecycle.domain.sweep.sweeper import SweepFailed
 from tests.support.fakes import T0, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
 from tests.unit.budget.fakes import FakeInventory, MemoryBudgetStore, RecordingMetrics, node
 from tests.unit.foundation.test_engine import PLAN, make_record
@@ -198,3 +203,65 @@ def test_a_waiter_left_unjudged_that_asks_again_during_the_sweep_is_passed_the_s
     # meanwhile, and its lifecycle is alive
     assert world.holders() == ["n2"]
     assert world.woken() == [n2]
+
+
+def refusing_ec2(code: str) -> Ec2Instances:
+    """Ec2Instances over a client whose DescribeInstances answers ``code`` (its retries spent)."""
+    client = boto3.client(
+        "ec2", region_name="eu-west-1", aws_access_key_id="testing", aws_secret_access_key="testing"
+    )
+    stubber = Stubber(client)
+    stubber.add_client_error("describe_instances", service_error_code=code, http_status_code=403)
+    stubber.activate()
+    return Ec2Instances(client)
+
+
+@pytest.mark.parametrize("code", ["UnauthorizedOperation", "RequestLimitExceeded"])
+def test_a_describe_instances_refused_still_frees_the_holders_the_nodes_and_records_show_gone(
+    code: str,
+) -> None:
+    # Given a budget of 3 held by n1, whose node is gone (its lifecycle still open), n2, whose lifecycle is over
+    # (its node still listed), and n3, live; and n4 waiting; EC2 refuses DescribeInstances (the role denied, or
+    # throttled past the client's retries)
+    world = World(limit="3")
+    world.lifecycle("n1")
+    world.lifecycle("n2", over=True)
+    world.lifecycle("n3")
+    n4 = world.lifecycle("n4")
+    world.nodes.discard("n1")
+    world.queues.take()
+
+    # When the sweep's budget part runs, Then it fails, saying EC2 refused
+    with pytest.raises(SweepFailed, match="instances"):
+        world.part(alive=refusing_ec2(code).alive)(
+            world.open_records(), world.clock.now(), world.time(300, 45)
+        )
+
+    # and yet n1's and n2's slots were freed, by what the node list and the records tell, and passed on to n4
+    # (before: the whole part failed, and the slots of instances known gone stayed until their TTL)
+    assert world.holders() == ["n3", "n4"]
+    assert world.woken() == [n4]
+
+
+def test_a_node_list_refused_still_frees_the_holders_ec2_and_the_records_show_gone() -> None:
+    # Given n1, whose instance is terminated, n2, whose lifecycle is over, n3, live, n4 waiting; the API server
+    # refuses the list of nodes
+    world = World(limit="3")
+    world.lifecycle("n1")
+    world.lifecycle("n2", over=True)
+    world.lifecycle("n3")
+    n4 = world.lifecycle("n4")
+    world.queues.take()
+
+    def refused() -> set[str]:
+        raise TimeoutError("listing nodes: the API server did not answer")
+
+    part = world.part(alive=AliveInstances({"i-n2", "i-n3", "i-n4"}), node_names=refused)
+
+    # When the sweep's budget part runs, Then it fails, saying the nodes could not be listed
+    with pytest.raises(SweepFailed, match="nodes"):
+        part(world.open_records(), world.clock.now(), world.time(300, 45))
+
+    # and n1's and n2's slots were freed all the same, and passed on to n4
+    assert world.holders() == ["n3", "n4"]
+    assert world.woken() == [n4]

@@ -39,6 +39,7 @@ class StaleBudgetEntries:
     def __call__(self, open_records: Sequence[LifecycleRecord], now: datetime, time: SweepTime) -> Counts:
         open_ids = {record.id for record in open_records}
         unread: list[str] = []
+        unasked: list[str] = []  # what could not be asked: the nodes' list, EC2
         unjudged = 0
 
         def stale(entries: Sequence[Holder | Waiter]) -> Verdict:
@@ -48,12 +49,18 @@ class StaleBudgetEntries:
             # throttled: a read starts only while time is left, and an entry not judged is kept for the next
             # sweep (the write of what was judged comes within the reserve), and passed no slot.
             nonlocal unjudged
-            nodes = self._node_names()
-            alive = self._alive({entry.instance_id for entry in entries})
+            nodes = self._asked("list the nodes", self._node_names, unasked)
+            alive = self._asked(
+                "ask EC2 about the instances", lambda: self._alive({e.instance_id for e in entries}), unasked
+            )
             doomed: set[str] = set()
             unsure: set[str] = set()
             for entry in entries:
-                if entry.node not in nodes or entry.instance_id not in alive:
+                # What is known gone is gone, whichever source tells it; one that could not be asked tells
+                # nothing, and the entry is judged by the others (its lifecycle's record last)
+                if (nodes is not None and entry.node not in nodes) or (
+                    alive is not None and entry.instance_id not in alive
+                ):
                     doomed.add(entry.record_id)  # (no record read needed)
                 elif entry.record_id in open_ids:
                     continue
@@ -81,7 +88,7 @@ class StaleBudgetEntries:
                 # still has its own backoff message. The sweep fails once all were tried.
                 log.exception("could not wake waiter %s for a freed budget slot", waiting)
                 unwoken += 1
-        failures = []
+        failures = [f"could not {what} (the entries were judged without)" for what in unasked]
         if unread:
             failures.append(f"could not read the lifecycles of {len(unread)} budget entries (kept)")
         if unwoken:
@@ -93,6 +100,19 @@ class StaleBudgetEntries:
         if failures:
             raise SweepFailed(f"{'; '.join(failures)}; the other entries were swept")
         return {"SweptHolders": len(result.holders), "SweptWaiters": len(result.waiters)}
+
+    @staticmethod
+    def _asked[T](what: str, ask: Callable[[], T], unasked: list[str]) -> T | None:
+        """What ``ask`` answers; None when it fails (the API server or EC2 refused, throttled past the client's
+        retries), noted in ``unasked``: the entries are judged by what the other sources tell, the part fails
+        once the budget is swept. (Before, one refusal failed the whole part: holders whose node was gone, or
+        whose lifecycle was over, kept their slots until their TTL.)"""
+        try:
+            return ask()
+        except Exception:
+            log.exception("could not %s for the budget sweep: judged without", what)
+            unasked.append(what)
+            return None
 
     def _over(self, entry: Holder | Waiter, unread: list[str]) -> bool:
         """Whether the entry's lifecycle is over. One record DynamoDB will not read (throttled past the
