@@ -4,7 +4,7 @@ answer alike.
 
 What the sweeper relies on: its judge (``stale``) is asked about this owner's live entries only, never about
 another owner's, nor about expired ones (which go unjudged), and not at all when there is none; the holders
-removed are those it judged stale and the expired ones, never another owner's."""
+removed are those it judged stale and the expired ones, never another owner's, nor one it left unjudged."""
 
 from __future__ import annotations
 
@@ -89,3 +89,13 @@ def test_the_judge_is_not_asked_when_the_owner_has_no_live_entry(
 
     assert asked == []
     assert [h.node for h in result.holders] == ["n3"]
+
+
+def test_an_entry_left_unjudged_is_kept(make: Callable[[list[Holder]], Sweepable]) -> None:
+    # (the judge had no time to read its lifecycle's record, or the read was refused)
+    def stale(entries: Sequence[Holder | Waiter]) -> Verdict:
+        return Verdict(stale=frozenset({"i-1/terminate/a"}), unjudged=frozenset({"i-2/terminate/b"}))
+
+    result = make(holders()).sweep(stale=stale)
+
+    assert {h.node for h in result.holders} == {"n1", "n3"}  # n2, unjudged, kept
