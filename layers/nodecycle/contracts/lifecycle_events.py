@@ -139,13 +139,16 @@ def load_json(body: str) -> Any:
         raise InvalidLifecycleEvent("malformed-json", f"body is not JSON: {error}") from None
 
 
-def from_sqs_data(data: Any) -> LifecycleEvent | TestNotification:
+def from_sqs_data(
+    data: Any, eventbridge_delivery: str = "sqs-eventbridge"
+) -> LifecycleEvent | TestNotification:
     """A message body already read as JSON: a hook notification, a test notification, or a lifecycle action
-    that an EventBridge rule with an SQS target delivered."""
+    that an EventBridge rule with an SQS target delivered (``eventbridge_delivery``: or another way by the
+    queue, see :mod:`.events`)."""
     if not isinstance(data, dict):
         raise InvalidLifecycleEvent("unknown-shape", f"body is a JSON {type(data).__name__}, not an object")
     if "detail-type" in data or "source" in data:
-        return from_eventbridge(data, delivery="sqs-eventbridge")
+        return from_eventbridge(data, delivery=eventbridge_delivery)
     if data.get("Event") == TEST_NOTIFICATION:
         return validate(TestNotification, data)
     if data.get("Service") == "AWS Auto Scaling" or "LifecycleTransition" in data:
