@@ -74,7 +74,11 @@ def test_a_lifecycle_actions_on_failure_record_redriven_is_taken_in_as_its_event
         event["detail"]["LifecycleActionToken"],
     )
     assert work(stack.drain_queue) == [{"record_id": record["id"], "seq": 0, "step": "acquire-slot"}]
-    assert '"level":"ERROR"' not in capsys.readouterr().out
+    output = capsys.readouterr().out
+    assert '"level":"ERROR"' not in output
+    # (told in the log: the operator redriving sees what came back, and by which path)
+    assert f"an on-failure record redriven: its event {event['id']} ({condition} after" in output
+    assert '"delivery":"sqs-redriven"' in output
 
 
 @pytest.mark.parametrize("shape", ["on-failure record", "bare event"])
