@@ -18,13 +18,14 @@ import boto3
 
 from nodecycle.adapters.aws.address_lines import DynamoAddressLines
 from nodecycle.adapters.aws.addresses import Ec2Addresses
+from nodecycle.adapters.aws.records import DynamoRecordStore
 from nodecycle.domain.eip.assign import AssignAddress
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.model import LifecycleRecord
 from nodecycle.domain.ports.addresses import OWNER_TAG, POOL_TAG
 from nodecycle.settings import EipSettings
 from nodecycle.wiring.common import eip_policy
-from tests.functions.eip.conftest import AwsLikeEc2, addresses, allocate, run_instances
+from tests.functions.eip.conftest import AwsLikeEc2, addresses, allocate, run_instances, store
 from tests.support.fakes import FakeMetrics
 from tests.support.stack import Stack
 from tests.unit.eip.fakes import launch_record
@@ -47,6 +48,19 @@ class ListsTogether(AwsLikeEc2):
         return found
 
 
+def wired(stack: Stack, settings: EipSettings, ec2: AwsLikeEc2) -> AssignAddress:
+    """ASSIGN_EIP as the eip function wires it (nodecycle.wiring.eip), with clients of its own (each Lambda
+    has its own): the pool's line and the lifecycle records on the stack's table."""
+    return AssignAddress(
+        owner="stack-a",
+        policy=eip_policy(settings),
+        addresses=Ec2Addresses(ec2),  # type: ignore[arg-type]  # a wrapped moto client
+        metrics=FakeMetrics(),
+        lines=DynamoAddressLines(stack.table, boto3.client("dynamodb")),
+        records=DynamoRecordStore(stack.table, ttl=timedelta(days=14), dynamodb=boto3.client("dynamodb")),
+    )
+
+
 def test_twenty_launches_racing_for_ten_pool_addresses_take_each_once_and_steal_none(stack: Stack) -> None:
     # Given a pool of 10 free addresses of this stack and 20 instances launching at once
     pool = {allocate(**{OWNER_TAG: "stack-a", POOL_TAG: "ci"}) for _ in range(POOL_SIZE)}
@@ -66,14 +80,12 @@ def test_twenty_launches_racing_for_ten_pool_addresses_take_each_once_and_steal_
     lock, barrier = threading.Lock(), threading.Barrier(LAUNCHES)
     clients = [ListsTogether(boto3.client("ec2"), lock, barrier) for _ in range(LAUNCHES)]
 
+    records = [launch_record(instance) for instance in instances]
+    for record in records:
+        assert store(stack).create(record)
+
     def launch(number: int) -> Outcome:
-        step = AssignAddress(
-            owner="stack-a",
-            policy=eip_policy(settings),
-            addresses=Ec2Addresses(clients[number]),  # type: ignore[arg-type]  # a wrapped moto client
-            metrics=FakeMetrics(),
-        )
-        return step(launch_record(instances[number]), datetime.now(UTC))
+        return wired(stack, settings, clients[number])(records[number], datetime.now(UTC))
 
     # When they all claim an address
     with ThreadPoolExecutor(max_workers=LAUNCHES) as threads:
@@ -118,17 +130,12 @@ def test_the_launches_left_without_an_address_in_a_race_all_wait_in_the_pools_li
     started = datetime.now(UTC)
 
     def launch(number: int, record: LifecycleRecord, now: datetime) -> Outcome:
-        step = AssignAddress(
-            owner="stack-a",
-            policy=eip_policy(settings),
-            addresses=Ec2Addresses(clients[number]),  # type: ignore[arg-type]  # a wrapped moto client
-            metrics=FakeMetrics(),
-            lines=DynamoAddressLines(stack.table, boto3.client("dynamodb")),
-        )
-        return step(record, now)
+        return wired(stack, settings, clients[number])(record, now)
 
     # When they all claim an address
     records = [launch_record(instance) for instance in instances]
+    for record in records:
+        assert store(stack).create(record)
     with ThreadPoolExecutor(max_workers=LAUNCHES) as threads:
         outcomes = list(threads.map(launch, range(LAUNCHES), records, [started] * LAUNCHES))
 

@@ -14,11 +14,15 @@ from __future__ import annotations
 import itertools
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from nodecycle.domain.eip.assign import AssignAddress
+from nodecycle.domain.eip.line import Line, Waiter
+from nodecycle.domain.engine import Outcome
 from nodecycle.domain.model import LifecycleRecord, Step, Transition, global_deadline, record_id
+from nodecycle.domain.policy import EipPolicy
 from nodecycle.domain.ports.addresses import (
     ALLOCATED_AT_TAG,
     GROUP_TAG,
@@ -32,6 +36,7 @@ from nodecycle.domain.ports.addresses import (
     AddressNotFound,
     InstanceUnavailable,
 )
+from tests.support.fakes import FakeMetrics, InMemoryRecords
 
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 OWNER = "stack-a"
@@ -247,6 +252,77 @@ class FakeAddresses:
 
     def _id(self, prefix: str) -> str:
         return f"{prefix}-{next(self._ids):04d}"
+
+
+@dataclass
+class FakeLines:
+    """The lines' store as DynamoDB keeps them: a write lands only over the version it read."""
+
+    lines: dict[str, Line] = field(default_factory=dict)
+    reads: int = 0
+    writes: int = 0
+    # a write of another writer that lands right before the next write of this one (a lost race)
+    racing: list[Sequence[Waiter]] = field(default_factory=list)
+
+    def read(self, key: str) -> Line:
+        self.reads += 1
+        return self.lines.get(key, Line())
+
+    def write(self, key: str, waiters: Sequence[Waiter], expected_version: int) -> bool:
+        self.writes += 1
+        current = self.lines.get(key, Line())
+        if self.racing:
+            current = Line(tuple(self.racing.pop(0)), current.version + 1)
+            self.lines[key] = current
+        if current.version != expected_version:
+            return False
+        self.lines[key] = Line(tuple(waiters), expected_version + 1)
+        return True
+
+    def waiting(self) -> list[str]:
+        return [waiter.instance_id for line in self.lines.values() for waiter in line.waiters]
+
+
+@dataclass
+class Wiring:
+    """What the eip function wires ASSIGN_EIP with besides EC2 (nodecycle.wiring.eip): the lifecycle records and
+    the pools' lines."""
+
+    records: InMemoryRecords = field(default_factory=InMemoryRecords)
+    lines: FakeLines = field(default_factory=FakeLines)
+
+    def assign(self, ec2: FakeAddresses, metrics: FakeMetrics, policy: EipPolicy) -> AsTheEngineRuns:
+        step = AssignAddress(
+            owner=OWNER, policy=policy, addresses=ec2, metrics=metrics, lines=self.lines, records=self.records
+        )
+        return AsTheEngineRuns(step, self.records)
+
+
+@dataclass
+class AsTheEngineRuns:
+    """ASSIGN_EIP run as the engine runs it: on the launch's record as stored (the engine reads it from the table
+    and runs the step on it), and what the step decided committed to it, so that each launch in a pool's line
+    has its record, at its step, for the launches behind it to look up."""
+
+    step: AssignAddress
+    records: InMemoryRecords
+
+    def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
+        self._store(record)
+        outcome = self.step(record, now)
+        changed = record.model_copy(update=dict(outcome.changes))
+        if not outcome.again:
+            following = record.plan[record.plan.index(record.step) + 1]
+            changed = changed.model_copy(update={"step": outcome.then or following})
+        self._store(changed)
+        return outcome
+
+    def _store(self, record: LifecycleRecord) -> None:
+        stored = self.records.get(record.id)
+        if stored is None:
+            assert self.records.create(record)
+        else:
+            assert self.records.commit(record.model_copy(update={"seq": stored.seq}), stored.seq)
 
 
 def lifecycle(

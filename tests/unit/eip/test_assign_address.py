@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from nodecycle.domain.eip.assign import (
+    FIRST_IN_LINE_DELAY,
     INSTANCE_DELAY,
     REFUSED_ATTEMPTS,
     VERIFY_DELAY,
     VERIFY_READS,
-    AssignAddress,
 )
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.errors import TransientError
@@ -31,7 +31,7 @@ from nodecycle.domain.ports.addresses import (
 from nodecycle.settings import EipSettings
 from nodecycle.wiring.common import eip_policy
 from tests.support.fakes import FakeMetrics
-from tests.unit.eip.fakes import GROUP, OWNER, T0, FakeAddresses, launch_record
+from tests.unit.eip.fakes import GROUP, OWNER, T0, AsTheEngineRuns, FakeAddresses, Wiring, launch_record
 
 INSTANCE = "i-0fedcba9876543210"
 OTHER = "i-0000000000000aaaa"
@@ -56,13 +56,9 @@ def settings(**overrides: Any) -> EipSettings:
     return EipSettings.model_validate(values)
 
 
-def step(ec2: FakeAddresses, metrics: FakeMetrics, **overrides: Any) -> AssignAddress:
-    return AssignAddress(
-        owner=OWNER,
-        policy=eip_policy(settings(**overrides)),
-        addresses=ec2,
-        metrics=metrics,
-    )
+def step(ec2: FakeAddresses, metrics: FakeMetrics, wiring: Wiring, **overrides: Any) -> AsTheEngineRuns:
+    """ASSIGN_EIP as the eip function wires it (the records, the pools' lines), run as its engine runs it."""
+    return wiring.assign(ec2, metrics, eip_policy(settings(**overrides)))
 
 
 def after(record: LifecycleRecord, outcome: Outcome) -> LifecycleRecord:
@@ -87,17 +83,22 @@ def metrics() -> FakeMetrics:
     return FakeMetrics()
 
 
+@pytest.fixture
+def wiring() -> Wiring:
+    return Wiring()
+
+
 # -- allocate mode -------------------------------------------------------------------------------------
 
 
 def test_a_launch_gets_a_new_address_tagged_for_its_instance_and_goes_on_once_it_holds(
-    ec2: FakeAddresses, metrics: FakeMetrics
+    ec2: FakeAddresses, metrics: FakeMetrics, wiring: Wiring
 ) -> None:
     # Given a running instance whose launch needs an address
     record = launch_record(INSTANCE)
 
     # When the step runs
-    outcome = step(ec2, metrics)(record, T0)
+    outcome = step(ec2, metrics, wiring)(record, T0)
 
     # Then the instance holds a new address tagged at creation, and the lifecycle goes on with it recorded
     (eip,) = ec2.on(INSTANCE)
@@ -116,13 +117,13 @@ def test_a_launch_gets_a_new_address_tagged_for_its_instance_and_goes_on_once_it
 
 
 def test_a_redelivery_after_the_association_keeps_the_address_and_allocates_nothing(
-    ec2: FakeAddresses, metrics: FakeMetrics
+    ec2: FakeAddresses, metrics: FakeMetrics, wiring: Wiring
 ) -> None:
     # Given an instance that holds the address an earlier delivery gave it
     held = ec2.add(allocated_for=INSTANCE, on=INSTANCE)
 
     # When the same launch message is delivered again
-    outcome = step(ec2, metrics)(launch_record(INSTANCE), T0)
+    outcome = step(ec2, metrics, wiring)(launch_record(INSTANCE), T0)
 
     # Then it keeps that address: nothing allocated, nothing associated
     assert went_on(outcome)
@@ -132,7 +133,7 @@ def test_a_redelivery_after_the_association_keeps_the_address_and_allocates_noth
 
 
 def test_a_spare_address_associated_after_the_listing_is_not_released_where_ec2_would_release_it_in_use(
-    ec2: FakeAddresses, metrics: FakeMetrics
+    ec2: FakeAddresses, metrics: FakeMetrics, wiring: Wiring
 ) -> None:
     # Given EC2 in a default VPC (ReleaseAddress disassociates an address in use and releases it without an
     # error), an instance holding its address, and a spare allocated for it that another instance gets
@@ -143,7 +144,7 @@ def test_a_spare_address_associated_after_the_listing_is_not_released_where_ec2_
     ec2.after["find"] = lambda *_: ec2.take(spare, OTHER)
 
     # When the launch keeps its address and releases the spares
-    outcome = step(ec2, metrics)(launch_record(INSTANCE), T0)
+    outcome = step(ec2, metrics, wiring)(launch_record(INSTANCE), T0)
 
     # Then the spare stays where it is now: released, it would be taken from the other instance
     assert went_on(outcome)
@@ -153,7 +154,7 @@ def test_a_spare_address_associated_after_the_listing_is_not_released_where_ec2_
 
 
 def test_a_spare_address_ec2_refuses_to_release_is_left_to_the_sweeper_and_the_launch_keeps_its_own(
-    ec2: FakeAddresses, metrics: FakeMetrics
+    ec2: FakeAddresses, metrics: FakeMetrics, wiring: Wiring
 ) -> None:
     # Given an instance that holds the address a delivery gave it, a spare a concurrent delivery allocated for
     # it, and EC2 refusing to release that spare every time (a service control policy that denies
@@ -161,7 +162,7 @@ def test_a_spare_address_ec2_refuses_to_release_is_left_to_the_sweeper_and_the_l
     held = ec2.add(allocated_for=INSTANCE, on=INSTANCE)
     spare = ec2.add(allocated_for=INSTANCE)
     ec2.faults["release"].extend([AddressRefused("UnauthorizedOperation")] * REFUSED_ATTEMPTS)
-    assign, record = step(ec2, metrics, eip_failure_policy="abandon"), launch_record(INSTANCE)
+    assign, record = step(ec2, metrics, wiring, eip_failure_policy="abandon"), launch_record(INSTANCE)
 
     # When the launch step runs, as often as it asks to run again
     outcome = assign(record, T0)
@@ -182,16 +183,16 @@ def test_a_spare_address_ec2_refuses_to_release_is_left_to_the_sweeper_and_the_l
 
 
 def test_a_crash_between_allocation_and_association_is_repaired_by_the_next_delivery(
-    ec2: FakeAddresses, metrics: FakeMetrics
+    ec2: FakeAddresses, metrics: FakeMetrics, wiring: Wiring
 ) -> None:
     # Given a delivery that allocated an address and died before associating it
     ec2.faults["associate"].append(LambdaDied())
     with pytest.raises(LambdaDied):
-        step(ec2, metrics)(launch_record(INSTANCE), T0)
+        step(ec2, metrics, wiring)(launch_record(INSTANCE), T0)
     (leftover,) = ec2.eips
 
     # When the message is delivered again
-    outcome = step(ec2, metrics)(launch_record(INSTANCE), T0)
+    outcome = step(ec2, metrics, wiring)(launch_record(INSTANCE), T0)
 
     # Then the address tagged for the instance is associated, and no second one is allocated
     assert went_on(outcome)
@@ -202,16 +203,16 @@ def test_a_crash_between_allocation_and_association_is_repaired_by_the_next_deli
 
 @pytest.mark.parametrize("meanwhile", ["allocate", "associate"])
 def test_two_deliveries_of_one_launch_running_at_once_leave_one_address(
-    ec2: FakeAddresses, metrics: FakeMetrics, meanwhile: str
+    ec2: FakeAddresses, metrics: FakeMetrics, wiring: Wiring, meanwhile: str
 ) -> None:
     # Given two deliveries of the same launch message, the second running whole while the first is
     # about to allocate (both allocate) or about to associate (the second finds the first's address)
     record = launch_record(INSTANCE)
     second: list[Outcome] = []
-    ec2.before[meanwhile] = lambda *_: second.append(step(ec2, metrics)(record, T0))
+    ec2.before[meanwhile] = lambda *_: second.append(step(ec2, metrics, wiring)(record, T0))
 
     # When the first one finishes too
-    first = step(ec2, metrics)(record, T0)
+    first = step(ec2, metrics, wiring)(record, T0)
 
     # Then both went on with the same address, and the instance has that one address only
     (eip,) = ec2.eips.values()
@@ -222,7 +223,7 @@ def test_two_deliveries_of_one_launch_running_at_once_leave_one_address(
 
 
 def test_an_association_that_does_not_show_yet_is_verified_on_a_later_run_without_sleeping(
-    ec2: FakeAddresses, metrics: FakeMetrics, monkeypatch: pytest.MonkeyPatch
+    ec2: FakeAddresses, metrics: FakeMetrics, wiring: Wiring, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given DescribeAddresses that shows a new association only on its second read
     ec2.lag = 1
@@ -230,14 +231,14 @@ def test_an_association_that_does_not_show_yet_is_verified_on_a_later_run_withou
     record = launch_record(INSTANCE)
 
     # When the step runs
-    waiting = step(ec2, metrics)(record, T0)
+    waiting = step(ec2, metrics, wiring)(record, T0)
 
     # Then it waits a short while (the engine re-enqueues the message) instead of going on blind
     assert waiting.again
     assert waiting.delay == VERIFY_DELAY
 
     # And when it runs again, it reads the association, allocating and associating nothing more
-    outcome = step(ec2, metrics)(after(record, waiting), T0)
+    outcome = step(ec2, metrics, wiring)(after(record, waiting), T0)
     assert went_on(outcome)
     assert outcome.changes["allocation_id"] == ec2.on(INSTANCE)[0].allocation_id
     assert "eip" not in outcome.changes["extra"]  # the step's scratch is gone with it
@@ -245,12 +246,12 @@ def test_an_association_that_does_not_show_yet_is_verified_on_a_later_run_withou
 
 
 def test_an_association_that_never_shows_is_looked_up_again_from_the_start(
-    ec2: FakeAddresses, metrics: FakeMetrics
+    ec2: FakeAddresses, metrics: FakeMetrics, wiring: Wiring
 ) -> None:
     # Given DescribeAddresses that lags longer than the step reads it
     ec2.lag = VERIFY_READS + 1
     record = launch_record(INSTANCE)
-    assign = step(ec2, metrics)
+    assign = step(ec2, metrics, wiring)
 
     # When the step has read it as often as it will
     outcomes = [assign(record, T0)]
@@ -267,20 +268,20 @@ def test_an_association_that_never_shows_is_looked_up_again_from_the_start(
 
 
 def test_an_address_released_behind_our_back_before_it_showed_is_replaced(
-    ec2: FakeAddresses, metrics: FakeMetrics
+    ec2: FakeAddresses, metrics: FakeMetrics, wiring: Wiring
 ) -> None:
     # Given an association not showing yet, and its address released by someone else meanwhile
     ec2.lag = 1
     record = launch_record(INSTANCE)
-    waiting = step(ec2, metrics)(record, T0)
+    waiting = step(ec2, metrics, wiring)(record, T0)
     ec2.lag = 0
     (gone,) = ec2.eips
     ec2.eips[gone].instance_id = ec2.eips[gone].association_id = None
     del ec2.eips[gone]
 
     # When the step runs again, and again
-    restart = step(ec2, metrics)(after(record, waiting), T0)
-    outcome = step(ec2, metrics)(after(after(record, waiting), restart), T0)
+    restart = step(ec2, metrics, wiring)(after(record, waiting), T0)
+    outcome = step(ec2, metrics, wiring)(after(after(record, waiting), restart), T0)
 
     # Then it counted a failure, started over and gave the instance a new address
     assert restart.again
@@ -295,20 +296,31 @@ def test_an_address_released_behind_our_back_before_it_showed_is_replaced(
     [("abandon", Step.COMPLETE, ActionResult.ABANDON), ("continue", None, None)],
 )
 def test_an_exhausted_address_quota_ends_the_assignment_as_the_failure_policy_says(
-    ec2: FakeAddresses, metrics: FakeMetrics, policy: str, goes_to: Step | None, result: ActionResult | None
+    ec2: FakeAddresses,
+    metrics: FakeMetrics,
+    wiring: Wiring,
+    policy: str,
+    goes_to: Step | None,
+    result: ActionResult | None,
 ) -> None:
     # Given an account whose Elastic IP quota is used up
     ec2.quota = 0
 
     # When a launch asks for an address, and again until EipWaitSeconds have passed without one given back
-    assign = step(ec2, metrics, eip_failure_policy=policy, eip_wait_seconds=600)
+    assign = step(ec2, metrics, wiring, eip_failure_policy=policy, eip_wait_seconds=600)
     record, now = launch_record(INSTANCE), T0
     outcome = assign(record, now)
+    looks = 1
     while outcome.again:
         assert metrics.counts["EipFailures"] == 0  # (waiting is not failing: the alarm waits too)
+        # (alone in the line of the launches waiting for the quota: the first in it, looking every 15 s)
+        assert outcome.delay == FIRST_IN_LINE_DELAY
+        assert wiring.lines.waiting() == [INSTANCE]
         record, now = after(record, outcome), now + timedelta(seconds=outcome.delay)
         outcome = assign(record, now)
-    assert now - T0 >= timedelta(seconds=600)
+        looks += 1
+    assert now - T0 == timedelta(seconds=600)
+    assert looks == 600 // FIRST_IN_LINE_DELAY + 1
 
     # Then the launch is abandoned (the group replaces the instance) or goes on without an address
     assert outcome.then is goes_to
@@ -317,6 +329,8 @@ def test_an_exhausted_address_quota_ends_the_assignment_as_the_failure_policy_sa
     assert outcome.changes["outcome"].startswith("eip-failed: address quota exceeded")
     assert metrics.counts["EipFailures"] == 1
     assert not ec2.eips
+    # And it left the line
+    assert wiring.lines.waiting() == []
 
 
 @pytest.mark.parametrize("mode", ["allocate", "pool"])
@@ -327,6 +341,7 @@ def test_an_exhausted_address_quota_ends_the_assignment_as_the_failure_policy_sa
 def test_an_instance_that_holds_an_address_not_ours_keeps_it_and_the_failure_policy_says_what_next(
     ec2: FakeAddresses,
     metrics: FakeMetrics,
+    wiring: Wiring,
     mode: str,
     policy: str,
     goes_to: Step | None,
@@ -339,7 +354,7 @@ def test_an_instance_that_holds_an_address_not_ours_keeps_it_and_the_failure_pol
     theirs = ec2.add(owner="stack-b", allocated_for=INSTANCE, on=INSTANCE)
 
     # When the launch asks for an address
-    outcome = step(ec2, metrics, eip_mode=mode, eip_pool_name=POOL, eip_failure_policy=policy)(
+    outcome = step(ec2, metrics, wiring, eip_mode=mode, eip_pool_name=POOL, eip_failure_policy=policy)(
         launch_record(INSTANCE), T0
     )
 
@@ -356,13 +371,13 @@ def test_an_instance_that_holds_an_address_not_ours_keeps_it_and_the_failure_pol
 
 
 def test_an_address_on_another_interface_of_the_instance_does_not_stop_it_getting_one(
-    ec2: FakeAddresses, metrics: FakeMetrics
+    ec2: FakeAddresses, metrics: FakeMetrics, wiring: Wiring
 ) -> None:
     # Given an instance whose bootstrap attached an interface that carries an operator's address: an
     # association with the instance (its primary private IP) leaves that one where it is
     theirs = ec2.add(owner=None, on=INSTANCE, secondary=True)
 
-    outcome = step(ec2, metrics)(launch_record(INSTANCE), T0)
+    outcome = step(ec2, metrics, wiring)(launch_record(INSTANCE), T0)
 
     assert went_on(outcome)
     assert ec2.eips[theirs].instance_id == INSTANCE
@@ -371,14 +386,14 @@ def test_an_address_on_another_interface_of_the_instance_does_not_stop_it_gettin
 
 
 def test_our_address_for_the_instance_that_a_concurrent_delivery_associated_since_the_listing_is_kept(
-    ec2: FakeAddresses, metrics: FakeMetrics
+    ec2: FakeAddresses, metrics: FakeMetrics, wiring: Wiring
 ) -> None:
     # Given the address an earlier delivery allocated, associated by a concurrent one right after this
     # delivery listed the addresses allocated for the instance
     ours = ec2.add(allocated_for=INSTANCE)
     ec2.before["on_primary_ip"] = lambda instance: ec2.take(ours, instance)
 
-    outcome = step(ec2, metrics)(launch_record(INSTANCE), T0)
+    outcome = step(ec2, metrics, wiring)(launch_record(INSTANCE), T0)
 
     # Then it is the instance's address, not one in the way
     assert went_on(outcome)
@@ -391,12 +406,17 @@ def test_our_address_for_the_instance_that_a_concurrent_delivery_associated_sinc
     [("abandon", Step.COMPLETE, ActionResult.ABANDON), ("continue", None, None)],
 )
 def test_an_association_ec2_refuses_for_good_ends_the_assignment_as_the_failure_policy_says(
-    ec2: FakeAddresses, metrics: FakeMetrics, policy: str, goes_to: Step | None, result: ActionResult | None
+    ec2: FakeAddresses,
+    metrics: FakeMetrics,
+    wiring: Wiring,
+    policy: str,
+    goes_to: Step | None,
+    result: ActionResult | None,
 ) -> None:
     # Given a subnet without an internet gateway: EC2 refuses every association (Gateway.NotAttached)
     refuse = AddressRefused("Gateway.NotAttached")
     ec2.faults["associate"].extend([refuse] * REFUSED_ATTEMPTS)
-    assign, record = step(ec2, metrics, eip_failure_policy=policy), launch_record(INSTANCE)
+    assign, record = step(ec2, metrics, wiring, eip_failure_policy=policy), launch_record(INSTANCE)
 
     # When a launch asks for an address: it is asked again a few times, minutes apart (a denial may be IAM
     # still propagating after a stack update)
@@ -418,46 +438,46 @@ def test_an_association_ec2_refuses_for_good_ends_the_assignment_as_the_failure_
 
 
 def test_throttling_leaves_the_retry_to_the_engine_and_counts_a_failure(
-    ec2: FakeAddresses, metrics: FakeMetrics
+    ec2: FakeAddresses, metrics: FakeMetrics, wiring: Wiring
 ) -> None:
     # Given EC2 throttling the allocation
     ec2.faults["allocate"].append(TransientError("RequestLimitExceeded"))
 
     # When the step runs, Then the engine gets the transient error to retry with backoff
     with pytest.raises(TransientError):
-        step(ec2, metrics)(launch_record(INSTANCE), T0)
+        step(ec2, metrics, wiring)(launch_record(INSTANCE), T0)
     assert metrics.counts["EipFailures"] == 1
     assert not ec2.eips
 
 
 def test_a_pending_instance_is_waited_for_and_gets_the_address_allocated_for_it(
-    ec2: FakeAddresses, metrics: FakeMetrics
+    ec2: FakeAddresses, metrics: FakeMetrics, wiring: Wiring
 ) -> None:
     # Given an instance still pending, which EC2 refuses an address
     ec2.launch(INSTANCE, state="pending")
     record = launch_record(INSTANCE)
 
     # When the step runs, Then it waits for the instance
-    waiting = step(ec2, metrics)(record, T0)
+    waiting = step(ec2, metrics, wiring)(record, T0)
     assert waiting.again
     assert waiting.delay == INSTANCE_DELAY
 
     # And once the instance runs, it gets the address allocated before, not a second one
     ec2.launch(INSTANCE, state="running")
-    outcome = step(ec2, metrics)(after(record, waiting), T0)
+    outcome = step(ec2, metrics, wiring)(after(record, waiting), T0)
     assert went_on(outcome)
     assert ec2.count("allocate") == 1
     assert len(ec2.on(INSTANCE)) == len(ec2.eips) == 1
 
 
 def test_an_instance_already_gone_fails_the_launch_and_its_new_address_is_released(
-    ec2: FakeAddresses, metrics: FakeMetrics
+    ec2: FakeAddresses, metrics: FakeMetrics, wiring: Wiring
 ) -> None:
     # Given an instance terminated before its launch step ran
     ec2.terminate(INSTANCE)
 
     # When the step runs
-    outcome = step(ec2, metrics)(launch_record(INSTANCE), T0)
+    outcome = step(ec2, metrics, wiring)(launch_record(INSTANCE), T0)
 
     # Then the launch ends per policy and the address allocated for it does not leak
     assert outcome.then is Step.COMPLETE
@@ -470,7 +490,7 @@ def test_an_instance_already_gone_fails_the_launch_and_its_new_address_is_releas
 
 
 def test_pool_mode_claims_a_free_address_of_its_pool_and_never_one_in_use_or_not_its_own(
-    ec2: FakeAddresses, metrics: FakeMetrics
+    ec2: FakeAddresses, metrics: FakeMetrics, wiring: Wiring
 ) -> None:
     # Given a pool with one address in use and one free, and free addresses of another owner or pool
     in_use = ec2.add(pool=POOL, on=OTHER)
@@ -482,7 +502,7 @@ def test_pool_mode_claims_a_free_address_of_its_pool_and_never_one_in_use_or_not
     ]
 
     # When a launch claims an address
-    outcome = step(ec2, metrics, eip_mode="pool", eip_pool_name=POOL)(launch_record(INSTANCE), T0)
+    outcome = step(ec2, metrics, wiring, eip_mode="pool", eip_pool_name=POOL)(launch_record(INSTANCE), T0)
 
     # Then it holds the free one, the one in use stays where it was, the others are untouched
     assert went_on(outcome)
@@ -494,7 +514,7 @@ def test_pool_mode_claims_a_free_address_of_its_pool_and_never_one_in_use_or_not
 
 
 def test_pool_mode_tries_the_next_free_address_when_another_launch_took_one_first(
-    ec2: FakeAddresses, metrics: FakeMetrics
+    ec2: FakeAddresses, metrics: FakeMetrics, wiring: Wiring
 ) -> None:
     # Given two free pool addresses, and another launch that associates whichever one this launch reaches
     # for first, between this launch's listing and its AssociateAddress
@@ -502,7 +522,7 @@ def test_pool_mode_tries_the_next_free_address_when_another_launch_took_one_firs
     ec2.before["associate"] = lambda allocation_id, _instance: ec2.take(allocation_id, OTHER)
 
     # When the launch claims an address
-    outcome = step(ec2, metrics, eip_mode="pool", eip_pool_name=POOL)(launch_record(INSTANCE), T0)
+    outcome = step(ec2, metrics, wiring, eip_mode="pool", eip_pool_name=POOL)(launch_record(INSTANCE), T0)
 
     # Then EC2 refused the first (not moved: the other launch keeps it) and the launch holds the second
     assert went_on(outcome)
@@ -521,7 +541,7 @@ def test_concurrent_pool_claims_of_other_launches_reach_for_different_addresses(
         ec2.launch(instance)
         for _ in range(5):
             ec2.add(pool=POOL)
-        step(ec2, FakeMetrics(), eip_mode="pool", eip_pool_name=POOL)(launch_record(instance), T0)
+        step(ec2, FakeMetrics(), Wiring(), eip_mode="pool", eip_pool_name=POOL)(launch_record(instance), T0)
         first_choices.add(ec2.on(instance)[0].allocation_id)
 
     # Then they do not all reach for the same one (which would make every concurrent claim collide)
@@ -529,13 +549,13 @@ def test_concurrent_pool_claims_of_other_launches_reach_for_different_addresses(
 
 
 def test_two_deliveries_of_one_pool_launch_reach_for_the_same_address_and_take_it_once(
-    ec2: FakeAddresses, metrics: FakeMetrics
+    ec2: FakeAddresses, metrics: FakeMetrics, wiring: Wiring
 ) -> None:
     # Given a pool of five free addresses, and one launch's message delivered twice at the same moment (SQS
     # at least once: two containers), each delivery having listed the pool before either associated
     for _ in range(5):
         ec2.add(pool=POOL)
-    first, second = (step(ec2, metrics, eip_mode="pool", eip_pool_name=POOL) for _ in range(2))
+    first, second = (step(ec2, metrics, wiring, eip_mode="pool", eip_pool_name=POOL) for _ in range(2))
     record = launch_record(INSTANCE)
     outcomes: list[Outcome] = []
     ec2.before["associate"] = lambda *args: outcomes.append(second(record, T0))
@@ -552,14 +572,20 @@ def test_two_deliveries_of_one_pool_launch_reach_for_the_same_address_and_take_i
 
 @pytest.mark.parametrize(("policy", "goes_to"), [("abandon", Step.COMPLETE), ("continue", None)])
 def test_an_empty_pool_ends_the_assignment_as_the_failure_policy_says(
-    ec2: FakeAddresses, metrics: FakeMetrics, policy: str, goes_to: Step | None
+    ec2: FakeAddresses, metrics: FakeMetrics, wiring: Wiring, policy: str, goes_to: Step | None
 ) -> None:
     # Given a pool whose only address is in use
     ec2.add(pool=POOL, on=OTHER)
 
     # When a launch claims an address, with no wait for one to be given back
     outcome = step(
-        ec2, metrics, eip_mode="pool", eip_pool_name=POOL, eip_failure_policy=policy, eip_wait_seconds=0
+        ec2,
+        metrics,
+        wiring,
+        eip_mode="pool",
+        eip_pool_name=POOL,
+        eip_failure_policy=policy,
+        eip_wait_seconds=0,
     )(launch_record(INSTANCE), T0)
 
     # Then nothing is taken from the other instance and the launch ends per policy
@@ -571,43 +597,49 @@ def test_an_empty_pool_ends_the_assignment_as_the_failure_policy_says(
 
 
 def test_a_launch_that_finds_the_pool_empty_takes_the_address_a_terminated_instance_gives_back(
-    ec2: FakeAddresses, metrics: FakeMetrics
+    ec2: FakeAddresses, metrics: FakeMetrics, wiring: Wiring
 ) -> None:
     # Given a pool sized to the fleet, in an instance refresh: the pool's one address is on the instance being
     # replaced, which drains while its replacement launches
     held = ec2.add(pool=POOL, on=OTHER)
-    assign = step(ec2, metrics, eip_mode="pool", eip_pool_name=POOL)
+    assign = step(ec2, metrics, wiring, eip_mode="pool", eip_pool_name=POOL)
     record = launch_record(INSTANCE)
 
     # When the replacement finds the pool empty, and the drain ends two minutes later (its address returned)
     first = assign(record, T0)
     record, now = after(record, first), T0 + timedelta(seconds=first.delay)
+    delays = [first.delay]
     while now < T0 + timedelta(seconds=120):
         outcome = assign(record, now)
         assert outcome.again
+        assert wiring.lines.waiting() == [INSTANCE]
+        delays.append(outcome.delay)
         record, now = after(record, outcome), now + timedelta(seconds=outcome.delay)
     ec2.terminate(OTHER)
     outcome = assign(record, now)
 
-    # Then the replacement takes it, instead of being abandoned (and another launched, and abandoned...)
+    # Then the replacement takes it, instead of being abandoned (and another launched, and abandoned...): alone
+    # in the pool's line, it is the first in it, and looked every 15 s (the address is not left free a minute)
     assert first.again
-    assert 15 <= first.delay <= 60
+    assert set(delays) == {FIRST_IN_LINE_DELAY}
     assert went_on(outcome), outcome
     assert outcome.changes["allocation_id"] == held
     assert [eip.allocation_id for eip in ec2.on(INSTANCE)] == [held]
     assert metrics.counts["EipFailures"] == 0
+    # And it left the line
+    assert wiring.lines.waiting() == []
 
 
 def test_an_empty_pool_grows_by_one_address_when_the_settings_allow_it(
-    ec2: FakeAddresses, metrics: FakeMetrics
+    ec2: FakeAddresses, metrics: FakeMetrics, wiring: Wiring
 ) -> None:
     # Given an empty pool that may grow
     ec2.add(pool=POOL, on=OTHER)
 
     # When a launch claims an address
-    outcome = step(ec2, metrics, eip_mode="pool", eip_pool_name=POOL, eip_pool_allocate_when_empty="true")(
-        launch_record(INSTANCE), T0
-    )
+    outcome = step(
+        ec2, metrics, wiring, eip_mode="pool", eip_pool_name=POOL, eip_pool_allocate_when_empty="true"
+    )(launch_record(INSTANCE), T0)
 
     # Then a new address joins the pool (tagged as a pool member and as this stack's) and the launch holds it
     assert went_on(outcome)
@@ -618,14 +650,14 @@ def test_an_empty_pool_grows_by_one_address_when_the_settings_allow_it(
 
 
 def test_a_pool_claim_delivered_again_keeps_what_the_first_delivery_claimed(
-    ec2: FakeAddresses, metrics: FakeMetrics
+    ec2: FakeAddresses, metrics: FakeMetrics, wiring: Wiring
 ) -> None:
     # Given an instance that holds a pool address, and a free one left in the pool
     held = ec2.add(pool=POOL, on=INSTANCE)
     ec2.add(pool=POOL)
 
     # When the launch message is delivered again
-    outcome = step(ec2, metrics, eip_mode="pool", eip_pool_name=POOL)(launch_record(INSTANCE), T0)
+    outcome = step(ec2, metrics, wiring, eip_mode="pool", eip_pool_name=POOL)(launch_record(INSTANCE), T0)
 
     # Then the instance keeps its address and claims no second one
     assert outcome.changes["allocation_id"] == held
@@ -633,14 +665,14 @@ def test_a_pool_claim_delivered_again_keeps_what_the_first_delivery_claimed(
 
 
 def test_an_address_refused_as_associated_but_on_this_instance_is_kept(
-    ec2: FakeAddresses, metrics: FakeMetrics
+    ec2: FakeAddresses, metrics: FakeMetrics, wiring: Wiring
 ) -> None:
     # Given a pool address that a concurrent delivery of this launch associates first
     address = ec2.add(pool=POOL)
     ec2.before["associate"] = lambda allocation_id, instance: ec2.take(allocation_id, instance)
 
     # When this delivery's AssociateAddress is refused
-    outcome = step(ec2, metrics, eip_mode="pool", eip_pool_name=POOL)(launch_record(INSTANCE), T0)
+    outcome = step(ec2, metrics, wiring, eip_mode="pool", eip_pool_name=POOL)(launch_record(INSTANCE), T0)
 
     # Then it sees the address on its own instance and goes on with it
     assert went_on(outcome)
@@ -649,9 +681,9 @@ def test_an_address_refused_as_associated_but_on_this_instance_is_kept(
 
 
 def test_with_eip_mode_turned_off_since_the_plan_was_made_the_launch_goes_on_without_calls(
-    ec2: FakeAddresses, metrics: FakeMetrics
+    ec2: FakeAddresses, metrics: FakeMetrics, wiring: Wiring
 ) -> None:
-    outcome = step(ec2, metrics, eip_mode="off")(launch_record(INSTANCE), T0)
+    outcome = step(ec2, metrics, wiring, eip_mode="off")(launch_record(INSTANCE), T0)
 
     assert went_on(outcome)
     assert ec2.calls == []

@@ -17,7 +17,7 @@ from nodecycle.domain.ports.lifecycle import WorkMessage
 from nodecycle.settings import EipSettings
 from nodecycle.wiring.common import eip_policy
 from tests.support.fakes import FakeAutoscaling, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
-from tests.unit.eip.fakes import GROUP, OWNER, T0, FakeAddresses, launch_record, terminate_record
+from tests.unit.eip.fakes import GROUP, OWNER, T0, FakeAddresses, FakeLines, launch_record, terminate_record
 
 INSTANCE = "i-0fedcba9876543210"
 QUICK = EngineTiming(
@@ -36,8 +36,11 @@ def eip_engine(
     queues: RecordingQueues | None = None,
     autoscaling: FakeAutoscaling | None = None,
     timing: EngineTiming | None = None,
+    lines: FakeLines | None = None,
+    mode: str = "allocate",
 ) -> StepEngine:
-    """The eip function's engine: its two steps on the fake EC2."""
+    """The eip function's engine: its two steps on the fake EC2, ASSIGN_EIP with the pools' lines and the
+    engine's own records (nodecycle.wiring.eip)."""
     settings = EipSettings.model_validate(
         {
             "owner_id": OWNER,
@@ -46,7 +49,8 @@ def eip_engine(
             "eip_queue_url": "https://sqs.example/eip",
             "wake_queue_url": "https://sqs.example/wake",
             "managed_groups": GROUP,
-            "eip_mode": "allocate",
+            "eip_mode": mode,
+            "eip_pool_name": "ci" if mode == "pool" else None,
         }
     )
     metrics = FakeMetrics()
@@ -56,7 +60,12 @@ def eip_engine(
         steps={
             Step.COMPLETE: CompleteAction(autoscaling, metrics),
             Step.ASSIGN_EIP: AssignAddress(
-                owner=OWNER, policy=eip_policy(settings), addresses=ec2, metrics=metrics
+                owner=OWNER,
+                policy=eip_policy(settings),
+                addresses=ec2,
+                metrics=metrics,
+                lines=lines if lines is not None else FakeLines(),
+                records=records,
             ),
             Step.RELEASE_EIP: ReleaseAddresses(owner=OWNER, addresses=ec2, metrics=metrics),
         },
@@ -203,3 +212,42 @@ def test_a_step_that_runs_late_but_whose_action_is_still_alive_goes_on_and_renew
     assert moved is not None
     assert moved.verified_at == clock.now()
     assert [action for action, _ in autoscaling.completed] == [record.action]
+
+
+def test_a_launch_whose_action_lapsed_in_the_pools_line_keeps_no_address_from_the_launch_behind_it() -> None:
+    # Given pool mode, the pool's one address on an old instance, and a launch that found the pool empty at T0
+    # and waits in the pool's line
+    clock, ec2, records, lines = FakeClock(T0), FakeAddresses(), InMemoryRecords(), FakeLines()
+    ec2.add(pool="ci", on=ec2.launch("i-old"))
+    waiting = timed(launch_record(ec2.launch(INSTANCE)), due_at=T0)
+    records.create(waiting)
+    autoscaling = FakeAutoscaling(clock=clock, action_timeout=HEARTBEAT)
+    autoscaling.issue(waiting.token, INSTANCE, at=T0)
+    engine = eip_engine(
+        ec2, records, clock, autoscaling=autoscaling, timing=DEFAULTS, lines=lines, mode="pool"
+    )
+    engine.handle(WorkMessage(record_id=waiting.id, seq=waiting.seq, step=Step.ASSIGN_EIP))
+    assert lines.waiting() == [INSTANCE]
+    # And its next look comes after its action timed out (a stalled queue): the engine ends its lifecycle,
+    # as action-expired, without the step (nothing takes it out of the line)
+    clock.advance(HEARTBEAT + 60)
+    stored = records.get(waiting.id)
+    assert stored is not None
+    engine.handle(WorkMessage(record_id=stored.id, seq=stored.seq, step=Step.ASSIGN_EIP))
+    lapsed = records.get(waiting.id)
+    assert lapsed is not None
+    assert lapsed.outcome == "action-expired"
+    assert lines.waiting() == [INSTANCE]
+
+    # When the old instance's address comes back and a new launch looks, within the lapsed one's wait
+    ec2.terminate("i-old")
+    new = timed(launch_record(ec2.launch("i-new"), at=clock.now()), due_at=clock.now())
+    records.create(new)
+    autoscaling.issue(new.token, "i-new", at=clock.now())
+    engine.handle(WorkMessage(record_id=new.id, seq=new.seq, step=Step.ASSIGN_EIP))
+
+    # Then the new launch takes it (the lapsed launch's record, as the engine left it, says it waits no more)
+    assert [eip.instance_id for eip in ec2.eips.values()] == ["i-new"]
+    went_on = records.get(new.id)
+    assert went_on is not None
+    assert went_on.step is not Step.ASSIGN_EIP

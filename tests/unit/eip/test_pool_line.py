@@ -4,54 +4,32 @@ first served (see nodecycle.domain.eip.line), on the in-memory EC2 of fakes.py a
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 
-from nodecycle.domain.eip.assign import AssignAddress
+from nodecycle.domain.eip import SCRATCH
 from nodecycle.domain.eip.line import MAX_WAITERS, WRITES, Line, Waiter
 from nodecycle.domain.engine import Outcome
-from nodecycle.domain.model import LifecycleRecord, Step
+from nodecycle.domain.model import LifecycleRecord, Step, record_id
 from nodecycle.domain.ports.addresses import POOL_TAG
 from nodecycle.settings import EipSettings
 from nodecycle.wiring.common import eip_policy
-from tests.support.fakes import FakeMetrics, InMemoryRecords
-from tests.unit.eip.fakes import GROUP, OWNER, T0, FakeAddresses, launch_record
+from tests.support.fakes import FakeMetrics
+from tests.unit.eip.fakes import (
+    GROUP,
+    OWNER,
+    T0,
+    AsTheEngineRuns,
+    FakeAddresses,
+    FakeLines,
+    Wiring,
+    launch_record,
+)
 
 POOL = "ci"
 WAIT = 600
-
-
-@dataclass
-class FakeLines:
-    """The lines' store as DynamoDB keeps them: a write lands only over the version it read."""
-
-    lines: dict[str, Line] = field(default_factory=dict)
-    reads: int = 0
-    writes: int = 0
-    # a write of another writer that lands right before the next write of this one (a lost race)
-    racing: list[Sequence[Waiter]] = field(default_factory=list)
-
-    def read(self, key: str) -> Line:
-        self.reads += 1
-        return self.lines.get(key, Line())
-
-    def write(self, key: str, waiters: Sequence[Waiter], expected_version: int) -> bool:
-        self.writes += 1
-        current = self.lines.get(key, Line())
-        if self.racing:
-            current = Line(tuple(self.racing.pop(0)), current.version + 1)
-            self.lines[key] = current
-        if current.version != expected_version:
-            return False
-        self.lines[key] = Line(tuple(waiters), expected_version + 1)
-        return True
-
-    def waiting(self) -> list[str]:
-        return [waiter.instance_id for line in self.lines.values() for waiter in line.waiters]
 
 
 def settings(**overrides: Any) -> EipSettings:
@@ -70,10 +48,18 @@ def settings(**overrides: Any) -> EipSettings:
     return EipSettings.model_validate(values)
 
 
-def step(ec2: FakeAddresses, lines: FakeLines, metrics: FakeMetrics, **overrides: Any) -> AssignAddress:
-    return AssignAddress(
-        owner=OWNER, policy=eip_policy(settings(**overrides)), addresses=ec2, metrics=metrics, lines=lines
-    )
+def step(ec2: FakeAddresses, wiring: Wiring, metrics: FakeMetrics, **overrides: Any) -> AsTheEngineRuns:
+    """ASSIGN_EIP as the eip function wires it, run as its engine runs it (each launch's record kept)."""
+    return wiring.assign(ec2, metrics, eip_policy(settings(**overrides)))
+
+
+def in_line(ec2: FakeAddresses, wiring: Wiring, instance: str, since: datetime) -> Waiter:
+    """A launch of a running instance that has waited in the pool's line ``since`` (its lifecycle at
+    ASSIGN_EIP, as stored), as the line holds it."""
+    record = launch_record(ec2.launch(instance), at=since)
+    waiting = {SCRATCH: {"exhausted_since": since.isoformat(), "exhausted": 1}}
+    assert wiring.records.create(record.model_copy(update={"extra": waiting}))
+    return Waiter(since, record.id, instance, since + timedelta(seconds=WAIT))
 
 
 def after(record: LifecycleRecord, outcome: Outcome) -> LifecycleRecord:
@@ -90,17 +76,22 @@ def ec2() -> FakeAddresses:
 
 
 @pytest.fixture
-def lines() -> FakeLines:
-    return FakeLines()
+def wiring() -> Wiring:
+    return Wiring()
+
+
+@pytest.fixture
+def lines(wiring: Wiring) -> FakeLines:
+    return wiring.lines
 
 
 def test_in_a_refresh_no_waiter_is_abandoned_while_new_launches_take_the_addresses_given_back(
-    ec2: FakeAddresses, lines: FakeLines
+    ec2: FakeAddresses, lines: FakeLines, wiring: Wiring
 ) -> None:
     # Given a pool of one address, on an old instance, and a replacement that finds the pool empty at T0
     ec2.add(pool=POOL, on=ec2.launch("i-old"))
     metrics = FakeMetrics()
-    assign = step(ec2, lines, metrics, eip_failure_policy="abandon")
+    assign = step(ec2, wiring, metrics, eip_failure_policy="abandon")
     # (time, order, what, instance): a launch's next look, or an address given back
     events: list[tuple[datetime, int, str, str]] = [(T0, 0, "look", ec2.launch("i-new-00"))]
     records = {"i-new-00": launch_record("i-new-00", at=T0)}
@@ -146,12 +137,12 @@ def test_in_a_refresh_no_waiter_is_abandoned_while_new_launches_take_the_address
 
 
 def test_a_wait_for_an_address_is_bounded_in_all_even_when_the_assignment_starts_over(
-    ec2: FakeAddresses, lines: FakeLines
+    ec2: FakeAddresses, lines: FakeLines, wiring: Wiring
 ) -> None:
     # Given a launch that has waited most of its EipWaitSeconds for the pool's one address
     held = ec2.add(pool=POOL, on=ec2.launch("i-old"))
     waiting = ec2.launch("i-waiting")
-    assign = step(ec2, lines, FakeMetrics(), eip_failure_policy="abandon")
+    assign = step(ec2, wiring, FakeMetrics(), eip_failure_policy="abandon")
     record, now = launch_record(waiting), T0
     outcome = assign(record, now)
     while now < T0 + timedelta(seconds=500):
@@ -175,11 +166,11 @@ def test_a_wait_for_an_address_is_bounded_in_all_even_when_the_assignment_starts
 
 
 def test_a_new_launch_yields_a_free_address_to_an_older_waiter_who_looks_again_first_in_line(
-    ec2: FakeAddresses, lines: FakeLines
+    ec2: FakeAddresses, lines: FakeLines, wiring: Wiring
 ) -> None:
     # Given a launch waiting for the pool's one address, and a second waiting behind it
     held = ec2.add(pool=POOL, on=ec2.launch("i-old"))
-    assign = step(ec2, lines, FakeMetrics())
+    assign = step(ec2, wiring, FakeMetrics())
     first, second = launch_record(ec2.launch("i-first")), launch_record(ec2.launch("i-second"))
     waited = assign(first, T0)
     behind = assign(second, T0 + timedelta(seconds=5))
@@ -205,11 +196,11 @@ def test_a_new_launch_yields_a_free_address_to_an_older_waiter_who_looks_again_f
 
 @pytest.mark.parametrize("stale", ["gone", "served", "past its wait"])
 def test_a_waiter_that_no_longer_waits_keeps_no_address_from_the_next(
-    ec2: FakeAddresses, lines: FakeLines, stale: str
+    ec2: FakeAddresses, lines: FakeLines, wiring: Wiring, stale: str
 ) -> None:
     # Given a waiter in line that cannot leave it (its Lambda died; its launch ended elsewhere): its instance
     # terminated, or holds an address of the pool, or its wait is over
-    assign = step(ec2, lines, FakeMetrics())
+    assign = step(ec2, wiring, FakeMetrics())
     ec2.add(pool=POOL, on=ec2.launch("i-old"))
     assert assign(launch_record(ec2.launch("i-stale")), T0).again
     if stale == "gone":
@@ -228,12 +219,12 @@ def test_a_waiter_that_no_longer_waits_keeps_no_address_from_the_next(
 
 
 def test_joining_the_line_while_another_launch_joins_keeps_both_in_their_order(
-    ec2: FakeAddresses, lines: FakeLines
+    ec2: FakeAddresses, lines: FakeLines, wiring: Wiring
 ) -> None:
     # Given an empty pool and a launch that joins the line the moment another, older one writes it
     ec2.add(pool=POOL, on=ec2.launch("i-old"))
-    assign = step(ec2, lines, FakeMetrics())
-    older = Waiter(T0 - timedelta(seconds=1), "lifecycle-of-i-older", "i-older", T0 + timedelta(seconds=WAIT))
+    assign = step(ec2, wiring, FakeMetrics())
+    older = in_line(ec2, wiring, "i-older", T0 - timedelta(seconds=1))
     lines.racing.append([older])
 
     # When the launch finds the pool empty
@@ -246,12 +237,12 @@ def test_joining_the_line_while_another_launch_joins_keeps_both_in_their_order(
 
 
 def test_a_launch_whose_every_write_to_the_line_loses_a_race_waits_and_joins_at_its_next_look_in_its_place(
-    ec2: FakeAddresses, lines: FakeLines
+    ec2: FakeAddresses, lines: FakeLines, wiring: Wiring
 ) -> None:
     # Given an empty pool, and a line that another writer changes before each of the launch's writes
     ec2.add(pool=POOL, on=ec2.launch("i-old"))
-    assign = step(ec2, lines, FakeMetrics())
-    older = Waiter(T0 - timedelta(seconds=1), "lifecycle-of-i-older", "i-older", T0 + timedelta(seconds=WAIT))
+    assign = step(ec2, wiring, FakeMetrics())
+    older = in_line(ec2, wiring, "i-older", T0 - timedelta(seconds=1))
     lines.racing.extend([older] for _ in range(WRITES))
     record = launch_record(ec2.launch("i-late"))
 
@@ -269,16 +260,13 @@ def test_a_launch_whose_every_write_to_the_line_loses_a_race_waits_and_joins_at_
 
 
 def test_a_launch_behind_older_waiters_takes_the_address_an_earlier_delivery_grew_the_pool_by_for_it(
-    ec2: FakeAddresses, lines: FakeLines
+    ec2: FakeAddresses, lines: FakeLines, wiring: Wiring
 ) -> None:
     # Given a pool that may grow, an older launch waiting in line, and a free address an earlier delivery of
     # this launch grew the pool by for its instance (it died before associating it)
-    assign = step(ec2, lines, FakeMetrics(), eip_pool_allocate_when_empty="true")
-    older = Waiter(
-        T0 - timedelta(seconds=30), "lifecycle-of-i-older", "i-older", T0 + timedelta(seconds=WAIT)
-    )
+    assign = step(ec2, wiring, FakeMetrics(), eip_pool_allocate_when_empty="true")
+    older = in_line(ec2, wiring, "i-older", T0 - timedelta(seconds=30))
     lines.lines[f"{OWNER}/{POOL}"] = Line((older,), 1)
-    ec2.launch("i-older")
     grown = ec2.add(pool=POOL, allocated_for=ec2.launch("i-late"))
 
     # When the launch runs again
@@ -292,19 +280,22 @@ def test_a_launch_behind_older_waiters_takes_the_address_an_earlier_delivery_gre
 
 
 def test_a_launch_out_of_a_warm_pool_is_not_held_back_by_its_own_instances_entry_of_an_earlier_launch(
-    ec2: FakeAddresses, lines: FakeLines
+    ec2: FakeAddresses, lines: FakeLines, wiring: Wiring
 ) -> None:
     # Given an instance whose earlier launch (out of its warm pool, since back in it) left its entry in the
     # pool's line (its action lapsed while it waited: nothing took it out), and a free address
-    instance = ec2.launch("i-warm")
-    earlier = Waiter(
-        T0 - timedelta(seconds=60), "i-warm/launch/earlier-token", instance, T0 + timedelta(seconds=WAIT)
-    )
+    earlier = in_line(ec2, wiring, "i-warm", T0 - timedelta(seconds=60))
+    lapsed = wiring.records.get(earlier.lifecycle)
+    assert lapsed is not None
+    finished = {"finished_at": T0 - timedelta(seconds=30), "outcome": "action-expired"}
+    assert wiring.records.commit(lapsed.model_copy(update=finished), lapsed.seq)
     lines.lines[f"{OWNER}/{POOL}"] = Line((earlier,), 1)
     free = ec2.add(pool=POOL)
 
-    # When the instance launches again
-    outcome = step(ec2, lines, FakeMetrics())(launch_record(instance), T0)
+    # When the instance launches again (a lifecycle of its own, under another token)
+    again = launch_record("i-warm", token="a1b2c3d4-0000-4000-8000-00000000000a")
+    again = again.model_copy(update={"id": record_id("i-warm", again.transition, again.token)})
+    outcome = step(ec2, wiring, FakeMetrics())(again, T0)
 
     # Then it takes the free address, rather than leave it to a lifecycle of its own that is over
     assert went_on(outcome)
@@ -312,19 +303,15 @@ def test_a_launch_out_of_a_warm_pool_is_not_held_back_by_its_own_instances_entry
 
 
 def test_a_launch_finding_the_line_full_waits_without_joining_it(
-    ec2: FakeAddresses, lines: FakeLines
+    ec2: FakeAddresses, lines: FakeLines, wiring: Wiring
 ) -> None:
     # Given a line as long as the item of a line may hold (DynamoDB refuses an item over 400 KB for good)
     ec2.add(pool=POOL, on=ec2.launch("i-old"))
-    until = T0 + timedelta(seconds=WAIT)
-    full = tuple(
-        Waiter(T0 - timedelta(seconds=1), f"lifecycle-{n:04d}", f"i-{n:04d}", until)
-        for n in range(MAX_WAITERS)
-    )
-    lines.lines[f"{OWNER}/{POOL}"] = Line(full, 1)
+    full = tuple(in_line(ec2, wiring, f"i-{n:04d}", T0 - timedelta(seconds=1)) for n in range(MAX_WAITERS))
+    lines.lines[f"{OWNER}/{POOL}"] = Line(tuple(sorted(full)), 1)
 
     # When a launch finds the pool empty
-    outcome = step(ec2, lines, FakeMetrics())(launch_record(ec2.launch("i-late")), T0)
+    outcome = step(ec2, wiring, FakeMetrics())(launch_record(ec2.launch("i-late")), T0)
 
     # Then it waits, and the line is not written longer
     assert outcome.again
@@ -333,13 +320,13 @@ def test_a_launch_finding_the_line_full_waits_without_joining_it(
 
 
 def test_a_pool_that_may_grow_lets_the_oldest_waiter_take_the_quota_freed_not_a_new_launch(
-    ec2: FakeAddresses, lines: FakeLines
+    ec2: FakeAddresses, lines: FakeLines, wiring: Wiring
 ) -> None:
     # Given a pool that may grow, empty, and the account's address quota used up: a launch waits in line
     ec2.quota = 2
     ec2.add(pool=POOL, on=ec2.launch("i-old"))
     ec2.add(owner="someone-else")
-    assign = step(ec2, lines, FakeMetrics(), eip_pool_allocate_when_empty="true")
+    assign = step(ec2, wiring, FakeMetrics(), eip_pool_allocate_when_empty="true")
     first = launch_record(ec2.launch("i-first"))
     waited = assign(first, T0)
     assert waited.again
@@ -358,12 +345,12 @@ def test_a_pool_that_may_grow_lets_the_oldest_waiter_take_the_quota_freed_not_a_
 
 
 def test_in_allocate_mode_the_oldest_launch_waiting_for_the_quota_takes_the_address_freed_not_a_new_one(
-    ec2: FakeAddresses, lines: FakeLines
+    ec2: FakeAddresses, lines: FakeLines, wiring: Wiring
 ) -> None:
     # Given allocate mode and the account's address quota used up: a launch waits
     ec2.quota = 1
     ec2.add(allocated_for=ec2.launch("i-old"), on="i-old")
-    assign = step(ec2, lines, FakeMetrics(), eip_mode="allocate", eip_pool_name=None)
+    assign = step(ec2, wiring, FakeMetrics(), eip_mode="allocate", eip_pool_name=None)
     first = launch_record(ec2.launch("i-first"))
     waited = assign(first, T0)
     assert waited.again
@@ -384,31 +371,24 @@ def test_in_allocate_mode_the_oldest_launch_waiting_for_the_quota_takes_the_addr
 
 @pytest.mark.parametrize("mode", ["pool", "allocate"])
 def test_a_waiter_whose_lifecycle_is_over_keeps_no_address_from_the_next_launch(
-    ec2: FakeAddresses, lines: FakeLines, mode: str
+    ec2: FakeAddresses, lines: FakeLines, wiring: Wiring, mode: str
 ) -> None:
     # Given a launch in line whose lifecycle ended without taking it out (its action completed by hand, found
     # lapsed by the engine): its instance runs on, in service, within its wait
-    records = InMemoryRecords()
-    over = launch_record(ec2.launch("i-over"), at=T0 - timedelta(seconds=60))
-    records.create(over.model_copy(update={"step": Step.DONE, "finished_at": T0 - timedelta(seconds=30)}))
+    over = in_line(ec2, wiring, "i-over", T0 - timedelta(seconds=60))
+    stored = wiring.records.get(over.lifecycle)
+    assert stored is not None
+    done = {"step": Step.DONE, "finished_at": T0 - timedelta(seconds=30)}
+    assert wiring.records.commit(stored.model_copy(update=done), stored.seq)
     key = f"{OWNER}/{POOL}" if mode == "pool" else f"{OWNER}/"
-    lines.lines[key] = Line(
-        (Waiter(T0 - timedelta(seconds=60), over.id, "i-over", T0 + timedelta(seconds=WAIT)),), 1
-    )
+    lines.lines[key] = Line((over,), 1)
     # and an address to be had: a free one of the pool, or room in the quota
     if mode == "pool":
         ec2.add(pool=POOL)
     overrides: dict[str, Any] = {"eip_mode": mode} if mode == "allocate" else {}
     if mode == "allocate":
         overrides["eip_pool_name"] = None
-    assign = AssignAddress(
-        owner=OWNER,
-        policy=eip_policy(settings(**overrides)),
-        addresses=ec2,
-        metrics=FakeMetrics(),
-        lines=lines,
-        records=records,
-    )
+    assign = step(ec2, wiring, FakeMetrics(), **overrides)
 
     # When a new launch looks
     outcome = assign(launch_record(ec2.launch("i-new")), T0)

@@ -66,7 +66,8 @@ REFUSED_DELAY = 15  # seconds
 # Records looked up per look to find the waiters ahead whose lifecycle is over (see _still_waiting)
 RECORD_LOOKS = 3
 MAX_RESTARTS = 3  # an assignment that did not hold is started over this often, then the launch fails
-# No address to be had (an empty pool, the quota used up): looked for again 15, 30, then every 60 s
+# No address to be had (an empty pool, the quota used up), waiters ahead in line: looked for again 15, 30, then
+# every 60 s
 EXHAUSTED_DELAY = 15  # seconds
 EXHAUSTED_DELAY_MAX = 60
 # The waiters first in a pool's line look this often: an address given back waits for one of them (a new launch
@@ -82,8 +83,8 @@ class AssignAddress:
         policy: EipPolicy,
         addresses: Addresses,
         metrics: Metrics,
-        lines: AddressLines | None = None,
-        records: RecordStore | None = None,
+        lines: AddressLines,
+        records: RecordStore,
     ) -> None:
         self._owner = owner
         self._mode = policy.mode
@@ -95,13 +96,8 @@ class AssignAddress:
         self._metrics = metrics
         self._records = records  # (to tell a waiter whose lifecycle is over from one still waiting)
         # first come, first served among the launches waiting for the pool, or in allocate mode for the
-        # quota (see nodecycle.domain.eip.line); without a store of lines, the first to look takes an address
-        # given back
-        self._line = (
-            PoolLine(lines, line_key(owner, self._pool if self._mode is EipMode.POOL else None))
-            if lines is not None and self._mode is not EipMode.OFF
-            else None
-        )
+        # quota (see nodecycle.domain.eip.line)
+        self._line = PoolLine(lines, line_key(owner, self._pool if self._mode is EipMode.POOL else None))
 
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
         scratch: dict[str, Any] = dict(record.extra.get(SCRATCH) or {})
@@ -148,7 +144,7 @@ class AssignAddress:
         if other is not None:
             return self._fail(record, other)
         if not _unassociated(found):
-            line = self._line.read() if self._line is not None else None
+            line = self._line.read()
             ahead = self._ahead(record, scratch, line, found, [], now, quota=True)
             if ahead:
                 # They wait for the quota: an address freed goes to the first of them, at its look (every 15 s),
@@ -208,7 +204,7 @@ class AssignAddress:
         # In different orders, each would associate its own, and EC2 would move the first off the instance.
         own = [address for address in free if address.allocated_for == instance]
         shared = [address for address in free if address.allocated_for != instance]
-        line = self._line.read() if self._line is not None else None
+        line = self._line.read()
         ahead = self._ahead(record, scratch, line, found, shared, now, quota=self._grow_pool)
         if len(ahead) >= len(shared) > 0:
             log.info(
@@ -270,7 +266,7 @@ class AssignAddress:
         self,
         record: LifecycleRecord,
         scratch: dict[str, Any],
-        line: Line | None,
+        line: Line,
         found: list[Address],
         free: list[Address],
         now: datetime,
@@ -280,7 +276,7 @@ class AssignAddress:
         """The waiters of the line that take the ``free`` addresses (and, ``quota``, the quota) before this
         launch: those in line before it (it is in line since it first found no address; a new launch, from
         now) that still wait."""
-        if line is None or not line.waiters:
+        if not line.waiters:
             return []
         since = _since(scratch, now)
         served = {address.instance_id for address in found if address.instance_id is not None}
@@ -300,8 +296,6 @@ class AssignAddress:
         it waited: nothing took it out of the line), looked up by record, at most ``RECORD_LOOKS`` of them: one
         GetItem each, only when they keep an address from this launch. A waiter further back that is over
         counts until its wait ends."""
-        if self._records is None:
-            return ahead
         kept: list[Waiter] = []
         looks = 0
         for waiter in ahead:
@@ -318,7 +312,7 @@ class AssignAddress:
         """Out of the pool's line, if it joined it: it holds its address, or gives up. A failure to write is
         no reason to fail the launch: the line no longer counts a waiter whose instance holds an address of
         the pool, nor one past its wait."""
-        if self._line is None or not (record.extra.get(SCRATCH) or {}).get("exhausted_since"):
+        if not (record.extra.get(SCRATCH) or {}).get("exhausted_since"):
             return
         try:
             self._line.leave(record.id, now)
@@ -513,7 +507,7 @@ class AssignAddress:
         reason: str,
         *,
         line: Line | None = None,
-        ahead: int | None = None,
+        ahead: int,
     ) -> Outcome:
         """No address to be had now: the pool is empty, or the account's quota is used up. Another lifecycle
         may be about to give one back: an instance refresh launches each replacement while the instance it
@@ -521,27 +515,22 @@ class AssignAddress:
         Failed at once, a pool sized to the fleet would abandon every replacement of a refresh (the group
         launching another, and another) until the drains end. So it is looked for again for ``EipWaitSeconds``
         from the first time it was missing, in all (a start over of the assignment does not start it again);
-        then the failure policy decides. In pool mode the launch waits in the pool's line meanwhile, so the
-        addresses given back go to the launches waiting longest (see :mod:`nodecycle.domain.eip.line`)."""
+        then the failure policy decides. The launch waits in the pool's line meanwhile (in allocate mode, the
+        quota's), so the addresses given back go to the launches waiting longest (see
+        :mod:`nodecycle.domain.eip.line`)."""
         since = scratch.get("exhausted_since")
         started = datetime.fromisoformat(since) if since else now
         waited = now - started
         if waited >= self._wait:
             return self._fail(record, reason if not since else f"{reason} ({waited.total_seconds():.0f} s)")
-        if self._line is not None:
-            # in line from the first time it found the pool empty (a join repeated keeps that place, so one
-            # that fails here, the line's writes racing, is made again at the next look, in the same place)
-            try:
-                self._line.join(
-                    Waiter(started, record.id, record.instance_id, started + self._wait), now, line
-                )
-            except TransientError as error:
-                log.warning(
-                    "could not join the line of pool %r (joins at the next look): %s", self._pool, error
-                )
+        # in line from the first time it found the pool empty (a join repeated keeps that place, so one that
+        # fails here, the line's writes racing, is made again at the next look, in the same place)
+        try:
+            self._line.join(Waiter(started, record.id, record.instance_id, started + self._wait), now, line)
+        except TransientError as error:
+            log.warning("could not join the line of pool %r (joins at the next look): %s", self._pool, error)
         looks = int(scratch.get("exhausted", 0))
-        first = self._line is not None and ahead == 0
-        backoff = FIRST_IN_LINE_DELAY if first else EXHAUSTED_DELAY * 2**looks
+        backoff = FIRST_IN_LINE_DELAY if ahead == 0 else EXHAUSTED_DELAY * 2**looks
         delay = min(backoff, EXHAUSTED_DELAY_MAX, (self._wait - waited).total_seconds())
         log.warning(
             "no Elastic IP for instance %s yet: %s; looking again in %.0f s (%.0f s of %.0f s waited for one "
