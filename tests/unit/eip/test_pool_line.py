@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from nodecycle.domain.eip import SCRATCH
+from nodecycle.domain.eip.assign import RECORD_LOOKS
 from nodecycle.domain.eip.line import MAX_WAITERS, WRITES, Line, Waiter
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.model import LifecycleRecord, Step, record_id
@@ -287,7 +288,7 @@ def test_a_launch_out_of_a_warm_pool_is_not_held_back_by_its_own_instances_entry
     earlier = in_line(ec2, wiring, "i-warm", T0 - timedelta(seconds=60))
     lapsed = wiring.records.get(earlier.lifecycle)
     assert lapsed is not None
-    finished = {"finished_at": T0 - timedelta(seconds=30), "outcome": "action-expired"}
+    finished = {"step": Step.DONE, "finished_at": T0 - timedelta(seconds=30), "outcome": "action-expired"}
     assert wiring.records.commit(lapsed.model_copy(update=finished), lapsed.seq)
     lines.lines[f"{OWNER}/{POOL}"] = Line((earlier,), 1)
     free = ec2.add(pool=POOL)
@@ -396,3 +397,50 @@ def test_a_waiter_whose_lifecycle_is_over_keeps_no_address_from_the_next_launch(
     # Then it gets the address, rather than wait for a lifecycle that waits no more
     assert went_on(outcome)
     assert len(ec2.on("i-new")) == 1
+
+
+def end_lifecycle(wiring: Wiring, waiter: Waiter, at: datetime) -> None:
+    """The waiter's lifecycle ends without the step, which would take it out of the line: its action completed
+    by hand, or found lapsed by the engine (its instance runs on, in service)."""
+    stored = wiring.records.get(waiter.lifecycle)
+    assert stored is not None
+    over = {"step": Step.DONE, "finished_at": at, "outcome": "action-expired"}
+    assert wiring.records.commit(stored.model_copy(update=over), stored.seq)
+
+
+@pytest.mark.parametrize("count", [4, 2 * RECORD_LOOKS + 5])
+def test_an_address_given_back_behind_waiters_whose_lifecycles_are_over_is_not_left_free_for_their_wait(
+    ec2: FakeAddresses, lines: FakeLines, wiring: Wiring, count: int
+) -> None:
+    # Given the pool's one address on an old instance, launches that found the pool empty a second apart and
+    # whose lifecycles then ended without leaving the line (more of them than the 3 records a look used to look
+    # up), and one more launch in line behind them
+    ec2.add(pool=POOL, on=ec2.launch("i-old"))
+    assign = step(ec2, wiring, FakeMetrics())
+    over = [in_line(ec2, wiring, f"i-over-{n:02d}", T0 + timedelta(seconds=n)) for n in range(count)]
+    lines.lines[f"{OWNER}/{POOL}"] = Line(tuple(over), 1)
+    for waiter in over:
+        end_lifecycle(wiring, waiter, T0 + timedelta(seconds=40))
+    record = launch_record(ec2.launch("i-live"), at=T0 + timedelta(seconds=count))
+    now = T0 + timedelta(seconds=count)
+    outcome = assign(record, now)
+    assert lines.waiting() == [*(waiter.instance_id for waiter in over), "i-live"]
+
+    # When the old instance gives its address back a minute on, and the live launch looks as it asked to
+    given_back = T0 + timedelta(seconds=60)
+    while outcome.again:
+        record, now = after(record, outcome), now + timedelta(seconds=outcome.delay)
+        if now >= given_back and ec2.instances["i-old"] == "running":
+            ec2.terminate("i-old")
+        outcome = assign(record, now)
+
+    # Then it takes the address at its first look after its return (its looks are at most a minute apart), or,
+    # behind more launches over than a look looks up, at a later look (each takes those it found out of the
+    # line), not at the end of the wait of the last launch over, EipWaitSeconds after that one found the pool
+    # empty (behind 4, it took it 604 s after T0, at its own last look: the address free 544 s, the launch a
+    # look from abandoned)
+    looks = -(-count // RECORD_LOOKS)
+    assert went_on(outcome), outcome
+    assert now - given_back <= timedelta(seconds=60 * looks), now - T0
+    # And the line is left empty
+    assert lines.waiting() == []

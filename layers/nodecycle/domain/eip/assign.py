@@ -63,8 +63,9 @@ INSTANCE_ATTEMPTS = 24  # two minutes: an instance is pending for well under one
 # What EC2 refuses is asked again this often, 15, 30, 60 s apart, then the failure policy decides
 REFUSED_ATTEMPTS = 4
 REFUSED_DELAY = 15  # seconds
-# Records looked up per look to find the waiters ahead whose lifecycle is over (see _still_waiting)
-RECORD_LOOKS = 3
+# Records looked up per look to find the waiters ahead whose lifecycle is over (see _still_waiting); those found
+# over are taken out of the line, so a run of them longer than this is got past in a few looks
+RECORD_LOOKS = 10
 MAX_RESTARTS = 3  # an assignment that did not hold is started over this often, then the launch fails
 # No address to be had (an empty pool, the quota used up), waiters ahead in line: looked for again 15, 30, then
 # every 60 s
@@ -144,8 +145,7 @@ class AssignAddress:
         if other is not None:
             return self._fail(record, other)
         if not _unassociated(found):
-            line = self._line.read()
-            ahead = self._ahead(record, scratch, line, found, [], now, quota=True)
+            ahead, line = self._ahead(record, scratch, self._line.read(), found, [], now, quota=True)
             if ahead:
                 # They wait for the quota: an address freed goes to the first of them, at its look (every 15 s),
                 # not to a launch that came after
@@ -204,8 +204,9 @@ class AssignAddress:
         # In different orders, each would associate its own, and EC2 would move the first off the instance.
         own = [address for address in free if address.allocated_for == instance]
         shared = [address for address in free if address.allocated_for != instance]
-        line = self._line.read()
-        ahead = self._ahead(record, scratch, line, found, shared, now, quota=self._grow_pool)
+        ahead, line = self._ahead(
+            record, scratch, self._line.read(), found, shared, now, quota=self._grow_pool
+        )
         if len(ahead) >= len(shared) > 0:
             log.info(
                 "%d free address(es) of pool %r go to the %d launch(es) waiting longer than instance %s",
@@ -272,12 +273,12 @@ class AssignAddress:
         now: datetime,
         *,
         quota: bool,
-    ) -> list[Waiter]:
+    ) -> tuple[list[Waiter], Line]:
         """The waiters of the line that take the ``free`` addresses (and, ``quota``, the quota) before this
         launch: those in line before it (it is in line since it first found no address; a new launch, from
-        now) that still wait."""
+        now) that still wait; and the line, as this launch leaves it."""
         if not line.waiters:
-            return []
+            return [], line
         since = _since(scratch, now)
         served = {address.instance_id for address in found if address.instance_id is not None}
         ahead = ahead_of(line, record.id, record.instance_id, since, now, served)
@@ -287,26 +288,39 @@ class AssignAddress:
             # for them all.
             states = self._addresses.instance_states([waiter.instance_id for waiter in ahead])
             ahead = [waiter for waiter in ahead if states.get(waiter.instance_id) not in (None, *GONE_STATES)]
-            ahead = self._still_waiting(ahead, len(free) if free else 1)
-        return ahead
+            ahead, over = self._still_waiting(ahead, len(free) if free else 1)
+            if over:
+                line = self._drop(over, line, now)
+        return ahead, line
 
-    def _still_waiting(self, ahead: list[Waiter], takers: int) -> list[Waiter]:
+    def _still_waiting(self, ahead: list[Waiter], takers: int) -> tuple[list[Waiter], list[str]]:
         """``ahead`` less the waiters among the first ``takers`` (those that would take what is to be had) whose
         lifecycle is over or past this step (its action completed by hand, or found lapsed by the engine, while
         it waited: nothing took it out of the line), looked up by record, at most ``RECORD_LOOKS`` of them: one
-        GetItem each, only when they keep an address from this launch. A waiter further back that is over
-        counts until its wait ends."""
+        GetItem each, only when they keep an address from this launch; and the lifecycles found over. A waiter
+        further back that is over counts until a look finds it so (or its wait ends)."""
         kept: list[Waiter] = []
-        looks = 0
+        over: list[str] = []
         for waiter in ahead:
-            if len(kept) < takers and looks < RECORD_LOOKS:
-                looks += 1
+            if len(kept) < takers and len(kept) + len(over) < RECORD_LOOKS:
                 record = self._records.get(waiter.lifecycle)
                 if record is None or record.finished or record.step is not Step.ASSIGN_EIP:
-                    log.info("launch %s waits no more (its lifecycle is over): not in line", waiter.lifecycle)
+                    log.info("launch %s waits no more (its lifecycle is over): out of line", waiter.lifecycle)
+                    over.append(waiter.lifecycle)
                     continue
             kept.append(waiter)
-        return kept
+        return kept, over
+
+    def _drop(self, over: list[str], line: Line, now: datetime) -> Line:
+        """The line without the waiters whose lifecycle is over, so the looks behind them need not find them
+        over again (nothing else takes them out before their wait ends): one write over the line as read; one
+        that fails (another writer came first) is made by the next look that finds them."""
+        try:
+            dropped = self._line.drop(over, line, now)
+        except TransientError as error:
+            log.warning("could not take %d launch(es) over out of the line: %s", len(over), error)
+            return line
+        return dropped if dropped is not None else line
 
     def _leave_line(self, record: LifecycleRecord, now: datetime) -> None:
         """Out of the pool's line, if it joined it: it holds its address, or gives up. A failure to write is

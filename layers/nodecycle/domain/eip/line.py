@@ -13,11 +13,13 @@ allocates, the first in line, which looks every 15 s (each waiter is the first i
 wait of all those ahead, which began before its own, is over, so none is abandoned while it could allocate).
 
 The line is one item beside the lifecycle records (one read per look, a conditional write to join: the cost
-of a look does not grow with the records or the waiters' number of looks). It needs no cleaning: a waiter
-leaves it when it holds its address or gives up, and one that could not (a crash, a launch ended elsewhere)
-no longer counts once its instance holds an address of the pool, once its instance is gone, once its lifecycle
-is over (looked up, for the first waiters only, by the launch it would keep from an address), or at the end of
-its wait, whichever comes first; the next write drops it once its wait is over.
+of a look does not grow with the records or the waiters' number of looks). A waiter leaves it when it
+holds its address or gives up, and one that could not (a crash, a launch ended elsewhere) no longer counts once
+its instance holds an address of the pool, once its instance is gone, once its lifecycle is over, or at the
+end of its wait, whichever comes first; the next write drops it once its wait is over. Whether a waiter's
+lifecycle is over is looked up (its record) by the launch it would keep from an address, for the first waiters
+ahead of it, and the launch that finds it over takes it out of the line: the waiters behind a run of lifecycles
+over get past it a few looks at a time, rather than wait for the end of the wait of each.
 """
 
 from __future__ import annotations
@@ -126,6 +128,15 @@ class PoolLine:
             if self._lines.write(self._key, sorted([*kept, waiter]), current.version):
                 return
         raise TransientError(f"the line of {self._key} changed at each of {WRITES} writes to join it")
+
+    def drop(self, lifecycles: Collection[str], line: Line, now: datetime) -> Line | None:
+        """Take the waiters of ``lifecycles`` (over: their launch will not leave the line itself) out of the
+        line as read, with the waiters past their wait: one write over the version read, the line written; None
+        when another writer came first (the next look that finds them over takes them out)."""
+        kept = tuple(w for w in line.waiters if w.lifecycle not in lifecycles and w.until > now)
+        if not self._lines.write(self._key, kept, line.version):
+            return None
+        return Line(kept, line.version + 1)
 
     def leave(self, lifecycle: str, now: datetime) -> None:
         """Take the lifecycle out of the line (if in it), with the waiters past their wait."""
