@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from nodecycle.domain.eip import SCRATCH
-from nodecycle.domain.eip.assign import RECORD_LOOKS
+from nodecycle.domain.eip.assign import FIRST_IN_LINE_DELAY, RECORD_LOOKS
 from nodecycle.domain.eip.line import MAX_WAITERS, WRITES, Line, Waiter
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.model import LifecycleRecord, Step, record_id
@@ -419,12 +419,12 @@ def test_an_address_given_back_behind_waiters_whose_lifecycles_are_over_is_not_l
     assign = step(ec2, wiring, FakeMetrics())
     over = [in_line(ec2, wiring, f"i-over-{n:02d}", T0 + timedelta(seconds=n)) for n in range(count)]
     lines.lines[f"{OWNER}/{POOL}"] = Line(tuple(over), 1)
-    for waiter in over:
-        end_lifecycle(wiring, waiter, T0 + timedelta(seconds=40))
     record = launch_record(ec2.launch("i-live"), at=T0 + timedelta(seconds=count))
     now = T0 + timedelta(seconds=count)
     outcome = assign(record, now)
     assert lines.waiting() == [*(waiter.instance_id for waiter in over), "i-live"]
+    for waiter in over:
+        end_lifecycle(wiring, waiter, now + timedelta(seconds=1))
 
     # When the old instance gives its address back a minute on, and the live launch looks as it asked to
     given_back = T0 + timedelta(seconds=60)
@@ -443,4 +443,45 @@ def test_an_address_given_back_behind_waiters_whose_lifecycles_are_over_is_not_l
     assert went_on(outcome), outcome
     assert now - given_back <= timedelta(seconds=60 * looks), now - T0
     # And the line is left empty
+    assert lines.waiting() == []
+
+
+def test_a_launch_behind_one_whose_instance_was_terminated_in_line_takes_an_address_given_back_within_15_s(
+    ec2: FakeAddresses, lines: FakeLines, wiring: Wiring
+) -> None:
+    # Given the pool's one address on an old instance, a launch that found the pool empty at T0 and whose
+    # instance is terminated while it waits (its lifecycle goes on looking until its wait ends), and a launch
+    # in line behind it
+    ec2.add(pool=POOL, on=ec2.launch("i-old"))
+    assign = step(ec2, wiring, FakeMetrics())
+    records = {
+        instance: launch_record(ec2.launch(instance), at=T0 + timedelta(seconds=n))
+        for n, instance in enumerate(["i-gone", "i-live"])
+    }
+    looks = [(T0 + timedelta(seconds=n), instance) for n, instance in enumerate(records)]
+    heapq.heapify(looks)
+    gone, given_back = T0 + timedelta(seconds=5), T0 + timedelta(seconds=200)
+    ended: dict[str, tuple[datetime, Outcome]] = {}
+
+    # When each looks as it asked to, the first one's instance terminated at T0+5 s, and the old instance's
+    # address given back at T0+200 s
+    while looks:
+        now, instance = heapq.heappop(looks)
+        if now >= gone and ec2.instances["i-gone"] == "running":
+            ec2.terminate("i-gone")
+        if now >= given_back and ec2.instances["i-old"] == "running":
+            ec2.terminate("i-old")
+        outcome = assign(records[instance], now)
+        records[instance] = after(records[instance], outcome)
+        if outcome.again:
+            heapq.heappush(looks, (now + timedelta(seconds=outcome.delay), instance))
+        else:
+            ended[instance] = (now, outcome)
+
+    # Then the launch behind takes the address within 15 s of its return, as the first in line would: the one
+    # ahead of it waits for nothing (looked at as the first in line, every 15 s, rather than every minute)
+    taken, outcome = ended["i-live"]
+    assert went_on(outcome)
+    assert taken - given_back <= timedelta(seconds=FIRST_IN_LINE_DELAY), taken - T0
+    assert ended["i-gone"][1].changes["outcome"] == "eip-failed: instance is terminated"
     assert lines.waiting() == []

@@ -64,7 +64,9 @@ INSTANCE_ATTEMPTS = 24  # two minutes: an instance is pending for well under one
 REFUSED_ATTEMPTS = 4
 REFUSED_DELAY = 15  # seconds
 # Records looked up per look to find the waiters ahead whose lifecycle is over (see _still_waiting); those found
-# over are taken out of the line, so a run of them longer than this is got past in a few looks
+# over are taken out of the line, so a run of them longer than this is got past in a few looks. A launch with
+# no more waiters than this ahead of it checks them even when nothing is free, to look as the first in line once
+# they wait for nothing (see _ahead)
 RECORD_LOOKS = 10
 MAX_RESTARTS = 3  # an assignment that did not hold is started over this often, then the launch fails
 # No address to be had (an empty pool, the quota used up), waiters ahead in line: looked for again 15, 30, then
@@ -282,10 +284,12 @@ class AssignAddress:
         since = _since(scratch, now)
         served = {address.instance_id for address in found if address.instance_id is not None}
         ahead = ahead_of(line, record.id, record.instance_id, since, now, served)
-        if ahead and (len(ahead) >= len(free) > 0 or (not free and quota)):
+        few_ahead = not free and len(ahead) <= RECORD_LOOKS
+        if ahead and (len(ahead) >= len(free) > 0 or (not free and quota) or few_ahead):
             # They would keep a free address (or, in a pool that may grow, the quota) from this launch: those
             # whose instance is gone (terminated while waiting, its launch over) do not. One DescribeInstances
-            # for them all.
+            # for them all. Nothing free, they would also keep it from looking as the first in line does (an
+            # address given back would wait for its look, a minute, while those ahead wait for nothing).
             states = self._addresses.instance_states([waiter.instance_id for waiter in ahead])
             ahead = [waiter for waiter in ahead if states.get(waiter.instance_id) not in (None, *GONE_STATES)]
             ahead, over = self._still_waiting(ahead, len(free) if free else 1)
