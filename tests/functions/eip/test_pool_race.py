@@ -156,3 +156,75 @@ def test_the_launches_left_without_an_address_in_a_race_all_wait_in_the_pools_li
     line = DynamoAddressLines(stack.table).read("stack-a/ci")
     assert sorted(waiter.instance_id for waiter in line.waiters) == sorted(instances[n] for n in losers)
     assert list(line.waiters) == sorted(line.waiters)
+
+
+def test_twenty_launches_finding_the_pool_empty_at_once_get_the_addresses_given_back_in_the_order_they_came(
+    stack: Stack,
+) -> None:
+    # Given a pool of 3 addresses, all held by old instances, and 20 instances launching at once, a millisecond
+    # apart: each lists the pool before any joins its line, so all 20 join it at once (conditional writes
+    # racing, each launch with its own clients)
+    old = run_instances(3)
+    ec2: Any = boto3.client("ec2")
+    pool = [allocate(**{OWNER_TAG: "stack-a", POOL_TAG: "ci"}) for _ in old]
+    associations = [
+        ec2.associate_address(AllocationId=address, InstanceId=instance, AllowReassociation=False)[
+            "AssociationId"
+        ]
+        for address, instance in zip(pool, old, strict=True)
+    ]
+    instances = run_instances(LAUNCHES)
+    settings = EipSettings.model_validate(
+        {
+            "owner_id": "stack-a",
+            "record_table": stack.table,
+            "drain_queue_url": stack.drain_queue,
+            "eip_queue_url": stack.eip_queue,
+            "wake_queue_url": stack.wake_queue,
+            "managed_groups": "ci-runners",
+            "eip_mode": "pool",
+            "eip_pool_name": "ci",
+        }
+    )
+    lock, barrier = threading.Lock(), threading.Barrier(LAUNCHES)
+    clients = [ListsTogether(boto3.client("ec2"), lock, barrier) for _ in range(LAUNCHES)]
+    steps = [wired(stack, settings, client) for client in clients]
+    started = datetime.now(UTC)
+    records = [launch_record(instance, at=started) for instance in instances]
+    for record in records:
+        assert store(stack).create(record)
+    came = [started + timedelta(milliseconds=n) for n in range(LAUNCHES)]
+    with ThreadPoolExecutor(max_workers=LAUNCHES) as threads:
+        outcomes = list(threads.map(lambda n: steps[n](records[n], came[n]), range(LAUNCHES)))
+    assert all(outcome.again for outcome in outcomes)
+    for client in clients:
+        client._barrier = threading.Barrier(1)  # (the later looks need not list together)
+
+    # When the old instances give their addresses back, at 30 s, 90 s and 150 s, and every launch looks again
+    # when it asked to, for 4 minutes
+    looks = [(came[n] + timedelta(seconds=outcomes[n].delay), n) for n in range(LAUNCHES)]
+    records = [r.model_copy(update=dict(o.changes)) for r, o in zip(records, outcomes, strict=True)]
+    returns = [started + timedelta(seconds=s) for s in (30, 90, 150)]
+    served: list[tuple[int, datetime]] = []
+    while looks:
+        now, n = min(looks)
+        looks.remove((now, n))
+        if now > started + timedelta(minutes=4):
+            continue
+        while returns and returns[0] <= now:
+            returns.pop(0)
+            ec2.disassociate_address(AssociationId=associations.pop(0))
+        outcome = steps[n](records[n], now)
+        records[n] = records[n].model_copy(update=dict(outcome.changes))
+        if outcome.again:
+            looks.append((now + timedelta(seconds=outcome.delay), n))
+        else:
+            served.append((n, now))
+
+    # Then the three addresses went to the three launches that came first, in their order, each within 15 s of
+    # its return; the other 17 wait in the line, in the order they came
+    assert [n for n, _ in served] == [0, 1, 2]
+    for (_, taken), back in zip(served, (30, 90, 150), strict=True):
+        assert timedelta(0) <= taken - (started + timedelta(seconds=back)) <= timedelta(seconds=15)
+    line = DynamoAddressLines(stack.table).read("stack-a/ci")
+    assert [waiter.instance_id for waiter in line.waiters] == instances[3:]
