@@ -7,6 +7,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from types import ModuleType
+from typing import Any
 
 import boto3
 import pytest
@@ -14,12 +15,12 @@ import pytest
 from nodecycle.adapters.aws.address_lines import DynamoAddressLines
 from nodecycle.domain.eip.line import MAX_WAITERS, PoolLine, Waiter
 from nodecycle.domain.errors import TransientError
-from nodecycle.domain.model import LifecycleRecord, Step
+from nodecycle.domain.model import LifecycleRecord, Step, Transition, adopted_token, record_id
 from nodecycle.domain.ports.addresses import OWNER_TAG, POOL_TAG
 from tests.functions.eip.conftest import addresses, allocate, run_instances, store, work_event
 from tests.support.functions import LambdaContext
 from tests.support.stack import Stack
-from tests.unit.eip.fakes import launch_record, terminate_record
+from tests.unit.eip.fakes import FakeLines, launch_record, terminate_record
 
 OWNER = "stack-a"  # tests/conftest.py's stack
 
@@ -165,3 +166,49 @@ def test_a_waiting_launch_delivered_twice_in_one_batch_stands_in_line_once_and_t
     eip_fn.handler(work_event(due, due), LambdaContext())
     assert held_by(waiting) == [pooled]
     assert DynamoAddressLines(stack.table).read(f"{OWNER}/ci").waiters == ()
+
+
+def dynamodb_size(value: dict[str, Any]) -> int:
+    """The size DynamoDB counts for an attribute value (its documented rules): a string's UTF-8 bytes, a
+    number's about one byte per two digits plus one, a list or a map 3 bytes and 1 a member, plus its members
+    (and a map's member names)."""
+    ((kind, content),) = value.items()
+    if kind == "S":
+        return len(content.encode())
+    if kind == "N":
+        return (len(content.lstrip("-").replace(".", "")) + 1) // 2 + 1
+    if kind == "L":
+        return 3 + sum(dynamodb_size(member) + 1 for member in content)
+    if kind == "M":
+        return 3 + sum(len(name.encode()) + dynamodb_size(member) + 1 for name, member in content.items())
+    raise AssertionError(f"no size rule for {kind}")
+
+
+def test_a_line_of_the_longest_lifecycle_ids_stops_growing_a_tenth_under_dynamodbs_item_limit(
+    stack: Stack,
+) -> None:
+    # Given launches with the longest lifecycle ids a launch can have (adopted by the sweeper under a hook name
+    # of 255 characters), as many as a line takes, joining it one after another (in memory: a thousand joins
+    # of a growing item take minutes on moto)
+    start = now()
+    key = f"{OWNER}/ci"
+    joined = FakeLines()
+    for n in range(MAX_WAITERS):
+        instance = f"i-{n:017x}"
+        lifecycle = record_id(instance, Transition.LAUNCHING, adopted_token("h" * 255))
+        waiter = Waiter(start + timedelta(microseconds=n), lifecycle, instance, start + timedelta(hours=1))
+        PoolLine(joined, key).join(waiter, start)
+
+    # When the line they made is written to the table
+    assert DynamoAddressLines(stack.table).write(key, joined.lines[key].waiters, 0)
+
+    # Then its item, as DynamoDB counts it, keeps a tenth of its 400 KB (409,600 bytes) free: a write past it
+    # is refused for good, and every launch that found the pool empty would fail its message joining the line
+    dynamodb: Any = boto3.client("dynamodb")
+    item = dynamodb.get_item(TableName=stack.table, Key={"id": {"S": f"eip-line#{key}"}})["Item"]
+    size = sum(len(name.encode()) + dynamodb_size(value) for name, value in item.items())
+    assert size <= 0.9 * 400 * 1024, size
+    # And the line stopped short of the thousand waiters a line of shorter ids takes (the later launches wait
+    # out of it); what it holds reads back whole
+    assert 700 <= len(joined.lines[key].waiters) < MAX_WAITERS
+    assert DynamoAddressLines(stack.table).read(key).waiters == joined.lines[key].waiters

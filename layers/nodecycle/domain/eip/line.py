@@ -35,10 +35,16 @@ from nodecycle.domain.errors import TransientError
 log = logging.getLogger(__name__)
 
 WRITES = 8  # conditional writes of the line tried in a row (each after a fresh read) before a retry later
-# The longest line: its item stays well under DynamoDB's 400 KB (about 200 bytes a waiter), which it refuses for
-# good. A launch that finds the line full waits without joining it (first come, first served no longer holds
-# for it: a fleet of more than a thousand launches waiting for one pool is a pool far too small).
+# The longest line, in waiters and in bytes: its item must stay under DynamoDB's 400 KB, which it refuses for
+# good (every launch joining the line would fail its message). A waiter takes about 180 bytes there, and up to
+# about 410 for a launch the sweeper adopted (its lifecycle id holds the hook's name, of up to 255 characters):
+# a thousand of those came within 0.4 % of the limit. So a line is also bounded by an estimate of its size (its
+# waiters' ids, and WAITER_BYTES each for their times, names and structure), a fifth under the limit. A launch
+# that finds the line full waits without joining it (first come, first served no longer holds for it: a fleet of
+# hundreds of launches waiting for one pool is a pool far too small).
 MAX_WAITERS = 1000
+MAX_LINE_BYTES = 320_000
+WAITER_BYTES = 120
 
 
 @dataclass(frozen=True, order=True)
@@ -97,6 +103,11 @@ def ahead_of(
     ]
 
 
+def line_bytes(waiters: Sequence[Waiter]) -> int:
+    """An estimate, on the high side, of the bytes a line of ``waiters`` takes where it is stored."""
+    return sum(len(w.lifecycle.encode()) + len(w.instance_id.encode()) + WAITER_BYTES for w in waiters)
+
+
 class PoolLine:
     """One pool's line, as ASSIGN_EIP joins and leaves it."""
 
@@ -117,7 +128,7 @@ class PoolLine:
                 return
             # (an earlier lifecycle of its instance waits no more: this one takes its place)
             kept = [o for o in current.waiters if o.until > now and o.instance_id != waiter.instance_id]
-            if len(kept) >= MAX_WAITERS:
+            if len(kept) >= MAX_WAITERS or line_bytes([*kept, waiter]) > MAX_LINE_BYTES:
                 log.warning(
                     "the line of %s is full (%d waiting): %s waits out of it",
                     self._key,
