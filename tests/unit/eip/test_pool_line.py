@@ -13,8 +13,9 @@ from nodecycle.domain.eip import SCRATCH
 from nodecycle.domain.eip.assign import FIRST_IN_LINE_DELAY, RECORD_LOOKS
 from nodecycle.domain.eip.line import MAX_WAITERS, WRITES, Line, Waiter
 from nodecycle.domain.engine import Outcome
+from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import LifecycleRecord, Step, record_id
-from nodecycle.domain.ports.addresses import POOL_TAG
+from nodecycle.domain.ports.addresses import POOL_TAG, AddressRefused
 from nodecycle.settings import EipSettings
 from nodecycle.wiring.common import eip_policy
 from tests.support.fakes import FakeMetrics
@@ -485,3 +486,28 @@ def test_a_launch_behind_one_whose_instance_was_terminated_in_line_takes_an_addr
     assert taken - given_back <= timedelta(seconds=FIRST_IN_LINE_DELAY), taken - T0
     assert ended["i-gone"][1].changes["outcome"] == "eip-failed: instance is terminated"
     assert lines.waiting() == []
+
+
+@pytest.mark.parametrize(
+    "fault", [AddressRefused("UnauthorizedOperation"), TransientError("RequestLimitExceeded")]
+)
+def test_a_launch_behind_another_in_an_empty_pool_waits_on_when_the_instances_cannot_be_described(
+    ec2: FakeAddresses, lines: FakeLines, wiring: Wiring, fault: Exception
+) -> None:
+    # Given an empty pool, a launch waiting in its line, and a second one behind it; EC2 refusing or throttling
+    # DescribeInstances (a service control policy; a burst of calls)
+    ec2.add(pool=POOL, on=ec2.launch("i-old"))
+    assign = step(ec2, wiring, FakeMetrics())
+    assert assign(launch_record(ec2.launch("i-first")), T0).again
+    ec2.faults["instance_states"].append(fault)
+
+    # When the second finds the pool empty
+    outcome = assign(
+        launch_record(ec2.launch("i-second"), at=T0 + timedelta(seconds=5)), T0 + timedelta(seconds=5)
+    )
+
+    # Then it waits in line behind the first as it would have (whether those ahead still wait only tells how
+    # often it looks while nothing is free): not a refusal counted toward its failure, nor an error
+    assert outcome.again
+    assert "refused" not in outcome.changes["extra"][SCRATCH]
+    assert lines.waiting() == ["i-first", "i-second"]

@@ -284,17 +284,30 @@ class AssignAddress:
         since = _since(scratch, now)
         served = {address.instance_id for address in found if address.instance_id is not None}
         ahead = ahead_of(line, record.id, record.instance_id, since, now, served)
-        few_ahead = not free and len(ahead) <= RECORD_LOOKS
-        if ahead and (len(ahead) >= len(free) > 0 or (not free and quota) or few_ahead):
+        if ahead and (len(ahead) >= len(free) > 0 or (not free and quota)):
             # They would keep a free address (or, in a pool that may grow, the quota) from this launch: those
-            # whose instance is gone (terminated while waiting, its launch over) do not. One DescribeInstances
-            # for them all. Nothing free, they would also keep it from looking as the first in line does (an
-            # address given back would wait for its look, a minute, while those ahead wait for nothing).
-            states = self._addresses.instance_states([waiter.instance_id for waiter in ahead])
-            ahead = [waiter for waiter in ahead if states.get(waiter.instance_id) not in (None, *GONE_STATES)]
-            ahead, over = self._still_waiting(ahead, len(free) if free else 1)
-            if over:
-                line = self._drop(over, line, now)
+            # whose instance is gone (terminated while waiting, its launch over) or whose lifecycle is over do not
+            return self._waiting(ahead, len(free) if free else 1, line, now)
+        if ahead and not free and len(ahead) <= RECORD_LOOKS:
+            # Nothing free: they would keep this launch from looking as the first in line does (an address given
+            # back would wait for its look, a minute, while those ahead wait for nothing). Only how often it
+            # looks depends on it: EC2 or the table not telling now is no reason to fail or retry the look.
+            try:
+                return self._waiting(ahead, 1, line, now)
+            except (AddressRefused, TransientError) as error:
+                log.info("could not tell whether the %d launch(es) ahead still wait: %s", len(ahead), error)
+        return ahead, line
+
+    def _waiting(
+        self, ahead: list[Waiter], takers: int, line: Line, now: datetime
+    ) -> tuple[list[Waiter], Line]:
+        """``ahead`` less those whose instance is gone (one DescribeInstances for them all) and, among the
+        first ``takers``, those whose lifecycle is over (taken out of the line); and the line as left."""
+        states = self._addresses.instance_states([waiter.instance_id for waiter in ahead])
+        ahead = [waiter for waiter in ahead if states.get(waiter.instance_id) not in (None, *GONE_STATES)]
+        ahead, over = self._still_waiting(ahead, takers)
+        if over:
+            line = self._drop(over, line, now)
         return ahead, line
 
     def _still_waiting(self, ahead: list[Waiter], takers: int) -> tuple[list[Waiter], list[str]]:
