@@ -212,3 +212,30 @@ def test_a_line_of_the_longest_lifecycle_ids_stops_growing_a_tenth_under_dynamod
     # out of it); what it holds reads back whole
     assert 700 <= len(joined.lines[key].waiters) < MAX_WAITERS
     assert DynamoAddressLines(stack.table).read(key).waiters == joined.lines[key].waiters
+
+
+def test_a_launch_whose_lifecycle_ended_in_line_is_taken_out_of_it_by_the_launch_it_would_keep_waiting(
+    eip_fn: ModuleType, stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a pool whose one address an old instance holds, and a launch that found it empty and waits in line
+    monkeypatch.setenv("NODECYCLE_EIP_MODE", "pool")
+    monkeypatch.setenv("NODECYCLE_EIP_POOL_NAME", "ci")
+    pooled = allocate(**{OWNER_TAG: OWNER, POOL_TAG: "ci"})
+    old, lapsed, new = run_instances(3)
+    eip_fn.handler(work_event(store_new(stack, launch_record(old, at=now()))), LambdaContext())
+    waiting = store_new(stack, launch_record(lapsed, at=now()))
+    eip_fn.handler(work_event(waiting), LambdaContext())
+    assert [w.instance_id for w in DynamoAddressLines(stack.table).read(f"{OWNER}/ci").waiters] == [lapsed]
+    # And its lifecycle then ends without the step (its action completed by hand): its instance runs on
+    stored = current(stack, waiting)
+    assert store(stack).commit(
+        stored.model_copy(update={"step": Step.DONE, "finished_at": now()}), stored.seq
+    )
+
+    # When the old instance gives its address back, and a new launch looks
+    eip_fn.handler(work_event(store_new(stack, terminate_record(old, at=now()))), LambdaContext())
+    eip_fn.handler(work_event(store_new(stack, launch_record(new, at=now()))), LambdaContext())
+
+    # Then the new launch takes it, and the launch over is out of the line (no later look need find it over)
+    assert held_by(new) == [pooled]
+    assert DynamoAddressLines(stack.table).read(f"{OWNER}/ci").waiters == ()
