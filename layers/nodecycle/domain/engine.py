@@ -338,6 +338,7 @@ class StepEngine:
 
     def _run_step(self, record: LifecycleRecord, now: datetime) -> LifecycleRecord | None:
         outcome = self._guard(record, now)
+        unanswered = False
         if outcome is None:
             handler = self._steps[record.step]
             try:
@@ -346,10 +347,13 @@ class StepEngine:
                     outcome = handler(record, now)
             except (TransientError, Refused) as error:
                 outcome = self._retry(record, now, error)
+                # A completion that failed so may have landed all the same (a read timeout, a 5xx after Auto
+                # Scaling took the call); a refusal did not
+                unanswered = record.step is Step.COMPLETE and not isinstance(error, (AccessRefused, Refused))
         updated = _successor_of(advance(record, outcome, now), now)
         # Judged when the step ended, not when it began: a step that took seconds (slow or throttled APIs)
         # may have used up the time in which its successor could still heartbeat.
-        updated = self._keep_alive(updated, self._clock.now())
+        updated = self._keep_alive(updated, self._clock.now(), completion_unanswered=unanswered)
         if not self._records.commit(updated, expected_seq=record.seq):
             log.info("another delivery already ran step %s (seq %d)", record.step, record.seq)
             if waits_for_slot(record) and not waits_for_slot(updated):
@@ -462,7 +466,9 @@ class StepEngine:
             outcome="global-timeout-near",
         )
 
-    def _keep_alive(self, record: LifecycleRecord, now: datetime) -> LifecycleRecord:
+    def _keep_alive(
+        self, record: LifecycleRecord, now: datetime, completion_unanswered: bool = False
+    ) -> LifecycleRecord:
         """Heartbeat only when the hook's deadline needs it: when the next run, or its retry after one fault,
         could come too late to heartbeat itself. Never let the next step come later than that, nor later than
         the point where the guard must complete the action.
@@ -471,7 +477,11 @@ class StepEngine:
         ``heartbeat_margin`` to run and record its own heartbeat. So a heartbeat is recorded now exactly when
         ``due_at`` reaches ``heartbeat_deadline - margin - redelivery``, and a wait longer than that is cut
         into pieces, each with its heartbeat. The completion too: a completion throttled again and again
-        backs off for minutes, and an action that expires meanwhile gets the hook's default result."""
+        backs off for minutes, and an action that expires meanwhile gets the hook's default result.
+
+        ``completion_unanswered``: the step that ran was a completion whose call failed without a refusal. If
+        it landed, Auto Scaling answers the heartbeat that the action is no longer active: that is no expiry,
+        and the completion's retry settles it (with its result) either way."""
         if not record.action_open or record.step in (Step.CLEANUP, Step.DONE):
             return record
         latest = record.global_deadline - self._timing.settle_before
@@ -492,6 +502,9 @@ class StepEngine:
                 )
                 self._metrics.count("HeartbeatRetries")
                 return record.model_copy(update={"due_at": min(record.due_at, retry_at)})
+            if not active and completion_unanswered:
+                log.info("the lifecycle action is no longer active: perhaps completed by the call unanswered")
+                return record  # (its retry, at its backoff, is told so too, and records the completion)
             if not active:
                 log.warning("the lifecycle action is no longer active (timed out or completed elsewhere)")
                 self._metrics.count("LifecycleActionsExpired")

@@ -1,0 +1,65 @@
+"""The step engine under faults between its writes and Auto Scaling's ambiguous answers: a completion that
+landed but whose answer was lost, a heartbeat throttled again and again, a refused completion."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from nodecycle.domain.completion import SETTLED_ELSEWHERE, CompleteAction
+from nodecycle.domain.engine import Handled, Outcome
+from nodecycle.domain.errors import TransientError
+from nodecycle.domain.model import ActionRef, LifecycleRecord, Step
+from nodecycle.domain.policy import ActionResult
+from tests.support.fakes import FakeAutoscaling
+from tests.unit.foundation.test_engine import ONE_FAULT, PLAN, World, make_record
+
+
+class AnswerLost(FakeAutoscaling):
+    """Completions land, but the first ``lost`` answers never come back (a read timeout, a 5xx of a load
+    balancer in front of the service that had passed the call on): the caller sees a transient error."""
+
+    def __init__(self, lost: int) -> None:
+        super().__init__()
+        self.lost = lost
+
+    def complete(self, action: ActionRef, result: ActionResult) -> bool:
+        landed = super().complete(action, result)
+        if self.lost:
+            self.lost -= 1
+            raise TransientError("Read timeout on endpoint URL: autoscaling")
+        return landed
+
+
+def next_step(record: LifecycleRecord, now: datetime) -> Outcome:
+    return Outcome.next()
+
+
+def test_a_completion_that_landed_but_whose_answer_was_lost_is_recorded_as_completed_not_expired() -> None:
+    # Given a terminating lifecycle at its completion, 100 s into a 300 s hook, on the template's timing (a
+    # fault's retry may come 150 s late: the heartbeat is due at every run), whose completion lands but whose
+    # answer is lost
+    world = World(redelivery=ONE_FAULT)
+    world.autoscaling = AnswerLost(lost=1)
+    world.records.create(make_record(PLAN, Step.COMPLETE))
+    engine = world.engine(
+        {Step.COMPLETE: CompleteAction(world.autoscaling, world.metrics), Step.CLEANUP: next_step}
+    )
+    world.clock.advance(100)
+
+    # When it runs, and then each message it sends, at its time
+    handled = engine.handle(world.message())
+    while not world.record().finished:
+        (sent,) = world.queues.take()
+        world.clock.advance(sent.delay)
+        handled = engine.handle(sent.message)
+
+    # Then the action was completed once, and the record says so with the result it was completed with: Auto
+    # Scaling's "no active lifecycle action" to the heartbeat after the lost answer is the completion that
+    # landed, not an action that expired (the cleanup would tell the node's events the action was gone)
+    assert handled is Handled.DONE
+    assert [result for _, result in world.autoscaling.completed] == [ActionResult.CONTINUE]
+    record = world.record()
+    assert (record.outcome, record.result) == ("completed", ActionResult.CONTINUE)
+    assert record.completed_at is not None
+    assert record.extra.get(SETTLED_ELSEWHERE) is True
+    assert "LifecycleActionsExpired" not in world.metrics.counts
