@@ -338,11 +338,15 @@ class StepEngine:
 
     def _run_step(self, record: LifecycleRecord, now: datetime) -> LifecycleRecord | None:
         outcome = self._guard(record, now)
-        unanswered = False
+        unanswered = heartbeat_failed = False
         if outcome is None:
             handler = self._steps[record.step]
             try:
-                record, outcome = self._verify(record, now)
+                try:
+                    record, outcome = self._verify(record, now)
+                except TransientError:
+                    heartbeat_failed = True  # (its heartbeat, which the keep-alive would ask again at once)
+                    raise
                 if outcome is None:
                     outcome = handler(record, now)
             except (TransientError, Refused) as error:
@@ -353,7 +357,9 @@ class StepEngine:
         updated = _successor_of(advance(record, outcome, now), now)
         # Judged when the step ended, not when it began: a step that took seconds (slow or throttled APIs)
         # may have used up the time in which its successor could still heartbeat.
-        updated = self._keep_alive(updated, self._clock.now(), completion_unanswered=unanswered)
+        updated = self._keep_alive(
+            updated, self._clock.now(), completion_unanswered=unanswered, heartbeat_failed=heartbeat_failed
+        )
         if not self._records.commit(updated, expected_seq=record.seq):
             log.info("another delivery already ran step %s (seq %d)", record.step, record.seq)
             if waits_for_slot(record) and not waits_for_slot(updated):
@@ -467,7 +473,11 @@ class StepEngine:
         )
 
     def _keep_alive(
-        self, record: LifecycleRecord, now: datetime, completion_unanswered: bool = False
+        self,
+        record: LifecycleRecord,
+        now: datetime,
+        completion_unanswered: bool = False,
+        heartbeat_failed: bool = False,
     ) -> LifecycleRecord:
         """Heartbeat only when the hook's deadline needs it: when the next run, or its retry after one fault,
         could come too late to heartbeat itself. Never let the next step come later than that, nor later than
@@ -481,7 +491,9 @@ class StepEngine:
 
         ``completion_unanswered``: the step that ran was a completion whose call failed without a refusal. If
         it landed, Auto Scaling answers the heartbeat that the action is no longer active: that is no expiry,
-        and the completion's retry settles it (with its result) either way."""
+        and the completion's retry settles it (with its result) either way. ``heartbeat_failed``: the step's
+        confirmation (``_verify``) asked for a heartbeat in this run, and it failed (throttled): it is not asked
+        again now, only retried as a failed heartbeat is."""
         if not record.action_open or record.step in (Step.CLEANUP, Step.DONE):
             return record
         latest = record.global_deadline - self._timing.settle_before
@@ -493,6 +505,11 @@ class StepEngine:
         if record.heartbeat_deadline >= record.global_deadline:
             return record  # the action ends before any heartbeat could matter
         if max(record.due_at, now) >= self._last_safe_run(record):  # past it already: heartbeat at once
+            if heartbeat_failed:
+                # (the step's confirmation asked for it a moment ago, throttled: not asked again at once)
+                return record.model_copy(
+                    update={"due_at": min(record.due_at, self._heartbeat_retry(record, now))}
+                )
             try:
                 active = self._autoscaling.heartbeat(record.action)
             except TransientError as error:

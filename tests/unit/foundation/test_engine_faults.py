@@ -3,7 +3,7 @@ landed but whose answer was lost, a heartbeat throttled again and again, a refus
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from nodecycle.domain.completion import SETTLED_ELSEWHERE, CompleteAction
 from nodecycle.domain.engine import Handled, Outcome
@@ -11,7 +11,7 @@ from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import ActionRef, LifecycleRecord, Step
 from nodecycle.domain.policy import ActionResult
 from tests.support.fakes import FakeAutoscaling
-from tests.unit.foundation.test_engine import ONE_FAULT, PLAN, World, make_record
+from tests.unit.foundation.test_engine import ONE_FAULT, PLAN, Script, World, make_record
 
 
 class AnswerLost(FakeAutoscaling):
@@ -63,3 +63,40 @@ def test_a_completion_that_landed_but_whose_answer_was_lost_is_recorded_as_compl
     assert record.completed_at is not None
     assert record.extra.get(SETTLED_ELSEWHERE) is True
     assert "LifecycleActionsExpired" not in world.metrics.counts
+
+
+class Throttled(FakeAutoscaling):
+    """Every heartbeat is throttled (Auto Scaling's API under a storm of heartbeats and completions)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = 0
+
+    def heartbeat(self, action: ActionRef) -> bool:
+        self.asked += 1
+        raise TransientError("Throttling: Rate exceeded")
+
+
+def test_a_run_whose_confirming_heartbeat_was_throttled_does_not_ask_the_throttled_api_again() -> None:
+    # Given a drain whose record's heartbeat deadline has passed (its last heartbeat landed, but the run that
+    # recorded it died before its commit: the action is alive a while more), so that its next poll confirms
+    # the action first; Auto Scaling throttles every heartbeat
+    world = World(redelivery=ONE_FAULT)
+    world.autoscaling = Throttled()
+    record = make_record(PLAN, Step.EVICT)
+    world.records.create(record)
+    world.autoscaling.kept_alive(record.token, record.heartbeat_deadline - timedelta(seconds=30))
+    evict = Script([Outcome.wait(5)])
+    engine = world.engine({Step.EVICT: evict})
+    world.clock.current = record.heartbeat_deadline + timedelta(seconds=10)
+
+    # When the poll runs
+    engine.handle(world.message())
+
+    # Then its heartbeat was asked once: the throttled confirmation is retried at the step's backoff (the poll
+    # does not run unconfirmed), not asked again at once to keep the action alive
+    assert world.autoscaling.asked == 1
+    assert evict.runs == []
+    (sent,) = world.queues.take()
+    assert sent.message.step is Step.EVICT
+    assert sent.delay >= 1
