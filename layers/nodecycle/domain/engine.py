@@ -356,9 +356,16 @@ class StepEngine:
                 unanswered = record.step is Step.COMPLETE and not isinstance(error, (AccessRefused, Refused))
         updated = _successor_of(advance(record, outcome, now), now)
         # Judged when the step ended, not when it began: a step that took seconds (slow or throttled APIs)
-        # may have used up the time in which its successor could still heartbeat.
+        # may have used up the time in which its successor could still heartbeat...
+        ended = self._clock.now()
+        late = self._guard(updated, ended)
+        if late is not None:
+            # ...or run past the point where the guard completes the action: completed now, as the next run's
+            # guard would, but that run could come up to a margin before the global timeout, where one fault
+            # (its invocation dying) would let the action time out with the hook's default result
+            updated = advance(updated, late, ended).model_copy(update={"seq": updated.seq})
         updated = self._keep_alive(
-            updated, self._clock.now(), completion_unanswered=unanswered, heartbeat_failed=heartbeat_failed
+            updated, ended, completion_unanswered=unanswered, heartbeat_failed=heartbeat_failed
         )
         if not self._records.commit(updated, expected_seq=record.seq):
             log.info("another delivery already ran step %s (seq %d)", record.step, record.seq)

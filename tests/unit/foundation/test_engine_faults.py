@@ -11,7 +11,7 @@ from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import ActionRef, LifecycleRecord, Step
 from nodecycle.domain.policy import ActionResult
 from tests.support.fakes import FakeAutoscaling
-from tests.unit.foundation.test_engine import ONE_FAULT, PLAN, Script, World, make_record
+from tests.unit.foundation.test_engine import MARGIN, ONE_FAULT, PLAN, Script, World, kept_alive, make_record
 
 
 class AnswerLost(FakeAutoscaling):
@@ -100,3 +100,36 @@ def test_a_run_whose_confirming_heartbeat_was_throttled_does_not_ask_the_throttl
     (sent,) = world.queues.take()
     assert sent.message.step is Step.EVICT
     assert sent.delay >= 1
+
+
+def test_a_step_that_runs_past_the_guards_point_has_its_action_completed_at_its_end_not_a_run_later() -> None:
+    # Given a waiter for a budget slot, on the template's timing (the guard completes an action 210 s before
+    # its global timeout: the completion's margin and one fault's retry), whose run starts 5 s before the
+    # guard's point and takes 10 s (a throttled, retried ConfigMap read), then asks to wait two minutes more
+    world = World(redelivery=ONE_FAULT)
+    record = make_record(PLAN, Step.ACQUIRE_SLOT)
+    settle_point = record.global_deadline - timedelta(seconds=MARGIN + ONE_FAULT)
+    start = settle_point - timedelta(seconds=5)
+    world.records.create(kept_alive(world.autoscaling, record, start - timedelta(seconds=60)))
+    world.clock.current = start
+
+    def slow_wait(record: LifecycleRecord, now: datetime) -> Outcome:
+        world.clock.advance(10)
+        return Outcome.wait(120)
+
+    engine = world.engine(
+        {
+            Step.ACQUIRE_SLOT: slow_wait,
+            Step.COMPLETE: CompleteAction(world.autoscaling, world.metrics),
+            Step.CLEANUP: next_step,
+        }
+    )
+
+    # When it runs
+    engine.handle(world.message())
+
+    # Then the action is completed as the guard would (its failure result) as the step ends, past the guard's
+    # point: not at a next run up to a margin before the global timeout, which one fault would push past it
+    # (the hook's default result then)
+    assert [result for _, result in world.autoscaling.completed] == [ActionResult.ABANDON]
+    assert world.record().outcome == "global-timeout-near"
