@@ -338,12 +338,16 @@ class StepEngine:
 
     def _run_step(self, record: LifecycleRecord, now: datetime) -> LifecycleRecord | None:
         outcome = self._guard(record, now)
-        unanswered = heartbeat_failed = False
+        unanswered = False
+        # The confirmation's heartbeat in this run, if it asked one: when it was accepted, or that it failed
+        renewed_at, heartbeat_failed = None, False
         if outcome is None:
             handler = self._steps[record.step]
             try:
                 try:
+                    asked = record.heartbeats
                     record, outcome = self._verify(record, now)
+                    renewed_at = now if record.heartbeats > asked else None
                 except TransientError:
                     heartbeat_failed = True  # (its heartbeat, which the keep-alive would ask again at once)
                     raise
@@ -365,7 +369,11 @@ class StepEngine:
             # (its invocation dying) would let the action time out with the hook's default result
             updated = advance(updated, late, ended).model_copy(update={"seq": updated.seq})
         updated = self._keep_alive(
-            updated, ended, completion_unanswered=unanswered, heartbeat_failed=heartbeat_failed
+            updated,
+            ended,
+            completion_unanswered=unanswered,
+            renewed_at=renewed_at,
+            heartbeat_failed=heartbeat_failed,
         )
         if not self._records.commit(updated, expected_seq=record.seq):
             log.info("another delivery already ran step %s (seq %d)", record.step, record.seq)
@@ -484,6 +492,7 @@ class StepEngine:
         record: LifecycleRecord,
         now: datetime,
         completion_unanswered: bool = False,
+        renewed_at: datetime | None = None,
         heartbeat_failed: bool = False,
     ) -> LifecycleRecord:
         """Heartbeat only when the hook's deadline needs it: when the next run, or its retry after one fault,
@@ -498,9 +507,10 @@ class StepEngine:
 
         ``completion_unanswered``: the step that ran was a completion whose call failed without a refusal. If
         it landed, Auto Scaling answers the heartbeat that the action is no longer active: that is no expiry,
-        and the completion's retry settles it (with its result) either way. ``heartbeat_failed``: the step's
-        confirmation (``_verify``) asked for a heartbeat in this run, and it failed (throttled): it is not asked
-        again now, only retried as a failed heartbeat is."""
+        and the completion's retry settles it (with its result) either way. ``renewed_at``: when the step's
+        confirmation (``_verify``) recorded a heartbeat in this run: another one sooner than
+        ``HEARTBEAT_RETRY_MIN`` after it would extend nothing. ``heartbeat_failed``: that heartbeat failed
+        (throttled): it is not asked again at once, only retried as a failed heartbeat is."""
         if not record.action_open or record.step in (Step.CLEANUP, Step.DONE):
             return record
         latest = record.global_deadline - self._timing.settle_before
@@ -511,7 +521,8 @@ class StepEngine:
             record = record.model_copy(update={"due_at": max(now, min(record.due_at, cap))})
         if record.heartbeat_deadline >= record.global_deadline:
             return record  # the action ends before any heartbeat could matter
-        if max(record.due_at, now) >= self._last_safe_run(record):  # past it already: heartbeat at once
+        just_renewed = renewed_at is not None and now - renewed_at < HEARTBEAT_RETRY_MIN
+        if max(record.due_at, now) >= self._last_safe_run(record) and not just_renewed:  # heartbeat at once
             if heartbeat_failed:
                 # (the step's confirmation asked for it a moment ago, throttled: not asked again at once)
                 return record.model_copy(

@@ -8,9 +8,9 @@ from datetime import datetime, timedelta
 from nodecycle.domain.completion import SETTLED_ELSEWHERE, CompleteAction
 from nodecycle.domain.engine import Handled, Outcome
 from nodecycle.domain.errors import TransientError
-from nodecycle.domain.model import ActionRef, LifecycleRecord, Step
+from nodecycle.domain.model import ActionRef, LifecycleRecord, Step, global_deadline
 from nodecycle.domain.policy import ActionResult
-from tests.support.fakes import FakeAutoscaling
+from tests.support.fakes import T0, FakeAutoscaling
 from tests.unit.foundation.test_engine import MARGIN, ONE_FAULT, PLAN, Script, World, kept_alive, make_record
 
 
@@ -133,3 +133,31 @@ def test_a_step_that_runs_past_the_guards_point_has_its_action_completed_at_its_
     # (the hook's default result then)
     assert [result for _, result in world.autoscaling.completed] == [ActionResult.ABANDON]
     assert world.record().outcome == "global-timeout-near"
+
+
+def test_a_run_whose_confirmation_renewed_the_action_does_not_heartbeat_it_again() -> None:
+    # Given the first disruptive step of a lifecycle under a hook whose heartbeat timeout (120 s) is shorter
+    # than the margin plus a fault's retry (every run of it heartbeats), on the template's timing
+    world = World(redelivery=ONE_FAULT)
+    world.autoscaling.action_timeout = 120
+    world.records.create(
+        make_record(
+            PLAN,
+            verified_at=None,
+            heartbeat_timeout=120,
+            heartbeat_deadline=T0 + timedelta(seconds=120),
+            global_deadline=global_deadline(T0, 120),
+        )
+    )
+    engine = world.engine({Step.ACQUIRE_SLOT: Script([Outcome.wait(5)])})
+
+    # When it runs (its confirmation is a heartbeat)
+    engine.handle(world.message())
+
+    # Then the action was renewed once: the confirmation's heartbeat is the one this run needed, and a second
+    # one a moment later extends nothing
+    assert len(world.autoscaling.heartbeats) == 1
+    record = world.record()
+    assert record.heartbeat_deadline == T0 + timedelta(seconds=120)
+    (sent,) = world.queues.take()
+    assert sent.delay == 5
