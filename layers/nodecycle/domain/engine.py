@@ -523,10 +523,18 @@ class StepEngine:
             return record  # the action ends before any heartbeat could matter
         just_renewed = renewed_at is not None and now - renewed_at < HEARTBEAT_RETRY_MIN
         if max(record.due_at, now) >= self._last_safe_run(record) and not just_renewed:  # heartbeat at once
-            if heartbeat_failed:
-                # (the step's confirmation asked for it a moment ago, throttled: not asked again at once)
+            waiting = record.heartbeat_retry_at
+            # (a run due at the backoff's end may start up to a second before it, as a message runs that is due
+            # within a second: that run asks)
+            if heartbeat_failed or (waiting is not None and waiting - now > timedelta(seconds=1)):
+                # Not asked again now: the step's confirmation asked a moment ago and was throttled, or a heartbeat
+                # failed before and its backoff is not over (a drain polls every few seconds: asked at each poll,
+                # a throttled API would be asked as often as the drains poll, whatever the backoff)
+                retry_at = (
+                    self._heartbeat_retry(record, now) if heartbeat_failed or waiting is None else waiting
+                )
                 return record.model_copy(
-                    update={"due_at": min(record.due_at, self._heartbeat_retry(record, now))}
+                    update={"due_at": min(record.due_at, retry_at), "heartbeat_retry_at": retry_at}
                 )
             try:
                 active = self._autoscaling.heartbeat(record.action)
@@ -536,7 +544,9 @@ class StepEngine:
                     "heartbeat failed, retrying in %.0f s: %s", (retry_at - now).total_seconds(), error
                 )
                 self._metrics.count("HeartbeatRetries")
-                return record.model_copy(update={"due_at": min(record.due_at, retry_at)})
+                return record.model_copy(
+                    update={"due_at": min(record.due_at, retry_at), "heartbeat_retry_at": retry_at}
+                )
             if not active and completion_unanswered:
                 log.info("the lifecycle action is no longer active: perhaps completed by the call unanswered")
                 return record  # (its retry, at its backoff, is told so too, and records the completion)

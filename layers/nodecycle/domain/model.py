@@ -258,6 +258,8 @@ class LifecycleRecord(ActionRef):
     heartbeat_deadline: datetime  # the action times out here unless a heartbeat renews it
     global_deadline: datetime  # the action times out here whatever happens
     heartbeats: int = 0
+    # A heartbeat failed (throttled): the next is not asked before this, however often the step runs meanwhile
+    heartbeat_retry_at: datetime | None = None
     # When Auto Scaling confirmed that this token's action is active (before anything was disrupted)
     verified_at: datetime | None = None
 
@@ -326,7 +328,12 @@ class LifecycleRecord(ActionRef):
         away (never past the global timeout), one more heartbeat counted."""
         deadline = min(now + timedelta(seconds=self.heartbeat_timeout), self.global_deadline)
         return self.model_copy(
-            update={"heartbeat_deadline": deadline, "heartbeats": self.heartbeats + 1, **changes}
+            update={
+                "heartbeat_deadline": deadline,
+                "heartbeats": self.heartbeats + 1,
+                "heartbeat_retry_at": None,
+                **changes,
+            }
         )
 
     @property

@@ -11,7 +11,16 @@ from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import ActionRef, LifecycleRecord, Step, global_deadline
 from nodecycle.domain.policy import ActionResult
 from tests.support.fakes import T0, FakeAutoscaling
-from tests.unit.foundation.test_engine import MARGIN, ONE_FAULT, PLAN, Script, World, kept_alive, make_record
+from tests.unit.foundation.test_engine import (
+    HEARTBEAT,
+    MARGIN,
+    ONE_FAULT,
+    PLAN,
+    Script,
+    World,
+    kept_alive,
+    make_record,
+)
 
 
 class AnswerLost(FakeAutoscaling):
@@ -161,3 +170,27 @@ def test_a_run_whose_confirmation_renewed_the_action_does_not_heartbeat_it_again
     assert record.heartbeat_deadline == T0 + timedelta(seconds=120)
     (sent,) = world.queues.take()
     assert sent.delay == 5
+
+
+def test_a_drain_polling_every_few_seconds_asks_a_throttled_heartbeat_again_only_at_its_backoff() -> None:
+    # Given a drain polling its pods every 5 s on the template's timing (from 90 s after its last heartbeat a
+    # fault's retry could come too late: every poll wants to heartbeat), while Auto Scaling throttles every
+    # heartbeat
+    world = World(redelivery=ONE_FAULT)
+    world.autoscaling = Throttled()
+    world.records.create(make_record(PLAN, Step.EVICT))
+    engine = world.engine({Step.EVICT: lambda record, now: Outcome.wait(5)})
+
+    # When it polls until a margin before the heartbeat deadline (150 s of polls past that point: 30 of them)
+    polls = 0
+    while world.clock.now() < T0 + timedelta(seconds=HEARTBEAT - MARGIN):
+        engine.handle(world.message())
+        (sent,) = world.queues.take()
+        world.clock.advance(max(sent.delay, 1))
+        polls += 1
+
+    # Then the throttled heartbeat was asked again at its own backoff (half of what is left each time, at
+    # least 5 s apart), not at every poll: a storm of throttled calls is not fed by every drain in progress
+    assert polls >= 40
+    assert world.autoscaling.asked <= 8
+    assert world.metrics.counts["HeartbeatRetries"] == world.autoscaling.asked
