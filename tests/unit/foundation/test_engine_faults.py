@@ -3,11 +3,14 @@ landed but whose answer was lost, a heartbeat throttled again and again, a refus
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
+import pytest
+
 from nodecycle.domain.completion import SETTLED_ELSEWHERE, CompleteAction
-from nodecycle.domain.engine import Handled, Outcome
-from nodecycle.domain.errors import TransientError
+from nodecycle.domain.engine import MAX_REFUSED_ATTEMPTS, Handled, Outcome
+from nodecycle.domain.errors import AccessRefused, TransientError
 from nodecycle.domain.model import ActionRef, LifecycleRecord, Step, global_deadline
 from nodecycle.domain.policy import ActionResult
 from tests.support.fakes import T0, FakeAutoscaling
@@ -194,3 +197,82 @@ def test_a_drain_polling_every_few_seconds_asks_a_throttled_heartbeat_again_only
     assert polls >= 40
     assert world.autoscaling.asked <= 8
     assert world.metrics.counts["HeartbeatRetries"] == world.autoscaling.asked
+
+
+class CompletionRefused(FakeAutoscaling):
+    """CompleteLifecycleAction is denied to the role (a service control policy rolled out); heartbeats are not."""
+
+    def complete(self, action: ActionRef, result: ActionResult) -> bool:
+        raise AccessRefused("completing a lifecycle action", "AccessDenied", "not authorized")
+
+
+def test_a_refused_completion_completes_nothing_is_retried_then_fails_its_message_for_the_dead_letter_queue() -> (
+    None
+):
+    # Given a lifecycle at its completion, which Auto Scaling refuses to the role every time
+    world = World(redelivery=ONE_FAULT)
+    world.autoscaling = CompletionRefused()
+    world.records.create(make_record(PLAN, Step.COMPLETE))
+    engine = world.engine({Step.COMPLETE: CompleteAction(world.autoscaling, world.metrics)})
+
+    # When it runs, then at each retry, until its message fails
+    for _ in range(MAX_REFUSED_ATTEMPTS - 1):
+        engine.handle(world.message())
+        (sent,) = world.queues.take()
+        world.clock.advance(sent.delay)
+    with pytest.raises(AccessRefused):
+        engine.handle(world.message())
+
+    # Then nothing was completed nor taken for settled (a refusal is no "no active lifecycle action"), the
+    # action was kept alive meanwhile, and the record still waits at its completion (for the redelivery, the
+    # sweeper), its refusals told
+    assert world.autoscaling.completed == []
+    record = world.record()
+    assert (record.step, record.completed_at, record.attempts) == (
+        Step.COMPLETE,
+        None,
+        MAX_REFUSED_ATTEMPTS - 1,
+    )
+    assert "refused (AccessDenied)" in (record.last_error or "")
+    assert world.metrics.counts["StepRetries[reason=refused]"] == MAX_REFUSED_ATTEMPTS
+    assert world.clock.now() < world.autoscaling.expires_at(record.token)
+
+
+class Overtaken(FakeAutoscaling):
+    """Runs ``meanwhile`` (another delivery of the same message, in another container) while the first call to
+    CompleteLifecycleAction is on its way."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.meanwhile: list[Callable[[], object]] = []
+
+    def complete(self, action: ActionRef, result: ActionResult) -> bool:
+        if self.meanwhile:
+            self.meanwhile.pop()()
+        return super().complete(action, result)
+
+
+def test_two_deliveries_of_a_completion_at_once_complete_it_once_and_the_record_once() -> None:
+    # Given a completion whose message is delivered twice at once
+    world = World(redelivery=ONE_FAULT)
+    world.autoscaling = Overtaken()
+    world.records.create(make_record(PLAN, Step.COMPLETE, result=ActionResult.ABANDON))
+    cleanup = Script([Outcome.next(), Outcome.next()])
+    engine = world.engine(
+        {Step.COMPLETE: CompleteAction(world.autoscaling, world.metrics), Step.CLEANUP: cleanup}
+    )
+    message = world.message()
+    second: list[Handled] = []
+    world.autoscaling.meanwhile.append(lambda: second.append(engine.handle(message)))
+
+    # When the first is overtaken by the second while it calls Auto Scaling
+    first = engine.handle(message)
+
+    # Then the action was completed once, with its result; the first, told it is settled already, lost its
+    # commit and ran nothing after it
+    assert (second, first) == ([Handled.DONE], Handled.CONFLICT)
+    assert world.autoscaling.completed == [(world.record().action, ActionResult.ABANDON)]
+    record = world.record()
+    assert (record.result, record.completed_at) == (ActionResult.ABANDON, T0)
+    assert SETTLED_ELSEWHERE not in record.extra
+    assert len(cleanup.runs) == 1
