@@ -315,11 +315,13 @@ class LifecycleRecord(ActionRef):
     @property
     def action_open(self) -> bool:
         """True while the lifecycle action may still need a heartbeat or a completion (a disruption without
-        a hook has no action)."""
+        a hook has no action). Not past an action found gone (expired) or that Auto Scaling never had with this
+        token (unknown: a stale or forged message): counted open, a lifecycle still at its cleanup would hide
+        the instance's true action from the sweeper's orphan keep-alive and adoption."""
         return (
             self.transition.has_hook
             and self.completed_at is None
-            and self.outcome != "action-expired"
+            and self.outcome not in ("action-expired", "unknown-action")
             and not self.finished
         )
 

@@ -276,3 +276,26 @@ def test_two_deliveries_of_a_completion_at_once_complete_it_once_and_the_record_
     assert (record.result, record.completed_at) == (ActionResult.ABANDON, T0)
     assert SETTLED_ELSEWHERE not in record.extra
     assert len(cleanup.runs) == 1
+
+
+def test_a_lifecycle_whose_action_auto_scaling_does_not_have_holds_no_open_action_while_it_cleans_up() -> (
+    None
+):
+    # Given a terminate lifecycle from a stale or forged message (Auto Scaling has no such action), whose cleanup
+    # then fails for a while (the API server down)
+    world = World(redelivery=ONE_FAULT)
+    world.autoscaling.active = False
+    world.records.create(make_record(PLAN, verified_at=None))
+    cleanup = Script([TransientError("the API server is unavailable")])
+    engine = world.engine({Step.ACQUIRE_SLOT: Script([]), Step.CLEANUP: cleanup})
+
+    # When its first step finds no such action, and its cleanup fails
+    engine.handle(world.message())
+
+    # Then, while it retries its cleanup, it holds no open action: the sweeper does not heartbeat, settle or
+    # take it for an expired one, and does not count the instance's action as known, which would keep it from
+    # keeping alive or adopting the instance's true action under the hook (whose event was lost) meanwhile
+    record = world.record()
+    assert (record.step, record.outcome) == (Step.CLEANUP, "unknown-action")
+    assert len(cleanup.runs) == 1
+    assert not record.action_open
