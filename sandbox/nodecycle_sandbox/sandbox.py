@@ -207,7 +207,9 @@ class Sandbox:
         return sorted(firings, key=lambda firing: firing.at)
 
     def publish(self, event: dict[str, Any]) -> None:
-        """The emulation's EventBridge: lifecycle events go to the runner's rules."""
+        """AWS putting its own event on the bus: lifecycle events go to the runner's rules. Only AWS may put an
+        ``aws.*`` event: an operator's or a function's PutEvents goes to moto, which refuses such a source as
+        EventBridge does (``aws/events_sources.py``), so a test standing for a person uses the queues instead."""
         self._started.wait()
         for runner in self._runners():  # none once stopping: late events have nowhere to go
             runner.publish(event)

@@ -29,6 +29,7 @@ from nodecycle_sandbox.aws import (
     ec2_instances,
     ec2_tags,
     eks_access,
+    events_sources,
     sqs_attributes,
     sqs_timing,
 )
@@ -57,6 +58,7 @@ def install() -> None:
     ec2_instances.install()  # terminated instances forgotten after about an hour
     ec2_tags.install()
     eks_access.install()
+    events_sources.install()  # PutEvents refuses the aws.* sources of AWS's own events
     enforce.install()  # each function's calls against its role (nodecycle_sandbox.iam)
     setattr(AutoScalingResponse, _MARKER, True)
 
