@@ -9,6 +9,7 @@ import dataclasses
 import json
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,6 +76,12 @@ class ListOptions:
     version: ReadVersion = LATEST
 
 
+# The validating admission webhooks' judgment of the request being served (`Admission.review` of its attributes),
+# asked where kube-apiserver asks it: after the object is read (404) and the write's own checks (400, 409,
+# 422), before anything is written. None for the sandbox's own writes, which no webhook sees.
+Admit = Callable[[], None] | None
+
+
 def check_preconditions(rt: ResourceType, obj: JsonObj, options: JsonObj) -> None:
     """DeleteOptions.preconditions: a uid or resourceVersion that no longer matches is a 409."""
     pre = options.get("preconditions") or {}
@@ -134,7 +141,9 @@ class Api:
 
     # --- writes -----------------------------------------------------------------------------------
 
-    def create(self, rt: ResourceType, namespace: str, body: Any, *, source: str = API) -> JsonObj:
+    def create(
+        self, rt: ResourceType, namespace: str, body: Any, *, source: str = API, admit: Admit = None
+    ) -> JsonObj:
         obj = _decoded(rt, body)
         meta = obj["metadata"]
         with self._store.lock:
@@ -154,8 +163,6 @@ class Api:
             _validate_name(rt, name)
             if meta.get("resourceVersion"):
                 raise errors.bad_request("resourceVersion should not be set on objects to be created")
-            if self._store.get(rt, namespace, name) is not None:
-                raise errors.already_exists(rt, name)
             for key in ("deletionTimestamp", "deletionGracePeriodSeconds"):
                 meta.pop(key, None)
             meta["uid"] = self._store.new_uid()
@@ -168,6 +175,11 @@ class Api:
                 # Whatever status a client sends, a new pod starts Pending: status is the kubelet's to write.
                 obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
             _default_and_validate(rt, obj)
+            if admit is not None:
+                admit()
+            # (the store's create, after the webhooks: an existing name is a 409 only then)
+            if self._store.get(rt, namespace, name) is not None:
+                raise errors.already_exists(rt, name)
             return self._store.write(rt, obj, verb="create", source=source)
 
     def update(
@@ -179,10 +191,12 @@ class Api:
         *,
         subresource: str = "",
         source: str = API,
+        admit: Admit = None,
     ) -> JsonObj:
         obj = _decoded(rt, body)
         with self._store.lock:
-            return self._replace(rt, self.get(rt, namespace, name), obj, subresource, "update", source)
+            current = self.get(rt, namespace, name)
+            return self._replace(rt, current, obj, subresource, "update", source, admit)
 
     def patch(
         self,
@@ -194,6 +208,7 @@ class Api:
         *,
         subresource: str = "",
         source: str = API,
+        admit: Admit = None,
     ) -> JsonObj:
         with self._store.lock:
             current = self.get(rt, namespace, name)
@@ -202,14 +217,23 @@ class Api:
             except PatchError as exc:
                 raise errors.ApiError(422, "Invalid", f"the patch could not be applied: {exc}") from None
             # A resourceVersion left in (or put into) the patched object is a precondition, as in kube-apiserver.
-            return self._replace(rt, current, _decoded(rt, patched), subresource, "patch", source)
+            return self._replace(rt, current, _decoded(rt, patched), subresource, "patch", source, admit)
 
     def delete(
-        self, rt: ResourceType, namespace: str, name: str, options: JsonObj, *, source: str = API
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        options: JsonObj,
+        *,
+        source: str = API,
+        admit: Admit = None,
     ) -> JsonObj:
         with self._store.lock:
             current = self.get(rt, namespace, name)
             check_preconditions(rt, current, options)
+            if admit is not None:
+                admit()
             if rt is PODS:
                 # Pods answer with the object (still there, terminating, when the deletion is graceful);
                 # every other kind answers with a Status.
@@ -250,7 +274,14 @@ class Api:
                 return name
 
     def _replace(
-        self, rt: ResourceType, current: JsonObj, new: JsonObj, subresource: str, verb: str, source: str
+        self,
+        rt: ResourceType,
+        current: JsonObj,
+        new: JsonObj,
+        subresource: str,
+        verb: str,
+        source: str,
+        admit: Admit = None,
     ) -> JsonObj:
         cur_meta, meta = current["metadata"], new["metadata"]
         name = cur_meta["name"]
@@ -289,6 +320,8 @@ class Api:
             if rt.tracks_generation and _spec_of(result) != _spec_of(current):
                 meta["generation"] = int(cur_meta.get("generation", 0)) + 1
         result["metadata"]["resourceVersion"] = cur_meta["resourceVersion"]
+        if admit is not None:
+            admit()  # a write that changes nothing is judged too: the webhooks are asked before it is compared
         if result == current:
             return current  # a write that changes nothing keeps its resourceVersion, as in kube-apiserver
         resource = f"{rt.plural}/{subresource}" if subresource else rt.plural

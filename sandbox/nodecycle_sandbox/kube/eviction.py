@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nodecycle_sandbox.kube import errors
-from nodecycle_sandbox.kube.api import check_preconditions
+from nodecycle_sandbox.kube.api import Admit, check_preconditions
 from nodecycle_sandbox.kube.history import SANDBOX
 from nodecycle_sandbox.kube.kubelet import Kubelet
 from nodecycle_sandbox.kube.meta import (
@@ -155,10 +155,19 @@ def _disrupted(pdb: JsonObj, pods: list[JsonObj], now: float) -> dict[str, str]:
     }
 
 
-def evict(store: Store, kubelet: Kubelet, namespace: str, name: str, body: Any, *, source: str) -> JsonObj:
+def evict(
+    store: Store,
+    kubelet: Kubelet,
+    namespace: str,
+    name: str,
+    body: Any,
+    *,
+    source: str,
+    admit: Admit = None,
+) -> JsonObj:
     """POST .../pods/{name}/eviction: delete the pod unless a PodDisruptionBudget forbids it (429).
 
-    In kube-apiserver's order: the pod (404); a pod the budgets do not guard is deleted at once, its
+    In kube-apiserver's order: the body (400); the validating webhooks (``admit``); the pod (404); a pod the budgets do not guard is deleted at once, its
     preconditions checked by the delete (409); otherwise the budgets (500 for more than one, 429 without room),
     an allowed disruption recorded in the budget's status, and only then the delete with its preconditions: a
     precondition that no longer matches is 409 when the budget had room (the disruption stays recorded), 429
@@ -177,6 +186,8 @@ def evict(store: Store, kubelet: Kubelet, namespace: str, name: str, body: Any, 
     if meta.get("namespace", namespace) != namespace:
         raise errors.bad_request("namespace in URL does not match namespace in Eviction object")
     options = body.get("deleteOptions") or {}
+    if admit is not None:
+        admit()  # the webhooks judge the Eviction before the pod is looked up: a gone pod gets their refusal
     with store.lock:
         pod = store.get(PODS, namespace, name)
         if pod is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Callable, Mapping
@@ -118,8 +119,8 @@ class Router:
         self._access.authorize(user, attributes)
         if refuse is not None:
             raise refuse(user, attributes)
-        self._admission.review(attributes)
-        return self._serve(request, target)
+        # The webhooks are asked by the write itself, where kube-apiserver asks them (``Admit`` in api.py).
+        return self._serve(request, target, functools.partial(self._admission.review, attributes))
 
     def _non_resource(self, path: str, segments: list[str]) -> JsonObj | str:
         if path in _HEALTH_PATHS:
@@ -151,7 +152,7 @@ class Router:
             raise errors.path_not_found(path)
         return found
 
-    def _serve(self, request: Request, target: Target) -> Response:
+    def _serve(self, request: Request, target: Target, admit: Callable[[], None]) -> Response:
         rt, name, sub = target.rt, target.name, target.subresource
         namespace = target.namespace or ""
         resource = f"{rt.plural}/{sub}" if sub else rt.plural
@@ -173,15 +174,22 @@ class Router:
             return self._read_response(request, rt, obj, [obj], version, is_list=False)
         if method == "POST" and not name and target.namespace is not None:
             self._counters.add("create", resource)
-            return Response(201, self._api.create(rt, namespace, _json_body(request), source=API))
+            return Response(
+                201, self._api.create(rt, namespace, _json_body(request), source=API, admit=admit)
+            )
         if method == "POST" and sub == "eviction":
             self._counters.add("create", resource)
             return Response(
-                201, evict(self._store, self._kubelet, namespace, name, _json_body(request), source=API)
+                201,
+                evict(
+                    self._store, self._kubelet, namespace, name, _json_body(request), source=API, admit=admit
+                ),
             )
         if method == "PUT" and name:
             self._counters.add("update", resource)
-            updated = self._api.update(rt, namespace, name, _json_body(request), subresource=sub, source=API)
+            updated = self._api.update(
+                rt, namespace, name, _json_body(request), subresource=sub, source=API, admit=admit
+            )
             return Response(200, updated)
         if method == "PATCH" and name:
             self._counters.add("patch", resource)
@@ -189,12 +197,20 @@ class Router:
             if content_type not in PATCH_TYPES:
                 raise errors.unsupported_media_type(content_type)
             patched = self._api.patch(
-                rt, namespace, name, content_type, _decode(request.body), subresource=sub, source=API
+                rt,
+                namespace,
+                name,
+                content_type,
+                _decode(request.body),
+                subresource=sub,
+                source=API,
+                admit=admit,
             )
             return Response(200, patched)
         if method == "DELETE" and name and not sub:
             self._counters.add("delete", resource)
-            return Response(200, self._api.delete(rt, namespace, name, _delete_options(request), source=API))
+            deleted = self._api.delete(rt, namespace, name, _delete_options(request), source=API, admit=admit)
+            return Response(200, deleted)
         raise errors.method_not_allowed(f"{method} is not supported on {request.path}")
 
     @staticmethod

@@ -61,3 +61,87 @@ def test_an_eviction_is_a_create_of_its_subresource_not_a_delete_of_the_pod(
     assert refused.value.status == 400
     # while a read passes, whatever the webhooks
     assert kube.core.list_namespaced_pod("shop").kind == "PodList"
+
+
+# Where the webhooks answer in kube-apiserver's order: a delete, update or patch reads its object first (404)
+# and checks its preconditions (409) before the validating webhooks see it, with the old object
+# (registry.Store.Delete, .Update); an eviction's body is checked (400), then the webhooks judge the
+# Eviction, and only then is the pod looked up (evictionREST.Create: createValidation before the pod's Get).
+
+
+def test_a_gone_object_is_not_found_before_any_webhook_judges_its_delete_or_patch(
+    server: KubeServer, kube: Kube
+) -> None:
+    # Given webhooks that deny every delete of pods and every update of nodes
+    server.seed({"nodes": nodes_seed(1)})
+    server.settle()
+    server.admission.deny(Denial("no-deletes.example.com", "DELETE", "pods", code=403))
+    server.admission.deny(Denial("no-updates.example.com", "UPDATE", "nodes", code=403))
+
+    # When a pod and a node that are not there are deleted and cordoned
+    with pytest.raises(ApiException) as deleted:
+        kube.core.delete_namespaced_pod("gone", "default")
+    with pytest.raises(ApiException) as patched:
+        kube.core.patch_node("gone", {"spec": {"unschedulable": True}})
+
+    # Then both are 404, and no webhook was asked
+    assert (deleted.value.status, status_of(deleted.value)["reason"]) == (404, "NotFound")
+    assert (patched.value.status, status_of(patched.value)["reason"]) == (404, "NotFound")
+    assert server.admission.denied() == []
+
+
+def test_a_stale_precondition_is_a_conflict_before_any_webhook_judges_the_write(
+    server: KubeServer, kube: Kube
+) -> None:
+    # Given a pod and a node, and webhooks that deny their deletes and updates
+    server.seed(
+        {"nodes": nodes_seed(1), "deployments": [{"name": "web", "namespace": "shop", "replicas": 1}]}
+    )
+    server.settle()
+    (pod,) = pods_of(server, "shop", "web")
+    node = kube.core.list_node().items[0]
+    server.admission.deny(Denial("no-deletes.example.com", "DELETE", "pods", code=403))
+    server.admission.deny(Denial("no-updates.example.com", "UPDATE", "nodes", code=403))
+
+    # When the pod is deleted with a uid that is not its own, and the node patched at a resourceVersion it has left
+    with pytest.raises(ApiException) as deleted:
+        kube.core.delete_namespaced_pod(
+            pod["metadata"]["name"], "shop", body={"preconditions": {"uid": "not-its-uid"}}
+        )
+    stale = str(int(node.metadata.resource_version) - 1)
+    with pytest.raises(ApiException) as patched:
+        kube.core.patch_node(
+            node.metadata.name, {"metadata": {"resourceVersion": stale}, "spec": {"unschedulable": True}}
+        )
+
+    # Then both are 409 conflicts, and no webhook was asked
+    assert [deleted.value.status, patched.value.status] == [409, 409]
+    assert server.admission.denied() == []
+
+
+def test_a_webhook_refusing_evictions_answers_for_a_gone_pod_but_after_the_body_is_checked(
+    server: KubeServer, kube: Kube
+) -> None:
+    # Given a webhook that denies every eviction
+    server.admission.deny(
+        Denial("no-evictions.example.com", "CREATE", "pods/eviction", code=403, message="not now")
+    )
+
+    # When a pod that is not there is evicted
+    with pytest.raises(ApiException) as gone:
+        kube.core.create_namespaced_pod_eviction(
+            "gone", "default", {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "gone"}}
+        )
+    # and an eviction names another pod than its URL
+    with pytest.raises(ApiException) as mismatched:
+        kube.core.create_namespaced_pod_eviction(
+            "gone", "default", {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "other"}}
+        )
+
+    # Then the gone pod gets the webhook's refusal, not a 404: the webhook judges before the pod is looked up
+    assert gone.value.status == 403
+    assert status_of(gone.value)["message"].startswith('admission webhook "no-evictions.example.com"')
+    # while the mismatched body is refused as such, before any webhook
+    assert mismatched.value.status == 400
+    assert status_of(mismatched.value)["message"] == "name in URL does not match name in Eviction object"
+    assert [d.name for d in server.admission.denied()] == ["gone"]
