@@ -16,7 +16,7 @@ force-deletes them.
 
 from __future__ import annotations
 
-from nodecycle_sandbox.kube.builders import ready_condition
+from nodecycle_sandbox.kube.builders import pressure_conditions, ready_condition
 from nodecycle_sandbox.kube.meta import JsonObj, json_copy, rfc3339, with_condition
 
 UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
@@ -87,7 +87,12 @@ def reachable(node: JsonObj, now: float) -> JsonObj:
     """The node once its kubelet posts status again: Ready, without the unreachable taints."""
     updated = json_copy(node)
     status = updated.setdefault("status", {})
-    status["conditions"] = with_condition(status.get("conditions") or [], ready_condition(True, now), now)
+    conditions: list[JsonObj] = status.get("conditions") or []
+    # (every condition it posts: the pressures the lost kubelet left Unknown too)
+    for posted in (*pressure_conditions(now), ready_condition(True, now)):
+        if any(c.get("type") == posted["type"] for c in conditions) or posted["type"] == "Ready":
+            conditions = with_condition(conditions, posted, now)
+    status["conditions"] = conditions
     spec = updated.setdefault("spec", {})
     taints = [t for t in spec.get("taints") or [] if t.get("key") != UNREACHABLE_TAINT]
     if taints:

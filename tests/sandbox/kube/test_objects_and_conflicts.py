@@ -163,10 +163,16 @@ def test_strategic_merge_patch_merges_conditions_by_type_and_null_deletes(
 ) -> None:
     server.seed({"nodes": nodes_seed(1)})
     name = nodes_seed(1)[0]["name"]
-    pressure = {"type": "MemoryPressure", "status": "False", "reason": "KubeletHasSufficientMemory"}
+    # (a kubelet posts the pressure conditions beside Ready, all False on a healthy node)
+    pressure = {"type": "MemoryPressure", "status": "True", "reason": "KubeletHasInsufficientMemory"}
     kube.core.patch_node_status(name, {"status": {"conditions": [pressure]}})
     conditions = {c.type: c.status for c in kube.core.read_node(name).status.conditions}
-    assert conditions == {"Ready": "True", "MemoryPressure": "False"}
+    assert conditions == {
+        "Ready": "True",
+        "MemoryPressure": "True",
+        "DiskPressure": "False",
+        "PIDPressure": "False",
+    }
     kube.core.patch_node(name, {"spec": {"unschedulable": True}})
     assert kube.core.read_node(name).spec.unschedulable is True
     kube.core.patch_node(name, {"spec": {"unschedulable": None}})
