@@ -64,6 +64,7 @@ _SERVER_METADATA = (
     "deletionTimestamp",
     "deletionGracePeriodSeconds",
     "generation",
+    "managedFields",  # kept by the server from what each manager wrote (managed_fields.py)
 )
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
-from nodecycle_sandbox.kube import discovery, errors, representation, reviews, tables
+from nodecycle_sandbox.kube import discovery, errors, managed_fields, representation, reviews, tables
 from nodecycle_sandbox.kube.access import Access
 from nodecycle_sandbox.kube.admission import Admission
 from nodecycle_sandbox.kube.api import Api, ListOptions
@@ -119,6 +119,9 @@ class Router:
         self._access.authorize(user, attributes)
         if refuse is not None:
             raise refuse(user, attributes)
+        managed_fields.requested_by(
+            managed_fields.request_manager(request.query, request.headers.get("user-agent", ""))
+        )
         # The webhooks are asked by the write itself, where kube-apiserver asks them (``Admit`` in api.py).
         return self._serve(request, target, functools.partial(self._admission.review, attributes))
 

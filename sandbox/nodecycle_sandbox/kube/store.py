@@ -8,6 +8,7 @@ import time
 import uuid
 from collections.abc import Callable
 
+from nodecycle_sandbox.kube import managed_fields
 from nodecycle_sandbox.kube.history import HistoryEntry
 from nodecycle_sandbox.kube.meta import JsonObj, json_copy, metadata
 from nodecycle_sandbox.kube.resources import ALL, ResourceType
@@ -88,8 +89,11 @@ class Store:
             meta = obj["metadata"]
             meta["resourceVersion"] = str(self._revision)
             key = (meta.get("namespace", "") if rt.namespaced else "", meta["name"])
-            if key not in self._objects[rt]:
+            old = self._objects[rt].get(key)
+            if old is None:
                 self._order.pop(rt, None)
+            subresource = resource.partition("/")[2]
+            managed_fields.track(rt, old, obj, source=source, subresource=subresource, now=time.time())
             self._objects[rt][key] = obj
             self._by_uid[meta["uid"]] = (rt, key)
             self._record(rt, obj, verb, source, resource, removed=False)
