@@ -26,6 +26,7 @@ from nodecycle_sandbox.kube.meta import (
     pod_ready,
     rfc3339,
     uid_of,
+    with_condition,
 )
 from nodecycle_sandbox.kube.resources import EVICTION_API_VERSIONS, PDBS, PODS
 from nodecycle_sandbox.kube.selectors import LabelSelector, from_label_selector_object
@@ -35,6 +36,12 @@ VIOLATION_MESSAGE = "Cannot evict pod as it would violate the pod's disruption b
 MULTIPLE_PDBS_MESSAGE = (
     "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
 )
+DISRUPTION_TARGET = {
+    "type": "DisruptionTarget",
+    "status": "True",
+    "reason": "EvictionByEvictionAPI",
+    "message": "Eviction API: evicting",
+}
 # The disruption controller's DeletionTimeout: an eviction a budget allowed is a disruption of its pod (the
 # budget's status.disruptedPods) until the pod is being deleted, or for this long if it never is (a delete
 # the eviction's preconditions refused after the budget check).
@@ -195,6 +202,7 @@ def evict(
         grace = options.get("gracePeriodSeconds")
         if not _pdb_applies(pod):
             check_preconditions(PODS, pod, options)
+            pod = _disruption_target(store, pod, source)
             kubelet.delete_pod(pod, grace, verb="create", resource="pods/eviction", source=source)
             return _success()
         labels = labels_of(pod)
@@ -226,8 +234,21 @@ def evict(
             if not unhealthy_may_go:
                 _record_disruption(store, pdb, budget, name)
         check_preconditions(PODS, pod, options)
+        pod = _disruption_target(store, pod, source)
         kubelet.delete_pod(pod, grace, verb="create", resource="pods/eviction", source=source)
         return _success()
+
+
+def _disruption_target(store: Store, pod: JsonObj, source: str) -> JsonObj:
+    """The pod with the condition kube-apiserver sets before an eviction's delete (PodDisruptionConditions,
+    GA in 1.31: addConditionAndDeletePod), written on its own, through the status store: one more write and
+    resourceVersion, seen by anyone who reads or lists the pod before it goes. Unchanged when it has it."""
+    updated = json_copy(pod)
+    status = updated.setdefault("status", {})
+    status["conditions"] = with_condition(status.get("conditions") or [], DISRUPTION_TARGET, time.time())
+    if updated == pod:
+        return pod
+    return store.write(PODS, updated, verb="update", source=source, resource="pods/status")
 
 
 def _record_disruption(store: Store, pdb: JsonObj, budget: Budget, pod: str) -> None:

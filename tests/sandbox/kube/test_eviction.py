@@ -274,3 +274,27 @@ def test_a_lost_kubelet_makes_its_pods_unhealthy_and_their_eviction_follows_the_
     assert (status["desiredHealthy"], status["disruptionsAllowed"]) == (3, 0)
     assert _evict(kube, pods[1]) == 429
     assert _evict(kube, pods[0]) == evicted
+
+
+def test_an_evicted_pod_is_marked_a_disruption_target_before_its_deletion(
+    server: KubeServer, kube: Kube
+) -> None:
+    # Given pods that take a while to stop, under a budget with room
+    pods = _seed_web(server, replicas=2, pdb={"maxUnavailable": 1}, shutdownSeconds=30)
+    server.reset_history()
+
+    # When one is evicted
+    assert _evict(kube, pods[0]) == 201
+
+    # Then, as kube-apiserver does (PodDisruptionConditions, GA in 1.31), its status first gets the condition
+    # DisruptionTarget, in a write of its own, and only then is it deleted
+    writes = [(e.verb, e.resource) for e in server.history() if e.kind == "Pod" and e.name == pods[0]]
+    assert writes == [("update", "pods/status"), ("create", "pods/eviction")]
+    evicted = kube.core.read_namespaced_pod(pods[0], "shop")
+    assert evicted.metadata.deletion_timestamp is not None
+    (target,) = [c for c in evicted.status.conditions if c.type == "DisruptionTarget"]
+    assert (target.status, target.reason, target.message) == (
+        "True",
+        "EvictionByEvictionAPI",
+        "Eviction API: evicting",
+    )
