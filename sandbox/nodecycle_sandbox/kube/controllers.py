@@ -3,11 +3,12 @@ controllers, mirror pods, a scheduler and the status writers, run together by on
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from nodecycle_sandbox.kube import finalizers, node_lifecycle
@@ -611,6 +612,7 @@ class ControllerLoop:
         self._tick = tick
         self._stop = threading.Event()
         self._poked = threading.Event()
+        self._passing = threading.Lock()  # held by a pass, and by a test that holds the controllers back
         self._thread = threading.Thread(target=self._run, name="kube-sandbox-controllers", daemon=True)
         self.failure: BaseException | None = None
 
@@ -625,6 +627,14 @@ class ControllerLoop:
     def poke(self) -> None:
         """Something changed that the store's revision does not show (a kubelet lost or revived, a timer
         set): run the next tick's pass even if nothing was written."""
+        self._poked.set()
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """No pass runs meanwhile (one under way ends first): the state between a write and the controllers'
+        answer to it, which a real cluster shows for a moment."""
+        with self._passing:
+            yield
         self._poked.set()
 
     def check(self) -> None:
@@ -643,7 +653,8 @@ class ControllerLoop:
             self._poked.clear()
             began = time.monotonic()
             try:
-                result = self._sync()
+                with self._passing:
+                    result = self._sync()
             except Exception as exc:  # kept for check(); the loop must outlive one bad pass
                 logger.exception("sandbox controller pass failed")
                 self.failure = exc

@@ -10,12 +10,25 @@ from nodecycle_sandbox.kube.resources import ResourceType
 class ApiError(Exception):
     """An API failure with the HTTP code, reason and message of the matching Kubernetes ``Status``."""
 
-    def __init__(self, code: int, reason: str, message: str, details: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        code: int,
+        reason: str,
+        message: str,
+        details: dict[str, Any] | None = None,
+        *,
+        retry_after: int = 0,
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.reason = reason
         self.message = message
         self.details = details
+        # details.retryAfterSeconds, and the Retry-After header kube-apiserver sends with it
+        self.retry_after = retry_after
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)} if self.retry_after > 0 else {}
 
     def status(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -29,6 +42,8 @@ class ApiError(Exception):
         }
         if self.details is not None:
             body["details"] = self.details
+        if self.retry_after > 0:
+            body["details"] = {**(self.details or {}), "retryAfterSeconds": self.retry_after}
         return body
 
 
@@ -113,8 +128,8 @@ def unsupported_media_type(content_type: str) -> ApiError:
     )
 
 
-def too_many_requests(message: str, causes: list[dict[str, str]]) -> ApiError:
-    return ApiError(429, "TooManyRequests", message, {"causes": causes})
+def too_many_requests(message: str, causes: list[dict[str, str]], retry_after: int = 0) -> ApiError:
+    return ApiError(429, "TooManyRequests", message, {"causes": causes}, retry_after=retry_after)
 
 
 def internal_error(message: str) -> ApiError:

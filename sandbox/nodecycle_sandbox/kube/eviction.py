@@ -215,6 +215,20 @@ def evict(
             raise errors.internal_error(MULTIPLE_PDBS_MESSAGE)
         if pdbs:
             pdb = pdbs[0]
+            if int((pdb.get("status") or {}).get("observedGeneration", 0)) < int(
+                pdb["metadata"].get("generation", 0)
+            ):
+                # (checkAndDecrement: a budget its controller has not observed since its spec changed)
+                raise errors.too_many_requests(
+                    VIOLATION_MESSAGE,
+                    [
+                        {
+                            "reason": "DisruptionBudget",
+                            "message": f"The disruption budget {name_of(pdb)} is still being processed by the server.",
+                        }
+                    ],
+                    retry_after=10,
+                )
             budget = compute_budget(store, pdb)
             unhealthy_may_go = not pod_ready(pod) and (
                 (pdb.get("spec") or {}).get("unhealthyPodEvictionPolicy") == "AlwaysAllow"

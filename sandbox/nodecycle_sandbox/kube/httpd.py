@@ -77,12 +77,12 @@ class _Handler(BaseHTTPRequestHandler):
         if fault is not None and fault.drop_after:
             self._hang_up()  # served, but the client never hears of it
             return
+        headers = dict(response.headers)
         if isinstance(response.body, str):
-            self._send(response.status, "text/plain; charset=utf-8", response.body.encode())
+            self._send(response.status, "text/plain; charset=utf-8", response.body.encode(), headers)
         else:
-            self._send(
-                response.status, "application/json", json.dumps(response.body, separators=(",", ":")).encode()
-            )
+            data = json.dumps(response.body, separators=(",", ":")).encode()
+            self._send(response.status, "application/json", data, headers)
 
     def _inject(self, fault: KubeFaultAction) -> bool:
         """Apply a fault before serving; True when the request must not be served at all."""

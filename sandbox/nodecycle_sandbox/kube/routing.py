@@ -6,7 +6,7 @@ import functools
 import json
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
@@ -45,6 +45,7 @@ class Request:
 class Response:
     status: int
     body: JsonObj | str  # a str is sent as text/plain
+    headers: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ class Router:
             user = self._authenticate(request)
             return self._route(request, user, refuse)
         except errors.ApiError as exc:
-            return Response(exc.code, exc.status())
+            return Response(exc.code, exc.status(), exc.headers())
 
     def _authenticate(self, request: Request) -> User:
         token = bearer_token(request.headers.get("authorization"))

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import ssl
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -157,6 +158,14 @@ class KubeServer:
         self._loop = ControllerLoop(self._controllers.sync, lambda: self._store.revision, self._tick)
         self._loop.start()
         return self
+
+    @contextlib.contextmanager
+    def paused_controllers(self) -> Iterator[None]:
+        """Hold the controllers back meanwhile (the API server still serves): what a client sees between a
+        write and the controllers' answer to it, e.g. a PodDisruptionBudget changed and not yet observed."""
+        assert self._loop is not None, "the server is not started"
+        with self._loop.paused():
+            yield
 
     def stop(self) -> None:
         """Stop serving and simulating; re-raises a controller failure that happened while running."""

@@ -298,3 +298,32 @@ def test_an_evicted_pod_is_marked_a_disruption_target_before_its_deletion(
         "EvictionByEvictionAPI",
         "Eviction API: evicting",
     )
+
+
+def test_a_budget_its_controller_has_not_observed_yet_refuses_evictions_429_retry_after_10(
+    server: KubeServer, kube: Kube
+) -> None:
+    # Given a budget with room whose spec was just changed, before the disruption controller's next pass
+    pods = _seed_web(server, replicas=3, pdb={"maxUnavailable": 1})
+    with server.paused_controllers():
+        kube.policy.patch_namespaced_pod_disruption_budget("web", "shop", {"spec": {"maxUnavailable": 2}})
+
+        # When a pod is evicted
+        with pytest.raises(ApiException) as refused:
+            kube.core.create_namespaced_pod_eviction(pods[0], "shop", _eviction(pods[0]))
+
+    # Then it is refused as kube-apiserver refuses it (checkAndDecrement: status.observedGeneration behind
+    # metadata.generation), 429 with Retry-After 10, and the pod stays
+    assert refused.value.status == 429
+    assert (refused.value.headers or {}).get("Retry-After") == "10"
+    body = status_of(refused.value)
+    assert body["details"]["retryAfterSeconds"] == 10
+    assert body["details"]["causes"] == [
+        {
+            "reason": "DisruptionBudget",
+            "message": "The disruption budget web is still being processed by the server.",
+        }
+    ]
+    assert kube.core.read_namespaced_pod(pods[0], "shop").metadata.deletion_timestamp is None
+    # and once the controller has observed it, the eviction is allowed
+    wait_until(lambda: _evict(kube, pods[0]) == 201, what="the eviction allowed")
