@@ -94,13 +94,17 @@ class CompleteAction:
             # Completing twice is harmless: "no active lifecycle action" means it is settled already.
             if self._autoscaling.complete(record.action, result):
                 log.info("completed the lifecycle action with %s (%s)", result, outcome)
+                self._metrics.count(
+                    "LifecycleActionsCompleted", result=result.value, transition=record.transition.short
+                )
+                self._metrics.seconds("LifecycleDuration", (now - record.started_at).total_seconds())
             else:
+                # Not counted as completed with this result: another delivery of this step completed it (and
+                # counted it), it timed out with the hook's default result, or an operator settled it. (One of our
+                # own completions whose answer was lost lands here too, on its retry.)
                 log.info("the lifecycle action was already settled; nothing to complete")
                 extra = {**extra, SETTLED_ELSEWHERE: True}
-            self._metrics.count(
-                "LifecycleActionsCompleted", result=result.value, transition=record.transition.short
-            )
-            self._metrics.seconds("LifecycleDuration", (now - record.started_at).total_seconds())
+                self._metrics.count("LifecycleActionsSettledElsewhere", transition=record.transition.short)
         return Outcome.next(completed_at=now, result=result, outcome=outcome, extra=extra)
 
     def _ends_its_instance(self, record: LifecycleRecord, now: datetime) -> bool:

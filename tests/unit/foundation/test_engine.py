@@ -861,6 +861,12 @@ def test_completion_settles_the_action_once_and_is_harmless_when_repeated() -> N
     assert again.changes["outcome"] == "completed"
     assert again.changes["extra"][SETTLED_ELSEWHERE] is True
     assert len(world.autoscaling.completed) == 1
+    # and the dashboard counts the one completion Auto Scaling took, once, not the repeat that found it settled
+    # (two deliveries at once, or an action that timed out with the hook's default result, are no completion
+    # of nodecycle's with this result)
+    assert world.metrics.counts["LifecycleActionsCompleted"] == 1
+    assert len(world.metrics.timings["LifecycleDuration"]) == 1
+    assert world.metrics.counts["LifecycleActionsSettledElsewhere"] == 1
 
 
 def test_a_known_token_under_another_hook_disrupts_nothing() -> None:
