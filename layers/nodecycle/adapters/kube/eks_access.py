@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from kubernetes.client import ApiClient, Configuration
 from urllib3.util.retry import Retry
 
+from nodecycle import __version__
 from nodecycle.adapters.aws.clients import LazyClient, client, transient_errors
 
 if TYPE_CHECKING:
@@ -131,6 +132,10 @@ class _RenewingApiClient(ApiClient):
 
     def __init__(self, configuration: Configuration, tokens: EksTokens) -> None:
         super().__init__(configuration)
+        # The API server names the manager of each write after the User-Agent's prefix: a cordon or annotation by
+        # nodecycle is nodecycle's in `kubectl get node --show-managed-fields` and in the audit log, not the
+        # generated client's default ("OpenAPI-Generator", like any tool built on it)
+        self.user_agent = f"nodecycle/{__version__}"
         self._tokens = tokens
 
     def call_api(
