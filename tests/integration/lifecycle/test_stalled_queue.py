@@ -3,10 +3,9 @@ counts it as stalled, for the alarm) until the queue moves again, and the drain 
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
+from nodecycle_sandbox.aws.group import wait_for
 from nodecycle_sandbox.checks import completed_before_drained
 from tests.integration.lifecycle.harness import (
     node_of,
@@ -28,9 +27,27 @@ def test_the_sweeper_keeps_a_stalled_drain_alive_until_its_queue_moves_again() -
         node = node_of(sandbox, victim)
         sandbox.runner.set_sources_enabled("DrainFunction", False)
 
-        # When the instance terminates and nothing consumes the drain queue for three heartbeat timeouts
+        # When the instance terminates and nothing consumes the drain queue until a sweep has reported the
+        # lifecycle stalled (its message overdue by the resume grace, 20 s: two heartbeat timeouts) and the action
+        # has had a heartbeat since (waited for, not slept: a fixed 30 s was most of the file's time; the wait
+        # ends at once, failing below, if the action ends meanwhile)
         sandbox.asg.terminate(victim)
-        time.sleep(3 * HEARTBEAT_TIMEOUT)
+        beats_when_stalled: list[int] = []
+
+        def kept_alive_after_the_stall_or_ended() -> bool:
+            action = terminate_action(sandbox, victim)
+            if action is None:
+                return False
+            if not action.active:
+                return True
+            if not beats_when_stalled:
+                sweeps = sandbox.runner.journal.invocations("SweeperFunction")
+                if any((s.response or {}).get("LifecyclesStalled", 0) >= 1 for s in sweeps):
+                    beats_when_stalled.append(len(action.heartbeats))
+                return False
+            return len(action.heartbeats) > beats_when_stalled[0]
+
+        wait_for(kept_alive_after_the_stall_or_ended, 6 * HEARTBEAT_TIMEOUT, "a heartbeat after the stall")
 
         # Then the action is still open (the hook's default result was never applied), on the sweeper's
         # heartbeats, and the sweeper reported the lifecycle as stalled
@@ -38,6 +55,7 @@ def test_the_sweeper_keeps_a_stalled_drain_alive_until_its_queue_moves_again() -
         assert action is not None
         assert action.active, f"the action ended while the queue was stalled: {action.outcome}"
         assert len(action.heartbeats) >= 2
+        assert max(action.heartbeats) > action.started_at + 2 * HEARTBEAT_TIMEOUT  # alive past two timeouts
         sweeps = sandbox.runner.journal.invocations("SweeperFunction")
         assert any((s.response or {}).get("LifecyclesStalled", 0) >= 1 for s in sweeps)
         assert sandbox.kube.node_for_instance(victim) == node  # nothing was disrupted meanwhile
