@@ -25,11 +25,12 @@ import pytest
 from botocore.client import BaseClient
 from kubernetes.client import rest
 
+from nodecycle.domain.model import Transition
 from nodecycle.domain.ports.cluster import IN_PROGRESS_ANNOTATION, OWNER_ANNOTATION
 from nodecycle_sandbox import Sandbox, SandboxOptions
 from nodecycle_sandbox.aws.group import GroupSpec, default_hooks
 from nodecycle_sandbox.aws.records import TERMINATING
-from tests.integration.lifecycle.harness import FAST, ROOT, find_record, node_of, record_of
+from tests.integration.lifecycle.harness import FAST, ROOT, find_record, node_of, record_of, records
 from tests.support.functions import LambdaContext, load_function
 
 pytestmark = [
@@ -312,24 +313,29 @@ def terminate_all(
 ) -> None:
     for instance in instances:
         sandbox.asg.terminate(instance, decrement=True)
+    lifecycle_records = records(sandbox)
+
+    # This runs before every message the pump delivers: reading every action twice and every record per
+    # instance, it was a quarter of the test's CPU (117 s without these changes, 87 s with, side by side). A
+    # lifecycle that is over stays over (its action ended, its record finished): each is read until it is,
+    # and the actions once a look.
+    over: set[str] = set()
 
     def finished() -> bool:
+        actions: dict[str, Any] = {}
+        for a in sandbox.aws.actions():
+            if a.transition == TERMINATING:
+                actions.setdefault(a.instance_id, a)
         for instance in instances:
-            action = next(
-                (
-                    a
-                    for a in sandbox.aws.actions()
-                    if a.instance_id == instance and a.transition == TERMINATING
-                ),
-                None,
-            )
+            if instance in over:
+                continue
+            action = actions.get(instance)
             if action is None or action.active:
                 return False
-            try:
-                if not record_of(sandbox, instance).finished:
-                    return False
-            except AssertionError:
+            record = lifecycle_records.get(f"{instance}/{Transition.TERMINATING.short}/{action.token}")
+            if record is None or not record.finished:
                 return False
+            over.add(instance)
         return True
 
     def steps() -> list[tuple[bool | None, object]]:
