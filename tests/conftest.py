@@ -23,6 +23,15 @@ LEVELS = ("unit", "contracts", "functions", "integration", "sandbox", "campaign"
 LONG_LEVELS = ("campaign", "benchmarks")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest-xdist (3.x) hands out `--dist loadfile`'s files by their number of tests, most first, unless told
+    # not to: the one-test files, the longest of the suite among them (the crash recovery's, the lost intake's,
+    # the stalled queue's), went out among the last 35 of 184, and the run ended with one worker alone on them.
+    # The order below is the one wanted.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         level = item.path.relative_to(TESTS).parts[0]
