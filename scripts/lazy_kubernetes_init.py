@@ -23,6 +23,7 @@ from pathlib import Path
 
 EAGER = re.compile(r"^from \. import (\w+)[ \t]*$", re.MULTILINE)
 KEPT = re.compile(r"^(#.*|__\w+__ = .*|)$")  # comments, __project__/__version__, blank lines
+MARK = "# Rewritten by nodecycle's layer build"
 LAZY = """
 # Rewritten by nodecycle's layer build (scripts/lazy_kubernetes_init.py): these subpackages were imported
 # here eagerly; each is now imported on its first access as an attribute of this package (PEP 562).
@@ -43,7 +44,10 @@ def __dir__():
 
 
 def lazy(text: str) -> str:
-    """The same ``__init__`` with its eager subpackage imports made lazy; ValueError if it is not one."""
+    """The same ``__init__`` with its eager subpackage imports made lazy (as it is when made so already: a build
+    into a directory built before, where pip keeps what is there); ValueError if it is not one."""
+    if MARK in text:
+        return text
     names = tuple(EAGER.findall(text))
     if "client" not in names:
         raise ValueError("no `from . import client` line: not the kubernetes __init__ this rewrite knows")

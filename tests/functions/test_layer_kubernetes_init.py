@@ -103,3 +103,17 @@ def test_an_init_the_rewrite_does_not_recognise_stops_the_build_and_is_left_as_i
     assert status == 1
     assert str(init) in capsys.readouterr().err
     assert init.read_text() == changed
+
+
+def test_a_build_again_into_the_same_directory_leaves_the_rewritten_init_as_it_is(tmp_path: Path) -> None:
+    # Given a layer directory built before (pip install --target keeps what is there: the __init__ already lazy)
+    init = tmp_path / "__init__.py"
+    init.write_text(lazy(PINNED_INIT.read_text()))
+    built = init.read_text()
+
+    # When the build runs the rewrite again
+    status = main(["lazy_kubernetes_init.py", str(init)])
+
+    # Then it succeeds and the file is the same
+    assert status == 0
+    assert init.read_text() == built
