@@ -61,11 +61,9 @@ def wired(stack: Stack, settings: EipSettings, ec2: AwsLikeEc2) -> AssignAddress
     )
 
 
-def test_twenty_launches_racing_for_ten_pool_addresses_take_each_once_and_steal_none(stack: Stack) -> None:
-    # Given a pool of 10 free addresses of this stack and 20 instances launching at once
-    pool = {allocate(**{OWNER_TAG: "stack-a", POOL_TAG: "ci"}) for _ in range(POOL_SIZE)}
-    instances = run_instances(LAUNCHES)
-    settings = EipSettings.model_validate(
+def pool_settings(stack: Stack) -> EipSettings:
+    """The eip function's settings for stack-a's pool "ci" on ``stack``."""
+    return EipSettings.model_validate(
         {
             "owner_id": "stack-a",
             "record_table": stack.table,
@@ -77,6 +75,13 @@ def test_twenty_launches_racing_for_ten_pool_addresses_take_each_once_and_steal_
             "eip_pool_name": "ci",
         }
     )
+
+
+def test_twenty_launches_racing_for_ten_pool_addresses_take_each_once_and_steal_none(stack: Stack) -> None:
+    # Given a pool of 10 free addresses of this stack and 20 instances launching at once
+    pool = {allocate(**{OWNER_TAG: "stack-a", POOL_TAG: "ci"}) for _ in range(POOL_SIZE)}
+    instances = run_instances(LAUNCHES)
+    settings = pool_settings(stack)
     lock, barrier = threading.Lock(), threading.Barrier(LAUNCHES)
     clients = [ListsTogether(boto3.client("ec2"), lock, barrier) for _ in range(LAUNCHES)]
 
@@ -113,18 +118,7 @@ def test_the_launches_left_without_an_address_in_a_race_all_wait_in_the_pools_li
     # the lifecycle table (each launch with its own DynamoDB client, as each Lambda has)
     pool = {allocate(**{OWNER_TAG: "stack-a", POOL_TAG: "ci"}) for _ in range(POOL_SIZE)}
     instances = run_instances(LAUNCHES)
-    settings = EipSettings.model_validate(
-        {
-            "owner_id": "stack-a",
-            "record_table": stack.table,
-            "drain_queue_url": stack.drain_queue,
-            "eip_queue_url": stack.eip_queue,
-            "wake_queue_url": stack.wake_queue,
-            "managed_groups": "ci-runners",
-            "eip_mode": "pool",
-            "eip_pool_name": "ci",
-        }
-    )
+    settings = pool_settings(stack)
     lock, barrier = threading.Lock(), threading.Barrier(LAUNCHES)
     clients = [ListsTogether(boto3.client("ec2"), lock, barrier) for _ in range(LAUNCHES)]
     started = datetime.now(UTC)
@@ -174,18 +168,7 @@ def test_twenty_launches_finding_the_pool_empty_at_once_get_the_addresses_given_
         for address, instance in zip(pool, old, strict=True)
     ]
     instances = run_instances(LAUNCHES)
-    settings = EipSettings.model_validate(
-        {
-            "owner_id": "stack-a",
-            "record_table": stack.table,
-            "drain_queue_url": stack.drain_queue,
-            "eip_queue_url": stack.eip_queue,
-            "wake_queue_url": stack.wake_queue,
-            "managed_groups": "ci-runners",
-            "eip_mode": "pool",
-            "eip_pool_name": "ci",
-        }
-    )
+    settings = pool_settings(stack)
     lock, barrier = threading.Lock(), threading.Barrier(LAUNCHES)
     clients = [ListsTogether(boto3.client("ec2"), lock, barrier) for _ in range(LAUNCHES)]
     steps = [wired(stack, settings, client) for client in clients]
