@@ -183,6 +183,12 @@ class Evict:
             # cordon and the annotations of the drain: pods would be scheduled there again. Claimed again.
             log.warning("node %s was registered again while draining: claiming it again", node)
             return Outcome.goto(Step.CORDON)
+        if info.lifecycle == record.id and not info.unschedulable:
+            # Someone undid this drain's cordon (kubectl uncordon): the scheduler may place the evicted pods'
+            # replacements on it again, each to be evicted again up to the timeout. Cordoned again first; the
+            # claim keeps the drain's time and what its first claim set on the node (see Cordon).
+            log.warning("node %s was uncordoned while draining: cordoning it again", node)
+            return Outcome.goto(Step.CORDON)
         # (near the global timeout, a paused drain takes its slot back as a waiter would: forced)
         request = _slot_request(
             record, node, record.zone, in_progress=True, **_precedence(record, now, policy)
