@@ -104,3 +104,37 @@ def test_a_node_someone_uncordons_while_draining_is_cordoned_again_before_any_mo
     assert node is not None
     assert node["spec"].get("unschedulable") is True
     assert (again.changes["drain_started_at"], again.changes["drain_deadline"]) == (T0, DEADLINE)
+
+
+def test_a_budget_still_being_processed_is_not_what_the_drain_tells_of_its_blocked_pods(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given a drain whose first pass meets the web pods' budget just edited, before its controller's pass
+    web = pods_of(cluster, "web")
+    metrics, events = FakeMetrics(), FakeEvents()
+    drain = evict(cluster, metrics, events)
+    policy_api = PolicyV1Api(server.api_client())
+    with server.paused_controllers():
+        policy_api.patch_namespaced_pod_disruption_budget(
+            "web", "shop", {"spec": {"maxUnavailable": None, "minAvailable": 4}}
+        )
+        first = drain(draining(), T0)
+    record = draining().model_copy(update=first.changes)
+
+    # When the controller has observed the budget (no room now) and the drain polls again
+    server.settle()
+    second = drain(record, T0 + timedelta(seconds=10))
+
+    # Then the pods are still asked at every poll, and what is told of each is the budget's lasting answer (how
+    # many pods it needs), not the 429 of a budget still being processed, which a later poll settles anyway
+    assert second.again
+    assert not any(on_its_way_out(server, pod) for pod in web)
+    told = [
+        m
+        for (_, reason, _), m in zip(events.written, events.messages, strict=True)
+        if reason == "EvictionBlocked"
+    ]
+    assert told
+    assert not [m for m in told if "still being processed" in m]
+    assert all("needs 4 healthy pods" in m for m in told)
+    assert metrics.counts["EvictionsBlockedByPdb"] == 2 * len(web)

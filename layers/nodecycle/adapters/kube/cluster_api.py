@@ -276,7 +276,9 @@ class KubeCluster:
                 budget = _disruption_budget_cause(error)
                 if budget is None:  # no budget named: the API server is shedding load
                     return EvictionResult(Eviction.THROTTLED, status_message(error), retry_after(error))
-                return EvictionResult(Eviction.BLOCKED, budget)
+                # (a budget its controller has not observed since its spec changed answers with Retry-After
+                # 10, "still being processed": a refusal with a wait, where a budget without room has none)
+                return EvictionResult(Eviction.BLOCKED, budget, retry_after(error))
             if error.status in (404, 409):  # gone, or replaced by a pod of the same name (uid precondition)
                 return EvictionResult(Eviction.GONE)
             if error.status == 500 and MULTIPLE_BUDGETS in status_message(error):

@@ -272,7 +272,16 @@ class Evict:
                 evicted += 1
             elif result.kind is Eviction.BLOCKED:
                 self._metrics.count("EvictionsBlockedByPdb")
-                if pod.uid not in reported:  # told once per pod and drain: it is retried at every poll
+                if result.retry_after:  # (a Retry-After of 0 is no wait)
+                    # A budget just created or edited, not yet observed by its controller: it answers within
+                    # seconds, and what it then says (room, or how many pods it needs) is what is told, once
+                    log.info(
+                        "eviction of pod %s/%s waits for its budget: %s",
+                        pod.namespace,
+                        pod.name,
+                        result.detail,
+                    )
+                elif pod.uid not in reported:  # told once per pod and drain: it is retried at every poll
                     reported.add(pod.uid)
                     self._tell(
                         record, pod, "EvictionBlocked", f"blocked by a PodDisruptionBudget: {result.detail}"

@@ -103,7 +103,9 @@ class Eviction(StrEnum):
 class EvictionResult:
     kind: Eviction
     detail: str = ""  # what the API server said (for BLOCKED: which budget, and how many pods it needs)
-    retry_after: float | None = None  # for THROTTLED: the seconds the server asked to wait (Retry-After)
+    # For THROTTLED: the seconds the server asked to wait (Retry-After). For BLOCKED, set when the budget is
+    # still being processed (its controller has not observed its latest spec): not its lasting answer
+    retry_after: float | None = None
 
 
 class Refused(Exception):
