@@ -10,13 +10,24 @@ from kubernetes.client import CoreV1Api, PolicyV1Api
 
 from nodecycle.adapters.kube.cluster_api import KubeCluster
 from nodecycle.domain.drain.evict import Evict
-from nodecycle.domain.model import Step
+from nodecycle.domain.drain.forget import ForgetNode
+from nodecycle.domain.engine import Dispatcher
+from nodecycle.domain.model import Step, Transition
 from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.ports.cluster import Eviction, PodInfo
 from nodecycle_sandbox.kube import KubeServer
+from nodecycle_sandbox.kube.admission import Denial
 from tests.integration.kube.test_kube_drain_steps import DEADLINE, INSTANCE, NODE, draining
-from tests.support.fakes import T0, FakeMetrics
-from tests.unit.drain.test_drain_steps import FakeEvents, FakeSlots, NoDns, cordon, policy, wakes_to_nowhere
+from tests.support.fakes import T0, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
+from tests.unit.drain.test_drain_steps import (
+    FakeEvents,
+    FakeSlots,
+    NoDns,
+    cordon,
+    policy,
+    spot,
+    wakes_to_nowhere,
+)
 
 SEED = {
     "namespaces": ["shop"],
@@ -138,3 +149,37 @@ def test_a_budget_still_being_processed_is_not_what_the_drain_tells_of_its_block
     assert not [m for m in told if "still being processed" in m]
     assert all("needs 4 healthy pods" in m for m in told)
     assert metrics.counts["EvictionsBlockedByPdb"] == 2 * len(web)
+
+
+def test_an_instance_gone_without_a_hook_frees_its_slot_though_the_api_server_refuses_the_release_of_its_node(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given the instance's node claimed by its drain, and a webhook that denies the node's patches
+    finder = NodeFinder(cluster, NoDns())
+    drained = draining(Step.CORDON)
+    cordon(cluster, finder=finder)(drained, T0)
+    server.admission.deny(
+        Denial("guard.example.com", "UPDATE", "nodes", "*", NODE, 403, "Forbidden", "pinned")
+    )
+    slots = FakeSlots(holders={NODE}, held_for={NODE: drained.id})
+    waker = Dispatcher(
+        records=InMemoryRecords(), queues=RecordingQueues(), clock=FakeClock(T0), metrics=FakeMetrics()
+    )
+
+    # When the instance stops outside the hooks and its state change frees what nodecycle held for it
+    stopped = spot(
+        Step.FORGET_NODE,
+        transition=Transition.STATE_CHANGE,
+        id=f"{INSTANCE}/state-change",
+        instance_id=INSTANCE,
+    )
+    outcome = ForgetNode(finder=finder, cluster=cluster, slots=slots, dispatcher=waker, instances=NoDns())(
+        stopped, T0
+    )
+
+    # Then the node's refusal (its annotations stay, for the sweeper) does not keep the instance's slot held
+    assert slots.forgotten == [INSTANCE]
+    assert (outcome.then, outcome.again) == (None, False)
+    node = server.get_object("nodes", NODE)
+    assert node is not None
+    assert node["metadata"]["annotations"].get("nodecycle.io/owner") == drained.owner

@@ -12,7 +12,7 @@ from nodecycle.domain.model import (
 )
 from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.ports.budget import Slots
-from nodecycle.domain.ports.cluster import Claim, Cluster
+from nodecycle.domain.ports.cluster import Claim, Cluster, Refused
 from nodecycle.domain.ports.instances import Instances, up
 
 log = logging.getLogger(__name__)
@@ -60,11 +60,16 @@ class ForgetNode:
         found: dict[str, Any] = {"extra": extra}
         if node is not None:
             found |= {"node": node.name, "node_uid": node.uid, "zone": node.zone}
-            if (
-                node.owner == record.owner
-                and self._cluster.release_node(node, released_for=node.lifecycle) is Claim.CONFLICT
-            ):
-                return Outcome.wait(1, **found)
+            try:
+                if (
+                    node.owner == record.owner
+                    and self._cluster.release_node(node, released_for=node.lifecycle) is Claim.CONFLICT
+                ):
+                    return Outcome.wait(1, **found)
+            except Refused as refusal:
+                # The node's answer (a webhook that guards it, RBAC): its annotations stay for the sweeper, and
+                # the instance's slot and waiting place are still freed, not held until the message dead-letters
+                log.error("release of node %s refused: %s; its annotations stay", node.name, refusal)
         for waiter in self._slots.forget(record.owner, record.instance_id):
             self._dispatcher.wake(waiter)
         log.info("instance %s went without a hook: its slot and annotations are freed", record.instance_id)
