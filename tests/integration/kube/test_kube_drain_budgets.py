@@ -15,6 +15,7 @@ from nodecycle.domain.engine import Dispatcher
 from nodecycle.domain.model import Step, Transition
 from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.ports.cluster import Eviction, PodInfo
+from nodecycle_sandbox.faults import Fault
 from nodecycle_sandbox.kube import KubeServer
 from nodecycle_sandbox.kube.admission import Denial
 from tests.integration.kube.test_kube_drain_steps import DEADLINE, INSTANCE, NODE, draining
@@ -183,3 +184,32 @@ def test_an_instance_gone_without_a_hook_frees_its_slot_though_the_api_server_re
     node = server.get_object("nodes", NODE)
     assert node is not None
     assert node["metadata"]["annotations"].get("nodecycle.io/owner") == drained.owner
+
+
+def test_an_instance_gone_without_a_hook_frees_its_slot_though_the_api_server_refuses_to_show_its_node(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given the instance's node claimed by its drain, and RBAC refusing the reads of nodes for a while
+    finder = NodeFinder(cluster, NoDns())
+    drained = draining(Step.CORDON)
+    cordon(cluster, finder=finder)(drained, T0)
+    server.faults.arm([Fault("rbac", "kube-forbidden", target="GET nodes", limit=10)], seed=1)
+    slots = FakeSlots(holders={NODE}, held_for={NODE: drained.id})
+    waker = Dispatcher(
+        records=InMemoryRecords(), queues=RecordingQueues(), clock=FakeClock(T0), metrics=FakeMetrics()
+    )
+
+    # When the instance stops outside the hooks and its state change frees what nodecycle held for it
+    stopped = spot(
+        Step.FORGET_NODE,
+        transition=Transition.STATE_CHANGE,
+        id=f"{INSTANCE}/state-change",
+        instance_id=INSTANCE,
+    )
+    outcome = ForgetNode(finder=finder, cluster=cluster, slots=slots, dispatcher=waker, instances=NoDns())(
+        stopped, T0
+    )
+
+    # Then its slot is freed all the same (instance ids are never reused: no node is needed to know it)
+    assert slots.forgotten == [INSTANCE]
+    assert (outcome.then, outcome.again) == (None, False)

@@ -56,20 +56,22 @@ class ForgetNode:
                 record.started_at,
             )
             return Outcome.next(outcome="instance-up-again")
-        node, extra = self._finder.find(record)
-        found: dict[str, Any] = {"extra": extra}
-        if node is not None:
-            found |= {"node": node.name, "node_uid": node.uid, "zone": node.zone}
-            try:
+        found: dict[str, Any] = {}
+        try:
+            node, extra = self._finder.find(record)
+            found["extra"] = extra
+            if node is not None:
+                found |= {"node": node.name, "node_uid": node.uid, "zone": node.zone}
                 if (
                     node.owner == record.owner
                     and self._cluster.release_node(node, released_for=node.lifecycle) is Claim.CONFLICT
                 ):
                     return Outcome.wait(1, **found)
-            except Refused as refusal:
-                # The node's answer (a webhook that guards it, RBAC): its annotations stay for the sweeper, and
-                # the instance's slot and waiting place are still freed, not held until the message dead-letters
-                log.error("release of node %s refused: %s; its annotations stay", node.name, refusal)
+        except Refused as refusal:
+            # The API server will not show the node or release it (RBAC edited for a while, a webhook that guards
+            # it): its annotations stay for the sweeper, and the instance's slot and waiting place, which need no
+            # node (instance ids are never reused), are still freed, not held until the message dead-letters
+            log.error("the node of %s is not released: %s; its annotations stay", record.instance_id, refusal)
         for waiter in self._slots.forget(record.owner, record.instance_id):
             self._dispatcher.wake(waiter)
         log.info("instance %s went without a hook: its slot and annotations are freed", record.instance_id)
