@@ -3,7 +3,8 @@
 The tags decide, not the current mode: a pool address is disassociated (back to its pool), never released;
 an address allocated for this instance is disassociated and released; an address associated with another
 instance is never touched, whatever its tags say (a pool address claimed again after this instance lost
-it); an address of another owner is never even listed.
+it); an address of another owner is never even listed; one tagged with this owner by hand (no allocation time,
+in no pool) is left where it is, as the sweeper leaves it.
 
 A lifecycle without a hook (an instance stopped outside the group's hooks) has no action for Auto Scaling to
 confirm, and its message may run long after the stop (EventBridge retries an event for hours, a queue can
@@ -67,6 +68,14 @@ class ReleaseAddresses:
                         "address %s is associated with %s now: not this instance's to give back",
                         address.public_ip,
                         address.instance_id or "a network interface",
+                    )
+                    continue
+                if address.pool is None and address.allocated_at is None:
+                    # Tagged with this owner by hand (an operator's static address): not nodecycle's to take
+                    # back, as the sweeper judges it too; a stopped instance keeps it for its next start
+                    log.warning(
+                        "address %s carries this owner's tag but no allocation time: not nodecycle's, left",
+                        address.public_ip,
                     )
                     continue
                 if later is not None and _since(address, later[1]):
