@@ -1,0 +1,115 @@
+"""The sweeper's Elastic IP part on moto, after each crash a launch or a terminate can leave behind: what it
+frees, what it returns to its pool, and what it never touches (another owner's, an operator's, a stopped
+instance's)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import boto3
+
+from nodecycle.domain.ports.addresses import ALLOCATED_AT_TAG, INSTANCE_TAG, OWNER_TAG, POOL_TAG
+from nodecycle.wiring import sweeper
+from nodecycle.wiring.eip import address_sweep
+from tests.functions.eip.conftest import AwsLikeEc2, addresses, allocate, ec2, run_instances
+from tests.functions.eip.test_address_sweep_on_ec2 import shutting_down
+from tests.support.stack import Stack
+from tests.unit.sweeper.test_orphans import AMPLE
+
+__all__ = ["ec2"]  # (the AWS-like EC2 client fixture)
+
+OWNER = "stack-a"  # the settings' owner id (tests/conftest.py)
+
+
+def stamp(ago: timedelta) -> str:
+    return (datetime.now(UTC) - ago).isoformat(timespec="seconds")
+
+
+def state() -> dict[str, str | None]:
+    return {a["AllocationId"]: a.get("InstanceId") or None for a in addresses()}
+
+
+def sweep() -> tuple[int, int]:
+    report = address_sweep(sweeper.settings(), sweeper.shared())(AMPLE)
+    return report.released, report.returned
+
+
+def test_each_crash_of_a_launch_or_a_terminate_leaves_nothing_past_the_grace(
+    stack: Stack, ec2: AwsLikeEc2
+) -> None:
+    # Given what crashes left, for this owner:
+    launching, terminated, releasing = run_instances(3)
+    # a launch that allocated a moment ago and crashed before associating (it associates on redelivery)
+    young = allocate(**{OWNER_TAG: OWNER, INSTANCE_TAG: launching, ALLOCATED_AT_TAG: stamp(timedelta())})
+    # a launch that allocated an hour ago and crashed before associating, its instance gone since
+    stale = allocate(
+        **{OWNER_TAG: OWNER, INSTANCE_TAG: terminated, ALLOCATED_AT_TAG: stamp(timedelta(hours=1))}
+    )
+    # a terminate that disassociated and crashed before releasing
+    between = allocate(
+        **{OWNER_TAG: OWNER, INSTANCE_TAG: releasing, ALLOCATED_AT_TAG: stamp(timedelta(hours=1))}
+    )
+    # a terminate that crashed before disassociating a pool address (its instance is gone since)
+    pooled = allocate(**{OWNER_TAG: OWNER, POOL_TAG: "ci"})
+    ec2.moto.associate_address(AllocationId=pooled, InstanceId=releasing, AllowReassociation=False)
+    boto3.client("ec2").terminate_instances(InstanceIds=[terminated])
+
+    # When the sweeper runs
+    released, returned = sweep()
+
+    # Then the stale and the half-released addresses are gone and the young one waits for its launch
+    assert state() == {young: None, pooled: releasing}
+    assert (released, returned) == (2, 0)
+    # And once the pool address's instance is gone, the next sweep returns it to its pool, never releases it
+    shutting_down(releasing)  # (its termination begun: EC2 still shows the association until it is over)
+    assert sweep() == (0, 1)
+    assert state() == {young: None, pooled: None}
+    assert stale not in state()
+    assert between not in state()
+
+
+def test_a_stopped_instance_keeps_its_address_and_an_operators_address_is_never_touched(
+    stack: Stack, ec2: AwsLikeEc2
+) -> None:
+    # Given a stopped instance holding the address nodecycle allocated for it an hour ago (a stop is the
+    # release step's to judge: the instance may start again), an address of this owner tagged by hand and
+    # unassociated, one tagged by hand on a gone instance's network interface, and another owner's leak
+    stopped, gone = run_instances(2)
+    kept = allocate(**{OWNER_TAG: OWNER, INSTANCE_TAG: stopped, ALLOCATED_AT_TAG: stamp(timedelta(hours=1))})
+    ec2.moto.associate_address(AllocationId=kept, InstanceId=stopped, AllowReassociation=False)
+    boto3.client("ec2").stop_instances(InstanceIds=[stopped])
+    by_hand = allocate(**{OWNER_TAG: OWNER})
+    theirs = allocate(**{OWNER_TAG: "stack-b", ALLOCATED_AT_TAG: stamp(timedelta(hours=1))})
+    client = boto3.client("ec2")
+    subnet = client.describe_subnets()["Subnets"][0]["SubnetId"]
+    interface = client.create_network_interface(SubnetId=subnet)["NetworkInterface"]["NetworkInterfaceId"]
+    static = allocate(**{OWNER_TAG: OWNER, INSTANCE_TAG: gone})
+    ec2.moto.associate_address(AllocationId=static, NetworkInterfaceId=interface, AllowReassociation=False)
+    client.terminate_instances(InstanceIds=[gone])
+
+    # When the sweeper runs
+    assert sweep() == (0, 0)
+
+    # Then every one of them is as it was
+    assert state() == {kept: stopped, by_hand: None, theirs: None, static: None}
+    on_interface = {a["AllocationId"]: a.get("NetworkInterfaceId") for a in addresses()}
+    assert on_interface[static] == interface
+
+
+def test_an_address_left_on_the_interface_of_a_gone_instance_is_disassociated_and_released(
+    stack: Stack, ec2: AwsLikeEc2
+) -> None:
+    # Given nodecycle's address on a network interface that outlived its instance (DeleteOnTermination off)
+    (gone,) = run_instances(1)
+    client = boto3.client("ec2")
+    subnet = client.describe_subnets()["Subnets"][0]["SubnetId"]
+    interface = client.create_network_interface(SubnetId=subnet)["NetworkInterface"]["NetworkInterfaceId"]
+    left = allocate(**{OWNER_TAG: OWNER, INSTANCE_TAG: gone, ALLOCATED_AT_TAG: stamp(timedelta(hours=1))})
+    ec2.moto.associate_address(AllocationId=left, NetworkInterfaceId=interface, AllowReassociation=False)
+    client.terminate_instances(InstanceIds=[gone])
+
+    # When the sweeper runs
+    assert sweep() == (1, 0)
+
+    # Then it is released
+    assert state() == {}
