@@ -206,3 +206,20 @@ def test_a_pool_address_an_operator_allocated_is_still_returned_to_its_pool(ec2:
 
     # Then it is free in its pool, never released
     assert allocation_ids() == {pooled: None}
+
+
+def test_an_instance_terminated_before_the_step_ran_still_has_its_address_released(ec2: AwsLikeEc2) -> None:
+    # Given an instance that terminated before its RELEASE_EIP ran (its drain timed out): EC2 ended the
+    # association itself, the address stays allocated, tagged for the instance
+    (instance,) = run_instances(1)
+    address = ours(instance)
+    association = on(ec2, address, instance)
+    ec2.moto.disassociate_address(AssociationId=association)
+    boto3.client("ec2").terminate_instances(InstanceIds=[instance])
+
+    # When RELEASE_EIP runs
+    outcome = run_until_done(ec2, terminate_record(instance))
+
+    # Then it is released, found by its tag
+    assert allocation_ids() == {}
+    assert outcome.changes["allocation_id"] == address
