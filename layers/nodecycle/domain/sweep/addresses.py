@@ -2,7 +2,8 @@
 
 The rule, per address tagged ``nodecycle:owner=<this owner>`` (addresses of other owners are never listed):
 
-- Associated with an instance that is gone (shutting-down, terminated, or unknown to EC2): disassociate it
+- Associated with an instance that is gone (shutting-down or terminated; one EC2 does not list is left alone,
+  a new instance not listed yet, as EC2 ends a gone instance's associations itself): disassociate it
   (that association id only, so a newer association is never undone). A pool address is then back in its
   pool and done with; any other address is judged by the next rule.
 - Associated with a network interface and no instance, allocated for an instance that is gone: the
