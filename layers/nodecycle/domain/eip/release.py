@@ -70,9 +70,9 @@ class ReleaseAddresses:
                         address.instance_id or "a network interface",
                     )
                     continue
-                if address.pool is None and address.allocated_at is None:
-                    # Tagged with this owner by hand (an operator's static address): not nodecycle's to take
-                    # back, as the sweeper judges it too; a stopped instance keeps it for its next start
+                if address.by_hand:
+                    # Not nodecycle's to take back, as the sweeper judges it too: a stopped instance keeps it for
+                    # its next start
                     log.warning(
                         "address %s carries this owner's tag but no allocation time: not nodecycle's, left",
                         address.public_ip,

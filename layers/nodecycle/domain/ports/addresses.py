@@ -89,6 +89,13 @@ class Address:
             return None
         return stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)
 
+    @property
+    def by_hand(self) -> bool:
+        """Tagged with an owner by hand (an operator's static address, another tool's): in no pool and without
+        nodecycle's allocation time (or with a mangled one). Neither the release step nor the sweeper takes it
+        back, releases or disassociates it."""
+        return self.pool is None and self.allocated_at is None
+
 
 class Addresses(Protocol):
     """Elastic IPs and instance states, in the terms of the EIP steps.

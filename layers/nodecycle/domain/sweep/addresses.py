@@ -138,9 +138,13 @@ class AddressSweep:
 
     def _free(self, address: Address, states: dict[str, str], now: datetime) -> str | None:
         """What became of one address: ``released``, ``returned`` (to its pool), or None (kept)."""
-        if address.pool is None and not self._allocated_by_nodecycle(address):
-            # Tagged with this owner by hand (or by another tool): neither released nor disassociated, even from
-            # a gone instance's interface that outlived it (a static interface an operator moves on by hand)
+        if address.by_hand:
+            # Neither released nor disassociated, even from a gone instance's interface that outlived it (a
+            # static interface an operator moves on by hand)
+            log.warning(
+                "address %s carries this owner's tag but no valid allocation time: not nodecycle's, left alone",
+                address.public_ip,
+            )
             return None
         if address.association_id is not None:
             if not (_on_gone_instance(address, states) or self._left_on_an_interface(address, states, now)):
@@ -167,15 +171,6 @@ class AddressSweep:
             return False
         state = states.get(address.allocated_for)
         return state in GONE_STATES or (state is None and self._expired(address, now))
-
-    def _allocated_by_nodecycle(self, address: Address) -> bool:
-        if address.allocated_at is None:
-            log.warning(
-                "address %s carries this owner's tag but no valid allocation time: not nodecycle's, left alone",
-                address.public_ip,
-            )
-            return False
-        return True
 
     def _expired(self, address: Address, now: datetime) -> bool:
         allocated_at = address.allocated_at
