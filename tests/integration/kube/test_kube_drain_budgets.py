@@ -11,8 +11,8 @@ from kubernetes.client import CoreV1Api, PolicyV1Api
 from nodecycle.adapters.kube.cluster_api import KubeCluster
 from nodecycle.domain.drain.evict import Evict
 from nodecycle.domain.drain.forget import ForgetNode
-from nodecycle.domain.engine import Dispatcher
-from nodecycle.domain.model import Step, Transition
+from nodecycle.domain.engine import Dispatcher, Outcome
+from nodecycle.domain.model import LifecycleRecord, Step, Transition
 from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.ports.cluster import Eviction, PodInfo
 from nodecycle_sandbox.faults import Fault
@@ -152,31 +152,41 @@ def test_a_budget_still_being_processed_is_not_what_the_drain_tells_of_its_block
     assert metrics.counts["EvictionsBlockedByPdb"] == 2 * len(web)
 
 
-def test_an_instance_gone_without_a_hook_frees_its_slot_though_the_api_server_refuses_the_release_of_its_node(
-    cluster: KubeCluster, server: KubeServer
-) -> None:
-    # Given the instance's node claimed by its drain, and a webhook that denies the node's patches
-    finder = NodeFinder(cluster, NoDns())
+def claimed_by_its_drain(cluster: KubeCluster) -> tuple[LifecycleRecord, FakeSlots]:
+    """The instance's node cordoned and annotated by its drain, which holds the node's slot."""
     drained = draining(Step.CORDON)
-    cordon(cluster, finder=finder)(drained, T0)
-    server.admission.deny(
-        Denial("guard.example.com", "UPDATE", "nodes", "*", NODE, 403, "Forbidden", "pinned")
-    )
-    slots = FakeSlots(holders={NODE}, held_for={NODE: drained.id})
-    waker = Dispatcher(
-        records=InMemoryRecords(), queues=RecordingQueues(), clock=FakeClock(T0), metrics=FakeMetrics()
-    )
+    cordon(cluster, finder=NodeFinder(cluster, NoDns()))(drained, T0)
+    return drained, FakeSlots(holders={NODE}, held_for={NODE: drained.id})
 
-    # When the instance stops outside the hooks and its state change frees what nodecycle held for it
+
+def forget_after_a_stop(cluster: KubeCluster, slots: FakeSlots) -> Outcome:
+    """FORGET_NODE of the state change of the instance stopped outside the hooks: what frees its node and slot."""
     stopped = spot(
         Step.FORGET_NODE,
         transition=Transition.STATE_CHANGE,
         id=f"{INSTANCE}/state-change",
         instance_id=INSTANCE,
     )
-    outcome = ForgetNode(finder=finder, cluster=cluster, slots=slots, dispatcher=waker, instances=NoDns())(
-        stopped, T0
+    waker = Dispatcher(
+        records=InMemoryRecords(), queues=RecordingQueues(), clock=FakeClock(T0), metrics=FakeMetrics()
     )
+    forget = ForgetNode(
+        finder=NodeFinder(cluster, NoDns()), cluster=cluster, slots=slots, dispatcher=waker, instances=NoDns()
+    )
+    return forget(stopped, T0)
+
+
+def test_an_instance_gone_without_a_hook_frees_its_slot_though_the_api_server_refuses_the_release_of_its_node(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given the instance's node claimed by its drain, and a webhook that denies the node's patches
+    drained, slots = claimed_by_its_drain(cluster)
+    server.admission.deny(
+        Denial("guard.example.com", "UPDATE", "nodes", "*", NODE, 403, "Forbidden", "pinned")
+    )
+
+    # When the instance stops outside the hooks and its state change frees what nodecycle held for it
+    outcome = forget_after_a_stop(cluster, slots)
 
     # Then the node's refusal (its annotations stay, for the sweeper) does not keep the instance's slot held
     assert slots.forgotten == [INSTANCE]
@@ -190,25 +200,11 @@ def test_an_instance_gone_without_a_hook_frees_its_slot_though_the_api_server_re
     cluster: KubeCluster, server: KubeServer
 ) -> None:
     # Given the instance's node claimed by its drain, and RBAC refusing the reads of nodes for a while
-    finder = NodeFinder(cluster, NoDns())
-    drained = draining(Step.CORDON)
-    cordon(cluster, finder=finder)(drained, T0)
+    _, slots = claimed_by_its_drain(cluster)
     server.faults.arm([Fault("rbac", "kube-forbidden", target="GET nodes", limit=10)], seed=1)
-    slots = FakeSlots(holders={NODE}, held_for={NODE: drained.id})
-    waker = Dispatcher(
-        records=InMemoryRecords(), queues=RecordingQueues(), clock=FakeClock(T0), metrics=FakeMetrics()
-    )
 
     # When the instance stops outside the hooks and its state change frees what nodecycle held for it
-    stopped = spot(
-        Step.FORGET_NODE,
-        transition=Transition.STATE_CHANGE,
-        id=f"{INSTANCE}/state-change",
-        instance_id=INSTANCE,
-    )
-    outcome = ForgetNode(finder=finder, cluster=cluster, slots=slots, dispatcher=waker, instances=NoDns())(
-        stopped, T0
-    )
+    outcome = forget_after_a_stop(cluster, slots)
 
     # Then its slot is freed all the same (instance ids are never reused: no node is needed to know it)
     assert slots.forgotten == [INSTANCE]
