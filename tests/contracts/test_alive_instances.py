@@ -1,5 +1,6 @@
 """Which instances are alive, as the sweeper asks EC2 about its budget entries' instances: AliveInstances
-(tests/unit/sweeper/test_sweeper.py) and Ec2Instances.alive on moto answer alike.
+(tests/unit/sweeper/test_sweeper.py), the drain steps' NoDns (tests/unit/drain/test_drain_steps.py: it called
+every instance asked about alive, whatever it knew of them) and Ec2Instances.alive on moto answer alike.
 
 What the sweeper relies on: an answer about the instances asked about only, in one batch; a stopped instance
 is alive (it may start again, its node kept), a terminated one is not, and one EC2 does not know (a typo, or
@@ -14,12 +15,13 @@ from moto import mock_aws
 
 from nodecycle.adapters.aws.instances import Ec2Instances
 from tests.contracts.conftest import aws
+from tests.unit.drain.test_drain_steps import NoDns
 from tests.unit.sweeper.test_sweeper import AliveInstances
 
 UNKNOWN = "i-0000000000000dead"
 
 
-@pytest.fixture(params=["fake", "ec2"])
+@pytest.fixture(params=["fake", "drain-fake", "ec2"])
 def world(
     request: pytest.FixtureRequest,
 ) -> Iterator[tuple[Callable[[Collection[str]], set[str]], dict[str, str]]]:
@@ -32,6 +34,21 @@ def world(
             "other": "i-00000000000000004",
         }
         yield AliveInstances({states["running"], states["stopped"], states["other"]}), states
+        return
+    if request.param == "drain-fake":
+        states = {
+            "running": "i-00000000000000001",
+            "stopped": "i-00000000000000002",
+            "terminated": "i-00000000000000003",
+            "other": "i-00000000000000004",
+        }
+        yield (
+            NoDns(
+                known={id_: state for state, id_ in states.items() if state != "other"}
+                | {states["other"]: "running"}
+            ).alive,
+            states,
+        )
         return
     with mock_aws():
         ec2 = aws("ec2")

@@ -47,7 +47,7 @@ from nodecycle.domain.ports.cluster import (
     PodInfo,
     Refused,
 )
-from nodecycle.domain.ports.instances import ScheduledEvent
+from nodecycle.domain.ports.instances import GONE_STATES, ScheduledEvent
 from nodecycle.domain.sweep.lifecycles import MAX_RESUMES
 from nodecycle.settings import DrainSettings
 from nodecycle.wiring.common import drain_policy, readiness_policy
@@ -549,7 +549,8 @@ class NoDns:
         return None
 
     def alive(self, instance_ids: Collection[str]) -> set[str]:
-        return set(instance_ids)
+        # as Ec2Instances answers: those EC2 knows and that are not going (an unknown id is gone, not alive)
+        return {instance for instance, state in self.states(instance_ids).items() if state not in GONE_STATES}
 
     def states(self, instance_ids: Collection[str]) -> dict[str, str]:
         return {instance: self.known[instance] for instance in instance_ids if instance in self.known}
