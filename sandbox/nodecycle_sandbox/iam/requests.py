@@ -71,7 +71,11 @@ def _ec2(response: Any, operation: str, region: str, account: str, base: dict[st
             requests.append(Request("ec2:CreateTags", f"{prefix}:elastic-ip/*", context_of(context)))
         return requests
     if operation in ("AssociateAddress", "ReleaseAddress"):
-        address = _address(backend, allocation_id=response._get_param("AllocationId"))
+        address = _address(
+            backend,
+            allocation_id=response._get_param("AllocationId"),
+            public_ip=response._get_param("PublicIp"),
+        )
         if address is None:
             return []
         requests = [tagged("elastic-ip", address)]
@@ -84,7 +88,11 @@ def _ec2(response: Any, operation: str, region: str, account: str, base: dict[st
                 requests.append(tagged("network-interface", interface))
         return requests
     if operation == "DisassociateAddress":
-        address = _address(backend, association_id=response._get_param("AssociationId"))
+        address = _address(
+            backend,
+            association_id=response._get_param("AssociationId"),
+            public_ip=response._get_param("PublicIp"),
+        )
         if address is None:
             return []
         requests = [tagged("elastic-ip", address)]
@@ -92,11 +100,22 @@ def _ec2(response: Any, operation: str, region: str, account: str, base: dict[st
             requests.append(tagged("network-interface", address.eni))
         return requests
     if operation == "CreateTags":
-        tags = {t["Key"]: t.get("Value", "") for t in response._get_param("Tag", [])}
-        context = {**base, **_request_tags(tags)}
+        # moto's parser names the members as the service model does (Resources, Tags), not as the wire
+        # does (ResourceId.N, Tag.N). Each resource is judged on the tags asked for and on its own tags.
+        tags = {t["Key"]: t.get("Value", "") for t in response._get_param("Tags", [])}
         return [
-            Request(action, f"{prefix}:{_ec2_kind(rid)}/{rid}", context_of(context))
-            for rid in response._get_param("ResourceId", [])
+            Request(
+                action,
+                f"{prefix}:{_ec2_kind(rid)}/{rid}",
+                context_of(
+                    {
+                        **base,
+                        **_tag_context(("aws:ResourceTag", "ec2:ResourceTag"), _tags_of(backend, rid)),
+                        **_request_tags(tags),
+                    }
+                ),
+            )
+            for rid in response._get_param("Resources", [])
         ]
     return [Request(action, "*", context_of(base))]
 
@@ -105,10 +124,20 @@ def _tags_of(backend: Any, resource_id: str) -> dict[str, str]:
     return {str(k): str(v) for k, v in backend.tags.get(resource_id, {}).items()}
 
 
-def _address(backend: Any, *, allocation_id: str | None = None, association_id: str | None = None) -> Any:
+def _address(
+    backend: Any,
+    *,
+    allocation_id: str | None = None,
+    association_id: str | None = None,
+    public_ip: str | None = None,
+) -> Any:
+    """The address a call names, by whichever id it gives: EC2 still takes the (deprecated) PublicIp instead
+    of the AllocationId or AssociationId, and IAM authorizes on the address all the same."""
     for address in backend.addresses:
-        if (allocation_id and address.allocation_id == allocation_id) or (
-            association_id and address.association_id == association_id
+        if (
+            (allocation_id and address.allocation_id == allocation_id)
+            or (association_id and address.association_id == association_id)
+            or (not allocation_id and not association_id and public_ip and address.public_ip == public_ip)
         ):
             return address
     return None

@@ -1,0 +1,156 @@
+"""What AWS refuses, the sandbox's IAM refuses too: calls that name their resource another way than the
+template's functions do, and policies IAM would not take at all. Each was a way to pass a test "under IAM"
+that AWS would fail. moto in this process, the real template deployed by the runner (nothing polls)."""
+
+from __future__ import annotations
+
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+from nodecycle_sandbox.aws.eks import point_cluster
+from nodecycle_sandbox.aws.server import MotoServer
+from nodecycle_sandbox.iam.identities import IDENTITIES
+from nodecycle_sandbox.runner import Runner
+from tests.sandbox.iam import test_enforcement as enforcement
+
+client, address, error, instance = (
+    enforcement.client,
+    enforcement.address,
+    enforcement.error,
+    enforcement.instance,
+)
+Deployed = tuple[str, Runner]
+
+
+def reset(url: str) -> None:
+    urllib.request.urlopen(urllib.request.Request(f"{url}/moto-api/reset", method="POST")).close()
+
+
+@pytest.fixture(scope="module")
+def deployed() -> Iterator[Deployed]:
+    """The template deployed on moto in this process, as tests/sandbox/iam/test_enforcement.py deploys it;
+    moto's state is per process, so it is reset before and after (another module may share the worker)."""
+    server = MotoServer()
+    url = server.start()
+    reset(url)
+    point_cluster(
+        account=enforcement.ACCOUNT,
+        region=enforcement.REGION,
+        name="sandbox",
+        endpoint="https://127.0.0.1:1",
+        ca_pem="",
+        authentication_mode="API",
+    )
+    runner = Runner(
+        template=enforcement.ROOT / "template.yaml",
+        root=enforcement.ROOT,
+        endpoint_url=url,
+        region=enforcement.REGION,
+        parameters={"ClusterName": "sandbox", "ManagedGroups": enforcement.MANAGED, "EipMode": "allocate"},
+        mode="inline",
+        sqs_sources_enabled=False,
+        schedules_enabled=False,
+        identities=IDENTITIES.register,
+    ).start()
+    yield url, runner
+    runner.stop()
+    IDENTITIES.clear()
+    reset(url)
+    server.stop()
+
+
+def public_ip(deployed: Deployed, allocation: str) -> str:
+    (found,) = client(deployed, "ec2").describe_addresses(AllocationIds=[allocation])["Addresses"]
+    return str(found["PublicIp"])
+
+
+def addresses(deployed: Deployed) -> set[str]:
+    return {a["AllocationId"] for a in client(deployed, "ec2").describe_addresses()["Addresses"]}
+
+
+# -- an address named by its public IP ---------------------------------------------------------------------
+# ReleaseAddress, AssociateAddress and DisassociateAddress still take the address's PublicIp (deprecated,
+# EC2 API reference) instead of its AllocationId / AssociationId. IAM authorizes the call on the address
+# whichever names it ("Actions, resources, and condition keys for Amazon EC2": elastic-ip* for all three,
+# with aws:ResourceTag). The sandbox looked the address up by its ids only and, finding none, authorized
+# nothing: moto then released a pool address past the Deny, or another owner's, by any role.
+
+
+def test_a_pool_address_is_not_released_by_its_public_ip_either(deployed: Deployed) -> None:
+    allocation = address(deployed, **{"nodecycle:owner": "nodecycle", "nodecycle:pool": "blue"})
+    denied = error(
+        client(deployed, "ec2", "EipFunction").release_address, PublicIp=public_ip(deployed, allocation)
+    )
+    assert denied["Code"] == "UnauthorizedOperation"
+    assert "with an explicit deny in an identity-based policy" in denied["Message"]
+    assert allocation in addresses(deployed)
+
+
+def test_a_function_without_the_permission_releases_nothing_by_public_ip(deployed: Deployed) -> None:
+    allocation = address(deployed, **{"nodecycle:owner": "nodecycle"})
+    denied = error(
+        client(deployed, "ec2", "IntakeFunction").release_address, PublicIp=public_ip(deployed, allocation)
+    )
+    assert denied["Code"] == "UnauthorizedOperation"
+    assert (
+        f"ec2:ReleaseAddress on resource: arn:aws:ec2:eu-west-1:123456789012:elastic-ip/{allocation}"
+        in (denied["Message"])
+    )
+    assert allocation in addresses(deployed)
+
+
+def test_another_owners_address_is_neither_associated_nor_disassociated_by_public_ip(
+    deployed: Deployed,
+) -> None:
+    theirs = address(deployed, **{"nodecycle:owner": "someone-else"})
+    ip = public_ip(deployed, theirs)
+    target = instance(deployed, enforcement.MANAGED)
+    eip = client(deployed, "ec2", "EipFunction")
+    assert error(eip.associate_address, PublicIp=ip, InstanceId=target)["Code"] == "UnauthorizedOperation"
+    client(deployed, "ec2").associate_address(AllocationId=theirs, InstanceId=target)
+    assert error(eip.disassociate_address, PublicIp=ip)["Code"] == "UnauthorizedOperation"
+    (still,) = client(deployed, "ec2").describe_addresses(AllocationIds=[theirs])["Addresses"]
+    assert still.get("InstanceId") == target
+
+
+# -- tagging ----------------------------------------------------------------------------------------------
+# CreateTags is authorized on each resource it tags ("Actions, resources, and condition keys for Amazon
+# EC2": CreateTags, on elastic-ip, instance, network-interface...). The sandbox read the resources from
+# the wire names (ResourceId.N, Tag.N) where moto's parser gives the model's (Resources, Tags): it found
+# none and authorized nothing, so any function could tag anything, e.g. put its owner's tag on another
+# owner's address and then release it.
+
+
+def test_a_function_without_the_permission_tags_nothing(deployed: Deployed) -> None:
+    theirs = address(deployed, **{"nodecycle:owner": "someone-else"})
+    tags = [{"Key": "nodecycle:owner", "Value": "nodecycle"}]
+    for function in ("IntakeFunction", "EipFunction", "SweeperFunction"):
+        tagging = client(deployed, "ec2", function).create_tags
+        denied = error(tagging, Resources=[theirs], Tags=tags)
+        assert denied["Code"] == "UnauthorizedOperation", function
+        assert (
+            f"ec2:CreateTags on resource: arn:aws:ec2:eu-west-1:123456789012:elastic-ip/{theirs}"
+            in (denied["Message"])
+        )
+    (found,) = client(deployed, "ec2").describe_addresses(AllocationIds=[theirs])["Addresses"]
+    assert {t["Key"]: t["Value"] for t in found["Tags"]} == {"nodecycle:owner": "someone-else"}
+
+
+# -- tagging an existing resource ----------------------------------------------------------------------------
+# CreateTags on an existing resource carries the resource's own tags as aws:ResourceTag/<key> (and
+# ec2:ResourceTag/<key>) besides the requested ones ("Actions, resources, and condition keys for Amazon
+# EC2", CreateTags; "Tag your Amazon EC2 resources", controlling access): a Deny keyed on an existing tag
+# applies. The sandbox gave CreateTags the request's tags only, so such a Deny never matched.
+
+
+def test_tagging_an_existing_address_is_judged_on_its_current_tags_too(deployed: Deployed) -> None:
+    allocation = address(deployed, **{"nodecycle:owner": "nodecycle"})
+    before = len(IDENTITIES.journal())
+    tags = [{"Key": "note", "Value": "x"}]
+    error(client(deployed, "ec2", "EipFunction").create_tags, Resources=[allocation], Tags=tags)
+    (entry,) = [e for e in IDENTITIES.journal()[before:] if e.action == "ec2:CreateTags"]
+    assert entry.context["aws:resourcetag/nodecycle:owner"] == ("nodecycle",)
+    assert entry.context["ec2:resourcetag/nodecycle:owner"] == ("nodecycle",)
+    assert entry.context["aws:requesttag/note"] == ("x",)
