@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import urllib.request
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from nodecycle_sandbox.aws.eks import point_cluster
 from nodecycle_sandbox.aws.server import MotoServer
-from nodecycle_sandbox.iam.identities import IDENTITIES
+from nodecycle_sandbox.iam.identities import IDENTITIES, role_of
+from nodecycle_sandbox.iam.policy import PolicyError
 from nodecycle_sandbox.runner import Runner
 from tests.sandbox.iam import test_enforcement as enforcement
 
@@ -22,6 +24,7 @@ client, address, error, instance = (
     enforcement.instance,
 )
 Deployed = tuple[str, Runner]
+ARN = "arn:aws:iam::123456789012:role/probe"
 
 
 def reset(url: str) -> None:
@@ -154,3 +157,50 @@ def test_tagging_an_existing_address_is_judged_on_its_current_tags_too(deployed:
     assert entry.context["aws:resourcetag/nodecycle:owner"] == ("nodecycle",)
     assert entry.context["ec2:resourcetag/nodecycle:owner"] == ("nodecycle",)
     assert entry.context["aws:requesttag/note"] == ("x",)
+
+
+# -- policies IAM does not take ------------------------------------------------------------------------------
+# "IAM JSON policy elements: Resource": an identity-based policy's statement must have Resource or
+# NotResource (IAM answers MalformedPolicyDocument "Policy statement must contain resources."); "...:
+# Principal": an identity-based policy cannot name a principal ("Policy document should not specify a
+# principal."), and a role trust policy names one and no Resource ("Has prohibited field Resource"). The
+# sandbox took a statement without a resource as one on every resource.
+
+
+def spec(policy: dict[str, Any], trust: dict[str, Any] | None = None) -> dict[str, Any]:
+    trust = trust or {
+        "Statement": [
+            {"Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole"}
+        ]
+    }
+    return {
+        "arn": ARN,
+        "trust": trust,
+        "policies": [{"source": "probe/p", "document": {"Statement": [policy]}}],
+    }
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        {"Effect": "Allow", "Action": "ec2:ReleaseAddress"},
+        {"Effect": "Allow", "Action": "ec2:ReleaseAddress", "Resource": "*", "Principal": "*"},
+        {"Effect": "Deny", "NotAction": "ec2:Describe*", "Principal": {"AWS": "*"}, "Resource": "*"},
+    ],
+)
+def test_an_identity_policy_iam_would_not_take_is_refused(statement: dict[str, Any]) -> None:
+    with pytest.raises(PolicyError):
+        role_of(spec(statement))
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        {"Effect": "Allow", "Action": "sts:AssumeRole", "Resource": "*", "Principal": {"Service": "x"}},
+        {"Effect": "Allow", "Action": "sts:AssumeRole"},
+    ],
+)
+def test_a_trust_policy_iam_would_not_take_is_refused(statement: dict[str, Any]) -> None:
+    allowed = {"Effect": "Allow", "Action": "ec2:DescribeInstances", "Resource": "*"}
+    with pytest.raises(PolicyError):
+        role_of(spec(allowed, {"Statement": [statement]}))

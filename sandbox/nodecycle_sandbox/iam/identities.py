@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nodecycle_sandbox.iam.policy import Statement, parse_policy
+from nodecycle_sandbox.iam.policy import PolicyError, Statement, parse_policy
 
 # Decisions remembered per process (a drain-heavy test makes a few thousand calls).
 JOURNAL_LIMIT = 200_000
@@ -58,11 +58,27 @@ class JournalEntry:
 
 
 def role_of(spec: Mapping[str, Any]) -> Role:
-    """A role from its plain description: ``{"arn", "trust", "policies": [{"source", "document"}]}``."""
+    """A role from its plain description: ``{"arn", "trust", "policies": [{"source", "document"}]}``.
+
+    Refuses what IAM refuses ("IAM JSON policy elements": Resource, Principal): a statement of a permissions
+    policy without Resource or NotResource ("Policy statement must contain resources."), or naming a
+    Principal ("Policy document should not specify a principal."); a trust statement without a Principal,
+    or with a Resource ("Has prohibited field Resource"). The evaluator reads a missing Resource as every
+    resource, which is right for a trust policy only."""
     statements: list[Statement] = []
     for policy in spec.get("policies") or []:
         statements += parse_policy(policy["document"], source=policy["source"])
     trust = parse_policy(spec["trust"], source=f"{spec['arn']}/trust") if spec.get("trust") else []
+    for statement in statements:
+        if statement.resources is None:
+            raise PolicyError(f"{statement.source}: Policy statement must contain resources.")
+        if statement.principals is not None:
+            raise PolicyError(f"{statement.source}: Policy document should not specify a principal.")
+    for statement in trust:
+        if statement.principals is None:
+            raise PolicyError(f"{statement.source}: a trust policy statement must name a Principal")
+        if statement.resources is not None:
+            raise PolicyError(f"{statement.source}: Has prohibited field Resource")
     return Role(arn=spec["arn"], trust=tuple(trust), statements=tuple(statements))
 
 
