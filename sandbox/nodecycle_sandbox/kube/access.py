@@ -21,11 +21,21 @@ from typing import Any
 import yaml
 
 from nodecycle_sandbox.kube import errors
-from nodecycle_sandbox.kube.rbac import AUTHENTICATED, MASTERS, Attributes, Rbac, User, forbidden_message
+from nodecycle_sandbox.kube.rbac import (
+    AUTHENTICATED,
+    MASTERS,
+    UNAUTHENTICATED,
+    Attributes,
+    Rbac,
+    User,
+    forbidden_message,
+)
 
 ADMIN_USER = "kubernetes-admin"
 JOURNAL_LIMIT = 200_000
 AWS_AUTH = ("kube-system", "aws-auth")
+SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
+ANONYMOUS = "system:anonymous"
 
 
 @dataclass(frozen=True)
@@ -130,10 +140,29 @@ class Access:
             if as_groups:
                 raise errors.bad_request("requested impersonation of groups without impersonating a user")
             return user
-        self.authorize(user, Attributes("impersonate", resource="users", name=as_user))
+        # As k8s.io/apiserver's impersonation filter: a service account's user name is impersonated as the
+        # service account (the verb on "serviceaccounts" in its namespace), which has its groups when none
+        # are asked for; every user but system:anonymous is also system:authenticated, and system:anonymous
+        # system:unauthenticated, unless a group asked for says either.
+        groups = list(as_groups)
+        if as_user.startswith(SERVICE_ACCOUNT_PREFIX):
+            namespace, _, name = as_user.removeprefix(SERVICE_ACCOUNT_PREFIX).partition(":")
+            if not namespace or not name or ":" in name:
+                raise errors.bad_request(f"invalid service account user name {as_user!r}")
+            attributes = Attributes("impersonate", resource="serviceaccounts", namespace=namespace, name=name)
+            self.authorize(user, attributes)
+            if not groups:
+                groups = ["system:serviceaccounts", f"system:serviceaccounts:{namespace}"]
+        else:
+            self.authorize(user, Attributes("impersonate", resource="users", name=as_user))
         for group in as_groups:
             self.authorize(user, Attributes("impersonate", resource="groups", name=group))
-        return User(as_user, (*as_groups, AUTHENTICATED))
+        if as_user == ANONYMOUS:
+            if UNAUTHENTICATED not in groups:
+                groups.append(UNAUTHENTICATED)
+        elif AUTHENTICATED not in groups and UNAUTHENTICATED not in groups:
+            groups.append(AUTHENTICATED)
+        return User(as_user, tuple(groups))
 
 
 def assumed_role_user(role_arn: str, session: str) -> str:

@@ -18,12 +18,15 @@ from typing import Any
 RBAC_GROUP = "rbac.authorization.k8s.io"
 MASTERS = "system:masters"
 AUTHENTICATED = "system:authenticated"
+UNAUTHENTICATED = "system:unauthenticated"
 _RBAC_KINDS = frozenset({"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"})
-# What the bootstrap roles system:discovery, system:public-info-viewer and system:basic-user grant every
-# authenticated user.
+# The bootstrap roles (plugin/pkg/auth/authorizer/rbac/bootstrappolicy): system:public-info-viewer, bound to
+# system:authenticated and system:unauthenticated; system:discovery and system:basic-user, bound to
+# system:authenticated only.
+_PUBLIC_INFO_PATHS: tuple[str, ...] = ("/healthz", "/livez", "/readyz", "/version", "/version/")
 _DISCOVERY_PATHS: tuple[str, ...] = (
-    *("/api", "/api/*", "/apis", "/apis/*", "/version", "/healthz", "/livez", "/readyz"),
-    *("/openapi", "/openapi/*"),
+    *("/api", "/api/*", "/apis", "/apis/*", "/openapi", "/openapi/*"),
+    *_PUBLIC_INFO_PATHS,
 )
 _SELF_REVIEWS = frozenset({"selfsubjectaccessreviews", "selfsubjectrulesreviews"})
 
@@ -137,6 +140,8 @@ class Rbac:
             return Decision(True, f'allowed by the group "{MASTERS}"')
         if AUTHENTICATED in user.groups and _bootstrap_allows(attributes):
             return Decision(True, "allowed by the bootstrap policy")
+        if UNAUTHENTICATED in user.groups and _public_info_allows(attributes):
+            return Decision(True, "allowed by the bootstrap policy")
         subjects = user.subjects()
         with self._lock:
             bindings = list(self.bindings)
@@ -187,6 +192,14 @@ def _bootstrap_allows(attributes: Attributes) -> bool:
         attributes.verb == "create"
         and attributes.api_group == "authorization.k8s.io"
         and attributes.resource in _SELF_REVIEWS
+    )
+
+
+def _public_info_allows(attributes: Attributes) -> bool:
+    return (
+        not attributes.is_resource
+        and attributes.verb == "get"
+        and any(_path_matches(p, attributes.path) for p in _PUBLIC_INFO_PATHS)
     )
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from nodecycle_sandbox.kube import errors
 from nodecycle_sandbox.kube.meta import JsonObj
-from nodecycle_sandbox.kube.rbac import AUTHENTICATED, Attributes, Rbac, User
+from nodecycle_sandbox.kube.rbac import Attributes, Rbac, User
 
 GROUP = "authorization.k8s.io"
 VERSION = "v1"
@@ -30,7 +30,9 @@ def review(rbac: Rbac, user: User, resource: str, body: Any) -> JsonObj:
     if resource == "subjectaccessreviews":
         if not spec.get("user") and not spec.get("groups"):
             raise errors.bad_request("spec.user or spec.groups: at least one is required")
-        subject = User(str(spec.get("user") or ""), (*(spec.get("groups") or ()), AUTHENTICATED))
+        # Exactly the subject the spec names: kube-apiserver adds no group (not even system:authenticated;
+        # pkg/registry/authorization/util AuthorizationAttributesFrom).
+        subject = User(str(spec.get("user") or ""), tuple(str(g) for g in spec.get("groups") or ()))
     else:
         subject = user
     decision = rbac.authorize(subject, _attributes(spec))
