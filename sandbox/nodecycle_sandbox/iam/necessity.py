@@ -45,10 +45,16 @@ class Finding:
 
 
 def aws_findings(
-    roles: Mapping[str, Mapping[str, Any]], journal: Sequence[JournalEntry], *, by_action: bool = True
+    roles: Mapping[str, Mapping[str, Any]],
+    journal: Sequence[JournalEntry],
+    *,
+    by_action: bool = True,
+    by_resource: bool = True,
 ) -> list[Finding]:
-    """For every statement of every role (and, with ``by_action``, every action of a statement with
-    several): how many recorded requests it alone allowed."""
+    """For every statement of every role (with ``by_action``, every action of a statement with several;
+    with ``by_resource``, every resource of a statement with several): how many recorded requests it alone
+    allowed. A statement some request needs may still name a resource none does: a grant wider than any
+    path."""
     findings = []
     for logical_id, spec in roles.items():
         role = role_of(spec)
@@ -68,6 +74,12 @@ def aws_findings(
                     narrowed = replace(statement, actions=tuple(a for a in statement.actions if a != action))
                     reduced = [*others[:index], narrowed, *others[index:]]
                     findings.append(_replay(logical_id, f"{statement.label} {action}", reduced, allowed))
+            resources = statement.resources or ()
+            if by_resource and len(resources) > 1 and not statement.not_resource:
+                for resource in resources:
+                    narrowed = replace(statement, resources=tuple(r for r in resources if r != resource))
+                    reduced = [*others[:index], narrowed, *others[index:]]
+                    findings.append(_replay(logical_id, f"{statement.label} on {resource}", reduced, allowed))
     return findings
 
 
