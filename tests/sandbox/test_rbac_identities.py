@@ -14,6 +14,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from nodecycle_sandbox.kube import KubeServer
+from nodecycle_sandbox.kube.access import AccessEntry
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -94,8 +95,6 @@ IMPERSONATOR_ROLE = "arn:aws:iam::123456789012:role/impersonator"
 
 def impersonator(server: KubeServer, rules: list[dict[str, Any]], namespace: str | None = None) -> None:
     """A role's sessions in group "impersonators", granted ``rules`` (in ``namespace``, or cluster-wide)."""
-    from nodecycle_sandbox.kube.access import AccessEntry
-
     server.add_access_entries([AccessEntry(IMPERSONATOR_ROLE, ("impersonators",))])
     server.map_role(IMPERSONATOR, IMPERSONATOR_ROLE, "probe")
     meta = {"name": "impersonate", **({"namespace": namespace} if namespace else {})}
