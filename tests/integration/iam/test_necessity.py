@@ -87,11 +87,13 @@ INTAKE_FAILURE = (
 )
 EIP_WAIT = (
     "the EIP step's own next look (Outcome.wait: an empty pool, an association not settled yet): the pool "
-    "here has an address for each launch and moto associates at once"
+    "here has an address for each launch and moto associates at once "
+    "(tests/integration/lifecycle/test_eip_pool_line.py waits on an empty pool under the same enforced policy)"
 )
 WAKE_UP = (
     "a budget waiter woken by the drain that gives its slot back (Engine.send_wake): a drain here waits for a "
-    "slot or not, as the two stacks' drains fall"
+    "slot or not, as the two stacks' drains fall (tests/integration/lifecycle/test_wake_lane.py wakes one "
+    "under the same enforced policy)"
 )
 NOT_EXERCISED = {
     "IntakeFunctionRole/intake:SendWork on arn:aws:sqs:eu-west-1:123456789012:nodecycle-IntakeDeadLetterQueue": (
