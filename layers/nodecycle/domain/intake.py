@@ -316,8 +316,12 @@ class Intake:
         return True
 
     def _ours(self, facts: InstanceFacts) -> bool:
-        if facts.tags.get(OWNER_TAG) == self._owner:
-            return True
+        # The instance's own owner tag decides, when it has one: an instance tagged for another owner is that
+        # owner's even in a group this stack names (as a group tagged for another owner is that owner's), or
+        # both stacks would take its disruption in and drain its node, under two budgets
+        tagged = facts.tags.get(OWNER_TAG)
+        if tagged is not None:
+            return tagged == self._owner
         return facts.group is not None and self._groups.manages_group(facts.group)
 
     def _confirmed(
