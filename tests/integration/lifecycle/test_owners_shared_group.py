@@ -1,0 +1,97 @@
+"""Two stacks managing the same Auto Scaling group by mistake (both name it, both answer its default hooks):
+one terminate action, two lifecycles, one node. The one that claims the node drains it; the other leaves it
+alone and must not complete the action under that drain (invariants 2 and 3)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kubernetes.client import PolicyV1Api
+
+from nodecycle.domain.ports.cluster import OWNER_ANNOTATION
+from nodecycle_sandbox import Sandbox
+from nodecycle_sandbox.aws.records import TERMINATING, ActionRecord
+from nodecycle_sandbox.checks import completed_before_drained
+from tests.integration.lifecycle.harness import FAST, node_of, running, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_group_both_stacks_manage_is_drained_by_one_and_its_action_completed_only_after_that_drain() -> (
+    None
+):
+    # Given stack "nodecycle" and stack "nodecycle-b", both naming group nodecycle-workers (and its hooks)
+    with running(size=3, workloads=None) as sandbox:
+        stack_b, _ = sandbox.add_stack(
+            "nodecycle-b",
+            parameters={**FAST, "OwnerId": "nodecycle-b", "ManagedGroups": sandbox.asg.name},
+        )
+        victim = sorted(sandbox.asg.in_state("InService"))[0]
+        node = node_of(sandbox, victim)
+        # ...and on the victim's node a pod its PodDisruptionBudget will not let go, for now
+        sandbox.kube.seed(
+            {
+                "namespaces": ["b"],
+                "objects": [
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "metadata": {"name": "pinned", "namespace": "b", "labels": {"app": "pinned"}},
+                        "spec": {"nodeName": node, "containers": [{"name": "main", "image": "busybox"}]},
+                    },
+                    {
+                        "apiVersion": "policy/v1",
+                        "kind": "PodDisruptionBudget",
+                        "metadata": {"name": "pinned", "namespace": "b"},
+                        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "pinned"}}},
+                    },
+                ],
+            }
+        )
+        sandbox.kube.settle()
+        sandbox.kube.reset_history()
+
+        # When the instance terminates: both stacks get its one action
+        sandbox.asg.terminate(victim)
+        claimant = wait_for(lambda: _owner(sandbox, node), 60, "a stack claiming the node")
+        other = stack_b if claimant == "nodecycle" else sandbox.runner
+        # (the other stack's drain runs several times while the node's drain is stuck)
+        seen = len(other.journal.invocations("DrainFunction"))
+        wait_for(
+            lambda: len(other.journal.invocations("DrainFunction")) >= seen + 4 or None,
+            120,
+            "the other stack's drain steps",
+        )
+        action = _action(sandbox, victim)
+        assert action.active, f"completed under the drain of {claimant}: {action}"
+        assert json.loads(_budget(sandbox))["holders"][0]["owner"] == claimant
+        # ...and then the pod may go
+        PolicyV1Api(sandbox.kube.api_client()).delete_namespaced_pod_disruption_budget("pinned", "b")
+        wait_for(lambda: not _action(sandbox, victim).active or None, 90, "the action's completion")
+
+        # Then the action was completed once the node was drained, and only the claimant ever annotated it
+        history = sandbox.kube.history()
+        assert completed_before_drained(history, [_action(sandbox, victim)]) == []
+        owners = {
+            ((e.object.get("metadata") or {}).get("annotations") or {}).get(OWNER_ANNOTATION)
+            for e in history
+            if e.kind == "Node" and e.name == node
+        }
+        assert owners - {None} == {claimant}
+
+
+def _owner(sandbox: Sandbox, node: str) -> str | None:
+    found = sandbox.kube.get_object("nodes", node)
+    if found is None or not (found.get("spec") or {}).get("unschedulable"):
+        return None
+    return ((found["metadata"].get("annotations") or {}).get(OWNER_ANNOTATION)) or None
+
+
+def _action(sandbox: Sandbox, instance: str) -> ActionRecord:
+    return next(a for a in sandbox.asg.actions(transition=TERMINATING) if a.instance_id == instance)
+
+
+def _budget(sandbox: Sandbox) -> str:
+    configmap = sandbox.kube.get_object("configmaps", "nodecycle-budget", "nodecycle") or {}
+    return str((configmap.get("data") or {}).get("budget.json", "{}"))
