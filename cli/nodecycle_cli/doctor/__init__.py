@@ -218,6 +218,7 @@ class Doctor:
                 sweep_interval_minutes=float(self.parameter("SweepIntervalMinutes")),
             ).min_heartbeat_timeout_seconds,
             launch_default="ABANDON" if abandons else "CONTINUE",
+            owner=self._deployment.owner if self._deployment is not None else None,
         )
         return aws_checks.hooks(autoscaling, groups, rules)
 

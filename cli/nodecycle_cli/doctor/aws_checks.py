@@ -25,6 +25,7 @@ class HookRules:
     transitions: tuple[str, ...]  # the transitions nodecycle must hold
     min_heartbeat: int  # the functions' own minimum (nodecycle.settings.Timing.min_heartbeat_timeout_seconds)
     launch_default: str  # the default result a launch hook should have: what nodecycle does on failure
+    owner: str | None = None  # the stack's owner id: a group tagged for another owner is that owner's
 
     def answers(self, hook: str) -> bool:
         return "*" in self.names or hook in self.names
@@ -62,9 +63,23 @@ def hooks(autoscaling: Any, groups: Sequence[str], rules: HookRules) -> list[Fin
     pages = autoscaling.get_paginator("describe_auto_scaling_groups").paginate(
         AutoScalingGroupNames=list(groups)
     )
-    existing = {g["AutoScalingGroupName"] for page in pages for g in page["AutoScalingGroups"]}
+    described = {g["AutoScalingGroupName"]: g for page in pages for g in page["AutoScalingGroups"]}
+    existing = set(described)
     findings = []
     for group in groups:
+        tagged = {t["Key"]: t.get("Value") for t in described.get(group, {}).get("Tags", [])}.get(
+            "nodecycle:owner"
+        )
+        if rules.owner is not None and tagged not in (None, rules.owner):
+            findings.append(
+                Finding.problem(
+                    f"hooks.{group}",
+                    f"group {group} is named in ManagedGroups but tagged nodecycle:owner={tagged}",
+                    f"this stack leaves its lifecycle actions to owner {tagged} (two stacks must not drain one node)",
+                    "name it in the ManagedGroups of one stack only, and tag it for that stack's owner id",
+                )
+            )
+            continue
         if group not in existing:
             findings.append(
                 Finding.problem(
