@@ -96,6 +96,14 @@ class Cordon:
         if node is None:
             return Outcome.goto(settle_step(record), outcome="node-gone")
         if node.owner not in (None, record.owner, record.extra.get(ADOPT_FROM)):
+            if node.lifecycle == record.id and Step.ACQUIRE_SLOT in record.plan:
+                # Claimed for this very action by another stack (a group both manage, by mistake), which took the
+                # slot this lifecycle let expire: settling would complete the action under that drain. Back to
+                # the slot's ask, which waits for it as for any drain of the action by another stack.
+                log.error(
+                    "owner %s drains node %s for this very lifecycle action: waiting", node.owner, node.name
+                )
+                return Outcome.goto(Step.ACQUIRE_SLOT, self._policy.budget_retry_seconds)
             log.warning("node %s was claimed by owner %s meanwhile: leaving it alone", node.name, node.owner)
             return Outcome.goto(settle_step(record), outcome=f"node-owned-by:{node.owner}")
         if node.owner is None and node.in_progress:

@@ -1,0 +1,54 @@
+"""One action two stacks take (a group both manage by mistake: same instance, same token): the stack whose
+cordon finds the node claimed by the other for that very action must not complete it under the other's drain,
+at whatever step it finds that claim. The slot's ask knows it (AcquireSlot); the cordon, which a lifecycle
+reaches again after its slot expired (its invocation died for longer than the holder's TTL, and the other stack,
+waiting for the node, adopted it), did not."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+from nodecycle.domain.model import Step
+from tests.support.fakes import T0
+from tests.unit.drain.test_drain_steps import NODE, FakeCluster, cordon, node, terminating
+
+
+def test_a_cordon_that_finds_the_other_stack_draining_for_this_very_action_waits_instead_of_completing_it() -> (
+    None
+):
+    # Given this stack's lifecycle at its cordon (its slot taken, then its invocation died past the slot's TTL),
+    # and meanwhile the other stack, which took the same action, holding the slot and draining the node for it
+    record = terminating(Step.CORDON, node=NODE)
+    theirs = json.dumps(
+        {
+            "instance": record.instance_id,
+            "transition": "terminate",
+            "token": record.token,
+            "started": (T0 + timedelta(seconds=650)).isoformat(),
+        }
+    )
+    cluster = FakeCluster(nodes={NODE: node(owner="stack-b", in_progress=theirs, unschedulable=True)})
+
+    # When this stack's cordon runs again (its message redelivered)
+    outcome = cordon(cluster)(record, T0 + timedelta(seconds=700))
+
+    # Then it leaves the node alone and goes back to the slot's ask (which waits for a drain of the action by
+    # another stack), rather than settle: the settlement completes the action, and Auto Scaling would terminate
+    # the instance under the other stack's drain (invariants 2 and 3)
+    assert cluster.patches == []
+    assert outcome.then is Step.ACQUIRE_SLOT
+    assert outcome.delay > 0
+    assert "outcome" not in outcome.changes
+
+
+def test_a_cordon_that_finds_the_node_claimed_by_another_owner_for_another_action_still_settles() -> None:
+    # Given the node claimed by another stack for another lifecycle (its own hook's action, or a disruption)
+    record = terminating(Step.CORDON, node=NODE)
+    theirs = json.dumps({"instance": record.instance_id, "transition": "terminate", "token": "theirs"})
+    cluster = FakeCluster(nodes={NODE: node(owner="stack-b", in_progress=theirs, unschedulable=True)})
+
+    # When the cordon runs, Then this lifecycle's drain ends there, as before: that action is its own to settle
+    outcome = cordon(cluster)(record, T0)
+    assert cluster.patches == []
+    assert (outcome.then, outcome.changes["outcome"]) == (Step.COMPLETE, "node-owned-by:stack-b")
