@@ -11,8 +11,10 @@ from kubernetes.client import PolicyV1Api
 
 from nodecycle.domain.ports.cluster import OWNER_ANNOTATION
 from nodecycle_sandbox import Sandbox
+from nodecycle_sandbox.aws.group import HookSpec, default_hooks
 from nodecycle_sandbox.aws.records import TERMINATING, ActionRecord
 from nodecycle_sandbox.checks import completed_before_drained
+from nodecycle_sandbox.kube.history import HistoryEntry
 from tests.integration.lifecycle.harness import FAST, node_of, running, wait_for
 
 pytestmark = pytest.mark.slow
@@ -30,26 +32,7 @@ def test_a_group_both_stacks_manage_is_drained_by_one_and_its_action_completed_o
         victim = sorted(sandbox.asg.in_state("InService"))[0]
         node = node_of(sandbox, victim)
         # ...and on the victim's node a pod its PodDisruptionBudget will not let go, for now
-        sandbox.kube.seed(
-            {
-                "namespaces": ["b"],
-                "objects": [
-                    {
-                        "apiVersion": "v1",
-                        "kind": "Pod",
-                        "metadata": {"name": "pinned", "namespace": "b", "labels": {"app": "pinned"}},
-                        "spec": {"nodeName": node, "containers": [{"name": "main", "image": "busybox"}]},
-                    },
-                    {
-                        "apiVersion": "policy/v1",
-                        "kind": "PodDisruptionBudget",
-                        "metadata": {"name": "pinned", "namespace": "b"},
-                        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "pinned"}}},
-                    },
-                ],
-            }
-        )
-        sandbox.kube.settle()
+        _pin(sandbox, node)
         sandbox.kube.reset_history()
 
         # When the instance terminates: both stacks get its one action
@@ -79,6 +62,93 @@ def test_a_group_both_stacks_manage_is_drained_by_one_and_its_action_completed_o
             if e.kind == "Node" and e.name == node
         }
         assert owners - {None} == {claimant}
+
+
+def test_a_group_with_a_terminate_hook_of_each_stack_is_completed_by_each_only_after_the_drain() -> None:
+    # Given stack "nodecycle" answering hook nodecycle-terminate and stack "nodecycle-b" answering its own hook
+    # nodecycle-b-terminate, both on group nodecycle-workers: one termination, two actions
+    hooks = (*default_hooks(300), HookSpec("nodecycle-b-terminate", TERMINATING, 300, "CONTINUE"))
+    with running(size=3, workloads=None, hooks=hooks) as sandbox:
+        stack_b, _ = sandbox.add_stack(
+            "nodecycle-b",
+            parameters={
+                **FAST,
+                "OwnerId": "nodecycle-b",
+                "ManagedGroups": sandbox.asg.name,
+                "ManagedHooks": "nodecycle-b-terminate",
+            },
+        )
+        victim = sorted(sandbox.asg.in_state("InService"))[0]
+        node = node_of(sandbox, victim)
+        _pin(sandbox, node)
+        sandbox.kube.reset_history()
+
+        # When the instance terminates, both stacks' drains run a while on the stuck node, then the pod may go
+        sandbox.asg.terminate(victim)
+        claimant = wait_for(lambda: _owner(sandbox, node), 60, "a stack claiming the node")
+        other = stack_b if claimant == "nodecycle" else sandbox.runner
+        seen = len(other.journal.invocations("DrainFunction"))
+        wait_for(
+            lambda: len(other.journal.invocations("DrainFunction")) >= seen + 4 or None,
+            120,
+            "the other stack's drain steps",
+        )
+        PolicyV1Api(sandbox.kube.api_client()).delete_namespaced_pod_disruption_budget("pinned", "b")
+        wait_for(
+            lambda: all(not a.active for a in _actions(sandbox, victim)) or None,
+            120,
+            "both actions' completion",
+        )
+
+        # Then both actions were completed (by a call) and neither while a drainable pod was still on the node;
+        # and no stack ever overwrote the other's claim of the node (owner A to owner B without a release)
+        actions = _actions(sandbox, victim)
+        assert sorted(a.hook for a in actions) == ["nodecycle-b-terminate", "nodecycle-terminate"]
+        assert [a.outcome for a in actions] == ["completed", "completed"]
+        history = sandbox.kube.history()
+        assert completed_before_drained(history, actions) == []
+        assert _overwritten_claims(history, node) == []
+
+
+def _actions(sandbox: Sandbox, instance: str) -> list[ActionRecord]:
+    return [a for a in sandbox.asg.actions(transition=TERMINATING) if a.instance_id == instance]
+
+
+def _overwritten_claims(history: list[HistoryEntry], node: str) -> list[tuple[str, str]]:
+    """The writes of the node that changed its owner annotation from one owner to another directly."""
+    overwritten, last = [], None
+    for entry in history:
+        if entry.kind != "Node" or entry.name != node:
+            continue
+        owner = ((entry.object.get("metadata") or {}).get("annotations") or {}).get(OWNER_ANNOTATION)
+        if last is not None and owner is not None and owner != last:
+            overwritten.append((last, owner))
+        last = owner
+    return overwritten
+
+
+def _pin(sandbox: Sandbox, node: str) -> None:
+    """A pod on ``node`` that its PodDisruptionBudget will not let go (until the budget is deleted)."""
+    sandbox.kube.seed(
+        {
+            "namespaces": ["b"],
+            "objects": [
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": "pinned", "namespace": "b", "labels": {"app": "pinned"}},
+                    "spec": {"nodeName": node, "containers": [{"name": "main", "image": "busybox"}]},
+                },
+                {
+                    "apiVersion": "policy/v1",
+                    "kind": "PodDisruptionBudget",
+                    "metadata": {"name": "pinned", "namespace": "b"},
+                    "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "pinned"}}},
+                },
+            ],
+        }
+    )
+    sandbox.kube.settle()
 
 
 def _owner(sandbox: Sandbox, node: str) -> str | None:
