@@ -11,7 +11,7 @@ from datetime import timedelta
 
 from nodecycle.domain.model import Step
 from tests.support.fakes import T0
-from tests.unit.drain.test_drain_steps import NODE, FakeCluster, cordon, node, terminating
+from tests.unit.drain.test_drain_steps import NODE, FakeCluster, FakeSlots, acquire, cordon, node, terminating
 
 
 def test_a_cordon_that_finds_the_other_stack_draining_for_this_very_action_waits_instead_of_completing_it() -> (
@@ -52,3 +52,28 @@ def test_a_cordon_that_finds_the_node_claimed_by_another_owner_for_another_actio
     outcome = cordon(cluster)(record, T0)
     assert cluster.patches == []
     assert (outcome.then, outcome.changes["outcome"]) == (Step.COMPLETE, "node-owned-by:stack-b")
+
+
+def test_an_adopted_lifecycle_of_an_action_the_other_stack_drains_waits_for_that_drain_instead_of_completing() -> (
+    None
+):
+    # Given this stack's lifecycle adopted by its sweeper (its event lost: token adopted:<hook>, the action named
+    # by instance id), and the other stack, which took the same action's event (a group both manage by mistake),
+    # draining the node for it under the event's token
+    record = terminating(Step.ACQUIRE_SLOT, token="adopted:nodecycle-terminate")
+    record = record.model_copy(update={"id": f"{record.instance_id}/terminate/{record.token}"})
+    theirs = json.dumps(
+        {
+            "instance": record.instance_id,
+            "transition": "terminate",
+            "token": "7b4c5d2e-1f3a-4b6c-8d9e-0a1b2c3d4e5f",
+        }
+    )
+    cluster = FakeCluster(nodes={NODE: node(owner="stack-b", in_progress=theirs, unschedulable=True)})
+
+    # When it asks for its slot after its own drain timeout since it was received
+    outcome = acquire(cluster, FakeSlots(others={NODE: "stack-b"}))(record, T0 + timedelta(seconds=601))
+
+    # Then it waits for the other's drain (completing the action by instance id would end it under that drain)
+    assert outcome.again
+    assert outcome.then is None

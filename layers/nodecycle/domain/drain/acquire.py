@@ -10,6 +10,7 @@ from nodecycle.domain.budget import SlotDecision, SlotReason, SlotRequest
 from nodecycle.domain.drain import pods as podfilter
 from nodecycle.domain.drain.common import (
     ADOPT_FROM,
+    _for_this_action,
     _full_drain,
     _of_instance,
     _precedence,
@@ -146,7 +147,7 @@ class AcquireSlot:
             # done with it, or when our drain timeout says we have waited long enough. Unless it drains for
             # this very action (a group both stacks manage, by mistake): completing it would let Auto Scaling
             # terminate the instance under that drain. Its end ends the action (a heartbeat finds it gone).
-            shared = node.lifecycle == record.id
+            shared = _for_this_action(node, record)
             if shared:
                 log.error(
                     "owner %s drains node %s for this very lifecycle action: is group %s managed by both?",

@@ -124,6 +124,21 @@ def _of_instance(node: NodeInfo, record: LifecycleRecord) -> bool:
     return node.instance_id in (None, record.instance_id)
 
 
+def _for_this_action(node: NodeInfo, record: LifecycleRecord) -> bool:
+    """Whether the claim of ``node`` (another stack's) is for this very lifecycle action, which both stacks took (a
+    group both manage, by mistake): its lifecycle is this record's; or, this lifecycle adopted (its event lost: no
+    token, the action named by instance id), one of the same instance and hook transition under the event's."""
+    if node.lifecycle == record.id:
+        return True
+    if record.token_known or not record.transition.has_hook:
+        return False
+    progress = node.progress()
+    return (progress.get("instance"), progress.get("transition")) == (
+        record.instance_id,
+        record.transition.short,
+    )
+
+
 def _the_instances(node: NodeInfo | None, record: LifecycleRecord) -> NodeInfo | None:
     """``node``, the node of the record's name as read, unless it is another instance's node now."""
     if node is not None and not _of_instance(node, record):

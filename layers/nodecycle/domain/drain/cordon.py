@@ -10,6 +10,7 @@ from typing import Any
 from nodecycle.domain.drain.common import (
     ADOPT_FROM,
     _deadline_cap,
+    _for_this_action,
     _known,
     _precedence,
     _refused_while_time_runs,
@@ -96,7 +97,7 @@ class Cordon:
         if node is None:
             return Outcome.goto(settle_step(record), outcome="node-gone")
         if node.owner not in (None, record.owner, record.extra.get(ADOPT_FROM)):
-            if node.lifecycle == record.id and Step.ACQUIRE_SLOT in record.plan:
+            if _for_this_action(node, record) and Step.ACQUIRE_SLOT in record.plan:
                 # Claimed for this very action by another stack (a group both manage, by mistake), which took the
                 # slot this lifecycle let expire: settling would complete the action under that drain. Back to
                 # the slot's ask, which waits for it as for any drain of the action by another stack.
