@@ -77,3 +77,20 @@ def test_an_adopted_lifecycle_of_an_action_the_other_stack_drains_waits_for_that
     # Then it waits for the other's drain (completing the action by instance id would end it under that drain)
     assert outcome.again
     assert outcome.then is None
+
+
+def test_a_lifecycle_of_an_action_the_other_stack_drains_as_adopted_waits_for_that_drain_instead_of_completing() -> (
+    None
+):
+    # Given the converse: the other stack adopted the action (its event lost) and drains the node for it under
+    # adopted:<hook>; this stack took the action's event
+    record = terminating(Step.ACQUIRE_SLOT)
+    theirs = json.dumps(
+        {"instance": record.instance_id, "transition": "terminate", "token": "adopted:nodecycle-terminate"}
+    )
+    cluster = FakeCluster(nodes={NODE: node(owner="stack-b", in_progress=theirs, unschedulable=True)})
+
+    # When it asks for its slot after its own drain timeout since it was received, Then it waits for that drain
+    outcome = acquire(cluster, FakeSlots(others={NODE: "stack-b"}))(record, T0 + timedelta(seconds=601))
+    assert outcome.again
+    assert outcome.then is None

@@ -13,6 +13,7 @@ from nodecycle.domain.engine import Dispatcher, Outcome
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import settle_step
 from nodecycle.domain.model import (
+    ADOPTED,
     LifecycleRecord,
     Transition,
 )
@@ -126,17 +127,18 @@ def _of_instance(node: NodeInfo, record: LifecycleRecord) -> bool:
 
 def _for_this_action(node: NodeInfo, record: LifecycleRecord) -> bool:
     """Whether the claim of ``node`` (another stack's) is for this very lifecycle action, which both stacks took (a
-    group both manage, by mistake): its lifecycle is this record's; or, this lifecycle adopted (its event lost: no
-    token, the action named by instance id), one of the same instance and hook transition under the event's."""
+    group both manage, by mistake): its lifecycle is this record's; or, when either was adopted (its event lost: no
+    token, the action named by instance id), one of the same instance and hook transition."""
     if node.lifecycle == record.id:
         return True
-    if record.token_known or not record.transition.has_hook:
-        return False
     progress = node.progress()
-    return (progress.get("instance"), progress.get("transition")) == (
+    same = (progress.get("instance"), progress.get("transition")) == (
         record.instance_id,
         record.transition.short,
     )
+    if not (same and record.transition.has_hook):
+        return False
+    return not record.token_known or str(progress.get("token", "")).startswith(ADOPTED)
 
 
 def _the_instances(node: NodeInfo | None, record: LifecycleRecord) -> NodeInfo | None:
