@@ -1339,3 +1339,52 @@ def test_a_budget_that_was_never_installed_is_a_clear_error_not_a_new_document(
     with pytest.raises(BudgetNotInstalled, match="nodecycle-budget"):
         make_budget().acquire(slot("n1"))
     assert store.text is None
+
+
+def test_an_urgent_waiter_that_does_not_fit_yet_is_not_overtaken_until_it_is_forced_past_the_budget(
+    make_budget: BudgetFactory, clock: FakeClock
+) -> None:
+    # Given two stacks sharing the budget, green allowed 1 node at a time and blue (in a refresh) 3; blue holds
+    # b1, and green's g1 waits first in line with its action's global timeout near (urgent): it needs the
+    # cluster free of disruption under green's limit
+    green, blue = make_budget("1", None, owner="green"), make_budget("3", None, owner="blue")
+    assert blue.acquire(slot("b1")).granted
+    urgent = replace(slot("g1", owner="green"), urgent_at=clock.now())
+    assert not green.acquire(urgent).granted
+
+    # When blue's refresh goes on: a newcomer asks, then b1 is given back
+    clock.advance(1)
+    newcomer = blue.acquire(slot("b2"))
+    clock.advance(1)
+    blue.release("b1", "rec-b1")
+
+    # Then the newcomer waits behind g1 (granted, it would keep green's view full, and g1 waiting through every
+    # drain of the refresh until its global timeout forced it past the budget): g1 goes first, as soon as
+    # the room it needs is there; blue's newcomer after it
+    assert (newcomer.granted, newcomer.reason) == (False, SlotReason.NO_ROOM), newcomer
+    clock.advance(1)
+    assert green.acquire(replace(urgent, urgent_at=urgent.urgent_at)).granted
+    assert blue.acquire(slot("b2")).granted  # blue's 3 leave room for it beside g1
+
+
+def test_a_drain_in_progress_that_lost_its_slot_is_not_overtaken_by_untouched_nodes_while_it_does_not_fit(
+    make_budget: BudgetFactory, clock: FakeClock
+) -> None:
+    # Given a per-zone limit of 1 (2 in all): nodes hold zones a and b, and a cordoned, partly drained node of
+    # unknown zone (it counts against every zone) lost its slot and waits in line, in progress
+    budget = make_budget("2", "1")
+    assert budget.acquire(slot("a1", "a")).granted
+    assert budget.acquire(slot("b1", "b")).granted
+    lost = replace(slot("x", None), in_progress=True)
+    assert not budget.renew(lost).granted
+
+    # When a1 is given back while an untouched node of zone a waits, then b1
+    clock.advance(1)
+    assert not budget.acquire(slot("a2", "a")).granted
+    woken = budget.release("a1", "rec-a1")
+    clock.advance(1)
+    woken += budget.release("b1", "rec-b1")
+
+    # Then the untouched node did not take zone a's slot, which the drain in progress needs: the drain goes on
+    # first, passed its slot as soon as every zone has room for it (invariant 9)
+    assert woken == ["rec-x"], woken

@@ -164,11 +164,13 @@ class Occupancy:
         return (*(set(self._by_zone) | limits.zones()), None)
 
     def keeps_admitting(
-        self, zone: str | None, pending: Iterable[str | None], limits: ResolvedLimits
+        self, zone: str | None, pending: Iterable[str | None], limits: ResolvedLimits, *, waiting: int = 0
     ) -> bool:
         """Whether one more node of ``zone``, counted, leaves room for the nodes of zones ``pending`` that a
-        replay picked and counted already (see :func:`_replay`): each would still be admitted in its turn."""
-        if len(self._nodes) >= limits.total:
+        replay picked and counted already (see :func:`_replay`): each would still be admitted in its turn.
+        ``waiting``: that many more nodes of each zone of ``pending`` are not counted yet (a waiter the replay
+        keeps room for, which does not fit yet), and must still fit beside it."""
+        if len(self._nodes) + waiting >= limits.total:
             return False
         per_zone = limits.per_zone
         if per_zone is None:
@@ -181,9 +183,23 @@ class Occupancy:
                 shared = (picked if zone is None else zone,)
             else:
                 continue  # two known zones apart: the new node takes none of the pick's zone
-            if any(self.load(z) >= per_zone.of(z) for z in shared):
+            if any(self.load(z) + waiting >= per_zone.of(z) for z in shared):
                 return False
         return True
+
+    def without_blockers(self, zone: str | None, limits: ResolvedLimits) -> Occupancy:
+        """This occupancy without the nodes that keep a node of ``zone`` out of a zone it counts against (the
+        nodes of each such zone at its limit, and those of unknown zone): what is left once they are gone, as
+        they must be before it fits. Nothing removed for a full total alone: any one node's going frees it."""
+        per_zone = limits.per_zone
+        if per_zone is None:
+            return self
+        zones = (zone,) if zone is not None else self._every_zone(limits)
+        full = {z for z in zones if self.load(z) >= per_zone.of(z)}
+        if not full:
+            return self
+        # (a node of unknown zone counts against every zone, the full ones among them)
+        return Occupancy({n: z for n, z in self._nodes.items() if z is not None and z not in full})
 
     def load(self, zone: str | None) -> int:
         """Nodes in ``zone`` plus those of unknown zone (``zone=None``: those of unknown zone only)."""
@@ -252,6 +268,8 @@ def _replay(doc: BudgetDocument, now: datetime) -> list[tuple[Waiter, list[Waite
     work_left = Counter(w.zone for _, w, _ in line)
     picks: list[tuple[Waiter, list[Waiter]]] = []
     pending: dict[str, list[str | None]] = {}  # owner -> the zones of its waiters picked so far
+    kept = _kept_for(line, occupancy, doc)
+    line = [e for e in line if e not in kept]
     while line:
         # The waiters of one owner and zone fit alike, but for a node its owner counts already (which takes no
         # new slot): asked once per group, not once per waiter.
@@ -264,7 +282,21 @@ def _replay(doc: BudgetDocument, now: datetime) -> list[tuple[Waiter, list[Waite
             for other, zones in pending.items()
             for z in {z for o, z in groups if o != other}
         }
-        fitting = [e for e in line if _fits(e[1], e[2], room, leaves, pending, occupancy)]
+        # (the waiters kept room for, each with what its owner sees taken once what keeps it out is gone)
+        keeping = [
+            (standing, w, occupancy[w.owner].without_blockers(w.zone, doc.limits[w.owner].resolved))
+            for standing, w, _ in kept
+        ]
+        fitting = [
+            e
+            for e in line
+            if _fits(e[1], e[2], room, leaves, pending, occupancy)
+            and all(
+                _leaves_room(e[1], w, rest, occupancy, doc)
+                for standing, w, rest in keeping
+                if standing < e[0]
+            )
+        ]
         if not fitting:
             break
         # The occupancy only grows during a replay: a waiter that does not fit now fits at no later pick.
@@ -285,6 +317,46 @@ def _replay(doc: BudgetDocument, now: datetime) -> list[tuple[Waiter, list[Waite
         line.remove(best)
         work_left[waiter.zone] -= 1
     return picks
+
+
+def _kept_for(
+    line: Sequence[tuple[tuple[Any, ...], Waiter, tuple[str, str | None]]],
+    occupancy: dict[str, Occupancy],
+    doc: BudgetDocument,
+) -> list[tuple[tuple[Any, ...], Waiter, tuple[str, str | None]]]:
+    """The waiters of ``line`` (the replay's, sorted) that the replay keeps room for although they do not fit
+    yet: those with precedence (a drain in progress, a node near its global timeout) that the holders alone
+    keep out, each under its own owner's limits. Work-conserving for them, the replay let younger waiters
+    that fit take each slot that came free first: a node of unknown zone under a per-zone limit, or a stricter
+    owner's beside a looser one's refresh, then fit at no pick until the holders all happened to be gone at
+    once, and an urgent one waited out its whole urgent window to be forced past the budget (invariant 9:
+    it goes first). The window is a whole drain long, so the holders' drains end within it and make room.
+    (One that the unavailable nodes its owner counts keep out keeps no room: holding the others back would
+    not let it in.)"""
+    kept = []
+    for entry in line:
+        standing, waiter, (owner, zone) = entry
+        if standing[0] >= _PASSED_OVER or occupancy[owner].admits(
+            waiter.node, zone, doc.limits[owner].resolved
+        ):
+            continue
+        alone = Occupancy(counted_unavailable(doc, doc.limits[owner]))
+        if alone.admits(waiter.node, zone, doc.limits[owner].resolved):
+            kept.append(entry)
+    return kept
+
+
+def _leaves_room(
+    waiter: Waiter, kept: Waiter, rest: Occupancy, occupancy: dict[str, Occupancy], doc: BudgetDocument
+) -> bool:
+    """Whether ``waiter``, picked, leaves ``kept`` (a waiter the replay keeps room for: see :func:`_kept_for`)
+    the room it needs under its owner's limits once what keeps it out now is gone (``rest``: its owner's
+    occupancy without those nodes): one more node of its zone beside it. Not counting those nodes, which
+    ``kept`` waits for whatever comes beside it, the younger waiters of other zones go on while they leave it
+    its room (work-conserving), and none takes a zone's slot, nor the total's, that ``kept`` needs."""
+    if occupancy[kept.owner].counts(waiter.node):
+        return True
+    return rest.keeps_admitting(waiter.zone, (kept.zone,), doc.limits[kept.owner].resolved, waiting=1)
 
 
 def _fits(
