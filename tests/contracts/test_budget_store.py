@@ -15,15 +15,18 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import pytest
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from nodecycle.adapters.kube.budget import BudgetContention, BudgetNotInstalled, ConfigMapBudgetStore
+from nodecycle.adapters.kube.eks_access import CLIENT_RETRIES
 from nodecycle.domain.budget import BudgetDocument
 from nodecycle.domain.budget.document import Released
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.ports.budget import BudgetStore
+from nodecycle_sandbox.faults import Fault
 from nodecycle_sandbox.kube import KubeServer
-from tests.integration.budget.conftest import NAMESPACE, RBAC, act_as_drain, admin_api, core_api
+from tests.integration.budget.conftest import DRAIN_KEY, NAMESPACE, RBAC, act_as_drain, admin_api
 from tests.unit.budget.fakes import MemoryBudgetStore
 
 MAX_ATTEMPTS = 3
@@ -39,6 +42,14 @@ class Side(Protocol):
         """The ConfigMap deleted (by a person, a GitOps tool)."""
         ...
 
+    def reinstall(self) -> None:
+        """The ConfigMap created again as shipped (empty), after :meth:`uninstall`."""
+        ...
+
+    def lose_next_answer(self) -> None:
+        """The next write is done, and its answer lost (the connection closed before the response)."""
+        ...
+
     def version(self) -> str: ...
 
 
@@ -52,6 +63,12 @@ class FakeSide:
     def uninstall(self) -> None:
         self.store.uninstall()
 
+    def reinstall(self) -> None:
+        self.store.reinstall()
+
+    def lose_next_answer(self) -> None:
+        self.store.lose_answer()
+
     def version(self) -> str:
         return str(self.store.version)
 
@@ -60,7 +77,10 @@ class ApiServerSide:
     def __init__(self, server: KubeServer) -> None:
         self.server = server
         self.admin = admin_api(server)
-        self.core = core_api(server)
+        # (with the product's retries: urllib3's default would send a write whose answer was lost again)
+        config = server.api_client(DRAIN_KEY).configuration
+        config.retries = CLIENT_RETRIES
+        self.core = client.CoreV1Api(client.ApiClient(config))
 
     def writer(self) -> BudgetStore:
         return ConfigMapBudgetStore(
@@ -69,6 +89,14 @@ class ApiServerSide:
 
     def uninstall(self) -> None:
         self.admin.delete_namespaced_config_map(NAME, NAMESPACE)
+
+    def reinstall(self) -> None:
+        self.server.apply(RBAC)
+
+    def lose_next_answer(self) -> None:
+        self.server.faults.arm(
+            [Fault("lost", "kube-lost-response", target="PUT configmaps", limit=1)], seed=1
+        )
 
     def version(self) -> str:
         try:
@@ -216,3 +244,47 @@ def test_a_document_past_the_api_servers_1_mib_is_refused_and_nothing_written(si
         store.update(lambda doc: (big, None))
     assert not isinstance(refused.value, BudgetContention)
     assert (nodes(store), side.version()) == (["n1"], before)
+
+
+def test_a_budget_deleted_and_created_again_between_read_and_write_is_decided_again_on_the_new_one(
+    side: Side,
+) -> None:
+    # Given a budget with an entry, deleted and shipped again (empty) by a GitOps tool while a writer decides
+    store = side.writer()
+    store.update(adding("n0"))
+    seen: list[BudgetDocument | None] = []
+
+    def mutate(doc: BudgetDocument | None) -> tuple[BudgetDocument, None]:
+        seen.append(doc)
+        if len(seen) == 1:
+            side.uninstall()
+            side.reinstall()
+        return with_entry(doc, "n1"), None
+
+    # When the writer writes what it decided on the old one
+    store.update(mutate)
+
+    # Then that write lost (the object it read is gone: its version is not the new one's), and the decision
+    # was made again on the new, empty document: nothing of the old one is written back
+    assert [None if doc is None else [r.node for r in doc.released] for doc in seen] == [["n0"], []]
+    assert nodes(store) == ["n1"]
+
+
+def test_a_write_whose_answer_is_lost_landed_and_is_a_transient_error_not_written_twice(side: Side) -> None:
+    # Given a write whose answer the connection loses (the API server wrote it, then the connection closed)
+    store = side.writer()
+    calls: list[BudgetDocument | None] = []
+
+    def mutate(doc: BudgetDocument | None) -> tuple[BudgetDocument, None]:
+        calls.append(doc)
+        return with_entry(doc, "n1"), None
+
+    side.lose_next_answer()
+
+    # When it is written, Then the writer is told of a transient error (not of a conflict, which it would have
+    # retried on its own write), having decided once; the step that retries finds its write done
+    with pytest.raises(TransientError) as lost:
+        store.update(mutate)
+    assert not isinstance(lost.value, BudgetContention)
+    assert len(calls) == 1
+    assert nodes(store) == ["n1"]

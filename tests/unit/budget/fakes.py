@@ -64,7 +64,8 @@ class MemoryBudgetStore:
     - ``interleave(fn)``: ``fn`` (another writer) runs between this update's read and its write, so the
       write conflicts and the update starts over;
     - ``conflicts(n)``: the next ``n`` writes lose a race to a writer that changes nothing;
-    - ``crash(before_write=...)``: the caller dies before or after its write.
+    - ``crash(before_write=...)``: the caller dies before or after its write;
+    - ``lose_answer()``: the write is done, and the caller told of a transient error.
     """
 
     def __init__(self, max_attempts: int = 5) -> None:
@@ -78,6 +79,7 @@ class MemoryBudgetStore:
         self._interleaved: list[Callable[[], object]] = []
         self._forced_conflicts = 0
         self._crash: bool | None = None  # True: before the write, False: after it
+        self._lose_answer = False
 
     def read(self) -> BudgetDocument | None:
         return None if self.text is None else BudgetDocument.from_json(self.text)
@@ -87,6 +89,17 @@ class MemoryBudgetStore:
         (a 404, as a 409) and reads again."""
         self.text = None
         self.version += 1
+
+    def reinstall(self) -> None:
+        """The ConfigMap created again as shipped (empty), after :meth:`uninstall`: a new object, whose
+        version no update that read the old one has."""
+        self.text = BudgetDocument().to_json()
+        self.version += 1
+
+    def lose_answer(self) -> None:
+        """The next write is done, and its answer lost (the connection closed before the response): a
+        transient error, as ConfigMapBudgetStore raises it."""
+        self._lose_answer = True
 
     def interleave(self, writer: Callable[[], object]) -> None:
         self._interleaved.append(writer)
@@ -128,6 +141,9 @@ class MemoryBudgetStore:
             self.version += 1
             if crash is False:
                 raise Crash("after the write")
+            if self._lose_answer:
+                self._lose_answer = False
+                raise TransientError("the connection closed before the answer to the budget's write")
             return result
         raise BudgetContention(f"the budget document kept changing: {self.max_attempts} conflicting writes")
 
