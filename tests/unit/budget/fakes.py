@@ -96,10 +96,10 @@ class MemoryBudgetStore:
         self.text = BudgetDocument().to_json()
         self.version += 1
 
-    def lose_answer(self) -> None:
+    def lose_answer(self, lose: bool = True) -> None:
         """The next write is done, and its answer lost (the connection closed before the response): a
-        transient error, as ConfigMapBudgetStore raises it."""
-        self._lose_answer = True
+        transient error, as ConfigMapBudgetStore raises it. (``False``: no longer, if nothing was written.)"""
+        self._lose_answer = lose
 
     def interleave(self, writer: Callable[[], object]) -> None:
         self._interleaved.append(writer)
