@@ -39,7 +39,11 @@ this order and add it to the occupancy, until none fits:
 
 The waiters picked in this replay are *eligible*. A request is granted only when it is eligible: a newcomer
 joins the queue first, so it goes before an older waiter only by this order; a waiter whose zone is full is
-skipped, never waited for. When a waiter is granted, each older waiter that would have fit at its pick (and
+skipped, never waited for, but for one of the first two classes that the holders keep out (not the unavailable
+nodes its owner counts alone): the replay keeps its room, and a waiter after it goes only if it leaves that
+waiter the room it needs once what keeps it out is gone (a node of unknown zone, or a stricter owner's,
+would otherwise fit at no pick while younger ones take every slot that comes free, and be forced past the
+budget at the end of its urgent window; see :func:`_kept_for`). When a waiter is granted, each older waiter that would have fit at its pick (and
 came after it in the order) counts one more ``passed``. Because every owner replays the same document with
 the same recorded limits, all stacks agree on who is next, and a slot an eligible waiter of another stack is
 owed stays free for it (it takes it at its next retry) instead of going to another one.
