@@ -1388,3 +1388,33 @@ def test_a_drain_in_progress_that_lost_its_slot_is_not_overtaken_by_untouched_no
     # Then the untouched node did not take zone a's slot, which the drain in progress needs: the drain goes on
     # first, passed its slot as soon as every zone has room for it (invariant 9)
     assert woken == ["rec-x"], woken
+
+
+def test_an_urgent_node_of_unknown_zone_goes_once_the_holders_it_waits_for_are_gone_whatever_keeps_coming(
+    make_budget: BudgetFactory, clock: FakeClock
+) -> None:
+    # Given a per-zone limit of 1 (3 in all), a node held in each zone, and an urgent node without a zone label
+    # waiting: it needs every zone free
+    budget = make_budget("3", "1")
+    holders = [f"{zone}0" for zone in "abc"]
+    for name in holders:
+        assert budget.acquire(slot(name, name[0])).granted
+    urgent = replace(slot("u", None), urgent_at=clock.now())
+    assert not budget.acquire(urgent).granted
+
+    # When the holders give their slots back one at a time, oldest first, while a newcomer of the zone freed
+    # asks at once each time (a refresh that keeps coming), and the urgent node asks again
+    granted_at = None
+    for turn in range(1, 10):
+        clock.advance(5)
+        oldest = holders.pop(0)
+        budget.release(oldest, f"rec-{oldest}")
+        newcomer = f"{oldest[0]}{turn}"
+        if budget.acquire(slot(newcomer, newcomer[0])).granted:
+            holders.append(newcomer)
+        if budget.acquire(urgent).granted:
+            granted_at = turn
+            break
+
+    # Then it goes as soon as the three holders it waited for are gone: no newcomer took a zone it needed
+    assert granted_at == 3
