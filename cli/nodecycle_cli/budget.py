@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -29,6 +29,7 @@ from nodecycle_cli.output import age, table
 if TYPE_CHECKING:
     from nodecycle.adapters.kube.budget import ConfigMapBudgetStore
     from nodecycle.domain.budget import BudgetDocument, BudgetView, Holder
+    from nodecycle.domain.budget.view import HolderView, WaiterView
 
 DEFAULT_NAMESPACE = "nodecycle"  # the default of the BudgetNamespace stack parameter
 DEFAULT_NAME = "nodecycle-budget"
@@ -212,8 +213,8 @@ def render(view: BudgetView, where: str) -> str:
         ],
     )
     lines += table(
-        f"HOLDERS ({len(view.holders)})",
-        ["NODE", "INSTANCE", "ZONE", "OWNER", "HELD", "RENEWED", "EXPIRES"],
+        f"HOLDERS {_count(view.holders)}",
+        ["NODE", "INSTANCE", "ZONE", "OWNER", "HELD", "RENEWED", "EXPIRES", "FORCED"],
         [
             [
                 h.node,
@@ -223,12 +224,14 @@ def render(view: BudgetView, where: str) -> str:
                 age(h.held_seconds),
                 f"{age(h.renewed_seconds_ago)} ago",
                 _expiry(h.expires_in_seconds),
+                # taken without room (the runbook's Budget exceeded looks for these)
+                "forced" if h.forced else "",
             ]
             for h in view.holders
         ],
     )
     lines += table(
-        f"WAITERS ({len(view.waiters)})",
+        f"WAITERS {_count(view.waiters)}",
         ["#", "NODE", "ZONE", "OWNER", "WAITING", "EXPIRES", "NEXT"],
         [
             [
@@ -244,6 +247,15 @@ def render(view: BudgetView, where: str) -> str:
         ],
     )
     return "\n".join(lines).rstrip()
+
+
+def _count(entries: Sequence[HolderView | WaiterView]) -> str:
+    """How many entries a list shows, and, when some expired, how many of them count: the zones count only
+    those (an expired entry is in the ConfigMap until the next write removes it, and limits no one)."""
+    expired = sum(1 for e in entries if e.expires_in_seconds <= 0)
+    if not expired:
+        return f"({len(entries)})"
+    return f"({len(entries)}: {len(entries) - expired} counted, {expired} expired and counted by no one)"
 
 
 def _expiry(seconds: float) -> str:
