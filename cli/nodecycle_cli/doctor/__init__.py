@@ -20,7 +20,8 @@ with the usual credential chain, the cluster with the kubeconfig. Checked:
 - the EventBridge rules enabled; the dead-letter queues empty; no lifecycle stuck.
 
 Each finding says what is wrong, why it matters and the command that fixes it. Exit status: 0 all good,
-1 a problem or a warning, 2 nothing wrong found but some checks could not be made.
+1 a problem or a warning, 3 nothing wrong found but some checks could not be made; 2 the doctor could not run
+(no such stack, no credentials, an argument it does not take: one line on stderr says why).
 """
 
 from __future__ import annotations

@@ -39,9 +39,11 @@ class Finding:
         return cls(check, Status.UNCHECKED, f"cannot check: {what}", "", fix)
 
 
-# Exit statuses, for scripts: 0 all good; 1 a problem or a warning; 2 nothing wrong found, but some checks
-# could not be made.
-EXIT_OK, EXIT_FINDINGS, EXIT_UNCHECKED = 0, 1, 2
+# Exit statuses, for scripts: 0 all good; 1 a problem or a warning; 3 nothing wrong found, but some checks
+# could not be made. Not 2: that is what the command exits with when it could not run at all (argparse's usage
+# errors, and nodecycle_cli.main's one-line failures: no such stack, no credentials), which a script must not
+# read as "nothing wrong found".
+EXIT_OK, EXIT_FINDINGS, EXIT_UNCHECKED = 0, 1, 3
 
 
 def exit_status(findings: Sequence[Finding]) -> int:
