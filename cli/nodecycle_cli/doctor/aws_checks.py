@@ -266,10 +266,23 @@ def stuck_lifecycles(records: Iterable[Any], now: datetime, resume_grace: timede
         for r in overdue[:10]
     )
     more = f" and {len(overdue) - 10} more" if len(overdue) > 10 else ""
+    # The runbook's entry for what this is: a step overdue that the sweeper has not resumed 5 times in a row is a
+    # stall (no step runs: the function throttled or failing, its queue's mapping disabled), which moves on by
+    # itself once fixed; one resumed that often keeps failing the same way (stuck)
+    stuck = sum(1 for r in overdue if r.resumes >= MAX_RESUMES)
+    if stuck == len(overdue):
+        entry = "docs/runbook.md#lifecycles-stuck"
+    elif stuck:
+        entry = (
+            f"docs/runbook.md#lifecycles-stalled (those resumed {MAX_RESUMES} times in a row: "
+            "docs/runbook.md#lifecycles-stuck)"
+        )
+    else:
+        entry = "docs/runbook.md#lifecycles-stalled"
     return Finding.problem(
         check,
         f"{len(overdue)} lifecycle{'s' if len(overdue) != 1 else ''} stopped moving: {described}{more}",
         "their drain or address step does not run: nodes wait cordoned, budget slots stay taken; the sweeper "
         "completes each action near its global timeout, undrained if need be",
-        f"nodecycle status --stack {stack}; then docs/runbook.md#lifecycles-stuck",
+        f"nodecycle status --stack {stack}; then {entry}",
     )

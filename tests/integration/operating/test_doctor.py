@@ -371,7 +371,8 @@ def test_a_lifecycle_that_stopped_moving_is_named(doctor: Doctor) -> None:
     assert found["what"].startswith(
         "1 lifecycle stopped moving: i-0123456789abcdef0 terminate at evict, 10m0"
     )
-    assert found["fix"] == f"nodecycle status --stack {STACK}; then docs/runbook.md#lifecycles-stuck"
+    # (never resumed: a stall, not a lifecycle whose resends keep failing)
+    assert found["fix"] == f"nodecycle status --stack {STACK}; then docs/runbook.md#lifecycles-stalled"
 
 
 def test_before_deploying_it_checks_the_cluster_and_the_groups_given(doctor: Doctor) -> None:

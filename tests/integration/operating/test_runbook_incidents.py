@@ -1,0 +1,107 @@
+"""An operator follows docs/runbook.md through incidents made to happen on the sandbox: the commands it gives
+(``nodecycle doctor``, ``status``, ``budget``) point at what happened and at the entry that says what to do,
+and doing it ends the incident.
+
+One sandbox for the module, deployed as the README says (hooks of 600 s); each test makes its incident and
+takes it away again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from nodecycle_cli.main import main
+from nodecycle_sandbox import Sandbox
+from nodecycle_sandbox.aws.group import default_hooks, wait_for
+from tests.integration.lifecycle.harness import find_record, running, terminate_action
+
+STACK = "nodecycle"
+RESUME_GRACE = 3  # seconds: a step this overdue is presumed lost (ResumeGraceSeconds)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> Iterator[Sandbox]:
+    with running(
+        parameters={"ResumeGraceSeconds": str(RESUME_GRACE)}, size=2, hooks=default_hooks(600)
+    ) as started:
+        yield started
+
+
+@dataclass
+class Operator:
+    """A shell on the sandbox: its endpoint and credentials, a kubeconfig, STACK set."""
+
+    sandbox: Sandbox
+    capsys: pytest.CaptureFixture[str]
+
+    def json(self, *argv: str) -> tuple[int, object]:
+        self.capsys.readouterr()
+        status = main([*argv, "--json"])
+        return status, json.loads(self.capsys.readouterr().out)
+
+    def findings(self) -> tuple[int, dict[str, dict[str, str]]]:
+        """``nodecycle doctor --stack $STACK --json``: its exit status and findings by check."""
+        status, out = self.json("doctor", "--stack", STACK)
+        assert isinstance(out, dict)
+        return status, {f["check"]: f for f in out["findings"]}
+
+
+@pytest.fixture
+def operator(
+    sandbox: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Operator:
+    for name in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(name, sandbox.env[name])
+    monkeypatch.setenv("KUBECONFIG", str(sandbox.kube.write_kubeconfig(tmp_path / "kubeconfig")))
+    monkeypatch.delenv("NODECYCLE_STACK", raising=False)
+    return Operator(sandbox, capsys)
+
+
+def test_a_stalled_drain_queue_is_sent_to_the_stall_entry_and_moves_on_once_its_source_is_enabled(
+    sandbox: Sandbox, operator: Operator
+) -> None:
+    # Given the drain function's queue stalled (its event source disabled: a mapping an operator disabled, a
+    # function throttled) and an instance terminating under the hook
+    sandbox.runner.set_sources_enabled("DrainFunction", False)
+    try:
+        victim = sorted(sandbox.asg.in_state("InService"))[0]
+        sandbox.asg.terminate(victim)
+
+        # When its lifecycle is overdue past the resume grace, and the operator takes the runbook's first look
+        def overdue() -> bool:
+            record = find_record(sandbox, victim)
+            grace = timedelta(seconds=RESUME_GRACE + 1)
+            return record is not None and datetime.now(UTC) > record.due_at + grace
+
+        wait_for(overdue, 60, "the terminate lifecycle overdue")
+        status, findings = operator.findings()
+        _, records = operator.json("status", "--stack", STACK)
+    finally:
+        # (the runbook's Do: fix what stops the function, and the queued messages run)
+        sandbox.runner.set_sources_enabled("DrainFunction", True)
+
+    # Then the doctor names the lifecycle and sends the operator to the entry for a stall (nothing resumed it
+    # five times: it is not stuck), and status shows it open
+    stalled = findings["lifecycles.stuck"]
+    assert (status, stalled["status"]) == (1, "problem")
+    assert f"{victim} terminate at" in stalled["what"]
+    assert stalled["fix"] == f"nodecycle status --stack {STACK}; then docs/runbook.md#lifecycles-stalled"
+    assert isinstance(records, list)
+    assert victim in {r["instance_id"] for r in records}
+
+    # And once the source is enabled again the drain goes on by itself, as the entry says: the action is
+    # completed, and the doctor finds nothing overdue
+    def ended() -> bool:
+        action = terminate_action(sandbox, victim)
+        return action is not None and not action.active
+
+    wait_for(ended, 90, "the terminate action completed")
+    wait_for(lambda: operator.findings()[1]["lifecycles.stuck"]["status"] == "ok", 60, "nothing overdue")
