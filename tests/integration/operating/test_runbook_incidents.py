@@ -1,19 +1,21 @@
-"""An operator follows docs/runbook.md through incidents made to happen on the sandbox: the commands it gives
+"""An operator follows docs/runbook.md and docs/removing.md through incidents made to happen on the sandbox: the commands it gives
 (``nodecycle doctor``, ``status``, ``budget``) point at what happened and at the entry that says what to do,
 and doing it ends the incident.
 
-One sandbox for the module, deployed as the README says (hooks of 600 s); each test makes its incident and
-takes it away again.
+One sandbox for the module, deployed as the README says (hooks of 600 s), with Elastic IPs (EipMode allocate);
+each test makes its incident and takes it away again.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import jmespath  # type: ignore[import-untyped]  # (botocore's, with no stubs)
 import pytest
 
 from nodecycle_cli.main import main
@@ -21,6 +23,7 @@ from nodecycle_sandbox import Sandbox
 from nodecycle_sandbox.aws.group import default_hooks, wait_for
 from tests.integration.lifecycle.harness import find_record, running, terminate_action
 
+ROOT = Path(__file__).resolve().parents[3]
 STACK = "nodecycle"
 RESUME_GRACE = 3  # seconds: a step this overdue is presumed lost (ResumeGraceSeconds)
 
@@ -30,7 +33,9 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def sandbox() -> Iterator[Sandbox]:
     with running(
-        parameters={"ResumeGraceSeconds": str(RESUME_GRACE)}, size=2, hooks=default_hooks(600)
+        parameters={"ResumeGraceSeconds": str(RESUME_GRACE), "EipMode": "allocate"},
+        size=2,
+        hooks=default_hooks(600),
     ) as started:
         yield started
 
@@ -105,3 +110,54 @@ def test_a_stalled_drain_queue_is_sent_to_the_stall_entry_and_moves_on_once_its_
 
     wait_for(ended, 90, "the terminate action completed")
     wait_for(lambda: operator.findings()[1]["lifecycles.stuck"]["status"] == "ok", 60, "nothing overdue")
+
+
+def removal_listing() -> tuple[str, str]:
+    """The tag filter and the query of docs/removing.md's listing of the addresses to release by hand."""
+    text = (ROOT / "docs/removing.md").read_text()
+    (command,) = re.findall(r"aws ec2 describe-addresses (.*?) --output text", text, flags=re.DOTALL)
+    (owner_filter,) = re.findall(r"--filters Name=(tag:[^,]+),Values=\$OWNER", command)
+    (query,) = re.findall(r"--query '([^']+)'", command)
+    return owner_filter, query
+
+
+def test_the_addresses_removing_lists_for_release_are_the_ones_nodecycle_allocated(sandbox: Sandbox) -> None:
+    # Given the stack's addresses as sam delete leaves them: one nodecycle allocated whose instance is gone (here
+    # disassociated, as a termination leaves it), another still on its instance; beside them a static address
+    # an operator tagged with the stack's owner id by hand (nodecycle never releases one: Address.by_hand), and
+    # a pool address of the owner
+    ec2 = sandbox.client("ec2")
+    owner = sandbox.env["NODECYCLE_OWNER_ID"]
+    ours = ec2.describe_addresses(Filters=[{"Name": "tag:nodecycle:owner", "Values": [owner]}])["Addresses"]
+    assert len(ours) >= 2  # (the instances' addresses, allocated by the eip function)
+    leaked, kept = ours[0], ours[1]
+    ec2.disassociate_address(AssociationId=leaked["AssociationId"])
+    static = ec2.allocate_address(
+        Domain="vpc",
+        TagSpecifications=[
+            {"ResourceType": "elastic-ip", "Tags": [{"Key": "nodecycle:owner", "Value": owner}]}
+        ],
+    )["AllocationId"]
+    pooled = ec2.allocate_address(
+        Domain="vpc",
+        TagSpecifications=[
+            {
+                "ResourceType": "elastic-ip",
+                "Tags": [{"Key": "nodecycle:owner", "Value": owner}, {"Key": "nodecycle:pool", "Value": "p"}],
+            }
+        ],
+    )["AllocationId"]
+    try:
+        # When the operator lists what to release as docs/removing.md says
+        owner_filter, query = removal_listing()
+        described = ec2.describe_addresses(Filters=[{"Name": owner_filter, "Values": [owner]}])
+        listed = jmespath.search(query, described)
+    finally:
+        for allocation in (static, pooled):
+            ec2.release_address(AllocationId=allocation)
+        ec2.associate_address(AllocationId=leaked["AllocationId"], InstanceId=leaked["InstanceId"])
+
+    # Then it lists the address nodecycle allocated and left unassociated, and neither the static one (released,
+    # its IP would be lost for good), nor the pool's, nor one still in use
+    assert listed == [leaked["AllocationId"]]
+    assert kept["AllocationId"] not in listed
