@@ -9,7 +9,11 @@ each test makes its incident and takes it away again.
 from __future__ import annotations
 
 import json
+import os
 import re
+import shlex
+import shutil
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -17,6 +21,7 @@ from pathlib import Path
 
 import jmespath  # type: ignore[import-untyped]  # (botocore's, with no stubs)
 import pytest
+from kubernetes.client import CoreV1Api
 
 from nodecycle_cli.main import main
 from nodecycle_sandbox import Sandbox
@@ -161,3 +166,45 @@ def test_the_addresses_removing_lists_for_release_are_the_ones_nodecycle_allocat
     # its IP would be lost for good), nor the pool's, nor one still in use
     assert listed == [leaked["AllocationId"]]
     assert kept["AllocationId"] not in listed
+
+
+def test_the_nodes_removing_lists_for_clearing_are_the_stacks_own(sandbox: Sandbox, tmp_path: Path) -> None:
+    # Given two nodes in a drain: one of this stack (owner nodecycle), as sam delete leaves it, and one another
+    # stack sharing the cluster is draining now (its annotations name its owner)
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.fail("kubectl is required by this test and is not on PATH")
+    core = CoreV1Api(sandbox.kube.api_client())
+    ours, theirs = sorted(str(node["metadata"]["name"]) for node in sandbox.kube.objects("nodes"))[:2]
+    annotations = {"nodecycle.io/owner": "{}", "nodecycle.io/in-progress": "i-0/terminate/t"}
+    for node, owner in ((ours, sandbox.env["NODECYCLE_OWNER_ID"]), (theirs, "other-stack")):
+        marked = {name: value.format(owner) for name, value in annotations.items()}
+        core.patch_node(node, {"metadata": {"annotations": marked}})
+    try:
+        # When the operator lists the nodes to clear as docs/removing.md says (its shell: OWNER set, as the
+        # section before sets it)
+        text = (ROOT / "docs/removing.md").read_text()
+        (listing,) = [line for line in text.splitlines() if line.startswith("kubectl get nodes")]
+        ran = subprocess.run(
+            ["bash", "-c", f"OWNER={shlex.quote(sandbox.env['NODECYCLE_OWNER_ID'])}\n{listing}"],
+            env={
+                "PATH": os.environ.get("PATH", ""),
+                "HOME": str(tmp_path),
+                "KUBECONFIG": str(sandbox.kube.write_kubeconfig(tmp_path / "kubeconfig")),
+            },
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        cleared = dict.fromkeys(annotations)
+        for node in (ours, theirs):
+            core.patch_node(node, {"metadata": {"annotations": cleared}})
+        core.api_client.close()
+
+    # Then it lists this stack's node, and not the node another stack is draining (clearing its annotations and
+    # its cordon would put pods back on a node that stack is about to terminate)
+    assert ran.returncode == 0, ran.stderr
+    listed = [line.split("\t")[0] for line in ran.stdout.splitlines()]
+    assert listed == [ours]
