@@ -50,10 +50,43 @@ def test_a_dead_letter_queue_that_cannot_be_read_does_not_hide_the_messages_of_a
         if f.check.startswith("queues.dead-letters")
     ]
 
-    # Then the drain queue's messages are a problem (exit status 1, not 2: "nothing wrong found"), and only the
-    # intake queue is said to be unchecked
+    # Then the drain queue's messages are a problem (exit status 1, not 3: "nothing wrong found"), and so is the
+    # intake queue that is gone (not a check that could not be made: failed intake events have nowhere to go)
     by_check = {f.check: f for f in findings}
     assert by_check["queues.dead-letters.drain"].what == "2 messages in the drain dead-letter queue"
-    assert by_check["queues.dead-letters.intake"].status is Status.UNCHECKED
+    gone = by_check["queues.dead-letters.intake"]
+    assert (gone.status, gone.what) == (
+        Status.PROBLEM,
+        f"the intake dead-letter queue {urls['intake']} does not exist",
+    )
+    assert gone.fix.startswith("sam deploy")
     assert [by_check[f"queues.dead-letters.{what}"].status for what in ("eip", "sweeper")] == [Status.OK] * 2
     assert exit_status(findings) == 1
+
+
+def test_a_dead_letter_queue_deleted_outside_the_stack_is_a_problem_not_a_check_not_made(
+    session: boto3.Session,
+) -> None:
+    # Given a stack whose dead-letter queues are all empty but the drain one, deleted by hand
+    sqs = session.client("sqs")
+    urls = {what: sqs.create_queue(QueueName=f"nodecycle-{what}-dlq")["QueueUrl"] for what in QUEUES}
+    sqs.delete_queue(QueueUrl=urls["drain"])
+    described = {
+        "StackName": "nodecycle",
+        "Outputs": [
+            {"OutputKey": f"{what.capitalize()}DeadLetterQueueUrl", "OutputValue": url}
+            for what, url in urls.items()
+        ],
+    }
+    args = argparse.Namespace(group=[], cluster=None, rbac=None, verbose=False)
+
+    # When the doctor examines it
+    findings = [
+        f
+        for f in Doctor(args, session, from_description(described, REGION)).examine()
+        if f.check.startswith("queues.dead-letters")
+    ]
+
+    # Then the doctor does not exit as if nothing were wrong: the drain work that fails for good is lost
+    assert exit_status(findings) == 1
+    assert "work that fails for good" in next(f.why for f in findings if f.status is Status.PROBLEM)

@@ -223,17 +223,36 @@ def rules(events: Any, names: Mapping[str, str]) -> list[Finding]:
     return findings
 
 
+# SQS's answers for a queue that does not exist (the query protocol's code, and the JSON protocol's)
+NO_QUEUE = ("AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist")
+
+
 def dead_letters(sqs: Any, queues: Mapping[str, str]) -> list[Finding]:
     findings = []
     for what, url in queues.items():
-        attributes = sqs.get_queue_attributes(
-            QueueUrl=url,
-            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
-        )["Attributes"]
+        check = f"queues.dead-letters.{what}"
+        try:
+            attributes = sqs.get_queue_attributes(
+                QueueUrl=url,
+                AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+            )["Attributes"]
+        except Exception as error:
+            if getattr(error, "response", {}).get("Error", {}).get("Code") not in NO_QUEUE:
+                raise
+            # a queue deleted outside the stack is something wrong, not a check that could not be made
+            findings.append(
+                Finding.problem(
+                    check,
+                    f"the {what} dead-letter queue {url} does not exist",
+                    "it was deleted outside the stack: the work that fails for good is no longer kept there for "
+                    "an operator to look at and redrive, and its alarm never fires",
+                    "sam deploy (CloudFormation recreates it after a drift: or delete and redeploy the stack)",
+                )
+            )
+            continue
         count = int(attributes.get("ApproximateNumberOfMessages", 0)) + int(
             attributes.get("ApproximateNumberOfMessagesNotVisible", 0)
         )
-        check = f"queues.dead-letters.{what}"
         if count:
             findings.append(
                 Finding.problem(
