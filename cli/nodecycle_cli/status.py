@@ -70,7 +70,8 @@ def render(records: list[LifecycleRecord], now: datetime, *, finished_too: bool)
         [
             [
                 record.instance_id,
-                record.transition.short,
+                # a lifecycle the sweeper adopted shows its token (adopted:<hook>), as the runbook says
+                record.transition.short + ("" if record.token_known else f" ({record.token})"),
                 record.step.value,
                 record.node or "-",
                 record.zone or "-",
