@@ -66,3 +66,22 @@ def test_each_runbook_command_on_the_stack_names_the_stack() -> None:
     # Then each names it: without it, `nodecycle budget release NODE` looks for the budget in the namespace
     # nodecycle, whatever the stack's BudgetNamespace, and frees any owner's slot with --yes
     assert [c for c in on_stack if "--stack $STACK" not in c] == []
+
+
+def test_the_runbook_reads_a_lifecycles_last_error_with_status_json() -> None:
+    # Given each paragraph of the runbook that sends the operator to a lifecycle's `last_error` (in its record,
+    # which the status table has no column for: INSTANCE ... OUTCOME), and the status command nearest it there
+    text = (ROOT / "docs/runbook.md").read_text()
+    read_without = []
+    for paragraph in text.split("\n\n"):
+        commands_at = [
+            (m.start(), " ".join(m.group(1).split()))
+            for m in re.finditer(r"`(nodecycle\sstatus[^`]*)`", paragraph)
+        ]
+        for mention in re.finditer(r"`last_error`", paragraph):
+            if commands_at:
+                _, nearest = min(commands_at, key=lambda c: abs(c[0] - mention.start()))
+                if "--json" not in nearest:
+                    read_without.append(nearest)
+    # Then that command asks for the JSON, where the field is
+    assert read_without == []
