@@ -26,6 +26,7 @@ from kubernetes.client import CoreV1Api
 from nodecycle_cli.main import main
 from nodecycle_sandbox import Sandbox
 from nodecycle_sandbox.aws.group import default_hooks, wait_for
+from nodecycle_sandbox.faults import Fault
 from tests.integration.lifecycle.harness import find_record, running, terminate_action
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -208,3 +209,39 @@ def test_the_nodes_removing_lists_for_clearing_are_the_stacks_own(sandbox: Sandb
     assert ran.returncode == 0, ran.stderr
     listed = [line.split("\t")[0] for line in ran.stdout.splitlines()]
     assert listed == [ours]
+
+
+def test_a_call_aws_refuses_the_drain_is_named_where_the_runbook_looks_and_ends_with_the_refusal(
+    sandbox: Sandbox, operator: Operator
+) -> None:
+    # Given a service control policy rolled out that denies the drain function CompleteLifecycleAction for a
+    # while (5 calls: fewer than the 8 refused tries after which the step's message fails)
+    sandbox.arm_faults(
+        [Fault("scp", "aws-denied", target="autoscaling.CompleteLifecycleAction", limit=5)], seed=1
+    )
+    try:
+        victim = sorted(sandbox.asg.in_state("InService"))[0]
+        sandbox.asg.terminate(victim)
+
+        # When the operator looks as the Drain dead letters entry says: nodecycle status --stack $STACK --json
+        def refused() -> str | None:
+            _, records = operator.json("status", "--stack", STACK)
+            assert isinstance(records, list)
+            errors = [r["last_error"] for r in records if r["instance_id"] == victim and r["last_error"]]
+            return next((e for e in errors if "refused" in e), None)
+
+        last_error = wait_for(refused, 90, "the refused call in the lifecycle's last_error")
+    finally:
+        sandbox.disarm_faults()
+
+    # Then the record names the call refused and AWS's code
+    assert "CompleteLifecycleAction" in last_error
+    assert "AccessDenied" in last_error
+
+    # And once the refusal is over the step goes on: the action is completed, never left to its default result
+    action = wait_for(
+        lambda: (a := terminate_action(sandbox, victim)) is not None and not a.active and a,
+        90,
+        "the terminate action completed",
+    )
+    assert action.outcome == "completed", action.outcome
