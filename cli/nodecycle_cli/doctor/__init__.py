@@ -17,7 +17,8 @@ with the usual credential chain, the cluster with the kubeconfig. Checked:
   settings (HeartbeatMarginSeconds plus the later of WorkVisibilityTimeoutSeconds and ResumeGraceSeconds + 2,
   and at least SweepIntervalMinutes plus HeartbeatMarginSeconds: 360 s with the template's defaults), the
   default result;
-- the EventBridge rules enabled; the dead-letter queues empty; no lifecycle stuck.
+- the EventBridge rules enabled; the dead-letter queues empty; no lifecycle stuck, nor retrying a step that
+  failed (throttled, refused: the call and AWS's or the cluster's answer, from its record).
 
 Each finding says what is wrong, why it matters and the command that fixes it. Exit status: 0 all good,
 1 a problem or a warning, 3 nothing wrong found but some checks could not be made; 2 the doctor could not run
@@ -154,7 +155,7 @@ class Doctor:
                 findings += self._guard(
                     f"queues.dead-letters.{what}", partial(self._dead_letters, deployment, what)
                 )
-            findings += self._guard("lifecycles.stuck", lambda: [self._stuck(deployment)])
+            findings += self._guard("lifecycles", lambda: self._lifecycles(deployment))
         findings += self._guard("hooks", self._hooks)
         if self.cluster:
             findings += self._cluster(self.cluster)
@@ -179,14 +180,17 @@ class Doctor:
         url = deployment.output(f"{what.capitalize()}DeadLetterQueueUrl")
         return aws_checks.dead_letters(self.client("sqs"), {what: url})
 
-    def _stuck(self, deployment: Deployment) -> Finding:
+    def _lifecycles(self, deployment: Deployment) -> list[Finding]:
+        """The open lifecycles, read once: those that stopped moving, and those retrying a failed step."""
         from nodecycle.adapters.aws.records import DynamoRecordStore
 
         store = DynamoRecordStore(deployment.table, ttl=timedelta(days=1), dynamodb=self.client("dynamodb"))
         grace = timedelta(seconds=int(self.parameter("ResumeGraceSeconds")))
-        return aws_checks.stuck_lifecycles(
-            store.open_records(deployment.owner), datetime.now(UTC), grace, deployment.name
-        )
+        records = list(store.open_records(deployment.owner))
+        return [
+            aws_checks.stuck_lifecycles(records, datetime.now(UTC), grace, deployment.name),
+            aws_checks.retrying_lifecycles(records, deployment.name),
+        ]
 
     def _hooks(self) -> list[Finding]:
         autoscaling = self.client("autoscaling")

@@ -305,3 +305,33 @@ def stuck_lifecycles(records: Iterable[Any], now: datetime, resume_grace: timede
         "completes each action near its global timeout, undrained if need be",
         f"nodecycle status --stack {stack}; then {entry}",
     )
+
+
+def retrying_lifecycles(records: Iterable[Any], stack: str) -> Finding:
+    """Open lifecycles whose step failed at its last try and waits to be tried again: AWS or the API server
+    throttles, fails or refuses their calls. Each runs on (a throttle's retries are not counted; 8 refusals in
+    a row fail the step's message), but this is where the runbook sends an operator to find throttling, and
+    the call and its answer are in the record, not on the status table."""
+    check = "lifecycles.retrying"
+    retrying = sorted((r for r in records if not r.finished and r.attempts > 0), key=lambda r: -r.attempts)
+    if not retrying:
+        return Finding.ok(check, "no lifecycle is retrying a failed step")
+    described = "; ".join(
+        f"{r.instance_id} {r.transition.short} at {r.step.value}, try {r.attempts} failed: "
+        f"{_short(r.last_error or 'no error recorded')}"
+        for r in retrying[:5]
+    )
+    more = f" and {len(retrying) - 5} more" if len(retrying) > 5 else ""
+    return Finding.warning(
+        check,
+        f"{len(retrying)} lifecycle{'s' if len(retrying) != 1 else ''} retrying a failed step: {described}{more}",
+        "AWS or the cluster throttles, fails or refuses their calls: each try waits longer (a drain's no more "
+        "than seconds), and a call refused 8 times in a row fails the step's message to its dead-letter queue",
+        f"nodecycle status --stack {stack} --json (each one's last_error); a refusal: docs/runbook.md#drain-dead-"
+        "letters; throttling: the functions' logs and the dashboard's StepRetries",
+    )
+
+
+def _short(text: str, limit: int = 240) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -245,3 +245,39 @@ def test_a_call_aws_refuses_the_drain_is_named_where_the_runbook_looks_and_ends_
         "the terminate action completed",
     )
     assert action.outcome == "completed", action.outcome
+
+
+def test_a_throttled_step_is_found_by_the_doctor_where_the_runbook_sends_the_operator_to_find_it(
+    sandbox: Sandbox, operator: Operator
+) -> None:
+    # Given Auto Scaling throttling the functions' CompleteLifecycleAction (a busy account: every retry of the
+    # client throttled too), and an instance terminating
+    sandbox.arm_faults([Fault("busy", "aws-throttle", target="autoscaling.CompleteLifecycleAction")], seed=1)
+    try:
+        victim = sorted(sandbox.asg.in_state("InService"))[0]
+        sandbox.asg.terminate(victim)
+
+        # When the operator looks for the throttling as the runbook says (`nodecycle doctor --stack $STACK`)
+        def retrying() -> dict[str, str] | None:
+            status, findings = operator.findings()
+            found = findings.get("lifecycles.retrying")
+            # (the replacement's launch, completed by the same call, may be found retrying first)
+            named = found is not None and f"{victim} terminate at" in found["what"]
+            return found if found is not None and named and status == 1 else None
+
+        found = wait_for(retrying, 90, "the doctor's finding of the lifecycle retrying its step")
+    finally:
+        sandbox.disarm_faults()
+
+    # Then the doctor names the lifecycle, its step, and what its last try got: the throttle
+    assert f"{victim} terminate at complete" in found["what"]
+    assert "Throttling" in found["what"]
+    assert found["fix"].startswith(f"nodecycle status --stack {STACK} --json")
+
+    # And once AWS answers again the action is completed, and the doctor finds no lifecycle retrying
+    wait_for(
+        lambda: (a := terminate_action(sandbox, victim)) is not None and not a.active,
+        90,
+        "the terminate action completed",
+    )
+    wait_for(lambda: operator.findings()[1]["lifecycles.retrying"]["status"] == "ok", 60, "none retrying")
