@@ -4,6 +4,7 @@ they may do (SubjectAccessReview), ``deploy/rbac.yaml`` applied, the budget Conf
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -274,6 +275,7 @@ def budget_configmap(api_client: Any, namespace: str) -> tuple[Finding, bool | N
 
     from nodecycle.adapters.kube.budget import ConfigMapBudgetStore
     from nodecycle.domain.budget.document import BudgetFormatError
+    from nodecycle.domain.budget.rules import prune
 
     check = "cluster.budget"
     core = client.CoreV1Api(api_client)
@@ -308,10 +310,18 @@ def budget_configmap(api_client: Any, namespace: str) -> tuple[Finding, bool | N
             ),
             False,
         )
+    # the entries that count, as budget show counts them: an expired one stays in the document until the next
+    # write, and limits no one
+    live = prune(document, datetime.now(UTC))
+    expired = len(document.holders) + len(document.waiters) - len(live.holders) - len(live.waiters)
+    gone = (
+        f" (and {expired} expired entr{'y' if expired == 1 else 'ies'}, counted by no one)" if expired else ""
+    )
     return (
         Finding.ok(
             check,
-            f"ConfigMap {where} is a budget document: {len(document.holders)} holders, {len(document.waiters)} waiters",
+            f"ConfigMap {where} is a budget document: {len(live.holders)} holders, {len(live.waiters)} waiters"
+            + gone,
         ),
         True,
     )

@@ -281,3 +281,43 @@ def test_a_throttled_step_is_found_by_the_doctor_where_the_runbook_sends_the_ope
         "the terminate action completed",
     )
     wait_for(lambda: operator.findings()[1]["lifecycles.retrying"]["status"] == "ok", 60, "none retrying")
+
+
+def test_the_doctor_counts_the_budget_holders_that_count_as_budget_show_does(
+    sandbox: Sandbox, operator: Operator
+) -> None:
+    # Given the budget ConfigMap holding the slot of a drain that died 20 minutes ago (renewed no more: expired,
+    # counted by no one, in the document until the next write removes it)
+    core = CoreV1Api(sandbox.kube.api_client())
+    shipped = core.read_namespaced_config_map("nodecycle-budget", "nodecycle").data
+    died = (datetime.now(UTC) - timedelta(minutes=20)).isoformat()
+    holder = {
+        "node": "ip-10-0-1-1.eu-west-1.compute.internal",
+        "instanceId": "i-0123456789abcdef0",
+        "zone": "eu-west-1a",
+        "owner": STACK,
+        "recordId": "i-0123456789abcdef0/terminate/t",
+        "renewedAt": died,
+        "ttlSeconds": 600,
+        "acquiredAt": died,
+    }
+    document = {"formatVersion": 3, "holders": [holder], "waiters": [], "released": [], "limits": {}}
+    core.patch_namespaced_config_map(
+        "nodecycle-budget", "nodecycle", {"data": {"budget.json": json.dumps(document)}}
+    )
+    try:
+        # When the operator takes the first look: the doctor, and budget show
+        _, findings = operator.findings()
+        _, view = operator.json("budget", "show", "--stack", STACK)
+    finally:
+        restored: dict[str, str | None] = {"budget.json": None, **(shipped or {})}
+        core.patch_namespaced_config_map("nodecycle-budget", "nodecycle", {"data": restored})
+        core.api_client.close()
+
+    # Then both say the same: the holder is there, and it counts for no one
+    assert isinstance(view, dict)
+    assert [h["expires_in_seconds"] <= 0 for h in view["holders"]] == [True]
+    assert findings["cluster.budget"]["what"] == (
+        "ConfigMap nodecycle/nodecycle-budget is a budget document: 0 holders, 0 waiters (and 1 expired entry, "
+        "counted by no one)"
+    )
