@@ -113,8 +113,10 @@ def release_slot(args: argparse.Namespace) -> int:
     if another and args.yes:
         # A stack never frees what another owner holds (invariant 3): nor does its operator without being asked
         raise CommandError(
+            # (never "without --stack": with --yes kept, that frees any owner's slot with no question at all)
             f"the budget slot of {args.node} is held by owner {holder.owner}{another}: nothing released "
-            "(answer the question without --yes, or release it without --stack)"
+            "(to free it all the same, run the command again without --yes and answer the question, which names "
+            "its owner)"
         )
     if not args.yes:
         try:
