@@ -21,13 +21,19 @@ from pathlib import Path
 
 import jmespath  # type: ignore[import-untyped]  # (botocore's, with no stubs)
 import pytest
-from kubernetes.client import CoreV1Api
+from kubernetes.client import CoreV1Api, PolicyV1Api
 
 from nodecycle_cli.main import main
 from nodecycle_sandbox import Sandbox
 from nodecycle_sandbox.aws.group import default_hooks, wait_for
 from nodecycle_sandbox.faults import Fault
-from tests.integration.lifecycle.harness import find_record, running, terminate_action
+from tests.integration.lifecycle.harness import (
+    find_record,
+    held_by_a_budget,
+    node_of,
+    running,
+    terminate_action,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 STACK = "nodecycle"
@@ -320,4 +326,58 @@ def test_the_doctor_counts_the_budget_holders_that_count_as_budget_show_does(
     assert findings["cluster.budget"]["what"] == (
         "ConfigMap nodecycle/nodecycle-budget is a budget document: 0 holders, 0 waiters (and 1 expired entry, "
         "counted by no one)"
+    )
+
+
+def test_a_stuck_drains_slot_released_by_hand_is_taken_again_as_the_release_says(
+    sandbox: Sandbox, operator: Operator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a drain stuck on a PodDisruptionBudget that allows no disruption (one replica, minAvailable 1): its
+    # node holds a budget slot, renewed at every poll, and will not go
+    _, victim = held_by_a_budget(sandbox)
+    node = node_of(sandbox, victim)
+    sandbox.asg.terminate(victim)
+
+    def held() -> dict[str, object] | None:
+        _, view = operator.json("budget", "show", "--stack", STACK)
+        assert isinstance(view, dict)
+        return next((h for h in view["holders"] if h["node"] == node), None)
+
+    try:
+        before = wait_for(held, 60, "the stuck drain's budget slot")
+
+        # When the operator frees its slot by hand as the Lifecycles stuck entry says (its own stack's slot: no
+        # question with --yes)
+        monkeypatch.setattr("builtins.input", lambda prompt: pytest.fail(f"asked: {prompt}"))
+        operator.capsys.readouterr()
+        released_at = datetime.now(UTC).timestamp()
+        released = main(["budget", "release", node, "--stack", STACK, "--yes"])
+        said = operator.capsys.readouterr().out
+
+        # Then it says what it freed, and that a drain still running takes a slot again at its next step: which
+        # it does, under the same lifecycle
+        assert released == 0, said
+        assert f"Released the budget slot of {node}: owner {STACK}, instance {victim}" in said
+        assert "takes a slot again at its next step when there is room" in said
+
+        def taken_again() -> dict[str, object] | None:
+            # a holder of the node acquired since the release (the one released was acquired before it)
+            asked = datetime.now(UTC).timestamp()
+            holder = held()
+            acquired = None if holder is None else asked - float(str(holder["held_seconds"]))
+            return holder if acquired is not None and acquired > released_at - 1 else None
+
+        again = wait_for(taken_again, 60, "the slot taken again")
+        assert again["record_id"] == before["record_id"]
+    finally:
+        # (the runbook's Drain timeouts Do: the budget fixed with its owner, and the drain finishes)
+        policy = PolicyV1Api(sandbox.kube.api_client())
+        for budget in policy.list_namespaced_pod_disruption_budget("shop").items:
+            if budget.metadata is not None and str(budget.metadata.name).startswith("singleton"):
+                policy.delete_namespaced_pod_disruption_budget(str(budget.metadata.name), "shop")
+        policy.api_client.close()
+    wait_for(
+        lambda: (a := terminate_action(sandbox, victim)) is not None and not a.active,
+        90,
+        "the terminate action completed",
     )
