@@ -179,7 +179,7 @@ def test_a_step_refused_again_and_again_fails_its_message_for_the_dead_letter_qu
 ) -> None:
     engine, records, metrics, ran = engine_refused_heartbeats
     # Given a step refused as often in a row as the engine retries a refusal, but once
-    record = _record(attempts=MAX_REFUSED_ATTEMPTS - 1)
+    record = _record(attempts=MAX_REFUSED_ATTEMPTS - 1, refusals=MAX_REFUSED_ATTEMPTS - 1)
     records.create(record)
     # When it is refused once more
     with pytest.raises(AccessRefused):

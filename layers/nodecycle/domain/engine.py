@@ -393,7 +393,8 @@ class StepEngine:
         budget ConfigMap's read or write in a waiter's ask or a cleanup's release) is told as an error, and
         counted apart (``StepRetries`` with ``reason=refused``): it lasts as long as a policy says so, not
         seconds. It is retried as a transient failure is, for a policy rolled out and back or IAM propagating
-        after a stack update, up to ``MAX_REFUSED_ATTEMPTS`` failed tries in a row; then the step's message
+        after a stack update, up to ``MAX_REFUSED_ATTEMPTS`` refused tries since the step last made progress
+        (the throttled tries among them do not count, nor start the count over); then the step's message
         fails (delivered again after the queue's visibility timeout, then dead-lettered: the alarm), as an
         error no retry changes, rather than retried every few minutes unseen until the global-timeout guard.
         (Nothing here settles an action: a refused completion or heartbeat is never taken for an action
@@ -412,19 +413,30 @@ class StepEngine:
                 "step %s failed (attempt %d), retrying in %.0fs: %s", record.step, attempts, delay, error
             )
             self._metrics.count("StepRetries", step=record.step.value)
-            return Outcome.wait(delay, attempts=attempts, last_error=str(error)[:500])
+            return Outcome.wait(
+                delay, attempts=attempts, refusals=record.refusals, last_error=str(error)[:500]
+            )
         # (its own series of the retries, to graph and alarm on apart from throttling's)
         self._metrics.count("StepRetries", step=record.step.value, reason="refused")
-        if attempts >= MAX_REFUSED_ATTEMPTS:
+        refusals = record.refusals + 1
+        if refusals >= MAX_REFUSED_ATTEMPTS:
             log.error(
-                "step %s refused (%d failed tries in a row), failing its message: %s",
+                "step %s refused (%d refused tries, %d failed in all), failing its message: %s",
                 record.step,
+                refusals,
                 attempts,
                 error,
             )
             raise error
-        log.error("step %s refused (attempt %d), retrying in %.0fs: %s", record.step, attempts, delay, error)
-        return Outcome.wait(delay, attempts=attempts, last_error=str(error)[:500])
+        log.error(
+            "step %s refused (refusal %d, attempt %d), retrying in %.0fs: %s",
+            record.step,
+            refusals,
+            attempts,
+            delay,
+            error,
+        )
+        return Outcome.wait(delay, attempts=attempts, refusals=refusals, last_error=str(error)[:500])
 
     def _verify(self, record: LifecycleRecord, now: datetime) -> tuple[LifecycleRecord, Outcome | None]:
         """Before the first step that disrupts anything (a budget slot, a cordon, an eviction, an address
@@ -592,9 +604,10 @@ def advance(record: LifecycleRecord, outcome: Outcome, now: datetime) -> Lifecyc
     """The record after ``outcome``, under the next ``seq``."""
     changes: dict[str, Any] = dict(outcome.changes)
     step = record.step if outcome.again else outcome.then or following(record, record.step)
-    # A step that ran is progress: the retry count (set again by the transient-error path) and the count of
+    # A step that ran is progress: the retry counts (set again by the transient-error path) and the count of
     # resumes (how many lost messages in a row) start over.
     changes.setdefault("attempts", 0)
+    changes.setdefault("refusals", 0)
     changes.setdefault("resumes", 0)
     changes.update(
         step=step, seq=record.seq + 1, updated_at=now, due_at=now + timedelta(seconds=outcome.delay)

@@ -246,7 +246,10 @@ class LifecycleRecord(ActionRef):
     plan: tuple[Step, ...]
     step: Step
     seq: int = 0
-    attempts: int = 0  # consecutive transient failures of the current step
+    attempts: int = 0  # consecutive failures of the current step (throttled or refused): its backoff
+    # Of those, the refused ones (AccessDenied): they alone fail the step's message after so many, so that a
+    # throttling storm before a refusal does not make it the last one allowed
+    refusals: int = 0
     resumes: int = 0  # times the sweeper or a redelivery re-sent a lost message
 
     received_at: datetime

@@ -62,7 +62,9 @@ def test_a_waiter_refused_the_budget_asks_again_with_backoff_told_and_counted() 
 def test_a_waiter_refused_the_budget_again_and_again_fails_its_message_for_the_dead_letter_queue() -> None:
     # Given a waiter refused as often in a row as the engine retries a refusal, but once
     world = World()
-    record = terminating(Step.ACQUIRE_SLOT, attempts=MAX_REFUSED_ATTEMPTS - 1)
+    record = terminating(
+        Step.ACQUIRE_SLOT, attempts=MAX_REFUSED_ATTEMPTS - 1, refusals=MAX_REFUSED_ATTEMPTS - 1
+    )
     world.records.create(record)
     engine = world.engine(
         {Step.ACQUIRE_SLOT: acquire(FakeCluster(nodes={NODE: node()}), FakeSlots(refused=WHY))}

@@ -1,0 +1,97 @@
+"""The step engine tells a refusal (AccessDenied to the role) from throttling: the refused tries that fail a
+message are counted apart from the throttled ones, and a refused heartbeat is told and counted as a refusal."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from nodecycle.domain.completion import CompleteAction
+from nodecycle.domain.engine import MAX_REFUSED_ATTEMPTS, Handled, Outcome
+from nodecycle.domain.errors import AccessRefused, TransientError
+from nodecycle.domain.model import ActionRef, LifecycleRecord, Step
+from nodecycle.domain.policy import ActionResult
+from tests.support.fakes import FakeAutoscaling
+from tests.unit.foundation.test_engine import ONE_FAULT, PLAN, World, make_record
+
+
+class Answers(FakeAutoscaling):
+    """CompleteLifecycleAction answers each call with the next of ``faults`` (an exception raised), then as
+    Auto Scaling does."""
+
+    def __init__(self, faults: Sequence[Exception]) -> None:
+        super().__init__()
+        self.faults = list(faults)
+
+    def complete(self, action: ActionRef, result: ActionResult) -> bool:
+        if self.faults:
+            raise self.faults.pop(0)
+        return super().complete(action, result)
+
+
+def throttled() -> TransientError:
+    return TransientError("completing a lifecycle action: Throttling: Rate exceeded")
+
+
+def refused() -> AccessRefused:
+    return AccessRefused("completing a lifecycle action", "AccessDenied", "not authorized")
+
+
+def run_until_sent_or_failed(world: World, engine_steps: dict[Step, object], runs: int) -> list[Handled]:
+    """Handle the record's message ``runs`` times, each at its time."""
+    engine = world.engine(engine_steps)
+    handled = []
+    for _ in range(runs):
+        handled.append(engine.handle(world.message()))
+        (sent,) = world.queues.take()
+        world.clock.advance(sent.delay)
+    return handled
+
+
+def test_a_refusal_after_a_throttling_storm_is_retried_not_taken_for_the_last_of_eight_refusals() -> None:
+    # Given a completion that Auto Scaling throttles 7 times in a row (a storm of heartbeats and completions),
+    # then refuses once (an SCP rolled out and back), then accepts
+    world = World(redelivery=ONE_FAULT)
+    world.autoscaling = Answers([throttled() for _ in range(MAX_REFUSED_ATTEMPTS - 1)] + [refused()])
+    world.autoscaling.action_timeout = 3600  # (the storm's backoff is minutes: the hook's timeout is longer)
+    world.records.create(make_record(PLAN, Step.COMPLETE, heartbeat_timeout=3600))
+    steps: dict[Step, object] = {
+        Step.COMPLETE: CompleteAction(world.autoscaling, world.metrics),
+        Step.CLEANUP: lambda record, now: Outcome.next(),
+    }
+
+    # When it runs through the throttles and the refusal, then once more
+    handled = run_until_sent_or_failed(world, steps, MAX_REFUSED_ATTEMPTS)
+    last = world.engine(steps).handle(world.message())
+
+    # Then the one refusal was retried as a first refusal is, not counted as the eighth refused try (which
+    # fails the message): the action was completed at the retry after it
+    assert handled == [Handled.RAN] * MAX_REFUSED_ATTEMPTS
+    assert last is Handled.DONE
+    assert [result for _, result in world.autoscaling.completed] == [ActionResult.CONTINUE]
+    assert world.metrics.counts["StepRetries[reason=refused]"] == 1
+
+
+def test_refusals_between_throttles_still_fail_the_message_after_eight_refused_tries() -> None:
+    # Given a completion refused every other try and throttled in between (a denial that stays, under load)
+    world = World(redelivery=ONE_FAULT)
+    faults: list[Exception] = []
+    for _ in range(MAX_REFUSED_ATTEMPTS):
+        faults += [refused(), throttled()]
+    world.autoscaling = Answers(faults)
+    world.autoscaling.action_timeout = 3600
+    world.records.create(make_record(PLAN, Step.COMPLETE, heartbeat_timeout=3600))
+    steps: dict[Step, object] = {Step.COMPLETE: CompleteAction(world.autoscaling, world.metrics)}
+
+    # When it runs until the eighth refusal
+    run_until_sent_or_failed(world, steps, 2 * (MAX_REFUSED_ATTEMPTS - 1))
+    with pytest.raises(AccessRefused):
+        world.engine(steps).handle(world.message())
+
+    # Then the message failed at the eighth refused try (the throttles in between do not start the count over:
+    # a denial that stays reaches the dead-letter queue and its alarm), nothing completed
+    assert world.autoscaling.completed == []
+    record: LifecycleRecord = world.record()
+    assert record.step is Step.COMPLETE
+    assert world.metrics.counts["StepRetries[reason=refused]"] == MAX_REFUSED_ATTEMPTS
