@@ -552,10 +552,23 @@ class StepEngine:
                 active = self._autoscaling.heartbeat(record.action)
             except TransientError as error:
                 retry_at = self._heartbeat_retry(record, now)
-                log.warning(
-                    "heartbeat failed, retrying in %.0f s: %s", (retry_at - now).total_seconds(), error
-                )
-                self._metrics.count("HeartbeatRetries")
+                if isinstance(error, AccessRefused):
+                    # A denial is no throttle: it lasts as long as a policy says so, and the action lapses at
+                    # its heartbeat deadline unless the sweeper's heartbeat is allowed. Told as an error, and
+                    # counted in its own series (as a refused step's), to graph apart from throttling's.
+                    log.error(
+                        "heartbeat refused, retrying in %.0f s (the action lapses at %s unless one is "
+                        "accepted): %s",
+                        (retry_at - now).total_seconds(),
+                        record.heartbeat_deadline.isoformat(),
+                        error,
+                    )
+                    self._metrics.count("HeartbeatRetries", reason="refused")
+                else:
+                    log.warning(
+                        "heartbeat failed, retrying in %.0f s: %s", (retry_at - now).total_seconds(), error
+                    )
+                    self._metrics.count("HeartbeatRetries")
                 return record.model_copy(
                     update={"due_at": min(record.due_at, retry_at), "heartbeat_retry_at": retry_at}
                 )

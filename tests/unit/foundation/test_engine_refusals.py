@@ -95,3 +95,40 @@ def test_refusals_between_throttles_still_fail_the_message_after_eight_refused_t
     record: LifecycleRecord = world.record()
     assert record.step is Step.COMPLETE
     assert world.metrics.counts["StepRetries[reason=refused]"] == MAX_REFUSED_ATTEMPTS
+
+
+class HeartbeatsRefused(FakeAutoscaling):
+    """RecordLifecycleActionHeartbeat is denied to the role (a policy edited, an SCP rolled out); the rest is not."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = 0
+
+    def heartbeat(self, action: ActionRef) -> bool:
+        self.asked += 1
+        raise AccessRefused("recording a lifecycle heartbeat", "AccessDenied", "explicit deny in an SCP")
+
+
+def test_a_refused_keep_alive_heartbeat_is_told_and_counted_as_a_refusal_not_as_throttling(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Given a drain polling its pods every 5 s on the template's timing (every poll from 90 s after its last
+    # heartbeat wants to heartbeat), while Auto Scaling refuses every heartbeat to the role
+    world = World(redelivery=ONE_FAULT)
+    world.autoscaling = HeartbeatsRefused()
+    world.records.create(make_record(PLAN, Step.EVICT))
+    engine = world.engine({Step.EVICT: lambda record, now: Outcome.wait(5)})
+
+    # When it polls for the first 150 s
+    for _ in range(30):
+        engine.handle(world.message())
+        (sent,) = world.queues.take()
+        world.clock.advance(max(sent.delay, 1))
+
+    # Then each refused heartbeat was counted as a refusal (its own series, as a refused step's), told as an
+    # error naming the call and the code, and asked again only at the heartbeat's backoff, as a throttled one
+    assert 1 <= world.autoscaling.asked <= 8
+    assert world.metrics.counts["HeartbeatRetries[reason=refused]"] == world.autoscaling.asked
+    refused = [r for r in caplog.records if "refused (AccessDenied)" in r.getMessage()]
+    assert len(refused) == world.autoscaling.asked
+    assert {r.levelname for r in refused} == {"ERROR"}
