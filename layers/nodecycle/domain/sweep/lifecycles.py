@@ -147,13 +147,14 @@ class LifecycleRepair:
         ):
             return record
         if not self._autoscaling.heartbeat(record.action):
-            if record.step is Step.COMPLETE and not record.overdue(now, self._grace):
-                # Its completion is on time, perhaps running now: Auto Scaling refuses the heartbeat of an action
-                # the engine has just completed, and this write would win over the engine's commit, recording
-                # an action completed by nodecycle as one that expired. Left to the completion: it settles an
-                # action that did expire as well ("no active lifecycle action"), and a lost message is overdue.
+            if record.step is Step.COMPLETE:
+                # At its completion, Auto Scaling's "no active lifecycle action" cannot tell an action that
+                # expired from one a completion of ours settled: a run whose call landed and that died before
+                # its commit, or the engine's run just now, whose commit this write would beat. Left to the
+                # completion, which settles either ("already settled", with its result): one on time runs
+                # anyway; an overdue one (its message lost) is resumed by the repair below.
                 log.info("the lifecycle action of %s is no longer active: left to its completion", record.id)
-                return None
+                return record if record.overdue(now, self._grace) else None
             log.warning(
                 "the lifecycle action of %s is no longer active (timed out, or completed elsewhere)",
                 record.id,
