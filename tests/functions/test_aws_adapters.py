@@ -102,9 +102,25 @@ def test_an_adopted_action_is_named_by_its_instance_without_a_token(
 ) -> None:
     # (no API tells an action's token: an adopted lifecycle's token is nodecycle's own and is never sent)
     adapter, stubber = autoscaling
+    # (a completion only while the instance is still where the action holds it: by instance id, Auto Scaling
+    # would settle whatever action the hook holds for the instance now)
     adopted = ACTION.model_copy(update={"token": adopted_token(ACTION.hook)})
     by_instance = {k: v for k, v in ACTION_PARAMS.items() if k != "LifecycleActionToken"}
+    held = {
+        "AutoScalingInstances": [
+            {
+                "InstanceId": ACTION.instance_id,
+                "AutoScalingGroupName": ACTION.group,
+                "AvailabilityZone": "eu-west-1a",
+                "LifecycleState": "Terminating:Wait",
+                "HealthStatus": "HEALTHY",
+                "ProtectedFromScaleIn": False,
+            }
+        ]
+    }
+    asked = {"InstanceIds": [ACTION.instance_id]}
     stubber.add_response("record_lifecycle_action_heartbeat", {}, by_instance)
+    stubber.add_response("describe_auto_scaling_instances", held, asked)
     stubber.add_response(
         "complete_lifecycle_action", {}, {**by_instance, "LifecycleActionResult": "CONTINUE"}
     )

@@ -189,9 +189,7 @@ class Intake:
         finds (as the adoption finds the claim of a lifecycle its event started since the sweep listed them)."""
         return self.accept(
             LifecycleEvent(
-                **waiting.action(hook).model_dump(),
-                origin=waiting.origin,
-                destination=waiting.destination,
+                **waiting.action(hook).model_dump(),  # (its origin and destination with it)
                 started_at=since,
                 delivery="sweeper",
             )

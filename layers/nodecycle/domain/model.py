@@ -69,6 +69,11 @@ class ActionRef(BaseModel):
     instance_id: str
     token: str
     transition: Transition
+    # Where the instance comes from and goes to, as the action's event says (EC2, AutoScalingGroup, WarmPool),
+    # or as the instance's state told when the action was adopted: an action named by instance id alone is
+    # only the one the hook holds while the instance is still in the state this action holds it in
+    origin: str | None = None
+    destination: str | None = None
 
     @property
     def action(self) -> ActionRef:
@@ -79,6 +84,8 @@ class ActionRef(BaseModel):
             instance_id=self.instance_id,
             token=self.token,
             transition=self.transition,
+            origin=self.origin,
+            destination=self.destination,
         )
 
     @property
@@ -107,8 +114,6 @@ class LifecycleEvent(ActionRef):
     """One lifecycle action, normalized from whichever shape AWS delivered it in."""
 
     started_at: datetime  # when Auto Scaling started the action: the hook's timers run from here
-    origin: str | None = None
-    destination: str | None = None
     notification_metadata: str | None = None
     delivery: str  # "eventbridge" or "sqs", for logs only
 
@@ -239,8 +244,6 @@ class LifecycleRecord(ActionRef):
 
     id: str
     owner: str
-    origin: str | None = None
-    destination: str | None = None
     notification_metadata: str | None = None
 
     plan: tuple[Step, ...]

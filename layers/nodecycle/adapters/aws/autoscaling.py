@@ -51,6 +51,15 @@ def _naming(action: ActionRef) -> dict[str, str]:
     return named
 
 
+def _holding_state(action: ActionRef) -> str:
+    """The lifecycle state in which ``action``'s hook holds its instance (the inverse of ``_HELD``)."""
+    if action.transition is Transition.LAUNCHING:
+        return "Warmed:Pending:Wait" if action.destination == WARM_POOL else "Pending:Wait"
+    if action.origin == WARM_POOL:
+        return "Warmed:Terminating:Wait"
+    return "Warmed:Pending:Wait" if action.destination == WARM_POOL else "Terminating:Wait"
+
+
 def _unknown_group(error: ClientError, group: str) -> None:
     """Tell a ValidationError, Auto Scaling's answer about a group (or its warm pool) it does not know; raise
     any other error."""
@@ -73,6 +82,8 @@ class AutoscalingActions:
         self._asg: LazyClient[AutoScalingClient] = LazyClient("autoscaling", autoscaling)
 
     def complete(self, action: ActionRef, result: ActionResult) -> bool:
+        if not self._still_held(action):
+            return False
         try:
             with transient_errors("completing a lifecycle action"):
                 self._asg().complete_lifecycle_action(**_naming(action), LifecycleActionResult=result.value)
@@ -81,12 +92,38 @@ class AutoscalingActions:
         return True
 
     def heartbeat(self, action: ActionRef) -> bool:
+        # (not looked at as a completion is: a heartbeat that lands on a newer action of the instance only
+        # extends it, and the orphans' keep-alive heartbeats by instance id at every sweep: no call per item)
         try:
             with transient_errors("recording a lifecycle heartbeat"):
                 self._asg().record_lifecycle_action_heartbeat(**_naming(action))
         except ClientError as error:
             return self._settled(action, error)
         return True
+
+    def _still_held(self, action: ActionRef) -> bool:
+        """Whether an action named by instance id alone (an adopted one's) may still be the one the hook holds.
+
+        Auto Scaling completes by instance id whatever action the hook holds for the instance
+        *now*: a completion of ours retried after its answer was lost (or one asked after the action timed
+        out) would settle a newer action of the instance under the same hook, undrained or without its address
+        (a warm-pool instance launched into the pool, then taken out of it at once: the same launch hook). The
+        instance moves on to another state when its action ends, so only while it is in the state this action
+        holds it in is the call made; otherwise the action is over. (The same state again needs a whole round
+        of other actions in between: out of the pool and back into it through the terminating hook.) An action
+        named by its token needs no such look: Auto Scaling matches the token."""
+        if action.token_known:
+            return True
+        state = self.lifecycle_state(action.instance_id)
+        if state == _holding_state(action):
+            return True
+        log.warning(
+            "instance %s is %s, not where the adopted action of hook %s held it: that action is over",
+            action.instance_id,
+            state or "gone from its group",
+            action.hook,
+        )
+        return False
 
     def _settled(self, action: ActionRef, error: ClientError) -> bool:
         """A ValidationError naming our own action means Auto Scaling no longer has it active.

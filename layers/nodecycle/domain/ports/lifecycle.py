@@ -145,6 +145,8 @@ class WaitingInstance:
             instance_id=self.instance_id,
             token=adopted_token(hook),
             transition=self.transition,
+            origin=self.origin,
+            destination=self.destination,
         )
 
 
