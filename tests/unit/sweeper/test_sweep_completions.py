@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
 from nodecycle.domain.completion import SETTLED_ELSEWHERE, CompleteAction
 from nodecycle.domain.engine import Outcome
-from nodecycle.domain.model import Step
+from nodecycle.domain.errors import AccessRefused
+from nodecycle.domain.model import ActionRef, Step
 from nodecycle.domain.policy import ActionResult
+from nodecycle.domain.sweep.sweeper import SweepFailed
 from tests.support.fakes import T0
 from tests.unit.foundation.test_engine import PLAN, make_record
 from tests.unit.foundation.test_engine import World as EngineWorld
@@ -55,3 +59,31 @@ def test_an_overdue_completion_whose_call_landed_before_its_run_died_is_not_reco
     assert moved.completed_at is not None
     assert "LifecycleActionsExpired" not in repair.metrics.counts
     assert len(repair.autoscaling.completed) == 1
+
+
+def test_a_stalled_lifecycle_is_resumed_though_the_sweepers_heartbeat_is_refused_and_the_sweep_fails() -> (
+    None
+):
+    # Given a lifecycle whose message was lost (overdue), its heartbeat deadline before the next sweep, and
+    # Auto Scaling refusing the sweeper's heartbeats (its role's policy edited) though the drain's are allowed
+    repair = Repair()
+    record = make_record(PLAN, Step.EVICT, node="n1")
+    repair.records.create(record)
+    repair.clock.current = T0 + GRACE + timedelta(seconds=30)
+
+    def refused(action: ActionRef) -> bool:
+        raise AccessRefused("recording a lifecycle heartbeat", "AccessDenied", "explicit deny")
+
+    repair.autoscaling.heartbeat = refused  # type: ignore[method-assign]
+
+    # When the sweeper runs
+    with pytest.raises(SweepFailed):
+        repair.run()
+
+    # Then the lifecycle was resumed all the same (its step, run by the drain function, heartbeats the action
+    # itself), and the sweep failed for the refusal (the sweeper's Errors alarm)
+    moved = repair.records.get(record.id)
+    assert moved is not None
+    assert (moved.step, moved.seq, moved.resumes) == (Step.EVICT, record.seq + 1, 1)
+    (sent,) = repair.queues.take()
+    assert (sent.message.step, sent.message.seq) == (Step.EVICT, record.seq + 1)

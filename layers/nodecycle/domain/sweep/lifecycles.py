@@ -97,21 +97,30 @@ class LifecycleRepair:
             try:
                 overdue = record.overdue(now, self._grace)
                 last = record.action_open and self._last_chance(record, now)
+                unkept = False
                 try:
                     kept = self._keep_alive(record, now, counts)
                 except Exception as error:
-                    if not last:
+                    if not (last or overdue):
                         raise
                     # No later sweep can settle it: complete it anyway (a completion needs no heartbeat),
                     # whatever kept the heartbeat from Auto Scaling: throttling, or a denial of that call alone.
+                    # Its message lost: send it again anyway, as its step heartbeats the action itself (with
+                    # the drain function's role, which a denial of the sweeper's alone leaves able to); the
+                    # failed heartbeat still fails the sweep below (its alarm).
                     log.warning(
-                        "could not heartbeat %s at its last chance (%r): settling it", record.id, error
+                        "could not heartbeat %s (%r): %s it all the same",
+                        record.id,
+                        error,
+                        "settling" if last else "resuming",
                     )
-                    kept = record
+                    kept, unkept = record, not last
                 counts["LifecyclesStalled"] += overdue
                 if kept is not None and (overdue or last):
                     for name in self._repair(kept, now, last):
                         counts[name] += 1
+                if unkept:
+                    counts["RepairsFailed"] += 1
             except Exception:  # one lifecycle's failure must not stop the repair of the others
                 log.exception("could not repair lifecycle %s", record.id)
                 counts["RepairsFailed"] += 1
