@@ -356,8 +356,13 @@ class StepEngine:
             except (TransientError, Refused) as error:
                 outcome = self._retry(record, now, error)
                 # A completion that failed so may have landed all the same (a read timeout, a 5xx after Auto
-                # Scaling took the call); a refusal did not
-                unanswered = record.step is Step.COMPLETE and not isinstance(error, (AccessRefused, Refused))
+                # Scaling took the call); a refusal did not, but one of the tries before it that failed
+                # otherwise may have (``attempts`` counts every failed try since the step's last progress,
+                # ``refusals`` the refused ones)
+                refused = isinstance(error, (AccessRefused, Refused))
+                unanswered = record.step is Step.COMPLETE and (
+                    not refused or record.attempts > record.refusals
+                )
         updated = _successor_of(advance(record, outcome, now), now)
         # Judged when the step ended, not when it began: a step that took seconds (slow or throttled APIs)
         # may have used up the time in which its successor could still heartbeat...

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from nodecycle.domain.completion import CompleteAction
+from nodecycle.domain.completion import SETTLED_ELSEWHERE, CompleteAction
 from nodecycle.domain.engine import MAX_REFUSED_ATTEMPTS, Handled, Outcome
 from nodecycle.domain.errors import AccessRefused, TransientError
 from nodecycle.domain.model import ActionRef, LifecycleRecord, Step
@@ -132,3 +132,51 @@ def test_a_refused_keep_alive_heartbeat_is_told_and_counted_as_a_refusal_not_as_
     refused = [r for r in caplog.records if "refused (AccessDenied)" in r.getMessage()]
     assert len(refused) == world.autoscaling.asked
     assert {r.levelname for r in refused} == {"ERROR"}
+
+
+class LandsThenRefused(FakeAutoscaling):
+    """The first CompleteLifecycleAction lands but its answer is lost (a read timeout); the next is refused to
+    the role (an SCP rolled out meanwhile); later ones are answered as Auto Scaling does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def complete(self, action: ActionRef, result: ActionResult) -> bool:
+        self.calls += 1
+        if self.calls == 1:
+            super().complete(action, result)
+            raise TransientError("Read timeout on endpoint URL: autoscaling")
+        if self.calls == 2:
+            raise refused()
+        return super().complete(action, result)
+
+
+def test_a_refused_completion_after_one_that_may_have_landed_is_not_taken_for_an_expired_action() -> None:
+    # Given a lifecycle at its completion on the template's timing (every run heartbeats), whose first call
+    # lands unanswered and whose retry is refused
+    world = World(redelivery=ONE_FAULT)
+    world.autoscaling = LandsThenRefused()
+    world.records.create(make_record(PLAN, Step.COMPLETE, result=ActionResult.ABANDON))
+    engine = world.engine(
+        {
+            Step.COMPLETE: CompleteAction(world.autoscaling, world.metrics),
+            Step.CLEANUP: lambda record, now: Outcome.next(),
+        }
+    )
+    world.clock.advance(100)
+
+    # When it runs, then each message it sends, at its time
+    engine.handle(world.message())
+    while not world.record().finished:
+        (sent,) = world.queues.take()
+        world.clock.advance(sent.delay)
+        engine.handle(sent.message)
+
+    # Then Auto Scaling's "no active lifecycle action" to the heartbeat after the refusal is not taken for an
+    # expiry (the first call may have landed, as it did): the completion's retry settles it, with its result
+    record = world.record()
+    assert (record.outcome, record.result) == ("completed", ActionResult.ABANDON)
+    assert record.extra.get(SETTLED_ELSEWHERE) is True
+    assert "LifecycleActionsExpired" not in world.metrics.counts
+    assert [result for _, result in world.autoscaling.completed] == [ActionResult.ABANDON]
