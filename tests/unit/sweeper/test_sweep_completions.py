@@ -87,3 +87,4 @@ def test_a_stalled_lifecycle_is_resumed_though_the_sweepers_heartbeat_is_refused
     assert (moved.step, moved.seq, moved.resumes) == (Step.EVICT, record.seq + 1, 1)
     (sent,) = repair.queues.take()
     assert (sent.message.step, sent.message.seq) == (Step.EVICT, record.seq + 1)
+    assert repair.metrics.counts["HeartbeatRetries[reason=refused]"] == 1

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 
 from nodecycle.domain.completion import CompleteAction
 from nodecycle.domain.engine import Dispatcher, advance, expired_before_completion
+from nodecycle.domain.errors import AccessRefused
 from nodecycle.domain.flow import completed_first
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.policy import ActionResult
@@ -155,7 +156,13 @@ class LifecycleRepair:
             or now >= record.global_deadline - 2 * self._margin  # settled right away instead
         ):
             return record
-        if not self._autoscaling.heartbeat(record.action):
+        try:
+            active = self._autoscaling.heartbeat(record.action)
+        except AccessRefused:
+            # (counted as the engine counts its refused heartbeats, apart from throttling: the sweep fails too)
+            self._metrics.count("HeartbeatRetries", reason="refused")
+            raise
+        if not active:
             if record.step is Step.COMPLETE:
                 # At its completion, Auto Scaling's "no active lifecycle action" cannot tell an action that
                 # expired from one a completion of ours settled: a run whose call landed and that died before
