@@ -4,6 +4,7 @@ message are counted apart from the throttled ones, and a refused heartbeat is to
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -12,7 +13,7 @@ from nodecycle.domain.engine import MAX_REFUSED_ATTEMPTS, Handled, Outcome
 from nodecycle.domain.errors import AccessRefused, TransientError
 from nodecycle.domain.model import ActionRef, LifecycleRecord, Step
 from nodecycle.domain.policy import ActionResult
-from tests.support.fakes import FakeAutoscaling
+from tests.support.fakes import T0, FakeAutoscaling
 from tests.unit.foundation.test_engine import ONE_FAULT, PLAN, World, make_record
 
 
@@ -180,3 +181,47 @@ def test_a_refused_completion_after_one_that_may_have_landed_is_not_taken_for_an
     assert record.extra.get(SETTLED_ELSEWHERE) is True
     assert "LifecycleActionsExpired" not in world.metrics.counts
     assert [result for _, result in world.autoscaling.completed] == [ActionResult.ABANDON]
+
+
+class RefusedFor(FakeAutoscaling):
+    """Heartbeats refused to the role during ``[start, stop)`` (an SCP rolled out and back), as Auto Scaling
+    refuses them; answered as it answers them otherwise."""
+
+    def __init__(self, start: datetime, stop: datetime) -> None:
+        super().__init__()
+        self.window = (start, stop)
+
+    def heartbeat(self, action: ActionRef) -> bool:
+        if self.window[0] <= self.clock.now() < self.window[1]:
+            raise refused_heartbeat()
+        return super().heartbeat(action)
+
+
+def refused_heartbeat() -> AccessRefused:
+    return AccessRefused("recording a lifecycle heartbeat", "AccessDenied", "explicit deny in an SCP")
+
+
+@pytest.mark.parametrize("start", range(0, 600, 20))
+def test_a_minute_of_refused_heartbeats_never_lets_a_polling_drains_action_lapse_on_the_templates_timing(
+    start: int,
+) -> None:
+    # Given a drain polling every 5 s under a 300 s hook on the template's timing (a heartbeat is asked from
+    # 210 s before the deadline, retried at half of what is left), and every heartbeat refused for a minute
+    # starting ``start`` seconds in
+    world = World(redelivery=ONE_FAULT)
+    world.autoscaling = RefusedFor(T0 + timedelta(seconds=start), T0 + timedelta(seconds=start + 60))
+    world.autoscaling.clock = world.clock
+    world.records.create(make_record(PLAN, Step.EVICT))
+    engine = world.engine({Step.EVICT: lambda record, now: Outcome.wait(5)})
+
+    # When it polls for 15 minutes (three heartbeat timeouts)
+    while world.clock.now() < T0 + timedelta(minutes=15):
+        engine.handle(world.message())
+        (sent,) = world.queues.take()
+        world.clock.advance(max(sent.delay, 1))
+        assert world.clock.now() < world.autoscaling.expires_at("token"), "the action lapsed"
+
+    # Then the action never lapsed: the engine's own heartbeats, retried after the refusal, kept it alive
+    # (on the template's timing a minute's denial ends no action of a drain in progress; the sweeper's
+    # heartbeats come on top of these)
+    assert world.record().outcome is None
