@@ -13,10 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from nodecycle_sandbox.kube import errors, finalizers, rbac
+from nodecycle_sandbox.kube import errors, finalizers, namespaces, rbac
 from nodecycle_sandbox.kube.builders import random_suffix
 from nodecycle_sandbox.kube.events import event_problem
-from nodecycle_sandbox.kube.history import API, SANDBOX
+from nodecycle_sandbox.kube.history import API
 from nodecycle_sandbox.kube.kubelet import Kubelet
 from nodecycle_sandbox.kube.meta import (
     DEFAULT_GRACE_SECONDS,
@@ -32,7 +32,6 @@ from nodecycle_sandbox.kube.object_meta import metadata_problem
 from nodecycle_sandbox.kube.patching import PatchError, apply_patch
 from nodecycle_sandbox.kube.read_versions import LATEST, ReadVersion
 from nodecycle_sandbox.kube.resources import (
-    ALL,
     CONFIGMAPS,
     DAEMONSETS,
     DEPLOYMENTS,
@@ -100,6 +99,8 @@ class Api:
     def __init__(self, store: Store, kubelet: Kubelet) -> None:
         self._store = store
         self._kubelet = kubelet
+        # How long the namespace controller takes to get to a namespace deleted (see namespaces.py)
+        self.namespace_lag = 0.0
 
     # --- reads ------------------------------------------------------------------------------------
 
@@ -250,14 +251,13 @@ class Api:
                 # Marked, not removed: it goes when an update removes its last finalizer.
                 return self._store.write(rt, finalizers.marked(current, 0), verb="delete", source=source)
             if rt is NAMESPACES:
-                # Namespaces end at once here, contents included, instead of going through Terminating.
-                for child in ALL:
-                    if child.namespaced:
-                        for obj in self._store.items(child, name):
-                            self._store.remove(
-                                child, name, obj["metadata"]["name"], verb="delete", source=SANDBOX
-                            )
-            self._store.remove(rt, namespace, name, verb="delete", source=source)
+                # Terminating until the namespace controller has deleted what it holds (see namespaces.py): at
+                # once when nothing in it takes time to go, unless the controller lags
+                namespaces.mark(self._store, current, source=source)
+                if self.namespace_lag <= 0:
+                    namespaces.empty(self._store, self._kubelet, name)
+            else:
+                self._store.remove(rt, namespace, name, verb="delete", source=source)
         details: JsonObj = {"name": name, "kind": rt.plural, "uid": current["metadata"]["uid"]}
         if rt.group:
             details["group"] = rt.group

@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from nodecycle_sandbox.kube import finalizers, node_lifecycle
+from nodecycle_sandbox.kube import finalizers, namespaces, node_lifecycle
 from nodecycle_sandbox.kube.api import Api
 from nodecycle_sandbox.kube.builders import mirror_pod, pod_from_template, ready_condition, template_hash
 from nodecycle_sandbox.kube.eviction import PodIndex, compute_budget
@@ -42,6 +42,7 @@ from nodecycle_sandbox.kube.resources import (
     ALL,
     DAEMONSETS,
     DEPLOYMENTS,
+    NAMESPACES,
     NODES,
     PDBS,
     PODS,
@@ -192,6 +193,8 @@ class Controllers:
             evicted, eviction_deadline = self._evict_from_unreachable_nodes()
             collected, orphan_deadline = self.collect_garbage()
             changed |= evicted | collected
+            emptied, namespace_deadline = self._sync_namespaces()
+            changed |= emptied
             changed |= self._sync_static_pods()
             changed |= self._sync_deployments()
             changed |= self._sync_replicasets()
@@ -204,7 +207,8 @@ class Controllers:
             renewal = self._kubelet.renew_leases()
             changed |= self._store.revision != revision
             deadlines = [d for d in (node_deadline, orphan_deadline, pod_deadline) if d is not None]
-            lost = [d for d in (lost_deadline, eviction_deadline) if d is not None]
+            # (a lagging namespace controller is a timer of the loop's, not work that settling waits for)
+            lost = [d for d in (lost_deadline, eviction_deadline, namespace_deadline) if d is not None]
             return SyncResult(
                 changed, min(deadlines, default=None), self._store.revision, renewal, min(lost, default=None)
             )
@@ -322,6 +326,22 @@ class Controllers:
             changed = True
         return changed, min(due, default=None)
 
+    def _sync_namespaces(self) -> tuple[bool, float | None]:
+        """The namespace controller: empties each namespace being deleted once its lag is over, and removes it
+        when nothing is left; returns (changed anything, when (monotonic) the next lagging one is due)."""
+        changed = False
+        due: list[float] = []
+        now, mono = time.time(), time.monotonic()
+        for namespace in self._store.items(NAMESPACES):
+            if not is_terminating(namespace):
+                continue
+            at = namespaces.due(namespace, self._api.namespace_lag)
+            if now < at:
+                due.append(mono + at - now)
+            else:
+                changed |= namespaces.empty(self._store, self._kubelet, name_of(namespace))
+        return changed, min(due, default=None)
+
     def _sync_static_pods(self) -> bool:
         changed = False
         for node_name, pods in list(self._static_pods.items()):
@@ -330,6 +350,8 @@ class Controllers:
                 del self._static_pods[node_name]
                 continue
             for static in pods:
+                if namespaces.terminating(self._store, static.namespace):
+                    continue  # the kubelet's create of its mirror pod is refused there (NamespaceLifecycle)
                 mirror = mirror_pod(node, name=static.name, namespace=static.namespace, image=static.image)
                 if self._store.get(PODS, static.namespace, mirror["metadata"]["name"]) is None:
                     self._api.create(PODS, static.namespace, mirror, source=SANDBOX)
@@ -355,6 +377,8 @@ class Controllers:
         """One ReplicaSet per pod template (named ``<deployment>-<hash>``); older ones are scaled to zero."""
         changed = False
         for deployment in self._store.items(DEPLOYMENTS):
+            if namespaces.terminating(self._store, namespace_of(deployment)):
+                continue  # its creates are refused there (NamespaceLifecycle), its scaling is moot
             spec = deployment["spec"]
             digest = template_hash(spec["template"])
             rs_name = f"{name_of(deployment)}-{digest}"
@@ -395,6 +419,8 @@ class Controllers:
         changed = False
         by_owner = self._pods_by_controller()
         for rs in self._store.items(REPLICASETS):
+            if namespaces.terminating(self._store, namespace_of(rs)):
+                continue  # its pods' creates are refused there (NamespaceLifecycle): the evicted stay unreplaced
             active = [p for p in by_owner.get(uid_of(rs), []) if pod_active(p)]
             missing = int(rs["spec"]["replicas"]) - len(active)
             for _ in range(missing):
@@ -419,6 +445,8 @@ class Controllers:
         by_owner = self._pods_by_controller()
         nodes = self._store.items(NODES)
         for ds in self._store.items(DAEMONSETS):
+            if namespaces.terminating(self._store, namespace_of(ds)):
+                continue  # its pods' creates are refused there (NamespaceLifecycle)
             wanted = self._daemon_nodes(ds, nodes)
             placed: dict[str, list[JsonObj]] = {}
             for pod in by_owner.get(uid_of(ds), []):

@@ -10,7 +10,15 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
-from nodecycle_sandbox.kube import discovery, errors, managed_fields, representation, reviews, tables
+from nodecycle_sandbox.kube import (
+    discovery,
+    errors,
+    managed_fields,
+    namespaces,
+    representation,
+    reviews,
+    tables,
+)
 from nodecycle_sandbox.kube.access import Access
 from nodecycle_sandbox.kube.admission import Admission
 from nodecycle_sandbox.kube.api import Api, ListOptions
@@ -120,6 +128,10 @@ class Router:
         self._access.authorize(user, attributes)
         if refuse is not None:
             raise refuse(user, attributes)
+        # NamespaceLifecycle, the first of kube-apiserver's admission plugins: before the object is decoded into
+        # its kind and validated, before the webhooks
+        if attributes.verb == "create":
+            namespaces.refuse_creates(self._store, attributes, _peek(request.body))
         managed_fields.requested_by(
             managed_fields.request_manager(request.query, request.headers.get("user-agent", ""))
         )
@@ -315,6 +327,15 @@ def _decode(body: bytes) -> Any:
         return json.loads(body) if body else None
     except ValueError as exc:
         raise errors.bad_request(f"error decoding the request body as JSON: {exc}") from None
+
+
+def _peek(body: bytes) -> Any:
+    """The request's JSON body for an admission plugin's look at its name; None when it is not JSON (the
+    handler answers that)."""
+    try:
+        return json.loads(body) if body and len(body) <= MAX_REQUEST_BODY_BYTES else None
+    except ValueError:
+        return None
 
 
 def _json_body(request: Request) -> Any:

@@ -13,6 +13,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from nodecycle_sandbox.kube import namespaces
 from nodecycle_sandbox.kube.access import Access, AccessEntry, load_manifest
 from nodecycle_sandbox.kube.admission import Admission
 from nodecycle_sandbox.kube.api import Api
@@ -64,6 +65,9 @@ class KubeServer:
         unreachable_toleration_seconds: how long a pod without a toleration of its own stays on a node tainted
             unreachable before the taint manager deletes it (kube-apiserver's
             ``--default-unreachable-toleration-seconds``: 300 s). With its kubelet gone, it stays Terminating.
+        namespace_controller_lag_seconds: how long after a namespace is deleted the namespace controller
+            deletes what it holds (see ``kube/namespaces.py``); the namespace is Terminating meanwhile, and
+            every create in it refused. 0, the default: at once, as the controller's reaction of moments.
     """
 
     def __init__(
@@ -81,6 +85,7 @@ class KubeServer:
         node_lease_renew_seconds: float = 10.0,
         pod_gc_quarantine_seconds: float = 0.0,
         unreachable_toleration_seconds: float = 300.0,
+        namespace_controller_lag_seconds: float = 0.0,
     ) -> None:
         self.cluster_name = cluster_name
         self._tls = tls
@@ -97,6 +102,7 @@ class KubeServer:
             lease_renew_seconds=node_lease_renew_seconds,
         )
         self._api = Api(self._store, self._kubelet)
+        self._api.namespace_lag = namespace_controller_lag_seconds
         self._controllers = Controllers(
             self._store,
             self._api,
@@ -409,7 +415,7 @@ class KubeServer:
         """Delete a namespace and everything in it at once (a test's clean-up)."""
         with self._store.lock:
             if self._store.get(NAMESPACES, "", name) is not None:
-                self._api.delete(NAMESPACES, "", name, {}, source=SANDBOX)
+                namespaces.remove_at_once(self._store, name)
 
     def replace_config_map_data(self, namespace: str, name: str, data: dict[str, str]) -> None:
         """Replace a ConfigMap's data, as an operator's ``kubectl edit`` would (a test's clean-up)."""
@@ -472,6 +478,17 @@ class KubeServer:
     @pod_gc_quarantine_seconds.setter
     def pod_gc_quarantine_seconds(self, seconds: float) -> None:
         self._controllers.pod_gc_quarantine = seconds
+        self._poke()
+
+    @property
+    def namespace_controller_lag_seconds(self) -> float:
+        """How long the namespace controller takes to get to a deleted namespace; may be changed while running
+        (a lag that ends now lets the next controller pass empty the namespaces being deleted)."""
+        return self._api.namespace_lag
+
+    @namespace_controller_lag_seconds.setter
+    def namespace_controller_lag_seconds(self, seconds: float) -> None:
+        self._api.namespace_lag = seconds
         self._poke()
 
     # --- observation --------------------------------------------------------------------------------
