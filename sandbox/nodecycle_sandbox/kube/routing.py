@@ -131,7 +131,13 @@ class Router:
         # NamespaceLifecycle, the first of kube-apiserver's admission plugins: before the object is decoded into
         # its kind and validated, before the webhooks
         if attributes.verb == "create":
-            namespaces.refuse_creates(self._store, attributes, _peek(request.body))
+            try:
+                namespaces.refuse_creates(self._store, attributes, _peek(request.body))
+            except errors.ApiError:
+                # (a request admission answers is counted as one served: it is one the server had to answer)
+                resource = "/".join(part for part in (target.rt.plural, target.subresource) if part)
+                self._counters.add("create", resource)
+                raise
         managed_fields.requested_by(
             managed_fields.request_manager(request.query, request.headers.get("user-agent", ""))
         )

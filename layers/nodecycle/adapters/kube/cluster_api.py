@@ -18,7 +18,13 @@ from urllib3.exceptions import HTTPError
 
 from nodecycle.adapters.kube.core_v1 import CoreV1
 from nodecycle.adapters.kube.eks_access import REQUEST_TIMEOUT
-from nodecycle.adapters.kube.errors import forbidden_refused, kube_errors, retry_after, status_message
+from nodecycle.adapters.kube.errors import (
+    forbidden_refused,
+    kube_errors,
+    namespace_terminating,
+    retry_after,
+    status_message,
+)
 from nodecycle.adapters.kube.lists import PAGE, pages
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.ports.cluster import (
@@ -285,6 +291,9 @@ class KubeCluster:
                 # the one 500 that is the pod's (any other is the server's own failure: transient)
                 log.error("eviction of %s/%s failed: %s", pod.namespace, pod.name, status_message(error))
                 return EvictionResult(Eviction.MISCONFIGURED, status_message(error))
+            if namespace_terminating(error):
+                # No eviction is accepted in a namespace being deleted: its namespace controller deletes the pod
+                return EvictionResult(Eviction.NAMESPACE_TERMINATING, status_message(error))
             if error.status in REFUSING:
                 # This pod's answer, not the cluster's: the other pods of the drain must still be evicted
                 return EvictionResult(Eviction.REFUSED, status_message(error))

@@ -51,6 +51,23 @@ def retry_after(error: ApiException) -> float | None:
         return None
 
 
+# core/v1 NamespaceTerminatingCause: the cause of a 403 for a create in a namespace being deleted (kube-apiserver's
+# NamespaceLifecycle admission refuses every one there, pods/eviction and events included)
+NAMESPACE_TERMINATING = "NamespaceTerminating"
+
+
+def namespace_terminating(error: ApiException) -> bool:
+    """Whether the API server refused a create because its namespace is being deleted: a 403 naming the cause
+    ``NamespaceTerminating`` (as client-go's ``HasStatusCause`` reads it), not a role without the verb."""
+    if error.status != 403:
+        return False
+    try:
+        details = json.loads(error.body or "{}").get("details") or {}
+    except (ValueError, AttributeError):
+        return False
+    return any(cause.get("reason") == NAMESPACE_TERMINATING for cause in details.get("causes") or [])
+
+
 def status_message(error: ApiException) -> str:
     """The message of the API server's Status answer (its reason when the body is not one)."""
     try:

@@ -29,7 +29,15 @@ from nodecycle.domain.model import (
 )
 from nodecycle.domain.policy import DrainPolicy, TimeoutPolicy
 from nodecycle.domain.ports.budget import Slots
-from nodecycle.domain.ports.cluster import Cluster, Events, Eviction, NodeInfo, PodInfo, Refused
+from nodecycle.domain.ports.cluster import (
+    Cluster,
+    Events,
+    Eviction,
+    EvictionResult,
+    NodeInfo,
+    PodInfo,
+    Refused,
+)
 from nodecycle.domain.ports.instances import Instances, up
 from nodecycle.domain.ports.runtime import Metrics
 
@@ -51,6 +59,8 @@ FAILURES_PER_PASS = 2
 # record.extra key: since when the API server refuses the drain what it polls with (its node, its pods, its
 # budget slot's renewal: RBAC)
 READS_REFUSED = "reads_refused"
+# record.extra key: the namespaces found being deleted, whose pods are no longer asked to leave (see _ask_to_leave)
+ENDING_NAMESPACES = "ending_namespaces"
 DRAINED_AT = "drained_at"  # record.extra key: when the node was found empty (the load balancer delay starts)
 POLLS = "polls"  # record.extra key: how often the drain has looked for its pods so far
 
@@ -264,10 +274,15 @@ class Evict:
         evicted = 0
         throttled = 0.0  # how long the API server asked the next poll to wait, if it shed an eviction
         reported = set(record.extra.get(BLOCKED_REPORTED) or [])
+        ending = set(record.extra.get(ENDING_NAMESPACES) or [])
         calls = _PodCalls(record, self._metrics)
-        for pod, result in calls.answers(
-            asked, lambda pod: self._cluster.evict(pod, podfilter.grace_for(pod, cap))
-        ):
+
+        def ask(pod: PodInfo) -> EvictionResult:
+            if pod.namespace in ending:  # (its namespace answered: no eviction is accepted there any more)
+                return EvictionResult(Eviction.NAMESPACE_TERMINATING, "its namespace is being deleted")
+            return self._cluster.evict(pod, podfilter.grace_for(pod, cap))
+
+        for pod, result in calls.answers(asked, ask):
             if result.kind is Eviction.EVICTED:
                 evicted += 1
             elif result.kind is Eviction.BLOCKED:
@@ -303,10 +318,24 @@ class Evict:
                     "pod %s/%s is selected by more than one PodDisruptionBudget", pod.namespace, pod.name
                 )
                 self._metrics.count("EvictionErrors")
+            elif result.kind is Eviction.NAMESPACE_TERMINATING:
+                # Its namespace is being deleted: the API server takes no eviction there, and the namespace
+                # controller deletes the pod (with its own grace). Nothing an operator could fix (no alarm), nor
+                # anything to tell (the API server takes no Event there either): it is waited for as a pod being
+                # deleted, within the drain's timeout policy (a delete is taken there), and neither it nor its
+                # namespace's other pods are asked again
+                if pod.namespace not in ending:
+                    log.info(
+                        "pods of namespace %s, being deleted, are not evicted: its namespace controller deletes "
+                        "them (%s)",
+                        pod.namespace,
+                        result.detail,
+                    )
+                    ending.add(pod.namespace)
             elif result.kind is Eviction.REFUSED and pod.terminating:
                 # A pod on its way out, asked again only to shorten its grace, which the API server will not
-                # evict (403 in a namespace being deleted: no new content there): it goes at its own pace, within
-                # the drain's timeout policy (whose delete is no eviction); nothing for an operator to fix
+                # evict (an admission webhook): it goes at its own pace, within the drain's timeout policy (whose
+                # delete is no eviction); nothing for an operator to fix
                 log.info(
                     "pod %s/%s, being deleted, is not evicted: %s", pod.namespace, pod.name, result.detail
                 )
@@ -324,6 +353,8 @@ class Evict:
         extra = calls.remembered({**record.extra, POLLS: polls + 1})
         if reported:
             extra[BLOCKED_REPORTED] = sorted(reported)
+        if ending:
+            extra[ENDING_NAMESPACES] = sorted(ending)
         return Outcome.wait(
             max(_poll_delay(polls, policy.poll_seconds), throttled),
             pods_evicted=record.pods_evicted + evicted,

@@ -94,8 +94,11 @@ class Eviction(StrEnum):
     BLOCKED = "blocked"  # 429 naming a disruption budget: a PodDisruptionBudget would be violated
     THROTTLED = "throttled"  # 429 without one: the API server sheds load (priority and fairness)
     MISCONFIGURED = "misconfigured"  # 500 saying that more than one PodDisruptionBudget selects the pod
-    # 400, 403, 422: the API server will not evict this pod (its namespace is being deleted, an admission
-    # webhook denies it, or the role lacks pods/eviction); ``detail`` says why
+    # 403 with the cause NamespaceTerminating: the pod's namespace is being deleted, where the API server accepts
+    # no create (an eviction is one) and its namespace controller deletes every pod: it goes without being asked
+    NAMESPACE_TERMINATING = "namespace-terminating"
+    # 400, 403, 422: the API server will not evict this pod (an admission webhook denies it, or the role lacks
+    # pods/eviction); ``detail`` says why
     REFUSED = "refused"
 
 
