@@ -1208,9 +1208,9 @@ def test_a_drain_paused_for_its_lost_slot_whose_renewal_is_refused_is_not_timed_
 
 
 def test_a_pod_whose_eviction_is_refused_does_not_stop_the_others_being_evicted() -> None:
-    # Given a node whose first pod the API server will not evict (403: its namespace is terminating; an
-    # admission webhook's denial is the same), and a second pod
-    why = 'pods "web-1" is forbidden: unable to create new content in namespace apps because it is being terminated'
+    # Given a node whose first pod the API server will not evict (403: an admission webhook denies it), and a
+    # second pod
+    why = 'admission webhook "guard.example.com" denied the request: web-1 is pinned'
     cluster = FakeCluster(nodes={NODE: node()}, pods=[pod("web-1"), pod("web-2")], refused={"web-1": why})
     metrics, events = FakeMetrics(), FakeEvents()
     step = evict(cluster, metrics=metrics, events=events)

@@ -59,6 +59,10 @@ FAILURES_PER_PASS = 2
 # record.extra key: since when the API server refuses the drain what it polls with (its node, its pods, its
 # budget slot's renewal: RBAC)
 READS_REFUSED = "reads_refused"
+# A pass tells of at most this many pods' refusals (a blocked or refused eviction, a refused delete: each an Event
+# on the pod and one on its node, one request each); the others are told at the next passes. A pass over many
+# refused pods would otherwise spend the step's time on Events against a slow API server.
+TOLD_PER_PASS = 3
 # record.extra key: the namespaces found being deleted, whose pods are no longer asked to leave (see _ask_to_leave)
 ENDING_NAMESPACES = "ending_namespaces"
 DRAINED_AT = "drained_at"  # record.extra key: when the node was found empty (the load balancer delay starts)
@@ -274,6 +278,7 @@ class Evict:
         evicted = 0
         throttled = 0.0  # how long the API server asked the next poll to wait, if it shed an eviction
         reported = set(record.extra.get(BLOCKED_REPORTED) or [])
+        told = 0  # pods whose refusal this pass told of
         ending = set(record.extra.get(ENDING_NAMESPACES) or [])
         calls = _PodCalls(record, self._metrics)
 
@@ -296,8 +301,10 @@ class Evict:
                         pod.name,
                         result.detail,
                     )
-                elif pod.uid not in reported:  # told once per pod and drain: it is retried at every poll
+                elif pod.uid not in reported and told < TOLD_PER_PASS:  # told once per pod and drain: it is
+                    # retried at every poll
                     reported.add(pod.uid)
+                    told += 1
                     self._tell(
                         record, pod, "EvictionBlocked", f"blocked by a PodDisruptionBudget: {result.detail}"
                     )
@@ -344,8 +351,9 @@ class Evict:
                 # again at every poll, and the drain's timeout policy decides what becomes of it
                 log.error("eviction of pod %s/%s refused: %s", pod.namespace, pod.name, result.detail)
                 self._metrics.count("EvictionErrors")  # the alarm: an operator must look
-                if pod.uid not in reported:
+                if pod.uid not in reported and told < TOLD_PER_PASS:
                     reported.add(pod.uid)
+                    told += 1
                     self._tell(record, pod, "EvictionRefused", f"refused by the API server: {result.detail}")
         if evicted:
             self._metrics.count("PodsEvicted", evicted)
@@ -471,12 +479,13 @@ class Evict:
         its slack are over, and the eviction errors' alarm calls an operator."""
         calls = _PodCalls(record, self._metrics)
         told = set(record.extra.get(DELETION_REFUSED) or [])
+        before = len(told)
         for pod, refusal in calls.answers(pods, self._delete):
             if refusal is None:
                 continue
             log.error("forced delete of pod %s/%s refused: %s", pod.namespace, pod.name, refusal)
             self._metrics.count("EvictionErrors")
-            if pod.uid not in told:
+            if pod.uid not in told and len(told) - before < TOLD_PER_PASS:
                 told.add(pod.uid)
                 self._tell(
                     record, pod, "DeletionRefused", f"refused by the API server: {refusal}", what="Deletion"
