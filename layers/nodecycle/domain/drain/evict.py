@@ -276,7 +276,10 @@ class Evict:
         policy = self._policy
         polls = int(record.extra.get(POLLS, 0))
         evicted = 0
-        throttled = 0.0  # how long the API server asked the next poll to wait, if it shed an eviction
+        # How long the API server asked the next poll to wait (Retry-After): it shed an eviction, or a budget is
+        # still being processed. The node cannot be empty before that pod is asked again, so polling sooner only
+        # adds requests
+        asked_wait = 0.0
         reported = set(record.extra.get(BLOCKED_REPORTED) or [])
         told = 0  # pods whose refusal this pass told of
         ending = set(record.extra.get(ENDING_NAMESPACES) or [])
@@ -294,7 +297,9 @@ class Evict:
                 self._metrics.count("EvictionsBlockedByPdb")
                 if result.retry_after:  # (a Retry-After of 0 is no wait)
                     # A budget just created or edited, not yet observed by its controller: it answers within
-                    # seconds, and what it then says (room, or how many pods it needs) is what is told, once
+                    # seconds, and what it then says (room, or how many pods it needs) is what is told, once. Its
+                    # pod is asked again no sooner than the server said (10 s), as client-go's retry would
+                    asked_wait = max(asked_wait, retry_after_wait(result.retry_after, deadline - now))
                     log.info(
                         "eviction of pod %s/%s waits for its budget: %s",
                         pod.namespace,
@@ -318,7 +323,7 @@ class Evict:
                     result.detail,
                 )
                 self._metrics.count("EvictionsThrottled")
-                throttled = retry_after_wait(result.retry_after, deadline - now)
+                asked_wait = max(asked_wait, retry_after_wait(result.retry_after, deadline - now))
                 break
             elif result.kind is Eviction.MISCONFIGURED:
                 log.error(
@@ -364,7 +369,7 @@ class Evict:
         if ending:
             extra[ENDING_NAMESPACES] = sorted(ending)
         return Outcome.wait(
-            max(_poll_delay(polls, policy.poll_seconds), throttled),
+            max(_poll_delay(polls, policy.poll_seconds), asked_wait),
             pods_evicted=record.pods_evicted + evicted,
             extra=extra,
             **changes,
