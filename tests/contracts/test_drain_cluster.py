@@ -631,3 +631,15 @@ def test_an_event_on_a_pod_whose_namespace_is_gone_is_forgotten_without_an_error
     side.events.on_node(NODE, None, "Drained", "written")
 
     assert [(subject, reason) for subject, _, reason, _, _ in side.written()] == [(NODE, "Drained")]
+
+
+def test_a_nodes_metadata_read_says_the_version_it_was_read_at_and_moves_with_any_change(side: Side) -> None:
+    # Given the node as read whole
+    whole = the_node(side)
+
+    # Then its metadata read says the same uid and version; after any change, another version; gone, None
+    assert side.cluster.node_version(NODE) == (whole.uid, whole.resource_version)
+    side.label_by_operator()
+    assert side.cluster.node_version(NODE) not in (None, (whole.uid, whole.resource_version))
+    side.remove_node()
+    assert side.cluster.node_version(NODE) is None

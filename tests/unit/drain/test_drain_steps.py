@@ -134,6 +134,9 @@ class FakeCluster:
     # How many of the next evictions API Priority and Fairness sheds (429 without a budget: nothing is done),
     # whichever pod they are of
     shed: int = 0
+    node_reads: list[str] = field(default_factory=list)  # the nodes read whole, in order
+    metadata_reads: list[str] = field(default_factory=list)  # the nodes whose metadata only was read
+    _read_at: dict[tuple[str, str], NodeInfo] = field(default_factory=dict)  # each node as read at a version
 
     def find_node(
         self, instance_id: str, private_dns_name: str | None, *, scan: bool = True
@@ -147,7 +150,21 @@ class FakeCluster:
         return found or (by_name if by_name is not None and by_name.instance_id is None else None)
 
     def get_node(self, name: str) -> NodeInfo | None:
-        return self.nodes.get(name)
+        found = self.nodes.get(name)
+        if found is not None:
+            self.node_reads.append(name)
+            self._read_at.setdefault((name, found.resource_version), found)
+        return found
+
+    def node_version(self, name: str) -> tuple[str | None, str] | None:
+        # As the API server, where each change moves the version: a node whose content is not the one first read
+        # at its version (a test's NodeInfo replaced, keeping the version) is at another version
+        current = self.nodes.get(name)
+        if current is None:
+            return None
+        self.metadata_reads.append(name)
+        first = self._read_at.get((name, current.resource_version), current)
+        return current.uid, current.resource_version + ("" if first == current else "+")
 
     def lease_renewed_at(self, node: str) -> datetime | None:
         if self.leases_refused is not None:

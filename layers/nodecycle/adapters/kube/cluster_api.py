@@ -47,6 +47,9 @@ MERGE_PATCH = "application/merge-patch+json"
 LEGACY_ZONE_LABEL = "failure-domain.beta.kubernetes.io/zone"
 # The eviction subresource's words (HTTP 500) for a pod that more than one PodDisruptionBudget selects
 MULTIPLE_BUDGETS = "more than one PodDisruptionBudget"
+# What a metadata-only client asks for one object (its metadata: name, uid, labels, annotations, version), else
+# the object whole from a server that cannot answer so
+METADATA_OBJECT = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
 # Where each kubelet keeps its Lease, named after its node (the NodeLease feature: GA, and always on)
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 
@@ -148,6 +151,22 @@ class KubeCluster:
                 return None
             raise
         return node_info(_json(response))
+
+    def node_version(self, name: str) -> tuple[str | None, str] | None:
+        try:
+            with forbidden_refused(), kube_errors(f"reading the metadata of node {name}"):
+                response = self._api.read_node(
+                    name,
+                    _preload_content=False,
+                    _request_timeout=REQUEST_TIMEOUT,
+                    _headers={"Accept": METADATA_OBJECT},
+                )
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        meta = _json(response).get("metadata") or {}
+        return meta.get("uid"), str(meta.get("resourceVersion", ""))
 
     def lease_renewed_at(self, node: str) -> datetime | None:
         try:

@@ -67,6 +67,9 @@ TOLD_PER_PASS = 3
 ENDING_NAMESPACES = "ending_namespaces"
 DRAINED_AT = "drained_at"  # record.extra key: when the node was found empty (the load balancer delay starts)
 POLLS = "polls"  # record.extra key: how often the drain has looked for its pods so far
+# record.extra key: the node as the drain's polls last read it whole (and found it the instance's, cordoned, this
+# lifecycle's). A poll reads the node's metadata only, and the whole node only when its version moved since.
+NODE_SEEN = "node_seen"
 
 
 def _poll_delay(polls: int, every: int) -> int:
@@ -185,7 +188,7 @@ class Evict:
         # The node by its name, at every poll, before the slot of that name is renewed: once it is gone, its
         # name may be another instance's node (a recycled private IP), whose pods are not ours to evict nor its
         # slot ours to hold
-        found = self._cluster.get_node(node)
+        found, whole = self._read_node(record, node)
         if found is None:
             return self._node_deleted(record, now)
         info = _the_instances(found, record)
@@ -203,6 +206,10 @@ class Evict:
             # claim keeps the drain's time and what its first claim set on the node (see Cordon).
             log.warning("node %s was uncordoned while draining: cordoning it again", node)
             return Outcome.goto(Step.CORDON)
+        if whole:
+            record = record.model_copy(
+                update={"extra": {**record.extra, NODE_SEEN: info.model_dump(mode="json")}}
+            )
         # (near the global timeout, a paused drain takes its slot back as a waiter would: forced)
         request = _slot_request(
             record, node, record.zone, in_progress=True, **_precedence(record, now, policy)
@@ -261,6 +268,19 @@ class Evict:
         cap = self._grace_cap(deadline, now)
         asked = podfilter.to_evict(pods) + podfilter.outlasting(left, cap, now)
         return self._ask_to_leave(record, asked, cap, deadline, now, **changes)
+
+    def _read_node(self, record: LifecycleRecord, node: str) -> tuple[NodeInfo | None, bool]:
+        """The node (None: gone), and whether it was read whole. Its metadata is read first when a poll has read
+        it whole before: a node whose uid and version are those of that read is that node unchanged (its instance,
+        its cordon, its readiness), and its spec and status, most of its bytes, need not be read again."""
+        seen = record.extra.get(NODE_SEEN)
+        if isinstance(seen, dict):
+            version = self._cluster.node_version(node)
+            if version is None:
+                return None, False
+            if version == (seen.get("uid"), seen.get("resource_version")):
+                return NodeInfo.model_validate(seen), False
+        return self._cluster.get_node(node), True
 
     def _ask_to_leave(
         self,

@@ -136,6 +136,13 @@ class Cluster(Protocol):
 
     def get_node(self, name: str) -> NodeInfo | None: ...
 
+    def node_version(self, name: str) -> tuple[str | None, str] | None:
+        """The node's uid and resourceVersion, by a read of its metadata only (a fraction of its bytes: a real
+        node's status, its images above all, is most of them); None when it is gone. Whether the node changed
+        since it was last read whole, for one GET of a few kilobytes. Raises :class:`Refused` as
+        :meth:`get_node` does."""
+        ...
+
     def lease_renewed_at(self, node: str) -> datetime | None:
         """When the node's kubelet last renewed its Lease (``kube-node-lease/<node>``, one GET): a live kubelet
         renews it about every 10 s, a stopped one never again, while the node object may stay Ready for a while.

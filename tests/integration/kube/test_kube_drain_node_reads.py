@@ -1,0 +1,92 @@
+"""What the drain's polls read of their node, on the real Kubernetes adapter against the sandbox API server: the
+whole node once, then its metadata only (a PartialObjectMetadata GET) while its resourceVersion says it has not
+changed: a real node's spec and status (its images above all) are most of its bytes, and a drain polls every
+few seconds. A change (someone uncordons it) is read whole at the next poll, and answered as before."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from kubernetes.client import CoreV1Api
+
+from nodecycle.adapters.kube.cluster_api import KubeCluster
+from nodecycle.domain.drain.evict import Evict
+from nodecycle.domain.model import LifecycleRecord, Step
+from nodecycle.domain.nodes import NodeFinder
+from nodecycle_sandbox.kube import KubeServer
+from tests.integration.kube.test_kube_drain_steps import INSTANCE, NODE, draining
+from tests.support.fakes import T0, FakeMetrics
+from tests.unit.drain.test_drain_steps import FakeEvents, FakeSlots, NoDns, cordon, policy, wakes_to_nowhere
+
+SEED = {
+    "namespaces": ["shop"],
+    "nodes": [
+        {"privateIp": "10.0.1.10", "instanceId": INSTANCE, "zone": "eu-west-1a"},
+        {"privateIp": "10.0.2.10", "instanceId": "i-0a1b2c3d4e5f60201", "zone": "eu-west-1b"},
+    ],
+    # pods that take an hour to stop: the drain polls on
+    "deployments": [{"name": "web", "namespace": "shop", "replicas": 4, "shutdownSeconds": 3600}],
+}
+
+
+def evict(cluster: KubeCluster) -> Evict:
+    return Evict(
+        cluster=cluster,
+        slots=FakeSlots(holders={NODE}),
+        dispatcher=wakes_to_nowhere(),
+        instances=NoDns(known={INSTANCE: "running"}),
+        policy=policy(),
+        metrics=FakeMetrics(),
+        events=FakeEvents(),
+    )
+
+
+def claimed(cluster: KubeCluster) -> LifecycleRecord:
+    """The drain's record once its cordon claimed the node."""
+    record = draining(Step.CORDON, node_uid=cluster.get_node(NODE).uid)  # type: ignore[union-attr]
+    claim = cordon(cluster, finder=NodeFinder(cluster, NoDns()))(record, T0)
+    return record.model_copy(update={"step": Step.EVICT, **claim.changes})
+
+
+def node_bytes(server: KubeServer) -> int:
+    return server.bytes_sent().get(("get", "nodes"), 0)
+
+
+def test_later_polls_of_an_unchanged_node_read_a_fraction_of_its_bytes(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given a drain that has claimed its node
+    record = claimed(cluster)
+    step = evict(cluster)
+
+    # When it polls three times, the node unchanged
+    read = []
+    for second in (0, 1, 3):
+        server.reset_counters()
+        outcome = step(record, T0 + timedelta(seconds=second))
+        assert outcome.again
+        record = record.model_copy(update=dict(outcome.changes))
+        read.append((server.counters().get(("get", "nodes"), 0), node_bytes(server)))
+
+    # Then each reads the node once; the later ones a fraction of what the first read
+    assert [requests for requests, _ in read] == [1, 1, 1]
+    whole = read[0][1]
+    assert all(size * 2 < whole for _, size in read[1:]), read
+
+
+def test_a_node_uncordoned_between_two_polls_is_read_whole_and_claimed_again(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given a drain that has polled twice (the second read the node's metadata only)
+    record = claimed(cluster)
+    step = evict(cluster)
+    for second in (0, 1):
+        record = record.model_copy(update=dict(step(record, T0 + timedelta(seconds=second)).changes))
+
+    # When someone uncordons the node, and the drain polls
+    with server.api_client() as admin:
+        CoreV1Api(admin).patch_node(NODE, {"spec": {"unschedulable": False}})
+    outcome = step(record, T0 + timedelta(seconds=3))
+
+    # Then it claims it again, as it always did
+    assert outcome.then is Step.CORDON
