@@ -643,3 +643,16 @@ def test_a_nodes_metadata_read_says_the_version_it_was_read_at_and_moves_with_an
     assert side.cluster.node_version(NODE) not in (None, (whole.uid, whole.resource_version))
     side.remove_node()
     assert side.cluster.node_version(NODE) is None
+
+
+def test_the_pods_metadata_are_the_pods_without_their_grace(side: Side) -> None:
+    # Given a pod being deleted by someone (its deletion in its metadata), the node cordoned (its replacement
+    # goes elsewhere: the lists are of the same pods)
+    side.cordon_by_operator()
+    side.delete_by_someone("api-1", 20)
+
+    # Then the metadata list says what the whole list says, but each pod's own grace
+    whole = sorted(side.cluster.pods_on(NODE), key=lambda p: p.uid)
+    assert sorted(side.cluster.pod_metadata_on(NODE), key=lambda p: p.uid) == [
+        p.model_copy(update={"grace_period": None}) for p in whole
+    ]

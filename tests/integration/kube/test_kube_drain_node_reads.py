@@ -74,6 +74,26 @@ def test_later_polls_of_an_unchanged_node_read_a_fraction_of_its_bytes(
     assert all(size * 2 < whole for _, size in read[1:]), read
 
 
+def test_later_polls_list_a_fraction_of_the_pods_bytes(cluster: KubeCluster, server: KubeServer) -> None:
+    # Given a drain that has claimed its node
+    record = claimed(cluster)
+    step = evict(cluster)
+
+    # When it polls three times, its pods still there
+    listed = []
+    for second in (0, 1, 3):
+        server.reset_counters()
+        record = record.model_copy(update=dict(step(record, T0 + timedelta(seconds=second)).changes))
+        listed.append(
+            (server.counters().get(("list", "pods"), 0), server.bytes_sent().get(("list", "pods"), 0))
+        )
+
+    # Then each lists them once; the later ones their metadata only, less than what the first listed (the
+    # sandbox's pods are small: a real pod's spec and status are most of its bytes)
+    assert [requests for requests, _ in listed] == [1, 1, 1]
+    assert all(size * 10 < listed[0][1] * 9 for _, size in listed[1:]), listed
+
+
 def test_a_node_uncordoned_between_two_polls_is_read_whole_and_claimed_again(
     cluster: KubeCluster, server: KubeServer
 ) -> None:

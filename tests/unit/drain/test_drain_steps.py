@@ -136,6 +136,7 @@ class FakeCluster:
     shed: int = 0
     node_reads: list[str] = field(default_factory=list)  # the nodes read whole, in order
     metadata_reads: list[str] = field(default_factory=list)  # the nodes whose metadata only was read
+    metadata_lists: list[str] = field(default_factory=list)  # the nodes whose pods' metadata only was listed
     _read_at: dict[tuple[str, str], NodeInfo] = field(default_factory=dict)  # each node as read at a version
 
     def find_node(
@@ -251,6 +252,11 @@ class FakeCluster:
         if self.pods_refused is not None:
             raise Refused(self.pods_refused)
         return [p for p in self.pods if self.pod_nodes.get(p.name, NODE) == node]
+
+    def pod_metadata_on(self, node: str) -> list[PodInfo]:
+        # As the API server's PartialObjectMetadataList: the pods' metadata, not their spec (their grace)
+        self.metadata_lists.append(node)
+        return [pod.model_copy(update={"grace_period": None}) for pod in self.pods_on(node)]
 
     def evict(self, pod: PodInfo, grace_seconds: int) -> EvictionResult:
         self._answered(pod)

@@ -72,3 +72,37 @@ def test_a_node_gone_between_two_polls_is_known_gone_from_its_metadata_read() ->
     outcome = step(record, T0 + timedelta(seconds=1))
     assert outcome.changes["outcome"] == "node-gone"
     assert cluster.node_reads == [NODE]
+
+
+def test_later_polls_list_the_pods_metadata_only_with_the_graces_the_first_list_said() -> None:
+    # Given a drain waiting for a pod whose own grace is 45 s, under a grace cap of 60 s
+    cluster = cluster_with_a_slow_pod()
+    cluster.pods = [pod("web-1", grace_period=45)]
+    step = evict(cluster)
+    record = draining()
+
+    # When it polls three times, the pod's budget letting it go at the third
+    for second in (0, 1, 3):
+        if second == 3:
+            cluster.blocked.clear()
+        outcome = step(record, T0 + timedelta(seconds=second))
+        record = record.model_copy(update=dict(outcome.changes))
+
+    # Then it listed them whole once, then their metadata only; and the pod was evicted with its own grace
+    assert len(cluster.metadata_lists) == 2
+    assert cluster.evictions == [("web-1", 45)]
+
+
+def test_a_pod_new_on_the_node_has_the_pods_listed_whole_again() -> None:
+    # Given a drain that polled once
+    cluster = cluster_with_a_slow_pod()
+    step = evict(cluster)
+    first = step(draining(), T0)
+    record = draining().model_copy(update=dict(first.changes))
+
+    # When a pod the drain never listed is on the node (its grace unknown), and it polls
+    cluster.pods.append(pod("late", grace_period=20))
+    step(record, T0 + timedelta(seconds=1))
+
+    # Then it lists them whole again, and asks the new one with its own grace
+    assert ("late", 20) in cluster.evictions

@@ -50,6 +50,8 @@ MULTIPLE_BUDGETS = "more than one PodDisruptionBudget"
 # What a metadata-only client asks for one object (its metadata: name, uid, labels, annotations, version), else
 # the object whole from a server that cannot answer so
 METADATA_OBJECT = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+# The same for a list (see lists.py), with the same fallback
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 # Where each kubelet keeps its Lease, named after its node (the NodeLease feature: GA, and always on)
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 
@@ -266,6 +268,13 @@ class KubeCluster:
     # -- pods -------------------------------------------------------------------------------------------
 
     def pods_on(self, node: str) -> list[PodInfo]:
+        return self._pods_on(node, headers={})
+
+    def pod_metadata_on(self, node: str) -> list[PodInfo]:
+        # (a pod's spec and status are most of its bytes; its metadata says its owner, its deletion, a mirror)
+        return self._pods_on(node, headers={"Accept": METADATA_LIST})
+
+    def _pods_on(self, node: str, *, headers: dict[str, str]) -> list[PodInfo]:
         # A consistent read (no resourceVersion): whether the node is empty must not come from a cache
         # that may lag behind the evictions.
         pods: list[PodInfo] = []
@@ -276,6 +285,7 @@ class KubeCluster:
                     field_selector=f"spec.nodeName={node}",
                     limit=PAGE,
                     _continue=token,
+                    _headers=headers,
                     _preload_content=False,
                     _request_timeout=REQUEST_TIMEOUT,
                 )

@@ -8,6 +8,8 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
+from pydantic import ValidationError
+
 from nodecycle.domain.budget import SlotReason
 from nodecycle.domain.drain import pods as podfilter
 from nodecycle.domain.drain.common import (
@@ -70,6 +72,10 @@ POLLS = "polls"  # record.extra key: how often the drain has looked for its pods
 # record.extra key: the node as the drain's polls last read it whole (and found it the instance's, cordoned, this
 # lifecycle's). A poll reads the node's metadata only, and the whole node only when its version moved since.
 NODE_SEEN = "node_seen"
+# record.extra key: the grace period (spec.terminationGracePeriodSeconds) of each pod on the node by uid, as a poll
+# last listed them whole. Later polls list the pods' metadata only (their spec and status are most of their bytes),
+# and list them whole again only when a pod not known here is on the node.
+GRACES = "graces"
 
 
 def _poll_delay(polls: int, every: int) -> int:
@@ -244,7 +250,9 @@ class Evict:
             deadline = min(deadline + (now - record.drain_paused_at), _deadline_cap(record, policy))
             changes = {"drain_deadline": deadline, "drain_paused_at": None}
             log.info("the budget slot of node %s is back: the drain goes on until %s", node, deadline)
-        pods = self._cluster.pods_on(node)
+        pods, graces = self._pods_on(record, node)
+        if graces is not None:
+            record = record.model_copy(update={"extra": {**record.extra, GRACES: graces}})
         left = podfilter.remaining(pods)
         stuck, why = self._stuck(info, left, now)
         if len(stuck) == len(left):
@@ -279,8 +287,24 @@ class Evict:
             if version is None:
                 return None, False
             if version == (seen.get("uid"), seen.get("resource_version")):
-                return NodeInfo.model_validate(seen), False
+                try:
+                    return NodeInfo.model_validate(seen), False
+                except ValidationError:  # (kept by an older release, or unreadable: read whole)
+                    log.warning("node %s as last read is unreadable in the record: reading it whole", node)
         return self._cluster.get_node(node), True
+
+    def _pods_on(
+        self, record: LifecycleRecord, node: str
+    ) -> tuple[list[PodInfo], dict[str, int | None] | None]:
+        """The pods on the node, and their graces by uid when they were listed whole (None: by their metadata,
+        each pod's grace known from an earlier whole list)."""
+        graces = record.extra.get(GRACES)
+        if isinstance(graces, dict):
+            listed = self._cluster.pod_metadata_on(node)
+            if all(pod.uid in graces for pod in listed):
+                return [pod.model_copy(update={"grace_period": graces[pod.uid]}) for pod in listed], None
+        pods = self._cluster.pods_on(node)
+        return pods, {pod.uid: pod.grace_period for pod in pods}
 
     def _ask_to_leave(
         self,

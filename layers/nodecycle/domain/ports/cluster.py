@@ -177,6 +177,11 @@ class Cluster(Protocol):
         when the API server will not let them be listed (403: RBAC)."""
         ...
 
+    def pod_metadata_on(self, node: str) -> list[PodInfo]:
+        """The pods bound to one node as :meth:`pods_on` lists them, known by their metadata only (a fraction of
+        their bytes): their ``grace_period`` (spec) is None, unknown. Raises :class:`Refused` as :meth:`pods_on`."""
+        ...
+
     def evict(self, pod: PodInfo, grace_seconds: int) -> EvictionResult: ...
 
     def delete_pod(self, pod: PodInfo, grace_seconds: int) -> bool:
