@@ -94,6 +94,9 @@ class _PodCalls:
     def __init__(self, record: LifecycleRecord, metrics: Metrics) -> None:
         self._failed: list[str] = list(record.extra.get(FAILED_PODS) or [])  # oldest failure first
         self._metrics = metrics
+        # What a failure's Retry-After asked (a 429 of API Priority and Fairness, a 503 of a server going away):
+        # the server's state, not the pod's, so the pass stops there and the next one waits that long
+        self.retry_after: float | None = None
 
     def answers[T](
         self, pods: Iterable[PodInfo], call: Callable[[PodInfo], T]
@@ -112,6 +115,9 @@ class _PodCalls:
                 self._metrics.count("StepRetries", step=Step.EVICT.value)
                 self._failed = [*(uid for uid in self._failed if uid != pod.uid), pod.uid]
                 failures += 1
+                if error.retry_after is not None:
+                    self.retry_after = error.retry_after
+                    return
                 if failures == FAILURES_PER_PASS:
                     return
                 continue
@@ -407,6 +413,7 @@ class Evict:
         if evicted:
             self._metrics.count("PodsEvicted", evicted)
         # A pass counts even when calls of it failed: the drain's timeout then applies to the pods that never left
+        asked_wait = max(asked_wait, retry_after_wait(calls.retry_after, deadline - now))
         extra = calls.remembered({**record.extra, POLLS: polls + 1})
         if reported:
             extra[BLOCKED_REPORTED] = sorted(reported)
@@ -519,13 +526,17 @@ class Evict:
             return self._drained(record, now, "drain-timeout-forced-incomplete", **changes)
         # the pods not being deleted yet, and those someone else deletes with a longer grace than the force grace
         pods = [pod for pod in left if not pod.terminating]
-        extra = self._force(record, pods + podfilter.outlasting(left, policy.force_grace, now))
-        return Outcome.wait(policy.poll_seconds, forced_at=forced_at, extra=extra, **changes)
+        extra, retry_after = self._force(record, pods + podfilter.outlasting(left, policy.force_grace, now))
+        # (a server that said when to come back is asked no sooner, up to where the force grace's slack ends)
+        until = forced_at + timedelta(seconds=policy.force_grace) + FORCED_POD_SLACK - now
+        wait = max(policy.poll_seconds, retry_after_wait(retry_after, until))
+        return Outcome.wait(wait, forced_at=forced_at, extra=extra, **changes)
 
-    def _force(self, record: LifecycleRecord, pods: list[PodInfo]) -> dict[str, Any]:
-        """Delete the pods (the force policy); the record's extra after it. A delete the API server refuses is
-        that pod's answer: the others are deleted, it is asked again at every poll until the force grace and
-        its slack are over, and the eviction errors' alarm calls an operator."""
+    def _force(self, record: LifecycleRecord, pods: list[PodInfo]) -> tuple[dict[str, Any], float | None]:
+        """Delete the pods (the force policy); the record's extra after it, and the Retry-After a failed delete
+        asked for, if one did. A delete the API server refuses is that pod's answer: the others are deleted, it
+        is asked again at every poll until the force grace and its slack are over, and the eviction errors'
+        alarm calls an operator."""
         calls = _PodCalls(record, self._metrics)
         told = set(record.extra.get(DELETION_REFUSED) or [])
         before = len(told)
@@ -542,7 +553,7 @@ class Evict:
         extra = calls.remembered(record.extra)
         if told:
             extra[DELETION_REFUSED] = sorted(told)
-        return extra
+        return extra, calls.retry_after
 
     def _delete(self, pod: PodInfo) -> str | None:
         """Delete with the force grace; what the API server said if it refused."""
