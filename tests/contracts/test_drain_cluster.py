@@ -94,6 +94,10 @@ class Side(Protocol):
     def delete_by_someone(self, name: str, grace: int) -> None: ...
     def forbid(self, resource: str) -> None: ...
     def remove_namespace(self, namespace: str) -> None: ...
+    def start_deleting_namespace(self, namespace: str) -> None:
+        """The namespace is deleted, its controller not there yet: Terminating, its pods still running."""
+        ...
+
     def written(self) -> list[tuple[str, str | None, str, str, str]]:
         """The Events written: (subject, its uid, reason, type, message); a pod's subject is namespace/name."""
         ...
@@ -177,6 +181,10 @@ class FakeSide:
         self.fake.pods = [p for p in self.fake.pods if p.namespace != namespace]
         self.fake_events.gone_namespaces.add(namespace)
 
+    def start_deleting_namespace(self, namespace: str) -> None:
+        self.fake.ending_namespaces.add(namespace)
+        self.fake_events.gone_namespaces.add(namespace)
+
     def written(self) -> list[tuple[str, str | None, str, str, str]]:
         events = self.fake_events
         return [
@@ -258,6 +266,10 @@ class ServerSide:
 
     def remove_namespace(self, namespace: str) -> None:
         self.kube.delete_namespace(namespace)
+
+    def start_deleting_namespace(self, namespace: str) -> None:
+        self.kube.namespace_controller_lag_seconds = 3600
+        self.admin.delete_namespace(namespace)
 
     def written(self) -> list[tuple[str, str | None, str, str, str]]:
         found = []
@@ -656,3 +668,19 @@ def test_the_pods_metadata_are_the_pods_without_their_grace(side: Side) -> None:
     assert sorted(side.cluster.pod_metadata_on(NODE), key=lambda p: p.uid) == [
         p.model_copy(update={"grace_period": None}) for p in whole
     ]
+
+
+def test_an_eviction_in_a_namespace_being_deleted_is_its_own_answer_and_the_pod_stays(side: Side) -> None:
+    # Given a namespace being deleted, its pods not deleted yet
+    api = named(side, "api-1")
+    side.start_deleting_namespace("shop")
+
+    # When one of its pods is evicted, and an event is written on it
+    answer = side.cluster.evict(api, 30)
+    side.events.on_pod(api, "EvictionRefused", "not written", warning=True)
+
+    # Then the answer says its namespace is being deleted; the pod stays, not being deleted; no event is written
+    assert answer.kind is Eviction.NAMESPACE_TERMINATING
+    assert "being terminated" in answer.detail
+    assert named(side, "api-1").deletion_at is None
+    assert side.written() == []

@@ -117,6 +117,8 @@ class FakeCluster:
     budget_of: dict[str, str] = field(default_factory=dict)
     room: dict[str, int] = field(default_factory=dict)
     refused: dict[str, str] = field(default_factory=dict)  # pods the API server will not evict, and why
+    # Namespaces being deleted: the API server takes no eviction there (403, cause NamespaceTerminating)
+    ending_namespaces: set[str] = field(default_factory=set)
     undeletable: dict[str, str] = field(default_factory=dict)  # pods the API server will not delete, and why
     # Pods whose every eviction and deletion fails as the adapter fails one that timed out or got a 502-504:
     # with a TransientError, and why
@@ -266,6 +268,9 @@ class FakeCluster:
         if self.shed:
             self.shed -= 1
             return EvictionResult(Eviction.THROTTLED, "Too many requests, please try again later.")
+        if pod.namespace in self.ending_namespaces:
+            why = f"unable to create new content in namespace {pod.namespace} because it is being terminated"
+            return EvictionResult(Eviction.NAMESPACE_TERMINATING, f'pods "{pod.name}" is forbidden: {why}')
         if pod.name in self.refused:
             return EvictionResult(Eviction.REFUSED, self.refused[pod.name])
         # As the API server does: a pod already being deleted is evicted without consulting its budget; and the
