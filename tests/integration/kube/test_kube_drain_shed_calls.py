@@ -9,11 +9,12 @@ from nodecycle.adapters.kube.cluster_api import KubeCluster
 from nodecycle.domain.drain.evict import Evict
 from nodecycle_sandbox.faults import Fault
 from nodecycle_sandbox.kube import KubeServer
-from tests.integration.kube.test_kube_drain_steps import DEADLINE, INSTANCE, NODE, SEED, draining
+from tests.integration.kube import test_kube_drain_steps as drain_steps
+from tests.integration.kube.test_kube_drain_steps import DEADLINE, INSTANCE, NODE, draining
 from tests.support.fakes import FakeMetrics
 from tests.unit.drain.test_drain_steps import FakeEvents, FakeSlots, NoDns, policy, wakes_to_nowhere
 
-__all__ = ["SEED"]  # (the module's seed, as the fixtures read it)
+SEED = drain_steps.SEED
 
 
 def test_a_forced_delete_the_api_server_sheds_ends_the_pass_and_the_next_poll_waits_its_retry_after(

@@ -19,10 +19,10 @@ from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.nodes import NodeFinder
 from nodecycle_sandbox.aws.group import wait_for
 from nodecycle_sandbox.kube import KubeServer
+from tests.integration.kube import test_kube_drain_lost_kubelet as lost_kubelet
 from tests.integration.kube.test_kube_drain_lost_kubelet import (
     LOST,
     LOST_INSTANCE,
-    SEED,
     TIMEOUT,
     healthy,
     web_pods,
@@ -39,7 +39,7 @@ from tests.unit.drain.test_drain_steps import (
     wakes_to_nowhere,
 )
 
-__all__ = ["SEED"]  # (the module's seed, as the fixtures read it)
+SEED = lost_kubelet.SEED  # two nodes, two web pods on each, one unavailable allowed
 FORCE_GRACE = timedelta(seconds=5)  # the unit tests' policy
 
 

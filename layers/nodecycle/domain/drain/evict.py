@@ -356,8 +356,8 @@ class Evict:
                         pod.name,
                         result.detail,
                     )
-                elif pod.uid not in reported and told < TOLD_PER_PASS:  # told once per pod and drain: it is
-                    # retried at every poll
+                elif pod.uid not in reported and told < TOLD_PER_PASS:
+                    # told once per pod and drain (a few per pass): it is asked again at every poll
                     reported.add(pod.uid)
                     told += 1
                     self._tell(
