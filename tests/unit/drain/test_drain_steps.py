@@ -29,7 +29,7 @@ from nodecycle.domain.drain.cleanup import (
     Cleanup,
 )
 from nodecycle.domain.drain.cordon import CORDON_REFUSED, Cordon
-from nodecycle.domain.drain.evict import STUCK_PODS, Evict
+from nodecycle.domain.drain.evict import FORCED_POD_SLACK, STUCK_PODS, Evict
 from nodecycle.domain.drain.forget import ForgetNode
 from nodecycle.domain.engine import Dispatcher, StepHandler, advance
 from nodecycle.domain.errors import TransientError
@@ -133,6 +133,9 @@ class FakeCluster:
     leases: dict[str, datetime | None] = field(default_factory=dict)
     leases_refused: str | None = None  # why the API server refuses to read any Lease (a 403), if it does
     pods_refused: str | None = None  # why the API server refuses to list pods (a 403), if it does
+    # Why every list of pods fails as the adapter fails one that timed out or got a 5xx (a TransientError), if it
+    # does: an API server whose lists alone fail (an overloaded etcd range, a list shed by its priority level)
+    pods_failing: str | None = None
     # How many of the next evictions API Priority and Fairness sheds (429 without a budget: nothing is done),
     # whichever pod they are of
     shed: int = 0
@@ -253,6 +256,8 @@ class FakeCluster:
     def pods_on(self, node: str) -> list[PodInfo]:
         if self.pods_refused is not None:
             raise Refused(self.pods_refused)
+        if self.pods_failing is not None:
+            raise TransientError(f"listing the pods of node {node}: {self.pods_failing}")
         return [p for p in self.pods if self.pod_nodes.get(p.name, NODE) == node]
 
     def pod_metadata_on(self, node: str) -> list[PodInfo]:
@@ -1505,6 +1510,42 @@ def test_a_forced_delete_that_keeps_failing_transiently_ends_the_drain_after_the
     # and the failing pod holds the drain no longer than the force grace and its slack
     done = step(record, late + timedelta(seconds=66))
     assert done.changes["outcome"] == "drain-timeout-forced-incomplete"
+
+
+@pytest.mark.parametrize("timeout_policy", ["force", "continue"])
+def test_a_drain_whose_pods_cannot_be_listed_past_its_timeout_holds_its_slot_no_longer_than_the_policy_allows(
+    timeout_policy: str,
+) -> None:
+    # Given a drain past its timeout whose every list of pods fails transiently (a read timeout, a 503 on lists
+    # only), the node still readable and its slot still renewable
+    late = T0 + timedelta(seconds=600)
+    cluster = FakeCluster(nodes={NODE: node()}, pods=[pod("db-0")], pods_failing="HTTP 503", now=late)
+    slots = FakeSlots(holders={NODE})
+    step = evict(cluster, slots, timeout_policy=timeout_policy)
+
+    # When the step runs every 5 s past the timeout (as it is retried, or polls), until it ends the drain
+    record, outcome, renewed_at = polled(), None, []
+    for seconds in range(0, 600, 5):
+        now, asked = late + timedelta(seconds=seconds), len(slots.requests)
+        try:
+            outcome = step(record, now)
+        except TransientError:  # (retried by the engine, as before)
+            outcome = None
+        renewed_at += [now] * (len(slots.requests) - asked)
+        if outcome is not None:
+            record = record.model_copy(update=dict(outcome.changes))
+            if not outcome.again:
+                break
+
+    # Then the timeout policy ends the drain without its pods' list, the force policy after its grace and slack
+    # (what it could not delete it could not list either), so the slot is renewed no longer than invariant 10
+    # allows: not at every retry until the action's global timeout
+    assert outcome is not None
+    assert not outcome.again
+    assert outcome.changes["outcome"] == "drain-timeout-unlisted"
+    bound = late + (timedelta(seconds=5) + FORCED_POD_SLACK if timeout_policy == "force" else timedelta(0))
+    assert renewed_at
+    assert max(renewed_at) <= bound + timedelta(seconds=5)
 
 
 def test_a_forced_delete_the_api_server_refuses_does_not_stop_the_others_being_deleted() -> None:

@@ -256,7 +256,12 @@ class Evict:
             deadline = min(deadline + (now - record.drain_paused_at), _deadline_cap(record, policy))
             changes = {"drain_deadline": deadline, "drain_paused_at": None}
             log.info("the budget slot of node %s is back: the drain goes on until %s", node, deadline)
-        pods, graces = self._pods_on(record, node)
+        try:
+            pods, graces = self._pods_on(record, node)
+        except TransientError as error:
+            if now < deadline:
+                raise  # (retried by the engine: the drain's timeout still ahead)
+            return self._timed_out_unlisted(record, now, error, **changes)
         if graces is not None:
             record = record.model_copy(update={"extra": {**record.extra, GRACES: graces}})
         left = podfilter.remaining(pods)
@@ -531,6 +536,32 @@ class Evict:
         until = forced_at + timedelta(seconds=policy.force_grace) + FORCED_POD_SLACK - now
         wait = max(policy.poll_seconds, retry_after_wait(retry_after, until))
         return Outcome.wait(wait, forced_at=forced_at, extra=extra, **changes)
+
+    def _timed_out_unlisted(
+        self, record: LifecycleRecord, now: datetime, error: TransientError, **changes: Any
+    ) -> Outcome:
+        """The drain's timeout is over and its pods cannot be listed (an API server whose lists alone time out
+        or fail: an overloaded etcd, lists shed by their priority level). Retried as any transient failure,
+        each retry renewing the slot, it would hold that slot until the action's global timeout: the timeout
+        policy acts on what can be known instead. Continue ends the drain now; force waits its grace and slack
+        for a list that would let it delete the pods, as it waits for pods it deleted, then ends it too."""
+        policy = self._policy
+        forced_at = record.forced_at or now
+        if record.forced_at is None:
+            log.warning("drain timeout on node %s, whose pods cannot be listed: %s", record.node, error)
+            self._metrics.count("DrainTimeouts")
+            self._events.on_node(
+                _known(record.node, "node"),
+                record.node_uid,
+                "DrainTimeout",
+                f"Drain timed out; its pods could not be listed ({error}): timeout policy {policy.on_timeout}",
+                warning=True,
+            )
+        ends = forced_at + timedelta(seconds=policy.force_grace) + FORCED_POD_SLACK
+        if policy.on_timeout is TimeoutPolicy.CONTINUE or now > ends:
+            log.error("the pods of node %s cannot be listed past the drain's timeout: going on", record.node)
+            return self._drained(record, now, "drain-timeout-unlisted", **changes)
+        return Outcome.wait(policy.poll_seconds, forced_at=forced_at, **changes)
 
     def _force(self, record: LifecycleRecord, pods: list[PodInfo]) -> tuple[dict[str, Any], float | None]:
         """Delete the pods (the force policy); the record's extra after it, and the Retry-After a failed delete
