@@ -91,6 +91,7 @@ def show_budget(args: argparse.Namespace) -> int:
 def release_slot(args: argparse.Namespace) -> int:
     from nodecycle.adapters.kube.budget import BudgetContention
     from nodecycle.domain.budget.rules import force_release
+    from nodecycle.domain.errors import TransientError
 
     store = _store(args)
     with _readable(store):
@@ -149,6 +150,10 @@ def release_slot(args: argparse.Namespace) -> int:
         except BudgetContention as error:
             # each write lost to another writer (drains renewing, waiters queueing): none of them was applied
             raise CommandError(f"{error}: nothing released; run the command again") from None
+        except TransientError as error:
+            # The write's answer was lost (a timeout, a connection closed): it may have landed. What the budget
+            # holds now says what is true, not the error
+            return _released_or_not(store, holder, error)
     if removed is None:
         print(
             f"The slot of {args.node} changed meanwhile (released, or taken by another lifecycle): nothing released."
@@ -160,6 +165,27 @@ def release_slot(args: argparse.Namespace) -> int:
         f"lifecycle {removed.record_id}, held for {held}.\n"
         "Waiting nodes take it at their next retry. If that drain is still running, it takes a slot again at "
         "its next step when there is room, and otherwise pauses until there is."
+    )
+    return 0
+
+
+def _released_or_not(store: ConfigMapBudgetStore, holder: Holder, error: Exception) -> int:
+    """After a release whose answer was lost: whether the lifecycle confirmed still holds the node's slot."""
+    from nodecycle.domain.errors import TransientError
+
+    try:
+        doc = store.read()
+    except TransientError as again:
+        raise CommandError(
+            f"{error}; the budget cannot be read to know whether the slot of {holder.node} was released ({again}):"
+            " look with nodecycle budget show before running the command again"
+        ) from None
+    still = None if doc is None else doc.holder(holder.node)
+    if still is not None and still.record_id == holder.record_id:
+        raise CommandError(f"{error}: nothing released; run the command again") from None
+    print(
+        f"The answer to the release was lost ({error}), but the slot of {holder.node} is no longer held by lifecycle "
+        f"{holder.record_id}: released (by this command, or meanwhile by that lifecycle or another)."
     )
     return 0
 

@@ -23,10 +23,15 @@ def api_client(args: argparse.Namespace) -> ApiClient:
     """An ``ApiClient`` of the kubeconfig's context; no kubeconfig raises ConfigException (one line)."""
     from kubernetes import client, config
 
+    from nodecycle.adapters.kube.eks_access import CLIENT_RETRIES
+
     configuration = client.Configuration()
     # The client reads $KUBECONFIG once, when it is imported: read it now (a list of paths is merged).
     files = args.kubeconfig or os.environ.get("KUBECONFIG") or None
     config.load_kube_config(config_file=files, context=args.context, client_configuration=configuration)
+    # As the functions' client: urllib3's default sends a PUT whose answer was lost again, which then meets the
+    # conflict of its own first write, and a release that landed would be reported as nothing released
+    configuration.retries = CLIENT_RETRIES
     return client.ApiClient(configuration)
 
 
