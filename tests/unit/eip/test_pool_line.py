@@ -451,8 +451,8 @@ def test_a_launch_behind_one_whose_instance_was_terminated_in_line_takes_an_addr
     ec2: FakeAddresses, lines: FakeLines, wiring: Wiring
 ) -> None:
     # Given the pool's one address on an old instance, a launch that found the pool empty at T0 and whose
-    # instance is terminated while it waits (its lifecycle goes on looking until its wait ends), and a launch
-    # in line behind it
+    # instance is terminated while it waits (its lifecycle ends at its next look), and a launch in line behind
+    # it
     ec2.add(pool=POOL, on=ec2.launch("i-old"))
     assign = step(ec2, wiring, FakeMetrics())
     records = {
@@ -484,7 +484,7 @@ def test_a_launch_behind_one_whose_instance_was_terminated_in_line_takes_an_addr
     taken, outcome = ended["i-live"]
     assert went_on(outcome)
     assert taken - given_back <= timedelta(seconds=FIRST_IN_LINE_DELAY), taken - T0
-    assert ended["i-gone"][1].changes["outcome"] == "eip-failed: instance is terminated"
+    assert ended["i-gone"][1].changes["outcome"] == "instance-gone"
     assert lines.waiting() == []
 
 

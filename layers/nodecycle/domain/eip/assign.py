@@ -32,6 +32,7 @@ from nodecycle.domain.eip import SCRATCH, release_unassociated, without_scratch
 from nodecycle.domain.eip.line import AddressLines, Line, PoolLine, Waiter, ahead_of, line_key
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.errors import TransientError
+from nodecycle.domain.flow import after_completion
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.policy import ActionResult, EipFailurePolicy, EipMode, EipPolicy
 from nodecycle.domain.ports.addresses import (
@@ -111,6 +112,10 @@ class AssignAddress:
                 return Outcome.next(extra=without_scratch(record))
             if "verify" in scratch:
                 return self._confirm(record, scratch, scratch["verify"]["allocation_id"], None)
+            if scratch.get("exhausted_since"):
+                gone = self._gone_while_waiting(record.instance_id)
+                if gone is not None:
+                    return self._instance_gone(record, gone)
             if self._mode is EipMode.POOL:
                 return self._claim(record, scratch, now)
             return self._allocate(record, scratch, now)
@@ -338,6 +343,33 @@ class AssignAddress:
             log.warning("could not take %d launch(es) over out of the line: %s", len(over), error)
             return line
         return dropped if dropped is not None else line
+
+    def _gone_while_waiting(self, instance: str) -> str | None:
+        """The state of a waiting launch's instance, when it is gone (shutting down or terminated: an operator,
+        a scale-in of an instance not yet in service); None otherwise, or when EC2 does not tell now (the look
+        goes on as before: not knowing is no reason to fail it). One DescribeInstances per look of a launch in
+        line, 15 to 60 s apart."""
+        try:
+            state = self._addresses.instance_states([instance]).get(instance)
+        except (AddressRefused, TransientError) as error:
+            log.info("could not tell whether instance %s is still there: %s", instance, error)
+            return None
+        return state if state in GONE_STATES else None
+
+    def _instance_gone(self, record: LifecycleRecord, state: str) -> Outcome:
+        """A launch waiting for an address whose instance went meanwhile: its action went with it (Auto Scaling
+        ends the launch action of an instance it terminates), and nothing is to be had for it. It leaves the
+        line and its lifecycle ends past its completion, at once: looking on until its wait ended would count an
+        EIP failure (the EipFailures alarm) for an address no one needs, and a heartbeat due meanwhile would find
+        the action gone and count it expired (the expired-actions alarm); its completion, too, would heartbeat
+        first when one is due. Not counted as an EIP failure: no address was missing for a live instance."""
+        self._leave_line(record, record.updated_at)
+        log.warning(
+            "instance %s is %s while its launch waits for an Elastic IP: the launch ends without one",
+            record.instance_id,
+            state,
+        )
+        return Outcome.goto(after_completion(record), outcome="instance-gone", extra=without_scratch(record))
 
     def _leave_line(self, record: LifecycleRecord, now: datetime) -> None:
         """Out of the pool's line, if it joined it: it holds its address, or gives up. A failure to write is
