@@ -7,10 +7,17 @@ from nodecycle.domain.ports.cluster import Cluster, NodeInfo
 from nodecycle.domain.ports.instances import Instances
 
 PRIVATE_DNS = "private_dns"  # record.extra key: the instance's private DNS name, looked up once
+# record.extra key: the name of the instance's node when it is not the instance's private DNS name (a hostname
+# override, a custom AMI's naming), as a scan of every node found it by its provider id. Looked up by that name
+# from then on (one GET), rather than found again only by the next scan: the readiness gate scans once in a few
+# polls, so a node found not Ready yet would open the gate only at the next scan, half a minute on, whatever
+# the size of the cluster listed again meanwhile.
+NODE_NAME = "node_name"
 
 
 class NodeFinder:
-    """Finds the node of an instance, remembering the instance's DNS name in the record."""
+    """Finds the node of an instance, remembering the instance's DNS name (and the node's own name, when it is
+    not that) in the record."""
 
     def __init__(self, cluster: Cluster, instances: Instances) -> None:
         self._cluster = cluster
@@ -20,10 +27,20 @@ class NodeFinder:
         self, record: LifecycleRecord, *, scan: bool = True
     ) -> tuple[NodeInfo | None, dict[str, object]]:
         extra: dict[str, object] = dict(record.extra)
+        named = extra.get(NODE_NAME)
+        if isinstance(named, str):
+            node = self._cluster.get_node(named)
+            if node is not None and node.instance_id == record.instance_id:
+                return node, extra
+            # deleted since (a node that registers again may do so under another name), or that name is another
+            # instance's node now: looked for afresh
+            del extra[NODE_NAME]
         if not extra.get(PRIVATE_DNS):
             # Asked again while unknown: right after RunInstances, EC2 may not describe the instance yet
             # (eventual consistency), and without its name the node is found only by listing every node.
             extra[PRIVATE_DNS] = self._instances.private_dns_name(record.instance_id)
         dns = extra[PRIVATE_DNS]
         node = self._cluster.find_node(record.instance_id, dns if isinstance(dns, str) else None, scan=scan)
+        if node is not None and node.name != dns and node.instance_id == record.instance_id:
+            extra[NODE_NAME] = node.name
         return node, extra
