@@ -152,7 +152,7 @@ def adding(node: str, result: Any = None) -> Callable[[BudgetDocument | None], t
 
 def test_the_shipped_budget_is_empty_and_an_update_writes_it(side: Side) -> None:
     store = side.writer()
-    assert store.read() == BudgetDocument()
+    assert store.read() == BudgetDocument(unwritten=True)  # never written: seeded at its first write
 
     assert store.update(adding("n1", "granted")) == "granted"
 
@@ -214,6 +214,31 @@ def test_a_budget_not_installed_reads_as_none_and_is_never_created(side: Side) -
     assert side.writer().read() is None
 
 
+def test_a_budget_created_again_after_a_deletion_reads_as_never_written_as_shipped(side: Side) -> None:
+    # Given a budget written to (its document stored)
+    store = side.writer()
+    store.update(adding("n1"))
+    written = store.read()
+    assert written is not None
+    assert not written.unwritten
+
+    # When it is deleted and created again as shipped (kubectl delete; kubectl apply -f deploy/rbac.yaml)
+    side.uninstall()
+    assert store.read() is None
+    side.reinstall()
+
+    # Then it reads as an empty budget never written, which the budget's first write seeds from the nodes
+    assert side.writer().read() == BudgetDocument(unwritten=True)
+    # and the flag is never stored: once written, it reads as written
+    store.update(lambda doc: (doc, None))  # nothing to write: left as it is
+    assert side.writer().read() == BudgetDocument(unwritten=True)
+    store.update(adding("n2"))
+    again = side.writer().read()
+    assert again is not None
+    assert not again.unwritten
+    assert [r.node for r in again.released] == ["n2"]
+
+
 def test_a_budget_deleted_between_read_and_write_is_read_again_and_found_missing(side: Side) -> None:
     store = side.writer()
     seen: list[BudgetDocument | None] = []
@@ -226,7 +251,7 @@ def test_a_budget_deleted_between_read_and_write_is_read_again_and_found_missing
 
     with pytest.raises(BudgetNotInstalled):
         store.update(mutate)
-    assert seen == [BudgetDocument(), None]
+    assert seen == [BudgetDocument(unwritten=True), None]
 
 
 def test_a_document_past_the_api_servers_1_mib_is_refused_and_nothing_written(side: Side) -> None:

@@ -7,7 +7,7 @@ from datetime import timedelta
 from functools import cache
 
 from nodecycle.adapters.aws.instances import Ec2Instances
-from nodecycle.adapters.kube.budget import ConfigMapBudgetStore, KubeNodeInventory
+from nodecycle.adapters.kube.budget import ConfigMapBudgetStore, KubeDrainsInProgress, KubeNodeInventory
 from nodecycle.adapters.kube.cluster_api import KubeCluster
 from nodecycle.adapters.kube.core_v1 import CoreV1
 from nodecycle.adapters.kube.eks_access import EksCluster
@@ -88,6 +88,7 @@ def budget(config: Budget, ports: Common) -> DisruptionBudget:
         holder_ttl=timedelta(seconds=config.budget_holder_ttl_seconds),
         count_unavailable=config.budget_count_unavailable,
         owner=ports.settings.owner_id,
+        drains=KubeDrainsInProgress(core_api),
     )
 
 

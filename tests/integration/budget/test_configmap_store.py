@@ -46,7 +46,7 @@ def written(store: ConfigMapBudgetStore) -> list[str]:
 def test_the_shipped_config_map_is_an_empty_budget_that_keeps_its_labels(core: client.CoreV1Api) -> None:
     # Given the empty ConfigMap deploy/rbac.yaml ships
     store = ConfigMapBudgetStore(lambda: core, NAMESPACE)
-    assert store.read() == BudgetDocument()
+    assert store.read() == BudgetDocument(unwritten=True)  # never written: seeded at its first write
 
     # When the drain function writes the budget into it
     store.update(lambda doc: (with_entry(doc, "n1"), None))
@@ -94,7 +94,7 @@ def test_a_config_map_deleted_between_read_and_write_is_read_again_and_reported_
     # When it writes, Then the 404 makes it read again, and what it finds is no budget at all
     with pytest.raises(BudgetNotInstalled):
         store.update(mutate)
-    assert seen == [BudgetDocument(), None]
+    assert seen == [BudgetDocument(unwritten=True), None]
 
 
 def test_a_replace_with_a_stale_resource_version_is_retried_on_the_new_document(
@@ -156,7 +156,7 @@ def test_what_others_added_to_the_config_map_survives_a_write(
     store = ConfigMapBudgetStore(lambda: core, NAMESPACE)
 
     # When nodecycle reads it (an empty budget) and writes its document
-    assert store.read() == BudgetDocument()
+    assert store.read() == BudgetDocument(unwritten=True)  # never written: seeded at its first write
     store.update(lambda doc: (with_entry(doc, "n1"), None))
 
     # Then the label, the annotation and the other key are still there

@@ -69,10 +69,10 @@ class MemoryBudgetStore:
     """
 
     def __init__(self, max_attempts: int = 5) -> None:
-        # As the cluster holds it: the ConfigMap is shipped, empty, with the RBAC (an empty budget). Not
-        # installed (``text`` None), it reads as nothing, and a write fails as the adapter's does: nodecycle
-        # may not create it.
-        self.text: str | None = BudgetDocument().to_json()
+        # As the cluster holds it: the ConfigMap is shipped, empty, with the RBAC (an empty budget never
+        # written: ``text`` ""). Not installed (``text`` None), it reads as nothing, and a write fails as the
+        # adapter's does: nodecycle may not create it.
+        self.text: str | None = ""
         self.version = 0
         self.max_attempts = max_attempts
         self.conflicts_seen = 0
@@ -82,7 +82,9 @@ class MemoryBudgetStore:
         self._lose_answer = False
 
     def read(self) -> BudgetDocument | None:
-        return None if self.text is None else BudgetDocument.from_json(self.text)
+        if self.text is None:
+            return None
+        return BudgetDocument.from_json(self.text) if self.text else BudgetDocument(unwritten=True)
 
     def uninstall(self) -> None:
         """The ConfigMap deleted (by a person, a GitOps tool): an update that read it before loses its write
@@ -93,7 +95,7 @@ class MemoryBudgetStore:
     def reinstall(self) -> None:
         """The ConfigMap created again as shipped (empty), after :meth:`uninstall`: a new object, whose
         version no update that read the old one has."""
-        self.text = BudgetDocument().to_json()
+        self.text = ""
         self.version += 1
 
     def lose_answer(self, lose: bool = True) -> None:

@@ -12,14 +12,16 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from nodecycle.adapters.kube.cluster_api import node_info
 from nodecycle.adapters.kube.errors import forbidden_refused, kube_errors
 from nodecycle.adapters.kube.lists import pages
 from nodecycle.domain.budget import BudgetDocument, NodeState
+from nodecycle.domain.budget.seed import DrainInProgress
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.ports.cluster import ZONE_LABEL
 
@@ -217,6 +219,49 @@ class KubeNodeInventory:
         return [read(item) for item in found]
 
 
+class KubeDrainsInProgress:
+    """The drains in progress the nodes show, for a budget document never written (see
+    :mod:`nodecycle.domain.budget.seed`): every node's metadata (its annotations and zone label), one paged
+    list from the API server's watch cache, with no label selector (a holder counts in every stack's view,
+    in its scope or not). Listed only when the budget's ConfigMap holds no document."""
+
+    def __init__(self, core_v1_api_factory: CoreV1Factory) -> None:
+        self._api = core_v1_api_factory
+
+    def drains_in_progress(self) -> list[DrainInProgress]:
+        with forbidden_refused():  # a role without list on nodes, as a read's
+            found = pages(
+                self._api().list_node,
+                "listing nodes for the drains in progress",
+                metadata_only=True,
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+            drains = [drain for drain in map(_drain_in_progress, found) if drain is not None]
+        return drains
+
+
+def _drain_in_progress(item: dict[str, Any]) -> DrainInProgress | None:
+    """The drain the node's owner and in-progress annotations name; None for none (or one no stack owns, left
+    to be adopted; or an annotation unreadable, which no lifecycle can renew)."""
+    node = node_info(item)
+    progress = node.progress()
+    if node.owner is None or node.lifecycle is None:
+        return None
+    try:
+        started = datetime.fromisoformat(str(progress.get("started")))
+    except ValueError:
+        started = None
+    return DrainInProgress(
+        node=node.name,
+        zone=node.zone,
+        owner=node.owner,
+        instance_id=str(progress["instance"]),
+        record_id=node.lifecycle,
+        token=str(progress["token"]),
+        started=started if started is not None and started.tzinfo is not None else None,
+    )
+
+
 def _node_metadata(node: dict[str, Any]) -> NodeState:
     """A node known by its metadata only: counted, never counted as unavailable. (Whether its instance is
     stopped is in its taints, which metadata does not carry: counted in scope all the same.)"""
@@ -251,5 +296,6 @@ def _message(error: ApiException) -> str:
 
 def _document(config_map: Any) -> BudgetDocument:
     text = (config_map.data or {}).get(DATA_KEY)
-    # an empty ConfigMap (made by hand, or by a GitOps tool to own its namespace) is an empty budget
-    return BudgetDocument() if not text else BudgetDocument.from_json(text)
+    # An empty ConfigMap (as shipped; made by hand, or by a GitOps tool to own its namespace; created again after
+    # a deletion) is an empty budget, never written: its first write seeds it (see DisruptionBudget)
+    return BudgetDocument(unwritten=True) if not text else BudgetDocument.from_json(text)

@@ -159,6 +159,10 @@ class BudgetDocument(_Model):
     waiters: tuple[Waiter, ...] = ()
     released: tuple[Released, ...] = ()
     limits: dict[str, OwnerLimits] = Field(default_factory=dict)
+    # Read from a ConfigMap that holds no document (never written: its first use, or deleted and created again
+    # empty mid-refresh, its holders forgotten while their drains go on). Never stored: a store sets it, and the
+    # budget's first write seeds such a document with the drains in progress its nodes show (see :mod:`.seed`).
+    unwritten: bool = Field(default=False, exclude=True)
 
     def entries(self) -> tuple[Holder | Waiter, ...]:
         return (*self.holders, *self.waiters)

@@ -15,6 +15,7 @@ from nodecycle.domain.budget import rules
 from nodecycle.domain.budget.document import BudgetDocument, Holder, OwnerLimits, Waiter
 from nodecycle.domain.budget.limits import BudgetLimits, Decisive, NodeState, owner_limits
 from nodecycle.domain.budget.requests import SlotDecision, SlotReason, SlotRequest
+from nodecycle.domain.budget.seed import DrainsInProgress, seeded
 from nodecycle.domain.budget.view import BudgetView, view_of
 from nodecycle.domain.ports.budget import BudgetStore, NodeInventory
 from nodecycle.domain.ports.runtime import Clock, Metrics
@@ -75,8 +76,12 @@ class DisruptionBudget:
         holder_ttl: timedelta,
         count_unavailable: bool,
         owner: str,
+        drains: DrainsInProgress | None = None,
     ) -> None:
+        """``drains``: where a document never written is seeded from (see :mod:`.seed`); None: not seeded (a
+        store that never loses its document)."""
         self._store = store
+        self._drains = drains
         self._nodes = nodes
         self._clock = clock
         self._metrics = metrics
@@ -495,6 +500,9 @@ class DisruptionBudget:
         def counted(current: BudgetDocument | None) -> tuple[BudgetDocument | None, _Written[T]]:
             nonlocal attempts
             attempts += 1
+            if current is not None and current.unwritten:
+                # (the store writes the seed, whatever ``mutate`` decides: it differs from what it read)
+                current = self._seeded(current)
             doc, result = mutate(current)
             return doc, _Written(result, None if doc is current or doc is None else len(doc.holders))
 
@@ -506,6 +514,29 @@ class DisruptionBudget:
         if written.holders is not None:
             self._metrics.count("BudgetHolders", written.holders)
         return written.result
+
+    def _seeded(self, doc: BudgetDocument) -> BudgetDocument:
+        """A document never written (the ConfigMap's first use, or created again after a deletion) with the
+        drains in progress its nodes show as holders (see :mod:`.seed`): one list of the nodes, only then. A
+        list that fails fails the write (the step is retried): a decision on a document that forgets drains
+        in progress may grant past the limits."""
+        if self._drains is None:
+            return doc
+        drains = self._drains.drains_in_progress()
+        seed, holders = seeded(doc, drains, now=self._clock.now(), ttl=self._ttl)
+        if len(holders) < len({d.node for d in drains} - {e.node for e in doc.entries()}):
+            log.error(
+                "the budget document would pass its size bound with every drain in progress: %d of %d seeded",
+                len(holders),
+                len(drains),
+            )
+        log.warning(
+            "the budget ConfigMap holds no document (its first use, or it was deleted and created again): "
+            "seeded with the %d drains in progress its nodes show%s",
+            len(holders),
+            "".join(f"\n  {h.node}: {h.owner}, record {h.record_id}" for h in holders[:20]),
+        )
+        return seed
 
 
 def _back_in_line(
