@@ -10,11 +10,17 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
+import pytest
 from kubernetes import client
 
-from nodecycle.adapters.kube.budget import ConfigMapBudgetStore, KubeDrainsInProgress, KubeNodeInventory
+from nodecycle.adapters.kube.budget import (
+    BudgetNotInstalled,
+    ConfigMapBudgetStore,
+    KubeDrainsInProgress,
+    KubeNodeInventory,
+)
 from nodecycle.adapters.kube.cluster_api import KubeCluster
-from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotReason, SlotRequest
+from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotReason, SlotRequest, Verdict
 from nodecycle.domain.model import Transition, record_id
 from nodecycle.domain.policy import Quantity
 from nodecycle.domain.ports.cluster import Claim
@@ -151,4 +157,16 @@ def test_another_stacks_drain_in_progress_is_counted_in_its_zone_by_the_first_st
     assert green.renew(request(0, "green")).reason is SlotReason.HELD
     held = {h.node: h.owner for h in blue.snapshot().holders}
     assert held == {node_name(0): "green", node_name(1): "blue", node_name(5): "blue"}
+    api.api_client.close()
+
+
+def test_a_sweep_while_the_configmap_is_deleted_fails_naming_it(server: KubeServer) -> None:
+    add_nodes(server, 3)
+    api = core_api(server)
+    blue = budget_of(api, FakeClock(), "blue")
+    assert blue.acquire(request(0)).granted
+    admin_api(server).delete_namespaced_config_map("nodecycle-budget", NAMESPACE)
+
+    with pytest.raises(BudgetNotInstalled, match="nodecycle/nodecycle-budget does not exist"):
+        blue.sweep(stale=lambda entries: Verdict())
     api.api_client.close()

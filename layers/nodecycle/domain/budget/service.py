@@ -211,7 +211,12 @@ class DisruptionBudget:
         left unjudged and that are still as they were then (one that renewed its place since asked meanwhile:
         its lifecycle is alive): the room goes past them to the next, and they keep their places in line for
         their own asks or the next sweep's judgement. Those are waiters whose lifecycle was not among the open
-        ones the sweep listed: a lifecycle that is over, most likely, or one that began during the sweep."""
+        ones the sweep listed: a lifecycle that is over, most likely, or one that began during the sweep.
+
+        A document that is not there at all (its ConfigMap deleted) fails the sweep through the store (the
+        Kubernetes store's ``BudgetNotInstalled``: the ConfigMap and the fix); one never written (created
+        again empty) is seeded first, as at any write, and the seeded holders of this owner judged with the
+        others (a stale annotation's, whose lifecycle is over or whose instance is gone, swept at once)."""
         nodes = self._scope()
         doomed: list[Holder | Waiter] | None = None
         unjudged: list[Waiter] = []
@@ -219,7 +224,10 @@ class DisruptionBudget:
         def mutate(current: BudgetDocument | None) -> tuple[BudgetDocument | None, SweepResult]:
             nonlocal doomed
             if current is None:
-                return current, SweepResult()
+                # No document at all (its ConfigMap deleted, not created again): nothing to sweep, and every drain's
+                # ask fails meanwhile. Told, not passed over in silence: the empty document's write is one the
+                # store never makes (it does not create the document), and fails naming the document and the fix.
+                return BudgetDocument(), SweepResult()
             now = self._clock.now()
             if doomed is None:
                 live = [e for e in current.entries() if e.owner == self._owner and not e.expired(now)]
