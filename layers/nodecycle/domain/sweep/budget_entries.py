@@ -37,7 +37,9 @@ class StaleBudgetEntries:
         self._waker = waker
 
     def __call__(self, open_records: Sequence[LifecycleRecord], now: datetime, time: SweepTime) -> Counts:
-        open_ids = {record.id for record in open_records}
+        # (the token each is open under: a record of a disruption starts over under another token, and an entry
+        # of the lifecycle before, whose release was lost, is of a lifecycle that is over)
+        open_ids = {record.id: record.token for record in open_records}
         unread: list[str] = []
         unasked: list[str] = []  # what could not be asked: the nodes' list, EC2
         unjudged = 0
@@ -62,8 +64,8 @@ class StaleBudgetEntries:
                     alive is not None and entry.instance_id not in alive
                 ):
                     doomed.add(entry.record_id)  # (no record read needed)
-                elif entry.record_id in open_ids:
-                    continue
+                elif entry.record_id in open_ids and entry.token in (None, open_ids[entry.record_id]):
+                    continue  # (an entry of no token: written before entries carried one, not told apart)
                 elif not time.enough():
                     unjudged += 1
                     unsure.add(entry.record_id)
@@ -115,11 +117,17 @@ class StaleBudgetEntries:
             return None
 
     def _over(self, entry: Holder | Waiter, unread: list[str]) -> bool:
-        """Whether the entry's lifecycle is over. One record DynamoDB will not read (throttled past the
+        """Whether the entry's lifecycle is over: its record finished or gone, or started over under another
+        token (the entry's lifecycle is done with, its release lost). One record DynamoDB will not read (throttled past the
         client's retries) keeps its entry, which may be live, and must not keep the others from the sweep:
         noted in ``unread``, and the part fails once the budget is swept."""
         try:
-            return lifecycle_over(self._records, entry.record_id)
+            if entry.token is None:
+                return lifecycle_over(self._records, entry.record_id)
+            # Read consistently: the open records are a snapshot from an index that lags, and one that started
+            # over since may be the entry's own lifecycle
+            record = self._records.get(entry.record_id)
+            return record is None or record.finished or record.token != entry.token
         except Exception:
             log.exception(
                 "could not read lifecycle %s of the budget entry of %s: kept", entry.record_id, entry.node
