@@ -188,3 +188,25 @@ def test_the_seed_leaves_a_node_the_document_names_already() -> None:
     seed, holders = seeded(doc, [drain("n1"), drain("n2")], now=START, ttl=TTL)
     assert [h.node for h in holders] == ["n2"]
     assert [h.node for h in seed.holders] == ["n1", "n2"]
+
+
+def test_two_writers_that_find_the_document_unwritten_at_once_seed_it_once() -> None:
+    # Given the ConfigMap created again, and two containers asking at once: green writes between blue's read and
+    # its write
+    store, clock = MemoryBudgetStore(), FakeClock()
+    drains = FakeDrains(drain("n1"), drain("n2", zone="b", owner="green"))
+    blue = budget(store, clock, drains, total="4", per_zone="4")
+    green = budget(store, clock, drains, owner="green", total="4", per_zone="4")
+    recreated(store)
+    store.interleave(lambda: green.acquire(request("n4", "c", "green")))
+
+    # When blue asks
+    assert blue.acquire(request("n3")).granted
+
+    # Then its write lost the race, read green's seeded document again and listed nothing more: each drain in
+    # progress is held once, beside the two grants
+    assert store.conflicts_seen == 1
+    assert drains.calls == 2  # blue's first read, green's: none on the retry
+    stored = store.read()
+    assert stored is not None
+    assert sorted(h.node for h in stored.holders) == ["n1", "n2", "n3", "n4"]
