@@ -120,6 +120,9 @@ class _Autoscaling:
                 raise TransientError("Throttling: Rate exceeded")
         return True
 
+    def confirm(self, action: ActionRef) -> bool:
+        return self.heartbeat(action)  # (a waiter's action was confirmed before its first disruptive step)
+
     def complete(self, action: ActionRef, result: ActionResult) -> bool:
         raise AssertionError("a waiter completes nothing")
 

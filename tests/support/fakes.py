@@ -218,6 +218,14 @@ class FakeAutoscaling:
         self.renewed[named.token] = self.clock.now()
         return True
 
+    def confirm(self, action: ActionRef) -> bool:
+        """A heartbeat, and where the instance is when the test says (``states``): an instance in no wait
+        state is held by no action, whatever the token named (unsaid: as if held)."""
+        if not self.heartbeat(action):
+            return False
+        state = self.states.get(action.instance_id)
+        return state is None or state.endswith(":Wait")
+
     def issue(
         self,
         token: str,

@@ -473,7 +473,11 @@ class StepEngine:
             return record, None
         if record.verified_at is not None and now <= record.heartbeat_deadline:
             return record, None
-        if not self._autoscaling.heartbeat(record.action):
+        # (the first confirmation also looks where the instance is: a token paired with another instance than
+        # its action's, which Auto Scaling may accept, confirms nothing; see Autoscaling.confirm. Later ones
+        # renew an action already confirmed for this instance)
+        verify = self._autoscaling.heartbeat if record.verified_at is not None else self._autoscaling.confirm
+        if not verify(record.action):
             if record.verified_at is not None:
                 log.warning(
                     "the lifecycle action of %s lapsed before this step: nothing is disrupted",

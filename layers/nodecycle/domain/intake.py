@@ -655,9 +655,10 @@ class Intake:
         redelivery left. Seen under load: an action accepted with 12 s of its 30 s left expired while its
         first message waited behind duplicates in the work queue, before any sweep could renew it.
 
-        The heartbeat with the token also proves the action is Auto Scaling's, which is what the engine
-        checks before the first disruptive step. A failed heartbeat is left to the engine and the sweeper
-        (the record is stored as it is): intake must not lose the event for it."""
+        The heartbeat does not confirm the action for the engine (the record is not stored as verified): Auto
+        Scaling may accept a token named with another instance than its action's, and the engine's first
+        confirmation also looks where the instance is (``Autoscaling.confirm``). A failed heartbeat is left to
+        the engine and the sweeper (the record is stored as it is): intake must not lose the event for it."""
         if (
             record.heartbeat_deadline >= record.global_deadline
             or record.heartbeat_deadline - now > self._retry_window
@@ -673,7 +674,7 @@ class Intake:
         self._metrics.count("Heartbeats")
         left = (record.heartbeat_deadline - now).total_seconds()
         log.info("heartbeat for a lifecycle action received %.0f s before its heartbeat deadline", left)
-        return record.renewed(now, verified_at=now)
+        return record.renewed(now)
 
     def _send_first(self, record: LifecycleRecord) -> None:
         self._dispatch.send(record, self._clock.now())

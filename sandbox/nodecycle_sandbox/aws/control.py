@@ -33,6 +33,7 @@ class AwsControls(Protocol):
         eventbridge_for_sqs_hooks: bool | None = None,
         terminated_retention_seconds: float | None = None,
         address_quota: int | None = None,
+        token_checked_against_instance: bool | None = None,
     ) -> None: ...
 
     def plan_nodes(
@@ -118,10 +119,12 @@ class AwsControl:
         eventbridge_for_sqs_hooks: bool | None = None,
         terminated_retention_seconds: float | None = None,
         address_quota: int | None = None,
+        token_checked_against_instance: bool | None = None,
     ) -> None:
         """Change the global-timeout rule (for hooks put from now on), where SQS-hook events go, how long
         EC2 lists a terminated instance (about an hour on AWS), and how many Elastic IPs the account may
-        hold (5 by default on AWS; no limit in the sandbox until set)."""
+        hold (5 by default on AWS; no limit in the sandbox until set), and whether a lifecycle call's token
+        must be of the instance named with it (see LifecycleEmulator.token_checked_against_instance)."""
         emulator = self.emulator
         with emulator.lock:
             if address_quota is not None:
@@ -134,6 +137,8 @@ class AwsControl:
                 emulator.timing.global_timeout_cap = global_timeout_cap
             if eventbridge_for_sqs_hooks is not None:
                 emulator.eventbridge_for_sqs_hooks = eventbridge_for_sqs_hooks
+            if token_checked_against_instance is not None:
+                emulator.token_checked_against_instance = token_checked_against_instance
 
     def plan_nodes(
         self,

@@ -117,6 +117,11 @@ class LifecycleEmulator:
         self.events: EventSink | None = None
         # AWS sends every lifecycle action to EventBridge, also when the hook notifies an SQS queue.
         self.eventbridge_for_sqs_hooks = True
+        # Whether a call that names an action by its token and an instance id is refused when the token's
+        # action is another instance's. AWS documents both calls as acting "for the specified token or
+        # instance" and does not say whether it checks the pair (nor is it known): False emulates an Auto
+        # Scaling that takes the token alone, the leniency nodecycle must not depend on AWS not having.
+        self.token_checked_against_instance = True
         self.notifications: list[Notification] = []
         self.actions: dict[str, ActionRecord] = {}
         self.instances: dict[str, InstanceHistory] = {}
@@ -603,7 +608,13 @@ class LifecycleEmulator:
         matching = [
             a
             for a in candidates
-            if a.group == group and a.hook == hook and (instance_id is None or a.instance_id == instance_id)
+            if a.group == group
+            and a.hook == hook
+            and (
+                instance_id is None
+                or a.instance_id == instance_id
+                or (bool(token) and not self.token_checked_against_instance)
+            )
         ]
         for action in matching:
             self._time_out_if_due(action)

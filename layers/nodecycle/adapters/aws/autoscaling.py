@@ -9,6 +9,7 @@ from botocore.exceptions import ClientError
 
 from nodecycle.adapters.aws.clients import LazyClient, error_code, transient_errors
 from nodecycle.domain.catalog import OWNER_TAG
+from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import WARM_POOL, ActionRef, Transition
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.lifecycle import Hook, WaitingInstance
@@ -100,6 +101,43 @@ class AutoscalingActions:
         except ClientError as error:
             return self._settled(action, error)
         return True
+
+    def confirm(self, action: ActionRef) -> bool:
+        """A heartbeat, and a look at where the instance is: the engine's confirmation of an action before it
+        disrupts anything for it.
+
+        Both calls name the action by its token *and* its instance, and AWS documents them as acting "for the
+        specified token or instance", without saying that a token named with another instance than its action's
+        is refused. A message on the intake queue pairing an instance in service with the live token of another
+        instance's action (read from the queue, its dead letters, a log) could then be confirmed, and the instance
+        in service drained, its address released, and the other action completed with this lifecycle's result.
+        An instance is in the wait state of its transition (``_holding_state``) exactly while an action holds
+        it there: one that is not has no such action, whatever the token named. One call per lifecycle (at its
+        first confirmation), none for a token Auto Scaling refuses. (An adopted action is named by its instance
+        alone: the heartbeat itself found the action the hook holds for it.)"""
+        if not self.heartbeat(action):
+            return False
+        if not action.token_known:
+            return True
+        state = self.lifecycle_state(action.instance_id)
+        holding = _holding_state(action)
+        if state == holding:
+            return True
+        if state == holding.removesuffix(":Wait"):
+            # (Auto Scaling sends the notification once the instance waits: a state read that lags it, not
+            # an action of another instance; the step is retried)
+            raise TransientError(
+                f"instance {action.instance_id} is {state}, not yet {holding} where its action holds it"
+            )
+        log.warning(
+            "instance %s is %s, not where an action of hook %s holding it would (%s): the token is not its "
+            "action's",
+            action.instance_id,
+            state or "in no group",
+            action.hook,
+            holding,
+        )
+        return False
 
     def _still_held(self, action: ActionRef) -> bool:
         """Whether an action named by instance id alone (an adopted one's) may still be the one the hook holds.

@@ -159,6 +159,12 @@ class Autoscaling(Protocol):
         """Record a heartbeat; False when the action is no longer active."""
         ...
 
+    def confirm(self, action: ActionRef) -> bool:
+        """Record a heartbeat and confirm that the action holds its instance: False when the action is not
+        active, or when the instance is not where an action of its transition holds it (the token is another
+        instance's); a TransientError while the instance is still on its way into that wait state."""
+        ...
+
     def hook(self, group: str, name: str) -> Hook | None:
         """The group's hook of that name; None when it does not exist."""
         ...

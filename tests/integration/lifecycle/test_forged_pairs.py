@@ -1,0 +1,102 @@
+"""A hook notification that pairs one instance with another instance's live token: AWS documents
+RecordLifecycleActionHeartbeat and CompleteLifecycleAction as acting "for the specified token or instance", and
+does not say whether it refuses a token named with another instance than its action's. The sandbox, told to
+take the token alone (``token_checked_against_instance=False``), shows that nodecycle does not depend on it:
+the instance in service is left untouched, and the other instance's action is not completed for it."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from nodecycle_sandbox import Sandbox
+from nodecycle_sandbox.aws.records import TERMINATING
+from tests.integration.lifecycle.harness import (
+    held_by_a_budget,
+    node_of,
+    running,
+    terminate_action,
+    wait_for,
+)
+from tests.integration.lifecycle.test_forged_notifications import finished
+
+pytestmark = pytest.mark.slow
+
+HEARTBEAT_TIMEOUT = 300  # the sandbox hooks' (harness.running)
+
+
+def notify(sandbox: Sandbox, instance: str, token: str, age: timedelta) -> None:
+    """A terminate notification on the intake queue, well formed, dated ``age`` ago."""
+    body = {
+        "Origin": "AutoScalingGroup",
+        "Destination": "EC2",
+        "LifecycleHookName": "nodecycle-terminate",
+        "AccountId": "123456789012",
+        "RequestId": str(uuid.uuid4()),
+        "LifecycleTransition": TERMINATING,
+        "AutoScalingGroupName": sandbox.asg.name,
+        "Service": "AWS Auto Scaling",
+        "Time": (datetime.now(UTC) - age).isoformat(),
+        "EC2InstanceId": instance,
+        "LifecycleActionToken": token,
+    }
+    queue = sandbox.runner.queue("IntakeQueue").url
+    sandbox.client("sqs").send_message(QueueUrl=queue, MessageBody=json.dumps(body))
+
+
+@pytest.mark.parametrize(
+    "age",
+    [
+        pytest.param(timedelta(0), id="fresh"),
+        # dated a few seconds before its heartbeat deadline: intake heartbeats such a late action at once
+        pytest.param(timedelta(seconds=HEARTBEAT_TIMEOUT - 5), id="late"),
+    ],
+)
+def test_an_instance_in_service_named_with_another_instances_live_token_is_left_untouched(
+    age: timedelta,
+) -> None:
+    with running(size=2) as sandbox:
+        # Given an Auto Scaling that takes a lifecycle call's token alone, whatever instance is named with it
+        sandbox.aws.configure(token_checked_against_instance=False)
+        # And a terminating instance whose drain is held by a pod its budget will not let go (its action
+        # live, its token known to anyone who reads the intake queue or its dead letters)
+        _, victim = held_by_a_budget(sandbox)
+        (bystander,) = [i for i in sandbox.asg.in_state("InService") if i != victim]
+        bystander_node = node_of(sandbox, bystander)
+        pods_before = sorted(
+            p["metadata"]["name"]
+            for p in sandbox.kube.objects("pods")
+            if p["spec"].get("nodeName") == bystander_node
+        )
+        sandbox.asg.terminate(victim)
+        action = wait_for(lambda: terminate_action(sandbox, victim), 30, "the terminate action")
+        writes_before = len(sandbox.kube.history())
+
+        # When a notification names the instance in service with that token
+        notify(sandbox, bystander, action.token, age)
+
+        # Then its lifecycle ends as an unknown action, nothing completed
+        record = finished(sandbox, bystander, action.token)
+        assert (record.outcome, record.completed_at) == ("unknown-action", None)
+        # And the instance in service was never cordoned nor drained: its node unwritten, its pods where
+        # they were (joined by those evicted from the terminating one), and it stays in service
+        writes = sandbox.kube.history()[writes_before:]
+        assert [
+            w for w in writes if w.kind == "Node" and w.name == bystander_node and w.source == "api"
+        ] == []
+        pods_after = sorted(
+            p["metadata"]["name"]
+            for p in sandbox.kube.objects("pods")
+            if p["spec"].get("nodeName") == bystander_node
+        )
+        assert set(pods_before) <= set(pods_after)
+        assert bystander in sandbox.asg.in_state("InService")
+        # And the terminating instance's action was not completed for it: it still waits on its own drain
+        held = terminate_action(sandbox, victim)
+        assert held is not None
+        assert held.transition == TERMINATING
+        assert held.active
+        assert victim in sandbox.asg.in_state("Terminating:Wait")
