@@ -92,7 +92,7 @@ class CompleteAction:
             if self._ends_its_instance(record, now):
                 extra = {**extra, ENDS_ITS_INSTANCE: True}
             # Completing twice is harmless: "no active lifecycle action" means it is settled already.
-            if self._autoscaling.complete(record.action, result):
+            if self._confirmed(record) and self._autoscaling.complete(record.action, result):
                 log.info("completed the lifecycle action with %s (%s)", result, outcome)
                 self._metrics.count(
                     "LifecycleActionsCompleted", result=result.value, transition=record.transition.short
@@ -106,6 +106,20 @@ class CompleteAction:
                 extra = {**extra, SETTLED_ELSEWHERE: True}
                 self._metrics.count("LifecycleActionsSettledElsewhere", transition=record.transition.short)
         return Outcome.next(completed_at=now, result=result, outcome=outcome, extra=extra)
+
+    def _confirmed(self, record: LifecycleRecord) -> bool:
+        """Whether the action may be completed by its token: confirmed by a step before (the engine's
+        ``_verify``), or now. An action settled near its global timeout before any step confirmed it may be
+        a forged notification dated so, pairing an instance with another instance's live token: if Auto
+        Scaling takes the token alone (see ``Autoscaling.confirm``), the completion would settle that other
+        action (a terminating instance undrained, a launch past its gate). Not confirmed, it is taken as
+        settled elsewhere: nothing completed, and no disruptive step after it runs (``action_confirmed``).
+        An adopted action is named by its instance alone (the adapter looks where it is)."""
+        return (
+            record.verified_at is not None
+            or not record.token_known
+            or self._autoscaling.confirm(record.action)
+        )
 
     def _ends_its_instance(self, record: LifecycleRecord, now: datetime) -> bool:
         """Whether this lifecycle wrote its instance's state-change lifecycle over (this run, or the one a crash

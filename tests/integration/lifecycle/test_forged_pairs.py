@@ -100,3 +100,35 @@ def test_an_instance_in_service_named_with_another_instances_live_token_is_left_
         assert held.transition == TERMINATING
         assert held.active
         assert victim in sandbox.asg.in_state("Terminating:Wait")
+
+
+def test_such_a_pair_dated_near_its_global_timeout_completes_no_other_instances_action() -> None:
+    with running(size=2) as sandbox:
+        # Given an Auto Scaling that takes a call's token alone, and a terminating instance whose drain is
+        # held by a pod its budget will not let go
+        sandbox.aws.configure(token_checked_against_instance=False)
+        _, victim = held_by_a_budget(sandbox)
+        (bystander,) = [i for i in sandbox.asg.in_state("InService") if i != victim]
+        bystander_node = node_of(sandbox, bystander)
+        sandbox.asg.terminate(victim)
+        action = wait_for(lambda: terminate_action(sandbox, victim), 30, "the terminate action")
+        writes_before = len(sandbox.kube.history())
+
+        # When a notification pairs the instance in service with that token, dated half a minute before
+        # its global timeout (100 heartbeat timeouts): the engine's guard completes such an action at once,
+        # before any step that would confirm it
+        notify(sandbox, bystander, action.token, timedelta(seconds=100 * HEARTBEAT_TIMEOUT - 30))
+
+        # Then its lifecycle ends with nothing completed for it: the terminating instance's action still waits
+        # on its own drain, and the instance in service was not touched
+        record = finished(sandbox, bystander, action.token)
+        held = terminate_action(sandbox, victim)
+        assert held is not None
+        assert held.active, f"the terminate action of {victim} was settled: {held}"
+        assert victim in sandbox.asg.in_state("Terminating:Wait")
+        assert not record.action_confirmed
+        writes = sandbox.kube.history()[writes_before:]
+        assert [
+            w for w in writes if w.kind == "Node" and w.name == bystander_node and w.source == "api"
+        ] == []
+        assert bystander in sandbox.asg.in_state("InService")
