@@ -21,6 +21,9 @@ LEVELS = ("unit", "contracts", "functions", "integration", "sandbox", "campaign"
 
 # Levels whose files each run for a minute or more (besides the files of tests marked slow)
 LONG_LEVELS = ("campaign", "benchmarks")
+# Files as long as those, not marked slow (not end-to-end): test_document_bound.py's two tests took 87 s and 58 s
+# in a run of -n 2 --durations (2026-12-04), and went out 34th, after the campaign.
+LONG_FILES = ("integration/budget/test_document_bound.py",)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -42,7 +45,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     long_files = {
         item.path
         for item in items
-        if item.get_closest_marker("slow") or item.path.relative_to(TESTS).parts[0] in LONG_LEVELS
+        if item.get_closest_marker("slow")
+        or item.path.relative_to(TESTS).parts[0] in LONG_LEVELS
+        or item.path.relative_to(TESTS).as_posix() in LONG_FILES
     }
     # (the end-to-end files before the campaigns and benchmarks: the longest of them run for minutes)
     items.sort(
