@@ -1,6 +1,13 @@
-"""``nodecycle budget release NODE --stack NAME --yes`` refuses to free a slot another owner holds (invariant 3),
-and what it then tells the operator to do never frees that slot unasked: dropping ``--stack`` while keeping
-``--yes`` would release it with no question at all."""
+"""``nodecycle budget release NODE`` against the sandbox's API server.
+
+Refusing, with ``--stack NAME --yes``, to free a slot another owner holds (invariant 3), what it then tells the
+operator to do never frees that slot unasked: dropping ``--stack`` while keeping ``--yes`` would release it with
+no question at all.
+
+A release whose write landed but whose answer was lost (the connection closed before the response) tells the
+operator what is true: the slot is no longer held by the lifecycle it confirmed. With urllib3's default retries
+the CLI's client sent the PUT again, met the conflict of its own first write, read the budget again, found the
+holder gone and said "changed meanwhile: nothing released" (exit 1) for a slot it had released."""
 
 from __future__ import annotations
 
@@ -17,6 +24,7 @@ from nodecycle.domain.policy import Quantity
 from nodecycle_cli import budget as budget_cli
 from nodecycle_cli.deployment import from_description
 from nodecycle_cli.main import main
+from nodecycle_sandbox.faults import Fault
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.budget.conftest import (
     NAMESPACE,
@@ -31,11 +39,8 @@ from tests.integration.budget.drains import SharedMetrics, WallClock
 
 
 @pytest.fixture
-def blue_holds_a_slot(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[tuple[Path, DisruptionBudget]]:
-    """A cluster where owner blue holds the slot of node 0; the operator acts for stack green-nodes (owner
-    green), whose stack description names no cluster."""
+def blue_holds_node_0(tmp_path: Path) -> Iterator[tuple[KubeServer, Path, DisruptionBudget]]:
+    """A cluster where owner blue holds the slot of node 0: the API server, a kubeconfig, blue's budget."""
     with KubeServer(tls=True) as server:
         act_as_drain(server)
         add_nodes(server, 3)
@@ -51,14 +56,24 @@ def blue_holds_a_slot(
             owner="blue",
         )
         assert blue.acquire(SlotRequest(node_name(0), instance_of(0), zone_of(0), "blue", "rec-0")).granted
-        described = {
-            "StackName": "green-nodes",
-            "Outputs": [{"OutputKey": "OwnerId", "OutputValue": "green"}],
-        }
-        monkeypatch.setattr(budget_cli, "session", lambda args: None)
-        monkeypatch.setattr(budget_cli, "find", lambda aws, name: from_description(described, "eu-west-1"))
-        yield server.write_kubeconfig(tmp_path / "kubeconfig"), blue
+        yield server, server.write_kubeconfig(tmp_path / "kubeconfig"), blue
         api.api_client.close()
+
+
+@pytest.fixture
+def blue_holds_a_slot(
+    blue_holds_node_0: tuple[KubeServer, Path, DisruptionBudget], monkeypatch: pytest.MonkeyPatch
+) -> tuple[Path, DisruptionBudget]:
+    """The same, the operator acting for stack green-nodes (owner green), whose stack description names no
+    cluster."""
+    _, kubeconfig, blue = blue_holds_node_0
+    described = {
+        "StackName": "green-nodes",
+        "Outputs": [{"OutputKey": "OwnerId", "OutputValue": "green"}],
+    }
+    monkeypatch.setattr(budget_cli, "session", lambda args: None)
+    monkeypatch.setattr(budget_cli, "find", lambda aws, name: from_description(described, "eu-west-1"))
+    return kubeconfig, blue
 
 
 def test_the_refusal_to_free_another_owners_slot_never_points_at_a_release_without_a_question(
@@ -86,3 +101,23 @@ def test_the_refusal_to_free_another_owners_slot_never_points_at_a_release_witho
     argv = shlex.split(f"budget release {node_name(0)} --yes") + common
     assert main(argv) == 0
     assert list(blue.snapshot().holders) == []
+
+
+def test_a_release_whose_answer_is_lost_says_the_slot_is_no_longer_held(
+    blue_holds_node_0: tuple[KubeServer, Path, DisruptionBudget], capsys: pytest.CaptureFixture[str]
+) -> None:
+    server, kubeconfig, blue = blue_holds_node_0
+    # Given the API server that will apply the next write of the budget and lose its answer
+    server.faults.arm([Fault("lost", "kube-lost-response", target="PUT configmaps", limit=1)], seed=1)
+
+    # When the operator releases the slot unasked
+    where = ["--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE]
+    code = main(["budget", "release", node_name(0), "--yes", *where])
+    said = capsys.readouterr()
+
+    # Then the write landed once, the slot is free, and the operator is told so, not "nothing released"
+    assert [f.kind for f in server.faults.firings()] == ["kube-lost-response"]
+    assert [h.node for h in blue.snapshot().holders] == []
+    assert "nothing released" not in said.out + said.err
+    assert "no longer held by lifecycle rec-0" in said.out
+    assert code == 0
