@@ -181,6 +181,30 @@ def node_of(sandbox: Sandbox, instance_id: str) -> str:
     return node
 
 
+def pin(sandbox: Sandbox, node: str, namespace: str = "pinned") -> None:
+    """A pod ``pinned`` on ``node`` whose PodDisruptionBudget never lets it go (until the budget is deleted)."""
+    sandbox.kube.seed(
+        {
+            "namespaces": [namespace],
+            "objects": [
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": "pinned", "namespace": namespace, "labels": {"app": "pinned"}},
+                    "spec": {"nodeName": node, "containers": [{"name": "main", "image": "busybox"}]},
+                },
+                {
+                    "apiVersion": "policy/v1",
+                    "kind": "PodDisruptionBudget",
+                    "metadata": {"name": "pinned", "namespace": namespace},
+                    "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "pinned"}}},
+                },
+            ],
+        }
+    )
+    sandbox.kube.settle()
+
+
 def held_by_a_budget(sandbox: Sandbox) -> tuple[str, str]:
     """A pod whose PodDisruptionBudget never allows its eviction (one replica, minAvailable 1), scheduled:
     its name, and the in-service instance whose node it runs on."""

@@ -16,7 +16,7 @@ from nodecycle_sandbox.aws.group import wait_for
 from nodecycle_sandbox.aws.records import TERMINATING
 from nodecycle_sandbox.checks import last_pod_gone, pdb_breaches
 from nodecycle_sandbox.kube import HistoryEntry
-from tests.integration.lifecycle.harness import held_by_a_budget, node_of, records, running
+from tests.integration.lifecycle.harness import held_by_a_budget, node_of, pin, records, running
 
 pytestmark = pytest.mark.slow
 
@@ -245,30 +245,6 @@ def wait_for_the_second(sandbox: Sandbox, instance: str) -> LifecycleRecord:
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def pin(sandbox: Sandbox, node: str) -> None:
-    """A pod on ``node`` whose PodDisruptionBudget never lets it go."""
-    sandbox.kube.seed(
-        {
-            "namespaces": ["pinned"],
-            "objects": [
-                {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": {"name": "pinned", "namespace": "pinned", "labels": {"app": "pinned"}},
-                    "spec": {"nodeName": node, "containers": [{"name": "main", "image": "busybox"}]},
-                },
-                {
-                    "apiVersion": "policy/v1",
-                    "kind": "PodDisruptionBudget",
-                    "metadata": {"name": "pinned", "namespace": "pinned"},
-                    "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "pinned"}}},
-                },
-            ],
-        }
-    )
-    sandbox.kube.settle()
 
 
 def holders_seen(history: list[HistoryEntry]) -> set[str]:

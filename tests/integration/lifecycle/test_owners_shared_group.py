@@ -15,7 +15,7 @@ from nodecycle_sandbox.aws.group import HookSpec, default_hooks
 from nodecycle_sandbox.aws.records import TERMINATING, ActionRecord
 from nodecycle_sandbox.checks import completed_before_drained
 from nodecycle_sandbox.kube.history import HistoryEntry
-from tests.integration.lifecycle.harness import FAST, node_of, running, wait_for
+from tests.integration.lifecycle.harness import FAST, node_of, pin, running, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +39,7 @@ def test_a_group_both_stacks_manage_is_drained_by_one_and_its_action_completed_o
         # ...and on the victim's node a pod its PodDisruptionBudget will not let go, for now (its creation in the
         # history: without it the history has no pod on the node to find still there at the completion)
         sandbox.kube.reset_history()
-        _pin(sandbox, node)
+        pin(sandbox, node, namespace="b")
 
         # When the instance terminates: both stacks get its one action
         sandbox.asg.terminate(victim)
@@ -91,7 +91,7 @@ def test_a_group_with_a_terminate_hook_of_each_stack_is_completed_by_each_only_a
         victim = sorted(sandbox.asg.in_state("InService"))[0]
         node = node_of(sandbox, victim)
         sandbox.kube.reset_history()  # (before the pin: see the first test)
-        _pin(sandbox, node)
+        pin(sandbox, node, namespace="b")
 
         # When the instance terminates, both stacks' drains run a while on the stuck node, then the pod may go
         sandbox.asg.terminate(victim)
@@ -139,30 +139,6 @@ def _overwritten_claims(history: list[HistoryEntry], node: str) -> list[tuple[st
             overwritten.append((last, owner))
         last = owner
     return overwritten
-
-
-def _pin(sandbox: Sandbox, node: str) -> None:
-    """A pod on ``node`` that its PodDisruptionBudget will not let go (until the budget is deleted)."""
-    sandbox.kube.seed(
-        {
-            "namespaces": ["b"],
-            "objects": [
-                {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": {"name": "pinned", "namespace": "b", "labels": {"app": "pinned"}},
-                    "spec": {"nodeName": node, "containers": [{"name": "main", "image": "busybox"}]},
-                },
-                {
-                    "apiVersion": "policy/v1",
-                    "kind": "PodDisruptionBudget",
-                    "metadata": {"name": "pinned", "namespace": "b"},
-                    "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "pinned"}}},
-                },
-            ],
-        }
-    )
-    sandbox.kube.settle()
 
 
 def _owner(sandbox: Sandbox, node: str) -> str | None:

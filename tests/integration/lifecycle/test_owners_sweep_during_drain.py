@@ -14,7 +14,7 @@ from nodecycle.domain.ports.addresses import ALLOCATED_AT_TAG, INSTANCE_TAG, OWN
 from nodecycle.domain.ports.cluster import OWNER_ANNOTATION
 from nodecycle_sandbox import Sandbox
 from nodecycle_sandbox.aws.group import GroupSpec
-from tests.integration.lifecycle.harness import FAST, node_of, running, wait_for
+from tests.integration.lifecycle.harness import FAST, node_of, pin, running, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -37,7 +37,7 @@ def test_a_sweep_while_the_other_stack_drains_frees_its_own_leak_and_nothing_of_
         # ...a pod on one of B's nodes that its budget will not let go, and B draining that node
         held = theirs[0]
         held_node = node_of(sandbox, held)
-        _pin(sandbox, held_node)
+        pin(sandbox, held_node, namespace="b")
         group_b.terminate(held)
         wait_for(
             lambda: _owner(sandbox, held_node) == "nodecycle-b" or None, 60, "stack-b's claim of its node"
@@ -97,29 +97,6 @@ def _allocate(ec2: Any, tags: dict[str, str]) -> str:
         {"ResourceType": "elastic-ip", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}
     ]
     return str(ec2.allocate_address(Domain="vpc", TagSpecifications=specification)["AllocationId"])
-
-
-def _pin(sandbox: Sandbox, node: str) -> None:
-    sandbox.kube.seed(
-        {
-            "namespaces": ["b"],
-            "objects": [
-                {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": {"name": "pinned", "namespace": "b", "labels": {"app": "pinned"}},
-                    "spec": {"nodeName": node, "containers": [{"name": "main", "image": "busybox"}]},
-                },
-                {
-                    "apiVersion": "policy/v1",
-                    "kind": "PodDisruptionBudget",
-                    "metadata": {"name": "pinned", "namespace": "b"},
-                    "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "pinned"}}},
-                },
-            ],
-        }
-    )
-    sandbox.kube.settle()
 
 
 def _owner(sandbox: Sandbox, node: str) -> str | None:

@@ -17,7 +17,7 @@ from nodecycle_sandbox.checks import (
     released_at,
     unsettled,
 )
-from tests.integration.lifecycle.harness import node_of, running, wait_for
+from tests.integration.lifecycle.harness import node_of, pin, running, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -62,26 +62,7 @@ def test_two_stacks_on_one_cluster_never_touch_what_the_other_holds() -> None:
         # ...and a pod on one of B's nodes that its budget will not let go
         held = sorted(theirs)[0]
         held_node = node_of(sandbox, held)
-        sandbox.kube.seed(
-            {
-                "namespaces": ["b"],
-                "objects": [
-                    {
-                        "apiVersion": "v1",
-                        "kind": "Pod",
-                        "metadata": {"name": "pinned", "namespace": "b", "labels": {"app": "pinned"}},
-                        "spec": {"nodeName": held_node, "containers": [{"name": "main", "image": "busybox"}]},
-                    },
-                    {
-                        "apiVersion": "policy/v1",
-                        "kind": "PodDisruptionBudget",
-                        "metadata": {"name": "pinned", "namespace": "b"},
-                        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "pinned"}}},
-                    },
-                ],
-            }
-        )
-        sandbox.kube.settle()
+        pin(sandbox, held_node, namespace="b")
 
         # When B drains that node (and stays stuck on it), A drains one of its own, and A's sweeper runs
         group_b.terminate(held)
