@@ -514,26 +514,21 @@ class Evict:
                 record.node,
                 policy.on_timeout,
             )
-            self._metrics.count("DrainTimeouts")
-            self._events.on_node(
-                _known(record.node, "node"),
-                record.node_uid,
-                "DrainTimeout",
-                f"Drain timed out with {len(left)} pods left ({', '.join(f'{p.namespace}/{p.name}' for p in left[:5])}"
-                f"{', ...' if len(left) > 5 else ''}): timeout policy {policy.on_timeout}",
-                warning=True,
+            names = ", ".join(f"{p.namespace}/{p.name}" for p in left[:5])
+            self._tell_timeout(
+                record, f" with {len(left)} pods left ({names}{', ...' if len(left) > 5 else ''})"
             )
         if policy.on_timeout is TimeoutPolicy.CONTINUE:
             return self._drained(record, now, "drain-timeout-continued", **changes)
         forced_at = record.forced_at or now
-        if now > forced_at + timedelta(seconds=policy.force_grace) + FORCED_POD_SLACK:
+        if now > self._force_ends(forced_at):
             log.error("%d pods did not stop after a forced delete: going on", len(left))
             return self._drained(record, now, "drain-timeout-forced-incomplete", **changes)
         # the pods not being deleted yet, and those someone else deletes with a longer grace than the force grace
         pods = [pod for pod in left if not pod.terminating]
         extra, retry_after = self._force(record, pods + podfilter.outlasting(left, policy.force_grace, now))
         # (a server that said when to come back is asked no sooner, up to where the force grace's slack ends)
-        until = forced_at + timedelta(seconds=policy.force_grace) + FORCED_POD_SLACK - now
+        until = self._force_ends(forced_at) - now
         wait = max(policy.poll_seconds, retry_after_wait(retry_after, until))
         return Outcome.wait(wait, forced_at=forced_at, extra=extra, **changes)
 
@@ -549,19 +544,26 @@ class Evict:
         forced_at = record.forced_at or now
         if record.forced_at is None:
             log.warning("drain timeout on node %s, whose pods cannot be listed: %s", record.node, error)
-            self._metrics.count("DrainTimeouts")
-            self._events.on_node(
-                _known(record.node, "node"),
-                record.node_uid,
-                "DrainTimeout",
-                f"Drain timed out; its pods could not be listed ({error}): timeout policy {policy.on_timeout}",
-                warning=True,
-            )
-        ends = forced_at + timedelta(seconds=policy.force_grace) + FORCED_POD_SLACK
-        if policy.on_timeout is TimeoutPolicy.CONTINUE or now > ends:
+            self._tell_timeout(record, f"; its pods could not be listed ({error})")
+        if policy.on_timeout is TimeoutPolicy.CONTINUE or now > self._force_ends(forced_at):
             log.error("the pods of node %s cannot be listed past the drain's timeout: going on", record.node)
             return self._drained(record, now, "drain-timeout-unlisted", **changes)
         return Outcome.wait(policy.poll_seconds, forced_at=forced_at, **changes)
+
+    def _tell_timeout(self, record: LifecycleRecord, what: str) -> None:
+        """The drain's timeout, counted and told on the node once (when the timeout policy first acts)."""
+        self._metrics.count("DrainTimeouts")
+        self._events.on_node(
+            _known(record.node, "node"),
+            record.node_uid,
+            "DrainTimeout",
+            f"Drain timed out{what}: timeout policy {self._policy.on_timeout}",
+            warning=True,
+        )
+
+    def _force_ends(self, forced_at: datetime) -> datetime:
+        """Where the force policy stops waiting: the force grace and its slack after the force began."""
+        return forced_at + timedelta(seconds=self._policy.force_grace) + FORCED_POD_SLACK
 
     def _force(self, record: LifecycleRecord, pods: list[PodInfo]) -> tuple[dict[str, Any], float | None]:
         """Delete the pods (the force policy); the record's extra after it, and the Retry-After a failed delete
