@@ -22,10 +22,10 @@ from typing import Any
 
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
-from urllib3.exceptions import HTTPError
 
 from nodecycle.adapters.kube.core_v1 import CoreV1
-from nodecycle.adapters.kube.errors import namespace_terminating
+from nodecycle.adapters.kube.errors import kube_errors, namespace_terminating
+from nodecycle.domain.errors import TransientError
 from nodecycle.domain.ports.cluster import PodInfo
 
 log = logging.getLogger(__name__)
@@ -102,14 +102,14 @@ class KubeEvents:
             )
             return
         try:
-            CoreV1(self._api_client()).create_namespaced_event(
-                namespace, event, _preload_content=False, _request_timeout=EVENT_TIMEOUT
-            )
+            with kube_errors(f"writing event {reason} on {namespace}/{name}"):
+                CoreV1(self._api_client()).create_namespaced_event(
+                    namespace, event, _preload_content=False, _request_timeout=EVENT_TIMEOUT
+                )
+        except TransientError as error:  # (the API server's failure: no answer in time, a 5xx, a 429)
+            log.debug("could not write event %s on %s/%s: %s", reason, namespace, name, error)
+            self._quiet_until = self._clock() + QUIET_AFTER_FAILURE
         except Exception as error:  # best effort by design: see the module docstring
             log.debug("could not write event %s on %s/%s: %s", reason, namespace, name, error)
             if isinstance(error, ApiException) and namespace_terminating(error):
                 self._ending[namespace] = self._clock() + ENDING_NAMESPACE_TTL
-            elif isinstance(error, HTTPError) or (
-                isinstance(error, ApiException) and (error.status == 429 or (error.status or 0) >= 500)
-            ):
-                self._quiet_until = self._clock() + QUIET_AFTER_FAILURE
