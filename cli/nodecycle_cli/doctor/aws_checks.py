@@ -8,13 +8,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from nodecycle.domain.catalog import OWNER_TAG
+from nodecycle.domain.engine import MAX_REFUSED_ATTEMPTS
+from nodecycle.domain.sweep.lifecycles import MAX_RESUMES  # resumed this often in a row, a lifecycle is stuck
 from nodecycle_cli.doctor.findings import Finding
 from nodecycle_cli.output import age
 
 LAUNCHING = "autoscaling:EC2_INSTANCE_LAUNCHING"
 TERMINATING = "autoscaling:EC2_INSTANCE_TERMINATING"
-# Resumed this often in a row, a lifecycle is stuck: the sweeper re-sends it less often (nodecycle.domain.sweep)
-MAX_RESUMES = 5
 
 
 @dataclass(frozen=True)
@@ -67,9 +68,7 @@ def hooks(autoscaling: Any, groups: Sequence[str], rules: HookRules) -> list[Fin
     existing = set(described)
     findings = []
     for group in groups:
-        tagged = {t["Key"]: t.get("Value") for t in described.get(group, {}).get("Tags", [])}.get(
-            "nodecycle:owner"
-        )
+        tagged = {t["Key"]: t.get("Value") for t in described.get(group, {}).get("Tags", [])}.get(OWNER_TAG)
         if rules.owner is not None and tagged not in (None, rules.owner):
             findings.append(
                 Finding.problem(
@@ -309,9 +308,9 @@ def stuck_lifecycles(records: Iterable[Any], now: datetime, resume_grace: timede
 
 def retrying_lifecycles(records: Iterable[Any], stack: str) -> Finding:
     """Open lifecycles whose step failed at its last try and waits to be tried again: AWS or the API server
-    throttles, fails or refuses their calls. Each runs on (a throttle's retries are not counted; 8 refusals in
-    a row fail the step's message), but this is where the runbook sends an operator to find throttling, and
-    the call and its answer are in the record, not on the status table."""
+    throttles, fails or refuses their calls. Each runs on (a throttle's retries are not counted;
+    ``MAX_REFUSED_ATTEMPTS`` refusals in a row fail the step's message), but this is where the runbook sends an
+    operator to find throttling, and the call and its answer are in the record, not on the status table."""
     check = "lifecycles.retrying"
     retrying = sorted((r for r in records if not r.finished and r.attempts > 0), key=lambda r: -r.attempts)
     if not retrying:
@@ -326,7 +325,8 @@ def retrying_lifecycles(records: Iterable[Any], stack: str) -> Finding:
         check,
         f"{len(retrying)} lifecycle{'s' if len(retrying) != 1 else ''} retrying a failed step: {described}{more}",
         "AWS or the cluster throttles, fails or refuses their calls: each try waits longer (a drain's no more "
-        "than seconds), and a call refused 8 times in a row fails the step's message to its dead-letter queue",
+        f"than seconds), and a call refused {MAX_REFUSED_ATTEMPTS} times in a row fails the step's message to its "
+        "dead-letter queue",
         f"nodecycle status --stack {stack} --json (each one's last_error); a refusal: docs/runbook.md#drain-dead-"
         "letters; throttling: the functions' logs and the dashboard's StepRetries",
     )
