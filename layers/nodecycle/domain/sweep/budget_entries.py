@@ -118,16 +118,12 @@ class StaleBudgetEntries:
 
     def _over(self, entry: Holder | Waiter, unread: list[str]) -> bool:
         """Whether the entry's lifecycle is over: its record finished or gone, or started over under another
-        token (the entry's lifecycle is done with, its release lost). One record DynamoDB will not read (throttled past the
-        client's retries) keeps its entry, which may be live, and must not keep the others from the sweep:
-        noted in ``unread``, and the part fails once the budget is swept."""
+        token (the entry's lifecycle is done with, its release lost; an entry of no token, written before entries
+        carried one, is not told apart). One record DynamoDB will not read (throttled past the client's retries)
+        keeps its entry, which may be live, and must not keep the others from the sweep: noted in ``unread``,
+        and the part fails once the budget is swept."""
         try:
-            if entry.token is None:
-                return lifecycle_over(self._records, entry.record_id)
-            # Read consistently: the open records are a snapshot from an index that lags, and one that started
-            # over since may be the entry's own lifecycle
-            record = self._records.get(entry.record_id)
-            return record is None or record.finished or record.token != entry.token
+            return lifecycle_over(self._records, entry.record_id, entry.token)
         except Exception:
             log.exception(
                 "could not read lifecycle %s of the budget entry of %s: kept", entry.record_id, entry.node

@@ -141,9 +141,10 @@ class OpenLifecycles(Sequence[LifecycleRecord]):
         return self._records()[index]
 
 
-def lifecycle_over(records: RecordStore, record_id: str) -> bool:
+def lifecycle_over(records: RecordStore, record_id: str, token: str | None = None) -> bool:
     """Whether a lifecycle missing from the sweep's list of open ones is really over. The list is a snapshot
     from an index that lags: a lifecycle that started since, or that the index has not caught up with, is
-    read again, consistently, before anything of it is removed."""
+    read again, consistently, before anything of it is removed. With ``token``, the lifecycle under that token:
+    a record that started over under another (a disruption's record) is a lifecycle of its own."""
     record = records.get(record_id)
-    return record is None or record.finished
+    return record is None or record.finished or (token is not None and record.token != token)
