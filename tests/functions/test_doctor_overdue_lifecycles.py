@@ -5,37 +5,25 @@ lifecycle whose resends keep failing (Lifecycles stuck)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
-from nodecycle.domain.model import LifecycleRecord, Step, Transition
+from nodecycle.domain.model import LifecycleRecord
 from nodecycle_cli.doctor.aws_checks import MAX_RESUMES, stuck_lifecycles
+from tests.functions.test_cli_status import NOW, record
 
-NOW = datetime(2026, 12, 4, 23, 0, tzinfo=UTC)
 GRACE = timedelta(seconds=60)
 
 
 def overdue(index: int, *, resumes: int) -> LifecycleRecord:
-    token = f"{index:08d}-1111-4111-8111-{'1' * 12}"
-    instance = f"i-{index:017x}"
-    return LifecycleRecord(
-        id=f"{instance}/terminate/{token}",
-        group="nodecycle-workers",
-        hook="nodecycle-terminate",
-        instance_id=instance,
-        token=token,
-        transition=Transition.TERMINATING,
-        owner="nodecycle",
-        plan=(Step.ACQUIRE_SLOT, Step.CORDON, Step.EVICT, Step.COMPLETE, Step.CLEANUP, Step.DONE),
-        step=Step.EVICT,
-        seq=3,
-        received_at=NOW - timedelta(minutes=12),
-        started_at=NOW - timedelta(minutes=12),
-        updated_at=NOW - timedelta(minutes=11),
-        due_at=NOW - timedelta(minutes=10),
-        heartbeat_timeout=600,
-        heartbeat_deadline=NOW + timedelta(minutes=5),
-        global_deadline=NOW + timedelta(hours=16),
-        resumes=resumes,
+    """A drain's lifecycle (as ``nodecycle status``'s tests build one) whose step has been due for 10 minutes."""
+    return record(index, f"{index:08d}-1111-4111-8111-{'1' * 12}").model_copy(
+        update={
+            "received_at": NOW - timedelta(minutes=12),
+            "started_at": NOW - timedelta(minutes=12),
+            "updated_at": NOW - timedelta(minutes=11),
+            "due_at": NOW - timedelta(minutes=10),
+            "resumes": resumes,
+        }
     )
 
 
