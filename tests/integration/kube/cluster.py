@@ -11,9 +11,13 @@ from moto import mock_aws
 
 from nodecycle.adapters.kube.cluster_api import KubeCluster
 from nodecycle.adapters.kube.eks_access import EksCluster
+from nodecycle.domain.drain.evict import Evict
+from nodecycle.domain.ports.cluster import Events
 from nodecycle_sandbox.aws.eks import point_cluster
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.budget.conftest import DRAIN_ROLE, act_as_drain
+from tests.support.fakes import FakeMetrics
+from tests.unit.drain.test_drain_steps import FakeEvents, FakeSlots, NoDns, policy, wakes_to_nowhere
 
 ACCOUNT = "123456789012"
 
@@ -50,3 +54,24 @@ def drain_cluster(server: KubeServer) -> Iterator[KubeCluster]:
     """The adapter on ``server``, as the drain function builds it (EKS answers for the endpoint)."""
     with eks_describing(server):
         yield KubeCluster(EksCluster("sandbox").api_client)
+
+
+def evict_step(
+    cluster: KubeCluster,
+    node: str,
+    instance: str,
+    *,
+    metrics: FakeMetrics | None = None,
+    events: Events | None = None,
+) -> Evict:
+    """The EVICT step on the real adapter, as the drain function builds it: ``node`` holding its budget slot,
+    ``instance`` running, the settings' defaults; no wake-up sent anywhere."""
+    return Evict(
+        cluster=cluster,
+        slots=FakeSlots(holders={node}),
+        dispatcher=wakes_to_nowhere(),
+        instances=NoDns(known={instance: "running"}),
+        policy=policy(),
+        metrics=metrics or FakeMetrics(),
+        events=events or FakeEvents(),
+    )

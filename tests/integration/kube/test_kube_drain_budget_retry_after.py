@@ -12,9 +12,9 @@ from kubernetes.client import PolicyV1Api
 from nodecycle.adapters.kube.cluster_api import KubeCluster
 from nodecycle.domain.drain.evict import Evict
 from nodecycle_sandbox.kube import KubeServer
+from tests.integration.kube.cluster import evict_step
 from tests.integration.kube.test_kube_drain_steps import DEADLINE, INSTANCE, NODE, draining
 from tests.support.fakes import T0, FakeMetrics
-from tests.unit.drain.test_drain_steps import FakeEvents, FakeSlots, NoDns, policy, wakes_to_nowhere
 
 SEED = {
     "namespaces": ["shop"],
@@ -27,15 +27,7 @@ SEED = {
 
 
 def evict(cluster: KubeCluster, metrics: FakeMetrics) -> Evict:
-    return Evict(
-        cluster=cluster,
-        slots=FakeSlots(holders={NODE}),
-        dispatcher=wakes_to_nowhere(),
-        instances=NoDns(known={INSTANCE: "running"}),
-        policy=policy(),
-        metrics=metrics,
-        events=FakeEvents(),
-    )
+    return evict_step(cluster, NODE, INSTANCE, metrics=metrics)
 
 
 def test_a_pod_whose_budget_is_still_being_processed_is_asked_again_no_sooner_than_its_retry_after(

@@ -18,6 +18,7 @@ from nodecycle.domain.ports.cluster import Eviction, PodInfo
 from nodecycle_sandbox.faults import Fault
 from nodecycle_sandbox.kube import KubeServer
 from nodecycle_sandbox.kube.admission import Denial
+from tests.integration.kube.cluster import evict_step
 from tests.integration.kube.test_kube_drain_steps import DEADLINE, INSTANCE, NODE, draining
 from tests.support.fakes import T0, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
 from tests.unit.drain.test_drain_steps import (
@@ -25,9 +26,7 @@ from tests.unit.drain.test_drain_steps import (
     FakeSlots,
     NoDns,
     cordon,
-    policy,
     spot,
-    wakes_to_nowhere,
 )
 
 SEED = {
@@ -50,15 +49,7 @@ def pods_of(cluster: KubeCluster, app: str) -> list[PodInfo]:
 
 
 def evict(cluster: KubeCluster, metrics: FakeMetrics, events: FakeEvents) -> Evict:
-    return Evict(
-        cluster=cluster,
-        slots=FakeSlots(holders={NODE}),
-        dispatcher=wakes_to_nowhere(),
-        instances=NoDns(known={INSTANCE: "running"}),
-        policy=policy(),
-        metrics=metrics,
-        events=events,
-    )
+    return evict_step(cluster, NODE, INSTANCE, metrics=metrics, events=events)
 
 
 def on_its_way_out(server: KubeServer, pod: PodInfo) -> bool:

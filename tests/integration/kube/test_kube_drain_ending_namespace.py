@@ -16,15 +16,11 @@ from nodecycle.adapters.kube.cluster_api import KubeCluster
 from nodecycle.domain.drain.evict import Evict
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle_sandbox.kube import KubeServer
-from tests.integration.kube.cluster import drain_cluster, drain_server
+from tests.integration.kube.cluster import drain_cluster, drain_server, evict_step
 from tests.support.fakes import T0, FakeMetrics
 from tests.unit.drain.test_drain_steps import (
     FakeEvents,
-    FakeSlots,
-    NoDns,
-    policy,
     terminating,
-    wakes_to_nowhere,
 )
 
 NODE = "ip-10-0-1-10.eu-west-1.compute.internal"
@@ -62,15 +58,7 @@ def draining(**changes: object) -> LifecycleRecord:
 
 
 def evict(cluster: KubeCluster, metrics: FakeMetrics, events: FakeEvents) -> Evict:
-    return Evict(
-        cluster=cluster,
-        slots=FakeSlots(holders={NODE}),
-        dispatcher=wakes_to_nowhere(),
-        instances=NoDns(known={INSTANCE: "running"}),
-        policy=policy(),
-        metrics=metrics,
-        events=events,
-    )
+    return evict_step(cluster, NODE, INSTANCE, metrics=metrics, events=events)
 
 
 def delete_namespace(server: KubeServer, namespace: str) -> None:

@@ -17,8 +17,9 @@ from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle_sandbox.faults import Fault
 from nodecycle_sandbox.kube import KubeServer
 from nodecycle_sandbox.kube.admission import Denial
+from tests.integration.kube.cluster import evict_step
 from tests.support.fakes import T0, FakeMetrics
-from tests.unit.drain.test_drain_steps import FakeSlots, NoDns, policy, terminating, wakes_to_nowhere
+from tests.unit.drain.test_drain_steps import terminating
 
 NODE = "ip-10-0-1-10.eu-west-1.compute.internal"
 INSTANCE = "i-0a1b2c3d4e5f60101"
@@ -38,12 +39,10 @@ def draining() -> LifecycleRecord:
 
 
 def evict(cluster: KubeCluster, metrics: FakeMetrics) -> Evict:
-    return Evict(
-        cluster=cluster,
-        slots=FakeSlots(holders={NODE}),
-        dispatcher=wakes_to_nowhere(),
-        instances=NoDns(known={INSTANCE: "running"}),
-        policy=policy(),
+    return evict_step(
+        cluster,
+        NODE,
+        INSTANCE,
         metrics=metrics,
         events=KubeEvents(EksCluster("sandbox").api_client, owner="stack-a"),
     )

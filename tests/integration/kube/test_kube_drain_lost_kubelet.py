@@ -16,14 +16,11 @@ from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.ports.cluster import PodInfo
 from nodecycle_sandbox.aws.group import wait_for
 from nodecycle_sandbox.kube import KubeServer
+from tests.integration.kube.cluster import evict_step
 from tests.support.fakes import FakeMetrics
 from tests.unit.drain.test_drain_steps import (
     FakeEvents,
-    FakeSlots,
-    NoDns,
-    policy,
     terminating,
-    wakes_to_nowhere,
 )
 
 LOST = "ip-10-0-1-10.eu-west-1.compute.internal"
@@ -60,15 +57,7 @@ def draining(node: str, instance: str, start: datetime) -> LifecycleRecord:
 
 
 def evict(cluster: KubeCluster, node: str, instance: str, events: FakeEvents, metrics: FakeMetrics) -> Evict:
-    return Evict(
-        cluster=cluster,
-        slots=FakeSlots(holders={node}),
-        dispatcher=wakes_to_nowhere(),
-        instances=NoDns(known={instance: "running"}),
-        policy=policy(),
-        metrics=metrics,
-        events=events,
-    )
+    return evict_step(cluster, node, instance, metrics=metrics, events=events)
 
 
 def healthy(server: KubeServer) -> int:

@@ -14,9 +14,10 @@ from nodecycle.domain.drain.evict import Evict
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.nodes import NodeFinder
 from nodecycle_sandbox.kube import KubeServer
+from tests.integration.kube.cluster import evict_step
 from tests.integration.kube.test_kube_drain_steps import INSTANCE, NODE, draining
-from tests.support.fakes import T0, FakeMetrics
-from tests.unit.drain.test_drain_steps import FakeEvents, FakeSlots, NoDns, cordon, policy, wakes_to_nowhere
+from tests.support.fakes import T0
+from tests.unit.drain.test_drain_steps import NoDns, cordon
 
 SEED = {
     "namespaces": ["shop"],
@@ -30,15 +31,7 @@ SEED = {
 
 
 def evict(cluster: KubeCluster) -> Evict:
-    return Evict(
-        cluster=cluster,
-        slots=FakeSlots(holders={NODE}),
-        dispatcher=wakes_to_nowhere(),
-        instances=NoDns(known={INSTANCE: "running"}),
-        policy=policy(),
-        metrics=FakeMetrics(),
-        events=FakeEvents(),
-    )
+    return evict_step(cluster, NODE, INSTANCE)
 
 
 def claimed(cluster: KubeCluster) -> LifecycleRecord:

@@ -31,6 +31,7 @@ from nodecycle_sandbox.faults import Fault
 from nodecycle_sandbox.kube import KubeServer
 from nodecycle_sandbox.kube.admission import Denial
 from nodecycle_sandbox.kube.meta import SHUTDOWN_ANNOTATION
+from tests.integration.kube.cluster import evict_step
 from tests.support.fakes import T0, FakeAutoscaling, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
 from tests.unit.drain.test_drain_steps import (
     Ec2Maintenance,
@@ -76,15 +77,7 @@ def draining(step: Step = Step.EVICT, **changes: object) -> LifecycleRecord:
 
 
 def evict(cluster: KubeCluster, metrics: FakeMetrics | None = None) -> Evict:
-    return Evict(
-        cluster=cluster,
-        slots=FakeSlots(holders={NODE}),
-        dispatcher=wakes_to_nowhere(),
-        instances=NoDns(known={INSTANCE: "running"}),
-        policy=policy(),
-        metrics=metrics or FakeMetrics(),
-        events=FakeEvents(),
-    )
+    return evict_step(cluster, NODE, INSTANCE, metrics=metrics or FakeMetrics())
 
 
 def on_its_way_out(server: KubeServer, pod: PodInfo) -> bool:
