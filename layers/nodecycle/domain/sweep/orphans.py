@@ -16,7 +16,8 @@ a late delivery) is adopted: intake's own path starts its lifecycle, under a tok
 event of the action finds (``Intake.accept``), so redriving the dead letter starts no second lifecycle.
 
 Two parts of the sweep: the keep-alive (listing and heartbeats) comes first of all the sweep's parts, the
-adoptions after the lifecycles' repair (see :mod:`.sweeper`).
+adoptions after the lifecycles' repair (see :mod:`.sweeper`). While DynamoDB will not list the open lifecycles,
+the keep-alive heartbeats every action this stack's hooks hold, and nothing is adopted.
 
 The first sightings live in the sweeper's container (sweeps run one at a time): a cold start forgets them,
 which costs one more heartbeat and one more interval before the adoption, never an adoption too early.
@@ -28,6 +29,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import NoReturn
 
 from nodecycle.domain.catalog import LifecycleHooks, ManagedGroups
 from nodecycle.domain.intake import Intake, IntakeOutcome
@@ -83,9 +85,13 @@ class OrphanedActions:
     def keep_alive(self, open_records: Sequence[LifecycleRecord], now: datetime, time: SweepTime) -> Counts:
         """The first sweep part: heartbeat every action held with no record. No record tells when its hook's
         heartbeat timeout ends, and the first sighting may come just before it: no later part may delay it."""
-        # (not a lifecycle whose action is over that still watches its node: into a warm pool, for weeks; the
-        # instance's next action under the hook is another one)
-        known = {(r.instance_id, r.transition) for r in open_records if r.action_open}
+        try:
+            # (not a lifecycle whose action is over that still watches its node: into a warm pool, for weeks; the
+            # instance's next action under the hook is another one)
+            known = {(r.instance_id, r.transition) for r in open_records if r.action_open}
+        except Exception:  # (whatever kept DynamoDB from listing them: logged whole, the sweep fails below)
+            log.exception("could not list the open lifecycles: every held action is kept alive, none adopted")
+            self._keep_every_action_alive(now, time)
         held: list[Orphan] = []
         self._held = (now, held)
         seen: dict[tuple[str, str], tuple[datetime, datetime | None]] = {}
@@ -134,6 +140,33 @@ class OrphanedActions:
                 f"could not tell whether {failed} held instances are orphaned (the others were)"
             )
         return {"LifecyclesOrphaned": len(held)}
+
+    def _keep_every_action_alive(self, now: datetime, time: SweepTime) -> NoReturn:
+        """The keep-alive when DynamoDB will not list the open lifecycles (its Query denied, a key disabled,
+        throttled past the client's retries): no record tells which held actions are orphaned, and the lifecycles'
+        part cannot heartbeat theirs either, while the drains, which read the same table, stall. Auto Scaling
+        would apply the hooks' default result to every action at its heartbeat timeout: undrained terminations
+        (invariant 11). So every action held under this stack's hooks is kept alive, those with a lifecycle too
+        (a heartbeat only extends an action), and the outage costs time instead. Nothing is adopted, and nothing
+        learnt of the first sightings: the next sweep that lists the open lifecycles judges the orphans. The
+        part fails (the sweeper's dead-letter alarm), as the lifecycles' does."""
+        self._held = (now, [])
+        kept = failed = 0
+        for waiting in self._groups.waiting_instances():
+            if not time.enough():
+                raise time.cut_short(
+                    f"the open lifecycles not listed: {kept} held actions kept alive, the rest not ({failed} failed)"
+                )
+            try:
+                for hook in self._our_hooks(waiting.group, waiting.transition):
+                    kept += self._held_by(waiting, hook)
+            except Exception:  # one instance's failure must not stop the others
+                log.exception("could not keep the actions holding %s alive", waiting.instance_id)
+                failed += 1
+        raise SweepFailed(
+            f"the open lifecycles could not be listed: kept every held action alive ({kept}; {failed} instances "
+            "failed), adopted none"
+        )
 
     def adopt(self, open_records: Sequence[LifecycleRecord], now: datetime, time: SweepTime) -> Counts:
         """A later sweep part: start the lifecycle of each action this sweep kept alive that was first found
