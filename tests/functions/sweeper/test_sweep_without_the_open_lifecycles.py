@@ -6,17 +6,26 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
 import boto3
 import pytest
 from botocore.awsrequest import AWSResponse, HTTPHeaders
 
+from nodecycle.adapters.aws.records import DynamoRecordStore
+from nodecycle.domain.engine import Dispatcher
 from nodecycle.domain.intake import IntakeOutcome
+from nodecycle.domain.model import Step
+from nodecycle.domain.sweep.annotations import LeftoverAnnotations
+from nodecycle.domain.sweep.budget_entries import StaleBudgetEntries
 from nodecycle.domain.sweep.sweeper import Sweeper, SweepFailed
 from tests.functions.sweeper.test_adoption_race import on_dynamodb
+from tests.support.fakes import T0, FakeClock, FakeMetrics, RecordingQueues
 from tests.support.stack import Stack
+from tests.unit.foundation.test_engine import PLAN, make_record
 from tests.unit.sweeper.test_orphans import INTERVAL, OWNER, TOKEN, adopted
+from tests.unit.sweeper.test_sweeper import AliveInstances, FakeBudget, FakeNodes, annotated, entry
 
 pytestmark = pytest.mark.usefixtures("stack")
 
@@ -75,3 +84,61 @@ def test_while_the_open_lifecycles_cannot_be_listed_every_held_action_is_kept_al
     report = sweeper.sweep(time_left=lambda: 300)
     assert (report["LifecyclesOrphaned"], report["LifecyclesAdopted"]) == (0, 0)
     assert adopted(world) is None
+
+
+def test_budget_entries_and_annotations_of_a_lifecycle_that_is_over_are_freed_though_the_list_is_refused(
+    stack: Stack,
+) -> None:
+    # Given two drains that hold a slot and annotated their nodes, whose nodes and instances are all there: one
+    # is at work, the other is over (its cleanup died before it gave both back); and a DynamoDB that will not
+    # list the open lifecycles, though it reads each record
+    client = boto3.client("dynamodb")
+    records = DynamoRecordStore(stack.table, ttl=timedelta(days=1), dynamodb=client)
+    running = make_record(
+        PLAN, Step.EVICT, id="i-0aaaaaaaaaaaaaaa1/terminate/t1", instance_id="i-0aaaaaaaaaaaaaaa1"
+    )
+    over = make_record(
+        PLAN, Step.DONE, id="i-0aaaaaaaaaaaaaaa2/terminate/t2", instance_id="i-0aaaaaaaaaaaaaaa2"
+    )
+    assert records.create(running)
+    assert records.create(over)
+    budget = FakeBudget(
+        [entry("n1", running.id, running.instance_id), entry("n2", over.id, over.instance_id)]
+    )
+    nodes = FakeNodes(
+        [
+            annotated("n1", OWNER, running.instance_id, "t1"),
+            annotated("n2", OWNER, over.instance_id, "t2"),
+        ]
+    )
+    metrics = FakeMetrics()
+    sweeper = Sweeper(
+        owner=OWNER,
+        records=records,
+        clock=FakeClock(T0),
+        metrics=metrics,
+        parts={
+            "budget": StaleBudgetEntries(
+                budget=budget,
+                records=records,
+                node_names=nodes.node_names,
+                alive_instances=AliveInstances({running.instance_id, over.instance_id}),
+                waker=Dispatcher(
+                    records=records, queues=RecordingQueues(), clock=FakeClock(T0), metrics=metrics
+                ),
+            ),
+            "annotations": LeftoverAnnotations(owner=OWNER, cluster=nodes, records=records, metrics=metrics),
+        },
+        shares={},
+    )
+
+    # When the sweep runs
+    with query_denied(client):
+        report = sweeper.sweep(time_left=lambda: 300)
+
+    # Then the parts judged each lifecycle by its record, read consistently (as they do one the list does not
+    # show): the slot and the annotations of the lifecycle that is over are freed, the other's kept. (Before,
+    # both parts failed for want of the list, and the slot stayed taken until its TTL, sweep after sweep.)
+    assert budget.judged == {"n1": False, "n2": True}
+    assert nodes.released == ["n2"]
+    assert (report["SweptHolders"], report["AnnotationsCleared"]) == (1, 1)

@@ -11,7 +11,7 @@ from nodecycle.domain.ports.cluster import Claim, NodeInfo, OwnedNodes
 from nodecycle.domain.ports.lifecycle import RecordStore
 from nodecycle.domain.ports.runtime import Metrics
 from nodecycle.domain.sweep.sweep_time import SweepTime
-from nodecycle.domain.sweep.sweeper import Counts, SweepFailed, lifecycle_over
+from nodecycle.domain.sweep.sweeper import Counts, SweepFailed, lifecycle_over, listed_or_none
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ class LeftoverAnnotations:
         self._metrics = metrics
 
     def __call__(self, open_records: Sequence[LifecycleRecord], now: datetime, time: SweepTime) -> Counts:
-        open_ids = {record.id for record in open_records}
+        open_ids = {record.id for record in listed_or_none(open_records, "annotations")}
         cleared = failed = unseen = 0
         for node in self._cluster.nodes_owned_by(self._owner):
             if not time.enough():

@@ -13,7 +13,7 @@ from nodecycle.domain.model import LifecycleRecord
 from nodecycle.domain.ports.budget import SweepableBudget
 from nodecycle.domain.ports.lifecycle import RecordStore
 from nodecycle.domain.sweep.sweep_time import SweepTime
-from nodecycle.domain.sweep.sweeper import Counts, SweepFailed, lifecycle_over
+from nodecycle.domain.sweep.sweeper import Counts, SweepFailed, lifecycle_over, listed_or_none
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ class StaleBudgetEntries:
     def __call__(self, open_records: Sequence[LifecycleRecord], now: datetime, time: SweepTime) -> Counts:
         # (the token each is open under: a record of a disruption starts over under another token, and an entry
         # of the lifecycle before, whose release was lost, is of a lifecycle that is over)
-        open_ids = {record.id: record.token for record in open_records}
+        open_ids = {record.id: record.token for record in listed_or_none(open_records, "budget")}
         unread: list[str] = []
         unasked: list[str] = []  # what could not be asked: the nodes' list, EC2
         unjudged = 0

@@ -25,7 +25,9 @@ ahead, so one this sweep did not reach is reached by the next, most urgent first
 orphans' adoptions (several calls each: after every heartbeat), and the rest. A part that stops for want
 of time fails the sweep like a part that fails (logged, ``SweepsCutShort``, the sweeper's dead-letter alarm):
 the actions it did not reach may be near their timeout, and the next sweep takes them up. The open lifecycles are listed when a part first needs them: a listing DynamoDB refuses
-(denied, throttled past the client's retries) fails the parts that need it, not the address sweep.
+(denied, throttled past the client's retries) fails the lifecycles' part, not the address sweep; the orphans'
+keep-alive then heartbeats every action held, adopting none, and the budget's and annotations' parts read each
+lifecycle's record instead (:func:`listed_or_none`).
 """
 
 from __future__ import annotations
@@ -139,6 +141,20 @@ class OpenLifecycles(Sequence[LifecycleRecord]):
     def __getitem__(self, index: slice) -> list[LifecycleRecord]: ...
     def __getitem__(self, index: int | slice) -> LifecycleRecord | list[LifecycleRecord]:
         return self._records()[index]
+
+
+def listed_or_none(open_records: Sequence[LifecycleRecord], part: str) -> Sequence[LifecycleRecord]:
+    """The open lifecycles, for a part that reads a lifecycle's record (:func:`lifecycle_over`) before it removes
+    anything of it and needs the list only to spare those reads; none when DynamoDB will not list them (its
+    Query denied, a key disabled, throttled past the client's retries), logged. The part then reads the record
+    of each entry or node it judges: a GetItem may answer where the index's Query does not (a policy names the
+    index apart), and what is over is freed rather than kept, sweep after sweep, for want of the list. The
+    parts that cannot do without the list (the lifecycles', the orphans') fail the sweep."""
+    try:
+        return list(open_records)
+    except Exception:  # (whatever kept DynamoDB from listing them: logged whole)
+        log.exception("could not list the open lifecycles: the %s part reads each lifecycle's record", part)
+        return []
 
 
 def lifecycle_over(records: RecordStore, record_id: str, token: str | None = None) -> bool:
