@@ -5,6 +5,7 @@ instance's)."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import boto3
 
@@ -113,3 +114,33 @@ def test_an_address_left_on_the_interface_of_a_gone_instance_is_disassociated_an
 
     # Then it is released
     assert state() == {}
+
+
+def test_a_pool_address_its_terminate_returned_after_the_listing_is_not_counted_as_the_sweeps(
+    stack: Stack, ec2: AwsLikeEc2
+) -> None:
+    # Given a pool address on an instance whose termination has begun, which the terminate's own release step
+    # returns to the pool once the sweep has listed it, and a launch claims at once
+    gone, launching = run_instances(2)
+    pooled = allocate(**{OWNER_TAG: OWNER, POOL_TAG: "ci"})
+    association = ec2.moto.associate_address(AllocationId=pooled, InstanceId=gone, AllowReassociation=False)
+    shutting_down(gone)
+    others = boto3.client("ec2")  # the eip function's client, not the sweeper's
+    listed: list[bool] = []
+
+    def returned_and_claimed_once_listed(**_: Any) -> None:
+        if not listed:
+            listed.append(True)
+            others.disassociate_address(AssociationId=association["AssociationId"])
+            others.associate_address(AllocationId=pooled, InstanceId=launching, AllowReassociation=False)
+
+    ec2.moto.meta.events.register("after-call.ec2.DescribeAddresses", returned_and_claimed_once_listed)
+
+    # When the sweeper runs
+    released, returned = sweep()
+
+    # Then the address stays with the launch (the sweep's disassociation named the old association only), and
+    # the sweep counts no return it did not make (before: one, in SweptEips and EipsReturnedBySweep, and a
+    # warning that it had disassociated the address from a gone instance)
+    assert state() == {pooled: launching}
+    assert (released, returned) == (0, 0)

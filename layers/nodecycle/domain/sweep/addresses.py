@@ -149,15 +149,18 @@ class AddressSweep:
         if address.association_id is not None:
             if not (_on_gone_instance(address, states) or self._left_on_an_interface(address, states, now)):
                 return None
-            self._addresses.disassociate(address.association_id)
-            log.warning(
-                "address %s was still associated with %s, whose instance %s is gone: disassociated",
-                address.public_ip,
-                "it" if address.instance_id else "a network interface",
-                address.instance_id or address.allocated_for,
-            )
+            # (False: the association ended since the listing, the terminate's own release step came first; a
+            # pool address may be claimed again already: not this sweep's return)
+            disassociated = self._addresses.disassociate(address.association_id)
+            if disassociated:
+                log.warning(
+                    "address %s was still associated with %s, whose instance %s is gone: disassociated",
+                    address.public_ip,
+                    "it" if address.instance_id else "a network interface",
+                    address.instance_id or address.allocated_for,
+                )
             if address.pool is not None:
-                return "returned"
+                return "returned" if disassociated else None
         if address.pool is None and self._expired(address, now) and self._release(address):
             return "released"
         return None
