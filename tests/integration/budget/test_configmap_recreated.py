@@ -8,6 +8,7 @@ without BudgetCountUnavailable, which would count their cordons anyway."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -153,10 +154,53 @@ def test_another_stacks_drain_in_progress_is_counted_in_its_zone_by_the_first_st
     assert blue.acquire(request(3)).reason is SlotReason.NO_ROOM  # zone a
     assert blue.acquire(request(4)).reason is SlotReason.NO_ROOM  # zone b
     assert blue.acquire(request(5)).granted  # zone c
-    # and green's drain keeps its slot, under its own lifecycle and owner
-    assert green.renew(request(0, "green")).reason is SlotReason.HELD
+    # and green's drain, at its next poll, is judged under green's limits: beside blue's two holders green's view
+    # is full, and its node does not tell whether it held its slot or had lost it and paused, so it waits in line,
+    # in progress (the safe side: see Holder.seeded)...
+    polled_green = replace(request(0, "green"), in_progress=True)
+    assert green.renew(polled_green).reason is SlotReason.LOST
     held = {h.node: h.owner for h in blue.snapshot().holders}
-    assert held == {node_name(0): "green", node_name(1): "blue", node_name(5): "blue"}
+    assert held == {node_name(1): "blue", node_name(5): "blue"}
+    # ...and drains again, under its own lifecycle and owner, once green's view has room
+    blue.release(node_name(5), request(5).record_id, request(5).token)
+    assert green.renew(polled_green).granted
+    held = {h.node: h.owner for h in blue.snapshot().holders}
+    assert held == {node_name(0): "green", node_name(1): "blue"}
+    api.api_client.close()
+
+
+def polled(i: int) -> SlotRequest:
+    """The slot request of a drain's poll (the EVICT step's renewal): disruption in progress."""
+    return replace(request(i), in_progress=True)
+
+
+def test_a_drain_that_lost_its_slot_does_not_resume_beside_the_one_holding_it_when_the_configmap_is_recreated(
+    server: KubeServer,
+) -> None:
+    # Given a budget of 1: node 1's drain lost its slot (its holder expired, a stalled function) to node 0's, which
+    # drains; node 1 is cordoned and paused, in line with precedence
+    add_nodes(server, 6)
+    api = core_api(server)
+    clock = FakeClock()
+    blue = budget_of(api, clock, "blue", total="1", per_zone="1")
+    assert blue.acquire(request(1)).granted
+    cordon(api, request(1))
+    clock.advance(TTL.total_seconds() + 1)
+    assert blue.acquire(request(0)).granted
+    cordon(api, request(0))
+    assert blue.renew(polled(1)).reason is SlotReason.LOST
+
+    # When the ConfigMap is deleted and re-created empty ("resetting" the budget), and both drains poll again
+    recreate_the_configmap(server)
+    clock.advance(5)
+    decisions = [blue.renew(polled(i)) for i in (0, 1)]
+
+    # Then only one of them drains: the nodes show two drains in progress, not which of them held the slot
+    assert [d.granted for d in decisions].count(True) == 1
+    held = blue.snapshot().holders
+    assert len(held) == 1
+    # and the other waits in line, in progress, and goes next
+    assert blue.renew(polled(0) if decisions[1].granted else polled(1)).reason is SlotReason.LOST
     api.api_client.close()
 
 

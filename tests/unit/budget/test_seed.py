@@ -3,6 +3,7 @@ at its first write, with the drains in progress its nodes show: one list, then n
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 from nodecycle.domain.budget import BudgetDocument, BudgetLimits, DisruptionBudget, SlotReason, SlotRequest
@@ -210,3 +211,29 @@ def test_two_writers_that_find_the_document_unwritten_at_once_seed_it_once() -> 
     stored = store.read()
     assert stored is not None
     assert sorted(h.node for h in stored.holders) == ["n1", "n2", "n3", "n4"]
+
+
+def test_seeded_drains_past_the_limits_keep_only_the_slots_the_limits_allow_at_their_next_polls() -> None:
+    # Given four drains in progress when the ConfigMap comes back empty, under a limit of 2: their nodes do not
+    # tell which two held slots and which two had lost theirs and paused; a newcomer asks first, and waits
+    store, clock = MemoryBudgetStore(), FakeClock()
+    blue = budget(store, clock, FakeDrains(*(drain(f"n{i}") for i in range(1, 5))))
+    recreated(store)
+    assert not blue.acquire(request("n9")).granted
+
+    # When each of them polls (the EVICT step's renewal: disruption in progress)
+    clock.advance(5)
+    decisions = [blue.renew(replace(request(f"n{i}"), in_progress=True)) for i in range(1, 5)]
+
+    # Then two drain on and two wait in line (the first to ask, past the limit), ahead of the newcomer
+    assert [(d.granted, d.reason) for d in decisions] == [
+        (False, SlotReason.LOST),
+        (False, SlotReason.LOST),
+        (True, SlotReason.HELD),
+        (True, SlotReason.HELD),
+    ]
+    stored = store.read()
+    assert stored is not None
+    assert sorted(h.node for h in stored.holders) == ["n3", "n4"]
+    assert not any(h.seeded for h in stored.holders)
+    assert [w.node for w in blue.snapshot().waiters] == ["n1", "n2", "n9"]

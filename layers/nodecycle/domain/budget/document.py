@@ -47,7 +47,11 @@ from pydantic.alias_generators import to_camel
 # again; holders and waiters carry their lifecycle's ``token``. Again
 # an older stack refuses the document rather than drop the field: upgrade every stack sharing the cluster
 # (formats 1 and 2 are read, and rewritten as 3).
-FORMAT_VERSION = 3
+# 4: a holder may be seeded (see Holder.seeded): a stack that reads up to 3 would renew a seeded holder's slot
+# without judging it. Only a document that holds one is written as 4 (for a TTL at most after the ConfigMap was
+# created again); any other is written as 3, which every stack of format 3 reads.
+FORMAT_VERSION = 4
+_WITHOUT_SEEDED_HOLDERS = 3
 
 
 class BudgetFormatError(ValueError):
@@ -87,6 +91,11 @@ class Holder(_Entry):
     # Taken without room, because the node goes either way (its action's global timeout is near): it counts
     # against the limits like any holder, so the others wait for it.
     forced: bool = False
+    # Seeded from its node's annotations into a document created again (see :mod:`.seed`), and not asked for by
+    # its lifecycle since. It counts as any holder; but a node shows a drain in progress alike whether it held its
+    # slot or had lost it (paused, in line), so its lifecycle's next ask is judged as one that lost its slot
+    # asks (see :func:`.rules.claim`), or every paused drain would resume at once past the limits.
+    seeded: bool = False
 
 
 class Waiter(_Entry):
@@ -174,12 +183,14 @@ class BudgetDocument(_Model):
         return next((w for w in self.waiters if w.node == node), None)
 
     def to_json(self) -> str:
-        """The document as stored: in this version's format (an older format read is written as this one),
+        """The document as stored: in this version's format (an older format read is written as this one; 3
+        when no holder is seeded),
         compact (fields at their defaults left out, no spaces): the API server refuses a ConfigMap over
         1 MiB, and the document is read and rewritten on every decision."""
         data = self.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+        seeded = any(h.seeded for h in self.holders)
         data = {
-            "formatVersion": FORMAT_VERSION,
+            "formatVersion": FORMAT_VERSION if seeded else _WITHOUT_SEEDED_HOLDERS,
             "holders": [],
             "waiters": [],
             "released": [],

@@ -60,7 +60,10 @@ waiter it made eligible. A node has one place in
 line: a third lifecycle of the instance leaves it to the one that took it first, and asks again at its retry. A renewal is written only
 when a third of the TTL has passed since the last written one, or when an entry expired (its removal is
 written, and wakes the waiters it made eligible). A holder that expired and was removed asks
-again like a newcomer, through the queue. A node already counted as unavailable takes its slot without taking
+again like a newcomer, through the queue. A holder seeded from its node into a document created again (see
+:mod:`.seed`) is renewed at its lifecycle's first ask since only when it fits beside the other holders (its node
+does not tell whether its drain held its slot or had lost it and paused), and otherwise asks again like a
+holder that expired. A node already counted as unavailable takes its slot without taking
 a new one. A lifecycle that released its slot less than a TTL ago takes none again, whoever held the node
 since: its request is a late delivery of an earlier step (a duplicate whose write was retried after the
 release), whose commit loses, so nothing would ever give that slot back. A lifecycle is its record and
@@ -454,8 +457,12 @@ def fresh_holder(doc: BudgetDocument, request: SlotRequest, now: datetime) -> Sl
     ago: granted, with nothing to write. A drain renews at every step (every few seconds); writing each time
     would only make the shared document change faster and the acquirers conflict more. ``None`` when the
     renewal must be written, or an entry expired."""
-    if not _renewed_lately(doc.holder(request.node), request, now) or _any_expired(doc, now):
+    holder = doc.holder(request.node)
+    if not _renewed_lately(holder, request, now) or _any_expired(doc, now):
         return None
+    assert holder is not None
+    if holder.seeded:
+        return None  # its lifecycle's first ask since it was seeded: judged (see claim)
     return _decision(prune(doc, now), True, SlotReason.HELD)
 
 
@@ -598,6 +605,23 @@ def claim(
         return Claimed(doc, _decision(doc, False, SlotReason.RELEASED), None)
     holder = doc.holder(request.node)
     waiter = doc.waiter(request.node)
+    seeded = None
+    if (
+        holder is not None
+        and holder.seeded
+        and (holder.owner, holder.record_id)
+        == (
+            request.owner,
+            request.record_id,
+        )
+    ):
+        # Seeded from its node (the ConfigMap created again), and asked for by its lifecycle for the first time
+        # since: it may be a drain that had lost its slot and paused, which its node does not tell from the one
+        # that took it. It keeps its slot (renewed below) when it fits beside every other holder, seeded or not,
+        # under its owner's limits; otherwise it asks as a drain that lost its slot: in line (see Holder.seeded)
+        others = doc.model_copy(update={"holders": tuple(h for h in doc.holders if h is not holder)})
+        if not _fits_beside_holders(others, request):
+            seeded, holder, doc = holder, None, others
     if holder is not None:
         if holder.owner != request.owner:
             return Claimed(doc, _decision(doc, False, SlotReason.HELD_BY_OTHER_OWNER), None)
@@ -619,7 +643,9 @@ def claim(
                 queued = _queued(doc, request, waiter, renewal, now)
                 doc = doc if queued is None else queued[0]
             return Claimed(doc, _decision(doc, False, SlotReason.HELD_BY_OTHER_LIFECYCLE), None)
-        holders = tuple(h.model_copy(update=renewal) if h is holder else h for h in doc.holders)
+        # (a seeded holder taken over by another instance's lifecycle: the node of the seeded one is gone)
+        renewed = {**renewal, "seeded": False}
+        holders = tuple(h.model_copy(update=renewed) if h is holder else h for h in doc.holders)
         doc = doc.model_copy(update={"holders": holders})
         return Claimed(doc, _decision(doc, True, SlotReason.HELD), None)
 
@@ -638,11 +664,23 @@ def claim(
         return Claimed(doc, decision, None, [w for w, _ in picks])
 
     forced = pick is None
-    granted = Holder(node=request.node, owner=request.owner, acquired_at=now, forced=forced, **renewal)
+    # (a seeded holder forced past the limits holds its slot as since its drain began)
+    acquired_at = now if seeded is None else seeded.acquired_at
+    granted = Holder(
+        node=request.node, owner=request.owner, acquired_at=acquired_at, forced=forced, **renewal
+    )
     doc = _with_holders(doc, (granted,), Counter(_passed_over(pick or (), entry, {request.node})))
     reason = SlotReason.FORCED if forced else SlotReason.REACQUIRED if renewing else SlotReason.GRANTED
     waited = now - entry.waiting_since if waiter is not None else None
     return Claimed(doc, _decision(doc, True, reason), waited)
+
+
+def _fits_beside_holders(doc: BudgetDocument, request: SlotRequest) -> bool:
+    """Whether the request's node fits beside the holders of ``doc`` (and the unavailable nodes its owner
+    counts) under its owner's limits, the line left aside."""
+    limits = doc.limits[request.owner]
+    taken = Occupancy({**counted_unavailable(doc, limits), **{h.node: h.zone for h in doc.holders}})
+    return taken.admits(request.node, request.zone, limits.resolved)
 
 
 def pass_on(doc: BudgetDocument, record_ids: Collection[str], owner: str, now: datetime) -> Passed:

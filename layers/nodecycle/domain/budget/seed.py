@@ -8,14 +8,19 @@ found their slots gone (invariant 1). Each of them still marks its node: the cor
 in-progress annotations that name its lifecycle (instance, transition, token), set in the claim's one PATCH
 and cleared in one. So the first write to a document never written lists the nodes once and takes each drain
 in progress as a holder of its own lifecycle and owner, whichever owner it is (the budget is shared: another
-stack's drain takes a slot in every stack's view), before it decides anything. Each one's renewal then finds
-its slot held, as before the deletion. That costs one list of the nodes' metadata when a document is created
+stack's drain takes a slot in every stack's view), before it decides anything. Each one's next ask then
+finds its slot held, as before the deletion, when it fits beside the other holders (see below). That costs one list of the nodes' metadata when a document is created
 (the first use, or a deletion), never per decision: a decision's cost stays flat in the cluster's size.
 
 What the nodes cannot tell, the seed takes on the safe side:
 
 - a drain that had lost its slot (cordoned, waiting in progress) is a holder too: its node is disrupted
-  already, and counted so no new drain starts beside it until the drains in progress are under the limits;
+  already, and counted so no new drain starts beside it until the drains in progress are under the limits.
+  But the node does not tell it from the drain that took its slot, so a seeded holder is marked (``seeded``)
+  until its lifecycle asks again, and that ask is judged as a drain's that lost its slot: it keeps the slot
+  only if it fits beside every other holder, seeded ones included, and otherwise pauses in line with
+  precedence. Were it renewed as held, every paused drain would resume at once, past the limits; judged
+  so, the drains over the limits pause (those that ask first: no guess at which of them were draining);
 - a stale annotation (a drain over whose cleanup has not cleared it yet, the sweeper not yet run) holds a slot
   that nobody renews: it expires after one TTL, or sooner when its owner's sweeper finds its lifecycle over
   or its instance gone, as any holder's;
@@ -75,6 +80,7 @@ def seeded(
             renewed_at=now,
             ttl_seconds=int(ttl.total_seconds()),
             acquired_at=min(drain.started, now) if drain.started is not None else now,
+            seeded=True,
         )
         size += BudgetDocument.entry_bytes(holder)
         if size > MAX_DOCUMENT_BYTES:
