@@ -7,6 +7,7 @@ import logging
 from datetime import datetime
 from typing import Any
 
+from nodecycle.domain.budget import SlotReason
 from nodecycle.domain.drain.common import (
     ADOPT_FROM,
     _deadline_cap,
@@ -134,6 +135,9 @@ class Cordon:
                 why = f"its budget slot may not be renewed: {refusal}"
                 return self._refused(record, node, why, started, deadline, now, found)
             _wake(self._dispatcher, renewed.wake)
+            if renewed.reason is SlotReason.RELEASED:
+                # (this lifecycle gave its slot back already: a late delivery, whose commit loses; nothing lost)
+                return Outcome.wait(self._policy.budget_retry_seconds, **found)
             if not renewed.granted:
                 log.warning("lost the budget slot of node %s before its cordon: waiting for one", node.name)
                 self._metrics.count("BudgetSlotsLost")

@@ -228,6 +228,11 @@ class Evict:
         )
         renewed = self._slots.renew(request)
         _wake(self._dispatcher, renewed.wake)  # (as for a first ask: see AcquireSlot)
+        if renewed.reason is SlotReason.RELEASED:
+            # This lifecycle gave its slot back already: a late delivery of this step (a duplicate that read the
+            # record before the commit that went on), whose commit loses. No slot was lost, no drain paused.
+            log.info("node %s: a late delivery of a drain that gave its slot back", node)
+            return Outcome.wait(policy.budget_retry_seconds)
         if not renewed.granted:
             # Our holder expired and its slot went to another node: evicting now could exceed the budget. The
             # node waits with precedence (it is disruption in progress), and the wait is not drain time.
