@@ -204,6 +204,31 @@ def test_a_drain_that_lost_its_slot_does_not_resume_beside_the_one_holding_it_wh
     api.api_client.close()
 
 
+def test_a_drain_granted_but_not_cordoned_when_the_seed_lists_the_nodes_finds_its_slot_gone_at_its_first_poll(
+    server: KubeServer,
+) -> None:
+    # Given a budget of 1, and node 0's drain granted its slot, its cordon not made yet (its next step queued)
+    add_nodes(server, 6)
+    api = core_api(server)
+    clock = FakeClock()
+    blue = budget_of(api, clock, "blue", total="1", per_zone="1")
+    assert blue.acquire(request(0)).granted
+
+    # When the ConfigMap is re-created empty, and node 1 asks first: its seed finds no drain in progress
+    recreate_the_configmap(server)
+    clock.advance(5)
+    assert blue.acquire(request(1)).granted
+    cordon(api, request(1))
+
+    # Then node 0's drain, cordoned now, finds its slot gone at its first poll, which comes before any of its
+    # evictions (the EVICT step renews the slot first): it waits in line, in progress, behind node 1
+    cordon(api, request(0))
+    lost = blue.renew(polled(0))
+    assert (lost.granted, lost.reason, lost.holders) == (False, SlotReason.LOST, 1)
+    assert [h.node for h in blue.snapshot().holders] == [node_name(1)]
+    api.api_client.close()
+
+
 def test_a_sweep_while_the_configmap_is_deleted_fails_naming_it(server: KubeServer) -> None:
     add_nodes(server, 3)
     api = core_api(server)
