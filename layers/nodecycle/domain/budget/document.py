@@ -93,8 +93,9 @@ class Holder(_Entry):
     forced: bool = False
     # Seeded from its node's annotations into a document created again (see :mod:`.seed`), and not asked for by
     # its lifecycle since. It counts as any holder; but a node shows a drain in progress alike whether it held its
-    # slot or had lost it (paused, in line), so its lifecycle's next ask is judged as one that lost its slot
-    # asks (see :func:`.rules.claim`), or every paused drain would resume at once past the limits.
+    # slot or had lost it (paused, in line), so at its lifecycle's next ask it keeps the slot only if it fits
+    # beside every other holder, and otherwise waits in line as a drain that lost its slot (see
+    # :func:`.rules.claim`): renewed as held, every paused drain would resume at once, past the limits.
     seeded: bool = False
 
 
@@ -183,10 +184,9 @@ class BudgetDocument(_Model):
         return next((w for w in self.waiters if w.node == node), None)
 
     def to_json(self) -> str:
-        """The document as stored: in this version's format (an older format read is written as this one; 3
-        when no holder is seeded),
-        compact (fields at their defaults left out, no spaces): the API server refuses a ConfigMap over
-        1 MiB, and the document is read and rewritten on every decision."""
+        """The document as stored: in this version's format (an older format read is written as this one; as
+        3 while no holder is seeded), compact (fields at their defaults left out, no spaces): the API server
+        refuses a ConfigMap over 1 MiB, and the document is read and rewritten on every decision."""
         data = self.model_dump(mode="json", by_alias=True, exclude_defaults=True)
         seeded = any(h.seeded for h in self.holders)
         data = {
