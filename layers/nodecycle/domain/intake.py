@@ -406,7 +406,7 @@ class Intake:
             and (self._rescheduled(known, record, now, listed) or self._queued(known, record, now, listed))
         ):
             return IntakeOutcome.ACCEPTED
-        return self._known(known, now)
+        return self._known(known, now, moved=known is not None and _moved_by(known, record))
 
     def _store_action(self, record: LifecycleRecord, now: datetime) -> IntakeOutcome:
         """A hook's lifecycle, written with its action's claim (see ActionClaim): one lifecycle goes on for one
@@ -516,8 +516,9 @@ class Intake:
         log.warning("not adopted: lifecycle %s of the action came first", claim.lifecycle)
         return IntakeOutcome.DUPLICATE
 
-    def _known(self, known: LifecycleRecord | None, now: datetime) -> IntakeOutcome:
-        """A duplicate delivery of a known lifecycle (``known``, as read after its write was refused)."""
+    def _known(self, known: LifecycleRecord | None, now: datetime, *, moved: bool = False) -> IntakeOutcome:
+        """A duplicate delivery of a known lifecycle (``known``, as read after its write was refused);
+        ``moved``: a delivery of an event that moved it on its record (see ``_moved_by``)."""
         # A crash between the record's write and its first message leaves a record nobody works on: the
         # redelivery that follows the crash re-sends the message. Only when it is overdue, so that an
         # ordinary duplicate does not make a second unit of work. Whether new or started over on its record (the
@@ -532,6 +533,12 @@ class Intake:
             # Too early to tell a lost first message from one on its way: a watch comes back once the step is
             # overdue and sends it again if nothing ran (as the engine's watch of a redelivered message). The
             # event's retries end with this answer, and the sweeper would repair only minutes later.
+            self._dispatch.watch(known, now, self._resume_grace)
+        elif known is not None and moved and not known.finished:
+            # A move's commit took the lifecycle to a new seq (the message it waited with arrives stale), and
+            # its message may have been refused after it: this retry of the event is the last delivery that can
+            # tell. Steps may have run since, so not the step again: a watch, which finds the chain moved on
+            # (stale) or repairs it once overdue, rather than leave it to the sweeper.
             self._dispatch.watch(known, now, self._resume_grace)
         log.info("duplicate delivery of a known lifecycle action: nothing to do")
         self._metrics.count("LifecycleEventsDuplicate")
@@ -678,6 +685,18 @@ class Intake:
 
     def _send_first(self, record: LifecycleRecord) -> None:
         self._dispatch.send(record, self._clock.now())
+
+
+def _moved_by(known: LifecycleRecord, record: LifecycleRecord) -> bool:
+    """Whether ``record``'s event is one that moved the open maintenance lifecycle ``known`` to a new seq on its
+    record: rescheduled it under its own start and id (``Intake._rescheduled``), or queued its maintenance
+    after it (``Intake._queued``). (Also true of a redelivery of the event that started it: a watch for it costs
+    a message, and finds the chain moved on.)"""
+    if known.transition is not Transition.SCHEDULED_CHANGE or known.finished:
+        return False
+    if known.token == record.token:
+        return True
+    return record.global_deadline > known.global_deadline and _with_successor(known, record) is None
 
 
 # The two state changes EC2 tells of one stop, and of one termination
