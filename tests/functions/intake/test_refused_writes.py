@@ -1,18 +1,20 @@
 """Intake when AWS refuses its record's write or its first message (a service control policy, IAM propagating
 after an update), as the sandbox's IAM enforcement refuses on moto: the event is retried (the queue's record
 alone fails; EventBridge's invocation fails), never rejected as bad input, and once the refusal ends its retry
-starts the lifecycle's work."""
+starts the lifecycle's work. Likewise when DynamoDB throttles the write of a record with its claim, answers a
+500, or cancels the transaction for a reason that is no condition (never read as a duplicate)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from types import ModuleType
 from typing import Any
 
 import boto3
 import pytest
+from botocore.awsrequest import AWSResponse, HTTPHeaders
 
 from nodecycle.adapters.clock import SystemClock
 from nodecycle.domain.errors import AccessRefused
@@ -146,3 +148,82 @@ def test_an_eventbridge_event_whose_intake_is_refused_fails_for_lambda_to_retry(
     assert records() == []
     assert receive_all(stack.drain_queue) == []
     assert metric(capsys.readouterr().out, "LifecycleEventsRejected") == 0
+
+
+class Cancelling:
+    """DynamoDB answering each TransactWriteItems of the adapters' clients with ``answer`` while it is set: what
+    is left once botocore's retries are spent (a throttle, a 500), or a transaction cancelled for another reason
+    than a condition (another transaction on one of its items, throttling of one of them)."""
+
+    def __init__(self) -> None:
+        self.answer: tuple[int, dict[str, Any]] | None = None
+
+    def __call__(self, **_: Any) -> tuple[AWSResponse, dict[str, Any]] | None:
+        if self.answer is None:
+            return None
+        status, error = self.answer
+        return AWSResponse("https://dynamodb", status, HTTPHeaders(), None), {**error, "ResponseMetadata": {}}
+
+
+@pytest.fixture
+def transactions(stack: Stack) -> Iterator[Cancelling]:
+    # On boto3's default session before the adapters' clients are made from it (each copies its handlers)
+    cancelling = Cancelling()
+    events = boto3._get_default_session().events
+    # (a before-call handler that answers is botocore's answer to the call: the stubs type it as answering None)
+    events.register("before-call.dynamodb.TransactWriteItems", cancelling, unique_id="tests.Cancel")  # type: ignore[arg-type]
+    yield cancelling
+    events.unregister("before-call.dynamodb.TransactWriteItems", unique_id="tests.Cancel")
+
+
+def _cancelled(*codes: str) -> tuple[int, dict[str, Any]]:
+    error = {"Code": "TransactionCanceledException", "Message": "Transaction cancelled"}
+    return 400, {"Error": error, "CancellationReasons": [{"Code": code} for code in codes]}
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        (400, {"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "Rate exceeded"}}),
+        (500, {"Error": {"Code": "InternalServerError", "Message": "Internal server error"}}),
+        _cancelled("TransactionConflict", "None"),
+        _cancelled("None", "ThrottlingError"),
+    ],
+    ids=["throughput-exceeded", "internal-error", "conflict-on-the-record", "throttled-claim"],
+)
+def test_a_record_and_claim_write_dynamodb_refuses_or_cancels_for_no_condition_is_retried_not_taken_for_a_duplicate(
+    transactions: Cancelling,
+    intake_fn: ModuleType,
+    stack: Stack,
+    capsys: pytest.CaptureFixture[str],
+    answer: tuple[int, dict[str, Any]],
+) -> None:
+    # Given a batch of two terminate hook notifications beside a bad record, and DynamoDB refusing the write of
+    # a record with its action's claim (one transaction), or cancelling it for a reason that is no condition
+    # (read as "the record is there", the action would be acknowledged as a duplicate and never drained)
+    transactions.answer = answer
+
+    # When intake takes in the batch
+    response = intake_fn.handler(sqs_event(*hook_notifications(), "{truncated"), LambdaContext())
+
+    # Then the two actions fail alone (SQS delivers them again), nothing is written or sent, none is counted a
+    # duplicate, and the bad record is rejected
+    assert response == {
+        "batchItemFailures": [{"itemIdentifier": "message-0"}, {"itemIdentifier": "message-1"}]
+    }
+    assert records() == []
+    assert receive_all(stack.drain_queue) == []
+    output = capsys.readouterr().out
+    assert metric(output, "LifecycleEventsDuplicate") in (None, 0)
+    assert metric(output, "LifecycleEventsRejected", reason="malformed-json") == 1
+
+    # When DynamoDB takes writes again and SQS delivers the two again
+    transactions.answer = None
+    response = intake_fn.handler(sqs_event(*hook_notifications()), LambdaContext())
+
+    # Then each has its record and one first step
+    assert response == {"batchItemFailures": []}
+    ids = sorted(record["id"] for record in records())
+    assert len(ids) == 2
+    sent = [json.loads(m["Body"]) for m in receive_all(stack.drain_queue)]
+    assert sorted((m["record_id"], m["step"]) for m in sent) == [(id_, "acquire-slot") for id_ in ids]
