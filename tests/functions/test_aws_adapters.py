@@ -4,7 +4,7 @@ shape is what matters here, and moto would accept a wrong one)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import boto3
@@ -14,12 +14,14 @@ from botocore.stub import Stubber
 from nodecycle.adapters.aws.addresses import Ec2Addresses
 from nodecycle.adapters.aws.autoscaling import AutoscalingActions
 from nodecycle.adapters.aws.queues import SqsWorkQueues
+from nodecycle.adapters.aws.records import DynamoRecordStore
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import Worker
 from nodecycle.domain.model import ActionRef, Step, Transition, adopted_token
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.addresses import InstanceUnavailable
 from nodecycle.domain.ports.lifecycle import WorkMessage
+from tests.unit.foundation.test_engine import PLAN, make_record
 
 TOKEN = "9f0c3d3e-6a8b-4c8e-9d57-2f7b1e0a6c41"
 ACTION = ActionRef(
@@ -299,6 +301,20 @@ def test_throttling_is_a_transient_error(autoscaling: tuple[AutoscalingActions, 
     stubber.add_client_error("record_lifecycle_action_heartbeat", "Throttling", "Rate exceeded", 400)
     with pytest.raises(TransientError, match="Rate exceeded"):
         adapter.heartbeat(ACTION)
+
+
+def test_a_record_write_that_meets_a_transaction_on_its_item_is_a_transient_error() -> None:
+    """DynamoDB refuses a PutItem on an item another writer's transaction holds (intake or the sweeper writing
+    a record with its claim) with TransactionConflictException, which botocore's standard mode does not retry:
+    the write is worth trying again (a step's later retry), not an unknown error that fails the message."""
+    client = boto3.client("dynamodb")
+    with Stubber(client) as stubber:
+        stubber.add_client_error(
+            "put_item", "TransactionConflictException", "Transaction is ongoing for the item", 400
+        )
+        store = DynamoRecordStore("lifecycles", timedelta(days=1), client)
+        with pytest.raises(TransientError, match="Transaction is ongoing"):
+            store.commit(make_record(PLAN), expected_seq=2)
 
 
 def test_a_work_message_goes_to_its_workers_queue_with_its_delay() -> None:

@@ -42,6 +42,9 @@ _TRANSIENT_CODES = frozenset(
         "BandwidthLimitExceeded",
         "LimitExceededException",
         "TransactionInProgressException",
+        # DynamoDB: a PutItem or UpdateItem on an item another writer's transaction holds at that moment (a
+        # record written with its claim); botocore does not retry it, a later try meets the item free
+        "TransactionConflictException",
     }
 )
 
