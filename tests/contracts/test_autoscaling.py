@@ -6,7 +6,10 @@ active action (False, never an error): a token Auto Scaling never issued, or iss
 or group, an action completed, or timed out (its heartbeat timeout after its start or last heartbeat, never
 past its global timeout); an adopted lifecycle names its action by instance alone. A hook, a group's hooks and
 tags of a group Auto Scaling does not know are none; the instances hooks hold are listed by group name and by
-owner tag."""
+owner tag.
+
+The emulation's clock moves only as a test moves it (``Side.advance``), so that a case does not depend on how
+long the machine takes between two calls."""
 
 from __future__ import annotations
 
@@ -93,7 +96,8 @@ class FakeSide(Side):
 
 
 class Emulation(Side):
-    """The lifecycle emulation, its clock moved by the test (as its own tests do: no timer fires meanwhile)."""
+    """The lifecycle emulation, its clock moved by the test alone (as its own tests do: no timer fires
+    meanwhile, and no time passes between two calls however long the machine takes over them)."""
 
     def __init__(
         self,
@@ -102,7 +106,7 @@ class Emulation(Side):
         monkeypatch: pytest.MonkeyPatch,
         heartbeat: int = HEARTBEAT,
     ) -> None:
-        self.late = 0.0
+        self.now = time.time()
         monkeypatch.setattr(lifecycle, "time", self)
         self.autoscaling = aws("autoscaling")
         self.group = f"workers-{uuid.uuid4().hex[:8]}"
@@ -118,7 +122,7 @@ class Emulation(Side):
         self.bus = bus
 
     def time(self) -> float:
-        return time.time() + self.late
+        return self.now
 
     def hold(self) -> Held:
         self.asg.set_desired(len(self.asg.instances()) + 2)
@@ -134,7 +138,7 @@ class Emulation(Side):
         return Held(named[0], other, named[1])
 
     def advance(self, seconds: float) -> None:
-        self.late += seconds
+        self.now += seconds
 
 
 @pytest.fixture(scope="module")
