@@ -4,9 +4,11 @@ sandbox's lifecycle emulation (what moto lacks, as AWS answers it) answer alike.
 What the domain relies on: an active action takes heartbeats and one completion; any other call finds no
 active action (False, never an error): a token Auto Scaling never issued, or issued for another instance, hook
 or group, an action completed, or timed out (its heartbeat timeout after its start or last heartbeat, never
-past its global timeout); an adopted lifecycle names its action by instance alone. A hook, a group's hooks and
-tags of a group Auto Scaling does not know are none; the instances hooks hold are listed by group name and by
-owner tag.
+past its global timeout); an adopted lifecycle names its action by instance alone. A confirmation is a
+heartbeat and a look at where the instance is: True only while it waits in the state its action's transition
+holds it in, a TransientError while the state read still lags that wait state, False otherwise. A hook, a
+group's hooks and tags of a group Auto Scaling does not know are none; the instances hooks hold are listed by
+group name and by owner tag.
 
 The emulation's clock moves only as a test moves it (``Side.advance``), so that a case does not depend on how
 long the machine takes between two calls."""
@@ -24,7 +26,8 @@ from moto import mock_aws
 
 from nodecycle.adapters.aws.autoscaling import AutoscalingActions
 from nodecycle.domain.catalog import OWNER_TAG
-from nodecycle.domain.model import ActionRef, Transition, adopted_token
+from nodecycle.domain.errors import TransientError
+from nodecycle.domain.model import WARM_POOL, ActionRef, Transition, adopted_token
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.lifecycle import Autoscaling, Hook, WaitingInstance
 from nodecycle_sandbox.aws import AwsControl, install, lifecycle
@@ -55,6 +58,11 @@ class Side(Protocol):
     def hold(self) -> Held: ...
 
     def advance(self, seconds: float) -> None: ...
+
+    def lag(self, instance_id: str) -> None:
+        """DescribeAutoScalingInstances still says the instance is ``Terminating``, not yet in the wait state
+        Auto Scaling announced it in (a read that lags the notification)."""
+        ...
 
 
 class FakeSide(Side):
@@ -94,6 +102,9 @@ class FakeSide(Side):
     def advance(self, seconds: float) -> None:
         self.clock.advance(seconds)
 
+    def lag(self, instance_id: str) -> None:
+        self.fake.states[instance_id] = "Terminating"
+
 
 class Emulation(Side):
     """The lifecycle emulation, its clock moved by the test alone (as its own tests do: no timer fires
@@ -106,6 +117,7 @@ class Emulation(Side):
         monkeypatch: pytest.MonkeyPatch,
         heartbeat: int = HEARTBEAT,
     ) -> None:
+        self.control = control
         self.now = time.time()
         monkeypatch.setattr(lifecycle, "time", self)
         self.autoscaling = aws("autoscaling")
@@ -139,6 +151,11 @@ class Emulation(Side):
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+
+    def lag(self, instance_id: str) -> None:
+        found = self.control.emulator.find_state(instance_id)
+        assert found is not None
+        found[1].lifecycle_state = "Terminating"
 
 
 @pytest.fixture(scope="module")
@@ -221,6 +238,57 @@ def test_an_adopted_lifecycle_names_its_action_by_instance(side: Side) -> None:
     assert side.port.complete(adopted, ActionResult.CONTINUE)
     assert not side.port.heartbeat(held.action)  # the action it named is the one completed
     assert not side.port.complete(adopted, ActionResult.CONTINUE)
+
+
+# -- confirmation: the action, and where its instance is ----------------------------------------------------
+
+
+def test_an_action_that_holds_its_instance_is_confirmed_by_a_heartbeat(side: Side) -> None:
+    held = side.hold()
+    side.advance(HEARTBEAT - 10)
+    assert side.port.confirm(held.action)
+    side.advance(HEARTBEAT - 10)  # (past its first heartbeat timeout: the confirmation renewed it)
+    assert side.port.confirm(named(held.action, token=adopted_token(held.action.hook)))
+    assert side.port.complete(held.action, ActionResult.CONTINUE)
+    assert not side.port.confirm(held.action)  # completed
+
+
+@pytest.mark.parametrize(
+    "claims",
+    [
+        {"transition": Transition.LAUNCHING},
+        {"transition": Transition.LAUNCHING, "destination": WARM_POOL},
+        {"origin": WARM_POOL, "destination": "EC2"},
+        {"origin": "AutoScalingGroup", "destination": WARM_POOL},
+    ],
+    ids=["a-launch", "a-launch-into-the-pool", "a-termination-from-the-pool", "a-scale-in-to-the-pool"],
+)
+def test_an_action_named_with_a_move_its_instance_is_not_held_for_is_not_confirmed(
+    side: Side, claims: dict[str, Any]
+) -> None:
+    # Given a terminating instance's action, named by a message that says another move of it (its token, its
+    # hook, its instance: Auto Scaling takes the heartbeat, as no call names the transition)
+    held = side.hold()
+    forged = named(held.action, **claims)
+    assert side.port.heartbeat(forged)
+
+    # Then it is not confirmed: the instance waits in Terminating:Wait, not where such an action holds it
+    assert not side.port.confirm(forged)
+    assert side.port.confirm(held.action)
+
+
+def test_an_action_whose_instance_state_still_lags_its_wait_state_is_retried_not_refused(side: Side) -> None:
+    # Given an action whose instance DescribeAutoScalingInstances still shows Terminating
+    held = side.hold()
+    side.advance(HEARTBEAT - 10)
+    side.lag(held.action.instance_id)
+
+    # Then its confirmation is a TransientError (the step is retried), not False (nothing disrupted, ever)
+    with pytest.raises(TransientError, match="Terminating"):
+        side.port.confirm(held.action)
+    # And the action was renewed all the same (its heartbeat came first): active past its first timeout
+    side.advance(HEARTBEAT - 10)
+    assert side.port.heartbeat(held.action)
 
 
 # -- timeouts --------------------------------------------------------------------------------------------

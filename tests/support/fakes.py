@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import Worker
-from nodecycle.domain.model import ActionRef, LifecycleRecord, Transition
+from nodecycle.domain.model import WARM_POOL, ActionRef, LifecycleRecord, Transition
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.lifecycle import ActionClaim, Claimed, Hook, WaitingInstance, WorkMessage
 
@@ -199,6 +200,8 @@ class FakeAutoscaling:
         default_factory=dict
     )  # token -> its (group, hook), first used
     waiting: list[WaitingInstance] = field(default_factory=list)  # what hooks hold, every group's
+    # token -> the lifecycle state its action holds its instance in (as issued, else as its first use says)
+    _held_in: dict[str, str] = field(default_factory=dict)
     listings: list[tuple[tuple[str, ...], str | None]] = field(
         default_factory=list
     )  # waiting_instances calls
@@ -219,12 +222,24 @@ class FakeAutoscaling:
         return True
 
     def confirm(self, action: ActionRef) -> bool:
-        """A heartbeat, and where the instance is when the test says (``states``): an instance in no wait
-        state is held by no action, whatever the token named (unsaid: as if held)."""
+        """A heartbeat, and a look at where the instance is, as AutoscalingActions confirms
+        (tests/contracts/test_autoscaling.py): confirmed only while it waits in the state an action of the
+        transition and move named holds it in (``holding_state``); a TransientError while its state is still
+        the one before that wait (``Terminating`` for ``Terminating:Wait``: a read that lags the
+        notification); not confirmed in any other. Where it is: where the test says (``states``), else where
+        its action holds it (its hook's transition, when the test gave the hook; else the move the first call
+        named). An adopted action (no token) is confirmed by its heartbeat alone, as the adapter does."""
         if not self.heartbeat(action):
             return False
-        state = self.states.get(action.instance_id)
-        return state is None or state.endswith(":Wait")
+        if not action.token_known:
+            return True
+        state = self.states.get(action.instance_id) or self._held_in.get(action.token)
+        holding = holding_state(action)
+        if state == holding:
+            return True
+        if state == holding.removesuffix(":Wait"):
+            raise TransientError(f"instance {action.instance_id} is {state}, not yet {holding}")
+        return False
 
     def issue(
         self,
@@ -232,14 +247,22 @@ class FakeAutoscaling:
         instance_id: str | None = None,
         at: datetime | None = None,
         hook: tuple[str, str] | None = None,
+        held_in: str | None = None,
     ) -> None:
         """An action Auto Scaling starts (at ``at``, default T0) under ``hook`` (group, name; default: the
-        first that names it): its token becomes known."""
+        first that names it): its token becomes known. Its instance waits in ``held_in`` (default: the wait
+        state of the hook's transition, when ``hooks`` has the hook; else where the first call that names it
+        says)."""
         self.issued[token] = instance_id
         if at is not None:
             self.started[token] = at
         if hook is not None:
             self._hooks_of[token] = hook
+        described = self.hooks.get(hook) if hook is not None else None
+        if held_in is None and described is not None:
+            held_in = "Pending:Wait" if described.transition is Transition.LAUNCHING else "Terminating:Wait"
+        if held_in is not None:
+            self._held_in[token] = held_in
 
     def kept_alive(self, token: str, at: datetime) -> None:
         """A heartbeat Auto Scaling accepted at ``at``, as the earlier runs of a long lifecycle sent them."""
@@ -273,6 +296,7 @@ class FakeAutoscaling:
             self.issued[action.token] = action.instance_id
         # Auto Scaling names an action by its group and hook too: the same token under another hook is none
         hook = self._hooks_of.setdefault(action.token, (action.group, action.hook))
+        self._held_in.setdefault(action.token, holding_state(action))  # (unless issued so: as first named)
         return (
             hook == (action.group, action.hook)
             and self.issued[action.token] == action.instance_id
@@ -301,3 +325,15 @@ class FakeAutoscaling:
 
     def lifecycle_state(self, instance_id: str) -> str | None:
         return self.states.get(instance_id)
+
+
+def holding_state(action: ActionRef) -> str:
+    """The lifecycle state in which Auto Scaling holds an instance for an action of this transition and move:
+    a launch in ``Pending:Wait``, a termination in ``Terminating:Wait``, and a warm pool's own: a launch into
+    the pool and a scale in back to it in ``Warmed:Pending:Wait``, a termination out of it in
+    ``Warmed:Terminating:Wait``."""
+    if action.transition is Transition.LAUNCHING:
+        return "Warmed:Pending:Wait" if action.destination == WARM_POOL else "Pending:Wait"
+    if action.origin == WARM_POOL:
+        return "Warmed:Terminating:Wait"
+    return "Warmed:Pending:Wait" if action.destination == WARM_POOL else "Terminating:Wait"
