@@ -7,8 +7,9 @@ Each case arranges one cluster on both sides (``Side``: the fake's state set as 
 objects written as a kubelet, a controller or an operator writes them) and then asks through the port only:
 a node claimed and released (already cordoned, changed since it was read: 409, gone: 404), evictions under
 PodDisruptionBudgets (no room: 429, room, a pod gone or replaced, a pod already Terminating, grace 0), the
-pods bound to a node (DaemonSet, mirror, finished and Terminating pods), a node's readiness and its kubelet's
-Lease, and Events (what is written; nothing, and no error, on a 403 or for a namespace that is gone).
+pods bound to a node (DaemonSet, mirror, finished and Terminating pods; a list the API server fails), a
+node's readiness and its kubelet's Lease, and Events (what is written; nothing, and no error, on a 403 or for
+a namespace that is gone).
 
 What the fake does not model, and the unit tests arrange by hand instead: a budget's room (a pod is ``blocked``
 or not, whatever was evicted before), the kubelet (a pod evicted with a grace period stays Terminating until the
@@ -26,6 +27,7 @@ from kubernetes.client import ApiClient, CoreV1Api
 
 from nodecycle.adapters.kube.cluster_api import KubeCluster
 from nodecycle.adapters.kube.events import KubeEvents
+from nodecycle.domain.errors import TransientError
 from nodecycle.domain.ports.cluster import (
     Claim,
     Cluster,
@@ -35,6 +37,7 @@ from nodecycle.domain.ports.cluster import (
     PodInfo,
     Refused,
 )
+from nodecycle_sandbox.faults import Fault
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.budget.conftest import DRAIN_KEY, RBAC, act_as_drain
 from tests.unit.drain.builders import pod
@@ -96,6 +99,10 @@ class Side(Protocol):
     def remove_namespace(self, namespace: str) -> None: ...
     def start_deleting_namespace(self, namespace: str) -> None:
         """The namespace is deleted, its controller not there yet: Terminating, its pods still running."""
+        ...
+
+    def fail_pod_lists(self) -> None:
+        """Every list of pods fails with a 500 (an overloaded etcd range); every other request is served."""
         ...
 
     def written(self) -> list[tuple[str, str | None, str, str, str]]:
@@ -185,6 +192,9 @@ class FakeSide:
         self.fake.ending_namespaces.add(namespace)
         self.fake_events.gone_namespaces.add(namespace)
 
+    def fail_pod_lists(self) -> None:
+        self.fake.pods_failing = "HTTP 500 Internal error occurred: etcdserver: request timed out"
+
     def written(self) -> list[tuple[str, str | None, str, str, str]]:
         events = self.fake_events
         return [
@@ -270,6 +280,10 @@ class ServerSide:
     def start_deleting_namespace(self, namespace: str) -> None:
         self.kube.namespace_controller_lag_seconds = 3600
         self.admin.delete_namespace(namespace)
+
+    def fail_pod_lists(self) -> None:
+        # (a GET of one pod is "GET pods" too: the drain reads none)
+        self.kube.faults.arm([Fault("lists", "kube-error", target="GET pods")], seed=1)
 
     def written(self) -> list[tuple[str, str | None, str, str, str]]:
         found = []
@@ -500,6 +514,22 @@ def test_pods_the_role_may_not_list_are_refused(side: Side) -> None:
     side.forbid("pods")
     with pytest.raises(Refused):
         side.cluster.pods_on(NODE)
+
+
+def test_a_list_of_pods_the_api_server_fails_is_transient_and_fails_nothing_else(side: Side) -> None:
+    # Given an API server whose lists of pods fail, a pod of the node read before
+    api = named(side, "api-1")
+    side.fail_pod_lists()
+
+    # Then the node's pods, whole or their metadata, are a TransientError (the drain polls again), neither a
+    # refusal nor a node found empty
+    with pytest.raises(TransientError, match="500"):
+        side.cluster.pods_on(NODE)
+    with pytest.raises(TransientError, match="500"):
+        side.cluster.pod_metadata_on(NODE)
+    # And the node's read and the pod's eviction are served
+    assert the_node(side).name == NODE
+    assert side.cluster.evict(api, 30).kind is Eviction.EVICTED
 
 
 # -- evictions --------------------------------------------------------------------------------------------------
