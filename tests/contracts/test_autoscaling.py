@@ -214,6 +214,19 @@ def test_the_other_hooks_action_of_the_instance_is_its_own(side: Side) -> None:
     assert side.port.complete(held.other_hook, ActionResult.ABANDON)
 
 
+def test_a_termination_abandoned_ends_the_other_hooks_action_of_the_instance(side: Side) -> None:
+    # Given an instance two terminate hooks hold
+    held = side.hold()
+
+    # When one hook's action is completed with ABANDON
+    assert side.port.complete(held.action, ActionResult.ABANDON)
+
+    # Then the instance goes at once: "ABANDON ... stops any remaining actions, such as other lifecycle hooks"
+    # (AWS), so the other hook's action is over too
+    assert not side.port.heartbeat(held.other_hook)
+    assert not side.port.complete(held.other_hook, ActionResult.CONTINUE)
+
+
 @pytest.mark.parametrize("wrong", ["token", "instance", "hook", "group", "hook-of-the-other-action"])
 def test_an_action_named_wrongly_is_no_active_action(side: Side, wrong: str) -> None:
     held = side.hold()

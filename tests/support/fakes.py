@@ -180,7 +180,8 @@ class FakeAutoscaling:
     """Auto Scaling's lifecycle actions as the product's port sees them. Like Auto Scaling, it knows only the
     actions it started (``issued``: token -> the instance it was issued for, None: the first instance that
     uses it; the unit tests' records carry ``"token"``) and refuses a heartbeat or completion for any other
-    (a known token with another instance included), for one already completed, and for one that timed out:
+    (a known token with another instance included), for one already completed (or ended with its instance: a
+    termination abandoned by another hook), and for one that timed out:
     an action lives ``action_timeout`` seconds from its start (``started``, T0 unless told) or its last
     accepted heartbeat, and never past its global timeout (100 heartbeat timeouts, at most 48 hours), by
     ``clock`` (give it the test's own)."""
@@ -202,6 +203,7 @@ class FakeAutoscaling:
     waiting: list[WaitingInstance] = field(default_factory=list)  # what hooks hold, every group's
     # token -> the lifecycle state its action holds its instance in (as issued, else as its first use says)
     _held_in: dict[str, str] = field(default_factory=dict)
+    _ended: set[str] = field(default_factory=set)  # tokens of actions ended with their instance (abandoned)
     listings: list[tuple[tuple[str, ...], str | None]] = field(
         default_factory=list
     )  # waiting_instances calls
@@ -211,6 +213,15 @@ class FakeAutoscaling:
         if named is None:
             return False
         self.completed.append((named, result))
+        if named.transition is Transition.TERMINATING and result is ActionResult.ABANDON:
+            # "ABANDON ... stops any remaining actions, such as other lifecycle hooks" (AWS): the instance goes
+            # at once, and the other hooks' actions that hold it with this one end with it
+            held_in = self._held_in.get(named.token)
+            self._ended |= {
+                token
+                for token, instance in self.issued.items()
+                if instance == named.instance_id and self._held_in.get(token) == held_in
+            }
         return True
 
     def heartbeat(self, action: ActionRef) -> bool:
@@ -301,6 +312,7 @@ class FakeAutoscaling:
             hook == (action.group, action.hook)
             and self.issued[action.token] == action.instance_id
             and all(done.token != action.token for done, _ in self.completed)
+            and action.token not in self._ended
             # (at its deadline itself it is over, as the emulation ends it: tests/contracts/test_autoscaling.py)
             and self.clock.now() < self.expires_at(action.token)
         )
