@@ -105,6 +105,10 @@ class Side(Protocol):
         """Every list of pods fails with a 500 (an overloaded etcd range); every other request is served."""
         ...
 
+    def shed_evictions(self, count: int, retry_after: float) -> None:
+        """API Priority and Fairness rejects the next ``count`` evictions: 429, Retry-After ``retry_after``."""
+        ...
+
     def written(self) -> list[tuple[str, str | None, str, str, str]]:
         """The Events written: (subject, its uid, reason, type, message); a pod's subject is namespace/name."""
         ...
@@ -195,6 +199,9 @@ class FakeSide:
     def fail_pod_lists(self) -> None:
         self.fake.pods_failing = "HTTP 500 Internal error occurred: etcdserver: request timed out"
 
+    def shed_evictions(self, count: int, retry_after: float) -> None:
+        self.fake.shed, self.fake.shed_retry_after = count, retry_after
+
     def written(self) -> list[tuple[str, str | None, str, str, str]]:
         events = self.fake_events
         return [
@@ -284,6 +291,10 @@ class ServerSide:
     def fail_pod_lists(self) -> None:
         # (a GET of one pod is "GET pods" too: the drain reads none)
         self.kube.faults.arm([Fault("lists", "kube-error", target="GET pods")], seed=1)
+
+    def shed_evictions(self, count: int, retry_after: float) -> None:
+        shed = Fault("shed", "kube-throttle", target="POST pods/eviction", limit=count, value=retry_after)
+        self.kube.faults.arm([shed], seed=1)
 
     def written(self) -> list[tuple[str, str | None, str, str, str]]:
         found = []
@@ -597,6 +608,26 @@ def test_an_eviction_with_no_grace_removes_the_pod_at_once(side: Side) -> None:
     assert side.cluster.evict(api, 0).kind is Eviction.EVICTED
 
     assert api.name not in {p.name for p in side.cluster.pods_on(NODE)}
+
+
+def test_an_eviction_the_api_server_sheds_is_throttled_with_its_retry_after_whatever_the_pod(
+    side: Side,
+) -> None:
+    # Given a pod of the node and one gone since the list, and an API server shedding the next two evictions
+    # (API Priority and Fairness: rejected before any handler looks at the pod)
+    api = named(side, "api-1")
+    gone = api.model_copy(update={"name": "api-gone", "uid": "0b1d3c2e-0000-0000-0000-000000000000"})
+    side.shed_evictions(2, retry_after=7)
+
+    # Then both are throttled, the gone one too, with the server's Retry-After; nothing is done
+    for asked in (gone, api):
+        answer = side.cluster.evict(asked, 30)
+        assert (answer.kind, answer.retry_after) == (Eviction.THROTTLED, 7)
+    assert not named(side, "api-1").terminating
+
+    # And once the server serves again, each is answered for itself
+    assert side.cluster.evict(gone, 30).kind is Eviction.GONE
+    assert side.cluster.evict(api, 30).kind is Eviction.EVICTED
 
 
 def test_a_pod_gone_is_gone_for_an_eviction_and_a_deletion(side: Side) -> None:

@@ -137,8 +137,9 @@ class FakeCluster:
     # does: an API server whose lists alone fail (an overloaded etcd range, a list shed by its priority level)
     pods_failing: str | None = None
     # How many of the next evictions API Priority and Fairness sheds (429 without a budget: nothing is done),
-    # whichever pod they are of
+    # whichever pod they are of (before anything is looked at: a pod gone too), and the Retry-After it says
     shed: int = 0
+    shed_retry_after: float = 1.0
     node_reads: list[str] = field(default_factory=list)  # the nodes read whole, in order
     metadata_reads: list[str] = field(default_factory=list)  # the nodes whose metadata only was read
     metadata_lists: list[str] = field(default_factory=list)  # the nodes whose pods' metadata only was listed
@@ -267,12 +268,14 @@ class FakeCluster:
 
     def evict(self, pod: PodInfo, grace_seconds: int) -> EvictionResult:
         self._answered(pod)
+        if self.shed:
+            self.shed -= 1
+            return EvictionResult(
+                Eviction.THROTTLED, "Too many requests, please try again later.", self.shed_retry_after
+            )
         current = self._named(pod)
         if current is None:
             return EvictionResult(Eviction.GONE)  # 404
-        if self.shed:
-            self.shed -= 1
-            return EvictionResult(Eviction.THROTTLED, "Too many requests, please try again later.")
         if pod.namespace in self.ending_namespaces:
             why = f"unable to create new content in namespace {pod.namespace} because it is being terminated"
             return EvictionResult(Eviction.NAMESPACE_TERMINATING, f'pods "{pod.name}" is forbidden: {why}')
