@@ -4,10 +4,10 @@ instances) answer alike, in the domain's exceptions.
 
 What the domain relies on: an address is found by its tags and its instance; one EC2 does not know is
 AddressNotFound to describe, and False to release or disassociate (already gone); AssociateAddress without
-reassociation refuses an address associated already (AddressAlreadyAssociated) and an instance that does not
-run (InstanceUnavailable), and moves an instance's address off it for the new one; an address in use is not
-released (AddressInUse) in the cluster's nondefault VPC; the quota refuses one more (AddressLimitExceeded);
-a terminated instance's addresses are disassociated and stay allocated."""
+reassociation refuses an address associated already (AddressAlreadyAssociated) and an instance pending or
+gone (InstanceUnavailable), takes a stopped one, and moves an instance's address off it for the new one; an
+address in use is not released (AddressInUse) in the cluster's nondefault VPC; the quota refuses one more
+(AddressLimitExceeded); a terminated instance's addresses are disassociated and stay allocated."""
 
 from __future__ import annotations
 
@@ -48,6 +48,8 @@ class Side(Protocol):
 
     def terminate(self, instance_id: str) -> None: ...
 
+    def stop(self, instance_id: str) -> None: ...
+
 
 class FakeSide:
     def __init__(self) -> None:
@@ -62,6 +64,9 @@ class FakeSide:
 
     def terminate(self, instance_id: str) -> None:
         self.fake.terminate(instance_id)
+
+    def stop(self, instance_id: str) -> None:
+        self.fake.instances[instance_id] = "stopped"
 
 
 class Ec2Side:
@@ -78,6 +83,9 @@ class Ec2Side:
 
     def terminate(self, instance_id: str) -> None:
         self.ec2.terminate_instances(InstanceIds=[instance_id])
+
+    def stop(self, instance_id: str) -> None:
+        self.ec2.stop_instances(InstanceIds=[instance_id])
 
 
 @pytest.fixture(params=["fake", "ec2"])
@@ -190,6 +198,23 @@ def test_an_instance_that_does_not_run_takes_no_address(side: Side) -> None:
     with pytest.raises(InstanceUnavailable):
         side.port.associate(address.allocation_id, "i-0000000000000dead")  # one EC2 never had
     assert side.port.describe(address.allocation_id).association_id is None
+
+
+def test_a_stopped_instance_keeps_its_address_and_takes_one(side: Side) -> None:
+    # (in a VPC an address stays with an instance that stops, and AssociateAddress takes a stopped instance: EC2
+    # refuses only one pending, shutting down or terminated)
+    kept, taken = allocate(side), allocate(side)
+    first, second = side.launch(), side.launch()
+    side.port.associate(kept.allocation_id, first)
+    side.stop(first)
+    side.stop(second)
+
+    association = side.port.associate(taken.allocation_id, second)
+
+    assert side.port.describe(kept.allocation_id).instance_id == first
+    described = side.port.describe(taken.allocation_id)
+    assert (described.instance_id, described.association_id) == (second, association)
+    assert side.port.instance_states([first, second]) == {first: "stopped", second: "stopped"}
 
 
 def test_a_terminated_instances_address_is_disassociated_and_stays_allocated(side: Side) -> None:

@@ -2,8 +2,8 @@
 
 It answers as AWS, not as moto: AssociateAddress with AllowReassociation false refuses an address that is
 associated already (``Resource.AlreadyAssociated``) and an instance that is pending or gone
-(``InvalidInstanceID``); associating a second address with an instance moves the instance's first address
-off it silently; ReleaseAddress refuses an associated address (``InvalidIPAddress.InUse``) in a nondefault
+(``InvalidInstanceID``), not one stopped; associating a second address with an instance moves the instance's
+first address off it silently; ReleaseAddress refuses an associated address (``InvalidIPAddress.InUse``) in a nondefault
 VPC, and with ``default_vpc`` disassociates and releases it without a word, as EC2 does in a default VPC;
 there is an address quota (``AddressLimitExceeded``); a terminated instance loses its associations. It can
 also lag (DescribeAddresses not showing a new association yet) and fail the next call of a method on request.
@@ -42,6 +42,9 @@ T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 OWNER = "stack-a"
 GROUP = "ci-runners"
 HEARTBEAT = 3600
+# The instance states in which AssociateAddress takes an instance: in a VPC a stopped one too (its address stays
+# with it while it is stopped); EC2 refuses one pending, shutting down or terminated
+ASSOCIABLE = frozenset({"running", "stopping", "stopped"})
 
 
 @dataclass
@@ -179,7 +182,7 @@ class FakeAddresses:
     def associate(self, allocation_id: str, instance_id: str) -> str:
         self._call("associate", allocation_id, instance_id)
         eip = self._eip(allocation_id)
-        if self.instances.get(instance_id) != "running":
+        if self.instances.get(instance_id) not in ASSOCIABLE:
             raise InstanceUnavailable(
                 f"InvalidInstanceID: {instance_id} is {self.instances.get(instance_id)}"
             )
