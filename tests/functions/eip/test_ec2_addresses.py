@@ -248,6 +248,37 @@ def test_the_primary_interface_of_an_instance_with_several_network_cards_is_devi
     assert adapter.associate(ALLOCATION, INSTANCE) == "eipassoc-1"
 
 
+def test_a_primary_interface_ec2_does_not_know_yet_is_an_instance_that_cannot_take_an_address_yet(
+    stubbed: tuple[Ec2Addresses, Stubber],
+) -> None:
+    # Given an instance with several interfaces (EC2 refuses its id), whose primary interface AssociateAddress
+    # does not know yet though DescribeInstances lists it (EC2 is eventually consistent: just attached)
+    adapter, stubber = stubbed
+    stubber.add_client_error(
+        "associate_address", "InvalidInstanceID", "There are multiple interfaces attached to instance."
+    )
+    interfaces = [
+        {"NetworkInterfaceId": "eni-primary", "Attachment": {"DeviceIndex": 0, "NetworkCardIndex": 0}},
+        {"NetworkInterfaceId": "eni-cni", "Attachment": {"DeviceIndex": 1, "NetworkCardIndex": 0}},
+    ]
+    running = {
+        "InstanceId": INSTANCE,
+        "State": {"Name": "running", "Code": 16},
+        "NetworkInterfaces": interfaces,
+    }
+    stubber.add_response("describe_instances", {"Reservations": [{"Instances": [running]}]})
+    stubber.add_client_error(
+        "associate_address",
+        "InvalidNetworkInterfaceID.NotFound",
+        "The networkInterface ID 'eni-primary' does not exist",
+    )
+
+    # Then the instance cannot take an address yet (the step asks for its state and tries again in seconds),
+    # not a refusal (asked again minutes apart, counted as failures, then the failure policy)
+    with pytest.raises(InstanceUnavailable):
+        adapter.associate(ALLOCATION, INSTANCE)
+
+
 def test_a_denied_lookup_of_the_instance_ec2_refused_an_address_is_a_refusal(
     stubbed: tuple[Ec2Addresses, Stubber],
 ) -> None:

@@ -35,7 +35,15 @@ if TYPE_CHECKING:
     from mypy_boto3_ec2.type_defs import FilterTypeDef
 
 _NOT_FOUND = "InvalidAllocationID.NotFound"
-_INSTANCE_UNAVAILABLE = ("InvalidInstanceID", "InvalidInstanceID.NotFound", "IncorrectInstanceState")
+# An instance that cannot take an address now (pending, gone), or that EC2 does not know yet; and, once the address
+# goes to the primary interface of an instance with several, an interface EC2 does not know yet (eventually
+# consistent: it was just attached) or any more (the instance went): the step tells them apart by the state
+_INSTANCE_UNAVAILABLE = (
+    "InvalidInstanceID",
+    "InvalidInstanceID.NotFound",
+    "IncorrectInstanceState",
+    "InvalidNetworkInterfaceID.NotFound",
+)
 
 
 class Ec2Addresses:
