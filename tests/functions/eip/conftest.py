@@ -41,6 +41,10 @@ class AwsLikeEc2:
     - AssociateAddress: moto associates a terminated instance; AWS refuses with ``InvalidInstanceID``. moto
       does honour AllowReassociation=false (``Resource.AlreadyAssociated``), but as a check and then a set
       that two threads can interleave; AWS decides atomically, so the call is serialized here.
+    - EC2 is eventually consistent: an address just allocated may be unknown for a while. With ``lag`` set, a
+      new address is unknown to the next ``lag`` calls that name or list it: AssociateAddress and
+      DescribeAddresses by its allocation id answer ``InvalidAllocationID.NotFound``, a listing leaves it out.
+      moto knows it at once.
     ``quota`` may be changed by a test; ``failures`` are raised by the next calls of a method;
     ``associations`` records each association made, ``refusals`` each AssociateAddress refused, by code.
     Everything else is moto's, as it is. What EC2 looks up to decide (an instance's state) it looks up with a
@@ -53,6 +57,10 @@ class AwsLikeEc2:
         self.quota = quota
         self.default_vpc = False
         self._lock = lock or threading.Lock()
+        self.lag = 0
+        self._unseen: dict[
+            str, int
+        ] = {}  # allocation id -> calls naming or listing it that do not know it yet
         self.failures: dict[str, list[BaseException]] = {}
         self.associations: list[tuple[str, str]] = []
         self.refusals: Counter[str] = Counter()
@@ -65,11 +73,32 @@ class AwsLikeEc2:
         with self._lock:
             if self.quota is not None and len(self.moto.describe_addresses()["Addresses"]) >= self.quota:
                 raise aws_error("AddressLimitExceeded", "AllocateAddress", "too many addresses allocated")
-            return self.moto.allocate_address(**kwargs)
+            allocated = self.moto.allocate_address(**kwargs)
+            if self.lag:
+                self._unseen[allocated["AllocationId"]] = self.lag
+            return allocated
+
+    def describe_addresses(self, **kwargs: Any) -> Any:
+        self._inject("describe_addresses")
+        found = self.moto.describe_addresses(**kwargs)
+        unseen = {a["AllocationId"] for a in found["Addresses"] if self._not_known(a["AllocationId"])}
+        if unseen and kwargs.get("AllocationIds"):
+            raise aws_error(
+                "InvalidAllocationID.NotFound",
+                "DescribeAddresses",
+                f"The allocation IDs {unseen} do not exist",
+            )
+        return {**found, "Addresses": [a for a in found["Addresses"] if a["AllocationId"] not in unseen]}
 
     def associate_address(self, **kwargs: Any) -> Any:
         self._inject("associate_address")
         with self._lock:
+            if self._not_known(kwargs["AllocationId"]):
+                raise aws_error(
+                    "InvalidAllocationID.NotFound",
+                    "AssociateAddress",
+                    f"{kwargs['AllocationId']} does not exist",
+                )
             instance = kwargs["InstanceId"]
             if instance_state(self._itself, instance) != "running":
                 self.refusals["InvalidInstanceID"] += 1
@@ -94,6 +123,13 @@ class AwsLikeEc2:
             if association:
                 self.moto.disassociate_address(AssociationId=association)
             return self.moto.release_address(**kwargs)
+
+    def _not_known(self, allocation_id: str) -> bool:
+        """True when EC2 does not know the address yet, for this call (which counts)."""
+        left = self._unseen.get(allocation_id, 0)
+        if left > 0:
+            self._unseen[allocation_id] = left - 1
+        return left > 0
 
     def _inject(self, method: str) -> None:
         pending = self.failures.get(method)

@@ -13,6 +13,7 @@ from nodecycle.domain.eip.assign import (
     FIRST_IN_LINE_DELAY,
     INSTANCE_DELAY,
     REFUSED_ATTEMPTS,
+    UNSEEN_TRIES,
     VERIFY_DELAY,
     VERIFY_READS,
 )
@@ -26,6 +27,7 @@ from nodecycle.domain.ports.addresses import (
     INSTANCE_TAG,
     OWNER_TAG,
     POOL_TAG,
+    AddressNotFound,
     AddressRefused,
 )
 from nodecycle.settings import EipSettings
@@ -279,16 +281,66 @@ def test_an_address_released_behind_our_back_before_it_showed_is_replaced(
     ec2.eips[gone].instance_id = ec2.eips[gone].association_id = None
     del ec2.eips[gone]
 
-    # When the step runs again, and again
-    restart = step(ec2, metrics, wiring)(after(record, waiting), T0)
-    outcome = step(ec2, metrics, wiring)(after(after(record, waiting), restart), T0)
+    # When the step runs again until it goes on
+    outcomes = [waiting]
+    while not went_on(outcomes[-1]) and len(outcomes) <= VERIFY_READS + 1:
+        record = after(record, outcomes[-1])
+        outcomes.append(step(ec2, metrics, wiring)(record, T0))
 
-    # Then it counted a failure, started over and gave the instance a new address
-    assert restart.again
+    # Then, EC2 answering that the address does not exist in as many reads as one just allocated gets (it may
+    # not know it yet), it counted a failure, started over and gave the instance a new address
+    assert len(outcomes) == VERIFY_READS + 1
     assert metrics.counts["EipFailures"] == 1
+    outcome = outcomes[-1]
     assert went_on(outcome)
     assert outcome.changes["allocation_id"] != gone
     assert [eip.allocation_id for eip in ec2.on(INSTANCE)] == [outcome.changes["allocation_id"]]
+
+
+def test_a_new_address_ec2_does_not_know_yet_when_its_association_is_read_is_read_again_not_replaced(
+    ec2: FakeAddresses, metrics: FakeMetrics, wiring: Wiring
+) -> None:
+    # Given DescribeAddresses that does not know the new address yet when the step reads its association
+    # (InvalidAllocationID.NotFound: EC2 is eventually consistent right after AllocateAddress)
+    ec2.faults["describe"] = [AddressNotFound("InvalidAllocationID.NotFound")]
+    record = launch_record(INSTANCE)
+
+    # When the step runs, and again once its wait is over
+    waiting = step(ec2, metrics, wiring)(record, T0)
+    outcome = step(ec2, metrics, wiring)(after(record, waiting), T0)
+
+    # Then it read the association again, as one that does not show yet: the instance holds the one address
+    # allocated, and no failure is counted (nor taken for an address released behind our back)
+    assert (waiting.again, waiting.delay) == (True, VERIFY_DELAY)
+    assert waiting.changes["extra"]["eip"]["verify"]["reads"] == 1
+    assert went_on(outcome)
+    assert outcome.changes["allocation_id"] == ec2.on(INSTANCE)[0].allocation_id
+    assert ec2.count("allocate") == ec2.count("associate") == 1
+    assert metrics.counts["EipFailures"] == 0
+
+
+def test_a_new_address_released_before_its_association_is_replaced_after_a_few_tries(
+    ec2: FakeAddresses, metrics: FakeMetrics, wiring: Wiring
+) -> None:
+    # Given a new address released by someone else right after its allocation, before its association: EC2
+    # answers InvalidAllocationID.NotFound, as it does for one it does not know yet
+    ec2.before["associate"] = lambda allocation_id, instance_id: ec2.eips.pop(allocation_id)
+    record = launch_record(INSTANCE)
+    assign = step(ec2, metrics, wiring)
+
+    # When the step runs until it goes on
+    outcomes = [assign(record, T0)]
+    while not went_on(outcomes[-1]) and len(outcomes) <= UNSEEN_TRIES + 1:
+        record = after(record, outcomes[-1])
+        outcomes.append(assign(record, T0))
+
+    # Then the first is asked for a few times, seconds apart, then taken for released: one failure counted,
+    # and the instance holds a second address
+    assert [outcome.delay for outcome in outcomes[:-1]] == [VERIFY_DELAY] * UNSEEN_TRIES
+    assert went_on(outcomes[-1])
+    assert ec2.count("allocate") == 2
+    assert [eip.allocation_id for eip in ec2.on(INSTANCE)] == [outcomes[-1].changes["allocation_id"]]
+    assert metrics.counts["EipFailures"] == 1
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,12 @@ moment may both allocate; both then take the lowest allocation id tagged for the
 it, the other is refused (``Resource.AlreadyAssociated``), sees it on this very instance and keeps it, and
 the spare is released.
 
+EC2 is eventually consistent: an address just allocated may be unknown for a few seconds to AssociateAddress
+and DescribeAddresses (``InvalidAllocationID.NotFound``), and missing from their listings. The launch remembers
+the address it allocated (``record.extra["eip"]["allocated"]``) until it holds one: EC2 answering that it does
+not exist is then EC2 not knowing it yet, asked again shortly, a few times; not an address released behind our
+back, a failure counted and another one allocated (in pool mode, the pool grown again, for good).
+
 No stealing: AssociateAddress always runs with AllowReassociation false, so an address that another launch
 associated first is refused, not moved, and the step tries the next free one. Nor is an address moved off
 the instance: EC2 associates the address with the instance's primary private IP and silently disassociates
@@ -59,6 +65,9 @@ log = logging.getLogger(__name__)
 
 VERIFY_DELAY = 2  # seconds: DescribeAddresses usually shows a new association within a second or two
 VERIFY_READS = 5  # reads of an association that does not show before it is made again
+# Tries, VERIFY_DELAY apart, to associate an address this launch allocated that EC2 does not know yet, before
+# it is taken for one released behind our back (and the assignment starts over)
+UNSEEN_TRIES = 5
 INSTANCE_DELAY = 5  # seconds between attempts on an instance that cannot take an address yet
 INSTANCE_ATTEMPTS = 24  # two minutes: an instance is pending for well under one
 # What EC2 refuses is asked again this often, 15, 30, 60 s apart, then the failure policy decides
@@ -143,7 +152,7 @@ class AssignAddress:
 
     def _allocate(self, record: LifecycleRecord, scratch: dict[str, Any], now: datetime) -> Outcome:
         instance = record.instance_id
-        found = self._addresses.find(self._owner, allocated_for=instance)
+        found = self._with_allocated(self._addresses.find(self._owner, allocated_for=instance), scratch)
         held = _held(found, instance)
         if held is not None:
             log.info("instance %s holds address %s already (a redelivery): kept", instance, held.public_ip)
@@ -178,6 +187,7 @@ class AssignAddress:
                 # Another delivery of this message may be allocating at this very moment: looking again lets
                 # both converge on the lowest allocation id; the spare is released once one holds.
                 found = distinct(self._addresses.find(self._owner, allocated_for=instance), [allocated])
+                scratch = _allocated(scratch, allocated)
             held = _held(found, instance)
             if held is not None:
                 return self._done(record, held, found)
@@ -193,7 +203,7 @@ class AssignAddress:
 
     def _claim(self, record: LifecycleRecord, scratch: dict[str, Any], now: datetime) -> Outcome:
         instance = record.instance_id
-        found = self._addresses.find(self._owner, pool=self._pool)
+        found = self._with_allocated(self._addresses.find(self._owner, pool=self._pool), scratch)
         held = _held(found, instance)
         if held is not None:
             log.info(
@@ -265,7 +275,7 @@ class AssignAddress:
             )
         self._metrics.count("EipsAllocated")
         log.info("address pool %r is empty: allocated %s into it", self._pool, allocated.public_ip)
-        outcome = self._take(record, scratch, allocated, [*found, allocated])
+        outcome = self._take(record, _allocated(scratch, allocated), allocated, [*found, allocated])
         if outcome is not None:
             return outcome
         return self._start_over(record, scratch, "another launch claimed the new pool address first")
@@ -386,6 +396,21 @@ class AssignAddress:
 
     # -- association and its verification ------------------------------------------------------------
 
+    def _with_allocated(self, found: list[Address], scratch: dict[str, Any]) -> list[Address]:
+        """``found``, and the address an earlier run of this launch allocated, should EC2 not list it yet (it
+        is eventually consistent): the launch associates that one rather than allocate another."""
+        allocated = scratch.get("allocated")
+        if allocated is None:
+            return found
+        address = Address(
+            allocation_id=allocated["allocation_id"],
+            public_ip=allocated["public_ip"],
+            tags=dict(allocated["tags"]),
+        )
+        if address.pool != (self._pool if self._mode is EipMode.POOL else None):
+            return found  # (the mode or the pool changed since: the listing of the other one is not this)
+        return distinct(found, [address])
+
     def _held_elsewhere(self, instance: str) -> str | None:
         """Why the instance must get no address, when it holds one on its primary private IP that this stack
         did not allocate or claim for it (another stack's, an operator's): an association would move it off."""
@@ -424,6 +449,17 @@ class AssignAddress:
             )
             return None
         except AddressNotFound:
+            allocated = scratch.get("allocated")
+            if allocated is not None and allocated["allocation_id"] == address.allocation_id:
+                unseen = int(allocated.get("unseen", 0)) + 1
+                if unseen < UNSEEN_TRIES:
+                    log.info(
+                        "address %s, allocated for this launch, is not known to EC2 yet: associated again shortly",
+                        address.public_ip,
+                    )
+                    return _wait(
+                        record, VERIFY_DELAY, {**scratch, "allocated": {**allocated, "unseen": unseen}}
+                    )
             self._metrics.count("EipFailures")
             log.warning("address %s was released behind our back: trying the next", address.allocation_id)
             return None
@@ -447,24 +483,34 @@ class AssignAddress:
         found: list[Address] | None,
     ) -> Outcome:
         """Go on only once DescribeAddresses shows the association (it is eventually consistent)."""
+        current: Address | None
         try:
             current = self._addresses.describe(allocation_id)
         except AddressNotFound:
-            self._metrics.count("EipFailures")
-            return self._start_over(record, scratch, f"address {allocation_id} was released behind our back")
-        if current.instance_id == record.instance_id:
+            if (scratch.get("allocated") or {}).get("allocation_id") != allocation_id:
+                self._metrics.count("EipFailures")
+                return self._start_over(
+                    record, scratch, f"address {allocation_id} was released behind our back"
+                )
+            current = None  # allocated for this launch moments ago: EC2 does not know it yet
+        if current is not None and current.instance_id == record.instance_id:
             return self._done(record, current, found)
-        if current.associated:
+        if current is not None and current.associated:
             holder = current.instance_id or "a network interface"
             return self._start_over(
                 record, scratch, f"address {current.public_ip} is associated with {holder}"
             )
         reads = int(scratch.get("verify", {}).get("reads", 0)) + 1
+        if reads >= VERIFY_READS and current is None:
+            self._metrics.count("EipFailures")
+            reason = f"address {allocation_id} was released behind our back (unknown to EC2 in {reads} reads)"
+            return self._start_over(record, scratch, reason)
+        shown = current.public_ip if current is not None else allocation_id
         if reads >= VERIFY_READS:
             return self._start_over(
-                record, scratch, f"the association of {current.public_ip} did not show in {reads} reads"
+                record, scratch, f"the association of {shown} did not show in {reads} reads"
             )
-        log.info("the association of %s does not show yet: verifying again shortly", current.public_ip)
+        log.info("the association of %s does not show yet: verifying again shortly", shown)
         verify = {"allocation_id": allocation_id, "reads": reads}
         return _wait(record, VERIFY_DELAY, {**scratch, "verify": verify})
 
@@ -645,6 +691,16 @@ def _held(found: Iterable[Address], instance: str) -> Address | None:
 def _unassociated(found: Iterable[Address]) -> list[Address]:
     """Free addresses that are no pool's, lowest allocation id first: the order concurrent runs agree on."""
     return sorted((a for a in found if not a.associated and a.pool is None), key=lambda a: a.allocation_id)
+
+
+def _allocated(scratch: dict[str, Any], address: Address) -> dict[str, Any]:
+    """The scratch, remembering ``address`` as allocated by this launch (see ``AssignAddress._with_allocated``)."""
+    allocated = {
+        "allocation_id": address.allocation_id,
+        "public_ip": address.public_ip,
+        "tags": dict(address.tags),
+    }
+    return {**scratch, "allocated": allocated}
 
 
 def _wait(record: LifecycleRecord, delay: float, scratch: dict[str, Any]) -> Outcome:
