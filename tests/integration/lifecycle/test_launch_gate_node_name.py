@@ -134,3 +134,24 @@ def test_a_node_found_under_another_name_then_deleted_and_registered_by_its_dns_
     # Then the gate finds it by the DNS name at its next poll, and opens
     assert (outcome.again, outcome.changes.get("outcome")) == (False, "node-ready")
     assert outcome.changes["node"] == NODE
+
+
+def test_a_node_named_after_its_instance_id_opens_the_gate_at_its_first_poll_without_a_scan(
+    server: KubeServer, cluster: tuple[Lookups, ReadinessGate]
+) -> None:
+    lookups, gate = cluster
+    # Given a launch whose node registered under its instance id (a kubelet whose hostname is overridden to
+    # it, as some AMIs and provisioners name nodes), Ready, its kubelet running since the launch began
+    started = datetime.now(UTC) - timedelta(seconds=1)
+    record: LifecycleRecord = launching(started_at=started)
+    server.add_node(INSTANCE, instance_id=INSTANCE, zone="eu-west-1a")
+
+    # When the gate looks for it the first time, minutes before it may list every node
+    outcome = gate(record, started)
+
+    # Then it finds the node by that name and opens (not only at its first scan, two minutes on), listing no
+    # node
+    assert (outcome.again, outcome.changes.get("outcome")) == (False, "node-ready")
+    assert outcome.changes["node"] == INSTANCE
+    assert lookups.scans == [False]
+    assert lookups.lists == 0

@@ -136,6 +136,13 @@ class KubeCluster:
         by_name = self.get_node(private_dns_name) if private_dns_name else None
         if by_name is not None and by_name.instance_id == instance_id:
             return by_name  # the common case on EKS: one GET
+        if private_dns_name != instance_id:
+            # A node named after its instance id (a kubelet's hostname overridden to it, as some AMIs and
+            # provisioners do): one GET more, rather than found only by the first scan of every node (the
+            # readiness gate scans minutes into a launch). One named so without a provider id yet is ours too.
+            by_id = self.get_node(instance_id)
+            if by_id is not None and by_id.instance_id in (instance_id, None):
+                return by_id
         if not scan:
             return by_name if by_name is not None and by_name.instance_id is None else None
         for node in self._nodes():
