@@ -284,12 +284,32 @@ class Eip(_Section):
         return self
 
 
+# The longest a lifecycle action lives, whatever its hook's heartbeat timeout (100 of them, at most 48 hours)
+LONGEST_GLOBAL_TIMEOUT_SECONDS = 48 * 3600
+
+
 class Readiness(_Section):
     """The launch readiness gate."""
 
     readiness_gate: bool = True
-    readiness_timeout_seconds: Annotated[int, Field(ge=30)] = 600
+    readiness_timeout_seconds: Annotated[int, Field(ge=30, le=LONGEST_GLOBAL_TIMEOUT_SECONDS)] = 600
     readiness_failure_result: ActionResult = ActionResult.ABANDON
+
+    @model_validator(mode="after")
+    def _gate_ends_before_its_action(self) -> Self:
+        """A gate that times out no earlier than the engine settles the longest-lived action (a margin before
+        its global timeout) never times out itself: a launch whose node never joins would be held up to two
+        days, and settled as a global timeout near rather than a readiness timeout. (Every function that reads
+        this section reads the engine's timing too.)"""
+        settle = self.settle_before_seconds if isinstance(self, Timing) else 0
+        longest = LONGEST_GLOBAL_TIMEOUT_SECONDS - settle
+        if self.readiness_timeout_seconds > longest:
+            raise ValueError(
+                f"NODECYCLE_READINESS_TIMEOUT_SECONDS: {self.readiness_timeout_seconds} s is past "
+                f"{longest} s, where the engine settles a launch action of the longest global timeout (48 h, "
+                f"less the {settle} s it completes actions before it): the gate would never time out"
+            )
+        return self
 
 
 class Disruptions(_Section):
