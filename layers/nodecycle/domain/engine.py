@@ -49,6 +49,7 @@ from nodecycle.domain.model import (
     SUCCESSOR,
     LifecycleRecord,
     Step,
+    Transition,
 )
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.cluster import Refused
@@ -585,9 +586,12 @@ class StepEngine:
                 log.info("the lifecycle action is no longer active: perhaps completed by the call unanswered")
                 return record  # (its retry, at its backoff, is told so too, and records the completion)
             if not active:
-                log.warning("the lifecycle action is no longer active (timed out or completed elsewhere)")
-                self._metrics.count("LifecycleActionsExpired")
-                expired = advance(record, expired_before_completion(record, self._records), now)
+                gone = ended_with_its_instance(record, now, self._autoscaling)
+                if gone is None:
+                    log.warning("the lifecycle action is no longer active (timed out or completed elsewhere)")
+                    self._metrics.count("LifecycleActionsExpired")
+                ended = gone or expired_before_completion(record, self._records)
+                expired = advance(record, ended, now)
                 return expired.model_copy(update={"seq": record.seq})  # the step's own advance took this seq
             self._metrics.count("Heartbeats")
             record = record.renewed(now)
@@ -651,6 +655,40 @@ def expired_before_completion(record: LifecycleRecord, records: RecordStore) -> 
         if told is not None and told.written_over_by(record.id):
             extra = {**extra, ENDS_ITS_INSTANCE: True}
     return Outcome.goto(after_completion(record), outcome="action-expired", extra=extra)
+
+
+# Auto Scaling's lifecycle states (prefixes) of an instance on its way out of its group or its warm pool
+LEAVING_STATES = ("Terminating", "Warmed:Terminating", "Terminated", "Warmed:Terminated")
+
+
+def ended_with_its_instance(
+    record: LifecycleRecord, now: datetime, autoscaling: Autoscaling
+) -> Outcome | None:
+    """The end of a launch whose action Auto Scaling no longer has, when its instance is leaving the group (or
+    has left it) before any of the action's timeouts: Auto Scaling ends the launch action of an instance it
+    terminates (a scale-in, TerminateInstanceInAutoScalingGroup, an operator) at once, while EC2 may say
+    running for as long as terminate hooks hold it. Nothing nodecycle did let it lapse: no expiry to count (the
+    expired-actions alarm), and its instance's terminate lifecycle frees what it holds. None for any other
+    action gone: a drain's, or a launch's past its heartbeat deadline (timed out, perhaps, its default ABANDON
+    terminating the instance: an expiry), or whose instance stays (completed by hand), or when Auto Scaling
+    does not say now."""
+    if record.transition is not Transition.LAUNCHING or now >= min(
+        record.heartbeat_deadline, record.global_deadline
+    ):
+        return None
+    try:
+        state = autoscaling.lifecycle_state(record.instance_id)
+    except TransientError as error:
+        log.info("could not tell where instance %s is (taken as expired): %s", record.instance_id, error)
+        return None
+    if state is not None and not state.startswith(LEAVING_STATES):
+        return None
+    log.warning(
+        "the launch action of %s ended with its instance (%s): the launch ends",
+        record.instance_id,
+        state or "in no group any more",
+    )
+    return Outcome.goto(after_completion(record), outcome="instance-gone")
 
 
 def _not_asking_yet(record: LifecycleRecord, now: datetime) -> bool:

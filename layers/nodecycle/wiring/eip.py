@@ -48,6 +48,7 @@ def engine() -> StepEngine:
                 metrics=ports.metrics,
                 lines=DynamoAddressLines(config.record_table),
                 records=ports.records,
+                groups=ports.autoscaling,
             ),
             Step.RELEASE_EIP: ReleaseAddresses(
                 owner=config.owner_id, addresses=addresses(), metrics=ports.metrics

@@ -18,6 +18,7 @@ import boto3
 
 from nodecycle.adapters.aws.address_lines import DynamoAddressLines
 from nodecycle.adapters.aws.addresses import Ec2Addresses
+from nodecycle.adapters.aws.autoscaling import AutoscalingActions
 from nodecycle.adapters.aws.records import DynamoRecordStore
 from nodecycle.domain.eip.assign import AssignAddress
 from nodecycle.domain.engine import Outcome
@@ -58,6 +59,7 @@ def wired(stack: Stack, settings: EipSettings, ec2: AwsLikeEc2) -> AssignAddress
         metrics=FakeMetrics(),
         lines=DynamoAddressLines(stack.table, boto3.client("dynamodb")),
         records=DynamoRecordStore(stack.table, ttl=timedelta(days=14), dynamodb=boto3.client("dynamodb")),
+        groups=AutoscalingActions(boto3.client("autoscaling")),
     )
 
 

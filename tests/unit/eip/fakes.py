@@ -36,7 +36,7 @@ from nodecycle.domain.ports.addresses import (
     AddressNotFound,
     InstanceUnavailable,
 )
-from tests.support.fakes import FakeMetrics, InMemoryRecords
+from tests.support.fakes import FakeAutoscaling, FakeMetrics, InMemoryRecords
 
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 OWNER = "stack-a"
@@ -293,10 +293,17 @@ class Wiring:
 
     records: InMemoryRecords = field(default_factory=InMemoryRecords)
     lines: FakeLines = field(default_factory=FakeLines)
+    groups: FakeAutoscaling = field(default_factory=FakeAutoscaling)  # (its states: where instances are)
 
     def assign(self, ec2: FakeAddresses, metrics: FakeMetrics, policy: EipPolicy) -> AsTheEngineRuns:
         step = AssignAddress(
-            owner=OWNER, policy=policy, addresses=ec2, metrics=metrics, lines=self.lines, records=self.records
+            owner=OWNER,
+            policy=policy,
+            addresses=ec2,
+            metrics=metrics,
+            lines=self.lines,
+            records=self.records,
+            groups=self.groups,
         )
         return AsTheEngineRuns(step, self.records)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
 from nodecycle.domain.completion import CompleteAction
 from nodecycle.domain.eip import SCRATCH
 from nodecycle.domain.eip.assign import VERIFY_DELAY, AssignAddress
@@ -38,6 +40,7 @@ def eip_engine(
     timing: EngineTiming | None = None,
     lines: FakeLines | None = None,
     mode: str = "allocate",
+    metrics: FakeMetrics | None = None,
 ) -> StepEngine:
     """The eip function's engine: its two steps on the fake EC2, ASSIGN_EIP with the pools' lines and the
     engine's own records (nodecycle.wiring.eip)."""
@@ -53,7 +56,7 @@ def eip_engine(
             "eip_pool_name": "ci" if mode == "pool" else None,
         }
     )
-    metrics = FakeMetrics()
+    metrics = metrics if metrics is not None else FakeMetrics()
     autoscaling = autoscaling or FakeAutoscaling()
     return StepEngine(
         worker=Worker.EIP,
@@ -66,6 +69,7 @@ def eip_engine(
                 metrics=metrics,
                 lines=lines if lines is not None else FakeLines(),
                 records=records,
+                groups=autoscaling,
             ),
             Step.RELEASE_EIP: ReleaseAddresses(owner=OWNER, addresses=ec2, metrics=metrics),
         },
@@ -251,3 +255,50 @@ def test_a_launch_whose_action_lapsed_in_the_pools_line_keeps_no_address_from_th
     went_on = records.get(new.id)
     assert went_on is not None
     assert went_on.step is not Step.ASSIGN_EIP
+
+
+@pytest.mark.parametrize(
+    ("state", "outcome", "expired"),
+    [
+        # the group terminates the instance (a scale-in, an operator), terminate hooks holding it: EC2 says
+        # running, Auto Scaling ended the launch action with the termination
+        ("Terminating:Wait", "instance-gone", 0),
+        ("Terminating:Proceed", "instance-gone", 0),
+        (None, "instance-gone", 0),  # terminated, in no group any more
+        # completed by hand, the instance in service: an action nodecycle held ended without it
+        ("InService", "action-expired", 1),
+    ],
+)
+def test_a_launch_in_line_whose_action_ended_before_its_timeouts_ends_as_gone_only_with_its_instance(
+    state: str | None, outcome: str, expired: int
+) -> None:
+    # Given pool mode, the pool's one address on an old instance, and a launch waiting in the pool's line since
+    # T0, its action confirmed then
+    clock, ec2, records, metrics = FakeClock(T0), FakeAddresses(), InMemoryRecords(), FakeMetrics()
+    ec2.add(pool="ci", on=ec2.launch("i-old"))
+    waiting = timed(launch_record(ec2.launch(INSTANCE)), due_at=T0)
+    records.create(waiting)
+    autoscaling = FakeAutoscaling(clock=clock, action_timeout=HEARTBEAT)
+    autoscaling.issue(waiting.token, INSTANCE, at=T0)
+    engine = eip_engine(
+        ec2, records, clock, autoscaling=autoscaling, timing=DEFAULTS, mode="pool", metrics=metrics
+    )
+    engine.handle(WorkMessage(record_id=waiting.id, seq=waiting.seq, step=Step.ASSIGN_EIP))
+
+    # When its action ends before any of its timeouts, the instance where ``state`` says, and the launch looks
+    # again when its heartbeat is due (well before the hook's heartbeat timeout)
+    autoscaling.completed.append((waiting.action, ActionResult.ABANDON))
+    if state is not None:
+        autoscaling.states[INSTANCE] = state
+    clock.advance(HEARTBEAT - 60 - 150 + 5)
+    stored = records.get(waiting.id)
+    assert stored is not None
+    engine.handle(WorkMessage(record_id=stored.id, seq=stored.seq, step=Step.ASSIGN_EIP))
+
+    # Then the launch ends past its completion: as gone, uncounted, when its instance is leaving its group; as
+    # an expired action otherwise (the expired-actions alarm)
+    ended = records.get(waiting.id)
+    assert ended is not None
+    assert (ended.finished, ended.outcome) == (True, outcome)
+    assert metrics.counts.get("LifecycleActionsExpired", 0) == expired
+    assert ec2.on(INSTANCE) == []

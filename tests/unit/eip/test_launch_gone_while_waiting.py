@@ -75,3 +75,39 @@ def test_a_waiting_launch_whose_instance_ec2_will_not_describe_looks_on_as_befor
     assert outcome.again
     assert wiring.lines.waiting() == [INSTANCE]
     assert metrics.counts["EipFailures"] == 0
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("leaving", ["Terminating:Wait", "Terminating:Proceed", "Warmed:Terminating:Wait"])
+def test_a_waiting_launch_whose_instance_the_group_is_terminating_takes_no_address_given_back(
+    mode: str, leaving: str
+) -> None:
+    # Given no address to be had (the pool's one address, or the quota's one, on another instance), and a launch
+    # waiting in line for one
+    ec2, metrics, wiring = FakeAddresses(quota=1), FakeMetrics(), Wiring()
+    ec2.launch(INSTANCE)
+    ec2.launch(OTHER)
+    given_back = ec2.add(pool=POOL if mode == "pool" else None, allocated_for=OTHER, on=OTHER)
+    assign = wiring.assign(ec2, metrics, eip_policy(settings(**MODES[mode], eip_failure_policy="abandon")))
+    record = launch_record(INSTANCE)
+    first = assign(record, T0)
+    assert first.again
+    record, now = after(record, first), T0 + timedelta(seconds=first.delay)
+
+    # When the group terminates the waiting launch's instance (its launch action ends with it), which terminate
+    # hooks hold there, running in EC2; and the other instance's address comes back (to the pool; released)
+    wiring.groups.states[INSTANCE] = leaving
+    ec2.terminate(OTHER)
+    if mode == "allocate":
+        assert ec2.release(given_back)
+    allocations = ec2.count("allocate")
+    outcome = assign(record, now)
+
+    # Then its lifecycle ends at once, past its completion, without the address, out of the line, and without
+    # counting an EIP failure; the address is still there for a live launch
+    assert outcome.then is Step.DONE
+    assert outcome.changes["outcome"] == "instance-gone"
+    assert ec2.on(INSTANCE) == []
+    assert ec2.count("allocate") == allocations
+    assert metrics.counts["EipFailures"] == 0
+    assert wiring.lines.waiting() == []

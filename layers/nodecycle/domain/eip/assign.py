@@ -32,11 +32,11 @@ import hashlib
 import logging
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from nodecycle.domain.eip import SCRATCH, release_unassociated, without_scratch
 from nodecycle.domain.eip.line import AddressLines, Line, PoolLine, Waiter, ahead_of, line_key
-from nodecycle.domain.engine import Outcome
+from nodecycle.domain.engine import LEAVING_STATES, Outcome
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import after_completion
 from nodecycle.domain.model import LifecycleRecord, Step
@@ -88,6 +88,12 @@ EXHAUSTED_DELAY_MAX = 60
 FIRST_IN_LINE_DELAY = 15  # seconds
 
 
+class InstanceGroups(Protocol):
+    """What ASSIGN_EIP asks Auto Scaling (``Autoscaling.lifecycle_state``)."""
+
+    def lifecycle_state(self, instance_id: str) -> str | None: ...
+
+
 class AssignAddress:
     def __init__(
         self,
@@ -98,6 +104,7 @@ class AssignAddress:
         metrics: Metrics,
         lines: AddressLines,
         records: RecordStore,
+        groups: InstanceGroups,
     ) -> None:
         self._owner = owner
         self._mode = policy.mode
@@ -108,6 +115,7 @@ class AssignAddress:
         self._addresses = addresses
         self._metrics = metrics
         self._records = records  # (to tell a waiter whose lifecycle is over from one still waiting)
+        self._groups = groups  # (to tell a waiting launch whose instance the group is terminating)
         # first come, first served among the launches waiting for the pool, or in allocate mode for the
         # quota (see nodecycle.domain.eip.line)
         self._line = PoolLine(lines, line_key(owner, self._pool if self._mode is EipMode.POOL else None))
@@ -167,6 +175,9 @@ class AssignAddress:
                 # not to a launch that came after
                 reason = f"address quota exceeded: {len(ahead)} launch(es) wait first"
                 return self._exhausted(record, scratch, now, reason, line=line, ahead=len(ahead))
+            leaving = self._leaving(record, scratch)
+            if leaving is not None:
+                return self._instance_gone(record, leaving)
             try:
                 allocated = self._addresses.allocate(self._tags(record, now))
             except AddressLimitExceeded:
@@ -234,6 +245,10 @@ class AssignAddress:
             )
             shared = []
         others = sorted(shared, key=lambda address: _draw(instance, address.allocation_id))
+        if own or others or (self._grow_pool and not ahead):
+            leaving = self._leaving(record, scratch)
+            if leaving is not None:
+                return self._instance_gone(record, leaving)
         for address in [*own, *others]:
             outcome = self._take(record, scratch, address, found)
             if outcome is not None:
@@ -365,6 +380,24 @@ class AssignAddress:
             log.info("could not tell whether instance %s is still there: %s", instance, error)
             return None
         return state if state in GONE_STATES else None
+
+    def _leaving(self, record: LifecycleRecord, scratch: dict[str, Any]) -> str | None:
+        """The Auto Scaling state of a launch's instance about to take an address after waiting for one, when
+        the group is terminating it; None otherwise, or when Auto Scaling does not say now (it takes the address,
+        as before: not knowing is no reason to keep it from a live launch). A launch in line has not asked Auto
+        Scaling about its action for as long as it waited, and its instance may be on its way out, running in
+        EC2 while terminate hooks hold it (its launch action ended with the termination): an address it took
+        would stay with it until EC2 terminates it, kept from the launches behind it (in allocate mode, the
+        quota's, the address then left to the sweeper). One DescribeAutoScalingInstances, only as it takes
+        one."""
+        if not scratch.get("exhausted_since"):
+            return None  # (a launch that did not wait: its action was confirmed moments ago)
+        try:
+            state = self._groups.lifecycle_state(record.instance_id)
+        except TransientError as error:
+            log.info("could not tell whether instance %s is terminating: %s", record.instance_id, error)
+            return None
+        return state if state is not None and state.startswith(LEAVING_STATES) else None
 
     def _instance_gone(self, record: LifecycleRecord, state: str) -> Outcome:
         """A launch waiting for an address whose instance went meanwhile: its action went with it (Auto Scaling

@@ -1,0 +1,168 @@
+"""A launch whose instance the group terminates while the launch is still open (in the readiness gate, or in
+its pool's line for an address), on the sandbox, while another tool's terminate hook holds the instance in
+Terminating:Wait: EC2 says running all that time, but Auto Scaling ended the launch action with the
+termination. The launch ends as one whose instance is gone, not as an action that expired (the expired-actions
+alarm pages for actions nodecycle let lapse), and takes no address given back meanwhile."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from nodecycle.domain.eip import SCRATCH
+from nodecycle.domain.model import Step, Transition
+from nodecycle_sandbox.aws.group import HookSpec, wait_for
+from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING
+from tests.integration.lifecycle.harness import find_record, running
+
+pytestmark = pytest.mark.slow
+
+POOL = "allow-listed"
+OWNER = "nodecycle"  # the stack's name: the sandbox's owner id
+# Another tool's terminate hook on the same group (nodecycle does not manage it): it holds every terminating
+# instance in Terminating:Wait, running in EC2, for minutes
+OTHER_TOOL = HookSpec("backup-agent-terminate", TERMINATING, 600, "CONTINUE")
+
+
+def hooks(launch_heartbeat_timeout: int) -> tuple[HookSpec, ...]:
+    return (
+        HookSpec("nodecycle-launch", LAUNCHING, launch_heartbeat_timeout, "ABANDON"),
+        HookSpec("nodecycle-terminate", TERMINATING, 300, "CONTINUE"),
+        OTHER_TOOL,
+    )
+
+
+def ec2_state(ec2: Any, instance: str) -> str:
+    found = ec2.describe_instances(InstanceIds=[instance])["Reservations"][0]["Instances"][0]
+    return str(found["State"]["Name"])
+
+
+def holder(ec2: Any, allocation_id: str) -> str | None:
+    (address,) = ec2.describe_addresses(AllocationIds=[allocation_id])["Addresses"]
+    return address.get("InstanceId")
+
+
+def waits_in_line(sandbox: Any, instance: str) -> bool:
+    record = find_record(sandbox, instance, Transition.LAUNCHING)
+    return record is not None and bool((record.extra.get(SCRATCH) or {}).get("exhausted_since"))
+
+
+def pool_address(sandbox: Any) -> str:
+    tags = [{"Key": "nodecycle:owner", "Value": OWNER}, {"Key": "nodecycle:pool", "Value": POOL}]
+    spec = [{"ResourceType": "elastic-ip", "Tags": tags}]
+    return str(sandbox.client("ec2").allocate_address(Domain="vpc", TagSpecifications=spec)["AllocationId"])
+
+
+def test_a_launch_in_the_readiness_gate_whose_instance_is_terminated_ends_as_gone_not_expired() -> None:
+    # Given a launch waiting in the readiness gate for a node that never joins, its hook's heartbeat timeout
+    # short (the gate heartbeats its action every few seconds)
+    parameters = {"HeartbeatMarginSeconds": "5", "ReadinessTimeoutSeconds": "600"}
+    with running(parameters=parameters, size=0, hooks=hooks(30), workloads=None) as sandbox:
+        sandbox.aws.plan_nodes(never_join=1)
+        sandbox.asg.set_desired(1)
+        launched = wait_for(lambda: next(iter(sandbox.asg.instances()), None), 30, "a launch")
+        wait_for(
+            lambda: (
+                (r := find_record(sandbox, launched, Transition.LAUNCHING)) is not None
+                and r.step is Step.READY_GATE
+                and r.verified_at is not None
+            ),
+            60,
+            "the launch in the readiness gate",
+        )
+
+        # When the group terminates its instance (an operator, a scale-in before it was in service), which
+        # another tool's hook holds in Terminating:Wait, running in EC2
+        sandbox.asg.terminate(launched, decrement=True)
+        launch = wait_for(
+            lambda: (
+                (r := find_record(sandbox, launched, Transition.LAUNCHING)) is not None and r.finished and r
+            ),
+            90,
+            "the launch to end",
+        )
+
+        # Then the launch ends as one whose instance is gone, not as an action that lapsed (nothing nodecycle
+        # did let it lapse), and the gate did not time out either
+        assert ec2_state(sandbox.client("ec2"), launched) == "running"
+        assert launch.outcome == "instance-gone", launch.outcome
+        assert launch.completed_at is None
+
+
+def test_a_launch_in_the_pools_line_whose_instance_is_terminated_ends_as_gone_not_expired() -> None:
+    # Given a pool of one address on the group's one instance, and a second launch waiting in the pool's
+    # line, its hook's heartbeat timeout short
+    parameters = {
+        "EipMode": "pool",
+        "EipPoolName": POOL,
+        "EipWaitSeconds": "600",
+        "HeartbeatMarginSeconds": "5",
+    }
+    with running(parameters=parameters, size=0, hooks=hooks(30), workloads=None) as sandbox:
+        pooled = pool_address(sandbox)
+        sandbox.asg.set_desired(1)
+        (old,) = sandbox.asg.wait_in_service(1, timeout=90)
+        sandbox.asg.set_desired(2)
+        waiting = wait_for(lambda: next(iter(set(sandbox.asg.instances()) - {old}), None), 30, "a launch")
+        wait_for(lambda: waits_in_line(sandbox, waiting), 60, "the launch to find the pool empty")
+
+        # When the group terminates the waiting launch's instance, which another tool's hook holds in
+        # Terminating:Wait, running in EC2
+        sandbox.asg.terminate(waiting, decrement=True)
+        launch = wait_for(
+            lambda: (
+                (r := find_record(sandbox, waiting, Transition.LAUNCHING)) is not None and r.finished and r
+            ),
+            90,
+            "the waiting launch to end",
+        )
+
+        # Then it ends as one whose instance is gone, not as an action that lapsed
+        ec2 = sandbox.client("ec2")
+        assert ec2_state(ec2, waiting) == "running"
+        assert launch.outcome == "instance-gone", launch.outcome
+        assert holder(ec2, pooled) == old
+
+
+def test_a_doomed_launch_first_in_the_pools_line_takes_no_address_given_back() -> None:
+    # Given a pool of one address on the group's one instance, and a second launch waiting in the pool's
+    # line (its hook's heartbeat timeout the default's scale: no heartbeat of it due for minutes)
+    parameters = {"EipMode": "pool", "EipPoolName": POOL, "EipWaitSeconds": "600"}
+    with running(parameters=parameters, size=0, hooks=hooks(300), workloads=None) as sandbox:
+        ec2 = sandbox.client("ec2")
+        pooled = pool_address(sandbox)
+        sandbox.asg.set_desired(1)
+        (old,) = sandbox.asg.wait_in_service(1, timeout=90)
+        sandbox.asg.set_desired(2)
+        doomed = wait_for(lambda: next(iter(set(sandbox.asg.instances()) - {old}), None), 30, "a launch")
+        wait_for(lambda: waits_in_line(sandbox, doomed), 60, "the launch to find the pool empty")
+        # And the group terminates its instance (its launch action ends with it), held in Terminating:Wait by
+        # another tool's hook, running in EC2
+        sandbox.asg.terminate(doomed, decrement=True)
+        wait_for(
+            lambda: sandbox.asg.instances().get(doomed) == "Terminating:Wait", 30, "the instance terminating"
+        )
+
+        # When the old instance terminates and its address is given back to the pool, while the doomed launch
+        # is still first in line
+        sandbox.asg.terminate(old, decrement=True)
+
+        def settled() -> bool:
+            launch = find_record(sandbox, doomed, Transition.LAUNCHING)
+            return holder(ec2, pooled) == doomed or (launch is not None and launch.finished)
+
+        wait_for(settled, 120, "the doomed launch to take the address or end")
+
+        # Then the doomed launch did not take the address (it would hold it until EC2 terminates the instance,
+        # from whichever live launch waits next), and ended as one whose instance is gone
+        assert holder(ec2, pooled) != doomed
+        launch = wait_for(
+            lambda: (
+                (r := find_record(sandbox, doomed, Transition.LAUNCHING)) is not None and r.finished and r
+            ),
+            30,
+            "the doomed launch to end",
+        )
+        assert launch.outcome == "instance-gone", launch.outcome
+        assert ec2_state(ec2, doomed) == "running"
