@@ -61,7 +61,7 @@ class ReadinessGate:
         self._events = events
 
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
-        deadline = record.gate_deadline or now + self._policy.timeout
+        deadline = record.gate_deadline or self._deadline(record, now)
         polls = int(record.extra.get(POLLS, 0))
         try:
             node, extra = self._finder.find(record, scan=self._scan(polls, now, deadline))
@@ -81,6 +81,18 @@ class ReadinessGate:
         if now >= deadline:
             return self._timed_out("node-not-ready" if node is not None else "node-never-joined", extra=extra)
         return Outcome.wait(self._policy.poll_seconds, gate_deadline=deadline, extra=extra)
+
+    def _deadline(self, record: LifecycleRecord, now: datetime) -> datetime:
+        """The gate's timeout, from its first look: the readiness timeout, but not past the point where the
+        engine completes the action before its global timeout (less two polls, for the gate's last look to come
+        before it). A hook whose own global timeout (100 heartbeat timeouts) ends sooner would otherwise have
+        the engine's guard settle the launch of a node that never joins, as an action near its global timeout
+        (its alarm: lifecycles nodecycle could not finish), never as the readiness timeout it is. (A first look
+        past that point is the guard's to settle, a poll or two on, whatever the gate's deadline.)"""
+        policy = self._policy
+        timeout = now + policy.timeout
+        latest = record.global_deadline - policy.settle_margin - 2 * timedelta(seconds=policy.poll_seconds)
+        return min(timeout, latest) if latest > now else timeout
 
     def _unanswered(
         self, record: LifecycleRecord, now: datetime, deadline: datetime, error: TransientError

@@ -116,6 +116,9 @@ class ReadinessPolicy:
     timeout: timedelta
     poll_seconds: int
     on_failure: ActionResult
+    # Before an action's global timeout the engine completes it whatever it waits for: the gate times out
+    # before that, a hook's global timeout coming before the readiness timeout
+    settle_margin: timedelta
 
 
 @dataclass(frozen=True)

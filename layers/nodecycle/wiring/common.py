@@ -17,7 +17,7 @@ from nodecycle.domain.flow import Worker
 from nodecycle.domain.model import Step
 from nodecycle.domain.policy import DrainPolicy, EipPolicy, ReadinessPolicy
 from nodecycle.observability import PowertoolsMetrics
-from nodecycle.settings import DrainSettings, Eip, FunctionSettings, Readiness
+from nodecycle.settings import DrainSettings, Eip, FunctionSettings
 
 
 @dataclass(frozen=True)
@@ -97,11 +97,12 @@ def drain_policy(settings: DrainSettings) -> DrainPolicy:
     )
 
 
-def readiness_policy(settings: Readiness, poll_seconds: int) -> ReadinessPolicy:
+def readiness_policy(settings: DrainSettings, poll_seconds: int) -> ReadinessPolicy:
     return ReadinessPolicy(
         timeout=timedelta(seconds=settings.readiness_timeout_seconds),
         poll_seconds=poll_seconds,
         on_failure=settings.readiness_failure_result,
+        settle_margin=timedelta(seconds=settings.settle_before_seconds),  # where the engine's guard completes
     )
 
 
