@@ -121,6 +121,39 @@ def last_pod_gone(history: Sequence[HistoryEntry], node: str) -> float | None:
     return None if present else gone_at
 
 
+def healthy_pods_on_at(history: Sequence[HistoryEntry], node: str, at: float) -> list[str]:
+    """The drainable pods bound to ``node`` that a PodDisruptionBudget counted healthy at ``at`` (Ready, not
+    being deleted), as namespace/name."""
+    healthy: set[str] = set()
+    for entry in history:
+        if entry.time > at:
+            break
+        if entry.kind != "Pod":
+            continue
+        key = f"{entry.namespace}/{entry.name}"
+        on_node = (entry.object.get("spec") or {}).get("nodeName") == node
+        if on_node and not entry.removed and counted_healthy(entry.object):
+            healthy.add(key)
+        else:
+            healthy.discard(key)
+    return sorted(healthy)
+
+
+def counted_healthy(pod: dict[str, object]) -> bool:
+    """A drainable pod a PodDisruptionBudget counts healthy: Ready, not being deleted (not a DaemonSet's or a
+    mirror pod, which no drain evicts)."""
+    if not _drainable(pod):
+        return False
+    meta = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    assert isinstance(meta, dict)
+    assert isinstance(status, dict)
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
+    )
+    return ready and not meta.get("deletionTimestamp")
+
+
 def completed_before_drained(history: Sequence[HistoryEntry], actions: Iterable[ActionRecord]) -> list[str]:
     """Terminate actions that were completed while drainable pods were still on their node."""
     nodes = nodes_of_instances(history)

@@ -24,7 +24,13 @@ from nodecycle_sandbox.chaos.world import (
     SWEEP_INTERVAL,
     Observation,
 )
-from nodecycle_sandbox.checks import cordon_peaks, last_pod_gone, pdb_breaches, released_at
+from nodecycle_sandbox.checks import (
+    cordon_peaks,
+    healthy_pods_on_at,
+    last_pod_gone,
+    pdb_breaches,
+    released_at,
+)
 from nodecycle_sandbox.kube import HistoryEntry
 
 # The invariants, by name, as a campaign reports them.
@@ -230,8 +236,19 @@ def _pdb(o: Observation) -> Iterator[Violation]:
     starting), and not once something PodDisruptionBudgets cannot stop has happened in the namespace: a
     kubelet lost (its pods turn unready whatever anyone does), a forced delete (the drain timeout's policy), a
     node gone with its pods still running (an instance terminated: whether that was too early is the "drain"
-    invariant's question)."""
+    invariant's question).
+
+    A node goes with its instance, not when the cloud provider deletes its Node object: its kubelet goes at
+    once, and the node lifecycle controller marks its pods NotReady after its monitor grace, seconds before
+    the node is deleted and, after the pod GC's quarantine, its pods. So the instance's end excuses, when its
+    node still had pods a budget counted healthy."""
     excused_from = o.lost_kubelet[1] if o.lost_kubelet else float("inf")
+    for instance in o.instances:
+        ended = instance.terminated_at
+        if ended is None or not o.acting_at <= ended < excused_from:
+            continue
+        if healthy_pods_on_at(o.history, instance.node_name, ended):
+            excused_from = ended
     for entry in o.history:
         if entry.kind != "Pod" or entry.time < o.acting_at or entry.verb != "delete":
             continue

@@ -1,0 +1,154 @@
+"""The campaign's "pdb" invariant judged on what the sandbox's API server records when an instance is
+terminated with its pods still running (a drain that timed out with its cordon refused: nothing evicted).
+
+Its kubelet goes with it: the node lifecycle controller turns the node Unknown after its monitor grace and
+marks its pods NotReady, and the disruption controller counts them unhealthy. That is seconds before the
+cloud provider deletes the node and, after the pod GC's quarantine, its pods. No PodDisruptionBudget can
+stop any of it, and no eviction took part (seed 42 scenario 9 of a campaign on a loaded machine).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from nodecycle_sandbox.aws.records import TERMINATING, ActionRecord, InstanceHistory
+from nodecycle_sandbox.chaos.invariants import check
+from nodecycle_sandbox.chaos.plan import draw
+from nodecycle_sandbox.chaos.world import Observation
+from nodecycle_sandbox.checks import Breach, pdb_breaches
+from nodecycle_sandbox.kube import HistoryEntry, KubeServer
+from tests.sandbox.kube.conftest import is_ready, node_name, nodes_seed, pods_of, wait_until
+
+INSTANCE = "i-00000000000000000"  # nodes_seed's first node
+
+
+def _terminate(started: float, finished: float) -> ActionRecord:
+    return ActionRecord(
+        token="tok",
+        group="g",
+        hook="nodecycle-terminate",
+        instance_id=INSTANCE,
+        transition=TERMINATING,
+        default_result="CONTINUE",
+        heartbeat_timeout=30,
+        global_timeout=180,
+        started_at=started,
+        finished_at=finished,
+        result="CONTINUE",
+        outcome="completed",
+    )
+
+
+def _observation(
+    history: list[HistoryEntry], acting: float, instance: InstanceHistory, **more: Any
+) -> Observation:
+    values: dict[str, Any] = {
+        "scenario": draw(42, 9, faults=False),
+        "groups": {"g": "chaos-b"},
+        "started_at": acting,
+        "acting_at": acting,
+        "quiescent": True,
+        "left_over": [],
+        "actions": [_terminate(acting, instance.terminated_at or acting)],
+        "instances": [instance],
+        "history": history,
+        "addresses": [],
+        "final_addresses": {},
+        # the drain timed out with its cordon refused: the "drain" invariant lets its pods go with it
+        "outcomes": {"tok": "drain-timeout-cordon-refused"},
+        "lost_kubelet": None,
+        "firings": [],
+    }
+    return Observation(**{**values, **more})
+
+
+def _healthy(server: KubeServer) -> int:
+    pdb = server.get_object("poddisruptionbudgets", "web", "shop") or {}
+    return int((pdb.get("status") or {}).get("currentHealthy", -1))
+
+
+def _terminated_with_its_pods_running(
+    *, quarantine: float
+) -> tuple[list[HistoryEntry], float, InstanceHistory]:
+    """Five pods of ``web`` under maxUnavailable 2 (3 required) on two nodes, three on the first (as when the
+    replacements of another node's evictions land on a node whose cordon was refused); then that node's
+    instance is terminated without a drain, its node removed once its pods were marked NotReady."""
+    with KubeServer(
+        tick_seconds=0.02,
+        pod_start_seconds=0.05,
+        node_monitor_grace_seconds=0.3,
+        pod_gc_quarantine_seconds=quarantine,
+    ) as server:
+        server.seed(
+            {
+                "nodes": nodes_seed(2),
+                "deployments": [
+                    {"name": "web", "namespace": "shop", "replicas": 5, "pdb": {"maxUnavailable": 2}}
+                ],
+            }
+        )
+        server.settle()
+        wait_until(lambda: _healthy(server) == 5, what="5 healthy pods")
+        node = node_name(0, 10)
+        on_node = [p for p in pods_of(server, "shop", "web") if p["spec"]["nodeName"] == node]
+        assert len(on_node) == 3
+        assert all(is_ready(p) for p in on_node)
+        acting = time.time()
+        time.sleep(0.01)
+
+        server.instance_terminated(node)
+        terminated = time.time()
+        wait_until(lambda: _healthy(server) == 2, what="the budget to count the node's pods unhealthy")
+        server.remove_node(node)
+        wait_until(
+            lambda: not [p for p in pods_of(server, "shop", "web") if p["spec"].get("nodeName") == node],
+            timeout=10,
+            what="the pod GC",
+        )
+        wait_until(lambda: _healthy(server) == 5, timeout=10, what="the replacements")
+        instance = InstanceHistory(
+            INSTANCE, "g", "eu-west-1a", node, acting - 60, acting - 50, acting + 0.005, terminated
+        )
+        return server.history(), acting, instance
+
+
+def _breaches_after(history: list[HistoryEntry], acting: float) -> list[Breach]:
+    return [b for b in pdb_breaches(history) if b.time >= acting]
+
+
+def test_pods_that_turn_unready_with_their_terminated_instance_are_no_breach_an_eviction_made() -> None:
+    history, acting, instance = _terminated_with_its_pods_running(quarantine=0.5)
+    # (the budget's status did fall below its floor: 2 healthy pods, 3 required, before any pod was removed)
+    breaches = _breaches_after(history, acting)
+    assert [(b.healthy, b.desired) for b in breaches[:1]] == [(2, 3)]
+    first_removed = min(e.time for e in history if e.kind == "Pod" and e.removed)
+    assert breaches[0].time < first_removed
+    assert not [e for e in history if e.resource == "pods/eviction"]
+
+    judged = check(_observation(history, acting, instance))
+
+    assert [v for v in judged if v.invariant == "pdb"] == []
+
+
+def test_a_breach_before_the_instance_ended_is_still_a_violation() -> None:
+    history, acting, instance = _terminated_with_its_pods_running(quarantine=0.5)
+    # Given the same world, where the instance is recorded as ended only after the budget fell below its floor
+    # (the pods turned unready through something else, before anything excused it)
+    after = max(e.time for e in history) + 1
+    late = InstanceHistory(
+        instance.instance_id,
+        instance.group,
+        instance.zone,
+        instance.node_name,
+        acting - 60,
+        acting - 50,
+        after,
+        after,
+    )
+
+    judged = check(_observation(history, acting, late))
+
+    assert [v.detail for v in judged if v.invariant == "pdb"] == [
+        f"shop/web: 2 healthy pods, 3 required ({_breaches_after(history, acting)[0].time - acting:.1f}s in)"
+    ]
