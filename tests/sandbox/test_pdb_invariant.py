@@ -18,7 +18,7 @@ from nodecycle_sandbox.chaos.plan import draw
 from nodecycle_sandbox.chaos.world import Observation
 from nodecycle_sandbox.checks import Breach, pdb_breaches
 from nodecycle_sandbox.kube import HistoryEntry, KubeServer
-from tests.sandbox.kube.conftest import is_ready, node_name, nodes_seed, pods_of, wait_until
+from tests.sandbox.kube.conftest import connect, is_ready, node_name, nodes_seed, pods_of, wait_until
 
 INSTANCE = "i-00000000000000000"  # nodes_seed's first node
 
@@ -152,3 +152,75 @@ def test_a_breach_before_the_instance_ended_is_still_a_violation() -> None:
     assert [v.detail for v in judged if v.invariant == "pdb"] == [
         f"shop/web: 2 healthy pods, 3 required ({_breaches_after(history, acting)[0].time - acting:.1f}s in)"
     ]
+
+
+def _breach_after(history: list[HistoryEntry]) -> HistoryEntry:
+    """The budget's status below its floor one second after everything recorded: what an eviction past it
+    would leave (the sandbox refuses one, as kube-apiserver does; a product that deleted pods instead)."""
+    (pdb,) = [e for e in history if e.kind == "PodDisruptionBudget" and not e.removed][-1:]
+    status = {**pdb.object["status"], "currentHealthy": 1, "desiredHealthy": 2}
+    last = history[-1]
+    return HistoryEntry(
+        last.resource_version + 1,
+        last.time + 1,
+        "update",
+        "poddisruptionbudgets/status",
+        pdb.namespace,
+        pdb.name,
+        "sandbox",
+        False,
+        {**pdb.object, "status": status},
+    )
+
+
+def test_a_daemonset_pod_gone_with_its_drained_node_excuses_no_later_breach() -> None:
+    with KubeServer(tick_seconds=0.02, pod_start_seconds=0.05) as server:
+        kube = connect(server)
+        # Given web (2 replicas, minAvailable 1) and a DaemonSet on two nodes
+        server.seed(
+            {
+                "nodes": nodes_seed(2),
+                "deployments": [
+                    {"name": "web", "namespace": "shop", "replicas": 2, "pdb": {"minAvailable": 1}}
+                ],
+                "daemonSets": [{"name": "agent", "namespace": "shop"}],
+            }
+        )
+        server.settle()
+        wait_until(lambda: _healthy(server) == 2, what="2 healthy pods")
+        acting = time.time()
+        time.sleep(0.01)
+        # When the second node is drained through the Eviction API (its web pod goes, replaced on the first),
+        # and the node is deleted with its DaemonSet pod still running (removed at once by podgc: quarantine 0)
+        drained = node_name(1, 10)
+        kube.core.patch_node(drained, {"spec": {"unschedulable": True}})
+        (web,) = [p for p in pods_of(server, "shop", "web") if p["spec"]["nodeName"] == drained]
+        kube.core.create_namespaced_pod_eviction(web["metadata"]["name"], "shop", _eviction(web))
+        wait_until(
+            lambda: _healthy(server) == 2 and len(pods_of(server, "shop", "web")) == 2, what="replaced"
+        )
+        assert server.remove_node(drained)
+        wait_until(lambda: not pods_of(server, "shop", "agent")[1:], what="the agent pod collected")
+        history = server.history()
+        kube.api_client.close()
+    removed = {e.name.split("-")[0] for e in history if e.kind == "Pod" and e.removed and e.verb == "delete"}
+    assert "agent" in removed
+
+    # Then a breach after all this is still judged one: none of it is something a budget could not stop
+    breached = [*history, _breach_after(history)]
+    judged = check(_observation(breached, acting, _no_instance(), outcomes={}, actions=[]))
+
+    assert [v.invariant for v in judged if v.invariant == "pdb"] == ["pdb"]
+
+
+def _no_instance() -> InstanceHistory:
+    return InstanceHistory(INSTANCE, "g", "eu-west-1a", "no-such-node", 0.0)
+
+
+def _eviction(pod: dict[str, Any]) -> dict[str, Any]:
+    meta = pod["metadata"]
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": meta["name"], "namespace": "shop"},
+    }

@@ -26,6 +26,7 @@ from nodecycle_sandbox.chaos.world import (
 )
 from nodecycle_sandbox.checks import (
     cordon_peaks,
+    counted_healthy,
     healthy_pods_on_at,
     last_pod_gone,
     pdb_breaches,
@@ -241,7 +242,9 @@ def _pdb(o: Observation) -> Iterator[Violation]:
     A node goes with its instance, not when the cloud provider deletes its Node object: its kubelet goes at
     once, and the node lifecycle controller marks its pods NotReady after its monitor grace, seconds before
     the node is deleted and, after the pod GC's quarantine, its pods. So the instance's end excuses, when its
-    node still had pods a budget counted healthy."""
+    node still had pods a budget counted healthy. A pod removal excuses only a pod that was healthy (a node
+    deleted with its instance still there): not the DaemonSet and mirror pods every node has and no drain
+    evicts, nor a Pending pod, which no budget counted."""
     excused_from = o.lost_kubelet[1] if o.lost_kubelet else float("inf")
     for instance in o.instances:
         ended = instance.terminated_at
@@ -252,8 +255,7 @@ def _pdb(o: Observation) -> Iterator[Violation]:
     for entry in o.history:
         if entry.kind != "Pod" or entry.time < o.acting_at or entry.verb != "delete":
             continue
-        running = not (entry.object.get("metadata") or {}).get("deletionTimestamp")
-        if entry.source == "api" or (entry.removed and running):
+        if entry.source == "api" or (entry.removed and counted_healthy(entry.object)):
             excused_from = min(excused_from, entry.time)
             break
     for breach in pdb_breaches(o.history):
