@@ -22,7 +22,15 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 # The kinds, by where they are injected.
-KUBE_KINDS = ("kube-conflict", "kube-throttle", "kube-error", "kube-slow", "kube-drop", "kube-lost-response")
+KUBE_KINDS = (
+    "kube-conflict",
+    "kube-throttle",
+    "kube-error",
+    "kube-slow",
+    "kube-hang",
+    "kube-drop",
+    "kube-lost-response",
+)
 # Refusals: the request was understood and judged, and the answer is no (for a while), not "try again".
 KUBE_REFUSAL_KINDS = ("kube-webhook-down", "kube-webhook-deny", "kube-forbidden")
 AWS_KINDS = ("aws-throttle", "aws-error")

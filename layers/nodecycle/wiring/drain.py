@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import timedelta
 from functools import cache
 
@@ -31,6 +35,40 @@ from nodecycle.wiring.common import Common, common, drain_policy, readiness_poli
 # group scales, slowly; their health (cordons, NotReady) can change at any moment, so it is read more often.
 NODE_COUNTS_MAX_AGE = timedelta(seconds=60)
 NODE_STATES_MAX_AGE = timedelta(seconds=10)
+# What an invocation keeps of the function's time after a step's calls: the engine's commit of the step, a
+# heartbeat, the next message (one AWS call each, well under a second unless throttled). Under the engine's
+# inline budget (15 s: a step runs inline only with that much left), so an inline step still has seconds for its
+# calls; a slower pass ends where its time does, and goes on at its next poll.
+STEP_RESERVE_SECONDS = 10.0
+
+
+class InvocationTime:
+    """What is left of the current invocation's time for a step's calls, in seconds (None outside an invocation,
+    as in the sweeper, which shares the cluster's client): the function's remaining time when the invocation
+    began, less ``STEP_RESERVE_SECONDS``. A plain deadline on the monotonic clock: neither the domain nor the
+    adapters see the Lambda context."""
+
+    def __init__(self, reserve: float = STEP_RESERVE_SECONDS) -> None:
+        self._reserve = reserve
+        self._ends: ContextVar[float | None] = ContextVar("invocation_ends", default=None)
+
+    @contextmanager
+    def running(self, remaining_seconds: float) -> Iterator[None]:
+        """An invocation with ``remaining_seconds`` of the function's time left."""
+        token = self._ends.set(time.monotonic() + remaining_seconds - self._reserve)
+        try:
+            yield
+        finally:
+            self._ends.reset(token)
+
+    def left(self) -> float | None:
+        ends = self._ends.get()
+        return None if ends is None else ends - time.monotonic()
+
+
+@cache
+def invocation_time() -> InvocationTime:
+    return InvocationTime()
 
 
 @cache
@@ -47,7 +85,8 @@ def shared() -> Common:
 
 @cache
 def eks(cluster_name: str) -> EksCluster:
-    return EksCluster(cluster_name)
+    # (every Kubernetes call of a drain invocation ends within its time: see eks_access.call_timeout)
+    return EksCluster(cluster_name, time_left=invocation_time().left)
 
 
 def _cluster_name(config: FunctionSettings) -> str:
@@ -143,6 +182,7 @@ def engine() -> StepEngine:
                 policy=policy,
                 metrics=ports.metrics,
                 events=events,
+                time_left=invocation_time().left,
             ),
             Step.CLEANUP: Cleanup(
                 cluster=nodes,

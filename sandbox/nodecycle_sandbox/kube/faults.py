@@ -7,6 +7,9 @@
 - ``kube-error``: 500 InternalError; nothing is done;
 - ``kube-slow``: the request is served ``value`` seconds late (a client's read timeout may expire first,
   while the write still happens);
+- ``kube-hang``: the connection is taken and the request read, and then nothing: no answer, nothing done, until
+  the client gives up and closes it (its read timeout), or ``value`` seconds have passed (0: no limit), or the
+  server stops; then the connection is closed. As an API server behind a load balancer that lost its etcd;
 - ``kube-drop``: the connection is closed before the request is served (nothing is done);
 - ``kube-lost-response``: the request is served, then the connection is closed before the response is sent.
 
@@ -52,6 +55,8 @@ class KubeFaultAction:
     # send this instead of serving: a Status, or plain text
     respond: tuple[int, JsonObj | str, dict[str, str]] | None = None
     drop_before: bool = False  # close the connection instead of serving
+    # answer nothing, do nothing, until the client hangs up (or these seconds have passed; 0: no limit)
+    hang: float | None = None
     drop_after: bool = False  # serve, then close the connection without a response
     headers: dict[str, str] = field(default_factory=dict)
     refuse: Refusal | None = None  # serve as far as authorization, then answer this
@@ -135,6 +140,8 @@ class KubeFaults(Injector):
             return KubeFaultAction(respond=(500, _status(500, "InternalError", message), {}))
         if fault.kind == "kube-slow":
             return KubeFaultAction(delay=fault.value)
+        if fault.kind == "kube-hang":
+            return KubeFaultAction(hang=fault.value)
         if fault.kind == "kube-drop":
             return KubeFaultAction(drop_before=True)
         return KubeFaultAction(drop_after=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import select
 import socket
 import ssl
 import threading
@@ -19,6 +20,7 @@ from nodecycle_sandbox.kube.routing import Request, Router
 logger = logging.getLogger(__name__)
 
 _HANDSHAKE_TIMEOUT = 10.0
+_HANG_POLL = 0.5  # seconds: how often a hung request looks whether its client or the server gave up
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -88,6 +90,10 @@ class _Handler(BaseHTTPRequestHandler):
         """Apply a fault before serving; True when the request must not be served at all."""
         if fault.delay:
             time.sleep(fault.delay)
+        if fault.hang is not None:
+            self._wait_for_hang_up(fault.hang or None)
+            self._hang_up()
+            return True
         if fault.drop_before:
             self._hang_up()
             return True
@@ -99,6 +105,20 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(status, "application/json", json.dumps(body).encode(), headers)
             return True
         return False
+
+    def _wait_for_hang_up(self, limit: float | None) -> None:
+        """Answer nothing until the client closes the connection (its read timeout), the server stops (it shuts
+        every connection down), or ``limit`` seconds have passed. The client sends nothing more while it waits for
+        this answer: the socket turns readable only when it is closed, or shut down."""
+        ends = None if limit is None else time.monotonic() + limit
+        while ends is None or time.monotonic() < ends:
+            wait = _HANG_POLL if ends is None else max(0.0, min(_HANG_POLL, ends - time.monotonic()))
+            try:
+                readable, _, _ = select.select([self.request], [], [], wait)
+            except (OSError, ValueError):  # closed under us
+                return
+            if readable:
+                return
 
     def _hang_up(self) -> None:
         self.close_connection = True

@@ -3,7 +3,7 @@ mock_aws signs, and the real Kubernetes adapter on it through EKS access (endpoi
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -17,6 +17,7 @@ from nodecycle_sandbox.aws.eks import point_cluster
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.budget.conftest import DRAIN_ROLE, act_as_drain
 from tests.support.fakes import FakeMetrics
+from tests.unit.drain.builders import no_end
 from tests.unit.drain.test_drain_steps import FakeEvents, FakeSlots, NoDns, policy, wakes_to_nowhere
 
 ACCOUNT = "123456789012"
@@ -63,6 +64,7 @@ def evict_step(
     *,
     metrics: FakeMetrics | None = None,
     events: Events | None = None,
+    time_left: Callable[[], float | None] = no_end,
 ) -> Evict:
     """The EVICT step on the real adapter, as the drain function builds it: ``node`` holding its budget slot,
     ``instance`` running, the settings' defaults; no wake-up sent anywhere."""
@@ -74,4 +76,5 @@ def evict_step(
         policy=policy(),
         metrics=metrics or FakeMetrics(),
         events=events or FakeEvents(),
+        time_left=time_left,
     )

@@ -12,6 +12,7 @@ from nodecycle_sandbox.kube import KubeServer
 from tests.integration.kube import test_kube_drain_steps as drain_steps
 from tests.integration.kube.test_kube_drain_steps import DEADLINE, INSTANCE, NODE, draining
 from tests.support.fakes import FakeMetrics
+from tests.unit.drain.builders import no_end
 from tests.unit.drain.test_drain_steps import FakeEvents, FakeSlots, NoDns, policy, wakes_to_nowhere
 
 SEED = drain_steps.SEED
@@ -31,6 +32,7 @@ def test_a_forced_delete_the_api_server_sheds_ends_the_pass_and_the_next_poll_wa
         policy=policy(),
         metrics=metrics,
         events=FakeEvents(),
+        time_left=no_end,
     )
 
     # When the force policy deletes the node's pods

@@ -28,6 +28,7 @@ from tests.integration.kube.test_kube_drain_lost_kubelet import (
     web_pods,
 )
 from tests.support.fakes import FakeMetrics
+from tests.unit.drain.builders import no_end
 from tests.unit.drain.test_drain_steps import (
     FakeEvents,
     FakeSlots,
@@ -90,6 +91,7 @@ def test_stuck_pods_of_a_lost_node_meet_the_timeout_policy_on_time_and_the_slot_
         policy=policy(timeout_policy=on_timeout),
         metrics=FakeMetrics(),
         events=FakeEvents(),
+        time_left=no_end,
     )
 
     # When the drain polls from its start past its deadline

@@ -53,7 +53,7 @@ from nodecycle.settings import DrainSettings
 from nodecycle.wiring.common import drain_policy, readiness_policy
 from tests.support.fakes import T0, FakeAutoscaling, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
 from tests.unit.budget.fakes import FakeInventory, MemoryBudgetStore, RecordingMetrics
-from tests.unit.drain.builders import pod
+from tests.unit.drain.builders import no_end, pod
 from tests.unit.foundation.test_engine import make_record
 
 INSTANCE = "i-0123456789abcdef0"
@@ -1100,6 +1100,7 @@ def evict(
         policy=policy(**env),
         metrics=metrics or FakeMetrics(),
         events=events or FakeEvents(),
+        time_left=no_end,
     )
 
 

@@ -17,6 +17,7 @@ from nodecycle.domain.policy import Quantity
 from nodecycle.domain.ports.lifecycle import WorkMessage
 from tests.support.fakes import FakeMetrics
 from tests.unit.budget.fakes import FakeInventory, MemoryBudgetStore, RecordingMetrics
+from tests.unit.drain.builders import no_end
 from tests.unit.drain.test_drain_steps import (
     INSTANCE,
     NODE,
@@ -140,6 +141,7 @@ def _polling(cluster: FakeCluster, budget: DisruptionBudget, dispatcher: Dispatc
         policy=policy(),
         metrics=FakeMetrics(),
         events=FakeEvents(),
+        time_left=no_end,
     )
 
 

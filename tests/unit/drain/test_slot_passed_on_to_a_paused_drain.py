@@ -11,7 +11,7 @@ from nodecycle.domain.flow import settle_step
 from nodecycle.domain.policy import Quantity
 from tests.support.fakes import T0, FakeClock, FakeMetrics
 from tests.unit.budget.fakes import FakeInventory, MemoryBudgetStore, RecordingMetrics
-from tests.unit.drain.builders import pod
+from tests.unit.drain.builders import no_end, pod
 from tests.unit.drain.test_drain_steps import (
     INSTANCE,
     NODE,
@@ -53,6 +53,7 @@ def test_a_paused_drain_whose_instance_was_stopped_settles_when_a_release_passes
         policy=policy(),
         metrics=FakeMetrics(),
         events=FakeEvents(),
+        time_left=no_end,
     )
     # whose poll found no slot: it paused, waiting in line with precedence
     paused = step(record, clock.now())

@@ -14,6 +14,7 @@ import os
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kubernetes.client import ApiClient, Configuration
@@ -21,6 +22,7 @@ from urllib3.util.retry import Retry
 
 from nodecycle import __version__
 from nodecycle.adapters.aws.clients import LazyClient, client, transient_errors
+from nodecycle.adapters.kube.errors import OutOfTime
 
 if TYPE_CHECKING:
     from mypy_boto3_eks import EKSClient
@@ -34,6 +36,32 @@ REQUEST_TIMEOUT = (5, 20)  # connect, read (seconds) for every Kubernetes call
 # four times, sleeping out each Retry-After (up to 60 s from API Priority and Fairness), so that one call
 # could outlast the function, asleep in the Lambda. Those are transient errors; the step's retry backs off.
 CLIENT_RETRIES = Retry(total=1, read=0, respect_retry_after_header=False)
+# A call is not started with less than this left of its run's time (see call_timeout)
+MIN_CALL_SECONDS = 1.0
+
+TimeLeft = Callable[[], float | None]  # seconds the current run may still spend on calls; None: no end
+Timeout = float | tuple[float, float] | None  # a call's _request_timeout, as the client takes it
+
+
+def no_end() -> float | None:
+    return None
+
+
+def call_timeout(asked: Timeout, left: float | None, method: str, url: str) -> Timeout:
+    """The timeout of a call with ``left`` seconds of its run's time left (None: no end, the call's own): what it
+    asked for (REQUEST_TIMEOUT if nothing), cut so that the call ends within what is left; :class:`OutOfTime`
+    when too little is left to start it. A hung API server (the connection taken, no answer) otherwise holds each
+    call for its whole read timeout, and a step's few calls outlast the function: killed, the invocation commits
+    nothing, and its message comes back only after the queue's visibility timeout (at its fifth receive, into the
+    dead-letter queue). The client may connect twice (CLIENT_RETRIES), then read: two connects of a quarter of
+    what is left and a read of half of it fit in it."""
+    if left is None:
+        return asked
+    if left < MIN_CALL_SECONDS:
+        path = url.split("?")[0]
+        raise OutOfTime(f"{method} {path}: not started, {max(0.0, left):.1f} s left of the run's time")
+    connect, read = asked if isinstance(asked, tuple) else (asked, asked) if asked else REQUEST_TIMEOUT
+    return min(connect, left / 4), min(read, left / 2)
 
 
 class EksTokens:
@@ -95,10 +123,18 @@ def _sign_cluster_id(request: Any, **_: Any) -> None:
 class EksCluster:
     """An authenticated ``ApiClient`` for one EKS cluster, built once per container."""
 
-    def __init__(self, name: str, eks: EKSClient | None = None, tokens: EksTokens | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        eks: EKSClient | None = None,
+        tokens: EksTokens | None = None,
+        *,
+        time_left: TimeLeft = no_end,
+    ) -> None:
         self._name = name
         self._eks: LazyClient[EKSClient] = LazyClient("eks", eks)
         self._tokens = tokens or EksTokens(name)
+        self._time_left = time_left
         self._api: ApiClient | None = None
         self._lock = threading.Lock()
 
@@ -119,7 +155,7 @@ class EksCluster:
         config.api_key_prefix = {"authorization": "Bearer"}
         # the client declares this hook as None-typed, but calls it before every request when set
         config.refresh_api_key_hook = lambda cfg: cfg.api_key.update(authorization=tokens.token())  # type: ignore[assignment]
-        return _RenewingApiClient(config, tokens)
+        return _RenewingApiClient(config, tokens, self._time_left)
 
 
 class _RenewingApiClient(ApiClient):
@@ -128,21 +164,27 @@ class _RenewingApiClient(ApiClient):
     A token can be refused before the client would renew it (a clock skew, a thawed container, an
     authenticator that restarted): one retry with a fresh token repairs that; a second 401 is a real
     authorization failure and is raised.
+
+    Each call (the node and pod calls, the budget's ConfigMap, Events: all of them pass here) ends within its run's
+    time: see :func:`call_timeout`.
     """
 
-    def __init__(self, configuration: Configuration, tokens: EksTokens) -> None:
+    def __init__(self, configuration: Configuration, tokens: EksTokens, time_left: TimeLeft = no_end) -> None:
         super().__init__(configuration)
         # The API server names the manager of each write after the User-Agent's prefix: a cordon or annotation by
         # nodecycle is nodecycle's in `kubectl get node --show-managed-fields` and in the audit log, not the
         # generated client's default ("OpenAPI-Generator", like any tool built on it)
         self.user_agent = f"nodecycle/{__version__}"
         self._tokens = tokens
+        self._time_left = time_left
 
     def call_api(
         self, method: str, url: str, header_params: dict[str, str] | None = None, *args: Any, **kwargs: Any
     ) -> Any:
         # The client checks a response's status after this call (and raises ApiException then), so the 401
         # is seen here as a status; the headers were built, bearer token included, before this call.
+        asked = kwargs.pop("_request_timeout", None)
+        kwargs["_request_timeout"] = call_timeout(asked, self._time_left(), method, url)
         response = super().call_api(method, url, header_params, *args, **kwargs)
         if response.status != 401:
             return response
@@ -151,6 +193,7 @@ class _RenewingApiClient(ApiClient):
         headers = dict(header_params or {})
         for name in [name for name in headers if name.lower() == "authorization"]:
             headers[name] = f"Bearer {self._tokens.token()}"
+        kwargs["_request_timeout"] = call_timeout(asked, self._time_left(), method, url)
         return super().call_api(method, url, headers, *args, **kwargs)
 
 

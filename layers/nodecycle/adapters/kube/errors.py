@@ -13,6 +13,11 @@ from nodecycle.domain.errors import TransientError
 from nodecycle.domain.ports.cluster import Refused
 
 
+class OutOfTime(TransientError):
+    """A call not made: the run that would make it has no time left for it (see eks_access.call_timeout). Not the
+    API server's failure: the step's next run makes it."""
+
+
 @contextmanager
 def kube_errors(what: str) -> Iterator[None]:
     """Throttling (429), server errors, an expired list continuation (410) and network failures are worth

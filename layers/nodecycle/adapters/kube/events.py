@@ -24,7 +24,7 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from nodecycle.adapters.kube.core_v1 import CoreV1
-from nodecycle.adapters.kube.errors import kube_errors, namespace_terminating
+from nodecycle.adapters.kube.errors import OutOfTime, kube_errors, namespace_terminating
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.ports.cluster import PodInfo
 
@@ -106,6 +106,8 @@ class KubeEvents:
                 CoreV1(self._api_client()).create_namespaced_event(
                     namespace, event, _preload_content=False, _request_timeout=EVENT_TIMEOUT
                 )
+        except OutOfTime as error:  # (not asked: the run had no time left; the API server is not to blame)
+            log.debug("event %s on %s/%s not written: %s", reason, namespace, name, error)
         except TransientError as error:  # (the API server's failure: no answer in time, a 5xx, a 429)
             log.debug("could not write event %s on %s/%s: %s", reason, namespace, name, error)
             self._quiet_until = self._clock() + QUIET_AFTER_FAILURE

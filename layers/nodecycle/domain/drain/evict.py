@@ -65,6 +65,8 @@ READS_REFUSED = "reads_refused"
 # on the pod and one on its node, one request each); the others are told at the next passes. A pass over many
 # refused pods would otherwise spend the step's time on Events against a slow API server.
 TOLD_PER_PASS = 3
+# A pass asks no other pod once less than this is left of its run's time (see Evict's ``time_left``)
+PASS_END_SECONDS = 1.0
 # record.extra key: the namespaces found being deleted, whose pods are no longer asked to leave (see _ask_to_leave)
 ENDING_NAMESPACES = "ending_namespaces"
 DRAINED_AT = "drained_at"  # record.extra key: when the node was found empty (the load balancer delay starts)
@@ -78,6 +80,9 @@ NODE_SEEN = "node_seen"
 GRACES = "graces"
 
 
+TimeLeft = Callable[[], float | None]
+
+
 def _poll_delay(polls: int, every: int) -> int:
     """1 s, 2 s, 4 s... up to the configured poll interval: most pods are gone within seconds, and a slot
     held by an empty node waiting for its next poll is a slot the budget's waiters cannot use."""
@@ -89,11 +94,13 @@ class _PodCalls:
     that fails transiently (a read timeout, a 502-504) is that pod's failure, not the pass's: it is counted as a
     retry, the pod is asked again at a later poll, and the other pods are asked now. The pods that failed go
     last, the one that failed most recently the very last, so pods that always fail never stand in the way of
-    the others, nor of one that failed once."""
+    the others, nor of one that failed once. A pass that runs out of its run's time ends there: the pods not asked
+    yet are asked first at the next poll (they are not terminating; those asked are)."""
 
-    def __init__(self, record: LifecycleRecord, metrics: Metrics) -> None:
+    def __init__(self, record: LifecycleRecord, metrics: Metrics, time_left: TimeLeft) -> None:
         self._failed: list[str] = list(record.extra.get(FAILED_PODS) or [])  # oldest failure first
         self._metrics = metrics
+        self._time_left = time_left
         # What a failure's Retry-After asked (a 429 of API Priority and Fairness, a 503 of a server going away):
         # the server's state, not the pod's, so the pass stops there and the next one waits that long
         self.retry_after: float | None = None
@@ -108,6 +115,13 @@ class _PodCalls:
         order = {uid: place for place, uid in enumerate(self._failed)}
         failures = 0
         for pod in sorted(listed, key=lambda pod: order.get(pod.uid, -1)):
+            left = self._time_left()
+            if left is not None and left < PASS_END_SECONDS:
+                log.warning(
+                    "pass cut short, pods left to ask at the next poll: %.1f s left of this run's time",
+                    max(0.0, left),
+                )
+                return
             try:
                 answer = call(pod)
             except TransientError as error:
@@ -142,7 +156,12 @@ class Evict:
         policy: DrainPolicy,
         metrics: Metrics,
         events: Events,
+        time_left: TimeLeft,
     ) -> None:
+        """``time_left``: the seconds this run may still spend on the pass's calls (the function's time less what
+        the engine needs after the step; None: no end). A pass that would outlast it ends, re-queued as a poll:
+        a function killed mid-pass commits nothing, and its message comes back only after the queue's visibility
+        timeout."""
         self._cluster = cluster
         self._slots = slots
         self._dispatcher = dispatcher
@@ -150,6 +169,7 @@ class Evict:
         self._policy = policy
         self._metrics = metrics
         self._events = events
+        self._time_left = time_left
 
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
         try:
@@ -343,7 +363,7 @@ class Evict:
         reported = set(record.extra.get(BLOCKED_REPORTED) or [])
         told = 0  # pods whose refusal this pass told of
         ending = set(record.extra.get(ENDING_NAMESPACES) or [])
-        calls = _PodCalls(record, self._metrics)
+        calls = _PodCalls(record, self._metrics, self._time_left)
 
         def ask(pod: PodInfo) -> EvictionResult:
             if pod.namespace in ending:  # (its namespace answered: no eviction is accepted there any more)
@@ -575,7 +595,7 @@ class Evict:
         asked for, if one did. A delete the API server refuses is that pod's answer: the others are deleted, it
         is asked again at every poll until the force grace and its slack are over, and the eviction errors'
         alarm calls an operator."""
-        calls = _PodCalls(record, self._metrics)
+        calls = _PodCalls(record, self._metrics, self._time_left)
         told = set(record.extra.get(DELETION_REFUSED) or [])
         before = len(told)
         for pod, refusal in calls.answers(pods, self._delete):
