@@ -40,6 +40,9 @@ NODE_STATES_MAX_AGE = timedelta(seconds=10)
 # inline budget (15 s: a step runs inline only with that much left), so an inline step still has seconds for its
 # calls; a slower pass ends where its time does, and goes on at its next poll.
 STEP_RESERVE_SECONDS = 10.0
+# An invocation that reads less than this left after the reserve at its start reads a clock that is off (see
+# InvocationTime.running): a fresh one has the function's whole timeout (60 s)
+MIN_RUN_SECONDS = 5.0
 
 
 class InvocationTime:
@@ -54,8 +57,12 @@ class InvocationTime:
 
     @contextmanager
     def running(self, remaining_seconds: float) -> Iterator[None]:
-        """An invocation with ``remaining_seconds`` of the function's time left."""
-        token = self._ends.set(time.monotonic() + remaining_seconds - self._reserve)
+        """An invocation with ``remaining_seconds`` of the function's time left. The runtime counts that on the
+        container's wall clock (its deadline less the time now): a clock far off (set ahead) reads nothing left
+        at an invocation's start, a minute early. Then the calls keep their own timeouts, as before there was a
+        deadline, rather than none of them being made."""
+        usable = remaining_seconds - self._reserve
+        token = self._ends.set(time.monotonic() + usable if usable >= MIN_RUN_SECONDS else None)
         try:
             yield
         finally:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from nodecycle.domain.drain.evict import PASS_END_SECONDS, Evict
+from nodecycle.wiring.drain import STEP_RESERVE_SECONDS, InvocationTime
 from tests.support.fakes import T0, FakeMetrics
 from tests.unit.drain.builders import no_end, pod
 from tests.unit.drain.test_drain_steps import (
@@ -79,3 +80,19 @@ def test_the_force_policys_deletes_stop_when_the_run_has_too_little_left() -> No
     assert [name for name, _ in cluster.deletions] == ["web-0", "web-1"]
     assert outcome.again
     assert outcome.changes["forced_at"] == deadline
+
+
+def test_an_invocation_reading_no_time_left_at_its_start_keeps_the_calls_own_timeouts() -> None:
+    # Given the drain function's invocations, as the runtime tells their time left (on the container's clock)
+    run = InvocationTime()
+
+    # When one starts with the function's timeout ahead, Then its steps' calls have that, less the reserve
+    with run.running(60.0):
+        left = run.left()
+        assert left is not None
+        assert 60.0 - STEP_RESERVE_SECONDS - 1 < left <= 60.0 - STEP_RESERVE_SECONDS
+    # When one reads nothing left at its start (a container clock set ahead: a fresh invocation has a minute),
+    # Then no deadline is set: every call would be refused for want of time, and the drain could not go on
+    with run.running(0.0):
+        assert run.left() is None
+    assert run.left() is None  # (outside an invocation: the sweeper's)
