@@ -17,7 +17,7 @@ from nodecycle_sandbox.kube import KubeServer
 from tests.integration.kube.cluster import evict_step
 from tests.integration.kube.test_kube_drain_steps import INSTANCE, NODE, draining
 from tests.support.fakes import T0
-from tests.unit.drain.test_drain_steps import NoDns, cordon
+from tests.unit.drain.test_drain_steps import FakeSlots, NoDns, acquire, cleanup, cordon
 
 SEED = {
     "namespaces": ["shop"],
@@ -103,3 +103,78 @@ def test_a_node_uncordoned_between_two_polls_is_read_whole_and_claimed_again(
 
     # Then it claims it again, as it always did
     assert outcome.then is Step.CORDON
+
+
+def whole_node_bytes(cluster: KubeCluster, server: KubeServer) -> int:
+    """What one read of the whole node sends."""
+    server.reset_counters()
+    cluster.get_node(NODE)
+    return node_bytes(server)
+
+
+def test_the_cordon_after_the_slots_ask_reads_the_nodes_metadata_only(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given a lifecycle whose ask for a slot was granted (it read the node whole)
+    record = draining(Step.ACQUIRE_SLOT)
+    asked = acquire(cluster, FakeSlots())(record, T0)
+    assert (asked.then, asked.again) == (None, False)  # granted: on to the cordon
+    record = record.model_copy(update={"step": Step.CORDON, **asked.changes})
+    whole = whole_node_bytes(cluster, server)
+
+    # When the cordon runs, the node unchanged since the ask
+    server.reset_counters()
+    claim = cordon(cluster, finder=NodeFinder(cluster, NoDns()))(record, T0)
+
+    # Then it read the node once, its metadata only, and cordoned it as before
+    assert server.counters().get(("get", "nodes"), 0) == 1
+    assert node_bytes(server) * 2 < whole
+    assert claim.changes["drain_started_at"] == T0
+    assert cluster.get_node(NODE).unschedulable  # type: ignore[union-attr]
+
+    # And the eviction's first poll reads the node once, whole: the cordon changed it
+    record = record.model_copy(update={"step": Step.EVICT, **claim.changes})
+    server.reset_counters()
+    assert evict(cluster)(record, T0).again
+    assert server.counters().get(("get", "nodes"), 0) == 1
+
+
+def test_a_waiters_asks_after_the_first_read_the_nodes_metadata_only(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given a lifecycle waiting for a slot, its first ask made (the node read whole)
+    record = draining(Step.ACQUIRE_SLOT)
+    step = acquire(cluster, FakeSlots(room=0))
+    first = step(record, T0)
+    assert first.again
+    record = record.model_copy(update=dict(first.changes))
+    whole = whole_node_bytes(cluster, server)
+
+    # When it asks again, the node unchanged
+    server.reset_counters()
+    assert step(record, T0 + timedelta(seconds=30)).again
+
+    # Then it read the node's metadata only
+    assert server.counters().get(("get", "nodes"), 0) == 1
+    assert node_bytes(server) * 2 < whole
+
+
+def test_the_cleanup_after_the_drain_reads_the_nodes_metadata_only(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given a drain that has claimed its node and polled it (read whole), and its action completed
+    record = claimed(cluster)
+    polled = evict(cluster)(record, T0)
+    record = record.model_copy(update={**polled.changes, "step": Step.CLEANUP, "completed_at": T0})
+    whole = whole_node_bytes(cluster, server)
+
+    # When its cleanup runs, the node unchanged since the poll
+    server.reset_counters()
+    cleanup(cluster, FakeSlots(holders={NODE}))(record, T0 + timedelta(seconds=1))
+
+    # Then it read the node's metadata only, and cleared the drain's annotations as before
+    assert server.counters().get(("get", "nodes"), 0) == 1
+    assert node_bytes(server) * 2 < whole
+    released = cluster.get_node(NODE)
+    assert released is not None
+    assert (released.owner, released.in_progress) == (None, None)

@@ -640,7 +640,7 @@ def cordon(cluster: Cluster, **ports: object) -> Cordon:
 
 
 def acquire(
-    cluster: FakeCluster,
+    cluster: Cluster,
     slots: FakeSlots,
     metrics: FakeMetrics | None = None,
     events: FakeEvents | None = None,

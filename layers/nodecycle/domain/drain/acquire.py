@@ -12,8 +12,10 @@ from nodecycle.domain.drain.common import (
     ADOPT_FROM,
     _for_this_action,
     _full_drain,
+    _node_as_seen,
     _of_instance,
     _precedence,
+    _seen,
     _slot_request,
     _wake,
 )
@@ -101,14 +103,18 @@ class AcquireSlot:
             if linked is not None:
                 return linked
         extra = record.extra
-        node = self._cluster.get_node(record.node) if record.node else None
+        # (a waiter's asks read the node's metadata only while it is the node an ask read whole: see NODE_SEEN)
+        node, whole = _node_as_seen(self._cluster, record, record.node) if record.node else (None, True)
         if node is None or not _of_instance(node, record):
             # Not looked for yet, gone, or its name taken by another instance's node: look for the instance's
             node, extra = self._finder.find(record)
+            whole = True
         if node is None:
             log.warning("no node for instance %s: nothing to drain", record.instance_id)
             self._metrics.count("NodesNotFound")
             return Outcome.goto(settle_step(record), outcome="node-not-found", extra=extra)
+        if whole:  # (kept for the next read of it: the next ask, the cordon)
+            extra = _seen(extra, node)
         found: dict[str, Any] = {"node": node.name, "node_uid": node.uid, "zone": node.zone, "extra": extra}
         foreign = node.owner not in (None, record.owner)
         request = _slot_request(record, node.name, node.zone, **_precedence(record, now, self._policy))

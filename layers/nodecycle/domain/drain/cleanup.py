@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from nodecycle.domain.completion import SETTLED_ELSEWHERE
-from nodecycle.domain.drain.common import _known, _of_instance, _set_on_node
+from nodecycle.domain.drain.common import _known, _node_as_seen, _of_instance, _set_on_node
 from nodecycle.domain.engine import Dispatcher, Outcome
 from nodecycle.domain.model import (
     ENDS_ITS_INSTANCE,
@@ -97,7 +97,8 @@ class Cleanup:
             return self._lift_when_safe(record, now)
         if record.extra.get(MAINTENANCE_WATCH):
             return self._lift_after_maintenance(record, now)
-        node = self._cluster.get_node(record.node)
+        # (its metadata only, when it is the node the drain's last poll read whole: its annotations are what count)
+        node, _ = _node_as_seen(self._cluster, record, record.node)
         into_pool = record.transition.has_hook and record.destination == WARM_POOL
         # Drained for scheduled maintenance: whether the instance stays (a reboot) or goes (a stop, a
         # retirement), only the maintenance's end tells

@@ -8,6 +8,8 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from pydantic import ValidationError
+
 from nodecycle.domain.budget import SlotRequest
 from nodecycle.domain.engine import Dispatcher, Outcome
 from nodecycle.domain.errors import TransientError
@@ -18,7 +20,7 @@ from nodecycle.domain.model import (
     Transition,
 )
 from nodecycle.domain.policy import DrainPolicy
-from nodecycle.domain.ports.cluster import Events, NodeInfo
+from nodecycle.domain.ports.cluster import Cluster, Events, NodeInfo
 from nodecycle.domain.ports.runtime import Metrics
 
 log = logging.getLogger(__name__)
@@ -31,6 +33,10 @@ SPOT_MARGIN = timedelta(seconds=10)
 ADOPT_FROM = (
     "adopt_from"  # record.extra key: the owner whose stale claim on the node this lifecycle takes over
 )
+# record.extra key: the node as a step of the drain last read it whole (its slot's ask, the eviction's polls). The
+# next read of it (a retry of the ask, the cordon, the next poll, the cleanup) reads its metadata only, and the
+# whole node only when its version moved since.
+NODE_SEEN = "node_seen"
 
 
 def _known[T](value: T | None, what: str) -> T:
@@ -38,6 +44,29 @@ def _known[T](value: T | None, what: str) -> T:
     if value is None:
         raise RuntimeError(f"lifecycle record has no {what}: the plan's steps ran out of order")
     return value
+
+
+def _node_as_seen(cluster: Cluster, record: LifecycleRecord, node: str) -> tuple[NodeInfo | None, bool]:
+    """The node (None: gone), and whether it was read whole. Its metadata is read first when a step has read it
+    whole before (NODE_SEEN): a node whose uid and version are those of that read is that node unchanged (its
+    instance, its cordon, its readiness, its annotations), and its spec and status, most of its bytes, need not be
+    read again."""
+    seen = record.extra.get(NODE_SEEN)
+    if isinstance(seen, dict):
+        version = cluster.node_version(node)
+        if version is None:
+            return None, False
+        if version == (seen.get("uid"), seen.get("resource_version")):
+            try:
+                return NodeInfo.model_validate(seen), False
+            except ValidationError:  # (kept by an older release, or unreadable: read whole)
+                log.warning("node %s as last read is unreadable in the record: reading it whole", node)
+    return cluster.get_node(node), True
+
+
+def _seen(extra: Mapping[str, Any], node: NodeInfo) -> dict[str, Any]:
+    """``extra`` with ``node`` as last read whole (NODE_SEEN)."""
+    return {**extra, NODE_SEEN: node.model_dump(mode="json")}
 
 
 def _slot_request(

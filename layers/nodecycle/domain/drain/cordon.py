@@ -10,9 +10,11 @@ from typing import Any
 from nodecycle.domain.budget import SlotReason
 from nodecycle.domain.drain.common import (
     ADOPT_FROM,
+    NODE_SEEN,
     _deadline_cap,
     _for_this_action,
     _known,
+    _node_as_seen,
     _precedence,
     _refused_while_time_runs,
     _set_on_node,
@@ -61,9 +63,10 @@ def _without_refusal(found: dict[str, Any], record: LifecycleRecord) -> dict[str
 
 
 def _node_still_the_instances(cluster: Cluster, record: LifecycleRecord) -> NodeInfo | None:
-    """The record's node read again by its name; None when it is gone, or when its name is another instance's
-    node now (a recycled private IP): nothing there is this lifecycle's to cordon, evict or hold a slot for."""
-    return _the_instances(cluster.get_node(_known(record.node, "node")), record)
+    """The record's node read again by its name (its metadata only, when it is the node the slot's ask read whole);
+    None when it is gone, or when its name is another instance's node now (a recycled private IP): nothing there is
+    this lifecycle's to cordon, evict or hold a slot for."""
+    return _the_instances(_node_as_seen(cluster, record, _known(record.node, "node"))[0], record)
 
 
 class Cordon:
@@ -170,7 +173,9 @@ class Cordon:
         if claim is Claim.GONE:
             return Outcome.goto(settle_step(record), outcome="node-gone")
         log.info("cordoned node %s", node.name)
-        found["extra"] = {**_without_refusal(found, record), SET_ON_NODE: set_on_node}
+        # (the node as the slot's ask read it is not the node any more: the eviction's first poll reads it whole)
+        claimed = {key: value for key, value in _without_refusal(found, record).items() if key != NODE_SEEN}
+        found["extra"] = {**claimed, SET_ON_NODE: set_on_node}
         found["node_uid"] = node.uid
         self._events.on_node(
             node.name,

@@ -8,16 +8,16 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
-from pydantic import ValidationError
-
 from nodecycle.domain.budget import SlotReason
 from nodecycle.domain.drain import pods as podfilter
 from nodecycle.domain.drain.common import (
     STUCK_AFTER,
     _deadline_cap,
     _known,
+    _node_as_seen,
     _precedence,
     _refused_while_time_runs,
+    _seen,
     _slot_request,
     _the_instances,
     _wake,
@@ -71,9 +71,6 @@ PASS_END_SECONDS = 1.0
 ENDING_NAMESPACES = "ending_namespaces"
 DRAINED_AT = "drained_at"  # record.extra key: when the node was found empty (the load balancer delay starts)
 POLLS = "polls"  # record.extra key: how often the drain has looked for its pods so far
-# record.extra key: the node as the drain's polls last read it whole (and found it the instance's, cordoned, this
-# lifecycle's). A poll reads the node's metadata only, and the whole node only when its version moved since.
-NODE_SEEN = "node_seen"
 # record.extra key: the grace period (spec.terminationGracePeriodSeconds) of each pod on the node by uid, as a poll
 # last listed them whole. Later polls list the pods' metadata only (their spec and status are most of their bytes),
 # and list them whole again only when a pod not known here is on the node.
@@ -220,7 +217,7 @@ class Evict:
         # The node by its name, at every poll, before the slot of that name is renewed: once it is gone, its
         # name may be another instance's node (a recycled private IP), whose pods are not ours to evict nor its
         # slot ours to hold
-        found, whole = self._read_node(record, node)
+        found, whole = _node_as_seen(self._cluster, record, node)
         if found is None:
             return self._node_deleted(record, now)
         info = _the_instances(found, record)
@@ -239,9 +236,7 @@ class Evict:
             log.warning("node %s was uncordoned while draining: cordoning it again", node)
             return Outcome.goto(Step.CORDON)
         if whole:
-            record = record.model_copy(
-                update={"extra": {**record.extra, NODE_SEEN: info.model_dump(mode="json")}}
-            )
+            record = record.model_copy(update={"extra": _seen(record.extra, info)})
         # (near the global timeout, a paused drain takes its slot back as a waiter would: forced)
         request = _slot_request(
             record, node, record.zone, in_progress=True, **_precedence(record, now, policy)
@@ -312,22 +307,6 @@ class Evict:
         cap = self._grace_cap(deadline, now)
         asked = podfilter.to_evict(pods) + podfilter.outlasting(left, cap, now)
         return self._ask_to_leave(record, asked, cap, deadline, now, **changes)
-
-    def _read_node(self, record: LifecycleRecord, node: str) -> tuple[NodeInfo | None, bool]:
-        """The node (None: gone), and whether it was read whole. Its metadata is read first when a poll has read
-        it whole before: a node whose uid and version are those of that read is that node unchanged (its instance,
-        its cordon, its readiness), and its spec and status, most of its bytes, need not be read again."""
-        seen = record.extra.get(NODE_SEEN)
-        if isinstance(seen, dict):
-            version = self._cluster.node_version(node)
-            if version is None:
-                return None, False
-            if version == (seen.get("uid"), seen.get("resource_version")):
-                try:
-                    return NodeInfo.model_validate(seen), False
-                except ValidationError:  # (kept by an older release, or unreadable: read whole)
-                    log.warning("node %s as last read is unreadable in the record: reading it whole", node)
-        return self._cluster.get_node(node), True
 
     def _pods_on(
         self, record: LifecycleRecord, node: str
