@@ -16,7 +16,7 @@ from nodecycle.domain.nodes import NodeFinder
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.kube.cluster import evict_step
 from tests.integration.kube.test_kube_drain_steps import INSTANCE, NODE, draining
-from tests.support.fakes import T0
+from tests.support.fakes import T0, FakeAutoscaling
 from tests.unit.drain.test_drain_steps import FakeSlots, NoDns, acquire, cleanup, cordon
 
 SEED = {
@@ -178,3 +178,26 @@ def test_the_cleanup_after_the_drain_reads_the_nodes_metadata_only(
     released = cluster.get_node(NODE)
     assert released is not None
     assert (released.owner, released.in_progress) == (None, None)
+
+
+def test_the_looks_of_a_warm_pool_watch_read_the_nodes_metadata_only(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given a drained node kept cordoned for an instance waiting in a running warm pool: its cleanup watches it
+    record = claimed(cluster).model_copy(
+        update={"step": Step.CLEANUP, "completed_at": T0, "destination": "WarmPool"}
+    )
+    step = cleanup(cluster, FakeSlots(holders={NODE}), FakeAutoscaling(states={INSTANCE: "Warmed:Running"}))
+    first = step(record, T0)
+    assert first.again
+    watching = record.model_copy(update=dict(first.changes))
+    whole = whole_node_bytes(cluster, server)
+
+    # When it looks again, the node unchanged
+    server.reset_counters()
+    assert step(watching, T0 + timedelta(seconds=10)).again
+
+    # Then it read the node's metadata only, and the node stays cordoned
+    assert server.counters().get(("get", "nodes"), 0) == 1
+    assert node_bytes(server) * 2 < whole
+    assert cluster.get_node(NODE).unschedulable  # type: ignore[union-attr]

@@ -9,7 +9,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from nodecycle.domain.completion import SETTLED_ELSEWHERE
-from nodecycle.domain.drain.common import _known, _node_as_seen, _of_instance, _set_on_node
+from nodecycle.domain.drain.common import (
+    NODE_SEEN,
+    _known,
+    _node_as_seen,
+    _of_instance,
+    _seen,
+    _set_on_node,
+)
 from nodecycle.domain.engine import Dispatcher, Outcome
 from nodecycle.domain.model import (
     ENDS_ITS_INSTANCE,
@@ -103,6 +110,7 @@ class Cleanup:
         # Drained for scheduled maintenance: whether the instance stays (a reboot) or goes (a stop, a
         # retirement), only the maintenance's end tells
         maintained = record.transition is Transition.SCHEDULED_CHANGE and record.drain_started_at is not None
+        watched = record  # what a watch after the release starts from
         if node is not None:
             held = into_pool or maintained
             released = self._patched(
@@ -110,15 +118,18 @@ class Cleanup:
             )
             if released is Claim.CONFLICT:
                 return Outcome.wait(1)
+            if released is Claim.CLAIMED:  # (patched: the node as read is not the node any more)
+                kept = {key: value for key, value in record.extra.items() if key != NODE_SEEN}
+                watched = record.model_copy(update={"extra": kept})
         gone = record.instance_id if record.extra.get(ENDS_ITS_INSTANCE) else None
         for waiter in self._slots.release(record.node, record.id, record.token, gone=gone):
             self._dispatcher.wake(waiter)
         # (told even when the node is gone already: its events are read by its name and uid)
         self._settled(record, node.uid if node is not None else record.node_uid)
         if into_pool:
-            return self._lift_when_safe(record, now)
+            return self._lift_when_safe(watched, now)
         if maintained:
-            return self._lift_after_maintenance(record, now)
+            return self._lift_after_maintenance(watched, now)
         return Outcome.next()
 
     def _patched(
@@ -153,13 +164,17 @@ class Cleanup:
             return self._cluster.release_node(node, released_for=record.id)
         return None
 
-    def _marked_node(self, record: LifecycleRecord) -> NodeInfo | None:
+    def _marked_node(self, record: LifecycleRecord) -> tuple[NodeInfo | None, LifecycleRecord]:
         """The instance's node while it is still marked released for this lifecycle (a watch's cordon is its
-        own only so long: a later claim of the node removes the mark); None otherwise."""
-        node = self._cluster.get_node(_known(record.node, "node"))
+        own only so long: a later claim of the node removes the mark); None otherwise. With the record keeping the
+        node as read whole (NODE_SEEN): a watch looks every few seconds, for minutes or hours, and reads the
+        node's metadata only while it has not changed."""
+        node, whole = _node_as_seen(self._cluster, record, _known(record.node, "node"))
         if node is None or node.released_for != record.id or not _of_instance(node, record):
-            return None
-        return node
+            return None, record
+        if whole:
+            record = record.model_copy(update={"extra": _seen(record.extra, node)})
+        return node, record
 
     def _lift_set(self, node: NodeInfo, record: LifecycleRecord) -> Claim | None:
         """Lift what this lifecycle set on the node (its SET_ON_NODE note: the cordon, the load balancer label),
@@ -176,7 +191,7 @@ class Cleanup:
         service: its kubelet is gone (NotReady: the node controller's taint keeps pods off), or the instance
         left the pool. Only while the node is still marked released for this lifecycle (a later claim of the
         instance's node removes the mark: that cordon is the later lifecycle's)."""
-        node = self._marked_node(record)
+        node, record = self._marked_node(record)
         if node is None:
             return Outcome.next()
         since, watching = _watching(record, POOL_WATCH, now)
@@ -219,7 +234,7 @@ class Cleanup:
         in the warm-pool watch (a later claim removes the mark: that cordon is the later lifecycle's). Not when
         the next maintenance's lifecycle follows on the record: it takes the cordon over (KEPT_ON_NODE), and
         lifts it once that maintenance is over too."""
-        node = self._marked_node(record)
+        node, record = self._marked_node(record)
         if node is None:
             return Outcome.next()
         instance = record.instance_id
