@@ -34,6 +34,18 @@
 - A released address is gone from one answer to the next. moto clears its allocation id and then removes it,
   so a DescribeAddresses served between the two shows an address without an ``AllocationId``, which EC2
   never sends (and which a reader of the answer fails on). Here it is removed with its id intact.
+- An address associated by a network interface is the instance's, as EC2 shows it: DescribeAddresses gives the
+  instance the interface is attached to (``InstanceId``, "the ID of the instance that the address is associated
+  with", the Address data type in the EC2 API reference) and the ``instance-id`` filter finds it. moto left
+  ``InstanceId`` empty for such an association and its filter missed it, so an address nodecycle put on the
+  primary interface of an instance with several was never seen on its instance (not verified at launch, not
+  found at terminate). An interface that outlived its terminated instance shows no instance; an address
+  associated with nothing shows neither ``InstanceId`` nor ``NetworkInterfaceId`` (moto sent both empty).
+- AssociateAddress by instance id takes an instance with "exactly one attached network interface" (EC2 API
+  reference: "If the instance has more than one network interface, you must specify a network interface ID"):
+  one with several answers ``InvalidInstanceID`` ("There are multiple interfaces attached to instance
+  'i-...'. Please specify an interface ID for the operation instead."). moto put the address on the first
+  interface, so nodecycle's path to the primary interface never ran in the sandbox.
 """
 
 from __future__ import annotations
@@ -110,6 +122,12 @@ def install() -> None:
                     "InvalidInstanceID",
                     f"The {state} instance '{instance.id}' is not in a valid state for this operation.",
                 )
+            if eni is None and instance is not None and len(instance.nics) > 1:
+                raise EC2ClientError(
+                    "InvalidInstanceID",
+                    f"There are multiple interfaces attached to instance '{instance.id}'. Please specify an "
+                    "interface ID for the operation instead.",
+                )
             if not reassociate:
                 (found,) = (
                     self.address_by_ip([address])
@@ -146,11 +164,45 @@ def install() -> None:
             self.addresses.remove(found[0])
             self.tags.pop(found[0].allocation_id, None)  # type: ignore[attr-defined]  # EC2 forgets them too
 
+    original_filter = ElasticAddress.get_filter_value
+
+    def get_filter_value(self: ElasticAddress, filter_name: str, method_name: str | None = None) -> Any:
+        if filter_name == "instance-id":
+            holder = _holder(self)
+            return holder.id if holder is not None else None
+        return original_filter(self, filter_name, method_name)
+
     Instance.terminate = terminate  # type: ignore[method-assign]
+    # (DescribeAddresses answers with these attributes of the model; None leaves a field out, as EC2 does)
+    ElasticAddress.instance_id = property(_instance_id)  # type: ignore[assignment,method-assign]
+    ElasticAddress.network_interface_id = property(_interface_id)  # type: ignore[assignment,method-assign]
+    ElasticAddress.get_filter_value = get_filter_value  # type: ignore[method-assign]
     ElasticAddressBackend.allocate_address = allocate_address  # type: ignore[method-assign]
     ElasticAddressBackend.associate_address = associate_address  # type: ignore[method-assign]
     ElasticAddressBackend.release_address = release_address  # type: ignore[method-assign]
     setattr(ElasticAddressBackend, _MARKER, True)
+
+
+def _holder(address: ElasticAddress) -> Instance | None:
+    """The instance an address is associated with: the one asked for, or the one its interface is attached to
+    (none once that instance is terminated: EC2 detaches the interfaces that outlive it)."""
+    if address.instance is not None:
+        held: Instance = address.instance
+        return held
+    interface = address.eni
+    attached: Instance | None = getattr(interface, "instance", None)
+    if attached is None or attached.state == "terminated" or interface not in attached.nics.values():
+        return None
+    return attached
+
+
+def _instance_id(address: ElasticAddress) -> str | None:
+    holder = _holder(address)
+    return None if holder is None else str(holder.id)
+
+
+def _interface_id(address: ElasticAddress) -> str | None:
+    return None if address.eni is None else str(address.eni.id)
 
 
 def set_quota(ec2_backend: Any, addresses: int | None) -> None:
