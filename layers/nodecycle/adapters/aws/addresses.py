@@ -45,6 +45,11 @@ _INSTANCE_UNAVAILABLE = (
     "InvalidNetworkInterfaceID.NotFound",
 )
 
+# The states in which EC2 associates an address with an instance: a stopped (or stopping) one too, whose address
+# stays with it; an instance of one interface in them is taken by its id, so one of several by its primary
+# interface (a pending instance waits: it will run; one shutting down or terminated is gone)
+_TAKES_AN_ADDRESS = frozenset({"running", "stopping", "stopped"})
+
 
 class Ec2Addresses:
     def __init__(self, ec2: EC2Client | None = None) -> None:
@@ -140,12 +145,14 @@ class Ec2Addresses:
         return str(associated["AssociationId"])
 
     def _primary_interface(self, instance_id: str) -> str | None:
-        """The primary network interface of a running instance that has several; None otherwise."""
+        """The primary network interface of an instance that has several and can take an address now; None
+        otherwise."""
         with _answers({}):
             described = list(Ec2Instances(self._ec2()).describe([instance_id]))
         for instance in described:
             interfaces = instance.get("NetworkInterfaces", [])
-            if instance.get("State", {}).get("Name") == "running" and len(interfaces) > 1:
+            state = instance.get("State", {}).get("Name")
+            if state in _TAKES_AN_ADDRESS and len(interfaces) > 1:
                 for interface in interfaces:
                     attachment = interface.get("Attachment", {})
                     # the primary is device 0 of network card 0 (instances with several cards have a

@@ -1,0 +1,110 @@
+"""The eip function for an instance with several network interfaces (the VPC CNI attaches more), end to end on
+the sandbox's EC2: AssociateAddress refuses such an instance by its id (InvalidInstanceID, "There are multiple
+interfaces attached to instance"), the adapter associates the address with the primary interface, and
+DescribeAddresses shows the instance the interface is attached to, as EC2 does
+(nodecycle_sandbox/aws/ec2_addresses.py). The function's EC2 client is moto with the sandbox's emulation only,
+no AwsLikeEc2: what it answers for interfaces is what these tests run on.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from types import ModuleType
+from typing import Any
+
+import boto3
+import pytest
+
+from nodecycle.domain.model import LifecycleRecord, Step
+from nodecycle.domain.ports.addresses import OWNER_TAG
+from nodecycle_sandbox.aws.install import install
+from tests.functions.eip.conftest import addresses, run_instances, store, work_event
+from tests.support.functions import LambdaContext, load_function
+from tests.support.stack import Stack, receive_all
+from tests.unit.eip.fakes import launch_record, terminate_record
+
+OWNER = "stack-a"  # tests/conftest.py's stack
+
+
+@pytest.fixture
+def eip_fn(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    install()  # the sandbox's EC2 addresses (and CompleteLifecycleAction, which the function calls)
+    monkeypatch.setenv("NODECYCLE_EIP_MODE", "allocate")
+    return load_function("eip")
+
+
+def _with_two_interfaces() -> tuple[str, str]:
+    """A running instance that the VPC CNI gave a second interface: its id and its primary interface."""
+    ec2: Any = boto3.client("ec2")
+    (instance,) = run_instances(1)
+    (described,) = ec2.describe_instances(InstanceIds=[instance])["Reservations"][0]["Instances"]
+    (primary,) = [n["NetworkInterfaceId"] for n in described["NetworkInterfaces"]]
+    second = ec2.create_network_interface(SubnetId=described["SubnetId"])["NetworkInterface"]
+    ec2.attach_network_interface(
+        NetworkInterfaceId=second["NetworkInterfaceId"], InstanceId=instance, DeviceIndex=1
+    )
+    return instance, primary
+
+
+def _given(stack: Stack, record: LifecycleRecord) -> LifecycleRecord:
+    assert store(stack).create(record)
+    return record
+
+
+def _current(stack: Stack, record: LifecycleRecord) -> LifecycleRecord:
+    found = store(stack).get(record.id)
+    assert found is not None
+    return found
+
+
+def test_an_instance_with_two_interfaces_gets_its_address_on_the_primary_one_and_gives_it_back(
+    eip_fn: ModuleType, stack: Stack
+) -> None:
+    # Given a launching instance with two network interfaces, whose lifecycle is at ASSIGN_EIP
+    instance, primary = _with_two_interfaces()
+    launch = _given(stack, launch_record(instance, at=datetime.now(UTC)))
+
+    # When the eip function gets the launch's work message
+    response = eip_fn.handler(work_event(launch), LambdaContext())
+
+    # Then the address is on the primary interface, seen on the instance, verified: the launch goes on
+    assert response.get("batchItemFailures", []) == []
+    (address,) = addresses(**{f"tag:{OWNER_TAG}": OWNER})
+    assert (address.get("InstanceId"), address.get("NetworkInterfaceId")) == (instance, primary)
+    launched = _current(stack, launch)
+    assert (launched.step, launched.allocation_id) == (Step.READY_GATE, address["AllocationId"])
+
+    # When the instance terminates (drained) and the eip function gets the RELEASE_EIP message
+    terminate = _given(stack, terminate_record(instance, at=datetime.now(UTC)))
+    response = eip_fn.handler(work_event(terminate), LambdaContext())
+
+    # Then the address was found on the instance again and released: nothing of the stack's is left, and the
+    # action is completed
+    assert response.get("batchItemFailures", []) == []
+    assert addresses(**{f"tag:{OWNER_TAG}": OWNER}) == []
+    assert boto3.client("ec2").describe_addresses()["Addresses"] == []
+    done = _current(stack, terminate)
+    assert (done.step, done.completed_at is not None) == (Step.CLEANUP, True)
+
+
+def test_a_stopped_instance_with_two_interfaces_takes_its_address_as_one_with_a_single_interface_does(
+    eip_fn: ModuleType, stack: Stack
+) -> None:
+    # Given a stopped instance with two network interfaces at ASSIGN_EIP (EC2 associates an address with a
+    # stopped instance: the sandbox takes a stopped instance of one interface by its id, as EC2 does)
+    instance, primary = _with_two_interfaces()
+    boto3.client("ec2").stop_instances(InstanceIds=[instance])
+    launch = _given(stack, launch_record(instance, at=datetime.now(UTC)))
+
+    # When the eip function gets the launch's work message
+    response = eip_fn.handler(work_event(launch), LambdaContext())
+
+    # Then the address is on its primary interface and the launch goes on, rather than waiting for a state
+    # the instance will not reach (the adapter looked for the primary interface of a running instance only)
+    assert response.get("batchItemFailures", []) == []
+    (address,) = addresses(**{f"tag:{OWNER_TAG}": OWNER})
+    assert (address.get("InstanceId"), address.get("NetworkInterfaceId")) == (instance, primary)
+    assert _current(stack, launch).step is Step.READY_GATE
+    queued = [json.loads(m["Body"])["step"] for m in receive_all(stack.drain_queue)]
+    assert queued == ["ready-gate"]
