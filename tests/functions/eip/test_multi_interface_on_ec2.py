@@ -16,10 +16,12 @@ from typing import Any
 import boto3
 import pytest
 
+from nodecycle.adapters.aws import clients
 from nodecycle.domain.model import LifecycleRecord, Step
-from nodecycle.domain.ports.addresses import OWNER_TAG
+from nodecycle.domain.ports.addresses import OWNER_TAG, POOL_TAG
+from nodecycle.entrypoints import BatchFailed
 from nodecycle_sandbox.aws.install import install
-from tests.functions.eip.conftest import addresses, run_instances, store, work_event
+from tests.functions.eip.conftest import addresses, allocate, run_instances, store, work_event
 from tests.support.functions import LambdaContext, load_function
 from tests.support.stack import Stack, receive_all
 from tests.unit.eip.fakes import launch_record, terminate_record
@@ -108,3 +110,76 @@ def test_a_stopped_instance_with_two_interfaces_takes_its_address_as_one_with_a_
     assert _current(stack, launch).step is Step.READY_GATE
     queued = [json.loads(m["Body"])["step"] for m in receive_all(stack.drain_queue)]
     assert queued == ["ready-gate"]
+
+
+class _DiesAfterAssociating:
+    """The function's EC2 client, whose first AssociateAddress to a network interface succeeds and then the
+    Lambda dies (a timeout) before the step records it."""
+
+    def __init__(self, ec2: Any) -> None:
+        self.moto = ec2
+        self.died = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.moto, name)
+
+    def associate_address(self, **kwargs: Any) -> Any:
+        associated = self.moto.associate_address(**kwargs)
+        if "NetworkInterfaceId" in kwargs and not self.died:
+            self.died = True
+            raise RuntimeError("the Lambda timed out")
+        return associated
+
+
+def test_a_launch_redelivered_after_a_crash_past_the_association_keeps_the_address_of_its_primary_interface(
+    eip_fn: ModuleType, stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a first delivery for an instance with two interfaces that dies right after AssociateAddress put the
+    # address on the primary interface
+    instance, primary = _with_two_interfaces()
+    launch = _given(stack, launch_record(instance, at=datetime.now(UTC)))
+    dying = _DiesAfterAssociating(boto3.client("ec2"))
+    made = clients.client
+    monkeypatch.setattr(clients, "client", lambda service: dying if service == "ec2" else made(service))
+    with pytest.raises(BatchFailed):  # the whole batch failed: SQS delivers it again
+        eip_fn.handler(work_event(launch), LambdaContext())
+    (held,) = addresses(**{f"tag:{OWNER_TAG}": OWNER})
+    assert (dying.died, held.get("InstanceId")) == (True, instance)
+
+    # When SQS delivers the message again
+    response = eip_fn.handler(work_event(launch), LambdaContext())
+
+    # Then the launch keeps the address its instance holds (found by the instance), no second one is allocated
+    assert response.get("batchItemFailures", []) == []
+    (address,) = addresses(**{f"tag:{OWNER_TAG}": OWNER})
+    assert (address["AllocationId"], address.get("NetworkInterfaceId")) == (held["AllocationId"], primary)
+    launched = _current(stack, launch)
+    assert (launched.step, launched.allocation_id) == (Step.READY_GATE, held["AllocationId"])
+
+
+def test_a_pool_address_goes_to_the_primary_interface_and_back_to_the_pool(
+    eip_fn: ModuleType, stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a pool of one address and a launching instance with two interfaces
+    monkeypatch.setenv("NODECYCLE_EIP_MODE", "pool")
+    monkeypatch.setenv("NODECYCLE_EIP_POOL_NAME", "ci")
+    pooled = allocate(**{OWNER_TAG: OWNER, POOL_TAG: "ci"})
+    instance, primary = _with_two_interfaces()
+    launch = _given(stack, launch_record(instance, at=datetime.now(UTC)))
+
+    # When it launches, Then it holds the pool's address on its primary interface
+    eip_fn.handler(work_event(launch), LambdaContext())
+    (address,) = addresses(**{f"tag:{POOL_TAG}": "ci"})
+    assert (address["AllocationId"], address.get("InstanceId"), address.get("NetworkInterfaceId")) == (
+        pooled,
+        instance,
+        primary,
+    )
+
+    # When it terminates, Then the address was found on it and is free in the pool again, not released
+    terminate = _given(stack, terminate_record(instance, at=datetime.now(UTC)))
+    response = eip_fn.handler(work_event(terminate), LambdaContext())
+    assert response.get("batchItemFailures", []) == []
+    (address,) = addresses(**{f"tag:{POOL_TAG}": "ci"})
+    assert address["AllocationId"] == pooled
+    assert {"AssociationId", "InstanceId", "NetworkInterfaceId"} & set(address) == set()
