@@ -183,3 +183,58 @@ def test_a_pool_address_goes_to_the_primary_interface_and_back_to_the_pool(
     (address,) = addresses(**{f"tag:{POOL_TAG}": "ci"})
     assert address["AllocationId"] == pooled
     assert {"AssociationId", "InstanceId", "NetworkInterfaceId"} & set(address) == set()
+
+
+def _operator_address_on(interface: str) -> str:
+    """An address an operator put on ``interface`` by hand: no tag of this stack."""
+    ec2: Any = boto3.client("ec2")
+    allocation = str(ec2.allocate_address(Domain="vpc")["AllocationId"])
+    ec2.associate_address(AllocationId=allocation, NetworkInterfaceId=interface, AllowReassociation=False)
+    return allocation
+
+
+def test_an_operators_address_on_the_primary_interface_is_not_moved_for_the_launch(
+    eip_fn: ModuleType, stack: Stack
+) -> None:
+    # Given an instance with two interfaces whose primary one holds an operator's address
+    instance, primary = _with_two_interfaces()
+    operators = _operator_address_on(primary)
+    launch = _given(stack, launch_record(instance, at=datetime.now(UTC)))
+
+    # When it launches
+    response = eip_fn.handler(work_event(launch), LambdaContext())
+
+    # Then the operator's address is seen on the instance's primary private IP and stays there: the launch gets
+    # none of the stack's (the failure policy, abandon by default, decides what follows)
+    assert response.get("batchItemFailures", []) == []
+    (kept,) = boto3.client("ec2").describe_addresses(AllocationIds=[operators])["Addresses"]
+    assert (kept.get("InstanceId"), kept.get("NetworkInterfaceId")) == (instance, primary)
+    assert addresses(**{f"tag:{OWNER_TAG}": OWNER}) == []
+    assert "holds address" in (_current(stack, launch).outcome or "")
+
+
+def test_an_operators_address_on_the_second_interface_leaves_the_primary_to_the_launch(
+    eip_fn: ModuleType, stack: Stack
+) -> None:
+    # Given an instance with two interfaces whose second one holds an operator's address
+    instance, primary = _with_two_interfaces()
+    ec2: Any = boto3.client("ec2")
+    (described,) = ec2.describe_instances(InstanceIds=[instance])["Reservations"][0]["Instances"]
+    (second,) = [
+        n["NetworkInterfaceId"] for n in described["NetworkInterfaces"] if n["NetworkInterfaceId"] != primary
+    ]
+    operators = _operator_address_on(second)
+    launch = _given(stack, launch_record(instance, at=datetime.now(UTC)))
+
+    # When it launches, Then its own address is on the primary interface, the operator's untouched
+    eip_fn.handler(work_event(launch), LambdaContext())
+    (own,) = addresses(**{f"tag:{OWNER_TAG}": OWNER})
+    assert (own.get("InstanceId"), own.get("NetworkInterfaceId")) == (instance, primary)
+    assert _current(stack, launch).step is Step.READY_GATE
+
+    # When it terminates, Then only its own address is released; the operator's stays on the second interface
+    terminate = _given(stack, terminate_record(instance, at=datetime.now(UTC)))
+    assert eip_fn.handler(work_event(terminate), LambdaContext()).get("batchItemFailures", []) == []
+    assert addresses(**{f"tag:{OWNER_TAG}": OWNER}) == []
+    (kept,) = ec2.describe_addresses()["Addresses"]
+    assert (kept["AllocationId"], kept.get("NetworkInterfaceId")) == (operators, second)
