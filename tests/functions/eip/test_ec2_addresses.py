@@ -220,24 +220,29 @@ def test_taking_back_what_is_gone_already_answers_false(
     assert call(adapter, method) is False
 
 
+def several_interfaces(stubber: Stubber, interfaces: list[tuple[str, int, int]]) -> None:
+    """EC2 refusing an association by the id of a running instance with several ``interfaces`` (id, device index,
+    network card index), and then describing that instance."""
+    stubber.add_client_error(
+        "associate_address", "InvalidInstanceID", "There are multiple interfaces attached to instance."
+    )
+    running = {
+        "InstanceId": INSTANCE,
+        "State": {"Name": "running", "Code": 16},
+        "NetworkInterfaces": [
+            {"NetworkInterfaceId": eni, "Attachment": {"DeviceIndex": device, "NetworkCardIndex": card}}
+            for eni, device, card in interfaces
+        ],
+    }
+    stubber.add_response("describe_instances", {"Reservations": [{"Instances": [running]}]})
+
+
 def test_the_primary_interface_of_an_instance_with_several_network_cards_is_device_0_of_card_0(
     stubbed: tuple[Ec2Addresses, Stubber],
 ) -> None:
     # Given an instance with several interfaces, one of them device 0 of network card 1, listed first
     adapter, stubber = stubbed
-    stubber.add_client_error(
-        "associate_address", "InvalidInstanceID", "There are multiple interfaces attached to instance."
-    )
-    interfaces = [
-        {"NetworkInterfaceId": "eni-card1", "Attachment": {"DeviceIndex": 0, "NetworkCardIndex": 1}},
-        {"NetworkInterfaceId": "eni-primary", "Attachment": {"DeviceIndex": 0, "NetworkCardIndex": 0}},
-    ]
-    running = {
-        "InstanceId": INSTANCE,
-        "State": {"Name": "running", "Code": 16},
-        "NetworkInterfaces": interfaces,
-    }
-    stubber.add_response("describe_instances", {"Reservations": [{"Instances": [running]}]})
+    several_interfaces(stubber, [("eni-card1", 0, 1), ("eni-primary", 0, 0)])
     # Then the address goes to the primary interface (the stub refuses any other parameters)
     stubber.add_response(
         "associate_address",
@@ -254,19 +259,7 @@ def test_a_primary_interface_ec2_does_not_know_yet_is_an_instance_that_cannot_ta
     # Given an instance with several interfaces (EC2 refuses its id), whose primary interface AssociateAddress
     # does not know yet though DescribeInstances lists it (EC2 is eventually consistent: just attached)
     adapter, stubber = stubbed
-    stubber.add_client_error(
-        "associate_address", "InvalidInstanceID", "There are multiple interfaces attached to instance."
-    )
-    interfaces = [
-        {"NetworkInterfaceId": "eni-primary", "Attachment": {"DeviceIndex": 0, "NetworkCardIndex": 0}},
-        {"NetworkInterfaceId": "eni-cni", "Attachment": {"DeviceIndex": 1, "NetworkCardIndex": 0}},
-    ]
-    running = {
-        "InstanceId": INSTANCE,
-        "State": {"Name": "running", "Code": 16},
-        "NetworkInterfaces": interfaces,
-    }
-    stubber.add_response("describe_instances", {"Reservations": [{"Instances": [running]}]})
+    several_interfaces(stubber, [("eni-primary", 0, 0), ("eni-cni", 1, 0)])
     stubber.add_client_error(
         "associate_address",
         "InvalidNetworkInterfaceID.NotFound",
