@@ -108,14 +108,15 @@ def test_a_document_the_api_server_refuses_is_a_clear_transient_error(core: clie
         store.update(lambda doc: (oversized, None))
 
 
-def forced_holders(count: int) -> tuple[Holder, ...]:
-    """Nodes that took a slot without room, their actions' global timeouts near (a scale-in longer than them)."""
+def forced_holders(count: int, owner: str = "nodes-general") -> tuple[Holder, ...]:
+    """``owner``'s nodes that took a slot without room, their actions' global timeouts near (a scale-in longer
+    than them)."""
     return tuple(
         Holder(
             node=f"ip-10-9-{i // 250}-{i % 250}.eu-west-1.compute.internal",
             instance_id=f"i-1{i:016x}",
             zone="eu-west-1b",
-            owner="nodes-general",
+            owner=owner,
             record_id=f"i-1{i:016x}/terminate/5c1d9e2a-7f3b-4a6c-b8d0-{i:012x}",
             token=f"5c1d9e2a-7f3b-4a6c-b8d0-{i:012x}",
             renewed_at=NOW,

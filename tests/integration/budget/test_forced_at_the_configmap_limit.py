@@ -27,29 +27,16 @@ from nodecycle.domain.errors import TransientError
 from nodecycle.domain.policy import Quantity
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.budget.conftest import NAMESPACE, admin_api
+from tests.integration.budget.test_document_bound import forced_holders
 from tests.support.fakes import FakeClock, FakeMetrics
 
 NOW = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 LIMIT = 1024 * 1024  # the API server's, for a ConfigMap's data
 
 
-def forced_holders(count: int) -> tuple[Holder, ...]:
+def forced_holders_of_green(count: int) -> tuple[Holder, ...]:
     """Green's nodes that took a slot without room, their actions' global timeouts near."""
-    return tuple(
-        Holder(
-            node=f"ip-10-9-{i // 250}-{i % 250}.eu-west-1.compute.internal",
-            instance_id=f"i-1{i:016x}",
-            zone="eu-west-1b",
-            owner="nodes-green",
-            record_id=f"i-1{i:016x}/terminate/5c1d9e2a-7f3b-4a6c-b8d0-{i:012x}",
-            token=f"5c1d9e2a-7f3b-4a6c-b8d0-{i:012x}",
-            renewed_at=NOW,
-            acquired_at=NOW,
-            ttl_seconds=600,
-            forced=True,
-        )
-        for i in range(count)
-    )
+    return forced_holders(count, owner="nodes-green")
 
 
 def stored(server: KubeServer) -> Any:
@@ -76,7 +63,7 @@ def test_a_forced_slot_past_the_configmap_limit_with_nothing_to_shed_is_refused_
     core: client.CoreV1Api, server: KubeServer
 ) -> None:
     # Given a document of green's forced holders, a few hundred bytes under the API server's 1 MiB
-    size, count, many = len(BudgetDocument().to_json()), 0, forced_holders(3000)
+    size, count, many = len(BudgetDocument().to_json()), 0, forced_holders_of_green(3000)
     while size + BudgetDocument.entry_bytes(many[count]) <= LIMIT - 300:
         size += BudgetDocument.entry_bytes(many[count])
         count += 1
