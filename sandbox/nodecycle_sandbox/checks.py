@@ -180,3 +180,40 @@ def unsettled(actions: Iterable[ActionRecord]) -> list[str]:
         elif action.finished_at is not None and action.finished_at > action.global_deadline:
             bad.append(f"{action.instance_id} {action.transition}: completed after its global timeout")
     return bad
+
+
+def budgets_of(history: Iterable[HistoryEntry]) -> dict[str, tuple[str, dict[str, object]]]:
+    """namespace/name of each PodDisruptionBudget -> (its namespace, its selector as last written)."""
+    found: dict[str, tuple[str, dict[str, object]]] = {}
+    for entry in history:
+        if entry.kind == "PodDisruptionBudget" and not entry.removed:
+            selector = (entry.object.get("spec") or {}).get("selector") or {}
+            found[f"{entry.namespace}/{entry.name}"] = (entry.namespace, selector)
+    return found
+
+
+def selects(selector: Mapping[str, object], labels: Mapping[str, str]) -> bool:
+    """Whether a label selector (matchLabels, matchExpressions) selects an object with ``labels``; an empty
+    selector selects everything, as a policy/v1 PodDisruptionBudget's does."""
+    match = selector.get("matchLabels") or {}
+    assert isinstance(match, dict)
+    if any(labels.get(key) != value for key, value in match.items()):
+        return False
+    expressions = selector.get("matchExpressions") or []
+    assert isinstance(expressions, list)
+    for expression in expressions:
+        key, operator, values = (
+            expression.get("key"),
+            expression.get("operator"),
+            expression.get("values") or [],
+        )
+        has = key in labels
+        if operator == "In" and not (has and labels[key] in values):
+            return False
+        if operator == "NotIn" and has and labels[key] in values:
+            return False
+        if operator == "Exists" and not has:
+            return False
+        if operator == "DoesNotExist" and has:
+            return False
+    return True

@@ -34,3 +34,18 @@ def test_a_product_whose_budget_check_is_removed_is_caught() -> None:
     assert result.caught, f"not caught in {result.scenarios_run} scenarios"
     assert result.invariant is not None
     assert "budget" in result.invariant
+
+
+@pytest.mark.slow
+def test_a_product_that_deletes_pods_instead_of_evicting_them_is_caught() -> None:
+    # Given a copy of the product whose drain deletes its pods (DELETE pods) where it should post Evictions:
+    # no PodDisruptionBudget is asked, and two drains at once take web below its floor (maxUnavailable 2)
+    mutation = next(m for m in MUTATIONS if m.name == "delete-not-evict")
+
+    # When instance refreshes run on it
+    result = check_mutation(ROOT, mutation, seed=SEED, max_scenarios=2, kinds=("refresh",), warm_up=False)
+
+    # Then the campaign reports the budget's floor broken
+    assert result.caught, f"not caught in {result.scenarios_run} scenarios"
+    assert result.invariant is not None
+    assert "pdb" in result.invariant

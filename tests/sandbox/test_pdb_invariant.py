@@ -15,7 +15,7 @@ from typing import Any
 from nodecycle_sandbox.aws.records import TERMINATING, ActionRecord, InstanceHistory
 from nodecycle_sandbox.chaos.invariants import check
 from nodecycle_sandbox.chaos.plan import draw
-from nodecycle_sandbox.chaos.world import Observation
+from nodecycle_sandbox.chaos.world import DRAIN_TIMEOUT, Observation
 from nodecycle_sandbox.checks import Breach, pdb_breaches
 from nodecycle_sandbox.kube import HistoryEntry, KubeServer
 from tests.sandbox.kube.conftest import connect, is_ready, node_name, nodes_seed, pods_of, wait_until
@@ -224,3 +224,72 @@ def _eviction(pod: dict[str, Any]) -> dict[str, Any]:
         "kind": "Eviction",
         "metadata": {"name": meta["name"], "namespace": "shop"},
     }
+
+
+def _pods_deleted_through_the_api(*, after: float) -> tuple[list[HistoryEntry], float, InstanceHistory]:
+    """web (4 replicas, minAvailable 3) on two nodes, two pods on each; the first node is cordoned (its drain
+    begins), and ``after`` seconds later its two pods are deleted through the API (DELETE pods, as the force
+    policy does, and as a drain that deleted instead of evicting would): no budget is asked, and it falls to 2
+    healthy pods until their replacements are Ready on the other node."""
+    with KubeServer(tick_seconds=0.02, pod_start_seconds=0.3) as server:
+        kube = connect(server)
+        server.seed(
+            {
+                "nodes": nodes_seed(2),
+                "deployments": [
+                    {"name": "web", "namespace": "shop", "replicas": 4, "pdb": {"minAvailable": 3}}
+                ],
+            }
+        )
+        server.settle()
+        wait_until(lambda: _healthy(server) == 4, what="4 healthy pods")
+        node = node_name(0, 10)
+        on_node = [p for p in pods_of(server, "shop", "web") if p["spec"]["nodeName"] == node]
+        assert len(on_node) == 2
+        acting = time.time()
+        time.sleep(0.01)
+        kube.core.patch_node(node, {"spec": {"unschedulable": True}})
+        time.sleep(after)
+        for pod in on_node:
+            kube.core.delete_namespaced_pod(pod["metadata"]["name"], "shop", grace_period_seconds=1)
+        names = {p["metadata"]["name"] for p in on_node}
+        wait_until(
+            lambda: not names & {p["metadata"]["name"] for p in pods_of(server, "shop", "web")},
+            timeout=10,
+            what="the deleted pods gone",
+        )
+        wait_until(lambda: _healthy(server) == 4, timeout=10, what="the replacements")
+        history = server.history()
+        kube.api_client.close()
+    instance = InstanceHistory(INSTANCE, "g", "eu-west-1a", node, acting - 60, acting - 50, acting + 0.005)
+    deleted = [e for e in history if e.kind == "Pod" and e.verb == "delete" and e.source == "api"]
+    assert {e.name for e in deleted} == {p["metadata"]["name"] for p in on_node}
+    assert [(b.healthy, b.desired) for b in _breaches_after(history, acting)[:1]] == [(2, 3)]
+    return history, acting, instance
+
+
+def _judged_pdb(history: list[HistoryEntry], acting: float, instance: InstanceHistory) -> list[str]:
+    # (the instance is still there: only the drain's deletes can have taken web below its floor)
+    action = _terminate(acting, history[-1].time)
+    judged = check(_observation(history, acting, instance, actions=[action], outcomes={"tok": "drained"}))
+    return [v.detail for v in judged if v.invariant == "pdb"]
+
+
+def test_pods_deleted_before_the_drain_timeout_are_a_breach() -> None:
+    # Given a drain that deleted its pods through the API as soon as it cordoned the node: no eviction, the
+    # force policy's delete long before the drain timeout (or a drain that deletes instead of evicting)
+    history, acting, instance = _pods_deleted_through_the_api(after=0.2)
+
+    # Then the breach it made is judged one: the delete excuses nothing
+    assert _judged_pdb(history, acting, instance) == [
+        f"shop/web: 2 healthy pods, 3 required ({_breaches_after(history, acting)[0].time - acting:.1f}s in)"
+    ]
+
+
+def test_pods_force_deleted_once_the_drain_timed_out_are_no_breach_an_eviction_made() -> None:
+    # Given a drain whose pods were deleted through the API once its timeout was over since its cordon (the
+    # force policy, which the operator chose over the budget)
+    history, acting, instance = _pods_deleted_through_the_api(after=DRAIN_TIMEOUT + 0.5)
+
+    # Then the breach the deletes made is excused
+    assert _judged_pdb(history, acting, instance) == []

@@ -25,12 +25,14 @@ from nodecycle_sandbox.chaos.world import (
     Observation,
 )
 from nodecycle_sandbox.checks import (
+    budgets_of,
     cordon_peaks,
     counted_healthy,
     healthy_pods_on_at,
     last_pod_gone,
     pdb_breaches,
     released_at,
+    selects,
 )
 from nodecycle_sandbox.kube import HistoryEntry
 
@@ -56,6 +58,10 @@ LOST_MESSAGE_COST = SWEEP_INTERVAL + RESUME_GRACE + 1.0
 # force policy asks such a pod again at every poll until the force grace and its slack are over (the product's
 # FORCED_POD_SLACK: a pod still there then is given up on), not only for the margin.
 FORCED_DELETE_SLACK = 60.0
+# The most a drain's deadline is capped before its action's global timeout (the product's tail: the force
+# grace, a stuck pod's margin of 60 s, the load balancer delay, 0 here, and the engine's settle margin, 32 s
+# under the campaign's settings), rounded up: a later cap would call a forced delete early that was not.
+DRAIN_TAIL_LONGEST = 120.0
 # The API server's faults that leave a request undone (a slow answer or a lost response did it)
 _NOT_DONE = frozenset(
     {"kube-throttle", "kube-error", "kube-drop", "kube-webhook-down", "kube-webhook-deny", "kube-forbidden"}
@@ -235,16 +241,22 @@ def _repair(o: Observation) -> Iterator[Violation]:
 def _pdb(o: Observation) -> Iterator[Violation]:
     """A breach counts when evictions let it happen. Not before the story began (the workloads were still
     starting), and not once something PodDisruptionBudgets cannot stop has happened in the namespace: a
-    kubelet lost (its pods turn unready whatever anyone does), a forced delete (the drain timeout's policy), a
-    node gone with its pods still running (an instance terminated: whether that was too early is the "drain"
-    invariant's question).
+    kubelet lost (its pods turn unready whatever anyone does), a node gone with its pods still running (an
+    instance terminated: whether that was too early is the "drain" invariant's question), a forced delete at
+    the drain timeout (its policy).
 
     A node goes with its instance, not when the cloud provider deletes its Node object: its kubelet goes at
     once, and the node lifecycle controller marks its pods NotReady after its monitor grace, seconds before
     the node is deleted and, after the pod GC's quarantine, its pods. So the instance's end excuses, when its
-    node still had pods a budget counted healthy. A pod removal excuses only a pod that was healthy (a node
-    deleted with its instance still there): not the DaemonSet and mirror pods every node has and no drain
-    evicts, nor a Pending pod, which no budget counted."""
+    node still had pods a budget counted healthy. A controller's removal of a pod (the pod GC, the taint
+    manager, a ReplicaSet scaled down) excuses only a pod that was healthy (a node deleted with its instance
+    still there): not the DaemonSet and mirror pods every node has and no drain evicts, nor a Pending pod,
+    which no budget counted.
+
+    A DELETE of a pod through the API (nodecycle's: nothing else in a scenario deletes pods) is no eviction:
+    no budget is asked. It excuses only as the force policy's: once its node's drain timeout was over (see
+    :func:`_forced_from`), and only the breaches of the budgets that select that pod. A drain that deleted
+    instead of evicting, or forced before its timeout, is judged by the breaches it made."""
     excused_from = o.lost_kubelet[1] if o.lost_kubelet else float("inf")
     for instance in o.instances:
         ended = instance.terminated_at
@@ -252,14 +264,28 @@ def _pdb(o: Observation) -> Iterator[Violation]:
             continue
         if healthy_pods_on_at(o.history, instance.node_name, ended):
             excused_from = ended
+    forced_from = _forced_from(o)
+    budgets = budgets_of(o.history)
+    # budget -> the first forced delete of one of its pods past its node's drain timeout
+    excused_for: dict[str, float] = {}
     for entry in o.history:
         if entry.kind != "Pod" or entry.time < o.acting_at or entry.verb != "delete":
             continue
-        if entry.source == "api" or (entry.removed and counted_healthy(entry.object)):
-            excused_from = min(excused_from, entry.time)
-            break
+        if entry.source != "api":
+            if entry.removed and counted_healthy(entry.object):
+                excused_from = min(excused_from, entry.time)
+            continue
+        node = (entry.object.get("spec") or {}).get("nodeName")
+        if node is None or entry.time < forced_from.get(node, float("inf")):
+            continue  # deleted where the drain should have evicted: excuses nothing
+        labels = (entry.object.get("metadata") or {}).get("labels") or {}
+        for budget, (namespace, selector) in budgets.items():
+            if namespace == entry.namespace and selects(selector, labels):
+                excused_for.setdefault(budget, entry.time)
     for breach in pdb_breaches(o.history):
-        if breach.time < o.acting_at or breach.time >= excused_from:
+        if breach.time < o.acting_at or breach.time >= min(
+            excused_from, excused_for.get(breach.budget, excused_from)
+        ):
             continue
         yield Violation(
             "pdb",
@@ -267,6 +293,39 @@ def _pdb(o: Observation) -> Iterator[Violation]:
             f"({breach.time - o.acting_at:.1f}s in)",
         )
         return  # one breach tells it; the following moments are the same breach
+
+
+def _forced_from(o: Observation) -> dict[str, float]:
+    """Node -> the earliest moment the force policy may delete its pods: its drain's timeout after the drain
+    began, less the scenario's clock skew (the product reads the start and the time on functions' clocks,
+    one of which a fault may move). The drain begins at its node's first cordon once its terminate action
+    started, or at its first cordon a fault refused or left undone (the product's drain time runs since its
+    first try), whichever is first. Its deadline is capped before the action's global timeout, where the
+    policy still has time to act (``DRAIN_TAIL_LONGEST``). A node with no drain has no such moment."""
+    skew = max((abs(f.value or 0.0) for f in o.scenario.faults if f.kind == "clock-skew"), default=0.0)
+    nodes = o.nodes_of
+    begun: dict[str, float] = {}
+    deadline: dict[str, float] = {}
+    for action in o.actions:
+        node = nodes.get(action.instance_id)
+        if action.transition != TERMINATING or node is None:
+            continue
+        cordons = [
+            e.time
+            for e in o.history
+            if e.kind == "Node" and e.name == node and e.unschedulable and e.time >= action.started_at
+        ]
+        tries = [
+            o.acting_at + f.at
+            for f in o.firings
+            if f.kind in _NOT_DONE
+            and f.detail.split()[:3] == ["PATCH", "nodes", node]
+            and o.acting_at + f.at >= action.started_at
+        ]
+        if cordons or tries:
+            begun[node] = min(begun.get(node, float("inf")), *cordons, *tries)
+            deadline[node] = action.global_deadline - DRAIN_TAIL_LONGEST
+    return {node: min(at + DRAIN_TIMEOUT, deadline[node]) - skew for node, at in begun.items()}
 
 
 def _slot_held(o: Observation) -> Iterator[Violation]:

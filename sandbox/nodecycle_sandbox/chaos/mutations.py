@@ -46,6 +46,14 @@ MUTATIONS = (
         "        stuck, why = self._stuck(info, left, now)\n        if True:  # MUTATION: completion before the drain ends",
     ),
     Mutation(
+        "delete-not-evict",
+        "the drain deletes its pods instead of evicting them: no PodDisruptionBudget is asked",
+        "nodecycle/domain/drain/evict.py",
+        "            return self._cluster.evict(pod, podfilter.grace_for(pod, cap))\n",
+        "            self._cluster.delete_pod(pod, podfilter.grace_for(pod, cap))  # MUTATION: deleted, not evicted\n"
+        "            return EvictionResult(Eviction.EVICTED)\n",
+    ),
+    Mutation(
         "sweeper-stale-always",
         "the sweeper judges every budget entry of its owner stale",
         "nodecycle/domain/sweep/budget_entries.py",
