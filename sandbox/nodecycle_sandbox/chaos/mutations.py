@@ -54,6 +54,13 @@ MUTATIONS = (
         "            return EvictionResult(Eviction.EVICTED)\n",
     ),
     Mutation(
+        "force-before-timeout",
+        "the force policy deletes the pods at the drain's second poll, its timeout over or not",
+        "nodecycle/domain/drain/evict.py",
+        "        if now >= deadline and polls > 0:  # every drain asks its pods to leave once, before any force\n",
+        "        if polls > 0:  # MUTATION: forced before the drain timeout\n",
+    ),
+    Mutation(
         "sweeper-stale-always",
         "the sweeper judges every budget entry of its owner stale",
         "nodecycle/domain/sweep/budget_entries.py",
