@@ -116,11 +116,12 @@ class AddressSweep:
                 f"{unreached} of {len(found)} addresses not judged, {failed} could not be freed"
             )
         if failed or unknown:
-            raise SweepFailed(
-                f"EC2 refused to free {failed} addresses, or did not answer"
-                + (", nor told the states of their instances" if unknown else "")
-                + " (the others were swept)"
-            )
+            told = [f"EC2 refused to free {failed} addresses, or did not answer"] if failed else []
+            if unknown:  # (the lookup alone may have failed: then no address was refused)
+                told.append(
+                    "EC2 did not tell the states of the addresses' instances: the associated ones not judged"
+                )
+            raise SweepFailed("; ".join(told) + " (the others were swept)")
         return report
 
     def _states(self, instance_ids: set[str]) -> tuple[dict[str, str], bool]:
