@@ -222,7 +222,12 @@ class Intake:
             self._metrics.count("LifecycleEventsRejected", reason="unknown-instance")
             return IntakeOutcome.UNKNOWN_INSTANCE
         if not self._ours(facts):
-            log.debug("ignored: instance %s is not of a group this stack manages", event.instance_id)
+            tagged = facts.tags.get(OWNER_TAG)
+            log.debug(
+                "ignored: instance %s is %s",
+                event.instance_id,
+                f"tagged for owner {tagged}" if tagged is not None else "not of a group this stack manages",
+            )
             self._metrics.count("LifecycleActionsIgnored")
             return IntakeOutcome.UNMANAGED
         self._metrics.count("DisruptionsReceived", cause=event.cause.short)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection
 from datetime import timedelta
+
+import pytest
 
 from nodecycle.domain.catalog import LifecycleHooks, ManagedGroups
 from nodecycle.domain.intake import Intake, IntakeOutcome
@@ -65,7 +68,9 @@ def spot_warning() -> DisruptionEvent:
     )
 
 
-def test_an_instance_of_a_named_group_tagged_for_another_owner_is_taken_in_by_that_owner_alone() -> None:
+def test_an_instance_of_a_named_group_tagged_for_another_owner_is_taken_in_by_that_owner_alone(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     # Given stack "team" that names group "nodes", and stack "team-a" that takes the instances carrying its owner
     # tag; one instance of "nodes" carries nodecycle:owner=team-a (a launch template shared with team-a's group)
     ec2 = OneInstance("nodes", {"nodecycle:owner": "team-a"})
@@ -73,15 +78,18 @@ def test_an_instance_of_a_named_group_tagged_for_another_owner_is_taken_in_by_th
     team_a = stack("team-a", (), True, ec2)
 
     # When both stacks are told of its Spot interruption
-    outcomes = {
-        "team": team.accept_disruption(spot_warning()),
-        "team-a": team_a.accept_disruption(spot_warning()),
-    }
+    with caplog.at_level(logging.DEBUG, logger="nodecycle"):
+        outcomes = {
+            "team": team.accept_disruption(spot_warning()),
+            "team-a": team_a.accept_disruption(spot_warning()),
+        }
 
     # Then one stack alone takes it in (two would each drain the node, under two budgets and two policies, the
     # one that lost the node waiting until its own timeout): the owner its tag names, as a group tagged for
     # another owner is that owner's even where this stack names it
     assert outcomes == {"team": IntakeOutcome.UNMANAGED, "team-a": IntakeOutcome.ACCEPTED}
+    # (and "team" says why it left the instance of a group it names: not "not of a group this stack manages")
+    assert f"ignored: instance {INSTANCE} is tagged for owner team-a" in caplog.text
 
 
 def test_owner_tags_are_matched_whole_and_case_sensitively() -> None:
