@@ -242,7 +242,7 @@ def render(view: BudgetView, where: str) -> str:
     )
     lines += table(
         f"HOLDERS {_count(view.holders)}",
-        ["NODE", "INSTANCE", "ZONE", "OWNER", "HELD", "RENEWED", "EXPIRES", "FORCED"],
+        ["NODE", "INSTANCE", "ZONE", "OWNER", "HELD", "RENEWED", "EXPIRES", "FORCED", "SEEDED"],
         [
             [
                 h.node,
@@ -254,6 +254,8 @@ def render(view: BudgetView, where: str) -> str:
                 _expiry(h.expires_in_seconds),
                 # taken without room (the runbook's Budget exceeded looks for these)
                 "forced" if h.forced else "",
+                # from the nodes' annotations into a ConfigMap created again; its drain has not asked since
+                "seeded" if h.seeded else "",
             ]
             for h in view.holders
         ],

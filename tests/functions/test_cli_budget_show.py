@@ -13,7 +13,9 @@ from nodecycle_cli.budget import render
 NOW = datetime(2026, 12, 4, 23, 0, tzinfo=UTC)
 
 
-def holder(index: int, *, forced: bool = False, renewed: timedelta = timedelta(seconds=10)) -> Holder:
+def holder(
+    index: int, *, forced: bool = False, seeded: bool = False, renewed: timedelta = timedelta(seconds=10)
+) -> Holder:
     return Holder(
         node=f"node-{index}",
         instance_id=f"i-{index:017x}",
@@ -24,6 +26,7 @@ def holder(index: int, *, forced: bool = False, renewed: timedelta = timedelta(s
         ttl_seconds=300,
         acquired_at=NOW - renewed,
         forced=forced,
+        seeded=seeded,
     )
 
 
@@ -45,6 +48,20 @@ def test_a_holder_that_took_its_slot_without_room_is_marked_forced() -> None:
     rows = {line.split()[0]: line for line in section(out, "HOLDERS")[2:]}
     assert "forced" in rows["node-2"]
     assert "forced" not in rows["node-1"]
+
+
+def test_a_holder_seeded_into_a_recreated_configmap_is_marked_seeded() -> None:
+    # Given a holder seeded from its node's annotations into a ConfigMap created again, whose lifecycle has not
+    # asked since (it keeps its slot at that ask only if it fits: docs/runbook.md, Budget ConfigMap deleted)
+    doc = BudgetDocument(holders=(holder(1), holder(2, seeded=True)))
+
+    # When the budget is shown to a person
+    out = render(view_of(doc, NOW), "nodecycle/nodecycle-budget")
+
+    # Then the seeded one is marked so, and only it
+    rows = {line.split()[0]: line for line in section(out, "HOLDERS")[2:]}
+    assert "seeded" in rows["node-2"]
+    assert "seeded" not in rows["node-1"]
 
 
 def test_the_holders_and_waiters_counted_are_the_ones_the_zones_count() -> None:

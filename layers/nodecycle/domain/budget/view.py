@@ -21,6 +21,9 @@ class HolderView(_View):
     owner: str
     record_id: str
     forced: bool  # taken without room: its action's global timeout was near
+    seeded: (
+        bool  # seeded into a ConfigMap created again, not asked for since (kept at that ask only if it fits)
+    )
     held_seconds: float
     renewed_seconds_ago: float
     expires_in_seconds: float  # <= 0: expired, the next writer removes it
@@ -83,6 +86,7 @@ def view_of(doc: BudgetDocument, now: datetime) -> BudgetView:
             owner=h.owner,
             record_id=h.record_id,
             forced=h.forced,
+            seeded=h.seeded,
             held_seconds=_seconds(now - h.acquired_at),
             renewed_seconds_ago=_seconds(now - h.renewed_at),
             expires_in_seconds=_seconds(h.expires_at - now),
