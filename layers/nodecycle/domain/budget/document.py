@@ -188,9 +188,8 @@ class BudgetDocument(_Model):
         3 while no holder is seeded), compact (fields at their defaults left out, no spaces): the API server
         refuses a ConfigMap over 1 MiB, and the document is read and rewritten on every decision."""
         data = self.model_dump(mode="json", by_alias=True, exclude_defaults=True)
-        seeded = any(h.seeded for h in self.holders)
         data = {
-            "formatVersion": FORMAT_VERSION if seeded else _WITHOUT_SEEDED_HOLDERS,
+            "formatVersion": self.written_format(),
             "holders": [],
             "waiters": [],
             "released": [],
@@ -198,6 +197,10 @@ class BudgetDocument(_Model):
             **{key: value for key, value in data.items() if key != "formatVersion"},
         }
         return json.dumps(data, separators=(",", ":"))
+
+    def written_format(self) -> int:
+        """The format :meth:`to_json` writes this document in: 4 only while a holder is seeded."""
+        return FORMAT_VERSION if any(h.seeded for h in self.holders) else _WITHOUT_SEEDED_HOLDERS
 
     @staticmethod
     def entry_bytes(entry: Holder | Waiter | Released) -> int:

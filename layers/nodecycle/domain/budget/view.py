@@ -128,7 +128,8 @@ def view_of(doc: BudgetDocument, now: datetime) -> BudgetView:
         for owner, entry in sorted(doc.limits.items())
     ]
     return BudgetView(
-        format_version=doc.format_version,
+        # (a document never written, which a ConfigMap shipped empty holds, in the format its first write takes)
+        format_version=doc.written_format() if doc.unwritten else doc.format_version,
         holders=holders,
         waiters=waiters,
         zones=_zones(live),
