@@ -586,11 +586,7 @@ class StepEngine:
                 log.info("the lifecycle action is no longer active: perhaps completed by the call unanswered")
                 return record  # (its retry, at its backoff, is told so too, and records the completion)
             if not active:
-                gone = ended_with_its_instance(record, now, self._autoscaling)
-                if gone is None:
-                    log.warning("the lifecycle action is no longer active (timed out or completed elsewhere)")
-                    self._metrics.count("LifecycleActionsExpired")
-                ended = gone or expired_before_completion(record, self._records)
+                ended = action_lapsed(record, now, self._autoscaling, self._records, self._metrics)
                 expired = advance(record, ended, now)
                 return expired.model_copy(update={"seq": record.seq})  # the step's own advance took this seq
             self._metrics.count("Heartbeats")
@@ -655,6 +651,21 @@ def expired_before_completion(record: LifecycleRecord, records: RecordStore) -> 
         if told is not None and told.written_over_by(record.id):
             extra = {**extra, ENDS_ITS_INSTANCE: True}
     return Outcome.goto(after_completion(record), outcome="action-expired", extra=extra)
+
+
+def action_lapsed(
+    record: LifecycleRecord, now: datetime, autoscaling: Autoscaling, records: RecordStore, metrics: Metrics
+) -> Outcome:
+    """Past an action Auto Scaling no longer has, found so by a heartbeat (the engine's, or the sweeper's
+    keep-alive): a launch that ended with its instance, or else an expiry (counted: its alarm)."""
+    ended = ended_with_its_instance(record, now, autoscaling)
+    if ended is not None:
+        return ended
+    log.warning(
+        "the lifecycle action of %s is no longer active (timed out, or completed elsewhere)", record.id
+    )
+    metrics.count("LifecycleActionsExpired")
+    return expired_before_completion(record, records)
 
 
 # Auto Scaling's lifecycle states (prefixes) of an instance on its way out of its group or its warm pool

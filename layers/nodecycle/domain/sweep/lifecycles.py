@@ -7,12 +7,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from nodecycle.domain.completion import CompleteAction
-from nodecycle.domain.engine import (
-    Dispatcher,
-    advance,
-    ended_with_its_instance,
-    expired_before_completion,
-)
+from nodecycle.domain.engine import Dispatcher, action_lapsed, advance
 from nodecycle.domain.errors import AccessRefused
 from nodecycle.domain.flow import completed_first
 from nodecycle.domain.model import LifecycleRecord, Step
@@ -176,14 +171,8 @@ class LifecycleRepair:
                 # anyway; an overdue one (its message lost) is resumed by the repair below.
                 log.info("the lifecycle action of %s is no longer active: left to its completion", record.id)
                 return record if record.overdue(now, self._grace) else None
-            ended = ended_with_its_instance(record, now, self._autoscaling)  # (no expiry: see there)
-            if ended is None:
-                log.warning(
-                    "the lifecycle action of %s is no longer active (timed out, or completed elsewhere)",
-                    record.id,
-                )
-                self._metrics.count("LifecycleActionsExpired")
-            gone = advance(record, ended or expired_before_completion(record, self._records), now)
+            ended = action_lapsed(record, now, self._autoscaling, self._records, self._metrics)
+            gone = advance(record, ended, now)
             if self._records.commit(gone, expected_seq=record.seq) and not gone.finished:
                 self._dispatcher.send(gone, now)
             return None
