@@ -10,12 +10,12 @@ from typing import Any
 
 from nodecycle.domain.completion import SETTLED_ELSEWHERE
 from nodecycle.domain.drain.common import (
-    NODE_SEEN,
     _known,
     _node_as_seen,
     _of_instance,
     _seen,
     _set_on_node,
+    _unseen,
 )
 from nodecycle.domain.engine import Dispatcher, Outcome
 from nodecycle.domain.model import (
@@ -119,8 +119,7 @@ class Cleanup:
             if released is Claim.CONFLICT:
                 return Outcome.wait(1)
             if released is Claim.CLAIMED:  # (patched: the node as read is not the node any more)
-                kept = {key: value for key, value in record.extra.items() if key != NODE_SEEN}
-                watched = record.model_copy(update={"extra": kept})
+                watched = record.model_copy(update={"extra": _unseen(record.extra)})
         gone = record.instance_id if record.extra.get(ENDS_ITS_INSTANCE) else None
         for waiter in self._slots.release(record.node, record.id, record.token, gone=gone):
             self._dispatcher.wake(waiter)

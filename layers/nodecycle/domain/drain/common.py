@@ -69,6 +69,12 @@ def _seen(extra: Mapping[str, Any], node: NodeInfo) -> dict[str, Any]:
     return {**extra, NODE_SEEN: node.model_dump(mode="json")}
 
 
+def _unseen(extra: Mapping[str, Any]) -> dict[str, Any]:
+    """``extra`` without the node as last read whole: a step patched it (its version moved), so the next read is
+    whole."""
+    return {key: value for key, value in extra.items() if key != NODE_SEEN}
+
+
 def _slot_request(
     record: LifecycleRecord,
     node: str,

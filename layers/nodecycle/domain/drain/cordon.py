@@ -10,7 +10,6 @@ from typing import Any
 from nodecycle.domain.budget import SlotReason
 from nodecycle.domain.drain.common import (
     ADOPT_FROM,
-    NODE_SEEN,
     _deadline_cap,
     _for_this_action,
     _known,
@@ -20,6 +19,7 @@ from nodecycle.domain.drain.common import (
     _set_on_node,
     _slot_request,
     _the_instances,
+    _unseen,
     _wake,
 )
 from nodecycle.domain.engine import Dispatcher, Outcome
@@ -174,7 +174,7 @@ class Cordon:
             return Outcome.goto(settle_step(record), outcome="node-gone")
         log.info("cordoned node %s", node.name)
         # (the node as the slot's ask read it is not the node any more: the eviction's first poll reads it whole)
-        claimed = {key: value for key, value in _without_refusal(found, record).items() if key != NODE_SEEN}
+        claimed = _unseen(_without_refusal(found, record))
         found["extra"] = {**claimed, SET_ON_NODE: set_on_node}
         found["node_uid"] = node.uid
         self._events.on_node(
