@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from types import ModuleType
 from typing import Any
 
@@ -192,6 +192,31 @@ def addresses(**filters: str) -> list[dict[str, Any]]:
 
 def store(stack: Stack) -> DynamoRecordStore:
     return DynamoRecordStore(stack.table, ttl=timedelta(days=14))
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def given(stack: Stack, record: LifecycleRecord) -> LifecycleRecord:
+    assert store(stack).create(record)
+    return record
+
+
+def current(stack: Stack, record: LifecycleRecord) -> LifecycleRecord:
+    found = store(stack).get(record.id)
+    assert found is not None
+    return found
+
+
+def due_now(stack: Stack, record: LifecycleRecord) -> LifecycleRecord:
+    """The record as its next run comes due (the test does not wait for the step's delay)."""
+    stored = current(stack, record)
+    if stored.finished:
+        return stored
+    due = stored.model_copy(update={"due_at": now()})
+    assert store(stack).commit(due, expected_seq=stored.seq)
+    return due
 
 
 def work_event(*records: LifecycleRecord) -> dict[str, Any]:

@@ -7,7 +7,6 @@ The function's EC2 client is the AwsLikeEc2 of conftest.py; a throttle is botoco
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from types import ModuleType
 from typing import Any
 
@@ -17,33 +16,22 @@ from botocore.exceptions import ReadTimeoutError
 
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.ports.addresses import INSTANCE_TAG, OWNER_TAG, POOL_TAG
-from tests.functions.eip.conftest import AwsLikeEc2, addresses, aws_error, run_instances, store, work_event
+from tests.functions.eip.conftest import (
+    AwsLikeEc2,
+    addresses,
+    aws_error,
+    due_now,
+    given,
+    now,
+    run_instances,
+    work_event,
+)
 from tests.support.emf import metric
 from tests.support.functions import LambdaContext
 from tests.support.stack import Stack
 from tests.unit.eip.fakes import launch_record, terminate_record
 
 OWNER = "stack-a"  # tests/conftest.py's stack
-
-
-def now() -> datetime:
-    return datetime.now(UTC)
-
-
-def given(stack: Stack, record: LifecycleRecord) -> LifecycleRecord:
-    assert store(stack).create(record)
-    return record
-
-
-def due_now(stack: Stack, record: LifecycleRecord) -> LifecycleRecord:
-    """The record as its next run comes due (the test does not wait for the step's delay)."""
-    stored = store(stack).get(record.id)
-    assert stored is not None
-    if stored.finished:
-        return stored
-    due = stored.model_copy(update={"due_at": now()})
-    assert store(stack).commit(due, expected_seq=stored.seq)
-    return due
 
 
 def run_past(eip_fn: ModuleType, stack: Stack, record: LifecycleRecord, *steps: Step) -> LifecycleRecord:

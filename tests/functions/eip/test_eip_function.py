@@ -12,7 +12,7 @@ import json
 import os
 import subprocess
 import sys
-from datetime import UTC, datetime
+from datetime import datetime
 from types import ModuleType
 from typing import Any
 
@@ -22,7 +22,7 @@ from moto.core import DEFAULT_ACCOUNT_ID as ACCOUNT_ID
 from moto.ec2.models import ec2_backends
 
 from nodecycle.domain.eip import SCRATCH
-from nodecycle.domain.model import ADDRESSES_LEFT, LifecycleRecord, Step
+from nodecycle.domain.model import ADDRESSES_LEFT, Step
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.addresses import ALLOCATED_AT_TAG, GROUP_TAG, INSTANCE_TAG, OWNER_TAG
 from nodecycle.entrypoints import BatchFailed
@@ -31,9 +31,11 @@ from tests.functions.eip.conftest import (
     AwsLikeEc2,
     addresses,
     allocate,
+    current,
     deny,
+    given,
+    now,
     run_instances,
-    store,
     work_event,
 )
 from tests.support.emf import metric
@@ -42,21 +44,6 @@ from tests.support.stack import Stack, receive_all
 from tests.unit.eip.fakes import GROUP, launch_record, state_change_record, terminate_record
 
 OWNER = "stack-a"  # tests/conftest.py's stack
-
-
-def now() -> datetime:
-    return datetime.now(UTC)
-
-
-def given(stack: Stack, record: LifecycleRecord) -> LifecycleRecord:
-    assert store(stack).create(record)
-    return record
-
-
-def current(stack: Stack, record: LifecycleRecord) -> LifecycleRecord:
-    found = store(stack).get(record.id)
-    assert found is not None
-    return found
 
 
 def work(queue_url: str) -> list[dict[str, Any]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from types import ModuleType
 from typing import Any
 
@@ -17,30 +17,21 @@ from nodecycle.domain.eip.line import MAX_WAITERS, PoolLine, Waiter
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import LifecycleRecord, Step, Transition, adopted_token, record_id
 from nodecycle.domain.ports.addresses import OWNER_TAG, POOL_TAG
-from tests.functions.eip.conftest import addresses, allocate, run_instances, store, work_event
+from tests.functions.eip.conftest import (
+    addresses,
+    allocate,
+    current,
+    due_now,
+    now,
+    run_instances,
+    store,
+    work_event,
+)
 from tests.support.functions import LambdaContext
 from tests.support.stack import Stack
 from tests.unit.eip.fakes import FakeLines, launch_record, terminate_record
 
 OWNER = "stack-a"  # tests/conftest.py's stack
-
-
-def now() -> datetime:
-    return datetime.now(UTC)
-
-
-def current(stack: Stack, record: LifecycleRecord) -> LifecycleRecord:
-    found = store(stack).get(record.id)
-    assert found is not None
-    return found
-
-
-def due_now(stack: Stack, record: LifecycleRecord) -> LifecycleRecord:
-    """The record as its next look comes due (the test does not wait for its delay)."""
-    stored = current(stack, record)
-    due = stored.model_copy(update={"due_at": now()})
-    assert store(stack).commit(due, expected_seq=stored.seq)
-    return due
 
 
 def held_by(instance: str) -> list[str]:
