@@ -42,18 +42,22 @@ def test_a_delete_a_webhook_denies_is_answered_with_its_code_and_words_and_the_p
 def test_an_eviction_is_a_create_of_its_subresource_not_a_delete_of_the_pod(
     server: KubeServer, kube: Kube
 ) -> None:
-    # Given a pod, and a webhook that denies every delete of pods (and a code below 400: answered as 400)
+    # Given a pod that takes its grace period to stop (else the kubelet's next tick, 0.02 s after the eviction,
+    # removes it and the delete below is a 404 that says nothing of the webhook), and a webhook that denies
+    # every delete of pods (and a code below 400: answered as 400)
     server.seed(
         {"nodes": nodes_seed(1), "deployments": [{"name": "web", "namespace": "shop", "replicas": 1}]}
     )
     server.settle()
+    server.pod_shutdown_seconds = 60.0
     (name,) = [p["metadata"]["name"] for p in pods_of(server, "shop", "web")]
     server.admission.deny(Denial("no-deletes.example.com", "DELETE", "pods", code=200))
 
-    # When it is evicted, Then the webhook does not judge it (an eviction creates pods/eviction)
+    # When it is evicted, Then the webhook does not judge it (an eviction creates pods/eviction): it is Terminating
     kube.core.create_namespaced_pod_eviction(
         name, "shop", {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name}}
     )
+    assert kube.core.read_namespaced_pod(name, "shop").metadata.deletion_timestamp is not None
     # and a delete it judges is answered 400
     server.admission.deny(Denial("no-evictions.example.com", "CREATE", "pods/eviction"))
     with pytest.raises(ApiException) as refused:
