@@ -160,6 +160,7 @@ def test_two_stacks_under_a_conflict_storm_and_lost_answers_never_grant_past_the
     firings = {f.kind for f in server.faults.firings()}
     print(f"\nseed {seed}: {STEPS} steps, {granted} slots granted, {lost} transient errors, faults {firings}")
     assert granted > 0, "the run granted no slot"
-    assert lost > 0, "no write met a fault it could not get past"
+    # (a lost answer whose write landed is read back and returns as written: no transient error to count)
+    assert "kube-lost-response" in firings, "no write lost its answer"
     api.api_client.close()
     admin.api_client.close()

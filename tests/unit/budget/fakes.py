@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 from nodecycle.adapters.kube.budget import BudgetContention, BudgetNotInstalled
 from nodecycle.domain.budget import BudgetDocument, DisruptionBudget, NodeState, SlotRequest
+from nodecycle.domain.budget.errors import WriteOutcomeUnknown
 from nodecycle.domain.errors import TransientError
 
 START = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -65,7 +66,8 @@ class MemoryBudgetStore:
       write conflicts and the update starts over;
     - ``conflicts(n)``: the next ``n`` writes lose a race to a writer that changes nothing;
     - ``crash(before_write=...)``: the caller dies before or after its write;
-    - ``lose_answer()``: the write is done, and the caller told of a transient error.
+    - ``lose_answer()``: the write is done, and the caller told of a transient error whose outcome is unknown
+      (``WriteOutcomeUnknown``, as ConfigMapBudgetStore raises it).
     """
 
     def __init__(self, max_attempts: int = 5) -> None:
@@ -145,7 +147,7 @@ class MemoryBudgetStore:
                 raise Crash("after the write")
             if self._lose_answer:
                 self._lose_answer = False
-                raise TransientError("the connection closed before the answer to the budget's write")
+                raise WriteOutcomeUnknown("the connection closed before the answer to the budget's write")
             return result
         raise BudgetContention(f"the budget document kept changing: {self.max_attempts} conflicting writes")
 

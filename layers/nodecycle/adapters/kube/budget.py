@@ -16,11 +16,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
 
 from nodecycle.adapters.kube.cluster_api import node_info
-from nodecycle.adapters.kube.errors import forbidden_refused, kube_errors
+from nodecycle.adapters.kube.errors import forbidden_refused, kube_errors, retry_after
 from nodecycle.adapters.kube.lists import pages
 from nodecycle.domain.budget import BudgetDocument, NodeState
+from nodecycle.domain.budget.errors import WriteOutcomeUnknown
 from nodecycle.domain.budget.seed import DrainInProgress
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.ports.cluster import ZONE_LABEL
@@ -62,7 +64,9 @@ class ConfigMapBudgetStore:
     :class:`BudgetNotInstalled`, which names it and the fix. A write that loses a race (409: the ConfigMap
     changed; 404: it was deleted meanwhile) runs the whole read-mutate-write again after a jittered backoff, up to
     ``max_attempts`` times; then it raises :class:`BudgetContention`, and for throttling (429), server errors and
-    connection errors :class:`TransientError`, so that the step is retried later. A read or write the role may
+    connection errors :class:`TransientError`, so that the step is retried later: for a write that may have been
+    applied (its connection lost after the request went out, a 5xx), :class:`WriteOutcomeUnknown`, which the
+    budget reads back. A read or write the role may
     not make (403: RBAC, a namespace the RBAC does not cover) raises :class:`Refused`, the step's to decide on.
     """
 
@@ -130,12 +134,25 @@ class ConfigMapBudgetStore:
                 # the object as read: its resourceVersion makes the replace conditional, and labels,
                 # annotations or other keys someone added survive
                 config_map.data = {**(config_map.data or {}), DATA_KEY: doc.to_json()}
-                api.replace_namespaced_config_map(
-                    self.name, self.namespace, config_map, _request_timeout=REQUEST_TIMEOUT
-                )
+                try:
+                    api.replace_namespaced_config_map(
+                        self.name, self.namespace, config_map, _request_timeout=REQUEST_TIMEOUT
+                    )
+                except HTTPError as error:
+                    # The request may have gone out and been applied, its answer lost with the connection (a
+                    # read timeout, a connection closed before the response): the budget reads it back
+                    raise WriteOutcomeUnknown(
+                        f"writing ConfigMap {self.namespace}/{self.name}, no answer: {error}"
+                    ) from error
             except ApiException as error:
                 if error.status in (404, 409):  # deleted or changed since it was read: read it again
                     return False
+                if (error.status or 0) >= 500:
+                    # a server that failed mid-way (an etcd timeout, a gateway's) may have applied it
+                    raise WriteOutcomeUnknown(
+                        f"writing ConfigMap {self.namespace}/{self.name}: HTTP {error.status} {_message(error)}",
+                        retry_after=retry_after(error),
+                    ) from error
                 if error.status in (413, 422):
                     # Too large, or otherwise invalid: the same write would fail again. The domain bounds the
                     # document (its queue's maximum), so this is a document no version of nodecycle should

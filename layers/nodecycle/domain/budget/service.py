@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 
 from nodecycle.domain.budget import rules
 from nodecycle.domain.budget.document import BudgetDocument, Holder, OwnerLimits, Waiter
+from nodecycle.domain.budget.errors import WriteOutcomeUnknown
 from nodecycle.domain.budget.limits import BudgetLimits, Decisive, NodeState, owner_limits
 from nodecycle.domain.budget.requests import SlotDecision, SlotReason, SlotRequest
 from nodecycle.domain.budget.seed import DrainsInProgress, seeded
@@ -502,8 +503,12 @@ class DisruptionBudget:
             self._metrics.seconds("BudgetWait", (now - waiter.waiting_since).total_seconds())
 
     def _write[T](self, mutate: Callable[[BudgetDocument | None], tuple[BudgetDocument | None, T]]) -> T:
-        """Run ``mutate`` through the store; count conflicts and report the holders after a write."""
+        """Run ``mutate`` through the store; count conflicts and report the holders after a write. A write
+        whose outcome is unknown (its answer lost) is read back: found stored as written, it landed, and its
+        result is returned as if answered (see :meth:`_landed`)."""
         attempts = 0
+        # the last attempt's document to write and its result (None: it wrote nothing)
+        last: list[tuple[BudgetDocument, _Written[T]] | None] = [None]
 
         def counted(current: BudgetDocument | None) -> tuple[BudgetDocument | None, _Written[T]]:
             nonlocal attempts
@@ -512,16 +517,47 @@ class DisruptionBudget:
                 # (the store writes the seed, whatever ``mutate`` decides: it differs from what it read)
                 current = self._seeded(current)
             doc, result = mutate(current)
-            return doc, _Written(result, None if doc is current or doc is None else len(doc.holders))
+            written = _Written(result, None if doc is current or doc is None else len(doc.holders))
+            last[0] = None if doc is current or doc is None else (doc, written)
+            return doc, written
 
         try:
             written = self._store.update(counted)
+        except WriteOutcomeUnknown as unknown:
+            written = self._landed(last[0], unknown)
         finally:
             if attempts > 1:
                 self._metrics.count("BudgetConflicts", attempts - 1)
         if written.holders is not None:
             self._metrics.count("BudgetHolders", written.holders)
         return written.result
+
+    def _landed[T](
+        self, sent: tuple[BudgetDocument, _Written[T]] | None, unknown: WriteOutcomeUnknown
+    ) -> _Written[T]:
+        """The result of the write ``sent`` (its document and result) whose answer was lost (``unknown``), when
+        the document read back is that document, as written: it landed, and nobody wrote since. Otherwise
+        ``unknown`` is raised: the step is retried, and a repeated release or forget (which finds its entry
+        gone) wakes those its first write passed slots on to; anything else is judged at the retry.
+
+        Why: a write that passes slots on (a release, any write that removes an expired holder) is the only
+        one to wake their lifecycles, whose next asks would find their slots held; told of an error, its writer
+        woke nobody, and the slots stood idle until the waiters' own retries. The read
+        back is one GET after a failed write; one that fails too raises ``unknown``. A write that did not land
+        (the document as it was read) is not sent again here: the step's retry decides again on what is there,
+        as after any transient error."""
+        if sent is None:
+            raise unknown
+        try:
+            stored = self._store.read()
+        except Exception:  # (any failure to read it back leaves the outcome as unknown as it was)
+            raise unknown from None
+        doc, written = sent
+        # (byte for byte: every write stamps the time of its decision, so another writer's document is not ours)
+        if stored is None or stored.unwritten or stored.to_json() != doc.to_json():
+            raise unknown
+        log.info("the budget write's answer was lost, and the document read back shows it landed")
+        return written
 
     def _seeded(self, doc: BudgetDocument) -> BudgetDocument:
         """A document never written (the ConfigMap's first use, or created again after a deletion) with the
