@@ -49,6 +49,7 @@ from nodecycle_sandbox.kube.selectors import (
     parse_label_selector,
 )
 from nodecycle_sandbox.kube.store import Store
+from nodecycle_sandbox.kube.watch_cache import WatchCache
 
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -101,6 +102,8 @@ class Api:
         self._kubelet = kubelet
         # How long the namespace controller takes to get to a namespace deleted (see namespaces.py)
         self.namespace_lag = 0.0
+        # What resourceVersion=0 reads see of a resource whose watch cache a test holds behind (see watch_cache.py)
+        self.watch_cache = WatchCache()
 
     # --- reads ------------------------------------------------------------------------------------
 
@@ -108,6 +111,11 @@ class Api:
         with self._store.lock:
             version.check(self._store.revision)
             obj = self._store.get(rt, namespace, name)
+        cached = (
+            self.watch_cache.state(rt, namespace if rt.namespaced else "") if version.from_cache else None
+        )
+        if cached is not None:
+            obj = next((o for o in cached[1] if o["metadata"]["name"] == name), None)
         if obj is None:
             raise errors.not_found(rt, name)
         return obj
@@ -121,6 +129,9 @@ class Api:
             revision, compacted = self._store.revision, self._store.compacted
         if options.version.from_cache:
             options = dataclasses.replace(options, limit=0)  # the watch cache sends everything at once
+            cached = self.watch_cache.state(rt, namespace)
+            if cached is not None:  # held behind: the state it lags at
+                revision, items = cached
         start_after: tuple[str, str] | None = None
         if options.continue_token:
             revision, start_after = _decode_continue(options.continue_token)

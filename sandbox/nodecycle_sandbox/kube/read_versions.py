@@ -1,6 +1,7 @@
 """Which state a read may be served from: the ``resourceVersion`` and ``resourceVersionMatch`` of a get or a
 list, checked and answered as kube-apiserver does (the sandbox keeps no history: every read sees the
-latest state, which is what "any" and "not older than" allow).
+latest state, which is what "any" and "not older than" allow; but a test may hold a resource's watch cache
+behind, for its ``"0"`` reads: see watch_cache.py).
 
 - unset: the latest state (a consistent read), with ``limit`` and ``continue`` honoured;
 - ``"0"``: any state, from the watch cache: kube-apiserver then ignores ``limit`` and sends every object in

@@ -173,6 +173,19 @@ class KubeServer:
         with self._loop.paused():
             yield
 
+    @contextlib.contextmanager
+    def lagging_watch_cache(self, kind: str = "nodes") -> Iterator[None]:
+        """Hold the watch cache of ``kind`` behind meanwhile: its reads with ``resourceVersion=0`` see the objects
+        as they are now, whatever is written until the block ends, as kube-apiserver's cache may lag behind etcd;
+        reads that name no version see the latest state (see watch_cache.py)."""
+        rt = by_name(kind)
+        with self._store.lock:
+            self._api.watch_cache.hold(rt, self._store.revision, self._store.items(rt))
+        try:
+            yield
+        finally:
+            self._api.watch_cache.catch_up(rt)
+
     def stop(self) -> None:
         """Stop serving and simulating; re-raises a controller failure that happened while running."""
         if self._loop is not None:

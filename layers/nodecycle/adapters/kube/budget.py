@@ -239,8 +239,13 @@ class KubeNodeInventory:
 class KubeDrainsInProgress:
     """The drains in progress the nodes show, for a budget document never written (see
     :mod:`nodecycle.domain.budget.seed`): every node's metadata (its annotations and zone label), one paged
-    list from the API server's watch cache, with no label selector (a holder counts in every stack's view,
-    in its scope or not). Listed only when the budget's ConfigMap holds no document."""
+    consistent list, with no label selector (a holder counts in every stack's view, in its scope or not).
+    Listed only when the budget's ConfigMap holds no document.
+
+    Consistent, not from the watch cache (``resourceVersion=0``): the cache may lag behind etcd, by seconds under
+    load, and miss a drain that claimed its node just before the ConfigMap was deleted, which, left out of the
+    seed, would have its slot granted again while it evicts (invariant 1). A list of this kind is rare (once
+    per document created), so a read from etcd costs little."""
 
     def __init__(self, core_v1_api_factory: CoreV1Factory) -> None:
         self._api = core_v1_api_factory
@@ -251,6 +256,7 @@ class KubeDrainsInProgress:
                 self._api().list_node,
                 "listing nodes for the drains in progress",
                 metadata_only=True,
+                consistent=True,
                 _request_timeout=REQUEST_TIMEOUT,
             )
             drains = [drain for drain in map(_drain_in_progress, found) if drain is not None]

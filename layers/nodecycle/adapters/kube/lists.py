@@ -23,10 +23,17 @@ PAGE = 500
 
 
 def pages(
-    list_call: Callable[..., Any], what: str, *, metadata_only: bool = False, **query: Any
+    list_call: Callable[..., Any],
+    what: str,
+    *,
+    metadata_only: bool = False,
+    consistent: bool = False,
+    **query: Any,
 ) -> Iterator[dict[str, Any]]:
     """Each object of a paged list, as JSON. ``list_call`` is a client method such as
-    ``CoreV1Api.list_node``; ``query`` its selectors and request timeout."""
+    ``CoreV1Api.list_node``; ``query`` its selectors and request timeout. ``consistent``: the objects as they
+    are now (no resourceVersion named), not from the watch cache, which may lag behind writes acknowledged
+    before the list."""
     headers = {"Accept": METADATA_LIST} if metadata_only else {}
     token: str | None = None
     while True:
@@ -35,7 +42,7 @@ def pages(
                 limit=PAGE,
                 _continue=token,
                 # a continued page is read at the version of the first: naming one again is refused
-                resource_version=None if token else ANY_VERSION,
+                resource_version=None if token or consistent else ANY_VERSION,
                 _headers=headers,
                 _preload_content=False,
                 **query,
