@@ -66,8 +66,8 @@ class ConfigMapBudgetStore:
     ``max_attempts`` times; then it raises :class:`BudgetContention`, and for throttling (429), server errors and
     connection errors :class:`TransientError`, so that the step is retried later: for a write that may have been
     applied (its connection lost after the request went out, a 5xx), :class:`WriteOutcomeUnknown`, which the
-    budget reads back. A read or write the role may
-    not make (403: RBAC, a namespace the RBAC does not cover) raises :class:`Refused`, the step's to decide on.
+    budget reads back. A read or write the role may not make (403: RBAC, a namespace the RBAC does not cover)
+    raises :class:`Refused`, the step's to decide on.
     """
 
     def __init__(
