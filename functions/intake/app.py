@@ -20,7 +20,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from nodecycle.contracts.disruption_events import NotADisruption
-from nodecycle.contracts.events import Received, from_eventbridge, from_sqs_body, names_many
+from nodecycle.contracts.events import Home, Received, from_eventbridge, from_sqs_body, names_many
 from nodecycle.contracts.lifecycle_events import InvalidLifecycleEvent, TestNotification
 from nodecycle.domain.model import DisruptionEvent
 from nodecycle.domain.ports.instances import InstanceFacts
@@ -36,9 +36,13 @@ def handler(event: dict[str, Any], context: LambdaContext) -> BatchResponse | No
     def time_left() -> float:
         return context.get_remaining_time_in_millis() / 1000
 
+    # (where the stack runs: a message that says it is from another account or region is refused)
+    home = Home.of_function(context.invoked_function_arn)
     if "Records" in event:
-        return partial_batch(_health_events_last(event), lambda record: _queue_record(record, time_left))
-    accept(lambda: from_eventbridge(event), time_left)
+        return partial_batch(
+            _health_events_last(event), lambda record: _queue_record(record, home, time_left)
+        )
+    accept(lambda: from_eventbridge(event, home=home), time_left)
     return None
 
 
@@ -52,9 +56,9 @@ def _health_events_last(event: dict[str, Any]) -> dict[str, Any]:
     return {**event, "Records": sorted(records, key=lambda record: names_many(record.get("body", "")))}
 
 
-def _queue_record(record: SqsRecord, time_left: Callable[[], float]) -> str:
+def _queue_record(record: SqsRecord, home: Home, time_left: Callable[[], float]) -> str:
     with logger.append_context_keys(message_id=record.get("messageId")):
-        return accept(lambda: from_sqs_body(record["body"]), time_left)
+        return accept(lambda: from_sqs_body(record["body"], home), time_left)
 
 
 def accept(parse: Callable[[], list[Received] | TestNotification], time_left: Callable[[], float]) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from nodecycle.contracts import disruption_events, lifecycle_events
@@ -24,20 +25,60 @@ Received = LifecycleEvent | DisruptionEvent
 REDRIVEN = "sqs-redriven"  # the delivery of an event its on-failure record brought back by the queue
 
 
-def from_eventbridge(event: Mapping[str, Any], delivery: str = "eventbridge") -> list[Received]:
+@dataclass(frozen=True)
+class Home:
+    """The account and region the stack runs in: the only ones whose groups and instances it can act on."""
+
+    account: str
+    region: str
+
+    @classmethod
+    def of_function(cls, arn: str) -> Home:
+        """Where the function of ``arn`` (``arn:aws:lambda:<region>:<account>:function:<name>``, its context's
+        ``invoked_function_arn``) runs."""
+        parts = arn.split(":")
+        if len(parts) < 7 or parts[2] != "lambda":
+            raise ValueError(f"{arn!r} is not a Lambda function's ARN")
+        return cls(account=parts[4], region=parts[3])
+
+    def check(self, data: Mapping[str, Any]) -> None:
+        """:class:`InvalidLifecycleEvent` for a message that says it is from another account or region: an
+        EventBridge event's ``account`` and ``region``, a hook notification's ``AccountId`` (it names no region).
+        A group of the same name elsewhere is not this stack's, and an action of it is not one this account's
+        Auto Scaling holds: taken in, it would cost a record, a step and an unknown action's alarm. (A field
+        missing or of another type is left to the shape's validation, which names it.)"""
+        account = data.get("account", data.get("AccountId"))
+        if isinstance(account, str) and account != self.account:
+            raise InvalidLifecycleEvent(
+                "wrong-account", f"account {account[:64]!r} is not this stack's ({self.account})"
+            )
+        region = data.get("region")
+        if isinstance(region, str) and region != self.region:
+            raise InvalidLifecycleEvent(
+                "wrong-region", f"region {region[:64]!r} is not this stack's ({self.region})"
+            )
+
+
+def from_eventbridge(
+    event: Mapping[str, Any], delivery: str = "eventbridge", home: Home | None = None
+) -> list[Received]:
+    if home is not None:
+        home.check(event)
     if disruption_events.is_disruption_event(event):
         return list(disruption_events.from_eventbridge(event, delivery))
     return [lifecycle_events.from_eventbridge(event, delivery)]
 
 
-def from_sqs_body(body: str) -> list[Received] | TestNotification:
+def from_sqs_body(body: str, home: Home | None = None) -> list[Received] | TestNotification:
     """A message of the intake queue: a hook notification, a test notification, or an EventBridge event
     (lifecycle action or disruption) that an SQS target delivered, or that an on-failure record redriven from
-    the dead-letter queue carries."""
+    the dead-letter queue carries. ``home``: where the stack runs (a message from elsewhere is refused)."""
     data = lifecycle_events.load_json(body)
     delivery = "sqs-eventbridge"
     if is_on_failure_record(data):
         data, delivery = redriven_event(data), REDRIVEN
+    if home is not None and isinstance(data, dict):
+        home.check(data)
     if isinstance(data, dict) and disruption_events.is_disruption_event(data):
         return list(disruption_events.from_eventbridge(data, delivery=delivery))
     parsed = lifecycle_events.from_sqs_data(data, eventbridge_delivery=delivery)
