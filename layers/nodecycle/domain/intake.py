@@ -65,6 +65,7 @@ class IntakeOutcome(StrEnum):
     REPLAYED = "replayed"  # a disruption an EventBridge archive sent again
     UNKNOWN_HOOK = "unknown-hook"  # the hook no longer exists, so neither does the action
     WRONG_HOOK = "wrong-hook"  # the event's transition is not its hook's: forged or broken
+    TOKEN_CONFLICT = "token-conflict"  # the token was taken in under another group or hook: forged or broken
     EXPIRED = "expired"  # delivered after the action's global timeout
     ADOPTED = "adopted"  # the sweeper adopted the action before its event came: nothing written, nothing sent
 
@@ -431,12 +432,76 @@ class Intake:
                 log.info("accepted %s; first step %s", stored.transition.short, stored.step)
                 return IntakeOutcome.ACCEPTED
             if written is Claimed.RECORD_TAKEN:
-                return self._known(self._records.get(record.id), now)
+                known = self._records.get(record.id)
+                # (an adopted lifecycle's id names its hook, and its instance has one group at a time)
+                if (
+                    record.token_known
+                    and known is not None
+                    and (known.group, known.hook) != (record.group, record.hook)
+                ):
+                    return self._conflicting(known, record)
+                return self._known(known, now)
             expected = self._records.claim(record)
         raise TransientError(
             f"the claim of the {record.transition.short} action of {record.instance_id} under hook {record.hook} "
             f"changed {CLAIM_ATTEMPTS} times while its lifecycle was written"
         )
+
+    def _conflicting(self, known: LifecycleRecord, record: LifecycleRecord) -> IntakeOutcome:
+        """The action's token taken in under another group or hook (``known``) than ``record``'s. Auto Scaling
+        issues a token for one action of one hook of one group and renames neither (a hook put under a new
+        name is another hook, whose actions have tokens of their own): one of the two messages is forged or
+        broken. By its id (instance, transition, token) the second would be a quiet duplicate of the first,
+        which hides a forgery, and, when the forged one came first, keeps the true action from its lifecycle
+        until the forged one ended as an unknown action and a sweep adopted the true one.
+
+        Auto Scaling holds the action under its own group and hook alone, and says which. When it is
+        ``record``'s, its lifecycle takes the record over, on the next seq (the other's messages arrive stale):
+        at once if the other's lifecycle has not begun a step or is over, else after its retry (that
+        lifecycle's first step finds its action unknown and ends it). Otherwise ``record`` is rejected."""
+        active = self._autoscaling.heartbeat(record.action)
+        self._metrics.count("LifecycleEventsRejected", reason="token-conflict")
+        if not active:
+            log.warning(
+                "dropped: the lifecycle action %s of %s was taken in under group %s hook %s (lifecycle %s); this "
+                "event names group %s hook %s, under which Auto Scaling does not hold it: forged or broken",
+                record.token,
+                record.instance_id,
+                known.group,
+                known.hook,
+                known.id,
+                record.group,
+                record.hook,
+            )
+            return IntakeOutcome.TOKEN_CONFLICT
+        self._metrics.count("Heartbeats")
+        if not known.finished and known.updated_at != known.received_at:
+            raise TransientError(
+                f"the lifecycle action {record.token} of {record.instance_id} was taken in under group "
+                f"{known.group} hook {known.hook}, which do not hold it, and that lifecycle is running a step: "
+                f"retried once it is over"
+            )
+        taken = record.model_copy(update={"seq": known.seq + 1})
+        claim = self._records.claim(record)
+        if claim is not None and claim.lifecycle != known.id and claim.since >= record.started_at:
+            # (a lifecycle of a later action of the instance under its own hook, or this one's, which took the
+            # record over since it was read: the record's id is the action's. The other's claim, when the two
+            # hooks have the same name (one per instance, transition and hook), is taken over with the record.)
+            return self._known(self._records.get(record.id), self._clock.now())
+        if self._records.write_claimed(taken, claim, expected_seq=known.seq) is not Claimed.WRITTEN:
+            return self._known(self._records.get(record.id), self._clock.now())
+        self._send_first(taken)
+        log.warning(
+            "the lifecycle action %s of %s was taken in under group %s hook %s (forged or broken), under which "
+            "Auto Scaling does not hold it: it goes on under group %s hook %s, which do",
+            record.token,
+            record.instance_id,
+            known.group,
+            known.hook,
+            record.group,
+            record.hook,
+        )
+        return IntakeOutcome.ACCEPTED
 
     def _adopted_without_claim(self, record: LifecycleRecord, now: datetime) -> bool:
         """Whether the sweeper adopted this action before its event came (late: redriven from the dead-letter
