@@ -434,11 +434,7 @@ class Intake:
             if written is Claimed.RECORD_TAKEN:
                 known = self._records.get(record.id)
                 # (an adopted lifecycle's id names its hook, and its instance has one group at a time)
-                if (
-                    record.token_known
-                    and known is not None
-                    and (known.group, known.hook) != (record.group, record.hook)
-                ):
+                if record.token_known and known is not None and _told_otherwise(known, record):
                     return self._conflicting(known, record)
                 return self._known(known, now)
             expected = self._records.claim(record)
@@ -448,38 +444,37 @@ class Intake:
         )
 
     def _conflicting(self, known: LifecycleRecord, record: LifecycleRecord) -> IntakeOutcome:
-        """The action's token taken in under another group or hook (``known``) than ``record``'s. Auto Scaling
-        issues a token for one action of one hook of one group and renames neither (a hook put under a new
-        name is another hook, whose actions have tokens of their own): one of the two messages is forged or
-        broken. By its id (instance, transition, token) the second would be a quiet duplicate of the first,
-        which hides a forgery, and, when the forged one came first, keeps the true action from its lifecycle
-        until the forged one ended as an unknown action and a sweep adopted the true one.
+        """The action's token taken in named otherwise (``known``) than ``record`` names it (``_told_otherwise``).
+        Auto Scaling issues a token for one action of one hook of one group and renames neither (a hook put
+        under a new name is another hook, whose actions have tokens of their own), and an action makes one move:
+        one of the two messages is forged or broken. By its id (instance, transition, token) the second would be
+        a quiet duplicate of the first, which hides a forgery, and, when the forged one came first, keeps the
+        true action from its lifecycle until the forged one ended unconfirmed and a sweep adopted the true one.
 
-        Auto Scaling holds the action under its own group and hook alone, and says which. When it is
-        ``record``'s, its lifecycle takes the record over, on the next seq (the other's messages arrive stale):
-        at once if the other's lifecycle has not begun a step or is over, else after its retry (that
-        lifecycle's first step finds its action unknown and ends it). Otherwise ``record`` is rejected."""
-        active = self._autoscaling.heartbeat(record.action)
+        Auto Scaling holds the action under its own group and hook alone, and its instance in the wait state of
+        its move, and says which (``confirm``). When it is ``record``'s, its lifecycle takes the record over, on
+        the next seq (the other's messages arrive stale): at once if the other's lifecycle has not begun a step
+        or is over, else after its retry (that lifecycle's first step finds its action unconfirmed and ends
+        it). Otherwise ``record`` is rejected."""
+        active = self._autoscaling.confirm(record.action)
         self._metrics.count("LifecycleEventsRejected", reason="token-conflict")
         if not active:
             log.warning(
-                "dropped: the lifecycle action %s of %s was taken in under group %s hook %s (lifecycle %s); this "
-                "event names group %s hook %s, under which Auto Scaling does not hold it: forged or broken",
+                "dropped: the lifecycle action %s of %s was taken in as %s (lifecycle %s); this event names it "
+                "%s, as which Auto Scaling does not hold it: forged or broken",
                 record.token,
                 record.instance_id,
-                known.group,
-                known.hook,
+                _named(known),
                 known.id,
-                record.group,
-                record.hook,
+                _named(record),
             )
             return IntakeOutcome.TOKEN_CONFLICT
         self._metrics.count("Heartbeats")
         if not known.finished and known.updated_at != known.received_at:
             raise TransientError(
-                f"the lifecycle action {record.token} of {record.instance_id} was taken in under group "
-                f"{known.group} hook {known.hook}, which do not hold it, and that lifecycle is running a step: "
-                f"retried once it is over"
+                f"the lifecycle action {record.token} of {record.instance_id} was taken in as {_named(known)}, "
+                "as which Auto Scaling does not hold it, and that lifecycle is running a step: retried once it "
+                "is over"
             )
         taken = record.model_copy(update={"seq": known.seq + 1})
         claim = self._records.claim(record)
@@ -492,14 +487,12 @@ class Intake:
             return self._known(self._records.get(record.id), self._clock.now())
         self._send_first(taken)
         log.warning(
-            "the lifecycle action %s of %s was taken in under group %s hook %s (forged or broken), under which "
-            "Auto Scaling does not hold it: it goes on under group %s hook %s, which do",
+            "the lifecycle action %s of %s was taken in as %s (forged or broken), as which Auto Scaling does not "
+            "hold it: it goes on as %s, which it does",
             record.token,
             record.instance_id,
-            known.group,
-            known.hook,
-            record.group,
-            record.hook,
+            _named(known),
+            _named(record),
         )
         return IntakeOutcome.ACCEPTED
 
@@ -767,6 +760,24 @@ def _moved_by(known: LifecycleRecord, record: LifecycleRecord) -> bool:
     if known.token == record.token:
         return True
     return record.global_deadline > known.global_deadline and _with_successor(known, record) is None
+
+
+def _told_otherwise(known: LifecycleRecord, record: LifecycleRecord) -> bool:
+    """Whether ``record`` names the action of the record ``known`` (the same instance, transition and token)
+    otherwise: another group or hook, or another move (origin, destination) where both tell it (one that does
+    not tell it is not another telling)."""
+    if (known.group, known.hook) != (record.group, record.hook):
+        return True
+    return any(
+        told is not None and again is not None and told != again
+        for told, again in ((known.origin, record.origin), (known.destination, record.destination))
+    )
+
+
+def _named(record: LifecycleRecord) -> str:
+    """How ``record`` names its action, for a log line."""
+    moved = f", from {record.origin} to {record.destination}" if record.origin or record.destination else ""
+    return f"group {record.group} hook {record.hook}{moved}"
 
 
 # The two state changes EC2 tells of one stop, and of one termination

@@ -1,8 +1,9 @@
-"""One lifecycle token told under two groups or two hooks, against the sandbox's Auto Scaling (moto with the
-lifecycle emulation). Auto Scaling issues a token for one action of one hook of one group, and renames neither (a
-hook put under a new name is another hook, whose actions have tokens of their own): one of the two messages is
-forged or broken. Auto Scaling tells which (it holds the action under its own group and hook alone); the other is
-rejected where an operator sees it, never taken for a quiet duplicate, and the true action is the one that goes on."""
+"""One lifecycle token told under two groups or two hooks, or as two moves (from a warm pool, or not), against
+the sandbox's Auto Scaling (moto with the lifecycle emulation). Auto Scaling issues a token for one action of one
+hook of one group, and renames neither (a hook put under a new name is another hook, whose actions have tokens of
+their own): one of the two messages is forged or broken. Auto Scaling tells which (it holds the action under its
+own group and hook alone, and its instance in the wait state of its move); the other is rejected where an
+operator sees it, never taken for a quiet duplicate, and the true action is the one that goes on."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 import boto3
 import pytest
 
+from nodecycle.domain.model import WARM_POOL
 from nodecycle.entrypoints import BatchFailed
 from nodecycle_sandbox.aws import TERMINATING
 from tests.functions.intake.conftest import GROUP, HEARTBEAT_TIMEOUT, TERMINATE_HOOK, make_group
@@ -40,10 +42,11 @@ def two_groups_and_hooks(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def with_other(names: str) -> None:
-    """The other group (``group``) or the other terminate hook of this one (``hook``), made on the sandbox."""
+    """The other group (``group``) or the other terminate hook of this one (``hook``), made on the sandbox
+    (``move``: nothing, the message names the action's move from a warm pool)."""
     if names == "group":
         make_group(OTHER_GROUP)
-    else:
+    elif names == "hook":
         boto3.client("autoscaling").put_lifecycle_hook(
             AutoScalingGroupName=GROUP,
             LifecycleHookName=OTHER_HOOK,
@@ -56,7 +59,17 @@ def with_other(names: str) -> None:
 def renamed(body: dict[str, Any], names: str) -> dict[str, Any]:
     if names == "group":
         return {**body, "AutoScalingGroupName": OTHER_GROUP}
-    return {**body, "LifecycleHookName": OTHER_HOOK}
+    if names == "hook":
+        return {**body, "LifecycleHookName": OTHER_HOOK}
+    return {**body, "Origin": WARM_POOL}  # (a terminate from a warm pool has no node to drain)
+
+
+NAMED = {
+    "group": OTHER_GROUP,
+    "hook": OTHER_HOOK,
+    "move": WARM_POOL,
+}  # what the other message's log line names
+NAMES = ["group", "hook", "move"]
 
 
 def terminating(on: Sandbox) -> tuple[str, str]:
@@ -77,7 +90,7 @@ def warnings(output: str) -> list[str]:
     return [str(json.loads(line)["message"]) for line in output.splitlines() if '"level":"WARNING"' in line]
 
 
-@pytest.mark.parametrize("names", ["group", "hook"])
+@pytest.mark.parametrize("names", NAMES)
 def test_a_token_taken_in_told_again_under_another_group_or_hook_is_rejected_not_a_quiet_duplicate(
     sandbox: Sandbox,  # noqa: F811
     stack: Stack,
@@ -104,12 +117,12 @@ def test_a_token_taken_in_told_again_under_another_group_or_hook_is_rejected_not
     assert metric(output, "LifecycleEventsRejected", reason="token-conflict") == 1
     assert metric(output, "LifecycleEventsDuplicate") == 0
     (warning,) = [w for w in warnings(output) if token in w and w.startswith("dropped")]
-    assert (OTHER_GROUP if names == "group" else OTHER_HOOK) in warning
+    assert NAMED[names] in warning
     assert true["hook"] in warning
     assert true["group"] in warning
 
 
-@pytest.mark.parametrize("names", ["group", "hook"])
+@pytest.mark.parametrize("names", NAMES)
 def test_a_token_told_first_under_another_group_or_hook_gives_way_to_its_true_event(
     sandbox: Sandbox,  # noqa: F811
     stack: Stack,
@@ -124,7 +137,8 @@ def test_a_token_told_first_under_another_group_or_hook_gives_way_to_its_true_ev
     forged = renamed(hook_notification(instance, token, datetime.now(UTC)), names)
     assert sandbox.intake.handler(sqs_event(forged), LambdaContext()) == {"batchItemFailures": []}
     (taken,) = records()
-    assert (taken["group"], taken["hook"]) != (GROUP, TERMINATE_HOOK)
+    told = sandbox.bus.of(token)["detail"]
+    assert (taken["group"], taken["hook"], taken["origin"]) != (GROUP, TERMINATE_HOOK, told["Origin"])
     capsys.readouterr()
 
     # When the action's own event arrives, by EventBridge
@@ -134,12 +148,13 @@ def test_a_token_told_first_under_another_group_or_hook_gives_way_to_its_true_ev
     # other's arrives stale), and the conflict is counted and logged
     (record,) = records()
     assert (record["group"], record["hook"], record["token"]) == (GROUP, TERMINATE_HOOK, token)
+    assert (record["origin"], record["destination"]) == (told["Origin"], told["Destination"])
     assert record["seq"] == taken["seq"] + 1
     sent = [json.loads(m["Body"]) for m in receive_all(stack.drain_queue)]
     assert {"record_id": record["id"], "seq": record["seq"], "step": record["step"]} in sent
     output = capsys.readouterr().out
     assert metric(output, "LifecycleEventsRejected", reason="token-conflict") == 1
-    assert any(token in w and taken["group"] in w and taken["hook"] in w for w in warnings(output))
+    assert any(token in w and taken["group"] in w and NAMED[names] in w for w in warnings(output))
 
 
 def test_a_token_told_first_under_another_group_whose_step_runs_gives_way_at_the_true_events_retry(
