@@ -49,6 +49,9 @@ log = logging.getLogger(__name__)
 # intake function's, left at its default, which is also the most it can be). One older was not delivered but
 # sent again (an archive's replay), and no EC2 API can say whether the instance is still at risk.
 REBALANCE_MAX_AGE = timedelta(hours=6, minutes=5)
+# How far ahead of this function's clock an event's time can be without a word: AWS's clocks and Lambda's agree
+# within this (a start told further ahead is still timed from now, see Intake.accept)
+_SKEW = timedelta(seconds=1)
 # Writes of a hook's lifecycle, each after another lifecycle's claim on its action came in between: two writers
 # (its event's intake, the sweeper) make one retry at most; a third ends in a TransientError (retried later).
 CLAIM_ATTEMPTS = 3
@@ -175,6 +178,16 @@ class Intake:
                 needed,
             )
         now = self._clock.now()
+        if event.started_at > now:
+            # No action starts after it is told of: a start still to come is a message's own (by the queue,
+            # forged or edited), and a lifecycle timed from it would heartbeat after Auto Scaling's deadlines (the
+            # action timing out mid-drain) and hold its claim as newer than the true event's. Timed from now,
+            # its deadlines are no later than the action's.
+            if event.started_at - now > _SKEW:
+                log.warning(
+                    "the event says its action started at %s, ahead of now: timed from now", event.started_at
+                )
+            event = event.model_copy(update={"started_at": now})
         record = self._new_record(event, timeout, now)
         if now > record.global_deadline:
             log.warning("dropped: delivered after the action's global timeout (%s)", record.global_deadline)
