@@ -522,19 +522,23 @@ def test_a_pending_instance_is_waited_for_and_gets_the_address_allocated_for_it(
     assert len(ec2.on(INSTANCE)) == len(ec2.eips) == 1
 
 
-def test_an_instance_already_gone_fails_the_launch_and_its_new_address_is_released(
-    ec2: FakeAddresses, metrics: FakeMetrics, wiring: Wiring
+@pytest.mark.parametrize("state", ["shutting-down", "terminated"])
+def test_an_instance_already_gone_ends_the_launch_as_gone_and_its_new_address_is_released(
+    ec2: FakeAddresses, metrics: FakeMetrics, wiring: Wiring, state: str
 ) -> None:
-    # Given an instance terminated before its launch step ran
-    ec2.terminate(INSTANCE)
+    # Given an instance terminated (or shutting down) before its launch step associated its address
+    ec2.launch(INSTANCE, state=state)
 
-    # When the step runs
+    # When the step runs (EC2 refuses the association)
     outcome = step(ec2, metrics, wiring)(launch_record(INSTANCE), T0)
 
-    # Then the launch ends per policy and the address allocated for it does not leak
-    assert outcome.then is Step.COMPLETE
-    assert outcome.changes["outcome"] == "eip-failed: instance is terminated"
-    assert metrics.counts["EipFailures"] == 1
+    # Then the launch ends past its completion as gone (its action went with its instance), without counting
+    # an EIP failure (no live instance is without its address: no page), whatever the failure policy says
+    assert outcome.then is Step.DONE
+    assert outcome.changes["outcome"] == "instance-gone"
+    assert "result" not in outcome.changes
+    assert metrics.counts.get("EipFailures", 0) == 0
+    # And the address allocated for it does not leak
     assert not ec2.eips
 
 

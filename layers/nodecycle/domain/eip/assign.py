@@ -400,15 +400,16 @@ class AssignAddress:
         return state if state is not None and state.startswith(LEAVING_STATES) else None
 
     def _instance_gone(self, record: LifecycleRecord, state: str) -> Outcome:
-        """A launch waiting for an address whose instance went meanwhile: its action went with it (Auto Scaling
-        ends the launch action of an instance it terminates), and nothing is to be had for it. It leaves the
-        line and its lifecycle ends past its completion, at once: looking on until its wait ended would count an
-        EIP failure (the EipFailures alarm) for an address no one needs, and a heartbeat due meanwhile would find
-        the action gone and count it expired (the expired-actions alarm); its completion, too, would heartbeat
-        first when one is due. Not counted as an EIP failure: no address was missing for a live instance."""
+        """A launch waiting for (or taking) an address whose instance went meanwhile: its action went with it
+        (Auto Scaling ends the launch action of an instance it terminates), and nothing is to be had for it. It
+        leaves the line and its lifecycle ends past its completion, at once: looking on until its wait ended
+        would count an EIP failure (the EipFailures alarm) for an address no one needs, and a heartbeat due
+        meanwhile would find the action gone and count it expired (the expired-actions alarm); its completion,
+        too, would heartbeat first when one is due. Not counted as an EIP failure: no address was missing for a
+        live instance."""
         self._leave_line(record, record.updated_at)
         log.warning(
-            "instance %s is %s while its launch waits for an Elastic IP: the launch ends without one",
+            "instance %s is %s while its launch is given an Elastic IP: the launch ends without one",
             record.instance_id,
             state,
         )
@@ -554,13 +555,18 @@ class AssignAddress:
             return None
 
     def _instance_unavailable(self, record: LifecycleRecord, scratch: dict[str, Any]) -> Outcome:
-        """EC2 refused the instance; its state tells a pending instance (wait) from a gone one (fail)."""
+        """EC2 refused the instance; its state tells a pending instance (wait) from a gone one (its launch ends).
+
+        Gone (terminated while its address was being assigned: a scale-in right after the scale-out, a Spot
+        instance reclaimed), its launch action went with it: the launch ends as ``instance-gone``, as one that
+        waited for an address does (``_instance_gone``), the addresses allocated for it released (a pool's stay
+        in the pool, unassociated). No EIP failure: no live instance is without its address."""
         instance = record.instance_id
         state = self._addresses.instance_states([instance]).get(instance)
         if state in GONE_STATES:
             if self._mode is EipMode.ALLOCATE:
                 self._release_spares(record, keep=None, found=None)
-            return self._fail(record, f"instance is {state}")
+            return self._instance_gone(record, state)
         attempts = int(scratch.get("instance_attempts", 0)) + 1
         if attempts > INSTANCE_ATTEMPTS:
             waited = INSTANCE_ATTEMPTS * INSTANCE_DELAY
