@@ -668,8 +668,10 @@ def action_lapsed(
     return expired_before_completion(record, records)
 
 
-# Auto Scaling's lifecycle states (prefixes) of an instance on its way out of its group or its warm pool
-LEAVING_STATES = ("Terminating", "Warmed:Terminating", "Terminated", "Warmed:Terminated")
+# Auto Scaling's lifecycle states (prefixes) of an instance it is terminating, out of its group or its warm
+# pool: a launch action of the instance ends with them (see ``ended_with_its_instance``). (The drain cleanup's
+# NOT_COMING_BACK_STATES, a wider set, says whether a drained node's instance comes back to service.)
+TERMINATION_STATES = ("Terminating", "Warmed:Terminating", "Terminated", "Warmed:Terminated")
 
 
 def ended_with_its_instance(
@@ -692,7 +694,7 @@ def ended_with_its_instance(
     except TransientError as error:
         log.info("could not tell where instance %s is (taken as expired): %s", record.instance_id, error)
         return None
-    if state is not None and not state.startswith(LEAVING_STATES):
+    if state is not None and not state.startswith(TERMINATION_STATES):
         return None
     log.warning(
         "the launch action of %s ended with its instance (%s): the launch ends",

@@ -55,8 +55,10 @@ MAINTENANCE_OVER_AFTER = timedelta(minutes=15)
 # Windows are hours. A watch still waiting this long after the maintenance's start (a kubelet that never came
 # back, an instance left in Standby) ends with the cordon kept, as before there was a watch: an operator looks.
 MAINTENANCE_WATCH_LIMIT = timedelta(days=2)
-# Auto Scaling lifecycle states of an instance that is leaving its group's service for good (or into its pool)
-LEAVING_STATES = ("Terminating", "Terminated", "Detaching", "Detached", "Warmed")
+# Auto Scaling lifecycle states (prefixes) of an instance that is not coming back to its group's service after
+# a maintenance: terminated, detached, or gone into its warm pool (a wider set than the engine's
+# TERMINATION_STATES, which says only whether a launch action ended with its instance)
+NOT_COMING_BACK_STATES = ("Terminating", "Terminated", "Detaching", "Detached", "Warmed")
 
 
 def _watching(record: LifecycleRecord, key: str, now: datetime) -> tuple[datetime, dict[str, Any]]:
@@ -246,7 +248,7 @@ class Cleanup:
         state = self._instances.states([instance]).get(instance)
         # (an instance of no group, tagged for this owner, has no group state to ask for)
         in_group = self._autoscaling.lifecycle_state(instance) if record.group else "InService"
-        if not up(state) or in_group is None or in_group.startswith(LEAVING_STATES):
+        if not up(state) or in_group is None or in_group.startswith(NOT_COMING_BACK_STATES):
             why = f"instance {instance} is not coming back ({state or 'gone'}, {in_group})"
             return self._kept(node, record, why, watching)
         ahead = [

@@ -36,7 +36,7 @@ from typing import Any, Protocol
 
 from nodecycle.domain.eip import SCRATCH, release_unassociated, without_scratch
 from nodecycle.domain.eip.line import AddressLines, Line, PoolLine, Waiter, ahead_of, line_key
-from nodecycle.domain.engine import LEAVING_STATES, Outcome
+from nodecycle.domain.engine import TERMINATION_STATES, Outcome
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import after_completion
 from nodecycle.domain.model import LifecycleRecord, Step
@@ -389,7 +389,14 @@ class AssignAddress:
         EC2 while terminate hooks hold it (its launch action ended with the termination): an address it took
         would stay with it until EC2 terminates it, kept from the launches behind it (in allocate mode, the
         quota's, the address then left to the sweeper). One DescribeAutoScalingInstances, only as it takes
-        one."""
+        one.
+
+        An instance no group lists is taken for one still there, where ``engine.ended_with_its_instance`` (the
+        same launch, its action confirmed, then found gone by a heartbeat) takes it for one that left its group:
+        deliberately. There the action is over already, and only how its end is counted depends on the answer;
+        here a wrong "gone" would keep an address from a live launch, while a gone instance taken for one still
+        there costs one refused call: EC2 refuses to associate an address with an instance that is shutting
+        down or terminated, and the step then ends the launch as ``instance-gone`` (``_instance_unavailable``)."""
         if not scratch.get("exhausted_since"):
             return None  # (a launch that did not wait: its action was confirmed moments ago)
         try:
@@ -397,7 +404,7 @@ class AssignAddress:
         except TransientError as error:
             log.info("could not tell whether instance %s is terminating: %s", record.instance_id, error)
             return None
-        return state if state is not None and state.startswith(LEAVING_STATES) else None
+        return state if state is not None and state.startswith(TERMINATION_STATES) else None
 
     def _instance_gone(self, record: LifecycleRecord, state: str) -> Outcome:
         """A launch waiting for (or taking) an address whose instance went meanwhile: its action went with it
