@@ -28,7 +28,7 @@ from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import Worker
 from nodecycle.domain.model import ActionRef, LifecycleRecord, Step, Transition, global_deadline
 from nodecycle.domain.policy import ActionResult
-from nodecycle.domain.ports.lifecycle import Hook, WaitingInstance, WorkMessage
+from nodecycle.domain.ports.lifecycle import Hook, Membership, WaitingInstance, WorkMessage
 from nodecycle.settings import DrainSettings
 from nodecycle.wiring.common import common
 
@@ -140,6 +140,9 @@ class _Autoscaling:
 
     def lifecycle_state(self, instance_id: str) -> str | None:
         return "Terminating:Wait"
+
+    def membership(self, instance_id: str) -> Membership:
+        raise AssertionError("a waiter's action is confirmed: nothing asks where its instance went")
 
 
 class _Metrics:

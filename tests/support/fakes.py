@@ -13,7 +13,14 @@ from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import Worker
 from nodecycle.domain.model import WARM_POOL, ActionRef, LifecycleRecord, Transition
 from nodecycle.domain.policy import ActionResult
-from nodecycle.domain.ports.lifecycle import ActionClaim, Claimed, Hook, WaitingInstance, WorkMessage
+from nodecycle.domain.ports.lifecycle import (
+    ActionClaim,
+    Claimed,
+    Hook,
+    Membership,
+    WaitingInstance,
+    WorkMessage,
+)
 
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 SQS_MAX_DELAY = 900  # seconds: the most DelaySeconds SQS accepts
@@ -193,6 +200,10 @@ class FakeAutoscaling:
     heartbeats: list[ActionRef] = field(default_factory=list)
     active: bool = True  # False: every action timed out or was completed by someone else
     states: dict[str, str] = field(default_factory=dict)  # instance -> lifecycle state, for those a group has
+    # instance -> the group that has it (those in ``states``); else the group its action's hook is issued under
+    group_of: dict[str, str] = field(default_factory=dict)
+    # instance -> (EC2 state, its aws:autoscaling:groupName tag), for those no group has and EC2 still describes
+    in_ec2: dict[str, tuple[str, str | None]] = field(default_factory=dict)
     clock: FakeClock = field(default_factory=FakeClock)
     action_timeout: int = 300  # seconds: the hooks' heartbeat timeout (the unit tests' records say 300)
     started: dict[str, datetime] = field(default_factory=dict)  # token -> when its action started (T0)
@@ -337,6 +348,24 @@ class FakeAutoscaling:
 
     def lifecycle_state(self, instance_id: str) -> str | None:
         return self.states.get(instance_id)
+
+    def membership(self, instance_id: str) -> Membership:
+        """As AutoscalingActions says it (tests/contracts/test_autoscaling.py): the group that has the instance
+        and its state there; for one no group has, EC2's state and group tag of it (``in_ec2``)."""
+        state = self.states.get(instance_id)
+        if state is not None:
+            hooked = next(
+                (
+                    self._hooks_of[t]
+                    for t, i in self.issued.items()
+                    if i == instance_id and t in self._hooks_of
+                ),
+                None,
+            )
+            group = self.group_of.get(instance_id) or (hooked[0] if hooked is not None else None)
+            return Membership(group=group, lifecycle_state=state)
+        ec2_state, tagged = self.in_ec2.get(instance_id, (None, None))
+        return Membership(group=tagged, lifecycle_state=None, ec2_state=ec2_state)
 
 
 def holding_state(action: ActionRef) -> str:

@@ -53,6 +53,7 @@ from nodecycle.domain.model import (
 )
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.cluster import Refused
+from nodecycle.domain.ports.instances import GONE_STATES
 from nodecycle.domain.ports.lifecycle import Autoscaling, RecordStore, WorkMessage, WorkQueues
 from nodecycle.domain.ports.runtime import Clock, Metrics
 
@@ -486,6 +487,16 @@ class StepEngine:
                 )
                 self._metrics.count("LifecycleActionsExpired")
                 return record, expired_before_completion(record, self._records)
+            # A launch whose instance Auto Scaling terminated before this first step (a scale-in right after the
+            # scale-out, a Spot instance reclaimed at once) finds its action ended with it, as a forged pair
+            # finds none: only where the instance is tells them apart (see ``instance_left``). The heartbeat is
+            # asked again then: the confirmation also fails for an action that is active where its instance is
+            # not where a launch's holds it (the live token of the instance's terminate action, named as its
+            # launch), which is no launch ended with its instance. (A TransientError from either retries the
+            # step, rather than page for an action that may be neither.)
+            gone = _ended_with_its_instance(record, now, self._autoscaling)
+            if gone is not None and not self._autoscaling.heartbeat(record.action):
+                return record, gone
             log.warning(
                 "Auto Scaling has no active lifecycle action with this token for %s: nothing is disrupted",
                 record.instance_id,
@@ -669,7 +680,7 @@ def action_lapsed(
 
 
 # Auto Scaling's lifecycle states (prefixes) of an instance it is terminating, out of its group or its warm
-# pool: a launch action of the instance ends with them (see ``ended_with_its_instance``). (The drain cleanup's
+# pool: a launch action of the instance ends with them (see ``instance_left``). (The drain cleanup's
 # NOT_COMING_BACK_STATES, a wider set, says whether a drained node's instance comes back to service.)
 TERMINATION_STATES = ("Terminating", "Warmed:Terminating", "Terminated", "Warmed:Terminated")
 
@@ -679,29 +690,64 @@ def ended_with_its_instance(
 ) -> Outcome | None:
     """The end of a launch whose action Auto Scaling no longer has, when its instance is leaving the group (or
     has left it) before any of the action's timeouts: Auto Scaling ends the launch action of an instance it
-    terminates (a scale-in, TerminateInstanceInAutoScalingGroup, an operator) at once, while EC2 may say
-    running for as long as terminate hooks hold it. Nothing nodecycle did let it lapse: no expiry to count (the
-    expired-actions alarm), and its instance's terminate lifecycle frees what it holds. None for any other
-    action gone: a drain's, or a launch's past its heartbeat deadline (timed out, perhaps, its default ABANDON
-    terminating the instance: an expiry), or whose instance stays (completed by hand), or when Auto Scaling
-    does not say now."""
+    terminates (a scale-in, TerminateInstanceInAutoScalingGroup, an operator, a Spot instance reclaimed) at once,
+    while EC2 may say running for as long as terminate hooks hold it. Nothing nodecycle did let it lapse: no
+    expiry to count (the expired-actions alarm), and its instance's terminate lifecycle frees what it holds.
+    None for any other action gone: a drain's, or a launch's past its heartbeat deadline (timed out, perhaps,
+    its default ABANDON terminating the instance: an expiry), or whose instance stays (completed by hand), or
+    that nothing shows was the group's (see ``instance_left``), or when Auto Scaling or EC2 does not say now."""
+    try:
+        return _ended_with_its_instance(record, now, autoscaling)
+    except TransientError as error:
+        log.info("could not tell where instance %s is (taken as expired): %s", record.instance_id, error)
+        return None
+
+
+def _ended_with_its_instance(
+    record: LifecycleRecord, now: datetime, autoscaling: Autoscaling
+) -> Outcome | None:
+    """``ended_with_its_instance``, raising TransientError when Auto Scaling or EC2 does not answer now."""
     if record.transition is not Transition.LAUNCHING or now >= min(
         record.heartbeat_deadline, record.global_deadline
     ):
         return None
-    try:
-        state = autoscaling.lifecycle_state(record.instance_id)
-    except TransientError as error:
-        log.info("could not tell where instance %s is (taken as expired): %s", record.instance_id, error)
-        return None
-    if state is not None and not state.startswith(TERMINATION_STATES):
+    gone = instance_left(record, autoscaling)
+    if gone is None:
         return None
     log.warning(
-        "the launch action of %s ended with its instance (%s): the launch ends",
-        record.instance_id,
-        state or "in no group any more",
+        "the launch action of %s ended with its instance (%s): the launch ends", record.instance_id, gone
     )
     return Outcome.goto(after_completion(record), outcome="instance-gone")
+
+
+def instance_left(record: LifecycleRecord, autoscaling: Autoscaling) -> str | None:
+    """Where the instance of ``record`` has gone, when it is shown leaving (or gone from) the record's group;
+    None when it is not, or nothing shows it. Raises TransientError when Auto Scaling or EC2 does not answer.
+
+    What shows it depends on whether the group was seen holding the instance for this lifecycle: its action
+    confirmed (a heartbeat accepted, the instance waiting where the action holds it) or adopted (the sweeper
+    found it held in the group's listing). Then an instance that no group lists any more has left the group
+    (Auto Scaling forgets an instance once it is terminated): one DescribeAutoScalingInstances. Never seen there
+    (its token refused at its first confirmation, or not asked yet), only the message said the instance was the
+    group's, and anyone who can write to the intake queue can say so: the group that lists it must be the
+    record's, and for one no group lists, EC2 must show it going (shutting down, terminated) with the record's
+    group in the tag Auto Scaling gave it at launch (EC2 describes a terminated instance for about an hour; the
+    first step of a launch runs seconds after its event). An instance of another group, of none, unknown to EC2
+    (an id made up, or terminated long ago) or still there is none of these: its action is unknown (a forged or
+    foreign pair, or a token Auto Scaling never issued: the alarm). No API tells a token after the fact: a made-up
+    token paired with an instance of the group that the group is terminating ends as gone too, and it is one
+    for which nothing is left to disrupt."""
+    if record.verified_at is not None or not record.token_known:
+        state = autoscaling.lifecycle_state(record.instance_id)
+        if state is None:
+            return "in no group any more"
+        return state if state.startswith(TERMINATION_STATES) else None
+    where = autoscaling.membership(record.instance_id)
+    if where.group != record.group:
+        return None
+    if where.lifecycle_state is not None:
+        return where.lifecycle_state if where.lifecycle_state.startswith(TERMINATION_STATES) else None
+    return f"{where.ec2_state} in EC2" if where.ec2_state in GONE_STATES else None
 
 
 def _not_asking_yet(record: LifecycleRecord, now: datetime) -> bool:

@@ -8,14 +8,16 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from nodecycle.adapters.aws.clients import LazyClient, error_code, transient_errors
+from nodecycle.adapters.aws.instances import Ec2Instances
 from nodecycle.domain.catalog import OWNER_TAG
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import WARM_POOL, ActionRef, Transition
 from nodecycle.domain.policy import ActionResult
-from nodecycle.domain.ports.lifecycle import Hook, WaitingInstance
+from nodecycle.domain.ports.lifecycle import Hook, Membership, WaitingInstance
 
 if TYPE_CHECKING:
     from mypy_boto3_autoscaling import AutoScalingClient
+    from mypy_boto3_ec2 import EC2Client
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +81,9 @@ def _hook(described: Any) -> Hook:
 
 
 class AutoscalingActions:
-    def __init__(self, autoscaling: AutoScalingClient | None = None) -> None:
+    def __init__(self, autoscaling: AutoScalingClient | None = None, ec2: EC2Client | None = None) -> None:
         self._asg: LazyClient[AutoScalingClient] = LazyClient("autoscaling", autoscaling)
+        self._instances = Ec2Instances(ec2)  # (its client made only at its first call: ``membership``'s)
 
     def complete(self, action: ActionRef, result: ActionResult) -> bool:
         if not self._still_held(action):
@@ -269,3 +272,19 @@ class AutoscalingActions:
             found = self._asg().describe_auto_scaling_instances(InstanceIds=[instance_id])
         instances = found.get("AutoScalingInstances", [])
         return str(instances[0]["LifecycleState"]) if instances else None
+
+    def membership(self, instance_id: str) -> Membership:
+        with transient_errors("reading an instance's group and lifecycle state"):
+            found = self._asg().describe_auto_scaling_instances(InstanceIds=[instance_id])
+        listed = found.get("AutoScalingInstances", [])
+        if listed:
+            return Membership(
+                group=listed[0]["AutoScalingGroupName"], lifecycle_state=listed[0]["LifecycleState"]
+            )
+        # No group lists it: Auto Scaling forgets an instance once it is terminated (and never knew one of no
+        # group). EC2 still describes a terminated instance for a while (about an hour), with the group's name
+        # in the tag Auto Scaling gave it at launch; and it answers nothing for an id it does not know.
+        facts = self._instances.facts(instance_id)
+        if facts is None:
+            return Membership(group=None, lifecycle_state=None)
+        return Membership(group=facts.group, lifecycle_state=None, ec2_state=facts.state)

@@ -150,6 +150,17 @@ class WaitingInstance:
         )
 
 
+@dataclass(frozen=True)
+class Membership:
+    """Where an instance stands, as Auto Scaling says, else (for one no group lists) as EC2 says: what tells a
+    launch action that ended with its instance from one Auto Scaling never had for it (see
+    ``engine.instance_left``)."""
+
+    group: str | None  # the group that lists it; else the group EC2 tags it with (aws:autoscaling:groupName)
+    lifecycle_state: str | None  # its state in the group that lists it; None: no group lists it
+    ec2_state: str | None = None  # for one no group lists: its state in EC2; None: EC2 does not know it
+
+
 class Autoscaling(Protocol):
     def complete(self, action: ActionRef, result: ActionResult) -> bool:
         """Complete the action; False when it was no longer active (completed before, or timed out)."""
@@ -185,4 +196,9 @@ class Autoscaling(Protocol):
     def lifecycle_state(self, instance_id: str) -> str | None:
         """The instance's lifecycle state in its group (``InService``, ``Terminating:Wait``...); None when
         no group has it (any more)."""
+        ...
+
+    def membership(self, instance_id: str) -> Membership:
+        """The group that lists the instance and its state there (DescribeAutoScalingInstances); for one no group
+        lists, EC2's state and group tag of it (DescribeInstances, asked only then)."""
         ...
