@@ -5,8 +5,11 @@ or foreign pair). Only where the instance is tells them apart (``engine.instance
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
+from nodecycle.domain.engine import action_lapsed
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import Step
 from nodecycle.domain.ports.lifecycle import Membership, WorkMessage
@@ -114,3 +117,37 @@ def test_a_refused_token_whose_instance_cannot_be_placed_now_is_retried_not_coun
     assert (retried.step, retried.finished, retried.attempts) == (Step.ASSIGN_EIP, False, 1)
     assert metrics.counts.get("LifecycleActionsUnknown", 0) == 0
     assert ec2.eips == {}
+
+
+@pytest.mark.parametrize(
+    ("confirmed", "in_ec2", "outcome", "expired"),
+    [
+        # confirmed in its group before: an instance no group lists any more has left it
+        pytest.param(True, None, "instance-gone", 0, id="confirmed-in-no-group"),
+        # never confirmed (the sweeper's keep-alive of a launch whose first step has not run): only EC2's word
+        pytest.param(
+            False, ("terminated", GROUP), "instance-gone", 0, id="unconfirmed-terminated-of-its-group"
+        ),
+        pytest.param(False, None, "action-expired", 1, id="unconfirmed-unknown-to-ec2"),
+        pytest.param(
+            False, ("terminated", OTHER_GROUP), "action-expired", 1, id="unconfirmed-another-groups"
+        ),
+    ],
+)
+def test_a_lapsed_launch_ends_as_gone_on_the_evidence_its_confirmation_gave(
+    confirmed: bool, in_ec2: tuple[str, str | None] | None, outcome: str, expired: int
+) -> None:
+    # Given a launch whose action a heartbeat (the engine's keep-alive, or the sweeper's) found gone before its
+    # timeouts, its instance listed by no group; confirmed in its group before, or never
+    clock, records, metrics = FakeClock(T0), InMemoryRecords(), FakeMetrics()
+    record = launch_record(INSTANCE, verified_at=T0 if confirmed else None)
+    autoscaling = FakeAutoscaling(issued={}, clock=clock)
+    if in_ec2 is not None:
+        autoscaling.in_ec2[INSTANCE] = in_ec2
+
+    # When its lapse is settled
+    ended = action_lapsed(record, T0 + timedelta(seconds=30), autoscaling, records, metrics)
+
+    # Then it ends as gone only on what shows the instance left the record's group; else as an expiry (counted)
+    assert ended.changes["outcome"] == outcome
+    assert metrics.counts.get("LifecycleActionsExpired", 0) == expired
