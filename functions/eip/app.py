@@ -8,7 +8,18 @@ it, then dead-letters it. This function never imports the Kubernetes client (col
 
 from __future__ import annotations
 
-from nodecycle.entrypoints import work_queue_handler
-from nodecycle.wiring.eip import engine, shared
+from typing import Any
 
-handler = work_queue_handler(engine, lambda: shared().metrics)
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from nodecycle.entrypoints import BatchResponse, work_queue_handler
+from nodecycle.wiring.eip import engine, invocation_time, shared
+
+_work = work_queue_handler(engine, lambda: shared().metrics)
+
+
+def handler(event: dict[str, Any], context: LambdaContext) -> BatchResponse:
+    # The steps' AWS calls end within the invocation's time, less the engine's reserve after them, as the drain
+    # function's: a step cut short is retried, where a function killed mid-call would commit nothing
+    with invocation_time().running(context.get_remaining_time_in_millis() / 1000):
+        return _work(event, context)

@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 from datetime import timedelta
 from functools import cache
 
@@ -29,53 +25,19 @@ from nodecycle.domain.launch import ReadinessGate
 from nodecycle.domain.model import Step
 from nodecycle.domain.nodes import NodeFinder
 from nodecycle.settings import Budget, DrainSettings, FunctionSettings
+
+# (in common since the eip function, intake and the sweeper keep to the invocation's time too: here where the drain's
+# handler and its tests find them)
+from nodecycle.wiring.common import MIN_RUN_SECONDS as MIN_RUN_SECONDS
+from nodecycle.wiring.common import STEP_RESERVE_SECONDS as STEP_RESERVE_SECONDS
 from nodecycle.wiring.common import Common, common, drain_policy, readiness_policy
+from nodecycle.wiring.common import InvocationTime as InvocationTime
+from nodecycle.wiring.common import invocation_time as invocation_time
 
 # How old the budget's view of the nodes in scope may be (see KubeNodeInventory): their count changes as a
 # group scales, slowly; their health (cordons, NotReady) can change at any moment, so it is read more often.
 NODE_COUNTS_MAX_AGE = timedelta(seconds=60)
 NODE_STATES_MAX_AGE = timedelta(seconds=10)
-# What an invocation keeps of the function's time after a step's calls: the engine's commit of the step, a
-# heartbeat, the next message (one AWS call each, well under a second unless throttled). Under the engine's
-# inline budget (15 s: a step runs inline only with that much left), so an inline step still has seconds for its
-# calls; a slower pass ends where its time does, and goes on at its next poll.
-STEP_RESERVE_SECONDS = 10.0
-# An invocation that reads less than this left after the reserve at its start reads a clock that is off (see
-# InvocationTime.running): a fresh one has the function's whole timeout (60 s)
-MIN_RUN_SECONDS = 5.0
-
-
-class InvocationTime:
-    """What is left of the current invocation's time for a step's calls, in seconds (None outside an invocation,
-    as in the sweeper, which shares the cluster's client): the function's remaining time when the invocation
-    began, less ``STEP_RESERVE_SECONDS``. A plain deadline on the monotonic clock: neither the domain nor the
-    adapters see the Lambda context."""
-
-    def __init__(self, reserve: float = STEP_RESERVE_SECONDS) -> None:
-        self._reserve = reserve
-        self._ends: ContextVar[float | None] = ContextVar("invocation_ends", default=None)
-
-    @contextmanager
-    def running(self, remaining_seconds: float) -> Iterator[None]:
-        """An invocation with ``remaining_seconds`` of the function's time left. The runtime counts that on the
-        container's wall clock (its deadline less the time now): a clock far off (set ahead) reads nothing left
-        at an invocation's start, a minute early. Then the calls keep their own timeouts, as before there was a
-        deadline, rather than none of them being made."""
-        usable = remaining_seconds - self._reserve
-        token = self._ends.set(time.monotonic() + usable if usable >= MIN_RUN_SECONDS else None)
-        try:
-            yield
-        finally:
-            self._ends.reset(token)
-
-    def left(self) -> float | None:
-        ends = self._ends.get()
-        return None if ends is None else ends - time.monotonic()
-
-
-@cache
-def invocation_time() -> InvocationTime:
-    return InvocationTime()
 
 
 @cache

@@ -17,6 +17,7 @@ from nodecycle.domain.model import Step
 from nodecycle.domain.sweep.addresses import AddressSweep
 from nodecycle.settings import EipSettings, SweeperSettings
 from nodecycle.wiring.common import Common, common, eip_policy
+from nodecycle.wiring.common import invocation_time as invocation_time  # (the eip handler's)
 
 
 @cache

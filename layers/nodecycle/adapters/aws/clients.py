@@ -3,8 +3,9 @@ classification."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import boto3
@@ -15,7 +16,53 @@ from nodecycle.domain.errors import AccessRefused, TransientError
 
 # botocore's standard retry mode already backs off on throttling and 5xx; what still fails after it is
 # handed to the step engine as a TransientError, which retries the step later instead of sleeping here.
-CLIENT_CONFIG = Config(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=5, read_timeout=20)
+# Within an invocation each attempt is also cut to the time left (see calls_within): the read timeout per
+# attempt, never the connect timeout, which botocore takes from the client alone; so it is short (an AWS
+# endpoint in the region connects in milliseconds, and a connection that takes seconds is one to try again).
+MAX_ATTEMPTS = 5
+CONNECT_TIMEOUT = 2.0
+READ_TIMEOUT = 20.0
+CLIENT_CONFIG = Config(
+    retries={"mode": "standard", "max_attempts": MAX_ATTEMPTS},
+    connect_timeout=CONNECT_TIMEOUT,
+    read_timeout=READ_TIMEOUT,
+)
+# An attempt is not started with less than its connect timeout and this for the answer left (see calls_within)
+MIN_READ_SECONDS = 1.0
+# The longest backoff of botocore's standard mode before a retry (a throttled call: rand x 2^(attempt - 1) s,
+# truncated at 20 s; botocore's opt-in AWS_NEW_RETRIES_2026 may add an x-amz-retry-after, which nodecycle does not set)
+MAX_BACKOFF_SECONDS = 20.0
+
+TimeLeft = Callable[[], float | None]  # seconds the calls made now may still take; None: no end
+
+
+class CallOutOfTime(TransientError):
+    """An AWS call (or its retry) not made: the run that would make it has too little time left for one attempt
+    and the backoff botocore may sleep after it. Not AWS's failure: the next run (a step's retry, the next
+    sweep, the event's redelivery) makes it."""
+
+
+_time_left: ContextVar[TimeLeft | None] = ContextVar("aws_calls_time_left", default=None)
+
+
+@contextmanager
+def calls_within(time_left: TimeLeft) -> Iterator[None]:
+    """Every AWS call made in this block by a client of :func:`client` ends within ``time_left()`` seconds.
+
+    A Lambda killed at its timeout in the middle of a call commits nothing after it: a step's retry, its next
+    message, a sweep's log of what it left undone. Against an endpoint that takes the connection and never
+    answers, one call of CLIENT_CONFIG waits up to five read timeouts (100 s) and the backoffs between them,
+    longer than any nodecycle function's timeout. So each attempt, when botocore is about to send it, gets a read
+    timeout cut to what is left less its connect timeout and the longest backoff botocore may sleep after it
+    (none after the last attempt), and an attempt that would not get ``MIN_READ_SECONDS`` is not sent: the call
+    raises :class:`CallOutOfTime`, a TransientError, so a step's calls are retried as for a throttled one. The
+    innermost block holds (a step's own time inside its invocation's)."""
+    token = _time_left.set(time_left)
+    try:
+        yield
+    finally:
+        _time_left.reset(token)
+
 
 _TRANSIENT_CODES = frozenset(
     {
@@ -60,7 +107,36 @@ def client(service: str) -> Any:
     The endpoint, region and credentials come from the environment as boto3 reads them (including
     ``AWS_ENDPOINT_URL``), so the same code talks to AWS and to a local emulator.
     """
-    return boto3.client(service, config=CLIENT_CONFIG)  # type: ignore[call-overload]
+    made = boto3.client(service, config=CLIENT_CONFIG)  # type: ignore[call-overload]
+    # every service's every attempt, retries included (botocore emits before-send.<service>.<operation>)
+    made.meta.events.register("before-send", _attempt_within_time, unique_id="nodecycle-calls-within-time")
+    return made
+
+
+def _backoff_after(attempt: int) -> float:
+    """The longest sleep botocore's standard mode may take after attempt ``attempt`` fails (1-based)."""
+    if attempt >= MAX_ATTEMPTS:
+        return 0.0
+    return min(2.0 ** (attempt - 1), MAX_BACKOFF_SECONDS)
+
+
+def _attempt_within_time(request: Any, **_: Any) -> None:
+    """(see calls_within) Raised here, CallOutOfTime is the call's outcome: botocore's retry handlers retry
+    only its own connection and HTTP errors."""
+    time_left = _time_left.get()
+    left = None if time_left is None else time_left()
+    if left is None:
+        return
+    context = request.context
+    attempt = int(context.get("retries", {}).get("attempt", 1))
+    read = left - CONNECT_TIMEOUT - _backoff_after(attempt)
+    if read < MIN_READ_SECONDS:
+        raise CallOutOfTime(
+            f"{request.method} {request.url.split('?')[0]}: attempt {attempt} not sent, "
+            f"{max(0.0, left):.1f} s left of the run's time"
+        )
+    # botocore 1.43 reads a request's own read timeout from its context (httpsession._get_request_timeout)
+    context["read_timeout"] = min(READ_TIMEOUT, read)
 
 
 class LazyClient[C]:
