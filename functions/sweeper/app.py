@@ -7,6 +7,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from nodecycle.observability import logger, metrics, tracer
+from nodecycle.wiring.common import invocation_time
 from nodecycle.wiring.sweeper import sweeper
 
 
@@ -15,5 +16,11 @@ from nodecycle.wiring.sweeper import sweeper
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, int]:
     # Each part counts its own metrics (SweptHolders, SweptEips, LifecyclesResumed...); the report is the
-    # invocation's result and its log line. The parts start work only with time left for it.
-    return sweeper().sweep(time_left=lambda: context.get_remaining_time_in_millis() / 1000)
+    # invocation's result and its log line. The parts start work only with time left for it, and the calls of
+    # the work started end within the invocation's (a hung API server or AWS endpoint would otherwise hold one
+    # call past the timeout: killed mid-call, the sweep would neither log nor count what it left undone).
+    def time_left() -> float:
+        return context.get_remaining_time_in_millis() / 1000
+
+    with invocation_time().running(time_left()):
+        return sweeper().sweep(time_left=time_left)

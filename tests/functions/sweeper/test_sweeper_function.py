@@ -17,24 +17,13 @@ from nodecycle.adapters.aws.records import DynamoRecordStore
 from nodecycle.domain.completion import ended_by
 from nodecycle.domain.model import ENDS_ITS_INSTANCE, LifecycleRecord, Step, Transition, global_deadline
 from nodecycle.domain.sweep.sweeper import SweepFailed
-from nodecycle_sandbox.aws.install import install
-from tests.functions.intake.conftest import GROUP, HEARTBEAT_TIMEOUT, make_group
+from tests.functions.intake.conftest import GROUP, HEARTBEAT_TIMEOUT
 from tests.support.emf import metric
 from tests.support.events import load_event
-from tests.support.functions import AwsLatency, LambdaContext, load_function
+from tests.support.functions import AwsLatency, LambdaContext
 from tests.support.stack import Stack, receive_all
 
 OWNER = "stack-a"
-
-
-@pytest.fixture
-def sweeper(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    install()  # moto lacks CompleteLifecycleAction: the sandbox's emulation adds it
-    monkeypatch.setenv("NODECYCLE_CLUSTER_NAME", "")  # an EIP fleet: no Kubernetes parts
-    monkeypatch.setenv("NODECYCLE_EIP_MODE", "allocate")
-    monkeypatch.setenv("NODECYCLE_RESUME_GRACE_SECONDS", "60")
-    make_group(GROUP)
-    return load_function("sweeper")
 
 
 def invocation() -> LambdaContext:

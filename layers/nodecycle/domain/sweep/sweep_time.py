@@ -6,7 +6,9 @@ invocation mid-call, and nothing after that call runs: not the parts after it (t
 keep alive the actions no record tells of, came after the lifecycles'), not the metrics flush, not the log of
 what was left undone. So, as intake does (domain/intake_budget.py), a part starts another lifecycle, instance,
 node, waiter or address only while more than a reserve is left, and says how much it left undone; the sweeper reports
-the sweep cut short, and the next sweep takes it up (the lifecycles most urgent first).
+the sweep cut short, and the next sweep takes it up (the lifecycles most urgent first). The calls of an item begun end
+within the invocation's time too (the sweeper function's handler gives it to the clients: each call, cut to it, fails
+as a transient error): one that hangs fails its item, as a throttled one does, instead of outlasting the reserve.
 """
 
 from __future__ import annotations
