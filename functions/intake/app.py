@@ -26,7 +26,7 @@ from nodecycle.domain.model import DisruptionEvent
 from nodecycle.domain.ports.instances import InstanceFacts
 from nodecycle.entrypoints import BatchResponse, SqsRecord, partial_batch
 from nodecycle.observability import logger, metrics, tracer
-from nodecycle.wiring.intake import budget, intake, shared
+from nodecycle.wiring.intake import budget, intake, invocation_time, shared
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -38,12 +38,15 @@ def handler(event: dict[str, Any], context: LambdaContext) -> BatchResponse | No
 
     # (where the stack runs: a message that says it is from another account or region is refused)
     home = Home.of_function(context.invoked_function_arn)
-    if "Records" in event:
-        return partial_batch(
-            _health_events_last(event), lambda record: _queue_record(record, home, time_left)
-        )
-    accept(lambda: from_eventbridge(event, home=home), time_left)
-    return None
+    # (every AWS call ends within the invocation's time: one against an endpoint that never answers would
+    # otherwise outlast the function, and the batch's records taken in before it would come back with it)
+    with invocation_time().running(time_left()):
+        if "Records" in event:
+            return partial_batch(
+                _health_events_last(event), lambda record: _queue_record(record, home, time_left)
+            )
+        accept(lambda: from_eventbridge(event, home=home), time_left)
+        return None
 
 
 def _health_events_last(event: dict[str, Any]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from nodecycle.domain.intake_budget import IntakeBudget
 from nodecycle.domain.policy import EipMode, PlanPolicy
 from nodecycle.settings import IntakeSettings, SweeperSettings, Timing
 from nodecycle.wiring.common import Common, common
+from nodecycle.wiring.common import invocation_time as invocation_time  # (the intake handler's)
 
 
 @cache
