@@ -7,11 +7,12 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from kubernetes.client import CoreV1Api
 
 from nodecycle.adapters.aws.records import DynamoRecordStore
+from nodecycle.domain.eip import SCRATCH
 from nodecycle.domain.model import LifecycleRecord, Transition
 from nodecycle_sandbox import Sandbox, SandboxOptions
 from nodecycle_sandbox.aws.group import GroupSpec, HookSpec, WarmPoolSpec, default_hooks, wait_for
@@ -30,6 +31,9 @@ FAST = {
     "BudgetMaxUnavailable": "2",
     "BudgetMaxUnavailablePerZone": "1",
 }
+
+POOL = "allow-listed"  # the Elastic IP pool of the tests that have one
+OWNER = "nodecycle"  # the stack's name: the sandbox's owner id
 
 NODE_REMOVE_AFTER = 2.0  # seconds between an instance's end and its node's removal
 
@@ -223,3 +227,48 @@ def held_by_a_budget(sandbox: Sandbox) -> tuple[str, str]:
     return pod["metadata"]["name"], next(
         i for i in sandbox.asg.in_state("InService") if node_of(sandbox, i) == node
     )
+
+
+def pool_address(sandbox: Sandbox) -> str:
+    """A new address in the pool ``POOL`` (tagged for it): its allocation id."""
+    tags = [{"Key": "nodecycle:owner", "Value": OWNER}, {"Key": "nodecycle:pool", "Value": POOL}]
+    spec = [{"ResourceType": "elastic-ip", "Tags": tags}]
+    return str(sandbox.client("ec2").allocate_address(Domain="vpc", TagSpecifications=spec)["AllocationId"])
+
+
+def waits_in_line(sandbox: Sandbox, instance: str) -> bool:
+    """Whether the instance's launch found no address to be had (an empty pool, the quota used up) and waits
+    in line for one."""
+    record = find_record(sandbox, instance, Transition.LAUNCHING)
+    return record is not None and bool((record.extra.get(SCRATCH) or {}).get("exhausted_since"))
+
+
+class Line(NamedTuple):
+    """The only address to be had, the instance in service that holds it, and a launch waiting for it."""
+
+    address: str  # its allocation id
+    holder: str
+    waiting: str
+
+
+def a_launch_waiting_for_an_empty_pool(sandbox: Sandbox, *, quota: bool = False) -> Line:
+    """On a sandbox started with a group of none (``running(size=0)``) and Elastic IPs on: one instance in
+    service holding the only address to be had, then a second launch waiting in line for one. The address:
+    the pool's one (``EipMode=pool``, ``EipPoolName=POOL``), or with ``quota`` (``EipMode=allocate``) the one
+    the instance allocated, the account's address quota then set to it."""
+    ec2 = sandbox.client("ec2")
+    pooled = None if quota else pool_address(sandbox)
+    sandbox.asg.set_desired(1)
+    (holder,) = sandbox.asg.wait_in_service(1, timeout=90)
+    if quota:
+        (owned,) = ec2.describe_addresses(Filters=[{"Name": "tag:nodecycle:owner", "Values": [OWNER]}])[
+            "Addresses"
+        ]
+        assert owned.get("InstanceId") == holder, owned
+        pooled = owned["AllocationId"]
+        sandbox.aws.configure(address_quota=1)
+    assert pooled is not None
+    sandbox.asg.set_desired(2)
+    waiting = wait_for(lambda: next(iter(set(sandbox.asg.instances()) - {holder}), None), 30, "a launch")
+    wait_for(lambda: waits_in_line(sandbox, waiting), 60, "the launch to find no address to be had")
+    return Line(pooled, holder, waiting)

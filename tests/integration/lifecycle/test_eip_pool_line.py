@@ -8,16 +8,17 @@ from typing import Any
 
 import pytest
 
-from nodecycle.domain.eip import SCRATCH
-from nodecycle.domain.model import Transition
 from nodecycle_sandbox.aws.group import wait_for
 from nodecycle_sandbox.aws.records import LAUNCHING
-from tests.integration.lifecycle.harness import find_record, running
+from tests.integration.lifecycle.harness import (
+    OWNER,
+    POOL,
+    a_launch_waiting_for_an_empty_pool,
+    running,
+    waits_in_line,
+)
 
 pytestmark = pytest.mark.slow
-
-POOL = "allow-listed"
-OWNER = "nodecycle"  # the stack's name: the sandbox's owner id
 
 
 def holder(ec2: Any, allocation_id: str) -> str | None:
@@ -30,20 +31,8 @@ def test_an_address_given_back_goes_to_the_launch_waiting_for_it_not_to_one_laun
     parameters = {"EipMode": "pool", "EipPoolName": POOL, "EipWaitSeconds": "300"}
     with running(parameters=parameters, size=0, workloads=None) as sandbox:
         ec2 = sandbox.client("ec2")
-        tags = [{"Key": "nodecycle:owner", "Value": OWNER}, {"Key": "nodecycle:pool", "Value": POOL}]
-        spec = [{"ResourceType": "elastic-ip", "Tags": tags}]
-        pooled = ec2.allocate_address(Domain="vpc", TagSpecifications=spec)["AllocationId"]
-        sandbox.asg.set_desired(1)
-        (old,) = sandbox.asg.wait_in_service(1, timeout=90)
+        pooled, old, waiting = a_launch_waiting_for_an_empty_pool(sandbox)
         assert holder(ec2, pooled) == old
-        sandbox.asg.set_desired(2)
-        waiting = wait_for(lambda: next(iter(set(sandbox.asg.instances()) - {old}), None), 30, "a launch")
-
-        def waits(instance: str) -> bool:
-            record = find_record(sandbox, instance, Transition.LAUNCHING)
-            return record is not None and bool((record.extra.get(SCRATCH) or {}).get("exhausted_since"))
-
-        wait_for(lambda: waits(waiting), 60, "the launch to find the pool empty")
 
         # When the old instance terminates (its address given back once drained), and a new launch comes the
         # moment the address is free
@@ -63,7 +52,7 @@ def test_an_address_given_back_goes_to_the_launch_waiting_for_it_not_to_one_laun
         sandbox.asg.wait_in_service(1, timeout=60)
         assert waiting in sandbox.asg.in_state("InService")
         assert all(a.active for a in sandbox.asg.actions(transition=LAUNCHING) if a.instance_id == late)
-        wait_for(lambda: waits(late), 30, "the later launch to wait")
+        wait_for(lambda: waits_in_line(sandbox, late), 30, "the later launch to wait")
 
 
 def test_an_address_the_quota_frees_goes_to_the_launch_waiting_for_it_not_to_one_launched_after() -> None:
@@ -77,18 +66,8 @@ def test_an_address_the_quota_frees_goes_to_the_launch_waiting_for_it_not_to_one
             found = ec2.describe_addresses(Filters=[{"Name": "tag:nodecycle:owner", "Values": [OWNER]}])
             return {a.get("InstanceId") or "free" for a in found["Addresses"]}
 
-        sandbox.asg.set_desired(1)
-        (old,) = sandbox.asg.wait_in_service(1, timeout=90)
+        _, old, waiting = a_launch_waiting_for_an_empty_pool(sandbox, quota=True)
         assert holders() == {old}
-        sandbox.aws.configure(address_quota=1)
-        sandbox.asg.set_desired(2)
-        waiting = wait_for(lambda: next(iter(set(sandbox.asg.instances()) - {old}), None), 30, "a launch")
-
-        def waits(instance: str) -> bool:
-            record = find_record(sandbox, instance, Transition.LAUNCHING)
-            return record is not None and bool((record.extra.get(SCRATCH) or {}).get("exhausted_since"))
-
-        wait_for(lambda: waits(waiting), 60, "the launch to find the quota used up")
 
         # When the old instance terminates (its address released once drained), and a new launch is asked for
         # the moment the quota has room
@@ -104,4 +83,4 @@ def test_an_address_the_quota_frees_goes_to_the_launch_waiting_for_it_not_to_one
         # Then the launch that waited holds the address; the later one waits its turn
         assert taker == waiting, f"the address went to {taker}, launched after {waiting}"
         assert holders() == {waiting}
-        wait_for(lambda: waits(late), 30, "the later launch to wait")
+        wait_for(lambda: waits_in_line(sandbox, late), 30, "the later launch to wait")

@@ -7,15 +7,11 @@ from typing import Any
 
 import pytest
 
-from nodecycle.domain.eip import SCRATCH
 from nodecycle.domain.model import ADDRESSES_LEFT, Transition
 from nodecycle_sandbox.aws.group import wait_for
-from tests.integration.lifecycle.harness import find_record, running
+from tests.integration.lifecycle.harness import OWNER, POOL, find_record, pool_address, running, waits_in_line
 
 pytestmark = pytest.mark.slow
-
-POOL = "allow-listed"
-OWNER = "nodecycle"  # the stack's name: the sandbox's owner id
 
 
 def test_a_pool_address_goes_to_the_primary_interface_of_an_instance_with_two_and_back_at_terminate() -> None:
@@ -25,12 +21,7 @@ def test_a_pool_address_goes_to_the_primary_interface_of_an_instance_with_two_an
         ec2: Any = sandbox.client("ec2")
         sandbox.asg.set_desired(1)
         instance = wait_for(lambda: next(iter(sandbox.asg.instances()), None), 30, "a launch")
-
-        def waits() -> bool:
-            record = find_record(sandbox, instance, Transition.LAUNCHING)
-            return record is not None and bool((record.extra.get(SCRATCH) or {}).get("exhausted_since"))
-
-        wait_for(waits, 60, "the launch to find the pool empty")
+        wait_for(lambda: waits_in_line(sandbox, instance), 60, "the launch to find the pool empty")
         (described,) = ec2.describe_instances(InstanceIds=[instance])["Reservations"][0]["Instances"]
         (primary,) = [n["NetworkInterfaceId"] for n in described["NetworkInterfaces"]]
         second = ec2.create_network_interface(SubnetId=described["SubnetId"])["NetworkInterface"]
@@ -39,9 +30,7 @@ def test_a_pool_address_goes_to_the_primary_interface_of_an_instance_with_two_an
         )
 
         # When an address comes into the pool
-        tags = [{"Key": "nodecycle:owner", "Value": OWNER}, {"Key": "nodecycle:pool", "Value": POOL}]
-        spec = [{"ResourceType": "elastic-ip", "Tags": tags}]
-        pooled = ec2.allocate_address(Domain="vpc", TagSpecifications=spec)["AllocationId"]
+        pooled = pool_address(sandbox)
 
         # Then the launch takes it on the primary interface, sees it on the instance, and goes in service
         sandbox.asg.wait_in_service(1, timeout=90)

@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from nodecycle.domain.eip import SCRATCH
 from nodecycle.domain.model import Transition
 from nodecycle_sandbox.aws.group import HookSpec, wait_for
 from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING
-from tests.integration.lifecycle.harness import find_record, running
+from tests.integration.lifecycle.harness import POOL, a_launch_waiting_for_an_empty_pool, find_record, running
 
 pytestmark = pytest.mark.slow
 
-POOL = "allow-listed"
-OWNER = "nodecycle"  # the stack's name: the sandbox's owner id
 HEARTBEAT_TIMEOUT = 30  # seconds: short hooks, so that an action lapsing shows within the test
 
 
@@ -32,19 +29,7 @@ def test_a_launch_waiting_for_a_pool_address_whose_instance_is_terminated_ends_a
     )
     with running(parameters=parameters, size=0, hooks=hooks, workloads=None) as sandbox:
         ec2 = sandbox.client("ec2")
-        tags = [{"Key": "nodecycle:owner", "Value": OWNER}, {"Key": "nodecycle:pool", "Value": POOL}]
-        spec = [{"ResourceType": "elastic-ip", "Tags": tags}]
-        pooled = ec2.allocate_address(Domain="vpc", TagSpecifications=spec)["AllocationId"]
-        sandbox.asg.set_desired(1)
-        (old,) = sandbox.asg.wait_in_service(1, timeout=90)
-        sandbox.asg.set_desired(2)
-        waiting = wait_for(lambda: next(iter(set(sandbox.asg.instances()) - {old}), None), 30, "a launch")
-
-        def waits(instance: str) -> bool:
-            record = find_record(sandbox, instance, Transition.LAUNCHING)
-            return record is not None and bool((record.extra.get(SCRATCH) or {}).get("exhausted_since"))
-
-        wait_for(lambda: waits(waiting), 60, "the launch to find the pool empty")
+        pooled, old, waiting = a_launch_waiting_for_an_empty_pool(sandbox)
 
         # When the waiting launch's instance is terminated (its launch action ends with it)
         sandbox.asg.terminate(waiting, decrement=True)

@@ -10,16 +10,13 @@ from typing import Any
 
 import pytest
 
-from nodecycle.domain.eip import SCRATCH
 from nodecycle.domain.model import Step, Transition
 from nodecycle_sandbox.aws.group import HookSpec, wait_for
 from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING
-from tests.integration.lifecycle.harness import find_record, running
+from tests.integration.lifecycle.harness import POOL, a_launch_waiting_for_an_empty_pool, find_record, running
 
 pytestmark = pytest.mark.slow
 
-POOL = "allow-listed"
-OWNER = "nodecycle"  # the stack's name: the sandbox's owner id
 # Another tool's terminate hook on the same group (nodecycle does not manage it): it holds every terminating
 # instance in Terminating:Wait, running in EC2, for minutes
 OTHER_TOOL = HookSpec("backup-agent-terminate", TERMINATING, 600, "CONTINUE")
@@ -41,17 +38,6 @@ def ec2_state(ec2: Any, instance: str) -> str:
 def holder(ec2: Any, allocation_id: str) -> str | None:
     (address,) = ec2.describe_addresses(AllocationIds=[allocation_id])["Addresses"]
     return address.get("InstanceId")
-
-
-def waits_in_line(sandbox: Any, instance: str) -> bool:
-    record = find_record(sandbox, instance, Transition.LAUNCHING)
-    return record is not None and bool((record.extra.get(SCRATCH) or {}).get("exhausted_since"))
-
-
-def pool_address(sandbox: Any) -> str:
-    tags = [{"Key": "nodecycle:owner", "Value": OWNER}, {"Key": "nodecycle:pool", "Value": POOL}]
-    spec = [{"ResourceType": "elastic-ip", "Tags": tags}]
-    return str(sandbox.client("ec2").allocate_address(Domain="vpc", TagSpecifications=spec)["AllocationId"])
 
 
 def test_a_launch_in_the_readiness_gate_whose_instance_is_terminated_ends_as_gone_not_expired() -> None:
@@ -100,12 +86,7 @@ def test_a_launch_in_the_pools_line_whose_instance_is_terminated_ends_as_gone_no
         "HeartbeatMarginSeconds": "5",
     }
     with running(parameters=parameters, size=0, hooks=hooks(30), workloads=None) as sandbox:
-        pooled = pool_address(sandbox)
-        sandbox.asg.set_desired(1)
-        (old,) = sandbox.asg.wait_in_service(1, timeout=90)
-        sandbox.asg.set_desired(2)
-        waiting = wait_for(lambda: next(iter(set(sandbox.asg.instances()) - {old}), None), 30, "a launch")
-        wait_for(lambda: waits_in_line(sandbox, waiting), 60, "the launch to find the pool empty")
+        pooled, old, waiting = a_launch_waiting_for_an_empty_pool(sandbox)
 
         # When the group terminates the waiting launch's instance, which another tool's hook holds in
         # Terminating:Wait, running in EC2
@@ -131,12 +112,7 @@ def test_a_doomed_launch_first_in_the_pools_line_takes_no_address_given_back() -
     parameters = {"EipMode": "pool", "EipPoolName": POOL, "EipWaitSeconds": "600"}
     with running(parameters=parameters, size=0, hooks=hooks(300), workloads=None) as sandbox:
         ec2 = sandbox.client("ec2")
-        pooled = pool_address(sandbox)
-        sandbox.asg.set_desired(1)
-        (old,) = sandbox.asg.wait_in_service(1, timeout=90)
-        sandbox.asg.set_desired(2)
-        doomed = wait_for(lambda: next(iter(set(sandbox.asg.instances()) - {old}), None), 30, "a launch")
-        wait_for(lambda: waits_in_line(sandbox, doomed), 60, "the launch to find the pool empty")
+        pooled, old, doomed = a_launch_waiting_for_an_empty_pool(sandbox)
         # And the group terminates its instance (its launch action ends with it), held in Terminating:Wait by
         # another tool's hook, running in EC2
         sandbox.asg.terminate(doomed, decrement=True)

@@ -6,12 +6,9 @@ from __future__ import annotations
 import pytest
 
 from nodecycle_sandbox.aws.records import LAUNCHING
-from tests.integration.lifecycle.harness import running
+from tests.integration.lifecycle.harness import POOL, pool_address, running
 
 pytestmark = pytest.mark.slow
-
-POOL = "allow-listed"
-OWNER = "nodecycle"  # the stack's name: the sandbox's owner id
 
 
 def test_a_refresh_with_a_pool_sized_to_the_fleet_hands_each_address_to_a_replacement() -> None:
@@ -19,13 +16,7 @@ def test_a_refresh_with_a_pool_sized_to_the_fleet_hands_each_address_to_a_replac
     parameters = {"EipMode": "pool", "EipPoolName": POOL}
     with running(parameters=parameters, size=0) as sandbox:
         ec2 = sandbox.client("ec2")
-        tags = [{"Key": "nodecycle:owner", "Value": OWNER}, {"Key": "nodecycle:pool", "Value": POOL}]
-        pool = {
-            ec2.allocate_address(
-                Domain="vpc", TagSpecifications=[{"ResourceType": "elastic-ip", "Tags": tags}]
-            )["AllocationId"]
-            for _ in range(2)
-        }
+        pool = {pool_address(sandbox) for _ in range(2)}
         sandbox.asg.set_desired(2)
         old = set(sandbox.asg.wait_in_service(2, timeout=120))
 
