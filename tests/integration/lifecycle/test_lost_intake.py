@@ -52,13 +52,14 @@ def dead_letter_of(sandbox: Sandbox, instance: str) -> Any:
 
 def test_the_sweeper_adopts_a_terminate_action_whose_event_intake_dead_lettered() -> None:
     # Given hooks with a 15 s heartbeat timeout (the terminate hook's default result CONTINUE), a sweeper
-    # every 2 s, and DynamoDB failing every call of the intake function (throttling, a KMS key denied)
+    # every 2 s, and DynamoDB refusing every call of the intake function (the table's KMS key denied to its
+    # role: refused at once, where a 5xx or throttling costs each attempt seconds of botocore's backoff)
     with swept_every_two_seconds(HEARTBEAT_TIMEOUT) as sandbox:
         initial = set(sandbox.asg.in_state("InService"))
         victim = sorted(initial)[0]
         node = node_of(sandbox, victim)
         sandbox.aws.arm_faults(
-            faults=[Fault("down", "aws-error", target="dynamodb.*")],
+            faults=[Fault("down", "aws-denied", target="dynamodb.*")],
             seed=1,
             callers=[sandbox.runner.access_key("IntakeFunction")],
         )
