@@ -20,10 +20,12 @@ from tests.integration.lifecycle.harness import (
 pytestmark = pytest.mark.slow
 
 HEARTBEAT_TIMEOUT = 10
+# A pod that takes just over two heartbeat timeouts to stop: the drain outlives two of them, on heartbeats alone
+SLOW_SHUTDOWN = 2 * HEARTBEAT_TIMEOUT + 1
 
 
 def test_a_drain_longer_than_the_heartbeat_timeout_stays_alive_through_heartbeats() -> None:
-    # Given hooks with a 10 s heartbeat timeout, and a pod that takes 25 s to stop on the node to drain
+    # Given hooks with a 10 s heartbeat timeout, and a pod that takes 21 s to stop on the node to drain
     hooks = (
         HookSpec("nodecycle-launch", LAUNCHING, HEARTBEAT_TIMEOUT, "ABANDON"),
         HookSpec("nodecycle-terminate", TERMINATING, HEARTBEAT_TIMEOUT, "ABANDON"),
@@ -42,7 +44,7 @@ def test_a_drain_longer_than_the_heartbeat_timeout_stays_alive_through_heartbeat
                         "metadata": {
                             "name": "slow-shutdown",
                             "namespace": "batch",
-                            "annotations": {"sandbox.nodecycle.io/shutdown-seconds": "25"},
+                            "annotations": {"sandbox.nodecycle.io/shutdown-seconds": str(SLOW_SHUTDOWN)},
                         },
                         "spec": {
                             "nodeName": node,
