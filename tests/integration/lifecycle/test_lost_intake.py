@@ -76,10 +76,11 @@ def test_the_sweeper_adopts_a_terminate_action_whose_event_intake_dead_lettered(
         assert (done.outcome, done.completed_by is not None) == ("completed", True)
         assert completed_before_drained(sandbox.kube.history(), [done]) == []
         assert sandbox.kube.node_for_instance(victim) in (node, None)
-        # by the lifecycle the sweeper adopted, under this stack's hook
-        adopted = records(sandbox).get(f"{victim}/terminate/{adopted_token(done.hook)}")
-        assert adopted is not None
-        assert adopted.finished, adopted
+        # by the lifecycle the sweeper adopted, under this stack's hook, which then ends (its cleanup comes
+        # after the completion: a moment later, not at once)
+        store, adopted_id = records(sandbox), f"{victim}/terminate/{adopted_token(done.hook)}"
+        assert store.get(adopted_id) is not None
+        wait_for(lambda: (r := store.get(adopted_id)) is not None and r.finished, 30, "the adopted lifecycle")
         # and the replacement's launch action too: through the readiness gate, completed with CONTINUE
         launched = wait_for(
             lambda: [
@@ -93,8 +94,15 @@ def test_the_sweeper_adopts_a_terminate_action_whose_event_intake_dead_lettered(
         assert [(a.outcome, a.result, a.completed_by is not None) for a in launched] == [
             ("completed", "CONTINUE", True)
         ]
-        sweeps = sandbox.runner.journal.invocations("SweeperFunction")
-        assert sum((s.response or {}).get("LifecyclesAdopted", 0) for s in sweeps) == 2
+
+        def adoptions() -> int:
+            """The lifecycles adopted, as the sweeps that have ended say (the one that adopted the launch may
+            still be sending its work when that launch is completed)."""
+            sweeps = sandbox.runner.journal.invocations("SweeperFunction")
+            return sum((s.response or {}).get("LifecyclesAdopted", 0) for s in sweeps)
+
+        wait_for(lambda: adoptions() >= 2, 30, "the sweeps that adopted both actions")
+        assert adoptions() == 2
 
         # When the dead letter is redriven as the runbook says: sent back to the intake queue as it is, the
         # on-failure record Lambda wrote (a message move task; EventBridge would refuse its aws.* event put
