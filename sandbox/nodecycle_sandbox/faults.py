@@ -37,7 +37,7 @@ AWS_KINDS = ("aws-throttle", "aws-error")
 AWS_REFUSAL_KINDS = ("aws-denied",)
 SQS_KINDS = ("sqs-duplicate", "sqs-delay", "sqs-reorder", "sqs-drop")
 EVENT_KINDS = ("event-duplicate", "event-delay")
-WORKER_KINDS = ("worker-kill", "clock-skew")
+WORKER_KINDS = ("worker-kill", "clock-skew", "time-travel")
 KINDS = (
     *KUBE_KINDS,
     *KUBE_REFUSAL_KINDS,
@@ -61,7 +61,7 @@ class Fault:
     ``"POST pods/eviction"`` (Kubernetes: method and resource); ``"autoscaling.CompleteLifecycleAction"``,
     ``"ec2.*"`` (AWS: service and operation); ``"DrainQueue"`` (SQS: the queue's logical id);
     ``"DrainFunction"`` (workers, and events: the function's logical id). ``value`` is the kind's amount:
-    seconds of delay (``kube-slow``, ``sqs-delay``, ``event-delay``), of skew (``clock-skew``), of ``Retry-After`` (``kube-throttle``), or the
+    seconds of delay (``kube-slow``, ``sqs-delay``, ``event-delay``), of skew (``clock-skew``, ``time-travel``), of ``Retry-After`` (``kube-throttle``), or the
     API call after which a worker dies (``worker-kill``: 1 = right after its first call).
     """
 

@@ -565,7 +565,7 @@ class ScenarioRun:
         if loose and "a" in self.scenario.stacks:
             runner = self.world.runners["a"]
             self.box.runner_faults.arm(
-                [Fault("sweep-grace", "clock-skew", "SweeperFunction", limit=1, value=SWEEP_GRACE + 60)],
+                [Fault("sweep-grace", "time-travel", "SweeperFunction", limit=1, value=SWEEP_GRACE + 60)],
                 seed=0,
             )
             before = len(runner.journal.invocations("SweeperFunction"))

@@ -22,7 +22,12 @@ In the runner (:class:`RunnerFaults`, asked by ``sqs_source.py`` and ``invokers.
 - ``worker-kill``: the invocation's container dies right after its ``value``-th API call (AWS or
   Kubernetes: every HTTP request the handler makes counts), before it can answer;
 - ``clock-skew``: the invocation runs with its container's wall clock ``value`` seconds off (``datetime.now``,
-  ``time.time``; the monotonic clock is untouched), a stand-in for a Lambda container whose clock moved.
+  ``time.time``; the monotonic clock is untouched), a stand-in for a Lambda container whose clock moved. Its
+  remaining time is reckoned on that clock, as Lambda's runtime does (the deadline less the time now): a clock
+  set ahead by more than the timeout reads none left.
+- ``time-travel``: the invocation is made ``value`` seconds later than now: its wall clock as ``clock-skew``
+  moves it, and its deadline with it (all of its time left). Never drawn by the campaign's plans: what its
+  checks use to run one sweep once a grace has passed.
 
 In the worker process (:class:`WorkerFaults`): the directives of each invocation are applied around it.
 """
@@ -118,7 +123,8 @@ class RunnerFaults(Injector):
         )
 
     def directives(self, function: str) -> dict[str, float]:
-        """What the next invocation of ``function`` runs with: ``kill_after`` calls, ``clock_skew`` seconds."""
+        """What the next invocation of ``function`` runs with: ``kill_after`` calls, ``clock_skew`` seconds,
+        ``time_travel`` seconds (its deadline's move; its clock's is in ``clock_skew``)."""
         if not self.armed:
             return {}
         found: dict[str, float] = {}
@@ -128,6 +134,10 @@ class RunnerFaults(Injector):
         skew = self.draw(("clock-skew",), function)
         if skew is not None:
             found["clock_skew"] = skew.value
+        later = self.draw(("time-travel",), function)
+        if later is not None:
+            found["clock_skew"] = found.get("clock_skew", 0.0) + later.value
+            found["time_travel"] = later.value  # (the invoker moves the deadline too)
         return found
 
     @staticmethod

@@ -412,7 +412,9 @@ class ProcessInvoker:
         invoke_at = time.time()
         try:
             faults = self._faults.directives(spec.logical_id)
-            outcome = worker.invoke(event, _context(spec, request_id, invoke_at), spec.timeout, faults)
+            # (an invocation made later than now: its deadline as much later as its clock)
+            deadline_from = invoke_at + faults.get("time_travel", 0.0)
+            outcome = worker.invoke(event, _context(spec, request_id, deadline_from), spec.timeout, faults)
         except TimeoutError:
             pool.discard(worker)
             return _result(request_id, started_at, _timed_out(spec), cold)
