@@ -101,13 +101,15 @@ def test_removing_a_finalizer_does_not_cut_a_graceful_shutdown_short(server: Kub
     )
     _running(server, "slow")
     started = time.monotonic()
-    kube.core.delete_namespaced_pod("slow", "default")
+    # (the kubelet held back until the check: under load the delete and the patch can outlast its 1 s shutdown)
+    with server.paused_controllers():
+        kube.core.delete_namespaced_pod("slow", "default")
 
-    # When its finalizer is removed at once
-    kube.core.patch_namespaced_pod("slow", "default", {"metadata": {"finalizers": None}})
+        # When its finalizer is removed at once
+        kube.core.patch_namespaced_pod("slow", "default", {"metadata": {"finalizers": None}})
 
-    # Then it still runs until its shutdown is over, and then it goes
-    assert server.get_object("pods", "slow", "default") is not None
+        # Then it still runs until its shutdown is over, and then it goes
+        assert server.get_object("pods", "slow", "default") is not None
     wait_until(lambda: server.get_object("pods", "slow", "default") is None, what="slow gone")
     assert time.monotonic() - started >= 0.9
 
@@ -230,10 +232,12 @@ def test_a_kubelet_lost_on_an_idle_cluster_still_turns_its_node_unknown(
 def test_a_shorter_grace_moves_the_deletion_deadline_from_when_the_deletion_was_asked(
     server: KubeServer, kube: Kube
 ) -> None:
-    # Given two pods with a finalizer that take 1.5 s and 2.5 s to stop, deleted with a grace of 30 s
+    # Given two pods with a finalizer, deleted with a grace of 30 s: one that takes longer than its grace to
+    # stop (so the second delete below, a second later, finds it still stopping however loaded the machine:
+    # with 1.5 s, a second delete 1.6 s after the first found it stopped), one that takes 2.5 s
     server.seed({"nodes": nodes_seed(2)})
     kube.core.create_namespaced_pod(
-        "default", _pod("slow", node_name(0, 10), finalizers=[FINALIZER], shutdown=1.5)
+        "default", _pod("slow", node_name(0, 10), finalizers=[FINALIZER], shutdown=60)
     )
     kube.core.create_namespaced_pod(
         "default", _pod("kept", node_name(1, 10), finalizers=[FINALIZER], shutdown=2.5)
