@@ -7,7 +7,7 @@ import time
 import pytest
 from botocore.exceptions import ClientError
 
-from nodecycle_sandbox.aws import LAUNCHING, TERMINATING, lifecycle
+from nodecycle_sandbox.aws import LAUNCHING, TERMINATING, ec2_instances, lifecycle
 from nodecycle_sandbox.aws.group import HookSpec, wait_for
 
 from .conftest import OPERATOR_KEY, Emulation
@@ -186,6 +186,16 @@ def test_a_heartbeat_extends_the_wait_and_a_timeout_applies_the_default_result(a
     assert action.finished_at - action.heartbeats[-1] == pytest.approx(3.0, abs=0.3)
 
 
+class _StillClock:
+    """A clock that moves only as the test moves it (``now``), from the wall clock's time at its creation."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def time(self) -> float:
+        return self.now
+
+
 class _LateClock:
     """The emulation's clock, ``late`` seconds ahead of the one its timers run on: a timer that fires late,
     as on a loaded machine, without waiting for it."""
@@ -233,33 +243,40 @@ def test_an_action_past_its_deadline_has_timed_out_though_its_timer_has_not_fire
     assert victim not in group.instances()
 
 
-def test_heartbeats_never_extend_past_the_global_timeout(aws: Emulation) -> None:
-    # Given a global timeout of 2 x the heartbeat timeout (AWS: 100 x, at most 48 h)
+def test_heartbeats_never_extend_past_the_global_timeout(
+    aws: Emulation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a global timeout of 2 x the heartbeat timeout (AWS: 100 x, at most 48 h), on a clock the test moves
+    # (on the wall clock, a 1 s heartbeat timeout and heartbeats 0.2 s apart: a heartbeat that came 1.1 s
+    # after the one before, as on a loaded machine, found the action ended by its heartbeat timeout)
+    clock = _StillClock()
+    monkeypatch.setattr(lifecycle, "time", clock)
     aws.control.configure(global_timeout_factor=2)
-    group = aws.group(HookSpec("drain", TERMINATING, heartbeat_timeout=1, default_result="CONTINUE"), size=1)
+    group = aws.group(HookSpec("drain", TERMINATING, heartbeat_timeout=60, default_result="CONTINUE"), size=1)
     hook = aws.autoscaling.describe_lifecycle_hooks(AutoScalingGroupName="workers")["LifecycleHooks"][0]
-    assert hook["GlobalTimeout"] == 2
+    assert hook["GlobalTimeout"] == 120
     victim = group.in_state("InService")[0]
     group.terminate(victim, decrement=True)
 
-    # When heartbeats keep coming until the action ends
-    def heartbeat_until_gone() -> bool:
-        try:
-            aws.autoscaling.record_lifecycle_action_heartbeat(
-                AutoScalingGroupName="workers", LifecycleHookName="drain", InstanceId=victim
-            )
-        except aws.autoscaling.exceptions.ClientError:
-            return True
-        time.sleep(0.2)
-        return False
+    # When heartbeats come within each heartbeat timeout, the last a second before the global timeout
+    started = clock.now
+    for after in (50, 100, 119):
+        clock.now = started + after
+        aws.autoscaling.record_lifecycle_action_heartbeat(
+            AutoScalingGroupName="workers", LifecycleHookName="drain", InstanceId=victim
+        )
 
-    wait_for(heartbeat_until_gone, timeout=4)
-
-    # Then it ended at the global timeout, with the default result
+    # Then the next one, within its heartbeat timeout but past the global timeout, finds the action ended
+    clock.now = started + 121
+    with pytest.raises(ClientError):
+        aws.autoscaling.record_lifecycle_action_heartbeat(
+            AutoScalingGroupName="workers", LifecycleHookName="drain", InstanceId=victim
+        )
+    # at the global timeout, with the default result
     (action,) = group.actions(transition=TERMINATING)
-    assert action.outcome == "global-timeout"
+    assert (action.outcome, action.result, len(action.heartbeats)) == ("global-timeout", "CONTINUE", 3)
     assert action.finished_at is not None
-    assert action.finished_at - action.started_at == pytest.approx(2.0, abs=0.3)
+    assert action.finished_at - action.started_at == pytest.approx(120.0)
 
 
 def test_a_launch_waits_in_pending_wait_and_an_abandoned_launch_is_replaced(aws: Emulation) -> None:
@@ -361,9 +378,15 @@ def test_deleting_a_launch_hook_abandons_its_outstanding_actions(aws: Emulation)
     assert list(group.instances().values()) == ["InService"]
 
 
-def test_ec2_lists_a_terminated_instance_for_a_while_and_then_no_more(aws: Emulation) -> None:
-    # Given EC2 keeping terminated instances listed for half a second (about an hour on AWS), and an instance
-    # terminated through its hook
+def test_ec2_lists_a_terminated_instance_for_a_while_and_then_no_more(
+    aws: Emulation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given EC2 keeping terminated instances listed for half a second (about an hour on AWS), on a clock the
+    # test moves (on the wall clock, the calls below outlasted the half second under load: an instance
+    # completed 0.5 s before the first describe was no longer listed), and an instance terminated through its
+    # hook
+    clock = _StillClock()
+    monkeypatch.setattr(ec2_instances, "time", clock)
     aws.control.configure(terminated_retention_seconds=0.5)
     group = aws.group(TERMINATE_HOOK, size=1)
     victim = group.in_state("InService")[0]
@@ -382,7 +405,7 @@ def test_ec2_lists_a_terminated_instance_for_a_while_and_then_no_more(aws: Emula
     assert status["InstanceState"]["Name"] == "terminated"
 
     # When the retention has passed, Then EC2 no longer knows it
-    time.sleep(0.6)
+    clock.now += 0.6
     assert aws.ec2.describe_instances(Filters=by_id)["Reservations"] == []
     for call in (aws.ec2.describe_instances, aws.ec2.describe_instance_status):
         with pytest.raises(ClientError) as raised:
