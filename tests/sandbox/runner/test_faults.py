@@ -229,6 +229,26 @@ def handler(event, context):
     return event["detail"]["n"]
 """
 
+# Event 2's invocations each say they began (a file in FOLDER), then wait for the other one's to be there, at most
+# 5 s: invocations run at once both get past the wait at once; one run after the other, the first ends before the
+# second begins. (A 0.3 s run was not enough: under load the second began after the first had ended.)
+MEETING = """
+import os, time, uuid
+
+FOLDER = {folder!r}
+
+def handler(event, context):
+    n = event["detail"]["n"]
+    if n == 2:
+        open(os.path.join(FOLDER, uuid.uuid4().hex), "w").close()
+        deadline = time.monotonic() + 5
+        while len(os.listdir(FOLDER)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    else:
+        time.sleep(0.3)
+    return n
+"""
+
 
 def _lifecycle_event(n: int) -> dict[str, object]:
     return {
@@ -238,9 +258,14 @@ def _lifecycle_event(n: int) -> dict[str, object]:
     }
 
 
-def test_an_event_is_invoked_twice_after_the_first_or_at_the_same_time(make_runner: MakeRunner) -> None:
+def test_an_event_is_invoked_twice_after_the_first_or_at_the_same_time(
+    make_runner: MakeRunner, tmp_path: Path
+) -> None:
     # Given an EventBridge rule whose events Lambda invokes twice (at least once), once after and once at once
-    runner = make_runner(EVENTS, {"intake": INTAKE}, mode="process", async_concurrency=2)
+    meeting = tmp_path / "meeting"
+    meeting.mkdir()
+    intake = MEETING.format(folder=str(meeting))
+    runner = make_runner(EVENTS, {"intake": intake}, mode="process", async_concurrency=2)
     runner.faults.arm([Fault("u", "event-duplicate", target="Intake", limit=1)], seed=1)
 
     # When an event is published
