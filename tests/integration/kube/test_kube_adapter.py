@@ -107,8 +107,13 @@ def test_pods_on_lists_one_node_and_classifies_daemonset_pods(
     assert {pod.controller_kind for pod in pods} == {"ReplicaSet", "DaemonSet"}
 
 
-def test_evictions_answer_evicted_then_blocked_by_the_disruption_budget(cluster: KubeCluster) -> None:
-    # Given web pods under a budget that allows one unavailable pod
+def test_evictions_answer_evicted_then_blocked_by_the_disruption_budget(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given web pods under a budget that allows one unavailable pod, whose replacements are slow to become Ready
+    # (in the server's 0.2 s, a second eviction that came later, as under load, was allowed: the first one's
+    # replacement was Ready)
+    server.pod_start_seconds = 60
     web = [
         pod
         for node in (NODE_A, NODE_B)
