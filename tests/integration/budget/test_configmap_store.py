@@ -46,7 +46,11 @@ def written(store: ConfigMapBudgetStore) -> list[str]:
 def test_the_shipped_config_map_is_an_empty_budget_that_keeps_its_labels(core: client.CoreV1Api) -> None:
     # Given the empty ConfigMap deploy/rbac.yaml ships
     store = ConfigMapBudgetStore(lambda: core, NAMESPACE)
-    assert store.read() == BudgetDocument(unwritten=True)  # never written: seeded at its first write
+    # never written: seeded at its first write; told with the ConfigMap's creation (the marks it can hold since)
+    metadata = core.read_namespaced_config_map("nodecycle-budget", NAMESPACE).metadata
+    created = None if metadata is None else metadata.creation_timestamp
+    assert created is not None
+    assert store.read() == BudgetDocument(unwritten=True, created_at=created)
 
     # When the drain function writes the budget into it
     store.update(lambda doc: (with_entry(doc, "n1"), None))
@@ -94,7 +98,10 @@ def test_a_config_map_deleted_between_read_and_write_is_read_again_and_reported_
     # When it writes, Then the 404 makes it read again, and what it finds is no budget at all
     with pytest.raises(BudgetNotInstalled):
         store.update(mutate)
-    assert seen == [BudgetDocument(unwritten=True), None]
+    assert [None if d is None else d.model_copy(update={"created_at": None}) for d in seen] == [
+        BudgetDocument(unwritten=True),
+        None,
+    ]
 
 
 def test_a_replace_with_a_stale_resource_version_is_retried_on_the_new_document(
@@ -156,7 +163,9 @@ def test_what_others_added_to_the_config_map_survives_a_write(
     store = ConfigMapBudgetStore(lambda: core, NAMESPACE)
 
     # When nodecycle reads it (an empty budget) and writes its document
-    assert store.read() == BudgetDocument(unwritten=True)  # never written: seeded at its first write
+    read = store.read()  # never written: seeded at its first write
+    assert read is not None
+    assert read.model_copy(update={"created_at": None}) == BudgetDocument(unwritten=True)
     store.update(lambda doc: (with_entry(doc, "n1"), None))
 
     # Then the label, the annotation and the other key are still there

@@ -4,17 +4,25 @@ A lifecycle that gave its slot back leaves a mark in the document (``released``)
 of one of its earlier steps (a duplicate whose write was retried past the release, whose commit loses): such
 a request would take a slot that nothing gives back. The marks go with the ConfigMap when it is deleted and
 created again, and the nodes do not tell them: the cleanup clears the drain's annotations, leaving no trace of
-its lifecycle, so the seed cannot restore them. A late delivery then takes a slot again: not counted twice (one
-holder per node, counted as any), never past the limits, but held by a drain that is over, idle until the
-sweeper finds its lifecycle over (or its TTL ends). These tests reproduce the gap and guard its bound."""
+its lifecycle, so the seed cannot restore them. The budget tells the slot it gives then (``unmarked``: the
+ConfigMap was created after the lifecycle began), and the drain's first ask reads its record for it: a lifecycle
+over gives the slot back at once; one still draining keeps it. The budget alone (a renewal, an ask outside the
+step) still grants it: not counted twice (one holder per node, counted as any), never past the limits, idle
+until the sweeper finds its lifecycle over (or its TTL ends): the last test guards that bound."""
 
 from __future__ import annotations
 
-import pytest
+from dataclasses import replace
+from datetime import timedelta
+
 from kubernetes import client
 
 from nodecycle.adapters.kube.cluster_api import KubeCluster
-from nodecycle.domain.budget import SlotReason, SlotRequest, Verdict
+from nodecycle.domain.budget import DisruptionBudget, SlotReason, SlotRequest, Verdict
+from nodecycle.domain.drain.acquire import AcquireSlot
+from nodecycle.domain.engine import Outcome
+from nodecycle.domain.model import LifecycleRecord, Step
+from nodecycle.domain.nodes import NodeFinder
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.budget.conftest import add_nodes, node_name
 from tests.integration.budget.test_configmap_recreated import (
@@ -23,7 +31,10 @@ from tests.integration.budget.test_configmap_recreated import (
     recreate_the_configmap,
     request,
 )
-from tests.unit.budget.fakes import FakeClock
+from tests.support.fakes import FakeMetrics, InMemoryRecords
+from tests.unit.budget.fakes import START, FakeClock
+from tests.unit.drain.test_drain_steps import FakeEvents, NoDns, policy, wakes_to_nowhere
+from tests.unit.foundation.test_engine import make_record
 
 
 def drained_and_released(api: client.CoreV1Api, slot: SlotRequest, clock: FakeClock) -> None:
@@ -39,26 +50,89 @@ def drained_and_released(api: client.CoreV1Api, slot: SlotRequest, clock: FakeCl
     assert budget.release(slot.node, slot.record_id, slot.token) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the marks that refuse a finished drain's late deliveries go with the ConfigMap, and its node keeps "
-    "no trace of its lifecycle to seed them from (bounded: see the next test)",
-)
+def lifecycle_of(slot: SlotRequest, step: Step, seq: int) -> LifecycleRecord:
+    """Node ``slot.node``'s terminate lifecycle, its record at ``step`` under ``seq``."""
+    plan = (Step.ACQUIRE_SLOT, Step.CORDON, Step.EVICT, Step.COMPLETE, Step.CLEANUP, Step.DONE)
+    assert slot.token is not None
+    return make_record(
+        plan,
+        step,
+        id=slot.record_id,
+        owner=slot.owner,
+        instance_id=slot.instance_id,
+        token=slot.token,
+        received_at=START - timedelta(minutes=1),
+        seq=seq,
+    )
+
+
+def late_ask(
+    api: client.CoreV1Api, budget: DisruptionBudget, records: InMemoryRecords, slot: SlotRequest
+) -> Outcome:
+    """A late delivery of node ``slot.node``'s first ask, with its record as it read it then (at its first
+    step, under seq 1), whatever the record holds now."""
+    cluster = KubeCluster(lambda: api.api_client)
+    step = AcquireSlot(
+        finder=NodeFinder(cluster, NoDns()),
+        cluster=cluster,
+        slots=budget,
+        dispatcher=wakes_to_nowhere(),
+        policy=policy(),
+        metrics=FakeMetrics(),
+        events=FakeEvents(),
+        records=records,
+    )
+    record = lifecycle_of(slot, Step.ACQUIRE_SLOT, seq=1)
+    return step(record, record.received_at + timedelta(minutes=1, seconds=5))
+
+
 def test_a_late_delivery_of_a_finished_drain_takes_no_slot_after_the_configmap_is_recreated(
     server: KubeServer, core: client.CoreV1Api
 ) -> None:
+    # Given node 0's drain over (its slot given back, its record done), then the ConfigMap created again
     add_nodes(server, 6)
     clock = FakeClock()
     blue = budget_of(core, clock, "blue")
-    drained_and_released(core, request(0), clock)
+    slot = replace(request(0), since=START - timedelta(minutes=1))
+    drained_and_released(core, slot, clock)
+    records = InMemoryRecords()
+    records.create(lifecycle_of(slot, Step.DONE, seq=9))
     # (before the re-creation, its mark refuses it)
-    assert blue.acquire(request(0)).reason is SlotReason.RELEASED
-
+    assert blue.acquire(slot).reason is SlotReason.RELEASED
     recreate_the_configmap(server)
     clock.advance(5)
-    late = blue.acquire(request(0))
 
-    assert (late.granted, late.reason) == (False, SlotReason.RELEASED)
+    # When a late delivery of its first ask runs
+    late = late_ask(core, blue, records, slot)
+
+    # Then it holds no slot (its commit loses: it only waits), and it is marked given back in the new document
+    assert late.again
+    assert blue.snapshot().holders == []
+    assert blue.acquire(slot).reason is SlotReason.RELEASED
+
+
+def test_a_late_delivery_of_a_drain_still_in_progress_keeps_the_slot_after_the_configmap_is_recreated(
+    server: KubeServer, core: client.CoreV1Api
+) -> None:
+    # Given node 0's slot taken by its lifecycle, not yet claimed on the node (its cordon to come: the seed cannot
+    # count it), and the ConfigMap created again
+    add_nodes(server, 6)
+    clock = FakeClock()
+    blue = budget_of(core, clock, "blue")
+    slot = replace(request(0), since=START - timedelta(minutes=1))
+    assert blue.acquire(slot).granted
+    records = InMemoryRecords()
+    records.create(lifecycle_of(slot, Step.CORDON, seq=2))
+    recreate_the_configmap(server)
+    clock.advance(5)
+
+    # When a late delivery of its first ask runs
+    late = late_ask(core, blue, records, slot)
+
+    # Then the slot is taken again, for that lifecycle, whose cordon finds it held
+    assert (late.then, late.again) == (None, False)
+    assert [(h.node, h.record_id) for h in blue.snapshot().holders] == [(slot.node, slot.record_id)]
+    assert blue.renew(replace(slot, in_progress=True)).reason is SlotReason.HELD
 
 
 def test_a_slot_a_late_delivery_took_after_the_configmap_was_recreated_is_freed_by_the_next_sweep(

@@ -76,6 +76,9 @@ class MemoryBudgetStore:
         # adapter's does: nodecycle may not create it.
         self.text: str | None = ""
         self.version = 0
+        # When the ConfigMap was created, as ConfigMapBudgetStore tells it (its creationTimestamp) with each document
+        # it reads; None: not told
+        self.created_at: datetime | None = None
         self.max_attempts = max_attempts
         self.conflicts_seen = 0
         self._interleaved: list[Callable[[], object]] = []
@@ -86,7 +89,8 @@ class MemoryBudgetStore:
     def read(self) -> BudgetDocument | None:
         if self.text is None:
             return None
-        return BudgetDocument.from_json(self.text) if self.text else BudgetDocument(unwritten=True)
+        doc = BudgetDocument.from_json(self.text) if self.text else BudgetDocument(unwritten=True)
+        return doc if self.created_at is None else doc.model_copy(update={"created_at": self.created_at})
 
     def uninstall(self) -> None:
         """The ConfigMap deleted (by a person, a GitOps tool): an update that read it before loses its write
@@ -94,11 +98,12 @@ class MemoryBudgetStore:
         self.text = None
         self.version += 1
 
-    def reinstall(self) -> None:
+    def reinstall(self, at: datetime | None = None) -> None:
         """The ConfigMap created again as shipped (empty), after :meth:`uninstall`: a new object, whose
-        version no update that read the old one has."""
+        version no update that read the old one has; created ``at``, when told."""
         self.text = ""
         self.version += 1
+        self.created_at = at
 
     def lose_answer(self, lose: bool = True) -> None:
         """The next write is done, and its answer lost (the connection closed before the response): a

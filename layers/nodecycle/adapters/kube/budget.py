@@ -12,7 +12,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -321,4 +321,9 @@ def _document(config_map: Any) -> BudgetDocument:
     text = (config_map.data or {}).get(DATA_KEY)
     # An empty ConfigMap (as shipped; made by hand, or by a GitOps tool to own its namespace; created again after
     # a deletion) is an empty budget, never written: its first write seeds it (see DisruptionBudget)
-    return BudgetDocument(unwritten=True) if not text else BudgetDocument.from_json(text)
+    doc = BudgetDocument(unwritten=True) if not text else BudgetDocument.from_json(text)
+    # (when the ConfigMap was created: the marks of the slots given back before then went with the one before it)
+    created = getattr(getattr(config_map, "metadata", None), "creation_timestamp", None)
+    if not isinstance(created, datetime):
+        return doc
+    return doc.model_copy(update={"created_at": created if created.tzinfo else created.replace(tzinfo=UTC)})

@@ -173,6 +173,10 @@ class BudgetDocument(_Model):
     # empty mid-refresh, its holders forgotten while their drains go on). Never stored: a store sets it, and the
     # budget's first write seeds such a document with the drains in progress its nodes show (see :mod:`.seed`).
     unwritten: bool = Field(default=False, exclude=True)
+    # When the store's object was created (the ConfigMap's creationTimestamp, to the second), as read; never
+    # stored. The ``released`` marks of the slots given back before then went with the object before it (deleted
+    # and created again): see :func:`.rules.unmarked`. None: not told (a store that never loses its document).
+    created_at: datetime | None = Field(default=None, exclude=True)
 
     def entries(self) -> tuple[Holder | Waiter, ...]:
         return (*self.holders, *self.waiters)

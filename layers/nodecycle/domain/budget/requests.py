@@ -68,3 +68,7 @@ class SlotDecision:
     # Record ids of this owner's waiters that take the room the decision's write added (it removed expired
     # entries, as every write does; an ask that frees nothing adds none): wake them, as a release's are woken
     wake: tuple[str, ...] = ()
+    # A new slot that the budget cannot tell from a late delivery of a lifecycle that gave it back: the document
+    # was created again since the lifecycle began, and the mark of its release (see RELEASED) may have gone with
+    # the one before. The asker's record tells: a lifecycle found over gives the slot back at once.
+    unmarked: bool = False

@@ -759,6 +759,26 @@ def _gave_back(mark: Released, request: SlotRequest) -> bool:
     )
 
 
+# A ConfigMap's creationTimestamp is to the second, and the clock of the API server that stamps it is not the
+# clock that stamps a lifecycle's beginning (``SlotRequest.since``): a lifecycle that began this close after it
+# is taken to have begun before it.
+CREATION_MARGIN = timedelta(seconds=5)
+# The decisions that give the node a slot it did not hold (a renewal of its own holder is none)
+_NEW_GRANTS = frozenset({SlotReason.GRANTED, SlotReason.REACQUIRED, SlotReason.FORCED})
+
+
+def unmarked(doc: BudgetDocument, request: SlotRequest, decision: SlotDecision) -> bool:
+    """Whether ``decision``, judged on ``doc``, gives the request's node a new slot that ``doc`` cannot tell from
+    a late delivery of a lifecycle that gave the slot back: the document was created (its ConfigMap deleted and
+    created again) after the lifecycle began, so a mark of its release may have gone with the one before, and
+    the seed cannot restore it (the cleanup clears the node's annotations). The lifecycle's record tells: the
+    drain's first ask reads it for such a slot (AcquireSlot._gave_it_back), and gives the slot back for a
+    lifecycle over. False when the store does not tell when ``doc`` was created (one that never loses it)."""
+    if not decision.granted or decision.reason not in _NEW_GRANTS or doc.created_at is None:
+        return False
+    return request.since is None or request.since < doc.created_at + CREATION_MARGIN
+
+
 def _of_other_lifecycle(entry: Holder | Waiter, request: SlotRequest) -> bool:
     """Whether ``entry`` is another lifecycle's of this owner, for the request's instance (one slot, one
     lifecycle: see :func:`claim`)."""

@@ -328,6 +328,7 @@ class DisruptionBudget:
             )
             if decision.reason is SlotReason.QUEUE_FULL:
                 return current, _Claimed(decision)  # nothing to write for a node that is not let in
+            decision = replace(decision, unmarked=rules.unmarked(live, request, decision))
             shed: tuple[Waiter, ...] = ()
             if decision.reason is SlotReason.FORCED:
                 doc, shed = rules.shed(doc, self._owner, now)

@@ -121,6 +121,14 @@ class AcquireSlot:
         decision = self._slots.acquire(request)
         # (its write removed the expired entries, a dead drain's slot among them: whom that lets go, goes now)
         _wake(self._dispatcher, decision.wake)
+        if decision.unmarked and self._gave_it_back(record):
+            # A late delivery of this step (a duplicate that read the record before the commit that went on) of
+            # a lifecycle that gave its slot back before the budget's ConfigMap was created again: the mark that
+            # refuses it (RELEASED) went with the ConfigMap before, and its node no longer names it. Its record
+            # does: the slot goes back at once, marked in this document, rather than idle until the sweeper.
+            log.info("node %s: a late delivery of a drain that gave its slot back: giving it back", node.name)
+            _wake(self._dispatcher, self._slots.release(node.name, record.id, record.token))
+            return Outcome.wait(self._policy.budget_retry_seconds, **found)
         if decision.reason is SlotReason.FORCED:
             log.warning(
                 "node %s takes a budget slot without room: its action's global timeout is %s",
@@ -199,6 +207,21 @@ class AcquireSlot:
             slot_waiting_since=record.slot_waiting_since or now,
             **found,
         )
+
+    def _gave_it_back(self, record: LifecycleRecord) -> bool:
+        """Whether the lifecycle of ``record`` (as this delivery read it) has given its slot back, or is giving it
+        back, as its record tells now: finished, or at its cleanup (which never asks again: a watch of its node
+        stays there for hours after the release). Read only for a slot the budget cannot vouch for
+        (``SlotDecision.unmarked``: rare, after a re-creation of its ConfigMap), never on a drain's way
+        otherwise. A lifecycle at any step before its cleanup keeps the slot: it is its own (this record id's),
+        renewed by its drain, given back by its cleanup. So does another lifecycle that started over on the
+        record (the next maintenance), whose asks would find a slot given back under the same token refused."""
+        current = self._records.get(record.id)
+        if current is None:
+            return True  # (its record expired: a lifecycle over long ago)
+        if (current.token, current.received_at) != (record.token, record.received_at):
+            return False
+        return current.finished or current.step is Step.CLEANUP
 
     def _linked(self, record: LifecycleRecord, now: datetime) -> Outcome | None:
         """A terminate hook of an instance that a disruption without a hook (a Spot interruption, a
