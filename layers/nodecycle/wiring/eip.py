@@ -11,6 +11,7 @@ from nodecycle.adapters.aws.addresses import Ec2Addresses
 from nodecycle.domain.completion import CompleteAction, SettleResults
 from nodecycle.domain.eip.assign import AssignAddress
 from nodecycle.domain.eip.release import ReleaseAddresses
+from nodecycle.domain.eip.wake import LineWaker
 from nodecycle.domain.engine import StepEngine
 from nodecycle.domain.flow import Worker
 from nodecycle.domain.model import Step
@@ -39,6 +40,7 @@ def engine() -> StepEngine:
     config = settings()
     ports = shared()
     policy = eip_policy(config)
+    lines = DynamoAddressLines(config.record_table)
     return ports.engine(
         Worker.EIP,
         {
@@ -47,12 +49,18 @@ def engine() -> StepEngine:
                 policy=policy,
                 addresses=addresses(),
                 metrics=ports.metrics,
-                lines=DynamoAddressLines(config.record_table),
+                lines=lines,
                 records=ports.records,
                 groups=ports.autoscaling,
             ),
             Step.RELEASE_EIP: ReleaseAddresses(
-                owner=config.owner_id, addresses=addresses(), metrics=ports.metrics
+                owner=config.owner_id,
+                addresses=addresses(),
+                metrics=ports.metrics,
+                # (the first launch in line gets an address given back now, not at its next look)
+                waker=LineWaker(
+                    owner=config.owner_id, lines=lines, records=ports.records, queues=ports.queues
+                ),
             ),
             Step.COMPLETE: CompleteAction(ports.autoscaling, ports.metrics, ports.records),
         },

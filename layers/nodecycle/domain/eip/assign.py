@@ -84,7 +84,8 @@ MAX_RESTARTS = 3  # an assignment that did not hold is started over this often, 
 EXHAUSTED_DELAY = 15  # seconds
 EXHAUSTED_DELAY_MAX = 60
 # The waiters first in a pool's line look this often: an address given back waits for one of them (a new launch
-# yields to them), and it should not stay free a minute
+# yields to them), and it should not stay free a minute. The RELEASE_EIP that gives it back wakes them at once
+# (nodecycle.domain.eip.wake): this look is what remains when that wake-up is lost
 FIRST_IN_LINE_DELAY = 15  # seconds
 
 
@@ -171,8 +172,8 @@ class AssignAddress:
         if not _unassociated(found):
             ahead, line = self._ahead(record, scratch, self._line.read(), found, [], now, quota=True)
             if ahead:
-                # They wait for the quota: an address freed goes to the first of them, at its look (every 15 s),
-                # not to a launch that came after
+                # They wait for the quota: an address freed goes to the first of them, woken by the release that
+                # frees it (or at its look, every 15 s), not to a launch that came after
                 reason = f"address quota exceeded: {len(ahead)} launch(es) wait first"
                 return self._exhausted(record, scratch, now, reason, line=line, ahead=len(ahead))
             leaving = self._leaving(record, scratch)
@@ -259,7 +260,8 @@ class AssignAddress:
             )
         if ahead:
             # They wait for the quota (they found the pool empty and could not grow it): one freed goes to the
-            # first of them, at its look (every 15 s), not to a launch that came after
+            # first of them, woken by the release that frees it (or at its look, every 15 s), not to a launch
+            # that came after
             return self._exhausted(
                 record,
                 scratch,

@@ -17,9 +17,11 @@ global timeout: see :func:`nodecycle.domain.flow.completed_first`).
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from datetime import datetime
 
 from nodecycle.domain.eip import SCRATCH, release_unassociated, without_scratch
+from nodecycle.domain.eip.wake import LineWaker
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import ADDRESSES_LEFT, LifecycleRecord
@@ -40,14 +42,20 @@ RELEASE_ATTEMPTS = 10  # then the sweeper releases what is left, once EC2 shows 
 
 
 class ReleaseAddresses:
-    def __init__(self, *, owner: str, addresses: Addresses, metrics: Metrics) -> None:
+    def __init__(
+        self, *, owner: str, addresses: Addresses, metrics: Metrics, waker: LineWaker | None = None
+    ) -> None:
         self._owner = owner
         self._addresses = addresses
         self._metrics = metrics
+        # Wakes the first launch waiting for an address given back (see nodecycle.domain.eip.wake); None: the
+        # waiters find it at their own looks
+        self._waker = waker
 
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
         instance = record.instance_id
         hookless = not record.transition.has_hook
+        freed: Counter[str | None] = Counter()  # addresses given back, by pool (None: released)
         try:
             if hookless and self._up_again(record):
                 return Outcome.next(extra=without_scratch(record))
@@ -88,7 +96,7 @@ class ReleaseAddresses:
                     continue
                 taken_back.append(address)
                 try:
-                    if not self._take_back(address, instance):
+                    if not self._take_back(address, instance, freed):
                         in_use.append(address)
                 except AddressRefused as error:
                     # asked again with the ones in use (a denial may be IAM still propagating), then left
@@ -107,6 +115,9 @@ class ReleaseAddresses:
             self._metrics.count("EipFailures")
             log.error("EC2 refused to list the addresses of %s: %s; left to the sweeper", instance, error)
             return Outcome.next(extra={**without_scratch(record), ADDRESSES_LEFT: True})
+        finally:
+            if self._waker is not None and freed:
+                self._waker.given_back(freed, now)
         if in_use:
             attempts = int(record.extra.get(SCRATCH, {}).get("release_attempts", 0)) + 1
             if attempts < RELEASE_ATTEMPTS:
@@ -160,13 +171,15 @@ class ReleaseAddresses:
         )
         return True
 
-    def _take_back(self, address: Address, instance: str) -> bool:
-        """Disassociate, then release or return the address; False when EC2 still has it in use."""
+    def _take_back(self, address: Address, instance: str, freed: Counter[str | None]) -> bool:
+        """Disassociate, then release or return the address; False when EC2 still has it in use. ``freed``
+        counts what a launch waiting in a line may take now: an address returned to its pool, or released."""
         if address.association_id is not None and not self._addresses.disassociate(address.association_id):
             log.info("address %s was disassociated already", address.public_ip)
         if address.pool is not None:
             self._metrics.count("EipsReturned")
             log.info("returned address %s to pool %r", address.public_ip, address.pool)
+            freed[address.pool] += 1
             return True
         if address.allocated_for != instance:
             # Ours, but allocated for another instance: unassociated now, the sweeper judges it by its age.
@@ -183,6 +196,7 @@ class ReleaseAddresses:
         if released:
             self._metrics.count("EipsReleased")
             log.info("released address %s of instance %s", address.public_ip, instance)
+            freed[None] += 1
         else:
             log.info("address %s was released already", address.public_ip)
         return True

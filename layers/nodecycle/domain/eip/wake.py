@@ -1,0 +1,96 @@
+"""An address given back wakes the first launches waiting for one, as a freed budget slot wakes its waiter.
+
+A launch in a pool's line (in allocate mode, the quota's) looks for a free address at its own pace: every 15 s
+first in line, less often further back (``AssignAddress._exhausted``). An address that RELEASE_EIP returns to its
+pool, or releases under the quota, would idle until that look, the instance it is for held in ``Pending:Wait``
+meanwhile: in an instance refresh of a pool sized to the fleet, each replacement paid up to 15 s. So the step
+that frees it sends the first waiters of that line (one per address freed) their ASSIGN_EIP message now,
+marked as a wake-up: the engine runs it before its due time.
+
+The wake-up only brings a look forward; the look decides, in the order of the line, as at its own pace (a
+launch that came later still yields to those ahead of it, woken or not). A wake-up lost (SQS refused it, the
+invocation died) costs the waiter time, not its address: its own delayed look remains. One that arrives twice,
+or after the waiter's own look moved its record on, is stale: the record's ``seq`` has moved, and the engine
+runs nothing for it. Two that run at once are two deliveries of one look, which ASSIGN_EIP is built for (both
+reach for the same address; one associates it, the other finds it on the instance).
+
+Cost: one read of the line per release that freed an address, one read of a record and one message per waiter
+woken (a waiter whose lifecycle is over, a few at most, costs its read).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import datetime
+
+from nodecycle.domain.eip import SCRATCH
+from nodecycle.domain.eip.line import AddressLines, line_key
+from nodecycle.domain.errors import TransientError
+from nodecycle.domain.flow import Worker
+from nodecycle.domain.model import LifecycleRecord, Step
+from nodecycle.domain.ports.lifecycle import RecordStore, WorkMessage, WorkQueues
+
+log = logging.getLogger(__name__)
+
+# Records looked up, per line, to find the first waiters still waiting: those whose lifecycle is over (a
+# crash, a launch ended elsewhere) stay in the line until a launch behind them takes them out
+WAKE_LOOKS = 5
+
+
+class LineWaker:
+    """Wakes the first launches of a line when addresses are given back to it."""
+
+    def __init__(self, *, owner: str, lines: AddressLines, records: RecordStore, queues: WorkQueues) -> None:
+        self._owner = owner
+        self._lines = lines
+        self._records = records
+        self._queues = queues
+
+    def given_back(self, freed: Mapping[str | None, int], now: datetime) -> None:
+        """``freed``: how many addresses were given back to each pool (None: released, room under the quota).
+        Never raises for a wake-up it could not send: the waiters' own looks remain."""
+        for pool, count in freed.items():
+            key = line_key(self._owner, pool)
+            try:
+                line = self._lines.read(key)
+            except TransientError as error:
+                log.warning("could not read the line of %s to wake its first waiter: %s", key, error)
+                continue
+            woken = looked = 0
+            for waiter in line.waiters:
+                if woken >= count or looked >= WAKE_LOOKS:
+                    break
+                if waiter.until <= now:
+                    continue
+                looked += 1
+                try:
+                    if self._wake(waiter.lifecycle, waiter.instance_id):
+                        woken += 1
+                except TransientError as error:
+                    # (counted as woken: the next waiter must not take what this one is first in line for)
+                    woken += 1
+                    log.warning("could not wake %s for an address given back: %s", waiter.instance_id, error)
+
+    def _wake(self, lifecycle: str, instance_id: str) -> bool:
+        """Send the waiter its look now; False when its lifecycle waits for an address no more."""
+        record = self._records.get(lifecycle)
+        if record is None or record.instance_id != instance_id or not waits_in_line(record):
+            return False
+        self._queues.send(
+            Worker.EIP,
+            WorkMessage(record_id=record.id, seq=record.seq, step=record.step, wake=True, token=record.token),
+        )
+        log.info("woke %s, waiting in line, for an address given back", instance_id)
+        return True
+
+
+def waits_in_line(record: LifecycleRecord) -> bool:
+    """At ASSIGN_EIP, waiting for an address to be given back (and not verifying an association it made)."""
+    scratch = record.extra.get(SCRATCH) or {}
+    return (
+        not record.finished
+        and record.step is Step.ASSIGN_EIP
+        and bool(scratch.get("exhausted_since"))
+        and "verify" not in scratch
+    )
