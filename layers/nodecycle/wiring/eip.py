@@ -75,4 +75,10 @@ def address_sweep(config: SweeperSettings, ports: Common) -> AddressSweep:
         clock=ports.clock,
         metrics=ports.metrics,
         grace=timedelta(seconds=config.sweep_grace_seconds),
+        waker=LineWaker(
+            owner=config.owner_id,
+            lines=DynamoAddressLines(config.record_table),
+            records=ports.records,
+            queues=ports.queues,
+        ),
     )

@@ -15,8 +15,10 @@ from nodecycle.domain.flow import Worker
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.policy import ActionResult, EipFailurePolicy, EipMode, EipPolicy
 from nodecycle.domain.ports.lifecycle import WorkMessage
+from nodecycle.domain.sweep.addresses import AddressSweep
 from tests.support.fakes import FakeAutoscaling, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
 from tests.unit.eip.fakes import OWNER, T0, FakeAddresses, FakeLines, launch_record, terminate_record
+from tests.unit.sweeper.test_orphans import AMPLE
 
 TIMING = EngineTiming(
     resume_grace=timedelta(minutes=3),
@@ -222,4 +224,33 @@ def test_a_wake_up_that_cannot_be_sent_fails_neither_the_release_nor_the_waiters
     assert stack.step(leaving) is not Step.RELEASE_EIP
     stack.clock.advance(own_look.delay)
     assert stack.engine.handle(own_look.message) is Handled.RAN
+    assert stack.ec2.eips[pooled].instance_id == "i-first"
+
+
+def test_a_pool_address_the_sweeper_takes_back_from_a_gone_instance_wakes_the_first_launch_in_line() -> None:
+    # Given a pool of one address left on an instance gone without its release (its hook's lifecycle lost),
+    # and a launch waiting first in line, another after it
+    stack = Stack(EipMode.POOL)
+    pooled = a_pool_of_one_on(stack, "i-old")
+    first = stack.launch_waiting("i-first")
+    stack.clock.advance(5)
+    stack.launch_waiting("i-later")
+    stack.queues.take()
+    stack.ec2.instances["i-old"] = "terminated"  # (EC2 keeps the association in this fake until told)
+
+    # When the sweeper takes the address back
+    sweep = AddressSweep(
+        owner=OWNER,
+        addresses=stack.ec2,
+        clock=stack.clock,
+        metrics=FakeMetrics(),
+        grace=timedelta(minutes=10),
+        waker=LineWaker(owner=OWNER, lines=stack.lines, records=stack.records, queues=stack.queues),
+    )
+    assert sweep(AMPLE).returned == 1
+
+    # Then the first launch in line is woken, and its look claims the address
+    woken = [sent.message for sent in stack.queues.take()]
+    assert [(message.record_id, message.wake) for message in woken] == [(first.id, True)]
+    assert stack.engine.handle(woken[0]) is Handled.RAN
     assert stack.ec2.eips[pooled].instance_id == "i-first"

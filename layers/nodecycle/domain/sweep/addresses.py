@@ -28,7 +28,8 @@ before its release, and released only if it is still unassociated.
 Cost: one DescribeAddresses (it has no pages: one call answers for every address of the owner) and one
 batched DescribeInstances for the instances the addresses are associated with (or were allocated for, when
 on an interface alone); then, per address released,
-one DescribeAddresses by its allocation id.
+one DescribeAddresses by its allocation id; and, when it freed any, the wake-up of the first launches waiting
+in their lines (:mod:`nodecycle.domain.eip.wake`: a line read, a record read and a message per waiter woken).
 
 Within the sweep's time (:mod:`.sweep_time`): hundreds of addresses to free (a refresh whose releases failed),
 two or three calls each, throttled and retried, outlast the invocation; the runtime would end it mid-call.
@@ -39,10 +40,12 @@ is still there: what this one freed is gone from its listing.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from nodecycle.domain.eip import release_unassociated
+from nodecycle.domain.eip.wake import LineWaker
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.ports.addresses import Address, Addresses, AddressInUse, AddressRefused
 from nodecycle.domain.ports.instances import GONE_STATES
@@ -62,13 +65,21 @@ class AddressSweepReport:
 
 class AddressSweep:
     def __init__(
-        self, *, owner: str, addresses: Addresses, clock: Clock, metrics: Metrics, grace: timedelta
+        self,
+        *,
+        owner: str,
+        addresses: Addresses,
+        clock: Clock,
+        metrics: Metrics,
+        grace: timedelta,
+        waker: LineWaker | None = None,
     ) -> None:
         self._owner = owner
         self._addresses = addresses
         self._clock = clock
         self._metrics = metrics
         self._grace = grace
+        self._waker = waker  # wakes the first launch waiting for what is freed (nodecycle.domain.eip.wake)
 
     def __call__(self, time: SweepTime) -> AddressSweepReport:
         now = self._clock.now()
@@ -80,6 +91,7 @@ class AddressSweep:
         }
         states, unknown = self._states(attached)
         released = returned = failed = unreached = 0
+        freed_by: Counter[str | None] = Counter()  # by pool (None: released, room under the quota)
         for address in found:
             if unknown and address.associated:
                 continue  # nothing says its instance is gone: in use, as far as this sweep can tell
@@ -97,6 +109,10 @@ class AddressSweep:
                 continue
             released += freed == "released"
             returned += freed == "returned"
+            if freed is not None:
+                freed_by[address.pool if freed == "returned" else None] += 1
+        if self._waker is not None and freed_by:
+            self._waker.given_back(freed_by, now)
         if released or returned:
             self._metrics.count("SweptEips", released + returned)
         report = AddressSweepReport(
