@@ -32,7 +32,7 @@ class WorkMessage(BaseModel):
     seq: int
     step: Step  # informative: the record is the authority on what runs
     watch: int | None = None  # a watch: resend the step if the record is still at this seq (see engine)
-    wake: bool = False  # run the waiting step now, before its due time (a budget slot was freed for it)
+    wake: bool = False  # run the waiting step now, before its due time (a budget slot, or an address in its line, was freed for it)
     # a wake's lifecycle: a record starts over under another token (the next maintenance), which a wake-up
     # meant for the last one must not bring forward
     token: str | None = None
