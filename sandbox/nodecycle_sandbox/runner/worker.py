@@ -7,6 +7,7 @@ stdout goes to stderr, so a `print` or a log line can never corrupt the protocol
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import sys
@@ -50,5 +51,16 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def _exit(code: int) -> None:
+    """Exit as Lambda shuts a container down, at once: its exit handlers run (coverage saves its data in one,
+    logging flushes in another), but not the interpreter's teardown of the modules, which nothing needs and
+    which took about a second of CPU per container (boto3, the Kubernetes client, pydantic, powertools) in
+    every sandbox's stop, for a dozen containers."""
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    _exit(main(sys.argv[1:]))
