@@ -387,7 +387,7 @@ class Sandbox:
         self._started.set()  # release a relay waiting in publish()
         runners, self._runner, self._extra_runners = self._runners(), None, []
         for runner in runners:
-            runner.stop()
+            runner.stop(aws_going=True)  # (the AWS side stops next: the long polls end with it)
         if self._aws_process is not None:
             self._aws_process.stop()
             self._aws_process = None

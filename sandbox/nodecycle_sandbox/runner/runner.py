@@ -225,17 +225,24 @@ class Runner:
             self._schedules.start()
         return self
 
-    def stop(self) -> None:
+    def stop(self, *, aws_going: bool = False) -> None:
+        """Stop delivering: the invocations in flight finish (their batches deleted, their results in the
+        journal). ``aws_going``: the AWS side stops right after (the sandbox's stop), so the pollers' long polls
+        are not waited for; they end with it, and what they would receive goes with it (`SqsEventSource.close`).
+        Else the pollers finish their long poll too, delivering what it brings (the AWS side stays)."""
         for source in self._sources:
             source.stop()
         if self._schedules is not None:
             self._schedules.stop()
         if self._async is not None:
             self._async.stop()
-        # Pollers finish their long poll, and any invocation in flight, within one shared grace period.
+        # Within one shared grace period.
         deadline = time.monotonic() + self._poll_wait + STOP_GRACE_SECONDS
         for source in self._sources:
-            source.join(deadline)
+            if aws_going:
+                source.close(deadline)
+            else:
+                source.join(deadline)
         self._sources = []
         if self._invoker is not None:
             self._invoker.close()

@@ -95,6 +95,10 @@ def failed_message_ids(result: InvocationResult, batch: list[str], report_failur
     return reported
 
 
+class _Closed(Exception):
+    """A closed event source's poller asked for another request (see `SqsEventSource.close`)."""
+
+
 class SqsEventSource:
     def __init__(
         self,
@@ -128,6 +132,11 @@ class SqsEventSource:
         self._poll_wait = poll_wait
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
+        # Pollers with a batch in hand (from the end of its receive to the end of its delivery), and whether
+        # the source is closed: a receive that answers after `close` delivers nothing.
+        self._state = threading.Condition()
+        self._busy = 0
+        self._closed = False
 
     @property
     def source(self) -> str:
@@ -154,37 +163,73 @@ class SqsEventSource:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
         self._threads = []
 
+    def close(self, deadline: float) -> None:
+        """After `stop`, when the AWS side goes away with the mapping (the sandbox's stop): wait, until
+        `deadline`, for the batches in hand (their invocations, deletes and journal entries) but not for the
+        long polls, which end with the AWS side (up to `poll_wait`, a second, of every sandbox's stop). A long
+        poll that answers after this delivers nothing: its messages go with the AWS side."""
+        with self._state:
+            self._state.wait_for(lambda: self._busy == 0, timeout=max(0.0, deadline - time.monotonic()))
+            self._closed = True
+        self._threads = []
+
     def _poll(self) -> None:
         client = self._client_factory()
+        # Once closed, not even botocore's retry of a long poll cut by the AWS side's end: the next sandbox's
+        # AWS side may have that port already, and queues of the same names.
+        client.meta.events.register("before-send.sqs", self._refuse_once_closed)
         fault_client = self._fault_client_factory()  # faults may be armed later
         while not self._stopping.is_set():
             try:
                 messages, received_at = self._receive(client)
-                queue = self._trigger.queue
-                self._log_received(messages)
-                messages = self._faults.on_receive(
-                    queue.logical_id, fault_client, queue.url, messages, self._deliveries
-                )
-                if messages:
-                    again, alongside = self._faults.duplicates(queue.logical_id, messages)
-                    if again:
-                        self._deliveries.info(
-                            "%s duplicated %s%s",
-                            queue.logical_id,
-                            " ".join(m["MessageId"] for m in again),
-                            " (at the same time)" if alongside else "",
-                        )
-                    if alongside:
-                        self._deliver_both(client, messages, again, received_at)
-                    else:
-                        self._deliver(client, messages, received_at)
-                        if again:
-                            self._deliver(client, again, received_at)
+                with self._state:
+                    if self._closed:
+                        return  # (see close)
+                    self._busy += 1
+                try:
+                    self._handle(client, fault_client, messages, received_at)
+                finally:
+                    with self._state:
+                        self._busy -= 1
+                        self._state.notify_all()
             except Exception:
                 if self._stopping.is_set():
                     return  # the AWS side went away first during shutdown
                 _log.exception("%s poller failed; retrying", self.source)
                 self._stopping.wait(1)
+
+    def _refuse_once_closed(self, **_: Any) -> None:
+        if self._closed:
+            raise _Closed(self.source)
+
+    def _handle(
+        self,
+        client: SQSClient,
+        fault_client: SQSClient,
+        messages: list[MessageTypeDef],
+        received_at: float,
+    ) -> None:
+        """A received batch (maybe empty): through the faults, then to the function."""
+        queue = self._trigger.queue
+        self._log_received(messages)
+        messages = self._faults.on_receive(
+            queue.logical_id, fault_client, queue.url, messages, self._deliveries
+        )
+        if messages:
+            again, alongside = self._faults.duplicates(queue.logical_id, messages)
+            if again:
+                self._deliveries.info(
+                    "%s duplicated %s%s",
+                    queue.logical_id,
+                    " ".join(m["MessageId"] for m in again),
+                    " (at the same time)" if alongside else "",
+                )
+            if alongside:
+                self._deliver_both(client, messages, again, received_at)
+            else:
+                self._deliver(client, messages, received_at)
+                if again:
+                    self._deliver(client, again, received_at)
 
     def _log_received(self, messages: list[MessageTypeDef]) -> None:
         now = time.time()

@@ -1,8 +1,15 @@
-"""Stopping a runner: its containers exit as a Lambda container is shut down, at once, their exit handlers run."""
+"""Stopping a runner: the invocations in flight finish; with the AWS side going away next (the sandbox's stop),
+the pollers' long polls are not waited for; containers exit at once, as Lambda shuts one down, their exit
+handlers run."""
 
 from __future__ import annotations
 
+import sys
+import threading
+import time
 from pathlib import Path
+
+from nodecycle_sandbox.runner import Runner
 
 from .conftest import MakeRunner
 
@@ -57,3 +64,110 @@ def test_a_stopped_container_runs_its_exit_handlers_and_skips_tearing_its_module
 
     # Then the container ran its exit handlers, and exited without tearing its modules down
     assert (tmp_path / "functions" / "worker" / "exit.log").read_text().splitlines() == ["exit handlers"]
+
+
+POLLED = """
+Resources:
+  Work:
+    Type: AWS::SQS::Queue
+    Properties:
+      VisibilityTimeout: 30
+  Worker:
+    Type: AWS::Serverless::Function
+    Properties:
+      CodeUri: functions/worker/
+      Handler: app.handler
+      Timeout: 10
+      Events:
+        Work:
+          Type: SQS
+          Properties:
+            Queue: !GetAtt Work.Arn
+            BatchSize: 1
+"""
+
+# Says when it has started (a file), then waits for the test's word (another file) before it returns.
+SLOW = """
+import os, time
+
+def handler(event, context):
+    root = os.environ["LAMBDA_TASK_ROOT"]
+    body = event["Records"][0]["body"]
+    open(os.path.join(root, body + ".started"), "w").close()
+    deadline = time.monotonic() + 8
+    while not os.path.exists(os.path.join(root, "go")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return body
+"""
+
+
+def _poller_in_its_long_poll(runner: Runner) -> threading.Thread:
+    """The function's one poller, once it is in a receive (in botocore's call: it stays there for the whole
+    long poll, whatever happens meanwhile)."""
+    (poller,) = [t for t in threading.enumerate() if t.name.startswith("Worker-Work-")]
+    deadline = time.monotonic() + 10
+    while True:
+        frame = sys._current_frames().get(poller.ident or 0)
+        names = set()
+        while frame is not None:
+            names.add(frame.f_code.co_name)
+            frame = frame.f_back
+        if {"_receive", "_make_api_call"} <= names:
+            return poller
+        assert time.monotonic() < deadline, "the poller never started its long poll"
+        time.sleep(0.01)
+
+
+def _wait_for_file(path: Path, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path.name} never appeared"
+        time.sleep(0.02)
+
+
+def test_a_stop_before_the_aws_side_goes_leaves_the_long_poll_and_delivers_nothing_it_brings(
+    make_runner: MakeRunner, tmp_path: Path
+) -> None:
+    # Given a runner whose poller is in a 20 s long poll of an empty queue
+    runner = make_runner(POLLED, {"worker": SLOW}, poll_wait=20)
+    poller = _poller_in_its_long_poll(runner)
+
+    # When it stops with the AWS side going next
+    runner.stop(aws_going=True)
+
+    # Then the stop did not wait for the long poll, and a message it brings then is not delivered
+    assert poller.is_alive()
+    runner.sqs.send_message(QueueUrl=runner.queue("Work").url, MessageBody="late")
+    poller.join(timeout=15)
+    assert not poller.is_alive()
+    assert runner.journal.invocations("Worker") == []
+    assert not (tmp_path / "functions" / "worker" / "late.started").exists()
+
+
+def test_an_invocation_in_flight_at_a_stop_before_the_aws_side_goes_finishes_and_its_message_is_deleted(
+    make_runner: MakeRunner, tmp_path: Path
+) -> None:
+    # Given a runner whose poller is in an invocation
+    runner = make_runner(POLLED, {"worker": SLOW}, poll_wait=1)
+    url = runner.queue("Work").url
+    runner.sqs.send_message(QueueUrl=url, MessageBody="busy")
+    code = tmp_path / "functions" / "worker"
+    _wait_for_file(code / "busy.started")
+
+    # When it stops with the AWS side going next, and the invocation ends meanwhile
+    releaser = threading.Timer(0.5, (code / "go").touch)
+    releaser.start()
+    runner.stop(aws_going=True)
+    releaser.join()
+
+    # Then the stop waited for it: the invocation is in the journal, and its message was deleted
+    (invocation,) = runner.journal.invocations("Worker")
+    assert invocation.ok
+    attributes = runner.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert (
+        attributes["ApproximateNumberOfMessages"],
+        attributes["ApproximateNumberOfMessagesNotVisible"],
+    ) == (
+        "0",
+        "0",
+    )
