@@ -174,11 +174,16 @@ class SqsEventSource:
         self._threads = []
 
     def _poll(self) -> None:
-        client = self._client_factory()
+        try:
+            client = self._client_factory()  # (it reads the queue's attributes)
+            fault_client = self._fault_client_factory()  # faults may be armed later
+        except Exception:
+            if self._stopping.is_set():
+                return  # the AWS side went away first during shutdown: `close` does not wait for a start
+            raise
         # Once closed, not even botocore's retry of a long poll cut by the AWS side's end: the next sandbox's
         # AWS side may have that port already, and queues of the same names.
         client.meta.events.register("before-send.sqs", self._refuse_once_closed)
-        fault_client = self._fault_client_factory()  # faults may be armed later
         while not self._stopping.is_set():
             try:
                 messages, received_at = self._receive(client)

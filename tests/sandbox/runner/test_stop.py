@@ -9,6 +9,9 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+from botocore.exceptions import EndpointConnectionError
+
 from nodecycle_sandbox.runner import Runner
 
 from .conftest import MakeRunner
@@ -171,3 +174,31 @@ def test_an_invocation_in_flight_at_a_stop_before_the_aws_side_goes_finishes_and
         "0",
         "0",
     )
+
+
+def test_a_poller_still_starting_when_the_aws_side_goes_ends_quietly(
+    make_runner: MakeRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a poller still reading its queue's attributes (its mapping starting) when the runner stops
+    entered, released = threading.Event(), threading.Event()
+
+    def starting(runner: Runner, spec: object, trigger: object) -> object:
+        entered.set()
+        released.wait(10)
+        raise EndpointConnectionError(endpoint_url=runner.endpoint_url)  # the AWS side is gone by then
+
+    monkeypatch.setattr(Runner, "_mapping_client", starting)
+    failures: list[threading.ExceptHookArgs] = []
+    monkeypatch.setattr(threading, "excepthook", failures.append)
+    runner = make_runner(POLLED, {"worker": SLOW})
+    assert entered.wait(10)
+    (poller,) = [t for t in threading.enumerate() if t.name.startswith("Worker-Work-")]
+
+    # When the runner stops with the AWS side going next, and the poller's call fails as it goes
+    runner.stop(aws_going=True)
+    released.set()
+    poller.join(timeout=10)
+
+    # Then the poller ended without an unhandled error
+    assert not poller.is_alive()
+    assert [f.exc_value for f in failures] == []
