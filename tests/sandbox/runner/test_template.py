@@ -5,10 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
+from nodecycle_sandbox.runner.cfn_yaml import _CfnLoader, load_template
 from nodecycle_sandbox.runner.intrinsics import UnsupportedIntrinsic
 
 from .conftest import MakeRunner
+
+ROOT = Path(__file__).resolve().parents[3]
 
 TEMPLATE = """
 Parameters:
@@ -165,3 +169,18 @@ def test_the_repository_template_is_read(make_runner: MakeRunner, tmp_path: Path
     assert wake.sqs[0].queue.dead_letter_arn == runner.queue("DrainDeadLetterQueue").arn
     assert runner.environments["SweeperFunction"]["NODECYCLE_WAKE_QUEUE_URL"] == runner.queue("WakeQueue").url
     assert runner.functions["SweeperFunction"].schedules[0].interval == 300
+
+
+def test_the_template_reads_the_same_as_with_the_pure_python_loader() -> None:
+    # Given the project's template, read with libyaml when PyYAML has it (a quarter of the time)
+    path = ROOT / "template.yaml"
+
+    # Then it reads as PyYAML's own (pure Python) SafeLoader with the same tags reads it
+    class PurePython(yaml.SafeLoader):
+        pass
+
+    PurePython.yaml_constructors = {
+        **yaml.SafeLoader.yaml_constructors,
+        **{tag: c for tag, c in _CfnLoader.yaml_constructors.items() if tag and tag.startswith("!")},
+    }
+    assert load_template(path) == yaml.load(path.read_text(encoding="utf-8"), Loader=PurePython)
