@@ -167,7 +167,8 @@ class SqsEventSource:
         """After `stop`, when the AWS side goes away with the mapping (the sandbox's stop): wait, until
         `deadline`, for the batches in hand (their invocations, deletes and journal entries) but not for the
         long polls, which end with the AWS side (up to `poll_wait`, a second, of every sandbox's stop). A long
-        poll that answers after this delivers nothing: its messages go with the AWS side."""
+        poll that answers after this delivers nothing: its messages go with the AWS side, as do those of a batch
+        still gathering in its batching window (not yet an invocation)."""
         with self._state:
             self._state.wait_for(lambda: self._busy == 0, timeout=max(0.0, deadline - time.monotonic()))
             self._closed = True
