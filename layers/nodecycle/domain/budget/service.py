@@ -551,8 +551,8 @@ class DisruptionBudget:
             raise unknown
         try:
             stored = self._store.read()
-        except Exception:  # (any failure to read it back leaves the outcome as unknown as it was)
-            raise unknown from None
+        except Exception as error:  # (any failure to read it back leaves the outcome as unknown as it was)
+            raise unknown from error  # (the read's own error kept as the cause, for the step's log)
         doc, written = sent
         # (byte for byte: every write stamps the time of its decision, so another writer's document is not ours)
         if stored is None or stored.unwritten or stored.to_json() != doc.to_json():
