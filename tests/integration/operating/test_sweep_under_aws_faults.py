@@ -1,0 +1,100 @@
+"""The scheduled sweeper on the sandbox while AWS refuses or throttles some of its calls (the sandbox's AWS fault
+layer, for the sweeper's own key only): a service that denies or throttles it fails the parts that need that
+service, and no other part. The address part frees a dangling Elastic IP while Auto Scaling throttles the
+sweeper and DynamoDB denies it; the annotations' part clears a node's leftover annotations while EC2 denies the
+sweeper and Auto Scaling throttles it. Each sweep meanwhile fails (its errors alarm), naming its parts."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from nodecycle.domain.ports.addresses import ALLOCATED_AT_TAG, OWNER_TAG
+from nodecycle.domain.ports.cluster import IN_PROGRESS_ANNOTATION, OWNER_ANNOTATION
+from nodecycle_sandbox import Sandbox
+from nodecycle_sandbox.aws.group import wait_for
+from nodecycle_sandbox.faults import Fault
+from tests.integration.lifecycle.harness import OWNER, core_api, node_of, running
+
+pytestmark = pytest.mark.slow
+
+
+def sweeps_after(sandbox: Sandbox, count: int) -> list[tuple[bool, str]]:
+    """Whether each sweep since the ``count`` first ended well, and its error."""
+    return [(s.ok, s.error or "") for s in sandbox.runner.journal.invocations("SweeperFunction")[count:]]
+
+
+def swept(sandbox: Sandbox) -> int:
+    return len(sandbox.runner.journal.invocations("SweeperFunction"))
+
+
+def dangling_address(sandbox: Sandbox) -> str:
+    """An address of this stack, unassociated since it was allocated an hour ago (a launch that crashed)."""
+    hour_ago = (datetime.now(UTC) - timedelta(hours=1)).isoformat(timespec="seconds")
+    tags = [{"Key": OWNER_TAG, "Value": OWNER}, {"Key": ALLOCATED_AT_TAG, "Value": hour_ago}]
+    spec = [{"ResourceType": "elastic-ip", "Tags": tags}]
+    return str(sandbox.client("ec2").allocate_address(Domain="vpc", TagSpecifications=spec)["AllocationId"])
+
+
+def allocations(sandbox: Sandbox) -> set[str]:
+    return {a["AllocationId"] for a in sandbox.client("ec2").describe_addresses()["Addresses"]}
+
+
+def test_a_service_that_denies_or_throttles_the_sweeper_stops_only_the_parts_that_need_it() -> None:
+    with running(
+        settings={"NODECYCLE_SWEEP_INTERVAL_MINUTES": str(2 / 60)}, schedule_interval=2.0, size=1
+    ) as sandbox:
+        sweeper = sandbox.runner.access_key("SweeperFunction")
+
+        # Given Auto Scaling throttling the sweeper (the orphans' listing, past botocore's retries) and DynamoDB
+        # denying it (a key policy changed: no open lifecycle listed, no record read), and an address of this
+        # stack left unassociated for an hour
+        sandbox.aws.arm_faults(
+            faults=[
+                Fault("asg", "aws-throttle", target="autoscaling.*"),
+                Fault("ddb", "aws-denied", target="dynamodb.*"),
+            ],
+            seed=1,
+            callers=[sweeper],
+        )
+        before = swept(sandbox)
+        dangling = dangling_address(sandbox)
+
+        # When the sweeps run, Then the address is released all the same
+        wait_for(lambda: dangling not in allocations(sandbox), 90, "the dangling address's release")
+        # and the sweeps that ended meanwhile failed, naming the parts that could not run, not the address part
+        ended = wait_for(lambda: sweeps_after(sandbox, before), 60, "a sweep that ended")
+        assert all(not ok for ok, _ in ended), ended
+        assert all("orphans" in error and "addresses" not in error for _, error in ended), ended
+
+        # Given now EC2 denying the sweeper (a service control policy) and Auto Scaling still throttling it,
+        # and a node this stack annotated for a lifecycle that is over (its record gone: finished, expired)
+        sandbox.aws.arm_faults(
+            faults=[
+                Fault("asg", "aws-throttle", target="autoscaling.*"),
+                Fault("ec2", "aws-denied", target="ec2.*"),
+            ],
+            seed=2,
+            callers=[sweeper],
+        )
+        (instance,) = sandbox.asg.in_state("InService")
+        node = node_of(sandbox, instance)
+        progress = {"instance": instance, "transition": "terminate", "token": "t-over", "started": "x"}
+        annotations = {OWNER_ANNOTATION: OWNER, IN_PROGRESS_ANNOTATION: json.dumps(progress)}
+        admin = core_api(sandbox)
+        admin.patch_node(node, {"metadata": {"annotations": annotations}})
+        before = swept(sandbox)
+
+        def annotated() -> bool:
+            metadata = admin.read_node(node).metadata
+            found = (metadata.annotations if metadata is not None else None) or {}
+            return OWNER_ANNOTATION in found or IN_PROGRESS_ANNOTATION in found
+
+        # When the sweeps run, Then the annotations are cleared all the same
+        wait_for(lambda: not annotated(), 90, "the leftover annotations cleared")
+        ended = wait_for(lambda: sweeps_after(sandbox, before), 60, "a sweep that ended")
+        assert all(not ok for ok, _ in ended), ended
+        assert all("annotations" not in error for _, error in ended), ended
+        sandbox.aws.disarm_faults()
