@@ -98,3 +98,57 @@ def test_a_service_that_denies_or_throttles_the_sweeper_stops_only_the_parts_tha
         assert all(not ok for ok, _ in ended), ended
         assert all("annotations" not in error for _, error in ended), ended
         sandbox.aws.disarm_faults()
+
+
+def held_addresses(sandbox: Sandbox) -> dict[str, str]:
+    """This stack's addresses associated with an instance: allocation id -> instance."""
+    found = sandbox.client("ec2").describe_addresses(
+        Filters=[{"Name": f"tag:{OWNER_TAG}", "Values": [OWNER]}]
+    )
+    return {a["AllocationId"]: a["InstanceId"] for a in found["Addresses"] if a.get("InstanceId")}
+
+
+def test_sweeps_under_random_aws_faults_never_release_an_address_of_a_live_instance() -> None:
+    # Given two instances in service, each with the address its launch allocated and associated (EipMode
+    # allocate), and an address of this stack left unassociated for an hour
+    with running(
+        parameters={"EipMode": "allocate"},
+        settings={"NODECYCLE_SWEEP_INTERVAL_MINUTES": str(2 / 60)},
+        schedule_interval=2.0,
+        size=2,
+    ) as sandbox:
+        in_service = set(sandbox.asg.in_state("InService"))
+
+        def launches_held() -> dict[str, str] | None:
+            found = held_addresses(sandbox)
+            return found if set(found.values()) == in_service else None
+
+        held = wait_for(launches_held, 60, "the launches' addresses")
+        dangling = dangling_address(sandbox)
+
+        # When the sweeps run while AWS throttles, fails and denies the sweeper's calls at random (EC2's
+        # DescribeInstances denied half the time: the addresses' instances not told)
+        sandbox.aws.arm_faults(
+            faults=[
+                Fault("deny-states", "aws-denied", target="ec2.DescribeInstances", probability=0.5),
+                Fault("ec2-throttle", "aws-throttle", target="ec2.*", probability=0.3),
+                Fault("ec2-error", "aws-error", target="ec2.*", probability=0.2),
+                Fault("asg-throttle", "aws-throttle", target="autoscaling.*", probability=0.3),
+                Fault("ddb-error", "aws-error", target="dynamodb.*", probability=0.2),
+            ],
+            seed=38,
+            callers=[sandbox.runner.access_key("SweeperFunction")],
+        )
+        before = swept(sandbox)
+        try:
+            wait_for(lambda: len(sweeps_after(sandbox, before)) >= 6, 120, "six sweeps under faults")
+            fired = {firing.fault for firing in sandbox.aws.fault_firings()}
+        finally:
+            sandbox.aws.disarm_faults()
+
+        # Then the faults fired, and every address stayed on its live instance (invariant 4)
+        assert {"deny-states", "ec2-throttle"} <= fired, fired
+        assert held_addresses(sandbox) == held
+        # and once they end, the dangling address is released
+        wait_for(lambda: dangling not in allocations(sandbox), 60, "the dangling address's release")
+        assert held_addresses(sandbox) == held
