@@ -14,7 +14,7 @@ from nodecycle.adapters.kube.eks_access import EksCluster
 from nodecycle.adapters.kube.events import KubeEvents
 from nodecycle.domain.budget import BudgetLimits, DisruptionBudget
 from nodecycle.domain.completion import CompleteAction, SettleResults
-from nodecycle.domain.drain.acquire import AcquireSlot
+from nodecycle.domain.drain.acquire import AcquireSlot, RecordedLifecycles
 from nodecycle.domain.drain.cleanup import MAINTENANCE_POLLS_PER_LOOK, Cleanup
 from nodecycle.domain.drain.cordon import Cordon
 from nodecycle.domain.drain.evict import Evict
@@ -97,6 +97,7 @@ def budget(config: Budget, ports: Common) -> DisruptionBudget:
         count_unavailable=config.budget_count_unavailable,
         owner=ports.settings.owner_id,
         drains=KubeDrainsInProgress(core_api),
+        lifecycles=RecordedLifecycles(ports.records),
     )
 
 

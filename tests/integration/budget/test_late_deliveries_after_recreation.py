@@ -6,8 +6,8 @@ a request would take a slot that nothing gives back. The marks go with the Confi
 created again, and the nodes do not tell them: the cleanup clears the drain's annotations, leaving no trace of
 its lifecycle, so the seed cannot restore them. The budget tells the slot it gives then (``unmarked``: the
 ConfigMap was created after the lifecycle began), and the drain's first ask reads its record for it: a lifecycle
-over gives the slot back at once; one still draining keeps it. The budget alone (a renewal, an ask outside the
-step) still grants it: not counted twice (one holder per node, counted as any), never past the limits, idle
+over gives the slot back at once; one still draining keeps it (a renewal's: see test_late_polls_after_recreation.py).
+The budget alone (an ask outside the step) still grants it: not counted twice (one holder per node, counted as any), never past the limits, idle
 until the sweeper finds its lifecycle over (or its TTL ends): the last test guards that bound."""
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from nodecycle.domain.budget.document import (
 )
 from nodecycle.domain.budget.limits import BudgetLimits, NodeState
 from nodecycle.domain.budget.requests import SlotDecision, SlotReason, SlotRequest
-from nodecycle.domain.budget.service import DisruptionBudget, SweepResult, Verdict
+from nodecycle.domain.budget.service import DisruptionBudget, Lifecycles, SweepResult, Verdict
 from nodecycle.domain.budget.view import BudgetView, view_of
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "BudgetView",
     "DisruptionBudget",
     "Holder",
+    "Lifecycles",
     "NodeState",
     "SlotDecision",
     "SlotReason",

@@ -10,6 +10,7 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from nodecycle.domain.budget import rules
 from nodecycle.domain.budget.document import BudgetDocument, Holder, OwnerLimits, Waiter
@@ -22,6 +23,16 @@ from nodecycle.domain.ports.budget import BudgetStore, NodeInventory
 from nodecycle.domain.ports.runtime import Clock, Metrics
 
 log = logging.getLogger(__name__)
+
+
+class Lifecycles(Protocol):
+    """What the lifecycles' records tell the budget of a slot it cannot vouch for (see :meth:`DisruptionBudget.renew`)."""
+
+    def gave_back(self, request: SlotRequest) -> bool:
+        """Whether the request's lifecycle (its record, token and beginning) has given its slot back, or is giving
+        it back, as its record tells now: over, or at its cleanup. False for a lifecycle at any step before its
+        cleanup, and for one that started over on the record since."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -78,11 +89,14 @@ class DisruptionBudget:
         count_unavailable: bool,
         owner: str,
         drains: DrainsInProgress | None = None,
+        lifecycles: Lifecycles | None = None,
     ) -> None:
         """``drains``: where a document never written is seeded from (see :mod:`.seed`); None: not seeded (a
-        store that never loses its document)."""
+        store that never loses its document). ``lifecycles``: what tells a renewal's slot the budget cannot vouch
+        for (see :meth:`renew`); None: not asked (a store that never loses its document)."""
         self._store = store
         self._drains = drains
+        self._lifecycles = lifecycles
         self._nodes = nodes
         self._clock = clock
         self._metrics = metrics
@@ -100,8 +114,34 @@ class DisruptionBudget:
     def renew(self, request: SlotRequest) -> SlotDecision:
         """Renew the node's slot. A holder that expired and was removed takes a slot again when there is
         room; otherwise it is denied (reason ``lost``) and waits like any other node. Wakes as
-        :meth:`acquire`."""
-        return self._claim(request, renewing=True)
+        :meth:`acquire`.
+
+        A slot taken again that the document cannot vouch for (``unmarked``: its ConfigMap was created again
+        after the lifecycle began, and the mark of a release that refuses a late delivery may have gone with the
+        one before) is checked against the lifecycle's record (``lifecycles``): a lifecycle over gives it back
+        at once, in a second write that marks it, and the renewal is refused as any late delivery's
+        (``released``: its commit loses). Else a late poll of a finished drain's eviction (a duplicate that ran
+        past its cleanup) held the slot idle until the sweeper or the TTL freed it, while nodes waited. A
+        drain still running keeps it (its own: renewed by its polls, given back by its cleanup). The steps
+        that renew (the eviction's polls, a refused cordon's retries) hold no record store; the first ask,
+        which does, reads the record itself (see AcquireSlot)."""
+        decision = self._claim(request, renewing=True)
+        if not decision.unmarked or self._lifecycles is None or not self._lifecycles.gave_back(request):
+            return decision
+        log.info(
+            "budget slot for %s: taken again by a late delivery of lifecycle %s, which gave it back: giving it back",
+            request.node,
+            request.record_id,
+        )
+        woken = self.release(request.node, request.record_id, request.token)
+        return replace(
+            decision,
+            granted=False,
+            reason=SlotReason.RELEASED,
+            holders=max(0, decision.holders - 1),
+            unmarked=False,
+            wake=tuple(dict.fromkeys((*decision.wake, *woken))),
+        )
 
     def release(
         self, node: str, record_id: str, token: str | None = None, *, gone: str | None = None

@@ -210,18 +210,10 @@ class AcquireSlot:
 
     def _gave_it_back(self, record: LifecycleRecord) -> bool:
         """Whether the lifecycle of ``record`` (as this delivery read it) has given its slot back, or is giving it
-        back, as its record tells now: finished, or at its cleanup (which never asks again: a watch of its node
-        stays there for hours after the release). Read only for a slot the budget cannot vouch for
-        (``SlotDecision.unmarked``: rare, after a re-creation of its ConfigMap), never on a drain's way
-        otherwise. A lifecycle at any step before its cleanup keeps the slot: it is its own (this record id's),
-        renewed by its drain, given back by its cleanup. So does another lifecycle that started over on the
-        record (the next maintenance), whose asks would find a slot given back under the same token refused."""
-        current = self._records.get(record.id)
-        if current is None:
-            return True  # (its record expired: a lifecycle over long ago)
-        if (current.token, current.received_at) != (record.token, record.received_at):
-            return False
-        return current.finished or current.step is Step.CLEANUP
+        back, as its record tells now (see :class:`RecordedLifecycles`). Read only for a slot the budget cannot
+        vouch for (``SlotDecision.unmarked``: rare, after a re-creation of its ConfigMap), never on a drain's way
+        otherwise."""
+        return _gave_back(self._records.get(record.id), record.token, record.received_at)
 
     def _linked(self, record: LifecycleRecord, now: datetime) -> Outcome | None:
         """A terminate hook of an instance that a disruption without a hook (a Spot interruption, a
@@ -290,6 +282,31 @@ class AcquireSlot:
                 zone=other.zone,
             )
         return None
+
+
+class RecordedLifecycles:
+    """What the lifecycles' records tell the budget of a renewal's slot it cannot vouch for (see
+    ``DisruptionBudget.renew``): the steps that renew (the eviction's polls) hold no record store."""
+
+    def __init__(self, records: RecordStore) -> None:
+        self._records = records
+
+    def gave_back(self, request: SlotRequest) -> bool:
+        return _gave_back(self._records.get(request.record_id), request.token, request.since)
+
+
+def _gave_back(current: LifecycleRecord | None, token: str | None, began: datetime | None) -> bool:
+    """Whether the lifecycle of ``token`` begun at ``began`` (as a delivery read its record) has given its slot
+    back, or is giving it back, as its record tells now (``current``): finished, or at its cleanup (which never
+    asks again: a watch of its node stays there for hours after the release). A lifecycle at any step before its
+    cleanup keeps the slot: it is its own (this record id's), renewed by its drain, given back by its cleanup. So
+    does another lifecycle that started over on the record (the next maintenance), whose asks would find a slot
+    given back under the same token refused."""
+    if current is None:
+        return True  # (its record expired: a lifecycle over long ago)
+    if (current.token, current.received_at) != (token, began):
+        return False
+    return current.finished or current.step is Step.CLEANUP
 
 
 def _earlier_drain(record: LifecycleRecord) -> LifecycleRecord | None:

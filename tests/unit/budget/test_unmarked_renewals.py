@@ -1,0 +1,129 @@
+"""A renewal given a slot the budget cannot vouch for (``SlotDecision.unmarked``: its ConfigMap was created again
+after the lifecycle began, and the mark of its release may have gone with the one before): the lifecycle's record
+tells (``Lifecycles``). Over, the slot goes back at once, marked, and the renewal is refused as a late delivery's;
+running, it keeps the slot. Asked only then: a renewal of a slot held, or one the document vouches for, reads no
+record (the first ask reads its record itself: see tests/unit/drain/test_late_asks_after_recreation.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+
+from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotReason, SlotRequest
+from nodecycle.domain.policy import Quantity
+from tests.unit.budget.conftest import TTL
+from tests.unit.budget.fakes import START, FakeClock, FakeInventory, MemoryBudgetStore, RecordingMetrics, slot
+
+
+@dataclass
+class Records:
+    """The lifecycles' records as the budget asks them: the record ids of those over; every ask remembered."""
+
+    over: set[str] = field(default_factory=set)
+    asked: list[str] = field(default_factory=list)
+
+    def gave_back(self, request: SlotRequest) -> bool:
+        self.asked.append(request.record_id)
+        return request.record_id in self.over
+
+
+def budget(
+    store: MemoryBudgetStore, clock: FakeClock, records: Records | None, total: str = "1"
+) -> DisruptionBudget:
+    return DisruptionBudget(
+        store=store,
+        nodes=FakeInventory(),
+        clock=clock,
+        metrics=RecordingMetrics(),
+        limits=BudgetLimits(Quantity.parse(total), None),
+        holder_ttl=TTL,
+        count_unavailable=False,
+        owner="blue",
+        lifecycles=records,
+    )
+
+
+BEGAN = START - timedelta(minutes=1)
+
+
+def began(request: SlotRequest) -> SlotRequest:
+    return replace(request, token="tok", since=BEGAN, in_progress=True)
+
+
+def recreated(store: MemoryBudgetStore) -> None:
+    """The ConfigMap deleted and created again (empty) at START, after the lifecycles began."""
+    store.uninstall()
+    store.reinstall(at=START)
+
+
+def test_a_late_renewal_of_a_lifecycle_over_gives_the_slot_back_and_wakes_the_waiter_it_passes_to() -> None:
+    # Given the ConfigMap created again, a budget of one slot held by n3, and n2 waiting for it
+    store, clock, records = MemoryBudgetStore(), FakeClock(), Records(over={"rec-n1"})
+    recreated(store)
+    blue = budget(store, clock, records)
+    assert blue.acquire(slot("n3")).granted
+    assert not blue.acquire(slot("n2")).granted
+    clock.advance(TTL.total_seconds() * 2 / 3)
+    assert not blue.acquire(slot("n2")).granted  # (its place renewed)
+    clock.advance(TTL.total_seconds() / 3 + 1)  # n3's drain died: its holder expired
+
+    # When a late renewal of n1's finished drain runs (in progress, it goes before n2)
+    late = blue.renew(began(slot("n1")))
+
+    # Then it is refused as a late delivery, its slot given back, marked; the slot passed on to n2, woken
+    assert (late.granted, late.reason, late.unmarked) == (False, SlotReason.RELEASED, False)
+    assert records.asked == ["rec-n1"]
+    assert late.wake == ("rec-n2",)
+    assert [h.node for h in blue.snapshot().holders] == ["n2"]
+    assert blue.renew(began(slot("n1"))).reason is SlotReason.RELEASED
+
+
+def test_a_renewal_of_a_drain_still_running_keeps_the_slot_it_takes_again() -> None:
+    # Given the ConfigMap created again, and n1's drain running (its record before its cleanup)
+    store, clock, records = MemoryBudgetStore(), FakeClock(), Records()
+    recreated(store)
+    blue = budget(store, clock, records)
+
+    # When its renewal takes the slot again
+    renewed = blue.renew(began(slot("n1")))
+
+    # Then it keeps it, its record read once; and its next renewal finds it held, reading nothing
+    assert (renewed.granted, renewed.reason, renewed.unmarked) == (True, SlotReason.REACQUIRED, True)
+    assert records.asked == ["rec-n1"]
+    clock.advance(TTL.total_seconds() / 2)
+    assert blue.renew(began(slot("n1"))).reason is SlotReason.HELD
+    assert [h.node for h in blue.snapshot().holders] == ["n1"]
+    assert records.asked == ["rec-n1"]
+
+
+def test_a_renewal_the_document_vouches_for_reads_no_record() -> None:
+    # Given a lifecycle that began after the ConfigMap was created (past the margin)
+    store, clock, records = MemoryBudgetStore(), FakeClock(), Records(over={"rec-n1"})
+    store.created_at = BEGAN - timedelta(minutes=5)
+    blue = budget(store, clock, records)
+
+    # When its renewal takes a slot
+    renewed = blue.renew(began(slot("n1")))
+
+    # Then it is its own, as ever
+    assert (renewed.granted, renewed.reason) == (True, SlotReason.REACQUIRED)
+    assert records.asked == []
+
+
+def test_a_first_ask_is_left_to_its_step_which_reads_the_record_itself() -> None:
+    store, clock, records = MemoryBudgetStore(), FakeClock(), Records(over={"rec-n1"})
+    recreated(store)
+
+    asked = budget(store, clock, records).acquire(began(slot("n1")))
+
+    assert (asked.granted, asked.unmarked) == (True, True)
+    assert records.asked == []
+
+
+def test_without_the_records_a_renewal_takes_the_slot_as_before() -> None:
+    store, clock = MemoryBudgetStore(), FakeClock()
+    recreated(store)
+
+    renewed = budget(store, clock, None).renew(began(slot("n1")))
+
+    assert (renewed.granted, renewed.reason, renewed.unmarked) == (True, SlotReason.REACQUIRED, True)
