@@ -21,6 +21,10 @@ class SlotRequest:
     # as it was when it gave it back, not one that starts over later on the same record and token (an adopted
     # lifecycle, whose token is its hook's). None: not told, any delivery of the record and token is refused.
     since: datetime | None = None
+    # Since when the lifecycle has waited in line for the node (its record's), if it waits: a document created
+    # since (its ConfigMap deleted and created again) lost its place, which it takes back when it joins that
+    # document's line (first come, first served), rather than join behind the nodes that asked first since.
+    waiting_since: datetime | None = None
     # The node is cordoned and partly drained already (a drain that lost its slot asks for it back): it is
     # disruption in progress, and goes before nodes not yet touched.
     in_progress: bool = False

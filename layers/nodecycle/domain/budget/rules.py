@@ -799,7 +799,13 @@ def _queued(
     if waiter is None and len(doc.waiters) >= MAX_WAITERS and not request.force:
         return None
     if waiter is None:
-        entry = Waiter(node=request.node, owner=request.owner, waiting_since=now, **renewal, **precedence)
+        entry = Waiter(
+            node=request.node,
+            owner=request.owner,
+            waiting_since=_joined(doc, request, now),
+            **renewal,
+            **precedence,
+        )
         waiters = (*doc.waiters, entry)
     else:
         entry = waiter.model_copy(update={**renewal, **precedence})
@@ -808,6 +814,19 @@ def _queued(
     if waiter is None and not request.force and len(queued.to_json()) > MAX_DOCUMENT_BYTES:
         return None
     return queued, entry
+
+
+def _joined(doc: BudgetDocument, request: SlotRequest, now: datetime) -> datetime:
+    """Since when a new waiter of ``request`` waits in ``doc``'s line: now; or, for a lifecycle that waited in line
+    before ``doc`` was created (its ConfigMap deleted and created again), since it began to wait. Its place went
+    with the ConfigMap before (the nodes do not show waiters: the seed cannot restore them), and the replay orders
+    the waiters of a class by their waiting since: joined as of now, it went behind every node that asked first
+    after the re-creation, newcomers included (first come, first served). A waiter whose place expired in this
+    document (it stopped asking for a TTL) joins at the end, as ever."""
+    since = request.waiting_since
+    if since is None or doc.created_at is None or since >= doc.created_at + CREATION_MARGIN:
+        return now
+    return min(since, now)
 
 
 def shed(doc: BudgetDocument, owner: str, now: datetime) -> tuple[BudgetDocument, tuple[Waiter, ...]]:

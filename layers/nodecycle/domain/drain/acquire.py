@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -118,6 +119,8 @@ class AcquireSlot:
         found: dict[str, Any] = {"node": node.name, "node_uid": node.uid, "zone": node.zone, "extra": extra}
         foreign = node.owner not in (None, record.owner)
         request = _slot_request(record, node.name, node.zone, **_precedence(record, now, self._policy))
+        # (its place in line, which a ConfigMap created again lost: see SlotRequest.waiting_since)
+        request = replace(request, waiting_since=record.slot_waiting_since)
         decision = self._slots.acquire(request)
         # (its write removed the expired entries, a dead drain's slot among them: whom that lets go, goes now)
         _wake(self._dispatcher, decision.wake)
