@@ -25,7 +25,7 @@ from nodecycle.domain.budget import BudgetDocument, NodeState
 from nodecycle.domain.budget.errors import WriteOutcomeUnknown
 from nodecycle.domain.budget.seed import DrainInProgress
 from nodecycle.domain.errors import TransientError
-from nodecycle.domain.ports.cluster import ZONE_LABEL
+from nodecycle.domain.ports.cluster import ZONE_LABEL, Refused
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +38,14 @@ SHUTDOWN_TAINT = "node.cloudprovider.kubernetes.io/shutdown"
 CoreV1Factory = Callable[[], Any]  # () -> kubernetes.client.CoreV1Api
 
 
-class BudgetNotInstalled(RuntimeError):
-    """The budget ConfigMap does not exist: the cluster side of the deployment was not applied."""
+class BudgetNotInstalled(Refused):
+    """The budget ConfigMap does not exist: the cluster side of the deployment was not applied, or the ConfigMap
+    was deleted and is not created again yet (``kubectl delete``, then a GitOps sync or an operator applying
+    deploy/rbac.yaml again, seconds to a minute later). The ConfigMap's answer, as a refused read is: a step
+    decides on it (a drain's poll waits its poll interval, evicting nothing; the engine retries an ask in
+    seconds, up to its refused tries, then fails its message: the alarm). Raised as a plain error, it failed the
+    step's message at once, which the queue delivered again only after its visibility timeout: every drain that
+    polled in the window stalled that long, its slot held idle."""
 
     def __init__(self, namespace: str, name: str) -> None:
         super().__init__(
