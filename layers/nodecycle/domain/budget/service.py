@@ -26,7 +26,8 @@ log = logging.getLogger(__name__)
 
 
 class Lifecycles(Protocol):
-    """What the lifecycles' records tell the budget of a slot it cannot vouch for (see :meth:`DisruptionBudget.renew`)."""
+    """What the lifecycles' records tell the budget of a slot it cannot vouch for (see
+    :meth:`DisruptionBudget.renew`)."""
 
     def gave_back(self, request: SlotRequest) -> bool:
         """Whether the request's lifecycle (its record, token and beginning) has given its slot back, or is giving
@@ -129,7 +130,8 @@ class DisruptionBudget:
         if not decision.unmarked or self._lifecycles is None or not self._lifecycles.gave_back(request):
             return decision
         log.info(
-            "budget slot for %s: taken again by a late delivery of lifecycle %s, which gave it back: giving it back",
+            "budget slot for %s: taken again by a late delivery of lifecycle %s, which gave it back: "
+            "giving it back",
             request.node,
             request.record_id,
         )
