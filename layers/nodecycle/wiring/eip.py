@@ -41,6 +41,9 @@ def engine() -> StepEngine:
     ports = shared()
     policy = eip_policy(config)
     lines = DynamoAddressLines(config.record_table)
+    # (the first launch in line gets an address given back now, not at its next look; and one a launch ahead of
+    # it leaves, or a spare released under the quota)
+    waker = LineWaker(owner=config.owner_id, lines=lines, records=ports.records, queues=ports.queues)
     return ports.engine(
         Worker.EIP,
         {
@@ -52,15 +55,13 @@ def engine() -> StepEngine:
                 lines=lines,
                 records=ports.records,
                 groups=ports.autoscaling,
+                waker=waker,
             ),
             Step.RELEASE_EIP: ReleaseAddresses(
                 owner=config.owner_id,
                 addresses=addresses(),
                 metrics=ports.metrics,
-                # (the first launch in line gets an address given back now, not at its next look)
-                waker=LineWaker(
-                    owner=config.owner_id, lines=lines, records=ports.records, queues=ports.queues
-                ),
+                waker=waker,
             ),
             Step.COMPLETE: CompleteAction(ports.autoscaling, ports.metrics, ports.records),
         },

@@ -58,6 +58,7 @@ class Stack:
                     lines=self.lines,
                     records=self.records,
                     groups=self.autoscaling,
+                    waker=waker,
                 ),
                 Step.RELEASE_EIP: ReleaseAddresses(
                     owner=OWNER, addresses=self.ec2, metrics=metrics, waker=waker

@@ -36,6 +36,7 @@ from typing import Any, Protocol
 
 from nodecycle.domain.eip import SCRATCH, release_unassociated, without_scratch
 from nodecycle.domain.eip.line import AddressLines, Line, PoolLine, Waiter, ahead_of, line_key
+from nodecycle.domain.eip.wake import LineWaker
 from nodecycle.domain.engine import TERMINATION_STATES, Outcome
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import after_completion
@@ -106,6 +107,7 @@ class AssignAddress:
         lines: AddressLines,
         records: RecordStore,
         groups: InstanceGroups,
+        waker: LineWaker | None = None,
     ) -> None:
         self._owner = owner
         self._mode = policy.mode
@@ -119,7 +121,11 @@ class AssignAddress:
         self._groups = groups  # (to tell a waiting launch whose instance the group is terminating)
         # first come, first served among the launches waiting for the pool, or in allocate mode for the
         # quota (see nodecycle.domain.eip.line)
-        self._line = PoolLine(lines, line_key(owner, self._pool if self._mode is EipMode.POOL else None))
+        self._line_pool = self._pool if self._mode is EipMode.POOL else None
+        self._line = PoolLine(lines, line_key(owner, self._line_pool))
+        # Wakes the first launches waiting in a line when this one leaves it without an address, or releases
+        # spares under the quota (see nodecycle.domain.eip.wake); None: they find out at their own looks
+        self._waker = waker
 
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
         scratch: dict[str, Any] = dict(record.extra.get(SCRATCH) or {})
@@ -416,7 +422,7 @@ class AssignAddress:
         meanwhile would find the action gone and count it expired (the expired-actions alarm); its completion,
         too, would heartbeat first when one is due. Not counted as an EIP failure: no address was missing for a
         live instance."""
-        self._leave_line(record, record.updated_at)
+        self._leave_line(record, record.updated_at, holding=False)
         log.warning(
             "instance %s is %s while its launch is given an Elastic IP: the launch ends without one",
             record.instance_id,
@@ -424,10 +430,16 @@ class AssignAddress:
         )
         return Outcome.goto(after_completion(record), outcome="instance-gone", extra=without_scratch(record))
 
-    def _leave_line(self, record: LifecycleRecord, now: datetime) -> None:
+    def _leave_line(self, record: LifecycleRecord, now: datetime, *, holding: bool) -> None:
         """Out of the pool's line, if it joined it: it holds its address, or gives up. A failure to write is
         no reason to fail the launch: the line no longer counts a waiter whose instance holds an address of
-        the pool, nor one past its wait."""
+        the pool, nor one past its wait.
+
+        One that leaves without an address (``holding`` false: its wait over, its instance gone) wakes the next
+        waiter: that one may be first now, with an address free for it (the one this launch was woken for, or
+        one it kept from the waiters behind it), and would otherwise find out at its own look, a minute apart
+        for one that was not first. A launch leaving with its address took one free address and one place
+        ahead of the others: none of them may take more than before, and none is woken."""
         if not (record.extra.get(SCRATCH) or {}).get("exhausted_since"):
             return
         try:
@@ -436,6 +448,13 @@ class AssignAddress:
             log.warning(
                 "could not leave the line of pool %r (it no longer counts this launch): %s", self._pool, error
             )
+        if not holding:
+            self._wake_line(record, 1, now)
+
+    def _wake_line(self, record: LifecycleRecord, count: int, now: datetime) -> None:
+        """Wake the first ``count`` launches waiting in this launch's line (never this one, nor failing it)."""
+        if self._waker is not None and count > 0:
+            self._waker.given_back({self._line_pool: count}, now, passing_over=record.id)
 
     # -- association and its verification ------------------------------------------------------------
 
@@ -594,7 +613,7 @@ class AssignAddress:
     def _done(self, record: LifecycleRecord, address: Address, found: list[Address] | None) -> Outcome:
         if self._mode is EipMode.ALLOCATE:
             self._release_spares(record, keep=address.allocation_id, found=found)
-        self._leave_line(record, record.updated_at)
+        self._leave_line(record, record.updated_at, holding=True)
         log.info(
             "instance %s has Elastic IP %s",
             record.instance_id,
@@ -703,7 +722,7 @@ class AssignAddress:
 
     def _fail(self, record: LifecycleRecord, reason: str) -> Outcome:
         self._metrics.count("EipFailures")
-        self._leave_line(record, record.updated_at)
+        self._leave_line(record, record.updated_at, holding=False)
         extra = without_scratch(record)
         if self._abandon:
             log.error(

@@ -5,7 +5,9 @@ first in line, less often further back (``AssignAddress._exhausted``). An addres
 pool, or releases under the quota, would idle until that look, the instance it is for held in ``Pending:Wait``
 meanwhile: in an instance refresh of a pool sized to the fleet, each replacement paid up to 15 s. So the step
 that frees it sends the first waiters of that line (one per address freed) their ASSIGN_EIP message now,
-marked as a wake-up: the engine runs it before its due time.
+marked as a wake-up: the engine runs it before its due time. A launch that leaves the line without an address
+(its wait over, its instance gone) wakes the next waiter so too: that one may be first now, and an address free
+for it (the one the launch leaving was woken for).
 
 The wake-up only brings a look forward; the look decides, in the order of the line, as at its own pace (a
 launch that came later still yields to those ahead of it, woken or not). A wake-up lost (SQS refused it, the
@@ -47,9 +49,14 @@ class LineWaker:
         self._records = records
         self._queues = queues
 
-    def given_back(self, freed: Mapping[str | None, int], now: datetime) -> None:
-        """``freed``: how many addresses were given back to each pool (None: released, room under the quota).
-        Never raises for a wake-up it could not send: the waiters' own looks remain."""
+    def given_back(
+        self, freed: Mapping[str | None, int], now: datetime, *, passing_over: str | None = None
+    ) -> None:
+        """``freed``: how many addresses were given back to each pool (None: released, room under the quota), or
+        how many launches the first waiters no longer wait behind. ``passing_over``: the lifecycle of the launch
+        that calls, leaving the line (its record still waits in it until its run commits, and a write that took
+        it out of the line may have failed): not woken. Never raises for a wake-up it could not send: the
+        waiters' own looks remain."""
         for pool, count in freed.items():
             key = line_key(self._owner, pool)
             try:
@@ -61,7 +68,7 @@ class LineWaker:
             for waiter in line.waiters:
                 if woken >= count or looked >= WAKE_LOOKS:
                     break
-                if waiter.until <= now:
+                if waiter.until <= now or waiter.lifecycle == passing_over:
                     continue
                 looked += 1
                 try:
