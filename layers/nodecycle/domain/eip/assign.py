@@ -414,15 +414,15 @@ class AssignAddress:
             return None
         return state if state is not None and state.startswith(TERMINATION_STATES) else None
 
-    def _instance_gone(self, record: LifecycleRecord, state: str) -> Outcome:
+    def _instance_gone(self, record: LifecycleRecord, state: str, *, released: int = 0) -> Outcome:
         """A launch waiting for (or taking) an address whose instance went meanwhile: its action went with it
         (Auto Scaling ends the launch action of an instance it terminates), and nothing is to be had for it. It
         leaves the line and its lifecycle ends past its completion, at once: looking on until its wait ended
         would count an EIP failure (the EipFailures alarm) for an address no one needs, and a heartbeat due
         meanwhile would find the action gone and count it expired (the expired-actions alarm); its completion,
         too, would heartbeat first when one is due. Not counted as an EIP failure: no address was missing for a
-        live instance."""
-        self._leave_line(record, record.updated_at, holding=False)
+        live instance. ``released``: the spare addresses released for it, room under the quota."""
+        self._leave_line(record, record.updated_at, holding=False, released=released)
         log.warning(
             "instance %s is %s while its launch is given an Elastic IP: the launch ends without one",
             record.instance_id,
@@ -430,7 +430,9 @@ class AssignAddress:
         )
         return Outcome.goto(after_completion(record), outcome="instance-gone", extra=without_scratch(record))
 
-    def _leave_line(self, record: LifecycleRecord, now: datetime, *, holding: bool) -> None:
+    def _leave_line(
+        self, record: LifecycleRecord, now: datetime, *, holding: bool, released: int = 0
+    ) -> None:
         """Out of the pool's line, if it joined it: it holds its address, or gives up. A failure to write is
         no reason to fail the launch: the line no longer counts a waiter whose instance holds an address of
         the pool, nor one past its wait.
@@ -439,17 +441,20 @@ class AssignAddress:
         waiter: that one may be first now, with an address free for it (the one this launch was woken for, or
         one it kept from the waiters behind it), and would otherwise find out at its own look, a minute apart
         for one that was not first. A launch leaving with its address took one free address and one place
-        ahead of the others: none of them may take more than before, and none is woken."""
-        if not (record.extra.get(SCRATCH) or {}).get("exhausted_since"):
-            return
-        try:
-            self._line.leave(record.id, now)
-        except TransientError as error:
-            log.warning(
-                "could not leave the line of pool %r (it no longer counts this launch): %s", self._pool, error
-            )
-        if not holding:
-            self._wake_line(record, 1, now)
+        ahead of the others: none of them may take more than before, and none is woken. ``released``: spare
+        addresses it released under the quota (in line or not), one launch woken for each."""
+        woken = released
+        if (record.extra.get(SCRATCH) or {}).get("exhausted_since"):
+            try:
+                self._line.leave(record.id, now)
+            except TransientError as error:
+                log.warning(
+                    "could not leave the line of pool %r (it no longer counts this launch): %s",
+                    self._pool,
+                    error,
+                )
+            woken += 0 if holding else 1
+        self._wake_line(record, woken, now)
 
     def _wake_line(self, record: LifecycleRecord, count: int, now: datetime) -> None:
         """Wake the first ``count`` launches waiting in this launch's line (never this one, nor failing it)."""
@@ -592,9 +597,10 @@ class AssignAddress:
         instance = record.instance_id
         state = self._addresses.instance_states([instance]).get(instance)
         if state in GONE_STATES:
+            released = 0
             if self._mode is EipMode.ALLOCATE:
-                self._release_spares(record, keep=None, found=None)
-            return self._instance_gone(record, state)
+                released = self._release_spares(record, keep=None, found=None)
+            return self._instance_gone(record, state, released=released)
         attempts = int(scratch.get("instance_attempts", 0)) + 1
         if attempts > INSTANCE_ATTEMPTS:
             waited = INSTANCE_ATTEMPTS * INSTANCE_DELAY
@@ -612,8 +618,10 @@ class AssignAddress:
 
     def _done(self, record: LifecycleRecord, address: Address, found: list[Address] | None) -> Outcome:
         if self._mode is EipMode.ALLOCATE:
-            self._release_spares(record, keep=address.allocation_id, found=found)
-        self._leave_line(record, record.updated_at, holding=True)
+            released = self._release_spares(record, keep=address.allocation_id, found=found)
+        else:
+            released = 0
+        self._leave_line(record, record.updated_at, holding=True, released=released)
         log.info(
             "instance %s has Elastic IP %s",
             record.instance_id,
@@ -624,19 +632,21 @@ class AssignAddress:
             allocation_id=address.allocation_id, public_ip=address.public_ip, extra=without_scratch(record)
         )
 
-    def _release_spares(self, record: LifecycleRecord, keep: str | None, found: list[Address] | None) -> None:
+    def _release_spares(self, record: LifecycleRecord, keep: str | None, found: list[Address] | None) -> int:
         """Release the unassociated addresses allocated for this instance other than ``keep``.
 
         They are what concurrent deliveries (or a launch that failed) left: one instance, one address. Each
         is looked at again right before its release, so one that got associated meanwhile is left alone. One
         that EC2 refuses to release is left, tagged, to the sweeper (whose failures an alarm reports): the
-        instance holds its own address, and a spare is no reason to fail its launch.
+        instance holds its own address, and a spare is no reason to fail its launch. Returns how many were
+        released: room under the quota, which the launches waiting for it are woken for (``_leave_line``).
         """
         listing = (
             found
             if found is not None
             else self._addresses.find(self._owner, allocated_for=record.instance_id)
         )
+        released = 0
         for address in listing:
             spare = (
                 address.allocation_id != keep
@@ -647,7 +657,7 @@ class AssignAddress:
             if not spare:
                 continue
             try:
-                released = release_unassociated(self._addresses, address.allocation_id)
+                gone = release_unassociated(self._addresses, address.allocation_id)
             except AddressInUse:
                 log.info("spare address %s got associated meanwhile: left alone", address.public_ip)
                 continue
@@ -659,9 +669,11 @@ class AssignAddress:
                     error,
                 )
                 continue
-            if released:
+            if gone:
+                released += 1
                 self._metrics.count("EipsReleased")
                 log.info("released spare address %s of instance %s", address.public_ip, record.instance_id)
+        return released
 
     def _start_over(self, record: LifecycleRecord, scratch: dict[str, Any], reason: str) -> Outcome:
         restarts = int(scratch.get("restarts", 0)) + 1
