@@ -33,6 +33,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Protocol
 
+from nodecycle.domain.eip.wake import waits_in_line
 from nodecycle.domain.errors import AccessRefused, TransientError, retry_after_wait
 from nodecycle.domain.flow import (
     Worker,
@@ -269,11 +270,12 @@ class StepEngine:
             message.wake
             and message.seq != record.seq
             and message.step is record.step
-            and waits_for_slot(record)
+            and (waits_for_slot(record) or waits_in_line(record))
         ):
             # A wake overtaken by the waiter's own retry, which read the budget before the slot was freed and
             # committed "wait again" first: the slot is still there for it. Run at the current seq (the step is
-            # idempotent and its commit conditional), rather than leave the slot idle until that retry.
+            # idempotent and its commit conditional), rather than leave the slot idle until that retry. So for a
+            # launch in an EIP pool's line whose own look listed the pool before the address came back.
             message = message.model_copy(update={"seq": record.seq})
         if message.seq != record.seq:
             # An older message came again: a duplicate, or the redelivery after a crash that may have struck

@@ -11,10 +11,14 @@ for it (the one the launch leaving was woken for).
 
 The wake-up only brings a look forward; the look decides, in the order of the line, as at its own pace (a
 launch that came later still yields to those ahead of it, woken or not). A wake-up lost (SQS refused it, the
-invocation died) costs the waiter time, not its address: its own delayed look remains. One that arrives twice,
-or after the waiter's own look moved its record on, is stale: the record's ``seq`` has moved, and the engine
-runs nothing for it. Two that run at once are two deliveries of one look, which ASSIGN_EIP is built for (both
-reach for the same address; one associates it, the other finds it on the instance).
+invocation died) costs the waiter time, not its address: its own delayed look remains. One that arrives after
+the waiter's own look moved its record on, the record still waiting in line (:func:`waits_in_line`), is run at
+the record's current ``seq`` (the engine, as for an overtaken budget wake-up): that look may have listed the
+pool before the address came back and committed "wait again" after this record was read, and the address would
+idle until its next look. One that arrives once the waiter holds an address, or is verifying one, or has moved
+on, runs nothing (a watch). A duplicate while it still waits costs a look, which takes nothing out of turn. Two
+that run at once are two deliveries of one look, which ASSIGN_EIP is built for (both reach for the same
+address; one associates it, the other finds it on the instance).
 
 Cost: one read of the line per release that freed an address, one read of a record and one message per waiter
 woken (a waiter whose lifecycle is over, a few at most, costs its read).
