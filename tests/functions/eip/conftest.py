@@ -44,7 +44,10 @@ class AwsLikeEc2:
     - EC2 is eventually consistent: an address just allocated may be unknown for a while. With ``lag`` set, a
       new address is unknown to the next ``lag`` calls that name or list it: AssociateAddress and
       DescribeAddresses by its allocation id answer ``InvalidAllocationID.NotFound``, a listing leaves it out.
-      moto knows it at once.
+      moto knows it at once. With ``stale`` set, an address just disassociated still shows its association
+      (instance and association id) to the next ``stale`` DescribeAddresses that name or list it, as EC2's
+      reads lag its writes; moto shows the disassociation at once. (AssociateAddress decides on EC2's own
+      state, in which it is free.)
     ``quota`` may be changed by a test; ``failures`` are raised by the next calls of a method;
     ``associations`` records each association made, ``refusals`` each AssociateAddress refused, by code.
     Everything else is moto's, as it is. What EC2 looks up to decide (an instance's state) it looks up with a
@@ -58,6 +61,9 @@ class AwsLikeEc2:
         self.default_vpc = False
         self._lock = lock or threading.Lock()
         self.lag = 0
+        self.stale = 0
+        # allocation id -> [reads left that still show it associated, the association they show]
+        self._stale: dict[str, list[Any]] = {}
         self._unseen: dict[
             str, int
         ] = {}  # allocation id -> calls naming or listing it that do not know it yet
@@ -88,7 +94,35 @@ class AwsLikeEc2:
                 "DescribeAddresses",
                 f"The allocation IDs {unseen} do not exist",
             )
-        return {**found, "Addresses": [a for a in found["Addresses"] if a["AllocationId"] not in unseen]}
+        shown = [self._as_read(a) for a in found["Addresses"] if a["AllocationId"] not in unseen]
+        return {**found, "Addresses": shown}
+
+    def disassociate_address(self, **kwargs: Any) -> Any:
+        self._inject("disassociate_address")
+        with self._lock:
+            if self.stale:
+                for address in self.moto.describe_addresses()["Addresses"]:
+                    if address.get("AssociationId") == kwargs["AssociationId"]:
+                        association = {
+                            key: address[key]
+                            for key in (
+                                "AssociationId",
+                                "InstanceId",
+                                "PrivateIpAddress",
+                                "NetworkInterfaceId",
+                            )
+                            if key in address
+                        }
+                        self._stale[address["AllocationId"]] = [self.stale, association]
+            return self.moto.disassociate_address(**kwargs)
+
+    def _as_read(self, address: dict[str, Any]) -> dict[str, Any]:
+        """The address as a read that lags a disassociation shows it (see ``stale``)."""
+        lagging = self._stale.get(address["AllocationId"])
+        if not lagging or lagging[0] <= 0 or address.get("AssociationId"):
+            return address
+        lagging[0] -= 1
+        return {**address, **lagging[1]}
 
     def associate_address(self, **kwargs: Any) -> Any:
         self._inject("associate_address")
