@@ -30,10 +30,19 @@ TIMING = EngineTiming(
 
 class Stack:
     """The eip function (nodecycle.wiring.eip) on the fakes: ASSIGN_EIP and RELEASE_EIP over one EC2, one store
-    of lines and records, the work queues recorded."""
+    of lines and records, the work queues recorded. Another stack (``owner``) in the same account shares its
+    ``ec2`` and has a table and queues of its own."""
 
-    def __init__(self, mode: EipMode, queues: RecordingQueues | None = None) -> None:
-        self.clock, self.ec2, self.records = FakeClock(T0), FakeAddresses(quota=1), InMemoryRecords()
+    def __init__(
+        self,
+        mode: EipMode,
+        queues: RecordingQueues | None = None,
+        *,
+        owner: str = OWNER,
+        ec2: FakeAddresses | None = None,
+    ) -> None:
+        self.clock, self.records = FakeClock(T0), InMemoryRecords()
+        self.ec2 = ec2 if ec2 is not None else FakeAddresses(quota=1)
         self.lines, self.autoscaling = FakeLines(), FakeAutoscaling()
         self.queues = queues or RecordingQueues()
         pool = "ci" if mode is EipMode.POOL else None
@@ -45,13 +54,13 @@ class Stack:
             wait=timedelta(minutes=10),
         )
         metrics = FakeMetrics()
-        waker = LineWaker(owner=OWNER, lines=self.lines, records=self.records, queues=self.queues)
+        waker = LineWaker(owner=owner, lines=self.lines, records=self.records, queues=self.queues)
         self.engine = StepEngine(
             worker=Worker.EIP,
             steps={
                 Step.COMPLETE: CompleteAction(self.autoscaling, metrics),
                 Step.ASSIGN_EIP: AssignAddress(
-                    owner=OWNER,
+                    owner=owner,
                     policy=policy,
                     addresses=self.ec2,
                     metrics=metrics,
@@ -61,7 +70,7 @@ class Stack:
                     waker=waker,
                 ),
                 Step.RELEASE_EIP: ReleaseAddresses(
-                    owner=OWNER, addresses=self.ec2, metrics=metrics, waker=waker
+                    owner=owner, addresses=self.ec2, metrics=metrics, waker=waker
                 ),
             },
             records=self.records,
