@@ -15,6 +15,7 @@ from nodecycle.domain.eip.wake import LineWaker
 from nodecycle.domain.engine import StepEngine
 from nodecycle.domain.flow import Worker
 from nodecycle.domain.model import Step
+from nodecycle.domain.policy import EipMode, EipPolicy
 from nodecycle.domain.sweep.addresses import AddressSweep
 from nodecycle.settings import EipSettings, SweeperSettings
 from nodecycle.wiring.common import Common, common, eip_policy
@@ -43,7 +44,13 @@ def engine() -> StepEngine:
     lines = DynamoAddressLines(config.record_table)
     # (the first launch in line gets an address given back now, not at its next look; and one a launch ahead of
     # it leaves, or a spare released under the quota)
-    waker = LineWaker(owner=config.owner_id, lines=lines, records=ports.records, queues=ports.queues)
+    waker = LineWaker(
+        owner=config.owner_id,
+        lines=lines,
+        records=ports.records,
+        queues=ports.queues,
+        quota_pool=_quota_pool(policy),
+    )
     return ports.engine(
         Worker.EIP,
         {
@@ -81,5 +88,12 @@ def address_sweep(config: SweeperSettings, ports: Common) -> AddressSweep:
             lines=DynamoAddressLines(config.record_table),
             records=ports.records,
             queues=ports.queues,
+            quota_pool=_quota_pool(eip_policy(config)),
         ),
     )
+
+
+def _quota_pool(policy: EipPolicy) -> str | None:
+    """The pool whose launches wait for the address quota in its line: one that may grow (its launches allocate
+    when it is empty)."""
+    return policy.pool if policy.mode is EipMode.POOL and policy.grow_pool else None

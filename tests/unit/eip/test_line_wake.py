@@ -40,6 +40,7 @@ class Stack:
         *,
         owner: str = OWNER,
         ec2: FakeAddresses | None = None,
+        grow_pool: bool = False,
     ) -> None:
         self.clock, self.records = FakeClock(T0), InMemoryRecords()
         self.ec2 = ec2 if ec2 is not None else FakeAddresses(quota=1)
@@ -49,12 +50,18 @@ class Stack:
         policy = EipPolicy(
             mode=mode,
             pool=pool,
-            grow_pool=False,
+            grow_pool=grow_pool,
             on_failure=EipFailurePolicy.ABANDON,
             wait=timedelta(minutes=10),
         )
         metrics = FakeMetrics()
-        waker = LineWaker(owner=owner, lines=self.lines, records=self.records, queues=self.queues)
+        waker = LineWaker(
+            owner=owner,
+            lines=self.lines,
+            records=self.records,
+            queues=self.queues,
+            quota_pool=pool if grow_pool else None,  # (as nodecycle.wiring.eip wires it)
+        )
         self.engine = StepEngine(
             worker=Worker.EIP,
             steps={

@@ -4,7 +4,8 @@ A launch in a pool's line (in allocate mode, the quota's) looks for a free addre
 first in line, less often further back (``AssignAddress._exhausted``). An address that RELEASE_EIP returns to its
 pool, or releases under the quota, would idle until that look, the instance it is for held in ``Pending:Wait``
 meanwhile: in an instance refresh of a pool sized to the fleet, each replacement paid up to 15 s. So the step
-that frees it sends the first waiters of that line (one per address freed) their ASSIGN_EIP message now,
+that frees it sends the first waiters of that line (one per address freed; for one released, the quota's line and
+the line of a pool that may grow, whose launches wait for the quota too) their ASSIGN_EIP message now,
 marked as a wake-up: the engine runs it before its due time. A launch that leaves the line without an address
 (its wait over, its instance gone) wakes the next waiter so too: that one may be first now, and an address free
 for it (the one the launch leaving was woken for).
@@ -47,11 +48,22 @@ WAKE_LOOKS = 5
 class LineWaker:
     """Wakes the first launches of a line when addresses are given back to it."""
 
-    def __init__(self, *, owner: str, lines: AddressLines, records: RecordStore, queues: WorkQueues) -> None:
+    def __init__(
+        self,
+        *,
+        owner: str,
+        lines: AddressLines,
+        records: RecordStore,
+        queues: WorkQueues,
+        quota_pool: str | None = None,
+    ) -> None:
         self._owner = owner
         self._lines = lines
         self._records = records
         self._queues = queues
+        # The pool whose launches wait for the quota in its own line (pool mode, the pool allowed to grow): an
+        # address released is room for the first of them too; allocate mode's line is empty then
+        self._quota_pool = quota_pool
 
     def given_back(
         self, freed: Mapping[str | None, int], now: datetime, *, passing_over: str | None = None
@@ -61,7 +73,10 @@ class LineWaker:
         that calls, leaving the line (its record still waits in it until its run commits, and a write that took
         it out of the line may have failed): not woken. Never raises for a wake-up it could not send: the
         waiters' own looks remain."""
-        for pool, count in freed.items():
+        lines = dict(freed)
+        if freed.get(None) and self._quota_pool is not None:
+            lines[self._quota_pool] = lines.get(self._quota_pool, 0) + freed[None]
+        for pool, count in lines.items():
             key = line_key(self._owner, pool)
             try:
                 line = self._lines.read(key)
