@@ -36,15 +36,18 @@ POOL_SIZE = 10
 
 
 class ListsTogether(AwsLikeEc2):
-    """Holds each launch after its pool listing until every launch has listed the pool."""
+    """Holds each launch after its first pool listing until every launch has listed the pool (a launch that
+    joins the line lists it again: that one goes through)."""
 
     def __init__(self, ec2: Any, lock: threading.Lock, barrier: threading.Barrier) -> None:
         super().__init__(ec2, lock=lock)
         self._barrier = barrier
+        self._listed = False
 
     def describe_addresses(self, **kwargs: Any) -> Any:
         found = self.moto.describe_addresses(**kwargs)
-        if any(item["Name"] == f"tag:{POOL_TAG}" for item in kwargs.get("Filters", [])):
+        if not self._listed and any(item["Name"] == f"tag:{POOL_TAG}" for item in kwargs.get("Filters", [])):
+            self._listed = True
             self._barrier.wait(timeout=30)
         return found
 

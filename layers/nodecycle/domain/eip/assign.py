@@ -262,7 +262,13 @@ class AssignAddress:
                 return outcome
         if not self._grow_pool:
             return self._exhausted(
-                record, scratch, now, f"address pool {self._pool!r} is empty", line=line, ahead=len(ahead)
+                record,
+                scratch,
+                now,
+                f"address pool {self._pool!r} is empty",
+                line=line,
+                ahead=len(ahead),
+                listed=found,
             )
         if ahead:
             # They wait for the quota (they found the pool empty and could not grow it): one freed goes to the
@@ -275,6 +281,7 @@ class AssignAddress:
                 f"address pool {self._pool!r} is empty and {len(ahead)} launch(es) wait for the quota first",
                 line=line,
                 ahead=len(ahead),
+                listed=found,
             )
         try:
             allocated = self._addresses.allocate({**self._tags(record, now), POOL_TAG: self._pool})
@@ -696,6 +703,7 @@ class AssignAddress:
         *,
         line: Line | None = None,
         ahead: int,
+        listed: list[Address] | None = None,
     ) -> Outcome:
         """No address to be had now: the pool is empty, or the account's quota is used up. Another lifecycle
         may be about to give one back: an instance refresh launches each replacement while the instance it
@@ -705,7 +713,13 @@ class AssignAddress:
         from the first time it was missing, in all (a start over of the assignment does not start it again);
         then the failure policy decides. The launch waits in the pool's line meanwhile (in allocate mode, the
         quota's), so the addresses given back go to the launches waiting longest (see
-        :mod:`nodecycle.domain.eip.line`)."""
+        :mod:`nodecycle.domain.eip.line`).
+
+        ``listed``: the pool as this look listed it. A launch that has just joined the line may have listed it
+        before an address came back, and the release that gave it back may have read the line, to wake its first
+        waiter, before this launch joined it: no one was woken. So it lists the pool again once in line (one
+        DescribeAddresses per launch that starts waiting), and looks again at once when an address is free that
+        was not: its look then decides, in the line's order."""
         since = scratch.get("exhausted_since")
         started = datetime.fromisoformat(since) if since else now
         waited = now - started
@@ -713,12 +727,16 @@ class AssignAddress:
             return self._fail(record, reason if not since else f"{reason} ({waited.total_seconds():.0f} s)")
         # in line from the first time it found the pool empty (a join repeated keeps that place, so one that
         # fails here, the line's writes racing, is made again at the next look, in the same place)
+        joined = False
         try:
-            self._line.join(Waiter(started, record.id, record.instance_id, started + self._wait), now, line)
+            waiter = Waiter(started, record.id, record.instance_id, started + self._wait)
+            joined = self._line.join(waiter, now, line)
         except TransientError as error:
             log.warning("could not join the line of pool %r (joins at the next look): %s", self._pool, error)
         looks = int(scratch.get("exhausted", 0))
         backoff = FIRST_IN_LINE_DELAY if ahead == 0 else EXHAUSTED_DELAY * 2**looks
+        if joined and listed is not None and self._given_back_since(listed):
+            backoff = 1
         delay = min(backoff, EXHAUSTED_DELAY_MAX, (self._wait - waited).total_seconds())
         log.warning(
             "no Elastic IP for instance %s yet: %s; looking again in %.0f s (%.0f s of %.0f s waited for one "
@@ -731,6 +749,24 @@ class AssignAddress:
         )
         scratch = {**scratch, "exhausted_since": started.isoformat(), "exhausted": looks + 1}
         return Outcome.wait(max(1.0, delay), extra={**record.extra, SCRATCH: scratch})
+
+    def _given_back_since(self, listed: list[Address]) -> bool:
+        """Whether an address of the pool is free now that was not in ``listed``. Not knowing (EC2 throttling,
+        refusing) is no reason to fail the look: it waits as before."""
+        before = {address.allocation_id for address in listed if not address.associated}
+        try:
+            found = self._addresses.find(self._owner, pool=self._pool)
+        except (AddressRefused, TransientError) as error:
+            log.info("could not list pool %r again after joining its line: %s", self._pool, error)
+            return False
+        fresh = [a for a in found if not a.associated and a.allocation_id not in before]
+        if fresh:
+            log.info(
+                "address %s came back to pool %r as this launch joined its line: looking again at once",
+                fresh[0].public_ip,
+                self._pool,
+            )
+        return bool(fresh)
 
     def _fail(self, record: LifecycleRecord, reason: str) -> Outcome:
         self._metrics.count("EipFailures")

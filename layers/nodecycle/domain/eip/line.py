@@ -118,14 +118,15 @@ class PoolLine:
     def read(self) -> Line:
         return self._lines.read(self._key)
 
-    def join(self, waiter: Waiter, now: datetime, line: Line | None = None) -> None:
+    def join(self, waiter: Waiter, now: datetime, line: Line | None = None) -> bool:
         """Put the waiter in line at its place (by ``since``: a join repeated after a crash or a restart of
-        the assignment keeps the place of the first). The waiters past their wait leave with this write."""
+        the assignment keeps the place of the first). The waiters past their wait leave with this write. True
+        when this call put it in line (False: in it already, or the line full)."""
         for _ in range(WRITES):
             current = line if line is not None else self._lines.read(self._key)
             line = None
             if any(other.lifecycle == waiter.lifecycle for other in current.waiters):
-                return
+                return False
             # (an earlier lifecycle of its instance waits no more: this one takes its place)
             kept = [o for o in current.waiters if o.until > now and o.instance_id != waiter.instance_id]
             if len(kept) >= MAX_WAITERS or line_bytes([*kept, waiter]) > MAX_LINE_BYTES:
@@ -135,9 +136,9 @@ class PoolLine:
                     len(kept),
                     waiter.instance_id,
                 )
-                return
+                return False
             if self._lines.write(self._key, sorted([*kept, waiter]), current.version):
-                return
+                return True
         raise TransientError(f"the line of {self._key} changed at each of {WRITES} writes to join it")
 
     def drop(self, lifecycles: Collection[str], line: Line, now: datetime) -> Line | None:
