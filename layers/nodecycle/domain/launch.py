@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from nodecycle.domain.engine import Dispatcher, Outcome
-from nodecycle.domain.errors import TransientError, retry_after_wait
+from nodecycle.domain.errors import AccessRefused, TransientError, retry_after_wait
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.policy import ReadinessPolicy
@@ -67,6 +67,8 @@ class ReadinessGate:
             node, extra = self._finder.find(record, scan=self._scan(polls, now, deadline))
             ready = node is not None and node.ready and self._kubelet_ran_since(node, record)
             state = None if ready or not self._ask_state(polls, now, deadline) else self._state(record)
+        except AccessRefused as refused:  # (before TransientError, its base: see _refused)
+            return self._refused(record, now, deadline, refused)
         except TransientError as error:
             return self._unanswered(record, now, deadline, error)
         except Refused as refused:
@@ -114,20 +116,29 @@ class ReadinessGate:
         raise error
 
     def _refused(
-        self, record: LifecycleRecord, now: datetime, deadline: datetime, refused: Refused
+        self, record: LifecycleRecord, now: datetime, deadline: datetime, refused: Refused | AccessRefused
     ) -> Outcome:
-        """The API server refuses to show the node (403: a role without get or list on nodes). Not an error for
-        the queue to retry and dead-letter, leaving the launch to its global timeout: each look says so, the
-        next comes at the poll's pace (the RBAC may be mended meanwhile), and the gate's timeout settles the
-        launch by the failure policy, its alarm telling an operator."""
+        """The API server refuses to show the node (403: a role without get or list on nodes), or AWS refuses the
+        instance's name or state (ec2:DescribeInstances denied by a service control policy or a permissions
+        boundary). Not an error for the queue to retry and dead-letter, leaving the launch to its global timeout
+        (the engine fails a step's message after a few minutes of refused tries, and the sweeper then keeps the
+        action alive for up to 48 hours): each look says so, the next comes at the poll's pace (the RBAC or the
+        policy may be mended meanwhile), and the gate's timeout settles the launch by the failure policy, its
+        alarm telling an operator."""
         why = str(refused)[:500]
         if now >= deadline:
-            return self._timed_out("readiness-refused", f"the node's read refused: {why}", last_error=why)
+            what = "the instance's read" if isinstance(refused, AccessRefused) else "the node's read"
+            return self._timed_out("readiness-refused", f"{what} refused: {why}", last_error=why)
+        mend = (
+            "mend the drain function's IAM policy, or the service control policy or boundary that denies it"
+            if isinstance(refused, AccessRefused)
+            else "apply nodecycle's RBAC (nodecycle rbac | kubectl apply -f -)"
+        )
         log.error(
-            "readiness gate: the API server refuses to show the node of %s (%s): apply nodecycle's RBAC "
-            "(nodecycle rbac | kubectl apply -f -); looking again until %s",
+            "readiness gate: refused what it needs to find the node of %s (%s): %s; looking again until %s",
             record.instance_id,
             why,
+            mend,
             deadline,
         )
         return Outcome.wait(self._policy.poll_seconds, gate_deadline=deadline, last_error=why)
