@@ -7,7 +7,7 @@ import logging
 from datetime import datetime, timedelta
 from typing import Any
 
-from nodecycle.domain.engine import Dispatcher, Outcome
+from nodecycle.domain.engine import MAX_RETRY_BACKOFF_SECONDS, Dispatcher, Outcome
 from nodecycle.domain.errors import AccessRefused, TransientError, retry_after_wait
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.nodes import NodeFinder
@@ -113,6 +113,18 @@ class ReadinessGate:
             return Outcome.wait(
                 wait, gate_deadline=deadline, attempts=record.attempts + 1, last_error=str(error)[:500]
             )
+        left = (deadline - now).total_seconds()
+        if left <= MAX_RETRY_BACKOFF_SECONDS:
+            # The engine's backoff (up to MAX_RETRY_BACKOFF_SECONDS) could put the next look past the gate's
+            # timeout: by up to that much past the readiness timeout, and, for a gate that ends two polls before
+            # the engine's guard (see _deadline), past the guard's point, whose settlement is then taken for an
+            # action near its global timeout (its alarm) rather than the readiness timeout it is. Near the end,
+            # the gate looks again at the poll's pace (or the server's Retry-After), its last look at its timeout.
+            wait = min(left, max(self._policy.poll_seconds, retry_after_wait(error.retry_after)))
+            log.warning(
+                "readiness gate: no answer, again in %.0f s (its timeout at %s): %s", wait, deadline, error
+            )
+            return Outcome.wait(wait, attempts=record.attempts + 1, last_error=str(error)[:500])
         raise error
 
     def _refused(
