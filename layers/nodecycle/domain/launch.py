@@ -64,7 +64,9 @@ class ReadinessGate:
         deadline = record.gate_deadline or self._deadline(record, now)
         polls = int(record.extra.get(POLLS, 0))
         try:
-            node, extra = self._finder.find(record, scan=self._scan(polls, now, deadline))
+            # (EC2 refusing the instance's DNS name leaves the node to be found by its instance id or provider id:
+            # the launch of a node that joins still completes, rather than every launch waiting out its gate)
+            node, extra = self._finder.find(record, scan=self._scan(polls, now, deadline), name_optional=True)
             ready = node is not None and node.ready and self._kubelet_ran_since(node, record)
             state = None if ready or not self._ask_state(polls, now, deadline) else self._state(record)
         except AccessRefused as refused:  # (before TransientError, its base: see _refused)
@@ -165,7 +167,17 @@ class ReadinessGate:
             self._dispatcher.wake_cleanup(node.released_for)
 
     def _state(self, record: LifecycleRecord) -> str | None:
-        return self._instances.states([record.instance_id]).get(record.instance_id)
+        """The instance's state in EC2; None when AWS refuses it: the look goes on without it (a refused question
+        must not void the look, or the gate, looking no further, would ask it again at every poll)."""
+        try:
+            return self._instances.states([record.instance_id]).get(record.instance_id)
+        except AccessRefused as refused:
+            log.error(
+                "the state of instance %s is refused (%s): not known at this look",
+                record.instance_id,
+                refused,
+            )
+            return None
 
     def _ask_state(self, polls: int, now: datetime, deadline: datetime) -> bool:
         """Whether this poll asks EC2 whether the instance is down (see DOWN_STATES' use above)."""

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+
+from nodecycle.domain.errors import AccessRefused
 from nodecycle.domain.model import LifecycleRecord
 from nodecycle.domain.ports.cluster import Cluster, NodeInfo
 from nodecycle.domain.ports.instances import Instances
@@ -14,6 +17,8 @@ PRIVATE_DNS = "private_dns"  # record.extra key: the instance's private DNS name
 # the size of the cluster listed again meanwhile.
 NODE_NAME = "node_name"
 
+log = logging.getLogger(__name__)
+
 
 class NodeFinder:
     """Finds the node of an instance, remembering the instance's DNS name (and the node's own name, when it is
@@ -24,8 +29,11 @@ class NodeFinder:
         self._instances = instances
 
     def find(
-        self, record: LifecycleRecord, *, scan: bool = True
+        self, record: LifecycleRecord, *, scan: bool = True, name_optional: bool = False
     ) -> tuple[NodeInfo | None, dict[str, object]]:
+        """``name_optional``: when AWS refuses the instance's DNS name (ec2:DescribeInstances denied), the node is
+        looked for without it (by the instance id's name, and by provider id when ``scan``) rather than the
+        refusal raised; it is asked again at the next find."""
         extra: dict[str, object] = dict(record.extra)
         named = extra.get(NODE_NAME)
         if isinstance(named, str):
@@ -38,8 +46,18 @@ class NodeFinder:
         if not extra.get(PRIVATE_DNS):
             # Asked again while unknown: right after RunInstances, EC2 may not describe the instance yet
             # (eventual consistency), and without its name the node is found only by listing every node.
-            extra[PRIVATE_DNS] = self._instances.private_dns_name(record.instance_id)
-        dns = extra[PRIVATE_DNS]
+            try:
+                extra[PRIVATE_DNS] = self._instances.private_dns_name(record.instance_id)
+            except AccessRefused as refused:
+                if not name_optional:
+                    raise
+                log.error(
+                    "the DNS name of instance %s is refused (%s): its node is looked for by its instance id and "
+                    "provider id only",
+                    record.instance_id,
+                    refused,
+                )
+        dns = extra.get(PRIVATE_DNS)
         node = self._cluster.find_node(record.instance_id, dns if isinstance(dns, str) else None, scan=scan)
         if node is not None and node.name != dns and node.instance_id == record.instance_id:
             extra[NODE_NAME] = node.name
