@@ -145,3 +145,36 @@ def test_a_stale_ready_node_under_the_instances_name_never_opens_the_gate_of_the
         "node-ready",
         INSTANCE,
     )
+
+
+def test_duplicate_and_reordered_gate_messages_settle_the_launch_once(
+    server: KubeServer, gate: tuple[World, ReadinessGate]
+) -> None:
+    # (holds: this test only) Given a launch whose node registered, not Ready yet, and whose gate looked once
+    world, ready_gate = gate
+    server.add_node(NODE, instance_id=INSTANCE, zone="eu-west-1a", ready=False)
+    world.records.create(launching())
+    engine = world.engine(
+        {Step.READY_GATE: ready_gate, Step.COMPLETE: CompleteAction(world.autoscaling, world.metrics)}
+    )
+    first = world.message(world.record().id)
+    assert engine.handle(first) is Handled.RAN
+    (poll,) = world.queues.take()
+
+    # When the first message comes again late (SQS delivers at least once), the node turns Ready, the next poll
+    # is delivered twice, and the watch the late one left comes last
+    world.clock.current += timedelta(seconds=POLL / 2)
+    assert engine.handle(first) is Handled.WATCHING
+    (watch,) = world.queues.take()
+    server.set_node_ready(NODE, True)
+    world.clock.current += timedelta(seconds=poll.delay)
+    handled = [engine.handle(poll.message), engine.handle(poll.message)]
+    world.clock.current += timedelta(seconds=watch.delay)
+    handled.append(engine.handle(watch.message))
+
+    # Then the gate opened once and the action was completed once, with CONTINUE; the rest changed nothing
+    assert handled == [Handled.DONE, Handled.FINISHED, Handled.FINISHED]
+    record = world.record()
+    assert (record.result, record.outcome) == (ActionResult.CONTINUE, "node-ready")
+    assert [result for _, result in world.autoscaling.completed] == [ActionResult.CONTINUE]
+    assert world.queues.take() == []
