@@ -178,3 +178,29 @@ def test_duplicate_and_reordered_gate_messages_settle_the_launch_once(
     assert (record.result, record.outcome) == (ActionResult.CONTINUE, "node-ready")
     assert [result for _, result in world.autoscaling.completed] == [ActionResult.CONTINUE]
     assert world.queues.take() == []
+
+
+def test_a_flapping_node_opens_the_gate_only_at_a_look_that_finds_it_ready(
+    server: KubeServer, gate: tuple[World, ReadinessGate]
+) -> None:
+    # (holds: this test only) Given a launch whose node flaps: NotReady, Ready for a moment between two looks,
+    # NotReady again at the next look (its CNI restarting)
+    _, ready_gate = gate
+    server.add_node(NODE, instance_id=INSTANCE, zone="eu-west-1a", ready=False)
+    record = launching()
+    now = record.started_at
+    outcomes = []
+    for ready in (False, None, False, True):  # None: Ready, then NotReady again before the look
+        if ready is None:
+            server.set_node_ready(NODE, True)
+            ready = False
+        server.set_node_ready(NODE, ready)
+
+        # When the gate looks at each state
+        outcome = ready_gate(record, now)
+        outcomes.append((outcome.again, outcome.changes.get("outcome")))
+        record = record.model_copy(update=dict(outcome.changes))
+        now += timedelta(seconds=POLL)
+
+    # Then only the look that finds it Ready opens the gate: a Ready between looks is not taken
+    assert outcomes == [(True, None), (True, None), (True, None), (False, "node-ready")]
