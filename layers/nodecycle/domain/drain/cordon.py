@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from nodecycle.domain.budget import SlotReason
@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 
 # record.extra key: since when the API server refuses the drain's cordon (a webhook that guards the node, RBAC)
 CORDON_REFUSED = "cordon_refused"
+# record.extra key: since when each claim of the node conflicts (409: the node changed between its read and the
+# PATCH, which names the version read)
+CORDON_CONFLICTS = "cordon_conflicts"
 
 
 def _cordoned_at(node: NodeInfo, record: LifecycleRecord, now: datetime) -> datetime:
@@ -57,9 +60,10 @@ def _cordoned_at(node: NodeInfo, record: LifecycleRecord, now: datetime) -> date
 
 
 def _without_refusal(found: dict[str, Any], record: LifecycleRecord) -> dict[str, Any]:
-    """The record's extra (as the step found it so far) without the note of a refused cordon: the cordon took
-    effect, or the drain's time starts again with its next slot."""
-    return {key: value for key, value in found.get("extra", record.extra).items() if key != CORDON_REFUSED}
+    """The record's extra (as the step found it so far) without the notes of a refused or conflicting cordon: the
+    cordon took effect, or the drain's time starts again with its next slot."""
+    notes = (CORDON_REFUSED, CORDON_CONFLICTS)
+    return {key: value for key, value in found.get("extra", record.extra).items() if key not in notes}
 
 
 def _node_still_the_instances(cluster: Cluster, record: LifecycleRecord) -> NodeInfo | None:
@@ -115,17 +119,15 @@ class Cordon:
             log.info("adopting node %s: in progress with no owner", node.name)
         set_on_node = self._set_on_node(node, record)
         refused_since = record.extra.get(CORDON_REFUSED)
+        conflicts_since = record.extra.get(CORDON_CONFLICTS)
         if record.drain_started_at is not None and record.drain_deadline is not None:
             # claimed again by its drain (its node was registered again, see Evict): the drain keeps its time
             started, deadline = record.drain_started_at, record.drain_deadline
         else:
-            # (a cordon the API server refused before: the drain's time runs since its first try; one that took
-            # effect though the step failed: since then)
-            started = (
-                datetime.fromisoformat(str(refused_since))
-                if refused_since
-                else _cordoned_at(node, record, now)
-            )
+            # (a cordon the API server refused before, or whose claims conflicted: the drain's time runs since its
+            # first try; one that took effect though the step failed: since then)
+            first_try = refused_since or conflicts_since
+            started = datetime.fromisoformat(str(first_try)) if first_try else _cordoned_at(node, record, now)
             deadline = min(started + self._policy.timeout, _deadline_cap(record, self._policy))
         if refused_since and Step.ACQUIRE_SLOT in record.plan:
             # asked again after a refusal, polls apart: the slot is renewed as a drain's polls renew it
@@ -169,7 +171,7 @@ class Cordon:
         except Refused as refusal:
             return self._refused(record, node, str(refusal), started, deadline, now, found)
         if claim is Claim.CONFLICT:
-            return Outcome.wait(1)  # the node changed under us: read it again and decide again
+            return self._conflicted(record, node, started, deadline, now, found)
         if claim is Claim.GONE:
             return Outcome.goto(settle_step(record), outcome="node-gone")
         log.info("cordoned node %s", node.name)
@@ -185,6 +187,32 @@ class Cordon:
             f"its pods until {deadline:%H:%M:%S}Z, then {self._policy.on_timeout}",
         )
         return Outcome.next(drain_started_at=started, drain_deadline=deadline, **found)
+
+    def _conflicted(
+        self,
+        record: LifecycleRecord,
+        node: NodeInfo,
+        started: datetime,
+        deadline: datetime,
+        now: datetime,
+        found: dict[str, Any],
+    ) -> Outcome:
+        """The node changed between its read and the claim (409): read again and decided again at once, as a
+        concurrent writer's change asks. Conflicts that go on past a poll interval are a storm (something rewrites
+        the node at every turn: a controller that keeps its labels or annotations, a flapping condition), which
+        retried every second would hold the drain outside its timeout, its slot not renewed, until the action's
+        global timeout. Such a storm is the API server refusing the cordon as any refusal does: told, the alarm,
+        asked again at each poll with the slot renewed, and the action settled at the drain timeout (its time
+        running since the first try, noted by CORDON_CONFLICTS as by CORDON_REFUSED)."""
+        extra = found.get("extra", record.extra)
+        since = extra.get(CORDON_CONFLICTS)
+        if since is None:
+            log.info("node %s changed since it was read: reading it again", node.name)
+            return Outcome.wait(1, **{**found, "extra": {**extra, CORDON_CONFLICTS: now.isoformat()}})
+        if now - datetime.fromisoformat(str(since)) < timedelta(seconds=self._policy.poll_seconds):
+            return Outcome.wait(1, **found)
+        why = f"the node changed between each read and its PATCH since {since} (HTTP 409 Conflict)"
+        return self._refused(record, node, why, started, deadline, now, found)
 
     def _refused(
         self,
