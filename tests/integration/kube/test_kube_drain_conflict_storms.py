@@ -16,8 +16,8 @@ from nodecycle_sandbox.faults import Fault
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.kube import test_kube_drain_steps as drain_steps
 from tests.integration.kube.test_kube_drain_steps import DEADLINE, NODE, draining, on_its_way_out, web_pods
-from tests.support.fakes import T0, FakeMetrics
-from tests.unit.drain.test_drain_steps import FakeEvents, FakeSlots, cordon
+from tests.support.fakes import T0, FakeAutoscaling, FakeMetrics
+from tests.unit.drain.test_drain_steps import FakeEvents, FakeSlots, cleanup, cordon
 
 SEED = drain_steps.SEED
 STORM = Fault("storm", "kube-conflict", "PATCH nodes")  # every PATCH of a node that names its version: 409
@@ -92,3 +92,36 @@ def test_a_cordon_after_a_409_storm_counts_the_drains_time_from_its_first_try(
     node = server.get_object("nodes", NODE)
     assert node is not None
     assert node["spec"].get("unschedulable") is True
+
+
+def test_a_cleanup_in_a_409_storm_gives_its_slot_back_and_ends_leaving_the_annotations_to_the_sweeper(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given a drained node, cordoned and annotated for its lifecycle, its action completed, and then a 409 storm
+    # on the node's PATCH
+    record = draining(Step.CORDON)
+    claimed = cordon(cluster)(record, T0)
+    record = record.model_copy(update={"step": Step.CLEANUP, "outcome": "drained", **claimed.changes})
+    server.faults.arm([STORM], seed=1)
+    slots, metrics, events = (
+        FakeSlots(holders={NODE}, held_for={NODE: record.id}),
+        FakeMetrics(),
+        FakeEvents(),
+    )
+    step = cleanup(cluster, slots, FakeAutoscaling(), events, metrics=metrics)
+
+    # When the cleanup runs, at each retry its outcome asks for, for a minute
+    runs, record = run(step, record, T0, T0 + timedelta(seconds=60))
+
+    # Then a conflict is read again at once, but the storm does not keep the slot: within seconds it is given
+    # back and the lifecycle ends, the node's release told as refused (the alarm, a Warning event)
+    at, last = runs[-1]
+    assert (last.then, last.again) == (None, False)
+    assert at <= T0 + timedelta(seconds=15)
+    assert slots.released == [NODE]
+    assert metrics.counts["EvictionErrors"] == 1
+    assert (NODE, "ReleaseRefused", "Warning") in events.written
+    # And what the lifecycle left on the node stays for the sweeper (its annotations) and the instance's end
+    node = server.get_object("nodes", NODE)
+    assert node is not None
+    assert node["metadata"]["annotations"].get("nodecycle.io/owner") == record.owner

@@ -59,6 +59,11 @@ MAINTENANCE_WATCH_LIMIT = timedelta(days=2)
 # a maintenance: terminated, detached, or gone into its warm pool (a wider set than the engine's
 # TERMINATION_STATES, which says only whether a launch action ended with its instance)
 NOT_COMING_BACK_STATES = ("Terminating", "Terminated", "Detaching", "Detached", "Warmed")
+# record.extra key: since when each release of the node conflicts (409: it changed between its read and the PATCH)
+RELEASE_CONFLICTS = "release_conflicts"
+# Conflicts of the release that go on this long are a storm (something rewrites the node at every turn): the
+# release is then refused as a webhook's refusal is, and the slot given back (see Cleanup.__call__)
+RELEASE_CONFLICTS_FOR = timedelta(seconds=10)
 
 
 def _watching(record: LifecycleRecord, key: str, now: datetime) -> tuple[datetime, dict[str, Any]]:
@@ -119,7 +124,18 @@ class Cleanup:
                 node, record, lambda: self._hold(node, record) if held else self._release(node, record)
             )
             if released is Claim.CONFLICT:
-                return Outcome.wait(1)
+                # The node changed since it was read: read again at once. Not for ever: the slot is given back
+                # only after the release, and a storm of conflicts (something rewrites the node at every turn)
+                # would hold it until its holder expires, past the drain's timeout and force grace (invariant 10).
+                # Once they outlast RELEASE_CONFLICTS_FOR the release is refused, as a webhook's refusal is.
+                since = record.extra.get(RELEASE_CONFLICTS)
+                if since is None or now - datetime.fromisoformat(str(since)) < RELEASE_CONFLICTS_FOR:
+                    return Outcome.wait(
+                        1, extra={**record.extra, RELEASE_CONFLICTS: since or now.isoformat()}
+                    )
+                why = f"the node changed between each read and its PATCH since {since} (HTTP 409 Conflict)"
+                self._told_refused(node, record, why)
+                released = None
             if released is Claim.CLAIMED:  # (patched: the node as read is not the node any more)
                 watched = record.model_copy(update={"extra": _unseen(record.extra)})
         gone = record.instance_id if record.extra.get(ENDS_ITS_INSTANCE) else None
@@ -144,17 +160,21 @@ class Cleanup:
         try:
             return patch()
         except Refused as refusal:
-            log.error("release of node %s refused: %s", node.name, refusal)
-            self._metrics.count("EvictionErrors")  # the alarm: an operator must look
-            self._events.on_node(
-                node.name,
-                node.uid,
-                "ReleaseRefused",
-                f"nodecycle ({record.owner}) could not clear its annotations of the lifecycle of "
-                f"{record.instance_id}, nor lift what it set on the node: refused by the API server: {refusal}",
-                warning=True,
-            )
+            self._told_refused(node, record, str(refusal))
             return None
+
+    def _told_refused(self, node: NodeInfo, record: LifecycleRecord, why: str) -> None:
+        """A release of the node the API server refuses, told (see ``_patched``)."""
+        log.error("release of node %s refused: %s", node.name, why)
+        self._metrics.count("EvictionErrors")  # the alarm: an operator must look
+        self._events.on_node(
+            node.name,
+            node.uid,
+            "ReleaseRefused",
+            f"nodecycle ({record.owner}) could not clear its annotations of the lifecycle of "
+            f"{record.instance_id}, nor lift what it set on the node: refused by the API server: {why}",
+            warning=True,
+        )
 
     def _hold(self, node: NodeInfo, record: LifecycleRecord) -> Claim | None:
         """Into the warm pool: clear this lifecycle's annotations and mark the node as released for it, but
