@@ -175,17 +175,22 @@ class Evict:
             # the slot's renewal raise one)
             return self._reads_refused(record, now, str(refusal))
 
+    def _deadline_now(self, record: LifecycleRecord, now: datetime) -> datetime:
+        """The drain's deadline as of ``now``: a pause for a lost slot is not drain time, up to where the
+        timeout policy must still act before the global timeout."""
+        deadline = _known(record.drain_deadline, "drain deadline")
+        if record.drain_paused_at is not None:
+            deadline = min(deadline + (now - record.drain_paused_at), _deadline_cap(record, self._policy))
+        return deadline
+
     def _reads_refused(self, record: LifecycleRecord, now: datetime, why: str) -> Outcome:
         """The API server will not let the drain read its node, list its pods or renew its budget slot (RBAC
         edited for a while): the drain cannot tell what is left, or whether it may go on, so it neither evicts
         nor completes. Told and asked again as a refused cordon is (see :func:`_refused_while_time_runs`)."""
         node = _known(record.node, "node")
-        deadline = _known(record.drain_deadline, "drain deadline")
-        if record.drain_paused_at is not None:
-            # Paused for its lost slot, and unable to tell whether it is back: still waiting, and a wait for a
-            # slot is not drain time (as when the slot comes back: see _poll), up to where the timeout policy
-            # must still act before the global timeout
-            deadline = min(deadline + (now - record.drain_paused_at), _deadline_cap(record, self._policy))
+        # (paused for its lost slot, and unable to tell whether it is back: still waiting, and a wait for a slot is
+        # not drain time, as when the slot comes back: see _poll)
+        deadline = self._deadline_now(record, now)
         log.error("the drain of node %s is refused what it polls with: %s", node, why)
         return _refused_while_time_runs(
             record,
@@ -217,7 +222,14 @@ class Evict:
         # The node by its name, at every poll, before the slot of that name is renewed: once it is gone, its
         # name may be another instance's node (a recycled private IP), whose pods are not ours to evict nor its
         # slot ours to hold
-        found, whole = _node_as_seen(self._cluster, record, node)
+        try:
+            found, whole = _node_as_seen(self._cluster, record, node)
+        except TransientError as error:
+            # (an API server that fails every read, its etcd overloaded: this read is each poll's first call, so a
+            # drain past its timeout would otherwise be retried until its global timeout, its policy never applied)
+            if now < self._deadline_now(record, now):
+                raise  # (retried by the engine: the drain's timeout still ahead)
+            return self._timed_out_unlisted(record, now, error)
         if found is None:
             return self._node_deleted(record, now)
         info = _the_instances(found, record)
@@ -539,16 +551,17 @@ class Evict:
     def _timed_out_unlisted(
         self, record: LifecycleRecord, now: datetime, error: TransientError, **changes: Any
     ) -> Outcome:
-        """The drain's timeout is over and its pods cannot be listed (an API server whose lists alone time out
-        or fail: an overloaded etcd, lists shed by their priority level). Retried as any transient failure,
-        each retry renewing the slot, it would hold that slot until the action's global timeout: the timeout
-        policy acts on what can be known instead. Continue ends the drain now; force waits its grace and slack
+        """The drain's timeout is over and its pods cannot be listed, or its node read (an API server whose lists
+        time out or fail, or all its reads: an overloaded etcd, lists shed by their priority level). Retried as
+        any transient failure, each retry renewing the slot (or, when the node cannot be read, no retry renewing
+        it: counted until it expires), it would hold its action until the global timeout, and that slot until
+        then or its expiry: the timeout policy acts on what can be known instead. Continue ends the drain now; force waits its grace and slack
         for a list that would let it delete the pods, as it waits for pods it deleted, then ends it too."""
         policy = self._policy
         forced_at = record.forced_at or now
         if record.forced_at is None:
-            log.warning("drain timeout on node %s, whose pods cannot be listed: %s", record.node, error)
-            self._tell_timeout(record, f"; its pods could not be listed ({error})")
+            log.warning("drain timeout on node %s, whose node or pods cannot be read: %s", record.node, error)
+            self._tell_timeout(record, f"; its node or its pods could not be read ({error})")
         if policy.on_timeout is TimeoutPolicy.CONTINUE or now > self._force_ends(forced_at):
             log.error("the pods of node %s cannot be listed past the drain's timeout: going on", record.node)
             return self._drained(record, now, "drain-timeout-unlisted", **changes)

@@ -1,0 +1,84 @@
+"""A drain past its timeout whose node the API server will not show, on the real Kubernetes adapter against the
+sandbox API server: every read of the node fails (500 ``etcdserver: request timed out``, as an API server whose
+etcd is overloaded answers), and every poll of the drain starts with that read. Retried as any transient failure,
+the drain would hold its action until the global timeout and never apply its timeout policy; a drain whose pods
+cannot be listed past its timeout applies it on what can be known (see ``Evict._timed_out_unlisted``), and one
+whose node cannot be read must too (invariant 2: the action settled by its drain's timeout policy; invariant 10:
+no slot kept past the timeout, the force grace and a margin)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from nodecycle.adapters.kube.cluster_api import KubeCluster
+from nodecycle.domain.drain.evict import FORCED_POD_SLACK, Evict
+from nodecycle_sandbox.faults import Fault
+from nodecycle_sandbox.kube import KubeServer
+from tests.integration.kube import test_kube_drain_steps as drain_steps
+from tests.integration.kube.test_kube_drain_conflict_storms import run
+from tests.integration.kube.test_kube_drain_steps import DEADLINE, INSTANCE, NODE, draining
+from tests.support.fakes import FakeMetrics
+from tests.unit.drain.builders import no_end
+from tests.unit.drain.test_drain_steps import FakeEvents, FakeSlots, NoDns, policy, wakes_to_nowhere
+
+SEED = drain_steps.SEED
+FORCE_GRACE = timedelta(seconds=5)  # the unit tests' policy
+
+
+@pytest.mark.parametrize("on_timeout", ["force", "continue"])
+def test_a_drain_whose_node_cannot_be_read_past_its_timeout_applies_its_timeout_policy(
+    cluster: KubeCluster, server: KubeServer, on_timeout: str
+) -> None:
+    # Given a drain at its timeout, its pods asked to leave once, and an API server that fails every read of the
+    # node (its pods' list still answers)
+    server.faults.arm([Fault("etcd", "kube-error", "GET nodes")], seed=1)
+    metrics, events = FakeMetrics(), FakeEvents()
+    step = Evict(
+        cluster=cluster,
+        slots=FakeSlots(holders={NODE}),
+        dispatcher=wakes_to_nowhere(),
+        instances=NoDns(known={INSTANCE: "running"}),
+        policy=policy(timeout_policy=on_timeout),
+        metrics=metrics,
+        events=events,
+        time_left=no_end,
+    )
+
+    # When the drain polls from its deadline on, at the delays its outcomes ask for
+    runs, record = run(step, draining(extra={"polls": 1}), DEADLINE, DEADLINE + timedelta(minutes=10))
+
+    # Then its timeout policy ends it on what can be known: continue at once, force once the force grace and its
+    # slack are over, told once as a drain timeout
+    at, last = runs[-1]
+    assert (last.then, last.again) == (None, False)
+    assert record.outcome == "drain-timeout-unlisted"
+    if on_timeout == "continue":
+        assert at == DEADLINE
+    else:
+        assert at <= DEADLINE + FORCE_GRACE + FORCED_POD_SLACK + timedelta(seconds=5)
+    assert metrics.counts["DrainTimeouts"] == 1
+    assert [reason for _, reason, _ in events.written].count("DrainTimeout") == 1
+    assert server.faults.firings()
+
+
+def test_a_drain_whose_node_cannot_be_read_before_its_timeout_is_retried(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given a drain before its timeout, and an API server that fails every read of the node
+    server.faults.arm([Fault("etcd", "kube-error", "GET nodes")], seed=1)
+    step = Evict(
+        cluster=cluster,
+        slots=FakeSlots(holders={NODE}),
+        dispatcher=wakes_to_nowhere(),
+        instances=NoDns(known={INSTANCE: "running"}),
+        policy=policy(),
+        metrics=FakeMetrics(),
+        events=FakeEvents(),
+        time_left=no_end,
+    )
+
+    # When the drain polls, Then the failure is the step's, retried by the engine: its timeout is still ahead
+    with pytest.raises(Exception, match="etcdserver: request timed out"):
+        step(draining(extra={"polls": 1}), DEADLINE - timedelta(seconds=1))
