@@ -244,9 +244,14 @@ class Evict:
         if info.lifecycle == record.id and not info.unschedulable:
             # Someone undid this drain's cordon (kubectl uncordon): the scheduler may place the evicted pods'
             # replacements on it again, each to be evicted again up to the timeout. Cordoned again first; the
-            # claim keeps the drain's time and what its first claim set on the node (see Cordon).
-            log.warning("node %s was uncordoned while draining: cordoning it again", node)
-            return Outcome.goto(Step.CORDON)
+            # claim keeps the drain's time and what its first claim set on the node (see Cordon). Not past the
+            # drain's timeout: a tool that undoes every cordon at once (a GitOps controller that self-heals the
+            # node's spec) would send each poll back to the cordon, and the drain would never reach its timeout
+            # policy, held until the action's global timeout. Past it, the policy applies to the node as it is.
+            if now < self._deadline_now(record, now):
+                log.warning("node %s was uncordoned while draining: cordoning it again", node)
+                return Outcome.goto(Step.CORDON)
+            log.warning("node %s was uncordoned past the drain's timeout: its timeout policy applies", node)
         if whole:
             record = record.model_copy(update={"extra": _seen(record.extra, info)})
         # (near the global timeout, a paused drain takes its slot back as a waiter would: forced)

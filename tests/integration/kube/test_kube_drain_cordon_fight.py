@@ -1,0 +1,95 @@
+"""A drain whose node something else keeps uncordoning, on the real Kubernetes adapter against the sandbox API
+server: a tool that owns the nodes' spec (a GitOps controller that self-heals ``unschedulable: false``, another
+maintenance operator) reverts each cordon at once. Each poll of the drain finds its cordon undone and cordons
+again, as it must before any more eviction; but a fight that goes on past the drain's timeout must not keep the
+drain from its timeout policy: the action settles by it (invariant 2), not only at its global timeout, and no
+slot stays held for a drain that cannot end (invariant 10)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+from kubernetes.client import CoreV1Api
+
+from nodecycle.adapters.kube.cluster_api import KubeCluster
+from nodecycle.domain.drain.evict import FORCED_POD_SLACK, Evict
+from nodecycle.domain.engine import Outcome
+from nodecycle.domain.model import LifecycleRecord, Step
+from nodecycle_sandbox.kube import KubeServer
+from tests.integration.kube import test_kube_drain_steps as drain_steps
+from tests.integration.kube.test_kube_drain_steps import DEADLINE, INSTANCE, NODE, draining
+from tests.support.fakes import T0, FakeMetrics
+from tests.unit.drain.builders import no_end
+from tests.unit.drain.test_drain_steps import FakeEvents, FakeSlots, NoDns, cordon, policy, wakes_to_nowhere
+
+SEED = drain_steps.SEED
+FORCE_GRACE = timedelta(seconds=5)  # the unit tests' policy
+
+
+@pytest.mark.parametrize("on_timeout", ["force", "continue"])
+def test_a_drain_whose_cordon_is_undone_at_every_turn_meets_its_timeout_policy(
+    cluster: KubeCluster, server: KubeServer, on_timeout: str
+) -> None:
+    # Given a drain cordoned at T0, a few seconds before its deadline, and a controller that uncordons the node
+    # right after each cordon
+    admin = CoreV1Api(server.api_client())
+    slots = FakeSlots(holders={NODE})
+    claim = cordon(cluster, slots=slots)
+    record = draining(Step.CORDON, zone="eu-west-1a")
+    record = record.model_copy(update={**claim(record, T0).changes, "step": Step.EVICT})
+    assert record.drain_deadline == DEADLINE
+    evict = Evict(
+        cluster=cluster,
+        slots=slots,
+        dispatcher=wakes_to_nowhere(),
+        instances=NoDns(known={INSTANCE: "running"}),
+        policy=policy(timeout_policy=on_timeout),
+        metrics=FakeMetrics(),
+        events=FakeEvents(),
+        time_left=no_end,
+    )
+    record = record.model_copy(update={"extra": {**record.extra, "polls": 3}})
+
+    def uncordon() -> None:
+        admin.patch_node(NODE, {"spec": {"unschedulable": False}})
+
+    # When the drain runs from a few seconds before its deadline on, its steps each a second apart at least (a
+    # delivery), the node uncordoned after each cordon
+    uncordon()
+    at, last = DEADLINE - timedelta(seconds=3), None
+    runs: list[tuple[datetime, Step, Outcome]] = []
+    while at <= DEADLINE + FORCE_GRACE + FORCED_POD_SLACK + timedelta(seconds=60):
+        step = claim if record.step is Step.CORDON else evict
+        last = step(record, at)
+        runs.append((at, record.step, last))
+        record = _advanced(record, last)
+        if runs[-1][1] is Step.CORDON and not last.again:
+            uncordon()
+        if runs[-1][1] is Step.EVICT and last.then is None and not last.again:
+            break
+        at += timedelta(seconds=max(last.delay, 1))
+
+    # Then the drain ends by its timeout policy: continue at once, force within its grace and slack (and the poll
+    # that finds them over, a second or two of the fight's turns later)
+    assert last is not None
+    end_at, end_step, _ = runs[-1]
+    assert (end_step, last.then, last.again) == (Step.EVICT, None, False), runs[-3:]
+    if on_timeout == "continue":
+        assert (record.outcome, end_at <= DEADLINE + timedelta(seconds=2)) == (
+            "drain-timeout-continued",
+            True,
+        )
+    else:
+        assert record.outcome == "drain-timeout-forced-incomplete"
+        assert end_at <= DEADLINE + FORCE_GRACE + FORCED_POD_SLACK + timedelta(seconds=10)
+
+
+def _advanced(record: LifecycleRecord, outcome: Outcome) -> LifecycleRecord:
+    """The record after ``outcome``: its changes, and the step it goes to (EVICT after the cordon)."""
+    step = record.step
+    if outcome.then is not None:
+        step = outcome.then
+    elif not outcome.again:
+        step = Step.EVICT if record.step is Step.CORDON else Step.COMPLETE
+    return record.model_copy(update={**dict(outcome.changes), "step": step})
