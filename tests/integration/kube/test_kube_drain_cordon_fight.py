@@ -33,7 +33,6 @@ def test_a_drain_whose_cordon_is_undone_at_every_turn_meets_its_timeout_policy(
 ) -> None:
     # Given a drain cordoned at T0, a few seconds before its deadline, and a controller that uncordons the node
     # right after each cordon
-    admin = CoreV1Api(server.api_client())
     slots = FakeSlots(holders={NODE})
     claim = cordon(cluster, slots=slots)
     record = draining(Step.CORDON, zone="eu-west-1a")
@@ -51,32 +50,19 @@ def test_a_drain_whose_cordon_is_undone_at_every_turn_meets_its_timeout_policy(
     )
     record = record.model_copy(update={"extra": {**record.extra, "polls": 3}})
 
-    def uncordon() -> None:
-        admin.patch_node(NODE, {"spec": {"unschedulable": False}})
-
     # When the drain runs from a few seconds before its deadline on, its steps each a second apart at least (a
     # delivery), the node uncordoned after each cordon
-    uncordon()
-    at, last = DEADLINE - timedelta(seconds=3), None
-    runs: list[tuple[datetime, Step, Outcome]] = []
-    while at <= DEADLINE + FORCE_GRACE + FORCED_POD_SLACK + timedelta(seconds=60):
-        step = claim if record.step is Step.CORDON else evict
-        last = step(record, at)
-        runs.append((at, record.step, last))
-        record = _advanced(record, last)
-        if runs[-1][1] is Step.CORDON and not last.again:
-            uncordon()
-        if runs[-1][1] is Step.EVICT and last.then is None and not last.again:
-            break
-        at += timedelta(seconds=max(last.delay, 1))
+    runs, record = fight(
+        server, claim, evict, record, DEADLINE - timedelta(seconds=3), DEADLINE + timedelta(minutes=2)
+    )
+    last = runs[-1][2]
 
-    # Then the drain ends by its timeout policy: continue at once, force within its grace and slack (and the poll
-    # that finds them over, a second or two of the fight's turns later)
-    assert last is not None
+    # Then the drain ends by its timeout policy: continue at its first poll past the deadline, force within its
+    # grace and slack (and the poll that finds them over, a second or two of the fight's turns later)
     end_at, end_step, _ = runs[-1]
     assert (end_step, last.then, last.again) == (Step.EVICT, None, False), runs[-3:]
     if on_timeout == "continue":
-        assert (record.outcome, end_at <= DEADLINE + timedelta(seconds=2)) == (
+        assert (record.outcome, end_at <= DEADLINE + timedelta(seconds=5 + 1)) == (
             "drain-timeout-continued",
             True,
         )
@@ -93,3 +79,64 @@ def _advanced(record: LifecycleRecord, outcome: Outcome) -> LifecycleRecord:
     elif not outcome.again:
         step = Step.EVICT if record.step is Step.CORDON else Step.COMPLETE
     return record.model_copy(update={**dict(outcome.changes), "step": step})
+
+
+def test_a_cordon_undone_at_every_turn_is_asked_again_at_the_poll_interval_not_at_once(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given a drain cordoned at T0, and a controller that uncordons the node right after each cordon
+    slots, events = FakeSlots(holders={NODE}), FakeEvents()
+    claim = cordon(cluster, slots=slots, events=events)
+    record = draining(Step.CORDON, zone="eu-west-1a")
+    record = record.model_copy(update={**claim(record, T0).changes, "step": Step.EVICT})
+    evict = Evict(
+        cluster=cluster,
+        slots=slots,
+        dispatcher=wakes_to_nowhere(),
+        instances=NoDns(known={INSTANCE: "running"}),
+        policy=policy(),
+        metrics=FakeMetrics(),
+        events=FakeEvents(),
+        time_left=no_end,
+    )
+
+    # When the fight goes on for a minute, well before the drain's deadline
+    runs, _ = fight(server, claim, evict, record, T0 + timedelta(seconds=1), T0 + timedelta(seconds=61))
+
+    # Then the node is cordoned again at the poll interval (5 s), not at every turn of the fight: each cordon is
+    # a PATCH and an Event, and each turn a run of the function
+    cordons = [at for at, step, outcome in runs if step is Step.CORDON and not outcome.again]
+    assert len(cordons) <= 60 / 5 + 2, cordons
+    assert len(cordons) >= 5, "the node is still cordoned again while the fight goes on"
+
+
+def fight(
+    server: KubeServer,
+    claim: object,
+    evict: Evict,
+    record: LifecycleRecord,
+    start: datetime,
+    until: datetime,
+) -> tuple[list[tuple[datetime, Step, Outcome]], LifecycleRecord]:
+    """The drain's CORDON and EVICT steps run from ``start`` as its queue would deliver them (a second apart at
+    least) until the drain moves on from EVICT or ``until`` has passed, the node uncordoned after each cordon:
+    each run's time, step and outcome, and the record after the last."""
+    admin = CoreV1Api(server.api_client())
+
+    def uncordon() -> None:
+        admin.patch_node(NODE, {"spec": {"unschedulable": False}})
+
+    uncordon()
+    at = start
+    runs: list[tuple[datetime, Step, Outcome]] = []
+    while at <= until:
+        step = claim if record.step is Step.CORDON else evict
+        outcome = step(record, at)  # type: ignore[operator]
+        runs.append((at, record.step, outcome))
+        record = _advanced(record, outcome)
+        if runs[-1][1] is Step.CORDON and not outcome.again:
+            uncordon()
+        if runs[-1][1] is Step.EVICT and outcome.then is None and not outcome.again:
+            break
+        at += timedelta(seconds=max(outcome.delay, 1))
+    return runs, record

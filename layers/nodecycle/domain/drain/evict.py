@@ -75,6 +75,8 @@ POLLS = "polls"  # record.extra key: how often the drain has looked for its pods
 # last listed them whole. Later polls list the pods' metadata only (their spec and status are most of their bytes),
 # and list them whole again only when a pod not known here is on the node.
 GRACES = "graces"
+# record.extra key: when a poll last found the drain's cordon undone and sent it back to be cordoned again
+RECORDONED = "recordoned"
 
 
 TimeLeft = Callable[[], float | None]
@@ -250,7 +252,14 @@ class Evict:
             # policy, held until the action's global timeout. Past it, the policy applies to the node as it is.
             if now < self._deadline_now(record, now):
                 log.warning("node %s was uncordoned while draining: cordoning it again", node)
-                return Outcome.goto(Step.CORDON)
+                # (undone again soon after the last cordon: a fight, paced at the poll interval rather than a cordon,
+                # a PATCH and an Event, at every turn)
+                last = record.extra.get(RECORDONED)
+                fight = last is not None and now - datetime.fromisoformat(str(last)) < 2 * timedelta(
+                    seconds=policy.poll_seconds
+                )
+                extra = {**record.extra, RECORDONED: now.isoformat()}
+                return Outcome.goto(Step.CORDON, policy.poll_seconds if fight else 0, extra=extra)
             log.warning("node %s was uncordoned past the drain's timeout: its timeout policy applies", node)
         if whole:
             record = record.model_copy(update={"extra": _seen(record.extra, info)})
