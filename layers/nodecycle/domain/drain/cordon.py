@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -23,6 +24,7 @@ from nodecycle.domain.drain.common import (
     _wake,
 )
 from nodecycle.domain.engine import Dispatcher, Outcome
+from nodecycle.domain.errors import TransientError, retry_after_wait
 from nodecycle.domain.flow import settle_step
 from nodecycle.domain.model import (
     KEPT_ON_NODE,
@@ -40,9 +42,17 @@ log = logging.getLogger(__name__)
 
 # record.extra key: since when the API server refuses the drain's cordon (a webhook that guards the node, RBAC)
 CORDON_REFUSED = "cordon_refused"
-# record.extra key: since when each claim of the node conflicts (409: the node changed between its read and the
-# PATCH, which names the version read)
-CORDON_CONFLICTS = "cordon_conflicts"
+# record.extra key: since when each claim of the node fails: it conflicts (409: the node changed between its read and
+# the PATCH, which names the version read), or fails as the API server's failure (a webhook that is down, 5xx, 429)
+CORDON_FAILING = "cordon_failing"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a claim of the node failed, and the Retry-After the API server asked for, if it did."""
+
+    why: str
+    retry_after: float | None = None
 
 
 def _cordoned_at(node: NodeInfo, record: LifecycleRecord, now: datetime) -> datetime:
@@ -60,9 +70,9 @@ def _cordoned_at(node: NodeInfo, record: LifecycleRecord, now: datetime) -> date
 
 
 def _without_refusal(found: dict[str, Any], record: LifecycleRecord) -> dict[str, Any]:
-    """The record's extra (as the step found it so far) without the notes of a refused or conflicting cordon: the
+    """The record's extra (as the step found it so far) without the notes of a refused or failing cordon: the
     cordon took effect, or the drain's time starts again with its next slot."""
-    notes = (CORDON_REFUSED, CORDON_CONFLICTS)
+    notes = (CORDON_REFUSED, CORDON_FAILING)
     return {key: value for key, value in found.get("extra", record.extra).items() if key not in notes}
 
 
@@ -119,14 +129,14 @@ class Cordon:
             log.info("adopting node %s: in progress with no owner", node.name)
         set_on_node = self._set_on_node(node, record)
         refused_since = record.extra.get(CORDON_REFUSED)
-        conflicts_since = record.extra.get(CORDON_CONFLICTS)
+        failing_since = record.extra.get(CORDON_FAILING)
         if record.drain_started_at is not None and record.drain_deadline is not None:
             # claimed again by its drain (its node was registered again, see Evict): the drain keeps its time
             started, deadline = record.drain_started_at, record.drain_deadline
         else:
-            # (a cordon the API server refused before, or whose claims conflicted: the drain's time runs since its
+            # (a cordon the API server refused before, or whose claims failed: the drain's time runs since its
             # first try; one that took effect though the step failed: since then)
-            first_try = refused_since or conflicts_since
+            first_try = refused_since or failing_since
             started = datetime.fromisoformat(str(first_try)) if first_try else _cordoned_at(node, record, now)
             deadline = min(started + self._policy.timeout, _deadline_cap(record, self._policy))
         if refused_since and Step.ACQUIRE_SLOT in record.plan:
@@ -170,8 +180,14 @@ class Cordon:
             )
         except Refused as refusal:
             return self._refused(record, node, str(refusal), started, deadline, now, found)
+        except TransientError as error:
+            # (a claim whose answer was lost may have taken effect: the next try finds it, see _cordoned_at)
+            log.warning("cordon of node %s failed: %s", node.name, error)
+            failed = Failure(str(error), error.retry_after)
+            return self._failing(record, node, failed, started, deadline, now, found)
         if claim is Claim.CONFLICT:
-            return self._conflicted(record, node, started, deadline, now, found)
+            conflict = Failure("the node changed between its read and the PATCH (HTTP 409 Conflict)")
+            return self._failing(record, node, conflict, started, deadline, now, found)
         if claim is Claim.GONE:
             return Outcome.goto(settle_step(record), outcome="node-gone")
         log.info("cordoned node %s", node.name)
@@ -188,30 +204,32 @@ class Cordon:
         )
         return Outcome.next(drain_started_at=started, drain_deadline=deadline, **found)
 
-    def _conflicted(
+    def _failing(
         self,
         record: LifecycleRecord,
         node: NodeInfo,
+        failure: Failure,
         started: datetime,
         deadline: datetime,
         now: datetime,
         found: dict[str, Any],
     ) -> Outcome:
-        """The node changed between its read and the claim (409): read again and decided again at once, as a
-        concurrent writer's change asks. Conflicts that go on past a poll interval are a storm (something rewrites
-        the node at every turn: a controller that keeps its labels or annotations, a flapping condition), which
-        retried every second would hold the drain outside its timeout, its slot not renewed, until the action's
-        global timeout. Such a storm is the API server refusing the cordon as any refusal does: told, the alarm,
-        asked again at each poll with the slot renewed, and the action settled at the drain timeout (its time
-        running since the first try, noted by CORDON_CONFLICTS as by CORDON_REFUSED)."""
+        """The claim failed: the node changed between its read and the claim (409), or the API server failed it (a
+        validating webhook on nodes that is down, a 5xx, throttling). Read again and decided again at once (no
+        sooner than a Retry-After), as a concurrent writer's change or a blip asks. Failures that go on past a
+        poll interval, retried every few seconds, would keep the drain outside its timeout, its slot not renewed,
+        until the action's global timeout: a conflict storm (something rewrites the node at every turn), a
+        webhook whose pods are gone. Such a failure is the API server refusing the cordon as any refusal does:
+        told, the alarm, asked again at each poll with the slot renewed, and the action settled at the drain
+        timeout (its time running since the first try, noted by CORDON_FAILING as by CORDON_REFUSED)."""
         extra = found.get("extra", record.extra)
-        since = extra.get(CORDON_CONFLICTS)
+        since = extra.get(CORDON_FAILING)
+        wait = max(1.0, retry_after_wait(failure.retry_after))
         if since is None:
-            log.info("node %s changed since it was read: reading it again", node.name)
-            return Outcome.wait(1, **{**found, "extra": {**extra, CORDON_CONFLICTS: now.isoformat()}})
+            return Outcome.wait(wait, **{**found, "extra": {**extra, CORDON_FAILING: now.isoformat()}})
         if now - datetime.fromisoformat(str(since)) < timedelta(seconds=self._policy.poll_seconds):
-            return Outcome.wait(1, **found)
-        why = f"the node changed between each read and its PATCH since {since} (HTTP 409 Conflict)"
+            return Outcome.wait(wait, **found)
+        why = f"{failure.why}, at every try since {since}"
         return self._refused(record, node, why, started, deadline, now, found)
 
     def _refused(
