@@ -18,8 +18,8 @@ from nodecycle_sandbox.faults import Fault
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.kube import test_kube_drain_steps as drain_steps
 from tests.integration.kube.test_kube_drain_steps import DEADLINE, NODE, draining, on_its_way_out, web_pods
-from tests.support.fakes import T0, FakeMetrics
-from tests.unit.drain.test_drain_steps import FakeEvents, FakeSlots, cordon
+from tests.support.fakes import T0, FakeAutoscaling, FakeMetrics
+from tests.unit.drain.test_drain_steps import FakeEvents, FakeSlots, cleanup, cordon
 
 SEED = drain_steps.SEED
 WEBHOOK_DOWN = Fault("webhook", "kube-webhook-down", "PATCH nodes")
@@ -72,3 +72,30 @@ def test_a_cordon_a_webhook_that_is_down_fails_is_settled_at_the_drain_timeout(
     assert metrics.counts["EvictionErrors"] >= 1
     assert slots.requests, "the slot is renewed while the cordon is asked again"
     assert not any(on_its_way_out(server, pod) for pod in web_pods(cluster))
+
+
+def test_a_cleanup_whose_release_a_webhook_that_is_down_fails_gives_its_slot_back(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given a drained node, its action completed, and then a webhook that is down failing its PATCH
+    record = draining(Step.CORDON)
+    claimed = cordon(cluster)(record, T0)
+    record = record.model_copy(update={"step": Step.CLEANUP, "outcome": "drained", **claimed.changes})
+    server.faults.arm([WEBHOOK_DOWN], seed=1)
+    slots, metrics, events = (
+        FakeSlots(holders={NODE}, held_for={NODE: record.id}),
+        FakeMetrics(),
+        FakeEvents(),
+    )
+    step = cleanup(cluster, slots, FakeAutoscaling(), events, metrics=metrics)
+
+    # When the cleanup runs, retried for a minute
+    runs, _ = run(step, record, T0, T0 + timedelta(seconds=60))
+
+    # Then within seconds the slot is given back and the lifecycle ends, the release told as refused
+    at, last = runs[-1]
+    assert isinstance(last, Outcome), last
+    assert (last.then, last.again) == (None, False)
+    assert at <= T0 + timedelta(seconds=15)
+    assert slots.released == [NODE]
+    assert (NODE, "ReleaseRefused", "Warning") in events.written

@@ -18,6 +18,7 @@ from nodecycle.domain.drain.common import (
     _unseen,
 )
 from nodecycle.domain.engine import Dispatcher, Outcome
+from nodecycle.domain.errors import TransientError, retry_after_wait
 from nodecycle.domain.model import (
     ENDS_ITS_INSTANCE,
     SET_ON_NODE,
@@ -59,11 +60,21 @@ MAINTENANCE_WATCH_LIMIT = timedelta(days=2)
 # a maintenance: terminated, detached, or gone into its warm pool (a wider set than the engine's
 # TERMINATION_STATES, which says only whether a launch action ended with its instance)
 NOT_COMING_BACK_STATES = ("Terminating", "Terminated", "Detaching", "Detached", "Warmed")
-# record.extra key: since when each release of the node conflicts (409: it changed between its read and the PATCH)
-RELEASE_CONFLICTS = "release_conflicts"
-# Conflicts of the release that go on this long are a storm (something rewrites the node at every turn): the
-# release is then refused as a webhook's refusal is, and the slot given back (see Cleanup.__call__)
-RELEASE_CONFLICTS_FOR = timedelta(seconds=10)
+# record.extra key: since when each release of the node fails: it conflicts (409: the node changed between its read
+# and the PATCH), or the API server fails it (a validating webhook on nodes that is down, 5xx, 429)
+RELEASE_FAILING = "release_failing"
+# Failures of the release that go on this long are no blip (a conflict storm: something rewrites the node at every
+# turn; a webhook whose pods are gone): the release is then refused as a webhook's refusal is, and the slot given
+# back (see Cleanup.__call__)
+RELEASE_FAILING_FOR = timedelta(seconds=10)
+
+
+class _ReleaseFailed(Exception):
+    """The cleanup's release PATCH failed as the API server's failure (see ``Cleanup._release_patch``)."""
+
+    def __init__(self, error: TransientError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def _watching(record: LifecycleRecord, key: str, now: datetime) -> tuple[datetime, dict[str, Any]]:
@@ -120,21 +131,27 @@ class Cleanup:
         watched = record  # what a watch after the release starts from
         if node is not None:
             held = into_pool or maintained
-            released = self._patched(
-                node, record, lambda: self._hold(node, record) if held else self._release(node, record)
-            )
+            failure, retry_after = None, None
+            try:
+                released = self._patched(
+                    node, record, lambda: self._hold(node, record) if held else self._release(node, record)
+                )
+            except _ReleaseFailed as failed:
+                log.warning("release of node %s failed: %s", node.name, failed.error)
+                released, failure, retry_after = None, str(failed.error), failed.error.retry_after
             if released is Claim.CONFLICT:
-                # The node changed since it was read: read again at once. Not for ever: the slot is given back
-                # only after the release, and a storm of conflicts (something rewrites the node at every turn)
-                # would hold it until its holder expires, past the drain's timeout and force grace (invariant 10).
-                # Once they outlast RELEASE_CONFLICTS_FOR the release is refused, as a webhook's refusal is.
-                since = record.extra.get(RELEASE_CONFLICTS)
-                if since is None or now - datetime.fromisoformat(str(since)) < RELEASE_CONFLICTS_FOR:
-                    return Outcome.wait(
-                        1, extra={**record.extra, RELEASE_CONFLICTS: since or now.isoformat()}
-                    )
-                why = f"the node changed between each read and its PATCH since {since} (HTTP 409 Conflict)"
-                self._told_refused(node, record, why)
+                failure = "the node changed between its read and the PATCH (HTTP 409 Conflict)"
+            if failure is not None:
+                # Read again and released again at once (no sooner than a Retry-After). Not for ever: the slot is
+                # given back only after the release, and a failure that goes on (a conflict storm, a webhook that
+                # is down) would hold it until its holder expires, past the drain's timeout and force grace
+                # (invariant 10). Once it outlasts RELEASE_FAILING_FOR the release is refused, as a webhook's
+                # refusal is: told, and the slot given back.
+                since = record.extra.get(RELEASE_FAILING)
+                if since is None or now - datetime.fromisoformat(str(since)) < RELEASE_FAILING_FOR:
+                    extra = {**record.extra, RELEASE_FAILING: since or now.isoformat()}
+                    return Outcome.wait(max(1.0, retry_after_wait(retry_after)), extra=extra)
+                self._told_refused(node, record, f"{failure}, at every try since {since}")
                 released = None
             if released is Claim.CLAIMED:  # (patched: the node as read is not the node any more)
                 watched = record.model_copy(update={"extra": _unseen(record.extra)})
@@ -163,6 +180,14 @@ class Cleanup:
             self._told_refused(node, record, str(refusal))
             return None
 
+    def _release_patch(self, node: NodeInfo, **changes: Any) -> Claim:
+        """The cleanup's own release of the node (not a watch's), whose transient failure is the release's (see
+        ``__call__``), not the step's: a failed read of Auto Scaling before it stays the step's, retried."""
+        try:
+            return self._cluster.release_node(node, **changes)
+        except TransientError as error:
+            raise _ReleaseFailed(error) from error
+
     def _told_refused(self, node: NodeInfo, record: LifecycleRecord, why: str) -> None:
         """A release of the node the API server refuses, told (see ``_patched``)."""
         log.error("release of node %s refused: %s", node.name, why)
@@ -182,7 +207,7 @@ class Cleanup:
         for a minute after that: uncordoned now, it would take the very pods just evicted from it, which the
         stop then kills, without eviction or PodDisruptionBudget. (Freed by the stop already: marked.)"""
         if node.owner == record.owner and node.lifecycle in (None, record.id):
-            return self._cluster.release_node(node, released_for=record.id)
+            return self._release_patch(node, released_for=record.id)
         return None
 
     def _marked_node(self, record: LifecycleRecord) -> tuple[NodeInfo | None, LifecycleRecord]:
@@ -354,12 +379,12 @@ class Cleanup:
             ):
                 # Annotated by another lifecycle of this owner and instance, which the state change's FORGET_NODE
                 # would clear: it does not run for an instance this lifecycle ends (see ENDS_ITS_INSTANCE)
-                return self._cluster.release_node(node, released_for=node.lifecycle)
+                return self._release_patch(node, released_for=node.lifecycle)
             return None
         back = self._coming_back(record)
         if not (ours or back):
             # freed already, and the cordon stays (the node is not coming back): only the stop's mark goes
-            return self._cluster.release_node(node)
+            return self._release_patch(node)
         if back:
             log.warning(
                 "instance %s is still in service though its action is gone: node %s is uncordoned",
@@ -372,7 +397,7 @@ class Cleanup:
         if not isinstance(noted, dict):
             noted = node.progress() if ours else {}
         undo = _set_on_node(noted)
-        return self._cluster.release_node(node, uncordon=back and undo["cordon"], unlabel=back and undo["lb"])
+        return self._release_patch(node, uncordon=back and undo["cordon"], unlabel=back and undo["lb"])
 
     def _settled(self, record: LifecycleRecord, uid: str | None) -> None:
         node = _known(record.node, "node")
