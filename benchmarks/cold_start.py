@@ -20,10 +20,19 @@ dependencies every function imports: boto3, pydantic's BaseModel, and powertools
 Tracer (which imports the X-Ray SDK and patches botocore: the template's default is Tracing=Active). The
 intake and drain functions are measured once more as deployed with Tracing=PassThrough, where no Tracer is
 built (``nodecycle/observability.py``).
+
+A model whose schema is built at its first use rather than at import (``defer_build``) makes the import
+cheaper only if the first invocation does not need it: otherwise the cost has only moved. So each function is
+also measured with its first invocation's own parse work timed with the import, in the same interpreter and
+without AWS calls (``_first_parse``): its settings read from the environment, then for intake a lifecycle
+hook's SQS record and the same action as an EventBridge event, through the handler's contract functions (and,
+on its own, a Spot interruption: the disruption path's first invocation); for eip and drain one work message,
+as ``run_work_record`` reads it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import statistics
@@ -54,6 +63,76 @@ FLOOR = (
     'Logger(service="nodecycle"); Metrics(namespace="NodeCycle"); Tracer(patch_modules=("botocore",))'
 )
 HANDLER = "import app"
+ARN = "arn:aws:lambda:eu-west-1:123456789012:function:nodecycle-intake"
+# The settings the template gives every function (read at the first invocation, never at import)
+SETTINGS_ENV = {
+    "NODECYCLE_OWNER_ID": "nodecycle",
+    "NODECYCLE_CLUSTER_NAME": "bench",
+    "NODECYCLE_MANAGED_GROUPS": "nodes-general",
+    "NODECYCLE_RECORD_TABLE": "nodecycle-records",
+    "NODECYCLE_DRAIN_QUEUE_URL": "https://sqs.eu-west-1.amazonaws.com/123456789012/nodecycle-drain",
+    "NODECYCLE_EIP_QUEUE_URL": "https://sqs.eu-west-1.amazonaws.com/123456789012/nodecycle-eip",
+    "NODECYCLE_WAKE_QUEUE_URL": "https://sqs.eu-west-1.amazonaws.com/123456789012/nodecycle-wake",
+    "NODECYCLE_EIP_MODE": "pool",
+    "NODECYCLE_EIP_POOL_NAME": "bench",
+}
+
+
+# The first invocation each "+parse" case times after the import (see _first_parse)
+FIRST_PARSE_ROWS = {
+    "intake": "a hook's SQS record and an EventBridge lifecycle action",
+    "intake-spot": "an EventBridge Spot interruption",
+    "eip": "a work message",
+    "drain": "a work message",
+}
+FIRST_PARSE_CASES = tuple(f"{name}+parse" for name in FIRST_PARSE_ROWS)
+
+
+def _event(name: str) -> str:
+    return (ROOT / "events" / name).read_text()
+
+
+def _sqs_body(name: str) -> str:
+    body: str = json.loads(_event(name))["Records"][0]["body"]
+    return body
+
+
+def _first_parse() -> dict[str, str]:
+    """What each function's first invocation parses before its first AWS call (statements run after
+    ``import app``, in the same timing). Each checks what it parsed, so that a statement gone stale fails the
+    benchmark rather than timing an error."""
+    intake = (
+        "from nodecycle.contracts.events import Home, from_eventbridge, from_sqs_body\n"
+        "from nodecycle.domain.model import LifecycleEvent\n"
+        "from nodecycle.wiring.intake import settings\n"
+        "settings()\n"
+        f"home = Home.of_function({ARN!r})\n"
+    )
+    work = (
+        "from nodecycle.domain.model import parse_record_id\n"
+        "from nodecycle.domain.ports.lifecycle import WorkMessage\n"
+        "from nodecycle.wiring.{function} import settings\n"
+        "settings()\n"
+        "message = WorkMessage.model_validate_json({body!r})\n"
+        "assert parse_record_id(message.record_id)[2]\n"
+    )
+    token = json.loads(_event("eventbridge-terminate.json"))["detail"]["LifecycleActionToken"]
+    launch = {"record_id": f"i-0a1b2c3d4e5f60718/launch/{token}", "seq": 1, "step": "assign-eip"}
+    terminate = {"record_id": f"i-0a1b2c3d4e5f60718/terminate/{token}", "seq": 3, "step": "evict"}
+    return {
+        "intake": intake
+        + f"[hooked] = from_sqs_body({_sqs_body('sqs-hook-terminate.json')!r}, home)\n"
+        + f"[direct] = from_eventbridge({json.loads(_event('eventbridge-terminate.json'))!r}, home=home)\n"
+        + "assert isinstance(hooked, LifecycleEvent) and isinstance(direct, LifecycleEvent)\n",
+        "intake-spot": intake
+        + "from nodecycle.domain.model import DisruptionEvent\n"
+        + f"[spot] = from_eventbridge({json.loads(_event('eventbridge-spot-interruption.json'))!r}, home=home)\n"
+        + "assert isinstance(spot, DisruptionEvent)\n",
+        "eip": work.format(function="eip", body=json.dumps(launch)),
+        "drain": work.format(function="drain", body=json.dumps(terminate)),
+    }
+
+
 HOST_PLATFORMS = {
     "x86_64": "manylinux2014_x86_64 manylinux_2_28_x86_64 manylinux_2_34_x86_64",
     "aarch64": "manylinux2014_aarch64 manylinux_2_28_aarch64 manylinux_2_34_aarch64",
@@ -127,6 +206,7 @@ def _measure(
         # as the template sets it: Tracing=Active (its default) builds powertools' Tracer, which imports the
         # X-Ray SDK and patches botocore; PassThrough builds none (nodecycle/observability.py)
         "POWERTOOLS_TRACE_DISABLED": "false" if traced else "true",
+        **SETTINGS_ENV,
     }
     program = (
         "import sys, time\n"
@@ -157,6 +237,10 @@ def run(runs: int) -> ColdStart:
         {"boto3": (BOTO3, "intake", False), "floor": (FLOOR, "intake", True)}
         | {name: (HANDLER, name, True) for name in FUNCTIONS}
         | {f"{name}-xray": (HANDLER, name, False) for name in UNTRACED}
+        | {
+            f"{name}+parse": (f"{HANDLER}\n{parse}", name.removesuffix("-spot"), True)
+            for name, parse in _first_parse().items()
+        }
     )
     found: dict[str, dict[str, Import]] = {}
     with tempfile.TemporaryDirectory(prefix="nodecycle-no-pyc-") as empty:
@@ -192,6 +276,16 @@ def result(cold: ColdStart) -> Result:
                 None if target is None else measured.cpu <= target * boto3,
             )
         )
+    for name, told in FIRST_PARSE_ROWS.items():
+        rows.append(
+            Row(
+                f"  cold import of {name} + its first invocation's parse ({told}) vs import boto3",
+                cold.precompiled[f"{name}+parse"].cpu,
+                boto3,
+                "s",
+                "-",
+            )
+        )
     for name in UNTRACED:
         rows.append(
             Row(
@@ -219,14 +313,26 @@ def result(cold: ColdStart) -> Result:
     details = [
         f"median of {cold.runs} fresh interpreters each; layer {cold.layer.relative_to(ROOT)}; "
         f"CPU time (wall time alongside; the machine may be shared)",
-        "case         precompiled: CPU   wall   x boto3 | without .pyc: CPU   wall   x boto3 | Kubernetes",
+        "case              precompiled: CPU   wall   x boto3 | without .pyc: CPU   wall   x boto3 | Kubernetes",
     ]
-    for name in ("boto3", "floor", *FUNCTIONS, *(f"{n}-xray" for n in UNTRACED)):
+    for name in ("boto3", "floor", *FUNCTIONS, *(f"{n}-xray" for n in UNTRACED), *FIRST_PARSE_CASES):
         pre, src = cold.precompiled[name], cold.source_only[name]
         details.append(
-            f"{name:12s} {pre.cpu:12.3f} s {pre.wall:5.2f} s {pre.cpu / boto3:6.2f}x | "
+            f"{name:17s} {pre.cpu:12.3f} s {pre.wall:5.2f} s {pre.cpu / boto3:6.2f}x | "
             f"{src.cpu:12.3f} s {src.wall:5.2f} s {src.cpu / source_boto3:6.2f}x | "
             f"{'imported' if pre.kubernetes else 'not imported'}"
+        )
+    details.append(
+        "import alone, and with the first invocation's parse (+parse: settings from the environment, then "
+        + "; ".join(f"{name}: {told}" for name, told in FIRST_PARSE_ROWS.items())
+        + "), precompiled CPU:"
+    )
+    for name in FIRST_PARSE_ROWS:
+        alone = cold.precompiled[name.removesuffix("-spot")].cpu
+        parsed = cold.precompiled[f"{name}+parse"].cpu
+        details.append(
+            f"  {name:12s} import {alone:.3f} s ({alone / boto3:.2f}x)   + parse {parsed:.3f} s "
+            f"({parsed / boto3:.2f}x)   the parse's own {parsed - alone:+.3f} s"
         )
     return Result("cold start: importing each function's handler", rows, details)
 
