@@ -57,3 +57,52 @@ def test_with_tracing_active_the_x_ray_sdk_is_imported_and_botocore_patched() ->
 
     # Then the X-Ray SDK is there (the check above would see it)
     assert found["heavy"] == ["aws_xray_sdk"]
+
+
+def _built_models(
+    function: str, parse: str = "", under: str = "nodecycle.contracts."
+) -> dict[str, list[str]]:
+    """The pydantic models of nodecycle's modules ``under`` a prefix whose validator is built, by module, after
+    a fresh interpreter loads the function's handler and then runs ``parse`` (its first invocation's reading of
+    an event)."""
+    script = (
+        "import json, sys\n"
+        "from pydantic import BaseModel\n"
+        "from tests.support.functions import load_function\n"
+        f"load_function({function!r})\n"
+        f"{parse}\n"
+        "built = {\n"
+        f"    name.removeprefix({under!r}): sorted(\n"
+        "        key for key, value in vars(module).items()\n"
+        "        if isinstance(value, type) and issubclass(value, BaseModel) and value is not BaseModel\n"
+        "        and value.__module__ == name and value.__pydantic_complete__\n"
+        "    )\n"
+        f"    for name, module in list(sys.modules.items()) if name.startswith({under!r})\n"
+        "}\n"
+        "print(json.dumps({module: models for module, models in built.items() if models}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    found: dict[str, list[str]] = json.loads(done.stdout.strip().splitlines()[-1])
+    return found
+
+
+def test_a_cold_start_of_intake_builds_no_event_models_validator() -> None:
+    # When a fresh interpreter loads the intake function's handler
+    built = _built_models("intake")
+
+    # Then no event model's validator is built yet: each is built at the first event of its kind, so that an
+    # invocation that reads lifecycle actions never builds the disruptions' (python -m benchmarks --only cold)
+    assert built == {}
+
+
+def test_reading_a_hooks_notification_builds_its_model_and_none_of_the_disruptions() -> None:
+    # When the first invocation reads a hook's notification from the intake queue
+    body = json.loads((ROOT / "events" / "sqs-hook-terminate.json").read_text())["Records"][0]["body"]
+    built = _built_models(
+        "intake", f"from nodecycle.contracts.events import from_sqs_body\nfrom_sqs_body({body!r})"
+    )
+
+    # Then the hook notification's model is built, and neither the disruptions' nor the EventBridge ones
+    assert built == {"lifecycle_events": ["HookNotification"]}

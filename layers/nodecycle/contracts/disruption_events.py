@@ -43,8 +43,10 @@ class NotADisruption(ValueError):
     not a scheduled change of EC2 instances): acknowledged and dropped, quietly."""
 
 
+# defer_build: built at the first disruption taken in, not at every cold start of intake, most of whose
+# invocations read lifecycle actions only (see EventBridgeEnvelope)
 class _Detail(BaseModel):
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, defer_build=True)
 
     instance_id: str = Field(alias="instance-id", pattern=INSTANCE_ID)
 
@@ -58,7 +60,7 @@ class _StateChange(_Detail):
 
 
 class _Entity(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     entityValue: str
 
@@ -74,7 +76,7 @@ def _health_time(value: Any) -> Any:
 
 
 class _HealthDetail(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     service: str
     eventTypeCategory: str

@@ -46,7 +46,8 @@ class InvalidLifecycleEvent(ValueError):
 class TestNotification(BaseModel):
     """Sent once to an SQS target when a hook is created. Carries no action: nothing to do."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    # defer_build: sent once, when a hook is created; not worth building at every cold start
+    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 
     Event: Literal["autoscaling:TEST_NOTIFICATION"]
     Service: str
@@ -58,7 +59,9 @@ class TestNotification(BaseModel):
 class _LifecycleFields(BaseModel):
     """The fields of a lifecycle action, common to both delivery shapes."""
 
-    model_config = ConfigDict(extra="ignore", str_strip_whitespace=True)
+    # defer_build (inherited by HookNotification): an invocation reads hook notifications from the queue or
+    # EventBridge events, rarely both, and builds the model of the one it reads (see EventBridgeEnvelope)
+    model_config = ConfigDict(extra="ignore", str_strip_whitespace=True, defer_build=True)
 
     # Each free-text field as long as Auto Scaling lets it be (names of 255 characters, metadata of 1,023;
     # origins and destinations are short words): what the queue takes (1 MiB) can outgrow the record's item
