@@ -4,8 +4,10 @@ Every setting is an environment variable named ``NODECYCLE_<FIELD>``; the SAM te
 stack parameters. Settings come in sections (scope, state, timing, drain, budget, EIPs, readiness, sweep),
 and each function validates only the sections it uses (:data:`IntakeSettings`, :data:`DrainSettings`,
 :data:`EipSettings`, :data:`SweeperSettings`): the eip function does not fail on a budget rule it never
-applies. A missing or invalid value raises :class:`SettingsError`, whose message names the variable and
-what was expected, so a misconfigured stack fails at its first invocation with a readable log line.
+applies. The drain, budget and sweep sections, and the settings that include them, are defined in
+:mod:`nodecycle.cluster_settings`, and named here too. A missing or invalid value raises
+:class:`SettingsError`, whose message names the variable and what was expected, so a misconfigured stack
+fails at its first invocation with a readable log line.
 
 The words of the settings (``TimeoutPolicy``, ``EipMode``, ``Quantity``...) are the domain's
 (:mod:`nodecycle.domain.policy`); the composition roots turn a section into the narrow policy a step needs.
@@ -14,9 +16,8 @@ The words of the settings (``TimeoutPolicy``, ``EipMode``, ``Quantity``...) are 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
-from typing import Annotated, Any, Self
+from typing import TYPE_CHECKING, Annotated, Any, Self
 
 from pydantic import (
     BaseModel,
@@ -28,17 +29,37 @@ from pydantic import (
     model_validator,
 )
 
-from nodecycle.domain.engine import MAX_RETRY_BACKOFF_SECONDS
 from nodecycle.domain.policy import (
     ActionResult,
     EipFailurePolicy,
     EipMode,
     Quantity,
     RebalancePolicy,
-    TimeoutPolicy,
 )
 
+if TYPE_CHECKING:
+    from nodecycle.cluster_settings import Budget as Budget
+    from nodecycle.cluster_settings import Drain as Drain
+    from nodecycle.cluster_settings import DrainSettings as DrainSettings
+    from nodecycle.cluster_settings import Settings as Settings
+    from nodecycle.cluster_settings import Sweep as Sweep
+    from nodecycle.cluster_settings import SweeperSettings as SweeperSettings
+
 ENV_PREFIX = "NODECYCLE_"
+# The sections only the functions that act on the cluster read (drain, budget, sweep), and the settings that
+# include them, are nodecycle.cluster_settings', named here as well (``from nodecycle.settings import
+# DrainSettings``) but imported at their first use: each pydantic class costs its creation even when its
+# validator is built later (defer_build), and the intake and eip functions' cold starts would create these
+# six for nothing, with the budget's label selector pattern compiled (``python -m benchmarks --only cold``).
+_CLUSTER_SETTINGS = frozenset({"Drain", "Budget", "Sweep", "DrainSettings", "SweeperSettings", "Settings"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _CLUSTER_SETTINGS:
+        from nodecycle import cluster_settings
+
+        return getattr(cluster_settings, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class SettingsError(ValueError):
@@ -51,25 +72,12 @@ def _split_list(value: Any) -> Any:
     return value
 
 
-def _quantity(value: Any) -> Any:
-    return Quantity.parse(value) if isinstance(value, str) else value
-
-
-def _optional_quantity(value: Any) -> Any:
-    if isinstance(value, str) and value.strip().lower() in ("", "none", "off"):
-        return None
-    return _quantity(value)
-
-
 def _blank_is_none(value: Any) -> Any:
     return None if isinstance(value, str) and not value.strip() else value
 
 
 CsvList = Annotated[tuple[str, ...], BeforeValidator(_split_list)]
-Limit = Annotated[Quantity, BeforeValidator(_quantity)]
-OptionalLimit = Annotated[Quantity | None, BeforeValidator(_optional_quantity)]
 OptionalText = Annotated[str | None, BeforeValidator(_blank_is_none)]
-Seconds = Annotated[int, Field(ge=0)]
 
 
 class _Section(BaseModel):
@@ -202,69 +210,6 @@ class Timing(_Section):
         return max(self.work_visibility_timeout_seconds, self.resume_grace_seconds + 2)
 
 
-class Drain(_Section):
-    drain_timeout_seconds: Seconds = 900
-    pod_grace_cap_seconds: Seconds = 120
-    timeout_policy: TimeoutPolicy = TimeoutPolicy.FORCE
-    force_grace_seconds: Seconds = 10
-    exclude_from_load_balancers: bool = True
-    lb_deregistration_delay_seconds: Annotated[int, Field(ge=0, le=900)] = 0
-    drain_poll_seconds: Annotated[int, Field(ge=1, le=300)] = 5
-
-
-# A label selector as the API server parses it (labels.Parse): requirements separated by commas, each a key
-# alone or negated, a key compared with = == != to one value, with in/notin to a set of values (members may be
-# empty: "x in (foo,,baz)", "z notin ()"), or with < > to a whole number (a label value: no sign). Keys: an
-# optional DNS subdomain prefix and a name of up to 63 characters; values: up to 63, or empty.
-_LABEL_NAME = r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
-_LABEL_KEY = rf"(?:[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*/)?{_LABEL_NAME}"
-_LABEL_VALUE = rf"(?:{_LABEL_NAME})?"
-# Whitespace is the lexer's (labels.isWhitespace): a space, a tab, a CR, an LF. Any other (a no-break space, a
-# vertical tab: Python's \s) is part of the key or value it touches, which the API server then refuses.
-_WS = r"[ \t\r\n]"
-_REQUIREMENT = (
-    rf"{_WS}*(?:!{_WS}*{_LABEL_KEY}|{_LABEL_KEY}{_WS}*(?:==?|!=){_WS}*{_LABEL_VALUE}"
-    rf"|{_LABEL_KEY}{_WS}+(?:in|notin){_WS}*\({_WS}*{_LABEL_VALUE}(?:{_WS}*,{_WS}*{_LABEL_VALUE})*{_WS}*\)"
-    rf"|{_LABEL_KEY}{_WS}*[<>]{_WS}*[0-9]{{1,63}}|{_LABEL_KEY}){_WS}*"
-)
-_LABEL_SELECTOR = re.compile(rf"(?:{_REQUIREMENT}(?:,{_REQUIREMENT})*)?")
-# What the syntax above cannot bound: a key's prefix is a DNS subdomain of 253 characters at most, and the bound
-# of < or > is read as a 64-bit integer (labels.NewRequirement: strconv.ParseInt). In a selector that parses,
-# only a key has a "/", and only a bound follows a < or >.
-_KEY_PREFIX = re.compile(r"([^ \t\r\n,()!=<>/]+)/")
-_BOUND = re.compile(rf"[<>]{_WS}*([0-9]+)")
-
-
-class Budget(_Section):
-    budget_max_unavailable: Limit = Quantity(value=1)
-    budget_max_unavailable_per_zone: OptionalLimit = None
-    budget_namespace: str = Field(default="kube-system", min_length=1)
-    budget_node_selector: str = ""
-    budget_count_unavailable: bool = False
-    budget_holder_ttl_seconds: Annotated[int, Field(ge=30)] = 600
-    budget_retry_seconds: Annotated[int, Field(ge=1, le=900)] = 30
-
-    @field_validator("budget_node_selector")
-    @classmethod
-    def _label_selector(cls, value: str) -> str:
-        if (
-            _LABEL_SELECTOR.fullmatch(value) is None
-            or any(len(prefix) > 253 for prefix in _KEY_PREFIX.findall(value))
-            or any(int(bound) >= 2**63 for bound in _BOUND.findall(value))
-        ):
-            raise ValueError(f"not a label selector the API server would accept: {value!r}")
-        return value
-
-    @model_validator(mode="after")
-    def _retry_within_ttl(self) -> Self:
-        if self.budget_retry_seconds >= self.budget_holder_ttl_seconds:
-            # a waiter that retries less often than its entry expires would lose its place in the queue
-            raise ValueError(
-                "NODECYCLE_BUDGET_RETRY_SECONDS must be shorter than NODECYCLE_BUDGET_HOLDER_TTL_SECONDS"
-            )
-        return self
-
-
 class Eip(_Section):
     eip_mode: EipMode = EipMode.OFF
     # A tag value EC2 matches as a filter: ``*``, ``?`` and ``\`` would make it match other pools' addresses.
@@ -320,10 +265,6 @@ class Disruptions(_Section):
     maintenance_lead_minutes: Annotated[int, Field(ge=0, le=7 * 24 * 60)] = 60
 
 
-class Sweep(_Section):
-    sweep_grace_seconds: Annotated[int, Field(ge=300)] = 600
-
-
 # -- what each function validates ---------------------------------------------------------------------
 
 
@@ -339,34 +280,8 @@ class IntakeSettings(FunctionSettings, Scope, Eip, Readiness, Disruptions):
         return self.readiness_gate and self.uses_kubernetes
 
 
-class DrainSettings(FunctionSettings, Drain, Budget, Readiness):
-    @model_validator(mode="after")
-    def _holders_outlive_their_renewals(self) -> Self:
-        renewal_gap = max(3 * self.drain_poll_seconds, self.redelivery_seconds + MAX_RETRY_BACKOFF_SECONDS)
-        if self.budget_holder_ttl_seconds < renewal_gap:
-            # a draining node renews its slot at each step; the longest gap between two steps (a poll, or a
-            # crashed step's retry after a backoff) must not let the slot expire and go to another node
-            raise ValueError(
-                f"NODECYCLE_BUDGET_HOLDER_TTL_SECONDS must be at least {renewal_gap} (3 drain polls, or the "
-                "later of the work queues' visibility timeout and the resume grace + 2, plus the longest retry "
-                "backoff)"
-            )
-        return self
-
-
 class EipSettings(FunctionSettings, Eip):
     pass
-
-
-class SweeperSettings(FunctionSettings, Scope, Budget, Eip, Readiness, Disruptions, Sweep):
-    """The sweeper adopts an action whose event never became a record through intake's own path: it reads
-    what intake reads to find the stack's groups and plan a lifecycle."""
-
-
-# (the pydantic mypy plugin types each section's generated model_construct by its own fields, so it sees the
-# bases' constructors as incompatible; pydantic builds the union of the fields, which is what is meant)
-class Settings(IntakeSettings, DrainSettings, SweeperSettings):  # type: ignore[misc]
-    """Every setting of a stack: what tools that start or inspect a stack (the sandbox, the CLI) read."""
 
 
 def _describe(error: ValidationError) -> str:

@@ -106,3 +106,37 @@ def test_reading_a_hooks_notification_builds_its_model_and_none_of_the_disruptio
 
     # Then the hook notification's model is built, and neither the disruptions' nor the EventBridge ones
     assert built == {"lifecycle_events": ["HookNotification"]}
+
+
+@pytest.mark.parametrize("function", ["intake", "eip"])
+def test_a_cold_start_creates_only_its_own_functions_settings(function: str) -> None:
+    # When a fresh interpreter loads the handler of a function that does not act on the cluster
+    script = (
+        "import json, sys\n"
+        "from tests.support.functions import load_function\n"
+        f"load_function({function!r})\n"
+        "from nodecycle.settings import _Section\n"
+        "seen, todo = set(), [_Section]\n"
+        "while todo:\n"
+        "    cls = todo.pop()\n"
+        "    seen.add(cls.__name__)\n"
+        "    todo.extend(cls.__subclasses__())\n"
+        "print(json.dumps({'classes': sorted(seen), 'sweep': sorted(m for m in sys.modules\n"
+        "    if m.startswith('nodecycle.domain.sweep'))}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+
+    # Then none of the drain's, the budget's or the sweeper's settings classes is created (each pydantic class
+    # costs its creation, validator deferred or not), nor the sweeper's steps imported
+    assert not set(found["classes"]) & {
+        "Drain",
+        "Budget",
+        "Sweep",
+        "DrainSettings",
+        "SweeperSettings",
+        "Settings",
+    }
+    assert found["sweep"] == []

@@ -10,6 +10,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache
+from typing import TYPE_CHECKING
 
 from nodecycle.adapters.aws.autoscaling import AutoscalingActions
 from nodecycle.adapters.aws.clients import calls_within
@@ -22,7 +23,10 @@ from nodecycle.domain.flow import Worker
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.policy import DrainPolicy, EipPolicy, ReadinessPolicy
 from nodecycle.observability import PowertoolsMetrics
-from nodecycle.settings import DrainSettings, Eip, FunctionSettings
+from nodecycle.settings import Eip, FunctionSettings
+
+if TYPE_CHECKING:  # (imported by the drain function alone: nodecycle.settings, _CLUSTER_SETTINGS)
+    from nodecycle.settings import DrainSettings
 
 # What an invocation keeps of the function's time after a step's calls: the engine's commit of the step, a
 # heartbeat, the next message (one AWS call each, well under a second unless throttled). Under the engine's

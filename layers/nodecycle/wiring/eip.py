@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 from functools import cache
+from typing import TYPE_CHECKING
 
 from nodecycle.adapters.aws.address_lines import DynamoAddressLines
 from nodecycle.adapters.aws.addresses import Ec2Addresses
@@ -16,10 +17,13 @@ from nodecycle.domain.engine import StepEngine
 from nodecycle.domain.flow import Worker
 from nodecycle.domain.model import Step
 from nodecycle.domain.policy import EipMode, EipPolicy
-from nodecycle.domain.sweep.addresses import AddressSweep
-from nodecycle.settings import EipSettings, SweeperSettings
+from nodecycle.settings import EipSettings
 from nodecycle.wiring.common import Common, common, eip_policy
 from nodecycle.wiring.common import invocation_time as invocation_time  # (the eip handler's)
+
+if TYPE_CHECKING:  # (imported by the sweeper alone: nodecycle.settings, _CLUSTER_SETTINGS)
+    from nodecycle.domain.sweep.addresses import AddressSweep
+    from nodecycle.settings import SweeperSettings
 
 
 @cache
@@ -77,6 +81,9 @@ def engine() -> StepEngine:
 
 
 def address_sweep(config: SweeperSettings, ports: Common) -> AddressSweep:
+    # (imported here: the sweeper's alone, which the eip function's cold start would import for nothing)
+    from nodecycle.domain.sweep.addresses import AddressSweep
+
     return AddressSweep(
         owner=config.owner_id,
         addresses=addresses(),

@@ -5,15 +5,19 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 from functools import cache
+from typing import TYPE_CHECKING
 
 from nodecycle.adapters.aws.instances import Ec2Instances
 from nodecycle.domain.catalog import LifecycleHooks, ManagedGroups
 from nodecycle.domain.intake import Intake
 from nodecycle.domain.intake_budget import IntakeBudget
 from nodecycle.domain.policy import EipMode, PlanPolicy
-from nodecycle.settings import IntakeSettings, SweeperSettings, Timing
+from nodecycle.settings import IntakeSettings, Timing
 from nodecycle.wiring.common import Common, common
 from nodecycle.wiring.common import invocation_time as invocation_time  # (the intake handler's)
+
+if TYPE_CHECKING:  # (imported by the sweeper alone: nodecycle.settings, _CLUSTER_SETTINGS)
+    from nodecycle.settings import SweeperSettings
 
 
 @cache
