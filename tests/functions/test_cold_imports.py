@@ -140,3 +140,17 @@ def test_a_cold_start_creates_only_its_own_functions_settings(function: str) -> 
         "Settings",
     }
     assert found["sweep"] == []
+
+
+@pytest.mark.parametrize("function", ["intake", "eip"])
+def test_a_cold_start_builds_none_of_the_domain_models_its_first_invocation_does_not_read(
+    function: str,
+) -> None:
+    # When a fresh interpreter loads the handler of a function that does not act on the cluster
+    built = _built_models(function, under="nodecycle.domain.")
+
+    # Then the cluster's models (the drain's and the sweeper's), the budget's limit and the disruption without
+    # a hook (intake's, at the first disruption taken in) are not built yet; the lifecycle's are
+    names = {name for models in built.values() for name in models}
+    assert not names & {"NodeInfo", "PodInfo", "Quantity", "DisruptionEvent"}
+    assert "LifecycleRecord" in names

@@ -161,7 +161,9 @@ class DisruptionEvent(BaseModel):
     """A disruption without a hook (a Spot interruption warning, a rebalance recommendation, scheduled
     maintenance, an instance stopped or terminated outside the hooks), normalized from its event."""
 
-    model_config = ConfigDict(frozen=True)
+    # defer_build: built at the first disruption taken in, not at each cold start (the eip and drain functions
+    # never make one; most intake invocations take in lifecycle actions)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     instance_id: str
     cause: Transition  # one of the transitions without a hook

@@ -51,7 +51,8 @@ _PERCENT = re.compile(r"^(\d{1,3})%$")
 class Quantity(BaseModel):
     """A budget limit: an absolute count of nodes, or a percent of the nodes in scope."""
 
-    model_config = ConfigDict(frozen=True)
+    # defer_build: built where the budget is (drain, sweeper), not at the intake and eip functions' cold starts
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     value: int = Field(ge=0)
     percent: bool = False

@@ -26,8 +26,10 @@ EXCLUDE_LB_LABEL = "node.kubernetes.io/exclude-from-external-load-balancers"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 
 
+# defer_build: read by the drain function and the sweeper, built at their first read of the cluster rather than
+# at every function's cold start (the intake and eip functions import this module, never these models)
 class NodeInfo(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     name: str
     instance_id: str | None
@@ -64,7 +66,7 @@ class NodeInfo(BaseModel):
 
 
 class PodInfo(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)  # (see NodeInfo)
 
     namespace: str
     name: str
