@@ -6,11 +6,14 @@ Auto Scaling actions."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import pytest
 
 from nodecycle.domain.model import Transition
+from nodecycle_sandbox import Sandbox
 from nodecycle_sandbox.aws.group import wait_for
 from nodecycle_sandbox.aws.records import TERMINATING
 from nodecycle_sandbox.checks import completed_before_drained, last_pod_gone, pdb_breaches, released_at
@@ -39,17 +42,22 @@ def test_a_spot_interruption_during_a_refresh_at_full_budget_drains_in_time_hold
         sandbox.kube.reset_history()
         refresh = sandbox.asg.start_refresh(min_healthy_percentage=50)
         wait_for(lambda: _cordoned(sandbox) >= LIMIT, 60, "the refresh's drains filling the budget")
-        terminating = {i for i, s in sandbox.asg.instances().items() if s.startswith("Terminating")}
+        # (held full until the Spot lifecycle has asked for its slot: the refresh's drains wait for their pods to
+        # stop, which the controllers held back do not; on a loaded machine the Spot lifecycle asked seconds late,
+        # after the drains had ended, took a slot left free, and there was nothing to force)
+        with _budget_held_full(sandbox):
+            terminating = {i for i, s in sandbox.asg.instances().items() if s.startswith("Terminating")}
 
-        # When EC2 interrupts a node the refresh has not reached yet
-        victim = sorted(old - terminating)[0]
-        victim_node = node_of(sandbox, victim)
-        sandbox.asg.interrupt_spot(victim, warning_seconds=WARNING_SECONDS, hook_after=HOOK_AFTER)
-        warned_at = next(
-            n.sent_at
-            for n in sandbox.aws.notifications()
-            if n.payload.get("detail-type") == "EC2 Spot Instance Interruption Warning"
-        )
+            # When EC2 interrupts a node the refresh has not reached yet
+            victim = sorted(old - terminating)[0]
+            victim_node = node_of(sandbox, victim)
+            sandbox.asg.interrupt_spot(victim, warning_seconds=WARNING_SECONDS, hook_after=HOOK_AFTER)
+            warned_at = next(
+                n.sent_at
+                for n in sandbox.aws.notifications()
+                if n.payload.get("detail-type") == "EC2 Spot Instance Interruption Warning"
+            )
+            wait_for(lambda: victim_node in _holders_now(sandbox), WARNING_SECONDS, "the Spot drain's slot")
         store = records(sandbox)
         spot = wait_for(
             lambda: (r := store.get(f"{victim}/{Transition.SPOT_INTERRUPTION.short}")) and r.finished and r,
@@ -90,6 +98,32 @@ def test_a_spot_interruption_during_a_refresh_at_full_budget_drains_in_time_hold
     assert hook_record.outcome == "drained-by:spot-interruption"
     refreshed = [a for a in actions if a.instance_id in old and a.transition == TERMINATING]
     assert completed_before_drained(history, refreshed) == []
+
+
+@contextmanager
+def _budget_held_full(sandbox: Sandbox) -> Iterator[None]:
+    """Meanwhile the controllers are held back with the budget's LIMIT slots held by drains whose nodes still
+    have pods to drain: their pods do not stop meanwhile, so those drains cannot end and give a slot back."""
+    deadline = time.monotonic() + 60
+    while True:
+        with sandbox.kube.paused_controllers():
+            with_pods = {
+                (pod.get("spec") or {}).get("nodeName")
+                for pod in sandbox.kube.objects("pods")
+                if not any(o.get("kind") == "DaemonSet" for o in pod["metadata"].get("ownerReferences") or [])
+            }
+            if len(_holders_now(sandbox) & with_pods) >= LIMIT:
+                yield
+                return
+        if time.monotonic() > deadline:
+            raise TimeoutError("the budget never full with the controllers held back")
+        time.sleep(0.1)
+
+
+def _holders_now(sandbox: Sandbox) -> set[str]:
+    configmap = sandbox.kube.get_object("configmaps", "nodecycle-budget", "nodecycle") or {}
+    document = json.loads((configmap.get("data") or {}).get("budget.json") or "{}")
+    return {holder["node"] for holder in document.get("holders", [])}
 
 
 def _cordoned(sandbox: object) -> int:
