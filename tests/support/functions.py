@@ -11,8 +11,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
+from unittest.mock import patch
 
 import boto3
 
@@ -75,10 +76,17 @@ class AwsLatency:
     @contextmanager
     def counting(self) -> Iterator[None]:
         """Count the calls of the clients made while this is open: each copies its session's handlers when it
-        is made, and counts as long as it lives (the adapters' clients: until the test's end)."""
+        is made, and counts as long as it lives (the adapters' clients: until the test's end). Meanwhile the
+        invocation's own deadline, which cuts its AWS and Kubernetes calls (wiring.common.InvocationTime, on the
+        monotonic clock), is on this clock too, as a context on it is: on the wall clock the calls were cut once
+        moto's real time (seconds on a loaded machine) had used up what the context, on this clock, still had."""
+        # (imported here: loading this module, as every function test does, must not load the wiring first)
+        from nodecycle.wiring import common
+
         events = boto3._get_default_session().events
         events.register("before-call", self._tick, unique_id="tests.AwsLatency")
         try:
-            yield
+            with patch.object(common, "time", SimpleNamespace(monotonic=self)):
+                yield
         finally:
             events.unregister("before-call", unique_id="tests.AwsLatency")
