@@ -5,10 +5,13 @@ run on different workers."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from nodecycle_sandbox.chaos import world
 from nodecycle_sandbox.chaos.mutations import MUTATIONS, Mutation, check_mutation, mutated_layer
+from nodecycle_sandbox.kube import KubeServer
 
 ROOT = Path(__file__).resolve().parents[2]
 # The budget's mutation: a seed whose first instance refresh is the smallest that shows it, 3 instances drained
@@ -18,6 +21,7 @@ BUDGET_SEED = 151
 # Deleted pods: seed 3's first, 8 pods over 5 nodes stopping in 1.4 s. (Seed 262's, 6 pods over 3 nodes stopping
 # in 0.7 s, was caught or not as timing had it: the replacements can be ready before two drains overlap.)
 DELETE_SEED = 3
+REPLACEMENTS_READY_AFTER = 10.0  # seconds a scheduled pod takes to be Ready in the delete mutation's world
 
 
 @pytest.mark.parametrize("mutation", MUTATIONS, ids=lambda m: m.name)
@@ -45,10 +49,17 @@ def test_a_product_whose_budget_check_is_removed_is_caught() -> None:
 
 
 @pytest.mark.slow
-def test_a_product_that_deletes_pods_instead_of_evicting_them_is_caught() -> None:
+def test_a_product_that_deletes_pods_instead_of_evicting_them_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # Given a copy of the product whose drain deletes its pods (DELETE pods) where it should post Evictions:
     # no PodDisruptionBudget is asked, and two drains at once take web below its floor (maxUnavailable 2)
     mutation = next(m for m in MUTATIONS if m.name == "delete-not-evict")
+    # ...and pods slow to start: the deleted pods' replacements are Ready only REPLACEMENTS_READY_AFTER later, so
+    # two drains' deletes within that time take web below its floor. With the world's 0.2 s start, only deletes
+    # within 0.2 s of each other did, as timing had it: on a loaded machine (load 17, tests/campaign under two
+    # busy loops) the two scenarios' drains deleted further apart, and the mutation went uncaught.
+    monkeypatch.setattr(world, "KubeServer", _pods_slow_to_start)
 
     # When instance refreshes run on it
     result = check_mutation(
@@ -59,3 +70,8 @@ def test_a_product_that_deletes_pods_instead_of_evicting_them_is_caught() -> Non
     assert result.caught, f"not caught in {result.scenarios_run} scenarios"
     assert result.invariant is not None
     assert "pdb" in result.invariant
+
+
+def _pods_slow_to_start(**options: Any) -> KubeServer:
+    """The world's API server, its pods Ready REPLACEMENTS_READY_AFTER seconds after they are scheduled."""
+    return KubeServer(**{**options, "pod_start_seconds": REPLACEMENTS_READY_AFTER})
