@@ -139,8 +139,14 @@ class Cordon:
             first_try = refused_since or failing_since
             started = datetime.fromisoformat(str(first_try)) if first_try else _cordoned_at(node, record, now)
             deadline = min(started + self._policy.timeout, _deadline_cap(record, self._policy))
-        if refused_since and Step.ACQUIRE_SLOT in record.plan:
-            # asked again after a refusal, polls apart: the slot is renewed as a drain's polls renew it
+        if Step.ACQUIRE_SLOT in record.plan:
+            # The slot is confirmed in the document as it is now before the node is touched (invariants 1, 8):
+            # the ConfigMap deleted and created again since the grant is seeded from the nodes nodecycle claimed,
+            # which this one is not yet, so another node may hold the slot there. A holder granted moments ago
+            # passes with one read (a fresh holder writes nothing); one not held takes it again if there is room,
+            # else waits in line, not cordoned. Asked again after a refusal, polls apart, this renews the slot
+            # as a drain's polls renew it. (Between this read and the PATCH a re-creation and another node's
+            # grant would still fit, milliseconds: the first poll renews the slot before any eviction.)
             request = _slot_request(record, node.name, node.zone, **_precedence(record, now, self._policy))
             try:
                 renewed = self._slots.renew(request)
