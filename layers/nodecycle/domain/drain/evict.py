@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
-from nodecycle.domain.budget import SlotReason
+from nodecycle.domain.budget import SlotDecision, SlotReason
 from nodecycle.domain.drain import pods as podfilter
 from nodecycle.domain.drain.common import (
     STUCK_AFTER,
@@ -263,23 +263,9 @@ class Evict:
             log.warning("node %s was uncordoned past the drain's timeout: its timeout policy applies", node)
         if whole:
             record = record.model_copy(update={"extra": _seen(record.extra, info)})
-        # (near the global timeout, a paused drain takes its slot back as a waiter would: forced)
-        request = _slot_request(
-            record, node, record.zone, in_progress=True, **_precedence(record, now, policy)
-        )
-        renewed = self._slots.renew(request)
-        _wake(self._dispatcher, renewed.wake)  # (as for a first ask: see AcquireSlot)
-        if renewed.reason is SlotReason.RELEASED:
-            # This lifecycle gave its slot back already: a late delivery of this step (a duplicate that read the
-            # record before the commit that went on), whose commit loses. No slot was lost, no drain paused.
-            log.info("node %s: a late delivery of a drain that gave its slot back", node)
-            return Outcome.wait(policy.budget_retry_seconds)
-        if not renewed.granted:
-            # Our holder expired and its slot went to another node: evicting now could exceed the budget. The
-            # node waits with precedence (it is disruption in progress), and the wait is not drain time.
-            log.warning("lost the budget slot of node %s: pausing the drain until it is back", record.node)
-            self._metrics.count("BudgetSlotsLost")
-            return Outcome.wait(policy.budget_retry_seconds, drain_paused_at=record.drain_paused_at or now)
+        renewed, paused = self._renew_slot(record, node, now)
+        if paused is not None:
+            return paused
         if renewed.reason is SlotReason.REACQUIRED or record.drain_paused_at is not None:
             # Someone removed our slot: its holder expired, or the stop of the instance outside the hooks freed
             # it (FORGET_NODE), leaving this drain to see for itself that it is over. A stopped instance's kubelet
@@ -467,6 +453,32 @@ class Evict:
         policy = self._policy
         return min(policy.pod_grace_cap, max(policy.force_grace, int((deadline - now).total_seconds())))
 
+    def _renew_slot(
+        self, record: LifecycleRecord, node: str, now: datetime
+    ) -> tuple[SlotDecision, Outcome | None]:
+        """The drain's slot renewed before any of a poll's evictions (its node's, or the pods left bound to its
+        deleted node's name), and the wait instead of them when it is not held."""
+        policy = self._policy
+        # (near the global timeout, a paused drain takes its slot back as a waiter would: forced)
+        request = _slot_request(
+            record, node, record.zone, in_progress=True, **_precedence(record, now, policy)
+        )
+        renewed = self._slots.renew(request)
+        _wake(self._dispatcher, renewed.wake)  # (as for a first ask: see AcquireSlot)
+        if renewed.reason is SlotReason.RELEASED:
+            # This lifecycle gave its slot back already: a late delivery of this step (a duplicate that read the
+            # record before the commit that went on), whose commit loses. No slot was lost, no drain paused.
+            log.info("node %s: a late delivery of a drain that gave its slot back", node)
+            return renewed, Outcome.wait(policy.budget_retry_seconds)
+        if not renewed.granted:
+            # Our holder expired and its slot went to another node: evicting now could exceed the budget. The
+            # node waits with precedence (it is disruption in progress), and the wait is not drain time.
+            log.warning("lost the budget slot of node %s: pausing the drain until it is back", node)
+            self._metrics.count("BudgetSlotsLost")
+            paused = Outcome.wait(policy.budget_retry_seconds, drain_paused_at=record.drain_paused_at or now)
+            return renewed, paused
+        return renewed, None
+
     def _node_deleted(self, record: LifecycleRecord, now: datetime) -> Outcome:
         """The node object is gone, and its pods may not be: a node deleted while its instance runs (``kubectl
         delete node``) leaves them bound to its name, running, until the pod garbage collector force-deletes
@@ -475,9 +487,10 @@ class Evict:
         on the node, and waited for until each is gone or past its deletion's deadline (a live kubelet stops
         them within their grace; with none, they stay until the garbage collector ends them), or until the
         drain's deadline; then the drain settles. No node has the name meanwhile, so no other instance's pod is
-        bound to it."""
+        bound to it. Their evictions are the drain's disruption as those on the node are: its slot is renewed
+        first, and while it is lost the drain pauses (invariant 1), its pause not drain time."""
         node = _known(record.node, "node")
-        deadline = _known(record.drain_deadline, "drain deadline")
+        deadline = self._deadline_now(record, now)
         pods = podfilter.remaining(self._cluster.pods_on(node))
         asked = podfilter.to_evict(pods)
         stopping = [pod for pod in pods if pod.deletion_at is not None and now < pod.deletion_at]
@@ -502,7 +515,14 @@ class Evict:
             record.instance_id,
             len(pods),
         )
-        return self._ask_to_leave(record, asked, self._grace_cap(deadline, now), deadline, now)
+        _, paused = self._renew_slot(record, node, now)
+        if paused is not None:
+            return paused
+        # (the slot back after a pause: the drain goes on, its deadline moved by the pause, as in _poll)
+        changes = (
+            {} if record.drain_paused_at is None else {"drain_deadline": deadline, "drain_paused_at": None}
+        )
+        return self._ask_to_leave(record, asked, self._grace_cap(deadline, now), deadline, now, **changes)
 
     def _tell(
         self, record: LifecycleRecord, pod: PodInfo, reason: str, why: str, *, what: str = "Eviction"
