@@ -106,11 +106,6 @@ def test_an_api_server_that_never_answers_the_gate_has_the_launch_settled_at_the
     assert world.metrics.counts["ReadinessTimeouts"] == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: a 401 (the drain role's access entry gone) is raised as a bare ApiException "
-    "(adapters/kube/errors.py maps 403 only), failing the gate's message into the DLQ: see the report",
-)
 def test_a_cluster_that_no_longer_knows_the_drain_role_has_the_launch_settled_at_the_readiness_timeout(
     server: KubeServer, gate: tuple[World, ReadinessGate]
 ) -> None:

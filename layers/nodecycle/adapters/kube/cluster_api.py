@@ -65,8 +65,9 @@ def instance_of(provider_id: str | None) -> str | None:
 
 
 # The API server's refusal of what was asked of this one object (a malformed or invalid request, a webhook that
-# denies it, a role without the verb): the object's answer, not the cluster's, so never retried as transient.
-REFUSING = (400, 403, 422)
+# denies it, a role without the verb; 401 past the client's retry with a fresh token: a role the cluster no longer
+# knows, as forbidden_refused takes it): never retried as transient, the step decides.
+REFUSING = (400, 401, 403, 422)
 
 
 def node_info(data: dict[str, Any]) -> NodeInfo:

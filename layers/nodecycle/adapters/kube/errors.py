@@ -37,11 +37,13 @@ def kube_errors(what: str) -> Iterator[None]:
 @contextmanager
 def forbidden_refused() -> Iterator[None]:
     """A request the role may not make (403) is that request's answer: a :class:`Refused` the step decides on,
-    not an error for the queue to retry and dead-letter. (Other answers are raised as they are.)"""
+    not an error for the queue to retry and dead-letter. So is a 401 that outlasted the client's retry with a
+    fresh token: the cluster no longer knows the role (its access entry deleted, the role recreated under another
+    ARN), which no retry of the message mends either. (Other answers are raised as they are.)"""
     try:
         yield
     except ApiException as error:
-        if error.status == 403:
+        if error.status in (401, 403):
             raise Refused(status_message(error)) from error
         raise
 
