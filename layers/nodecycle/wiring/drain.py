@@ -136,6 +136,7 @@ def engine() -> StepEngine:
                 policy=policy,
                 metrics=ports.metrics,
                 events=events,
+                lifecycles=RecordedLifecycles(ports.records),
             ),
             Step.FORGET_NODE: ForgetNode(
                 finder=finder,

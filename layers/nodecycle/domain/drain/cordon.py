@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from nodecycle.domain.budget import SlotReason
+from nodecycle.domain.budget import Lifecycles, SlotReason
 from nodecycle.domain.drain.common import (
     ADOPT_FROM,
     _deadline_cap,
@@ -94,7 +94,11 @@ class Cordon:
         policy: DrainPolicy,
         metrics: Metrics,
         events: Events,
+        lifecycles: Lifecycles | None = None,
     ) -> None:
+        """``lifecycles``: what the lifecycles' records say now, read before a node not yet claimed for this
+        lifecycle is touched (None: not read)."""
+        self._lifecycles = lifecycles
         self._finder = finder
         self._cluster = cluster
         self._slots = slots
@@ -125,6 +129,21 @@ class Cordon:
                 return Outcome.goto(Step.ACQUIRE_SLOT, self._policy.budget_retry_seconds)
             log.warning("node %s was claimed by owner %s meanwhile: leaving it alone", node.name, node.owner)
             return Outcome.goto(settle_step(record), outcome=f"node-owned-by:{node.owner}")
+        if (
+            self._lifecycles is not None
+            and node.lifecycle != record.id
+            and self._lifecycles.gave_back(_slot_request(record, node.name, node.zone))
+        ):
+            # A late delivery (a duplicate that read the record at its cordon, run after the whole drain): its
+            # record is over or at its cleanup, which cleared the node's annotations (or is clearing them). A
+            # claim now would mark and cordon the node again for a lifecycle over, left to the sweeper, and its
+            # slot's renewal could take a slot nothing gives back. Its commit loses; the node is left alone.
+            log.info(
+                "node %s: a late cordon of lifecycle %s, which is over: leaving the node alone",
+                node.name,
+                record.id,
+            )
+            return Outcome.wait(self._policy.budget_retry_seconds)
         if node.owner is None and node.in_progress:
             log.info("adopting node %s: in progress with no owner", node.name)
         set_on_node = self._set_on_node(node, record)
