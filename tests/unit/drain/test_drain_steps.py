@@ -1721,7 +1721,9 @@ def test_cleanup_clears_our_annotations_releases_the_slot_and_wakes_the_next_wai
     # Then both annotations go in one patch, the slot is released and passed on to the first waiter, which
     # gets a message right away; the one behind it, with no slot to take, gets none
     assert outcome.then is None
-    assert cluster.patches == [{"owner": None, "in_progress": None}]
+    # (the node of an instance that goes stays cordoned, marked released for the lifecycle: out of a percent)
+    released_for = terminating(Step.CLEANUP).id
+    assert cluster.patches == [{"owner": None, "in_progress": None, "released_for": released_for}]
     assert slots.released == [NODE]
     assert (set(slots.held_for.values()), slots.waiting) == ({waiter.id}, [behind.id])
     (sent,) = queues.take()
@@ -1952,7 +1954,9 @@ def test_a_node_whose_action_turned_out_gone_is_uncordoned_if_its_instance_stays
         instances=Ec2Maintenance(),
     )(record, T0)
     # Then the node is uncordoned only if its instance is still in service (it is not going away)
-    expected = {"owner": None, "in_progress": None, **({"cordon": False, "lb": False} if uncordoned else {})}
+    # (one that goes stays cordoned, marked released for the lifecycle: out of a percent's nodes)
+    after = {"cordon": False, "lb": False} if uncordoned else {"released_for": record.id}
+    expected = {"owner": None, "in_progress": None, **after}
     assert cluster.patches == [expected]
 
 

@@ -25,7 +25,7 @@ from nodecycle.domain.budget import BudgetDocument, NodeState
 from nodecycle.domain.budget.errors import WriteOutcomeUnknown
 from nodecycle.domain.budget.seed import DrainInProgress
 from nodecycle.domain.errors import TransientError
-from nodecycle.domain.ports.cluster import ZONE_LABEL, Refused
+from nodecycle.domain.ports.cluster import RELEASED_FOR_ANNOTATION, ZONE_LABEL, Refused
 
 log = logging.getLogger(__name__)
 
@@ -300,6 +300,7 @@ def _node_metadata(node: dict[str, Any]) -> NodeState:
         zone=(metadata.get("labels") or {}).get(ZONE_LABEL),
         schedulable=True,
         ready=True,
+        released=RELEASED_FOR_ANNOTATION in (metadata.get("annotations") or {}),
     )
 
 
@@ -313,6 +314,7 @@ def _node_state(node: dict[str, Any]) -> NodeState:
         schedulable=not spec.get("unschedulable", False),
         ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions),
         shut_down=any(t.get("key") == SHUTDOWN_TAINT for t in spec.get("taints") or []),
+        released=RELEASED_FOR_ANNOTATION in (metadata.get("annotations") or {}),
     )
 
 

@@ -21,6 +21,11 @@ class NodeState:
     neither unavailable nor in scope: counted, it would shrink every counting owner's budget by one per pooled
     instance for as long as the instance waits in the pool, and grow a percent limit with capacity that does
     not run.
+
+    ``released``: a drain's cleanup marked the node released for its lifecycle (``nodecycle.io/released-for``):
+    its instance leaves service (terminating, into its warm pool) and the node object lingers until the cloud
+    provider deletes it. The budget's own marks of slots given back say the same (:func:`rules.leaving`), but go
+    with its ConfigMap; the node's mark outlives a re-creation, so a percent is still of the nodes that serve.
     """
 
     name: str
@@ -28,6 +33,7 @@ class NodeState:
     schedulable: bool
     ready: bool
     shut_down: bool = False
+    released: bool = False
 
     @property
     def unavailable(self) -> bool:
@@ -73,9 +79,10 @@ def in_scope(nodes: Sequence[NodeState], leaving: Collection[str] = ()) -> list[
     in a refresh, with the new nodes joining, they would grow a percent past the nodes really there: 4
     running and 2 lingering, 50% would let 3 of the 4 go. A PodDisruptionBudget's percent is likewise of
     the pods its controller wants, not of those being deleted. They are not counted as unavailable either
-    (:func:`rules.counted_unavailable` excuses them), so a refresh always has room.
+    (:func:`rules.counted_unavailable` excuses them), so a refresh always has room. Nor those whose node
+    says so (``released``), which a ConfigMap created again no longer tells.
     """
-    return [node for node in nodes if not node.shut_down and node.name not in leaving]
+    return [node for node in nodes if not (node.shut_down or node.released) and node.name not in leaving]
 
 
 def owner_limits(

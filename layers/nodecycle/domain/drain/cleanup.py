@@ -397,7 +397,12 @@ class Cleanup:
         if not isinstance(noted, dict):
             noted = node.progress() if ours else {}
         undo = _set_on_node(noted)
-        return self._release_patch(node, uncordon=back and undo["cordon"], unlabel=back and undo["lb"])
+        if not back:
+            # Leaving service: the node stays cordoned, marked released for this lifecycle, which takes its
+            # lingering object out of a percent limit's nodes (see NodeState.released) also once the budget's own
+            # mark of the slot given back is lost with its ConfigMap
+            return self._release_patch(node, released_for=record.id, unlabel=False)
+        return self._release_patch(node, uncordon=undo["cordon"], unlabel=undo["lb"])
 
     def _settled(self, record: LifecycleRecord, uid: str | None) -> None:
         node = _known(record.node, "node")
