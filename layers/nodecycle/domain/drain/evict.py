@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -459,9 +460,12 @@ class Evict:
         """The drain's slot renewed before any of a poll's evictions (its node's, or the pods left bound to its
         deleted node's name), and the wait instead of them when it is not held."""
         policy = self._policy
-        # (near the global timeout, a paused drain takes its slot back as a waiter would: forced)
-        request = _slot_request(
-            record, node, record.zone, in_progress=True, **_precedence(record, now, policy)
+        # (near the global timeout, a paused drain takes its slot back as a waiter would: forced. Paused, it has
+        # waited in line since its pause: a document created again since, which lost the line, puts it back in its
+        # place among the other paused drains rather than as of this poll, as a first ask's slot_waiting_since does)
+        request = replace(
+            _slot_request(record, node, record.zone, in_progress=True, **_precedence(record, now, policy)),
+            waiting_since=record.drain_paused_at,
         )
         renewed = self._slots.renew(request)
         _wake(self._dispatcher, renewed.wake)  # (as for a first ask: see AcquireSlot)
