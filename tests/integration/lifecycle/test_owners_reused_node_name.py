@@ -7,9 +7,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 from nodecycle.adapters.kube.cluster_api import KubeCluster
+from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotDecision, SlotRequest
 from nodecycle.domain.drain.forget import ForgetNode
 from nodecycle.domain.model import Step
 from nodecycle.domain.nodes import NodeFinder
+from nodecycle.domain.policy import Quantity
 from nodecycle.domain.ports.cluster import IN_PROGRESS_ANNOTATION, OWNER_ANNOTATION
 from nodecycle.domain.sweep.annotations import LeftoverAnnotations
 from nodecycle.domain.sweep.nodes import SweepNodes
@@ -17,7 +19,16 @@ from nodecycle.domain.sweep.sweep_time import SweepTime
 from tests.integration.kube.cluster import drain_cluster, drain_server
 from tests.integration.kube.test_kube_drain_steps import INSTANCE, NODE, SEED, draining
 from tests.support.fakes import T0, FakeMetrics, InMemoryRecords
-from tests.unit.drain.test_drain_steps import FakeSlots, NoDns, cleanup, cordon, terminating, wakes_to_nowhere
+from tests.unit.budget.fakes import FakeInventory, RecordingMetrics
+from tests.unit.drain.test_drain_steps import (
+    HOLDER_TTL,
+    FakeSlots,
+    NoDns,
+    cleanup,
+    cordon,
+    terminating,
+    wakes_to_nowhere,
+)
 
 THEIRS = "stack-a-b"  # the other stack: an owner id of which ours ("stack-a") is a prefix
 NEW = "i-0ffffffffffffffff"  # the instance of stack-a-b's group that got the name
@@ -47,8 +58,18 @@ def test_a_late_cleanup_forget_and_sweep_of_the_first_owner_leave_the_next_owner
             token="theirs",
         )
         slots = FakeSlots(others={NODE: THEIRS})
+        holder = slots.store.read()
+        assert holder is not None
+        (held,) = holder.holders
+        held = held.model_copy(update={"record_id": theirs.id, "instance_id": NEW, "token": "theirs"})
+        slots.store.text = holder.model_copy(update={"holders": (held,)}).to_json()
+        slots.store.version += 1
+        # (stack-a-b's cordon checks its slot in its own budget, over the same document)
         assert (
-            cordon(cluster, finder=finder)(theirs, T0 + timedelta(minutes=3)).changes.get("outcome") is None
+            cordon(cluster, finder=finder, slots=TheirBudget(slots))(
+                theirs, T0 + timedelta(minutes=3)
+            ).changes.get("outcome")
+            is None
         )
         before = _annotations(cluster)
         assert before[OWNER_ANNOTATION] == THEIRS
@@ -84,3 +105,25 @@ def _annotations(cluster: KubeCluster) -> dict[str, str]:
     assert node is not None
     annotations = {OWNER_ANNOTATION: node.owner or "", IN_PROGRESS_ANNOTATION: str(node.in_progress)}
     return annotations
+
+
+class TheirBudget:
+    """stack-a-b's budget: the same document as the test's stack-a budget, asked as stack-a-b."""
+
+    def __init__(self, slots: FakeSlots) -> None:
+        self._budget = DisruptionBudget(
+            store=slots.store,
+            nodes=FakeInventory(),
+            clock=slots.clock,
+            metrics=RecordingMetrics(),
+            limits=BudgetLimits(Quantity(value=1), None),
+            holder_ttl=HOLDER_TTL,
+            count_unavailable=False,
+            owner=THEIRS,
+        )
+
+    def renew(self, request: SlotRequest) -> SlotDecision:
+        return self._budget.renew(request)
+
+    def acquire(self, request: SlotRequest) -> SlotDecision:
+        return self._budget.acquire(request)
