@@ -8,6 +8,7 @@ current settings: a pool address is never released, and an address of another ow
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Any
 
 from nodecycle.domain.model import LifecycleRecord
@@ -22,8 +23,19 @@ def without_scratch(record: LifecycleRecord) -> dict[str, Any]:
     return {key: value for key, value in record.extra.items() if key != SCRATCH}
 
 
-def release_unassociated(addresses: Addresses, allocation_id: str) -> bool:
-    """Release the address only if EC2 shows it unassociated now; False when it was released already.
+class Release(Enum):
+    """What :func:`release_unassociated` found."""
+
+    RELEASED = "released"  # unassociated when looked at, and this call's ReleaseAddress released it
+    GONE = "gone"  # released already when looked at
+    # Unassociated when looked at, and gone at the release: this call's ReleaseAddress landed and its answer was
+    # lost (a read timeout), botocore's retry told InvalidAllocationID.NotFound; or another released it within
+    # that round trip. EC2 does not say whose call landed: each caller decides whose release to count it as.
+    GONE_AT_RELEASE = "gone-at-release"
+
+
+def release_unassociated(addresses: Addresses, allocation_id: str) -> Release:
+    """Release the address only if EC2 shows it unassociated now.
 
     EC2 refuses to release an associated address of a nondefault VPC (``InvalidIPAddress.InUse``), but one of
     a default VPC it disassociates and releases without a word: an address that a launch associated since it
@@ -34,8 +46,8 @@ def release_unassociated(addresses: Addresses, allocation_id: str) -> bool:
     try:
         current = addresses.describe(allocation_id)
     except AddressNotFound:
-        return False
+        return Release.GONE
     if current.associated:
         holder = current.instance_id or "a network interface"
         raise AddressInUse(f"address {current.public_ip} is associated with {holder}")
-    return addresses.release(allocation_id)
+    return Release.RELEASED if addresses.release(allocation_id) else Release.GONE_AT_RELEASE

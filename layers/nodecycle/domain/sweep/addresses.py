@@ -44,9 +44,10 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from nodecycle.domain.eip import Release, release_unassociated
 from nodecycle.domain.eip.wake import LineWaker
 from nodecycle.domain.errors import TransientError
-from nodecycle.domain.ports.addresses import Address, Addresses, AddressInUse, AddressNotFound, AddressRefused
+from nodecycle.domain.ports.addresses import Address, Addresses, AddressInUse, AddressRefused
 from nodecycle.domain.ports.instances import GONE_STATES
 from nodecycle.domain.ports.runtime import Clock, Metrics
 from nodecycle.domain.sweep.sweep_time import SweepTime
@@ -196,36 +197,26 @@ class AddressSweep:
         return allocated_at is not None and now - allocated_at >= self._grace
 
     def _release(self, address: Address) -> bool:
-        """Release the address if EC2 shows it unassociated now, as ``release_unassociated``
-        (:mod:`nodecycle.domain.eip`) does: looked at again by its allocation id right before (see there why);
-        whether this sweep released it.
-
-        Not through that function, which answers False alike for an address gone before the look (released by
-        another: the terminate's own step, which counts it and wakes the launches waiting for room) and for one
-        gone at the release, after the look found it: the ReleaseAddress landed and its answer was lost (a read
-        timeout), and botocore's retry was told InvalidAllocationID.NotFound. That one is this sweep's release:
-        counted as kept before, it was missing from SweptEips and from the room the waiting launches are woken
-        for."""
+        """Release the address if EC2 shows it unassociated now (see ``release_unassociated``); whether this
+        sweep released it. One gone at the release, after the look found it, is: the ReleaseAddress landed and
+        its answer was lost, and botocore's retry was told InvalidAllocationID.NotFound. Counted as kept before,
+        it was missing from SweptEips and from the room the waiting launches are woken for (two sweeps at once
+        may both count it)."""
         try:
-            current = self._addresses.describe(address.allocation_id)
-        except AddressNotFound:
-            return False  # released by another since the listing
-        try:
-            if current.associated:
-                holder = current.instance_id or "a network interface"
-                raise AddressInUse(f"address {current.public_ip} is associated with {holder}")
-            self._addresses.release(address.allocation_id)  # (False: gone since the look, as said above)
+            found = release_unassociated(self._addresses, address.allocation_id)
+            released = found in (Release.RELEASED, Release.GONE_AT_RELEASE)
         except AddressInUse:
             # Associated since the listing (a launch took it back), or a disassociation not settled yet.
             log.info("address %s is in use: kept", address.public_ip)
             return False
-        log.warning(
-            "released address %s: unassociated, allocated at %s for %s",
-            address.public_ip,
-            address.allocated_at,
-            address.allocated_for or "no instance",
-        )
-        return True
+        if released:
+            log.warning(
+                "released address %s: unassociated, allocated at %s for %s",
+                address.public_ip,
+                address.allocated_at,
+                address.allocated_for or "no instance",
+            )
+        return released
 
 
 def _on_an_interface(address: Address) -> bool:
