@@ -16,7 +16,7 @@ from nodecycle.domain.eip.wake import LineWaker
 from nodecycle.domain.engine import StepEngine
 from nodecycle.domain.flow import Worker
 from nodecycle.domain.model import Step
-from nodecycle.domain.policy import EipMode, EipPolicy
+from nodecycle.domain.policy import EipMode
 from nodecycle.settings import EipSettings
 from nodecycle.wiring.common import Common, common, eip_policy
 from nodecycle.wiring.common import invocation_time as invocation_time  # (the eip handler's)
@@ -48,13 +48,7 @@ def engine() -> StepEngine:
     lines = DynamoAddressLines(config.record_table)
     # (the first launch in line gets an address given back now, not at its next look; and one a launch ahead of
     # it leaves, or a spare released under the quota)
-    waker = LineWaker(
-        owner=config.owner_id,
-        lines=lines,
-        records=ports.records,
-        queues=ports.queues,
-        quota_pool=_quota_pool(policy),
-    )
+    waker = _line_waker(config, ports, lines)
     return ports.engine(
         Worker.EIP,
         {
@@ -90,17 +84,15 @@ def address_sweep(config: SweeperSettings, ports: Common) -> AddressSweep:
         clock=ports.clock,
         metrics=ports.metrics,
         grace=timedelta(seconds=config.sweep_grace_seconds),
-        waker=LineWaker(
-            owner=config.owner_id,
-            lines=DynamoAddressLines(config.record_table),
-            records=ports.records,
-            queues=ports.queues,
-            quota_pool=_quota_pool(eip_policy(config)),
-        ),
+        waker=_line_waker(config, ports, DynamoAddressLines(config.record_table)),
     )
 
 
-def _quota_pool(policy: EipPolicy) -> str | None:
-    """The pool whose launches wait for the address quota in its line: one that may grow (its launches allocate
-    when it is empty)."""
-    return policy.pool if policy.mode is EipMode.POOL and policy.grow_pool else None
+def _line_waker(config: EipSettings | SweeperSettings, ports: Common, lines: DynamoAddressLines) -> LineWaker:
+    """The waker of this owner's lines: the quota's, and the line of the pool whose launches wait for the quota
+    there too (a pool that may grow: its launches allocate when it is empty)."""
+    policy = eip_policy(config)
+    quota_pool = policy.pool if policy.mode is EipMode.POOL and policy.grow_pool else None
+    return LineWaker(
+        owner=config.owner_id, lines=lines, records=ports.records, queues=ports.queues, quota_pool=quota_pool
+    )
