@@ -21,7 +21,14 @@ from nodecycle.adapters.kube.budget import (
     KubeNodeInventory,
 )
 from nodecycle.adapters.kube.cluster_api import KubeCluster
-from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotReason, SlotRequest, Verdict
+from nodecycle.domain.budget import (
+    BudgetLimits,
+    DisruptionBudget,
+    Lifecycles,
+    SlotReason,
+    SlotRequest,
+    Verdict,
+)
 from nodecycle.domain.model import Transition, record_id
 from nodecycle.domain.policy import Quantity
 from nodecycle.domain.ports.cluster import Claim
@@ -55,8 +62,15 @@ def request(i: int, owner: str = "blue") -> SlotRequest:
 
 
 def budget_of(
-    api: client.CoreV1Api, clock: FakeClock, owner: str, total: str = "2", per_zone: str = "2"
+    api: client.CoreV1Api,
+    clock: FakeClock,
+    owner: str,
+    total: str = "2",
+    per_zone: str = "2",
+    lifecycles: Lifecycles | None = None,
 ) -> DisruptionBudget:
+    """Stack ``owner``'s budget as the drain function wires it: the ConfigMap's store, seeded from the nodes
+    (and, with ``lifecycles``, the records that tell a slot the document cannot vouch for)."""
     return DisruptionBudget(
         store=ConfigMapBudgetStore(lambda: api, NAMESPACE, sleep=lambda _: None),
         nodes=KubeNodeInventory(lambda: api, with_status=False),
@@ -67,6 +81,7 @@ def budget_of(
         count_unavailable=False,
         owner=owner,
         drains=KubeDrainsInProgress(lambda: api),
+        lifecycles=lifecycles,
     )
 
 

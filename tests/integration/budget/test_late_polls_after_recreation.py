@@ -18,18 +18,16 @@ from datetime import datetime, timedelta
 
 from kubernetes import client
 
-from nodecycle.adapters.kube.budget import ConfigMapBudgetStore, KubeDrainsInProgress, KubeNodeInventory
 from nodecycle.adapters.kube.cluster_api import KubeCluster
-from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotReason, SlotRequest
+from nodecycle.domain.budget import DisruptionBudget, SlotReason, SlotRequest
 from nodecycle.domain.drain.acquire import RecordedLifecycles
 from nodecycle.domain.drain.evict import Evict
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.model import LifecycleRecord, Step
-from nodecycle.domain.policy import Quantity
 from nodecycle_sandbox.kube import KubeServer
-from tests.integration.budget.conftest import NAMESPACE, add_nodes, node_name
-from tests.integration.budget.drains import SharedMetrics
+from tests.integration.budget.conftest import add_nodes, node_name
 from tests.integration.budget.test_configmap_recreated import TTL, cordon, recreate_the_configmap, request
+from tests.integration.budget.test_configmap_recreated import budget_of as recreated_budget_of
 from tests.integration.budget.test_late_deliveries_after_recreation import drained_and_released
 from tests.support.fakes import FakeMetrics, InMemoryRecords
 from tests.unit.budget.fakes import START, FakeClock
@@ -42,20 +40,9 @@ BEGAN = START - timedelta(minutes=1)  # when the lifecycles began: before either
 def budget_of(
     api: client.CoreV1Api, clock: FakeClock, records: InMemoryRecords, total: str = "2"
 ) -> DisruptionBudget:
-    """Stack blue's budget as the drain function wires it: the ConfigMap's store, seeded from the nodes, and the
-    lifecycle records that tell a slot it cannot vouch for."""
-    return DisruptionBudget(
-        store=ConfigMapBudgetStore(lambda: api, NAMESPACE, sleep=lambda _: None),
-        nodes=KubeNodeInventory(lambda: api, with_status=False),
-        clock=clock,
-        metrics=SharedMetrics(),
-        limits=BudgetLimits(Quantity.parse(total), Quantity.parse(total)),
-        holder_ttl=TTL,
-        count_unavailable=False,
-        owner="blue",
-        drains=KubeDrainsInProgress(lambda: api),
-        lifecycles=RecordedLifecycles(records),
-    )
+    """Stack blue's budget as the drain function wires it, with the lifecycle records that tell a slot it cannot
+    vouch for."""
+    return recreated_budget_of(api, clock, "blue", total, total, lifecycles=RecordedLifecycles(records))
 
 
 def slot_of(i: int) -> SlotRequest:

@@ -14,36 +14,18 @@ from datetime import datetime, timedelta
 
 from kubernetes import client
 
-from nodecycle.adapters.kube.budget import ConfigMapBudgetStore, KubeDrainsInProgress, KubeNodeInventory
 from nodecycle.adapters.kube.cluster_api import KubeCluster
-from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotRequest
+from nodecycle.domain.budget import DisruptionBudget, SlotRequest
 from nodecycle.domain.drain.acquire import AcquireSlot
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.nodes import NodeFinder
-from nodecycle.domain.policy import Quantity
 from nodecycle_sandbox.kube import KubeServer
-from tests.integration.budget.conftest import NAMESPACE, add_nodes
-from tests.integration.budget.drains import SharedMetrics
-from tests.integration.budget.test_configmap_recreated import TTL, recreate_the_configmap, request
+from tests.integration.budget.conftest import add_nodes
+from tests.integration.budget.test_configmap_recreated import budget_of, recreate_the_configmap, request
 from tests.support.fakes import FakeMetrics, InMemoryRecords
 from tests.unit.budget.fakes import START, FakeClock
 from tests.unit.drain.test_drain_steps import FakeEvents, NoDns, policy, wakes_to_nowhere
 from tests.unit.foundation.test_engine import make_record
-
-
-def budget_of(api: client.CoreV1Api, clock: FakeClock) -> DisruptionBudget:
-    """Stack blue's budget of one slot, as the drain function wires it."""
-    return DisruptionBudget(
-        store=ConfigMapBudgetStore(lambda: api, NAMESPACE, sleep=lambda _: None),
-        nodes=KubeNodeInventory(lambda: api, with_status=False),
-        clock=clock,
-        metrics=SharedMetrics(),
-        limits=BudgetLimits(Quantity.parse("1"), Quantity.parse("1")),
-        holder_ttl=TTL,
-        count_unavailable=False,
-        owner="blue",
-        drains=KubeDrainsInProgress(lambda: api),
-    )
 
 
 def waiting(slot: SlotRequest, began: datetime, since: datetime | None) -> LifecycleRecord:
@@ -87,7 +69,7 @@ def test_a_waiter_whose_place_went_with_the_configmap_goes_before_the_nodes_that
     # again, node 0 taking the slot in it, and node 2 asking for the first time before node 1 asks again
     add_nodes(server, 6)
     clock = FakeClock()
-    blue = budget_of(core, clock)
+    blue = budget_of(core, clock, "blue", "1", "1")  # (stack blue's budget of one slot)
     old = waiting(request(1), began=START - timedelta(minutes=11), since=START - timedelta(minutes=10))
     new = waiting(request(2), began=START - timedelta(seconds=30), since=None)
     recreate_the_configmap(server)
