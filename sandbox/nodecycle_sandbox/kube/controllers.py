@@ -290,6 +290,9 @@ class Controllers:
                     is_terminating(obj)
                     or not refs
                     or any(self._store.has_uid(str(r.get("uid"))) for r in refs)
+                    # an owner of a kind not served cannot be looked up: the garbage collector keeps its
+                    # dependent and tries again later (kubernetes/kubernetes#98040), it never deletes it
+                    or not all(_served(r) for r in refs)
                 ):
                     continue
                 if rt is PODS:
@@ -692,3 +695,12 @@ class ControllerLoop:
             timers = (result.due, result.renewal, result.lost_kubelets)
             due = min((at for at in timers if at is not None), default=None)
             clean_revision = -1 if result.changed else result.revision
+
+
+_SERVED_KINDS = frozenset((rt.api_version, rt.kind) for rt in ALL)
+
+
+def _served(ref: JsonObj) -> bool:
+    """Whether an owner reference names a kind this server serves, so that the garbage collector can look
+    its owner up."""
+    return (str(ref.get("apiVersion")), str(ref.get("kind"))) in _SERVED_KINDS
