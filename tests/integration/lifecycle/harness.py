@@ -211,7 +211,17 @@ def pin(sandbox: Sandbox, node: str, namespace: str = "pinned") -> None:
 
 def held_by_a_budget(sandbox: Sandbox) -> tuple[str, str]:
     """A pod whose PodDisruptionBudget never allows its eviction (one replica, minAvailable 1), scheduled:
-    its name, and the in-service instance whose node it runs on."""
+    its name, and the in-service instance whose node it runs on. Waits first for the group to be steady (every
+    instance in service, with its node): a replacement launching after an earlier test has a Ready node before
+    its launch hook lets it in service, and the pod could land there."""
+    wait_for(
+        lambda: (
+            (states := sandbox.asg.instances())
+            and all(s == "InService" and sandbox.kube.node_for_instance(i) for i, s in states.items())
+        ),
+        120,
+        "every instance of the group in service with its node",
+    )
     sandbox.kube.seed(
         {
             "deployments": [
@@ -224,9 +234,9 @@ def held_by_a_budget(sandbox: Sandbox) -> tuple[str, str]:
         p for p in sandbox.kube.objects("pods", "shop") if p["metadata"]["name"].startswith("singleton")
     ]
     node = pod["spec"]["nodeName"]
-    return pod["metadata"]["name"], next(
-        i for i in sandbox.asg.in_state("InService") if node_of(sandbox, i) == node
-    )
+    instance = next((i for i in sandbox.asg.in_state("InService") if node_of(sandbox, i) == node), None)
+    assert instance is not None, f"the singleton pod landed on {node}, no in-service instance's node"
+    return pod["metadata"]["name"], instance
 
 
 def pool_address(sandbox: Sandbox) -> str:
