@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -23,4 +24,17 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, int]:
         return context.get_remaining_time_in_millis() / 1000
 
     with invocation_time().running(time_left()):
-        return sweeper().sweep(time_left=time_left)
+        return sweeper().sweep(time_left=time_left, scheduled_at=scheduled_at(event))
+
+
+def scheduled_at(event: dict[str, Any]) -> datetime | None:
+    """When the schedule fired this sweep: EventBridge's ``time``, which a late delivery (the sweeper throttled, its
+    event retried) keeps. None for an invocation without one (by hand, with another payload)."""
+    stamp = event.get("time")
+    if not isinstance(stamp, str):
+        return None
+    try:
+        at = datetime.fromisoformat(stamp)
+    except ValueError:
+        return None
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)  # (EventBridge's times are UTC)

@@ -95,6 +95,8 @@ def sweeper() -> Sweeper:
         parts=parts,
         shares=SHARES,
         fresh=fresh,
+        # (a sweep later than a margin: an action of the shortest heartbeat timeout allowed may lapse before it)
+        late_after=ports.timing.heartbeat_margin,
     )
 
 

@@ -19,7 +19,7 @@ from nodecycle.domain.model import Step
 from nodecycle.domain.sweep.sweeper import Counts
 from nodecycle.wiring import sweeper as wiring
 from tests.functions.intake.conftest import HEARTBEAT_TIMEOUT
-from tests.functions.sweeper.test_sweeper_function import OWNER, record, store
+from tests.functions.sweeper.test_sweeper_function import OWNER, kept_to_the_end, record, store
 from tests.support.stack import Stack, receive_all
 
 
@@ -34,7 +34,9 @@ def test_two_sweeps_at_once_repair_each_thing_once(sweeper: ModuleType, stack: S
         update={"heartbeat_timeout": 3600, "heartbeat_deadline": lost.started_at + timedelta(hours=1)}
     )
     started = now - timedelta(seconds=HEARTBEAT_TIMEOUT * 100 - 60)
-    stuck = record("i-0aaaaaaaaaaaaaaa3", Step.RELEASE_EIP, started + timedelta(minutes=1), started)
+    stuck = kept_to_the_end(
+        record("i-0aaaaaaaaaaaaaaa3", Step.RELEASE_EIP, started + timedelta(minutes=1), started)
+    )
     for item in (lost, stuck):
         assert store(stack).create(item)
     tags: list[Any] = [

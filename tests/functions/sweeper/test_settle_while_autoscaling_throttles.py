@@ -20,7 +20,7 @@ from botocore.awsrequest import AWSResponse, HTTPHeaders
 from nodecycle.domain.model import Step, adopted_token
 from nodecycle.domain.sweep.sweeper import SweepFailed
 from tests.functions.intake.conftest import HEARTBEAT_TIMEOUT
-from tests.functions.sweeper.test_sweeper_function import invocation, record, store
+from tests.functions.sweeper.test_sweeper_function import invocation, kept_to_the_end, record, store
 from tests.support.events import load_event
 from tests.support.stack import Stack, receive_all
 
@@ -31,7 +31,9 @@ def test_an_adopted_action_is_not_completed_while_auto_scaling_does_not_say_wher
     # Given an adopted lifecycle (its action named by instance id alone) stuck a minute before its action's
     # global timeout, and Auto Scaling throttling DescribeAutoScalingInstances at every attempt
     started = datetime.now(UTC) - timedelta(seconds=HEARTBEAT_TIMEOUT * 100 - 60)
-    stuck = record("i-0aaaaaaaaaaaaaaa7", Step.RELEASE_EIP, started + timedelta(minutes=1), started)
+    stuck = kept_to_the_end(
+        record("i-0aaaaaaaaaaaaaaa7", Step.RELEASE_EIP, started + timedelta(minutes=1), started)
+    )
     token = adopted_token(stuck.hook)
     stuck = stuck.model_copy(update={"token": token, "id": f"{stuck.instance_id}/terminate/{token}"})
     assert store(stack).create(stuck)

@@ -44,6 +44,19 @@ class LifecycleRepair:
     5xx) pushes the next one back. Seen in the fault campaign: a 12 s sweep under AWS error storms delayed the
     next by 10 s and an action ran out (seed 5, scenario 211). The cost is at most one heartbeat per open
     action per sweep.
+
+    A sweep that started late (``SweepTime.late``: its schedule delivered late, or the sweep before failed) may
+    find actions that ended meanwhile, and the next sweep may come as late. So:
+
+    - an action whose heartbeat deadline (or global timeout) the record shows past is asked about (a heartbeat)
+      even in the last margins before its global timeout, where it would otherwise be completed without one:
+      gone, and not at its completion (no completion of ours was asked), it expired by Auto Scaling's timeout,
+      with the hook's default result, and is recorded and counted so (``LifecycleActionsExpired``: its alarm;
+      ``LifecyclesExpired`` in the report), not as settled by the sweeper with its "settled elsewhere" answer;
+    - its horizons move on by its lateness (at most an interval): it heartbeats what a next sweep as late would
+      reach after the heartbeat deadline, and settles a stalled action (overdue) whose last chance that next
+      sweep would come after. Only a stalled one: one whose queue moves is completed by the engine's own guard
+      at its point, which its drain's time is reckoned to.
     """
 
     def __init__(
@@ -81,11 +94,14 @@ class LifecycleRepair:
                 "LifecyclesStuck",
                 "LifecyclesStalled",
                 "LifecyclesKeptAlive",
+                "LifecyclesExpired",
                 "RepairsRaced",
                 "RepairsFailed",
             ),
             0,
         )
+        # (at most an interval: a sweep retried hours late would otherwise settle every stalled action at once)
+        late = min(time.late, self._interval)
         ordered = sorted(open_records, key=self._urgency)
         unreached = 0
         for reached, record in enumerate(ordered):
@@ -97,10 +113,10 @@ class LifecycleRepair:
             now = max(now, self._clock.now())
             try:
                 overdue = record.overdue(now, self._grace)
-                last = record.action_open and self._last_chance(record, now)
+                last = record.action_open and self._last_chance(record, now, late if overdue else timedelta())
                 unkept = False
                 try:
-                    kept = self._keep_alive(record, now, counts)
+                    kept = self._keep_alive(record, now, counts, late)
                 except Exception as error:
                     if not (last or overdue):
                         raise
@@ -146,13 +162,20 @@ class LifecycleRepair:
             return False, min(record.heartbeat_deadline, record.global_deadline - self._settle_before)
         return True, record.due_at
 
-    def _keep_alive(self, record: LifecycleRecord, now: datetime, counts: Counts) -> LifecycleRecord | None:
-        """Heartbeat the action if its heartbeat deadline comes before the next sweep can; the record as it
-        is now, or None when the engine moved it meanwhile (it is alive) or it went past its completion."""
-        if (
-            not record.action_open
-            or record.heartbeat_deadline >= record.global_deadline  # the global timeout comes first anyway
-            or record.heartbeat_deadline > now + 2 * self._interval + self._margin
+    def _keep_alive(
+        self, record: LifecycleRecord, now: datetime, counts: Counts, late: timedelta
+    ) -> LifecycleRecord | None:
+        """Heartbeat the action if its heartbeat deadline comes before the next sweep can (as late as this one),
+        or if the record shows it past (a late sweep: the action may have ended); the record as it is now, or
+        None when the engine moved it meanwhile (it is alive) or it went past its completion."""
+        if not record.action_open:
+            return record
+        # Past its deadline by the record, the action may have timed out: asked, so that an expiry is told as one
+        # (a heartbeat accepted after the record's last one, whose commit lost, may have kept it alive)
+        lapsed = now >= min(record.heartbeat_deadline, record.global_deadline)
+        if not lapsed and (
+            record.heartbeat_deadline >= record.global_deadline  # the global timeout comes first anyway
+            or record.heartbeat_deadline > now + 2 * self._interval + self._margin + late
             or now >= record.global_deadline - 2 * self._margin  # settled right away instead
         ):
             return record
@@ -173,8 +196,10 @@ class LifecycleRepair:
                 return record if record.overdue(now, self._grace) else None
             ended = action_lapsed(record, now, self._autoscaling, self._records, self._metrics)
             gone = advance(record, ended, now)
-            if self._records.commit(gone, expected_seq=record.seq) and not gone.finished:
-                self._dispatcher.send(gone, now)
+            if self._records.commit(gone, expected_seq=record.seq):
+                counts["LifecyclesExpired"] += ended.changes.get("outcome") == "action-expired"
+                if not gone.finished:
+                    self._dispatcher.send(gone, now)
             return None
         self._metrics.count("Heartbeats")
         counts["LifecyclesKeptAlive"] += 1
@@ -208,15 +233,16 @@ class LifecycleRepair:
         intervals = min(2 ** (record.resumes - MAX_RESUMES + 1), STUCK_BACKOFF_CAP)
         return now - record.updated_at >= (intervals - 0.5) * self._interval
 
-    def _last_chance(self, record: LifecycleRecord, now: datetime) -> bool:
+    def _last_chance(self, record: LifecycleRecord, now: datetime, late: timedelta) -> bool:
         """Whether this sweep may be the last that comes before the action's global timeout: past the point
         where the engine's guard completes it (``settle_before``, at least an interval and two margins before
         the global timeout: the completion's margin, and one more for a late schedule). Every open action is
         settled then, overdue or not: one whose message is not late yet (within the resume grace) may sit in
         a queue that has stalled, and nothing after this sweep could complete it. One the engine moves on
         is not: the guard has completed it, or is completing it (the settlement commits only on the seq it
-        read, and a second completion is harmless)."""
-        return now >= record.global_deadline - self._settle_before
+        read, and a second completion is harmless). ``late``: how much later than on schedule the next sweep
+        may come (this one's lateness, for a stalled action; see the class)."""
+        return now + late >= record.global_deadline - self._settle_before
 
     def _settle(self, record: LifecycleRecord, now: datetime) -> bool:
         # The list comes from an index that lags: read the lifecycle as it is before completing its action,

@@ -46,14 +46,21 @@ class OutOfTime(Exception):
 
 class SweepTime:
     """The time a part may use: the invocation's remaining time less a reserve, and less the shares held back
-    for the parts after it."""
+    for the parts after it. ``late``: how long after its schedule the sweep started (see ``Sweeper.sweep``): the
+    next sweep may come as late, and what it would then reach too late is the part's to do now."""
 
     def __init__(
-        self, time_left: Callable[[], float], reserve: timedelta, *, held_back: timedelta = timedelta()
+        self,
+        time_left: Callable[[], float],
+        reserve: timedelta,
+        *,
+        held_back: timedelta = timedelta(),
+        late: timedelta = timedelta(),
     ) -> None:
         self._time_left = time_left
         self._reserve = reserve.total_seconds()
         self._held_back = held_back.total_seconds()
+        self.late = late
 
     def enough(self) -> bool:
         """Whether another item may be started."""

@@ -28,6 +28,12 @@ the actions it did not reach may be near their timeout, and the next sweep takes
 (denied, throttled past the client's retries) fails the lifecycles' part, not the address sweep; the orphans'
 keep-alive then heartbeats every action held, adopting none, and the budget's and annotations' parts read each
 lifecycle's record instead (:func:`listed_or_none`).
+
+A sweep may start late: EventBridge delivers the schedule late (the sweeper throttled at its reserved concurrency
+of one while a long sweep runs: the event is retried), or the sweep before failed and the next is the retry. The
+sweep then says how late it is (``SweepLateSeconds``; ``SweepsLate`` past a heartbeat margin: its alarm, since an
+action whose hook has the shortest heartbeat timeout allowed may lapse then), and each part is told (``SweepTime.late``):
+the next sweep may come as late, so what that one would reach too late is done now (see :mod:`.lifecycles`).
 """
 
 from __future__ import annotations
@@ -67,10 +73,12 @@ class Sweeper:
         shares: Mapping[str, timedelta],
         reserve: timedelta = RESERVE,
         fresh: Sequence[Callable[[], None]] = (),
+        late_after: timedelta | None = None,
     ) -> None:
         """``parts`` run in their order; ``shares``: the time held back for a part from the parts before it;
         ``fresh``: called as each sweep begins, so that what the parts share within a sweep (a listing) is
-        not carried into the next."""
+        not carried into the next; ``late_after``: how late a sweep may start before it counts as late (the
+        heartbeat margin), None: never counted."""
         self._owner = owner
         self._records = records
         self._clock = clock
@@ -79,12 +87,15 @@ class Sweeper:
         self._shares = shares
         self._reserve = reserve
         self._fresh = fresh
+        self._late_after = late_after
 
-    def sweep(self, time_left: Callable[[], float]) -> Counts:
-        """Run the parts within ``time_left`` (seconds, the invocation's)."""
+    def sweep(self, time_left: Callable[[], float], scheduled_at: datetime | None = None) -> Counts:
+        """Run the parts within ``time_left`` (seconds, the invocation's). ``scheduled_at``: when the schedule
+        fired this sweep (its event's time), None for a sweep invoked by hand."""
         for forget in self._fresh:
             forget()
         now = self._clock.now()
+        late = self._lateness(now, scheduled_at)
         open_records = OpenLifecycles(lambda: self._records.open_records(self._owner))
         report: Counts = {}
         failed: list[str] = []
@@ -92,7 +103,7 @@ class Sweeper:
         names = list(self._parts)
         for index, (name, part) in enumerate(self._parts.items()):
             later = sum((self._shares.get(after, timedelta()) for after in names[index + 1 :]), timedelta())
-            time = SweepTime(time_left, self._reserve, held_back=later)
+            time = SweepTime(time_left, self._reserve, held_back=later, late=late)
             try:
                 if not time.enough():
                     raise time.cut_short("not started")
@@ -105,6 +116,8 @@ class Sweeper:
                 failed.append(name)
         if open_records.listed is not None:
             report = {"OpenLifecycles": len(open_records.listed)} | report
+        if scheduled_at is not None:
+            report = {"SweepLateSeconds": int(late.total_seconds())} | report
         if cut_short:
             self._metrics.count("SweepsCutShort")
         log.info("sweep done", extra={"sweep": report})
@@ -114,6 +127,22 @@ class Sweeper:
                 causes.append(f"cut short for want of time: {', '.join(cut_short)} (the next sweep goes on)")
             raise SweepFailed(f"{'; '.join(causes)} (the others ran)")
         return report
+
+    def _lateness(self, now: datetime, scheduled_at: datetime | None) -> timedelta:
+        """How long after its schedule this sweep started (none ahead of it: the clocks differ by milliseconds),
+        counted and logged when past ``late_after``."""
+        if scheduled_at is None:
+            return timedelta()
+        late = max(now - scheduled_at, timedelta())
+        if self._late_after is not None and late > self._late_after:
+            log.warning(
+                "the sweep scheduled at %s started %d s late: actions may have lapsed since the last sweep; "
+                "it keeps alive and settles what a next sweep as late would reach too late",
+                scheduled_at.isoformat(),
+                late.total_seconds(),
+            )
+            self._metrics.count("SweepsLate")
+        return late
 
 
 class OpenLifecycles(Sequence[LifecycleRecord]):

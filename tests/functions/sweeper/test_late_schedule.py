@@ -1,0 +1,61 @@
+"""The sweeper function on moto, invoked by a schedule event that fired minutes before (EventBridge delivered it
+late: the sweeper throttled at its reserved concurrency, the event retried): the sweep says how late it ran and
+counts itself late (its alarm), and a stalled action whose heartbeat timeout passed before it is told expired, not
+settled."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from types import ModuleType
+
+import pytest
+
+from nodecycle.domain.model import Step
+from tests.functions.intake.conftest import HEARTBEAT_TIMEOUT
+from tests.functions.sweeper.test_sweeper_function import invocation, record, store
+from tests.support.emf import metric
+from tests.support.events import happening_now, load_event
+from tests.support.stack import Stack
+
+
+def fired(ago: timedelta) -> dict[str, object]:
+    """The schedule's event, fired ``ago`` before now."""
+    event = happening_now(load_event("sweeper-schedule.json"))
+    return {**event, "time": (datetime.now(UTC) - ago).strftime("%Y-%m-%dT%H:%M:%SZ")}
+
+
+@pytest.mark.parametrize(
+    ("ago", "late"), [(timedelta(), 0), (timedelta(minutes=4), 1)], ids=["on-time", "late"]
+)
+def test_a_sweep_delivered_late_says_so(
+    sweeper: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str], ago: timedelta, late: int
+) -> None:
+    # When the schedule's event comes ``ago`` after it fired
+    report = sweeper.handler(fired(ago), invocation())
+
+    # Then the sweep's report says how late it ran, and one late past the heartbeat margin (60 s) is counted
+    assert abs(report["SweepLateSeconds"] - ago.total_seconds()) <= 2
+    assert metric(capsys.readouterr().out, "SweepsLate") == late
+
+
+def test_a_late_sweep_tells_a_stalled_action_that_timed_out_before_it_as_expired(
+    sweeper: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a stalled lifecycle a minute before its action's global timeout whose heartbeat deadline passed before
+    # the sweep (the sweep before kept it alive; this one came 4 minutes late): Auto Scaling has no action for it
+    started = datetime.now(UTC) - timedelta(seconds=HEARTBEAT_TIMEOUT * 100 - 60)
+    stuck = record("i-0aaaaaaaaaaaaaaa8", Step.RELEASE_EIP, started + timedelta(minutes=1), started)
+    stuck = stuck.model_copy(update={"heartbeat_deadline": datetime.now(UTC) - timedelta(seconds=30)})
+    assert store(stack).create(stuck)
+
+    # When the late sweep runs
+    report = sweeper.handler(fired(timedelta(minutes=4)), invocation())
+
+    # Then the action is told expired (its alarm), not settled by the sweeper
+    assert (report["LifecyclesExpired"], report["LifecyclesSettled"]) == (1, 0)
+    swept = store(stack).get(stuck.id)
+    assert swept is not None
+    assert swept.outcome == "action-expired"
+    output = capsys.readouterr().out
+    assert metric(output, "LifecycleActionsExpired") == 1
+    assert metric(output, "GlobalTimeoutsNear") == 0
