@@ -1,0 +1,112 @@
+"""The sweeper's settlement at an action's last chance against what can happen between its calls: the sweep
+killed (its Lambda timeout) between its claim and its completion, and Auto Scaling refusing the sweeper's
+completion alone (its role's policy edited) while the drain function's is allowed."""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import timedelta
+
+import pytest
+
+from nodecycle.domain.completion import SETTLED_ELSEWHERE, CompleteAction
+from nodecycle.domain.errors import AccessRefused
+from nodecycle.domain.model import ActionRef, Step
+from nodecycle.domain.policy import ActionResult
+from nodecycle.domain.sweep.sweeper import SweepFailed
+from tests.support.fakes import FakeMetrics
+from tests.unit.foundation.test_engine import PLAN, Script, kept_alive, make_record
+from tests.unit.foundation.test_engine import World as EngineWorld
+from tests.unit.sweeper.test_sweeper import INTERVAL, MARGIN, Killed, Repair
+
+
+def stalled_at_its_last_chance(repair: Repair) -> str:
+    """A stalled drain at the last sweep before its action's global timeout, kept alive so far (a hook of 600 s:
+    longer than an interval and a margin, as settings require); its id."""
+    repair.autoscaling.action_timeout = 600
+    record = make_record(PLAN, Step.EVICT, node="n1", seq=4, heartbeat_timeout=600)
+    repair.clock.current = record.global_deadline - INTERVAL - MARGIN
+    repair.records.create(kept_alive(repair.autoscaling, record, repair.clock.now() - timedelta(seconds=100)))
+    return record.id
+
+
+def test_a_sweep_killed_between_its_claim_and_its_completion_is_finished_by_the_next_sweep() -> None:
+    # Given a stalled drain at its last chance, and a sweep that the runtime ends at its completion call (after
+    # it claimed the lifecycle for its settlement, before Auto Scaling took the completion)
+    repair = Repair()
+    record_id = stalled_at_its_last_chance(repair)
+    complete = repair.autoscaling.complete
+
+    def killed(action: ActionRef, result: ActionResult) -> bool:
+        raise Killed
+
+    repair.autoscaling.complete = killed  # type: ignore[method-assign]
+    with contextlib.suppress(Killed):
+        repair.run()
+    claimed = repair.records.get(record_id)
+    assert claimed is not None
+    assert (claimed.step, claimed.outcome, claimed.completed_at) == (
+        Step.COMPLETE,
+        "settled-by-sweeper",
+        None,
+    )
+    assert repair.queues.take() == []  # (killed: nothing sent on)
+
+    # When the next sweep runs, on time (its action still alive: two margins before its global timeout)
+    repair.autoscaling.complete = complete  # type: ignore[method-assign]
+    repair.clock.advance(INTERVAL.total_seconds())
+    counts = repair.run()
+
+    # Then it finishes the job: the action completed once, with the sweeper's failure result, counted as the
+    # sweeper's settlement, and what follows the completion sent on
+    assert counts["LifecyclesSettled"] == 1
+    assert [result for _, result in repair.autoscaling.completed] == [ActionResult.CONTINUE]
+    settled = repair.records.get(record_id)
+    assert settled is not None
+    assert (settled.outcome, settled.result) == ("settled-by-sweeper", ActionResult.CONTINUE)
+    assert settled.completed_at is not None
+    assert SETTLED_ELSEWHERE not in settled.extra
+    assert [sent.message.step for sent in repair.queues.take()] == [settled.step]
+
+
+def test_a_settlement_whose_completion_the_sweepers_role_is_refused_is_completed_by_the_drain_function() -> (
+    None
+):
+    # Given a stalled drain at its last chance, and Auto Scaling refusing the sweeper's CompleteLifecycleAction
+    # (its role's policy edited by hand) though the drain function's role may complete
+    repair = Repair()
+    record_id = stalled_at_its_last_chance(repair)
+    complete = repair.autoscaling.complete
+
+    def refused(action: ActionRef, result: ActionResult) -> bool:
+        raise AccessRefused("completing a lifecycle action", "AccessDenied", "explicit deny")
+
+    repair.autoscaling.complete = refused  # type: ignore[method-assign]
+
+    # When the sweep settles it, Then the sweep fails (its alarm) having completed nothing itself
+    with pytest.raises(SweepFailed):
+        repair.run()
+    assert repair.autoscaling.completed == []
+
+    # and the completion it claimed is sent on to the drain function, which completes the action with the
+    # sweeper's failure result before the global timeout
+    repair.autoscaling.complete = complete  # type: ignore[method-assign]
+    metrics = FakeMetrics()
+    engine = EngineWorld(
+        clock=repair.clock, records=repair.records, queues=repair.queues, autoscaling=repair.autoscaling
+    ).engine(
+        {
+            Step.COMPLETE: CompleteAction(repair.autoscaling, metrics, repair.records),
+            Step.RELEASE_EIP: Script([]),
+            Step.CLEANUP: Script([]),
+        }
+    )
+    (sent,) = repair.queues.take()
+    assert sent.message.step is Step.COMPLETE
+    engine.handle(sent.message)
+    assert [result for _, result in repair.autoscaling.completed] == [ActionResult.CONTINUE]
+    settled = repair.records.get(record_id)
+    assert settled is not None
+    assert settled.outcome == "settled-by-sweeper"
+    assert settled.completed_at is not None
+    assert metrics.counts["LifecycleActionsCompleted[result=CONTINUE]"] == 1
