@@ -13,6 +13,7 @@ from nodecycle.domain.completion import SETTLED_ELSEWHERE, CompleteAction
 from nodecycle.domain.errors import AccessRefused
 from nodecycle.domain.model import ActionRef, Step
 from nodecycle.domain.policy import ActionResult
+from nodecycle.domain.ports.lifecycle import WorkMessage
 from nodecycle.domain.sweep.sweeper import SweepFailed
 from tests.support.fakes import FakeMetrics
 from tests.unit.foundation.test_engine import PLAN, Script, kept_alive, make_record
@@ -110,3 +111,52 @@ def test_a_settlement_whose_completion_the_sweepers_role_is_refused_is_completed
     assert settled.outcome == "settled-by-sweeper"
     assert settled.completed_at is not None
     assert metrics.counts["LifecycleActionsCompleted[result=CONTINUE]"] == 1
+
+
+def test_a_last_chance_settlement_between_the_engines_completion_and_its_commit_completes_once_and_goes_on_once() -> (
+    None
+):
+    # Given a drain at its completion at the last sweep before its action's global timeout, its message on time
+    # (the drain function is completing it), with its result decided
+    repair = Repair()
+    repair.autoscaling.action_timeout = 600
+    record = make_record(
+        PLAN, Step.COMPLETE, node="n1", seq=7, heartbeat_timeout=600, result=ActionResult.ABANDON
+    )
+    repair.clock.current = record.global_deadline - INTERVAL - MARGIN
+    record = record.model_copy(update={"due_at": repair.clock.now(), "updated_at": repair.clock.now()})
+    repair.records.create(kept_alive(repair.autoscaling, record, repair.clock.now() - timedelta(seconds=10)))
+    complete = repair.autoscaling.complete
+    reports: list[dict[str, int]] = []
+    swept: list[bool] = []
+
+    def sweep_between_the_completion_and_its_commit(action: ActionRef, result: ActionResult) -> bool:
+        done = complete(action, result)
+        if not swept:  # (the drain function's call; the sweep's own goes straight through)
+            swept.append(True)
+            reports.append(repair.run())  # the scheduled sweep, between Auto Scaling's answer and the commit
+        return done
+
+    repair.autoscaling.complete = sweep_between_the_completion_and_its_commit  # type: ignore[method-assign]
+    engine = EngineWorld(
+        clock=repair.clock, records=repair.records, queues=repair.queues, autoscaling=repair.autoscaling
+    ).engine(
+        {
+            Step.COMPLETE: CompleteAction(repair.autoscaling, repair.metrics, repair.records),
+            Step.CLEANUP: Script([]),
+        }
+    )
+
+    # When the drain function completes the action and the sweep settles the same action before its commit
+    engine.handle(WorkMessage(record_id=record.id, seq=7, step=Step.COMPLETE))
+
+    # Then Auto Scaling took one completion, with the lifecycle's own result (the sweep's found it settled and
+    # asked no other result); the lifecycle went on past its completion once, with that result, its cleanup
+    # sent once (the drain function's commit lost to the sweep's)
+    assert repair.autoscaling.completed == [(record.action, ActionResult.ABANDON)]
+    moved = repair.records.get(record.id)
+    assert moved is not None
+    assert (moved.step, moved.result) == (Step.CLEANUP, ActionResult.ABANDON)
+    assert moved.completed_at is not None
+    assert [sent.message.step for sent in repair.queues.take()] == [Step.CLEANUP]
+    assert reports[0]["LifecyclesSettled"] == 1
