@@ -188,7 +188,9 @@ class Timing(_Section):
         a margin for the completion, plus one fault's retry (an invocation that dies at that run is
         redelivered in time). By the sweeper, when the queues stall: at its last run before the global
         timeout, up to an interval and two margins before it. The same point for both, the earlier of the
-        two: the sweeper never completes a lifecycle that the engine's guard would not have completed yet."""
+        two: the sweeper never completes a lifecycle that the engine's guard would not have completed yet,
+        but for a stalled one after a late sweep, up to that sweep's lateness (at most an interval) earlier:
+        the next sweep, as late, would come after its global timeout (``domain/sweep/lifecycles``)."""
         sweep = self.sweep_interval_seconds + 2 * self.heartbeat_margin_seconds
         return max(self.heartbeat_margin_seconds + self.redelivery_seconds, sweep)
 
