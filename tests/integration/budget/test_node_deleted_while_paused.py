@@ -19,18 +19,14 @@ from nodecycle.domain.drain.evict import Evict
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.ports.cluster import PodInfo
 from nodecycle_sandbox.kube import KubeServer
-from tests.integration.kube.cluster import drain_cluster, drain_server
-from tests.support.fakes import T0, FakeMetrics
-from tests.unit.drain.builders import no_end
+from tests.integration.kube.cluster import drain_cluster, drain_server, evict_step
+from tests.support.fakes import T0
 from tests.unit.drain.test_drain_steps import (
     INSTANCE,
     NODE,
-    FakeEvents,
     FakeSlots,
-    NoDns,
     policy,
     terminating,
-    wakes_to_nowhere,
 )
 
 SEED = {
@@ -57,16 +53,7 @@ def cluster(server: KubeServer) -> Iterator[KubeCluster]:
 
 
 def evict(cluster: KubeCluster, slots: FakeSlots) -> Evict:
-    return Evict(
-        cluster=cluster,
-        slots=slots,
-        dispatcher=wakes_to_nowhere(),
-        instances=NoDns(known={INSTANCE: "running"}),
-        policy=policy(),
-        metrics=FakeMetrics(),
-        events=FakeEvents(),
-        time_left=no_end,
-    )
+    return evict_step(cluster, NODE, INSTANCE, slots=slots)
 
 
 def web_pods(cluster: KubeCluster) -> list[PodInfo]:

@@ -18,13 +18,12 @@ from nodecycle.domain.engine import Outcome
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.kube import test_kube_drain_steps as drain_steps
+from tests.integration.kube.cluster import FORCE_GRACE, evict_step
 from tests.integration.kube.test_kube_drain_steps import DEADLINE, INSTANCE, NODE, draining
-from tests.support.fakes import T0, FakeMetrics
-from tests.unit.drain.builders import no_end
-from tests.unit.drain.test_drain_steps import FakeEvents, FakeSlots, NoDns, cordon, policy, wakes_to_nowhere
+from tests.support.fakes import T0
+from tests.unit.drain.test_drain_steps import FakeEvents, FakeSlots, cordon, policy
 
 SEED = drain_steps.SEED
-FORCE_GRACE = timedelta(seconds=5)  # the unit tests' policy
 
 
 @pytest.mark.parametrize("on_timeout", ["force", "continue"])
@@ -38,16 +37,7 @@ def test_a_drain_whose_cordon_is_undone_at_every_turn_meets_its_timeout_policy(
     record = draining(Step.CORDON, zone="eu-west-1a")
     record = record.model_copy(update={**claim(record, T0).changes, "step": Step.EVICT})
     assert record.drain_deadline == DEADLINE
-    evict = Evict(
-        cluster=cluster,
-        slots=slots,
-        dispatcher=wakes_to_nowhere(),
-        instances=NoDns(known={INSTANCE: "running"}),
-        policy=policy(timeout_policy=on_timeout),
-        metrics=FakeMetrics(),
-        events=FakeEvents(),
-        time_left=no_end,
-    )
+    evict = evict_step(cluster, NODE, INSTANCE, slots=slots, drain_policy=policy(timeout_policy=on_timeout))
     record = record.model_copy(update={"extra": {**record.extra, "polls": 3}})
 
     # When the drain runs from a few seconds before its deadline on, its steps each a second apart at least (a
@@ -89,16 +79,7 @@ def test_a_cordon_undone_at_every_turn_is_asked_again_at_the_poll_interval_not_a
     claim = cordon(cluster, slots=slots, events=events)
     record = draining(Step.CORDON, zone="eu-west-1a")
     record = record.model_copy(update={**claim(record, T0).changes, "step": Step.EVICT})
-    evict = Evict(
-        cluster=cluster,
-        slots=slots,
-        dispatcher=wakes_to_nowhere(),
-        instances=NoDns(known={INSTANCE: "running"}),
-        policy=policy(),
-        metrics=FakeMetrics(),
-        events=FakeEvents(),
-        time_left=no_end,
-    )
+    evict = evict_step(cluster, NODE, INSTANCE, slots=slots)
 
     # When the fight goes on for a minute, well before the drain's deadline
     runs, _ = fight(server, claim, evict, record, T0 + timedelta(seconds=1), T0 + timedelta(seconds=61))

@@ -13,18 +13,16 @@ from datetime import timedelta
 import pytest
 
 from nodecycle.adapters.kube.cluster_api import KubeCluster
-from nodecycle.domain.drain.evict import FORCED_POD_SLACK, Evict
+from nodecycle.domain.drain.evict import FORCED_POD_SLACK
 from nodecycle_sandbox.faults import Fault
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.kube import test_kube_drain_steps as drain_steps
-from tests.integration.kube.test_kube_drain_conflict_storms import run
+from tests.integration.kube.cluster import FORCE_GRACE, evict_step, run
 from tests.integration.kube.test_kube_drain_steps import DEADLINE, INSTANCE, NODE, draining
 from tests.support.fakes import FakeMetrics
-from tests.unit.drain.builders import no_end
-from tests.unit.drain.test_drain_steps import FakeEvents, FakeSlots, NoDns, policy, wakes_to_nowhere
+from tests.unit.drain.test_drain_steps import FakeEvents, policy
 
 SEED = drain_steps.SEED
-FORCE_GRACE = timedelta(seconds=5)  # the unit tests' policy
 
 
 @pytest.mark.parametrize("on_timeout", ["force", "continue"])
@@ -35,15 +33,13 @@ def test_a_drain_whose_node_cannot_be_read_past_its_timeout_applies_its_timeout_
     # node (its pods' list still answers)
     server.faults.arm([Fault("etcd", "kube-error", "GET nodes")], seed=1)
     metrics, events = FakeMetrics(), FakeEvents()
-    step = Evict(
-        cluster=cluster,
-        slots=FakeSlots(holders={NODE}),
-        dispatcher=wakes_to_nowhere(),
-        instances=NoDns(known={INSTANCE: "running"}),
-        policy=policy(timeout_policy=on_timeout),
+    step = evict_step(
+        cluster,
+        NODE,
+        INSTANCE,
         metrics=metrics,
         events=events,
-        time_left=no_end,
+        drain_policy=policy(timeout_policy=on_timeout),
     )
 
     # When the drain polls from its deadline on, at the delays its outcomes ask for
@@ -68,16 +64,7 @@ def test_a_drain_whose_node_cannot_be_read_before_its_timeout_is_retried(
 ) -> None:
     # Given a drain before its timeout, and an API server that fails every read of the node
     server.faults.arm([Fault("etcd", "kube-error", "GET nodes")], seed=1)
-    step = Evict(
-        cluster=cluster,
-        slots=FakeSlots(holders={NODE}),
-        dispatcher=wakes_to_nowhere(),
-        instances=NoDns(known={INSTANCE: "running"}),
-        policy=policy(),
-        metrics=FakeMetrics(),
-        events=FakeEvents(),
-        time_left=no_end,
-    )
+    step = evict_step(cluster, NODE, INSTANCE)
 
     # When the drain polls, Then the failure is the step's, retried by the engine: its timeout is still ahead
     with pytest.raises(Exception, match="etcdserver: request timed out"):

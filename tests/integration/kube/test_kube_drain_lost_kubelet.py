@@ -16,7 +16,7 @@ from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.ports.cluster import PodInfo
 from nodecycle_sandbox.aws.group import wait_for
 from nodecycle_sandbox.kube import KubeServer
-from tests.integration.kube.cluster import evict_step
+from tests.integration.kube.cluster import TIMEOUT, evict_step
 from tests.support.fakes import FakeMetrics
 from tests.unit.drain.test_drain_steps import (
     FakeEvents,
@@ -27,7 +27,6 @@ LOST = "ip-10-0-1-10.eu-west-1.compute.internal"
 LOST_INSTANCE = "i-0a1b2c3d4e5f60101"
 OTHER = "ip-10-0-2-10.eu-west-1.compute.internal"
 OTHER_INSTANCE = "i-0a1b2c3d4e5f60201"
-TIMEOUT = timedelta(seconds=600)  # the unit tests' policy: drain timeout 600 s, force grace 5 s
 SEED = {
     "namespaces": ["shop"],
     "nodes": [

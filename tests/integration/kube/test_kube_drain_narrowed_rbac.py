@@ -11,25 +11,13 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from nodecycle.adapters.kube.cluster_api import KubeCluster
-from nodecycle.domain.drain.evict import FORCED_POD_SLACK, Evict
-from nodecycle.domain.model import Step
+from nodecycle.domain.drain.evict import FORCED_POD_SLACK
 from nodecycle_sandbox.kube import KubeServer
-from tests.integration.kube.test_kube_drain_conflict_storms import run
+from tests.integration.kube.cluster import FORCE_GRACE, TIMEOUT, evict_step, run
+from tests.integration.kube.test_kube_drain_steps import INSTANCE, NODE, draining
 from tests.support.fakes import FakeMetrics
-from tests.unit.drain.builders import no_end
-from tests.unit.drain.test_drain_steps import (
-    FakeEvents,
-    FakeSlots,
-    NoDns,
-    policy,
-    terminating,
-    wakes_to_nowhere,
-)
+from tests.unit.drain.test_drain_steps import FakeEvents, policy
 
-NODE = "ip-10-0-1-10.eu-west-1.compute.internal"
-INSTANCE = "i-0a1b2c3d4e5f60101"
-TIMEOUT = timedelta(seconds=600)  # the unit tests' policy: drain timeout 600 s, force grace 5 s
-FORCE_GRACE = timedelta(seconds=5)
 SEED = {
     "namespaces": ["shop", "tenant"],
     "nodes": [
@@ -86,24 +74,10 @@ def test_a_drain_refused_one_namespace_by_rbac_with_a_budget_never_satisfied_end
     start = datetime.now(UTC)
     deadline = start + TIMEOUT
     metrics, events = FakeMetrics(), FakeEvents()
-    step = Evict(
-        cluster=cluster,
-        slots=FakeSlots(holders={NODE}),
-        dispatcher=wakes_to_nowhere(),
-        instances=NoDns(known={INSTANCE: "running"}),
-        policy=policy(timeout_policy="force"),
-        metrics=metrics,
-        events=events,
-        time_left=no_end,
+    step = evict_step(
+        cluster, NODE, INSTANCE, metrics=metrics, events=events, drain_policy=policy(timeout_policy="force")
     )
-    record = terminating(
-        Step.EVICT,
-        id=f"{INSTANCE}/terminate/token",
-        instance_id=INSTANCE,
-        node=NODE,
-        drain_started_at=start,
-        drain_deadline=deadline,
-    )
+    record = draining().model_copy(update={"drain_started_at": start, "drain_deadline": deadline})
 
     # When the drain polls until its deadline: cart goes, web is blocked, the worker refused, each told
     runs, record = run(step, record, start, deadline - timedelta(seconds=1))

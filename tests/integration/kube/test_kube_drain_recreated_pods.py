@@ -14,25 +14,15 @@ import pytest
 from kubernetes.client import CoreV1Api, V1Pod
 
 from nodecycle.adapters.kube.cluster_api import KubeCluster
-from nodecycle.domain.drain.evict import FORCED_POD_SLACK, Evict
-from nodecycle.domain.model import Step
+from nodecycle.domain.drain.evict import FORCED_POD_SLACK
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.kube import test_kube_drain_steps as drain_steps
-from tests.integration.kube.test_kube_drain_steps import INSTANCE, NODE
+from tests.integration.kube.cluster import FORCE_GRACE, TIMEOUT, evict_step
+from tests.integration.kube.test_kube_drain_steps import INSTANCE, NODE, draining
 from tests.support.fakes import FakeMetrics
-from tests.unit.drain.builders import no_end
-from tests.unit.drain.test_drain_steps import (
-    FakeEvents,
-    FakeSlots,
-    NoDns,
-    policy,
-    terminating,
-    wakes_to_nowhere,
-)
+from tests.unit.drain.test_drain_steps import policy
 
 SEED = drain_steps.SEED
-TIMEOUT = timedelta(seconds=600)  # the unit tests' policy: drain timeout 600 s, force grace 5 s
-FORCE_GRACE = timedelta(seconds=5)
 
 
 def agent(number: int) -> V1Pod:
@@ -77,24 +67,10 @@ def test_pods_a_controller_puts_straight_back_on_the_node_are_evicted_again_unti
     start = datetime.now(UTC)
     deadline = start + TIMEOUT
     metrics = FakeMetrics()
-    step = Evict(
-        cluster=cluster,
-        slots=FakeSlots(holders={NODE}),
-        dispatcher=wakes_to_nowhere(),
-        instances=NoDns(known={INSTANCE: "running"}),
-        policy=policy(timeout_policy=on_timeout),
-        metrics=metrics,
-        events=FakeEvents(),
-        time_left=no_end,
+    step = evict_step(
+        cluster, NODE, INSTANCE, metrics=metrics, drain_policy=policy(timeout_policy=on_timeout)
     )
-    record = terminating(
-        Step.EVICT,
-        id=f"{INSTANCE}/terminate/token",
-        instance_id=INSTANCE,
-        node=NODE,
-        drain_started_at=start,
-        drain_deadline=deadline,
-    )
+    record = draining().model_copy(update={"drain_started_at": start, "drain_deadline": deadline})
 
     # When the drain polls from its start on, the controller replacing its pod between polls
     at, outcome = start, None

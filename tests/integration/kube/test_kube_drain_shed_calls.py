@@ -6,14 +6,12 @@ poll comes no sooner than the server said, as a throttled eviction's does."""
 from __future__ import annotations
 
 from nodecycle.adapters.kube.cluster_api import KubeCluster
-from nodecycle.domain.drain.evict import Evict
 from nodecycle_sandbox.faults import Fault
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.kube import test_kube_drain_steps as drain_steps
+from tests.integration.kube.cluster import evict_step
 from tests.integration.kube.test_kube_drain_steps import DEADLINE, INSTANCE, NODE, draining
 from tests.support.fakes import FakeMetrics
-from tests.unit.drain.builders import no_end
-from tests.unit.drain.test_drain_steps import FakeEvents, FakeSlots, NoDns, policy, wakes_to_nowhere
 
 SEED = drain_steps.SEED
 
@@ -24,16 +22,7 @@ def test_a_forced_delete_the_api_server_sheds_ends_the_pass_and_the_next_poll_wa
     # Given a drain past its timeout (force policy), and an API server shedding deletes: Retry-After 20 s
     server.faults.arm([Fault("shed", "kube-throttle", "DELETE pods", value=20)], seed=1)
     metrics = FakeMetrics()
-    step = Evict(
-        cluster=cluster,
-        slots=FakeSlots(holders={NODE}),
-        dispatcher=wakes_to_nowhere(),
-        instances=NoDns(known={INSTANCE: "running"}),
-        policy=policy(),
-        metrics=metrics,
-        events=FakeEvents(),
-        time_left=no_end,
-    )
+    step = evict_step(cluster, NODE, INSTANCE, metrics=metrics)
 
     # When the force policy deletes the node's pods
     outcome = step(draining(extra={"polls": 1}), DEADLINE)

@@ -14,12 +14,13 @@ from kubernetes.client import CoreV1Api
 
 from nodecycle.adapters.kube.cluster_api import KubeCluster
 from nodecycle.domain.drain.common import STUCK_AFTER
-from nodecycle.domain.drain.evict import FORCED_POD_SLACK, Evict
+from nodecycle.domain.drain.evict import FORCED_POD_SLACK
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.nodes import NodeFinder
 from nodecycle_sandbox.aws.group import wait_for
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.kube import test_kube_drain_lost_kubelet as lost_kubelet
+from tests.integration.kube.cluster import FORCE_GRACE, evict_step
 from tests.integration.kube.test_kube_drain_lost_kubelet import (
     LOST,
     LOST_INSTANCE,
@@ -27,21 +28,16 @@ from tests.integration.kube.test_kube_drain_lost_kubelet import (
     healthy,
     web_pods,
 )
-from tests.support.fakes import FakeMetrics
-from tests.unit.drain.builders import no_end
 from tests.unit.drain.test_drain_steps import (
-    FakeEvents,
     FakeSlots,
     NoDns,
     cleanup,
     cordon,
     policy,
     terminating,
-    wakes_to_nowhere,
 )
 
 SEED = lost_kubelet.SEED  # two nodes, two web pods on each, one unavailable allowed
-FORCE_GRACE = timedelta(seconds=5)  # the unit tests' policy
 
 
 def claimed(cluster: KubeCluster, start: datetime) -> LifecycleRecord:
@@ -83,15 +79,8 @@ def test_stuck_pods_of_a_lost_node_meet_the_timeout_policy_on_time_and_the_slot_
     server.kill_kubelet(LOST, grace_seconds=0)
     wait_for(lambda: healthy(server) == 2, 10, "the budget to count the lost node's pods unhealthy")
     slots = FakeSlots(holders={LOST}, held_for={LOST: record.id})
-    step = Evict(
-        cluster=cluster,
-        slots=slots,
-        dispatcher=wakes_to_nowhere(),
-        instances=NoDns(known={LOST_INSTANCE: "running"}),
-        policy=policy(timeout_policy=on_timeout),
-        metrics=FakeMetrics(),
-        events=FakeEvents(),
-        time_left=no_end,
+    step = evict_step(
+        cluster, LOST, LOST_INSTANCE, slots=slots, drain_policy=policy(timeout_policy=on_timeout)
     )
 
     # When the drain polls from its start past its deadline
