@@ -18,44 +18,29 @@ import pytest
 from kubernetes import client
 
 from nodecycle.adapters.kube.budget import BudgetNotInstalled
-from nodecycle.adapters.kube.cluster_api import KubeCluster
 from nodecycle.domain.budget import DisruptionBudget, SlotReason, SlotRequest
-from nodecycle.domain.drain.evict import Evict
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.model import Step
 from nodecycle.domain.ports.cluster import Refused
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.budget.conftest import NAMESPACE, RBAC, add_nodes, admin_api
+from tests.integration.budget.recreation import budget_of, evict_step, lifecycle_of, six_nodes, slot_of
 from tests.integration.budget.test_configmap_recreated import cordon, request
-from tests.integration.budget.test_late_polls_after_recreation import budget_of, lifecycle_of, slot_of
-from tests.support.fakes import FakeMetrics, InMemoryRecords
+from tests.support.fakes import InMemoryRecords
 from tests.unit.budget.fakes import FakeClock
-from tests.unit.drain.test_drain_steps import FakeEvents, NoDns, policy, wakes_to_nowhere
+from tests.unit.drain.test_drain_steps import policy
 
 
 def poll(api: client.CoreV1Api, budget: DisruptionBudget, slot: SlotRequest, now: datetime) -> Outcome:
     """A poll of node ``slot.node``'s eviction, its instance running."""
-    step = Evict(
-        cluster=KubeCluster(lambda: api.api_client),
-        slots=budget,
-        dispatcher=wakes_to_nowhere(),
-        instances=NoDns(known={slot.instance_id: "running"}),
-        policy=policy(),
-        metrics=FakeMetrics(),
-        events=FakeEvents(),
-        time_left=lambda: None,
-    )
-    return step(lifecycle_of(slot, Step.EVICT, seq=3), now)
+    return evict_step(api, budget, slot)(lifecycle_of(slot, Step.EVICT, seq=3), now)
 
 
 def test_a_drain_polling_while_the_configmap_is_deleted_waits_a_poll_and_goes_on_once_it_is_back(
     server: KubeServer, core: client.CoreV1Api
 ) -> None:
     # Given node 0's drain in progress (slot held, node claimed), and the ConfigMap deleted
-    add_nodes(server, 6)
-    clock = FakeClock()
-    records = InMemoryRecords()
-    blue = budget_of(core, clock, records)
+    clock, records, blue = six_nodes(server, core)
     slot = slot_of(0)
     assert blue.acquire(slot).granted
     cordon(core, slot)

@@ -12,42 +12,28 @@ Cordon step, on the sandbox API server with the product's adapters."""
 
 from __future__ import annotations
 
+import pytest
 from kubernetes import client
 
-from nodecycle.adapters.kube.cluster_api import KubeCluster
 from nodecycle.domain.budget import DisruptionBudget
-from nodecycle.domain.drain.cordon import Cordon
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.model import Step
-from nodecycle.domain.nodes import NodeFinder
 from nodecycle_sandbox.kube import KubeServer
-from tests.integration.budget.conftest import NAMESPACE, add_nodes, node_name
+from tests.integration.budget.conftest import NAMESPACE, node_name
+from tests.integration.budget.recreation import at_its_cordon, cordon_step, six_nodes, slot_of
 from tests.integration.budget.test_configmap_recreated import cordon, recreate_the_configmap
-from tests.integration.budget.test_late_polls_after_recreation import budget_of, lifecycle_of, slot_of
-from tests.support.fakes import FakeMetrics, InMemoryRecords
+from tests.support.fakes import InMemoryRecords
 from tests.unit.budget.fakes import FakeClock
-from tests.unit.drain.test_drain_steps import FakeEvents, NoDns, policy, wakes_to_nowhere
 
 
-def cordon_step(
+def cordons(
     api: client.CoreV1Api, budget: DisruptionBudget, records: InMemoryRecords, i: int, clock: FakeClock
 ) -> Outcome:
     """Node ``i``'s CORDON step, as the drain function runs it after its slot's grant (its drain not begun),
     its record at the step."""
-    cluster = KubeCluster(lambda: api.api_client)
-    step = Cordon(
-        finder=NodeFinder(cluster, NoDns()),
-        cluster=cluster,
-        slots=budget,
-        dispatcher=wakes_to_nowhere(),
-        policy=policy(),
-        metrics=FakeMetrics(),
-        events=FakeEvents(),
-    )
-    record = lifecycle_of(slot_of(i), Step.CORDON, seq=2)
-    record = record.model_copy(update={"drain_started_at": None, "drain_deadline": None})
+    record = at_its_cordon(slot_of(i))
     records.create(record)
-    return step(record, clock.now())
+    return cordon_step(api, budget)(record, clock.now())
 
 
 def unschedulable(server: KubeServer, i: int) -> bool:
@@ -67,10 +53,7 @@ def test_a_drain_granted_before_the_configmap_was_recreated_does_not_cordon_besi
     server: KubeServer, core: client.CoreV1Api
 ) -> None:
     # Given a budget of 1, and node 0's drain granted its slot, its cordon not made yet (its next step queued)
-    add_nodes(server, 6)
-    clock = FakeClock()
-    records = InMemoryRecords()
-    blue = budget_of(core, clock, records, total="1")
+    clock, records, blue = six_nodes(server, core, total="1")
     assert blue.acquire(slot_of(0)).granted
 
     # When the ConfigMap is re-created empty, node 1 asks first (its seed finds no drain in progress) and is
@@ -80,7 +63,7 @@ def test_a_drain_granted_before_the_configmap_was_recreated_does_not_cordon_besi
     assert blue.acquire(slot_of(1)).granted
     cordon(core, slot_of(1))
     clock.advance(1)
-    outcome = cordon_step(core, blue, records, 0, clock)
+    outcome = cordons(core, blue, records, 0, clock)
 
     # Then node 0 is not cordoned: its drain asks again, in line behind node 1's, which alone holds the slot
     assert outcome.then is Step.ACQUIRE_SLOT
@@ -88,43 +71,27 @@ def test_a_drain_granted_before_the_configmap_was_recreated_does_not_cordon_besi
     assert [h.node for h in blue.snapshot().holders] == [node_name(1)]
 
 
-def test_a_drain_granted_before_the_configmap_was_recreated_cordons_when_the_new_document_has_room(
-    server: KubeServer, core: client.CoreV1Api
+@pytest.mark.parametrize("recreated", [False, True], ids=["document-as-written", "configmap-recreated"])
+def test_a_drain_granted_its_slot_cordons_with_it_held_or_taken_again_in_the_new_document(
+    server: KubeServer, core: client.CoreV1Api, recreated: bool
 ) -> None:
-    # Given a budget of 1, node 0's drain granted its slot, and the ConfigMap re-created empty before its cordon
-    add_nodes(server, 6)
-    clock = FakeClock()
-    records = InMemoryRecords()
-    blue = budget_of(core, clock, records, total="1")
+    # Given a budget of 1 and node 0's drain granted its slot: the document as written, or the ConfigMap
+    # re-created empty before its cordon
+    clock, records, blue = six_nodes(server, core, total="1")
     assert blue.acquire(slot_of(0)).granted
-    recreate_the_configmap(server)
-    clock.advance(5)
-
-    # When its cordon runs, nothing else asked since
-    outcome = cordon_step(core, blue, records, 0, clock)
-
-    # Then it takes the slot in the new document and cordons
-    assert (outcome.then, outcome.again) == (None, False)
-    assert unschedulable(server, 0)
-    assert [h.node for h in blue.snapshot().holders] == [node_name(0)]
-
-
-def test_a_drain_cordons_at_once_with_the_slot_its_ask_was_just_granted(
-    server: KubeServer, core: client.CoreV1Api
-) -> None:
-    # Given a budget of 1 and node 0's drain granted its slot (the document as written)
-    add_nodes(server, 6)
-    clock = FakeClock()
-    records = InMemoryRecords()
-    blue = budget_of(core, clock, records, total="1")
-    assert blue.acquire(slot_of(0)).granted
+    if recreated:
+        recreate_the_configmap(server)
+        clock.advance(5)
     before = version(server)
     clock.advance(1)
 
-    # When its cordon runs
-    outcome = cordon_step(core, blue, records, 0, clock)
+    # When its cordon runs, nothing else asked since
+    outcome = cordons(core, blue, records, 0, clock)
 
-    # Then it cordons, its slot confirmed by a read: the ConfigMap is not written again
+    # Then it cordons, holding the slot: confirmed by a read (the ConfigMap is not written again), or taken in
+    # the new document
     assert (outcome.then, outcome.again) == (None, False)
     assert unschedulable(server, 0)
-    assert version(server) == before
+    assert [h.node for h in blue.snapshot().holders] == [node_name(0)]
+    if not recreated:
+        assert version(server) == before

@@ -13,22 +13,25 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from nodecycle.adapters.kube.cluster_api import KubeCluster
 from nodecycle.domain.budget import DisruptionBudget, SlotRequest
 from nodecycle.domain.drain.acquire import RecordedLifecycles
-from nodecycle.domain.drain.cordon import Cordon
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.model import Step
-from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.ports.cluster import IN_PROGRESS_ANNOTATION, OWNER_ANNOTATION
 from nodecycle_sandbox.kube import KubeServer
-from tests.integration.budget.conftest import add_nodes, node_name
-from tests.integration.budget.test_configmap_recreated import cordon, recreate_the_configmap
-from tests.integration.budget.test_late_deliveries_after_recreation import drained_and_released
-from tests.integration.budget.test_late_polls_after_recreation import budget_of, lifecycle_of, slot_of
-from tests.support.fakes import FakeMetrics, InMemoryRecords
+from tests.integration.budget.conftest import node_name
+from tests.integration.budget.recreation import (
+    at_its_cordon,
+    claimed_and_released,
+    cordon_step,
+    drained_and_released,
+    lifecycle_of,
+    six_nodes,
+    slot_of,
+)
+from tests.integration.budget.test_configmap_recreated import recreate_the_configmap
+from tests.support.fakes import InMemoryRecords
 from tests.unit.budget.fakes import FakeClock
-from tests.unit.drain.test_drain_steps import FakeEvents, NoDns, policy, wakes_to_nowhere
 
 
 def late_cordon(
@@ -40,21 +43,7 @@ def late_cordon(
 ) -> Outcome:
     """A late delivery of node ``slot.node``'s cordon, with the record as it read it then (at its cordon, seq 2),
     the step wired as the drain function wires it."""
-    cluster = KubeCluster(lambda: api.api_client)
-    step = Cordon(
-        finder=NodeFinder(cluster, NoDns()),
-        cluster=cluster,
-        slots=budget,
-        dispatcher=wakes_to_nowhere(),
-        policy=policy(),
-        metrics=FakeMetrics(),
-        events=FakeEvents(),
-        lifecycles=RecordedLifecycles(records),
-    )
-    stale = lifecycle_of(slot, Step.CORDON, seq=2).model_copy(
-        update={"drain_started_at": None, "drain_deadline": None}
-    )
-    return step(stale, clock.now())
+    return cordon_step(api, budget, RecordedLifecycles(records))(at_its_cordon(slot), clock.now())
 
 
 def left_alone(server: KubeServer, i: int) -> bool:
@@ -71,15 +60,12 @@ def test_a_late_cordon_after_the_drains_cleanup_leaves_the_node_and_the_slot_alo
 ) -> None:
     # Given node 0's drain over: cordoned, drained, its annotations cleared and its slot given back by its
     # cleanup, its record finished (and the ConfigMap perhaps deleted and created again since)
-    add_nodes(server, 6)
-    clock = FakeClock()
-    records = InMemoryRecords()
+    clock, records, blue = six_nodes(server, core, total="1")
     slot = slot_of(0)
     drained_and_released(core, slot, clock)
     records.create(lifecycle_of(slot, Step.DONE, seq=6))
     if recreated:
         recreate_the_configmap(server)
-    blue = budget_of(core, clock, records, total="1")
     clock.advance(5)
 
     # When a late delivery of its cordon runs
@@ -97,17 +83,9 @@ def test_a_late_cordon_while_the_cleanup_runs_leaves_the_node_alone_before_the_s
     server: KubeServer, core: client.CoreV1Api
 ) -> None:
     # Given node 0's drain at its cleanup: the node's annotations cleared, its slot not given back yet
-    add_nodes(server, 6)
-    clock = FakeClock()
-    records = InMemoryRecords()
+    clock, records, blue = six_nodes(server, core, total="1")
     slot = slot_of(0)
-    blue = budget_of(core, clock, records, total="1")
-    assert blue.acquire(slot).granted
-    cordon(core, slot)
-    cluster = KubeCluster(lambda: core.api_client)
-    node = cluster.get_node(slot.node)
-    assert node is not None
-    cluster.release_node(node)
+    claimed_and_released(core, blue, slot)
     records.create(lifecycle_of(slot, Step.CLEANUP, seq=5))
     clock.advance(5)
 

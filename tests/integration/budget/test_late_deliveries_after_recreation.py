@@ -17,53 +17,17 @@ from datetime import timedelta
 
 from kubernetes import client
 
-from nodecycle.adapters.kube.cluster_api import KubeCluster
 from nodecycle.domain.budget import DisruptionBudget, SlotReason, SlotRequest, Verdict
-from nodecycle.domain.drain.acquire import AcquireSlot
 from nodecycle.domain.engine import Outcome
-from nodecycle.domain.model import LifecycleRecord, Step
-from nodecycle.domain.nodes import NodeFinder
+from nodecycle.domain.model import Step
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.budget.conftest import add_nodes, node_name
-from tests.integration.budget.test_configmap_recreated import (
-    budget_of,
-    cordon,
-    recreate_the_configmap,
-    request,
-)
-from tests.support.fakes import FakeMetrics, InMemoryRecords
-from tests.unit.budget.fakes import START, FakeClock
-from tests.unit.drain.test_drain_steps import FakeEvents, NoDns, policy, wakes_to_nowhere
-from tests.unit.foundation.test_engine import make_record
+from tests.integration.budget.recreation import acquire_step, drained_and_released, record_of, slot_of
+from tests.integration.budget.test_configmap_recreated import budget_of, recreate_the_configmap, request
+from tests.support.fakes import InMemoryRecords
+from tests.unit.budget.fakes import FakeClock
 
-
-def drained_and_released(api: client.CoreV1Api, slot: SlotRequest, clock: FakeClock) -> None:
-    """Node ``slot.node``'s drain, from its slot to its cleanup: cordoned and annotated, then its annotations
-    cleared (the node of a terminating instance stays cordoned) and its slot given back by its lifecycle."""
-    budget = budget_of(api, clock, slot.owner)
-    assert budget.acquire(slot).granted
-    cordon(api, slot)
-    cluster = KubeCluster(lambda: api.api_client)
-    node = cluster.get_node(slot.node)
-    assert node is not None
-    cluster.release_node(node)
-    assert budget.release(slot.node, slot.record_id, slot.token) == []
-
-
-def lifecycle_of(slot: SlotRequest, step: Step, seq: int) -> LifecycleRecord:
-    """Node ``slot.node``'s terminate lifecycle, its record at ``step`` under ``seq``."""
-    plan = (Step.ACQUIRE_SLOT, Step.CORDON, Step.EVICT, Step.COMPLETE, Step.CLEANUP, Step.DONE)
-    assert slot.token is not None
-    return make_record(
-        plan,
-        step,
-        id=slot.record_id,
-        owner=slot.owner,
-        instance_id=slot.instance_id,
-        token=slot.token,
-        received_at=START - timedelta(minutes=1),
-        seq=seq,
-    )
+__all__ = ["drained_and_released"]  # (imported from here by other tests)
 
 
 def late_ask(
@@ -71,19 +35,8 @@ def late_ask(
 ) -> Outcome:
     """A late delivery of node ``slot.node``'s first ask, with its record as it read it then (at its first
     step, under seq 1), whatever the record holds now."""
-    cluster = KubeCluster(lambda: api.api_client)
-    step = AcquireSlot(
-        finder=NodeFinder(cluster, NoDns()),
-        cluster=cluster,
-        slots=budget,
-        dispatcher=wakes_to_nowhere(),
-        policy=policy(),
-        metrics=FakeMetrics(),
-        events=FakeEvents(),
-        records=records,
-    )
-    record = lifecycle_of(slot, Step.ACQUIRE_SLOT, seq=1)
-    return step(record, record.received_at + timedelta(minutes=1, seconds=5))
+    record = record_of(slot, Step.ACQUIRE_SLOT, seq=1)
+    return acquire_step(api, budget, records)(record, record.received_at + timedelta(minutes=1, seconds=5))
 
 
 def test_a_late_delivery_of_a_finished_drain_takes_no_slot_after_the_configmap_is_recreated(
@@ -93,10 +46,10 @@ def test_a_late_delivery_of_a_finished_drain_takes_no_slot_after_the_configmap_i
     add_nodes(server, 6)
     clock = FakeClock()
     blue = budget_of(core, clock, "blue")
-    slot = replace(request(0), since=START - timedelta(minutes=1))
+    slot = slot_of(0)
     drained_and_released(core, slot, clock)
     records = InMemoryRecords()
-    records.create(lifecycle_of(slot, Step.DONE, seq=9))
+    records.create(record_of(slot, Step.DONE, seq=9))
     # (before the re-creation, its mark refuses it)
     assert blue.acquire(slot).reason is SlotReason.RELEASED
     recreate_the_configmap(server)
@@ -119,10 +72,10 @@ def test_a_late_delivery_of_a_drain_still_in_progress_keeps_the_slot_after_the_c
     add_nodes(server, 6)
     clock = FakeClock()
     blue = budget_of(core, clock, "blue")
-    slot = replace(request(0), since=START - timedelta(minutes=1))
+    slot = slot_of(0)
     assert blue.acquire(slot).granted
     records = InMemoryRecords()
-    records.create(lifecycle_of(slot, Step.CORDON, seq=2))
+    records.create(record_of(slot, Step.CORDON, seq=2))
     recreate_the_configmap(server)
     clock.advance(5)
 

@@ -14,26 +14,22 @@ from datetime import datetime, timedelta
 
 from kubernetes import client
 
-from nodecycle.adapters.kube.cluster_api import KubeCluster
 from nodecycle.domain.budget import DisruptionBudget, SlotRequest
-from nodecycle.domain.drain.acquire import AcquireSlot
 from nodecycle.domain.model import LifecycleRecord, Step
-from nodecycle.domain.nodes import NodeFinder
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.budget.conftest import add_nodes
+from tests.integration.budget.recreation import PLAN, acquire_step
 from tests.integration.budget.test_configmap_recreated import budget_of, recreate_the_configmap, request
-from tests.support.fakes import FakeMetrics, InMemoryRecords
+from tests.support.fakes import InMemoryRecords
 from tests.unit.budget.fakes import START, FakeClock
-from tests.unit.drain.test_drain_steps import FakeEvents, NoDns, policy, wakes_to_nowhere
 from tests.unit.foundation.test_engine import make_record
 
 
 def waiting(slot: SlotRequest, began: datetime, since: datetime | None) -> LifecycleRecord:
     """Node ``slot.node``'s terminate lifecycle at its slot's ask, begun at ``began``, waiting in line ``since``."""
-    plan = (Step.ACQUIRE_SLOT, Step.CORDON, Step.EVICT, Step.COMPLETE, Step.CLEANUP, Step.DONE)
     assert slot.token is not None
     return make_record(
-        plan,
+        PLAN,
         Step.ACQUIRE_SLOT,
         id=slot.record_id,
         owner=slot.owner,
@@ -46,19 +42,9 @@ def waiting(slot: SlotRequest, began: datetime, since: datetime | None) -> Lifec
 
 def ask(api: client.CoreV1Api, budget: DisruptionBudget, record: LifecycleRecord, now: datetime) -> bool:
     """Run ``record``'s ask; whether it goes on to its cordon."""
-    cluster = KubeCluster(lambda: api.api_client)
     records = InMemoryRecords()
     records.create(record)
-    outcome = AcquireSlot(
-        finder=NodeFinder(cluster, NoDns()),
-        cluster=cluster,
-        slots=budget,
-        dispatcher=wakes_to_nowhere(),
-        policy=policy(),
-        metrics=FakeMetrics(),
-        events=FakeEvents(),
-        records=records,
-    )(record, now)
+    outcome = acquire_step(api, budget, records)(record, now)
     return outcome.then is None and not outcome.again
 
 

@@ -12,36 +12,20 @@ from datetime import datetime, timedelta
 
 from kubernetes import client
 
-from nodecycle.adapters.kube.cluster_api import KubeCluster
 from nodecycle.domain.budget import DisruptionBudget, SlotRequest
-from nodecycle.domain.drain.evict import Evict
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.model import Step
 from nodecycle_sandbox.kube import KubeServer
-from tests.integration.budget.conftest import add_nodes
+from tests.integration.budget.recreation import evict_step, lifecycle_of, six_nodes, slot_of
 from tests.integration.budget.test_configmap_recreated import cordon, recreate_the_configmap
-from tests.integration.budget.test_late_polls_after_recreation import budget_of, lifecycle_of, slot_of
-from tests.support.fakes import FakeMetrics, InMemoryRecords
-from tests.unit.budget.fakes import FakeClock
-from tests.unit.drain.test_drain_steps import FakeEvents, NoDns, policy, wakes_to_nowhere
 
 
 def poll(
     api: client.CoreV1Api, budget: DisruptionBudget, slot: SlotRequest, paused_at: datetime, now: datetime
 ) -> Outcome:
     """A poll of node ``slot.node``'s drain, paused for its lost slot since ``paused_at``."""
-    step = Evict(
-        cluster=KubeCluster(lambda: api.api_client),
-        slots=budget,
-        dispatcher=wakes_to_nowhere(),
-        instances=NoDns(known={slot.instance_id: "running"}),
-        policy=policy(),
-        metrics=FakeMetrics(),
-        events=FakeEvents(),
-        time_left=lambda: None,
-    )
     record = lifecycle_of(slot, Step.EVICT, seq=4).model_copy(update={"drain_paused_at": paused_at})
-    return step(record, now)
+    return evict_step(api, budget, slot)(record, now)
 
 
 def test_drains_paused_in_progress_rejoin_the_line_in_the_order_they_paused(
@@ -49,10 +33,7 @@ def test_drains_paused_in_progress_rejoin_the_line_in_the_order_they_paused(
 ) -> None:
     # Given a budget of one slot held by node 0's drain, and the drains of nodes 1 and 2 paused in progress
     # (cordoned), node 1 paused ten minutes ago, node 2 one minute ago
-    add_nodes(server, 6)
-    clock = FakeClock()
-    records = InMemoryRecords()
-    blue = budget_of(core, clock, records, total="1")
+    clock, _, blue = six_nodes(server, core, total="1")
     for i in (0, 1, 2):
         cordon(core, slot_of(i))
     first, last = clock.now() - timedelta(minutes=10), clock.now() - timedelta(minutes=1)
