@@ -5,13 +5,15 @@ anyway is a clear, retried error, never a silent loss."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from kubernetes import client
 
 from nodecycle.adapters.kube.budget import ConfigMapBudgetStore, KubeNodeInventory
+from nodecycle.adapters.kube.core_v1 import CoreV1
 from nodecycle.domain.budget import (
     BudgetDocument,
     BudgetLimits,
@@ -26,7 +28,15 @@ from nodecycle.domain.budget.rules import MAX_DOCUMENT_BYTES, MAX_WAITERS
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.policy import Quantity
 from nodecycle_sandbox.kube import KubeServer
-from tests.integration.budget.conftest import NAMESPACE, ZONES, admin_api, zone_of
+from tests.integration.budget.conftest import (
+    NAMESPACE,
+    RBAC,
+    ZONES,
+    act_as_drain,
+    admin_api,
+    core_api,
+    zone_of,
+)
 from tests.support.fakes import FakeClock, FakeMetrics
 
 NOW = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
@@ -188,16 +198,40 @@ def cluster_node(index: int) -> str:
     return f"ip-10-8-{index // 250}-{index % 250}.eu-west-1.compute.internal"
 
 
+@pytest.fixture(scope="module")
+def outage() -> Iterator[KubeServer]:
+    """A cluster of 5,000 nodes over three zones, zone eu-west-1a's NotReady (its 1,667 nodes: the zone is down),
+    as deployed (deploy/rbac.yaml, the drain role's access). Registered once for the module's tests, which only
+    read the nodes; each starts with the budget ConfigMap created again as shipped (see ``outage_core``)."""
+    with KubeServer(tls=True) as started:
+        act_as_drain(started)
+        for i in range(5000):
+            started.add_node(
+                cluster_node(i), instance_id=f"i-2{i:016x}", zone=zone_of(i), ready=zone_of(i) != ZONES[0]
+            )
+        yield started
+
+
+@pytest.fixture(params=["CoreV1Api", "CoreV1"])
+def outage_core(outage: KubeServer, request: pytest.FixtureRequest) -> Iterator[client.CoreV1Api]:
+    """The drain's client on the ``outage`` cluster, the official one or the product's (as ``core``), its budget
+    ConfigMap deleted and created again as shipped: no document of an earlier test."""
+    admin = admin_api(outage)
+    admin.delete_namespaced_config_map("nodecycle-budget", NAMESPACE)
+    outage.apply(RBAC)
+    assert admin.read_namespaced_config_map("nodecycle-budget", NAMESPACE).data is None
+    api = core_api(outage)
+    yield api if request.param == "CoreV1Api" else cast("client.CoreV1Api", CoreV1(api.api_client))
+    api.api_client.close()
+
+
 def test_stacks_counting_a_zone_outages_unavailable_nodes_keep_the_document_under_the_configmap_limit(
-    core: client.CoreV1Api, server: KubeServer
+    outage_core: client.CoreV1Api, outage: KubeServer
 ) -> None:
     # Given a cluster of 5,000 nodes over three zones, shared by two stacks that count unavailable nodes, and
     # the document of a long scale-in at its bound before anything was unavailable (a full queue, and forced
     # slots that shed waiters to stay under it), each stack holding a slot
-    for i in range(5000):
-        server.add_node(
-            cluster_node(i), instance_id=f"i-2{i:016x}", zone=zone_of(i), ready=zone_of(i) != ZONES[0]
-        )
+    core, server = outage_core, outage
     clock, metrics = FakeClock(NOW), FakeMetrics()
     stacks = {
         owner: DisruptionBudget(
@@ -237,7 +271,7 @@ def test_stacks_counting_a_zone_outages_unavailable_nodes_keep_the_document_unde
     full = queue.model_copy(update={"holders": (*held, *forced_holders(count))})
     ConfigMapBudgetStore(lambda: core, NAMESPACE).update(lambda doc: (full, None))
 
-    # When zone eu-west-1a is down (its 1,667 nodes NotReady) and each stack gives its slot back
+    # When zone eu-west-1a is down (its 1,667 nodes NotReady: see ``outage``) and each stack gives its slot back
     for holder, stack in zip(held, stacks.values(), strict=True):
         stack.release(holder.node, holder.record_id)
 
