@@ -4,7 +4,7 @@ from datetime import timedelta
 
 import pytest
 
-from nodecycle.domain.budget import BudgetLimits, DisruptionBudget
+from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, Lifecycles
 from nodecycle.domain.policy import Quantity
 from tests.unit.budget.fakes import (
     BudgetFactory,
@@ -51,6 +51,7 @@ def make_budget(
         count_unavailable: bool = False,
         ttl: timedelta = TTL,
         nodes: FakeInventory | None = None,  # a container's own node cache (default: the shared nodes)
+        lifecycles: Lifecycles | None = None,
     ) -> DisruptionBudget:
         return DisruptionBudget(
             store=store,
@@ -63,6 +64,7 @@ def make_budget(
             holder_ttl=ttl,
             count_unavailable=count_unavailable,
             owner=owner,
+            lifecycles=lifecycles,
         )
 
     return make

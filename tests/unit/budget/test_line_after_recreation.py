@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime, timedelta
 
+import pytest
+
 from nodecycle.domain.budget.rules import CREATION_MARGIN
 from tests.unit.budget.conftest import TTL
 from tests.unit.budget.fakes import START, BudgetFactory, FakeClock, MemoryBudgetStore, slot
@@ -60,26 +62,31 @@ def test_a_waiter_whose_place_expired_in_the_document_it_joins_goes_to_the_end(
     assert waiting_since(store) == [("n3", START + TTL / 2), ("n2", clock.now())]
 
 
-def test_a_lifecycle_that_began_waiting_within_the_margin_after_the_creation_joins_as_of_now(
-    make_budget: BudgetFactory, store: MemoryBudgetStore, clock: FakeClock
+@pytest.mark.parametrize(
+    ("created_at", "since"),
+    [
+        (START - timedelta(minutes=1), START - timedelta(minutes=1) + CREATION_MARGIN),
+        (None, START - timedelta(minutes=10)),
+    ],
+    ids=["began-waiting-within-the-margin-after-the-creation", "creation-untold-by-the-store"],
+)
+def test_a_waiter_whose_place_the_documents_creation_does_not_tell_joins_as_of_now(
+    make_budget: BudgetFactory,
+    store: MemoryBudgetStore,
+    clock: FakeClock,
+    created_at: datetime | None,
+    since: datetime,
 ) -> None:
-    store.created_at = START - timedelta(minutes=1)
+    # Given a document created a minute ago, or a store that does not tell when it was created, its one slot taken
+    if created_at is None:
+        assert store.created_at is None
+    else:
+        store.created_at = created_at
     blue = make_budget(total="1", per_zone=None)
     assert blue.acquire(slot("n1")).granted
 
-    since = store.created_at + CREATION_MARGIN
+    # When n2 asks, waiting since within the margin after the creation (or since ten minutes before, untold)
     assert not blue.acquire(replace(slot("n2"), waiting_since=since)).granted
 
-    assert waiting_since(store) == [("n2", clock.now())]
-
-
-def test_a_store_that_does_not_tell_when_the_document_was_created_keeps_the_line_as_asked(
-    make_budget: BudgetFactory, store: MemoryBudgetStore, clock: FakeClock
-) -> None:
-    assert store.created_at is None
-    blue = make_budget(total="1", per_zone=None)
-    assert blue.acquire(slot("n1")).granted
-
-    assert not blue.acquire(replace(slot("n2"), waiting_since=START - timedelta(minutes=10))).granted
-
+    # Then it joins the line as of now: the line stays as asked
     assert waiting_since(store) == [("n2", clock.now())]

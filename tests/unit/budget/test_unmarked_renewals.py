@@ -9,10 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
-from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotReason, SlotRequest
-from nodecycle.domain.policy import Quantity
+from nodecycle.domain.budget import SlotReason, SlotRequest
 from tests.unit.budget.conftest import TTL
-from tests.unit.budget.fakes import START, FakeClock, FakeInventory, MemoryBudgetStore, RecordingMetrics, slot
+from tests.unit.budget.fakes import START, BudgetFactory, FakeClock, MemoryBudgetStore, slot
 
 
 @dataclass
@@ -25,22 +24,6 @@ class Records:
     def gave_back(self, request: SlotRequest) -> bool:
         self.asked.append(request.record_id)
         return request.record_id in self.over
-
-
-def budget(
-    store: MemoryBudgetStore, clock: FakeClock, records: Records | None, total: str = "1"
-) -> DisruptionBudget:
-    return DisruptionBudget(
-        store=store,
-        nodes=FakeInventory(),
-        clock=clock,
-        metrics=RecordingMetrics(),
-        limits=BudgetLimits(Quantity.parse(total), None),
-        holder_ttl=TTL,
-        count_unavailable=False,
-        owner="blue",
-        lifecycles=records,
-    )
 
 
 BEGAN = START - timedelta(minutes=1)
@@ -56,11 +39,13 @@ def recreated(store: MemoryBudgetStore) -> None:
     store.reinstall(at=START)
 
 
-def test_a_late_renewal_of_a_lifecycle_over_gives_the_slot_back_and_wakes_the_waiter_it_passes_to() -> None:
+def test_a_late_renewal_of_a_lifecycle_over_gives_the_slot_back_and_wakes_the_waiter_it_passes_to(
+    make_budget: BudgetFactory, store: MemoryBudgetStore, clock: FakeClock
+) -> None:
     # Given the ConfigMap created again, a budget of one slot held by n3, and n2 waiting for it
-    store, clock, records = MemoryBudgetStore(), FakeClock(), Records(over={"rec-n1"})
+    records = Records(over={"rec-n1"})
     recreated(store)
-    blue = budget(store, clock, records)
+    blue = make_budget(total="1", per_zone=None, lifecycles=records)
     assert blue.acquire(slot("n3")).granted
     assert not blue.acquire(slot("n2")).granted
     clock.advance(TTL.total_seconds() * 2 / 3)
@@ -78,11 +63,13 @@ def test_a_late_renewal_of_a_lifecycle_over_gives_the_slot_back_and_wakes_the_wa
     assert blue.renew(began(slot("n1"))).reason is SlotReason.RELEASED
 
 
-def test_a_renewal_of_a_drain_still_running_keeps_the_slot_it_takes_again() -> None:
+def test_a_renewal_of_a_drain_still_running_keeps_the_slot_it_takes_again(
+    make_budget: BudgetFactory, store: MemoryBudgetStore, clock: FakeClock
+) -> None:
     # Given the ConfigMap created again, and n1's drain running (its record before its cleanup)
-    store, clock, records = MemoryBudgetStore(), FakeClock(), Records()
+    records = Records()
     recreated(store)
-    blue = budget(store, clock, records)
+    blue = make_budget(total="1", per_zone=None, lifecycles=records)
 
     # When its renewal takes the slot again
     renewed = blue.renew(began(slot("n1")))
@@ -96,11 +83,13 @@ def test_a_renewal_of_a_drain_still_running_keeps_the_slot_it_takes_again() -> N
     assert records.asked == ["rec-n1"]
 
 
-def test_a_renewal_the_document_vouches_for_reads_no_record() -> None:
+def test_a_renewal_the_document_vouches_for_reads_no_record(
+    make_budget: BudgetFactory, store: MemoryBudgetStore, clock: FakeClock
+) -> None:
     # Given a lifecycle that began after the ConfigMap was created (past the margin)
-    store, clock, records = MemoryBudgetStore(), FakeClock(), Records(over={"rec-n1"})
+    records = Records(over={"rec-n1"})
     store.created_at = BEGAN - timedelta(minutes=5)
-    blue = budget(store, clock, records)
+    blue = make_budget(total="1", per_zone=None, lifecycles=records)
 
     # When its renewal takes a slot
     renewed = blue.renew(began(slot("n1")))
@@ -110,20 +99,23 @@ def test_a_renewal_the_document_vouches_for_reads_no_record() -> None:
     assert records.asked == []
 
 
-def test_a_first_ask_is_left_to_its_step_which_reads_the_record_itself() -> None:
-    store, clock, records = MemoryBudgetStore(), FakeClock(), Records(over={"rec-n1"})
+def test_a_first_ask_is_left_to_its_step_which_reads_the_record_itself(
+    make_budget: BudgetFactory, store: MemoryBudgetStore, clock: FakeClock
+) -> None:
+    records = Records(over={"rec-n1"})
     recreated(store)
 
-    asked = budget(store, clock, records).acquire(began(slot("n1")))
+    asked = make_budget(total="1", per_zone=None, lifecycles=records).acquire(began(slot("n1")))
 
     assert (asked.granted, asked.unmarked) == (True, True)
     assert records.asked == []
 
 
-def test_without_the_records_a_renewal_takes_the_slot_as_before() -> None:
-    store, clock = MemoryBudgetStore(), FakeClock()
+def test_without_the_records_a_renewal_takes_the_slot_as_before(
+    make_budget: BudgetFactory, store: MemoryBudgetStore, clock: FakeClock
+) -> None:
     recreated(store)
 
-    renewed = budget(store, clock, None).renew(began(slot("n1")))
+    renewed = make_budget(total="1", per_zone=None).renew(began(slot("n1")))
 
     assert (renewed.granted, renewed.reason, renewed.unmarked) == (True, SlotReason.REACQUIRED, True)
