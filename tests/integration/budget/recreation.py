@@ -6,7 +6,8 @@ and records of its nodes' terminate lifecycles, begun before either ConfigMap wa
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 from kubernetes import client
 
@@ -53,8 +54,9 @@ def slot_of(i: int) -> SlotRequest:
     return replace(request(i), since=BEGAN)
 
 
-def record_of(slot: SlotRequest, step: Step, seq: int) -> LifecycleRecord:
-    """Node ``slot.node``'s terminate lifecycle, received at BEGAN, its record at ``step`` under ``seq``."""
+def record_of(slot: SlotRequest, step: Step, seq: int = 0, received_at: datetime = BEGAN) -> LifecycleRecord:
+    """Node ``slot.node``'s terminate lifecycle, received at ``received_at``, its record at ``step`` under
+    ``seq``."""
     assert slot.token is not None
     return make_record(
         PLAN,
@@ -63,7 +65,7 @@ def record_of(slot: SlotRequest, step: Step, seq: int) -> LifecycleRecord:
         owner=slot.owner,
         instance_id=slot.instance_id,
         token=slot.token,
-        received_at=BEGAN,
+        received_at=received_at,
         seq=seq,
     )
 
@@ -101,6 +103,15 @@ def claimed_and_released(api: client.CoreV1Api, budget: DisruptionBudget, slot: 
     cluster.release_node(node)
 
 
+def in_progress(
+    api: client.CoreV1Api, budget: DisruptionBudget, records: InMemoryRecords, slot: SlotRequest
+) -> None:
+    """Node ``slot.node``'s drain in progress: its slot held, its node claimed, its record at its eviction."""
+    assert budget.acquire(slot).granted
+    cordon(api, slot)
+    records.create(lifecycle_of(slot, Step.EVICT, seq=3))
+
+
 def drained_and_released(api: client.CoreV1Api, slot: SlotRequest, clock: FakeClock) -> None:
     """Node ``slot.node``'s drain, from its slot to its cleanup: cordoned and annotated, then its annotations
     cleared (the node of a terminating instance stays cordoned) and its slot given back by its lifecycle."""
@@ -109,36 +120,31 @@ def drained_and_released(api: client.CoreV1Api, slot: SlotRequest, clock: FakeCl
     assert budget.release(slot.node, slot.record_id, slot.token) == []
 
 
+def wired(api: client.CoreV1Api, budget: DisruptionBudget) -> dict[str, Any]:
+    """The ports a drain step is built with, as the drain function wires them: the product's adapter on the
+    sandbox API server, ``budget`` for its slots, nothing woken, the settings' defaults."""
+    cluster = KubeCluster(lambda: api.api_client)
+    return {
+        "finder": NodeFinder(cluster, NoDns()),
+        "cluster": cluster,
+        "slots": budget,
+        "dispatcher": wakes_to_nowhere(),
+        "policy": policy(),
+        "metrics": FakeMetrics(),
+        "events": FakeEvents(),
+    }
+
+
 def acquire_step(api: client.CoreV1Api, budget: DisruptionBudget, records: InMemoryRecords) -> AcquireSlot:
     """The ACQUIRE_SLOT step, wired as the drain function wires it."""
-    cluster = KubeCluster(lambda: api.api_client)
-    return AcquireSlot(
-        finder=NodeFinder(cluster, NoDns()),
-        cluster=cluster,
-        slots=budget,
-        dispatcher=wakes_to_nowhere(),
-        policy=policy(),
-        metrics=FakeMetrics(),
-        events=FakeEvents(),
-        records=records,
-    )
+    return AcquireSlot(**wired(api, budget), records=records)
 
 
 def cordon_step(
     api: client.CoreV1Api, budget: DisruptionBudget, lifecycles: Lifecycles | None = None
 ) -> Cordon:
     """The CORDON step, wired as the drain function wires it (with ``lifecycles``, it reads the records)."""
-    cluster = KubeCluster(lambda: api.api_client)
-    return Cordon(
-        finder=NodeFinder(cluster, NoDns()),
-        cluster=cluster,
-        slots=budget,
-        dispatcher=wakes_to_nowhere(),
-        policy=policy(),
-        metrics=FakeMetrics(),
-        events=FakeEvents(),
-        lifecycles=lifecycles,
-    )
+    return Cordon(**wired(api, budget), lifecycles=lifecycles)
 
 
 def evict_step(

@@ -24,8 +24,15 @@ from nodecycle.domain.model import Step
 from nodecycle.domain.ports.cluster import Refused
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.budget.conftest import NAMESPACE, RBAC, add_nodes, admin_api
-from tests.integration.budget.recreation import budget_of, evict_step, lifecycle_of, six_nodes, slot_of
-from tests.integration.budget.test_configmap_recreated import cordon, request
+from tests.integration.budget.recreation import (
+    budget_of,
+    evict_step,
+    in_progress,
+    lifecycle_of,
+    six_nodes,
+    slot_of,
+)
+from tests.integration.budget.test_configmap_recreated import request
 from tests.support.fakes import InMemoryRecords
 from tests.unit.budget.fakes import FakeClock
 from tests.unit.drain.test_drain_steps import policy
@@ -42,9 +49,7 @@ def test_a_drain_polling_while_the_configmap_is_deleted_waits_a_poll_and_goes_on
     # Given node 0's drain in progress (slot held, node claimed), and the ConfigMap deleted
     clock, records, blue = six_nodes(server, core)
     slot = slot_of(0)
-    assert blue.acquire(slot).granted
-    cordon(core, slot)
-    records.create(lifecycle_of(slot, Step.EVICT, seq=3))
+    in_progress(core, blue, records, slot)
     admin_api(server).delete_namespaced_config_map("nodecycle-budget", NAMESPACE)
 
     # When it polls

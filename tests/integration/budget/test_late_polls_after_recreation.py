@@ -26,11 +26,12 @@ from tests.integration.budget.recreation import (
     budget_of,
     drained_and_released,
     evict_step,
+    in_progress,
     lifecycle_of,
     six_nodes,
     slot_of,
 )
-from tests.integration.budget.test_configmap_recreated import TTL, cordon, recreate_the_configmap
+from tests.integration.budget.test_configmap_recreated import TTL, recreate_the_configmap
 
 __all__ = ["BEGAN", "budget_of", "lifecycle_of", "slot_of"]  # (imported from here by other tests)
 
@@ -66,9 +67,7 @@ def test_a_poll_of_a_drain_still_running_keeps_the_slot_it_takes_again_after_the
     # again and seeded by node 1's ask, then node 0's polls late past the seeded holder's TTL (a slow API server)
     clock, records, blue = six_nodes(server, core)
     slot = slot_of(0)
-    assert blue.acquire(slot).granted
-    cordon(core, slot)
-    records.create(lifecycle_of(slot, Step.EVICT, seq=3))
+    in_progress(core, blue, records, slot)
     recreate_the_configmap(server)
     clock.advance(5)
     assert blue.acquire(slot_of(1)).granted

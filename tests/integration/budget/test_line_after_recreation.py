@@ -18,25 +18,16 @@ from nodecycle.domain.budget import DisruptionBudget, SlotRequest
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.budget.conftest import add_nodes
-from tests.integration.budget.recreation import PLAN, acquire_step
+from tests.integration.budget.recreation import acquire_step, record_of
 from tests.integration.budget.test_configmap_recreated import budget_of, recreate_the_configmap, request
 from tests.support.fakes import InMemoryRecords
 from tests.unit.budget.fakes import START, FakeClock
-from tests.unit.foundation.test_engine import make_record
 
 
 def waiting(slot: SlotRequest, began: datetime, since: datetime | None) -> LifecycleRecord:
     """Node ``slot.node``'s terminate lifecycle at its slot's ask, begun at ``began``, waiting in line ``since``."""
-    assert slot.token is not None
-    return make_record(
-        PLAN,
-        Step.ACQUIRE_SLOT,
-        id=slot.record_id,
-        owner=slot.owner,
-        instance_id=slot.instance_id,
-        token=slot.token,
-        received_at=began,
-        slot_waiting_since=since,
+    return record_of(slot, Step.ACQUIRE_SLOT, received_at=began).model_copy(
+        update={"slot_waiting_since": since}
     )
 
 
