@@ -33,7 +33,7 @@ KUBE_KINDS = (
 )
 # Refusals: the request was understood and judged, and the answer is no (for a while), not "try again".
 KUBE_REFUSAL_KINDS = ("kube-webhook-down", "kube-webhook-deny", "kube-forbidden")
-AWS_KINDS = ("aws-throttle", "aws-error")
+AWS_KINDS = ("aws-throttle", "aws-error", "aws-lost-answer")
 AWS_REFUSAL_KINDS = ("aws-denied",)
 SQS_KINDS = ("sqs-duplicate", "sqs-delay", "sqs-reorder", "sqs-drop")
 EVENT_KINDS = ("event-duplicate", "event-delay")

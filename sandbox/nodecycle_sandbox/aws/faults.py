@@ -5,12 +5,16 @@
   JSON); EKS ``ThrottlingException`` (429, REST JSON);
 - ``aws-error``: the service's 5xx (``InternalFailure``, ``InternalError``, ``InternalServerError``,
   ``ServerException``).
+- ``aws-lost-answer``: the call is served (it landed: an address allocated, an action completed, an item
+  written), then its answer is lost on the way back, which the caller sees as the service's 5xx; botocore sends
+  it again, and the retry meets what the first attempt did (``No active Lifecycle Action found``,
+  ``InvalidAllocationID.NotFound``, a conditional write that fails on the first one's item).
 - ``aws-denied``: the call is refused as a service control policy or a permissions boundary changed for a
   while refuses it: ``AccessDenied`` (403; DynamoDB ``AccessDeniedException`` 400, EKS 403), EC2
   ``UnauthorizedOperation`` (403, with its encoded authorization failure message), each with the sentence
   ``iam/enforce.py`` writes for the caller's role, "with an explicit deny in a service control policy".
 
-Nothing is done for a request that gets a fault: AWS refused it. A WSGI middleware in front of moto
+Nothing is done for a request that gets a fault but a lost answer: AWS refused it. A WSGI middleware in front of moto
 (``server.py``) asks :meth:`AwsFaults.decide`; only the callers given when arming (the functions' access
 keys) are eligible, and of their requests not those of the runner's event source mappings (which poll with
 the function's key and say so in their User-Agent): the runner's pollers and the operator's calls are never
@@ -63,8 +67,9 @@ class AwsFaults(Injector):
         self._callers = None if callers is None else frozenset(callers)
         self.arm(faults, seed)
 
-    def decide(self, environ: dict[str, Any]) -> tuple[int, list[tuple[str, str]], bytes] | None:
-        """The error response to send instead of serving the request, or None."""
+    def decide(self, environ: dict[str, Any]) -> tuple[int, list[tuple[str, str]], bytes, bool] | None:
+        """The error response to send instead of the request's answer, and whether the request is served first
+        (a lost answer), or None."""
         if not self.armed:
             return None
         found = _CREDENTIAL.search(environ.get("HTTP_AUTHORIZATION", ""))
@@ -85,10 +90,11 @@ class AwsFaults(Injector):
         protocol, throttle, throttle_status, error, error_status = _ERRORS[service]
         if fault.kind == "aws-denied":
             code, status = _DENIED.get(service, ("AccessDenied", 403))
-            return _response(protocol, service, code, status, _denial(caller, service, operation))
+            return *_response(protocol, service, code, status, _denial(caller, service, operation)), False
         if fault.kind == "aws-throttle":
-            return _response(protocol, service, throttle, throttle_status, "Rate exceeded")
-        return _response(protocol, service, error, error_status, "We encountered an internal error.")
+            return *_response(protocol, service, throttle, throttle_status, "Rate exceeded"), False
+        failed = _response(protocol, service, error, error_status, "We encountered an internal error.")
+        return *failed, fault.kind == "aws-lost-answer"
 
 
 def _denial(caller: str, service: str, operation: str) -> str:
@@ -195,7 +201,17 @@ def middleware(app: WsgiApp, faults: AwsFaults = FAULTS) -> WsgiApp:
         refused = faults.decide(environ)
         if refused is None:
             return app(environ, start_response)
-        status, headers, body = refused
+        status, headers, body, served = refused
+        if served:
+            # (the request lands, its answer is dropped: read to the end, so that the call is done)
+            answer = app(environ, lambda *_: lambda _data: None)
+            try:
+                for _ in answer:
+                    pass
+            finally:
+                close = getattr(answer, "close", None)
+                if close is not None:
+                    close()
         start_response(f"{status} {_REASONS.get(status, 'Error')}", headers)
         return [body]
 

@@ -170,3 +170,42 @@ def test_a_denied_call_is_refused_with_each_services_own_access_error(
     assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == status
     assert "with an explicit deny in a service control policy" in refused.value.response["Error"]["Message"]
     assert FAULTS.counts() == {"aws-denied": 1}
+
+
+def test_a_lost_answer_is_a_5xx_for_a_call_that_landed_and_botocores_retry_meets_what_it_did(
+    endpoint: str,
+) -> None:
+    # Given the answer of the function's first ReleaseAddress lost on the way back (EC2 released the address)
+    ec2 = _client(endpoint, "ec2", config=Config(retries={"total_max_attempts": 2, "mode": "standard"}))
+    allocation = ec2.allocate_address(Domain="vpc")["AllocationId"]
+    FAULTS.arm_for(
+        [Fault("l", "aws-lost-answer", target="ec2.ReleaseAddress", limit=1)], seed=1, callers=[FUNCTION_KEY]
+    )
+
+    # When the function releases it, botocore sending the call again after the 5xx
+    with pytest.raises(ClientError) as retried:
+        ec2.release_address(AllocationId=allocation)
+
+    # Then the retry is told the address is gone (the first attempt released it), as EC2 tells it
+    assert retried.value.response["Error"]["Code"] == "InvalidAllocationID.NotFound"
+    assert retried.value.response["ResponseMetadata"]["RetryAttempts"] == 1
+    assert FAULTS.counts() == {"aws-lost-answer": 1}
+    FAULTS.disarm()
+    assert allocation not in [a["AllocationId"] for a in ec2.describe_addresses()["Addresses"]]
+
+
+def test_a_lost_answer_without_a_retry_is_the_services_5xx_though_the_call_landed(endpoint: str) -> None:
+    # Given the answer of a queue's SendMessage lost, and no retry
+    sqs = _client(endpoint, "sqs", key=OTHER_KEY)
+    url = sqs.create_queue(QueueName="lost-answers")["QueueUrl"]
+    FAULTS.arm_for([Fault("l", "aws-lost-answer", target="sqs.SendMessage")], seed=1, callers=[FUNCTION_KEY])
+
+    # When the function sends a message, Then it reads the service's 5xx
+    with pytest.raises(ClientError) as failed:
+        _client(endpoint, "sqs").send_message(QueueUrl=url, MessageBody="sent")
+    assert failed.value.response["ResponseMetadata"]["HTTPStatusCode"] == 500
+
+    # and the message was queued all the same
+    FAULTS.disarm()
+    got = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=0)
+    assert [m["Body"] for m in got.get("Messages", [])] == ["sent"]
