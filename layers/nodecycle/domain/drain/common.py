@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from nodecycle.domain.budget import SlotRequest
 from nodecycle.domain.engine import Dispatcher, Outcome
-from nodecycle.domain.errors import TransientError
+from nodecycle.domain.errors import AccessRefused, TransientError
 from nodecycle.domain.flow import settle_step
 from nodecycle.domain.model import (
     ADOPTED,
@@ -21,6 +21,7 @@ from nodecycle.domain.model import (
 )
 from nodecycle.domain.policy import DrainPolicy
 from nodecycle.domain.ports.cluster import Cluster, Events, NodeInfo
+from nodecycle.domain.ports.instances import Instances, up
 from nodecycle.domain.ports.runtime import Metrics
 
 log = logging.getLogger(__name__)
@@ -187,6 +188,27 @@ def _the_instances(node: NodeInfo | None, record: LifecycleRecord) -> NodeInfo |
         )
         return None
     return node
+
+
+def _instance_down(instances: Instances, record: LifecycleRecord) -> str | None:
+    """The state of the record's instance when EC2 says it is down (``gone``: EC2 no longer knows it); None while
+    it is up, and when EC2 does not answer: throttled, or refused (ec2:DescribeInstances denied by a service
+    control policy or a permissions boundary). A drain asks only to end sooner (a stopped instance's kubelet is
+    gone, and its pods would stay Terminating); unanswered, it goes on as for an instance that runs, its pods
+    asked to leave and waited for within its timeout policy, rather than its poll failed at every try: into the
+    dead-letter queue once the engine's refused tries are over, or past the drain's timeout while throttled."""
+    try:
+        state = instances.states([record.instance_id]).get(record.instance_id)
+    except TransientError as error:
+        level = logging.ERROR if isinstance(error, AccessRefused) else logging.WARNING
+        log.log(
+            level,
+            "the state of instance %s is not known (%s): drained as one that runs",
+            record.instance_id,
+            error,
+        )
+        return None
+    return None if up(state) else state or "gone"
 
 
 def _set_on_node(noted: Mapping[str, object]) -> dict[str, bool]:

@@ -14,6 +14,7 @@ from nodecycle.domain.drain import pods as podfilter
 from nodecycle.domain.drain.common import (
     STUCK_AFTER,
     _deadline_cap,
+    _instance_down,
     _known,
     _node_as_seen,
     _precedence,
@@ -41,7 +42,7 @@ from nodecycle.domain.ports.cluster import (
     PodInfo,
     Refused,
 )
-from nodecycle.domain.ports.instances import Instances, up
+from nodecycle.domain.ports.instances import Instances
 from nodecycle.domain.ports.runtime import Metrics
 
 log = logging.getLogger(__name__)
@@ -273,13 +274,13 @@ class Evict:
             # is gone with it: its pods would stay Terminating, and this slot held, until the node controller
             # marks the node NotReady, most of a minute later. EC2 says at once. (A paused drain's slot comes
             # back by its own renewal, REACQUIRED, or passed on by another's release: then HELD.)
-            state = self._instances.states([record.instance_id]).get(record.instance_id)
-            if not up(state):
+            down = _instance_down(self._instances, record)
+            if down is not None:
                 log.warning(
                     "instance %s of node %s is %s: nothing left to drain there",
                     record.instance_id,
                     node,
-                    state or "gone",
+                    down,
                 )
                 return Outcome.goto(settle_step(record), outcome="instance-down")
         changes: dict[str, Any] = {}
@@ -504,13 +505,13 @@ class Evict:
         # The usual way a node object goes is its instance's termination (the cloud controller deletes it):
         # then no kubelet will stop these pods, an eviction asks nothing of a gone instance, and waiting for
         # their grace only holds the slot. EC2 says so at once (one call, only while pods are bound).
-        state = self._instances.states([record.instance_id]).get(record.instance_id)
-        if not up(state):
+        down = _instance_down(self._instances, record)
+        if down is not None:
             log.warning(
                 "node %s of %s is gone, its instance %s: nothing left to drain there",
                 node,
                 record.instance_id,
-                state or "gone",
+                down,
             )
             return Outcome.goto(settle_step(record), outcome="instance-down")
         log.warning(
