@@ -67,6 +67,16 @@ RELEASE_FAILING = "release_failing"
 # turn; a webhook whose pods are gone): the release is then refused as a webhook's refusal is, and the slot given
 # back (see Cleanup.__call__)
 RELEASE_FAILING_FOR = timedelta(seconds=10)
+# record.extra keys: since when a watch after the release fails (its PATCH of the node conflicts or fails as the
+# API server's failure, or one of its looks is not answered), and that it was told
+WATCH_FAILING = "watch_failing"
+WATCH_FAILING_TOLD = "watch_failing_told"
+# A watch that keeps failing is tried again at once only for RELEASE_FAILING_FOR (a concurrent writer, a blip), then
+# at its own pace, told: no slot is held any more, but tried at once for as long as a conflict storm or a webhook
+# that is down lasts, it would be a hot loop of API calls and log lines for hours. Failing this long, the watch
+# ends as a refused release does: told, the cordon it kept left to an operator.
+WATCH_FAILING_LIMIT = timedelta(hours=1)
+CONFLICT = "the node changed between its read and the PATCH (HTTP 409 Conflict)"
 
 
 class _ReleaseFailed(Exception):
@@ -81,7 +91,11 @@ def _watching(record: LifecycleRecord, key: str, now: datetime) -> tuple[datetim
     """When a watch after the cleanup began (its record.extra ``key``; now for its first look), and the
     changes that keep it going."""
     since = datetime.fromisoformat(str(record.extra.get(key) or now.isoformat()))
-    return since, {"extra": {**record.extra, key: since.isoformat()}}
+    # (a look that got this far is answered: a failure after it counts afresh)
+    kept = {
+        name: value for name, value in record.extra.items() if name not in (WATCH_FAILING, WATCH_FAILING_TOLD)
+    }
+    return since, {"extra": {**kept, key: since.isoformat()}}
 
 
 class Cleanup:
@@ -119,9 +133,10 @@ class Cleanup:
         if record.node is None:
             return Outcome.next()
         if record.extra.get(POOL_WATCH):
-            return self._lift_when_safe(record, now)
+            return self._watch(self._lift_when_safe, record, now, POOL_WATCH, POOL_IDLE_POLL_SECONDS)
         if record.extra.get(MAINTENANCE_WATCH):
-            return self._lift_after_maintenance(record, now)
+            pace = self._maintenance_poll_seconds
+            return self._watch(self._lift_after_maintenance, record, now, MAINTENANCE_WATCH, pace)
         # (its metadata only, when it is the node the drain's last poll read whole: its annotations are what count)
         node, _ = _node_as_seen(self._cluster, record, record.node)
         into_pool = record.transition.has_hook and record.destination == WARM_POOL
@@ -140,7 +155,7 @@ class Cleanup:
                 log.warning("release of node %s failed: %s", node.name, failed.error)
                 released, failure, retry_after = None, str(failed.error), failed.error.retry_after
             if released is Claim.CONFLICT:
-                failure = "the node changed between its read and the PATCH (HTTP 409 Conflict)"
+                failure = CONFLICT
             if failure is not None:
                 # Read again and released again at once (no sooner than a Retry-After). Not for ever: the slot is
                 # given back only after the release, and a failure that goes on (a conflict storm, a webhook that
@@ -161,10 +176,57 @@ class Cleanup:
         # (told even when the node is gone already: its events are read by its name and uid)
         self._settled(record, node.uid if node is not None else record.node_uid)
         if into_pool:
-            return self._lift_when_safe(watched, now)
+            return self._watch(self._lift_when_safe, watched, now, POOL_WATCH, POOL_IDLE_POLL_SECONDS)
         if maintained:
-            return self._lift_after_maintenance(watched, now)
+            pace = self._maintenance_poll_seconds
+            return self._watch(self._lift_after_maintenance, watched, now, MAINTENANCE_WATCH, pace)
         return Outcome.next()
+
+    def _watch(
+        self,
+        look: Callable[[LifecycleRecord, datetime], Outcome],
+        record: LifecycleRecord,
+        now: datetime,
+        key: str,
+        pace: float,
+    ) -> Outcome:
+        """One look of the watch ``key`` (record.extra: since when it watches), whose failure is the watch's, not
+        the step's: a PATCH of the node that conflicts (409) or that the API server fails (a webhook that is down,
+        5xx, 429), a read of the node, Auto Scaling or EC2 not answered or refused. Tried again at once (no sooner
+        than a Retry-After) for RELEASE_FAILING_FOR, then at ``pace`` (the watch's own, told once: a Warning event
+        and the alarm), and ended at WATCH_FAILING_LIMIT as a refused release is (told; the cordon it kept left to
+        an operator). Raised, each failure went to the engine's retries (unbounded, or into the dead-letter queue
+        for a refusal), and a conflict was tried again every second, for as long as it lasted."""
+        try:
+            return look(record, now)
+        except (TransientError, Refused) as error:
+            failure, retry_after = str(error), getattr(error, "retry_after", None)
+        log.warning("watch %s of node %s failed: %s", key, record.node, failure)
+        extra = {**record.extra, key: record.extra.get(key) or now.isoformat()}
+        since = extra.get(WATCH_FAILING)
+        if since is None or now - datetime.fromisoformat(str(since)) < RELEASE_FAILING_FOR:
+            extra[WATCH_FAILING] = since or now.isoformat()
+            return Outcome.wait(max(1.0, retry_after_wait(retry_after)), extra=extra)
+        failing_since = datetime.fromisoformat(str(since))
+        why = f"{failure}, at every try since {since}"
+        node, uid = _known(record.node, "node"), record.node_uid
+        if now - failing_since >= WATCH_FAILING_LIMIT:
+            self._told_refused_named(node, uid, record, why)
+            return Outcome.next()
+        if not extra.get(WATCH_FAILING_TOLD):
+            log.error("the cordon nodecycle kept on node %s cannot be lifted yet: %s", node, why)
+            self._metrics.count("EvictionErrors")  # the alarm: an operator must look
+            self._events.on_node(
+                node,
+                uid,
+                "ReleaseFailing",
+                f"nodecycle ({record.owner}) cannot look at or lift the cordon it kept on the node after the "
+                f"lifecycle of {record.instance_id}: {why}; tried again every {pace:.0f} s until "
+                f"{failing_since + WATCH_FAILING_LIMIT:%H:%M:%S}Z, then left to an operator",
+                warning=True,
+            )
+            extra[WATCH_FAILING_TOLD] = True
+        return Outcome.wait(max(pace, retry_after_wait(retry_after)), extra=extra)
 
     def _patched(
         self, node: NodeInfo, record: LifecycleRecord, patch: Callable[[], Claim | None]
@@ -190,11 +252,14 @@ class Cleanup:
 
     def _told_refused(self, node: NodeInfo, record: LifecycleRecord, why: str) -> None:
         """A release of the node the API server refuses, told (see ``_patched``)."""
-        log.error("release of node %s refused: %s", node.name, why)
+        self._told_refused_named(node.name, node.uid, record, why)
+
+    def _told_refused_named(self, node: str, uid: str | None, record: LifecycleRecord, why: str) -> None:
+        log.error("release of node %s refused: %s", node, why)
         self._metrics.count("EvictionErrors")  # the alarm: an operator must look
         self._events.on_node(
-            node.name,
-            node.uid,
+            node,
+            uid,
             "ReleaseRefused",
             f"nodecycle ({record.owner}) could not clear its annotations of the lifecycle of "
             f"{record.instance_id}, nor lift what it set on the node: refused by the API server: {why}",
@@ -251,8 +316,9 @@ class Cleanup:
             )
             return Outcome.next()
         if not node.ready or not state.startswith("Warmed:"):
-            lifted = self._lift_set(node, record)
-            return Outcome.wait(1, **watching) if lifted is Claim.CONFLICT else Outcome.next()
+            if self._lift_set(node, record) is Claim.CONFLICT:
+                raise TransientError(CONFLICT)  # (the watch's failure: see _watch)
+            return Outcome.next()
         if now - since < timedelta(seconds=POOL_WATCH_SECONDS):
             return Outcome.wait(POOL_POLL_SECONDS, **watching)
         if not record.extra.get(POOL_IDLE):
@@ -295,14 +361,14 @@ class Cleanup:
         in_group = self._autoscaling.lifecycle_state(instance) if record.group else "InService"
         if not up(state) or in_group is None or in_group.startswith(NOT_COMING_BACK_STATES):
             why = f"instance {instance} is not coming back ({state or 'gone'}, {in_group})"
-            return self._kept(node, record, why, watching)
+            return self._kept(node, record, why)
         ahead = [
             event for event in self._instances.scheduled_events(instance) if _may_come(event, record, now)
         ]
         if not ahead and state == "running" and in_group == "InService" and node.ready:
             lifted = self._lift_set(node, record)
             if lifted is Claim.CONFLICT:
-                return Outcome.wait(1, **watching)
+                raise TransientError(CONFLICT)  # (the watch's failure: see _watch)
             if lifted is None:
                 return Outcome.next()  # refused: told, the cordon stays
             log.info(
@@ -322,7 +388,6 @@ class Cleanup:
                 record,
                 f"instance {instance} is not back in service with its node Ready ({state}, {in_group}, node "
                 f"{'Ready' if node.ready else 'NotReady'}) {MAINTENANCE_WATCH_LIMIT} after its maintenance",
-                watching,
                 warning=True,
             )
         # before the window: asleep until it opens; in it or after it, a look every 12 drain polls
@@ -335,14 +400,13 @@ class Cleanup:
         node: NodeInfo,
         record: LifecycleRecord,
         why: str,
-        watching: dict[str, Any],
         *,
         warning: bool = False,
     ) -> Outcome:
         """The watch after a maintenance ends with the cordon kept: its mark goes (nothing on the node is this
         lifecycle's to lift any more), and the node tells why."""
         if self._patched(node, record, lambda: self._cluster.release_node(node)) is Claim.CONFLICT:
-            return Outcome.wait(1, **watching)
+            raise TransientError(CONFLICT)  # (the watch's failure: see _watch)
         log.log(logging.WARNING if warning else logging.INFO, "node %s stays cordoned: %s", node.name, why)
         self._events.on_node(
             node.name,
