@@ -447,8 +447,11 @@ class Cleanup:
             return None
         back = self._coming_back(record)
         if not (ours or back):
-            # freed already, and the cordon stays (the node is not coming back): only the stop's mark goes
-            return self._release_patch(node)
+            # Freed already (by the stop of its instance, or by this very cleanup before: a duplicate), and the node
+            # is not coming back: it is as this cleanup leaves it, cordoned and marked released for this lifecycle.
+            # The mark stays: it keeps the lingering node out of a percent limit's nodes (see below), and a
+            # duplicate is harmless (invariant 6).
+            return None
         if back:
             log.warning(
                 "instance %s is still in service though its action is gone: node %s is uncordoned",
