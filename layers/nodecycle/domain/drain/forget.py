@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from nodecycle.domain.engine import Dispatcher, Outcome
+from nodecycle.domain.errors import AccessRefused
 from nodecycle.domain.model import (
     LifecycleRecord,
 )
@@ -47,7 +48,21 @@ class ForgetNode:
         # Intake confirmed the instance down, but this step may run much later (a redelivery, a resume, a
         # dead-letter redrive): an instance up again since (back from its warm pool) may be in a newer
         # lifecycle, whose slot and annotations are not this one's to free
-        state = self._instances.states([record.instance_id]).get(record.instance_id)
+        try:
+            state = self._instances.states([record.instance_id]).get(record.instance_id)
+        except AccessRefused as refused:
+            # (ec2:DescribeInstances denied by a service control policy or a permissions boundary): whether the
+            # instance is up again cannot be told, so nothing is freed, as for one up again. What this step frees
+            # sooner is freed all the same by the drain's own cleanup (its slot, its annotations), its slot's
+            # expiry, or the sweeper; raised, the refusal would fail the message into the dead-letter queue after
+            # the engine's refused tries, with nothing freed either.
+            log.error(
+                "the state of instance %s is refused (%s): nothing of it is freed; its drain's cleanup and the "
+                "sweeper free it",
+                record.instance_id,
+                refused,
+            )
+            return Outcome.next(outcome="instance-state-refused")
         if up(state):
             log.info(
                 "instance %s is %s again since it went down at %s: nothing of it is freed (a late message)",

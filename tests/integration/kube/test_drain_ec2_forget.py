@@ -1,0 +1,89 @@
+"""The state change's FORGET_NODE (an instance stopped or terminated outside the hooks) while AWS refuses the
+drain function its EC2 reads (a service control policy or a permissions boundary denying ec2:DescribeInstances),
+on the real adapters: EC2 on moto behind the sandbox's AWS fault layer, the node on the sandbox API server. The
+step asks EC2 first whether the instance is still down (a late message must not free what a newer lifecycle of an
+instance up again holds). Refused, it cannot tell: it frees nothing, says so, and ends, what it would have freed
+left to the drain's own cleanup and the sweeper. Before, it raised the refusal at every try, and the engine failed
+its message into the dead-letter queue after its refused tries."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import boto3
+import pytest
+from botocore.config import Config
+
+from nodecycle.adapters.aws.instances import Ec2Instances
+from nodecycle.adapters.kube.cluster_api import KubeCluster
+from nodecycle.domain.drain.forget import ForgetNode
+from nodecycle.domain.model import Step, Transition
+from nodecycle.domain.nodes import NodeFinder
+from nodecycle_sandbox.aws.faults import FAULTS
+from nodecycle_sandbox.aws.server import MotoServer
+from nodecycle_sandbox.faults import Fault
+from nodecycle_sandbox.kube import KubeServer
+from tests.integration.kube import test_kube_drain_steps as drain_steps
+from tests.integration.kube.test_kube_drain_steps import INSTANCE, NODE, draining
+from tests.support.fakes import T0
+from tests.unit.drain.test_drain_steps import FakeSlots, cordon, spot, wakes_to_nowhere
+
+SEED = drain_steps.SEED
+REGION = "eu-west-1"
+DRAIN_KEY = "AKIADRAINFUNCTIO0001"  # the drain function's access key: the one the faults are armed for
+
+
+@pytest.fixture
+def instances() -> Iterator[Ec2Instances]:
+    """EC2 (moto) as the drain function reaches it, refusing it every DescribeInstances."""
+    server = MotoServer()
+    endpoint = server.start()
+    FAULTS.arm_for([Fault("scp", "aws-denied", target="ec2.DescribeInstances")], seed=1, callers=[DRAIN_KEY])
+    client = boto3.client(
+        "ec2",
+        endpoint_url=endpoint,
+        region_name=REGION,
+        aws_access_key_id=DRAIN_KEY,
+        aws_secret_access_key="secret",
+        config=Config(retries={"mode": "standard"}),
+    )
+    yield Ec2Instances(client)
+    FAULTS.disarm()
+    server.stop()
+
+
+def test_a_stop_whose_instance_state_ec2_refuses_frees_nothing_and_ends(
+    cluster: KubeCluster, server: KubeServer, instances: Ec2Instances
+) -> None:
+    # Given the instance's node claimed by its drain, holding its slot, and EC2 refusing the drain function every
+    # DescribeInstances
+    drained = draining(Step.CORDON)
+    cordon(cluster)(drained, T0)
+    slots = FakeSlots(holders={NODE}, held_for={NODE: drained.id})
+    before = server.get_object("nodes", NODE)
+    assert before is not None
+
+    # When the state change of the instance (stopped outside the hooks) comes to free what nodecycle held for it
+    stopped = spot(
+        Step.FORGET_NODE,
+        transition=Transition.STATE_CHANGE,
+        id=f"{INSTANCE}/state-change",
+        instance_id=INSTANCE,
+    )
+    step = ForgetNode(
+        finder=NodeFinder(cluster, instances),
+        cluster=cluster,
+        slots=slots,
+        dispatcher=wakes_to_nowhere(),
+        instances=instances,
+    )
+    outcome = step(stopped, T0)
+
+    # Then, unable to tell whether the instance is up again, it frees nothing and ends, saying why
+    assert FAULTS.counts().get("aws-denied", 0) >= 1, "EC2 refused the step"
+    assert (outcome.then, outcome.again) == (None, False)
+    assert outcome.changes["outcome"] == "instance-state-refused"
+    assert slots.forgotten == []
+    after = server.get_object("nodes", NODE)
+    assert after is not None
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
