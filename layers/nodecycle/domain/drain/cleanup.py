@@ -18,7 +18,7 @@ from nodecycle.domain.drain.common import (
     _unseen,
 )
 from nodecycle.domain.engine import Dispatcher, Outcome
-from nodecycle.domain.errors import TransientError, retry_after_wait
+from nodecycle.domain.errors import AccessRefused, TransientError, retry_after_wait
 from nodecycle.domain.model import (
     ENDS_ITS_INSTANCE,
     SET_ON_NODE,
@@ -486,7 +486,34 @@ class Cleanup:
         if not record.transition.has_hook:
             return False  # drained (or cordoned) for a disruption that comes: it stays cordoned
         gone = record.outcome in ("action-expired", "unknown-action") or record.extra.get(SETTLED_ELSEWHERE)
-        return bool(gone) and self._autoscaling.lifecycle_state(record.instance_id) == "InService"
+        if not gone:
+            return False
+        try:
+            return self._autoscaling.lifecycle_state(record.instance_id) == "InService"
+        except AccessRefused as refused:
+            # (autoscaling:DescribeAutoScalingInstances denied by a service control policy or a permissions
+            # boundary): whether the instance stayed cannot be told. Taken as going: its node stays cordoned (no
+            # pod is sent to an instance that may be terminating) and the slot is given back now, told for an
+            # operator to uncordon it if it is in service. Raised, the refusal would hold the slot until its holder
+            # expires and fail the message into the dead-letter queue, the node cordoned all the same.
+            node = _known(record.node, "node")
+            log.error(
+                "the state of %s in its group is refused (%s): node %s stays cordoned",
+                record.instance_id,
+                refused,
+                node,
+            )
+            self._metrics.count("EvictionErrors")  # the alarm: an operator must look
+            self._events.on_node(
+                node,
+                record.node_uid,
+                "CordonKeptStateRefused",
+                f"The lifecycle action of {record.instance_id} is gone ({record.outcome or 'completed elsewhere'}) "
+                f"and Auto Scaling refuses to say whether the instance stayed in service ({refused}): the node "
+                "stays cordoned; uncordon it (kubectl uncordon) if the instance is in service",
+                warning=True,
+            )
+            return False
 
 
 def _may_come(event: ScheduledEvent, record: LifecycleRecord, now: datetime) -> bool:
