@@ -211,7 +211,17 @@ class Cleanup:
         why = f"{failure}, at every try since {since}"
         node, uid = _known(record.node, "node"), record.node_uid
         if now - failing_since >= WATCH_FAILING_LIMIT:
-            self._told_refused_named(node, uid, record, why)
+            log.error("watch %s of node %s ends, the cordon kept: %s", key, node, why)
+            self._metrics.count("EvictionErrors")  # the alarm: an operator must look
+            self._events.on_node(
+                node,
+                uid,
+                "ReleaseRefused",
+                f"nodecycle ({record.owner}) gave up lifting the cordon it kept on the node after the lifecycle of "
+                f"{record.instance_id}: {why}; the cordon is left to an operator (kubectl uncordon once the "
+                "instance is back in service)",
+                warning=True,
+            )
             return Outcome.next()
         if not extra.get(WATCH_FAILING_TOLD):
             log.error("the cordon nodecycle kept on node %s cannot be lifted yet: %s", node, why)
@@ -252,14 +262,11 @@ class Cleanup:
 
     def _told_refused(self, node: NodeInfo, record: LifecycleRecord, why: str) -> None:
         """A release of the node the API server refuses, told (see ``_patched``)."""
-        self._told_refused_named(node.name, node.uid, record, why)
-
-    def _told_refused_named(self, node: str, uid: str | None, record: LifecycleRecord, why: str) -> None:
-        log.error("release of node %s refused: %s", node, why)
+        log.error("release of node %s refused: %s", node.name, why)
         self._metrics.count("EvictionErrors")  # the alarm: an operator must look
         self._events.on_node(
-            node,
-            uid,
+            node.name,
+            node.uid,
             "ReleaseRefused",
             f"nodecycle ({record.owner}) could not clear its annotations of the lifecycle of "
             f"{record.instance_id}, nor lift what it set on the node: refused by the API server: {why}",
