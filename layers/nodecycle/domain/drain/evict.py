@@ -265,7 +265,14 @@ class Evict:
             log.warning("node %s was uncordoned past the drain's timeout: its timeout policy applies", node)
         if whole:
             record = record.model_copy(update={"extra": _seen(record.extra, info)})
-        renewed, paused = self._renew_slot(record, node, now)
+        try:
+            renewed, paused = self._renew_slot(record, node, now)
+        except TransientError as error:
+            # (the budget ConfigMap's reads or writes failing: retried at every poll until the global timeout, the
+            # drain past its timeout would never apply its policy; it acts without the slot, disrupting nothing)
+            if now < self._deadline_now(record, now):
+                raise  # (retried by the engine: the drain's timeout still ahead)
+            return self._timed_out_unlisted(record, now, error)
         if paused is not None:
             return paused
         if renewed.reason is SlotReason.REACQUIRED or record.drain_paused_at is not None:
@@ -591,7 +598,8 @@ class Evict:
         self, record: LifecycleRecord, now: datetime, error: TransientError, **changes: Any
     ) -> Outcome:
         """The drain's timeout is over and its pods cannot be listed, or its node read (an API server whose lists
-        time out or fail, or all its reads: an overloaded etcd, lists shed by their priority level). Retried as
+        time out or fail, or all its reads: an overloaded etcd, lists shed by their priority level), or its slot
+        renewed (the budget ConfigMap's reads or writes failing: nothing is disrupted without it). Retried as
         any transient failure, each retry renewing the slot (or, when the node cannot be read, no retry renewing
         it: counted until it expires), it would hold its action until the global timeout, and that slot until
         then or its expiry: the timeout policy acts on what can be known instead. Continue ends the drain now; force waits its grace and slack
