@@ -71,8 +71,11 @@ class LineWaker:
         """``freed``: how many addresses were given back to each pool (None: released, room under the quota), or
         how many launches the first waiters no longer wait behind. ``passing_over``: the lifecycle of the launch
         that calls, leaving the line (its record still waits in it until its run commits, and a write that took
-        it out of the line may have failed): not woken. Never raises for a wake-up it could not send: the
-        waiters' own looks remain."""
+        it out of the line may have failed): not woken. Never raises: a wake-up only brings a look forward, and
+        the step that gives an address back (a terminate's release) must not fail, nor be retried, for one it
+        could not send, however it failed (throttled, denied, a 5xx, a timeout, an answer lost, SQS refusing it
+        for its queue's key, a bug): the waiters' own looks remain. Each one lost is told (a warning, with the
+        traceback of a failure that is not AWS's)."""
         lines = dict(freed)
         if freed.get(None) and self._quota_pool is not None:
             lines[self._quota_pool] = lines.get(self._quota_pool, 0) + freed[None]
@@ -80,8 +83,8 @@ class LineWaker:
             key = line_key(self._owner, pool)
             try:
                 line = self._lines.read(key)
-            except TransientError as error:
-                log.warning("could not read the line of %s to wake its first waiter: %s", key, error)
+            except Exception as error:  # (see the docstring: any failure)
+                self._lost(f"could not read the line of {key} to wake its first waiter", error)
                 continue
             woken = looked = 0
             for waiter in line.waiters:
@@ -93,10 +96,15 @@ class LineWaker:
                 try:
                     if self._wake(waiter.lifecycle, waiter.instance_id):
                         woken += 1
-                except TransientError as error:
+                except Exception as error:  # (see the docstring: any failure)
                     # (counted as woken: the next waiter must not take what this one is first in line for)
                     woken += 1
-                    log.warning("could not wake %s for an address given back: %s", waiter.instance_id, error)
+                    self._lost(f"could not wake {waiter.instance_id} for an address given back", error)
+
+    def _lost(self, what: str, error: Exception) -> None:
+        # (a failure that is not AWS's, a bug, is told with its traceback)
+        transient = isinstance(error, TransientError)
+        log.warning("%s (it looks at its own pace): %s", what, error, exc_info=not transient)
 
     def _wake(self, lifecycle: str, instance_id: str) -> bool:
         """Send the waiter its look now; False when its lifecycle waits for an address no more."""
