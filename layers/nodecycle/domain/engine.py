@@ -182,8 +182,13 @@ class StepEngine:
         metrics: Metrics,
         timing: EngineTiming,
         failure_result: Callable[[LifecycleRecord], ActionResult],
+        out_of_line: Callable[[LifecycleRecord, datetime], None] | None = None,
     ) -> None:
         self._worker = worker
+        # Told of a launch waiting in an EIP pool's line (``waits_in_line``) that the engine, not its step, moves
+        # on (the guard settles it, a heartbeat finds its action lapsed): it leaves the line and wakes the next
+        # waiter, as its step does when it gives up. Never raises.
+        self._out_of_line = out_of_line
         self._steps = steps
         self._records = records
         self._queues = queues
@@ -345,6 +350,7 @@ class StepEngine:
         unanswered = False
         # The confirmation's heartbeat in this run, if it asked one: when it was accepted, or that it failed
         renewed_at, heartbeat_failed = None, False
+        stepped: Outcome | None = None  # what the step itself decided (not the guard, a lapse, a retry)
         if outcome is None:
             handler = self._steps[record.step]
             try:
@@ -356,7 +362,7 @@ class StepEngine:
                     heartbeat_failed = True  # (its heartbeat, which the keep-alive would ask again at once)
                     raise
                 if outcome is None:
-                    outcome = handler(record, now)
+                    outcome = stepped = handler(record, now)
             except (TransientError, Refused) as error:
                 outcome = self._retry(record, now, error)
                 # A completion that failed so may have landed all the same (a read timeout, a 5xx after Auto
@@ -394,6 +400,8 @@ class StepEngine:
             return None
         if updated.step is not record.step:
             log.info("step %s -> %s", record.step, updated.step, extra={"seq": updated.seq})
+            if self._out_of_line is not None and waits_in_line(record) and (stepped is None or stepped.again):
+                self._out_of_line(record, ended)
         return updated
 
     def _retry(self, record: LifecycleRecord, now: datetime, error: TransientError | Refused) -> Outcome:

@@ -4,7 +4,7 @@ narrow policies the domain is handed, built from the function's own settings."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -139,7 +139,13 @@ class Common:
     def dispatcher(self) -> Dispatcher:
         return Dispatcher(records=self.records, queues=self.queues, clock=self.clock, metrics=self.metrics)
 
-    def engine(self, worker: Worker, steps: dict[Step, StepHandler], settle: SettleResults) -> StepEngine:
+    def engine(
+        self,
+        worker: Worker,
+        steps: dict[Step, StepHandler],
+        settle: SettleResults,
+        out_of_line: Callable[[LifecycleRecord, datetime], None] | None = None,
+    ) -> StepEngine:
         """The step engine of one worker function, over the shared ports: the AWS calls of its steps end within
         the step's time of the invocation that runs them (InvocationTime), the engine's own within the
         invocation's."""
@@ -153,6 +159,7 @@ class Common:
             metrics=self.metrics,
             timing=self.timing,
             failure_result=settle,
+            out_of_line=out_of_line,
         )
 
 

@@ -49,19 +49,20 @@ def engine() -> StepEngine:
     # (the first launch in line gets an address given back now, not at its next look; and one a launch ahead of
     # it leaves, or a spare released under the quota)
     waker = _line_waker(config, ports, lines)
+    assign = AssignAddress(
+        owner=config.owner_id,
+        policy=policy,
+        addresses=addresses(),
+        metrics=ports.metrics,
+        lines=lines,
+        records=ports.records,
+        groups=ports.autoscaling,
+        waker=waker,
+    )
     return ports.engine(
         Worker.EIP,
         {
-            Step.ASSIGN_EIP: AssignAddress(
-                owner=config.owner_id,
-                policy=policy,
-                addresses=addresses(),
-                metrics=ports.metrics,
-                lines=lines,
-                records=ports.records,
-                groups=ports.autoscaling,
-                waker=waker,
-            ),
+            Step.ASSIGN_EIP: assign,
             Step.RELEASE_EIP: ReleaseAddresses(
                 owner=config.owner_id,
                 addresses=addresses(),
@@ -71,6 +72,8 @@ def engine() -> StepEngine:
             Step.COMPLETE: CompleteAction(ports.autoscaling, ports.metrics, ports.records),
         },
         SettleResults(eip=policy.failure_result),
+        # (a launch in line that the engine settles or finds lapsed leaves the line as one giving up does)
+        out_of_line=assign.ended_in_line,
     )
 
 

@@ -437,6 +437,18 @@ class AssignAddress:
         )
         return Outcome.goto(after_completion(record), outcome="instance-gone", extra=without_scratch(record))
 
+    def ended_in_line(self, record: LifecycleRecord, now: datetime) -> None:
+        """The engine moved on a launch waiting in line without this step (the global-timeout guard settled its
+        action, or a heartbeat found it lapsed: timed out, completed by an operator): it leaves the line as one
+        that gives up does, waking the next waiter, which may be first now with an address free for it (the one
+        this launch was woken for). Otherwise that address idles until the next waiter's own look, and the launch
+        ended keeps its place until a look behind it finds its lifecycle over. Never raises: the engine has
+        committed the launch's end already; a failure costs the waiters time (their own looks remain)."""
+        try:
+            self._leave_line(record, now, holding=False)
+        except Exception:
+            log.exception("launch %s ended in line: could not leave it or wake the next", record.id)
+
     def _leave_line(
         self, record: LifecycleRecord, now: datetime, *, holding: bool, released: int = 0
     ) -> None:
