@@ -97,5 +97,10 @@ def _line_waker(config: EipSettings | SweeperSettings, ports: Common, lines: Dyn
     policy = eip_policy(config)
     quota_pool = policy.pool if policy.mode is EipMode.POOL and policy.grow_pool else None
     return LineWaker(
-        owner=config.owner_id, lines=lines, records=ports.records, queues=ports.queues, quota_pool=quota_pool
+        owner=config.owner_id,
+        lines=lines,
+        records=ports.records,
+        queues=ports.queues,
+        quota_pool=quota_pool,
+        addresses=addresses(),
     )

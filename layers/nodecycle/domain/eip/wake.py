@@ -22,7 +22,8 @@ that run at once are two deliveries of one look, which ASSIGN_EIP is built for (
 address; one associates it, the other finds it on the instance).
 
 Cost: one read of the line per release that freed an address, one read of a record and one message per waiter
-woken (a waiter whose lifecycle is over, a few at most, costs its read).
+woken (a waiter whose lifecycle is over, a few at most, costs its read), and one listing of the pool when more
+launches wait than were to be woken (as many are woken as the pool has free addresses: see ``given_back``).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from nodecycle.domain.eip.line import AddressLines, line_key
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import Worker
 from nodecycle.domain.model import LifecycleRecord, Step
+from nodecycle.domain.ports.addresses import Addresses
 from nodecycle.domain.ports.lifecycle import RecordStore, WorkMessage, WorkQueues
 
 log = logging.getLogger(__name__)
@@ -56,8 +58,11 @@ class LineWaker:
         records: RecordStore,
         queues: WorkQueues,
         quota_pool: str | None = None,
+        addresses: Addresses | None = None,
     ) -> None:
         self._owner = owner
+        # To count the free addresses of a pool (None: each wake-up wakes as many waiters as it is told)
+        self._addresses = addresses
         self._lines = lines
         self._records = records
         self._queues = queues
@@ -69,7 +74,10 @@ class LineWaker:
         self, freed: Mapping[str | None, int], now: datetime, *, passing_over: str | None = None
     ) -> None:
         """``freed``: how many addresses were given back to each pool (None: released, room under the quota), or
-        how many launches the first waiters no longer wait behind. ``passing_over``: the lifecycle of the launch
+        how many launches the first waiters no longer wait behind. A pool's line wakes as many of its first
+        waiters as that, or as the pool has free addresses now if more (one DescribeAddresses, only when more
+        waiters wait than were to be woken): the first F waiters may each take one of F free addresses, and no
+        more are woken (their looks would find nothing to take). ``passing_over``: the lifecycle of the launch
         that calls, leaving the line (its record still waits in it until its run commits, and a write that took
         it out of the line may have failed): not woken. Never raises: a wake-up only brings a look forward, and
         the step that gives an address back (a terminate's release) must not fail, nor be retried, for one it
@@ -86,13 +94,13 @@ class LineWaker:
             except Exception as error:  # (see the docstring: any failure)
                 self._lost(f"could not read the line of {key} to wake its first waiter", error)
                 continue
-            woken = looked = 0
-            for waiter in line.waiters:
-                if woken >= count or looked >= WAKE_LOOKS:
+            waiting = [w for w in line.waiters if w.until > now and w.lifecycle != passing_over]
+            if pool is not None and len(waiting) > count:
+                count = max(count, self._free(pool))
+            woken = 0
+            for looked, waiter in enumerate(waiting):
+                if woken >= count or looked - woken >= WAKE_LOOKS:
                     break
-                if waiter.until <= now or waiter.lifecycle == passing_over:
-                    continue
-                looked += 1
                 try:
                     if self._wake(waiter.lifecycle, waiter.instance_id):
                         woken += 1
@@ -100,6 +108,20 @@ class LineWaker:
                     # (counted as woken: the next waiter must not take what this one is first in line for)
                     woken += 1
                     self._lost(f"could not wake {waiter.instance_id} for an address given back", error)
+
+    def _free(self, pool: str) -> int:
+        """How many addresses of the pool are free now, as EC2 lists them: the first that many waiters may each
+        take one. More than were given back when one was free already (another given back moments ago, its
+        waiter's look not run yet; one the launch leaving the line was woken for), fewer while EC2 does not show a
+        disassociation yet (the count given back stands then). 0 when EC2 does not tell now."""
+        if self._addresses is None:
+            return 0
+        try:
+            found = self._addresses.find(self._owner, pool=pool)
+        except Exception as error:  # (see given_back: any failure)
+            log.info("could not count the free addresses of pool %r to wake its waiters: %s", pool, error)
+            return 0
+        return sum(1 for address in found if not address.associated)
 
     def _lost(self, what: str, error: Exception) -> None:
         # (a failure that is not AWS's, a bug, is told with its traceback)
