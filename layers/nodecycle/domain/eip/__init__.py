@@ -26,11 +26,14 @@ def without_scratch(record: LifecycleRecord) -> dict[str, Any]:
 class Release(Enum):
     """What :func:`release_unassociated` found."""
 
-    RELEASED = "released"  # unassociated when looked at, and this call's ReleaseAddress released it
+    # Unassociated when looked at, and this call's ReleaseAddress released it: with its answer, or with the answer
+    # lost (a read timeout, a 5xx) and botocore's retry told InvalidAllocationID.NotFound (the port's release
+    # tells that as this call's: see Ec2Addresses.release). Every caller counts it as released, and as room
+    # under the quota.
+    RELEASED = "released"
     GONE = "gone"  # released already when looked at
-    # Unassociated when looked at, and gone at the release: this call's ReleaseAddress landed and its answer was
-    # lost (a read timeout), botocore's retry told InvalidAllocationID.NotFound; or another released it within
-    # that round trip. EC2 does not say whose call landed: each caller decides whose release to count it as.
+    # Unassociated when looked at, and gone at the first attempt of the release: another released it within
+    # that round trip (a sweep, a concurrent delivery). Not this call's: no caller counts it.
     GONE_AT_RELEASE = "gone-at-release"
 
 
