@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from datetime import datetime
+from typing import Any
 
 from nodecycle.domain.eip import SCRATCH, Release, release_unassociated, without_scratch
 from nodecycle.domain.eip.wake import LineWaker
@@ -29,6 +30,7 @@ from nodecycle.domain.ports.addresses import (
     Address,
     Addresses,
     AddressInUse,
+    AddressNotFound,
     AddressRefused,
     distinct,
 )
@@ -56,6 +58,12 @@ class ReleaseAddresses:
         instance = record.instance_id
         hookless = not record.transition.has_hook
         freed: Counter[str | None] = Counter()  # addresses given back, by pool (None: released)
+        scratch: dict[str, Any] = dict(record.extra.get(SCRATCH) or {})
+        # Pool addresses whose disassociation went unanswered at an earlier run (allocation id: pool), and at this
+        # one; and those of the earlier runs this one has counted
+        returning: dict[str, str] = dict(scratch.get("returning") or {})
+        unanswered: dict[str, str] = {}
+        settled: set[str] = set()
         try:
             if hookless and self._up_again(record):
                 return Outcome.next(extra=without_scratch(record))
@@ -67,6 +75,8 @@ class ReleaseAddresses:
                 self._addresses.find(self._owner, instance_id=instance),
                 self._addresses.find(self._owner, allocated_for=instance),
             )
+            if returning:
+                self._returned_unanswered(returning, found, freed, settled)
             later = _later_launches_from(record, hookless)
             taken_back: list[Address] = []
             in_use: list[Address] = []
@@ -96,7 +106,7 @@ class ReleaseAddresses:
                     continue
                 taken_back.append(address)
                 try:
-                    if not self._take_back(address, instance, freed):
+                    if not self._take_back(address, instance, freed, unanswered):
                         in_use.append(address)
                 except AddressRefused as error:
                     # asked again with the ones in use (a denial may be IAM still propagating), then left
@@ -105,6 +115,20 @@ class ReleaseAddresses:
                     in_use.append(address)
         except TransientError as error:
             self._metrics.count("EipFailures")
+            remaining = {**{a: p for a, p in returning.items() if a not in settled}, **unanswered}
+            if remaining != returning:
+                # What this run learned is kept for the next (a retry of the engine's keeps the record as it
+                # was): a pool address disassociated, its answer lost, is not listed on the instance any more,
+                # and would be neither counted returned nor woken for; one counted here is not counted again
+                log.warning(
+                    "EC2 did not answer (throttled or unavailable); the step runs again in %d s, looking at "
+                    "the pool addresses whose disassociation went unanswered: %s",
+                    RELEASE_DELAY,
+                    error,
+                )
+                return Outcome.wait(
+                    RELEASE_DELAY, extra={**record.extra, SCRATCH: {**scratch, "returning": remaining}}
+                )
             log.warning(
                 "EC2 did not answer (throttled or unavailable); the step retries with backoff: %s", error
             )
@@ -171,11 +195,51 @@ class ReleaseAddresses:
         )
         return True
 
-    def _take_back(self, address: Address, instance: str, freed: Counter[str | None]) -> bool:
+    def _returned_unanswered(
+        self, returning: dict[str, str], found: list[Address], freed: Counter[str | None], settled: set[str]
+    ) -> None:
+        """Count as returned the pool addresses whose disassociation went unanswered at an earlier run (EC2 may
+        have made it: a 5xx after it, read timeouts past botocore's retries) and that are off the instance now:
+        free in their pool (``freed``: a launch in its line is woken for it) or claimed by a launch since. One
+        still listed for the instance is taken back as the others are (its disassociation did not land, or EC2
+        does not show it yet); one gone (released by hand) was not returned. ``settled``: those counted."""
+        listed = {address.allocation_id for address in found}
+        for allocation_id, pool in returning.items():
+            if allocation_id in listed:
+                settled.add(allocation_id)
+                continue
+            try:
+                current = self._addresses.describe(allocation_id)
+            except AddressNotFound:
+                settled.add(allocation_id)
+                continue
+            settled.add(allocation_id)
+            self._metrics.count("EipsReturned")
+            if current.associated:
+                log.info("returned address %s to pool %r (claimed since)", current.public_ip, pool)
+                continue
+            log.info(
+                "returned address %s to pool %r (the disassociation's answer was lost)",
+                current.public_ip,
+                pool,
+            )
+            freed[pool] += 1
+
+    def _take_back(
+        self, address: Address, instance: str, freed: Counter[str | None], unanswered: dict[str, str]
+    ) -> bool:
         """Disassociate, then release or return the address; False when EC2 still has it in use. ``freed``
-        counts what a launch waiting in a line may take now: an address returned to its pool, or released."""
-        if address.association_id is not None and not self._addresses.disassociate(address.association_id):
-            log.info("address %s was disassociated already", address.public_ip)
+        counts what a launch waiting in a line may take now: an address returned to its pool, or released.
+        ``unanswered``: the pool addresses whose disassociation went unanswered (raised a TransientError)."""
+        if address.association_id is not None:
+            try:
+                disassociated = self._addresses.disassociate(address.association_id)
+            except TransientError:
+                if address.pool is not None:
+                    unanswered[address.allocation_id] = address.pool
+                raise
+            if not disassociated:
+                log.info("address %s was disassociated already", address.public_ip)
         if address.pool is not None:
             self._metrics.count("EipsReturned")
             log.info("returned address %s to pool %r", address.public_ip, address.pool)
