@@ -162,14 +162,16 @@ class Ec2Addresses:
         return None
 
     def disassociate(self, association_id: str) -> bool:
+        """True when this call ended the association: as :meth:`release` tells it, an association EC2 no longer
+        has at a retry of botocore's was ended by an earlier attempt of this call, whose answer was lost."""
         try:
             with (
                 _answers({"InvalidAssociationID.NotFound": AddressNotFound}),
                 transient_errors("disassociating an Elastic IP"),
             ):
                 self._ec2().disassociate_address(AssociationId=association_id)
-        except AddressNotFound:
-            return False
+        except AddressNotFound as error:
+            return _retried(error.__cause__)
         return True
 
     def release(self, allocation_id: str) -> bool:
