@@ -61,21 +61,23 @@ class Stack:
             records=self.records,
             queues=self.queues,
             quota_pool=pool if grow_pool else None,  # (as nodecycle.wiring.eip wires it)
+            addresses=self.ec2,
+        )
+        assign = AssignAddress(
+            owner=owner,
+            policy=policy,
+            addresses=self.ec2,
+            metrics=metrics,
+            lines=self.lines,
+            records=self.records,
+            groups=self.autoscaling,
+            waker=waker,
         )
         self.engine = StepEngine(
             worker=Worker.EIP,
             steps={
                 Step.COMPLETE: CompleteAction(self.autoscaling, metrics),
-                Step.ASSIGN_EIP: AssignAddress(
-                    owner=owner,
-                    policy=policy,
-                    addresses=self.ec2,
-                    metrics=metrics,
-                    lines=self.lines,
-                    records=self.records,
-                    groups=self.autoscaling,
-                    waker=waker,
-                ),
+                Step.ASSIGN_EIP: assign,
                 Step.RELEASE_EIP: ReleaseAddresses(
                     owner=owner, addresses=self.ec2, metrics=metrics, waker=waker
                 ),
@@ -87,6 +89,7 @@ class Stack:
             metrics=metrics,
             timing=TIMING,
             failure_result=lambda record: ActionResult.ABANDON,
+            out_of_line=assign.ended_in_line,
         )
 
     def run(self, record: LifecycleRecord) -> Handled:
