@@ -65,6 +65,33 @@ def test_a_release_that_landed_and_whose_answer_was_lost_is_the_sweeps_release(
     assert report == AddressSweepReport(released=1, returned=0, kept=0)
 
 
+def test_an_address_another_caller_released_between_the_look_and_the_release_is_not_the_sweeps(
+    stack: Stack, ec2: AwsLikeEc2
+) -> None:
+    # Given an address of this owner left unassociated for an hour, which another caller (a second sweep, an
+    # operator) releases after this sweep's look and before its ReleaseAddress: EC2 answers that first attempt
+    # InvalidAllocationID.NotFound
+    dangling = allocate(**{OWNER_TAG: OWNER, ALLOCATED_AT_TAG: hour_ago()})
+    sent: list[str] = []
+    elsewhere = boto3.client("ec2")
+
+    def released_elsewhere(**_: Any) -> None:
+        sent.append("ReleaseAddress")
+        if len(sent) == 1:
+            elsewhere.release_address(AllocationId=dangling)
+
+    ec2.moto.meta.events.register("before-send.ec2.ReleaseAddress", released_elsewhere)
+
+    # When the sweeper runs
+    report = sweep()
+
+    # Then the address is gone with no failure, and not counted as the sweep's release (before: counted, as a
+    # lost answer's retry is: the two told apart by botocore's retry)
+    assert len(sent) == 1
+    assert dangling not in state()
+    assert report == AddressSweepReport(released=0, returned=0, kept=1)
+
+
 def test_an_address_a_launch_associates_between_the_look_and_the_release_is_kept_in_use(
     stack: Stack, ec2: AwsLikeEc2
 ) -> None:

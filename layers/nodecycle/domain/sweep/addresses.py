@@ -198,13 +198,13 @@ class AddressSweep:
 
     def _release(self, address: Address) -> bool:
         """Release the address if EC2 shows it unassociated now (see ``release_unassociated``); whether this
-        sweep released it. One gone at the release, after the look found it, is: the ReleaseAddress landed and
-        its answer was lost, and botocore's retry was told InvalidAllocationID.NotFound. Counted as kept before,
-        it was missing from SweptEips and from the room the waiting launches are woken for (two sweeps at once
-        may both count it)."""
+        sweep released it. A ReleaseAddress that landed with its answer lost (botocore's retry told
+        InvalidAllocationID.NotFound) is RELEASED, the adapter tells it by the retry; one gone at the release
+        (GONE_AT_RELEASE) was released by another caller after the look: not this sweep's, as for the eip
+        function's releases."""
         try:
             found = release_unassociated(self._addresses, address.allocation_id)
-            released = found in (Release.RELEASED, Release.GONE_AT_RELEASE)
+            released = found is Release.RELEASED
         except AddressInUse:
             # Associated since the listing (a launch took it back), or a disassociation not settled yet.
             log.info("address %s is in use: kept", address.public_ip)
