@@ -22,6 +22,10 @@ from nodecycle.wiring.common import Common, common, eip_policy
 from nodecycle.wiring.common import invocation_time as invocation_time  # (the eip handler's)
 
 if TYPE_CHECKING:  # (imported by the sweeper alone: nodecycle.settings, _CLUSTER_SETTINGS)
+    from collections.abc import Callable
+    from datetime import datetime
+
+    from nodecycle.domain.model import LifecycleRecord
     from nodecycle.domain.sweep.addresses import AddressSweep
     from nodecycle.settings import SweeperSettings
 
@@ -89,6 +93,25 @@ def address_sweep(config: SweeperSettings, ports: Common) -> AddressSweep:
         grace=timedelta(seconds=config.sweep_grace_seconds),
         waker=_line_waker(config, ports, DynamoAddressLines(config.record_table)),
     )
+
+
+def line_leaver(config: SweeperSettings, ports: Common) -> Callable[[LifecycleRecord, datetime], None] | None:
+    """What the sweeper tells of a launch waiting in an address line that it settles or finds lapsed: the
+    launch leaves the line and the next is woken, as when the engine moves it on. None without addresses."""
+    policy = eip_policy(config)
+    if policy.mode is EipMode.OFF:
+        return None
+    lines = DynamoAddressLines(config.record_table)
+    return AssignAddress(
+        owner=config.owner_id,
+        policy=policy,
+        addresses=addresses(),
+        metrics=ports.metrics,
+        lines=lines,
+        records=ports.records,
+        groups=ports.autoscaling,
+        waker=_line_waker(config, ports, lines),
+    ).ended_in_line
 
 
 def _line_waker(config: EipSettings | SweeperSettings, ports: Common, lines: DynamoAddressLines) -> LineWaker:

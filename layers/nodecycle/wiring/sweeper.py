@@ -65,6 +65,7 @@ def sweeper() -> Sweeper:
                 eip=eip_policy(config).failure_result, readiness=config.readiness_failure_result
             ),
             clock=ports.clock,
+            out_of_line=eip.line_leaver(config, ports),
         ),
         "adoptions": orphans.adopt,
     }

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from nodecycle.domain.completion import CompleteAction
+from nodecycle.domain.eip.wake import waits_in_line
 from nodecycle.domain.engine import Dispatcher, action_lapsed, advance
 from nodecycle.domain.errors import AccessRefused
 from nodecycle.domain.flow import completed_first
@@ -73,8 +74,13 @@ class LifecycleRepair:
         settle_before: timedelta,
         failure_result: Callable[[LifecycleRecord], ActionResult],
         clock: Clock,
+        out_of_line: Callable[[LifecycleRecord, datetime], None] | None = None,
     ) -> None:
+        """``out_of_line``: told of a launch waiting in an address line that this sweep moves on (settled, or
+        found lapsed), as the engine tells it (``AssignAddress.ended_in_line``: it leaves the line and wakes the
+        next waiter); never raises."""
         self._clock = clock
+        self._out_of_line = out_of_line
         self._records = records
         self._dispatcher = dispatcher
         self._autoscaling = autoscaling
@@ -198,6 +204,7 @@ class LifecycleRepair:
             gone = advance(record, ended, now)
             if self._records.commit(gone, expected_seq=record.seq):
                 counts["LifecyclesExpired"] += ended.changes.get("outcome") == "action-expired"
+                self._left_line(record, now)
                 if not gone.finished:
                     self._dispatcher.send(gone, now)
             return None
@@ -244,6 +251,11 @@ class LifecycleRepair:
         may come (this one's lateness, for a stalled action; see the class)."""
         return now + late >= record.global_deadline - self._settle_before
 
+    def _left_line(self, record: LifecycleRecord, now: datetime) -> None:
+        """A launch that waited in an address line, moved on by this sweep: out of the line, the next woken."""
+        if self._out_of_line is not None and waits_in_line(record):
+            self._out_of_line(record, now)
+
     def _settle(self, record: LifecycleRecord, now: datetime) -> bool:
         # The list comes from an index that lags: read the lifecycle as it is before completing its action,
         # which no conditional write could undo. One the engine has moved on is the engine's.
@@ -276,6 +288,7 @@ class LifecycleRepair:
         )
         if not self._records.commit(settling, expected_seq=record.seq):
             return False
+        self._left_line(record, now)
         try:
             completed = self._completion(settling, now)
         except Exception:
