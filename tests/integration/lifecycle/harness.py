@@ -209,19 +209,39 @@ def pin(sandbox: Sandbox, node: str, namespace: str = "pinned") -> None:
     sandbox.kube.settle()
 
 
+def steady(sandbox: Sandbox) -> bool:
+    """Whether every instance of the group is in service, with its node."""
+    states = sandbox.asg.instances()
+    return bool(states) and all(
+        s == "InService" and sandbox.kube.node_for_instance(i) for i, s in states.items()
+    )
+
+
+def wait_steady(sandbox: Sandbox, timeout: float = 120) -> None:
+    """Wait for the group to be steady (see ``steady``): a replacement launching after an earlier test of a
+    module's sandbox has a Ready node before its launch hook lets it in service, and a pod seeded then could
+    land there, on no in-service instance's node."""
+    wait_for(lambda: steady(sandbox), timeout, "every instance of the group in service with its node")
+
+
+def wait_quiet(sandbox: Sandbox, timeout: float = 120) -> None:
+    """Wait until nothing of an earlier test is in flight on a module's sandbox: the group steady and every
+    lifecycle of the stack over. An action completed is not its lifecycle's end: the cleanup after it (the
+    node released, the budget slot given back: a write of the budget's ConfigMap) runs a moment later."""
+    owner = sandbox.env["NODECYCLE_OWNER_ID"]
+    store = records(sandbox)
+
+    def quiet() -> bool:
+        return steady(sandbox) and next(iter(store.open_records(owner)), None) is None
+
+    wait_for(quiet, timeout, "the group steady and every lifecycle over")
+
+
 def held_by_a_budget(sandbox: Sandbox) -> tuple[str, str]:
     """A pod whose PodDisruptionBudget never allows its eviction (one replica, minAvailable 1), scheduled:
-    its name, and the in-service instance whose node it runs on. Waits first for the group to be steady (every
-    instance in service, with its node): a replacement launching after an earlier test has a Ready node before
-    its launch hook lets it in service, and the pod could land there."""
-    wait_for(
-        lambda: (
-            (states := sandbox.asg.instances())
-            and all(s == "InService" and sandbox.kube.node_for_instance(i) for i, s in states.items())
-        ),
-        120,
-        "every instance of the group in service with its node",
-    )
+    its name, and the in-service instance whose node it runs on. Waits first for the group to be steady (see
+    ``wait_steady``)."""
+    wait_steady(sandbox)
     sandbox.kube.seed(
         {
             "deployments": [

@@ -33,6 +33,7 @@ from tests.integration.lifecycle.harness import (
     node_of,
     running,
     terminate_action,
+    wait_quiet,
 )
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -50,6 +51,15 @@ def sandbox() -> Iterator[Sandbox]:
         hooks=default_hooks(600),
     ) as started:
         yield started
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_in_flight(sandbox: Sandbox) -> Iterator[None]:
+    """Each test takes its incident away again, to the end: its lifecycles over (a test that waits only for
+    its action's completion leaves the cleanup after it running into the next test, whose budget document it
+    writes over), its instance replaced and in service."""
+    yield
+    wait_quiet(sandbox)
 
 
 @dataclass
