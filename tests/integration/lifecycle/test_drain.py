@@ -35,6 +35,7 @@ from tests.integration.lifecycle.harness import (
     terminate_action,
     wait_finished,
     wait_for,
+    wait_steady,
     wait_terminated,
 )
 from tests.support.fakes import FakeMetrics
@@ -382,7 +383,10 @@ def test_a_pod_whose_eviction_keeps_failing_does_not_hold_the_drain_past_its_tim
 def test_a_forced_delete_the_api_server_refuses_is_asked_again_without_failing_the_drain(
     sandbox: Sandbox,
 ) -> None:
-    # Given a pod whose budget never allows an eviction, and a webhook that denies its deletion (403)
+    # Given a pod whose budget never allows an eviction, and a webhook that denies its deletion (403), on an
+    # in-service instance's node (once the group is steady: the pod would go to the emptiest node, that of an
+    # earlier test's replacement still launching)
+    wait_steady(sandbox)
     sandbox.kube.seed(
         {"deployments": [{"name": "pinned", "namespace": "shop", "replicas": 1, "pdb": {"minAvailable": 1}}]}
     )
@@ -427,6 +431,7 @@ def test_a_drain_whose_action_another_hook_abandoned_ends_and_frees_its_slot(san
     # move holds up
     autoscaling = sandbox.client("autoscaling")
     sandbox.asg.put_hook(HookSpec("other-tool", TERMINATING, 300, "CONTINUE"))
+    wait_steady(sandbox)  # (the pod on an in-service instance's node, as above)
     sandbox.kube.seed(
         {"deployments": [{"name": "held", "namespace": "shop", "replicas": 1, "pdb": {"minAvailable": 1}}]}
     )
