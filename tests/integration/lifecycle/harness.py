@@ -225,16 +225,21 @@ def wait_steady(sandbox: Sandbox, timeout: float = 120) -> None:
 
 
 def wait_quiet(sandbox: Sandbox, timeout: float = 120) -> None:
-    """Wait until nothing of an earlier test is in flight on a module's sandbox: the group steady and every
-    lifecycle of the stack over. An action completed is not its lifecycle's end: the cleanup after it (the
-    node released, the budget slot given back: a write of the budget's ConfigMap) runs a moment later."""
+    """Wait until nothing of an earlier test is in flight on a module's sandbox: the group steady, every
+    lifecycle of the stack over, and no node left of an instance gone. An action completed is not its
+    lifecycle's end: the cleanup after it (the node released, the budget slot given back: a write of the
+    budget's ConfigMap) runs a moment later; and a terminated instance's node lingers (NODE_REMOVE_AFTER)."""
     owner = sandbox.env["NODECYCLE_OWNER_ID"]
     store = records(sandbox)
 
     def quiet() -> bool:
-        return steady(sandbox) and next(iter(store.open_records(owner)), None) is None
+        return (
+            steady(sandbox)
+            and len(sandbox.kube.objects("nodes")) == len(sandbox.asg.instances())
+            and next(iter(store.open_records(owner)), None) is None
+        )
 
-    wait_for(quiet, timeout, "the group steady and every lifecycle over")
+    wait_for(quiet, timeout, "the group steady, every lifecycle over and no node of an instance gone")
 
 
 def held_by_a_budget(sandbox: Sandbox) -> tuple[str, str]:
