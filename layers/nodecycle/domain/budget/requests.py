@@ -76,3 +76,6 @@ class SlotDecision:
     # was created again since the lifecycle began, and the mark of its release (see RELEASED) may have gone with
     # the one before. The asker's record tells: a lifecycle found over gives the slot back at once.
     unmarked: bool = False
+    # For a first ask: the slot held is one its lifecycle took in a document created again since it began (not
+    # seeded), maybe by a late delivery whose give-back failed: the asker's record tells, as for ``unmarked``
+    held_unmarked: bool = False

@@ -776,6 +776,31 @@ def unmarked(doc: BudgetDocument, request: SlotRequest, decision: SlotDecision) 
     lifecycle over. False when the store does not tell when ``doc`` was created (one that never loses it)."""
     if not decision.granted or decision.reason not in _NEW_GRANTS or doc.created_at is None:
         return False
+    return _began_before(doc, request)
+
+
+def held_unmarked(doc: BudgetDocument, request: SlotRequest, decision: SlotDecision) -> bool:
+    """Whether ``decision``, judged on ``doc`` for a first ask, renews a slot that the request's lifecycle holds
+    in ``doc`` (not seeded: taken in it, or restored with it) though it began before ``doc`` was created. (The
+    holder's times are not compared with the creation's: other clocks stamp them.) A redelivery of a late ask
+    whose give-back failed (a 500, a 409 storm) after its unmarked grant landed finds that slot held, renewed
+    lately, and the budget cannot tell it from a duplicate ask of a drain still running. Judged held and nothing
+    more, it stood idle until the sweeper or its TTL freed it; the drain's first ask reads the record for it, as
+    for an unmarked slot. (A renewal's slot is judged before it is written: see DisruptionBudget.renew.)"""
+    if not decision.granted or decision.reason is not SlotReason.HELD or doc.created_at is None:
+        return False
+    holder = doc.holder(request.node)
+    return (
+        holder is not None
+        and (holder.owner, holder.record_id) == (request.owner, request.record_id)
+        and not holder.seeded
+        and _began_before(doc, request)
+    )
+
+
+def _began_before(doc: BudgetDocument, request: SlotRequest) -> bool:
+    """Whether the request's lifecycle began before ``doc`` was created (within the margin; not told: taken so)."""
+    assert doc.created_at is not None
     return request.since is None or request.since < doc.created_at + CREATION_MARGIN
 
 
@@ -952,6 +977,32 @@ def force_release(doc: BudgetDocument, holder: Holder, now: datetime) -> BudgetD
         doc, holder.node, holder.owner, now=now, ttl=ttl, record_id=holder.record_id, by_its_lifecycle=False
     )
     return removed[0]
+
+
+def given_back(doc: BudgetDocument, request: SlotRequest, *, now: datetime, ttl: timedelta) -> BudgetDocument:
+    """``doc`` (pruned) with the request's node marked given back by its lifecycle, as its cleanup's release
+    marks it, and the lifecycle's entries of the node gone: for a late delivery of a lifecycle over, whose mark
+    went with a ConfigMap deleted since (see ``SlotDecision.unmarked``), so that its next deliveries are refused
+    by the document, as they were before."""
+    doc, _, _ = release(
+        doc, request.node, request.owner, now=now, ttl=ttl, record_id=request.record_id, token=request.token
+    )
+    mark = Released(
+        node=request.node,
+        owner=request.owner,
+        record_id=request.record_id,
+        token=request.token,
+        released_at=now,
+        ttl_seconds=int(ttl.total_seconds()),
+    )
+    key = (mark.node, mark.owner, mark.record_id, mark.token)
+    released = (*(r for r in doc.released if (r.node, r.owner, r.record_id, r.token) != key), mark)
+    return doc.model_copy(update={"released": released})
+
+
+def refused(doc: BudgetDocument, reason: SlotReason) -> SlotDecision:
+    """A request denied for ``reason`` on ``doc`` (a handed-off or late one: no place in line)."""
+    return _decision(doc, False, reason)
 
 
 def _decision(doc: BudgetDocument, granted: bool, reason: SlotReason) -> SlotDecision:

@@ -119,31 +119,14 @@ class DisruptionBudget:
 
         A slot taken again that the document cannot vouch for (``unmarked``: its ConfigMap was created again
         after the lifecycle began, and the mark of a release that refuses a late delivery may have gone with the
-        one before) is checked against the lifecycle's record (``lifecycles``): a lifecycle over gives it back
-        at once, in a second write that marks it, and the renewal is refused as any late delivery's
-        (``released``: its commit loses). Else a late poll of a finished drain's eviction (a duplicate that ran
-        past its cleanup) held the slot idle until the sweeper or the TTL freed it, while nodes waited. A
-        drain still running keeps it (its own: renewed by its polls, given back by its cleanup). The steps
-        that renew (the eviction's polls, a refused cordon's retries) hold no record store; the first ask,
-        which does, reads the record itself (see AcquireSlot)."""
-        decision = self._claim(request, renewing=True)
-        if not decision.unmarked or self._lifecycles is None or not self._lifecycles.gave_back(request):
-            return decision
-        log.info(
-            "budget slot for %s: taken again by a late delivery of lifecycle %s, which gave it back: "
-            "giving it back",
-            request.node,
-            request.record_id,
-        )
-        woken = self.release(request.node, request.record_id, request.token)
-        return replace(
-            decision,
-            granted=False,
-            reason=SlotReason.RELEASED,
-            holders=max(0, decision.holders - 1),
-            unmarked=False,
-            wake=tuple(dict.fromkeys((*decision.wake, *woken))),
-        )
+        one before) is checked against the lifecycle's record (``lifecycles``) before it is written: a lifecycle
+        over takes no slot, its node marked given back instead in the same write, and the renewal is refused as
+        any late delivery's (``released``: its commit loses). Else a late poll of a finished drain's eviction (a
+        duplicate that ran past its cleanup) held the slot idle until the sweeper or the TTL freed it, while
+        nodes waited. A drain still running keeps it (its own: renewed by its polls, given back by its
+        cleanup). The steps that renew (the eviction's polls, a refused cordon's retries) hold no record store.
+        The first ask, which does, reads the record itself (see AcquireSlot)."""
+        return self._claim(request, renewing=True)
 
     def release(
         self, node: str, record_id: str, token: str | None = None, *, gone: str | None = None
@@ -342,6 +325,17 @@ class DisruptionBudget:
                 f"a slot request of owner {request.owner!r} made to the budget of {self._owner!r}"
             )
         nodes = self._scope()
+        # Whether the request's lifecycle gave its slot back, as its record tells: read once, for the first
+        # write that would grant a slot it cannot vouch for (the retries of a conflicting write ask no more)
+        gave_back: list[bool] = []
+
+        def over(unmarked: bool) -> bool:
+            # (a renewal's only: the first ask reads its record itself, see AcquireSlot)
+            if not unmarked or not renewing or self._lifecycles is None:
+                return False
+            if not gave_back:
+                gave_back.append(self._lifecycles.gave_back(request))
+            return gave_back[0]
 
         def mutate(current: BudgetDocument | None) -> tuple[BudgetDocument | None, _Claimed]:
             now = self._clock.now()
@@ -349,6 +343,9 @@ class DisruptionBudget:
             # limits: decided before they are worked out
             held = None if current is None else rules.fresh_holder(current, request, now)
             if held is not None:
+                if not renewing:
+                    assert current is not None  # (a holder was found in it)
+                    held = replace(held, held_unmarked=rules.held_unmarked(current, request, held))
                 return current, _Claimed(held)
             live = rules.prune(current or BudgetDocument(), now)
             limits = self._own_limits(nodes, live, asking=request.node)
@@ -371,6 +368,27 @@ class DisruptionBudget:
             if decision.reason is SlotReason.QUEUE_FULL:
                 return current, _Claimed(decision)  # nothing to write for a node that is not let in
             decision = replace(decision, unmarked=rules.unmarked(live, request, decision))
+            if not renewing:
+                decision = replace(decision, held_unmarked=rules.held_unmarked(live, request, decision))
+            if over(decision.unmarked):
+                # A late delivery of a lifecycle that gave the slot back before the ConfigMap was created again
+                # (see renew): its node marked given back in this document, in the write that would have taken
+                # the slot. Not taken, then given back in a second write: when that one failed (a 500, a 429, a
+                # 409 storm), the step's redelivery found the slot held and renewed lately, no longer one it
+                # could not vouch for, and it stood idle until the sweeper or its TTL freed it.
+                log.info(
+                    "budget slot for %s: asked for by a late delivery of lifecycle %s, which gave it back: "
+                    "marked given back",
+                    request.node,
+                    request.record_id,
+                )
+                given = rules.given_back(
+                    rules.with_own_limits(live, self._owner, limits), request, now=now, ttl=self._ttl
+                )
+                refused = rules.refused(given, SlotReason.RELEASED)
+                woken = self._newly_eligible(current or BudgetDocument(), given, limits)
+                written, passed = self._pass_on(current, given, limits, woken, now)
+                return written, _Claimed(replace(refused, wake=tuple(passed.wake)), None, passed.waiters)
             shed: tuple[Waiter, ...] = ()
             if decision.reason is SlotReason.FORCED:
                 doc, shed = rules.shed(doc, self._owner, now)

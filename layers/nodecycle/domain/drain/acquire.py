@@ -124,11 +124,13 @@ class AcquireSlot:
         decision = self._slots.acquire(request)
         # (its write removed the expired entries, a dead drain's slot among them: whom that lets go, goes now)
         _wake(self._dispatcher, decision.wake)
-        if decision.unmarked and self._gave_it_back(record):
+        if (decision.unmarked or decision.held_unmarked) and self._gave_it_back(record):
             # A late delivery of this step (a duplicate that read the record before the commit that went on) of
             # a lifecycle that gave its slot back before the budget's ConfigMap was created again: the mark that
             # refuses it (RELEASED) went with the ConfigMap before, and its node no longer names it. Its record
-            # does: the slot goes back at once, marked in this document, rather than idle until the sweeper.
+            # does: the slot goes back at once, marked in this document, rather than idle until the sweeper. So
+            # too for the slot such a delivery took when its give-back failed (a 500, a 409 storm: the step
+            # failed): its redelivery finds it held (held_unmarked), and gives it back.
             log.info("node %s: a late delivery of a drain that gave its slot back: giving it back", node.name)
             _wake(self._dispatcher, self._slots.release(node.name, record.id, record.token))
             return Outcome.wait(self._policy.budget_retry_seconds, **found)
@@ -214,8 +216,8 @@ class AcquireSlot:
     def _gave_it_back(self, record: LifecycleRecord) -> bool:
         """Whether the lifecycle of ``record`` (as this delivery read it) has given its slot back, or is giving it
         back, as its record tells now (see :class:`RecordedLifecycles`). Read only for a slot the budget cannot
-        vouch for (``SlotDecision.unmarked``: rare, after a re-creation of its ConfigMap), never on a drain's way
-        otherwise."""
+        vouch for (``SlotDecision.unmarked``, ``held_unmarked``: rare, after a re-creation of its ConfigMap), never
+        on a drain's way otherwise."""
         return _gave_back(self._records.get(record.id), record.token, record.received_at)
 
     def _linked(self, record: LifecycleRecord, now: datetime) -> Outcome | None:
