@@ -21,7 +21,7 @@ from urllib3.exceptions import HTTPError
 from nodecycle.adapters.kube.cluster_api import node_info
 from nodecycle.adapters.kube.errors import forbidden_refused, kube_errors, retry_after
 from nodecycle.adapters.kube.lists import pages
-from nodecycle.domain.budget import BudgetDocument, NodeState
+from nodecycle.domain.budget import BudgetDocument, BudgetFormatError, NodeState
 from nodecycle.domain.budget.errors import WriteOutcomeUnknown
 from nodecycle.domain.budget.seed import DrainInProgress
 from nodecycle.domain.errors import TransientError
@@ -53,6 +53,28 @@ class BudgetNotInstalled(Refused):
             f"it (its RBAC has no create). Apply the cluster side of the deployment, which ships it empty: "
             f"`kubectl apply -f deploy/rbac.yaml`, or for BudgetNamespace={namespace}: "
             f"`nodecycle rbac --namespace {namespace} | kubectl apply -f -`"
+        )
+        self.namespace = namespace
+        self.name = name
+
+
+class BudgetUnreadable(Refused, BudgetFormatError):
+    """The budget ConfigMap's document is not one this version reads: another stack sharing the cluster wrote a
+    newer format, or someone edited it (``kubectl edit`` with a typo), or a GitOps tool or a backup put another
+    document there. Nothing is decided on it, and it is never rewritten (a newer format is another stack's, and an
+    edit is a person's to look at): the ConfigMap's answer, as a refused read is (see :class:`BudgetNotInstalled`).
+    Raised as the document's plain ``BudgetFormatError`` (a ``ValueError``), it failed every ask, poll and release
+    of every drain at once, each message delivered again after its visibility timeout and failing again until
+    dead-lettered; refused, a drain's poll evicts nothing and tells why on its node, an ask is retried up to its
+    refused tries and then fails its message (the alarm). Still a ``BudgetFormatError``, for the CLI."""
+
+    def __init__(self, namespace: str, name: str, error: BudgetFormatError) -> None:
+        super().__init__(
+            f"the disruption budget ConfigMap {namespace}/{name} holds a document (key {DATA_KEY}) this nodecycle "
+            f"cannot read, and decides nothing on it: {error}. If a stack sharing the cluster runs a newer "
+            f"nodecycle, upgrade this one; if it was edited or restored by hand, fix it, or remove the key "
+            f"(`kubectl -n {namespace} edit configmap {name}`): a budget without a document is seeded again from "
+            f"the drains in progress its nodes show"
         )
         self.namespace = namespace
         self.name = name
@@ -97,7 +119,7 @@ class ConfigMapBudgetStore:
 
     def read(self) -> BudgetDocument | None:
         config_map = self._get(self._api())
-        return None if config_map is None else _document(config_map)
+        return None if config_map is None else self._document(config_map)
 
     def update[T](self, mutate: Callable[[BudgetDocument | None], tuple[BudgetDocument | None, T]]) -> T:
         api = self._api()
@@ -106,7 +128,7 @@ class ConfigMapBudgetStore:
                 # full jitter: writers that collided spread out instead of colliding again in step
                 self._sleep(random.uniform(0, min(self._max_backoff, self._backoff * 2**attempt)))
             config_map = self._get(api)
-            current = None if config_map is None else _document(config_map)
+            current = None if config_map is None else self._document(config_map)
             new, result = mutate(current)
             if new is current:
                 return result
@@ -117,6 +139,12 @@ class ConfigMapBudgetStore:
         raise BudgetContention(
             f"ConfigMap {self.namespace}/{self.name} kept changing: {self._max_attempts} conflicting writes"
         )
+
+    def _document(self, config_map: Any) -> BudgetDocument:
+        try:
+            return _document(config_map)
+        except BudgetFormatError as error:
+            raise BudgetUnreadable(self.namespace, self.name, error) from None
 
     def _get(self, api: Any) -> Any:
         with forbidden_refused(), kube_errors(f"reading ConfigMap {self.namespace}/{self.name}"):
