@@ -6,6 +6,7 @@ the cluster-access module that builds it stays in charge of caching the client a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import random
@@ -30,6 +31,17 @@ from nodecycle.domain.ports.cluster import RELEASED_FOR_ANNOTATION, ZONE_LABEL, 
 log = logging.getLogger(__name__)
 
 DATA_KEY = "budget.json"
+# Where each write says which object it wrote the document to, and what it wrote: "<the ConfigMap's uid>
+# <sha256 of the document>" (a key of the data beside the document's, not an annotation: what people and tools put
+# in the metadata is theirs). A document read from an object whose key says otherwise (a ConfigMap restored from a
+# backup: another uid; a document re-applied by a GitOps tool or edited by hand, or written since by an older
+# nodecycle: another digest) is one the budget cannot vouch for, and seeds before it decides (see
+# BudgetDocument.unvouched). Without the key it is taken as written here, as every document was before the key: a
+# ConfigMap not written since the upgrade is not seeded (one list of every node, at every stack's first write). Not
+# told, then: a backup taken before the upgrade, or data replaced whole without the key; nor a snapshot of the
+# whole object applied again to that same object (the key's old digest with its old document).
+WRITTEN_KEY = "budget.written"
+CONFIGMAP_MAX_BYTES = 1024 * 1024  # the API server's bound on a ConfigMap's data (keys and values)
 REQUEST_TIMEOUT = (5, 15)  # connect, read: a Lambda step must not hang on a dead connection
 # What the cloud provider's node lifecycle controller puts on the node of a stopped instance (and takes off
 # when it starts again), keeping the node object: see NodeState.shut_down.
@@ -167,7 +179,7 @@ class ConfigMapBudgetStore:
                     raise BudgetNotInstalled(self.namespace, self.name)
                 # the object as read: its resourceVersion makes the replace conditional, and labels,
                 # annotations or other keys someone added survive
-                config_map.data = {**(config_map.data or {}), DATA_KEY: doc.to_json()}
+                config_map.data = _with_document(config_map, doc.to_json())
                 try:
                     api.replace_namespaced_config_map(
                         self.name, self.namespace, config_map, _request_timeout=REQUEST_TIMEOUT
@@ -353,13 +365,40 @@ def _message(error: ApiException) -> str:
         return str(error.reason)
 
 
+def _with_document(config_map: Any, text: str) -> dict[str, str]:
+    """The data of ``config_map`` with the document ``text`` and what WRITTEN_KEY says of it; without that key
+    when it would take the ConfigMap past the API server's limit (a document forced past the budget's bound: see
+    rules.MAX_DOCUMENT_BYTES): the document goes in whole, and is seeded at the next write, as unvouched."""
+    data = {key: value for key, value in (config_map.data or {}).items() if key != WRITTEN_KEY}
+    data[DATA_KEY] = text
+    written = _written(config_map.metadata, text)
+    size = sum(len(key) + len(value.encode()) for key, value in data.items())
+    if size + len(WRITTEN_KEY) + len(written) <= CONFIGMAP_MAX_BYTES:
+        data[WRITTEN_KEY] = written
+    return data
+
+
+def _written(metadata: Any, text: str) -> str:
+    """What WRITTEN_KEY says of ``text`` written to the object of ``metadata``."""
+    return f"{getattr(metadata, 'uid', None)} {hashlib.sha256(text.encode()).hexdigest()}"
+
+
 def _document(config_map: Any) -> BudgetDocument:
-    text = (config_map.data or {}).get(DATA_KEY)
+    data = config_map.data or {}
+    text = data.get(DATA_KEY)
+    metadata = getattr(config_map, "metadata", None)
     # An empty ConfigMap (as shipped; made by hand, or by a GitOps tool to own its namespace; created again after
-    # a deletion) is an empty budget, never written: its first write seeds it (see DisruptionBudget)
-    doc = BudgetDocument(unwritten=True) if not text else BudgetDocument.from_json(text)
+    # a deletion) is an empty budget, never written: its first write seeds it (see DisruptionBudget). So is one
+    # whose document was not written to it by this version (restored, re-applied: see WRITTEN_KEY)
+    if not text:
+        doc = BudgetDocument(unwritten=True)
+    else:
+        doc = BudgetDocument.from_json(text)
+        said = data.get(WRITTEN_KEY)
+        if said is not None and said != _written(metadata, text):
+            doc = doc.model_copy(update={"unvouched": True})
     # (when the ConfigMap was created: the marks of the slots given back before then went with the one before it)
-    created = getattr(getattr(config_map, "metadata", None), "creation_timestamp", None)
+    created = getattr(metadata, "creation_timestamp", None)
     if not isinstance(created, datetime):
         return doc
     return doc.model_copy(update={"created_at": created if created.tzinfo else created.replace(tzinfo=UTC)})

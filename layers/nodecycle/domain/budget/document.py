@@ -173,6 +173,13 @@ class BudgetDocument(_Model):
     # empty mid-refresh, its holders forgotten while their drains go on). Never stored: a store sets it, and the
     # budget's first write seeds such a document with the drains in progress its nodes show (see :mod:`.seed`).
     unwritten: bool = Field(default=False, exclude=True)
+    # Read from a store object that this version did not write it to, as the store tells: a ConfigMap restored
+    # from a backup, or re-applied or edited with a document in it (a GitOps tool holding a snapshot of the live
+    # object, ``kubectl edit``), or last written by an older version. Never stored. Its live entries stand as any
+    # document's (its expired ones go, as ever), but what happened since it was written is in it nowhere: the drains
+    # that began since go on evicting, counted nowhere. So the budget's first write seeds it as a document never
+    # written (see :mod:`.seed`), before it decides anything.
+    unvouched: bool = Field(default=False, exclude=True)
     # When the store's object was created (the ConfigMap's creationTimestamp, to the second), as read; never
     # stored. The ``released`` marks of the slots given back before then went with the object before it (deleted
     # and created again): see :func:`.rules.unmarked`. None: not told (a store that never loses its document).

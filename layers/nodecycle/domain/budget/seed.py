@@ -26,6 +26,11 @@ What the nodes cannot tell, the seed takes on the safe side:
   or its instance gone, as any holder's;
 - a node in progress with no owner (left for a lifecycle to adopt) names no stack to hold it: left out, as it
   is to every owner's decisions until the adopter's own slot is granted.
+
+A document the store cannot vouch for (``BudgetDocument.unvouched``: a ConfigMap restored from a backup, or
+re-applied with an old document in it) is seeded the same way, after its expired entries go: its live entries
+stand, and each drain in progress on a node it names nowhere is a seeded holder. (A live waiter it names keeps
+that node out of the seed: a backup younger than a waiter's TTL whose node's drain took its slot since.)
 """
 
 from __future__ import annotations
@@ -61,7 +66,7 @@ class DrainsInProgress(Protocol):
 def seeded(
     doc: BudgetDocument, drains: Iterable[DrainInProgress], *, now: datetime, ttl: timedelta
 ) -> tuple[BudgetDocument, tuple[Holder, ...]]:
-    """``doc`` (never written) with a holder for each drain in progress on a node it names nowhere, renewed
+    """``doc`` (never written, or not vouched for: pruned) with a holder for each drain in progress on a node it names nowhere, renewed
     ``now`` for ``ttl``; and those holders. Oldest drains first, and only as many as keep the document under
     ``MAX_DOCUMENT_BYTES``: past it, a write would fail every write after it."""
     named = {e.node for e in doc.entries()}
@@ -87,5 +92,7 @@ def seeded(
             break
         named.add(drain.node)
         holders.append(holder)
-    seed = doc.model_copy(update={"holders": (*doc.holders, *holders), "unwritten": False})
+    seed = doc.model_copy(
+        update={"holders": (*doc.holders, *holders), "unwritten": False, "unvouched": False}
+    )
     return seed, tuple(holders)

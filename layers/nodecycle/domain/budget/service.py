@@ -574,7 +574,7 @@ class DisruptionBudget:
         def counted(current: BudgetDocument | None) -> tuple[BudgetDocument | None, _Written[T]]:
             nonlocal attempts
             attempts += 1
-            if current is not None and current.unwritten:
+            if current is not None and (current.unwritten or current.unvouched):
                 # (the store writes the seed, whatever ``mutate`` decides: it differs from what it read)
                 current = self._seeded(current)
             doc, result = mutate(current)
@@ -615,20 +615,23 @@ class DisruptionBudget:
             raise unknown from error  # (the read's own error kept as the cause, for the step's log)
         doc, written = sent
         # (byte for byte: every write stamps the time of its decision, so another writer's document is not ours)
-        if stored is None or stored.unwritten or stored.to_json() != doc.to_json():
+        if stored is None or stored.unwritten or stored.unvouched or stored.to_json() != doc.to_json():
             raise unknown
         log.info("the budget write's answer was lost, and the document read back shows it landed")
         return written
 
     def _seeded(self, doc: BudgetDocument) -> BudgetDocument:
-        """A document never written (the ConfigMap's first use, or created again after a deletion) with the
-        drains in progress its nodes show as holders (see :mod:`.seed`): one list of the nodes, only then. A
+        """A document never written (the ConfigMap's first use, or created again after a deletion), or one the
+        store cannot vouch for (restored from a backup, re-applied), pruned, with the drains in progress its nodes
+        show as holders (see :mod:`.seed`): one list of the nodes, only then. A
         list that fails fails the write (the step is retried): a decision on a document that forgets drains
         in progress may grant past the limits."""
         if self._drains is None:
             return doc
         drains = self._drains.drains_in_progress()
-        seed, holders = seeded(doc, drains, now=self._clock.now(), ttl=self._ttl)
+        now = self._clock.now()
+        # (an expired entry of a restored document may name the node of a drain that began since)
+        seed, holders = seeded(rules.prune(doc, now), drains, now=now, ttl=self._ttl)
         if len(holders) < len({d.node for d in drains} - {e.node for e in doc.entries()}):
             log.error(
                 "the budget document would pass its size bound with every drain in progress: %d of %d seeded",
@@ -636,8 +639,11 @@ class DisruptionBudget:
                 len(drains),
             )
         log.warning(
-            "the budget ConfigMap holds no document (its first use, or it was deleted and created again): "
-            "seeded with the %d drains in progress its nodes show%s",
+            "the budget ConfigMap holds %s: seeded with the %d drains in progress its nodes show%s",
+            "no document (its first use, or it was deleted and created again)"
+            if doc.unwritten
+            else "a document not written to it by this nodecycle (restored from a backup, re-applied or edited by "
+            "hand, or written by an older version)",
             len(holders),
             "".join(f"\n  {h.node}: {h.owner}, record {h.record_id}" for h in holders[:20]),
         )
