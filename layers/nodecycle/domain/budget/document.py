@@ -52,6 +52,15 @@ from pydantic.alias_generators import to_camel
 # created again); any other is written as 3, which every stack of format 3 reads.
 FORMAT_VERSION = 4
 _WITHOUT_SEEDED_HOLDERS = 3
+# What no running stack writes, and no entry is kept for: a renewal further ahead of the reader's clock than any
+# clock skew between containers (seconds at most; NTP keeps Lambda's within milliseconds), and a TTL longer than a
+# day (a stack's holder TTL is minutes: the work queues' visibility timeout plus a few, see the template's
+# BudgetHolderTtlSeconds; one of up to three days still renews, at a third of it, within a day). Such an entry comes
+# from an edit by hand (a typo in the year) or a broken clock: taken at its word, it held its slot in every stack's
+# view for years, and its own drain's renewals, "lately" renewed, wrote none (invariant 10). It expires now; a drain
+# alive behind it asks again as one whose slot expired.
+MAX_CLOCK_AHEAD = timedelta(minutes=10)
+MAX_ENTRY_TTL = timedelta(days=1)
 
 
 class BudgetFormatError(ValueError):
@@ -78,10 +87,11 @@ class _Entry(_Model):
 
     @property
     def expires_at(self) -> datetime:
-        return self.renewed_at + timedelta(seconds=self.ttl_seconds)
+        return self.renewed_at + min(timedelta(seconds=self.ttl_seconds), MAX_ENTRY_TTL)
 
     def expired(self, now: datetime) -> bool:
-        return now >= self.expires_at
+        # (renewed further ahead than any clock runs: see MAX_CLOCK_AHEAD)
+        return now >= self.expires_at or self.renewed_at > now + MAX_CLOCK_AHEAD
 
 
 class Holder(_Entry):
