@@ -126,3 +126,33 @@ def test_a_late_asks_give_back_that_fails_is_given_back_by_its_redelivery(
     assert again.again
     assert blue.snapshot().holders == []
     assert blue.acquire(slot).reason is SlotReason.RELEASED
+
+
+def test_a_late_poll_that_finds_no_room_after_the_configmap_is_recreated_takes_no_place_in_line(
+    server: KubeServer, core: client.CoreV1Api
+) -> None:
+    # Given a budget of 1: node 0's drain over (its slot given back, its record done), then the ConfigMap created
+    # again and node 1's drain holding the one slot in it
+    add_nodes(server, 6)
+    clock = FakeClock()
+    records = InMemoryRecords()
+    slot = slot_of(0)
+    drained_and_released(core, slot, clock)
+    records.create(lifecycle_of(slot, Step.DONE, seq=9))
+    recreate_the_configmap(server)
+    clock.advance(5)
+    blue = budget_of(core, clock, records, total="1")
+    assert blue.acquire(slot_of(1)).granted
+
+    # When a late delivery of node 0's eviction poll runs (no room: it would wait in line, as a drain in progress
+    # that lost its slot), then node 2 asks, and node 1's drain gives its slot back
+    late = poll(core, blue, slot, "shutting-down", clock.now())
+    assert blue.acquire(slot_of(2)).reason is SlotReason.NO_ROOM
+    woken = blue.release(node_name(1), slot_of(1).record_id, slot_of(1).token)
+
+    # Then node 0 took no place in line (ahead of node 2, in progress as it claimed to be), and the slot went to
+    # node 2, not to a lifecycle over that would hold it idle until its place's TTL
+    assert late.again
+    assert blue.renew(slot).reason is SlotReason.RELEASED
+    assert woken == [slot_of(2).record_id]
+    assert [h.node for h in blue.snapshot().holders] == [node_name(2)]

@@ -798,6 +798,23 @@ def held_unmarked(doc: BudgetDocument, request: SlotRequest, decision: SlotDecis
     )
 
 
+def queued_unmarked(doc: BudgetDocument, request: SlotRequest, decision: SlotDecision) -> bool:
+    """Whether ``decision``, judged on ``doc``, puts a renewal that lost its slot in line (``lost``) as a new
+    waiter, for a lifecycle that began before ``doc`` was created: as :func:`unmarked`'s slot, it cannot be told
+    from a late delivery of a lifecycle that gave its slot back (a poll of a drain over, whose mark went with the
+    ConfigMap before). A drain that lost its slot in ``doc`` has its place in it already, renewed at its asks. Nor
+    one whose delivery tells it was paused in line before (``waiting_since``, its pause): it takes its place back
+    (see SlotRequest.waiting_since) without a read of its record. (A late poll of a drain over that was paused when
+    the delivery read its record still takes a place, until its TTL: not told apart here.)"""
+    if decision.granted or decision.reason is not SlotReason.LOST or doc.created_at is None:
+        return False
+    if request.waiting_since is not None:
+        return False
+    waiter = doc.waiter(request.node)
+    mine = waiter is not None and (waiter.owner, waiter.record_id) == (request.owner, request.record_id)
+    return not mine and _began_before(doc, request)
+
+
 def _began_before(doc: BudgetDocument, request: SlotRequest) -> bool:
     """Whether the request's lifecycle began before ``doc`` was created (within the margin; not told: taken so)."""
     assert doc.created_at is not None

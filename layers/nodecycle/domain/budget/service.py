@@ -124,7 +124,9 @@ class DisruptionBudget:
         any late delivery's (``released``: its commit loses). Else a late poll of a finished drain's eviction (a
         duplicate that ran past its cleanup) held the slot idle until the sweeper or the TTL freed it, while
         nodes waited. A drain still running keeps it (its own: renewed by its polls, given back by its
-        cleanup). The steps that renew (the eviction's polls, a refused cordon's retries) hold no record store.
+        cleanup). So too for a place in line such a renewal would take when there is no room (a new waiter, of a
+        lifecycle begun before the document): as a drain in progress it went first, and was passed the next slot
+        freed. The steps that renew (the eviction's polls, a refused cordon's retries) hold no record store.
         The first ask, which does, reads the record itself (see AcquireSlot)."""
         return self._claim(request, renewing=True)
 
@@ -329,9 +331,9 @@ class DisruptionBudget:
         # write that would grant a slot it cannot vouch for (the retries of a conflicting write ask no more)
         gave_back: list[bool] = []
 
-        def over(unmarked: bool) -> bool:
+        def over(unvouched: bool) -> bool:
             # (a renewal's only: the first ask reads its record itself, see AcquireSlot)
-            if not unmarked or not renewing or self._lifecycles is None:
+            if not unvouched or not renewing or self._lifecycles is None:
                 return False
             if not gave_back:
                 gave_back.append(self._lifecycles.gave_back(request))
@@ -370,12 +372,14 @@ class DisruptionBudget:
             decision = replace(decision, unmarked=rules.unmarked(live, request, decision))
             if not renewing:
                 decision = replace(decision, held_unmarked=rules.held_unmarked(live, request, decision))
-            if over(decision.unmarked):
+            if over(decision.unmarked or rules.queued_unmarked(live, request, decision)):
                 # A late delivery of a lifecycle that gave the slot back before the ConfigMap was created again
                 # (see renew): its node marked given back in this document, in the write that would have taken
                 # the slot. Not taken, then given back in a second write: when that one failed (a 500, a 429, a
                 # 409 storm), the step's redelivery found the slot held and renewed lately, no longer one it
-                # could not vouch for, and it stood idle until the sweeper or its TTL freed it.
+                # could not vouch for, and it stood idle until the sweeper or its TTL freed it. Nor put in line,
+                # when there is no room: as a drain in progress it went ahead of the nodes not yet touched, and
+                # the next slot freed was passed on to it, idle until its place's TTL.
                 log.info(
                     "budget slot for %s: asked for by a late delivery of lifecycle %s, which gave it back: "
                     "marked given back",
