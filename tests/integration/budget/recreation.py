@@ -16,6 +16,7 @@ from nodecycle.domain.budget import DisruptionBudget, Lifecycles, SlotRequest
 from nodecycle.domain.drain.acquire import AcquireSlot, RecordedLifecycles
 from nodecycle.domain.drain.cordon import Cordon
 from nodecycle.domain.drain.evict import Evict
+from nodecycle.domain.engine import Outcome
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.nodes import NodeFinder
 from nodecycle_sandbox.kube import KubeServer
@@ -161,3 +162,11 @@ def evict_step(
         events=FakeEvents(),
         time_left=lambda: None,
     )
+
+
+def poll(
+    api: client.CoreV1Api, budget: DisruptionBudget, slot: SlotRequest, state: str, now: datetime
+) -> Outcome:
+    """A delivery of node ``slot.node``'s eviction poll, with the record as it read it (at its eviction, seq 3),
+    whatever the record holds now; EC2 tells the instance ``state``."""
+    return evict_step(api, budget, slot, state)(lifecycle_of(slot, Step.EVICT, seq=3), now)

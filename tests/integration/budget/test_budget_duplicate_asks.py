@@ -16,8 +16,9 @@ from nodecycle.domain.engine import Outcome
 from nodecycle.domain.model import Step
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.budget.conftest import add_nodes, core_api, node_name
+from tests.integration.budget.recreation import record_of
 from tests.integration.budget.test_configmap_recreated import budget_of, request
-from tests.integration.budget.test_late_deliveries_after_recreation import late_ask, lifecycle_of
+from tests.integration.budget.test_late_deliveries_after_recreation import late_ask
 from tests.support.fakes import InMemoryRecords
 from tests.unit.budget.fakes import START, FakeClock
 
@@ -33,7 +34,7 @@ def test_duplicate_first_asks_of_two_drains_in_skewed_containers_take_one_slot_e
     records = InMemoryRecords()
     slots = [replace(request(i), since=START - timedelta(minutes=1)) for i in (0, 1)]
     for slot in slots:
-        records.create(lifecycle_of(slot, Step.ACQUIRE_SLOT, seq=1))
+        records.create(record_of(slot, Step.ACQUIRE_SLOT, seq=1))
     apis = [core_api(server) for _ in SKEWS]
     budgets = [
         budget_of(api, FakeClock(START + skew), "blue", total="1", per_zone="1")

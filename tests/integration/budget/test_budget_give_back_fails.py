@@ -25,11 +25,11 @@ from nodecycle.domain.model import Step
 from nodecycle_sandbox.faults import Fault
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.budget.conftest import add_nodes, node_name
+from tests.integration.budget.recreation import budget_of, lifecycle_of, poll, slot_of
+from tests.integration.budget.recreation import record_of as lifecycle_of_ask
 from tests.integration.budget.test_configmap_recreated import budget_of as recreated_budget_of
 from tests.integration.budget.test_configmap_recreated import recreate_the_configmap, request
 from tests.integration.budget.test_late_deliveries_after_recreation import drained_and_released, late_ask
-from tests.integration.budget.test_late_deliveries_after_recreation import lifecycle_of as lifecycle_of_ask
-from tests.integration.budget.test_late_polls_after_recreation import budget_of, lifecycle_of, poll, slot_of
 from tests.support.fakes import InMemoryRecords
 from tests.unit.budget.fakes import START, FakeClock
 

@@ -20,7 +20,7 @@ from kubernetes import client
 from nodecycle.domain.ports.cluster import Refused
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.budget.conftest import NAMESPACE, add_nodes, admin_api
-from tests.integration.budget.test_late_polls_after_recreation import budget_of, poll, slot_of
+from tests.integration.budget.recreation import budget_of, poll, slot_of
 from tests.support.fakes import InMemoryRecords
 from tests.unit.budget.fakes import FakeClock
 
