@@ -49,9 +49,13 @@ def test_a_rebalance_recommendation_is_ignored_cordoned_or_drained_as_each_stack
         assert all(_pods_on(sandbox, n) for n in nodes.values())
         sandbox.kube.reset_history()
 
-        # When EC2 recommends rebalancing each group's instance
+        # When EC2 recommends rebalancing each group's instance (the cordoning stack's cordon in place before the
+        # draining stack's recommendation: a pod that drain evicts must not be scheduled onto the node whose pods
+        # this test counts before it is cordoned; the two stacks race otherwise, by a fraction of a second)
         for policy, group in groups.items():
             group.recommend_rebalance(instances[policy])
+            if policy == "cordon":
+                wait_for(lambda: _cordoned(sandbox, nodes["cordon"]), 30, "the cordon")
 
         # Then the draining stack drains its node under the budget, the cordoning one cordons its node
         wait_for(lambda: last_pod_gone(sandbox.kube.history(), nodes["drain"]), 60, "the drain")
