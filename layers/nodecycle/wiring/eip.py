@@ -53,16 +53,7 @@ def engine() -> StepEngine:
     # (the first launch in line gets an address given back now, not at its next look; and one a launch ahead of
     # it leaves, or a spare released under the quota)
     waker = _line_waker(config, ports, lines)
-    assign = AssignAddress(
-        owner=config.owner_id,
-        policy=policy,
-        addresses=addresses(),
-        metrics=ports.metrics,
-        lines=lines,
-        records=ports.records,
-        groups=ports.autoscaling,
-        waker=waker,
-    )
+    assign = _assign(config, ports, lines, waker)
     return ports.engine(
         Worker.EIP,
         {
@@ -102,16 +93,22 @@ def line_leaver(config: SweeperSettings, ports: Common) -> Callable[[LifecycleRe
     if policy.mode is EipMode.OFF:
         return None
     lines = DynamoAddressLines(config.record_table)
+    return _assign(config, ports, lines, _line_waker(config, ports, lines)).ended_in_line
+
+
+def _assign(
+    config: EipSettings | SweeperSettings, ports: Common, lines: DynamoAddressLines, waker: LineWaker
+) -> AssignAddress:
     return AssignAddress(
         owner=config.owner_id,
-        policy=policy,
+        policy=eip_policy(config),
         addresses=addresses(),
         metrics=ports.metrics,
         lines=lines,
         records=ports.records,
         groups=ports.autoscaling,
-        waker=_line_waker(config, ports, lines),
-    ).ended_in_line
+        waker=waker,
+    )
 
 
 def _line_waker(config: EipSettings | SweeperSettings, ports: Common, lines: DynamoAddressLines) -> LineWaker:
