@@ -18,6 +18,7 @@ from nodecycle_sandbox.kube import HistoryEntry
 BUDGET_NAMESPACE = "nodecycle"  # the template's default BudgetNamespace
 BUDGET_NAME = "nodecycle-budget"
 BUDGET_KEY = "budget.json"
+WRITTEN_KEY = "budget.written"  # what the stack notes of its last write (adapters/kube/budget.py)
 
 
 @dataclass(frozen=True)
