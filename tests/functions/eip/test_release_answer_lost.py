@@ -16,7 +16,7 @@ from botocore.exceptions import ReadTimeoutError
 
 from nodecycle.adapters.aws import clients
 from nodecycle.adapters.aws.addresses import Ec2Addresses
-from nodecycle.domain.eip import Release, release_unassociated
+from nodecycle.domain.eip import release_unassociated
 from nodecycle.domain.eip.release import ReleaseAddresses
 from nodecycle.domain.ports.addresses import ALLOCATED_AT_TAG, INSTANCE_TAG, OWNER_TAG
 from tests.functions.eip.conftest import addresses, allocate, run_instances
@@ -52,13 +52,13 @@ def ec2_where_release(how: str) -> Any:
     return client
 
 
-@pytest.mark.parametrize(("how", "found"), [("lost", Release.RELEASED), ("raced", Release.GONE_AT_RELEASE)])
+@pytest.mark.parametrize(("how", "ours"), [("lost", True), ("raced", False)])
 def test_a_release_whose_answer_was_lost_is_this_calls_and_one_raced_is_anothers(
-    stack: Stack, how: str, found: Release
+    stack: Stack, how: str, ours: bool
 ) -> None:
     address = allocate(**{OWNER_TAG: OWNER, ALLOCATED_AT_TAG: HOUR_AGO})
 
-    assert release_unassociated(Ec2Addresses(ec2_where_release(how)), address) is found
+    assert release_unassociated(Ec2Addresses(ec2_where_release(how)), address) is ours
     assert addresses() == []
 
 

@@ -8,7 +8,6 @@ current settings: a pool address is never released, and an address of another ow
 
 from __future__ import annotations
 
-from enum import Enum
 from typing import Any
 
 from nodecycle.domain.model import LifecycleRecord
@@ -23,22 +22,12 @@ def without_scratch(record: LifecycleRecord) -> dict[str, Any]:
     return {key: value for key, value in record.extra.items() if key != SCRATCH}
 
 
-class Release(Enum):
-    """What :func:`release_unassociated` found."""
-
-    # Unassociated when looked at, and this call's ReleaseAddress released it: with its answer, or with the answer
-    # lost (a read timeout, a 5xx) and botocore's retry told InvalidAllocationID.NotFound (the port's release
-    # tells that as this call's: see Ec2Addresses.release). Every caller counts it as released, and as room
-    # under the quota.
-    RELEASED = "released"
-    GONE = "gone"  # released already when looked at
-    # Unassociated when looked at, and gone at the first attempt of the release: another released it within
-    # that round trip (a sweep, a concurrent delivery). Not this call's: no caller counts it.
-    GONE_AT_RELEASE = "gone-at-release"
-
-
-def release_unassociated(addresses: Addresses, allocation_id: str) -> Release:
-    """Release the address only if EC2 shows it unassociated now.
+def release_unassociated(addresses: Addresses, allocation_id: str) -> bool:
+    """Release the address only if EC2 shows it unassociated now; whether this call released it: with its
+    answer, or with the answer lost (a read timeout, a 5xx) and botocore's retry told InvalidAllocationID.NotFound
+    (the port's release tells that as this call's: see Ec2Addresses.release). Every caller counts it as released,
+    and as room under the quota. False when it was gone when looked at, or gone at the first attempt of the
+    release (another released it within that round trip: a sweep, a concurrent delivery): no caller counts it.
 
     EC2 refuses to release an associated address of a nondefault VPC (``InvalidIPAddress.InUse``), but one of
     a default VPC it disassociates and releases without a word: an address that a launch associated since it
@@ -49,8 +38,8 @@ def release_unassociated(addresses: Addresses, allocation_id: str) -> Release:
     try:
         current = addresses.describe(allocation_id)
     except AddressNotFound:
-        return Release.GONE
+        return False
     if current.associated:
         holder = current.instance_id or "a network interface"
         raise AddressInUse(f"address {current.public_ip} is associated with {holder}")
-    return Release.RELEASED if addresses.release(allocation_id) else Release.GONE_AT_RELEASE
+    return addresses.release(allocation_id)

@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Protocol
 
-from nodecycle.domain.eip import SCRATCH, Release, release_unassociated, without_scratch
+from nodecycle.domain.eip import SCRATCH, release_unassociated, without_scratch
 from nodecycle.domain.eip.line import AddressLines, Line, PoolLine, Waiter, ahead_of, line_key
 from nodecycle.domain.eip.wake import LineWaker
 from nodecycle.domain.engine import TERMINATION_STATES, Outcome
@@ -676,7 +676,7 @@ class AssignAddress:
             if not spare:
                 continue
             try:
-                gone = release_unassociated(self._addresses, address.allocation_id) is Release.RELEASED
+                gone = release_unassociated(self._addresses, address.allocation_id)
             except AddressInUse:
                 log.info("spare address %s got associated meanwhile: left alone", address.public_ip)
                 continue

@@ -21,7 +21,7 @@ from collections import Counter
 from datetime import datetime
 from typing import Any
 
-from nodecycle.domain.eip import SCRATCH, Release, release_unassociated, without_scratch
+from nodecycle.domain.eip import SCRATCH, release_unassociated, without_scratch
 from nodecycle.domain.eip.wake import LineWaker
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.errors import TransientError
@@ -257,7 +257,7 @@ class ReleaseAddresses:
             released = release_unassociated(self._addresses, address.allocation_id)
         except AddressInUse:
             return False
-        if released is Release.RELEASED:
+        if released:
             self._metrics.count("EipsReleased")
             log.info("released address %s of instance %s", address.public_ip, instance)
             freed[None] += 1

@@ -140,11 +140,13 @@ class Addresses(Protocol):
         ...
 
     def disassociate(self, association_id: str) -> bool:
-        """End this association (never another one); False when it had ended already."""
+        """End this association (never another one); whether this call ended it (one whose answer was lost counts);
+        False when another had ended it already."""
         ...
 
     def release(self, allocation_id: str) -> bool:
-        """Release the address; False when it was released already. Raises :class:`AddressInUse`."""
+        """Release the address; whether this call released it (one whose answer was lost counts); False when
+        another had released it already. Raises :class:`AddressInUse`."""
         ...
 
     def instance_states(self, instance_ids: Collection[str]) -> dict[str, str]:

@@ -44,7 +44,7 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from nodecycle.domain.eip import Release, release_unassociated
+from nodecycle.domain.eip import release_unassociated
 from nodecycle.domain.eip.wake import LineWaker
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.ports.addresses import Address, Addresses, AddressInUse, AddressRefused
@@ -198,13 +198,10 @@ class AddressSweep:
 
     def _release(self, address: Address) -> bool:
         """Release the address if EC2 shows it unassociated now (see ``release_unassociated``); whether this
-        sweep released it. A ReleaseAddress that landed with its answer lost (botocore's retry told
-        InvalidAllocationID.NotFound) is RELEASED, the adapter tells it by the retry; one gone at the release
-        (GONE_AT_RELEASE) was released by another caller after the look: not this sweep's, as for the eip
-        function's releases."""
+        sweep released it (a ReleaseAddress that landed with its answer lost counts; one another caller
+        released after the look does not), as for the eip function's releases."""
         try:
-            found = release_unassociated(self._addresses, address.allocation_id)
-            released = found is Release.RELEASED
+            released = release_unassociated(self._addresses, address.allocation_id)
         except AddressInUse:
             # Associated since the listing (a launch took it back), or a disassociation not settled yet.
             log.info("address %s is in use: kept", address.public_ip)
