@@ -66,7 +66,7 @@ class ReadinessGate:
         try:
             # (EC2 refusing the instance's DNS name leaves the node to be found by its instance id or provider id:
             # the launch of a node that joins still completes, rather than every launch waiting out its gate)
-            node, extra = self._finder.find(record, scan=self._scan(polls, now, deadline), name_optional=True)
+            node, extra = self._finder.find(record, scan=self._scan(polls, now, deadline))
             ready = node is not None and node.ready and self._kubelet_ran_since(node, record)
             state = None if ready or not self._ask_state(polls, now, deadline) else self._state(record)
         except AccessRefused as refused:  # (before TransientError, its base: see _refused)

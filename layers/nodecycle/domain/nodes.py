@@ -29,14 +29,14 @@ class NodeFinder:
         self._instances = instances
 
     def find(
-        self, record: LifecycleRecord, *, scan: bool = True, name_optional: bool = True
+        self, record: LifecycleRecord, *, scan: bool = True
     ) -> tuple[NodeInfo | None, dict[str, object]]:
-        """``name_optional``: when AWS refuses the instance's DNS name (ec2:DescribeInstances denied by a service
-        control policy or a permissions boundary), the node is looked for without it (by the instance id's name,
-        and by provider id when ``scan``) rather than the refusal raised; it is asked again at the next find. So
-        for every caller unless told otherwise: the name only spares a scan of the nodes, and raised, a refusal
-        that lasts fails the step's message into the dead-letter queue after the engine's refused tries (the
-        launch left to its global timeout, the terminating instance's node never drained)."""
+        """When AWS refuses the instance's DNS name (ec2:DescribeInstances denied by a service control policy or a
+        permissions boundary), the node is looked for without it (by the instance id's name, and by provider id
+        when ``scan``) rather than the refusal raised; it is asked again at the next find. The name only spares a
+        scan of the nodes, and raised, a refusal that lasts would fail the step's message into the dead-letter
+        queue after the engine's refused tries (the launch left to its global timeout, the terminating instance's
+        node never drained)."""
         extra: dict[str, object] = dict(record.extra)
         named = extra.get(NODE_NAME)
         if isinstance(named, str):
@@ -52,8 +52,6 @@ class NodeFinder:
             try:
                 extra[PRIVATE_DNS] = self._instances.private_dns_name(record.instance_id)
             except AccessRefused as refused:
-                if not name_optional:
-                    raise
                 log.error(
                     "the DNS name of instance %s is refused (%s): its node is looked for by its instance id and "
                     "provider id only",
