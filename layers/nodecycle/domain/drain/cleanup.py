@@ -162,10 +162,10 @@ class Cleanup:
                 # is down) would hold it until its holder expires, past the drain's timeout and force grace
                 # (invariant 10). Once it outlasts RELEASE_FAILING_FOR the release is refused, as a webhook's
                 # refusal is: told, and the slot given back.
-                since = record.extra.get(RELEASE_FAILING)
-                if since is None or now - datetime.fromisoformat(str(since)) < RELEASE_FAILING_FOR:
-                    extra = {**record.extra, RELEASE_FAILING: since or now.isoformat()}
-                    return Outcome.wait(max(1.0, retry_after_wait(retry_after)), extra=extra)
+                again = _at_once(record.extra, RELEASE_FAILING, now, retry_after)
+                if again is not None:
+                    return again
+                since = record.extra[RELEASE_FAILING]
                 self._told_refused(node, record, f"{failure}, at every try since {since}")
                 released = None
             if released is Claim.CLAIMED:  # (patched: the node as read is not the node any more)
@@ -203,10 +203,10 @@ class Cleanup:
             failure, retry_after = str(error), getattr(error, "retry_after", None)
         log.warning("watch %s of node %s failed: %s", key, record.node, failure)
         extra = {**record.extra, key: record.extra.get(key) or now.isoformat()}
-        since = extra.get(WATCH_FAILING)
-        if since is None or now - datetime.fromisoformat(str(since)) < RELEASE_FAILING_FOR:
-            extra[WATCH_FAILING] = since or now.isoformat()
-            return Outcome.wait(max(1.0, retry_after_wait(retry_after)), extra=extra)
+        again = _at_once(extra, WATCH_FAILING, now, retry_after)
+        if again is not None:
+            return again
+        since = extra[WATCH_FAILING]
         failing_since = datetime.fromisoformat(str(since))
         why = f"{failure}, at every try since {since}"
         node, uid = _known(record.node, "node"), record.node_uid
@@ -521,6 +521,18 @@ class Cleanup:
                 warning=True,
             )
             return False
+
+
+def _at_once(extra: dict[str, Any], key: str, now: datetime, retry_after: float | None) -> Outcome | None:
+    """A failure of the release or of a watch after it, tried again at once (no sooner than a Retry-After) while
+    it has failed for less than RELEASE_FAILING_FOR: the wait, with since when it fails noted in ``key`` of
+    ``extra``; None once it has failed longer."""
+    since = extra.get(key)
+    if since is not None and now - datetime.fromisoformat(str(since)) >= RELEASE_FAILING_FOR:
+        return None
+    return Outcome.wait(
+        max(1.0, retry_after_wait(retry_after)), extra={**extra, key: since or now.isoformat()}
+    )
 
 
 def _may_come(event: ScheduledEvent, record: LifecycleRecord, now: datetime) -> bool:
