@@ -118,8 +118,17 @@ class LineWaker:
             return 0
         try:
             found = self._addresses.find(self._owner, pool=pool)
-        except Exception as error:  # (see given_back: any failure)
-            log.info("could not count the free addresses of pool %r to wake its waiters: %s", pool, error)
+        except (
+            Exception
+        ) as error:  # (see given_back: any failure; one that is not AWS's, a bug, with its traceback)
+            transient = isinstance(error, TransientError)
+            log.log(
+                logging.INFO if transient else logging.WARNING,
+                "could not count the free addresses of pool %r to wake its waiters (those given back are): %s",
+                pool,
+                error,
+                exc_info=not transient,
+            )
             return 0
         return sum(1 for address in found if not address.associated)
 
