@@ -8,48 +8,21 @@ its message into the dead-letter queue after its refused tries."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import boto3
-import pytest
-from botocore.config import Config
-
 from nodecycle.adapters.aws.instances import Ec2Instances
 from nodecycle.adapters.kube.cluster_api import KubeCluster
 from nodecycle.domain.drain.forget import ForgetNode
 from nodecycle.domain.model import Step, Transition
 from nodecycle.domain.nodes import NodeFinder
 from nodecycle_sandbox.aws.faults import FAULTS
-from nodecycle_sandbox.aws.server import MotoServer
-from nodecycle_sandbox.faults import Fault
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.kube import test_kube_drain_steps as drain_steps
+from tests.integration.kube.test_drain_ec2_instance_state import instances
 from tests.integration.kube.test_kube_drain_steps import INSTANCE, NODE, draining
 from tests.support.fakes import T0
 from tests.unit.drain.test_drain_steps import FakeSlots, cordon, spot, wakes_to_nowhere
 
 SEED = drain_steps.SEED
-REGION = "eu-west-1"
-DRAIN_KEY = "AKIADRAINFUNCTIO0001"  # the drain function's access key: the one the faults are armed for
-
-
-@pytest.fixture
-def instances() -> Iterator[Ec2Instances]:
-    """EC2 (moto) as the drain function reaches it, refusing it every DescribeInstances."""
-    server = MotoServer()
-    endpoint = server.start()
-    FAULTS.arm_for([Fault("scp", "aws-denied", target="ec2.DescribeInstances")], seed=1, callers=[DRAIN_KEY])
-    client = boto3.client(
-        "ec2",
-        endpoint_url=endpoint,
-        region_name=REGION,
-        aws_access_key_id=DRAIN_KEY,
-        aws_secret_access_key="secret",
-        config=Config(retries={"mode": "standard"}),
-    )
-    yield Ec2Instances(client)
-    FAULTS.disarm()
-    server.stop()
+__all__ = ["instances"]  # (the fixture: EC2 refusing the drain function every DescribeInstances)
 
 
 def test_a_stop_whose_instance_state_ec2_refuses_frees_nothing_and_ends(
