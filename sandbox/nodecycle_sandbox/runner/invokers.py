@@ -156,13 +156,19 @@ class InlineInvoker:
 
 @contextmanager
 def _environ(variables: Mapping[str, str]) -> Iterator[None]:
-    saved = dict(os.environ)
+    """The function's ``variables`` in ``os.environ`` for the invocation, and only they put back after it: the
+    invocation runs on a runner thread while the process goes on setting its own (pytest's PYTEST_CURRENT_TEST at
+    each phase of a test), which a copy of the whole environment written back would undo."""
+    saved = {name: os.environ.get(name) for name in variables}
     os.environ.update(variables)
     try:
         yield
     finally:
-        os.environ.clear()
-        os.environ.update(saved)
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 # -- worker processes ---------------------------------------------------------------------------
