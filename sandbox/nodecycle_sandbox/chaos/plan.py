@@ -98,31 +98,9 @@ def draw(seed: int, index: int, *, kinds: tuple[str, ...] = KINDS, faults: bool 
     # Refusals last, for the same reason: the stories and fault plans drawn before them stay what they were.
     if not faults:
         return scenario
-    refusals = draw_refusals(rng)
-    # Lost answers after everything else in the draw, for the same reason; listed before the refusals
-    lost = draw_lost_answers(rng)
     first = len(scenario.faults) + 1
-    extra = tuple(replace(f, id=f"f{n}") for n, f in enumerate((*lost, *refusals), start=first))
-    return scenario.with_faults((*scenario.faults, *extra))
-
-
-def draw_lost_answers(rng: random.Random) -> tuple[Fault, ...]:
-    """In about a third of the scenarios, AWS calls that land and whose answers are lost on the way back (a read
-    timeout, a 5xx from a load balancer after the service acted): botocore sends the call again, and the retry
-    meets what the first attempt did (an action completed, an address released or allocated, an item written)."""
-    if rng.random() >= 0.35:
-        return ()
-    target = rng.choice(
-        (
-            "autoscaling.CompleteLifecycleAction",
-            "autoscaling.*",
-            "ec2.*",
-            "dynamodb.[PT]*",
-            "sqs.SendMessage",
-            "*",
-        )
-    )
-    return (Fault("", "aws-lost-answer", target, _p(rng, 0.02, 0.1), limit=3),)
+    refusals = tuple(replace(f, id=f"f{n}") for n, f in enumerate(draw_refusals(rng), start=first))
+    return scenario.with_faults((*scenario.faults, *refusals))
 
 
 def draw_faults(rng: random.Random, scenario: Scenario) -> tuple[Fault, ...]:
