@@ -35,6 +35,7 @@ KUBE_KINDS = (
 KUBE_REFUSAL_KINDS = ("kube-webhook-down", "kube-webhook-deny", "kube-forbidden")
 AWS_KINDS = ("aws-throttle", "aws-error", "aws-lost-answer")
 AWS_REFUSAL_KINDS = ("aws-denied",)
+DYNAMODB_KINDS = ("dynamodb-index-lag",)  # the service's own lag, not a refusal (aws/dynamodb_index_lag.py)
 SQS_KINDS = ("sqs-duplicate", "sqs-delay", "sqs-reorder", "sqs-drop")
 EVENT_KINDS = ("event-duplicate", "event-delay")
 WORKER_KINDS = ("worker-kill", "clock-skew", "time-travel")
@@ -43,6 +44,7 @@ KINDS = (
     *KUBE_REFUSAL_KINDS,
     *AWS_KINDS,
     *AWS_REFUSAL_KINDS,
+    *DYNAMODB_KINDS,
     *SQS_KINDS,
     *EVENT_KINDS,
     *WORKER_KINDS,

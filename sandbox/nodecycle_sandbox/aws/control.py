@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from moto.autoscaling.models import AutoScalingBackend, autoscaling_backends
 
-from nodecycle_sandbox.aws import ec2_addresses, ec2_instances, eks
+from nodecycle_sandbox.aws import dynamodb_index_lag, ec2_addresses, ec2_instances, eks
 from nodecycle_sandbox.aws import faults as aws_faults
 from nodecycle_sandbox.aws.disruptions import SPOT_HOOK_AFTER_SECONDS, SPOT_WARNING_SECONDS
 from nodecycle_sandbox.aws.eks_access import API_AND_CONFIG_MAP
@@ -247,13 +247,15 @@ class AwsControl:
     def arm_faults(self, *, faults: list[Fault], seed: int, callers: list[str] | None) -> None:
         """Inject ``faults`` into the AWS calls signed by ``callers`` (access key ids; None: anyone)."""
         aws_faults.FAULTS.arm_for(faults, seed, callers)
+        dynamodb_index_lag.LAG.arm(faults, seed)  # (the index lags for every caller)
 
     def disarm_faults(self) -> None:
         aws_faults.FAULTS.disarm()
+        dynamodb_index_lag.LAG.disarm()
 
     def fault_firings(self) -> list[Firing]:
         """Every fault injected since the plan was armed."""
-        return aws_faults.FAULTS.firings()
+        return [*aws_faults.FAULTS.firings(), *dynamodb_index_lag.LAG.firings()]
 
     def close(self) -> None:
         self.emulator.close()

@@ -28,7 +28,7 @@ from moto.dynamodb.models.table import Table
 
 from nodecycle_sandbox.aws.one_at_a_time import one_at_a_time
 
-_LOCK = threading.RLock()
+LOCK = _LOCK = threading.RLock()  # (public: the index lag's wrappers take it too, installed in either order)
 _OPERATIONS = (
     "get_item",
     "put_item",

@@ -22,6 +22,7 @@ from moto.ec2.responses.instances import InstanceResponse
 
 from nodecycle_sandbox.aws import (
     api,
+    dynamodb_index_lag,
     dynamodb_items,
     dynamodb_transactions,
     ec2_addresses,
@@ -52,6 +53,7 @@ def install() -> None:
     sqs_timing.install()
     sqs_attributes.install()  # queue attributes within SQS's ranges
     dynamodb_items.install()  # answers of lifecycle records without moto's per-attribute walk
+    dynamodb_index_lag.install()  # global secondary indexes that lag their table
     dynamodb_transactions.install()  # one write at a time; a cancelled transaction undoes only its own
     ec2_addresses.install()
     ec2_filters.install()  # at most 200 filter values a call, of at most 255 characters
