@@ -118,6 +118,10 @@ class LifecycleRepair:
             # seconds (throttled, retried), and a start time would find a lost message "not yet overdue".
             now = max(now, self._clock.now())
             try:
+                current, unread = self._as_it_is(record, now, late)
+                if current is None:
+                    continue  # over since the index listed it
+                record = current
                 overdue = record.overdue(now, self._grace)
                 last = record.action_open and self._last_chance(record, now, late if overdue else timedelta())
                 unkept = False
@@ -142,7 +146,7 @@ class LifecycleRepair:
                 if kept is not None and (overdue or last):
                     for name in self._repair(kept, now, last):
                         counts[name] += 1
-                if unkept:
+                if unkept or unread:
                     counts["RepairsFailed"] += 1
             except Exception:  # one lifecycle's failure must not stop the repair of the others
                 log.exception("could not repair lifecycle %s", record.id)
@@ -168,22 +172,63 @@ class LifecycleRepair:
             return False, min(record.heartbeat_deadline, record.global_deadline - self._settle_before)
         return True, record.due_at
 
-    def _keep_alive(
-        self, record: LifecycleRecord, now: datetime, counts: Counts, late: timedelta
-    ) -> LifecycleRecord | None:
-        """Heartbeat the action if its heartbeat deadline comes before the next sweep can (as late as this one),
-        or if the record shows it past (a late sweep: the action may have ended); the record as it is now, or
-        None when the engine moved it meanwhile (it is alive) or it went past its completion."""
+    def _as_it_is(
+        self, listed: LifecycleRecord, now: datetime, late: timedelta
+    ) -> tuple[LifecycleRecord | None, bool]:
+        """The lifecycle as the table holds it, when its listed version calls for anything (a heartbeat, a
+        resend, a settlement: each counted, the stalled and stuck ones for their alarms); None when it is over.
+        The list comes from a global secondary index, which lags the table (by under a second usually, by
+        minutes while it is throttled or backfilling): its version may be older than the record's, or of a
+        lifecycle over since. Acted on as listed, an action the engine completed just before the sweep was
+        heartbeated, found gone and counted expired (its alarm: a node may have gone undrained), and a lifecycle
+        whose step ran at last was counted stalled and stuck, and sent again; the writes that follow are
+        conditional on the listed seq and lost, but the counts were made. One that calls for nothing is not read
+        (the reads grow with what the sweep does, not with what it lists). A read DynamoDB refuses (throttled
+        past the client's retries) leaves the listed version, which heartbeats and conditional writes cannot
+        harm (keeping actions alive comes first), and fails the sweep (``True``: unread)."""
+        if not self._calls_for(listed, now, late):
+            return listed, False
+        try:
+            current = self._records.get(listed.id)
+        except Exception as error:
+            log.warning(
+                "could not read lifecycle %s again (%r): judged as the index listed it", listed.id, error
+            )
+            return listed, True
+        if current is None or current.finished:
+            log.info("lifecycle %s, listed at %s, is over: left alone", listed.id, listed.step)
+            return None, False
+        return current, False
+
+    def _calls_for(self, record: LifecycleRecord, now: datetime, late: timedelta) -> bool:
+        """Whether the sweep would act on ``record`` as it is: resend it, settle it, or heartbeat its action."""
+        overdue = record.overdue(now, self._grace)
+        return (
+            overdue
+            or (record.action_open and self._last_chance(record, now, late if overdue else timedelta()))
+            or self._heartbeat_due(record, now, late)
+        )
+
+    def _heartbeat_due(self, record: LifecycleRecord, now: datetime, late: timedelta) -> bool:
+        """Whether the action's heartbeat deadline comes before the next sweep can (as late as this one), or the
+        record shows it past (a late sweep: the action may have ended)."""
         if not record.action_open:
-            return record
+            return False
         # Past its deadline by the record, the action may have timed out: asked, so that an expiry is told as one
         # (a heartbeat accepted after the record's last one, whose commit lost, may have kept it alive)
         lapsed = now >= min(record.heartbeat_deadline, record.global_deadline)
-        if not lapsed and (
+        return lapsed or not (
             record.heartbeat_deadline >= record.global_deadline  # the global timeout comes first anyway
             or record.heartbeat_deadline > now + 2 * self._interval + self._margin + late
             or now >= record.global_deadline - 2 * self._margin  # settled right away instead
-        ):
+        )
+
+    def _keep_alive(
+        self, record: LifecycleRecord, now: datetime, counts: Counts, late: timedelta
+    ) -> LifecycleRecord | None:
+        """Heartbeat the action if it is due (``_heartbeat_due``); the record as it is now, or None when the
+        engine moved it meanwhile (it is alive) or it went past its completion."""
+        if not self._heartbeat_due(record, now, late):
             return record
         try:
             active = self._autoscaling.heartbeat(record.action)

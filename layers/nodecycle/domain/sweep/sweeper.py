@@ -29,6 +29,13 @@ the actions it did not reach may be near their timeout, and the next sweep takes
 keep-alive then heartbeats every action held, adopting none, and the budget's and annotations' parts read each
 lifecycle's record instead (:func:`listed_or_none`).
 
+The listing comes from a global secondary index, which lags the table: a record just written may be missing from
+it, one just closed still listed, a listed one an older version. What is missing is never taken as absent (the
+budget's and annotations' parts read the record of what the listing does not show; an action held with no
+listed record is kept alive, and adopted only through intake's path, which finds its claim); what is listed is
+read again, consistently, before a part acts on it or counts it (the lifecycles' part, :meth:`LifecycleRepair
+._as_it_is`), and nothing is freed of a lifecycle listed open until a listing no longer shows it.
+
 A sweep may start late: EventBridge delivers the schedule late (the sweeper throttled at its reserved concurrency
 of one while a long sweep runs: the event is retried), or the sweep before failed and the next is the retry. The
 sweep then says how late it is (``SweepLateSeconds``; ``SweepsLate`` past a heartbeat margin: its alarm, since an
