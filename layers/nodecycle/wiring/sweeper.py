@@ -45,6 +45,7 @@ def sweeper() -> Sweeper:
         hooks=hooks,
         autoscaling=ports.autoscaling,
         intake=build_intake(config, ports, groups, hooks),
+        records=ports.records,
         metrics=ports.metrics,
         adopt_after=adopt_after(config),
     )

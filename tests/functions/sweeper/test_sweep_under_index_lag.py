@@ -190,12 +190,14 @@ def test_an_action_intake_recorded_that_the_index_does_not_list_yet_is_kept_aliv
         world.clock.advance(INTERVAL.total_seconds())
         reports.append(world.sweep())
 
-    # Then the action is kept alive meanwhile (probed by its instance) and adopted by neither: one lifecycle,
-    # its event's
-    assert [r["LifecyclesAdopted"] for r in reports] == [0, 0]
+    # Then the action is kept alive meanwhile (probed by its instance), counted an orphan by neither (its claim
+    # read: its lifecycle is written) and adopted by neither: one lifecycle, its event's, received once
+    assert [(r["LifecyclesOrphaned"], r["LifecyclesAdopted"]) for r in reports] == [(0, 0), (0, 0)]
     assert len(world.autoscaling.heartbeats) == 2
     assert adopted(world) is None
     assert first_steps(world) == [world.event().record_id]
+    assert world.metrics.counts["LifecycleActionsReceived"] == 1
+    assert world.metrics.counts.get("LifecycleEventsDuplicate", 0) == 0
 
 
 def test_budget_entries_and_annotations_of_a_lifecycle_missing_from_the_index_or_over_while_listed_are_judged_by_the_table(

@@ -72,6 +72,7 @@ class World:
             hooks=LifecycleHooks(self.autoscaling, self.clock),
             autoscaling=self.autoscaling,
             intake=self.intake,
+            records=self.records,
             metrics=self.metrics,
             adopt_after=ADOPT_AFTER,
         )

@@ -34,7 +34,7 @@ from typing import NoReturn
 from nodecycle.domain.catalog import LifecycleHooks, ManagedGroups
 from nodecycle.domain.intake import Intake, IntakeOutcome
 from nodecycle.domain.model import LifecycleRecord, Transition
-from nodecycle.domain.ports.lifecycle import Autoscaling, WaitingInstance
+from nodecycle.domain.ports.lifecycle import Autoscaling, ClaimingRecordStore, WaitingInstance
 from nodecycle.domain.ports.runtime import Metrics
 from nodecycle.domain.sweep.sweep_time import SweepTime
 from nodecycle.domain.sweep.sweeper import Counts, SweepFailed
@@ -60,10 +60,12 @@ class OrphanedActions:
         hooks: LifecycleHooks,
         autoscaling: Autoscaling,
         intake: Intake,
+        records: ClaimingRecordStore,
         metrics: Metrics,
         adopt_after: timedelta,
     ) -> None:
         self._groups = groups
+        self._records = records
         self._hooks = hooks
         self._autoscaling = autoscaling
         self._intake = intake
@@ -120,6 +122,8 @@ class OrphanedActions:
                 for hook in self._our_hooks(waiting.group, waiting.transition):
                     if not self._held_by(waiting, hook):
                         continue  # this hook's action is over (ours, completed) or another hook holds it
+                    if self._recorded(waiting, hook):
+                        continue  # kept alive; its lifecycle is written, not listed yet: no orphan
                     key = (waiting.instance_id, hook)
                     first, before_it = seen[key] = self._seen.get(key, (now, before))
                     held.append(Orphan(waiting, hook, first, before_it))
@@ -216,6 +220,31 @@ class OrphanedActions:
             orphan.waiting.instance_id,
             orphan.hook,
             orphan.first,
+        )
+        return True
+
+    def _recorded(self, waiting: WaitingInstance, hook: str) -> bool:
+        """Whether a lifecycle of the action is written though the listing did not show it: the list of open
+        lifecycles comes from a global secondary index, which lags the table (by under a second usually, by
+        minutes while it is throttled or backfilling), and a lifecycle intake has just written may be missing
+        from it. Its action's claim and record, read consistently, tell: taken for an orphan, it was counted
+        (``LifecyclesOrphaned``), then its adoption went through intake's path, which found the claim, but only
+        once it had counted the action received a second time and its event a duplicate. Read only for the
+        actions held with no listed lifecycle, once each is kept alive (the heartbeats come first). A read that
+        fails tells nothing: the action is judged an orphan, as before (an adoption still finds the claim)."""
+        try:
+            claim = self._records.claim(waiting.action(hook))
+            record = None if claim is None else self._records.get(claim.lifecycle)
+        except Exception as error:
+            log.warning("could not read the claim on the action of %s (%r)", waiting.instance_id, error)
+            return False
+        if record is None or record.finished or not record.action_open:
+            return False
+        log.info(
+            "%s is held by hook %s for lifecycle %s, not listed yet (the index lags)",
+            waiting.instance_id,
+            hook,
+            record.id,
         )
         return True
 
