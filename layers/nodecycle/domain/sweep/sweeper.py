@@ -32,7 +32,8 @@ lifecycle's record instead (:func:`listed_or_none`).
 The listing comes from a global secondary index, which lags the table: a record just written may be missing from
 it, one just closed still listed, a listed one an older version. What is missing is never taken as absent (the
 budget's and annotations' parts read the record of what the listing does not show; an action held with no
-listed record is kept alive, and adopted only through intake's path, which finds its claim); what is listed is
+listed record is kept alive, then its claim read before it counts as an orphan, and adopted only through intake's
+path, which finds the claim); what is listed is
 read again, consistently, before a part acts on it or counts it (the lifecycles' part, :meth:`LifecycleRepair
 ._as_it_is`), and nothing is freed of a lifecycle listed open until a listing no longer shows it.
 
