@@ -107,6 +107,11 @@ class IndexLag(Injector):
 
     # -- what the backend's wrappers ask --------------------------------------------------------------------
 
+    @property
+    def idle(self) -> bool:
+        """Nothing lags, nor may: the wrappers go straight to moto (every DynamoDB call of every test passes)."""
+        return not (self._pending or self._holds or self._faults)
+
     def may_lag(self, key: _Key) -> bool:
         """Whether a write of ``key`` is to be followed (its before kept): lagging already, or the lag is on."""
         with self._state:
@@ -196,6 +201,8 @@ def _followed(
 
     @wraps(operation)
     def write(self: DynamoDBBackend, *args: Any, **kwargs: Any) -> Any:
+        if LAG.idle:
+            return operation(self, *args, **kwargs)
         bound = signature.bind(self, *args, **kwargs)
         try:
             table = self.get_table(bound.arguments["table_name"])
@@ -229,6 +236,8 @@ def _lagged_read(operation: Callable[..., Any]) -> Callable[..., Any]:
 
     @wraps(operation)
     def read(self: DynamoDBBackend, *args: Any, **kwargs: Any) -> Any:
+        if LAG.idle:
+            return operation(self, *args, **kwargs)
         bound = signature.bind(self, *args, **kwargs)
         index = bound.arguments.get("index_name")
         if not index:
