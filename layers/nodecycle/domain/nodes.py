@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from nodecycle.domain.errors import AccessRefused
+from nodecycle.domain.errors import AccessRefused, TransientError
 from nodecycle.domain.model import LifecycleRecord
 from nodecycle.domain.ports.cluster import Cluster, NodeInfo
 from nodecycle.domain.ports.instances import Instances
@@ -32,11 +32,12 @@ class NodeFinder:
         self, record: LifecycleRecord, *, scan: bool = True
     ) -> tuple[NodeInfo | None, dict[str, object]]:
         """When AWS refuses the instance's DNS name (ec2:DescribeInstances denied by a service control policy or a
-        permissions boundary), the node is looked for without it (by the instance id's name, and by provider id
-        when ``scan``) rather than the refusal raised; it is asked again at the next find. The name only spares a
-        scan of the nodes, and raised, a refusal that lasts would fail the step's message into the dead-letter
-        queue after the engine's refused tries (the launch left to its global timeout, the terminating instance's
-        node never drained)."""
+        permissions boundary) or does not answer it (throttled, failed), the node is looked for without it (by the
+        instance id's name, and by provider id when ``scan``) rather than the failure raised; it is asked again at
+        the next find. The name only spares a scan of the nodes, and raised, a refusal that lasts would fail the
+        step's message into the dead-letter queue after the engine's refused tries (the launch left to its global
+        timeout, the terminating instance's node never drained), and throttling would hold the step in the
+        engine's backoff for as long as it lasts."""
         extra: dict[str, object] = dict(record.extra)
         named = extra.get(NODE_NAME)
         if isinstance(named, str):
@@ -51,12 +52,17 @@ class NodeFinder:
             # (eventual consistency), and without its name the node is found only by listing every node.
             try:
                 extra[PRIVATE_DNS] = self._instances.private_dns_name(record.instance_id)
-            except AccessRefused as refused:
-                log.error(
-                    "the DNS name of instance %s is refused (%s): its node is looked for by its instance id and "
-                    "provider id only",
+            except TransientError as error:
+                # Refused, or throttled (RequestLimitExceeded past botocore's retries: an account whose other tools
+                # use up its EC2 request rate) or failed: found without it as when EC2 does not describe it yet,
+                # rather than the step sent into the engine's backoff, minutes between tries for as long as the
+                # throttling lasts, its node out of the budget's line and a free slot idle meanwhile
+                log.log(
+                    logging.ERROR if isinstance(error, AccessRefused) else logging.WARNING,
+                    "the DNS name of instance %s is not answered (%s): its node is looked for by its instance id "
+                    "and provider id only",
                     record.instance_id,
-                    refused,
+                    error,
                 )
         dns = extra.get(PRIVATE_DNS)
         node = self._cluster.find_node(record.instance_id, dns if isinstance(dns, str) else None, scan=scan)
