@@ -71,7 +71,7 @@ def test_maintenance_is_drained_before_it_starts_and_a_stopped_instance_leaves_n
         # When someone stops the instance outside the group's hooks
         sandbox.client("ec2").stop_instances(InstanceIds=[stopped])
 
-        # Then its slot is freed, its annotations cleared and its address released, at once
+        # Then its slot is freed, its claim's annotations cleared and its address released, at once
         gone = wait_for(
             lambda: (r := store.get(f"{stopped}/{Transition.STATE_CHANGE.short}")) and r.finished and r,
             30,
@@ -79,10 +79,12 @@ def test_maintenance_is_drained_before_it_starts_and_a_stopped_instance_leaves_n
         )
         assert gone.outcome == "instance-gone-without-hook"
         wait_for(lambda: not addresses_of(sandbox, stopped), 30, "the address released")
-        # ...and it stays so while the held-up drain finds its instance stopped
+        # ...and it stays so while the held-up drain finds its instance stopped, the node marked released for the
+        # drain's lifecycle (the stop's mark, which the watch after the drain leaves: an instance not coming back)
         time.sleep(5)
         assert stopped_node not in current_holders(sandbox)
-        assert nodecycle_annotations(sandbox, stopped_node) == {}
+        released = {"nodecycle.io/released-for": f"{stopped}/{Transition.SCHEDULED_CHANGE.short}"}
+        assert nodecycle_annotations(sandbox, stopped_node) == released
         assert addresses_of(sandbox, stopped) == []
 
 

@@ -368,7 +368,7 @@ class Cleanup:
         in_group = self._autoscaling.lifecycle_state(instance) if record.group else "InService"
         if not up(state) or in_group is None or in_group.startswith(NOT_COMING_BACK_STATES):
             why = f"instance {instance} is not coming back ({state or 'gone'}, {in_group})"
-            return self._kept(node, record, why)
+            return self._kept(node, record, why, leaving=True)
         ahead = [
             event for event in self._instances.scheduled_events(instance) if _may_come(event, record, now)
         ]
@@ -409,10 +409,17 @@ class Cleanup:
         why: str,
         *,
         warning: bool = False,
+        leaving: bool = False,
     ) -> Outcome:
-        """The watch after a maintenance ends with the cordon kept: its mark goes (nothing on the node is this
-        lifecycle's to lift any more), and the node tells why."""
-        if self._patched(node, record, lambda: self._cluster.release_node(node)) is Claim.CONFLICT:
+        """The watch after a maintenance ends with the cordon kept, and the node tells why. Its instance ``leaving``
+        service (terminating, gone, stopped, out of its group), the node stays as the cleanup left it, marked
+        released for this lifecycle: the mark keeps its lingering object out of a percent limit's nodes until the
+        cloud provider deletes it (see NodeState.released), as the warm pool's watch leaves it for an instance
+        terminated from the pool. Otherwise (not back in service long after the maintenance, its instance still in
+        its group) its mark goes: nothing on the node is this lifecycle's to lift any more, and a node that stays
+        counts as any other."""
+        unmarked = None if leaving else self._patched(node, record, lambda: self._cluster.release_node(node))
+        if unmarked is Claim.CONFLICT:
             raise TransientError(CONFLICT)  # (the watch's failure: see _watch)
         log.log(logging.WARNING if warning else logging.INFO, "node %s stays cordoned: %s", node.name, why)
         self._events.on_node(
