@@ -4,7 +4,12 @@ etcd is overloaded answers), and every poll of the drain starts with that read. 
 the drain would hold its action until the global timeout and never apply its timeout policy; a drain whose pods
 cannot be listed past its timeout applies it on what can be known (see ``Evict._timed_out_unlisted``), and one
 whose node cannot be read must too (invariant 2: the action settled by its drain's timeout policy; invariant 10:
-no slot kept past the timeout, the force grace and a margin)."""
+no slot kept past the timeout, the force grace and a margin).
+
+So too before the first cordon: a drain granted its slot whose node cannot be read at its cordon. The cordon's
+read was raised into the engine's retries every few seconds with no deadline (a drain's time starts at its
+cordon): the slot held idle, not renewed, until its holder expired, the action held until the global-timeout
+guard completed it hours later, and nobody told (a retry is a metric, no alarm)."""
 
 from __future__ import annotations
 
@@ -14,13 +19,15 @@ import pytest
 
 from nodecycle.adapters.kube.cluster_api import KubeCluster
 from nodecycle.domain.drain.evict import FORCED_POD_SLACK
+from nodecycle.domain.engine import Outcome
+from nodecycle.domain.model import Step
 from nodecycle_sandbox.faults import Fault
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.kube import test_kube_drain_steps as drain_steps
-from tests.integration.kube.cluster import FORCE_GRACE, evict_step, run
+from tests.integration.kube.cluster import FORCE_GRACE, evict_step, run, run_retrying
 from tests.integration.kube.test_kube_drain_steps import DEADLINE, INSTANCE, NODE, draining
-from tests.support.fakes import FakeMetrics
-from tests.unit.drain.test_drain_steps import FakeEvents, policy
+from tests.support.fakes import T0, FakeMetrics
+from tests.unit.drain.test_drain_steps import FakeEvents, FakeSlots, cordon, policy
 
 SEED = drain_steps.SEED
 
@@ -69,3 +76,34 @@ def test_a_drain_whose_node_cannot_be_read_before_its_timeout_is_retried(
     # When the drain polls, Then the failure is the step's, retried by the engine: its timeout is still ahead
     with pytest.raises(Exception, match="etcdserver: request timed out"):
         step(draining(extra={"polls": 1}), DEADLINE - timedelta(seconds=1))
+
+
+def test_a_drain_whose_node_cannot_be_read_at_its_cordon_is_told_and_settled_at_its_timeout(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given a drain granted its slot, at its cordon, and an API server that fails every read of the node
+    found = server.get_object("nodes", NODE)
+    assert found is not None
+    record = draining(Step.CORDON, node_uid=found["metadata"]["uid"])
+    server.faults.arm([Fault("etcd", "kube-error", "GET nodes")], seed=1)
+    metrics, events = FakeMetrics(), FakeEvents()
+    slots = FakeSlots(holders={NODE}, held_for={NODE: record.id})
+    step = cordon(cluster, slots=slots, metrics=metrics, events=events)
+
+    # When the cordon is run as the engine runs it, from T0 until well past the drain's timeout
+    runs, record = run_retrying(step, record, T0, T0 + 3 * policy().timeout)
+
+    # Then the drain's time runs from its first try: it is told once (a Warning event, the alarm's metric), and at
+    # its timeout the action is settled, nothing of the node touched
+    assert server.faults.firings()
+    at, last = runs[-1]
+    assert isinstance(last, Outcome), last
+    assert last.then is Step.COMPLETE
+    assert record.outcome == "drain-timeout-cordon-refused"
+    assert at <= DEADLINE + timedelta(seconds=policy().poll_seconds)
+    assert [reason for _, reason, _ in events.written].count("CordonRefused") == 1
+    assert metrics.counts["EvictionErrors"] >= 1
+    assert metrics.counts["DrainTimeouts"] == 1
+    stored = server.get_object("nodes", NODE)
+    assert stored is not None
+    assert not stored["spec"].get("unschedulable")

@@ -115,7 +115,10 @@ class Cordon:
                 return Outcome.goto(settle_step(record), outcome="node-not-found", extra=extra)
             found = {"node": node.name, "node_uid": node.uid, "zone": node.zone, "extra": extra}
         else:
-            node = _node_still_the_instances(self._cluster, record)
+            try:
+                node = _node_still_the_instances(self._cluster, record)
+            except TransientError as error:
+                return self._unread(record, error, now)
         if node is None:
             return Outcome.goto(settle_step(record), outcome="node-gone")
         if node.owner not in (None, record.owner, record.extra.get(ADOPT_FROM)):
@@ -147,17 +150,7 @@ class Cordon:
         if node.owner is None and node.in_progress:
             log.info("adopting node %s: in progress with no owner", node.name)
         set_on_node = self._set_on_node(node, record)
-        refused_since = record.extra.get(CORDON_REFUSED)
-        failing_since = record.extra.get(CORDON_FAILING)
-        if record.drain_started_at is not None and record.drain_deadline is not None:
-            # claimed again by its drain (its node was registered again, see Evict): the drain keeps its time
-            started, deadline = record.drain_started_at, record.drain_deadline
-        else:
-            # (a cordon the API server refused before, or whose claims failed: the drain's time runs since its
-            # first try; one that took effect though the step failed: since then)
-            first_try = refused_since or failing_since
-            started = datetime.fromisoformat(str(first_try)) if first_try else _cordoned_at(node, record, now)
-            deadline = min(started + self._policy.timeout, _deadline_cap(record, self._policy))
+        started, deadline = self._drain_time(record, node, now)
         if Step.ACQUIRE_SLOT in record.plan:
             # The slot is confirmed in the document as it is now before the node is touched (invariants 1, 8):
             # the ConfigMap deleted and created again since the grant is seeded from the nodes nodecycle claimed,
@@ -173,7 +166,7 @@ class Cordon:
                 # (RBAC on the budget ConfigMap): not cordoned without its slot confirmed, and settled at the
                 # drain timeout as the refused cordon it still is, rather than failed at every poll
                 why = f"its budget slot may not be renewed: {refusal}"
-                return self._refused(record, node, why, started, deadline, now, found)
+                return self._refused(record, node.name, node.uid, why, started, deadline, now, found)
             _wake(self._dispatcher, renewed.wake)
             if renewed.reason is SlotReason.RELEASED:
                 # (this lifecycle gave its slot back already: a late delivery, whose commit loses; nothing lost)
@@ -204,15 +197,15 @@ class Cordon:
                 exclude_from_lb=self._policy.exclude_from_load_balancers,
             )
         except Refused as refusal:
-            return self._refused(record, node, str(refusal), started, deadline, now, found)
+            return self._refused(record, node.name, node.uid, str(refusal), started, deadline, now, found)
         except TransientError as error:
             # (a claim whose answer was lost may have taken effect: the next try finds it, see _cordoned_at)
             log.warning("cordon of node %s failed: %s", node.name, error)
             failed = Failure(str(error), error.retry_after)
-            return self._failing(record, node, failed, started, deadline, now, found)
+            return self._failing(record, node.name, node.uid, failed, started, deadline, now, found)
         if claim is Claim.CONFLICT:
             conflict = Failure("the node changed between its read and the PATCH (HTTP 409 Conflict)")
-            return self._failing(record, node, conflict, started, deadline, now, found)
+            return self._failing(record, node.name, node.uid, conflict, started, deadline, now, found)
         if claim is Claim.GONE:
             return Outcome.goto(settle_step(record), outcome="node-gone")
         log.info("cordoned node %s", node.name)
@@ -229,10 +222,40 @@ class Cordon:
         )
         return Outcome.next(drain_started_at=started, drain_deadline=deadline, **found)
 
+    def _drain_time(
+        self, record: LifecycleRecord, node: NodeInfo | None, now: datetime
+    ) -> tuple[datetime, datetime]:
+        """When the drain's time started and its deadline. ``node``: as read (None: unread)."""
+        if record.drain_started_at is not None and record.drain_deadline is not None:
+            # claimed again by its drain (its node was registered again, see Evict): the drain keeps its time
+            return record.drain_started_at, record.drain_deadline
+        # (a cordon the API server refused before, or whose claims or reads failed: the drain's time runs since its
+        # first try; one that took effect though the step failed: since then)
+        first_try = record.extra.get(CORDON_REFUSED) or record.extra.get(CORDON_FAILING)
+        if first_try:
+            started = datetime.fromisoformat(str(first_try))
+        else:
+            started = now if node is None else _cordoned_at(node, record, now)
+        return started, min(started + self._policy.timeout, _deadline_cap(record, self._policy))
+
+    def _unread(self, record: LifecycleRecord, error: TransientError, now: datetime) -> Outcome:
+        """The API server fails the read of the node (an etcd that times out, 5xx, throttling): a failing claim of
+        the node as any other (see ``_failing``). Raised, it went to the engine's retries every few seconds with
+        no deadline (the drain's time starts at its cordon): the slot held idle until its holder expired, the
+        action held until its global timeout, and nobody told (a retry is a metric, no alarm). The slot is not
+        renewed meanwhile: nothing is disrupted, and an API server that comes back finds it still held, or
+        takes it again, or waits in line for it."""
+        log.warning("the node %s of the cordon cannot be read: %s", record.node, error)
+        started, deadline = self._drain_time(record, None, now)
+        failure = Failure(str(error), error.retry_after)
+        node, uid = _known(record.node, "node"), record.node_uid
+        return self._failing(record, node, uid, failure, started, deadline, now, {})
+
     def _failing(
         self,
         record: LifecycleRecord,
-        node: NodeInfo,
+        node: str,
+        uid: str | None,
         failure: Failure,
         started: datetime,
         deadline: datetime,
@@ -255,12 +278,13 @@ class Cordon:
         if now - datetime.fromisoformat(str(since)) < timedelta(seconds=self._policy.poll_seconds):
             return Outcome.wait(wait, **found)
         why = f"{failure.why}, at every try since {since}"
-        return self._refused(record, node, why, started, deadline, now, found)
+        return self._refused(record, node, uid, why, started, deadline, now, found)
 
     def _refused(
         self,
         record: LifecycleRecord,
-        node: NodeInfo,
+        node: str,
+        uid: str | None,
         why: str,
         started: datetime,
         deadline: datetime,
@@ -273,11 +297,11 @@ class Cordon:
         meanwhile: no eviction without its cordon, or the pods' replacements are scheduled onto it again. At the
         drain timeout the action is settled, as both timeout policies end (the instance goes, with its pods);
         the force policy's deletes are left out, for the same reason as the evictions."""
-        log.error("cordon of node %s refused: %s", node.name, why)
+        log.error("cordon of node %s refused: %s", node, why)
         return _refused_while_time_runs(
             record,
-            node.name,
-            node.uid,
+            node,
+            uid,
             self._events,
             self._metrics,
             self._policy,
