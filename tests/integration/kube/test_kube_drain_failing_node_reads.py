@@ -9,7 +9,10 @@ no slot kept past the timeout, the force grace and a margin).
 So too before the first cordon: a drain granted its slot whose node cannot be read at its cordon. The cordon's
 read was raised into the engine's retries every few seconds with no deadline (a drain's time starts at its
 cordon): the slot held idle, not renewed, until its holder expired, the action held until the global-timeout
-guard completed it hours later, and nobody told (a retry is a metric, no alarm)."""
+guard completed it hours later, and nobody told (a retry is a metric, no alarm). And after the drain: a cleanup
+whose node cannot be read gives its slot back only after the release of the node, and held it, retried with the
+engine's backoff, until its holder expired (invariant 10), where a release that fails is given up after a few
+seconds, told, and the slot given back."""
 
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from datetime import timedelta
 import pytest
 
 from nodecycle.adapters.kube.cluster_api import KubeCluster
+from nodecycle.domain.drain.cleanup import RELEASE_FAILING_FOR
 from nodecycle.domain.drain.evict import FORCED_POD_SLACK
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.model import Step
@@ -26,8 +30,8 @@ from nodecycle_sandbox.kube import KubeServer
 from tests.integration.kube import test_kube_drain_steps as drain_steps
 from tests.integration.kube.cluster import FORCE_GRACE, evict_step, run, run_retrying
 from tests.integration.kube.test_kube_drain_steps import DEADLINE, INSTANCE, NODE, draining
-from tests.support.fakes import T0, FakeMetrics
-from tests.unit.drain.test_drain_steps import FakeEvents, FakeSlots, cordon, policy
+from tests.support.fakes import T0, FakeAutoscaling, FakeMetrics
+from tests.unit.drain.test_drain_steps import FakeEvents, FakeSlots, cleanup, cordon, policy
 
 SEED = drain_steps.SEED
 
@@ -107,3 +111,32 @@ def test_a_drain_whose_node_cannot_be_read_at_its_cordon_is_told_and_settled_at_
     stored = server.get_object("nodes", NODE)
     assert stored is not None
     assert not stored["spec"].get("unschedulable")
+
+
+def test_a_cleanup_whose_node_cannot_be_read_gives_its_slot_back_and_tells(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given a drain over, its action completed, at its cleanup holding its slot, and an API server that fails every
+    # read of the node
+    found = server.get_object("nodes", NODE)
+    assert found is not None
+    record = draining(
+        Step.CLEANUP, node_uid=found["metadata"]["uid"], outcome="drained", completed_at=T0, result="CONTINUE"
+    )
+    server.faults.arm([Fault("etcd", "kube-error", "GET nodes")], seed=1)
+    metrics, events = FakeMetrics(), FakeEvents()
+    slots = FakeSlots(holders={NODE}, held_for={NODE: record.id})
+    step = cleanup(cluster, slots, FakeAutoscaling(), events, metrics=metrics)
+
+    # When the cleanup is run as the engine runs it for a minute
+    runs, _ = run_retrying(step, record, T0, T0 + timedelta(minutes=1))
+
+    # Then, tried again at once for a few seconds, the release is given up: told, and the slot given back
+    assert server.faults.firings()
+    at, last = runs[-1]
+    assert isinstance(last, Outcome), last
+    assert (last.then, last.again) == (None, False)
+    assert at <= T0 + RELEASE_FAILING_FOR + timedelta(seconds=2)
+    assert slots.released == [NODE]
+    assert (NODE, "ReleaseRefused", "Warning") in events.written
+    assert metrics.counts["EvictionErrors"] == 1

@@ -138,7 +138,19 @@ class Cleanup:
             pace = self._maintenance_poll_seconds
             return self._watch(self._lift_after_maintenance, record, now, MAINTENANCE_WATCH, pace)
         # (its metadata only, when it is the node the drain's last poll read whole: its annotations are what count)
-        node, _ = _node_as_seen(self._cluster, record, record.node)
+        try:
+            node, _ = _node_as_seen(self._cluster, record, record.node)
+        except TransientError as error:
+            # The API server fails the read (an etcd that times out, 5xx, throttling): a release that fails, as its
+            # PATCH failing is (see below). Raised, the slot was held, retried with the engine's backoff, until its
+            # holder expired, past the drain's timeout, force grace and margin (invariant 10)
+            log.warning("node %s of the release cannot be read: %s", record.node, error)
+            again = _at_once(record.extra, RELEASE_FAILING, now, error.retry_after)
+            if again is not None:
+                return again
+            why = f"{error}, at every try since {record.extra[RELEASE_FAILING]}"
+            self._told_refused(record.node, record.node_uid, record, why)
+            node = None
         into_pool = record.transition.has_hook and record.destination == WARM_POOL
         # Drained for scheduled maintenance: whether the instance stays (a reboot) or goes (a stop, a
         # retirement), only the maintenance's end tells
@@ -166,7 +178,7 @@ class Cleanup:
                 if again is not None:
                     return again
                 since = record.extra[RELEASE_FAILING]
-                self._told_refused(node, record, f"{failure}, at every try since {since}")
+                self._told_refused(node.name, node.uid, record, f"{failure}, at every try since {since}")
                 released = None
             if released is Claim.CLAIMED:  # (patched: the node as read is not the node any more)
                 watched = record.model_copy(update={"extra": _unseen(record.extra)})
@@ -249,7 +261,7 @@ class Cleanup:
         try:
             return patch()
         except Refused as refusal:
-            self._told_refused(node, record, str(refusal))
+            self._told_refused(node.name, node.uid, record, str(refusal))
             return None
 
     def _release_patch(self, node: NodeInfo, **changes: Any) -> Claim:
@@ -260,13 +272,13 @@ class Cleanup:
         except TransientError as error:
             raise _ReleaseFailed(error) from error
 
-    def _told_refused(self, node: NodeInfo, record: LifecycleRecord, why: str) -> None:
+    def _told_refused(self, node: str, uid: str | None, record: LifecycleRecord, why: str) -> None:
         """A release of the node the API server refuses, told (see ``_patched``)."""
-        log.error("release of node %s refused: %s", node.name, why)
+        log.error("release of node %s refused: %s", node, why)
         self._metrics.count("EvictionErrors")  # the alarm: an operator must look
         self._events.on_node(
-            node.name,
-            node.uid,
+            node,
+            uid,
             "ReleaseRefused",
             f"nodecycle ({record.owner}) could not clear its annotations of the lifecycle of "
             f"{record.instance_id}, nor lift what it set on the node: refused by the API server: {why}",
