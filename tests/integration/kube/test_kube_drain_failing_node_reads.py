@@ -82,14 +82,16 @@ def test_a_drain_whose_node_cannot_be_read_before_its_timeout_is_retried(
         step(draining(extra={"polls": 1}), DEADLINE - timedelta(seconds=1))
 
 
+@pytest.mark.parametrize("answer", ["kube-error", "kube-forbidden"])
 def test_a_drain_whose_node_cannot_be_read_at_its_cordon_is_told_and_settled_at_its_timeout(
-    cluster: KubeCluster, server: KubeServer
+    cluster: KubeCluster, server: KubeServer, answer: str
 ) -> None:
-    # Given a drain granted its slot, at its cordon, and an API server that fails every read of the node
+    # Given a drain granted its slot, at its cordon, and an API server that fails (500) or refuses (403: RBAC)
+    # every read of the node
     found = server.get_object("nodes", NODE)
     assert found is not None
     record = draining(Step.CORDON, node_uid=found["metadata"]["uid"])
-    server.faults.arm([Fault("etcd", "kube-error", "GET nodes")], seed=1)
+    server.faults.arm([Fault("reads", answer, "GET nodes")], seed=1)
     metrics, events = FakeMetrics(), FakeEvents()
     slots = FakeSlots(holders={NODE}, held_for={NODE: record.id})
     step = cordon(cluster, slots=slots, metrics=metrics, events=events)

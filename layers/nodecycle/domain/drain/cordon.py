@@ -117,7 +117,7 @@ class Cordon:
         else:
             try:
                 node = _node_still_the_instances(self._cluster, record)
-            except TransientError as error:
+            except (TransientError, Refused) as error:
                 return self._unread(record, error, now)
         if node is None:
             return Outcome.goto(settle_step(record), outcome="node-gone")
@@ -238,17 +238,21 @@ class Cordon:
             started = now if node is None else _cordoned_at(node, record, now)
         return started, min(started + self._policy.timeout, _deadline_cap(record, self._policy))
 
-    def _unread(self, record: LifecycleRecord, error: TransientError, now: datetime) -> Outcome:
+    def _unread(self, record: LifecycleRecord, error: TransientError | Refused, now: datetime) -> Outcome:
         """The API server fails the read of the node (an etcd that times out, 5xx, throttling): a failing claim of
-        the node as any other (see ``_failing``). Raised, it went to the engine's retries every few seconds with
-        no deadline (the drain's time starts at its cordon): the slot held idle until its holder expired, the
-        action held until its global timeout, and nobody told (a retry is a metric, no alarm). The slot is not
-        renewed meanwhile: nothing is disrupted, and an API server that comes back finds it still held, or
-        takes it again, or waits in line for it."""
+        the node as any other (see ``_failing``); or refuses it (RBAC: a role without get on nodes): a refused
+        cordon. Raised, a failure went to the engine's retries every few seconds with no deadline (the drain's
+        time starts at its cordon): the slot held idle until its holder expired, the action held until its global
+        timeout, and nobody told (a retry is a metric, no alarm); a refusal, after the engine's refused tries,
+        into the dead-letter queue. The slot is not renewed meanwhile: nothing is disrupted, and an API server
+        that comes back finds it still held, or takes it again, or waits in line for it."""
         log.warning("the node %s of the cordon cannot be read: %s", record.node, error)
         started, deadline = self._drain_time(record, None, now)
-        failure = Failure(str(error), error.retry_after)
         node, uid = _known(record.node, "node"), record.node_uid
+        if isinstance(error, Refused):
+            why = f"reading the node: {error}"
+            return self._refused(record, node, uid, why, started, deadline, now, {})
+        failure = Failure(str(error), error.retry_after)
         return self._failing(record, node, uid, failure, started, deadline, now, {})
 
     def _failing(
