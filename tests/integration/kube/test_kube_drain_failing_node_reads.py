@@ -115,17 +115,18 @@ def test_a_drain_whose_node_cannot_be_read_at_its_cordon_is_told_and_settled_at_
     assert not stored["spec"].get("unschedulable")
 
 
+@pytest.mark.parametrize("answer", ["kube-error", "kube-forbidden"])
 def test_a_cleanup_whose_node_cannot_be_read_gives_its_slot_back_and_tells(
-    cluster: KubeCluster, server: KubeServer
+    cluster: KubeCluster, server: KubeServer, answer: str
 ) -> None:
-    # Given a drain over, its action completed, at its cleanup holding its slot, and an API server that fails every
-    # read of the node
+    # Given a drain over, its action completed, at its cleanup holding its slot, and an API server that fails (500)
+    # or refuses (403: RBAC) every read of the node
     found = server.get_object("nodes", NODE)
     assert found is not None
     record = draining(
         Step.CLEANUP, node_uid=found["metadata"]["uid"], outcome="drained", completed_at=T0, result="CONTINUE"
     )
-    server.faults.arm([Fault("etcd", "kube-error", "GET nodes")], seed=1)
+    server.faults.arm([Fault("reads", answer, "GET nodes")], seed=1)
     metrics, events = FakeMetrics(), FakeEvents()
     slots = FakeSlots(holders={NODE}, held_for={NODE: record.id})
     step = cleanup(cluster, slots, FakeAutoscaling(), events, metrics=metrics)
@@ -133,7 +134,8 @@ def test_a_cleanup_whose_node_cannot_be_read_gives_its_slot_back_and_tells(
     # When the cleanup is run as the engine runs it for a minute
     runs, _ = run_retrying(step, record, T0, T0 + timedelta(minutes=1))
 
-    # Then, tried again at once for a few seconds, the release is given up: told, and the slot given back
+    # Then, tried again at once for a few seconds (refused: not at all), the release is given up: told, and the slot
+    # given back
     assert server.faults.firings()
     at, last = runs[-1]
     assert isinstance(last, Outcome), last

@@ -140,15 +140,19 @@ class Cleanup:
         # (its metadata only, when it is the node the drain's last poll read whole: its annotations are what count)
         try:
             node, _ = _node_as_seen(self._cluster, record, record.node)
-        except TransientError as error:
+        except (TransientError, Refused) as error:
             # The API server fails the read (an etcd that times out, 5xx, throttling): a release that fails, as its
-            # PATCH failing is (see below). Raised, the slot was held, retried with the engine's backoff, until its
-            # holder expired, past the drain's timeout, force grace and margin (invariant 10)
+            # PATCH failing is (see below); or refuses it (RBAC): a refused release. Raised, the slot was held,
+            # retried with the engine's backoff (a refusal: into the dead-letter queue), until its holder expired,
+            # past the drain's timeout, force grace and margin (invariant 10)
             log.warning("node %s of the release cannot be read: %s", record.node, error)
-            again = _at_once(record.extra, RELEASE_FAILING, now, error.retry_after)
-            if again is not None:
-                return again
-            why = f"{error}, at every try since {record.extra[RELEASE_FAILING]}"
+            if isinstance(error, TransientError):
+                again = _at_once(record.extra, RELEASE_FAILING, now, error.retry_after)
+                if again is not None:
+                    return again
+                why = f"{error}, at every try since {record.extra[RELEASE_FAILING]}"
+            else:
+                why = f"reading the node: {error}"
             self._told_refused(record.node, record.node_uid, record, why)
             node = None
         into_pool = record.transition.has_hook and record.destination == WARM_POOL
