@@ -240,10 +240,11 @@ class Doctor:
             return [*findings, Finding.unchecked("cluster.kubeconfig", f"the cluster's objects: {reason}")]
         findings += self._guard("cluster.kubeconfig", lambda: self._kubeconfig(kube, cluster))
         namespace = self.parameter("BudgetNamespace")
+        prefix = self.parameter("KubernetesGroup")
         budget_exists: list[bool | None] = [None]
 
         def budget() -> list[Finding]:
-            finding, budget_exists[0] = cluster_checks.budget_configmap(kube, namespace)
+            finding, budget_exists[0] = cluster_checks.budget_configmap(kube, namespace, prefix)
             return [finding]
 
         findings += self._guard("cluster.budget", budget)
@@ -253,7 +254,7 @@ class Doctor:
         if identities:
             findings += self._guard(
                 "cluster.permissions",
-                lambda: cluster_checks.permissions(kube, identities, namespace, budget_exists[0]),
+                lambda: cluster_checks.permissions(kube, identities, namespace, budget_exists[0], prefix),
             )
         findings += self._guard("cluster.rbac-applied", lambda: self._rbac(kube, namespace))
         return findings
@@ -313,5 +314,5 @@ class Doctor:
 
         prefix = self.parameter("KubernetesGroup")
         rendered = rbac.render(namespace=namespace, group_prefix=prefix)
-        source = f"nodecycle rbac --namespace {namespace} --group-prefix {prefix}"
+        source = cluster_checks.rbac_command(namespace, prefix)
         return cluster_checks.rbac_applied(kube, rbac.documents(rendered), source, namespace)

@@ -21,6 +21,13 @@ from nodecycle_cli.doctor.permissions import (
 ACCESS_ENTRY_MODES = ("API", "API_AND_CONFIG_MAP")
 
 
+def rbac_command(namespace: str, group_prefix: str) -> str:
+    """``nodecycle rbac`` for the stack's BudgetNamespace and KubernetesGroup: without ``--group-prefix`` it
+    binds the default groups (nodecycle-drain, nodecycle-sweeper), not the ones the stack's access entries give
+    its functions, which stay refused."""
+    return f"nodecycle rbac --namespace {namespace} --group-prefix {group_prefix}"
+
+
 def _code(error: Exception) -> str:
     response = getattr(error, "response", None) or {}
     return str(response.get("Error", {}).get("Code", ""))
@@ -104,7 +111,11 @@ def access_entries(
 
 
 def permissions(
-    api_client: Any, identities: Sequence[Identity], namespace: str, budget_exists: bool | None
+    api_client: Any,
+    identities: Sequence[Identity],
+    namespace: str,
+    budget_exists: bool | None,
+    group_prefix: str,
 ) -> list[Finding]:
     """A SubjectAccessReview of every call each function makes."""
     findings = []
@@ -124,7 +135,7 @@ def permissions(
                     + "; ".join(need.describe(namespace) for need in refused),
                     "those calls fail with 403 Forbidden: "
                     + "; ".join(f"{need.describe(namespace)}: {need.why}" for need in refused),
-                    f"nodecycle rbac --namespace {namespace} | kubectl apply -f - (and check that the access "
+                    f"{rbac_command(namespace, group_prefix)} | kubectl apply -f - (and check that the access "
                     "entry's groups are the ones it binds)",
                 )
             )
@@ -268,7 +279,7 @@ def _budget_namespace(manifest: Sequence[Mapping[str, Any]], source: str, namesp
     ]
 
 
-def budget_configmap(api_client: Any, namespace: str) -> tuple[Finding, bool | None]:
+def budget_configmap(api_client: Any, namespace: str, group_prefix: str) -> tuple[Finding, bool | None]:
     """The budget ConfigMap reads and parses as a budget document (or does not exist yet)."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
@@ -291,7 +302,7 @@ def budget_configmap(api_client: Any, namespace: str) -> tuple[Finding, bool | N
                 "every drain and every sweep reads it first and fails: no node can take a slot",
                 f"kubectl -n {namespace} get configmap {BUDGET_NAME} -o yaml; if it is not nodecycle's, move it "
                 f"away; if it is, and no drain runs: kubectl -n {namespace} replace --force -f "
-                f"<(nodecycle rbac --namespace {namespace})",
+                f"<({rbac_command(namespace, group_prefix)})",
             ),
             True,
         )
@@ -306,7 +317,7 @@ def budget_configmap(api_client: Any, namespace: str) -> tuple[Finding, bool | N
                 f"ConfigMap {where} does not exist",
                 "nodecycle does not create it (that would take a create permission it must not have): every "
                 "drain stops at its first budget read, with an error naming it",
-                f"nodecycle rbac --namespace {namespace} | kubectl apply -f -",
+                f"{rbac_command(namespace, group_prefix)} | kubectl apply -f -",
             ),
             False,
         )
