@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -129,3 +130,25 @@ def from_description(stack: Mapping[str, Any], region: str) -> Deployment:
             for p in stack.get("Parameters") or []
         },
     )
+
+
+class TableMissing(CommandError):
+    """The lifecycle table does not exist (deleted outside the stack, or a --table/--region that is not it)."""
+
+
+@contextmanager
+def lifecycle_table(table: str, region: str | None) -> Iterator[None]:
+    """DynamoDB's answer for a table that does not exist (ResourceNotFoundException) is said as that, naming the
+    table: an operator reading "AWS refused Query" looks for a permission to grant, and a doctor that takes it
+    for a check it could not make reports nothing wrong where every function fails."""
+    from botocore.exceptions import ClientError
+
+    try:
+        yield
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") != "ResourceNotFoundException":
+            raise
+        raise TableMissing(
+            f"the lifecycle table {table} does not exist in {region or 'the region'} "
+            "(deleted outside the stack; or, with --table, a name or --region that is not the stack's)"
+        ) from None

@@ -16,7 +16,7 @@ import os
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from nodecycle_cli.deployment import add_stack_arguments, find, session
+from nodecycle_cli.deployment import add_stack_arguments, find, lifecycle_table, session
 from nodecycle_cli.failures import CommandError
 from nodecycle_cli.output import age, table
 
@@ -52,8 +52,10 @@ def run(args: argparse.Namespace) -> int:
             "which stack? pass --stack NAME (or --table and --owner, or set NODECYCLE_RECORD_TABLE and "
             "NODECYCLE_OWNER_ID)"
         )
-    store = DynamoRecordStore(args.table, ttl=timedelta(days=1), dynamodb=aws.client("dynamodb"))
-    records = list(store.scan(args.owner) if args.all else store.open_records(args.owner))
+    dynamodb = aws.client("dynamodb")
+    store = DynamoRecordStore(args.table, ttl=timedelta(days=1), dynamodb=dynamodb)
+    with lifecycle_table(args.table, dynamodb.meta.region_name):
+        records = list(store.scan(args.owner) if args.all else store.open_records(args.owner))
     records.sort(key=lambda record: record.received_at)
     if args.output == "json":
         print(json.dumps([record.model_dump(mode="json") for record in records], indent=2))

@@ -37,7 +37,14 @@ from typing import TYPE_CHECKING, Any
 
 from nodecycle.settings import Timing
 from nodecycle_cli.cluster import add_kubeconfig_arguments, api_client, mismatch
-from nodecycle_cli.deployment import Deployment, add_stack_arguments, find, session
+from nodecycle_cli.deployment import (
+    Deployment,
+    TableMissing,
+    add_stack_arguments,
+    find,
+    lifecycle_table,
+    session,
+)
 from nodecycle_cli.doctor import aws_checks, cluster_checks
 from nodecycle_cli.doctor.findings import Finding, as_json, exit_status, render
 from nodecycle_cli.doctor.permissions import Identity
@@ -184,9 +191,26 @@ class Doctor:
         """The open lifecycles, read once: those that stopped moving, and those retrying a failed step."""
         from nodecycle.adapters.aws.records import DynamoRecordStore
 
-        store = DynamoRecordStore(deployment.table, ttl=timedelta(days=1), dynamodb=self.client("dynamodb"))
+        dynamodb = self.client("dynamodb")
+        store = DynamoRecordStore(deployment.table, ttl=timedelta(days=1), dynamodb=dynamodb)
         grace = timedelta(seconds=int(self.parameter("ResumeGraceSeconds")))
-        records = list(store.open_records(deployment.owner))
+        try:
+            with lifecycle_table(deployment.table, dynamodb.meta.region_name):
+                records = list(store.open_records(deployment.owner))
+        except TableMissing as missing:
+            # something wrong, as a dead-letter queue deleted is: not a check that could not be made
+            return [
+                Finding.problem(
+                    "lifecycles",
+                    str(missing),
+                    "every intake, step and sweep reads or writes it: no lifecycle action is answered, hooks "
+                    "end with their default result",
+                    # (an update of the stack does not recreate a resource deleted outside it)
+                    f"restore it under its name from the backup DynamoDB took when it was deleted (aws dynamodb "
+                    f"list-backups --table-name {deployment.table} --backup-type SYSTEM, then restore-table-from-"
+                    "backup), or delete and redeploy the stack",
+                )
+            ]
         return [
             aws_checks.stuck_lifecycles(records, datetime.now(UTC), grace, deployment.name),
             aws_checks.retrying_lifecycles(records, deployment.name),
