@@ -220,8 +220,16 @@ class Doctor:
         autoscaling = self.client("autoscaling")
         if self._args.group:
             groups = list(self._args.group)
+        elif self._deployment is None:
+            # a preflight of the cluster alone (run takes --cluster without --group): no group to look at
+            return [
+                Finding.unchecked(
+                    "hooks",
+                    "the groups' lifecycle hooks: no group given",
+                    "pass --group GROUP for each Auto Scaling group the stack will manage",
+                )
+            ]
         else:
-            assert self._deployment is not None
             by_tag = self.parameter("ManagedByTag") == "true"
             groups = aws_checks.managed_groups(
                 autoscaling, self._deployment.managed_groups, self._deployment.owner if by_tag else None
