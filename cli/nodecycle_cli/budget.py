@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from nodecycle_cli.cluster import add_kubeconfig_arguments, api_client, mismatch
 from nodecycle_cli.deployment import add_stack_arguments, find, session
-from nodecycle_cli.failures import CommandError
+from nodecycle_cli.failures import CommandError, explain
 from nodecycle_cli.output import age, table
 
 if TYPE_CHECKING:
@@ -92,6 +92,7 @@ def release_slot(args: argparse.Namespace) -> int:
     from nodecycle.adapters.kube.budget import BudgetContention
     from nodecycle.domain.budget.rules import force_release
     from nodecycle.domain.errors import TransientError
+    from nodecycle.domain.ports.cluster import Refused
 
     store = _store(args)
     with _readable(store):
@@ -150,6 +151,9 @@ def release_slot(args: argparse.Namespace) -> int:
         except BudgetContention as error:
             # each write lost to another writer (drains renewing, waiters queueing): none of them was applied
             raise CommandError(f"{error}: nothing released; run the command again") from None
+        except Refused as error:
+            # the API server's 403 (or 401) to the read or the replace: nothing was written, as for the others
+            raise CommandError(f"{explain(error) or error}: nothing released") from None
         except TransientError as error:
             # The write's answer was lost (a timeout, a connection closed): it may have landed. What the budget
             # holds now says what is true, not the error

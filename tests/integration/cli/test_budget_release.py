@@ -121,3 +121,24 @@ def test_a_release_whose_answer_is_lost_says_the_slot_is_no_longer_held(
     assert "nothing released" not in said.out + said.err
     assert "no longer held by lifecycle rec-0" in said.out
     assert code == 0
+
+
+def test_a_release_the_cluster_forbids_says_nothing_was_released(
+    blue_holds_node_0: tuple[KubeServer, Path, DisruptionBudget], capsys: pytest.CaptureFixture[str]
+) -> None:
+    server, kubeconfig, blue = blue_holds_node_0
+    # Given an operator whose role may read the budget but not write it (the API server's 403 to the PUT)
+    server.faults.arm([Fault("forbidden", "kube-forbidden", target="PUT configmaps")], seed=1)
+
+    # When they release the slot unasked
+    where = ["--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE]
+    code = main(["budget", "release", node_name(0), "--yes", *where])
+    said = capsys.readouterr()
+
+    # Then the slot is still held, and the one line says what was refused and that nothing was released
+    assert [f.kind for f in server.faults.firings()] == ["kube-forbidden"]
+    assert [h.node for h in blue.snapshot().holders] == [node_name(0)]
+    assert code == 2
+    assert said.err.count("\n") == 1
+    assert 'cannot update resource "configmaps"' in said.err
+    assert "nothing released" in said.err
