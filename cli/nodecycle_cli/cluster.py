@@ -65,10 +65,11 @@ def mismatch(kube: ApiClient, session: boto3.Session, cluster: str) -> Mismatch 
     except ClientError as error:
         # A courtesy check, not the command's purpose: a role that may read the stack but not describe its
         # cluster (eks:DescribeCluster) still gets the command, told what was not checked
-        details = error.response.get("Error", {})
+        from nodecycle_cli.failures import aws_answer
+
         return Mismatch(
-            f"cannot check that the kubeconfig's context is cluster {cluster}: AWS refused "
-            f"eks:{error.operation_name} ({details.get('Code')})",
+            f"cannot check that the kubeconfig's context is cluster {cluster} (eks:DescribeCluster): "
+            f"{aws_answer(error)}",
             known=False,
         )
     host = str(kube.configuration.host)

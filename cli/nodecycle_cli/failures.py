@@ -7,6 +7,7 @@ kubeconfig needs to read what to do, not a traceback (``-v`` still shows the tra
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 
 class CommandError(Exception):
@@ -43,9 +44,28 @@ def _aws(error: BaseException) -> str | None:
     if isinstance(error, exceptions.EndpointConnectionError | exceptions.ConnectTimeoutError):
         return f"cannot reach AWS: {error}"
     if isinstance(error, exceptions.ClientError):
-        details = error.response.get("Error", {})
-        return f"AWS refused {error.operation_name}: {details.get('Code')}: {details.get('Message')}"
+        return aws_answer(error)
     return None
+
+
+def aws_answer(error: Any) -> str:
+    """AWS's error answer to a call (a botocore ClientError), said for what it is: a refusal says what to grant,
+    and a throttle or a failure of AWS's own, which botocore's retries did not get past, is no refusal (said as
+    one, it sent the operator looking for a permission to grant where none was missing)."""
+    from nodecycle.adapters.aws.clients import error_code, is_access_refused, is_transient
+
+    said = f"{error_code(error)}: {error.response.get('Error', {}).get('Message')}"
+    if is_access_refused(error):
+        return (
+            f"AWS refused {error.operation_name} ({said}): grant that action to the identity the command runs "
+            "as (aws sts get-caller-identity), or run it as one that has it"
+        )
+    if is_transient(error):
+        return (
+            f"AWS throttled or failed {error.operation_name} ({said}), still after botocore's retries (no "
+            "permission is missing): run the command again in a moment"
+        )
+    return f"AWS answered {error.operation_name} with {said}"
 
 
 def _kubernetes(error: BaseException) -> str | None:
