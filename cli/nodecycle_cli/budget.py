@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 DEFAULT_NAMESPACE = "nodecycle"  # the default of the BudgetNamespace stack parameter
 DEFAULT_NAME = "nodecycle-budget"
+DEFAULT_GROUP_PREFIX = "nodecycle"  # the default of the KubernetesGroup stack parameter
 
 
 def register(commands: Any) -> None:
@@ -195,9 +196,17 @@ def _released_or_not(store: ConfigMapBudgetStore, holder: Holder, error: Excepti
 
 
 def _no_budget(args: argparse.Namespace) -> str:
+    from nodecycle_cli import rbac
+
+    prefix = getattr(args, "group_prefix", None)  # known with --stack only
+    install = (
+        f"nodecycle rbac --namespace {args.namespace}"
+        if prefix is None
+        else rbac.command(args.namespace, prefix)
+    )
     return (
         f"No budget: ConfigMap {args.namespace}/{args.name} does not exist, and nodecycle does not create it."
-        f" Apply it with the RBAC: nodecycle rbac --namespace {args.namespace} | kubectl apply -f -"
+        f" Apply it with the RBAC: {install} | kubectl apply -f -"
     )
 
 
@@ -321,6 +330,8 @@ def _store(args: argparse.Namespace) -> ConfigMapBudgetStore:
         aws = session(args)
         deployment = find(aws, args.stack)
         args.namespace = args.namespace or deployment.parameter("BudgetNamespace", DEFAULT_NAMESPACE)
+        # the stack's functions' groups, for the command that installs a missing budget (see _no_budget)
+        args.group_prefix = deployment.parameter("KubernetesGroup", DEFAULT_GROUP_PREFIX)
         if args.budget_command == "release":
             args.stack_owner = deployment.owner  # whose slots this operator frees without a second thought
         if deployment.cluster is not None and (wrong := mismatch(kube, aws, deployment.cluster)):

@@ -162,6 +162,13 @@ def render(namespace: str = DEFAULT_NAMESPACE, group_prefix: str = DEFAULT_GROUP
     return TEMPLATE.substitute(namespace=namespace, prefix=group_prefix)
 
 
+def command(namespace: str, group_prefix: str) -> str:
+    """This command for a stack's BudgetNamespace and KubernetesGroup, as a fix tells it: without
+    ``--group-prefix`` it binds the default groups (nodecycle-drain, nodecycle-sweeper), not the ones the stack's
+    access entries give its functions, which stay refused after the operator applied it."""
+    return f"nodecycle rbac --namespace {namespace} --group-prefix {group_prefix}"
+
+
 def register(commands: Any) -> None:
     parser = commands.add_parser(
         "rbac", help="the cluster roles, the budget namespace and ConfigMap, for kubectl apply -f -"

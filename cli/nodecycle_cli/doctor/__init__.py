@@ -346,5 +346,5 @@ class Doctor:
 
         prefix = self.parameter("KubernetesGroup")
         rendered = rbac.render(namespace=namespace, group_prefix=prefix)
-        source = cluster_checks.rbac_command(namespace, prefix)
+        source = rbac.command(namespace, prefix)
         return cluster_checks.rbac_applied(kube, rbac.documents(rendered), source, namespace)

@@ -17,15 +17,9 @@ from nodecycle_cli.doctor.permissions import (
     ReviewUnavailable,
     denied,
 )
+from nodecycle_cli.rbac import command as rbac_command
 
 ACCESS_ENTRY_MODES = ("API", "API_AND_CONFIG_MAP")
-
-
-def rbac_command(namespace: str, group_prefix: str) -> str:
-    """``nodecycle rbac`` for the stack's BudgetNamespace and KubernetesGroup: without ``--group-prefix`` it
-    binds the default groups (nodecycle-drain, nodecycle-sweeper), not the ones the stack's access entries give
-    its functions, which stay refused."""
-    return f"nodecycle rbac --namespace {namespace} --group-prefix {group_prefix}"
 
 
 def _code(error: Exception) -> str:
