@@ -278,7 +278,7 @@ def budget_configmap(api_client: Any, namespace: str, group_prefix: str) -> tupl
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
-    from nodecycle.adapters.kube.budget import ConfigMapBudgetStore
+    from nodecycle.adapters.kube.budget import DATA_KEY, ConfigMapBudgetStore
     from nodecycle.domain.budget.document import BudgetFormatError
     from nodecycle.domain.budget.rules import prune
 
@@ -294,9 +294,12 @@ def budget_configmap(api_client: Any, namespace: str, group_prefix: str) -> tupl
                 check,
                 f"ConfigMap {where} is not a budget document: {error}",
                 "every drain and every sweep reads it first and fails: no node can take a slot",
+                # The document's key only: a replace --force of the rendered manifest deleted the Namespace (and
+                # all it held) and the functions' roles. A budget without its document is seeded again, at the
+                # next write, from the drains in progress the nodes show
                 f"kubectl -n {namespace} get configmap {BUDGET_NAME} -o yaml; if it is not nodecycle's, move it "
-                f"away; if it is, and no drain runs: kubectl -n {namespace} replace --force -f "
-                f"<({rbac_command(namespace, group_prefix)})",
+                f"away; if it is: kubectl -n {namespace} patch configmap {BUDGET_NAME} --type json -p "
+                f"""'[{{"op": "remove", "path": "/data/{DATA_KEY}"}}]'""",
             ),
             True,
         )
