@@ -64,7 +64,7 @@ def register(commands: Any) -> None:
         parents=[cluster],
         help="free the slot a node holds, whatever stack holds it, after asking (for a drain that is stuck)",
     )
-    release.add_argument("node", metavar="NODE")
+    release.add_argument("node", metavar="NODE", help="the node's name, or its instance's id")
     release.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
     release.set_defaults(run=release_slot, stack_owner=None)
 
@@ -103,12 +103,15 @@ def release_slot(args: argparse.Namespace) -> int:
         # that holds nothing
         print(f"{_no_budget(args)} Nothing released.")
         return 1
-    holder = doc.holder(args.node)
+    # by the node's name, or by its instance's id (what an alarm and the logs give: their instance_id)
+    holder = doc.holder(args.node) or next((h for h in doc.holders if h.instance_id == args.node), None)
     if holder is None:
-        waiter = doc.waiter(args.node)
+        waiter = doc.waiter(args.node) or next((w for w in doc.waiters if w.instance_id == args.node), None)
         where = "" if waiter is None else f" (it is waiting, for owner {waiter.owner})"
         print(f"{args.node} holds no budget slot{where}. Nothing released.")
         return 1
+    # the node the slot is held for, as every line below names it (with the instance id it was asked by)
+    named = holder.node if holder.node == args.node else f"{holder.node} (instance {args.node})"
     acting_for = args.stack_owner
     another = (
         "" if acting_for in (None, holder.owner) else f", not by stack {args.stack} (owner {acting_for})"
@@ -117,20 +120,18 @@ def release_slot(args: argparse.Namespace) -> int:
         # A stack never frees what another owner holds (invariant 3): nor does its operator without being asked
         raise CommandError(
             # (never "without --stack": with --yes kept, that frees any owner's slot with no question at all)
-            f"the budget slot of {args.node} is held by owner {holder.owner}{another}: nothing released "
+            f"the budget slot of {named} is held by owner {holder.owner}{another}: nothing released "
             "(to free it all the same, run the command again without --yes and answer the question, which names "
             "its owner)"
         )
     if not args.yes:
         try:
-            answer = input(f"Release the budget slot of {args.node} held by {holder.owner}{another}? [y/N] ")
+            answer = input(f"Release the budget slot of {named} held by {holder.owner}{another}? [y/N] ")
         except EOFError:
             # input closed (a script, a pipe): no answer is not a yes
             # (--yes is no way out for another owner's slot: that one is freed only when the question is answered)
             how = (
-                "answer it at a terminal"
-                if another
-                else f"pass --yes to release the slot of {args.node} unasked"
+                "answer it at a terminal" if another else f"pass --yes to release the slot of {named} unasked"
             )
             raise CommandError(
                 f"no answer to the question (the input is closed): nothing released; {how}"
@@ -161,7 +162,7 @@ def release_slot(args: argparse.Namespace) -> int:
             return _released_or_not(store, holder, error)
     if removed is None:
         print(
-            f"The slot of {args.node} changed meanwhile (released, or taken by another lifecycle): nothing released."
+            f"The slot of {named} changed meanwhile (released, or taken by another lifecycle): nothing released."
         )
         return 1
     held = age((datetime.now(UTC) - removed.acquired_at).total_seconds())

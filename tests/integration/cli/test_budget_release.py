@@ -142,3 +142,21 @@ def test_a_release_the_cluster_forbids_says_nothing_was_released(
     assert said.err.count("\n") == 1
     assert 'cannot update resource "configmaps"' in said.err
     assert "nothing released" in said.err
+
+
+def test_a_release_by_the_instance_id_frees_the_slot_of_its_node(
+    blue_holds_node_0: tuple[KubeServer, Path, DisruptionBudget], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, kubeconfig, blue = blue_holds_node_0
+    # Given an operator who has the instance id (the alarm's, the logs' instance_id), not the node's name
+    where = ["--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE]
+
+    # When they release the slot by it
+    code = main(["budget", "release", instance_of(0), "--yes", *where])
+    said = capsys.readouterr()
+
+    # Then the slot its node holds is freed, and told by that node's name (not "holds no budget slot")
+    assert "holds no budget slot" not in said.out
+    assert list(blue.snapshot().holders) == []
+    assert code == 0
+    assert f"Released the budget slot of {node_name(0)}" in said.out
