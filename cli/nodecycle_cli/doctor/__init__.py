@@ -46,7 +46,7 @@ from nodecycle_cli.deployment import (
     session,
 )
 from nodecycle_cli.doctor import aws_checks, cluster_checks
-from nodecycle_cli.doctor.findings import Finding, as_json, exit_status, render
+from nodecycle_cli.doctor.findings import Finding, Status, as_json, exit_status, render
 from nodecycle_cli.doctor.permissions import Identity
 from nodecycle_cli.failures import CommandError, explain
 
@@ -270,7 +270,11 @@ class Doctor:
         except Exception as error:
             reason = explain(error) or f"{type(error).__name__}: {error}"
             return [*findings, Finding.unchecked("cluster.kubeconfig", f"the cluster's objects: {reason}")]
-        findings += self._guard("cluster.kubeconfig", lambda: self._kubeconfig(kube, cluster))
+        context = self._guard("cluster.kubeconfig", lambda: self._kubeconfig(kube, cluster))
+        findings += context
+        # A context that is another cluster's: what its API server says of the budget, the RBAC and the
+        # permissions is about that cluster, not this one (the access entries are EKS's, read from AWS)
+        elsewhere = any(f.status is Status.PROBLEM for f in context)
         namespace = self.parameter("BudgetNamespace")
         prefix = self.parameter("KubernetesGroup")
         budget_exists: list[bool | None] = [None]
@@ -279,16 +283,27 @@ class Doctor:
             finding, budget_exists[0] = cluster_checks.budget_configmap(kube, namespace, prefix)
             return [finding]
 
-        findings += self._guard("cluster.budget", budget)
+        def in_cluster(check: str, run: Callable[[], list[Finding]]) -> list[Finding]:
+            if elsewhere:
+                return [
+                    Finding.unchecked(
+                        check,
+                        f"the kubeconfig's context is not cluster {cluster} (see cluster.kubeconfig)",
+                        f"aws eks update-kubeconfig --name {cluster}, then run the doctor again",
+                    )
+                ]
+            return self._guard(check, run)
+
+        findings += in_cluster("cluster.budget", budget)
         identities: list[Identity] = []
         if self._deployment is not None:
             findings += self._guard("cluster.access-entry", lambda: self._access(eks, cluster, identities))
         if identities:
-            findings += self._guard(
+            findings += in_cluster(
                 "cluster.permissions",
                 lambda: cluster_checks.permissions(kube, identities, namespace, budget_exists[0], prefix),
             )
-        findings += self._guard("cluster.rbac-applied", lambda: self._rbac(kube, namespace))
+        findings += in_cluster("cluster.rbac-applied", lambda: self._rbac(kube, namespace))
         return findings
 
     def _mode(self, eks: Any, cluster: str) -> Finding:
