@@ -32,8 +32,9 @@ def register(commands: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_stack_arguments(parser)
-    parser.add_argument("--table", default=os.environ.get("NODECYCLE_RECORD_TABLE"), help="lifecycle table")
-    parser.add_argument("--owner", default=os.environ.get("NODECYCLE_OWNER_ID"), help="the stack's owner id")
+    # (no default here: --stack must tell one given from the environment's, which --stack overrides)
+    parser.add_argument("--table", help="lifecycle table (default: $NODECYCLE_RECORD_TABLE)")
+    parser.add_argument("--owner", help="the stack's owner id (default: $NODECYCLE_OWNER_ID)")
     parser.add_argument("--all", action="store_true", help="finished lifecycles too (reads the whole table)")
     parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
     parser.add_argument("--json", dest="output", action="store_const", const="json", help="same as -o json")
@@ -46,7 +47,19 @@ def run(args: argparse.Namespace) -> int:
     aws = session(args)
     if args.stack:
         deployment = find(aws, args.stack)
+        for flag, given, its in (
+            ("--table", args.table, deployment.table),
+            ("--owner", args.owner, deployment.owner),
+        ):
+            if given not in (None, its):
+                # listed under the stack's owner id, they would read as the lifecycles asked for
+                raise CommandError(
+                    f"{flag} {given} is not stack {args.stack}'s ({its}): pass --stack, or --table and --owner"
+                )
         args.table, args.owner = deployment.table, deployment.owner
+    else:
+        args.table = args.table or os.environ.get("NODECYCLE_RECORD_TABLE")
+        args.owner = args.owner or os.environ.get("NODECYCLE_OWNER_ID")
     if not args.table or not args.owner:
         raise CommandError(
             "which stack? pass --stack NAME (or --table and --owner, or set NODECYCLE_RECORD_TABLE and "

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import boto3
 import pytest
 from moto import mock_aws
 
+from nodecycle.adapters.aws.records import DynamoRecordStore
 from nodecycle_cli.main import main
+from tests.functions.test_cli_status import record
+from tests.support.stack import Stack
 
 REGION = "eu-west-1"
 TEMPLATE = json.dumps(
@@ -46,3 +50,32 @@ def test_a_stack_whose_first_change_set_was_not_executed_is_named_with_its_state
     assert err.count("\n") == 1
     assert "stack nodecycle has no output LifecycleTableName: it is REVIEW_IN_PROGRESS" in err
     assert "older template" not in err
+
+
+def test_status_refuses_an_owner_that_contradicts_the_stack(
+    stack: Stack, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given stack nodecycle (owner nodecycle) whose table holds a lifecycle of its own and one of owner blue
+    store = DynamoRecordStore(stack.table, ttl=timedelta(days=1), dynamodb=boto3.client("dynamodb"))
+    for index, owner in ((1, "nodecycle"), (2, "blue")):
+        store.create(
+            record(index, f"{index:08d}-1111-4111-8111-{'1' * 12}").model_copy(update={"owner": owner})
+        )
+    template = json.dumps(
+        {
+            "Resources": {"Queue": {"Type": "AWS::SQS::Queue"}},
+            "Outputs": {"OwnerId": {"Value": "nodecycle"}, "LifecycleTableName": {"Value": stack.table}},
+        }
+    )
+    boto3.client("cloudformation").create_stack(StackName="nodecycle", TemplateBody=template)
+    monkeypatch.delenv("NODECYCLE_OWNER_ID", raising=False)
+
+    # When the operator asks the stack for owner blue's lifecycles
+    code = main(["status", "--stack", "nodecycle", "--owner", "blue", "--json"])
+
+    # Then it says the two contradict each other, rather than list the stack's own as if they were blue's
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert code == 2
+    assert err.count("\n") == 1
+    assert "--owner blue" in err
