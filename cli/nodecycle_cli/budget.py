@@ -7,9 +7,9 @@ Both talk to the cluster of the current kubeconfig (``--kubeconfig``, ``--contex
 sandbox's, and read the ``nodecycle-budget`` ConfigMap of ``--namespace``. With ``--stack``, the namespace
 is the stack's ``BudgetNamespace``, and the kubeconfig's server is compared with the stack's EKS cluster
 (a mismatch is said on stderr: the budget shown would be another cluster's; ``release`` refuses to free a
-slot there). ``release`` frees the slot of any owner, after a question that names it; with ``--stack``, a slot
-another owner holds is freed only when the question is answered (``--yes`` refuses it: a stack never frees
-what another owner holds).
+slot there, and with ``--yes`` where the two cannot be compared). ``release`` frees the slot of any owner,
+after a question that names it; with ``--stack``, a slot another owner holds is freed only when the question
+is answered (``--yes`` refuses it: a stack never frees what another owner holds).
 """
 
 from __future__ import annotations
@@ -340,6 +340,12 @@ def _store(args: argparse.Namespace) -> ConfigMapBudgetStore:
                 # a stack acts on its own cluster only: its owner id may hold slots elsewhere too (the
                 # stack's name, where each account deploys the same stack)
                 raise CommandError(f"{wrong.why}: nothing released")
+            if args.budget_command == "release" and args.yes:
+                # nor, unasked, where it cannot tell: the question names the slot's owner and node, for a person
+                # who sees the warning
+                raise CommandError(
+                    f"{wrong.why}: nothing released unasked (run the command again without --yes, to be asked)"
+                )
             print(f"warning: {wrong.why}", file=sys.stderr)
     args.namespace = args.namespace or DEFAULT_NAMESPACE
     api = client.CoreV1Api(kube)

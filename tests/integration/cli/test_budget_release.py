@@ -36,6 +36,7 @@ from tests.integration.budget.conftest import (
     zone_of,
 )
 from tests.integration.budget.drains import SharedMetrics, WallClock
+from tests.integration.budget.test_cli import SessionWithoutDescribeCluster
 
 
 @pytest.fixture
@@ -160,3 +161,34 @@ def test_a_release_by_the_instance_id_frees_the_slot_of_its_node(
     assert list(blue.snapshot().holders) == []
     assert code == 0
     assert f"Released the budget slot of {node_name(0)}" in said.out
+
+
+def test_a_release_unasked_for_a_stack_whose_cluster_cannot_be_checked_frees_nothing(
+    blue_holds_node_0: tuple[KubeServer, Path, DisruptionBudget],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _, kubeconfig, blue = blue_holds_node_0
+    # Given the operator of stack blue-nodes (owner blue, cluster prod) whose role may not describe the cluster,
+    # so the kubeconfig cannot be told to be prod's (the same stack deployed in another account has the same
+    # owner id, and its own slots on its own cluster)
+    described = {
+        "StackName": "blue-nodes",
+        "Parameters": [{"ParameterKey": "ClusterName", "ParameterValue": "prod"}],
+        "Outputs": [{"OutputKey": "OwnerId", "OutputValue": "blue"}],
+    }
+    monkeypatch.setattr(budget_cli, "session", lambda args: SessionWithoutDescribeCluster())
+    monkeypatch.setattr(budget_cli, "find", lambda aws, name: from_description(described, "eu-west-1"))
+    monkeypatch.setattr("builtins.input", lambda prompt: pytest.fail(f"asked: {prompt}"))
+
+    # When they release the slot of node 0 unasked
+    where = ["--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE]
+    code = main(["budget", "release", node_name(0), "--stack", "blue-nodes", "--yes", *where])
+
+    # Then nothing is released, and the one line says why and how to go on (asked, or granted the check)
+    err = capsys.readouterr().err
+    assert [h.node for h in blue.snapshot().holders] == [node_name(0)]
+    assert code == 2
+    assert "nothing released" in err
+    assert "without --yes" in err
+    assert "eks:DescribeCluster" in err
