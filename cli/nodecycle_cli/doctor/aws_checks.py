@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from nodecycle.domain.catalog import OWNER_TAG
 from nodecycle.domain.engine import MAX_REFUSED_ATTEMPTS
 from nodecycle.domain.sweep.lifecycles import MAX_RESUMES  # resumed this often in a row, a lifecycle is stuck
@@ -89,7 +91,16 @@ def hooks(autoscaling: Any, groups: Sequence[str], rules: HookRules) -> list[Fin
                 )
             )
             continue
-        found = autoscaling.describe_lifecycle_hooks(AutoScalingGroupName=group)["LifecycleHooks"]
+        try:
+            found = autoscaling.describe_lifecycle_hooks(AutoScalingGroupName=group)["LifecycleHooks"]
+        except ClientError as error:
+            # one group at a time: one whose hooks cannot be read (throttled, refused) hides none of the others
+            from nodecycle_cli.failures import aws_answer
+
+            findings.append(
+                Finding.unchecked(f"hooks.{group}", f"group {group}'s hooks: {aws_answer(error)}")
+            )
+            continue
         findings += _group_hooks(group, found, rules)
     return findings
 
