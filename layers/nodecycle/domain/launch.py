@@ -146,7 +146,8 @@ class ReadinessGate:
         mend = (
             "mend the drain function's IAM policy, or the service control policy or boundary that denies it"
             if isinstance(refused, AccessRefused)
-            else "apply nodecycle's RBAC (nodecycle rbac | kubectl apply -f -)"
+            else "apply nodecycle's RBAC (nodecycle rbac --group-prefix GROUP | kubectl apply -f -, GROUP the "
+            "stack's KubernetesGroup)"
         )
         log.error(
             "readiness gate: refused what it needs to find the node of %s (%s): %s; looking again until %s",
@@ -216,7 +217,8 @@ class ReadinessGate:
             # gate (and replaced, under ABANDON); only a stale Ready at a warm-pool return goes unnoticed then
             log.error(
                 "the Lease of node %s cannot be read (%s): its Ready condition alone opens the gate; apply this "
-                "version's RBAC (nodecycle rbac | kubectl apply -f -)",
+                "version's RBAC (nodecycle rbac --group-prefix GROUP | kubectl apply -f -, GROUP the stack's "
+                "KubernetesGroup)",
                 node.name,
                 refused,
             )
@@ -226,7 +228,8 @@ class ReadinessGate:
                 "NodeLeaseUnreadable",
                 f"The readiness gate of instance {record.instance_id} may not read the node's Lease in "
                 f"kube-node-lease ({refused}): it took the Ready condition alone, which a node keeps for a while "
-                "after its instance stops. Apply nodecycle's RBAC again (nodecycle rbac | kubectl apply -f -)",
+                "after its instance stops. Apply nodecycle's RBAC again (nodecycle rbac --group-prefix GROUP | "
+                "kubectl apply -f -, GROUP the stack's KubernetesGroup)",
                 warning=True,
             )
             return True

@@ -64,7 +64,8 @@ class BudgetNotInstalled(Refused):
             f"the disruption budget ConfigMap {namespace}/{name} does not exist, and nodecycle does not create "
             f"it (its RBAC has no create). Apply the cluster side of the deployment, which ships it empty: "
             f"`kubectl apply -f deploy/rbac.yaml`, or for BudgetNamespace={namespace}: "
-            f"`nodecycle rbac --namespace {namespace} | kubectl apply -f -`"
+            f"`nodecycle rbac --namespace {namespace} --group-prefix GROUP | kubectl apply -f -`, GROUP the stack's "
+            f"KubernetesGroup parameter (nodecycle by default: the groups its functions' access entries name)"
         )
         self.namespace = namespace
         self.name = name
