@@ -33,10 +33,16 @@ def test_drains_paused_in_progress_rejoin_the_line_in_the_order_they_paused(
 ) -> None:
     # Given a budget of one slot held by node 0's drain, and the drains of nodes 1 and 2 paused in progress
     # (cordoned), node 1 paused ten minutes ago, node 2 one minute ago
-    clock, _, blue = six_nodes(server, core, total="1")
+    clock, records, blue = six_nodes(server, core, total="1")
     for i in (0, 1, 2):
         cordon(core, slot_of(i))
     first, last = clock.now() - timedelta(minutes=10), clock.now() - timedelta(minutes=1)
+    # (their records at their eviction, paused: a poll of a lifecycle begun before the ConfigMap that joins its line
+    # reads its record once, as a late poll of a drain over would join it too)
+    for i, paused_at in ((1, first), (2, last)):
+        records.create(
+            lifecycle_of(slot_of(i), Step.EVICT, seq=4).model_copy(update={"drain_paused_at": paused_at})
+        )
 
     # When the ConfigMap is created again (all three seeded from their nodes), node 2 polls before node 1, both
     # staying paused, and node 0's drain keeps its slot at its next poll

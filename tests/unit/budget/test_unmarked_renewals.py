@@ -119,3 +119,51 @@ def test_without_the_records_a_renewal_takes_the_slot_as_before(
     renewed = make_budget(total="1", per_zone=None).renew(began(slot("n1")))
 
     assert (renewed.granted, renewed.reason, renewed.unmarked) == (True, SlotReason.REACQUIRED, True)
+
+
+def test_a_late_poll_of_a_drain_over_that_was_paused_when_its_delivery_read_its_record_takes_no_place_in_line(
+    make_budget: BudgetFactory, store: MemoryBudgetStore, clock: FakeClock
+) -> None:
+    # Given the ConfigMap created again, a budget of one slot held by n3, and n2 (not yet touched) waiting for it
+    records = Records(over={"rec-n1"})
+    recreated(store)
+    blue = make_budget(total="1", per_zone=None, lifecycles=records)
+    assert blue.acquire(slot("n3")).granted
+    assert not blue.acquire(slot("n2")).granted
+
+    # When a late poll of n1's finished drain runs, its delivery having read its record while the drain was paused
+    # in line (since before the ConfigMap went), and finds no room
+    paused = replace(began(slot("n1")), waiting_since=BEGAN + timedelta(seconds=20))
+    late = blue.renew(paused)
+
+    # Then it is refused as a late delivery, its record read once, and takes no place in line (as a drain in
+    # progress it went before n2, and was passed the slot n3 gives back, held idle until its place's TTL)
+    assert (late.granted, late.reason) == (False, SlotReason.RELEASED)
+    assert records.asked == ["rec-n1"]
+    assert [w.node for w in blue.snapshot().waiters] == ["n2"]
+    assert blue.release("n3", "rec-n3") == ["rec-n2"]
+    assert [h.node for h in blue.snapshot().holders] == ["n2"]
+    assert blue.renew(paused).reason is SlotReason.RELEASED
+
+
+def test_a_poll_of_a_paused_drain_still_running_takes_its_place_back_after_the_configmap_is_recreated(
+    make_budget: BudgetFactory, store: MemoryBudgetStore, clock: FakeClock
+) -> None:
+    # Given the ConfigMap created again, a budget of one slot held by n3, and n2 waiting for it
+    records = Records()
+    recreated(store)
+    blue = make_budget(total="1", per_zone=None, lifecycles=records)
+    assert blue.acquire(slot("n3")).granted
+    assert not blue.acquire(slot("n2")).granted
+
+    # When n1's drain, paused in line since before the ConfigMap went and running still, polls
+    paused = replace(began(slot("n1")), waiting_since=BEGAN + timedelta(seconds=20))
+    polled = blue.renew(paused)
+
+    # Then it waits in its place back, first (in progress), its record read once; its next poll reads nothing
+    assert (polled.granted, polled.reason, polled.position) == (False, SlotReason.LOST, 1)
+    assert records.asked == ["rec-n1"]
+    clock.advance(TTL.total_seconds() / 2)
+    assert blue.renew(paused).reason is SlotReason.LOST
+    assert records.asked == ["rec-n1"]
+    assert blue.release("n3", "rec-n3") == ["rec-n1"]

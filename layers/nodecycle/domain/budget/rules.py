@@ -802,13 +802,13 @@ def queued_unmarked(doc: BudgetDocument, request: SlotRequest, decision: SlotDec
     """Whether ``decision``, judged on ``doc``, puts a renewal that lost its slot in line (``lost``) as a new
     waiter, for a lifecycle that began before ``doc`` was created: as :func:`unmarked`'s slot, it cannot be told
     from a late delivery of a lifecycle that gave its slot back (a poll of a drain over, whose mark went with the
-    ConfigMap before). A drain that lost its slot in ``doc`` has its place in it already, renewed at its asks. Nor
-    one whose delivery tells it was paused in line before (``waiting_since``, its pause): it takes its place back
-    (see SlotRequest.waiting_since) without a read of its record. (A late poll of a drain over that was paused when
-    the delivery read its record still takes a place, until its TTL: not told apart here.)"""
+    ConfigMap before). A drain that lost its slot in ``doc`` has its place in it already, renewed at its asks. So is
+    one whose delivery tells it was paused in line before (``waiting_since``, its pause): a late poll of a drain
+    over may have read its record while the drain was paused, and as a drain in progress paused since before the
+    ConfigMap went, it went first and was passed the next slot freed, held idle until its place's TTL. The record
+    is read once per lifecycle and document created again (its place, once taken, is its own in ``doc``); a drain
+    still running takes its place back (see SlotRequest.waiting_since)."""
     if decision.granted or decision.reason is not SlotReason.LOST or doc.created_at is None:
-        return False
-    if request.waiting_since is not None:
         return False
     waiter = doc.waiter(request.node)
     mine = waiter is not None and (waiter.owner, waiter.record_id) == (request.owner, request.record_id)
