@@ -147,6 +147,9 @@ def test_a_late_poll_that_finds_no_room_after_the_configmap_is_recreated_takes_n
     # When a late delivery of node 0's eviction poll runs (no room: it would wait in line, as a drain in progress
     # that lost its slot), then node 2 asks, and node 1's drain gives its slot back
     late = poll(core, blue, slot, "shutting-down", clock.now())
+    records.create(
+        lifecycle_of_ask(slot_of(2), Step.ACQUIRE_SLOT, seq=1)
+    )  # (its first ask, begun before, reads it)
     assert blue.acquire(slot_of(2)).reason is SlotReason.NO_ROOM
     woken = blue.release(node_name(1), slot_of(1).record_id, slot_of(1).token)
 

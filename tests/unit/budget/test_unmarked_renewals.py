@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
 from nodecycle.domain.budget import SlotReason, SlotRequest
+from nodecycle.domain.budget.rules import CREATION_MARGIN, RENEWAL_CREATION_MARGIN
 from tests.unit.budget.conftest import TTL
 from tests.unit.budget.fakes import START, BudgetFactory, FakeClock, MemoryBudgetStore, slot
 
@@ -33,6 +34,11 @@ def began(request: SlotRequest) -> SlotRequest:
     return replace(request, token="tok", since=BEGAN, in_progress=True)
 
 
+def begun_after(request: SlotRequest) -> SlotRequest:
+    """``request`` of a lifecycle that began after the ConfigMap was created again at START (past the margin)."""
+    return replace(request, since=START + CREATION_MARGIN)
+
+
 def recreated(store: MemoryBudgetStore) -> None:
     """The ConfigMap deleted and created again (empty) at START, after the lifecycles began."""
     store.uninstall()
@@ -46,10 +52,10 @@ def test_a_late_renewal_of_a_lifecycle_over_gives_the_slot_back_and_wakes_the_wa
     records = Records(over={"rec-n1"})
     recreated(store)
     blue = make_budget(total="1", per_zone=None, lifecycles=records)
-    assert blue.acquire(slot("n3")).granted
-    assert not blue.acquire(slot("n2")).granted
+    assert blue.acquire(begun_after(slot("n3"))).granted
+    assert not blue.acquire(begun_after(slot("n2"))).granted
     clock.advance(TTL.total_seconds() * 2 / 3)
-    assert not blue.acquire(slot("n2")).granted  # (its place renewed)
+    assert not blue.acquire(begun_after(slot("n2"))).granted  # (its place renewed)
     clock.advance(TTL.total_seconds() / 3 + 1)  # n3's drain died: its holder expired
 
     # When a late renewal of n1's finished drain runs (in progress, it goes before n2)
@@ -86,9 +92,9 @@ def test_a_renewal_of_a_drain_still_running_keeps_the_slot_it_takes_again(
 def test_a_renewal_the_document_vouches_for_reads_no_record(
     make_budget: BudgetFactory, store: MemoryBudgetStore, clock: FakeClock
 ) -> None:
-    # Given a lifecycle that began after the ConfigMap was created (past the margin)
+    # Given a lifecycle that began after the ConfigMap was created (past the margin of a renewal's clock ahead)
     records = Records(over={"rec-n1"})
-    store.created_at = BEGAN - timedelta(minutes=5)
+    store.created_at = BEGAN - RENEWAL_CREATION_MARGIN - timedelta(seconds=1)
     blue = make_budget(total="1", per_zone=None, lifecycles=records)
 
     # When its renewal takes a slot
@@ -128,8 +134,8 @@ def test_a_late_poll_of_a_drain_over_that_was_paused_when_its_delivery_read_its_
     records = Records(over={"rec-n1"})
     recreated(store)
     blue = make_budget(total="1", per_zone=None, lifecycles=records)
-    assert blue.acquire(slot("n3")).granted
-    assert not blue.acquire(slot("n2")).granted
+    assert blue.acquire(begun_after(slot("n3"))).granted
+    assert not blue.acquire(begun_after(slot("n2"))).granted
 
     # When a late poll of n1's finished drain runs, its delivery having read its record while the drain was paused
     # in line (since before the ConfigMap went), and finds no room
@@ -153,8 +159,8 @@ def test_a_poll_of_a_paused_drain_still_running_takes_its_place_back_after_the_c
     records = Records()
     recreated(store)
     blue = make_budget(total="1", per_zone=None, lifecycles=records)
-    assert blue.acquire(slot("n3")).granted
-    assert not blue.acquire(slot("n2")).granted
+    assert blue.acquire(begun_after(slot("n3"))).granted
+    assert not blue.acquire(begun_after(slot("n2"))).granted
 
     # When n1's drain, paused in line since before the ConfigMap went and running still, polls
     paused = replace(began(slot("n1")), waiting_since=BEGAN + timedelta(seconds=20))
@@ -167,3 +173,22 @@ def test_a_poll_of_a_paused_drain_still_running_takes_its_place_back_after_the_c
     assert blue.renew(paused).reason is SlotReason.LOST
     assert records.asked == ["rec-n1"]
     assert blue.release("n3", "rec-n3") == ["rec-n1"]
+
+
+def test_a_late_renewal_stamped_by_a_clock_ahead_of_the_api_servers_is_still_checked_against_its_record(
+    make_budget: BudgetFactory, store: MemoryBudgetStore, clock: FakeClock
+) -> None:
+    # Given the ConfigMap created again at START by the API server's clock, and n1's drain, over, that began a second
+    # before it: its beginning stamped by a function whose clock runs 7 s ahead of the API server's
+    records = Records(over={"rec-n1"})
+    recreated(store)
+    blue = make_budget(total="1", per_zone=None, lifecycles=records)
+    ahead = replace(began(slot("n1")), since=START - timedelta(seconds=1) + timedelta(seconds=7))
+
+    # When a late renewal of it runs
+    late = blue.renew(ahead)
+
+    # Then its record tells it is over: refused as a late delivery, the slot not taken
+    assert (late.granted, late.reason) == (False, SlotReason.RELEASED)
+    assert records.asked == ["rec-n1"]
+    assert not blue.snapshot().holders

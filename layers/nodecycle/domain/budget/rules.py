@@ -88,6 +88,7 @@ from operator import itemgetter
 from typing import Any, NamedTuple
 
 from nodecycle.domain.budget.document import (
+    MAX_CLOCK_AHEAD,
     BudgetDocument,
     Holder,
     OwnerLimits,
@@ -763,11 +764,19 @@ def _gave_back(mark: Released, request: SlotRequest) -> bool:
 # clock that stamps a lifecycle's beginning (``SlotRequest.since``): a lifecycle that began this close after it
 # is taken to have begun before it.
 CREATION_MARGIN = timedelta(seconds=5)
+# So too, for a renewal (a drain's poll, a refused cordon's retry), one that began up to this long after it: as far
+# as any clock a stack runs on may be ahead of the API server's (see MAX_CLOCK_AHEAD). A function clock 7 s ahead
+# stamped a lifecycle begun a second before the creation as begun after it, and a late poll of it over took its slot
+# again, idle until the sweeper or its TTL freed it. A renewal is judged so only when it finds no slot of its own
+# (taken again, or in line anew: after a re-creation, or its slot expired), rare on a drain's way, and a lifecycle
+# begun after the creation costs one read of its record then. Not a first ask's grant, every drain's: its step reads
+# the record for it (see unmarked), and a lifecycle that began within this of a ConfigMap's first install would pay.
+RENEWAL_CREATION_MARGIN = MAX_CLOCK_AHEAD
 # The decisions that give the node a slot it did not hold (a renewal of its own holder is none)
 _NEW_GRANTS = frozenset({SlotReason.GRANTED, SlotReason.REACQUIRED, SlotReason.FORCED})
 
 
-def unmarked(doc: BudgetDocument, request: SlotRequest, decision: SlotDecision) -> bool:
+def unmarked(doc: BudgetDocument, request: SlotRequest, decision: SlotDecision, *, renewing: bool) -> bool:
     """Whether ``decision``, judged on ``doc``, gives the request's node a new slot that ``doc`` cannot tell from
     a late delivery of a lifecycle that gave the slot back: the document was created (its ConfigMap deleted and
     created again) after the lifecycle began, so a mark of its release may have gone with the one before, and
@@ -776,7 +785,7 @@ def unmarked(doc: BudgetDocument, request: SlotRequest, decision: SlotDecision) 
     lifecycle over. False when the store does not tell when ``doc`` was created (one that never loses it)."""
     if not decision.granted or decision.reason not in _NEW_GRANTS or doc.created_at is None:
         return False
-    return _began_before(doc, request)
+    return _began_before(doc, request, RENEWAL_CREATION_MARGIN if renewing else CREATION_MARGIN)
 
 
 def held_unmarked(doc: BudgetDocument, request: SlotRequest, decision: SlotDecision) -> bool:
@@ -794,31 +803,35 @@ def held_unmarked(doc: BudgetDocument, request: SlotRequest, decision: SlotDecis
         holder is not None
         and (holder.owner, holder.record_id) == (request.owner, request.record_id)
         and not holder.seeded
-        and _began_before(doc, request)
+        and _began_before(doc, request, CREATION_MARGIN)
     )
 
 
-def queued_unmarked(doc: BudgetDocument, request: SlotRequest, decision: SlotDecision) -> bool:
-    """Whether ``decision``, judged on ``doc``, puts a renewal that lost its slot in line (``lost``) as a new
-    waiter, for a lifecycle that began before ``doc`` was created: as :func:`unmarked`'s slot, it cannot be told
-    from a late delivery of a lifecycle that gave its slot back (a poll of a drain over, whose mark went with the
-    ConfigMap before). A drain that lost its slot in ``doc`` has its place in it already, renewed at its asks. So is
+def queued_unmarked(
+    doc: BudgetDocument, request: SlotRequest, decision: SlotDecision, *, renewing: bool
+) -> bool:
+    """Whether ``decision``, judged on ``doc``, puts a request in line as a new waiter (a renewal that lost its slot,
+    ``lost``; a first ask, ``no-room``), for a lifecycle that began before ``doc`` was created: as :func:`unmarked`'s
+    slot, it cannot be told from a late delivery of a lifecycle that gave its slot back (a poll of a drain over, a
+    duplicate of its first ask, whose mark went with the ConfigMap before). A first ask's place is judged within
+    CREATION_MARGIN, as its grant is: every lifecycle's first ask takes one. A drain that lost its slot in ``doc`` has its place in it already, renewed at its asks. So is
     one whose delivery tells it was paused in line before (``waiting_since``, its pause): a late poll of a drain
     over may have read its record while the drain was paused, and as a drain in progress paused since before the
     ConfigMap went, it went first and was passed the next slot freed, held idle until its place's TTL. The record
     is read once per lifecycle and document created again (its place, once taken, is its own in ``doc``); a drain
     still running takes its place back (see SlotRequest.waiting_since)."""
-    if decision.granted or decision.reason is not SlotReason.LOST or doc.created_at is None:
+    queued = SlotReason.LOST if renewing else SlotReason.NO_ROOM
+    if decision.granted or decision.reason is not queued or doc.created_at is None:
         return False
     waiter = doc.waiter(request.node)
     mine = waiter is not None and (waiter.owner, waiter.record_id) == (request.owner, request.record_id)
-    return not mine and _began_before(doc, request)
+    return not mine and _began_before(doc, request, RENEWAL_CREATION_MARGIN if renewing else CREATION_MARGIN)
 
 
-def _began_before(doc: BudgetDocument, request: SlotRequest) -> bool:
-    """Whether the request's lifecycle began before ``doc`` was created (within the margin; not told: taken so)."""
+def _began_before(doc: BudgetDocument, request: SlotRequest, margin: timedelta) -> bool:
+    """Whether the request's lifecycle began before ``doc`` was created (within ``margin``; not told: taken so)."""
     assert doc.created_at is not None
-    return request.since is None or request.since < doc.created_at + CREATION_MARGIN
+    return request.since is None or request.since < doc.created_at + margin
 
 
 def _of_other_lifecycle(entry: Holder | Waiter, request: SlotRequest) -> bool:

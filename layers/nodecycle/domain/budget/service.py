@@ -332,8 +332,7 @@ class DisruptionBudget:
         gave_back: list[bool] = []
 
         def over(unvouched: bool) -> bool:
-            # (a renewal's only: the first ask reads its record itself, see AcquireSlot)
-            if not unvouched or not renewing or self._lifecycles is None:
+            if not unvouched or self._lifecycles is None:
                 return False
             if not gave_back:
                 gave_back.append(self._lifecycles.gave_back(request))
@@ -369,17 +368,20 @@ class DisruptionBudget:
             )
             if decision.reason is SlotReason.QUEUE_FULL:
                 return current, _Claimed(decision)  # nothing to write for a node that is not let in
-            decision = replace(decision, unmarked=rules.unmarked(live, request, decision))
+            decision = replace(decision, unmarked=rules.unmarked(live, request, decision, renewing=renewing))
             if not renewing:
                 decision = replace(decision, held_unmarked=rules.held_unmarked(live, request, decision))
-            if over(decision.unmarked or rules.queued_unmarked(live, request, decision)):
+            # (a first ask's slot granted is read by its step itself, see AcquireSlot; its new place in line here)
+            unvouched = decision.unmarked if renewing else False
+            if over(unvouched or rules.queued_unmarked(live, request, decision, renewing=renewing)):
                 # A late delivery of a lifecycle that gave the slot back before the ConfigMap was created again
                 # (see renew): its node marked given back in this document, in the write that would have taken
                 # the slot. Not taken, then given back in a second write: when that one failed (a 500, a 429, a
                 # 409 storm), the step's redelivery found the slot held and renewed lately, no longer one it
                 # could not vouch for, and it stood idle until the sweeper or its TTL freed it. Nor put in line,
-                # when there is no room: as a drain in progress it went ahead of the nodes not yet touched, and
-                # the next slot freed was passed on to it, idle until its place's TTL.
+                # when there is no room: as a drain in progress (or in its place back, waiting since before the
+                # re-creation) it went ahead of the nodes not yet touched, and the next slot freed was passed on to
+                # it, idle until its place's TTL.
                 log.info(
                     "budget slot for %s: asked for by a late delivery of lifecycle %s, which gave it back: "
                     "marked given back",
