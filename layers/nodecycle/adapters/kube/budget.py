@@ -23,6 +23,7 @@ from nodecycle.adapters.kube.cluster_api import node_info
 from nodecycle.adapters.kube.errors import forbidden_refused, kube_errors, retry_after
 from nodecycle.adapters.kube.lists import pages
 from nodecycle.domain.budget import BudgetDocument, BudgetFormatError, NodeState
+from nodecycle.domain.budget.document import MAX_CLOCK_AHEAD
 from nodecycle.domain.budget.errors import WriteOutcomeUnknown
 from nodecycle.domain.budget.seed import DrainInProgress
 from nodecycle.domain.errors import TransientError
@@ -36,9 +37,11 @@ DATA_KEY = "budget.json"
 # in the metadata is theirs). A document read from an object whose key says otherwise (a ConfigMap restored from a
 # backup: another uid; a document re-applied by a GitOps tool or edited by hand, or written since by an older
 # nodecycle: another digest) is one the budget cannot vouch for, and seeds before it decides (see
-# BudgetDocument.unvouched). Without the key it is taken as written here, as every document was before the key: a
-# ConfigMap not written since the upgrade is not seeded (one list of every node, at every stack's first write). Not
-# told, then: a backup taken before the upgrade, or data replaced whole without the key; nor a snapshot of the
+# BudgetDocument.unvouched). Without the key it is taken as written here, as every document was before the key (a
+# ConfigMap not written since the upgrade is not seeded), unless nothing wrote it since the object was created: its
+# newest stamp older than the object's creationTimestamp by more than any clock runs behind the API server's (a backup
+# taken before the upgrade, restored into the ConfigMap created again). Not told, then: such a backup taken less than
+# that before its restore, or data replaced whole without the key in the object as it was; nor a snapshot of the
 # whole object applied again to that same object (the key's old digest with its old document).
 WRITTEN_KEY = "budget.written"
 CONFIGMAP_MAX_BYTES = 1024 * 1024  # the API server's bound on a ConfigMap's data (keys and values)
@@ -391,15 +394,29 @@ def _document(config_map: Any) -> BudgetDocument:
     # An empty ConfigMap (as shipped; made by hand, or by a GitOps tool to own its namespace; created again after
     # a deletion) is an empty budget, never written: its first write seeds it (see DisruptionBudget). So is one
     # whose document was not written to it by this version (restored, re-applied: see WRITTEN_KEY)
+    # (when the ConfigMap was created: the marks of the slots given back before then went with the one before it)
+    created = getattr(metadata, "creation_timestamp", None)
+    if isinstance(created, datetime):
+        created = created if created.tzinfo else created.replace(tzinfo=UTC)
+    else:
+        created = None
     if not text:
         doc = BudgetDocument(unwritten=True)
     else:
         doc = BudgetDocument.from_json(text)
         said = data.get(WRITTEN_KEY)
-        if said is not None and said != _written(metadata, text):
+        if (said is None and _not_written_since(doc, created)) or (
+            said is not None and said != _written(metadata, text)
+        ):
             doc = doc.model_copy(update={"unvouched": True})
-    # (when the ConfigMap was created: the marks of the slots given back before then went with the one before it)
-    created = getattr(metadata, "creation_timestamp", None)
-    if not isinstance(created, datetime):
-        return doc
-    return doc.model_copy(update={"created_at": created if created.tzinfo else created.replace(tzinfo=UTC)})
+    return doc if created is None else doc.model_copy(update={"created_at": created})
+
+
+def _not_written_since(doc: BudgetDocument, created: datetime | None) -> bool:
+    """Whether no writer stamped ``doc`` since its object was ``created`` (False when not told): every write stamps
+    it (its owner's limits at least), and a writer's clock runs at most MAX_CLOCK_AHEAD behind the API server's
+    (see WRITTEN_KEY)."""
+    if created is None:
+        return False
+    stamped = doc.last_stamped()
+    return stamped is None or stamped < created - MAX_CLOCK_AHEAD

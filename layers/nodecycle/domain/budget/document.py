@@ -198,6 +198,17 @@ class BudgetDocument(_Model):
     def entries(self) -> tuple[Holder | Waiter, ...]:
         return (*self.holders, *self.waiters)
 
+    def last_stamped(self) -> datetime | None:
+        """The newest time a writer stamped in the document: an entry's renewal or acquisition, a slot given back,
+        an owner's limits (which every write records). None: no stamp at all (no writer's document)."""
+        stamps = [
+            *(h.acquired_at for h in self.holders),
+            *(e.renewed_at for e in self.entries()),
+            *(r.released_at for r in self.released),
+            *(limits.updated_at for limits in self.limits.values()),
+        ]
+        return max(stamps, default=None)
+
     def holder(self, node: str) -> Holder | None:
         return next((h for h in self.holders if h.node == node), None)
 
