@@ -38,11 +38,14 @@ DATA_KEY = "budget.json"
 # backup: another uid; a document re-applied by a GitOps tool or edited by hand, or written since by an older
 # nodecycle: another digest) is one the budget cannot vouch for, and seeds before it decides (see
 # BudgetDocument.unvouched). Without the key it is taken as written here, as every document was before the key (a
-# ConfigMap not written since the upgrade is not seeded), unless nothing wrote it since the object was created: its
-# newest stamp older than the object's creationTimestamp by more than any clock runs behind the API server's (a backup
-# taken before the upgrade, restored into the ConfigMap created again). Not told, then: such a backup taken less than
-# that before its restore, or data replaced whole without the key in the object as it was; nor a snapshot of the
-# whole object applied again to that same object (the key's old digest with its old document).
+# ConfigMap not written since the upgrade is not seeded), unless no writer stamped it when it was set (see
+# _not_written_since): its newest stamp older, by more than any clock runs behind the API server's, than the time the
+# API server tells it was set (the managedFields entry of the manager that set DATA_KEY last), or than the object's
+# creation. So are told a backup taken before the upgrade and restored into the ConfigMap created again, and data
+# replaced without the key. Not told: either less than MAX_CLOCK_AHEAD old when put back; nor a snapshot of the whole
+# object (document and key) applied again to that same object, the key's digest its document's. (Judged so only
+# without the key: a document the key vouches for is this stack's whatever the clocks say, while a clock far behind
+# the API server's would have every write take its own document for a restored one, and list every node.)
 WRITTEN_KEY = "budget.written"
 CONFIGMAP_MAX_BYTES = 1024 * 1024  # the API server's bound on a ConfigMap's data (keys and values)
 REQUEST_TIMEOUT = (5, 15)  # connect, read: a Lambda step must not hang on a dead connection
@@ -395,28 +398,48 @@ def _document(config_map: Any) -> BudgetDocument:
     # a deletion) is an empty budget, never written: its first write seeds it (see DisruptionBudget). So is one
     # whose document was not written to it by this version (restored, re-applied: see WRITTEN_KEY)
     # (when the ConfigMap was created: the marks of the slots given back before then went with the one before it)
-    created = getattr(metadata, "creation_timestamp", None)
-    if isinstance(created, datetime):
-        created = created if created.tzinfo else created.replace(tzinfo=UTC)
-    else:
-        created = None
+    created = _aware(getattr(metadata, "creation_timestamp", None))
     if not text:
         doc = BudgetDocument(unwritten=True)
     else:
         doc = BudgetDocument.from_json(text)
         said = data.get(WRITTEN_KEY)
-        if (said is None and _not_written_since(doc, created)) or (
-            said is not None and said != _written(metadata, text)
+        if (
+            said != _written(metadata, text)
+            if said is not None
+            else _not_written_since(doc, _latest(created, _document_set_at(metadata)))
         ):
             doc = doc.model_copy(update={"unvouched": True})
     return doc if created is None else doc.model_copy(update={"created_at": created})
 
 
-def _not_written_since(doc: BudgetDocument, created: datetime | None) -> bool:
-    """Whether no writer stamped ``doc`` since its object was ``created`` (False when not told): every write stamps
-    it (its owner's limits at least), and a writer's clock runs at most MAX_CLOCK_AHEAD behind the API server's
-    (see WRITTEN_KEY)."""
-    if created is None:
+def _not_written_since(doc: BudgetDocument, set_at: datetime | None) -> bool:
+    """Whether no writer stamped ``doc`` when it was set, at ``set_at`` by the API server's clock (False when not
+    told): every write stamps it (its owner's limits at least, a release its mark), and a writer's clock runs at most
+    MAX_CLOCK_AHEAD behind the API server's (see WRITTEN_KEY)."""
+    if set_at is None:
         return False
     stamped = doc.last_stamped()
-    return stamped is None or stamped < created - MAX_CLOCK_AHEAD
+    return stamped is None or stamped < set_at - MAX_CLOCK_AHEAD
+
+
+def _document_set_at(metadata: Any) -> datetime | None:
+    """When the document was set last, as the API server tells: the time of the managedFields entry that owns it (its
+    manager's last write that changed a field; None when not told: no managedFields, a server that keeps none)."""
+    for entry in getattr(metadata, "managed_fields", None) or ():
+        fields = getattr(entry, "fields_v1", None)
+        data = fields.get("f:data") if isinstance(fields, dict) else None
+        if isinstance(data, dict) and f"f:{DATA_KEY}" in data:
+            return _aware(getattr(entry, "time", None))
+    return None
+
+
+def _latest(*times: datetime | None) -> datetime | None:
+    return max((t for t in times if t is not None), default=None)
+
+
+def _aware(value: object) -> datetime | None:
+    """A time the client read from the API server, in UTC (None: not a time)."""
+    if not isinstance(value, datetime):
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
