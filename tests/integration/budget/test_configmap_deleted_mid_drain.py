@@ -29,6 +29,7 @@ from tests.integration.budget.recreation import (
     evict_step,
     in_progress,
     lifecycle_of,
+    record_of,
     six_nodes,
     slot_of,
 )
@@ -80,3 +81,34 @@ def test_an_ask_while_the_configmap_is_deleted_is_refused_naming_it_and_the_fix(
         blue.acquire(replace(request(1), since=None))
     assert isinstance(refused.value, BudgetNotInstalled)
     assert "kubectl apply -f deploy/rbac.yaml" in str(refused.value)
+
+
+def test_a_drain_polling_while_the_budgets_namespace_is_deleted_and_applied_again_keeps_its_slot(
+    server: KubeServer, core: client.CoreV1Api
+) -> None:
+    # Given node 0's drain in progress (slot held, node claimed), node 1's waiting under a budget of 1, and the
+    # budget's namespace deleted (`kubectl delete namespace`: terminating, then its ConfigMap gone with it)
+    clock, records, blue = six_nodes(server, core, total="1")
+    slot = slot_of(0)
+    in_progress(core, blue, records, slot)
+    records.create(record_of(slot_of(1), Step.ACQUIRE_SLOT, seq=1))
+    assert blue.acquire(slot_of(1)).reason is SlotReason.NO_ROOM
+    admin_api(server).delete_namespace(NAMESPACE)
+    server.settle()
+    assert admin_api(server).list_namespaced_config_map(NAMESPACE).items == []
+
+    # When node 0's drain polls, and node 1 asks, while it is gone
+    clock.advance(5)
+    waiting = poll(core, blue, slot, clock.now())
+    with pytest.raises(Refused):  # (the namespace's Role went with it: a 403, or the ConfigMap's 404)
+        blue.acquire(slot_of(1))
+
+    # Then the drain waits its poll interval, evicting nothing; and once the namespace and the ConfigMap are applied
+    # again, its slot is seeded from its node: it goes on, and node 1 still waits (the limit of 1 holds)
+    assert (waiting.then, waiting.again, waiting.delay) == (None, True, policy().poll_seconds)
+    server.apply(RBAC)
+    clock.advance(waiting.delay)
+    polled = poll(core, blue, slot, clock.now())
+    assert (polled.then, polled.again) == (None, False)
+    assert blue.acquire(slot_of(1)).reason is SlotReason.NO_ROOM
+    assert [h.node for h in blue.snapshot().holders] == [slot.node]
