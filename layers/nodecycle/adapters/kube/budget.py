@@ -375,7 +375,8 @@ def _message(error: ApiException) -> str:
 def _with_document(config_map: Any, text: str) -> dict[str, str]:
     """The data of ``config_map`` with the document ``text`` and what WRITTEN_KEY says of it; without that key
     when it would take the ConfigMap past the API server's limit (a document forced past the budget's bound: see
-    rules.MAX_DOCUMENT_BYTES): the document goes in whole, and is seeded at the next write, as unvouched."""
+    rules.MAX_DOCUMENT_BYTES): the document goes in whole, and the next read judges it as any document without the
+    key, by its stamps (this write's, so taken as written there: see WRITTEN_KEY)."""
     data = {key: value for key, value in (config_map.data or {}).items() if key != WRITTEN_KEY}
     data[DATA_KEY] = text
     written = _written(config_map.metadata, text)
