@@ -11,8 +11,9 @@ Processes and threads:
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
@@ -200,6 +201,21 @@ class Sandbox:
         self.kube.faults.disarm()
         self.aws.disarm_faults()
         self.runner_faults.disarm()
+
+    @contextlib.contextmanager
+    def lagging_ec2(self, seconds: float) -> Iterator[list[str]]:
+        """EC2's reads by every stack's functions lag its writes by ``seconds`` meanwhile (aws/ec2_consistency.py):
+        a new address or instance unknown to them, an association, a release, a tag not shown yet. The list given
+        is filled, once the block ends, with what the lag met ("<operation> <id>")."""
+        callers = sorted(
+            {env["AWS_ACCESS_KEY_ID"] for runner in self._runners() for env in runner.environments.values()}
+        )
+        met: list[str] = []
+        self.aws.lag_ec2(seconds=seconds, callers=callers)
+        try:
+            yield met
+        finally:
+            met.extend(self.aws.lag_ec2(seconds=0, callers=[]))
 
     def fault_firings(self) -> list[Firing]:
         """Every fault injected since the plan was armed, in time order."""

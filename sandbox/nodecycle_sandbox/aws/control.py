@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from moto.autoscaling.models import AutoScalingBackend, autoscaling_backends
 
-from nodecycle_sandbox.aws import dynamodb_index_lag, ec2_addresses, ec2_instances, eks
+from nodecycle_sandbox.aws import dynamodb_index_lag, ec2_addresses, ec2_consistency, ec2_instances, eks
 from nodecycle_sandbox.aws import faults as aws_faults
 from nodecycle_sandbox.aws.disruptions import SPOT_HOOK_AFTER_SECONDS, SPOT_WARNING_SECONDS
 from nodecycle_sandbox.aws.eks_access import API_AND_CONFIG_MAP
@@ -89,6 +89,8 @@ class AwsControls(Protocol):
     def disarm_faults(self) -> None: ...
 
     def fault_firings(self) -> list[Firing]: ...
+
+    def lag_ec2(self, *, seconds: float, callers: list[str] | None) -> list[str]: ...
 
 
 class AwsControl:
@@ -256,6 +258,13 @@ class AwsControl:
     def fault_firings(self) -> list[Firing]:
         """Every fault injected since the plan was armed."""
         return [*aws_faults.FAULTS.firings(), *dynamodb_index_lag.LAG.firings()]
+
+    def lag_ec2(self, *, seconds: float, callers: list[str] | None) -> list[str]:
+        """EC2's reads by ``callers`` lag its writes by ``seconds`` from now on (0: no more), as
+        ``ec2_consistency.py`` tells; what the lag armed before met ("<operation> <id>")."""
+        met = list(ec2_consistency.LAG.lagged)
+        ec2_consistency.LAG.arm(seconds, callers)
+        return met
 
     def close(self) -> None:
         self.emulator.close()

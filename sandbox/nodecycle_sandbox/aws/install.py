@@ -26,6 +26,7 @@ from nodecycle_sandbox.aws import (
     dynamodb_items,
     dynamodb_transactions,
     ec2_addresses,
+    ec2_consistency,
     ec2_filters,
     ec2_instances,
     ec2_tags,
@@ -59,6 +60,7 @@ def install() -> None:
     ec2_filters.install()  # at most 200 filter values a call, of at most 255 characters
     ec2_instances.install()  # terminated instances forgotten after about an hour
     ec2_tags.install()
+    ec2_consistency.install()  # reads that lag the writes, when a test arms it
     eks_access.install()
     events_sources.install()  # PutEvents refuses the aws.* sources of AWS's own events
     enforce.install()  # each function's calls against its role (nodecycle_sandbox.iam)
