@@ -65,10 +65,15 @@ from nodecycle.domain.ports.runtime import Metrics
 log = logging.getLogger(__name__)
 
 VERIFY_DELAY = 2  # seconds: DescribeAddresses usually shows a new association within a second or two
-VERIFY_READS = 5  # reads of an association that does not show before it is made again
-# Tries, VERIFY_DELAY apart, to associate an address this launch allocated that EC2 does not know yet, before
-# it is taken for one released behind our back (and the assignment starts over)
-UNSEEN_TRIES = 5
+# ...and seconds under load: the reads after the first are spaced twice as far apart each time, up to this
+VERIFY_DELAY_MAX = 30  # seconds
+# Reads of an association that does not show before it is made again: a minute in all (2, 4, 8, 16, 30 s apart)
+VERIFY_READS = 6
+# Tries, spaced as those reads, to associate an address this launch allocated that EC2 does not know yet, before
+# it is taken for one released behind our back (and the assignment starts over): a minute. Only the sweeper
+# releases an address of ours that no instance holds, and not before the sweep grace (five minutes at least): an
+# allocation unknown sooner is EC2 not knowing it yet, never a reason to count a failure or allocate again
+UNSEEN_TRIES = 6
 INSTANCE_DELAY = 5  # seconds between attempts on an instance that cannot take an address yet
 INSTANCE_ATTEMPTS = 24  # two minutes: an instance is pending for well under one
 # What EC2 refuses is asked again this often, 15, 30, 60 s apart, then the failure policy decides
@@ -544,7 +549,9 @@ class AssignAddress:
                         address.public_ip,
                     )
                     return _wait(
-                        record, VERIFY_DELAY, {**scratch, "allocated": {**allocated, "unseen": unseen}}
+                        record,
+                        verify_delay(unseen),
+                        {**scratch, "allocated": {**allocated, "unseen": unseen}},
                     )
             self._metrics.count("EipFailures")
             log.warning("address %s was released behind our back: trying the next", address.allocation_id)
@@ -598,7 +605,7 @@ class AssignAddress:
             )
         log.info("the association of %s does not show yet: verifying again shortly", shown)
         verify = {"allocation_id": allocation_id, "reads": reads}
-        return _wait(record, VERIFY_DELAY, {**scratch, "verify": verify})
+        return _wait(record, verify_delay(reads), {**scratch, "verify": verify})
 
     def _current(self, allocation_id: str) -> Address | None:
         try:
@@ -828,6 +835,12 @@ def _allocated(scratch: dict[str, Any], address: Address) -> dict[str, Any]:
         "tags": dict(address.tags),
     }
     return {**scratch, "allocated": allocated}
+
+
+def verify_delay(reads: int) -> float:
+    """The wait after the ``reads``-th read (or try) that EC2 did not show what was just written: VERIFY_DELAY,
+    then twice as long each time, up to VERIFY_DELAY_MAX (EC2's reads lag its writes by seconds under load)."""
+    return float(min(VERIFY_DELAY * 2 ** max(reads - 1, 0), VERIFY_DELAY_MAX))
 
 
 def _wait(record: LifecycleRecord, delay: float, scratch: dict[str, Any]) -> Outcome:
