@@ -263,9 +263,8 @@ def test_a_launch_whose_duplicate_took_the_last_address_of_the_quota_for_it_keep
     allocate_as_ec2_does = ec2.allocate_address
 
     def after_the_duplicate(**kwargs: Any) -> Any:
-        allocate(
-            **{OWNER_TAG: OWNER, INSTANCE_TAG: instance, GROUP_TAG: GROUP, ALLOCATED_AT_TAG: "2026-01-01"}
-        )
+        stamp = now().isoformat(timespec="seconds")  # (allocated at this very moment)
+        allocate(**{OWNER_TAG: OWNER, INSTANCE_TAG: instance, GROUP_TAG: GROUP, ALLOCATED_AT_TAG: stamp})
         return allocate_as_ec2_does(**kwargs)
 
     monkeypatch.setattr(ec2, "allocate_address", after_the_duplicate)

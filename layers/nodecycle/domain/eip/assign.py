@@ -31,7 +31,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from nodecycle.domain.eip import SCRATCH, release_unassociated, without_scratch
@@ -74,6 +74,14 @@ VERIFY_READS = 6
 # releases an address of ours that no instance holds, and not before the sweep grace (five minutes at least): an
 # allocation unknown sooner is EC2 not knowing it yet, never a reason to count a failure or allocate again
 UNSEEN_TRIES = 6
+# An unassociated address allocated for the instance longer ago than this (a launch that crashed after its
+# allocation, delivered again late) is left to the sweeper, and another one allocated: the sweeper releases such an
+# address once it is older than its grace (five minutes at least), and a launch and a sweep must never reach for the
+# same one. EC2 has no conditional release, and its reads lag its writes by seconds: a sweep that lists the address,
+# and looks at it again, before the launch's association shows would release it from the instance, without a word
+# in a default VPC (in another, EC2 refuses: InvalidIPAddress.InUse). A minute short of the least grace leaves room
+# for the seconds between a look and a call, the whole seconds of the tag and the clocks of two functions
+TAKE_OWN_WITHIN = timedelta(minutes=4)
 INSTANCE_DELAY = 5  # seconds between attempts on an instance that cannot take an address yet
 INSTANCE_ATTEMPTS = 24  # two minutes: an instance is pending for well under one
 # What EC2 refuses is asked again this often, 15, 30, 60 s apart, then the failure policy decides
@@ -180,7 +188,7 @@ class AssignAddress:
         other = self._held_elsewhere(instance)
         if other is not None:
             return self._fail(record, other)
-        if not _unassociated(found):
+        if not _unassociated(found, now):
             ahead, line = self._ahead(record, scratch, self._line.read(), found, [], now, quota=True)
             if ahead:
                 # They wait for the quota: an address freed goes to the first of them, woken by the release that
@@ -214,7 +222,7 @@ class AssignAddress:
             held = _held(found, instance)
             if held is not None:
                 return self._done(record, held, found)
-        for address in _unassociated(found):
+        for address in _unassociated(found, now):
             outcome = self._take(record, scratch, address, found)
             if outcome is not None:
                 return outcome
@@ -822,9 +830,18 @@ def _held(found: Iterable[Address], instance: str) -> Address | None:
     return held[0] if held else None
 
 
-def _unassociated(found: Iterable[Address]) -> list[Address]:
-    """Free addresses that are no pool's, lowest allocation id first: the order concurrent runs agree on."""
-    return sorted((a for a in found if not a.associated and a.pool is None), key=lambda a: a.allocation_id)
+def _unassociated(found: Iterable[Address], now: datetime) -> list[Address]:
+    """Free addresses that are no pool's, lowest allocation id first: the order concurrent runs agree on; but none
+    allocated by nodecycle longer than TAKE_OWN_WITHIN ago, the sweeper's to release."""
+    return sorted(
+        (a for a in found if not a.associated and a.pool is None and not _the_sweepers(a, now)),
+        key=lambda a: a.allocation_id,
+    )
+
+
+def _the_sweepers(address: Address, now: datetime) -> bool:
+    allocated_at = address.allocated_at
+    return allocated_at is not None and now - allocated_at >= TAKE_OWN_WITHIN
 
 
 def _allocated(scratch: dict[str, Any], address: Address) -> dict[str, Any]:
