@@ -218,3 +218,36 @@ def test_a_spare_allocated_moments_ago_for_the_instance_is_released_not_taken_fo
     out = capsys.readouterr().out
     left = {a["AllocationId"] for a in ours()}
     assert metric(out, "EipsReleased") == (0 if spare in left else 1)
+
+
+def test_a_launch_waiting_first_in_line_whose_instance_ec2_does_not_list_yet_keeps_its_place(
+    eip_fn: ModuleType, stack: Stack, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a pool of one address, held for long by an old instance, and an instance launched long ago
+    monkeypatch.setenv("NODECYCLE_EIP_MODE", "pool")
+    monkeypatch.setenv("NODECYCLE_EIP_POOL_NAME", "ci")
+    lag(clock, 5.0)
+    clock.now -= 60
+    old, later = run_instances(2)
+    pooled = allocate(**{OWNER_TAG: OWNER, POOL_TAG: "ci"})
+    operator: Any = boto3.client("ec2")
+    association = operator.associate_address(AllocationId=pooled, InstanceId=old, AllowReassociation=False)
+    clock.now += 60
+    # And the old instance gives the address back, then an instance is launched whose launch finds the pool
+    # empty (EC2 does not show the address free yet) and waits first in line
+    operator.disassociate_address(AssociationId=association["AssociationId"])
+    clock.now += 1
+    (first,) = run_instances(1)
+    waiting = given(stack, launch_record(first, at=now()))
+    eip_fn.handler(work_event(waiting), LambdaContext())
+    assert current(stack, waiting).extra["eip"].get("exhausted_since")
+
+    # When a later launch looks once EC2 shows the address free, but not yet the first one's instance
+    clock.now += 4.5
+    late = given(stack, launch_record(later, at=now()))
+    eip_fn.handler(work_event(late), LambdaContext())
+
+    # Then it yields the address to the first in line (whose instance EC2 does not list yet: not gone)
+    assert addresses(**{f"tag:{POOL_TAG}": "ci"})[0].get("InstanceId") is None
+    assert current(stack, late).step is Step.ASSIGN_EIP
+    assert any(met.startswith("describe_instances") for met in LAG.lagged), LAG.lagged

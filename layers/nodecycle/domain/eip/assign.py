@@ -360,9 +360,12 @@ class AssignAddress:
         self, ahead: list[Waiter], takers: int, line: Line, now: datetime
     ) -> tuple[list[Waiter], Line]:
         """``ahead`` less those whose instance is gone (one DescribeInstances for them all) and, among the
-        first ``takers``, those whose lifecycle is over (taken out of the line); and the line as left."""
+        first ``takers``, those whose lifecycle is over (taken out of the line); and the line as left. An instance
+        EC2 does not list is not gone: right after RunInstances EC2 may not list it yet (eventually consistent),
+        and its launch, first in line, would lose its place to a later one; one EC2 no longer lists (terminated
+        an hour ago) has its lifecycle over, which ``_still_waiting`` finds."""
         states = self._addresses.instance_states([waiter.instance_id for waiter in ahead])
-        ahead = [waiter for waiter in ahead if states.get(waiter.instance_id) not in (None, *GONE_STATES)]
+        ahead = [waiter for waiter in ahead if states.get(waiter.instance_id) not in GONE_STATES]
         ahead, over = self._still_waiting(ahead, takers)
         if over:
             line = self._drop(over, line, now)
