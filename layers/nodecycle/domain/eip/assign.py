@@ -7,7 +7,8 @@ picked up by the next run of the step, ``Outcome.wait`` seconds later: nothing s
 Idempotency: AllocateAddress has no client token, so every address is tagged at its allocation with the
 instance it is for, and every run starts by looking for addresses so tagged. A redelivery after the
 association keeps what it finds; a redelivery after a crash between AllocateAddress and AssociateAddress
-associates the address it finds instead of allocating a second one. Two deliveries running at the same
+associates the address it finds instead of allocating a second one (unless it was allocated longer ago than
+``TAKE_OWN_WITHIN``: the sweeper's to release by then, which a launch never reaches for). Two deliveries running at the same
 moment may both allocate; both then take the lowest allocation id tagged for the instance, one associates
 it, the other is refused (``Resource.AlreadyAssociated``), sees it on this very instance and keeps it, and
 the spare is released.
@@ -15,8 +16,9 @@ the spare is released.
 EC2 is eventually consistent: an address just allocated may be unknown for a few seconds to AssociateAddress
 and DescribeAddresses (``InvalidAllocationID.NotFound``), and missing from their listings. The launch remembers
 the address it allocated (``record.extra["eip"]["allocated"]``) until it holds one: EC2 answering that it does
-not exist is then EC2 not knowing it yet, asked again shortly, a few times; not an address released behind our
-back, a failure counted and another one allocated (in pool mode, the pool grown again, for good).
+not exist is then EC2 not knowing it yet, asked again further apart each time, for a minute (``verify_delay``:
+EC2's reads lag by seconds under load); not an address released behind our back, a failure counted and another
+one allocated (in pool mode, the pool grown again, for good). So too an association that does not show yet.
 
 No stealing: AssociateAddress always runs with AllowReassociation false, so an address that another launch
 associated first is refused, not moved, and the step tries the next free one. Nor is an address moved off
