@@ -78,7 +78,9 @@ def test_a_missing_config_map_is_an_error_that_names_it_and_the_fix(
     with pytest.raises(BudgetNotInstalled) as raised:
         store.update(lambda doc: (with_entry(doc, "n1"), None))
     assert "ConfigMap nodecycle/nodecycle-budget does not exist" in str(raised.value)
-    assert "nodecycle rbac --namespace nodecycle --group-prefix GROUP | kubectl apply -f -" in str(raised.value)
+    assert "nodecycle rbac --namespace nodecycle --group-prefix GROUP | kubectl apply -f -" in str(
+        raised.value
+    )
     assert ("create", "configmaps") not in server.counters()
 
 
