@@ -7,11 +7,14 @@ by someone else, the sweeper as its own. On moto, with a real botocore client in
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import boto3
 import pytest
+from botocore.awsrequest import AWSResponse
+from botocore.compat import HTTPHeaders
 from botocore.exceptions import ReadTimeoutError
 
 from nodecycle.adapters.aws import clients
@@ -31,14 +34,16 @@ HOUR_AGO = (NOW - timedelta(hours=1)).isoformat(timespec="seconds")
 def ec2_where_release(how: str) -> Any:
     """A botocore EC2 client (nodecycle's configuration: standard retries) whose next ReleaseAddress is released
     by EC2 and then, ``lost``: its answer lost (a read timeout: botocore sends it again); ``raced``: another
-    caller released the address just before this call's first attempt."""
+    caller released the address just before this call's first attempt; ``throttled``: this call's first attempt
+    throttled (refused before it reached the address) while another caller released it, so that botocore's
+    retry finds it gone."""
     client = clients.client("ec2")
     moto = boto3.client("ec2")
     done: list[str] = []
 
-    def before_send(request: Any, **_: Any) -> None:
+    def before_send(request: Any, **_: Any) -> AWSResponse | None:
         if done:
-            return
+            return None
         allocation = request.body.decode() if isinstance(request.body, bytes) else str(request.body)
         allocation_id = next(
             p.split("=", 1)[1] for p in allocation.split("&") if p.startswith("AllocationId=")
@@ -47,12 +52,24 @@ def ec2_where_release(how: str) -> Any:
         done.append(allocation_id)
         if how == "lost":
             raise ReadTimeoutError(endpoint_url=request.url)
+        if how == "throttled":
+            body = b"<Response><Errors><Error><Code>RequestLimitExceeded</Code><Message>slow down</Message></Error>"
+            return AWSResponse(request.url, 503, HTTPHeaders(), _Raw(body + b"</Errors></Response>"))
+        return None
 
     client.meta.events.register_first("before-send.ec2.ReleaseAddress", before_send)
     return client
 
 
-@pytest.mark.parametrize(("how", "ours"), [("lost", True), ("raced", False)])
+class _Raw:
+    def __init__(self, body: bytes) -> None:
+        self._body = body
+
+    def stream(self, **_: Any) -> Iterator[bytes]:
+        yield self._body
+
+
+@pytest.mark.parametrize(("how", "ours"), [("lost", True), ("raced", False), ("throttled", False)])
 def test_a_release_whose_answer_was_lost_is_this_calls_and_one_raced_is_anothers(
     stack: Stack, how: str, ours: bool
 ) -> None:
@@ -62,7 +79,7 @@ def test_a_release_whose_answer_was_lost_is_this_calls_and_one_raced_is_anothers
     assert addresses() == []
 
 
-@pytest.mark.parametrize(("how", "counted"), [("lost", 1), ("raced", 0)])
+@pytest.mark.parametrize(("how", "counted"), [("lost", 1), ("raced", 0), ("throttled", 0)])
 def test_release_eip_counts_a_release_whose_answer_was_lost_as_released(
     stack: Stack, how: str, counted: int
 ) -> None:

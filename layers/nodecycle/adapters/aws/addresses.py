@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from nodecycle.adapters.aws.clients import LazyClient, error_code, transient_errors
+from nodecycle.adapters.aws.clients import LazyClient, answer_lost, error_code, transient_errors
 from nodecycle.adapters.aws.instances import Ec2Instances
 from nodecycle.domain.errors import AccessRefused
 from nodecycle.domain.ports.addresses import (
@@ -53,7 +53,10 @@ _TAKES_AN_ADDRESS = frozenset({"running", "stopping", "stopped"})
 
 class Ec2Addresses:
     def __init__(self, ec2: EC2Client | None = None) -> None:
-        self._ec2: LazyClient[EC2Client] = LazyClient("ec2", ec2)
+        # (a release or disassociation whose answer was lost is told from one another caller made: see release)
+        self._ec2: LazyClient[EC2Client] = LazyClient(
+            "ec2", ec2, telling_lost_answers=("DisassociateAddress", "ReleaseAddress")
+        )
 
     def find(
         self,
@@ -171,22 +174,22 @@ class Ec2Addresses:
             ):
                 self._ec2().disassociate_address(AssociationId=association_id)
         except AddressNotFound as error:
-            return _retried(error.__cause__)
+            return answer_lost(error.__cause__)
         return True
 
     def release(self, allocation_id: str) -> bool:
         """True when this call released the address. EC2 does not tell whose call released one it no longer
         has (``InvalidAllocationID.NotFound``): at the call's first attempt, another's (released since the caller
-        looked at it); at a retry, botocore's after an attempt whose answer was lost (a read timeout, a 5xx),
-        this call's, which that attempt may have released. Told so, every caller counts it alike (as released,
-        and as room under the quota). (A retry after a throttled attempt that finds it gone is counted so too:
-        a count one high, never an address kept.)"""
+        looked at it), as at a retry after a throttled attempt (which never reached it); at a retry after an
+        attempt whose answer was lost (a read timeout, a 5xx other than a throttle), this call's, which that
+        attempt may have released. Told so, every caller counts it alike (as released, and as room under the
+        quota)."""
         answers = {"InvalidIPAddress.InUse": AddressInUse, _NOT_FOUND: AddressNotFound}
         try:
             with _answers(answers), transient_errors("releasing an Elastic IP"):
                 self._ec2().release_address(AllocationId=allocation_id)
         except AddressNotFound as error:
-            return _retried(error.__cause__)
+            return answer_lost(error.__cause__)
         return True
 
     def instance_states(self, instance_ids: Collection[str]) -> dict[str, str]:
@@ -212,14 +215,6 @@ def _answers(errors: Mapping[str, type[AddressError]]) -> Iterator[None]:
         raise errors.get(error_code(error), AddressRefused)(str(error)) from error
     except AccessRefused as error:
         raise AddressRefused(str(error)) from error
-
-
-def _retried(error: BaseException | None) -> bool:
-    """Whether EC2's answer ``error`` came to a retry of botocore's (``RetryAttempts`` > 0): an earlier attempt
-    of the call went without an answer, and may have landed."""
-    if not isinstance(error, ClientError):
-        return False
-    return int(error.response.get("ResponseMetadata", {}).get("RetryAttempts", 0) or 0) > 0
 
 
 def _filter(name: str, value: str) -> FilterTypeDef:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import ClientError, ConnectionClosedError, ReadTimeoutError
+from botocore.exceptions import ClientError
 
-from nodecycle.adapters.aws.clients import LazyClient, error_code, transient_errors
+from nodecycle.adapters.aws.clients import LazyClient, answer_lost, error_code, transient_errors
 from nodecycle.adapters.aws.instances import Ec2Instances
 from nodecycle.domain.catalog import OWNER_TAG
 from nodecycle.domain.errors import TransientError
@@ -39,10 +39,6 @@ _HELD: dict[str, tuple[tuple[Transition, str | None, str | None], ...]] = {
 }
 _HOOK_TRANSITIONS = (Transition.LAUNCHING, Transition.TERMINATING)
 
-# Set in a CompleteLifecycleAction's botocore context, and copied into its answer's ResponseMetadata, when an
-# attempt before the last may have been taken by Auto Scaling though its answer was lost (see _answer_lost).
-_ANSWER_LOST = "NodecycleAnswerLost"
-_COMPLETION = "auto-scaling.CompleteLifecycleAction"
 _NAMES_PER_CALL = 50  # DescribeAutoScalingGroups' limit on AutoScalingGroupNames
 
 
@@ -78,41 +74,6 @@ def _unknown_group(error: ClientError, group: str) -> None:
     )
 
 
-def _tell_lost_answers(client: Any) -> None:
-    """Have ``client``'s CompleteLifecycleAction say, in its answer's ResponseMetadata, when an attempt before its
-    last may have been taken though its answer was lost. ``RetryAttempts`` alone cannot tell: an attempt that was
-    throttled never reached the action, and a retry after it that finds none means someone else settled it.
-    (Registered once per client: botocore keeps one handler per unique id.)"""
-    events = client.meta.events
-    events.register(
-        f"needs-retry.{_COMPLETION}", _note_lost_answer, unique_id="nodecycle-completion-lost-answer"
-    )
-    events.register(
-        f"after-call.{_COMPLETION}", _tell_lost_answer, unique_id="nodecycle-completion-tell-lost"
-    )
-
-
-def _note_lost_answer(
-    request_dict: Any, response: Any = None, caught_exception: Exception | None = None, **_: Any
-) -> None:
-    """(botocore's needs-retry, after every attempt) An attempt Auto Scaling may have taken: its answer a 5xx, or
-    lost on the way back (the connection closed, or read timed out, after the request was sent). Not a throttle
-    or another 4xx (refused before anything changed), nor a connection never made."""
-    if response is not None:
-        http = response[0]
-        lost = http is not None and http.status_code >= 500
-    else:
-        lost = isinstance(caught_exception, ReadTimeoutError | ConnectionClosedError)
-    if lost:
-        request_dict["context"][_ANSWER_LOST] = True
-
-
-def _tell_lost_answer(parsed: Any, context: Any, **_: Any) -> None:
-    """(botocore's after-call) Copy the note into the answer, which a ClientError carries as its response."""
-    if context.get(_ANSWER_LOST):
-        parsed.setdefault("ResponseMetadata", {})[_ANSWER_LOST] = True
-
-
 def _hook(described: Any) -> Hook:
     return Hook(
         transition=Transition(described["LifecycleTransition"]),
@@ -122,21 +83,20 @@ def _hook(described: Any) -> Hook:
 
 class AutoscalingActions:
     def __init__(self, autoscaling: AutoScalingClient | None = None, ec2: EC2Client | None = None) -> None:
-        self._asg: LazyClient[AutoScalingClient] = LazyClient("autoscaling", autoscaling)
+        # (a completion whose answer was lost is told from one another caller settled: see complete)
+        self._asg: LazyClient[AutoScalingClient] = LazyClient(
+            "autoscaling", autoscaling, telling_lost_answers=("CompleteLifecycleAction",)
+        )
         self._instances = Ec2Instances(ec2)  # (its client made only at its first call: ``membership``'s)
 
     def complete(self, action: ActionRef, result: ActionResult) -> bool:
         if not self._still_held(action):
             return False
-        asg = self._asg()
-        _tell_lost_answers(asg)
         try:
             with transient_errors("completing a lifecycle action"):
-                asg.complete_lifecycle_action(**_naming(action), LifecycleActionResult=result.value)
+                self._asg().complete_lifecycle_action(**_naming(action), LifecycleActionResult=result.value)
         except ClientError as error:
-            if error_code(error) == "ValidationError" and error.response.get("ResponseMetadata", {}).get(
-                _ANSWER_LOST
-            ):
+            if error_code(error) == "ValidationError" and answer_lost(error):
                 # botocore sent the call again after an attempt whose answer was lost (a 5xx, a read timeout):
                 # that attempt completed the action, and the retry found it settled. The completion is this
                 # caller's, with its result: counted and recorded as its own, not as someone else's. (An action

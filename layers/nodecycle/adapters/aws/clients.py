@@ -10,7 +10,13 @@ from typing import Any
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import ClientError, ConnectionError, HTTPClientError
+from botocore.exceptions import (
+    ClientError,
+    ConnectionClosedError,
+    ConnectionError,
+    HTTPClientError,
+    ReadTimeoutError,
+)
 
 from nodecycle.domain.errors import AccessRefused, TransientError
 
@@ -64,7 +70,9 @@ def calls_within(time_left: TimeLeft) -> Iterator[None]:
         _time_left.reset(token)
 
 
-_TRANSIENT_CODES = frozenset(
+# How each service says it refused a call for the caller's rate (botocore's standard mode retries them): an
+# attempt so answered never reached what it names, whatever its HTTP status (EC2's RequestLimitExceeded is a 503)
+_THROTTLED_CODES = frozenset(
     {
         "Throttling",
         "ThrottlingException",
@@ -75,6 +83,14 @@ _TRANSIENT_CODES = frozenset(
         "RequestThrottled",
         "RequestThrottledException",
         "SlowDown",
+        "EC2ThrottledException",
+        "BandwidthLimitExceeded",
+        "LimitExceededException",
+    }
+)
+
+_TRANSIENT_CODES = _THROTTLED_CODES | frozenset(
+    {
         "InternalError",
         "InternalFailure",
         "ServiceUnavailable",
@@ -82,12 +98,9 @@ _TRANSIENT_CODES = frozenset(
         "Unavailable",
         "InternalServerError",
         # the other codes botocore's standard retry mode retries: what still fails after it is as transient
-        "EC2ThrottledException",
         "RequestTimeout",
         "RequestTimeoutException",
         "PriorRequestNotComplete",
-        "BandwidthLimitExceeded",
-        "LimitExceededException",
         "TransactionInProgressException",
         # DynamoDB: a PutItem or UpdateItem on an item another writer's transaction holds at that moment (a
         # record written with its claim); botocore does not retry it, a later try meets the item free
@@ -145,14 +158,68 @@ class LazyClient[C]:
     client in tests) is used as it is. Declare it typed:
     ``self._ec2: LazyClient[EC2Client] = LazyClient("ec2", given)``."""
 
-    def __init__(self, service: str, given: C | None = None) -> None:
+    def __init__(
+        self, service: str, given: C | None = None, *, telling_lost_answers: tuple[str, ...] = ()
+    ) -> None:
         self._service = service
         self._client = given
+        self._telling = telling_lost_answers  # operations whose answers say when one was lost (answer_lost)
 
     def __call__(self) -> C:
         if self._client is None:
             self._client = client(self._service)
+        if self._telling:
+            tell_lost_answers(self._client, self._telling)
+            self._telling = ()
         return self._client
+
+
+# Set in a call's botocore context, and copied into its answer's ResponseMetadata, when an attempt before the last
+# may have been taken by the service though its answer was lost (see tell_lost_answers).
+_ANSWER_LOST = "NodecycleAnswerLost"
+
+
+def tell_lost_answers(made: Any, operations: tuple[str, ...]) -> None:
+    """Have the client ``made``'s ``operations`` say in their answers (a ClientError's response too) when an
+    attempt before the last may have been taken though its answer was lost: its answer a 5xx other than a
+    throttle, or lost on the way back (the connection closed, or the read timed out, after the request was sent).
+    ``RetryAttempts`` alone cannot tell: a throttled attempt never reached what it names, and a retry after it
+    that finds it ended means someone else ended it. (botocore keeps one handler per unique id: registering
+    twice is harmless.)"""
+    events = made.meta.events
+    service = made.meta.service_model.service_id.hyphenize()
+    for operation in operations:
+        event = f"{service}.{operation}"
+        events.register(f"needs-retry.{event}", _note_lost_answer, unique_id=f"nodecycle-lost-answer-{event}")
+        events.register(f"after-call.{event}", _tell_lost_answer, unique_id=f"nodecycle-tell-lost-{event}")
+
+
+def answer_lost(error: BaseException | None) -> bool:
+    """Whether ``error``, an answer to an operation set up by :func:`tell_lost_answers`, came after an attempt of
+    the same call whose answer was lost (and which may have done what the call asks)."""
+    return isinstance(error, ClientError) and bool(
+        error.response.get("ResponseMetadata", {}).get(_ANSWER_LOST)
+    )
+
+
+def _note_lost_answer(
+    request_dict: Any, response: Any = None, caught_exception: Exception | None = None, **_: Any
+) -> None:
+    """(botocore's needs-retry, after every attempt) Note an attempt the service may have taken."""
+    if response is not None:
+        http, parsed = response
+        code = str((parsed or {}).get("Error", {}).get("Code", ""))
+        lost = http is not None and http.status_code >= 500 and code not in _THROTTLED_CODES
+    else:
+        lost = isinstance(caught_exception, ReadTimeoutError | ConnectionClosedError)
+    if lost:
+        request_dict["context"][_ANSWER_LOST] = True
+
+
+def _tell_lost_answer(parsed: Any, context: Any, **_: Any) -> None:
+    """(botocore's after-call) Copy the note into the answer, which a ClientError carries as its response."""
+    if context.get(_ANSWER_LOST):
+        parsed.setdefault("ResponseMetadata", {})[_ANSWER_LOST] = True
 
 
 def error_code(error: ClientError) -> str:
