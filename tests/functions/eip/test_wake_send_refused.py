@@ -1,7 +1,8 @@
-"""SQS refusing the wake-up that RELEASE_EIP sends to the first launch waiting for the quota (throttled, or
-denied: a policy edited) costs that launch time, never the release: the terminate goes on at once, its
-address released once (no retry of the step, no second ReleaseAddress), and the waiting launch allocates at its
-own look. On moto, through the eip function: the SQS client refuses the wake-up's SendMessage as SQS answers."""
+"""SQS refusing the wake-up that RELEASE_EIP sends to the first launch waiting for the quota (throttled, denied: a
+policy edited), or failing it in any other way (refusing it for the queue's KMS key, a bug of the message), costs
+that launch time, never the release: the terminate goes on at once, its address released once (no retry of the
+step, no second ReleaseAddress), the lost wake-up told in a log line, and the waiting launch allocates at its own
+look. On moto, through the eip function: the SQS client refuses the wake-up's SendMessage as SQS answers."""
 
 from __future__ import annotations
 
@@ -57,12 +58,21 @@ class RefusingWakeUps:
         return self.sqs.send_message(**kwargs)
 
 
-@pytest.mark.parametrize(("code", "status"), [("RequestThrottled", 400), ("AccessDenied", 403)])
+@pytest.mark.parametrize(
+    ("code", "status"),
+    [
+        ("RequestThrottled", 400),
+        ("AccessDenied", 403),
+        ("KMS.DisabledException", 400),
+        ("KMS.AccessDeniedException", 400),
+    ],
+)
 def test_a_refused_wake_up_neither_fails_nor_repeats_the_release_and_the_waiter_allocates_at_its_own_look(
     eip_fn: ModuleType,
     ec2: AwsLikeEc2,
     stack: Stack,
     monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
     code: str,
     status: int,
 ) -> None:
@@ -77,7 +87,7 @@ def test_a_refused_wake_up_neither_fails_nor_repeats_the_release_and_the_waiter_
     eip_fn.handler(work_event(launch), LambdaContext())
     assert current(stack, launch).step is Step.ASSIGN_EIP
 
-    # When the old instance's terminate releases its address, and SQS refuses the wake-up it sends
+    # When the old instance's terminate releases its address, and SQS refuses (or fails) the wake-up it sends
     sqs.refusing = True
     releases: list[str] = []
     release = ec2.release_address
@@ -94,10 +104,12 @@ def test_a_refused_wake_up_neither_fails_nor_repeats_the_release_and_the_waiter_
     # the address was released once
     assert sqs.refused == 1
     assert response.get("batchItemFailures", []) == []
-    assert current(stack, leaving).step not in (Step.RELEASE_EIP,)
+    assert current(stack, leaving).step is not Step.RELEASE_EIP
     assert len(releases) == 1
     assert addresses(**{f"tag:{INSTANCE_TAG}": old, f"tag:{OWNER_TAG}": OWNER}) == []
     assert not [m for m in receive_all(stack.eip_queue) if json.loads(m["Body"]).get("wake")]
+    # And the lost wake-up is told
+    assert any("could not wake" in r.getMessage() and code in r.getMessage() for r in caplog.records)
     # And the waiting launch allocates at its own look
     eip_fn.handler(work_event(due_now(stack, launch)), LambdaContext())
     assert current(stack, launch).step is not Step.ASSIGN_EIP
