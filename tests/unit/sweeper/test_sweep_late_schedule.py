@@ -141,12 +141,20 @@ class Lateness:
 
 
 @pytest.mark.parametrize(
-    ("late", "counted"), [(timedelta(seconds=30), 0), (timedelta(seconds=150), 1)], ids=["on-time", "late"]
+    ("fired", "late", "counted"),
+    [
+        (timedelta(seconds=-30), timedelta(seconds=30), 0),
+        (timedelta(seconds=-150), timedelta(seconds=150), 1),
+        (None, timedelta(), 0),
+        (timedelta(seconds=20), timedelta(), 0),
+    ],
+    ids=["on-time", "late", "by-hand", "schedule-ahead-of-the-clock"],
 )
 def test_a_sweep_says_how_late_it_ran_and_counts_itself_late_past_a_heartbeat_margin(
-    late: timedelta, counted: int
+    fired: timedelta | None, late: timedelta, counted: int
 ) -> None:
-    # Given a sweeper whose schedule fired ``late`` before it runs
+    # Given a sweeper whose schedule fired ``fired`` from now (None: an operator invoked it by hand, its event
+    # without a schedule time; ahead: the schedule's clock a little ahead of the sweeper's)
     repair = Repair()
     part, metrics = Lateness(), FakeMetrics()
     sweeper = Sweeper(
@@ -160,29 +168,17 @@ def test_a_sweep_says_how_late_it_ran_and_counts_itself_late_past_a_heartbeat_ma
     )
 
     # When it sweeps
-    report = sweeper.sweep(time_left=lambda: 300.0, scheduled_at=repair.clock.now() - late)
+    scheduled_at = None if fired is None else repair.clock.now() + fired
+    report = sweeper.sweep(time_left=lambda: 300.0, scheduled_at=scheduled_at)
 
-    # Then its parts are told how late it ran, its report says so, and a sweep late past a margin is counted
+    # Then its parts are told how late it ran (not at all by hand, nor ahead of its schedule), its report says so
+    # when it had a schedule, and only a sweep late past a margin is counted
     assert part.late == [late]
-    assert report["SweepLateSeconds"] == int(late.total_seconds())
-    assert metrics.counts.get("SweepsLate", 0) == counted
-
-
-def test_a_sweep_with_no_schedule_time_is_not_late() -> None:
-    # Given a sweep an operator invoked by hand (no schedule time in its event)
-    repair = Repair()
-    part, metrics = Lateness(), FakeMetrics()
-    sweeper = Sweeper(
-        owner="stack-a",
-        records=repair.records,
-        clock=repair.clock,
-        metrics=metrics,
-        parts={"lifecycles": part},
-        shares={},
-        late_after=MARGIN,
-    )
-    # When it sweeps, Then it is not late; nor is one whose schedule time is ahead of its clock
-    sweeper.sweep(time_left=lambda: 300.0)
-    sweeper.sweep(time_left=lambda: 300.0, scheduled_at=repair.clock.now() + timedelta(seconds=20))
-    assert part.late == [timedelta(), timedelta()]
-    assert "SweepsLate" not in metrics.counts
+    if fired is None:
+        assert "SweepLateSeconds" not in report
+    else:
+        assert report["SweepLateSeconds"] == int(late.total_seconds())
+    if counted:
+        assert metrics.counts["SweepsLate"] == counted
+    else:
+        assert "SweepsLate" not in metrics.counts
