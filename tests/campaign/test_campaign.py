@@ -8,14 +8,13 @@ The large runs are `nodecycle chaos --scenarios K --seed S` and `nodecycle chaos
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from nodecycle_sandbox.chaos import invariants
 from nodecycle_sandbox.chaos.plan import Scenario, draw
-from nodecycle_sandbox.chaos.world import World
+from nodecycle_sandbox.chaos.world import Observation, World
 from nodecycle_sandbox.faults import Fault
 
 pytestmark = pytest.mark.slow
@@ -45,8 +44,11 @@ def test_a_small_campaign_under_faults_breaks_no_invariant(world: World) -> None
         assert invariants.check(observation) == [], observation.scenario.describe()
 
 
-def test_a_lost_work_message_is_repaired_by_the_sweepers_schedule(world: World) -> None:
-    # Given a scenario whose only sweeps are the world's schedule, and whose first drain message is lost
+@pytest.fixture(scope="module")
+def lost_message_and_lingering(world: World) -> Observation:
+    """One scenario for the two tests below (a scenario of its own each took as long again): a terminate whose only
+    sweeps are the world's schedule and whose first drain message is lost, the terminated instance's node lingering
+    3 s after it, and that node's pods 2 s more."""
     scenario = Scenario(
         seed=0,
         index=0,
@@ -61,10 +63,18 @@ def test_a_lost_work_message_is_repaired_by_the_sweepers_schedule(world: World) 
         lost_kubelet_at=None,
         sweeps=(),
         faults=(Fault("f1", "sqs-drop", "DrainQueue", limit=1),),
+        node_removal=3.0,
+        pod_gc_quarantine=2.0,
     )
+    return world.run(scenario)
 
+
+def test_a_lost_work_message_is_repaired_by_the_sweepers_schedule(
+    lost_message_and_lingering: Observation,
+) -> None:
+    # Given a scenario whose only sweeps are the world's schedule, and whose first drain message is lost
     # When it runs to quiescence
-    observation = world.run(scenario)
+    observation = lost_message_and_lingering
 
     # Then the message was lost, and the lifecycle was kept alive and resumed before its hook ran out
     assert [f.kind for f in observation.firings] == ["sqs-drop"]
@@ -74,14 +84,11 @@ def test_a_lost_work_message_is_repaired_by_the_sweepers_schedule(world: World) 
 
 
 def test_a_terminated_instances_node_and_then_its_pods_linger_as_the_scenario_draws_and_nothing_breaks(
-    world: World,
+    lost_message_and_lingering: Observation,
 ) -> None:
-    # Given a scenario without faults whose terminated instances' nodes linger 3 s, and their pods 2 s more
-    scenario = replace(draw(0, 0, faults=False), kind="terminate", stacks=("a",), size=3, terminate=1)
-    scenario = replace(scenario, lost_kubelet_at=None, sweeps=(), node_removal=3.0, pod_gc_quarantine=2.0)
-
+    # Given a scenario whose terminated instances' nodes linger 3 s, and their pods 2 s more
     # When it runs to quiescence
-    observation = world.run(scenario)
+    observation = lost_message_and_lingering
 
     # Then the replaced instance's node went no sooner than 3 s after the instance, and its DaemonSet pod
     # (which a drain leaves) no sooner than 2 s after its node; and no invariant was violated meanwhile
