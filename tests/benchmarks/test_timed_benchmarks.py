@@ -26,8 +26,8 @@ ROWS = {
         "refresh 6 nodes, 4/2, pods 2x slower: machine CPU busy over the makespan",
     ],
     "bursts": [
-        "3 launches at once: last record written",
-        "3 terminations at once: last slot decision",
+        "6 launches at once: last record written",
+        "6 terminations at once: last slot decision",
         "slot asks per node vs one each",
         "budget: CPU per ask with",
     ],
