@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from nodecycle_sandbox.aws.records import TERMINATING, ActionRecord, InstanceHistory
-from nodecycle_sandbox.chaos.invariants import check
+from nodecycle_sandbox.chaos.invariants import _forced_from, check
 from nodecycle_sandbox.chaos.plan import draw
-from nodecycle_sandbox.chaos.world import AddressSeen, Observation, lifecycle_outcome
+from nodecycle_sandbox.chaos.world import BUDGET, DRAIN_TIMEOUT, AddressSeen, Observation, lifecycle_outcome
 from nodecycle_sandbox.faults import Fault, Firing
 from nodecycle_sandbox.kube import HistoryEntry
 
@@ -227,3 +228,27 @@ def test_a_slot_held_by_the_force_policy_asking_again_for_deletes_a_fault_refuse
     assert "slot-held" in judged(Firing(25, "f1", "kube-webhook-deny", "DELETE pods other-1"))
     # and firings that name no pod are read without fault
     assert "slot-held" in judged(Firing(25, "f1", "aws-throttle", "sqs.ListQueues"))
+
+
+def _budget_holding(at: float, *nodes: str) -> HistoryEntry:
+    document = {"holders": [{"node": node, "owner": "chaos-a", "instanceId": "i-1"} for node in nodes]}
+    obj = {"kind": "ConfigMap", "data": {BUDGET[2]: json.dumps(document)}}
+    return HistoryEntry(0, at, "update", "configmaps", BUDGET[0], BUDGET[1], "api", False, obj)
+
+
+def test_a_drain_whose_first_try_was_a_read_of_its_node_that_failed_is_timed_from_that_read() -> None:
+    # Given a terminate started at 1 s whose node was granted a slot at 3 s and cordoned at 6 s; the product's
+    # drain time runs from its first try at the cordon, and a read of the node that fails is such a try (seed 52
+    # scenario 0: a read failed 1 s before the first refused PATCH, and the force policy's deletes at the
+    # product's timeout were judged a breach made before it)
+    history = [_budget_holding(T0 + 3, NODE), _node(T0 + 6, owner="chaos-a", cordoned=True)]
+
+    def forced_from(*firings: Firing) -> float:
+        return _forced_from(_observation(history, firings=list(firings)))[NODE]
+
+    # Then a read refused after the grant starts the drain's time; one before it (the slot's ask, which reads
+    # the node too) does not, nor a read of another node
+    assert forced_from(Firing(4, "f1", "kube-error", f"GET nodes {NODE}")) == T0 + 4 + DRAIN_TIMEOUT
+    assert forced_from(Firing(2, "f1", "kube-error", f"GET nodes {NODE}")) == T0 + 6 + DRAIN_TIMEOUT
+    assert forced_from(Firing(4, "f1", "kube-error", "GET nodes other")) == T0 + 6 + DRAIN_TIMEOUT
+    assert forced_from() == T0 + 6 + DRAIN_TIMEOUT

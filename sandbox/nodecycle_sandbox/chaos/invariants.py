@@ -299,11 +299,14 @@ def _forced_from(o: Observation) -> dict[str, float]:
     """Node -> the earliest moment the force policy may delete its pods: its drain's timeout after the drain
     began, less the scenario's clock skew (the product reads the start and the time on functions' clocks,
     one of which a fault may move). The drain begins at its node's first cordon once its terminate action
-    started, or at its first cordon a fault refused or left undone (the product's drain time runs since its
-    first try), whichever is first. Its deadline is capped before the action's global timeout, where the
-    policy still has time to act (``DRAIN_TAIL_LONGEST``). A node with no drain has no such moment."""
+    started, or at its first cordon a fault refused or left undone, or at a read of its node a fault failed once
+    the budget had granted it its slot (the product's drain time runs since its first try, and the cordon reads
+    the node before it patches it), whichever is first. (A read of the node failed before the grant is the slot's
+    ask, no drain yet.) Its deadline is capped before the action's global timeout, where the policy still has time
+    to act (``DRAIN_TAIL_LONGEST``). A node with no drain has no such moment."""
     skew = max((abs(f.value or 0.0) for f in o.scenario.faults if f.kind == "clock-skew"), default=0.0)
     nodes = o.nodes_of
+    holding = _holding(o)
     begun: dict[str, float] = {}
     deadline: dict[str, float] = {}
     for action in o.actions:
@@ -315,17 +318,32 @@ def _forced_from(o: Observation) -> dict[str, float]:
             for e in o.history
             if e.kind == "Node" and e.name == node and e.unschedulable and e.time >= action.started_at
         ]
+        granted = min((t for t in holding.get(node, ()) if t >= action.started_at), default=float("inf"))
         tries = [
             o.acting_at + f.at
             for f in o.firings
             if f.kind in _NOT_DONE
-            and f.detail.split()[:3] == ["PATCH", "nodes", node]
+            and (
+                f.detail.split()[:3] == ["PATCH", "nodes", node]
+                or (f.detail.split()[:3] == ["GET", "nodes", node] and o.acting_at + f.at >= granted)
+            )
             and o.acting_at + f.at >= action.started_at
         ]
         if cordons or tries:
             begun[node] = min(begun.get(node, float("inf")), *cordons, *tries)
             deadline[node] = action.global_deadline - DRAIN_TAIL_LONGEST
     return {node: min(at + DRAIN_TIMEOUT, deadline[node]) - skew for node, at in begun.items()}
+
+
+def _holding(o: Observation) -> dict[str, list[float]]:
+    """Node -> the moments the budget's document was written with the node among its holders."""
+    holding: dict[str, list[float]] = {}
+    for entry in o.history:
+        if entry.kind == "ConfigMap" and (entry.namespace, entry.name) == BUDGET[:2] and not entry.removed:
+            doc = json.loads(((entry.object.get("data") or {}).get(BUDGET[2])) or "{}")
+            for item in doc.get("holders", []):
+                holding.setdefault(str(item.get("node")), []).append(entry.time)
+    return holding
 
 
 def _slot_held(o: Observation) -> Iterator[Violation]:
