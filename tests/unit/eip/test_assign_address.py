@@ -747,3 +747,35 @@ def test_with_eip_mode_turned_off_since_the_plan_was_made_the_launch_goes_on_wit
 
     assert went_on(outcome)
     assert ec2.calls == []
+
+
+def test_a_launch_whose_old_address_left_to_the_sweeper_fills_the_quota_waits_for_it_to_be_released(
+    ec2: FakeAddresses, metrics: FakeMetrics, wiring: Wiring
+) -> None:
+    # Given an account whose Elastic IP quota is used up by an address allocated for the instance an hour ago, by
+    # a delivery that died before it associated it: no launch takes it now (TAKE_OWN_WITHIN), the sweeper releases
+    # it past its grace
+    ec2.quota = 1
+    old = ec2.add(allocated_for=INSTANCE, allocated_at=T0 - timedelta(hours=1))
+
+    # When the launch is delivered again, and looks again while the sweeper has not released the address yet
+    assign = step(ec2, metrics, wiring, eip_wait_seconds=600)
+    record, now = launch_record(INSTANCE), T0
+    outcomes = [assign(record, now)]
+    for _ in range(5):
+        record, now = after(record, outcomes[-1]), now + timedelta(seconds=outcomes[-1].delay)
+        outcomes.append(assign(record, now))
+
+    # Then it waits in the quota's line, as for any address quota used up: not started over until it fails
+    assert all(outcome.again for outcome in outcomes)
+    assert metrics.counts["EipFailures"] == 0
+    assert wiring.lines.waiting() == [INSTANCE]
+    assert [eip.allocation_id for eip in ec2.on(INSTANCE)] == []
+
+    # And once the sweeper released the old address, the launch allocates its own and holds it
+    ec2.release(old)
+    record, now = after(record, outcomes[-1]), now + timedelta(seconds=outcomes[-1].delay)
+    outcome = assign(record, now)
+    assert went_on(outcome)
+    assert [eip.allocation_id for eip in ec2.on(INSTANCE)] == [outcome.changes["allocation_id"]]
+    assert outcome.changes["allocation_id"] != old

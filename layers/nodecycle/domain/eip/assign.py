@@ -206,7 +206,10 @@ class AssignAddress:
                 # Another delivery of this message may have allocated for the instance since the listing, and
                 # taken the quota's last address doing so: that address is this launch's as well.
                 found = self._addresses.find(self._owner, allocated_for=instance)
-                if not found:
+                if _held(found, instance) is None and not _unassociated(found, now):
+                    # (none of them to take: an address allocated for the instance longer than TAKE_OWN_WITHIN ago
+                    # may be what fills the quota, the sweeper's, which frees it at its grace and wakes the line;
+                    # started over, the launch failed after MAX_RESTARTS, seconds apart)
                     return self._exhausted(record, scratch, now, "address quota exceeded", line=line, ahead=0)
                 log.info("the address quota is used up, by an address allocated for instance %s", instance)
             else:
