@@ -814,12 +814,13 @@ def queued_unmarked(
     ``lost``; a first ask, ``no-room``), for a lifecycle that began before ``doc`` was created: as :func:`unmarked`'s
     slot, it cannot be told from a late delivery of a lifecycle that gave its slot back (a poll of a drain over, a
     duplicate of its first ask, whose mark went with the ConfigMap before). A first ask's place is judged within
-    CREATION_MARGIN, as its grant is: every lifecycle's first ask takes one. A drain that lost its slot in ``doc`` has its place in it already, renewed at its asks. So is
-    one whose delivery tells it was paused in line before (``waiting_since``, its pause): a late poll of a drain
-    over may have read its record while the drain was paused, and as a drain in progress paused since before the
-    ConfigMap went, it went first and was passed the next slot freed, held idle until its place's TTL. The record
-    is read once per lifecycle and document created again (its place, once taken, is its own in ``doc``); a drain
-    still running takes its place back (see SlotRequest.waiting_since)."""
+    CREATION_MARGIN, as its grant is: every lifecycle's first ask takes one. A drain that lost its slot in ``doc``
+    has its place in it already, renewed at its asks: not judged. One whose delivery tells it was paused in line
+    before (``waiting_since``, its pause) is judged all the same: a late poll of a drain over may have read its
+    record while the drain was paused, and as a drain in progress paused since before the ConfigMap went, it went
+    first and was passed the next slot freed, held idle until its place's TTL. The record is read once per
+    lifecycle and document created again (its place, once taken, is its own in ``doc``); a drain still running
+    takes its place back (see SlotRequest.waiting_since)."""
     queued = SlotReason.LOST if renewing else SlotReason.NO_ROOM
     if decision.granted or decision.reason is not queued or doc.created_at is None:
         return False

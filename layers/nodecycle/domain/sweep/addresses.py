@@ -20,10 +20,13 @@ The rule, per address tagged ``nodecycle:owner=<this owner>`` (addresses of othe
 - Without ``nodecycle:allocated-at`` (and in no pool): not allocated by nodecycle; left alone, with a warning,
   whatever it is associated with (this rule comes first).
 
-A launch may associate an address between this sweep's listing and its release (a redelivered launch
-takes the address allocated for its instance). EC2 refuses to release it then only in a nondefault VPC; in a
-default VPC it disassociates and releases it without a word. So each address is described again right
-before its release, and released only if it is still unassociated.
+A launch never takes an address of its own allocated longer ago than ``TAKE_OWN_WITHIN`` (a redelivered launch
+takes the address allocated for its instance only within it, a minute short of the least grace: see
+:mod:`nodecycle.domain.eip.assign`), so a sweep and a launch never reach for the same address: EC2 has no
+conditional release, and its reads lag its writes, so a description cannot tell an association made seconds
+before (in a nondefault VPC EC2 refuses the release then; in a default VPC it disassociates and releases the
+address without a word). Each address is still described again right before its release, and released only
+if it is still unassociated: an address associated since the listing (by hand, a launch's long ago) is kept.
 
 Cost: one DescribeAddresses (it has no pages: one call answers for every address of the owner) and one
 batched DescribeInstances for the instances the addresses are associated with (or were allocated for, when
