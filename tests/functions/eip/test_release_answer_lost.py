@@ -1,7 +1,8 @@
 """A ReleaseAddress whose answer is lost (a read timeout after EC2 released the address) is sent again by botocore,
 and EC2 answers the retry ``InvalidAllocationID.NotFound``. The adapter tells that release as this call's (an
-earlier attempt of it may have landed: botocore retried, ``RetryAttempts`` > 0), and one found gone at a first
-attempt as another's: so RELEASE_EIP, ASSIGN_EIP's spares and the sweeper count a lost answer alike, as released
+earlier attempt of it may have landed: its answer lost, or a 5xx other than a throttle, as botocore's needs-retry
+event tells: see clients.tell_lost_answers), and one found gone at a first attempt, or at a retry after a throttled
+attempt (which never reached the address), as another's: so RELEASE_EIP, ASSIGN_EIP's spares and the sweeper count a lost answer alike, as released
 (EipsReleased, the room a waiting launch is woken for). Before, RELEASE_EIP and the spares counted it as released
 by someone else, the sweeper as its own. On moto, with a real botocore client in the standard retry mode."""
 
@@ -36,7 +37,8 @@ def ec2_where_release(how: str) -> Any:
     by EC2 and then, ``lost``: its answer lost (a read timeout: botocore sends it again); ``raced``: another
     caller released the address just before this call's first attempt; ``throttled``: this call's first attempt
     throttled (refused before it reached the address) while another caller released it, so that botocore's
-    retry finds it gone."""
+    retry finds it gone; ``failed``: EC2 released it and answered a 500 (InternalError: botocore sends it
+    again)."""
     client = clients.client("ec2")
     moto = boto3.client("ec2")
     done: list[str] = []
@@ -55,6 +57,9 @@ def ec2_where_release(how: str) -> Any:
         if how == "throttled":
             body = b"<Response><Errors><Error><Code>RequestLimitExceeded</Code><Message>slow down</Message></Error>"
             return AWSResponse(request.url, 503, HTTPHeaders(), _Raw(body + b"</Errors></Response>"))
+        if how == "failed":
+            body = b"<Response><Errors><Error><Code>InternalError</Code><Message>oops</Message></Error>"
+            return AWSResponse(request.url, 500, HTTPHeaders(), _Raw(body + b"</Errors></Response>"))
         return None
 
     client.meta.events.register_first("before-send.ec2.ReleaseAddress", before_send)
@@ -69,7 +74,9 @@ class _Raw:
         yield self._body
 
 
-@pytest.mark.parametrize(("how", "ours"), [("lost", True), ("raced", False), ("throttled", False)])
+@pytest.mark.parametrize(
+    ("how", "ours"), [("lost", True), ("failed", True), ("raced", False), ("throttled", False)]
+)
 def test_a_release_whose_answer_was_lost_is_this_calls_and_one_raced_is_anothers(
     stack: Stack, how: str, ours: bool
 ) -> None:
