@@ -142,6 +142,12 @@ class LineWaker:
         record = self._records.get(lifecycle)
         if record is None or record.instance_id != instance_id or not waits_in_line(record):
             return False
+        if (record.extra.get(SCRATCH) or {}).get("allocated"):
+            # Room came back to it already: it allocated an address of its own and is associating it (EC2 may not
+            # know it yet, or its instance not take it yet). No address given back is for it, and woken, it tried
+            # its own again early, a try of the minute EC2 is given to know it spent (see assign.verify_delay),
+            # counted woken while the launch behind it, which the address was for, was not
+            return False
         self._queues.send(
             Worker.EIP,
             WorkMessage(record_id=record.id, seq=record.seq, step=record.step, wake=True, token=record.token),
