@@ -203,6 +203,26 @@ def api_calls(ec2: Any) -> Counter[str]:
     return calls
 
 
+class Clock:
+    """The clock of the sandbox's EC2 lag (nodecycle_sandbox.aws.ec2_consistency), moved by the test: no test
+    sleeps out a lag."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def ec2_signing_as(key: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every EC2 client nodecycle makes signs with access key ``key`` (the caller whose reads the EC2 lag may hold
+    back); the lag's hooks installed into moto."""
+    install()
+    lagging = boto3.client("ec2", aws_access_key_id=key, aws_secret_access_key="testing")
+    made = clients.client
+    monkeypatch.setattr(clients, "client", lambda service: lagging if service == "ec2" else made(service))
+
+
 def run_instances(count: int) -> list[str]:
     launched = boto3.client("ec2").run_instances(
         ImageId=IMAGE, MinCount=count, MaxCount=count, InstanceType="t4g.small"

@@ -14,16 +14,16 @@ from typing import Any
 import boto3
 import pytest
 
-from nodecycle.adapters.aws import clients
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.ports.addresses import ALLOCATED_AT_TAG, INSTANCE_TAG, OWNER_TAG, POOL_TAG
 from nodecycle_sandbox.aws.ec2_consistency import LAG
-from nodecycle_sandbox.aws.install import install
 from tests.functions.eip.conftest import (
+    Clock,
     addresses,
     allocate,
     current,
     due_now,
+    ec2_signing_as,
     given,
     now,
     run_instances,
@@ -39,21 +39,10 @@ FUNCTION_KEY = "AKIAFUNCTIONEIPLAG00"  # the eip function's: its reads lag
 LAGS = [1.0, 6.0, 20.0]  # seconds: usually under one, seconds under load
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
 def clock(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[Clock]:
     """The lag's clock; the eip function's EC2 client signs with FUNCTION_KEY (armed by each test)."""
-    install()
-    lagging = boto3.client("ec2", aws_access_key_id=FUNCTION_KEY, aws_secret_access_key="testing")
-    made = clients.client
-    monkeypatch.setattr(clients, "client", lambda service: lagging if service == "ec2" else made(service))
+    ec2_signing_as(FUNCTION_KEY, monkeypatch)
     clock = Clock()
     try:
         yield clock

@@ -19,12 +19,13 @@ from nodecycle.wiring import sweeper
 from nodecycle.wiring.eip import address_sweep
 from nodecycle_sandbox.aws import ec2_addresses
 from nodecycle_sandbox.aws.ec2_consistency import LAG
-from nodecycle_sandbox.aws.install import install
 from tests.functions.eip.conftest import (
+    Clock,
     addresses,
     allocate,
     current,
     due_now,
+    ec2_signing_as,
     given,
     now,
     run_instances,
@@ -40,21 +41,10 @@ SWEEPER_KEY = "AKIAFUNCTIONSWEEPLAG"  # the sweeper's: its reads lag
 LAG_SECONDS = 3.0
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
 def clock(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[Clock]:
     """EC2 whose reads by the sweeper lag its writes by LAG_SECONDS, on the test's clock."""
-    install()
-    lagging = boto3.client("ec2", aws_access_key_id=SWEEPER_KEY, aws_secret_access_key="testing")
-    made = clients.client
-    monkeypatch.setattr(clients, "client", lambda service: lagging if service == "ec2" else made(service))
+    ec2_signing_as(SWEEPER_KEY, monkeypatch)
     clock = Clock()
     LAG.arm(LAG_SECONDS, [SWEEPER_KEY], clock)
     try:
