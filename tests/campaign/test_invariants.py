@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from nodecycle_sandbox.aws.records import TERMINATING, ActionRecord, InstanceHistory
 from nodecycle_sandbox.chaos.invariants import _forced_from, check
@@ -12,6 +15,9 @@ from nodecycle_sandbox.chaos.plan import draw
 from nodecycle_sandbox.chaos.world import BUDGET, DRAIN_TIMEOUT, AddressSeen, Observation, lifecycle_outcome
 from nodecycle_sandbox.faults import Fault, Firing
 from nodecycle_sandbox.kube import HistoryEntry
+from nodecycle_sandbox.runner.cfn_yaml import load_template
+
+ROOT = Path(__file__).resolve().parents[2]
 
 NODE = "ip-10-0-1-10.eu-west-1.compute.internal"
 T0 = 1000.0
@@ -252,3 +258,18 @@ def test_a_drain_whose_first_try_was_a_read_of_its_node_that_failed_is_timed_fro
     assert forced_from(Firing(2, "f1", "kube-error", f"GET nodes {NODE}")) == T0 + 6 + DRAIN_TIMEOUT
     assert forced_from(Firing(4, "f1", "kube-error", "GET nodes other")) == T0 + 6 + DRAIN_TIMEOUT
     assert forced_from() == T0 + 6 + DRAIN_TIMEOUT
+
+
+def test_the_judges_read_the_budget_configmap_the_stacks_write() -> None:
+    # The "ownership" judge's budget entries, the quiescence check "no budget entry left" and the clean-up between
+    # scenarios read BUDGET; the campaign's stacks keep the template's BudgetNamespace and the cluster side
+    # deploy/rbac.yaml ships. Named otherwise, those checks read a ConfigMap nobody writes and can never fail.
+    template = load_template(ROOT / "template.yaml")
+    namespace = template["Parameters"]["BudgetNamespace"]["Default"]
+    shipped = [
+        (d["metadata"]["namespace"], d["metadata"]["name"])
+        for d in yaml.safe_load_all((ROOT / "deploy" / "rbac.yaml").read_text())
+        if d and d["kind"] == "ConfigMap"
+    ]
+    assert BUDGET[:2] == (namespace, "nodecycle-budget")
+    assert shipped == [BUDGET[:2]]

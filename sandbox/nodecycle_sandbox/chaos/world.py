@@ -36,7 +36,10 @@ log = logging.getLogger(__name__)
 SCENARIO_LABEL = "chaos.nodecycle.io/scenario"
 OWNER_ANNOTATION = "nodecycle.io/owner"
 IN_PROGRESS_ANNOTATION = "nodecycle.io/in-progress"
-BUDGET = ("kube-system", "nodecycle-budget", "budget.json")
+# The budget ConfigMap the campaign's stacks write: the template's BudgetNamespace default, as deploy/rbac.yaml ships
+# it (tests/campaign/test_invariants.py holds the three together: named otherwise, the judges read a ConfigMap
+# nobody writes and their budget checks cannot fail)
+BUDGET = ("nodecycle", "nodecycle-budget", "budget.json")
 OWNER_TAG = "nodecycle:owner"
 POOL_TAG = "nodecycle:pool"
 INSTANCE_TAG = "nodecycle:instance-id"
