@@ -118,9 +118,7 @@ class LineWaker:
             return 0
         try:
             found = self._addresses.find(self._owner, pool=pool)
-        except (
-            Exception
-        ) as error:  # (see given_back: any failure; one that is not AWS's, a bug, with its traceback)
+        except Exception as error:  # (see given_back: any failure; not AWS's, a bug: with its traceback)
             transient = isinstance(error, TransientError)
             log.log(
                 logging.INFO if transient else logging.WARNING,

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from nodecycle.domain.completion import CompleteAction
 from nodecycle.domain.eip.wake import waits_in_line
 from nodecycle.domain.engine import Dispatcher, action_lapsed, advance
-from nodecycle.domain.errors import AccessRefused
+from nodecycle.domain.errors import AccessRefused, TransientError
 from nodecycle.domain.flow import completed_first
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.policy import ActionResult
@@ -190,9 +190,12 @@ class LifecycleRepair:
             return listed, False
         try:
             current = self._records.get(listed.id)
-        except Exception as error:
+        except Exception as error:  # (any failure: one that is not AWS's, a bug, with its traceback)
             log.warning(
-                "could not read lifecycle %s again (%r): judged as the index listed it", listed.id, error
+                "could not read lifecycle %s again (%r): judged as the index listed it",
+                listed.id,
+                error,
+                exc_info=not isinstance(error, TransientError),
             )
             return listed, True
         if current is None or current.finished:

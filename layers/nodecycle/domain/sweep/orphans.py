@@ -32,6 +32,7 @@ from datetime import datetime, timedelta
 from typing import NoReturn
 
 from nodecycle.domain.catalog import LifecycleHooks, ManagedGroups
+from nodecycle.domain.errors import TransientError
 from nodecycle.domain.intake import Intake, IntakeOutcome
 from nodecycle.domain.model import LifecycleRecord, Transition
 from nodecycle.domain.ports.lifecycle import Autoscaling, ClaimingRecordStore, WaitingInstance
@@ -235,8 +236,13 @@ class OrphanedActions:
         try:
             claim = self._records.claim(waiting.action(hook))
             record = None if claim is None else self._records.get(claim.lifecycle)
-        except Exception as error:
-            log.warning("could not read the claim on the action of %s (%r)", waiting.instance_id, error)
+        except Exception as error:  # (any failure: one that is not AWS's, a bug, with its traceback)
+            log.warning(
+                "could not read the claim on the action of %s (%r)",
+                waiting.instance_id,
+                error,
+                exc_info=not isinstance(error, TransientError),
+            )
             return False
         if record is None or record.finished or not record.action_open:
             return False
