@@ -107,10 +107,10 @@ def running(
 
 
 @contextmanager
-def swept_every_two_seconds(heartbeat_timeout: int) -> Iterator[Sandbox]:
+def swept_every_two_seconds(heartbeat_timeout: int, log_dir: Path | None = None) -> Iterator[Sandbox]:
     """Two instances in service under hooks that time out after ``heartbeat_timeout`` seconds (the launch hook's
     default result ABANDON, the terminate hook's CONTINUE), a 5 s heartbeat margin, and the sweeper every 2 s:
-    what a test of the sweeper's repairs needs to see them within seconds."""
+    what a test of the sweeper's repairs needs to see them within seconds. ``log_dir``: the functions' logs."""
     hooks = (
         HookSpec("nodecycle-launch", LAUNCHING, heartbeat_timeout, "ABANDON"),
         HookSpec("nodecycle-terminate", TERMINATING, heartbeat_timeout, "CONTINUE"),
@@ -121,6 +121,7 @@ def swept_every_two_seconds(heartbeat_timeout: int) -> Iterator[Sandbox]:
         schedule_interval=2.0,
         size=2,
         hooks=hooks,
+        log_dir=log_dir,
     ) as sandbox:
         yield sandbox
 

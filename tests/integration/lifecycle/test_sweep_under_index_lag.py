@@ -12,11 +12,15 @@ from pathlib import Path
 import pytest
 
 from nodecycle.domain.model import adopted_token
-from nodecycle_sandbox.aws.group import HookSpec, wait_for
-from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING
+from nodecycle_sandbox.aws.group import wait_for
 from nodecycle_sandbox.checks import completed_before_drained
 from nodecycle_sandbox.faults import Fault
-from tests.integration.lifecycle.harness import records, running, wait_finished, wait_terminated
+from tests.integration.lifecycle.harness import (
+    records,
+    swept_every_two_seconds,
+    wait_finished,
+    wait_terminated,
+)
 from tests.integration.lifecycle.test_lost_aws_answers import log_ends, metrics_since
 
 pytestmark = pytest.mark.slow
@@ -30,18 +34,7 @@ def test_a_drain_swept_from_a_lagging_index_is_completed_once_after_its_drain_an
 ) -> None:
     # Given hooks with a 10 s heartbeat timeout (every sweep finds a heartbeat due), a sweeper every 2 s, and the
     # index of open lifecycles lagging each write to the table by 6 s
-    hooks = (
-        HookSpec("nodecycle-launch", LAUNCHING, HEARTBEAT_TIMEOUT, "ABANDON"),
-        HookSpec("nodecycle-terminate", TERMINATING, HEARTBEAT_TIMEOUT, "CONTINUE"),
-    )
-    with running(
-        parameters={"HeartbeatMarginSeconds": "5"},
-        settings={"NODECYCLE_SWEEP_INTERVAL_MINUTES": str(2 / 60)},
-        schedule_interval=2.0,
-        size=2,
-        hooks=hooks,
-        log_dir=tmp_path,
-    ) as sandbox:
+    with swept_every_two_seconds(HEARTBEAT_TIMEOUT, log_dir=tmp_path) as sandbox:
         victim = sorted(sandbox.asg.in_state("InService"))[0]
         ends = log_ends(tmp_path)
         sandbox.arm_faults([Fault("lag", "dynamodb-index-lag", value=LAG_SECONDS)], seed=1)
