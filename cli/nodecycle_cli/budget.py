@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from nodecycle_cli import rbac
 from nodecycle_cli.cluster import add_kubeconfig_arguments, api_client, mismatch
 from nodecycle_cli.deployment import add_stack_arguments, find, session
 from nodecycle_cli.failures import CommandError, explain
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
 
 DEFAULT_NAMESPACE = "nodecycle"  # the default of the BudgetNamespace stack parameter
 DEFAULT_NAME = "nodecycle-budget"
-DEFAULT_GROUP_PREFIX = "nodecycle"  # the default of the KubernetesGroup stack parameter
 
 
 def register(commands: Any) -> None:
@@ -197,8 +197,6 @@ def _released_or_not(store: ConfigMapBudgetStore, holder: Holder, error: Excepti
 
 
 def _no_budget(args: argparse.Namespace) -> str:
-    from nodecycle_cli import rbac
-
     prefix = getattr(args, "group_prefix", None)  # known with --stack only
     install = (
         f"nodecycle rbac --namespace {args.namespace}"
@@ -332,7 +330,7 @@ def _store(args: argparse.Namespace) -> ConfigMapBudgetStore:
         deployment = find(aws, args.stack)
         args.namespace = args.namespace or deployment.parameter("BudgetNamespace", DEFAULT_NAMESPACE)
         # the stack's functions' groups, for the command that installs a missing budget (see _no_budget)
-        args.group_prefix = deployment.parameter("KubernetesGroup", DEFAULT_GROUP_PREFIX)
+        args.group_prefix = deployment.parameter("KubernetesGroup", rbac.DEFAULT_GROUP_PREFIX)
         if args.budget_command == "release":
             args.stack_owner = deployment.owner  # whose slots this operator frees without a second thought
         if deployment.cluster is not None and (wrong := mismatch(kube, aws, deployment.cluster)):
