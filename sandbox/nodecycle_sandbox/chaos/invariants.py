@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING
 from nodecycle_sandbox.chaos.world import (
@@ -168,8 +169,7 @@ def _ownership(o: Observation) -> Iterator[Violation]:
                         f"while its drain was under way ({entry.source} write)",
                     )
             last[entry.name] = owner
-        elif entry.kind == "ConfigMap" and (entry.namespace, entry.name) == BUDGET[:2] and not entry.removed:
-            doc = json.loads(((entry.object.get("data") or {}).get(BUDGET[2])) or "{}")
+        elif (doc := _budget_written(entry)) is not None:
             for kind in ("holders", "waiters"):
                 for item in doc.get(kind, []):
                     group = group_of.get(item.get("instanceId", ""))
@@ -339,11 +339,18 @@ def _holding(o: Observation) -> dict[str, list[float]]:
     """Node -> the moments the budget's document was written with the node among its holders."""
     holding: dict[str, list[float]] = {}
     for entry in o.history:
-        if entry.kind == "ConfigMap" and (entry.namespace, entry.name) == BUDGET[:2] and not entry.removed:
-            doc = json.loads(((entry.object.get("data") or {}).get(BUDGET[2])) or "{}")
+        if (doc := _budget_written(entry)) is not None:
             for item in doc.get("holders", []):
                 holding.setdefault(str(item.get("node")), []).append(entry.time)
     return holding
+
+
+def _budget_written(entry: HistoryEntry) -> dict[str, Any] | None:
+    """The budget document ``entry`` wrote, when it is a write of the budget ConfigMap (None otherwise)."""
+    if entry.kind != "ConfigMap" or (entry.namespace, entry.name) != BUDGET[:2] or entry.removed:
+        return None
+    doc: dict[str, Any] = json.loads(((entry.object.get("data") or {}).get(BUDGET[2])) or "{}")
+    return doc
 
 
 def _slot_held(o: Observation) -> Iterator[Violation]:
