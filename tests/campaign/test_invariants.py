@@ -236,8 +236,8 @@ def test_a_slot_held_by_the_force_policy_asking_again_for_deletes_a_fault_refuse
     assert "slot-held" in judged(Firing(25, "f1", "aws-throttle", "sqs.ListQueues"))
 
 
-def _budget_holding(at: float, *nodes: str) -> HistoryEntry:
-    document = {"holders": [{"node": node, "owner": "chaos-a", "instanceId": "i-1"} for node in nodes]}
+def _budget_holding(at: float, *nodes: str, owner: str = "chaos-a") -> HistoryEntry:
+    document = {"holders": [{"node": node, "owner": owner, "instanceId": "i-1"} for node in nodes]}
     obj = {"kind": "ConfigMap", "data": {BUDGET[2]: json.dumps(document)}}
     return HistoryEntry(0, at, "update", "configmaps", BUDGET[0], BUDGET[1], "api", False, obj)
 
@@ -273,3 +273,13 @@ def test_the_judges_read_the_budget_configmap_the_stacks_write() -> None:
     ]
     assert BUDGET[:2] == (namespace, "nodecycle-budget")
     assert shipped == [BUDGET[:2]]
+
+
+def test_a_budget_slot_held_for_one_owners_node_under_another_owners_id_is_a_violation() -> None:
+    # Given the budget document written with i-1's node (group g, owner chaos-a) among its holders
+    def judged(owner: str) -> set[str]:
+        return _judged(_observation([_budget_holding(T0 + 3, NODE, owner=owner)]))
+
+    # Then held under chaos-b's id it breaks invariant 3; under its own owner's, nothing
+    assert "ownership" in judged("chaos-b")
+    assert "ownership" not in judged("chaos-a")
