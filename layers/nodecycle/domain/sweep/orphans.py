@@ -38,7 +38,7 @@ from nodecycle.domain.model import LifecycleRecord, Transition
 from nodecycle.domain.ports.lifecycle import Autoscaling, ClaimingRecordStore, WaitingInstance
 from nodecycle.domain.ports.runtime import Metrics
 from nodecycle.domain.sweep.sweep_time import SweepTime
-from nodecycle.domain.sweep.sweeper import Counts, SweepFailed
+from nodecycle.domain.sweep.sweeper import Counts, SweepFailed, found_unlisted
 
 log = logging.getLogger(__name__)
 
@@ -123,8 +123,8 @@ class OrphanedActions:
                 for hook in self._our_hooks(waiting.group, waiting.transition):
                     if not self._held_by(waiting, hook):
                         continue  # this hook's action is over (ours, completed) or another hook holds it
-                    if self._recorded(waiting, hook):
-                        continue  # kept alive; its lifecycle is written, not listed yet: no orphan
+                    if self._recorded(waiting, hook, open_records):
+                        continue  # kept alive; its lifecycle is written, not listed yet: the lifecycles' part's
                     key = (waiting.instance_id, hook)
                     first, before_it = seen[key] = self._seen.get(key, (now, before))
                     held.append(Orphan(waiting, hook, first, before_it))
@@ -224,7 +224,7 @@ class OrphanedActions:
         )
         return True
 
-    def _recorded(self, waiting: WaitingInstance, hook: str) -> bool:
+    def _recorded(self, waiting: WaitingInstance, hook: str, open_records: Sequence[LifecycleRecord]) -> bool:
         """Whether a lifecycle of the action is written though the listing did not show it: the list of open
         lifecycles comes from a global secondary index, which lags the table (by under a second usually, by
         minutes while it is throttled or backfilling), and a lifecycle intake has just written may be missing
@@ -232,7 +232,13 @@ class OrphanedActions:
         (``LifecyclesOrphaned``), then its adoption went through intake's path, which found the claim, but only
         once it had counted the action received a second time and its event a duplicate. Read only for the
         actions held with no listed lifecycle, once each is kept alive (the heartbeats come first). A read that
-        fails tells nothing: the action is judged an orphan, as before (an adoption still finds the claim)."""
+        fails tells nothing: the action is judged an orphan, as before (an adoption still finds the claim).
+
+        A lifecycle found so is told to the sweep's open lifecycles (:func:`found_unlisted`): the lifecycles'
+        part, which comes next, repairs it as a listed one. The probe's heartbeat keeps its action alive, but only
+        that part resumes a lifecycle whose message is lost and completes an action at its last chance: an index
+        lagging for longer than a sweep interval (throttled, backfilling) would otherwise leave a stalled
+        action to reach its global timeout unsettled."""
         try:
             claim = self._records.claim(waiting.action(hook))
             record = None if claim is None else self._records.get(claim.lifecycle)
@@ -247,11 +253,12 @@ class OrphanedActions:
         if record is None or record.finished or not record.action_open:
             return False
         log.info(
-            "%s is held by hook %s for lifecycle %s, not listed yet (the index lags)",
+            "%s is held by hook %s for lifecycle %s, not listed yet (the index lags): repaired as listed",
             waiting.instance_id,
             hook,
             record.id,
         )
+        found_unlisted(open_records, record)
         return True
 
     def _our_hooks(self, group: str, transition: Transition) -> list[str]:

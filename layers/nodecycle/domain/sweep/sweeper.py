@@ -33,7 +33,8 @@ The listing comes from a global secondary index, which lags the table: a record 
 it, one just closed still listed, a listed one an older version. What is missing is never taken as absent (the
 budget's and annotations' parts read the record of what the listing does not show; an action held with no
 listed record is kept alive, then its claim read before it counts as an orphan, and adopted only through intake's
-path, which finds the claim); what is listed is
+path, which finds the claim; one so found open is repaired by the lifecycles' part as a listed one, see
+:class:`OpenLifecycles`); what is listed is
 read again, consistently, before a part acts on it or counts it (the lifecycles' part, :meth:`LifecycleRepair
 ._as_it_is`), and nothing is freed of a lifecycle listed open until a listing no longer shows it.
 
@@ -155,16 +156,28 @@ class Sweeper:
 
 class OpenLifecycles(Sequence[LifecycleRecord]):
     """The open lifecycles of the owner, listed on first use and kept for the rest of the sweep. A listing that
-    fails raises in the part that asked, and the next part that asks lists them again."""
+    fails raises in the part that asked, and the next part that asks lists them again.
+
+    The listing comes from an index that lags (see the module): what a part finds by a consistent read is told
+    here, for the parts after it and the report. A lifecycle missing from the listing whose record a part read
+    open (:func:`found_unlisted`: the orphans' probe, reading the claim of an action held with no listed
+    lifecycle) is one of them from then on, after the listed ones: the lifecycles' part repairs it (resumes it,
+    settles it at its last chance) as any listed one, where it would otherwise only be kept alive by the probe
+    for as long as the index lags, up to its global timeout with nobody completing it."""
 
     def __init__(self, listing: Callable[[], Iterable[LifecycleRecord]]) -> None:
         self._listing = listing
         self.listed: list[LifecycleRecord] | None = None
+        self._unlisted: dict[str, LifecycleRecord] = {}
 
     def _records(self) -> list[LifecycleRecord]:
         if self.listed is None:
             self.listed = list(self._listing())
-        return self.listed
+        return self.listed + list(self._unlisted.values())
+
+    def found_unlisted(self, record: LifecycleRecord) -> None:
+        if self.listed is not None and all(listed.id != record.id for listed in self.listed):
+            self._unlisted[record.id] = record
 
     def __len__(self) -> int:
         return len(self._records())
@@ -178,6 +191,12 @@ class OpenLifecycles(Sequence[LifecycleRecord]):
     def __getitem__(self, index: slice) -> list[LifecycleRecord]: ...
     def __getitem__(self, index: int | slice) -> LifecycleRecord | list[LifecycleRecord]:
         return self._records()[index]
+
+
+def found_unlisted(open_records: Sequence[LifecycleRecord], record: LifecycleRecord) -> None:
+    """Tell the sweep's open lifecycles of ``record``, read open though the listing did not show it."""
+    if isinstance(open_records, OpenLifecycles):
+        open_records.found_unlisted(record)
 
 
 def listed_or_none(open_records: Sequence[LifecycleRecord], part: str) -> Sequence[LifecycleRecord]:
