@@ -23,6 +23,7 @@ from nodecycle_sandbox.aws import install
 from nodecycle_sandbox.aws.dynamodb_index_lag import LAG
 from tests.functions.sweeper.test_adoption_race import on_dynamodb
 from tests.support.stack import Stack
+from tests.unit.foundation.test_engine import PLAN, make_record
 from tests.unit.sweeper.test_orphans import INTERVAL, OWNER, TOKEN, World, adopted
 from tests.unit.sweeper.test_sweeper import GRACE, MARGIN
 
@@ -127,3 +128,38 @@ def test_an_unlisted_lifecycle_whose_message_was_lost_is_resumed_by_the_sweep(la
     assert [(sent.message.record_id, sent.message.step) for sent in world.queues.sent] == [
         (record.id, record.step)
     ]
+
+
+def test_the_report_counts_open_the_lifecycles_read_open_not_those_listed_that_are_over(
+    lagging: Stack,
+) -> None:
+    world = on_dynamodb(lagging)
+    # Given two drains listed open, their heartbeats due
+    drains = [
+        make_record(
+            PLAN,
+            Step.EVICT,
+            id=f"i-0aaaaaaaaaaaaaaa{n}/terminate/t{n}",
+            instance_id=f"i-0aaaaaaaaaaaaaaa{n}",
+            token=f"t{n}",
+        )
+        for n in (1, 2)
+    ]
+    for drain in drains:
+        assert world.records.create(drain)
+    world.clock.current = drains[0].heartbeat_deadline - MARGIN
+    with LAG.held(lagging.table):
+        # When both end while the index lags (still listing them open, at their heartbeat), and intake writes
+        # a third that it does not list yet, and the sweep runs
+        for drain in drains:
+            done = drain.model_copy(
+                update={"step": Step.DONE, "seq": drain.seq + 1, "finished_at": world.clock.now()}
+            )
+            assert world.records.commit(done, expected_seq=drain.seq)
+        accepted_unlisted(world)
+        assert [r.id for r in world.records.open_records(OWNER)] == [d.id for d in drains]
+        (report,) = sweeps(world, 1)
+
+    # Then the report counts one lifecycle open, the one the table has open: not the two the index still
+    # lists, which the sweep read over
+    assert report["OpenLifecycles"] == 1

@@ -16,7 +16,7 @@ from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.lifecycle import Autoscaling, RecordStore
 from nodecycle.domain.ports.runtime import Clock, Metrics
 from nodecycle.domain.sweep.sweep_time import SweepTime
-from nodecycle.domain.sweep.sweeper import Counts, SweepFailed
+from nodecycle.domain.sweep.sweeper import Counts, SweepFailed, found_over
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +120,7 @@ class LifecycleRepair:
             try:
                 current, unread = self._as_it_is(record, now, late)
                 if current is None:
+                    found_over(open_records, record.id)  # (not counted open in the report)
                     continue  # over since the index listed it
                 record = current
                 overdue = record.overdue(now, self._grace)
