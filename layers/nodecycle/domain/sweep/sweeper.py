@@ -97,6 +97,8 @@ class Sweeper:
         self._reserve = reserve
         self._fresh = fresh
         self._late_after = late_after
+        # The schedule time of the last tick this container swept: a second delivery of it is no late sweep
+        self._swept_tick: datetime | None = None
 
     def sweep(self, time_left: Callable[[], float], scheduled_at: datetime | None = None) -> Counts:
         """Run the parts within ``time_left`` (seconds, the invocation's). ``scheduled_at``: when the schedule
@@ -139,8 +141,16 @@ class Sweeper:
 
     def _lateness(self, now: datetime, scheduled_at: datetime | None) -> timedelta:
         """How long after its schedule this sweep started (none ahead of it: the clocks differ by milliseconds),
-        counted and logged when past ``late_after``."""
+        counted and logged when past ``late_after``. Nothing for a second delivery of a tick this container swept
+        already (EventBridge delivers at least once; at the reserved concurrency of one the duplicate runs once
+        the first sweep ends): the tick was swept on time, and reckoned from it the duplicate would count the
+        first sweep's length as lateness (``SweepsLate``, its alarm) and settle stalled actions that much sooner
+        than their last chance. (A cold start forgets the tick: a duplicate then counts late, as before.)"""
         if scheduled_at is None:
+            return timedelta()
+        swept, self._swept_tick = self._swept_tick, max(scheduled_at, self._swept_tick or scheduled_at)
+        if swept is not None and scheduled_at <= swept:
+            log.info("the sweep scheduled at %s was run already: a second delivery", scheduled_at.isoformat())
             return timedelta()
         late = max(now - scheduled_at, timedelta())
         if self._late_after is not None and late > self._late_after:
