@@ -17,6 +17,9 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
+from typing import NoReturn
+
+from nodecycle_cli import json_errors
 
 
 @dataclass(frozen=True)
@@ -52,9 +55,28 @@ COMMANDS = (
 )
 
 
+class UsageError(Exception):
+    """A command line argparse refuses, raised rather than exited on, so that ``main`` can say it in JSON too."""
+
+    def __init__(self, parser: argparse.ArgumentParser, message: str) -> None:
+        super().__init__(message)
+        self.parser, self.message = parser, message
+
+    def exit(self) -> NoReturn:
+        """As argparse: the usage and the error on stderr, exit status 2."""
+        argparse.ArgumentParser.error(self.parser, self.message)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors are raised (its subcommands' parsers are of its class too)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(self, message)
+
+
 def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
     """The parser, with the full arguments of the ``chosen`` command only (the others are listed by name)."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="nodecycle",
         description="EC2 Auto Scaling lifecycle hooks for EKS nodes and Elastic IP fleets.",
     )
@@ -92,12 +114,22 @@ def chosen_command(argv: Sequence[str]) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
+    # A command asked for JSON says its failures on stdout in JSON too (for the script reading it), as well as
+    # on stderr (for its person): json_errors
     try:
         parser = build_parser(chosen_command(words))
     except MissingPackage as missing:
+        if json_errors.asked_for(None, words):
+            json_errors.write(chosen_command(words), str(missing), 2)
         print(missing, file=sys.stderr)
         return 2
-    args = parser.parse_args(words)
+    try:
+        args = parser.parse_args(words)
+    except UsageError as usage:
+        if json_errors.asked_for(None, words):
+            command = usage.parser.prog.removeprefix(parser.prog).strip() or None
+            json_errors.write(command, usage.message, 2)
+        usage.exit()
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     try:
         return int(args.run(args) or 0)
@@ -107,7 +139,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from nodecycle_cli.failures import explain
 
         reason = explain(error)
-        if reason is None or args.verbose:
+        raised = reason is None or args.verbose  # a bug, or -v: the traceback (and Python's exit status, 1)
+        if json_errors.asked_for(args, words):
+            said = f"{type(error).__name__}: {error}" if reason is None else reason
+            json_errors.write(json_errors.command_of(args), said, 1 if raised else 2)
+        if raised:
             raise
         print(f"nodecycle {args.command}: {reason}", file=sys.stderr)
         return 2

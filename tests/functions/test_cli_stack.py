@@ -74,8 +74,15 @@ def test_status_refuses_an_owner_that_contradicts_the_stack(
     code = main(["status", "--stack", "nodecycle", "--owner", "blue", "--json"])
 
     # Then it says the two contradict each other, rather than list the stack's own as if they were blue's
+    # (stdout, asked for JSON, holds that error and no lifecycle: test_cli_json_errors)
     out, err = capsys.readouterr()
-    assert out == ""
+    assert json.loads(out) == {
+        "error": {
+            "command": "status",
+            "message": err.removeprefix("nodecycle status: ").strip(),
+            "exit_status": 2,
+        }
+    }
     assert code == 2
     assert err.count("\n") == 1
     assert "--owner blue" in err
