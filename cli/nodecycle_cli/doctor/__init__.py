@@ -79,6 +79,13 @@ RULE_OUTPUTS = (
     ("sweeper schedule", "SweepRuleName"),
 )
 
+# The rules whose undelivered events go to a dead-letter queue (the template's queue policies let them write
+# there), by the output that names each rule
+DEAD_LETTER_WRITERS = {
+    "intake": ("LifecycleRuleName", "DisruptionRuleName", "MaintenanceRuleName"),
+    "sweeper": ("SweepRuleName",),
+}
+
 
 def register(commands: Any) -> None:
     parser = commands.add_parser(
@@ -184,8 +191,16 @@ class Doctor:
         return aws_checks.rules(self.client("events"), {what: deployment.output(output)})
 
     def _dead_letters(self, deployment: Deployment, what: str) -> list[Finding]:
-        url = deployment.output(f"{what.capitalize()}DeadLetterQueueUrl")
-        return aws_checks.dead_letters(self.client("sqs"), {what: url})
+        sqs = self.client("sqs")
+        region = sqs.meta.region_name
+        rules = [deployment.outputs.get(output) for output in DEAD_LETTER_WRITERS.get(what, ())]
+        queue = aws_checks.DeadLetterQueue(
+            url=deployment.output(f"{what.capitalize()}DeadLetterQueueUrl"),
+            region=region,
+            partition=self._aws.get_partition_for_region(region),
+            written_by_rules=tuple(rule for rule in rules if rule),
+        )
+        return aws_checks.dead_letters(sqs, {what: queue})
 
     def _lifecycles(self, deployment: Deployment) -> list[Finding]:
         """The open lifecycles, read once: those that stopped moving, and those retrying a failed step."""

@@ -3,6 +3,8 @@ queues, and lifecycles that stopped moving."""
 
 from __future__ import annotations
 
+import json
+import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -214,8 +216,10 @@ def rules(events: Any, names: Mapping[str, str]) -> list[Finding]:
                 Finding.problem(
                     check,
                     f"EventBridge rule {name} ({what}) does not exist",
-                    "it was deleted outside the stack",
-                    "sam deploy (CloudFormation recreates it after a drift: or delete and redeploy the stack)",
+                    f"it was deleted outside the stack: {RULE_PURPOSES[what]}. sam deploy does not bring it back "
+                    "(CloudFormation does not notice a resource deleted outside it)",
+                    f"recreate it under its name as the deployed template has it (aws events put-rule --name {name} "
+                    "..., then put-targets): docs/runbook.md#resources-deleted-outside-the-stack",
                 )
             )
             continue
@@ -235,12 +239,52 @@ def rules(events: Any, names: Mapping[str, str]) -> list[Finding]:
 
 # SQS's answers for a queue that does not exist (the query protocol's code, and the JSON protocol's)
 NO_QUEUE = ("AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist")
+# The attributes template.yaml gives each dead-letter queue (tests/functions/test_doctor_dead_letters keeps them
+# in step), for the command that recreates one deleted outside the stack
+DEAD_LETTER_ATTRIBUTES = {"MessageRetentionPeriod": "1209600", "SqsManagedSseEnabled": "true"}
 
 
-def dead_letters(sqs: Any, queues: Mapping[str, str]) -> list[Finding]:
+@dataclass(frozen=True)
+class DeadLetterQueue:
+    """A dead-letter queue of the stack: its URL, and the EventBridge rules that may write to it (the template's
+    queue policy: the rules' undelivered events), by name."""
+
+    url: str
+    region: str
+    partition: str = "aws"
+    written_by_rules: tuple[str, ...] = ()
+
+    def recreate(self) -> str:
+        """The command that creates the queue again as the template made it, under its name: its URL and ARN are
+        then what they were, which is what everything that uses it names (the queues that redrive to it, the
+        functions' on-failure destinations, the rules' dead-letter configs, its alarm's QueueName)."""
+        account, name = self.url.rstrip("/").split("/")[-2:]
+        attributes = dict(DEAD_LETTER_ATTRIBUTES)
+        if self.written_by_rules:
+            # (the queue's policy, an AWS::SQS::QueuePolicy of the stack, went with the queue)
+            arn = f"arn:{self.partition}:sqs:{self.region}:{account}:{name}"
+            rules = [
+                f"arn:{self.partition}:events:{self.region}:{account}:rule/{r}" for r in self.written_by_rules
+            ]
+            statement = {
+                "Effect": "Allow",
+                "Principal": {"Service": "events.amazonaws.com"},
+                "Action": "sqs:SendMessage",
+                "Resource": arn,
+                "Condition": {"ArnEquals": {"aws:SourceArn": rules}},
+            }
+            attributes["Policy"] = json.dumps({"Version": "2012-10-17", "Statement": [statement]})
+        return (
+            f"aws sqs create-queue --queue-name {name} --attributes {shlex.quote(json.dumps(attributes))} "
+            f"--region {self.region}"
+        )
+
+
+def dead_letters(sqs: Any, queues: Mapping[str, DeadLetterQueue]) -> list[Finding]:
     findings = []
-    for what, url in queues.items():
+    for what, queue in queues.items():
         check = f"queues.dead-letters.{what}"
+        url = queue.url
         try:
             attributes = sqs.get_queue_attributes(
                 QueueUrl=url,
@@ -255,8 +299,11 @@ def dead_letters(sqs: Any, queues: Mapping[str, str]) -> list[Finding]:
                     check,
                     f"the {what} dead-letter queue {url} does not exist",
                     "it was deleted outside the stack: the work that fails for good is no longer kept there for "
-                    "an operator to look at and redrive, and its alarm never fires",
-                    "sam deploy (CloudFormation recreates it after a drift: or delete and redeploy the stack)",
+                    "an operator to look at and redrive, and its alarm never fires. sam deploy does not bring it "
+                    "back (CloudFormation does not notice a resource deleted outside it: "
+                    "docs/runbook.md#resources-deleted-outside-the-stack)",
+                    f"{queue.recreate()} (under its name, as the template makes it: everything that names the "
+                    "queue finds it again; SQS takes a name back 60 s after its deletion)",
                 )
             )
             continue
