@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -112,7 +113,24 @@ def chosen_command(argv: Sequence[str]) -> str | None:
     return next((word for word in argv if not word.startswith("-")), None)
 
 
+# A command whose reader stopped reading (`nodecycle status --all | head`) ends as the shell's tools killed by
+# SIGPIPE do: this status, nothing said (Python ignores SIGPIPE, and would print a BrokenPipeError's traceback)
+EXIT_BROKEN_PIPE = 128 + 13
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        try:
+            return run(argv)
+        finally:
+            sys.stdout.flush()  # what is still buffered meets a reader gone here, not at the interpreter's exit
+    except BrokenPipeError:
+        # (stdout onto /dev/null: the interpreter flushes it once more at exit)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+
+
+def run(argv: Sequence[str] | None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     # A command asked for JSON says its failures on stdout in JSON too (for the script reading it), as well as
     # on stderr (for its person): json_errors
@@ -135,6 +153,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.run(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        raise  # not the command's failure: its reader's (main)
     except Exception as error:
         from nodecycle_cli.failures import explain
 
