@@ -181,9 +181,11 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from nodecycle_cli.failures import CommandError
+
     try:
         manifest = render(args.namespace, args.group_prefix)
     except ValueError as error:
-        raise SystemExit(f"nodecycle rbac: {error}") from None
+        raise CommandError(str(error)) from None  # exit status 2, one line: a command that could not run
     print(manifest, end="")
     return 0
