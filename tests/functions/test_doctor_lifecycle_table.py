@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import boto3
 import pytest
 from moto import mock_aws
 
 from nodecycle_cli.main import main
+from nodecycle_sandbox.runner.cfn_yaml import load_template
 
 REGION = "eu-west-1"
 TABLE = "nodecycle-LifecycleTable-1A2B3C"
@@ -60,3 +62,33 @@ def test_status_names_a_deleted_lifecycle_table(
     assert err.count("\n") == 1
     assert f"lifecycle table {TABLE} does not exist" in err
     assert "refused" not in err
+
+
+def test_the_fix_of_a_deleted_lifecycle_table_restores_what_a_restore_leaves_out(
+    stack_without_its_table: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given the table the template makes: its records expire by TTL, and it has point-in-time recovery
+    template = load_template(Path(__file__).resolve().parents[2] / "template.yaml")
+    table = template["Resources"]["LifecycleTable"]["Properties"]
+    ttl = table["TimeToLiveSpecification"]
+    assert ttl["Enabled"]
+    assert table["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"]
+
+    # When the doctor examines a stack whose lifecycle table is gone
+    main(["doctor", "--stack", "nodecycle", "--region", REGION, "--json"])
+
+    # Then its fix restores the table from DynamoDB's backup under its name, and then turns on again what a
+    # restore does not bring back (DynamoDB restores neither TTL nor point-in-time recovery): without its TTL,
+    # no finished lifecycle's record ever leaves the table
+    (found,) = [f for f in json.loads(capsys.readouterr().out)["findings"] if f["check"] == "lifecycles"]
+    fix = " ".join(found["fix"].split())
+    assert f"restore-table-from-backup --target-table-name {TABLE}" in fix
+    assert (
+        f"aws dynamodb update-time-to-live --table-name {TABLE} --time-to-live-specification "
+        f"Enabled=true,AttributeName={ttl['AttributeName']}"
+    ) in fix
+    assert (
+        f"aws dynamodb update-continuous-backups --table-name {TABLE} "
+        "--point-in-time-recovery-specification PointInTimeRecoveryEnabled=true"
+    ) in fix
+    assert "sam deploy" not in fix

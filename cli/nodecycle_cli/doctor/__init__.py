@@ -220,10 +220,17 @@ class Doctor:
                     str(missing),
                     "every intake, step and sweep reads or writes it: no lifecycle action is answered, hooks "
                     "end with their default result",
-                    # (an update of the stack does not recreate a resource deleted outside it)
-                    f"restore it under its name from the backup DynamoDB took when it was deleted (aws dynamodb "
-                    f"list-backups --table-name {deployment.table} --backup-type SYSTEM, then restore-table-from-"
-                    "backup), or delete and redeploy the stack",
+                    # (an update of the stack does not recreate a resource deleted outside it; a restore brings
+                    # neither the TTL nor point-in-time recovery back: without its TTL, template.yaml's, no finished
+                    # lifecycle's record ever leaves the table)
+                    f"restore it under its name from the backup DynamoDB took when it was deleted: aws dynamodb "
+                    f"list-backups --table-name {deployment.table} --backup-type SYSTEM (its BackupArn), then aws "
+                    f"dynamodb restore-table-from-backup --target-table-name {deployment.table} --backup-arn ARN; once it "
+                    f"is ACTIVE, what a restore leaves out: aws dynamodb update-time-to-live --table-name "
+                    f"{deployment.table} --time-to-live-specification Enabled=true,AttributeName=expires_at and aws "
+                    f"dynamodb update-continuous-backups --table-name {deployment.table} --point-in-time-recovery-"
+                    "specification PointInTimeRecoveryEnabled=true (or, with no backup: "
+                    "docs/runbook.md#resources-deleted-outside-the-stack)",
                 )
             ]
         return [
