@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from nodecycle_cli import rbac
+from nodecycle_cli import json_errors, rbac
 from nodecycle_cli.cluster import add_kubeconfig_arguments, api_client, mismatch
 from nodecycle_cli.deployment import add_stack_arguments, find, session
 from nodecycle_cli.failures import CommandError, explain
@@ -78,7 +78,8 @@ def show_budget(args: argparse.Namespace) -> int:
     if doc is None:
         note = _no_budget(args)
         if args.output == "json":
-            print("null")  # valid JSON for a script; the note for its person
+            # the error object of every command asked for JSON (a bare null reads as an empty budget to `jq`)
+            json_errors.write("budget show", note, 1)
         print(note, file=sys.stderr if args.output == "json" else sys.stdout)
         return 1
     view = view_of(doc, datetime.now(UTC))

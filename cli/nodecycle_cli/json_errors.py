@@ -6,6 +6,8 @@ would be empty, which the script cannot parse or tell from a crash of the pipe. 
 stdout carries one error object instead, beside the non-zero exit status:
 
     {"error": {"command": "status", "message": "...", "exit_status": 2}}
+
+So does ``budget show`` when the cluster has no budget to show (exit status 1).
 """
 
 from __future__ import annotations

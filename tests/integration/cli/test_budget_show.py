@@ -5,6 +5,7 @@ stay refused the budget after the operator ran it."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -51,3 +52,23 @@ def test_the_install_command_of_a_missing_budget_is_for_the_stacks_groups(
     assert {f.status for f in cluster_checks.permissions(api, IDENTITIES, NAMESPACE, True, PREFIX)} == {
         Status.OK
     }
+
+
+def test_budget_show_asked_for_json_on_a_cluster_without_the_budget_says_so_in_json(
+    server: KubeServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a cluster without the budget ConfigMap
+    kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+
+    # When a script asks for the budget in JSON
+    code = main(["budget", "show", "--kubeconfig", str(kubeconfig), "--json"])
+
+    # Then stdout is the error object every command asked for JSON gives when it fails (not a bare null, which
+    # `jq .holders` reads as an empty budget), with the note that says what to apply; the note is on stderr too
+    out, err = capsys.readouterr()
+    assert code == 1
+    error = json.loads(out)["error"]
+    assert error["command"] == "budget show"
+    assert error["exit_status"] == 1
+    assert error["message"].startswith("No budget: ConfigMap nodecycle/nodecycle-budget does not exist")
+    assert error["message"] in err
