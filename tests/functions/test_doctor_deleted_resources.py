@@ -11,9 +11,10 @@ from pathlib import Path
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from nodecycle_cli.doctor import RULE_OUTPUTS, aws_checks
+from nodecycle_cli.doctor import RULE_OUTPUTS, aws_checks, cluster_checks
 from nodecycle_cli.doctor.findings import Status
 from tests.functions.test_operations_template import anchors
 
@@ -80,3 +81,49 @@ def test_every_runbook_entry_the_cli_names_exists() -> None:
 
 def test_the_runbook_does_not_say_sam_deploy_recreates_what_was_deleted() -> None:
     assert not deploy_recreates(RUNBOOK)
+
+
+class NoAccessEntries:
+    """EKS for a cluster where no role has an access entry (each deleted, or never made)."""
+
+    def describe_access_entry(self, clusterName: str, principalArn: str) -> dict[str, object]:
+        raise ClientError(
+            {
+                "Error": {
+                    "Code": "ResourceNotFoundException",
+                    "Message": "The specified principalArn could not be found",
+                }
+            },
+            "DescribeAccessEntry",
+        )
+
+
+ROLES = {"drain": "arn:aws:iam::123456789012:role/nodecycle-DrainFunctionRole-X"}
+
+
+def test_an_access_entry_deleted_from_a_stack_that_makes_them_is_recreated_by_hand() -> None:
+    # Given a stack that makes its access entries (CreateAccessEntries=true, the default), whose drain entry was
+    # deleted outside it
+    findings, _ = cluster_checks.access_entries(
+        NoAccessEntries(), "prod", ROLES, "nodecycle", stack_makes_them=True
+    )
+
+    # Then the fix creates it again, and nothing sends the operator to a deploy, which would not make it again
+    (finding,) = findings
+    assert finding.fix == (
+        "aws eks create-access-entry --cluster-name prod --principal-arn "
+        "arn:aws:iam::123456789012:role/nodecycle-DrainFunctionRole-X --kubernetes-groups nodecycle-drain"
+    )
+    assert "sam deploy does not bring it back" in finding.why
+    assert not deploy_recreates(f"{finding.why} {finding.fix}")
+
+
+def test_a_missing_access_entry_of_a_stack_that_makes_none_may_be_made_by_the_stack() -> None:
+    # Given a stack deployed with CreateAccessEntries=false, on a cluster that takes access entries
+    findings, _ = cluster_checks.access_entries(
+        NoAccessEntries(), "prod", ROLES, "nodecycle", stack_makes_them=False
+    )
+
+    # Then the fix may also be the stack's own entries
+    (finding,) = findings
+    assert finding.fix.endswith("(or deploy with CreateAccessEntries=true)")

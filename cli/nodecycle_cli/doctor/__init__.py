@@ -368,7 +368,11 @@ class Doctor:
             "sweeper": self._deployment.output("SweeperFunctionRoleArn"),
         }
         findings, found = cluster_checks.access_entries(
-            eks, cluster, roles, self.parameter("KubernetesGroup")
+            eks,
+            cluster,
+            roles,
+            self.parameter("KubernetesGroup"),
+            stack_makes_them=self.parameter("CreateAccessEntries") == "true",
         )
         identities += found
         return findings

@@ -61,10 +61,12 @@ def authentication_mode(eks: Any, cluster: str) -> tuple[Finding, str | None]:
 
 
 def access_entries(
-    eks: Any, cluster: str, roles: Mapping[str, str], group_prefix: str
+    eks: Any, cluster: str, roles: Mapping[str, str], group_prefix: str, *, stack_makes_them: bool
 ) -> tuple[list[Finding], list[Identity]]:
     """Each function role's access entry: present, and who it makes the function in the cluster (its own
-    group, ``<KubernetesGroup>-<function>``, which deploy/rbac.yaml binds)."""
+    group, ``<KubernetesGroup>-<function>``, which deploy/rbac.yaml binds). ``stack_makes_them``: the stack's
+    CreateAccessEntries, which tells an entry deleted outside the stack (a deploy does not make it again) from
+    one the stack was told not to make."""
     findings, identities = [], []
     for function, role in roles.items():
         check = f"cluster.access-entry.{function}"
@@ -74,13 +76,22 @@ def access_entries(
         except Exception as error:
             if _code(error) != "ResourceNotFoundException":
                 raise
+            create = (
+                f"aws eks create-access-entry --cluster-name {cluster} --principal-arn {role} "
+                f"--kubernetes-groups {kubernetes_group}"
+            )
+            refused = (
+                f"the cluster does not know the {function} function: every call it makes is refused (401)"
+            )
             findings.append(
                 Finding.problem(
                     check,
                     f"the {function} function's role has no access entry on cluster {cluster} ({role})",
-                    f"the cluster does not know the {function} function: every call it makes is refused (401)",
-                    f"aws eks create-access-entry --cluster-name {cluster} --principal-arn {role} "
-                    f"--kubernetes-groups {kubernetes_group} (or deploy with CreateAccessEntries=true)",
+                    # the stack's own entry, deleted outside it: CloudFormation does not notice
+                    f"{refused}. It was deleted outside the stack, and sam deploy does not bring it back"
+                    if stack_makes_them
+                    else refused,
+                    create if stack_makes_them else f"{create} (or deploy with CreateAccessEntries=true)",
                 )
             )
             continue
