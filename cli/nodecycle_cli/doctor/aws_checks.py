@@ -3,6 +3,7 @@ queues, and lifecycles that stopped moving."""
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
@@ -254,30 +255,95 @@ class DeadLetterQueue:
     partition: str = "aws"
     written_by_rules: tuple[str, ...] = ()
 
+    @property
+    def name(self) -> str:
+        return self.url.rstrip("/").rsplit("/", 1)[-1]
+
+    @property
+    def arn(self) -> str:
+        account = self.url.rstrip("/").split("/")[-2]
+        return f"arn:{self.partition}:sqs:{self.region}:{account}:{self.name}"
+
+    def rule_arns(self) -> dict[str, str]:
+        """Each rule that writes here, by name: its ARN (a rule of the default bus, in the queue's account)."""
+        account = self.arn.split(":")[4]
+        return {
+            r: f"arn:{self.partition}:events:{self.region}:{account}:rule/{r}" for r in self.written_by_rules
+        }
+
+    def policy(self) -> str:
+        """The template's queue policy: EventBridge may send here for the stack's rules only."""
+        statement = {
+            "Effect": "Allow",
+            "Principal": {"Service": "events.amazonaws.com"},
+            "Action": "sqs:SendMessage",
+            "Resource": self.arn,
+            "Condition": {"ArnEquals": {"aws:SourceArn": list(self.rule_arns().values())}},
+        }
+        return json.dumps({"Version": "2012-10-17", "Statement": [statement]})
+
     def recreate(self) -> str:
         """The command that creates the queue again as the template made it, under its name: its URL and ARN are
         then what they were, which is what everything that uses it names (the queues that redrive to it, the
         functions' on-failure destinations, the rules' dead-letter configs, its alarm's QueueName)."""
-        account, name = self.url.rstrip("/").split("/")[-2:]
         attributes = dict(DEAD_LETTER_ATTRIBUTES)
         if self.written_by_rules:
             # (the queue's policy, an AWS::SQS::QueuePolicy of the stack, went with the queue)
-            arn = f"arn:{self.partition}:sqs:{self.region}:{account}:{name}"
-            rules = [
-                f"arn:{self.partition}:events:{self.region}:{account}:rule/{r}" for r in self.written_by_rules
-            ]
-            statement = {
-                "Effect": "Allow",
-                "Principal": {"Service": "events.amazonaws.com"},
-                "Action": "sqs:SendMessage",
-                "Resource": arn,
-                "Condition": {"ArnEquals": {"aws:SourceArn": rules}},
-            }
-            attributes["Policy"] = json.dumps({"Version": "2012-10-17", "Statement": [statement]})
+            attributes["Policy"] = self.policy()
         return (
-            f"aws sqs create-queue --queue-name {name} --attributes {shlex.quote(json.dumps(attributes))} "
+            f"aws sqs create-queue --queue-name {self.name} --attributes {shlex.quote(json.dumps(attributes))} "
             f"--region {self.region}"
         )
+
+    def restore_policy(self) -> str:
+        attributes = shlex.quote(json.dumps({"Policy": self.policy()}))
+        return f"aws sqs set-queue-attributes --queue-url {self.url} --attributes {attributes} --region {self.region}"
+
+    def rules_refused(self, policy: str | None) -> list[str]:
+        """The rules writing here whose undelivered events the queue's policy does not let EventBridge send."""
+        try:
+            statements = json.loads(policy or "{}").get("Statement") or []
+        except ValueError:
+            statements = []
+        if isinstance(statements, dict):
+            statements = [statements]
+        return [
+            rule
+            for rule, arn in self.rule_arns().items()
+            if not any(_lets_eventbridge_send(s, self.arn, arn) for s in statements if isinstance(s, dict))
+        ]
+
+
+def _listed(value: Any) -> list[str]:
+    return [value] if isinstance(value, str) else [v for v in value or () if isinstance(v, str)]
+
+
+def _lets_eventbridge_send(statement: Mapping[str, Any], queue: str, rule: str) -> bool:
+    """Whether one statement of a queue policy lets EventBridge send to ``queue`` for ``rule``. A condition on
+    anything but the source ARN is taken as met: the doctor warns of a policy that surely refuses, not of one it
+    cannot evaluate."""
+    if statement.get("Effect") != "Allow":
+        return False
+    principal = statement.get("Principal")
+    services = _listed(principal.get("Service")) if isinstance(principal, dict) else []
+    anyone = principal == "*" or (isinstance(principal, dict) and principal.get("AWS") == "*")
+    if not anyone and "events.amazonaws.com" not in services:
+        return False
+    if not any(a.lower() in ("sqs:sendmessage", "sqs:*", "*") for a in _listed(statement.get("Action"))):
+        return False
+    if not any(fnmatch.fnmatchcase(queue, r) for r in _listed(statement.get("Resource", "*"))):
+        return False
+    for operator, tests in (statement.get("Condition") or {}).items():
+        sources = {key.lower(): value for key, value in (tests or {}).items()}.get("aws:sourcearn")
+        if sources is None:
+            continue
+        if operator in ("ArnEquals", "StringEquals") and rule not in _listed(sources):
+            return False
+        if operator in ("ArnLike", "StringLike") and not any(
+            fnmatch.fnmatchcase(rule, p) for p in _listed(sources)
+        ):
+            return False
+    return True
 
 
 def dead_letters(sqs: Any, queues: Mapping[str, DeadLetterQueue]) -> list[Finding]:
@@ -285,10 +351,10 @@ def dead_letters(sqs: Any, queues: Mapping[str, DeadLetterQueue]) -> list[Findin
     for what, queue in queues.items():
         check = f"queues.dead-letters.{what}"
         url = queue.url
+        names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
         try:
             attributes = sqs.get_queue_attributes(
-                QueueUrl=url,
-                AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+                QueueUrl=url, AttributeNames=[*names, "Policy"] if queue.written_by_rules else names
             )["Attributes"]
         except Exception as error:
             if getattr(error, "response", {}).get("Error", {}).get("Code") not in NO_QUEUE:
@@ -322,6 +388,20 @@ def dead_letters(sqs: Any, queues: Mapping[str, DeadLetterQueue]) -> list[Findin
             )
         else:
             findings.append(Finding.ok(check, f"the {what} dead-letter queue is empty"))
+        refused = queue.rules_refused(attributes.get("Policy"))
+        if refused:
+            # Silent otherwise: EventBridge drops what it may not write, and the queue stays empty, its alarm quiet
+            findings.append(
+                Finding.problem(
+                    f"{check}.policy",
+                    f"the {what} dead-letter queue's policy does not let EventBridge write to it for rule"
+                    f"{'s' if len(refused) > 1 else ''} {', '.join(refused)}",
+                    "an event EventBridge cannot deliver to the function is then dropped, not kept there, and its "
+                    "alarm stays quiet (AWS/Events InvocationsFailedToBeSentToDlq counts them): the template's "
+                    "queue policy was removed or edited outside the stack, which sam deploy does not restore",
+                    f"{queue.restore_policy()} (the template's policy)",
+                )
+            )
     return findings
 
 

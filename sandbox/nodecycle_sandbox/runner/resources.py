@@ -152,7 +152,8 @@ class SandboxResources:
         return self.tables[logical_id]
 
     def create_all(self) -> None:
-        """Create every queue and table the template declares (and whose condition holds)."""
+        """Create every queue and table the template declares (and whose condition holds), and the queues'
+        policies."""
         for logical_id, resource in self._resources.items():
             if not self.exists(logical_id):
                 continue
@@ -160,6 +161,8 @@ class SandboxResources:
                 self.queue(logical_id)
             elif resource["Type"] == "AWS::DynamoDB::Table":
                 self.table(logical_id)
+            elif resource["Type"] == "AWS::SQS::QueuePolicy":
+                self._apply_queue_policy(logical_id)
 
     def exists(self, logical_id: str) -> bool:
         condition = self._resources[logical_id].get("Condition")
@@ -187,6 +190,14 @@ class SandboxResources:
             max_receive_count=int(redrive["maxReceiveCount"]) if redrive else None,
             dead_letter_arn=redrive["deadLetterTargetArn"] if redrive else None,
         )
+
+    def _apply_queue_policy(self, logical_id: str) -> None:
+        """As CloudFormation does: the policy document becomes each of its queues' Policy attribute (what the doctor
+        reads to tell whether EventBridge may write to a dead-letter queue)."""
+        properties = self._resolve(self._properties(logical_id))
+        document = json.dumps(properties["PolicyDocument"])
+        for url in properties["Queues"]:
+            self._sqs.set_queue_attributes(QueueUrl=url, Attributes={"Policy": document})
 
     def _create_table(self, logical_id: str) -> TableInfo:
         properties = self._resolve(self._properties(logical_id))
