@@ -17,7 +17,8 @@ with the usual credential chain, the cluster with the kubeconfig. Checked:
   settings (HeartbeatMarginSeconds plus the later of WorkVisibilityTimeoutSeconds and ResumeGraceSeconds + 2,
   and at least SweepIntervalMinutes plus HeartbeatMarginSeconds: 360 s with the template's defaults), the
   default result;
-- the EventBridge rules enabled; the dead-letter queues empty; no lifecycle stuck, nor retrying a step that
+- the EventBridge rules enabled; the dead-letter queues there and empty, and the intake and sweeper ones
+  writable by the stack's rules (their queue policies); no lifecycle stuck, nor retrying a step that
   failed (throttled, refused: the call and AWS's or the cluster's answer, from its record).
 
 Each finding says what is wrong, why it matters and the command that fixes it. Exit status: 0 all good,
