@@ -17,7 +17,7 @@ with the usual credential chain, the cluster with the kubeconfig. Checked:
   settings (HeartbeatMarginSeconds plus the later of WorkVisibilityTimeoutSeconds and ResumeGraceSeconds + 2,
   and at least SweepIntervalMinutes plus HeartbeatMarginSeconds: 360 s with the template's defaults), the
   default result;
-- the EventBridge rules enabled; the dead-letter queues there and empty, and the intake and sweeper ones
+- the EventBridge rules enabled, each targeting its function; the dead-letter queues there and empty, and the intake and sweeper ones
   writable by the stack's rules (their queue policies); no lifecycle stuck, nor retrying a step that
   failed (throttled, refused: the call and AWS's or the cluster's answer, from its record).
 
@@ -79,6 +79,14 @@ RULE_OUTPUTS = (
     ("scheduled maintenance", "MaintenanceRuleName"),
     ("sweeper schedule", "SweepRuleName"),
 )
+
+# The function each rule delivers to, by the outputs that name them
+RULE_TARGETS = {
+    "LifecycleRuleName": "IntakeFunctionName",
+    "DisruptionRuleName": "IntakeFunctionName",
+    "MaintenanceRuleName": "IntakeFunctionName",
+    "SweepRuleName": "SweeperFunctionName",
+}
 
 # The rules whose undelivered events go to a dead-letter queue (the template's queue policies let them write
 # there), by the output that names each rule
@@ -189,7 +197,11 @@ class Doctor:
             return [Finding.unchecked(check, reason or f"{type(error).__name__}: {error}")]
 
     def _rule(self, deployment: Deployment, what: str, output: str) -> list[Finding]:
-        return aws_checks.rules(self.client("events"), {what: deployment.output(output)})
+        # (a stack from before the functions' names were outputs: the targets are not checked)
+        function = deployment.outputs.get(RULE_TARGETS[output])
+        return aws_checks.rules(
+            self.client("events"), {what: deployment.output(output)}, {what: function} if function else None
+        )
 
     def _dead_letters(self, deployment: Deployment, what: str) -> list[Finding]:
         sqs = self.client("sqs")

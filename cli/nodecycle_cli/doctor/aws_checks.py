@@ -203,8 +203,9 @@ RULE_PURPOSES = {
 }
 
 
-def rules(events: Any, names: Mapping[str, str]) -> list[Finding]:
-    """Each EventBridge rule of the stack exists and is enabled."""
+def rules(events: Any, names: Mapping[str, str], functions: Mapping[str, str] | None = None) -> list[Finding]:
+    """Each EventBridge rule of the stack exists and is enabled, and, given the function it delivers to (by
+    the doctor's name for the rule), targets that function."""
     findings = []
     for what, name in names.items():
         check = f"eventbridge.rule.{what}"
@@ -235,7 +236,29 @@ def rules(events: Any, names: Mapping[str, str]) -> list[Finding]:
                     f"aws events enable-rule --name {name}",
                 )
             )
+        function = (functions or {}).get(what)
+        if function:
+            findings += _target(events, what, name, function)
     return findings
+
+
+def _target(events: Any, what: str, rule: str, function: str) -> list[Finding]:
+    """An enabled rule whose target was removed (or pointed elsewhere) delivers nothing, and no alarm sees it."""
+    pages = events.get_paginator("list_targets_by_rule").paginate(Rule=rule)
+    arns = [t["Arn"] for page in pages for t in page["Targets"]]
+    # arn:aws:lambda:<region>:<account>:function:<name>[:<version or alias>]
+    if any(arn.split(":")[5:7] == ["function", function] for arn in arns):
+        return []
+    return [
+        Finding.problem(
+            f"eventbridge.rule.{what}.target",
+            f"EventBridge rule {rule} ({what}) does not target function {function}"
+            + (f" (its targets: {', '.join(arns)})" if arns else " (it has no target)"),
+            f"{RULE_PURPOSES[what]}; the rule itself is there, so nothing else tells",
+            f"aws events put-targets --rule {rule} --targets ... (the function, with the retry policy and dead-letter "
+            "queue the deployed template gives it: docs/runbook.md#resources-deleted-outside-the-stack)",
+        )
+    ]
 
 
 # SQS's answers for a queue that does not exist (the query protocol's code, and the JSON protocol's)
