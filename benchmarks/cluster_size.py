@@ -26,7 +26,7 @@ from kubernetes.client import CoreV1Api
 
 from benchmarks.harness import action_done, node_of, quiesce, terminate_and_settle
 from benchmarks.harness import sandbox as start_sandbox
-from benchmarks.records import BUDGET_KEY, BUDGET_NAME, BUDGET_NAMESPACE, WRITTEN_KEY
+from benchmarks.records import BUDGET_FIELD_MANAGER, BUDGET_KEY, BUDGET_NAME, BUDGET_NAMESPACE, WRITTEN_KEY
 from benchmarks.report import Result, Row
 from nodecycle_sandbox import Sandbox
 from nodecycle_sandbox.aws.group import wait_for
@@ -141,10 +141,10 @@ def _measure(box: Sandbox) -> Measurement:
 
 def _forget_releases(box: Sandbox) -> None:
     """Clear the budget's marks of earlier releases, as a holder TTL after them would: the document then has
-    the same size at every measurement, whatever the benchmark drained before. The stack's note of what it last
-    wrote (``budget.written``) goes too: kept, it would tell the edit from the stack's own writes, and the next
-    write would take the document for one restored or edited by hand and list every node to seed it (a cost
-    of such an edit, not of a drain)."""
+    the same size at every measurement, whatever the benchmark drained before. Written as the stack writes
+    (its fieldManager), without its note of what it last wrote (``budget.written``): by another manager, or with
+    the note kept, the next write would take the document for one restored or edited by hand and list every node
+    to seed it (a cost of such an edit, not of a drain)."""
     api = CoreV1Api(box.kube.api_client())
     try:
         configmap = api.read_namespaced_config_map(BUDGET_NAME, BUDGET_NAMESPACE)
@@ -154,7 +154,9 @@ def _forget_releases(box: Sandbox) -> None:
             doc["released"] = []
             kept = {key: value for key, value in data.items() if key != WRITTEN_KEY}
             configmap.data = {**kept, BUDGET_KEY: json.dumps(doc)}
-            api.replace_namespaced_config_map(BUDGET_NAME, BUDGET_NAMESPACE, configmap)
+            api.replace_namespaced_config_map(
+                BUDGET_NAME, BUDGET_NAMESPACE, configmap, field_manager=BUDGET_FIELD_MANAGER
+            )
     finally:
         api.api_client.close()
 

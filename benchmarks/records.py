@@ -19,6 +19,7 @@ BUDGET_NAMESPACE = "nodecycle"  # the template's default BudgetNamespace
 BUDGET_NAME = "nodecycle-budget"
 BUDGET_KEY = "budget.json"
 WRITTEN_KEY = "budget.written"  # what the stack notes of its last write (adapters/kube/budget.py)
+BUDGET_FIELD_MANAGER = "nodecycle"  # whom the API server records the stack's writes under (same)
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,9 @@ to its ConfigMap (every document was, before the note), so neither was seeded: t
 document was saved went on evicting, counted nowhere, and new grants went past the limits (invariant 1). A document
 without the note that no writer stamped when it was set (its newest stamp older, by more than any clock may run behind
 the API server's, than its ConfigMap's creation or than the time its managedFields entry tells it was set) was not
-written there by a stack: it is seeded. Still not told: a snapshot of the whole object, note and all, applied again to
-the same object (xfail). On the sandbox API server, through the product's adapters."""
+written there by a stack: it is seeded. So is a snapshot of the whole object, note and all, applied again to the same
+object, which the note vouched for: the API server tells it was set by another manager than the stack's. On the
+sandbox API server, through the product's adapters."""
 
 from __future__ import annotations
 
@@ -97,11 +98,6 @@ def test_a_document_without_the_note_written_since_its_configmap_was_created_is_
     api.api_client.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not told (see WRITTEN_KEY): the snapshot's note vouches for its document in the same object, and a "
-    "document the note vouches for is not judged by the clocks",
-)
 def test_a_snapshot_of_the_whole_configmap_applied_again_to_it_is_seeded(
     server: KubeServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

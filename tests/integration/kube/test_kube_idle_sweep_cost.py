@@ -10,7 +10,9 @@ from datetime import UTC, datetime
 from types import ModuleType
 
 import pytest
+from kubernetes.client import CoreV1Api
 
+from nodecycle.adapters.kube.budget import ConfigMapBudgetStore
 from nodecycle.domain.budget import BudgetDocument, Holder
 from nodecycle_sandbox.aws.eks import point_cluster
 from nodecycle_sandbox.aws.install import install
@@ -122,9 +124,10 @@ def test_a_sweep_with_budget_entries_lists_the_nodes_once(sweeps: Sweeps) -> Non
         ttl_seconds=300,
         acquired_at=now,
     )
-    sweeps.server.replace_config_map_data(
-        NAMESPACE, BUDGET, {"budget.json": BudgetDocument(holders=(holder,)).to_json()}
-    )
+    # (written as a stack writes it: a document someone else set is seeded from the nodes first)
+    admin = CoreV1Api(sweeps.server.api_client())
+    ConfigMapBudgetStore(lambda: admin, NAMESPACE).update(lambda _: (BudgetDocument(holders=(holder,)), None))
+    admin.api_client.close()
 
     # When it sweeps
     _, kube, _ = sweeps.one()

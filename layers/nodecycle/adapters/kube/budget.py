@@ -34,19 +34,21 @@ log = logging.getLogger(__name__)
 DATA_KEY = "budget.json"
 # Where each write says which object it wrote the document to, and what it wrote: "<the ConfigMap's uid>
 # <sha256 of the document>" (a key of the data beside the document's, not an annotation: what people and tools put
-# in the metadata is theirs). A document read from an object whose key says otherwise (a ConfigMap restored from a
-# backup: another uid; a document re-applied by a GitOps tool or edited by hand, or written since by an older
-# nodecycle: another digest) is one the budget cannot vouch for, and seeds before it decides (see
-# BudgetDocument.unvouched). Without the key it is taken as written here, as every document was before the key (a
-# ConfigMap not written since the upgrade is not seeded), unless no writer stamped it when it was set (see
-# _not_written_since): its newest stamp older, by more than any clock runs behind the API server's, than the time the
-# API server tells it was set (the managedFields entry of the manager that set DATA_KEY last), or than the object's
-# creation. So are told a backup taken before the upgrade and restored into the ConfigMap created again, and data
-# replaced without the key. Not told: either less than MAX_CLOCK_AHEAD old when put back; nor a snapshot of the whole
-# object (document and key) applied again to that same object, the key's digest its document's. (Judged so only
-# without the key: a document the key vouches for is this stack's whatever the clocks say, while a clock far behind
-# the API server's would have every write take its own document for a restored one, and list every node.)
+# in the metadata is theirs). Whether the budget can vouch for a document (see BudgetDocument.unvouched; _vouched) is
+# told first by the API server, which records who set each key last (metadata.managedFields): a stack's writes are
+# FIELD_MANAGER's. A document or note set by any other manager (a ConfigMap restored from a backup, a snapshot of the
+# whole object applied again to it, a document re-applied by a GitOps tool or edited by hand) is not the budget's,
+# however recent, and however well its note matches it. An older nodecycle, which keeps the note as it was (it knows
+# nothing of it), writes as FIELD_MANAGER too (its User-Agent's name): the note then names another digest, and the
+# document is a stack's all the same. Where the API server tells nothing (no managedFields: a server that keeps none,
+# or they were stripped), the note tells: another uid or digest is not vouched for; and without the note, the stamps
+# (see _not_written_since). Not told: a snapshot applied again whose note is the note in place (taken after this
+# version's last write), written over by an older stack before this version reads it, the older stack's write
+# then taking the document for its own; only while an older stack shares the cluster.
 WRITTEN_KEY = "budget.written"
+# The manager every write of the document is recorded under, whatever the client's User-Agent (the CLI's, a test's):
+# the name the functions' User-Agent gives (see eks_access), so an older stack's writes are recorded under it too.
+FIELD_MANAGER = "nodecycle"
 CONFIGMAP_MAX_BYTES = 1024 * 1024  # the API server's bound on a ConfigMap's data (keys and values)
 REQUEST_TIMEOUT = (5, 15)  # connect, read: a Lambda step must not hang on a dead connection
 # What the cloud provider's node lifecycle controller puts on the node of a stopped instance (and takes off
@@ -189,7 +191,11 @@ class ConfigMapBudgetStore:
                 config_map.data = _with_document(config_map, doc.to_json())
                 try:
                     api.replace_namespaced_config_map(
-                        self.name, self.namespace, config_map, _request_timeout=REQUEST_TIMEOUT
+                        self.name,
+                        self.namespace,
+                        config_map,
+                        field_manager=FIELD_MANAGER,
+                        _request_timeout=REQUEST_TIMEOUT,
                     )
                 except HTTPError as error:
                     # The request may have gone out and been applied, its answer lost with the connection (a
@@ -376,7 +382,8 @@ def _with_document(config_map: Any, text: str) -> dict[str, str]:
     """The data of ``config_map`` with the document ``text`` and what WRITTEN_KEY says of it; without that key
     when it would take the ConfigMap past the API server's limit (a document forced past the budget's bound: see
     rules.MAX_DOCUMENT_BYTES): the document goes in whole, and the next read judges it as any document without the
-    key, by its stamps (this write's, so taken as written there: see WRITTEN_KEY)."""
+    key, by who set it (FIELD_MANAGER: taken as written there) or where that is not told by its stamps (this
+    write's, so taken as written there too: see WRITTEN_KEY)."""
     data = {key: value for key, value in (config_map.data or {}).items() if key != WRITTEN_KEY}
     data[DATA_KEY] = text
     written = _written(config_map.metadata, text)
@@ -404,14 +411,42 @@ def _document(config_map: Any) -> BudgetDocument:
         doc = BudgetDocument(unwritten=True)
     else:
         doc = BudgetDocument.from_json(text)
-        said = data.get(WRITTEN_KEY)
-        if (
-            said != _written(metadata, text)
-            if said is not None
-            else _not_written_since(doc, _latest(created, _document_set_at(metadata)))
-        ):
+        if not _vouched(doc, text, data.get(WRITTEN_KEY), metadata, created):
             doc = doc.model_copy(update={"unvouched": True})
     return doc if created is None else doc.model_copy(update={"created_at": created})
+
+
+def _vouched(
+    doc: BudgetDocument, text: str, said: str | None, metadata: Any, created: datetime | None
+) -> bool:
+    """Whether ``doc`` (``text``, whose note says ``said``) is the budget's own: set by a stack's write to this
+    object (see WRITTEN_KEY)."""
+    setters = _setters(metadata)
+    document_by = setters.get(DATA_KEY)
+    if document_by is not None:
+        if document_by != FIELD_MANAGER:
+            return False  # put there by a tool or a person
+        note_by = setters.get(WRITTEN_KEY)
+        if said is None or note_by is None:
+            # a stack before the note, or this one past the API server's limit; (a note of nobody's: its digest)
+            return said is None or said == _written(metadata, text)
+        # (a note a stack set: its digest is another when an older stack wrote the document since)
+        return note_by == FIELD_MANAGER and said.split(" ", 1)[0] == str(getattr(metadata, "uid", None))
+    if said is not None:
+        return said == _written(metadata, text)
+    return not _not_written_since(doc, _latest(created, _document_set_at(metadata)))
+
+
+def _setters(metadata: Any) -> dict[str, str]:
+    """The manager that set each of the document's keys last, as the API server tells (managedFields)."""
+    setters: dict[str, str] = {}
+    for entry in getattr(metadata, "managed_fields", None) or ():
+        fields = getattr(entry, "fields_v1", None)
+        data = fields.get("f:data") if isinstance(fields, dict) else None
+        for key in (DATA_KEY, WRITTEN_KEY):
+            if isinstance(data, dict) and f"f:{key}" in data:
+                setters[key] = str(getattr(entry, "manager", None))
+    return setters
 
 
 def _not_written_since(doc: BudgetDocument, set_at: datetime | None) -> bool:

@@ -106,9 +106,10 @@ class CoreV1:
         return self._config_map(self._call("POST", path, body=body, **options))
 
     def replace_namespaced_config_map(
-        self, name: str, namespace: str, body: Any, **options: Any
+        self, name: str, namespace: str, body: Any, *, field_manager: str | None = None, **options: Any
     ) -> V1ConfigMap:
-        response = self._call("PUT", _config_map(namespace, name), body=body, **options)
+        query = [] if field_manager is None else [("fieldManager", field_manager)]
+        response = self._call("PUT", _config_map(namespace, name), query=query, body=body, **options)
         return self._config_map(response)
 
     # -- the wire -----------------------------------------------------------------------------------------

@@ -183,9 +183,10 @@ class BudgetDocument(_Model):
     # empty mid-refresh, its holders forgotten while their drains go on). Never stored: a store sets it, and the
     # budget's first write seeds such a document with the drains in progress its nodes show (see :mod:`.seed`).
     unwritten: bool = Field(default=False, exclude=True)
-    # Read from a store object that this version did not write it to, as the store tells: a ConfigMap restored
-    # from a backup, or re-applied or edited with a document in it (a GitOps tool holding a snapshot of the live
-    # object, ``kubectl edit``), or last written by an older version. Never stored. Its live entries stand as any
+    # Read from a store object that no stack wrote it to, as the store tells: a ConfigMap restored from a backup,
+    # or re-applied or edited with a document in it (a GitOps tool holding a snapshot of the live object, ``kubectl
+    # apply`` of a saved manifest, ``kubectl edit``), however recently. (An older version's write is a stack's.)
+    # Never stored. Its live entries stand as any
     # document's (its expired ones go, as ever), but what happened since it was written is in it nowhere: the drains
     # that began since go on evicting, counted nowhere. So the budget's first write seeds it as a document never
     # written (see :mod:`.seed`), before it decides anything.

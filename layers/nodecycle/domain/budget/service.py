@@ -648,8 +648,8 @@ class DisruptionBudget:
             "the budget ConfigMap holds %s: seeded with the %d drains in progress its nodes show%s",
             "no document (its first use, or it was deleted and created again)"
             if doc.unwritten
-            else "a document not written to it by this nodecycle (restored from a backup, re-applied or edited by "
-            "hand, or written by an older version)",
+            else "a document no nodecycle wrote to it (restored from a backup, a snapshot applied again, edited by "
+            "hand)",
             len(holders),
             "".join(f"\n  {h.node}: {h.owner}, record {h.record_id}" for h in holders[:20]),
         )
