@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from nodecycle.adapters.kube.budget import WRITTEN_KEY
-from nodecycle.domain.budget import SlotReason
+from nodecycle.adapters.kube.budget import WRITTEN_KEY, ConfigMapBudgetStore
+from nodecycle.domain.budget import BudgetDocument, SlotReason
+from nodecycle.domain.budget.rules import force_release
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.budget.conftest import NAMESPACE, add_nodes, core_api, node_name
 from tests.integration.budget.test_budget_restored_document import NAME
@@ -75,6 +76,42 @@ def test_a_snapshot_of_the_whole_configmap_applied_again_with_kubectl_is_seeded(
     clock.advance(5)
 
     # Then the drains in progress are counted from their nodes: a third node waits
+    third = blue.acquire(request(2))
+    assert (third.granted, third.reason, third.holders) == (False, SlotReason.NO_ROOM, 2)
+    assert {h.node for h in blue.snapshot().holders} == {node_name(0), node_name(1)}
+    api.api_client.close()
+
+
+def test_a_slot_released_by_hand_in_a_snapshot_applied_again_does_not_vouch_for_it(
+    server: KubeServer, tmp_path: Path
+) -> None:
+    # Given a budget of 2 whose ConfigMap was saved whole a minute ago while node 3 held a slot (given back since),
+    # and two drains in progress now on nodes 0 and 1, granted since; the snapshot applied again
+    add_nodes(server, 6)
+    api = core_api(server)
+    clock = FakeClock(datetime.now(UTC) - timedelta(minutes=1))
+    blue = budget_of(api, clock, "blue")
+    assert blue.acquire(request(3)).granted
+    saved = snapshot(server, tmp_path, "budget.json")
+    clock.advance(30)
+    blue.release(node_name(3), request(3).record_id, request(3).token)
+    for i in (0, 1):
+        assert blue.acquire(request(i)).granted
+        cordon(api, request(i))
+    kubectl(server, tmp_path, "apply", "-f", str(saved))
+    clock.advance(30)
+
+    # When an operator releases node 3's slot, which the snapshot brought back, as `nodecycle budget release` does
+    # (the store's update of the document as it is: no node listed)
+    def release(current: BudgetDocument | None) -> tuple[BudgetDocument | None, None]:
+        assert current is not None
+        holder = current.holder(node_name(3))
+        assert holder is not None
+        return force_release(current, holder, clock.now()), None
+
+    ConfigMapBudgetStore(lambda: api, NAMESPACE).update(release)
+
+    # Then the document is still not the budget's: its next write counts the drains in progress, a third node waits
     third = blue.acquire(request(2))
     assert (third.granted, third.reason, third.holders) == (False, SlotReason.NO_ROOM, 2)
     assert {h.node for h in blue.snapshot().holders} == {node_name(0), node_name(1)}

@@ -49,6 +49,11 @@ WRITTEN_KEY = "budget.written"
 # The manager every write of the document is recorded under, whatever the client's User-Agent (the CLI's, a test's):
 # the name the functions' User-Agent gives (see eks_access), so an older stack's writes are recorded under it too.
 FIELD_MANAGER = "nodecycle"
+# The manager of a write of a document the budget could not vouch for that was not seeded first (the CLI's release of
+# a slot, which does not list the nodes): under FIELD_MANAGER it would vouch for what the restore or edit put there,
+# and the drains in progress it left out would never be counted. Recorded under another name, the document is still
+# not the budget's, and its next write seeds it.
+UNSEEDED_MANAGER = "nodecycle-unseeded"
 CONFIGMAP_MAX_BYTES = 1024 * 1024  # the API server's bound on a ConfigMap's data (keys and values)
 REQUEST_TIMEOUT = (5, 15)  # connect, read: a Lambda step must not hang on a dead connection
 # What the cloud provider's node lifecycle controller puts on the node of a stopped instance (and takes off
@@ -194,7 +199,7 @@ class ConfigMapBudgetStore:
                         self.name,
                         self.namespace,
                         config_map,
-                        field_manager=FIELD_MANAGER,
+                        field_manager=UNSEEDED_MANAGER if doc.unvouched or doc.unwritten else FIELD_MANAGER,
                         _request_timeout=REQUEST_TIMEOUT,
                     )
                 except HTTPError as error:

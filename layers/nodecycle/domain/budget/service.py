@@ -633,7 +633,8 @@ class DisruptionBudget:
         list that fails fails the write (the step is retried): a decision on a document that forgets drains
         in progress may grant past the limits."""
         if self._drains is None:
-            return doc
+            # (nothing to seed it from: decided on as it is, and vouched for, as a store that never loses it holds it)
+            return doc.model_copy(update={"unwritten": False, "unvouched": False})
         drains = self._drains.drains_in_progress()
         now = self._clock.now()
         # (an expired entry of a restored document may name the node of a drain that began since)
