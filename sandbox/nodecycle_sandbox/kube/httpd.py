@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from nodecycle_sandbox.kube import api
 from nodecycle_sandbox.kube.faults import KubeFaultAction, KubeFaults
 from nodecycle_sandbox.kube.routing import Request, Router
 
@@ -139,6 +140,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.server.router.sent(data)  # counted first: a client that got the answer finds it counted
         self.wfile.write(data)
+
+    def date_time_string(self, timestamp: float | None = None) -> str:
+        # Every answer's Date (http.server sends one, as Go's server does for kube-apiserver) by the clock that stamps
+        # the objects (creationTimestamp): a client may read the API server's time from it
+        return super().date_time_string(api.time.time() if timestamp is None else timestamp)
 
     def log_message(self, format: str, *args: Any) -> None:
         logger.debug("%s - " + format, self.address_string(), *args)

@@ -33,8 +33,10 @@ class ReadOnly:
     def __init__(self, config_map: client.V1ConfigMap) -> None:
         self._config_map = config_map
 
-    def read_namespaced_config_map(self, *_: Any, **__: Any) -> client.V1ConfigMap:
-        return self._config_map
+    def read_namespaced_config_map_with_http_info(
+        self, *_: Any, **__: Any
+    ) -> tuple[client.V1ConfigMap, int, Any]:
+        return self._config_map, 200, {}
 
 
 def entry(manager: str, *keys: str) -> client.V1ManagedFieldsEntry:

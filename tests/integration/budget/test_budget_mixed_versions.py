@@ -56,7 +56,7 @@ def older_version(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     def with_document(config_map: Any, text: str) -> dict[str, str]:
         return {**(config_map.data or {}), kube_budget.DATA_KEY: text}
 
-    def document(config_map: Any) -> BudgetDocument:
+    def document(config_map: Any, *_: Any) -> BudgetDocument:
         text = (config_map.data or {}).get(kube_budget.DATA_KEY)
         return BudgetDocument.from_json(text) if text else BudgetDocument(unwritten=True)
 

@@ -46,11 +46,16 @@ def written(store: ConfigMapBudgetStore) -> list[str]:
 def test_the_shipped_config_map_is_an_empty_budget_that_keeps_its_labels(core: client.CoreV1Api) -> None:
     # Given the empty ConfigMap deploy/rbac.yaml ships
     store = ConfigMapBudgetStore(lambda: core, NAMESPACE)
-    # never written: seeded at its first write; told with the ConfigMap's creation (the marks it can hold since)
+    # never written: seeded at its first write; told with the ConfigMap's creation (the marks it can hold since), on
+    # the reader's clock (the same as the API server's here, its Date to the second: up to a second later)
     metadata = core.read_namespaced_config_map("nodecycle-budget", NAMESPACE).metadata
     created = None if metadata is None else metadata.creation_timestamp
     assert created is not None
-    assert store.read() == BudgetDocument(unwritten=True, created_at=created)
+    read = store.read()
+    assert read is not None
+    assert read.created_at is not None
+    assert created <= read.created_at < created + timedelta(seconds=2)
+    assert read == BudgetDocument(unwritten=True, created_at=read.created_at)
 
     # When the drain function writes the budget into it
     store.update(lambda doc: (with_entry(doc, "n1"), None))
@@ -221,7 +226,7 @@ def test_an_unreachable_api_server_is_a_transient_error(server: KubeServer, core
 @pytest.mark.parametrize("status", [429, 500, 503])
 def test_throttling_and_server_errors_are_transient(status: int) -> None:
     class Throttled:
-        def read_namespaced_config_map(self, *args: object, **kwargs: object) -> None:
+        def read_namespaced_config_map_with_http_info(self, *args: object, **kwargs: object) -> None:
             raise ApiException(status=status, reason="busy")
 
     with pytest.raises(TransientError, match=str(status)):

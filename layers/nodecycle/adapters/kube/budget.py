@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -134,7 +135,10 @@ class ConfigMapBudgetStore:
         backoff_seconds: float = 0.05,
         max_backoff_seconds: float = 1.0,
         sleep: Callable[[float], None] = time.sleep,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
+        """``wall_clock``: the clock a reader stamps its lifecycles by (the budget's), which the document's creation is
+        told on (see _ahead)."""
         self._api = core_v1_api_factory
         self.namespace = namespace
         self.name = name
@@ -142,10 +146,11 @@ class ConfigMapBudgetStore:
         self._backoff = backoff_seconds
         self._max_backoff = max_backoff_seconds
         self._sleep = sleep
+        self._wall_clock = wall_clock
 
     def read(self) -> BudgetDocument | None:
-        config_map = self._get(self._api())
-        return None if config_map is None else self._document(config_map)
+        found = self._get(self._api())
+        return None if found is None else self._document(*found)
 
     def update[T](self, mutate: Callable[[BudgetDocument | None], tuple[BudgetDocument | None, T]]) -> T:
         api = self._api()
@@ -153,8 +158,9 @@ class ConfigMapBudgetStore:
             if attempt:
                 # full jitter: writers that collided spread out instead of colliding again in step
                 self._sleep(random.uniform(0, min(self._max_backoff, self._backoff * 2**attempt)))
-            config_map = self._get(api)
-            current = None if config_map is None else self._document(config_map)
+            found = self._get(api)
+            config_map = None if found is None else found[0]
+            current = None if found is None else self._document(*found)
             new, result = mutate(current)
             if new is current:
                 return result
@@ -166,22 +172,24 @@ class ConfigMapBudgetStore:
             f"ConfigMap {self.namespace}/{self.name} kept changing: {self._max_attempts} conflicting writes"
         )
 
-    def _document(self, config_map: Any) -> BudgetDocument:
+    def _document(self, config_map: Any, ahead: timedelta) -> BudgetDocument:
         try:
-            return _document(config_map)
+            return _document(config_map, ahead)
         except BudgetFormatError as error:
             raise BudgetUnreadable(self.namespace, self.name, error) from None
 
-    def _get(self, api: Any) -> Any:
+    def _get(self, api: Any) -> tuple[Any, timedelta] | None:
+        """The ConfigMap (None: there is none), and how far this reader's clock runs ahead of the API server's."""
         with forbidden_refused(), kube_errors(f"reading ConfigMap {self.namespace}/{self.name}"):
             try:
-                return api.read_namespaced_config_map(
+                config_map, _, headers = api.read_namespaced_config_map_with_http_info(
                     self.name, self.namespace, _request_timeout=REQUEST_TIMEOUT
                 )
             except ApiException as error:
                 if error.status == 404:
                     return None
                 raise
+        return config_map, _ahead(headers, self._wall_clock())
 
     def _write(self, api: Any, config_map: Any, doc: BudgetDocument) -> bool:
         """Replace; False when another writer came first."""
@@ -403,7 +411,21 @@ def _written(metadata: Any, text: str) -> str:
     return f"{getattr(metadata, 'uid', None)} {hashlib.sha256(text.encode()).hexdigest()}"
 
 
-def _document(config_map: Any) -> BudgetDocument:
+def _ahead(headers: Any, received: float) -> timedelta:
+    """How far the reader's clock (``received``: when the answer came) runs ahead of the API server's, as the answer
+    tells (its Date header, which kube-apiserver sends with every answer); zero when not told. The Date is to the
+    second and stamped before the answer went out: the reader's lead comes out up to a second (and the answer's way)
+    more than it is, which takes the creation on the reader's clock that much later: the side on which more
+    lifecycles are taken to have begun before it (a record read, never a late delivery unjudged)."""
+    try:
+        date = parsedate_to_datetime(str((headers or {}).get("Date")))
+    except (TypeError, ValueError):
+        return timedelta(0)
+    return timedelta(seconds=received - date.timestamp()) if date.tzinfo is not None else timedelta(0)
+
+
+def _document(config_map: Any, ahead: timedelta = timedelta(0)) -> BudgetDocument:
+    """The document ``config_map`` holds, its creation told on the clock of a reader ``ahead`` of the API server's."""
     data = config_map.data or {}
     text = data.get(DATA_KEY)
     metadata = getattr(config_map, "metadata", None)
@@ -418,7 +440,9 @@ def _document(config_map: Any) -> BudgetDocument:
         doc = BudgetDocument.from_json(text)
         if not _vouched(doc, text, data.get(WRITTEN_KEY), metadata, created):
             doc = doc.model_copy(update={"unvouched": True})
-    return doc if created is None else doc.model_copy(update={"created_at": created})
+    # (on the reader's clock, as the lifecycles' beginnings it is compared with are: a clock ahead of the API server's
+    # by more than rules.CREATION_MARGIN took a lifecycle begun just before the creation for one begun after it)
+    return doc if created is None else doc.model_copy(update={"created_at": created + ahead})
 
 
 def _vouched(

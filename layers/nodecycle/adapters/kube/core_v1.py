@@ -101,6 +101,13 @@ class CoreV1:
         response = self._call("GET", _config_map(namespace, name), **options)
         return self._config_map(response)
 
+    def read_namespaced_config_map_with_http_info(
+        self, name: str, namespace: str, **options: Any
+    ) -> tuple[V1ConfigMap, int, Any]:
+        """The ConfigMap, the answer's status and its headers (the API server's ``Date``)."""
+        response = self._call("GET", _config_map(namespace, name), **options)
+        return self._config_map(response), response.status, response.headers
+
     def create_namespaced_config_map(self, namespace: str, body: Any, **options: Any) -> V1ConfigMap:
         path = f"/api/v1/namespaces/{_segment(namespace)}/configmaps"
         return self._config_map(self._call("POST", path, body=body, **options))
