@@ -18,7 +18,12 @@ requests signed by ``callers`` (the functions' access keys; None: anyone), as AW
   not listed (named, ``InvalidAllocationID.NotFound``), one released since is still listed, an association
   made since does not show, one ended since still does, tags as they were (its filters judge that state);
 - its ``DescribeInstances`` and ``DescribeInstanceStatus`` do not list an instance launched since (named by
-  ``InstanceIds``: ``InvalidInstanceID.NotFound``);
+  ``InstanceIds``: ``InvalidInstanceID.NotFound``); its ``DescribeInstances`` shows each instance's state and tags
+  as they were ``seconds`` ago (a stop, a start, a termination, a ``CreateTags`` or ``DeleteTags`` of an instance
+  made since does not show yet: EC2 says a state change may take a while to show, and lists a tag just written
+  late); its filters judge the latest state, as nodecycle filters by instance id only;
+- a termination's own disassociation of the instance's addresses (EC2's, not a call's) is a write as the others:
+  a lagging ``DescribeAddresses`` still shows the terminated instance's association for the window;
 - its calls naming an id EC2 did not have ``seconds`` ago answer that id's NotFound code
   (``AssociateAddress``, ``DisassociateAddress`` of an association made since, ``ReleaseAddress``,
   ``CreateTags``, ``DeleteTags``). Every other write decides on EC2's own state, as EC2 does: an address
@@ -39,7 +44,7 @@ from typing import Any
 
 from moto.core.responses import ActionResult
 from moto.ec2.exceptions import EC2ClientError
-from moto.ec2.models.instances import InstanceBackend, Reservation
+from moto.ec2.models.instances import Instance, InstanceBackend, InstanceState, Reservation
 from moto.ec2.responses.elastic_ip_addresses import ElasticIPAddresses
 from moto.ec2.responses.instances import InstanceResponse
 from moto.ec2.responses.tags import TagResponse
@@ -54,6 +59,8 @@ _NOT_FOUND = {
 }
 
 View = dict[str, Any]  # one address as DescribeAddresses answers it
+# one instance's state (name, code) and tags (moto's describe_tags items), as DescribeInstances answers them
+InstanceView = tuple[tuple[str, int], tuple[tuple[str, str], ...]]
 
 
 class Ec2Lag:
@@ -67,6 +74,8 @@ class Ec2Lag:
         # allocation id -> [(when, the address before that write; None: it did not exist)], oldest first
         self._addresses: dict[str, list[tuple[float, View | None]]] = {}
         self._launched: dict[str, float] = {}  # instance id -> when it was launched
+        # instance id -> [(when, its state and tags before that write)], oldest first
+        self._instances: dict[str, list[tuple[float, InstanceView]]] = {}
         self.lagged: list[str] = []  # what a lagging read or call met, "<operation> <id>", for tests to see
 
     def arm(
@@ -80,6 +89,7 @@ class Ec2Lag:
             self.clock = clock or time.monotonic
             self._addresses.clear()
             self._launched.clear()
+            self._instances.clear()
             self.lagged = []
 
     def disarm(self) -> None:
@@ -103,6 +113,15 @@ class Ec2Lag:
                     self._addresses.setdefault(allocation_id, []).append((now, before.get(allocation_id)))
             self._forget(now)
 
+    def changed(self, before: dict[str, InstanceView], after: dict[str, InstanceView]) -> None:
+        """Remember the instances a write changed (their state or tags), as they were before it."""
+        now = self.clock()
+        with self._lock:
+            for instance_id, view in before.items():
+                if after.get(instance_id) != view:
+                    self._instances.setdefault(instance_id, []).append((now, view))
+            self._forget(now)
+
     def launched(self, instance_ids: Iterable[str]) -> None:
         now = self.clock()
         with self._lock:
@@ -120,6 +139,12 @@ class Ec2Lag:
         for instance_id, at in list(self._launched.items()):
             if at <= horizon:
                 del self._launched[instance_id]
+        for instance_id, changes in list(self._instances.items()):
+            recent = [(at, view) for at, view in changes if at > horizon]
+            if recent:
+                self._instances[instance_id] = recent
+            else:
+                del self._instances[instance_id]
 
     # -- what a lagging caller sees -----------------------------------------------------------------
 
@@ -138,6 +163,15 @@ class Ec2Lag:
                 else:
                     seen[allocation_id] = before
             return seen
+
+    def instance_seen(self, instance_id: str) -> InstanceView | None:
+        """The state and tags of ``instance_id`` as of ``seconds`` ago, when a write changed them since; None
+        otherwise (the latest are the ones seen)."""
+        now = self.clock()
+        with self._lock:
+            self._forget(now)
+            changes = self._instances.get(instance_id)
+            return changes[0][1] if changes else None
 
     def young(self, ids: Iterable[str], current: dict[str, View] | None = None) -> list[str]:
         """Those of ``ids`` EC2 did not have ``seconds`` ago: addresses allocated since, associations made since
@@ -196,6 +230,35 @@ def _view(ec2_backend: Any, address: Any) -> View:
     return view
 
 
+def instance_views(ec2_backend: Any, instance_ids: Iterable[str]) -> dict[str, InstanceView]:
+    """The state and tags of those of ``instance_ids`` that ``ec2_backend`` has."""
+    found: dict[str, InstanceView] = {}
+    wanted = set(instance_ids)
+    for reservation in list(ec2_backend.reservations.values()):
+        for instance in reservation.instances:
+            if instance.id in wanted:
+                found[instance.id] = _instance_view(instance)
+    return found
+
+
+def _instance_view(instance: Any) -> InstanceView:
+    tags = tuple(sorted((tag["key"], tag["value"]) for tag in instance.get_tags()))
+    return (instance._state.name, instance._state.code), tags
+
+
+def _as_seen(instance: Instance, view: InstanceView) -> Instance:
+    """A copy of ``instance`` that answers with the state and tags of ``view`` (moto renders from the object)."""
+    (name, code), tags = view
+    shown = object.__new__(type(instance))
+    shown.__dict__.update(instance.__dict__)
+    shown._state = InstanceState(name, code)
+    listed = [
+        {"resource_id": instance.id, "resource_type": "instance", "key": k, "value": v} for k, v in tags
+    ]
+    shown.get_tags = lambda: [dict(tag) for tag in listed]  # type: ignore[method-assign]
+    return shown
+
+
 def _matches(view: View, name: str, wanted: list[str]) -> bool:
     """Whether an address's view passes one DescribeAddresses filter (EC2's ``*`` and ``?`` wildcards)."""
     tags = {tag["Key"]: tag["Value"] for tag in view.get("Tags", [])}
@@ -246,8 +309,10 @@ def install() -> None:
                     for resource_id in LAG.young([i for i in named(self) if i], before):
                         LAG.met(operation.__name__, resource_id)
                         raise _not_found(resource_id)
+                instances = instance_views(backend, [i for i in named(self) if i and i.startswith("i-")])
                 result = operation(self)
                 LAG.wrote(before, views(backend))
+                LAG.changed(instances, instance_views(backend, instances))
             return result
 
         write.__name__ = operation.__name__
@@ -289,8 +354,14 @@ def install() -> None:
             instances = [i for i in reservation.instances if not LAG.young([i.id])]
             if len(instances) < len(reservation.instances):
                 LAG.met("describe_instances", reservation.id)
-                if not instances:
-                    continue
+            seen = [(i, LAG.instance_seen(i.id)) for i in instances]
+            for instance, view in seen:
+                if view is not None:
+                    LAG.met("describe_instances", instance.id)
+            instances = [i if view is None else _as_seen(i, view) for i, view in seen]
+            if not instances:
+                continue
+            if instances != reservation.instances:
                 shown = object.__new__(type(reservation))
                 shown.__dict__.update(reservation.__dict__)
                 shown.instances = instances
@@ -316,6 +387,27 @@ def install() -> None:
         if LAG.armed:
             LAG.launched(instance.id for instance in reservation.instances)
         return reservation
+
+    def changing(change: Callable[[Instance], InstanceState]) -> Callable[[Instance], InstanceState]:
+        """An instance's state change (stop, start, terminate: EC2's own, or an API call's) remembered when the
+        lag is armed, with what it did to the addresses (a termination disassociates the instance's)."""
+
+        def changed(self: Instance) -> InstanceState:
+            if not LAG.armed:
+                return change(self)
+            backend = self.ec2_backend
+            with _WRITING:
+                before, addresses = instance_views(backend, [self.id]), views(backend)
+                result = change(self)
+                LAG.changed(before, instance_views(backend, [self.id]))
+                LAG.wrote(addresses, views(backend))
+            return result
+
+        changed.__name__ = change.__name__
+        return changed
+
+    for name in ("start", "stop", "terminate"):
+        setattr(Instance, name, changing(getattr(Instance, name)))
 
     original_describe_addresses = ElasticIPAddresses.describe_addresses
     original_describe_instances = InstanceResponse.describe_instances
