@@ -266,6 +266,7 @@ class FakeLines:
     writes: int = 0
     # a write of another writer that lands right before the next write of this one (a lost race)
     racing: list[Sequence[Waiter]] = field(default_factory=list)
+    taken: dict[str, str] = field(default_factory=dict)  # run -> the address its deliveries take
 
     def read(self, key: str) -> Line:
         self.reads += 1
@@ -281,6 +282,13 @@ class FakeLines:
             return False
         self.lines[key] = Line(tuple(waiters), expected_version + 1)
         return True
+
+    def taking(self, run: str, allocation_id: str, instead_of: str | None) -> str:
+        written = self.taken.get(run)
+        if written is None or written == instead_of:
+            self.taken[run] = allocation_id
+            return allocation_id
+        return written
 
     def waiting(self) -> list[str]:
         return [waiter.instance_id for line in self.lines.values() for waiter in line.waiters]

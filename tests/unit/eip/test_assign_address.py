@@ -65,8 +65,9 @@ def step(ec2: FakeAddresses, metrics: FakeMetrics, wiring: Wiring, **overrides: 
 
 
 def after(record: LifecycleRecord, outcome: Outcome) -> LifecycleRecord:
-    """The record as the engine commits it after ``outcome`` (the changes; the step stays on a wait)."""
-    return record.model_copy(update=dict(outcome.changes))
+    """The record as the engine commits it after ``outcome`` (the changes, under the next seq; the step stays on
+    a wait)."""
+    return record.model_copy(update={**outcome.changes, "seq": record.seq + 1})
 
 
 def went_on(outcome: Outcome) -> bool:
@@ -779,3 +780,35 @@ def test_a_launch_whose_old_address_left_to_the_sweeper_fills_the_quota_waits_fo
     assert went_on(outcome)
     assert [eip.allocation_id for eip in ec2.on(INSTANCE)] == [outcome.changes["allocation_id"]]
     assert outcome.changes["allocation_id"] != old
+
+
+def test_an_address_refused_as_associated_that_no_read_shows_associated_yet_is_looked_at_again_not_replaced(
+    ec2: FakeAddresses, metrics: FakeMetrics, wiring: Wiring
+) -> None:
+    # Given a pool of two free addresses, and another delivery of this launch that associates the one this
+    # delivery reaches for first, right before its AssociateAddress, DescribeAddresses not showing it yet
+    pool = {ec2.add(pool=POOL), ec2.add(pool=POOL)}
+
+    def concurrent(allocation_id: str, _instance: str) -> None:
+        ec2.take(allocation_id, INSTANCE)
+        ec2._hidden[allocation_id] = 1  # (EC2's read lags the association)
+
+    ec2.before["associate"] = concurrent
+    record = launch_record(INSTANCE)
+    claim = step(ec2, metrics, wiring, eip_mode="pool", eip_pool_name=POOL)
+
+    # When the launch claims an address (refused: associated), and runs again once its wait is over
+    waiting = claim(record, T0)
+    outcome = claim(after(record, waiting), T0)
+
+    # Then it looked at that address again rather than take the other, which EC2 would have moved the first
+    # off the instance for: the instance holds the first, the other is free, and no failure was counted
+    assert (waiting.again, waiting.delay) == (True, VERIFY_DELAY)
+    assert went_on(outcome)
+    (held,) = ec2.on(INSTANCE)
+    assert outcome.changes["allocation_id"] == held.allocation_id
+    assert ec2.count("associate") == 1
+    assert [eip.allocation_id for eip in ec2.eips.values() if eip.instance_id is None] == list(
+        pool - {held.allocation_id}
+    )
+    assert metrics.counts["EipFailures"] == 0

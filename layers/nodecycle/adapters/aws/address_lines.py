@@ -5,7 +5,7 @@ the EIP function may do on the table already)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
@@ -65,6 +65,37 @@ class DynamoAddressLines:
                 return error.response.get("Item") == item
             raise
         return True
+
+    def taking(self, run: str, allocation_id: str, instead_of: str | None) -> str:
+        item: dict[str, Any] = {
+            "id": {"S": _taking_id(run)},
+            "allocation": {"S": allocation_id},
+            "expires_at": {"N": str(int((datetime.now(UTC) + KEPT).timestamp()))},
+        }
+        put: PutItemInputTypeDef = {
+            "TableName": self._table,
+            "Item": item,
+            "ConditionExpression": "attribute_not_exists(id)",
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+        if instead_of is not None:
+            put["ConditionExpression"] = "attribute_not_exists(id) OR allocation = :refused"
+            put["ExpressionAttributeValues"] = {":refused": {"S": instead_of}}
+        try:
+            with transient_errors("writing the address a launch takes"):
+                self._dynamodb().put_item(**put)
+        except ClientError as error:
+            if error_code(error) == "ConditionalCheckFailedException":
+                # (this very write, sent again by botocore after its answer was lost, finds itself: the same id)
+                written: dict[str, Any] = dict(error.response.get("Item") or {})  # type: ignore[call-overload]
+                return str(written.get("allocation", {}).get("S") or allocation_id)
+            raise
+        return allocation_id
+
+
+def _taking_id(run: str) -> str:
+    """The item of the address one message's deliveries take: beside the records and the lines."""
+    return f"eip-take#{run}"
 
 
 def _line_id(key: str) -> str:

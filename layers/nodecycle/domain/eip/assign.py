@@ -138,6 +138,7 @@ class AssignAddress:
         # quota (see nodecycle.domain.eip.line)
         self._line_pool = self._pool if self._mode is EipMode.POOL else None
         self._line = PoolLine(lines, line_key(owner, self._line_pool))
+        self._lines = lines  # (and the address the deliveries of one message take: see _take_first)
         # Wakes the first launches waiting in a line when this one leaves it without an address, or releases
         # spares under the quota (see nodecycle.domain.eip.wake); None: they find out at their own looks
         self._waker = waker
@@ -227,10 +228,9 @@ class AssignAddress:
             held = _held(found, instance)
             if held is not None:
                 return self._done(record, held, found)
-        for address in _unassociated(found, now):
-            outcome = self._take(record, scratch, address, found)
-            if outcome is not None:
-                return outcome
+        outcome = self._take_first(record, scratch, _unassociated(found, now), found)
+        if outcome is not None:
+            return outcome
         return self._start_over(
             record, scratch, "the addresses allocated for the instance were taken or released"
         )
@@ -274,10 +274,9 @@ class AssignAddress:
             leaving = self._leaving(record, scratch)
             if leaving is not None:
                 return self._instance_gone(record, leaving)
-        for address in [*own, *others]:
-            outcome = self._take(record, scratch, address, found)
-            if outcome is not None:
-                return outcome
+        outcome = self._take_first(record, scratch, [*own, *others], found)
+        if outcome is not None:
+            return outcome
         if not self._grow_pool:
             return self._exhausted(
                 record,
@@ -310,10 +309,10 @@ class AssignAddress:
             held = _held(found, instance)
             if held is not None:
                 return self._done(record, held, found)
-            for address in (a for a in found if a.allocated_for == instance and not a.associated):
-                outcome = self._take(record, scratch, address, found)
-                if outcome is not None:
-                    return outcome
+            own = [a for a in found if a.allocated_for == instance and not a.associated]
+            outcome = self._take_first(record, scratch, own, found)
+            if outcome is not None:
+                return outcome
             return self._exhausted(
                 record,
                 scratch,
@@ -323,7 +322,7 @@ class AssignAddress:
             )
         self._metrics.count("EipsAllocated")
         log.info("address pool %r is empty: allocated %s into it", self._pool, allocated.public_ip)
-        outcome = self._take(record, _allocated(scratch, allocated), allocated, [*found, allocated])
+        outcome = self._take_first(record, _allocated(scratch, allocated), [allocated], [*found, allocated])
         if outcome is not None:
             return outcome
         return self._start_over(record, scratch, "another launch claimed the new pool address first")
@@ -535,6 +534,47 @@ class AssignAddress:
                 return f"the instance holds address {address.public_ip} (owner {owner}) already"
         return None
 
+    def _take_first(
+        self,
+        record: LifecycleRecord,
+        scratch: dict[str, Any],
+        candidates: list[Address],
+        found: list[Address],
+    ) -> Outcome | None:
+        """Associate the first of ``candidates`` to be had; None when none is (each taken first, or gone).
+
+        The deliveries of one message that run at once take the same address: the one the first of them wrote
+        for the message (``AddressLines.taking``), another only once EC2 refused that one. Each decides on its
+        own listing, and EC2's reads lag its writes: a delivery that does not see the other's association yet
+        would take another address, and EC2, associating it with the instance, moves the first off it (an
+        address given back moments ago that one listing shows free and the other not; in allocate mode, each
+        delivery's own allocation, unknown to the other). One that cannot take the address written (not free as
+        it sees it, or unknown to it yet) verifies that address instead, as if it had associated it: whichever
+        delivery commits, the launch goes on with the address associated."""
+        run = f"{record.id}#{record.seq}"
+        refused: str | None = None
+        left = list(candidates)
+        while left:
+            address = left.pop(0)
+            chosen = self._lines.taking(run, address.allocation_id, refused)
+            if chosen != address.allocation_id:
+                theirs = next((a for a in left if a.allocation_id == chosen), None)
+                if theirs is None:
+                    log.info(
+                        "another delivery of this launch is taking address %s (not free as this one sees it): "
+                        "verifying it",
+                        chosen,
+                    )
+                    verify = {"allocation_id": chosen, "reads": 0, "theirs": True}
+                    return _wait(record, VERIFY_DELAY, {**scratch, "verify": verify})
+                left = [address, *(a for a in left if a is not theirs)]
+                address = theirs
+            outcome = self._take(record, scratch, address, found)
+            if outcome is not None:
+                return outcome
+            refused = address.allocation_id
+        return None
+
     def _take(
         self, record: LifecycleRecord, scratch: dict[str, Any], address: Address, found: list[Address]
     ) -> Outcome | None:
@@ -551,6 +591,16 @@ class AssignAddress:
                     instance,
                 )
                 return self._done(record, current, found)
+            unshown = int(scratch.get("unshown", 0)) + 1
+            if (current is None or not current.associated) and unshown < VERIFY_READS:
+                # EC2 refused it as associated, and its read does not show with what yet (it lags the
+                # association): it may be this very instance's, made by another delivery of the launch, which
+                # another address taken now would move off the instance. Looked at again before another is taken
+                log.info(
+                    "address %s is associated, EC2 does not show with what yet: looking again shortly",
+                    address.public_ip,
+                )
+                return _wait(record, verify_delay(unshown), {**scratch, "unshown": unshown})
             log.info(
                 "address %s is associated elsewhere (refused, not moved): trying the next", address.public_ip
             )
@@ -596,12 +646,15 @@ class AssignAddress:
         try:
             current = self._addresses.describe(allocation_id)
         except AddressNotFound:
-            if (scratch.get("allocated") or {}).get("allocation_id") != allocation_id:
+            theirs = bool(scratch.get("verify", {}).get("theirs"))
+            if not theirs and (scratch.get("allocated") or {}).get("allocation_id") != allocation_id:
                 self._metrics.count("EipFailures")
                 return self._start_over(
                     record, scratch, f"address {allocation_id} was released behind our back"
                 )
-            current = None  # allocated for this launch moments ago: EC2 does not know it yet
+            current = (
+                None  # allocated for this launch moments ago (by this delivery or another): not known yet
+            )
         if current is not None and current.instance_id == record.instance_id:
             return self._done(record, current, found)
         if current is not None and current.associated:
@@ -620,7 +673,7 @@ class AssignAddress:
                 record, scratch, f"the association of {shown} did not show in {reads} reads"
             )
         log.info("the association of %s does not show yet: verifying again shortly", shown)
-        verify = {"allocation_id": allocation_id, "reads": reads}
+        verify = {**scratch.get("verify", {}), "allocation_id": allocation_id, "reads": reads}
         return _wait(record, verify_delay(reads), {**scratch, "verify": verify})
 
     def _current(self, allocation_id: str) -> Address | None:

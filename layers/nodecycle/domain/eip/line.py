@@ -78,6 +78,13 @@ class AddressLines(Protocol):
         came first. Raises :class:`~nodecycle.domain.errors.TransientError`."""
         ...
 
+    def taking(self, run: str, allocation_id: str, instead_of: str | None) -> str:
+        """The address the deliveries of one message (``run``: a launch at one ``seq``) take: ``allocation_id``
+        when none is written for ``run`` yet, or the one written is ``instead_of`` (one EC2 refused this
+        delivery); otherwise the one written, by another delivery of the same message. One conditional write,
+        kept for a day. Raises :class:`~nodecycle.domain.errors.TransientError`."""
+        ...
+
 
 def line_key(owner: str, pool: str | None) -> str:
     """The line of a pool, or (None) of the launches of allocate mode waiting for the account's quota."""
