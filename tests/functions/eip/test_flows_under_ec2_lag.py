@@ -240,3 +240,37 @@ def test_a_launch_waiting_first_in_line_whose_instance_ec2_does_not_list_yet_kee
     assert addresses(**{f"tag:{POOL_TAG}": "ci"})[0].get("InstanceId") is None
     assert current(stack, late).step is Step.ASSIGN_EIP
     assert any(met.startswith("describe_instances") for met in LAG.lagged), LAG.lagged
+
+
+@pytest.mark.parametrize("mode", ["allocate", "pool"])
+def test_a_launch_whose_new_address_ec2_does_not_know_for_minutes_allocates_no_second_one(
+    eip_fn: ModuleType,
+    stack: Stack,
+    clock: Clock,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    mode: str,
+) -> None:
+    # Given EC2 whose reads lag its writes by a minute and a half, far longer than usual, in allocate mode or
+    # with an empty pool that grows when empty, and an instance running for long
+    if mode == "pool":
+        monkeypatch.setenv("NODECYCLE_EIP_MODE", "pool")
+        monkeypatch.setenv("NODECYCLE_EIP_POOL_NAME", "ci")
+        monkeypatch.setenv("NODECYCLE_EIP_POOL_ALLOCATE_WHEN_EMPTY", "true")
+    lag(clock, 90.0)
+    clock.now -= 200
+    (instance,) = run_instances(1)
+    clock.now += 200
+    launch = given(stack, launch_record(instance, at=now()))
+
+    # When its launch runs until it goes on (each try of the new address answered InvalidAllocationID.NotFound for
+    # the window)
+    launched = run(eip_fn, stack, clock, launch, Step.ASSIGN_EIP)
+
+    # Then it allocated one address, which the instance holds: none was taken for released and another allocated
+    assert launched.step is Step.READY_GATE, launched.outcome
+    (address,) = ours()
+    assert (address.get("InstanceId"), launched.allocation_id) == (instance, address["AllocationId"])
+    out = capsys.readouterr().out
+    assert metric(out, "EipsAllocated") == 1
+    assert any(met.startswith("associate_address eipalloc-") for met in LAG.lagged), LAG.lagged

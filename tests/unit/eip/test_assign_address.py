@@ -321,30 +321,30 @@ def test_a_new_address_ec2_does_not_know_yet_when_its_association_is_read_is_rea
     assert metrics.counts["EipFailures"] == 0
 
 
-def test_a_new_address_released_before_its_association_is_replaced_after_a_few_tries(
+def test_a_new_address_ec2_never_knew_is_tried_until_the_launch_may_wait_no_more_and_never_replaced(
     ec2: FakeAddresses, metrics: FakeMetrics, wiring: Wiring
 ) -> None:
-    # Given a new address released by someone else right after its allocation, before its association: EC2
-    # answers InvalidAllocationID.NotFound, as it does for one it does not know yet
+    # Given a new address released by someone else right after its allocation, before any listing showed it or
+    # an association took it: EC2 answers InvalidAllocationID.NotFound, as it does for one it does not know yet
     ec2.before["associate"] = lambda allocation_id, instance_id: ec2.eips.pop(allocation_id)
-    record = launch_record(INSTANCE)
-    assign = step(ec2, metrics, wiring)
+    record, now = launch_record(INSTANCE), T0
+    assign = step(ec2, metrics, wiring, eip_wait_seconds=600)
 
-    # When the step runs until it goes on
-    outcomes = [assign(record, T0)]
-    while not went_on(outcomes[-1]) and len(outcomes) <= UNSEEN_TRIES + 1:
-        record = after(record, outcomes[-1])
-        outcomes.append(assign(record, T0))
+    # When the step runs, each run when the last one's wait is over, until it goes on
+    outcomes = [assign(record, now)]
+    while not went_on(outcomes[-1]) and outcomes[-1].then is None and len(outcomes) < 40:
+        record, now = after(record, outcomes[-1]), now + timedelta(seconds=outcomes[-1].delay)
+        outcomes.append(assign(record, now))
 
-    # Then the first is asked for a few times, further apart each time (a minute in all: EC2 may lag by seconds),
-    # then taken for released: one failure counted, and the instance holds a second address (the start over
-    # waits VERIFY_DELAY)
-    tries = [verify_delay(unseen) for unseen in range(1, UNSEEN_TRIES)]
-    assert [outcome.delay for outcome in outcomes[:-1]] == [*tries, VERIFY_DELAY]
-    assert sum(tries) >= 60
-    assert went_on(outcomes[-1])
-    assert ec2.count("allocate") == 2
-    assert [eip.allocation_id for eip in ec2.on(INSTANCE)] == [outcomes[-1].changes["allocation_id"]]
+    # Then it is tried again, further apart each time (EC2 may not know it yet, however long its reads lag),
+    # until the launch may wait no more (EipWaitSeconds from its allocation): the failure policy decides then,
+    # one failure counted, and no second address was allocated (it would be one more once the first shows)
+    tries = [outcome.delay for outcome in outcomes[:-1]]
+    assert tries[: UNSEEN_TRIES - 1] == [verify_delay(unseen) for unseen in range(1, UNSEEN_TRIES)]
+    assert set(tries[UNSEEN_TRIES - 1 :]) == {30.0}
+    assert 600 <= sum(tries) < 630
+    assert "eip-failed" in outcomes[-1].changes["outcome"]
+    assert ec2.count("allocate") == 1
     assert metrics.counts["EipFailures"] == 1
 
 
@@ -812,3 +812,27 @@ def test_an_address_refused_as_associated_that_no_read_shows_associated_yet_is_l
         pool - {held.allocation_id}
     )
     assert metrics.counts["EipFailures"] == 0
+
+
+def test_a_launch_whose_own_address_is_past_taking_releases_it_before_allocating_another(
+    ec2: FakeAddresses, metrics: FakeMetrics, wiring: Wiring
+) -> None:
+    # Given a launch that allocated an address five minutes ago, known to EC2, never associated (its tries spent on
+    # an association that did not show, an instance not taking one): older than TAKE_OWN_WITHIN, the sweeper's now;
+    # and an address quota it fills
+    ec2.quota = 1
+    mine = ec2.add(allocated_for=INSTANCE, allocated_at=T0 - timedelta(minutes=5))
+    eip = ec2.eips[mine]
+    allocated = {"allocation_id": mine, "public_ip": eip.public_ip, "tags": dict(eip.tags), "seen": True}
+    record = launch_record(INSTANCE, extra={"eip": {"allocated": allocated, "restarts": 2}})
+
+    # When it runs again
+    outcome = step(ec2, metrics, wiring)(record, T0)
+
+    # Then it released that address itself before allocating another (never two: the second allocated while the
+    # first lingers, or no room for one until the sweeper's grace): the instance holds the new one, the only one
+    assert went_on(outcome)
+    assert mine not in ec2.eips
+    (held,) = ec2.on(INSTANCE)
+    assert list(ec2.eips) == [held.allocation_id] == [outcome.changes["allocation_id"]]
+    assert metrics.counts["EipsReleased"] == 1

@@ -16,9 +16,13 @@ the spare is released.
 EC2 is eventually consistent: an address just allocated may be unknown for a few seconds to AssociateAddress
 and DescribeAddresses (``InvalidAllocationID.NotFound``), and missing from their listings. The launch remembers
 the address it allocated (``record.extra["eip"]["allocated"]``) until it holds one: EC2 answering that it does
-not exist is then EC2 not knowing it yet, asked again further apart each time, for a minute (``verify_delay``:
-EC2's reads lag by seconds under load); not an address released behind our back, a failure counted and another
-one allocated (in pool mode, the pool grown again, for good). So too an association that does not show yet.
+not exist is then EC2 not knowing it yet, asked again further apart each time (``verify_delay``: EC2's reads lag
+by seconds under load), for as long as EC2 has never shown it, however long that is (then the failure policy
+decides); never another one allocated meanwhile (in pool mode, the pool grown again), which would leave the launch
+two addresses once the first shows. Only once EC2 has shown it (listed it, taken or refused it) does it answering
+so for a minute mean an address released behind our back, a failure counted and another one allocated. So too an
+association that does not show yet. One older than ``TAKE_OWN_WITHIN`` and never associated the launch releases
+itself before it allocates another.
 
 No stealing: AssociateAddress always runs with AllowReassociation false, so an address that another launch
 associated first is refused, not moved, and the step tries the next free one. Nor is an address moved off
@@ -71,10 +75,10 @@ VERIFY_DELAY = 2  # seconds: DescribeAddresses usually shows a new association w
 VERIFY_DELAY_MAX = 30  # seconds
 # Reads of an association that does not show before it is made again: a minute in all (2, 4, 8, 16, 30 s apart)
 VERIFY_READS = 6
-# Tries, spaced as those reads, to associate an address this launch allocated that EC2 does not know yet, before
-# it is taken for one released behind our back (and the assignment starts over): a minute. Only the sweeper
-# releases an address of ours that no instance holds, and not before the sweep grace (five minutes at least): an
-# allocation unknown sooner is EC2 not knowing it yet, never a reason to count a failure or allocate again
+# Tries, spaced as those reads, to associate an address this launch allocated that EC2 has shown once and does not
+# know now, before it is taken for one released behind our back (and the assignment starts over): a minute. Only
+# the sweeper releases an address of ours that no instance holds, and not before the sweep grace (five minutes at
+# least). One EC2 has never shown is EC2 not knowing it yet, however long: tried on (see AssignAddress._unseen)
 UNSEEN_TRIES = 6
 # An unassociated address allocated for the instance longer ago than this (a launch that crashed after its
 # allocation, delivered again late) is left to the sweeper, and another one allocated: the sweeper releases such an
@@ -183,7 +187,9 @@ class AssignAddress:
 
     def _allocate(self, record: LifecycleRecord, scratch: dict[str, Any], now: datetime) -> Outcome:
         instance = record.instance_id
-        found = self._with_allocated(self._addresses.find(self._owner, allocated_for=instance), scratch)
+        listed = self._addresses.find(self._owner, allocated_for=instance)
+        scratch = _seen(scratch, listed)
+        found = self._with_allocated(listed, scratch)
         held = _held(found, instance)
         if held is not None:
             log.info("instance %s holds address %s already (a redelivery): kept", instance, held.public_ip)
@@ -191,6 +197,10 @@ class AssignAddress:
         other = self._held_elsewhere(instance)
         if other is not None:
             return self._fail(record, other)
+        if not _unassociated(found, now) and "allocated" in scratch:
+            outcome, scratch = self._own_past_taking(record, scratch, listed, now)
+            if outcome is not None:
+                return outcome
         if not _unassociated(found, now):
             ahead, line = self._ahead(record, scratch, self._line.read(), found, [], now, quota=True)
             if ahead:
@@ -228,7 +238,7 @@ class AssignAddress:
             held = _held(found, instance)
             if held is not None:
                 return self._done(record, held, found)
-        outcome = self._take_first(record, scratch, _unassociated(found, now), found)
+        outcome = self._take_first(record, now, scratch, _unassociated(found, now), found)
         if outcome is not None:
             return outcome
         return self._start_over(
@@ -239,7 +249,9 @@ class AssignAddress:
 
     def _claim(self, record: LifecycleRecord, scratch: dict[str, Any], now: datetime) -> Outcome:
         instance = record.instance_id
-        found = self._with_allocated(self._addresses.find(self._owner, pool=self._pool), scratch)
+        listed = self._addresses.find(self._owner, pool=self._pool)
+        scratch = _seen(scratch, listed)
+        found = self._with_allocated(listed, scratch)
         held = _held(found, instance)
         if held is not None:
             log.info(
@@ -274,7 +286,7 @@ class AssignAddress:
             leaving = self._leaving(record, scratch)
             if leaving is not None:
                 return self._instance_gone(record, leaving)
-        outcome = self._take_first(record, scratch, [*own, *others], found)
+        outcome = self._take_first(record, now, scratch, [*own, *others], found)
         if outcome is not None:
             return outcome
         if not self._grow_pool:
@@ -310,7 +322,7 @@ class AssignAddress:
             if held is not None:
                 return self._done(record, held, found)
             own = [a for a in found if a.allocated_for == instance and not a.associated]
-            outcome = self._take_first(record, scratch, own, found)
+            outcome = self._take_first(record, now, scratch, own, found)
             if outcome is not None:
                 return outcome
             return self._exhausted(
@@ -322,7 +334,9 @@ class AssignAddress:
             )
         self._metrics.count("EipsAllocated")
         log.info("address pool %r is empty: allocated %s into it", self._pool, allocated.public_ip)
-        outcome = self._take_first(record, _allocated(scratch, allocated), [allocated], [*found, allocated])
+        outcome = self._take_first(
+            record, now, _allocated(scratch, allocated), [allocated], [*found, allocated]
+        )
         if outcome is not None:
             return outcome
         return self._start_over(record, scratch, "another launch claimed the new pool address first")
@@ -534,9 +548,67 @@ class AssignAddress:
                 return f"the instance holds address {address.public_ip} (owner {owner}) already"
         return None
 
+    def _unseen(
+        self, record: LifecycleRecord, now: datetime, scratch: dict[str, Any], address: Address, unseen: int
+    ) -> Outcome:
+        """The launch's own new address, unknown to EC2 at this try: tried again further apart each time (in
+        allocate mode only while younger than TAKE_OWN_WITHIN; then waited for, to be released once EC2 shows it),
+        for as long as the launch may wait for an address (EipWaitSeconds from its allocation, TAKE_OWN_WITHIN at
+        least); then the failure policy decides, the address left to the sweeper (which releases it once EC2 shows
+        it, past its grace). Never another allocated meanwhile: one launch, one address."""
+        allocated = scratch["allocated"]
+        since = address.allocated_at
+        waited = now - since if since is not None else timedelta(0)
+        if waited >= max(self._wait, TAKE_OWN_WITHIN):
+            return self._fail(
+                record,
+                f"address {address.public_ip}, allocated for the launch {waited.total_seconds():.0f} s ago, is "
+                "still unknown to EC2: left to the sweeper",
+            )
+        log.info(
+            "address %s, allocated for this launch, is not known to EC2 yet: associated again shortly",
+            address.public_ip,
+        )
+        return _wait(record, verify_delay(unseen), {**scratch, "allocated": {**allocated, "unseen": unseen}})
+
+    def _own_past_taking(
+        self, record: LifecycleRecord, scratch: dict[str, Any], listed: list[Address], now: datetime
+    ) -> tuple[Outcome | None, dict[str, Any]]:
+        """Before a launch allocates again: the address it allocated itself (``scratch["allocated"]``), which it
+        no longer takes (older than TAKE_OWN_WITHIN: the sweeper's by then). Released first, so that the launch
+        never holds two (one it may not see associated yet, or that would linger unassociated until the sweeper's
+        grace): released, or gone (listed before, and not now: the sweeper's release), the launch allocates
+        another; one EC2 says is in use is looked at again; one EC2 has never shown is waited for (``_unseen``).
+        Returns the outcome when the launch must not allocate now, and the scratch to go on with."""
+        allocated = scratch["allocated"]
+        mine = next((a for a in listed if a.allocation_id == allocated["allocation_id"]), None)
+        if mine is None and not allocated.get("seen"):
+            address = Address(
+                allocation_id=allocated["allocation_id"],
+                public_ip=allocated["public_ip"],
+                tags=allocated["tags"],
+            )
+            return self._unseen(record, now, scratch, address, int(allocated.get("unseen", 0)) + 1), scratch
+        if mine is not None and not mine.associated:
+            try:
+                released = release_unassociated(self._addresses, mine.allocation_id)
+            except AddressInUse:
+                log.info("address %s of this launch is in use: looking at it again shortly", mine.public_ip)
+                return _wait(record, VERIFY_DELAY, scratch), scratch
+            if released:
+                self._metrics.count("EipsReleased")
+            log.info(
+                "released address %s, allocated for this launch at %s, before allocating another (the sweeper's "
+                "to release by now, never taken)",
+                mine.public_ip,
+                mine.allocated_at,
+            )
+        return None, {key: value for key, value in scratch.items() if key != "allocated"}
+
     def _take_first(
         self,
         record: LifecycleRecord,
+        now: datetime,
         scratch: dict[str, Any],
         candidates: list[Address],
         found: list[Address],
@@ -569,20 +641,26 @@ class AssignAddress:
                     return _wait(record, VERIFY_DELAY, {**scratch, "verify": verify})
                 left = [address, *(a for a in left if a is not theirs)]
                 address = theirs
-            outcome = self._take(record, scratch, address, found)
+            outcome = self._take(record, now, scratch, address, found)
             if outcome is not None:
                 return outcome
             refused = address.allocation_id
         return None
 
     def _take(
-        self, record: LifecycleRecord, scratch: dict[str, Any], address: Address, found: list[Address]
+        self,
+        record: LifecycleRecord,
+        now: datetime,
+        scratch: dict[str, Any],
+        address: Address,
+        found: list[Address],
     ) -> Outcome | None:
         """Associate ``address`` with the instance; None when it is not to be had (taken first, or gone)."""
         instance = record.instance_id
         try:
             association = self._addresses.associate(address.allocation_id, instance)
         except AddressAlreadyAssociated:
+            scratch = _seen(scratch, [address])  # (EC2 knows it: it refused it as associated)
             current = self._current(address.allocation_id)
             if current is not None and current.instance_id == instance:
                 log.info(
@@ -609,21 +687,17 @@ class AssignAddress:
             allocated = scratch.get("allocated")
             if allocated is not None and allocated["allocation_id"] == address.allocation_id:
                 unseen = int(allocated.get("unseen", 0)) + 1
-                if unseen < UNSEEN_TRIES:
-                    log.info(
-                        "address %s, allocated for this launch, is not known to EC2 yet: associated again shortly",
-                        address.public_ip,
-                    )
-                    return _wait(
-                        record,
-                        verify_delay(unseen),
-                        {**scratch, "allocated": {**allocated, "unseen": unseen}},
-                    )
+                if unseen < UNSEEN_TRIES or not allocated.get("seen"):
+                    # Never known to EC2 yet (no listing showed it, no association took it): EC2 not knowing it yet,
+                    # however long its reads lag. Taken for released, the launch would allocate another, and hold
+                    # two once this one shows; so it is tried again, then the failure policy decides (see _unseen)
+                    return self._unseen(record, now, scratch, address, unseen)
             self._metrics.count("EipFailures")
             log.warning("address %s was released behind our back: trying the next", address.allocation_id)
             return None
         except InstanceUnavailable:
             return self._instance_unavailable(record, scratch)
+        scratch = _seen(scratch, [address])  # (EC2 knows it: it took it)
         if address.pool is not None:
             self._metrics.count("EipsClaimed")
         log.info(
@@ -913,6 +987,17 @@ def _allocated(scratch: dict[str, Any], address: Address) -> dict[str, Any]:
         "tags": dict(address.tags),
     }
     return {**scratch, "allocated": allocated}
+
+
+def _seen(scratch: dict[str, Any], known: Iterable[Address]) -> dict[str, Any]:
+    """The scratch, its own allocation marked known to EC2 when ``known`` (listed by EC2, or taken or refused by
+    it) has it: from then on, EC2 answering that it does not exist is its release, not EC2 not knowing it yet."""
+    allocated = scratch.get("allocated")
+    if allocated is None or allocated.get("seen"):
+        return scratch
+    if not any(address.allocation_id == allocated["allocation_id"] for address in known):
+        return scratch
+    return {**scratch, "allocated": {**allocated, "seen": True}}
 
 
 def verify_delay(reads: int) -> float:
