@@ -1,4 +1,4 @@
-"""Terminated instances that EC2 forgets.
+"""Terminated instances that EC2 forgets, and instances started again that EC2 says were launched then.
 
 EC2 lists a terminated instance for about an hour, then no more (TerminateInstances in the EC2 API reference:
 "Terminated instances remain visible after termination (for approximately one hour)"): DescribeInstances
@@ -9,6 +9,10 @@ instance EC2 no longer knows.
 The retention (``RETENTION_SECONDS`` unless ``set_retention`` or ``AwsControl.configure`` changed it for a
 backend) counts from the instance's first termination. Forgotten instances go when the backend next reads its
 reservations.
+
+An instance started again (out of the stopped state) has the start's ``LaunchTime``, as EC2 shows it ("the time
+the instance was launched", which a stop and a start move on; nodecycle tells a stopped instance started again by
+it). moto kept the first launch's time for ever.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from moto.core.utils import utcnow
 from moto.ec2.models.instances import Instance, InstanceBackend, InstanceState
 
 RETENTION_SECONDS = 3600.0
@@ -29,7 +34,15 @@ def install() -> None:
     if getattr(Instance, _MARKER, False):
         return
     original_terminate = Instance.terminate
+    original_start = Instance.start
     original_reservations = InstanceBackend.all_reservations
+
+    def start(self: Instance) -> InstanceState:
+        stopped = self._state.name != "running"
+        previous = original_start(self)
+        if stopped:
+            self.launch_time = utcnow()
+        return previous
 
     def terminate(self: Instance) -> InstanceState:
         if getattr(self, _TERMINATED_AT, None) is None:
@@ -41,6 +54,7 @@ def install() -> None:
         return original_reservations(self, filters)
 
     Instance.terminate = terminate  # type: ignore[method-assign]
+    Instance.start = start  # type: ignore[method-assign]
     InstanceBackend.all_reservations = all_reservations  # type: ignore[method-assign]
     setattr(Instance, _MARKER, True)
 

@@ -202,6 +202,7 @@ def test_a_late_stop_event_leaves_the_address_of_an_instance_running_again(
     # Given an instance that was stopped outside the hooks and has been started again since (a warm pool's
     # launch, a manual start), holding the address allocated for it before it stopped
     address = ec2.add(allocated_for=INSTANCE, allocated_at=STOPPED_AT - timedelta(hours=1), on=INSTANCE)
+    ec2.start(INSTANCE, at=STOPPED_AT + timedelta(minutes=5))
 
     # When the stop's RELEASE_EIP runs late (no hook: nothing asked Auto Scaling whether it still holds)
     with caplog.at_level(logging.INFO):
@@ -264,7 +265,7 @@ def test_an_address_associated_again_after_its_disassociation_is_not_released_in
     ec2.instances[INSTANCE] = "stopped"
 
     def started_and_launched(*_: object) -> None:
-        ec2.instances[INSTANCE] = "running"
+        ec2.start(INSTANCE, at=T0)
         ec2.take(address, INSTANCE)
 
     ec2.after["disassociate"] = started_and_launched
@@ -323,4 +324,19 @@ def test_a_release_after_the_completion_takes_the_address_of_the_settled_action_
     # Then the settled action's address is released, and the later launch's is kept
     assert old not in ec2.eips
     assert ec2.eips[newer].instance_id == INSTANCE
+    assert went_on(outcome)
+
+
+def test_a_stop_event_takes_back_the_address_of_an_instance_ec2_still_shows_running_since_before_its_stop(
+    ec2: FakeAddresses, metrics: FakeMetrics
+) -> None:
+    # Given an instance stopped outside the hooks that EC2's reads still show running (they lag the stop), launched
+    # before the stop and not started since, with its address
+    address = ec2.add(allocated_for=INSTANCE, allocated_at=STOPPED_AT - timedelta(hours=1), on=INSTANCE)
+
+    # When the stop's RELEASE_EIP runs
+    outcome = release_until_done(ec2, metrics, state_change_record(INSTANCE, at=STOPPED_AT))
+
+    # Then the address is taken back: the instance is down, not started again
+    assert address not in ec2.eips
     assert went_on(outcome)

@@ -169,6 +169,20 @@ class ReleaseAddresses:
         state = self._addresses.instance_states([instance]).get(instance)
         if not up(state):
             return False  # down, or gone (EC2 no longer lists it): its addresses are to be taken back
+        launched = self._addresses.launched_at(instance)
+        if launched is not None and launched < record.started_at.replace(microsecond=0):
+            # Not started since its stop (a start moves LaunchTime on): EC2's read lags the stop, which it shows
+            # only seconds later under load, and the instance is down. (Both times have whole seconds: a start in
+            # the stop's own second counts as one since, the address kept, as _since keeps one allocated then)
+            log.info(
+                "instance %s shows %s, launched at %s, before its stop at %s: EC2 does not show the stop yet; its "
+                "addresses are taken back",
+                instance,
+                state,
+                launched,
+                record.started_at,
+            )
+            return False
         log.info(
             "instance %s is %s again since it stopped at %s: its addresses are kept (a late message)",
             instance,
