@@ -836,3 +836,36 @@ def test_a_launch_whose_own_address_is_past_taking_releases_it_before_allocating
     (held,) = ec2.on(INSTANCE)
     assert list(ec2.eips) == [held.allocation_id] == [outcome.changes["allocation_id"]]
     assert metrics.counts["EipsReleased"] == 1
+
+
+def test_a_delivery_that_cannot_see_the_address_another_delivery_of_its_launch_takes_verifies_that_one(
+    ec2: FakeAddresses, metrics: FakeMetrics, wiring: Wiring, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given two deliveries of one launch's message, the other one having allocated its own address and written it
+    # as the one the launch takes, right after this delivery listed the instance's addresses and allocated its own
+    record = launch_record(INSTANCE)
+    theirs: list[str] = []
+    taking = wiring.lines.taking
+
+    def other_first(run: str, allocation_id: str, instead_of: str | None) -> str:
+        if not theirs:
+            theirs.append(ec2.add(allocated_for=INSTANCE))
+            assert taking(run, theirs[0], None) == theirs[0]
+        return taking(run, allocation_id, instead_of)
+
+    monkeypatch.setattr(wiring.lines, "taking", other_first)
+    assign = step(ec2, metrics, wiring)
+
+    # When this delivery runs, the other one associates its address, and this launch runs on
+    waiting = assign(record, T0)
+    ec2.take(theirs[0], INSTANCE)
+    outcome = assign(after(record, waiting), T0)
+
+    # Then this delivery associated nothing: it verified the other's address, which the instance holds, and its
+    # own spare was released
+    assert waiting.changes["extra"]["eip"]["verify"]["allocation_id"] == theirs[0]
+    assert ec2.count("associate") == 0
+    assert went_on(outcome)
+    assert outcome.changes["allocation_id"] == theirs[0]
+    assert list(ec2.eips) == theirs
+    assert metrics.counts["EipFailures"] == 0
