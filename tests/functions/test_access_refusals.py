@@ -126,7 +126,8 @@ def engine_refused_heartbeats(
     refused: Callable[[str], Any],
 ) -> tuple[StepEngine, InMemoryRecords, FakeMetrics, list[LifecycleRecord]]:
     """The drain's engine whose Auto Scaling adapter is refused: its first disruptive step's confirmation
-    (a heartbeat with the action's token) is denied. The step itself records what it was asked."""
+    (a look at where the instance is, then a heartbeat with the action's token) is denied. The step itself records
+    what it was asked."""
     records, metrics, ran = InMemoryRecords(), FakeMetrics(), []
 
     def acquire(record: LifecycleRecord, now: Any) -> Any:
@@ -156,7 +157,7 @@ def test_a_step_whose_aws_call_is_refused_is_retried_with_backoff_told_and_count
     engine_refused_heartbeats: tuple[StepEngine, InMemoryRecords, FakeMetrics, list[LifecycleRecord]],
 ) -> None:
     engine, records, metrics, ran = engine_refused_heartbeats
-    # Given a lifecycle whose action is not confirmed yet, and RecordLifecycleActionHeartbeat denied
+    # Given a lifecycle whose action is not confirmed yet, and Auto Scaling's calls denied
     record = _record()
     records.create(record)
     # When its first step runs
@@ -169,7 +170,9 @@ def test_a_step_whose_aws_call_is_refused_is_retried_with_backoff_told_and_count
     assert (after.step, after.attempts, after.seq) == (Step.ACQUIRE_SLOT, 1, record.seq + 1)
     assert after.due_at > T0
     assert after.verified_at is None
-    assert "recording a lifecycle heartbeat: refused (AccessDenied)" in (after.last_error or "")
+    assert "reading an instance's group and lifecycle state: refused (AccessDenied)" in (
+        after.last_error or ""
+    )
     assert metrics.counts["StepRetries[reason=refused]"] == 1
     assert not ran
 

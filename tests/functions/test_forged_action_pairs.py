@@ -71,7 +71,7 @@ def test_an_instance_whose_state_still_lags_its_wait_state_is_retried_not_refuse
     client = boto3.client("autoscaling", region_name="eu-west-1")
     action = terminating("i-0a1b2c3d4e5f60718", "9f0c3d3e-6a8b-4c8e-9d57-2f7b1e0a6c41")
     with Stubber(client) as stubber:
-        stubber.add_response("record_lifecycle_action_heartbeat", {})
+        # (the look comes before the heartbeat: an action is heartbeated only in the group it names)
         stubber.add_response(
             "describe_auto_scaling_instances",
             {
@@ -88,5 +88,6 @@ def test_an_instance_whose_state_still_lags_its_wait_state_is_retried_not_refuse
             },
             {"InstanceIds": [action.instance_id]},
         )
+        stubber.add_response("record_lifecycle_action_heartbeat", {})
         with pytest.raises(TransientError, match="not yet Terminating:Wait"):
             AutoscalingActions(client).confirm(action)

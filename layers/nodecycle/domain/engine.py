@@ -579,8 +579,16 @@ class StepEngine:
                 return record.model_copy(
                     update={"due_at": min(record.due_at, retry_at), "heartbeat_retry_at": retry_at}
                 )
+            # (an action no step confirmed yet is heartbeated through the confirmation, which looks where the
+            # instance is first: a token Auto Scaling may take named with another group than its action's, another
+            # stack's, is not kept alive for a message that named this stack's group with it)
+            beat = (
+                self._autoscaling.confirm
+                if record.verified_at is None and record.token_known
+                else self._autoscaling.heartbeat
+            )
             try:
-                active = self._autoscaling.heartbeat(record.action)
+                active = beat(record.action)
             except TransientError as error:
                 retry_at = self._heartbeat_retry(record, now)
                 if isinstance(error, AccessRefused):

@@ -556,7 +556,12 @@ class Intake:
             # is the claim's, or was adopted before it started, is over)
             if claim.since < record.started_at:
                 return None
-            if not claim.adopted and self._autoscaling.heartbeat(record.action):
+            # (an instance EC2 does not show in the group named is not heartbeated: see _of_its_group)
+            if (
+                not claim.adopted
+                and self._of_its_group(record)
+                and self._autoscaling.heartbeat(record.action)
+            ):
                 # A claim's start is its event's time, which a message sent to the intake queue can set (forged,
                 # or a replay edited): taken in first, such a lifecycle would make the action's own event a
                 # duplicate, and the node wait undrained for the sweeper's adoption. Auto Scaling holds this
@@ -740,15 +745,19 @@ class Intake:
 
         The heartbeat does not confirm the action for the engine (the record is not stored as verified): Auto
         Scaling may accept a token named with another instance than its action's, and the engine's first
-        confirmation also looks where the instance is (``Autoscaling.confirm``). A failed heartbeat is left to
-        the engine and the sweeper (the record is stored as it is): intake must not lose the event for it."""
+        confirmation also looks where the instance is (``Autoscaling.confirm``). Nor may it accept a token only
+        with its own group: a late message naming this stack's group with the instance and live token of another
+        group's action (another stack's, in the same account) must not keep that action alive, so an instance EC2
+        does not show in the group named (its ``aws:autoscaling:groupName`` tag) is not heartbeated here. A failed
+        heartbeat is left to the engine and the sweeper (the record is stored as it is): intake must not lose the
+        event for it."""
         if (
             record.heartbeat_deadline >= record.global_deadline
             or record.heartbeat_deadline - now > self._retry_window
         ):
             return record
         try:
-            active = self._autoscaling.heartbeat(record.action)
+            active = self._of_its_group(record) and self._autoscaling.heartbeat(record.action)
         except TransientError as error:
             log.warning("could not heartbeat the late lifecycle action (its first step will): %s", error)
             return record
@@ -758,6 +767,24 @@ class Intake:
         left = (record.heartbeat_deadline - now).total_seconds()
         log.info("heartbeat for a lifecycle action received %.0f s before its heartbeat deadline", left)
         return record.renewed(now)
+
+    def _of_its_group(self, record: LifecycleRecord) -> bool:
+        """Whether EC2 shows ``record``'s instance in the group its event named (True when intake has no
+        instance directory to ask), before a heartbeat of its action: Auto Scaling may take a token named with
+        another group than its action's (see ``Autoscaling.confirm``), and a message naming this stack's group with
+        the instance and live token of another stack's action must not keep that action alive."""
+        if self._instances is None:
+            return True
+        facts = self._instances.facts(record.instance_id)
+        if facts is not None and facts.group == record.group:
+            return True
+        log.warning(
+            "instance %s is not of group %s (%s): its action is not heartbeated here",
+            record.instance_id,
+            record.group,
+            "unknown to EC2" if facts is None else f"of {facts.group or 'no group'}",
+        )
+        return False
 
     def _send_first(self, record: LifecycleRecord) -> None:
         self._dispatch.send(record, self._clock.now())

@@ -34,6 +34,7 @@ class AwsControls(Protocol):
         terminated_retention_seconds: float | None = None,
         address_quota: int | None = None,
         token_checked_against_instance: bool | None = None,
+        token_checked_against_group: bool | None = None,
     ) -> None: ...
 
     def plan_nodes(
@@ -122,11 +123,13 @@ class AwsControl:
         terminated_retention_seconds: float | None = None,
         address_quota: int | None = None,
         token_checked_against_instance: bool | None = None,
+        token_checked_against_group: bool | None = None,
     ) -> None:
         """Change the global-timeout rule (for hooks put from now on), where SQS-hook events go, how long
         EC2 lists a terminated instance (about an hour on AWS), and how many Elastic IPs the account may
         hold (5 by default on AWS; no limit in the sandbox until set), and whether a lifecycle call's token
-        must be of the instance named with it (see LifecycleEmulator.token_checked_against_instance)."""
+        must be of the instance named with it (see LifecycleEmulator.token_checked_against_instance), and of the
+        group named with it (token_checked_against_group)."""
         emulator = self.emulator
         with emulator.lock:
             if address_quota is not None:
@@ -141,6 +144,8 @@ class AwsControl:
                 emulator.eventbridge_for_sqs_hooks = eventbridge_for_sqs_hooks
             if token_checked_against_instance is not None:
                 emulator.token_checked_against_instance = token_checked_against_instance
+            if token_checked_against_group is not None:
+                emulator.token_checked_against_group = token_checked_against_group
 
     def plan_nodes(
         self,

@@ -122,6 +122,11 @@ class LifecycleEmulator:
         # instance" and does not say whether it checks the pair (nor is it known): False emulates an Auto
         # Scaling that takes the token alone, the leniency nodecycle must not depend on AWS not having.
         self.token_checked_against_instance = True
+        # Likewise whether such a call is refused when the token's action is another group's (or hook's) than the
+        # group (and hook) named with it: not documented either. False emulates an Auto Scaling that takes the
+        # token alone whatever group is named, so a stack naming its own group with another group's token would
+        # reach that group's action.
+        self.token_checked_against_group = True
         self.notifications: list[Notification] = []
         self.actions: dict[str, ActionRecord] = {}
         self.instances: dict[str, InstanceHistory] = {}
@@ -597,6 +602,7 @@ class LifecycleEmulator:
                 group, hook, token, instance_id, caller, "RecordLifecycleActionHeartbeat"
             )
             action.heartbeats.append(time.time())
+            action.heartbeat_callers.append(caller)
 
     def _active_action(
         self, group: str, hook: str, token: str | None, instance_id: str | None, caller: str, operation: str
@@ -608,8 +614,10 @@ class LifecycleEmulator:
         matching = [
             a
             for a in candidates
-            if a.group == group
-            and a.hook == hook
+            if (
+                (a.group == group and a.hook == hook)
+                or (bool(token) and not self.token_checked_against_group and a.hook == hook)
+            )
             and (
                 instance_id is None
                 or a.instance_id == instance_id

@@ -35,6 +35,7 @@ class ActionRecord:
     origin: str = ""
     destination: str = ""
     heartbeats: list[float] = field(default_factory=list)
+    heartbeat_callers: list[str] = field(default_factory=list)  # who recorded each of ``heartbeats``
     finished_at: float | None = None
     result: str | None = None
     # "completed" (by an API call), "heartbeat-timeout", "global-timeout", "hook-deleted" (completed by

@@ -122,38 +122,56 @@ class AutoscalingActions:
         return True
 
     def confirm(self, action: ActionRef) -> bool:
-        """A heartbeat, and a look at where the instance is: the engine's confirmation of an action before it
+        """A look at where the instance is, then a heartbeat: the engine's confirmation of an action before it
         disrupts anything for it.
 
-        Both calls name the action by its token *and* its instance, and AWS documents them as acting "for the
-        specified token or instance", without saying that a token named with another instance than its action's
-        is refused. A message on the intake queue pairing an instance in service with the live token of another
-        instance's action (read from the queue, its dead letters, a log) could then be confirmed, and the instance
-        in service drained, its address released, and the other action completed with this lifecycle's result.
-        An instance is in the wait state of its transition (``_holding_state``) exactly while an action holds
-        it there: one that is not has no such action, whatever the token named. One call per lifecycle (at its
-        first confirmation), none for a token Auto Scaling refuses. (An adopted action is named by its instance
-        alone: the heartbeat itself found the action the hook holds for it.)"""
-        if not self.heartbeat(action):
-            return False
+        Both calls name the action by its group, hook, token *and* instance, and AWS documents them as acting "for
+        the specified token or instance", without saying that a token named with another instance than its
+        action's, or with another group, is refused. A message on the intake queue pairing an instance in service
+        with the live token of another instance's action (read from the queue, its dead letters, a log) could then
+        be confirmed, and the instance in service drained, its address released, and the other action completed
+        with this lifecycle's result; one naming this stack's group with the instance and token of an action of
+        another group (another stack's, in the same account) would have this stack heartbeat that action, drain
+        its node and complete it under the other stack's drain. An instance is in the wait state of its transition
+        (``_holding_state``) in the group that lists it exactly while an action of that group holds it there: one
+        that is not, or is another group's, has no such action of the group named, whatever the token. So the
+        look comes first, and an action it does not place in the group named is not heartbeated either (one on
+        its way into that state there is: see ``_held_in_its_group``). Two calls per lifecycle (at its first
+        confirmation); an adopted action is named by its instance alone, and its heartbeat itself finds the action
+        the hook holds for it."""
         if not action.token_known:
-            return True
-        state = self.lifecycle_state(action.instance_id)
+            return self.heartbeat(action)
+        if self._held_in_its_group(action):
+            return self.heartbeat(action)
+        return False
+
+    def _held_in_its_group(self, action: ActionRef) -> bool:
+        """Whether ``action``'s instance waits, in the group the action names, in the state its action holds it in.
+        A TransientError while it is still on its way into that state."""
+        with transient_errors("reading an instance's group and lifecycle state"):
+            found = self._asg().describe_auto_scaling_instances(InstanceIds=[action.instance_id])
+        listed = found.get("AutoScalingInstances", [])
+        group = listed[0]["AutoScalingGroupName"] if listed else None
+        state = str(listed[0]["LifecycleState"]) if listed else None
         holding = _holding_state(action)
-        if state == holding:
+        if group == action.group and state == holding:
             return True
-        if state == holding.removesuffix(":Wait"):
+        if group == action.group and state == holding.removesuffix(":Wait"):
             # (Auto Scaling sends the notification once the instance waits: a state read that lags it, not
-            # an action of another instance; the step is retried)
+            # an action of another instance; the step is retried, the action renewed meanwhile when it is this
+            # token's: the group's own instance, on its way into the state its action holds it in)
+            self.heartbeat(action)
             raise TransientError(
                 f"instance {action.instance_id} is {state}, not yet {holding} where its action holds it"
             )
         log.warning(
-            "instance %s is %s, not where an action of hook %s holding it would (%s): the token is not its "
-            "action's",
+            "instance %s is %s in %s, not where an action of hook %s of group %s holding it would (%s): the token "
+            "is not its action's",
             action.instance_id,
-            state or "in no group",
+            state or "in no state",
+            f"group {group}" if group is not None else "no group",
             action.hook,
+            action.group,
             holding,
         )
         return False
