@@ -42,18 +42,31 @@ class OutOfTime(TransientError):
     """Instances of the event remain and too little time is left to take in another: retried, continuing."""
 
 
-def progress_key(events: Sequence[LifecycleEvent | DisruptionEvent]) -> str | None:
+def progress_key(events: Sequence[LifecycleEvent | DisruptionEvent], owner: str | None = None) -> str | None:
     """The key of an event's progress: its id and the instances it names (a delivery of another version of
-    the event, or a forged one under its id, does not skip instances this one names). None for an event of
-    one instance, which has no progress to save."""
+    the event, or a forged one under its id, does not skip instances this one names), under ``owner``: every
+    stack takes in the same AWS Health event, each its own instances of it and the others' as not its own, so
+    one stack's progress is no other's (two stacks writing one table, by mistake, would otherwise skip the
+    instances the first took in, its own among them, at the second's retry). None for an event of one
+    instance, which has no progress to save."""
     if len(events) < 2 or not isinstance(events[0], DisruptionEvent):
         return None
     names = hashlib.sha256(",".join(event.instance_id for event in events).encode()).hexdigest()[:16]
-    return f"{events[0].event_id}#{names}"
+    key = f"{events[0].event_id}#{names}"
+    return key if owner is None else f"{owner}#{key}"
 
 
 class IntakeBudget:
-    def __init__(self, progress: IntakeProgress, clock: Clock, reserve: timedelta = RESERVE) -> None:
+    def __init__(
+        self,
+        progress: IntakeProgress,
+        clock: Clock,
+        reserve: timedelta = RESERVE,
+        *,
+        owner: str | None = None,
+    ) -> None:
+        """``owner``: the stack's owner id, under which its progress is saved (see ``progress_key``)."""
+        self._owner = owner
         self._progress = progress
         self._clock = clock
         self._reserve = reserve.total_seconds()
@@ -63,7 +76,7 @@ class IntakeBudget:
     ) -> list[str]:
         """The outcome of ``accept`` for each of ``events`` not taken in by an earlier delivery; raises
         :class:`OutOfTime` when some remain and ``time_left`` (seconds) is too short to start another."""
-        key = progress_key(events)
+        key = progress_key(events, self._owner)
         if events:
             # Before anything is read: a record of a batch reached with too little time left goes back to the
             # queue untouched, rather than spend the reserve on reads for instances it will not start (its

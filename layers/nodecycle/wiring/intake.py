@@ -40,7 +40,7 @@ def intake() -> Intake:
 @cache
 def budget() -> IntakeBudget:
     ports = shared()
-    return IntakeBudget(ports.records, ports.clock)
+    return IntakeBudget(ports.records, ports.clock, owner=settings().owner_id)
 
 
 def adopt_after(config: Timing) -> timedelta:
