@@ -4,7 +4,8 @@ Runs K scenarios drawn from the seed (launches, scale-ins, instance refreshes, i
 owners on one cluster; Elastic IPs allocated and from a pool), each under faults drawn from the same seed
 (API server 409 storms, 429s, 500s, slow answers and dropped connections; AWS throttling and 5xx; SQS
 duplicates, delays, reordering and drops; containers killed after an API call; moved clocks; a node losing
-its kubelet), each to quiescence, sweeper included. Every scenario is judged by the invariants of
+its kubelet), each to quiescence, sweeper included. ``--lag`` runs the same scenarios on an eventually
+consistent AWS: the lifecycle table's index behind its writes, EC2's reads behind its writes, or both. Every scenario is judged by the invariants of
 docs/design.md from what the sandbox recorded; a violation is shrunk to the fewest faults that still
 reproduce it and printed with its seed. The exit status is 1 when any invariant was violated.
 
@@ -33,6 +34,11 @@ def register(commands: Any) -> None:
         "--only", type=int, metavar="INDEX", help="run scenario INDEX of the seed alone (a replay)"
     )
     parser.add_argument("--no-faults", action="store_true", help="the same scenarios with no fault injected")
+    parser.add_argument(
+        "--lag",
+        action="store_true",
+        help="the same scenarios on an eventually consistent AWS: DynamoDB's index and EC2's reads lag its writes",
+    )
     parser.add_argument("--no-shrink", action="store_true", help="report violations without shrinking them")
     parser.add_argument("--log-dir", type=Path, help="keep the functions' logs here")
     parser.add_argument(
@@ -64,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
         root=root,
         only=args.only,
         faults=not args.no_faults,
+        lag=args.lag,
         shrink=not args.no_shrink,
         log_dir=args.log_dir,
         worlds=args.worlds,

@@ -1,8 +1,17 @@
-"""The scenarios a seed draws: the same every time, and as slow to forget a node as a real cluster."""
+"""The scenarios a seed draws: the same every time (asked for lag or not), and as slow to forget a node as a real
+cluster."""
 
 from __future__ import annotations
 
-from nodecycle_sandbox.chaos.plan import AWS_REFUSAL_LONGEST, draw
+from dataclasses import replace
+
+from nodecycle_sandbox.chaos.plan import (
+    AWS_REFUSAL_LONGEST,
+    EC2_LAG_LONGEST,
+    INDEX_LAG_LONGEST,
+    KINDS,
+    draw,
+)
 
 
 def test_every_scenario_draws_a_node_that_lingers_and_pods_that_linger_after_it_for_seconds() -> None:
@@ -51,3 +60,68 @@ def test_refusals_are_drawn_with_a_window_and_a_limit_after_everything_else() ->
     assert all(s.faults[-1].kind in refusal_kinds for s, _ in refusals)
     # and none without faults
     assert not any(f.kind in refusal_kinds for i in range(40) for f in draw(41, i, faults=False).faults)
+
+
+# The seeds the campaign's tests and mutation checks pin (test_campaign's 3, test_mutations' 151 and 3, this
+# file's 41), and a few more
+PINNED_SEEDS = (1, 3, 41, 151, 262)
+
+
+def test_asking_for_lag_changes_no_seeds_story_nor_fault_plan_only_adds_the_lag_after_them() -> None:
+    for seed in PINNED_SEEDS:
+        for index in range(30):
+            for kinds in (KINDS, ("refresh",)):
+                for faults in (True, False):
+                    # Given a scenario drawn as ever, and the same one drawn on a lagging AWS
+                    plain = draw(seed, index, kinds=kinds, faults=faults)
+                    lagging = draw(seed, index, kinds=kinds, faults=faults, lag=True)
+
+                    # Then the plain one has no lag, as before lag could be drawn
+                    assert not plain.lagging
+                    assert plain.ec2_lag == 0.0
+                    # and the lagging one is the same story under the same faults, the lag added after them
+                    same = len(plain.faults)
+                    assert lagging.faults[:same] == plain.faults
+                    assert [f.kind for f in lagging.faults[same:]] in ([], ["dynamodb-index-lag"])
+                    assert replace(lagging, faults=lagging.faults[:same], ec2_lag=0.0) == plain
+
+
+def test_the_first_scenario_of_seed_41_is_what_it_was_with_lag_asked_for() -> None:
+    # Given the pinned first scenario of seed 41, drawn on a lagging AWS
+    scenario = draw(41, 0, lag=True)
+
+    # Then its story and fault plan are still the pinned ones (the test above would pass if draw ignored
+    # the lag and the pinned draw changed with it: this one holds the values)
+    assert (scenario.kind, scenario.size, scenario.lost_kubelet_at) == ("two-owners", 4, 1.2)
+    assert [(f.kind, f.target, f.probability) for f in scenario.faults[:5]] == [
+        ("sqs-reorder", "*", 0.24),
+        ("worker-kill", "SweeperFunction", 0.25),
+        ("sqs-delay", "*", 0.06),
+        ("kube-slow", "*", 0.06),
+        ("kube-error", "*", 0.04),
+    ]
+
+
+def test_lag_asked_for_is_drawn_an_index_behind_ec2_behind_or_both_within_their_bounds() -> None:
+    # Given the scenarios of one campaign on a lagging AWS
+    scenarios = [draw(41, index, lag=True) for index in range(40)]
+
+    # Then each lags somehow, and some lag by the index, some by EC2, some by both
+    index_lags = {s.index: [f for f in s.faults if f.kind == "dynamodb-index-lag"] for s in scenarios}
+    assert all(s.lagging for s in scenarios)
+    assert all(len(index_lags[s.index]) <= 1 for s in scenarios)
+    shapes = {(bool(index_lags[s.index]), bool(s.ec2_lag)) for s in scenarios}
+    assert shapes == {(True, False), (False, True), (True, True)}
+    # within their bounds, and the index lag numbered after every other fault (it is drawn last)
+    assert all(0.3 <= s.ec2_lag <= EC2_LAG_LONGEST for s in scenarios if s.ec2_lag)
+    for s in scenarios:
+        for fault in index_lags[s.index]:
+            assert 0.3 <= fault.value <= INDEX_LAG_LONGEST
+            assert 0.3 <= fault.probability <= 1.0
+            assert s.faults[-1] == fault
+            assert fault.id == f"f{len(s.faults)}"
+    assert "EC2's reads" in next(s for s in scenarios if s.ec2_lag).describe()
+    # and with no fault asked for, the lag alone
+    alone = draw(41, 0, faults=False, lag=True)
+    assert alone.lagging
+    assert all(f.kind == "dynamodb-index-lag" for f in alone.faults)

@@ -44,7 +44,10 @@ class Finding:
         else:
             lines.append(f"    faults: {', '.join(f.describe() for f in self.scenario.faults) or 'none'}")
         lines.append(f"    fired: {', '.join(self.fired) or 'none'}")
-        lines.append(f"    replay: nodecycle chaos --seed {self.scenario.seed} --only {self.scenario.index}")
+        lag = " --lag" if self.scenario.lagging else ""
+        lines.append(
+            f"    replay: nodecycle chaos --seed {self.scenario.seed} --only {self.scenario.index}{lag}"
+        )
         return "\n".join(lines)
 
 
@@ -57,6 +60,7 @@ class CampaignReport:
     scenario_seconds: list[float] = field(default_factory=list)
     by_kind: Counter[str] = field(default_factory=Counter)
     faults: Counter[str] = field(default_factory=Counter)
+    ec2_lagged: int = 0  # the functions' EC2 reads and calls that met the lag (a stale answer or a NotFound)
     violations: Counter[str] = field(default_factory=Counter)
     findings: list[Finding] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # scenarios that could not be set up or run
@@ -74,6 +78,8 @@ class CampaignReport:
             f"  faults injected: {sum(self.faults.values())}",
         ]
         lines += [f"    {kind:<20} {self.faults[kind]}" for kind in FAULT_KINDS if self.faults[kind]]
+        if self.ec2_lagged:
+            lines.append(f"  EC2 reads and calls that met its lag: {self.ec2_lagged}")
         lines.append(f"  violations: {sum(self.violations.values())}")
         for name, what in invariants.INVARIANTS.items():
             lines.append(f"    {name:<15} {self.violations[name]:>4}  {what}")
@@ -94,6 +100,7 @@ def run_campaign(
     only: int | None = None,
     kinds: tuple[str, ...] = KINDS,
     faults: bool = True,
+    lag: bool = False,
     shrink: bool = True,
     stop_at_first: bool = False,
     log_dir: Path | None = None,
@@ -104,7 +111,8 @@ def run_campaign(
     """Scenarios 0..K-1 of ``seed`` (or ``only`` that one). ``worlds`` > 1 shares them out, index by index,
     among that many worlds in their own processes: a scenario spends most of its time waiting for steps and
     timeouts, so several worlds at once use the cores a single one leaves idle. Each scenario is the same
-    whichever world runs it; the report is the sum of theirs."""
+    whichever world runs it; the report is the sum of theirs. ``lag``: each scenario on an eventually
+    consistent AWS (plan.draw_lag), the same stories and faults otherwise."""
     indexes = [only] if only is not None else list(range(scenarios))
     options: dict[str, Any] = {
         "seed": seed,
@@ -112,6 +120,7 @@ def run_campaign(
         "layer_dir": layer_dir,
         "kinds": kinds,
         "faults": faults,
+        "lag": lag,
         "shrink": shrink,
         "stop_at_first": stop_at_first,
         "warm_up": warm_up,
@@ -129,6 +138,7 @@ def _run(
     layer_dir: Path | None,
     kinds: tuple[str, ...],
     faults: bool,
+    lag: bool,
     shrink: bool,
     stop_at_first: bool,
     log_dir: Path | None,
@@ -140,7 +150,7 @@ def _run(
     with World(root=root, layer_dir=layer_dir, log_dir=log_dir, warm_up=warm_up) as world:
         report.startup_seconds = time.monotonic() - began
         for index in indexes:
-            scenario = draw(seed, index, kinds=kinds, faults=faults)
+            scenario = draw(seed, index, kinds=kinds, faults=faults, lag=lag)
             try:
                 observation = world.run(scenario)
             except Exception as error:  # a scenario that could not be set up or run is reported, not fatal
@@ -152,6 +162,7 @@ def _run(
             report.scenario_seconds.append(observation.seconds)
             report.by_kind[scenario.kind] += 1
             report.faults.update(f.kind for f in observation.firings)
+            report.ec2_lagged += len(observation.ec2_lagged)
             progress(_line(observation, found))
             if not found:
                 continue
@@ -202,6 +213,7 @@ def _run_in_worlds(
         report.scenario_seconds += share.scenario_seconds
         report.by_kind.update(share.by_kind)
         report.faults.update(share.faults)
+        report.ec2_lagged += share.ec2_lagged
         report.violations.update(share.violations)
         report.findings += share.findings
         report.errors += share.errors
@@ -219,6 +231,8 @@ def _run_share(indexes: list[int], lines: Any, **options: Any) -> CampaignReport
 def _line(observation: Observation, found: list[Violation]) -> str:
     scenario = observation.scenario
     fired = Counter(f.kind for f in observation.firings)
+    if observation.ec2_lagged:
+        fired["ec2-lag met"] = len(observation.ec2_lagged)
     faults = ", ".join(f"{k} {n}" for k, n in sorted(fired.items())) or "no fault fired"
     verdict = "ok" if not found else "VIOLATED " + ", ".join(sorted({v.invariant for v in found}))
     phases = " ".join(f"{name} {seconds:g}" for name, seconds in observation.phases)
@@ -265,4 +279,6 @@ def _shrink(
         smaller = current.without(fault.id)
         if fails(smaller):
             current = smaller
+    if current.ec2_lag and fails(current.without_ec2_lag()):  # (EC2's lag is the scenario's, not a fault's)
+        current = current.without_ec2_lag()
     finding.minimal, finding.reproduced = current, True

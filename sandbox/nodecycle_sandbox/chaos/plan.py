@@ -5,6 +5,10 @@ refresh, a few instances terminated, with pods under PodDisruptionBudgets, a nod
 sweeps at random moments, and a handful of faults from the menu below. The cluster is as slow to forget a
 node as a real one: a terminated instance's node lingers a few seconds (its kubelet dead at once), and the
 pods of a deleted node a few seconds more (podgc's quarantine), both drawn per scenario.
+
+Opted in (``lag``), AWS is as eventually consistent as the real one: the lifecycle table's index behind its
+writes, EC2's reads behind its writes, or both, drawn from a stream of their own (:func:`draw_lag`), so that
+every seed still draws, with or without them, the stories and fault plans it always drew.
 """
 
 from __future__ import annotations
@@ -39,16 +43,27 @@ class Scenario:
     # stories and fault plans stay what they were before these were drawn.
     node_removal: float = 0.0  # seconds between an instance's end and its node's deletion
     pod_gc_quarantine: float = 0.0  # seconds the pods of a deleted node linger before podgc deletes them
+    # Seconds the functions' EC2 reads lag its writes (0: they see the latest state, as moto does); the index
+    # lag is a fault of the plan (dynamodb-index-lag). Both drawn only when the campaign is asked for lag.
+    ec2_lag: float = 0.0
 
     @property
     def name(self) -> str:
         return f"s{self.seed}-{self.index}"
+
+    @property
+    def lagging(self) -> bool:
+        """Whether AWS lags in this scenario (drawn with ``lag``: draw_lag never draws no lag at all)."""
+        return bool(self.ec2_lag) or any(f.kind == "dynamodb-index-lag" for f in self.faults)
 
     def without(self, fault_id: str) -> Scenario:
         return replace(self, faults=tuple(f for f in self.faults if f.id != fault_id))
 
     def with_faults(self, faults: tuple[Fault, ...]) -> Scenario:
         return replace(self, faults=faults)
+
+    def without_ec2_lag(self) -> Scenario:
+        return replace(self, ec2_lag=0.0)
 
     def describe(self) -> str:
         what = {
@@ -60,16 +75,20 @@ class Scenario:
         }[self.kind]
         lost = "" if self.lost_kubelet_at is None else f", a kubelet lost at {self.lost_kubelet_at:.1f}s"
         sweeps = ", ".join(f"{t:.1f}" for t in self.sweeps)
+        lag = f"; EC2's reads {self.ec2_lag:.1f}s behind its writes" if self.ec2_lag else ""
         return (
             f"{self.name} [{self.kind}] stacks {'+'.join(self.stacks)}: {what}; "
             f"{self.replicas} pods per group stopping in {self.shutdown:.1f}s{lost}; sweeps at {sweeps}s; "
             f"nodes removed {self.node_removal:.1f}s after their instance, their pods {self.pod_gc_quarantine:.1f}s "
-            "after them"
+            f"after them{lag}"
         )
 
 
-def draw(seed: int, index: int, *, kinds: tuple[str, ...] = KINDS, faults: bool = True) -> Scenario:
-    """Scenario ``index`` of the campaign of ``seed``."""
+def draw(
+    seed: int, index: int, *, kinds: tuple[str, ...] = KINDS, faults: bool = True, lag: bool = False
+) -> Scenario:
+    """Scenario ``index`` of the campaign of ``seed``; with ``lag``, the same scenario on an eventually
+    consistent AWS (its lags drawn by :func:`draw_lag`, after everything else and apart from it)."""
     rng = random.Random(f"{seed}:{index}")
     weights = [w for k, w in zip(KINDS, _KIND_WEIGHTS, strict=True) if k in kinds]
     kind = rng.choices([k for k in KINDS if k in kinds], weights)[0]
@@ -96,11 +115,15 @@ def draw(seed: int, index: int, *, kinds: tuple[str, ...] = KINDS, faults: bool 
         pod_gc_quarantine=round(rng.uniform(0.5, 4.0), 1),
     )
     # Refusals last, for the same reason: the stories and fault plans drawn before them stay what they were.
-    if not faults:
+    if faults:
+        first = len(scenario.faults) + 1
+        refusals = tuple(replace(f, id=f"f{n}") for n, f in enumerate(draw_refusals(rng), start=first))
+        scenario = scenario.with_faults((*scenario.faults, *refusals))
+    if not lag:
         return scenario
-    first = len(scenario.faults) + 1
-    refusals = tuple(replace(f, id=f"f{n}") for n, f in enumerate(draw_refusals(rng), start=first))
-    return scenario.with_faults((*scenario.faults, *refusals))
+    index_lag, ec2_lag = draw_lag(random.Random(f"{seed}:{index}:lag"))
+    numbered = tuple(replace(f, id=f"f{len(scenario.faults) + 1}") for f in index_lag)
+    return replace(scenario, faults=(*scenario.faults, *numbered), ec2_lag=ec2_lag)
 
 
 def draw_faults(rng: random.Random, scenario: Scenario) -> tuple[Fault, ...]:
@@ -215,6 +238,34 @@ def draw_refusals(rng: random.Random) -> tuple[Fault, ...]:
         stop = round(start + rng.uniform(2.0, longest), 1)
         faults.append(replace(fault, start=start, stop=stop, limit=rng.randint(3, 30)))
     return tuple(faults)
+
+
+# How far behind its writes AWS reads at most, in seconds: "usually under a second" (a DynamoDB global secondary
+# index; EC2's eventual consistency), "seconds under load", kept under the resume grace (5 s) and the stacks'
+# poll and retry intervals' few seconds so that a lag is a late read the product must live with, not an outage.
+INDEX_LAG_LONGEST = 4.0
+EC2_LAG_LONGEST = 3.0
+
+
+def draw_lag(rng: random.Random) -> tuple[tuple[Fault, ...], float]:
+    """The lags of one scenario on an eventually consistent AWS, from ``rng`` (a stream of their own: a seed's
+    other draws are the same with and without them): the lifecycle table's index behind a share of its writes
+    (a ``dynamodb-index-lag`` rule, every caller's writes), the functions' EC2 reads behind its writes (seconds;
+    0: none), or both. Never neither: a scenario asked for lag has some."""
+    which = rng.choice(("index", "ec2", "both"))
+    index_lag: tuple[Fault, ...] = ()
+    if which in ("index", "both"):
+        index_lag = (
+            Fault(
+                "",
+                "dynamodb-index-lag",
+                "*",
+                _p(rng, 0.3, 1.0),
+                value=round(rng.uniform(0.3, INDEX_LAG_LONGEST), 1),
+            ),
+        )
+    ec2_lag = round(rng.uniform(0.3, EC2_LAG_LONGEST), 1) if which in ("ec2", "both") else 0.0
+    return index_lag, ec2_lag
 
 
 def _p(rng: random.Random, low: float, high: float) -> float:

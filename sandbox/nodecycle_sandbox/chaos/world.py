@@ -16,7 +16,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -141,6 +141,7 @@ class Observation:
     lost_kubelet: tuple[str, float] | None  # node, when
     firings: list[Firing]
     seconds: float = 0.0
+    ec2_lagged: list[str] = field(default_factory=list)  # what the functions' lagging EC2 reads met
     notes: list[str] = field(default_factory=list)
     phases: list[tuple[str, float]] = field(default_factory=list)  # where the seconds went
 
@@ -302,7 +303,7 @@ class ScenarioRun:
             with self._watching_addresses(seen):
                 box.arm_faults(scenario.faults, scenario.seed * 1000 + scenario.index)
                 acting = time.time()
-                with self._sweeping_on_schedule():
+                with self._lagging_ec2() as lagged, self._sweeping_on_schedule():
                     self._act(acting)
                     quiescent, left = self._quiesce()
                 self._phase("quiescent")
@@ -329,6 +330,7 @@ class ScenarioRun:
                 outcomes=self._outcomes(),
                 lost_kubelet=self.lost,
                 firings=firings,
+                ec2_lagged=lagged,
                 notes=self.notes,
             )
         finally:
@@ -444,6 +446,14 @@ class ScenarioRun:
             node = nodes[self.scenario.index % len(nodes)]
             self.box.kube.kill_kubelet(node)
             self.lost = (node, time.time())
+
+    def _lagging_ec2(self) -> AbstractContextManager[list[str]]:
+        """The functions' EC2 reads behind its writes by the scenario's lag while the faults are armed (the
+        world's own reads, the judges' included, see the latest state: they sign as the operator); the list is
+        filled, once the block ends, with what the lag met."""
+        if not self.scenario.ec2_lag:
+            return nullcontext([])
+        return self.box.lagging_ec2(self.scenario.ec2_lag)
 
     def _sweeping_on_schedule(self) -> AbstractContextManager[None]:
         """The sweepers' schedule, every SWEEP_INTERVAL from now until the block ends (the random sweeps of
