@@ -231,9 +231,10 @@ def _run_share(indexes: list[int], lines: Any, **options: Any) -> CampaignReport
 def _line(observation: Observation, found: list[Violation]) -> str:
     scenario = observation.scenario
     fired = Counter(f.kind for f in observation.firings)
-    if observation.ec2_lagged:
-        fired["ec2-lag met"] = len(observation.ec2_lagged)
     faults = ", ".join(f"{k} {n}" for k, n in sorted(fired.items())) or "no fault fired"
+    if observation.ec2_lagged:  # which of the functions' EC2 calls met the lag, and how often
+        met = Counter(what.split()[0] for what in observation.ec2_lagged)
+        faults += "; EC2 lag met " + ", ".join(f"{k} {n}" for k, n in sorted(met.items()))
     verdict = "ok" if not found else "VIOLATED " + ", ".join(sorted({v.invariant for v in found}))
     phases = " ".join(f"{name} {seconds:g}" for name, seconds in observation.phases)
     # each violation's detail at once, so a long run stopped early still tells what it found
