@@ -4,23 +4,27 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from nodecycle.domain.budget import SlotDecision, SlotReason, SlotRequest
 from nodecycle.domain.drain import pods as podfilter
 from nodecycle.domain.drain.common import (
     ADOPT_FROM,
+    _deadline_cap,
     _for_this_action,
     _full_drain,
+    _named,
     _node_as_seen,
     _of_instance,
     _precedence,
+    _refused_while_time_runs,
     _seen,
     _slot_request,
     _wake,
 )
 from nodecycle.domain.engine import Dispatcher, Outcome
+from nodecycle.domain.errors import TransientError, retry_after_wait
 from nodecycle.domain.flow import settle_step
 from nodecycle.domain.model import (
     EARLIER_DRAIN,
@@ -42,6 +46,10 @@ FORCED_SLOT = "forced_slot"  # record.extra key: the slot was taken without room
 # The disruptions without a hook whose drain a later terminate hook of the same instance finds done
 LINKED_CAUSES = (Transition.SPOT_INTERRUPTION, Transition.SCHEDULED_CHANGE, Transition.REBALANCE)
 LINKED_POLL_SECONDS = 5
+# record.extra keys: since when the reads of the node fail at the slot's asks (the API server fails them: 5xx, an
+# etcd that times out, throttling; or refuses them: RBAC), and since when that is told
+ASK_UNREAD = "ask_unread"
+ASK_UNREAD_TOLD = "ask_unread_told"
 
 
 def _ordinal(number: int) -> str:
@@ -104,12 +112,17 @@ class AcquireSlot:
             if linked is not None:
                 return linked
         extra = record.extra
-        # (a waiter's asks read the node's metadata only while it is the node an ask read whole: see NODE_SEEN)
-        node, whole = _node_as_seen(self._cluster, record, record.node) if record.node else (None, True)
-        if node is None or not _of_instance(node, record):
-            # Not looked for yet, gone, or its name taken by another instance's node: look for the instance's
-            node, extra = self._finder.find(record)
-            whole = True
+        try:
+            # (a waiter's asks read the node's metadata only while it is the node an ask read whole: see NODE_SEEN)
+            node, whole = _node_as_seen(self._cluster, record, record.node) if record.node else (None, True)
+            if node is None or not _of_instance(node, record):
+                # Not looked for yet, gone, or its name taken by another instance's node: look for the instance's
+                node, extra = self._finder.find(record)
+                whole = True
+        except (TransientError, Refused) as error:
+            return self._unread(record, error, now)
+        # (read: a failure after this one counts afresh)
+        extra = {key: value for key, value in extra.items() if key not in (ASK_UNREAD, ASK_UNREAD_TOLD)}
         if node is None:
             log.warning("no node for instance %s: nothing to drain", record.instance_id)
             self._metrics.count("NodesNotFound")
@@ -212,6 +225,55 @@ class AcquireSlot:
             slot_waiting_since=record.slot_waiting_since or now,
             **found,
         )
+
+    def _unread(self, record: LifecycleRecord, error: TransientError | Refused, now: datetime) -> Outcome:
+        """The API server fails the read of the node (an etcd that times out, 5xx, throttling) or refuses it (RBAC:
+        a role without get on nodes) at the slot's ask. Raised, a failure went to the engine's backoff, which for a
+        step that is not yet a drain doubles up to 3 minutes a try: an API server back after a few minutes found the
+        waiter asking again minutes later (its place in line, renewed at its asks, expiring meanwhile; its
+        precedence near the action's global timeout told late; a slot passed on to it held idle), for as long as
+        the failure lasted, and nobody told (a retry is a metric, no alarm); a refusal went into the dead-letter
+        queue after the engine's refused tries. Asked again at each poll instead (no sooner than a Retry-After),
+        not told for a poll interval (a blip); then told (a Warning event, the alarm's metric), and at the drain
+        timeout counted from the first failed read the action is settled as a drain that could not begin
+        (``drain-timeout-node-unread``), nothing of the node touched, rather than held until its global timeout.
+        No slot is asked for meanwhile: one granted could not be used, its node unread."""
+        log.warning("the node of %s cannot be read at its slot's ask: %s", record.instance_id, error)
+        noted = record.extra.get(ASK_UNREAD)
+        since = now if noted is None else datetime.fromisoformat(str(noted))
+        found = {"extra": {**record.extra, ASK_UNREAD: since.isoformat()}}
+        retry_after = error.retry_after if isinstance(error, TransientError) else None
+        poll = max(self._policy.poll_seconds, retry_after_wait(retry_after))
+        if isinstance(error, TransientError) and now - since < timedelta(seconds=self._policy.poll_seconds):
+            return Outcome.wait(poll, **found)
+        deadline = min(since + self._policy.timeout, _deadline_cap(record, self._policy))
+        node = _named(record)
+        outcome = _refused_while_time_runs(
+            record,
+            node,
+            record.node_uid,
+            self._events,
+            self._metrics,
+            self._policy,
+            what="the read of the node",
+            marker=ASK_UNREAD_TOLD,
+            since=since.isoformat(),
+            deadline=deadline,
+            now=now,
+            told=(
+                "NodeUnreadable",
+                f"nodecycle ({record.owner}) cannot read node {node} to drain it for the termination of "
+                f"{record.instance_id} ({error}), failing since {since:%H:%M:%S}Z: asked again every "
+                f"{self._policy.poll_seconds} s until {deadline:%H:%M:%S}Z, then the drain times out",
+            ),
+            timed_out=(
+                f"Drain timed out before it began: node {node} could not be read since {since:%H:%M:%S}Z "
+                f"({error}); nothing was evicted; the lifecycle action of {record.instance_id} is completed"
+            ),
+            outcome="drain-timeout-node-unread",
+            found=found,
+        )
+        return outcome if not outcome.again else Outcome.wait(poll, **outcome.changes)
 
     def _gave_it_back(self, record: LifecycleRecord) -> bool:
         """Whether the lifecycle of ``record`` (as this delivery read it) has given its slot back, or is giving it

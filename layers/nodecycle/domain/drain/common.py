@@ -19,6 +19,7 @@ from nodecycle.domain.model import (
     LifecycleRecord,
     Transition,
 )
+from nodecycle.domain.nodes import PRIVATE_DNS
 from nodecycle.domain.policy import DrainPolicy
 from nodecycle.domain.ports.cluster import Cluster, Events, NodeInfo
 from nodecycle.domain.ports.instances import Instances, up
@@ -45,6 +46,15 @@ def _known[T](value: T | None, what: str) -> T:
     if value is None:
         raise RuntimeError(f"lifecycle record has no {what}: the plan's steps ran out of order")
     return value
+
+
+def _named(record: LifecycleRecord) -> str:
+    """The name a drain's events on its node go by: the node's, once a step found it; before that (the reads that
+    would find it fail) the instance's private DNS name, its node's name on EKS unless overridden, else the
+    instance id. An Event names its object by name only: one about a node never found is still listed by
+    ``kubectl get events``, and its message names the instance."""
+    dns = record.extra.get(PRIVATE_DNS)
+    return record.node or (dns if isinstance(dns, str) and dns else record.instance_id)
 
 
 def _node_as_seen(cluster: Cluster, record: LifecycleRecord, node: str) -> tuple[NodeInfo | None, bool]:

@@ -1,0 +1,91 @@
+"""The steps of a drain before its cordon whose node the API server will not show, on the real Kubernetes adapter
+against the sandbox API server: every read of the node fails (500 ``etcdserver: request timed out``) or is refused
+(403: RBAC), as in test_kube_drain_failing_node_reads.py for the cordon, the eviction and the cleanup.
+
+At the slot's ask, the read was raised into the engine's backoff, which for a step that is not a drain yet doubles
+up to 3 minutes a try, for as long as the failure lasted (a refusal: into the dead-letter queue after the refused
+tries): the waiter asked again minutes after the API server was back, its place in line expiring meanwhile, and
+nobody told. It now asks again at the drain's poll cadence, tells, and is settled at the drain timeout counted from
+its first failed read."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from nodecycle.adapters.kube.cluster_api import KubeCluster
+from nodecycle.domain.model import Step
+from nodecycle_sandbox.faults import Fault
+from nodecycle_sandbox.kube import KubeServer
+from tests.integration.kube import test_kube_drain_steps as drain_steps
+from tests.integration.kube.cluster import run
+from tests.integration.kube.test_kube_drain_steps import NODE, draining
+from tests.support.fakes import T0, FakeMetrics
+from tests.unit.drain.test_drain_steps import FakeEvents, FakeSlots, acquire, policy
+
+SEED = drain_steps.SEED
+OTHER = "ip-10-0-2-10.eu-west-1.compute.internal"  # the node that holds the budget's one slot
+POLL = timedelta(seconds=policy().poll_seconds)
+
+
+@pytest.mark.parametrize("answer", ["kube-error", "kube-forbidden"])
+def test_a_waiter_whose_node_cannot_be_read_asks_again_at_each_poll_and_is_settled_at_its_drain_timeout(
+    cluster: KubeCluster, server: KubeServer, answer: str
+) -> None:
+    # Given a drain waiting in line for the budget's one slot (its node read at its first ask), and then an API
+    # server that fails (500) or refuses (403) every read of the node
+    slots, metrics, events = FakeSlots(room=1, holders={OTHER}), FakeMetrics(), FakeEvents()
+    step = acquire(cluster, slots, metrics, events)
+    first = step(draining(Step.ACQUIRE_SLOT), T0)
+    assert first.again, "the test's drain waits in line"
+    record = draining(Step.ACQUIRE_SLOT).model_copy(update=dict(first.changes))
+    server.faults.arm([Fault("etcd", answer, "GET nodes")], seed=1)
+
+    # When it asks again at the delays its outcomes ask for, until well past the drain timeout
+    start = T0 + timedelta(seconds=30)
+    runs, record = run(step, record, start, start + 3 * policy().timeout)
+
+    # Then it asks again at each poll (never minutes apart), is told once, and at the drain timeout counted from
+    # its first failed read the action is settled, no slot taken and nothing of the node touched
+    assert server.faults.firings()
+    assert all(outcome.delay <= POLL.total_seconds() for _, outcome in runs[:-1]), [o.delay for _, o in runs]
+    at, last = runs[-1]
+    assert (last.then, last.again) == (Step.COMPLETE, False)
+    assert record.outcome == "drain-timeout-node-unread"
+    assert start + policy().timeout <= at <= start + policy().timeout + POLL
+    reasons = [reason for _, reason, _ in events.written]
+    assert (NODE, "NodeUnreadable", "Warning") in events.written
+    assert (reasons.count("NodeUnreadable"), reasons.count("DrainTimeout")) == (1, 1)
+    assert metrics.counts["EvictionErrors"] >= 1
+    assert metrics.counts["DrainTimeouts"] == 1
+    assert NODE not in slots.holders
+    stored = server.get_object("nodes", NODE)
+    assert stored is not None
+    assert not stored["spec"].get("unschedulable")
+
+
+def test_a_waiter_whose_node_read_fails_for_less_than_a_poll_asks_again_untold_and_forgets_it_once_read(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given a drain waiting in line, and one read of its node that fails (500)
+    slots, metrics, events = FakeSlots(room=1, holders={OTHER}), FakeMetrics(), FakeEvents()
+    step = acquire(cluster, slots, metrics, events)
+    record = draining(Step.ACQUIRE_SLOT).model_copy(
+        update=dict(step(draining(Step.ACQUIRE_SLOT), T0).changes)
+    )
+    told = len(events.written)  # (its first ask's WaitingForDisruptionBudget)
+    server.faults.arm([Fault("etcd", "kube-error", "GET nodes", limit=1)], seed=1)
+
+    # When it asks again, then once more at the delay asked
+    blip = step(record, T0 + timedelta(seconds=30))
+    record = record.model_copy(update=dict(blip.changes))
+    back = step(record, T0 + timedelta(seconds=30 + blip.delay))
+
+    # Then the blip is a poll's wait, untold, and forgotten once the node is read (the next failure counts afresh)
+    assert server.faults.firings()
+    assert (blip.again, blip.delay) == (True, POLL.total_seconds())
+    assert back.again
+    assert not set(back.changes["extra"]) & {"ask_unread", "ask_unread_told"}
+    assert events.written[told:] == []
+    assert "EvictionErrors" not in metrics.counts
