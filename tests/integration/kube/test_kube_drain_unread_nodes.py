@@ -5,8 +5,10 @@ against the sandbox API server: every read of the node fails (500 ``etcdserver: 
 At the slot's ask, the read was raised into the engine's backoff, which for a step that is not a drain yet doubles
 up to 3 minutes a try, for as long as the failure lasted (a refusal: into the dead-letter queue after the refused
 tries): the waiter asked again minutes after the API server was back, its place in line expiring meanwhile, and
-nobody told. It now asks again at the drain's poll cadence, tells, and is settled at the drain timeout counted from
-its first failed read."""
+nobody told. A slot-less cordon (a rebalance recommendation's ``cordon`` policy: no slot, the node found at the
+cordon) raised its read into the engine's retries every few seconds with no deadline at all (no drain timeout runs
+before the cordon). Each now asks again at the drain's poll cadence, tells, and is settled at the drain timeout
+counted from its first failed read."""
 
 from __future__ import annotations
 
@@ -15,14 +17,15 @@ from datetime import timedelta
 import pytest
 
 from nodecycle.adapters.kube.cluster_api import KubeCluster
-from nodecycle.domain.model import Step
+from nodecycle.domain.engine import Outcome
+from nodecycle.domain.model import Step, Transition
 from nodecycle_sandbox.faults import Fault
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.kube import test_kube_drain_steps as drain_steps
-from tests.integration.kube.cluster import run
-from tests.integration.kube.test_kube_drain_steps import NODE, draining
+from tests.integration.kube.cluster import run, run_retrying
+from tests.integration.kube.test_kube_drain_steps import INSTANCE, NODE, draining
 from tests.support.fakes import T0, FakeMetrics
-from tests.unit.drain.test_drain_steps import FakeEvents, FakeSlots, acquire, policy
+from tests.unit.drain.test_drain_steps import FakeEvents, FakeSlots, acquire, cordon, policy
 
 SEED = drain_steps.SEED
 OTHER = "ip-10-0-2-10.eu-west-1.compute.internal"  # the node that holds the budget's one slot
@@ -89,3 +92,37 @@ def test_a_waiter_whose_node_read_fails_for_less_than_a_poll_asks_again_untold_a
     assert not set(back.changes["extra"]) & {"ask_unread", "ask_unread_told"}
     assert events.written[told:] == []
     assert "EvictionErrors" not in metrics.counts
+
+
+@pytest.mark.parametrize("answer", ["kube-error", "kube-forbidden"])
+def test_a_cordon_without_a_slot_whose_node_cannot_be_read_is_told_and_settled_at_its_timeout(
+    cluster: KubeCluster, server: KubeServer, answer: str
+) -> None:
+    # Given a rebalance recommendation that this stack only cordons for (no slot: the node is found at the cordon),
+    # and an API server that fails (500) or refuses (403) every read of the nodes
+    plan = (Step.CORDON, Step.CLEANUP, Step.DONE)
+    record = draining(Step.CORDON, transition=Transition.REBALANCE, plan=plan)
+    record = record.model_copy(update={"id": f"{INSTANCE}/rebalance", "node": None})
+    server.faults.arm([Fault("etcd", answer, "GET nodes")], seed=1)
+    metrics, events = FakeMetrics(), FakeEvents()
+    step = cordon(cluster, slots=FakeSlots(), metrics=metrics, events=events)
+
+    # When the cordon is run as the engine runs it (a failure retried at the drain steps' cap), until well past
+    # the drain timeout
+    runs, record = run_retrying(step, record, T0, T0 + 3 * policy().timeout)
+
+    # Then its time runs from its first try: it is told once (a Warning event, the alarm's metric), and at the drain
+    # timeout it is settled (to its cleanup), nothing of the node touched
+    assert server.faults.firings()
+    at, last = runs[-1]
+    assert isinstance(last, Outcome), last
+    assert (last.then, last.again) == (Step.CLEANUP, False)
+    assert record.outcome == "drain-timeout-cordon-refused"
+    assert at <= T0 + policy().timeout + POLL
+    reasons = [reason for _, reason, _ in events.written]
+    assert (reasons.count("CordonRefused"), reasons.count("DrainTimeout")) == (1, 1)
+    assert metrics.counts["EvictionErrors"] >= 1
+    assert metrics.counts["DrainTimeouts"] == 1
+    stored = server.get_object("nodes", NODE)
+    assert stored is not None
+    assert not stored["spec"].get("unschedulable")

@@ -14,6 +14,7 @@ from nodecycle.domain.drain.common import (
     _deadline_cap,
     _for_this_action,
     _known,
+    _named,
     _node_as_seen,
     _precedence,
     _refused_while_time_runs,
@@ -110,7 +111,12 @@ class Cordon:
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
         found: dict[str, Any] = {}
         if record.node is None:  # a plan without a slot (a rebalance recommendation's cordon): find it here
-            node, extra = self._finder.find(record)
+            try:
+                node, extra = self._finder.find(record)
+            except (TransientError, Refused) as error:
+                # (no slot held, but retried by the engine every few seconds with no deadline: no drain timeout
+                # runs before the cordon, and a rebalance recommendation's record is a horizon hours away)
+                return self._unread(record, error, now)
             if node is None:
                 return Outcome.goto(settle_step(record), outcome="node-not-found", extra=extra)
             found = {"node": node.name, "node_uid": node.uid, "zone": node.zone, "extra": extra}
@@ -248,7 +254,8 @@ class Cordon:
         that comes back finds it still held, or takes it again, or waits in line for it."""
         log.warning("the node %s of the cordon cannot be read: %s", record.node, error)
         started, deadline = self._drain_time(record, None, now)
-        node, uid = _known(record.node, "node"), record.node_uid
+        # (a slot-less cordon's node is found here: not yet, while the reads that would find it fail)
+        node, uid = _named(record), record.node_uid
         if isinstance(error, Refused):
             why = f"reading the node: {error}"
             return self._refused(record, node, uid, why, started, deadline, now, {})
