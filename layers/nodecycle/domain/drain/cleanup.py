@@ -165,7 +165,9 @@ class Cleanup:
             failure, retry_after = None, None
             try:
                 released = self._patched(
-                    node, record, lambda: self._hold(node, record) if held else self._release(node, record)
+                    node,
+                    record,
+                    lambda: self._hold(node, record) if held else self._release(node, record, now),
                 )
             except _ReleaseFailed as failed:
                 log.warning("release of node %s failed: %s", node.name, failed.error)
@@ -270,7 +272,7 @@ class Cleanup:
 
     def _release_patch(self, node: NodeInfo, **changes: Any) -> Claim:
         """The cleanup's own release of the node (not a watch's), whose transient failure is the release's (see
-        ``__call__``), not the step's: a failed read of Auto Scaling before it stays the step's, retried."""
+        ``__call__``), not the step's; as is a failed read of Auto Scaling before it (see ``_coming_back``)."""
         try:
             return self._cluster.release_node(node, **changes)
         except TransientError as error:
@@ -447,7 +449,7 @@ class Cleanup:
         )
         return Outcome.next()
 
-    def _release(self, node: NodeInfo, record: LifecycleRecord) -> Claim | None:
+    def _release(self, node: NodeInfo, record: LifecycleRecord, now: datetime) -> Claim | None:
         """Clear this lifecycle's annotations from the node, and lift its cordon if the node comes back; None
         when nothing on the node is this lifecycle's to release."""
         # Ours: annotated by this owner for this lifecycle. Node names are reused (recycled private IPs): a
@@ -475,7 +477,7 @@ class Cleanup:
                 # would clear: it does not run for an instance this lifecycle ends (see ENDS_ITS_INSTANCE)
                 return self._release_patch(node, released_for=node.lifecycle)
             return None
-        back = self._coming_back(record)
+        back = self._coming_back(record, now)
         if not (ours or back):
             # Freed already (by the stop of its instance, or by this very cleanup before: a duplicate), and the node
             # is not coming back: it is as this cleanup leaves it, cordoned and marked released for this lifecycle.
@@ -512,7 +514,7 @@ class Cleanup:
             message = f"The lifecycle action of {record.instance_id} was no longer active ({record.outcome})"
             self._events.on_node(node, uid, "LifecycleActionGone", message, warning=True)
 
-    def _coming_back(self, record: LifecycleRecord) -> bool:
+    def _coming_back(self, record: LifecycleRecord, now: datetime) -> bool:
         if not record.transition.has_hook:
             return False  # drained (or cordoned) for a disruption that comes: it stays cordoned
         gone = record.outcome in ("action-expired", "unknown-action") or record.extra.get(SETTLED_ELSEWHERE)
@@ -520,30 +522,45 @@ class Cleanup:
             return False
         try:
             return self._autoscaling.lifecycle_state(record.instance_id) == "InService"
-        except AccessRefused as refused:
-            # (autoscaling:DescribeAutoScalingInstances denied by a service control policy or a permissions
-            # boundary): whether the instance stayed cannot be told. Taken as going: its node stays cordoned (no
-            # pod is sent to an instance that may be terminating) and the slot is given back now, told for an
-            # operator to uncordon it if it is in service. Raised, the refusal would hold the slot until its holder
-            # expires and fail the message into the dead-letter queue, the node cordoned all the same.
+        except TransientError as error:
+            refused = isinstance(error, AccessRefused)
+            if not refused and _failing_for(record.extra, RELEASE_FAILING, now) < RELEASE_FAILING_FOR:
+                # Throttled (past botocore's retries) or failed: a release that fails, tried again at once (see
+                # __call__). Raised as the step's, it went to the engine's backoff (a cleanup: minutes a try) for as
+                # long as the throttling lasted, the slot held meanwhile, up to its holder's TTL (invariant 10).
+                raise _ReleaseFailed(error) from error
+            # Refused (autoscaling:DescribeAutoScalingInstances denied by a service control policy or a permissions
+            # boundary), or not answered for RELEASE_FAILING_FOR: whether the instance stayed cannot be told. Taken
+            # as going: its node stays cordoned (no pod is sent to an instance that may be terminating) and the slot
+            # is given back now, told for an operator to uncordon it if it is in service. Raised, a refusal would
+            # hold the slot until its holder expires and fail the message into the dead-letter queue, the node
+            # cordoned all the same.
             node = _known(record.node, "node")
+            says = "refuses to say" if refused else "does not answer"
             log.error(
-                "the state of %s in its group is refused (%s): node %s stays cordoned",
+                "Auto Scaling %s the state of %s in its group (%s): node %s stays cordoned",
+                says,
                 record.instance_id,
-                refused,
+                error,
                 node,
             )
             self._metrics.count("EvictionErrors")  # the alarm: an operator must look
             self._events.on_node(
                 node,
                 record.node_uid,
-                "CordonKeptStateRefused",
+                "CordonKeptStateRefused" if refused else "CordonKeptStateUnknown",
                 f"The lifecycle action of {record.instance_id} is gone ({record.outcome or 'completed elsewhere'}) "
-                f"and Auto Scaling refuses to say whether the instance stayed in service ({refused}): the node "
-                "stays cordoned; uncordon it (kubectl uncordon) if the instance is in service",
+                f"and Auto Scaling {says} whether the instance stayed in service ({error}): the node stays "
+                "cordoned; uncordon it (kubectl uncordon) if the instance is in service",
                 warning=True,
             )
             return False
+
+
+def _failing_for(extra: dict[str, Any], key: str, now: datetime) -> timedelta:
+    """How long what ``key`` of ``extra`` notes has been failing (nothing noted: not yet)."""
+    since = extra.get(key)
+    return timedelta(0) if since is None else now - datetime.fromisoformat(str(since))
 
 
 def _at_once(extra: dict[str, Any], key: str, now: datetime, retry_after: float | None) -> Outcome | None:
@@ -551,7 +568,7 @@ def _at_once(extra: dict[str, Any], key: str, now: datetime, retry_after: float 
     it has failed for less than RELEASE_FAILING_FOR: the wait, with since when it fails noted in ``key`` of
     ``extra``; None once it has failed longer."""
     since = extra.get(key)
-    if since is not None and now - datetime.fromisoformat(str(since)) >= RELEASE_FAILING_FOR:
+    if _failing_for(extra, key, now) >= RELEASE_FAILING_FOR:
         return None
     return Outcome.wait(
         max(1.0, retry_after_wait(retry_after)), extra={**extra, key: since or now.isoformat()}
