@@ -201,12 +201,16 @@ def _the_instances(node: NodeInfo | None, record: LifecycleRecord) -> NodeInfo |
 
 
 def _instance_down(instances: Instances, record: LifecycleRecord) -> str | None:
-    """The state of the record's instance when EC2 says it is down (``gone``: EC2 no longer knows it); None while
-    it is up, and when EC2 does not answer: throttled, or refused (ec2:DescribeInstances denied by a service
-    control policy or a permissions boundary). A drain asks only to end sooner (a stopped instance's kubelet is
-    gone, and its pods would stay Terminating); unanswered, it goes on as for an instance that runs, its pods
-    asked to leave and waited for within its timeout policy, rather than its poll failed at every try: into the
-    dead-letter queue once the engine's refused tries are over, or past the drain's timeout while throttled."""
+    """The state of the record's instance when EC2 says it is down (stopping, stopped, shutting-down, terminated);
+    None while it is up, when EC2 does not list it, and when EC2 does not answer: throttled, or refused
+    (ec2:DescribeInstances denied by a service control policy or a permissions boundary). A drain asks only to end
+    sooner (a stopped instance's kubelet is gone, and its pods would stay Terminating); unanswered, it goes on as
+    for an instance that runs, its pods asked to leave and waited for within its timeout policy, rather than its
+    poll failed at every try: into the dead-letter queue once the engine's refused tries are over, or past the
+    drain's timeout while throttled. Unlisted likewise: EC2 lists a terminated instance for about an hour, so one
+    it does not list while its lifecycle drains it is one its eventually consistent reads do not show yet (launched
+    moments ago: an instance terminated as soon as its node registered), and taken for gone the drain was skipped,
+    its action completed under running pods and its slot given back."""
     try:
         state = instances.states([record.instance_id]).get(record.instance_id)
     except TransientError as error:
@@ -218,7 +222,10 @@ def _instance_down(instances: Instances, record: LifecycleRecord) -> str | None:
             error,
         )
         return None
-    return None if up(state) else state or "gone"
+    if state is None:
+        log.info("EC2 does not list instance %s (yet): drained as one that runs", record.instance_id)
+        return None
+    return None if up(state) else state
 
 
 def _set_on_node(noted: Mapping[str, object]) -> dict[str, bool]:
