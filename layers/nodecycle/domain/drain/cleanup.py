@@ -10,6 +10,9 @@ from typing import Any
 
 from nodecycle.domain.completion import SETTLED_ELSEWHERE
 from nodecycle.domain.drain.common import (
+    RELEASE_FAILING_FOR,
+    _at_once,
+    _failing_for,
     _known,
     _node_as_seen,
     _of_instance,
@@ -63,10 +66,6 @@ NOT_COMING_BACK_STATES = ("Terminating", "Terminated", "Detaching", "Detached", 
 # record.extra key: since when each release of the node fails: it conflicts (409: the node changed between its read
 # and the PATCH), or the API server fails it (a validating webhook on nodes that is down, 5xx, 429)
 RELEASE_FAILING = "release_failing"
-# Failures of the release that go on this long are no blip (a conflict storm: something rewrites the node at every
-# turn; a webhook whose pods are gone): the release is then refused as a webhook's refusal is, and the slot given
-# back (see Cleanup.__call__)
-RELEASE_FAILING_FOR = timedelta(seconds=10)
 # record.extra keys: since when a watch after the release fails (its PATCH of the node conflicts or fails as the
 # API server's failure, or one of its looks is not answered), and that it was told
 WATCH_FAILING = "watch_failing"
@@ -555,24 +554,6 @@ class Cleanup:
                 warning=True,
             )
             return False
-
-
-def _failing_for(extra: dict[str, Any], key: str, now: datetime) -> timedelta:
-    """How long what ``key`` of ``extra`` notes has been failing (nothing noted: not yet)."""
-    since = extra.get(key)
-    return timedelta(0) if since is None else now - datetime.fromisoformat(str(since))
-
-
-def _at_once(extra: dict[str, Any], key: str, now: datetime, retry_after: float | None) -> Outcome | None:
-    """A failure of the release or of a watch after it, tried again at once (no sooner than a Retry-After) while
-    it has failed for less than RELEASE_FAILING_FOR: the wait, with since when it fails noted in ``key`` of
-    ``extra``; None once it has failed longer."""
-    since = extra.get(key)
-    if _failing_for(extra, key, now) >= RELEASE_FAILING_FOR:
-        return None
-    return Outcome.wait(
-        max(1.0, retry_after_wait(retry_after)), extra={**extra, key: since or now.isoformat()}
-    )
 
 
 def _may_come(event: ScheduledEvent, record: LifecycleRecord, now: datetime) -> bool:

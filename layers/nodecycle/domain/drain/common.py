@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from nodecycle.domain.budget import SlotRequest
 from nodecycle.domain.engine import Dispatcher, Outcome
-from nodecycle.domain.errors import AccessRefused, TransientError
+from nodecycle.domain.errors import AccessRefused, TransientError, retry_after_wait
 from nodecycle.domain.flow import settle_step
 from nodecycle.domain.model import (
     ADOPTED,
@@ -39,6 +39,10 @@ ADOPT_FROM = (
 # next read of it (a retry of the ask, the cordon, the next poll, the cleanup) reads its metadata only, and the
 # whole node only when its version moved since.
 NODE_SEEN = "node_seen"
+# Failures of a release of the node that go on this long are no blip (a conflict storm: something rewrites the node
+# at every turn; a webhook whose pods are gone): the release is then refused as a webhook's refusal is, and the slot
+# given back (see Cleanup.__call__, ForgetNode)
+RELEASE_FAILING_FOR = timedelta(seconds=10)
 
 
 def _known[T](value: T | None, what: str) -> T:
@@ -269,3 +273,21 @@ def _refused_while_time_runs(
         reason, message = told
         events.on_node(node, uid, reason, message, warning=True)
     return Outcome.wait(policy.poll_seconds, **{**found, "extra": {**extra, marker: since}})
+
+
+def _failing_for(extra: dict[str, Any], key: str, now: datetime) -> timedelta:
+    """How long what ``key`` of ``extra`` notes has been failing (nothing noted: not yet)."""
+    since = extra.get(key)
+    return timedelta(0) if since is None else now - datetime.fromisoformat(str(since))
+
+
+def _at_once(extra: dict[str, Any], key: str, now: datetime, retry_after: float | None) -> Outcome | None:
+    """A failure of the release or of a watch after it, tried again at once (no sooner than a Retry-After) while
+    it has failed for less than RELEASE_FAILING_FOR: the wait, with since when it fails noted in ``key`` of
+    ``extra``; None once it has failed longer."""
+    since = extra.get(key)
+    if _failing_for(extra, key, now) >= RELEASE_FAILING_FOR:
+        return None
+    return Outcome.wait(
+        max(1.0, retry_after_wait(retry_after)), extra={**extra, key: since or now.isoformat()}
+    )

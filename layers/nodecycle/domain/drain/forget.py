@@ -6,8 +6,9 @@ import logging
 from datetime import datetime
 from typing import Any
 
+from nodecycle.domain.drain.common import _at_once
 from nodecycle.domain.engine import Dispatcher, Outcome
-from nodecycle.domain.errors import AccessRefused
+from nodecycle.domain.errors import AccessRefused, TransientError
 from nodecycle.domain.model import (
     LifecycleRecord,
 )
@@ -17,6 +18,9 @@ from nodecycle.domain.ports.cluster import Claim, Cluster, Refused
 from nodecycle.domain.ports.instances import Instances, up
 
 log = logging.getLogger(__name__)
+
+# record.extra key: since when the release of the node fails (409, 5xx, a webhook that is down, its reads failing)
+FORGET_FAILING = "forget_failing"
 
 
 class ForgetNode:
@@ -81,12 +85,30 @@ class ForgetNode:
                     node.owner == record.owner
                     and self._cluster.release_node(node, released_for=node.lifecycle) is Claim.CONFLICT
                 ):
-                    return Outcome.wait(1, **found)
+                    raise TransientError(
+                        "the node changed between its read and the PATCH (HTTP 409 Conflict)"
+                    )
         except Refused as refusal:
             # The API server will not show the node or release it (RBAC edited for a while, a webhook that guards
             # it): its annotations stay for the sweeper, and the instance's slot and waiting place, which need no
             # node (instance ids are never reused), are still freed, not held until the message dead-letters
             log.error("the node of %s is not released: %s; its annotations stay", record.instance_id, refusal)
+        except TransientError as error:
+            # It conflicts (something else writes the node), or the API server fails the read or the PATCH (5xx, a
+            # webhook that is down, throttling): read and released again at once for RELEASE_FAILING_FOR, as the
+            # cleanup's release is. Not for ever: a conflict was tried every second for as long as a storm lasted,
+            # a failure raised into the engine's backoff (minutes a try), and the slot, which needs no node, held
+            # all the while. Then the annotations are left to the sweeper, as a refused release's are.
+            extra = {**record.extra, **found.get("extra", {})}
+            again = _at_once(extra, FORGET_FAILING, now, error.retry_after)
+            if again is not None:
+                return Outcome.wait(again.delay, **{**found, **again.changes})
+            log.error(
+                "the node of %s is not released (%s, at every try since %s); its annotations stay",
+                record.instance_id,
+                error,
+                extra[FORGET_FAILING],
+            )
         for waiter in self._slots.forget(record.owner, record.instance_id):
             self._dispatcher.wake(waiter)
         log.info("instance %s went without a hook: its slot and annotations are freed", record.instance_id)
