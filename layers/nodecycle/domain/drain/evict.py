@@ -503,7 +503,14 @@ class Evict:
         first, and while it is lost the drain pauses (invariant 1), its pause not drain time."""
         node = _known(record.node, "node")
         deadline = self._deadline_now(record, now)
-        pods = podfilter.remaining(self._cluster.pods_on(node))
+        try:
+            pods = podfilter.remaining(self._cluster.pods_on(node))
+        except TransientError as error:
+            # (lists that fail: raised at every try whatever the deadline, the drain would be retried until its
+            # global timeout, its policy never applied, as for a node that is there: see _poll)
+            if now < deadline:
+                raise  # (retried by the engine: the drain's timeout still ahead)
+            return self._timed_out_unlisted(record, now, error)
         asked = podfilter.to_evict(pods)
         stopping = [pod for pod in pods if pod.deletion_at is not None and now < pod.deletion_at]
         if not (asked or stopping) or now >= deadline:
