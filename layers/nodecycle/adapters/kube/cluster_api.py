@@ -146,9 +146,14 @@ class KubeCluster:
                 return by_id
         if not scan:
             return by_name if by_name is not None and by_name.instance_id is None else None
-        for node in self._nodes():
-            if node.instance_id == instance_id:
-                return node
+        # From the watch cache first (no etcd read), then, not there, as the nodes are now: the cache may lag behind
+        # etcd (seconds under load) and miss a node registered moments ago, which a drain would take for an instance
+        # with no node, its action completed without a drain. A miss is rare: a drain's node is found by its name but
+        # when EC2 does not answer that name yet, and the readiness gate scans once in a few polls.
+        for consistent in (False, True):
+            for node in self._nodes(consistent=consistent):
+                if node.instance_id == instance_id:
+                    return node
         # A node named after the instance but without a provider id yet (still registering) is ours too.
         return by_name if by_name is not None and by_name.instance_id is None else None
 
@@ -196,15 +201,19 @@ class KubeCluster:
         # whole list of 5,000 nodes is over 100 MB of JSON, at every sweep)
         return list(self._nodes(metadata_only=True))
 
-    def _nodes(self, *, metadata_only: bool = False) -> Iterator[NodeInfo]:
+    def _nodes(self, *, metadata_only: bool = False, consistent: bool = False) -> Iterator[NodeInfo]:
         with forbidden_refused():  # a role without list on nodes, as a read's
-            yield from (node_info(item) for item in self._list_nodes(metadata_only=metadata_only))
+            listed = self._list_nodes(metadata_only=metadata_only, consistent=consistent)
+            yield from (node_info(item) for item in listed)
 
-    def _list_nodes(self, *, metadata_only: bool = False) -> Iterator[dict[str, Any]]:
+    def _list_nodes(
+        self, *, metadata_only: bool = False, consistent: bool = False
+    ) -> Iterator[dict[str, Any]]:
         return pages(
             self._api.list_node,
             "listing nodes",
             metadata_only=metadata_only,
+            consistent=consistent,
             _request_timeout=REQUEST_TIMEOUT,
         )
 
