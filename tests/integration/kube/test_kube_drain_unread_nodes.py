@@ -17,15 +17,26 @@ from datetime import timedelta
 import pytest
 
 from nodecycle.adapters.kube.cluster_api import KubeCluster
+from nodecycle.domain.drain.acquire import AcquireSlot
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.model import Step, Transition
+from nodecycle.domain.nodes import NodeFinder
 from nodecycle_sandbox.faults import Fault
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.kube import test_kube_drain_steps as drain_steps
 from tests.integration.kube.cluster import run, run_retrying
 from tests.integration.kube.test_kube_drain_steps import INSTANCE, NODE, draining
-from tests.support.fakes import T0, FakeMetrics
-from tests.unit.drain.test_drain_steps import FakeEvents, FakeSlots, acquire, cordon, policy
+from tests.support.fakes import T0, FakeMetrics, InMemoryRecords
+from tests.unit.drain.test_drain_steps import (
+    FakeEvents,
+    FakeSlots,
+    NoDns,
+    acquire,
+    cordon,
+    policy,
+    spot,
+    wakes_to_nowhere,
+)
 
 SEED = drain_steps.SEED
 OTHER = "ip-10-0-2-10.eu-west-1.compute.internal"  # the node that holds the budget's one slot
@@ -126,3 +137,37 @@ def test_a_cordon_without_a_slot_whose_node_cannot_be_read_is_told_and_settled_a
     stored = server.get_object("nodes", NODE)
     assert stored is not None
     assert not stored["spec"].get("unschedulable")
+
+
+def test_a_terminate_hook_after_a_drained_spot_interruption_drains_again_when_the_pods_cannot_be_listed(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given the Spot interruption's drain of the instance, over, and an API server that fails every list of pods
+    # (500): whether pods came back to the node cannot be told
+    records = InMemoryRecords()
+    drained = spot(Step.DONE, node=NODE, zone="eu-west-1a", drain_started_at=T0, outcome="drained")
+    records.create(
+        drained.model_copy(update={"instance_id": INSTANCE, "id": f"{INSTANCE}/spot-interruption"})
+    )
+    server.faults.arm([Fault("etcd", "kube-error", "GET pods")], seed=1)
+    slots = FakeSlots(room=1, holders={OTHER})
+    step = AcquireSlot(
+        finder=NodeFinder(cluster, NoDns()),
+        cluster=cluster,
+        slots=slots,
+        dispatcher=wakes_to_nowhere(),
+        policy=policy(),
+        metrics=FakeMetrics(),
+        events=FakeEvents(),
+        records=records,
+    )
+
+    # When Auto Scaling's terminate hook for the same instance comes
+    hook = draining(Step.ACQUIRE_SLOT).model_copy(update={"node": None})
+    outcome = step(hook, T0 + timedelta(minutes=2))
+
+    # Then it drains the node as any (here: waits in line for a slot), as when the list is refused, rather than
+    # retried with the engine's backoff (minutes a try) for as long as the lists fail
+    assert server.faults.firings()
+    assert (outcome.then, outcome.again) == (None, True)
+    assert outcome.changes["node"] == NODE

@@ -330,6 +330,14 @@ class AcquireSlot:
                 )
                 self._metrics.count("EvictionErrors")
                 return None
+            except TransientError as error:
+                # (the lists fail: 5xx, throttled, a continue token expired) Not told either: drained as any node,
+                # whose polls retry failing lists within its timeout, rather than this step retried with the
+                # engine's backoff (minutes a try, not a draining step) for as long as they fail
+                log.warning(
+                    "instance %s: the pods of its node cannot be listed: %s", record.instance_id, error
+                )
+                return None
             if back:
                 log.info(
                     "instance %s was drained for a %s, but %d pods are on its node now: draining it again",
