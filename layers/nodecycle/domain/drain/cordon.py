@@ -173,6 +173,12 @@ class Cordon:
                 # drain timeout as the refused cordon it still is, rather than failed at every poll
                 why = f"its budget slot may not be renewed: {refusal}"
                 return self._refused(record, node.name, node.uid, why, started, deadline, now, found)
+            except TransientError as error:
+                # (the budget ConfigMap's reads or writes fail: 5xx, throttling, conflicts past the store's retries)
+                # Not cordoned either: a failing claim, as the node's own PATCH failing is. Raised, it was retried
+                # every few seconds with no deadline (no drain time runs before the cordon), nobody told.
+                failed = Failure(f"its budget slot cannot be renewed: {error}", error.retry_after)
+                return self._failing(record, node.name, node.uid, failed, started, deadline, now, found)
             _wake(self._dispatcher, renewed.wake)
             if renewed.reason is SlotReason.RELEASED:
                 # (this lifecycle gave its slot back already: a late delivery, whose commit loses; nothing lost)
