@@ -20,7 +20,7 @@ from nodecycle.domain.drain.common import (
     _set_on_node,
     _unseen,
 )
-from nodecycle.domain.engine import Dispatcher, Outcome
+from nodecycle.domain.engine import DRAIN_RETRY_CAP_SECONDS, Dispatcher, Outcome
 from nodecycle.domain.errors import AccessRefused, TransientError, retry_after_wait
 from nodecycle.domain.model import (
     ENDS_ITS_INSTANCE,
@@ -188,7 +188,18 @@ class Cleanup:
             if released is Claim.CLAIMED:  # (patched: the node as read is not the node any more)
                 watched = record.model_copy(update={"extra": _unseen(record.extra)})
         gone = record.instance_id if record.extra.get(ENDS_ITS_INSTANCE) else None
-        for waiter in self._slots.release(record.node, record.id, record.token, gone=gone):
+        try:
+            waiters = self._slots.release(record.node, record.id, record.token, gone=gone)
+        except TransientError as error:
+            # The budget ConfigMap's reads or writes fail (5xx, throttled, conflicts past the store's retries). Raised,
+            # the cleanup went to the engine's backoff (no draining step: up to 3 minutes a try), and a budget back
+            # after a minute or two had the slot given back minutes later, idle meanwhile while nodes waited
+            # (invariant 10). Asked again at a drain's retry cadence; the node's release is done, or given up and
+            # told: the next try finds nothing of this lifecycle's left on it.
+            log.warning("the slot of node %s cannot be given back yet: %s", record.node, error)
+            delay = max(DRAIN_RETRY_CAP_SECONDS, retry_after_wait(error.retry_after))
+            return Outcome.wait(delay, extra=watched.extra)
+        for waiter in waiters:
             self._dispatcher.wake(waiter)
         # (told even when the node is gone already: its events are read by its name and uid)
         self._settled(record, node.uid if node is not None else record.node_uid)
