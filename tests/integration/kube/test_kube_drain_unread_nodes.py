@@ -66,7 +66,7 @@ def test_a_waiter_whose_node_cannot_be_read_asks_again_at_each_poll_and_is_settl
     assert all(outcome.delay <= POLL.total_seconds() for _, outcome in runs[:-1]), [o.delay for _, o in runs]
     at, last = runs[-1]
     assert (last.then, last.again) == (Step.COMPLETE, False)
-    assert record.outcome == "drain-timeout-node-unread"
+    assert record.outcome == "drain-timeout-reads-refused"
     assert start + policy().timeout <= at <= start + policy().timeout + POLL
     reasons = [reason for _, reason, _ in events.written]
     assert (NODE, "NodeUnreadable", "Warning") in events.written

@@ -236,8 +236,9 @@ class AcquireSlot:
         queue after the engine's refused tries. Asked again at each poll instead (no sooner than a Retry-After),
         not told for a poll interval (a blip); then told (a Warning event, the alarm's metric), and at the drain
         timeout counted from the first failed read the action is settled as a drain that could not begin
-        (``drain-timeout-node-unread``), nothing of the node touched, rather than held until its global timeout.
-        No slot is asked for meanwhile: one granted could not be used, its node unread."""
+        (``drain-timeout-reads-refused``, as a drain refused its reads), nothing of the node touched, rather than
+        held until its global timeout. No slot is asked for meanwhile: one granted could not be used, its node
+        unread."""
         log.warning("the node of %s cannot be read at its slot's ask: %s", record.instance_id, error)
         noted = record.extra.get(ASK_UNREAD)
         since = now if noted is None else datetime.fromisoformat(str(noted))
@@ -270,7 +271,7 @@ class AcquireSlot:
                 f"Drain timed out before it began: node {node} could not be read since {since:%H:%M:%S}Z "
                 f"({error}); nothing was evicted; the lifecycle action of {record.instance_id} is completed"
             ),
-            outcome="drain-timeout-node-unread",
+            outcome="drain-timeout-reads-refused",
             found=found,
         )
         return outcome if not outcome.again else Outcome.wait(poll, **outcome.changes)
