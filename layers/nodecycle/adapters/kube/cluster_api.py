@@ -203,19 +203,20 @@ class KubeCluster:
 
     def _nodes(self, *, metadata_only: bool = False, consistent: bool = False) -> Iterator[NodeInfo]:
         with forbidden_refused():  # a role without list on nodes, as a read's
-            listed = self._list_nodes(metadata_only=metadata_only, consistent=consistent)
+            listed = self._nodes_now() if consistent else self._list_nodes(metadata_only=metadata_only)
             yield from (node_info(item) for item in listed)
 
-    def _list_nodes(
-        self, *, metadata_only: bool = False, consistent: bool = False
-    ) -> Iterator[dict[str, Any]]:
+    def _list_nodes(self, *, metadata_only: bool = False) -> Iterator[dict[str, Any]]:
         return pages(
             self._api.list_node,
             "listing nodes",
             metadata_only=metadata_only,
-            consistent=consistent,
             _request_timeout=REQUEST_TIMEOUT,
         )
+
+    def _nodes_now(self) -> Iterator[dict[str, Any]]:
+        """Every node as it is now (a consistent list, paged), not as the watch cache has it."""
+        return pages(self._api.list_node, "listing nodes", consistent=True, _request_timeout=REQUEST_TIMEOUT)
 
     def claim_node(
         self, node: NodeInfo, *, owner: str, in_progress: str, cordon: bool, exclude_from_lb: bool
