@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import pytest
-
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import ActionRef, Step
 from tests.support.fakes import FakeAutoscaling, holding_state
@@ -41,11 +39,6 @@ class TokenAlone(FakeAutoscaling):
         return group == action.group and state == holding and self.heartbeat(action)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the sweep heartbeats an open lifecycle no step confirmed with a plain heartbeat: another group's "
-    "action named with this stack's group is kept alive (LifecycleRepair._keep_alive should confirm it)",
-)
 def test_the_sweep_does_not_keep_alive_another_groups_action_named_with_this_stacks_group() -> None:
     # Given stack B's terminating instance (its action under B's group and the same hook name), and stack A's
     # open lifecycle of it, from a message that named A's group with its instance and token; no step of it ran

@@ -234,8 +234,13 @@ class LifecycleRepair:
         engine moved it meanwhile (it is alive) or it went past its completion."""
         if not self._heartbeat_due(record, now, late):
             return record
+        # An action no step confirmed yet is heartbeated through the confirmation, as the engine's keep-alive does:
+        # it looks where the instance is first, so a token Auto Scaling may take named with another group than its
+        # action's (another stack's) is not kept alive for a message that named this stack's group with it.
+        unconfirmed = record.verified_at is None and record.token_known
+        beat = self._autoscaling.confirm if unconfirmed else self._autoscaling.heartbeat
         try:
-            active = self._autoscaling.heartbeat(record.action)
+            active = beat(record.action)
         except AccessRefused:
             # (counted as the engine counts its refused heartbeats, apart from throttling: the sweep fails too)
             self._metrics.count("HeartbeatRetries", reason="refused")
@@ -248,6 +253,13 @@ class LifecycleRepair:
                 # completion, which settles either ("already settled", with its result): one on time runs
                 # anyway; an overdue one (its message lost) is resumed by the repair below.
                 log.info("the lifecycle action of %s is no longer active: left to its completion", record.id)
+                return record if record.overdue(now, self._grace) else None
+            if unconfirmed and now < record.heartbeat_deadline:
+                # Not confirmed before its heartbeat deadline: an action gone, or a token not held in the group
+                # named (another stack's action), which only its step's confirmation tells apart; left to it,
+                # resumed below when overdue, not counted expired by a look that cannot tell. (Past the deadline
+                # the action timed out whatever the token was: an expiry, as for a confirmed one.)
+                log.info("the lifecycle action of %s is not confirmed: left to its step", record.id)
                 return record if record.overdue(now, self._grace) else None
             ended = action_lapsed(record, now, self._autoscaling, self._records, self._metrics)
             gone = advance(record, ended, now)
