@@ -21,13 +21,36 @@ if TYPE_CHECKING:
     import boto3
 
 
+class _StackOnTheLine(argparse.Action):
+    """``--stack`` given on the command line: ``stack_source`` says so (see ``add_stack_arguments``)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        namespace.stack = values
+        namespace.stack_source = "--stack"
+
+
+# Where a stack named by ``args.stack`` came from: the command line, or the environment (a default the command
+# line's other choices, such as ``status --table --owner``, may override; and which a refusal must name, since
+# the operator never typed it).
+STACK_VARIABLE = "$NODECYCLE_STACK"
+
+
 def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
+    from_environment = os.environ.get("NODECYCLE_STACK") or None
     parser.add_argument(
         "--stack",
-        default=os.environ.get("NODECYCLE_STACK") or None,
+        action=_StackOnTheLine,
+        default=from_environment,
         help="the nodecycle stack's name: its outputs give the table, owner id, cluster, queues "
         "(default: $NODECYCLE_STACK)",
     )
+    parser.set_defaults(stack_source=STACK_VARIABLE if from_environment else None)
     parser.add_argument("--region", help="AWS region of the stack (default: the usual chain: AWS_REGION...)")
 
 

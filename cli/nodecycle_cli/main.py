@@ -116,6 +116,7 @@ def chosen_command(argv: Sequence[str]) -> str | None:
 # A command whose reader stopped reading (`nodecycle status --all | head`) ends as the shell's tools killed by
 # SIGPIPE do: this status, nothing said (Python ignores SIGPIPE, and would print a BrokenPipeError's traceback)
 EXIT_BROKEN_PIPE = 128 + 13
+EXIT_INTERRUPTED = 128 + 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -152,7 +153,10 @@ def run(argv: Sequence[str] | None) -> int:
     try:
         return int(args.run(args) or 0)
     except KeyboardInterrupt:
-        return 130
+        # (as the shell's tools stopped by SIGINT: 128 + 2; a script reading stdout gets why, not nothing)
+        if json_errors.asked_for(args, words):
+            json_errors.write(json_errors.command_of(args), "interrupted", EXIT_INTERRUPTED)
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         raise  # not the command's failure: its reader's (main)
     except Exception as error:

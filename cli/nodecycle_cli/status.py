@@ -5,7 +5,9 @@
 
 With ``--stack`` the table and owner id come from the stack's outputs; otherwise from ``--table`` and
 ``--owner`` or ``NODECYCLE_RECORD_TABLE`` and ``NODECYCLE_OWNER_ID`` (the sandbox's environment file sets
-both). AWS credentials, region and endpoint come from the usual chain.
+both). ``--table`` and ``--owner`` both given name the lifecycles asked for even when ``$NODECYCLE_STACK`` names
+a stack (the variable is a default; ``--stack`` on the line is not). AWS credentials, region and endpoint come
+from the usual chain.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import os
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from nodecycle_cli.deployment import add_stack_arguments, find, lifecycle_table, session
+from nodecycle_cli.deployment import STACK_VARIABLE, add_stack_arguments, find, lifecycle_table, session
 from nodecycle_cli.failures import CommandError
 from nodecycle_cli.output import age, table
 
@@ -45,7 +47,10 @@ def run(args: argparse.Namespace) -> int:
     from nodecycle.adapters.aws.records import DynamoRecordStore
 
     aws = session(args)
-    if args.stack:
+    # $NODECYCLE_STACK is a default: --table and --owner both on the line name the lifecycles asked for (another
+    # stack's, sharing the table or not); --stack on the line is an order, which they must agree with
+    on_the_line = args.stack_source == "--stack"
+    if args.stack and (on_the_line or not (args.table and args.owner)):
         deployment = find(aws, args.stack)
         for flag, given, its in (
             ("--table", args.table, deployment.table),
@@ -55,6 +60,9 @@ def run(args: argparse.Namespace) -> int:
                 # listed under the stack's owner id, they would read as the lifecycles asked for
                 raise CommandError(
                     f"{flag} {given} is not stack {args.stack}'s ({its}): pass --stack, or --table and --owner"
+                    if on_the_line
+                    else f"{flag} {given} is not stack {args.stack}'s ({its}), which {STACK_VARIABLE} names: "
+                    "pass --table and --owner both (they override the variable), or --stack"
                 )
         args.table, args.owner = deployment.table, deployment.owner
     else:
