@@ -219,7 +219,7 @@ class Runner:
             account=self.account,
             region=self.region,
             interval_override=self._schedule_interval,
-            enabled=self._deployment.enabled,
+            enabled=self._deployment.delivers,
         )
         if self._schedules_enabled:
             self._schedules.start()
@@ -282,8 +282,9 @@ class Runner:
         assert self._deployment is not None
         for spec in self.functions.values():
             for rule in spec.rules:
-                # A rule an operator disabled (aws events disable-rule) delivers nothing, as on AWS.
-                if matches(rule.pattern, event) and self._deployment.enabled(spec.logical_id, rule.name):
+                # A rule an operator disabled (aws events disable-rule), or whose target they removed, delivers
+                # nothing, as on AWS.
+                if matches(rule.pattern, event) and self._deployment.delivers(spec.logical_id, rule.name):
                     self._async.submit(spec, event, f"rule:{rule.name}")
 
     def set_sources_enabled(self, function: str, enabled: bool) -> None:

@@ -48,7 +48,7 @@ class Schedules:
         self._account = account
         self._region = region
         self._interval_override = interval_override
-        self._enabled = enabled  # (function, event) -> whether its rule is enabled now
+        self._enabled = enabled  # (function, event) -> whether its rule delivers to the function now
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
 

@@ -4,8 +4,8 @@ CloudFormation would create the template's EventBridge rules (the ones SAM makes
 ``Schedule`` events), its EKS access entries, and a stack whose outputs and parameters name it all. The
 runner creates them in the sandbox's AWS through the ordinary APIs, so that ``nodecycle doctor --stack``,
 ``status --stack`` and the AWS CLI find them there as in an account, and so that what an operator changes
-there matters: a rule disabled with ``aws events disable-rule`` stops its deliveries (the runner asks before
-each one), an access entry creation refused by a ``CONFIG_MAP`` cluster fails the deployment, as it rolls a
+there matters: a rule disabled with ``aws events disable-rule``, or whose target was removed, stops its
+deliveries (the runner asks before each one), an access entry creation refused by a ``CONFIG_MAP`` cluster fails the deployment, as it rolls a
 stack back.
 """
 
@@ -50,6 +50,7 @@ class StackDeployment:
         self._eks = clients["eks"]
         self._cloudformation = clients["cloudformation"]
         self.rules: dict[tuple[str, str], DeployedRule] = {}
+        self._arns: dict[str, str] = {}  # function logical id -> its ARN
 
     def deploy(self, functions: list[FunctionSpec]) -> None:
         self._create_rules(functions)
@@ -63,10 +64,25 @@ class StackDeployment:
             return True
         return str(self._events.describe_rule(Name=rule.name)["State"]) == "ENABLED"
 
+    def delivers(self, function: str, event: str) -> bool:
+        """Whether the rule of ``function``'s ``event`` delivers to the function now: enabled, and the function
+        still one of its targets (an operator may have removed the target, or pointed it elsewhere: the rule
+        then stays enabled and the function gets nothing, as on AWS)."""
+        rule = self.rules.get((function, event))
+        if rule is None:
+            return True
+        if not self.enabled(function, event):
+            return False
+        pages = self._events.get_paginator("list_targets_by_rule").paginate(Rule=rule.name)
+        # (a target's ARN may name a version or alias: arn:aws:lambda:region:account:function:name[:qualifier])
+        arns = {":".join(t["Arn"].split(":")[:7]) for page in pages for t in page["Targets"]}
+        return self._arns[function] in arns
+
     # -- what is created ----------------------------------------------------------------------------
 
     def _create_rules(self, functions: list[FunctionSpec]) -> None:
         for spec in functions:
+            self._arns[spec.logical_id] = spec.arn
             triggers: list[RuleTrigger | ScheduleTrigger] = [*spec.rules, *spec.schedules]
             for trigger in triggers:
                 name = self._resources.ref(f"{spec.logical_id}{trigger.name}")
@@ -77,10 +93,37 @@ class StackDeployment:
                     request["ScheduleExpression"] = trigger.expression
                     request["State"] = "ENABLED" if trigger.enabled else "DISABLED"
                 self._events.put_rule(**request)
-                self._events.put_targets(Rule=name, Targets=[{"Id": spec.logical_id, "Arn": spec.arn}])
+                self._events.put_targets(Rule=name, Targets=[self._target(spec, trigger.name)])
                 self.rules[(spec.logical_id, trigger.name)] = DeployedRule(
                     name, spec.logical_id, trigger.name
                 )
+
+    def _target(self, spec: FunctionSpec, event: str) -> dict[str, Any]:
+        """The one target SAM makes of a rule or schedule event (samtranslator's push.py ``_construct_target``),
+        read from the template: its id (``Target.Id``, else the rule's logical id and ``LambdaTarget``), the
+        function, and the event's ``Input``, ``InputPath``, ``RetryPolicy`` and ``DeadLetterConfig`` as given.
+        (Without the last two the sandbox's targets would be kinder than the stack's: EventBridge's defaults
+        retry for 24 hours and drop what they cannot deliver.)"""
+        declared = self._template["Resources"][spec.logical_id]["Properties"]["Events"][event]
+        properties: Mapping[str, Any] = self._intrinsics.resolve(declared.get("Properties") or {})
+        target: dict[str, Any] = {
+            "Id": str((properties.get("Target") or {}).get("Id") or f"{spec.logical_id}{event}LambdaTarget"),
+            "Arn": spec.arn,
+        }
+        for key in ("Input", "InputPath"):
+            if key in properties:
+                target[key] = str(properties[key])
+        if "RetryPolicy" in properties:
+            target["RetryPolicy"] = {key: int(value) for key, value in properties["RetryPolicy"].items()}
+        if "DeadLetterConfig" in properties:
+            dead_letter = properties["DeadLetterConfig"]
+            if "Arn" not in dead_letter:
+                # (SAM's `Type: SQS` makes a queue of its own, which the sandbox does not)
+                raise ValueError(
+                    f"{spec.logical_id}.{event}: the sandbox needs DeadLetterConfig: {{Arn: ...}}"
+                )
+            target["DeadLetterConfig"] = {"Arn": str(dead_letter["Arn"])}
+        return target
 
     def _create_access_entries(self) -> None:
         for logical_id, resource in self._template["Resources"].items():
