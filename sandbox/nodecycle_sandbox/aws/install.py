@@ -32,6 +32,7 @@ from nodecycle_sandbox.aws import (
     ec2_tags,
     eks_access,
     events_sources,
+    lambda_mappings,
     sqs_attributes,
     sqs_timing,
 )
@@ -63,6 +64,7 @@ def install() -> None:
     ec2_consistency.install()  # reads that lag the writes, when a test arms it
     eks_access.install()
     events_sources.install()  # PutEvents refuses the aws.* sources of AWS's own events
+    lambda_mappings.install()  # SQS mappings run by the runner only, never by moto
     enforce.install()  # each function's calls against its role (nodecycle_sandbox.iam)
     setattr(AutoScalingResponse, _MARKER, True)
 

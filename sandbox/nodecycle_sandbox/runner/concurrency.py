@@ -31,7 +31,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from nodecycle_sandbox.runner.invokers import InvocationResult
 
@@ -66,17 +66,22 @@ class ReservedConcurrency:
     """Executions in flight per function; a function with a reserved concurrency gets no more than that.
 
     A function without one is not limited here (the account's concurrency, which the sandbox does not model).
+    ``live``: the function's reserved concurrency as Lambda has it now (an operator may have changed it, to 0 to
+    stop the function: ``lambda_functions.py``), instead of the template's.
     """
 
-    def __init__(self, reserved: Mapping[str, int | None]) -> None:
+    def __init__(
+        self, reserved: Mapping[str, int | None], live: Callable[[str], int | None] | None = None
+    ) -> None:
         self._reserved = dict(reserved)
+        self._live = live
         self._in_flight: dict[str, int] = dict.fromkeys(self._reserved, 0)
         self._lock = threading.Lock()
 
     def try_acquire(self, function: str) -> bool:
         """Take one of the function's executions; False (a throttle) when all of them are in flight."""
+        limit = self._live(function) if self._live is not None else self._reserved.get(function)
         with self._lock:
-            limit = self._reserved.get(function)
             if limit is not None and self._in_flight.get(function, 0) >= limit:
                 return False
             self._in_flight[function] = self._in_flight.get(function, 0) + 1

@@ -29,6 +29,7 @@ from nodecycle_sandbox.runner.functions import FunctionSpec, SqsTrigger, read_fu
 from nodecycle_sandbox.runner.intrinsics import Intrinsics
 from nodecycle_sandbox.runner.invokers import InlineInvoker, InvocationResult, Invoker, ProcessInvoker
 from nodecycle_sandbox.runner.journal import Invocation, Journal
+from nodecycle_sandbox.runner.lambda_functions import LambdaFunctions
 from nodecycle_sandbox.runner.patterns import matches
 from nodecycle_sandbox.runner.resources import QueueInfo, SandboxResources, TableInfo
 from nodecycle_sandbox.runner.schedules import Schedules
@@ -131,6 +132,7 @@ class Runner:
         self._sources: list[SqsEventSource] = []
         self._schedules: Schedules | None = None
         self._deployment: StackDeployment | None = None
+        self._lambda: LambdaFunctions | None = None
         self.sqs: SQSClient = self._client("sqs", max_pool_connections=10)
         self.dynamodb: DynamoDBClient = self._client("dynamodb", max_pool_connections=10)
 
@@ -169,7 +171,6 @@ class Runner:
             layer = self._layer_dir
             specs = [replace(spec, layer_dirs=(layer,)) if spec.layer_dirs else spec for spec in specs]
         self.functions = {spec.logical_id: spec for spec in specs}
-        self._reserved = ReservedConcurrency({s.logical_id: s.reserved_concurrency for s in specs})
         self._deployment = StackDeployment(
             template,
             stack_name=self.stack_name,
@@ -178,6 +179,17 @@ class Runner:
             clients={name: self._client(name) for name in ("events", "eks", "cloudformation")},
         )
         self._deployment.deploy(specs)
+        self._lambda = functions = LambdaFunctions(
+            template,
+            intrinsics=resources.intrinsics,
+            resources=resources,
+            clients={name: self._client(name) for name in ("lambda", "iam")},
+        )
+        functions.deploy(specs)
+        # (Lambda's reserved concurrency now, which an operator may change: put-function-concurrency)
+        self._reserved = ReservedConcurrency(
+            {s.logical_id: s.reserved_concurrency for s in specs}, live=functions.reserved
+        )
         self.environments = {
             spec.logical_id: lambda_environment(
                 spec,
@@ -304,6 +316,7 @@ class Runner:
             self._start_sources(spec)
 
     def _start_sources(self, spec: FunctionSpec) -> None:
+        assert self._lambda is not None, "the runner is not started"
         for trigger in spec.sqs:
             if not trigger.enabled:
                 continue
@@ -320,6 +333,7 @@ class Runner:
                 fault_client_factory=functools.partial(self._client, "sqs"),
                 deliveries=self._deliveries,
                 throttle_scale=self._throttle_scale,
+                enabled=functools.partial(self._lambda.mapping_enabled, spec.logical_id, trigger.name),
             )
             source.start()
             self._sources.append(source)

@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from mypy_boto3_sqs.type_defs import MessageTypeDef
 
 _log = logging.getLogger(__name__)
+# How often a disabled mapping's pollers look whether it is enabled again (Lambda takes seconds to start one)
+_DISABLED_POLL_SECONDS = 0.2
 _SYSTEM_ATTRIBUTES = (
     "ApproximateReceiveCount",
     "SentTimestamp",
@@ -115,7 +117,10 @@ class SqsEventSource:
         fault_client_factory: Callable[[], SQSClient] | None = None,
         deliveries: logging.Logger | None = None,
         throttle_scale: float = THROTTLE_TIME_SCALE,
+        enabled: Callable[[], bool] = lambda: True,
     ) -> None:
+        # Whether the mapping is enabled in Lambda now (an operator may disable it: the queue then stalls)
+        self._enabled = enabled
         self._faults = faults or RunnerFaults()
         self._throttle_scale = throttle_scale
         self._deliveries = deliveries or _log
@@ -187,7 +192,12 @@ class SqsEventSource:
         client.meta.events.register("before-send.sqs", self._refuse_once_closed)
         while not self._stopping.is_set():
             try:
+                if not self._enabled():
+                    self._stopping.wait(_DISABLED_POLL_SECONDS)
+                    continue
                 messages, received_at = self._receive(client)
+                if not messages:
+                    continue  # (disabled while it polled, or stopping)
                 with self._state:
                     if self._closed:
                         return  # (see close)
@@ -257,6 +267,8 @@ class SqsEventSource:
         received_at = time.monotonic()
         window_end: float | None = None
         while len(messages) < trigger.batch_size and not self._stopping.is_set():
+            if not messages and not self._enabled():
+                break  # disabled between two empty long polls: the batch is not started
             wait = self._poll_wait
             if window_end is not None:
                 remaining = window_end - time.monotonic()

@@ -35,8 +35,11 @@ Resources:
           Properties:
             Queue: !GetAtt Work.Arn
             BatchSize: 1
-            ScalingConfig: {MaximumConcurrency: 1}
+            # (Lambda's least; the tests run one poller, `ONE_POLLER`, unless they want two)
+            ScalingConfig: {MaximumConcurrency: 2}
 """
+# One poller of the mapping, as an account's concurrency would allow (MaximumConcurrency is at least 2)
+ONE_POLLER = 1
 
 HANDLER = """
 import os, time, datetime, boto3
@@ -76,7 +79,7 @@ def test_a_container_killed_after_its_first_call_leaves_that_call_done_and_the_m
     make_runner: MakeRunner,
 ) -> None:
     # Given the worker's container dies right after its first API call, once
-    runner = make_runner(TEMPLATE, {"worker": HANDLER}, mode="process")
+    runner = make_runner(TEMPLATE, {"worker": HANDLER}, mode="process", concurrency_cap=ONE_POLLER)
     runner.faults.arm([Fault("k", "worker-kill", target="Worker", limit=1, value=1)], seed=1)
 
     # When a message arrives
@@ -95,7 +98,7 @@ def test_a_container_killed_after_its_first_call_leaves_that_call_done_and_the_m
 
 def test_a_moved_clock_shifts_the_wall_clock_of_the_invocation_only(make_runner: MakeRunner) -> None:
     # Given invocations whose container clock is an hour ahead, for the first one only
-    runner = make_runner(TEMPLATE, {"worker": HANDLER}, mode="process")
+    runner = make_runner(TEMPLATE, {"worker": HANDLER}, mode="process", concurrency_cap=ONE_POLLER)
     runner.faults.arm([Fault("s", "clock-skew", target="Worker", limit=1, value=3600)], seed=1)
 
     # When two messages are handled
@@ -117,7 +120,7 @@ def test_a_moved_clock_shifts_the_wall_clock_of_the_invocation_only(make_runner:
 
 def test_dropped_messages_are_never_delivered_and_duplicated_ones_twice(make_runner: MakeRunner) -> None:
     # Given the first message received is lost, and the next batch is delivered twice
-    runner = make_runner(TEMPLATE, {"worker": HANDLER}, mode="process")
+    runner = make_runner(TEMPLATE, {"worker": HANDLER}, mode="process", concurrency_cap=ONE_POLLER)
     runner.faults.arm(
         [Fault("d", "sqs-drop", target="Work", limit=1), Fault("u", "sqs-duplicate", target="Work", limit=1)],
         seed=1,
@@ -136,7 +139,7 @@ def test_dropped_messages_are_never_delivered_and_duplicated_ones_twice(make_run
 
 def test_a_duplicate_may_run_at_the_same_time_as_the_first_delivery(make_runner: MakeRunner) -> None:
     # Given a batch delivered twice at once (as two pollers of SQS may), to a handler that takes its time
-    template = TEMPLATE.replace("MaximumConcurrency: 1", "MaximumConcurrency: 2")
+    template = TEMPLATE
     slow = HANDLER.replace("    sqs.list_queues()", "    sqs.list_queues()\n    time.sleep(0.5)")
     runner = make_runner(template, {"worker": slow}, mode="process")
     runner.faults.arm([Fault("u", "sqs-duplicate", target="Work", limit=1, value=1)], seed=1)
@@ -154,7 +157,7 @@ def test_a_duplicate_may_run_at_the_same_time_as_the_first_delivery(make_runner:
 
 def test_a_delayed_message_comes_late(make_runner: MakeRunner) -> None:
     # Given a message held back for 2 s when first received
-    runner = make_runner(TEMPLATE, {"worker": HANDLER}, mode="process")
+    runner = make_runner(TEMPLATE, {"worker": HANDLER}, mode="process", concurrency_cap=ONE_POLLER)
     runner.faults.arm([Fault("l", "sqs-delay", target="Work", limit=1, value=2)], seed=1)
 
     # When it is sent
@@ -181,7 +184,9 @@ def test_a_message_that_comes_late_again_and_again_is_not_dead_lettered_for_it(
     Type: AWS::SQS::Queue
   Out:""",
     )
-    runner = make_runner(template, {"worker": HANDLER}, mode="process", log_dir=tmp_path / "logs")
+    runner = make_runner(
+        template, {"worker": HANDLER}, mode="process", log_dir=tmp_path / "logs", concurrency_cap=ONE_POLLER
+    )
     runner.faults.arm([Fault("l", "sqs-delay", target="Work", limit=3, value=1)], seed=1)
 
     # When it is sent (about an instance, as a lifecycle's messages are)

@@ -141,7 +141,10 @@ def test_an_invocation_that_overruns_its_timeout_is_stopped(make_runner: MakeRun
     assert 1.9 < timed_out.duration < 3.5
 
 
-ONE_SLOT = TEMPLATE.replace("MaximumConcurrency: 2", "MaximumConcurrency: 1")
+# (a mapping's MaximumConcurrency is at least 2 on Lambda: one slot is the function's reserved concurrency)
+ONE_SLOT = TEMPLATE.replace(
+    "      Handler: app.handler\n", "      Handler: app.handler\n      ReservedConcurrentExecutions: 1\n", 1
+)
 
 
 def test_a_worker_killed_while_idle_is_replaced_and_its_slot_is_not_lost(make_runner: MakeRunner) -> None:

@@ -1,0 +1,164 @@
+"""The runner registers the stack's functions with the sandbox's Lambda as CloudFormation creates them (settings,
+reserved concurrency, asynchronous invocation settings, SQS event source mappings), so that the runbook's
+``aws lambda get-function-concurrency`` / ``put-function-concurrency`` / ``list-event-source-mappings`` /
+``update-event-source-mapping`` answer against the sandbox; and what an operator changes there matters: a
+function throttled to 0 runs nothing, a mapping disabled by hand polls nothing, as on AWS."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from .conftest import MakeRunner
+from .test_stack_deployment import client
+
+TEMPLATE = """
+Globals:
+  Function:
+    Runtime: python3.13
+    Environment:
+      Variables:
+        SHARED: "yes"
+Resources:
+  Work:
+    Type: AWS::SQS::Queue
+    Properties:
+      VisibilityTimeout: 30
+  Failed:
+    Type: AWS::SQS::Queue
+  Worker:
+    Type: AWS::Serverless::Function
+    Properties:
+      CodeUri: functions/worker/
+      Handler: app.handler
+      Timeout: 20
+      MemorySize: 384
+      ReservedConcurrentExecutions: 3
+      Environment:
+        Variables:
+          OWN: !Ref Work
+      EventInvokeConfig:
+        MaximumRetryAttempts: 1
+        MaximumEventAgeInSeconds: 600
+        DestinationConfig:
+          OnFailure: { Type: SQS, Destination: !GetAtt Failed.Arn }
+      Events:
+        Queue:
+          Type: SQS
+          Properties:
+            Queue: !GetAtt Work.Arn
+            BatchSize: 2
+            MaximumBatchingWindowInSeconds: 0
+            FunctionResponseTypes: [ReportBatchItemFailures]
+            ScalingConfig: { MaximumConcurrency: 3 }
+        Lifecycle:
+          Type: EventBridgeRule
+          Properties:
+            Pattern: {source: [aws.autoscaling]}
+"""
+
+WORKER = """
+def handler(event, context):
+    return {"batchItemFailures": []} if "Records" in event else "ran"
+"""
+
+EVENT = {"source": "aws.autoscaling", "detail-type": "EC2 Instance-launch Lifecycle Action", "detail": {}}
+
+
+def lambda_client(runner: Any) -> Any:
+    return client(runner, "lambda")
+
+
+def test_each_function_is_registered_with_the_templates_settings(make_runner: MakeRunner) -> None:
+    runner = make_runner(TEMPLATE, {"worker": WORKER}, sqs_sources_enabled=False)
+    aws = lambda_client(runner)
+    name = runner.functions["Worker"].name
+
+    configuration = aws.get_function(FunctionName=name)["Configuration"]
+    assert (configuration["Timeout"], configuration["MemorySize"]) == (20, 384)
+    assert configuration["Handler"] == "app.handler"
+    assert configuration["Runtime"] == "python3.13"
+    assert sorted(configuration["Environment"]["Variables"]) == ["OWN", "SHARED"]
+    assert configuration["Environment"]["Variables"]["OWN"] == runner.queue("Work").url
+    assert aws.get_function_concurrency(FunctionName=name)["ReservedConcurrentExecutions"] == 3
+    invoke_config = aws.get_function_event_invoke_config(FunctionName=name)
+    assert invoke_config["MaximumRetryAttempts"] == 1
+    assert invoke_config["MaximumEventAgeInSeconds"] == 600
+    assert invoke_config["DestinationConfig"]["OnFailure"]["Destination"] == runner.queue("Failed").arn
+
+    (mapping,) = aws.list_event_source_mappings(FunctionName=name)["EventSourceMappings"]
+    assert mapping["EventSourceArn"] == runner.queue("Work").arn
+    assert mapping["State"] == "Enabled"
+    assert mapping["BatchSize"] == 2
+    assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    assert mapping["ScalingConfig"] == {"MaximumConcurrency": 3}
+
+
+def test_lambda_does_not_run_the_mappings_itself(make_runner: MakeRunner) -> None:
+    # Given the mapping registered with the sandbox's Lambda, the runner's pollers off
+    runner = make_runner(TEMPLATE, {"worker": WORKER}, sqs_sources_enabled=False)
+    sqs = client(runner, "sqs")
+    url = runner.queue("Work").url
+
+    # When a message is sent to its queue
+    sqs.send_message(QueueUrl=url, MessageBody="{}")
+
+    # Then nothing received it (moto would receive a batch at each send for the mapping, and invoke the function in
+    # Docker: without Docker that receive counts towards maxReceiveCount and the message drifts to the DLQ)
+    attributes = sqs.get_queue_attributes(
+        QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+    )["Attributes"]
+    assert attributes == {"ApproximateNumberOfMessages": "1", "ApproximateNumberOfMessagesNotVisible": "0"}
+    (message,) = sqs.receive_message(QueueUrl=url, AttributeNames=["ApproximateReceiveCount"])["Messages"]
+    assert message["Attributes"]["ApproximateReceiveCount"] == "1"
+
+
+def test_a_function_throttled_to_zero_by_hand_runs_nothing_until_its_concurrency_is_back(
+    make_runner: MakeRunner,
+) -> None:
+    # Given the runbook's step that stops a function: its reserved concurrency set to 0
+    runner = make_runner(TEMPLATE, {"worker": WORKER})
+    aws = lambda_client(runner)
+    name = runner.functions["Worker"].name
+    aws.put_function_concurrency(FunctionName=name, ReservedConcurrentExecutions=0)
+    time.sleep(1.2)  # (Lambda applies it within seconds; the runner reads it again each second)
+
+    # When an event and a message come
+    runner.publish(EVENT)
+    client(runner, "sqs").send_message(QueueUrl=runner.queue("Work").url, MessageBody="{}")
+    time.sleep(1.5)
+
+    # Then the function ran neither (throttled), until its concurrency is given back
+    assert runner.journal.invocations("Worker") == []
+    assert runner.journal.throttles("Worker")
+    aws.delete_function_concurrency(FunctionName=name)
+    sources = runner.journal.wait_until(
+        lambda: {i.source.split(":")[0] for i in runner.journal.invocations("Worker")} >= {"rule", "sqs"},
+        timeout=15,
+    )
+    assert sources
+
+
+def test_a_mapping_disabled_by_hand_polls_nothing_until_enabled_again(make_runner: MakeRunner) -> None:
+    # Given the worker's mapping, disabled by an operator (aws lambda update-event-source-mapping --no-enabled)
+    runner = make_runner(TEMPLATE, {"worker": WORKER})
+    aws = lambda_client(runner)
+    (mapping,) = aws.list_event_source_mappings(FunctionName=runner.functions["Worker"].name)[
+        "EventSourceMappings"
+    ]
+    aws.update_event_source_mapping(UUID=mapping["UUID"], Enabled=False)
+    time.sleep(2.5)  # (a long poll under way when it was disabled; the runner reads the state each second)
+
+    # When a message is sent to its queue
+    sqs = client(runner, "sqs")
+    sqs.send_message(QueueUrl=runner.queue("Work").url, MessageBody="{}")
+    time.sleep(1.5)
+
+    # Then it stays in the queue, unreceived; enabled again, the mapping delivers it
+    assert runner.journal.invocations("Worker") == []
+    attributes = sqs.get_queue_attributes(
+        QueueUrl=runner.queue("Work").url, AttributeNames=["ApproximateNumberOfMessages"]
+    )["Attributes"]
+    assert attributes["ApproximateNumberOfMessages"] == "1"
+    aws.update_event_source_mapping(UUID=mapping["UUID"], Enabled=True)
+    assert runner.journal.wait_until(lambda: runner.journal.invocations("Worker"), timeout=15)
