@@ -19,7 +19,9 @@ with the usual credential chain, the cluster with the kubeconfig. Checked:
   default result;
 - the EventBridge rules enabled, each targeting its function; the dead-letter queues there and empty, and the intake and sweeper ones
   writable by the stack's rules (their queue policies); no lifecycle stuck, nor retrying a step that
-  failed (throttled, refused: the call and AWS's or the cluster's answer, from its record).
+  failed (throttled, refused: the call and AWS's or the cluster's answer, from its record);
+- each function there, not throttled to nothing (a reserved concurrency of 0 set by hand), and its queue
+  mappings enabled (a mapping disabled by hand): ``sam deploy`` undoes neither.
 
 Each finding says what is wrong, why it matters and the command that fixes it. Exit status: 0 all good,
 1 a problem or a warning, 3 nothing wrong found but some checks could not be made; 2 the doctor could not run
@@ -46,7 +48,7 @@ from nodecycle_cli.deployment import (
     lifecycle_table,
     session,
 )
-from nodecycle_cli.doctor import aws_checks, cluster_checks
+from nodecycle_cli.doctor import aws_checks, cluster_checks, function_checks
 from nodecycle_cli.doctor.findings import Finding, Status, as_json, exit_status, render
 from nodecycle_cli.doctor.permissions import Identity
 from nodecycle_cli.failures import CommandError, explain
@@ -178,6 +180,19 @@ class Doctor:
                 findings += self._guard(
                     f"queues.dead-letters.{what}", partial(self._dead_letters, deployment, what)
                 )
+            for what, output in function_checks.FUNCTION_OUTPUTS.items():
+                # (a stack from before the functions' names were outputs: not checked)
+                if deployment.outputs.get(output):
+                    findings += self._guard(
+                        f"lambda.function.{what}",
+                        partial(
+                            function_checks.function,
+                            self.client("lambda"),
+                            what,
+                            deployment.outputs[output],
+                            deployment.parameters,
+                        ),
+                    )
             findings += self._guard("lifecycles", lambda: self._lifecycles(deployment))
         findings += self._guard("hooks", self._hooks)
         if self.cluster:
