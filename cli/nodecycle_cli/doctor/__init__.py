@@ -17,7 +17,8 @@ with the usual credential chain, the cluster with the kubeconfig. Checked:
   settings (HeartbeatMarginSeconds plus the later of WorkVisibilityTimeoutSeconds and ResumeGraceSeconds + 2,
   and at least SweepIntervalMinutes plus HeartbeatMarginSeconds: 360 s with the template's defaults), the
   default result;
-- the EventBridge rules enabled, each targeting its function; the dead-letter queues there and empty, and the intake and sweeper ones
+- the EventBridge rules enabled, each targeting its function (with its dead-letter queue); the dead-letter
+  queues there and empty, and the intake and sweeper ones
   writable by the stack's rules (their queue policies); no lifecycle stuck, nor retrying a step that
   failed (throttled, refused: the call and AWS's or the cluster's answer, from its record);
 - each function there, not throttled to nothing (a reserved concurrency of 0 set by hand), and its queue
@@ -214,8 +215,20 @@ class Doctor:
     def _rule(self, deployment: Deployment, what: str, output: str) -> list[Finding]:
         # (a stack from before the functions' names were outputs: the targets are not checked)
         function = deployment.outputs.get(RULE_TARGETS[output])
+        # (the rule's dead-letter queue, when the stack names it: its target must send there)
+        queue = next((q for q, rules in DEAD_LETTER_WRITERS.items() if output in rules), None)
+        url = deployment.outputs.get(f"{queue.capitalize()}DeadLetterQueueUrl") if queue else None
+        dead_letters = None
+        if url:
+            region = self.client("sqs").meta.region_name
+            dead_letters = aws_checks.DeadLetterQueue(
+                url=url, region=region, partition=self._aws.get_partition_for_region(region)
+            ).arn
         return aws_checks.rules(
-            self.client("events"), {what: deployment.output(output)}, {what: function} if function else None
+            self.client("events"),
+            {what: deployment.output(output)},
+            {what: function} if function else None,
+            {what: dead_letters} if dead_letters else None,
         )
 
     def _dead_letters(self, deployment: Deployment, what: str) -> list[Finding]:

@@ -203,9 +203,14 @@ RULE_PURPOSES = {
 }
 
 
-def rules(events: Any, names: Mapping[str, str], functions: Mapping[str, str] | None = None) -> list[Finding]:
+def rules(
+    events: Any,
+    names: Mapping[str, str],
+    functions: Mapping[str, str] | None = None,
+    dead_letters: Mapping[str, str] | None = None,
+) -> list[Finding]:
     """Each EventBridge rule of the stack exists and is enabled, and, given the function it delivers to (by
-    the doctor's name for the rule), targets that function."""
+    the doctor's name for the rule), targets that function; given its dead-letter queue's ARN, with it."""
     findings = []
     for what, name in names.items():
         check = f"eventbridge.rule.{what}"
@@ -238,17 +243,21 @@ def rules(events: Any, names: Mapping[str, str], functions: Mapping[str, str] | 
             )
         function = (functions or {}).get(what)
         if function:
-            findings += _target(events, what, name, function)
+            findings += _target(events, what, name, function, (dead_letters or {}).get(what))
     return findings
 
 
-def _target(events: Any, what: str, rule: str, function: str) -> list[Finding]:
+def _target(
+    events: Any, what: str, rule: str, function: str, dead_letter_arn: str | None = None
+) -> list[Finding]:
     """An enabled rule whose target was removed (or pointed elsewhere) delivers nothing, and no alarm sees it."""
     pages = events.get_paginator("list_targets_by_rule").paginate(Rule=rule)
-    arns = [t["Arn"] for page in pages for t in page["Targets"]]
+    targets = [t for page in pages for t in page["Targets"]]
+    arns = [t["Arn"] for t in targets]
     # arn:aws:lambda:<region>:<account>:function:<name>[:<version or alias>]
-    if any(arn.split(":")[5:7] == ["function", function] for arn in arns):
-        return []
+    own = [t for t in targets if t["Arn"].split(":")[5:7] == ["function", function]]
+    if own:
+        return [] if dead_letter_arn is None else _target_dead_letters(what, rule, own, dead_letter_arn)
     return [
         Finding.problem(
             f"eventbridge.rule.{what}.target",
@@ -257,6 +266,31 @@ def _target(events: Any, what: str, rule: str, function: str) -> list[Finding]:
             f"{RULE_PURPOSES[what]}; the rule itself is there, so nothing else tells",
             f"aws events put-targets --rule {rule} --targets ... (the function, with the retry policy and dead-letter "
             "queue the deployed template gives it: docs/runbook.md#resources-deleted-outside-the-stack)",
+        )
+    ]
+
+
+def _target_dead_letters(
+    what: str, rule: str, targets: list[dict[str, Any]], dead_letter_arn: str
+) -> list[Finding]:
+    """A target put again by hand (``put-targets`` replaces the whole target) may lack the dead-letter queue the
+    template gives it: it still delivers, but an event EventBridge cannot deliver is then dropped after its
+    retries, unseen, where the queue would keep it and its alarm tell."""
+    if any((t.get("DeadLetterConfig") or {}).get("Arn") == dead_letter_arn for t in targets):
+        return []
+    target = targets[0]
+    given = (target.get("DeadLetterConfig") or {}).get("Arn")
+    queue = dead_letter_arn.rsplit(":", 1)[-1]
+    fixed = json.dumps([{**target, "DeadLetterConfig": {"Arn": dead_letter_arn}}], separators=(",", ":"))
+    return [
+        Finding.problem(
+            f"eventbridge.rule.{what}.dead-letters",
+            f"EventBridge rule {rule} ({what}) delivers without its dead-letter queue {queue}"
+            + (f" (its target's: {given})" if given else ""),
+            "an event EventBridge cannot deliver to the function (deleted, its permission removed) is dropped "
+            "after its retries instead of kept in the queue, whose alarm would tell (the target was put again "
+            "by hand: put-targets replaces the whole target)",
+            f"aws events put-targets --rule {rule} --targets {shlex.quote(fixed)}",
         )
     ]
 
