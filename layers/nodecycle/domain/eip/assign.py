@@ -44,7 +44,7 @@ from nodecycle.domain.eip import SCRATCH, release_unassociated, without_scratch
 from nodecycle.domain.eip.line import AddressLines, Line, PoolLine, Waiter, ahead_of, line_key
 from nodecycle.domain.eip.wake import LineWaker
 from nodecycle.domain.engine import TERMINATION_STATES, Outcome
-from nodecycle.domain.errors import TransientError
+from nodecycle.domain.errors import AccessRefused, TransientError
 from nodecycle.domain.flow import after_completion
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.policy import ActionResult, EipFailurePolicy, EipMode, EipPolicy
@@ -628,7 +628,22 @@ class AssignAddress:
         left = list(candidates)
         while left:
             address = left.pop(0)
-            chosen = self._lines.taking(run, address.allocation_id, refused)
+            try:
+                chosen = self._lines.taking(run, address.allocation_id, refused)
+            except TransientError as error:
+                unwritten = int(scratch.get("unwritten", 0)) + 1
+                if (
+                    "allocated" not in scratch
+                    or isinstance(error, AccessRefused)
+                    or unwritten >= VERIFY_READS
+                ):
+                    raise  # (nothing this step alone knows of, or a refusal: the engine's to retry or report)
+                # An address allocated for the launch that only this step's scratch remembers, which a step that
+                # raises never commits: retried by the engine, it would allocate again under EC2's lag (the first
+                # not listed yet), and leave the launch two addresses. Waited for instead, the allocation kept
+                self._metrics.count("EipFailures")
+                log.warning("the address this launch takes was not written (%s): tried again shortly", error)
+                return _wait(record, verify_delay(unwritten), {**scratch, "unwritten": unwritten})
             if chosen != address.allocation_id:
                 theirs = next((a for a in left if a.allocation_id == chosen), None)
                 if theirs is None:
