@@ -37,8 +37,9 @@ DATA_KEY = "budget.json"
 # <sha256 of the document>" (a key of the data beside the document's, not an annotation: what people and tools put
 # in the metadata is theirs). Whether the budget can vouch for a document (see BudgetDocument.unvouched; _vouched) is
 # told first by the API server, which records who set each key last (metadata.managedFields): a stack's writes are
-# FIELD_MANAGER's. A document or note set by any other manager (a ConfigMap restored from a backup, a snapshot of the
-# whole object applied again to it, a document re-applied by a GitOps tool or edited by hand) is not the budget's,
+# FIELD_MANAGER's, by a replace (an Update). A document or note set by any other manager, or by a server-side apply
+# under any name, FIELD_MANAGER's included (a ConfigMap restored from a backup, a snapshot of the whole object
+# applied again to it, a document re-applied by a GitOps tool or edited by hand) is not the budget's,
 # however recent, and however well its note matches it. An older nodecycle, which keeps the note as it was (it knows
 # nothing of it), writes as FIELD_MANAGER too (its User-Agent's name): the note then names another digest, and the
 # document is a stack's all the same. Where the API server tells nothing (no managedFields: a server that keeps none,
@@ -467,14 +468,20 @@ def _vouched(
 
 
 def _setters(metadata: Any) -> dict[str, str]:
-    """The manager that set each of the document's keys last, as the API server tells (managedFields)."""
+    """The manager that set each of the document's keys last, as the API server tells (managedFields). A server-side
+    apply's entry (operation ``Apply``) is never a stack's, whose writes are replaces (``Update``), whatever manager
+    name it was sent under (``kubectl apply --server-side --field-manager=nodecycle`` of a saved manifest): it is
+    told by the name and the operation, which no stack's write has."""
     setters: dict[str, str] = {}
     for entry in getattr(metadata, "managed_fields", None) or ():
         fields = getattr(entry, "fields_v1", None)
         data = fields.get("f:data") if isinstance(fields, dict) else None
+        manager = str(getattr(entry, "manager", None))
+        if getattr(entry, "operation", None) == "Apply":
+            manager = f"{manager} (Apply)"
         for key in (DATA_KEY, WRITTEN_KEY):
             if isinstance(data, dict) and f"f:{key}" in data:
-                setters[key] = str(getattr(entry, "manager", None))
+                setters[key] = manager
     return setters
 
 
