@@ -96,3 +96,13 @@ def test_a_document_applied_server_side_under_the_stacks_name_is_not_the_budgets
     text: str, said: str, managed: list[client.V1ManagedFieldsEntry], expected: bool
 ) -> None:
     assert unvouched(text, said, *managed) is expected
+
+
+def test_a_stacks_document_beside_a_note_no_manager_owns_is_judged_by_the_notes_digest() -> None:
+    # Given budget.json set by a stack, and a note managedFields give to nobody (its entry trimmed or stripped):
+    # the note of this object, of another document (a snapshot's note, put back by a tool that left no entry)
+    managed = [entry(FIELD_MANAGER, "Update", DATA_KEY)]
+
+    # Then the document is the budget's only where the note's digest is its own
+    assert unvouched(TEXT, note(TEXT), *managed) is False
+    assert unvouched(TEXT, note(SNAPSHOT), *managed) is True
