@@ -58,6 +58,9 @@ from nodecycle.domain.ports.runtime import Clock, Metrics
 from nodecycle.domain.sweep.sweep_time import RESERVE, OutOfTime, SweepTime
 
 log = logging.getLogger(__name__)
+# How far ahead of the sweeper's clock a schedule time may be and still be the schedule's (EventBridge's clock and
+# Lambda's differ by milliseconds); one further ahead is not remembered as a tick swept (see Sweeper._lateness)
+TICK_AHEAD = timedelta(seconds=60)
 
 Counts = dict[str, int]
 
@@ -145,10 +148,15 @@ class Sweeper:
         already (EventBridge delivers at least once; at the reserved concurrency of one the duplicate runs once
         the first sweep ends): the tick was swept on time, and reckoned from it the duplicate would count the
         first sweep's length as lateness (``SweepsLate``, its alarm) and settle stalled actions that much sooner
-        than their last chance. (A cold start forgets the tick: a duplicate then counts late, as before.)"""
+        than their last chance. (A cold start forgets the tick: a duplicate then counts late, as before.) A time
+        ahead of this clock by more than TICK_AHEAD is no schedule's (an invocation by hand with a time of its own,
+        copied from a clock that runs ahead or edited): not remembered, or every tick up to it would pass for one
+        swept already, its lateness neither counted nor allowed for."""
         if scheduled_at is None:
             return timedelta()
-        swept, self._swept_tick = self._swept_tick, max(scheduled_at, self._swept_tick or scheduled_at)
+        swept = self._swept_tick
+        if scheduled_at <= now + TICK_AHEAD:
+            self._swept_tick = max(scheduled_at, swept or scheduled_at)
         if swept is not None and scheduled_at <= swept:
             log.info("the sweep scheduled at %s was run already: a second delivery", scheduled_at.isoformat())
             return timedelta()
