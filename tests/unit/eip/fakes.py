@@ -226,6 +226,11 @@ class FakeAddresses:
         self._call("launched_at", instance_id)
         return self.launched.get(instance_id)
 
+    def launch_state(self, instance_id: str) -> tuple[str, datetime | None] | None:
+        self._call("launch_state", instance_id)
+        state = self.instances.get(instance_id)
+        return None if state is None else (state, self.launched.get(instance_id))
+
     # -- plumbing ----------------------------------------------------------------------------------
 
     def _call(self, method: str, *args: object) -> None:

@@ -203,6 +203,11 @@ class Ec2Addresses:
             found = next(iter(Ec2Instances(self._ec2()).describe([instance_id])), None)
         return None if found is None else found.get("LaunchTime")
 
+    def launch_state(self, instance_id: str) -> tuple[str, datetime | None] | None:
+        with _answers({}):
+            found = next(iter(Ec2Instances(self._ec2()).describe([instance_id])), None)
+        return None if found is None else (found["State"]["Name"], found.get("LaunchTime"))
+
 
 @contextmanager
 def _answers(errors: Mapping[str, type[AddressError]]) -> Iterator[None]:

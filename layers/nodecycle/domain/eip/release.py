@@ -166,10 +166,11 @@ class ReleaseAddresses:
     def _up_again(self, record: LifecycleRecord) -> bool:
         """True when the instance of a lifecycle without a hook is not down (any more): a late message."""
         instance = record.instance_id
-        state = self._addresses.instance_states([instance]).get(instance)
+        # (state and LaunchTime of one answer: from two, a fresh state beside a stale LaunchTime, EC2's reads not
+        # monotonic, would take an instance started again for one not shown stopped yet, and its address back)
+        state, launched = self._addresses.launch_state(instance) or (None, None)
         if not up(state):
             return False  # down, or gone (EC2 no longer lists it): its addresses are to be taken back
-        launched = self._addresses.launched_at(instance)
         if launched is not None and launched < record.started_at.replace(microsecond=0):
             # Not started since its stop (a start moves LaunchTime on): EC2's read lags the stop, which it shows
             # only seconds later under load, and the instance is down. (Both times have whole seconds: a start in

@@ -159,6 +159,12 @@ class Addresses(Protocol):
         state moves); None when EC2 does not know it. One DescribeInstances call."""
         ...
 
+    def launch_state(self, instance_id: str) -> tuple[str, datetime | None] | None:
+        """The instance's EC2 state and ``LaunchTime`` as one DescribeInstances answer tells them, of one moment
+        (two calls may be answered from different moments, the later from the older: EC2's reads are eventually
+        consistent); None when EC2 does not know it."""
+        ...
+
 
 def distinct(*listings: Iterable[Address]) -> list[Address]:
     """The addresses of several listings, each once (the first sighting wins), in order."""
