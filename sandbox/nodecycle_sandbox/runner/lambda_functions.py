@@ -27,6 +27,9 @@ from nodecycle_sandbox.runner.functions import FunctionSpec
 from nodecycle_sandbox.runner.intrinsics import Intrinsics
 from nodecycle_sandbox.runner.resources import SandboxResources
 
+# Lambda's least MaximumConcurrency of an SQS mapping (CreateEventSourceMapping refuses less)
+MIN_MAXIMUM_CONCURRENCY = 2
+
 REFRESH_SECONDS = 1.0
 DEFAULT_RUNTIME = "python3.13"
 # SAM's generated role, for a function without `Role`: Lambda may assume it.
@@ -193,10 +196,12 @@ class LambdaFunctions:
             request["MaximumBatchingWindowInSeconds"] = int(properties["MaximumBatchingWindowInSeconds"])
         if properties.get("FunctionResponseTypes"):
             request["FunctionResponseTypes"] = [str(t) for t in properties["FunctionResponseTypes"]]
-        if (properties.get("ScalingConfig") or {}).get("MaximumConcurrency") is not None:
-            request["ScalingConfig"] = {
-                "MaximumConcurrency": int(properties["ScalingConfig"]["MaximumConcurrency"])
-            }
+        maximum = (properties.get("ScalingConfig") or {}).get("MaximumConcurrency")
+        # Lambda refuses a MaximumConcurrency below 2, as the template's MinValue does; a sandbox told to accept
+        # parameters below their MinValue (the benchmarks' one drain container) registers such a mapping without
+        # it. The runner keeps the value it was given (functions.py): only what Lambda shows an operator differs.
+        if maximum is not None and int(maximum) >= MIN_MAXIMUM_CONCURRENCY:
+            request["ScalingConfig"] = {"MaximumConcurrency": int(maximum)}
         self._mappings[(spec.logical_id, event)] = self._lambda.create_event_source_mapping(**request)["UUID"]
 
     # -- what Lambda says now -----------------------------------------------------------------------
