@@ -7,6 +7,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import botocore.loaders
+import botocore.session
 import pytest
 from moto import mock_aws
 
@@ -55,6 +57,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(
         key=lambda item: (item.path not in long_files, item.path.relative_to(TESTS).parts[0] != "integration")
     )
+
+
+# botocore parses a service's model (JSON: 4 MB for EC2) once per session, and moto starts each test with a new
+# default session (boto3.DEFAULT_SESSION = None), as the wiring's cache, cleared after each test, makes new clients:
+# every test parsed the models of every service it touched again. One loader serves every session of the run;
+# the models are data, and credentials, regions and clients stay each session's own.
+_LOADER = botocore.loaders.create_loader()
+
+
+def _shared_loader(search_path_string: str | None = None) -> botocore.loaders.Loader:
+    return botocore.loaders.create_loader(search_path_string) if search_path_string else _LOADER
+
+
+botocore.session.create_loader = _shared_loader
 
 
 class _CurrentStdout:
