@@ -244,22 +244,30 @@ class FakeAutoscaling:
         return True
 
     def confirm(self, action: ActionRef) -> bool:
-        """A heartbeat, and a look at where the instance is, as AutoscalingActions confirms
+        """A look at where the instance is, then a heartbeat, as AutoscalingActions confirms
         (tests/contracts/test_autoscaling.py): confirmed only while it waits in the state an action of the
         transition and move named holds it in (``holding_state``); a TransientError while its state is still
         the one before that wait (``Terminating`` for ``Terminating:Wait``: a read that lags the
         notification); not confirmed in any other. Where it is: where the test says (``states``), else where
         its action holds it (its hook's transition, when the test gave the hook; else the move the first call
         named). An adopted action (no token) is confirmed by its heartbeat alone, as the adapter does."""
-        if not self.heartbeat(action):
-            return False
         if not action.token_known:
-            return True
-        state = self.states.get(action.instance_id) or self._held_in.get(action.token)
+            return self.heartbeat(action)
+        # The look comes first, as the adapter's: an instance in another group than the one named (``group_of``,
+        # else its token's hook's group) is not confirmed, and its action not heartbeated for it
+        group = (
+            self.group_of.get(action.instance_id) or self._hooks_of.get(action.token, (action.group, ""))[0]
+        )
+        state = (
+            self.states.get(action.instance_id) or self._held_in.get(action.token) or holding_state(action)
+        )
         holding = holding_state(action)
+        if group != action.group:
+            return False
         if state == holding:
-            return True
+            return self.heartbeat(action)
         if state == holding.removesuffix(":Wait"):
+            self.heartbeat(action)  # (the group's own instance on its way into the wait: renewed meanwhile)
             raise TransientError(f"instance {action.instance_id} is {state}, not yet {holding}")
         return False
 

@@ -5,16 +5,10 @@ unit tests of a path that confirms through it cannot see a confirmation of anoth
 
 from __future__ import annotations
 
-import pytest
-
 from nodecycle.domain.model import ActionRef, Transition
 from tests.support.fakes import FakeAutoscaling
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="FakeAutoscaling.confirm heartbeats before it looks, and never compares group_of with the group named",
-)
 def test_the_fake_confirms_no_action_of_an_instance_of_another_group() -> None:
     fake = FakeAutoscaling()
     action = ActionRef(
