@@ -260,3 +260,15 @@ def test_an_instance_ec2_does_not_know_has_no_state_and_no_launch_time(side: Sid
     assert side.port.instance_states([instance]) == {instance: "running"}
     assert side.port.launched_at(instance) is not None
     assert side.port.launched_at("i-0000000000000dead") is None
+
+
+def test_an_instances_state_and_launch_time_come_in_one_answer(side: Side) -> None:
+    # (the stop's release reads them together: launch_state agrees with instance_states and launched_at, one
+    # answer of one moment; an instance EC2 does not know has neither)
+    instance = side.launch()
+    state = side.port.launch_state(instance)
+    assert state == ("running", side.port.launched_at(instance))
+    assert state[1] is not None
+    side.stop(instance)
+    assert side.port.launch_state(instance) == ("stopped", side.port.launched_at(instance))
+    assert side.port.launch_state("i-0000000000000dead") is None
