@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from enum import StrEnum
 
@@ -55,6 +55,13 @@ _SKEW = timedelta(seconds=1)
 # Writes of a hook's lifecycle, each after another lifecycle's claim on its action came in between: two writers
 # (its event's intake, the sweeper) make one retry at most; a third ends in a TransientError (retried later).
 CLAIM_ATTEMPTS = 3
+# How long after a disruption EC2 may still not list its instance: EC2's API is eventually consistent, and an
+# instance launched moments ago answers InvalidInstanceID.NotFound for a while (usually under a second, seconds
+# under load), while a Spot interruption or a rebalance recommendation can come for it at once. Intake looks
+# again until this long after the disruption's time (see Intake._listed_late), then refuses it as unknown.
+LISTING_LAG = timedelta(seconds=5)
+# The pauses between those looks, in seconds (the last one repeated)
+_LOOKS_AGAIN = (0.25, 0.5, 1.0, 2.0)
 
 
 class IntakeOutcome(StrEnum):
@@ -119,8 +126,14 @@ class Intake:
         min_heartbeat: timedelta | None = None,
         instances: InstanceDirectory | None = None,
         adopt_after: timedelta = timedelta(0),
+        pause: Callable[[float], None] | None = None,
+        listing_lag: timedelta = LISTING_LAG,
     ) -> None:
+        """``pause``: sleeps for the seconds given, while intake waits for EC2 to list an instance (see
+        ``_listed_late``); None: it does not wait."""
         self._owner = owner
+        self._pause = pause
+        self._listing_lag = listing_lag
         self._adopt_after = adopt_after
         self._min_heartbeat = retry_window if min_heartbeat is None else min_heartbeat
         self._instances = instances
@@ -232,6 +245,8 @@ class Intake:
         else:
             facts = looked_up.get(event.instance_id)
         if facts is None:
+            facts = self._listed_late(event)
+        if facts is None:
             log.warning("dropped: EC2 does not know instance %s (%s)", event.instance_id, event.cause.short)
             self._metrics.count("LifecycleEventsRejected", reason="unknown-instance")
             return IntakeOutcome.UNKNOWN_INSTANCE
@@ -306,6 +321,37 @@ class Intake:
             extra={INSTANCE_STATE: event.state} if event.state is not None else {},
         )
         return self._store(record, now, listed=event.listed)
+
+    def _listed_late(self, event: DisruptionEvent) -> InstanceFacts | None:
+        """EC2's facts of the instance of ``event``, which EC2 did not list, when it lists it by LISTING_LAG
+        after the event's time (EC2's reads are eventually consistent: an instance launched moments ago is not
+        listed for a while, and its Spot interruption or rebalance recommendation is real all the same); None
+        when it does not. Waited out here rather than by failing the record: the queue would bring it back a
+        visibility timeout later (three minutes, past a Spot interruption's two), Lambda's retry of an
+        EventBridge delivery a minute later at the soonest.
+
+        The wait ends at the event's time plus the lag, not the lag from now: an event delivered late waits
+        for nothing (EC2 has caught up), and the forged disruptions of ids that never existed, however many
+        in a batch, cost one wait of the invocation at most (a time said to be ahead of AWS's clocks, none)."""
+        assert self._instances is not None
+        now = self._clock.now()
+        if self._pause is None or event.happened_at - now > _SKEW:
+            return None
+        until = min(event.happened_at, now) + self._listing_lag
+        for attempt in range(1_000):
+            left = (until - self._clock.now()).total_seconds()
+            if left <= 0:
+                break
+            self._pause(min(_LOOKS_AGAIN[min(attempt, len(_LOOKS_AGAIN) - 1)], left))
+            facts = self._instances.facts(event.instance_id)
+            if facts is not None:
+                log.info(
+                    "EC2 lists instance %s %.1f s after it did not",
+                    event.instance_id,
+                    (self._clock.now() - now).total_seconds(),
+                )
+                return facts
+        return None
 
     def _told_already(self, event: DisruptionEvent) -> bool:
         """Whether the record of the instance's state changes tells of the stop or termination ``event`` tells

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from datetime import timedelta
 from functools import cache
 from typing import TYPE_CHECKING
@@ -86,4 +87,6 @@ def build_intake(
         min_heartbeat=timedelta(seconds=config.min_heartbeat_timeout_seconds),
         instances=Ec2Instances(),
         adopt_after=adopt_after(config),
+        # (waits out EC2's listing of an instance launched moments ago: see Intake._listed_late)
+        pause=time.sleep,
     )
