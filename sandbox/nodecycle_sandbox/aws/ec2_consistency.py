@@ -21,13 +21,20 @@ requests signed by ``callers`` (the functions' access keys; None: anyone), as AW
   ``InstanceIds``: ``InvalidInstanceID.NotFound``); its ``DescribeInstances`` shows each instance's state and tags
   as they were ``seconds`` ago (a stop, a start, a termination, a ``CreateTags`` or ``DeleteTags`` of an instance
   made since does not show yet: EC2 says a state change may take a while to show, and lists a tag just written
-  late); its filters judge the latest state, as nodecycle filters by instance id only;
+  late), its ``LaunchTime`` with them, as one view (a start not shown yet has not moved it on); its filters judge
+  the latest state, as nodecycle filters by instance id only;
 - a termination's own disassociation of the instance's addresses (EC2's, not a call's) is a write as the others:
   a lagging ``DescribeAddresses`` still shows the terminated instance's association for the window;
 - its calls naming an id EC2 did not have ``seconds`` ago answer that id's NotFound code
   (``AssociateAddress``, ``DisassociateAddress`` of an association made since, ``ReleaseAddress``,
   ``CreateTags``, ``DeleteTags``). Every other write decides on EC2's own state, as EC2 does: an address
   shown free but associated since is refused (``Resource.AlreadyAssociated``).
+
+EC2's reads are not monotonic either: a request is answered by one of several replicas, a later read from one
+further behind than an earlier one's. Armed with ``fresh`` (a callable asked once per lagging read), a read it
+answers True for sees the latest state (a replica that has every write), the others the lagged state above, so
+that a test can order a fresh answer before a stale one (:func:`alternating`). Without it every lagging read in
+the window is stale (a monotonic lag).
 
 The requests of other callers (the test's, the operator's, the runner's) see the latest state, as ever. The
 window's clock is ``time.monotonic`` unless a test gives its own (``clock``), so that a test that runs a
@@ -37,6 +44,7 @@ function's delayed steps at once can move time on by their delays instead of sle
 from __future__ import annotations
 
 import fnmatch
+import itertools
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -59,8 +67,9 @@ _NOT_FOUND = {
 }
 
 View = dict[str, Any]  # one address as DescribeAddresses answers it
-# one instance's state (name, code) and tags (moto's describe_tags items), as DescribeInstances answers them
-InstanceView = tuple[tuple[str, int], tuple[tuple[str, str], ...]]
+# one instance's state (name, code), tags (moto's describe_tags items) and launch time, as DescribeInstances
+# answers them
+InstanceView = tuple[tuple[str, int], tuple[tuple[str, str], ...], Any]
 
 
 class Ec2Lag:
@@ -77,13 +86,21 @@ class Ec2Lag:
         # instance id -> [(when, its state and tags before that write)], oldest first
         self._instances: dict[str, list[tuple[float, InstanceView]]] = {}
         self.lagged: list[str] = []  # what a lagging read or call met, "<operation> <id>", for tests to see
+        # asked once per lagging read: True when the replica answering it has every write (None: never)
+        self.fresh: Callable[[], bool] | None = None
 
     def arm(
-        self, seconds: float, callers: Iterable[str] | None = None, clock: Callable[[], float] | None = None
+        self,
+        seconds: float,
+        callers: Iterable[str] | None = None,
+        clock: Callable[[], float] | None = None,
+        fresh: Callable[[], bool] | None = None,
     ) -> None:
         """Lag the reads of ``callers`` (access key ids; None: anyone) ``seconds`` behind the writes made from
-        now on (replacing any earlier lag)."""
+        now on (replacing any earlier lag); ``fresh``: which of their reads a replica with every write answers
+        (None: none, the lag is monotonic)."""
         with self._lock:
+            self.fresh = fresh
             self.seconds = float(seconds)
             self._callers = None if callers is None else frozenset(callers)
             self.clock = clock or time.monotonic
@@ -196,9 +213,31 @@ class Ec2Lag:
         then = any(view.get("AssociationId") == resource_id for view in seen.values())
         return not then and any(view.get("AssociationId") == resource_id for view in current.values())
 
+    def stale_read(self, caller: str) -> bool:
+        """Whether this read of ``caller`` is answered from the lagged state (asks ``fresh`` once: call once per
+        read, so that one answer is of one moment)."""
+        if not self.lags_for(caller):
+            return False
+        with self._lock:
+            fresh = self.fresh
+        return fresh is None or not fresh()
+
     def met(self, operation: str, resource_id: str) -> None:
         with self._lock:
             self.lagged.append(f"{operation} {resource_id}")
+
+
+def alternating(first_fresh: bool = True) -> Callable[[], bool]:
+    """A ``fresh`` for :meth:`Ec2Lag.arm`: the lagging reads answered fresh and stale in turn (fresh first, or
+    stale first), the harshest order for a step that reads twice."""
+    turn = itertools.cycle([first_fresh, not first_fresh])
+    lock = threading.Lock()
+
+    def fresh() -> bool:
+        with lock:
+            return next(turn)
+
+    return fresh
 
 
 # The one lag of this process (moto serves every account and region of the process).
@@ -243,15 +282,17 @@ def instance_views(ec2_backend: Any, instance_ids: Iterable[str]) -> dict[str, I
 
 def _instance_view(instance: Any) -> InstanceView:
     tags = tuple(sorted((tag["key"], tag["value"]) for tag in instance.get_tags()))
-    return (instance._state.name, instance._state.code), tags
+    return (instance._state.name, instance._state.code), tags, instance.launch_time
 
 
 def _as_seen(instance: Instance, view: InstanceView) -> Instance:
-    """A copy of ``instance`` that answers with the state and tags of ``view`` (moto renders from the object)."""
-    (name, code), tags = view
+    """A copy of ``instance`` that answers with the state, tags and launch time of ``view`` (moto renders from
+    the object)."""
+    (name, code), tags, launch_time = view
     shown = object.__new__(type(instance))
     shown.__dict__.update(instance.__dict__)
     shown._state = InstanceState(name, code)
+    shown.launch_time = launch_time
     listed = [
         {"resource_id": instance.id, "resource_type": "instance", "key": k, "value": v} for k, v in tags
     ]
@@ -319,7 +360,7 @@ def install() -> None:
         return write
 
     def describe_addresses(self: ElasticIPAddresses) -> ActionResult:
-        seen = LAG.addresses_seen(views(self.ec2_backend)) if LAG.lags_for(self.access_key) else None
+        seen = LAG.addresses_seen(views(self.ec2_backend)) if LAG.stale_read(self.access_key) else None
         if seen is None:
             return original_describe_addresses(self)
         allocation_ids = self._get_param("AllocationIds", [])
@@ -342,7 +383,7 @@ def install() -> None:
         return ActionResult({"Addresses": shown})
 
     def describe_instances(self: InstanceResponse) -> ActionResult:
-        if not LAG.lags_for(self.access_key):
+        if not LAG.stale_read(self.access_key):
             return original_describe_instances(self)
         for instance_id in LAG.young(self._get_param("InstanceIds", [])):
             LAG.met("describe_instances", instance_id)
@@ -370,7 +411,7 @@ def install() -> None:
         return ActionResult({**answer, "Reservations": kept})
 
     def describe_instance_status(self: InstanceResponse) -> ActionResult:
-        if not LAG.lags_for(self.access_key):
+        if not LAG.stale_read(self.access_key):
             return original_describe_instance_status(self)
         for instance_id in LAG.young(self._get_param("InstanceIds", [])):
             LAG.met("describe_instance_status", instance_id)
