@@ -12,6 +12,12 @@ stall), when the instance runs again (out of a warm pool, or simply started): EC
 instance is still down, and an address nodecycle allocated after the stop belongs to a later launch. So
 does one allocated after the completion, for a release that runs after it (an action completed near its
 global timeout: see :func:`nodecycle.domain.flow.completed_first`).
+
+EC2 shows a start late, its LaunchTime with its state: a run of such a release seconds after the instance was
+started again sees it down, launched before, and disassociates the address the instance holds in service (a
+stopped instance keeps its addresses). No read closes that window; the addresses a run took back are kept in
+the record, and a later run that sees the start gives back those allocated for the instance and still free
+(associates them again; a pool's address returned is claimed again by the instance's launch through its line).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import ADDRESSES_LEFT, LifecycleRecord
 from nodecycle.domain.ports.addresses import (
     Address,
+    AddressError,
     Addresses,
     AddressInUse,
     AddressNotFound,
@@ -64,10 +71,14 @@ class ReleaseAddresses:
         returning: dict[str, str] = dict(scratch.get("returning") or {})
         unanswered: dict[str, str] = {}
         settled: set[str] = set()
+        # Addresses an earlier run disassociated from the instance (allocation ids), given back if it turns out
+        # to have been started again (EC2 showed it late)
+        disassociated: list[str] = list(scratch.get("disassociated") or [])
         try:
-            if hookless and self._up_again(record):
-                return Outcome.next(extra=without_scratch(record))
-            if record.completed_at is not None and self._started_since(record, record.completed_at):
+            if (hookless and self._up_again(record)) or (
+                record.completed_at is not None and self._started_since(record, record.completed_at)
+            ):
+                self._give_back(disassociated, instance)
                 return Outcome.next(extra=without_scratch(record))
             # Associated with the instance (either mode), or allocated for it: an instance that terminated
             # before its drain finished has lost its association already, not its address.
@@ -105,6 +116,10 @@ class ReleaseAddresses:
                     )
                     continue
                 taken_back.append(address)
+                # (a pool's address, returned, is the pool's: a launch claims it through the pool's line)
+                mine = address.pool is None and address.allocated_for == instance
+                if mine and address.associated and address.allocation_id not in disassociated:
+                    disassociated.append(address.allocation_id)
                 try:
                     if not self._take_back(address, instance, freed, unanswered):
                         in_use.append(address)
@@ -127,7 +142,11 @@ class ReleaseAddresses:
                     error,
                 )
                 return Outcome.wait(
-                    RELEASE_DELAY, extra={**record.extra, SCRATCH: {**scratch, "returning": remaining}}
+                    RELEASE_DELAY,
+                    extra={
+                        **record.extra,
+                        SCRATCH: {**scratch, "returning": remaining, "disassociated": disassociated},
+                    },
                 )
             log.warning(
                 "EC2 did not answer (throttled or unavailable); the step retries with backoff: %s", error
@@ -147,7 +166,11 @@ class ReleaseAddresses:
             if attempts < RELEASE_ATTEMPTS:
                 log.info("EC2 does not show the disassociation yet, or refused: releasing again shortly")
                 return Outcome.wait(
-                    RELEASE_DELAY, extra={**record.extra, SCRATCH: {"release_attempts": attempts}}
+                    RELEASE_DELAY,
+                    extra={
+                        **record.extra,
+                        SCRATCH: {"release_attempts": attempts, "disassociated": disassociated},
+                    },
                 )
             self._metrics.count("EipFailures")
             log.error(
@@ -162,6 +185,28 @@ class ReleaseAddresses:
             return Outcome.next(extra=extra)
         first = taken_back[0]
         return Outcome.next(allocation_id=first.allocation_id, public_ip=first.public_ip, extra=extra)
+
+    def _give_back(self, disassociated: list[str], instance: str) -> None:
+        """Associate again with ``instance`` (up again, or started since the completion) the addresses an earlier
+        run of this release disassociated from it, EC2's reads not showing the start yet, and still free: never
+        moved from where they are (a launch that claimed one since keeps it)."""
+        for allocation_id in disassociated:
+            try:
+                address = self._addresses.describe(allocation_id)
+                if address.associated:
+                    continue
+                self._addresses.associate(allocation_id, instance)
+            except AddressNotFound:
+                log.warning("address %s taken back from %s is gone: not given back", allocation_id, instance)
+                continue
+            except AddressError as error:  # associated since, the instance not up, refused
+                log.warning("address %s not given back to %s: %s", allocation_id, instance, error)
+                continue
+            log.info(
+                "address %s, taken back before EC2 showed instance %s started again, given back to it",
+                address.public_ip,
+                instance,
+            )
 
     def _up_again(self, record: LifecycleRecord) -> bool:
         """True when the instance of a lifecycle without a hook is not down (any more): a late message."""

@@ -1,0 +1,110 @@
+"""A release after its action's completion (settled near its global timeout) whose message runs seconds after a
+scale-out took the instance out of its warm pool again, on moto under EC2 that lags
+(nodecycle_sandbox.aws.ec2_consistency): EC2's reads show the start late, its LaunchTime with its state, so the
+release sees the instance stopped, launched before the completion. The instance in service keeps its address."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from types import ModuleType
+from typing import Any
+
+import boto3
+import pytest
+
+from nodecycle.domain.model import LifecycleRecord, Step
+from nodecycle.domain.ports.addresses import ALLOCATED_AT_TAG, INSTANCE_TAG, OWNER_TAG
+from nodecycle_sandbox.aws.ec2_consistency import LAG
+from tests.functions.eip.conftest import (
+    Clock,
+    addresses,
+    allocate,
+    current,
+    due_now,
+    ec2_signing_as,
+    given,
+    now,
+    run_instances,
+    work_event,
+)
+from tests.support.emf import metric
+from tests.support.functions import LambdaContext, load_function
+from tests.support.stack import Stack
+from tests.unit.eip.fakes import terminate_record
+
+OWNER = "stack-a"  # tests/conftest.py's stack
+FUNCTION_KEY = "AKIAFUNCTIONEIPLAG05"  # the eip function's: its reads lag
+LAG_SECONDS = 6.0
+
+
+@pytest.fixture
+def clock(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[Clock]:
+    ec2_signing_as(FUNCTION_KEY, monkeypatch)
+    clock = Clock()
+    LAG.arm(LAG_SECONDS, [FUNCTION_KEY], clock)
+    try:
+        yield clock
+    finally:
+        LAG.disarm()
+
+
+@pytest.fixture
+def allocating_fn(clock: Clock, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    monkeypatch.setenv("NODECYCLE_EIP_MODE", "allocate")
+    return load_function("eip")
+
+
+def run(fn: ModuleType, stack: Stack, clock: Clock, record: LifecycleRecord, *steps: Step) -> LifecycleRecord:
+    """Deliver the record's messages while it is at one of ``steps``, each when due (the clock moved on)."""
+    for _ in range(60):
+        stored = current(stack, record)
+        if stored.finished or stored.step not in steps:
+            return stored
+        clock.now += max(0.0, (stored.due_at - stored.updated_at).total_seconds()) if stored.due_at else 0.0
+        response = fn.handler(work_event(due_now(stack, stored)), LambdaContext())
+        assert response.get("batchItemFailures", []) == []
+    raise AssertionError(f"still at {stored.step} after 60 runs")
+
+
+def test_a_late_release_seconds_after_a_warm_pool_start_keeps_the_address_of_the_instance_in_service(
+    allocating_fn: ModuleType, stack: Stack, clock: Clock, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given an instance launched long ago with the address allocated for it, stopped into its warm pool by a
+    # lifecycle whose action was completed first (near its global timeout), its RELEASE_EIP still to run
+    clock.now -= 600
+    (instance,) = run_instances(1)
+    stamp = (now() - timedelta(minutes=10)).isoformat(timespec="seconds")
+    held = allocate(**{OWNER_TAG: OWNER, INSTANCE_TAG: instance, ALLOCATED_AT_TAG: stamp})
+    operator: Any = boto3.client("ec2")
+    operator.associate_address(AllocationId=held, InstanceId=instance, AllowReassociation=False)
+    operator.stop_instances(InstanceIds=[instance])
+    clock.now += 600
+    # (LaunchTime has whole seconds: the launch's before the completion, the start's after it)
+    time.sleep(1.1)
+    completed = now()
+    time.sleep(1.1)
+    release = given(
+        stack,
+        terminate_record(
+            instance,
+            at=now() - timedelta(minutes=5),
+            step=Step.RELEASE_EIP,
+            completed_at=completed,
+            outcome="CONTINUE",
+        ),
+    )
+
+    # When a scale-out takes it out of the warm pool again, and the late release runs a second later, while
+    # EC2's reads still show it stopped, with its old LaunchTime
+    operator.start_instances(InstanceIds=[instance])
+    clock.now += 1
+    run(allocating_fn, stack, clock, release, Step.RELEASE_EIP)
+
+    # Then the instance, in service again, still holds its address: nothing released
+    (address,) = addresses(**{f"tag:{OWNER_TAG}": OWNER})
+    assert address["AllocationId"] == held
+    assert address.get("InstanceId") == instance
+    assert metric(capsys.readouterr().out, "EipsReleased") == 0
+    assert f"describe_instances {instance}" in LAG.lagged
