@@ -16,7 +16,7 @@ import pytest
 
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.ports.addresses import ALLOCATED_AT_TAG, INSTANCE_TAG, OWNER_TAG
-from nodecycle_sandbox.aws.ec2_consistency import LAG
+from nodecycle_sandbox.aws.ec2_consistency import LAG, alternating
 from tests.functions.eip.conftest import (
     Clock,
     addresses,
@@ -71,6 +71,25 @@ def run(fn: ModuleType, stack: Stack, clock: Clock, record: LifecycleRecord, *st
 def test_a_late_release_seconds_after_a_warm_pool_start_keeps_the_address_of_the_instance_in_service(
     allocating_fn: ModuleType, stack: Stack, clock: Clock, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    a_late_release_seconds_after_a_warm_pool_start(allocating_fn, stack, clock, capsys)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a stale look at the instance, then a fresh look at the address just disassociated: released at once "
+    "(a late release should wait, disassociated, until a look at the instance is fresh before releasing)",
+)
+def test_a_late_release_under_reads_that_go_back_and_forth_keeps_the_address_of_the_instance_in_service(
+    allocating_fn: ModuleType, stack: Stack, clock: Clock, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # (EC2's reads answered stale and fresh in turn, the release's look at the instance first: stale)
+    LAG.arm(LAG_SECONDS, [FUNCTION_KEY], clock, fresh=alternating(first_fresh=False))
+    a_late_release_seconds_after_a_warm_pool_start(allocating_fn, stack, clock, capsys)
+
+
+def a_late_release_seconds_after_a_warm_pool_start(
+    allocating_fn: ModuleType, stack: Stack, clock: Clock, capsys: pytest.CaptureFixture[str]
+) -> None:
     # Given an instance launched long ago with the address allocated for it, stopped into its warm pool by a
     # lifecycle whose action was completed first (near its global timeout), its RELEASE_EIP still to run
     clock.now -= 600
@@ -103,8 +122,8 @@ def test_a_late_release_seconds_after_a_warm_pool_start_keeps_the_address_of_the
     run(allocating_fn, stack, clock, release, Step.RELEASE_EIP)
 
     # Then the instance, in service again, still holds its address: nothing released
+    assert [a["AllocationId"] for a in addresses(**{f"tag:{OWNER_TAG}": OWNER})] == [held]
     (address,) = addresses(**{f"tag:{OWNER_TAG}": OWNER})
-    assert address["AllocationId"] == held
     assert address.get("InstanceId") == instance
     assert metric(capsys.readouterr().out, "EipsReleased") == 0
     assert f"describe_instances {instance}" in LAG.lagged
