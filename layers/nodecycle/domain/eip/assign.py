@@ -20,8 +20,9 @@ not exist is then EC2 not knowing it yet, asked again further apart each time (`
 by seconds under load), for as long as EC2 has never shown it, however long that is (then the failure policy
 decides); never another one allocated meanwhile (in pool mode, the pool grown again), which would leave the launch
 two addresses once the first shows. Only once EC2 has shown it (listed it, taken or refused it) does it answering
-so for a minute mean an address released behind our back, a failure counted and another one allocated. So too an
-association that does not show yet. One older than ``TAKE_OWN_WITHIN`` and never associated the launch releases
+so for a minute mean an address released behind our back, a failure counted and another one allocated, and only
+when two reads by its id do not find it either (EC2's reads are not monotonic: a replica behind answers NotFound for
+an address another has shown). So too an association that does not show yet. One older than ``TAKE_OWN_WITHIN`` and never associated the launch releases
 itself before it allocates another.
 
 No stealing: AssociateAddress always runs with AllowReassociation false, so an address that another launch
@@ -702,10 +703,11 @@ class AssignAddress:
             allocated = scratch.get("allocated")
             if allocated is not None and allocated["allocation_id"] == address.allocation_id:
                 unseen = int(allocated.get("unseen", 0)) + 1
-                if unseen < UNSEEN_TRIES or not allocated.get("seen"):
+                if unseen < UNSEEN_TRIES or not allocated.get("seen") or self._still_there(address):
                     # Never known to EC2 yet (no listing showed it, no association took it): EC2 not knowing it yet,
                     # however long its reads lag. Taken for released, the launch would allocate another, and hold
-                    # two once this one shows; so it is tried again, then the failure policy decides (see _unseen)
+                    # two once this one shows; so it is tried again, then the failure policy decides (see _unseen).
+                    # So too one EC2 still has, though it refused it for a minute (see _still_there)
                     return self._unseen(record, now, scratch, address, unseen)
             self._metrics.count("EipFailures")
             log.warning("address %s was released behind our back: trying the next", address.allocation_id)
@@ -764,6 +766,22 @@ class AssignAddress:
         log.info("the association of %s does not show yet: verifying again shortly", shown)
         verify = {**scratch.get("verify", {}), "allocation_id": allocation_id, "reads": reads}
         return _wait(record, verify_delay(reads), {**scratch, "verify": verify})
+
+    def _still_there(self, address: Address) -> bool:
+        """Whether EC2 still has the launch's own address, shown once, that AssociateAddress answered does not
+        exist for a minute: looked at by its allocation id before it is taken for released. EC2's reads are not
+        monotonic (one of several replicas answers each, a later one further behind than an earlier one), and its
+        lag may outlast those tries: one look that finds it is EC2 having it, its association to be tried again,
+        never another address allocated. Looked at twice, as one replica behind answers NotFound for an address
+        another has; both answering so is its release (the sweeper's, an operator's)."""
+        for _ in range(2):
+            if self._current(address.allocation_id) is not None:
+                log.info(
+                    "address %s, refused as unknown, is shown by EC2: its association is tried again shortly",
+                    address.public_ip,
+                )
+                return True
+        return False
 
     def _current(self, allocation_id: str) -> Address | None:
         try:

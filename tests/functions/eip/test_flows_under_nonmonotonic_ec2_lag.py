@@ -1,0 +1,113 @@
+"""The eip function's flows on moto under EC2 that lags and whose reads are not monotonic
+(nodecycle_sandbox.aws.ec2_consistency, armed with ``fresh``): a request is answered by one of several replicas,
+a later read from one further behind than an earlier one's. The reads here are answered stale and fresh in turn,
+stale first, the harshest order for a step that reads, then reads again.
+
+The cases are those of test_flows_under_ec2_lag.py, each delivery coming when its step asked for it (the clock
+moved on by its delay); the test's own reads (another caller) see EC2's latest state."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from nodecycle.domain.model import LifecycleRecord, Step
+from nodecycle.domain.ports.addresses import OWNER_TAG
+from nodecycle_sandbox.aws.ec2_consistency import LAG, alternating
+from tests.functions.eip.conftest import (
+    Clock,
+    addresses,
+    current,
+    due_now,
+    ec2_signing_as,
+    given,
+    now,
+    run_instances,
+    work_event,
+)
+from tests.support.emf import metric
+from tests.support.functions import LambdaContext, load_function
+from tests.support.stack import Stack
+from tests.unit.eip.fakes import launch_record
+
+OWNER = "stack-a"  # tests/conftest.py's stack
+FUNCTION_KEY = "AKIAFUNCTIONEIPLAG07"  # the eip function's: its reads lag
+LAGS = [1.0, 6.0, 20.0]  # seconds: usually under one, seconds under load
+
+
+@pytest.fixture
+def clock(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[Clock]:
+    """The lag's clock; the eip function's EC2 client signs with FUNCTION_KEY (armed by each test)."""
+    ec2_signing_as(FUNCTION_KEY, monkeypatch)
+    clock = Clock()
+    try:
+        yield clock
+    finally:
+        LAG.disarm()
+
+
+@pytest.fixture
+def eip_fn(clock: Clock, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    monkeypatch.setenv("NODECYCLE_EIP_MODE", "allocate")
+    return load_function("eip")
+
+
+def lag(clock: Clock, seconds: float) -> None:
+    """The function's reads lag ``seconds``, answered stale and fresh in turn (stale first)."""
+    LAG.arm(seconds, [FUNCTION_KEY], clock, fresh=alternating(first_fresh=False))
+
+
+def run(
+    eip_fn: ModuleType, stack: Stack, clock: Clock, record: LifecycleRecord, *steps: Step
+) -> LifecycleRecord:
+    """Deliver the record's messages while it is at one of ``steps``, each when due: the clock moved on by the
+    step's own delay."""
+    for _ in range(60):
+        stored = current(stack, record)
+        if stored.finished or stored.step not in steps:
+            return stored
+        clock.now += max(0.0, (stored.due_at - stored.updated_at).total_seconds()) if stored.due_at else 0.0
+        response = eip_fn.handler(work_event(due_now(stack, stored)), LambdaContext())
+        assert response.get("batchItemFailures", []) == []
+    raise AssertionError(f"still at {stored.step} after 60 runs")
+
+
+def ours() -> list[dict[str, Any]]:
+    return addresses(**{f"tag:{OWNER_TAG}": OWNER})
+
+
+@pytest.mark.parametrize("mode", ["allocate", "pool"])
+def test_a_launch_that_saw_its_new_address_takes_a_later_not_found_for_lag_not_for_a_release(
+    eip_fn: ModuleType,
+    stack: Stack,
+    clock: Clock,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    mode: str,
+) -> None:
+    # Given EC2 whose reads lag its writes by a minute and a half and go back and forth, in allocate mode or with
+    # an empty pool that grows when empty, and an instance running for long
+    if mode == "pool":
+        monkeypatch.setenv("NODECYCLE_EIP_MODE", "pool")
+        monkeypatch.setenv("NODECYCLE_EIP_POOL_NAME", "ci")
+        monkeypatch.setenv("NODECYCLE_EIP_POOL_ALLOCATE_WHEN_EMPTY", "true")
+    lag(clock, 90.0)
+    clock.now -= 200
+    (instance,) = run_instances(1)
+    clock.now += 200
+    launch = given(stack, launch_record(instance, at=now()))
+
+    # When its launch runs until it goes on (a look at the new address answered fresh, a later one
+    # InvalidAllocationID.NotFound by a replica behind)
+    launched = run(eip_fn, stack, clock, launch, Step.ASSIGN_EIP)
+
+    # Then it allocated one address, which the instance holds: none was taken for released, the launch did not
+    # fail, and no other was allocated
+    assert launched.step is Step.READY_GATE, launched.outcome
+    (address,) = ours()
+    assert (address.get("InstanceId"), launched.allocation_id) == (instance, address["AllocationId"])
+    out = capsys.readouterr().out
+    assert (metric(out, "EipsAllocated"), metric(out, "EipFailures")) == (1, 0)
