@@ -15,11 +15,12 @@ from typing import Any
 import pytest
 
 from nodecycle.domain.model import LifecycleRecord, Step
-from nodecycle.domain.ports.addresses import OWNER_TAG
+from nodecycle.domain.ports.addresses import OWNER_TAG, POOL_TAG
 from nodecycle_sandbox.aws.ec2_consistency import LAG, alternating
 from tests.functions.eip.conftest import (
     Clock,
     addresses,
+    allocate,
     current,
     due_now,
     ec2_signing_as,
@@ -31,7 +32,7 @@ from tests.functions.eip.conftest import (
 from tests.support.emf import metric
 from tests.support.functions import LambdaContext, load_function
 from tests.support.stack import Stack
-from tests.unit.eip.fakes import launch_record
+from tests.unit.eip.fakes import launch_record, terminate_record
 
 OWNER = "stack-a"  # tests/conftest.py's stack
 FUNCTION_KEY = "AKIAFUNCTIONEIPLAG07"  # the eip function's: its reads lag
@@ -77,6 +78,45 @@ def run(
 
 def ours() -> list[dict[str, Any]]:
     return addresses(**{f"tag:{OWNER_TAG}": OWNER})
+
+
+@pytest.mark.parametrize("seconds", LAGS)
+def test_a_terminate_whose_listing_is_stale_after_the_launch_saw_its_claim_gives_the_address_back(
+    eip_fn: ModuleType,
+    stack: Stack,
+    clock: Clock,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    seconds: float,
+) -> None:
+    # Given a pool of two free addresses (known to EC2 for long), EC2 whose reads lag and go back and forth, and
+    # an instance just launched
+    monkeypatch.setenv("NODECYCLE_EIP_MODE", "pool")
+    monkeypatch.setenv("NODECYCLE_EIP_POOL_NAME", "ci")
+    pool = {allocate(**{OWNER_TAG: OWNER, POOL_TAG: "ci"}) for _ in range(2)}
+    lag(clock, seconds)
+    (instance,) = run_instances(1)
+    launch = given(stack, launch_record(instance, at=now()))
+
+    # When its launch runs until it goes on (its check seeing the association on a fresh read)
+    launched = run(eip_fn, stack, clock, launch, Step.ASSIGN_EIP)
+
+    # Then it holds one of the pool's, recorded; the pool did not grow; no failure was counted
+    assert launched.step is Step.READY_GATE
+    held = {a["AllocationId"] for a in ours() if a.get("InstanceId") == instance}
+    assert held == {launched.allocation_id}
+    assert held <= pool
+    assert {a["AllocationId"] for a in ours()} == pool
+    out = capsys.readouterr().out
+    assert (metric(out, "EipsClaimed"), metric(out, "EipFailures")) == (1, 0)
+
+    # And its terminate, at once (its listing of the instance's addresses stale: nothing on it), gives it back to
+    # the pool, free, never released
+    terminate = given(stack, terminate_record(instance, at=now()))
+    run(eip_fn, stack, clock, terminate, Step.RELEASE_EIP, Step.COMPLETE)
+    assert {a["AllocationId"]: a.get("InstanceId") for a in ours()} == dict.fromkeys(pool)
+    out = capsys.readouterr().out
+    assert (metric(out, "EipsReturned"), metric(out, "EipsReleased"), metric(out, "EipFailures")) == (1, 0, 0)
 
 
 @pytest.mark.parametrize("mode", ["allocate", "pool"])

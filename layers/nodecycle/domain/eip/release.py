@@ -18,6 +18,13 @@ started again sees it down, launched before, and disassociates the address the i
 stopped instance keeps its addresses). No read closes that window; the addresses a run took back are kept in
 the record, and a later run that sees the start gives back those allocated for the instance and still free
 (associates them again; a pool's address returned is claimed again by the instance's launch through its line).
+
+EC2's reads are not monotonic either (one of several replicas answers each): a listing of a replica behind may not
+show the association the launch saw, and a pool's address (tagged for no instance) is found by that listing alone,
+so one that shows nothing on the instance is asked once more. A DisassociateAddress answered as unknown while a read
+still shows the address on the instance is an association EC2's writes do not know yet (made moments ago): the
+address is kept in the record and disassociated again at a later run, not counted returned while it is there (on a
+warm-pool stop EC2 leaves it on the instance).
 """
 
 from __future__ import annotations
@@ -74,6 +81,9 @@ class ReleaseAddresses:
         # Addresses an earlier run disassociated from the instance (allocation ids), given back if it turns out
         # to have been started again (EC2 showed it late)
         disassociated: list[str] = list(scratch.get("disassociated") or [])
+        # Pool addresses an earlier run saw on the instance whose disassociation EC2 answered as unknown while a
+        # read still showed them there (an association EC2's writes do not know yet): looked at again by id
+        pending: dict[str, str] = dict(scratch.get("pending") or {})
         try:
             if (hookless and self._up_again(record)) or (
                 record.completed_at is not None and self._started_since(record, record.completed_at)
@@ -82,10 +92,14 @@ class ReleaseAddresses:
                 return Outcome.next(extra=without_scratch(record))
             # Associated with the instance (either mode), or allocated for it: an instance that terminated
             # before its drain finished has lost its association already, not its address.
-            found = distinct(
-                self._addresses.find(self._owner, instance_id=instance),
-                self._addresses.find(self._owner, allocated_for=instance),
-            )
+            on_it = self._addresses.find(self._owner, instance_id=instance)
+            if not any(address.instance_id == instance for address in on_it):
+                # One listing showing nothing on the instance is one replica's answer: EC2's reads are not
+                # monotonic, and a replica behind may not show the association the launch saw (a pool's address,
+                # tagged for no instance, is found by it alone). Looked at once more before it is believed
+                on_it = self._addresses.find(self._owner, instance_id=instance)
+            found = distinct(on_it, self._addresses.find(self._owner, allocated_for=instance))
+            found = self._still_pending(pending, found, instance, freed)
             if returning:
                 self._returned_unanswered(returning, found, freed, settled)
             later = _later_launches_from(record, hookless)
@@ -121,7 +135,7 @@ class ReleaseAddresses:
                 if mine and address.associated and address.allocation_id not in disassociated:
                     disassociated.append(address.allocation_id)
                 try:
-                    if not self._take_back(address, instance, freed, unanswered):
+                    if not self._take_back(address, instance, freed, unanswered, pending):
                         in_use.append(address)
                 except AddressRefused as error:
                     # asked again with the ones in use (a denial may be IAM still propagating), then left
@@ -145,7 +159,12 @@ class ReleaseAddresses:
                     RELEASE_DELAY,
                     extra={
                         **record.extra,
-                        SCRATCH: {**scratch, "returning": remaining, "disassociated": disassociated},
+                        SCRATCH: {
+                            **scratch,
+                            "returning": remaining,
+                            "disassociated": disassociated,
+                            "pending": pending,
+                        },
                     },
                 )
             log.warning(
@@ -169,7 +188,11 @@ class ReleaseAddresses:
                     RELEASE_DELAY,
                     extra={
                         **record.extra,
-                        SCRATCH: {"release_attempts": attempts, "disassociated": disassociated},
+                        SCRATCH: {
+                            "release_attempts": attempts,
+                            "disassociated": disassociated,
+                            "pending": pending,
+                        },
                     },
                 )
             self._metrics.count("EipFailures")
@@ -255,6 +278,46 @@ class ReleaseAddresses:
         )
         return True
 
+    def _on(self, allocation_id: str, instance: str) -> Address | None:
+        """The address, when one of two reads by its id shows it on ``instance`` (one replica behind may show it
+        as it was before the association); None otherwise."""
+        for _ in range(2):
+            try:
+                current = self._addresses.describe(allocation_id)
+            except AddressNotFound:
+                continue
+            if current.instance_id == instance:
+                return current
+        return None
+
+    def _still_pending(
+        self, pending: dict[str, str], found: list[Address], instance: str, freed: Counter[str | None]
+    ) -> list[Address]:
+        """``found``, with the ``pending`` pool addresses a read still shows on the instance (taken back again);
+        those two reads show off it are returned (disassociated since: a later attempt, or EC2's at a
+        termination), counted so, and no longer pending; one gone (released by hand) was not returned."""
+        listed = {address.allocation_id for address in found if address.instance_id == instance}
+        kept = [a for a in found if a.allocation_id not in pending or a.instance_id == instance]
+        for allocation_id, pool in list(pending.items()):
+            if allocation_id in listed:
+                continue
+            shown = self._on(allocation_id, instance)
+            if shown is not None:
+                kept.append(shown)
+                continue
+            del pending[allocation_id]
+            try:
+                current = self._addresses.describe(allocation_id)
+            except AddressNotFound:
+                continue
+            self._metrics.count("EipsReturned")
+            if current.associated:
+                log.info("returned address %s to pool %r (claimed since)", current.public_ip, pool)
+                continue
+            log.info("returned address %s to pool %r (off the instance now)", current.public_ip, pool)
+            freed[pool] += 1
+        return kept
+
     def _returned_unanswered(
         self, returning: dict[str, str], found: list[Address], freed: Counter[str | None], settled: set[str]
     ) -> None:
@@ -286,11 +349,19 @@ class ReleaseAddresses:
             freed[pool] += 1
 
     def _take_back(
-        self, address: Address, instance: str, freed: Counter[str | None], unanswered: dict[str, str]
+        self,
+        address: Address,
+        instance: str,
+        freed: Counter[str | None],
+        unanswered: dict[str, str],
+        pending: dict[str, str],
     ) -> bool:
         """Disassociate, then release or return the address; False when EC2 still has it in use. ``freed``
         counts what a launch waiting in a line may take now: an address returned to its pool, or released.
-        ``unanswered``: the pool addresses whose disassociation went unanswered (raised a TransientError)."""
+        ``unanswered``: the pool addresses whose disassociation went unanswered (raised a TransientError);
+        ``pending``: those whose disassociation EC2 answered as unknown while it still shows them on the
+        instance."""
+        pending.pop(address.allocation_id, None)
         if address.association_id is not None:
             try:
                 disassociated = self._addresses.disassociate(address.association_id)
@@ -298,6 +369,18 @@ class ReleaseAddresses:
                 if address.pool is not None:
                     unanswered[address.allocation_id] = address.pool
                 raise
+            if not disassociated and address.pool is not None and self._on(address.allocation_id, instance):
+                # EC2 answered the association unknown, and shows it on the instance: an association made
+                # moments ago, which its writes do not know yet (the launch's read saw it first). Not returned
+                # yet (on a warm-pool stop EC2 leaves it there): disassociated again shortly
+                log.info(
+                    "address %s is on instance %s, its association not known to EC2 yet: disassociated again "
+                    "shortly",
+                    address.public_ip,
+                    instance,
+                )
+                pending[address.allocation_id] = address.pool
+                return False
             if not disassociated:
                 log.info("address %s was disassociated already", address.public_ip)
         if address.pool is not None:
