@@ -151,3 +151,32 @@ def test_a_launch_that_saw_its_new_address_takes_a_later_not_found_for_lag_not_f
     assert (address.get("InstanceId"), launched.allocation_id) == (instance, address["AllocationId"])
     out = capsys.readouterr().out
     assert (metric(out, "EipsAllocated"), metric(out, "EipFailures")) == (1, 0)
+
+
+@pytest.mark.parametrize("seconds", LAGS)
+def test_a_terminate_whose_disassociation_ec2_does_not_know_yet_releases_the_address_of_the_launch(
+    eip_fn: ModuleType, stack: Stack, clock: Clock, capsys: pytest.CaptureFixture[str], seconds: float
+) -> None:
+    # Given EC2 whose reads lag its writes and go back and forth, and an instance just launched
+    lag(clock, seconds)
+    (instance,) = run_instances(1)
+    launch = given(stack, launch_record(instance, at=now()))
+
+    # When its launch runs until it goes on (its check seeing the new association on a fresh read)
+    launched = run(eip_fn, stack, clock, launch, Step.ASSIGN_EIP)
+
+    # Then the instance holds one address, the one recorded, allocated once, and no failure was counted
+    assert launched.step is Step.READY_GATE
+    (address,) = ours()
+    assert (address.get("InstanceId"), launched.allocation_id) == (instance, address["AllocationId"])
+    out = capsys.readouterr().out
+    assert (metric(out, "EipsAllocated"), metric(out, "EipFailures")) == (1, 0)
+
+    # And when its terminate runs at once (EC2's writes not knowing the association yet, then its reads not
+    # showing the disassociation), the address is disassociated and released, once, none left to the sweeper
+    terminate = given(stack, terminate_record(instance, at=now()))
+    over = run(eip_fn, stack, clock, terminate, Step.RELEASE_EIP, Step.COMPLETE)
+    assert ours() == []
+    assert over.completed_at is not None
+    out = capsys.readouterr().out
+    assert (metric(out, "EipsReleased"), metric(out, "EipFailures")) == (1, 0)

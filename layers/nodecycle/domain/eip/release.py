@@ -54,6 +54,11 @@ from nodecycle.domain.ports.runtime import Metrics
 log = logging.getLogger(__name__)
 
 RELEASE_DELAY = 3  # seconds: EC2 refuses to release an address until its disassociation has settled
+# ...and the waits after the first are twice as long each time, up to this: EC2's lag (seconds under load) may
+# hold an address on the instance twice over, its writes not knowing an association made seconds ago (the launch's
+# read saw it at once), then its reads not showing the disassociation; ten waits of 3 s would leave it to the
+# sweeper under a lag of 20 s
+RELEASE_DELAY_MAX = 30  # seconds
 RELEASE_ATTEMPTS = 10  # then the sweeper releases what is left, once EC2 shows it unassociated
 
 
@@ -185,7 +190,7 @@ class ReleaseAddresses:
             if attempts < RELEASE_ATTEMPTS:
                 log.info("EC2 does not show the disassociation yet, or refused: releasing again shortly")
                 return Outcome.wait(
-                    RELEASE_DELAY,
+                    min(RELEASE_DELAY * 2 ** (attempts - 1), RELEASE_DELAY_MAX),
                     extra={
                         **record.extra,
                         SCRATCH: {
