@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from nodecycle.domain.eip.release import RELEASE_DELAY, ReleaseAddresses
+from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import LifecycleRecord
 from nodecycle.domain.ports.addresses import Address
 from tests.support.fakes import FakeMetrics
@@ -113,6 +114,37 @@ def test_a_pending_address_ec2_took_off_the_instance_since_is_counted_returned_o
     outcomes = run(ec2, metrics, record)
 
     # Then the address, off the instance now, is counted returned once, and the lifecycle goes on
+    assert not outcomes[-1].again
+    assert ec2.eips[pooled].instance_id is None
+    assert metrics.counts["EipsReturned"] == 1
+
+
+def test_a_pool_address_whose_disassociation_went_unanswered_and_still_on_the_instance_is_taken_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given an instance holding a pool's address whose DisassociateAddress went unanswered (EC2 throttled it: it
+    # did not land), and EC2's listings by instance answered by a replica behind (nothing on it)
+    ec2, metrics = FakeAddresses(), FakeMetrics()
+    ec2.launch(INSTANCE)
+    pooled = ec2.add(pool=POOL, on=INSTANCE)
+    ec2.faults["disassociate"].append(TransientError("Throttling"))
+    release = ReleaseAddresses(owner=OWNER, addresses=ec2, metrics=metrics)
+    first = release(terminate_record(INSTANCE), T0)
+    assert first.again
+    assert ec2.eips[pooled].instance_id == INSTANCE
+    find = ec2.find
+
+    def behind(owner: str, **filters: Any) -> list[Address]:
+        found = find(owner, **filters)
+        return [] if filters.get("instance_id") is not None else found
+
+    monkeypatch.setattr(ec2, "find", behind)
+
+    # When the step runs again
+    record = terminate_record(INSTANCE).model_copy(update={**first.changes, "seq": 2})
+    outcomes = run(ec2, metrics, record)
+
+    # Then the address, read still on the instance by its id, is disassociated: returned, free, counted once
     assert not outcomes[-1].again
     assert ec2.eips[pooled].instance_id is None
     assert metrics.counts["EipsReturned"] == 1

@@ -106,7 +106,7 @@ class ReleaseAddresses:
             found = distinct(on_it, self._addresses.find(self._owner, allocated_for=instance))
             found = self._still_pending(pending, found, instance, freed)
             if returning:
-                self._returned_unanswered(returning, found, freed, settled)
+                self._returned_unanswered(returning, found, freed, settled, instance)
             later = _later_launches_from(record, hookless)
             taken_back: list[Address] = []
             in_use: list[Address] = []
@@ -324,13 +324,19 @@ class ReleaseAddresses:
         return kept
 
     def _returned_unanswered(
-        self, returning: dict[str, str], found: list[Address], freed: Counter[str | None], settled: set[str]
+        self,
+        returning: dict[str, str],
+        found: list[Address],
+        freed: Counter[str | None],
+        settled: set[str],
+        instance: str,
     ) -> None:
         """Count as returned the pool addresses whose disassociation went unanswered at an earlier run (EC2 may
         have made it: a 5xx after it, read timeouts past botocore's retries) and that are off the instance now:
         free in their pool (``freed``: a launch in its line is woken for it) or claimed by a launch since. One
-        still listed for the instance is taken back as the others are (its disassociation did not land, or EC2
-        does not show it yet); one gone (released by hand) was not returned. ``settled``: those counted."""
+        still on the instance (listed, or read by its id where a replica behind listed nothing) is taken back as
+        the others are (its disassociation did not land, or EC2 does not show it yet); one gone (released by hand)
+        was not returned. ``settled``: those counted."""
         listed = {address.allocation_id for address in found}
         for allocation_id, pool in returning.items():
             if allocation_id in listed:
@@ -342,6 +348,11 @@ class ReleaseAddresses:
                 settled.add(allocation_id)
                 continue
             settled.add(allocation_id)
+            if current.instance_id == instance:
+                # Still on the instance (the disassociation did not land), which the listing of a replica behind
+                # did not show: taken back as the others are (appended to ``found``), not counted returned yet
+                found.append(current)
+                continue
             self._metrics.count("EipsReturned")
             if current.associated:
                 log.info("returned address %s to pool %r (claimed since)", current.public_ip, pool)
