@@ -15,7 +15,7 @@ from nodecycle_sandbox.kube import KubeServer
 
 ROOT = Path(__file__).resolve().parents[2]
 # The budget's mutation: a seed whose first instance refresh is the smallest that shows it, 3 instances drained
-# at once (min healthy 0%) where the limit is 2, under faults that slow nothing down (no refusal, no slow API);
+# at once (min healthy 0%) where the limit is 2, run without its faults (below);
 # seed 3's first (5 instances, the eviction webhook down) took twice as long, 17 s of it launching them.
 BUDGET_SEED = 151
 # Deleted pods: seed 3's first, 8 pods over 5 nodes stopping in 1.4 s. (Seed 262's, 6 pods over 3 nodes stopping
@@ -38,8 +38,11 @@ def test_a_product_whose_budget_check_is_removed_is_caught() -> None:
     mutation = next(m for m in MUTATIONS if m.name == "budget-check-removed")
 
     # When instance refreshes run on it
+    # (without the scenario's faults: its sqs-drop can lose a drain's message, which then waits for a sweep to resume
+    # it, and the three drains need not overlap; one fresh-clone run on a loaded machine missed the planted bug, 2
+    # scenarios in 49 s, where it is caught in about 20 s)
     result = check_mutation(
-        ROOT, mutation, seed=BUDGET_SEED, max_scenarios=2, kinds=("refresh",), warm_up=False
+        ROOT, mutation, seed=BUDGET_SEED, max_scenarios=2, kinds=("refresh",), warm_up=False, faults=False
     )
 
     # Then the campaign reports the budget exceeded

@@ -119,9 +119,11 @@ def check_mutation(
     max_scenarios: int,
     kinds: tuple[str, ...] | None = None,
     warm_up: bool = True,
+    faults: bool = True,
     progress: Callable[[str], None] = lambda _: None,
 ) -> MutationResult:
-    """Run scenarios on the mutated product until a violation is found (or ``max_scenarios`` ran)."""
+    """Run scenarios on the mutated product until a violation is found (or ``max_scenarios`` ran); ``faults``
+    False: the scenarios' stories without their faults."""
     began = time.monotonic()
     with mutated_layer(root, mutation) as layer:
         report = run_campaign(
@@ -132,6 +134,7 @@ def check_mutation(
             kinds=kinds or mutation.kinds,
             shrink=False,
             warm_up=warm_up,
+            faults=faults,
             stop_at_first=True,
             progress=progress,
         )
