@@ -183,7 +183,9 @@ class Runner:
             template,
             intrinsics=resources.intrinsics,
             resources=resources,
-            clients={name: self._client(name) for name in ("lambda", "iam")},
+            # (Lambda is read by every poller and delivery, each on its own thread, for its function's concurrency
+            # and its mapping's state: a pool of 2 discarded connections, one warning line each, on the demo's screen)
+            clients={"lambda": self._client("lambda", max_pool_connections=10), "iam": self._client("iam")},
         )
         functions.deploy(specs)
         # (Lambda's reserved concurrency now, which an operator may change: put-function-concurrency)
