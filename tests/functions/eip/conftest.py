@@ -16,11 +16,11 @@ from botocore.exceptions import ClientError
 
 from nodecycle.adapters.aws import clients
 from nodecycle.adapters.aws.records import DynamoRecordStore
-from nodecycle.domain.model import LifecycleRecord
+from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.ports.lifecycle import WorkMessage
 from nodecycle_sandbox.aws.install import install
 from tests.support.events import sqs_event
-from tests.support.functions import load_function
+from tests.support.functions import LambdaContext, load_function
 from tests.support.stack import Stack
 
 IMAGE = "ami-12c6146b"  # one of moto's stock images (listing them all is slow)
@@ -293,3 +293,18 @@ def eip_fn(stack: Stack, ec2: AwsLikeEc2, monkeypatch: pytest.MonkeyPatch) -> Mo
     install()  # moto lacks CompleteLifecycleAction, which the eip function calls: the sandbox's emulation adds it
     monkeypatch.setenv("NODECYCLE_EIP_MODE", "allocate")
     return load_function("eip")
+
+
+def run_while(
+    fn: ModuleType, stack: Stack, clock: Clock, record: LifecycleRecord, *steps: Step
+) -> LifecycleRecord:
+    """Deliver the record's messages while it is at one of ``steps``, each when due: the lag's clock moved on by
+    the step's own delay (the lag tests' driver)."""
+    for _ in range(60):
+        stored = current(stack, record)
+        if stored.finished or stored.step not in steps:
+            return stored
+        clock.now += max(0.0, (stored.due_at - stored.updated_at).total_seconds()) if stored.due_at else 0.0
+        response = fn.handler(work_event(due_now(stack, stored)), LambdaContext())
+        assert response.get("batchItemFailures", []) == []
+    raise AssertionError(f"still at {stored.step} after 60 runs")

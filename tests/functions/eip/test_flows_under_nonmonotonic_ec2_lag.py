@@ -14,23 +14,21 @@ from typing import Any
 
 import pytest
 
-from nodecycle.domain.model import LifecycleRecord, Step
+from nodecycle.domain.model import Step
 from nodecycle.domain.ports.addresses import OWNER_TAG, POOL_TAG
 from nodecycle_sandbox.aws.ec2_consistency import LAG, alternating
 from tests.functions.eip.conftest import (
     Clock,
     addresses,
     allocate,
-    current,
-    due_now,
     ec2_signing_as,
     given,
     now,
     run_instances,
-    work_event,
+    run_while,
 )
 from tests.support.emf import metric
-from tests.support.functions import LambdaContext, load_function
+from tests.support.functions import load_function
 from tests.support.stack import Stack
 from tests.unit.eip.fakes import launch_record, terminate_record
 
@@ -61,19 +59,7 @@ def lag(clock: Clock, seconds: float) -> None:
     LAG.arm(seconds, [FUNCTION_KEY], clock, fresh=alternating(first_fresh=False))
 
 
-def run(
-    eip_fn: ModuleType, stack: Stack, clock: Clock, record: LifecycleRecord, *steps: Step
-) -> LifecycleRecord:
-    """Deliver the record's messages while it is at one of ``steps``, each when due: the clock moved on by the
-    step's own delay."""
-    for _ in range(60):
-        stored = current(stack, record)
-        if stored.finished or stored.step not in steps:
-            return stored
-        clock.now += max(0.0, (stored.due_at - stored.updated_at).total_seconds()) if stored.due_at else 0.0
-        response = eip_fn.handler(work_event(due_now(stack, stored)), LambdaContext())
-        assert response.get("batchItemFailures", []) == []
-    raise AssertionError(f"still at {stored.step} after 60 runs")
+run = run_while
 
 
 def ours() -> list[dict[str, Any]]:

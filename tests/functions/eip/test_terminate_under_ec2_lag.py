@@ -14,7 +14,7 @@ from typing import Any
 import boto3
 import pytest
 
-from nodecycle.domain.model import LifecycleRecord, Step
+from nodecycle.domain.model import Step
 from nodecycle.domain.ports.addresses import ALLOCATED_AT_TAG, INSTANCE_TAG, OWNER_TAG, POOL_TAG
 from nodecycle_sandbox.aws.ec2_consistency import LAG
 from tests.functions.eip.conftest import (
@@ -22,11 +22,11 @@ from tests.functions.eip.conftest import (
     addresses,
     allocate,
     current,
-    due_now,
     ec2_signing_as,
     given,
     now,
     run_instances,
+    run_while,
     work_event,
 )
 from tests.support.emf import metric
@@ -63,18 +63,7 @@ def allocating_fn(clock: Clock, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     return load_function("eip")
 
 
-def run(
-    eip_fn: ModuleType, stack: Stack, clock: Clock, record: LifecycleRecord, *steps: Step
-) -> LifecycleRecord:
-    """Deliver the record's messages while it is at one of ``steps``, each when due (the clock moved on)."""
-    for _ in range(60):
-        stored = current(stack, record)
-        if stored.finished or stored.step not in steps:
-            return stored
-        clock.now += max(0.0, (stored.due_at - stored.updated_at).total_seconds()) if stored.due_at else 0.0
-        response = eip_fn.handler(work_event(due_now(stack, stored)), LambdaContext())
-        assert response.get("batchItemFailures", []) == []
-    raise AssertionError(f"still at {stored.step} after 60 runs")
+run = run_while
 
 
 def test_a_terminate_that_does_not_see_the_pool_address_just_claimed_leaves_it_free_in_its_pool(

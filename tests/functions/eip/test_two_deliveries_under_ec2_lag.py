@@ -21,12 +21,11 @@ from tests.functions.eip.conftest import (
     Clock,
     addresses,
     allocate,
-    current,
-    due_now,
     ec2_signing_as,
     given,
     now,
     run_instances,
+    run_while,
     work_event,
 )
 from tests.support.emf import metric
@@ -59,14 +58,7 @@ def eip_fn(clock: Clock, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
 
 def run(eip_fn: ModuleType, stack: Stack, clock: Clock, record: LifecycleRecord) -> LifecycleRecord:
     """Deliver the record's messages while it assigns its address, each when due (the clock moved on)."""
-    for _ in range(60):
-        stored = current(stack, record)
-        if stored.finished or stored.step is not Step.ASSIGN_EIP:
-            return stored
-        clock.now += max(0.0, (stored.due_at - stored.updated_at).total_seconds()) if stored.due_at else 0.0
-        response = eip_fn.handler(work_event(due_now(stack, stored)), LambdaContext())
-        assert response.get("batchItemFailures", []) == []
-    raise AssertionError(f"still at {stored.step} after 60 runs")
+    return run_while(eip_fn, stack, clock, record, Step.ASSIGN_EIP)
 
 
 def test_a_second_delivery_of_a_pool_launch_does_not_move_the_first_ones_address_off_the_instance(
