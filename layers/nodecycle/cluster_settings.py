@@ -15,10 +15,12 @@ from pydantic import BeforeValidator, Field, field_validator, model_validator
 from nodecycle.domain.engine import MAX_RETRY_BACKOFF_SECONDS
 from nodecycle.domain.policy import Quantity, TimeoutPolicy
 from nodecycle.settings import (
+    LONGEST_GLOBAL_TIMEOUT_SECONDS,
     Disruptions,
     Eip,
     FunctionSettings,
     IntakeSettings,
+    LifecycleSeconds,
     Readiness,
     Scope,
     _Section,
@@ -37,7 +39,7 @@ def _optional_quantity(value: Any) -> Any:
 
 Limit = Annotated[Quantity, BeforeValidator(_quantity)]
 OptionalLimit = Annotated[Quantity | None, BeforeValidator(_optional_quantity)]
-Seconds = Annotated[int, Field(ge=0)]
+Seconds = LifecycleSeconds  # no drain outlasts its action
 
 
 class Drain(_Section):
@@ -76,10 +78,12 @@ _BOUND = re.compile(rf"[<>]{_WS}*([0-9]+)")
 class Budget(_Section):
     budget_max_unavailable: Limit = Quantity(value=1)
     budget_max_unavailable_per_zone: OptionalLimit = None
-    budget_namespace: str = Field(default="kube-system", min_length=1)
+    budget_namespace: str = Field(
+        default="nodecycle", min_length=1
+    )  # as the template's, and deploy/rbac.yaml's
     budget_node_selector: str = ""
     budget_count_unavailable: bool = False
-    budget_holder_ttl_seconds: Annotated[int, Field(ge=30)] = 600
+    budget_holder_ttl_seconds: Annotated[int, Field(ge=30, le=LONGEST_GLOBAL_TIMEOUT_SECONDS)] = 600
     budget_retry_seconds: Annotated[int, Field(ge=1, le=900)] = 30
 
     @field_validator("budget_node_selector")
@@ -104,7 +108,7 @@ class Budget(_Section):
 
 
 class Sweep(_Section):
-    sweep_grace_seconds: Annotated[int, Field(ge=300)] = 600
+    sweep_grace_seconds: Annotated[int, Field(ge=300, le=365 * 24 * 3600)] = 600  # the longest record TTL
 
 
 class DrainSettings(FunctionSettings, Drain, Budget, Readiness):

@@ -164,13 +164,20 @@ class State(_Section):
     record_ttl_days: int = Field(default=14, ge=1, le=365)
 
 
+# The longest a lifecycle action lives, whatever its hook's heartbeat timeout (100 of them, at most 48 hours). No
+# duration of a lifecycle's is longer (the template's bounds too): one far past it (10^15 s) is a deadline past
+# the year 9999, which fails every run that computes it (OverflowError).
+LONGEST_GLOBAL_TIMEOUT_SECONDS = 48 * 3600
+LifecycleSeconds = Annotated[int, Field(ge=0, le=LONGEST_GLOBAL_TIMEOUT_SECONDS)]
+
+
 class Timing(_Section):
     """What the step engine needs to keep actions alive and repair lost messages."""
 
-    heartbeat_margin_seconds: Annotated[int, Field(ge=5)] = 60
+    heartbeat_margin_seconds: Annotated[int, Field(ge=5, le=LONGEST_GLOBAL_TIMEOUT_SECONDS)] = 60
     # A step whose message is this overdue is presumed lost and sent again (a late original then arrives
     # stale): well past any queueing delay, short enough to repair a crash quickly.
-    resume_grace_seconds: Annotated[int, Field(ge=1)] = 60
+    resume_grace_seconds: Annotated[int, Field(ge=1, le=LONGEST_GLOBAL_TIMEOUT_SECONDS)] = 60
     # The work queues' visibility timeout: how long a step whose invocation died waits to be retried.
     work_visibility_timeout_seconds: Annotated[int, Field(ge=1, le=43_200)] = 150  # SQS's limit (12 h)
 
@@ -229,10 +236,6 @@ class Eip(_Section):
         if self.eip_mode is EipMode.POOL and not self.eip_pool_name:
             raise ValueError("NODECYCLE_EIP_MODE=pool needs NODECYCLE_EIP_POOL_NAME")
         return self
-
-
-# The longest a lifecycle action lives, whatever its hook's heartbeat timeout (100 of them, at most 48 hours)
-LONGEST_GLOBAL_TIMEOUT_SECONDS = 48 * 3600
 
 
 class Readiness(_Section):

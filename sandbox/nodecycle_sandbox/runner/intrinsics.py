@@ -58,12 +58,53 @@ def _check_value(name: str, spec: Mapping[str, Any], value: str, *, min_values: 
     if allowed is not None and value not in [str(v) for v in allowed]:
         raise refuse(f"it must be one of {', '.join(str(v) for v in allowed)} (AllowedValues)")
     pattern = spec.get("AllowedPattern")
-    if pattern is not None and re.fullmatch(str(pattern), value) is None:
+    # A list's pattern holds for each of its values (CloudFormation splits it at its commas first)
+    values = value.split(",") if kind == "CommaDelimitedList" else [value]
+    if pattern is not None and any(re.fullmatch(str(pattern), v) is None for v in values):
         raise refuse(f"it must match the pattern {pattern} (AllowedPattern)")
     if "MinLength" in spec and len(value) < int(spec["MinLength"]):
         raise refuse(f"it must contain at least {spec['MinLength']} characters (MinLength)")
     if "MaxLength" in spec and len(value) > int(spec["MaxLength"]):
         raise refuse(f"it must contain at most {spec['MaxLength']} characters (MaxLength)")
+
+
+def check_rules(template: Mapping[str, Any], overrides: Mapping[str, str]) -> None:
+    """Refuse, as CloudFormation does before it creates anything, parameters that break one of the template's
+    Rules (each rule's Assertions hold when its RuleCondition does; the parameters' defaults fill what is not
+    given). The rule functions of the template are evaluated: Fn::Equals, Fn::Not, Fn::And, Fn::Or,
+    Fn::Contains and Ref; another raises ``UnsupportedIntrinsic`` rather than pass unchecked."""
+    declared = template.get("Parameters") or {}
+    values = {name: str(spec["Default"]) for name, spec in declared.items() if "Default" in spec}
+    values |= {name: str(value) for name, value in overrides.items()}
+    for name, rule in (template.get("Rules") or {}).items():
+        if "RuleCondition" in rule and not _rule_value(rule["RuleCondition"], values):
+            continue
+        for assertion in rule.get("Assertions") or []:
+            if not _rule_value(assertion["Assert"], values):
+                why = assertion.get("AssertDescription", "its assertion does not hold")
+                raise ParameterError(f"the parameters break rule {name}: {why}")
+
+
+def _rule_value(value: Any, parameters: Mapping[str, str]) -> Any:
+    if not isinstance(value, dict):
+        return value
+    ((key, argument),) = value.items()
+    if key == "Ref":
+        if argument not in parameters:
+            raise ParameterError(f"a rule refers to {argument!r}, which has no value")
+        return parameters[argument]
+    items = [_rule_value(item, parameters) for item in argument] if isinstance(argument, list) else []
+    if key == "Fn::Equals":
+        return str(items[0]) == str(items[1])
+    if key == "Fn::Not":
+        return not items[0]
+    if key == "Fn::And":
+        return all(items)
+    if key == "Fn::Or":
+        return any(items)
+    if key == "Fn::Contains":
+        return str(items[1]) in [str(v) for v in items[0]]
+    raise UnsupportedIntrinsic(f"the sandbox does not evaluate the rule function {key}")
 
 
 class ResourceResolver(Protocol):
