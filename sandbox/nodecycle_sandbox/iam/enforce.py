@@ -22,7 +22,7 @@ from typing import Any
 from moto.core.exceptions import ServiceException
 from moto.core.responses import ActionResult, BaseResponse
 
-from nodecycle_sandbox.iam.evaluate import Decision, Request, Verdict, context_of, evaluate
+from nodecycle_sandbox.iam.evaluate import Decision, Request, Verdict, context_of, evaluate, grants_action
 from nodecycle_sandbox.iam.identities import IDENTITIES, JournalEntry, Principal, Role
 from nodecycle_sandbox.iam.requests import UNAUTHORIZED_ACTIONS, requests_for
 
@@ -72,6 +72,14 @@ def authorize(principal: Principal, requests: list[Request]) -> None:
     """Raise AccessDenied unless the principal's role allows every request."""
     for request in requests:
         if request.action in UNAUTHORIZED_ACTIONS:
+            continue
+        if not request.resource_found:
+            # Not journaled: without the resource's tags the decision is not one a policy can be replayed on
+            if not grants_action(principal.role.statements, request.action):
+                raise AccessDenied(
+                    request.action.split(":", 1)[0],
+                    denial_message(principal.arn, request, Verdict(Decision.IMPLICIT_DENY)),
+                )
             continue
         verdict = _decide(principal.role, principal.role.statements, request)
         if not verdict.allowed:

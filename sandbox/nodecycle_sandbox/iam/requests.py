@@ -4,9 +4,10 @@ for).
 
 Only the operations whose resources the template scopes need a resolver here; any other operation is
 authorized on ``"*"``, which is what AWS does for actions without resource-level permissions (Describe*).
-A resource that does not exist is not authorized on: the call goes on and fails as AWS answers it
-(``InvalidAllocationID.NotFound``, ``No active Lifecycle Action``...), as AWS looks a resource up before it
-can read its tags.
+A resource that does not exist cannot be judged by its tags: its request (``resource_found=False``, the ARN
+its name would have) is refused only to a role that is granted the action on nothing at all; a role that is
+granted it somewhere hears what AWS answers (``InvalidAllocationID.NotFound``, ``No active Lifecycle
+Action``...), as AWS looks a resource up before it can read its tags.
 """
 
 from __future__ import annotations
@@ -71,13 +72,11 @@ def _ec2(response: Any, operation: str, region: str, account: str, base: dict[st
             requests.append(Request("ec2:CreateTags", f"{prefix}:elastic-ip/*", context_of(context)))
         return requests
     if operation in ("AssociateAddress", "ReleaseAddress"):
-        address = _address(
-            backend,
-            allocation_id=response._get_param("AllocationId"),
-            public_ip=response._get_param("PublicIp"),
-        )
+        allocation, public_ip = response._get_param("AllocationId"), response._get_param("PublicIp")
+        address = _address(backend, allocation_id=allocation, public_ip=public_ip)
+        named = allocation or public_ip
         if address is None:
-            return []
+            return [_missing(action, f"{prefix}:elastic-ip/{named or '*'}", base)]
         requests = [tagged("elastic-ip", address)]
         if operation == "AssociateAddress":
             instance = _lookup(backend.get_instance, response._get_param("InstanceId"))
@@ -94,7 +93,7 @@ def _ec2(response: Any, operation: str, region: str, account: str, base: dict[st
             public_ip=response._get_param("PublicIp"),
         )
         if address is None:
-            return []
+            return [_missing(action, f"{prefix}:elastic-ip/*", base)]
         requests = [tagged("elastic-ip", address)]
         if address.eni is not None:
             requests.append(tagged("network-interface", address.eni))
@@ -118,6 +117,10 @@ def _ec2(response: Any, operation: str, region: str, account: str, base: dict[st
             for rid in response._get_param("Resources", [])
         ]
     return [Request(action, "*", context_of(base))]
+
+
+def _missing(action: str, arn: str, base: dict[str, Any]) -> Request:
+    return Request(action, arn, context_of(base), resource_found=False)
 
 
 def _tags_of(backend: Any, resource_id: str) -> dict[str, str]:
@@ -171,7 +174,8 @@ def _autoscaling(
         return [Request(action, "*", context_of(base))]
     group = response.autoscaling_backend.autoscaling_groups.get(name)
     if group is None:
-        return []
+        arn = f"arn:aws:autoscaling:{region}:{account}:autoScalingGroup:*:autoScalingGroupName/{name}"
+        return [_missing(action, arn, base)]
     tags = {t["Key"]: t.get("Value", "") for t in group.tags}
     context = {**base, **_tag_context(("aws:ResourceTag", "autoscaling:ResourceTag"), tags)}
     return [Request(action, str(group.arn), context_of(context))]

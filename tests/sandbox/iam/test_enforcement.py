@@ -302,3 +302,28 @@ def test_a_transaction_is_authorized_as_each_of_its_writes_on_its_own_table(
     assert "Item" not in client(deployed, "dynamodb").get_item(
         TableName=table.name, Key={"id": {"S": "tx-c"}}
     )
+
+
+def test_an_action_a_role_is_not_granted_is_refused_even_on_a_resource_that_does_not_exist(
+    deployed: tuple[str, Runner],
+) -> None:
+    # Given an address and a group that do not exist, When a function whose role grants the action on nothing
+    # calls it, Then AWS refuses it as unauthorized (the sandbox let it through to the service, which answered
+    # that the resource does not exist, telling the function that the call was permitted)
+    missing = "eipalloc-0123456789abcdef0"
+    intake_ec2 = client(deployed, "ec2", "IntakeFunction")
+    denied = error(intake_ec2.release_address, AllocationId=missing)
+    assert (denied["Code"], denied["status"]) == ("UnauthorizedOperation", 403)
+    assert (
+        f"ec2:ReleaseAddress on resource: arn:aws:ec2:{REGION}:{ACCOUNT}:elastic-ip/{missing}"
+        in denied["Message"]
+    )
+    intake = client(deployed, "autoscaling", "IntakeFunction")
+    call = {"LifecycleHookName": "h", "InstanceId": "i-0", "LifecycleActionResult": "CONTINUE"}
+    denied = error(intake.complete_lifecycle_action, AutoScalingGroupName="no-such-group", **call)
+    assert (denied["Code"], denied["status"]) == ("AccessDenied", 403)
+    assert "autoscaling:CompleteLifecycleAction on resource: " in denied["Message"]
+
+    # And a role that holds the action (on its own resources) hears what the service answers of the missing one
+    eip = client(deployed, "ec2", "EipFunction")
+    assert error(eip.release_address, AllocationId=missing)["Code"] == "InvalidAllocationID.NotFound"
