@@ -78,6 +78,9 @@ class PowertoolsMetrics:
             unit=unit,
             value=value,
             namespace=NAMESPACE,
-            default_dimensions={"owner": self._owner, **dimensions},
+            # service named here, as the shared document's is (Metrics(service=...)): single_metric would take
+            # it from POWERTOOLS_SERVICE_NAME, or leave it out, and the dashboard's rows and the alarms would
+            # match nothing
+            default_dimensions={"owner": self._owner, "service": SERVICE, **dimensions},
         ):
             pass
