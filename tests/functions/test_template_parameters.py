@@ -116,6 +116,8 @@ def test_a_subnet_or_security_group_that_is_not_an_id_is_refused_by_the_template
         TEMPLATE, {"SubnetIds": "subnet-0123456789abcdef0,subnet-1a2b3c4d", "SecurityGroupIds": "sg-0a1b2c3d"}
     )
     check_parameters(TEMPLATE, {"SubnetIds": "", "SecurityGroupIds": ""})  # the defaults: no VPC
+    # CloudFormation trims each value of a list: blanks around the commas are no wildcard
+    check_parameters(TEMPLATE, {"SubnetIds": "subnet-0abc, subnet-1def", "SecurityGroupIds": " sg-0a1b"})
 
 
 # -- what the functions refuse at every cold start --------------------------------------------------------------
