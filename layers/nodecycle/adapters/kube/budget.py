@@ -48,6 +48,16 @@ DATA_KEY = "budget.json"
 # version's last write), written over by an older stack before this version reads it, the older stack's write
 # then taking the document for its own; only while an older stack shares the cluster.
 WRITTEN_KEY = "budget.written"
+# When the API server last had a document put in this ConfigMap that no stack wrote there (see _vouched: restored,
+# a snapshot written back, edited by hand), as the first write after it found it (an RFC 3339 time by the API
+# server's clock). What the budget wrote before then may be missing from the document, as from a ConfigMap created
+# again: the places in line of the waiters that joined since the snapshot, the marks of the slots given back since.
+# The budget tells a ConfigMap created again by its creation (BudgetDocument.created_at: a waiter that began to wait
+# before it takes its place back, a slot asked for by a lifecycle begun before it is judged on its record); a
+# snapshot written back into the ConfigMap as it is keeps the old creation, so the document's beginning is the later
+# of the two. A key beside the document's (not in it: a stack of format 3 refuses a field it does not know), which
+# an older stack keeps as it is.
+RESTORED_KEY = "budget.restored"
 # The manager every write of the document is recorded under, whatever the client's User-Agent (the CLI's, a test's):
 # the name the functions' User-Agent gives (see eks_access), so an older stack's writes are recorded under it too.
 FIELD_MANAGER = "nodecycle"
@@ -166,21 +176,31 @@ class ConfigMapBudgetStore:
             if new is current:
                 return result
             assert new is not None  # only None is current when there is no ConfigMap
-            if self._write(api, config_map, new):
+            # (a document this write found put there by another: its beginning, on the API server's clock, kept)
+            restored = None
+            if (
+                found is not None
+                and current is not None
+                and current.unvouched
+                and current.created_at is not None
+            ):
+                restored = current.created_at - found[1]
+            if self._write(api, config_map, new, restored=restored):
                 return result
             log.info("the budget ConfigMap changed under us (attempt %d): reading it again", attempt + 1)
         raise BudgetContention(
             f"ConfigMap {self.namespace}/{self.name} kept changing: {self._max_attempts} conflicting writes"
         )
 
-    def _document(self, config_map: Any, ahead: timedelta) -> BudgetDocument:
+    def _document(self, config_map: Any, ahead: timedelta, date: datetime | None) -> BudgetDocument:
         try:
-            return _document(config_map, ahead)
+            return _document(config_map, ahead, date)
         except BudgetFormatError as error:
             raise BudgetUnreadable(self.namespace, self.name, error) from None
 
-    def _get(self, api: Any) -> tuple[Any, timedelta] | None:
-        """The ConfigMap (None: there is none), and how far this reader's clock runs ahead of the API server's."""
+    def _get(self, api: Any) -> tuple[Any, timedelta, datetime | None] | None:
+        """The ConfigMap (None: there is none), how far this reader's clock runs ahead of the API server's, and the
+        API server's time of its answer (None: not told)."""
         with forbidden_refused(), kube_errors(f"reading ConfigMap {self.namespace}/{self.name}"):
             try:
                 config_map, _, headers = api.read_namespaced_config_map_with_http_info(
@@ -190,10 +210,14 @@ class ConfigMapBudgetStore:
                 if error.status == 404:
                     return None
                 raise
-        return config_map, _ahead(headers, self._wall_clock())
+        received = self._wall_clock()
+        return config_map, _ahead(headers, received), _date(headers)
 
-    def _write(self, api: Any, config_map: Any, doc: BudgetDocument) -> bool:
-        """Replace; False when another writer came first."""
+    def _write(
+        self, api: Any, config_map: Any, doc: BudgetDocument, *, restored: datetime | None = None
+    ) -> bool:
+        """Replace; False when another writer came first. ``restored``: the beginning of a document put there by
+        another, which this write is the first to find (see RESTORED_KEY)."""
         with forbidden_refused(), kube_errors(f"writing ConfigMap {self.namespace}/{self.name}"):
             try:
                 if config_map is None:
@@ -202,6 +226,8 @@ class ConfigMapBudgetStore:
                     raise BudgetNotInstalled(self.namespace, self.name)
                 # the object as read: its resourceVersion makes the replace conditional, and labels,
                 # annotations or other keys someone added survive
+                if restored is not None:
+                    config_map.data = {**(config_map.data or {}), RESTORED_KEY: _rfc3339(restored)}
                 config_map.data = _with_document(config_map, doc.to_json())
                 try:
                     api.replace_namespaced_config_map(
@@ -412,6 +438,29 @@ def _written(metadata: Any, text: str) -> str:
     return f"{getattr(metadata, 'uid', None)} {hashlib.sha256(text.encode()).hexdigest()}"
 
 
+def _date(headers: Any) -> datetime | None:
+    """The API server's time of its answer (its Date header, to the second); None when not told."""
+    try:
+        date = parsedate_to_datetime(str((headers or {}).get("Date")))
+    except (TypeError, ValueError):
+        return None
+    return date if date.tzinfo is not None else None
+
+
+def _rfc3339(value: datetime) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _restored(data: dict[str, Any]) -> datetime | None:
+    """When a document put there by another was found in the ConfigMap last, as RESTORED_KEY says (None: never, or
+    not a time: a key edited by hand says nothing)."""
+    try:
+        value = datetime.fromisoformat(str(data.get(RESTORED_KEY)))
+    except ValueError:
+        return None
+    return value if value.tzinfo is not None else None
+
+
 def _ahead(headers: Any, received: float) -> timedelta:
     """How far the reader's clock (``received``: when the answer came) runs ahead of the API server's, as the answer
     tells (its Date header, which kube-apiserver sends with every answer); zero when not told. The Date is to the
@@ -425,8 +474,11 @@ def _ahead(headers: Any, received: float) -> timedelta:
     return timedelta(seconds=received - date.timestamp()) if date.tzinfo is not None else timedelta(0)
 
 
-def _document(config_map: Any, ahead: timedelta = timedelta(0)) -> BudgetDocument:
-    """The document ``config_map`` holds, its creation told on the clock of a reader ``ahead`` of the API server's."""
+def _document(
+    config_map: Any, ahead: timedelta = timedelta(0), date: datetime | None = None
+) -> BudgetDocument:
+    """The document ``config_map`` holds, its beginning told on the clock of a reader ``ahead`` of the API server's
+    (``date``: the API server's time of the answer that carried it)."""
     data = config_map.data or {}
     text = data.get(DATA_KEY)
     metadata = getattr(config_map, "metadata", None)
@@ -435,15 +487,20 @@ def _document(config_map: Any, ahead: timedelta = timedelta(0)) -> BudgetDocumen
     # whose document was not written to it by this version (restored, re-applied: see WRITTEN_KEY)
     # (when the ConfigMap was created: the marks of the slots given back before then went with the one before it)
     created = _aware(getattr(metadata, "creation_timestamp", None))
+    # (and when a document put there by another was found in it last: what the budget wrote before then may be missing
+    # from it, as from a ConfigMap created again: see RESTORED_KEY)
+    begun = _latest(created, _restored(data)) if created is not None else None
     if not text:
         doc = BudgetDocument(unwritten=True)
     else:
         doc = BudgetDocument.from_json(text)
         if not _vouched(doc, text, data.get(WRITTEN_KEY), metadata, created):
             doc = doc.model_copy(update={"unvouched": True})
+            # (put there when it was set, as the API server tells; or not told, at the latest now)
+            begun = _latest(begun, _document_set_at(metadata) or date)
     # (on the reader's clock, as the lifecycles' beginnings it is compared with are: a clock ahead of the API server's
     # by more than rules.CREATION_MARGIN took a lifecycle begun just before the creation for one begun after it)
-    return doc if created is None else doc.model_copy(update={"created_at": created + ahead})
+    return doc if begun is None else doc.model_copy(update={"created_at": begun + ahead})
 
 
 def _vouched(

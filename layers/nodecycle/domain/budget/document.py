@@ -191,9 +191,11 @@ class BudgetDocument(_Model):
     # that began since go on evicting, counted nowhere. So the budget's first write seeds it as a document never
     # written (see :mod:`.seed`), before it decides anything.
     unvouched: bool = Field(default=False, exclude=True)
-    # When the store's object was created (the ConfigMap's creationTimestamp, to the second), as read; never
-    # stored. The ``released`` marks of the slots given back before then went with the object before it (deleted
-    # and created again): see :func:`.rules.unmarked`. None: not told (a store that never loses its document).
+    # When the store's object was created (the ConfigMap's creationTimestamp, to the second), as read, or later, when a
+    # document put there by another was found in it (a snapshot written back into it as it is); never stored. The
+    # ``released`` marks of the slots given back before then, and the places in line of the waiters, went with the
+    # object or document before it: see :func:`.rules.unmarked`, :func:`.rules._joined`. None: not told (a store that
+    # never loses its document).
     created_at: datetime | None = Field(default=None, exclude=True)
 
     def entries(self) -> tuple[Holder | Waiter, ...]:
