@@ -771,6 +771,9 @@ CREATION_MARGIN = timedelta(seconds=5)
 # (taken again, or in line anew: after a re-creation, or its slot expired), rare on a drain's way, and a lifecycle
 # begun after the creation costs one read of its record then. Not a first ask's grant, every drain's: its step reads
 # the record for it (see unmarked), and a lifecycle that began within this of a ConfigMap's first install would pay.
+# Not shrunk since the store tells the creation on the reader's clock (the API server's Date): that measures the
+# reader's clock, not the intake's that stamped ``since`` (a stamp 5 min ahead is judged; the cost, a read per slot
+# lost of a lifecycle begun within it, none per slot held: tests/unit/budget/test_renewal_creation_margin.py).
 RENEWAL_CREATION_MARGIN = MAX_CLOCK_AHEAD
 # The decisions that give the node a slot it did not hold (a renewal of its own holder is none)
 _NEW_GRANTS = frozenset({SlotReason.GRANTED, SlotReason.REACQUIRED, SlotReason.FORCED})
