@@ -585,6 +585,9 @@ class Claimed(NamedTuple):
     # of a write's CPU with hundreds of waiters, and a longer read-modify-write loses more races). None: not
     # replayed, or ``doc`` changed since (a grant).
     eligible: list[Waiter] | None = None
+    # This owner's waiters that gave up their places in a full line for the request's node, a drain in progress or
+    # near its global timeout (see _made_room): the caller tells and counts them
+    shed: tuple[Waiter, ...] = ()
 
 
 def claim(
@@ -642,7 +645,10 @@ def claim(
             # again at its retry)
             if waiter is None or (waiter.owner == request.owner and not _of_other_lifecycle(waiter, request)):
                 queued = _queued(doc, request, waiter, renewal, now)
-                doc = doc if queued is None else queued[0]
+                if queued is not None:
+                    doc, _, shed = queued
+                    decision = _decision(doc, False, SlotReason.HELD_BY_OTHER_LIFECYCLE)
+                    return Claimed(doc, decision, None, shed=shed)
             return Claimed(doc, _decision(doc, False, SlotReason.HELD_BY_OTHER_LIFECYCLE), None)
         # (a seeded holder taken over by another instance's lifecycle: the node of the seeded one is gone)
         renewed = {**renewal, "seeded": False}
@@ -655,14 +661,14 @@ def claim(
     queued = _queued(doc, request, waiter, renewal, now)
     if queued is None:
         return Claimed(doc, _decision(doc, False, SlotReason.QUEUE_FULL), None)
-    doc, entry = queued
+    doc, entry, shed = queued
 
     picks = _replay(doc, now)
     pick = next((fitting for w, fitting in picks if w.node == request.node), None)
     if pick is None and not request.force:
         reason = SlotReason.LOST if renewing else SlotReason.NO_ROOM
         decision = _waiting(doc, reason, request.node, now)
-        return Claimed(doc, decision, None, [w for w, _ in picks])
+        return Claimed(doc, decision, None, [w for w, _ in picks], shed)
 
     forced = pick is None
     # (a seeded holder forced past the limits holds its slot as since its drain began)
@@ -673,7 +679,7 @@ def claim(
     doc = _with_holders(doc, (granted,), Counter(_passed_over(pick or (), entry, {request.node})))
     reason = SlotReason.FORCED if forced else SlotReason.REACQUIRED if renewing else SlotReason.GRANTED
     waited = now - entry.waiting_since if waiter is not None else None
-    return Claimed(doc, _decision(doc, True, reason), waited)
+    return Claimed(doc, _decision(doc, True, reason), waited, shed=shed)
 
 
 def _fits_beside_holders(doc: BudgetDocument, request: SlotRequest) -> bool:
@@ -850,12 +856,15 @@ def _of_other_lifecycle(entry: Holder | Waiter, request: SlotRequest) -> bool:
 
 def _queued(
     doc: BudgetDocument, request: SlotRequest, waiter: Waiter | None, renewal: dict[str, Any], now: datetime
-) -> tuple[BudgetDocument, Waiter] | None:
+) -> tuple[BudgetDocument, Waiter, tuple[Waiter, ...]] | None:
     """``doc`` with the request in line for its node: ``waiter`` (this owner's entry of the node, or None)
     renewed under it, or a new entry at the end; and that entry. None when a new one does not fit: the queue
     holds its maximum of waiters, or the document would grow too large."""
     precedence = {"in_progress": request.in_progress, "urgent_at": request.urgent_at}
-    if waiter is None and len(doc.waiters) >= MAX_WAITERS and not request.force:
+    # (a drain in progress or a node near its global timeout is let in past the bounds, and takes the places of
+    # untouched waiters of its stack: see _made_room)
+    ahead = request.in_progress or (request.urgent_at is not None and now >= request.urgent_at)
+    if waiter is None and len(doc.waiters) >= MAX_WAITERS and not (request.force or ahead):
         return None
     if waiter is None:
         entry = Waiter(
@@ -870,9 +879,59 @@ def _queued(
         entry = waiter.model_copy(update={**renewal, **precedence})
         waiters = tuple(entry if w is waiter else w for w in doc.waiters)
     queued = doc.model_copy(update={"waiters": waiters})
-    if waiter is None and not request.force and len(queued.to_json()) > MAX_DOCUMENT_BYTES:
+    if waiter is None and not request.force:
+        if ahead:
+            made = _made_room(queued, entry, now)
+            return None if made is None else (made[0], entry, made[1])
+        if len(queued.to_json()) > MAX_DOCUMENT_BYTES:
+            return None
+    return queued, entry, ()
+
+
+def _made_room(
+    doc: BudgetDocument, entry: Waiter, now: datetime
+) -> tuple[BudgetDocument, tuple[Waiter, ...]] | None:
+    """``doc``, where the new waiter ``entry`` (a drain in progress that lost its slot, or a node near its global
+    timeout) joined a line past its bounds, brought back under them by the youngest untouched waiters of its stack
+    giving up their places (see :func:`shed`), and those; None when those are not enough (a line of other stacks' waiters, or
+    of its own with precedence: it waits outside, as any node that finds the line full). A line at its maximum of
+    untouched nodes in a refresh of thousands left such a drain outside it, asking again among the thousands, each
+    place freed in the line going to whichever asked first, its node cordoned and half drained meanwhile
+    (invariant 9). The waiters shed are told by the service (``BudgetQueueFull``) and ask again from outside."""
+    candidates = [w for w in _youngest_first(doc, entry.owner, now) if w is not entry and not _ahead(w, now)]
+    over = len(doc.waiters) - MAX_WAITERS
+    excess = len(doc.to_json()) - MAX_DOCUMENT_BYTES
+    shed: list[Waiter] = []
+    for waiter in candidates:
+        if over <= 0 and excess <= 0:
+            break
+        shed.append(waiter)
+        over -= 1
+        excess -= BudgetDocument.entry_bytes(waiter)
+    if over > 0 or excess > 0:
         return None
-    return queued, entry
+    gone = {id(w) for w in shed}
+    return doc.model_copy(update={"waiters": tuple(w for w in doc.waiters if id(w) not in gone)}), tuple(shed)
+
+
+def _ahead(waiter: Waiter, now: datetime) -> bool:
+    """Whether ``waiter`` goes before the untouched nodes: a drain in progress, or a node near its global timeout."""
+    return waiter.in_progress or (waiter.urgent_at is not None and now >= waiter.urgent_at)
+
+
+def _youngest_first(doc: BudgetDocument, owner: str, now: datetime) -> list[Waiter]:
+    """The waiters of ``owner`` not in progress, in the order they give up their places (see :func:`shed`): those
+    not urgent yet before the urgent ones, the youngest first (the queue is in first-come order: the later of two
+    that came at once is the younger)."""
+    mine = [(i, w) for i, w in enumerate(doc.waiters) if w.owner == owner and not w.in_progress]
+    mine.sort(
+        key=lambda item: (
+            item[1].urgent_at is not None and item[1].urgent_at <= now,
+            -item[1].waiting_since.timestamp(),
+            -item[0],
+        )
+    )
+    return [w for _, w in mine]
 
 
 def _joined(doc: BudgetDocument, request: SlotRequest, now: datetime) -> datetime:
@@ -902,17 +961,8 @@ def shed(doc: BudgetDocument, owner: str, now: datetime) -> tuple[BudgetDocument
     excess = len(doc.to_json()) - MAX_DOCUMENT_BYTES
     if excess <= 0:
         return doc, ()
-    # (the queue is in first-come order: the later of two that came at once is the younger)
-    candidates = sorted(
-        ((i, w) for i, w in enumerate(doc.waiters) if w.owner == owner and not w.in_progress),
-        key=lambda item: (
-            item[1].urgent_at is not None and item[1].urgent_at <= now,
-            -item[1].waiting_since.timestamp(),
-            -item[0],
-        ),
-    )
     shed: list[Waiter] = []
-    for _, waiter in candidates:
+    for waiter in _youngest_first(doc, owner, now):
         if excess <= 0:
             break
         shed.append(waiter)

@@ -363,7 +363,7 @@ class DisruptionBudget:
             if fresh is not None:
                 return current, _Claimed(fresh)
             doc = rules.with_own_limits(live, self._owner, limits)
-            doc, decision, waited, eligible = rules.claim(
+            doc, decision, waited, eligible, shed = rules.claim(
                 doc, request, now=now, ttl=self._ttl, renewing=renewing
             )
             if decision.reason is SlotReason.QUEUE_FULL:
@@ -395,9 +395,9 @@ class DisruptionBudget:
                 woken = self._newly_eligible(current or BudgetDocument(), given, limits)
                 written, passed = self._pass_on(current, given, limits, woken, now)
                 return written, _Claimed(replace(refused, wake=tuple(passed.wake)), None, passed.waiters)
-            shed: tuple[Waiter, ...] = ()
             if decision.reason is SlotReason.FORCED:
-                doc, shed = rules.shed(doc, self._owner, now)
+                doc, more = rules.shed(doc, self._owner, now)
+                shed = (*shed, *more)
                 decision = replace(decision, waiting=len(doc.waiters))
             woken = self._newly_eligible(current or BudgetDocument(), doc, limits, eligible)
             written, passed = self._pass_on(current, doc, limits, woken, now)
@@ -408,9 +408,10 @@ class DisruptionBudget:
         self._tell_passed(claimed.passed)
         if shed:
             log.error(
-                "the budget's document was full when node %s took its forced slot: %d waiters of this stack "
-                "gave up their places in line for it, and ask again later: %s%s",
+                "the budget's line was full when node %s took its %s: %d waiters of this stack gave up their places "
+                "in line for it, and ask again later: %s%s",
                 request.node,
+                "forced slot" if decision.reason is SlotReason.FORCED else "place (it goes before them)",
                 len(shed),
                 ", ".join(w.node for w in shed[:10]),
                 ", ..." if len(shed) > 10 else "",
