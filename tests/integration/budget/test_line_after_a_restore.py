@@ -137,3 +137,36 @@ def test_a_late_ask_of_a_lifecycle_that_gave_its_slot_back_after_the_snapshot_is
     # and gives it back for a lifecycle over (see AcquireSlot), rather than hold it idle until its TTL
     assert (decision.granted, decision.unmarked) == (True, True)
     api.api_client.close()
+
+
+def test_a_waiter_goes_before_the_nodes_that_asked_after_the_document_was_removed_by_hand(
+    server: KubeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a budget of one slot, node 0's drain in progress in it, and node 1 in line for a minute
+    add_nodes(server, 6)
+    api = core_api(server)
+    clock = FakeClock(datetime.now(UTC))
+    on_the_api_servers_clock(clock, monkeypatch)
+    blue = budget_of(api, clock)
+    began = clock.now() - timedelta(seconds=30)
+    holder = replace(request(0), since=began)
+    assert blue.acquire(holder).granted
+    cordon(api, holder)
+    clock.advance(60)
+    old = replace(request(1), since=began)
+    assert blue.acquire(old).reason is SlotReason.NO_ROOM
+    joined = clock.now()
+
+    # When its document is removed from the ConfigMap (`kubectl edit`, as an unreadable document's error says to),
+    # node 2 asks for the first time, then node 1 asks again (waiting since it joined)
+    clock.advance(60)
+    admin_api(server).patch_namespaced_config_map(NAME, NAMESPACE, {"data": {"budget.json": None}})
+    clock.advance(1)
+    assert blue.acquire(replace(request(2), since=clock.now())).reason is SlotReason.NO_ROOM
+    clock.advance(10)
+    assert blue.acquire(replace(old, waiting_since=joined)).reason is SlotReason.NO_ROOM
+
+    # Then node 0's release passes the slot to node 1, first come
+    clock.advance(30)
+    assert blue.release(holder.node, holder.record_id, holder.token) == [old.record_id]
+    api.api_client.close()

@@ -49,9 +49,10 @@ DATA_KEY = "budget.json"
 # then taking the document for its own; only while an older stack shares the cluster.
 WRITTEN_KEY = "budget.written"
 # When the API server last had a document put in this ConfigMap that no stack wrote there (see _vouched: restored,
-# a snapshot written back, edited by hand), as the first write after it found it (an RFC 3339 time by the API
-# server's clock). What the budget wrote before then may be missing from the document, as from a ConfigMap created
-# again: the places in line of the waiters that joined since the snapshot, the marks of the slots given back since.
+# a snapshot written back, edited by hand), or the document removed beside a stack's note (as BudgetUnreadable says
+# to), as the first write after it found it (an RFC 3339 time by the API server's clock). What the budget wrote
+# before then may be missing from the document, as from a ConfigMap created again: the places in line of the waiters
+# that joined since, the marks of the slots given back since.
 # The budget tells a ConfigMap created again by its creation (BudgetDocument.created_at: a waiter that began to wait
 # before it takes its place back, a slot asked for by a lifecycle begun before it is judged on its record); a
 # snapshot written back into the ConfigMap as it is keeps the old creation, so the document's beginning is the later
@@ -176,14 +177,10 @@ class ConfigMapBudgetStore:
             if new is current:
                 return result
             assert new is not None  # only None is current when there is no ConfigMap
-            # (a document this write found put there by another: its beginning, on the API server's clock, kept)
+            # (a document this write found put there by another, or removed: its beginning, on the API server's
+            # clock, kept)
             restored = None
-            if (
-                found is not None
-                and current is not None
-                and current.unvouched
-                and current.created_at is not None
-            ):
+            if found is not None and current is not None and _lost(current, found[0]) and current.created_at:
                 restored = current.created_at - found[1]
             if self._write(api, config_map, new, restored=restored):
                 return result
@@ -492,6 +489,9 @@ def _document(
     begun = _latest(created, _restored(data)) if created is not None else None
     if not text:
         doc = BudgetDocument(unwritten=True)
+        if WRITTEN_KEY in data:
+            # (a stack's note beside no document: the document was removed since, by hand, as BudgetUnreadable says to)
+            begun = _latest(begun, date)
     else:
         doc = BudgetDocument.from_json(text)
         if not _vouched(doc, text, data.get(WRITTEN_KEY), metadata, created):
@@ -501,6 +501,12 @@ def _document(
     # (on the reader's clock, as the lifecycles' beginnings it is compared with are: a clock ahead of the API server's
     # by more than rules.CREATION_MARGIN took a lifecycle begun just before the creation for one begun after it)
     return doc if begun is None else doc.model_copy(update={"created_at": begun + ahead})
+
+
+def _lost(doc: BudgetDocument, config_map: Any) -> bool:
+    """Whether ``doc``, read from ``config_map``, lost what the budget wrote before (see RESTORED_KEY): a document
+    put there by another, or none where a stack's note says one was (removed by hand)."""
+    return doc.unvouched or (doc.unwritten and WRITTEN_KEY in (config_map.data or {}))
 
 
 def _vouched(
