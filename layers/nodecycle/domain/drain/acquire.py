@@ -11,6 +11,7 @@ from nodecycle.domain.budget import SlotDecision, SlotReason, SlotRequest
 from nodecycle.domain.drain import pods as podfilter
 from nodecycle.domain.drain.common import (
     ADOPT_FROM,
+    _backing_off,
     _deadline_cap,
     _for_this_action,
     _full_drain,
@@ -50,6 +51,11 @@ LINKED_POLL_SECONDS = 5
 # etcd that times out, throttling; or refuses them: RBAC), and since when that is told
 ASK_UNREAD = "ask_unread"
 ASK_UNREAD_TOLD = "ask_unread_told"
+# record.extra keys: since when the API server fails the budget's ConfigMap at the slot's asks (5xx, throttling, a
+# conflict storm: anything but a refusal, which the engine retries and dead-letters), and since when that is told
+ASK_BUDGET_FAILING = "ask_budget_failing"
+ASK_BUDGET_FAILING_TOLD = "ask_budget_failing_told"
+_ASK_FAILURES = (ASK_UNREAD, ASK_UNREAD_TOLD, ASK_BUDGET_FAILING, ASK_BUDGET_FAILING_TOLD)
 
 
 def _ordinal(number: int) -> str:
@@ -121,8 +127,8 @@ class AcquireSlot:
                 whole = True
         except (TransientError, Refused) as error:
             return self._unread(record, error, now)
-        # (read: a failure after this one counts afresh)
-        extra = {key: value for key, value in extra.items() if key not in (ASK_UNREAD, ASK_UNREAD_TOLD)}
+        # (read: a failure after this one counts afresh; the budget's, once the budget answers)
+        extra = {key: value for key, value in extra.items() if key not in _ASK_FAILURES}
         if node is None:
             log.warning("no node for instance %s: nothing to drain", record.instance_id)
             self._metrics.count("NodesNotFound")
@@ -134,7 +140,10 @@ class AcquireSlot:
         request = _slot_request(record, node.name, node.zone, **_precedence(record, now, self._policy))
         # (its place in line, which a ConfigMap created again lost: see SlotRequest.waiting_since)
         request = replace(request, waiting_since=record.slot_waiting_since)
-        decision = self._slots.acquire(request)
+        try:
+            decision = self._slots.acquire(request)
+        except TransientError as error:
+            return self._budget_failing(record, error, now, found)
         # (its write removed the expired entries, a dead drain's slot among them: whom that lets go, goes now)
         _wake(self._dispatcher, decision.wake)
         if (decision.unmarked or decision.held_unmarked) and self._gave_it_back(record):
@@ -275,6 +284,65 @@ class AcquireSlot:
             found=found,
         )
         return outcome if not outcome.again else Outcome.wait(poll, **outcome.changes)
+
+    def _budget_failing(
+        self, record: LifecycleRecord, error: TransientError, now: datetime, found: dict[str, Any]
+    ) -> Outcome:
+        """The API server fails the budget's ConfigMap at the slot's ask (an etcd that times out, 5xx, throttling, a
+        conflict storm), its node read. Raised, the failure went to the engine's backoff (minutes a try for a step
+        that is not yet a drain), as a failing read of the node did (see :meth:`_unread`): asked again a poll later,
+        then backing off up to the waiters' cadence (BudgetRetrySeconds), jittered, so that hundreds of waiters
+        do not ask a failing API server in step every poll; told after a poll interval (a Warning event, the
+        alarm's metric); and settled at the drain timeout counted from its first failed ask, nothing of the node
+        touched, as a drain that could not begin (``drain-timeout-reads-refused``). A refusal (403, a ConfigMap
+        missing or unreadable) is still the engine's to retry and dead-letter: no wait makes it pass."""
+        log.warning("the budget cannot be asked for a slot for node %s: %s", found["node"], error)
+        noted = record.extra.get(ASK_BUDGET_FAILING)
+        since = now if noted is None else datetime.fromisoformat(str(noted))
+        told = {key: record.extra[key] for key in (ASK_BUDGET_FAILING_TOLD,) if key in record.extra}
+        found = {**found, "extra": {**found["extra"], **told, ASK_BUDGET_FAILING: since.isoformat()}}
+        if now - since < timedelta(seconds=self._policy.poll_seconds):
+            return Outcome.wait(max(self._policy.poll_seconds, retry_after_wait(error.retry_after)), **found)
+        deadline = min(since + self._policy.timeout, _deadline_cap(record, self._policy))
+        node = found["node"]
+        outcome = _refused_while_time_runs(
+            record,
+            node,
+            found["node_uid"],
+            self._events,
+            self._metrics,
+            self._policy,
+            what="the budget",
+            marker=ASK_BUDGET_FAILING_TOLD,
+            since=since.isoformat(),
+            deadline=deadline,
+            now=now,
+            told=(
+                "DisruptionBudgetUnavailable",
+                f"nodecycle ({record.owner}) cannot ask the disruption budget for a slot to drain node {node} for "
+                f"the termination of {record.instance_id} ({error}), failing since {since:%H:%M:%S}Z: asked "
+                f"again every {self._policy.poll_seconds} to {self._policy.budget_retry_seconds} s until "
+                f"{deadline:%H:%M:%S}Z, then the drain times out",
+            ),
+            timed_out=(
+                f"Drain timed out before it began: the disruption budget could not be asked for a slot since "
+                f"{since:%H:%M:%S}Z ({error}); nothing was evicted; the lifecycle action of {record.instance_id} "
+                f"is completed"
+            ),
+            outcome="drain-timeout-reads-refused",
+            found=found,
+        )
+        if not outcome.again:
+            return outcome
+        wait = _backing_off(
+            since,
+            now,
+            floor=self._policy.poll_seconds,
+            cap=max(self._policy.poll_seconds, self._policy.budget_retry_seconds),
+            retry_after=error.retry_after,
+            deadline=deadline,
+        )
+        return Outcome.wait(wait, **outcome.changes)
 
     def _gave_it_back(self, record: LifecycleRecord) -> bool:
         """Whether the lifecycle of ``record`` (as this delivery read it) has given its slot back, or is giving it

@@ -4,6 +4,7 @@ wake-ups, the node of the instance."""
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -273,6 +274,27 @@ def _refused_while_time_runs(
         reason, message = told
         events.on_node(node, uid, reason, message, warning=True)
     return Outcome.wait(policy.poll_seconds, **{**found, "extra": {**extra, marker: since}})
+
+
+def _backing_off(
+    since: datetime,
+    now: datetime,
+    *,
+    floor: float,
+    cap: float,
+    retry_after: float | None,
+    deadline: datetime,
+) -> float:
+    """The wait before a failing call (failing since ``since``) is tried again: up to as long as it has failed so
+    far (so each wait nearly doubles the time failed), from ``floor`` up to ``cap``, jittered down by up to a
+    quarter, no sooner than a Retry-After, never past ``deadline`` (where the step's timeout acts). Hundreds of
+    waiters asking a failing API server every poll add to the load it fails under, all at the same moments when
+    they began failing together; backing off, and out of step, they leave it room to come back."""
+    failed = (now - since).total_seconds()
+    base = min(cap, max(floor, failed))
+    wait = max(floor, base * random.uniform(0.75, 1.0))
+    wait = max(wait, retry_after_wait(retry_after))
+    return max(1.0, min(wait, (deadline - now).total_seconds()))
 
 
 def _failing_for(extra: dict[str, Any], key: str, now: datetime) -> timedelta:
