@@ -144,6 +144,7 @@ def engine() -> StepEngine:
                 slots=slots,
                 dispatcher=ports.dispatcher(),
                 instances=instances,
+                policy=policy,
             ),
             Step.EVICT: Evict(
                 cluster=nodes,

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from nodecycle.domain.drain.common import _at_once
+from nodecycle.domain.drain.common import _at_once, _backing_off
 from nodecycle.domain.engine import Dispatcher, Outcome
-from nodecycle.domain.errors import AccessRefused, TransientError
+from nodecycle.domain.errors import AccessRefused, TransientError, retry_after_wait
 from nodecycle.domain.model import (
     LifecycleRecord,
 )
 from nodecycle.domain.nodes import NodeFinder
+from nodecycle.domain.policy import DrainPolicy
 from nodecycle.domain.ports.budget import Slots
 from nodecycle.domain.ports.cluster import Claim, Cluster, Refused
 from nodecycle.domain.ports.instances import Instances, up
@@ -21,6 +22,13 @@ log = logging.getLogger(__name__)
 
 # record.extra key: since when the release of the node fails (409, 5xx, a webhook that is down, its reads failing)
 FORGET_FAILING = "forget_failing"
+# record.extra key: since when EC2 does not answer for the instance's state (throttled, 5xx)
+FORGET_STATE_UNKNOWN = "forget_state_unknown"
+# The cadence and the bound of those asks without a drain policy: the settings' defaults (DrainPollSeconds,
+# BudgetRetrySeconds, DrainTimeoutSeconds)
+POLL_SECONDS = 5
+RETRY_SECONDS = 30
+STATE_UNKNOWN_FOR = timedelta(minutes=10)
 
 
 class ForgetNode:
@@ -41,12 +49,19 @@ class ForgetNode:
         slots: Slots,
         dispatcher: Dispatcher,
         instances: Instances,
+        policy: DrainPolicy | None = None,
     ) -> None:
         self._finder = finder
         self._cluster = cluster
         self._slots = slots
         self._dispatcher = dispatcher
         self._instances = instances
+        # (asked again within the drain's cadence while EC2 does not answer, up to its timeout)
+        self._poll = POLL_SECONDS if policy is None else policy.poll_seconds
+        self._retry = (
+            RETRY_SECONDS if policy is None else max(policy.poll_seconds, policy.budget_retry_seconds)
+        )
+        self._unknown_for = STATE_UNKNOWN_FOR if policy is None else policy.timeout
 
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
         # Intake confirmed the instance down, but this step may run much later (a redelivery, a resume, a
@@ -67,6 +82,8 @@ class ForgetNode:
                 refused,
             )
             return Outcome.next(outcome="instance-state-refused")
+        except TransientError as error:
+            return self._state_unknown(record, error, now)
         if up(state):
             log.info(
                 "instance %s is %s again since it went down at %s: nothing of it is freed (a late message)",
@@ -113,3 +130,38 @@ class ForgetNode:
             self._dispatcher.wake(waiter)
         log.info("instance %s went without a hook: its slot and annotations are freed", record.instance_id)
         return Outcome.next(outcome="instance-gone-without-hook", **found)
+
+    def _state_unknown(self, record: LifecycleRecord, error: TransientError, now: datetime) -> Outcome:
+        """EC2 does not answer for the instance's state (throttled: RequestLimitExceeded, the account's
+        DescribeInstances shared with other tools; a 5xx). Raised, the failure went to the engine's backoff, which
+        for this step (no draining step) doubles up to 3 minutes a try: the slot it frees, which others wait for,
+        held all the while and for minutes after EC2 answered again. Asked again a poll later, then backing off
+        with jitter up to the waiters' retry (many instances stopped together, in a scale-in or a Spot reclaim, do
+        not ask a throttled EC2 in step), no sooner than a Retry-After; freed as soon as EC2 answers; and at the
+        drain timeout counted from its first failed ask it ends freeing nothing, as when EC2 refuses it (the drain's
+        own cleanup, its slot's expiry and the sweeper free it)."""
+        noted = record.extra.get(FORGET_STATE_UNKNOWN)
+        since = now if noted is None else datetime.fromisoformat(str(noted))
+        deadline = since + self._unknown_for
+        if now >= deadline:
+            log.error(
+                "the state of instance %s is not known (%s, at every try since %s): nothing of it is freed; its "
+                "drain's cleanup and the sweeper free it",
+                record.instance_id,
+                error,
+                since.isoformat(),
+            )
+            return Outcome.next(outcome="instance-state-unknown")
+        log.warning("the state of instance %s is not known (%s): asking again", record.instance_id, error)
+        if now - since < timedelta(seconds=self._poll):
+            wait = max(float(self._poll), retry_after_wait(error.retry_after))
+        else:
+            wait = _backing_off(
+                since,
+                now,
+                floor=self._poll,
+                cap=self._retry,
+                retry_after=error.retry_after,
+                deadline=deadline,
+            )
+        return Outcome.wait(wait, extra={**record.extra, FORGET_STATE_UNKNOWN: since.isoformat()})
