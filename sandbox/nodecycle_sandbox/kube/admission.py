@@ -10,6 +10,11 @@ their authors chose: a policy engine's 403 ("this pod may not be deleted"), a 40
 pods and says 503 "not now, try again later".
 
     server.admission.deny(Denial("guard.example.com", "DELETE", "pods", "shop", "db-*", code=403))
+
+And webhooks that do not answer (:class:`Unanswered`): the request waits their timeout, then fails (500) or goes on,
+as their failurePolicy says.
+
+    server.admission.leave_unanswered(Unanswered("kyverno-svc.kyverno.svc", "CREATE", "pods/eviction", seconds=10))
 """
 
 from __future__ import annotations
@@ -59,6 +64,39 @@ class Denial:
 
 
 @dataclass(frozen=True)
+class Unanswered:
+    """A webhook on ``operation`` of ``resource`` (namespace and name globs as :class:`Denial`'s) that does not
+    answer within its ``timeoutSeconds`` (its pods overloaded, their node gone, a network policy in the way): the
+    API server waits that long for it, then, under ``failurePolicy: Fail``, answers 500 InternalError ``failed
+    calling webhook ... context deadline exceeded`` with nothing done; under ``Ignore``, goes on with the request as
+    if the webhook had allowed it, that much later. (kube-apiserver's default timeoutSeconds is 10, at most 30.)"""
+
+    webhook: str
+    operation: str
+    resource: str
+    namespace: str = "*"
+    name: str = "*"
+    seconds: float = 10.0
+    failure_policy: str = "Fail"
+
+    def __post_init__(self) -> None:
+        if self.failure_policy not in ("Fail", "Ignore"):
+            raise ValueError(f"failurePolicy is Fail or Ignore, not {self.failure_policy!r}")
+
+    def applies(self, operation: str, resource: str, attributes: Attributes) -> bool:
+        return Denial(self.webhook, self.operation, self.resource, self.namespace, self.name).applies(
+            operation, resource, attributes
+        )
+
+    def error(self) -> errors.ApiError:
+        url = f"https://{self.webhook}:443/validate?timeout={self.seconds:g}s"
+        return errors.internal_error(
+            f'failed calling webhook "{self.webhook}": failed to call webhook: Post "{url}": context deadline '
+            "exceeded"
+        )
+
+
+@dataclass(frozen=True)
 class Denied:
     """A request a webhook denied: when (``time.time()``), which webhook, and what was asked."""
 
@@ -76,16 +114,39 @@ class Admission:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._denials: list[Denial] = []
+        self._unanswered: list[Unanswered] = []
         self._denied: list[Denied] = []
 
     def deny(self, denial: Denial) -> None:
         with self._lock:
             self._denials.append(denial)
 
+    def leave_unanswered(self, webhook: Unanswered) -> None:
+        with self._lock:
+            self._unanswered.append(webhook)
+
     def clear(self) -> None:
         """Remove every webhook (what they denied stays on record)."""
         with self._lock:
             self._denials = []
+            self._unanswered = []
+
+    def wait(self, attributes: Attributes) -> None:
+        """Wait as the API server waits for the webhooks of this request that do not answer (their timeouts, one
+        after the other: validating webhooks are called in parallel, but a test registers one per request). Before
+        the request is served, outside the sandbox's store lock, so that other requests are served meanwhile as
+        kube-apiserver serves them."""
+        operation = _OPERATIONS.get(attributes.verb)
+        if operation is None:
+            return
+        resource = "/".join(part for part in (attributes.resource, attributes.subresource) if part)
+        with self._lock:
+            seconds = max(
+                (u.seconds for u in self._unanswered if u.applies(operation, resource, attributes)),
+                default=0.0,
+            )
+        if seconds > 0:
+            time.sleep(seconds)
 
     def denied(self) -> list[Denied]:
         """Every request denied so far, in order."""
@@ -99,7 +160,18 @@ class Admission:
             return
         resource = "/".join(part for part in (attributes.resource, attributes.subresource) if part)
         with self._lock:
-            denial = next((d for d in self._denials if d.applies(operation, resource, attributes)), None)
+            denial: Denial | Unanswered | None = next(
+                (d for d in self._denials if d.applies(operation, resource, attributes)), None
+            )
+            if denial is None:
+                denial = next(
+                    (
+                        u
+                        for u in self._unanswered
+                        if u.failure_policy == "Fail" and u.applies(operation, resource, attributes)
+                    ),
+                    None,
+                )
             if denial is None:
                 return
             self._denied.append(

@@ -141,7 +141,9 @@ class Router:
         managed_fields.requested_by(
             managed_fields.request_manager(request.query, request.headers.get("user-agent", ""))
         )
-        # The webhooks are asked by the write itself, where kube-apiserver asks them (``Admit`` in api.py).
+        # The webhooks are asked by the write itself, where kube-apiserver asks them (``Admit`` in api.py); those
+        # that do not answer are waited for first, outside the store's lock
+        self._admission.wait(attributes)
         return self._serve(request, target, functools.partial(self._admission.review, attributes))
 
     def _non_resource(self, path: str, segments: list[str]) -> JsonObj | str:
