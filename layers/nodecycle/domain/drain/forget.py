@@ -22,8 +22,10 @@ log = logging.getLogger(__name__)
 
 # record.extra key: since when the release of the node fails (409, 5xx, a webhook that is down, its reads failing)
 FORGET_FAILING = "forget_failing"
-# record.extra key: since when EC2 does not answer for the instance's state (throttled, 5xx)
+# record.extra keys: since when EC2 does not answer for the instance's state (throttled, 5xx), and since when the
+# API server fails the budget's ConfigMap at the slot's forgetting (5xx, throttling, a conflict storm)
 FORGET_STATE_UNKNOWN = "forget_state_unknown"
+FORGET_BUDGET_FAILING = "forget_budget_failing"
 # The cadence and the bound of those asks without a drain policy: the settings' defaults (DrainPollSeconds,
 # BudgetRetrySeconds, DrainTimeoutSeconds)
 POLL_SECONDS = 5
@@ -83,7 +85,17 @@ class ForgetNode:
             )
             return Outcome.next(outcome="instance-state-refused")
         except TransientError as error:
-            return self._state_unknown(record, error, now)
+            later = self._again_later(record, record.extra, FORGET_STATE_UNKNOWN, error, now)
+            if later is not None:
+                return later
+            log.error(
+                "the state of instance %s is not known (%s, at every try since %s): nothing of it is freed; its "
+                "drain's cleanup and the sweeper free it",
+                record.instance_id,
+                error,
+                record.extra.get(FORGET_STATE_UNKNOWN, now.isoformat()),
+            )
+            return Outcome.next(outcome="instance-state-unknown")
         if up(state):
             log.info(
                 "instance %s is %s again since it went down at %s: nothing of it is freed (a late message)",
@@ -126,33 +138,44 @@ class ForgetNode:
                 error,
                 extra[FORGET_FAILING],
             )
-        for waiter in self._slots.forget(record.owner, record.instance_id):
+        try:
+            woken = self._slots.forget(record.owner, record.instance_id)
+        except TransientError as error:
+            # (the node's release, done or given up, is not done again: a node released is this owner's no more)
+            extra = {**record.extra, **found.get("extra", {})}
+            later = self._again_later(record, extra, FORGET_BUDGET_FAILING, error, now)
+            if later is not None:
+                return Outcome.wait(later.delay, **{**found, **later.changes})
+            log.error(
+                "the budget slot of %s is not freed (%s, at every try since %s): its expiry and the sweeper free it",
+                record.instance_id,
+                error,
+                extra.get(FORGET_BUDGET_FAILING, now.isoformat()),
+            )
+            return Outcome.next(outcome="budget-unavailable", **found)
+        for waiter in woken:
             self._dispatcher.wake(waiter)
         log.info("instance %s went without a hook: its slot and annotations are freed", record.instance_id)
         return Outcome.next(outcome="instance-gone-without-hook", **found)
 
-    def _state_unknown(self, record: LifecycleRecord, error: TransientError, now: datetime) -> Outcome:
-        """EC2 does not answer for the instance's state (throttled: RequestLimitExceeded, the account's
-        DescribeInstances shared with other tools; a 5xx). Raised, the failure went to the engine's backoff, which
-        for this step (no draining step) doubles up to 3 minutes a try: the slot it frees, which others wait for,
-        held all the while and for minutes after EC2 answered again. Asked again a poll later, then backing off
-        with jitter up to the waiters' retry (many instances stopped together, in a scale-in or a Spot reclaim, do
-        not ask a throttled EC2 in step), no sooner than a Retry-After; freed as soon as EC2 answers; and at the
-        drain timeout counted from its first failed ask it ends freeing nothing, as when EC2 refuses it (the drain's
-        own cleanup, its slot's expiry and the sweeper free it)."""
-        noted = record.extra.get(FORGET_STATE_UNKNOWN)
+    def _again_later(
+        self, record: LifecycleRecord, extra: dict[str, Any], key: str, error: TransientError, now: datetime
+    ) -> Outcome | None:
+        """What this step needs fails (EC2 does not answer for the instance's state: throttled, the account's
+        DescribeInstances shared with other tools; the API server fails the budget's ConfigMap: an etcd that times
+        out): asked again later, noted since when in ``key`` of ``extra``; None once it has failed for the drain
+        timeout. Raised, the failure went to the engine's backoff, which for this step (no draining step) doubles up
+        to 3 minutes a try: the slot it frees, which others wait for, held all the while and for minutes after the
+        service answered again. Asked again a poll later, then backing off with jitter up to the waiters' retry
+        (many instances stopped together, in a scale-in or a Spot reclaim, do not ask a failing service in step),
+        no sooner than a Retry-After; what it frees is freed as soon as it answers. Past the drain timeout the step
+        ends: the drain's own cleanup, its slot's expiry and the sweeper free what it would have."""
+        noted = extra.get(key)
         since = now if noted is None else datetime.fromisoformat(str(noted))
         deadline = since + self._unknown_for
         if now >= deadline:
-            log.error(
-                "the state of instance %s is not known (%s, at every try since %s): nothing of it is freed; its "
-                "drain's cleanup and the sweeper free it",
-                record.instance_id,
-                error,
-                since.isoformat(),
-            )
-            return Outcome.next(outcome="instance-state-unknown")
-        log.warning("the state of instance %s is not known (%s): asking again", record.instance_id, error)
+            return None
+        log.warning("instance %s: %s; asking again", record.instance_id, error)
         if now - since < timedelta(seconds=self._poll):
             wait = max(float(self._poll), retry_after_wait(error.retry_after))
         else:
@@ -164,4 +187,4 @@ class ForgetNode:
                 retry_after=error.retry_after,
                 deadline=deadline,
             )
-        return Outcome.wait(wait, extra={**record.extra, FORGET_STATE_UNKNOWN: since.isoformat()})
+        return Outcome.wait(wait, extra={**extra, key: since.isoformat()})
