@@ -18,6 +18,7 @@ import pytest
 
 from nodecycle.adapters.kube.cluster_api import KubeCluster
 from nodecycle.domain.drain.acquire import AcquireSlot
+from nodecycle.domain.drain.common import _deadline_cap
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.model import Step, Transition
 from nodecycle.domain.nodes import NodeFinder
@@ -41,10 +42,12 @@ from tests.unit.drain.test_drain_steps import (
 SEED = drain_steps.SEED
 OTHER = "ip-10-0-2-10.eu-west-1.compute.internal"  # the node that holds the budget's one slot
 POLL = timedelta(seconds=policy().poll_seconds)
+# the action's global timeout, from T0: its drain timeout three times over
+ACTION_TIME = timedelta(minutes=40)
 
 
 @pytest.mark.parametrize("answer", ["kube-error", "kube-forbidden"])
-def test_a_waiter_whose_node_cannot_be_read_asks_again_at_each_poll_and_is_settled_at_its_drain_timeout(
+def test_a_waiter_whose_node_cannot_be_read_asks_again_at_each_poll_and_is_settled_only_near_its_end(
     cluster: KubeCluster, server: KubeServer, answer: str
 ) -> None:
     # Given a drain waiting in line for the budget's one slot (its node read at its first ask), and then an API
@@ -54,20 +57,23 @@ def test_a_waiter_whose_node_cannot_be_read_asks_again_at_each_poll_and_is_settl
     first = step(draining(Step.ACQUIRE_SLOT), T0)
     assert first.again, "the test's drain waits in line"
     record = draining(Step.ACQUIRE_SLOT).model_copy(update=dict(first.changes))
+    record = record.model_copy(update={"global_deadline": T0 + ACTION_TIME})
     server.faults.arm([Fault("etcd", answer, "GET nodes")], seed=1)
 
-    # When it asks again at the delays its outcomes ask for, until well past the drain timeout
+    # When it asks again at the delays its outcomes ask for, until its action's global timeout
     start = T0 + timedelta(seconds=30)
-    runs, record = run(step, record, start, start + 3 * policy().timeout)
+    runs, record = run(step, record, start, record.global_deadline)
 
-    # Then it asks again at each poll (never minutes apart), is told once, and at the drain timeout counted from
-    # its first failed read the action is settled, no slot taken and nothing of the node touched
+    # Then it asks again at each poll (never minutes apart), is told once, still waits well past its drain timeout
+    # (time waiting for a slot is not the drain's), and the action is settled only at the latest a drain could
+    # begin before its global timeout, no slot taken and nothing of the node touched
     assert server.faults.firings()
     assert all(outcome.delay <= POLL.total_seconds() for _, outcome in runs[:-1]), [o.delay for _, o in runs]
     at, last = runs[-1]
     assert (last.then, last.again) == (Step.COMPLETE, False)
     assert record.outcome == "drain-timeout-reads-refused"
-    assert start + policy().timeout <= at <= start + policy().timeout + POLL
+    assert at > start + 2 * policy().timeout, "a waiter held past its drain timeout"
+    assert _deadline_cap(record, policy()) <= at <= _deadline_cap(record, policy()) + POLL
     reasons = [reason for _, reason, _ in events.written]
     assert (NODE, "NodeUnreadable", "Warning") in events.written
     assert (reasons.count("NodeUnreadable"), reasons.count("DrainTimeout")) == (1, 1)

@@ -243,11 +243,10 @@ class AcquireSlot:
         precedence near the action's global timeout told late; a slot passed on to it held idle), for as long as
         the failure lasted, and nobody told (a retry is a metric, no alarm); a refusal went into the dead-letter
         queue after the engine's refused tries. Asked again at each poll instead (no sooner than a Retry-After),
-        not told for a poll interval (a blip); then told (a Warning event, the alarm's metric), and at the drain
-        timeout counted from the first failed read the action is settled as a drain that could not begin
-        (``drain-timeout-reads-refused``, as a drain refused its reads), nothing of the node touched, rather than
-        held until its global timeout. No slot is asked for meanwhile: one granted could not be used, its node
-        unread."""
+        not told for a poll interval (a blip); then told (a Warning event, the alarm's metric), and held while the
+        action's time lasts (see :func:`_waiting_deadline`): settled as a drain that could not begin
+        (``drain-timeout-reads-refused``), nothing of the node touched, only where the action's global timeout
+        would end it anyway. No slot is asked for meanwhile: one granted could not be used, its node unread."""
         log.warning("the node of %s cannot be read at its slot's ask: %s", record.instance_id, error)
         noted = record.extra.get(ASK_UNREAD)
         since = now if noted is None else datetime.fromisoformat(str(noted))
@@ -256,7 +255,7 @@ class AcquireSlot:
         poll = max(self._policy.poll_seconds, retry_after_wait(retry_after))
         if isinstance(error, TransientError) and now - since < timedelta(seconds=self._policy.poll_seconds):
             return Outcome.wait(poll, **found)
-        deadline = min(since + self._policy.timeout, _deadline_cap(record, self._policy))
+        deadline = _waiting_deadline(record, self._policy)
         node = _named(record)
         outcome = _refused_while_time_runs(
             record,
@@ -274,7 +273,7 @@ class AcquireSlot:
                 "NodeUnreadable",
                 f"nodecycle ({record.owner}) cannot read node {node} to drain it for the termination of "
                 f"{record.instance_id} ({error}), failing since {since:%H:%M:%S}Z: asked again every "
-                f"{self._policy.poll_seconds} s until {deadline:%H:%M:%S}Z, then the drain times out",
+                f"{self._policy.poll_seconds} s until {deadline:%H:%M:%S}Z, then its action is completed undrained",
             ),
             timed_out=(
                 f"Drain timed out before it began: node {node} could not be read since {since:%H:%M:%S}Z "
@@ -293,8 +292,8 @@ class AcquireSlot:
         that is not yet a drain), as a failing read of the node did (see :meth:`_unread`): asked again a poll later,
         then backing off up to the waiters' cadence (BudgetRetrySeconds), jittered, so that hundreds of waiters
         do not ask a failing API server in step every poll; told after a poll interval (a Warning event, the
-        alarm's metric); and settled at the drain timeout counted from its first failed ask, nothing of the node
-        touched, as a drain that could not begin (``drain-timeout-reads-refused``). A refusal (403, a ConfigMap
+        alarm's metric); and held while the action's time lasts (see :func:`_waiting_deadline`), then settled,
+        nothing of the node touched, as a drain that could not begin (``drain-timeout-reads-refused``). A refusal (403, a ConfigMap
         missing or unreadable) is still the engine's to retry and dead-letter: no wait makes it pass."""
         log.warning("the budget cannot be asked for a slot for node %s: %s", found["node"], error)
         noted = record.extra.get(ASK_BUDGET_FAILING)
@@ -303,7 +302,7 @@ class AcquireSlot:
         found = {**found, "extra": {**found["extra"], **told, ASK_BUDGET_FAILING: since.isoformat()}}
         if now - since < timedelta(seconds=self._policy.poll_seconds):
             return Outcome.wait(max(self._policy.poll_seconds, retry_after_wait(error.retry_after)), **found)
-        deadline = min(since + self._policy.timeout, _deadline_cap(record, self._policy))
+        deadline = _waiting_deadline(record, self._policy)
         node = found["node"]
         outcome = _refused_while_time_runs(
             record,
@@ -322,7 +321,7 @@ class AcquireSlot:
                 f"nodecycle ({record.owner}) cannot ask the disruption budget for a slot to drain node {node} for "
                 f"the termination of {record.instance_id} ({error}), failing since {since:%H:%M:%S}Z: asked "
                 f"again every {self._policy.poll_seconds} to {self._policy.budget_retry_seconds} s until "
-                f"{deadline:%H:%M:%S}Z, then the drain times out",
+                f"{deadline:%H:%M:%S}Z, then its action is completed undrained",
             ),
             timed_out=(
                 f"Drain timed out before it began: the disruption budget could not be asked for a slot since "
@@ -469,3 +468,13 @@ def _earlier_drain(record: LifecycleRecord) -> LifecycleRecord | None:
             "drain_started_at": datetime.fromisoformat(str(earlier["drain_started_at"])),
         }
     )
+
+
+def _waiting_deadline(record: LifecycleRecord, policy: DrainPolicy) -> datetime:
+    """Until when a waiter whose node or budget the API server fails at the slot's ask is held: the latest a drain
+    could still begin before the action's global timeout, not its drain timeout. Time spent waiting for a slot never
+    counts against a drain's own timeout (invariant 9), and an API server failing cluster-wide for longer than a
+    drain timeout must not end every waiter's action at once: each instance would be terminated undrained, together,
+    with the budget that was to space them out unread (invariant 11: the sweeper keeps the action alive while it
+    waits, and the alarm's metric tells)."""
+    return _deadline_cap(record, policy)
