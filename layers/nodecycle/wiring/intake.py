@@ -88,5 +88,11 @@ def build_intake(
         instances=Ec2Instances(),
         adopt_after=adopt_after(config),
         # (waits out EC2's listing of an instance launched moments ago: see Intake._listed_late)
-        pause=time.sleep,
+        pause=pause,
     )
+
+
+def pause(seconds: float) -> None:
+    """How intake waits for EC2 to list an instance (a test replaces it before the first invocation, whose
+    wiring takes it, with one that moves its clocks on instead of sleeping)."""
+    time.sleep(seconds)

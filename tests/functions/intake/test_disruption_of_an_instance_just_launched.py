@@ -6,15 +6,17 @@ of an id that never existed costs no more than that wait (one wait per invocatio
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from types import ModuleType
 
 import pytest
 
+from nodecycle.adapters.clock import SystemClock
 from nodecycle.domain.intake import LISTING_LAG
+from nodecycle.wiring import intake as intake_wiring
 from nodecycle_sandbox.aws.ec2_consistency import LAG
-from tests.functions.eip.conftest import ec2_signing_as
+from tests.functions.eip.conftest import Clock, ec2_signing_as
 from tests.functions.intake.test_disruption_intake import ec2_event, launch, records, work
 from tests.support.emf import metric
 from tests.support.events import sqs_event
@@ -26,11 +28,26 @@ LAG_SECONDS = 1.5  # EC2's: usually under a second, seconds under load
 
 
 @pytest.fixture
-def lagging(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    """The sandbox's clock, which intake's waits move on instead of sleeping: the EC2 lag's, and intake's own
+    (SystemClock) from now on with it, so that a wait ends when intake reckons it should, on both."""
+    sandbox, started = Clock(), datetime.now(UTC)
+    at_start = sandbox.now
+
+    def pause(seconds: float) -> None:
+        sandbox.now += seconds
+
+    monkeypatch.setattr(intake_wiring, "pause", pause)
+    monkeypatch.setattr(SystemClock, "now", lambda self: started + timedelta(seconds=sandbox.now - at_start))
+    return sandbox
+
+
+@pytest.fixture
+def lagging(monkeypatch: pytest.MonkeyPatch, clock: Clock) -> Iterator[None]:
     """Intake's EC2 client signs with FUNCTION_KEY, whose reads lag the launches made from now on (on the
-    lag's default clock, time.monotonic: the wait is real, and short)."""
+    sandbox's clock: intake's wait moves it on, nothing sleeps)."""
     ec2_signing_as(FUNCTION_KEY, monkeypatch)
-    LAG.arm(LAG_SECONDS, [FUNCTION_KEY])
+    LAG.arm(LAG_SECONDS, [FUNCTION_KEY], clock=clock)
     try:
         yield
     finally:
@@ -70,16 +87,16 @@ def test_a_disruption_of_an_instance_launched_moments_ago_is_drained_for(
 
 
 def test_forged_disruptions_of_ids_that_never_existed_cost_one_bounded_wait(
-    lagging: None, intake_fn: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str]
+    lagging: None, clock: Clock, intake_fn: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Given a batch of the intake queue with three forged Spot interruptions, each of an id EC2 never had
     forged = [f"i-0{n}ffffffffffffffff"[:19] for n in range(3)]
     batch = sqs_event(*[ec2_event("eventbridge-spot-interruption.json", instance) for instance in forged])
 
     # When intake receives it
-    started = time.monotonic()
+    started = clock.now
     response = intake_fn.handler(batch, LambdaContext())
-    took = time.monotonic() - started
+    took = clock.now - started  # (the time intake waited, on the clock its waits move on)
 
     # Then each is refused as unknown to EC2, none failed back to the queue (no retry of what will never be
     # listed), and the invocation waited for EC2's listing once, not once per record
