@@ -8,7 +8,6 @@ One receive is spent, not the five that would dead-letter the lifecycle."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from types import ModuleType
 from typing import Any
@@ -25,12 +24,13 @@ from tests.support.functions import LambdaContext
 from tests.support.stack import TEMPLATE, Stack, receive_all
 
 
-class Killed(BaseException):  # noqa: N818  (what Lambda does to a timed-out invocation: nothing catches it)
-    """The invocation's end, mid-call: no handler code runs after it (no partial batch response)."""
+class Killed(BaseException):
+    """The invocation's end, mid-call (Lambda's timeout: nothing in the handler catches it): no handler code runs
+    after it, no partial batch response."""
 
 
 @pytest.fixture
-def intake_queue(stack: Stack) -> Iterator[tuple[str, str, int, int]]:
+def intake_queue(stack: Stack) -> tuple[str, str, int, int]:
     """The stack's intake queue with the template's visibility timeout and redrive policy: its url, its
     dead-letter queue's, the visibility timeout and maxReceiveCount."""
     properties = load_template(TEMPLATE)["Resources"]["IntakeQueue"]["Properties"]
@@ -45,7 +45,7 @@ def intake_queue(stack: Stack) -> Iterator[tuple[str, str, int, int]]:
             "RedrivePolicy": json.dumps({"deadLetterTargetArn": arn, "maxReceiveCount": str(receives)}),
         },
     )
-    yield stack.intake_queue, dead, visibility, receives
+    return stack.intake_queue, dead, visibility, receives
 
 
 def receive(queue: str) -> dict[str, Any]:
