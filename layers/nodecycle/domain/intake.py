@@ -206,7 +206,8 @@ class Intake:
             log.warning("dropped: delivered after the action's global timeout (%s)", record.global_deadline)
             self._metrics.count("LifecycleEventsRejected", reason="expired")
             return IntakeOutcome.EXPIRED
-        return self._store(self._keep_alive(record, now), now)
+        record, lapsed = self._keep_alive(record, now)
+        return self._store(record, now, lapsed=lapsed)
 
     def adopt(self, waiting: WaitingInstance, hook: str, since: datetime) -> IntakeOutcome:
         """Start the lifecycle of an action whose event never became a record (intake failed for all its
@@ -438,10 +439,17 @@ class Intake:
         return event
 
     def _store(
-        self, record: LifecycleRecord, now: datetime, *, listed: tuple[datetime, ...] = ()
+        self,
+        record: LifecycleRecord,
+        now: datetime,
+        *,
+        listed: tuple[datetime, ...] = (),
+        lapsed: bool = False,
     ) -> IntakeOutcome:
+        """``lapsed``: a hook's action that Auto Scaling no longer held when its event came, after its heartbeat
+        deadline (see ``_keep_alive``)."""
         if record.transition.has_hook:
-            return self._store_action(record, now)
+            return self._store_action(record, now, lapsed=lapsed)
         if self._records.create(record):
             self._send_first(record)
             log.info("accepted %s; first step %s", record.transition.short, record.step)
@@ -473,10 +481,10 @@ class Intake:
             return IntakeOutcome.ACCEPTED
         return self._known(known, now, moved=known is not None and _moved_by(known, record))
 
-    def _store_action(self, record: LifecycleRecord, now: datetime) -> IntakeOutcome:
+    def _store_action(self, record: LifecycleRecord, now: datetime, *, lapsed: bool = False) -> IntakeOutcome:
         """A hook's lifecycle, written with its action's claim (see ActionClaim): one lifecycle goes on for one
         action, whichever of its event's and the sweeper's adoption is written first. Each retry follows a
-        claim that another lifecycle wrote since it was read."""
+        claim that another lifecycle wrote since it was read. ``lapsed``: see ``_store``."""
         if record.token_known and self._adopted_without_claim(record, now):
             return IntakeOutcome.ADOPTED
         expected = None if record.token_known else self._records.claim(record)
@@ -485,6 +493,8 @@ class Intake:
                 taken = self._taken(record, expected)
                 if taken is not None:
                     return taken
+            if lapsed and self._records.get(record.id) is None:
+                return self._timed_out(record, now)
             written, stored = self._write_action(record, expected)
             if written is Claimed.WRITTEN:
                 self._send_first(stored)
@@ -501,6 +511,27 @@ class Intake:
             f"the claim of the {record.transition.short} action of {record.instance_id} under hook {record.hook} "
             f"changed {CLAIM_ATTEMPTS} times while its lifecycle was written"
         )
+
+    def _timed_out(self, record: LifecycleRecord, now: datetime) -> IntakeOutcome:
+        """The event of an action that timed out before it came (a stalled queue, an event retried late), with
+        no lifecycle of it: Auto Scaling applied the hook's default result, and the instance went on (a launch
+        in service or terminated, a terminating node gone) with no drain or gate of this stack's. Nothing is
+        left to do for it. A lifecycle would cost a record and a step, whose check would find no action and
+        report it as unknown (forged or replayed, nothing disrupted); it is an expired action (a node may have
+        gone undrained), told here, where it is known."""
+        log.warning(
+            "dropped: the %s action of %s came %.0f s after its heartbeat timeout (%s), and Auto Scaling no longer "
+            "holds it: it applied hook %s's default result, with nothing done by this stack (a stalled intake "
+            "queue, or an event retried late)",
+            record.transition.short,
+            record.instance_id,
+            (now - record.heartbeat_deadline).total_seconds(),
+            record.heartbeat_deadline,
+            record.hook,
+        )
+        self._metrics.count("LifecycleEventsRejected", reason="expired")
+        self._metrics.count("LifecycleActionsExpired")
+        return IntakeOutcome.EXPIRED
 
     def _conflicting(self, known: LifecycleRecord, record: LifecycleRecord) -> IntakeOutcome:
         """The action's token taken in named otherwise (``known``) than ``record`` names it (``_told_otherwise``).
@@ -783,7 +814,7 @@ class Intake:
             global_deadline=global_deadline(event.started_at, heartbeat_timeout),
         )
 
-    def _keep_alive(self, record: LifecycleRecord, now: datetime) -> LifecycleRecord:
+    def _keep_alive(self, record: LifecycleRecord, now: datetime) -> tuple[LifecycleRecord, bool]:
         """Heartbeat an action that reached intake late (a backed-up or slow delivery) when its first step,
         retried after one fault, might not run in time to heartbeat it: with less than the margin and one
         redelivery left. Seen under load: an action accepted with 12 s of its 30 s left expired while its
@@ -796,23 +827,31 @@ class Intake:
         group's action (another stack's, in the same account) must not keep that action alive, so an instance EC2
         does not show in the group named (its ``aws:autoscaling:groupName`` tag) is not heartbeated here. A failed
         heartbeat is left to the engine and the sweeper (the record is stored as it is): intake must not lose the
-        event for it."""
+        event for it.
+
+        With it, whether the action lapsed: its event's action, past its heartbeat deadline, which Auto Scaling
+        no longer holds for its instance in its group (timed out with the hook's default result, unless this is
+        a late duplicate of a lifecycle that settled it: ``_store_action`` tells)."""
         if (
             record.heartbeat_deadline >= record.global_deadline
             or record.heartbeat_deadline - now > self._retry_window
         ):
-            return record
+            return record, False
         try:
-            active = self._of_its_group(record) and self._autoscaling.heartbeat(record.action)
+            if not self._of_its_group(record):
+                return record, False
+            active = self._autoscaling.heartbeat(record.action)
         except TransientError as error:
             log.warning("could not heartbeat the late lifecycle action (its first step will): %s", error)
-            return record
+            return record, False
         if not active:
-            return record  # gone, or a duplicate of a finished one: the engine's check says what it was
+            # gone, or a duplicate of a finished one: the engine's check says what it was (an adopted action is
+            # named by its instance, which is no longer waiting: the sweeper's listing and this read disagree)
+            return record, record.token_known and now > record.heartbeat_deadline
         self._metrics.count("Heartbeats")
         left = (record.heartbeat_deadline - now).total_seconds()
         log.info("heartbeat for a lifecycle action received %.0f s before its heartbeat deadline", left)
-        return record.renewed(now)
+        return record.renewed(now), False
 
     def _of_its_group(self, record: LifecycleRecord) -> bool:
         """Whether EC2 shows ``record``'s instance in the group its event named (True when intake has no

@@ -1,0 +1,112 @@
+"""A lifecycle action whose event reaches intake after the hook's heartbeat timeout (the intake queue stalled:
+intake throttled or failing, the event source paused; or Lambda's retries of an EventBridge event), against the
+sandbox's Auto Scaling, which applies the hook's default result at that timeout as Auto Scaling does. The
+action is over, the instance gone or going without a drain: that is an expired action (its alarm says a node
+may have gone undrained), not work for a lifecycle whose first step would find no action and report it as
+unknown (forged, replayed, nothing disrupted)."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+
+import boto3
+import pytest
+
+from nodecycle_sandbox.aws import TERMINATING
+from tests.functions.intake.conftest import GROUP, TERMINATE_HOOK
+from tests.functions.intake.test_foreign_and_forged_actions import (
+    Sandbox,
+    hook_notification,
+    in_service,
+    records,
+    sandbox,
+)
+from tests.support.emf import metric
+from tests.support.events import sqs_event
+from tests.support.functions import LambdaContext
+from tests.support.stack import Stack, receive_all
+
+__all__ = ["sandbox"]  # (the fixture)
+
+SHORT_TIMEOUT = 1  # seconds: the terminate hook's heartbeat timeout, which the test waits out
+
+
+@pytest.mark.parametrize("default_result", ["ABANDON", "CONTINUE"])
+@pytest.mark.parametrize("delivery", ["hook-notification", "eventbridge"])
+def test_an_action_whose_heartbeat_timeout_passed_before_its_event_came_is_an_expired_action_not_work(
+    sandbox: Sandbox,
+    stack: Stack,
+    capsys: pytest.CaptureFixture[str],
+    default_result: str,
+    delivery: str,
+) -> None:
+    # Given a terminate hook with a short heartbeat timeout, and an instance of its group that it holds
+    boto3.client("autoscaling").put_lifecycle_hook(
+        AutoScalingGroupName=GROUP,
+        LifecycleHookName=TERMINATE_HOOK,
+        LifecycleTransition="autoscaling:EC2_INSTANCE_TERMINATING",
+        HeartbeatTimeout=SHORT_TIMEOUT,
+        DefaultResult=default_result,
+    )
+    instance = in_service(sandbox)
+    boto3.client("autoscaling").terminate_instance_in_auto_scaling_group(
+        InstanceId=instance, ShouldDecrementDesiredCapacity=True
+    )
+    action = sandbox.action(instance, TERMINATING)
+    started = datetime.fromtimestamp(action.started_at, UTC)
+    event = (
+        sqs_event(hook_notification(instance, action.token, started))
+        if delivery == "hook-notification"
+        else sandbox.bus.of(action.token)
+    )
+
+    # When its event reaches intake only after the heartbeat timeout (Auto Scaling applied the default result)
+    time.sleep(max(0.0, action.deadline - time.time()) + 0.05)
+    response = sandbox.intake.handler(event, LambdaContext())
+
+    # Then nothing is written or sent for it, and it is neither retried nor taken for an unknown action: it is
+    # rejected as expired, counted as an action that ended without nodecycle's completion, with a line saying so
+    assert response in (None, {"batchItemFailures": []})
+    (ended,) = [a for a in sandbox.control.actions() if a.token == action.token]
+    assert (ended.outcome, ended.result) == ("heartbeat-timeout", default_result)
+    assert records() == []
+    assert receive_all(stack.drain_queue) == []
+    output = capsys.readouterr().out
+    assert metric(output, "LifecycleEventsRejected", reason="expired") == 1
+    assert metric(output, "LifecycleActionsExpired") == 1
+    warnings = [json.loads(line)["message"] for line in output.splitlines() if '"level":"WARNING"' in line]
+    assert any("heartbeat timeout" in line and "default result" in line for line in warnings), warnings
+
+
+def test_a_late_duplicate_of_an_action_taken_in_is_no_expired_action(
+    sandbox: Sandbox, stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a terminate action whose event was taken in in time (its lifecycle written)
+    boto3.client("autoscaling").put_lifecycle_hook(
+        AutoScalingGroupName=GROUP,
+        LifecycleHookName=TERMINATE_HOOK,
+        LifecycleTransition="autoscaling:EC2_INSTANCE_TERMINATING",
+        HeartbeatTimeout=SHORT_TIMEOUT,
+        DefaultResult="ABANDON",
+    )
+    instance = in_service(sandbox)
+    boto3.client("autoscaling").terminate_instance_in_auto_scaling_group(
+        InstanceId=instance, ShouldDecrementDesiredCapacity=True
+    )
+    action = sandbox.action(instance, TERMINATING)
+    sandbox.intake.handler(sandbox.bus.of(action.token), LambdaContext())
+    (record,) = records()
+    capsys.readouterr()
+
+    # When another delivery of it comes after the action ended (here, at its heartbeat timeout)
+    time.sleep(max(0.0, action.deadline - time.time()) + 0.05)
+    sandbox.intake.handler(sandbox.bus.of(action.token), LambdaContext())
+
+    # Then it is a duplicate of that lifecycle, whose own steps say how its action ended: not counted again here
+    assert records() == [record]
+    output = capsys.readouterr().out
+    assert metric(output, "LifecycleEventsDuplicate") == 1
+    assert metric(output, "LifecycleActionsExpired") == 0
+    assert metric(output, "LifecycleEventsRejected") == 0
