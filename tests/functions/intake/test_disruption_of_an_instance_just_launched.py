@@ -7,7 +7,7 @@ of an id that never existed costs no more than that wait (one wait per invocatio
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from types import ModuleType
 
 import pytest
@@ -30,15 +30,19 @@ LAG_SECONDS = 1.5  # EC2's: usually under a second, seconds under load
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     """The sandbox's clock, which intake's waits move on instead of sleeping: the EC2 lag's, and intake's own
-    (SystemClock) from now on with it, so that a wait ends when intake reckons it should, on both."""
-    sandbox, started = Clock(), datetime.now(UTC)
+    (SystemClock: the time, plus the waits) with it, so that a wait ends when intake reckons it should, on
+    both. (The time goes on too: an event the test stamps with it is never ahead of intake's clock.)"""
+    sandbox = Clock()
     at_start = sandbox.now
+    now = SystemClock.now
 
     def pause(seconds: float) -> None:
         sandbox.now += seconds
 
     monkeypatch.setattr(intake_wiring, "pause", pause)
-    monkeypatch.setattr(SystemClock, "now", lambda self: started + timedelta(seconds=sandbox.now - at_start))
+    monkeypatch.setattr(
+        SystemClock, "now", lambda self: now(self) + timedelta(seconds=sandbox.now - at_start)
+    )
     return sandbox
 
 
