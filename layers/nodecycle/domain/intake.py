@@ -261,6 +261,7 @@ class Intake:
             self._metrics.count("LifecycleActionsIgnored")
             return IntakeOutcome.UNMANAGED
         self._metrics.count("DisruptionsReceived", cause=event.cause.short)
+        event = self._not_ahead(event)
         if event.replay is not None:
             # An archive's replay sends AWS's events again with their old times, days or months later: what they
             # told of is over or was acted on then, and a rebalance recommendation, which nothing confirms,
@@ -322,6 +323,30 @@ class Intake:
             extra={INSTANCE_STATE: event.state} if event.state is not None else {},
         )
         return self._store(record, now, listed=event.listed)
+
+    def _not_ahead(self, event: DisruptionEvent) -> DisruptionEvent:
+        """``event`` timed from now when it says it happened later (beyond the clocks' skew): no disruption is
+        told of before it happens, so that time is a message's own (by the queue, forged or edited). Timed from
+        it, a Spot interruption's drain would take the deadline as hours away (no precedence in the budget's
+        line, evictions a PodDisruptionBudget blocks waited for as if there were time), and the true warning,
+        minutes later, would be a duplicate of it: the instance reclaimed two minutes after, undrained. What
+        follows from the event's time follows it back (a Spot interruption's two minutes, a state change's
+        moment); maintenance starts when AWS Health, and then EC2, say, whenever the event was sent. (Done
+        after EC2 is asked: a time ahead waits for no listing, see ``_listed_late``.)"""
+        now = self._clock.now()
+        ahead = event.happened_at - now
+        if ahead <= _SKEW:
+            return event
+        log.warning(
+            "the %s event of %s says it happened at %s, ahead of now: timed from now",
+            event.cause.short,
+            event.instance_id,
+            event.happened_at,
+        )
+        update: dict[str, object] = {"happened_at": now}
+        if event.cause is not Transition.SCHEDULED_CHANGE:
+            update["strikes_at"] = event.strikes_at - ahead
+        return event.model_copy(update=update)
 
     def _listed_late(self, event: DisruptionEvent) -> InstanceFacts | None:
         """EC2's facts of the instance of ``event``, which EC2 did not list, when it lists it by LISTING_LAG
