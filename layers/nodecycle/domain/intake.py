@@ -60,6 +60,9 @@ CLAIM_ATTEMPTS = 3
 # under load), while a Spot interruption or a rebalance recommendation can come for it at once. Intake looks
 # again until this long after the disruption's time (see Intake._listed_late), then refuses it as unknown.
 LISTING_LAG = timedelta(seconds=5)
+# The lifecycle states of an instance no terminate action's default result leaves it in: its group's, in
+# service or on its way there (a terminate that timed out goes on to Terminating:Proceed, or back to a warm pool)
+_NOT_TERMINATED = ("InService", "Pending", "Standby", "EnteringStandby")
 # The pauses between those looks, in seconds (the last one repeated)
 _LOOKS_AGAIN = (0.25, 0.5, 1.0, 2.0)
 
@@ -872,11 +875,27 @@ class Intake:
         if not active:
             # gone, or a duplicate of a finished one: the engine's check says what it was (an adopted action is
             # named by its instance, which is no longer waiting: the sweeper's listing and this read disagree)
-            return record, record.token_known and now > record.heartbeat_deadline
+            return record, record.token_known and now > record.heartbeat_deadline and self._timed_out_so(
+                record
+            )
         self._metrics.count("Heartbeats")
         left = (record.heartbeat_deadline - now).total_seconds()
         log.info("heartbeat for a lifecycle action received %.0f s before its heartbeat deadline", left)
         return record.renewed(now), False
+
+    def _timed_out_so(self, record: LifecycleRecord) -> bool:
+        """Whether the instance is where its action's default result put it: a terminating instance never back
+        in service (it went, or went back to a warm pool), a launch in service or gone. A message dated past its
+        hook's timeout that names an instance in service with a terminate token Auto Scaling does not hold is no
+        action that timed out (forged, or a replay of one long over): its lifecycle's check tells it as unknown.
+        Not known when Auto Scaling does not answer: left to that check too."""
+        try:
+            state = self._autoscaling.lifecycle_state(record.instance_id)
+        except TransientError:
+            return False
+        if record.transition is Transition.TERMINATING:
+            return state is None or not state.startswith(_NOT_TERMINATED)
+        return True
 
     def _of_its_group(self, record: LifecycleRecord) -> bool:
         """Whether EC2 shows ``record``'s instance in the group its event named (True when intake has no

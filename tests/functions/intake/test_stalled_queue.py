@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import UTC, datetime
+import uuid
+from datetime import UTC, datetime, timedelta
 
 import boto3
 import pytest
@@ -110,3 +111,23 @@ def test_a_late_duplicate_of_an_action_taken_in_is_no_expired_action(
     assert metric(output, "LifecycleEventsDuplicate") == 1
     assert metric(output, "LifecycleActionsExpired") == 0
     assert metric(output, "LifecycleEventsRejected") == 0
+
+
+def test_a_terminate_action_of_an_instance_in_service_dated_past_its_timeout_is_no_expired_action(
+    sandbox: Sandbox, stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given an instance of a managed group in service, and a hook notification on the intake queue naming it
+    # with a token no hook issued and a time past the hook's heartbeat timeout (forged, or a replay of a token
+    # long over: an action that timed out at terminate leaves no instance in service)
+    instance = in_service(sandbox)
+    long_ago = datetime.now(UTC) - timedelta(minutes=10)  # (the hook's timeout: 300 s)
+
+    # When intake takes it in
+    forged = hook_notification(instance, str(uuid.uuid4()), long_ago)
+    assert sandbox.intake.handler(sqs_event(forged), LambdaContext()) == {"batchItemFailures": []}
+
+    # Then it is not told as an action that timed out (no node went undrained): its lifecycle's check finds no
+    # action and tells it as unknown, as before
+    output = capsys.readouterr().out
+    assert metric(output, "LifecycleActionsExpired") == 0
+    assert metric(output, "LifecycleEventsRejected", reason="expired") == 0
