@@ -16,7 +16,7 @@ from tests.functions.intake.test_intake_function import records
 from tests.support.emf import metric
 from tests.support.events import happening_now, load_event, sqs_event
 from tests.support.functions import LambdaContext
-from tests.support.stack import Stack
+from tests.support.stack import Stack, receive_all
 
 # An instance and token of the valid action of each batch other than the sample's, so that a hostile body
 # taken in by mistake shows as a record of its own
@@ -118,3 +118,32 @@ def test_hostile_bodies_are_rejected_naming_their_fault_and_the_rest_of_the_batc
     reasons = [reason for _, reason, _ in hostile.values()]
     for reason in set(reasons):
         assert metric(output, "LifecycleEventsRejected", reason=reason) == reasons.count(reason), reason
+
+
+def test_one_action_delivered_five_times_across_batches_and_paths_is_one_lifecycle_and_one_first_step(
+    intake_fn: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given one terminate action, told by its hook's notification and by EventBridge (directly and by the queue)
+    notification = hook_notification()
+    by_queue = {**happening_now(load_event("sqs-eventbridge-terminate.json"))}
+    bridged = json.loads(by_queue["Records"][0]["body"])
+
+    # When it reaches intake five times, in four batches (one beside another action) and one direct invocation
+    deliveries: list[dict[str, Any]] = [
+        sqs_event(notification),
+        eventbridge_action(),
+        sqs_event(bridged),
+        sqs_event(_other_action(), notification),
+        sqs_event(notification),
+    ]
+    for delivery in deliveries:
+        assert (intake_fn.handler(delivery, LambdaContext()) or {}).get("batchItemFailures") in (None, [])
+
+    # Then it has one lifecycle and one first step (what the later deliveries sent is watches of that step,
+    # which find it run, or send it again only if it was lost), and four duplicates were counted
+    ids = sorted(record["id"] for record in records())
+    (action,) = [id_ for id_ in ids if OTHER_INSTANCE not in id_]
+    sent = [json.loads(m["Body"]) for m in receive_all(stack.drain_queue)]
+    firsts = [m for m in sent if m["record_id"] == action and "watch" not in m]
+    assert firsts == [{"record_id": action, "seq": 0, "step": "acquire-slot"}]
+    assert metric(capsys.readouterr().out, "LifecycleEventsDuplicate") == 4
