@@ -32,6 +32,7 @@ from nodecycle_sandbox.runner.journal import Invocation, Journal
 from nodecycle_sandbox.runner.lambda_functions import LambdaFunctions
 from nodecycle_sandbox.runner.patterns import matches
 from nodecycle_sandbox.runner.resources import QueueInfo, SandboxResources, TableInfo
+from nodecycle_sandbox.runner.rule_targets import RuleTargets
 from nodecycle_sandbox.runner.schedules import Schedules
 from nodecycle_sandbox.runner.sqs_source import SqsEventSource
 from nodecycle_sandbox.runner.stack import StackDeployment
@@ -133,6 +134,7 @@ class Runner:
         self._schedules: Schedules | None = None
         self._deployment: StackDeployment | None = None
         self._lambda: LambdaFunctions | None = None
+        self._rule_targets: RuleTargets | None = None
         self.sqs: SQSClient = self._client("sqs", max_pool_connections=10)
         self.dynamodb: DynamoDBClient = self._client("dynamodb", max_pool_connections=10)
 
@@ -223,12 +225,23 @@ class Runner:
             throttle_scale=self._throttle_scale,
             deliveries=self._deliveries,
         )
+        # (EventBridge's own call to the function, before Lambda's queue: a function deleted or whose permission
+        # for the rule was removed refuses it, and the event goes to the target's dead-letter queue)
+        self._rule_targets = RuleTargets(
+            self._deployment,
+            lambda_client=self._client("lambda", max_pool_connections=10),
+            sqs=self.sqs,
+            region=self.region,
+            account=self.account,
+            submit=self._async.submit,
+        )
+        self._rule_targets.deploy(self.functions)
         if self._sqs_sources_enabled:
             for spec in specs:
                 self._start_sources(spec)
         self._schedules = Schedules(
             functions=specs,
-            submit=self._async.submit,
+            submit=self._rule_targets.submit,
             stack_name=self.stack_name,
             account=self.account,
             region=self.region,
@@ -299,7 +312,8 @@ class Runner:
                 # A rule an operator disabled (aws events disable-rule), or whose target they removed, delivers
                 # nothing, as on AWS.
                 if matches(rule.pattern, event) and self._deployment.delivers(spec.logical_id, rule.name):
-                    self._async.submit(spec, event, f"rule:{rule.name}")
+                    assert self._rule_targets is not None
+                    self._rule_targets.submit(spec, event, f"rule:{rule.name}")
 
     def set_sources_enabled(self, function: str, enabled: bool) -> None:
         """Disable or enable a function's SQS event sources, as `UpdateEventSourceMapping --enabled` does:

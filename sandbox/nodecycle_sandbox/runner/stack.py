@@ -78,6 +78,16 @@ class StackDeployment:
         arns = {":".join(t["Arn"].split(":")[:7]) for page in pages for t in page["Targets"]}
         return self._arns[function] in arns
 
+    def target(self, function: str, event: str) -> dict[str, Any] | None:
+        """The target of the rule of ``function``'s ``event`` that names the function, as EventBridge has it now
+        (its dead-letter queue and retry policy may have been changed by hand); None if there is none."""
+        rule = self.rules.get((function, event))
+        if rule is None:
+            return None
+        pages = self._events.get_paginator("list_targets_by_rule").paginate(Rule=rule.name)
+        targets = [t for page in pages for t in page["Targets"]]
+        return next((t for t in targets if ":".join(t["Arn"].split(":")[:7]) == self._arns[function]), None)
+
     # -- what is created ----------------------------------------------------------------------------
 
     def _create_rules(self, functions: list[FunctionSpec]) -> None:
