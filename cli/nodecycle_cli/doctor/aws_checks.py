@@ -203,6 +203,21 @@ RULE_PURPOSES = {
 }
 
 
+# The RetryPolicy template.yaml gives each rule's target, by the doctor's name for the rule (None: none, EventBridge's
+# default; tests/functions/test_doctor_rule_retry_policies.py keeps them in step with the template). A target put
+# again by hand without it retries with EventBridge's default, 24 hours and 185 times: a lifecycle action or a Spot
+# warning that could not be delivered for a while reaches intake hours late, when nothing can be done for it,
+# instead of the dead-letter queue, whose alarm tells at once.
+RETRY_POLICIES: dict[str, dict[str, int] | None] = {
+    "lifecycle actions": {"MaximumRetryAttempts": 185, "MaximumEventAgeInSeconds": 3600},
+    "EC2 disruptions": {"MaximumRetryAttempts": 10, "MaximumEventAgeInSeconds": 120},
+    "scheduled maintenance": {"MaximumRetryAttempts": 185, "MaximumEventAgeInSeconds": 3600},
+    "sweeper schedule": None,
+}
+# What a target without a RetryPolicy gets (https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-rule-retry-policy.html)
+DEFAULT_RETRY_POLICY = {"MaximumRetryAttempts": 185, "MaximumEventAgeInSeconds": 86400}
+
+
 def rules(
     events: Any,
     names: Mapping[str, str],
@@ -210,7 +225,8 @@ def rules(
     dead_letters: Mapping[str, str] | None = None,
 ) -> list[Finding]:
     """Each EventBridge rule of the stack exists and is enabled, and, given the function it delivers to (by
-    the doctor's name for the rule), targets that function; given its dead-letter queue's ARN, with it."""
+    the doctor's name for the rule), targets that function; given its dead-letter queue's ARN, with it and with
+    the retry policy the template gives it."""
     findings = []
     for what, name in names.items():
         check = f"eventbridge.rule.{what}"
@@ -257,7 +273,8 @@ def _target(
     # arn:aws:lambda:<region>:<account>:function:<name>[:<version or alias>]
     own = [t for t in targets if t["Arn"].split(":")[5:7] == ["function", function]]
     if own:
-        return [] if dead_letter_arn is None else _target_dead_letters(what, rule, own, dead_letter_arn)
+        # (a stack that does not name its dead-letter queues predates the targets' settings: not compared)
+        return [] if dead_letter_arn is None else _target_settings(what, rule, own, dead_letter_arn)
     return [
         Finding.problem(
             f"eventbridge.rule.{what}.target",
@@ -270,29 +287,74 @@ def _target(
     ]
 
 
-def _target_dead_letters(
+def _retry_policy_as_templated(what: str, target: Mapping[str, Any]) -> bool:
+    wanted = RETRY_POLICIES.get(what)
+    given = target.get("RetryPolicy") or None
+    if wanted is None:
+        return given is None or dict(given) == DEFAULT_RETRY_POLICY
+    return given is not None and dict(given) == wanted
+
+
+def _target_settings(
     what: str, rule: str, targets: list[dict[str, Any]], dead_letter_arn: str
 ) -> list[Finding]:
-    """A target put again by hand (``put-targets`` replaces the whole target) may lack the dead-letter queue the
-    template gives it: it still delivers, but an event EventBridge cannot deliver is then dropped after its
-    retries, unseen, where the queue would keep it and its alarm tell."""
-    if any((t.get("DeadLetterConfig") or {}).get("Arn") == dead_letter_arn for t in targets):
-        return []
+    """A target put again by hand (``put-targets`` replaces the whole target) may lack the dead-letter queue or the
+    retry policy the template gives it: it still delivers, but an event EventBridge cannot deliver is then dropped
+    after its retries, unseen, where the queue would keep it and its alarm tell; or retried for a day, to reach
+    intake long after anything could be done for it. One command puts both back (the fix of either finding)."""
+    for target in targets:
+        if (target.get("DeadLetterConfig") or {}).get(
+            "Arn"
+        ) == dead_letter_arn and _retry_policy_as_templated(what, target):
+            return []
     target = targets[0]
+    fixed = {**target, "DeadLetterConfig": {"Arn": dead_letter_arn}}
+    wanted = RETRY_POLICIES.get(what)
+    if wanted is None:
+        fixed.pop("RetryPolicy", None)
+    else:
+        fixed["RetryPolicy"] = dict(wanted)
+    fix = f"aws events put-targets --rule {rule} --targets {shlex.quote(json.dumps([fixed], separators=(',', ':')))}"
+    findings = []
     given = (target.get("DeadLetterConfig") or {}).get("Arn")
-    queue = dead_letter_arn.rsplit(":", 1)[-1]
-    fixed = json.dumps([{**target, "DeadLetterConfig": {"Arn": dead_letter_arn}}], separators=(",", ":"))
-    return [
-        Finding.problem(
-            f"eventbridge.rule.{what}.dead-letters",
-            f"EventBridge rule {rule} ({what}) delivers without its dead-letter queue {queue}"
-            + (f" (its target's: {given})" if given else ""),
-            "an event EventBridge cannot deliver to the function (deleted, its permission removed) is dropped "
-            "after its retries instead of kept in the queue, whose alarm would tell (the target was put again "
-            "by hand: put-targets replaces the whole target)",
-            f"aws events put-targets --rule {rule} --targets {shlex.quote(fixed)}",
+    if given != dead_letter_arn:
+        queue = dead_letter_arn.rsplit(":", 1)[-1]
+        findings.append(
+            Finding.problem(
+                f"eventbridge.rule.{what}.dead-letters",
+                f"EventBridge rule {rule} ({what}) delivers without its dead-letter queue {queue}"
+                + (f" (its target's: {given})" if given else ""),
+                "an event EventBridge cannot deliver to the function (deleted, its permission removed) is dropped "
+                "instead of kept in the queue, whose alarm would tell (the target was put again by hand: "
+                "put-targets replaces the whole target)",
+                fix,
+            )
         )
-    ]
+    if not _retry_policy_as_templated(what, target):
+        policy = target.get("RetryPolicy")
+        said = (
+            f"{policy.get('MaximumRetryAttempts')} retries within {policy.get('MaximumEventAgeInSeconds')} s"
+            if policy
+            else "none: EventBridge's default, 185 retries within 24 hours"
+        )
+        templated = (
+            f"{wanted['MaximumRetryAttempts']} retries within {wanted['MaximumEventAgeInSeconds']} s"
+            if wanted
+            else "EventBridge's default"
+        )
+        findings.append(
+            Finding.problem(
+                f"eventbridge.rule.{what}.retry-policy",
+                f"EventBridge rule {rule} ({what}) retries its target with another retry policy than the "
+                f"template's: {said}, not {templated}",
+                "an event EventBridge could not deliver for a while reaches the function when it is of no use "
+                "any more (a lifecycle action past its heartbeat, a Spot warning past its two minutes), or goes to "
+                "the dead-letter queue sooner than the template means (the target was put again by hand: "
+                "put-targets replaces the whole target)",
+                fix,
+            )
+        )
+    return findings
 
 
 # SQS's answers for a queue that does not exist (the query protocol's code, and the JSON protocol's)
