@@ -34,6 +34,7 @@ from nodecycle_sandbox.aws import (
     events_sources,
     lambda_mappings,
     sqs_attributes,
+    sqs_move_tasks,
     sqs_timing,
 )
 from nodecycle_sandbox.aws.lifecycle import active_instances, emulator_for
@@ -54,6 +55,7 @@ def install() -> None:
     _patch_stop_and_start()
     sqs_timing.install()
     sqs_attributes.install()  # queue attributes within SQS's ranges
+    sqs_move_tasks.install()  # the dead-letter queues' redrive (StartMessageMoveTask)
     dynamodb_items.install()  # answers of lifecycle records without moto's per-attribute walk
     dynamodb_index_lag.install()  # global secondary indexes that lag their table
     dynamodb_transactions.install()  # one write at a time; a cancelled transaction undoes only its own
