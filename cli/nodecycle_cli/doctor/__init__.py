@@ -17,7 +17,8 @@ with the usual credential chain, the cluster with the kubeconfig. Checked:
   settings (HeartbeatMarginSeconds plus the later of WorkVisibilityTimeoutSeconds and ResumeGraceSeconds + 2,
   and at least SweepIntervalMinutes plus HeartbeatMarginSeconds: 360 s with the template's defaults), the
   default result;
-- the EventBridge rules enabled, each targeting its function (with its dead-letter queue); the dead-letter
+- the EventBridge rules enabled, each targeting its function (with the template's retry policy and dead-letter
+  queue), which lets the rule invoke it (its resource policy); the dead-letter
   queues there and empty, and the intake and sweeper ones
   writable by the stack's rules (their queue policies); no lifecycle stuck, nor retrying a step that
   failed (throttled, refused: the call and AWS's or the cluster's answer, from its record);
@@ -224,12 +225,27 @@ class Doctor:
             dead_letters = aws_checks.DeadLetterQueue(
                 url=url, region=region, partition=self._aws.get_partition_for_region(region)
             ).arn
-        return aws_checks.rules(
-            self.client("events"),
-            {what: deployment.output(output)},
+        events = self.client("events")
+        rule = deployment.output(output)
+        findings = aws_checks.rules(
+            events,
+            {what: rule},
             {what: function} if function else None,
             {what: dead_letters} if dead_letters else None,
         )
+        if function:
+            try:
+                arn = events.describe_rule(Name=rule)["Arn"]
+            except Exception as error:
+                if getattr(error, "response", {}).get("Error", {}).get("Code") != "ResourceNotFoundException":
+                    raise
+                return findings  # no rule: its finding says so
+            # (a rule there, enabled or not: its function must let it invoke it)
+            findings += self._guard(
+                f"eventbridge.rule.{what}.permission",
+                partial(function_checks.rule_permission, self.client("lambda"), what, function, rule, arn),
+            )
+        return findings
 
     def _dead_letters(self, deployment: Deployment, what: str) -> list[Finding]:
         sqs = self.client("sqs")

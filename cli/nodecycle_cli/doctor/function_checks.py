@@ -11,6 +11,8 @@ command that undoes it.
 
 from __future__ import annotations
 
+import fnmatch
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -131,3 +133,73 @@ def _template_concurrency(what: str, parameters: Mapping[str, str]) -> str:
         return str(reserved_concurrency(what, parameters))
     except (KeyError, ValueError):
         return f"<the stack's {RESERVED_CONCURRENCY[what]}>"
+
+
+EVENTS_PRINCIPAL = "events.amazonaws.com"
+
+
+def rule_permission(lambda_: Any, what: str, function: str, rule: str, rule_arn: str) -> list[Finding]:
+    """The function lets the rule invoke it (the ``AWS::Lambda::Permission`` SAM makes of the rule's event). Removed
+    by hand (``aws lambda remove-permission``, a policy rewritten), EventBridge's call is refused and each event goes
+    straight to the rule's dead-letter queue, not retried (its ``ERROR_CODE`` ``NO_PERMISSIONS``): the rule, its
+    target and the function all look healthy, and only the dead-letter alarm tells. ``sam deploy`` does not put it
+    back. Nothing is said when the function is gone (its own finding says so) or its policy cannot be read."""
+    check = f"eventbridge.rule.{what}.permission"
+    try:
+        policy = json.loads(lambda_.get_policy(FunctionName=function)["Policy"])
+    except Exception as error:
+        if getattr(error, "response", {}).get("Error", {}).get("Code") != "ResourceNotFoundException":
+            raise
+        try:
+            lambda_.get_function(FunctionName=function)
+        except Exception as missing:
+            if getattr(missing, "response", {}).get("Error", {}).get("Code") == "ResourceNotFoundException":
+                return []  # the function is gone: lambda.function.* says so
+            raise
+        policy = {}
+    statements = policy.get("Statement") or []
+    if any(
+        _lets_rule_invoke(s, rule_arn) for s in (statements if isinstance(statements, list) else [statements])
+    ):
+        return [Finding.ok(check, f"function {function} lets rule {rule} ({what}) invoke it")]
+    return [
+        Finding.problem(
+            check,
+            f"function {function} does not let EventBridge rule {rule} ({what}) invoke it (its resource policy has no "
+            f"lambda:InvokeFunction for {EVENTS_PRINCIPAL} on the rule)",
+            "EventBridge's every call is refused: each event goes to the rule's dead-letter queue at once, not "
+            "retried (ERROR_CODE NO_PERMISSIONS), and the function never sees it; sam deploy does not put the "
+            "permission back. Once it is back, redrive what the dead-letter queue kept: docs/runbook.md#dead-letters",
+            f"aws lambda add-permission --function-name {function} --statement-id {rule}-Permission --action "
+            f"lambda:InvokeFunction --principal {EVENTS_PRINCIPAL} --source-arn {rule_arn}",
+        )
+    ]
+
+
+def _listed(value: Any) -> list[str]:
+    return [value] if isinstance(value, str) else [v for v in value or () if isinstance(v, str)]
+
+
+def _lets_rule_invoke(statement: Any, rule_arn: str) -> bool:
+    """Whether one statement of a function's policy lets EventBridge invoke it for ``rule_arn``. A condition on
+    anything but the source ARN is taken as met (the doctor says what surely refuses, not what it cannot tell)."""
+    if not isinstance(statement, dict) or statement.get("Effect") != "Allow":
+        return False
+    principal = statement.get("Principal")
+    anyone = principal == "*" or (isinstance(principal, dict) and principal.get("AWS") == "*")
+    services = _listed(principal.get("Service")) if isinstance(principal, dict) else []
+    if not anyone and EVENTS_PRINCIPAL not in services:
+        return False
+    if not {a.lower() for a in _listed(statement.get("Action"))} & {"lambda:invokefunction", "lambda:*", "*"}:
+        return False
+    for operator, tests in (statement.get("Condition") or {}).items():
+        sources = {key.lower(): value for key, value in (tests or {}).items()}.get("aws:sourcearn")
+        if sources is None:
+            continue
+        if operator in ("ArnEquals", "StringEquals") and rule_arn not in _listed(sources):
+            return False
+        if operator in ("ArnLike", "StringLike") and not any(
+            fnmatch.fnmatchcase(rule_arn, p) for p in _listed(sources)
+        ):
+            return False
+    return True
