@@ -44,8 +44,27 @@ def _aws(error: BaseException) -> str | None:
     if isinstance(error, exceptions.EndpointConnectionError | exceptions.ConnectTimeoutError):
         return f"cannot reach AWS: {error}"
     if isinstance(error, exceptions.ClientError):
-        return aws_answer(error)
+        return _credentials(error) or aws_answer(error)
     return None
+
+
+# AWS's answers to a call signed with credentials that expired (the query protocol's code, the JSON protocols') or
+# that it does not know (keys deleted, mistyped, or of another partition): the caller's own, whatever the call
+EXPIRED = ("ExpiredToken", "ExpiredTokenException")
+UNKNOWN = ("InvalidClientTokenId", "UnrecognizedClientException", "InvalidAccessKeyId", "AuthFailure")
+
+
+def _credentials(error: Any) -> str | None:
+    code = error.response.get("Error", {}).get("Code")
+    if code not in EXPIRED + UNKNOWN:
+        return None
+    said = f"{code}: {error.response.get('Error', {}).get('Message')}"
+    state = "expired" if code in EXPIRED else "not valid"
+    return (
+        f"the AWS credentials are {state} (AWS answered {error.operation_name} with {said}): renew them (aws sso "
+        "login, a new session of the role, or new keys) and run the command again; aws sts get-caller-identity "
+        "tells which credentials the chain finds"
+    )
 
 
 def aws_answer(error: Any) -> str:
