@@ -150,6 +150,10 @@ def run(argv: Sequence[str] | None) -> int:
             json_errors.write(command, usage.message, 2)
         usage.exit()
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
+    if not args.verbose:
+        # The HTTP clients' own retries ("Retrying (Retry(total=0, ...)) after connection broken by ..."): a
+        # failure they do not get past is the command's one line (failures.explain); -v shows them
+        logging.getLogger("urllib3.connectionpool").addFilter(_not_a_retry)
     try:
         return int(args.run(args) or 0)
     except KeyboardInterrupt:
@@ -171,6 +175,10 @@ def run(argv: Sequence[str] | None) -> int:
             raise
         print(f"nodecycle {args.command}: {reason}", file=sys.stderr)
         return 2
+
+
+def _not_a_retry(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith("Retrying (")
 
 
 if __name__ == "__main__":
