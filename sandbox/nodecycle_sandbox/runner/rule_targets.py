@@ -75,6 +75,7 @@ class RuleTargets:
         self._submit = submit
         self._lock = threading.Lock()
         self._answers: dict[str, tuple[float, Refusal | None]] = {}
+        self._asking: dict[str, threading.Lock] = {}
 
     def rule_arn(self, rule: str) -> str:
         return f"arn:aws:events:{self._region}:{self._account}:rule/{rule}"
@@ -123,15 +124,20 @@ class RuleTargets:
 
     def _refusal(self, spec: FunctionSpec, rule_arn: str) -> Refusal | None:
         key = f"{spec.name} {rule_arn}"
-        now = time.monotonic()
         with self._lock:
-            cached = self._answers.get(key)
-        if cached is not None and now - cached[0] < REFRESH_SECONDS:
-            return cached[1]
-        refusal = self._ask(spec, rule_arn)  # (outside the lock: calls to Lambda)
-        with self._lock:
-            self._answers[key] = (now, refusal)
-        return refusal
+            asking = self._asking.setdefault(key, threading.Lock())
+        # One question at a time per rule: a burst of deliveries (a refresh's launches) waits for one answer
+        # rather than each asking Lambda (and overflowing the client's connection pool)
+        with asking:
+            now = time.monotonic()
+            with self._lock:
+                cached = self._answers.get(key)
+            if cached is not None and now - cached[0] < REFRESH_SECONDS:
+                return cached[1]
+            refusal = self._ask(spec, rule_arn)
+            with self._lock:
+                self._answers[key] = (now, refusal)
+            return refusal
 
     def _ask(self, spec: FunctionSpec, rule_arn: str) -> Refusal | None:
         missing = self._lambda.exceptions.ResourceNotFoundException
