@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
@@ -137,6 +138,18 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(render(doctor.title(), findings))
     return exit_status(findings)
+
+
+def _redrive(what: str, queue: aws_checks.DeadLetterQueue, deployment: Deployment) -> str:
+    """What empties a dead-letter queue once its cause is fixed, as docs/runbook.md's entry for it says."""
+    if what == "sweeper":
+        return f"aws sqs purge-queue --queue-url {queue.url} (the next sweep is their retry)"
+    move = f"aws sqs start-message-move-task --source-arn {queue.arn}"
+    if what == "intake":
+        # (what Lambda and EventBridge wrote there came from no queue: the intake queue is named)
+        destination = deployment.outputs.get("IntakeQueueArn")
+        return f"{move} --destination-arn {destination}" if destination else ""
+    return f"{move} (each message back to the queue it came from)"
 
 
 class Doctor:
@@ -257,7 +270,7 @@ class Doctor:
             partition=self._aws.get_partition_for_region(region),
             written_by_rules=tuple(rule for rule in rules if rule),
         )
-        return aws_checks.dead_letters(sqs, {what: queue})
+        return aws_checks.dead_letters(sqs, {what: replace(queue, redrive=_redrive(what, queue, deployment))})
 
     def _lifecycles(self, deployment: Deployment) -> list[Finding]:
         """The open lifecycles, read once: those that stopped moving, and those retrying a failed step."""

@@ -373,6 +373,8 @@ class DeadLetterQueue:
     region: str
     partition: str = "aws"
     written_by_rules: tuple[str, ...] = ()
+    # The command that empties it once the cause is fixed, as its runbook entry says (a redrive, or a purge)
+    redrive: str = ""
 
     @property
     def name(self) -> str:
@@ -502,7 +504,8 @@ def dead_letters(sqs: Any, queues: Mapping[str, DeadLetterQueue]) -> list[Findin
                     f"{count} message{'s' if count != 1 else ''} in the {what} dead-letter queue",
                     f"work that failed for good: see docs/runbook.md#{what}-dead-letters",
                     f"aws sqs receive-message --queue-url {url} --max-number-of-messages 10 --attribute-names All "
-                    "--message-attribute-names All --visibility-timeout 0",
+                    "--message-attribute-names All --visibility-timeout 0"
+                    + (f" (what and why); once the cause is fixed: {queue.redrive}" if queue.redrive else ""),
                 )
             )
         else:

@@ -1,0 +1,86 @@
+"""The doctor's finding for messages in a dead-letter queue gave as its fix a command that reads them (``aws sqs
+receive-message``): run, the doctor found the same problem again. It now also gives what empties the queue once the
+cause is fixed, as the queue's runbook entry says: the intake queue's redriven to the intake queue (what EventBridge
+and Lambda wrote there came from no queue), the sweeper's purged (the next sweep is their retry). The stack is the
+sandbox's deployment of template.yaml, its SQS with the sandbox's StartMessageMoveTask; the fix is run as given."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+import boto3
+
+from nodecycle_cli.doctor import Doctor
+from nodecycle_cli.doctor.findings import Finding, Status
+from nodecycle_sandbox.aws import sqs_move_tasks
+
+from .test_doctor_rule_dead_letters import deployed
+
+__all__ = ["deployed"]
+
+EVENT = {"id": "e-1", "source": "aws.autoscaling", "detail-type": "EC2 Instance-terminate Lifecycle Action"}
+
+
+def finding(doctor: Doctor, what: str) -> Finding:
+    (found,) = [f for f in doctor.examine() if f.check == f"queues.dead-letters.{what}"]
+    return found
+
+
+def run_fix(sqs: Any, fix: str) -> None:
+    """The command after 'once the cause is fixed: ', as the shell would run it."""
+    words = shlex.split(fix.split("once the cause is fixed: ", 1)[1].split(" (", 1)[0])
+    options = dict(zip(words[3::2], words[4::2], strict=True))
+    if words[:3] == ["aws", "sqs", "start-message-move-task"]:
+        sqs.start_message_move_task(
+            SourceArn=options["--source-arn"],
+            **({"DestinationArn": options["--destination-arn"]} if "--destination-arn" in options else {}),
+        )
+    else:
+        assert words[:3] == ["aws", "sqs", "purge-queue"], fix
+        sqs.purge_queue(QueueUrl=options["--queue-url"])
+
+
+def test_what_eventbridge_left_in_the_intake_dead_letter_queue_is_redriven_by_the_fix(
+    deployed: tuple[Doctor, Any],
+) -> None:
+    sqs_move_tasks.install()
+    doctor, _ = deployed
+    sqs: Any = boto3.client("sqs", region_name="eu-west-1")
+    outputs = doctor._deployment.outputs  # type: ignore[union-attr]
+    sqs.send_message(
+        QueueUrl=outputs["IntakeDeadLetterQueueUrl"],
+        MessageBody=json.dumps(EVENT),
+        MessageAttributes={"ERROR_CODE": {"DataType": "String", "StringValue": "NO_PERMISSIONS"}},
+    )
+
+    problem = finding(doctor, "intake")
+    assert problem.status is Status.PROBLEM
+    assert problem.fix.startswith(
+        f"aws sqs receive-message --queue-url {outputs['IntakeDeadLetterQueueUrl']}"
+    )
+    assert f"--destination-arn {outputs['IntakeQueueArn']}" in problem.fix
+
+    run_fix(sqs, problem.fix)
+
+    assert finding(doctor, "intake").status is Status.OK
+    (moved,) = sqs.receive_message(QueueUrl=outputs["IntakeQueueUrl"])["Messages"]
+    assert json.loads(moved["Body"]) == EVENT
+
+
+def test_the_sweepers_dead_letters_are_purged_by_the_fix(deployed: tuple[Doctor, Any]) -> None:
+    doctor, _ = deployed
+    sqs: Any = boto3.client("sqs", region_name="eu-west-1")
+    url = doctor._deployment.outputs["SweeperDeadLetterQueueUrl"]  # type: ignore[union-attr]
+    sqs.send_message(
+        QueueUrl=url, MessageBody=json.dumps({"requestContext": {"condition": "RetriesExhausted"}})
+    )
+
+    problem = finding(doctor, "sweeper")
+    assert problem.status is Status.PROBLEM
+    assert f"aws sqs purge-queue --queue-url {url}" in problem.fix
+
+    run_fix(sqs, problem.fix)
+
+    assert finding(doctor, "sweeper").status is Status.OK
