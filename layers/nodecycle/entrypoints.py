@@ -20,6 +20,7 @@ from nodecycle.domain.model import parse_record_id
 from nodecycle.domain.ports.lifecycle import WorkMessage
 from nodecycle.domain.ports.runtime import Metrics
 from nodecycle.observability import logger, metrics, tracer
+from nodecycle.settings import SettingsError
 
 SqsRecord = dict[str, Any]  # one record of Lambda's SQS event: messageId, body, attributes...
 BatchResponse = dict[str, list[dict[str, str]]]  # {"batchItemFailures": [{"itemIdentifier": id}, ...]}
@@ -44,6 +45,11 @@ def partial_batch(event: dict[str, Any], handle: Callable[[SqsRecord], object]) 
     for record in records:
         try:
             handle(record)
+        except SettingsError:
+            # The function's settings, read at its first record (deferred from the cold start), not this record's
+            # fault: every record would fail the same way. The invocation fails with the error that names the
+            # setting (Lambda's error, not "all records failed"), and SQS delivers the batch again.
+            raise
         except Exception as error:  # one record's failure must not fail the others: reported, retried
             logger.exception(
                 "a record of the batch failed: SQS delivers it again",

@@ -30,7 +30,7 @@ from nodecycle_sandbox.aws.server import MotoServer
 from nodecycle_sandbox.faults import Fault, Firing
 from nodecycle_sandbox.runner.cfn_yaml import load_template
 from nodecycle_sandbox.runner.faults import RunnerFaults
-from nodecycle_sandbox.runner.intrinsics import check_parameters
+from nodecycle_sandbox.runner.intrinsics import check_parameters, check_rules
 from nodecycle_sandbox.runner.runner import SANDBOX_SECRET_KEY, Runner
 
 if TYPE_CHECKING:
@@ -237,12 +237,11 @@ class Sandbox:
         parameters = dict(options.parameters)
         if options.group is not None:
             parameters.setdefault("ManagedGroups", options.group.name)
-        # As CloudFormation does, refuse a bad parameter value before anything starts.
-        check_parameters(
-            load_template(self._template()),
-            {"ClusterName": options.cluster_name, **parameters},
-            min_values=options.min_values,
-        )
+        # As CloudFormation does, refuse a bad parameter value, or values that break one of the template's Rules
+        # together, before anything starts.
+        template, given = load_template(self._template()), {"ClusterName": options.cluster_name, **parameters}
+        check_parameters(template, given, min_values=options.min_values)
+        check_rules(template, given)
         try:
             if self._kube is None:
                 from nodecycle_sandbox.kube import KubeServer

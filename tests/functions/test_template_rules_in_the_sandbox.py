@@ -13,16 +13,6 @@ from nodecycle_sandbox.runner.intrinsics import ParameterError
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "Sandbox.start checks each parameter (check_parameters) but not the template's Rules (check_rules): a "
-        "pool without a name starts, and fails at intake's first invocation. Wiring check_rules into "
-        "Sandbox.start (sandbox.py, shared) changes the premise of tests/integration/cli/test_sandbox_and_demo.py"
-        "::test_a_function_that_cannot_start_while_the_group_launches_is_shown_at_once (ops), which starts "
-        "exactly such a stack"
-    ),
-)
 def test_a_stack_that_breaks_a_rule_of_the_template_is_refused_before_the_sandbox_starts(
     tmp_path: Path,
 ) -> None:

@@ -44,8 +44,8 @@ def test_a_parameter_the_template_refuses_stops_the_sandbox_at_once_naming_its_c
 def test_settings_every_function_would_refuse_stop_the_sandbox_with_the_settings_message(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # Given a holder TTL the template allows (>= 30) but shorter than a crashed step's retry
-    status = main(["sandbox", "--parameter", "BudgetHolderTtlSeconds=100", *paths(tmp_path)])
+    # Given a holder TTL the template allows (>= 270) but shorter than a crashed step's retry
+    status = main(["sandbox", "--parameter", "BudgetHolderTtlSeconds=300", *paths(tmp_path)])
 
     err = capsys.readouterr().err.splitlines()
     assert status == 2
@@ -57,21 +57,30 @@ def test_settings_every_function_would_refuse_stop_the_sandbox_with_the_settings
 
 
 def test_a_function_that_cannot_start_while_the_group_launches_is_shown_at_once(tmp_path: Path) -> None:
-    # Given a stack in pool mode without a pool name (each value allowed by the template, not together)
+    # Given a stack whose budget node selector the template takes (it has no pattern for it) and the drain
+    # function's settings refuse
     options = SandboxOptions(
-        root=ROOT, group=None, parameters={"ManagedGroups": "workers", "EipMode": "pool"}, log_dir=tmp_path
+        root=ROOT,
+        group=None,
+        parameters={"ManagedGroups": "workers", "BudgetNodeSelector": "tier in (a"},
+        log_dir=tmp_path,
     )
     with Sandbox(options) as sandbox:
         # When the group launches
         sandbox.create_group(GroupSpec(name="workers", size=1))
 
-        # Then the wait ends with intake's settings error at its first invocation, not at the timeout
+        # Then the wait ends with the settings error of the first function that reads the cluster's settings (the
+        # sweeper at its first tick, or the drain at the launch's readiness gate), not at the timeout
         with pytest.raises(CommandError) as failed:
             wait_for_launches(sandbox, 1, timeout=600, log_dir=tmp_path)
-    assert str(failed.value) == (
-        "IntakeFunction failed while the group launched: SettingsError: invalid nodecycle settings: "
-        f"NODECYCLE_EIP_MODE=pool needs NODECYCLE_EIP_POOL_NAME (its log: {tmp_path / 'IntakeFunction'}.log)"
+    settings_error = (
+        r"(SweeperFunction|DrainFunction) failed while the group launched: SettingsError: invalid nodecycle "
+        r"settings: NODECYCLE_BUDGET_NODE_SELECTOR: not a label selector the API server would accept: "
+        r"'tier in \(a' \(its log: (.*)\.log\)"
     )
+    matched = re.fullmatch(settings_error, str(failed.value))
+    assert matched is not None, str(failed.value)
+    assert matched[2] == str(tmp_path / matched[1])
 
 
 @pytest.mark.slow
