@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import fnmatch
 import itertools
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -59,6 +60,10 @@ from moto.ec2.responses.tags import TagResponse
 
 _MARKER = "_nodecycle_sandbox_ec2_lag"
 _WRITING = threading.Lock()
+# An access key id as moto reads it from a request's signature (moto.core.responses.BaseResponse.access_key_regex):
+# a caller signing with a key of any other shape is seen as moto's default, never as itself, so a lag armed for its
+# key would lag nothing
+_ACCESS_KEY = re.compile(r"[A-Z0-9]{20}")
 # The NotFound code of an id EC2 does not know, by its prefix
 _NOT_FOUND = {
     "eipalloc": "InvalidAllocationID.NotFound",
@@ -98,7 +103,15 @@ class Ec2Lag:
     ) -> None:
         """Lag the reads of ``callers`` (access key ids; None: anyone) ``seconds`` behind the writes made from
         now on (replacing any earlier lag); ``fresh``: which of their reads a replica with every write answers
-        (None: none, the lag is monotonic)."""
+        (None: none, the lag is monotonic). Raises ValueError for a caller's key that moto would never see as
+        that caller's (not 20 upper-case letters and digits): a test arming it would meet no lag at all."""
+        callers = None if callers is None else list(callers)
+        unseen = sorted(key for key in callers or () if not _ACCESS_KEY.fullmatch(key))
+        if unseen:
+            raise ValueError(
+                f"access key ids {unseen} are not 20 upper-case letters and digits: moto never sees them as a "
+                "caller's (it takes such a request for its default key's), so their reads would not lag"
+            )
         with self._lock:
             self.fresh = fresh
             self.seconds = float(seconds)
