@@ -15,9 +15,14 @@ global timeout: see :func:`nodecycle.domain.flow.completed_first`).
 
 EC2 shows a start late, its LaunchTime with its state: a run of such a release seconds after the instance was
 started again sees it down, launched before, and disassociates the address the instance holds in service (a
-stopped instance keeps its addresses). No read closes that window; the addresses a run took back are kept in
-the record, and a later run that sees the start gives back those allocated for the instance and still free
-(associates them again; a pool's address returned is claimed again by the instance's launch through its line).
+stopped instance keeps its addresses). No read closes that window, so such a release settles over two runs: the
+first looks at the instance (twice: the look that shows a start is believed) and disassociates; only a later run,
+RELEASE_DELAY on, whose own look still finds the instance down, releases (an instance shown shutting down or
+terminated is gone: no read shows a termination that did not happen, and its addresses go at once). The addresses
+a run took back are kept in the record, and a later run that sees the start gives back those allocated for the
+instance (associates them again, without a read first: one of a replica behind shows them still associated;
+AllowReassociation=False moves none; a pool's address returned is claimed again by the instance's launch through
+its line).
 
 EC2's reads are not monotonic either (one of several replicas answers each): a listing of a replica behind may not
 show the association the launch saw, and a pool's address (tagged for no instance) is found by that listing alone,
@@ -41,6 +46,7 @@ from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import ADDRESSES_LEFT, LifecycleRecord
 from nodecycle.domain.ports.addresses import (
     Address,
+    AddressAlreadyAssociated,
     AddressError,
     Addresses,
     AddressInUse,
@@ -48,7 +54,7 @@ from nodecycle.domain.ports.addresses import (
     AddressRefused,
     distinct,
 )
-from nodecycle.domain.ports.instances import up
+from nodecycle.domain.ports.instances import GONE_STATES, up
 from nodecycle.domain.ports.runtime import Metrics
 
 log = logging.getLogger(__name__)
@@ -59,6 +65,9 @@ RELEASE_DELAY = 3  # seconds: EC2 refuses to release an address until its disass
 # read saw it at once), then its reads not showing the disassociation; ten waits of 3 s would leave it to the
 # sweeper under a lag of 20 s
 RELEASE_DELAY_MAX = 30  # seconds
+# A late release looks at the instance this many times per run: EC2's reads are not monotonic, and the look that
+# keeps the address of an instance started again is the one that shows the start
+LOOKS = 2
 RELEASE_ATTEMPTS = 10  # then the sweeper releases what is left, once EC2 shows it unassociated
 
 
@@ -89,12 +98,17 @@ class ReleaseAddresses:
         # Pool addresses an earlier run saw on the instance whose disassociation EC2 answered as unknown while a
         # read still showed them there (an association EC2's writes do not know yet): looked at again by id
         pending: dict[str, str] = dict(scratch.get("pending") or {})
+        # A late release (see _later_launches_from) releases only at a run after the one that first looked at the
+        # instance: its look may have been stale (EC2 shows a start late), and a release cannot be undone
+        later = _later_launches_from(record, hookless)
+        settling: list[Address] = []
         try:
-            if (hookless and self._up_again(record)) or (
-                record.completed_at is not None and self._started_since(record, record.completed_at)
-            ):
+            seen = self._look(record, hookless) if later is not None else None
+            if seen == "again":
                 self._give_back(disassociated, instance)
                 return Outcome.next(extra=without_scratch(record))
+            # (an instance shown gone is gone: no read shows a termination that did not happen)
+            may_release = seen in (None, "gone") or bool(scratch.get("looked"))
             # Associated with the instance (either mode), or allocated for it: an instance that terminated
             # before its drain finished has lost its association already, not its address.
             on_it = self._addresses.find(self._owner, instance_id=instance)
@@ -107,7 +121,6 @@ class ReleaseAddresses:
             found = self._still_pending(pending, found, instance, freed)
             if returning:
                 self._returned_unanswered(returning, found, freed, settled, instance)
-            later = _later_launches_from(record, hookless)
             taken_back: list[Address] = []
             in_use: list[Address] = []
             for address in found:
@@ -140,7 +153,12 @@ class ReleaseAddresses:
                 if mine and address.associated and address.allocation_id not in disassociated:
                     disassociated.append(address.allocation_id)
                 try:
-                    if not self._take_back(address, instance, freed, unanswered, pending):
+                    if mine and not may_release:
+                        # disassociated now, released at the next run if its look at the instance still finds it
+                        # down (given back otherwise)
+                        self._disassociate(address)
+                        settling.append(address)
+                    elif not self._take_back(address, instance, freed, unanswered, pending):
                         in_use.append(address)
                 except AddressRefused as error:
                     # asked again with the ones in use (a denial may be IAM still propagating), then left
@@ -185,6 +203,19 @@ class ReleaseAddresses:
         finally:
             if self._waker is not None and freed:
                 self._waker.given_back(freed, now)
+        if settling and not in_use:
+            log.info(
+                "addresses %s disassociated from %s; released at the next run, if the instance is still down then",
+                ", ".join(address.public_ip for address in settling),
+                instance,
+            )
+            return Outcome.wait(
+                RELEASE_DELAY,
+                extra={
+                    **record.extra,
+                    SCRATCH: {**scratch, "looked": True, "disassociated": disassociated, "pending": pending},
+                },
+            )
         if in_use:
             attempts = int(record.extra.get(SCRATCH, {}).get("release_attempts", 0)) + 1
             if attempts < RELEASE_ATTEMPTS:
@@ -197,6 +228,7 @@ class ReleaseAddresses:
                             "release_attempts": attempts,
                             "disassociated": disassociated,
                             "pending": pending,
+                            "looked": True,
                         },
                     },
                 )
@@ -218,30 +250,62 @@ class ReleaseAddresses:
         """Associate again with ``instance`` (up again, or started since the completion) the addresses an earlier
         run of this release disassociated from it, EC2's reads not showing the start yet, and still free: never
         moved from where they are (a launch that claimed one since keeps it)."""
+        # (no read first: one of a replica behind shows the address still on the instance, before its
+        # disassociation, and would keep it from going back; AllowReassociation=False never moves it)
         for allocation_id in disassociated:
             try:
-                address = self._addresses.describe(allocation_id)
-                if address.associated:
-                    continue
                 self._addresses.associate(allocation_id, instance)
+            except AddressAlreadyAssociated:
+                log.info(
+                    "address %s taken back from %s is associated again: left where it is",
+                    allocation_id,
+                    instance,
+                )
+                continue
             except AddressNotFound:
                 log.warning("address %s taken back from %s is gone: not given back", allocation_id, instance)
                 continue
-            except AddressError as error:  # associated since, the instance not up, refused
+            except AddressError as error:  # the instance not up, refused
                 log.warning("address %s not given back to %s: %s", allocation_id, instance, error)
                 continue
             log.info(
                 "address %s, taken back before EC2 showed instance %s started again, given back to it",
-                address.public_ip,
+                allocation_id,
                 instance,
             )
 
-    def _up_again(self, record: LifecycleRecord) -> bool:
-        """True when the instance of a lifecycle without a hook is not down (any more): a late message."""
+    def _disassociate(self, address: Address) -> None:
+        if address.association_id is not None and not self._addresses.disassociate(address.association_id):
+            log.info("address %s was disassociated already", address.public_ip)
+
+    def _look(self, record: LifecycleRecord, hookless: bool) -> str:
+        """How a late release finds its instance: ``again`` (in service again: its addresses are kept), ``gone``
+        (shutting down or terminated), or ``down`` (stopped, or not shown started again yet). Up to two
+        answers: EC2's reads are not monotonic, and the one that shows a start is believed (no replica shows a
+        start that did not happen, nor a termination; one behind shows neither yet)."""
+        gone = False
+        for _ in range(LOOKS):
+            answer = self._addresses.launch_state(record.instance_id)
+            if answer is None:
+                continue  # not listed: a replica behind, or long terminated; down either way
+            restarted = (
+                self._up_again_by(record, answer)
+                if hookless
+                else record.completed_at is not None
+                and self._started_since(record, answer[1], record.completed_at)
+            )
+            if restarted:
+                return "again"
+            gone = gone or answer[0] in GONE_STATES
+        return "gone" if gone else "down"
+
+    def _up_again_by(self, record: LifecycleRecord, answer: tuple[str, datetime | None]) -> bool:
+        """True when the instance of a lifecycle without a hook is not down (any more) by ``answer`` (its state
+        and LaunchTime, of one DescribeInstances answer: from two, a fresh state beside a stale LaunchTime, EC2's
+        reads not monotonic, would take an instance started again for one not shown stopped yet): a late
+        message."""
         instance = record.instance_id
-        # (state and LaunchTime of one answer: from two, a fresh state beside a stale LaunchTime, EC2's reads not
-        # monotonic, would take an instance started again for one not shown stopped yet, and its address back)
-        state, launched = self._addresses.launch_state(instance) or (None, None)
+        state, launched = answer
         if not up(state):
             return False  # down, or gone (EC2 no longer lists it): its addresses are to be taken back
         if launched is not None and launched < record.started_at.replace(microsecond=0):
@@ -265,13 +329,14 @@ class ReleaseAddresses:
         )
         return True
 
-    def _started_since(self, record: LifecycleRecord, completed_at: datetime) -> bool:
+    def _started_since(
+        self, record: LifecycleRecord, launched: datetime | None, completed_at: datetime
+    ) -> bool:
         """True when the instance of a release after its action's completion (settled near its global timeout)
-        was started again since that completion: it went into its warm pool, stopped, and a scale out took it
-        out again. Its new launch keeps the addresses it finds on it (or allocated for it): theirs, not this
-        lifecycle's to take back from an instance in service. (An instance kept running in a Running pool is not
-        started again: EC2 cannot tell that.)"""
-        launched = self._addresses.launched_at(record.instance_id)
+        was started again since that completion (``launched``: its LaunchTime): it went into its warm pool,
+        stopped, and a scale out took it out again. Its new launch keeps the addresses it finds on it (or
+        allocated for it): theirs, not this lifecycle's to take back from an instance in service. (An instance
+        kept running in a Running pool is not started again: EC2 cannot tell that.)"""
         if launched is None or launched <= completed_at:
             return False
         log.info(
