@@ -30,6 +30,12 @@ so one that shows nothing on the instance is asked once more. A DisassociateAddr
 still shows the address on the instance is an association EC2's writes do not know yet (made moments ago): the
 address is kept in the record and disassociated again at a later run, not counted returned while it is there (on a
 warm-pool stop EC2 leaves it on the instance).
+
+What EC2 keeps in use past the step's attempts is left to the sweeper, which releases an address once EC2 shows it
+unassociated and frees those of gone instances; but an instance going into its warm pool keeps, once stopped, what is
+still on it, out of the sweeper's reach: its release keeps trying while the action is open (the engine's guard
+completes the action before its global timeout, and the release then follows the completion). A refusal does not
+hold the action: no wait changes a denial.
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ from nodecycle.domain.eip import SCRATCH, release_unassociated, without_scratch
 from nodecycle.domain.eip.wake import LineWaker
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.errors import TransientError
-from nodecycle.domain.model import ADDRESSES_LEFT, LifecycleRecord
+from nodecycle.domain.model import ADDRESSES_LEFT, WARM_POOL, LifecycleRecord
 from nodecycle.domain.ports.addresses import (
     Address,
     AddressAlreadyAssociated,
@@ -68,7 +74,7 @@ RELEASE_DELAY_MAX = 30  # seconds
 # A late release looks at the instance this many times per run: EC2's reads are not monotonic, and the look that
 # keeps the address of an instance started again is the one that shows the start
 LOOKS = 2
-RELEASE_ATTEMPTS = 10  # then the sweeper releases what is left, once EC2 shows it unassociated
+RELEASE_ATTEMPTS = 10  # then the sweeper releases what is left, once EC2 shows it unassociated (see holding)
 
 
 class ReleaseAddresses:
@@ -102,6 +108,7 @@ class ReleaseAddresses:
         # instance: its look may have been stale (EC2 shows a start late), and a release cannot be undone
         later = _later_launches_from(record, hookless)
         settling: list[Address] = []
+        refused = False
         try:
             seen = self._look(record, hookless) if later is not None else None
             if seen == "again":
@@ -165,6 +172,7 @@ class ReleaseAddresses:
                     # to the sweeper; the instance's other addresses are taken back meanwhile
                     log.warning("EC2 refused to take back address %s: %s", address.public_ip, error)
                     in_use.append(address)
+                    refused = True
         except TransientError as error:
             self._metrics.count("EipFailures")
             remaining = {**{a: p for a, p in returning.items() if a not in settled}, **unanswered}
@@ -218,10 +226,16 @@ class ReleaseAddresses:
             )
         if in_use:
             attempts = int(record.extra.get(SCRATCH, {}).get("release_attempts", 0)) + 1
-            if attempts < RELEASE_ATTEMPTS:
+            # An instance going into its warm pool keeps what is left on it once stopped, out of the sweeper's
+            # reach (it takes addresses only from gone instances): tried again for as long as the action is open
+            # (the engine's guard completes it before its global timeout; the release then follows the
+            # completion, with the attempts left). A refusal is not: no wait changes a denial, and the action
+            # would be held for hours
+            holding = record.action_open and record.destination == WARM_POOL and not refused
+            if attempts < RELEASE_ATTEMPTS or holding:
                 log.info("EC2 does not show the disassociation yet, or refused: releasing again shortly")
                 return Outcome.wait(
-                    min(RELEASE_DELAY * 2 ** (attempts - 1), RELEASE_DELAY_MAX),
+                    min(RELEASE_DELAY * 2 ** min(attempts - 1, 4), RELEASE_DELAY_MAX),
                     extra={
                         **record.extra,
                         SCRATCH: {
