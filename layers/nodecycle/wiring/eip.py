@@ -63,6 +63,7 @@ def engine() -> StepEngine:
                 addresses=addresses(),
                 metrics=ports.metrics,
                 waker=waker,
+                lines=lines,
             ),
             Step.COMPLETE: CompleteAction(ports.autoscaling, ports.metrics, ports.records),
         },

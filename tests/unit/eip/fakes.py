@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from nodecycle.domain.eip.assign import AssignAddress
-from nodecycle.domain.eip.line import Line, Waiter
+from nodecycle.domain.eip.line import Held, Line, Waiter
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.model import LifecycleRecord, Step, Transition, global_deadline, record_id
 from nodecycle.domain.policy import EipPolicy
@@ -272,6 +272,7 @@ class FakeLines:
     # a write of another writer that lands right before the next write of this one (a lost race)
     racing: list[Sequence[Waiter]] = field(default_factory=list)
     taken: dict[str, str] = field(default_factory=dict)  # run -> the address its deliveries take
+    holds: dict[tuple[str, str], Held] = field(default_factory=dict)  # (owner, instance) -> its pool address
 
     def read(self, key: str) -> Line:
         self.reads += 1
@@ -294,6 +295,12 @@ class FakeLines:
             self.taken[run] = allocation_id
             return allocation_id
         return written
+
+    def hold(self, owner: str, instance_id: str, held: Held) -> None:
+        self.holds[(owner, instance_id)] = held
+
+    def held(self, owner: str, instance_id: str) -> Held | None:
+        return self.holds.get((owner, instance_id))
 
     def waiting(self) -> list[str]:
         return [waiter.instance_id for line in self.lines.values() for waiter in line.waiters]

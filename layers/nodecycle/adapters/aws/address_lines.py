@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from nodecycle.adapters.aws.clients import LazyClient, error_code, transient_errors
-from nodecycle.domain.eip.line import Line, Waiter
+from nodecycle.domain.eip.line import Held, Line, Waiter
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -91,6 +91,43 @@ class DynamoAddressLines:
                 return str(written.get("allocation", {}).get("S") or allocation_id)
             raise
         return allocation_id
+
+    def hold(self, owner: str, instance_id: str, held: Held) -> None:
+        item: dict[str, Any] = {
+            "id": {"S": _held_id(owner, instance_id)},
+            "allocation": {"S": held.allocation_id},
+            "association": {"S": held.association_id},
+            "public_ip": {"S": held.public_ip},
+            "pool": {"S": held.pool},
+            "at": {"S": held.at.isoformat()},
+            "expires_at": {"N": str(int((held.at + KEPT).timestamp()))},
+        }
+        with transient_errors("keeping the pool address a launch left its instance holding"):
+            self._dynamodb().put_item(TableName=self._table, Item=item)
+
+    def held(self, owner: str, instance_id: str) -> Held | None:
+        with transient_errors("reading the pool address an instance's launch left it holding"):
+            response = self._dynamodb().get_item(
+                TableName=self._table, Key={"id": {"S": _held_id(owner, instance_id)}}, ConsistentRead=True
+            )
+        item = response.get("Item")
+        if not item:
+            return None
+        at = datetime.fromisoformat(item["at"]["S"])
+        if at + KEPT < datetime.now(UTC):
+            return None  # (the table's TTL deletes an item late)
+        return Held(
+            allocation_id=item["allocation"]["S"],
+            association_id=item["association"]["S"],
+            public_ip=item["public_ip"]["S"],
+            pool=item["pool"]["S"],
+            at=at,
+        )
+
+
+def _held_id(owner: str, instance_id: str) -> str:
+    """The item of the pool address an instance's launch left it holding: beside the records and the lines."""
+    return f"eip-held#{owner}#{instance_id}"
 
 
 def _taking_id(run: str) -> str:

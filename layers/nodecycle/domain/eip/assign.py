@@ -42,7 +42,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from nodecycle.domain.eip import SCRATCH, release_unassociated, without_scratch
-from nodecycle.domain.eip.line import AddressLines, Line, PoolLine, Waiter, ahead_of, line_key
+from nodecycle.domain.eip.line import AddressLines, Held, Line, PoolLine, Waiter, ahead_of, line_key
 from nodecycle.domain.eip.wake import LineWaker
 from nodecycle.domain.engine import TERMINATION_STATES, Outcome
 from nodecycle.domain.errors import AccessRefused, TransientError
@@ -824,6 +824,7 @@ class AssignAddress:
         else:
             released = 0
         self._leave_line(record, record.updated_at, holding=True, released=released)
+        self._hold(record, address)
         log.info(
             "instance %s has Elastic IP %s",
             record.instance_id,
@@ -833,6 +834,28 @@ class AssignAddress:
         return Outcome.next(
             allocation_id=address.allocation_id, public_ip=address.public_ip, extra=without_scratch(record)
         )
+
+    def _hold(self, record: LifecycleRecord, address: Address) -> None:
+        """Keep the pool address the instance holds now for its release (``AddressLines.held``): EC2's reads may
+        not show the association to the release for minutes, and a stopped instance keeps what its release does
+        not find. One write; lost (throttled, refused), the release finds the address by its listings alone."""
+        if (
+            address.pool is None
+            or address.association_id is None
+            or address.instance_id != record.instance_id
+        ):
+            return
+        held = Held(
+            allocation_id=address.allocation_id,
+            association_id=address.association_id,
+            public_ip=address.public_ip,
+            pool=address.pool,
+            at=record.updated_at,
+        )
+        try:
+            self._lines.hold(self._owner, record.instance_id, held)
+        except TransientError as error:
+            log.warning("could not keep address %s for the instance's release: %s", address.public_ip, error)
 
     def _release_spares(self, record: LifecycleRecord, keep: str | None, found: list[Address] | None) -> int:
         """Release the unassociated addresses allocated for this instance other than ``keep``.

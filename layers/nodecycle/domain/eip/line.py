@@ -66,6 +66,19 @@ class Line:
     version: int = 0
 
 
+@dataclass(frozen=True)
+class Held:
+    """The pool address a launch left its instance holding, as the launch saw it associated (``at``): what the
+    instance's release takes back even while EC2's reads do not show that association yet (they lag its writes,
+    for minutes under load), its DisassociateAddress answered as unknown meanwhile."""
+
+    allocation_id: str
+    association_id: str
+    public_ip: str
+    pool: str
+    at: datetime
+
+
 class AddressLines(Protocol):
     """Where the lines are kept: one per owner and pool, written only over the version read."""
 
@@ -83,6 +96,16 @@ class AddressLines(Protocol):
         when none is written for ``run`` yet, or the one written is ``instead_of`` (one EC2 refused this
         delivery); otherwise the one written, by another delivery of the same message. One conditional write,
         kept for a day. Raises :class:`~nodecycle.domain.errors.TransientError`."""
+        ...
+
+    def hold(self, owner: str, instance_id: str, held: Held) -> None:
+        """Keep (for a day, over any earlier) the pool address the instance's launch left it holding. Raises
+        :class:`~nodecycle.domain.errors.TransientError`."""
+        ...
+
+    def held(self, owner: str, instance_id: str) -> Held | None:
+        """The pool address last kept for the instance (read consistently); None when none (or over a day old).
+        Raises :class:`~nodecycle.domain.errors.TransientError`."""
         ...
 
 

@@ -35,22 +35,29 @@ What EC2 keeps in use past the step's attempts is left to the sweeper, which rel
 unassociated and frees those of gone instances; but an instance going into its warm pool keeps, once stopped, what is
 still on it, out of the sweeper's reach: its release keeps trying while the action is open (the engine's guard
 completes the action before its global timeout, and the release then follows the completion). A refusal does not
-hold the action: no wait changes a denial.
+hold the action: no wait changes a denial. Nor can it take back what no listing shows: a pool's address claimed
+minutes before, EC2's reads behind the claim. So a launch keeps, beside its line, the pool address it left its
+instance holding (AddressLines.held: one write per pool launch, read consistently by that instance's release into a
+warm pool), and the release disassociates that association when no listing shows it, asking again while EC2's
+writes do not know it yet (within HELD_FOR of the claim).
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from nodecycle.domain.eip import SCRATCH, release_unassociated, without_scratch
+from nodecycle.domain.eip.line import AddressLines
 from nodecycle.domain.eip.wake import LineWaker
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import ADDRESSES_LEFT, WARM_POOL, LifecycleRecord
 from nodecycle.domain.ports.addresses import (
+    OWNER_TAG,
+    POOL_TAG,
     Address,
     AddressAlreadyAssociated,
     AddressError,
@@ -74,14 +81,25 @@ RELEASE_DELAY_MAX = 30  # seconds
 # A late release looks at the instance this many times per run: EC2's reads are not monotonic, and the look that
 # keeps the address of an instance started again is the one that shows the start
 LOOKS = 2
+# A DisassociateAddress of the association a launch claimed (AddressLines.held) answered as unknown within this of
+# the claim is taken for one EC2's writes do not know yet; later, for one ended since
+HELD_FOR = timedelta(minutes=15)
 RELEASE_ATTEMPTS = 10  # then the sweeper releases what is left, once EC2 shows it unassociated (see holding)
 
 
 class ReleaseAddresses:
     def __init__(
-        self, *, owner: str, addresses: Addresses, metrics: Metrics, waker: LineWaker | None = None
+        self,
+        *,
+        owner: str,
+        addresses: Addresses,
+        metrics: Metrics,
+        waker: LineWaker | None = None,
+        lines: AddressLines | None = None,
     ) -> None:
         self._owner = owner
+        # Where a launch keeps the pool address it left its instance holding (None: the listings alone)
+        self._lines = lines
         self._addresses = addresses
         self._metrics = metrics
         # Wakes the first launch waiting for an address given back (see nodecycle.domain.eip.wake); None: the
@@ -109,6 +127,8 @@ class ReleaseAddresses:
         later = _later_launches_from(record, hookless)
         settling: list[Address] = []
         refused = False
+        # Whether the pool address the instance's launch left it holding (AddressLines.held) was given back
+        held_returned = bool(scratch.get("held_returned"))
         try:
             seen = self._look(record, hookless) if later is not None else None
             if seen == "again":
@@ -130,6 +150,9 @@ class ReleaseAddresses:
                 self._returned_unanswered(returning, found, freed, settled, instance)
             taken_back: list[Address] = []
             in_use: list[Address] = []
+            if record.destination == WARM_POOL and not held_returned:
+                unknown, held_returned, refused = self._take_back_held(record, found, now, freed)
+                in_use.extend(unknown)
             for address in found:
                 if address.associated and address.instance_id != instance:
                     log.info(
@@ -195,6 +218,7 @@ class ReleaseAddresses:
                             "returning": remaining,
                             "disassociated": disassociated,
                             "pending": pending,
+                            "held_returned": held_returned,
                         },
                     },
                 )
@@ -221,7 +245,13 @@ class ReleaseAddresses:
                 RELEASE_DELAY,
                 extra={
                     **record.extra,
-                    SCRATCH: {**scratch, "looked": True, "disassociated": disassociated, "pending": pending},
+                    SCRATCH: {
+                        **scratch,
+                        "looked": True,
+                        "disassociated": disassociated,
+                        "pending": pending,
+                        "held_returned": held_returned,
+                    },
                 },
             )
         if in_use:
@@ -243,6 +273,7 @@ class ReleaseAddresses:
                             "disassociated": disassociated,
                             "pending": pending,
                             "looked": True,
+                            "held_returned": held_returned,
                         },
                     },
                 )
@@ -259,6 +290,51 @@ class ReleaseAddresses:
             return Outcome.next(extra=extra)
         first = taken_back[0]
         return Outcome.next(allocation_id=first.allocation_id, public_ip=first.public_ip, extra=extra)
+
+    def _take_back_held(
+        self, record: LifecycleRecord, found: list[Address], now: datetime, freed: Counter[str | None]
+    ) -> tuple[list[Address], bool, bool]:
+        """Disassociate the pool address the instance's launch left it holding (``AddressLines.held``) when no
+        listing found it: EC2's reads may not show a claim of minutes ago, and an instance going into its warm
+        pool keeps, once stopped, what its release does not take. Its association is the launch's own (the launch
+        saw it): one EC2 answers as unknown within ``HELD_FOR`` of the claim is one its writes do not know yet,
+        asked again (the address returned: in use); later, one ended meanwhile (by hand). Whether it was returned,
+        and whether EC2 refused."""
+        if self._lines is None:
+            return [], False, False
+        held = self._lines.held(self._owner, record.instance_id)
+        if (
+            held is None
+            or now - held.at > HELD_FOR
+            or any(a.allocation_id == held.allocation_id for a in found)
+        ):
+            return [], False, False
+        address = Address(
+            allocation_id=held.allocation_id,
+            public_ip=held.public_ip,
+            association_id=held.association_id,
+            instance_id=record.instance_id,
+            tags={OWNER_TAG: self._owner, POOL_TAG: held.pool},
+        )
+        try:
+            disassociated = self._addresses.disassociate(held.association_id)
+        except AddressRefused as error:
+            log.warning("EC2 refused to take back address %s: %s", held.public_ip, error)
+            return [address], False, True
+        if not disassociated:
+            log.info(
+                "address %s, claimed by the instance's launch at %s, is not known to EC2's writes yet, nor shown by "
+                "its reads: disassociated again shortly",
+                held.public_ip,
+                held.at,
+            )
+            return [address], False, False
+        self._metrics.count("EipsReturned")
+        log.info(
+            "returned address %s to pool %r (the launch's claim, not listed yet)", held.public_ip, held.pool
+        )
+        freed[held.pool] += 1
+        return [], True, False
 
     def _give_back(self, disassociated: list[str], instance: str) -> None:
         """Associate again with ``instance`` (up again, or started since the completion) the addresses an earlier
