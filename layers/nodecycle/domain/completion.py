@@ -6,7 +6,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime
 
-from nodecycle.domain.engine import Outcome
+from nodecycle.domain.engine import Outcome, completed_by_a_vanished_claim
 from nodecycle.domain.model import (
     ADDRESSES_LEFT,
     ENDED_BY,
@@ -98,6 +98,17 @@ class CompleteAction:
                     "LifecycleActionsCompleted", result=result.value, transition=record.transition.short
                 )
                 self._metrics.seconds("LifecycleDuration", (now - record.started_at).total_seconds())
+            elif completed_by_a_vanished_claim(record) and (
+                record.verified_at is not None or not record.token_known
+            ):
+                # The completer whose claim this one took over called and vanished before it recorded what its
+                # call did (killed, its commit refused): its completion landed, with this result. Recorded so,
+                # not as someone else's (the alarm); counted by that call, if its completer lived to count it.
+                # (An action that timed out meanwhile is taken for it: nothing tells the two apart. One no step
+                # confirmed is taken as settled elsewhere, as ``_confirmed`` would take it.)
+                log.info(
+                    "the lifecycle action was completed by a completer of ours that vanished: recorded so"
+                )
             else:
                 # Not counted as completed with this result: another delivery of this step completed it (and
                 # counted it), it timed out with the hook's default result, or an operator settled it. (One of our

@@ -75,6 +75,62 @@ HEARTBEAT_RETRY_MIN = timedelta(seconds=5)  # a failed heartbeat is not tried ag
 MIN_PIECE = timedelta(seconds=1)  # the shortest piece a long wait is cut into
 
 
+# record.extra key: the claim of the completion of a lifecycle's action (see ``claimed_for_completion``): the
+# record's seq the claim wrote (``seq``), when (``at``), and whether it took over the claim of a completer that
+# vanished (``over``). Gone from the record once its completer commits what its call did.
+COMPLETION_CLAIM = "completion_claim"
+
+
+def claimed_for_completion(record: LifecycleRecord, now: datetime) -> LifecycleRecord:
+    """``record`` claimed by a completer about to call CompleteLifecycleAction, under the next ``seq``.
+
+    Every completer (the engine's COMPLETE step, the sweeper's settlement) commits this claim, conditional on
+    the seq it read, *before* its call, and one whose claim loses does not call. Completed first and recorded
+    after, two completers racing (the engine's completion and the sweeper's settlement at its last chance, or
+    two sweeps at once) each called: the second was told "no active lifecycle action", and the first's commit
+    lost to the second's, so the record said the action was settled elsewhere (its false alarm). A completer
+    that finds the record claimed by another still at work (``completion_in_progress``) leaves it to that one.
+
+    A claim still on the record when the next one is made is a completer's that never recorded what its call
+    did (killed by its Lambda timeout, or its commit refused, after a call that may have landed): the claim
+    that takes it over says so, and its "no active lifecycle action" is taken for that call's (see
+    ``completed_by_a_vanished_claim``)."""
+    over = isinstance(record.extra.get(COMPLETION_CLAIM), dict)
+    claim = {"seq": record.seq + 1, "at": now.isoformat(), "over": over}
+    return record.model_copy(
+        update={
+            "seq": record.seq + 1,
+            "updated_at": now,
+            "due_at": min(record.due_at, now),
+            "extra": {**record.extra, COMPLETION_CLAIM: claim},
+        }
+    )
+
+
+def claim_recorded(record: LifecycleRecord) -> LifecycleRecord:
+    """``record`` as its completer commits what its call did: no claim left on it."""
+    if COMPLETION_CLAIM not in record.extra:
+        return record
+    extra = {key: value for key, value in record.extra.items() if key != COMPLETION_CLAIM}
+    return record.model_copy(update={"extra": extra})
+
+
+def completed_by_a_vanished_claim(record: LifecycleRecord) -> bool:
+    """Whether ``record``'s claim took over one whose completer vanished (see ``claimed_for_completion``)."""
+    claim = record.extra.get(COMPLETION_CLAIM)
+    return isinstance(claim, dict) and bool(claim.get("over"))
+
+
+def completion_in_progress(record: LifecycleRecord, now: datetime, within: timedelta) -> bool:
+    """Whether a completer claimed the record's completion less than ``within`` ago (what a step may take: the
+    heartbeat margin) and may be calling Auto Scaling now: nothing was committed after its claim. One that did
+    not commit by then was killed (its Lambda timeout), and its claim is taken over."""
+    claim = record.extra.get(COMPLETION_CLAIM)
+    if not isinstance(claim, dict) or claim.get("seq") != record.seq or not record.action_open:
+        return False
+    return now - datetime.fromisoformat(str(claim.get("at"))) < within
+
+
 def waits_for_slot(record: LifecycleRecord) -> bool:
     """A lifecycle a freed budget slot may move on: a waiter, or a drain paused because it lost its slot
     (it asks for it back with precedence, and must not sit idle until its retry once one is free)."""
@@ -347,7 +403,7 @@ class StepEngine:
 
     def _run_step(self, record: LifecycleRecord, now: datetime) -> LifecycleRecord | None:
         outcome = self._guard(record, now)
-        unanswered = False
+        unanswered = claimed = False
         # The confirmation's heartbeat in this run, if it asked one: when it was accepted, or that it failed
         renewed_at, heartbeat_failed = None, False
         stepped: Outcome | None = None  # what the step itself decided (not the guard, a lapse, a retry)
@@ -362,6 +418,13 @@ class StepEngine:
                     heartbeat_failed = True  # (its heartbeat, which the keep-alive would ask again at once)
                     raise
                 if outcome is None:
+                    if record.step is Step.COMPLETE and record.action_open:
+                        # (see ``claimed_for_completion``: lost, another completer has the action)
+                        claim = claimed_for_completion(record, now)
+                        if not self._records.commit(claim, expected_seq=record.seq):
+                            log.info("the completion of seq %d was claimed by another completer", record.seq)
+                            return None
+                        record, claimed = claim, True
                     outcome = stepped = handler(record, now)
             except (TransientError, Refused) as error:
                 outcome = self._retry(record, now, error)
@@ -370,10 +433,9 @@ class StepEngine:
                 # otherwise may have (``attempts`` counts every failed try since the step's last progress,
                 # ``refusals`` the refused ones)
                 refused = isinstance(error, (AccessRefused, Refused))
-                unanswered = record.step is Step.COMPLETE and (
-                    not refused or record.attempts > record.refusals
-                )
-        updated = _successor_of(advance(record, outcome, now), now)
+                unanswered = claimed and (not refused or record.attempts > record.refusals)
+        updated = advance(record, outcome, now)
+        updated = _successor_of(claim_recorded(updated) if claimed else updated, now)
         # Judged when the step ended, not when it began: a step that took seconds (slow or throttled APIs)
         # may have used up the time in which its successor could still heartbeat...
         ended = self._clock.now()

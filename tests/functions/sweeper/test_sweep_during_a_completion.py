@@ -133,15 +133,6 @@ def test_a_sweep_heartbeating_an_action_the_engine_has_just_completed_counts_no_
     assert_completed_by_the_engine(world)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "the sweeper's settlement claims the record (its next seq) and completes: the engine's completion that "
-        "landed just before is answered 'no active action', the engine's commit loses to the claim, and the "
-        "record says settled elsewhere (LifecycleActionsSettledElsewhere, the node's LifecycleActionGone); "
-        "windowless only with a claim of the engine's before its CompleteLifecycleAction (engine/completion)"
-    ),
-)
 @pytest.mark.usefixtures("stack")
 def test_a_sweep_at_the_last_chance_of_an_action_the_engine_has_just_completed_does_not_take_it_over(
     stack: Stack,

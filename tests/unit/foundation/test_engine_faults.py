@@ -268,9 +268,9 @@ def test_two_deliveries_of_a_completion_at_once_complete_it_once_and_the_record_
     # When the first is overtaken by the second while it calls Auto Scaling
     first = engine.handle(message)
 
-    # Then the action was completed once, with its result; the first, told it is settled already, lost its
-    # commit and ran nothing after it
-    assert (second, first) == ([Handled.DONE], Handled.CONFLICT)
+    # Then the action was completed once, with its result; the second, behind the first's claim of the
+    # completion (see engine.claimed_for_completion), called nothing and only watches the first's chain
+    assert (second, first) == ([Handled.WATCHING], Handled.DONE)
     assert world.autoscaling.completed == [(world.record().action, ActionResult.ABANDON)]
     record = world.record()
     assert (record.result, record.completed_at) == (ActionResult.ABANDON, T0)

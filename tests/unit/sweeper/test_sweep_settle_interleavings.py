@@ -10,6 +10,7 @@ from datetime import timedelta
 import pytest
 
 from nodecycle.domain.completion import SETTLED_ELSEWHERE, CompleteAction
+from nodecycle.domain.engine import Outcome
 from nodecycle.domain.errors import AccessRefused
 from nodecycle.domain.model import ActionRef, Step
 from nodecycle.domain.policy import ActionResult
@@ -143,20 +144,20 @@ def test_a_last_chance_settlement_between_the_engines_completion_and_its_commit_
     ).engine(
         {
             Step.COMPLETE: CompleteAction(repair.autoscaling, repair.metrics, repair.records),
-            Step.CLEANUP: Script([]),
+            Step.CLEANUP: Script([Outcome.wait(5)]),
         }
     )
 
     # When the drain function completes the action and the sweep settles the same action before its commit
     engine.handle(WorkMessage(record_id=record.id, seq=7, step=Step.COMPLETE))
 
-    # Then Auto Scaling took one completion, with the lifecycle's own result (the sweep's found it settled and
-    # asked no other result); the lifecycle went on past its completion once, with that result, its cleanup
-    # sent once (the drain function's commit lost to the sweep's)
+    # Then Auto Scaling took one completion, with the lifecycle's own result (the sweep found the drain
+    # function's claim of the completion and asked nothing); the lifecycle went on past its completion once,
+    # with that result, its cleanup sent once (the drain function's)
     assert repair.autoscaling.completed == [(record.action, ActionResult.ABANDON)]
     moved = repair.records.get(record.id)
     assert moved is not None
     assert (moved.step, moved.result) == (Step.CLEANUP, ActionResult.ABANDON)
     assert moved.completed_at is not None
     assert [sent.message.step for sent in repair.queues.take()] == [Step.CLEANUP]
-    assert reports[0]["LifecyclesSettled"] == 1
+    assert (reports[0]["LifecyclesSettled"], reports[0]["RepairsRaced"]) == (0, 1)

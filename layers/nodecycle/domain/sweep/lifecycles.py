@@ -8,7 +8,14 @@ from datetime import datetime, timedelta
 
 from nodecycle.domain.completion import CompleteAction
 from nodecycle.domain.eip.wake import waits_in_line
-from nodecycle.domain.engine import Dispatcher, action_lapsed, advance
+from nodecycle.domain.engine import (
+    Dispatcher,
+    action_lapsed,
+    advance,
+    claim_recorded,
+    claimed_for_completion,
+    completion_in_progress,
+)
 from nodecycle.domain.errors import AccessRefused, TransientError
 from nodecycle.domain.flow import completed_first
 from nodecycle.domain.model import LifecycleRecord, Step
@@ -323,6 +330,16 @@ class LifecycleRepair:
         current = self._records.get(record.id)
         if current is None or current.seq != record.seq:
             return False
+        if completion_in_progress(current, now, self._margin):
+            # A completer (the engine's completion, the guard's) claimed it and is calling Auto Scaling: taken
+            # over, its call that landed would answer this one's "no active lifecycle action". One killed after
+            # its claim (a margin ago) is taken over by the next sweep (see ``claimed_for_completion``).
+            log.info(
+                "lifecycle %s is being completed (claimed at seq %d): left to its completer",
+                record.id,
+                record.seq,
+            )
+            return False
         log.error(
             "lifecycle %s at %s is overdue near its global timeout: completing it now", record.id, record.step
         )
@@ -336,17 +353,18 @@ class LifecycleRepair:
         # before it completes: a step the engine runs meanwhile (a readiness gate that finds the node Ready, then
         # its completion inline) loses its commit and completes nothing. Completed first, the action would be
         # asked for two results (this failure result, and the engine's), the first to come taken.
-        settling = record.model_copy(
-            update={
-                "plan": completed_first(record),
-                "step": Step.COMPLETE,
-                "result": record.result if decided else self._failure_result(record),
-                "outcome": record.outcome if decided else "settled-by-sweeper",
-                "seq": record.seq + 1,
-                "updated_at": now,
-                "due_at": now,
-            }
-        )
+        # The claim (see ``claimed_for_completion``) is this write: the engine's own claim, or its commit, loses.
+        settling = claimed_for_completion(
+            record.model_copy(
+                update={
+                    "plan": completed_first(record),
+                    "step": Step.COMPLETE,
+                    "result": record.result if decided else self._failure_result(record),
+                    "outcome": record.outcome if decided else "settled-by-sweeper",
+                }
+            ),
+            now,
+        ).model_copy(update={"due_at": now})
         if not self._records.commit(settling, expected_seq=record.seq):
             return False
         self._left_line(record, now)
@@ -357,7 +375,7 @@ class LifecycleRepair:
             # crash here leaves the lifecycle at its completion, overdue, for the next sweep
             self._dispatcher.send(settling, now)
             raise
-        settled = advance(settling, completed, now)
+        settled = claim_recorded(advance(settling, completed, now))
         if not self._records.commit(settled, expected_seq=settling.seq):
             return False
         if not settled.finished:

@@ -1,0 +1,184 @@
+"""Who completes a lifecycle action when two completers meet, on the real record store (DynamoDB on moto): two
+sweeps at once at an action's last chance (EventBridge Scheduler may deliver a schedule twice), a sweep killed
+between its claim and its completion, and a drain function whose commit DynamoDB refuses after its completion
+landed. Every completer claims the record before it calls CompleteLifecycleAction (engine.claimed_for_completion):
+the action is completed once, and the record never says it was settled elsewhere for a completion of ours."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from datetime import timedelta
+
+import pytest
+
+from nodecycle.adapters.aws.records import DynamoRecordStore
+from nodecycle.domain.completion import SETTLED_ELSEWHERE, CompleteAction
+from nodecycle.domain.engine import Handled, Outcome
+from nodecycle.domain.errors import TransientError
+from nodecycle.domain.model import ActionRef, LifecycleRecord, Step
+from nodecycle.domain.policy import ActionResult
+from nodecycle.domain.sweep.sweeper import Counts
+from tests.support.fakes import FakeAutoscaling
+from tests.support.stack import Stack
+from tests.unit.foundation.test_engine import PLAN, Script, World, kept_alive, make_record
+from tests.unit.sweeper.test_sweeper import INTERVAL, MARGIN, Killed, Repair
+
+
+class Meanwhile(FakeAutoscaling):
+    """Auto Scaling, and what runs once while the first completion it takes is on its way back."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.meanwhile: list[Callable[[], object]] = []
+
+    def complete(self, action: ActionRef, result: ActionResult) -> bool:
+        completed = super().complete(action, result)
+        if self.meanwhile:
+            self.meanwhile.pop()()
+        return completed
+
+
+def repair_on(stack: Stack, autoscaling: FakeAutoscaling | None = None) -> Repair:
+    repair = Repair(records=DynamoRecordStore(stack.table, ttl=timedelta(days=1)))  # type: ignore[arg-type]
+    if autoscaling is not None:
+        repair.autoscaling = autoscaling
+        autoscaling.clock = repair.clock
+    return repair
+
+
+def stalled_at_its_last_chance(repair: Repair) -> str:
+    """A stalled drain at the last sweep before its action's global timeout, kept alive so far; its id."""
+    repair.autoscaling.action_timeout = 600
+    record = make_record(PLAN, Step.EVICT, node="n1", seq=4, heartbeat_timeout=600)
+    repair.clock.current = record.global_deadline - INTERVAL - MARGIN
+    assert repair.records.create(
+        kept_alive(repair.autoscaling, record, repair.clock.now() - timedelta(seconds=100))
+    )
+    return record.id
+
+
+def settled_by_the_sweeper(repair: Repair, record_id: str) -> LifecycleRecord:
+    settled = repair.records.get(record_id)
+    assert settled is not None
+    assert (settled.outcome, settled.result) == ("settled-by-sweeper", ActionResult.CONTINUE)
+    assert settled.completed_at is not None
+    assert SETTLED_ELSEWHERE not in settled.extra
+    assert [result for _, result in repair.autoscaling.completed] == [ActionResult.CONTINUE]
+    assert repair.metrics.counts.get("LifecycleActionsSettledElsewhere", 0) == 0
+    assert repair.metrics.counts.get("LifecycleActionsExpired", 0) == 0
+    return settled
+
+
+@pytest.mark.usefixtures("stack")
+def test_two_sweeps_at_once_at_an_actions_last_chance_complete_it_once_and_say_so(stack: Stack) -> None:
+    # Given a stalled drain at its last chance, and a second delivery of the same sweep that runs while the
+    # first one's CompleteLifecycleAction is on its way back (it landed)
+    repair = repair_on(stack, Meanwhile())
+    record_id = stalled_at_its_last_chance(repair)
+    assert isinstance(repair.autoscaling, Meanwhile)
+    second: list[Counts] = []
+    repair.autoscaling.meanwhile.append(lambda: second.append(repair.run()))
+
+    # When the first sweep settles it
+    first = repair.run()
+
+    # Then the action was completed once, by the first sweep, and the record says so: the second found the
+    # first's claim and called nothing (before: it claimed over it, was told "no active lifecycle action", and
+    # its commit beat the first's: the record said settled elsewhere, counted, the node told the action gone)
+    assert (first["LifecyclesSettled"], second[0]["LifecyclesSettled"]) == (1, 0)
+    settled_by_the_sweeper(repair, record_id)
+
+
+@pytest.mark.usefixtures("stack")
+def test_a_sweep_killed_between_its_claim_and_its_completion_is_finished_by_the_next_sweep(
+    stack: Stack,
+) -> None:
+    # Given a stalled drain at its last chance, and a sweep that the runtime ends at its completion call (its
+    # claim written, Auto Scaling not reached)
+    repair = repair_on(stack)
+    record_id = stalled_at_its_last_chance(repair)
+    complete = repair.autoscaling.complete
+
+    def killed(action: ActionRef, result: ActionResult) -> bool:
+        raise Killed
+
+    repair.autoscaling.complete = killed  # type: ignore[method-assign]
+    with contextlib.suppress(Killed):
+        repair.run()
+    claimed = repair.records.get(record_id)
+    assert claimed is not None
+    assert (claimed.step, claimed.completed_at) == (Step.COMPLETE, None)
+    assert repair.queues.take() == []  # (killed: nothing sent on)
+    repair.autoscaling.complete = complete  # type: ignore[method-assign]
+
+    # When the sweep is delivered again within the margin (a retry: the claim may be a completer's at work),
+    # then the next sweep runs on schedule
+    repair.clock.advance(MARGIN.total_seconds() / 2)
+    retried = repair.run()
+    repair.clock.advance(INTERVAL.total_seconds() - MARGIN.total_seconds() / 2)
+    scheduled = repair.run()
+
+    # Then the retry left the claim alone, and the next sweep took it over and completed the action once
+    assert (retried["LifecyclesSettled"], scheduled["LifecyclesSettled"]) == (0, 1)
+    settled = settled_by_the_sweeper(repair, record_id)
+    assert [sent.message.step for sent in repair.queues.take()] == [settled.step]
+
+
+@pytest.mark.usefixtures("stack")
+def test_a_completion_whose_commit_is_refused_is_recorded_as_completed_not_settled_elsewhere(
+    stack: Stack,
+) -> None:
+    # Given a drain at its completion whose CompleteLifecycleAction lands, and whose commit after it DynamoDB
+    # refuses (throttled past the client's retries): the action done, the record still claimed and open
+    world = World(records=DynamoRecordStore(stack.table, ttl=timedelta(days=1)))  # type: ignore[arg-type]
+    world.autoscaling = Meanwhile()
+    world.autoscaling.clock = world.clock
+    record = make_record(PLAN, Step.COMPLETE, node="n1", seq=4, heartbeat_timeout=600)
+    assert world.records.create(kept_alive(world.autoscaling, record, record.started_at))
+    commit = world.records.commit
+    refused: list[bool] = []
+
+    def refuse_once(record: LifecycleRecord, expected_seq: int) -> bool:
+        if not refused:
+            refused.append(True)
+            raise TransientError("ProvisionedThroughputExceededException")
+        return commit(record, expected_seq)
+
+    def refuse_the_next_commit() -> None:
+        world.records.commit = refuse_once  # type: ignore[method-assign]
+
+    world.autoscaling.meanwhile.append(refuse_the_next_commit)
+    cleanup = Script([Outcome.wait(5)])
+    engine = world.engine(
+        {
+            Step.COMPLETE: CompleteAction(world.autoscaling, world.metrics, world.records),
+            Step.CLEANUP: cleanup,
+        }
+    )
+    message = world.message()
+    with pytest.raises(TransientError):
+        engine.handle(message)
+
+    # When its message comes again (Lambda's redelivery), and each message it leads to at its time (a watch
+    # once the step is overdue, the step re-sent)
+    world.clock.advance(60)
+    handled = [engine.handle(message)]
+    while not cleanup.runs and (sent := world.queues.take()):
+        world.clock.advance(sent[0].delay)
+        handled.append(engine.handle(sent[0].message))
+
+    # Then the action was completed once, and the record says it was completed with its result: the completion
+    # that took over the claim of the run whose commit was refused was told "no active lifecycle action", which
+    # is that run's completion (before: settled elsewhere, counted, the node told the action gone); no expiry
+    moved = world.records.get(record.id)
+    assert moved is not None
+    assert (moved.step, moved.result, moved.outcome) == (Step.CLEANUP, ActionResult.CONTINUE, "completed")
+    assert moved.completed_at is not None
+    assert SETTLED_ELSEWHERE not in moved.extra
+    assert len(world.autoscaling.completed) == 1
+    assert world.metrics.counts.get("LifecycleActionsSettledElsewhere", 0) == 0
+    assert world.metrics.counts.get("LifecycleActionsExpired", 0) == 0
+    assert len(cleanup.runs) == 1
+    # (the redelivered message found the claim's seq and watched; its watch re-sent the step)
+    assert handled == [Handled.WATCHING, Handled.RESENT, Handled.RAN]
