@@ -34,13 +34,41 @@ from typing import NoReturn
 from nodecycle.domain.catalog import LifecycleHooks, ManagedGroups
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.intake import Intake, IntakeOutcome
-from nodecycle.domain.model import LifecycleRecord, Transition
+from nodecycle.domain.model import WARM_POOL, LifecycleRecord, Transition
 from nodecycle.domain.ports.lifecycle import Autoscaling, ClaimingRecordStore, WaitingInstance
 from nodecycle.domain.ports.runtime import Metrics
 from nodecycle.domain.sweep.sweep_time import SweepTime
 from nodecycle.domain.sweep.sweeper import Counts, SweepFailed, found_unlisted
 
 log = logging.getLogger(__name__)
+
+
+def _held_at(record: LifecycleRecord) -> tuple[bool | None, bool | None]:
+    """Where ``record``'s action holds its instance, as far as its state tells it: in a warm pool's own wait
+    state on its way into the pool (``Warmed:Pending:Wait``), on its way out of it terminated
+    (``Warmed:Terminating:Wait``), or neither; None where the record does not say (no origin or destination). A
+    launch out of the pool waits in ``Pending:Wait`` as any launch: its origin tells nothing."""
+    into = None if record.destination is None else record.destination == WARM_POOL
+    out_of = None
+    if record.transition is Transition.TERMINATING and record.origin is not None:
+        out_of = record.origin == WARM_POOL
+    return into, out_of
+
+
+def _known(waiting: WaitingInstance, known: set[tuple[str, Transition, bool | None, bool | None]]) -> bool:
+    """Whether a listed lifecycle's open action may be the one holding ``waiting``: of its instance and
+    transition, and held where that action would hold it. The listing comes from an index that lags, and the
+    version it shows may be one whose action has ended since; an instance held where that action never holds it
+    (taken out of its warm pool at once after its launch into the pool was completed, under the same hook) is
+    held by another action, perhaps an orphan, and probed. (The same wait state again takes a round out of the
+    pool and back into it: longer than an index lags.)"""
+    into = waiting.destination == WARM_POOL
+    out_of = waiting.transition is Transition.TERMINATING and waiting.origin == WARM_POOL
+    return any(
+        (waiting.instance_id, waiting.transition, told_into, told_out_of) in known
+        for told_into in (into, None)
+        for told_out_of in (out_of, None)
+    )
 
 
 @dataclass(frozen=True)
@@ -91,7 +119,7 @@ class OrphanedActions:
         try:
             # (not a lifecycle whose action is over that still watches its node: into a warm pool, for weeks; the
             # instance's next action under the hook is another one)
-            known = {(r.instance_id, r.transition) for r in open_records if r.action_open}
+            known = {(r.instance_id, r.transition, *_held_at(r)) for r in open_records if r.action_open}
         except Exception:  # (whatever kept DynamoDB from listing them: logged whole, the sweep fails below)
             log.exception("could not list the open lifecycles: every held action is kept alive, none adopted")
             self._keep_every_action_alive(now, time)
@@ -104,7 +132,7 @@ class OrphanedActions:
         # The instances a sweep cut short left unlooked at go first at the next: the listing comes in the same
         # order at every sweep, and each sweep would reach the same first ones again, never the others
         listed = sorted(
-            (w for w in self._groups.waiting_instances() if (w.instance_id, w.transition) not in known),
+            (w for w in self._groups.waiting_instances() if not _known(w, known)),
             key=lambda w: (w.instance_id, w.transition) not in self._unlooked,
         )
         # (only a listing made: one that failed showed nothing, and did not fail to show an action)
