@@ -427,7 +427,14 @@ class StepEngine:
                         record, claimed = claim, True
                     outcome = stepped = handler(record, now)
             except (TransientError, Refused) as error:
-                outcome = self._retry(record, now, error)
+                try:
+                    outcome = self._retry(record, now, error)
+                except (TransientError, Refused):
+                    if claimed:
+                        # Refused to the last try (its message fails): a call that did not land, whose claim the
+                        # next completer must not take for a completion of ours (the earlier tries' were recorded)
+                        self._records.commit(claim_recorded(record), expected_seq=record.seq)
+                    raise
                 # A completion that failed so may have landed all the same (a read timeout, a 5xx after Auto
                 # Scaling took the call); a refusal did not, but one of the tries before it that failed
                 # otherwise may have (``attempts`` counts every failed try since the step's last progress,

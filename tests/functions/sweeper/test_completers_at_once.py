@@ -15,10 +15,10 @@ import pytest
 from nodecycle.adapters.aws.records import DynamoRecordStore
 from nodecycle.domain.completion import SETTLED_ELSEWHERE, CompleteAction
 from nodecycle.domain.engine import Handled, Outcome
-from nodecycle.domain.errors import TransientError
+from nodecycle.domain.errors import AccessRefused, TransientError
 from nodecycle.domain.model import ActionRef, LifecycleRecord, Step
 from nodecycle.domain.policy import ActionResult
-from nodecycle.domain.sweep.sweeper import Counts
+from nodecycle.domain.sweep.sweeper import Counts, SweepFailed
 from tests.support.fakes import FakeAutoscaling
 from tests.support.stack import Stack
 from tests.unit.foundation.test_engine import PLAN, Script, World, kept_alive, make_record
@@ -182,3 +182,43 @@ def test_a_completion_whose_commit_is_refused_is_recorded_as_completed_not_settl
     assert len(cleanup.runs) == 1
     # (the redelivered message found the claim's seq and watched; its watch re-sent the step)
     assert handled == [Handled.WATCHING, Handled.RESENT, Handled.RAN]
+
+
+@pytest.mark.usefixtures("stack")
+def test_a_settlement_refused_to_the_sweeper_leaves_no_claim_taken_for_a_completion_of_ours(
+    stack: Stack,
+) -> None:
+    # Given a stalled drain at its last chance whose settlement Auto Scaling refuses to the sweeper's role
+    repair = repair_on(stack)
+    record_id = stalled_at_its_last_chance(repair)
+    complete = repair.autoscaling.complete
+
+    def refused(action: ActionRef, result: ActionResult) -> bool:
+        raise AccessRefused("completing a lifecycle action", "AccessDenied", "explicit deny")
+
+    repair.autoscaling.complete = refused  # type: ignore[method-assign]
+    with pytest.raises(SweepFailed):
+        repair.run()
+
+    # When an operator completes the action by hand meanwhile, and the drain function runs the completion the
+    # sweep sent on to it
+    repair.autoscaling.complete = complete  # type: ignore[method-assign]
+    repair.autoscaling.active = False
+    engine = World(
+        clock=repair.clock, records=repair.records, queues=repair.queues, autoscaling=repair.autoscaling
+    ).engine(
+        {
+            Step.COMPLETE: CompleteAction(repair.autoscaling, repair.metrics, repair.records),
+            Step.CLEANUP: Script([Outcome.wait(5)]),
+        }
+    )
+    (sent,) = repair.queues.take()
+    engine.handle(sent.message)
+
+    # Then the record says the action was settled elsewhere, as it was (the sweeper's call was refused: no
+    # completion of ours landed), not completed by the sweeper's vanished call
+    settled = repair.records.get(record_id)
+    assert settled is not None
+    assert settled.completed_at is not None
+    assert settled.extra.get(SETTLED_ELSEWHERE) is True
+    assert repair.autoscaling.completed == []

@@ -324,6 +324,17 @@ class LifecycleRepair:
         if self._out_of_line is not None and waits_in_line(record):
             self._out_of_line(record, now)
 
+    def _claim_withdrawn(self, settling: LifecycleRecord) -> LifecycleRecord:
+        """``settling`` with its claim gone (the same seq: the message sent on stays current); as it was when
+        DynamoDB does not take it (the engine then takes the claim over, as for a completer killed)."""
+        withdrawn = claim_recorded(settling)
+        try:
+            if self._records.commit(withdrawn, expected_seq=settling.seq):
+                return withdrawn
+        except Exception as error:  # (the refusal is what fails the sweep)
+            log.warning("could not withdraw the claim of %s (%r)", settling.id, error)
+        return settling
+
     def _settle(self, record: LifecycleRecord, now: datetime) -> bool:
         # The list comes from an index that lags: read the lifecycle as it is before completing its action,
         # which no conditional write could undo. One the engine has moved on is the engine's.
@@ -370,9 +381,13 @@ class LifecycleRepair:
         self._left_line(record, now)
         try:
             completed = self._completion(settling, now)
-        except Exception:
+        except Exception as error:
             # (Auto Scaling throttled): the engine retries the completion, with this result, at its backoff; a
             # crash here leaves the lifecycle at its completion, overdue, for the next sweep
+            if isinstance(error, AccessRefused):
+                # A call that did not land: its claim is not one the engine's completion may take for a completion
+                # of ours (see ``claimed_for_completion``)
+                settling = self._claim_withdrawn(settling)
             self._dispatcher.send(settling, now)
             raise
         settled = claim_recorded(advance(settling, completed, now))

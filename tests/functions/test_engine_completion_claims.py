@@ -1,0 +1,68 @@
+"""The claim the engine writes before its CompleteLifecycleAction (engine.claimed_for_completion) after a call
+that certainly did not land: a completion refused to the role until its message fails leaves no claim that the
+next completer would take for a completion of ours."""
+
+from __future__ import annotations
+
+import pytest
+
+from nodecycle.domain.completion import SETTLED_ELSEWHERE, CompleteAction
+from nodecycle.domain.engine import COMPLETION_CLAIM, MAX_REFUSED_ATTEMPTS, Handled, Outcome
+from nodecycle.domain.errors import AccessRefused
+from nodecycle.domain.model import ActionRef, Step
+from nodecycle.domain.policy import ActionResult
+from tests.support.fakes import FakeAutoscaling
+from tests.unit.foundation.test_engine import PLAN, Script, World, make_record
+
+ONE_FAULT = 150
+
+
+class RefusedThenSettledByHand(FakeAutoscaling):
+    """CompleteLifecycleAction denied to the role until ``refusing`` is cleared (the policy fixed), by which time
+    an operator has completed the action by hand."""
+
+    refusing = True
+
+    def complete(self, action: ActionRef, result: ActionResult) -> bool:
+        if self.refusing:
+            raise AccessRefused("completing a lifecycle action", "AccessDenied", "not authorized")
+        return super().complete(action, result)
+
+
+def test_a_completion_refused_until_its_message_fails_leaves_no_claim_taken_for_a_completion_of_ours() -> (
+    None
+):
+    # Given a lifecycle at its completion, refused to the role at every try until its message fails
+    world = World(redelivery=ONE_FAULT)
+    world.autoscaling = autoscaling = RefusedThenSettledByHand()
+    world.records.create(make_record(PLAN, Step.COMPLETE))
+    engine = world.engine(
+        {
+            Step.COMPLETE: CompleteAction(world.autoscaling, world.metrics),
+            Step.CLEANUP: Script([Outcome.wait(5)]),
+        }
+    )
+    for _ in range(MAX_REFUSED_ATTEMPTS - 1):
+        engine.handle(world.message())
+        (sent,) = world.queues.take()
+        world.clock.advance(sent.delay)
+    failing = world.message()
+    with pytest.raises(AccessRefused):
+        engine.handle(failing)
+    assert COMPLETION_CLAIM not in world.record().extra  # (its call refused: nothing that may have landed)
+
+    # When the policy is fixed after an operator completed the action by hand, and the failed message comes
+    # again (Lambda's redelivery), then the watch it sends, then the step re-sent
+    autoscaling.refusing, autoscaling.active = False, False
+    handled = [engine.handle(failing)]
+    while world.record().completed_at is None and (queued := world.queues.take()):
+        world.clock.advance(queued[0].delay)
+        handled.append(engine.handle(queued[0].message))
+
+    # Then the record says the action was settled elsewhere, as it was: not completed by a call of ours (every
+    # one was refused)
+    record = world.record()
+    assert record.completed_at is not None
+    assert record.extra.get(SETTLED_ELSEWHERE) is True
+    assert world.metrics.counts["LifecycleActionsSettledElsewhere[transition=terminate]"] == 1
+    assert handled[0] is Handled.WATCHING
