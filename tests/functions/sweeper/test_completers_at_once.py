@@ -222,3 +222,60 @@ def test_a_settlement_refused_to_the_sweeper_leaves_no_claim_taken_for_a_complet
     assert settled.completed_at is not None
     assert settled.extra.get(SETTLED_ELSEWHERE) is True
     assert repair.autoscaling.completed == []
+
+
+class CompletedBeforeTheHeartbeat(FakeAutoscaling):
+    """Auto Scaling, and a drain whose completion lands between a sweep's read of the record and its heartbeat
+    (the first heartbeat asked runs it, then is answered)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.before_heartbeat: list[Callable[[], object]] = []
+
+    def heartbeat(self, action: ActionRef) -> bool:
+        if self.before_heartbeat:
+            self.before_heartbeat.pop()()
+        return super().heartbeat(action)
+
+
+@pytest.mark.usefixtures("stack")
+def test_a_sweeps_heartbeat_after_a_completion_it_read_before_counts_no_expiry(stack: Stack) -> None:
+    # Given a drain at its eviction whose heartbeat is due by the record (the sweep heartbeats it), and whose
+    # eviction ends, its completion run inline and landed, between the sweep's read of the record and its
+    # heartbeat
+    world = World(records=DynamoRecordStore(stack.table, ttl=timedelta(days=1)))  # type: ignore[arg-type]
+    world.autoscaling = autoscaling = CompletedBeforeTheHeartbeat()
+    autoscaling.clock = world.clock
+    record = make_record((Step.EVICT, Step.COMPLETE, Step.CLEANUP, Step.DONE), Step.EVICT, node="n1", seq=4)
+    world.clock.current = record.heartbeat_deadline - timedelta(seconds=MARGIN.total_seconds())
+    record = record.model_copy(update={"due_at": world.clock.now()})  # (its poll due now: not stalled)
+    assert world.records.create(kept_alive(autoscaling, record, world.clock.now() - timedelta(seconds=200)))
+    engine = world.engine(
+        {
+            Step.EVICT: Script([Outcome.next()]),
+            Step.COMPLETE: CompleteAction(autoscaling, world.metrics, world.records),
+            Step.CLEANUP: Script([Outcome.wait(5)]),
+        }
+    )
+    message = world.message()
+    autoscaling.before_heartbeat.append(lambda: engine.handle(message))
+    repair = Repair(
+        clock=world.clock,
+        records=world.records,
+        queues=world.queues,
+        autoscaling=autoscaling,
+        metrics=world.metrics,
+    )
+
+    # When the sweep runs
+    report = repair.run()
+
+    # Then the action was completed once, by the drain, and nothing counts it expired (its alarm: a node may
+    # have gone undrained) nor settled elsewhere
+    assert report["LifecyclesExpired"] == 0
+    assert world.metrics.counts.get("LifecycleActionsExpired", 0) == 0
+    assert world.metrics.counts.get("LifecycleActionsSettledElsewhere", 0) == 0
+    moved = world.records.get(record.id)
+    assert moved is not None
+    assert (moved.step, moved.outcome, moved.completed_at is not None) == (Step.CLEANUP, "completed", True)
+    assert len(autoscaling.completed) == 1
