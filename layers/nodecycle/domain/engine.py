@@ -455,6 +455,7 @@ class StepEngine:
         updated = self._keep_alive(
             updated,
             ended,
+            read_seq=record.seq,
             completion_unanswered=unanswered,
             renewed_at=renewed_at,
             heartbeat_failed=heartbeat_failed,
@@ -559,6 +560,8 @@ class StepEngine:
         # renew an action already confirmed for this instance)
         verify = self._autoscaling.heartbeat if record.verified_at is not None else self._autoscaling.confirm
         if not verify(record.action):
+            if record.verified_at is not None and self._moved_on(record.id, record.seq):
+                return record, Outcome.wait(0)  # (its commit loses: see _moved_on)
             if record.verified_at is not None:
                 log.warning(
                     "the lifecycle action of %s lapsed before this step: nothing is disrupted",
@@ -584,6 +587,19 @@ class StepEngine:
             return record, Outcome.goto(after_completion(record), outcome="unknown-action")
         return record.renewed(now, verified_at=now), None
 
+    def _moved_on(self, record_id: str, read_seq: int) -> bool:
+        """Whether the lifecycle moved on from the seq this run read, asked when a heartbeat finds its action gone
+        (before that is counted an expiry): the sweeper's settlement at the action's last chance claims the
+        record and completes the action, and a heartbeat of the engine's run that comes after that completion is
+        told "no active lifecycle action". This run's commit loses to the settlement's; the lifecycle is the
+        sweeper's. A read that fails tells nothing: judged as read."""
+        try:
+            current = self._records.get(record_id)
+        except TransientError as error:
+            log.warning("could not read lifecycle %s again: %s", record_id, error)
+            return False
+        return current is not None and current.seq != read_seq
+
     def _guard(self, record: LifecycleRecord, now: datetime) -> Outcome | None:
         """Complete the action before its global timeout, whatever the current step is still waiting for."""
         if not record.action_open or record.step in (Step.COMPLETE, Step.CLEANUP):
@@ -606,6 +622,7 @@ class StepEngine:
         completion_unanswered: bool = False,
         renewed_at: datetime | None = None,
         heartbeat_failed: bool = False,
+        read_seq: int | None = None,
     ) -> LifecycleRecord:
         """Heartbeat only when the hook's deadline needs it: when the next run, or its retry after one fault,
         could come too late to heartbeat itself. Never let the next step come later than that, nor later than
@@ -622,7 +639,8 @@ class StepEngine:
         and the completion's retry settles it (with its result) either way. ``renewed_at``: when the step's
         confirmation (``_verify``) recorded a heartbeat in this run: another one sooner than
         ``HEARTBEAT_RETRY_MIN`` after it would extend nothing. ``heartbeat_failed``: that heartbeat failed
-        (throttled): it is not asked again at once, only retried as a failed heartbeat is."""
+        (throttled): it is not asked again at once, only retried as a failed heartbeat is. ``read_seq``: the
+        seq the run read (see ``_moved_on``)."""
         if not record.action_open or record.step in (Step.CLEANUP, Step.DONE):
             return record
         latest = record.global_deadline - self._timing.settle_before
@@ -683,6 +701,8 @@ class StepEngine:
             if not active and completion_unanswered:
                 log.info("the lifecycle action is no longer active: perhaps completed by the call unanswered")
                 return record  # (its retry, at its backoff, is told so too, and records the completion)
+            if not active and read_seq is not None and self._moved_on(record.id, read_seq):
+                return record  # (its commit loses: see _moved_on)
             if not active:
                 ended = action_lapsed(record, now, self._autoscaling, self._records, self._metrics)
                 expired = advance(record, ended, now)
