@@ -279,3 +279,35 @@ def test_a_sweeps_heartbeat_after_a_completion_it_read_before_counts_no_expiry(s
     assert moved is not None
     assert (moved.step, moved.outcome, moved.completed_at is not None) == (Step.CLEANUP, "completed", True)
     assert len(autoscaling.completed) == 1
+
+
+@pytest.mark.usefixtures("stack")
+def test_a_settlement_whose_commit_is_refused_after_its_completion_is_recorded_by_the_next_sweep(
+    stack: Stack,
+) -> None:
+    # Given a stalled drain at its last chance, whose settlement's completion lands and whose commit after it
+    # DynamoDB refuses (throttled past the client's retries): the action done, the record claimed and open
+    repair = repair_on(stack, Meanwhile())
+    record_id = stalled_at_its_last_chance(repair)
+    assert isinstance(repair.autoscaling, Meanwhile)
+    commit = repair.records.commit
+
+    def refuse_once(record: LifecycleRecord, expected_seq: int) -> bool:
+        repair.records.commit = commit  # type: ignore[method-assign]
+        raise TransientError("ProvisionedThroughputExceededException")
+
+    def refuse_the_next_commit() -> None:
+        repair.records.commit = refuse_once  # type: ignore[method-assign]
+
+    repair.autoscaling.meanwhile.append(refuse_the_next_commit)
+    with pytest.raises(SweepFailed):
+        repair.run()
+
+    # When the next sweep runs, on schedule
+    repair.clock.advance(INTERVAL.total_seconds())
+    counts = repair.run()
+
+    # Then it records the completion that landed as the sweeper's, with its result: no second result asked,
+    # nothing counted settled elsewhere or expired
+    assert counts["LifecyclesSettled"] == 1
+    settled_by_the_sweeper(repair, record_id)
