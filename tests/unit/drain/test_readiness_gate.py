@@ -127,6 +127,20 @@ def test_a_node_named_otherwise_than_its_instance_is_found_by_provider_id_once_i
     assert cluster.looks.count(True) == 1
 
 
+def test_past_its_first_two_minutes_the_gate_lists_every_node_once_in_six_polls() -> None:
+    # Given a gate of ten minutes polled every 5 s, for a node that never shows up by its DNS name
+    cluster = LookupsCluster()
+    gate = gate_on(cluster, Dns(), readiness(readiness_timeout_seconds="600", drain_poll_seconds="5"))
+
+    # When the gate polls for five minutes
+    poll_gate(gate, cluster, until=300, joins={})
+
+    # Then it looks by name alone for two minutes (24 polls), then lists every node once in six polls:
+    # a gate waiting out its timeout lists the whole cluster a few times a minute, not at every poll
+    assert len(cluster.looks) == 60
+    assert [i for i, scan in enumerate(cluster.looks) if scan] == [24, 30, 36, 42, 48, 54]
+
+
 def test_the_gate_lists_every_node_at_its_last_look_before_giving_up() -> None:
     # Given a gate shorter than the time a node is given to register under its DNS name
     cluster = LookupsCluster()
