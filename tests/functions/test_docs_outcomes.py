@@ -23,7 +23,7 @@ def outcomes_written_where_counted(metric: str) -> set[str]:
         lines = source.read_text().splitlines()
         for index, line in enumerate(lines):
             if f'.count("{metric}")' in line:
-                decision = "\n".join(lines[index : index + 16])
+                decision = "\n".join(lines[index : index + 24])
                 found |= set(re.findall(rf"outcome(?:=|\"\s*:\s*)[^\n]*?{OUTCOME}", decision))
     return found
 
