@@ -109,6 +109,7 @@ def _assign(
         records=ports.records,
         groups=ports.autoscaling,
         waker=waker,
+        offers=lines,
     )
 
 
@@ -124,4 +125,5 @@ def _line_waker(config: EipSettings | SweeperSettings, ports: Common, lines: Dyn
         queues=ports.queues,
         quota_pool=quota_pool,
         addresses=addresses(),
+        offers=lines,
     )

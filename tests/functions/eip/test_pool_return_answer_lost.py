@@ -9,7 +9,7 @@ claimed since) and wakes the line for the free ones. On moto (the real EC2 adapt
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,7 +18,7 @@ import pytest
 
 from nodecycle.adapters.aws.addresses import Ec2Addresses
 from nodecycle.domain.eip.release import RELEASE_ATTEMPTS, ReleaseAddresses
-from nodecycle.domain.eip.wake import LineWaker
+from nodecycle.domain.eip.wake import LineWaker, Offer
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import LifecycleRecord
@@ -39,7 +39,12 @@ class ToldWaker(LineWaker):
         self.told: Counter[str | None] = Counter()
 
     def given_back(
-        self, freed: Mapping[str | None, int], now: datetime, *, passing_over: str | None = None
+        self,
+        freed: Mapping[str | None, int],
+        now: datetime,
+        *,
+        passing_over: str | None = None,
+        offered: Sequence[Offer] = (),
     ) -> None:
         self.told.update(freed)
 

@@ -12,6 +12,7 @@ from botocore.exceptions import ClientError
 
 from nodecycle.adapters.aws.clients import LazyClient, error_code, transient_errors
 from nodecycle.domain.eip.line import Held, Line, Waiter
+from nodecycle.domain.eip.wake import Offer
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -123,6 +124,43 @@ class DynamoAddressLines:
             pool=item["pool"]["S"],
             at=at,
         )
+
+    def offer(self, key: str, lifecycle: str, offer: Offer) -> None:
+        item: dict[str, Any] = {
+            "id": {"S": _offer_id(key, lifecycle)},
+            "pool": {"S": offer.pool},
+            "allocation": {"S": offer.allocation_id},
+            "public_ip": {"S": offer.public_ip},
+            "ended": {"S": offer.ended},
+            "at": {"S": offer.at.isoformat()},
+            "expires_at": {"N": str(int((offer.at + KEPT).timestamp()))},
+        }
+        with transient_errors("offering an address given back to the launch woken for it"):
+            self._dynamodb().put_item(TableName=self._table, Item=item)
+
+    def offered(self, key: str, lifecycle: str) -> Offer | None:
+        with transient_errors("reading the address offered to a launch woken for it"):
+            response = self._dynamodb().get_item(
+                TableName=self._table, Key={"id": {"S": _offer_id(key, lifecycle)}}, ConsistentRead=True
+            )
+        item = response.get("Item")
+        if not item:
+            return None
+        at = datetime.fromisoformat(item["at"]["S"])
+        if at + KEPT <= datetime.now(UTC):
+            return None  # (the table's TTL deletes it within days of its expiry)
+        return Offer(
+            pool=item["pool"]["S"],
+            allocation_id=item["allocation"]["S"],
+            public_ip=item["public_ip"]["S"],
+            ended=item["ended"]["S"],
+            at=at,
+        )
+
+
+def _offer_id(key: str, lifecycle: str) -> str:
+    """The item of the address offered to a waiter of a line, woken for it: beside the records and the lines."""
+    return f"eip-offer#{key}#{lifecycle}"
 
 
 def _held_id(owner: str, instance_id: str) -> str:

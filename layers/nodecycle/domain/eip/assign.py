@@ -43,7 +43,7 @@ from typing import Any, Protocol
 
 from nodecycle.domain.eip import SCRATCH, release_unassociated, without_scratch
 from nodecycle.domain.eip.line import AddressLines, Held, Line, PoolLine, Waiter, ahead_of, line_key
-from nodecycle.domain.eip.wake import LineWaker
+from nodecycle.domain.eip.wake import OFFERED_FOR, LineWaker, Offers
 from nodecycle.domain.engine import TERMINATION_STATES, Outcome
 from nodecycle.domain.errors import AccessRefused, TransientError
 from nodecycle.domain.flow import after_completion
@@ -128,8 +128,11 @@ class AssignAddress:
         records: RecordStore,
         groups: InstanceGroups,
         waker: LineWaker | None = None,
+        offers: Offers | None = None,
     ) -> None:
         self._owner = owner
+        # The address a release gave back offered to this launch, woken for it (None: its listing alone decides)
+        self._offers = offers
         self._mode = policy.mode
         self._pool = policy.pool or ""
         self._grow_pool = policy.grow_pool
@@ -290,6 +293,10 @@ class AssignAddress:
         outcome = self._take_first(record, now, scratch, [*own, *others], found)
         if outcome is not None:
             return outcome
+        if not own and not others:
+            outcome, scratch = self._take_offered(record, scratch, now, found)
+            if outcome is not None:
+                return outcome
         if not self._grow_pool:
             return self._exhausted(
                 record,
@@ -341,6 +348,46 @@ class AssignAddress:
         if outcome is not None:
             return outcome
         return self._start_over(record, scratch, "another launch claimed the new pool address first")
+
+    def _take_offered(
+        self, record: LifecycleRecord, scratch: dict[str, Any], now: datetime, found: list[Address]
+    ) -> tuple[Outcome | None, dict[str, Any]]:
+        """A launch in line whose listing shows nothing free for it: the address a release gave back and offered
+        to it, woken for it (nodecycle.domain.eip.wake), which EC2's reads may not show free yet. Associated
+        directly: EC2 decides on its own state, AllowReassociation false, so one taken since is refused, not
+        moved (the look goes on as before). Tried once per association ended, within OFFERED_FOR of its release.
+        Not knowing the offer now (the table throttling) is no reason to fail the look. Returns the outcome (None:
+        not taken) and the scratch to go on with."""
+        if self._offers is None or not scratch.get("exhausted_since"):
+            return None, scratch
+        try:
+            offer = self._offers.offered(line_key(self._owner, self._line_pool), record.id)
+        except TransientError as error:
+            log.info("could not read the address offered to this launch: %s", error)
+            return None, scratch
+        if (
+            offer is None
+            or offer.pool != self._pool
+            or offer.ended == scratch.get("offered")
+            or not timedelta(0) <= now - offer.at <= OFFERED_FOR
+        ):
+            return None, scratch
+        leaving = self._leaving(record, scratch)
+        if leaving is not None:
+            return self._instance_gone(record, leaving), scratch
+        # (the association the release ended, which a read behind it still shows: see _confirm)
+        scratch = {**scratch, "offered": offer.ended}
+        log.info(
+            "address %s was given back and offered to instance %s: associating it (not listed free yet)",
+            offer.public_ip,
+            record.instance_id,
+        )
+        address = Address(
+            allocation_id=offer.allocation_id,
+            public_ip=offer.public_ip,
+            tags={OWNER_TAG: self._owner, POOL_TAG: offer.pool},
+        )
+        return self._take_first(record, now, scratch, [address], found), scratch
 
     def _ahead(
         self,
@@ -748,6 +795,12 @@ class AssignAddress:
             )
         if current is not None and current.instance_id == record.instance_id:
             return self._done(record, current, found)
+        if current is not None and current.association_id == scratch.get("offered"):
+            # The association a release ended and offered the address from: a read behind EC2's writes (association
+            # ids are never reused), not the address taken. Read again, as one that does not show yet
+            current = Address(
+                allocation_id=current.allocation_id, public_ip=current.public_ip, tags=current.tags
+            )
         if current is not None and current.associated:
             holder = current.instance_id or "a network interface"
             return self._start_over(

@@ -51,7 +51,7 @@ from typing import Any
 
 from nodecycle.domain.eip import SCRATCH, release_unassociated, without_scratch
 from nodecycle.domain.eip.line import AddressLines
-from nodecycle.domain.eip.wake import LineWaker
+from nodecycle.domain.eip.wake import LineWaker, Offer
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import ADDRESSES_LEFT, WARM_POOL, LifecycleRecord
@@ -110,6 +110,9 @@ class ReleaseAddresses:
         instance = record.instance_id
         hookless = not record.transition.has_hook
         freed: Counter[str | None] = Counter()  # addresses given back, by pool (None: released)
+        # The pool addresses this run disassociated and returned: each offered to the waiter woken for it, whose
+        # look may list the pool before EC2's reads show the disassociation (see nodecycle.domain.eip.wake)
+        offered: list[Offer] = []
         scratch: dict[str, Any] = dict(record.extra.get(SCRATCH) or {})
         # Pool addresses whose disassociation went unanswered at an earlier run (allocation id: pool), and at this
         # one; and those of the earlier runs this one has counted
@@ -188,7 +191,9 @@ class ReleaseAddresses:
                         # down (given back otherwise)
                         self._disassociate(address)
                         settling.append(address)
-                    elif not self._take_back(address, instance, freed, unanswered, pending):
+                    elif not self._take_back(
+                        address, instance, freed, unanswered, pending, offered=offered, now=now
+                    ):
                         in_use.append(address)
                 except AddressRefused as error:
                     # asked again with the ones in use (a denial may be IAM still propagating), then left
@@ -234,7 +239,7 @@ class ReleaseAddresses:
             return Outcome.next(extra={**without_scratch(record), ADDRESSES_LEFT: True})
         finally:
             if self._waker is not None and freed:
-                self._waker.given_back(freed, now)
+                self._waker.given_back(freed, now, offered=offered)
         if settling and not in_use:
             log.info(
                 "addresses %s disassociated from %s; released at the next run, if the instance is still down then",
@@ -526,12 +531,16 @@ class ReleaseAddresses:
         freed: Counter[str | None],
         unanswered: dict[str, str],
         pending: dict[str, str],
+        *,
+        offered: list[Offer] | None = None,
+        now: datetime | None = None,
     ) -> bool:
         """Disassociate, then release or return the address; False when EC2 still has it in use. ``freed``
         counts what a launch waiting in a line may take now: an address returned to its pool, or released.
         ``unanswered``: the pool addresses whose disassociation went unanswered (raised a TransientError);
         ``pending``: those whose disassociation EC2 answered as unknown while it still shows them on the
-        instance."""
+        instance. ``offered``: the pool addresses returned, with the association ended (at ``now``), each offered
+        to the waiter woken for it."""
         pending.pop(address.allocation_id, None)
         if address.association_id is not None:
             try:
@@ -558,6 +567,16 @@ class ReleaseAddresses:
             self._metrics.count("EipsReturned")
             log.info("returned address %s to pool %r", address.public_ip, address.pool)
             freed[address.pool] += 1
+            if offered is not None and now is not None and address.association_id is not None:
+                offered.append(
+                    Offer(
+                        pool=address.pool,
+                        allocation_id=address.allocation_id,
+                        public_ip=address.public_ip,
+                        ended=address.association_id,
+                        at=now,
+                    )
+                )
             return True
         if address.allocated_for != instance:
             # Ours, but allocated for another instance: unassociated now, the sweeper judges it by its age.

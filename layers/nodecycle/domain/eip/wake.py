@@ -21,6 +21,16 @@ on, runs nothing (a watch). A duplicate while it still waits costs a look, which
 that run at once are two deliveries of one look, which ASSIGN_EIP is built for (both reach for the same
 address; one associates it, the other finds it on the instance).
 
+EC2's reads lag its writes (for seconds under load): the woken look, listing the pool, may still see the address
+on the instance that gave it back, find nothing free and wait its 15 s, the address idle meanwhile. So a release
+offers each address it gave back to the waiter woken for it (:class:`Offer`, one item per waiter beside the line,
+written before the wake-up is sent), and that waiter's look, finding nothing free in its listing, tries
+AssociateAddress on the offered address directly (``AssignAddress._take_offered``): EC2's writes decide on its own
+state, in which the address is free, and AllowReassociation false moves nothing, so an address taken since (a new
+launch, another waiter, two woken for one address) is refused and the look goes on as before. A read by its id
+that still shows the association the release ended is a read behind, not the address taken (association ids are
+never reused). An offer is tried once (per association ended) and only within ``OFFERED_FOR``.
+
 Cost: one read of the line per release that freed an address, one read of a record and one message per waiter
 woken (a waiter whose lifecycle is over, a few at most, costs its read), and one listing of the pool when more
 launches wait than were to be woken (as many are woken as the pool has free addresses: see ``given_back``).
@@ -29,8 +39,10 @@ launches wait than were to be woken (as many are woken as the pool has free addr
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from datetime import datetime
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Protocol
 
 from nodecycle.domain.eip import SCRATCH
 from nodecycle.domain.eip.line import AddressLines, line_key
@@ -45,6 +57,35 @@ log = logging.getLogger(__name__)
 # Records looked up, per line, to find the first waiters still waiting: those whose lifecycle is over (a
 # crash, a launch ended elsewhere) stay in the line until a launch behind them takes them out
 WAKE_LOOKS = 5
+# An address offered to a woken waiter is tried by a look within this of its release: later, the look's own
+# listing shows what is free (EC2's lag is seconds), and the address may long be someone else's
+OFFERED_FOR = timedelta(seconds=60)
+
+
+@dataclass(frozen=True)
+class Offer:
+    """A pool address a release gave back (``at``), offered to the waiter woken for it: the association the
+    release ended (``ended``) is what a read behind the release still shows."""
+
+    pool: str
+    allocation_id: str
+    public_ip: str
+    ended: str
+    at: datetime
+
+
+class Offers(Protocol):
+    """Where the offers to woken waiters are kept: one per line and waiter, the latest kept."""
+
+    def offer(self, key: str, lifecycle: str, offer: Offer) -> None:
+        """Keep the offer for the waiter (over any earlier). Raises
+        :class:`~nodecycle.domain.errors.TransientError`."""
+        ...
+
+    def offered(self, key: str, lifecycle: str) -> Offer | None:
+        """The latest offer to the waiter (read consistently); None when none (or over a day old). Raises
+        :class:`~nodecycle.domain.errors.TransientError`."""
+        ...
 
 
 class LineWaker:
@@ -59,8 +100,11 @@ class LineWaker:
         queues: WorkQueues,
         quota_pool: str | None = None,
         addresses: Addresses | None = None,
+        offers: Offers | None = None,
     ) -> None:
         self._owner = owner
+        # Where the addresses given back are offered to the waiters woken for them (None: not offered)
+        self._offers = offers
         # To count the free addresses of a pool (None: each wake-up wakes as many waiters as it is told)
         self._addresses = addresses
         self._lines = lines
@@ -71,7 +115,12 @@ class LineWaker:
         self._quota_pool = quota_pool
 
     def given_back(
-        self, freed: Mapping[str | None, int], now: datetime, *, passing_over: str | None = None
+        self,
+        freed: Mapping[str | None, int],
+        now: datetime,
+        *,
+        passing_over: str | None = None,
+        offered: Sequence[Offer] = (),
     ) -> None:
         """``freed``: how many addresses were given back to each pool (None: released, room under the quota), or
         how many launches the first waiters no longer wait behind. A pool's line wakes as many of its first
@@ -83,7 +132,8 @@ class LineWaker:
         the step that gives an address back (a terminate's release) must not fail, nor be retried, for one it
         could not send, however it failed (throttled, denied, a 5xx, a timeout, an answer lost, SQS refusing it
         for its queue's key, a bug): the waiters' own looks remain. Each one lost is told (a warning, with the
-        traceback of a failure that is not AWS's)."""
+        traceback of a failure that is not AWS's). ``offered``: the pool addresses given back, each offered to one
+        waiter woken for its pool, in the line's order (the first woken the first given back)."""
         lines = dict(freed)
         if freed.get(None) and self._quota_pool is not None:
             lines[self._quota_pool] = lines.get(self._quota_pool, 0) + freed[None]
@@ -98,11 +148,13 @@ class LineWaker:
             if pool is not None and len(waiting) > count:
                 count = max(count, self._free(pool))
             woken = 0
+            offers = [offer for offer in offered if offer.pool == pool]
             for looked, waiter in enumerate(waiting):
                 if woken >= count or looked - woken >= WAKE_LOOKS:
                     break
+                offer = offers[woken] if woken < len(offers) else None
                 try:
-                    if self._wake(waiter.lifecycle, waiter.instance_id):
+                    if self._wake(waiter.lifecycle, waiter.instance_id, key, offer):
                         woken += 1
                 except Exception as error:  # (see the docstring: any failure)
                     # (counted as woken: the next waiter must not take what this one is first in line for)
@@ -135,8 +187,9 @@ class LineWaker:
         transient = isinstance(error, TransientError)
         log.warning("%s (it looks at its own pace): %s", what, error, exc_info=not transient)
 
-    def _wake(self, lifecycle: str, instance_id: str) -> bool:
-        """Send the waiter its look now; False when its lifecycle waits for an address no more."""
+    def _wake(self, lifecycle: str, instance_id: str, key: str, offer: Offer | None) -> bool:
+        """Send the waiter its look now, the address ``offer`` offered to it first; False when its lifecycle waits
+        for an address no more."""
         record = self._records.get(lifecycle)
         if record is None or record.instance_id != instance_id or not waits_in_line(record):
             return False
@@ -146,6 +199,11 @@ class LineWaker:
             # its own again early, a try of the minute EC2 is given to know it spent (see assign.verify_delay),
             # counted woken while the launch behind it, which the address was for, was not
             return False
+        if offer is not None and self._offers is not None:
+            try:
+                self._offers.offer(key, lifecycle, offer)
+            except Exception as error:  # (see given_back: any failure; woken all the same, its look lists)
+                self._lost(f"could not offer address {offer.public_ip} to {instance_id}", error)
         self._queues.send(
             Worker.EIP,
             WorkMessage(record_id=record.id, seq=record.seq, step=record.step, wake=True, token=record.token),
