@@ -795,7 +795,8 @@ class AssignAddress:
             )
         if current is not None and current.instance_id == record.instance_id:
             return self._done(record, current, found)
-        if current is not None and current.association_id == scratch.get("offered"):
+        ended = scratch.get("offered")
+        if current is not None and ended is not None and current.association_id == ended:
             # The association a release ended and offered the address from: a read behind EC2's writes (association
             # ids are never reused), not the address taken. Read again, as one that does not show yet
             current = Address(
