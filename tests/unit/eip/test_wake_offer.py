@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+import pytest
+
 from nodecycle.domain.eip.assign import AssignAddress
 from nodecycle.domain.eip.line import line_key
 from nodecycle.domain.eip.wake import OFFERED_FOR, LineWaker, Offer
@@ -76,6 +78,18 @@ def waiting_for_a_pool_of_one() -> tuple[FakeAddresses, Launch, str]:
     return ec2, launch, pooled
 
 
+def given_back_unseen(ec2: FakeAddresses, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The old instance's address disassociated in EC2's own state, its listings still showing it there (EC2's
+    reads behind its writes); the association ended."""
+    stale = ec2.find(OWNER, pool="ci")
+    (old,) = ec2.on("i-old")
+    ended = old.association_id
+    assert ended is not None
+    old.instance_id = old.association_id = None
+    monkeypatch.setattr(ec2, "find", lambda *args, **kwargs: stale)
+    return ended
+
+
 def test_an_offer_older_than_its_freshness_is_not_tried() -> None:
     # Given a launch in line, offered an address given back longer than OFFERED_FOR ago (since taken back by the
     # instance it came from, its listing shows)
@@ -106,13 +120,10 @@ def test_an_offer_refused_is_not_tried_again_and_moves_nothing() -> None:
     assert launch.record.step is Step.ASSIGN_EIP
 
 
-def test_a_fresh_offer_of_a_free_address_is_taken_at_the_woken_look() -> None:
+def test_a_fresh_offer_of_a_free_address_is_taken_at_the_woken_look(monkeypatch: pytest.MonkeyPatch) -> None:
     # Given a launch in line, offered an address given back a second ago, which its listing shows taken still
     ec2, launch, pooled = waiting_for_a_pool_of_one()
-    (old,) = ec2.on("i-old")
-    ended = old.association_id
-    assert ended is not None
-    old.instance_id = old.association_id = None  # (EC2's own state: free)
+    ended = given_back_unseen(ec2, monkeypatch)
     launch.offer(pooled, ended, T0)
 
     # When it looks
@@ -139,3 +150,18 @@ def test_a_waiter_whose_offer_could_not_be_written_is_woken_all_the_same() -> No
     # Then it is sent its look (which lists the pool), the offer lost
     assert [sent.message.record_id for sent in queues.take()] == [launch.record.id]
     assert launch.offers.offers == {}
+
+
+def test_an_offer_from_a_release_whose_clock_runs_a_little_ahead_is_taken(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a launch in line, offered a free address by a release whose container's clock is two seconds ahead
+    ec2, launch, pooled = waiting_for_a_pool_of_one()
+    ended = given_back_unseen(ec2, monkeypatch)
+    launch.offer(pooled, ended, T0 + timedelta(seconds=3))
+
+    # When it looks, a second after the release by its own clock
+    launch.look(T0 + timedelta(seconds=1))
+
+    # Then it takes the address offered
+    assert [eip.allocation_id for eip in ec2.on("i-new")] == [pooled]

@@ -369,7 +369,8 @@ class AssignAddress:
             offer is None
             or offer.pool != self._pool
             or offer.ended == scratch.get("offered")
-            or not timedelta(0) <= now - offer.at <= OFFERED_FOR
+            # (either way: the release ran in another container, whose clock may be a little ahead)
+            or abs(now - offer.at) > OFFERED_FOR
         ):
             return None, scratch
         leaving = self._leaving(record, scratch)
