@@ -125,10 +125,16 @@ def completion_in_progress(record: LifecycleRecord, now: datetime, within: timed
     """Whether a completer claimed the record's completion less than ``within`` ago (what a step may take: the
     heartbeat margin) and may be calling Auto Scaling now: nothing was committed after its claim. One that did
     not commit by then was killed (its Lambda timeout), and its claim is taken over."""
+    ends = claim_ends(record, within)
+    return ends is not None and now < ends
+
+
+def claim_ends(record: LifecycleRecord, within: timedelta) -> datetime | None:
+    """When the claim on ``record`` may be taken over (see ``completion_in_progress``); None: no claim at work."""
     claim = record.extra.get(COMPLETION_CLAIM)
     if not isinstance(claim, dict) or claim.get("seq") != record.seq or not record.action_open:
-        return False
-    return now - datetime.fromisoformat(str(claim.get("at"))) < within
+        return None
+    return datetime.fromisoformat(str(claim.get("at"))) + within
 
 
 def waits_for_slot(record: LifecycleRecord) -> bool:
@@ -394,6 +400,15 @@ class StepEngine:
             return Handled.STALE  # the chain moved on: nothing was lost
         if not record.overdue(now, self._timing.resume_grace):
             self._watch(record, now)  # early (clock rounding): look again when it is
+            return Handled.WATCHING
+        ends = claim_ends(record, self._timing.heartbeat_margin)
+        if ends is not None and now < ends:
+            # A completer's claim, due at once, and that completer may be calling Auto Scaling now (a resume grace
+            # shorter than the margin): not lost. Re-sent, the step would claim over it and call a second time, and
+            # the first call, told "no active lifecycle action", would count the action settled elsewhere. Looked
+            # at again once the claim may be taken over (see ``completion_in_progress``).
+            delay = math.ceil((ends - now).total_seconds()) + 1
+            self._dispatch.send_again(record, watch, delay_seconds=delay, here=self._worker)
             return Handled.WATCHING
         log.warning("the message for step %s (seq %d) looks lost: sending it again", record.step, record.seq)
         self._dispatch.resume(record)

@@ -310,6 +310,11 @@ class LifecycleRepair:
         counts."""
         if last:
             return ("LifecyclesSettled",) if self._settle(record, now) else ("RepairsRaced",)
+        if completion_in_progress(record, now, self._margin):
+            # Overdue by the grace, but a completer's claim (due at once) whose call may be on its way: left to it,
+            # as ``_settle`` leaves it (a resend would claim over it and call a second time)
+            log.info("lifecycle %s is being completed (claimed at seq %d): not resent", record.id, record.seq)
+            return ()
         stuck: tuple[str, ...] = ()
         if record.resumes >= MAX_RESUMES:
             # Reported at every sweep it is overdue, re-sent or not, so that the alarm holds while it is stuck.
