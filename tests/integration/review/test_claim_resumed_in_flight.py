@@ -24,7 +24,7 @@ from nodecycle.domain.policy import ActionResult
 from tests.support.fakes import FakeAutoscaling
 from tests.support.stack import Stack
 from tests.unit.foundation.test_engine import Script, World, kept_alive, make_record
-from tests.unit.sweeper.test_sweeper import Repair
+from tests.unit.sweeper.test_sweeper import Killed, Repair
 
 GRACE = timedelta(seconds=10)  # ResumeGraceSeconds, shorter than the margin (as the template allows)
 MARGIN = timedelta(seconds=60)  # HeartbeatMarginSeconds (its default)
@@ -223,3 +223,41 @@ def test_a_settlement_whose_call_outlasts_the_margin_is_not_taken_over_while_its
     assert world.metrics.counts.get("LifecycleActionsSettledElsewhere", 0) == 0
     assert counts["LifecyclesSettled"] == 1
     assert Handled.RESENT not in handled
+
+
+@pytest.mark.usefixtures("stack")
+def test_a_drain_killed_between_its_claim_and_its_call_is_completed_by_its_redelivery_without_a_sweep(
+    stack: Stack,
+) -> None:
+    # Given a drain at its completion whose invocation the runtime ends at its CompleteLifecycleAction (its
+    # claim written, Auto Scaling not reached), and no sweep for as long as it takes (the schedule disabled)
+    world, autoscaling, engine = world_on(stack)
+    message = world.message()
+
+    def killed() -> None:
+        raise Killed
+
+    autoscaling.before_landing.append(killed)
+    with pytest.raises(Killed):
+        engine.handle(message)
+
+    # When its message comes again after the queue's visibility timeout (150 s), and each message it leads to
+    # at its time
+    world.clock.advance(150)
+    handled = [engine.handle(message)]
+    for _ in range(10):
+        sent = world.queues.take()
+        if not sent or handled[-1] is Handled.RAN:
+            break
+        world.clock.advance(sent[0].delay)
+        handled.append(engine.handle(sent[0].message))
+
+    # Then its redelivery took the claim over and completed the action once (the killed call never landed),
+    # recorded as completed with its result
+    assert handled == [Handled.WATCHING, Handled.RESENT, Handled.RAN]
+    assert autoscaling.calls == 2
+    assert len(autoscaling.completed) == 1
+    moved = world.records.get(RECORD_ID)
+    assert moved is not None
+    assert (moved.step, moved.outcome, moved.completed_at is not None) == (Step.CLEANUP, "completed", True)
+    assert world.metrics.counts.get("LifecycleActionsSettledElsewhere", 0) == 0
