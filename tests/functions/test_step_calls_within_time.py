@@ -90,14 +90,16 @@ def test_a_step_whose_aws_call_hangs_is_retried_within_the_invocations_time(
     assert time.monotonic() - started < REMAINING + LATE_SECONDS
     assert hung_autoscaling.requests >= 1
     assert response == {"batchItemFailures": []}
-    # ...and its retry is committed and sent: the completion is tried again, not completed by mistake
+    # ...and its retry is committed and sent: the completion is tried again, not completed by mistake (two
+    # commits: the completion's claim before its call, then the retry, which clears the claim)
     after = records.get(record.id)
     assert after is not None
     assert (after.step, after.seq, after.attempts, after.finished) == (
         Step.COMPLETE,
-        record.seq + 1,
+        record.seq + 2,
         1,
         False,
     )
+    assert "completion_claim" not in after.extra
     sent = [json.loads(message["Body"]) for message in receive_all(queue)]
-    assert [(message["record_id"], message["seq"]) for message in sent] == [(record.id, record.seq + 1)]
+    assert [(message["record_id"], message["seq"]) for message in sent] == [(record.id, record.seq + 2)]
