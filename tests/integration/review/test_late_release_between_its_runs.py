@@ -64,11 +64,6 @@ def allocating_fn(clock: Clock, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     return load_function("eip")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the sweeper releases the address a late release's first run disassociated, before its second run "
-    "gives it back to the instance started again (fix: sweep/addresses.py, see the report)",
-)
 def test_a_sweep_between_the_two_runs_of_a_late_release_leaves_the_address_to_its_second_run(
     allocating_fn: ModuleType, stack: Stack, clock: Clock
 ) -> None:

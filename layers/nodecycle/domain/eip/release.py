@@ -16,11 +16,12 @@ global timeout: see :func:`nodecycle.domain.flow.completed_first`).
 EC2 shows a start late, its LaunchTime with its state: a run of such a release seconds after the instance was
 started again sees it down, launched before, and disassociates the address the instance holds in service (a
 stopped instance keeps its addresses). No read closes that window, so such a release settles over two runs: the
-first looks at the instance (twice: the look that shows a start is believed) and disassociates; only a later run,
-RELEASE_DELAY on, whose own look still finds the instance down, releases (an instance shown shutting down or
-terminated is gone: no read shows a termination that did not happen, and its addresses go at once). The addresses
-a run took back are kept in the record, and a later run that sees the start gives back those allocated for the
-instance (associates them again, without a read first: one of a replica behind shows them still associated;
+first looks at the instance (twice: the look that shows a start is believed) and leaves the addresses allocated for
+it where they are (disassociated, they would lie free and allocated long ago between the runs: what the sweeper
+releases); only a later run, RELEASE_DELAY on, whose own look still finds the instance down, disassociates and
+releases them (an instance shown shutting down or terminated is gone: no read shows a termination that did not
+happen, and its addresses go at once). The addresses a run took back are kept in the record, and a later run that
+sees the start gives back those allocated for the instance (associates them again, without a read first: one of a replica behind shows them still associated;
 AllowReassociation=False moves none; a pool's address returned is claimed again by the instance's launch through
 its line).
 
@@ -183,15 +184,18 @@ class ReleaseAddresses:
                 taken_back.append(address)
                 # (a pool's address, returned, is the pool's: a launch claims it through the pool's line)
                 mine = address.pool is None and address.allocated_for == instance
+                if mine and not may_release:
+                    # Left on the instance until the next run, whose look at the instance decides: released then
+                    # if it still finds the instance down, kept otherwise. Disassociated now, the address would
+                    # lie unassociated and allocated long ago between the two runs, which is what the sweeper
+                    # releases (its rule knows only a launch's seconds before its association): a sweep between
+                    # them released the address the second run would have given back to an instance in service.
+                    settling.append(address)
+                    continue
                 if mine and address.associated and address.allocation_id not in disassociated:
                     disassociated.append(address.allocation_id)
                 try:
-                    if mine and not may_release:
-                        # disassociated now, released at the next run if its look at the instance still finds it
-                        # down (given back otherwise)
-                        self._disassociate(address)
-                        settling.append(address)
-                    elif not self._take_back(
+                    if not self._take_back(
                         address, instance, freed, unanswered, pending, offered=offered, now=now
                     ):
                         in_use.append(address)
@@ -242,7 +246,7 @@ class ReleaseAddresses:
                 self._waker.given_back(freed, now, offered=offered)
         if settling and not in_use:
             log.info(
-                "addresses %s disassociated from %s; released at the next run, if the instance is still down then",
+                "addresses %s left on %s until the next run: released then if the instance is still down",
                 ", ".join(address.public_ip for address in settling),
                 instance,
             )
