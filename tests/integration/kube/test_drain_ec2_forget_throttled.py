@@ -17,6 +17,7 @@ from datetime import timedelta
 import boto3
 import pytest
 from botocore.config import Config
+from botocore.retries.standard import ExponentialBackoff
 
 from nodecycle.adapters.aws.instances import Ec2Instances
 from nodecycle.adapters.kube.cluster_api import KubeCluster
@@ -42,8 +43,11 @@ RETRY = timedelta(seconds=policy().budget_retry_seconds)
 
 
 @pytest.fixture
-def instances() -> Iterator[Ec2Instances]:
+def instances(monkeypatch: pytest.MonkeyPatch) -> Iterator[Ec2Instances]:
     """EC2 (moto) as the drain function reaches it, throttling it every DescribeInstances."""
+    # botocore still retries each throttled call, but without its jittered sleep of wall time (the step's time is
+    # the test's clock): they were most of this file's 40 s
+    monkeypatch.setattr(ExponentialBackoff, "delay_amount", lambda self, context: 0.0)
     server = MotoServer()
     endpoint = server.start()
     FAULTS.arm_for(
