@@ -42,12 +42,13 @@ from tests.unit.drain.test_drain_steps import (
 SEED = drain_steps.SEED
 OTHER = "ip-10-0-2-10.eu-west-1.compute.internal"  # the node that holds the budget's one slot
 POLL = timedelta(seconds=policy().poll_seconds)
+RETRY = timedelta(seconds=policy().budget_retry_seconds)
 # the action's global timeout, from T0: its drain timeout three times over
 ACTION_TIME = timedelta(minutes=40)
 
 
 @pytest.mark.parametrize("answer", ["kube-error", "kube-forbidden"])
-def test_a_waiter_whose_node_cannot_be_read_asks_again_at_each_poll_and_is_settled_only_near_its_end(
+def test_a_waiter_whose_node_cannot_be_read_asks_again_backing_off_within_its_cadence_and_is_settled_near_its_end(
     cluster: KubeCluster, server: KubeServer, answer: str
 ) -> None:
     # Given a drain waiting in line for the budget's one slot (its node read at its first ask), and then an API
@@ -64,12 +65,17 @@ def test_a_waiter_whose_node_cannot_be_read_asks_again_at_each_poll_and_is_settl
     start = T0 + timedelta(seconds=30)
     runs, record = run(step, record, start, record.global_deadline)
 
-    # Then it asks again at each poll (never minutes apart), is told once, still waits well past its drain timeout
-    # (time waiting for a slot is not the drain's), and the action is settled only at the latest a drain could
-    # begin before its global timeout, no slot taken and nothing of the node touched
+    # Then it asks again no sooner than a poll and no later than its budget retry (never minutes apart), backing
+    # off with jitter (held for the action's time, hundreds of waiters do not ask a failing API server every poll,
+    # nor in step), is told once, still waits well past its drain timeout (time waiting for a slot is not the
+    # drain's), and the action is settled only at the latest a drain could begin before its global timeout, no
+    # slot taken and nothing of the node touched
     assert server.faults.firings()
-    assert all(outcome.delay <= POLL.total_seconds() for _, outcome in runs[:-1]), [o.delay for _, o in runs]
+    delays = [outcome.delay for _, outcome in runs[:-1]]
+    assert all(POLL.total_seconds() <= delay <= RETRY.total_seconds() for delay in delays[:-1]), delays
     at, last = runs[-1]
+    assert len(runs) < (at - start) / POLL / 3, delays
+    assert len(set(delays)) > len(delays) // 2, delays
     assert (last.then, last.again) == (Step.COMPLETE, False)
     assert record.outcome == "drain-timeout-reads-refused"
     assert at > start + 2 * policy().timeout, "a waiter held past its drain timeout"

@@ -242,9 +242,11 @@ class AcquireSlot:
         waiter asking again minutes later (its place in line, renewed at its asks, expiring meanwhile; its
         precedence near the action's global timeout told late; a slot passed on to it held idle), for as long as
         the failure lasted, and nobody told (a retry is a metric, no alarm); a refusal went into the dead-letter
-        queue after the engine's refused tries. Asked again at each poll instead (no sooner than a Retry-After),
-        not told for a poll interval (a blip); then told (a Warning event, the alarm's metric), and held while the
-        action's time lasts (see :func:`_waiting_deadline`): settled as a drain that could not begin
+        queue after the engine's refused tries. Asked again a poll later instead (no sooner than a Retry-After), not
+        told for a poll interval (a blip); then told (a Warning event, the alarm's metric), asked again backing off
+        up to the waiters' cadence (BudgetRetrySeconds), jittered (held for the action's time, hundreds of waiters
+        would otherwise read a failing API server every poll, in step, for hours), and held while the action's
+        time lasts (see :func:`_waiting_deadline`): settled as a drain that could not begin
         (``drain-timeout-reads-refused``), nothing of the node touched, only where the action's global timeout
         would end it anyway. No slot is asked for meanwhile: one granted could not be used, its node unread."""
         log.warning("the node of %s cannot be read at its slot's ask: %s", record.instance_id, error)
@@ -273,7 +275,8 @@ class AcquireSlot:
                 "NodeUnreadable",
                 f"nodecycle ({record.owner}) cannot read node {node} to drain it for the termination of "
                 f"{record.instance_id} ({error}), failing since {since:%H:%M:%S}Z: asked again every "
-                f"{self._policy.poll_seconds} s until {deadline:%H:%M:%S}Z, then its action is completed undrained",
+                f"{self._policy.poll_seconds} to {self._policy.budget_retry_seconds} s until {deadline:%H:%M:%S}Z, "
+                "then its action is completed undrained",
             ),
             timed_out=(
                 f"Drain timed out before it began: node {node} could not be read since {since:%H:%M:%S}Z "
@@ -282,7 +285,17 @@ class AcquireSlot:
             outcome="drain-timeout-reads-refused",
             found=found,
         )
-        return outcome if not outcome.again else Outcome.wait(poll, **outcome.changes)
+        if not outcome.again:
+            return outcome
+        wait = _backing_off(
+            since,
+            now,
+            floor=self._policy.poll_seconds,
+            cap=max(self._policy.poll_seconds, self._policy.budget_retry_seconds),
+            retry_after=retry_after,
+            deadline=deadline,
+        )
+        return Outcome.wait(wait, **outcome.changes)
 
     def _budget_failing(
         self, record: LifecycleRecord, error: TransientError, now: datetime, found: dict[str, Any]
