@@ -285,17 +285,7 @@ class AcquireSlot:
             outcome="drain-timeout-reads-refused",
             found=found,
         )
-        if not outcome.again:
-            return outcome
-        wait = _backing_off(
-            since,
-            now,
-            floor=self._policy.poll_seconds,
-            cap=max(self._policy.poll_seconds, self._policy.budget_retry_seconds),
-            retry_after=retry_after,
-            deadline=deadline,
-        )
-        return Outcome.wait(wait, **outcome.changes)
+        return self._asked_again(outcome, since, now, retry_after, deadline)
 
     def _budget_failing(
         self, record: LifecycleRecord, error: TransientError, now: datetime, found: dict[str, Any]
@@ -344,6 +334,13 @@ class AcquireSlot:
             outcome="drain-timeout-reads-refused",
             found=found,
         )
+        return self._asked_again(outcome, since, now, error.retry_after, deadline)
+
+    def _asked_again(
+        self, outcome: Outcome, since: datetime, now: datetime, retry_after: float | None, deadline: datetime
+    ) -> Outcome:
+        """A waiter's ask that fails (its node unread, its budget failing) and is to be asked again: from a poll up
+        to the waiters' cadence (BudgetRetrySeconds), backing off with jitter (see :func:`_backing_off`)."""
         if not outcome.again:
             return outcome
         wait = _backing_off(
@@ -351,7 +348,7 @@ class AcquireSlot:
             now,
             floor=self._policy.poll_seconds,
             cap=max(self._policy.poll_seconds, self._policy.budget_retry_seconds),
-            retry_after=error.retry_after,
+            retry_after=retry_after,
             deadline=deadline,
         )
         return Outcome.wait(wait, **outcome.changes)
