@@ -19,7 +19,7 @@ from tests.integration.kube import test_kube_drain_steps as drain_steps
 from tests.integration.kube.test_drain_ec2_instance_state import instances
 from tests.integration.kube.test_kube_drain_steps import INSTANCE, NODE, draining
 from tests.support.fakes import T0
-from tests.unit.drain.test_drain_steps import FakeSlots, cordon, spot, wakes_to_nowhere
+from tests.unit.drain.test_drain_steps import FakeSlots, cordon, policy, spot, wakes_to_nowhere
 
 SEED = drain_steps.SEED
 __all__ = ["instances"]  # (the fixture: EC2 refusing the drain function every DescribeInstances)
@@ -49,6 +49,7 @@ def test_a_stop_whose_instance_state_ec2_refuses_frees_nothing_and_ends(
         slots=slots,
         dispatcher=wakes_to_nowhere(),
         instances=instances,
+        policy=policy(),
     )
     outcome = step(stopped, T0)
 

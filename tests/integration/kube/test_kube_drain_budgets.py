@@ -26,6 +26,7 @@ from tests.unit.drain.test_drain_steps import (
     FakeSlots,
     NoDns,
     cordon,
+    policy,
     spot,
 )
 
@@ -162,7 +163,12 @@ def forget_after_a_stop(cluster: KubeCluster, slots: FakeSlots) -> Outcome:
         records=InMemoryRecords(), queues=RecordingQueues(), clock=FakeClock(T0), metrics=FakeMetrics()
     )
     forget = ForgetNode(
-        finder=NodeFinder(cluster, NoDns()), cluster=cluster, slots=slots, dispatcher=waker, instances=NoDns()
+        finder=NodeFinder(cluster, NoDns()),
+        cluster=cluster,
+        slots=slots,
+        dispatcher=waker,
+        instances=NoDns(),
+        policy=policy(),
     )
     return forget(stopped, T0)
 

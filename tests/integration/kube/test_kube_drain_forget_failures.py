@@ -26,7 +26,7 @@ from tests.integration.kube.cluster import run_retrying
 from tests.integration.kube.test_kube_drain_budgets import claimed_by_its_drain
 from tests.integration.kube.test_kube_drain_steps import INSTANCE, NODE
 from tests.support.fakes import T0
-from tests.unit.drain.test_drain_steps import NoDns, spot, wakes_to_nowhere
+from tests.unit.drain.test_drain_steps import NoDns, policy, spot, wakes_to_nowhere
 
 SEED = drain_steps.SEED
 
@@ -62,6 +62,7 @@ def test_an_instance_gone_without_a_hook_frees_its_slot_within_seconds_though_it
         slots=slots,
         dispatcher=wakes_to_nowhere(),
         instances=NoDns(),
+        policy=policy(),
     )
     runs, _ = run_retrying(step, stopped, T0, T0 + timedelta(minutes=1))
 

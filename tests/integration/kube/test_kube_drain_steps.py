@@ -433,7 +433,9 @@ def test_a_node_stopped_into_the_warm_pool_comes_back_uncordoned_when_its_state_
         id=f"{INSTANCE}/state-change",
         instance_id=INSTANCE,
     )
-    ForgetNode(finder=finder, cluster=cluster, slots=slots, dispatcher=waker, instances=NoDns())(stopped, T0)
+    ForgetNode(
+        finder=finder, cluster=cluster, slots=slots, dispatcher=waker, instances=NoDns(), policy=policy()
+    )(stopped, T0)
     Cleanup(
         cluster=cluster,
         slots=slots,

@@ -26,6 +26,7 @@ from tests.unit.drain.test_drain_steps import (
     NoDns,
     cleanup,
     cordon,
+    policy,
     terminating,
     wakes_to_nowhere,
 )
@@ -78,7 +79,12 @@ def test_a_late_cleanup_forget_and_sweep_of_the_first_owner_leave_the_next_owner
         later = T0 + timedelta(minutes=4)
         cleanup(cluster, slots)(ours, later)
         forget = ForgetNode(
-            finder=finder, cluster=cluster, slots=slots, dispatcher=wakes_to_nowhere(), instances=NoDns()
+            finder=finder,
+            cluster=cluster,
+            slots=slots,
+            dispatcher=wakes_to_nowhere(),
+            instances=NoDns(),
+            policy=policy(),
         )
         forget(ours.model_copy(update={"step": Step.FORGET_NODE}), later)
         records = InMemoryRecords()

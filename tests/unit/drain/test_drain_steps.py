@@ -1855,7 +1855,12 @@ def test_a_node_stopped_into_the_warm_pool_comes_back_uncordoned_whichever_step_
     # and Auto Scaling stopping the instance: its state change frees what nodecycle held for it
     stopped = spot(Step.FORGET_NODE, transition=Transition.STATE_CHANGE, id=f"{INSTANCE}/state-change")
     forget = ForgetNode(
-        finder=NodeFinder(cluster, NoDns()), cluster=cluster, slots=slots, dispatcher=waker, instances=NoDns()
+        finder=NodeFinder(cluster, NoDns()),
+        cluster=cluster,
+        slots=slots,
+        dispatcher=waker,
+        instances=NoDns(),
+        policy=policy(),
     )
 
     # When the state change's step and the drain's cleanup run, in either order, and the cleanup looks again
@@ -2494,7 +2499,12 @@ def test_an_instance_gone_outside_the_hooks_has_its_slot_and_annotations_freed()
     record = spot(Step.FORGET_NODE, transition=Transition.STATE_CHANGE, id=f"{INSTANCE}/state-change")
     # When the state change's step runs
     outcome = ForgetNode(
-        finder=NodeFinder(cluster, NoDns()), cluster=cluster, slots=slots, dispatcher=waker, instances=NoDns()
+        finder=NodeFinder(cluster, NoDns()),
+        cluster=cluster,
+        slots=slots,
+        dispatcher=waker,
+        instances=NoDns(),
+        policy=policy(),
     )(record, T0)
     # Then the annotations (of whichever lifecycle) are cleared, marked as that lifecycle's (whose cleanup
     # may still lift its cordon), and the instance's budget entries forgotten
@@ -2521,7 +2531,12 @@ def test_an_instance_gone_outside_the_hooks_reads_its_node_again_if_it_changed_s
     )
     record = spot(Step.FORGET_NODE, transition=Transition.STATE_CHANGE, id=f"{INSTANCE}/state-change")
     step = ForgetNode(
-        finder=NodeFinder(cluster, NoDns()), cluster=cluster, slots=slots, dispatcher=waker, instances=NoDns()
+        finder=NodeFinder(cluster, NoDns()),
+        cluster=cluster,
+        slots=slots,
+        dispatcher=waker,
+        instances=NoDns(),
+        policy=policy(),
     )
 
     # When the state change's step runs, Then the stale patch is refused (409): nothing is cleared or
@@ -2600,7 +2615,12 @@ def test_a_late_stop_of_an_instance_up_again_frees_nothing_of_its_newer_lifecycl
 
     # When the late step runs
     outcome = ForgetNode(
-        finder=NodeFinder(cluster, ec2), cluster=cluster, slots=slots, dispatcher=waker, instances=ec2
+        finder=NodeFinder(cluster, ec2),
+        cluster=cluster,
+        slots=slots,
+        dispatcher=waker,
+        instances=ec2,
+        policy=policy(),
     )(stop, later)
 
     # Then t3 keeps its slot and annotations, and nobody is woken into the slot t3 still drains with

@@ -19,7 +19,16 @@ from nodecycle.domain.policy import Quantity
 from nodecycle.domain.ports.lifecycle import WorkMessage
 from tests.support.fakes import FakeMetrics
 from tests.unit.budget.fakes import FakeInventory, MemoryBudgetStore, RecordingMetrics
-from tests.unit.drain.test_drain_steps import INSTANCE, NODE, FakeCluster, NoDns, node, spot, terminating
+from tests.unit.drain.test_drain_steps import (
+    INSTANCE,
+    NODE,
+    FakeCluster,
+    NoDns,
+    node,
+    policy,
+    spot,
+    terminating,
+)
 from tests.unit.foundation.test_engine import World
 
 WAITING = "i-0waiting/terminate/t"
@@ -89,6 +98,7 @@ def test_a_forget_retried_after_a_refused_wake_up_wakes_the_waiter_it_passed_the
         slots=budget,
         dispatcher=waker,
         instances=NoDns(),
+        policy=policy(),
     )
     record = spot(Step.FORGET_NODE, transition=Transition.STATE_CHANGE, id=f"{INSTANCE}/state-change")
 

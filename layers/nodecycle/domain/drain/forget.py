@@ -26,11 +26,6 @@ FORGET_FAILING = "forget_failing"
 # API server fails the budget's ConfigMap at the slot's forgetting (5xx, throttling, a conflict storm)
 FORGET_STATE_UNKNOWN = "forget_state_unknown"
 FORGET_BUDGET_FAILING = "forget_budget_failing"
-# The cadence and the bound of those asks without a drain policy: the settings' defaults (DrainPollSeconds,
-# BudgetRetrySeconds, DrainTimeoutSeconds)
-POLL_SECONDS = 5
-RETRY_SECONDS = 30
-STATE_UNKNOWN_FOR = timedelta(minutes=10)
 
 
 class ForgetNode:
@@ -51,19 +46,17 @@ class ForgetNode:
         slots: Slots,
         dispatcher: Dispatcher,
         instances: Instances,
-        policy: DrainPolicy | None = None,
+        policy: DrainPolicy,
     ) -> None:
         self._finder = finder
         self._cluster = cluster
         self._slots = slots
         self._dispatcher = dispatcher
         self._instances = instances
-        # (asked again within the drain's cadence while EC2 does not answer, up to its timeout)
-        self._poll = POLL_SECONDS if policy is None else policy.poll_seconds
-        self._retry = (
-            RETRY_SECONDS if policy is None else max(policy.poll_seconds, policy.budget_retry_seconds)
-        )
-        self._unknown_for = STATE_UNKNOWN_FOR if policy is None else policy.timeout
+        # (asked again within the drain's cadence while EC2 or the budget does not answer, up to its timeout)
+        self._poll = policy.poll_seconds
+        self._retry = max(policy.poll_seconds, policy.budget_retry_seconds)
+        self._unknown_for = policy.timeout
 
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
         # Intake confirmed the instance down, but this step may run much later (a redelivery, a resume, a
