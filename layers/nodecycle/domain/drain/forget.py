@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from nodecycle.domain.drain.common import _at_once, _backing_off
 from nodecycle.domain.engine import Dispatcher, Outcome
-from nodecycle.domain.errors import AccessRefused, TransientError, retry_after_wait
+from nodecycle.domain.errors import AccessRefused, TransientError
 from nodecycle.domain.model import (
     LifecycleRecord,
 )
@@ -169,15 +169,8 @@ class ForgetNode:
         if now >= deadline:
             return None
         log.warning("instance %s: %s; asking again", record.instance_id, error)
-        if now - since < timedelta(seconds=self._poll):
-            wait = max(float(self._poll), retry_after_wait(error.retry_after))
-        else:
-            wait = _backing_off(
-                since,
-                now,
-                floor=self._poll,
-                cap=self._retry,
-                retry_after=error.retry_after,
-                deadline=deadline,
-            )
+        # (failing for less than a poll, the backoff is a poll: asked again a poll later)
+        wait = _backing_off(
+            since, now, floor=self._poll, cap=self._retry, retry_after=error.retry_after, deadline=deadline
+        )
         return Outcome.wait(wait, extra={**extra, key: since.isoformat()})
