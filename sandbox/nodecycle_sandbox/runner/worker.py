@@ -8,6 +8,7 @@ stdout goes to stderr, so a `print` or a log line can never corrupt the protocol
 from __future__ import annotations
 
 import atexit
+import io
 import json
 import os
 import sys
@@ -25,12 +26,22 @@ def _send(stream: IO[bytes], message: dict[str, Any]) -> None:
     stream.flush()
 
 
+def _line_stream(fd: int) -> IO[str]:
+    """``fd`` as a text stream that writes each line in one write: the function's containers append to one log file
+    (``invokers.py``), and a line written in pieces (``print`` writes its text and its newline apart, unbuffered
+    under PYTHONUNBUFFERED, or cut at 8 KiB block-buffered) could be broken by another container's line, which
+    Lambda, a log stream per container, never does. Each line is in the file when it is written, as in Lambda."""
+    binary = io.BufferedWriter(io.FileIO(fd, "w", closefd=False), buffer_size=1 << 20)
+    return io.TextIOWrapper(binary, encoding="utf-8", errors="backslashreplace", line_buffering=True)
+
+
 def main(argv: list[str]) -> int:
     handler_file, module_name, handler_name, *layer_dirs = argv
     requests = os.fdopen(os.dup(0), "rb")
     replies = os.fdopen(os.dup(1), "wb")
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     os.dup2(2, 1)
+    sys.stdout, sys.stderr = _line_stream(1), _line_stream(2)
     # /opt/python (the layer) and /var/task (the function) come first on Lambda's path.
     sys.path[:0] = [*layer_dirs, str(Path(handler_file).parent)]
     api_calls.install()
