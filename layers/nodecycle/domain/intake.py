@@ -521,7 +521,12 @@ class Intake:
                 taken = self._taken(record, expected)
                 if taken is not None:
                     return taken
+            elif expected is not None and record.token_known:
+                return self._outlived(record, expected)  # (its record is gone: the claim's write was refused)
             if lapsed and self._records.get(record.id) is None:
+                claim = self._records.claim(record)
+                if claim is not None and claim.lifecycle == record.id:
+                    return self._outlived(record, claim)
                 return self._timed_out(record, now)
             written, stored = self._write_action(record, expected)
             if written is Claimed.WRITTEN:
@@ -539,6 +544,22 @@ class Intake:
             f"the claim of the {record.transition.short} action of {record.instance_id} under hook {record.hook} "
             f"changed {CLAIM_ATTEMPTS} times while its lifecycle was written"
         )
+
+    def _outlived(self, record: LifecycleRecord, claim: ActionClaim) -> IntakeOutcome:
+        """The event of an action whose lifecycle (the claim's) was taken in and whose record is gone: deleted
+        by the table's TTL, a TTL after the lifecycle finished, while the claim is kept until the action's global
+        timeout and a TTL past it (a late event of the action can come until then: a notification redriven from
+        the dead-letter queue days later, a message the queue kept). A claim is written only with its record,
+        and nothing but the TTL deletes a record, so the action was taken in and its lifecycle ended: a
+        duplicate. Taken for new, it would start a second lifecycle of an action long completed (its check
+        finds no action: an unknown action's alarm), or, Auto Scaling holding it no more, count it expired."""
+        log.info(
+            "duplicate delivery of a lifecycle action (started %s) whose lifecycle ended and whose record has "
+            "expired since: nothing to do",
+            claim.since,
+        )
+        self._metrics.count("LifecycleEventsDuplicate")
+        return IntakeOutcome.DUPLICATE
 
     def _timed_out(self, record: LifecycleRecord, now: datetime) -> IntakeOutcome:
         """The event of an action that timed out before it came (a stalled queue, an event retried late), with
