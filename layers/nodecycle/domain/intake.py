@@ -517,17 +517,12 @@ class Intake:
             return IntakeOutcome.ADOPTED
         expected = None if record.token_known else self._records.claim(record)
         for _ in range(CLAIM_ATTEMPTS):
-            if expected is not None and expected.lifecycle != record.id:
-                taken = self._taken(record, expected)
-                if taken is not None:
-                    return taken
-            elif expected is not None and record.token_known:
-                return self._outlived(record, expected)  # (its record is gone: the claim's write was refused)
             if lapsed and self._records.get(record.id) is None:
-                claim = self._records.claim(record)
-                if claim is not None and claim.lifecycle == record.id:
-                    return self._outlived(record, claim)
-                return self._timed_out(record, now)
+                # (a lifecycle of the action may have ended since, and its record expired: its claim tells)
+                return self._claimed(record, self._records.claim(record)) or self._timed_out(record, now)
+            claimed = self._claimed(record, expected)
+            if claimed is not None:
+                return claimed
             written, stored = self._write_action(record, expected)
             if written is Claimed.WRITTEN:
                 self._send_first(stored)
@@ -544,6 +539,15 @@ class Intake:
             f"the claim of the {record.transition.short} action of {record.instance_id} under hook {record.hook} "
             f"changed {CLAIM_ATTEMPTS} times while its lifecycle was written"
         )
+
+    def _claimed(self, record: LifecycleRecord, claim: ActionClaim | None) -> IntakeOutcome | None:
+        """What the action's claim (None: none) leaves to ``record``, before it is written; None: it is written."""
+        if claim is None:
+            return None
+        if claim.lifecycle != record.id:
+            return self._taken(record, claim)
+        # (a record's own claim, read when the claim's write was refused or the action lapsed: its record is gone)
+        return self._outlived(record, claim) if record.token_known else None
 
     def _outlived(self, record: LifecycleRecord, claim: ActionClaim) -> IntakeOutcome:
         """The event of an action whose lifecycle (the claim's) was taken in and whose record is gone: deleted

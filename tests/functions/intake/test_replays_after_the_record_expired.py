@@ -15,8 +15,11 @@ import pytest
 
 from nodecycle.adapters.aws.instances import Ec2Instances
 from nodecycle.adapters.clock import SystemClock
-from nodecycle.domain.model import Step
-from nodecycle.wiring.intake import shared
+from nodecycle.domain.intake import IntakeOutcome
+from nodecycle.domain.model import Step, Transition
+from nodecycle.domain.ports.lifecycle import WaitingInstance
+from nodecycle.observability import metrics
+from nodecycle.wiring.intake import intake, shared
 from nodecycle_sandbox.aws import TERMINATING
 from tests.functions.intake.conftest import GROUP, TERMINATE_HOOK
 from tests.functions.intake.test_foreign_and_forged_actions import (
@@ -68,12 +71,17 @@ def expire(now: datetime) -> list[str]:
     return gone
 
 
-@pytest.mark.parametrize("listed", [True, False], ids=["instance-listed", "instance-forgotten-by-ec2"])
+@pytest.mark.parametrize(
+    ("adopted", "listed"),
+    [(False, True), (False, False), (True, True)],
+    ids=["taken-in", "taken-in-instance-forgotten-by-ec2", "adopted-by-the-sweeper"],
+)
 def test_an_action_told_again_after_its_finished_record_expired_starts_nothing_and_counts_no_expiry(
     sandbox: Sandbox,  # noqa: F811
     stack: Stack,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
+    adopted: bool,
     listed: bool,
 ) -> None:
     # Given a stack that keeps finished records a day, whose terminate hook times out after an hour
@@ -85,14 +93,20 @@ def test_an_action_told_again_after_its_finished_record_expired_starts_nothing_a
         HeartbeatTimeout=HOOK_TIMEOUT,
         DefaultResult="ABANDON",
     )
-    # and a terminate action, told by its hook's notification on the intake queue, completed by its lifecycle
+    # and a terminate action, taken in from its hook's notification on the intake queue (or adopted by the
+    # sweeper, its notification lost), completed by its lifecycle
     instance = in_service(sandbox)
     boto3.client("autoscaling").terminate_instance_in_auto_scaling_group(
         InstanceId=instance, ShouldDecrementDesiredCapacity=True
     )
     action = sandbox.action(instance, TERMINATING)
     told = hook_notification(instance, action.token, datetime.now(UTC))
-    assert sandbox.intake.handler(sqs_event(told), LambdaContext()) == {"batchItemFailures": []}
+    if adopted:
+        held = WaitingInstance(GROUP, {}, instance, Transition.TERMINATING)
+        assert intake().adopt(held, TERMINATE_HOOK, datetime.now(UTC)) is IntakeOutcome.ACCEPTED
+        metrics.clear_metrics()  # (the sweeper's)
+    else:
+        assert sandbox.intake.handler(sqs_event(told), LambdaContext()) == {"batchItemFailures": []}
     (record,) = records()
     (first_step,) = [json.loads(m["Body"]) for m in receive_all(stack.drain_queue)]
     boto3.client("autoscaling").complete_lifecycle_action(
@@ -110,7 +124,7 @@ def test_an_action_told_again_after_its_finished_record_expired_starts_nothing_a
         monkeypatch.setattr(Ec2Instances, "facts", lambda self, instance_id: None)
     capsys.readouterr()
 
-    # When the same notification comes again (redriven from the dead-letter queue), 25 hours later
+    # When the notification comes (again) 25 hours later, redriven from the dead-letter queue
     monkeypatch.setattr(SystemClock, "now", lambda self: later)
     response = sandbox.intake.handler(sqs_event(told), LambdaContext())
 
