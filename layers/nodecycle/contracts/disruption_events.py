@@ -70,7 +70,9 @@ def _health_time(value: Any) -> Any:
     if isinstance(value, str) and "," in value:
         try:
             return parsedate_to_datetime(value)
-        except (TypeError, ValueError):
+        # (OverflowError: a zone or a number past C's integers. Not a ValueError, which alone the model turns
+        # into a refusal: raised out of it, the record would fail as if retryable, into the dead-letter queue)
+        except (TypeError, ValueError, OverflowError):
             return value  # left for the model to refuse, naming the field
     return value
 

@@ -85,7 +85,24 @@ def _eventbridge_cases() -> dict[str, tuple[str | dict[str, Any], str, str]]:
         "nested past the parser": ("[" * 100_000 + "]" * 100_000, "malformed-json", "not JSON"),
         "a number past Python's digits": ("1" * 5000, "malformed-json", "not JSON"),
         "JSON null": ("null", "unknown-shape", "NoneType"),
+        # (RFC 1123 dates, as AWS Health writes them: numbers past C's integers overflow the date parser)
+        "a Health start whose zone is past C's integers": (
+            health_event_starting("Mon, 07 Dec 2026 10:00:00 +99999999999999999999"),
+            "invalid-field",
+            "startTime",
+        ),
+        "a Health start whose seconds are past C's integers": (
+            health_event_starting("Mon, 07 Dec 2026 10:00:99999999999999999999999 GMT"),
+            "invalid-field",
+            "startTime",
+        ),
     }
+
+
+def health_event_starting(start: str) -> dict[str, Any]:
+    """An AWS Health event of scheduled maintenance whose ``startTime`` says ``start``."""
+    event = load_event("eventbridge-health-scheduled-retirement.json")
+    return {**event, "detail": {**event["detail"], "startTime": start}}
 
 
 def _other_action() -> dict[str, Any]:
