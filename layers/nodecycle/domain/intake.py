@@ -206,11 +206,36 @@ class Intake:
             event = event.model_copy(update={"started_at": now})
         record = self._new_record(event, timeout, now)
         if now > record.global_deadline:
+            told = self._taken_in_before(record) if record.token_known else None
+            if told is not None:
+                return told
             log.warning("dropped: delivered after the action's global timeout (%s)", record.global_deadline)
             self._metrics.count("LifecycleEventsRejected", reason="expired")
             return IntakeOutcome.EXPIRED
         record, lapsed = self._keep_alive(record, now)
         return self._store(record, now, lapsed=lapsed)
+
+    def _taken_in_before(self, record: LifecycleRecord) -> IntakeOutcome | None:
+        """What an event delivered after its action's global timeout is when a lifecycle took the action in (its
+        event by the other path, or the sweeper's adoption): a duplicate, as before that timeout, not an expired
+        event (rejected: RejectedEventsAlarm, which says the queue stalled). None when none did. Its record
+        tells, or, once the table's TTL deleted the finished record, its claim (kept a TTL past the global
+        timeout): the event's own lifecycle's, or one the sweeper adopted after the action started. Read for
+        such late events only (a redrive of the dead-letter queue hours later, an archive's replay)."""
+        known = self._records.get(record.id)
+        claim = None if known is not None else self._records.claim(record)
+        if known is None and (
+            claim is None
+            or (claim.lifecycle != record.id and not (claim.adopted and claim.since >= record.started_at))
+        ):
+            return None
+        log.info(
+            "duplicate delivery, after its global timeout (%s), of a lifecycle action taken in as %s: nothing to do",
+            record.global_deadline,
+            record.id if claim is None else claim.lifecycle,
+        )
+        self._metrics.count("LifecycleEventsDuplicate")
+        return IntakeOutcome.ADOPTED if claim is not None and claim.adopted else IntakeOutcome.DUPLICATE
 
     def adopt(self, waiting: WaitingInstance, hook: str, since: datetime) -> IntakeOutcome:
         """Start the lifecycle of an action whose event never became a record (intake failed for all its
