@@ -220,13 +220,17 @@ class Intake:
         event by the other path, or the sweeper's adoption): a duplicate, as before that timeout, not an expired
         event (rejected: RejectedEventsAlarm, which says the queue stalled). None when none did. Its record
         tells, or, once the table's TTL deleted the finished record, its claim (kept a TTL past the global
-        timeout): the event's own lifecycle's, or one the sweeper adopted after the action started. Read for
+        timeout): the event's own lifecycle's, or one the sweeper adopted while the action could be open. Read for
         such late events only (a redrive of the dead-letter queue hours later, an archive's replay)."""
         known = self._records.get(record.id)
         claim = None if known is not None else self._records.claim(record)
         if known is None and (
             claim is None
-            or (claim.lifecycle != record.id and not (claim.adopted and claim.since >= record.started_at))
+            or (
+                claim.lifecycle != record.id
+                # (an adoption while this action could be open: one since its global timeout is of a later action)
+                and not (claim.adopted and record.started_at <= claim.since <= record.global_deadline)
+            )
         ):
             return None
         log.info(

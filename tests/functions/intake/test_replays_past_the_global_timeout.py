@@ -37,7 +37,9 @@ from tests.support.stack import Stack, receive_all
 LATER = timedelta(seconds=100 * HEARTBEAT_TIMEOUT) + timedelta(minutes=40)
 
 
-@pytest.mark.parametrize("taken_in", ["by-its-event", "by-the-sweepers-adoption", "never"])
+@pytest.mark.parametrize(
+    "taken_in", ["by-its-event", "by-the-sweepers-adoption", "never", "never-adopted-only-a-later-action"]
+)
 def test_an_action_told_after_its_global_timeout_is_rejected_as_expired_only_if_no_lifecycle_took_it_in(
     sandbox: Sandbox,  # noqa: F811
     stack: Stack,
@@ -46,16 +48,19 @@ def test_an_action_told_after_its_global_timeout_is_rejected_as_expired_only_if_
     taken_in: str,
 ) -> None:
     # Given a terminate action whose lifecycle was taken in from its event (or adopted by the sweeper), completed
-    # the action and finished; or that nothing took in, left to time out
+    # the action and finished; or that nothing took in, left to time out (a notification dated when an earlier
+    # action of the instance started, that timed out before the sweeper adopted the one held now)
     instance = in_service(sandbox)
     boto3.client("autoscaling").terminate_instance_in_auto_scaling_group(
         InstanceId=instance, ShouldDecrementDesiredCapacity=True
     )
     action = sandbox.action(instance, TERMINATING)
-    told = hook_notification(instance, action.token, datetime.now(UTC))
+    earlier = taken_in == "never-adopted-only-a-later-action"
+    started = datetime.now(UTC) - (LATER if earlier else timedelta(0))
+    told = hook_notification(instance, action.token, started)
     if taken_in == "by-its-event":
         assert sandbox.intake.handler(sqs_event(told), LambdaContext()) == {"batchItemFailures": []}
-    elif taken_in == "by-the-sweepers-adoption":
+    elif taken_in == "by-the-sweepers-adoption" or earlier:
         held = WaitingInstance(GROUP, {}, instance, Transition.TERMINATING)
         assert intake().adopt(held, TERMINATE_HOOK, datetime.now(UTC)) is IntakeOutcome.ACCEPTED
         metrics.clear_metrics()  # (the sweeper's)
@@ -72,7 +77,7 @@ def test_an_action_told_after_its_global_timeout_is_rejected_as_expired_only_if_
     capsys.readouterr()
 
     # When its notification comes (again) after its global timeout, redriven from the dead-letter queue
-    later = datetime.now(UTC) + LATER
+    later = datetime.now(UTC) + (timedelta(minutes=5) if earlier else LATER)
     monkeypatch.setattr(SystemClock, "now", lambda self: later)
     response = sandbox.intake.handler(sqs_event(told), LambdaContext())
 
@@ -84,6 +89,6 @@ def test_an_action_told_after_its_global_timeout_is_rejected_as_expired_only_if_
         json.loads(m["Body"]) for m in sent
     ]
     output = capsys.readouterr().out
-    never = taken_in == "never"
+    never = taken_in.startswith("never")
     assert metric(output, "LifecycleEventsRejected", reason="expired") == (1 if never else 0)
     assert metric(output, "LifecycleEventsDuplicate") == (0 if never else 1)
