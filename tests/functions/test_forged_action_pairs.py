@@ -67,6 +67,39 @@ def test_an_instance_in_service_named_with_another_instances_live_token_is_not_c
     assert group.instances()[victim] == "Terminating:Wait"
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="confirm looks at where the instance named waits, not whose action the token is: an instance held by "
+    "the hook, named with the token of another instance the same hook holds, is confirmed, and completing that "
+    "pair settles the other instance's action (its node terminated undrained)",
+)
+def test_a_held_instance_named_with_the_token_of_another_held_instance_is_not_confirmed(
+    aws: Emulation,  # noqa: F811
+) -> None:
+    # Given an Auto Scaling that takes a call's token alone, and two instances in service, both then terminating
+    # (each one's action waiting under the drain hook)
+    aws.control.configure(token_checked_against_instance=False)
+    group = aws.group(*HOOKS)
+    group.set_desired(2)
+    for action in group.actions(transition=LAUNCHING):
+        aws.autoscaling.complete_lifecycle_action(
+            AutoScalingGroupName="workers",
+            LifecycleHookName="launch",
+            LifecycleActionToken=action.token,
+            LifecycleActionResult="CONTINUE",
+        )
+    first, second = sorted(group.in_state("InService"))
+    group.terminate(first)
+    group.terminate(second)
+    (held,) = [a for a in group.actions(transition=TERMINATING) if a.active and a.instance_id == second]
+    port = AutoscalingActions(aws.autoscaling)
+    # (a notification on the intake queue naming the first instance with the second's token)
+    crossed = terminating(first, held.token)
+
+    # When the port is asked to confirm it, Then it refuses: the token's action is not the first instance's
+    assert not port.confirm(crossed)
+
+
 def test_an_instance_whose_state_still_lags_its_wait_state_is_retried_not_refused() -> None:
     client = boto3.client("autoscaling", region_name="eu-west-1")
     action = terminating("i-0a1b2c3d4e5f60718", "9f0c3d3e-6a8b-4c8e-9d57-2f7b1e0a6c41")
