@@ -151,11 +151,10 @@ class AcquireSlot:
             # a lifecycle that gave its slot back before the budget's ConfigMap was created again: the mark that
             # refuses it (RELEASED) went with the ConfigMap before, and its node no longer names it. Its record
             # does: the slot goes back at once, marked in this document, rather than idle until the sweeper. So
-            # too for the slot such a delivery took when its give-back failed (a 500, a 409 storm: the step
-            # failed): its redelivery finds it held (held_unmarked), and gives it back.
+            # too for the slot such a delivery took when its give-back failed: another late delivery finds it held
+            # (held_unmarked), and gives it back.
             log.info("node %s: a late delivery of a drain that gave its slot back: giving it back", node.name)
-            _wake(self._dispatcher, self._slots.release(node.name, record.id, record.token))
-            return Outcome.wait(self._policy.budget_retry_seconds, **found)
+            return self._give_back_late(record, node.name, found)
         if decision.reason is SlotReason.FORCED:
             log.warning(
                 "node %s takes a budget slot without room: its action's global timeout is %s",
@@ -352,6 +351,29 @@ class AcquireSlot:
             deadline=deadline,
         )
         return Outcome.wait(wait, **outcome.changes)
+
+    def _give_back_late(self, record: LifecycleRecord, node: str, found: dict[str, Any]) -> Outcome:
+        """A late delivery's give-back of the slot it was granted for a lifecycle over. Its outcome is a wait whose
+        commit loses (the record went on): nothing runs it again. A failure of the give-back (the API server fails
+        the ConfigMap's write: 5xx, throttling, a conflict storm; or refuses it: 403) is therefore not raised into
+        the engine, which took it for a failure of the step (StepRetries; a refusal told as a step refused, counted
+        towards its message's failure) and retried nothing: the slot is left to what frees a lifecycle's over, the
+        sweeper (its record finished) or its TTL, and logged so."""
+        try:
+            woken = self._slots.release(node, record.id, record.token)
+        except (TransientError, Refused) as error:
+            log.warning(
+                "node %s: the slot a late delivery took for lifecycle %s, which is over, could not be given back "
+                "(the sweeper frees it, or its TTL ends): %s",
+                node,
+                record.id,
+                error,
+            )
+            retry_after = error.retry_after if isinstance(error, TransientError) else None
+            wait = max(self._policy.budget_retry_seconds, retry_after_wait(retry_after))
+            return Outcome.wait(wait, **found)
+        _wake(self._dispatcher, woken)
+        return Outcome.wait(self._policy.budget_retry_seconds, **found)
 
     def _gave_it_back(self, record: LifecycleRecord) -> bool:
         """Whether the lifecycle of ``record`` (as this delivery read it) has given its slot back, or is giving it
