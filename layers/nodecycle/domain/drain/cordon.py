@@ -11,6 +11,7 @@ from typing import Any
 from nodecycle.domain.budget import Lifecycles, SlotReason
 from nodecycle.domain.drain.common import (
     ADOPT_FROM,
+    _backing_off,
     _deadline_cap,
     _for_this_action,
     _known,
@@ -32,6 +33,7 @@ from nodecycle.domain.model import (
     SET_ON_NODE,
     LifecycleRecord,
     Step,
+    Transition,
 )
 from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.policy import DrainPolicy
@@ -75,6 +77,28 @@ def _without_refusal(found: dict[str, Any], record: LifecycleRecord) -> dict[str
     cordon took effect, or the drain's time starts again with its next slot."""
     notes = (CORDON_REFUSED, CORDON_FAILING)
     return {key: value for key, value in found.get("extra", record.extra).items() if key not in notes}
+
+
+def _cause(record: LifecycleRecord) -> str:
+    """What the node is cordoned for, as its events say it."""
+    if record.transition is Transition.REBALANCE:
+        return f"the rebalance recommendation of {record.instance_id}"
+    return f"the termination of {record.instance_id}"
+
+
+def _what_then(record: LifecycleRecord, deadline: datetime, on_timeout: str) -> str:
+    """What the drain does after its cordon, as its Cordoned event says it: a cordon without an eviction (a rebalance
+    recommendation's ``cordon`` policy) evicts nothing, and its pods stay until the instance goes."""
+    if Step.EVICT not in record.plan:
+        return "no pod is evicted, no new pod is scheduled there"
+    return f"evicting its pods until {deadline:%H:%M:%S}Z, then {on_timeout}"
+
+
+def _ended(record: LifecycleRecord) -> str:
+    """What the end of a drain whose cordon was refused does, as its DrainTimeout event says it."""
+    if Step.COMPLETE in record.plan:
+        return f"the lifecycle action of {record.instance_id} is completed"
+    return f"nothing more is done for {_cause(record)}"
 
 
 def _node_still_the_instances(cluster: Cluster, record: LifecycleRecord) -> NodeInfo | None:
@@ -229,8 +253,8 @@ class Cordon:
             node.name,
             node.uid,
             "Cordoned",
-            f"Cordoned by nodecycle ({record.owner}) for the termination of {record.instance_id}: evicting "
-            f"its pods until {deadline:%H:%M:%S}Z, then {self._policy.on_timeout}",
+            f"Cordoned by nodecycle ({record.owner}) for {_cause(record)}: "
+            f"{_what_then(record, deadline, self._policy.on_timeout)}",
         )
         return Outcome.next(drain_started_at=started, drain_deadline=deadline, **found)
 
@@ -262,11 +286,34 @@ class Cordon:
         started, deadline = self._drain_time(record, None, now)
         # (a slot-less cordon's node is found here: not yet, while the reads that would find it fail)
         node, uid = _named(record), record.node_uid
+        retry_after = None
         if isinstance(error, Refused):
             why = f"reading the node: {error}"
-            return self._refused(record, node, uid, why, started, deadline, now, {})
-        failure = Failure(str(error), error.retry_after)
-        return self._failing(record, node, uid, failure, started, deadline, now, {})
+            outcome = self._refused(record, node, uid, why, started, deadline, now, {})
+        else:
+            retry_after = error.retry_after
+            failure = Failure(str(error), retry_after)
+            outcome = self._failing(record, node, uid, failure, started, deadline, now, {})
+        if Step.ACQUIRE_SLOT in record.plan or not outcome.again or now - started < self._poll:
+            return outcome
+        # A cordon without a slot (a rebalance recommendation's) asks again backing off, from a poll up to the
+        # waiters' cadence, jittered, as a waiter whose node is unread does: no budget bounds how many there are (a
+        # capacity pool's rebalance tells hundreds of Spot nodes at once), and every poll in step they would add to
+        # the load a failing API server fails under. (A drain with its slot keeps its cadence: the budget bounds
+        # them, and its slot is renewed at its polls.)
+        wait = _backing_off(
+            started,
+            now,
+            floor=self._policy.poll_seconds,
+            cap=max(self._policy.poll_seconds, self._policy.budget_retry_seconds),
+            retry_after=retry_after,
+            deadline=deadline,
+        )
+        return Outcome.wait(max(wait, outcome.delay), **outcome.changes)
+
+    @property
+    def _poll(self) -> timedelta:
+        return timedelta(seconds=self._policy.poll_seconds)
 
     def _failing(
         self,
@@ -329,12 +376,12 @@ class Cordon:
             now=now,
             told=(
                 "CordonRefused",
-                f"Cordon by nodecycle ({record.owner}) for the termination of {record.instance_id} refused by "
-                f"the API server: {why}; asked again until {deadline:%H:%M:%S}Z, then the drain times out",
+                f"Cordon by nodecycle ({record.owner}) for {_cause(record)} refused by the API server: {why}; "
+                f"asked again until {deadline:%H:%M:%S}Z, then the drain times out",
             ),
             timed_out=(
                 f"Drain timed out with its cordon refused since {started:%H:%M:%S}Z ({why}): nothing was "
-                f"evicted; the lifecycle action of {record.instance_id} is completed"
+                f"evicted; {_ended(record)}"
             ),
             outcome="drain-timeout-cordon-refused",
             found=found,

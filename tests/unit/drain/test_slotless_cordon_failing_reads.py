@@ -1,0 +1,81 @@
+"""A cordon without a slot (a rebalance recommendation's ``cordon`` policy: no budget slot, no eviction, no lifecycle
+action) whose node the API server fails to find. The waiters' failing asks are held until the latest a drain could
+begin (invariants 9 and 11: a slot's wait is no drain's time, and an action completed undrained terminates its
+instance); neither applies here: nothing waits for a slot, and settling a rebalance recommendation completes no
+action and terminates nothing (the Spot interruption or the group's hook that may follow drains the node itself).
+So it is still given up at its drain timeout. But it asked at every poll, and hundreds of Spot nodes told of a
+rebalance at once (a capacity pool's) read a failing API server every 5 s together, no budget bounding their number;
+and its events told of a termination, of pods to be evicted and of a lifecycle action completed that it has none of."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import timedelta
+
+from nodecycle.domain.errors import TransientError
+from nodecycle.domain.model import LifecycleRecord, Step, Transition
+from nodecycle.domain.ports.cluster import NodeInfo
+from tests.integration.kube.cluster import run_retrying
+from tests.support.fakes import T0, FakeMetrics
+from tests.unit.drain.test_drain_steps import NODE, FakeCluster, FakeEvents, cordon, node, policy, spot
+
+HORIZON = T0 + timedelta(hours=6)  # a rebalance recommendation's record: a horizon, not a deadline
+POLL = policy().poll_seconds
+
+
+class Unfindable(FakeCluster):
+    """An API server that fails every read that would find the node (etcd timing out)."""
+
+    def find_node(
+        self, instance_id: str, private_dns_name: str | None, *, scan: bool = True
+    ) -> NodeInfo | None:
+        raise TransientError("500 etcdserver: request timed out")
+
+
+def rebalance() -> LifecycleRecord:
+    return spot(
+        Step.CORDON,
+        plan=(Step.CORDON, Step.CLEANUP, Step.DONE),
+        id="i-0123456789abcdef0/rebalance",
+        transition=Transition.REBALANCE,
+        global_deadline=HORIZON,
+        heartbeat_deadline=HORIZON,
+    )
+
+
+def test_a_slotless_cordon_whose_node_is_unread_backs_off_and_ends_at_its_drain_timeout_told_as_a_cordon() -> (
+    None
+):
+    # Given a rebalance recommendation's cordon, and an API server that fails every read of its node
+    events, metrics = FakeEvents(), FakeMetrics()
+    step = cordon(Unfindable(nodes={NODE: node()}), events=events, metrics=metrics)
+
+    # When it is run as the engine runs it
+    runs, record = run_retrying(step, rebalance(), T0, HORIZON)
+
+    # Then it is given up at its drain timeout (nothing waits for a slot, no action is completed)
+    at, last = runs[-1]
+    assert not isinstance(last, Exception)
+    assert (last.then, last.again) == (Step.CLEANUP, False)
+    assert record.outcome == "drain-timeout-cordon-refused"
+    assert at - T0 <= policy().timeout + timedelta(seconds=policy().budget_retry_seconds)
+    # And meanwhile it reads the failing API server backing off from a poll up to the budget retry, jittered, far
+    # fewer times than once a poll (120 in its ten minutes)
+    delays = [(later - first).total_seconds() for (first, _), (later, _) in itertools.pairwise(runs)]
+    assert len(runs) < policy().timeout.total_seconds() / POLL / 3, delays
+    assert all(delay <= policy().budget_retry_seconds for delay in delays), delays
+    assert len(set(delays[3:-1])) > len(delays[3:-1]) // 2, delays
+    # And its events tell a rebalance recommendation's cordon: no termination, no action completed
+    assert [reason for _, reason, _ in events.written] == ["CordonRefused", "DrainTimeout"]
+    assert all("rebalance recommendation" in message for message in events.messages), events.messages
+    assert not any("termination" in message for message in events.messages), events.messages
+    assert not any("lifecycle action" in message for message in events.messages), events.messages
+
+
+def test_a_slotless_cordon_tells_no_eviction() -> None:
+    events = FakeEvents()
+    outcome = cordon(FakeCluster(nodes={NODE: node()}), events=events)(rebalance(), T0)
+    assert (outcome.then, outcome.again) == (None, False)
+    assert [reason for _, reason, _ in events.written] == ["Cordoned"]
+    assert "rebalance recommendation" in events.messages[0]
+    assert "evicting" not in events.messages[0], events.messages
