@@ -60,6 +60,11 @@ FAILED_PODS = "failed_pods"
 # A pass over the pods stops calling after this many transient failures: one pod's call failing is that pod's
 # trouble, more is the API server's, and each may have cost a read timeout of the step's minute.
 FAILURES_PER_PASS = 2
+# record.extra key: since when each pod's evictions have failed transiently at every try (uid -> time)
+EVICTIONS_FAILING = "evictions_failing"
+# A pod whose evictions fail at every try for this long is no blip (a webhook on evictions whose pods are gone, under
+# failurePolicy Fail: 500 'failed calling webhook' until someone fixes it): told, and alarmed, as a refusal is
+EVICTION_FAILING_FOR = timedelta(seconds=30)
 # record.extra key: since when the API server refuses the drain what it polls with (its node, its pods, its
 # budget slot's renewal: RBAC)
 READS_REFUSED = "reads_refused"
@@ -105,6 +110,7 @@ class _PodCalls:
         # What a failure's Retry-After asked (a 429 of API Priority and Fairness, a 503 of a server going away):
         # the server's state, not the pod's, so the pass stops there and the next one waits that long
         self.retry_after: float | None = None
+        self.failures: list[tuple[PodInfo, TransientError]] = []  # this pass's failed calls, in order
 
     def answers[T](
         self, pods: Iterable[PodInfo], call: Callable[[PodInfo], T]
@@ -129,6 +135,7 @@ class _PodCalls:
                 log.warning("pod %s/%s: %s; asked again at the next poll", pod.namespace, pod.name, error)
                 self._metrics.count("StepRetries", step=Step.EVICT.value)
                 self._failed = [*(uid for uid in self._failed if uid != pod.uid), pod.uid]
+                self.failures.append((pod, error))
                 failures += 1
                 if error.retry_after is not None:
                     self.retry_after = error.retry_after
@@ -370,7 +377,9 @@ class Evict:
                 return EvictionResult(Eviction.NAMESPACE_TERMINATING, "its namespace is being deleted")
             return self._cluster.evict(pod, podfilter.grace_for(pod, cap))
 
+        answered: set[str] = set()
         for pod, result in calls.answers(asked, ask):
+            answered.add(pod.uid)
             if result.kind is Eviction.EVICTED:
                 evicted += 1
             elif result.kind is Eviction.BLOCKED:
@@ -442,6 +451,7 @@ class Evict:
                     self._tell(record, pod, "EvictionRefused", f"refused by the API server: {result.detail}")
         if evicted:
             self._metrics.count("PodsEvicted", evicted)
+        failing = self._failing(record, calls, answered, asked, reported, told, now)
         # A pass counts even when calls of it failed: the drain's timeout then applies to the pods that never left
         asked_wait = max(asked_wait, retry_after_wait(calls.retry_after, deadline - now))
         extra = calls.remembered({**record.extra, POLLS: polls + 1})
@@ -449,12 +459,55 @@ class Evict:
             extra[BLOCKED_REPORTED] = sorted(reported)
         if ending:
             extra[ENDING_NAMESPACES] = sorted(ending)
+        extra = {key: value for key, value in extra.items() if key != EVICTIONS_FAILING}
+        if failing:
+            extra[EVICTIONS_FAILING] = failing
         return Outcome.wait(
             max(_poll_delay(polls, policy.poll_seconds), asked_wait),
             pods_evicted=record.pods_evicted + evicted,
             extra=extra,
             **changes,
         )
+
+    def _failing(
+        self,
+        record: LifecycleRecord,
+        calls: _PodCalls,
+        answered: set[str],
+        asked: list[PodInfo],
+        reported: set[str],
+        told: int,
+        now: datetime,
+    ) -> dict[str, str]:
+        """Since when each pod's evictions have failed at every try, after this pass (``calls``' failures; a pod
+        that got an answer, or is gone, fails no more). A pod failing so for EVICTION_FAILING_FOR is told (an
+        EvictionFailing Warning, once per pod and drain, within the pass's TOLD_PER_PASS) and counted as an
+        eviction error, the alarm: a failure that lasts is the API server refusing the pod's eviction in all but
+        its status code (a webhook on evictions that cannot be reached, under failurePolicy Fail), which only an
+        operator ends. A blip stays a retry, as before. ``reported`` is updated with the pods told."""
+        present = {pod.uid for pod in asked}
+        noted = record.extra.get(EVICTIONS_FAILING)
+        failing = {
+            uid: str(since)
+            for uid, since in (noted.items() if isinstance(noted, dict) else ())
+            if uid in present and uid not in answered
+        }
+        for pod, error in calls.failures:
+            since = datetime.fromisoformat(failing.setdefault(pod.uid, now.isoformat()))
+            if now - since < EVICTION_FAILING_FOR:
+                continue
+            self._metrics.count("EvictionErrors")  # the alarm: an operator must look
+            if pod.uid not in reported and told < TOLD_PER_PASS:
+                reported.add(pod.uid)
+                told += 1
+                self._tell(
+                    record,
+                    pod,
+                    "EvictionFailing",
+                    f"failed at every try since {since:%H:%M:%S}Z: {error}; asked again at each poll until the "
+                    "drain's timeout",
+                )
+        return failing
 
     def _grace_cap(self, deadline: datetime, now: datetime) -> int:
         """A pod's grace never reaches past the drain's deadline (two minutes, for a Spot interruption), nor
