@@ -378,6 +378,7 @@ class Evict:
             return self._cluster.evict(pod, podfilter.grace_for(pod, cap))
 
         answered: set[str] = set()
+        unprocessed: list[tuple[PodInfo, str]] = []  # pods whose budget is still being processed, this pass
         for pod, result in calls.answers(asked, ask):
             answered.add(pod.uid)
             if result.kind is Eviction.EVICTED:
@@ -389,6 +390,7 @@ class Evict:
                     # seconds, and what it then says (room, or how many pods it needs) is what is told, once. Its
                     # pod is asked again no sooner than the server said (10 s), as client-go's retry would
                     asked_wait = max(asked_wait, retry_after_wait(result.retry_after, deadline - now))
+                    unprocessed.append((pod, result.detail))
                     log.info(
                         "eviction of pod %s/%s waits for its budget: %s",
                         pod.namespace,
@@ -451,7 +453,7 @@ class Evict:
                     self._tell(record, pod, "EvictionRefused", f"refused by the API server: {result.detail}")
         if evicted:
             self._metrics.count("PodsEvicted", evicted)
-        failing = self._failing(record, calls, answered, asked, reported, told, now)
+        failing = self._failing(record, calls, unprocessed, answered, asked, reported, told, now)
         # A pass counts even when calls of it failed: the drain's timeout then applies to the pods that never left
         asked_wait = max(asked_wait, retry_after_wait(calls.retry_after, deadline - now))
         extra = calls.remembered({**record.extra, POLLS: polls + 1})
@@ -473,26 +475,38 @@ class Evict:
         self,
         record: LifecycleRecord,
         calls: _PodCalls,
+        unprocessed: list[tuple[PodInfo, str]],
         answered: set[str],
         asked: list[PodInfo],
         reported: set[str],
         told: int,
         now: datetime,
     ) -> dict[str, str]:
-        """Since when each pod's evictions have failed at every try, after this pass (``calls``' failures; a pod
-        that got an answer, or is gone, fails no more). A pod failing so for EVICTION_FAILING_FOR is told (an
-        EvictionFailing Warning, once per pod and drain, within the pass's TOLD_PER_PASS) and counted as an
-        eviction error, the alarm: a failure that lasts is the API server refusing the pod's eviction in all but
-        its status code (a webhook on evictions that cannot be reached, under failurePolicy Fail), which only an
-        operator ends. A blip stays a retry, as before. ``reported`` is updated with the pods told."""
+        """Since when each pod's evictions have got no answer of the pod's own at every try, after this pass: they
+        failed (``calls``' failures), or its PodDisruptionBudget is still being processed (``unprocessed``: 429
+        with a Retry-After, which its disruption controller settles within seconds). A pod that got another answer,
+        or is gone, is dropped. A pod stalled so for EVICTION_FAILING_FOR is told (an EvictionFailing or
+        EvictionBlocked Warning, once per pod and drain, within the pass's TOLD_PER_PASS) and counted as an eviction
+        error, the alarm: what lasts is no blip but the API server refusing the pod's eviction in all but its status
+        code (a webhook on evictions that cannot be reached, under failurePolicy Fail; a disruption controller that
+        is down, whose budgets are never processed), which only an operator ends. A blip stays a retry, as before.
+        ``reported`` is updated with the pods told."""
         present = {pod.uid for pod in asked}
+        stalled = [
+            *((pod, "EvictionFailing", "failed at every try", str(error)) for pod, error in calls.failures),
+            *(
+                (pod, "EvictionBlocked", "blocked, its PodDisruptionBudget never processed,", detail)
+                for pod, detail in unprocessed
+            ),
+        ]
+        settled = answered - {pod.uid for pod, _ in unprocessed}
         noted = record.extra.get(EVICTIONS_FAILING)
         failing = {
             uid: str(since)
             for uid, since in (noted.items() if isinstance(noted, dict) else ())
-            if uid in present and uid not in answered
+            if uid in present and uid not in settled
         }
-        for pod, error in calls.failures:
+        for pod, reason, what, detail in stalled:
             since = datetime.fromisoformat(failing.setdefault(pod.uid, now.isoformat()))
             if now - since < EVICTION_FAILING_FOR:
                 continue
@@ -500,13 +514,8 @@ class Evict:
             if pod.uid not in reported and told < TOLD_PER_PASS:
                 reported.add(pod.uid)
                 told += 1
-                self._tell(
-                    record,
-                    pod,
-                    "EvictionFailing",
-                    f"failed at every try since {since:%H:%M:%S}Z: {error}; asked again at each poll until the "
-                    "drain's timeout",
-                )
+                why = f"{what} since {since:%H:%M:%S}Z: {detail}; asked again until the drain's timeout"
+                self._tell(record, pod, reason, why)
         return failing
 
     def _grace_cap(self, deadline: datetime, now: datetime) -> int:
