@@ -12,12 +12,22 @@ from __future__ import annotations
 import itertools
 from datetime import timedelta
 
+from nodecycle.domain.drain.acquire import RecordedLifecycles
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import LifecycleRecord, Step, Transition
 from nodecycle.domain.ports.cluster import NodeInfo
 from tests.integration.kube.cluster import run_retrying
-from tests.support.fakes import T0, FakeMetrics
-from tests.unit.drain.test_drain_steps import NODE, FakeCluster, FakeEvents, cordon, node, policy, spot
+from tests.support.fakes import T0, FakeMetrics, InMemoryRecords
+from tests.unit.drain.test_drain_steps import (
+    NODE,
+    FakeCluster,
+    FakeEvents,
+    FakeSlots,
+    cordon,
+    node,
+    policy,
+    spot,
+)
 
 HORIZON = T0 + timedelta(hours=6)  # a rebalance recommendation's record: a horizon, not a deadline
 POLL = policy().poll_seconds
@@ -79,3 +89,31 @@ def test_a_slotless_cordon_tells_no_eviction() -> None:
     assert [reason for _, reason, _ in events.written] == ["Cordoned"]
     assert "rebalance recommendation" in events.messages[0]
     assert "evicting" not in events.messages[0], events.messages
+
+
+def test_a_slotless_cordon_leaves_a_node_another_lifecycle_of_its_stack_drains_to_that_drain() -> None:
+    # Given the instance's node claimed and cordoned by the drain of its Spot interruption (EC2 may send the
+    # rebalance recommendation with the interruption notice; or the recommendation's cordon was retried late)
+    cluster = FakeCluster(nodes={NODE: node()})
+    records = InMemoryRecords()
+    interruption = spot(Step.CORDON, node=NODE, node_uid=node().uid, zone="eu-west-1a")
+    recommendation = rebalance()
+    records.create(interruption)
+    records.create(recommendation)
+    lifecycles = RecordedLifecycles(records)
+    slots = FakeSlots(holders={NODE}, held_for={NODE: interruption.id})
+    assert cordon(cluster, slots=slots, lifecycles=lifecycles)(interruption, T0).then is None
+    claimed = cluster.nodes[NODE]
+
+    # When the rebalance recommendation's cordon runs
+    events = FakeEvents()
+    outcome = cordon(cluster, lifecycles=lifecycles, events=events)(recommendation, T0 + timedelta(seconds=5))
+
+    # Then the node stays that drain's (its cordon is what the recommendation asks): not claimed again, its claim
+    # not taken over (the recommendation's cleanup, which follows at once, would clear it under the drain), and
+    # the recommendation's lifecycle goes on to its cleanup, nothing of the node its own
+    assert cluster.nodes[NODE].lifecycle == interruption.id
+    assert cluster.nodes[NODE] == claimed
+    assert (outcome.then, outcome.again) == (Step.CLEANUP, False)
+    assert outcome.changes["outcome"] == "cordoned-by:spot-interruption"
+    assert events.written == []

@@ -163,6 +163,21 @@ class Cordon:
             log.warning("node %s was claimed by owner %s meanwhile: leaving it alone", node.name, node.owner)
             return Outcome.goto(settle_step(record), outcome=f"node-owned-by:{node.owner}")
         if (
+            Step.ACQUIRE_SLOT not in record.plan
+            and node.owner == record.owner
+            and node.lifecycle not in (None, record.id)
+        ):
+            # A cordon without a drain (a rebalance recommendation's) finding the node claimed by another lifecycle
+            # of this stack (the drain of the instance's Spot interruption, which EC2 may tell with the
+            # recommendation, or of its terminate hook; this cordon retried late): that drain cordons it, which is
+            # all this one asks. Claimed again, the drain's claim was taken over, and this lifecycle's cleanup,
+            # which follows at once, cleared the node's annotations under the drain.
+            other = node.progress().get("transition") or "another lifecycle"
+            log.info(
+                "node %s is claimed by %s: nothing to cordon for %s", node.name, node.lifecycle, record.id
+            )
+            return Outcome.goto(settle_step(record), outcome=f"cordoned-by:{other}", **found)
+        if (
             self._lifecycles is not None
             and node.lifecycle != record.id
             and self._lifecycles.gave_back(_slot_request(record, node.name, node.zone))
