@@ -117,3 +117,23 @@ def test_a_slotless_cordon_leaves_a_node_another_lifecycle_of_its_stack_drains_t
     assert (outcome.then, outcome.again) == (Step.CLEANUP, False)
     assert outcome.changes["outcome"] == "cordoned-by:spot-interruption"
     assert events.written == []
+
+
+def test_a_slotless_cordon_whose_patch_conflicts_at_every_turn_backs_off_and_ends_at_its_drain_timeout() -> (
+    None
+):
+    # Given a rebalance recommendation's cordon, and a node whose every PATCH conflicts (a 409 storm)
+    events = FakeEvents()
+    step = cordon(FakeCluster(nodes={NODE: node()}, conflicts=10**6), events=events)
+
+    # When it is run as the engine runs it
+    runs, record = run_retrying(step, rebalance(), T0, HORIZON)
+
+    # Then it backs off past its first poll interval (far fewer tries than a poll's each), told once, and is given
+    # up at its drain timeout
+    at, last = runs[-1]
+    assert not isinstance(last, Exception)
+    assert (last.then, record.outcome) == (Step.CLEANUP, "drain-timeout-cordon-refused")
+    assert at - T0 <= policy().timeout + timedelta(seconds=policy().budget_retry_seconds)
+    assert len(runs) < policy().timeout.total_seconds() / POLL / 3, [r[0] for r in runs]
+    assert [reason for _, reason, _ in events.written] == ["CordonRefused", "DrainTimeout"]

@@ -301,34 +301,11 @@ class Cordon:
         started, deadline = self._drain_time(record, None, now)
         # (a slot-less cordon's node is found here: not yet, while the reads that would find it fail)
         node, uid = _named(record), record.node_uid
-        retry_after = None
         if isinstance(error, Refused):
             why = f"reading the node: {error}"
-            outcome = self._refused(record, node, uid, why, started, deadline, now, {})
-        else:
-            retry_after = error.retry_after
-            failure = Failure(str(error), retry_after)
-            outcome = self._failing(record, node, uid, failure, started, deadline, now, {})
-        if Step.ACQUIRE_SLOT in record.plan or not outcome.again or now - started < self._poll:
-            return outcome
-        # A cordon without a slot (a rebalance recommendation's) asks again backing off, from a poll up to the
-        # waiters' cadence, jittered, as a waiter whose node is unread does: no budget bounds how many there are (a
-        # capacity pool's rebalance tells hundreds of Spot nodes at once), and every poll in step they would add to
-        # the load a failing API server fails under. (A drain with its slot keeps its cadence: the budget bounds
-        # them, and its slot is renewed at its polls.)
-        wait = _backing_off(
-            started,
-            now,
-            floor=self._policy.poll_seconds,
-            cap=max(self._policy.poll_seconds, self._policy.budget_retry_seconds),
-            retry_after=retry_after,
-            deadline=deadline,
-        )
-        return Outcome.wait(max(wait, outcome.delay), **outcome.changes)
-
-    @property
-    def _poll(self) -> timedelta:
-        return timedelta(seconds=self._policy.poll_seconds)
+            return self._refused(record, node, uid, why, started, deadline, now, {})
+        failure = Failure(str(error), error.retry_after)
+        return self._failing(record, node, uid, failure, started, deadline, now, {})
 
     def _failing(
         self,
@@ -357,7 +334,7 @@ class Cordon:
         if now - datetime.fromisoformat(str(since)) < timedelta(seconds=self._policy.poll_seconds):
             return Outcome.wait(wait, **found)
         why = f"{failure.why}, at every try since {since}"
-        return self._refused(record, node, uid, why, started, deadline, now, found)
+        return self._refused(record, node, uid, why, started, deadline, now, found, failure.retry_after)
 
     def _refused(
         self,
@@ -369,14 +346,44 @@ class Cordon:
         deadline: datetime,
         now: datetime,
         found: dict[str, Any],
+        retry_after: float | None = None,
     ) -> Outcome:
         """The API server will not cordon the node (an admission webhook that guards it, a role without patch
         on nodes): told and asked again at each poll as any refusal of what a drain needs (see
         :func:`_refused_while_time_runs`; the slot renewed, see above). Nothing of the node is disrupted
         meanwhile: no eviction without its cordon, or the pods' replacements are scheduled onto it again. At the
         drain timeout the action is settled, as both timeout policies end (the instance goes, with its pods);
-        the force policy's deletes are left out, for the same reason as the evictions."""
+        the force policy's deletes are left out, for the same reason as the evictions. A cordon without a slot (a
+        rebalance recommendation's) is asked again backing off instead, from a poll up to the waiters' cadence,
+        jittered, as a waiter whose node is unread is: no budget bounds how many there are (a capacity pool's
+        rebalance tells hundreds of Spot nodes at once), and each asking every poll, in step, adds to the load a
+        failing API server fails under. (A drain with its slot keeps its cadence: the budget bounds them, and its
+        slot is renewed at its polls.)"""
         log.error("cordon of node %s refused: %s", node, why)
+        outcome = self._refused_while_time_runs(record, node, uid, why, started, deadline, now, found)
+        if Step.ACQUIRE_SLOT in record.plan or not outcome.again:
+            return outcome
+        wait = _backing_off(
+            started,
+            now,
+            floor=self._policy.poll_seconds,
+            cap=max(self._policy.poll_seconds, self._policy.budget_retry_seconds),
+            retry_after=retry_after,
+            deadline=deadline,
+        )
+        return Outcome.wait(max(wait, outcome.delay), **outcome.changes)
+
+    def _refused_while_time_runs(
+        self,
+        record: LifecycleRecord,
+        node: str,
+        uid: str | None,
+        why: str,
+        started: datetime,
+        deadline: datetime,
+        now: datetime,
+        found: dict[str, Any],
+    ) -> Outcome:
         return _refused_while_time_runs(
             record,
             node,
