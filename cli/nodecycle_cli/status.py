@@ -8,6 +8,10 @@ With ``--stack`` the table and owner id come from the stack's outputs; otherwise
 both). ``--table`` and ``--owner`` both given name the lifecycles asked for even when ``$NODECYCLE_STACK`` names
 a stack (the variable is a default; ``--stack`` on the line is not). AWS credentials, region and endpoint come
 from the usual chain.
+
+Below the lifecycles, COMPLETION CLAIMS lists those a completer claimed before its CompleteLifecycleAction and
+has not recorded since: who, since when, and when another may take the claim over (HeartbeatMarginSeconds
+after it: the stack's, or ``NODECYCLE_HEARTBEAT_MARGIN_SECONDS``, or the template's 60 s).
 """
 
 from __future__ import annotations
@@ -18,12 +22,19 @@ import os
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from nodecycle_cli.claims import claims
 from nodecycle_cli.deployment import STACK_VARIABLE, add_stack_arguments, find, lifecycle_table, session
 from nodecycle_cli.failures import CommandError
 from nodecycle_cli.output import age, table
 
 if TYPE_CHECKING:
     from nodecycle.domain.model import LifecycleRecord
+
+# HeartbeatMarginSeconds: how long a completer's claim holds before another may take it over (the template's
+# default when neither the stack nor the environment tells)
+MARGIN_PARAMETER = "HeartbeatMarginSeconds"
+MARGIN_VARIABLE = "NODECYCLE_HEARTBEAT_MARGIN_SECONDS"
+DEFAULT_MARGIN_SECONDS = 60
 
 
 def register(commands: Any) -> None:
@@ -65,9 +76,11 @@ def run(args: argparse.Namespace) -> int:
                     "pass --table and --owner both (they override the variable), or --stack"
                 )
         args.table, args.owner = deployment.table, deployment.owner
+        margin = deployment.parameters.get(MARGIN_PARAMETER)
     else:
         args.table = args.table or os.environ.get("NODECYCLE_RECORD_TABLE")
         args.owner = args.owner or os.environ.get("NODECYCLE_OWNER_ID")
+        margin = os.environ.get(MARGIN_VARIABLE)
     if not args.table or not args.owner:
         raise CommandError(
             "which stack? pass --stack NAME (or --table and --owner, or set NODECYCLE_RECORD_TABLE and "
@@ -81,11 +94,23 @@ def run(args: argparse.Namespace) -> int:
     if args.output == "json":
         print(json.dumps([record.model_dump(mode="json") for record in records], indent=2))
         return 0
-    print("\n".join(render(records, datetime.now(UTC), finished_too=args.all)).rstrip())
+    margin_seconds = int(margin) if margin and margin.isdigit() else DEFAULT_MARGIN_SECONDS
+    now = datetime.now(UTC)
+    print(
+        "\n".join(
+            render(records, now, finished_too=args.all, margin=timedelta(seconds=margin_seconds))
+        ).rstrip()
+    )
     return 0
 
 
-def render(records: list[LifecycleRecord], now: datetime, *, finished_too: bool) -> list[str]:
+def render(
+    records: list[LifecycleRecord],
+    now: datetime,
+    *,
+    finished_too: bool,
+    margin: timedelta = timedelta(seconds=DEFAULT_MARGIN_SECONDS),
+) -> list[str]:
     title = f"{'LIFECYCLES' if finished_too else 'OPEN LIFECYCLES'} ({len(records)})"
     return table(
         title,
@@ -105,7 +130,35 @@ def render(records: list[LifecycleRecord], now: datetime, *, finished_too: bool)
             ]
             for record in records
         ],
+    ) + _claims(records, now, margin)
+
+
+def _claims(records: list[LifecycleRecord], now: datetime, margin: timedelta) -> list[str]:
+    """The completion claims at work: a lifecycle at COMPLETE whose completer claimed it and has not recorded
+    what its call did. Nothing moves it until its completer does, or until another takes the claim over."""
+    found = claims(records, margin)
+    if not found:
+        return []
+    return table(
+        f"COMPLETION CLAIMS ({len(found)})",
+        ["INSTANCE", "TRANSITION", "BY", "CLAIMED", "TAKEOVER"],
+        [
+            [
+                claim.record.instance_id,
+                claim.record.transition.short,
+                claim.by + (" (over a vanished one)" if claim.over else ""),
+                f"{age((now - claim.at).total_seconds())} ago",
+                _takeover(claim.taken_over_in(now)),
+            ]
+            for claim in found
+        ],
     )
+
+
+def _takeover(left: timedelta) -> str:
+    seconds = left.total_seconds()
+    # past it: its completer is taken as gone, and the step's next delivery or the sweeper's resend claims over it
+    return f"in {age(seconds)}" if seconds > 0 else f"due {age(-seconds)} ago (its completer gone)"
 
 
 def _next(record: LifecycleRecord, now: datetime) -> str:

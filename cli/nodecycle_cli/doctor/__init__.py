@@ -21,7 +21,8 @@ with the usual credential chain, the cluster with the kubeconfig. Checked:
   queue), which lets the rule invoke it (its resource policy); the dead-letter
   queues there and empty, and the intake and sweeper ones
   writable by the stack's rules (their queue policies); no lifecycle stuck, nor retrying a step that
-  failed (throttled, refused: the call and AWS's or the cluster's answer, from its record);
+  failed (throttled, refused: the call and AWS's or the cluster's answer, from its record), nor held by a
+  completion claim past its takeover time (its completer gone and nothing taking it over);
 - each function there, not throttled to nothing (a reserved concurrency of 0 set by hand), and its queue
   mappings enabled (a mapping disabled by hand): ``sam deploy`` undoes neither.
 
@@ -303,8 +304,13 @@ class Doctor:
                     "docs/runbook.md#resources-deleted-outside-the-stack)",
                 )
             ]
+        now = datetime.now(UTC)
+        margin = timedelta(seconds=int(self.parameter("HeartbeatMarginSeconds")))
+        # (a claim past its takeover is taken over by the next sweep's resend: a sweep interval and the grace)
+        sweep = timedelta(minutes=int(self.parameter("SweepIntervalMinutes"))) + grace
         return [
-            aws_checks.stuck_lifecycles(records, datetime.now(UTC), grace, deployment.name),
+            aws_checks.stuck_lifecycles(records, now, grace, deployment.name),
+            aws_checks.completion_claims(records, now, margin, sweep, deployment.name),
             aws_checks.retrying_lifecycles(records, deployment.name),
         ]
 

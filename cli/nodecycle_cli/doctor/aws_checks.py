@@ -16,6 +16,7 @@ from botocore.exceptions import ClientError
 from nodecycle.domain.catalog import OWNER_TAG
 from nodecycle.domain.engine import MAX_REFUSED_ATTEMPTS
 from nodecycle.domain.sweep.lifecycles import MAX_RESUMES  # resumed this often in a row, a lifecycle is stuck
+from nodecycle_cli.claims import claims
 from nodecycle_cli.doctor.findings import Finding
 from nodecycle_cli.output import age
 
@@ -563,6 +564,52 @@ def stuck_lifecycles(records: Iterable[Any], now: datetime, resume_grace: timede
         "their drain or address step does not run: nodes wait cordoned, budget slots stay taken; the sweeper "
         "completes each action near its global timeout, undrained if need be",
         f"nodecycle status --stack {stack}; then {entry}",
+    )
+
+
+def completion_claims(
+    records: list[Any], now: datetime, margin: timedelta, taken_over_within: timedelta, stack: str
+) -> Finding:
+    """Open lifecycles whose completer claimed the completion and never recorded what its call did, past the
+    time another may take the claim over (the heartbeat margin): the completer is gone (killed by its Lambda
+    timeout, its commit refused), and the step's next delivery or the sweeper's next resend should have claimed
+    over it. Within ``taken_over_within`` past that (a sweep interval and the resume grace) that is still to
+    come; beyond, nothing takes it over: the sweeper does not run or its resends fail, and the action waits
+    for its settlement near the global timeout."""
+    check = "lifecycles.completion-claims"
+    late = [c for c in claims(records, margin) if c.taken_over_in(now) < timedelta(0)]
+    if not late:
+        return Finding.ok(check, "no completion claim is past its takeover time")
+    described = "; ".join(
+        f"{c.record.instance_id} {c.record.transition.short} claimed by {c.by} {age((now - c.at).total_seconds())} "
+        f"ago, its takeover due {age(-c.taken_over_in(now).total_seconds())} ago"
+        for c in late[:10]
+    )
+    more = f" and {len(late) - 10} more" if len(late) > 10 else ""
+    what = (
+        f"{len(late)} completion claim{'s' if len(late) != 1 else ''} past {'their' if len(late) != 1 else 'its'} "
+        f"takeover time: {described}{more}"
+    )
+    fix = (
+        f"nodecycle status --stack {stack} (COMPLETION CLAIMS); the completer's log (the drain or eip function's, or "
+        "the sweeper's: a timeout or a refused commit after its CompleteLifecycleAction); then "
+        "docs/runbook.md#lifecycles-stalled"
+    )
+    if all(-c.taken_over_in(now) <= taken_over_within for c in late):
+        return Finding.warning(
+            check,
+            what,
+            "their completer vanished between its claim and its record (it may have completed the action): the "
+            "next sweep's resend takes each over, and a completion it finds already made is taken for that one's",
+            fix,
+        )
+    return Finding.problem(
+        check,
+        what,
+        "nothing took them over for longer than a sweep interval: the sweeper does not run, or its resends of "
+        "the completion fail; each action waits at COMPLETE until the sweeper's settlement near its global "
+        "timeout, its node cordoned and its budget slot taken",
+        fix,
     )
 
 
