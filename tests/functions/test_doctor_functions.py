@@ -103,6 +103,29 @@ def test_a_function_throttled_to_nothing_by_hand_is_a_problem_with_the_templates
     )
 
 
+@pytest.mark.parametrize(
+    ("what", "entry"),
+    [("intake", "docs/runbook.md#intake-dead-letters"), ("sweeper", "docs/runbook.md#sweeper-not-running")],
+)
+def test_a_rules_function_stopped_at_zero_says_its_events_go_to_the_dead_letter_queue_unrun(
+    deployed: tuple[Doctor, Any, dict[str, str]], what: str, entry: str
+) -> None:
+    # Given a function EventBridge invokes asynchronously, stopped by hand
+    doctor, lambda_, names = deployed
+    lambda_.put_function_concurrency(
+        FunctionName=names[FUNCTION_OUTPUTS[what]], ReservedConcurrentExecutions=0
+    )
+
+    (finding,) = [f for f in function_findings(doctor) if f.status is not Status.OK]
+
+    # Then its finding says that Lambda sends each event to the dead-letter queue at once, not run once undone
+    # (not that they wait in Lambda's queue)
+    assert finding.check == f"lambda.function.{what}.concurrency"
+    assert "at once" in finding.why
+    assert "ZeroReservedConcurrency" in finding.why
+    assert entry in finding.why
+
+
 def test_a_mapping_disabled_by_hand_is_a_problem_with_the_command_that_enables_it(
     deployed: tuple[Doctor, Any, dict[str, str]],
 ) -> None:

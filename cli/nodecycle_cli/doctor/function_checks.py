@@ -5,8 +5,10 @@ An operator stops a function by hand, in an emergency, with ``aws lambda put-fun
 --no-enabled`` (its queue no longer polled). Both are meant to be undone, and neither is by ``sam deploy``
 (CloudFormation does not notice a change made outside it). Left in place, the function does nothing while its
 rule and queue look healthy: lifecycle actions wait for their heartbeat timeout, the queue's age alarm comes
-late (and the intake function's throttled events are lost after an hour). The doctor says so, with the
-command that undoes it.
+late, and every event of a rule (intake's, the sweeper's schedule) goes at once to its dead-letter queue, never
+to be run (Lambda sends an asynchronous event for a function stopped at 0 to its on-failure destination at once,
+condition ``ZeroReservedConcurrency``, instead of keeping it for later). The doctor says so, with the command
+that undoes it.
 """
 
 from __future__ import annotations
@@ -43,6 +45,16 @@ PURPOSES = {
     "wake": "a freed budget slot is no longer handed to its waiter at once",
     "eip": "launching instances get no Elastic IP and terminating ones keep theirs",
     "sweeper": "nothing repairs lost lifecycles or frees stale slots and addresses",
+}
+
+
+# What becomes of the events of a function invoked asynchronously (its rules) while it is stopped at 0: Lambda
+# sends each to its on-failure destination at once, not run once the concurrency is back
+STOPPED_EVENTS = {
+    "intake": ". Each lifecycle event goes at once to the intake dead-letter queue (ZeroReservedConcurrency), "
+    "not to be run later; the sweeper adopts the open actions meanwhile: docs/runbook.md#intake-dead-letters",
+    "sweeper": ". Each firing of its schedule goes at once to the sweeper dead-letter queue "
+    "(ZeroReservedConcurrency), not to be run later: docs/runbook.md#sweeper-not-running",
 }
 
 
@@ -84,7 +96,8 @@ def function(lambda_: Any, what: str, name: str, parameters: Mapping[str, str]) 
             Finding.problem(
                 f"{check}.concurrency",
                 f"function {name} ({what}) has a reserved concurrency of 0: every invocation is throttled",
-                f"set by hand (an emergency stop), not undone: {PURPOSES[what]}; sam deploy does not undo it",
+                f"set by hand (an emergency stop), not undone: {PURPOSES[what]}; sam deploy does not undo it"
+                + STOPPED_EVENTS.get(what, ""),
                 f"aws lambda put-function-concurrency --function-name {name} --reserved-concurrent-executions "
                 f"{_template_concurrency(what, parameters)}",
             )

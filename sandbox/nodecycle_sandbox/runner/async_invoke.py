@@ -5,8 +5,10 @@ two, on AWS; seconds in the sandbox), then sent to the function's dead-letter qu
 destination if the template configures one, else dropped, as Lambda does. An event refused for the
 function's reserved concurrency (a throttle) waits in Lambda's queue and is tried again with an exponential
 back-off, without counting as a retry attempt, until it is older than `MaximumEventAgeInSeconds`; then it
-goes to the same failure targets ("EventAgeExceeded"), see ``concurrency.py``. Faults (``runner/faults.py``)
-may run an event late, or twice.
+goes to the same failure targets ("EventAgeExceeded"), see ``concurrency.py``. A function whose reserved
+concurrency is 0 (stopped by an operator) is not waited for: each event goes to them at once, never run
+("ZeroReservedConcurrency"), as Lambda does since 2021. Faults (``runner/faults.py``) may run an event late, or
+twice.
 """
 
 from __future__ import annotations
@@ -32,6 +34,11 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger(__name__)
 
+# The on-failure condition of an event for a function whose reserved concurrency is 0, and what its dead-letter
+# message says in place of an error (Lambda never tried it)
+ZERO_CONCURRENCY = "ZeroReservedConcurrency"
+ZERO_CONCURRENCY_MESSAGE = "Function not invoked: its reserved concurrency is 0"
+
 
 @dataclass
 class _Queued:
@@ -55,8 +62,11 @@ class AsyncInvoker:
         faults: RunnerFaults | None = None,
         throttle_scale: float = THROTTLE_TIME_SCALE,
         deliveries: logging.Logger | None = None,
+        reserved: Callable[[str], int | None] | None = None,
     ) -> None:
         self._faults = faults or RunnerFaults()
+        # the function's reserved concurrency now (an operator may set it to 0): None, none reserved
+        self._reserved = reserved or (lambda function: None)
         self._throttle_scale = throttle_scale
         self._deliveries = deliveries or _log
         self._invoke = invoke
@@ -102,6 +112,9 @@ class AsyncInvoker:
         attempts = 1 + spec.async_retries
         while not self._stopping.is_set():
             result = self._invoke(spec, event)
+            if result.throttled and self._reserved(spec.logical_id) == 0:
+                self._stopped(spec, event, source, result)
+                return
             if result.throttled:
                 self._throttled(spec, event, source, queued, result)
                 return
@@ -146,6 +159,17 @@ class AsyncInvoker:
         timer.daemon = True
         timer.start()
 
+    def _stopped(self, spec: FunctionSpec, event: Any, source: str, result: InvocationResult) -> None:
+        """An event for a function whose reserved concurrency is 0: to the failure targets at once, never run."""
+        self._journal.record_throttle(Throttle(spec.logical_id, source, time.time(), ZERO_CONCURRENCY))
+        self._deliveries.info(
+            "%s throttled %s %s: its reserved concurrency is 0, sent to its failure targets at once",
+            source,
+            spec.logical_id,
+            " ".join(dict.fromkeys(INSTANCE_ID.findall(json.dumps(event)))),
+        )
+        self._dead_letter(spec, event, result, 0, ZERO_CONCURRENCY)
+
     def _retry(self, spec: FunctionSpec, event: Any, source: str, queued: _Queued) -> None:
         try:
             self._executor.submit(self._run, spec, event, source, queued)
@@ -157,6 +181,9 @@ class AsyncInvoker:
     ) -> None:
         """``invocations``: how many times the handler ran the event (none, when it was throttled throughout)."""
         status = "429" if result.throttled else "200"
+        # An event Lambda never tried (reserved concurrency 0) has no answer: no error code, no response
+        unanswered = condition == ZERO_CONCURRENCY
+        message = ZERO_CONCURRENCY_MESSAGE if unanswered else (result.error_message or "")[:256]
         if spec.dead_letter_arn:
             self._send(
                 spec,
@@ -164,12 +191,12 @@ class AsyncInvoker:
                 json.dumps(event),
                 {
                     "RequestID": {"DataType": "String", "StringValue": result.request_id},
-                    "ErrorCode": {"DataType": "Number", "StringValue": status},
-                    "ErrorMessage": {"DataType": "String", "StringValue": (result.error_message or "")[:256]},
+                    **({} if unanswered else {"ErrorCode": {"DataType": "Number", "StringValue": status}}),
+                    "ErrorMessage": {"DataType": "String", "StringValue": message},
                 },
             )
         if spec.on_failure_arn:
-            record = {
+            record: dict[str, Any] = {
                 "version": "1.0",
                 "timestamp": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
                 "requestContext": {
@@ -179,14 +206,18 @@ class AsyncInvoker:
                     "approximateInvokeCount": invocations,
                 },
                 "requestPayload": event,
-                "responseContext": {
+            }
+            if not unanswered:
+                record["responseContext"] = {
                     "statusCode": int(status),
                     "executedVersion": "$LATEST",
                     # a throttled event's last answer was Lambda's 429, not an error of the function
                     **({} if result.throttled else {"functionError": "Unhandled"}),
-                },
-                "responsePayload": {"errorMessage": result.error_message, "errorType": result.error_type},
-            }
+                }
+                record["responsePayload"] = {
+                    "errorMessage": result.error_message,
+                    "errorType": result.error_type,
+                }
             self._send(spec, spec.on_failure_arn, json.dumps(record), {})
         if not (spec.dead_letter_arn or spec.on_failure_arn):
             _log.warning(

@@ -9,7 +9,11 @@ own pollers and reserves nothing. What Lambda does with an invocation beyond the
   interval increases exponentially from 1 second after the first attempt to a maximum of 5 minutes"
   (https://docs.aws.amazon.com/lambda/latest/dg/invocation-async-error-handling.html). A throttle is not a
   function error, so it is not one of `MaximumRetryAttempts`; an event older than `MaximumEventAgeInSeconds`
-  goes to the on-failure destination / dead-letter queue, or is dropped (``async_invoke.py``).
+  goes to the on-failure destination / dead-letter queue, or is dropped (``async_invoke.py``). Not so for a
+  function whose reserved concurrency is 0 (an operator's stop): since August 2021 "for functions with reserved
+  concurrency set to zero, all events will be automatically sent to the configured DLQ or the on-failure event
+  destination immediately, instead of being retried" (AWS's notice of the change; "if neither is configured,
+  events are dropped immediately"), the on-failure record's condition ``ZeroReservedConcurrency``.
 - an SQS mapping: "If the invocation fails due to throttling, Lambda gradually backs off retries [...].
   Lambda continues to retry the message until the message's timestamp exceeds your queue's visibility
   timeout, at which point Lambda drops the message"
@@ -78,9 +82,13 @@ class ReservedConcurrency:
         self._in_flight: dict[str, int] = dict.fromkeys(self._reserved, 0)
         self._lock = threading.Lock()
 
+    def limit(self, function: str) -> int | None:
+        """The function's reserved concurrency now (None: none reserved)."""
+        return self._live(function) if self._live is not None else self._reserved.get(function)
+
     def try_acquire(self, function: str) -> bool:
         """Take one of the function's executions; False (a throttle) when all of them are in flight."""
-        limit = self._live(function) if self._live is not None else self._reserved.get(function)
+        limit = self.limit(function)
         with self._lock:
             if limit is not None and self._in_flight.get(function, 0) >= limit:
                 return False

@@ -224,6 +224,7 @@ class Runner:
             faults=self.faults,
             throttle_scale=self._throttle_scale,
             deliveries=self._deliveries,
+            reserved=lambda function: self._reserved.limit(function),
         )
         # (EventBridge's own call to the function, before Lambda's queue: a function deleted or whose permission
         # for the rule was removed refuses it, and the event goes to the target's dead-letter queue)

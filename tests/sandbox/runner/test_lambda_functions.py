@@ -6,6 +6,7 @@ function throttled to 0 runs nothing, a mapping disabled by hand polls nothing, 
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -128,15 +129,23 @@ def test_a_function_throttled_to_zero_by_hand_runs_nothing_until_its_concurrency
     client(runner, "sqs").send_message(QueueUrl=runner.queue("Work").url, MessageBody="{}")
     time.sleep(1.5)
 
-    # Then the function ran neither (throttled), until its concurrency is given back
+    # Then the function ran neither (throttled): the event went to its on-failure destination at once, as
+    # Lambda sends an event for a function stopped at 0 (not kept in its queue); the message waits in its
+    # queue, and runs once the concurrency is given back
     assert runner.journal.invocations("Worker") == []
     assert runner.journal.throttles("Worker")
+    failed = client(runner, "sqs").receive_message(QueueUrl=runner.queue("Failed").url)["Messages"]
+    assert [json.loads(m["Body"])["requestContext"]["condition"] for m in failed] == [
+        "ZeroReservedConcurrency"
+    ]
     aws.delete_function_concurrency(FunctionName=name)
     sources = runner.journal.wait_until(
-        lambda: {i.source.split(":")[0] for i in runner.journal.invocations("Worker")} >= {"rule", "sqs"},
+        lambda: {i.source.split(":")[0] for i in runner.journal.invocations("Worker")} >= {"sqs"},
         timeout=15,
     )
     assert sources
+    time.sleep(1.0)  # (an event kept in Lambda's queue would have run by now, with the message)
+    assert {i.source.split(":")[0] for i in runner.journal.invocations("Worker")} == {"sqs"}
 
 
 def test_a_mapping_disabled_by_hand_polls_nothing_until_enabled_again(make_runner: MakeRunner) -> None:

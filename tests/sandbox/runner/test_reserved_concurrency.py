@@ -5,12 +5,14 @@ again while its messages are invisible, then shows again in the queue and counts
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nodecycle_sandbox.runner import Runner
 
 from .conftest import MakeRunner
+from .test_stack_deployment import client
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs.type_defs import MessageTypeDef
@@ -182,3 +184,50 @@ def test_the_template_s_reserved_concurrency_and_event_age_are_read(make_runner:
     # Given the function above, When the runner reads it, Then it knows its reserved concurrency and event age
     spec = _runner(make_runner).functions["Intake"]
     assert (spec.reserved_concurrency, spec.max_event_age) == (1, 60.0)
+
+
+def test_an_event_for_a_function_stopped_at_zero_goes_to_its_failure_targets_at_once_unrun(
+    make_runner: MakeRunner,
+) -> None:
+    # Given the function stopped by the runbook's kill switch (reserved concurrency 0, by hand), its events
+    # living 6 hours (6 minutes in the sandbox), a dead-letter queue and an on-failure destination
+    template = (
+        TEMPLATE.replace("VISIBILITY", "30")
+        .replace("MaximumEventAgeInSeconds: 60", "MaximumEventAgeInSeconds: 21600")
+        .replace(
+            "      EventInvokeConfig:",
+            "      DeadLetterQueue: {Type: SQS, TargetArn: !GetAtt WorkDlq.Arn}\n      EventInvokeConfig:",
+        )
+    )
+    runner = make_runner(template, {"intake": HANDLER}, schedules_enabled=False)
+    lambda_ = client(runner, "lambda")
+    name = runner.functions["Intake"].name
+    lambda_.put_function_concurrency(FunctionName=name, ReservedConcurrentExecutions=0)
+    time.sleep(1.2)  # (Lambda applies it within seconds; the runner reads it again each second)
+
+    # When an event comes
+    _publish(runner, "stopped")
+
+    # Then Lambda sends it to both at once (not after its maximum age), never having run it: the on-failure
+    # record's condition ZeroReservedConcurrency, with no response (none was asked for), the dead letter
+    # without an error code
+    (record,) = runner.journal.wait_until(lambda: _receive(runner, "Destination"), timeout=10)
+    body = json.loads(record["Body"])
+    assert body["requestContext"]["condition"] == "ZeroReservedConcurrency"
+    assert body["requestContext"]["approximateInvokeCount"] == 0
+    assert body["requestPayload"]["detail"] == {"name": "stopped"}
+    assert "responseContext" not in body
+    assert "responsePayload" not in body
+    dead = runner.sqs.receive_message(
+        QueueUrl=runner.queue("WorkDlq").url, MessageAttributeNames=["All"], WaitTimeSeconds=5
+    )["Messages"]
+    assert [json.loads(m["Body"])["detail"] for m in dead] == [{"name": "stopped"}]
+    assert set(dead[0]["MessageAttributes"]) == {"RequestID", "ErrorMessage"}
+    assert {t.outcome for t in runner.journal.throttles("Intake")} == {"ZeroReservedConcurrency"}
+
+    # and its concurrency given back, the event is not run late: it is in the failure targets alone
+    lambda_.delete_function_concurrency(FunctionName=name)
+    time.sleep(1.2)
+    _publish(runner, "after")
+    runner.journal.wait_until(lambda: runner.journal.invocations("Intake"), timeout=10)
+    assert [i.response for i in runner.journal.invocations("Intake")] == ["after"]
