@@ -230,6 +230,12 @@ class Sandbox:
         for runner in self._runners():  # none once stopping: late events have nowhere to go
             runner.publish(event)
 
+    def invoke(self, function: str, event: Any) -> bool:
+        """An operator's Event invocation of one of the stacks' functions (``aws lambda invoke --invocation-type
+        Event``, ``aws/lambda_invoke.py``): run by its runner as Lambda runs an asynchronous event."""
+        self._started.wait()
+        return any(runner.invoke_event(function, event) for runner in self._runners())
+
     # -- lifecycle ------------------------------------------------------------------------------
 
     def start(self) -> Sandbox:

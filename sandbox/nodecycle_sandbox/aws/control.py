@@ -11,7 +11,14 @@ from typing import Any, Protocol
 
 from moto.autoscaling.models import AutoScalingBackend, autoscaling_backends
 
-from nodecycle_sandbox.aws import dynamodb_index_lag, ec2_addresses, ec2_consistency, ec2_instances, eks
+from nodecycle_sandbox.aws import (
+    dynamodb_index_lag,
+    ec2_addresses,
+    ec2_consistency,
+    ec2_instances,
+    eks,
+    lambda_invoke,
+)
 from nodecycle_sandbox.aws import faults as aws_faults
 from nodecycle_sandbox.aws.disruptions import SPOT_HOOK_AFTER_SECONDS, SPOT_WARNING_SECONDS
 from nodecycle_sandbox.aws.eks_access import API_AND_CONFIG_MAP
@@ -110,9 +117,11 @@ class AwsControl:
         return emulator_for(self.backend)
 
     def connect(self, *, events: EventSink | None, nodes: NodeRegistry | None) -> None:
-        """Where lifecycle events go and which cluster instances join (in-process objects only)."""
+        """Where lifecycle events go and which cluster instances join (in-process objects only). An ``events``
+        that runs functions (``invoke``: the sandbox) also takes the Event invocations of its functions."""
         self.emulator.events = events
         self.emulator.nodes = nodes
+        lambda_invoke.connect(getattr(events, "invoke", None))
 
     def configure(
         self,
@@ -272,4 +281,5 @@ class AwsControl:
         return met
 
     def close(self) -> None:
+        lambda_invoke.connect(None)
         self.emulator.close()

@@ -32,6 +32,7 @@ from nodecycle_sandbox.aws import (
     ec2_tags,
     eks_access,
     events_sources,
+    lambda_invoke,
     lambda_mappings,
     sqs_attributes,
     sqs_move_tasks,
@@ -67,6 +68,7 @@ def install() -> None:
     eks_access.install()
     events_sources.install()  # PutEvents refuses the aws.* sources of AWS's own events
     lambda_mappings.install()  # SQS mappings run by the runner only, never by moto
+    lambda_invoke.install()  # an Event invocation of a stack's function run by the runner
     enforce.install()  # each function's calls against its role (nodecycle_sandbox.iam)
     setattr(AutoScalingResponse, _MARKER, True)
 

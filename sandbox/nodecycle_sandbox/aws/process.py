@@ -45,6 +45,11 @@ class _Outbox:
     def publish(self, event: dict[str, Any]) -> None:
         self._send(("publish", event))
 
+    def invoke(self, function: str, event: Any) -> bool:
+        """An Event invocation of ``function`` (``aws/lambda_invoke.py``), for the parent's runner: taken."""
+        self._send(("invoke", function, event))
+        return True
+
     def add_node(self, name: str, **kwargs: Any) -> None:
         self._send(("add_node", name, kwargs))
 
@@ -179,6 +184,10 @@ class AwsProcess:
                 if message[0] == "publish":
                     if self._events is not None:
                         self._events.publish(message[1])
+                elif message[0] == "invoke":
+                    invoke = getattr(self._events, "invoke", None)
+                    if invoke is not None:
+                        invoke(message[1], message[2])
                 elif self._nodes is not None:
                     _, name, kwargs = message
                     getattr(self._nodes, message[0])(name, **kwargs)

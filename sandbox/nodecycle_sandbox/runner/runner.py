@@ -387,6 +387,15 @@ class Runner:
         assert self._invoker is not None, "the runner is not started"
         return self._invoker.invoke(spec, event)
 
+    def invoke_event(self, function: str, event: Any) -> bool:
+        """An Event invocation of the function named ``function`` (its physical name), as Lambda's Invoke takes
+        one: into its asynchronous queue. False: no function of this runner's."""
+        spec = next((s for s in self.functions.values() if s.name == function), None)
+        if spec is None or self._async is None:
+            return False
+        self._async.submit(spec, event, "invoke")
+        return True
+
     def _invoke_reserved(self, spec: FunctionSpec, event: Any) -> InvocationResult:
         """An invocation by one of the function's event sources, within its reserved concurrency: refused (a
         throttled result, the handler not run) while all of it is in flight. A test's direct `invoke` stays

@@ -391,3 +391,27 @@ def test_a_stuck_drains_slot_released_by_hand_is_taken_again_as_the_release_says
         90,
         "the terminate action completed",
     )
+
+
+def test_the_runbooks_sweep_at_once_runs_a_sweep(sandbox: Sandbox) -> None:
+    # Given the runbook's command that runs a sweep without waiting for the schedule (Sweeper not running)
+    text = " ".join((ROOT / "docs/runbook.md").read_text().split())
+    (command,) = re.findall(r"`(aws lambda invoke [^`]*--invocation-type Event[^`]*)`", text)
+    assert "$(out SweeperFunctionName)" in command
+    outputs = {
+        o["OutputKey"]: o["OutputValue"]
+        for o in sandbox.client("cloudformation").describe_stacks(StackName=STACK)["Stacks"][0]["Outputs"]
+    }
+    sweeps = len(sandbox.runner.journal.invocations("SweeperFunction", "invoke"))
+
+    # When the operator runs it (as the AWS CLI does: an Event Invoke, with the operator's credentials)
+    answer = sandbox.client("lambda").invoke(
+        FunctionName=outputs["SweeperFunctionName"], InvocationType="Event", Payload=b"{}"
+    )
+
+    # Then Lambda takes it (202) and a sweep runs, and succeeds
+    assert answer["StatusCode"] == 202
+    ran = sandbox.runner.journal.wait_until(
+        lambda: sandbox.runner.journal.invocations("SweeperFunction", "invoke")[sweeps:], timeout=120
+    )
+    assert [i.ok for i in ran] == [True]

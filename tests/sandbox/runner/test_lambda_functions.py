@@ -10,6 +10,11 @@ import json
 import time
 from typing import Any
 
+import pytest
+from botocore.exceptions import ClientError
+
+from nodecycle_sandbox.aws import lambda_invoke
+
 from .conftest import MakeRunner
 from .test_stack_deployment import client
 
@@ -171,3 +176,34 @@ def test_a_mapping_disabled_by_hand_polls_nothing_until_enabled_again(make_runne
     assert attributes["ApproximateNumberOfMessages"] == "1"
     aws.update_event_source_mapping(UUID=mapping["UUID"], Enabled=True)
     assert runner.journal.wait_until(lambda: runner.journal.invocations("Worker"), timeout=15)
+
+
+def test_the_runbooks_event_invocation_runs_the_function_as_lambda_runs_an_asynchronous_event(
+    make_runner: MakeRunner,
+) -> None:
+    # Given the runner's functions, their Event invocations taken by the runner (as the sandbox connects them)
+    runner = make_runner(TEMPLATE, {"worker": WORKER})
+    aws = lambda_client(runner)
+    lambda_invoke.connect(runner.invoke_event)
+    try:
+        # When an operator runs the function at once, as the runbook's `aws lambda invoke --invocation-type Event`
+        answer = aws.invoke(
+            FunctionName=runner.functions["Worker"].name, InvocationType="Event", Payload=b'{"now": true}'
+        )
+
+        # Then Lambda's answer is AWS's (202, nothing in the body, no function error: moto tried Docker and said
+        # so there), and the function runs the event, from Lambda's asynchronous queue
+        assert answer["StatusCode"] == 202
+        assert "FunctionError" not in answer
+        assert answer["Payload"].read() == b""
+        (invocation,) = runner.journal.wait_until(
+            lambda: runner.journal.invocations("Worker", "invoke"), timeout=10
+        )
+        assert (invocation.ok, invocation.event) == (True, {"now": True})
+
+        # and a function Lambda does not have is refused as it refuses it
+        with pytest.raises(ClientError) as refused:
+            aws.invoke(FunctionName="no-such-function", InvocationType="Event", Payload=b"{}")
+        assert refused.value.response["Error"]["Code"] == "ResourceNotFoundException"
+    finally:
+        lambda_invoke.connect(None)
