@@ -7,6 +7,9 @@ With ``--stack`` the stack's outputs and parameters give the table, owner id, cl
 and settings (the sandbox registers its stack too: ``nodecycle doctor --stack nodecycle``). AWS is reached
 with the usual credential chain, the cluster with the kubeconfig. Checked:
 
+- the stack itself: not half deleted (DELETE_FAILED, DELETE_IN_PROGRESS: then that alone, and the hooks that
+  outlive it), and no other nodecycle stack of the region with its owner id;
+
 - the cluster's authentication mode (access entries need API or API_AND_CONFIG_MAP);
 - each function role's access entry, and what the identity it gives may do in the cluster (a
   SubjectAccessReview of every call the function makes);
@@ -185,7 +188,15 @@ class Doctor:
     def examine(self) -> list[Finding]:
         findings: list[Finding] = []
         deployment = self._deployment
+        if deployment is not None and deployment.status.startswith("DELETE_"):
+            # What it left is on its way out: a table or a function found missing is no finding to restore it
+            # from a backup. The hooks are the operator's and stay: they hold each action till its timeout.
+            return [aws_checks.being_deleted(deployment), *self._guard("hooks", self._hooks)]
         if deployment is not None:
+            findings += self._guard(
+                "cloudformation.owner",
+                lambda: [aws_checks.shared_owner(self.client("cloudformation"), deployment)],
+            )
             for what, output in RULE_OUTPUTS:
                 # one rule at a time: one that may not be read hides nothing of the other's state
                 findings += self._guard(

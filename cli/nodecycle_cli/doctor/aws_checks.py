@@ -642,3 +642,60 @@ def retrying_lifecycles(records: Iterable[Any], stack: str) -> Finding:
 def _short(text: str, limit: int = 240) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def being_deleted(deployment: Any) -> Finding:
+    """A stack whose deletion is under way or failed half way (DELETE_IN_PROGRESS, DELETE_FAILED): what it left
+    is on its way out, and the hooks on its groups (the operator's, not the stack's) outlive it."""
+    name, status = deployment.name, deployment.status
+    failed = status == "DELETE_FAILED"
+    return Finding.problem(
+        "cloudformation.stack",
+        f"stack {name} is {status}: its deletion {'stopped half way' if failed else 'is under way'}; what it "
+        "still has (table, queues, functions, rules) is not checked",
+        "nothing drains for it, or soon nothing: the lifecycle hooks on its groups stay, and hold each action "
+        "until its heartbeat timeout, then apply the default result (a terminating node goes undrained); its "
+        "Elastic IPs, budget slots and node annotations are left (docs/removing.md)",
+        (
+            f"aws cloudformation describe-stack-events --stack-name {name} (what it could not delete, and why); "
+            "delete the hooks first (docs/removing.md#1-stop-the-actions-first), then "
+            f"sam delete --stack-name {name} again"
+        )
+        if failed
+        else (
+            "delete the hooks first (docs/removing.md#1-stop-the-actions-first); aws cloudformation wait "
+            f"stack-delete-complete --stack-name {name}, then docs/removing.md#3-what-is-left-and-how-to-remove-it"
+        ),
+    )
+
+
+def shared_owner(cloudformation: Any, deployment: Any) -> Finding:
+    """Other nodecycle stacks of the region (those with a lifecycle table among their outputs) with this stack's
+    owner id. Each takes the other's budget slots, node annotations, Elastic IPs and lifecycle records for its
+    own: its sweeper frees the other's slots (no record of its own holds them), releases its addresses and
+    clears the annotations of its drains in progress (invariant: a stack never acts on another's)."""
+    check = "cloudformation.owner"
+    owner = deployment.owner
+    others = sorted(
+        stack["StackName"]
+        for page in cloudformation.get_paginator("describe_stacks").paginate()
+        for stack in page["Stacks"]
+        if stack["StackName"] != deployment.name
+        and _outputs(stack).get("OwnerId") == owner
+        and "LifecycleTableName" in _outputs(stack)
+    )
+    if not others:
+        return Finding.ok(check, f"no other nodecycle stack in {deployment.region} has owner id {owner}")
+    return Finding.problem(
+        check,
+        f"stack{'s' if len(others) != 1 else ''} {', '.join(others)} in {deployment.region} "
+        f"{'have' if len(others) != 1 else 'has'} this stack's owner id {owner}",
+        "each takes what the other writes for its own: a sweep may free the other's budget slots (no lifecycle "
+        "of its own holds them), release its Elastic IPs and clear the annotations of its drains in progress",
+        "give one of them another owner id at a quiet time (nodecycle status --stack NAME lists no open "
+        "lifecycle): sam deploy --stack-name NAME --parameter-overrides OwnerId=NEW_ID, each stack its own",
+    )
+
+
+def _outputs(stack: Mapping[str, Any]) -> dict[str, str]:
+    return {o["OutputKey"]: o.get("OutputValue", "") for o in stack.get("Outputs") or []}
