@@ -25,6 +25,7 @@ from nodecycle_sandbox.runner.cfn_yaml import load_template
 from nodecycle_sandbox.runner.concurrency import THROTTLE_TIME_SCALE, ReservedConcurrency, throttled_result
 from nodecycle_sandbox.runner.context import lambda_environment
 from nodecycle_sandbox.runner.faults import RunnerFaults
+from nodecycle_sandbox.runner.function_logs import FunctionLogs, group_of
 from nodecycle_sandbox.runner.functions import FunctionSpec, SqsTrigger, read_functions
 from nodecycle_sandbox.runner.intrinsics import Intrinsics
 from nodecycle_sandbox.runner.invokers import InlineInvoker, InvocationResult, Invoker, ProcessInvoker
@@ -131,6 +132,7 @@ class Runner:
         self._invoker: Invoker | None = None
         self._async: AsyncInvoker | None = None
         self._sources: list[SqsEventSource] = []
+        self._function_logs: FunctionLogs | None = None
         self._schedules: Schedules | None = None
         self._deployment: StackDeployment | None = None
         self._lambda: LambdaFunctions | None = None
@@ -214,6 +216,11 @@ class Runner:
                 self._log_dir,
                 self.faults,
             )
+            if self._log_dir is not None:
+                # (what the containers write there, in each function's log group, as Lambda sends it)
+                self._function_logs = FunctionLogs(
+                    self._client("logs"), self._log_dir, {s.logical_id: group_of(s.name) for s in specs}
+                ).start()
         self._async = AsyncInvoker(
             invoke=self._invoke_reserved,
             journal=self.journal,
@@ -275,6 +282,9 @@ class Runner:
         if self._invoker is not None:
             self._invoker.close()
             self._invoker = None
+        if self._function_logs is not None:
+            self._function_logs.stop()
+            self._function_logs = None
         for handler in self._deliveries.handlers:
             handler.flush()
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -207,3 +208,44 @@ def test_the_runbooks_event_invocation_runs_the_function_as_lambda_runs_an_async
         assert refused.value.response["Error"]["Code"] == "ResourceNotFoundException"
     finally:
         lambda_invoke.connect(None)
+
+
+LOGGING_WORKER = """
+import json
+
+def handler(event, context):
+    print(json.dumps({"level": "ERROR", "message": "could not drain node-1", "record_id": "i-1/terminate/t"}))
+    print("a line of its own")
+    return "ran"
+"""
+
+
+def test_a_functions_log_is_in_its_log_group_as_the_runbook_reads_it(
+    make_runner: MakeRunner, tmp_path: Path
+) -> None:
+    # Given the functions run in their containers, writing their log files (as the sandbox runs them)
+    runner = make_runner(
+        TEMPLATE,
+        {"worker": LOGGING_WORKER},
+        mode="process",
+        log_dir=tmp_path / "logs",
+        sqs_sources_enabled=False,
+    )
+    since = int((time.time() - 60) * 1000)
+
+    # When the function logs an error
+    runner.publish(EVENT)
+    runner.journal.wait_until(lambda: runner.journal.invocations("Worker"), timeout=30)
+
+    # Then the runbook's `aws logs tail /aws/lambda/<function> --since 30m --filter-pattern ERROR` finds it (the AWS
+    # CLI's FilterLogEvents), in the log group Lambda writes to; the other lines are there without the filter
+    logs = client(runner, "logs")
+    group = f"/aws/lambda/{runner.functions['Worker'].name}"
+
+    def found(pattern: str) -> list[str]:
+        events = logs.filter_log_events(logGroupName=group, startTime=since, filterPattern=pattern)["events"]
+        return [e["message"] for e in events]
+
+    errors = runner.journal.wait_until(lambda: found("ERROR"), timeout=10)
+    assert [json.loads(m)["message"] for m in errors] == ["could not drain node-1"]
+    assert "a line of its own" in found("")
