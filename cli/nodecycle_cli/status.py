@@ -23,7 +23,14 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from nodecycle_cli.claims import claims
-from nodecycle_cli.deployment import STACK_VARIABLE, add_stack_arguments, find, lifecycle_table, session
+from nodecycle_cli.deployment import (
+    STACK_VARIABLE,
+    TableMissing,
+    add_stack_arguments,
+    find,
+    lifecycle_table,
+    session,
+)
 from nodecycle_cli.failures import CommandError
 from nodecycle_cli.output import age, table
 
@@ -77,10 +84,12 @@ def run(args: argparse.Namespace) -> int:
                 )
         args.table, args.owner = deployment.table, deployment.owner
         margin = deployment.parameters.get(MARGIN_PARAMETER)
+        deleting = deployment.status if deployment.status.startswith("DELETE_") else None
     else:
         args.table = args.table or os.environ.get("NODECYCLE_RECORD_TABLE")
         args.owner = args.owner or os.environ.get("NODECYCLE_OWNER_ID")
         margin = os.environ.get(MARGIN_VARIABLE)
+        deleting = None
     if not args.table or not args.owner:
         raise CommandError(
             "which stack? pass --stack NAME (or --table and --owner, or set NODECYCLE_RECORD_TABLE and "
@@ -88,8 +97,17 @@ def run(args: argparse.Namespace) -> int:
         )
     dynamodb = aws.client("dynamodb")
     store = DynamoRecordStore(args.table, ttl=timedelta(days=1), dynamodb=dynamodb)
-    with lifecycle_table(args.table, dynamodb.meta.region_name):
-        records = list(store.scan(args.owner) if args.all else store.open_records(args.owner))
+    try:
+        with lifecycle_table(args.table, dynamodb.meta.region_name):
+            records = list(store.scan(args.owner) if args.all else store.open_records(args.owner))
+    except TableMissing:
+        if deleting is None:
+            raise
+        # (not "deleted outside the stack": its own deletion took it)
+        raise CommandError(
+            f"stack {args.stack} is {deleting}: its lifecycle table {args.table} went with its deletion, and no "
+            "lifecycle is left to list (the hooks on its groups stay: docs/removing.md)"
+        ) from None
     records.sort(key=lambda record: record.received_at)
     if args.output == "json":
         print(json.dumps([record.model_dump(mode="json") for record in records], indent=2))

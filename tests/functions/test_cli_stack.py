@@ -13,6 +13,8 @@ import pytest
 from moto import mock_aws
 
 from nodecycle.adapters.aws.records import DynamoRecordStore
+from nodecycle_cli import status
+from nodecycle_cli.deployment import from_description
 from nodecycle_cli.main import main
 from tests.functions.test_cli_status import record
 from tests.support.stack import Stack
@@ -86,3 +88,31 @@ def test_status_refuses_an_owner_that_contradicts_the_stack(
     assert code == 2
     assert err.count("\n") == 1
     assert "--owner blue" in err
+
+
+def test_status_of_a_stack_half_deleted_says_its_table_went_with_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a stack whose deletion stopped half way (DELETE_FAILED: its outputs still there, its table deleted)
+    half_deleted = from_description(
+        {
+            "StackName": "nodecycle",
+            "StackStatus": "DELETE_FAILED",
+            "Outputs": [
+                {"OutputKey": "OwnerId", "OutputValue": "nodecycle"},
+                {"OutputKey": "LifecycleTableName", "OutputValue": "records"},
+            ],
+        },
+        REGION,
+    )
+    monkeypatch.setattr(status, "find", lambda session, name: half_deleted)
+
+    with mock_aws():
+        code = main(["status", "--stack", "nodecycle", "--region", REGION])
+
+    # Then one line says the deletion took it, not that it was deleted outside the stack (to restore)
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1
+    assert "stack nodecycle is DELETE_FAILED: its lifecycle table records went with its deletion" in err
+    assert "outside the stack" not in err
