@@ -57,11 +57,6 @@ def test_the_runbook_says_a_function_stopped_at_zero_sends_its_events_to_its_dea
     assert "at once" in text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="contracts/events.is_on_failure_record asks for a responseContext, which a ZeroReservedConcurrency "
-    "record has not: the redriven record is rejected as neither an EventBridge event nor a hook notification",
-)
 def test_a_redriven_record_of_an_event_lambda_never_ran_is_taken_in_as_its_event() -> None:
     # Given a terminate action's event sent to the intake dead-letter queue while intake was stopped at 0,
     # moved back to the intake queue as the runbook's Intake dead letters entry says

@@ -86,11 +86,14 @@ def from_sqs_body(body: str, home: Home | None = None) -> list[Received] | TestN
 
 
 def is_on_failure_record(data: Any) -> bool:
-    """Whether a message body read as JSON is a record Lambda's on-failure destination wrote (its
-    ``requestContext`` and ``responseContext``: neither an EventBridge event nor a hook notification has
-    them)."""
+    """Whether a message body read as JSON is a record Lambda's on-failure destination wrote: its
+    ``requestContext`` with a ``responseContext`` (an invocation that ran and failed) or with its
+    ``requestPayload`` alone (an event Lambda never ran: the function at reserved concurrency 0,
+    ``ZeroReservedConcurrency``). Neither an EventBridge event nor a hook notification has a ``requestContext``."""
     return (
-        isinstance(data, dict) and isinstance(data.get("requestContext"), dict) and "responseContext" in data
+        isinstance(data, dict)
+        and isinstance(data.get("requestContext"), dict)
+        and ("responseContext" in data or "requestPayload" in data)
     )
 
 
