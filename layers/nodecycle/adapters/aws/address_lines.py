@@ -94,68 +94,82 @@ class DynamoAddressLines:
         return allocation_id
 
     def hold(self, owner: str, instance_id: str, held: Held) -> None:
-        item: dict[str, Any] = {
-            "id": {"S": _held_id(owner, instance_id)},
-            "allocation": {"S": held.allocation_id},
-            "association": {"S": held.association_id},
-            "public_ip": {"S": held.public_ip},
-            "pool": {"S": held.pool},
-            "at": {"S": held.at.isoformat()},
-            "expires_at": {"N": str(int((held.at + KEPT).timestamp()))},
-        }
-        with transient_errors("keeping the pool address a launch left its instance holding"):
-            self._dynamodb().put_item(TableName=self._table, Item=item)
+        self._put_kept(
+            _held_id(owner, instance_id),
+            _fields(held, _HELD),
+            held.at,
+            "keeping the pool address a launch left its instance holding",
+        )
 
     def held(self, owner: str, instance_id: str) -> Held | None:
-        with transient_errors("reading the pool address an instance's launch left it holding"):
-            response = self._dynamodb().get_item(
-                TableName=self._table, Key={"id": {"S": _held_id(owner, instance_id)}}, ConsistentRead=True
-            )
-        item = response.get("Item")
-        if not item:
-            return None
-        at = datetime.fromisoformat(item["at"]["S"])
-        if at + KEPT < datetime.now(UTC):
-            return None  # (the table's TTL deletes an item late)
-        return Held(
-            allocation_id=item["allocation"]["S"],
-            association_id=item["association"]["S"],
-            public_ip=item["public_ip"]["S"],
-            pool=item["pool"]["S"],
-            at=at,
+        found = self._get_kept(
+            _held_id(owner, instance_id), "reading the pool address an instance's launch left it holding"
         )
+        return None if found is None else Held(**_attributes(found[0], _HELD), at=found[1])
 
     def offer(self, key: str, lifecycle: str, offer: Offer) -> None:
-        item: dict[str, Any] = {
-            "id": {"S": _offer_id(key, lifecycle)},
-            "pool": {"S": offer.pool},
-            "allocation": {"S": offer.allocation_id},
-            "public_ip": {"S": offer.public_ip},
-            "ended": {"S": offer.ended},
-            "at": {"S": offer.at.isoformat()},
-            "expires_at": {"N": str(int((offer.at + KEPT).timestamp()))},
-        }
-        with transient_errors("offering an address given back to the launch woken for it"):
-            self._dynamodb().put_item(TableName=self._table, Item=item)
+        self._put_kept(
+            _offer_id(key, lifecycle),
+            _fields(offer, _OFFER),
+            offer.at,
+            "offering an address given back to the launch woken for it",
+        )
 
     def offered(self, key: str, lifecycle: str) -> Offer | None:
-        with transient_errors("reading the address offered to a launch woken for it"):
+        found = self._get_kept(
+            _offer_id(key, lifecycle), "reading the address offered to a launch woken for it"
+        )
+        return None if found is None else Offer(**_attributes(found[0], _OFFER), at=found[1])
+
+    def _put_kept(self, item_id: str, fields: dict[str, str], at: datetime, doing: str) -> None:
+        """Write the item (over any earlier), of string ``fields`` and its time ``at``, kept until ``at`` + KEPT
+        (its TTL's expiry: see _get_kept)."""
+        item: dict[str, Any] = {
+            "id": {"S": item_id},
+            **{name: {"S": value} for name, value in fields.items()},
+            "at": {"S": at.isoformat()},
+            "expires_at": {"N": str(int((at + KEPT).timestamp()))},
+        }
+        with transient_errors(doing):
+            self._dynamodb().put_item(TableName=self._table, Item=item)
+
+    def _get_kept(self, item_id: str, doing: str) -> tuple[dict[str, str], datetime] | None:
+        """The item's string fields and its time, read consistently; None when there is none, or once it is KEPT
+        old (at + KEPT, the moment its TTL expires it, and on: the table deletes an expired item late, within
+        days)."""
+        with transient_errors(doing):
             response = self._dynamodb().get_item(
-                TableName=self._table, Key={"id": {"S": _offer_id(key, lifecycle)}}, ConsistentRead=True
+                TableName=self._table, Key={"id": {"S": item_id}}, ConsistentRead=True
             )
         item = response.get("Item")
         if not item:
             return None
         at = datetime.fromisoformat(item["at"]["S"])
-        if at + KEPT <= datetime.now(UTC):
-            return None  # (the table's TTL deletes it within days of its expiry)
-        return Offer(
-            pool=item["pool"]["S"],
-            allocation_id=item["allocation"]["S"],
-            public_ip=item["public_ip"]["S"],
-            ended=item["ended"]["S"],
-            at=at,
-        )
+        if _now() >= at + KEPT:
+            return None
+        return {name: value["S"] for name, value in item.items() if "S" in value}, at
+
+
+# The items' attributes (strings) of the held and offered addresses' fields, besides their time ``at``
+_HELD = {
+    "allocation": "allocation_id",
+    "association": "association_id",
+    "public_ip": "public_ip",
+    "pool": "pool",
+}
+_OFFER = {"allocation": "allocation_id", "public_ip": "public_ip", "pool": "pool", "ended": "ended"}
+
+
+def _fields(kept: Held | Offer, names: dict[str, str]) -> dict[str, str]:
+    return {attribute: getattr(kept, field) for attribute, field in names.items()}
+
+
+def _attributes(fields: dict[str, str], names: dict[str, str]) -> dict[str, str]:
+    return {field: fields[attribute] for attribute, field in names.items()}
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
 
 
 def _offer_id(key: str, lifecycle: str) -> str:

@@ -104,7 +104,7 @@ class AddressLines(Protocol):
         ...
 
     def held(self, owner: str, instance_id: str) -> Held | None:
-        """The pool address last kept for the instance (read consistently); None when none (or over a day old).
+        """The pool address last kept for the instance (read consistently); None when none (or a day old or more).
         Raises :class:`~nodecycle.domain.errors.TransientError`."""
         ...
 

@@ -83,7 +83,7 @@ class Offers(Protocol):
         ...
 
     def offered(self, key: str, lifecycle: str) -> Offer | None:
-        """The latest offer to the waiter (read consistently); None when none (or over a day old). Raises
+        """The latest offer to the waiter (read consistently); None when none (or a day old or more). Raises
         :class:`~nodecycle.domain.errors.TransientError`."""
         ...
 
