@@ -52,7 +52,7 @@ from typing import Any
 
 from nodecycle.domain.eip import SCRATCH, release_unassociated, without_scratch
 from nodecycle.domain.eip.line import AddressLines
-from nodecycle.domain.eip.wake import LineWaker, Offer
+from nodecycle.domain.eip.wake import LineWaker, Offer, offers_of
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import ADDRESSES_LEFT, WARM_POOL, LifecycleRecord
@@ -155,7 +155,7 @@ class ReleaseAddresses:
             taken_back: list[Address] = []
             in_use: list[Address] = []
             if record.destination == WARM_POOL and not held_returned:
-                unknown, held_returned, refused = self._take_back_held(record, found, now, freed)
+                unknown, held_returned, refused = self._take_back_held(record, found, now, freed, offered)
                 in_use.extend(unknown)
             for address in found:
                 if address.associated and address.instance_id != instance:
@@ -301,14 +301,20 @@ class ReleaseAddresses:
         return Outcome.next(allocation_id=first.allocation_id, public_ip=first.public_ip, extra=extra)
 
     def _take_back_held(
-        self, record: LifecycleRecord, found: list[Address], now: datetime, freed: Counter[str | None]
+        self,
+        record: LifecycleRecord,
+        found: list[Address],
+        now: datetime,
+        freed: Counter[str | None],
+        offered: list[Offer],
     ) -> tuple[list[Address], bool, bool]:
         """Disassociate the pool address the instance's launch left it holding (``AddressLines.held``) when no
         listing found it: EC2's reads may not show a claim of minutes ago, and an instance going into its warm
         pool keeps, once stopped, what its release does not take. Its association is the launch's own (the launch
         saw it): one EC2 answers as unknown within ``HELD_FOR`` of the claim is one its writes do not know yet,
         asked again (the address returned: in use); later, one ended meanwhile (by hand). Whether it was returned,
-        and whether EC2 refused."""
+        and whether EC2 refused. Returned, it is offered (``offered``) as the others are: the woken look's listing
+        may still show the claim."""
         if self._lines is None:
             return [], False, False
         held = self._lines.held(self._owner, record.instance_id)
@@ -343,6 +349,7 @@ class ReleaseAddresses:
             "returned address %s to pool %r (the launch's claim, not listed yet)", held.public_ip, held.pool
         )
         freed[held.pool] += 1
+        offered.extend(offers_of([address], now))
         return [], True, False
 
     def _give_back(self, disassociated: list[str], instance: str) -> None:
@@ -571,16 +578,8 @@ class ReleaseAddresses:
             self._metrics.count("EipsReturned")
             log.info("returned address %s to pool %r", address.public_ip, address.pool)
             freed[address.pool] += 1
-            if offered is not None and now is not None and address.association_id is not None:
-                offered.append(
-                    Offer(
-                        pool=address.pool,
-                        allocation_id=address.allocation_id,
-                        public_ip=address.public_ip,
-                        ended=address.association_id,
-                        at=now,
-                    )
-                )
+            if offered is not None and now is not None:
+                offered.extend(offers_of([address], now))
             return True
         if address.allocated_for != instance:
             # Ours, but allocated for another instance: unassociated now, the sweeper judges it by its age.

@@ -22,13 +22,14 @@ that run at once are two deliveries of one look, which ASSIGN_EIP is built for (
 address; one associates it, the other finds it on the instance).
 
 EC2's reads lag its writes (for seconds under load): the woken look, listing the pool, may still see the address
-on the instance that gave it back, find nothing free and wait its 15 s, the address idle meanwhile. So a release
-offers each address it gave back to the waiter woken for it (:class:`Offer`, one item per waiter beside the line,
-written before the wake-up is sent), and that waiter's look, finding nothing free in its listing, tries
-AssociateAddress on the offered address directly (``AssignAddress._take_offered``): EC2's writes decide on its own
+on the instance that gave it back, find nothing free and wait its 15 s, the address idle meanwhile. So whatever
+gives a pool address back (a release, a warm-pool release of the claim no listing shows yet, the sweep taking it
+from a gone instance: :func:`offers_of`) offers it to the waiter woken for it (:class:`Offer`, one item per
+waiter beside the line, written before the wake-up is sent), and that waiter's look, finding nothing free in its
+listing, tries AssociateAddress on the offered address directly (``AssignAddress._take_offered``): EC2's writes decide on its own
 state, in which the address is free, and AllowReassociation false moves nothing, so an address taken since (a new
 launch, another waiter, two woken for one address) is refused and the look goes on as before. A read by its id
-that still shows the association the release ended is a read behind, not the address taken (association ids are
+that still shows the association its giver ended is a read behind, not the address taken (association ids are
 never reused). An offer is tried once (per association ended) and only within ``OFFERED_FOR``.
 
 Cost: one read of the line per release that freed an address, one read of a record and one message per waiter
@@ -39,7 +40,7 @@ launches wait than were to be woken (as many are woken as the pool has free addr
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -49,7 +50,7 @@ from nodecycle.domain.eip.line import AddressLines, line_key
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import Worker
 from nodecycle.domain.model import LifecycleRecord, Step
-from nodecycle.domain.ports.addresses import Addresses
+from nodecycle.domain.ports.addresses import Address, Addresses
 from nodecycle.domain.ports.lifecycle import RecordStore, WorkMessage, WorkQueues
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,23 @@ class Offer:
     public_ip: str
     ended: str
     at: datetime
+
+
+def offers_of(returned: Iterable[Address], at: datetime) -> list[Offer]:
+    """The offers of the pool addresses given back ``at`` (each as listed, with the association its giver ended),
+    in order: what a release, a warm-pool release of its launch's claim and the sweep each give
+    :meth:`LineWaker.given_back`, whose waiter's look tries them directly."""
+    return [
+        Offer(
+            pool=address.pool,
+            allocation_id=address.allocation_id,
+            public_ip=address.public_ip,
+            ended=address.association_id,
+            at=at,
+        )
+        for address in returned
+        if address.pool is not None and address.association_id is not None
+    ]
 
 
 class Offers(Protocol):

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from nodecycle.domain.eip import release_unassociated
-from nodecycle.domain.eip.wake import LineWaker
+from nodecycle.domain.eip.wake import LineWaker, offers_of
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.ports.addresses import Address, Addresses, AddressInUse, AddressRefused
 from nodecycle.domain.ports.instances import GONE_STATES
@@ -95,6 +95,7 @@ class AddressSweep:
         states, unknown = self._states(attached)
         released = returned = failed = unreached = 0
         freed_by: Counter[str | None] = Counter()  # by pool (None: released, room under the quota)
+        to_pools: list[Address] = []  # (each offered to the launch woken for it: nodecycle.domain.eip.wake)
         for address in found:
             if unknown and address.associated:
                 continue  # nothing says its instance is gone: in use, as far as this sweep can tell
@@ -114,8 +115,10 @@ class AddressSweep:
             returned += freed == "returned"
             if freed is not None:
                 freed_by[address.pool if freed == "returned" else None] += 1
+            if freed == "returned":
+                to_pools.append(address)
         if self._waker is not None and freed_by:
-            self._waker.given_back(freed_by, now)
+            self._waker.given_back(freed_by, now, offered=offers_of(to_pools, now))
         if released or returned:
             self._metrics.count("SweptEips", released + returned)
         report = AddressSweepReport(
