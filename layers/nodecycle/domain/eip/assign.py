@@ -51,6 +51,7 @@ from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.policy import ActionResult, EipFailurePolicy, EipMode, EipPolicy
 from nodecycle.domain.ports.addresses import (
     ALLOCATED_AT_TAG,
+    ALLOCATED_INTO_TAG,
     GROUP_TAG,
     INSTANCE_TAG,
     OWNER_TAG,
@@ -321,7 +322,10 @@ class AssignAddress:
                 listed=found,
             )
         try:
-            allocated = self._addresses.allocate({**self._tags(record, now), POOL_TAG: self._pool})
+            # (its own tag says it was allocated into the pool: never released, should its pool tag go)
+            allocated = self._addresses.allocate(
+                {**self._tags(record, now), POOL_TAG: self._pool, ALLOCATED_INTO_TAG: self._pool}
+            )
         except AddressLimitExceeded:
             # Another delivery of this message may have grown the pool for the instance since the listing, and
             # taken the quota's last address doing so: that address is this launch's as well.

@@ -4,7 +4,8 @@ The tags decide, not the current mode: a pool address is disassociated (back to 
 an address allocated for this instance is disassociated and released; an address associated with another
 instance is never touched, whatever its tags say (a pool address claimed again after this instance lost
 it); an address of another owner is never even listed; one tagged with this owner by hand (no allocation time,
-in no pool) is left where it is, as the sweeper leaves it.
+in no pool), or retired from its pool by hand (its pool tag removed, its allocation into a pool said by its own tag),
+is left where it is, as the sweeper leaves it.
 
 A lifecycle without a hook (an instance stopped outside the group's hooks) has no action for Auto Scaling to
 confirm, and its message may run long after the stop (EventBridge retries an event for hours, a queue can
@@ -169,7 +170,8 @@ class ReleaseAddresses:
                     # Not nodecycle's to take back, as the sweeper judges it too: a stopped instance keeps it for
                     # its next start
                     log.warning(
-                        "address %s carries this owner's tag but no allocation time: not nodecycle's, left",
+                        "address %s carries this owner's tag but is not nodecycle's to take back (no allocation "
+                        "time, or retired from its pool by hand): left",
                         address.public_ip,
                     )
                     continue

@@ -18,6 +18,10 @@ GROUP_TAG = "nodecycle:group"
 ALLOCATED_AT_TAG = "nodecycle:allocated-at"
 # An address of a pool (named by this tag's value) is claimed and returned, never released.
 POOL_TAG = "nodecycle:pool"
+# Written by nodecycle alone, at an allocation into a pool (one that may grow: its name): the address is a pool's for
+# good, never an instance's to release, whatever its pool tag says later (an operator retiring it removes that one;
+# it then carries the same tags as an address allocated for one instance).
+ALLOCATED_INTO_TAG = "nodecycle:allocated-into"
 
 
 class AddressError(Exception):
@@ -90,11 +94,17 @@ class Address:
         return stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)
 
     @property
+    def allocated_into(self) -> str | None:
+        """The pool nodecycle allocated this address into, if it did (whatever its pool tag says now)."""
+        return self.tags.get(ALLOCATED_INTO_TAG)
+
+    @property
     def by_hand(self) -> bool:
-        """Tagged with an owner by hand (an operator's static address, another tool's): in no pool and without
-        nodecycle's allocation time (or with a mangled one). Neither the release step nor the sweeper takes it
-        back, releases or disassociates it."""
-        return self.pool is None and self.allocated_at is None
+        """Not nodecycle's to take back: tagged with an owner by hand (an operator's static address, another tool's:
+        in no pool and without nodecycle's allocation time, or with a mangled one), or retired from its pool by hand
+        (allocated into a pool by nodecycle, its pool tag removed since: a stable address, the operator's now).
+        Neither the release step nor the sweeper takes it back, releases or disassociates it."""
+        return self.pool is None and (self.allocated_at is None or self.allocated_into is not None)
 
 
 class Addresses(Protocol):
