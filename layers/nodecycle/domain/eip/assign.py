@@ -678,6 +678,7 @@ class AssignAddress:
         delivery commits, the launch goes on with the address associated."""
         run = f"{record.id}#{record.seq}"
         refused: str | None = None
+        refusal: _RefusedAddress | None = None
         left = list(candidates)
         while left:
             address = left.pop(0)
@@ -709,10 +710,26 @@ class AssignAddress:
                     return _wait(record, VERIFY_DELAY, {**scratch, "verify": verify})
                 left = [address, *(a for a in left if a is not theirs)]
                 address = theirs
-            outcome = self._take(record, now, scratch, address, found)
+            try:
+                outcome = self._take(record, now, scratch, address, found)
+            except _RefusedAddress as error:
+                # That address's refusal (a policy on its tags, a range the role may not use), not the launch's:
+                # another free one of the pool is taken; one refused by every candidate is raised (the step asks
+                # again, then its policy decides). Told each time: an operator fixes what refuses the address
+                self._metrics.count("EipFailures")
+                log.error(
+                    "EC2 refused to associate address %s with instance %s: %s; trying the next",
+                    address.public_ip,
+                    record.instance_id,
+                    error,
+                )
+                refusal, refused = error, address.allocation_id
+                continue
             if outcome is not None:
                 return outcome
             refused = address.allocation_id
+        if refusal is not None:
+            raise refusal
         return None
 
     def _take(
@@ -766,6 +783,10 @@ class AssignAddress:
             return None
         except InstanceUnavailable:
             return self._instance_unavailable(record, scratch)
+        except AddressRefused as error:
+            if address.pool is None:
+                raise  # (the launch's own address: no other to take)
+            raise _RefusedAddress(str(error)) from error
         scratch = _seen(scratch, [address])  # (EC2 knows it: it took it)
         if address.pool is not None:
             self._metrics.count("EipsClaimed")
@@ -1072,6 +1093,10 @@ class AssignAddress:
             GROUP_TAG: record.group,
             ALLOCATED_AT_TAG: now.isoformat(timespec="seconds"),
         }
+
+
+class _RefusedAddress(AddressRefused):
+    """EC2 refused to associate one address of a pool (not another call): the next free one is tried."""
 
 
 def _held(found: Iterable[Address], instance: str) -> Address | None:

@@ -1,0 +1,86 @@
+"""A pool of several free addresses, one of which EC2 will not associate (AuthFailure or UnauthorizedOperation for
+that address alone: a service control policy or a permissions boundary on one address's tags, an address of a
+BYOIP range the role may not use). The refusal is that address's, not the launch's: the launch takes another free
+address of its pool, and only a launch every one of whose addresses is refused meets its failure policy (as before,
+after REFUSED_ATTEMPTS runs minutes apart: a denial may be IAM still propagating)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from nodecycle.domain.eip.assign import REFUSED_ATTEMPTS
+from nodecycle.domain.engine import Outcome
+from nodecycle.domain.model import LifecycleRecord
+from nodecycle.domain.policy import ActionResult
+from nodecycle.domain.ports.addresses import AddressRefused
+from tests.support.fakes import FakeMetrics
+from tests.unit.eip.fakes import T0, FakeAddresses, Wiring, launch_record
+from tests.unit.eip.test_assign_address import POOL, step
+
+INSTANCE = "i-0fedcba9876543210"
+
+
+def refusing(ec2: FakeAddresses, refused: set[str], code: str) -> list[str]:
+    """EC2 refuses to associate the addresses ``refused`` (all of them: None in it), answering ``code``; the
+    allocation ids tried, in order."""
+    tried: list[str] = []
+    associate = ec2.associate
+
+    def refuse(allocation_id: str, instance_id: str) -> str:
+        tried.append(allocation_id)
+        if allocation_id in refused or "*" in refused:
+            raise AddressRefused(f"{code}: You are not authorized to perform this operation.")
+        return associate(allocation_id, instance_id)
+
+    ec2.associate = refuse  # type: ignore[method-assign]
+    return tried
+
+
+def run(ec2: FakeAddresses, metrics: FakeMetrics, record: LifecycleRecord) -> Outcome:
+    """The launch's step, as often as it asks to run again (its delays not waited)."""
+    assign = step(ec2, metrics, Wiring(), eip_mode="pool", eip_pool_name=POOL, eip_failure_policy="abandon")
+    now = T0
+    for _ in range(REFUSED_ATTEMPTS + 2):
+        outcome = assign(record, now)
+        if not outcome.again:
+            return outcome
+        record = record.model_copy(update={**outcome.changes, "seq": record.seq + 1})
+        now += timedelta(seconds=outcome.delay or 0)
+    return outcome
+
+
+@pytest.mark.parametrize("code", ["AuthFailure", "UnauthorizedOperation"])
+def test_a_launch_takes_another_free_address_of_its_pool_than_the_one_ec2_refuses(code: str) -> None:
+    ec2 = FakeAddresses()
+    ec2.launch(INSTANCE)
+    pool = {ec2.add(pool=POOL, allocated_at=None) for _ in range(3)}
+    metrics = FakeMetrics()
+    first = refusing(ec2, set(), code)
+    run(ec2, FakeMetrics(), launch_record(INSTANCE))  # (the address the launch tries first, on a copy of it)
+    refused = first[0]
+    for allocation_id in pool:
+        ec2.eips[allocation_id].instance_id = ec2.eips[allocation_id].association_id = None
+    tried = refusing(ec2, {refused}, code)
+
+    outcome = run(ec2, metrics, launch_record(INSTANCE))
+
+    assert outcome.changes.get("result") is not ActionResult.ABANDON
+    assert outcome.changes["allocation_id"] in pool - {refused}
+    assert ec2.eips[outcome.changes["allocation_id"]].instance_id == INSTANCE
+    assert ec2.eips[refused].instance_id is None
+    assert tried[0] == refused
+    assert metrics.counts["EipFailures"] >= 1  # (told: an operator fixes what refuses that address)
+
+
+def test_a_launch_every_address_of_whose_pool_is_refused_meets_its_failure_policy() -> None:
+    ec2 = FakeAddresses()
+    ec2.launch(INSTANCE)
+    for _ in range(3):
+        ec2.add(pool=POOL, allocated_at=None)
+    refusing(ec2, {"*"}, "UnauthorizedOperation")
+
+    outcome = run(ec2, FakeMetrics(), launch_record(INSTANCE))
+
+    assert outcome.changes.get("result") is ActionResult.ABANDON
