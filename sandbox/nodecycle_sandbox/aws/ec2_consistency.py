@@ -27,8 +27,10 @@ requests signed by ``callers`` (the functions' access keys; None: anyone), as AW
   a lagging ``DescribeAddresses`` still shows the terminated instance's association for the window;
 - its calls naming an id EC2 did not have ``seconds`` ago answer that id's NotFound code
   (``AssociateAddress``, ``DisassociateAddress`` of an association made since, ``ReleaseAddress``,
-  ``CreateTags``, ``DeleteTags``). Every other write decides on EC2's own state, as EC2 does: an address
-  shown free but associated since is refused (``Resource.AlreadyAssociated``).
+  ``CreateTags``, ``DeleteTags``); its ``ReleaseAddress`` of an address disassociated within the window answers
+  ``InvalidIPAddress.InUse`` (the disassociation not settled yet: EC2 refuses to release an address until it has).
+  Every other write decides on EC2's own state, as EC2 does: an address shown free but associated since is refused
+  (``Resource.AlreadyAssociated``).
 
 EC2's reads are not monotonic either: a request is answered by one of several replicas, a later read from one
 further behind than an earlier one's. Armed with ``fresh`` (a callable asked once per lagging read), a read it
@@ -217,6 +219,17 @@ class Ec2Lag:
                     found.append(resource_id)
             return found
 
+    def disassociated_since(self, allocation_id: str, current: dict[str, View]) -> bool:
+        """Whether the address was associated ``seconds`` ago or since, and ``current`` has it unassociated: its
+        disassociation not settled yet, which EC2's ReleaseAddress refuses as in use."""
+        now = self.clock()
+        with self._lock:
+            self._forget(now)
+            writes = self._addresses.get(allocation_id, [])
+            was = any(view is not None and view.get("AssociationId") for _, view in writes)
+        address = current.get(allocation_id)
+        return was and address is not None and not address.get("AssociationId")
+
     def _associated_since(self, resource_id: str, current: dict[str, View] | None) -> bool:
         """Whether ``resource_id`` is an association that ``current`` has and the addresses of ``seconds`` ago
         did not."""
@@ -363,6 +376,14 @@ def install() -> None:
                     for resource_id in LAG.young([i for i in named(self) if i], before):
                         LAG.met(operation.__name__, resource_id)
                         raise _not_found(resource_id)
+                    if operation.__name__ == "release_address":
+                        for allocation_id in [
+                            i for i in named(self) if i and LAG.disassociated_since(i, before)
+                        ]:
+                            LAG.met(operation.__name__, allocation_id)
+                            raise EC2ClientError(
+                                "InvalidIPAddress.InUse", f"Address {allocation_id} is in use."
+                            )
                 instances = instance_views(backend, [i for i in named(self) if i and i.startswith("i-")])
                 result = operation(self)
                 LAG.wrote(before, views(backend))
