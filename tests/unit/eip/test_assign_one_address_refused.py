@@ -1,8 +1,9 @@
 """A pool of several free addresses, one of which EC2 will not associate (AuthFailure or UnauthorizedOperation for
 that address alone: a service control policy or a permissions boundary on one address's tags, an address of a
 BYOIP range the role may not use). The refusal is that address's, not the launch's: the launch takes another free
-address of its pool, and only a launch every one of whose addresses is refused meets its failure policy (as before,
-after REFUSED_ATTEMPTS runs minutes apart: a denial may be IAM still propagating)."""
+address of its pool. A launch refused REFUSED_PER_LOOK addresses at a look (the refusal as likely the instance's) asks
+again minutes apart, not those addresses, and meets its failure policy after REFUSED_ATTEMPTS looks (a denial may be
+IAM still propagating): a few calls, not one per pool address at every look."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from datetime import timedelta
 
 import pytest
 
-from nodecycle.domain.eip.assign import REFUSED_ATTEMPTS
+from nodecycle.domain.eip.assign import REFUSED_ATTEMPTS, REFUSED_PER_LOOK
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.model import LifecycleRecord
 from nodecycle.domain.policy import ActionResult
@@ -74,13 +75,19 @@ def test_a_launch_takes_another_free_address_of_its_pool_than_the_one_ec2_refuse
     assert metrics.counts["EipFailures"] >= 1  # (told: an operator fixes what refuses that address)
 
 
-def test_a_launch_every_address_of_whose_pool_is_refused_meets_its_failure_policy() -> None:
+def test_a_launch_every_address_of_whose_pool_is_refused_meets_its_failure_policy_in_a_few_calls() -> None:
+    # Given a pool of many free addresses, every association of which EC2 refuses to the instance (a policy on the
+    # instance's side: the refusal is the launch's)
     ec2 = FakeAddresses()
     ec2.launch(INSTANCE)
-    for _ in range(3):
+    for _ in range(12):
         ec2.add(pool=POOL, allocated_at=None)
-    refusing(ec2, {"*"}, "UnauthorizedOperation")
+    tried = refusing(ec2, {"*"}, "UnauthorizedOperation")
 
     outcome = run(ec2, FakeMetrics(), launch_record(INSTANCE))
 
+    # Then its policy decides after REFUSED_ATTEMPTS looks, each trying a few addresses, never one twice (not every
+    # address of the pool at every look)
     assert outcome.changes.get("result") is ActionResult.ABANDON
+    assert len(tried) <= REFUSED_ATTEMPTS * REFUSED_PER_LOOK
+    assert len(set(tried)) == len(tried)

@@ -95,6 +95,8 @@ INSTANCE_ATTEMPTS = 24  # two minutes: an instance is pending for well under one
 # What EC2 refuses is asked again this often, 15, 30, 60 s apart, then the failure policy decides
 REFUSED_ATTEMPTS = 4
 REFUSED_DELAY = 15  # seconds
+# Pool addresses EC2 refuses to associate that a look tries before it takes the refusal for the launch's
+REFUSED_PER_LOOK = 2
 # Records looked up per look to find the waiters ahead whose lifecycle is over (see _still_waiting); those found
 # over are taken out of the line, so a run of them longer than this is got past in a few looks. A launch with
 # no more waiters than this ahead of it checks them even when nothing is free, to look as the first in line once
@@ -185,6 +187,8 @@ class AssignAddress:
                 log.warning(
                     "EC2 refused (%d of %d): %s; asked again in %d s", refused, REFUSED_ATTEMPTS, error, delay
                 )
+                if isinstance(error, _RefusedAddress):  # (not tried again: see _take_first)
+                    scratch = {**scratch, "refused_addresses": [*_refused(scratch), *error.allocation_ids]}
                 return Outcome.wait(delay, extra={**record.extra, SCRATCH: {**scratch, "refused": refused}})
             return self._fail(record, f"EC2 refused: {error}")
 
@@ -679,7 +683,9 @@ class AssignAddress:
         run = f"{record.id}#{record.seq}"
         refused: str | None = None
         refusal: _RefusedAddress | None = None
-        left = list(candidates)
+        # (the addresses refused at earlier looks are not tried again: an instance every address is refused to
+        # meets its policy after REFUSED_ATTEMPTS looks of REFUSED_PER_LOOK calls each, not one per pool address)
+        left = [a for a in candidates if a.allocation_id not in _refused(scratch)]
         while left:
             address = left.pop(0)
             try:
@@ -714,8 +720,9 @@ class AssignAddress:
                 outcome = self._take(record, now, scratch, address, found)
             except _RefusedAddress as error:
                 # That address's refusal (a policy on its tags, a range the role may not use), not the launch's:
-                # another free one of the pool is taken; one refused by every candidate is raised (the step asks
-                # again, then its policy decides). Told each time: an operator fixes what refuses the address
+                # another free one of the pool is taken. Refused REFUSED_PER_LOOK times (or by every candidate),
+                # the refusal is raised: the step asks again (not those addresses), then its policy decides. Told
+                # each time: an operator fixes what refuses the address
                 self._metrics.count("EipFailures")
                 log.error(
                     "EC2 refused to associate address %s with instance %s: %s; trying the next",
@@ -723,7 +730,12 @@ class AssignAddress:
                     record.instance_id,
                     error,
                 )
-                refusal, refused = error, address.allocation_id
+                refusal = _RefusedAddress(
+                    str(error), [*(refusal.allocation_ids if refusal else []), address.allocation_id]
+                )
+                refused = address.allocation_id
+                if len(refusal.allocation_ids) >= REFUSED_PER_LOOK:
+                    break  # (refused twice in a row: the launch's refusal as likely as the addresses')
                 continue
             if outcome is not None:
                 return outcome
@@ -786,7 +798,7 @@ class AssignAddress:
         except AddressRefused as error:
             if address.pool is None:
                 raise  # (the launch's own address: no other to take)
-            raise _RefusedAddress(str(error)) from error
+            raise _RefusedAddress(str(error), [address.allocation_id]) from error
         scratch = _seen(scratch, [address])  # (EC2 knows it: it took it)
         if address.pool is not None:
             self._metrics.count("EipsClaimed")
@@ -1096,7 +1108,16 @@ class AssignAddress:
 
 
 class _RefusedAddress(AddressRefused):
-    """EC2 refused to associate one address of a pool (not another call): the next free one is tried."""
+    """EC2 refused to associate these addresses of a pool (not another call): the next free one is tried."""
+
+    def __init__(self, message: str, allocation_ids: list[str]) -> None:
+        super().__init__(message)
+        self.allocation_ids = allocation_ids
+
+
+def _refused(scratch: dict[str, Any]) -> list[str]:
+    """The pool addresses EC2 refused to associate with the instance at its earlier looks."""
+    return list(scratch.get("refused_addresses") or [])
 
 
 def _held(found: Iterable[Address], instance: str) -> Address | None:
