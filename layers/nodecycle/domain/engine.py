@@ -76,12 +76,15 @@ MIN_PIECE = timedelta(seconds=1)  # the shortest piece a long wait is cut into
 
 
 # record.extra key: the claim of the completion of a lifecycle's action (see ``claimed_for_completion``): the
-# record's seq the claim wrote (``seq``), when (``at``), and whether it took over the claim of a completer that
-# vanished (``over``). Gone from the record once its completer commits what its call did.
+# record's seq the claim wrote (``seq``), when (``at``), when its completer's invocation ends (``until``), and
+# whether it took over the claim of a completer that vanished (``over``). Gone from the record once its
+# completer commits what its call did.
 COMPLETION_CLAIM = "completion_claim"
 
 
-def claimed_for_completion(record: LifecycleRecord, now: datetime) -> LifecycleRecord:
+def claimed_for_completion(
+    record: LifecycleRecord, now: datetime, until: datetime | None = None
+) -> LifecycleRecord:
     """``record`` claimed by a completer about to call CompleteLifecycleAction, under the next ``seq``.
 
     Every completer (the engine's COMPLETE step, the sweeper's settlement) commits this claim, conditional on
@@ -94,9 +97,17 @@ def claimed_for_completion(record: LifecycleRecord, now: datetime) -> LifecycleR
     A claim still on the record when the next one is made is a completer's that never recorded what its call
     did (killed by its Lambda timeout, or its commit refused, after a call that may have landed): the claim
     that takes it over says so, and its "no active lifecycle action" is taken for that call's (see
-    ``completed_by_a_vanished_claim``)."""
+    ``completed_by_a_vanished_claim``).
+
+    ``until``: when the completer's invocation ends, past which its call cannot still be on its way (its AWS
+    calls end within it: a Lambda's timeout kills it). A call may take longer than the heartbeat margin (Auto
+    Scaling throttled: botocore's five attempts, their backoffs and read timeouts, within the sweeper's 300 s):
+    a claim taken over a margin after it was made, its completer still calling, was called twice, and the
+    first call was told "no active lifecycle action" (the false alarm). Kept at least a margin either way."""
     over = isinstance(record.extra.get(COMPLETION_CLAIM), dict)
-    claim = {"seq": record.seq + 1, "at": now.isoformat(), "over": over}
+    claim: dict[str, object] = {"seq": record.seq + 1, "at": now.isoformat(), "over": over}
+    if until is not None:
+        claim["until"] = until.isoformat()
     return record.model_copy(
         update={
             "seq": record.seq + 1,
@@ -122,19 +133,23 @@ def completed_by_a_vanished_claim(record: LifecycleRecord) -> bool:
 
 
 def completion_in_progress(record: LifecycleRecord, now: datetime, within: timedelta) -> bool:
-    """Whether a completer claimed the record's completion less than ``within`` ago (what a step may take: the
-    heartbeat margin) and may be calling Auto Scaling now: nothing was committed after its claim. One that did
-    not commit by then was killed (its Lambda timeout), and its claim is taken over."""
+    """Whether a completer claimed the record's completion and may be calling Auto Scaling now: nothing was
+    committed after its claim, and its invocation has not ended (nor ``within``, the heartbeat margin, passed
+    since the claim). One that did not commit by then was killed, and its claim is taken over."""
     ends = claim_ends(record, within)
     return ends is not None and now < ends
 
 
 def claim_ends(record: LifecycleRecord, within: timedelta) -> datetime | None:
-    """When the claim on ``record`` may be taken over (see ``completion_in_progress``); None: no claim at work."""
+    """When the claim on ``record`` may be taken over (see ``completion_in_progress``): a margin (``within``)
+    after it was made, or when its completer's invocation ends, whichever is later (a claim written without
+    its end: the margin alone); None: no claim at work."""
     claim = record.extra.get(COMPLETION_CLAIM)
     if not isinstance(claim, dict) or claim.get("seq") != record.seq or not record.action_open:
         return None
-    return datetime.fromisoformat(str(claim.get("at"))) + within
+    ends = datetime.fromisoformat(str(claim.get("at"))) + within
+    until = claim.get("until")
+    return max(ends, datetime.fromisoformat(until)) if isinstance(until, str) else ends
 
 
 def waits_for_slot(record: LifecycleRecord) -> bool:
@@ -359,7 +374,7 @@ class StepEngine:
                 self._dispatch.send(record, now)
                 return Handled.FORWARDED
             ran = record.step
-            committed = self._run_step(record, now)
+            committed = self._run_step(record, now, time_left)
             if committed is None:
                 return Handled.CONFLICT
             record = committed
@@ -416,7 +431,9 @@ class StepEngine:
 
     # -- one step ---------------------------------------------------------------------------------------
 
-    def _run_step(self, record: LifecycleRecord, now: datetime) -> LifecycleRecord | None:
+    def _run_step(
+        self, record: LifecycleRecord, now: datetime, time_left: Callable[[], float]
+    ) -> LifecycleRecord | None:
         outcome = self._guard(record, now)
         unanswered = claimed = False
         # The confirmation's heartbeat in this run, if it asked one: when it was accepted, or that it failed
@@ -435,7 +452,9 @@ class StepEngine:
                 if outcome is None:
                     if record.step is Step.COMPLETE and record.action_open:
                         # (see ``claimed_for_completion``: lost, another completer has the action)
-                        claim = claimed_for_completion(record, now)
+                        # (held while this invocation lasts: see ``claimed_for_completion``'s ``until``)
+                        until = now + timedelta(seconds=max(0.0, time_left()))
+                        claim = claimed_for_completion(record, now, until)
                         if not self._records.commit(claim, expected_seq=record.seq):
                             log.info("the completion of seq %d was claimed by another completer", record.seq)
                             return None

@@ -152,7 +152,7 @@ class LifecycleRepair:
                     kept, unkept = record, not last
                 counts["LifecyclesStalled"] += overdue
                 if kept is not None and (overdue or last):
-                    for name in self._repair(kept, now, last):
+                    for name in self._repair(kept, now, last, time):
                         counts[name] += 1
                 if unkept or unread:
                     counts["RepairsFailed"] += 1
@@ -305,11 +305,11 @@ class LifecycleRepair:
             return False
         return current is None or current.seq != record.seq
 
-    def _repair(self, record: LifecycleRecord, now: datetime, last: bool) -> tuple[str, ...]:
+    def _repair(self, record: LifecycleRecord, now: datetime, last: bool, time: SweepTime) -> tuple[str, ...]:
         """What became of one overdue lifecycle, or one whose action is at its last chance: the names of its
         counts."""
         if last:
-            return ("LifecyclesSettled",) if self._settle(record, now) else ("RepairsRaced",)
+            return ("LifecyclesSettled",) if self._settle(record, now, time) else ("RepairsRaced",)
         if completion_in_progress(record, now, self._margin):
             # Overdue by the grace, but a completer's claim (due at once) whose call may be on its way: left to it,
             # as ``_settle`` leaves it (a resend would claim over it and call a second time)
@@ -362,7 +362,7 @@ class LifecycleRepair:
             log.warning("could not withdraw the claim of %s (%r)", settling.id, error)
         return settling
 
-    def _settle(self, record: LifecycleRecord, now: datetime) -> bool:
+    def _settle(self, record: LifecycleRecord, now: datetime, time: SweepTime) -> bool:
         # The list comes from an index that lags: read the lifecycle as it is before completing its action,
         # which no conditional write could undo. One the engine has moved on is the engine's.
         current = self._records.get(record.id)
@@ -371,7 +371,7 @@ class LifecycleRepair:
         if completion_in_progress(current, now, self._margin):
             # A completer (the engine's completion, the guard's) claimed it and is calling Auto Scaling: taken
             # over, its call that landed would answer this one's "no active lifecycle action". One killed after
-            # its claim (a margin ago) is taken over by the next sweep (see ``claimed_for_completion``).
+            # its claim (its invocation over) is taken over by the next sweep (see ``claimed_for_completion``).
             log.info(
                 "lifecycle %s is being completed (claimed at seq %d): left to its completer",
                 record.id,
@@ -392,6 +392,9 @@ class LifecycleRepair:
         # its completion inline) loses its commit and completes nothing. Completed first, the action would be
         # asked for two results (this failure result, and the engine's), the first to come taken.
         # The claim (see ``claimed_for_completion``) is this write: the engine's own claim, or its commit, loses.
+        # Held while this sweep lasts: its call may take longer than a margin (throttled, retried), and one who
+        # took the claim over meanwhile would call a second time.
+        until = now + timedelta(seconds=max(0.0, time.invocation_left()))
         settling = claimed_for_completion(
             record.model_copy(
                 update={
@@ -402,6 +405,7 @@ class LifecycleRepair:
                 }
             ),
             now,
+            until,
         ).model_copy(update={"due_at": now})
         if not self._records.commit(settling, expected_seq=record.seq):
             return False

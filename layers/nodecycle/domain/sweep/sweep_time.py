@@ -62,6 +62,10 @@ class SweepTime:
         self._held_back = held_back.total_seconds()
         self.late = late
 
+    def invocation_left(self) -> float:
+        """Seconds left of the invocation's time (the reserve and the shares included): when its calls end."""
+        return self._time_left()
+
     def enough(self) -> bool:
         """Whether another item may be started."""
         return self._time_left() >= self._reserve + self._held_back
