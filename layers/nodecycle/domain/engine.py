@@ -594,8 +594,8 @@ class StepEngine:
         # renew an action already confirmed for this instance)
         verify = self._autoscaling.heartbeat if record.verified_at is not None else self._autoscaling.confirm
         if not verify(record.action):
-            if record.verified_at is not None and self._moved_on(record.id, record.seq):
-                return record, Outcome.wait(0)  # (its commit loses: see _moved_on)
+            if record.verified_at is not None and moved_on(self._records, record.id, record.seq):
+                return record, Outcome.wait(0)  # (its commit loses: see moved_on)
             if record.verified_at is not None:
                 log.warning(
                     "the lifecycle action of %s lapsed before this step: nothing is disrupted",
@@ -620,19 +620,6 @@ class StepEngine:
             self._metrics.count("LifecycleActionsUnknown")
             return record, Outcome.goto(after_completion(record), outcome="unknown-action")
         return record.renewed(now, verified_at=now), None
-
-    def _moved_on(self, record_id: str, read_seq: int) -> bool:
-        """Whether the lifecycle moved on from the seq this run read, asked when a heartbeat finds its action gone
-        (before that is counted an expiry): the sweeper's settlement at the action's last chance claims the
-        record and completes the action, and a heartbeat of the engine's run that comes after that completion is
-        told "no active lifecycle action". This run's commit loses to the settlement's; the lifecycle is the
-        sweeper's. A read that fails tells nothing: judged as read."""
-        try:
-            current = self._records.get(record_id)
-        except TransientError as error:
-            log.warning("could not read lifecycle %s again: %s", record_id, error)
-            return False
-        return current is not None and current.seq != read_seq
 
     def _guard(self, record: LifecycleRecord, now: datetime) -> Outcome | None:
         """Complete the action before its global timeout, whatever the current step is still waiting for."""
@@ -674,7 +661,7 @@ class StepEngine:
         confirmation (``_verify``) recorded a heartbeat in this run: another one sooner than
         ``HEARTBEAT_RETRY_MIN`` after it would extend nothing. ``heartbeat_failed``: that heartbeat failed
         (throttled): it is not asked again at once, only retried as a failed heartbeat is. ``read_seq``: the
-        seq the run read (see ``_moved_on``)."""
+        seq the run read (see ``moved_on``)."""
         if not record.action_open or record.step in (Step.CLEANUP, Step.DONE):
             return record
         latest = record.global_deadline - self._timing.settle_before
@@ -735,8 +722,8 @@ class StepEngine:
             if not active and completion_unanswered:
                 log.info("the lifecycle action is no longer active: perhaps completed by the call unanswered")
                 return record  # (its retry, at its backoff, is told so too, and records the completion)
-            if not active and read_seq is not None and self._moved_on(record.id, read_seq):
-                return record  # (its commit loses: see _moved_on)
+            if not active and read_seq is not None and moved_on(self._records, record.id, read_seq):
+                return record  # (its commit loses: see moved_on)
             if not active:
                 ended = action_lapsed(record, now, self._autoscaling, self._records, self._metrics)
                 expired = advance(record, ended, now)
@@ -789,6 +776,29 @@ def advance(record: LifecycleRecord, outcome: Outcome, now: datetime) -> Lifecyc
     if step is Step.DONE:
         changes["finished_at"] = now
     return record.model_copy(update=changes)
+
+
+def moved_on(records: RecordStore, record_id: str, read_seq: int) -> bool:
+    """Whether the lifecycle moved on from the seq a run read (the engine's, or a sweep's), asked when a
+    heartbeat finds its action gone, before that is counted an expiry: another completer of ours claimed the
+    record and completed the action between that read and the heartbeat (the sweeper's settlement at the
+    action's last chance, the engine's completion run inline), and its "no active lifecycle action" is that
+    completion's. The run's own write, conditional on the seq it read, loses; the lifecycle is the other one's.
+
+    A record gone is not moved on: nothing of ours deletes a record (its TTL does, days after it is over), so
+    no completion of ours explains the action gone, and the expiry is told (its alarm). A read that fails (any
+    failure: one that is not AWS's too, with its traceback) tells nothing: judged as read."""
+    try:
+        current = records.get(record_id)
+    except Exception as error:
+        log.warning(
+            "could not read lifecycle %s again (%r): judged as read",
+            record_id,
+            error,
+            exc_info=not isinstance(error, TransientError),
+        )
+        return False
+    return current is not None and current.seq != read_seq
 
 
 def expired_before_completion(record: LifecycleRecord, records: RecordStore) -> Outcome:

@@ -15,6 +15,7 @@ from nodecycle.domain.engine import (
     claim_recorded,
     claimed_for_completion,
     completion_in_progress,
+    moved_on,
 )
 from nodecycle.domain.errors import AccessRefused, TransientError
 from nodecycle.domain.flow import completed_first
@@ -268,7 +269,7 @@ class LifecycleRepair:
                 # the action timed out whatever the token was: an expiry, as for a confirmed one.)
                 log.info("the lifecycle action of %s is not confirmed: left to its step", record.id)
                 return record if record.overdue(now, self._grace) else None
-            if self._moved_on(record):
+            if moved_on(self._records, record.id, record.seq):
                 # The engine ran its steps between this sweep's read and its heartbeat: perhaps its completion,
                 # whose "no active lifecycle action" this is. Its own run tells an expiry (its heartbeats).
                 log.info(
@@ -289,21 +290,6 @@ class LifecycleRepair:
         # Same seq: the work message in flight (if any) stays current. If the engine commits first, this write
         # loses, and the engine's record (with an earlier deadline) heartbeats again soon: harmless.
         return kept if self._records.commit(kept, expected_seq=record.seq) else None
-
-    def _moved_on(self, record: LifecycleRecord) -> bool:
-        """Whether the lifecycle is no longer at the version this sweep judged (read again: only for an action
-        found gone, before it is counted expired). A read that fails tells nothing: judged as read."""
-        try:
-            current = self._records.get(record.id)
-        except Exception as error:  # (any failure: one that is not AWS's, a bug, with its traceback)
-            log.warning(
-                "could not read lifecycle %s again (%r)",
-                record.id,
-                error,
-                exc_info=not isinstance(error, TransientError),
-            )
-            return False
-        return current is None or current.seq != record.seq
 
     def _repair(self, record: LifecycleRecord, now: datetime, last: bool, time: SweepTime) -> tuple[str, ...]:
         """What became of one overdue lifecycle, or one whose action is at its last chance: the names of its
