@@ -65,4 +65,42 @@ def test_a_completion_refused_until_its_message_fails_leaves_no_claim_taken_for_
     assert record.completed_at is not None
     assert record.extra.get(SETTLED_ELSEWHERE) is True
     assert world.metrics.counts["LifecycleActionsSettledElsewhere[transition=terminate]"] == 1
-    assert handled[0] is Handled.WATCHING
+    # (the failed message's redelivery runs the completion itself, as it fails while refused: see the next test)
+    assert handled == [Handled.RAN]
+
+
+def test_a_completion_refused_to_its_last_try_fails_its_message_at_every_receive_until_dead_lettered() -> (
+    None
+):
+    # Given a lifecycle at its completion, refused to the role at every try until its message fails (a denial
+    # that stays)
+    world = World(redelivery=ONE_FAULT)
+    world.autoscaling = RefusedThenSettledByHand()
+    world.records.create(make_record(PLAN, Step.COMPLETE))
+    engine = world.engine({Step.COMPLETE: CompleteAction(world.autoscaling, world.metrics)})
+    for _ in range(MAX_REFUSED_ATTEMPTS - 1):
+        engine.handle(world.message())
+        (sent,) = world.queues.take()
+        world.clock.advance(sent.delay)
+    failing = world.message()
+    with pytest.raises(AccessRefused):
+        engine.handle(failing)
+
+    # When SQS delivers the failed message again, a visibility timeout apart, up to the queue's maxReceiveCount (5)
+    received: list[Handled | str] = []
+    for _ in range(4):
+        world.clock.advance(ONE_FAULT)
+        try:
+            received.append(engine.handle(failing))
+        except AccessRefused:
+            received.append("refused")
+
+    # Then each receive fails, refused again, and SQS moves it to the dead-letter queue (its alarm), nothing
+    # completed nor sent on (before: the claim had moved the record's seq, so the first receive only watched and
+    # succeeded, and the watch re-sent the step: a denial that stays looped unseen by the dead-letter queue)
+    assert received == ["refused"] * 4
+    assert world.queues.take() == []
+    assert world.autoscaling.completed == []
+    record = world.record()
+    assert (record.step, record.completed_at) == (Step.COMPLETE, None)
+    assert COMPLETION_CLAIM not in record.extra

@@ -359,6 +359,13 @@ class StepEngine:
             # idempotent and its commit conditional), rather than leave the slot idle until that retry. So for a
             # launch in an EIP pool's line whose own look listed the pool before the address came back.
             message = message.model_copy(update={"seq": record.seq})
+        if message.seq != record.seq and _refused_to_the_last(record, message, now, self._timing):
+            # The redelivery of a completion's message that failed, refused to its last try: its claim moved the
+            # record's seq, and watched it would succeed, its watch re-send the step, and a denial that stays
+            # loop unseen by the dead-letter queue. Run at the current seq: refused again, it fails again, until
+            # SQS dead-letters it (the alarm); let through, it completes (the step is idempotent, its claim
+            # conditional).
+            message = message.model_copy(update={"seq": record.seq})
         if message.seq != record.seq:
             # An older message came again: a duplicate, or the redelivery after a crash that may have struck
             # between a commit and the next message. Too early to tell: a watch comes back once the current
@@ -466,8 +473,12 @@ class StepEngine:
                 except (TransientError, Refused):
                     if claimed:
                         # Refused to the last try (its message fails): a call that did not land, whose claim the
-                        # next completer must not take for a completion of ours (the earlier tries' were recorded)
-                        self._records.commit(claim_recorded(record), expected_seq=record.seq)
+                        # next completer must not take for a completion of ours (the earlier tries' were recorded).
+                        # The last refusal counted, so that the message's redeliveries fail too (see _handle).
+                        withdrawn = claim_recorded(record).model_copy(
+                            update={"refusals": record.refusals + 1}
+                        )
+                        self._records.commit(withdrawn, expected_seq=record.seq)
                     raise
                 # A completion that failed so may have landed all the same (a read timeout, a 5xx after Auto
                 # Scaling took the call); a refusal did not, but one of the tries before it that failed
@@ -899,6 +910,19 @@ def instance_left(record: LifecycleRecord, autoscaling: Autoscaling) -> str | No
     if where.lifecycle_state is not None:
         return where.lifecycle_state if where.lifecycle_state.startswith(TERMINATION_STATES) else None
     return f"{where.ec2_state} in EC2" if where.ec2_state in GONE_STATES else None
+
+
+def _refused_to_the_last(
+    record: LifecycleRecord, message: WorkMessage, now: datetime, timing: EngineTiming
+) -> bool:
+    """Whether ``message`` is a completion's that failed refused to its last try (``MAX_REFUSED_ATTEMPTS``), or
+    one like it: the record still at that completion, no completer's claim at work on it."""
+    return (
+        message.step is Step.COMPLETE
+        and record.step is Step.COMPLETE
+        and record.refusals >= MAX_REFUSED_ATTEMPTS
+        and not completion_in_progress(record, now, timing.heartbeat_margin)
+    )
 
 
 def _not_asking_yet(record: LifecycleRecord, now: datetime) -> bool:
