@@ -8,8 +8,8 @@ import pytest
 
 from nodecycle.domain.completion import SETTLED_ELSEWHERE, CompleteAction
 from nodecycle.domain.engine import COMPLETION_CLAIM, MAX_REFUSED_ATTEMPTS, Handled, Outcome
-from nodecycle.domain.errors import AccessRefused
-from nodecycle.domain.model import ActionRef, Step
+from nodecycle.domain.errors import AccessRefused, TransientError
+from nodecycle.domain.model import ActionRef, LifecycleRecord, Step
 from nodecycle.domain.policy import ActionResult
 from tests.support.fakes import FakeAutoscaling
 from tests.unit.foundation.test_engine import PLAN, Script, World, make_record
@@ -104,3 +104,57 @@ def test_a_completion_refused_to_its_last_try_fails_its_message_at_every_receive
     record = world.record()
     assert (record.step, record.completed_at) == (Step.COMPLETE, None)
     assert COMPLETION_CLAIM not in record.extra
+
+
+class CommitRefusedAfterTheCall(FakeAutoscaling):
+    """Auto Scaling, and the record's commit DynamoDB refuses (throttled past the client's retries) once, right
+    after the first completion lands: the action done, the record claimed and open."""
+
+    def __init__(self, world: World) -> None:
+        super().__init__()
+        self.world = world
+        self.refusing = True
+
+    def complete(self, action: ActionRef, result: ActionResult) -> bool:
+        completed = super().complete(action, result)
+        records = self.world.records
+        if completed and self.refusing:
+            self.refusing = False
+            commit = records.commit
+
+            def refused_once(record: LifecycleRecord, expected_seq: int) -> bool:
+                records.commit = commit  # type: ignore[method-assign]
+                raise TransientError("ProvisionedThroughputExceededException")
+
+            records.commit = refused_once  # type: ignore[method-assign]
+        return completed
+
+
+def test_an_unconfirmed_completion_whose_commit_is_refused_after_its_call_is_recorded_as_completed() -> None:
+    # Given a lifecycle whose plan confirms nothing before its completion (no step that disrupts), its action
+    # never confirmed, whose completion lands and whose commit DynamoDB refuses right after
+    world = World(redelivery=ONE_FAULT)
+    world.autoscaling = autoscaling = CommitRefusedAfterTheCall(world)
+    autoscaling.clock = world.clock
+    world.records.create(make_record((Step.COMPLETE, Step.DONE), Step.COMPLETE, verified_at=None))
+    engine = world.engine({Step.COMPLETE: CompleteAction(autoscaling, world.metrics)})
+    message = world.message()
+    with pytest.raises(TransientError):
+        engine.handle(message)
+
+    # When its message comes again (the queue's visibility timeout), and what it leads to, each at its time
+    world.clock.advance(ONE_FAULT)
+    handled = [engine.handle(message)]
+    while (queued := world.queues.take()) and world.record().completed_at is None:
+        world.clock.advance(queued[0].delay)
+        handled.append(engine.handle(queued[0].message))
+
+    # Then the completion that landed is recorded as this lifecycle's: its claim said the action was confirmed
+    # before the call (before: the next completer's confirmation found the action gone and took it for one never
+    # confirmed: settled elsewhere, its alarm)
+    record = world.record()
+    assert record.completed_at is not None
+    assert SETTLED_ELSEWHERE not in record.extra
+    assert record.action_confirmed
+    assert world.metrics.counts.get("LifecycleActionsSettledElsewhere[transition=terminate]", 0) == 0
+    assert len(autoscaling.completed) == 1

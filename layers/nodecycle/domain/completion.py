@@ -6,7 +6,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime
 
-from nodecycle.domain.engine import Outcome, completed_by_a_vanished_claim
+from nodecycle.domain.engine import Outcome, completed_by_a_vanished_claim, confirmed_before_claim
 from nodecycle.domain.model import (
     ADDRESSES_LEFT,
     ENDED_BY,
@@ -117,6 +117,11 @@ class CompleteAction:
                 extra = {**extra, SETTLED_ELSEWHERE: True}
                 self._metrics.count("LifecycleActionsSettledElsewhere", transition=record.transition.short)
         return Outcome.next(completed_at=now, result=result, outcome=outcome, extra=extra)
+
+    def before_claim(self, record: LifecycleRecord, now: datetime) -> LifecycleRecord:
+        """``record`` as its completer's claim writes it: an action no step confirmed, confirmed first (see
+        ``engine.confirmed_before_claim``)."""
+        return confirmed_before_claim(record, now, self._autoscaling)
 
     def _confirmed(self, record: LifecycleRecord) -> bool:
         """Whether the action may be completed by its token: confirmed by a step before (the engine's

@@ -31,7 +31,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from nodecycle.domain.eip.wake import waits_in_line
 from nodecycle.domain.errors import AccessRefused, TransientError, retry_after_wait
@@ -118,6 +118,28 @@ def claimed_for_completion(
     )
 
 
+def confirmed_before_claim(
+    record: LifecycleRecord, now: datetime, autoscaling: Autoscaling
+) -> LifecycleRecord:
+    """``record`` as its completer claims it: an action no step confirmed is confirmed first (where its instance
+    is, then a heartbeat: what the completion would ask after the claim, ``CompleteAction._confirmed``), and the
+    claim carries it (``verified_at``). A completer that vanishes after its call landed (killed, or its commit
+    refused) has then told the one that takes its claim over that the action was this lifecycle's: that one's
+    "no active lifecycle action" is the call's, not an action never confirmed taken as settled elsewhere (the
+    alarm; the steps after it refused as for an unknown action). Not confirmed, or not answered (throttled), it
+    is left to the completion, which asks again."""
+    if record.verified_at is not None or not record.token_known:
+        return record
+    try:
+        confirmed = autoscaling.confirm(record.action)
+    except TransientError as error:
+        log.info(
+            "could not confirm the lifecycle action before its claim (the completion asks again): %s", error
+        )
+        return record
+    return record.renewed(now, verified_at=now) if confirmed else record
+
+
 def claim_recorded(record: LifecycleRecord) -> LifecycleRecord:
     """``record`` as its completer commits what its call did: no claim left on it."""
     if COMPLETION_CLAIM not in record.extra:
@@ -185,6 +207,14 @@ class Outcome:
 
 class StepHandler(Protocol):
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome: ...
+
+
+@runtime_checkable
+class ClaimingStep(Protocol):
+    """A step whose record is claimed before it runs (the COMPLETE step: see ``claimed_for_completion``), and
+    that reads what its claim must say first (``confirmed_before_claim``), within its own time."""
+
+    def before_claim(self, record: LifecycleRecord, now: datetime) -> LifecycleRecord: ...
 
 
 class Handled(StrEnum):
@@ -458,6 +488,10 @@ class StepEngine:
                     raise
                 if outcome is None:
                     if record.step is Step.COMPLETE and record.action_open:
+                        if isinstance(handler, ClaimingStep):
+                            asked = record.heartbeats
+                            record = handler.before_claim(record, now)
+                            renewed_at = now if record.heartbeats > asked else renewed_at
                         # (see ``claimed_for_completion``: lost, another completer has the action)
                         # (held while this invocation lasts: see ``claimed_for_completion``'s ``until``)
                         until = now + timedelta(seconds=max(0.0, time_left()))

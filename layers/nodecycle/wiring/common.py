@@ -18,7 +18,14 @@ from nodecycle.adapters.aws.queues import SqsWorkQueues
 from nodecycle.adapters.aws.records import DynamoRecordStore
 from nodecycle.adapters.clock import SystemClock
 from nodecycle.domain.completion import SettleResults
-from nodecycle.domain.engine import Dispatcher, EngineTiming, Outcome, StepEngine, StepHandler
+from nodecycle.domain.engine import (
+    ClaimingStep,
+    Dispatcher,
+    EngineTiming,
+    Outcome,
+    StepEngine,
+    StepHandler,
+)
 from nodecycle.domain.flow import Worker
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.policy import DrainPolicy, EipPolicy, ReadinessPolicy
@@ -108,6 +115,14 @@ class _WithinStepTime:
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
         with self._time.step():
             return self._handler(record, now)
+
+    def before_claim(self, record: LifecycleRecord, now: datetime) -> LifecycleRecord:
+        """(engine.ClaimingStep) within the step's time too, as the step's own calls: a hung Auto Scaling must
+        leave the engine its reserve."""
+        if not isinstance(self._handler, ClaimingStep):
+            return record
+        with self._time.step():
+            return self._handler.before_claim(record, now)
 
 
 def within_step_time(steps: Mapping[Step, StepHandler], time: InvocationTime) -> dict[Step, StepHandler]:

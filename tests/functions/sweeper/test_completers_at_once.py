@@ -47,10 +47,10 @@ def repair_on(stack: Stack, autoscaling: FakeAutoscaling | None = None) -> Repai
     return repair
 
 
-def stalled_at_its_last_chance(repair: Repair) -> str:
+def stalled_at_its_last_chance(repair: Repair, **changes: object) -> str:
     """A stalled drain at the last sweep before its action's global timeout, kept alive so far; its id."""
     repair.autoscaling.action_timeout = 600
-    record = make_record(PLAN, Step.EVICT, node="n1", seq=4, heartbeat_timeout=600)
+    record = make_record(PLAN, Step.EVICT, node="n1", seq=4, heartbeat_timeout=600, **changes)
     repair.clock.current = record.global_deadline - INTERVAL - MARGIN
     assert repair.records.create(
         kept_alive(repair.autoscaling, record, repair.clock.now() - timedelta(seconds=100))
@@ -311,3 +311,38 @@ def test_a_settlement_whose_commit_is_refused_after_its_completion_is_recorded_b
     # nothing counted settled elsewhere or expired
     assert counts["LifecyclesSettled"] == 1
     settled_by_the_sweeper(repair, record_id)
+
+
+@pytest.mark.usefixtures("stack")
+def test_an_unconfirmed_settlement_whose_commit_is_refused_after_its_completion_is_recorded_by_the_next_sweep(
+    stack: Stack,
+) -> None:
+    # Given a drain stalled since its event (no step ever ran, so no step confirmed its action: the sweeps kept
+    # it alive), at its last chance; the settlement confirms the action and completes it, and its commit after
+    # the completion DynamoDB refuses: the action done, the record claimed and open
+    repair = repair_on(stack, Meanwhile())
+    record_id = stalled_at_its_last_chance(repair, verified_at=None)
+    assert isinstance(repair.autoscaling, Meanwhile)
+    commit = repair.records.commit
+
+    def refuse_once(record: LifecycleRecord, expected_seq: int) -> bool:
+        repair.records.commit = commit  # type: ignore[method-assign]
+        raise TransientError("ProvisionedThroughputExceededException")
+
+    def refuse_the_next_commit() -> None:
+        repair.records.commit = refuse_once  # type: ignore[method-assign]
+
+    repair.autoscaling.meanwhile.append(refuse_the_next_commit)
+    with pytest.raises(SweepFailed):
+        repair.run()
+
+    # When the next sweep runs, on schedule
+    repair.clock.advance(INTERVAL.total_seconds())
+    counts = repair.run()
+
+    # Then it records the completion that landed as the sweeper's: the action confirmed before it (before: the
+    # claim did not say so, the next sweep's confirmation found the action gone and took it for one never
+    # confirmed: settled elsewhere, its alarm, and the steps after it refused as for an unknown action)
+    assert counts["LifecyclesSettled"] == 1
+    settled = settled_by_the_sweeper(repair, record_id)
+    assert settled.action_confirmed

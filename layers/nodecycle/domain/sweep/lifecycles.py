@@ -373,6 +373,8 @@ class LifecycleRepair:
         # gate that found the node Ready), and keeps its why. Any other is settled with the failure result of
         # the step it was waiting in, and its address, if its plan still had to release it, goes right after.
         decided = record.step is Step.COMPLETE
+        # (an action no step confirmed, a queue stalled since its event: confirmed first, and the claim says so)
+        record = self._completion.before_claim(record, now)
         # Claimed before the completion, on the next seq, as the engine's guard commits its way to the completion
         # before it completes: a step the engine runs meanwhile (a readiness gate that finds the node Ready, then
         # its completion inline) loses its commit and completes nothing. Completed first, the action would be
