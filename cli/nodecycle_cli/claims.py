@@ -51,7 +51,7 @@ def claims(records: list[LifecycleRecord], margin: timedelta) -> list[Claim]:
             Claim(
                 record=record,
                 by=_by(record, claim),
-                at=ends - margin,
+                at=datetime.fromisoformat(str(claim["at"])),
                 takeover_at=ends,
                 over=bool(claim.get("over")),
             )

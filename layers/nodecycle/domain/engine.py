@@ -83,7 +83,7 @@ COMPLETION_CLAIM = "completion_claim"
 
 
 def claimed_for_completion(
-    record: LifecycleRecord, now: datetime, until: datetime | None = None
+    record: LifecycleRecord, now: datetime, until: datetime | None = None, *, by: str = "engine"
 ) -> LifecycleRecord:
     """``record`` claimed by a completer about to call CompleteLifecycleAction, under the next ``seq``.
 
@@ -103,9 +103,12 @@ def claimed_for_completion(
     calls end within it: a Lambda's timeout kills it). A call may take longer than the heartbeat margin (Auto
     Scaling throttled: botocore's five attempts, their backoffs and read timeouts, within the sweeper's 300 s):
     a claim taken over a margin after it was made, its completer still calling, was called twice, and the
-    first call was told "no active lifecycle action" (the false alarm). Kept at least a margin either way."""
+    first call was told "no active lifecycle action" (the false alarm). Kept at least a margin either way.
+
+    ``by``: the completer ("engine" or "sweeper"), for the operator (``nodecycle status``): a settlement that
+    keeps the action's own outcome cannot be told from the engine's completion by the record otherwise."""
     over = isinstance(record.extra.get(COMPLETION_CLAIM), dict)
-    claim: dict[str, object] = {"seq": record.seq + 1, "at": now.isoformat(), "over": over}
+    claim: dict[str, object] = {"seq": record.seq + 1, "at": now.isoformat(), "over": over, "by": by}
     if until is not None:
         claim["until"] = until.isoformat()
     return record.model_copy(

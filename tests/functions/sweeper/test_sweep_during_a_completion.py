@@ -60,7 +60,18 @@ def world_on(stack: Stack) -> World:
 def arm_sweep(world: World) -> SweptAfterCompletion:
     autoscaling = world.autoscaling
     assert isinstance(autoscaling, SweptAfterCompletion)
-    repair = LifecycleRepair(
+    repair = repair_of(world)
+
+    def sweep() -> Counts:
+        return repair(list(world.records.open_records("stack-a")), world.clock.now(), AMPLE)
+
+    autoscaling.sweep.append(sweep)
+    return autoscaling
+
+
+def repair_of(world: World) -> LifecycleRepair:
+    autoscaling = world.autoscaling
+    return LifecycleRepair(
         records=world.records,
         dispatcher=Dispatcher(
             records=world.records, queues=world.queues, clock=world.clock, metrics=world.metrics
@@ -75,12 +86,6 @@ def arm_sweep(world: World) -> SweptAfterCompletion:
         failure_result=lambda record: ActionResult.CONTINUE,
         clock=world.clock,
     )
-
-    def sweep() -> Counts:
-        return repair(list(world.records.open_records("stack-a")), world.clock.now(), AMPLE)
-
-    autoscaling.sweep.append(sweep)
-    return autoscaling
 
 
 RECORD = make_record(PLAN, Step.EVICT, node="n1", seq=4)
@@ -151,3 +156,41 @@ def test_a_sweep_at_the_last_chance_of_an_action_the_engine_has_just_completed_d
     (report,) = autoscaling.reports
     assert report["LifecyclesExpired"] == 0
     assert_completed_by_the_engine(world)
+
+
+@dataclass
+class ClaimSeen(FakeAutoscaling):
+    """Auto Scaling that reads, at each completion, the claim its completer wrote on the record before calling."""
+
+    records: DynamoRecordStore | None = None
+    seen: list[object] = field(default_factory=list)
+
+    def complete(self, action: ActionRef, result: ActionResult) -> bool:
+        assert self.records is not None
+        record = self.records.get(RECORD.id)
+        assert record is not None
+        self.seen.append(record.extra.get("completion_claim", {}).get("by"))
+        return super().complete(action, result)
+
+
+@pytest.mark.parametrize("completer", ["engine", "sweeper"])
+def test_a_claim_names_its_completer_the_engine_or_the_sweepers_settlement(
+    stack: Stack, completer: str
+) -> None:
+    # Given a drain stalled at its eviction within two margins of its global timeout, on Auto Scaling that reads
+    # the record at the completion
+    autoscaling = ClaimSeen()
+    world = World(records=DynamoRecordStore(stack.table, ttl=timedelta(days=1)), autoscaling=autoscaling)  # type: ignore[arg-type]
+    autoscaling.clock = world.clock
+    autoscaling.records = world.records  # type: ignore[assignment]
+    drained_at(world, RECORD.global_deadline - timedelta(seconds=2 * MARGIN - 20))
+
+    # When its eviction ends and the engine completes it, or the sweep settles it first
+    if completer == "engine":
+        run_drain(world)
+    else:
+        report = repair_of(world)(list(world.records.open_records("stack-a")), world.clock.now(), AMPLE)
+        assert report["LifecyclesSettled"] == 1
+
+    # Then the claim that was on the record during the call named its completer (for `nodecycle status`)
+    assert autoscaling.seen == [completer]

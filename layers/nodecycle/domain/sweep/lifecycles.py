@@ -394,6 +394,7 @@ class LifecycleRepair:
             ),
             now,
             until,
+            by="sweeper",
         ).model_copy(update={"due_at": now})
         if not self._records.commit(settling, expected_seq=record.seq):
             return False
