@@ -7,13 +7,16 @@ functions nothing to do."""
 from __future__ import annotations
 
 import copy
+import random
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
+from nodecycle.cluster_settings import Budget
 from nodecycle.settings import DrainSettings, IntakeSettings, Settings, SettingsError, SweeperSettings
 from nodecycle.wiring.common import drain_policy
 from nodecycle_sandbox.iam import Request, evaluate, parse_policy
@@ -173,6 +176,112 @@ def test_a_hook_list_that_names_no_hook_is_refused_by_the_template(hooks: str) -
         check_parameters(TEMPLATE, {"ManagedHooks": hooks})
     check_parameters(TEMPLATE, {"ManagedHooks": "*"})
     check_parameters(TEMPLATE, {"ManagedHooks": "drain-me"})
+
+
+# -- the budget's node selector ------------------------------------------------------------------------------
+
+# Every form of requirement the API server takes (labels.Parse): existence and its negation, equality, set-based
+# (members may be empty), whole-number comparisons (up to 2^63 - 1, leading zeros included), prefixed keys, blanks
+SELECTORS = [
+    "",
+    "  ",
+    "spot",
+    "!spot",
+    "! spot",
+    "tier=web",
+    "tier==web",
+    "tier!=web",
+    "tier=",
+    "tier in (web,db)",
+    "tier in (web, ,db)",
+    "tier notin ()",
+    "tier notin(web)",
+    "node.kubernetes.io/instance-type in (m5.large,m6i.large),!spot",
+    "eks.amazonaws.com/nodegroup=ng-1,topology.kubernetes.io/zone!=eu-west-1a",
+    "rank>5",
+    "rank < 10",
+    "rank>9223372036854775807",
+    "rank>" + "0" * 62 + "1",
+    " tier = web , spot ",
+    "tier\tin\t(web)",
+    "x.y-z_w=V.1-2_3",
+    "a" * 63 + "=" + "b" * 63,
+    "x" * 253 + "/a",
+]
+# What it refuses: a dangling comma, a bad operator or set, a bound that is not a whole number below 2^63, names
+# and values past 63 characters or with characters a label cannot have, a prefix past 253 or not lower case
+NOT_SELECTORS = [
+    "tier,",
+    ",tier",
+    "tier,,spot",
+    "tier=web=db",
+    "tier in web",
+    "tier in (web",
+    "tier in (web db)",
+    "tier web",
+    "=web",
+    "!tier=web",
+    "rank>",
+    "rank>-1",
+    "rank>1.5",
+    "rank>9223372036854775808",
+    "rank>" + "0" * 63 + "1",
+    "*",
+    "tier=*",
+    "tier;spot",
+    "tier&&spot",
+    "Node.io/tier=web",
+    "a/b/c",
+    "-tier=web",
+    "tier=-web",
+    "a" * 64,
+    "tier=" + "b" * 64,
+    "x" * 254 + "/a",
+    "tier\u00a0=web",
+]
+
+
+def settings_take(selector: str) -> bool:
+    try:
+        Budget.model_validate({"budget_node_selector": selector})
+    except ValidationError:
+        return False
+    return True
+
+
+def template_takes(selector: str) -> bool:
+    try:
+        check_parameters(TEMPLATE, {"BudgetNodeSelector": selector})
+    except ParameterError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("selector", SELECTORS)
+def test_every_kind_of_label_selector_is_taken_by_the_template(selector: str) -> None:
+    assert settings_take(selector)  # (the API server's syntax, as the functions check it)
+    assert template_takes(selector)
+
+
+@pytest.mark.parametrize("selector", NOT_SELECTORS)
+def test_a_malformed_label_selector_is_refused_by_the_template(selector: str) -> None:
+    # Given a selector the functions refuse (the drain's first record and every sweep fail with a SettingsError),
+    assert not settings_take(selector)
+    # Then the template refuses it first
+    assert not template_takes(selector)
+
+
+def test_the_template_refuses_exactly_the_selectors_the_functions_refuse() -> None:
+    # Given strings made of the pieces of selectors (names, prefixes, operators, sets, bounds, blanks, commas)
+    # and of what no selector has
+    pieces = ["a", "Z", "0", "9", "-", ".", "_", "/", "x.io/", "=", "!", "<", ">", ",", " ", "\t", "(", ")"]
+    pieces += [" in ", " notin ", "in", "*", "\u00e9", "\n"]
+    dice = random.Random(43)
+    strings = ["".join(dice.choices(pieces, k=dice.randint(0, 12))) for _ in range(20_000)]
+    # Then the template's pattern and the settings agree on each
+    differ = [s for s in strings if settings_take(s) != template_takes(s)]
+    assert sum(map(template_takes, strings)) > 2_000  # (many are selectors)
+    assert not differ
 
 
 # -- numbers ----------------------------------------------------------------------------------------------------

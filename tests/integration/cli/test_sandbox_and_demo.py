@@ -57,12 +57,13 @@ def test_settings_every_function_would_refuse_stop_the_sandbox_with_the_settings
 
 
 def test_a_function_that_cannot_start_while_the_group_launches_is_shown_at_once(tmp_path: Path) -> None:
-    # Given a stack whose budget node selector the template takes (it has no pattern for it) and the drain
-    # function's settings refuse
+    # Given functions whose budget node selector their settings refuse (set on them by hand: the template's
+    # pattern refuses it)
     options = SandboxOptions(
         root=ROOT,
         group=None,
-        parameters={"ManagedGroups": "workers", "BudgetNodeSelector": "tier in (a"},
+        parameters={"ManagedGroups": "workers"},
+        settings={"NODECYCLE_BUDGET_NODE_SELECTOR": "tier in (a"},
         log_dir=tmp_path,
     )
     with Sandbox(options) as sandbox:
