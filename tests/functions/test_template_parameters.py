@@ -23,7 +23,8 @@ from nodecycle_sandbox.iam import Request, evaluate, parse_policy
 from nodecycle_sandbox.iam.evaluate import context_of
 from nodecycle_sandbox.iam.template import offline_roles
 from nodecycle_sandbox.runner.cfn_yaml import load_template
-from nodecycle_sandbox.runner.intrinsics import ParameterError, check_parameters, check_rules
+from nodecycle_sandbox.runner.intrinsics import ParameterError, check_parameters, check_rules, whole_numbers
+from nodecycle_sandbox.sandbox import Sandbox, SandboxOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = load_template(ROOT / "template.yaml")
@@ -286,7 +287,13 @@ def test_the_template_refuses_exactly_the_selectors_the_functions_refuse() -> No
 
 # -- numbers ----------------------------------------------------------------------------------------------------
 
-NUMBERS = sorted(name for name, spec in PARAMETERS.items() if spec["Type"] == "Number" and name in VARIABLES)
+# The parameters that take whole numbers, and the range each states (its pattern's)
+NUMBERS = sorted(
+    name for name, spec in PARAMETERS.items() if whole_numbers(spec) is not None and name in VARIABLES
+)
+RANGES: dict[str, range] = {
+    name: taken for name, spec in PARAMETERS.items() if (taken := whole_numbers(spec)) is not None
+}
 # A number CloudFormation takes for a Number parameter without a MaxValue (it holds numbers as doubles)
 HUGE = 10**15
 
@@ -297,12 +304,9 @@ def test_the_numbers_were_found() -> None:
 
 @pytest.mark.parametrize("parameter", NUMBERS)
 def test_no_number_the_template_takes_is_past_what_a_date_can_be_moved_by(parameter: str) -> None:
-    # Given the highest value the template takes for a number of seconds, minutes or days (without a MaxValue,
-    # any a double holds),
-    spec = PARAMETERS[parameter]
-    highest = int(spec.get("MaxValue", HUGE))
-    if "MaxValue" not in spec:
-        check_parameters(TEMPLATE, {parameter: str(HUGE)})
+    # Given the highest value the template takes for a number of seconds, minutes or days,
+    highest = RANGES[parameter][-1]
+    check_parameters(TEMPLATE, {parameter: str(highest)})
     unit = {"Seconds": "seconds", "Minutes": "minutes", "Days": "days"}[
         next(u for u in ("Seconds", "Minutes", "Days") if parameter.endswith(u))
     ]
@@ -324,17 +328,84 @@ def test_a_drain_timeout_past_any_date_is_refused_at_cold_start_naming_it() -> N
 @pytest.mark.parametrize("parameter", NUMBERS)
 def test_the_settings_refuse_a_number_past_the_templates_highest(parameter: str) -> None:
     # The functions hold an environment set by other means (a tool, a console edit) to the template's bounds
-    spec = PARAMETERS[parameter]
-    above = int(spec.get("MaxValue", HUGE)) + 1
+    above = RANGES[parameter][-1] + 1
     with pytest.raises(SettingsError, match=VARIABLES[parameter]):
         Settings.from_env({**REQUIRED, VARIABLES[parameter]: str(above)})
+
+
+def setting(variable: str) -> Any:
+    return Settings.model_fields[variable.removeprefix("NODECYCLE_").lower()]
+
+
+# The parameters whose settings the functions read as whole numbers
+WHOLE = sorted(name for name, variable in VARIABLES.items() if setting(variable).annotation is int)
+
+
+def test_the_whole_numbers_were_found() -> None:
+    assert {"DrainTimeoutSeconds", "SweepGraceSeconds", "RecordTtlDays", "MaintenanceLeadMinutes"} <= set(
+        WHOLE
+    )
+
+
+@pytest.mark.parametrize("shape", ["{}.5", "{}e0"])
+@pytest.mark.parametrize("parameter", WHOLE)
+def test_a_number_the_functions_refuse_at_every_cold_start_is_refused_by_the_template(
+    parameter: str, shape: str
+) -> None:
+    # Given a value the functions' settings refuse (a fraction, an exponent): CloudFormation takes either for a
+    # Number parameter, and the stack deploys green with every invocation failing
+    value = shape.format(PARAMETERS[parameter]["Default"])
+    with pytest.raises(SettingsError, match=VARIABLES[parameter]):
+        Settings.from_env({**REQUIRED, VARIABLES[parameter]: value})
+    # Then the template refuses it before anything is created
+    with pytest.raises(ParameterError, match=parameter):
+        check_parameters(TEMPLATE, {parameter: value})
+
+
+@pytest.mark.parametrize("parameter", sorted(RANGES))
+def test_a_whole_number_parameter_takes_exactly_the_range_it_states(parameter: str) -> None:
+    # Given the range a whole-number parameter states (CloudFormation shows it when it refuses a value, the
+    # sandbox reads it), and the numbers around its ends, its powers of ten and a sample of the others
+    taken = RANGES[parameter]
+    low, high = taken[0], taken[-1]
+    dice = random.Random(parameter)
+    numbers = {low - 1, low, low + 1, high - 1, high, high + 1}
+    numbers |= {10**k + d for k in range(10) for d in (-1, 0, 1)}
+    around = range(max(0, low - 1_000), high + 1_000)
+    numbers |= set(dice.sample(around, min(2_000, len(around))))
+
+    def takes(value: str) -> bool:
+        try:
+            check_parameters(TEMPLATE, {parameter: value})
+        except ParameterError:
+            return False
+        return True
+
+    # Then its pattern takes exactly the whole numbers of that range, written as the functions read them
+    assert not [n for n in sorted(numbers) if n >= 0 and takes(str(n)) != (n in taken)]
+    assert not [
+        v for v in (f"{low}.0", f"{low}.5", f"0{low}", f" {low}", f"+{low}", f"{low}e0", "") if takes(v)
+    ]
+
+
+@pytest.mark.parametrize("min_values", [True, False])
+def test_the_sandbox_refuses_a_fraction_before_it_starts_anything(min_values: bool) -> None:
+    # As CloudFormation now does, the sandbox refuses the stack before anything is created, even one told to take
+    # numbers below their minimum (the campaign's)
+    options = SandboxOptions(
+        root=ROOT, group=None, parameters={"DrainTimeoutSeconds": "600.5"}, min_values=min_values
+    )
+    with pytest.raises(
+        ParameterError, match=r"DrainTimeoutSeconds='600\.5' is not valid: it must be whole seconds"
+    ):
+        Sandbox(options).start()
 
 
 def test_the_shortest_holder_ttl_the_template_takes_is_one_the_drain_function_can_start_with() -> None:
     # Given the shortest BudgetHolderTtlSeconds the template takes, and the shortest timing of the steps that
     # renew a holder (the queues' visibility timeout, the resume grace, the drain poll),
     shortest = {
-        name: str(PARAMETERS[name]["MinValue"])
+        name: str(RANGES[name][0])
         for name in (
             "BudgetHolderTtlSeconds",
             "WorkVisibilityTimeoutSeconds",

@@ -14,7 +14,7 @@ from moto import mock_aws
 
 from nodecycle_sandbox.aws import sqs_attributes
 from nodecycle_sandbox.runner.cfn_yaml import load_template
-from nodecycle_sandbox.runner.intrinsics import ParameterError, check_parameters
+from nodecycle_sandbox.runner.intrinsics import ParameterError, check_parameters, whole_numbers
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = load_template(ROOT / "template.yaml")
@@ -44,8 +44,9 @@ def test_some_queue_attribute_is_set_by_a_parameter() -> None:
 def test_a_parameter_refuses_what_sqs_refuses_of_the_queue_attribute_it_sets(
     queue: str, attribute: str, parameter: str
 ) -> None:
-    low, high = sqs_attributes.RANGES[attribute]
-    spec = TEMPLATE["Parameters"][parameter]
+    high = sqs_attributes.RANGES[attribute][1]
+    taken = whole_numbers(TEMPLATE["Parameters"][parameter])
+    assert taken is not None
 
     # Given a value just past the highest SQS takes, When the stack is deployed with it,
     # Then the template refuses the parameter (before anything is created)
@@ -56,6 +57,6 @@ def test_a_parameter_refuses_what_sqs_refuses_of_the_queue_attribute_it_sets(
     sqs_attributes.install()
     with mock_aws():
         sqs: Any = boto3.client("sqs", region_name="eu-west-1")
-        for value in (spec["MaxValue"], spec.get("MinValue", low)):
+        for value in (taken[-1], taken[0]):
             check_parameters(TEMPLATE, {parameter: str(value)})
             sqs.create_queue(QueueName=f"{queue}-{value}", Attributes={attribute: str(value)})

@@ -11,6 +11,12 @@ _NO_VALUE = object()
 _SUB_VARIABLE = re.compile(r"\$\{([^}!][^}]*)\}")
 
 
+# A String parameter that takes whole numbers only (a Number takes fractions too) states the range its
+# AllowedPattern spells out in its ConstraintDescription: "whole seconds from 300 to 31536000 (365 days)".
+_WHOLE_RANGE = re.compile(r"\bwhole\b[^0-9]*\bfrom (\d+) to (\d+)\b")
+_WHOLE_NUMBER = re.compile(r"0|[1-9][0-9]*")
+
+
 class UnsupportedIntrinsic(ValueError):
     """The template uses an intrinsic function (or a form of one) the sandbox cannot resolve."""
 
@@ -26,8 +32,9 @@ def check_parameters(
     a value that breaks its parameter's Type, AllowedValues, AllowedPattern, MinValue, MaxValue, MinLength
     or MaxLength. The message names the parameter, the value and the constraint.
 
-    ``min_values=False`` accepts a number below its MinValue (only that): a campaign that compresses minutes
-    into seconds sets timeouts below what AWS allows."""
+    ``min_values=False`` accepts a number below its MinValue, or a whole number below the range a whole-number
+    String states (only that): a campaign that compresses minutes into seconds sets timeouts below what AWS
+    allows."""
     declared = template.get("Parameters") or {}
     unknown = sorted(set(overrides) - set(declared))
     if unknown:
@@ -39,10 +46,23 @@ def check_parameters(
             _check_value(name, spec, str(overrides[name]), min_values=min_values)
 
 
+def whole_numbers(spec: Mapping[str, Any]) -> range | None:
+    """The whole numbers a String parameter takes, as its ConstraintDescription states them ("whole seconds
+    from 0 to 900"); None for any other parameter."""
+    if str(spec.get("Type", "String")) != "String" or "AllowedPattern" not in spec:
+        return None
+    stated = _WHOLE_RANGE.search(str(spec.get("ConstraintDescription", "")))
+    return range(int(stated[1]), int(stated[2]) + 1) if stated else None
+
+
 def _check_value(name: str, spec: Mapping[str, Any], value: str, *, min_values: bool) -> None:
     def refuse(what: str) -> ParameterError:
         hint = f" ({spec['ConstraintDescription']})" if spec.get("ConstraintDescription") else ""
         return ParameterError(f"parameter {name}={value!r} is not valid: {what}{hint}")
+
+    whole = whole_numbers(spec)
+    if not min_values and whole is not None and _WHOLE_NUMBER.fullmatch(value) and int(value) < whole.start:
+        return
 
     kind = str(spec.get("Type", "String"))
     if kind == "Number":
@@ -61,6 +81,11 @@ def _check_value(name: str, spec: Mapping[str, Any], value: str, *, min_values: 
     # A list's pattern holds for each of its values (CloudFormation splits it at its commas first)
     values = value.split(",") if kind == "CommaDelimitedList" else [value]
     if pattern is not None and any(re.fullmatch(str(pattern), v) is None for v in values):
+        if "ConstraintDescription" in spec:
+            # (as CloudFormation says it: "failed to satisfy constraint: <ConstraintDescription>")
+            raise ParameterError(
+                f"parameter {name}={value!r} is not valid: it must be {spec['ConstraintDescription']} (AllowedPattern)"
+            )
         raise refuse(f"it must match the pattern {pattern} (AllowedPattern)")
     if "MinLength" in spec and len(value) < int(spec["MinLength"]):
         raise refuse(f"it must contain at least {spec['MinLength']} characters (MinLength)")

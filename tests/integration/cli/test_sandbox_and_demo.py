@@ -36,8 +36,8 @@ def test_a_parameter_the_template_refuses_stops_the_sandbox_at_once_naming_its_c
 
     assert status == 2
     assert capsys.readouterr().err.splitlines() == [
-        "nodecycle sandbox: parameter SweepGraceSeconds='60' is not valid: it must be a number not less than "
-        "300 (MinValue)"
+        "nodecycle sandbox: parameter SweepGraceSeconds='60' is not valid: it must be whole seconds from 300 to "
+        "31536000 (365 days) (AllowedPattern)"
     ]
 
 

@@ -19,6 +19,11 @@ Parameters:
   Mode: {Type: String, Default: "off", AllowedValues: ["off", allocate, pool]}
   GraceSeconds: {Type: Number, Default: 600, MinValue: 300}
   Owner: {Type: String, Default: "", AllowedPattern: "^$|^[a-z]+$"}
+  PollSeconds:
+    Type: String
+    Default: "5"
+    AllowedPattern: "^([1-9]|[1-9][0-9]|[12][0-9]{2}|300)$"
+    ConstraintDescription: whole seconds from 1 to 300
 Conditions:
   HasCluster: !Not [!Equals [!Ref ClusterName, ""]]
 Resources:
@@ -99,7 +104,13 @@ def test_the_stack_is_described_with_its_outputs_and_every_parameter(make_runner
         "RoleArn": "arn:aws:iam::123456789012:role/t-IntakeRole",
     }
     parameters = {p["ParameterKey"]: p["ParameterValue"] for p in stack["Parameters"]}
-    assert parameters == {"ClusterName": "", "Mode": "off", "GraceSeconds": "900", "Owner": ""}
+    assert parameters == {
+        "ClusterName": "",
+        "Mode": "off",
+        "GraceSeconds": "900",
+        "Owner": "",
+        "PollSeconds": "5",
+    }
 
 
 def test_a_disabled_rule_delivers_nothing_until_it_is_enabled_again(make_runner: MakeRunner) -> None:
@@ -146,6 +157,9 @@ def test_a_config_map_cluster_refuses_the_access_entries_and_the_deployment_fail
         ("GraceSeconds", "soon", "must be a number (Type: Number)"),
         ("Mode", "sometimes", "must be one of off, allocate, pool (AllowedValues)"),
         ("Owner", "Blue-1", "must match the pattern ^$|^[a-z]+$ (AllowedPattern)"),
+        # (a whole number's pattern is said as CloudFormation says it: by its ConstraintDescription)
+        ("PollSeconds", "5.5", "must be whole seconds from 1 to 300 (AllowedPattern)"),
+        ("PollSeconds", "0", "must be whole seconds from 1 to 300 (AllowedPattern)"),
     ],
 )
 def test_a_parameter_value_the_template_refuses_stops_the_deployment_naming_its_constraint(
@@ -159,3 +173,15 @@ def test_a_parameter_value_the_template_refuses_stops_the_deployment_naming_its_
 def test_an_undeclared_parameter_is_refused(make_runner: MakeRunner) -> None:
     with pytest.raises(ParameterError, match="declares no parameter Nope"):
         make_runner(TEMPLATE, {"intake": INTAKE}, parameters={"Nope": "1"})
+
+
+def test_a_sandbox_that_takes_numbers_below_their_minimum_still_refuses_a_fraction(
+    make_runner: MakeRunner,
+) -> None:
+    # Given a sandbox told to take numbers below what AWS allows (a campaign that compresses time),
+    # Then a whole number below the range a whole-number parameter states is taken, and a fraction is not
+    runner = make_runner(TEMPLATE, {"intake": INTAKE}, parameters={"PollSeconds": "0"}, min_values=False)
+    (stack,) = client(runner, "cloudformation").describe_stacks(StackName="t")["Stacks"]
+    assert {"ParameterKey": "PollSeconds", "ParameterValue": "0"} in stack["Parameters"]
+    with pytest.raises(ParameterError, match="PollSeconds"):
+        make_runner(TEMPLATE, {"intake": INTAKE}, parameters={"PollSeconds": "0.5"}, min_values=False)
