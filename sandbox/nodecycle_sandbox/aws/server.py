@@ -37,6 +37,9 @@ class MotoServer:
         # moto builds some 130,000 stock AMIs with each region's EC2 backend (a CPU-second and more, again at
         # each reset); the sandbox launches its own image id, which moto accepts without one (SANDBOX_AMI).
         os.environ.setdefault("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
+        # Lambda's reserved concurrency within an account at the default limit (1,000, 100 kept unreserved): moto
+        # refuses a reservation past it only when told the account's limit
+        os.environ.setdefault("MOTO_LAMBDA_CONCURRENCY_QUOTA", "1000")
         install()
         app = faults.middleware(DomainDispatcherApplication(create_backend_app))
         self._server = make_server(
