@@ -55,7 +55,7 @@ def deployed() -> Iterator[tuple[Doctor, Any]]:
         specs = read_functions(
             template, root=ROOT, intrinsics=intrinsics, resources=resources, region=REGION, account=ACCOUNT
         )
-        clients = {name: session.client(name) for name in ("events", "eks", "cloudformation")}
+        clients = {name: session.client(name) for name in ("events", "eks", "cloudformation", "logs")}
         StackDeployment(
             template, stack_name="nodecycle", intrinsics=intrinsics, resources=resources, clients=clients
         ).deploy(specs)

@@ -60,7 +60,8 @@ def deployed() -> Iterator[tuple[Doctor, Any]]:
             template, root=ROOT, intrinsics=intrinsics, resources=resources, region=REGION, account=ACCOUNT
         )
         clients = {
-            name: session.client(name) for name in ("events", "eks", "cloudformation", "lambda", "iam")
+            name: session.client(name)
+            for name in ("events", "eks", "cloudformation", "logs", "lambda", "iam")
         }
         deployment = StackDeployment(
             template, stack_name="nodecycle", intrinsics=intrinsics, resources=resources, clients=clients

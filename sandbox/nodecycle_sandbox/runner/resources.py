@@ -95,6 +95,8 @@ class SandboxResources:
             return self.role_arn(logical_id).rsplit("/", 1)[-1]  # a role's Ref is its name
         if kind == "AWS::Events::Rule":
             return self._physical_name(logical_id)  # its Ref is its name
+        if kind == "AWS::Logs::LogGroup":
+            return self.log_group_name(logical_id)  # its Ref is its name
         # CloudFormation's Ref of most other resources is a name or an ARN the sandbox never uses.
         return self._physical_name(logical_id)
 
@@ -116,9 +118,7 @@ class SandboxResources:
                 "Arn": f"arn:aws:events:{self._region}:{self._account}:rule/{self._physical_name(logical_id)}"
             }
         elif kind == "AWS::Logs::LogGroup":
-            name = self._resolve(self._properties(logical_id).get("LogGroupName")) or self._physical_name(
-                logical_id
-            )
+            name = self.log_group_name(logical_id)
             values = {"Arn": f"arn:aws:logs:{self._region}:{self._account}:log-group:{name}:*"}
         else:
             service = kind.split("::")[1].lower()
@@ -133,6 +133,10 @@ class SandboxResources:
 
     def function_name(self, logical_id: str) -> str:
         name = self._properties(logical_id).get("FunctionName")
+        return str(self._resolve(name)) if name else self._physical_name(logical_id)
+
+    def log_group_name(self, logical_id: str) -> str:
+        name = self._properties(logical_id).get("LogGroupName")
         return str(self._resolve(name)) if name else self._physical_name(logical_id)
 
     def role_arn(self, logical_id: str) -> str:

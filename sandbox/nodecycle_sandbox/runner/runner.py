@@ -180,7 +180,7 @@ class Runner:
             stack_name=self.stack_name,
             intrinsics=resources.intrinsics,
             resources=resources,
-            clients={name: self._client(name) for name in ("events", "eks", "cloudformation")},
+            clients={name: self._client(name) for name in ("events", "eks", "cloudformation", "logs")},
         )
         self._deployment.deploy(specs)
         self._lambda = functions = LambdaFunctions(

@@ -1,12 +1,13 @@
 """What a deployment leaves in the account besides queues and tables, for operators' tools to find.
 
-CloudFormation would create the template's EventBridge rules (the ones SAM makes for ``EventBridgeRule`` and
-``Schedule`` events), its EKS access entries, and a stack whose outputs and parameters name it all. The
+CloudFormation would create the template's log groups (before the functions that log into them: the runner
+registers the functions after this deployment), its EventBridge rules (the ones SAM makes for ``EventBridgeRule``
+and ``Schedule`` events), its EKS access entries, and a stack whose outputs and parameters name it all. The
 runner creates them in the sandbox's AWS through the ordinary APIs, so that ``nodecycle doctor --stack``,
 ``status --stack`` and the AWS CLI find them there as in an account, and so that what an operator changes
 there matters: a rule disabled with ``aws events disable-rule``, or whose target was removed, stops its
-deliveries (the runner asks before each one), an access entry creation refused by a ``CONFIG_MAP`` cluster fails the deployment, as it rolls a
-stack back.
+deliveries (the runner asks before each one), an access entry creation refused by a ``CONFIG_MAP`` cluster, or a log
+group of the template's name already there ("already exists"), fails the deployment, as it rolls a stack back.
 """
 
 from __future__ import annotations
@@ -49,10 +50,12 @@ class StackDeployment:
         self._events = clients["events"]
         self._eks = clients["eks"]
         self._cloudformation = clients["cloudformation"]
+        self._logs = clients["logs"]
         self.rules: dict[tuple[str, str], DeployedRule] = {}
         self._arns: dict[str, str] = {}  # function logical id -> its ARN
 
     def deploy(self, functions: list[FunctionSpec]) -> None:
+        self._create_log_groups()
         self._create_rules(functions)
         self._create_access_entries()
         self._create_stack_record()
@@ -134,6 +137,20 @@ class StackDeployment:
                 )
             target["DeadLetterConfig"] = {"Arn": str(dead_letter["Arn"])}
         return target
+
+    def _create_log_groups(self) -> None:
+        """Each log group with its retention. CreateLogGroup refuses a name taken (ResourceAlreadyExistsException),
+        as CloudFormation's creation of the group does."""
+        for logical_id, resource in self._template["Resources"].items():
+            if resource["Type"] != "AWS::Logs::LogGroup" or not self._resources.exists(logical_id):
+                continue
+            name = self._resources.log_group_name(logical_id)
+            self._logs.create_log_group(logGroupName=name)
+            properties = self._intrinsics.resolve(resource.get("Properties") or {})
+            if "RetentionInDays" in properties:
+                self._logs.put_retention_policy(
+                    logGroupName=name, retentionInDays=int(properties["RetentionInDays"])
+                )
 
     def _create_access_entries(self) -> None:
         for logical_id, resource in self._template["Resources"].items():

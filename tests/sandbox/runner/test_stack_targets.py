@@ -32,7 +32,7 @@ def deployed() -> Iterator[tuple[StackDeployment, dict[str, Any]]]:
     with mock_aws():
         clients: dict[str, Any] = {
             name: boto3.client(name, region_name=REGION)
-            for name in ("sqs", "dynamodb", "events", "eks", "cloudformation", "lambda")
+            for name in ("sqs", "dynamodb", "events", "eks", "cloudformation", "logs", "lambda")
         }
         resources = SandboxResources(
             template,
