@@ -1,0 +1,73 @@
+"""Each function's role, as the template writes it, is granted the calls of the paths no sandbox run takes: AWS
+refuses the rest (AccessDenied), which the sandbox's IAM enforcement shows only where a test goes.
+
+Intake confirms where Auto Scaling holds an action before it lets a message take over a token taken in under other
+naming (domain/intake.py ``_conflicting``: ``AutoscalingActions.confirm``), and tells whether a late event's action
+timed out by its instance's lifecycle state (``_timed_out_so``: ``lifecycle_state``). Both read
+DescribeAutoScalingInstances; refused, the event fails at every retry (EventBridge tries for an hour) and ends in
+the intake dead-letter queue."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import boto3
+import pytest
+
+from nodecycle.adapters.aws.autoscaling import AutoscalingActions
+from nodecycle.domain.model import ActionRef, Transition
+from nodecycle_sandbox.aws.install import install
+from nodecycle_sandbox.iam.identities import IDENTITIES
+from nodecycle_sandbox.iam.template import offline_roles
+from nodecycle_sandbox.runner.cfn_yaml import load_template
+from tests.support.stack import Stack
+
+from .test_template_parameters import ROOT
+
+ACCOUNT = "123456789012"
+KEY = "AKIATEMPLATEINTAKE01"  # this module's own
+GROUP = "nodes-general"
+ACTION = ActionRef(
+    group=GROUP,
+    hook="nodecycle-terminate",
+    instance_id="i-0a1b2c3d4e5f60718",
+    token="9f0c3d3e-6a8b-4c8e-9d57-2f7b1e0a6c41",
+    transition=Transition.TERMINATING,
+)
+
+
+@pytest.fixture
+def intake_role(stack: Stack) -> Any:
+    """An Auto Scaling client of the intake function's role as the template grants it (moto with the sandbox's
+    IAM enforcement), in an account with one managed group."""
+    install()
+    boto3.client("ec2").create_launch_template(
+        LaunchTemplateName="nodes",
+        LaunchTemplateData={"ImageId": "ami-12c6146b", "InstanceType": "m6g.large"},
+    )
+    boto3.client("autoscaling").create_auto_scaling_group(
+        AutoScalingGroupName=GROUP,
+        LaunchTemplate={"LaunchTemplateName": "nodes"},
+        MinSize=0,
+        MaxSize=1,
+        AvailabilityZones=["eu-west-1a"],
+    )
+    template = load_template(ROOT / "template.yaml")
+    role = offline_roles(template, {"ManagedGroups": GROUP, "ClusterName": "prod"})["IntakeFunctionRole"]
+    IDENTITIES.register(
+        roles=[role],
+        keys=[{"access_key": KEY, "role_arn": role["arn"], "session_name": "intake", "account": ACCOUNT}],
+    )
+    return boto3.client("autoscaling", aws_access_key_id=KEY, aws_secret_access_key="intake")
+
+
+def test_intake_may_read_where_an_instance_waits(intake_role: Any) -> None:
+    # Given the intake role, When it reads an instance's lifecycle state (a late event's check),
+    # Then Auto Scaling answers: the instance is in no group
+    assert AutoscalingActions(intake_role).lifecycle_state(ACTION.instance_id) is None
+
+
+def test_intake_may_confirm_an_action_whose_token_was_taken_in_under_other_naming(intake_role: Any) -> None:
+    # Given the intake role, When it confirms where Auto Scaling holds an action (a token conflict),
+    # Then the look is answered (no such action held there), not refused
+    assert AutoscalingActions(intake_role).confirm(ACTION) is False
