@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def runner() -> Iterator[Runner]:
-    # No managed groups and too short a sweep grace: every intake and sweeper invocation fails its settings.
+    # No managed groups (set on the functions by hand: the template's rule refuses a stack without) and too short
+    # a sweep grace: every intake and sweeper invocation fails its settings.
     server = MotoServer()
     url = server.start()
     started = Runner(
@@ -28,7 +29,8 @@ def runner() -> Iterator[Runner]:
         endpoint_url=url,
         region="eu-west-1",
         mode="inline",
-        environment={"NODECYCLE_SWEEP_GRACE_SECONDS": "1"},
+        parameters={"ManagedGroups": "nodes"},
+        environment={"NODECYCLE_SWEEP_GRACE_SECONDS": "1", "NODECYCLE_MANAGED_GROUPS": ""},
         async_retry_delays=(0.05, 0.05),
         schedules_enabled=False,
         sqs_sources_enabled=False,

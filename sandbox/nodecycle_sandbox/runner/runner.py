@@ -27,7 +27,7 @@ from nodecycle_sandbox.runner.context import lambda_environment
 from nodecycle_sandbox.runner.faults import RunnerFaults
 from nodecycle_sandbox.runner.function_logs import FunctionLogs, group_of
 from nodecycle_sandbox.runner.functions import FunctionSpec, SqsTrigger, read_functions
-from nodecycle_sandbox.runner.intrinsics import Intrinsics
+from nodecycle_sandbox.runner.intrinsics import Intrinsics, check_rules
 from nodecycle_sandbox.runner.invokers import InlineInvoker, InvocationResult, Invoker, ProcessInvoker
 from nodecycle_sandbox.runner.journal import Invocation, Journal
 from nodecycle_sandbox.runner.lambda_functions import LambdaFunctions
@@ -144,6 +144,8 @@ class Runner:
 
     def start(self) -> Runner:
         template = load_template(self.template_path)
+        # As CloudFormation does for every stack, before anything is created: parameters that break a Rule together
+        check_rules(template, self._parameters)
         resources = SandboxResources(
             template,
             stack_name=self.stack_name,

@@ -185,3 +185,31 @@ def test_a_sandbox_that_takes_numbers_below_their_minimum_still_refuses_a_fracti
     assert {"ParameterKey": "PollSeconds", "ParameterValue": "0"} in stack["Parameters"]
     with pytest.raises(ParameterError, match="PollSeconds"):
         make_runner(TEMPLATE, {"intake": INTAKE}, parameters={"PollSeconds": "0.5"}, min_values=False)
+
+
+RULED = """
+Parameters:
+  Mode: {Type: String, Default: "off", AllowedValues: ["off", pool]}
+  Pool: {Type: String, Default: ""}
+Rules:
+  PoolNamed:
+    RuleCondition: !Equals [!Ref Mode, pool]
+    Assertions:
+      - Assert: !Not [!Equals [!Ref Pool, ""]]
+        AssertDescription: name the pool
+Resources:
+  Work:
+    Type: AWS::SQS::Queue
+"""
+
+
+def test_parameters_that_break_a_rule_stop_the_deployment_before_anything_is_created(
+    moto_url: str, make_runner: MakeRunner
+) -> None:
+    # Given parameters each valid alone that break a rule of the template together (any stack the runner deploys:
+    # a sandbox's second stack too), When it is deployed, Then it is refused before its queue is created
+    with pytest.raises(ParameterError, match="the parameters break rule PoolNamed: name the pool"):
+        make_runner(RULED, {}, parameters={"Mode": "pool"})
+    assert client(make_runner(RULED, {}, parameters={"Mode": "pool", "Pool": "blue"}), "sqs").list_queues()[
+        "QueueUrls"
+    ] == [f"{moto_url}/123456789012/t-Work"]

@@ -137,7 +137,9 @@ def test_the_repository_template_is_read(make_runner: MakeRunner, tmp_path: Path
     template = (repository / "template.yaml").read_text()
 
     # When the runner reads it (without starting schedules)
-    runner = make_runner(template, {}, root=repository, schedules_enabled=False)
+    runner = make_runner(
+        template, {}, root=repository, schedules_enabled=False, parameters={"ManagedGroups": "nodes"}
+    )
 
     # Then it finds the five functions, each with a handler file and the shared settings
     assert set(runner.functions) >= {
