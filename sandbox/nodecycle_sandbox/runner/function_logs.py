@@ -1,8 +1,8 @@
 """The functions' logs in CloudWatch Logs, as Lambda ships them, so that the runbook's ``aws logs tail
-/aws/lambda/<function> --since 30m --filter-pattern ERROR`` (FilterLogEvents) reads them from the sandbox too.
+$(out DrainLogGroupName) --since 30m --filter-pattern ERROR`` (FilterLogEvents) reads them from the sandbox too.
 
 The runner's containers append each function's output to ``<log dir>/<logical id>.log``, one whole line per
-write (``worker.py``). Lambda sends what a function writes to its log group ``/aws/lambda/<function name>``,
+write (``worker.py``). Lambda sends what a function writes to its log group (its LoggingConfig's, else ``/aws/lambda/<function name>``),
 creating the group at the first invocation if the stack did not; the shipper here makes the groups at its
 start, and does the same for the sandbox's AWS every ``POLL_SECONDS``: each complete line new since its last look becomes one event, stamped
 with the time it was read (a second late at most), in a stream of the day (``YYYY/MM/DD/[$LATEST]sandbox``).
@@ -28,10 +28,6 @@ POLL_SECONDS = 1.0
 _BATCH_EVENTS = 1000
 _BATCH_BYTES = 900_000
 _EVENT_BYTES = 256 * 1024 - 26
-
-
-def group_of(function_name: str) -> str:
-    return f"/aws/lambda/{function_name}"
 
 
 class FunctionLogs:

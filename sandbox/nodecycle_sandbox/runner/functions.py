@@ -68,6 +68,12 @@ class FunctionSpec:
     # Where a failed asynchronous event goes: DeadLetterQueue or EventInvokeConfig OnFailure (SQS ARNs).
     dead_letter_arn: str | None = None
     on_failure_arn: str | None = None
+    # LoggingConfig.LogGroup: the group Lambda sends the function's output to; None: /aws/lambda/<name>
+    logging_group: str | None = None
+
+    @property
+    def log_group(self) -> str:
+        return self.logging_group or f"/aws/lambda/{self.name}"
 
     @property
     def module_name(self) -> str:
@@ -116,6 +122,7 @@ def read_functions(
             "Destination"
         )
         dead_letter = (properties.get("DeadLetterQueue") or {}).get("TargetArn")
+        log_group = (properties.get("LoggingConfig") or {}).get("LogGroup")
         triggers = _triggers(
             resource.get("Properties", {}).get("Events") or {}, intrinsics, resources, logical_id
         )
@@ -145,6 +152,7 @@ def read_functions(
                 else None,
                 dead_letter_arn=intrinsics.resolve(dead_letter) if dead_letter else None,
                 on_failure_arn=intrinsics.resolve(on_failure) if on_failure else None,
+                logging_group=str(intrinsics.resolve(log_group)) if log_group else None,
             )
         )
     return specs

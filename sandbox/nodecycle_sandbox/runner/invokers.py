@@ -80,7 +80,7 @@ def _context(spec: FunctionSpec, request_id: str, started_at: float) -> LambdaCo
         invoked_function_arn=spec.arn,
         memory_limit_in_mb=spec.memory_mb,
         aws_request_id=request_id,
-        log_group_name=f"/aws/lambda/{spec.name}",
+        log_group_name=spec.log_group,
         log_stream_name=f"sandbox/[$LATEST]{spec.logical_id}",
         deadline=started_at + spec.timeout,
     )

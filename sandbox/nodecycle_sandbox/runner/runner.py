@@ -25,7 +25,7 @@ from nodecycle_sandbox.runner.cfn_yaml import load_template
 from nodecycle_sandbox.runner.concurrency import THROTTLE_TIME_SCALE, ReservedConcurrency, throttled_result
 from nodecycle_sandbox.runner.context import lambda_environment
 from nodecycle_sandbox.runner.faults import RunnerFaults
-from nodecycle_sandbox.runner.function_logs import FunctionLogs, group_of
+from nodecycle_sandbox.runner.function_logs import FunctionLogs
 from nodecycle_sandbox.runner.functions import FunctionSpec, SqsTrigger, read_functions
 from nodecycle_sandbox.runner.intrinsics import Intrinsics, check_rules
 from nodecycle_sandbox.runner.invokers import InlineInvoker, InvocationResult, Invoker, ProcessInvoker
@@ -221,7 +221,7 @@ class Runner:
             if self._log_dir is not None:
                 # (what the containers write there, in each function's log group, as Lambda sends it)
                 self._function_logs = FunctionLogs(
-                    self._client("logs"), self._log_dir, {s.logical_id: group_of(s.name) for s in specs}
+                    self._client("logs"), self._log_dir, {s.logical_id: s.log_group for s in specs}
                 ).start()
         self._async = AsyncInvoker(
             invoke=self._invoke_reserved,

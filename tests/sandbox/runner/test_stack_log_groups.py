@@ -3,6 +3,7 @@ and fails, as CloudFormation does ("already exists"), where a group of that name
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -30,6 +31,7 @@ Outputs:
 """
 HANDLER = """
 def handler(event, context):
+    print("busy at", context.log_group_name)
     return None
 """
 
@@ -61,3 +63,23 @@ def test_a_log_group_already_there_fails_the_deployment(moto_url: str, make_runn
     # Then the deployment fails, as CloudFormation's does (the stack rolls back)
     with pytest.raises(ClientError, match="ResourceAlreadyExistsException"):
         make_runner(TEMPLATE, {"busy": HANDLER})
+
+
+def test_a_function_logs_into_the_group_its_logging_config_names(
+    moto_url: str, make_runner: MakeRunner, tmp_path: Path
+) -> None:
+    # Given a function whose LoggingConfig names the stack's group (not /aws/lambda/<function name>), run in its
+    # container
+    runner = make_runner(TEMPLATE, {"busy": HANDLER}, mode="process", log_dir=tmp_path / "logs")
+
+    # When it runs
+    assert runner.invoke("Busy", {}).ok
+
+    # Then what it wrote is in that group, where the runbook's `aws logs tail $(out BusyLogGroupName)` reads it,
+    # and its context names that group, as Lambda's does
+    logs = client(moto_url, "logs")
+
+    def found() -> list[str]:
+        return [e["message"] for e in logs.filter_log_events(logGroupName="/aws/lambda/t/busy")["events"]]
+
+    assert runner.journal.wait_until(found, timeout=10) == ["busy at /aws/lambda/t/busy"]
