@@ -13,6 +13,7 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 
 from nodecycle.adapters.aws.autoscaling import AutoscalingActions
 from nodecycle.domain.model import ActionRef, Transition
@@ -71,3 +72,45 @@ def test_intake_may_confirm_an_action_whose_token_was_taken_in_under_other_namin
     # Given the intake role, When it confirms where Auto Scaling holds an action (a token conflict),
     # Then the look is answered (no such action held there), not refused
     assert AutoscalingActions(intake_role).confirm(ACTION) is False
+
+
+@pytest.mark.parametrize("role_name", ["EipFunctionRole", "SweeperFunctionRole"])
+def test_no_role_may_release_an_address_allocated_into_a_pool_once_its_pool_tag_is_removed(
+    stack: Stack, role_name: str
+) -> None:
+    # Given an address the eip function allocated into a pool, whose pool tag the operator removed (retired from
+    # the pool: the operator's now), tagged with the owner id as every address nodecycle allocates
+    install()
+    ec2 = boto3.client("ec2")
+    allocation = ec2.allocate_address(
+        Domain="vpc",
+        TagSpecifications=[
+            {
+                "ResourceType": "elastic-ip",
+                "Tags": [
+                    {"Key": "nodecycle:owner", "Value": "nodecycle"},
+                    {"Key": "nodecycle:allocated-at", "Value": "2026-12-05T10:00:00+00:00"},
+                    {"Key": "nodecycle:allocated-into", "Value": "edge"},
+                ],
+            }
+        ],
+    )["AllocationId"]
+    template = load_template(ROOT / "template.yaml")
+    role = offline_roles(
+        template,
+        {"ManagedGroups": GROUP, "ClusterName": "prod", "EipMode": "allocate", "OwnerId": "nodecycle"},
+    )[role_name]
+    key = "AKIATEMPLATERETIRED" + str(len(role_name) % 10)
+    IDENTITIES.register(
+        roles=[role],
+        keys=[{"access_key": key, "role_arn": role["arn"], "session_name": "eip", "account": ACCOUNT}],
+    )
+
+    # When the role releases it (a product defect, or a sweep of an older version that took it for its own)
+    with pytest.raises(ClientError, match=r"UnauthorizedOperation|AccessDenied"):
+        boto3.client("ec2", aws_access_key_id=key, aws_secret_access_key="x").release_address(
+            AllocationId=allocation
+        )
+
+    # Then EC2 refuses: the address is still there
+    assert ec2.describe_addresses(AllocationIds=[allocation])["Addresses"]
