@@ -57,8 +57,9 @@ over by a lifecycle of another instance of the node's name). Another lifecycle o
 not take it over (one slot, one lifecycle): it waits in line for the node, eligible once the holder is
 released or expired, and so woken by that release (or the write that removes the expired holder) as any
 waiter it made eligible. A node has one place in
-line: a third lifecycle of the instance leaves it to the one that took it first, and asks again at its retry. A renewal is written only
-when a third of the TTL has passed since the last written one, or when an entry expired (its removal is
+line: a third lifecycle of the instance leaves it to the one that took it first, and asks again at its retry. A holder's renewal is written only
+when a third of the TTL has passed since the last written one, a waiter's once its place would expire within two
+of its asks' longest interval (when the budget is told it), or when an entry expired (its removal is
 written, and wakes the waiters it made eligible). A holder that expired and was removed asks
 again like a newcomer, through the queue. A holder seeded from its node into a document created again (see
 :mod:`.seed`) is renewed at its lifecycle's first ask since only when it fits beside the other holders (its node
@@ -468,15 +469,20 @@ def fresh_holder(doc: BudgetDocument, request: SlotRequest, now: datetime) -> Sl
 
 
 def fresh_waiter(
-    doc: BudgetDocument, request: SlotRequest, now: datetime, *, renewing: bool
+    doc: BudgetDocument,
+    request: SlotRequest,
+    now: datetime,
+    *,
+    renewing: bool,
+    asks_within: timedelta | None = None,
 ) -> SlotDecision | None:
-    """The decision for a request whose lifecycle waits for the node, renewed its place less than a third of
-    its TTL ago, and still does not get a slot: denied, with nothing to write. Waiters retry every
+    """The decision for a request whose lifecycle waits for the node, whose place needs no renewal yet (see
+    :func:`_place_lasts`), and that still does not get a slot: denied, with nothing to write. Waiters retry every
     ``BudgetRetrySeconds``; writing each time would churn the shared document as much as the drains do.
     ``None`` when the request must be written (the entry needs its renewal, or it gets a slot now, or an
-    entry expired)."""
+    entry expired). ``asks_within``: the longest the waiter waits before it asks again (None: not told)."""
     waiter = doc.waiter(request.node)
-    if not _renewed_lately(waiter, request, now) or request.force or _any_expired(doc, now):
+    if not _place_lasts(waiter, request, now, asks_within) or request.force or _any_expired(doc, now):
         return None
     assert waiter is not None
     if (waiter.in_progress, waiter.urgent_at) != (request.in_progress, request.urgent_at):
@@ -545,14 +551,35 @@ def _any_expired(doc: BudgetDocument, now: datetime) -> bool:
     return any(entry.expired(now) for entry in doc.entries())
 
 
-def _renewed_lately(entry: Holder | Waiter | None, request: SlotRequest, now: datetime) -> bool:
-    """Whether ``entry`` is this request's lifecycle's, renewed less than a third of its TTL ago."""
+def _renewed_lately(
+    entry: Holder | Waiter | None, request: SlotRequest, now: datetime, *, per_ttl: int = RENEWALS_PER_TTL
+) -> bool:
+    """Whether ``entry`` is this request's lifecycle's, renewed less than a third (``1 / per_ttl``) of its TTL ago."""
     return (
         entry is not None
         and (entry.owner, entry.record_id, entry.instance_id, entry.token)
         == (request.owner, request.record_id, request.instance_id, request.token)
-        and now - entry.renewed_at < timedelta(seconds=entry.ttl_seconds) / RENEWALS_PER_TTL
+        and now - entry.renewed_at < timedelta(seconds=entry.ttl_seconds) / per_ttl
     )
+
+
+# A waiter's place is written again once it would expire within this many of its asks' longest interval: one ask
+# late or lost by a whole interval (a delivery late, a container cold, the API server failing it) still finds it.
+ASKS_A_PLACE_OUTLASTS = 2
+
+
+def _place_lasts(
+    entry: Holder | Waiter | None, request: SlotRequest, now: datetime, asks_within: timedelta | None
+) -> bool:
+    """Whether ``entry`` is this request's lifecycle's place in line, and lasts without a renewal. A place only has
+    to outlast its waiter's next ask (a holder's slot is renewed a third of the TTL apart: its drain's polls may
+    stall): with ``asks_within`` told, it is renewed once it would expire within ``ASKS_A_PLACE_OUTLASTS`` of those,
+    not a third of the TTL apart. At 2,000 waiters (a ConfigMap of some 800 KB) a renewal a third of the TTL apart
+    (600 s) wrote the whole ConfigMap 8-10 times a second; so, about 4 (tests/unit/budget/test_waiter_renewal_churn)."""
+    if asks_within is None or not _renewed_lately(entry, request, now, per_ttl=1):
+        return _renewed_lately(entry, request, now)
+    assert entry is not None
+    return entry.expires_at - now > ASKS_A_PLACE_OUTLASTS * asks_within
 
 
 def _without_other_instances(doc: BudgetDocument, request: SlotRequest) -> BudgetDocument:

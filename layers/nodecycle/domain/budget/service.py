@@ -91,10 +91,20 @@ class DisruptionBudget:
         owner: str,
         drains: DrainsInProgress | None = None,
         lifecycles: Lifecycles | None = None,
+        waiter_asks_within: timedelta | None = None,
     ) -> None:
         """``drains``: where a document never written is seeded from (see :mod:`.seed`); None: not seeded (a
         store that never loses its document). ``lifecycles``: what tells a renewal's slot the budget cannot vouch
-        for (see :meth:`renew`); None: not asked (a store that never loses its document)."""
+        for (see :meth:`renew`); None: not asked (a store that never loses its document). ``waiter_asks_within``:
+        the longest a node waiting in line waits between its asks (the drain's cadence), which its place need only
+        outlast (see :func:`rules.fresh_waiter`); None: not told, a place renewed a third of the TTL apart, as a
+        slot is."""
+        if waiter_asks_within is not None and waiter_asks_within * rules.ASKS_A_PLACE_OUTLASTS >= holder_ttl:
+            raise ValueError(
+                f"a waiter asking {waiter_asks_within} apart would renew its place at every ask: the holder TTL "
+                f"({holder_ttl}) must be more than {rules.ASKS_A_PLACE_OUTLASTS} of those"
+            )
+        self._asks_within = waiter_asks_within
         self._store = store
         self._drains = drains
         self._lifecycles = lifecycles
@@ -105,6 +115,11 @@ class DisruptionBudget:
         self._ttl = holder_ttl
         self._count_unavailable = count_unavailable
         self._owner = owner
+
+    @property
+    def waiter_asks_within(self) -> timedelta | None:
+        """The longest a node waiting in line waits between its asks, as told (see ``__init__``)."""
+        return self._asks_within
 
     def acquire(self, request: SlotRequest) -> SlotDecision:
         """Take a slot for the node, or join (or renew) its place among the waiters. Idempotent. The
@@ -355,7 +370,11 @@ class DisruptionBudget:
             # must know (see may_skip_writing_limits)
             fresh = (
                 rules.fresh_waiter(
-                    rules.with_own_limits(current, self._owner, limits), request, now, renewing=renewing
+                    rules.with_own_limits(current, self._owner, limits),
+                    request,
+                    now,
+                    renewing=renewing,
+                    asks_within=self._asks_within,
                 )
                 if current is not None and rules.may_skip_writing_limits(current, self._owner, limits)
                 else None
