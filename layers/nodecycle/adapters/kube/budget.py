@@ -67,6 +67,11 @@ FIELD_MANAGER = "nodecycle"
 # and the drains in progress it left out would never be counted. Recorded under another name, the document is still
 # not the budget's, and its next write seeds it.
 UNSEEDED_MANAGER = "nodecycle-unseeded"
+# The lead of a reader's clock over the API server's that is not told from the way its Date is measured (to the second,
+# the answer's way added): taken as none, so that the stamps of readers on time are stored as they took them. A lead
+# told is kept until a measure departs from it by more, so that a document read twice in a row reads the same (a write
+# whose answer was lost is known as landed by its read back, byte for byte: see DisruptionBudget._landed).
+CLOCK_TOLERANCE = timedelta(seconds=2)
 CONFIGMAP_MAX_BYTES = 1024 * 1024  # the API server's bound on a ConfigMap's data (keys and values)
 REQUEST_TIMEOUT = (5, 15)  # connect, read: a Lambda step must not hang on a dead connection
 # What the cloud provider's node lifecycle controller puts on the node of a stopped instance (and takes off
@@ -159,10 +164,13 @@ class ConfigMapBudgetStore:
         self._max_backoff = max_backoff_seconds
         self._sleep = sleep
         self._wall_clock = wall_clock
+        # How far this reader's clock runs ahead of the API server's, as its answers tell it (see _lead)
+        self._clock_lead = timedelta(0)
+        self._lead_lock = threading.Lock()
 
     def read(self) -> BudgetDocument | None:
         found = self._get(self._api())
-        return None if found is None else self._document(*found)
+        return None if found is None else self._document(*found, lead=self._lead(*found[1:]))
 
     def update[T](self, mutate: Callable[[BudgetDocument | None], tuple[BudgetDocument | None, T]]) -> T:
         api = self._api()
@@ -172,7 +180,8 @@ class ConfigMapBudgetStore:
                 self._sleep(random.uniform(0, min(self._max_backoff, self._backoff * 2**attempt)))
             found = self._get(api)
             config_map = None if found is None else found[0]
-            current = None if found is None else self._document(*found)
+            lead = timedelta(0) if found is None else self._lead(*found[1:])
+            current = None if found is None else self._document(*found, lead=lead)
             new, result = mutate(current)
             if new is current:
                 return result
@@ -182,18 +191,43 @@ class ConfigMapBudgetStore:
             restored = None
             if found is not None and current is not None and _lost(current, found[0]) and current.created_at:
                 restored = current.created_at - found[1]
-            if self._write(api, config_map, new, restored=restored):
+            if self._write(api, config_map, new, restored=restored, lead=lead):
                 return result
             log.info("the budget ConfigMap changed under us (attempt %d): reading it again", attempt + 1)
         raise BudgetContention(
             f"ConfigMap {self.namespace}/{self.name} kept changing: {self._max_attempts} conflicting writes"
         )
 
-    def _document(self, config_map: Any, ahead: timedelta, date: datetime | None) -> BudgetDocument:
+    def _document(
+        self, config_map: Any, ahead: timedelta, date: datetime | None, *, lead: timedelta
+    ) -> BudgetDocument:
+        """The document ``config_map`` holds, its stamps (stored on the API server's clock) on this reader's, which
+        runs ``lead`` ahead of it."""
         try:
-            return _document(config_map, ahead, date)
+            return _document(config_map, ahead, date).on_clock(lead)
         except BudgetFormatError as error:
             raise BudgetUnreadable(self.namespace, self.name, error) from None
+
+    def _lead(self, ahead: timedelta, date: datetime | None) -> timedelta:
+        """How far this reader's clock runs ahead of the API server's, an answer measuring it ``ahead`` (``date``:
+        the answer's Date; None, not told: the lead as it was). Every stamp of the budget is stored on the API server's
+        clock, and read and written on the reader's (see BudgetDocument.on_clock): a drain function whose clock ran 5
+        minutes behind the others' stamped its renewals 5 minutes old in their view, and they took its slot for
+        expired and granted it again while its drain evicted (invariant 1), under any TTL below 5 minutes and a
+        third of itself. A lead within CLOCK_TOLERANCE is none."""
+        with self._lead_lock:
+            if date is not None and abs(ahead - self._clock_lead) > CLOCK_TOLERANCE:
+                if abs(ahead) > CLOCK_TOLERANCE:
+                    log.warning(
+                        "this function's clock runs %.1f s ahead of the API server's: the budget's stamps are "
+                        "put on the API server's clock",
+                        ahead.total_seconds(),
+                    )
+                # (to the second, as the Date tells it: a stamp moved keeps its length, which the document's bound
+                # counts on the reader's clock)
+                told = timedelta(seconds=round(ahead.total_seconds()))
+                self._clock_lead = told if abs(ahead) > CLOCK_TOLERANCE else timedelta(0)
+            return self._clock_lead
 
     def _get(self, api: Any) -> tuple[Any, timedelta, datetime | None] | None:
         """The ConfigMap (None: there is none), how far this reader's clock runs ahead of the API server's, and the
@@ -211,10 +245,17 @@ class ConfigMapBudgetStore:
         return config_map, _ahead(headers, received), _date(headers)
 
     def _write(
-        self, api: Any, config_map: Any, doc: BudgetDocument, *, restored: datetime | None = None
+        self,
+        api: Any,
+        config_map: Any,
+        doc: BudgetDocument,
+        *,
+        restored: datetime | None = None,
+        lead: timedelta = timedelta(0),
     ) -> bool:
         """Replace; False when another writer came first. ``restored``: the beginning of a document put there by
-        another, which this write is the first to find (see RESTORED_KEY)."""
+        another, which this write is the first to find (see RESTORED_KEY). ``lead``: how far the writer's clock,
+        which stamped ``doc``, runs ahead of the API server's, on which it is stored (see _lead)."""
         with forbidden_refused(), kube_errors(f"writing ConfigMap {self.namespace}/{self.name}"):
             try:
                 if config_map is None:
@@ -225,7 +266,7 @@ class ConfigMapBudgetStore:
                 # annotations or other keys someone added survive
                 if restored is not None:
                     config_map.data = {**(config_map.data or {}), RESTORED_KEY: _rfc3339(restored)}
-                config_map.data = _with_document(config_map, doc.to_json())
+                config_map.data = _with_document(config_map, doc.on_clock(-lead).to_json())
                 try:
                     api.replace_namespaced_config_map(
                         self.name,

@@ -201,6 +201,30 @@ class BudgetDocument(_Model):
     def entries(self) -> tuple[Holder | Waiter, ...]:
         return (*self.holders, *self.waiters)
 
+    def on_clock(self, ahead: timedelta) -> BudgetDocument:
+        """This document with the stamps its writers take from their own clocks (renewals, acquisitions, places in
+        line, slots given back, limits' updates) moved by ``ahead``: from one clock to another that runs ``ahead`` of
+        it. A store keeps them on the API server's clock, and gives them to a reader on its own (see the Kubernetes
+        store): a holder stamped by a clock minutes behind the others' otherwise expired in their view while its
+        drain ran. Not ``urgentAt``: a lifecycle's deadline, from its record, as the asks tell it."""
+        if not ahead:
+            return self
+
+        def moved[E: (Holder, Waiter, Released)](entry: E, *names: str) -> E:
+            return entry.model_copy(update={name: getattr(entry, name) + ahead for name in names})
+
+        return self.model_copy(
+            update={
+                "holders": tuple(moved(h, "renewed_at", "acquired_at") for h in self.holders),
+                "waiters": tuple(moved(w, "renewed_at", "waiting_since") for w in self.waiters),
+                "released": tuple(moved(r, "released_at") for r in self.released),
+                "limits": {
+                    owner: limits.model_copy(update={"updated_at": limits.updated_at + ahead})
+                    for owner, limits in self.limits.items()
+                },
+            }
+        )
+
     def last_stamped(self) -> datetime | None:
         """The newest time a writer stamped in the document: an entry's renewal or acquisition, a slot given back,
         an owner's limits (which every write records). None: no stamp at all (no writer's document)."""
