@@ -618,10 +618,16 @@ class Claimed(NamedTuple):
 
 
 def claim(
-    doc: BudgetDocument, request: SlotRequest, *, now: datetime, ttl: timedelta, renewing: bool
+    doc: BudgetDocument,
+    request: SlotRequest,
+    *,
+    now: datetime,
+    ttl: timedelta,
+    renewing: bool,
+    asked: datetime | None = None,
 ) -> Claimed:
     """Acquire or renew a slot for ``request``. ``doc`` must be pruned and carry the owner's current
-    limits."""
+    limits. ``asked``: when the request was made, which a new place in line dates from (see :func:`_queued`)."""
     ttl_seconds = int(ttl.total_seconds())
     renewal: dict[str, Any] = {
         "instance_id": request.instance_id,
@@ -671,7 +677,7 @@ def claim(
             # (a node has one place in line: a third lifecycle of the instance leaves the second's, and asks
             # again at its retry)
             if waiter is None or (waiter.owner == request.owner and not _of_other_lifecycle(waiter, request)):
-                queued = _queued(doc, request, waiter, renewal, now)
+                queued = _queued(doc, request, waiter, renewal, now, asked)
                 if queued is not None:
                     doc, _, shed = queued
                     decision = _decision(doc, False, SlotReason.HELD_BY_OTHER_LIFECYCLE)
@@ -685,7 +691,7 @@ def claim(
 
     if waiter is not None and waiter.owner != request.owner:
         return Claimed(doc, _decision(doc, False, SlotReason.CLAIMED_BY_OTHER_OWNER), None)
-    queued = _queued(doc, request, waiter, renewal, now)
+    queued = _queued(doc, request, waiter, renewal, now, asked)
     if queued is None:
         return Claimed(doc, _decision(doc, False, SlotReason.QUEUE_FULL), None)
     doc, entry, shed = queued
@@ -882,11 +888,20 @@ def _of_other_lifecycle(entry: Holder | Waiter, request: SlotRequest) -> bool:
 
 
 def _queued(
-    doc: BudgetDocument, request: SlotRequest, waiter: Waiter | None, renewal: dict[str, Any], now: datetime
+    doc: BudgetDocument,
+    request: SlotRequest,
+    waiter: Waiter | None,
+    renewal: dict[str, Any],
+    now: datetime,
+    asked: datetime | None = None,
 ) -> tuple[BudgetDocument, Waiter, tuple[Waiter, ...]] | None:
     """``doc`` with the request in line for its node: ``waiter`` (this owner's entry of the node, or None)
     renewed under it, or a new entry at the end; and that entry. None when a new one does not fit: the queue
-    holds its maximum of waiters, or the document would grow too large."""
+    holds its maximum of waiters, or the document would grow too large.
+
+    ``asked``: when the request was made, before its first write (None: ``now``). A new entry waits since then, and
+    goes before the ones that joined since: under a storm of conflicting writes (409s), each read again and tried
+    again after a jittered backoff, seconds in all, the line was in the order the writes won, not the asks came."""
     precedence = {"in_progress": request.in_progress, "urgent_at": request.urgent_at}
     # (a drain in progress or a node near its global timeout is let in past the bounds, and takes the places of
     # untouched waiters of its stack: see _made_room)
@@ -897,11 +912,19 @@ def _queued(
         entry = Waiter(
             node=request.node,
             owner=request.owner,
-            waiting_since=_joined(doc, request, now),
+            waiting_since=_joined(doc, request, now if asked is None else min(asked, now)),
             **renewal,
             **precedence,
         )
-        waiters = (*doc.waiters, entry)
+        place = len(doc.waiters)
+        while (
+            asked is not None
+            and place
+            and doc.waiters[place - 1].waiting_since > entry.waiting_since
+            and doc.waiters[place - 1].waiting_since >= asked
+        ):
+            place -= 1  # (joined while this request's writes lost their races)
+        waiters = (*doc.waiters[:place], entry, *doc.waiters[place:])
     else:
         entry = waiter.model_copy(update={**renewal, **precedence})
         waiters = tuple(entry if w is waiter else w for w in doc.waiters)

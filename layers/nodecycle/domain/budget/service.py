@@ -341,6 +341,8 @@ class DisruptionBudget:
             raise ValueError(
                 f"a slot request of owner {request.owner!r} made to the budget of {self._owner!r}"
             )
+        # (a new place in line dates from the ask, not from the write that won its race: see rules._queued)
+        asked = self._clock.now()
         nodes = self._scope()
         # Whether the request's lifecycle gave its slot back, as its record tells: read once, for the first
         # write that would grant a slot it cannot vouch for (the retries of a conflicting write ask no more)
@@ -383,7 +385,7 @@ class DisruptionBudget:
                 return current, _Claimed(fresh)
             doc = rules.with_own_limits(live, self._owner, limits)
             doc, decision, waited, eligible, shed = rules.claim(
-                doc, request, now=now, ttl=self._ttl, renewing=renewing
+                doc, request, now=now, ttl=self._ttl, renewing=renewing, asked=asked
             )
             if decision.reason is SlotReason.QUEUE_FULL:
                 return current, _Claimed(decision)  # nothing to write for a node that is not let in
