@@ -114,3 +114,30 @@ def test_a_release_on_a_clock_five_minutes_behind_whose_answer_is_lost_is_read_b
     assert [f.kind for f in server.faults.firings()] == ["kube-lost-response"]
     assert woken == [request(1).record_id]
     api.api_client.close()
+
+
+def test_a_node_asking_on_a_clock_five_minutes_behind_joins_the_line_behind_those_that_asked_before_it(
+    server: KubeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given the budget's one slot held, and node 1 waiting in line, asked on the container on time
+    add_nodes(server, 3)
+    api = core_api(server)
+    now = datetime.now(UTC)
+    late_clock, clock = FakeClock(now - BEHIND), FakeClock(now)
+    on_the_api_servers_clock(clock, monkeypatch)
+    late, on_time = (
+        budget_of(api, late_clock, timedelta(seconds=600)),
+        budget_of(api, clock, timedelta(seconds=600)),
+    )
+    assert on_time.acquire(request(0)).granted
+    assert on_time.acquire(request(1)).reason is SlotReason.NO_ROOM
+
+    # When node 2 asks a minute later on the container 5 minutes behind
+    for c in (late_clock, clock):
+        c.advance(60)
+    decision = late.acquire(request(2))
+
+    # Then it is second in line, behind node 1 (its place not dated 4 minutes before node 1's)
+    assert (decision.reason, decision.position) == (SlotReason.NO_ROOM, 2)
+    assert on_time.acquire(request(1)).position == 1
+    api.api_client.close()
