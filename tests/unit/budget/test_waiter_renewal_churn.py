@@ -63,7 +63,9 @@ class Churn:
     ]  # each waiter's places in line (waitingSince): more than one, it lost its place
 
 
-def budget_on(store: CountingStore, clock: FakeClock, drain: DrainPolicy) -> DisruptionBudget:
+def budget_on(
+    store: CountingStore, clock: FakeClock, drain: DrainPolicy, *, asks_within: timedelta | None = None
+) -> DisruptionBudget:
     return DisruptionBudget(
         store=store,
         nodes=FakeInventory(),
@@ -73,7 +75,7 @@ def budget_on(store: CountingStore, clock: FakeClock, drain: DrainPolicy) -> Dis
         holder_ttl=drain.holder_ttl,
         count_unavailable=False,
         owner="blue",
-        waiter_asks_within=timedelta(seconds=longest_wait_in_line(drain)),
+        waiter_asks_within=asks_within or timedelta(seconds=longest_wait_in_line(drain)),
     )
 
 
@@ -157,6 +159,30 @@ def test_a_waiter_whose_asks_come_late_keeps_its_place(late: float) -> None:
 
     # Then none of them lost its place in line
     assert all(len(places) == 1 for places in measured.joined.values())
+
+
+def test_a_place_of_a_waiter_told_to_ask_far_apart_is_written_no_sooner_than_a_third_of_the_ttl_apart() -> (
+    None
+):
+    # Given a waiter whose asks come up to 250 s apart, under a TTL of 600 s (two of them pass its place's life)
+    clock = FakeClock()
+    store = CountingStore()
+    budget = budget_on(
+        store, clock, policy(budget_holder_ttl_seconds="600"), asks_within=timedelta(seconds=250)
+    )
+    assert budget.acquire(slot("holder")).granted
+    assert budget.acquire(slot("n0")).reason is SlotReason.NO_ROOM
+    written = store.writes
+
+    # When it asks again 150 s later, and 60 s after that
+    clock.advance(150)
+    assert budget.acquire(slot("n0")).reason is SlotReason.NO_ROOM
+    unwritten = store.writes
+    clock.advance(60)
+    assert budget.acquire(slot("n0")).reason is SlotReason.NO_ROOM
+
+    # Then its place is written again only at the second, a third of the TTL after the last (as before it was told)
+    assert (unwritten, store.writes) == (written, written + 1)
 
 
 @pytest.mark.xfail(

@@ -99,11 +99,6 @@ class DisruptionBudget:
         the longest a node waiting in line waits between its asks (the drain's cadence), which its place need only
         outlast (see :func:`rules.fresh_waiter`); None: not told, a place renewed a third of the TTL apart, as a
         slot is."""
-        if waiter_asks_within is not None and waiter_asks_within * rules.ASKS_A_PLACE_OUTLASTS >= holder_ttl:
-            raise ValueError(
-                f"a waiter asking {waiter_asks_within} apart would renew its place at every ask: the holder TTL "
-                f"({holder_ttl}) must be more than {rules.ASKS_A_PLACE_OUTLASTS} of those"
-            )
         self._asks_within = waiter_asks_within
         self._store = store
         self._drains = drains
