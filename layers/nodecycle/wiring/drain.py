@@ -14,7 +14,7 @@ from nodecycle.adapters.kube.eks_access import EksCluster
 from nodecycle.adapters.kube.events import KubeEvents
 from nodecycle.domain.budget import BudgetLimits, DisruptionBudget
 from nodecycle.domain.completion import CompleteAction, SettleResults
-from nodecycle.domain.drain.acquire import AcquireSlot, RecordedLifecycles
+from nodecycle.domain.drain.acquire import AcquireSlot, RecordedLifecycles, longest_wait_in_line
 from nodecycle.domain.drain.cleanup import MAINTENANCE_POLLS_PER_LOOK, Cleanup
 from nodecycle.domain.drain.cordon import Cordon
 from nodecycle.domain.drain.evict import Evict
@@ -73,7 +73,9 @@ def cluster(config: FunctionSettings) -> KubeCluster:
 
 
 @cache
-def budget(config: Budget, ports: Common) -> DisruptionBudget:
+def budget(config: Budget, ports: Common, poll_seconds: float = 0) -> DisruptionBudget:
+    """The disruption budget; ``poll_seconds``: the drain's poll, for the function whose waiters ask (the
+    sweeper's budget asks for nobody)."""
     access = eks(_cluster_name(ports.settings))
 
     def core_api() -> CoreV1:
@@ -98,6 +100,12 @@ def budget(config: Budget, ports: Common) -> DisruptionBudget:
         owner=ports.settings.owner_id,
         drains=KubeDrainsInProgress(core_api),
         lifecycles=RecordedLifecycles(ports.records),
+        # (a waiter's place is written again only when it would expire within two of its asks: see ``renew``)
+        waiter_asks_within=timedelta(
+            seconds=longest_wait_in_line(
+                config.budget_retry_seconds, timedelta(seconds=config.budget_holder_ttl_seconds), poll_seconds
+            )
+        ),
     )
 
 
@@ -113,7 +121,7 @@ def engine() -> StepEngine:
         # The Kubernetes steps are built on first use: a stack without a cluster never connects to one.
         policy = drain_policy(config)
         nodes = cluster(config)
-        slots = budget(config, ports)
+        slots = budget(config, ports, config.drain_poll_seconds)
         instances = Ec2Instances()
         finder = NodeFinder(nodes, instances)
         events = KubeEvents(eks(_cluster_name(config)).api_client, owner=config.owner_id)

@@ -18,7 +18,8 @@ from types import SimpleNamespace
 import pytest
 
 from nodecycle.domain.budget import BudgetDocument, BudgetLimits, DisruptionBudget, SlotReason, SlotRequest
-from nodecycle.domain.drain.acquire import RETRY_IN_LINE_FACTOR, _retry_in_line
+from nodecycle.domain.drain import acquire
+from nodecycle.domain.drain.acquire import _retry_in_line
 from nodecycle.domain.policy import DrainPolicy, Quantity
 from nodecycle.wiring import drain as drain_wiring
 from tests.unit.budget.fakes import FakeClock, FakeInventory, MemoryBudgetStore, RecordingMetrics, slot
@@ -30,10 +31,8 @@ HOUR = 3600.0
 
 
 def longest_wait_in_line(drain: DrainPolicy) -> float:
-    """The longest a drain waits in line between two asks (see ``_retry_in_line``; its other waits in line, a
-    budget failing or another lifecycle's drain, are BudgetRetrySeconds or a poll)."""
-    in_line = min(drain.budget_retry_seconds * RETRY_IN_LINE_FACTOR, drain.holder_ttl.total_seconds() / 3)
-    return max(in_line, drain.budget_retry_seconds, drain.poll_seconds)
+    """The longest a drain of ``drain`` waits in line between two asks."""
+    return acquire.longest_wait_in_line(drain.budget_retry_seconds, drain.holder_ttl, drain.poll_seconds)
 
 
 class CountingStore(MemoryBudgetStore):
@@ -185,11 +184,6 @@ def test_a_place_of_a_waiter_told_to_ask_far_apart_is_written_no_sooner_than_a_t
     assert (unwritten, store.writes) == (written, written + 1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the drain function's wiring (nodecycle.wiring.drain.budget) does not tell its budget how often its "
-    "waiters ask: their places are still written a third of the TTL apart",
-)
 def test_the_drain_function_tells_its_budget_how_often_its_waiters_ask() -> None:
     # Given the drain function's settings as deployed
     config = settings(budget_holder_ttl_seconds=str(int(TTL.total_seconds())))

@@ -67,6 +67,14 @@ def _ordinal(number: int) -> str:
 RETRY_IN_LINE_FACTOR = 4
 
 
+def longest_wait_in_line(retry_seconds: float, holder_ttl: timedelta, poll_seconds: float = 0) -> float:
+    """The longest a drain waits in line between two asks (:func:`_retry_in_line`'s bound; its other waits in
+    line, a budget failing or another lifecycle's drain, are ``BudgetRetrySeconds`` or a poll): what the budget's
+    renewal of a waiter's place must outlast (``DisruptionBudget``'s ``waiter_asks_within``)."""
+    in_line = min(retry_seconds * RETRY_IN_LINE_FACTOR, holder_ttl.total_seconds() / 3)
+    return max(in_line, retry_seconds, poll_seconds)
+
+
 def _retry_in_line(decision: SlotDecision, request: SlotRequest, now: datetime, policy: DrainPolicy) -> float:
     """When a node waiting in line asks again: every ``BudgetRetrySeconds`` while it stands among the next
     waiters its owner's slots could pass to, and that much longer for each round of those slots ahead of it
