@@ -103,12 +103,16 @@ def _retry_outside(request: SlotRequest, now: datetime, policy: DrainPolicy) -> 
     :func:`_retry_in_line`), which it stands behind. Each ask reads the whole document (up to 900 KiB), and a node
     outside asked every ``BudgetRetrySeconds``, more often than any of the thousands inside: hundreds outside read
     tens of megabytes a second from the API server for nothing. Never later than the moment its action's global
-    timeout lets it in past the line's bounds."""
+    timeout lets it in past the line's bounds; from then on every ``BudgetRetrySeconds``, as before its forced slot: a
+    node the line cannot take even then (full of drains in progress, or of urgent nodes) stays outside until it is
+    forced, and a retry capped by that moment, past, asked every second (hundreds such in a long scale-in)."""
     base = policy.budget_retry_seconds
     delay = min(base * RETRY_IN_LINE_FACTOR, policy.holder_ttl.total_seconds() / 3)
-    if request.urgent_at is not None:
-        delay = min(delay, (request.urgent_at - now).total_seconds())
-    return max(1.0, delay)
+    if request.urgent_at is None:
+        return max(1.0, delay)
+    if now >= request.urgent_at:
+        return float(base)
+    return max(1.0, min(delay, (request.urgent_at - now).total_seconds()))
 
 
 class AcquireSlot:
