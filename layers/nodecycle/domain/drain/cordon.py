@@ -173,6 +173,13 @@ class Cordon:
             # all this one asks. Claimed again, the drain's claim was taken over, and this lifecycle's cleanup,
             # which follows at once, cleared the node's annotations under the drain.
             other = node.progress().get("transition") or "another lifecycle"
+            if other == Transition.SCHEDULED_CHANGE.short:
+                # (but a maintenance's drain gives the node back uncordoned once the maintenance is over and the
+                # instance stayed, as a reboot leaves it: left to it, the node took pods again, the instance still
+                # at risk, and nothing of this lifecycle left to cordon it. It waits for that drain to let go of
+                # the node, which it does at its cleanup, and then cordons it as its own)
+                log.info("node %s is drained for a maintenance by %s: waiting", node.name, node.lifecycle)
+                return Outcome.wait(self._policy.budget_retry_seconds, **found)
             log.info(
                 "node %s is claimed by %s: nothing to cordon for %s", node.name, node.lifecycle, record.id
             )
