@@ -11,7 +11,6 @@ from nodecycle.domain.budget import SlotDecision, SlotReason, SlotRequest
 from nodecycle.domain.drain import pods as podfilter
 from nodecycle.domain.drain.common import (
     ADOPT_FROM,
-    _backing_off,
     _deadline_cap,
     _for_this_action,
     _full_drain,
@@ -22,6 +21,7 @@ from nodecycle.domain.drain.common import (
     _refused_while_time_runs,
     _seen,
     _slot_request,
+    _waiters_backoff,
     _wake,
 )
 from nodecycle.domain.engine import Dispatcher, Outcome
@@ -372,14 +372,7 @@ class AcquireSlot:
         to the waiters' cadence (BudgetRetrySeconds), backing off with jitter (see :func:`_backing_off`)."""
         if not outcome.again:
             return outcome
-        wait = _backing_off(
-            since,
-            now,
-            floor=self._policy.poll_seconds,
-            cap=max(self._policy.poll_seconds, self._policy.budget_retry_seconds),
-            retry_after=retry_after,
-            deadline=deadline,
-        )
+        wait = _waiters_backoff(self._policy, since, now, retry_after, deadline)
         return Outcome.wait(wait, **outcome.changes)
 
     def _give_back_late(self, record: LifecycleRecord, node: str, found: dict[str, Any]) -> Outcome:

@@ -297,6 +297,22 @@ def _backing_off(
     return max(1.0, min(wait, (deadline - now).total_seconds()))
 
 
+def _waiters_backoff(
+    policy: DrainPolicy, since: datetime, now: datetime, retry_after: float | None, deadline: datetime
+) -> float:
+    """The wait before what waits outside a drain (a slot's ask whose node is unread, a cordon without a slot the
+    API server fails or refuses) asks again: from a poll up to the waiters' cadence (BudgetRetrySeconds), backing
+    off with jitter (see :func:`_backing_off`). No budget bounds how many such asks there are."""
+    return _backing_off(
+        since,
+        now,
+        floor=policy.poll_seconds,
+        cap=max(policy.poll_seconds, policy.budget_retry_seconds),
+        retry_after=retry_after,
+        deadline=deadline,
+    )
+
+
 def _failing_for(extra: dict[str, Any], key: str, now: datetime) -> timedelta:
     """How long what ``key`` of ``extra`` notes has been failing (nothing noted: not yet)."""
     since = extra.get(key)

@@ -11,7 +11,6 @@ from typing import Any
 from nodecycle.domain.budget import Lifecycles, SlotReason
 from nodecycle.domain.drain.common import (
     ADOPT_FROM,
-    _backing_off,
     _deadline_cap,
     _for_this_action,
     _known,
@@ -23,6 +22,7 @@ from nodecycle.domain.drain.common import (
     _slot_request,
     _the_instances,
     _unseen,
+    _waiters_backoff,
     _wake,
 )
 from nodecycle.domain.engine import Dispatcher, Outcome
@@ -367,31 +367,7 @@ class Cordon:
         failing API server fails under. (A drain with its slot keeps its cadence: the budget bounds them, and its
         slot is renewed at its polls.)"""
         log.error("cordon of node %s refused: %s", node, why)
-        outcome = self._refused_while_time_runs(record, node, uid, why, started, deadline, now, found)
-        if Step.ACQUIRE_SLOT in record.plan or not outcome.again:
-            return outcome
-        wait = _backing_off(
-            started,
-            now,
-            floor=self._policy.poll_seconds,
-            cap=max(self._policy.poll_seconds, self._policy.budget_retry_seconds),
-            retry_after=retry_after,
-            deadline=deadline,
-        )
-        return Outcome.wait(max(wait, outcome.delay), **outcome.changes)
-
-    def _refused_while_time_runs(
-        self,
-        record: LifecycleRecord,
-        node: str,
-        uid: str | None,
-        why: str,
-        started: datetime,
-        deadline: datetime,
-        now: datetime,
-        found: dict[str, Any],
-    ) -> Outcome:
-        return _refused_while_time_runs(
+        outcome = _refused_while_time_runs(
             record,
             node,
             uid,
@@ -415,6 +391,10 @@ class Cordon:
             outcome="drain-timeout-cordon-refused",
             found=found,
         )
+        if Step.ACQUIRE_SLOT in record.plan or not outcome.again:
+            return outcome
+        wait = _waiters_backoff(self._policy, started, now, retry_after, deadline)
+        return Outcome.wait(max(wait, outcome.delay), **outcome.changes)
 
     def _set_on_node(self, node: NodeInfo, record: LifecycleRecord) -> dict[str, bool]:
         """What this claim sets on the node that was not there: the cordon, the load balancer exclusion. A
