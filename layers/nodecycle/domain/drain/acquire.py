@@ -11,7 +11,9 @@ from nodecycle.domain.budget import SlotDecision, SlotReason, SlotRequest
 from nodecycle.domain.drain import pods as podfilter
 from nodecycle.domain.drain.common import (
     ADOPT_FROM,
+    _cause,
     _deadline_cap,
+    _ended,
     _for_this_action,
     _full_drain,
     _named,
@@ -21,6 +23,7 @@ from nodecycle.domain.drain.common import (
     _refused_while_time_runs,
     _seen,
     _slot_request,
+    _then_undrained,
     _waiters_backoff,
     _wake,
 )
@@ -250,7 +253,7 @@ class AcquireSlot:
                 node.name,
                 node.uid,
                 "WaitingForDisruptionBudget",
-                f"Waiting for a disruption budget slot to drain for the termination of {record.instance_id} "
+                f"Waiting for a disruption budget slot to drain for {_cause(record)} "
                 f"({place}{decision.holders} nodes draining, {decision.waiting} waiting: {decision.reason})",
             )
         retry = (
@@ -302,14 +305,14 @@ class AcquireSlot:
             now=now,
             told=(
                 "NodeUnreadable",
-                f"nodecycle ({record.owner}) cannot read node {node} to drain it for the termination of "
-                f"{record.instance_id} ({error}), failing since {since:%H:%M:%S}Z: asked again every "
+                f"nodecycle ({record.owner}) cannot read node {node} to drain it for {_cause(record)} "
+                f"({error}), failing since {since:%H:%M:%S}Z: asked again every "
                 f"{self._policy.poll_seconds} to {self._policy.budget_retry_seconds} s until {deadline:%H:%M:%S}Z, "
-                "then its action is completed undrained",
+                f"{_then_undrained(record)}",
             ),
             timed_out=(
                 f"Drain timed out before it began: node {node} could not be read since {since:%H:%M:%S}Z "
-                f"({error}); nothing was evicted; the lifecycle action of {record.instance_id} is completed"
+                f"({error}); nothing was evicted; {_ended(record)}"
             ),
             outcome="drain-timeout-reads-refused",
             found=found,
@@ -351,14 +354,13 @@ class AcquireSlot:
             told=(
                 "DisruptionBudgetUnavailable",
                 f"nodecycle ({record.owner}) cannot ask the disruption budget for a slot to drain node {node} for "
-                f"the termination of {record.instance_id} ({error}), failing since {since:%H:%M:%S}Z: asked "
+                f"{_cause(record)} ({error}), failing since {since:%H:%M:%S}Z: asked "
                 f"again every {self._policy.poll_seconds} to {self._policy.budget_retry_seconds} s until "
-                f"{deadline:%H:%M:%S}Z, then its action is completed undrained",
+                f"{deadline:%H:%M:%S}Z, {_then_undrained(record)}",
             ),
             timed_out=(
                 f"Drain timed out before it began: the disruption budget could not be asked for a slot since "
-                f"{since:%H:%M:%S}Z ({error}); nothing was evicted; the lifecycle action of {record.instance_id} "
-                f"is completed"
+                f"{since:%H:%M:%S}Z ({error}); nothing was evicted; {_ended(record)}"
             ),
             outcome="drain-timeout-reads-refused",
             found=found,

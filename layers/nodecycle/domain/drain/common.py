@@ -18,6 +18,7 @@ from nodecycle.domain.flow import settle_step
 from nodecycle.domain.model import (
     ADOPTED,
     LifecycleRecord,
+    Step,
     Transition,
 )
 from nodecycle.domain.nodes import PRIVATE_DNS
@@ -295,6 +296,32 @@ def _backing_off(
     wait = max(floor, base * random.uniform(0.75, 1.0))
     wait = max(wait, retry_after_wait(retry_after))
     return max(1.0, min(wait, (deadline - now).total_seconds()))
+
+
+def _cause(record: LifecycleRecord) -> str:
+    """What the drain (or the cordon) of ``record``'s node is for, as its events say it."""
+    if record.transition is Transition.REBALANCE:
+        return f"the rebalance recommendation of {record.instance_id}"
+    if record.transition is Transition.SCHEDULED_CHANGE:
+        return f"the scheduled maintenance of {record.instance_id}"
+    return f"the termination of {record.instance_id}"
+
+
+def _ended(record: LifecycleRecord) -> str:
+    """What the end of a drain that timed out before it drained does, as its DrainTimeout event says it: a hook's
+    action is completed; a drain without one (a maintenance's, a Spot interruption's) completes nothing."""
+    if Step.COMPLETE in record.plan:
+        return f"the lifecycle action of {record.instance_id} is completed"
+    return f"nothing more is done for {_cause(record)}"
+
+
+def _then_undrained(record: LifecycleRecord) -> str:
+    """What comes at the end of a wait that keeps a drain from its start, as the told event says it."""
+    return (
+        "then its action is completed undrained"
+        if Step.COMPLETE in record.plan
+        else "then the drain times out"
+    )
 
 
 def _waiters_backoff(

@@ -11,7 +11,9 @@ from typing import Any
 from nodecycle.domain.budget import Lifecycles, SlotReason
 from nodecycle.domain.drain.common import (
     ADOPT_FROM,
+    _cause,
     _deadline_cap,
+    _ended,
     _for_this_action,
     _known,
     _named,
@@ -79,26 +81,12 @@ def _without_refusal(found: dict[str, Any], record: LifecycleRecord) -> dict[str
     return {key: value for key, value in found.get("extra", record.extra).items() if key not in notes}
 
 
-def _cause(record: LifecycleRecord) -> str:
-    """What the node is cordoned for, as its events say it."""
-    if record.transition is Transition.REBALANCE:
-        return f"the rebalance recommendation of {record.instance_id}"
-    return f"the termination of {record.instance_id}"
-
-
 def _what_then(record: LifecycleRecord, deadline: datetime, on_timeout: str) -> str:
     """What the drain does after its cordon, as its Cordoned event says it: a cordon without an eviction (a rebalance
     recommendation's ``cordon`` policy) evicts nothing, and its pods stay until the instance goes."""
     if Step.EVICT not in record.plan:
         return "no pod is evicted, no new pod is scheduled there"
     return f"evicting its pods until {deadline:%H:%M:%S}Z, then {on_timeout}"
-
-
-def _ended(record: LifecycleRecord) -> str:
-    """What the end of a drain whose cordon was refused does, as its DrainTimeout event says it."""
-    if Step.COMPLETE in record.plan:
-        return f"the lifecycle action of {record.instance_id} is completed"
-    return f"nothing more is done for {_cause(record)}"
 
 
 def _node_still_the_instances(cluster: Cluster, record: LifecycleRecord) -> NodeInfo | None:

@@ -14,6 +14,7 @@ from nodecycle.domain.drain import pods as podfilter
 from nodecycle.domain.drain.common import (
     STUCK_AFTER,
     _deadline_cap,
+    _ended,
     _instance_down,
     _known,
     _node_as_seen,
@@ -220,10 +221,7 @@ class Evict:
                 f"Drain by nodecycle ({record.owner}) of {record.instance_id} refused a read by the API server: "
                 f"{why}; asked again until {deadline:%H:%M:%S}Z, then the drain times out",
             ),
-            timed_out=(
-                f"Drain timed out with the API server refusing its reads ({why}): the lifecycle action of "
-                f"{record.instance_id} is completed"
-            ),
+            timed_out=f"Drain timed out with the API server refusing its reads ({why}): {_ended(record)}",
             outcome="drain-timeout-reads-refused",
         )
 
