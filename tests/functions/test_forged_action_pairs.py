@@ -14,7 +14,7 @@ from nodecycle.adapters.aws.autoscaling import AutoscalingActions
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import ActionRef, Transition
 from nodecycle_sandbox.aws import LAUNCHING, TERMINATING
-from nodecycle_sandbox.aws.group import HookSpec
+from nodecycle_sandbox.aws.group import AutoScalingGroup, HookSpec
 from tests.sandbox.aws.conftest import Emulation, aws  # noqa: F401  (the emulation in process)
 
 HOOKS = (
@@ -36,21 +36,27 @@ def terminating(instance_id: str, token: str) -> ActionRef:
     )
 
 
-def test_an_instance_in_service_named_with_another_instances_live_token_is_not_confirmed(
-    aws: Emulation,  # noqa: F811
-) -> None:
-    # Given an Auto Scaling that takes a call's token alone, and two instances in service, one of them then
-    # terminating (its action waiting under the drain hook)
-    aws.control.configure(token_checked_against_instance=False)
-    group = aws.group(*HOOKS)
+def lenient_group_of_two(emulation: Emulation) -> AutoScalingGroup:
+    """The group of two instances in service, under an Auto Scaling that takes a call's token alone."""
+    emulation.control.configure(token_checked_against_instance=False)
+    group = emulation.group(*HOOKS)
     group.set_desired(2)
     for action in group.actions(transition=LAUNCHING):
-        aws.autoscaling.complete_lifecycle_action(
+        emulation.autoscaling.complete_lifecycle_action(
             AutoScalingGroupName="workers",
             LifecycleHookName="launch",
             LifecycleActionToken=action.token,
             LifecycleActionResult="CONTINUE",
         )
+    return group
+
+
+def test_an_instance_in_service_named_with_another_instances_live_token_is_not_confirmed(
+    aws: Emulation,  # noqa: F811
+) -> None:
+    # Given an Auto Scaling that takes a call's token alone, and two instances in service, one of them then
+    # terminating (its action waiting under the drain hook)
+    group = lenient_group_of_two(aws)
     bystander, victim = sorted(group.in_state("InService"))
     group.terminate(victim)
     (held,) = [a for a in group.actions(transition=TERMINATING) if a.active]
@@ -78,16 +84,7 @@ def test_a_held_instance_named_with_the_token_of_another_held_instance_is_not_co
 ) -> None:
     # Given an Auto Scaling that takes a call's token alone, and two instances in service, both then terminating
     # (each one's action waiting under the drain hook)
-    aws.control.configure(token_checked_against_instance=False)
-    group = aws.group(*HOOKS)
-    group.set_desired(2)
-    for action in group.actions(transition=LAUNCHING):
-        aws.autoscaling.complete_lifecycle_action(
-            AutoScalingGroupName="workers",
-            LifecycleHookName="launch",
-            LifecycleActionToken=action.token,
-            LifecycleActionResult="CONTINUE",
-        )
+    group = lenient_group_of_two(aws)
     first, second = sorted(group.in_state("InService"))
     group.terminate(first)
     group.terminate(second)
