@@ -54,7 +54,9 @@ FORCED_POD_SLACK = timedelta(seconds=60)  # after a forced delete's grace: a pod
 # finish, and waiting for them only holds a budget slot. Until then the node is not read at all.
 CHECK_NODE_AFTER = timedelta(seconds=15)
 STUCK_PODS = "stuck_pods"  # record.extra key: pods the drain stopped waiting for, and why
-BLOCKED_REPORTED = "blocked_reported"  # record.extra key: pods whose blocked eviction an Event told of
+# record.extra key: pods whose blocked (or refused) eviction an Event told of; "<uid>/EvictionFailing", those whose
+# failing evictions it told of
+BLOCKED_REPORTED = "blocked_reported"
 DELETION_REFUSED = "deletion_refused"  # record.extra key: pods whose refused forced delete an Event told of
 # record.extra key: pods a call for (an eviction, a forced delete) failed transiently in this drain: they go last
 FAILED_PODS = "failed_pods"
@@ -484,7 +486,7 @@ class Evict:
         failed (``calls``' failures), or its PodDisruptionBudget is still being processed (``unprocessed``: 429
         with a Retry-After, which its disruption controller settles within seconds). A pod that got another answer,
         or is gone, is dropped. A pod stalled so for EVICTION_FAILING_FOR is told (an EvictionFailing or
-        EvictionBlocked Warning, once per pod and drain, within the pass's TOLD_PER_PASS) and counted as an eviction
+        EvictionBlocked Warning, once per pod, kind and drain, within the pass's TOLD_PER_PASS) and counted as an eviction
         error, the alarm: what lasts is no blip but the API server refusing the pod's eviction in all but its status
         code (a webhook on evictions that cannot be reached, under failurePolicy Fail; a disruption controller that
         is down, whose budgets are never processed), which only an operator ends. A blip stays a retry, as before.
@@ -509,8 +511,11 @@ class Evict:
             if now - since < EVICTION_FAILING_FOR:
                 continue
             self._metrics.count("EvictionErrors")  # the alarm: an operator must look
-            if pod.uid not in reported and told < TOLD_PER_PASS:
-                reported.add(pod.uid)
+            # (a failure is told even of a pod told blocked by its budget before: that Event, the only one on the
+            # pod, would have the operator look at a PodDisruptionBudget while a webhook fails its evictions)
+            key = pod.uid if reason == "EvictionBlocked" else f"{pod.uid}/{reason}"
+            if key not in reported and told < TOLD_PER_PASS:
+                reported.add(key)
                 told += 1
                 why = f"{what} since {since:%H:%M:%S}Z: {detail}; asked again until the drain's timeout"
                 self._tell(record, pod, reason, why)
