@@ -645,7 +645,10 @@ def acquire(
     metrics: FakeMetrics | None = None,
     events: FakeEvents | None = None,
     drain_policy: DrainPolicy | None = None,
+    records: InMemoryRecords | None = None,
 ) -> AcquireSlot:
+    """The slot's ask on ``cluster`` and ``slots``; ``records``: the lifecycles' records it reads (none unless
+    given)."""
     return AcquireSlot(
         finder=NodeFinder(cluster, NoDns()),
         cluster=cluster,
@@ -654,7 +657,7 @@ def acquire(
         policy=drain_policy or policy(),
         metrics=metrics or FakeMetrics(),
         events=events or FakeEvents(),
-        records=InMemoryRecords(),
+        records=records or InMemoryRecords(),
     )
 
 

@@ -12,22 +12,18 @@ from datetime import timedelta
 
 import pytest
 
-from nodecycle.domain.drain.acquire import AcquireSlot
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import Step
-from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.ports.cluster import Refused
 from tests.support.fakes import T0, FakeMetrics, InMemoryRecords
 from tests.unit.drain.test_drain_steps import (
     NODE,
     FakeCluster,
-    FakeEvents,
     FakeSlots,
-    NoDns,
+    acquire,
     node,
     policy,
     terminating,
-    wakes_to_nowhere,
 )
 
 
@@ -61,16 +57,7 @@ def test_a_late_give_back_that_fails_is_the_steps_wait_not_raised(error: Excepti
     slots = GiveBackFailing(error)
     cluster = FakeCluster(nodes={NODE: node()})
     metrics = FakeMetrics()
-    step = AcquireSlot(
-        finder=NodeFinder(cluster, NoDns()),
-        cluster=cluster,
-        slots=slots,
-        dispatcher=wakes_to_nowhere(),
-        policy=policy(),
-        metrics=metrics,
-        events=FakeEvents(),
-        records=records,
-    )
+    step = acquire(cluster, slots, metrics, records=records)
 
     # When a late delivery of its first ask runs
     outcome = step(terminating(Step.ACQUIRE_SLOT), T0 + timedelta(minutes=2))
