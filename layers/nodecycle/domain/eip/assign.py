@@ -188,7 +188,9 @@ class AssignAddress:
                     "EC2 refused (%d of %d): %s; asked again in %d s", refused, REFUSED_ATTEMPTS, error, delay
                 )
                 if isinstance(error, _RefusedAddress):  # (not tried again: see _take_first)
-                    scratch = {**scratch, "refused_addresses": [*_refused(scratch), *error.allocation_ids]}
+                    known = _refused(scratch)
+                    fresh = [a for a in error.allocation_ids if a not in known]
+                    scratch = {**scratch, "refused_addresses": [*known, *fresh]}
                 return Outcome.wait(delay, extra={**record.extra, SCRATCH: {**scratch, "refused": refused}})
             return self._fail(record, f"EC2 refused: {error}")
 
@@ -684,8 +686,11 @@ class AssignAddress:
         refused: str | None = None
         refusal: _RefusedAddress | None = None
         # (the addresses refused at earlier looks are not tried again: an instance every address is refused to
-        # meets its policy after REFUSED_ATTEMPTS looks of REFUSED_PER_LOOK calls each, not one per pool address)
-        left = [a for a in candidates if a.allocation_id not in _refused(scratch)]
+        # meets its policy after REFUSED_ATTEMPTS looks of REFUSED_PER_LOOK calls each, not one per pool address;
+        # refused every one there is, they are asked again: found "nothing free", the launch would wait in line for
+        # them, ahead of launches EC2 gives them to, and grow its pool by one never released at each look)
+        refused_before = _refused(scratch)
+        left = [a for a in candidates if a.allocation_id not in refused_before] or list(candidates)
         while left:
             address = left.pop(0)
             try:
