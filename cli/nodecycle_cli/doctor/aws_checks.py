@@ -535,16 +535,19 @@ def stuck_lifecycles(records: Iterable[Any], now: datetime, resume_grace: timede
     overdue = sorted((r for r in records if r.overdue(now, resume_grace)), key=lambda r: r.due_at)
     if not overdue:
         return Finding.ok(check, "no lifecycle is overdue")
-    described = "; ".join(
-        f"{r.instance_id} {r.transition.short} at {r.step.value}, {age((now - r.due_at).total_seconds())} overdue"
-        + (
-            f" (resumed {r.resumes} times in a row: stuck, the sweeper re-sends it less often)"
-            if r.resumes >= MAX_RESUMES
-            else ""
-        )
-        for r in overdue[:10]
+    described = _first(
+        [
+            f"{r.instance_id} {r.transition.short} at {r.step.value}, {age((now - r.due_at).total_seconds())} "
+            "overdue"
+            + (
+                f" (resumed {r.resumes} times in a row: stuck, the sweeper re-sends it less often)"
+                if r.resumes >= MAX_RESUMES
+                else ""
+            )
+            for r in overdue[:10]
+        ],
+        len(overdue),
     )
-    more = f" and {len(overdue) - 10} more" if len(overdue) > 10 else ""
     # The runbook's entry for what this is: a step overdue that the sweeper has not resumed 5 times in a row is a
     # stall (no step runs: the function throttled or failing, its queue's mapping disabled), which moves on by
     # itself once fixed; one resumed that often keeps failing the same way (stuck)
@@ -560,7 +563,7 @@ def stuck_lifecycles(records: Iterable[Any], now: datetime, resume_grace: timede
         entry = "docs/runbook.md#lifecycles-stalled"
     return Finding.problem(
         check,
-        f"{len(overdue)} lifecycle{'s' if len(overdue) != 1 else ''} stopped moving: {described}{more}",
+        f"{len(overdue)} lifecycle{'s' if len(overdue) != 1 else ''} stopped moving: {described}",
         "their drain or address step does not run: nodes wait cordoned, budget slots stay taken; the sweeper "
         "completes each action near its global timeout, undrained if need be",
         f"nodecycle status --stack {stack}; then {entry}",
@@ -580,15 +583,17 @@ def completion_claims(
     late = [c for c in claims(records, margin) if c.taken_over_in(now) < timedelta(0)]
     if not late:
         return Finding.ok(check, "no completion claim is past its takeover time")
-    described = "; ".join(
-        f"{c.record.instance_id} {c.record.transition.short} claimed by {c.by} {age((now - c.at).total_seconds())} "
-        f"ago, its takeover due {age(-c.taken_over_in(now).total_seconds())} ago"
-        for c in late[:10]
+    described = _first(
+        [
+            f"{c.record.instance_id} {c.record.transition.short} claimed by {c.by} "
+            f"{age((now - c.at).total_seconds())} ago, its takeover due {age(-c.taken_over_in(now).total_seconds())} ago"
+            for c in late[:10]
+        ],
+        len(late),
     )
-    more = f" and {len(late) - 10} more" if len(late) > 10 else ""
     what = (
         f"{len(late)} completion claim{'s' if len(late) != 1 else ''} past {'their' if len(late) != 1 else 'its'} "
-        f"takeover time: {described}{more}"
+        f"takeover time: {described}"
     )
     fix = (
         f"nodecycle status --stack {stack} (COMPLETION CLAIMS); the completer's log (the drain or eip function's, or "
@@ -622,21 +627,29 @@ def retrying_lifecycles(records: Iterable[Any], stack: str) -> Finding:
     retrying = sorted((r for r in records if not r.finished and r.attempts > 0), key=lambda r: -r.attempts)
     if not retrying:
         return Finding.ok(check, "no lifecycle is retrying a failed step")
-    described = "; ".join(
-        f"{r.instance_id} {r.transition.short} at {r.step.value}, try {r.attempts} failed: "
-        f"{_short(r.last_error or 'no error recorded')}"
-        for r in retrying[:5]
+    described = _first(
+        [
+            f"{r.instance_id} {r.transition.short} at {r.step.value}, try {r.attempts} failed: "
+            f"{_short(r.last_error or 'no error recorded')}"
+            for r in retrying[:5]
+        ],
+        len(retrying),
     )
-    more = f" and {len(retrying) - 5} more" if len(retrying) > 5 else ""
     return Finding.warning(
         check,
-        f"{len(retrying)} lifecycle{'s' if len(retrying) != 1 else ''} retrying a failed step: {described}{more}",
+        f"{len(retrying)} lifecycle{'s' if len(retrying) != 1 else ''} retrying a failed step: {described}",
         "AWS or the cluster throttles, fails or refuses their calls: each try waits longer (a drain's no more "
         f"than seconds), and a call refused {MAX_REFUSED_ATTEMPTS} times in a row fails the step's message to its "
         "dead-letter queue",
         f"nodecycle status --stack {stack} --json (each one's last_error); a refusal: docs/runbook.md#drain-dead-"
         "letters; throttling: the functions' logs and the dashboard's StepRetries",
     )
+
+
+def _first(described: list[str], of: int) -> str:
+    """The descriptions of the first few of ``of`` lifecycles, and how many more there are."""
+    more = f" and {of - len(described)} more" if of > len(described) else ""
+    return "; ".join(described) + more
 
 
 def _short(text: str, limit: int = 240) -> str:

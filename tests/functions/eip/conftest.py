@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from types import ModuleType
 from typing import Any
@@ -18,6 +19,7 @@ from nodecycle.adapters.aws import clients
 from nodecycle.adapters.aws.records import DynamoRecordStore
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.ports.lifecycle import WorkMessage
+from nodecycle_sandbox.aws.ec2_consistency import LAG
 from nodecycle_sandbox.aws.install import install
 from tests.support.events import sqs_event
 from tests.support.functions import LambdaContext, load_function
@@ -221,6 +223,20 @@ def ec2_signing_as(key: str, monkeypatch: pytest.MonkeyPatch) -> None:
     lagging = boto3.client("ec2", aws_access_key_id=key, aws_secret_access_key="testing")
     made = clients.client
     monkeypatch.setattr(clients, "client", lambda service: lagging if service == "ec2" else made(service))
+
+
+def lagging_clock(key: str, monkeypatch: pytest.MonkeyPatch, armed: float | None = None) -> Iterator[Clock]:
+    """A lag test's clock fixture (``yield from`` it): nodecycle's EC2 clients sign with ``key``, the lag's clock
+    is the test's (armed for ``armed`` seconds of lag from the start, else by the test), and the lag is disarmed
+    after the test, whatever it armed."""
+    ec2_signing_as(key, monkeypatch)
+    clock = Clock()
+    if armed is not None:
+        LAG.arm(armed, [key], clock)
+    try:
+        yield clock
+    finally:
+        LAG.disarm()
 
 
 def run_instances(count: int) -> list[str]:

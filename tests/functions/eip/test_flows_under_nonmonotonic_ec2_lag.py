@@ -21,8 +21,8 @@ from tests.functions.eip.conftest import (
     Clock,
     addresses,
     allocate,
-    ec2_signing_as,
     given,
+    lagging_clock,
     now,
     run_instances,
     run_while,
@@ -40,12 +40,7 @@ LAGS = [1.0, 6.0, 20.0]  # seconds: usually under one, seconds under load
 @pytest.fixture
 def clock(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[Clock]:
     """The lag's clock; the eip function's EC2 client signs with FUNCTION_KEY (armed by each test)."""
-    ec2_signing_as(FUNCTION_KEY, monkeypatch)
-    clock = Clock()
-    try:
-        yield clock
-    finally:
-        LAG.disarm()
+    yield from lagging_clock(FUNCTION_KEY, monkeypatch)
 
 
 @pytest.fixture

@@ -31,8 +31,8 @@ from tests.functions.eip.conftest import (
     allocate,
     current,
     due_now,
-    ec2_signing_as,
     given,
+    lagging_clock,
     now,
     run_instances,
     work_event,
@@ -51,12 +51,7 @@ WINDOW = 60.0  # seconds of lag: a minute under heavy load
 
 @pytest.fixture
 def clock(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[Clock]:
-    ec2_signing_as(FUNCTION_KEY, monkeypatch)
-    clock = Clock()
-    try:
-        yield clock
-    finally:
-        LAG.disarm()
+    yield from lagging_clock(FUNCTION_KEY, monkeypatch)
 
 
 @pytest.fixture

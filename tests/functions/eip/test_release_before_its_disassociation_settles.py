@@ -17,8 +17,8 @@ from nodecycle_sandbox.aws.ec2_consistency import LAG, alternating
 from tests.functions.eip.conftest import (
     Clock,
     addresses,
-    ec2_signing_as,
     given,
+    lagging_clock,
     now,
     run_instances,
     run_while,
@@ -34,12 +34,7 @@ WINDOW = 20.0  # seconds: longer than the release's first waits (3 s, 6 s)
 
 @pytest.fixture
 def clock(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[Clock]:
-    ec2_signing_as(FUNCTION_KEY, monkeypatch)
-    clock = Clock()
-    try:
-        yield clock
-    finally:
-        LAG.disarm()
+    yield from lagging_clock(FUNCTION_KEY, monkeypatch)
 
 
 @pytest.fixture

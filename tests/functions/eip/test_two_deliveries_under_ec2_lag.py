@@ -16,13 +16,12 @@ from nodecycle.adapters.aws.addresses import Ec2Addresses
 from nodecycle.domain.eip.assign import _draw
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.ports.addresses import OWNER_TAG, POOL_TAG
-from nodecycle_sandbox.aws.ec2_consistency import LAG
 from tests.functions.eip.conftest import (
     Clock,
     addresses,
     allocate,
-    ec2_signing_as,
     given,
+    lagging_clock,
     now,
     run_instances,
     run_while,
@@ -40,13 +39,7 @@ LAG_SECONDS = 6.0
 
 @pytest.fixture
 def clock(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[Clock]:
-    ec2_signing_as(FUNCTION_KEY, monkeypatch)
-    clock = Clock()
-    LAG.arm(LAG_SECONDS, [FUNCTION_KEY], clock)
-    try:
-        yield clock
-    finally:
-        LAG.disarm()
+    yield from lagging_clock(FUNCTION_KEY, monkeypatch, armed=LAG_SECONDS)
 
 
 @pytest.fixture

@@ -20,8 +20,8 @@ from tests.functions.eip.conftest import (
     addresses,
     allocate,
     current,
-    ec2_signing_as,
     given,
+    lagging_clock,
     now,
     run_instances,
     work_event,
@@ -37,12 +37,7 @@ FUNCTION_KEY = "AKIAFUNCTIONEIPLAG13"  # the eip function's: its reads lag
 
 @pytest.fixture
 def clock(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[Clock]:
-    ec2_signing_as(FUNCTION_KEY, monkeypatch)
-    clock = Clock()
-    try:
-        yield clock
-    finally:
-        LAG.disarm()
+    yield from lagging_clock(FUNCTION_KEY, monkeypatch)
 
 
 @pytest.fixture

@@ -30,8 +30,8 @@ from tests.functions.eip.conftest import (
     allocate,
     current,
     due_now,
-    ec2_signing_as,
     given,
+    lagging_clock,
     now,
     run_instances,
     work_event,
@@ -48,12 +48,7 @@ WINDOW = 6.0  # seconds of lag: seconds under load
 
 @pytest.fixture
 def clock(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[Clock]:
-    ec2_signing_as(FUNCTION_KEY, monkeypatch)
-    clock = Clock()
-    try:
-        yield clock
-    finally:
-        LAG.disarm()
+    yield from lagging_clock(FUNCTION_KEY, monkeypatch)
 
 
 @pytest.fixture

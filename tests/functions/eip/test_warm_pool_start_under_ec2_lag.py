@@ -22,8 +22,8 @@ from tests.functions.eip.conftest import (
     Clock,
     addresses,
     allocate,
-    ec2_signing_as,
     given,
+    lagging_clock,
     now,
     run_instances,
     run_while,
@@ -40,13 +40,7 @@ LAG_SECONDS = 6.0
 
 @pytest.fixture
 def clock(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[Clock]:
-    ec2_signing_as(FUNCTION_KEY, monkeypatch)
-    clock = Clock()
-    LAG.arm(LAG_SECONDS, [FUNCTION_KEY], clock)
-    try:
-        yield clock
-    finally:
-        LAG.disarm()
+    yield from lagging_clock(FUNCTION_KEY, monkeypatch, armed=LAG_SECONDS)
 
 
 @pytest.fixture

@@ -21,8 +21,8 @@ from tests.functions.eip.conftest import (
     Clock,
     addresses,
     allocate,
-    ec2_signing_as,
     given,
+    lagging_clock,
     now,
     run_instances,
     run_while,
@@ -39,12 +39,7 @@ LAG_SECONDS = 300.0  # longer than the release's ten attempts (about 3 min 15 s)
 
 @pytest.fixture
 def clock(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[Clock]:
-    ec2_signing_as(FUNCTION_KEY, monkeypatch)
-    clock = Clock()
-    try:
-        yield clock
-    finally:
-        LAG.disarm()
+    yield from lagging_clock(FUNCTION_KEY, monkeypatch)
 
 
 @pytest.fixture

@@ -23,15 +23,14 @@ from nodecycle.domain.model import Step
 from nodecycle.domain.ports.addresses import ALLOCATED_AT_TAG, INSTANCE_TAG, OWNER_TAG
 from nodecycle.wiring import sweeper
 from nodecycle.wiring.eip import address_sweep
-from nodecycle_sandbox.aws.ec2_consistency import LAG
 from tests.functions.eip.conftest import (
     Clock,
     addresses,
     allocate,
     current,
     due_now,
-    ec2_signing_as,
     given,
+    lagging_clock,
     now,
     run_instances,
     run_while,
@@ -49,13 +48,7 @@ LAG_SECONDS = 6.0
 
 @pytest.fixture
 def clock(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[Clock]:
-    ec2_signing_as(FUNCTION_KEY, monkeypatch)
-    clock = Clock()
-    LAG.arm(LAG_SECONDS, [FUNCTION_KEY], clock)
-    try:
-        yield clock
-    finally:
-        LAG.disarm()
+    yield from lagging_clock(FUNCTION_KEY, monkeypatch, armed=LAG_SECONDS)
 
 
 @pytest.fixture
