@@ -686,11 +686,13 @@ def shared_owner(cloudformation: Any, deployment: Any) -> Finding:
     """Other nodecycle stacks of the region (those with a lifecycle table among their outputs) with this stack's
     owner id. Each takes the other's budget slots, node annotations, Elastic IPs and lifecycle records for its
     own: its sweeper frees the other's slots (no record of its own holds them), releases its addresses and
-    clears the annotations of its drains in progress (invariant: a stack never acts on another's)."""
+    clears the annotations of its drains in progress (invariant: a stack never acts on another's). One whose
+    deletion runs or failed (the stack this one replaces) cannot be updated to another owner id: its deletion
+    finished ends the sharing."""
     check = "cloudformation.owner"
     owner = deployment.owner
     others = sorted(
-        stack["StackName"]
+        (stack["StackName"], stack.get("StackStatus", ""))
         for page in cloudformation.get_paginator("describe_stacks").paginate()
         for stack in page["Stacks"]
         if stack["StackName"] != deployment.name
@@ -699,14 +701,26 @@ def shared_owner(cloudformation: Any, deployment: Any) -> Finding:
     )
     if not others:
         return Finding.ok(check, f"no other nodecycle stack in {deployment.region} has owner id {owner}")
+    leaving = [name for name, status in others if status.startswith("DELETE_")]
+    fixes = []
+    if len(leaving) < len(others):
+        fixes.append(
+            "give one of them another owner id at a quiet time (nodecycle status --stack NAME lists no open "
+            "lifecycle): sam deploy --stack-name NAME --parameter-overrides OwnerId=NEW_ID, each stack its own"
+        )
+    fixes += [
+        f"finish the deletion of {name}: sam delete --stack-name {name} (aws cloudformation "
+        f"describe-stack-events --stack-name {name} says what it could not delete)"
+        for name in leaving
+    ]
+    named = ", ".join(f"{name} ({status})" if name in leaving else name for name, status in others)
     return Finding.problem(
         check,
-        f"stack{'s' if len(others) != 1 else ''} {', '.join(others)} in {deployment.region} "
+        f"stack{'s' if len(others) != 1 else ''} {named} in {deployment.region} "
         f"{'have' if len(others) != 1 else 'has'} this stack's owner id {owner}",
         "each takes what the other writes for its own: a sweep may free the other's budget slots (no lifecycle "
         "of its own holds them), release its Elastic IPs and clear the annotations of its drains in progress",
-        "give one of them another owner id at a quiet time (nodecycle status --stack NAME lists no open "
-        "lifecycle): sam deploy --stack-name NAME --parameter-overrides OwnerId=NEW_ID, each stack its own",
+        "; ".join(fixes),
     )
 
 
