@@ -3,7 +3,9 @@ than its looks would try (REFUSED_PER_LOOK at each of REFUSED_ATTEMPTS looks). T
 looks are skipped; once they are all the pool has free, a look found "nothing free": the launch waited in line for
 EipWaitSeconds instead of meeting its failure policy after REFUSED_ATTEMPTS looks, kept the launches after it from
 the free address it would never take, and, where the pool grows when empty, allocated an address into the pool at
-each look (never released: nodecycle:allocated-into)."""
+each look (never released: nodecycle:allocated-into). A pool that grows still grows past addresses refused for
+their own sake (a policy on their tags), once: an address it grew by refused too (or the quota reached), the
+refusal is the instance's."""
 
 from __future__ import annotations
 
@@ -84,9 +86,35 @@ def test_a_launch_refused_every_address_meets_its_policy_whatever_its_pool_holds
     # Then its failure policy decides at its REFUSED_ATTEMPTS-th look, as with a larger pool
     assert outcome.changes.get("result") is ActionResult.ABANDON
     assert taken == REFUSED_ATTEMPTS
-    # having asked EC2 a few times, and grown the pool by nothing (an address allocated into it is never released)
+    # having asked EC2 a few times, and grown the pool (an address allocated into it is never released) by one
+    # address at most: the one whose refusal too says the instance is refused, not its pool's addresses
     assert 0 < len(tried) <= REFUSED_ATTEMPTS * REFUSED_PER_LOOK
-    assert set(ec2.eips) == pool
+    assert pool <= set(ec2.eips)
+    assert len(set(ec2.eips) - pool) <= (1 if grow else 0)  # (none past the quota)
+
+
+def test_a_launch_refused_the_only_free_address_of_a_pool_that_grows_takes_a_new_one() -> None:
+    # Given a pool that grows when empty, whose only free address EC2 refuses (a policy on its tags: the
+    # address's refusal, not the instance's)
+    ec2 = FakeAddresses()
+    ec2.launch(INSTANCE)
+    refused = ec2.add(pool=POOL, allocated_at=None)
+    associate = ec2.associate
+
+    def refuse(allocation_id: str, instance_id: str) -> str:
+        if allocation_id == refused:
+            raise AddressRefused("UnauthorizedOperation: You are not authorized to perform this operation.")
+        return associate(allocation_id, instance_id)
+
+    ec2.associate = refuse  # type: ignore[method-assign]
+
+    outcome, _ = looks(ec2, launch_record(INSTANCE), True, REFUSED_ATTEMPTS + 2)
+
+    # Then the launch grows the pool by an address it takes, not asking for the refused one till its policy
+    assert outcome.changes.get("result") is not ActionResult.ABANDON
+    (grown,) = set(ec2.eips) - {refused}
+    assert outcome.changes.get("allocation_id") == grown
+    assert ec2.eips[grown].instance_id == INSTANCE
 
 
 def test_a_launch_refused_the_only_free_address_does_not_keep_it_from_the_next_launch() -> None:

@@ -297,7 +297,8 @@ class AssignAddress:
             leaving = self._leaving(record, scratch)
             if leaving is not None:
                 return self._instance_gone(record, leaving)
-        outcome = self._take_first(record, now, scratch, [*own, *others], found)
+        candidates = [*own, *others]
+        outcome = self._take_first(record, now, scratch, candidates, found)
         if outcome is not None:
             return outcome
         if not own and not others:
@@ -341,6 +342,11 @@ class AssignAddress:
                 return self._done(record, held, found)
             own = [a for a in found if a.allocated_for == instance and not a.associated]
             outcome = self._take_first(record, now, scratch, own, found)
+            if outcome is not None:
+                return outcome
+            # (the free addresses it went past, refused before: no new one to take instead, they are asked again)
+            refused_before = [a for a in candidates if a.allocation_id in _refused(scratch)]
+            outcome = self._take_first(record, now, scratch, refused_before, found, grow=False)
             if outcome is not None:
                 return outcome
             return self._exhausted(
@@ -671,8 +677,11 @@ class AssignAddress:
         scratch: dict[str, Any],
         candidates: list[Address],
         found: list[Address],
+        *,
+        grow: bool = True,
     ) -> Outcome | None:
         """Associate the first of ``candidates`` to be had; None when none is (each taken first, or gone).
+        ``grow`` False: the pool may not grow past candidates refused before (see ``_grows_past``).
 
         The deliveries of one message that run at once take the same address: the one the first of them wrote
         for the message (``AddressLines.taking``), another only once EC2 refused that one. Each decides on its
@@ -686,11 +695,11 @@ class AssignAddress:
         refused: str | None = None
         refusal: _RefusedAddress | None = None
         # (the addresses refused at earlier looks are not tried again: an instance every address is refused to
-        # meets its policy after REFUSED_ATTEMPTS looks of REFUSED_PER_LOOK calls each, not one per pool address;
-        # refused every one there is, they are asked again: found "nothing free", the launch would wait in line for
-        # them, ahead of launches EC2 gives them to, and grow its pool by one never released at each look)
+        # meets its policy after REFUSED_ATTEMPTS looks of REFUSED_PER_LOOK calls each, not one per pool address)
         refused_before = _refused(scratch)
-        left = [a for a in candidates if a.allocation_id not in refused_before] or list(candidates)
+        left = [a for a in candidates if a.allocation_id not in refused_before]
+        if candidates and not left and not (grow and self._grows_past(record, candidates, refused_before)):
+            left = list(candidates)
         while left:
             address = left.pop(0)
             try:
@@ -748,6 +757,18 @@ class AssignAddress:
         if refusal is not None:
             raise refusal
         return None
+
+    def _grows_past(
+        self, record: LifecycleRecord, candidates: list[Address], refused_before: list[str]
+    ) -> bool:
+        """Whether a look whose every candidate EC2 refused before goes past them, to grow the pool (a refusal of
+        those addresses, a policy on their tags: a new address may be taken), rather than ask EC2 for them again.
+        Not once an address the launch grew the pool by was refused too (the refusal the instance's): found
+        "nothing free", the launch would grow the pool by one at every look (never released), or, the pool not
+        growing, wait in line for addresses it is refused, ahead of the launches EC2 gives them to."""
+        return self._grow_pool and not any(
+            a.allocated_for == record.instance_id and a.allocation_id in refused_before for a in candidates
+        )
 
     def _take(
         self,
