@@ -662,12 +662,20 @@ class AssignAddress:
                 return _wait(record, VERIFY_DELAY, scratch), scratch
             if released:
                 self._metrics.count("EipsReleased")
-            log.info(
-                "released address %s, allocated for this launch at %s, before allocating another (the sweeper's "
-                "to release by now, never taken)",
-                mine.public_ip,
-                mine.allocated_at,
-            )
+                log.info(
+                    "released address %s, allocated for this launch at %s, before allocating another (the "
+                    "sweeper's to release by now, never taken)",
+                    mine.public_ip,
+                    mine.allocated_at,
+                )
+            else:
+                # (gone meanwhile, the sweeper's release; or a pool's now, tagged into one by hand: kept)
+                log.info(
+                    "address %s, allocated for this launch at %s, is gone or a pool's now (not released): "
+                    "allocating another",
+                    mine.public_ip,
+                    mine.allocated_at,
+                )
         return None, {key: value for key, value in scratch.items() if key != "allocated"}
 
     def _take_first(
