@@ -168,13 +168,21 @@ def completion_in_progress(record: LifecycleRecord, now: datetime, within: timed
 def claim_ends(record: LifecycleRecord, within: timedelta) -> datetime | None:
     """When the claim on ``record`` may be taken over (see ``completion_in_progress``): a margin (``within``)
     after it was made, or when its completer's invocation ends, whichever is later (a claim written without
-    its end: the margin alone); None: no claim at work."""
+    its end: the margin alone); None: no claim at work.
+
+    An invocation's end is held no later than a margin before the action's global timeout: a completer may end
+    before its invocation does (out of memory, its runtime lost), and its claim then stood past the global
+    timeout, every taker-over leaving it be (the sweeper's, under sweeps a minute apart, is made some 210 s
+    before it with up to 300 s of its invocation left; an ``until`` from a clock that runs ahead, as far), and
+    Auto Scaling ended the action with its default result. A second call is the lesser harm."""
     claim = record.extra.get(COMPLETION_CLAIM)
     if not isinstance(claim, dict) or claim.get("seq") != record.seq or not record.action_open:
         return None
     ends = datetime.fromisoformat(str(claim.get("at"))) + within
     until = claim.get("until")
-    return max(ends, datetime.fromisoformat(until)) if isinstance(until, str) else ends
+    if not isinstance(until, str):
+        return ends
+    return max(ends, min(datetime.fromisoformat(until), record.global_deadline - within))
 
 
 def waits_for_slot(record: LifecycleRecord) -> bool:
