@@ -904,37 +904,46 @@ def _queued(
 
     ``asked``: when the request was made, before its first write (None: ``now``). A new entry waits since then, and
     goes before the ones that joined since: under a storm of conflicting writes (409s), each read again and tried
-    again after a jittered backoff, seconds in all, the line was in the order the writes won, not the asks came."""
+    again after a jittered backoff, seconds in all, the line was in the order the writes won, not the asks came.
+
+    A node kept out of a full line since before (its ``waiting_since``) takes the place of the youngest untouched
+    waiter of its stack that came after it (see :func:`_made_room`): each place freed went to whichever node asked
+    first, one that came an hour later included (first come, first served)."""
     precedence = {"in_progress": request.in_progress, "urgent_at": request.urgent_at}
     # (a drain in progress or a node near its global timeout is let in past the bounds, and takes the places of
     # untouched waiters of its stack: see _made_room)
     ahead = request.in_progress or (request.urgent_at is not None and now >= request.urgent_at)
-    if waiter is None and len(doc.waiters) >= MAX_WAITERS and not (request.force or ahead):
+    kept_out = waiter is None and len(doc.waiters) >= MAX_WAITERS and not (request.force or ahead)
+    if kept_out and not _came_after(doc, request, now):
         return None
     if waiter is None:
         entry = Waiter(
             node=request.node,
             owner=request.owner,
-            waiting_since=_joined(doc, request, now if asked is None else min(asked, now)),
+            waiting_since=(
+                min(request.waiting_since, now)
+                if kept_out and request.waiting_since is not None
+                else _joined(doc, request, now if asked is None else min(asked, now))
+            ),
             **renewal,
             **precedence,
         )
         place = len(doc.waiters)
         while (
-            asked is not None
+            (asked is not None or kept_out)
             and place
             and doc.waiters[place - 1].waiting_since > entry.waiting_since
-            and doc.waiters[place - 1].waiting_since >= asked
+            and (kept_out or (asked is not None and doc.waiters[place - 1].waiting_since >= asked))
         ):
-            place -= 1  # (joined while this request's writes lost their races)
+            place -= 1  # (joined while this request's writes lost their races, or while it was kept out)
         waiters = (*doc.waiters[:place], entry, *doc.waiters[place:])
     else:
         entry = waiter.model_copy(update={**renewal, **precedence})
         waiters = tuple(entry if w is waiter else w for w in doc.waiters)
     queued = doc.model_copy(update={"waiters": waiters})
     if waiter is None and not request.force:
-        if ahead:
-            made = _made_room(queued, entry, now)
+        if ahead or kept_out:
+            made = _made_room(queued, entry, now, after=entry.waiting_since if kept_out else None)
             return None if made is None else (made[0], entry, made[1])
         if len(queued.to_json()) > MAX_DOCUMENT_BYTES:
             return None
@@ -942,7 +951,7 @@ def _queued(
 
 
 def _made_room(
-    doc: BudgetDocument, entry: Waiter, now: datetime
+    doc: BudgetDocument, entry: Waiter, now: datetime, *, after: datetime | None = None
 ) -> tuple[BudgetDocument, tuple[Waiter, ...]] | None:
     """``doc``, where the new waiter ``entry`` (a drain in progress that lost its slot, or a node near its global
     timeout) joined a line past its bounds, brought back under them by the youngest untouched waiters of its stack
@@ -950,8 +959,13 @@ def _made_room(
     of its own with precedence: it waits outside, as any node that finds the line full). A line at its maximum of
     untouched nodes in a refresh of thousands left such a drain outside it, asking again among the thousands, each
     place freed in the line going to whichever asked first, its node cordoned and half drained meanwhile
-    (invariant 9). The waiters shed are told by the service (``BudgetQueueFull``) and ask again from outside."""
-    candidates = [w for w in _youngest_first(doc, entry.owner, now) if w is not entry and not _ahead(w, now)]
+    (invariant 9). The waiters shed are told by the service (``BudgetQueueFull``) and ask again from outside.
+    ``after``: only those that came after it (a node kept out of the line since then: see :func:`_queued`)."""
+    candidates = [
+        w
+        for w in _youngest_first(doc, entry.owner, now)
+        if w is not entry and not _ahead(w, now) and (after is None or w.waiting_since > after)
+    ]
     over = len(doc.waiters) - MAX_WAITERS
     excess = len(doc.to_json()) - MAX_DOCUMENT_BYTES
     shed: list[Waiter] = []
@@ -965,6 +979,16 @@ def _made_room(
         return None
     gone = {id(w) for w in shed}
     return doc.model_copy(update={"waiters": tuple(w for w in doc.waiters if id(w) not in gone)}), tuple(shed)
+
+
+def _came_after(doc: BudgetDocument, request: SlotRequest, now: datetime) -> bool:
+    """Whether a node kept out of the full line since ``request.waiting_since`` finds an untouched waiter of its stack
+    there that came after it, whose place it takes (see :func:`_queued`)."""
+    since = request.waiting_since
+    return since is not None and any(
+        w.owner == request.owner and not w.in_progress and not _ahead(w, now) and w.waiting_since > since
+        for w in doc.waiters
+    )
 
 
 def _ahead(waiter: Waiter, now: datetime) -> bool:
