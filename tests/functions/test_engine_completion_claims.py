@@ -7,12 +7,13 @@ from __future__ import annotations
 import pytest
 
 from nodecycle.domain.completion import SETTLED_ELSEWHERE, CompleteAction
-from nodecycle.domain.engine import COMPLETION_CLAIM, MAX_REFUSED_ATTEMPTS, Handled, Outcome
+from nodecycle.domain.engine import COMPLETION_CLAIM, Handled, Outcome
 from nodecycle.domain.errors import AccessRefused, TransientError
 from nodecycle.domain.model import ActionRef, LifecycleRecord, Step
 from nodecycle.domain.policy import ActionResult
 from tests.support.fakes import FakeAutoscaling
 from tests.unit.foundation.test_engine import PLAN, Script, World, make_record
+from tests.unit.foundation.test_engine_faults import refused_to_its_last_try
 
 ONE_FAULT = 150
 
@@ -42,13 +43,7 @@ def test_a_completion_refused_until_its_message_fails_leaves_no_claim_taken_for_
             Step.CLEANUP: Script([Outcome.wait(5)]),
         }
     )
-    for _ in range(MAX_REFUSED_ATTEMPTS - 1):
-        engine.handle(world.message())
-        (sent,) = world.queues.take()
-        world.clock.advance(sent.delay)
-    failing = world.message()
-    with pytest.raises(AccessRefused):
-        engine.handle(failing)
+    failing = refused_to_its_last_try(world, engine)
     assert COMPLETION_CLAIM not in world.record().extra  # (its call refused: nothing that may have landed)
 
     # When the policy is fixed after an operator completed the action by hand, and the failed message comes
@@ -78,13 +73,7 @@ def test_a_completion_refused_to_its_last_try_fails_its_message_at_every_receive
     world.autoscaling = RefusedThenSettledByHand()
     world.records.create(make_record(PLAN, Step.COMPLETE))
     engine = world.engine({Step.COMPLETE: CompleteAction(world.autoscaling, world.metrics)})
-    for _ in range(MAX_REFUSED_ATTEMPTS - 1):
-        engine.handle(world.message())
-        (sent,) = world.queues.take()
-        world.clock.advance(sent.delay)
-    failing = world.message()
-    with pytest.raises(AccessRefused):
-        engine.handle(failing)
+    failing = refused_to_its_last_try(world, engine)
 
     # When SQS delivers the failed message again, a visibility timeout apart, up to the queue's maxReceiveCount (5)
     received: list[Handled | str] = []

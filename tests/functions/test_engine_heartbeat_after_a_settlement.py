@@ -18,16 +18,19 @@ from tests.unit.foundation.test_engine import PLAN, Script, World, kept_alive, m
 from tests.unit.sweeper.test_sweeper import INTERVAL, MARGIN, Repair
 
 
-class SettledBeforeTheHeartbeat(FakeAutoscaling):
-    """Auto Scaling, and a sweep that runs before the first heartbeat asked is answered."""
+class BeforeTheHeartbeat(FakeAutoscaling):
+    """Auto Scaling, and what runs before the first heartbeat asked is answered (``before_heartbeat``: a sweep, a
+    drain's completion); with ``ends``, every action ends (timed out) as that heartbeat comes, after it."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, ends: bool = False) -> None:
         super().__init__()
         self.before_heartbeat: list[Callable[[], object]] = []
+        self._ends = ends
 
     def heartbeat(self, action: ActionRef) -> bool:
         if self.before_heartbeat:
             self.before_heartbeat.pop()()
+            self.active = self.active and not self._ends
         return super().heartbeat(action)
 
 
@@ -35,7 +38,7 @@ def test_an_engines_heartbeat_after_the_sweepers_settlement_counts_no_expiry() -
     # Given a drain polling its eviction at its action's last chance by the sweeper's reckoning (not yet by the
     # engine's guard), its heartbeat due after this poll
     world = World()
-    world.autoscaling = autoscaling = SettledBeforeTheHeartbeat()
+    world.autoscaling = autoscaling = BeforeTheHeartbeat()
     autoscaling.clock = world.clock
     autoscaling.action_timeout = 600
     record = make_record(PLAN, Step.EVICT, node="n1", seq=4, heartbeat_timeout=600)
@@ -72,20 +75,6 @@ def test_an_engines_heartbeat_after_the_sweepers_settlement_counts_no_expiry() -
 # -- the record read again after a heartbeat found the action gone (engine.moved_on, the engine's and the sweep's)
 
 
-class GoneBeforeTheHeartbeat(FakeAutoscaling):
-    """Auto Scaling, whose actions all end (timed out) as the first heartbeat asked comes, after what runs first."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.before_heartbeat: list[Callable[[], object]] = []
-
-    def heartbeat(self, action: ActionRef) -> bool:
-        if self.before_heartbeat:
-            self.before_heartbeat.pop()()
-            self.active = False
-        return super().heartbeat(action)
-
-
 class ReadAgainFails(InMemoryRecords):
     """The lifecycle table, whose reads fail past the first ``reads`` with a failure that is not AWS's (a bug)."""
 
@@ -100,10 +89,10 @@ class ReadAgainFails(InMemoryRecords):
         return super().get(record_id)
 
 
-def polling_at_its_heartbeat(world: World) -> tuple[GoneBeforeTheHeartbeat, LifecycleRecord]:
+def polling_at_its_heartbeat(world: World) -> tuple[BeforeTheHeartbeat, LifecycleRecord]:
     """A drain polling its eviction, its heartbeat due at this poll (its engine's or a sweep's), far from its
     global timeout."""
-    world.autoscaling = autoscaling = GoneBeforeTheHeartbeat()
+    world.autoscaling = autoscaling = BeforeTheHeartbeat(ends=True)
     autoscaling.clock = world.clock
     autoscaling.action_timeout = 600
     record = make_record(PLAN, Step.EVICT, node="n1", seq=4, heartbeat_timeout=600)

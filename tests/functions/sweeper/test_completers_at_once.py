@@ -19,6 +19,7 @@ from nodecycle.domain.errors import AccessRefused, TransientError
 from nodecycle.domain.model import ActionRef, LifecycleRecord, Step
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.sweep.sweeper import Counts, SweepFailed
+from tests.functions.test_engine_heartbeat_after_a_settlement import BeforeTheHeartbeat
 from tests.support.fakes import FakeAutoscaling
 from tests.support.stack import Stack
 from tests.unit.foundation.test_engine import PLAN, Script, World, kept_alive, make_record
@@ -224,27 +225,15 @@ def test_a_settlement_refused_to_the_sweeper_leaves_no_claim_taken_for_a_complet
     assert repair.autoscaling.completed == []
 
 
-class CompletedBeforeTheHeartbeat(FakeAutoscaling):
-    """Auto Scaling, and a drain whose completion lands between a sweep's read of the record and its heartbeat
-    (the first heartbeat asked runs it, then is answered)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.before_heartbeat: list[Callable[[], object]] = []
-
-    def heartbeat(self, action: ActionRef) -> bool:
-        if self.before_heartbeat:
-            self.before_heartbeat.pop()()
-        return super().heartbeat(action)
-
-
 @pytest.mark.usefixtures("stack")
 def test_a_sweeps_heartbeat_after_a_completion_it_read_before_counts_no_expiry(stack: Stack) -> None:
     # Given a drain at its eviction whose heartbeat is due by the record (the sweep heartbeats it), and whose
     # eviction ends, its completion run inline and landed, between the sweep's read of the record and its
     # heartbeat
     world = World(records=DynamoRecordStore(stack.table, ttl=timedelta(days=1)))  # type: ignore[arg-type]
-    world.autoscaling = autoscaling = CompletedBeforeTheHeartbeat()
+    world.autoscaling = autoscaling = (
+        BeforeTheHeartbeat()
+    )  # (a drain whose completion lands between a sweep's read and its heartbeat)
     autoscaling.clock = world.clock
     record = make_record((Step.EVICT, Step.COMPLETE, Step.CLEANUP, Step.DONE), Step.EVICT, node="n1", seq=4)
     world.clock.current = record.heartbeat_deadline - timedelta(seconds=MARGIN.total_seconds())
@@ -282,13 +271,21 @@ def test_a_sweeps_heartbeat_after_a_completion_it_read_before_counts_no_expiry(s
 
 
 @pytest.mark.usefixtures("stack")
+@pytest.mark.parametrize(
+    "changes",
+    [
+        pytest.param({}, id="its action confirmed by a step"),
+        # (no step ever ran, so no step confirmed its action: the sweeps kept it alive; the settlement confirms it)
+        pytest.param({"verified_at": None}, id="stalled since its event, its action confirmed by none"),
+    ],
+)
 def test_a_settlement_whose_commit_is_refused_after_its_completion_is_recorded_by_the_next_sweep(
-    stack: Stack,
+    stack: Stack, changes: dict[str, object]
 ) -> None:
     # Given a stalled drain at its last chance, whose settlement's completion lands and whose commit after it
     # DynamoDB refuses (throttled past the client's retries): the action done, the record claimed and open
     repair = repair_on(stack, Meanwhile())
-    record_id = stalled_at_its_last_chance(repair)
+    record_id = stalled_at_its_last_chance(repair, **changes)
     assert isinstance(repair.autoscaling, Meanwhile)
     commit = repair.records.commit
 
@@ -308,41 +305,9 @@ def test_a_settlement_whose_commit_is_refused_after_its_completion_is_recorded_b
     counts = repair.run()
 
     # Then it records the completion that landed as the sweeper's, with its result: no second result asked,
-    # nothing counted settled elsewhere or expired
-    assert counts["LifecyclesSettled"] == 1
-    settled_by_the_sweeper(repair, record_id)
-
-
-@pytest.mark.usefixtures("stack")
-def test_an_unconfirmed_settlement_whose_commit_is_refused_after_its_completion_is_recorded_by_the_next_sweep(
-    stack: Stack,
-) -> None:
-    # Given a drain stalled since its event (no step ever ran, so no step confirmed its action: the sweeps kept
-    # it alive), at its last chance; the settlement confirms the action and completes it, and its commit after
-    # the completion DynamoDB refuses: the action done, the record claimed and open
-    repair = repair_on(stack, Meanwhile())
-    record_id = stalled_at_its_last_chance(repair, verified_at=None)
-    assert isinstance(repair.autoscaling, Meanwhile)
-    commit = repair.records.commit
-
-    def refuse_once(record: LifecycleRecord, expected_seq: int) -> bool:
-        repair.records.commit = commit  # type: ignore[method-assign]
-        raise TransientError("ProvisionedThroughputExceededException")
-
-    def refuse_the_next_commit() -> None:
-        repair.records.commit = refuse_once  # type: ignore[method-assign]
-
-    repair.autoscaling.meanwhile.append(refuse_the_next_commit)
-    with pytest.raises(SweepFailed):
-        repair.run()
-
-    # When the next sweep runs, on schedule
-    repair.clock.advance(INTERVAL.total_seconds())
-    counts = repair.run()
-
-    # Then it records the completion that landed as the sweeper's: the action confirmed before it (before: the
-    # claim did not say so, the next sweep's confirmation found the action gone and took it for one never
-    # confirmed: settled elsewhere, its alarm, and the steps after it refused as for an unknown action)
+    # nothing counted settled elsewhere or expired; and the action confirmed before it (before, for one no step
+    # confirmed: the claim did not say so, the next sweep's confirmation found the action gone and took it for one
+    # never confirmed: settled elsewhere, its alarm, and the steps after it refused as for an unknown action)
     assert counts["LifecyclesSettled"] == 1
     settled = settled_by_the_sweeper(repair, record_id)
     assert settled.action_confirmed

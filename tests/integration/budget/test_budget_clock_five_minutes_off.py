@@ -51,6 +51,15 @@ def budget_of(
     )
 
 
+def behind_and_on_time(server: KubeServer, monkeypatch: pytest.MonkeyPatch) -> tuple[FakeClock, FakeClock]:
+    """Three nodes, and the clocks of two containers: one 5 minutes behind, one on time with the API server's."""
+    add_nodes(server, 3)
+    now = datetime.now(UTC)
+    late_clock, clock = FakeClock(now - BEHIND), FakeClock(now)
+    on_the_api_servers_clock(clock, monkeypatch)
+    return late_clock, clock
+
+
 @pytest.mark.parametrize(
     "ttl",
     [
@@ -63,11 +72,8 @@ def test_a_drain_on_a_clock_five_minutes_behind_keeps_its_slot_in_the_others_vie
 ) -> None:
     # Given a budget of one slot, shared by a container whose clock runs 5 minutes behind and one on time (with the
     # API server's), and the late container's drain of node 0 holding the slot
-    add_nodes(server, 3)
     api = core_api(server)
-    now = datetime.now(UTC)
-    late_clock, clock = FakeClock(now - BEHIND), FakeClock(now)
-    on_the_api_servers_clock(clock, monkeypatch)
+    late_clock, clock = behind_and_on_time(server, monkeypatch)
     late, on_time = budget_of(api, late_clock, ttl), budget_of(api, clock, ttl)
     assert late.acquire(request(0)).granted
 
@@ -86,13 +92,10 @@ def test_a_release_on_a_clock_five_minutes_behind_whose_answer_is_lost_is_read_b
     server: KubeServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given the container 5 minutes behind the API server holding the budget's one slot for node 0, node 1 waiting
-    add_nodes(server, 3)
     config = server.api_client(DRAIN_KEY).configuration
     config.retries = CLIENT_RETRIES  # (the product's: a write whose answer is lost is not sent again)
     api = client.CoreV1Api(client.ApiClient(config))
-    now = datetime.now(UTC)
-    late_clock, clock = FakeClock(now - BEHIND), FakeClock(now)
-    on_the_api_servers_clock(clock, monkeypatch)
+    late_clock, _ = behind_and_on_time(server, monkeypatch)  # (the API server on time)
     # (the lead each answer tells differs from the last one's by a fraction of a second: the Date is to the second,
     # and the answer's way varies)
     answers = itertools.count()
@@ -120,11 +123,8 @@ def test_a_node_asking_on_a_clock_five_minutes_behind_joins_the_line_behind_thos
     server: KubeServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given the budget's one slot held, and node 1 waiting in line, asked on the container on time
-    add_nodes(server, 3)
     api = core_api(server)
-    now = datetime.now(UTC)
-    late_clock, clock = FakeClock(now - BEHIND), FakeClock(now)
-    on_the_api_servers_clock(clock, monkeypatch)
+    late_clock, clock = behind_and_on_time(server, monkeypatch)
     late, on_time = (
         budget_of(api, late_clock, timedelta(seconds=600)),
         budget_of(api, clock, timedelta(seconds=600)),

@@ -9,10 +9,11 @@ from datetime import datetime, timedelta
 import pytest
 
 from nodecycle.domain.completion import SETTLED_ELSEWHERE, CompleteAction
-from nodecycle.domain.engine import MAX_REFUSED_ATTEMPTS, Handled, Outcome
+from nodecycle.domain.engine import MAX_REFUSED_ATTEMPTS, Handled, Outcome, StepEngine
 from nodecycle.domain.errors import AccessRefused, TransientError
 from nodecycle.domain.model import ActionRef, LifecycleRecord, Step, global_deadline
 from nodecycle.domain.policy import ActionResult
+from nodecycle.domain.ports.lifecycle import WorkMessage
 from tests.support.fakes import T0, FakeAutoscaling
 from tests.unit.foundation.test_engine import (
     HEARTBEAT,
@@ -206,6 +207,19 @@ class CompletionRefused(FakeAutoscaling):
         raise AccessRefused("completing a lifecycle action", "AccessDenied", "not authorized")
 
 
+def refused_to_its_last_try(world: World, engine: StepEngine) -> WorkMessage:
+    """The message of a lifecycle at its completion, run at each retry while Auto Scaling refuses it to the role,
+    until it fails (``MAX_REFUSED_ATTEMPTS``): the message that failed."""
+    for _ in range(MAX_REFUSED_ATTEMPTS - 1):
+        engine.handle(world.message())
+        (sent,) = world.queues.take()
+        world.clock.advance(sent.delay)
+    failing = world.message()
+    with pytest.raises(AccessRefused):
+        engine.handle(failing)
+    return failing
+
+
 def test_a_refused_completion_completes_nothing_is_retried_then_fails_its_message_for_the_dead_letter_queue() -> (
     None
 ):
@@ -216,12 +230,7 @@ def test_a_refused_completion_completes_nothing_is_retried_then_fails_its_messag
     engine = world.engine({Step.COMPLETE: CompleteAction(world.autoscaling, world.metrics)})
 
     # When it runs, then at each retry, until its message fails
-    for _ in range(MAX_REFUSED_ATTEMPTS - 1):
-        engine.handle(world.message())
-        (sent,) = world.queues.take()
-        world.clock.advance(sent.delay)
-    with pytest.raises(AccessRefused):
-        engine.handle(world.message())
+    refused_to_its_last_try(world, engine)
 
     # Then nothing was completed nor taken for settled (a refusal is no "no active lifecycle action"), the
     # action was kept alive meanwhile, and the record still waits at its completion (for the redelivery, the

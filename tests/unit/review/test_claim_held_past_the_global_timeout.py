@@ -10,11 +10,9 @@ from __future__ import annotations
 import contextlib
 from datetime import timedelta
 
-from nodecycle.domain.completion import CompleteAction
-from nodecycle.domain.engine import Dispatcher, claim_ends, claimed_for_completion
+from nodecycle.domain.engine import claim_ends, claimed_for_completion
 from nodecycle.domain.model import ActionRef, Step
 from nodecycle.domain.policy import ActionResult
-from nodecycle.domain.sweep.lifecycles import LifecycleRepair
 from nodecycle.domain.sweep.sweep_time import SweepTime
 from tests.unit.foundation.test_engine import PLAN, kept_alive, make_record
 from tests.unit.sweeper.test_sweeper import Killed, Repair
@@ -24,24 +22,6 @@ INTERVAL = timedelta(minutes=1)  # SweepIntervalMinutes 1 (the template's rate(1
 REDELIVERY = timedelta(seconds=150)  # WorkVisibilityTimeoutSeconds' default
 SETTLE_BEFORE = max(MARGIN + REDELIVERY, INTERVAL + 2 * MARGIN)  # as settings.settle_before_seconds: 210 s
 SWEEPER_TIMEOUT = 300.0  # the SweeperFunction's Timeout
-
-
-def sweep_every_minute(repair: Repair) -> LifecycleRepair:
-    return LifecycleRepair(
-        records=repair.records,
-        dispatcher=Dispatcher(
-            records=repair.records, queues=repair.queues, clock=repair.clock, metrics=repair.metrics
-        ),
-        autoscaling=repair.autoscaling,
-        completion=CompleteAction(repair.autoscaling, repair.metrics, repair.records),
-        metrics=repair.metrics,
-        resume_grace=repair.grace,
-        margin=MARGIN,
-        interval=INTERVAL,
-        settle_before=SETTLE_BEFORE,
-        failure_result=lambda record: repair.failure,
-        clock=repair.clock,
-    )
 
 
 def test_a_claim_whose_invocation_outlasts_the_action_may_be_taken_over_a_margin_before_its_global_timeout() -> (
@@ -66,7 +46,7 @@ def test_a_sweep_that_crashed_after_its_claim_is_taken_over_by_a_later_sweep_bef
 ):
     # Given sweeps a minute apart, and a stalled drain at its last chance (kept alive so far) whose settling sweep
     # crashes after its claim, at its completion call, with most of its 300 s left
-    repair = Repair()
+    repair = Repair(margin=MARGIN, interval=INTERVAL, settle_before=SETTLE_BEFORE)
     repair.autoscaling.action_timeout = 600
     record = make_record(PLAN, Step.EVICT, node="n1", seq=4, heartbeat_timeout=600)
     repair.clock.current = record.global_deadline - SETTLE_BEFORE
@@ -79,7 +59,7 @@ def test_a_sweep_that_crashed_after_its_claim_is_taken_over_by_a_later_sweep_bef
         raise Killed
 
     repair.autoscaling.complete = crashed  # type: ignore[method-assign]
-    sweep = sweep_every_minute(repair)
+    sweep = repair.part()
     with contextlib.suppress(Killed):
         sweep(
             list(repair.records.open_records("stack-a")), repair.clock.now(), SweepTime(lambda: 290, MARGIN)

@@ -45,6 +45,9 @@ class Repair:
     metrics: FakeMetrics = field(default_factory=FakeMetrics)
     failure: ActionResult = ActionResult.CONTINUE
     grace: timedelta = GRACE
+    margin: timedelta = MARGIN
+    interval: timedelta = INTERVAL
+    settle_before: timedelta = INTERVAL + 2 * MARGIN  # as settings: the later of this and margin + redelivery
 
     def __post_init__(self) -> None:
         self.autoscaling.clock = self.clock  # Auto Scaling's timeouts run on the test's clock
@@ -59,9 +62,9 @@ class Repair:
             completion=CompleteAction(self.autoscaling, self.metrics, self.records),
             metrics=self.metrics,
             resume_grace=self.grace,
-            margin=MARGIN,
-            interval=INTERVAL,
-            settle_before=INTERVAL + 2 * MARGIN,  # as settings: the later of this and margin + redelivery
+            margin=self.margin,
+            interval=self.interval,
+            settle_before=self.settle_before,
             failure_result=lambda record: self.failure,
             clock=self.clock,
         )
