@@ -167,10 +167,12 @@ class ConfigMapBudgetStore:
         # How far this reader's clock runs ahead of the API server's, as its answers tell it (see _lead)
         self._clock_lead = timedelta(0)
         self._lead_lock = threading.Lock()
+        # The document this store wrote last, as stored, and the lead it was written with (see _lead_of)
+        self._last_written: tuple[str, timedelta] | None = None
 
     def read(self) -> BudgetDocument | None:
         found = self._get(self._api())
-        return None if found is None else self._document(*found, lead=self._lead(*found[1:]))
+        return None if found is None else self._document(*found, lead=self._lead_of(*found))
 
     def update[T](self, mutate: Callable[[BudgetDocument | None], tuple[BudgetDocument | None, T]]) -> T:
         api = self._api()
@@ -180,7 +182,7 @@ class ConfigMapBudgetStore:
                 self._sleep(random.uniform(0, min(self._max_backoff, self._backoff * 2**attempt)))
             found = self._get(api)
             config_map = None if found is None else found[0]
-            lead = timedelta(0) if found is None else self._lead(*found[1:])
+            lead = timedelta(0) if found is None else self._lead_of(*found)
             current = None if found is None else self._document(*found, lead=lead)
             new, result = mutate(current)
             if new is current:
@@ -207,6 +209,18 @@ class ConfigMapBudgetStore:
             return _document(config_map, ahead, date).on_clock(lead)
         except BudgetFormatError as error:
             raise BudgetUnreadable(self.namespace, self.name, error) from None
+
+    def _lead_of(self, config_map: Any, ahead: timedelta, date: datetime | None) -> timedelta:
+        """The lead ``config_map`` is read with (see _lead): the one this store's last write was stamped with while
+        the document is as that write stored it. Two API server replicas whose clocks are more than CLOCK_TOLERANCE
+        apart tell leads that far apart: a write whose answer was lost, read back from the other replica, was read
+        on another lead, its stamps moved by the difference, and not known as landed (DisruptionBudget._landed): the
+        step failed, its waiters woken only at its retry."""
+        lead = self._lead(ahead, date)
+        with self._lead_lock:
+            last = self._last_written
+        text = (getattr(config_map, "data", None) or {}).get(DATA_KEY)
+        return last[1] if last is not None and text == last[0] else lead
 
     def _lead(self, ahead: timedelta, date: datetime | None) -> timedelta:
         """How far this reader's clock runs ahead of the API server's, an answer measuring it ``ahead`` (``date``:
@@ -266,7 +280,10 @@ class ConfigMapBudgetStore:
                 # annotations or other keys someone added survive
                 if restored is not None:
                     config_map.data = {**(config_map.data or {}), RESTORED_KEY: _rfc3339(restored)}
-                config_map.data = _with_document(config_map, doc.on_clock(-lead).to_json())
+                text = doc.on_clock(-lead).to_json()
+                config_map.data = _with_document(config_map, text)
+                with self._lead_lock:
+                    self._last_written = (text, lead)
                 try:
                     api.replace_namespaced_config_map(
                         self.name,
