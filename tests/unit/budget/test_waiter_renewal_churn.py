@@ -63,8 +63,15 @@ class Churn:
 
 
 def budget_on(
-    store: CountingStore, clock: FakeClock, drain: DrainPolicy, *, asks_within: timedelta | None = None
+    store: CountingStore,
+    clock: FakeClock,
+    drain: DrainPolicy,
+    *,
+    asks_within: timedelta | None = None,
+    told: bool = True,
 ) -> DisruptionBudget:
+    """The budget of one slot; told how often its waiters ask (``asks_within``, default the drain's), unless not
+    ``told`` (a place renewed a third of the TTL apart, as a slot is)."""
     return DisruptionBudget(
         store=store,
         nodes=FakeInventory(),
@@ -74,7 +81,7 @@ def budget_on(
         holder_ttl=drain.holder_ttl,
         count_unavailable=False,
         owner="blue",
-        waiter_asks_within=asks_within or timedelta(seconds=longest_wait_in_line(drain)),
+        waiter_asks_within=(asks_within or timedelta(seconds=longest_wait_in_line(drain))) if told else None,
     )
 
 
