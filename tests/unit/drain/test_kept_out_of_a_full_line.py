@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-import pytest
-
 from nodecycle.domain.budget.rules import MAX_WAITERS
 from nodecycle.domain.drain.acquire import RETRY_IN_LINE_FACTOR
 from nodecycle.domain.drain.common import _full_drain
@@ -35,9 +33,24 @@ LINE = [f"i-0line{i:05d}/terminate/t" for i in range(MAX_WAITERS)]
 BASE = policy().budget_retry_seconds
 
 
-def full_line(at: datetime = T0) -> FakeSlots:
-    """A budget of one slot, held, and MAX_WAITERS of this stack's nodes waiting in line (renewed at ``at``)."""
-    return FakeSlots(room=1, holders={HOLDING}, waiters=LINE, clock=FakeClock(at))
+def full_line(at: datetime = T0, joined: datetime | None = None) -> FakeSlots:
+    """A budget of one slot, held, and MAX_WAITERS of this stack's nodes waiting in line (renewed at ``at``; waiting
+    since ``joined``, default ``at``: a node kept out since before takes the place of one that came after it)."""
+    slots = FakeSlots(room=1, holders={HOLDING}, waiters=LINE, clock=FakeClock(at))
+    if joined is not None:
+        slots.store.update(
+            lambda doc: (
+                None
+                if doc is None
+                else doc.model_copy(
+                    update={
+                        "waiters": tuple(w.model_copy(update={"waiting_since": joined}) for w in doc.waiters)
+                    }
+                ),
+                None,
+            )
+        )
+    return slots
 
 
 def ask(slots: FakeSlots, record: LifecycleRecord, at: datetime, events: FakeEvents) -> Outcome:
@@ -84,7 +97,9 @@ def test_a_node_kept_out_of_a_full_line_gets_in_near_its_global_timeout_then_is_
     # When it asks just before its action's global timeout makes it urgent, it is still kept out, but asks again by
     # then; when it is urgent, it is let into the line (taking the youngest waiter's place); then forced
     late = urgent_at - timedelta(seconds=5)
-    before = ask(full_line(late), record, late, events)
+    before = ask(
+        full_line(late, joined=T0), record, late, events
+    )  # (the line came first: it is kept out still)
     assert before.again
     assert late + timedelta(seconds=before.delay) <= urgent_at + timedelta(seconds=1)
     slots = full_line(urgent_at)
@@ -99,12 +114,6 @@ def test_a_node_kept_out_of_a_full_line_gets_in_near_its_global_timeout_then_is_
     assert len(slots.holders) == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the budget lets into a full line whoever asks first when a place frees: a node kept out since before "
-    "(its SlotRequest.waiting_since, its record's slot_waiting_since) should take the place of the youngest untouched "
-    "waiter of its stack that came after it (as rules._made_room does for precedence)",
-)
 def test_a_node_kept_out_of_a_full_line_goes_before_a_node_that_came_after_it() -> None:
     # Given a node kept out of a full line at T0
     slots, events = full_line(), FakeEvents()
@@ -113,9 +122,11 @@ def test_a_node_kept_out_of_a_full_line_goes_before_a_node_that_came_after_it() 
     record = record.model_copy(update=dict(kept_out.changes))
     # When a place frees (the first waiter leaves), a node that came after it asks first, then it asks again
     slots.budget.release(slots._document().waiters[0].node, LINE[0])
+    slots.clock.advance(10)  # (the budget's clock: the newcomer comes 10 s after it)
     newcomer = terminating(Step.ACQUIRE_SLOT, id="i-0newcomer/terminate/t", instance_id="i-0newcomer")
     other = FakeCluster(nodes={"ip-10-0-5-5": node(name="ip-10-0-5-5", instance_id="i-0newcomer")})
     acquire(other, slots)(newcomer.model_copy(update={"node": "ip-10-0-5-5"}), T0 + timedelta(seconds=10))
+    slots.clock.advance(kept_out.delay - 10)
     ask(slots, record, T0 + timedelta(seconds=kept_out.delay), events)
 
     # Then it waits in line, before the node that came after it
