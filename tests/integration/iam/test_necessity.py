@@ -374,11 +374,28 @@ def pooled_stack(sandbox: Sandbox) -> Runner:
 
 
 def probes(sandbox: Sandbox, pooled: Runner) -> None:
-    """What the Deny statements forbid: releasing a pool address, tried with each function's own key."""
+    """What the Deny statements forbid: releasing a pool address, and one allocated into a pool whose pool tag was
+    removed by hand (retired: the operator's), tried with each function's own key."""
     ec2 = sandbox.client("ec2")
-    tags = [{"Key": "nodecycle:owner", "Value": OWNER}, {"Key": "nodecycle:pool", "Value": "blue"}]
+    owned = {"Key": "nodecycle:owner", "Value": OWNER}
     pooled_address = ec2.allocate_address(
-        Domain="vpc", TagSpecifications=[{"ResourceType": "elastic-ip", "Tags": tags}]
+        Domain="vpc",
+        TagSpecifications=[
+            {"ResourceType": "elastic-ip", "Tags": [owned, {"Key": "nodecycle:pool", "Value": "blue"}]}
+        ],
+    )
+    retired_address = ec2.allocate_address(
+        Domain="vpc",
+        TagSpecifications=[
+            {
+                "ResourceType": "elastic-ip",
+                "Tags": [
+                    owned,
+                    {"Key": "nodecycle:allocated-at", "Value": "2026-01-01T00:00:00+00:00"},
+                    {"Key": "nodecycle:allocated-into", "Value": "blue"},
+                ],
+            }
+        ],
     )
     for function in ("EipFunction", "SweeperFunction"):
         client = boto3.client(
@@ -388,8 +405,9 @@ def probes(sandbox: Sandbox, pooled: Runner) -> None:
             aws_access_key_id=sandbox.runner.access_key(function),
             aws_secret_access_key="x",
         )
-        with pytest.raises(ClientError, match="explicit deny"):
-            client.release_address(AllocationId=pooled_address["AllocationId"])
+        for address in (pooled_address, retired_address):
+            with pytest.raises(ClientError, match="explicit deny"):
+                client.release_address(AllocationId=address["AllocationId"])
 
 
 def deliver_again(sandbox: Sandbox, instance: str, runner: Runner | None = None) -> None:
