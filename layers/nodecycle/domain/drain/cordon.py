@@ -381,8 +381,10 @@ class Cordon:
         )
         if Step.ACQUIRE_SLOT in record.plan or not outcome.again:
             return outcome
+        # (from a poll up, and never past the deadline, where the drain times out: a poll's floor taken again here
+        # stepped past it, and the cordon was given up a poll late)
         wait = _waiters_backoff(self._policy, started, now, retry_after, deadline)
-        return Outcome.wait(max(wait, outcome.delay), **outcome.changes)
+        return Outcome.wait(wait, **outcome.changes)
 
     def _set_on_node(self, node: NodeInfo, record: LifecycleRecord) -> dict[str, bool]:
         """What this claim sets on the node that was not there: the cordon, the load balancer exclusion. A
