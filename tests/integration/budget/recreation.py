@@ -12,7 +12,7 @@ from typing import Any
 from kubernetes import client
 
 from nodecycle.adapters.kube.cluster_api import KubeCluster
-from nodecycle.domain.budget import DisruptionBudget, Lifecycles, SlotRequest
+from nodecycle.domain.budget import DisruptionBudget, SlotRequest
 from nodecycle.domain.drain.acquire import AcquireSlot, RecordedLifecycles
 from nodecycle.domain.drain.cordon import Cordon
 from nodecycle.domain.drain.evict import Evict
@@ -142,7 +142,7 @@ def acquire_step(api: client.CoreV1Api, budget: DisruptionBudget, records: InMem
 
 
 def cordon_step(
-    api: client.CoreV1Api, budget: DisruptionBudget, lifecycles: Lifecycles | None = None
+    api: client.CoreV1Api, budget: DisruptionBudget, lifecycles: RecordedLifecycles | None = None
 ) -> Cordon:
     """The CORDON step, wired as the drain function wires it (with ``lifecycles``, it reads the records)."""
     return Cordon(**wired(api, budget), lifecycles=lifecycles)

@@ -494,6 +494,13 @@ class RecordedLifecycles:
     def gave_back(self, request: SlotRequest) -> bool:
         return _gave_back(self._records.get(request.record_id), request.token, request.since)
 
+    def over(self, record_id: str, token: object) -> bool:
+        """Whether the lifecycle of ``token`` on the record ``record_id`` (as a node's claim names it) is over: its
+        record finished or gone (expired), or another lifecycle started over on it since (the next maintenance of
+        the instance, under a new token). A lifecycle at its cleanup is not over: it lets go of its node there."""
+        current = self._records.get(record_id)
+        return current is None or current.finished or current.token != token
+
 
 def _gave_back(current: LifecycleRecord | None, token: str | None, began: datetime | None) -> bool:
     """Whether the lifecycle of ``token`` begun at ``began`` (as a delivery read its record) has given its slot

@@ -6,7 +6,7 @@ import json
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from nodecycle.domain.budget import Lifecycles, SlotReason
 from nodecycle.domain.drain.common import (
@@ -50,6 +50,13 @@ CORDON_REFUSED = "cordon_refused"
 # record.extra key: since when each claim of the node fails: it conflicts (409: the node changed between its read and
 # the PATCH, which names the version read), or fails as the API server's failure (a webhook that is down, 5xx, 429)
 CORDON_FAILING = "cordon_failing"
+
+
+class ClaimedLifecycles(Lifecycles, Protocol):
+    """What the lifecycles' records tell: a slot given back (see :class:`Lifecycles`), and whether the lifecycle a
+    node's claim names is over (see ``RecordedLifecycles``)."""
+
+    def over(self, record_id: str, token: object) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -107,7 +114,7 @@ class Cordon:
         policy: DrainPolicy,
         metrics: Metrics,
         events: Events,
-        lifecycles: Lifecycles | None = None,
+        lifecycles: ClaimedLifecycles | None = None,
     ) -> None:
         """``lifecycles``: what the lifecycles' records say now, read before a node not yet claimed for this
         lifecycle is touched (None: not read)."""
@@ -154,6 +161,7 @@ class Cordon:
             Step.ACQUIRE_SLOT not in record.plan
             and node.owner == record.owner
             and node.lifecycle not in (None, record.id)
+            and not self._claim_over(node)
         ):
             # A cordon without a drain (a rebalance recommendation's) finding the node claimed by another lifecycle
             # of this stack (the drain of the instance's Spot interruption, which EC2 may tell with the
@@ -161,6 +169,12 @@ class Cordon:
             # all this one asks. Claimed again, the drain's claim was taken over, and this lifecycle's cleanup,
             # which follows at once, cleared the node's annotations under the drain.
             other = node.progress().get("transition") or "another lifecycle"
+            if not node.unschedulable:
+                # (uncordoned under a drain that goes on: kubectl uncordon, which the drain's next poll undoes by
+                # cordoning it again. Not claimed over, see above; but not settled as cordoned by that drain
+                # either while nothing cordons it: asked again until that drain cordons it, or is over)
+                log.info("node %s is claimed by %s but not cordoned: waiting", node.name, node.lifecycle)
+                return Outcome.wait(self._policy.budget_retry_seconds, **found)
             if other == Transition.SCHEDULED_CHANGE.short:
                 # (but a maintenance's drain gives the node back uncordoned once the maintenance is over and the
                 # instance stayed, as a reboot leaves it: left to it, the node took pods again, the instance still
@@ -267,6 +281,17 @@ class Cordon:
             f"{_what_then(record, deadline, self._policy.on_timeout)}",
         )
         return Outcome.next(drain_started_at=started, drain_deadline=deadline, **found)
+
+    def _claim_over(self, node: NodeInfo) -> bool:
+        """Whether the claim of ``node`` by another lifecycle of this stack is stale, as its record tells: that
+        lifecycle is over (a maintenance's drain whose release was refused or failed, its annotations left to the
+        sweeper), and nothing of it will cordon the node, nor let go of it. Left to it, a cordon without a drain
+        settled as cordoned by it, or, for a maintenance's, waited for a release that never comes until its own
+        horizon, hours of reads. Its node's cordon does not tell: a drain that goes on cordons it again at its next
+        poll, and a stale claim may have left it cordoned or not. (No records to read: not stale.)"""
+        if self._lifecycles is None or node.lifecycle is None:
+            return False
+        return self._lifecycles.over(node.lifecycle, node.progress().get("token"))
 
     def _drain_time(
         self, record: LifecycleRecord, node: NodeInfo | None, now: datetime
