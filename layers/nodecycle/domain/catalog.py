@@ -17,6 +17,18 @@ OWNER_TAG = "nodecycle:owner"
 # first): anyone allowed to send to the intake queue can name as many as they like, and each would otherwise
 # stay for the container's life. Far above what real events ask (a group deleted while its events drain).
 MAX_ABSENT_GROUPS = 1000
+# How many names no answer here covers (new names, or names Auto Scaling did not have when last asked) a container
+# asks Auto Scaling about: a burst of LOOKUP_BURST, then one per LOOKUP_EVERY. The answers above bound the calls
+# for names told again, but not for names each told once: a flood of them (a misconfigured forwarder, thousands
+# a minute) cost a DescribeAutoScalingGroups each and throttled the account's Auto Scaling API, which the drains'
+# heartbeats and completions share. Past the bound, a name is answered "not managed" without a call and is not
+# remembered: an action of a group created within the flood is left to the sweeper's adoption (half a sweep
+# interval after a sweep finds it held with no record), or found at its next event once a lookup is allowed.
+# Groups already known are read again after the ttl whatever the bound (one read per group and ttl). The burst
+# is what a cold container may need at once (the events of up to 50 groups scaling together); the rate, what a
+# flood costs past it (20 DescribeAutoScalingGroups a minute per container, not thousands).
+LOOKUP_BURST = 50
+LOOKUP_EVERY = timedelta(seconds=3)
 # An Auto Scaling group's name as Auto Scaling accepts it (ResourceName: 1 to 255 characters, no control
 # character but tab, CR, LF): another cannot be a group, and Auto Scaling would refuse to describe it.
 _GROUP_NAME = re.compile(r"[^\x00-\x08\x0b\x0c\x0e-\x1f]{1,255}")
@@ -31,7 +43,15 @@ class ManagedGroups:
     drain). Tag answers are cached for ``ttl`` so that a burst of events of one group costs one
     DescribeAutoScalingGroups, and a newly tagged group is picked up within minutes. Names Auto Scaling does
     not have (a forged notification's) are remembered apart, at most ``MAX_ABSENT_GROUPS`` of them, so that a
-    flood of invented names neither grows a warm container for ever nor pushes out the groups that exist.
+    flood of invented names neither grows a warm container for ever nor pushes out the groups that exist; and
+    with ``bounded_lookups``, names not known here are looked up at most ``LOOKUP_BURST`` at once and one per
+    ``LOOKUP_EVERY`` after.
+
+    The ttl's trade-off: a group created or tagged for this stack after its name was asked about (its first
+    events came before the group, or before its tag) is found only once the ttl is over, its actions' events
+    meanwhile ignored (and adopted by the sweeper); a shorter ttl finds it sooner but costs one more read per
+    ttl of every name told again, invented ones included (5 minutes: a sweep interval, within which the sweeper
+    adopts what intake ignored anyway).
     """
 
     def __init__(
@@ -44,6 +64,7 @@ class ManagedGroups:
         autoscaling: Autoscaling,
         clock: Clock,
         ttl: timedelta = timedelta(minutes=5),
+        bounded_lookups: bool = False,
     ) -> None:
         self._owner = owner
         self._names = frozenset(names)
@@ -54,6 +75,9 @@ class ManagedGroups:
         self._ttl = ttl
         self._tagged: dict[str, tuple[str | None, datetime]] = {}  # group -> its owner tag, when read
         self._absent: OrderedDict[str, datetime] = OrderedDict()  # names no group has -> when read
+        self._bounded_lookups = bounded_lookups  # (the functions' wiring bounds them: see LOOKUP_BURST)
+        self._lookups = Lookups()  # of names not known here
+        self._unasked = 0  # names taken for unmanaged without a lookup since the last warning
 
     def manages(self, group: str, hook: str) -> bool:
         if not self.takes_hook(hook):
@@ -95,6 +119,8 @@ class ManagedGroups:
         absent = self._absent.get(group)
         if (absent and now - absent < self._ttl) or not _GROUP_NAME.fullmatch(group):
             return None
+        if cached is None and self._bounded_lookups and not self._may_look_up(group, now):
+            return None
         tags = self._autoscaling.group_tags(group)
         self._absent.pop(group, None)
         if tags is None:
@@ -106,6 +132,41 @@ class ManagedGroups:
         owner = tags.get(OWNER_TAG)
         self._tagged[group] = (owner, now)
         return owner
+
+    def _may_look_up(self, group: str, now: datetime) -> bool:
+        if self._lookups.take(now):
+            if self._unasked:
+                log.warning(
+                    "%d names of groups not known here taken for unmanaged without asking Auto Scaling (more "
+                    "than %d at once, then one per %.0f s: forged or broken messages?)",
+                    self._unasked,
+                    LOOKUP_BURST,
+                    LOOKUP_EVERY.total_seconds(),
+                )
+                self._unasked = 0
+            return True
+        if not self._unasked:  # (once per run of them: a flood's names are not logged one by one)
+            log.warning("group %s not looked up: too many names of groups not known here at once", group)
+        self._unasked += 1
+        return False
+
+
+class Lookups:
+    """A token bucket of lookups: ``LOOKUP_BURST`` at once, then one per ``LOOKUP_EVERY`` (see LOOKUP_BURST)."""
+
+    def __init__(self) -> None:
+        self._left = float(LOOKUP_BURST)
+        self._counted_at: datetime | None = None
+
+    def take(self, now: datetime) -> bool:
+        if self._counted_at is not None:
+            refilled = max(now - self._counted_at, timedelta(0)) / LOOKUP_EVERY
+            self._left = min(float(LOOKUP_BURST), self._left + refilled)
+        self._counted_at = now
+        if self._left < 1:
+            return False
+        self._left -= 1
+        return True
 
 
 class LifecycleHooks:

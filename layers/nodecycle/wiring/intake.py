@@ -58,6 +58,8 @@ def managed_groups(config: IntakeSettings | SweeperSettings, ports: Common) -> M
         hooks=config.managed_hooks,
         autoscaling=ports.autoscaling,
         clock=ports.clock,
+        # (anyone allowed to send to the intake queue can name as many groups as they like: see LOOKUP_BURST)
+        bounded_lookups=True,
     )
 
 
