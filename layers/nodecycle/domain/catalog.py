@@ -29,6 +29,8 @@ MAX_ABSENT_GROUPS = 1000
 # flood costs past it (20 DescribeAutoScalingGroups a minute per container, not thousands).
 LOOKUP_BURST = 50
 LOOKUP_EVERY = timedelta(seconds=3)
+# How many names of hooks their groups do not have a container remembers (see LifecycleHooks.get).
+MAX_ABSENT_HOOKS = 1000
 # An Auto Scaling group's name as Auto Scaling accepts it (ResourceName: 1 to 255 characters, no control
 # character but tab, CR, LF): another cannot be a group, and Auto Scaling would refuse to describe it.
 _GROUP_NAME = re.compile(r"[^\x00-\x08\x0b\x0c\x0e-\x1f]{1,255}")
@@ -181,21 +183,41 @@ class LifecycleHooks:
         self._autoscaling = autoscaling
         self._clock = clock
         self._ttl = ttl
-        self._cache: dict[tuple[str, str], tuple[Hook, datetime]] = {}
+        # (group, hook) -> the hook, or None for one the group does not have, and when read; oldest first
+        self._cache: dict[tuple[str, str], tuple[Hook | None, datetime]] = {}
+        self._absent = 0  # entries of hooks the group does not have
+        self._fresh_reads = Lookups()  # within the ttl (an event's transition not its hook's)
         self._groups: dict[str, tuple[dict[str, Hook], datetime]] = {}
 
     def get(self, group: str, name: str, *, fresh: bool = False) -> Hook | None:
-        """The hook; ``fresh``: read from Auto Scaling even within the ttl (before refusing on its answer)."""
+        """The hook; ``fresh``: read from Auto Scaling even within the ttl (before refusing on its answer), as
+        often as ``LOOKUP_BURST`` allows.
+
+        A hook the group does not have is remembered as such for the ttl too (at most ``MAX_ABSENT_HOOKS`` of
+        them): each message naming one, or naming a hook with the other transition (a forged or broken one,
+        thousands a minute from a misconfigured forwarder), cost a DescribeLifecycleHooks, on the Auto Scaling
+        API the drains' heartbeats and completions share. The trade-off: a hook created since is found once
+        the ttl is over (an action it holds meanwhile is adopted by the sweeper), and one recreated for the
+        other transition at once, unless a flood of such messages used the fresh reads up (then within a
+        LOOKUP_EVERY)."""
         key = (group, name)
         now = self._clock.now()
         cached = self._cache.get(key)
-        if cached is not None and now - cached[1] < self._ttl and not fresh:
-            return cached[0]
+        if cached is not None:
+            hook, read_at = cached
+            if now - read_at < self._ttl and not (fresh and self._fresh_reads.take(now)):
+                return hook
         hook = self._autoscaling.hook(group, name)
-        if hook is None:
-            self._cache.pop(key, None)
-            return None
+        self._cache.pop(key, None)  # (at the end: the newest of the absent ones forgotten last)
         self._cache[key] = (hook, now)
+        if hook is None:
+            self._absent += 1
+        if cached is not None and cached[0] is None:
+            self._absent -= 1
+        if self._absent > MAX_ABSENT_HOOKS:
+            oldest = next(k for k, (h, _) in self._cache.items() if h is None)
+            del self._cache[oldest]
+            self._absent -= 1
         return hook
 
     def of(self, group: str) -> dict[str, Hook]:

@@ -147,3 +147,62 @@ def test_a_new_group_named_during_a_flood_is_found_once_lookups_are_allowed_agai
     clock.advance(LOOKUP_EVERY.total_seconds())
     assert intake.accept(naming("nodes-new", 101, clock)) is IntakeOutcome.ACCEPTED
     assert autoscaling.reads == ["nodes-new"]
+
+
+@dataclass
+class CountingHooks(CountingAutoscaling):
+    """Auto Scaling that also counts DescribeLifecycleHooks of one hook (the port's ``hook``)."""
+
+    hook_reads: list[tuple[str, str]] = field(default_factory=list)
+
+    def hook(self, group: str, name: str) -> Hook | None:
+        self.hook_reads.append((group, name))
+        return super().hook(group, name)
+
+
+def test_messages_naming_a_hook_this_group_does_not_have_cost_one_lookup_per_ttl() -> None:
+    # Given a tag-managed stack whose group has a terminate hook alone
+    autoscaling, clock = CountingHooks(tags=ours().tags, hooks=ours().hooks), FakeClock()
+    intake = a_stack(autoscaling, clock)
+
+    # When 2,000 messages over a minute name its group with a hook it does not have
+    for n in range(2000):
+        assert intake.accept(naming(OURS, n, clock, hook="launch")) is IntakeOutcome.UNKNOWN_HOOK
+        clock.advance(0.03)
+
+    # Then Auto Scaling was asked about that hook a few times, not once per message
+    assert len(autoscaling.hook_reads) <= 2
+
+
+def test_messages_naming_a_hook_with_the_wrong_transition_cost_a_bounded_number_of_lookups() -> None:
+    # Given a tag-managed stack whose group's hook holds terminations
+    autoscaling, clock = CountingHooks(tags=ours().tags, hooks=ours().hooks), FakeClock()
+    intake = a_stack(autoscaling, clock)
+
+    # When 2,000 messages over a minute name that hook as a launch (a forged or broken message)
+    for n in range(2000):
+        told = naming(OURS, n, clock, transition=Transition.LAUNCHING)
+        assert intake.accept(told) is not IntakeOutcome.ACCEPTED
+        clock.advance(0.03)
+
+    # Then Auto Scaling was asked about that hook once, then again (the hook recreated for the other
+    # transition?) a burst of times and one per LOOKUP_EVERY, not once per message
+    assert len(autoscaling.hook_reads) <= 1 + LOOKUP_BURST + 60 / LOOKUP_EVERY.total_seconds() + 1
+
+
+def test_a_hook_created_after_its_name_was_asked_about_is_found_within_the_hooks_ttl() -> None:
+    # Given a tag-managed stack told of a hook its group did not have yet
+    autoscaling, clock = CountingHooks(tags=ours().tags, hooks=ours().hooks), FakeClock()
+    intake = a_stack(autoscaling, clock)
+    assert intake.accept(naming(OURS, 1, clock, hook="late")) is IntakeOutcome.UNKNOWN_HOOK
+
+    # When the hook is created
+    autoscaling.hooks[(OURS, "late")] = Hook(Transition.TERMINATING, heartbeat_timeout=300)
+
+    # Then within the hooks' ttl (a minute) it is not asked about again, and after it, it is found
+    clock.advance(59)
+    assert intake.accept(naming(OURS, 2, clock, hook="late")) is IntakeOutcome.UNKNOWN_HOOK
+    assert autoscaling.hook_reads == [(OURS, "late")]
+    clock.advance(1)
+    assert intake.accept(naming(OURS, 3, clock, hook="late")) is IntakeOutcome.ACCEPTED
+    assert autoscaling.hook_reads == [(OURS, "late"), (OURS, "late")]
