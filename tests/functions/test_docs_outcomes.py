@@ -3,6 +3,7 @@ runbook entry that alarm points at."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -17,14 +18,20 @@ def entry(title: str) -> str:
 
 
 def outcomes_written_where_counted(metric: str) -> set[str]:
-    """The outcomes set in the statements that follow each count of ``metric`` (the decision it counts)."""
+    """The outcomes set in each function that counts ``metric`` (the decision it counts; the count may come
+    before the outcome is written or after the write lands)."""
     found = set()
     for source in PRODUCT.rglob("*.py"):
-        lines = source.read_text().splitlines()
-        for index, line in enumerate(lines):
-            if f'.count("{metric}")' in line:
-                decision = "\n".join(lines[index : index + 24])
-                found |= set(re.findall(rf"outcome(?:=|\"\s*:\s*)[^\n]*?{OUTCOME}", decision))
+        text = source.read_text()
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                decision = ast.get_source_segment(text, node) or ""
+                if f'.count("{metric}")' in decision and not any(
+                    f'.count("{metric}")' in (ast.get_source_segment(text, inner) or "")
+                    for inner in ast.walk(node)
+                    if inner is not node and isinstance(inner, ast.FunctionDef | ast.AsyncFunctionDef)
+                ):
+                    found |= set(re.findall(rf"outcome(?:=|\"\s*:\s*)[^\n]*?{OUTCOME}", decision))
     return found
 
 

@@ -311,3 +311,38 @@ def test_a_settlement_whose_commit_is_refused_after_its_completion_is_recorded_b
     assert counts["LifecyclesSettled"] == 1
     settled = settled_by_the_sweeper(repair, record_id)
     assert settled.action_confirmed
+    # ...and the action near its global timeout (the metric that pages) is counted once, by the sweep that claimed
+    # it, not again by the one that recorded its completion
+    assert repair.metrics.counts["GlobalTimeoutsNear"] == 1
+
+
+@pytest.mark.usefixtures("stack")
+def test_a_settlement_whose_claim_is_refused_counts_its_action_near_its_global_timeout_once(
+    stack: Stack,
+) -> None:
+    # Given a stalled drain at its last chance, whose settlement's claim DynamoDB refuses once (throttled past the
+    # client's retries): nothing claimed, nothing completed
+    repair = repair_on(stack)
+    record_id = stalled_at_its_last_chance(repair)
+    commit = repair.records.commit
+
+    def refuse_the_claim(record: LifecycleRecord, expected_seq: int) -> bool:
+        if "completion_claim" in record.extra:
+            repair.records.commit = commit  # type: ignore[method-assign]
+            raise TransientError("ProvisionedThroughputExceededException")
+        return commit(record, expected_seq)
+
+    repair.records.commit = refuse_the_claim  # type: ignore[method-assign]
+    with pytest.raises(SweepFailed):
+        repair.run()
+    assert repair.autoscaling.completed == []
+
+    # When the next sweep runs, on schedule
+    repair.clock.advance(INTERVAL.total_seconds())
+    counts = repair.run()
+
+    # Then it settles the action, counted near its global timeout (the metric that pages) once: by the settlement
+    # whose claim landed, not by the one whose claim was refused
+    assert counts["LifecyclesSettled"] == 1
+    settled_by_the_sweeper(repair, record_id)
+    assert repair.metrics.counts["GlobalTimeoutsNear"] == 1

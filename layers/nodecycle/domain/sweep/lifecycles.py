@@ -13,6 +13,7 @@ from nodecycle.domain.engine import (
     action_lapsed,
     advance,
     claim_recorded,
+    claimed_by,
     claimed_for_completion,
     completion_in_progress,
     moved_on,
@@ -367,7 +368,9 @@ class LifecycleRepair:
         log.error(
             "lifecycle %s at %s is overdue near its global timeout: completing it now", record.id, record.step
         )
-        self._metrics.count("GlobalTimeoutsNear")
+        # A sweep's settlement whose commit after its call was refused (or that was killed) left its claim: the
+        # sweep that takes it over settles the same action, which the first counted once its claim committed
+        counted = claimed_by(current) == "sweeper"
         # An action at its completion has passed every step before it: it is completed as the engine would
         # complete it (its result, or the completion's default when no step decided one, as after a readiness
         # gate that found the node Ready), and keeps its why. Any other is settled with the failure result of
@@ -398,6 +401,8 @@ class LifecycleRepair:
         ).model_copy(update={"due_at": now})
         if not self._records.commit(settling, expected_seq=record.seq):
             return False
+        if not counted:  # (a page: once per action, by the settlement that claimed it)
+            self._metrics.count("GlobalTimeoutsNear")
         self._left_line(record, now)
         try:
             completed = self._completion(settling, now)
