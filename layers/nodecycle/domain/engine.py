@@ -307,8 +307,13 @@ class StepEngine:
         timing: EngineTiming,
         failure_result: Callable[[LifecycleRecord], ActionResult],
         out_of_line: Callable[[LifecycleRecord, datetime], None] | None = None,
+        step_time: Callable[[], AbstractContextManager[object]] = nullcontext,
     ) -> None:
+        """``step_time``: entered around the confirmation before a step (``_verify``), whose Auto Scaling calls
+        are the step's: they end within the step's time, as its own calls do (the wiring's), and a hung call
+        leaves the engine the reserve it keeps for its commit, heartbeat and next message."""
         self._worker = worker
+        self._step_time = step_time
         # Told of a launch waiting in an EIP pool's line (``waits_in_line``) that the engine, not its step, moves
         # on (the guard settles it, a heartbeat finds its action lapsed): it leaves the line and wakes the next
         # waiter, as its step does when it gives up. Never raises.
@@ -498,7 +503,8 @@ class StepEngine:
             try:
                 try:
                     asked = record.heartbeats
-                    record, outcome = self._verify(record, now)
+                    with self._step_time():
+                        record, outcome = self._verify(record, now)
                     renewed_at = now if record.heartbeats > asked else None
                 except TransientError:
                     heartbeat_failed = True  # (its heartbeat, which the keep-alive would ask again at once)

@@ -162,11 +162,12 @@ class Common:
         out_of_line: Callable[[LifecycleRecord, datetime], None] | None = None,
     ) -> StepEngine:
         """The step engine of one worker function, over the shared ports: the AWS calls of its steps end within
-        the step's time of the invocation that runs them (InvocationTime), the engine's own within the
-        invocation's."""
+        the step's time of the invocation that runs them (InvocationTime), as do the engine's confirmation before
+        a step, the engine's own within the invocation's."""
         return StepEngine(
             worker=worker,
             steps=within_step_time(steps, invocation_time()),
+            step_time=invocation_time().step,
             records=self.records,
             queues=self.queues,
             autoscaling=self.autoscaling,
