@@ -18,8 +18,8 @@ def entry(title: str) -> str:
 
 
 def outcomes_written_where_counted(metric: str) -> set[str]:
-    """The outcomes set in each function that counts ``metric`` (the decision it counts; the count may come
-    before the outcome is written or after the write lands)."""
+    """The outcomes set (or, where the count follows the write that lands, compared) in each function that
+    counts ``metric``: the decision it counts."""
     found = set()
     for source in PRODUCT.rglob("*.py"):
         text = source.read_text()
@@ -31,7 +31,7 @@ def outcomes_written_where_counted(metric: str) -> set[str]:
                     for inner in ast.walk(node)
                     if inner is not node and isinstance(inner, ast.FunctionDef | ast.AsyncFunctionDef)
                 ):
-                    found |= set(re.findall(rf"outcome(?:=|\"\s*:\s*)[^\n]*?{OUTCOME}", decision))
+                    found |= set(re.findall(rf"outcome(?:=|\s*==\s*|\"\s*:\s*)[^\n]*?{OUTCOME}", decision))
     return found
 
 

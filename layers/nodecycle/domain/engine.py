@@ -570,6 +570,10 @@ class StepEngine:
                 # or it holds the slot unused until that retry. If it moved on, the wake does nothing.
                 self._dispatch.wake(record.id, token=record.token)
             return None
+        if updated.outcome == "global-timeout-near" and record.outcome != updated.outcome:
+            # The guard's decision, counted once it landed: a run whose commit was refused, its message delivered
+            # again, decides it again (a metric that pages: once per action)
+            self._metrics.count("GlobalTimeoutsNear")
         if updated.step is not record.step:
             log.info("step %s -> %s", record.step, updated.step, extra={"seq": updated.seq})
             if self._out_of_line is not None and waits_in_line(record) and (stepped is None or stepped.again):
@@ -696,7 +700,7 @@ class StepEngine:
         if now < record.global_deadline - self._timing.settle_before:
             return None
         log.error("global timeout of the lifecycle action is near: completing it now")
-        self._metrics.count("GlobalTimeoutsNear")
+        # (counted once its commit lands: see _run_step)
         return Outcome.goto(
             Step.COMPLETE,
             plan=completed_first(record),

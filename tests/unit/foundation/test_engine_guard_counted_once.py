@@ -15,12 +15,6 @@ from nodecycle.domain.model import LifecycleRecord, Step
 from tests.unit.foundation.test_engine import MARGIN, PLAN, Script, World, kept_alive, make_record
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the guard counts when it decides, before the commit: a refused commit and the redelivery count twice. "
-    "Fix: count after the run's commit lands with the guard's outcome (both of _run_step's guards), and let "
-    "tests/functions/test_docs_outcomes.py find the guard's outcome where the count is",
-)
 def test_a_guard_whose_commit_is_refused_counts_its_action_near_its_global_timeout_once() -> None:
     # Given a lifecycle still waiting for its slot at the guard's point, whose first commit DynamoDB refuses
     world = World()
