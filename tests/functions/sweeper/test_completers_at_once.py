@@ -346,3 +346,38 @@ def test_a_settlement_whose_claim_is_refused_counts_its_action_near_its_global_t
     assert counts["LifecyclesSettled"] == 1
     settled_by_the_sweeper(repair, record_id)
     assert repair.metrics.counts["GlobalTimeoutsNear"] == 1
+
+
+@pytest.mark.usefixtures("stack")
+def test_an_action_the_engines_guard_moved_to_its_completion_is_not_counted_again_by_the_sweeper(
+    stack: Stack,
+) -> None:
+    # Given a drain the engine's guard moved to its completion near the global timeout (counted there), whose
+    # completion then stalled (its queue): at the sweeper's last chance
+    repair = repair_on(stack)
+    repair.autoscaling.action_timeout = 600
+    record = make_record(
+        PLAN,
+        Step.COMPLETE,
+        node="n1",
+        seq=4,
+        heartbeat_timeout=600,
+        result=ActionResult.CONTINUE,
+        outcome="global-timeout-near",
+    )
+    repair.clock.current = record.global_deadline - INTERVAL - MARGIN
+    assert repair.records.create(
+        kept_alive(repair.autoscaling, record, repair.clock.now() - timedelta(seconds=100))
+    )
+
+    # When the sweep settles it
+    counts = repair.run()
+
+    # Then the action is completed with the guard's result and outcome, and not counted near its global timeout a
+    # second time (the metric pages once per action: the guard's count)
+    assert counts["LifecyclesSettled"] == 1
+    settled = repair.records.get(record.id)
+    assert settled is not None
+    assert (settled.outcome, settled.completed_at is not None) == ("global-timeout-near", True)
+    assert [result for _, result in repair.autoscaling.completed] == [ActionResult.CONTINUE]
+    assert repair.metrics.counts.get("GlobalTimeoutsNear", 0) == 0

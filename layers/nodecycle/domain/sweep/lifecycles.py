@@ -368,9 +368,10 @@ class LifecycleRepair:
         log.error(
             "lifecycle %s at %s is overdue near its global timeout: completing it now", record.id, record.step
         )
-        # A sweep's settlement whose commit after its call was refused (or that was killed) left its claim: the
-        # sweep that takes it over settles the same action, which the first counted once its claim committed
-        counted = claimed_by(current) == "sweeper"
+        # Counted once per action (the metric pages): a sweep's settlement whose commit after its call was refused
+        # (or that was killed) left its claim, and the sweep that takes it over settles the same action, which the
+        # first counted once its claim committed; the engine's guard counted an action it moved to its completion
+        counted = claimed_by(current) == "sweeper" or current.outcome == "global-timeout-near"
         # An action at its completion has passed every step before it: it is completed as the engine would
         # complete it (its result, or the completion's default when no step decided one, as after a readiness
         # gate that found the node Ready), and keeps its why. Any other is settled with the failure result of
