@@ -183,9 +183,9 @@ class LifecycleHooks:
         self._autoscaling = autoscaling
         self._clock = clock
         self._ttl = ttl
-        # (group, hook) -> the hook, or None for one the group does not have, and when read; oldest first
-        self._cache: dict[tuple[str, str], tuple[Hook | None, datetime]] = {}
-        self._absent = 0  # entries of hooks the group does not have
+        self._cache: dict[tuple[str, str], tuple[Hook, datetime]] = {}  # (group, hook) -> the hook, when read
+        # (group, hook) the group does not have -> when read, oldest first (as ManagedGroups' absent names)
+        self._absent: OrderedDict[tuple[str, str], datetime] = OrderedDict()
         self._fresh_reads = Lookups()  # within the ttl (an event's transition not its hook's)
         self._groups: dict[str, tuple[dict[str, Hook], datetime]] = {}
 
@@ -203,21 +203,18 @@ class LifecycleHooks:
         key = (group, name)
         now = self._clock.now()
         cached = self._cache.get(key)
-        if cached is not None:
-            hook, read_at = cached
-            if now - read_at < self._ttl and not (fresh and self._fresh_reads.take(now)):
-                return hook
+        read_at = cached[1] if cached is not None else self._absent.get(key)
+        if read_at is not None and now - read_at < self._ttl and not (fresh and self._fresh_reads.take(now)):
+            return cached[0] if cached is not None else None
         hook = self._autoscaling.hook(group, name)
-        self._cache.pop(key, None)  # (at the end: the newest of the absent ones forgotten last)
-        self._cache[key] = (hook, now)
+        self._absent.pop(key, None)
         if hook is None:
-            self._absent += 1
-        if cached is not None and cached[0] is None:
-            self._absent -= 1
-        if self._absent > MAX_ABSENT_HOOKS:
-            oldest = next(k for k, (h, _) in self._cache.items() if h is None)
-            del self._cache[oldest]
-            self._absent -= 1
+            self._cache.pop(key, None)
+            self._absent[key] = now
+            if len(self._absent) > MAX_ABSENT_HOOKS:
+                self._absent.popitem(last=False)
+            return None
+        self._cache[key] = (hook, now)
         return hook
 
     def of(self, group: str) -> dict[str, Hook]:
