@@ -74,8 +74,12 @@ def longest_wait_in_line(retry_seconds: float, holder_ttl: timedelta, poll_secon
     """The longest a drain waits in line between two asks (:func:`_retry_in_line`'s bound; its other waits in
     line, a budget failing or another lifecycle's drain, are ``BudgetRetrySeconds`` or a poll): what the budget's
     renewal of a waiter's place must outlast (``DisruptionBudget``'s ``waiter_asks_within``)."""
-    in_line = min(retry_seconds * RETRY_IN_LINE_FACTOR, holder_ttl.total_seconds() / 3)
-    return max(in_line, retry_seconds, poll_seconds)
+    return max(_last_in_line(retry_seconds, holder_ttl), retry_seconds, poll_seconds)
+
+
+def _last_in_line(retry_seconds: float, holder_ttl: timedelta) -> float:
+    """How long the last waiter of a line waits between two asks (:func:`_retry_in_line`'s most rounds)."""
+    return min(retry_seconds * RETRY_IN_LINE_FACTOR, holder_ttl.total_seconds() / 3)
 
 
 def _retry_in_line(decision: SlotDecision, request: SlotRequest, now: datetime, policy: DrainPolicy) -> float:
@@ -110,7 +114,7 @@ def _retry_outside(request: SlotRequest, now: datetime, policy: DrainPolicy) -> 
     node the line cannot take even then (full of drains in progress, or of urgent nodes) stays outside until it is
     forced, and a retry capped by that moment, past, asked every second (hundreds such in a long scale-in)."""
     base = policy.budget_retry_seconds
-    delay = min(base * RETRY_IN_LINE_FACTOR, policy.holder_ttl.total_seconds() / 3)
+    delay = _last_in_line(base, policy.holder_ttl)
     if request.urgent_at is None:
         return max(1.0, delay)
     if now >= request.urgent_at:
