@@ -66,6 +66,22 @@ def completing(function: str, now: datetime) -> LifecycleRecord:
     )
 
 
+def handled_in_time(function: str, body: str, hung: HungEndpoint) -> None:
+    """``function`` takes the work message ``body`` with REMAINING seconds of its time left: it ends within them,
+    having asked the hung Auto Scaling, its message not failed (which would bring it back only after the queue's
+    visibility timeout)."""
+    started = time.monotonic()
+    try:
+        response = load_function(function).handler(
+            sqs_event(body), LambdaContext(remaining_millis=int(REMAINING * 1000))
+        )
+    except BatchFailed as failed:
+        pytest.fail(f"the message failed, back after the visibility timeout: {failed.__cause__!r}")
+    assert time.monotonic() - started < REMAINING + LATE_SECONDS
+    assert hung.requests >= 1
+    assert response == {"batchItemFailures": []}
+
+
 @pytest.mark.parametrize("function", ["drain", "eip"])
 def test_a_step_whose_aws_call_hangs_is_retried_within_the_invocations_time(
     stack: Stack, hung_autoscaling: HungEndpoint, function: str
@@ -78,18 +94,8 @@ def test_a_step_whose_aws_call_hangs_is_retried_within_the_invocations_time(
     body = WorkMessage(record_id=record.id, seq=record.seq, step=Step.COMPLETE).model_dump_json()
 
     # When the function takes its message with REMAINING seconds of its time left
-    started = time.monotonic()
-    try:
-        response = load_function(function).handler(
-            sqs_event(body), LambdaContext(remaining_millis=int(REMAINING * 1000))
-        )
-    except BatchFailed as failed:
-        pytest.fail(f"the message failed, back after the visibility timeout: {failed.__cause__!r}")
-
     # Then the invocation ended within its time, the step asked Auto Scaling only what its time allowed...
-    assert time.monotonic() - started < REMAINING + LATE_SECONDS
-    assert hung_autoscaling.requests >= 1
-    assert response == {"batchItemFailures": []}
+    handled_in_time(function, body, hung_autoscaling)
     # ...and its retry is committed and sent: the completion is tried again, not completed by mistake (two
     # commits: the completion's claim before its call, then the retry, which clears the claim)
     after = records.get(record.id)
