@@ -5,7 +5,9 @@ owners on one cluster; Elastic IPs allocated and from a pool), each under faults
 (API server 409 storms, 429s, 500s, slow answers and dropped connections; AWS throttling and 5xx; SQS
 duplicates, delays, reordering and drops; containers killed after an API call; moved clocks; a node losing
 its kubelet), each to quiescence, sweeper included. ``--lag`` runs the same scenarios on an eventually
-consistent AWS: the lifecycle table's index behind its writes, EC2's reads behind its writes, or both. Every scenario is judged by the invariants of
+consistent AWS: the lifecycle table's index behind its writes, EC2's reads behind its writes, or both.
+``--forge`` sends forged and replayed hook notifications to the intake queues among the real ones (a token no
+hook issued, an action already completed, the other stack's queue). Every scenario is judged by the invariants of
 docs/design.md from what the sandbox recorded; a violation is shrunk to the fewest faults that still
 reproduce it and printed with its seed. The exit status is 1 when any invariant was violated.
 
@@ -39,6 +41,11 @@ def register(commands: Any) -> None:
         action="store_true",
         help="the same scenarios on an eventually consistent AWS: DynamoDB's index and EC2's reads lag its writes",
     )
+    parser.add_argument(
+        "--forge",
+        action="store_true",
+        help="the same scenarios with forged and replayed lifecycle notifications sent to the intake queues",
+    )
     parser.add_argument("--no-shrink", action="store_true", help="report violations without shrinking them")
     parser.add_argument("--log-dir", type=Path, help="keep the functions' logs here")
     parser.add_argument(
@@ -71,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
         only=args.only,
         faults=not args.no_faults,
         lag=args.lag,
+        forge=args.forge,
         shrink=not args.no_shrink,
         log_dir=args.log_dir,
         worlds=args.worlds,

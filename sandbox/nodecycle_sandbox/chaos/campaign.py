@@ -45,6 +45,7 @@ class Finding:
             lines.append(f"    faults: {', '.join(f.describe() for f in self.scenario.faults) or 'none'}")
         lines.append(f"    fired: {', '.join(self.fired) or 'none'}")
         lag = " --lag" if self.scenario.lagging else ""
+        lag += " --forge" if self.scenario.forgeries else ""
         lines.append(
             f"    replay: nodecycle chaos --seed {self.scenario.seed} --only {self.scenario.index}{lag}"
         )
@@ -101,6 +102,7 @@ def run_campaign(
     kinds: tuple[str, ...] = KINDS,
     faults: bool = True,
     lag: bool = False,
+    forge: bool = False,
     shrink: bool = True,
     stop_at_first: bool = False,
     log_dir: Path | None = None,
@@ -112,7 +114,8 @@ def run_campaign(
     among that many worlds in their own processes: a scenario spends most of its time waiting for steps and
     timeouts, so several worlds at once use the cores a single one leaves idle. Each scenario is the same
     whichever world runs it; the report is the sum of theirs. ``lag``: each scenario on an eventually
-    consistent AWS (plan.draw_lag), the same stories and faults otherwise."""
+    consistent AWS (plan.draw_lag), the same stories and faults otherwise; ``forge``: forged and replayed
+    messages sent to the intake queues among the real ones (plan.draw_forgeries)."""
     indexes = [only] if only is not None else list(range(scenarios))
     options: dict[str, Any] = {
         "seed": seed,
@@ -121,6 +124,7 @@ def run_campaign(
         "kinds": kinds,
         "faults": faults,
         "lag": lag,
+        "forge": forge,
         "shrink": shrink,
         "stop_at_first": stop_at_first,
         "warm_up": warm_up,
@@ -139,6 +143,7 @@ def _run(
     kinds: tuple[str, ...],
     faults: bool,
     lag: bool,
+    forge: bool,
     shrink: bool,
     stop_at_first: bool,
     log_dir: Path | None,
@@ -150,7 +155,7 @@ def _run(
     with World(root=root, layer_dir=layer_dir, log_dir=log_dir, warm_up=warm_up) as world:
         report.startup_seconds = time.monotonic() - began
         for index in indexes:
-            scenario = draw(seed, index, kinds=kinds, faults=faults, lag=lag)
+            scenario = draw(seed, index, kinds=kinds, faults=faults, lag=lag, forge=forge)
             try:
                 observation = world.run(scenario)
             except Exception as error:  # a scenario that could not be set up or run is reported, not fatal
@@ -242,6 +247,7 @@ def _line(observation: Observation, found: list[Violation]) -> str:
     notes += "".join(
         f"\n           note: {note}" for note in observation.notes
     )  # what the judges may have missed
+    notes += "".join(f"\n           forged: {sent}" for sent in observation.forged)
     return (
         f"{scenario.name:<10} {scenario.kind:<10} {observation.seconds:5.1f}s  {verdict}  ({faults})  [{phases}]"
         f"{notes}"

@@ -36,10 +36,12 @@ from nodecycle_sandbox.checks import (
     selects,
 )
 from nodecycle_sandbox.kube import HistoryEntry
+from nodecycle_sandbox.kube.history import API
 
 # The invariants, by name, as a campaign reports them.
 INVARIANTS = {
     "budget": "the budget is never exceeded, globally or in any zone (1)",
+    "confirmed": "nothing is cordoned or evicted for a node whose instance's terminate action has not begun (8)",
     "drain": "no terminate action is completed while its node still has evictable pods, unless the outcome says why (2)",
     "global-timeout": "every accepted action is completed by nodecycle before its global timeout (2, 11)",
     "ownership": "no owner touches another's node or budget entry (3)",
@@ -63,6 +65,8 @@ FORCED_DELETE_SLACK = 60.0
 # grace, a stuck pod's margin of 60 s, the load balancer delay, 0 here, and the engine's settle margin, 32 s
 # under the campaign's settings), rounded up: a later cap would call a forced delete early that was not.
 DRAIN_TAIL_LONGEST = 120.0
+# Times from two processes' clocks (the API server's history, the Auto Scaling emulation's), one machine's
+CLOCK_SLACK = 0.05
 # The API server's faults that leave a request undone (a slow answer or a lost response did it)
 _NOT_DONE = frozenset(
     {"kube-throttle", "kube-error", "kube-drop", "kube-webhook-down", "kube-webhook-deny", "kube-forbidden"}
@@ -77,7 +81,17 @@ class Violation:
 
 def check(observation: Observation) -> list[Violation]:
     found: list[Violation] = []
-    for judge in (_budget, _drain, _global_timeout, _ownership, _addresses, _repair, _pdb, _slot_held):
+    for judge in (
+        _budget,
+        _confirmed,
+        _drain,
+        _global_timeout,
+        _ownership,
+        _addresses,
+        _repair,
+        _pdb,
+        _slot_held,
+    ):
         found += list(judge(observation))
     return found
 
@@ -89,6 +103,50 @@ def _budget(o: Observation) -> Iterator[Violation]:
     for zone, count in zones.items():
         if count > LIMITS["per_zone"]:
             yield Violation("budget", f"{count} nodes drained at once in {zone} (limit {LIMITS['per_zone']})")
+
+
+def _confirmed(o: Observation) -> Iterator[Violation]:
+    """Design invariant 8: a node is disrupted by an API caller (cordoned; a pod on it evicted or deleted) only
+    once Auto Scaling has begun its instance's terminate action. The campaign's stories disrupt nodes for no
+    other reason (no maintenance event, no rebalance recommendation): a disruption before that, or of a node
+    whose instance never terminated, came from a message no hook sent for that action (forged, replayed,
+    another instance's), or from a bug."""
+    instance_of = {node: instance for instance, node in o.nodes_of.items()}
+    began: dict[str, float] = {}
+    for action in o.actions:
+        if action.transition == TERMINATING:
+            began[action.instance_id] = min(
+                began.get(action.instance_id, action.started_at), action.started_at
+            )
+    node_of_pod: dict[tuple[str, str], str] = {}
+    first: dict[str, tuple[float, str]] = {}  # node -> when and how it was first disrupted
+    for entry in o.history:
+        if entry.kind == "Pod" and (node := (entry.object.get("spec") or {}).get("nodeName")):
+            node_of_pod[(entry.namespace, entry.name)] = node
+        if entry.source != API:
+            continue
+        if entry.kind == "Node" and entry.unschedulable and not entry.removed:
+            first.setdefault(entry.name, (entry.time, "cordoned"))
+        elif entry.kind == "Pod" and (entry.resource == "pods/eviction" or entry.verb == "delete"):
+            node = node_of_pod.get((entry.namespace, entry.name))
+            if node is not None:
+                how = "evicted" if entry.resource == "pods/eviction" else "deleted"
+                first.setdefault(node, (entry.time, f"pod {entry.namespace}/{entry.name} {how}"))
+    for node, (at, how) in sorted(first.items()):
+        instance = instance_of.get(node)
+        if instance is None:
+            continue  # not a node of this scenario's groups
+        start = began.get(instance)
+        if start is None:
+            yield Violation(
+                "confirmed", f"{node} ({instance}): {how} at {at - o.acting_at:.1f}s, never terminated"
+            )
+        elif at < start - CLOCK_SLACK:
+            yield Violation(
+                "confirmed",
+                f"{node} ({instance}): {how} at {at - o.acting_at:.1f}s, {start - at:.1f}s before its terminate "
+                "action began",
+            )
 
 
 def _drain(o: Observation) -> Iterator[Violation]:

@@ -28,6 +28,7 @@ class Mutation:
     old: str
     new: str
     kinds: tuple[str, ...] = KINDS  # the scenarios that can show it (all, unless it needs two owners)
+    forge: bool = False  # shown only by forged or replayed messages (the campaign's --forge)
 
 
 MUTATIONS = (
@@ -75,6 +76,14 @@ MUTATIONS = (
         "return [node for node in self._nodes() if node.owner == owner]",
         "return [node for node in self._nodes() if node.owner is not None]  # MUTATION: ownership skipped",
         kinds=("two-owners",),
+    ),
+    Mutation(
+        "confirm-skipped",
+        "the engine takes every action it is told of for active: Auto Scaling is not asked",
+        "nodecycle/adapters/aws/autoscaling.py",
+        "        if self._held_in_its_group(action):\n            return self.heartbeat(action)\n        return False\n",
+        "        return True  # MUTATION: every action confirmed, forged or not\n",
+        forge=True,
     ),
 )
 
@@ -135,6 +144,7 @@ def check_mutation(
             shrink=False,
             warm_up=warm_up,
             faults=faults,
+            forge=mutation.forge,
             stop_at_first=True,
             progress=progress,
         )

@@ -9,6 +9,11 @@ pods of a deleted node a few seconds more (podgc's quarantine), both drawn per s
 Opted in (``lag``), AWS is as eventually consistent as the real one: the lifecycle table's index behind its
 writes, EC2's reads behind its writes, or both, drawn from a stream of their own (:func:`draw_lag`), so that
 every seed still draws, with or without them, the stories and fault plans it always drew.
+
+Opted in (``forge``), messages that anyone allowed to send to an intake queue can send are sent among the
+real ones (:func:`draw_forgeries`, a stream of its own too): a hook notification for an instance in service
+with a token no hook issued, a replay of an action already completed or still open, one sent to the queue of
+the stack that does not own the group. Design invariant 8: none of them may disrupt anything.
 """
 
 from __future__ import annotations
@@ -22,6 +27,26 @@ KINDS = ("launch", "scale-in", "refresh", "terminate", "two-owners")
 _KIND_WEIGHTS = (2, 3, 3, 2, 3)
 STACKS = ("a", "b")  # a: Elastic IPs allocated per instance; b: claimed from a pool
 FUNCTIONS = ("IntakeFunction", "DrainFunction", "EipFunction", "SweeperFunction", "WakeFunction")
+
+
+# What a forged message is (see Forgery): a notification no hook sent, for an instance in service (terminate or
+# launch); a replay of one a hook sent (an action completed; for a terminate, still open if none is completed:
+# a duplicate while its drain runs); a forged terminate sent to the queue of the stack that does not own the group.
+FORGERIES = ("forged-terminate", "forged-launch", "replayed-launch", "replayed-terminate", "wrong-owner")
+FORGED_LATEST = 12.0  # seconds into the scenario: while its story still runs, mostly
+
+
+@dataclass(frozen=True)
+class Forgery:
+    """A well-formed hook notification sent to an intake queue at ``at`` seconds into the scenario; ``pick``
+    chooses its instance among those that fit (modulo their number, at that moment)."""
+
+    at: float
+    kind: str
+    pick: int
+
+    def describe(self) -> str:
+        return f"{self.kind} at {self.at:.1f}s"
 
 
 @dataclass(frozen=True)
@@ -46,6 +71,8 @@ class Scenario:
     # Seconds the functions' EC2 reads lag its writes (0: they see the latest state, as moto does); the index
     # lag is a fault of the plan (dynamodb-index-lag). Both drawn only when the campaign is asked for lag.
     ec2_lag: float = 0.0
+    # Messages forged or replayed onto the intake queues (drawn only when the campaign is asked to forge).
+    forgeries: tuple[Forgery, ...] = ()
 
     @property
     def name(self) -> str:
@@ -76,6 +103,8 @@ class Scenario:
         lost = "" if self.lost_kubelet_at is None else f", a kubelet lost at {self.lost_kubelet_at:.1f}s"
         sweeps = ", ".join(f"{t:.1f}" for t in self.sweeps)
         lag = f"; EC2's reads {self.ec2_lag:.1f}s behind its writes" if self.ec2_lag else ""
+        if self.forgeries:
+            lag += "; messages forged: " + ", ".join(f.describe() for f in self.forgeries)
         return (
             f"{self.name} [{self.kind}] stacks {'+'.join(self.stacks)}: {what}; "
             f"{self.replicas} pods per group stopping in {self.shutdown:.1f}s{lost}; sweeps at {sweeps}s; "
@@ -85,10 +114,17 @@ class Scenario:
 
 
 def draw(
-    seed: int, index: int, *, kinds: tuple[str, ...] = KINDS, faults: bool = True, lag: bool = False
+    seed: int,
+    index: int,
+    *,
+    kinds: tuple[str, ...] = KINDS,
+    faults: bool = True,
+    lag: bool = False,
+    forge: bool = False,
 ) -> Scenario:
     """Scenario ``index`` of the campaign of ``seed``; with ``lag``, the same scenario on an eventually
-    consistent AWS (its lags drawn by :func:`draw_lag`, after everything else and apart from it)."""
+    consistent AWS (its lags drawn by :func:`draw_lag`, after everything else and apart from it); with
+    ``forge``, with forged and replayed messages among the real ones (:func:`draw_forgeries`, apart too)."""
     rng = random.Random(f"{seed}:{index}")
     weights = [w for k, w in zip(KINDS, _KIND_WEIGHTS, strict=True) if k in kinds]
     kind = rng.choices([k for k in KINDS if k in kinds], weights)[0]
@@ -119,6 +155,8 @@ def draw(
         first = len(scenario.faults) + 1
         refusals = tuple(replace(f, id=f"f{n}") for n, f in enumerate(draw_refusals(rng), start=first))
         scenario = scenario.with_faults((*scenario.faults, *refusals))
+    if forge:
+        scenario = replace(scenario, forgeries=draw_forgeries(random.Random(f"{seed}:{index}:forge")))
     if not lag:
         return scenario
     index_lag, ec2_lag = draw_lag(random.Random(f"{seed}:{index}:lag"))
@@ -266,6 +304,15 @@ def draw_lag(rng: random.Random) -> tuple[tuple[Fault, ...], float]:
         )
     ec2_lag = round(rng.uniform(0.3, EC2_LAG_LONGEST), 1) if which in ("ec2", "both") else 0.0
     return index_lag, ec2_lag
+
+
+def draw_forgeries(rng: random.Random) -> tuple[Forgery, ...]:
+    """One to three forged or replayed messages, at moments of the story, from ``rng`` (a stream of their own)."""
+    drawn = (
+        Forgery(round(rng.uniform(0.2, FORGED_LATEST), 1), rng.choice(FORGERIES), rng.randrange(1000))
+        for _ in range(rng.randint(1, 3))
+    )
+    return tuple(sorted(drawn, key=lambda f: f.at))
 
 
 def _p(rng: random.Random, low: float, high: float) -> float:

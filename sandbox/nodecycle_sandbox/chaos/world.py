@@ -15,6 +15,7 @@ import logging
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -23,9 +24,10 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from nodecycle_sandbox.aws.control import SANDBOX_ACCOUNT
 from nodecycle_sandbox.aws.group import AutoScalingGroup, GroupSpec, HookSpec
 from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING, ActionRecord, InstanceHistory
-from nodecycle_sandbox.chaos.plan import Scenario
+from nodecycle_sandbox.chaos.plan import Forgery, Scenario
 from nodecycle_sandbox.faults import Fault, Firing
 from nodecycle_sandbox.kube import HistoryEntry, KubeServer
 from nodecycle_sandbox.runner.runner import Runner
@@ -143,6 +145,7 @@ class Observation:
     seconds: float = 0.0
     ec2_lagged: list[str] = field(default_factory=list)  # what the functions' lagging EC2 reads met
     notes: list[str] = field(default_factory=list)
+    forged: list[str] = field(default_factory=list)  # the forged and replayed messages sent (plan.Forgery)
     phases: list[tuple[str, float]] = field(default_factory=list)  # where the seconds went
 
     @property
@@ -275,6 +278,7 @@ class ScenarioRun:
         self.autoscaling = self.box.client("autoscaling")
         self.ec2 = self.box.client("ec2")
         self.lost: tuple[str, float] | None = None
+        self.forged: list[str] = []  # the forged messages sent, as the notes tell them
         self.refreshes: dict[str, str] = {}
         self.notes: list[str] = []
         self.phases: list[tuple[str, float]] = []
@@ -332,6 +336,7 @@ class ScenarioRun:
                 firings=firings,
                 ec2_lagged=lagged,
                 notes=self.notes,
+                forged=self.forged,
             )
         finally:
             box.disarm_faults()
@@ -423,18 +428,68 @@ class ScenarioRun:
             else:
                 for instance in sorted(group.in_state("InService"))[: scenario.terminate]:
                     group.terminate(instance, decrement=False)
-        events: list[tuple[float, str]] = [(t, "sweep") for t in scenario.sweeps]
+        events: list[tuple[float, str, Forgery | None]] = [(t, "sweep", None) for t in scenario.sweeps]
         if scenario.lost_kubelet_at is not None:
-            events.append((scenario.lost_kubelet_at, "kubelet"))
-        for at, what in sorted(events):
-            while time.time() < started + at and not self._settled():
-                time.sleep(min(0.5, max(0.0, started + at - time.time())))
-            if time.time() < started + at:
-                break  # all settled before this moment: the last word is the final sweep's
-            if what == "sweep":
-                self._fire_sweepers()
-            else:
-                self._lose_a_kubelet(started)
+            events.append((scenario.lost_kubelet_at, "kubelet", None))
+        events += [(f.at, "forge", f) for f in scenario.forgeries]
+        settled = False
+        for at, what, forgery in sorted(events, key=lambda event: event[:2]):
+            while not settled and time.time() < started + at:
+                settled = self._settled()
+                if not settled:
+                    time.sleep(min(0.5, max(0.0, started + at - time.time())))
+            if forgery is not None:  # sent even once all settled: a replay comes when it comes
+                self._forge(forgery)
+            elif not settled:  # all settled before this moment: the last word is the final sweep's
+                if what == "sweep":
+                    self._fire_sweepers()
+                else:
+                    self._lose_a_kubelet(started)
+
+    def _forge(self, forgery: Forgery) -> None:
+        """Send what ``forgery`` names to an intake queue, as anyone allowed sqs:SendMessage on it can: a hook
+        notification, well formed, that no hook sent for this action (design invariant 8). A forgery with no
+        instance that fits (no completed launch to replay yet) is noted and not sent."""
+        stack = sorted(self.groups)[forgery.pick % len(self.groups)]
+        group = self.groups[stack]
+        actions = [a for a in self.box.aws.actions() if a.group == group.name]
+        in_service = sorted(group.in_state("InService"))
+        target: tuple[str, str, str] | None = None  # instance, transition, token
+        if forgery.kind in ("forged-terminate", "wrong-owner", "forged-launch") and in_service:
+            transition = LAUNCHING if forgery.kind == "forged-launch" else TERMINATING
+            target = (in_service[forgery.pick % len(in_service)], transition, str(uuid.uuid4()))
+        elif forgery.kind in ("replayed-launch", "replayed-terminate"):
+            transition = LAUNCHING if forgery.kind == "replayed-launch" else TERMINATING
+            done = [a for a in actions if a.transition == transition and not a.active]
+            candidates = done or [a for a in actions if a.transition == transition]
+            if candidates:
+                action = sorted(candidates, key=lambda a: a.started_at)[forgery.pick % len(candidates)]
+                target = (action.instance_id, transition, action.token)
+        if target is None:
+            self.forged.append(f"{forgery.describe()}: nothing to forge it for, not sent")
+            return
+        instance, transition, token = target
+        if forgery.kind == "wrong-owner":  # to the queue of the stack that does not own the group
+            stack = next(s for s in sorted(self.world.runners) if s != stack)
+        hook = next(h.name for h in _hooks() if h.transition == transition)
+        body = {
+            "Origin": "AutoScalingGroup" if transition == TERMINATING else "EC2",
+            "Destination": "EC2" if transition == TERMINATING else "AutoScalingGroup",
+            "LifecycleHookName": hook,
+            "AccountId": SANDBOX_ACCOUNT,
+            "RequestId": str(uuid.uuid4()),
+            "LifecycleTransition": transition,
+            "AutoScalingGroupName": group.name,
+            "Service": "AWS Auto Scaling",
+            "Time": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime()),
+            "EC2InstanceId": instance,
+            "LifecycleActionToken": token,
+        }
+        queue = self.world.runners[stack].queue("IntakeQueue").url
+        self.box.client("sqs").send_message(QueueUrl=queue, MessageBody=json.dumps(body))
+        self.forged.append(
+            f"{forgery.describe()}: {instance} {transition.rsplit('_', 1)[-1]} to {stack}'s queue"
+        )
 
     def _lose_a_kubelet(self, started: float) -> None:
         nodes = sorted(
@@ -529,6 +584,25 @@ class ScenarioRun:
         for kind, entry in budget_entries(self.box.kube):
             if entry.get("instanceId") in mine:
                 left.append(f"budget {kind} {entry.get('node')} ({entry.get('owner')})")
+        if self.forged:  # what a forged message does comes after its action settled: wait until it was taken
+            left += self._intake_queues_left()
+        return left
+
+    def _intake_queues_left(self) -> list[str]:
+        sqs = self.box.client("sqs")
+        left = []
+        for stack, runner in sorted(self.world.runners.items()):
+            counts = sqs.get_queue_attributes(
+                QueueUrl=runner.queue("IntakeQueue").url,
+                AttributeNames=[
+                    "ApproximateNumberOfMessages",
+                    "ApproximateNumberOfMessagesNotVisible",
+                    "ApproximateNumberOfMessagesDelayed",
+                ],
+            )["Attributes"]
+            waiting = sum(int(n) for n in counts.values())
+            if waiting:
+                left.append(f"{stack}'s intake queue: {waiting} messages")
         return left
 
     @staticmethod
