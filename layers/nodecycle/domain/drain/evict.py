@@ -313,7 +313,7 @@ class Evict:
         if graces is not None:
             record = record.model_copy(update={"extra": {**record.extra, GRACES: graces}})
         left = podfilter.remaining(pods)
-        stuck, why = self._stuck(info, left, now)
+        stuck, why = self._stuck(info, left, now, past_deadline=now >= deadline)
         if len(stuck) == len(left):
             base = "drained" if record.forced_at is None else "drain-timeout-forced"
             if stuck:
@@ -616,12 +616,19 @@ class Evict:
         self._events.on_pod(pod, reason, message, warning=True)
         self._events.on_node(_known(record.node, "node"), record.node_uid, reason, message, warning=True)
 
-    def _stuck(self, node: NodeInfo, left: list[PodInfo], now: datetime) -> tuple[list[PodInfo], str]:
+    def _stuck(
+        self, node: NodeInfo, left: list[PodInfo], now: datetime, *, past_deadline: bool
+    ) -> tuple[list[PodInfo], str]:
         """The pods of ``left`` that will never leave by themselves, and why: all those being deleted when
         the node's kubelet is gone (Ready Unknown: they stay Terminating until the node object goes; a kubelet
         that reports the node NotReady is there to stop them), else
         those still there well past their deletion's deadline. A pod force-deleted with a short grace makes
-        the drain look at the node as soon as that grace is over, not only after ``CHECK_NODE_AFTER``."""
+        the drain look at the node as soon as that grace is over, not only after ``CHECK_NODE_AFTER``.
+        Past the drain's deadline (its timeout policy has acted), also those its kubelet is done with (no grace
+        left, deletionGracePeriodSeconds 0: nothing runs for them) that only their finalizers keep: waited for
+        until a minute past their deadline, they would hold the slot that long past the force grace
+        (invariant 10). Before it, their finalizers' controller is given that minute (a Job's tracking finalizer
+        goes within seconds)."""
         deleting = [pod for pod in left if pod.deletion_at is not None]
         if not deleting:
             return [], ""
@@ -635,7 +642,12 @@ class Evict:
         past = [
             pod for pod in deleting if pod.deletion_at is not None and now > pod.deletion_at + STUCK_AFTER
         ]
-        return past, "past their deletion deadline"
+        kept = [pod for pod in deleting if past_deadline and pod.deletion_grace == 0 and pod not in past]
+        if not kept:
+            return past, "past their deletion deadline"
+        if not past:
+            return kept, "stopped, kept by finalizers"
+        return past + kept, "past their deletion deadline, or stopped and kept by finalizers"
 
     def _timed_out(
         self, record: LifecycleRecord, now: datetime, left: list[PodInfo], **changes: Any
