@@ -31,6 +31,7 @@ from nodecycle.domain.drain.cleanup import (
 from nodecycle.domain.drain.cordon import CORDON_REFUSED, Cordon
 from nodecycle.domain.drain.evict import FORCED_POD_SLACK, STUCK_PODS, Evict
 from nodecycle.domain.drain.forget import ForgetNode
+from nodecycle.domain.drain.pod_notes import PodNotes
 from nodecycle.domain.engine import Dispatcher, StepHandler, advance
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import Worker, settle_step
@@ -1360,7 +1361,7 @@ def test_a_pod_that_failed_once_is_not_starved_by_pods_that_always_fail() -> Non
     # Then it is asked again, before the pods that failed after it, and evicted
     assert ("z", 60) in cluster.evictions
     # and only the pods still failing are remembered
-    assert sorted(record.extra["failed_pods"]) == ["uid-a", "uid-b"]
+    assert sorted(PodNotes(record.extra).failure_order(["uid-a", "uid-b", "uid-z"])) == ["uid-a", "uid-b"]
 
 
 def test_polls_start_quick_and_slow_down_to_the_configured_interval() -> None:

@@ -25,6 +25,7 @@ from nodecycle.domain.drain.common import (
     _the_instances,
     _wake,
 )
+from nodecycle.domain.drain.pod_notes import BLOCKED, DELETION, FAILING, PodNotes
 from nodecycle.domain.engine import Dispatcher, Outcome
 from nodecycle.domain.errors import TransientError, retry_after_wait
 from nodecycle.domain.flow import settle_step
@@ -54,17 +55,9 @@ FORCED_POD_SLACK = timedelta(seconds=60)  # after a forced delete's grace: a pod
 # finish, and waiting for them only holds a budget slot. Until then the node is not read at all.
 CHECK_NODE_AFTER = timedelta(seconds=15)
 STUCK_PODS = "stuck_pods"  # record.extra key: pods the drain stopped waiting for, and why
-# record.extra key: pods whose blocked (or refused) eviction an Event told of; "<uid>/EvictionFailing", those whose
-# failing evictions it told of
-BLOCKED_REPORTED = "blocked_reported"
-DELETION_REFUSED = "deletion_refused"  # record.extra key: pods whose refused forced delete an Event told of
-# record.extra key: pods a call for (an eviction, a forced delete) failed transiently in this drain: they go last
-FAILED_PODS = "failed_pods"
 # A pass over the pods stops calling after this many transient failures: one pod's call failing is that pod's
 # trouble, more is the API server's, and each may have cost a read timeout of the step's minute.
 FAILURES_PER_PASS = 2
-# record.extra key: since when each pod's evictions have failed transiently at every try (uid -> time)
-EVICTIONS_FAILING = "evictions_failing"
 # A pod whose evictions fail at every try for this long is no blip (a webhook on evictions whose pods are gone, under
 # failurePolicy Fail: 500 'failed calling webhook' until someone fixes it): told, and alarmed, as a refusal is
 EVICTION_FAILING_FOR = timedelta(seconds=30)
@@ -106,8 +99,8 @@ class _PodCalls:
     the others, nor of one that failed once. A pass that runs out of its run's time ends there: the pods not asked
     yet are asked first at the next poll (they are not terminating; those asked are)."""
 
-    def __init__(self, record: LifecycleRecord, metrics: Metrics, time_left: TimeLeft) -> None:
-        self._failed: list[str] = list(record.extra.get(FAILED_PODS) or [])  # oldest failure first
+    def __init__(self, notes: PodNotes, metrics: Metrics, time_left: TimeLeft) -> None:
+        self._notes = notes  # (where the pods' last failures are kept)
         self._metrics = metrics
         self._time_left = time_left
         # What a failure's Retry-After asked (a 429 of API Priority and Fairness, a 503 of a server going away):
@@ -120,11 +113,9 @@ class _PodCalls:
     ) -> Iterator[tuple[PodInfo, T]]:
         """Each pod and what ``call`` answered for it, up to the pass's ``FAILURES_PER_PASS``-th failure."""
         listed = list(pods)
-        present = {pod.uid for pod in listed}
-        self._failed = [uid for uid in self._failed if uid in present]  # a pod gone has no failure to keep
-        order = {uid: place for place, uid in enumerate(self._failed)}
+        order = self._notes.failure_order(pod.uid for pod in listed)  # (a pod gone has no failure to keep)
         failures = 0
-        for pod in sorted(listed, key=lambda pod: order.get(pod.uid, -1)):
+        for pod in sorted(listed, key=lambda pod: order.get(pod.uid, 0)):
             left = self._time_left()
             if left is not None and left < PASS_END_SECONDS:
                 log.warning(
@@ -137,7 +128,7 @@ class _PodCalls:
             except TransientError as error:
                 log.warning("pod %s/%s: %s; asked again at the next poll", pod.namespace, pod.name, error)
                 self._metrics.count("StepRetries", step=Step.EVICT.value)
-                self._failed = [*(uid for uid in self._failed if uid != pod.uid), pod.uid]
+                self._notes.failed(pod.uid)
                 self.failures.append((pod, error))
                 failures += 1
                 if error.retry_after is not None:
@@ -146,14 +137,8 @@ class _PodCalls:
                 if failures == FAILURES_PER_PASS:
                     return
                 continue
-            self._failed = [uid for uid in self._failed if uid != pod.uid]
+            self._notes.answered(pod.uid)
             yield pod, answer
-
-    def remembered(self, extra: dict[str, Any]) -> dict[str, Any]:
-        """``extra`` with what the record keeps of the pass for the next: the pods that failed, in the order
-        they go (none: nothing kept)."""
-        kept = {key: value for key, value in extra.items() if key != FAILED_PODS}
-        return {**kept, FAILED_PODS: list(self._failed)} if self._failed else kept
 
 
 class Evict:
@@ -367,10 +352,10 @@ class Evict:
         # still being processed. The node cannot be empty before that pod is asked again, so polling sooner only
         # adds requests
         asked_wait = 0.0
-        reported = set(record.extra.get(BLOCKED_REPORTED) or [])
+        notes = PodNotes(record.extra)
         told = 0  # pods whose refusal this pass told of
         ending = set(record.extra.get(ENDING_NAMESPACES) or [])
-        calls = _PodCalls(record, self._metrics, self._time_left)
+        calls = _PodCalls(notes, self._metrics, self._time_left)
 
         def ask(pod: PodInfo) -> EvictionResult:
             if pod.namespace in ending:  # (its namespace answered: no eviction is accepted there any more)
@@ -397,9 +382,9 @@ class Evict:
                         pod.name,
                         result.detail,
                     )
-                elif pod.uid not in reported and told < TOLD_PER_PASS:
+                elif not notes.told(pod.uid, BLOCKED) and told < TOLD_PER_PASS:
                     # told once per pod and drain (a few per pass): it is asked again at every poll
-                    reported.add(pod.uid)
+                    notes.tell(pod.uid, BLOCKED)
                     told += 1
                     self._tell(
                         record, pod, "EvictionBlocked", f"blocked by a PodDisruptionBudget: {result.detail}"
@@ -447,23 +432,18 @@ class Evict:
                 # again at every poll, and the drain's timeout policy decides what becomes of it
                 log.error("eviction of pod %s/%s refused: %s", pod.namespace, pod.name, result.detail)
                 self._metrics.count("EvictionErrors")  # the alarm: an operator must look
-                if pod.uid not in reported and told < TOLD_PER_PASS:
-                    reported.add(pod.uid)
+                if not notes.told(pod.uid, BLOCKED) and told < TOLD_PER_PASS:
+                    notes.tell(pod.uid, BLOCKED)
                     told += 1
                     self._tell(record, pod, "EvictionRefused", f"refused by the API server: {result.detail}")
         if evicted:
             self._metrics.count("PodsEvicted", evicted)
-        failing = self._failing(record, calls, unprocessed, answered, asked, reported, told, now)
+        self._failing(record, notes, calls, unprocessed, answered, asked, told, now)
         # A pass counts even when calls of it failed: the drain's timeout then applies to the pods that never left
         asked_wait = max(asked_wait, retry_after_wait(calls.retry_after, deadline - now))
-        extra = calls.remembered({**record.extra, POLLS: polls + 1})
-        if reported:
-            extra[BLOCKED_REPORTED] = sorted(reported)
+        extra = notes.into({**record.extra, POLLS: polls + 1})
         if ending:
             extra[ENDING_NAMESPACES] = sorted(ending)
-        extra = {key: value for key, value in extra.items() if key != EVICTIONS_FAILING}
-        if failing:
-            extra[EVICTIONS_FAILING] = failing
         return Outcome.wait(
             max(_poll_delay(polls, policy.poll_seconds), asked_wait),
             pods_evicted=record.pods_evicted + evicted,
@@ -474,15 +454,15 @@ class Evict:
     def _failing(
         self,
         record: LifecycleRecord,
+        notes: PodNotes,
         calls: _PodCalls,
         unprocessed: list[tuple[PodInfo, str]],
         answered: set[str],
         asked: list[PodInfo],
-        reported: set[str],
         told: int,
         now: datetime,
-    ) -> dict[str, str]:
-        """Since when each pod's evictions have got no answer of the pod's own at every try, after this pass: they
+    ) -> None:
+        """Noted in ``notes``, since when each pod's evictions have got no answer of the pod's own at every try: they
         failed (``calls``' failures), or its PodDisruptionBudget is still being processed (``unprocessed``: 429
         with a Retry-After, which its disruption controller settles within seconds). A pod that got another answer,
         or is gone, is dropped. A pod stalled so for EVICTION_FAILING_FOR is told (an EvictionFailing or
@@ -490,8 +470,7 @@ class Evict:
         error, the alarm: what lasts is no blip but the API server refusing the pod's eviction in all but its status
         code (a webhook on evictions that cannot be reached, under failurePolicy Fail; a disruption controller that
         is down, whose budgets are never processed), which only an operator ends. A blip stays a retry, as before.
-        ``reported`` is updated with the pods told."""
-        present = {pod.uid for pod in asked}
+        """
         stalled = [
             *((pod, "EvictionFailing", "failed at every try", str(error)) for pod, error in calls.failures),
             *(
@@ -500,26 +479,20 @@ class Evict:
             ),
         ]
         settled = answered - {pod.uid for pod, _ in unprocessed}
-        noted = record.extra.get(EVICTIONS_FAILING)
-        failing = {
-            uid: str(since)
-            for uid, since in (noted.items() if isinstance(noted, dict) else ())
-            if uid in present and uid not in settled
-        }
+        notes.stalled(pod.uid for pod in asked if pod.uid not in settled)
         for pod, reason, what, detail in stalled:
-            since = datetime.fromisoformat(failing.setdefault(pod.uid, now.isoformat()))
+            since = notes.stalled_since(pod.uid, now)
             if now - since < EVICTION_FAILING_FOR:
                 continue
             self._metrics.count("EvictionErrors")  # the alarm: an operator must look
             # (a failure is told even of a pod told blocked by its budget before: that Event, the only one on the
             # pod, would have the operator look at a PodDisruptionBudget while a webhook fails its evictions)
-            key = pod.uid if reason == "EvictionBlocked" else f"{pod.uid}/{reason}"
-            if key not in reported and told < TOLD_PER_PASS:
-                reported.add(key)
+            kind = BLOCKED if reason == "EvictionBlocked" else FAILING
+            if not notes.told(pod.uid, kind) and told < TOLD_PER_PASS:
+                notes.tell(pod.uid, kind)
                 told += 1
                 why = f"{what} since {since:%H:%M:%S}Z: {detail}; asked again until the drain's timeout"
                 self._tell(record, pod, reason, why)
-        return failing
 
     def _grace_cap(self, deadline: datetime, now: datetime) -> int:
         """A pod's grace never reaches past the drain's deadline (two minutes, for a Spot interruption), nor
@@ -718,23 +691,21 @@ class Evict:
         asked for, if one did. A delete the API server refuses is that pod's answer: the others are deleted, it
         is asked again at every poll until the force grace and its slack are over, and the eviction errors'
         alarm calls an operator."""
-        calls = _PodCalls(record, self._metrics, self._time_left)
-        told = set(record.extra.get(DELETION_REFUSED) or [])
-        before = len(told)
+        notes = PodNotes(record.extra)
+        calls = _PodCalls(notes, self._metrics, self._time_left)
+        told = 0
         for pod, refusal in calls.answers(pods, self._delete):
             if refusal is None:
                 continue
             log.error("forced delete of pod %s/%s refused: %s", pod.namespace, pod.name, refusal)
             self._metrics.count("EvictionErrors")
-            if pod.uid not in told and len(told) - before < TOLD_PER_PASS:
-                told.add(pod.uid)
+            if not notes.told(pod.uid, DELETION) and told < TOLD_PER_PASS:
+                notes.tell(pod.uid, DELETION)
+                told += 1
                 self._tell(
                     record, pod, "DeletionRefused", f"refused by the API server: {refusal}", what="Deletion"
                 )
-        extra = calls.remembered(record.extra)
-        if told:
-            extra[DELETION_REFUSED] = sorted(told)
-        return extra, calls.retry_after
+        return notes.into(record.extra), calls.retry_after
 
     def _delete(self, pod: PodInfo) -> str | None:
         """Delete with the force grace; what the API server said if it refused."""

@@ -1,0 +1,58 @@
+"""What a drain keeps of its pods between passes: one entry a pod, and what a drain under way when its function
+was updated had kept under the keys before it."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from nodecycle.domain.drain.pod_notes import BLOCKED, DELETION, FAILING, PODS, PodNotes
+from tests.support.fakes import T0
+
+
+def test_a_pod_is_written_once_with_only_what_is_kept_of_it() -> None:
+    # Given notes of three pods: one told blocked, one whose evictions fail since T0 and were told so, one whose
+    # forced delete was refused and told, and whose call failed after the second's
+    notes = PodNotes({"polls": 3})
+    notes.tell("a", BLOCKED)
+    notes.failed("b")
+    assert notes.stalled_since("b", T0) == T0
+    notes.tell("b", FAILING)
+    notes.failed("c")
+    notes.tell("c", DELETION)
+
+    # When they are written into the record's extra
+    extra = notes.into({"polls": 3})
+
+    # Then each pod is one entry, its trailing empty fields left out, and they read back as written
+    assert extra == {"polls": 3, PODS: {"a": ["b"], "b": ["f", 1, T0.isoformat()], "c": ["d", 2]}}
+    again = PodNotes(extra)
+    assert again.failure_order(["a", "b", "c"]) == {"b": 1, "c": 2}
+    assert again.stalled_since("b", T0 + timedelta(seconds=40)) == T0
+    assert [again.told(uid, what) for uid, what in (("a", BLOCKED), ("a", FAILING), ("c", DELETION))] == [
+        True,
+        False,
+        True,
+    ]
+
+
+def test_what_a_drain_kept_under_the_keys_before_is_read_and_written_as_notes() -> None:
+    # Given a drain's extra as the version before kept it
+    before = {
+        "polls": 7,
+        "failed_pods": ["b", "c"],  # oldest failure first
+        "blocked_reported": ["a", "b/EvictionFailing"],
+        "evictions_failing": {"b": T0.isoformat()},
+        "deletion_refused": ["c"],
+    }
+
+    # When it is read and written again
+    notes = PodNotes(before)
+    extra = notes.into(before)
+
+    # Then the same is known: the failures' order, the pods told of and what, since when evictions fail
+    assert notes.failure_order(["a", "b", "c"]) == {"b": 1, "c": 2}
+    told = [(uid, what) for uid in "abc" for what in (BLOCKED, FAILING, DELETION) if notes.told(uid, what)]
+    assert told == [("a", BLOCKED), ("b", FAILING), ("c", DELETION)]
+    assert notes.stalled_since("b", T0 + timedelta(seconds=40)) == T0
+    # and the keys before are gone
+    assert extra == {"polls": 7, PODS: {"a": ["b"], "b": ["f", 1, T0.isoformat()], "c": ["d", 2]}}
