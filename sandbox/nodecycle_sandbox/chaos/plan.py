@@ -31,8 +31,19 @@ FUNCTIONS = ("IntakeFunction", "DrainFunction", "EipFunction", "SweeperFunction"
 
 # What a forged message is (see Forgery): a notification no hook sent, for an instance in service (terminate or
 # launch); a replay of one a hook sent (an action completed; for a terminate, still open if none is completed:
-# a duplicate while its drain runs); a forged terminate sent to the queue of the stack that does not own the group.
-FORGERIES = ("forged-terminate", "forged-launch", "replayed-launch", "replayed-terminate", "wrong-owner")
+# a duplicate while its drain runs); a forged terminate sent to the queue of the stack that does not own the group;
+# an instance of the group named with the live terminate token of another instance (crossed), or of an instance
+# of the other stack's group (other-group). Auto Scaling does not document that it checks a token against the
+# instance and group named with it: while forgeries are sent, the emulation takes a call's token alone.
+FORGERIES = (
+    "forged-terminate",
+    "forged-launch",
+    "replayed-launch",
+    "replayed-terminate",
+    "wrong-owner",
+    "crossed",
+    "other-group",
+)
 FORGED_LATEST = 12.0  # seconds into the scenario: while its story still runs, mostly
 
 

@@ -305,6 +305,8 @@ class ScenarioRun:
             self._seed_workloads()
             self._phase("seeded")
             with self._watching_addresses(seen):
+                if scenario.forgeries:  # (see plan.FORGERIES: the harsher reading of the API)
+                    box.aws.configure(token_checked_against_instance=False, token_checked_against_group=False)
                 box.arm_faults(scenario.faults, scenario.seed * 1000 + scenario.index)
                 acting = time.time()
                 with self._lagging_ec2() as lagged, self._sweeping_on_schedule():
@@ -340,6 +342,8 @@ class ScenarioRun:
             )
         finally:
             box.disarm_faults()
+            if scenario.forgeries:
+                box.aws.configure(token_checked_against_instance=True, token_checked_against_group=True)
             self._clean_up()
             self._phase("cleaned")
         observation.phases = self.phases
@@ -458,6 +462,26 @@ class ScenarioRun:
         if forgery.kind in ("forged-terminate", "wrong-owner", "forged-launch") and in_service:
             transition = LAUNCHING if forgery.kind == "forged-launch" else TERMINATING
             target = (in_service[forgery.pick % len(in_service)], transition, str(uuid.uuid4()))
+        elif forgery.kind in ("crossed", "other-group"):
+            # (the live token of another instance's terminate action: this group's, or the other stack's group's)
+            others = [g for s, g in sorted(self.groups.items()) if s != stack]
+            lender = group if forgery.kind == "crossed" else (others[0] if others else None)
+            named = sorted(set(in_service) | set(group.in_state("Terminating:Wait")))
+            if lender is not None and named:
+                instance = named[forgery.pick % len(named)]
+                live = sorted(
+                    (
+                        a
+                        for a in self.box.aws.actions()
+                        if a.group == lender.name
+                        and a.transition == TERMINATING
+                        and a.active
+                        and a.instance_id != instance
+                    ),
+                    key=lambda a: a.started_at,
+                )
+                if live:
+                    target = (instance, TERMINATING, live[forgery.pick % len(live)].token)
         elif forgery.kind in ("replayed-launch", "replayed-terminate"):
             transition = LAUNCHING if forgery.kind == "replayed-launch" else TERMINATING
             done = [a for a in actions if a.transition == transition and not a.active]
