@@ -117,12 +117,29 @@ def function_role(template: Mapping[str, Any], function: str) -> str:
 def access_entries(
     template: Mapping[str, Any], intrinsics: Intrinsics, resources: Deployed
 ) -> list[dict[str, Any]]:
-    """The template's EKS access entries whose condition holds: ``{"principal_arn", "groups", "username"}``."""
+    """The template's EKS access entries whose condition holds: ``{"principal_arn", "groups", "username"}``.
+
+    What an entry would grant outside the cluster's RBAC is refused rather than ignored, as a managed policy is
+    (``template_roles``): its ``AccessPolicies`` (EKS's own authorizer, before RBAC: AmazonEKSClusterAdminPolicy
+    is cluster-admin whatever deploy/rbac.yaml binds), and a ``Type`` other than ``STANDARD`` (EKS maps an
+    ``EC2_LINUX``, ``EC2_WINDOWS`` or ``FARGATE_LINUX`` entry to ``system:nodes``, the node authorizer's, whatever
+    groups it names). The sandbox evaluates neither, nor does the reviewed summary show them."""
     entries = []
     for logical_id, resource in template["Resources"].items():
         if resource["Type"] != "AWS::EKS::AccessEntry" or not resources.exists(logical_id):
             continue
         properties = intrinsics.resolve(resource.get("Properties") or {})
+        if properties.get("AccessPolicies"):
+            raise PolicyError(
+                f"{logical_id}: the sandbox cannot evaluate EKS access policies; grant in the cluster's RBAC "
+                "(deploy/rbac.yaml) to the entry's groups"
+            )
+        kind = properties.get("Type", "STANDARD")
+        if kind != "STANDARD":
+            raise PolicyError(
+                f"{logical_id}: an access entry of type {kind} is a node's (system:nodes), which the sandbox does "
+                "not authorize; nodecycle's roles take STANDARD entries"
+            )
         entries.append(
             {
                 "principal_arn": properties["PrincipalArn"],

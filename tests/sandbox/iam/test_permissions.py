@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from nodecycle_cli.rbac import render
+from nodecycle_sandbox.iam.policy import PolicyError
 from nodecycle_sandbox.iam.summary import dump, summarize
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -125,3 +126,33 @@ def test_every_function_role_trusts_only_lambda() -> None:
     for name, role in summarize(ROOT)["aws"].items():
         if name.endswith("FunctionRole"):
             assert role["trust"] == ["Allow principal {Service: lambda.amazonaws.com} sts:AssumeRole"]
+
+
+@pytest.mark.parametrize(
+    ("added", "refusal"),
+    [
+        (
+            "      AccessPolicies:\n"
+            "        - PolicyArn: arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy\n"
+            "          AccessScope: { Type: cluster }\n",
+            "access policies",
+        ),
+        ("      Type: EC2_LINUX\n", "type EC2_LINUX"),
+    ],
+    ids=["access-policy", "node-type"],
+)
+def test_what_an_access_entry_grants_outside_rbac_is_refused_not_ignored(added: str, refusal: str) -> None:
+    # Given the drain function's access entry given an EKS access policy (AmazonEKSClusterAdminPolicy: cluster-admin,
+    # whatever deploy/rbac.yaml says), or made a node's (EKS maps an EC2_LINUX entry to system:nodes, the node
+    # authorizer's, whatever groups it names)
+    text = (ROOT / "template.yaml").read_text()
+    entry = '      KubernetesGroups: [!Sub "${KubernetesGroup}-drain"]\n      Type: STANDARD\n'
+    assert text.count(entry) == 1
+    granted = text.replace(
+        entry, entry + added if "AccessPolicies" in added else entry.replace("      Type: STANDARD\n", added)
+    )
+
+    # Then the sandbox refuses to read it, as it refuses a managed policy: it neither evaluates access policies nor
+    # shows them in the reviewed summary, so the drain role would reach what no test sees
+    with pytest.raises(PolicyError, match=refusal):
+        summarize_text(granted)
