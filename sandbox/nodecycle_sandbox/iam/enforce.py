@@ -74,13 +74,17 @@ def authorize(principal: Principal, requests: list[Request]) -> None:
         if request.action in UNAUTHORIZED_ACTIONS:
             continue
         if not request.resource_found:
-            # Not journaled: without the resource's tags the decision is not one a policy can be replayed on
-            if not grants_action(principal.role.statements, request.action):
-                raise AccessDenied(
-                    request.action.split(":", 1)[0],
-                    denial_message(principal.arn, request, Verdict(Decision.IMPLICIT_DENY)),
-                )
-            continue
+            # Not journaled: without the resource's tags the decision is not one a policy can be replayed on. A Deny
+            # that holds without them (none of its conditions reads a tag the resource would have) refuses it as on
+            # any resource; a role granted the action nowhere is refused it too; the others hear the service.
+            verdict = evaluate(principal.role.statements, request)
+            if verdict.decision is not Decision.EXPLICIT_DENY:
+                if grants_action(principal.role.statements, request.action):
+                    continue
+                verdict = Verdict(Decision.IMPLICIT_DENY)
+            raise AccessDenied(
+                request.action.split(":", 1)[0], denial_message(principal.arn, request, verdict)
+            )
         verdict = _decide(principal.role, principal.role.statements, request)
         if not verdict.allowed:
             raise AccessDenied(

@@ -9,7 +9,9 @@ import pytest
 
 from nodecycle_sandbox.iam import Decision, PolicyError, Request, evaluate, parse_policy
 from nodecycle_sandbox.iam.conditions import ConditionError
+from nodecycle_sandbox.iam.enforce import AccessDenied, authorize
 from nodecycle_sandbox.iam.evaluate import context_of
+from nodecycle_sandbox.iam.identities import Principal, role_of
 from nodecycle_sandbox.iam.matching import arn_matches
 
 EIP = "arn:aws:ec2:eu-west-1:123456789012:elastic-ip/eipalloc-1"
@@ -216,3 +218,31 @@ def test_trust_statements_match_the_principal_and_the_source() -> None:
 def test_what_the_evaluator_cannot_honour_is_refused_not_ignored(statement: dict[str, Any]) -> None:
     with pytest.raises((PolicyError, ConditionError)):
         parse_policy({"Statement": [statement]})
+
+
+def test_an_explicit_deny_refuses_a_call_on_a_resource_that_does_not_exist() -> None:
+    # Given a role granted the release of every address, and denied it on every address (a Deny whose condition
+    # needs no tag: a service control policy's, a boundary's, or the template's own one day)
+    role = role_of(
+        {
+            "arn": "arn:aws:iam::123456789012:role/r",
+            "policies": [
+                {
+                    "source": "r/p",
+                    "document": {
+                        "Statement": [
+                            allow("ec2:ReleaseAddress"),
+                            {"Effect": "Deny", "Action": "ec2:ReleaseAddress", "Resource": "*"},
+                        ]
+                    },
+                }
+            ],
+        }
+    )
+    principal = Principal("AKIAEXAMPLEROLE00001", role, "fn", "123456789012")
+    missing = Request("ec2:ReleaseAddress", EIP, context_of({}), resource_found=False)
+
+    # When it releases an address that does not exist, Then IAM refuses it (the deny holds whatever the resource's
+    # tags), not EC2's InvalidAllocationID.NotFound, which tells the caller the release was permitted
+    with pytest.raises(AccessDenied, match="with an explicit deny"):
+        authorize(principal, [missing])
