@@ -11,6 +11,8 @@
   decision;
 - ``requests`` and ``enforce``: moto's requests turned into IAM requests from moto's own state (resource
   ARNs, tags), and the hook that answers a denied call as AWS does;
+- ``resource_policies``: a service principal's call judged by the resource's own policy (EventBridge sending to
+  a rule target's dead-letter queue);
 - ``summary`` and ``necessity``: every permission a deployment grants, one line each (the reviewed list),
   and which of them the recorded calls needed.
 """
