@@ -496,3 +496,27 @@ def test_the_sweeper_not_running_alarm_fires_once_no_sweep_started_for_two_inter
     stopped = fired(set(range(5, horizon)))
     assert stopped, "a schedule that stopped fires it"
     assert stopped[-1] == horizon - 60, "and keeps it firing"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="no alarm watches HeartbeatRetries{reason=refused}: a heartbeat AWS refuses to every role pages only "
+    "once the action expired (LifecycleActionsExpired) or its work is dead-lettered, 14-18 min later",
+)
+def test_a_heartbeat_aws_refuses_is_alarmed_before_the_actions_heartbeat_timeout() -> None:
+    # A refusal that stays (a service control policy or a permissions boundary rolled out, a policy edited) refuses
+    # the engine's heartbeats and the sweeper's alike: nothing keeps the action alive, and Auto Scaling takes its
+    # default result at the heartbeat timeout (a terminating node undrained: invariant 11 wants an alarm first).
+    # The step's own refusals reach the dead-letter queue after 8 tries (some 160 s), 4 more receives a visibility
+    # timeout apart (600 s at the default 150 s) and the dead-letter alarm's 300 s period: after a 600 s hook's
+    # heartbeat timeout. Every refused heartbeat is counted (engine and sweep/lifecycles: HeartbeatRetries with
+    # reason refused, owner and service only), so one alarm on that series pages within its first minute.
+    watched = [
+        alarm
+        for _, alarm in alarms()
+        if alarm.get("MetricName") == "HeartbeatRetries"
+        and {"Name": "reason", "Value": "refused"} in (alarm.get("Dimensions") or [])
+    ]
+    assert watched, "no alarm on refused heartbeats"
+    (alarm,) = watched
+    assert (alarm["Period"], alarm["EvaluationPeriods"], alarm["Threshold"]) == (60, 1, 0)
