@@ -97,6 +97,9 @@ REFUSED_ATTEMPTS = 4
 REFUSED_DELAY = 15  # seconds
 # Pool addresses EC2 refuses to associate that a look tries before it takes the refusal for the launch's
 REFUSED_PER_LOOK = 2
+# Pool addresses EC2 refused that a launch remembers (and skips): a look refused only addresses never tried before,
+# others still untried, goes on at the next look past them, however many looks that takes, up to this many
+MAX_REFUSED_KEPT = 32
 # Records looked up per look to find the waiters ahead whose lifecycle is over (see _still_waiting); those found
 # over are taken out of the line, so a run of them longer than this is got past in a few looks. A launch with
 # no more waiters than this ahead of it checks them even when nothing is free, to look as the first in line once
@@ -181,18 +184,30 @@ class AssignAddress:
             # denial may be IAM still propagating after a stack update), then the policy decides, not the
             # global timeout hours on. An address allocated before the refusal is the sweeper's.
             refused = int(scratch.get("refused", 0)) + 1
-            if refused < REFUSED_ATTEMPTS:
+            onward = False
+            reason = f"EC2 refused: {error}"
+            if isinstance(error, _RefusedAddress):  # (not tried again: see _take_first)
+                known = _refused(scratch)
+                fresh = [a for a in error.allocation_ids if a not in known]
+                kept = [*known, *fresh][:MAX_REFUSED_KEPT]
+                scratch = {**scratch, "refused_addresses": kept}
+                # Refused only addresses never tried before, others untried: the refusals are as likely theirs as
+                # the instance's, and the next look goes on past them (a pool of many refused addresses is got
+                # through, however many looks that takes), until the launch remembers as many as it may
+                onward = (
+                    error.untried > 0
+                    and len(fresh) == len(error.allocation_ids)
+                    and len(kept) < MAX_REFUSED_KEPT
+                )
+                reason = f"EC2 refused the {len(kept)} address(es) of pool {self._pool!r} tried: {error}"
+            if refused < REFUSED_ATTEMPTS or onward:
                 self._metrics.count("EipFailures")
-                delay = REFUSED_DELAY * 2 ** (refused - 1)
+                delay = REFUSED_DELAY if onward else REFUSED_DELAY * 2 ** (refused - 1)
                 log.warning(
                     "EC2 refused (%d of %d): %s; asked again in %d s", refused, REFUSED_ATTEMPTS, error, delay
                 )
-                if isinstance(error, _RefusedAddress):  # (not tried again: see _take_first)
-                    known = _refused(scratch)
-                    fresh = [a for a in error.allocation_ids if a not in known]
-                    scratch = {**scratch, "refused_addresses": [*known, *fresh]}
                 return Outcome.wait(delay, extra={**record.extra, SCRATCH: {**scratch, "refused": refused}})
-            return self._fail(record, f"EC2 refused: {error}")
+            return self._fail(record, reason)
 
     # -- allocate mode: a new address per instance ---------------------------------------------------
 
@@ -706,7 +721,8 @@ class AssignAddress:
         # meets its policy after REFUSED_ATTEMPTS looks of REFUSED_PER_LOOK calls each, not one per pool address)
         refused_before = _refused(scratch)
         left = [a for a in candidates if a.allocation_id not in refused_before]
-        if candidates and not left and not (grow and self._grows_past(record, candidates, refused_before)):
+        asked_again = bool(candidates) and not left
+        if asked_again and not (grow and self._grows_past(record, candidates, refused_before)):
             left = list(candidates)
         while left:
             address = left.pop(0)
@@ -763,6 +779,7 @@ class AssignAddress:
                 return outcome
             refused = address.allocation_id
         if refusal is not None:
+            refusal.untried = 0 if asked_again else len(left)
             raise refusal
         return None
 
@@ -1034,7 +1051,9 @@ class AssignAddress:
         # (a wait for an address given back goes on where it was: EipWaitSeconds bound the wait in all, and
         # the launch keeps its place in the pool's line)
         kept: dict[str, Any] = {
-            key: scratch[key] for key in ("exhausted_since", "exhausted") if key in scratch
+            key: scratch[key]
+            for key in ("exhausted_since", "exhausted", "refused_addresses")
+            if key in scratch
         }
         return _wait(record, VERIFY_DELAY, {**kept, "restarts": restarts})
 
@@ -1147,6 +1166,7 @@ class _RefusedAddress(AddressRefused):
     def __init__(self, message: str, allocation_ids: list[str]) -> None:
         super().__init__(message)
         self.allocation_ids = allocation_ids
+        self.untried = 0  # (the candidates of the look it ended, never refused, left untried)
 
 
 def _refused(scratch: dict[str, Any]) -> list[str]:
