@@ -110,6 +110,7 @@ def _assign(
         groups=ports.autoscaling,
         waker=waker,
         offers=lines,
+        refusals=lines,
     )
 
 
@@ -126,4 +127,5 @@ def _line_waker(config: EipSettings | SweeperSettings, ports: Common, lines: Dyn
         quota_pool=quota_pool,
         addresses=addresses(),
         offers=lines,
+        refusals=lines,
     )

@@ -11,7 +11,7 @@ import pytest
 
 from nodecycle.adapters.aws import address_lines
 from nodecycle.adapters.aws.address_lines import KEPT, DynamoAddressLines
-from nodecycle.domain.eip.line import Held
+from nodecycle.domain.eip.line import MAX_POOL_REFUSALS, REFUSED_FOR, Held, PoolRefusals
 from nodecycle.domain.eip.wake import Offer
 from tests.support.stack import Stack
 
@@ -64,3 +64,19 @@ def test_a_kept_address_is_read_until_a_day_after_its_time_and_not_from_then_on(
     # Then both reads agree on one boundary: read a moment before at + KEPT, not at it (the TTL's expiry)
     assert read_at(at + KEPT - timedelta(microseconds=1)) is not None
     assert read_at(at + KEPT) is None
+
+
+def test_the_addresses_refused_to_a_line_are_told_per_line_and_bounded(stack: Stack) -> None:
+    # (PoolRefusals over DynamoAddressLines.refusals and keep_refusals: the latest MAX_POOL_REFUSALS, REFUSED_FOR)
+    lines = DynamoAddressLines(stack.table)
+    refusals = PoolRefusals(lines, "stack-a/ci")
+    now = datetime.now(UTC).replace(microsecond=0)
+    assert refusals.read(now) == frozenset()
+    refusals.add(["eipalloc-old"], now - REFUSED_FOR)
+    refusals.add([f"eipalloc-{n:04d}" for n in range(MAX_POOL_REFUSALS + 5)], now)
+
+    told = refusals.read(now)
+    assert len(told) == MAX_POOL_REFUSALS
+    assert "eipalloc-old" not in told
+    assert PoolRefusals(lines, "stack-a/other").read(now) == frozenset()
+    assert refusals.read(now + REFUSED_FOR) == frozenset()

@@ -273,6 +273,7 @@ class FakeLines:
     racing: list[Sequence[Waiter]] = field(default_factory=list)
     taken: dict[str, str] = field(default_factory=dict)  # run -> the address its deliveries take
     holds: dict[tuple[str, str], Held] = field(default_factory=dict)  # (owner, instance) -> its pool address
+    refused: dict[str, dict[str, datetime]] = field(default_factory=dict)  # line -> addresses refused, when
 
     def read(self, key: str) -> Line:
         self.reads += 1
@@ -302,6 +303,12 @@ class FakeLines:
     def held(self, owner: str, instance_id: str) -> Held | None:
         return self.holds.get((owner, instance_id))
 
+    def refusals(self, key: str) -> dict[str, datetime]:
+        return dict(self.refused.get(key, {}))
+
+    def keep_refusals(self, key: str, refused: Mapping[str, datetime]) -> None:
+        self.refused[key] = dict(refused)
+
     def waiting(self) -> list[str]:
         return [waiter.instance_id for line in self.lines.values() for waiter in line.waiters]
 
@@ -324,6 +331,7 @@ class Wiring:
             lines=self.lines,
             records=self.records,
             groups=self.groups,
+            refusals=self.lines,
         )
         return AsTheEngineRuns(step, self.records)
 

@@ -4,7 +4,7 @@ the EIP function may do on the table already)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -121,6 +121,24 @@ class DynamoAddressLines:
         )
         return None if found is None else Offer(**_attributes(found[0], _OFFER), at=found[1])
 
+    def refusals(self, key: str) -> dict[str, datetime]:
+        with transient_errors("reading the addresses EC2 refused to the launches of a line"):
+            response = self._dynamodb().get_item(
+                TableName=self._table, Key={"id": {"S": _refusals_id(key)}}, ConsistentRead=True
+            )
+        entries = (response.get("Item") or {}).get("refused", {}).get("M", {})
+        return {allocation_id: datetime.fromisoformat(at["S"]) for allocation_id, at in entries.items()}
+
+    def keep_refusals(self, key: str, refused: Mapping[str, datetime]) -> None:
+        item: dict[str, Any] = {
+            "id": {"S": _refusals_id(key)},
+            "refused": {"M": {allocation_id: {"S": at.isoformat()} for allocation_id, at in refused.items()}},
+        }
+        if refused:
+            item["expires_at"] = {"N": str(int((max(refused.values()) + KEPT).timestamp()))}
+        with transient_errors("telling the launches of a line the addresses EC2 refused"):
+            self._dynamodb().put_item(TableName=self._table, Item=item)
+
     def _put_kept(self, item_id: str, fields: dict[str, str], at: datetime, doing: str) -> None:
         """Write the item (over any earlier), of string ``fields`` and its time ``at``, kept until ``at`` + KEPT
         (its TTL's expiry: see _get_kept)."""
@@ -175,6 +193,11 @@ def _now() -> datetime:
 def _offer_id(key: str, lifecycle: str) -> str:
     """The item of the address offered to a waiter of a line, woken for it: beside the records and the lines."""
     return f"eip-offer#{key}#{lifecycle}"
+
+
+def _refusals_id(key: str) -> str:
+    """The item of the addresses EC2 refused lately to the launches of a line: beside the records and the lines."""
+    return f"eip-refused#{key}"
 
 
 def _held_id(owner: str, instance_id: str) -> str:

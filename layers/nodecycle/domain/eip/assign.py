@@ -42,7 +42,17 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from nodecycle.domain.eip import SCRATCH, release_unassociated, without_scratch
-from nodecycle.domain.eip.line import AddressLines, Held, Line, PoolLine, Waiter, ahead_of, line_key
+from nodecycle.domain.eip.line import (
+    AddressLines,
+    Held,
+    Line,
+    PoolLine,
+    PoolRefusals,
+    Refusals,
+    Waiter,
+    ahead_of,
+    line_key,
+)
 from nodecycle.domain.eip.wake import OFFERED_FOR, LineWaker, Offers
 from nodecycle.domain.engine import TERMINATION_STATES, Outcome
 from nodecycle.domain.errors import AccessRefused, TransientError
@@ -135,6 +145,7 @@ class AssignAddress:
         groups: InstanceGroups,
         waker: LineWaker | None = None,
         offers: Offers | None = None,
+        refusals: Refusals | None = None,
     ) -> None:
         self._owner = owner
         # The address a release gave back offered to this launch, woken for it (None: its listing alone decides)
@@ -153,6 +164,12 @@ class AssignAddress:
         self._line_pool = self._pool if self._mode is EipMode.POOL else None
         self._line = PoolLine(lines, line_key(owner, self._line_pool))
         self._lines = lines  # (and the address the deliveries of one message take: see _take_first)
+        # The pool addresses EC2 refused lately to a launch of the line (None: each launch knows its own alone)
+        self._refused_in_pool = (
+            PoolRefusals(refusals, line_key(owner, self._pool))
+            if refusals is not None and self._mode is EipMode.POOL
+            else None
+        )
         # Wakes the first launches waiting in a line when this one leaves it without an address, or releases
         # spares under the quota (see nodecycle.domain.eip.wake); None: they find out at their own looks
         self._waker = waker
@@ -187,6 +204,8 @@ class AssignAddress:
             onward = False
             reason = f"EC2 refused: {error}"
             if isinstance(error, _RefusedAddress):  # (not tried again: see _take_first)
+                if self._refused_in_pool is not None:  # (nor counted free by the launches of the line)
+                    self._refused_in_pool.add(error.allocation_ids, now)
                 known = _refused(scratch)
                 fresh = [a for a in error.allocation_ids if a not in known]
                 kept = [*known, *fresh][:MAX_REFUSED_KEPT]
@@ -295,19 +314,27 @@ class AssignAddress:
         # In different orders, each would associate its own, and EC2 would move the first off the instance.
         own = [address for address in free if address.allocated_for == instance]
         shared = [address for address in free if address.allocated_for != instance]
-        ahead, line = self._ahead(
-            record, scratch, self._line.read(), found, shared, now, quota=self._grow_pool
-        )
-        if len(ahead) >= len(shared) > 0:
+        line = self._line.read()
+        # (while launches wait in line, the addresses EC2 refused to one of them lately: no launch counts them free
+        # against those ahead of it, and one with no one ahead tries them last: the refusal may be the instance's)
+        refused = self._refused_in_pool.read(now) if self._refused_in_pool and line.waiters else frozenset()
+        usable = [address for address in shared if address.allocation_id not in refused]
+        ahead, line = self._ahead(record, scratch, line, found, usable, now, quota=self._grow_pool)
+        if ahead and shared and len(ahead) >= len(usable):
             log.info(
-                "%d free address(es) of pool %r go to the %d launch(es) waiting longer than instance %s",
-                len(shared),
+                "%d free address(es) of pool %r go to the %d launch(es) waiting longer than instance %s (%d more "
+                "free, refused lately)",
+                len(usable),
                 self._pool,
                 len(ahead),
                 instance,
+                len(shared) - len(usable),
             )
             shared = []
-        others = sorted(shared, key=lambda address: _draw(instance, address.allocation_id))
+        others = sorted(
+            shared,
+            key=lambda address: (address.allocation_id in refused, _draw(instance, address.allocation_id)),
+        )
         if own or others or (self._grow_pool and not ahead):
             leaving = self._leaving(record, scratch)
             if leaving is not None:

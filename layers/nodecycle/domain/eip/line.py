@@ -25,9 +25,9 @@ over get past it a few looks at a time, rather than wait for the end of the wait
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from nodecycle.domain.errors import TransientError
@@ -45,6 +45,10 @@ WRITES = 8  # conditional writes of the line tried in a row (each after a fresh 
 MAX_WAITERS = 1000
 MAX_LINE_BYTES = 320_000
 WAITER_BYTES = 120
+# A pool address EC2 refused to associate (InvalidAddress.Locked, a denial by a condition on its tags) is told to
+# every launch of its line for this long (see PoolRefusals), at most MAX_POOL_REFUSALS of them, the latest kept
+REFUSED_FOR = timedelta(minutes=10)
+MAX_POOL_REFUSALS = 64
 
 
 @dataclass(frozen=True, order=True)
@@ -107,6 +111,52 @@ class AddressLines(Protocol):
         """The pool address last kept for the instance (read consistently); None when none (or a day old or more).
         Raises :class:`~nodecycle.domain.errors.TransientError`."""
         ...
+
+
+class Refusals(Protocol):
+    """Where the pool addresses EC2 refused are told to the launches of a line: one item per line."""
+
+    def refusals(self, key: str) -> dict[str, datetime]:
+        """The addresses refused, each with when it was last (read consistently); empty when none. Raises
+        :class:`~nodecycle.domain.errors.TransientError`."""
+        ...
+
+    def keep_refusals(self, key: str, refused: Mapping[str, datetime]) -> None:
+        """Keep ``refused`` (over what was kept). Raises :class:`~nodecycle.domain.errors.TransientError`."""
+        ...
+
+
+class PoolRefusals:
+    """The addresses of a pool EC2 refused to a launch of its line lately: not counted free by the launches
+    (a waiter kept behind one no launch can take waits for nothing, and a launch that counts one may take,
+    past the waiters ahead of it, the one address they could), nor by a release waking them. A refusal may be
+    the instance's, not the address's: the address is still tried, after the others, by a launch with no one
+    ahead, and is told no more REFUSED_FOR after its last refusal. Advice: a write lost to a race (one PutItem
+    over the read) costs the launches what the address's own refusal to each of them does."""
+
+    def __init__(self, refusals: Refusals, key: str) -> None:
+        self._refusals = refusals
+        self._key = key
+
+    def read(self, now: datetime) -> frozenset[str]:
+        """The addresses refused within REFUSED_FOR; empty when that is not told now."""
+        try:
+            refused = self._refusals.refusals(self._key)
+        except TransientError as error:
+            log.info("could not read the addresses refused in %s: %s", self._key, error)
+            return frozenset()
+        return frozenset(a for a, at in refused.items() if now - at < REFUSED_FOR)
+
+    def add(self, allocation_ids: Collection[str], now: datetime) -> None:
+        """Tell the line that EC2 refused these addresses ``now``. Never raises: advice only."""
+        try:
+            refused = self._refusals.refusals(self._key)
+            kept = {a: at for a, at in refused.items() if now - at < REFUSED_FOR}
+            kept.update(dict.fromkeys(allocation_ids, now))
+            latest = sorted(kept.items(), key=lambda item: item[1], reverse=True)[:MAX_POOL_REFUSALS]
+            self._refusals.keep_refusals(self._key, dict(latest))
+        except TransientError as error:
+            log.warning("could not tell %s of the addresses EC2 refused: %s", self._key, error)
 
 
 def line_key(owner: str, pool: str | None) -> str:

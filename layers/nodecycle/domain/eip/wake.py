@@ -46,7 +46,7 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from nodecycle.domain.eip import SCRATCH
-from nodecycle.domain.eip.line import AddressLines, line_key
+from nodecycle.domain.eip.line import AddressLines, PoolRefusals, Refusals, line_key
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import Worker
 from nodecycle.domain.model import LifecycleRecord, Step
@@ -119,8 +119,11 @@ class LineWaker:
         quota_pool: str | None = None,
         addresses: Addresses | None = None,
         offers: Offers | None = None,
+        refusals: Refusals | None = None,
     ) -> None:
         self._owner = owner
+        # The pool addresses EC2 refused lately to a launch of a line: not counted free (None: every one counts)
+        self._refusals = refusals
         # Where the addresses given back are offered to the waiters woken for them (None: not offered)
         self._offers = offers
         # To count the free addresses of a pool (None: each wake-up wakes as many waiters as it is told)
@@ -164,7 +167,7 @@ class LineWaker:
                 continue
             waiting = [w for w in line.waiters if w.until > now and w.lifecycle != passing_over]
             if pool is not None and len(waiting) > count:
-                count = max(count, self._free(pool))
+                count = max(count, self._free(pool, now))
             woken = 0
             offers = [offer for offer in offered if offer.pool == pool]
             for looked, waiter in enumerate(waiting):
@@ -179,11 +182,12 @@ class LineWaker:
                     woken += 1
                     self._lost(f"could not wake {waiter.instance_id} for an address given back", error)
 
-    def _free(self, pool: str) -> int:
+    def _free(self, pool: str, now: datetime) -> int:
         """How many addresses of the pool are free now, as EC2 lists them: the first that many waiters may each
         take one. More than were given back when one was free already (another given back moments ago, its
         waiter's look not run yet; one the launch leaving the line was woken for), fewer while EC2 does not show a
-        disassociation yet (the count given back stands then). 0 when EC2 does not tell now."""
+        disassociation yet (the count given back stands then). 0 when EC2 does not tell now. An address EC2 refused
+        lately to a launch of the line does not count: a waiter woken for it would find nothing it may take."""
         if self._addresses is None:
             return 0
         try:
@@ -198,7 +202,12 @@ class LineWaker:
                 exc_info=not transient,
             )
             return 0
-        return sum(1 for address in found if not address.associated)
+        refused = (
+            PoolRefusals(self._refusals, line_key(self._owner, pool)).read(now)
+            if self._refusals is not None
+            else frozenset()
+        )
+        return sum(1 for address in found if not address.associated and address.allocation_id not in refused)
 
     def _lost(self, what: str, error: Exception) -> None:
         # (a failure that is not AWS's, a bug, is told with its traceback)
