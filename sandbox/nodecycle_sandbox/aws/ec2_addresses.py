@@ -46,6 +46,9 @@
   one with several answers ``InvalidInstanceID`` ("There are multiple interfaces attached to instance
   'i-...'. Please specify an interface ID for the operation instead."). moto put the address on the first
   interface, so nodecycle's path to the primary interface never ran in the sandbox.
+- An address AWS has locked (reported for abuse, under review) is refused to AssociateAddress whatever asks:
+  ``InvalidAddress.Locked``. It stays allocated and free in every listing, its tags as they were: a pool address
+  no launch can take. moto has no such state; a test locks one by its allocation id (``lock``).
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ from moto.ec2.models.instances import Instance, InstanceState
 _LOCK = threading.Lock()
 _MARKER = "_nodecycle_sandbox_associate"
 _QUOTA = "_nodecycle_address_quota"
+_LOCKED = "_nodecycle_locked_addresses"
 # the states in which EC2 refuses to associate an address with an instance (stopped and stopping are allowed:
 # an address stays with a stopped instance, and may be associated with one)
 _CANNOT_ASSOCIATE = frozenset({"pending", "shutting-down", "terminated"})
@@ -116,6 +120,11 @@ def install() -> None:
         reassociate: bool = False,
     ) -> ElasticAddress:
         with _LOCK:
+            if allocation_id is not None and allocation_id in getattr(self, _LOCKED, set()):
+                raise EC2ClientError(
+                    "InvalidAddress.Locked",
+                    f"The address '{allocation_id}' is locked and cannot be associated.",
+                )
             state = instance.state if instance is not None else None
             if state in _CANNOT_ASSOCIATE:
                 raise EC2ClientError(
@@ -208,3 +217,10 @@ def _interface_id(address: ElasticAddress) -> str | None:
 def set_quota(ec2_backend: Any, addresses: int | None) -> None:
     """How many Elastic IPs ``ec2_backend``'s account may hold in its region; None: no limit."""
     setattr(ec2_backend, _QUOTA, addresses)
+
+
+def lock(ec2_backend: Any, allocation_id: str) -> None:
+    """AWS locks the address: AssociateAddress refuses it (``InvalidAddress.Locked``) from now on."""
+    with _LOCK:
+        locked: set[str] = getattr(ec2_backend, _LOCKED, set())
+        setattr(ec2_backend, _LOCKED, locked | {allocation_id})
