@@ -104,3 +104,27 @@ def test_the_refused_addresses_a_launch_remembers_are_bounded() -> None:
     # Then its policy decides having asked about as many as it remembers, not the whole pool
     assert outcome.changes.get("result") is ActionResult.ABANDON
     assert len(tried) <= MAX_REFUSED_KEPT + 2
+
+
+def test_a_launch_past_many_refused_addresses_still_has_its_tries_for_another_refusal() -> None:
+    # Given a pool of 12 free addresses, the one EC2 associates last in the instance's order, and the first read of
+    # its association refused (a denial, IAM still propagating)
+    ec2 = FakeAddresses()
+    ec2.launch(INSTANCE)
+    pool = [ec2.add(pool=POOL, allocated_at=None) for _ in range(12)]
+    *bad, good = sorted(pool, key=lambda allocation_id: _draw(INSTANCE, allocation_id))
+    refusing(ec2, set(bad), "InvalidAddress.Locked")
+    associate = ec2.associate
+
+    def then_refuse_its_read(allocation_id: str, instance_id: str) -> str:
+        association = associate(allocation_id, instance_id)
+        ec2.faults["describe"].append(AddressRefused("UnauthorizedOperation: DescribeAddresses"))
+        return association
+
+    ec2.associate = then_refuse_its_read  # type: ignore[method-assign]
+
+    outcome, _ = run(ec2, launch_record(INSTANCE), 30)
+
+    # Then the refusal is asked again, as for any launch, not taken for its last try
+    assert outcome.changes.get("result") is not ActionResult.ABANDON, outcome.changes.get("outcome")
+    assert outcome.changes.get("allocation_id") == good

@@ -200,9 +200,10 @@ class AssignAddress:
             # A denial or a subnet without an internet gateway: asked again a few times, minutes apart (a
             # denial may be IAM still propagating after a stack update), then the policy decides, not the
             # global timeout hours on. An address allocated before the refusal is the sweeper's.
-            refused = int(scratch.get("refused", 0)) + 1
-            onward = False
+            refused = int(scratch.get("refused", 0))
+            onward = int(scratch.get("refused_onward", 0))  # (looks that went on past addresses refused)
             reason = f"EC2 refused: {error}"
+            going_on = False
             if isinstance(error, _RefusedAddress):  # (not tried again: see _take_first)
                 if self._refused_in_pool is not None:  # (nor counted free by the launches of the line)
                     self._refused_in_pool.add(error.allocation_ids, now)
@@ -212,20 +213,33 @@ class AssignAddress:
                 scratch = {**scratch, "refused_addresses": kept}
                 # Refused only addresses never tried before, others untried: the refusals are as likely theirs as
                 # the instance's, and the next look goes on past them (a pool of many refused addresses is got
-                # through, however many looks that takes), until the launch remembers as many as it may
-                onward = (
+                # through, however many looks that takes), until the launch remembers as many as it may. Once
+                # none is left untried, the looks that went on count as the launch's tries: a pool of none but
+                # refused addresses meets its policy once each was tried, as promptly as four looks allow
+                going_on = (
                     error.untried > 0
                     and len(fresh) == len(error.allocation_ids)
                     and len(kept) < MAX_REFUSED_KEPT
                 )
                 reason = f"EC2 refused the {len(kept)} address(es) of pool {self._pool!r} tried: {error}"
-            if refused < REFUSED_ATTEMPTS or onward:
+            if going_on:
+                onward += 1
+            else:
+                refused += 1
+            tries = refused + (onward if isinstance(error, _RefusedAddress) else 0)
+            if going_on or tries < REFUSED_ATTEMPTS:
                 self._metrics.count("EipFailures")
-                delay = REFUSED_DELAY if onward else REFUSED_DELAY * 2 ** (refused - 1)
+                delay = REFUSED_DELAY if going_on else REFUSED_DELAY * 2 ** (refused - 1)
                 log.warning(
-                    "EC2 refused (%d of %d): %s; asked again in %d s", refused, REFUSED_ATTEMPTS, error, delay
+                    "EC2 refused (%d of %d): %s; asked again in %d s%s",
+                    tries,
+                    REFUSED_ATTEMPTS,
+                    error,
+                    delay,
+                    " (other free addresses of the pool untried)" if going_on else "",
                 )
-                return Outcome.wait(delay, extra={**record.extra, SCRATCH: {**scratch, "refused": refused}})
+                counts = {"refused": refused, "refused_onward": onward}
+                return Outcome.wait(delay, extra={**record.extra, SCRATCH: {**scratch, **counts}})
             return self._fail(record, reason)
 
     # -- allocate mode: a new address per instance ---------------------------------------------------
