@@ -128,3 +128,33 @@ def test_a_launch_past_many_refused_addresses_still_has_its_tries_for_another_re
     # Then the refusal is asked again, as for any launch, not taken for its last try
     assert outcome.changes.get("result") is not ActionResult.ABANDON, outcome.changes.get("outcome")
     assert outcome.changes.get("allocation_id") == good
+
+
+def test_a_pool_that_grows_grows_past_many_refused_addresses() -> None:
+    # Given a pool that grows when empty, of 10 free addresses every one of which EC2 refuses for its own sake
+    ec2 = FakeAddresses(quota=20)
+    ec2.launch(INSTANCE)
+    pool = {ec2.add(pool=POOL, allocated_at=None) for _ in range(10)}
+    tried = refusing(ec2, set(pool), "InvalidAddress.Locked")
+    assign = step(
+        ec2,
+        FakeMetrics(),
+        Wiring(),
+        eip_mode="pool",
+        eip_pool_name=POOL,
+        eip_failure_policy="abandon",
+        eip_pool_allocate_when_empty=True,
+    )
+    record, now = launch_record(INSTANCE), T0
+    for _ in range(30):
+        outcome = assign(record, now)
+        if not outcome.again:
+            break
+        record = record.model_copy(update={**outcome.changes, "seq": record.seq + 1})
+        now += timedelta(seconds=outcome.delay or 0)
+
+    # Then, each tried once, it grows the pool by one address and takes it, as with a pool of a few
+    assert outcome.changes.get("result") is not ActionResult.ABANDON, outcome.changes.get("outcome")
+    (grown,) = set(ec2.eips) - pool
+    assert outcome.changes.get("allocation_id") == grown
+    assert sorted(tried) == sorted([*pool, grown])

@@ -821,6 +821,14 @@ class AssignAddress:
             refused = address.allocation_id
         if refusal is not None:
             refusal.untried = 0 if asked_again else len(left)
+            refused_now = [*refused_before, *refusal.allocation_ids]
+            if (
+                not refusal.untried
+                and not asked_again
+                and grow
+                and self._grows_past(record, candidates, refused_now)
+            ):
+                refusal.untried = 1  # (the address the pool grows by past them, at the next look)
             raise refusal
         return None
 
