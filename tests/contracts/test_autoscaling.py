@@ -4,7 +4,8 @@ sandbox's lifecycle emulation (what moto lacks, as AWS answers it) answer alike.
 What the domain relies on: an active action takes heartbeats and one completion; any other call finds no
 active action (False, never an error): a token Auto Scaling never issued, or issued for another instance, hook
 or group, an action completed, or timed out (its heartbeat timeout after its start or last heartbeat, never
-past its global timeout); an adopted lifecycle names its action by instance alone. A confirmation is a
+past its global timeout); an adopted lifecycle names its action by instance alone, and a completion too (it
+settles the action the hook named holds for the instance, whatever the token). A confirmation is a
 heartbeat and a look at where the instance is: True only while it waits in the state its action's transition
 holds it in, a TransientError while the state read still lags that wait state, False otherwise. A hook, a
 group's hooks and tags of a group Auto Scaling does not know are none; the instances hooks hold are listed by
@@ -227,10 +228,8 @@ def test_a_termination_abandoned_ends_the_other_hooks_action_of_the_instance(sid
     assert not side.port.complete(held.other_hook, ActionResult.CONTINUE)
 
 
-@pytest.mark.parametrize("wrong", ["token", "instance", "hook", "group", "hook-of-the-other-action"])
-def test_an_action_named_wrongly_is_no_active_action(side: Side, wrong: str) -> None:
-    held = side.hold()
-    action = {
+def _named_wrongly(held: Held, wrong: str) -> ActionRef:
+    return {
         "token": named(held.action, token=str(uuid.uuid4())),
         "instance": named(held.action, instance_id=held.other_instance),
         "hook": named(held.action, hook="no-such-hook"),
@@ -238,9 +237,31 @@ def test_an_action_named_wrongly_is_no_active_action(side: Side, wrong: str) -> 
         "hook-of-the-other-action": named(held.action, hook=held.other_hook.hook),
     }[wrong]
 
+
+@pytest.mark.parametrize("wrong", ["token", "instance", "hook", "group", "hook-of-the-other-action"])
+def test_an_action_named_wrongly_is_no_active_action(side: Side, wrong: str) -> None:
+    held = side.hold()
+    action = _named_wrongly(held, wrong)
+
     assert not side.port.heartbeat(action)
-    assert not side.port.complete(action, ActionResult.CONTINUE)
+    if wrong in ("instance", "hook", "group"):  # (what a completion names: the next test for the others)
+        assert not side.port.complete(action, ActionResult.CONTINUE)
     assert side.port.heartbeat(held.action)  # which left the real one active
+
+
+@pytest.mark.parametrize("wrong", ["token", "hook-of-the-other-action"])
+def test_a_completion_settles_the_action_the_hook_named_holds_for_the_instance_whatever_the_token(
+    side: Side, wrong: str
+) -> None:
+    # (a completion names the instance alone, so that the action settled is the instance's whatever the token
+    # is: see AutoscalingActions.complete)
+    held = side.hold()
+    action = _named_wrongly(held, wrong)
+    settled, left = (held.action, held.other_hook) if wrong == "token" else (held.other_hook, held.action)
+
+    assert side.port.complete(action, ActionResult.CONTINUE)
+    assert not side.port.heartbeat(settled)
+    assert side.port.heartbeat(left)
 
 
 def test_an_adopted_lifecycle_names_its_action_by_instance(side: Side) -> None:

@@ -83,12 +83,14 @@ def _group(
 STOPPED_POOL = {"MinSize": 2, "PoolState": "Stopped"}
 
 
-def test_complete_names_the_action_by_token_with_the_result(
+def test_complete_names_the_action_by_its_instance_with_the_result(
     autoscaling: tuple[AutoscalingActions, Stubber],
 ) -> None:
+    # (not by its token: the action settled is the instance's, whatever instance the token's is)
     adapter, stubber = autoscaling
+    by_instance = {key: value for key, value in ACTION_PARAMS.items() if key != "LifecycleActionToken"}
     stubber.add_response(
-        "complete_lifecycle_action", {}, {**ACTION_PARAMS, "LifecycleActionResult": "CONTINUE"}
+        "complete_lifecycle_action", {}, {**by_instance, "LifecycleActionResult": "CONTINUE"}
     )
     assert adapter.complete(ACTION, ActionResult.CONTINUE) is True
 

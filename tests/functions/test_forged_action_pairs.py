@@ -1,8 +1,10 @@
-"""AutoscalingActions.confirm, the engine's confirmation before it disrupts anything for an action: on moto with
-the sandbox's lifecycle emulation told to take a call's token alone (``token_checked_against_instance``), as
-AWS may ("for the specified token or instance": it does not say it refuses a token named with another
-instance), a token paired with an instance its action does not hold confirms nothing, though the heartbeat
-itself is accepted; and with a stub, an instance whose state still lags its wait state is retried, not refused."""
+"""AutoscalingActions.confirm and complete, the engine's confirmation before it disrupts anything for an action and
+its completion: on moto with the sandbox's lifecycle emulation told to take a call's token alone
+(``token_checked_against_instance``), as AWS may ("for the specified token or instance": it does not say it
+refuses a token named with another instance), a token paired with an instance its action does not hold confirms
+nothing, though the heartbeat itself is accepted; one paired with an instance the hook holds for an action of its
+own settles that instance's action alone; and with a stub, an instance whose state still lags its wait state is
+retried, not refused."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from botocore.stub import Stubber
 from nodecycle.adapters.aws.autoscaling import AutoscalingActions
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import ActionRef, Transition
+from nodecycle.domain.policy import ActionResult
 from nodecycle_sandbox.aws import LAUNCHING, TERMINATING
 from nodecycle_sandbox.aws.group import AutoScalingGroup, HookSpec
 from tests.sandbox.aws.conftest import Emulation, aws  # noqa: F401  (the emulation in process)
@@ -73,13 +76,7 @@ def test_an_instance_in_service_named_with_another_instances_live_token_is_not_c
     assert group.instances()[victim] == "Terminating:Wait"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="confirm looks at where the instance named waits, not whose action the token is: an instance held by "
-    "the hook, named with the token of another instance the same hook holds, is confirmed, and completing that "
-    "pair settles the other instance's action (its node terminated undrained)",
-)
-def test_a_held_instance_named_with_the_token_of_another_held_instance_is_not_confirmed(
+def test_a_held_instance_named_with_the_token_of_another_held_instance_settles_only_its_own_action(
     aws: Emulation,  # noqa: F811
 ) -> None:
     # Given an Auto Scaling that takes a call's token alone, and two instances in service, both then terminating
@@ -93,8 +90,18 @@ def test_a_held_instance_named_with_the_token_of_another_held_instance_is_not_co
     # (a notification on the intake queue naming the first instance with the second's token)
     crossed = terminating(first, held.token)
 
-    # When the port is asked to confirm it, Then it refuses: the token's action is not the first instance's
-    assert not port.confirm(crossed)
+    # When its lifecycle confirms it (nothing tells the pair: both instances wait where their actions hold them,
+    # and no API tells a token's instance) and, the first instance drained, completes it
+    assert port.confirm(crossed)
+    assert port.complete(crossed, ActionResult.CONTINUE)
+
+    # Then the action settled is the first instance's, the one named and drained: the second's still holds its
+    # instance for its own lifecycle's drain (named by the token, the completion settled it: its node went
+    # undrained)
+    assert held.active
+    assert group.instances()[second] == "Terminating:Wait"
+    (own,) = [a for a in group.actions(transition=TERMINATING) if a.instance_id == first]
+    assert (own.active, own.result) == (False, "CONTINUE")
 
 
 def test_an_instance_whose_state_still_lags_its_wait_state_is_retried_not_refused() -> None:

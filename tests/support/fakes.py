@@ -11,7 +11,7 @@ from typing import Any
 
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import Worker
-from nodecycle.domain.model import WARM_POOL, ActionRef, LifecycleRecord, Transition
+from nodecycle.domain.model import WARM_POOL, ActionRef, LifecycleRecord, Transition, adopted_token
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.lifecycle import (
     ActionClaim,
@@ -220,7 +220,12 @@ class FakeAutoscaling:
     )  # waiting_instances calls
 
     def complete(self, action: ActionRef, result: ActionResult) -> bool:
-        named = self._named(action)
+        # named as AutoscalingActions names a completion: by its instance alone, the action the hook holds for
+        # the instance whatever the token (the token's, when it is the instance's own or not bound to one yet)
+        own = action.token_known and self.issued.get(action.token, "") in (None, action.instance_id)
+        named = (self._named(action) if own else None) or self._named(
+            action.model_copy(update={"token": adopted_token(action.hook)})
+        )
         if named is None:
             return False
         self.completed.append((named, result))

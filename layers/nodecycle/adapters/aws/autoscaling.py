@@ -43,16 +43,22 @@ _NAMES_PER_CALL = 50  # DescribeAutoScalingGroups' limit on AutoScalingGroupName
 
 
 def _naming(action: ActionRef) -> dict[str, str]:
-    """The parameters that name an action: its token when known; an adopted one's by its instance alone (the
-    hook holds at most one action of an instance)."""
-    named = {
+    """The parameters that name an action to heartbeat it: its token when known; an adopted one's by its
+    instance alone (the hook holds at most one action of an instance)."""
+    named = _by_instance(action)
+    if action.token_known:
+        named["LifecycleActionToken"] = action.token
+    return named
+
+
+def _by_instance(action: ActionRef) -> dict[str, str]:
+    """The parameters that name the action the hook holds for the action's instance, whatever its token: a
+    completion's (see ``AutoscalingActions.complete``)."""
+    return {
         "AutoScalingGroupName": action.group,
         "LifecycleHookName": action.hook,
         "InstanceId": action.instance_id,
     }
-    if action.token_known:
-        named["LifecycleActionToken"] = action.token
-    return named
 
 
 def _holding_state(action: ActionRef) -> str:
@@ -90,11 +96,34 @@ class AutoscalingActions:
         self._instances = Ec2Instances(ec2)  # (its client made only at its first call: ``membership``'s)
 
     def complete(self, action: ActionRef, result: ActionResult) -> bool:
+        """Complete the action the hook holds for ``action``'s instance, named by the instance alone, never by
+        the token: a completion settles the action of the instance its lifecycle confirmed waiting and drained
+        (or gave its address), whatever the token says.
+
+        Auto Scaling documents both calls as acting "for the specified token or instance", not that it refuses a
+        token named with another instance than its action's, and no API tells a token's instance. Two instances
+        held by the same hook (a scale-in of two), a message on the intake queue naming the first with the
+        second's token is confirmed (the first waits where its action holds it, the token is live): named by the
+        token, its completion would settle the second's action, its node terminated undrained (invariant 8).
+        Named by the instance, it settles the first's, drained by then, as its own lifecycle would.
+
+        The token still names the heartbeats, the confirmation's among them: a token must be live for its
+        lifecycle to be confirmed and to go on, so a replay of an older lifecycle of the instance (a warm-pool
+        instance held again by the same hook, in the same state) confirms nothing, and a lifecycle whose action
+        ended is told so at its next heartbeat (the engine's ahead of the heartbeat deadline, the sweeper's when
+        the engine stalls, a confirmation again before a disruptive step past it). What naming by the instance
+        gives up: a completion after its own action ended unknown to its lifecycle (settled by hand, or timed out
+        while nothing heartbeated it) settles the next action of the instance under the same hook, if there is one
+        by then, in the same state: a whole round through the warm pool later. There is no look first, as an
+        adopted action's completion has (``_still_held``): it would cost a call per lifecycle, and still leave
+        the moment after it."""
         if not self._still_held(action):
             return False
         try:
             with transient_errors("completing a lifecycle action"):
-                self._asg().complete_lifecycle_action(**_naming(action), LifecycleActionResult=result.value)
+                self._asg().complete_lifecycle_action(
+                    **_by_instance(action), LifecycleActionResult=result.value
+                )
         except ClientError as error:
             if error_code(error) == "ValidationError" and answer_lost(error):
                 # botocore sent the call again after an attempt whose answer was lost (a 5xx, a read timeout):
@@ -138,7 +167,13 @@ class AutoscalingActions:
         look comes first, and an action it does not place in the group named is not heartbeated either (one on
         its way into that state there is: see ``_held_in_its_group``). Two calls per lifecycle (at its first
         confirmation); an adopted action is named by its instance alone, and its heartbeat itself finds the action
-        the hook holds for it."""
+        the hook holds for it.
+
+        What neither call can tell is an instance the hook holds named with the live token of another instance the
+        same hook holds: both wait where their actions hold them, and no API tells a token's instance. Such a pair
+        is confirmed, and its lifecycle drains the instance it names, which its own action holds for a drain; the
+        completion names that instance alone (see ``complete``), so it settles that instance's action, not the
+        token's."""
         if not action.token_known:
             return self.heartbeat(action)
         if self._held_in_its_group(action):
@@ -177,7 +212,8 @@ class AutoscalingActions:
         return False
 
     def _still_held(self, action: ActionRef) -> bool:
-        """Whether an action named by instance id alone (an adopted one's) may still be the one the hook holds.
+        """Whether an adopted action (named by instance id alone at each call, its token unknown) may still be the
+        one the hook holds.
 
         Auto Scaling completes by instance id whatever action the hook holds for the instance
         *now*: a completion of ours retried after its answer was lost (or one asked after the action timed
@@ -186,7 +222,8 @@ class AutoscalingActions:
         instance moves on to another state when its action ends, so only while it is in the state this action
         holds it in is the call made; otherwise the action is over. (The same state again needs a whole round
         of other actions in between: out of the pool and back into it through the terminating hook.) An action
-        named by its token needs no such look: Auto Scaling matches the token."""
+        whose token is known needs no such look: its lifecycle's heartbeats name the token, and one that finds
+        it ended ends the lifecycle before its completion (see ``complete``)."""
         if action.token_known:
             return True
         state = self.lifecycle_state(action.instance_id)
