@@ -359,6 +359,10 @@ class FakeAutoscaling:
     def group_tags(self, group: str) -> dict[str, str] | None:
         return self.tags.get(group)
 
+    def groups_tagged(self, owner: str) -> frozenset[str]:
+        """The groups tagged nodecycle:owner=``owner`` (DescribeAutoScalingGroups filtered by the tag)."""
+        return frozenset(group for group, tags in self.tags.items() if tags.get("nodecycle:owner") == owner)
+
     def lifecycle_state(self, instance_id: str) -> str | None:
         return self.states.get(instance_id)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 from collections import OrderedDict
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from nodecycle.domain.ports.lifecycle import Autoscaling, Hook, WaitingInstance
@@ -21,12 +22,13 @@ MAX_ABSENT_GROUPS = 1000
 # asks Auto Scaling about: a burst of LOOKUP_BURST, then one per LOOKUP_EVERY. The answers above bound the calls
 # for names told again, but not for names each told once: a flood of them (a misconfigured forwarder, thousands
 # a minute) cost a DescribeAutoScalingGroups each and throttled the account's Auto Scaling API, which the drains'
-# heartbeats and completions share. Past the bound, a name is answered "not managed" without a call and is not
-# remembered: an action of a group created within the flood is left to the sweeper's adoption (half a sweep
-# interval after a sweep finds it held with no record), or found at its next event once a lookup is allowed.
-# Groups already known are read again after the ttl whatever the bound (one read per group and ttl). The burst
+# heartbeats and completions share. Past the bound, a name is answered by the listing of the groups tagged for
+# this owner (one DescribeAutoScalingGroups for every name, read again at most once per LOOKUP_EVERY), and one it
+# does not have is not managed and not remembered. Answered "not managed" without a call (before), the flood's
+# names kept a group of this stack's that the container had not seen (a new group, a cold container) from its
+# actions' events: each dropped, left to the sweeper's adoption minutes later. Groups already known are read again after the ttl whatever the bound (one read per group and ttl). The burst
 # is what a cold container may need at once (the events of up to 50 groups scaling together); the rate, what a
-# flood costs past it (20 DescribeAutoScalingGroups a minute per container, not thousands).
+# flood costs past it (20 DescribeAutoScalingGroups a minute per container and as many listings, not thousands).
 LOOKUP_BURST = 50
 LOOKUP_EVERY = timedelta(seconds=3)
 # How many names of hooks their groups do not have a container remembers (see LifecycleHooks.get).
@@ -67,7 +69,10 @@ class ManagedGroups:
         clock: Clock,
         ttl: timedelta = timedelta(minutes=5),
         bounded_lookups: bool = False,
+        tagged: Callable[[str], frozenset[str]] | None = None,
     ) -> None:
+        """``tagged``: the names of the groups tagged for an owner (one listing), asked past the bound of
+        ``bounded_lookups`` (None: a name past it is taken for unmanaged)."""
         self._owner = owner
         self._names = frozenset(names)
         self._by_tag = by_tag
@@ -80,6 +85,8 @@ class ManagedGroups:
         self._bounded_lookups = bounded_lookups  # (the functions' wiring bounds them: see LOOKUP_BURST)
         self._lookups = Lookups()  # of names not known here
         self._unasked = 0  # names taken for unmanaged without a lookup since the last warning
+        self._list_tagged = tagged
+        self._listed: tuple[frozenset[str], datetime] | None = None  # the last listing, and when it was read
 
     def manages(self, group: str, hook: str) -> bool:
         if not self.takes_hook(hook):
@@ -122,7 +129,7 @@ class ManagedGroups:
         if (absent and now - absent < self._ttl) or not _GROUP_NAME.fullmatch(group):
             return None
         if cached is None and self._bounded_lookups and not self._may_look_up(group, now):
-            return None
+            return self._listed_owner(group, now)
         tags = self._autoscaling.group_tags(group)
         self._absent.pop(group, None)
         if tags is None:
@@ -135,12 +142,32 @@ class ManagedGroups:
         self._tagged[group] = (owner, now)
         return owner
 
+    def _listed_owner(self, group: str, now: datetime) -> str | None:
+        """The owner tag of a name the bound left no lookup for, as the listing of the groups tagged for this owner
+        tells it: this owner, or None (not remembered) when the listing does not have the name. The listing is read
+        again once LOOKUP_EVERY has passed since the last, so it misses only a group tagged for this owner less
+        than LOOKUP_EVERY before the event is taken in: an action starts once its instance has launched, seconds
+        after its group was created with its tags; one tagged later than that is found as a group tagged after its
+        name was asked about is (its next events, the sweeper's adoption)."""
+        if self._list_tagged is None:
+            return None
+        if self._listed is None or now - self._listed[1] >= LOOKUP_EVERY:
+            # (stamped before the call: one refused or throttled is not asked again by each name that follows it
+            # within LOOKUP_EVERY, which the last listing answers meanwhile, none at first)
+            self._listed = (self._listed[0] if self._listed else frozenset(), now)
+            self._listed = (self._list_tagged(self._owner), now)
+        names, read_at = self._listed
+        if group not in names:
+            return None
+        self._tagged[group] = (self._owner, read_at)
+        return self._owner
+
     def _may_look_up(self, group: str, now: datetime) -> bool:
         if self._lookups.take(now):
             if self._unasked:
                 log.warning(
-                    "%d names of groups not known here taken for unmanaged without asking Auto Scaling (more "
-                    "than %d at once, then one per %.0f s: forged or broken messages?)",
+                    "%d names of groups not known here answered by the listing of this owner's groups, not asked "
+                    "about one by one (more than %d at once, then one per %.0f s: forged or broken messages?)",
                     self._unasked,
                     LOOKUP_BURST,
                     LOOKUP_EVERY.total_seconds(),

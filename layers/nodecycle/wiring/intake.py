@@ -60,6 +60,7 @@ def managed_groups(config: IntakeSettings | SweeperSettings, ports: Common) -> M
         clock=ports.clock,
         # (anyone allowed to send to the intake queue can name as many groups as they like: see LOOKUP_BURST)
         bounded_lookups=True,
+        tagged=lambda owner: ports.autoscaling.groups_tagged(owner),
     )
 
 

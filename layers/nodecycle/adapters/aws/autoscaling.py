@@ -338,6 +338,19 @@ class AutoscalingActions:
             return None
         return {tag["Key"]: tag.get("Value", "") for tag in groups[0].get("Tags", [])}
 
+    def groups_tagged(self, owner: str) -> frozenset[str]:
+        """The names of the groups tagged ``nodecycle:owner=<owner>``: one DescribeAutoScalingGroups per page
+        of them, whatever names intake is told."""
+        with transient_errors("listing the groups tagged for this owner"):
+            pages = (
+                self._asg()
+                .get_paginator("describe_auto_scaling_groups")
+                .paginate(Filters=[{"Name": f"tag:{OWNER_TAG}", "Values": [owner]}])
+            )
+            return frozenset(
+                group["AutoScalingGroupName"] for page in pages for group in page["AutoScalingGroups"]
+            )
+
     def lifecycle_state(self, instance_id: str) -> str | None:
         with transient_errors("reading an instance's lifecycle state"):
             found = self._asg().describe_auto_scaling_instances(InstanceIds=[instance_id])

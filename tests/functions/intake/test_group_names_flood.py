@@ -1,0 +1,175 @@
+"""Intake with tag-managed groups under a flood of messages naming invented groups (anyone allowed to send to
+the intake queue can send them): the lookups of names not known here are bounded (catalog.LOOKUP_BURST), and
+an action of a group of this stack's that the flood left no lookup for is not dropped as unmanaged for it: the
+groups tagged for this owner are listed instead."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
+
+from nodecycle.adapters.aws.autoscaling import AutoscalingActions
+from nodecycle.domain.catalog import LOOKUP_BURST, LOOKUP_EVERY, OWNER_TAG, LifecycleHooks
+from nodecycle.domain.errors import TransientError
+from nodecycle.domain.intake import Intake, IntakeOutcome
+from nodecycle.domain.model import LifecycleEvent, Transition
+from nodecycle.domain.policy import PlanPolicy
+from nodecycle.domain.ports.lifecycle import Hook
+from nodecycle.wiring.intake import managed_groups
+from nodecycle_sandbox.aws.group import AutoScalingGroup, GroupSpec
+from tests.sandbox.aws.conftest import REGION, Emulation, aws  # noqa: F401  (the emulation in process)
+from tests.support.fakes import FakeAutoscaling, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
+
+OWNER, HOOK = "stack-a", "terminate"
+
+
+@dataclass
+class CountingAutoscaling(FakeAutoscaling):
+    """Auto Scaling that counts DescribeAutoScalingGroups: by name (``group_tags``) and by this owner's tag."""
+
+    reads: list[str] = field(default_factory=list)
+
+    def group_tags(self, group: str) -> dict[str, str] | None:
+        self.reads.append(group)
+        return super().group_tags(group)
+
+    def groups_tagged(self, owner: str) -> frozenset[str]:
+        self.reads.append(f"tag:{owner}")
+        return super().groups_tagged(owner)
+
+
+def a_stack(autoscaling: CountingAutoscaling, clock: FakeClock) -> Intake:
+    """A stack that manages the groups tagged for it, as the intake function's wiring builds its catalog."""
+    config = SimpleNamespace(owner_id=OWNER, managed_groups=(), managed_by_tag=True, managed_hooks=("*",))
+    ports = SimpleNamespace(autoscaling=autoscaling, clock=clock)
+    return Intake(
+        owner=OWNER,
+        plan=PlanPolicy(kubernetes=True, eip=False, readiness_gate=True),
+        records=InMemoryRecords(),
+        queues=RecordingQueues(),
+        groups=managed_groups(cast(Any, config), cast(Any, ports)),
+        hooks=LifecycleHooks(autoscaling, clock),
+        autoscaling=autoscaling,
+        clock=clock,
+        metrics=FakeMetrics(),
+        resume_grace=timedelta(seconds=5),
+        retry_window=timedelta(seconds=17),
+    )
+
+
+def naming(group: str, n: int, clock: FakeClock, ago: float = 0) -> LifecycleEvent:
+    return LifecycleEvent(
+        instance_id=f"i-{n:017x}",
+        transition=Transition.TERMINATING,
+        token=f"7b4c5d2e-1f3a-4b6c-8d9e-{n:012x}",
+        group=group,
+        hook=HOOK,
+        started_at=clock.now() - timedelta(seconds=ago),
+        delivery="sqs",
+    )
+
+
+def created(autoscaling: CountingAutoscaling, group: str) -> None:
+    autoscaling.tags[group] = {OWNER_TAG: OWNER}
+    autoscaling.hooks[(group, HOOK)] = Hook(Transition.TERMINATING, heartbeat_timeout=300)
+
+
+def flooded(intake: Intake, clock: FakeClock, seconds: int, per_second: int = 30) -> None:
+    """Messages naming invented groups, each another, for ``seconds``: all dropped as unmanaged."""
+    for n in range(seconds * per_second):
+        assert (
+            intake.accept(naming(f"invented-{clock.now().timestamp()}", n, clock)) is IntakeOutcome.UNMANAGED
+        )
+        clock.advance(1 / per_second)
+
+
+@pytest.fixture
+def stack() -> tuple[CountingAutoscaling, FakeClock, Intake]:
+    autoscaling, clock = CountingAutoscaling(), FakeClock()
+    return autoscaling, clock, a_stack(autoscaling, clock)
+
+
+def test_an_action_of_a_new_group_of_this_stack_during_a_flood_is_taken_in_not_dropped(
+    stack: tuple[CountingAutoscaling, FakeClock, Intake],
+) -> None:
+    # Given a tag-managed stack whose lookups of names not known here a flood of invented names has used up,
+    # and a group created for it meanwhile (tagged at its creation)
+    autoscaling, clock, intake = stack
+    flooded(intake, clock, seconds=5)
+    created(autoscaling, "nodes-new")
+
+    # When, the flood going on, an action of the group's first instance starts (seconds after the group: its
+    # instance launched) and its event comes
+    flooded(intake, clock, seconds=10)
+    outcome = intake.accept(naming("nodes-new", 100_000, clock))
+
+    # Then it is taken in, at no lookup of its name (before: dropped as unmanaged, its action left to the
+    # sweeper's adoption minutes later, whatever its delivery's retries)
+    assert outcome is IntakeOutcome.ACCEPTED
+    assert "nodes-new" not in autoscaling.reads
+
+
+def test_a_flood_of_invented_names_costs_a_bounded_number_of_reads(
+    stack: tuple[CountingAutoscaling, FakeClock, Intake],
+) -> None:
+    # Given a tag-managed stack with a group of its own
+    autoscaling, clock, intake = stack
+    created(autoscaling, "nodes-ours")
+    assert intake.accept(naming("nodes-ours", 1_000_000, clock)) is IntakeOutcome.ACCEPTED
+
+    # When a minute of messages each names another group Auto Scaling does not have
+    autoscaling.reads.clear()
+    flooded(intake, clock, seconds=60)
+
+    # Then Auto Scaling was read a burst and then one name and one listing of this owner's groups per
+    # LOOKUP_EVERY at most, not once per message (1,800)
+    per_minute = 60 / LOOKUP_EVERY.total_seconds()
+    by_name = [read for read in autoscaling.reads if not read.startswith("tag:")]
+    assert len(by_name) <= LOOKUP_BURST + per_minute + 1
+    assert len(autoscaling.reads) - len(by_name) <= per_minute + 1
+
+
+def test_the_listing_names_the_groups_tagged_for_the_owner_alone(aws: Emulation) -> None:  # noqa: F811
+    # Given groups tagged for this owner, for another, and not at all, on moto
+    for name, tags in (
+        ("ours-a", {OWNER_TAG: OWNER}),
+        ("ours-b", {OWNER_TAG: OWNER}),
+        ("theirs", {OWNER_TAG: "b"}),
+    ):
+        AutoScalingGroup(
+            autoscaling=aws.autoscaling, ec2=aws.ec2, control=aws.control, region=REGION, name=name
+        ).create(GroupSpec(name=name, size=0, hooks=(), tags=tags))
+    aws.group()  # ("workers", untagged)
+
+    # When the adapter lists this owner's groups, Then it names those tagged for it
+    assert AutoscalingActions(aws.autoscaling).groups_tagged(OWNER) == {"ours-a", "ours-b"}
+
+
+@dataclass
+class ThrottledListing(CountingAutoscaling):
+    def groups_tagged(self, owner: str) -> frozenset[str]:
+        self.reads.append(f"tag:{owner}")
+        raise TransientError("listing the groups tagged for this owner: Rate exceeded")
+
+
+def test_a_throttled_listing_is_asked_again_only_after_lookup_every() -> None:
+    # Given a tag-managed stack whose lookups a flood has used up, Auto Scaling throttling the listing
+    autoscaling, clock = ThrottledListing(), FakeClock()
+    intake = a_stack(autoscaling, clock)
+    for n in range(LOOKUP_BURST):
+        intake.accept(naming(f"invented-{n}", n, clock))
+    autoscaling.reads.clear()
+
+    # When names not known here keep coming: the one that asked is retried (its event's delivery), the others
+    # within LOOKUP_EVERY are answered without a call
+    with pytest.raises(TransientError, match="Rate exceeded"):
+        intake.accept(naming("invented-x", 1000, clock))
+    for n in range(1001, 1100):
+        assert intake.accept(naming(f"invented-{n}", n, clock)) is IntakeOutcome.UNMANAGED
+
+    # Then the listing was asked once
+    assert autoscaling.reads == [f"tag:{OWNER}"]
