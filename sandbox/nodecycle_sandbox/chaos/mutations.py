@@ -43,8 +43,9 @@ MUTATIONS = (
         "complete-before-drained",
         "the drain goes on to completion as soon as it starts, pods or not",
         "nodecycle/domain/drain/evict.py",
-        "        stuck, why = self._stuck(info, left, now)\n        if len(stuck) == len(left):",
-        "        stuck, why = self._stuck(info, left, now)\n        if True:  # MUTATION: completion before the drain ends",
+        "        stuck, why = self._stuck(info, left, now, past_deadline=now >= deadline)\n        if len(stuck) == len(left):",
+        "        stuck, why = self._stuck(info, left, now, past_deadline=now >= deadline)\n"
+        "        if True:  # MUTATION: completion before the drain ends",
     ),
     Mutation(
         "delete-not-evict",
