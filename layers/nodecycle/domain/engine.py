@@ -151,12 +151,6 @@ def claim_recorded(record: LifecycleRecord) -> LifecycleRecord:
     return record.model_copy(update={"extra": extra})
 
 
-def claimed_by(record: LifecycleRecord) -> str | None:
-    """The completer whose claim is on ``record`` ("engine" or "sweeper"), at work or vanished; None: no claim."""
-    claim = record.extra.get(COMPLETION_CLAIM)
-    return str(claim.get("by")) if isinstance(claim, dict) and claim.get("by") is not None else None
-
-
 def completed_by_a_vanished_claim(record: LifecycleRecord) -> bool:
     """Whether ``record``'s claim took over one whose completer vanished (see ``claimed_for_completion``)."""
     claim = record.extra.get(COMPLETION_CLAIM)

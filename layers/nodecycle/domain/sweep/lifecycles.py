@@ -13,7 +13,6 @@ from nodecycle.domain.engine import (
     action_lapsed,
     advance,
     claim_recorded,
-    claimed_by,
     claimed_for_completion,
     completion_in_progress,
     moved_on,
@@ -36,6 +35,12 @@ log = logging.getLogger(__name__)
 # again: its messages were dead-lettered, and its action would be completed undrained at its global timeout.
 MAX_RESUMES = 5
 STUCK_BACKOFF_CAP = 12  # sweep intervals (an hour at the default 5 minutes)
+
+# record.extra key: a sweep's settlement counted this action near its global timeout (GlobalTimeoutsNear, a page:
+# once per action). Written with its claim and kept once the claim is gone (withdrawn after a refused call,
+# recorded by the engine's retry of a throttled completion, taken over by the engine's claim), so that a sweep that
+# settles the action again does not count it again.
+NEAR_GLOBAL_TIMEOUT = "near_global_timeout"
 
 
 class LifecycleRepair:
@@ -368,10 +373,10 @@ class LifecycleRepair:
         log.error(
             "lifecycle %s at %s is overdue near its global timeout: completing it now", record.id, record.step
         )
-        # Counted once per action (the metric pages): a sweep's settlement whose commit after its call was refused
-        # (or that was killed) left its claim, and the sweep that takes it over settles the same action, which the
-        # first counted once its claim committed; the engine's guard counted an action it moved to its completion
-        counted = claimed_by(current) == "sweeper" or current.outcome == "global-timeout-near"
+        # Counted once per action (the metric pages): a sweep settles again an action an earlier settlement counted
+        # once its claim committed (its call refused, throttled, or its commit after it refused, or killed); the
+        # engine's guard counted an action it moved to its completion
+        counted = current.outcome == "global-timeout-near" or bool(current.extra.get(NEAR_GLOBAL_TIMEOUT))
         # An action at its completion has passed every step before it: it is completed as the engine would
         # complete it (its result, or the completion's default when no step decided one, as after a readiness
         # gate that found the node Ready), and keeps its why. Any other is settled with the failure result of
@@ -394,6 +399,7 @@ class LifecycleRepair:
                     "step": Step.COMPLETE,
                     "result": record.result if decided else self._failure_result(record),
                     "outcome": record.outcome if decided else "settled-by-sweeper",
+                    "extra": {**record.extra, NEAR_GLOBAL_TIMEOUT: True},
                 }
             ),
             now,
