@@ -157,18 +157,21 @@ def completed_by_a_vanished_claim(record: LifecycleRecord) -> bool:
     return isinstance(claim, dict) and bool(claim.get("over"))
 
 
-def completion_in_progress(record: LifecycleRecord, now: datetime, within: timedelta) -> bool:
+def completion_in_progress(
+    record: LifecycleRecord, now: datetime, within: timedelta, *, held: bool = True
+) -> bool:
     """Whether a completer claimed the record's completion and may be calling Auto Scaling now: nothing was
     committed after its claim, and its invocation has not ended (nor ``within``, the heartbeat margin, passed
-    since the claim). One that did not commit by then was killed, and its claim is taken over."""
-    ends = claim_ends(record, within)
+    since the claim). One that did not commit by then was killed, and its claim is taken over. ``held``: see
+    ``claim_ends``."""
+    ends = claim_ends(record, within, held=held)
     return ends is not None and now < ends
 
 
-def claim_ends(record: LifecycleRecord, within: timedelta) -> datetime | None:
+def claim_ends(record: LifecycleRecord, within: timedelta, *, held: bool = True) -> datetime | None:
     """When the claim on ``record`` may be taken over (see ``completion_in_progress``): a margin (``within``)
     after it was made, or when its completer's invocation ends, whichever is later (a claim written without
-    its end: the margin alone); None: no claim at work.
+    its end, or not ``held`` so: the margin alone); None: no claim at work.
 
     An invocation's end is held no later than a margin before the action's global timeout: a completer may end
     before its invocation does (out of memory, its runtime lost), and its claim then stood past the global
@@ -180,7 +183,7 @@ def claim_ends(record: LifecycleRecord, within: timedelta) -> datetime | None:
         return None
     ends = datetime.fromisoformat(str(claim.get("at"))) + within
     until = claim.get("until")
-    if not isinstance(until, str):
+    if not isinstance(until, str) or not held:
         return ends
     return max(ends, min(datetime.fromisoformat(until), record.global_deadline - within))
 

@@ -159,7 +159,7 @@ class LifecycleRepair:
                     kept, unkept = record, not last
                 counts["LifecyclesStalled"] += overdue
                 if kept is not None and (overdue or last):
-                    for name in self._repair(kept, now, last, time):
+                    for name in self._repair(kept, now, last, time, late):
                         counts[name] += 1
                 if unkept or unread:
                     counts["RepairsFailed"] += 1
@@ -297,11 +297,13 @@ class LifecycleRepair:
         # loses, and the engine's record (with an earlier deadline) heartbeats again soon: harmless.
         return kept if self._records.commit(kept, expected_seq=record.seq) else None
 
-    def _repair(self, record: LifecycleRecord, now: datetime, last: bool, time: SweepTime) -> tuple[str, ...]:
+    def _repair(
+        self, record: LifecycleRecord, now: datetime, last: bool, time: SweepTime, late: timedelta
+    ) -> tuple[str, ...]:
         """What became of one overdue lifecycle, or one whose action is at its last chance: the names of its
         counts."""
         if last:
-            return ("LifecyclesSettled",) if self._settle(record, now, time) else ("RepairsRaced",)
+            return ("LifecyclesSettled",) if self._settle(record, now, time, late) else ("RepairsRaced",)
         if completion_in_progress(record, now, self._margin):
             # Overdue by the grace, but a completer's claim (due at once) whose call may be on its way: left to it,
             # as ``_settle`` leaves it (a resend would claim over it and call a second time)
@@ -354,13 +356,24 @@ class LifecycleRepair:
             log.warning("could not withdraw the claim of %s (%r)", settling.id, error)
         return settling
 
-    def _settle(self, record: LifecycleRecord, now: datetime, time: SweepTime) -> bool:
+    def _last_sweep(self, record: LifecycleRecord, now: datetime, late: timedelta) -> bool:
+        """Whether no sweep after this one can still settle the action: the next, as late as this one, would come
+        less than a margin (what a completion takes) before its global timeout, or after it."""
+        return now + late + self._interval > record.global_deadline - self._margin
+
+    def _settle(self, record: LifecycleRecord, now: datetime, time: SweepTime, late: timedelta) -> bool:
         # The list comes from an index that lags: read the lifecycle as it is before completing its action,
         # which no conditional write could undo. One the engine has moved on is the engine's.
         current = self._records.get(record.id)
         if current is None or current.seq != record.seq:
             return False
-        if completion_in_progress(current, now, self._margin):
+        # A completer's claim is held while its invocation lasts, up to a margin before the global timeout (see
+        # ``claim_ends``), but at the last sweep that can settle the action a margin after its making only: one that
+        # died before its invocation's end (out of memory, its runtime lost) held it until then, and the sweep
+        # that would take it over next, an interval later, came after the global timeout (a sweep delivered late
+        # crashed after its claim, the next one on schedule came seconds before that claim's end). A second call is
+        # the lesser harm.
+        if completion_in_progress(current, now, self._margin, held=not self._last_sweep(current, now, late)):
             # A completer (the engine's completion, the guard's) claimed it and is calling Auto Scaling: taken
             # over, its call that landed would answer this one's "no active lifecycle action". One killed after
             # its claim (its invocation over) is taken over by the next sweep (see ``claimed_for_completion``).
