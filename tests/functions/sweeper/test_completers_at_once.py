@@ -6,7 +6,6 @@ the action is completed once, and the record never says it was settled elsewhere
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -23,7 +22,13 @@ from tests.functions.test_engine_heartbeat_after_a_settlement import BeforeTheHe
 from tests.support.fakes import FakeAutoscaling
 from tests.support.stack import Stack
 from tests.unit.foundation.test_engine import PLAN, Script, World, kept_alive, make_record
-from tests.unit.sweeper.test_sweeper import INTERVAL, MARGIN, Killed, Repair
+from tests.unit.sweeper.test_sweeper import (
+    INTERVAL,
+    MARGIN,
+    Repair,
+    killed_at_its_completion,
+    stalled_at_its_last_chance,
+)
 
 
 class Meanwhile(FakeAutoscaling):
@@ -46,17 +51,6 @@ def repair_on(stack: Stack, autoscaling: FakeAutoscaling | None = None) -> Repai
         repair.autoscaling = autoscaling
         autoscaling.clock = repair.clock
     return repair
-
-
-def stalled_at_its_last_chance(repair: Repair, **changes: object) -> str:
-    """A stalled drain at the last sweep before its action's global timeout, kept alive so far; its id."""
-    repair.autoscaling.action_timeout = 600
-    record = make_record(PLAN, Step.EVICT, node="n1", seq=4, heartbeat_timeout=600, **changes)
-    repair.clock.current = record.global_deadline - INTERVAL - MARGIN
-    assert repair.records.create(
-        kept_alive(repair.autoscaling, record, repair.clock.now() - timedelta(seconds=100))
-    )
-    return record.id
 
 
 def settled_by_the_sweeper(repair: Repair, record_id: str) -> LifecycleRecord:
@@ -99,19 +93,12 @@ def test_a_sweep_killed_between_its_claim_and_its_completion_is_finished_by_the_
     # claim written, Auto Scaling not reached)
     repair = repair_on(stack)
     record_id = stalled_at_its_last_chance(repair)
-    complete = repair.autoscaling.complete
-
-    def killed(action: ActionRef, result: ActionResult) -> bool:
-        raise Killed
-
-    repair.autoscaling.complete = killed  # type: ignore[method-assign]
-    with contextlib.suppress(Killed):
+    with killed_at_its_completion(repair.autoscaling):
         repair.run()
     claimed = repair.records.get(record_id)
     assert claimed is not None
     assert (claimed.step, claimed.completed_at) == (Step.COMPLETE, None)
     assert repair.queues.take() == []  # (killed: nothing sent on)
-    repair.autoscaling.complete = complete  # type: ignore[method-assign]
 
     # When the sweep is delivered again within the margin (a retry: the claim may be a completer's at work),
     # then the next sweep runs on schedule
@@ -205,16 +192,8 @@ def test_a_settlement_refused_to_the_sweeper_leaves_no_claim_taken_for_a_complet
     # sweep sent on to it
     repair.autoscaling.complete = complete  # type: ignore[method-assign]
     repair.autoscaling.active = False
-    engine = World(
-        clock=repair.clock, records=repair.records, queues=repair.queues, autoscaling=repair.autoscaling
-    ).engine(
-        {
-            Step.COMPLETE: CompleteAction(repair.autoscaling, repair.metrics, repair.records),
-            Step.CLEANUP: Script([Outcome.wait(5)]),
-        }
-    )
     (sent,) = repair.queues.take()
-    engine.handle(sent.message)
+    repair.engine().handle(sent.message)
 
     # Then the record says the action was settled elsewhere, as it was (the sweeper's call was refused: no
     # completion of ours landed), not completed by the sweeper's vanished call
@@ -355,19 +334,8 @@ def test_an_action_the_engines_guard_moved_to_its_completion_is_not_counted_agai
     # Given a drain the engine's guard moved to its completion near the global timeout (counted there), whose
     # completion then stalled (its queue): at the sweeper's last chance
     repair = repair_on(stack)
-    repair.autoscaling.action_timeout = 600
-    record = make_record(
-        PLAN,
-        Step.COMPLETE,
-        node="n1",
-        seq=4,
-        heartbeat_timeout=600,
-        result=ActionResult.CONTINUE,
-        outcome="global-timeout-near",
-    )
-    repair.clock.current = record.global_deadline - INTERVAL - MARGIN
-    assert repair.records.create(
-        kept_alive(repair.autoscaling, record, repair.clock.now() - timedelta(seconds=100))
+    record_id = stalled_at_its_last_chance(
+        repair, step=Step.COMPLETE, result=ActionResult.CONTINUE, outcome="global-timeout-near"
     )
 
     # When the sweep settles it
@@ -376,7 +344,7 @@ def test_an_action_the_engines_guard_moved_to_its_completion_is_not_counted_agai
     # Then the action is completed with the guard's result and outcome, and not counted near its global timeout a
     # second time (the metric pages once per action: the guard's count)
     assert counts["LifecyclesSettled"] == 1
-    settled = repair.records.get(record.id)
+    settled = repair.records.get(record_id)
     assert settled is not None
     assert (settled.outcome, settled.completed_at is not None) == ("global-timeout-near", True)
     assert [result for _, result in repair.autoscaling.completed] == [ActionResult.CONTINUE]

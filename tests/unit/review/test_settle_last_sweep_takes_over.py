@@ -8,46 +8,35 @@ still settle the action before its global timeout takes the claim over (a second
 
 from __future__ import annotations
 
-import contextlib
 from datetime import timedelta
 
-from nodecycle.domain.model import ActionRef, Step
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.sweep.sweep_time import SweepTime
-from tests.unit.foundation.test_engine import PLAN, kept_alive, make_record
-from tests.unit.sweeper.test_sweeper import Killed, Repair
+from tests.unit.sweeper.test_sweeper import (
+    INTERVAL,
+    MARGIN,
+    Repair,
+    killed_at_its_completion,
+    stalled_at_its_last_chance,
+)
 
-MARGIN = timedelta(seconds=60)  # HeartbeatMarginSeconds' default
-INTERVAL = timedelta(minutes=5)  # SweepIntervalMinutes' default
-SETTLE_BEFORE = INTERVAL + 2 * MARGIN  # as settings.settle_before_seconds: 420 s
-SWEEPER_TIMEOUT = 300.0  # the SweeperFunction's Timeout
+SWEEPER_TIMEOUT = 300.0  # the SweeperFunction's Timeout: the template's default interval (INTERVAL)
 SCHEDULE_LATE = timedelta(seconds=10)  # how late the crashed sweep's schedule delivered it
 
 
 def test_a_sweep_crashed_after_its_claim_is_taken_over_by_the_last_sweep_before_the_global_timeout() -> None:
     # Given sweeps five minutes apart, and a stalled drain at its last chance (kept alive so far) whose settling sweep,
     # delivered 10 s late, crashes after its claim at its completion call, with all of its 300 s left
-    repair = Repair(margin=MARGIN, interval=INTERVAL, settle_before=SETTLE_BEFORE)
-    repair.autoscaling.action_timeout = 600
-    record = make_record(PLAN, Step.EVICT, node="n1", seq=4, heartbeat_timeout=600)
-    repair.clock.current = record.global_deadline - SETTLE_BEFORE + SCHEDULE_LATE
-    assert repair.records.create(
-        kept_alive(repair.autoscaling, record, repair.clock.now() - timedelta(seconds=100))
-    )
-    complete = repair.autoscaling.complete
-
-    def crashed(action: ActionRef, result: ActionResult) -> bool:
-        raise Killed
-
-    repair.autoscaling.complete = crashed  # type: ignore[method-assign]
+    repair = Repair()
+    record = repair.records.get(stalled_at_its_last_chance(repair))
+    assert record is not None
     sweep = repair.part()
-    with contextlib.suppress(Killed):
+    with killed_at_its_completion(repair.autoscaling):
         sweep(
             list(repair.records.open_records("stack-a")),
             repair.clock.now(),
             SweepTime(lambda: SWEEPER_TIMEOUT, MARGIN, late=SCHEDULE_LATE),
         )
-    repair.autoscaling.complete = complete  # type: ignore[method-assign]
     assert repair.autoscaling.completed == []
 
     # When the sweeps after it run on schedule, five minutes apart, until the global timeout
@@ -64,7 +53,7 @@ def test_a_sweep_crashed_after_its_claim_is_taken_over_by_the_last_sweep_before_
 
     # Then the last of them before the global timeout took the claim over and completed the action, as the sweeper
     # settles it (before: it left the claim, 10 s short of the crashed sweep's invocation end, and the next sweep came
-    # 190 s after the global timeout)
+    # 230 s after the global timeout)
     assert settled == 1
     assert [result for _, result in repair.autoscaling.completed] == [ActionResult.CONTINUE]
     final = repair.records.get(record.id)

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from nodecycle.domain.completion import SETTLED_ELSEWHERE, CompleteAction
+from nodecycle.domain.completion import SETTLED_ELSEWHERE
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.errors import AccessRefused
 from nodecycle.domain.model import ActionRef, Step
@@ -14,7 +14,6 @@ from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.sweep.sweeper import SweepFailed
 from tests.support.fakes import T0
 from tests.unit.foundation.test_engine import PLAN, make_record
-from tests.unit.foundation.test_engine import World as EngineWorld
 from tests.unit.sweeper.test_sweeper import GRACE, MARGIN, Repair
 
 
@@ -33,18 +32,7 @@ def test_an_overdue_completion_whose_call_landed_before_its_run_died_is_not_reco
 
     # When the sweeper runs (its heartbeat is refused: "no active lifecycle action"), then whatever it sent
     counts = repair.run()
-    engine = EngineWorld(
-        clock=repair.clock,
-        records=repair.records,
-        queues=repair.queues,
-        autoscaling=repair.autoscaling,
-        metrics=repair.metrics,
-    ).engine(
-        {
-            Step.COMPLETE: CompleteAction(repair.autoscaling, repair.metrics, repair.records),
-            Step.CLEANUP: lambda record, now: Outcome.next(),
-        }
-    )
+    engine = repair.engine(cleanup=lambda record, now: Outcome.next())
     for sent in repair.queues.take():
         engine.handle(sent.message)
 

@@ -4,7 +4,6 @@ completion alone (its role's policy edited) while the drain function's is allowe
 
 from __future__ import annotations
 
-import contextlib
 from datetime import timedelta
 
 import pytest
@@ -19,17 +18,13 @@ from nodecycle.domain.sweep.sweeper import SweepFailed
 from tests.support.fakes import FakeMetrics
 from tests.unit.foundation.test_engine import PLAN, Script, kept_alive, make_record
 from tests.unit.foundation.test_engine import World as EngineWorld
-from tests.unit.sweeper.test_sweeper import INTERVAL, MARGIN, Killed, Repair
-
-
-def stalled_at_its_last_chance(repair: Repair) -> str:
-    """A stalled drain at the last sweep before its action's global timeout, kept alive so far (a hook of 600 s:
-    longer than an interval and a margin, as settings require); its id."""
-    repair.autoscaling.action_timeout = 600
-    record = make_record(PLAN, Step.EVICT, node="n1", seq=4, heartbeat_timeout=600)
-    repair.clock.current = record.global_deadline - INTERVAL - MARGIN
-    repair.records.create(kept_alive(repair.autoscaling, record, repair.clock.now() - timedelta(seconds=100)))
-    return record.id
+from tests.unit.sweeper.test_sweeper import (
+    INTERVAL,
+    MARGIN,
+    Repair,
+    killed_at_its_completion,
+    stalled_at_its_last_chance,
+)
 
 
 def test_a_sweep_killed_between_its_claim_and_its_completion_is_finished_by_the_next_sweep() -> None:
@@ -37,13 +32,7 @@ def test_a_sweep_killed_between_its_claim_and_its_completion_is_finished_by_the_
     # it claimed the lifecycle for its settlement, before Auto Scaling took the completion)
     repair = Repair()
     record_id = stalled_at_its_last_chance(repair)
-    complete = repair.autoscaling.complete
-
-    def killed(action: ActionRef, result: ActionResult) -> bool:
-        raise Killed
-
-    repair.autoscaling.complete = killed  # type: ignore[method-assign]
-    with contextlib.suppress(Killed):
+    with killed_at_its_completion(repair.autoscaling):
         repair.run()
     claimed = repair.records.get(record_id)
     assert claimed is not None
@@ -55,7 +44,6 @@ def test_a_sweep_killed_between_its_claim_and_its_completion_is_finished_by_the_
     assert repair.queues.take() == []  # (killed: nothing sent on)
 
     # When the next sweep runs, on time (its action still alive: two margins before its global timeout)
-    repair.autoscaling.complete = complete  # type: ignore[method-assign]
     repair.clock.advance(INTERVAL.total_seconds())
     counts = repair.run()
 

@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import pairwise
+from typing import Any
 
 import pytest
 
 from nodecycle.domain.budget import Holder, SweepResult, Verdict, Waiter
 from nodecycle.domain.completion import CompleteAction, ended_by
-from nodecycle.domain.engine import Dispatcher, Outcome
+from nodecycle.domain.engine import Dispatcher, Outcome, StepEngine, StepHandler
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import Worker
 from nodecycle.domain.model import ENDS_ITS_INSTANCE, ActionRef, LifecycleRecord, Step, global_deadline
@@ -71,6 +72,36 @@ class Repair:
 
     def run(self) -> Counts:
         return self.part()(list(self.records.open_records("stack-a")), self.clock.now(), AMPLE)
+
+    def engine(self, cleanup: StepHandler | None = None) -> StepEngine:
+        """The drain function's engine over the same ports, from the completion on (``cleanup``: a wait unless told),
+        as it runs what a sweep sends on."""
+        return EngineWorld(
+            clock=self.clock,
+            records=self.records,
+            queues=self.queues,
+            autoscaling=self.autoscaling,
+            metrics=self.metrics,
+        ).engine(
+            {
+                Step.COMPLETE: CompleteAction(self.autoscaling, self.metrics, self.records),
+                Step.CLEANUP: cleanup or Script([Outcome.wait(5)]),
+            }
+        )
+
+
+def stalled_at_its_last_chance(repair: Repair, **changes: Any) -> str:
+    """A stalled lifecycle (a drain at its eviction, unless ``changes`` say another step) at the last sweep before its
+    action's global timeout, kept alive so far (a hook of 600 s: longer than an interval and a margin, as settings
+    require); its id."""
+    repair.autoscaling.action_timeout = 600
+    drain: dict[str, Any] = {"step": Step.EVICT, "node": "n1", "seq": 4, "heartbeat_timeout": 600}
+    record = make_record(PLAN, **drain | changes)
+    repair.clock.current = record.global_deadline - INTERVAL - MARGIN
+    assert repair.records.create(
+        kept_alive(repair.autoscaling, record, repair.clock.now() - timedelta(seconds=100))
+    )
+    return record.id
 
 
 def test_a_lifecycle_whose_message_was_lost_is_resumed_under_a_new_seq() -> None:
@@ -753,6 +784,23 @@ def test_a_failing_part_does_not_stop_the_others_and_fails_the_sweep() -> None:
 
 class Killed(BaseException):
     """The Lambda runtime ending an invocation at its timeout: nothing in the function catches it."""
+
+
+@contextlib.contextmanager
+def killed_at_its_completion(autoscaling: FakeAutoscaling) -> Iterator[None]:
+    """The invocation run within ends at its CompleteLifecycleAction call (its claim written, Auto Scaling not
+    reached); Auto Scaling answers again after it."""
+    complete = autoscaling.complete
+
+    def killed(action: ActionRef, result: ActionResult) -> bool:
+        raise Killed
+
+    autoscaling.complete = killed  # type: ignore[method-assign]
+    try:
+        with contextlib.suppress(Killed):
+            yield
+    finally:
+        autoscaling.complete = complete  # type: ignore[method-assign]
 
 
 def test_sweeps_cut_short_by_their_timeout_keep_every_stalled_action_alive_most_urgent_first() -> None:
