@@ -513,8 +513,9 @@ class StepEngine:
                             record = handler.before_claim(record, now)
                             renewed_at = now if record.heartbeats > asked else renewed_at
                         # (see ``claimed_for_completion``: lost, another completer has the action)
-                        # (held while this invocation lasts: see ``claimed_for_completion``'s ``until``)
-                        until = now + timedelta(seconds=max(0.0, time_left()))
+                        # (held while this invocation lasts: see ``claimed_for_completion``'s ``until``; its end read
+                        # now, not from when the run began: the confirmations since took their time off what is left)
+                        until = self._clock.now() + timedelta(seconds=max(0.0, time_left()))
                         claim = claimed_for_completion(record, now, until)
                         if not self._records.commit(claim, expected_seq=record.seq):
                             log.info("the completion of seq %d was claimed by another completer", record.seq)

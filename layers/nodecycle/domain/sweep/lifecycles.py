@@ -403,8 +403,9 @@ class LifecycleRepair:
         # asked for two results (this failure result, and the engine's), the first to come taken.
         # The claim (see ``claimed_for_completion``) is this write: the engine's own claim, or its commit, loses.
         # Held while this sweep lasts: its call may take longer than a margin (throttled, retried), and one who
-        # took the claim over meanwhile would call a second time.
-        until = now + timedelta(seconds=max(0.0, time.invocation_left()))
+        # took the claim over meanwhile would call a second time. (Its end read now: the calls since the sweep reached
+        # this lifecycle, its heartbeat, read and confirmation, took their time off what is left.)
+        until = self._clock.now() + timedelta(seconds=max(0.0, time.invocation_left()))
         settling = claimed_for_completion(
             record.model_copy(
                 update={
