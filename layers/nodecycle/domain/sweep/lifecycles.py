@@ -367,13 +367,16 @@ class LifecycleRepair:
         current = self._records.get(record.id)
         if current is None or current.seq != record.seq:
             return False
+        # Settled as read now: a completer's write at the same seq since the first read (the engine's claim withdrawn
+        # after a refused call) is not undone by this claim, which would otherwise take it over as one that landed
+        record = current
         # A completer's claim is held while its invocation lasts, up to a margin before the global timeout (see
         # ``claim_ends``), but at the last sweep that can settle the action a margin after its making only: one that
         # died before its invocation's end (out of memory, its runtime lost) held it until then, and the sweep
         # that would take it over next, an interval later, came after the global timeout (a sweep delivered late
         # crashed after its claim, the next one on schedule came seconds before that claim's end). A second call is
         # the lesser harm.
-        if completion_in_progress(current, now, self._margin, held=not self._last_sweep(current, now, late)):
+        if completion_in_progress(record, now, self._margin, held=not self._last_sweep(record, now, late)):
             # A completer (the engine's completion, the guard's) claimed it and is calling Auto Scaling: taken
             # over, its call that landed would answer this one's "no active lifecycle action". One killed after
             # its claim (its invocation over) is taken over by the next sweep (see ``claimed_for_completion``).
@@ -389,7 +392,7 @@ class LifecycleRepair:
         # Counted once per action (the metric pages): a sweep settles again an action an earlier settlement counted
         # once its claim committed (its call refused, throttled, or its commit after it refused, or killed); the
         # engine's guard counted an action it moved to its completion
-        counted = current.outcome == "global-timeout-near" or bool(current.extra.get(NEAR_GLOBAL_TIMEOUT))
+        counted = record.outcome == "global-timeout-near" or bool(record.extra.get(NEAR_GLOBAL_TIMEOUT))
         # An action at its completion has passed every step before it: it is completed as the engine would
         # complete it (its result, or the completion's default when no step decided one, as after a readiness
         # gate that found the node Ready), and keeps its why. Any other is settled with the failure result of
