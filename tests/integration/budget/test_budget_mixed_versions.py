@@ -53,7 +53,7 @@ def older_version(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The ConfigMap store as the version before the note wrote and read it: the document put in the data as read,
     every other key kept; a document read taken as written there. (Its steps are this version's otherwise.)"""
 
-    def with_document(config_map: Any, text: str) -> dict[str, str]:
+    def with_document(config_map: Any, text: str, *_: Any) -> dict[str, str]:
         return {**(config_map.data or {}), kube_budget.DATA_KEY: text}
 
     def document(config_map: Any, *_: Any) -> BudgetDocument:

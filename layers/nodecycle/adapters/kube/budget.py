@@ -13,6 +13,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -24,7 +25,14 @@ from nodecycle.adapters.kube.cluster_api import node_info
 from nodecycle.adapters.kube.errors import forbidden_refused, kube_errors, retry_after
 from nodecycle.adapters.kube.lists import pages
 from nodecycle.domain.budget import BudgetDocument, BudgetFormatError, NodeState
-from nodecycle.domain.budget.document import MAX_CLOCK_AHEAD
+from nodecycle.domain.budget.document import (
+    MAX_CLOCK_AHEAD,
+    Holder,
+    OwnerLimits,
+    Released,
+    Stamped,
+    Waiter,
+)
 from nodecycle.domain.budget.errors import WriteOutcomeUnknown
 from nodecycle.domain.budget.seed import DrainInProgress
 from nodecycle.domain.errors import TransientError
@@ -59,6 +67,23 @@ WRITTEN_KEY = "budget.written"
 # of the two. A key beside the document's (not in it: a stack of format 3 refuses a field it does not know), which
 # an older stack keeps as it is.
 RESTORED_KEY = "budget.restored"
+# Which clock each of the document's entries (holders, waiters, slots given back, and each owner's limits) was stamped
+# on: lines "<lead> <digest> <digest> ...", the lead in whole seconds of the writer's clock over the API server's (see
+# _lead), each digest an entry's stamps as stored (see _digests). Every writer stores its stamps on its own clock, as the
+# version before this key did and still reads them (its readers take every stamp for their own clock's); a reader of
+# this version puts an entry named here on the API server's clock by its writer's lead, and from there on its own
+# (see BudgetDocument.on_clocks): a drain function whose clock ran 5 minutes behind the others' stamped its renewals 5
+# minutes old in their view, and they took its slot for expired and granted it again while its drain evicted
+# (invariant 1), under any TTL below 5 minutes and a third of itself. An entry not named (written by the version
+# before, or by this one past the API server's limit) is read on the reader's own clock, as the version before read
+# it: stored on the API server's clock instead, a fleet whose clocks all ran 5 minutes behind it (consistent with
+# itself before) read an old container's holder 5 minutes older than it was, and granted its slot again while its
+# drain evicted; and an old container read this version's stamps 5 minutes off. An older stack keeps this key as it
+# is (it knows nothing of it): the entries it restamps get another digest, no longer named; those whose stamps it
+# keeps are still named. A key beside the document's (the document itself forbids unknown fields), left out of a write
+# that would take the ConfigMap past the API server's limit (its entries then read on each reader's clock until a
+# write fits it again).
+CLOCK_KEY = "budget.clock"
 # The manager every write of the document is recorded under, whatever the client's User-Agent (the CLI's, a test's):
 # the name the functions' User-Agent gives (see eks_access), so an older stack's writes are recorded under it too.
 FIELD_MANAGER = "nodecycle"
@@ -77,6 +102,8 @@ REQUEST_TIMEOUT = (5, 15)  # connect, read: a Lambda step must not hang on a dea
 # What the cloud provider's node lifecycle controller puts on the node of a stopped instance (and takes off
 # when it starts again), keeping the node object: see NodeState.shut_down.
 SHUTDOWN_TAINT = "node.cloudprovider.kubernetes.io/shutdown"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
 
 CoreV1Factory = Callable[[], Any]  # () -> kubernetes.client.CoreV1Api
 
@@ -122,6 +149,23 @@ class BudgetUnreadable(Refused, BudgetFormatError):
         )
         self.namespace = namespace
         self.name = name
+
+
+@dataclass(frozen=True)
+class _Clocks:
+    """The entries of a document as read (on the reader's clock), each with the lead of the writer that stamped it
+    (see CLOCK_KEY; None: not told, read on the reader's own clock): a write keeps an entry it left as read on the
+    clock it was stored on, byte for byte."""
+
+    entries: dict[Holder | Waiter | Released, timedelta | None] = field(default_factory=dict)
+    limits: list[tuple[OwnerLimits, timedelta | None]] = field(default_factory=list)
+
+    def of(self, entry: Stamped) -> tuple[bool, timedelta | None]:
+        """Whether ``entry`` is as read, and its writer's lead then (None: not told)."""
+        if isinstance(entry, OwnerLimits):
+            # (unhashable: a dict in it; one per owner)
+            return next(((True, lead) for limits, lead in self.limits if limits == entry), (False, None))
+        return (entry in self.entries, self.entries.get(entry))
 
 
 class BudgetContention(TransientError):
@@ -172,7 +216,7 @@ class ConfigMapBudgetStore:
 
     def read(self) -> BudgetDocument | None:
         found = self._get(self._api())
-        return None if found is None else self._document(*found, lead=self._lead_of(*found))
+        return None if found is None else self._document(*found, lead=self._lead_of(*found))[0]
 
     def update[T](self, mutate: Callable[[BudgetDocument | None], tuple[BudgetDocument | None, T]]) -> T:
         api = self._api()
@@ -183,7 +227,7 @@ class ConfigMapBudgetStore:
             found = self._get(api)
             config_map = None if found is None else found[0]
             lead = timedelta(0) if found is None else self._lead_of(*found)
-            current = None if found is None else self._document(*found, lead=lead)
+            current, clocks = (None, _Clocks()) if found is None else self._document(*found, lead=lead)
             new, result = mutate(current)
             if new is current:
                 return result
@@ -193,7 +237,7 @@ class ConfigMapBudgetStore:
             restored = None
             if found is not None and current is not None and _lost(current, found[0]) and current.created_at:
                 restored = current.created_at - found[1]
-            if self._write(api, config_map, new, restored=restored, lead=lead):
+            if self._write(api, config_map, new, restored=restored, lead=lead, clocks=clocks):
                 return result
             log.info("the budget ConfigMap changed under us (attempt %d): reading it again", attempt + 1)
         raise BudgetContention(
@@ -202,13 +246,37 @@ class ConfigMapBudgetStore:
 
     def _document(
         self, config_map: Any, ahead: timedelta, date: datetime | None, *, lead: timedelta
-    ) -> BudgetDocument:
-        """The document ``config_map`` holds, its stamps (stored on the API server's clock) on this reader's, which
-        runs ``lead`` ahead of it."""
+    ) -> tuple[BudgetDocument, _Clocks]:
+        """The document ``config_map`` holds, its stamps on this reader's clock, which runs ``lead`` ahead of the API
+        server's (an entry whose writer's lead is told moved by the difference of the two, any other as stored: see
+        CLOCK_KEY); and the clock each entry was stored on."""
         try:
-            return _document(config_map, ahead, date).on_clock(lead)
+            doc = _document(config_map, ahead, date)
         except BudgetFormatError as error:
             raise BudgetUnreadable(self.namespace, self.name, error) from None
+        data = config_map.data or {}
+        told = _leads(data.get(CLOCK_KEY))
+        leads = (
+            {id(e): told.get(digest) for e, digest in zip(_stamped(doc), _digests(doc), strict=True)}
+            if told
+            else {}
+        )
+
+        def moved(entry: Stamped) -> timedelta:
+            writer = leads.get(id(entry))
+            return timedelta(0) if writer is None else lead - writer
+
+        read = doc.on_clocks(moved)
+        return read, _Clocks(
+            entries={
+                entry: leads.get(id(stored))
+                for entry, stored in zip(_entries(read), _entries(doc), strict=True)
+            },
+            limits=[
+                (entry, leads.get(id(stored)))
+                for entry, stored in zip(read.limits.values(), doc.limits.values(), strict=True)
+            ],
+        )
 
     def _lead_of(self, config_map: Any, ahead: timedelta, date: datetime | None) -> timedelta:
         """The lead ``config_map`` is read with (see _lead): the one this store's last write was stamped with while
@@ -224,8 +292,8 @@ class ConfigMapBudgetStore:
 
     def _lead(self, ahead: timedelta, date: datetime | None) -> timedelta:
         """How far this reader's clock runs ahead of the API server's, an answer measuring it ``ahead`` (``date``:
-        the answer's Date; None, not told: the lead as it was). Every stamp of the budget is stored on the API server's
-        clock, and read and written on the reader's (see BudgetDocument.on_clock): a drain function whose clock ran 5
+        the answer's Date; None, not told: the lead as it was). Every stamp of the budget is stored on its writer's clock
+        with its writer's lead (see CLOCK_KEY), and read on the reader's, by way of the API server's: a drain function whose clock ran 5
         minutes behind the others' stamped its renewals 5 minutes old in their view, and they took its slot for
         expired and granted it again while its drain evicted (invariant 1), under any TTL below 5 minutes and a
         third of itself. A lead within CLOCK_TOLERANCE is none."""
@@ -234,7 +302,7 @@ class ConfigMapBudgetStore:
                 if abs(ahead) > CLOCK_TOLERANCE:
                     log.warning(
                         "this function's clock runs %.1f s ahead of the API server's: the budget's stamps are "
-                        "put on the API server's clock",
+                        "told with it",
                         ahead.total_seconds(),
                     )
                 # (to the second, as the Date tells it: a stamp moved keeps its length, which the document's bound
@@ -266,10 +334,12 @@ class ConfigMapBudgetStore:
         *,
         restored: datetime | None = None,
         lead: timedelta = timedelta(0),
+        clocks: _Clocks = _Clocks(),
     ) -> bool:
         """Replace; False when another writer came first. ``restored``: the beginning of a document put there by
         another, which this write is the first to find (see RESTORED_KEY). ``lead``: how far the writer's clock,
-        which stamped ``doc``, runs ahead of the API server's, on which it is stored (see _lead)."""
+        which stamped ``doc`` and on which it is stored (see CLOCK_KEY), runs ahead of the API server's (see _lead);
+        but for the entries of ``doc`` as ``clocks`` read them, stored as they were."""
         with forbidden_refused(), kube_errors(f"writing ConfigMap {self.namespace}/{self.name}"):
             try:
                 if config_map is None:
@@ -280,8 +350,18 @@ class ConfigMapBudgetStore:
                 # annotations or other keys someone added survive
                 if restored is not None:
                     config_map.data = {**(config_map.data or {}), RESTORED_KEY: _rfc3339(restored)}
-                text = doc.on_clock(-lead).to_json()
-                config_map.data = _with_document(config_map, text)
+                told: dict[int, timedelta | None] = {}
+                for entry in _stamped(doc):
+                    kept, writer = clocks.of(entry)
+                    told[id(entry)] = writer if kept else lead
+
+                def moved(entry: Stamped) -> timedelta:
+                    writer = told[id(entry)]
+                    return timedelta(0) if writer is None else writer - lead
+
+                stored = doc.on_clocks(moved)
+                text = stored.to_json()
+                config_map.data = _with_document(config_map, text, _clock_lines(doc, stored, told))
                 with self._lead_lock:
                     self._last_written = (text, lead)
                 try:
@@ -473,19 +553,73 @@ def _message(error: ApiException) -> str:
         return str(error.reason)
 
 
-def _with_document(config_map: Any, text: str) -> dict[str, str]:
-    """The data of ``config_map`` with the document ``text`` and what WRITTEN_KEY says of it; without that key
-    when it would take the ConfigMap past the API server's limit (a document forced past the budget's bound: see
-    rules.MAX_DOCUMENT_BYTES): the document goes in whole, and the next read judges it as any document without the
-    key, by who set it (FIELD_MANAGER: taken as written there) or where that is not told by its stamps (this
-    write's, so taken as written there too: see WRITTEN_KEY)."""
-    data = {key: value for key, value in (config_map.data or {}).items() if key != WRITTEN_KEY}
+def _with_document(config_map: Any, text: str, clocks: str = "") -> dict[str, str]:
+    """The data of ``config_map`` with the document ``text``, what WRITTEN_KEY says of it and CLOCK_KEY's ``clocks``
+    (none: the key left out); without either key when it would take the ConfigMap past the API server's limit (a
+    document forced past the budget's bound: see rules.MAX_DOCUMENT_BYTES), CLOCK_KEY first: the document goes in
+    whole, and the next read judges it as any document without the key, by who set it (FIELD_MANAGER: taken as
+    written there) or where that is not told by its stamps (this write's, so taken as written there too: see
+    WRITTEN_KEY); and reads its entries each on the reader's own clock (see CLOCK_KEY)."""
+    data = {
+        key: value for key, value in (config_map.data or {}).items() if key not in (WRITTEN_KEY, CLOCK_KEY)
+    }
     data[DATA_KEY] = text
-    written = _written(config_map.metadata, text)
     size = sum(len(key) + len(value.encode()) for key, value in data.items())
-    if size + len(WRITTEN_KEY) + len(written) <= CONFIGMAP_MAX_BYTES:
-        data[WRITTEN_KEY] = written
+    for key, value in ((WRITTEN_KEY, _written(config_map.metadata, text)), (CLOCK_KEY, clocks)):
+        if value and size + len(key) + len(value) <= CONFIGMAP_MAX_BYTES:
+            data[key] = value
+            size += len(key) + len(value)
     return data
+
+
+def _clock_lines(doc: BudgetDocument, stored: BudgetDocument, leads: dict[int, timedelta | None]) -> str:
+    """CLOCK_KEY's value for ``doc``, ``stored`` as it goes in the ConfigMap, each entry's writer's lead in ``leads``
+    (by the entry's id in ``doc``; None: not told)."""
+    by_lead: dict[int, list[str]] = {}
+    for entry, digest in zip(_stamped(doc), _digests(stored), strict=True):
+        writer = leads.get(id(entry))
+        if writer is not None:
+            by_lead.setdefault(int(writer.total_seconds()), []).append(digest)
+    return "\n".join(" ".join((str(lead), *digests)) for lead, digests in sorted(by_lead.items()))
+
+
+def _leads(value: object) -> dict[str, timedelta]:
+    """The leads CLOCK_KEY tells, by digest (a line that is not one, edited by hand, tells nothing)."""
+    leads: dict[str, timedelta] = {}
+    for line in str(value or "").splitlines():
+        lead, _, digests = line.strip().partition(" ")
+        try:
+            seconds = int(lead)
+        except ValueError:
+            continue
+        leads.update(dict.fromkeys(digests.split(), timedelta(seconds=seconds)))
+    return leads
+
+
+def _entries(doc: BudgetDocument) -> list[Holder | Waiter | Released]:
+    return [*doc.holders, *doc.waiters, *doc.released]
+
+
+def _stamped(doc: BudgetDocument) -> list[Stamped]:
+    """The entries of ``doc`` that carry its writers' stamps, in the order its JSON holds them."""
+    return [*doc.holders, *doc.waiters, *doc.released, *doc.limits.values()]
+
+
+def _digests(stored: BudgetDocument) -> list[str]:
+    """The digest of each entry of ``stored`` that carries stamps (see _stamped), as stored: its node (an owner's, for
+    its limits) and its stamps, to the microsecond, hashed, 64 bits of it. A writer that restamps an entry gives it
+    another; one that keeps its stamps keeps it (its other fields, a waiter's precedence, are no writer's clock)."""
+
+    def us(stamp: datetime) -> int:
+        return (stamp - _EPOCH) // _MICROSECOND
+
+    keys = [
+        *(f"h {h.node} {us(h.renewed_at)} {us(h.acquired_at)}" for h in stored.holders),
+        *(f"w {w.node} {us(w.renewed_at)} {us(w.waiting_since)}" for w in stored.waiters),
+        *(f"r {r.node} {us(r.released_at)}" for r in stored.released),
+        *(f"l {owner} {us(limits.updated_at)}" for owner, limits in stored.limits.items()),
+    ]
+    return [hashlib.blake2b(key.encode(), digest_size=8).hexdigest() for key in keys]
 
 
 def _written(metadata: Any, text: str) -> str:

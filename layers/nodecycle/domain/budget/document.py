@@ -35,6 +35,7 @@ A reader refuses a document of a newer format rather than rewrite what it does n
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -173,6 +174,9 @@ class OwnerLimits(_Model):
     updated_at: datetime
 
 
+type Stamped = Holder | Waiter | Released | OwnerLimits  # what carries a writer's stamps
+
+
 class BudgetDocument(_Model):
     format_version: int = FORMAT_VERSION
     holders: tuple[Holder, ...] = ()
@@ -204,24 +208,27 @@ class BudgetDocument(_Model):
     def on_clock(self, ahead: timedelta) -> BudgetDocument:
         """This document with the stamps its writers take from their own clocks (renewals, acquisitions, places in
         line, slots given back, limits' updates) moved by ``ahead``: from one clock to another that runs ``ahead`` of
-        it. A store keeps them on the API server's clock, and gives them to a reader on its own (see the Kubernetes
+        it. A store tells them on the API server's clock, and gives them to a reader on its own (see the Kubernetes
         store): a holder stamped by a clock minutes behind the others' otherwise expired in their view while its
         drain ran. Not ``urgentAt``: a lifecycle's deadline, from its record, as the asks tell it."""
-        if not ahead:
-            return self
+        return self if not ahead else self.on_clocks(lambda _: ahead)
 
-        def moved[E: (Holder, Waiter, Released)](entry: E, *names: str) -> E:
-            return entry.model_copy(update={name: getattr(entry, name) + ahead for name in names})
+    def on_clocks(self, ahead: Callable[[Stamped], timedelta]) -> BudgetDocument:
+        """As :meth:`on_clock`, each entry (and each owner's limits) moved by what ``ahead`` tells of it: a store
+        whose entries are not all on one clock (written by versions that stamped on different clocks)."""
+
+        def moved[E: (Holder, Waiter, Released, OwnerLimits)](entry: E, *names: str) -> E:
+            by = ahead(entry)
+            return (
+                entry.model_copy(update={name: getattr(entry, name) + by for name in names}) if by else entry
+            )
 
         return self.model_copy(
             update={
                 "holders": tuple(moved(h, "renewed_at", "acquired_at") for h in self.holders),
                 "waiters": tuple(moved(w, "renewed_at", "waiting_since") for w in self.waiters),
                 "released": tuple(moved(r, "released_at") for r in self.released),
-                "limits": {
-                    owner: limits.model_copy(update={"updated_at": limits.updated_at + ahead})
-                    for owner, limits in self.limits.items()
-                },
+                "limits": {owner: moved(limits, "updated_at") for owner, limits in self.limits.items()},
             }
         )
 
