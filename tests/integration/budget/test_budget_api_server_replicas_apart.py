@@ -1,7 +1,7 @@
 """Two API server replicas behind the cluster's endpoint whose clocks are some seconds apart (one of them off NTP for a
 while): the lead of a reader's clock over the API server's, as the answers' Date tells it, changes with the replica
-that answers. The budget's stamps are stored on the API server's clock, a reader's moved by the lead of the answer
-that carried them. On the sandbox API server, through the product's adapters."""
+that answers. The budget's stamps are told on the API server's clock (each writer's lead beside them: budget.clock), a
+reader's moved by the lead of the answer that carried them. On the sandbox API server, through the product's adapters."""
 
 from __future__ import annotations
 

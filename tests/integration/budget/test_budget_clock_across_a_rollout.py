@@ -1,4 +1,4 @@
-"""The budget's stamps put on the API server's clock by each reader (3f3090c) while containers of the version before
+"""The budget's stamps told on the API server's clock to each reader (3f3090c) while containers of the version before
 still run (a stack's update: the old version's containers finish their messages for minutes; or a stack of the
 version before sharing the ConfigMap). The version before stamped on its own clock, and reads every stamp as its own.
 With every container's clock 5 minutes off the API server's, the version before was consistent with itself; a reader

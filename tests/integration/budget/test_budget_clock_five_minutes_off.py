@@ -3,7 +3,7 @@ them: every holder it renewed looked 5 minutes old to the others the moment it w
 a third of the TTL apart (by its own clock), and each poll checks; so to the others its holder looks at most
 5 min + TTL/3 + a poll old, and expires in their view once that reaches the TTL: they remove it and grant its slot
 to another node while its drain goes on evicting (invariant 1), until its next poll finds the slot lost. The budget's
-stamps are stored on the API server's clock, which each reader is told by the API server's answers (their Date). On
+stamps are told on the API server's clock, which each reader is told by the API server's answers (their Date). On
 the sandbox API server, through the product's adapters."""
 
 from __future__ import annotations
@@ -112,8 +112,8 @@ def test_a_release_on_a_clock_five_minutes_behind_whose_answer_is_lost_is_read_b
     server.faults.arm([Fault("lost", "kube-lost-response", target="PUT configmaps", limit=1)], seed=1)
     woken = late.release(request(0).node, request(0).record_id, request(0).token)
 
-    # Then its read back finds the document as it wrote it (its stamps on the API server's clock, read back on its
-    # own as they were written): the slot passed on to node 1, whose lifecycle it wakes
+    # Then its read back finds the document as it wrote it (its stamps told on the API server's clock, read back on
+    # its own as they were written): the slot passed on to node 1, whose lifecycle it wakes
     assert [f.kind for f in server.faults.firings()] == ["kube-lost-response"]
     assert woken == [request(1).record_id]
     api.api_client.close()

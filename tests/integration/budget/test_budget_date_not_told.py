@@ -1,4 +1,4 @@
-"""The budget's stamps are stored on the API server's clock, which a reader learns from the answers' ``Date``. An answer
+"""The budget's stamps are told on the API server's clock, which a reader learns from the answers' ``Date``. An answer
 whose Date is missing or unreadable (a proxy in the way that drops or rewrites it, a gateway of its own) tells
 nothing: the reader keeps the lead it measured last, rather than take its own clock for the API server's. A drain
 function 5 minutes behind that took a mangled Date for "no lead" stamped its renewals 5 minutes old in the others'

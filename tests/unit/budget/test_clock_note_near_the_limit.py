@@ -75,3 +75,17 @@ def test_a_document_near_the_limit_keeps_its_holders_clocks() -> None:
     assert {h.renewed_at for h in read.holders} == {NOW}
     assert CLOCK_KEY in api.data
     assert BudgetDocument.from_json(api.data["budget.json"]).holders[0].renewed_at == NOW - BEHIND
+
+
+def test_a_note_of_the_clocks_edited_by_hand_into_nonsense_tells_nothing() -> None:
+    # Given a document of holders written by a container 5 minutes behind, its note of their clocks then edited by
+    # hand (a lead that is not a number, blank lines, a line without digests)
+    api = OneConfigMap()
+    store_on(api, NOW - BEHIND).update(lambda _: (document(3, 0).on_clock(-BEHIND), None))
+    api.data[CLOCK_KEY] = "soon " + api.data[CLOCK_KEY].partition(" ")[2] + "\n\n   \n-300"
+
+    # When a reader on time reads it, Then it reads the document, each entry on its own clock (as the version before
+    # the note read it), rather than refuse it or move it by what it cannot read
+    read = store_on(api, NOW).read()
+    assert read is not None
+    assert {h.renewed_at for h in read.holders} == {NOW - BEHIND}
