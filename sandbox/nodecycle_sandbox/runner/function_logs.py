@@ -2,11 +2,14 @@
 $(out DrainLogGroupName) --since 30m --filter-pattern ERROR`` (FilterLogEvents) reads them from the sandbox too.
 
 The runner's containers append each function's output to ``<log dir>/<logical id>.log``, one whole line per
-write (``worker.py``). Lambda sends what a function writes to its log group (its LoggingConfig's, else ``/aws/lambda/<function name>``),
-creating the group at the first invocation if the stack did not; the shipper here makes the groups at its
-start, and does the same for the sandbox's AWS every ``POLL_SECONDS``: each complete line new since its last look becomes one event, stamped
-with the time it was read (a second late at most), in a stream of the day (``YYYY/MM/DD/[$LATEST]sandbox``).
-The files stay what the sandbox's own tools read.
+write (``worker.py``). Lambda sends what a function writes to its log group (its LoggingConfig's, else
+``/aws/lambda/<function name>``) with the function's execution role: it creates the group when it is missing only
+if that role may (``logs:CreateLogGroup``, which SAM's generated role has and the template's roles have not:
+CloudFormation creates their groups), and otherwise drops the lines, as long as the group is missing (deleted by
+hand, say). The shipper does the same for the sandbox's AWS every ``POLL_SECONDS``: each complete line new since
+its last look becomes one event, stamped with the time it was read (a second late at most), in a stream of the
+day (``YYYY/MM/DD/[$LATEST]sandbox``), or is dropped while its group is missing and may not be created. The
+files stay what the sandbox's own tools read.
 """
 
 from __future__ import annotations
@@ -15,10 +18,13 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from nodecycle_sandbox.iam.evaluate import Request, evaluate
+from nodecycle_sandbox.iam.identities import role_of
 
 _log = logging.getLogger(__name__)
 
@@ -34,12 +40,19 @@ class FunctionLogs:
     """Ships the lines of each function's log file to its log group, until stopped (a last look then)."""
 
     def __init__(
-        self, logs: Any, log_dir: Path, groups: Mapping[str, str], poll: float = POLL_SECONDS
+        self,
+        logs: Any,
+        log_dir: Path,
+        groups: Mapping[str, str],
+        poll: float = POLL_SECONDS,
+        creates: Collection[str] = (),
     ) -> None:
-        """``groups``: logical id -> log group name."""
+        """``groups``: logical id -> log group name; ``creates``: the functions (logical ids) whose role may create
+        their group (``logs:CreateLogGroup``), as Lambda does for them when it is missing."""
         self._logs = logs
         self._log_dir = log_dir
         self._groups = dict(groups)
+        self._creates = frozenset(creates)
         self._poll = poll
         self._offsets = dict.fromkeys(self._groups, 0)
         self._streams: set[tuple[str, str]] = set()
@@ -47,15 +60,13 @@ class FunctionLogs:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()  # one look at a time (the thread's, and the last one at the stop)
         self._warned = False
+        self._dropped: set[str] = set()  # the groups whose missing was told (once each)
 
     def start(self) -> FunctionLogs:
         # (lines already in the files are an earlier sandbox's, whose AWS is gone: not this one's to ship)
-        for logical_id, group in self._groups.items():
+        for logical_id in self._groups:
             path = self._path(logical_id)
             self._offsets[logical_id] = path.stat().st_size if path.exists() else 0
-            # the stack's log groups (template.yaml's, or Lambda's at a first invocation): there from the start
-            with contextlib.suppress(self._logs.exceptions.ResourceAlreadyExistsException):
-                self._logs.create_log_group(logGroupName=group)
         self._thread = threading.Thread(target=self._run, name="function-logs", daemon=True)
         self._thread.start()
         return self
@@ -99,21 +110,38 @@ class FunctionLogs:
         lines = [line.decode("utf-8", "replace") for line in complete.splitlines() if line.strip()]
         events = [{"timestamp": now, "message": _cut(line)} for line in lines]
         stream = f"{datetime.now(UTC):%Y/%m/%d}/[$LATEST]sandbox"
-        self._ensure(group, stream)
-        for batch in _batches(events):
-            self._logs.put_log_events(logGroupName=group, logStreamName=stream, logEvents=batch)
+        try:
+            self._ensure(logical_id, group, stream)
+            for batch in _batches(events):
+                self._logs.put_log_events(logGroupName=group, logStreamName=stream, logEvents=batch)
+        except self._logs.exceptions.ResourceNotFoundException:
+            # the group is gone (deleted by hand) and its function's role may not make it again: Lambda drops
+            # the lines, and ships the next ones into a stream it makes anew once the group is back
+            self._streams.discard((group, stream))
+            if group not in self._dropped:
+                _log.warning("%s: log group %s does not exist; its lines are dropped", logical_id, group)
+                self._dropped.add(group)
         self._offsets[logical_id] += len(complete)
 
-    def _ensure(self, group: str, stream: str) -> None:
+    def _ensure(self, logical_id: str, group: str, stream: str) -> None:
         if (group, stream) in self._streams:
             return
-        for create in (
-            lambda: self._logs.create_log_group(logGroupName=group),
-            lambda: self._logs.create_log_stream(logGroupName=group, logStreamName=stream),
-        ):
+        if logical_id in self._creates:
             with contextlib.suppress(self._logs.exceptions.ResourceAlreadyExistsException):
-                create()
+                self._logs.create_log_group(logGroupName=group)
+        with contextlib.suppress(self._logs.exceptions.ResourceAlreadyExistsException):
+            self._logs.create_log_stream(logGroupName=group, logStreamName=stream)
         self._streams.add((group, stream))
+        self._dropped.discard(group)
+
+
+def creates_its_group(role: Mapping[str, Any] | None, group_arn: str) -> bool:
+    """Whether Lambda, sending a function's output as the function's ``role`` (``{"arn", "trust", "policies"}``;
+    None: SAM's generated role, AWSLambdaBasicExecutionRole's ``logs:CreateLogGroup`` on ``*``), may create its
+    log group ``group_arn`` (``arn:aws:logs:<region>:<account>:log-group:<name>``)."""
+    if role is None:
+        return True
+    return evaluate(role_of(role).statements, Request("logs:CreateLogGroup", group_arn)).allowed
 
 
 def _cut(line: str) -> str:

@@ -19,13 +19,14 @@ import boto3
 from botocore.config import Config
 
 from nodecycle_sandbox.faults import RUNNER_AGENT
+from nodecycle_sandbox.iam.policy import PolicyError
 from nodecycle_sandbox.iam.template import access_entries, function_role, template_roles
 from nodecycle_sandbox.runner.async_invoke import AsyncInvoker
 from nodecycle_sandbox.runner.cfn_yaml import load_template
 from nodecycle_sandbox.runner.concurrency import THROTTLE_TIME_SCALE, ReservedConcurrency, throttled_result
 from nodecycle_sandbox.runner.context import lambda_environment
 from nodecycle_sandbox.runner.faults import RunnerFaults
-from nodecycle_sandbox.runner.function_logs import FunctionLogs
+from nodecycle_sandbox.runner.function_logs import FunctionLogs, creates_its_group
 from nodecycle_sandbox.runner.functions import FunctionSpec, SqsTrigger, read_functions
 from nodecycle_sandbox.runner.intrinsics import Intrinsics, check_rules
 from nodecycle_sandbox.runner.invokers import InlineInvoker, InvocationResult, Invoker, ProcessInvoker
@@ -221,7 +222,10 @@ class Runner:
             if self._log_dir is not None:
                 # (what the containers write there, in each function's log group, as Lambda sends it)
                 self._function_logs = FunctionLogs(
-                    self._client("logs"), self._log_dir, {s.logical_id: s.log_group for s in specs}
+                    self._client("logs"),
+                    self._log_dir,
+                    {s.logical_id: s.log_group for s in specs},
+                    creates=self._log_group_creators(template, resources, specs),
                 ).start()
         self._async = AsyncInvoker(
             invoke=self._invoke_reserved,
@@ -458,6 +462,27 @@ class Runner:
             for name, role in self.function_roles.items()
         ]
         self._identities(list(self.roles.values()), keys)
+
+    def _log_group_creators(
+        self, template: Mapping[str, Any], resources: SandboxResources, specs: list[FunctionSpec]
+    ) -> set[str]:
+        """The functions whose role lets Lambda create their log group when it is missing (function_logs.py)."""
+        assert resources.intrinsics is not None
+        try:
+            roles = self.roles or template_roles(template, resources.intrinsics, resources)
+        except PolicyError:
+            roles = {}  # (roles the sandbox cannot read: none may, the harsher guess)
+        creators = set()
+        for spec in specs:
+            declared = (template["Resources"][spec.logical_id].get("Properties") or {}).get("Role")
+            try:
+                role = roles[function_role(template, spec.logical_id)] if declared else None
+            except (PolicyError, KeyError):
+                continue
+            arn = f"arn:aws:logs:{self.region}:{self.account}:log-group:{spec.log_group}"
+            if creates_its_group(role, arn):
+                creators.add(spec.logical_id)
+        return creators
 
     def _function_sqs(self, spec: FunctionSpec) -> SQSClient:
         """The SQS client Lambda uses for a function's failed events (its role), made once."""
