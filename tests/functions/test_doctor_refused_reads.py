@@ -34,6 +34,7 @@ OUTPUTS = {
     "WakeFunctionName": "nodecycle-wake",
     "EipFunctionName": "nodecycle-eip",
     "SweeperFunctionName": "nodecycle-sweeper",
+    "DrainLogGroupName": "/aws/lambda/nodecycle/drain",
 }
 PARAMETERS = {"ClusterName": "", "ManagedGroups": "workers", "DrainConcurrency": "7", "WakeConcurrency": "3"}
 USER = f"arn:aws:sts::{ACCOUNT}:assumed-role/ReadOnly/operator"
@@ -84,6 +85,7 @@ def test_every_check_refused_is_one_line_naming_the_permission(monkeypatch: pyte
     assert {"cloudformation:DescribeStacks", "events:DescribeRule", "sqs:GetQueueAttributes"} <= set(asked)
     assert {
         "lambda:GetFunctionConcurrency",
+        "logs:DescribeLogGroups",
         "dynamodb:Query",
         "autoscaling:DescribeAutoScalingGroups",
     } <= set(asked)

@@ -27,7 +27,8 @@ with the usual credential chain, the cluster with the kubeconfig. Checked:
   failed (throttled, refused: the call and AWS's or the cluster's answer, from its record), nor held by a
   completion claim past its takeover time (its completer gone and nothing taking it over);
 - each function there, not throttled to nothing (a reserved concurrency of 0 set by hand), and its queue
-  mappings enabled (a mapping disabled by hand): ``sam deploy`` undoes neither.
+  mappings enabled (a mapping disabled by hand): ``sam deploy`` undoes neither; and its log group there (its
+  role may not create it: deleted by hand, its logs are dropped).
 
 Each finding says what is wrong, why it matters and the command that fixes it. Exit status: 0 all good,
 1 a problem or a warning, 3 nothing wrong found but some checks could not be made; 2 the doctor could not run
@@ -215,6 +216,18 @@ class Doctor:
                         partial(
                             function_checks.function,
                             self.client("lambda"),
+                            what,
+                            deployment.outputs[output],
+                            deployment.parameters,
+                        ),
+                    )
+            for what, output in function_checks.LOG_GROUP_OUTPUTS.items():
+                if deployment.outputs.get(output):  # (a stack from before the groups were the stack's)
+                    findings += self._guard(
+                        f"logs.group.{what}",
+                        partial(
+                            function_checks.log_group,
+                            self.client("logs"),
                             what,
                             deployment.outputs[output],
                             deployment.parameters,

@@ -9,6 +9,10 @@ late, and every event of a rule (intake's, the sweeper's schedule) goes at once 
 to be run (Lambda sends an asynchronous event for a function stopped at 0 to its on-failure destination at once,
 condition ``ZeroReservedConcurrency``, instead of keeping it for later). The doctor says so, with the command
 that undoes it.
+
+Each function also logs into a group of the stack's (its LoggingConfig's), which its role may write to but not
+create: deleted by hand, Lambda drops what the function writes until the group is made again (the runbook's
+``aws logs tail`` finds nothing to read), and ``sam deploy`` does not make it.
 """
 
 from __future__ import annotations
@@ -36,6 +40,14 @@ RESERVED_CONCURRENCY: dict[str, int | str] = {
     "wake": "WakeConcurrency",
     "eip": 10,
     "sweeper": 1,
+}
+# The log group of each function, by the output that names it (the functions' roles may not create one)
+LOG_GROUP_OUTPUTS = {
+    "intake": "IntakeLogGroupName",
+    "drain": "DrainLogGroupName",
+    "wake": "WakeLogGroupName",
+    "eip": "EipLogGroupName",
+    "sweeper": "SweeperLogGroupName",
 }
 # The functions that read a queue through an event source mapping
 MAPPED = ("intake", "drain", "wake", "eip")
@@ -139,6 +151,27 @@ def _mappings(lambda_: Any, what: str, name: str) -> list[Finding]:
             )
         )
     return findings
+
+
+def log_group(logs: Any, what: str, group: str, parameters: Mapping[str, str]) -> list[Finding]:
+    """The function's log group is there: deleted by hand, the function's output is dropped (Lambda writes with the
+    function's role, which may not create it), and the fix makes it again with the stack's retention."""
+    check = f"logs.group.{what}"
+    pages = logs.get_paginator("describe_log_groups").paginate(logGroupNamePrefix=group)
+    if any(g["logGroupName"] == group for page in pages for g in page["logGroups"]):
+        return [Finding.ok(check, f"log group {group} ({what}) exists")]
+    retention = parameters.get("LogRetentionDays") or "<the stack's LogRetentionDays>"
+    return [
+        Finding.problem(
+            check,
+            f"log group {group} ({what}) does not exist",
+            "deleted outside the stack: Lambda drops what the function logs (its role may write there, not create "
+            "the group), so the runbook's aws logs tail reads nothing; sam deploy does not make it again: "
+            "docs/runbook.md#resources-deleted-outside-the-stack",
+            f"aws logs create-log-group --log-group-name {group} && aws logs put-retention-policy "
+            f"--log-group-name {group} --retention-in-days {retention}",
+        )
+    ]
 
 
 def _template_concurrency(what: str, parameters: Mapping[str, str]) -> str:
