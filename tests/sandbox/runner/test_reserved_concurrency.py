@@ -231,3 +231,43 @@ def test_an_event_for_a_function_stopped_at_zero_goes_to_its_failure_targets_at_
     _publish(runner, "after")
     runner.journal.wait_until(lambda: runner.journal.invocations("Intake"), timeout=10)
     assert [i.response for i in runner.journal.invocations("Intake")] == ["after"]
+
+
+def test_a_queue_of_a_function_stopped_at_zero_is_not_polled_its_messages_wait_uncounted(
+    make_runner: MakeRunner,
+) -> None:
+    # Given the function stopped by hand (reserved concurrency 0), its queue's visibility timeout 1 s and
+    # maxReceiveCount 2
+    runner = _runner(make_runner, visibility=1)
+    lambda_ = client(runner, "lambda")
+    name = runner.functions["Intake"].name
+    lambda_.put_function_concurrency(FunctionName=name, ReservedConcurrentExecutions=0)
+    time.sleep(1.2)  # (Lambda applies it within seconds; the runner reads it again each second)
+
+    # When a message waits on its queue longer than its receives would take to reach the dead-letter queue
+    runner.sqs.send_message(QueueUrl=runner.queue("Work").url, MessageBody=json.dumps({"name": "waited"}))
+    time.sleep(3.5)
+
+    # Then Lambda's pollers never took it (the mapping delivers nothing while the function may run nothing): it
+    # is in its queue, visible and never received, none throttled, not in the dead-letter queue
+    attributes = runner.sqs.get_queue_attributes(
+        QueueUrl=runner.queue("Work").url,
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+    )["Attributes"]
+    assert (
+        attributes["ApproximateNumberOfMessages"],
+        attributes["ApproximateNumberOfMessagesNotVisible"],
+    ) == (
+        "1",
+        "0",
+    )
+    assert _receive(runner, "WorkDlq") == []
+    assert runner.journal.throttles("Intake", "sqs:Work") == []
+
+    # And once its concurrency is given back, its first receive runs it
+    lambda_.delete_function_concurrency(FunctionName=name)
+    (invocation,) = runner.journal.wait_until(
+        lambda: runner.journal.invocations("Intake", "sqs:Work"), timeout=10
+    )
+    assert invocation.response == "waited"
+    assert invocation.event["Records"][0]["attributes"]["ApproximateReceiveCount"] == "1"
