@@ -236,6 +236,16 @@ class Sandbox:
         self._started.wait()
         return any(runner.invoke_event(function, event) for runner in self._runners())
 
+    def invoke_sync(self, function: str, event: Any) -> dict[str, Any] | None:
+        """An operator's RequestResponse invocation of one of the stacks' functions (``aws lambda invoke``,
+        ``aws/lambda_invoke.py``): run once by its runner, its answer; None: no stack's function."""
+        self._started.wait()
+        for runner in self._runners():
+            answer = runner.invoke_sync(function, event)
+            if answer is not None:
+                return answer
+        return None
+
     # -- lifecycle ------------------------------------------------------------------------------
 
     def start(self) -> Sandbox:

@@ -118,10 +118,11 @@ class AwsControl:
 
     def connect(self, *, events: EventSink | None, nodes: NodeRegistry | None) -> None:
         """Where lifecycle events go and which cluster instances join (in-process objects only). An ``events``
-        that runs functions (``invoke``: the sandbox) also takes the Event invocations of its functions."""
+        that runs functions (``invoke`` and ``invoke_sync``: the sandbox) also takes the Event and RequestResponse
+        invocations of its functions."""
         self.emulator.events = events
         self.emulator.nodes = nodes
-        lambda_invoke.connect(getattr(events, "invoke", None))
+        lambda_invoke.connect(getattr(events, "invoke", None), getattr(events, "invoke_sync", None))
 
     def configure(
         self,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import logging
 import os
 import socket
@@ -27,16 +28,33 @@ from nodecycle_sandbox.zygote import AWS_PRELOAD, Child, zygote
 
 _log = logging.getLogger(__name__)
 
+# How long a RequestResponse invocation may wait for the parent's runner: Lambda's longest timeout and a margin
+_SYNC_INVOKE_SECONDS = 15 * 60 + 30
 # The calls of the `AwsControls` protocol: what the parent may ask of the `AwsControl` in the AWS process.
 _REMOTE_CALLS = frozenset(name for name in vars(AwsControls) if not name.startswith("_"))
 
 
 class _Outbox:
-    """The child's side of the event pipe: an `EventSink` and a `NodeRegistry` in one."""
+    """The child's side of the event pipe: an `EventSink` and a `NodeRegistry` in one. A RequestResponse
+    invocation waits for its answer, which the parent sends back on the same pipe (``_read_answers``)."""
 
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
         self._lock = threading.Lock()
+        self._answers: dict[int, tuple[threading.Event, list[Any]]] = {}
+        self._ids = itertools.count()
+        threading.Thread(target=self._read_answers, name="aws-answers", daemon=True).start()
+
+    def _read_answers(self) -> None:
+        while True:
+            try:
+                _, call, value = self._conn.recv()
+            except (EOFError, OSError):
+                return
+            waiting = self._answers.pop(call, None)
+            if waiting is not None:
+                waiting[1].append(value)
+                waiting[0].set()
 
     def _send(self, message: tuple[Any, ...]) -> None:
         with self._lock:
@@ -49,6 +67,19 @@ class _Outbox:
         """An Event invocation of ``function`` (``aws/lambda_invoke.py``), for the parent's runner: taken."""
         self._send(("invoke", function, event))
         return True
+
+    def invoke_sync(self, function: str, event: Any) -> dict[str, Any] | None:
+        """A RequestResponse invocation of ``function`` (``aws/lambda_invoke.py``), run by the parent's runner: its
+        answer, once it has run (None: not a function of the sandbox's, or no answer within a quarter hour,
+        Lambda's longest timeout)."""
+        call = next(self._ids)
+        done, value = self._answers[call] = (threading.Event(), [])
+        self._send(("invoke_sync", call, function, event))
+        if not done.wait(_SYNC_INVOKE_SECONDS):
+            self._answers.pop(call, None)
+            return None
+        answer: dict[str, Any] | None = value[0]
+        return answer
 
     def add_node(self, name: str, **kwargs: Any) -> None:
         self._send(("add_node", name, kwargs))
@@ -140,6 +171,7 @@ class AwsProcess:
         self._process: Child | None = None
         self._controls: Connection | None = None
         self._relay: threading.Thread | None = None
+        self._answers_lock = threading.Lock()  # (answers of RequestResponse invocations, from their threads)
         self.url = ""
         self.control: AwsControls | None = None
 
@@ -188,12 +220,28 @@ class AwsProcess:
                     invoke = getattr(self._events, "invoke", None)
                     if invoke is not None:
                         invoke(message[1], message[2])
+                elif message[0] == "invoke_sync":
+                    # (on a thread of its own: the relay goes on while the function runs, which may take minutes)
+                    threading.Thread(
+                        target=self._invoke_sync, args=(outbox, *message[1:]), name="aws-invoke", daemon=True
+                    ).start()
                 elif self._nodes is not None:
                     _, name, kwargs = message
                     getattr(self._nodes, message[0])(name, **kwargs)
             except Exception:
                 # A failing consumer must not cut the pipe: later events would pile up in the child.
                 _log.exception("relaying %s from the AWS process failed", message[0])
+
+    def _invoke_sync(self, outbox: Connection, call: int, function: str, event: Any) -> None:
+        answer = None
+        try:
+            invoke = getattr(self._events, "invoke_sync", None)
+            answer = None if invoke is None else invoke(function, event)
+        except Exception:
+            _log.exception("the RequestResponse invocation of %s failed", function)
+        finally:
+            with self._answers_lock, contextlib.suppress(OSError):
+                outbox.send(("answer", call, answer))
 
     def stop(self) -> None:
         if self._controls is not None:

@@ -30,7 +30,7 @@ from nodecycle_sandbox.runner.function_logs import FunctionLogs, creates_its_gro
 from nodecycle_sandbox.runner.functions import FunctionSpec, SqsTrigger, read_functions
 from nodecycle_sandbox.runner.intrinsics import Intrinsics, check_rules
 from nodecycle_sandbox.runner.invokers import InlineInvoker, InvocationResult, Invoker, ProcessInvoker
-from nodecycle_sandbox.runner.journal import Invocation, Journal
+from nodecycle_sandbox.runner.journal import Invocation, Journal, Throttle
 from nodecycle_sandbox.runner.lambda_functions import LambdaFunctions
 from nodecycle_sandbox.runner.patterns import matches
 from nodecycle_sandbox.runner.resources import QueueInfo, SandboxResources, TableInfo
@@ -55,6 +55,7 @@ DEFAULT_SQS_CONCURRENCY = 5
 # runs them with the function's concurrency; the sandbox keeps few worker processes unless told otherwise.
 ASYNC_CONCURRENCY = 2
 STOP_GRACE_SECONDS = 10.0
+SYNC_INVOKE = "invoke:sync"  # the journal's source of an operator's RequestResponse invocation
 
 
 class Runner:
@@ -412,6 +413,29 @@ class Runner:
             return False
         self._async.submit(spec, event, "invoke")
         return True
+
+    def invoke_sync(self, function: str, event: Any) -> dict[str, Any] | None:
+        """A RequestResponse invocation of the function named ``function`` (its physical name), as Lambda's Invoke
+        runs one: once, within its reserved concurrency (refused beyond it, as a throttle); its answer (plain
+        data, for ``aws/lambda_invoke.py`` in the AWS process) what the handler returned, or Lambda's error
+        document, or the throttle. None: no function of this runner's. Recorded in the journal as "invoke:sync"."""
+        spec = next((s for s in self.functions.values() if s.name == function), None)
+        if spec is None or self._invoker is None:
+            return None
+        result = self._invoke_reserved(spec, event)
+        if result.throttled:
+            self.journal.record_throttle(Throttle(spec.logical_id, SYNC_INVOKE, time.time(), "refused"))
+            return {"payload": None, "error": None, "throttled": True}
+        self.journal.record(Invocation.of(spec.logical_id, SYNC_INVOKE, event, result))
+        if result.ok:
+            return {"payload": result.response, "error": None, "throttled": False}
+        error: dict[str, Any] = {
+            "errorMessage": result.error_message,
+            "errorType": result.error_type,
+            "requestId": result.request_id,
+            "stackTrace": [],
+        }
+        return {"payload": None, "error": error, "throttled": False}
 
     def _invoke_reserved(self, spec: FunctionSpec, event: Any) -> InvocationResult:
         """An invocation by one of the function's event sources, within its reserved concurrency: refused (a

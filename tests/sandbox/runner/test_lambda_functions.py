@@ -11,12 +11,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
+from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from nodecycle_sandbox.aws import lambda_invoke
 
-from .conftest import MakeRunner
+from .conftest import REGION, MakeRunner
 from .test_stack_deployment import client
 
 TEMPLATE = """
@@ -206,6 +208,63 @@ def test_the_runbooks_event_invocation_runs_the_function_as_lambda_runs_an_async
         with pytest.raises(ClientError) as refused:
             aws.invoke(FunctionName="no-such-function", InvocationType="Event", Payload=b"{}")
         assert refused.value.response["Error"]["Code"] == "ResourceNotFoundException"
+    finally:
+        lambda_invoke.connect(None)
+
+
+SYNC_WORKER = """
+def handler(event, context):
+    if event.get("fail"):
+        raise ValueError("told to fail")
+    return {"ran": event["n"], "request": context.aws_request_id}
+"""
+
+
+def test_an_operators_invoke_runs_the_function_once_and_answers_as_lambda(make_runner: MakeRunner) -> None:
+    # Given the runner's functions, their invocations taken by the runner (as the sandbox connects them), and an
+    # operator's client that does not retry a throttle
+    runner = make_runner(TEMPLATE, {"worker": SYNC_WORKER}, sqs_sources_enabled=False)
+    aws = boto3.client(
+        "lambda",
+        endpoint_url=runner.endpoint_url,
+        region_name=REGION,
+        aws_access_key_id="AKIATESTOPERATOR0000",
+        aws_secret_access_key="x",
+        config=Config(retries={"total_max_attempts": 1}),
+    )
+    name = runner.functions["Worker"].name
+    lambda_invoke.connect(runner.invoke_event, runner.invoke_sync)
+    try:
+        # When the operator invokes it as `aws lambda invoke --function-name ... out.json` does (RequestResponse)
+        ran = aws.invoke(FunctionName=name, Payload=b'{"n": 1}')
+        failed = aws.invoke(FunctionName=name, Payload=b'{"fail": true}')
+
+        # Then Lambda ran it once each time and answered with what the handler returned, an unhandled error
+        # as Lambda's error document with its FunctionError
+        assert (ran["StatusCode"], "FunctionError" in ran) == (200, False)
+        answered = json.loads(ran["Payload"].read())
+        assert answered["ran"] == 1
+        assert (failed["StatusCode"], failed["FunctionError"]) == (200, "Unhandled")
+        error = json.loads(failed["Payload"].read())
+        assert (error["errorType"], error["errorMessage"]) == ("ValueError", "told to fail")
+        invocations = runner.journal.invocations("Worker", "invoke:sync")
+        assert [(i.ok, i.request_id) for i in invocations] == [
+            (True, answered["request"]),
+            (False, error["requestId"]),
+        ]
+
+        # And stopped at 0, the function is not run: Lambda refuses the invocation (429), naming the reserved
+        # concurrency
+        lambda_client(runner).put_function_concurrency(FunctionName=name, ReservedConcurrentExecutions=0)
+        time.sleep(1.2)  # (Lambda applies it within seconds; the runner reads it again each second)
+        with pytest.raises(ClientError) as refused:
+            aws.invoke(FunctionName=name, Payload=b'{"n": 2}')
+        assert refused.value.response["Error"]["Code"] == "TooManyRequestsException"
+        assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 429
+        assert (
+            dict(refused.value.response).get("Reason") == "ReservedFunctionConcurrentInvocationLimitExceeded"
+        )
+        assert len(runner.journal.invocations("Worker", "invoke:sync")) == 2
     finally:
         lambda_invoke.connect(None)
 
