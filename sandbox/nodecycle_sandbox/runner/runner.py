@@ -192,8 +192,12 @@ class Runner:
             intrinsics=resources.intrinsics,
             resources=resources,
             # (Lambda is read by every poller and delivery, each on its own thread, for its function's concurrency
-            # and its mapping's state: a pool of 2 discarded connections, one warning line each, on the demo's screen)
-            clients={"lambda": self._client("lambda", max_pool_connections=10), "iam": self._client("iam")},
+            # and its mapping's state, all at once when their answers are due again: a pool smaller than those
+            # threads discards connections, one "Connection pool is full" warning line each, on the demo's screen)
+            clients={
+                "lambda": self._client("lambda", max_pool_connections=self._lambda_readers(specs)),
+                "iam": self._client("iam"),
+            },
         )
         functions.deploy(specs)
         # (Lambda's reserved concurrency now, which an operator may change: put-function-concurrency)
@@ -541,6 +545,12 @@ class Runner:
             return 1
         wanted = maximum or self._default_concurrency
         return wanted if self._concurrency_cap is None else min(wanted, self._concurrency_cap)
+
+    def _lambda_readers(self, specs: list[FunctionSpec]) -> int:
+        """The threads that may read Lambda at once: each mapping's pollers, a twin of each (a duplicate delivered
+        alongside), the asynchronous invokers' workers, and a few more (schedules, the relay of invocations)."""
+        pollers = sum(self._sqs_concurrency(t.max_concurrency) for s in specs for t in s.sqs if t.enabled)
+        return 2 * pollers + self._async_concurrency * max(1, len(specs)) + 4
 
     def _pool_size(self, spec: FunctionSpec) -> int:
         size = sum(self._sqs_concurrency(t.max_concurrency) for t in spec.sqs if t.enabled)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import time
+
+import pytest
 
 from .conftest import MakeRunner
 
@@ -145,3 +148,43 @@ def test_the_sqs_event_has_lambdas_shape(make_runner: MakeRunner) -> None:
         "ApproximateFirstReceiveTimestamp",
     }
     assert (record["eventSource"], record["eventSourceARN"]) == ("aws:sqs", runner.queue("Work").arn)
+
+
+MANY_POLLERS = """
+Resources:
+  Work:
+    Type: AWS::SQS::Queue
+  Other:
+    Type: AWS::SQS::Queue
+  Worker:
+    Type: AWS::Serverless::Function
+    Properties:
+      CodeUri: functions/worker/
+      Handler: app.handler
+      Events:
+        Work:
+          Type: SQS
+          Properties:
+            Queue: !GetAtt Work.Arn
+            ScalingConfig: {MaximumConcurrency: 8}
+        Other:
+          Type: SQS
+          Properties:
+            Queue: !GetAtt Other.Arn
+            ScalingConfig: {MaximumConcurrency: 8}
+"""
+
+
+def test_pollers_reading_lambda_at_once_discard_no_connection(
+    make_runner: MakeRunner, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given more pollers than botocore's default pool of ten (two mappings of eight), each asking Lambda for its
+    # function's reserved concurrency and its mapping's state every second
+    caplog.set_level(logging.WARNING, logger="urllib3.connectionpool")
+    make_runner(MANY_POLLERS, {"worker": "def handler(event, context):\n    return None\n"}, mode="process")
+
+    # When they poll a few seconds (several rounds of answers due again at once)
+    time.sleep(5)
+
+    # Then no connection was discarded for a full pool (before: 2-4 "Connection pool is full" lines a run)
+    assert [r.getMessage() for r in caplog.records if "Connection pool is full" in r.getMessage()] == []
