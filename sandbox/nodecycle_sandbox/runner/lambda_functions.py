@@ -51,6 +51,24 @@ def _placeholder_code() -> bytes:
     return buffer.getvalue()
 
 
+class MappingRefused(ValueError):
+    """CreateEventSourceMapping's InvalidParameterValueException: CloudFormation fails the stack."""
+
+
+def _check_batching(function: str, event: str, batch_size: int, window: float) -> None:
+    """What Lambda refuses of an SQS mapping's batching (moto takes it): a standard queue's BatchSize is 1 to 10,000,
+    and above 10 only with a MaximumBatchingWindowInSeconds (0 to 300) of at least 1 s."""
+    if not 1 <= batch_size <= 10_000 or not 0 <= window <= 300:
+        raise MappingRefused(
+            f"{function}.{event}: BatchSize {batch_size} or batching window {window} s out of range"
+        )
+    if batch_size > 10 and window < 1:
+        raise MappingRefused(
+            f"{function}.{event}: Maximum batch window in seconds must be greater than 0 if maximum batch size is "
+            "greater than 10"
+        )
+
+
 class _Answers:
     """Lambda's answers, each read again once older than ``REFRESH_SECONDS``."""
 
@@ -194,6 +212,7 @@ class LambdaFunctions:
             request["BatchSize"] = int(properties["BatchSize"])
         if "MaximumBatchingWindowInSeconds" in properties:
             request["MaximumBatchingWindowInSeconds"] = int(properties["MaximumBatchingWindowInSeconds"])
+        _check_batching(spec.logical_id, event, trigger.batch_size, trigger.batching_window)
         if properties.get("FunctionResponseTypes"):
             request["FunctionResponseTypes"] = [str(t) for t in properties["FunctionResponseTypes"]]
         maximum = (properties.get("ScalingConfig") or {}).get("MaximumConcurrency")

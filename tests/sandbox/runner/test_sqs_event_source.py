@@ -188,3 +188,15 @@ def test_pollers_reading_lambda_at_once_discard_no_connection(
 
     # Then no connection was discarded for a full pool (before: 2-4 "Connection pool is full" lines a run)
     assert [r.getMessage() for r in caplog.records if "Connection pool is full" in r.getMessage()] == []
+
+
+@pytest.mark.parametrize(
+    "batching", ["BatchSize: 20", "BatchSize: 20\n            MaximumBatchingWindowInSeconds: 0"]
+)
+def test_a_batch_over_ten_without_a_batching_window_is_refused_as_lambda_refuses_it(
+    make_runner: MakeRunner, batching: str
+) -> None:
+    # Given a mapping of more than ten messages a batch and no batching window (Lambda's CreateEventSourceMapping:
+    # InvalidParameterValueException, the stack rolled back), When it is deployed, Then it is refused
+    with pytest.raises(ValueError, match="Maximum batch window in seconds must be greater than 0"):
+        make_runner(TEMPLATE.replace("BatchSize: 3", batching), {"worker": HANDLER})
