@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from nodecycle_sandbox.iam.resource_policies import service_may
 from nodecycle_sandbox.runner.functions import FunctionSpec
 from nodecycle_sandbox.runner.stack import StackDeployment
 
@@ -162,6 +163,24 @@ class RuleTargets:
         if service != "sqs":
             raise ValueError(f"the sandbox's rules send undelivered events to SQS only, not {queue_arn}")
         url = self._sqs.get_queue_url(QueueName=name, QueueOwnerAWSAccountId=account)["QueueUrl"]
+        # EventBridge sends as events.amazonaws.com: the queue's own policy must let it in for this rule, or the
+        # event is lost (the rule's InvocationsFailedToBeSentToDlq), as a policy lost or narrowed would have it
+        policy = self._sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["Policy"]).get("Attributes", {})
+        allowed = service_may(
+            policy.get("Policy"),
+            service=EVENTS_PRINCIPAL,
+            action="sqs:SendMessage",
+            resource=queue_arn,
+            source_arn=attributes["RULE_ARN"],
+            source_account=account,
+        )
+        if not allowed:
+            _log.warning(
+                "rule %s: event dropped: the policy of its dead-letter queue %s does not let EventBridge send to it",
+                attributes["RULE_ARN"],
+                queue_arn,
+            )
+            return
         self._sqs.send_message(
             QueueUrl=url,
             MessageBody=body,

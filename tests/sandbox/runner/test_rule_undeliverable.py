@@ -15,7 +15,9 @@ from typing import Any
 from .conftest import MakeRunner
 from .test_stack_deployment import client
 
-TEMPLATE = """
+# (the queue's policy lets EventBridge send it the rule's undelivered events, as the template's dead-letter queue
+# policies do: one without, test_stack_dead_letter_policy.py shows, is sent nothing)
+WITHOUT_POLICY = """
 Resources:
   Failed:
     Type: AWS::SQS::Queue
@@ -45,6 +47,24 @@ Resources:
           Properties:
             Pattern: {source: [aws.ec2]}
 """
+TEMPLATE = (
+    WITHOUT_POLICY
+    + """  UndeliveredPolicy:
+    Type: AWS::SQS::QueuePolicy
+    Properties:
+      Queues: [!Ref Undelivered]
+      PolicyDocument:
+        Version: "2012-10-17"
+        Statement:
+          - Effect: Allow
+            Principal: { Service: events.amazonaws.com }
+            Action: sqs:SendMessage
+            Resource: !GetAtt Undelivered.Arn
+            Condition:
+              ArnEquals:
+                aws:SourceArn: !GetAtt WorkerLifecycle.Arn
+"""
+)
 
 WORKER = """
 def handler(event, context):
