@@ -498,11 +498,6 @@ def test_the_sweeper_not_running_alarm_fires_once_no_sweep_started_for_two_inter
     assert stopped[-1] == horizon - 60, "and keeps it firing"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="no alarm watches HeartbeatRetries{reason=refused}: a heartbeat AWS refuses to every role pages only "
-    "once the action expired (LifecycleActionsExpired) or its work is dead-lettered, 14-18 min later",
-)
 def test_a_heartbeat_aws_refuses_is_alarmed_before_the_actions_heartbeat_timeout() -> None:
     # A refusal that stays (a service control policy or a permissions boundary rolled out, a policy edited) refuses
     # the engine's heartbeats and the sweeper's alike: nothing keeps the action alive, and Auto Scaling takes its

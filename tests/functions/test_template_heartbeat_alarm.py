@@ -1,0 +1,140 @@
+"""The alarm on refused heartbeats fires on the metric as the product emits it: the engine's and the sweeper's
+refused heartbeats, counted through the functions' Metrics adapter (CloudWatch EMF), match the alarm's metric by
+its name and its whole set of dimensions, and page before the action's heartbeat timeout; throttled ones do not."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Mapping
+from contextlib import redirect_stdout
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from nodecycle.domain.engine import Outcome
+from nodecycle.domain.errors import AccessRefused, TransientError
+from nodecycle.domain.model import ActionRef, Step
+from nodecycle.domain.sweep.sweeper import SweepFailed
+from nodecycle.observability import PowertoolsMetrics, metrics
+from tests.functions.test_operations_template import RESOURCES, alarm_fires, intrinsics
+from tests.support.fakes import T0, FakeClock, FakeMetrics
+from tests.unit.foundation.test_engine import ONE_FAULT, PLAN, World, make_record
+from tests.unit.foundation.test_engine_refusals import HeartbeatsRefused
+from tests.unit.sweeper.test_sweeper import GRACE, Repair
+
+OWNER = "stack-a"
+
+
+class Emitted(FakeMetrics):
+    """The functions' Metrics adapter (PowertoolsMetrics), each metric's EMF document read back as CloudWatch
+    would take it in: name, dimensions (name -> value), value, and the clock's time (seconds after T0)."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__()
+        self._clock = clock
+        self._product = PowertoolsMetrics(OWNER)
+        self.datapoints: list[tuple[str, dict[str, str], float, int]] = []
+
+    def count(self, name: str, value: float = 1, **dimensions: str) -> None:
+        super().count(name, value, **dimensions)
+        printed = io.StringIO()
+        with redirect_stdout(printed):
+            self._product.count(name, value, **dimensions)
+            metrics.flush_metrics()  # (a metric without dimensions of its own waits in the shared document)
+        at = int((self._clock.now() - T0).total_seconds())
+        for line in printed.getvalue().splitlines():
+            document = json.loads(line)
+            for directive in document["_aws"]["CloudWatchMetrics"]:
+                for dimension_set in directive["Dimensions"]:
+                    for metric in directive["Metrics"]:
+                        named = {d: str(document[d]) for d in dimension_set}
+                        values = document[metric["Name"]]
+                        total = sum(values) if isinstance(values, list) else values
+                        self.datapoints.append((metric["Name"], named, float(total), at))
+
+
+def watched_by(alarm: Mapping[str, Any], emitted: Emitted) -> dict[int, float]:
+    """The datapoints of the alarm's metric: CloudWatch matches it by name and every dimension, no more, no less."""
+    wanted = {d["Name"]: d["Value"] for d in alarm["Dimensions"]}
+    points: dict[int, float] = {}
+    for name, dimensions, value, at in emitted.datapoints:
+        if name == alarm["MetricName"] and dimensions == wanted:
+            points[at] = points.get(at, 0.0) + value
+    return points
+
+
+def refused_alarm() -> Mapping[str, Any]:
+    # (the stack's owner id is its name unless OwnerId says otherwise: both resolve to the metrics' owner)
+    return intrinsics({"OwnerId": OWNER}).resolve(RESOURCES["HeartbeatsRefusedAlarm"]["Properties"])
+
+
+class HeartbeatsThrottled(HeartbeatsRefused):
+    def heartbeat(self, action: ActionRef) -> bool:
+        self.asked += 1
+        raise TransientError("recording a lifecycle heartbeat: Throttling: Rate exceeded")
+
+
+@pytest.mark.parametrize("refused", [True, False])
+def test_the_engines_refused_heartbeats_fire_the_alarm_before_the_heartbeat_timeout(refused: bool) -> None:
+    # Given a drain polling every 5 s (its heartbeats due from 90 s after the last one), while Auto Scaling
+    # refuses (or throttles) every heartbeat to the role, counted through the functions' Metrics adapter
+    world = World(redelivery=ONE_FAULT)
+    world.autoscaling = HeartbeatsRefused() if refused else HeartbeatsThrottled()
+    world.metrics = emitted = Emitted(world.clock)
+    record = make_record(PLAN, Step.EVICT)
+    world.records.create(record)
+    engine = world.engine({Step.EVICT: lambda record, now: Outcome.wait(5)})
+
+    # When it polls until the action's heartbeat timeout
+    deadline = int((record.heartbeat_deadline - T0).total_seconds())
+    while world.clock.now() < record.heartbeat_deadline:
+        engine.handle(world.message())
+        (sent,) = world.queues.take()
+        world.clock.advance(max(sent.delay, 1))
+
+    # Then the refused heartbeats, as emitted, are the alarm's metric, and it fires within two minutes of the
+    # first and before the heartbeat timeout; throttled ones (no reason) are not, and do not fire it
+    alarm = refused_alarm()
+    points = watched_by(alarm, emitted)
+    fired = alarm_fires(alarm, points, deadline + 600)
+    assert world.autoscaling.asked >= 1
+    if not refused:
+        assert not points
+        assert not fired
+        return
+    first = min(points)
+    assert sum(points.values()) == world.autoscaling.asked
+    assert fired, "the refused heartbeats never fire the alarm"
+    assert fired[0] - first <= 120
+    assert fired[0] < deadline, "the alarm fires only after Auto Scaling took the hook's default result"
+
+
+def test_the_sweepers_refused_heartbeat_fires_the_alarm() -> None:
+    # Given a stalled lifecycle (its message lost) whose heartbeat deadline comes before the next sweep, while
+    # Auto Scaling refuses the sweeper's heartbeats, counted through the functions' Metrics adapter
+    repair = Repair()
+    repair.metrics = emitted = Emitted(repair.clock)
+    record = make_record(PLAN, Step.EVICT, node="n1")
+    repair.records.create(record)
+    repair.clock.current = T0 + GRACE + timedelta(seconds=30)
+
+    def refused(action: ActionRef) -> bool:
+        raise AccessRefused("recording a lifecycle heartbeat", "AccessDenied", "explicit deny")
+
+    repair.autoscaling.heartbeat = refused  # type: ignore[method-assign]
+
+    # When the sweeper runs (and fails)
+    with pytest.raises(SweepFailed):
+        repair.run()
+
+    # Then its refused heartbeat is the alarm's metric, and fires it within two minutes, before the deadline
+    alarm = refused_alarm()
+    points = watched_by(alarm, emitted)
+    assert sum(points.values()) == 1
+    deadline = int((record.heartbeat_deadline - T0).total_seconds())
+    fired = alarm_fires(alarm, points, deadline + 600)
+    assert fired
+    assert fired[0] - min(points) <= 120
+    assert fired[0] < deadline
