@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import redirect_stdout
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -31,9 +31,9 @@ class Emitted(FakeMetrics):
     """The functions' Metrics adapter (PowertoolsMetrics), each metric's EMF document read back as CloudWatch
     would take it in: name, dimensions (name -> value), value, and the clock's time (seconds after T0)."""
 
-    def __init__(self, clock: FakeClock) -> None:
+    def __init__(self, clock: FakeClock | Callable[[], datetime]) -> None:
         super().__init__()
-        self._clock = clock
+        self._now = clock.now if isinstance(clock, FakeClock) else clock
         self._product = PowertoolsMetrics(OWNER)
         self.datapoints: list[tuple[str, dict[str, str], float, int]] = []
 
@@ -42,8 +42,9 @@ class Emitted(FakeMetrics):
         printed = io.StringIO()
         with redirect_stdout(printed):
             self._product.count(name, value, **dimensions)
-            metrics.flush_metrics()  # (a metric without dimensions of its own waits in the shared document)
-        at = int((self._clock.now() - T0).total_seconds())
+            if not dimensions:  # (it waits in the shared document; one with dimensions is printed at once)
+                metrics.flush_metrics()
+        at = int((self._now() - T0).total_seconds())
         for line in printed.getvalue().splitlines():
             document = json.loads(line)
             for directive in document["_aws"]["CloudWatchMetrics"]:
