@@ -142,13 +142,6 @@ def test_the_sweepers_refused_heartbeat_fires_the_alarm() -> None:
     assert fired[0] < deadline
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="sweep/orphans.py's keep-alive does not count its refused heartbeats (HeartbeatRetries with reason "
-    "refused): an action intake never recorded, its heartbeats refused, pages only through the sweeper's Errors "
-    "alarm (300 s), not the refused heartbeats' (60 s). Fix: in OrphanedActions._held_by, count it as "
-    "sweep/lifecycles.py does (except AccessRefused: metrics.count('HeartbeatRetries', reason='refused'); raise)",
-)
 def test_the_sweepers_refused_heartbeat_of_an_orphaned_action_fires_the_alarm() -> None:
     # Given an action of this stack's hook that intake never recorded (its events dead-lettered), while Auto
     # Scaling refuses every heartbeat to the roles (an SCP): only the sweeper's keep-alive heartbeats it

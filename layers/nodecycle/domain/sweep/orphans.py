@@ -32,7 +32,7 @@ from datetime import datetime, timedelta
 from typing import NoReturn
 
 from nodecycle.domain.catalog import LifecycleHooks, ManagedGroups
-from nodecycle.domain.errors import TransientError
+from nodecycle.domain.errors import AccessRefused, TransientError
 from nodecycle.domain.intake import Intake, IntakeOutcome
 from nodecycle.domain.model import WARM_POOL, LifecycleRecord, Transition
 from nodecycle.domain.ports.lifecycle import Autoscaling, ClaimingRecordStore, WaitingInstance
@@ -300,7 +300,13 @@ class OrphanedActions:
     def _held_by(self, waiting: WaitingInstance, hook: str) -> bool:
         """Whether ``hook`` holds an action of the instance: a heartbeat by instance id is accepted only then,
         and keeps it alive until the next sweep."""
-        held = self._autoscaling.heartbeat(waiting.action(hook))
+        try:
+            held = self._autoscaling.heartbeat(waiting.action(hook))
+        except AccessRefused:
+            # (counted as the lifecycles' refused heartbeats are: the alarm on them pages within a minute, the
+            # sweep's own failure only through its errors' period)
+            self._metrics.count("HeartbeatRetries", reason="refused")
+            raise
         if held:
             self._metrics.count("Heartbeats")
         return held
