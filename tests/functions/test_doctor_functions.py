@@ -103,24 +103,6 @@ def test_a_function_throttled_to_nothing_by_hand_is_a_problem_with_the_templates
     )
 
 
-@pytest.mark.parametrize("what", ["intake", "drain"])
-def test_a_queues_function_stopped_at_zero_says_its_messages_wait_in_the_queue(
-    deployed: tuple[Doctor, Any, dict[str, str]], what: str
-) -> None:
-    # Given a function a queue mapping invokes, stopped by hand
-    doctor, lambda_, names = deployed
-    lambda_.put_function_concurrency(
-        FunctionName=names[FUNCTION_OUTPUTS[what]], ReservedConcurrentExecutions=0
-    )
-
-    (finding,) = [f for f in function_findings(doctor) if f.status is not Status.OK]
-
-    # Then its finding says that Lambda does not poll its queue: the messages wait, not dead-lettered
-    assert finding.check == f"lambda.function.{what}.concurrency"
-    assert "Its queue is not polled meanwhile" in finding.why
-    assert "none counted towards the dead-letter queue" in finding.why
-
-
 @pytest.mark.parametrize(
     ("what", "entry"),
     [("intake", "docs/runbook.md#intake-dead-letters"), ("sweeper", "docs/runbook.md#sweeper-not-running")],

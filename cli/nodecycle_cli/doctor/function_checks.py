@@ -70,14 +70,6 @@ STOPPED_EVENTS = {
 }
 
 
-# What becomes of the messages of a function's queue while it is stopped at 0: Lambda does not poll the queue (it
-# takes no batch it could not run), so they wait there, uncounted, and run once its concurrency is back
-STOPPED_QUEUE = (
-    ". Its queue is not polled meanwhile: its messages wait there (the queue's age grows), none counted towards "
-    "the dead-letter queue, and run once it is back"
-)
-
-
 def reserved_concurrency(what: str, parameters: Mapping[str, str]) -> int:
     """The reserved concurrency the deployed template gives the function (its parameter's value, if any)."""
     declared = RESERVED_CONCURRENCY[what]
@@ -117,8 +109,7 @@ def function(lambda_: Any, what: str, name: str, parameters: Mapping[str, str]) 
                 f"{check}.concurrency",
                 f"function {name} ({what}) has a reserved concurrency of 0: every invocation is throttled",
                 f"set by hand (an emergency stop), not undone: {PURPOSES[what]}; sam deploy does not undo it"
-                + STOPPED_EVENTS.get(what, "")
-                + (STOPPED_QUEUE if what in MAPPED else ""),
+                + STOPPED_EVENTS.get(what, ""),
                 f"aws lambda put-function-concurrency --function-name {name} --reserved-concurrent-executions "
                 f"{_template_concurrency(what, parameters)}",
             )
