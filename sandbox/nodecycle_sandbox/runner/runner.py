@@ -372,7 +372,6 @@ class Runner:
                 deliveries=self._deliveries,
                 throttle_scale=self._throttle_scale,
                 enabled=functools.partial(self._lambda.mapping_enabled, spec.logical_id, trigger.name),
-                reserved=functools.partial(self._reserved.limit, spec.logical_id),
             )
             source.start()
             self._sources.append(source)

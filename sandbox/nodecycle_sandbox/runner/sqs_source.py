@@ -7,9 +7,7 @@ reported messages stay. One poller per concurrency slot bounds the invocations i
 `MaximumConcurrency`. An invocation refused for the function's reserved concurrency (a throttle: the
 function's other sources hold it) is tried again with a back-off while the batch's messages stay invisible;
 when their visibility timeout would run out first, the mapping lets go and they show again in the queue,
-their next receive counting towards `maxReceiveCount` (``concurrency.py``). A function whose reserved
-concurrency is 0 (an operator's stop) is not polled at all, as a disabled mapping is not: Lambda's pollers take
-no batch they could not run, so its messages wait in the queue, uncounted, their age growing. Delays and redrive to the dead-letter queue after `maxReceiveCount` are SQS's own
+their next receive counting towards `maxReceiveCount` (``concurrency.py``). Delays and redrive to the dead-letter queue after `maxReceiveCount` are SQS's own
 business, which moto does at receive time, as AWS does.
 
 Each message's way through the mapping goes to the ``deliveries`` log: received (how many times, how long
@@ -120,12 +118,9 @@ class SqsEventSource:
         deliveries: logging.Logger | None = None,
         throttle_scale: float = THROTTLE_TIME_SCALE,
         enabled: Callable[[], bool] = lambda: True,
-        reserved: Callable[[], int | None] = lambda: None,
     ) -> None:
-        # Whether the mapping is enabled in Lambda now (an operator may disable it: the queue then stalls), and
-        # the function's reserved concurrency now (an operator may stop it at 0: the queue stalls as well)
-        self._enabled_mapping = enabled
-        self._reserved = reserved
+        # Whether the mapping is enabled in Lambda now (an operator may disable it: the queue then stalls)
+        self._enabled = enabled
         self._faults = faults or RunnerFaults()
         self._throttle_scale = throttle_scale
         self._deliveries = deliveries or _log
@@ -147,10 +142,6 @@ class SqsEventSource:
         self._state = threading.Condition()
         self._busy = 0
         self._closed = False
-
-    def _enabled(self) -> bool:
-        """Whether Lambda polls the queue now: the mapping enabled, and its function allowed to run."""
-        return self._reserved() != 0 and self._enabled_mapping()
 
     @property
     def source(self) -> str:
@@ -206,7 +197,7 @@ class SqsEventSource:
                     continue
                 messages, received_at = self._receive(client)
                 if not messages:
-                    continue  # (disabled or stopped at 0 while it polled, or stopping)
+                    continue  # (disabled while it polled, or stopping)
                 with self._state:
                     if self._closed:
                         return  # (see close)
@@ -277,7 +268,7 @@ class SqsEventSource:
         window_end: float | None = None
         while len(messages) < trigger.batch_size and not self._stopping.is_set():
             if not messages and not self._enabled():
-                break  # disabled (or stopped at 0) between two empty long polls: the batch is not started
+                break  # disabled between two empty long polls: the batch is not started
             wait = self._poll_wait
             if window_end is not None:
                 remaining = window_end - time.monotonic()

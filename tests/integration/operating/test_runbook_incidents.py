@@ -14,7 +14,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -136,71 +135,6 @@ def test_a_stalled_drain_queue_is_sent_to_the_stall_entry_and_moves_on_once_its_
 
     wait_for(ended, 90, "the terminate action completed")
     wait_for(lambda: operator.findings()[1]["lifecycles.stuck"]["status"] == "ok", 60, "nothing overdue")
-
-
-def test_a_drain_function_stopped_at_zero_leaves_its_queue_waiting_and_the_doctors_fix_drains_on(
-    sandbox: Sandbox, operator: Operator
-) -> None:
-    # Given the drain function stopped by hand as an emergency stop (reserved concurrency 0) and an instance
-    # terminating under the hook
-    lambda_ = sandbox.client("lambda")
-    outputs = {
-        o["OutputKey"]: o["OutputValue"]
-        for o in sandbox.client("cloudformation").describe_stacks(StackName=STACK)["Stacks"][0]["Outputs"]
-    }
-    drain = outputs["DrainFunctionName"]
-    lambda_.put_function_concurrency(FunctionName=drain, ReservedConcurrentExecutions=0)
-    # (Lambda applies it within seconds: the runner reads it again each second, its pollers' long polls last one)
-    time.sleep(2.5)
-    findings: dict[str, dict[str, str]] = {}
-    try:
-        victim = sorted(sandbox.asg.in_state("InService"))[0]
-        sandbox.asg.terminate(victim)
-
-        # When its lifecycle is overdue past the resume grace, and the operator takes the runbook's first look
-        def overdue() -> bool:
-            record = find_record(sandbox, victim)
-            grace = timedelta(seconds=RESUME_GRACE + 1)
-            return record is not None and datetime.now(UTC) > record.due_at + grace
-
-        wait_for(overdue, 60, "the terminate lifecycle overdue")
-        status, findings = operator.findings()
-        queue = sandbox.client("sqs").get_queue_attributes(
-            QueueUrl=outputs["DrainQueueUrl"],
-            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
-        )["Attributes"]
-        dead = sandbox.client("sqs").get_queue_attributes(
-            QueueUrl=outputs["DrainDeadLetterQueueUrl"], AttributeNames=["ApproximateNumberOfMessages"]
-        )["Attributes"]
-    finally:
-        # (the doctor's fix, run below; given back here too should the test fail first)
-        stopped = findings.get("lambda.function.drain.concurrency", {})
-        fix = shlex.split(stopped.get("fix", ""))
-        concurrency = int(fix[fix.index("--reserved-concurrent-executions") + 1]) if fix else 4
-        lambda_.put_function_concurrency(FunctionName=drain, ReservedConcurrentExecutions=concurrency)
-
-    # Then Lambda took none of the queue's messages (a mapping whose function may run nothing does not poll):
-    # the lifecycle's step waits there, visible, not on its way to the dead-letter queue
-    assert int(queue["ApproximateNumberOfMessages"]) >= 1, queue
-    assert queue["ApproximateNumberOfMessagesNotVisible"] == "0", queue
-    assert dead["ApproximateNumberOfMessages"] == "0", dead
-
-    # And the doctor names the stop, with the stack's concurrency to give back, and the stalled lifecycle
-    assert status == 1
-    assert stopped["status"] == "problem"
-    assert fix[:3] == ["aws", "lambda", "put-function-concurrency"]
-    assert concurrency == int(sandbox.runner.functions["DrainFunction"].reserved_concurrency or 0) > 0
-    assert findings["lifecycles.stuck"]["status"] == "problem"
-    assert f"{victim} terminate at" in findings["lifecycles.stuck"]["what"]
-
-    # And once its concurrency is back the drain goes on by itself: the action is completed, not left to its
-    # default result
-    action = wait_for(
-        lambda: (a := terminate_action(sandbox, victim)) is not None and not a.active and a,
-        90,
-        "the terminate action completed",
-    )
-    assert action.outcome == "completed", action.outcome
 
 
 def removal_listing() -> tuple[str, str]:
