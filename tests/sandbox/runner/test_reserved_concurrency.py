@@ -231,3 +231,29 @@ def test_an_event_for_a_function_stopped_at_zero_goes_to_its_failure_targets_at_
     _publish(runner, "after")
     runner.journal.wait_until(lambda: runner.journal.invocations("Intake"), timeout=10)
     assert [i.response for i in runner.journal.invocations("Intake")] == ["after"]
+
+
+def test_a_queue_of_a_function_stopped_at_zero_is_still_polled_and_its_throttled_messages_dead_lettered(
+    make_runner: MakeRunner,
+) -> None:
+    # Lambda: "Event source mappings don't account for reserved concurrency and can process more messages off your
+    # queue than can be sent to your function" (knowledge-center/lambda-sqs-scaling). A function stopped by hand
+    # at 0 is throttled at every batch its pollers take; each take counts a receive, and maxReceiveCount sends the
+    # message to the dead-letter queue unrun: the harsher reading, which the product's repairs must survive (the
+    # sweeper resumes the lifecycle; the dead-letter alarm pages).
+    # Given the function stopped (reserved concurrency 0), its queue's visibility timeout 1 s, maxReceiveCount 2
+    runner = _runner(make_runner, visibility=1)
+    lambda_ = client(runner, "lambda")
+    lambda_.put_function_concurrency(
+        FunctionName=runner.functions["Intake"].name, ReservedConcurrentExecutions=0
+    )
+    time.sleep(1.2)  # (Lambda applies it within seconds; the runner reads it again each second)
+
+    # When a message arrives on its queue
+    runner.sqs.send_message(QueueUrl=runner.queue("Work").url, MessageBody=json.dumps({"name": "stopped"}))
+    dead = runner.journal.wait_until(lambda: _receive(runner, "WorkDlq"), timeout=15)
+
+    # Then it was taken and throttled at each receive, and went to the dead-letter queue never run
+    assert [json.loads(m["Body"]) for m in dead] == [{"name": "stopped"}]
+    assert runner.journal.throttles("Intake", "sqs:Work")
+    assert runner.journal.invocations("Intake", "sqs:Work") == []
