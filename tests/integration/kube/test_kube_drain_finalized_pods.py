@@ -81,5 +81,7 @@ def test_pods_the_force_policy_stopped_that_a_finalizer_keeps_hold_the_slot_no_l
     # and the drain ended, the pods left terminating, within its timeout, the force grace and the margin
     assert ended_at is not None
     assert ended_at <= deadline + FORCE_GRACE + timedelta(seconds=SLOT_MARGIN), ended_at - deadline
-    assert record.outcome == "drain-timeout-forced; 2 pods left terminating (stopped, kept by finalizers)"
+    assert record.outcome == (
+        "drain-timeout-forced; 2 pods left terminating (deleted with no grace left, kept by finalizers)"
+    )
     assert sorted(record.extra["stuck_pods"]["pods"]) == sorted(f"shop/{p.name}" for p in kept)

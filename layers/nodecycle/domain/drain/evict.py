@@ -597,11 +597,14 @@ class Evict:
         that reports the node NotReady is there to stop them), else
         those still there well past their deletion's deadline. A pod force-deleted with a short grace makes
         the drain look at the node as soon as that grace is over, not only after ``CHECK_NODE_AFTER``.
-        Past the drain's deadline (its timeout policy has acted), also those its kubelet is done with (no grace
-        left, deletionGracePeriodSeconds 0: nothing runs for them) that only their finalizers keep: waited for
-        until a minute past their deadline, they would hold the slot that long past the force grace
-        (invariant 10). Before it, their finalizers' controller is given that minute (a Job's tracking finalizer
-        goes within seconds)."""
+        Past the drain's deadline (its timeout policy has acted), also those with no grace left
+        (deletionGracePeriodSeconds 0) that only their finalizers keep: waited for until a minute past their
+        deadline, they would hold the slot that long past the force grace (invariant 10). That field is no proof
+        that nothing runs for them: the kubelet's final delete of a pod it stopped sets it, but so does any delete
+        with grace 0 (the force's, for a pod whose own grace is 0; an operator's --force), at once, before any
+        kubelet acts. Either way no grace is owed to them, so the instance's end takes nothing from them the delete
+        did not, and the outcome says what is known. Before the deadline, their finalizers' controller is given
+        that minute (a Job's tracking finalizer goes within seconds)."""
         deleting = [pod for pod in left if pod.deletion_at is not None]
         if not deleting:
             return [], ""
@@ -619,8 +622,11 @@ class Evict:
         if not kept:
             return past, "past their deletion deadline"
         if not past:
-            return kept, "stopped, kept by finalizers"
-        return past + kept, "past their deletion deadline, or stopped and kept by finalizers"
+            return kept, "deleted with no grace left, kept by finalizers"
+        return (
+            past + kept,
+            "past their deletion deadline, or deleted with no grace left and kept by finalizers",
+        )
 
     def _timed_out(
         self, record: LifecycleRecord, now: datetime, left: list[PodInfo], **changes: Any
