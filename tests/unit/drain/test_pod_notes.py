@@ -56,3 +56,57 @@ def test_what_a_drain_kept_under_the_keys_before_is_read_and_written_as_notes() 
     assert notes.stalled_since("b", T0 + timedelta(seconds=40)) == T0
     # and the keys before are gone
     assert extra == {"polls": 7, PODS: {"a": ["b"], "b": ["f", 1, T0.isoformat()], "c": ["d", 2]}}
+
+
+# A drain's extra as the evict step before one entry a pod (5c90e1d^) wrote it, on the unit FakeCluster: five pods
+# (blocked, refused, two whose calls failed at every try, one blocked whose forced delete was then refused), eight
+# polls, then the force's two passes past the timeout (node_seen and graces left out), and the key of a pod told
+# its evictions failing, as a later poll writes it
+WRITTEN_BEFORE = {
+    "polls": 8,
+    "blocked_reported": ["uid-blk", "uid-ref", "uid-undel", "uid-fail1/EvictionFailing"],
+    "evictions_failing": {"uid-fail1": T0.isoformat(), "uid-fail2": T0.isoformat()},
+    "deletion_refused": ["uid-undel"],
+    "failed_pods": ["uid-fail1", "uid-fail2"],
+}
+
+
+def _known(notes: PodNotes) -> list[tuple[str, str]]:
+    uids = ("uid-blk", "uid-ref", "uid-undel", "uid-fail1", "uid-fail2")
+    return [(uid, what) for uid in uids for what in (BLOCKED, FAILING, DELETION) if notes.told(uid, what)]
+
+
+def test_a_record_the_version_before_wrote_is_read_whole() -> None:
+    # When a record the version before wrote is read
+    notes = PodNotes(WRITTEN_BEFORE)
+
+    # Then what it told, the failures' order and since when evictions fail are known
+    assert _known(notes) == [
+        ("uid-blk", BLOCKED),
+        ("uid-ref", BLOCKED),
+        ("uid-undel", BLOCKED),
+        ("uid-undel", DELETION),
+        ("uid-fail1", FAILING),
+    ]
+    assert notes.failure_order(["uid-fail2", "uid-fail1", "uid-blk"]) == {"uid-fail1": 1, "uid-fail2": 2}
+    assert notes.stalled_since("uid-fail2", T0 + timedelta(seconds=40)) == T0
+
+
+def test_what_the_version_before_wrote_after_this_one_is_not_lost() -> None:
+    # Given a record this version wrote (one pod told blocked), then written by the version before (a function
+    # update's old instances still answer for a while, and keep the keys they do not know): it told of more pods,
+    # one's evictions failing since T0
+    record = {
+        PODS: {"uid-blk": ["b"]},
+        **WRITTEN_BEFORE,
+    }
+
+    # When this version reads it
+    notes = PodNotes(record)
+
+    # Then what both told is known (each told once per drain), and since when evictions fail, and the failures
+    assert _known(notes) == _known(PodNotes(WRITTEN_BEFORE))
+    assert notes.stalled_since("uid-fail1", T0 + timedelta(seconds=40)) == T0
+    assert notes.failure_order(["uid-fail1", "uid-fail2"]) == {"uid-fail1": 1, "uid-fail2": 2}
+    # and the keys before are gone once written
+    assert set(notes.into(record)) == {"polls", PODS}

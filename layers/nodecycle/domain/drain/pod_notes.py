@@ -45,11 +45,13 @@ class PodNotes:
                 for kept_as, value in ((self._told, told), (self._failed, failed), (self._since, since)):
                     if value:
                         kept_as[uid] = value
-        else:
-            self._read_before(extra)
+        # (also beside PODS: while a function is updated, its old instances still answer for a while, and they
+        # write the keys before into a record this version wrote, keeping PODS as it was)
+        self._read_before(extra)
 
     def _read_before(self, extra: dict[str, Any]) -> None:
-        for place, uid in enumerate(extra.get(_FAILED_PODS) or [], start=1):
+        last = max(self._failed.values(), default=0)  # (their failures came after those of PODS)
+        for place, uid in enumerate(extra.get(_FAILED_PODS) or [], start=last + 1):
             self._failed[uid] = place
         for key in extra.get(_REPORTED) or []:
             uid, _, failing = str(key).partition("/")
@@ -57,7 +59,11 @@ class PodNotes:
         for uid in extra.get(_DELETION_REFUSED) or []:
             self.tell(uid, DELETION)
         since = extra.get(_FAILING_SINCE)
-        self._since.update(since if isinstance(since, dict) else {})
+        for uid, when in since.items() if isinstance(since, dict) else ():
+            # (the earlier of the two: since when the pod's evictions have failed at every try)
+            kept = self._since.get(uid)
+            if kept is None or datetime.fromisoformat(str(when)) < datetime.fromisoformat(kept):
+                self._since[uid] = str(when)
 
     # -- told ------------------------------------------------------------------------------------------
 
