@@ -131,6 +131,12 @@ class Controllers:
             self._node_ready_at.pop(name, None)
             self._kubelet_lost_at[name] = time.monotonic() + grace
 
+    def hang_runtime(self, name: str, hung: bool) -> None:
+        with self._store.lock:
+            if self._store.get(NODES, "", name) is None:
+                raise LookupError(f"no node {name!r}")
+            self._kubelet.hang_runtime(name, hung)
+
     def instance_stopped(self, name: str, grace: float) -> bool:
         """The node's instance stopped: its kubelet is gone, and the node, once NotReady, is tainted shutdown
         (at once when it already is). False when there is no such node."""

@@ -50,6 +50,9 @@ class Kubelet:
         self._renewed_at: dict[str, float] = {}  # node -> its kubelet's last Lease renewal (monotonic)
         self._ready_at: dict[str, float] = {}
         self._dead: set[str] = set()  # nodes whose kubelet is gone
+        # nodes whose kubelet runs (it renews its Lease, the node stays Ready) over a container runtime that hangs:
+        # it stops none of the pods deleted there (a wedged containerd: StopContainer never returns)
+        self._hung: set[str] = set()
         self._gone_at: dict[str, float] = {}
         self._ips = itertools.count(10)
 
@@ -104,6 +107,12 @@ class Kubelet:
         with self._store.lock:
             self._dead.discard(node)
 
+    def hang_runtime(self, node: str, hung: bool = True) -> None:
+        """The node's container runtime hangs (``hung``) or answers again: while it hangs, the pods deleted on the
+        node stay Terminating past their grace, their kubelet alive."""
+        with self._store.lock:
+            (self._hung.add if hung else self._hung.discard)(node)
+
     def alive_on(self, node: str) -> bool:
         return node not in self._dead
 
@@ -147,6 +156,7 @@ class Kubelet:
         with self._store.lock:
             nodes = {name_of(n): n for n in self._store.items(NODES)}
             self._dead &= set(nodes)  # a node registering again under a reused name has a kubelet of its own
+            self._hung &= set(nodes)
             changed = False
             deadlines: list[float] = []
             seen: set[str] = set()
@@ -168,7 +178,10 @@ class Kubelet:
                     if finalizers.stopped(pod):
                         continue  # finished; the object waits for its finalizers to be removed
                     # A live kubelet stops the pods deleted on its node even while it reports the node NotReady
-                    # (its container runtime's network not ready): only a kubelet that is gone never does.
+                    # (its container runtime's network not ready): only a kubelet that is gone never does, or
+                    # one whose runtime hangs.
+                    if pod_node(pod) in self._hung:
+                        continue
                     gone_at = self._gone_at.setdefault(uid, mono + self.shutdown_seconds)
                     if mono >= gone_at:
                         self.end_pod(pod, verb="delete", source=SANDBOX)

@@ -370,6 +370,13 @@ class KubeServer:
         self._controllers.kill_kubelet(name, grace)
         self._poke()
 
+    def hang_runtime(self, name: str, *, hung: bool = True) -> None:
+        """The node's container runtime hangs (or, ``hung`` False, answers again): its kubelet still renews the
+        node's Lease and keeps it Ready, but stops none of the pods deleted there; a delete with grace 0 is the API
+        server's, which marks a pod with finalizers (deletionGracePeriodSeconds 0) or removes one without."""
+        self._controllers.hang_runtime(name, hung)
+        self._poke()
+
     def revive_kubelet(self, name: str) -> None:
         """The kubelet is back: it renews its Lease, the node posts Ready again and its pods' deletions
         proceed."""
