@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from tests.support.fakes import T0
-from tests.unit.drain.test_drain_steps import NODE, FakeCluster, draining, evict, node, pod
+from tests.unit.drain.test_drain_steps import NODE, FakeCluster, draining, evict, node, pod, polled
 
 
 def test_a_pod_deleted_with_no_grace_is_left_without_being_called_stopped() -> None:
@@ -27,3 +27,29 @@ def test_a_pod_deleted_with_no_grace_is_left_without_being_called_stopped() -> N
     assert outcome.changes["outcome"] == (
         "drain-timeout-forced; 1 pods left terminating (deleted with no grace left, kept by finalizers)"
     )
+
+
+def test_pods_the_force_deleted_are_waited_for_a_few_seconds_past_their_grace_whatever_the_poll_interval() -> (
+    None
+):
+    # Given a drain that polls every 300 s, forced at its timeout, whose pod (grace 5 s) the force deleted: its
+    # node is Ready (its kubelet renews its Lease) but its container runtime hangs, so it never stops
+    late = T0 + timedelta(seconds=600)
+    hung = pod("web-1", deletion_at=late + timedelta(seconds=5), deletion_grace=5)
+    cluster = FakeCluster(nodes={NODE: node()}, pods=[hung], now=late)
+    step = evict(cluster, drain_poll_seconds="300", budget_holder_ttl_seconds="1200")
+
+    # When the drain looks again right after the force, Then it is back soon after the force grace, not a poll
+    # later
+    record = polled(forced_at=late)
+    first = step(record, late + timedelta(seconds=1))
+    assert first.again
+    assert first.delay <= 5 + 10 + 1, first.delay
+
+    # and then it leaves the pod, its grace over: nothing owed to it, no slot held a minute for it (invariant 10)
+    at = late + timedelta(seconds=1 + first.delay)
+    outcome = step(record.model_copy(update=dict(first.changes)), at)
+    assert outcome.changes["outcome"] == (
+        "drain-timeout-forced; 1 pods left terminating (past their deletion deadline)"
+    )
+    assert at <= late + timedelta(seconds=5 + 20)

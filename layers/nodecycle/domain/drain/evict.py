@@ -50,6 +50,11 @@ from nodecycle.domain.ports.runtime import Metrics
 log = logging.getLogger(__name__)
 
 FORCED_POD_SLACK = timedelta(seconds=60)  # after a forced delete's grace: a pod still there is stuck
+# Once the force policy has acted, how long past its deletion's deadline a pod being deleted is still waited for: a
+# live kubelet has stopped it by then (SIGKILL at the deadline) and needs seconds to say so (its status, its final
+# delete). Nothing is owed to the pod past its grace, so a longer wait only holds the slot, past the force grace
+# and invariant 10's margin, on a node whose container runtime hangs (its kubelet alive: nothing else tells).
+FORCED_STOP_SLACK = timedelta(seconds=10)
 # A pod asked to go this long ago (or past its own deletion deadline, whichever comes first) and still there
 # makes the drain look at its node: on a node whose kubelet is gone (Ready Unknown), pods being deleted never
 # finish, and waiting for them only holds a budget slot. Until then the node is not read at all.
@@ -298,7 +303,9 @@ class Evict:
         if graces is not None:
             record = record.model_copy(update={"extra": {**record.extra, GRACES: graces}})
         left = podfilter.remaining(pods)
-        stuck, why = self._stuck(info, left, now, past_deadline=now >= deadline)
+        stuck, why = self._stuck(
+            info, left, now, past_deadline=now >= deadline, forced=record.forced_at is not None
+        )
         if len(stuck) == len(left):
             base = "drained" if record.forced_at is None else "drain-timeout-forced"
             if stuck:
@@ -590,7 +597,7 @@ class Evict:
         self._events.on_node(_known(record.node, "node"), record.node_uid, reason, message, warning=True)
 
     def _stuck(
-        self, node: NodeInfo, left: list[PodInfo], now: datetime, *, past_deadline: bool
+        self, node: NodeInfo, left: list[PodInfo], now: datetime, *, past_deadline: bool, forced: bool = False
     ) -> tuple[list[PodInfo], str]:
         """The pods of ``left`` that will never leave by themselves, and why: all those being deleted when
         the node's kubelet is gone (Ready Unknown: they stay Terminating until the node object goes; a kubelet
@@ -604,7 +611,8 @@ class Evict:
         with grace 0 (the force's, for a pod whose own grace is 0; an operator's --force), at once, before any
         kubelet acts. Either way no grace is owed to them, so the instance's end takes nothing from them the delete
         did not, and the outcome says what is known. Before the deadline, their finalizers' controller is given
-        that minute (a Job's tracking finalizer goes within seconds)."""
+        that minute (a Job's tracking finalizer goes within seconds). Once ``forced`` (the force policy deleted
+        the pods), a pod is waited for only FORCED_STOP_SLACK past its deletion's deadline, not that minute."""
         deleting = [pod for pod in left if pod.deletion_at is not None]
         if not deleting:
             return [], ""
@@ -615,9 +623,8 @@ class Evict:
         )
         if overdue and node.kubelet_lost:
             return deleting, "node not ready"
-        past = [
-            pod for pod in deleting if pod.deletion_at is not None and now > pod.deletion_at + STUCK_AFTER
-        ]
+        slack = FORCED_STOP_SLACK if forced and past_deadline else STUCK_AFTER
+        past = [pod for pod in deleting if pod.deletion_at is not None and now > pod.deletion_at + slack]
         kept = [pod for pod in deleting if past_deadline and pod.deletion_grace == 0 and pod not in past]
         if not kept:
             return past, "past their deletion deadline"
@@ -654,7 +661,13 @@ class Evict:
         extra, retry_after = self._force(record, pods + podfilter.outlasting(left, policy.force_grace, now))
         # (a server that said when to come back is asked no sooner, up to where the force grace's slack ends)
         until = self._force_ends(forced_at) - now
-        wait = max(policy.poll_seconds, retry_after_wait(retry_after, until))
+        # (looked at again no later than when the pods it deleted are given up, FORCED_STOP_SLACK past the force
+        # grace, whatever the poll interval: a longer poll would hold the slot past it; a Retry-After still holds)
+        poll: float = policy.poll_seconds
+        given_up = forced_at + timedelta(seconds=policy.force_grace) + FORCED_STOP_SLACK - now
+        if given_up >= timedelta(0):
+            poll = min(poll, given_up.total_seconds() + 1)
+        wait = max(poll, retry_after_wait(retry_after, until))
         return Outcome.wait(wait, forced_at=forced_at, extra=extra, **changes)
 
     def _timed_out_unlisted(
