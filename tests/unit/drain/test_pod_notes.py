@@ -7,6 +7,7 @@ from datetime import timedelta
 
 from nodecycle.domain.drain.pod_notes import BLOCKED, DELETION, FAILING, PODS, PodNotes
 from tests.support.fakes import T0
+from tests.unit.drain.test_drain_steps import NODE, FakeCluster, draining, evict, node, pod
 
 
 def test_a_pod_is_written_once_with_only_what_is_kept_of_it() -> None:
@@ -110,3 +111,18 @@ def test_what_the_version_before_wrote_after_this_one_is_not_lost() -> None:
     assert notes.failure_order(["uid-fail1", "uid-fail2"]) == {"uid-fail1": 1, "uid-fail2": 2}
     # and the keys before are gone once written
     assert set(notes.into(record)) == {"polls", PODS}
+
+
+def test_what_is_kept_of_pods_gone_from_the_node_goes_with_them() -> None:
+    # Given a drain whose node keeps getting new pods that a budget blocks, each replacing the last (a controller
+    # whose pods tolerate the cordon, in a rollout): each is told blocked once
+    cluster = FakeCluster(nodes={NODE: node()}, pods=[pod("web-0")], blocked={"web-0"})
+    step = evict(cluster)
+    record = draining()
+    for n in range(1, 40):
+        record = record.model_copy(update=dict(step(record, T0 + timedelta(seconds=n)).changes))
+        cluster.pods = [pod(f"web-{n}")]
+        cluster.blocked = {f"web-{n}"}
+
+    # Then the record keeps notes of the pods still there only: its size does not grow with every pod told of
+    assert list(record.extra[PODS]) == ["uid-web-38"]

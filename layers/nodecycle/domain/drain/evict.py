@@ -360,6 +360,7 @@ class Evict:
         # adds requests
         asked_wait = 0.0
         notes = PodNotes(record.extra)
+        notes.keep_only(pod.uid for pod in asked)  # (the pods not asked any more are gone, or leaving)
         told = 0  # pods whose refusal this pass told of
         ending = set(record.extra.get(ENDING_NAMESPACES) or [])
         calls = _PodCalls(notes, self._metrics, self._time_left)

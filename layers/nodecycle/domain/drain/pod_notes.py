@@ -65,6 +65,15 @@ class PodNotes:
             if kept is None or datetime.fromisoformat(str(when)) < datetime.fromisoformat(kept):
                 self._since[uid] = str(when)
 
+    def keep_only(self, uids: Iterable[str]) -> None:
+        """Only the pods of ``uids`` are still asked: what is kept of the others goes (a pod's uid is never
+        another's, so none is told of twice), and the record stays bounded by the pods on the node, not by all
+        those a drain ever told of (a controller's new pods on the node, each blocked in turn)."""
+        present = set(uids)
+        for kept in (self._told, self._failed, self._since):
+            for uid in [uid for uid in kept if uid not in present]:
+                del kept[uid]
+
     # -- told ------------------------------------------------------------------------------------------
 
     def told(self, uid: str, what: str) -> bool:
