@@ -147,3 +147,22 @@ def test_a_reader_off_by_more_than_the_ttl_reads_and_keeps_another_writers_holde
     assert on_time is not None
     assert [h.renewed_at for h in on_time.holders] == [NOW, NOW]
     assert not any(h.expired(NOW) for h in on_time.holders)
+
+
+def test_a_note_edited_by_hand_to_a_lead_no_clock_runs_tells_nothing() -> None:
+    # Given holders stamped by a container on time, the lead of their line then edited by hand to thousands of years
+    # either way, and past what a number of seconds can be
+    for lead in ("99999999999", "-99999999999", "1" + "0" * 20):
+        api = OneConfigMap()
+        store_on(api, NOW).update(lambda _: (document(3, 0), None))
+        api.data[CLOCK_KEY] = f"{lead} {api.data[CLOCK_KEY].partition(' ')[2]}"
+
+        # When a reader on time reads it and writes beside it, Then it reads each holder on its own clock (as the
+        # version before the note read it), renewed now: not a read that fails (OverflowError: every ask, poll and
+        # release of every drain failed until the note was mended), nor a holder moved thousands of years ahead,
+        # expired as renewed further ahead than any clock runs, its slot granted again while its drain evicts
+        store_on(api, NOW).update(lambda doc: (doc.model_copy(update={"released": ()}) if doc else doc, None))
+        read = store_on(api, NOW).read()
+        assert read is not None
+        assert {h.renewed_at for h in read.holders} == {NOW}, lead
+        assert not any(h.expired(NOW) for h in read.holders)

@@ -103,6 +103,8 @@ REQUEST_TIMEOUT = (5, 15)  # connect, read: a Lambda step must not hang on a dea
 # What the cloud provider's node lifecycle controller puts on the node of a stopped instance (and takes off
 # when it starts again), keeping the node object: see NodeState.shut_down.
 SHUTDOWN_TAINT = "node.cloudprovider.kubernetes.io/shutdown"
+# The most a writer's lead (see CLOCK_KEY) is taken to be: more is no clock a stack runs on, but a note edited by hand
+MAX_LEAD = timedelta(days=1)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 
@@ -603,7 +605,9 @@ def _clocks(
 
 
 def _leads(value: object) -> dict[str, timedelta]:
-    """The leads CLOCK_KEY tells, by digest (a line that is not one, edited by hand, tells nothing)."""
+    """The leads CLOCK_KEY tells, by digest (a line that is not one, edited by hand, tells nothing; nor does one whose
+    lead is more than MAX_LEAD: taken at its word, it failed every read, a stamp moved past the years a time can
+    tell, or moved a holder years ahead, expired as renewed further ahead than any clock runs)."""
     leads: dict[str, timedelta] = {}
     for line in str(value or "").splitlines():
         lead, _, digests = line.strip().partition(" ")
@@ -611,7 +615,8 @@ def _leads(value: object) -> dict[str, timedelta]:
             seconds = int(lead)
         except ValueError:
             continue
-        leads.update(dict.fromkeys(digests.split(), timedelta(seconds=seconds)))
+        if abs(seconds) <= MAX_LEAD.total_seconds():
+            leads.update(dict.fromkeys(digests.split(), timedelta(seconds=seconds)))
     return leads
 
 
