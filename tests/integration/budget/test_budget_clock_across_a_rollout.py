@@ -18,10 +18,14 @@ import pytest
 from kubernetes import client
 
 from nodecycle.adapters.kube.budget import CLOCK_KEY, ConfigMapBudgetStore
-from nodecycle.domain.budget import DisruptionBudget, SlotReason
+from nodecycle.domain.budget import DisruptionBudget
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.budget.conftest import add_nodes, core_api
-from tests.integration.budget.test_budget_clock_five_minutes_off import POLL, behind_and_on_time, budget_of
+from tests.integration.budget.test_budget_clock_five_minutes_off import (
+    behind_and_on_time,
+    budget_of,
+    held_all_along,
+)
 from tests.integration.budget.test_configmap_recreated import request
 from tests.integration.budget.test_line_after_a_restore import on_the_api_servers_clock
 from tests.unit.budget.fakes import FakeClock
@@ -74,14 +78,9 @@ def test_a_new_container_keeps_the_slot_of_an_old_one_on_the_same_clock_5_minute
     version_before(old, monkeypatch)
     assert old.acquire(request(0)).granted
 
-    # When its drain polls for two TTLs, renewing its slot at each poll, while node 1 asks on the new container
-    for _ in range(int(2 * TTL.total_seconds()) // POLL):
-        for c in (late_clock, clock):
-            c.advance(POLL)
-        assert old.renew(request(0)).reason is SlotReason.HELD
-
-        # Then node 1 waits all along: node 0's slot is held
-        assert new.acquire(request(1)).reason is SlotReason.NO_ROOM
+    # When its drain polls for two TTLs, renewing its slot at each poll, while node 1 asks on the new container,
+    # Then node 1 waits all along: node 0's slot is held
+    held_all_along(old, new, TTL, late_clock, clock)
     api.api_client.close()
 
 
@@ -100,12 +99,6 @@ def test_an_old_container_keeps_the_slot_of_a_new_one_on_the_same_clock_5_minute
     assert new.acquire(request(0)).granted
 
     # When its drain polls for two TTLs, renewing its slot at each poll, while node 1 asks on the old container
-    # (whose writes keep the new one's note of its clock as it was)
-    for _ in range(int(2 * TTL.total_seconds()) // POLL):
-        for c in (early_clock, clock):
-            c.advance(POLL)
-        assert new.renew(request(0)).reason is SlotReason.HELD
-
-        # Then node 1 waits all along: node 0's slot is held
-        assert old.acquire(request(1)).reason is SlotReason.NO_ROOM
+    # (whose writes keep the new one's note of its clock as it was), Then node 1 waits all along: node 0's slot is held
+    held_all_along(new, old, TTL, early_clock, clock)
     api.api_client.close()

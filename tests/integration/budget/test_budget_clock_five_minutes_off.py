@@ -60,6 +60,18 @@ def behind_and_on_time(server: KubeServer, monkeypatch: pytest.MonkeyPatch) -> t
     return late_clock, clock
 
 
+def held_all_along(
+    holder: DisruptionBudget, asker: DisruptionBudget, ttl: timedelta, *clocks: FakeClock
+) -> None:
+    """Node 0's drain on ``holder`` polls for two TTLs, renewing its slot at each poll (``clocks`` moved a poll on
+    before each), while node 1 asks on ``asker``: node 1 waits all along, node 0's slot held."""
+    for _ in range(int(2 * ttl.total_seconds()) // POLL):
+        for c in clocks:
+            c.advance(POLL)
+        assert holder.renew(request(0)).reason is SlotReason.HELD
+        assert asker.acquire(request(1)).reason is SlotReason.NO_ROOM
+
+
 @pytest.mark.parametrize(
     "ttl",
     [
@@ -77,14 +89,9 @@ def test_a_drain_on_a_clock_five_minutes_behind_keeps_its_slot_in_the_others_vie
     late, on_time = budget_of(api, late_clock, ttl), budget_of(api, clock, ttl)
     assert late.acquire(request(0)).granted
 
-    # When its drain polls for two TTLs, renewing its slot at each poll, while node 1 asks on the other container
-    for _ in range(int(2 * ttl.total_seconds()) // POLL):
-        for c in (late_clock, clock):
-            c.advance(POLL)
-        assert late.renew(request(0)).reason is SlotReason.HELD
-
-        # Then node 1 waits all along: node 0's slot is held
-        assert on_time.acquire(request(1)).reason is SlotReason.NO_ROOM
+    # When its drain polls for two TTLs, renewing its slot at each poll, while node 1 asks on the other container,
+    # Then node 1 waits all along: node 0's slot is held
+    held_all_along(late, on_time, ttl, late_clock, clock)
     api.api_client.close()
 
 

@@ -12,11 +12,14 @@ from typing import Any
 
 import pytest
 
-from nodecycle.domain.budget import SlotReason
 from nodecycle_sandbox.kube import KubeServer
 from nodecycle_sandbox.kube import httpd as sandbox_httpd
 from tests.integration.budget.conftest import core_api
-from tests.integration.budget.test_budget_clock_five_minutes_off import POLL, behind_and_on_time, budget_of
+from tests.integration.budget.test_budget_clock_five_minutes_off import (
+    behind_and_on_time,
+    budget_of,
+    held_all_along,
+)
 from tests.integration.budget.test_configmap_recreated import request
 
 TTL = timedelta(seconds=420)  # under the skew and a third of itself
@@ -46,11 +49,7 @@ def test_answers_whose_date_tells_nothing_keep_the_lead_measured_last(
         return date
 
     monkeypatch.setattr(sandbox_httpd._Handler, "date_time_string", told)
-    for _ in range(int(2 * TTL.total_seconds()) // POLL):
-        for c in (late_clock, clock):
-            c.advance(POLL)
-        assert late.renew(request(0)).reason is SlotReason.HELD
 
-        # Then node 1 waits all along: node 0's slot is held in the others' view
-        assert on_time.acquire(request(1)).reason is SlotReason.NO_ROOM
+    # Then node 1 waits all along: node 0's slot is held in the others' view
+    held_all_along(late, on_time, TTL, late_clock, clock)
     api.api_client.close()
