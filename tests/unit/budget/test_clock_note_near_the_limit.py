@@ -63,7 +63,7 @@ def test_a_document_near_the_limit_keeps_its_holders_clocks() -> None:
     full = full.model_copy(update={"waiters": full.waiters[:waiters]})
     assert CONFIGMAP_MAX_BYTES - 3600 < len(full.to_json()) <= CONFIGMAP_MAX_BYTES - 3000
     assert len(full.to_json()) + 17 * (holders + waiters) > CONFIGMAP_MAX_BYTES
-    behind = full.on_clock(-BEHIND)
+    behind = full.on_clocks(lambda _: -BEHIND)
     api = OneConfigMap()
 
     # When it writes it
@@ -81,7 +81,7 @@ def test_a_note_of_the_clocks_edited_by_hand_into_nonsense_tells_nothing() -> No
     # Given a document of holders written by a container 5 minutes behind, its note of their clocks then edited by
     # hand (a lead that is not a number, blank lines, a line without digests)
     api = OneConfigMap()
-    store_on(api, NOW - BEHIND).update(lambda _: (document(3, 0).on_clock(-BEHIND), None))
+    store_on(api, NOW - BEHIND).update(lambda _: (document(3, 0).on_clocks(lambda _: -BEHIND), None))
     api.data[CLOCK_KEY] = "soon " + api.data[CLOCK_KEY].partition(" ")[2] + "\n\n   \n-300"
 
     # When a reader on time reads it, Then it reads the document, each entry on its own clock (as the version before

@@ -54,7 +54,7 @@ def renewed(doc: BudgetDocument | None, at: datetime) -> tuple[BudgetDocument, N
 def test_an_old_container_renewing_a_named_holder_leaves_its_renewal_unnamed() -> None:
     # Given a holder stamped by a container 5 minutes behind the API server, named in the note with its lead
     api = OneConfigMap()
-    store_on(api, NOW - BEHIND).update(lambda _: (document(1, 0).on_clock(-BEHIND), None))
+    store_on(api, NOW - BEHIND).update(lambda _: (document(1, 0).on_clocks(lambda _: -BEHIND), None))
     note = api.data[CLOCK_KEY]
     assert note.startswith("-300 ")
 
@@ -72,7 +72,7 @@ def test_an_old_container_renewing_a_named_holder_leaves_its_renewal_unnamed() -
 def test_an_old_container_that_keeps_a_named_holders_stamps_keeps_its_lead() -> None:
     # Given a holder stamped by a container 5 minutes behind, named in the note
     api = OneConfigMap()
-    store_on(api, NOW - BEHIND).update(lambda _: (document(1, 0).on_clock(-BEHIND), None))
+    store_on(api, NOW - BEHIND).update(lambda _: (document(1, 0).on_clocks(lambda _: -BEHIND), None))
 
     # When a container of the version before rewrites it without restamping it (another field of it changed)
     def retokened(doc: BudgetDocument | None) -> tuple[BudgetDocument, None]:
@@ -105,7 +105,7 @@ def test_a_second_container_on_another_clock_renewing_a_holder_names_its_own_lea
 def test_a_write_keeps_the_entries_it_left_as_another_writer_stored_them() -> None:
     # Given two holders stamped by a container 5 minutes behind
     api = OneConfigMap()
-    store_on(api, NOW - BEHIND).update(lambda _: (document(2, 0).on_clock(-BEHIND), None))
+    store_on(api, NOW - BEHIND).update(lambda _: (document(2, 0).on_clocks(lambda _: -BEHIND), None))
     first = BudgetDocument.from_json(api.data[DATA_KEY]).holders[0]
 
     # When a container 5 minutes ahead renews the second one only, a minute later by its clock

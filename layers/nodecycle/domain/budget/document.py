@@ -205,17 +205,13 @@ class BudgetDocument(_Model):
     def entries(self) -> tuple[Holder | Waiter, ...]:
         return (*self.holders, *self.waiters)
 
-    def on_clock(self, ahead: timedelta) -> BudgetDocument:
-        """This document with the stamps its writers take from their own clocks (renewals, acquisitions, places in
-        line, slots given back, limits' updates) moved by ``ahead``: from one clock to another that runs ``ahead`` of
-        it. A store tells them on the API server's clock, and gives them to a reader on its own (see the Kubernetes
-        store): a holder stamped by a clock minutes behind the others' otherwise expired in their view while its
-        drain ran. Not ``urgentAt``: a lifecycle's deadline, from its record, as the asks tell it."""
-        return self if not ahead else self.on_clocks(lambda _: ahead)
-
     def on_clocks(self, ahead: Callable[[Stamped], timedelta]) -> BudgetDocument:
-        """As :meth:`on_clock`, each entry (and each owner's limits) moved by what ``ahead`` tells of it: a store
-        whose entries are not all on one clock (written by versions that stamped on different clocks)."""
+        """This document with the stamps its writers take from their own clocks (renewals, acquisitions, places in
+        line, slots given back, limits' updates) moved, each entry's (and each owner's limits') by what ``ahead``
+        tells of it: from the clock that stamped it to one that runs that much ahead of it. A store keeps each entry
+        on its writer's clock, and gives them to a reader on its own (see the Kubernetes store): a holder stamped by
+        a clock minutes behind the others' otherwise expired in their view while its drain ran. Not ``urgentAt``: a
+        lifecycle's deadline, from its record, as the asks tell it."""
 
         def moved[E: (Holder, Waiter, Released, OwnerLimits)](entry: E, *names: str) -> E:
             by = ahead(entry)
