@@ -48,7 +48,7 @@ INVARIANTS = {
     "addresses": "no address leaked, stolen, released while in use, or two on one instance (4)",
     "repair": "everything settles: nothing left half done at quiescence, after the sweepers ran (5)",
     "pdb": "no eviction takes a PodDisruptionBudget below its floor",
-    "slot-held": "no drain holds its slot past its timeout + force grace + a margin (+ faults on its own messages and deletes), even on a dead node (10)",
+    "slot-held": "no drain holds its slot past its timeout + force grace + a margin (+ faults on its own messages, deletes and completer), even on a dead node (10)",
 }
 # Outcomes that claim the node was emptied: with pods still on it, they are wrong.
 CLAIMS_DRAINED = frozenset({None, "completed", "drained", "drain-timeout-forced"})
@@ -57,6 +57,13 @@ SLOT_MARGIN = 20.0  # seconds past drain timeout + force grace: two crashed-step
 # message its delay; a lost one until the sweeper resumes the lifecycle (a sweep interval, the resume grace,
 # and one step). Faults that hit other lifecycles' messages excuse nothing.
 LOST_MESSAGE_COST = SWEEP_INTERVAL + RESUME_GRACE + 1.0
+# What a container killed while it completes a drain's action costs it: its completion claim is held until the
+# invocation it was in would have ended (the functions' 60 s timeout: a crash and a timeout look alike to the next
+# completer, and a claim taken over early completes twice), then the work message comes back within a visibility
+# timeout. Any kill of a completing function in the drain's span excuses it: the firing does not say which action's
+# invocation it killed.
+KILLED_COMPLETER_COST = 60.0 + 5.0
+COMPLETERS = frozenset({"DrainFunction", "EipFunction", "SweeperFunction"})
 # What a forced delete of one of a drain's pods that an injected fault answered (refused, failed) costs it: the
 # force policy asks such a pod again at every poll until the force grace and its slack are over (the product's
 # FORCED_POD_SLACK: a pod still there then is given up on), not only for the margin.
@@ -430,6 +437,7 @@ def _slot_held(o: Observation) -> Iterator[Violation]:
     nodes = o.nodes_of
     held_up = _deliveries_held_up(o)
     deletes_failed = _deletes_failed(o)
+    kills = [o.acting_at + f.at for f in o.firings if f.kind == "worker-kill" and f.detail in COMPLETERS]
     for action in o.actions:
         node = nodes.get(action.instance_id)
         if action.transition != TERMINATING or node not in cordoned or action.finished_at is None:
@@ -441,10 +449,16 @@ def _slot_held(o: Observation) -> Iterator[Violation]:
         )
         if any(cordoned[node] <= at <= ended for at in deletes_failed.get(node, ())):
             excused += FORCED_DELETE_SLACK
+        if any(cordoned[node] <= at <= ended for at in kills):
+            excused += KILLED_COMPLETER_COST
         if held > limit + excused:
             dead = " (its kubelet was lost)" if o.lost_kubelet and o.lost_kubelet[0] == node else ""
             finished = action.finished_at - cordoned[node]
-            late = f" + {excused:.0f}s its own messages were held up by faults" if excused else ""
+            late = (
+                f" + {excused:.0f}s its own messages, deletes or completer were held up by faults"
+                if excused
+                else ""
+            )
             yield Violation(
                 "slot-held",
                 f"{node}{dead} held its slot {held:.0f}s (limit {limit:.0f}s{late}); its action was completed "
