@@ -72,8 +72,10 @@ def test_the_addresses_refused_to_a_line_are_told_per_line_and_bounded(stack: St
     refusals = PoolRefusals(lines, "stack-a/ci")
     now = datetime.now(UTC).replace(microsecond=0)
     assert refusals.read(now) == frozenset()
-    refusals.add(["eipalloc-old"], now - REFUSED_FOR)
-    refusals.add([f"eipalloc-{n:04d}" for n in range(MAX_POOL_REFUSALS + 5)], now)
+    refusals.add(["eipalloc-old"], "i-0000000000000000a", now - REFUSED_FOR)
+    # (each refused to two launches: one launch refused more than BELIEVED_ALONE addresses is not believed alone)
+    for instance in ("i-0000000000000000a", "i-0000000000000000b"):
+        refusals.add([f"eipalloc-{n:04d}" for n in range(MAX_POOL_REFUSALS + 5)], instance, now)
 
     told = refusals.read(now)
     assert len(told) == MAX_POOL_REFUSALS

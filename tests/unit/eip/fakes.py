@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from nodecycle.domain.eip.assign import AssignAddress
-from nodecycle.domain.eip.line import Held, Line, Waiter
+from nodecycle.domain.eip.line import Held, Line, Refused, Waiter
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.model import LifecycleRecord, Step, Transition, global_deadline, record_id
 from nodecycle.domain.policy import EipPolicy
@@ -273,7 +273,7 @@ class FakeLines:
     racing: list[Sequence[Waiter]] = field(default_factory=list)
     taken: dict[str, str] = field(default_factory=dict)  # run -> the address its deliveries take
     holds: dict[tuple[str, str], Held] = field(default_factory=dict)  # (owner, instance) -> its pool address
-    refused: dict[str, dict[str, datetime]] = field(default_factory=dict)  # line -> addresses refused, when
+    refused: dict[str, Refused] = field(default_factory=dict)  # line -> addresses refused, to whom, when
 
     def read(self, key: str) -> Line:
         self.reads += 1
@@ -303,11 +303,16 @@ class FakeLines:
     def held(self, owner: str, instance_id: str) -> Held | None:
         return self.holds.get((owner, instance_id))
 
-    def refusals(self, key: str) -> dict[str, datetime]:
-        return dict(self.refused.get(key, {}))
+    def refusals(self, key: str) -> Refused:
+        return self.refused.get(key, Refused(by={}))
 
-    def keep_refusals(self, key: str, refused: Mapping[str, datetime]) -> None:
-        self.refused[key] = dict(refused)
+    def keep_refusals(
+        self, key: str, refused: Mapping[tuple[str, str], datetime], expected_version: int
+    ) -> bool:
+        if self.refusals(key).version != expected_version:
+            return False
+        self.refused[key] = Refused(by=dict(refused), version=expected_version + 1)
+        return True
 
     def waiting(self) -> list[str]:
         return [waiter.instance_id for line in self.lines.values() for waiter in line.waiters]

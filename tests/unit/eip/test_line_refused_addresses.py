@@ -71,7 +71,7 @@ def test_a_release_wakes_no_waiter_for_an_address_refused_to_the_line() -> None:
     assign = step(ec2, FakeMetrics(), wiring, eip_mode="pool", eip_pool_name=POOL, eip_wait_seconds=600)
     for instance in (FIRST, LATER):
         assert assign(launch_record(instance), T0).again
-    wiring.lines.keep_refusals(f"{OWNER}/{POOL}", {locked: T0})
+    assert wiring.lines.keep_refusals(f"{OWNER}/{POOL}", {(locked, FIRST): T0}, 0)
     ec2.eips[locked].instance_id = ec2.eips[locked].association_id = None
     queues = RecordingQueues()
     waker = LineWaker(

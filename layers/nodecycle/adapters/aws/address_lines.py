@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from nodecycle.adapters.aws.clients import LazyClient, error_code, transient_errors
-from nodecycle.domain.eip.line import Held, Line, Waiter
+from nodecycle.domain.eip.line import Held, Line, Refused, Waiter
 from nodecycle.domain.eip.wake import Offer
 
 if TYPE_CHECKING:
@@ -47,25 +47,12 @@ class DynamoAddressLines:
         if waiters:  # (an empty line, a few bytes, is kept: its version goes on)
             ends = max(waiter.until for waiter in waiters) + KEPT
             item["expires_at"] = {"N": str(int(ends.timestamp()))}
-        put: PutItemInputTypeDef = {
-            "TableName": self._table,
-            "Item": item,
-            "ConditionExpression": "attribute_not_exists(id)",
-            # the item that failed the condition: it may be this very write, sent again by botocore after its
-            # answer was lost
-            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-        }
-        if expected_version:
-            put["ConditionExpression"] = "version = :expected"
-            put["ExpressionAttributeValues"] = {":expected": {"N": str(expected_version)}}
-        try:
-            with transient_errors("writing the line of launches waiting for a pool address"):
-                self._dynamodb().put_item(**put)
-        except ClientError as error:
-            if error_code(error) == "ConditionalCheckFailedException":
-                return error.response.get("Item") == item
-            raise
-        return True
+        return self._put_over(
+            item,
+            expected_version,
+            "attribute_not_exists(id)",
+            "writing the line of launches waiting for a pool address",
+        )
 
     def taking(self, run: str, allocation_id: str, instead_of: str | None) -> str:
         item: dict[str, Any] = {
@@ -121,23 +108,63 @@ class DynamoAddressLines:
         )
         return None if found is None else Offer(**_attributes(found[0], _OFFER), at=found[1])
 
-    def refusals(self, key: str) -> dict[str, datetime]:
+    def refusals(self, key: str) -> Refused:
         with transient_errors("reading the addresses EC2 refused to the launches of a line"):
             response = self._dynamodb().get_item(
                 TableName=self._table, Key={"id": {"S": _refusals_id(key)}}, ConsistentRead=True
             )
-        entries = (response.get("Item") or {}).get("refused", {}).get("M", {})
-        return {allocation_id: datetime.fromisoformat(at["S"]) for allocation_id, at in entries.items()}
+        item = response.get("Item") or {}
+        by = {
+            (allocation_id, instance_id): datetime.fromisoformat(at["S"])
+            for allocation_id, instances in item.get("refused", {}).get("M", {}).items()
+            # (an item of the first writers, one time an address, is read as none: advice, it is written over)
+            for instance_id, at in instances.get("M", {}).items()
+        }
+        return Refused(by=by, version=int(item.get("version", {}).get("N", 0)))
 
-    def keep_refusals(self, key: str, refused: Mapping[str, datetime]) -> None:
+    def keep_refusals(
+        self, key: str, refused: Mapping[tuple[str, str], datetime], expected_version: int
+    ) -> bool:
+        addresses: dict[str, dict[str, Any]] = {}
+        for (allocation_id, instance_id), at in refused.items():
+            addresses.setdefault(allocation_id, {})[instance_id] = {"S": at.isoformat()}
         item: dict[str, Any] = {
             "id": {"S": _refusals_id(key)},
-            "refused": {"M": {allocation_id: {"S": at.isoformat()} for allocation_id, at in refused.items()}},
+            "version": {"N": str(expected_version + 1)},
+            "refused": {"M": {allocation_id: {"M": by} for allocation_id, by in addresses.items()}},
         }
         if refused:
             item["expires_at"] = {"N": str(int((max(refused.values()) + KEPT).timestamp()))}
-        with transient_errors("telling the launches of a line the addresses EC2 refused"):
-            self._dynamodb().put_item(TableName=self._table, Item=item)
+        # (an item without a version: none yet, or one of the first writers, one time an address: written over)
+        return self._put_over(
+            item,
+            expected_version,
+            "attribute_not_exists(version)",
+            "telling the launches of a line the addresses EC2 refused",
+        )
+
+    def _put_over(self, item: dict[str, Any], expected_version: int, first: str, doing: str) -> bool:
+        """Write ``item`` only over ``expected_version`` (0: only where ``first`` holds); False when another
+        wrote first."""
+        put: PutItemInputTypeDef = {
+            "TableName": self._table,
+            "Item": item,
+            "ConditionExpression": first,
+            # the item that failed the condition: it may be this very write, sent again by botocore after its
+            # answer was lost
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+        if expected_version:
+            put["ConditionExpression"] = "version = :expected"
+            put["ExpressionAttributeValues"] = {":expected": {"N": str(expected_version)}}
+        try:
+            with transient_errors(doing):
+                self._dynamodb().put_item(**put)
+        except ClientError as error:
+            if error_code(error) == "ConditionalCheckFailedException":
+                return error.response.get("Item") == item
+            raise
+        return True
 
     def _put_kept(self, item_id: str, fields: dict[str, str], at: datetime, doing: str) -> None:
         """Write the item (over any earlier), of string ``fields`` and its time ``at``, kept until ``at`` + KEPT

@@ -170,12 +170,15 @@ class AssignAddress:
             if refusals is not None and self._mode is EipMode.POOL
             else None
         )
+        # The addresses the line told refused at this look (see _claim): one associated is told so no more
+        self._told_refused: frozenset[str] = frozenset()
         # Wakes the first launches waiting in a line when this one leaves it without an address, or releases
         # spares under the quota (see nodecycle.domain.eip.wake); None: they find out at their own looks
         self._waker = waker
 
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
         scratch: dict[str, Any] = dict(record.extra.get(SCRATCH) or {})
+        self._told_refused = frozenset()  # (until this call's look reads them)
         try:
             if self._mode is EipMode.OFF:
                 # The plan was made while EIPs were on; the stack has turned them off since.
@@ -206,7 +209,7 @@ class AssignAddress:
             going_on = False
             if isinstance(error, _RefusedAddress):  # (not tried again: see _take_first)
                 if self._refused_in_pool is not None:  # (nor counted free by the launches of the line)
-                    self._refused_in_pool.add(error.allocation_ids, now)
+                    self._refused_in_pool.add(error.allocation_ids, record.instance_id, now)
                 known = _refused(scratch)
                 fresh = [a for a in error.allocation_ids if a not in known]
                 kept = [*known, *fresh][:MAX_REFUSED_KEPT]
@@ -240,6 +243,10 @@ class AssignAddress:
                 )
                 counts = {"refused": refused, "refused_onward": onward}
                 return Outcome.wait(delay, extra={**record.extra, SCRATCH: {**scratch, **counts}})
+            if self._refused_in_pool is not None and _refused(scratch):
+                # (every address it tried refused, to the end: as likely its own refusal as theirs, which told to
+                # the line would keep the launches behind from them for REFUSED_FOR; theirs, they tell it again)
+                self._refused_in_pool.withdraw(record.instance_id, now)
             return self._fail(record, reason)
 
     # -- allocate mode: a new address per instance ---------------------------------------------------
@@ -332,6 +339,7 @@ class AssignAddress:
         # (while launches wait in line, the addresses EC2 refused to one of them lately: no launch counts them free
         # against those ahead of it, and one with no one ahead tries them last: the refusal may be the instance's)
         refused = self._refused_in_pool.read(now) if self._refused_in_pool and line.waiters else frozenset()
+        self._told_refused = refused
         usable = [address for address in shared if address.allocation_id not in refused]
         ahead, line = self._ahead(record, scratch, line, found, usable, now, quota=self._grow_pool)
         if ahead and shared and len(ahead) >= len(usable):
@@ -902,6 +910,11 @@ class AssignAddress:
         scratch = _seen(scratch, [address])  # (EC2 knows it: it took it)
         if address.pool is not None:
             self._metrics.count("EipsClaimed")
+            if self._refused_in_pool is not None and (
+                address.allocation_id in self._told_refused or address.allocation_id in _refused(scratch)
+            ):
+                # (refused before, associated now: the refusal was the instance's, IAM's, or a lock since lifted)
+                self._refused_in_pool.taken(address.allocation_id, now)
         log.info(
             "associated %s with instance %s; verifying",
             address.public_ip,

@@ -25,7 +25,8 @@ over get past it a few looks at a time, rather than wait for the end of the wait
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -49,6 +50,10 @@ WAITER_BYTES = 120
 # every launch of its line for this long (see PoolRefusals), at most MAX_POOL_REFUSALS of them, the latest kept
 REFUSED_FOR = timedelta(minutes=10)
 MAX_POOL_REFUSALS = 64
+MAX_REFUSERS = 4  # launches kept per address refused (two tell it refused, whatever else they were refused)
+# A launch refused more pool addresses than a look tries (see assign's REFUSED_PER_LOOK) within REFUSED_FOR is as
+# likely refused for its own sake (every address it tries is refused): its refusals are not believed alone
+BELIEVED_ALONE = 2
 
 
 @dataclass(frozen=True, order=True)
@@ -113,50 +118,121 @@ class AddressLines(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class Refused:
+    """The pool addresses EC2 refused to the launches of a line: when each was last refused to each instance, and
+    the version read (0: none written yet)."""
+
+    by: Mapping[tuple[str, str], datetime]  # (allocation id, instance id) -> when
+    version: int = 0
+
+
 class Refusals(Protocol):
     """Where the pool addresses EC2 refused are told to the launches of a line: one item per line."""
 
-    def refusals(self, key: str) -> dict[str, datetime]:
-        """The addresses refused, each with when it was last (read consistently); empty when none. Raises
+    def refusals(self, key: str) -> Refused:
+        """The refusals kept (read consistently); none when none. Raises
         :class:`~nodecycle.domain.errors.TransientError`."""
         ...
 
-    def keep_refusals(self, key: str, refused: Mapping[str, datetime]) -> None:
-        """Keep ``refused`` (over what was kept). Raises :class:`~nodecycle.domain.errors.TransientError`."""
+    def keep_refusals(
+        self, key: str, refused: Mapping[tuple[str, str], datetime], expected_version: int
+    ) -> bool:
+        """Keep ``refused`` over what was kept, only if it is still ``expected_version``: False when another
+        wrote first. Raises :class:`~nodecycle.domain.errors.TransientError`."""
         ...
 
 
 class PoolRefusals:
     """The addresses of a pool EC2 refused to a launch of its line lately: not counted free by the launches
     (a waiter kept behind one no launch can take waits for nothing, and a launch that counts one may take,
-    past the waiters ahead of it, the one address they could), nor by a release waking them. A refusal may be
-    the instance's, not the address's: the address is still tried, after the others, by a launch with no one
-    ahead, and is told no more REFUSED_FOR after its last refusal. Advice: a write lost to a race (one PutItem
-    over the read) costs the launches what the address's own refusal to each of them does."""
+    past the waiters ahead of it, the one address they could), nor by a release waking them.
+
+    A refusal may be the instance's, not the address's (a policy on the instance's tags, a subnet without an
+    internet gateway, a denial while IAM propagates), which told to the line would keep its launches from good
+    addresses: the address is still tried, after the others, by a launch with no one ahead; it is told no more
+    REFUSED_FOR after its last refusal; a launch refused more addresses than BELIEVED_ALONE is not believed alone
+    (the address is told once another launch is refused it too); a launch whose policy decides on its refusals
+    takes them back (``withdraw``); an address associated after its refusal is told refused no more (``taken``).
+    Each write is made over the version read (again over a fresh read when another came first): two launches
+    refused at once keep both refusals. Advice only: nothing here raises."""
 
     def __init__(self, refusals: Refusals, key: str) -> None:
         self._refusals = refusals
         self._key = key
 
     def read(self, now: datetime) -> frozenset[str]:
-        """The addresses refused within REFUSED_FOR; empty when that is not told now."""
+        """The addresses told refused now; empty when that is not told now."""
         try:
             refused = self._refusals.refusals(self._key)
         except TransientError as error:
             log.info("could not read the addresses refused in %s: %s", self._key, error)
             return frozenset()
-        return frozenset(a for a, at in refused.items() if now - at < REFUSED_FOR)
+        return _told(_recent(refused.by, now))
 
-    def add(self, allocation_ids: Collection[str], now: datetime) -> None:
-        """Tell the line that EC2 refused these addresses ``now``. Never raises: advice only."""
+    def add(self, allocation_ids: Collection[str], instance_id: str, now: datetime) -> None:
+        """Tell the line that EC2 refused these addresses to ``instance_id`` ``now``."""
+        self._change(lambda by: {**by, **{(a, instance_id): now for a in allocation_ids}}, now, "tell")
+
+    def withdraw(self, instance_id: str, now: datetime) -> None:
+        """Take back what was told of ``instance_id``'s refusals: they were its own (every address refused)."""
+        self._change(
+            lambda by: {pair: at for pair, at in by.items() if pair[1] != instance_id}, now, "withdraw"
+        )
+
+    def taken(self, allocation_id: str, now: datetime) -> None:
+        """The address was associated: its refusals were not its own, or are over (a lock lifted)."""
+        self._change(
+            lambda by: {pair: at for pair, at in by.items() if pair[0] != allocation_id}, now, "clear"
+        )
+
+    def _change(
+        self,
+        change: Callable[[dict[tuple[str, str], datetime]], dict[tuple[str, str], datetime]],
+        now: datetime,
+        doing: str,
+    ) -> None:
         try:
-            refused = self._refusals.refusals(self._key)
-            kept = {a: at for a, at in refused.items() if now - at < REFUSED_FOR}
-            kept.update(dict.fromkeys(allocation_ids, now))
-            latest = sorted(kept.items(), key=lambda item: item[1], reverse=True)[:MAX_POOL_REFUSALS]
-            self._refusals.keep_refusals(self._key, dict(latest))
+            for _ in range(WRITES):
+                refused = self._refusals.refusals(self._key)
+                kept = _bounded(_recent(change(_recent(refused.by, now)), now))
+                if kept == _recent(refused.by, now) and len(kept) == len(refused.by):
+                    return  # (nothing to write: a write lost to a race is found made at the next read)
+                if self._refusals.keep_refusals(self._key, kept, refused.version):
+                    return
+            log.warning("could not %s the refusals of %s: %d writes came second", doing, self._key, WRITES)
         except TransientError as error:
-            log.warning("could not tell %s of the addresses EC2 refused: %s", self._key, error)
+            log.warning("could not %s the refusals of %s: %s", doing, self._key, error)
+
+
+def _recent(by: Mapping[tuple[str, str], datetime], now: datetime) -> dict[tuple[str, str], datetime]:
+    return {pair: at for pair, at in by.items() if now - at < REFUSED_FOR}
+
+
+def _told(by: Mapping[tuple[str, str], datetime]) -> frozenset[str]:
+    """The addresses refused to two launches or more, or to one launch refused at most BELIEVED_ALONE addresses."""
+    per_instance = Counter(instance for _, instance in by)
+    refusers: dict[str, set[str]] = {}
+    for allocation_id, instance in by:
+        refusers.setdefault(allocation_id, set()).add(instance)
+    return frozenset(
+        allocation_id
+        for allocation_id, instances in refusers.items()
+        if len(instances) > 1 or any(per_instance[instance] <= BELIEVED_ALONE for instance in instances)
+    )
+
+
+def _bounded(by: Mapping[tuple[str, str], datetime]) -> dict[tuple[str, str], datetime]:
+    """The latest MAX_POOL_REFUSALS addresses refused, each with its latest MAX_REFUSERS launches."""
+    latest: dict[str, list[tuple[datetime, str]]] = {}
+    for (allocation_id, instance), at in by.items():
+        latest.setdefault(allocation_id, []).append((at, instance))
+    addresses = sorted(latest, key=lambda allocation_id: max(latest[allocation_id]), reverse=True)
+    return {
+        (allocation_id, instance): at
+        for allocation_id in addresses[:MAX_POOL_REFUSALS]
+        for at, instance in sorted(latest[allocation_id], reverse=True)[:MAX_REFUSERS]
+    }
 
 
 def line_key(owner: str, pool: str | None) -> str:
