@@ -46,9 +46,13 @@
   one with several answers ``InvalidInstanceID`` ("There are multiple interfaces attached to instance
   'i-...'. Please specify an interface ID for the operation instead."). moto put the address on the first
   interface, so nodecycle's path to the primary interface never ran in the sandbox.
-- An address AWS has locked (reported for abuse, under review) is refused to AssociateAddress whatever asks:
-  ``InvalidAddress.Locked``. It stays allocated and free in every listing, its tags as they were: a pool address
-  no launch can take. moto has no such state; a test locks one by its allocation id (``lock``).
+- An address AWS has locked cannot be released from the account: ReleaseAddress answers ``InvalidAddress.Locked``
+  ("The specified Elastic IP address cannot be released from your account. A reverse DNS record may be associated
+  with the Elastic IP address. To unlock the address, contact AWS Support.", the EC2 error codes reference) whatever
+  asks, and the address stays allocated, associated or not. Nothing documents a refusal of AssociateAddress for it:
+  it is associated as any other (an address refused to associations for its own sake is a denial by a condition on
+  its tags, ``UnauthorizedOperation``, which the sandbox's IAM judges). moto has no such state; a test locks one by
+  its allocation id (``lock``).
 """
 
 from __future__ import annotations
@@ -120,11 +124,6 @@ def install() -> None:
         reassociate: bool = False,
     ) -> ElasticAddress:
         with _LOCK:
-            if allocation_id is not None and allocation_id in getattr(self, _LOCKED, set()):
-                raise EC2ClientError(
-                    "InvalidAddress.Locked",
-                    f"The address '{allocation_id}' is locked and cannot be associated.",
-                )
             state = instance.state if instance is not None else None
             if state in _CANNOT_ASSOCIATE:
                 raise EC2ClientError(
@@ -165,6 +164,12 @@ def install() -> None:
                 if address
                 else self.address_by_allocation([allocation_id or ""])
             )
+            if found[0].allocation_id in getattr(self, _LOCKED, set()):
+                raise EC2ClientError(
+                    "InvalidAddress.Locked",
+                    "The specified Elastic IP address cannot be released from your account. A reverse DNS record "
+                    "may be associated with the Elastic IP address. To unlock the address, contact AWS Support.",
+                )
             in_use = found[0].eni is not None or found[0].instance is not None
             if in_use and not DEFAULT_VPC:
                 raise EC2ClientError("InvalidIPAddress.InUse", f"Address {found[0].allocation_id} is in use.")
@@ -220,7 +225,7 @@ def set_quota(ec2_backend: Any, addresses: int | None) -> None:
 
 
 def lock(ec2_backend: Any, allocation_id: str) -> None:
-    """AWS locks the address: AssociateAddress refuses it (``InvalidAddress.Locked``) from now on."""
+    """AWS locks the address: ReleaseAddress refuses it (``InvalidAddress.Locked``) from now on."""
     with _LOCK:
         locked: set[str] = getattr(ec2_backend, _LOCKED, set())
         setattr(ec2_backend, _LOCKED, locked | {allocation_id})

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from datetime import UTC, datetime, timedelta
 from types import ModuleType
 from typing import Any
@@ -179,11 +179,14 @@ def instance_state(ec2: Any, instance_id: str) -> str | None:
     return states[0] if states else None
 
 
-def deny(ec2: Any, operation: str) -> None:
+def deny(ec2: Any, operation: str, *, allocation_ids: Collection[str] | None = None) -> None:
     """From now on, EC2 denies ``operation`` (``DescribeInstances``) to ``ec2`` (a real boto3 client), as IAM
-    or a service control policy does: ``UnauthorizedOperation``, HTTP 403. The other calls go through."""
+    or a service control policy does: ``UnauthorizedOperation``, HTTP 403. The other calls go through. With
+    ``allocation_ids``, only the calls naming one of those addresses (a condition on their tags)."""
 
-    def denied(**_: Any) -> tuple[AWSResponse, dict[str, Any]]:
+    def denied(params: dict[str, Any], **_: Any) -> tuple[AWSResponse, dict[str, Any]] | None:
+        if allocation_ids is not None and params.get("body", {}).get("AllocationId") not in allocation_ids:
+            return None
         error = {
             "Code": "UnauthorizedOperation",
             "Message": "You are not authorized to perform this operation.",

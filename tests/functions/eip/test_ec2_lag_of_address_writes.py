@@ -2,7 +2,10 @@
 a tag written on an address (or removed) shows late in a tag filter; an address another caller disassociated, or
 that an instance's termination set free, is refused to ReleaseAddress as in use until the disassociation settles;
 an association made by another is refused to AssociateAddress, never moved, though the lagging reads show it free;
-and an address AWS locked (ec2_addresses.lock) is refused to every AssociateAddress, free in every listing."""
+and an address AWS locked (ec2_addresses.lock) is refused to ReleaseAddress (``InvalidAddress.Locked``, "cannot be
+released from your account", the EC2 error codes reference), and associated as any other: EC2 documents no such
+refusal of AssociateAddress (an address refused for its own sake is a denial by a condition on its tags:
+``UnauthorizedOperation``)."""
 
 from __future__ import annotations
 
@@ -123,18 +126,21 @@ def test_an_address_associated_by_another_within_the_window_is_refused_not_moved
     assert now["InstanceId"] == first
 
 
-def test_a_locked_address_is_refused_to_every_association_and_stays_free(clock: Clock) -> None:
+def test_a_locked_address_is_refused_to_release_and_associated_as_any_other(clock: Clock) -> None:
     # Given an address AWS locked
     running = instance(OPERATOR)
     allocation = client(OPERATOR).allocate_address(Domain="vpc")["AllocationId"]
     ec2_addresses.lock(ec2_backends[DEFAULT_ACCOUNT_ID][REGION], allocation)
 
-    # Then AssociateAddress refuses it, whoever asks, and it stays free
+    # Then ReleaseAddress refuses it, whoever asks, and it stays allocated
     for key in (LAGGING, OPERATOR):
         with pytest.raises(ClientError) as refused:
-            client(key).associate_address(
-                AllocationId=allocation, InstanceId=running, AllowReassociation=False
-            )
+            client(key).release_address(AllocationId=allocation)
         assert refused.value.response["Error"]["Code"] == "InvalidAddress.Locked"
     (seen,) = client(OPERATOR).describe_addresses(AllocationIds=[allocation])["Addresses"]
     assert "AssociationId" not in seen
+
+    # And AssociateAddress takes it as any other
+    client(OPERATOR).associate_address(AllocationId=allocation, InstanceId=running, AllowReassociation=False)
+    (seen,) = client(OPERATOR).describe_addresses(AllocationIds=[allocation])["Addresses"]
+    assert seen["InstanceId"] == running

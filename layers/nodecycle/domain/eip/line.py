@@ -46,7 +46,7 @@ WRITES = 8  # conditional writes of the line tried in a row (each after a fresh 
 MAX_WAITERS = 1000
 MAX_LINE_BYTES = 320_000
 WAITER_BYTES = 120
-# A pool address EC2 refused to associate (InvalidAddress.Locked, a denial by a condition on its tags) is told to
+# A pool address EC2 refused to associate (UnauthorizedOperation: a denial by a condition on its tags) is told to
 # every launch of its line for this long (see PoolRefusals), at most MAX_POOL_REFUSALS of them, the latest kept
 REFUSED_FOR = timedelta(minutes=10)
 MAX_POOL_REFUSALS = 64
