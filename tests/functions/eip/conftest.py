@@ -14,6 +14,7 @@ import boto3
 import pytest
 from botocore.awsrequest import AWSResponse, HTTPHeaders
 from botocore.exceptions import ClientError
+from moto import mock_aws
 
 from nodecycle.adapters.aws import clients
 from nodecycle.adapters.aws.records import DynamoRecordStore
@@ -308,9 +309,32 @@ def ec2(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> AwsLikeEc2:
 
 
 @pytest.fixture
+def clock() -> Iterator[Clock]:
+    """The lag's clock, inside moto's mock with the sandbox's emulations installed, the lag disarmed at the end
+    (a test arms it for the callers it wants behind)."""
+    install()
+    clock = Clock()
+    with mock_aws():
+        try:
+            yield clock
+        finally:
+            LAG.disarm()
+
+
+@pytest.fixture
 def eip_fn(stack: Stack, ec2: AwsLikeEc2, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     install()  # moto lacks CompleteLifecycleAction, which the eip function calls: the sandbox's emulation adds it
     monkeypatch.setenv("NODECYCLE_EIP_MODE", "allocate")
+    return load_function("eip")
+
+
+def pool_function(monkeypatch: pytest.MonkeyPatch, pool: str, *, grows: bool = False) -> ModuleType:
+    """The eip function in pool mode, ``pool`` growing when empty or not, its failure policy abandon."""
+    install()  # (CompleteLifecycleAction, which moto lacks)
+    monkeypatch.setenv("NODECYCLE_EIP_MODE", "pool")
+    monkeypatch.setenv("NODECYCLE_EIP_POOL_NAME", pool)
+    monkeypatch.setenv("NODECYCLE_EIP_POOL_ALLOCATE_WHEN_EMPTY", "true" if grows else "false")
+    monkeypatch.setenv("NODECYCLE_EIP_FAILURE_POLICY", "abandon")
     return load_function("eip")
 
 

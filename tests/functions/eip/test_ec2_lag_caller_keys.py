@@ -5,30 +5,16 @@ an EC2 that never lagged: arming refuses it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import boto3
 import pytest
-from moto import mock_aws
 
 from nodecycle_sandbox.aws.ec2_consistency import LAG
-from nodecycle_sandbox.aws.install import install
 from tests.functions.eip.conftest import Clock
 
 WELL_FORMED = "AKIAFUNCTIONEIPLAG09"
 REGION = "eu-west-1"
-
-
-@pytest.fixture
-def clock() -> Iterator[Clock]:
-    install()
-    clock = Clock()
-    with mock_aws():
-        try:
-            yield clock
-        finally:
-            LAG.disarm()
 
 
 @pytest.mark.parametrize(

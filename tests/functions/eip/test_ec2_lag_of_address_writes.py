@@ -9,36 +9,22 @@ refusal of AssociateAddress (an address refused for its own sake is a denial by 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import boto3
 import pytest
 from botocore.exceptions import ClientError
-from moto import mock_aws
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.ec2.models import ec2_backends
 
 from nodecycle_sandbox.aws import ec2_addresses
 from nodecycle_sandbox.aws.ec2_consistency import LAG
-from nodecycle_sandbox.aws.install import install
 from tests.functions.eip.conftest import IMAGE, Clock
 
 LAGGING = "AKIAFUNCTIONEIPLAG09"
 OPERATOR = "AKIATESTOPERATOR0000"
 REGION = "eu-west-1"
 WINDOW = 6.0
-
-
-@pytest.fixture
-def clock() -> Iterator[Clock]:
-    install()
-    clock = Clock()
-    with mock_aws():
-        try:
-            yield clock
-        finally:
-            LAG.disarm()
 
 
 def client(key: str) -> Any:

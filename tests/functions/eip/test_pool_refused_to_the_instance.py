@@ -2,7 +2,13 @@
 associate with, a policy on it), its pool holding one free address, on moto through the eip function and the
 EC2 adapter: its failure policy decides after a few looks, and a pool that grows when empty grows by one address
 at most (each address allocated into a pool is never released). Before, once the refused address was skipped, a
-look found the pool empty: the launch waited for EipWaitSeconds in line, or grew the pool at every look."""
+look found the pool empty: the launch waited for EipWaitSeconds in line, or grew the pool at every look.
+
+And a pool of nine free addresses, eight of them refused to AssociateAddress for their own sake (a condition on
+their tags: UnauthorizedOperation, as EC2 answers a denial; EC2 documents no other refusal of an address to
+AssociateAddress: a locked one is refused to ReleaseAddress alone), the one EC2 associates last in the instance's
+order: the launch used up its four looks on the refused ones (two a look) and its policy abandoned it with that
+address free. Now it goes on past them and takes it."""
 
 from __future__ import annotations
 
@@ -10,11 +16,10 @@ from types import ModuleType
 
 import pytest
 
-from nodecycle.domain.eip.assign import REFUSED_ATTEMPTS
+from nodecycle.domain.eip.assign import REFUSED_ATTEMPTS, _draw
 from nodecycle.domain.model import Step
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.addresses import OWNER_TAG, POOL_TAG
-from nodecycle_sandbox.aws.install import install
 from tests.functions.eip.conftest import (
     AwsLikeEc2,
     Clock,
@@ -23,10 +28,10 @@ from tests.functions.eip.conftest import (
     deny,
     given,
     now,
+    pool_function,
     run_instances,
     run_while,
 )
-from tests.support.functions import load_function
 from tests.support.stack import Stack
 from tests.unit.eip.fakes import launch_record
 
@@ -38,12 +43,7 @@ POOL = "ci"
 def pool_fn(
     stack: Stack, ec2: AwsLikeEc2, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> ModuleType:
-    install()  # (CompleteLifecycleAction, which moto lacks)
-    monkeypatch.setenv("NODECYCLE_EIP_MODE", "pool")
-    monkeypatch.setenv("NODECYCLE_EIP_POOL_NAME", POOL)
-    monkeypatch.setenv("NODECYCLE_EIP_POOL_ALLOCATE_WHEN_EMPTY", "true" if request.param else "false")
-    monkeypatch.setenv("NODECYCLE_EIP_FAILURE_POLICY", "abandon")
-    return load_function("eip")
+    return pool_function(monkeypatch, POOL, grows=request.param)
 
 
 def test_a_launch_refused_every_association_meets_its_policy_and_grows_its_pool_by_one_at_most(
@@ -63,3 +63,28 @@ def test_a_launch_refused_every_association_meets_its_policy_and_grows_its_pool_
     assert launched.result is ActionResult.ABANDON
     assert launched.seq <= REFUSED_ATTEMPTS + 2
     assert len(addresses(**{f"tag:{POOL_TAG}": POOL})) <= 2
+
+
+def test_a_launch_goes_past_the_refused_addresses_of_its_pool_to_the_one_it_may_take(
+    stack: Stack, ec2: AwsLikeEc2, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an instance, and a pool of nine free addresses all but the last of which (in its order) are refused
+    (instance,) = run_instances(1)
+    pool = [allocate(**{OWNER_TAG: OWNER, POOL_TAG: POOL}) for _ in range(9)]
+    *refused, good = sorted(pool, key=lambda allocation_id: _draw(instance, allocation_id))
+    deny(ec2.moto, "AssociateAddress", allocation_ids=refused)
+
+    # When its launch runs, each run when due
+    launched = run_while(
+        pool_function(monkeypatch, POOL),
+        stack,
+        Clock(),
+        given(stack, launch_record(instance, at=now())),
+        Step.ASSIGN_EIP,
+    )
+
+    # Then it holds the address it may take, the refused ones still free in the pool
+    assert launched.result is not ActionResult.ABANDON, launched.outcome
+    assert launched.allocation_id == good
+    held = {a["AllocationId"]: a.get("InstanceId") for a in addresses(**{f"tag:{POOL_TAG}": POOL})}
+    assert held == {**dict.fromkeys(refused), good: instance}

@@ -34,6 +34,7 @@ from nodecycle.domain.ports.addresses import (
     AddressInUse,
     AddressLimitExceeded,
     AddressNotFound,
+    AddressRefused,
     InstanceUnavailable,
 )
 from tests.support.fakes import FakeAutoscaling, FakeMetrics, InMemoryRecords
@@ -423,3 +424,31 @@ def terminate_record(instance_id: str, at: datetime = T0, **changes: object) -> 
     # at RELEASE_EIP after a drain: the drain's first step confirmed the action with Auto Scaling
     changes = {"step": Step.RELEASE_EIP, "verified_at": at, **changes}
     return lifecycle(instance_id, Transition.TERMINATING, plan, at, **changes)
+
+
+def refusing(
+    ec2: FakeAddresses,
+    refused: Collection[str],
+    code: str,
+    *,
+    to: str | None = None,
+    times: int | None = None,
+) -> list[str]:
+    """EC2 refuses to associate the addresses ``refused`` (every one: ``"*"`` in it), answering ``code`` (a
+    denial by a condition on their tags: ``UnauthorizedOperation``); only to instance ``to`` when given, only the
+    first ``times`` such calls when given. The allocation ids tried (by ``to`` when given), in order."""
+    tried: list[str] = []
+    left = [times]
+    associate = ec2.associate
+
+    def refuse(allocation_id: str, instance_id: str) -> str:
+        if to not in (None, instance_id):
+            return associate(allocation_id, instance_id)
+        tried.append(allocation_id)
+        if (allocation_id in refused or "*" in refused) and (left[0] is None or left[0] > 0):
+            left[0] = None if left[0] is None else left[0] - 1
+            raise AddressRefused(f"{code}: You are not authorized to perform this operation.")
+        return associate(allocation_id, instance_id)
+
+    ec2.associate = refuse  # type: ignore[method-assign]
+    return tried

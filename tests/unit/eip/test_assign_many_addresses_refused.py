@@ -18,25 +18,10 @@ from nodecycle.domain.model import LifecycleRecord
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.addresses import AddressRefused
 from tests.support.fakes import FakeMetrics
-from tests.unit.eip.fakes import T0, FakeAddresses, Wiring, launch_record
+from tests.unit.eip.fakes import T0, FakeAddresses, Wiring, launch_record, refusing
 from tests.unit.eip.test_assign_address import POOL, step
 
 INSTANCE = "i-0fedcba9876543210"
-
-
-def refusing(ec2: FakeAddresses, refused: set[str], code: str) -> list[str]:
-    """EC2 refuses to associate the addresses ``refused`` (every one: ``"*"`` in it); the allocation ids tried."""
-    tried: list[str] = []
-    associate = ec2.associate
-
-    def refuse(allocation_id: str, instance_id: str) -> str:
-        tried.append(allocation_id)
-        if allocation_id in refused or "*" in refused:
-            raise AddressRefused(f"{code}: the address cannot be associated")
-        return associate(allocation_id, instance_id)
-
-    ec2.associate = refuse  # type: ignore[method-assign]
-    return tried
 
 
 def run(ec2: FakeAddresses, record: LifecycleRecord, looks: int) -> tuple[Outcome, timedelta]:

@@ -13,32 +13,17 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from nodecycle.domain.eip.line import PoolRefusals, line_key
-from nodecycle.domain.eip.wake import LineWaker
 from nodecycle.domain.model import LifecycleRecord
 from nodecycle.domain.policy import ActionResult
-from nodecycle.domain.ports.addresses import AddressRefused
-from tests.support.fakes import FakeMetrics, RecordingQueues
-from tests.unit.eip.fakes import OWNER, T0, FakeAddresses, Wiring, launch_record
+from tests.support.fakes import FakeMetrics
+from tests.unit.eip.fakes import OWNER, T0, FakeAddresses, Wiring, launch_record, refusing
 from tests.unit.eip.test_assign_address import POOL, after, step
+from tests.unit.eip.test_line_refused_addresses import line_waker
 
 REFUSED = "i-0000000000bad0001"  # EC2 refuses every association to it: its own sake (a policy on its tags)
 FIRST = "i-0000000000000f1r5"
 SECOND = "i-00000000000000sec"
 ELSEWHERE = "i-0000000000000e15e"
-
-
-def refused_to(ec2: FakeAddresses, instance: str, times: int | None = None) -> None:
-    """EC2 refuses ``instance`` every association (the first ``times`` of them), as a denial of the role."""
-    associate = ec2.associate
-    left = [times]
-
-    def refuse(allocation_id: str, instance_id: str) -> str:
-        if instance_id == instance and (left[0] is None or left[0] > 0):
-            left[0] = None if left[0] is None else left[0] - 1
-            raise AddressRefused("UnauthorizedOperation: not authorized to perform ec2:AssociateAddress")
-        return associate(allocation_id, instance_id)
-
-    ec2.associate = refuse  # type: ignore[method-assign]
 
 
 def looks(
@@ -65,7 +50,7 @@ def test_a_launch_refused_for_its_own_sake_leaves_its_pool_counted_free_once_its
     for instance in (REFUSED, FIRST, SECOND, ELSEWHERE):
         ec2.launch(instance)
     pool = [ec2.add(pool=POOL, allocated_at=None) for _ in range(2)]
-    refused_to(ec2, REFUSED)
+    refusing(ec2, {"*"}, "UnauthorizedOperation", to=REFUSED)
     wiring = Wiring()
     assign = step(
         ec2, FakeMetrics(), wiring, eip_mode="pool", eip_pool_name=POOL, eip_failure_policy="abandon"
@@ -80,15 +65,7 @@ def test_a_launch_refused_for_its_own_sake_leaves_its_pool_counted_free_once_its
         assert assign(launch_record(instance, at), at).again
     for allocation_id in pool:
         ec2.eips[allocation_id].instance_id = ec2.eips[allocation_id].association_id = None
-    queues = RecordingQueues()
-    waker = LineWaker(
-        owner=OWNER,
-        lines=wiring.lines,
-        records=wiring.records,
-        queues=queues,
-        addresses=ec2,
-        refusals=wiring.lines,
-    )
+    waker, queues = line_waker(wiring, ec2)
     waker.given_back({POOL: 1}, at + timedelta(seconds=5))
 
     # Then both waiters are woken, for the two addresses free: the refusals were the instance's, told no more
@@ -102,7 +79,7 @@ def test_a_launch_refused_more_addresses_than_a_look_tries_is_not_believed_alone
     ec2.launch(REFUSED)
     for _ in range(6):
         ec2.add(pool=POOL, allocated_at=None)
-    refused_to(ec2, REFUSED)
+    refusing(ec2, {"*"}, "UnauthorizedOperation", to=REFUSED)
     wiring = Wiring()
     assign = step(
         ec2, FakeMetrics(), wiring, eip_mode="pool", eip_pool_name=POOL, eip_failure_policy="abandon"
@@ -121,7 +98,7 @@ def test_an_address_taken_after_its_refusal_is_told_refused_no_more() -> None:
     ec2 = FakeAddresses()
     ec2.launch(FIRST)
     only = ec2.add(pool=POOL, allocated_at=None)
-    refused_to(ec2, FIRST, times=1)
+    refusing(ec2, {"*"}, "UnauthorizedOperation", to=FIRST, times=1)
     wiring = Wiring()
     assign = step(
         ec2, FakeMetrics(), wiring, eip_mode="pool", eip_pool_name=POOL, eip_failure_policy="abandon"

@@ -17,28 +17,12 @@ from nodecycle.domain.eip.assign import REFUSED_ATTEMPTS, REFUSED_PER_LOOK
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.model import LifecycleRecord
 from nodecycle.domain.policy import ActionResult
-from nodecycle.domain.ports.addresses import AddressRefused
 from tests.support.fakes import FakeMetrics
-from tests.unit.eip.fakes import T0, FakeAddresses, Wiring, launch_record
+from tests.unit.eip.fakes import T0, FakeAddresses, Wiring, launch_record, refusing
 from tests.unit.eip.test_assign_address import POOL, step
 
 INSTANCE = "i-0fedcba9876543210"
 LATER = "i-0aaaaaaaaaaaaaaaa"
-
-
-def refusing_to(ec2: FakeAddresses, instance: str) -> list[str]:
-    """EC2 refuses every association with ``instance`` (the instance's side); the allocation ids tried for it."""
-    tried: list[str] = []
-    associate = ec2.associate
-
-    def refuse(allocation_id: str, instance_id: str) -> str:
-        if instance_id == instance:
-            tried.append(allocation_id)
-            raise AddressRefused("UnauthorizedOperation: You are not authorized to perform this operation.")
-        return associate(allocation_id, instance_id)
-
-    ec2.associate = refuse  # type: ignore[method-assign]
-    return tried
 
 
 def looks(
@@ -79,7 +63,7 @@ def test_a_launch_refused_every_address_meets_its_policy_whatever_its_pool_holds
     ec2 = FakeAddresses()
     ec2.launch(INSTANCE)
     pool = {ec2.add(pool=POOL, allocated_at=None) for _ in range(free)}
-    tried = refusing_to(ec2, INSTANCE)
+    tried = refusing(ec2, {"*"}, "UnauthorizedOperation", to=INSTANCE)
 
     outcome, taken = looks(ec2, launch_record(INSTANCE), grow, REFUSED_ATTEMPTS + 2)
 
@@ -99,14 +83,7 @@ def test_a_launch_refused_the_only_free_address_of_a_pool_that_grows_takes_a_new
     ec2 = FakeAddresses()
     ec2.launch(INSTANCE)
     refused = ec2.add(pool=POOL, allocated_at=None)
-    associate = ec2.associate
-
-    def refuse(allocation_id: str, instance_id: str) -> str:
-        if allocation_id == refused:
-            raise AddressRefused("UnauthorizedOperation: You are not authorized to perform this operation.")
-        return associate(allocation_id, instance_id)
-
-    ec2.associate = refuse  # type: ignore[method-assign]
+    refusing(ec2, {refused}, "UnauthorizedOperation")
 
     outcome, _ = looks(ec2, launch_record(INSTANCE), True, REFUSED_ATTEMPTS + 2)
 
@@ -123,7 +100,7 @@ def test_a_launch_refused_the_only_free_address_does_not_keep_it_from_the_next_l
     ec2.launch(INSTANCE)
     ec2.launch(LATER)
     (address,) = {ec2.add(pool=POOL, allocated_at=None)}
-    refusing_to(ec2, INSTANCE)
+    refusing(ec2, {"*"}, "UnauthorizedOperation", to=INSTANCE)
     wiring = Wiring()
     first, _ = looks(
         ec2, launch_record(INSTANCE), False, 2, wiring
