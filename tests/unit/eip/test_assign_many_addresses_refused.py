@@ -8,11 +8,12 @@ says so."""
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 
 import pytest
 
-from nodecycle.domain.eip.assign import MAX_REFUSED_KEPT, _draw
+from nodecycle.domain.eip.assign import MAX_REFUSED_KEPT, REFUSED_ATTEMPTS, _draw
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.model import LifecycleRecord
 from nodecycle.domain.policy import ActionResult
@@ -143,3 +144,27 @@ def test_a_pool_that_grows_grows_past_many_refused_addresses() -> None:
     (grown,) = set(ec2.eips) - pool
     assert outcome.changes.get("allocation_id") == grown
     assert sorted(tried) == sorted([*pool, grown])
+
+
+def test_the_looks_that_go_on_past_refused_addresses_are_not_told_as_tries_beyond_the_last(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Given a pool of 20 free addresses, every one refused
+    ec2 = FakeAddresses()
+    ec2.launch(INSTANCE)
+    for _ in range(20):
+        ec2.add(pool=POOL, allocated_at=None)
+    refusing(ec2, {"*"}, "UnauthorizedOperation")
+
+    # When the launch goes on past them till its policy decides
+    with caplog.at_level(logging.WARNING, logger="nodecycle.domain.eip.assign"):
+        outcome, _ = run(ec2, launch_record(INSTANCE), 30)
+
+    # Then no look is told as a try beyond the last one ("EC2 refused (9 of 4)")
+    assert outcome.changes.get("result") is ActionResult.ABANDON
+    messages = [r.getMessage() for r in caplog.records]
+    tries = [m for m in messages if m.startswith("EC2 refused (")]
+    assert all(int(m.split("(")[1].split(" of ")[0]) <= REFUSED_ATTEMPTS for m in tries), tries
+    assert (
+        sum("goes on past them" in m for m in messages) == 9
+    )  # (20 addresses, two a look, the tenth decides)

@@ -233,14 +233,20 @@ class AssignAddress:
             if going_on or tries < REFUSED_ATTEMPTS:
                 self._metrics.count("EipFailures")
                 delay = REFUSED_DELAY if going_on else REFUSED_DELAY * 2 ** (refused - 1)
-                log.warning(
-                    "EC2 refused (%d of %d): %s; asked again in %d s%s",
-                    tries,
-                    REFUSED_ATTEMPTS,
-                    error,
-                    delay,
-                    " (other free addresses of the pool untried)" if going_on else "",
-                )
+                if going_on:  # (not one of the launch's tries: it goes on past the addresses refused)
+                    log.warning(
+                        "%s; the next look goes on past them in %d s (other free addresses of the pool untried)",
+                        reason,
+                        delay,
+                    )
+                else:
+                    log.warning(
+                        "EC2 refused (%d of %d): %s; asked again in %d s",
+                        tries,
+                        REFUSED_ATTEMPTS,
+                        error,
+                        delay,
+                    )
                 counts = {"refused": refused, "refused_onward": onward}
                 return Outcome.wait(delay, extra={**record.extra, SCRATCH: {**scratch, **counts}})
             if self._refused_in_pool is not None and _refused(scratch):
