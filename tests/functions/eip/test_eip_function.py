@@ -29,6 +29,7 @@ from nodecycle.entrypoints import BatchFailed
 from nodecycle_sandbox.aws import ec2_addresses
 from tests.functions.eip.conftest import (
     AwsLikeEc2,
+    Clock,
     addresses,
     allocate,
     current,
@@ -36,6 +37,7 @@ from tests.functions.eip.conftest import (
     given,
     now,
     run_instances,
+    run_while,
     work_event,
 )
 from tests.support.emf import metric
@@ -375,3 +377,26 @@ print(sorted(name for name in sys.modules if name == "kubernetes" or name.starts
         [sys.executable, "-c", script], capture_output=True, text=True, env=dict(os.environ), check=True
     )
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_terminate_leaves_a_locked_address_to_the_sweeper_at_once_and_completes(
+    eip_fn: ModuleType, stack: Stack
+) -> None:
+    # Given an instance that got its address at launch, the address since locked by AWS (ReleaseAddress refused:
+    # InvalidAddress.Locked, which no wait changes), and the instance now terminating (drained)
+    (instance,) = run_instances(1)
+    launch = given(stack, launch_record(instance, at=now()))
+    eip_fn.handler(work_event(launch), LambdaContext())
+    (address,) = addresses(**{f"tag:{OWNER_TAG}": OWNER})
+    ec2_addresses.lock(ec2_backends[ACCOUNT_ID][os.environ["AWS_DEFAULT_REGION"]], address["AllocationId"])
+    terminate = given(stack, terminate_record(instance, at=now()))
+
+    # When the eip function runs its RELEASE_EIP, each run when due
+    done = run_while(eip_fn, stack, Clock(), terminate, Step.RELEASE_EIP)
+
+    # Then the lifecycle goes on at once, the address left to the sweeper (disassociated, still allocated)
+    assert done.step is not Step.RELEASE_EIP
+    assert done.extra.get(ADDRESSES_LEFT) is True
+    (left,) = addresses(**{f"tag:{OWNER_TAG}": OWNER})
+    assert "InstanceId" not in left
+    assert done.seq - terminate.seq <= 3, done.seq - terminate.seq

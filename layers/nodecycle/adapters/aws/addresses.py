@@ -25,6 +25,7 @@ from nodecycle.domain.ports.addresses import (
     AddressError,
     AddressInUse,
     AddressLimitExceeded,
+    AddressLocked,
     AddressNotFound,
     AddressRefused,
     InstanceUnavailable,
@@ -184,7 +185,12 @@ class Ec2Addresses:
         attempt whose answer was lost (a read timeout, a 5xx other than a throttle), this call's, which that
         attempt may have released. Told so, every caller counts it alike (as released, and as room under the
         quota)."""
-        answers = {"InvalidIPAddress.InUse": AddressInUse, _NOT_FOUND: AddressNotFound}
+        answers = {
+            "InvalidIPAddress.InUse": AddressInUse,
+            _NOT_FOUND: AddressNotFound,
+            "InvalidAddress.Locked": AddressLocked,
+            "InvalidAddress.PtrSet": AddressLocked,
+        }
         try:
             with _answers(answers), transient_errors("releasing an Elastic IP"):
                 self._ec2().release_address(AllocationId=allocation_id)

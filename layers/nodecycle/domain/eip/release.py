@@ -65,6 +65,7 @@ from nodecycle.domain.ports.addresses import (
     AddressError,
     Addresses,
     AddressInUse,
+    AddressLocked,
     AddressNotFound,
     AddressRefused,
     distinct,
@@ -155,6 +156,7 @@ class ReleaseAddresses:
                 self._returned_unanswered(returning, found, freed, settled, instance)
             taken_back: list[Address] = []
             in_use: list[Address] = []
+            locked: list[Address] = []  # (AWS locked them: no wait releases them)
             if record.destination == WARM_POOL and not held_returned:
                 unknown, held_returned, refused = self._take_back_held(record, found, now, freed, offered)
                 in_use.extend(unknown)
@@ -201,6 +203,14 @@ class ReleaseAddresses:
                         address, instance, freed, unanswered, pending, offered=offered, now=now
                     ):
                         in_use.append(address)
+                except AddressLocked as error:
+                    # Asked again, it would hold the lifecycle (a terminate's action) minutes for nothing: left to
+                    # the sweeper at once, disassociated, and told (an operator has AWS Support unlock it)
+                    self._metrics.count("EipFailures")
+                    log.error(
+                        "address %s is locked by AWS: %s; left to the sweeper", address.public_ip, error
+                    )
+                    locked.append(address)
                 except AddressRefused as error:
                     # asked again with the ones in use (a denial may be IAM still propagating), then left
                     # to the sweeper; the instance's other addresses are taken back meanwhile
@@ -295,7 +305,7 @@ class ReleaseAddresses:
                 attempts,
             )
         extra = without_scratch(record)
-        if in_use:
+        if in_use or locked:
             extra[ADDRESSES_LEFT] = True
         if not taken_back:
             return Outcome.next(extra=extra)

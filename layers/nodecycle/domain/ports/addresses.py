@@ -34,6 +34,12 @@ class AddressRefused(AddressError):
     The step's failure policy applies; the ``EipFailures`` alarm calls an operator to fix the account."""
 
 
+class AddressLocked(AddressRefused):
+    """AWS has locked the address: it cannot be released from the account (``InvalidAddress.Locked``; a reverse DNS
+    record on it, ``InvalidAddress.PtrSet``) until AWS Support unlocks it (or the record is removed). No wait
+    changes that."""
+
+
 class AddressLimitExceeded(AddressError):
     """The account's Elastic IP quota is used up (``AddressLimitExceeded``)."""
 
