@@ -1,5 +1,5 @@
-"""A pool of many free addresses, most of which EC2 refuses to associate for their own sake (InvalidAddress.Locked,
-a denial by a condition on their tags), and one it associates. A look tries REFUSED_PER_LOOK refused addresses
+"""A pool of many free addresses, most of which EC2 refuses to associate for their own sake (UnauthorizedOperation,
+a denial by a condition on their tags; AuthFailure, "an Elastic IP address that is not yours"), and one it associates. A look tries REFUSED_PER_LOOK refused addresses
 before it waits: a launch whose good address comes after 8 refused ones (in its instance's order) used up its
 REFUSED_ATTEMPTS looks on them and met its failure policy with that address free. A look that was refused only
 addresses never tried before, others still untried, is progress: the next look skips those refused (remembered for
@@ -40,7 +40,7 @@ def run(ec2: FakeAddresses, record: LifecycleRecord, looks: int) -> tuple[Outcom
     return outcome, now - T0
 
 
-@pytest.mark.parametrize("code", ["InvalidAddress.Locked", "UnauthorizedOperation"])
+@pytest.mark.parametrize("code", ["AuthFailure", "UnauthorizedOperation"])
 def test_a_launch_reaches_the_good_address_past_many_refused_ones(code: str) -> None:
     # Given a pool of 12 free addresses, the one EC2 associates coming last in the instance's order
     ec2 = FakeAddresses()
@@ -64,7 +64,7 @@ def test_a_pool_of_none_but_refused_addresses_meets_the_policy_saying_why() -> N
     ec2 = FakeAddresses()
     ec2.launch(INSTANCE)
     pool = [ec2.add(pool=POOL, allocated_at=None) for _ in range(12)]
-    tried = refusing(ec2, set(pool), "InvalidAddress.Locked")
+    tried = refusing(ec2, set(pool), "AuthFailure")
 
     outcome, took = run(ec2, launch_record(INSTANCE), 30)
 
@@ -72,7 +72,7 @@ def test_a_pool_of_none_but_refused_addresses_meets_the_policy_saying_why() -> N
     assert outcome.changes.get("result") is ActionResult.ABANDON
     assert sorted(tried) == sorted(pool)
     reason = str(outcome.changes.get("outcome"))
-    assert "InvalidAddress.Locked" in reason
+    assert "AuthFailure" in reason
     assert f"12 address(es) of pool {POOL!r}" in reason
     assert took <= timedelta(minutes=3)
 
@@ -99,7 +99,7 @@ def test_a_launch_past_many_refused_addresses_still_has_its_tries_for_another_re
     ec2.launch(INSTANCE)
     pool = [ec2.add(pool=POOL, allocated_at=None) for _ in range(12)]
     *bad, good = sorted(pool, key=lambda allocation_id: _draw(INSTANCE, allocation_id))
-    refusing(ec2, set(bad), "InvalidAddress.Locked")
+    refusing(ec2, set(bad), "AuthFailure")
     associate = ec2.associate
 
     def then_refuse_its_read(allocation_id: str, instance_id: str) -> str:
@@ -121,7 +121,7 @@ def test_a_pool_that_grows_grows_past_many_refused_addresses() -> None:
     ec2 = FakeAddresses(quota=20)
     ec2.launch(INSTANCE)
     pool = {ec2.add(pool=POOL, allocated_at=None) for _ in range(10)}
-    tried = refusing(ec2, set(pool), "InvalidAddress.Locked")
+    tried = refusing(ec2, set(pool), "AuthFailure")
     assign = step(
         ec2,
         FakeMetrics(),

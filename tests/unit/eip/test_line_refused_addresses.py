@@ -26,7 +26,7 @@ def test_a_later_launch_does_not_take_the_address_given_back_past_a_waiter_refus
     outcome = assign(first, T0)
     assert outcome.again
     first = after(first, outcome)
-    # and one of them, freed, that EC2 refuses to associate (locked), refused to the waiter at its look
+    # and one of them, freed, that EC2 refuses to associate (its tags), refused to the waiter at its look
     ec2.eips[locked].instance_id = ec2.eips[locked].association_id = None
     refusing(ec2, {locked}, "UnauthorizedOperation")
     outcome = assign(first, T0 + timedelta(seconds=15))

@@ -5,8 +5,8 @@ counting the pool's good addresses free, and a release from waking them, long af
 policy: a launch refused every association swept its whole pool two addresses a look, each refusal told again at
 every look, and the pool stayed so until ten minutes after its last. Now: a launch refused more addresses than one
 look tries is not believed alone (another launch refused the same address is), a launch whose policy decides on
-its refusals takes back what it told, and an address associated after its refusal (the denial was IAM's, the lock
-lifted) is told refused no more."""
+its refusals takes back what it told, and an address associated after its refusal (the denial was IAM's, the
+condition on its tags since changed) is told refused no more."""
 
 from __future__ import annotations
 
@@ -112,9 +112,9 @@ def test_an_address_taken_after_its_refusal_is_told_refused_no_more() -> None:
     assert told(wiring, at) == frozenset()
 
 
-def test_an_address_told_refused_whose_lock_was_lifted_is_told_so_no_more_once_taken() -> None:
+def test_an_address_told_refused_whose_denial_was_lifted_is_told_so_no_more_once_taken() -> None:
     # Given a launch waiting first in a pool's line, and the pool's one free address told refused by two launches
-    # (locked), whose lock AWS has lifted since
+    # (a condition on its tags), the condition changed since
     ec2 = FakeAddresses()
     for instance in (FIRST, ELSEWHERE):
         ec2.launch(instance)

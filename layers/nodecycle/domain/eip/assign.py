@@ -919,7 +919,7 @@ class AssignAddress:
             if self._refused_in_pool is not None and (
                 address.allocation_id in self._told_refused or address.allocation_id in _refused(scratch)
             ):
-                # (refused before, associated now: the refusal was the instance's, IAM's, or a lock since lifted)
+                # (refused before, associated now: the refusal was the instance's, IAM's, or a condition since changed)
                 self._refused_in_pool.taken(address.allocation_id, now)
         log.info(
             "associated %s with instance %s; verifying",

@@ -181,7 +181,7 @@ class PoolRefusals:
         )
 
     def taken(self, allocation_id: str, now: datetime) -> None:
-        """The address was associated: its refusals were not its own, or are over (a lock lifted)."""
+        """The address was associated: its refusals were not its own, or are over (a condition since changed)."""
         self._change(
             lambda by: {pair: at for pair, at in by.items() if pair[0] != allocation_id}, now, "clear"
         )
