@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import boto3
+
 from nodecycle.adapters.aws.address_lines import DynamoAddressLines
 from nodecycle.domain.eip.line import PoolRefusals, Refused
 from tests.support.stack import Stack
@@ -43,3 +45,20 @@ def test_two_launches_refused_at_once_keep_both_refusals(stack: Stack) -> None:
 
     # Then the line is told both
     assert PoolRefusals(DynamoAddressLines(stack.table), KEY).read(now) == {"eipalloc-0001", "eipalloc-0002"}
+
+
+def test_an_item_of_the_first_writers_is_read_as_none_and_written_over(stack: Stack) -> None:
+    # Given the item as the first writers kept it (one time an address, no version), a deploy ago
+    now = datetime.now(UTC).replace(microsecond=0)
+    boto3.client("dynamodb").put_item(
+        TableName=stack.table,
+        Item={"id": {"S": f"eip-refused#{KEY}"}, "refused": {"M": {"eipalloc-0009": {"S": now.isoformat()}}}},
+    )
+    refusals = PoolRefusals(DynamoAddressLines(stack.table), KEY)
+
+    # When a launch tells the line of a refusal
+    assert refusals.read(now) == frozenset()
+    refusals.add(["eipalloc-0001"], "i-000000000000000a1", now)
+
+    # Then it is told (the item written over)
+    assert refusals.read(now) == {"eipalloc-0001"}
