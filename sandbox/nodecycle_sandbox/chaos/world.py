@@ -465,9 +465,10 @@ class ScenarioRun:
         elif forgery.kind in ("crossed", "other-group"):
             # (the live token of another instance's terminate action: this group's, or the other stack's group's)
             others = [g for s, g in sorted(self.groups.items()) if s != stack]
-            lender = group if forgery.kind == "crossed" else (others[0] if others else None)
+            # (a scenario of one stack has no other group: its own lends the token, as for crossed)
+            lender = others[0] if forgery.kind == "other-group" and others else group
             named = sorted(set(in_service) | set(group.in_state("Terminating:Wait")))
-            if lender is not None and named:
+            if named:
                 instance = named[forgery.pick % len(named)]
                 live = sorted(
                     (
