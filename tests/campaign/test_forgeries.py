@@ -5,17 +5,13 @@ node disrupted before its instance's terminate action began."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
-from nodecycle_sandbox.aws.records import TERMINATING, ActionRecord, InstanceHistory
+from nodecycle_sandbox.aws.records import ActionRecord, InstanceHistory
 from nodecycle_sandbox.chaos.invariants import check
 from nodecycle_sandbox.chaos.mutations import MUTATIONS
 from nodecycle_sandbox.chaos.plan import FORGERIES, KINDS, draw
-from nodecycle_sandbox.chaos.world import Observation
 from nodecycle_sandbox.kube import HistoryEntry
-
-NODE = "ip-10-0-1-10.eu-west-1.compute.internal"
-T0 = 1000.0
+from tests.campaign.test_invariants import NODE, T0, _node, _observation, _pod, _terminate
 
 
 def test_asking_for_forgeries_changes_no_seeds_story_faults_nor_lag_only_adds_the_messages() -> None:
@@ -38,74 +34,35 @@ def test_asking_for_forgeries_changes_no_seeds_story_faults_nor_lag_only_adds_th
     assert drawn == set(FORGERIES)
 
 
-def _node(at: float, *, cordoned: bool, source: str = "api") -> HistoryEntry:
-    obj = {
-        "kind": "Node",
-        "metadata": {"name": NODE, "labels": {"topology.kubernetes.io/zone": "eu-west-1a"}},
-        "spec": {"providerID": "aws:///eu-west-1a/i-1", "unschedulable": cordoned},
-    }
-    return HistoryEntry(0, at, "patch", "nodes", "", NODE, source, False, obj)
+def _cordoned(at: float, *, source: str = "api") -> HistoryEntry:
+    return replace(_node(at, cordoned=True), source=source)
 
 
-def _pod(at: float, *, evicted: bool = False) -> HistoryEntry:
-    obj = {"kind": "Pod", "metadata": {"name": "web-1", "namespace": "s"}, "spec": {"nodeName": NODE}}
-    if evicted:
-        return HistoryEntry(0, at, "create", "pods/eviction", "s", "web-1", "api", False, obj)
-    return HistoryEntry(0, at, "create", "pods", "s", "web-1", "sandbox", False, obj)
-
-
-def _terminate(started: float) -> ActionRecord:
-    return ActionRecord(
-        token="tok",
-        group="g",
-        hook="nodecycle-terminate",
-        instance_id="i-1",
-        transition=TERMINATING,
-        default_result="CONTINUE",
-        heartbeat_timeout=30,
-        global_timeout=180,
-        started_at=started,
-        finished_at=started + 5,
-        result="CONTINUE",
-        outcome="completed",
-    )
+def _evicted(at: float) -> HistoryEntry:
+    return replace(_pod(at, "web-1"), verb="create", resource="pods/eviction", source="api")
 
 
 def _confirmed(history: list[HistoryEntry], actions: list[ActionRecord]) -> list[str]:
-    values: dict[str, Any] = {
-        "scenario": draw(1, 0, faults=False),
-        "groups": {"g": "chaos-a"},
-        "started_at": T0,
-        "acting_at": T0,
-        "quiescent": True,
-        "left_over": [],
-        "actions": actions,
-        "instances": [InstanceHistory("i-1", "g", "eu-west-1a", NODE, T0, T0)],
-        "history": history,
-        "addresses": [],
-        "final_addresses": {},
-        "outcomes": {"tok": "drained"},
-        "lost_kubelet": None,
-        "firings": [],
-    }
-    return [v.detail for v in check(Observation(**values)) if v.invariant == "confirmed"]
+    instances = [InstanceHistory("i-1", "g", "eu-west-1a", NODE, T0, T0)]
+    observation = _observation(history, actions=actions, instances=instances)
+    return [v.detail for v in check(observation) if v.invariant == "confirmed"]
 
 
 def test_a_node_disrupted_before_its_instances_terminate_action_began_or_without_one_is_a_violation() -> None:
     # Given a node cordoned by an API caller at 2 s, or a pod of it evicted at 2 s
-    for disrupted in ([_node(T0 + 2, cordoned=True)], [_pod(T0), _pod(T0 + 2, evicted=True)]):
+    for disrupted in ([_cordoned(T0 + 2)], [_pod(T0, "web-1"), _evicted(T0 + 2)]):
         # Then with no terminate action for its instance, or one that began at 4 s, it is a violation
         (never,) = _confirmed(disrupted, [])
         assert "never terminated" in never
-        (early,) = _confirmed(disrupted, [_terminate(T0 + 4)])
+        (early,) = _confirmed(disrupted, [_terminate(T0 + 9, started=T0 + 4)])
         assert "2.0s before its terminate action began" in early
         # and once the action began at 1 s, it is not
-        assert _confirmed(disrupted, [_terminate(T0 + 1)]) == []
+        assert _confirmed(disrupted, [_terminate(T0 + 6)]) == []
 
 
 def test_what_the_cluster_itself_does_to_a_node_is_not_a_disruption_nodecycle_made() -> None:
     # Given the node marked unschedulable by the sandbox's own controllers, and uncordoned by an API caller
-    history = [_node(T0 + 2, cordoned=True, source="sandbox"), _node(T0 + 3, cordoned=False)]
+    history = [_cordoned(T0 + 2, source="sandbox"), _node(T0 + 3)]
     # Then nothing is judged against nodecycle
     assert _confirmed(history, []) == []
 
