@@ -26,9 +26,12 @@ MAX_ABSENT_GROUPS = 1000
 # this owner (one DescribeAutoScalingGroups for every name, read again at most once per LOOKUP_EVERY), and one it
 # does not have is not managed and not remembered. Answered "not managed" without a call (before), the flood's
 # names kept a group of this stack's that the container had not seen (a new group, a cold container) from its
-# actions' events: each dropped, left to the sweeper's adoption minutes later. Groups already known are read again after the ttl whatever the bound (one read per group and ttl). The burst
-# is what a cold container may need at once (the events of up to 50 groups scaling together); the rate, what a
-# flood costs past it (20 DescribeAutoScalingGroups a minute per container and as many listings, not thousands).
+# actions' events: each dropped, left to the sweeper's adoption minutes later. A listing is trusted for the ttl of
+# an answer by name, no longer (one that keeps failing is not). Names in the settings are not bounded (few, and
+# only a read by name tells one tagged for another stack). Groups already known are read again after the ttl
+# whatever the bound (one read per group and ttl). The burst is what a cold container may need at once (the events
+# of up to 50 groups scaling together); the rate, what a flood costs past it (20 DescribeAutoScalingGroups a minute
+# per container and as many listings, not thousands).
 LOOKUP_BURST = 50
 LOOKUP_EVERY = timedelta(seconds=3)
 # How many names of hooks their groups do not have a container remembers (see LifecycleHooks.get).
@@ -87,6 +90,7 @@ class ManagedGroups:
         self._unasked = 0  # names taken for unmanaged without a lookup since the last warning
         self._list_tagged = tagged
         self._listed: tuple[frozenset[str], datetime] | None = None  # the last listing, and when it was read
+        self._listing_asked_at: datetime | None = None  # the last attempt, read or refused
 
     def manages(self, group: str, hook: str) -> bool:
         if not self.takes_hook(hook):
@@ -128,7 +132,14 @@ class ManagedGroups:
         absent = self._absent.get(group)
         if (absent and now - absent < self._ttl) or not _GROUP_NAME.fullmatch(group):
             return None
-        if cached is None and self._bounded_lookups and not self._may_look_up(group, now):
+        # (the names in the settings are not bounded: there are few, each read once per ttl, and only a read by
+        # name tells whether one is tagged for another stack, which the listing of this owner's cannot)
+        if (
+            cached is None
+            and group not in self._names
+            and self._bounded_lookups
+            and not self._may_look_up(group, now)
+        ):
             return self._listed_owner(group, now)
         tags = self._autoscaling.group_tags(group)
         self._absent.pop(group, None)
@@ -151,11 +162,13 @@ class ManagedGroups:
         name was asked about is (its next events, the sweeper's adoption)."""
         if self._list_tagged is None:
             return None
-        if self._listed is None or now - self._listed[1] >= LOOKUP_EVERY:
-            # (stamped before the call: one refused or throttled is not asked again by each name that follows it
-            # within LOOKUP_EVERY, which the last listing answers meanwhile, none at first)
-            self._listed = (self._listed[0] if self._listed else frozenset(), now)
+        if self._listing_asked_at is None or now - self._listing_asked_at >= LOOKUP_EVERY:
+            # (the attempt stamped before the call: one refused or throttled is not asked again by each name that
+            # follows it within LOOKUP_EVERY, which the last listing answers meanwhile, none at first)
+            self._listing_asked_at = now
             self._listed = (self._list_tagged(self._owner), now)
+        if self._listed is None or now - self._listed[1] >= self._ttl:
+            return None  # (a listing read no sooner than an answer by name would be trusted, or none)
         names, read_at = self._listed
         if group not in names:
             return None

@@ -42,9 +42,10 @@ class CountingAutoscaling(FakeAutoscaling):
         return super().groups_tagged(owner)
 
 
-def a_stack(autoscaling: CountingAutoscaling, clock: FakeClock) -> Intake:
-    """A stack that manages the groups tagged for it, as the intake function's wiring builds its catalog."""
-    config = SimpleNamespace(owner_id=OWNER, managed_groups=(), managed_by_tag=True, managed_hooks=("*",))
+def a_stack(autoscaling: CountingAutoscaling, clock: FakeClock, named: tuple[str, ...] = ()) -> Intake:
+    """A stack that manages the groups tagged for it (and those ``named``), as the intake function's wiring
+    builds its catalog."""
+    config = SimpleNamespace(owner_id=OWNER, managed_groups=named, managed_by_tag=True, managed_hooks=("*",))
     ports = SimpleNamespace(autoscaling=autoscaling, clock=clock)
     return Intake(
         owner=OWNER,
@@ -151,7 +152,11 @@ def test_the_listing_names_the_groups_tagged_for_the_owner_alone(aws: Emulation)
 
 @dataclass
 class ThrottledListing(CountingAutoscaling):
+    listing_fails: bool = True
+
     def groups_tagged(self, owner: str) -> frozenset[str]:
+        if not self.listing_fails:
+            return super().groups_tagged(owner)
         self.reads.append(f"tag:{owner}")
         raise TransientError("listing the groups tagged for this owner: Rate exceeded")
 
@@ -173,3 +178,52 @@ def test_a_throttled_listing_is_asked_again_only_after_lookup_every() -> None:
 
     # Then the listing was asked once
     assert autoscaling.reads == [f"tag:{OWNER}"]
+
+
+def test_a_group_named_here_but_tagged_for_another_stack_is_left_to_it_during_a_flood() -> None:
+    # Given a stack that manages a group by name, which is tagged for another stack (left to it: two stacks
+    # would take the same actions), and a flood of invented names that used the lookups up
+    autoscaling, clock = CountingAutoscaling(), FakeClock()
+    intake = a_stack(autoscaling, clock, named=("nodes-named",))
+    created(autoscaling, "nodes-named")
+    autoscaling.tags["nodes-named"] = {OWNER_TAG: "stack-b"}
+    flooded(intake, clock, seconds=5)
+
+    # When its first event comes in the flood, Then it is left to that stack (before: the listing of this
+    # owner's groups, which lacks it, was taken to say it is untagged, and so this stack's by its name)
+    assert intake.accept(naming("nodes-named", 100_000, clock)) is IntakeOutcome.UNMANAGED
+    assert "nodes-named" in autoscaling.reads
+
+
+def test_a_listing_that_keeps_failing_is_not_trusted_past_the_ttl() -> None:
+    # Given a tag-managed stack whose listing (read past the bound) named a group tagged for it, never asked
+    # about since; the group then tagged for another stack, and the listing throttled from then on
+    autoscaling, clock = ThrottledListing(), FakeClock()
+    autoscaling.listing_fails = False
+    intake = a_stack(autoscaling, clock)
+    created(autoscaling, "nodes-moved")
+    flooded(intake, clock, seconds=3)
+    assert autoscaling.reads.count(f"tag:{OWNER}") >= 1
+    autoscaling.tags["nodes-moved"] = {OWNER_TAG: "stack-b"}
+    autoscaling.listing_fails = True
+
+    # When names not known here keep coming for longer than the ttl of an answer (5 min), and then the group's
+    # first event, the lookups used up
+    for n in range(700):
+        offered(intake, naming(f"invented-{n}", n, clock))
+        clock.advance(0.5)
+    for n in range(LOOKUP_BURST):
+        offered(intake, naming(f"invented-again-{n}", n, clock))
+    outcome = offered(intake, naming("nodes-moved", 100_000, clock))
+
+    # Then it is not taken in for this stack by a listing read minutes ago (before: each failed listing kept
+    # the last one's names stamped as read then, for as long as it failed)
+    assert outcome is not IntakeOutcome.ACCEPTED
+
+
+def offered(intake: Intake, event: LifecycleEvent) -> IntakeOutcome | None:
+    """What intake answers the event, or None when it is retried (the name that asked for the listing)."""
+    try:
+        return intake.accept(event)
+    except TransientError:
+        return None
