@@ -237,9 +237,9 @@ class LifecycleHooks:
         them): each message naming one, or naming a hook with the other transition (a forged or broken one,
         thousands a minute from a misconfigured forwarder), cost a DescribeLifecycleHooks, on the Auto Scaling
         API the drains' heartbeats and completions share. The trade-off: a hook created since is found once
-        the ttl is over (an action it holds meanwhile is adopted by the sweeper), and one recreated for the
-        other transition at once, unless a flood of such messages used the fresh reads up (then within a
-        LOOKUP_EVERY)."""
+        the ttl is over, and one recreated for the other transition at once, unless a flood of such messages
+        used the fresh reads up (then once the ttl is over); meanwhile intake retries an event whose action
+        started after the answer was read (``read_before``) rather than dropping it."""
         key = (group, name)
         now = self._clock.now()
         cached = self._cache.get(key)
@@ -256,6 +256,15 @@ class LifecycleHooks:
             return None
         self._cache[key] = (hook, now)
         return hook
+
+    def read_before(self, group: str, name: str, when: datetime) -> bool:
+        """Whether the answer here about the hook (as ``get`` last gave it) was read before ``when``: an answer
+        read since an action started tells the hook that holds it (a hook exists before its actions start); one
+        read before may predate the hook's creation, or its recreation for the other transition."""
+        key = (group, name)
+        cached = self._cache.get(key)
+        read_at = cached[1] if cached is not None else self._absent.get(key)
+        return read_at is not None and read_at < when
 
     def of(self, group: str) -> dict[str, Hook]:
         """The group's hooks by name (one DescribeLifecycleHooks per group and ttl)."""

@@ -163,6 +163,17 @@ class Intake:
         if hook is not None and hook.transition is not event.transition:
             # before refusing: a hook recreated under its name for the other transition within the cache's ttl
             hook = self._hooks.get(event.group, event.hook, fresh=True)
+        if (hook is None or hook.transition is not event.transition) and self._hooks.read_before(
+            event.group, event.hook, min(event.started_at, self._clock.now())
+        ):
+            # The answer was read before the action started (the ttl's, or a flood used the fresh reads up): the
+            # hook may have been created, or recreated for this transition, since. Retried rather than dropped:
+            # at its redelivery (the queue's visibility timeout, past the ttl) the answer is read again after
+            # the action's start and is final, so a forged message dated now costs one receive more, no loop.
+            raise TransientError(
+                f"lifecycle hook {event.hook} of group {event.group} read here before its action started, as "
+                f"{'absent' if hook is None else hook.transition.short}: retried, to be read again"
+            )
         if hook is None:
             log.warning("dropped: lifecycle hook %s of group %s does not exist", event.hook, event.group)
             self._metrics.count("LifecycleEventsRejected", reason="unknown-hook")
