@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from nodecycle.domain.engine import Outcome, completed_by_a_vanished_claim, confirmed_before_claim
+from nodecycle.domain.errors import AccessRefused
 from nodecycle.domain.model import (
     ADDRESSES_LEFT,
     ENDED_BY,
@@ -92,7 +93,7 @@ class CompleteAction:
             if self._ends_its_instance(record, now):
                 extra = {**extra, ENDS_ITS_INSTANCE: True}
             # Completing twice is harmless: "no active lifecycle action" means it is settled already.
-            if self._confirmed(record) and self._autoscaling.complete(record.action, result):
+            if self._confirmed(record, now) and self._autoscaling.complete(record.action, result):
                 log.info("completed the lifecycle action with %s (%s)", result, outcome)
                 self._metrics.count(
                     "LifecycleActionsCompleted", result=result.value, transition=record.transition.short
@@ -123,19 +124,49 @@ class CompleteAction:
         ``engine.confirmed_before_claim``)."""
         return confirmed_before_claim(record, now, self._autoscaling)
 
-    def _confirmed(self, record: LifecycleRecord) -> bool:
-        """Whether the action may be completed by its token: confirmed by a step before (the engine's
-        ``_verify``), or now. An action settled near its global timeout before any step confirmed it may be
-        a forged notification dated so, pairing an instance with another instance's live token: if Auto
-        Scaling takes the token alone (see ``Autoscaling.confirm``), the completion would settle that other
-        action (a terminating instance undrained, a launch past its gate). Not confirmed, it is taken as
-        settled elsewhere: nothing completed, and no disruptive step after it runs (``action_confirmed``).
-        An adopted action is named by its instance alone (the adapter looks where it is)."""
-        return (
-            record.verified_at is not None
-            or not record.token_known
-            or self._autoscaling.confirm(record.action)
-        )
+    def _confirmed(self, record: LifecycleRecord, now: datetime) -> bool:
+        """Whether the action may be completed: confirmed by a step before (the engine's ``_verify``), or now,
+        and still this token's where the hook holds the instance again next (``_still_its_own``). An action settled
+        near its global timeout before any step confirmed it may be a forged notification dated so, pairing an
+        instance with another instance's live token: if Auto Scaling takes the token alone (see
+        ``Autoscaling.confirm``), the completion would settle that other action (a terminating instance
+        undrained, a launch past its gate). Not confirmed, it is taken as settled elsewhere: nothing completed,
+        and no disruptive step after it runs (``action_confirmed``). An adopted action is named by its instance
+        alone (the adapter looks where it is)."""
+        if not record.token_known:
+            return True
+        if record.verified_at is None:
+            return self._autoscaling.confirm(record.action)
+        return self._still_its_own(record, now)
+
+    def _still_its_own(self, record: LifecycleRecord, now: datetime) -> bool:
+        """Whether the action a step confirmed is still active, asked with its token (a heartbeat) before the
+        completion, which names the instance alone and settles whatever action the hook holds for it *now* (see
+        ``AutoscalingActions.complete``). An action that ended without this lifecycle knowing (its completion's
+        call landed and its answer was lost, an operator completed it, it timed out under throttled heartbeats)
+        would otherwise have its instance's next action under the same hook completed: one into the warm pool is
+        followed under the same hook with no other action between, a launch into a running pool by its launch
+        out of it (``Pending:Wait`` at once on a scale out: its address and readiness gate skipped), a scale-in
+        back to the pool by the pool's shrinking (``Warmed:Terminating:Wait``).
+
+        Not asked (no call) for any other action: a termination not into the pool ends its instance whatever ends
+        its action, and a launch out of it (or not through it) is followed under its hook only after a whole
+        terminating action in between (a scale-in back to the pool, drained: ``AutoscalingActions.complete``); nor for an
+        action this step's run confirmed (its confirmation before the claim: an into-pool launch's first try),
+        as any look leaves the moment after it. A retry of an into-pool completion asks (the call it retries may
+        have landed), and so does a scale-in to the pool's completion after its drain: a call each. A heartbeat
+        refused to this role (a denial of that call alone) leaves the completion to go on named by its instance,
+        as the sweep completes an action whose heartbeat failed at its last chance; throttled, it is retried as
+        the completion is."""
+        if record.destination != WARM_POOL or record.verified_at == now:
+            return True
+        try:
+            return self._autoscaling.heartbeat(record.action)
+        except AccessRefused as error:
+            log.warning(
+                "could not ask whether the lifecycle action is still active (completing it): %s", error
+            )
+            return True
 
     def _ends_its_instance(self, record: LifecycleRecord, now: datetime) -> bool:
         """Whether this lifecycle wrote its instance's state-change lifecycle over (this run, or the one a crash
