@@ -114,9 +114,12 @@ class AutoscalingActions:
         the engine stalls, a confirmation again before a disruptive step past it). What naming by the instance
         gives up: a completion after its own action ended unknown to its lifecycle (settled by hand, or timed out
         while nothing heartbeated it) settles the next action of the instance under the same hook, if there is one
-        by then, in the same state: a whole round through the warm pool later. There is no look first, as an
-        adopted action's completion has (``_still_held``): it would cost a call per lifecycle, and still leave
-        the moment after it."""
+        by then, in whatever state. After an action into the warm pool that next one comes with none between (the
+        launch out of the pool on a scale out, ``Pending:Wait``; the pool's shrinking, ``Warmed:Terminating:Wait``):
+        such a completion asks its token first unless its run confirmed it (``CompleteAction``: a call each). After
+        any other, a whole terminating action comes between (a launch's next is after a scale-in back to the pool;
+        a termination out of it ends the instance): no look first there, as an adopted action's completion has
+        (``_still_held``), which would cost a call per lifecycle and still leave the moment after it."""
         if not self._still_held(action):
             return False
         try:
