@@ -167,3 +167,29 @@ def test_a_scale_in_to_the_pool_whose_heartbeat_is_refused_is_completed_all_the_
     # Then its action is completed (named by its instance), not left to time out with the hook's default result
     assert [named.token for named, _ in world.autoscaling.completed] == ["token"]
     assert not world.record().extra.get(SETTLED_ELSEWHERE)
+
+
+def test_a_launch_into_the_pool_completed_at_its_first_try_costs_only_its_confirmation() -> None:
+    # Given a launch into the warm pool, no step before its completion
+    world = World()
+    world.autoscaling.issue("into", INSTANCE, hook=("nodes", "launch"), held_in="Warmed:Pending:Wait")
+    record = make_record(
+        (Step.COMPLETE, Step.DONE),
+        Step.COMPLETE,
+        id=f"{INSTANCE}/launch/into",
+        transition=Transition.LAUNCHING,
+        token="into",
+        hook="launch",
+        origin="EC2",
+        destination=WARM_POOL,
+        verified_at=None,
+    )
+    world.records.create(record)
+    engine = world.engine({Step.COMPLETE: CompleteAction(world.autoscaling, world.metrics)})
+
+    # When it completes
+    engine.handle(world.message(record.id))
+
+    # Then its confirmation before the claim was the only heartbeat: the run that confirmed it does not ask again
+    assert [named.token for named, _ in world.autoscaling.completed] == ["into"]
+    assert len(world.autoscaling.heartbeats) == 1
