@@ -355,18 +355,23 @@ class Sandbox:
             self._kube.apply(manifest)
 
     def _grant_cluster_access(self, runner: Runner) -> None:
-        """EKS's side of the stack: its access entries, and each function's key as a session of its role."""
+        """EKS's side of the stack: each function's key as a session of its role, which the API server maps by
+        what the EKS emulation says of it at authentication (the entries the stack made, as they are now)."""
+        from nodecycle_sandbox.aws.eks import access_reader
         from nodecycle_sandbox.kube import KubeServer
-        from nodecycle_sandbox.kube.access import AccessEntry
 
         if not isinstance(self._kube, KubeServer):
             return
-        self._kube.add_access_entries(
-            [
-                AccessEntry(e["principal_arn"], tuple(e["groups"]), e["username"])
-                for e in runner.access_entries
-            ]
-        )
+        if not self._kube.access.reads_eks:
+            self._kube.access.read_access_from(
+                access_reader(
+                    endpoint_url=self.endpoint_url,
+                    region=self.options.region,
+                    cluster=self.options.cluster_name,
+                    access_key=OPERATOR_ACCESS_KEY,
+                    secret_key=SANDBOX_SECRET_KEY,
+                )
+            )
         for function, role in runner.function_roles.items():
             self._kube.map_role(
                 runner.access_key(function), runner.roles[role]["arn"], runner.functions[function].name

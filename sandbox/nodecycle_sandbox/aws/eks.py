@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import base64
+from typing import TYPE_CHECKING
 
 from moto.eks.models import eks_backends
 
-from nodecycle_sandbox.aws.eks_access import API_AND_CONFIG_MAP, configure_access
+from nodecycle_sandbox.aws.eks_access import API_AND_CONFIG_MAP, CONFIG_MAP, configure_access
+
+if TYPE_CHECKING:
+    from nodecycle_sandbox.kube.access import RoleAccess, RoleAccessReader
 
 SANDBOX_CLUSTER_ROLE = "arn:aws:iam::{account}:role/nodecycle-sandbox-cluster"
 
@@ -40,3 +44,40 @@ def point_cluster(
     cluster = backend.clusters[name]
     cluster.endpoint = endpoint
     cluster.certificate_authority = {"data": base64.b64encode(ca_pem.encode()).decode()}
+
+
+def access_reader(
+    *, endpoint_url: str, region: str, cluster: str, access_key: str, secret_key: str
+) -> RoleAccessReader:
+    """What EKS's authenticator reads of ``cluster`` when a role's token comes: the authentication mode and the
+    role's access entry, through the EKS API (the emulation may run in another process than the API server)."""
+    import boto3
+    from botocore.config import Config
+    from botocore.exceptions import ClientError
+
+    from nodecycle_sandbox.kube.access import AccessEntry, RoleAccess
+
+    eks = boto3.client(
+        "eks",
+        endpoint_url=endpoint_url,
+        region_name=region,
+        aws_access_key_id=access_key,
+        aws_secret_access_key=secret_key,
+        config=Config(connect_timeout=2, read_timeout=10, retries={"max_attempts": 2, "mode": "standard"}),
+    )
+
+    def read(role_arn: str) -> RoleAccess:
+        described = eks.describe_cluster(name=cluster)["cluster"]
+        mode = str((described.get("accessConfig") or {}).get("authenticationMode") or CONFIG_MAP)
+        if mode == CONFIG_MAP:  # no entries there (EKS refuses them)
+            return RoleAccess(mode, None)
+        try:
+            entry = eks.describe_access_entry(clusterName=cluster, principalArn=role_arn)["accessEntry"]
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") == "ResourceNotFoundException":
+                return RoleAccess(mode, None)
+            raise
+        groups = tuple(str(group) for group in entry.get("kubernetesGroups") or ())
+        return RoleAccess(mode, AccessEntry(role_arn, groups, entry.get("username") or None))
+
+    return read

@@ -7,13 +7,21 @@ name ``arn:aws:sts::<account>:assumed-role/<role>/<session>``, the entry's group
 ``mapRoles`` of ``kube-system/aws-auth`` (clusters whose authentication mode includes ``CONFIG_MAP``).
 Anyone else gets 401, as on EKS. Every identity also belongs to ``system:authenticated``.
 
+Where the entries and the mode come from: EKS, read at authentication (``read_access_from``: the sandbox
+passes a reader of its EKS emulation), so an entry deleted or changed through the EKS API, or a mode moved to
+``API``, takes effect as on EKS, whose authenticator lags the API by a few seconds (``AUTHENTICATOR_LAG``: what
+was read of a role is kept that long). A server with no such reader (one started alone) maps roles by the
+entries it was handed (``add_access_entries``) and reads aws-auth too.
+
 An administrator may impersonate (``Impersonate-User`` / ``Impersonate-Group``, what ``kubectl --as``
 sends); anyone else needs RBAC's ``impersonate`` verb on ``users`` and ``groups``.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -31,11 +39,18 @@ from nodecycle_sandbox.kube.rbac import (
     forbidden_message,
 )
 
+_log = logging.getLogger(__name__)
+
 ADMIN_USER = "kubernetes-admin"
 JOURNAL_LIMIT = 200_000
 AWS_AUTH = ("kube-system", "aws-auth")
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
 ANONYMOUS = "system:anonymous"
+SESSION_NAME = "{{SessionName}}"  # in an entry's user name, the session's (EKS's default for a role has it)
+# EKS's authentication modes: which of access entries and aws-auth the authenticator reads.
+CONFIG_MAP, API_AND_CONFIG_MAP, API = "CONFIG_MAP", "API_AND_CONFIG_MAP", "API"
+# How long what EKS said of a role is believed: EKS's authenticator takes a few seconds to see an entry's change.
+AUTHENTICATOR_LAG = 2.0
 
 
 @dataclass(frozen=True)
@@ -48,6 +63,26 @@ class AccessEntry:
 
 
 @dataclass(frozen=True)
+class RoleAccess:
+    """What EKS says of a role at one moment: the cluster's authentication mode, and the role's entry if any."""
+
+    mode: str
+    entry: AccessEntry | None
+
+    @property
+    def entries_read(self) -> bool:
+        return self.mode != CONFIG_MAP
+
+    @property
+    def aws_auth_read(self) -> bool:
+        return self.mode != API
+
+
+# What EKS says of a role (its ARN) now; raises if EKS cannot be read.
+RoleAccessReader = Callable[[str], RoleAccess]
+
+
+@dataclass(frozen=True)
 class Authorization:
     user: User
     attributes: Attributes
@@ -55,9 +90,21 @@ class Authorization:
 
 
 class Access:
-    def __init__(self, rbac: Rbac, read_config_map: Callable[[str, str], Mapping[str, Any] | None]) -> None:
+    def __init__(
+        self,
+        rbac: Rbac,
+        read_config_map: Callable[[str, str], Mapping[str, Any] | None],
+        *,
+        lag: float = AUTHENTICATOR_LAG,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.rbac = rbac
         self._read_config_map = read_config_map
+        self._lag = lag
+        self._clock = clock
+        self._reader: RoleAccessReader | None = None
+        self._read: dict[str, tuple[float, RoleAccess]] = {}  # role ARN -> (when read, what EKS said)
+        self._reading = threading.Lock()
         self._lock = threading.Lock()
         self._admin_keys: set[str] = set()
         self._roles_by_key: dict[str, tuple[str, str]] = {}  # access key -> (role ARN, session name)
@@ -77,8 +124,20 @@ class Access:
             self._roles_by_key[access_key] = (role_arn, session_name)
 
     def add_access_entries(self, entries: Iterable[AccessEntry]) -> None:
+        """Entries to map roles by, on a server with no reader of EKS (``read_access_from``)."""
         with self._lock:
             self._entries.update({entry.principal_arn: entry for entry in entries})
+
+    def read_access_from(self, reader: RoleAccessReader) -> None:
+        """Map roles by what ``reader`` says of them at authentication (EKS's entries and mode), believed for
+        the authenticator's lag, instead of the entries handed to ``add_access_entries``."""
+        with self._lock:
+            self._reader = reader
+            self._read.clear()
+
+    @property
+    def reads_eks(self) -> bool:
+        return self._reader is not None
 
     # -- per request ------------------------------------------------------------------------------
 
@@ -113,16 +172,44 @@ class Access:
             if role is None:
                 return None
             role_arn, session = role
-            entry = self._entries.get(role_arn)
+        said = self._role_access(role_arn)
+        if said is None:
+            return None
+        entry = said.entry if said.entries_read else None
         if entry is not None:
-            return User(
-                entry.username or assumed_role_user(role_arn, session), (*entry.groups, AUTHENTICATED)
-            )
+            username = entry.username or assumed_role_user(role_arn, session)
+            return User(username.replace(SESSION_NAME, session), (*entry.groups, AUTHENTICATED))
+        if not said.aws_auth_read:
+            return None
         mapped = self._aws_auth_mapping(role_arn)
         if mapped is None:
             return None
         username, groups = mapped
         return User(username.replace("{{SessionName}}", session), (*groups, AUTHENTICATED))
+
+    def _role_access(self, role_arn: str) -> RoleAccess | None:
+        """What EKS says of the role, as its authenticator knows it (read again once the lag is past); None
+        when EKS could not be read and nothing was before (the request is then unauthenticated)."""
+        with self._lock:
+            reader = self._reader
+            if reader is None:
+                return RoleAccess(API_AND_CONFIG_MAP, self._entries.get(role_arn))
+            known = self._read.get(role_arn)
+        if known is not None and self._clock() - known[0] < self._lag:
+            return known[1]
+        with self._reading:  # one read of EKS at a time: the requests waiting on it take its answer
+            with self._lock:
+                known = self._read.get(role_arn)
+            if known is not None and self._clock() - known[0] < self._lag:
+                return known[1]
+            try:
+                said = reader(role_arn)
+            except Exception:
+                _log.warning("EKS could not be read for %s's access entry", role_arn, exc_info=True)
+                return known[1] if known is not None else None
+            with self._lock:
+                self._read[role_arn] = (self._clock(), said)
+            return said
 
     def _aws_auth_mapping(self, role_arn: str) -> tuple[str, tuple[str, ...]] | None:
         config_map = self._read_config_map(*AWS_AUTH)
