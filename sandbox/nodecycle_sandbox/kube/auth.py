@@ -1,7 +1,9 @@
 """EKS bearer tokens: ``k8s-aws-v1.`` + base64url(presigned STS GetCallerIdentity URL), made and checked.
 
-The sandbox checks the shape a real EKS authenticator needs (it never verifies the signature: the STS side
-is moto, which signs nothing), so a client that builds the token wrongly is refused with 401.
+The sandbox checks the shape a real EKS authenticator needs, so a client that builds the token wrongly is
+refused with 401; told its cluster's name, it also checks the SigV4 signature as STS would with the header
+``x-k8s-aws-id: <cluster>`` the authenticator adds (every sandbox key has the same secret,
+``SANDBOX_SECRET_KEY``): a token signed for another cluster is 401, as on EKS.
 """
 
 from __future__ import annotations
@@ -26,6 +28,15 @@ class TokenRejected(ValueError):
 ADMIN_ACCESS_KEY = (
     "AKIASANDBOXEXAMPLE"  # the key of the tokens the sandbox makes for itself: the cluster creator
 )
+SANDBOX_SECRET_KEY = "sandbox-secret-access-key"  # every sandbox key's secret (the runner's, the operator's)
+# Keys of another secret that STS knows: the pair moto's mock_aws sets in the environment of what runs under
+# it, and the test suite's fake credentials.
+_SECRETS = {"FOOBARKEY": "FOOBARSECRET", "testing": "testing"}
+CLUSTER_ID_HEADER = "x-k8s-aws-id"
+# What a presigned URL's canonical request has for its payload: botocore's own signer says it is unsigned,
+# awscrt's (botocore's when installed) signs the empty body of a GET; STS takes either.
+_UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD"
+_EMPTY_PAYLOAD = hashlib.sha256(b"").hexdigest()
 
 
 def make_eks_token(
@@ -35,7 +46,8 @@ def make_eks_token(
     now: dt.datetime | None = None,
     access_key: str = ADMIN_ACCESS_KEY,
 ) -> str:
-    """A well-formed EKS token for ``cluster_name``, as ``aws eks get-token`` prints it (signature is fake).
+    """A well-formed EKS token for ``cluster_name``, as ``aws eks get-token`` prints it (signed with
+    ``SANDBOX_SECRET_KEY``).
 
     ``sts_url_base`` is the STS endpoint (e.g. moto's ``http://127.0.0.1:5000/``); its host names the region
     in the credential scope when it looks like ``sts.<region>.amazonaws.com``.
@@ -50,16 +62,21 @@ def make_eks_token(
         f"&X-Amz-Credential={quote(scope, safe='')}&X-Amz-Date={amz_date}&X-Amz-Expires=60"
         "&X-Amz-SignedHeaders=host%3Bx-k8s-aws-id"
     )
-    signature = hmac.new(cluster_name.encode(), query.encode(), hashlib.sha256).hexdigest()
-    url = f"{sts_url_base.rstrip('/')}/?{query}&X-Amz-Signature={signature}"
+    url = f"{sts_url_base.rstrip('/')}/?{query}"
+    signature = presigned_signature(url, cluster_name, SANDBOX_SECRET_KEY)
+    url = f"{url}&X-Amz-Signature={signature}"
     return TOKEN_PREFIX + base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
 
 
 def check_eks_token(
-    token: str, *, max_age_seconds: float | None = None, now: dt.datetime | None = None
+    token: str,
+    *,
+    max_age_seconds: float | None = None,
+    now: dt.datetime | None = None,
+    cluster_name: str | None = None,
 ) -> str:
-    """The access key that signed ``token``; TokenRejected unless it is an EKS token (and, with
-    ``max_age_seconds``, a fresh one)."""
+    """The access key that signed ``token``; TokenRejected unless it is an EKS token (with ``max_age_seconds``,
+    a fresh one; with ``cluster_name``, one signed for that cluster)."""
     if not token.startswith(TOKEN_PREFIX):
         raise TokenRejected(f"token does not start with {TOKEN_PREFIX!r}")
     encoded = token[len(TOKEN_PREFIX) :]
@@ -92,7 +109,63 @@ def check_eks_token(
     access_key = query.get("X-Amz-Credential", "").split("/", 1)[0]
     if not access_key:
         raise TokenRejected("presigned URL has no X-Amz-Credential")
+    if cluster_name is not None:
+        unsigned = "&".join(p for p in parts.query.split("&") if not p.startswith("X-Amz-Signature="))
+        presigned = parts._replace(query=unsigned).geturl()
+        given, secret = query["X-Amz-Signature"], _SECRETS.get(access_key, SANDBOX_SECRET_KEY)
+        if not any(
+            hmac.compare_digest(presigned_signature(presigned, cluster_name, secret, payload), given)
+            for payload in (_UNSIGNED_PAYLOAD, _EMPTY_PAYLOAD)
+        ):
+            raise TokenRejected(
+                f"signature does not match with {CLUSTER_ID_HEADER}: {cluster_name} (a token for another cluster)"
+            )
     return access_key
+
+
+def presigned_signature(
+    url: str, cluster_name: str, secret_key: str, payload: str = _UNSIGNED_PAYLOAD
+) -> str:
+    """The SigV4 signature of a presigned GET ``url`` (its query without X-Amz-Signature) whose signed headers
+    are sent with ``x-k8s-aws-id: cluster_name``: what STS computes when EKS's authenticator forwards it."""
+    parts = urlsplit(url)
+    query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
+    # botocore's canonical query: the URL's own encoded pairs, sorted
+    pairs = sorted(pair.partition("=")[::2] for pair in parts.query.split("&") if pair)
+    canonical_query = "&".join(f"{key}={value}" for key, value in pairs)
+    header_values = {"host": _host(parts.scheme, parts.netloc), CLUSTER_ID_HEADER: cluster_name}
+    signed = query.get("X-Amz-SignedHeaders", "")
+    try:
+        canonical_headers = "".join(f"{name}:{header_values[name]}\n" for name in signed.split(";"))
+    except KeyError as unknown:
+        raise TokenRejected(
+            f"presigned URL signs a header the authenticator does not send: {unknown}"
+        ) from None
+    canonical_request = "\n".join(
+        ["GET", quote(parts.path or "/", safe="/~"), canonical_query, canonical_headers, signed, payload]
+    )
+    _, _, scope = query.get("X-Amz-Credential", "").partition("/")
+    day, region, service, _ = [*scope.split("/"), "", "", "", ""][:4]
+    string_to_sign = "\n".join(
+        [
+            "AWS4-HMAC-SHA256",
+            query.get("X-Amz-Date", ""),
+            scope,
+            hashlib.sha256(canonical_request.encode()).hexdigest(),
+        ]
+    )
+    key = f"AWS4{secret_key}".encode()
+    for part in (day, region, service, "aws4_request"):
+        key = hmac.new(key, part.encode(), hashlib.sha256).digest()
+    return hmac.new(key, string_to_sign.encode(), hashlib.sha256).hexdigest()
+
+
+def _host(scheme: str, netloc: str) -> str:
+    # botocore signs the host without the scheme's default port
+    host, _, port = netloc.rpartition(":") if ":" in netloc.rsplit("]", 1)[-1] else (netloc, "", "")
+    if (scheme, port) in (("https", "443"), ("http", "80")):
+        return host
+    return netloc
 
 
 def bearer_token(authorization: str | None) -> str | None:
