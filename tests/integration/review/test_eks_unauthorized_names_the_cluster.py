@@ -1,0 +1,51 @@
+"""A function the cluster answers 401 (its role's access entry gone, or its token signed for another cluster than
+the API server's: a stack whose ClusterName is not the cluster's) is refused, and the refusal is all an operator
+reads of it (the drain's event, its log line). It says "Unauthorized" only: neither the cluster the function
+signed for nor what a 401 from EKS means, where a 403 names the user and the verb. The fix belongs to the drain's
+adapter (``adapters/kube/errors.py`` ``forbidden_refused`` or ``eks_access._RenewingApiClient``: a 401 that
+outlasts the fresh token's retry names the cluster, e.g. "Unauthorized by EKS cluster sandbox: no access entry
+maps this function's role there, or its token was signed for another cluster (ClusterName)"), hence the strict
+xfail. On the real adapter against the sandbox API server."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from nodecycle.adapters.kube.cluster_api import KubeCluster
+from nodecycle.domain.ports.cluster import Refused
+from nodecycle_sandbox.kube import KubeServer
+from tests.integration.budget.conftest import DRAIN_ROLE
+from tests.integration.kube.cluster import drain_cluster, drain_server
+from tests.integration.kube.test_kube_drain_steps import NODE, SEED
+
+
+@pytest.fixture
+def server() -> Iterator[KubeServer]:
+    with drain_server(SEED) as kube:
+        yield kube
+
+
+@pytest.fixture
+def cluster(server: KubeServer) -> Iterator[KubeCluster]:
+    with drain_cluster(server) as adapter:
+        yield adapter
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a 401's Refused says 'Unauthorized' only, not the EKS cluster the function signed for "
+    "(adapters/kube/errors.py, eks_access.py)",
+)
+def test_a_refusal_of_an_unknown_role_names_the_cluster_it_signed_for(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given the drain function's key a session of a role the cluster has no access entry for
+    server.map_role("FOOBARKEY", DRAIN_ROLE.replace("DrainFunction", "Recreated"), "nodecycle-DrainFunction")
+
+    with pytest.raises(Refused) as refused:
+        cluster.get_node(NODE)
+
+    # Then the refusal names the cluster, as the operator must look there (its access entries, the stack's name of it)
+    assert "sandbox" in str(refused.value), str(refused.value)
