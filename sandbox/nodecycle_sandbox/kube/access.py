@@ -204,8 +204,8 @@ class Access:
                 return known[1]
             try:
                 said = reader(role_arn)
-            except Exception:
-                _log.warning("EKS could not be read for %s's access entry", role_arn, exc_info=True)
+            except Exception as error:  # whatever EKS's failure, the authenticator answers
+                _log.warning("EKS could not be read for %s's access entry: %r", role_arn, error)
                 return known[1] if known is not None else None
             with self._lock:
                 self._read[role_arn] = (self._clock(), said)
