@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from nodecycle.adapters.kube import server_clock
 from nodecycle.adapters.kube.core_v1 import CoreV1
 from nodecycle.adapters.kube.eks_access import REQUEST_TIMEOUT
 from nodecycle.adapters.kube.errors import (
@@ -108,6 +110,16 @@ def pod_info(data: dict[str, Any]) -> PodInfo:
     )
 
 
+def _on_reader_clock(pod: PodInfo, ahead: timedelta) -> PodInfo:
+    """``pod`` with its deletion deadline on the reader's clock, which runs ``ahead`` of the API server's: once the
+    force policy has acted, a pod is left FORCED_STOP_SLACK (10 s) past that deadline, and a function whose clock
+    ran 10 s or more ahead left the pods it forced while their grace still ran (its instance then terminated with
+    them still stopping: invariant 2); one behind held the slot that much longer (invariant 10)."""
+    if pod.deletion_at is None or not ahead:
+        return pod
+    return pod.model_copy(update={"deletion_at": server_clock.on_reader_clock(pod.deletion_at, ahead)})
+
+
 def _timestamp(text: str | None) -> datetime | None:
     """An RFC 3339 timestamp of the API (``2026-12-01T10:00:00Z``), timezone-aware."""
     return None if not text else datetime.fromisoformat(text.replace("Z", "+00:00"))
@@ -119,8 +131,11 @@ def _json(response: Any) -> dict[str, Any]:
 
 
 class KubeCluster:
-    def __init__(self, api_client: Callable[[], ApiClient]) -> None:
+    def __init__(
+        self, api_client: Callable[[], ApiClient], *, wall_clock: Callable[[], float] = time.time
+    ) -> None:
         self._api_client = api_client
+        self._wall_clock = wall_clock
         self._core: CoreV1 | None = None
 
     @property
@@ -307,8 +322,11 @@ class KubeCluster:
                     _preload_content=False,
                     _request_timeout=REQUEST_TIMEOUT,
                 )
+            # (each pod's deletion deadline on this function's clock: the API server stamped it on its own, and
+            # the drain compares it with its now, a function's clock that may run a minute off; see _on_reader_clock)
+            ahead = server_clock.lead(response, self._wall_clock())
             page = _json(response)
-            pods.extend(pod_info(item) for item in page.get("items") or [])
+            pods.extend(_on_reader_clock(pod_info(item), ahead) for item in page.get("items") or [])
             token = (page.get("metadata") or {}).get("continue")
             if not token:
                 return pods

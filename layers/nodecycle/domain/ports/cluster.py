@@ -75,7 +75,8 @@ class PodInfo(BaseModel):
     mirror: bool  # a static pod's mirror: the kubelet owns it, the API cannot evict it
     grace_period: int | None  # spec.terminationGracePeriodSeconds
     # metadata.deletionTimestamp: set when a deletion (or eviction) was accepted, to the moment by which the
-    # kubelet should have stopped the pod (request + grace); and metadata.deletionGracePeriodSeconds
+    # kubelet should have stopped the pod (request + grace), on the reader's clock (the adapter moves it by how far
+    # that runs ahead of the API server's, as the answer's Date tells); and metadata.deletionGracePeriodSeconds
     deletion_at: datetime | None = None
     deletion_grace: int | None = None
 
