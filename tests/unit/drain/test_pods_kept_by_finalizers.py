@@ -53,3 +53,34 @@ def test_pods_the_force_deleted_are_waited_for_a_few_seconds_past_their_grace_wh
         "drain-timeout-forced; 1 pods left terminating (past their deletion deadline)"
     )
     assert at <= late + timedelta(seconds=5 + 20)
+
+
+def test_a_pod_whose_deletion_the_force_shortened_is_given_the_force_grace_from_the_force() -> None:
+    # Given a pod a rollout deleted with its own 600 s grace 100 s before the drain's timeout, its node's kubelet
+    # still stopping it (its preStop hook running), and a drain whose force grace is 30 s
+    late = T0 + timedelta(seconds=600)
+    asked = late - timedelta(seconds=100)
+    rolled = pod("web-1", grace_period=600, deletion_at=asked + timedelta(seconds=600), deletion_grace=600)
+    cluster = FakeCluster(nodes={NODE: node()}, pods=[rolled], now=late)
+    step = evict(cluster, force_grace_seconds="30")
+
+    # When the force deletes it again with its grace at the timeout: the API server counts the shorter grace from
+    # the first request (its deadline 70 s past), while the kubelet stops the pod with it from when it sees it,
+    # SIGKILL 30 s after the force (kubelet pod workers: a shorter grace restarts the kill)
+    record, at, ended_at = polled(), late, None
+    while at <= late + timedelta(seconds=120):
+        cluster.now = at
+        outcome = step(record, at)
+        record = record.model_copy(update=dict(outcome.changes))
+        if not outcome.again:
+            ended_at = at
+            break
+        at += timedelta(seconds=max(outcome.delay, 1))
+
+    # Then the drain forced it, and leaves it no sooner than its force grace from the force (the instance then
+    # terminated with it still stopping: invariant 2), nor later than the grace and invariant 10's margin
+    assert cluster.deletions == [("web-1", 30)]
+    assert cluster.pods[0].deletion_at == asked + timedelta(seconds=30)
+    assert ended_at is not None
+    assert late + timedelta(seconds=30) <= ended_at <= late + timedelta(seconds=30 + 20), ended_at - late
+    assert record.outcome == "drain-timeout-forced; 1 pods left terminating (past their deletion deadline)"

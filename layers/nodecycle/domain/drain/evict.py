@@ -303,9 +303,7 @@ class Evict:
         if graces is not None:
             record = record.model_copy(update={"extra": {**record.extra, GRACES: graces}})
         left = podfilter.remaining(pods)
-        stuck, why = self._stuck(
-            info, left, now, past_deadline=now >= deadline, forced=record.forced_at is not None
-        )
+        stuck, why = self._stuck(info, left, now, past_deadline=now >= deadline, forced_at=record.forced_at)
         if len(stuck) == len(left):
             base = "drained" if record.forced_at is None else "drain-timeout-forced"
             if stuck:
@@ -598,7 +596,13 @@ class Evict:
         self._events.on_node(_known(record.node, "node"), record.node_uid, reason, message, warning=True)
 
     def _stuck(
-        self, node: NodeInfo, left: list[PodInfo], now: datetime, *, past_deadline: bool, forced: bool = False
+        self,
+        node: NodeInfo,
+        left: list[PodInfo],
+        now: datetime,
+        *,
+        past_deadline: bool,
+        forced_at: datetime | None = None,
     ) -> tuple[list[PodInfo], str]:
         """The pods of ``left`` that will never leave by themselves, and why: all those being deleted when
         the node's kubelet is gone (Ready Unknown: they stay Terminating until the node object goes; a kubelet
@@ -612,8 +616,11 @@ class Evict:
         with grace 0 (the force's, for a pod whose own grace is 0; an operator's --force), at once, before any
         kubelet acts. Either way no grace is owed to them, so the instance's end takes nothing from them the delete
         did not, and the outcome says what is known. Before the deadline, their finalizers' controller is given
-        that minute (a Job's tracking finalizer goes within seconds). Once ``forced`` (the force policy deleted
-        the pods), a pod is waited for only FORCED_STOP_SLACK past its deletion's deadline, not that minute."""
+        that minute (a Job's tracking finalizer goes within seconds). Once forced (``forced_at``: the force policy
+        deleted the pods), a pod is waited for only FORCED_STOP_SLACK past its deletion's deadline, not that minute,
+        and never less than past the force grace from the force: a pod being deleted with a longer grace that the
+        force deleted again has its deadline counted by the API server from the first request (possibly long past),
+        while its kubelet stops it with the shorter grace from when it sees it (a shorter grace restarts its kill)."""
         deleting = [pod for pod in left if pod.deletion_at is not None]
         if not deleting:
             return [], ""
@@ -624,8 +631,13 @@ class Evict:
         )
         if overdue and node.kubelet_lost:
             return deleting, "node not ready"
-        slack = FORCED_STOP_SLACK if forced and past_deadline else STUCK_AFTER
-        past = [pod for pod in deleting if pod.deletion_at is not None and now > pod.deletion_at + slack]
+
+        def given_up(deadline: datetime) -> datetime:
+            if forced_at is None or not past_deadline:
+                return deadline + STUCK_AFTER
+            return max(deadline, forced_at + timedelta(seconds=self._policy.force_grace)) + FORCED_STOP_SLACK
+
+        past = [pod for pod in deleting if pod.deletion_at is not None and now > given_up(pod.deletion_at)]
         kept = [pod for pod in deleting if past_deadline and pod.deletion_grace == 0 and pod not in past]
         if not kept:
             return past, "past their deletion deadline"
