@@ -84,3 +84,46 @@ def test_a_pod_whose_deletion_the_force_shortened_is_given_the_force_grace_from_
     assert ended_at is not None
     assert late + timedelta(seconds=30) <= ended_at <= late + timedelta(seconds=30 + 20), ended_at - late
     assert record.outcome == "drain-timeout-forced; 1 pods left terminating (past their deletion deadline)"
+
+
+def test_at_the_timeout_pods_long_past_their_deadline_and_pods_with_no_grace_left_are_left_together() -> None:
+    # Given, at the drain's timeout (before its policy acts), a pod an operator force-deleted (grace 0) that a
+    # finalizer keeps, and one whose deadline passed more than a minute ago (its container runtime hung)
+    late = T0 + timedelta(seconds=600)
+    kept = pod("web-1", grace_period=0, deletion_at=late - timedelta(seconds=1), deletion_grace=0)
+    hung = pod("web-2", deletion_at=late - timedelta(seconds=61), deletion_grace=30)
+    cluster = FakeCluster(nodes={NODE: node()}, pods=[kept, hung], now=late)
+
+    # When the drain looks at its deadline
+    outcome = evict(cluster)(polled(), late)
+
+    # Then it leaves both, saying why of each kind, and deletes neither (nothing is left to force)
+    assert outcome.changes["outcome"] == (
+        "drained; 2 pods left terminating "
+        "(past their deletion deadline, or deleted with no grace left and kept by finalizers)"
+    )
+    assert cluster.deletions == []
+
+
+def test_pods_the_force_deleted_a_moment_late_are_looked_at_again_when_given_up_not_a_poll_later() -> None:
+    # Given a drain that polls every 300 s at its timeout, whose pod's container runtime hangs, and an API server
+    # that stamps the force's delete 2 s after the drain's now (its answer slow, or its clock within the 2 s no
+    # Date can tell from none)
+    late = T0 + timedelta(seconds=600)
+    cluster = FakeCluster(nodes={NODE: node()}, pods=[pod("web-1")], now=late + timedelta(seconds=2))
+    step = evict(cluster, drain_poll_seconds="300", budget_holder_ttl_seconds="1200")
+
+    # When the drain runs at its own delays from its timeout, the force deleting the pod (grace 5 s)
+    record, at, ended_at = polled(), late, None
+    while at <= late + timedelta(seconds=600):
+        outcome = step(record, at)
+        record = record.model_copy(update=dict(outcome.changes))
+        if not outcome.again:
+            ended_at = at
+            break
+        at += timedelta(seconds=max(outcome.delay, 1))
+
+    # Then it leaves the pod FORCED_STOP_SLACK past its deadline, not a poll (300 s) later: invariant 10
+    assert cluster.deletions == [("web-1", 5)]
+    assert ended_at is not None
+    assert ended_at <= late + timedelta(seconds=5 + 20), ended_at - late

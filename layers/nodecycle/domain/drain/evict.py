@@ -671,13 +671,19 @@ class Evict:
             return self._drained(record, now, "drain-timeout-forced-incomplete", **changes)
         # the pods not being deleted yet, and those someone else deletes with a longer grace than the force grace
         pods = [pod for pod in left if not pod.terminating]
-        extra, retry_after = self._force(record, pods + podfilter.outlasting(left, policy.force_grace, now))
+        forced = pods + podfilter.outlasting(left, policy.force_grace, now)
+        extra, retry_after = self._force(record, forced)
         # (a server that said when to come back is asked no sooner, up to where the force grace's slack ends)
         until = self._force_ends(forced_at) - now
-        # (looked at again no later than when the pods it deleted are given up, FORCED_STOP_SLACK past the force
-        # grace, whatever the poll interval: a longer poll would hold the slot past it; a Retry-After still holds)
+        # (looked at again no later than when the last pod being deleted is given up (see _stuck: FORCED_STOP_SLACK
+        # past its deadline, or the force grace from the force; those deleted now from now), whatever the poll
+        # interval: a longer poll would hold the slot past it, a poll-long wait more for a pod whose delete the API
+        # server stamped a moment after the drain's now; a Retry-After still holds)
         poll: float = policy.poll_seconds
-        given_up = forced_at + timedelta(seconds=policy.force_grace) + FORCED_STOP_SLACK - now
+        grace = timedelta(seconds=policy.force_grace)
+        waited = [pod.deletion_at for pod in left if pod.deletion_at is not None and pod not in forced]
+        deadlines = [forced_at + grace, *waited]
+        given_up = max(deadlines + ([now + grace] if forced else [])) + FORCED_STOP_SLACK - now
         if given_up >= timedelta(0):
             poll = min(poll, given_up.total_seconds() + 1)
         wait = max(poll, retry_after_wait(retry_after, until))
