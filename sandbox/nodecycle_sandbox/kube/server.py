@@ -148,7 +148,9 @@ class KubeServer:
             api=self._api,
             kubelet=self._kubelet,
             counters=self._counters,
-            check_token=functools.partial(check_eks_token, max_age_seconds=self._token_max_age),
+            check_token=functools.partial(
+                check_eks_token, max_age_seconds=self._token_max_age, cluster_name=self.cluster_name
+            ),
             server_address=lambda: f"{self._host}:{self.port}",
             access=self.access,
             admission=self.admission,

@@ -2,8 +2,8 @@
 authenticator sends with its own cluster's name, so STS refuses (and EKS answers 401) a token signed for another.
 ``check_eks_token`` told the cluster checks that signature as STS does (every sandbox key's secret is the same); a
 token the product makes (``EksTokens``, botocore's presigner, awscrt's if installed) or the sandbox makes
-(``make_eks_token``) passes for its cluster and no other. The API server does not yet pass its cluster's name
-(``kube/server.py``), hence the strict xfail at the end."""
+(``make_eks_token``) passes for its cluster and no other, and the API server checks each token against its own
+cluster's name (``kube/server.py``)."""
 
 from __future__ import annotations
 
@@ -93,12 +93,6 @@ def status_with(server: KubeServer, token: str) -> int:
     return 200
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="kube/server.py checks tokens without its cluster's name: "
-    "functools.partial(check_eks_token, max_age_seconds=..., cluster_name=self.cluster_name) is the fix "
-    "(and tests/sandbox/kube/test_transport_auth_discovery.py's token for cluster 'c' made for server.cluster_name)",
-)
 def test_the_api_server_answers_401_to_a_token_for_another_cluster(server: KubeServer) -> None:
     assert (status_with(server, make_eks_token("sandbox")), status_with(server, make_eks_token("prod"))) == (
         200,

@@ -75,7 +75,9 @@ def test_eks_token_made_for_any_sts_endpoint_is_accepted(server: KubeServer) -> 
     for sts in ("https://sts.eu-west-1.amazonaws.com/", "http://127.0.0.1:5000"):
         names = [
             ns.metadata.name
-            for ns in connect(server, token=make_eks_token("c", sts)).core.list_namespace().items
+            for ns in connect(server, token=make_eks_token(server.cluster_name, sts))
+            .core.list_namespace()
+            .items
         ]
         assert names == ["default", "kube-node-lease", "kube-public", "kube-system"]
 
