@@ -14,7 +14,7 @@ PYTEST_WORKERS ?= 3
 export SAM_CLI_TELEMETRY := 0
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help install lock lint lint-types template build pytest test test-unit test-contracts test-functions \
+.PHONY: help install lock lint lint-types template build pytest durations test test-unit test-contracts test-functions \
 	test-integration test-sandbox test-campaign test-benchmarks demo sandbox bench clean
 
 help:
@@ -24,6 +24,7 @@ help:
 	@echo "               one level of the suite (tests/README.md), without coverage"
 	@echo "make sandbox   start the sandbox and keep it running (watch it with kubectl)"
 	@echo "make bench     run the benchmarks and print their ratios"
+	@echo "make durations run the tests as make test does and record each file's time (tests/durations.json)"
 
 # requirements/dev.lock pins every development tool and library (make lock writes it): CI installs
 # exactly what was tested here.
@@ -57,9 +58,17 @@ template: install
 build: install
 	sam build --cached --build-dir .aws-sam/build
 
+PYTEST_ALL := pytest -n $(PYTEST_WORKERS) --dist loadfile --cov --cov-report=term --cov-report=xml -q --durations=25
+
 pytest: install
 	@command -v kubectl >/dev/null || { echo "kubectl is required: the sandbox tests drive it"; exit 1; }
-	pytest -n $(PYTEST_WORKERS) --dist loadfile --cov --cov-report=term --cov-report=xml -q --durations=25
+	$(PYTEST_ALL)
+
+# The files go out to the workers longest first, by their times in tests/durations.json: after tests are added
+# or made faster, record them again (a whole run, as make test's) and commit the file.
+durations: install build
+	@command -v kubectl >/dev/null || { echo "kubectl is required: the sandbox tests drive it"; exit 1; }
+	$(PYTEST_ALL) --record-durations
 
 test: lint template build pytest
 

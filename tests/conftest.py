@@ -13,6 +13,7 @@ import pytest
 from moto import mock_aws
 
 from nodecycle.observability import logger, metrics
+from tests.support import durations
 from tests.support.stack import Stack, create_stack
 
 REGION = "eu-west-1"
@@ -21,13 +22,16 @@ TESTS = Path(__file__).resolve().parent
 LEVELS = ("unit", "contracts", "functions", "integration", "sandbox", "campaign", "benchmarks")
 
 
-# Levels whose files each run for a minute or more (besides the files of tests marked slow)
-LONG_LEVELS = ("campaign", "benchmarks")
-# Files as long as those, not marked slow (not end-to-end): test_document_bound.py's two tests took 87 s and 58 s
-# in a run of -n 2 --durations (2026-12-04), and went out 34th, after the campaign. (Its zone-outage test, 16 s
-# and 14 s for its two cases since it bisects for its document's size (2026-12-05), still leaves the file half
-# a minute long. This session's long file, test_launch_terminated_while_open.py, 73 s alone, is marked slow.)
-LONG_FILES = ("integration/budget/test_document_bound.py",)
+# Each file's time in the last whole run: the files go out longest first (tests/support/durations.py)
+DURATIONS = TESTS / "durations.json"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--record-durations",
+        action="store_true",
+        help=f"write each test file's time in this run into {DURATIONS.relative_to(TESTS.parent)} (make durations)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -37,6 +41,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # The order below is the one wanted.
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
+    if config.getoption("record_durations") and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(durations.Recorder(DURATIONS, TESTS), "nodecycle-durations")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -44,19 +50,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         level = item.path.relative_to(TESTS).parts[0]
         if level in LEVELS:
             item.add_marker(level)
-    # The long files first: `pytest -n N --dist loadfile` hands files out in this order, and a long file handed
-    # out last runs alone at the end while the other workers idle (3 minutes of a whole-suite run's 12).
-    long_files = {
-        item.path
-        for item in items
-        if item.get_closest_marker("slow")
-        or item.path.relative_to(TESTS).parts[0] in LONG_LEVELS
-        or item.path.relative_to(TESTS).as_posix() in LONG_FILES
-    }
-    # (the end-to-end files before the campaigns and benchmarks: the longest of them run for minutes)
-    items.sort(
-        key=lambda item: (item.path not in long_files, item.path.relative_to(TESTS).parts[0] != "integration")
-    )
+    # The longest files first: `pytest -n N --dist loadfile` hands files out in this order, and a long file handed
+    # out last runs alone at the end while the other workers idle (3 minutes of a whole-suite run's 12 when the
+    # files went out as collected). A stable sort: each file's tests keep their order.
+    names = {item.path: item.path.relative_to(TESTS).as_posix() for item in items}
+    slow = {names[item.path] for item in items if item.get_closest_marker("slow")}
+    expected = durations.estimates(set(names.values()), durations.load(DURATIONS), slow)
+    items.sort(key=lambda item: -expected[names[item.path]])
 
 
 # botocore parses a service's model (JSON: 4 MB for EC2) once per session, and moto starts each test with a new
