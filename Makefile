@@ -58,17 +58,17 @@ template: install
 build: install
 	sam build --cached --build-dir .aws-sam/build
 
-PYTEST_ALL := pytest -n $(PYTEST_WORKERS) --dist loadfile --cov --cov-report=term --cov-report=xml -q --durations=25
+PYTEST_ARGS ?=
 
 pytest: install
 	@command -v kubectl >/dev/null || { echo "kubectl is required: the sandbox tests drive it"; exit 1; }
-	$(PYTEST_ALL)
+	pytest -n $(PYTEST_WORKERS) --dist loadfile --cov --cov-report=term --cov-report=xml -q --durations=25 $(PYTEST_ARGS)
 
 # The files go out to the workers longest first, by their times in tests/durations.json: after tests are added
-# or made faster, record them again (a whole run, as make test's) and commit the file.
-durations: install build
-	@command -v kubectl >/dev/null || { echo "kubectl is required: the sandbox tests drive it"; exit 1; }
-	$(PYTEST_ALL) --record-durations
+# or made faster, record them again (a whole run, as make test's; `make test PYTEST_ARGS=--record-durations`
+# records them in the same run) and commit the file.
+durations: build
+	$(MAKE) pytest PYTEST_ARGS=--record-durations
 
 test: lint template build pytest
 
