@@ -11,6 +11,7 @@ import base64
 import datetime as dt
 from collections.abc import Iterator
 
+import boto3
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -41,6 +42,8 @@ def product_token(monkeypatch: pytest.MonkeyPatch, cluster: str) -> str:
     }.items():
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    # (boto3's default session keeps the credentials it resolved first: another test's in this worker, else)
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
     return EksTokens(cluster).token()
 
 

@@ -88,10 +88,12 @@ def test_a_function_timed_out_mid_batch_sends_the_whole_batch_back(
     # Given a function of a 1 s timeout whose batch of two takes 4 s (the first record done, then the time out)
     runner = make_runner(_template(visibility=2, timeout=1, window=1), {"worker": HANDLER}, mode="process")
     done = tmp_path / "done"
-    for _ in range(2):
-        runner.sqs.send_message(
-            QueueUrl=runner.queue("Work").url, MessageBody=json.dumps({"done": str(done), "takes": 2})
-        )
+    # (sent in one call, so that both are in the queue for the mapping's first receive, however loaded the machine)
+    body = json.dumps({"done": str(done), "takes": 2})
+    runner.sqs.send_message_batch(
+        QueueUrl=runner.queue("Work").url,
+        Entries=[{"Id": str(n), "MessageBody": body} for n in range(2)],
+    )
 
     # When the batch is invoked and times out
     first = runner.journal.wait_until(lambda: runner.journal.invocations("Worker"), timeout=20)[0]
