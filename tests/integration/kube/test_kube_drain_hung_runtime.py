@@ -5,29 +5,17 @@ that they will never go. Invariant 10: no drain holds its slot past its timeout,
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from kubernetes.client import CoreV1Api
 
 from nodecycle.adapters.kube.cluster_api import KubeCluster
-from nodecycle.domain.model import Step
 from nodecycle_sandbox.chaos.invariants import SLOT_MARGIN
 from nodecycle_sandbox.kube import KubeServer
 from nodecycle_sandbox.kube.meta import JsonObj
-from tests.integration.kube.cluster import FORCE_GRACE, TIMEOUT, evict_step
-from tests.unit.drain.test_drain_steps import FakeSlots, policy, terminating
-
-NODE = "ip-10-0-1-10.eu-west-1.compute.internal"
-INSTANCE = "i-0a1b2c3d4e5f60101"
-SEED = {
-    "namespaces": ["shop"],
-    "nodes": [
-        {"privateIp": "10.0.1.10", "instanceId": INSTANCE, "zone": "eu-west-1a"},
-        {"privateIp": "10.0.2.10", "instanceId": "i-0a1b2c3d4e5f60201", "zone": "eu-west-1b"},
-    ],
-    # a budget that allows no disruption: the drain's evictions are refused until its timeout forces the pods
-    "deployments": [{"name": "web", "namespace": "shop", "replicas": 4, "pdb": {"maxUnavailable": 0}}],
-}
+from tests.integration.kube.cluster import FORCE_GRACE, TIMEOUT
+from tests.integration.kube.forced_drain import NODE, forced_past_its_timeout
+from tests.integration.kube.forced_drain import SEED as SEED  # (read by conftest.py's server fixture)
 
 
 def _web_pods(server: KubeServer) -> list[JsonObj]:
@@ -72,37 +60,10 @@ def test_pods_a_hung_runtime_never_stops_hold_the_slot_no_longer_than_the_force_
     admin = CoreV1Api(server.api_client())
     admin.patch_node(NODE, {"spec": {"unschedulable": True}})
     server.hang_runtime(NODE)
-    # (its deadline now, by the API server's clock, which times the force's deletions: the drain began a timeout
-    # ago, when its pods' budget first refused them)
-    deadline = datetime.now(UTC)
-    start = deadline - TIMEOUT
-    record = terminating(
-        Step.EVICT,
-        id=f"{INSTANCE}/terminate/token",
-        instance_id=INSTANCE,
-        node=NODE,
-        drain_started_at=start,
-        drain_deadline=deadline,
-    )
-    step = evict_step(
-        cluster,
-        NODE,
-        INSTANCE,
-        slots=FakeSlots(holders={NODE}, held_for={NODE: record.id}),
-        drain_policy=policy(timeout_policy="force"),
-    )
-
     # When the drain polls at its own delays, its timeout's force policy deleting the pods, which never stop
-    at, ended_at = start, None
-    while at <= deadline + timedelta(seconds=300):
-        outcome = step(record, at)
-        server.settle()
-        record = record.model_copy(update=dict(outcome.changes))
-        if not outcome.again:
-            ended_at = at
-            break
-        # (from its first poll straight to its deadline: nothing changes in between)
-        at = max(at + timedelta(seconds=max(outcome.delay, 1)), deadline)
+    record, deadline, ended_at = forced_past_its_timeout(
+        cluster, server, timeout=TIMEOUT, horizon=timedelta(seconds=300)
+    )
 
     # Then the pods are still there, Terminating, and the drain ended within its timeout, the force grace and the
     # margin, leaving them
