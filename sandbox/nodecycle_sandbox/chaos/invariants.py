@@ -74,9 +74,18 @@ FORCED_DELETE_SLACK = 60.0
 DRAIN_TAIL_LONGEST = 120.0
 # Times from two processes' clocks (the API server's history, the Auto Scaling emulation's), one machine's
 CLOCK_SLACK = 0.05
-# The API server's faults that leave a request undone (a slow answer or a lost response did it)
+# The API server's faults that leave a request undone (a slow answer or a lost response did it); a 409 storm's
+# conflict is one too: a cordon's PATCH it answers is a first try of the drain, whose time runs since
 _NOT_DONE = frozenset(
-    {"kube-throttle", "kube-error", "kube-drop", "kube-webhook-down", "kube-webhook-deny", "kube-forbidden"}
+    {
+        "kube-throttle",
+        "kube-error",
+        "kube-drop",
+        "kube-webhook-down",
+        "kube-webhook-deny",
+        "kube-forbidden",
+        "kube-conflict",
+    }
 )
 
 
