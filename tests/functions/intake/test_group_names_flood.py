@@ -7,22 +7,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import timedelta
-from types import SimpleNamespace
-from typing import Any, cast
 
 import pytest
 
 from nodecycle.adapters.aws.autoscaling import AutoscalingActions
-from nodecycle.domain.catalog import LOOKUP_BURST, LOOKUP_EVERY, OWNER_TAG, LifecycleHooks
+from nodecycle.domain.catalog import LOOKUP_BURST, LOOKUP_EVERY, OWNER_TAG
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.intake import Intake, IntakeOutcome
 from nodecycle.domain.model import LifecycleEvent, Transition
-from nodecycle.domain.policy import PlanPolicy
 from nodecycle.domain.ports.lifecycle import Hook
-from nodecycle.wiring.intake import managed_groups
 from nodecycle_sandbox.aws.group import AutoScalingGroup, GroupSpec
 from tests.sandbox.aws.conftest import REGION, Emulation, aws  # noqa: F401  (the emulation in process)
-from tests.support.fakes import FakeAutoscaling, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
+from tests.support.fakes import FakeAutoscaling, FakeClock
+from tests.unit.review.test_intake_invented_group_names import a_stack
 
 OWNER, HOOK = "stack-a", "terminate"
 
@@ -40,26 +37,6 @@ class CountingAutoscaling(FakeAutoscaling):
     def groups_tagged(self, owner: str) -> frozenset[str]:
         self.reads.append(f"tag:{owner}")
         return super().groups_tagged(owner)
-
-
-def a_stack(autoscaling: CountingAutoscaling, clock: FakeClock, named: tuple[str, ...] = ()) -> Intake:
-    """A stack that manages the groups tagged for it (and those ``named``), as the intake function's wiring
-    builds its catalog."""
-    config = SimpleNamespace(owner_id=OWNER, managed_groups=named, managed_by_tag=True, managed_hooks=("*",))
-    ports = SimpleNamespace(autoscaling=autoscaling, clock=clock)
-    return Intake(
-        owner=OWNER,
-        plan=PlanPolicy(kubernetes=True, eip=False, readiness_gate=True),
-        records=InMemoryRecords(),
-        queues=RecordingQueues(),
-        groups=managed_groups(cast(Any, config), cast(Any, ports)),
-        hooks=LifecycleHooks(autoscaling, clock),
-        autoscaling=autoscaling,
-        clock=clock,
-        metrics=FakeMetrics(),
-        resume_grace=timedelta(seconds=5),
-        retry_window=timedelta(seconds=17),
-    )
 
 
 def naming(group: str, n: int, clock: FakeClock, ago: float = 0) -> LifecycleEvent:

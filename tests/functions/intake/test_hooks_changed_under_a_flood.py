@@ -6,45 +6,20 @@ dropped at its next delivery at the latest, never retried for ever."""
 from __future__ import annotations
 
 from datetime import timedelta
-from types import SimpleNamespace
-from typing import Any, cast
 
 import pytest
 
-from nodecycle.domain.catalog import LifecycleHooks
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.intake import Intake, IntakeOutcome
 from nodecycle.domain.model import LifecycleEvent, Transition
-from nodecycle.domain.policy import PlanPolicy
 from nodecycle.domain.ports.lifecycle import Hook
-from nodecycle.wiring.intake import managed_groups
-from tests.support.fakes import FakeAutoscaling, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
+from tests.support.fakes import FakeAutoscaling, FakeClock
+from tests.unit.review.test_intake_invented_group_names import a_stack
 
 OWNER, GROUP, HOOK = "stack-a", "nodes", "h"
 REDELIVERY = timedelta(
     seconds=180
 )  # the intake queue's visibility timeout (template.yaml): past the hooks' ttl
-
-
-def a_stack(autoscaling: FakeAutoscaling, clock: FakeClock) -> Intake:
-    """A stack that manages GROUP by name, as the intake function's wiring builds its catalogs."""
-    config = SimpleNamespace(
-        owner_id=OWNER, managed_groups=(GROUP,), managed_by_tag=False, managed_hooks=("*",)
-    )
-    ports = SimpleNamespace(autoscaling=autoscaling, clock=clock)
-    return Intake(
-        owner=OWNER,
-        plan=PlanPolicy(kubernetes=True, eip=False, readiness_gate=True),
-        records=InMemoryRecords(),
-        queues=RecordingQueues(),
-        groups=managed_groups(cast(Any, config), cast(Any, ports)),
-        hooks=LifecycleHooks(autoscaling, clock),
-        autoscaling=autoscaling,
-        clock=clock,
-        metrics=FakeMetrics(),
-        resume_grace=timedelta(seconds=5),
-        retry_window=timedelta(seconds=17),
-    )
 
 
 def told(n: int, clock: FakeClock, transition: Transition, ago: float = 0) -> LifecycleEvent:
@@ -83,7 +58,7 @@ def test_a_real_event_of_a_hook_recreated_for_the_other_transition_after_a_flood
 ):
     # Given a terminate hook read here, and a flood of forged launches naming it that used the fresh reads up
     autoscaling, clock = FakeAutoscaling(hooks={(GROUP, HOOK): hook_of(Transition.TERMINATING)}), FakeClock()
-    intake = a_stack(autoscaling, clock)
+    intake = a_stack(autoscaling, clock, named=(GROUP,), by_tag=False)
     assert intake.accept(told(0, clock, Transition.TERMINATING)) is IntakeOutcome.ACCEPTED
     forged_launches(intake, clock, first=1, seconds=5)
 
@@ -101,7 +76,7 @@ def test_a_real_event_of_a_hook_recreated_for_the_other_transition_after_a_flood
 def test_a_real_event_of_a_hook_deleted_and_created_again_within_the_minute_is_retried_not_dropped() -> None:
     # Given a hook deleted, and a message naming it meanwhile (its absence remembered for the cache's minute)
     autoscaling, clock = FakeAutoscaling(), FakeClock()
-    intake = a_stack(autoscaling, clock)
+    intake = a_stack(autoscaling, clock, named=(GROUP,), by_tag=False)
     assert intake.accept(told(0, clock, Transition.TERMINATING)) is IntakeOutcome.UNKNOWN_HOOK
 
     # When the hook is created again, and its first action's event comes within the minute
@@ -121,7 +96,7 @@ def test_forged_messages_are_dropped_at_once_or_at_their_next_delivery(hook: Tra
     # Given a group with no such hook, or with a terminate hook, read here
     hooks = {} if hook is None else {(GROUP, HOOK): hook_of(hook)}
     autoscaling, clock = FakeAutoscaling(hooks=hooks), FakeClock()
-    intake = a_stack(autoscaling, clock)
+    intake = a_stack(autoscaling, clock, named=(GROUP,), by_tag=False)
     transition = Transition.LAUNCHING if hook else Transition.TERMINATING
     assert intake.accept(told(0, clock, transition, ago=1)) is not IntakeOutcome.ACCEPTED
 

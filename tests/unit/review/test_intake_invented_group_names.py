@@ -34,10 +34,14 @@ class CountingAutoscaling(FakeAutoscaling):
         return super().group_tags(group)
 
 
-def a_stack(autoscaling: CountingAutoscaling, clock: FakeClock) -> Intake:
-    """A stack that manages the groups tagged for it, none by name, as the intake function's wiring builds
-    its catalog of groups."""
-    config = SimpleNamespace(owner_id=OWNER, managed_groups=(), managed_by_tag=True, managed_hooks=("*",))
+def a_stack(
+    autoscaling: FakeAutoscaling, clock: FakeClock, *, named: tuple[str, ...] = (), by_tag: bool = True
+) -> Intake:
+    """A stack of owner OWNER that manages the groups tagged for it (``by_tag``) and those ``named``, as the
+    intake function's wiring builds its catalogs of groups and hooks."""
+    config = SimpleNamespace(
+        owner_id=OWNER, managed_groups=named, managed_by_tag=by_tag, managed_hooks=("*",)
+    )
     ports = SimpleNamespace(autoscaling=autoscaling, clock=clock)
     return Intake(
         owner=OWNER,
