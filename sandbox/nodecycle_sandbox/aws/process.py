@@ -237,8 +237,15 @@ class AwsProcess:
         try:
             invoke = getattr(self._events, "invoke_sync", None)
             answer = None if invoke is None else invoke(function, event)
-        except Exception:
+        except Exception as error:
+            # (answered as the function's error, not None: None would hand the call to moto as a function the
+            # sandbox does not run, and the caller would read moto's answer instead of this failure)
             _log.exception("the RequestResponse invocation of %s failed", function)
+            failure = {
+                "errorMessage": f"the sandbox could not run it: {error!r}",
+                "errorType": "SandboxError",
+            }
+            answer = {"payload": None, "error": {**failure, "stackTrace": []}, "throttled": False}
         finally:
             with self._answers_lock, contextlib.suppress(OSError):
                 outbox.send(("answer", call, answer))
