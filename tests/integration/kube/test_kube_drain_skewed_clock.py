@@ -28,20 +28,11 @@ from nodecycle_sandbox.kube import finalizers as sandbox_finalizers
 from nodecycle_sandbox.kube import kubelet as sandbox_kubelet
 from nodecycle_sandbox.kube import store as sandbox_store
 from tests.integration.kube.cluster import TIMEOUT, eks_describing, evict_step
+from tests.integration.kube.forced_drain import INSTANCE, NODE
+from tests.integration.kube.forced_drain import SEED as SEED  # (read by conftest.py's server fixture)
 from tests.unit.budget.fakes import FakeClock
 from tests.unit.drain.test_drain_steps import FakeSlots, policy, terminating
 
-NODE = "ip-10-0-1-10.eu-west-1.compute.internal"
-INSTANCE = "i-0a1b2c3d4e5f60101"
-SEED = {
-    "namespaces": ["shop"],
-    "nodes": [
-        {"privateIp": "10.0.1.10", "instanceId": INSTANCE, "zone": "eu-west-1a"},
-        {"privateIp": "10.0.2.10", "instanceId": "i-0a1b2c3d4e5f60201", "zone": "eu-west-1b"},
-    ],
-    # a budget that allows no disruption: the drain's evictions are refused until its timeout forces the pods
-    "deployments": [{"name": "web", "namespace": "shop", "replicas": 4, "pdb": {"maxUnavailable": 0}}],
-}
 AHEAD = timedelta(seconds=60)  # the function's clock over the API server's
 FORCE_GRACE = 30  # seconds: the pods' grace once forced, longer than a poll (5 s)
 
