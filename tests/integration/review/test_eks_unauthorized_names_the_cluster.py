@@ -1,11 +1,9 @@
 """A function the cluster answers 401 (its role's access entry gone, or its token signed for another cluster than
 the API server's: a stack whose ClusterName is not the cluster's) is refused, and the refusal is all an operator
 reads of it (the drain's event, its log line). It says "Unauthorized" only: neither the cluster the function
-signed for nor what a 401 from EKS means, where a 403 names the user and the verb. The fix belongs to the drain's
-adapter (``adapters/kube/errors.py`` ``forbidden_refused`` or ``eks_access._RenewingApiClient``: a 401 that
-outlasts the fresh token's retry names the cluster, e.g. "Unauthorized by EKS cluster sandbox: no access entry
-maps this function's role there, or its token was signed for another cluster (ClusterName)"), hence the strict
-xfail. On the real adapter against the sandbox API server."""
+signed for nor what a 401 from EKS means, where a 403 names the user and the verb. A 401 that outlasts the client's
+retry with a fresh token (``eks_access._RenewingApiClient``) is now a ``ClusterUnauthorized`` naming the cluster,
+the function's role and what to look at. On the real adapter against the sandbox API server."""
 
 from __future__ import annotations
 
@@ -33,19 +31,18 @@ def cluster(server: KubeServer) -> Iterator[KubeCluster]:
         yield adapter
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a 401's Refused says 'Unauthorized' only, not the EKS cluster the function signed for "
-    "(adapters/kube/errors.py, eks_access.py)",
-)
 def test_a_refusal_of_an_unknown_role_names_the_cluster_it_signed_for(
-    cluster: KubeCluster, server: KubeServer
+    cluster: KubeCluster, server: KubeServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given the drain function's key a session of a role the cluster has no access entry for
+    monkeypatch.setenv("AWS_LAMBDA_FUNCTION_NAME", "nodecycle-DrainFunction-1A2B")
     server.map_role("FOOBARKEY", DRAIN_ROLE.replace("DrainFunction", "Recreated"), "nodecycle-DrainFunction")
 
     with pytest.raises(Refused) as refused:
         cluster.get_node(NODE)
 
     # Then the refusal names the cluster, as the operator must look there (its access entries, the stack's name of it)
-    assert "sandbox" in str(refused.value), str(refused.value)
+    assert "EKS cluster sandbox" in str(refused.value), str(refused.value)
+    # ...whose access entries must map the function's role (the 401 itself names no one)
+    assert "nodecycle-DrainFunction-1A2B" in str(refused.value), str(refused.value)
+    assert "access entry" in str(refused.value), str(refused.value)

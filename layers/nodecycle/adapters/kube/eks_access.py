@@ -22,7 +22,7 @@ from urllib3.util.retry import Retry
 
 from nodecycle import __version__
 from nodecycle.adapters.aws.clients import LazyClient, client, transient_errors
-from nodecycle.adapters.kube.errors import OutOfTime
+from nodecycle.adapters.kube.errors import ClusterUnauthorized, OutOfTime
 
 if TYPE_CHECKING:
     from mypy_boto3_eks import EKSClient
@@ -78,6 +78,11 @@ class EksTokens:
         self._token: str | None = None
         self._issued = 0.0
         self._lock = threading.Lock()
+
+    @property
+    def cluster_name(self) -> str:
+        """The cluster each token is signed for (its x-k8s-aws-id)."""
+        return self._cluster_name
 
     def token(self) -> str:
         with self._lock:
@@ -163,7 +168,8 @@ class _RenewingApiClient(ApiClient):
 
     A token can be refused before the client would renew it (a clock skew, a thawed container, an
     authenticator that restarted): one retry with a fresh token repairs that; a second 401 is a real
-    authorization failure and is raised.
+    authorization failure and is raised, as a :class:`ClusterUnauthorized` naming the cluster the token was signed
+    for (EKS answers "Unauthorized" and nothing more: which cluster, and whose role, the operator must look at).
 
     Each call (the node and pod calls, the budget's ConfigMap, Events: all of them pass here) ends within its run's
     time: see :func:`call_timeout`.
@@ -194,7 +200,18 @@ class _RenewingApiClient(ApiClient):
         for name in [name for name in headers if name.lower() == "authorization"]:
             headers[name] = f"Bearer {self._tokens.token()}"
         kwargs["_request_timeout"] = call_timeout(asked, self._time_left(), method, url)
-        return super().call_api(method, url, headers, *args, **kwargs)
+        response = super().call_api(method, url, headers, *args, **kwargs)
+        if response.status != 401:
+            return response
+        response.read()
+        raise ClusterUnauthorized(response, cluster=self._tokens.cluster_name, principal=_principal())
+
+
+def _principal() -> str:
+    """Whose role the cluster refused, as far as this process knows it without a call more: a Lambda function's
+    execution role, by the function's name (its role's ARN is the access entry's principal)."""
+    function = os.environ.get("AWS_LAMBDA_FUNCTION_NAME")
+    return f"the execution role of function {function}" if function else "this caller's IAM role"
 
 
 def _write_ca(pem: bytes) -> str:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
-from kubernetes.client.exceptions import ApiException
+from kubernetes.client.exceptions import ApiException, UnauthorizedException
 from urllib3.exceptions import HTTPError
 
 from nodecycle.domain.errors import TransientError
@@ -16,6 +17,23 @@ from nodecycle.domain.ports.cluster import Refused
 class OutOfTime(TransientError):
     """A call not made: the run that would make it has no time left for it (see eks_access.call_timeout). Not the
     API server's failure: the step's next run makes it."""
+
+
+class ClusterUnauthorized(UnauthorizedException):
+    """A 401 the API server still answers to a request sent again with a fresh token (see
+    eks_access._RenewingApiClient): EKS's authenticator does not know the caller. Its answer says "Unauthorized" and
+    nothing else, where a 403 names the user and the verb; this one says where an operator must look: the cluster
+    the token was signed for (its x-k8s-aws-id) and whose role."""
+
+    def __init__(self, http_resp: Any, *, cluster: str, principal: str) -> None:
+        super().__init__(http_resp=http_resp)
+        self.cluster = cluster
+        self.explained = (
+            f"{_message(self)} by EKS cluster {cluster}, with a fresh token: no access entry of that cluster maps "
+            f"{principal} (none made, deleted, or made before the role was recreated under its name: the entry "
+            f"keeps the old role's ID), or the endpoint is another cluster's than {cluster} (the stack's "
+            f"ClusterName, which the token is signed for)"
+        )
 
 
 @contextmanager
@@ -76,7 +94,14 @@ def namespace_terminating(error: ApiException) -> bool:
 
 
 def status_message(error: ApiException) -> str:
-    """The message of the API server's Status answer (its reason when the body is not one)."""
+    """The message of the API server's Status answer (its reason when the body is not one); of a
+    :class:`ClusterUnauthorized`, what it means."""
+    if isinstance(error, ClusterUnauthorized):
+        return error.explained
+    return _message(error)
+
+
+def _message(error: ApiException) -> str:
     try:
         return str(json.loads(error.body or "{}").get("message", error.reason))
     except ValueError:
