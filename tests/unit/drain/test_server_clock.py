@@ -39,6 +39,20 @@ def test_the_lead_an_answer_tells(date: str | None, received: datetime, lead: ti
     assert server_clock.lead(answer(date), received.timestamp()) == lead
 
 
+@pytest.mark.parametrize(
+    ("headers", "date"),
+    [
+        pytest.param({"Date": DATE}, SERVER, id="told"),
+        pytest.param(None, None, id="no headers"),
+        pytest.param({"Date": "yesterday"}, None, id="unreadable"),
+        pytest.param({"Date": "Sun, 06 Dec 2026 03:00:00"}, None, id="no zone"),
+    ],
+)
+def test_the_api_servers_time_an_answer_tells(headers: dict[str, str] | None, date: datetime | None) -> None:
+    # (the one reading of the Date: the budget's store takes it from here too)
+    assert server_clock.server_date(headers) == date
+
+
 def test_a_pods_deletion_deadline_is_moved_onto_the_readers_clock_and_nothing_else() -> None:
     pod = PodInfo(
         namespace="shop",

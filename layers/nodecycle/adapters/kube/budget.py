@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from email.utils import parsedate_to_datetime
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -24,6 +23,7 @@ from urllib3.exceptions import HTTPError
 from nodecycle.adapters.kube.cluster_api import node_info
 from nodecycle.adapters.kube.errors import forbidden_refused, kube_errors, retry_after
 from nodecycle.adapters.kube.lists import pages
+from nodecycle.adapters.kube.server_clock import server_date
 from nodecycle.domain.budget import BudgetDocument, BudgetFormatError, NodeState
 from nodecycle.domain.budget.document import (
     MAX_CLOCK_AHEAD,
@@ -348,7 +348,7 @@ class ConfigMapBudgetStore:
                     return None
                 raise
         received = self._wall_clock()
-        return config_map, _ahead(headers, received), _date(headers)
+        return config_map, _ahead(headers, received), server_date(headers)
 
     def _write(
         self,
@@ -678,15 +678,6 @@ def _written(metadata: Any, text: str) -> str:
     return f"{getattr(metadata, 'uid', None)} {hashlib.sha256(text.encode()).hexdigest()}"
 
 
-def _date(headers: Any) -> datetime | None:
-    """The API server's time of its answer (its Date header, to the second); None when not told."""
-    try:
-        date = parsedate_to_datetime(str((headers or {}).get("Date")))
-    except (TypeError, ValueError):
-        return None
-    return date if date.tzinfo is not None else None
-
-
 def _rfc3339(value: datetime) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -707,11 +698,8 @@ def _ahead(headers: Any, received: float) -> timedelta:
     second and stamped before the answer went out: the reader's lead comes out up to a second (and the answer's way)
     more than it is, which takes the creation on the reader's clock that much later: the side on which more
     lifecycles are taken to have begun before it (a record read, never a late delivery unjudged)."""
-    try:
-        date = parsedate_to_datetime(str((headers or {}).get("Date")))
-    except (TypeError, ValueError):
-        return timedelta(0)
-    return timedelta(seconds=received - date.timestamp()) if date.tzinfo is not None else timedelta(0)
+    date = server_date(headers)
+    return timedelta(0) if date is None else timedelta(seconds=received - date.timestamp())
 
 
 def _document(

@@ -14,15 +14,22 @@ from typing import Any
 CLOCK_TOLERANCE = timedelta(seconds=2)
 
 
+def server_date(headers: Any) -> datetime | None:
+    """The API server's time of an answer, as its ``headers``' Date tells it (to the second, stamped before the answer
+    went out); None when not told (no Date, or one unreadable or without its zone). The one reading of it: the drain's
+    reads and the budget's store (adapters/kube/budget.py) both take the API server's clock from here."""
+    try:
+        date = parsedate_to_datetime(str((headers or {}).get("Date")))
+    except (TypeError, ValueError):
+        return None
+    return date if date.tzinfo is not None else None
+
+
 def lead(response: Any, received: float) -> timedelta:
     """How far the reader's clock (``received``: when ``response`` came, on it) runs ahead of the API server's, as
     the answer's Date tells it; none when within CLOCK_TOLERANCE, or not told (no Date, or one unreadable)."""
-    headers = getattr(response, "headers", None) or {}
-    try:
-        date = parsedate_to_datetime(str(headers.get("Date")))
-    except (TypeError, ValueError):
-        return timedelta(0)
-    if date.tzinfo is None:
+    date = server_date(getattr(response, "headers", None))
+    if date is None:
         return timedelta(0)
     ahead = timedelta(seconds=received - date.timestamp())
     return ahead if abs(ahead) > CLOCK_TOLERANCE else timedelta(0)
