@@ -208,6 +208,9 @@ class KubeCluster:
             if error.status == 404:
                 return None
             raise
+        # (as the kubelet stamped it, not moved onto this function's clock as the pods' deletion deadlines are: the
+        # readiness gate compares it with the launch's start, Auto Scaling's time, never with its own now; moved by
+        # this function's lead, a clock a minute off would take a dead kubelet for alive or a live one for dead)
         return _timestamp((_json(response).get("spec") or {}).get("renewTime"))
 
     def node_metadata(self) -> list[NodeInfo]:
