@@ -7,11 +7,13 @@ the function's role and what to look at. On the real adapter against the sandbox
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Iterator
 
 import pytest
 
 from nodecycle.adapters.kube.cluster_api import KubeCluster
+from nodecycle.adapters.kube.errors import status_message
 from nodecycle.domain.ports.cluster import Refused
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.budget.conftest import DRAIN_ROLE
@@ -46,3 +48,7 @@ def test_a_refusal_of_an_unknown_role_names_the_cluster_it_signed_for(
     # ...whose access entries must map the function's role (the 401 itself names no one)
     assert "nodecycle-DrainFunction-1A2B" in str(refused.value), str(refused.value)
     assert "access entry" in str(refused.value), str(refused.value)
+    # (and the API server's answer, pickled as an invocation's error may be, says it still)
+    answer = refused.value.__cause__
+    assert answer is not None
+    assert status_message(pickle.loads(pickle.dumps(answer))) == str(refused.value)

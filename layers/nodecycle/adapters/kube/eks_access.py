@@ -204,7 +204,9 @@ class _RenewingApiClient(ApiClient):
         if response.status != 401:
             return response
         response.read()
-        raise ClusterUnauthorized(response, cluster=self._tokens.cluster_name, principal=_principal())
+        raise ClusterUnauthorized(
+            http_resp=response, cluster=self._tokens.cluster_name, principal=_principal()
+        )
 
 
 def _principal() -> str:

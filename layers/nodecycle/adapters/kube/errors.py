@@ -25,7 +25,9 @@ class ClusterUnauthorized(UnauthorizedException):
     nothing else, where a 403 names the user and the verb; this one says where an operator must look: the cluster
     the token was signed for (its x-k8s-aws-id) and whose role."""
 
-    def __init__(self, http_resp: Any, *, cluster: str, principal: str) -> None:
+    # (all by keyword, with defaults: an exception is pickled as its class and positional arguments, and the answer
+    # is no thing to pickle; unpickled, its attributes come back with it)
+    def __init__(self, *, http_resp: Any = None, cluster: str = "", principal: str = "") -> None:
         super().__init__(http_resp=http_resp)
         self.cluster = cluster
         self.explained = (
