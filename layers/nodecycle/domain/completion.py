@@ -149,16 +149,27 @@ class CompleteAction:
         out of it (``Pending:Wait`` at once on a scale out: its address and readiness gate skipped), a scale-in
         back to the pool by the pool's shrinking (``Warmed:Terminating:Wait``).
 
-        Not asked (no call) for any other action: a termination not into the pool ends its instance whatever ends
-        its action, and a launch out of it (or not through it) is followed under its hook only after a whole
-        terminating action in between (a scale-in back to the pool, drained: ``AutoscalingActions.complete``); nor for an
-        action this step's run confirmed (its confirmation before the claim: an into-pool launch's first try),
-        as any look leaves the moment after it. A retry of an into-pool completion asks (the call it retries may
-        have landed), and so does a scale-in to the pool's completion after its drain: a call each. A heartbeat
+        A launch into the group (out of the pool, or not through it) is followed under its hook only after a whole
+        terminating action in between (a scale-in back to the pool, drained): asked only when its completion may
+        have been called before (``_may_have_called``), since a retry comes at the engine's backoff (minutes), or
+        after a claim taken over, and by then its call that landed has let the instance into service, back to the
+        pool and out again (a new launch action: completed by the retry, its address and gate skipped, or the
+        instance terminated by an ABANDON decided for the old one). Its first call asks nothing (no call per launch
+        lifecycle): only an action ended by hand or by a timeout, and the instance through the pool and back while
+        nothing of this lifecycle asked, is left so.
+
+        Not asked (no call) for a termination not into the pool, which ends its instance whatever ends its action;
+        nor for an action this step's run confirmed (its confirmation before the claim: an into-pool launch's first
+        try), as any look leaves the moment after it. A retry of an into-pool completion asks (the call it retries
+        may have landed), and so does a scale-in to the pool's completion after its drain: a call each. A heartbeat
         refused to this role (a denial of that call alone) leaves the completion to go on named by its instance,
         as the sweep completes an action whose heartbeat failed at its last chance; throttled, it is retried as
         the completion is."""
-        if record.destination != WARM_POOL or record.verified_at == now:
+        if record.verified_at == now:
+            return True
+        if record.destination != WARM_POOL and not (
+            record.transition is Transition.LAUNCHING and _may_have_called(record)
+        ):
             return True
         try:
             return self._autoscaling.heartbeat(record.action)
@@ -188,6 +199,14 @@ class CompleteAction:
                 ended.model_copy(update={"seq": known.seq + 1}), expected_seq=known.seq
             )
         return False
+
+
+def _may_have_called(record: LifecycleRecord) -> bool:
+    """Whether a completion of ``record``'s action may have been called before this one: an earlier try failed
+    otherwise than refused (throttled, a 5xx or a read timeout after Auto Scaling took it: ``attempts`` counts
+    every failed try since the step's last progress, ``refusals`` the refused ones), or this completer took over
+    the claim of one that vanished (killed, its commit refused) after its call."""
+    return record.attempts > record.refusals or completed_by_a_vanished_claim(record)
 
 
 @dataclass(frozen=True)

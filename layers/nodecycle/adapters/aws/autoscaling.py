@@ -118,8 +118,11 @@ class AutoscalingActions:
         launch out of the pool on a scale out, ``Pending:Wait``; the pool's shrinking, ``Warmed:Terminating:Wait``):
         such a completion asks its token first unless its run confirmed it (``CompleteAction``: a call each). After
         any other, a whole terminating action comes between (a launch's next is after a scale-in back to the pool;
-        a termination out of it ends the instance): no look first there, as an adopted action's completion has
-        (``_still_held``), which would cost a call per lifecycle and still leave the moment after it."""
+        a termination out of it ends the instance): a launch's completion asks first only when it may have been
+        called before (a retry at the engine's backoff, minutes later, or a claim taken over: time enough for the
+        instance to go through the pool and back), not at its first call, nor a termination's ever, where an
+        adopted action's completion looks where its instance is (``_still_held``): that would cost a call per
+        lifecycle and still leave the moment after it."""
         if not self._still_held(action):
             return False
         try:
