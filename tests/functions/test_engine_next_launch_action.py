@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from botocore.exceptions import ClientError
 
 from nodecycle.adapters.aws.autoscaling import AutoscalingActions
 from nodecycle.domain.completion import CompleteAction
@@ -99,3 +100,27 @@ def test_a_retried_completion_of_a_launch_out_of_the_pool_leaves_the_instances_n
     assert outcome.changes["result"] is ActionResult.ABANDON
     assert bool(outcome.changes["extra"].get(SETTLED_ELSEWHERE)) is (retry == "engine")
     assert metrics.counts["LifecycleActionsCompleted"] == 0
+
+
+def test_the_emulation_refuses_a_completion_by_instance_under_another_hook_or_with_no_action_held(
+    aws: Emulation,  # noqa: F811
+) -> None:
+    # Given an instance held by the launch hook alone (its launch into the pool)
+    group = aws.group(*HOOKS, warm_pool=REUSED)
+    ((pooled, _),) = group.pool_instances().items()
+
+    # When it is completed by instance id under the terminating hook, which holds nothing of it, and, once its
+    # launch is completed, under the launch hook again
+    with pytest.raises(ClientError) as other_hook:
+        _by_instance(aws, "drain", pooled)
+    _by_instance(aws, "launch", pooled)
+    with pytest.raises(ClientError) as none_held:
+        _by_instance(aws, "launch", pooled)
+
+    # Then Auto Scaling's answer comes back for both, as it answers a completion by instance of no active action
+    for raised in (other_hook, none_held):
+        assert raised.value.response["Error"]["Code"] == "ValidationError"
+        assert raised.value.response["Error"]["Message"] == (
+            f"No active Lifecycle Action found with instance ID {pooled}"
+        )
+    assert group.pool_instances() == {pooled: "Warmed:Stopped"}
