@@ -114,9 +114,9 @@ class CompleteAction:
                 # Not counted as completed with this result: another delivery of this step completed it (and
                 # counted it), it timed out with the hook's default result, or an operator settled it. (One of our
                 # own completions whose answer was lost lands here too, on its retry.)
+                # (Counted by its completer once its commit lands: ``engine.settled_elsewhere_counted``.)
                 log.info("the lifecycle action was already settled; nothing to complete")
                 extra = {**extra, SETTLED_ELSEWHERE: True}
-                self._metrics.count("LifecycleActionsSettledElsewhere", transition=record.transition.short)
         return Outcome.next(completed_at=now, result=result, outcome=outcome, extra=extra)
 
     def before_claim(self, record: LifecycleRecord, now: datetime) -> LifecycleRecord:

@@ -47,6 +47,7 @@ from nodecycle.domain.flow import (
 )
 from nodecycle.domain.model import (
     ENDS_ITS_INSTANCE,
+    SETTLED_ELSEWHERE,
     SUCCESSOR,
     LifecycleRecord,
     Step,
@@ -570,6 +571,7 @@ class StepEngine:
                 # or it holds the slot unused until that retry. If it moved on, the wake does nothing.
                 self._dispatch.wake(record.id, token=record.token)
             return None
+        settled_elsewhere_counted(record, updated, self._metrics)
         if updated.outcome == "global-timeout-near" and record.outcome != updated.outcome:
             # The guard's decision, counted once it landed: a run whose commit was refused, its message delivered
             # again, decides it again (a metric that pages: once per action)
@@ -871,6 +873,17 @@ def moved_on(records: RecordStore, record_id: str, read_seq: int) -> bool:
         )
         return False
     return current is not None and current.seq != read_seq
+
+
+def settled_elsewhere_counted(read: LifecycleRecord, committed: LifecycleRecord, metrics: Metrics) -> None:
+    """Count ``LifecycleActionsSettledElsewhere`` for a completion whose commit landed (``committed``, from the
+    record as its completer ``read`` it) that found the action settled. Counted by the completion itself, it was
+    counted also by a completer outrun by another of ours: at the last sweep before the global timeout the sweep
+    takes over a claim a margin after it was made, and the engine whose call was still on its way (throttled past
+    the margin) was told "no active lifecycle action" by the sweep's call, which landed first; its commit loses to
+    the sweep's, which records the completion as the sweep's, and nobody else settled the action."""
+    if committed.extra.get(SETTLED_ELSEWHERE) and not read.extra.get(SETTLED_ELSEWHERE):
+        metrics.count("LifecycleActionsSettledElsewhere", transition=read.transition.short)
 
 
 def expired_before_completion(record: LifecycleRecord, records: RecordStore) -> Outcome:

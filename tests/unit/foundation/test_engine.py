@@ -863,7 +863,12 @@ def test_completion_settles_the_action_once_and_is_harmless_when_repeated() -> N
     assert len(world.autoscaling.completed) == 1
     # and the dashboard counts the one completion Auto Scaling took, once, not the repeat that found it settled
     # (two deliveries at once, or an action that timed out with the hook's default result, are no completion
-    # of nodecycle's with this result)
+    # of nodecycle's with this result), which its completer counts once its commit lands (a run on the record as the
+    # second delivery read it)
+    missed = World(autoscaling=world.autoscaling, metrics=world.metrics)
+    missed.records.create(make_record((Step.COMPLETE, Step.DONE)))
+    assert missed.engine({Step.COMPLETE: complete}).handle(missed.message()) is Handled.DONE
+    assert len(world.autoscaling.completed) == 1
     assert world.metrics.counts["LifecycleActionsCompleted"] == 1
     assert len(world.metrics.timings["LifecycleDuration"]) == 1
     assert world.metrics.counts["LifecycleActionsSettledElsewhere"] == 1

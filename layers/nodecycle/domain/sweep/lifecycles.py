@@ -16,6 +16,7 @@ from nodecycle.domain.engine import (
     claimed_for_completion,
     completion_in_progress,
     moved_on,
+    settled_elsewhere_counted,
 )
 from nodecycle.domain.errors import AccessRefused, TransientError
 from nodecycle.domain.flow import completed_first
@@ -442,6 +443,7 @@ class LifecycleRepair:
         settled = claim_recorded(advance(settling, completed, now))
         if not self._records.commit(settled, expected_seq=settling.seq):
             return False
+        settled_elsewhere_counted(settling, settled, self._metrics)
         if not settled.finished:
             self._dispatcher.send(settled, now)  # what comes after completion: the release, the cleanup
         return True
