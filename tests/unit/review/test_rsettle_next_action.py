@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import pytest
 
 from nodecycle.domain.completion import SETTLED_ELSEWHERE, CompleteAction
-from nodecycle.domain.engine import Outcome
+from nodecycle.domain.engine import Outcome, StepEngine
 from nodecycle.domain.errors import AccessRefused, TransientError
-from nodecycle.domain.model import WARM_POOL, ActionRef, Step, Transition
+from nodecycle.domain.model import WARM_POOL, ActionRef, LifecycleRecord, Step, Transition
 from nodecycle.domain.policy import ActionResult
 from tests.support.fakes import FakeAutoscaling
 from tests.unit.foundation.test_engine import PLAN, Script, World, make_record
@@ -59,13 +59,11 @@ def next_action(autoscaling: FakeAutoscaling, hook: str, held_in: str) -> Action
     )
 
 
-@pytest.mark.parametrize("how", ["landed", "by-hand"])
-def test_a_retried_completion_of_a_launch_into_the_pool_leaves_the_instances_next_launch_action(
-    how: str,
-) -> None:
-    # Given a launch into a running warm pool, its completion throttled (and, landed, its answer lost)
-    world = World(autoscaling=ThrottledOnce(landed=how == "landed"))
-    into_pool = make_record(
+def launching_into_the_pool(world: World) -> tuple[LifecycleRecord, StepEngine]:
+    """A launch into a running warm pool at its completion, no step before it (its instance held in
+    ``Warmed:Pending:Wait`` by the launch hook), and the engine that completes it."""
+    world.autoscaling.issue("into", INSTANCE, hook=("nodes", "launch"), held_in="Warmed:Pending:Wait")
+    record = make_record(
         (Step.COMPLETE, Step.DONE),
         Step.COMPLETE,
         id=f"{INSTANCE}/launch/into",
@@ -76,9 +74,30 @@ def test_a_retried_completion_of_a_launch_into_the_pool_leaves_the_instances_nex
         destination=WARM_POOL,
         verified_at=None,
     )
-    world.autoscaling.issue("into", INSTANCE, hook=("nodes", "launch"), held_in="Warmed:Pending:Wait")
-    world.records.create(into_pool)
-    engine = world.engine({Step.COMPLETE: CompleteAction(world.autoscaling, world.metrics)})
+    world.records.create(record)
+    return record, world.engine({Step.COMPLETE: CompleteAction(world.autoscaling, world.metrics)})
+
+
+def drained(world: World, held_in: str | None = None, **changes: object) -> StepEngine:
+    """A drained termination at its completion, confirmed by a step before this run (its instance held where
+    ``held_in`` says, ``Terminating:Wait`` unless told), and the engine that completes it (its cleanup waits)."""
+    world.autoscaling.issue("token", INSTANCE, hook=("nodes", "terminate"), held_in=held_in)
+    world.records.create(make_record(PLAN, Step.COMPLETE, **changes))
+    return world.engine(
+        {
+            Step.COMPLETE: CompleteAction(world.autoscaling, world.metrics),
+            Step.CLEANUP: Script([Outcome.wait(5)]),
+        }
+    )
+
+
+@pytest.mark.parametrize("how", ["landed", "by-hand"])
+def test_a_retried_completion_of_a_launch_into_the_pool_leaves_the_instances_next_launch_action(
+    how: str,
+) -> None:
+    # Given a launch into a running warm pool, its completion throttled (and, landed, its answer lost)
+    world = World(autoscaling=ThrottledOnce(landed=how == "landed"))
+    into_pool, engine = launching_into_the_pool(world)
     engine.handle(world.message(into_pool.id))
     assert world.record().step is Step.COMPLETE  # (its retry due in seconds)
 
@@ -124,14 +143,7 @@ def test_a_termination_out_of_service_completes_without_asking_first() -> None:
     # Given a drained termination whose instance no hook can hold again (it terminates whatever ends its action),
     # confirmed by a step before this run
     world = World()
-    world.autoscaling.issue("token", INSTANCE, hook=("nodes", "terminate"))
-    world.records.create(make_record(PLAN, Step.COMPLETE))
-    engine = world.engine(
-        {
-            Step.COMPLETE: CompleteAction(world.autoscaling, world.metrics),
-            Step.CLEANUP: Script([Outcome.wait(5)]),
-        }
-    )
+    engine = drained(world)
 
     # When it completes
     engine.handle(world.message())
@@ -152,14 +164,7 @@ class HeartbeatRefused(FakeAutoscaling):
 def test_a_scale_in_to_the_pool_whose_heartbeat_is_refused_is_completed_all_the_same() -> None:
     # Given a drained scale-in back to the warm pool at its completion, whose heartbeat this role is denied
     world = World(autoscaling=HeartbeatRefused())
-    world.autoscaling.issue("token", INSTANCE, hook=("nodes", "terminate"), held_in="Warmed:Pending:Wait")
-    world.records.create(make_record(PLAN, Step.COMPLETE, origin="AutoScalingGroup", destination=WARM_POOL))
-    engine = world.engine(
-        {
-            Step.COMPLETE: CompleteAction(world.autoscaling, world.metrics),
-            Step.CLEANUP: Script([Outcome.wait(5)]),
-        }
-    )
+    engine = drained(world, "Warmed:Pending:Wait", origin="AutoScalingGroup", destination=WARM_POOL)
 
     # When it completes
     engine.handle(world.message())
@@ -172,20 +177,7 @@ def test_a_scale_in_to_the_pool_whose_heartbeat_is_refused_is_completed_all_the_
 def test_a_launch_into_the_pool_completed_at_its_first_try_costs_only_its_confirmation() -> None:
     # Given a launch into the warm pool, no step before its completion
     world = World()
-    world.autoscaling.issue("into", INSTANCE, hook=("nodes", "launch"), held_in="Warmed:Pending:Wait")
-    record = make_record(
-        (Step.COMPLETE, Step.DONE),
-        Step.COMPLETE,
-        id=f"{INSTANCE}/launch/into",
-        transition=Transition.LAUNCHING,
-        token="into",
-        hook="launch",
-        origin="EC2",
-        destination=WARM_POOL,
-        verified_at=None,
-    )
-    world.records.create(record)
-    engine = world.engine({Step.COMPLETE: CompleteAction(world.autoscaling, world.metrics)})
+    record, engine = launching_into_the_pool(world)
 
     # When it completes
     engine.handle(world.message(record.id))
