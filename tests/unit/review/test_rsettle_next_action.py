@@ -185,3 +185,25 @@ def test_a_launch_into_the_pool_completed_at_its_first_try_costs_only_its_confir
     # Then its confirmation before the claim was the only heartbeat: the run that confirmed it does not ask again
     assert [named.token for named, _ in world.autoscaling.completed] == ["into"]
     assert len(world.autoscaling.heartbeats) == 1
+
+
+def test_a_launch_the_sweep_settles_at_its_readiness_gate_is_not_asked_about_before_its_completion() -> None:
+    # Given a launch out of the warm pool stalled at its readiness gate at the last sweep before its global timeout,
+    # whose gate failed three tries (throttled: no completion was ever called)
+    repair = Repair()
+    launch = {"transition": Transition.LAUNCHING, "hook": "launch", "origin": WARM_POOL, "attempts": 3}
+    record_id = stalled_at_its_last_chance(
+        repair, step=Step.READY_GATE, destination="AutoScalingGroup", **launch
+    )
+    gate = repair.records.items[record_id]
+    repair.records.items[record_id] = gate.model_copy(
+        update={"plan": (Step.READY_GATE, Step.COMPLETE, Step.DONE)}
+    )
+
+    # When the sweep settles it
+    assert repair.run()["LifecyclesSettled"] == 1
+
+    # Then its completion is the one call: no heartbeat of its token before it (its gate's failed tries were no
+    # completion's that may have landed; nor is one due by its deadline, which its global timeout caps)
+    assert [result for _, result in repair.autoscaling.completed] == [ActionResult.CONTINUE]
+    assert repair.autoscaling.heartbeats == [], "the gate's tries were taken for a completion's"

@@ -418,6 +418,9 @@ class LifecycleRepair:
                     "result": record.result if decided else self._failure_result(record),
                     "outcome": record.outcome if decided else "settled-by-sweeper",
                     "extra": {**record.extra, NEAR_GLOBAL_TIMEOUT: True},
+                    # (the failed tries of the step it was at are no completion's, which may have landed: a new
+                    # step's count starts over, as the guard's move to the completion starts it: see ``advance``)
+                    **({} if decided else {"attempts": 0, "refusals": 0}),
                 }
             ),
             now,
