@@ -16,6 +16,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import ValidationError
 
 from nodecycle.domain.engine import Handled, StepEngine
+from nodecycle.domain.errors import AccessRefused, TransientError
 from nodecycle.domain.model import parse_record_id
 from nodecycle.domain.ports.lifecycle import WorkMessage
 from nodecycle.domain.ports.runtime import Metrics
@@ -28,20 +29,35 @@ WorkHandler = Callable[[dict[str, Any], LambdaContext], BatchResponse]
 
 
 class BatchFailed(Exception):
-    """Every record of an SQS batch failed: the invocation fails, and SQS delivers the batch again."""
+    """Every record of an SQS batch failed, one of them unexpectedly: the invocation fails, and SQS delivers the
+    batch again."""
+
+
+def expected_retry(error: BaseException) -> bool:
+    """Whether a record's failure is an ordinary retry: a call that may succeed later (throttled, a 5xx, out of
+    the invocation's time), a read that must come again (a hook read before its action started), a claim another
+    invocation holds. Not a role refused a call (:class:`AccessRefused`: it does not pass by itself, an operator
+    must see it) nor anything else (a bug, an error AWS would give again)."""
+    return isinstance(error, TransientError) and not isinstance(error, AccessRefused)
 
 
 def partial_batch(event: dict[str, Any], handle: Callable[[SqsRecord], object]) -> BatchResponse:
     """Handle each record of an SQS event alone and report those that raised (``ReportBatchItemFailures``):
-    SQS deletes the others and delivers these again, then dead-letters them. When every record failed, the
-    invocation fails instead, as it would have without partial responses, so that Lambda's error metrics
-    show it.
+    SQS deletes the others and delivers these again, then dead-letters them (the dead-letter queue's alarm).
+
+    An expected retry (``expected_retry``) is reported alone and logged as a warning, whatever the other
+    records did: a lone record retried on purpose must not fail the invocation, whose error alarm would page an
+    operator for it. When every record failed and one of them unexpectedly, the invocation fails instead, as it
+    would have without partial responses, so that Lambda's error metrics (and the function's error alarm) show
+    it; an unexpected failure beside records that succeeded is reported alone (failing the invocation would
+    deliver those again, each receive counted towards the dead-letter queue), logged as an error with its
+    traceback, and seen at its next receives or in the dead-letter queue.
 
     Powertools' batch utility does this too, but importing it costs each cold start about 0.4x an
     ``import boto3`` (asyncio and every event data class): measured by ``make bench``."""
     records = event.get("Records") or []
     failed: list[dict[str, str]] = []
-    first: Exception | None = None
+    unexpected: Exception | None = None
     for record in records:
         try:
             handle(record)
@@ -51,14 +67,21 @@ def partial_batch(event: dict[str, Any], handle: Callable[[SqsRecord], object]) 
             # setting (Lambda's error, not "all records failed"), and SQS delivers the batch again.
             raise
         except Exception as error:  # one record's failure must not fail the others: reported, retried
+            failed.append({"itemIdentifier": record["messageId"]})
+            if expected_retry(error):
+                logger.warning(
+                    "a record of the batch is retried: SQS delivers it again: %s",
+                    error,
+                    extra={"message_id": record.get("messageId")},
+                )
+                continue
             logger.exception(
                 "a record of the batch failed: SQS delivers it again",
                 extra={"message_id": record.get("messageId")},
             )
-            failed.append({"itemIdentifier": record["messageId"]})
-            first = first or error
-    if records and len(failed) == len(records):
-        raise BatchFailed(f"all {len(records)} records of the batch failed") from first
+            unexpected = unexpected or error
+    if unexpected is not None and len(failed) == len(records):
+        raise BatchFailed(f"all {len(records)} records of the batch failed") from unexpected
     return {"batchItemFailures": failed}
 
 
