@@ -8,6 +8,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
+from nodecycle.domain.errors import TransientError
 from nodecycle.domain.ports.lifecycle import Autoscaling, Hook, WaitingInstance
 from nodecycle.domain.ports.runtime import Clock
 
@@ -27,13 +28,24 @@ MAX_ABSENT_GROUPS = 1000
 # does not have is not managed and not remembered. Answered "not managed" without a call (before), the flood's
 # names kept a group of this stack's that the container had not seen (a new group, a cold container) from its
 # actions' events: each dropped, left to the sweeper's adoption minutes later. A listing is trusted for the ttl of
-# an answer by name, no longer (one that keeps failing is not). Names in the settings are not bounded (few, and
+# an answer by name, no longer (one that keeps failing is not), and read again at most once per LIST_EVERY; while
+# none answers (it failed: throttled, refused), such a name's event is retried, not dropped as unmanaged (a
+# refusal that stays ends each in the dead-letter queue, one listing asked per LIST_EVERY). Names in the settings
+# are not bounded (few, and
 # only a read by name tells one tagged for another stack). Groups already known are read again after the ttl
 # whatever the bound (one read per group and ttl). The burst is what a cold container may need at once (the events
 # of up to 50 groups scaling together); the rate, what a flood costs past it (20 DescribeAutoScalingGroups a minute
-# per container and as many listings, not thousands).
+# per container and two listings, not thousands).
 LOOKUP_BURST = 50
 LOOKUP_EVERY = timedelta(seconds=3)
+# How often a container reads the listing of the groups tagged for this owner again at most (one
+# DescribeAutoScalingGroups per page of 50 groups). Read again every LOOKUP_EVERY while a flood asked, it cost a
+# container 20 listings a minute (600 DescribeAutoScalingGroups a minute at 150 groups and a concurrency of 10).
+# A listing is final for an action that started before it was read (a group exists, with its tags, before its
+# instances' actions start); an action that started since, of a group it does not have, may be of a group created
+# since: retried until a listing read after its start answers it (its redelivery, 180 s later, finds one: this is
+# under that), never dropped. A flood's names, dated now, are each retried once so.
+LIST_EVERY = timedelta(seconds=30)
 # How many names of hooks their groups do not have a container remembers (see LifecycleHooks.get).
 MAX_ABSENT_HOOKS = 1000
 # An Auto Scaling group's name as Auto Scaling accepts it (ResourceName: 1 to 255 characters, no control
@@ -91,19 +103,22 @@ class ManagedGroups:
         self._list_tagged = tagged
         self._listed: tuple[frozenset[str], datetime] | None = None  # the last listing, and when it was read
         self._listing_asked_at: datetime | None = None  # the last attempt, read or refused
+        self._listing_failed: TransientError | None = None  # how the last attempt failed, if it did
 
-    def manages(self, group: str, hook: str) -> bool:
+    def manages(self, group: str, hook: str, *, started: datetime | None = None) -> bool:
+        """``started``: when the action told of started (the listing past the bound answers it only once read
+        since). Raises TransientError when Auto Scaling does not answer now (AccessRefused when it refuses)."""
         if not self.takes_hook(hook):
             return False
-        return self.manages_group(group)
+        return self.manages_group(group, started=started)
 
     def takes_hook(self, hook: str) -> bool:
         return self._hooks is None or hook in self._hooks
 
-    def manages_group(self, group: str) -> bool:
+    def manages_group(self, group: str, *, started: datetime | None = None) -> bool:
         if group not in self._names and not self._by_tag:
             return False
-        return self._owns(group, self._owner_tag(group))
+        return self._owns(group, self._owner_tag(group, started))
 
     def waiting_instances(self) -> list[WaitingInstance]:
         """The instances that hooks hold in this stack's groups: one listing (in pages) for all of them."""
@@ -124,7 +139,7 @@ class ManagedGroups:
             return False
         return group in self._names or (self._by_tag and owner == self._owner)
 
-    def _owner_tag(self, group: str) -> str | None:
+    def _owner_tag(self, group: str, started: datetime | None) -> str | None:
         now = self._clock.now()
         cached = self._tagged.get(group)
         if cached and now - cached[1] < self._ttl:
@@ -140,7 +155,7 @@ class ManagedGroups:
             and self._bounded_lookups
             and not self._may_look_up(group, now)
         ):
-            return self._listed_owner(group, now)
+            return self._listed_owner(group, now, started)
         tags = self._autoscaling.group_tags(group)
         self._absent.pop(group, None)
         if tags is None:
@@ -153,27 +168,55 @@ class ManagedGroups:
         self._tagged[group] = (owner, now)
         return owner
 
-    def _listed_owner(self, group: str, now: datetime) -> str | None:
+    def _listed_owner(self, group: str, now: datetime, started: datetime | None) -> str | None:
         """The owner tag of a name the bound left no lookup for, as the listing of the groups tagged for this owner
-        tells it: this owner, or None (not remembered) when the listing does not have the name. The listing is read
-        again once LOOKUP_EVERY has passed since the last, so it misses only a group tagged for this owner less
-        than LOOKUP_EVERY before the event is taken in: an action starts once its instance has launched, seconds
-        after its group was created with its tags; one tagged later than that is found as a group tagged after its
-        name was asked about is (its next events, the sweeper's adoption)."""
+        tells it: this owner, or None (not remembered) when the listing does not have the name. One listing answers
+        every such name, of every record and invocation of the container, for the ttl of an answer by name; for an
+        action that ``started`` after it was read, a name it does not have may be a group created since (an action
+        starts once its instance has launched, seconds after its group was created with its tags): the listing is
+        read again, at most once per LIST_EVERY, and meanwhile the event is retried (TransientError), not dropped.
+        While the listing fails (throttled, refused) and none answers, the event is retried with that failure.
+        A group tagged for this owner long after its creation is found as one tagged after its name was asked
+        about is (its next events, the sweeper's adoption)."""
         if self._list_tagged is None:
             return None
-        if self._listing_asked_at is None or now - self._listing_asked_at >= LOOKUP_EVERY:
-            # (the attempt stamped before the call: one refused or throttled is not asked again by each name that
-            # follows it within LOOKUP_EVERY, which the last listing answers meanwhile, none at first)
-            self._listing_asked_at = now
-            self._listed = (self._list_tagged(self._owner), now)
-        if self._listed is None or now - self._listed[1] >= self._ttl:
-            return None  # (a listing read no sooner than an answer by name would be trusted, or none)
-        names, read_at = self._listed
+        names, read_at = self._listing(
+            self._list_tagged, group, now, None if started is None else min(started, now)
+        )
         if group not in names:
             return None
         self._tagged[group] = (self._owner, read_at)
         return self._owner
+
+    def _listing(
+        self,
+        list_tagged: Callable[[str], frozenset[str]],
+        group: str,
+        now: datetime,
+        started: datetime | None,
+    ) -> tuple[frozenset[str], datetime]:
+        """A listing that answers for an action that ``started`` then (None: any listing within the ttl)."""
+        listed = self._listed
+        if listed is not None and now - listed[1] < self._ttl and (started is None or listed[1] >= started):
+            return listed
+        if self._listing_asked_at is not None and now - self._listing_asked_at < LIST_EVERY:
+            # (at most one listing per LIST_EVERY: the names that follow a failed or recent one are retried)
+            if self._listing_failed is not None:
+                raise self._listing_failed
+            raise TransientError(
+                f"group {group} is not in the listing of the groups tagged for {self._owner}, read before its action "
+                f"started and read again at most once per {LIST_EVERY.total_seconds():.0f} s: retried"
+            )
+        # (the attempt stamped before the call: one refused or throttled is not asked again by each name that follows
+        # it within LIST_EVERY, which are retried with its failure meanwhile)
+        self._listing_asked_at = now
+        try:
+            self._listed = (list_tagged(self._owner), now)
+        except TransientError as error:
+            self._listing_failed = error
+            raise
+        self._listing_failed = None
+        return self._listed
 
     def _may_look_up(self, group: str, now: datetime) -> bool:
         if self._lookups.take(now):

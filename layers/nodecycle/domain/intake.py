@@ -153,7 +153,7 @@ class Intake:
         self._dispatch = Dispatcher(records=records, queues=queues, clock=clock, metrics=metrics)
 
     def accept(self, event: LifecycleEvent) -> IntakeOutcome:
-        if not self._groups.manages(event.group, event.hook):
+        if not self._groups.manages(event.group, event.hook, started=event.started_at):
             log.debug("ignored: group %s / hook %s is not managed by this stack", event.group, event.hook)
             self._metrics.count("LifecycleActionsIgnored")
             return IntakeOutcome.UNMANAGED

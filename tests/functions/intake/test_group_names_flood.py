@@ -11,8 +11,8 @@ from datetime import timedelta
 import pytest
 
 from nodecycle.adapters.aws.autoscaling import AutoscalingActions
-from nodecycle.domain.catalog import LOOKUP_BURST, LOOKUP_EVERY, OWNER_TAG
-from nodecycle.domain.errors import TransientError
+from nodecycle.domain.catalog import LIST_EVERY, LOOKUP_BURST, LOOKUP_EVERY, OWNER_TAG
+from nodecycle.domain.errors import AccessRefused, TransientError
 from nodecycle.domain.intake import Intake, IntakeOutcome
 from nodecycle.domain.model import LifecycleEvent, Transition
 from nodecycle.domain.ports.lifecycle import Hook
@@ -22,6 +22,7 @@ from tests.support.fakes import FakeAutoscaling, FakeClock
 from tests.unit.review.test_intake_invented_group_names import a_stack
 
 OWNER, HOOK = "stack-a", "terminate"
+REDELIVERY = timedelta(seconds=180)  # the intake queue's visibility timeout (template.yaml)
 
 
 @dataclass
@@ -56,13 +57,19 @@ def created(autoscaling: CountingAutoscaling, group: str) -> None:
     autoscaling.hooks[(group, HOOK)] = Hook(Transition.TERMINATING, heartbeat_timeout=300)
 
 
-def flooded(intake: Intake, clock: FakeClock, seconds: int, per_second: int = 30) -> None:
-    """Messages naming invented groups, each another, for ``seconds``: all dropped as unmanaged."""
+def flooded(intake: Intake, clock: FakeClock, seconds: int, per_second: int = 30) -> list[LifecycleEvent]:
+    """Messages naming invented groups, each another, for ``seconds``: each dropped as unmanaged, or retried (dated
+    after the listing of this owner's groups was read: see LIST_EVERY); the retried ones."""
+    retried = []
     for n in range(seconds * per_second):
-        assert (
-            intake.accept(naming(f"invented-{clock.now().timestamp()}", n, clock)) is IntakeOutcome.UNMANAGED
-        )
+        event = naming(f"invented-{clock.now().timestamp()}", n, clock)
+        outcome = offered(intake, event)
+        if outcome is None:
+            retried.append(event)
+        else:
+            assert outcome is IntakeOutcome.UNMANAGED
         clock.advance(1 / per_second)
+    return retried
 
 
 @pytest.fixture
@@ -83,10 +90,14 @@ def test_an_action_of_a_new_group_of_this_stack_during_a_flood_is_taken_in_not_d
     # When, the flood going on, an action of the group's first instance starts (seconds after the group: its
     # instance launched) and its event comes
     flooded(intake, clock, seconds=10)
-    outcome = intake.accept(naming("nodes-new", 100_000, clock))
+    event = naming("nodes-new", 100_000, clock)
+    outcome = offered(intake, event)
+    if outcome is None:  # (retried: the listing was read before its action started, and not again since)
+        flooded(intake, clock, seconds=LIST_EVERY.seconds)
+        outcome = offered(intake, event)
 
-    # Then it is taken in, at no lookup of its name (before: dropped as unmanaged, its action left to the
-    # sweeper's adoption minutes later, whatever its delivery's retries)
+    # Then it is taken in at its first delivery or its redelivery, at no lookup of its name (before: dropped as
+    # unmanaged, its action left to the sweeper's adoption minutes later, whatever its delivery's retries)
     assert outcome is IntakeOutcome.ACCEPTED
     assert "nodes-new" not in autoscaling.reads
 
@@ -138,7 +149,7 @@ class ThrottledListing(CountingAutoscaling):
         raise TransientError("listing the groups tagged for this owner: Rate exceeded")
 
 
-def test_a_throttled_listing_is_asked_again_only_after_lookup_every() -> None:
+def test_a_throttled_listing_is_asked_again_only_after_list_every() -> None:
     # Given a tag-managed stack whose lookups a flood has used up, Auto Scaling throttling the listing
     autoscaling, clock = ThrottledListing(), FakeClock()
     intake = a_stack(autoscaling, clock)
@@ -146,12 +157,13 @@ def test_a_throttled_listing_is_asked_again_only_after_lookup_every() -> None:
         intake.accept(naming(f"invented-{n}", n, clock))
     autoscaling.reads.clear()
 
-    # When names not known here keep coming: the one that asked is retried (its event's delivery), the others
-    # within LOOKUP_EVERY are answered without a call
+    # When names not known here keep coming: the one that asked is retried (its event's delivery), and so are the
+    # others within LIST_EVERY, without a call (before: dropped as unmanaged, a new group's first event with them)
     with pytest.raises(TransientError, match="Rate exceeded"):
         intake.accept(naming("invented-x", 1000, clock))
     for n in range(1001, 1100):
-        assert intake.accept(naming(f"invented-{n}", n, clock)) is IntakeOutcome.UNMANAGED
+        with pytest.raises(TransientError, match="Rate exceeded"):
+            intake.accept(naming(f"invented-{n}", n, clock))
 
     # Then the listing was asked once
     assert autoscaling.reads == [f"tag:{OWNER}"]
@@ -204,3 +216,138 @@ def offered(intake: Intake, event: LifecycleEvent) -> IntakeOutcome | None:
         return intake.accept(event)
     except TransientError:
         return None
+
+
+@dataclass
+class FailingListing(CountingAutoscaling):
+    """Auto Scaling whose listing of this owner's groups fails with ``failure`` while it is set (and its reads by
+    name, with ``refuses_names``)."""
+
+    failure: TransientError | None = None
+    refuses_names: bool = False  # (DescribeAutoScalingGroups by name refused too)
+
+    def group_tags(self, group: str) -> dict[str, str] | None:
+        if self.refuses_names and self.failure is not None:
+            self.reads.append(group)
+            raise self.failure
+        return super().group_tags(group)
+
+    def groups_tagged(self, owner: str) -> frozenset[str]:
+        if self.failure is None:
+            return super().groups_tagged(owner)
+        self.reads.append(f"tag:{owner}")
+        raise self.failure
+
+
+THROTTLED = TransientError("listing the groups tagged for this owner: Rate exceeded")
+REFUSED = AccessRefused("listing the groups tagged for this owner", "AccessDenied", "not authorized")
+
+
+def used_up(intake: Intake, clock: FakeClock) -> None:
+    """The lookups of names not known here used up by invented names (each looked up and absent)."""
+    for n in range(LOOKUP_BURST):
+        assert intake.accept(naming(f"used-{n}", n, clock)) is IntakeOutcome.UNMANAGED
+
+
+@pytest.mark.parametrize("failure", [THROTTLED, REFUSED], ids=["throttled", "refused"])
+def test_a_new_groups_first_event_is_retried_not_dropped_while_the_listing_fails(
+    failure: TransientError,
+) -> None:
+    # Given a tag-managed stack whose lookups a flood used up, Auto Scaling failing the listing of this owner's
+    # groups (throttled, or refused: a policy changed), and a group created for the stack meanwhile
+    autoscaling, clock = FailingListing(failure=failure), FakeClock()
+    intake = a_stack(autoscaling, clock)
+    used_up(intake, clock)
+    assert offered(intake, naming("invented-x", 1000, clock)) is None  # (the name that asked for the listing)
+    created(autoscaling, "nodes-new")
+
+    # When its first event comes, no listing read
+    clock.advance(1)
+    first = naming("nodes-new", 100_000, clock)
+
+    # Then it is retried with the listing's failure, no call made for it (before: dropped as unmanaged)
+    with pytest.raises(type(failure)):
+        intake.accept(first)
+    assert autoscaling.reads == [*(f"used-{n}" for n in range(LOOKUP_BURST)), f"tag:{OWNER}"]
+
+    # And once the listing is answered again, its redelivery (the queue's visibility timeout) takes it in
+    autoscaling.failure = None
+    clock.advance(REDELIVERY.total_seconds())
+    assert intake.accept(first) is IntakeOutcome.ACCEPTED
+
+
+def test_a_listing_refused_for_good_ends_each_unknown_groups_event_in_the_dead_letter_queue() -> None:
+    # Given a tag-managed stack whose lookups a flood used up, then refused DescribeAutoScalingGroups for good (by
+    # name and by tag: one API action)
+    autoscaling, clock = FailingListing(failure=REFUSED), FakeClock()
+    intake = a_stack(autoscaling, clock)
+    used_up(intake, clock)
+    autoscaling.refuses_names = True
+    autoscaling.reads.clear()
+
+    # When events each naming another group not known here come, each delivered 5 times 180 s apart (the intake
+    # queue's maxReceiveCount: then the dead-letter queue)
+    told = [naming(f"invented-{n}", n, clock) for n in range(20)]
+    outcomes = []
+    for _ in range(5):
+        for event in told:
+            try:
+                outcomes.append(intake.accept(event).value)
+            except AccessRefused:
+                outcomes.append("refused")
+        clock.advance(REDELIVERY.total_seconds())
+
+    # Then every delivery is refused (an unexpected failure: the function's error alarm, then the dead-letter
+    # queue's), none dropped as unmanaged with the refusal unseen (before: all but the one that asked for the
+    # listing), and Auto Scaling was not asked once per delivery past the bound
+    assert outcomes == ["refused"] * 100
+    assert autoscaling.reads.count(f"tag:{OWNER}") <= 5
+
+
+@dataclass
+class PagedListing(CountingAutoscaling):
+    """Auto Scaling whose listing of this owner's groups costs one DescribeAutoScalingGroups per page of 50."""
+
+    pages: int = 0
+
+    def groups_tagged(self, owner: str) -> frozenset[str]:
+        names = super().groups_tagged(owner)
+        self.pages += max(1, -(-len(names) // 50))
+        return names
+
+
+def test_a_flood_of_invented_names_costs_a_few_listings_a_minute_and_drops_no_new_groups_event() -> None:
+    # Given a container of a tag-managed stack of 150 groups (3 pages of listing), and a minute of a flood of
+    # invented names (30 a second), a group created for the stack halfway through
+    autoscaling, clock = PagedListing(), FakeClock()
+    for n in range(150):
+        created(autoscaling, f"nodes-{n}")
+    intake = a_stack(autoscaling, clock)
+    retried: list[LifecycleEvent] = []
+    for n in range(60 * 30):
+        if n == 900:
+            created(autoscaling, "nodes-new")
+            ours = naming("nodes-new", 100_000, clock)
+            first = offered(intake, ours)
+            if first is None:
+                retried.append(ours)
+            else:
+                assert first is IntakeOutcome.ACCEPTED
+        event = naming(f"invented-{n}", n, clock)
+        outcome = offered(intake, event)
+        if outcome is None:
+            retried.append(event)
+        else:
+            assert outcome is IntakeOutcome.UNMANAGED
+        clock.advance(1 / 30)
+
+    # Then the listing was read a few times (before: once per LOOKUP_EVERY, 20 listings and 60 pages a minute:
+    # 600 DescribeAutoScalingGroups a minute at a concurrency of 10)
+    assert autoscaling.pages <= 3 * (60 / LIST_EVERY.total_seconds() + 1)
+
+    # And the new group's event is taken in at its first delivery or its redelivery (the invented names then
+    # dropped)
+    clock.advance(REDELIVERY.total_seconds())
+    redelivered = {event.group: offered(intake, event) for event in retried}
+    assert redelivered.pop("nodes-new", IntakeOutcome.ACCEPTED) is IntakeOutcome.ACCEPTED
+    assert set(redelivered.values()) <= {IntakeOutcome.UNMANAGED}

@@ -329,9 +329,12 @@ def test_an_action_of_a_group_deleted_since_is_dropped_not_retried(
     install()
     boto3.client("autoscaling").delete_auto_scaling_group(AutoScalingGroupName=GROUP, ForceDelete=True)
 
-    # When intake receives the action, by EventBridge and by the queue
-    intake_fn.handler(happening_now(load_event("eventbridge-terminate.json")), LambdaContext())
-    response = intake_fn.handler(happening_now(load_event("sqs-hook-terminate.json")), LambdaContext())
+    # When intake receives the action, by EventBridge and by the queue (both sent before intake read the hook:
+    # a notification dated in a later second than that read would be retried, to read the hook again)
+    by_eventbridge = happening_now(load_event("eventbridge-terminate.json"))
+    by_queue = happening_now(load_event("sqs-hook-terminate.json"))
+    intake_fn.handler(by_eventbridge, LambdaContext())
+    response = intake_fn.handler(by_queue, LambdaContext())
 
     # Then it is dropped as an action of a hook that does not exist: no record, no retry, no dead letter
     assert records() == []
