@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -89,6 +90,34 @@ def sqs_lifecycle_body(
     if metadata is not None:
         body["NotificationMetadata"] = metadata
     return body
+
+
+def forged_hook_notification(
+    *,
+    account: str,
+    group: str,
+    hook: str,
+    instance_id: str,
+    transition: str,
+    token: str,
+    at: float | None = None,
+) -> dict[str, Any]:
+    """A hook notification as anyone allowed sqs:SendMessage on an intake queue can send one: well formed, the move
+    ``transition`` tells (a launch from EC2 into the group, a termination from the group to EC2), no metadata, at
+    ``at`` (now). No hook sent it: its token, instance, group or hook name are whatever the sender chose."""
+    launch = transition == LAUNCHING
+    return sqs_lifecycle_body(
+        at=time.time() if at is None else at,
+        account=account,
+        group=group,
+        hook=hook,
+        instance_id=instance_id,
+        transition=transition,
+        token=token,
+        metadata=None,
+        origin="EC2" if launch else "AutoScalingGroup",
+        destination="AutoScalingGroup" if launch else "EC2",
+    )
 
 
 def sqs_test_notification(*, at: float, account: str, group: str, group_arn: str) -> dict[str, Any]:

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import UTC, datetime
 
 import pytest
 
 from nodecycle.domain.model import LifecycleRecord, Transition
 from nodecycle_sandbox import Sandbox
+from nodecycle_sandbox.aws.notifications import forged_hook_notification
 from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING
 from nodecycle_sandbox.runner.journal import Invocation
 from tests.integration.lifecycle.harness import (
@@ -28,19 +28,14 @@ pytestmark = pytest.mark.slow
 
 def notify(sandbox: Sandbox, instance: str, token: str, transition: str = TERMINATING) -> None:
     """What anyone with sqs:SendMessage on the intake queue can send: a hook notification, well formed."""
-    body = {
-        "Origin": "AutoScalingGroup",
-        "Destination": "EC2",
-        "LifecycleHookName": "nodecycle-terminate",
-        "AccountId": "123456789012",
-        "RequestId": str(uuid.uuid4()),
-        "LifecycleTransition": transition,
-        "AutoScalingGroupName": sandbox.asg.name,
-        "Service": "AWS Auto Scaling",
-        "Time": datetime.now(UTC).isoformat(),
-        "EC2InstanceId": instance,
-        "LifecycleActionToken": token,
-    }
+    body = forged_hook_notification(
+        account="123456789012",
+        group=sandbox.asg.name,
+        hook="nodecycle-terminate",
+        instance_id=instance,
+        transition=transition,
+        token=token,
+    )
     queue = sandbox.runner.queue("IntakeQueue").url
     sandbox.client("sqs").send_message(QueueUrl=queue, MessageBody=json.dumps(body))
 
