@@ -195,9 +195,14 @@ class ManagedGroups:
         now: datetime,
         started: datetime | None,
     ) -> tuple[frozenset[str], datetime]:
-        """A listing that answers for an action that ``started`` then (None: any listing within the ttl)."""
+        """A listing that answers about ``group`` for an action that ``started`` then: one within the ttl that has
+        it, or read since (None: any listing within the ttl)."""
         listed = self._listed
-        if listed is not None and now - listed[1] < self._ttl and (started is None or listed[1] >= started):
+        if (
+            listed is not None
+            and now - listed[1] < self._ttl
+            and (group in listed[0] or started is None or listed[1] >= started)
+        ):
             return listed
         if self._listing_asked_at is not None and now - self._listing_asked_at < LIST_EVERY:
             # (at most one listing per LIST_EVERY: the names that follow a failed or recent one are retried)

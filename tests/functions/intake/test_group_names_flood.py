@@ -351,3 +351,25 @@ def test_a_flood_of_invented_names_costs_a_few_listings_a_minute_and_drops_no_ne
     redelivered = {event.group: offered(intake, event) for event in retried}
     assert redelivered.pop("nodes-new", IntakeOutcome.ACCEPTED) is IntakeOutcome.ACCEPTED
     assert set(redelivered.values()) <= {IntakeOutcome.UNMANAGED}
+
+
+def test_a_group_the_last_listing_has_is_answered_by_it_whenever_its_action_started() -> None:
+    # Given a tag-managed stack of a group it has not seen, whose lookups a flood used up, and a listing of this
+    # owner's groups read since (it names the group)
+    autoscaling, clock = CountingAutoscaling(), FakeClock()
+    created(autoscaling, "nodes-ours")
+    intake = a_stack(autoscaling, clock)
+    used_up(intake, clock)
+    assert intake.accept(naming("invented-x", 1000, clock)) is IntakeOutcome.UNMANAGED
+    listings = autoscaling.reads.count(f"tag:{OWNER}")
+
+    # When an action of the group starts after that listing, and its event comes soon after (within LIST_EVERY,
+    # no lookup by name allowed yet)
+    clock.advance(LOOKUP_EVERY.total_seconds() * 2 / 3)
+    outcome = offered(intake, naming("nodes-ours", 100_000, clock))
+
+    # Then the listing answers it: taken in at its first delivery, at no read (not retried for a listing read
+    # again: only a name the listing lacks may be of a group created since)
+    assert outcome is IntakeOutcome.ACCEPTED
+    assert autoscaling.reads.count(f"tag:{OWNER}") == listings
+    assert "nodes-ours" not in autoscaling.reads
