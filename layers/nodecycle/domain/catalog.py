@@ -31,9 +31,8 @@ MAX_ABSENT_GROUPS = 1000
 # an answer by name, no longer (one that keeps failing is not), and read again at most once per LIST_EVERY; while
 # none answers (it failed: throttled, refused), such a name's event is retried, not dropped as unmanaged (a
 # refusal that stays ends each in the dead-letter queue, one listing asked per LIST_EVERY). Names in the settings
-# are not bounded (few, and
-# only a read by name tells one tagged for another stack). Groups already known are read again after the ttl
-# whatever the bound (one read per group and ttl). The burst is what a cold container may need at once (the events
+# are not bounded (few, and only a read by name tells one tagged for another stack). Groups already known are read
+# again after the ttl whatever the bound (one read per group and ttl). The burst is what a cold container may need at once (the events
 # of up to 50 groups scaling together); the rate, what a flood costs past it (20 DescribeAutoScalingGroups a minute
 # per container and two listings, not thousands).
 LOOKUP_BURST = 50
@@ -43,8 +42,8 @@ LOOKUP_EVERY = timedelta(seconds=3)
 # container 20 listings a minute (600 DescribeAutoScalingGroups a minute at 150 groups and a concurrency of 10).
 # A listing is final for an action that started before it was read (a group exists, with its tags, before its
 # instances' actions start); an action that started since, of a group it does not have, may be of a group created
-# since: retried until a listing read after its start answers it (its redelivery, 180 s later, finds one: this is
-# under that), never dropped. A flood's names, dated now, are each retried once so.
+# since: retried until a listing read after its start answers it, never dropped (LIST_EVERY is well under the
+# intake queue's 180 s redelivery, which so finds one). A flood's names, dated now, are each retried once so.
 LIST_EVERY = timedelta(seconds=30)
 # How many names of hooks their groups do not have a container remembers (see LifecycleHooks.get).
 MAX_ABSENT_HOOKS = 1000
