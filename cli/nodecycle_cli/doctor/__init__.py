@@ -11,8 +11,8 @@ with the usual credential chain, the cluster with the kubeconfig. Checked:
   outlive it), and no other nodecycle stack of the region with its owner id;
 
 - the cluster's authentication mode (access entries need API or API_AND_CONFIG_MAP);
-- each function role's access entry, and what the identity it gives may do in the cluster (a
-  SubjectAccessReview of every call the function makes);
+- each function role's access entry (or, in API_AND_CONFIG_MAP, its aws-auth mapping), and what the identity it
+  gives may do in the cluster (a SubjectAccessReview of every call the function makes);
 - the RBAC applied as ``nodecycle rbac`` renders it for the stack's BudgetNamespace and KubernetesGroup
   (deploy/rbac.yaml with the template's defaults), or as the manifest --rbac names;
 - the budget ConfigMap readable as a budget document;
@@ -419,7 +419,20 @@ class Doctor:
         findings += in_cluster("cluster.budget", budget)
         identities: list[Identity] = []
         if self._deployment is not None:
-            findings += self._guard("cluster.access-entry", lambda: self._access(eks, cluster, identities))
+
+            def aws_auth() -> cluster_checks.AwsAuth | None:
+                """What kube-system/aws-auth maps, where EKS reads it (API_AND_CONFIG_MAP)."""
+                if self._mode_of != "API_AND_CONFIG_MAP":
+                    return None
+                if elsewhere:
+                    return cluster_checks.AwsAuth(
+                        unreadable=f"the kubeconfig's context is not cluster {cluster}"
+                    )
+                return cluster_checks.read_aws_auth(kube)
+
+            findings += self._guard(
+                "cluster.access-entry", lambda: self._access(eks, cluster, identities, aws_auth)
+            )
         if identities:
             findings += in_cluster(
                 "cluster.permissions",
@@ -454,7 +467,13 @@ class Doctor:
             ]
         return [Finding.ok("cluster.kubeconfig", f"the kubeconfig's context is cluster {cluster}")]
 
-    def _access(self, eks: Any, cluster: str, identities: list[Identity]) -> list[Finding]:
+    def _access(
+        self,
+        eks: Any,
+        cluster: str,
+        identities: list[Identity],
+        aws_auth: Callable[[], cluster_checks.AwsAuth | None],
+    ) -> list[Finding]:
         assert self._deployment is not None
         if self._mode_of not in cluster_checks.ACCESS_ENTRY_MODES:
             return [
@@ -473,6 +492,7 @@ class Doctor:
             roles,
             self.parameter("KubernetesGroup"),
             stack_makes_them=self.parameter("CreateAccessEntries") == "true",
+            aws_auth=aws_auth,
         )
         identities += found
         return findings

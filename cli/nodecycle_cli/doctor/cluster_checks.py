@@ -3,7 +3,8 @@ they may do (SubjectAccessReview), ``deploy/rbac.yaml`` applied, the budget Conf
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,44 @@ from nodecycle_cli.doctor.permissions import (
 from nodecycle_cli.rbac import command as rbac_command
 
 ACCESS_ENTRY_MODES = ("API", "API_AND_CONFIG_MAP")
+AWS_AUTH = "kube-system/aws-auth"
+
+
+@dataclass(frozen=True)
+class AwsAuth:
+    """The roles kube-system/aws-auth maps (role ARN -> user name and groups), or why it could not be read."""
+
+    roles: Mapping[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
+    unreadable: str = ""
+
+    def mapping(self, role: str) -> tuple[str, tuple[str, ...]] | None:
+        # (aws-auth takes a role's ARN without its path: arn:aws:iam::<account>:role/<name>)
+        prefix, _, name = role.partition(":role/")
+        return self.roles.get(role) or self.roles.get(f"{prefix}:role/{name.rsplit('/', 1)[-1]}")
+
+
+def read_aws_auth(api_client: Any) -> AwsAuth:
+    """kube-system/aws-auth's mapRoles (none if it does not exist: nothing is mapped there)."""
+    import yaml
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        config_map = client.CoreV1Api(api_client).read_namespaced_config_map("aws-auth", "kube-system")
+    except ApiException as error:
+        if error.status == 404:
+            return AwsAuth({})
+        return AwsAuth({}, unreadable=f"you may not read ConfigMap {AWS_AUTH} ({error.status})")
+    try:
+        mappings = yaml.safe_load((config_map.data or {}).get("mapRoles") or "[]") or []
+    except yaml.YAMLError as error:
+        return AwsAuth({}, unreadable=f"ConfigMap {AWS_AUTH}'s mapRoles is not YAML ({error})")
+    roles = {
+        str(m["rolearn"]): (str(m.get("username") or m["rolearn"]), tuple(m.get("groups") or ()))
+        for m in mappings
+        if isinstance(m, dict) and m.get("rolearn")
+    }
+    return AwsAuth(roles)
 
 
 def _code(error: Exception) -> str:
@@ -61,13 +100,29 @@ def authentication_mode(eks: Any, cluster: str) -> tuple[Finding, str | None]:
 
 
 def access_entries(
-    eks: Any, cluster: str, roles: Mapping[str, str], group_prefix: str, *, stack_makes_them: bool
+    eks: Any,
+    cluster: str,
+    roles: Mapping[str, str],
+    group_prefix: str,
+    *,
+    stack_makes_them: bool,
+    aws_auth: Callable[[], AwsAuth | None] = lambda: None,
 ) -> tuple[list[Finding], list[Identity]]:
     """Each function role's access entry: present, and who it makes the function in the cluster (its own
     group, ``<KubernetesGroup>-<function>``, which deploy/rbac.yaml binds). ``stack_makes_them``: the stack's
     CreateAccessEntries, which tells an entry deleted outside the stack (a deploy does not make it again) from
-    one the stack was told not to make."""
+    one the stack was told not to make. ``aws_auth``: kube-system/aws-auth's mappings, read when a role has no
+    entry, on a cluster in API_AND_CONFIG_MAP mode (None in API mode, where EKS does not read aws-auth): EKS's
+    authenticator maps a role without an entry by aws-auth there, and refuses it (401) only if aws-auth does not
+    map it either."""
     findings, identities = [], []
+    read: list[AwsAuth | None] = []
+
+    def mapped_by() -> AwsAuth | None:
+        if not read:
+            read.append(aws_auth())
+        return read[0]
+
     for function, role in roles.items():
         check = f"cluster.access-entry.{function}"
         kubernetes_group = f"{group_prefix}-{function}"
@@ -80,19 +135,34 @@ def access_entries(
                 f"aws eks create-access-entry --cluster-name {cluster} --principal-arn {role} "
                 f"--kubernetes-groups {kubernetes_group}"
             )
+            # the stack's own entry, deleted outside it: CloudFormation does not notice
+            deleted = ". It was deleted outside the stack, and sam deploy does not bring it back"
+            fix = create if stack_makes_them else f"{create} (or deploy with CreateAccessEntries=true)"
+            config_map = mapped_by()
+            mapping = config_map.mapping(role) if config_map is not None else None
+            if config_map is not None and mapping is not None:
+                findings.append(_mapped_by_aws_auth(check, function, role, mapping, kubernetes_group, fix))
+                if kubernetes_group in mapping[1]:
+                    identities.append(Identity(function, mapping[0], mapping[1]))
+                continue
+            what = f"the {function} function's role has no access entry on cluster {cluster} ({role})"
             refused = (
                 f"the cluster does not know the {function} function: every call it makes is refused (401)"
             )
-            findings.append(
-                Finding.problem(
-                    check,
-                    f"the {function} function's role has no access entry on cluster {cluster} ({role})",
-                    # the stack's own entry, deleted outside it: CloudFormation does not notice
-                    f"{refused}. It was deleted outside the stack, and sam deploy does not bring it back"
-                    if stack_makes_them
-                    else refused,
-                    create if stack_makes_them else f"{create} (or deploy with CreateAccessEntries=true)",
+            if config_map is not None and config_map.unreadable:
+                what += f", and {AWS_AUTH} could not be read"
+                refused = (
+                    f"unless {AWS_AUTH} maps it (the cluster's authentication mode reads it too; "
+                    f"{config_map.unreadable}), every call the {function} function makes is refused (401)"
                 )
+            elif config_map is not None:
+                what += f" and no mapping in {AWS_AUTH}"
+                refused = (
+                    f"EKS knows the {function} function by neither (authentication mode API_AND_CONFIG_MAP): "
+                    "every call it makes is refused (401 Unauthorized)"
+                )
+            findings.append(
+                Finding.problem(check, what, f"{refused}{deleted}" if stack_makes_them else refused, fix)
             )
             continue
         groups = tuple(entry.get("kubernetesGroups") or ())
@@ -113,6 +183,37 @@ def access_entries(
             Finding.ok(check, f"the {function} function's role maps to the group {kubernetes_group}")
         )
     return findings, identities
+
+
+def _mapped_by_aws_auth(
+    check: str,
+    function: str,
+    role: str,
+    mapping: tuple[str, tuple[str, ...]],
+    kubernetes_group: str,
+    fix: str,
+) -> Finding:
+    """A role without an access entry that aws-auth maps: it authenticates, as the groups aws-auth gives it."""
+    username, groups = mapping
+    what = (
+        f"the {function} function's role has no access entry; {AWS_AUTH} maps it to {username}, groups "
+        f"{', '.join(groups) or '(none)'}"
+    )
+    if kubernetes_group not in groups:
+        return Finding.problem(
+            check,
+            what,
+            f"deploy/rbac.yaml grants the {function} function's calls to the group {kubernetes_group} only: "
+            "its calls are refused (403)",
+            f"{fix} (an access entry wins over aws-auth for the same role)",
+        )
+    return Finding.warning(
+        check,
+        what,
+        f"its calls are let in by {AWS_AUTH}, which EKS drops when the cluster moves to authentication mode "
+        "API; access entries are what EKS recommends",
+        fix,
+    )
 
 
 def permissions(
