@@ -13,6 +13,7 @@ from moto import mock_aws
 
 from nodecycle.adapters.aws.records import DynamoRecordStore
 from nodecycle.domain.model import Step
+from nodecycle.domain.ports.lifecycle import ActionClaim, Claimed
 from tests.support.fakes import T0
 from tests.unit.foundation.test_engine import PLAN, make_record
 
@@ -160,3 +161,33 @@ def test_an_events_intake_progress_only_moves_forward(dynamodb: Any) -> None:
     assert list(store.scan("stack-a")) == []
     item = dynamodb.get_item(TableName=TABLE, Key={"id": {"S": "intake-progress#event-1#names"}})["Item"]
     assert int(item["expires_at"]["N"]) > T0.timestamp()
+
+
+def test_the_reads_of_one_item_see_the_latest_write_while_the_tables_copies_lag(dynamodb: Any) -> None:
+    # Given the table's writes not yet copied to where an eventually consistent read may read them (the
+    # sandbox's lag: such a read, the default of GetItem, sees each item as it was before)
+    from nodecycle_sandbox.aws.dynamodb_index_lag import LAG, install
+
+    install()
+    store = DynamoRecordStore(TABLE, ttl=timedelta(days=14), dynamodb=dynamodb)
+    record = make_record(PLAN)
+    store.save_progress("event-1#names", 10, T0)
+    with LAG.held(TABLE):
+        # When a record is written with its action's claim, moved on, and an event's progress saved
+        assert store.write_claimed(record, None) is Claimed.WRITTEN
+        assert store.commit(
+            record.model_copy(update={"step": Step.CORDON, "seq": record.seq + 1}), record.seq
+        )
+        store.save_progress("event-1#names", 40, T0)
+
+        # Then what the engine and intake decide on is read as written: the claim (a second lifecycle of the
+        # action is refused by it), the record's seq (the next commit's condition), the progress (the
+        # instances not taken in again). A stale read would see no claim, an older seq, 10.
+        assert store.claim(record) == ActionClaim.of(record)
+        stored = store.get(record.id)
+        assert stored is not None
+        assert (stored.step, stored.seq) == (Step.CORDON, record.seq + 1)
+        assert store.progress("event-1#names") == 40
+        # (the sandbox's lag is on: the same item read without ConsistentRead is the older one)
+        stale = dynamodb.get_item(TableName=TABLE, Key={"id": {"S": record.id}})
+        assert "Item" not in stale

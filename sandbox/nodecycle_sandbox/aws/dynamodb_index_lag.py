@@ -1,4 +1,4 @@
-"""A DynamoDB global secondary index that lags its table.
+"""A DynamoDB global secondary index that lags its table, and eventually consistent reads that lag with it.
 
 DynamoDB copies each write to a table's global secondary indexes asynchronously: a Query (or Scan) of a GSI is
 always eventually consistent (``ConsistentRead`` is refused on one, as moto does too), usually behind by under a
@@ -8,10 +8,19 @@ from the index, an item whose index key was just removed (a sparse index: a life
 answers an index from the table's latest state, so no test could show a reader of an index acting on such a
 listing.
 
-Here each write of an item to a table the lag is on for is copied to the table's indexes later: a Query or Scan
-naming a GSI sees each such item as it was before the writes not yet copied (absent, if it was), the table and
-every other read (GetItem, a Query of the table itself) the latest state. The copies of one item's writes arrive
-in the order of the writes (a later one never overtakes an earlier one). Two ways to turn it on:
+The table's own reads are eventually consistent too unless asked otherwise: a GetItem, Query or Scan without
+``ConsistentRead`` "might not reflect the results of a recently completed write operation" (DynamoDB developer
+guide, read consistency), as it may read a copy of the item the write has not reached yet; moto answered them
+all from the latest state, so a reader that left ``ConsistentRead`` out (a claim, a record's seq, a completion
+read back) could not be caught acting on an older version.
+
+Here each write of an item to a table the lag is on for is copied to the table's indexes, and to the copies
+an eventually consistent read may read, later: a Query or Scan naming a GSI, and a GetItem, Query or Scan of the
+table (or of a local index) without ``ConsistentRead``, sees each such item as it was before the writes not yet
+copied (absent, if it was); a consistent read, a transaction's read (TransactGetItems: serializable), and the
+reads a write makes of its own item (a condition, ReturnValues) the latest state. (BatchGetItem is not lagged:
+nodecycle does not call it.) The copies of one item's writes arrive in the order of the writes (a later one never
+overtakes an earlier one). Two ways to turn it on:
 
 - the fault kind ``dynamodb-index-lag`` (armed like the other AWS faults: ``AwsControl.arm_faults``,
   ``Sandbox.arm_faults``): ``target`` a glob over the table's name, ``value`` the seconds a write takes to reach
@@ -42,6 +51,7 @@ from typing import Any
 from moto.dynamodb.models import DynamoDBBackend
 from moto.dynamodb.models.dynamo_type import DynamoType, Item
 from moto.dynamodb.models.table import Table
+from moto.dynamodb.responses import DynamoHandler
 
 from nodecycle_sandbox.aws.dynamodb_transactions import LOCK
 from nodecycle_sandbox.faults import DYNAMODB_KINDS, Fault, Injector
@@ -230,8 +240,21 @@ def _keyed(backend: DynamoDBBackend, table: Table, bound: inspect.BoundArguments
     return backend.get_keys_value(table, bound.arguments["key"])
 
 
+def _as_lagged(backend: DynamoDBBackend, table: Table, operation: Callable[[], Any]) -> Any:
+    """``operation`` (a read of ``table``) made on the items as the lagging copies hold them (under LOCK)."""
+    items = LAG.view(backend.account_id, backend.region_name, table)
+    if items is None:
+        return operation()
+    latest, table.items = table.items, items
+    try:
+        return operation()
+    finally:
+        table.items = latest
+
+
 def _lagged_read(operation: Callable[..., Any]) -> Callable[..., Any]:
-    """A Query or Scan that, naming a global secondary index, reads the items as the index holds them."""
+    """A Query or Scan that, naming a global secondary index or not asking for a consistent read, reads the
+    items as the lagging copies hold them."""
     signature = inspect.signature(operation)
 
     @wraps(operation)
@@ -240,23 +263,47 @@ def _lagged_read(operation: Callable[..., Any]) -> Callable[..., Any]:
             return operation(self, *args, **kwargs)
         bound = signature.bind(self, *args, **kwargs)
         index = bound.arguments.get("index_name")
-        if not index:
-            return operation(self, *args, **kwargs)
         with LOCK:
             table = self.get_table(bound.arguments["table_name"])
-            # (a local index reads the table, consistently if asked)
-            if index not in {gsi.name for gsi in table.global_indexes}:
+            # (a local index reads the table: consistently if asked, as the table itself)
+            if index not in {gsi.name for gsi in table.global_indexes} and bound.arguments.get(
+                "consistent_read"
+            ):
                 return operation(self, *args, **kwargs)
-            items = LAG.view(self.account_id, self.region_name, table)
-            if items is None:
-                return operation(self, *args, **kwargs)
-            latest, table.items = table.items, items
-            try:
-                return operation(self, *args, **kwargs)
-            finally:
-                table.items = latest
+            return _as_lagged(self, table, lambda: operation(self, *args, **kwargs))
 
     return read
+
+
+# Set while moto serves a GetItem request that did not ask for a consistent read (the backend's get_item is not
+# told ConsistentRead, and is also what writes and transactions read their own items with, consistently).
+_EVENTUAL = threading.local()
+
+
+def _eventual_get_request(serve: Callable[..., Any]) -> Callable[..., Any]:
+    @wraps(serve)
+    def get_item(self: DynamoHandler) -> Any:
+        if LAG.idle or self.body.get("ConsistentRead"):
+            return serve(self)
+        _EVENTUAL.on = True
+        try:
+            return serve(self)
+        finally:
+            _EVENTUAL.on = False
+
+    return get_item
+
+
+def _lagged_get(operation: Callable[..., Any]) -> Callable[..., Any]:
+    @wraps(operation)
+    def get_item(self: DynamoDBBackend, table_name: str, *args: Any, **kwargs: Any) -> Any:
+        if LAG.idle or not getattr(_EVENTUAL, "on", False):
+            return operation(self, table_name, *args, **kwargs)
+        with LOCK:
+            table = self.get_table(table_name)
+            return _as_lagged(self, table, lambda: operation(self, table_name, *args, **kwargs))
+
+    return get_item
 
 
 def _transaction(transact: Callable[..., Any]) -> Callable[..., Any]:
@@ -281,6 +328,9 @@ def install() -> None:
     backend.put_item = _followed(DynamoDBBackend.put_item, _put_key)
     backend.update_item = _followed(DynamoDBBackend.update_item, _keyed)
     backend.delete_item = _followed(DynamoDBBackend.delete_item, _keyed)
+    backend.get_item = _lagged_get(DynamoDBBackend.get_item)
+    handler: Any = DynamoHandler
+    handler.get_item = _eventual_get_request(DynamoHandler.get_item)
     backend.query = _lagged_read(DynamoDBBackend.query)
     backend.scan = _lagged_read(DynamoDBBackend.scan)
     backend.transact_write_items = _transaction(DynamoDBBackend.transact_write_items)

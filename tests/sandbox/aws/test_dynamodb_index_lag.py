@@ -1,6 +1,7 @@
 """The sandbox's DynamoDB global secondary indexes lagging their table, as DynamoDB's may: a Query of an index
 misses an item just written, lists one whose index key was just removed, and carries an older version of an
-item, while GetItem and the table's own Query see the latest; armed as a fault or held by a test."""
+item; so may an eventually consistent read of the table (GetItem, Query, Scan without ConsistentRead), while a
+consistent read and a transaction's see the latest; armed as a fault or held by a test."""
 
 from __future__ import annotations
 
@@ -99,6 +100,47 @@ def test_a_held_index_misses_new_items_lists_closed_ones_and_older_versions_unti
 
     # And once the lag is over, the index catches up
     assert _listed(dynamodb) == {"new": "acquire", "moving": "complete"}
+
+
+def test_an_eventually_consistent_read_of_the_table_may_miss_a_write_a_consistent_one_sees(
+    dynamodb: Any,
+) -> None:
+    # Given an item, moved on while the table's writes have not reached every copy (DynamoDB's eventually
+    # consistent reads, the default of GetItem, Query and Scan, "might not reflect the results of a recently
+    # completed write"; a strongly consistent read does)
+    dynamodb.put_item(TableName=TABLE, Item=_open("moving", "evict"))
+    with LAG.held(TABLE):
+        dynamodb.put_item(TableName=TABLE, Item=_open("moving", "complete"))
+        dynamodb.put_item(TableName=TABLE, Item=_open("new", "acquire"))
+
+        # Then the reads without ConsistentRead see the item as it was (and not the new one), the consistent
+        # ones every write; a transaction's read is isolated (serializable), never stale
+        def steps(read: Any) -> dict[str, str]:
+            return {item["id"]["S"]: item["step"]["S"] for item in read}
+
+        eventual = dynamodb.get_item(TableName=TABLE, Key={"id": {"S": "moving"}})["Item"]
+        assert eventual["step"]["S"] == "evict"
+        assert "Item" not in dynamodb.get_item(TableName=TABLE, Key={"id": {"S": "new"}})
+        assert steps(dynamodb.scan(TableName=TABLE)["Items"]) == {"moving": "evict"}
+        table_query = {
+            "TableName": TABLE,
+            "KeyConditionExpression": "id = :i",
+            "ExpressionAttributeValues": {":i": {"S": "moving"}},
+        }
+        assert steps(dynamodb.query(**table_query)["Items"]) == {"moving": "evict"}
+        assert steps(dynamodb.query(**table_query, ConsistentRead=True)["Items"]) == {"moving": "complete"}
+        assert steps(dynamodb.scan(TableName=TABLE, ConsistentRead=True)["Items"]) == {
+            "moving": "complete",
+            "new": "acquire",
+        }
+        assert [_step(dynamodb, i) for i in ("moving", "new")] == ["complete", "acquire"]
+        (got,) = dynamodb.transact_get_items(
+            TransactItems=[{"Get": {"TableName": TABLE, "Key": {"id": {"S": "moving"}}}}]
+        )["Responses"]
+        assert got["Item"]["step"]["S"] == "complete"
+
+    # And once the copies catch up, every read sees the latest
+    assert dynamodb.get_item(TableName=TABLE, Key={"id": {"S": "moving"}})["Item"]["step"]["S"] == "complete"
 
 
 def test_an_item_deleted_while_the_index_lags_is_still_listed_and_another_tables_index_does_not_lag(
