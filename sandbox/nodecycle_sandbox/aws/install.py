@@ -36,6 +36,7 @@ from nodecycle_sandbox.aws import (
     lambda_mappings,
     sqs_attributes,
     sqs_move_tasks,
+    sqs_receipts,
     sqs_timing,
 )
 from nodecycle_sandbox.aws.lifecycle import active_instances, emulator_for
@@ -57,6 +58,7 @@ def install() -> None:
     sqs_timing.install()
     sqs_attributes.install()  # queue attributes within SQS's ranges
     sqs_move_tasks.install()  # the dead-letter queues' redrive (StartMessageMoveTask)
+    sqs_receipts.install()  # a delete by a receipt handle older than the latest deletes nothing
     dynamodb_items.install()  # answers of lifecycle records without moto's per-attribute walk
     dynamodb_index_lag.install()  # global secondary indexes that lag their table
     dynamodb_transactions.install()  # one write at a time; a cancelled transaction undoes only its own
