@@ -2,7 +2,10 @@
 
 - ``aws-throttle``: Auto Scaling and STS ``Throttling`` (400, query XML); EC2 ``RequestLimitExceeded``
   (503, EC2 XML); DynamoDB ``ProvisionedThroughputExceededException`` and SQS ``RequestThrottled`` (400,
-  JSON); EKS ``ThrottlingException`` (429, REST JSON);
+  JSON); EKS ``ThrottlingException`` (429, REST JSON). A DynamoDB transaction (TransactWriteItems) is not
+  refused so: DynamoDB cancels it, ``TransactionCanceledException`` whose ``CancellationReasons`` say
+  ``ThrottlingError`` for its first item and ``None`` for the others (the API reference's reason codes), which
+  botocore does not retry as it retries a throttle: the caller meets it at once;
 - ``aws-error``: the service's 5xx (``InternalFailure``, ``InternalError``, ``InternalServerError``,
   ``ServerException``).
 - ``aws-lost-answer``: the call is served (it landed: an address allocated, an action completed, an item
@@ -91,10 +94,43 @@ class AwsFaults(Injector):
         if fault.kind == "aws-denied":
             code, status = _DENIED.get(service, ("AccessDenied", 403))
             return *_response(protocol, service, code, status, _denial(caller, service, operation)), False
+        if fault.kind == "aws-throttle" and (service, operation) == ("dynamodb", "TransactWriteItems"):
+            return *_transaction_throttled(environ), False
         if fault.kind == "aws-throttle":
             return *_response(protocol, service, throttle, throttle_status, "Rate exceeded"), False
         failed = _response(protocol, service, error, error_status, "We encountered an internal error.")
         return *failed, fault.kind == "aws-lost-answer"
+
+
+_THROTTLED_ITEM = (
+    "Throughput exceeds the current capacity of your table or index. DynamoDB is automatically scaling your table "
+    "or index so please try again shortly."
+)
+
+
+def _transaction_throttled(environ: dict[str, Any]) -> tuple[int, list[tuple[str, str]], bytes]:
+    """DynamoDB's answer to a transaction it cancelled for throughput: one reason per item, in their order."""
+    length = int(environ.get("CONTENT_LENGTH") or 0)
+    body = environ["wsgi.input"].read(length) if length else b""
+    environ["wsgi.input"] = io.BytesIO(body)  # (put back, as _form does)
+    try:
+        items = len(json.loads(body or b"{}").get("TransactItems") or [None])
+    except ValueError:
+        items = 1
+    reasons = [{"Code": "ThrottlingError", "Message": _THROTTLED_ITEM}] + [{"Code": "None"}] * (items - 1)
+    codes = ", ".join(r["Code"] for r in reasons)
+    answer = {
+        "__type": f"{_JSON_NAMESPACE['dynamodb']}#TransactionCanceledException",
+        "Message": f"Transaction cancelled, please refer cancellation reasons for specific reasons [{codes}]",
+        "CancellationReasons": reasons,
+    }
+    encoded = json.dumps(answer).encode()
+    headers = [
+        ("Content-Type", "application/x-amz-json-1.0"),
+        ("x-amzn-RequestId", str(uuid.uuid4())),
+        ("Content-Length", str(len(encoded))),
+    ]
+    return 400, headers, encoded
 
 
 def _denial(caller: str, service: str, operation: str) -> str:

@@ -209,3 +209,49 @@ def test_a_lost_answer_without_a_retry_is_the_services_5xx_though_the_call_lande
     FAULTS.disarm()
     got = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=0)
     assert [m["Body"] for m in got.get("Messages", [])] == ["sent"]
+
+
+def test_a_throttled_transaction_is_cancelled_for_throughput_and_the_store_retries_its_step_later(
+    endpoint: str,
+) -> None:
+    from datetime import timedelta
+
+    from nodecycle.adapters.aws.clients import CLIENT_CONFIG
+    from nodecycle.adapters.aws.records import DynamoRecordStore
+    from nodecycle.domain.errors import TransientError
+    from tests.unit.foundation.test_engine import PLAN, make_record
+
+    # Given the lifecycle table, and DynamoDB throttling the function's transactions
+    operator = _client(endpoint, "dynamodb", key=OTHER_KEY)
+    table = "throttled-records"
+    operator.create_table(
+        TableName=table,
+        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    FAULTS.arm_for(
+        [Fault("t", "aws-throttle", target="dynamodb.TransactWriteItems")], seed=1, callers=[FUNCTION_KEY]
+    )
+
+    # When a record is written with its action's claim (one transaction), Then DynamoDB cancels it, naming
+    # throughput as the reason of its first item
+    with pytest.raises(ClientError) as cancelled:
+        _client(endpoint, "dynamodb").transact_write_items(
+            TransactItems=[
+                {"Put": {"TableName": table, "Item": {"id": {"S": "a"}}}},
+                {"Put": {"TableName": table, "Item": {"id": {"S": "b"}}}},
+            ]
+        )
+    assert cancelled.value.response["Error"]["Code"] == "TransactionCanceledException"
+    reasons = cancelled.value.response["CancellationReasons"]
+    assert [r["Code"] for r in reasons] == ["ThrottlingError", "None"]
+
+    # And the store, with the functions' retrying client, reads it as a step to retry later: not its claim
+    # taken nor its record's (botocore does not retry a cancelled transaction), and nothing was written
+    store = DynamoRecordStore(
+        table, ttl=timedelta(days=1), dynamodb=_client(endpoint, "dynamodb", config=CLIENT_CONFIG)
+    )
+    with pytest.raises(TransientError):
+        store.write_claimed(make_record(PLAN), None)
+    assert operator.scan(TableName=table, ConsistentRead=True)["Items"] == []
