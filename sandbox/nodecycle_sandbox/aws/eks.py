@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import base64
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from moto.eks.models import eks_backends
 
@@ -50,7 +51,12 @@ def access_reader(
     *, endpoint_url: str, region: str, cluster: str, access_key: str, secret_key: str
 ) -> RoleAccessReader:
     """What EKS's authenticator reads of ``cluster`` when a role's token comes: the authentication mode and the
-    role's access entry, through the EKS API (the emulation may run in another process than the API server)."""
+    role's access entry, through the EKS API (the emulation may run in another process than the API server).
+
+    EKS keeps with an entry the role id of the role its ARN named when the entry was made: a role deleted and
+    made again under the same ARN (a new role id) is not let in by it ("even if it has the same ARN, the access
+    entry won't work": EKS API reference, AccessEntry). Read here as IAM tells it: a role created after its
+    entry is not the entry's role. (A role IAM does not know, as some tests name, keeps its entry.)"""
     import boto3
     from botocore.config import Config
     from botocore.exceptions import ClientError
@@ -66,6 +72,24 @@ def access_reader(
         config=Config(connect_timeout=2, read_timeout=10, retries={"max_attempts": 2, "mode": "standard"}),
     )
 
+    iam = boto3.client(
+        "iam",
+        endpoint_url=endpoint_url,
+        region_name=region,
+        aws_access_key_id=access_key,
+        aws_secret_access_key=secret_key,
+        config=Config(connect_timeout=2, read_timeout=10, retries={"max_attempts": 2, "mode": "standard"}),
+    )
+
+    def made_again_since(role_arn: str, entry: Mapping[str, Any]) -> bool:
+        try:
+            role = iam.get_role(RoleName=role_arn.rsplit("/", 1)[-1])["Role"]
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") == "NoSuchEntity":
+                return False
+            raise
+        return bool(role["CreateDate"] > entry["createdAt"])
+
     def read(role_arn: str) -> RoleAccess:
         described = eks.describe_cluster(name=cluster)["cluster"]
         mode = str((described.get("accessConfig") or {}).get("authenticationMode") or CONFIG_MAP)
@@ -77,6 +101,8 @@ def access_reader(
             if error.response.get("Error", {}).get("Code") == "ResourceNotFoundException":
                 return RoleAccess(mode, None)
             raise
+        if made_again_since(role_arn, entry):
+            return RoleAccess(mode, None)
         groups = tuple(str(group) for group in entry.get("kubernetesGroups") or ())
         return RoleAccess(mode, AccessEntry(role_arn, groups, entry.get("username") or None))
 

@@ -200,6 +200,7 @@ class Runner:
             },
         )
         functions.deploy(specs)
+        self._deployment.grant_access()  # (after the functions' roles)
         # (Lambda's reserved concurrency now, which an operator may change: put-function-concurrency)
         self._reserved = ReservedConcurrency(
             {s.logical_id: s.reserved_concurrency for s in specs}, live=functions.reserved

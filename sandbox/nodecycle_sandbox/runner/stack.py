@@ -55,10 +55,15 @@ class StackDeployment:
         self._arns: dict[str, str] = {}  # function logical id -> its ARN
 
     def deploy(self, functions: list[FunctionSpec]) -> None:
+        """What comes before the functions (their log groups, their rules). Then ``grant_access``."""
         self._create_log_groups()
         self._create_rules(functions)
-        self._create_access_entries()
         self._create_stack_record()
+
+    def grant_access(self) -> None:
+        """The access entries, once their roles exist: an entry names its role (!GetAtt ...Role.Arn), so
+        CloudFormation makes the role first; EKS binds the entry to the role it finds then (its role id)."""
+        self._create_access_entries()
 
     def enabled(self, function: str, event: str) -> bool:
         """Whether the rule of ``function``'s ``event`` is enabled now (an operator may have disabled it)."""
