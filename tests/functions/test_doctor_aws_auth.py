@@ -3,11 +3,13 @@ access entries first, then kube-system/aws-auth's mapRoles (access entries win f
 "Migrating existing aws-auth ConfigMap entries to access entries"). So the role is refused (401) only when aws-auth
 does not map it either; one aws-auth maps works with the groups aws-auth gives it. The doctor said "every call it
 makes is refused (401)" of any role without an entry, whatever aws-auth said: a cluster still on aws-auth was told
-it was broken, and one really broken was not told that aws-auth was the other place to look."""
+it was broken, and one really broken was not told that aws-auth was the other place to look. And an entry made for
+an earlier role of the same ARN (the role deleted and made again) does not let the role in either."""
 
 from __future__ import annotations
 
 import argparse
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from botocore.exceptions import ClientError
@@ -106,3 +108,48 @@ data:
         assert cluster_checks.read_aws_auth(api_client) == AwsAuth({})
         server.apply(config_map)
         assert cluster_checks.read_aws_auth(api_client).roles == {ROLE: ("drain-user", ("nodecycle-drain",))}
+
+
+class EntryOf:
+    """EKS with the drain role's entry, made at ``made``."""
+
+    def __init__(self, made: datetime) -> None:
+        self.made = made
+
+    def describe_access_entry(self, clusterName: str, principalArn: str) -> dict[str, object]:
+        entry = {
+            "principalArn": principalArn,
+            "kubernetesGroups": ["nodecycle-drain"],
+            "createdAt": self.made,
+        }
+        return {"accessEntry": entry}
+
+
+def test_an_entry_made_for_an_earlier_role_of_the_same_arn_is_a_problem_made_again_by_its_fix() -> None:
+    # Given the drain role's entry, made before the role was deleted and made again under the same ARN (EKS keeps
+    # the earlier role's id with the entry: the role made again is refused, 401)
+    made = datetime(2026, 12, 1, tzinfo=UTC)
+    findings, identities = cluster_checks.access_entries(
+        EntryOf(made),
+        "prod",
+        ROLES,
+        "nodecycle",
+        stack_makes_them=True,
+        role_created=lambda role: made + timedelta(days=2),
+    )
+
+    # Then it is a problem, whose fix makes the entry again (with its groups); its permissions are not reviewed
+    (finding,) = findings
+    assert finding.status is Status.PROBLEM
+    assert "401" in finding.why
+    assert finding.fix == (
+        f"aws eks delete-access-entry --cluster-name prod --principal-arn {ROLE} && aws eks create-access-entry "
+        f"--cluster-name prod --principal-arn {ROLE} --kubernetes-groups nodecycle-drain"
+    )
+    assert identities == []
+
+    # And a role older than its entry (as a deployment makes them) is fine
+    findings, _ = cluster_checks.access_entries(
+        EntryOf(made), "prod", ROLES, "nodecycle", stack_makes_them=True, role_created=lambda role: made
+    )
+    assert [f.status for f in findings] == [Status.OK]

@@ -493,9 +493,20 @@ class Doctor:
             self.parameter("KubernetesGroup"),
             stack_makes_them=self.parameter("CreateAccessEntries") == "true",
             aws_auth=aws_auth,
+            role_created=self._role_created,
         )
         identities += found
         return findings
+
+    def _role_created(self, role: str) -> datetime | None:
+        """When IAM says ``role`` was created; None when it cannot say (no such role, the call refused)."""
+        try:
+            created = self.client("iam").get_role(RoleName=role.rsplit("/", 1)[-1])["Role"]["CreateDate"]
+        except Exception as error:
+            if cluster_checks.error_code(error) in ("NoSuchEntity", "AccessDenied", "AccessDeniedException"):
+                return None
+            raise
+        return created if isinstance(created, datetime) else None
 
     def _rbac(self, kube: Any, namespace: str) -> list[Finding]:
         """The RBAC the stack needs (``nodecycle rbac`` for its namespace and group prefix) is what the

@@ -61,7 +61,7 @@ def read_aws_auth(api_client: Any) -> AwsAuth:
     return AwsAuth(roles)
 
 
-def _code(error: Exception) -> str:
+def error_code(error: Exception) -> str:
     response = getattr(error, "response", None) or {}
     return str(response.get("Error", {}).get("Code", ""))
 
@@ -72,7 +72,7 @@ def authentication_mode(eks: Any, cluster: str) -> tuple[Finding, str | None]:
     try:
         description = eks.describe_cluster(name=cluster)["cluster"]
     except Exception as error:
-        if _code(error) == "ResourceNotFoundException":
+        if error_code(error) == "ResourceNotFoundException":
             return (
                 Finding.problem(
                     check,
@@ -107,6 +107,7 @@ def access_entries(
     *,
     stack_makes_them: bool,
     aws_auth: Callable[[], AwsAuth | None] = lambda: None,
+    role_created: Callable[[str], datetime | None] = lambda role: None,
 ) -> tuple[list[Finding], list[Identity]]:
     """Each function role's access entry: present, and who it makes the function in the cluster (its own
     group, ``<KubernetesGroup>-<function>``, which deploy/rbac.yaml binds). ``stack_makes_them``: the stack's
@@ -114,7 +115,8 @@ def access_entries(
     one the stack was told not to make. ``aws_auth``: kube-system/aws-auth's mappings, read when a role has no
     entry, on a cluster in API_AND_CONFIG_MAP mode (None in API mode, where EKS does not read aws-auth): EKS's
     authenticator maps a role without an entry by aws-auth there, and refuses it (401) only if aws-auth does not
-    map it either."""
+    map it either. ``role_created``: when IAM says a role was created (None: not known), to tell an entry made
+    for an earlier role of the same ARN, which EKS does not let the role in by (it keeps the role id)."""
     findings, identities = [], []
     read: list[AwsAuth | None] = []
 
@@ -129,7 +131,7 @@ def access_entries(
         try:
             entry = eks.describe_access_entry(clusterName=cluster, principalArn=role)["accessEntry"]
         except Exception as error:
-            if _code(error) != "ResourceNotFoundException":
+            if error_code(error) != "ResourceNotFoundException":
                 raise
             create = (
                 f"aws eks create-access-entry --cluster-name {cluster} --principal-arn {role} "
@@ -166,6 +168,10 @@ def access_entries(
             )
             continue
         groups = tuple(entry.get("kubernetesGroups") or ())
+        stale = _made_for_an_earlier_role(check, function, cluster, role, entry, role_created(role))
+        if stale is not None:
+            findings.append(stale)
+            continue
         identities.append(Identity(function, str(entry.get("username") or role), groups))
         if kubernetes_group not in groups:
             findings.append(
@@ -183,6 +189,28 @@ def access_entries(
             Finding.ok(check, f"the {function} function's role maps to the group {kubernetes_group}")
         )
     return findings, identities
+
+
+def _made_for_an_earlier_role(
+    check: str, function: str, cluster: str, role: str, entry: Mapping[str, Any], created: datetime | None
+) -> Finding | None:
+    """The problem of an entry older than its role: made for a role of that ARN since deleted. EKS keeps the role
+    id it found with the entry ("even if it has the same ARN, the access entry won't work": EKS API reference,
+    AccessEntry), so the role made again is refused (401) until the entry is made again."""
+    made = entry.get("createdAt")
+    if created is None or not isinstance(made, datetime) or created <= made:
+        return None
+    groups = " ".join(entry.get("kubernetesGroups") or ())
+    return Finding.problem(
+        check,
+        f"the {function} function's role {role} was created ({created:%Y-%m-%d %H:%M:%S}) after its access entry "
+        f"on cluster {cluster} ({made:%Y-%m-%d %H:%M:%S}): the entry was made for an earlier role of that ARN",
+        "EKS keeps the id of the role an entry was made for: a role deleted and made again under the same ARN is "
+        f"not let in by it, and every call the {function} function makes is refused (401)",
+        f"aws eks delete-access-entry --cluster-name {cluster} --principal-arn {role} && aws eks "
+        f"create-access-entry --cluster-name {cluster} --principal-arn {role}"
+        + (f" --kubernetes-groups {groups}" if groups else ""),
+    )
 
 
 def _mapped_by_aws_auth(
