@@ -112,9 +112,10 @@ class Api:
             version.check(self._store.revision)
             obj = self._store.get(rt, namespace, name)
         cached = (
-            self.watch_cache.state(rt, namespace if rt.namespaced else "") if version.from_cache else None
+            self.watch_cache.state(rt, namespace if rt.namespaced else "") if version.from_cache() else None
         )
         if cached is not None:
+            version.check_cached(cached[0])
             obj = next((o for o in cached[1] if o["metadata"]["name"] == name), None)
         if obj is None:
             raise errors.not_found(rt, name)
@@ -127,10 +128,11 @@ class Api:
             options.version.check(self._store.revision, continuing=bool(options.continue_token))
             items = self._store.items(rt, namespace)
             revision, compacted = self._store.revision, self._store.compacted
-        if options.version.from_cache:
+        if options.version.from_cache(limit=options.limit):
             options = dataclasses.replace(options, limit=0)  # the watch cache sends everything at once
             cached = self.watch_cache.state(rt, namespace)
             if cached is not None:  # held behind: the state it lags at
+                options.version.check_cached(cached[0])
                 revision, items = cached
         start_after: tuple[str, str] | None = None
         if options.continue_token:

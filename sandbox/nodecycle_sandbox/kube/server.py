@@ -177,9 +177,10 @@ class KubeServer:
 
     @contextlib.contextmanager
     def lagging_watch_cache(self, kind: str = "nodes") -> Iterator[None]:
-        """Hold the watch cache of ``kind`` behind meanwhile: its reads with ``resourceVersion=0`` see the objects
-        as they are now, whatever is written until the block ends, as kube-apiserver's cache may lag behind etcd;
-        reads that name no version see the latest state (see watch_cache.py)."""
+        """Hold the watch cache of ``kind`` behind meanwhile: the reads it serves (``resourceVersion=0``, and a
+        version "not older than" without a limit) see the objects as they are now, whatever is written until the
+        block ends, as kube-apiserver's cache may lag behind etcd; reads that name no version see the latest state
+        (see watch_cache.py)."""
         rt = by_name(kind)
         with self._store.lock:
             self._api.watch_cache.hold(rt, self._store.revision, self._store.items(rt))

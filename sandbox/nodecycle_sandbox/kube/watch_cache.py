@@ -1,13 +1,15 @@
-"""A watch cache that lags: reads with ``resourceVersion=0`` served from an older state of a resource.
+"""A watch cache that lags: the reads it serves answered from an older state of a resource.
 
 kube-apiserver serves a get or a list with ``resourceVersion=0`` ("any version") from its watch cache, which
 follows etcd through a watch and may be behind it: by milliseconds usually, by seconds under load or while its
 watch re-lists. Such a read may miss writes that were acknowledged before it was made (a cordon just patched);
-a read that names no version (a consistent read) never does. The sandbox keeps no history and serves every read
-from the latest state; a test that needs the lag holds a resource's cache for a while
-(:meth:`KubeServer.lagging_watch_cache`): its ``resourceVersion=0`` reads then see the objects, and the list's
-``resourceVersion``, as they were when the hold began, until it ends (the cache catches up). Writes and every
-other read go on as ever.
+a read that names no version (a consistent read) never does. So are a get naming a version and a list naming one
+"not older than" without a limit (see read_versions.py): the cache waits until it has reached that version, and
+may still be behind the latest. The sandbox keeps no history and serves every read from the latest state; a test
+that needs the lag holds a resource's cache for a while (:meth:`KubeServer.lagging_watch_cache`): the reads the
+cache serves then see the objects, and the list's ``resourceVersion``, as they were when the hold began, until it
+ends (the cache catches up); one naming a later version is refused as one the cache has not reached. Writes and
+every other read go on as ever.
 """
 
 from __future__ import annotations
