@@ -11,6 +11,7 @@ import pytest
 from kubernetes import client
 
 from nodecycle.adapters.kube.core_v1 import CoreV1
+from nodecycle.adapters.kube.eks_access import CLIENT_RETRIES
 from nodecycle_sandbox.kube import KubeServer
 from nodecycle_sandbox.kube.access import AccessEntry
 
@@ -34,9 +35,16 @@ def instance_of(index: int) -> str:
 
 
 def core_api(server: KubeServer) -> client.CoreV1Api:
-    """A CoreV1Api with its own ApiClient (connection pool), configured as the product's (CA + bearer), signed
-    by the drain function's role: what it may do is what deploy/rbac.yaml grants the drain group."""
-    return client.CoreV1Api(server.api_client(DRAIN_KEY))
+    """A CoreV1Api with its own ApiClient (connection pool), configured as the product's (CA + bearer, and its
+    retries), signed by the drain function's role: what it may do is what deploy/rbac.yaml grants the drain group.
+    With urllib3's default retries instead, a 429 (or a 503) with Retry-After to a read or a replace was slept out
+    and sent again up to three times, in the client: the budget never saw the throttling the product's client
+    hands it, and a 429 that outlasted the retries came as a connection failure (an outcome unknown)."""
+    unused = server.api_client(DRAIN_KEY)
+    config = unused.configuration
+    unused.close()
+    config.retries = CLIENT_RETRIES  # (read when the connection pool is made: before the ApiClient)
+    return client.CoreV1Api(client.ApiClient(config))
 
 
 def admin_api(server: KubeServer) -> client.CoreV1Api:
