@@ -540,6 +540,21 @@ def _immutable_pod_spec(spec: JsonObj) -> JsonObj:
 
 def _validate_update(rt: ResourceType, current: JsonObj, new: JsonObj) -> None:
     name = current["metadata"]["name"]
+    if rt is CONFIGMAPS and current.get("immutable") is True:
+        # ValidateConfigMapUpdate: an immutable ConfigMap keeps its data (deleted and created again to change it)
+        for field, changed in (
+            ("immutable", new.get("immutable") is not True),
+            ("data", (new.get("data") or {}) != (current.get("data") or {})),
+            ("binaryData", (new.get("binaryData") or {}) != (current.get("binaryData") or {})),
+        ):
+            if changed:
+                raise errors.invalid(
+                    rt,
+                    name,
+                    field,
+                    "Forbidden: field is immutable when `immutable` is set",
+                    "FieldValueForbidden",
+                )
     old_spec, new_spec = current.get("spec") or {}, new.get("spec") or {}
     if rt is PODS and _immutable_pod_spec(old_spec) != _immutable_pod_spec(new_spec):
         raise errors.invalid(

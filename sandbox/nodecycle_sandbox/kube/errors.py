@@ -80,8 +80,11 @@ def stale_resource_version(rt: ResourceType, name: str) -> ApiError:
     )
 
 
-def invalid(rt: ResourceType, name: str, field: str, problem: str) -> ApiError:
-    """422 with one field cause, e.g. ``invalid(rt, "x", "metadata.name", "Required value")``."""
+def invalid(
+    rt: ResourceType, name: str, field: str, problem: str, reason: str = "FieldValueInvalid"
+) -> ApiError:
+    """422 with one field cause, e.g. ``invalid(rt, "x", "metadata.name", "Required value")`` (``reason``: the
+    cause's, as field.ErrorType names it: FieldValueForbidden for a Forbidden)."""
     return ApiError(
         422,
         "Invalid",
@@ -90,7 +93,7 @@ def invalid(rt: ResourceType, name: str, field: str, problem: str) -> ApiError:
             "name": name,
             "kind": rt.kind,
             "group": rt.group,
-            "causes": [{"reason": "FieldValueInvalid", "message": problem, "field": field}],
+            "causes": [{"reason": reason, "message": problem, "field": field}],
         },
     )
 

@@ -131,6 +131,38 @@ def test_a_configmap_counts_its_values_in_bytes_up_to_1_mib_and_not_its_keys(kub
     )
 
 
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"data": {"k": "w"}}, "data"),
+        ({"data": {"k": "v", "more": "x"}}, "data"),
+        ({"binaryData": {"b": "AA=="}}, "binaryData"),
+        ({"immutable": False}, "immutable"),
+    ],
+)
+def test_an_immutable_configmap_refuses_a_change_of_its_data_or_of_immutable(
+    kube: Kube, change: dict[str, Any], field: str
+) -> None:
+    # ValidateConfigMapUpdate: once immutable is true, data, binaryData and immutable are Forbidden to change (422);
+    # its metadata may change, and it may be deleted (and created again)
+    frozen = {"metadata": {"name": "frozen"}, "data": {"k": "v"}, "immutable": True}
+    created = kube.core.create_namespaced_config_map("default", frozen)
+    body = {**frozen, "metadata": {"name": "frozen", "resourceVersion": created.metadata.resource_version}}
+    body.update(change)
+    with pytest.raises(ApiException) as raised:
+        kube.core.replace_namespaced_config_map("frozen", "default", body)
+    assert raised.value.status == 422
+    assert status_of(raised.value)["message"] == (
+        f'ConfigMap "frozen" is invalid: {field}: Forbidden: field is immutable when `immutable` is set'
+    )
+    with pytest.raises(ApiException) as patched:
+        kube.core.patch_namespaced_config_map("frozen", "default", change)
+    assert patched.value.status == 422
+    kube.core.patch_namespaced_config_map("frozen", "default", {"metadata": {"labels": {"a": "b"}}})
+    assert kube.core.read_namespaced_config_map("frozen", "default").data == {"k": "v"}
+    kube.core.delete_namespaced_config_map("frozen", "default")
+
+
 @pytest.mark.parametrize("key", ["budget/json", "a b", "..x", "k" * 254])
 def test_a_configmap_key_kubernetes_refuses_is_422(kube: Kube, key: str) -> None:
     error = _config_map_refusal(kube, {key: "v"})
