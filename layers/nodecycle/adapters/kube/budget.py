@@ -154,6 +154,27 @@ class BudgetUnreadable(Refused, BudgetFormatError):
         self.name = name
 
 
+class BudgetImmutable(Refused):
+    """The budget ConfigMap was made immutable (``immutable: true``: a GitOps tool's or a kustomization's generator, an
+    operator freezing it): the API server refuses every change of its data (422 Forbidden), and nothing makes it
+    mutable again but deleting it and creating it again. No slot can be granted, renewed or given back: the
+    ConfigMap's answer, as a refused read is (see :class:`BudgetNotInstalled`). Sent, each write was refused and
+    raised as a transient error, logged as a document too large: retried until its message was dead-lettered, with
+    nothing that said why nor how out."""
+
+    def __init__(self, namespace: str, name: str) -> None:
+        super().__init__(
+            f"the disruption budget ConfigMap {namespace}/{name} is immutable (immutable: true): the API server "
+            f"refuses every write of the budget to it, so no slot is granted, renewed or given back. An immutable "
+            f"ConfigMap cannot be made mutable again: delete it and apply it again without immutable "
+            f"(`kubectl -n {namespace} delete configmap {name}`, then `kubectl apply -f deploy/rbac.yaml`, or your "
+            f"GitOps source without immutable): a budget created again is seeded from the drains in progress its "
+            f"nodes show"
+        )
+        self.namespace = namespace
+        self.name = name
+
+
 # An entry's writer's lead (None: not told) and its digest as stored
 type _Told = tuple[timedelta | None, str]
 
@@ -370,6 +391,9 @@ class ConfigMapBudgetStore:
                     # nodecycle may not create ConfigMaps (that right would reach kube-system/aws-auth): the
                     # budget is shipped, empty, with the RBAC, and a missing one is a deployment mistake.
                     raise BudgetNotInstalled(self.namespace, self.name)
+                if getattr(config_map, "immutable", None):
+                    # (a write would only be refused: 422, field is immutable)
+                    raise BudgetImmutable(self.namespace, self.name)
                 # the object as read: its resourceVersion makes the replace conditional, and labels,
                 # annotations or other keys someone added survive
                 if restored is not None:
