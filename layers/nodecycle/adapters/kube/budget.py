@@ -175,6 +175,29 @@ class BudgetImmutable(Refused):
         self.name = name
 
 
+class BudgetCrowdedOut(Refused):
+    """The budget ConfigMap has no room for the budget's document within the API server's 1 MiB for a ConfigMap's
+    data, taken by keys the budget does not write (a backup of the document pasted beside it, a tool's notes), which
+    it keeps as it found them: every write would be refused (422 Too long), however small the document, until a
+    person moves them out. The ConfigMap's answer, as a refused read is (see :class:`BudgetNotInstalled`). Sent, each
+    write was refused and raised as a transient error, logged as the document too large: retried until its message
+    was dead-lettered, nothing saying which keys took the room."""
+
+    def __init__(self, namespace: str, name: str, document_bytes: int, others: dict[str, int]) -> None:
+        keys = ", ".join(
+            f"{key}: {size} bytes" for key, size in sorted(others.items(), key=lambda kv: -kv[1])
+        )
+        super().__init__(
+            f"the disruption budget ConfigMap {namespace}/{name} has no room for the budget's document "
+            f"({document_bytes} bytes) within the API server's limit of {CONFIGMAP_MAX_BYTES} bytes for a "
+            f"ConfigMap's data: keys nodecycle does not write take {sum(others.values())} bytes of it ({keys}). "
+            f"Move them out of it (`kubectl -n {namespace} edit configmap {name}`): until then no slot is granted, "
+            f"renewed or given back"
+        )
+        self.namespace = namespace
+        self.name = name
+
+
 # An entry's writer's lead (None: not told) and its digest as stored
 type _Told = tuple[timedelta | None, str]
 
@@ -214,7 +237,9 @@ class ConfigMapBudgetStore:
     connection errors :class:`TransientError`, so that the step is retried later: for a write that may have been
     applied (its connection lost after the request went out, a 5xx), :class:`WriteOutcomeUnknown`, which the
     budget reads back. A read or write the role may not make (403: RBAC, a namespace the RBAC does not cover)
-    raises :class:`Refused`, the step's to decide on.
+    raises :class:`Refused`, the step's to decide on; so does a write the API server could only refuse until a person
+    acts, never sent: to an immutable ConfigMap (:class:`BudgetImmutable`), or past its 1 MiB with keys the budget
+    does not write (:class:`BudgetCrowdedOut`).
     """
 
     def __init__(
@@ -416,6 +441,11 @@ class ConfigMapBudgetStore:
 
                 text = doc.on_clocks(moved).to_json()
                 config_map.data = _with_document(config_map, text, notes)
+                others = _others_keys(config_map.data)
+                size = _data_bytes(config_map.data)
+                if size > CONFIGMAP_MAX_BYTES >= size - sum(others.values()):
+                    # (a write would only be refused, 422 Too long, until a person moves them out)
+                    raise BudgetCrowdedOut(self.namespace, self.name, len(text.encode()), others)
                 with self._lead_lock:
                     self._last_written = (text, lead)
                 try:
@@ -628,6 +658,20 @@ def _with_document(config_map: Any, text: str, clocks: list[tuple[int, str]] | N
     if value:
         data[CLOCK_KEY] = value
     return data
+
+
+def _data_bytes(data: dict[str, str]) -> int:
+    """The bytes of ``data`` as the API server counts them against CONFIGMAP_MAX_BYTES: its values' (not its keys')."""
+    return sum(len(value.encode()) for value in data.values())
+
+
+def _others_keys(data: dict[str, str]) -> dict[str, int]:
+    """The bytes of each key of ``data`` the budget does not write."""
+    return {
+        key: len(value.encode())
+        for key, value in data.items()
+        if key not in (DATA_KEY, WRITTEN_KEY, CLOCK_KEY, RESTORED_KEY)
+    }
 
 
 def _clock_lines(clocks: list[tuple[int, str]], room: int) -> str:
