@@ -28,10 +28,11 @@ def test_a_budget_crowded_out_of_its_configmap_by_others_keys_is_refused_naming_
     add_nodes(server, 6)
     clock = FakeClock()
     assert budget_of(core, clock, "blue", "1", "1").acquire(request(0)).granted
-    # When someone pastes a backup beside the document that fills the ConfigMap's data to 10 bytes short of 1 MiB
+    # When someone pastes a backup beside the document that fills the ConfigMap's data to 150 bytes short of 1 MiB
+    # (less than a place in line takes)
     admin = admin_api(server)
     data: dict[str, str] = admin.read_namespaced_config_map("nodecycle-budget", NAMESPACE).data or {}
-    backup = MIB - sum(len(value.encode()) for value in data.values()) - 10
+    backup = MIB - sum(len(value.encode()) for value in data.values()) - 150
     admin.patch_namespaced_config_map("nodecycle-budget", NAMESPACE, {"data": {"backup.json": "x" * backup}})
     clock.advance(200)
     server.reset_counters()

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -428,12 +429,15 @@ class ConfigMapBudgetStore:
                 owners = {id(limits): owner for owner, limits in doc.limits.items()}
                 told: dict[int, timedelta | None] = {}
                 notes: list[tuple[int, str]] = []
+                holders_told: list[str] = []  # (the digests of the holders whose writer's lead is told)
                 for entry in _stamped(doc):
                     kept = clocks.of(entry, owners.get(id(entry), ""))
                     writer, digest = kept or (lead, _digest(entry, owners.get(id(entry), "")))
                     told[id(entry)] = writer
                     if writer is not None:
                         notes.append((int(writer.total_seconds()), digest))
+                        if isinstance(entry, Holder):
+                            holders_told.append(digest)
 
                 def moved(entry: Stamped) -> timedelta:
                     writer = told[id(entry)]
@@ -446,6 +450,14 @@ class ConfigMapBudgetStore:
                 if size > CONFIGMAP_MAX_BYTES >= size - sum(others.values()):
                     # (a write would only be refused, 422 Too long, until a person moves them out)
                     raise BudgetCrowdedOut(self.namespace, self.name, len(text.encode()), others)
+                if others and not _names(config_map.data, holders_told):
+                    # A holder's lead left out of the note for want of room: read on each reader's own clock, a
+                    # holder renewed by a clock minutes behind is expired in the others' view, its slot granted again
+                    # while its drain evicts (invariant 1). Refused if it is the others' keys that take the room.
+                    alone = {key: value for key, value in config_map.data.items() if key not in others}
+                    without = SimpleNamespace(data=alone, metadata=config_map.metadata)
+                    if _names(_with_document(without, text, notes), holders_told):
+                        raise BudgetCrowdedOut(self.namespace, self.name, len(text.encode()), others)
                 with self._lead_lock:
                     self._last_written = (text, lead)
                 try:
@@ -658,6 +670,11 @@ def _with_document(config_map: Any, text: str, clocks: list[tuple[int, str]] | N
     if value:
         data[CLOCK_KEY] = value
     return data
+
+
+def _names(data: dict[str, str], digests: list[str]) -> bool:
+    """Whether the note of ``data`` (CLOCK_KEY) tells the lead of every entry of ``digests``."""
+    return set(digests) <= _leads(data.get(CLOCK_KEY)).keys()
 
 
 def _data_bytes(data: dict[str, str]) -> int:
