@@ -12,7 +12,7 @@ from urllib3.exceptions import HTTPError
 from nodecycle_sandbox.faults import Fault
 from nodecycle_sandbox.kube import KubeServer
 
-from .conftest import Kube, node_name, nodes_seed, pods_of, status_of
+from .conftest import Kube, connect, node_name, nodes_seed, pods_of, status_of
 
 
 def _node_version(kube: Kube) -> str:
@@ -75,6 +75,37 @@ def test_throttling_answers_429_with_retry_after(server: KubeServer, kube: Kube)
     kube.core.list_pod_for_all_namespaces()
     assert time.monotonic() - started >= 2
     assert [f.fault for f in server.faults.firings()] == ["f1", "f2", "f2"]
+
+
+@pytest.mark.parametrize("target", ["GET configmaps", "PUT configmaps", "GET nodes", "PATCH nodes"])
+def test_throttling_refuses_any_verb_before_doing_anything(server: KubeServer, target: str) -> None:
+    # Given a ConfigMap and a node, and every request of one kind shed by API Priority and Fairness (which
+    # judges a request before any handler, whatever its verb: a read or list as much as a write or an eviction)
+    server.seed({"nodes": nodes_seed(1)})
+    kube = connect(server)
+    kube.api_client.rest_client.pool_manager.connection_pool_kw["retries"] = (
+        False  # (each answer as it comes)
+    )
+    kube.core.create_namespaced_config_map("default", {"metadata": {"name": "cm"}, "data": {"k": "v"}})
+    version = str(kube.core.read_namespaced_config_map("cm", "default").metadata.resource_version)
+    server.faults.arm([Fault("apf", "kube-throttle", target=target, value=3)], seed=1)
+    calls = {
+        "GET configmaps": lambda: kube.core.read_namespaced_config_map("cm", "default"),
+        "PUT configmaps": lambda: kube.core.replace_namespaced_config_map(
+            "cm", "default", {"metadata": {"name": "cm", "resourceVersion": version}, "data": {"k": "w"}}
+        ),
+        "GET nodes": lambda: kube.core.list_node(),
+        "PATCH nodes": lambda: kube.core.patch_node(node_name(0, 10), {"metadata": {"labels": {"a": "b"}}}),
+    }
+
+    # When the request is made, Then it is answered 429 with its Retry-After, and nothing was done
+    with pytest.raises(ApiException) as refused:
+        calls[target]()
+    assert (refused.value.status, (refused.value.headers or {}).get("Retry-After")) == (429, "3")
+    server.faults.disarm()
+    assert kube.core.read_namespaced_config_map("cm", "default").data == {"k": "v"}
+    assert "a" not in (kube.core.read_node(node_name(0, 10)).metadata.labels or {})
+    kube.api_client.close()
 
 
 def test_a_lost_response_still_applies_the_write(server: KubeServer, kube: Kube) -> None:
