@@ -24,12 +24,6 @@ def own_default_session(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="inline mode signs a function's calls with the credentials of the first function that ran in the "
-    "process: boto3's default session keeps the credentials it resolved first (runner/invokers.py InlineInvoker "
-    "sets each function's environment, not a session of its own)",
-)
 def test_each_function_run_inline_calls_aws_as_its_own_role(deployed: tuple[str, Runner]) -> None:
     _, runner = deployed
     # Given the intake function has run in this process and called AWS (a terminate action's event)

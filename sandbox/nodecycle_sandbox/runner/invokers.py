@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+import boto3
+
 from nodecycle_sandbox import zygote
 from nodecycle_sandbox.runner import api_calls
 from nodecycle_sandbox.runner.context import LambdaContext
@@ -125,11 +127,16 @@ class InlineInvoker:
     def __init__(self, environments: Mapping[str, Mapping[str, str]]) -> None:
         self._environments = environments
         self._handlers: dict[str, Handler] = {}
+        self._sessions: dict[str, boto3.session.Session] = {}
         self._lock = threading.Lock()
 
     def invoke(self, spec: FunctionSpec, event: Any) -> InvocationResult:
         request_id = str(uuid.uuid4())
-        with self._lock, _environ(self._environments[spec.logical_id]):
+        with (
+            self._lock,
+            _environ(self._environments[spec.logical_id]),
+            self._default_session(spec.logical_id),
+        ):
             started_at = time.time()
             cold = spec.logical_id not in self._handlers
             if cold:
@@ -148,6 +155,19 @@ class InlineInvoker:
             if time.time() - started_at > spec.timeout:
                 outcome = _timed_out(spec)
             return _result(request_id, started_at, {**outcome, "apiCalls": dict(calls)}, cold)
+
+    @contextmanager
+    def _default_session(self, logical_id: str) -> Iterator[None]:
+        """boto3's default session of the function during its invocation: on Lambda each function's containers
+        resolve their own role's credentials, where one process's default session keeps those it resolved first
+        (the first function run here), and every function's calls would be signed as that function's role."""
+        before = boto3.DEFAULT_SESSION
+        # made in the function's environment: its credentials, region and endpoint
+        boto3.DEFAULT_SESSION = self._sessions.setdefault(logical_id, boto3.session.Session())
+        try:
+            yield
+        finally:
+            boto3.DEFAULT_SESSION = before
 
     def close(self) -> None:
         for spec_module in [name for name in sys.modules if name.startswith("nodecycle_sandbox_fn_")]:
