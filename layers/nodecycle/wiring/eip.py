@@ -11,6 +11,7 @@ from nodecycle.adapters.aws.address_lines import DynamoAddressLines
 from nodecycle.adapters.aws.addresses import Ec2Addresses
 from nodecycle.domain.completion import CompleteAction, SettleResults
 from nodecycle.domain.eip.assign import AssignAddress
+from nodecycle.domain.eip.locked import LockedReleases
 from nodecycle.domain.eip.release import ReleaseAddresses
 from nodecycle.domain.eip.wake import LineWaker
 from nodecycle.domain.engine import StepEngine
@@ -64,6 +65,7 @@ def engine() -> StepEngine:
                 metrics=ports.metrics,
                 waker=waker,
                 lines=lines,
+                locked=LockedReleases(owner=config.owner_id, locks=lines, metrics=ports.metrics),
             ),
             Step.COMPLETE: CompleteAction(ports.autoscaling, ports.metrics, ports.records),
         },
@@ -77,13 +79,15 @@ def address_sweep(config: SweeperSettings, ports: Common) -> AddressSweep:
     # (imported here: the sweeper's alone, which the eip function's cold start would import for nothing)
     from nodecycle.domain.sweep.addresses import AddressSweep
 
+    lines = DynamoAddressLines(config.record_table)
     return AddressSweep(
         owner=config.owner_id,
         addresses=addresses(),
         clock=ports.clock,
         metrics=ports.metrics,
         grace=timedelta(seconds=config.sweep_grace_seconds),
-        waker=_line_waker(config, ports, DynamoAddressLines(config.record_table)),
+        waker=_line_waker(config, ports, lines),
+        locked=LockedReleases(owner=config.owner_id, locks=lines, metrics=ports.metrics),
     )
 
 

@@ -229,3 +229,10 @@ def lock(ec2_backend: Any, allocation_id: str) -> None:
     with _LOCK:
         locked: set[str] = getattr(ec2_backend, _LOCKED, set())
         setattr(ec2_backend, _LOCKED, locked | {allocation_id})
+
+
+def unlock(ec2_backend: Any, allocation_id: str) -> None:
+    """AWS Support unlocks the address: ReleaseAddress releases it again."""
+    with _LOCK:
+        locked: set[str] = getattr(ec2_backend, _LOCKED, set())
+        setattr(ec2_backend, _LOCKED, locked - {allocation_id})

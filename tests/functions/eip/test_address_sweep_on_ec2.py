@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import boto3
+import pytest
 from moto.core import DEFAULT_ACCOUNT_ID as ACCOUNT_ID
 from moto.ec2.models import ec2_backends
 
+from nodecycle.adapters.aws.address_lines import DynamoAddressLines
 from nodecycle.domain.ports.addresses import ALLOCATED_AT_TAG, INSTANCE_TAG, OWNER_TAG, POOL_TAG
+from nodecycle.observability import metrics
 from nodecycle.wiring import sweeper
 from nodecycle.wiring.eip import address_sweep
+from nodecycle_sandbox.aws import ec2_addresses
+from nodecycle_sandbox.aws.install import install
 from tests.functions.eip.conftest import AwsLikeEc2, addresses, allocate, api_calls, run_instances
+from tests.support.emf import metric
 from tests.support.stack import Stack
 from tests.unit.sweeper.test_orphans import AMPLE
 
@@ -87,3 +94,43 @@ def test_an_address_a_launch_associates_after_the_listing_is_kept_where_ec2_woul
     # Then the address stays with the launch
     assert [(a["AllocationId"], a.get("InstanceId")) for a in addresses()] == [(address, launching)]
     assert report.released == 0
+
+
+def test_an_address_aws_locked_is_told_once_tried_again_later_and_released_once_unlocked(
+    stack: Stack, ec2: AwsLikeEc2, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given an address left unassociated for an hour, which AWS has locked (ReleaseAddress: InvalidAddress.Locked)
+    install()  # (the sandbox's EC2 emulation, which locks an address as AWS does)
+    hour_ago = (datetime.now(UTC) - timedelta(hours=1)).isoformat(timespec="seconds")
+    locked = allocate(
+        **{OWNER_TAG: "stack-a", INSTANCE_TAG: "i-0000000000000dead", ALLOCATED_AT_TAG: hour_ago}
+    )
+    ec2_addresses.lock(_backend(), locked)
+    calls = api_calls(ec2.moto)
+
+    # When the sweeper runs three times in a row (its schedule, every few minutes)
+    reports = [address_sweep(sweeper.settings(), sweeper.shared())(AMPLE) for _ in range(3)]
+
+    # Then no sweep fails for it: it is told once (one EipFailures), and tried at the first sweep only, the next try
+    # later (a growing interval), the address kept
+    metrics.flush_metrics()
+    assert metric(capsys.readouterr().out, "EipFailures") == 1
+    assert [report.kept for report in reports] == [1, 1, 1]
+    assert calls["ReleaseAddress"] == 1
+    assert [a["AllocationId"] for a in addresses()] == [locked]
+
+    # And once AWS Support unlocks it, the sweep that comes at its next try releases it: nothing leaks
+    ec2_addresses.unlock(_backend(), locked)
+    lines = DynamoAddressLines(stack.table)
+    read = lines.locks("stack-a")
+    assert read.by[locked].tries == 1
+    # (its next try come: as the sweep 15 minutes on finds it)
+    due = {locked: replace(read.by[locked], next_try=datetime.now(UTC))}
+    assert lines.keep_locks("stack-a", due, read.version)
+    assert not lines.keep_locks("stack-a", {}, read.version)  # (written over the version read only)
+    assert address_sweep(sweeper.settings(), sweeper.shared())(AMPLE).released == 1
+    assert addresses() == []
+
+
+def _backend() -> Any:
+    return ec2_backends[ACCOUNT_ID][os.environ["AWS_DEFAULT_REGION"]]

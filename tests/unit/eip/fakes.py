@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 
 from nodecycle.domain.eip.assign import AssignAddress
 from nodecycle.domain.eip.line import Held, Line, Refused, Waiter
+from nodecycle.domain.eip.locked import Lock, Locks
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.model import LifecycleRecord, Step, Transition, global_deadline, record_id
 from nodecycle.domain.policy import EipPolicy
@@ -33,6 +34,7 @@ from nodecycle.domain.ports.addresses import (
     AddressAlreadyAssociated,
     AddressInUse,
     AddressLimitExceeded,
+    AddressLocked,
     AddressNotFound,
     AddressRefused,
     InstanceUnavailable,
@@ -81,6 +83,8 @@ class FakeAddresses:
     settling: int = 1
     # ReleaseAddress as in a default VPC: an associated address is disassociated and released, no error
     default_vpc: bool = False
+    # addresses AWS locked: ReleaseAddress refuses them (InvalidAddress.Locked), associated or not
+    locked: set[str] = field(default_factory=set)
     calls: list[str] = field(default_factory=list)
     faults: dict[str, list[Exception]] = field(default_factory=lambda: defaultdict(list))
     # runs once, before (or after) the next call of a method, with that call's arguments
@@ -211,6 +215,8 @@ class FakeAddresses:
         eip = self.eips.get(allocation_id)
         if eip is None:
             return False
+        if allocation_id in self.locked:
+            raise AddressLocked(f"InvalidAddress.Locked: {eip.public_ip}")
         if eip.association_id is not None and not self.default_vpc:
             raise AddressInUse(f"InvalidIPAddress.InUse: {eip.public_ip}")
         if self._unsettled.get(allocation_id, 0) > 0:
@@ -275,6 +281,7 @@ class FakeLines:
     taken: dict[str, str] = field(default_factory=dict)  # run -> the address its deliveries take
     holds: dict[tuple[str, str], Held] = field(default_factory=dict)  # (owner, instance) -> its pool address
     refused: dict[str, Refused] = field(default_factory=dict)  # line -> addresses refused, to whom, when
+    locked: dict[str, Locks] = field(default_factory=dict)  # owner -> the addresses AWS locked, remembered
 
     def read(self, key: str) -> Line:
         self.reads += 1
@@ -313,6 +320,17 @@ class FakeLines:
         if self.refusals(key).version != expected_version:
             return False
         self.refused[key] = Refused(by=dict(refused), version=expected_version + 1)
+        return True
+
+    def locks(self, owner: str) -> Locks:
+        self.reads += 1
+        return self.locked.get(owner, Locks())
+
+    def keep_locks(self, owner: str, locks: Mapping[str, Lock], expected_version: int) -> bool:
+        self.writes += 1
+        if self.locked.get(owner, Locks()).version != expected_version:
+            return False
+        self.locked[owner] = Locks(by=dict(locks), version=expected_version + 1)
         return True
 
     def waiting(self) -> list[str]:

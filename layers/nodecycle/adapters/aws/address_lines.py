@@ -12,6 +12,7 @@ from botocore.exceptions import ClientError
 
 from nodecycle.adapters.aws.clients import LazyClient, error_code, transient_errors
 from nodecycle.domain.eip.line import Held, Line, Refused, Waiter
+from nodecycle.domain.eip.locked import Lock, Locks
 from nodecycle.domain.eip.wake import Offer
 
 if TYPE_CHECKING:
@@ -143,6 +144,46 @@ class DynamoAddressLines:
             "telling the launches of a line the addresses EC2 refused",
         )
 
+    def locks(self, owner: str) -> Locks:
+        with transient_errors("reading the addresses AWS locked"):
+            response = self._dynamodb().get_item(
+                TableName=self._table, Key={"id": {"S": _locked_id(owner)}}, ConsistentRead=True
+            )
+        item = response.get("Item") or {}
+        by = {
+            allocation_id: Lock(
+                since=datetime.fromisoformat(lock["M"]["since"]["S"]),
+                tries=int(lock["M"]["tries"]["N"]),
+                next_try=datetime.fromisoformat(lock["M"]["next_try"]["S"]),
+            )
+            for allocation_id, lock in item.get("locked", {}).get("M", {}).items()
+        }
+        return Locks(by=by, version=int(item.get("version", {}).get("N", 0)))
+
+    def keep_locks(self, owner: str, locks: Mapping[str, Lock], expected_version: int) -> bool:
+        item: dict[str, Any] = {
+            "id": {"S": _locked_id(owner)},
+            "version": {"N": str(expected_version + 1)},
+            "locked": {
+                "M": {
+                    allocation_id: {
+                        "M": {
+                            "since": {"S": lock.since.isoformat()},
+                            "tries": {"N": str(lock.tries)},
+                            "next_try": {"S": lock.next_try.isoformat()},
+                        }
+                    }
+                    for allocation_id, lock in locks.items()
+                }
+            },
+        }
+        if locks:  # (kept while its addresses are tried; the domain forgets a lock a day past its next try)
+            ends = max(lock.next_try for lock in locks.values()) + KEPT
+            item["expires_at"] = {"N": str(int(ends.timestamp()))}
+        return self._put_over(
+            item, expected_version, "attribute_not_exists(id)", "remembering the addresses AWS locked"
+        )
+
     def _put_over(self, item: dict[str, Any], expected_version: int, first: str, doing: str) -> bool:
         """Write ``item`` only over ``expected_version`` (0: only where ``first`` holds); False when another
         wrote first."""
@@ -225,6 +266,11 @@ def _offer_id(key: str, lifecycle: str) -> str:
 def _refusals_id(key: str) -> str:
     """The item of the addresses EC2 refused lately to the launches of a line: beside the records and the lines."""
     return f"eip-refused#{key}"
+
+
+def _locked_id(owner: str) -> str:
+    """The item of the owner's addresses AWS locked (ReleaseAddress refused): beside the records and the lines."""
+    return f"eip-locked#{owner}"
 
 
 def _held_id(owner: str, instance_id: str) -> str:

@@ -53,6 +53,7 @@ from typing import Any
 
 from nodecycle.domain.eip import SCRATCH, release_unassociated, without_scratch
 from nodecycle.domain.eip.line import AddressLines
+from nodecycle.domain.eip.locked import LockedReleases
 from nodecycle.domain.eip.wake import LineWaker, Offer, offers_of
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.errors import TransientError
@@ -99,8 +100,11 @@ class ReleaseAddresses:
         metrics: Metrics,
         waker: LineWaker | None = None,
         lines: AddressLines | None = None,
+        locked: LockedReleases | None = None,
     ) -> None:
         self._owner = owner
+        # Remembers the addresses AWS locked, for the sweep to try at a growing interval (None: told at each meeting)
+        self._locked = locked
         # Where a launch keeps the pool address it left its instance holding (None: the listings alone)
         self._lines = lines
         self._addresses = addresses
@@ -205,8 +209,12 @@ class ReleaseAddresses:
                         in_use.append(address)
                 except AddressLocked as error:
                     # Asked again, it would hold the lifecycle (a terminate's action) minutes for nothing: left to
-                    # the sweeper at once, disassociated, and told (an operator has AWS Support unlock it)
-                    self._metrics.count("EipFailures")
+                    # the sweeper at once, disassociated, and told once (an operator has AWS Support unlock it;
+                    # the sweep tries it again at a growing interval, told no more)
+                    if self._locked is not None:
+                        self._locked.met(address, now, error)
+                    else:
+                        self._metrics.count("EipFailures")
                     log.error(
                         "address %s is locked by AWS: %s; left to the sweeper", address.public_ip, error
                     )

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from nodecycle.domain.eip import release_unassociated
+from nodecycle.domain.eip.locked import LockedReleases
 from nodecycle.domain.eip.wake import LineWaker, offers_of
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.ports.addresses import Address, Addresses, AddressInUse, AddressRefused
@@ -76,6 +77,7 @@ class AddressSweep:
         metrics: Metrics,
         grace: timedelta,
         waker: LineWaker | None = None,
+        locked: LockedReleases | None = None,
     ) -> None:
         self._owner = owner
         self._addresses = addresses
@@ -83,6 +85,9 @@ class AddressSweep:
         self._metrics = metrics
         self._grace = grace
         self._waker = waker  # wakes the first launch waiting for what is freed (nodecycle.domain.eip.wake)
+        # remembers the addresses AWS locked, tried at a growing interval (nodecycle.domain.eip.locked); None: at
+        # every sweep, each refusal a failure
+        self._locked = locked
 
     def __call__(self, time: SweepTime) -> AddressSweepReport:
         now = self._clock.now()
@@ -184,7 +189,7 @@ class AddressSweep:
                 )
             if address.pool is not None:
                 return "returned" if disassociated else None
-        if address.pool is None and self._expired(address, now) and self._release(address):
+        if address.pool is None and self._expired(address, now) and self._release(address, now):
             return "released"
         return None
 
@@ -202,12 +207,16 @@ class AddressSweep:
         allocated_at = address.allocated_at
         return allocated_at is not None and now - allocated_at >= self._grace
 
-    def _release(self, address: Address) -> bool:
+    def _release(self, address: Address, now: datetime) -> bool:
         """Release the address if EC2 shows it unassociated now (see ``release_unassociated``); whether this
         sweep released it (a ReleaseAddress that landed with its answer lost counts; one another caller
         released after the look does not), as for the eip function's releases."""
         try:
-            released = release_unassociated(self._addresses, address.allocation_id)
+            released = (
+                release_unassociated(self._addresses, address.allocation_id)
+                if self._locked is None
+                else self._locked.release(self._addresses, address, now)
+            )
         except AddressInUse:
             # Associated since the listing (a launch took it back), or a disassociation not settled yet.
             log.info("address %s is in use: kept", address.public_ip)

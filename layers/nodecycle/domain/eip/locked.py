@@ -1,0 +1,152 @@
+"""Addresses AWS has locked: told once, tried again at a growing interval, released once unlocked.
+
+EC2 refuses ReleaseAddress of a locked address (``InvalidAddress.Locked``; ``InvalidAddress.PtrSet``, a reverse DNS
+record on it) until AWS Support unlocks it, days later perhaps. Tried at every sweep, such an address failed each
+one (``EipFailures`` counted, the sweep failed to its dead-letter queue): an alarm without end for one address no
+wait changes. So a lock met is remembered (one item per owner beside the lifecycle records, ``eip-locked#<owner>``:
+the address's own tags would need CreateTags, which the functions may use only at an allocation), told once
+(``EipFailures`` and an error naming the address, by whoever meets it first: the instance's release or the sweep;
+the item is written over the version read, so two at once tell it once), and the release is tried again only at
+its next try, LOCK_RETRY_FIRST after the first refusal, twice as long after each, up to LOCK_RETRY_MAX: an address
+unlocked is released at most that long (and a sweep) after, nothing leaks, and a lock that lasts costs a few calls
+a day. A sweep reads the item once (at its first address to release: none read in a sweep that releases nothing).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from nodecycle.domain.eip import release_unassociated
+from nodecycle.domain.errors import TransientError
+from nodecycle.domain.ports.addresses import Address, Addresses, AddressLocked
+from nodecycle.domain.ports.runtime import Metrics
+
+log = logging.getLogger(__name__)
+
+LOCK_RETRY_FIRST = timedelta(minutes=15)
+LOCK_RETRY_MAX = timedelta(hours=6)
+# A lock not tried again for this long past its next try is forgotten at the next write: its address was released
+# (an allocation id never comes back), or no sweep ran for a day (then it is met, and told, again)
+FORGOTTEN_AFTER = timedelta(days=1)
+WRITES = 8  # conditional writes tried in a row (each over a fresh read)
+
+
+@dataclass(frozen=True)
+class Lock:
+    """A lock as remembered: first met ``since``, ``tries`` releases refused, the next one tried at ``next_try``."""
+
+    since: datetime
+    tries: int
+    next_try: datetime
+
+
+@dataclass(frozen=True)
+class Locks:
+    """The locks remembered for an owner's addresses (by allocation id), and the version read (0: none written)."""
+
+    by: Mapping[str, Lock] = field(default_factory=dict)
+    version: int = 0
+
+
+class LockedAddresses(Protocol):
+    """Where the locks met are remembered: one item per owner, written only over the version read."""
+
+    def locks(self, owner: str) -> Locks:
+        """The locks remembered (read consistently); none when none. Raises
+        :class:`~nodecycle.domain.errors.TransientError`."""
+        ...
+
+    def keep_locks(self, owner: str, locks: Mapping[str, Lock], expected_version: int) -> bool:
+        """Remember ``locks`` in place of what was, only if it is still ``expected_version``: False when another
+        wrote first. Raises :class:`~nodecycle.domain.errors.TransientError`."""
+        ...
+
+
+def retry_after(tries: int) -> timedelta:
+    """How long after its ``tries``-th refusal a locked address is tried again."""
+    return min(LOCK_RETRY_FIRST * 2 ** min(tries - 1, 16), LOCK_RETRY_MAX)
+
+
+class LockedReleases:
+    """The releases of unassociated addresses (``release_unassociated``) that remember the addresses AWS locked."""
+
+    def __init__(self, *, owner: str, locks: LockedAddresses, metrics: Metrics) -> None:
+        self._owner = owner
+        self._locks = locks
+        self._metrics = metrics
+        # the locks as read for the sweep of one moment (a sweep judges its addresses at one ``now``)
+        self._read: tuple[datetime, Locks] | None = None
+
+    def release(self, addresses: Addresses, address: Address, now: datetime) -> bool:
+        """As ``release_unassociated``; but an address remembered locked is tried only once its next try is due,
+        and a lock met is remembered: False for both (kept; no failure of the caller's). The locks are read once
+        for all the calls of one ``now``."""
+        if self._read is None or self._read[0] != now:
+            self._read = (now, self._locks.locks(self._owner))
+        lock = self._read[1].by.get(address.allocation_id)
+        if lock is not None and now < lock.next_try:
+            log.info(
+                "address %s is locked by AWS (since %s, %d releases refused): tried again at %s",
+                address.public_ip,
+                lock.since.isoformat(timespec="seconds"),
+                lock.tries,
+                lock.next_try.isoformat(timespec="seconds"),
+            )
+            return False
+        try:
+            released = release_unassociated(addresses, address.allocation_id)
+        except AddressLocked as error:
+            self.met(address, now, error)
+            return False
+        if released and lock is not None:
+            log.warning(
+                "address %s, locked by AWS since %s, is unlocked: released",
+                address.public_ip,
+                lock.since.isoformat(timespec="seconds"),
+            )
+        return released
+
+    def met(self, address: Address, now: datetime, error: AddressLocked) -> None:
+        """EC2 refused to release the address, locked: remember it, and tell it if no one has yet."""
+        for _ in range(WRITES):
+            read = self._locks.locks(self._owner)
+            earlier = read.by.get(address.allocation_id)
+            tries = 1 if earlier is None else earlier.tries + 1
+            lock = Lock(
+                since=now if earlier is None else earlier.since,
+                tries=tries,
+                next_try=now + retry_after(tries),
+            )
+            kept = {
+                allocation_id: other
+                for allocation_id, other in read.by.items()
+                if now < other.next_try + FORGOTTEN_AFTER
+            }
+            kept[address.allocation_id] = lock
+            if self._locks.keep_locks(self._owner, kept, read.version):
+                self._read = (now, Locks(by=kept, version=read.version + 1))
+                break
+        else:
+            raise TransientError(f"the locks of {self._owner} changed at each of {WRITES} writes")
+        if earlier is not None:
+            log.warning(
+                "address %s is still locked by AWS (since %s, %d releases refused): tried again at %s",
+                address.public_ip,
+                lock.since.isoformat(timespec="seconds"),
+                tries,
+                lock.next_try.isoformat(timespec="seconds"),
+            )
+            return
+        self._metrics.count("EipFailures")
+        log.error(
+            "address %s is locked by AWS: %s; it cannot be released until AWS Support unlocks it (or its reverse "
+            "DNS record is removed): tried again at %s, then at a growing interval up to %s",
+            address.public_ip,
+            error,
+            lock.next_try.isoformat(timespec="seconds"),
+            LOCK_RETRY_MAX,
+        )
