@@ -8,7 +8,10 @@
 - ``AllowReassociation`` false refuses an address associated with anything (``Resource.AlreadyAssociated``).
   moto refuses only one associated with an instance: an address on a network interface attached to no
   instance (one that outlived its instance, a NAT box's) it moved to the instance asked for, so a test could
-  not see nodecycle take an address from where it was.
+  not see nodecycle take an address from where it was. Left out, it is true: "Reassociation is automatic, but
+  you can specify false to ensure the operation fails if the Elastic IP address is already associated with
+  another resource" (the AssociateAddress reference, for a VPC). moto took it for false, so a caller that left it
+  out was refused where EC2 moves the address off its holder: a call that forgot it could not be seen stealing.
 - EC2 decides each association atomically; moto checks ``AllowReassociation`` and then sets, which two
   request threads can interleave (both "win" the same address). The calls are serialized here.
 - An address still associated is not released: EC2 answers ``InvalidIPAddress.InUse`` ("you must first
@@ -57,14 +60,18 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any
 
 from moto.ec2.exceptions import EC2ClientError, ResourceAlreadyAssociatedError
 from moto.ec2.models.elastic_ip_addresses import ElasticAddress, ElasticAddressBackend
 from moto.ec2.models.instances import Instance, InstanceState
+from moto.ec2.responses.elastic_ip_addresses import ElasticIPAddresses
 
 _LOCK = threading.Lock()
+# Whether the AssociateAddress being answered on this thread left AllowReassociation out (EC2: then true)
+_REQUEST = threading.local()
 _MARKER = "_nodecycle_sandbox_associate"
 _QUOTA = "_nodecycle_address_quota"
 _LOCKED = "_nodecycle_locked_addresses"
@@ -123,6 +130,8 @@ def install() -> None:
         allocation_id: str | None = None,
         reassociate: bool = False,
     ) -> ElasticAddress:
+        if getattr(_REQUEST, "reassociation_left_out", False):
+            reassociate = True
         with _LOCK:
             state = instance.state if instance is not None else None
             if state in _CANNOT_ASSOCIATE:
@@ -186,6 +195,17 @@ def install() -> None:
             return holder.id if holder is not None else None
         return original_filter(self, filter_name, method_name)
 
+    original_request = ElasticIPAddresses.associate_address
+
+    @functools.wraps(original_request)  # (its name is the call's, as the EC2 lag records it)
+    def associate_request(self: ElasticIPAddresses) -> Any:
+        _REQUEST.reassociation_left_out = "AllowReassociation" not in self._get_params()
+        try:
+            return original_request(self)
+        finally:
+            _REQUEST.reassociation_left_out = False
+
+    ElasticIPAddresses.associate_address = associate_request  # type: ignore[method-assign]
     Instance.terminate = terminate  # type: ignore[method-assign]
     # (DescribeAddresses answers with these attributes of the model; None leaves a field out, as EC2 does)
     ElasticAddress.instance_id = property(_instance_id)  # type: ignore[assignment,method-assign]
