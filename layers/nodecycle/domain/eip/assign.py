@@ -342,12 +342,39 @@ class AssignAddress:
         own = [address for address in free if address.allocated_for == instance]
         shared = [address for address in free if address.allocated_for != instance]
         line = self._line.read()
-        # (while launches wait in line, the addresses EC2 refused to one of them lately: no launch counts them free
-        # against those ahead of it, and one with no one ahead tries them last: the refusal may be the instance's)
-        refused = self._refused_in_pool.read(now) if self._refused_in_pool and line.waiters else frozenset()
+        # (the addresses EC2 refused to a launch of the line lately: no launch counts them free against those ahead
+        # of it, and one with no one ahead tries them last: the refusal may be the instance's. Read whether launches
+        # wait or not: in a burst none waits yet, and each launch tried every refused address, one refused
+        # AssociateAddress and an EipFailure each)
+        refused, refused_to_many = (
+            self._refused_in_pool.read_both(now)
+            if self._refused_in_pool and shared
+            else (frozenset[str](), frozenset[str]())
+        )
         self._told_refused = refused
         usable = [address for address in shared if address.allocation_id not in refused]
         ahead, line = self._ahead(record, scratch, line, found, usable, now, quota=self._grow_pool)
+        if (
+            shared
+            and not own
+            and not ahead
+            and not scratch.get("exhausted_since")
+            and not _refused(scratch)
+            and all(address.allocation_id in refused_to_many for address in shared)
+        ):
+            # Nothing free but addresses EC2 refused lately to two launches or more (a policy on their tags): a
+            # launch new to them waits in line as for an empty pool (or grows the pool past them), and, first in
+            # line, tries them last at its next look, rather than each launch of a burst trying each of them. (A
+            # launch refused them itself goes on to its policy; an address refused to one launch alone may be
+            # that launch's refusal, and is tried; a refusal is told REFUSED_FOR after its last, then tried again.)
+            log.info(
+                "the %d free address(es) of pool %r were refused lately to launches of its line: instance %s "
+                "waits for another",
+                len(shared),
+                self._pool,
+                instance,
+            )
+            shared = []
         if ahead and shared and len(ahead) >= len(usable):
             log.info(
                 "%d free address(es) of pool %r go to the %d launch(es) waiting longer than instance %s (%d more "

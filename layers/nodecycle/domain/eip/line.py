@@ -163,12 +163,19 @@ class PoolRefusals:
 
     def read(self, now: datetime) -> frozenset[str]:
         """The addresses told refused now; empty when that is not told now."""
+        return self.read_both(now)[0]
+
+    def read_both(self, now: datetime) -> tuple[frozenset[str], frozenset[str]]:
+        """The addresses told refused now, and those of them refused to two launches or more (the addresses' own
+        refusal, as sure as the line can tell it); both empty when that is not told now."""
         try:
             refused = self._refusals.refusals(self._key)
         except TransientError as error:
             log.info("could not read the addresses refused in %s: %s", self._key, error)
-            return frozenset()
-        return _told(_recent(refused.by, now))
+            return frozenset(), frozenset()
+        recent = _recent(refused.by, now)
+        refusers = Counter(allocation_id for allocation_id, _ in recent)
+        return _told(recent), frozenset(a for a, count in refusers.items() if count > 1)
 
     def add(self, allocation_ids: Collection[str], instance_id: str, now: datetime) -> None:
         """Tell the line that EC2 refused these addresses to ``instance_id`` ``now``."""
