@@ -14,11 +14,12 @@ from __future__ import annotations
 import heapq
 from datetime import datetime, timedelta
 
+from nodecycle.domain.eip.line import PoolRefusals, line_key
 from nodecycle.domain.eip.wake import LineWaker
 from nodecycle.domain.model import LifecycleRecord
 from nodecycle.domain.ports.addresses import AddressRefused
 from tests.support.fakes import FakeMetrics, RecordingQueues
-from tests.unit.eip.fakes import T0, AsTheEngineRuns, FakeAddresses, Wiring, launch_record, refusing
+from tests.unit.eip.fakes import OWNER, T0, AsTheEngineRuns, FakeAddresses, Wiring, launch_record, refusing
 from tests.unit.eip.test_assign_address import POOL, after, step
 from tests.unit.eip.test_line_refused_addresses import line_waker
 
@@ -97,3 +98,27 @@ def burst(
             got[record.instance_id] = now - T0
         heapq.heappush(due, (now + HOLD, order, "give-back", 0, record))
     return got
+
+
+def test_an_address_told_refused_wrongly_comes_back_at_the_next_look_of_the_launch_waiting_for_it() -> None:
+    # Given a pool whose one free address two launches were refused (a condition on its tags, lifted since)
+    ec2 = FakeAddresses()
+    only = ec2.add(pool=POOL, allocated_at=None)
+    wiring = Wiring()
+    for refused_to in ("i-00000000000other1", "i-00000000000other2"):
+        PoolRefusals(wiring.lines, line_key(OWNER, POOL)).add([only], refused_to, T0)
+    assign = step(ec2, FakeMetrics(), wiring, eip_mode="pool", eip_pool_name=POOL, eip_wait_seconds=600)
+    record = launch_record(ec2.launch("i-0000000000000new1"))
+
+    # When a new launch looks: it waits in line, asking EC2 nothing
+    outcome = assign(record, T0)
+    assert outcome.again
+    assert "associate" not in ec2.calls
+    assert wiring.lines.waiting() == ["i-0000000000000new1"]
+
+    # Then at its next look, first in line, it tries the address, takes it, and it is told refused no more
+    later = T0 + timedelta(seconds=outcome.delay or 0)
+    outcome = assign(after(record, outcome), later)
+    assert outcome.changes.get("allocation_id") == only
+    assert ec2.eips[only].instance_id == "i-0000000000000new1"
+    assert PoolRefusals(wiring.lines, line_key(OWNER, POOL)).read(later) == frozenset()
