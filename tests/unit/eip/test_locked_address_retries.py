@@ -7,8 +7,9 @@ from __future__ import annotations
 import itertools
 from datetime import datetime, timedelta
 
-from nodecycle.domain.eip.locked import LOCK_RETRY_FIRST, LOCK_RETRY_MAX, LockedReleases
+from nodecycle.domain.eip.locked import LOCK_RETRY_FIRST, LOCK_RETRY_MAX, LockedReleases, Locks
 from nodecycle.domain.eip.release import ReleaseAddresses
+from nodecycle.domain.errors import TransientError
 from nodecycle.domain.sweep.addresses import AddressSweep
 from tests.support.fakes import FakeClock, FakeMetrics
 from tests.unit.eip.fakes import OWNER, T0, FakeAddresses, FakeLines, terminate_record
@@ -99,3 +100,19 @@ def test_two_sweeps_at_once_tell_a_lock_once() -> None:
     # Then it is told once
     assert metrics.counts["EipFailures"] == 1
     assert ec2.count("release") == 2
+
+
+def test_a_leak_is_released_though_the_locks_cannot_be_read() -> None:
+    # Given a leak (no lock), and the table throttling the read of the locks remembered
+    ec2 = FakeAddresses()
+    leak = ec2.add(allocated_for="i-0000000000000dead", allocated_at=T0 - timedelta(hours=1))
+    lines, metrics = FakeLines(), FakeMetrics()
+
+    def throttled(owner: str) -> Locks:
+        raise TransientError("ProvisionedThroughputExceededException")
+
+    lines.locks = throttled  # type: ignore[method-assign]
+
+    # When the sweeper runs, Then the leak is released all the same
+    assert sweep(ec2, lines, metrics, T0) == 1
+    assert leak not in ec2.eips

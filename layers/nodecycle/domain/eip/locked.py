@@ -86,7 +86,13 @@ class LockedReleases:
         and a lock met is remembered: False for both (kept; no failure of the caller's). The locks are read once
         for all the calls of one ``now``."""
         if self._read is None or self._read[0] != now:
-            self._read = (now, self._locks.locks(self._owner))
+            try:
+                self._read = (now, self._locks.locks(self._owner))
+            except TransientError as error:
+                # (the table throttled: the release is tried as if nothing were remembered, rather than keep a leak
+                # from being released; a lock met then is remembered, or its write fails the caller as EC2's would)
+                log.warning("could not read the addresses AWS locked: %s; releasing as if none were", error)
+                self._read = (now, Locks())
         lock = self._read[1].by.get(address.allocation_id)
         if lock is not None and now < lock.next_try:
             log.info(
