@@ -122,3 +122,31 @@ def test_an_address_told_refused_wrongly_comes_back_at_the_next_look_of_the_laun
     assert outcome.changes.get("allocation_id") == only
     assert ec2.eips[only].instance_id == "i-0000000000000new1"
     assert PoolRefusals(wiring.lines, line_key(OWNER, POOL)).read(later) == frozenset()
+
+
+def test_a_good_launch_after_two_launches_refused_for_their_own_sake_waits_one_look_at_most() -> None:
+    # Given a pool of two free addresses, and two launches EC2 refuses every association to (a policy on their
+    # instances' tags), each refused both at its first look: both addresses are told refused to two launches
+    ec2 = FakeAddresses()
+    bad = [ec2.launch("i-0000000000bad0001"), ec2.launch("i-0000000000bad0002")]
+    pool = {ec2.add(pool=POOL, allocated_at=None) for _ in range(2)}
+    for instance in bad:
+        refusing(ec2, {"*"}, "UnauthorizedOperation", to=instance)
+    wiring = Wiring()
+    assign = step(
+        ec2, FakeMetrics(), wiring, eip_mode="pool", eip_pool_name=POOL, eip_failure_policy="abandon"
+    )
+    for instance in bad:
+        assert assign(launch_record(instance), T0).again
+    assert PoolRefusals(wiring.lines, line_key(OWNER, POOL)).read_both(T0)[1] == pool
+
+    # When a launch EC2 refuses nothing comes: it waits in line at its first look (the addresses look refused)
+    good = launch_record(ec2.launch("i-00000000000000g00d"))
+    outcome = assign(good, T0)
+    assert outcome.again
+
+    # Then at its next look, first in line, it tries them and takes one: the refusals were the instances'
+    later = T0 + timedelta(seconds=outcome.delay or 0)
+    assert later - T0 <= timedelta(seconds=15)
+    outcome = assign(after(good, outcome), later)
+    assert outcome.changes.get("allocation_id") in pool
