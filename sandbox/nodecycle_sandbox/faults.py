@@ -39,6 +39,9 @@ DYNAMODB_KINDS = ("dynamodb-index-lag",)  # the service's own lag, not a refusal
 SQS_KINDS = ("sqs-duplicate", "sqs-delay", "sqs-reorder", "sqs-drop")
 EVENT_KINDS = ("event-duplicate", "event-delay")
 WORKER_KINDS = ("worker-kill", "clock-skew", "time-travel")
+# Set by the campaign's world itself at a moment of its story (chaos/world.py), not drawn per request by an
+# injector: a node's container runtime that hangs, an Elastic IP that AWS locks.
+WORLD_KINDS = ("kube-hung-runtime", "eip-locked")
 KINDS = (
     *KUBE_KINDS,
     *KUBE_REFUSAL_KINDS,
@@ -48,6 +51,7 @@ KINDS = (
     *SQS_KINDS,
     *EVENT_KINDS,
     *WORKER_KINDS,
+    *WORLD_KINDS,
 )
 # What the runner's own clients add to their User-Agent. Its event source mappings poll with the function's
 # key, as Lambda does (IAM judges them by the function's role), but AWS faults are for nodecycle's calls:

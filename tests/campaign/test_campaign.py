@@ -43,6 +43,9 @@ def test_a_small_campaign_under_faults_breaks_no_invariant(world: World) -> None
 
     # Then faults were injected, and no invariant was violated
     assert sum(len(o.firings) for o in observations) > 0
+    # (among them the hazards the world sets itself, which scenario 1 draws: the lock lifted before the last sweeps)
+    assert {"kube-hung-runtime", "eip-locked"} <= {f.kind for o in observations for f in o.firings}
+    assert [lifted is not None for o in observations for _, lifted in o.locked.values()] == [True]
     for observation in observations:
         assert observation.quiescent, (observation.scenario.describe(), observation.left_over)
         assert invariants.check(observation) == [], observation.scenario.describe()

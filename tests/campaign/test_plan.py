@@ -12,6 +12,7 @@ from nodecycle_sandbox.chaos.plan import (
     KINDS,
     draw,
 )
+from nodecycle_sandbox.faults import WORLD_KINDS
 
 
 def test_every_scenario_draws_a_node_that_lingers_and_pods_that_linger_after_it_for_seconds() -> None:
@@ -30,11 +31,11 @@ def test_the_lingering_is_drawn_after_the_story_and_its_faults_which_a_seed_draw
     scenario = draw(41, 0)
 
     # Then its story and fault plan are the ones it had before the lingering was drawn (a campaign's seed
-    # still names the runs it named)
+    # still names the runs it named), the hazards drawn since after them
     assert scenario.kind == "two-owners"
     assert scenario.size == 4
     assert scenario.lost_kubelet_at == 1.2
-    assert [(f.kind, f.target, f.probability) for f in scenario.faults] == [
+    assert [(f.kind, f.target, f.probability) for f in scenario.faults if f.kind not in WORLD_KINDS] == [
         ("sqs-reorder", "*", 0.24),
         ("worker-kill", "SweeperFunction", 0.25),
         ("sqs-delay", "*", 0.06),
@@ -57,7 +58,9 @@ def test_refusals_are_drawn_with_a_window_and_a_limit_after_everything_else() ->
         f.stop - f.start <= AWS_REFUSAL_LONGEST for _, f in refusals if f.kind == "aws-denied" and f.stop
     )
     assert any(f.stop - f.start > 20.0 for _, f in refusals if f.kind != "aws-denied" and f.stop)
-    assert all(s.faults[-1].kind in refusal_kinds for s, _ in refusals)
+    assert all(
+        [f for f in s.faults if f.kind not in WORLD_KINDS][-1].kind in refusal_kinds for s, _ in refusals
+    )
     # and none without faults
     assert not any(f.kind in refusal_kinds for i in range(40) for f in draw(41, i, faults=False).faults)
 
@@ -125,3 +128,39 @@ def test_lag_asked_for_is_drawn_an_index_behind_ec2_behind_or_both_within_their_
     alone = draw(41, 0, faults=False, lag=True)
     assert alone.lagging
     assert all(f.kind == "dynamodb-index-lag" for f in alone.faults)
+
+
+def test_the_hazards_are_drawn_after_every_other_fault_each_from_a_stream_of_its_own() -> None:
+    # Given the scenarios of pinned seeds, and the same ones drawn as before the hazards were (their draws left out)
+    for seed in PINNED_SEEDS:
+        for index in range(30):
+            scenario = draw(seed, index, lag=True, forge=True)
+            kinds = [f.kind for f in scenario.faults]
+            hazards = [f for f in scenario.faults if f.kind in WORLD_KINDS]
+
+            # Then the hazards come after every fault of the plan before them (the index lag, drawn with lag
+            # asked for, after them), numbered in order
+            ahead = len(scenario.faults) - len(hazards) - kinds.count("dynamodb-index-lag")
+            assert scenario.faults[ahead : ahead + len(hazards)] == tuple(hazards)
+            assert [f.id for f in scenario.faults] == [f"f{n}" for n in range(1, len(scenario.faults) + 1)]
+            # at most one of each, none in a launch, a locked address only with stack a's Elastic IPs to release
+            assert len({f.kind for f in hazards}) == len(hazards)
+            assert not hazards or scenario.kind != "launch"
+            assert all("a" in scenario.stacks for f in hazards if f.kind == "eip-locked")
+            # and none without faults
+            assert not any(f.kind in WORLD_KINDS for f in draw(seed, index, faults=False).faults)
+
+
+def test_each_hazard_is_drawn_in_a_share_of_the_scenarios_that_can_meet_it() -> None:
+    # Given the scenarios of one campaign
+    scenarios = [draw(41, index) for index in range(200)]
+
+    # Then some scenarios draw a hung runtime, some a locked address, some both, most neither
+    hung = [s for s in scenarios if any(f.kind == "kube-hung-runtime" for f in s.faults)]
+    locked = [s for s in scenarios if any(f.kind == "eip-locked" for f in s.faults)]
+    assert 0.1 * len(scenarios) < len(hung) < 0.5 * len(scenarios)
+    assert 0.05 * len(scenarios) < len(locked) < 0.5 * len(scenarios)
+    assert set(hung) & set(locked)
+    assert all(
+        0.0 <= f.start <= 2.0 and f.limit == 1 for s in scenarios for f in s.faults if f.kind in WORLD_KINDS
+    )

@@ -100,6 +100,8 @@ class AwsControls(Protocol):
 
     def lag_ec2(self, *, seconds: float, callers: list[str] | None) -> list[str]: ...
 
+    def lock_address(self, *, allocation_id: str, locked: bool = True) -> None: ...
+
 
 class AwsControl:
     """Knobs and records of the emulation in one account and region of this process's moto."""
@@ -280,6 +282,11 @@ class AwsControl:
         met = list(ec2_consistency.LAG.lagged)
         ec2_consistency.LAG.arm(seconds, callers)
         return met
+
+    def lock_address(self, *, allocation_id: str, locked: bool = True) -> None:
+        """AWS locks the Elastic IP (``locked``: ReleaseAddress refused, ``InvalidAddress.Locked``) or AWS Support
+        unlocks it, as ``ec2_addresses.py`` tells."""
+        (ec2_addresses.lock if locked else ec2_addresses.unlock)(self.backend.ec2_backend, allocation_id)
 
     def close(self) -> None:
         lambda_invoke.connect(None)

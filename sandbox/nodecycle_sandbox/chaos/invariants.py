@@ -45,7 +45,7 @@ INVARIANTS = {
     "drain": "no terminate action is completed while its node still has evictable pods, unless the outcome says why (2)",
     "global-timeout": "every accepted action is completed by nodecycle before its global timeout (2, 11)",
     "ownership": "no owner touches another's node or budget entry (3)",
-    "addresses": "no address leaked, stolen, released while in use, or two on one instance (4)",
+    "addresses": "no address leaked (one AWS locked: once unlocked), stolen, released while in use, or two on one instance (4)",
     "repair": "everything settles: nothing left half done at quiescence, after the sweepers ran (5)",
     "pdb": "no eviction takes a PodDisruptionBudget below its floor",
     "slot-held": "no drain holds its slot past its timeout + force grace + a margin (+ faults on its own messages, deletes and completer), even on a dead node (10)",
@@ -298,9 +298,19 @@ def _addresses(o: Observation) -> Iterator[Violation]:
                     "addresses", f"pool address {allocation} still associated with {instance}, which is gone"
                 )
         elif instance is None and (claimed_for in instances or claimed_for is None):
-            yield Violation(
-                "addresses", f"{allocation} (for {claimed_for}) unassociated after the sweep grace: leaked"
-            )
+            locked = o.locked.get(allocation)
+            if locked is None:
+                yield Violation(
+                    "addresses",
+                    f"{allocation} (for {claimed_for}) unassociated after the sweep grace: leaked",
+                )
+            elif locked[1] is not None:
+                yield Violation(
+                    "addresses",
+                    f"{allocation} (for {claimed_for}), locked by AWS {locked[0] - o.acting_at:.1f}s in, still "
+                    "allocated after its lock was lifted and the late sweeps: leaked",
+                )
+            # (still locked: left to the sweeper, as it must be; AWS Support's unlock lets it be released)
         elif gone:
             yield Violation(
                 "addresses", f"{allocation} still associated with {instance}, which is gone: leaked"

@@ -166,6 +166,14 @@ def draw(
         first = len(scenario.faults) + 1
         refusals = tuple(replace(f, id=f"f{n}") for n, f in enumerate(draw_refusals(rng), start=first))
         scenario = scenario.with_faults((*scenario.faults, *refusals))
+        # The hazards too, each from a stream of its own: every fault drawn above stays what it was.
+        hazards = (
+            *draw_hung_runtime(random.Random(f"{seed}:{index}:hung-runtime"), scenario),
+            *draw_eip_locked(random.Random(f"{seed}:{index}:eip-locked"), scenario),
+        )
+        first = len(scenario.faults) + 1
+        numbered = tuple(replace(f, id=f"f{n}") for n, f in enumerate(hazards, start=first))
+        scenario = scenario.with_faults((*scenario.faults, *numbered))
     if forge:
         scenario = replace(scenario, forgeries=draw_forgeries(random.Random(f"{seed}:{index}:forge")))
     if not lag:
@@ -287,6 +295,41 @@ def draw_refusals(rng: random.Random) -> tuple[Fault, ...]:
         stop = round(start + rng.uniform(2.0, longest), 1)
         faults.append(replace(fault, start=start, stop=stop, limit=rng.randint(3, 30)))
     return tuple(faults)
+
+
+# The share of the scenarios that drain something in which a node's container runtime hangs, and of those of
+# stack a (Elastic IPs allocated per instance, released at terminate) in which AWS locks an address.
+HUNG_RUNTIME_SHARE = 0.3
+EIP_LOCKED_SHARE = 0.3
+HAZARD_LATEST = 2.0  # seconds into the scenario: before its first drains have evicted much, mostly
+
+
+def draw_hung_runtime(rng: random.Random, scenario: Scenario) -> tuple[Fault, ...]:
+    """A node whose container runtime hangs (``KubeServer.hang_runtime``), in a share of the scenarios that
+    drain nodes, from ``rng`` (a stream of its own): its kubelet lives (the node Ready, its Lease renewed) and
+    stops none of the pods deleted there, evicted or forced, which stay Terminating past their grace. Nothing
+    tells a drain they will never go; invariant 10 still gives it its timeout + force grace + a margin, with no
+    excuse: the product gives such pods up (drain/evict.py's FORCED_STOP_SLACK). The world hangs, ``start``
+    seconds into the story, the runtime of a node whose instance is terminating then, else of a node of the
+    scenario (``value`` picks which), until the scenario ends (a real one hangs until someone restarts it)."""
+    if scenario.kind == "launch" or rng.random() >= HUNG_RUNTIME_SHARE:
+        return ()
+    start = round(rng.uniform(0.0, HAZARD_LATEST), 1)
+    return (Fault("", "kube-hung-runtime", "nodes", 1.0, start=start, limit=1, value=rng.randrange(1000)),)
+
+
+def draw_eip_locked(rng: random.Random, scenario: Scenario) -> tuple[Fault, ...]:
+    """An Elastic IP that AWS locks (``InvalidAddress.Locked`` to ReleaseAddress until AWS Support unlocks it),
+    in a share of the scenarios of stack a that terminate instances, from ``rng`` (a stream of its own): the
+    address of an instance whose terminate action has begun, from ``start`` seconds into the story on (``value``
+    picks which), before nodecycle releases it. The product leaves it to the sweeper; the world lifts the lock
+    once the scenario is quiescent, and the judge of "nothing leaks" demands it released by the sweeps after."""
+    if scenario.kind == "launch" or "a" not in scenario.stacks or rng.random() >= EIP_LOCKED_SHARE:
+        return ()
+    start = round(rng.uniform(0.0, HAZARD_LATEST), 1)
+    return (
+        Fault("", "eip-locked", "ec2.ReleaseAddress", 1.0, start=start, limit=1, value=rng.randrange(1000)),
+    )
 
 
 # How far behind its writes AWS reads at most, in seconds: "usually under a second" (a DynamoDB global secondary

@@ -9,6 +9,7 @@ containers) costs more than a scenario; reusing it is what makes hundreds of sce
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -28,7 +29,7 @@ from nodecycle_sandbox.aws.control import SANDBOX_ACCOUNT
 from nodecycle_sandbox.aws.group import AutoScalingGroup, GroupSpec, HookSpec
 from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING, ActionRecord, InstanceHistory
 from nodecycle_sandbox.chaos.plan import Forgery, Scenario
-from nodecycle_sandbox.faults import Fault, Firing
+from nodecycle_sandbox.faults import WORLD_KINDS, Fault, Firing
 from nodecycle_sandbox.kube import HistoryEntry, KubeServer
 from nodecycle_sandbox.runner.runner import Runner
 from nodecycle_sandbox.sandbox import Sandbox, SandboxOptions
@@ -91,6 +92,17 @@ SWEEP_GRACE = 300.0
 # The taint manager's default toleration of an unreachable node (kube-apiserver: 300 s), compressed below the
 # drain timeout: a lost kubelet's pods are deleted, and then stuck Terminating, while a drain waits for them.
 UNREACHABLE_TOLERATION = 8.0
+# The hazards' look, and how long a hung runtime waits for a terminating instance's node before it takes any node
+# of the scenario (a scale-in's or refresh's first terminations come within a second or two).
+HAZARD_POLL = 0.25
+HUNG_RUNTIME_PATIENCE = 5.0
+# How far the late sweeps move the sweeper's clock ahead, each after the one before, until an address whose lock
+# was lifted is released: past the sweep grace, then hours and days, past whatever back-off the sweeper keeps for
+# an address it found locked (its schedule is the product's; the world depends on none).
+LATE_SWEEPS = (SWEEP_GRACE + 60, 3600.0, 6 * 3600.0, 24 * 3600.0, 7 * 24 * 3600.0)
+# At most how often the world moves on the queue's clock for the intake messages it retries (the template's
+# maxReceiveCount is 5: a message that fails every delivery is in the dead-letter queue by then)
+REDELIVERIES = 6
 
 
 def owner_of(stack: str) -> str:
@@ -146,6 +158,8 @@ class Observation:
     ec2_lagged: list[str] = field(default_factory=list)  # what the functions' lagging EC2 reads met
     notes: list[str] = field(default_factory=list)
     forged: list[str] = field(default_factory=list)  # the forged and replayed messages sent (plan.Forgery)
+    # Addresses AWS locked (eip-locked): allocation id -> (when locked, when the lock was lifted; None: never)
+    locked: dict[str, tuple[float, float | None]] = field(default_factory=dict)
     phases: list[tuple[str, float]] = field(default_factory=list)  # where the seconds went
 
     @property
@@ -282,6 +296,11 @@ class ScenarioRun:
         self.refreshes: dict[str, str] = {}
         self.notes: list[str] = []
         self.phases: list[tuple[str, float]] = []
+        # The hazards the world sets itself (faults.WORLD_KINDS): their firings, the runtimes it hung, the
+        # addresses it locked (allocation id -> when locked, when lifted)
+        self.hazard_firings: list[Firing] = []
+        self.hung: list[str] = []
+        self.locked: dict[str, tuple[float, float | None]] = {}
         self._mark = time.monotonic()
 
     def _phase(self, name: str) -> None:
@@ -309,13 +328,22 @@ class ScenarioRun:
                     box.aws.configure(token_checked_against_instance=False, token_checked_against_group=False)
                 box.arm_faults(scenario.faults, scenario.seed * 1000 + scenario.index)
                 acting = time.time()
-                with self._lagging_ec2() as lagged, self._sweeping_on_schedule():
+                with (
+                    self._lagging_ec2() as lagged,
+                    self._sweeping_on_schedule(),
+                    self._setting_hazards(time.monotonic()),
+                ):
                     self._act(acting)
-                    quiescent, left = self._quiesce()
+                    # (an intake message retried waits out its visibility timeout: see _redeliver_retried)
+                    quiescent, left = self._quiesce(retried_waiting=True)
                 self._phase("quiescent")
-                firings = box.fault_firings()
+                firings = sorted([*box.fault_firings(), *self.hazard_firings], key=lambda f: f.at)
                 box.disarm_faults()
+                # (without forgeries the world waits for no intake queue, and leaves their retries be)
+                if quiescent and self.forged:
+                    quiescent, left = self._redeliver_retried()
                 if quiescent:
+                    self._lift_locks()  # (AWS Support's answer: the sweepers must then release the addresses)
                     self._sweep_all()  # the sweepers have the last word, with no fault
                     quiescent, left = self._quiesce(timeout=30)
             self._phase("swept")
@@ -339,9 +367,11 @@ class ScenarioRun:
                 ec2_lagged=lagged,
                 notes=self.notes,
                 forged=self.forged,
+                locked=dict(self.locked),
             )
         finally:
             box.disarm_faults()
+            self._end_hazards()
             if scenario.forgeries:
                 box.aws.configure(token_checked_against_instance=True, token_checked_against_group=True)
             self._clean_up()
@@ -527,6 +557,106 @@ class ScenarioRun:
             self.box.kube.kill_kubelet(node)
             self.lost = (node, time.time())
 
+    # -- hazards: faults the world sets itself (faults.WORLD_KINDS) ---------------------------------------
+
+    @contextmanager
+    def _setting_hazards(self, armed: float) -> Iterator[None]:
+        """Set the scenario's hazards once their moment has come (``start`` seconds after ``armed``, monotonic,
+        when the other faults were armed: their firings' clock), each once, while the block runs."""
+        pending = [f for f in self.scenario.faults if f.kind in WORLD_KINDS]
+        if not pending:
+            yield
+            return
+
+        def look() -> None:
+            elapsed = time.monotonic() - armed
+            for fault in list(pending):
+                if elapsed < fault.start:
+                    continue
+                try:
+                    detail = self._set_hazard(fault, elapsed)
+                except Exception:  # a look that failed is tried again at the next one
+                    log.warning("setting %s failed", fault.describe(), exc_info=True)
+                    continue
+                if detail is not None:
+                    pending.remove(fault)
+                    self.hazard_firings.append(Firing(round(elapsed, 3), fault.id, fault.kind, detail))
+                    self.notes.append(f"{fault.kind} at {elapsed:.1f}s: {detail}")  # (what the report shows)
+
+        with _repeating(HAZARD_POLL, "chaos-hazards", look):
+            yield
+        if pending:
+            self.notes.append(
+                "hazards never set (nothing they fit): " + ", ".join(f.describe() for f in pending)
+            )
+
+    def _set_hazard(self, fault: Fault, elapsed: float) -> str | None:
+        """Set ``fault`` now if something fits it, and say what it did (None: nothing fits yet)."""
+        mine = self._group_names()
+        instances = {i.instance_id: i for i in self.box.aws.instances() if i.group in mine}
+        terminating = sorted(
+            {
+                a.instance_id
+                for a in self.box.aws.actions()
+                if a.group in mine and a.transition == TERMINATING and a.active
+            }
+        )
+        pick = round(fault.value)
+        if fault.kind == "kube-hung-runtime":
+            nodes = {n["metadata"]["name"] for n in self.box.kube.objects("nodes")}
+            draining = [instances[i].node_name for i in terminating if instances[i].node_name in nodes]
+            if not draining and elapsed < fault.start + HUNG_RUNTIME_PATIENCE:
+                return None
+            candidates = draining or sorted(
+                i.node_name for i in instances.values() if i.terminated_at is None and i.node_name in nodes
+            )
+            if not candidates:
+                return None
+            node = candidates[pick % len(candidates)]
+            self.box.kube.hang_runtime(node)
+            self.hung.append(node)
+            return f"hung runtime {node}{'' if draining else ' (no instance terminating yet)'}"
+        # eip-locked: the address of an instance of stack a's group whose terminate action has begun
+        group = self.groups.get("a")
+        ours = [i for i in terminating if group is not None and instances[i].group == group.name]
+        if not ours:
+            return None
+        instance = ours[pick % len(ours)]
+        found = [
+            allocation
+            for allocation, (holder, tags) in self._addresses().items()
+            if POOL_TAG not in tags and (holder == instance or tags.get(INSTANCE_TAG) == instance)
+        ]
+        if not found:
+            return None  # (released already, or none yet: another terminating instance may come)
+        allocation = found[0]
+        self.box.aws.lock_address(allocation_id=allocation)
+        self.locked[allocation] = (time.time(), None)
+        still = (
+            allocation in self._addresses()
+        )  # (nodecycle may have released it between the look and the lock)
+        return f"locked {allocation} of {instance}{'' if still else ' (released before the lock: no effect)'}"
+
+    def _lift_locks(self) -> None:
+        """AWS Support unlocks the addresses AWS locked."""
+        for allocation, (locked_at, lifted) in self.locked.items():
+            if lifted is None:
+                self.box.aws.lock_address(allocation_id=allocation, locked=False)
+                self.locked[allocation] = (locked_at, time.time())
+
+    def _end_hazards(self) -> None:
+        """The scenario is over: its hung runtimes answer again, and its addresses are unlocked (the clean-up
+        releases what is left, and the next scenario starts with none locked)."""
+        try:
+            for node in self.hung:
+                with contextlib.suppress(LookupError):  # (gone with its instance: nothing to answer again)
+                    self.box.kube.hang_runtime(node, hung=False)
+            for allocation in self.locked:
+                self.box.aws.lock_address(allocation_id=allocation, locked=False)
+        except Exception:
+            log.exception("ending the hazards of %s failed", self.tag)
+            self.notes.append("ending the hazards failed: the next scenario may not start clean")
+
     def _lagging_ec2(self) -> AbstractContextManager[list[str]]:
         """The functions' EC2 reads behind its writes by the scenario's lag while the faults are armed (the
         world's own reads, the judges' included, see the latest state: they sign as the operator); the list is
@@ -556,10 +686,14 @@ class ScenarioRun:
 
     # -- quiescence -----------------------------------------------------------------------------------
 
-    def _quiesce(self, timeout: float = QUIESCENCE_TIMEOUT) -> tuple[bool, list[str]]:
+    def _quiesce(
+        self, timeout: float = QUIESCENCE_TIMEOUT, *, retried_waiting: bool = False
+    ) -> tuple[bool, list[str]]:
+        """Wait until nothing is left unsettled (see _unsettled), up to ``timeout``; ``retried_waiting``: an
+        intake message that waits out its visibility timeout after a failed delivery counts as settled."""
         deadline = time.monotonic() + timeout
         while True:
-            left = self._unsettled()
+            left = self._unsettled(retried_waiting=retried_waiting)
             if not left:
                 return True, []
             if time.monotonic() > deadline:
@@ -569,7 +703,7 @@ class ScenarioRun:
     def _settled(self) -> bool:
         return not self._unsettled()
 
-    def _unsettled(self) -> list[str]:
+    def _unsettled(self, *, retried_waiting: bool = False) -> list[str]:
         """Everything that still says "not done" in the truth: open actions, groups short of their
         target, nodes still annotated, budget entries of the scenario's instances, and the nodes of its
         terminated instances and their pods, until the cluster has forgotten them (the scenario's lingering):
@@ -610,12 +744,15 @@ class ScenarioRun:
             if entry.get("instanceId") in mine:
                 left.append(f"budget {kind} {entry.get('node')} ({entry.get('owner')})")
         if self.forged:  # what a forged message does comes after its action settled: wait until it was taken
-            left += self._intake_queues_left()
+            left += self._intake_queues_left(retried_waiting=retried_waiting)
         return left
 
-    def _intake_queues_left(self) -> list[str]:
+    def _intake_queues_left(self, *, retried_waiting: bool = False) -> list[str]:
+        """The messages still in the intake queues; ``retried_waiting``: less those whose last delivery failed,
+        which wait out the queue's visibility timeout (180 s: the template's) before they are delivered again."""
         sqs = self.box.client("sqs")
         left = []
+        retried = self._retried_intake() if retried_waiting else {}
         for stack, runner in sorted(self.world.runners.items()):
             counts = sqs.get_queue_attributes(
                 QueueUrl=runner.queue("IntakeQueue").url,
@@ -625,10 +762,109 @@ class ScenarioRun:
                     "ApproximateNumberOfMessagesDelayed",
                 ],
             )["Attributes"]
-            waiting = sum(int(n) for n in counts.values())
+            invisible = int(counts.get("ApproximateNumberOfMessagesNotVisible", 0))
+            # (those retried, invisible until their timeout is over, or moved to the dead-letter queue already)
+            settled = min(invisible, len(retried.get(stack, [])))
+            waiting = sum(int(n) for n in counts.values()) - settled
             if waiting:
                 left.append(f"{stack}'s intake queue: {waiting} messages")
         return left
+
+    def _retried_intake(self) -> dict[str, list[tuple[str, str, float]]]:
+        """Stack -> the intake messages whose last delivery the function failed (retried: SQS delivers them
+        again once the queue's visibility timeout from that receive is over), as (message id, its receipt handle
+        then, when it was received)."""
+        found: dict[str, list[tuple[str, str, float]]] = {}
+        for stack, runner in sorted(self.world.runners.items()):
+            last: dict[str, tuple[str, float, bool]] = {}
+            for invocation in runner.journal.invocations("IntakeFunction"):
+                if not invocation.records:
+                    continue  # (EventBridge's events: no queue)
+                handles = {
+                    r.get("messageId"): r.get("receiptHandle")
+                    for r in (invocation.event or {}).get("Records", [])
+                    if isinstance(r, dict)
+                }
+                for message in invocation.records:
+                    if message in last and last[message][1] > invocation.started_at:
+                        continue
+                    failed = message in invocation.failures
+                    last[message] = (str(handles.get(message) or ""), invocation.started_at, failed)
+            retried = [(m, handle, at) for m, (handle, at, failed) in last.items() if failed and handle]
+            if retried:
+                found[stack] = retried
+        return found
+
+    def _redeliver_retried(self) -> tuple[bool, list[str]]:
+        """Once all else has settled (the faults disarmed), the intake messages that wait out their visibility
+        timeout are delivered now rather than minutes later: the queue's clock moved on for each (its visibility
+        changed to 0, as the administrator), and the intake's with it (time-travel: its invocations made the
+        seconds skipped later). What the product does with them is then its answer to the same delivery that
+        much later: taken, or retried again (and in the dead-letter queue after the template's five receives).
+        Then quiescence, intake queues included."""
+        sqs = self.box.client("sqs")
+        since = 0.0  # (each round moves on the messages whose delivery failed since the round before)
+        for _ in range(REDELIVERIES):
+            now = time.time()
+            moved: dict[str, set[str]] = {}
+            skipped = 0.0
+            for stack, messages in self._retried_intake().items():
+                queue = self.world.runners[stack].queue("IntakeQueue")
+                for message, handle, received in messages:
+                    if received < since:
+                        continue  # (moved on once: since in the dead-letter queue)
+                    try:
+                        sqs.change_message_visibility(
+                            QueueUrl=queue.url, ReceiptHandle=handle, VisibilityTimeout=0
+                        )
+                    except ClientError:  # (delivered again meanwhile, or in the dead-letter queue)
+                        continue
+                    moved.setdefault(stack, set()).add(message)
+                    skipped = max(skipped, received + queue.visibility_timeout - now)
+            if not moved:
+                break
+            count = sum(len(m) for m in moved.values())
+            self.notes.append(
+                f"{count} retried intake messages delivered {skipped:.0f}s early (the queue's clock)"
+            )
+            self.box.runner_faults.arm(
+                [Fault("redelivery", "time-travel", "IntakeFunction", limit=count, value=round(skipped))],
+                seed=0,
+            )
+            try:
+                self._wait(
+                    functools.partial(self._redelivered, moved, now),
+                    30,
+                    "the retried intake messages delivered again",
+                )
+            except TimeoutError as error:
+                return False, [str(error)]
+            finally:
+                self.box.runner_faults.disarm()
+            since = now
+        return self._quiesce(timeout=30)
+
+    def _redelivered(self, moved: dict[str, set[str]], since: float) -> bool:
+        """Whether each of ``moved`` was delivered again since ``since`` (its invocation over), or its queue is
+        empty (the dead-letter queue took it)."""
+        sqs = self.box.client("sqs")
+        for stack, messages in moved.items():
+            runner = self.world.runners[stack]
+            again = {
+                message
+                for invocation in runner.journal.invocations("IntakeFunction")
+                if invocation.started_at >= since
+                for message in invocation.records
+            }
+            if messages <= again:
+                continue
+            counts = sqs.get_queue_attributes(
+                QueueUrl=runner.queue("IntakeQueue").url,
+                AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+            )["Attributes"]
+            if sum(int(n) for n in counts.values()):
+                return False
+        return True
 
     @staticmethod
     def _wait(predicate: Callable[[], Any], timeout: float, what: str) -> None:
@@ -667,27 +903,41 @@ class ScenarioRun:
 
     def _final_addresses(self) -> dict[str, tuple[str | None, dict[str, str]]]:
         """The addresses once the sweep grace has passed: a sweep with the sweepers' clocks moved past it
-        (stack a allocates, so its sweeper is the one that must release what a crash left unassociated)."""
+        (stack a allocates, so its sweeper is the one that must release what a crash left unassociated), and
+        while an address AWS locked, its lock lifted since, is still there, later ones (LATE_SWEEPS)."""
         addresses = self._addresses()
         loose = [
             a
             for a, (instance, tags) in addresses.items()
             if instance is None and POOL_TAG not in tags and tags.get(OWNER_TAG) == owner_of("a")
         ]
-        if loose and "a" in self.scenario.stacks:
-            runner = self.world.runners["a"]
-            self.box.runner_faults.arm(
-                [Fault("sweep-grace", "time-travel", "SweeperFunction", limit=1, value=SWEEP_GRACE + 60)],
-                seed=0,
-            )
-            before = len(runner.journal.invocations("SweeperFunction"))
-            runner.fire_schedule("SweeperFunction")
+        if not loose or "a" not in self.scenario.stacks:
+            return addresses
+        # (then, while an address whose lock was lifted is still there, later and later ones: see LATE_SWEEPS)
+        for travel in LATE_SWEEPS:
+            self._late_sweep(travel)
+            addresses = self._addresses()
+            if not any(
+                lifted is not None and allocation in addresses
+                for allocation, (_, lifted) in self.locked.items()
+            ):
+                break
+        return addresses
+
+    def _late_sweep(self, travel: float) -> None:
+        """One sweep of stack a's sweeper, its clock ``travel`` seconds ahead (time-travel: its deadline with it)."""
+        runner = self.world.runners["a"]
+        self.box.runner_faults.arm(
+            [Fault("sweep-grace", "time-travel", "SweeperFunction", limit=1, value=travel)], seed=0
+        )
+        before = len(runner.journal.invocations("SweeperFunction"))
+        runner.fire_schedule("SweeperFunction")
+        try:
             self._wait(
                 lambda: len(runner.journal.invocations("SweeperFunction")) > before, 60, "the late sweep"
             )
+        finally:
             self.box.runner_faults.disarm()
-            addresses = self._addresses()
-        return addresses
 
     # -- records --------------------------------------------------------------------------------------
 
