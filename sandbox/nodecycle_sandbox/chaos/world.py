@@ -27,6 +27,7 @@ from botocore.exceptions import ClientError
 
 from nodecycle_sandbox.aws.control import SANDBOX_ACCOUNT
 from nodecycle_sandbox.aws.group import AutoScalingGroup, GroupSpec, HookSpec
+from nodecycle_sandbox.aws.notifications import forged_hook_notification
 from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING, ActionRecord, InstanceHistory
 from nodecycle_sandbox.chaos.plan import Forgery, Scenario
 from nodecycle_sandbox.faults import WORLD_KINDS, Fault, Firing
@@ -527,19 +528,14 @@ class ScenarioRun:
         if forgery.kind == "wrong-owner":  # to the queue of the stack that does not own the group
             stack = next(s for s in sorted(self.world.runners) if s != stack)
         hook = next(h.name for h in _hooks() if h.transition == transition)
-        body = {
-            "Origin": "AutoScalingGroup" if transition == TERMINATING else "EC2",
-            "Destination": "EC2" if transition == TERMINATING else "AutoScalingGroup",
-            "LifecycleHookName": hook,
-            "AccountId": SANDBOX_ACCOUNT,
-            "RequestId": str(uuid.uuid4()),
-            "LifecycleTransition": transition,
-            "AutoScalingGroupName": group.name,
-            "Service": "AWS Auto Scaling",
-            "Time": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime()),
-            "EC2InstanceId": instance,
-            "LifecycleActionToken": token,
-        }
+        body = forged_hook_notification(
+            account=SANDBOX_ACCOUNT,
+            group=group.name,
+            hook=hook,
+            instance_id=instance,
+            transition=transition,
+            token=token,
+        )
         queue = self.world.runners[stack].queue("IntakeQueue").url
         self.box.client("sqs").send_message(QueueUrl=queue, MessageBody=json.dumps(body))
         self.forged.append(
