@@ -524,7 +524,10 @@ class KubeNodeInventory:
     for a steady group), and a node another tool cordoned or that went NotReady within ``max_age`` is
     counted that much later, as it would be if it changed just after a fresh list. ``max_age`` must stay
     well under the time a group's size or health takes to change much: a minute for counts, seconds for
-    states (see the drain's wiring).
+    states (see the drain's wiring). The list itself is the watch cache's, which lags etcd by its own delay
+    (milliseconds; seconds under load; "much older" is all the API's documentation promises of
+    ``resourceVersion=0``): a node cordoned or gone NotReady within that delay too is not counted yet, and a
+    counting owner may grant the slot it took, as the sandbox's lagging_watch_cache shows.
 
     The cache's age is measured on the wall clock: a Lambda environment frozen between invocations may see
     its monotonic clock stand still, and would trust an hours-old list.
