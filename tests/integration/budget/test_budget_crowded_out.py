@@ -7,6 +7,8 @@ until its message is dead-lettered, logged as the document too large."""
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 from kubernetes import client
 
@@ -53,3 +55,32 @@ def test_a_budget_crowded_out_of_its_configmap_by_others_keys_is_refused_naming_
     after = budget_of(core, clock, "blue", "1", "1")
     assert after.acquire(request(1)).reason is SlotReason.NO_ROOM
     assert [w.node for w in after.snapshot().waiters] == [node_name(1)]
+
+
+def test_a_budget_crowded_out_by_binary_data_is_refused_naming_its_key(
+    server: KubeServer, core: client.CoreV1Api
+) -> None:
+    # Given a budget of 1 held by node 0's drain
+    add_nodes(server, 6)
+    clock = FakeClock()
+    assert budget_of(core, clock, "blue", "1", "1").acquire(request(0)).granted
+    # When someone puts a compressed backup beside the document as binaryData (counted by the API server, decoded,
+    # against the same 1 MiB as data's values), 150 bytes short of it
+    admin = admin_api(server)
+    data: dict[str, str] = admin.read_namespaced_config_map("nodecycle-budget", NAMESPACE).data or {}
+    backup = MIB - sum(len(value.encode()) for value in data.values()) - 150
+    encoded = base64.b64encode(b"\0" * backup).decode()
+    admin.patch_namespaced_config_map(
+        "nodecycle-budget", NAMESPACE, {"binaryData": {"backup.json.gz": encoded}}
+    )
+    admin.api_client.close()
+    clock.advance(200)
+    server.reset_counters()
+    # ...and node 1 asks (its place in line would grow the document)
+    with pytest.raises(Refused) as refused:
+        budget_of(core, clock, "blue", "1", "1").acquire(request(1))
+
+    # Then it is refused, naming the key that takes the room, and no write was sent to be refused
+    assert isinstance(refused.value, BudgetCrowdedOut)
+    assert f"(backup.json.gz: {backup} bytes)" in str(refused.value)
+    assert ("update", "configmaps") not in server.counters()

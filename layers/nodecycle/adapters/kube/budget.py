@@ -445,8 +445,9 @@ class ConfigMapBudgetStore:
 
                 text = doc.on_clocks(moved).to_json()
                 config_map.data = _with_document(config_map, text, notes)
-                others = _others_keys(config_map.data)
-                size = _data_bytes(config_map.data)
+                binary = _binary_bytes(config_map)
+                others = {**_others_keys(config_map.data), **binary}
+                size = _data_bytes(config_map.data) + sum(binary.values())
                 if size > CONFIGMAP_MAX_BYTES >= size - sum(others.values()):
                     # (a write would only be refused, 422 Too long, until a person moves them out)
                     raise BudgetCrowdedOut(self.namespace, self.name, len(text.encode()), others)
@@ -665,6 +666,7 @@ def _with_document(config_map: Any, text: str, clocks: list[tuple[int, str]] | N
     }
     data[DATA_KEY] = text
     size = sum(len(key) + len(value.encode()) for key, value in data.items())
+    size += sum(_binary_bytes(config_map).values())  # (binaryData kept as read takes its room too)
     written = _written(config_map.metadata, text)
     if size + len(WRITTEN_KEY) + len(written) <= CONFIGMAP_MAX_BYTES:
         data[WRITTEN_KEY] = written
@@ -683,6 +685,16 @@ def _names(data: dict[str, str], digests: list[str]) -> bool:
 def _data_bytes(data: dict[str, str]) -> int:
     """The bytes of ``data`` as the API server counts them against CONFIGMAP_MAX_BYTES: its values' (not its keys')."""
     return sum(len(value.encode()) for value in data.values())
+
+
+def _binary_bytes(config_map: Any) -> dict[str, int]:
+    """The bytes of each key of ``config_map``'s binaryData (never the budget's) as the API server counts them
+    against CONFIGMAP_MAX_BYTES beside data's values: decoded (a compressed backup put there took the room unseen,
+    and every write was refused, 422 Too long, as a transient error logged as the document too large)."""
+    return {
+        key: len(str(value or "").rstrip("=")) * 3 // 4
+        for key, value in (getattr(config_map, "binary_data", None) or {}).items()
+    }
 
 
 def _others_keys(data: dict[str, str]) -> dict[str, int]:
