@@ -4,7 +4,10 @@ In the runner (:class:`RunnerFaults`, asked by ``sqs_source.py`` and ``invokers.
 
 - ``sqs-duplicate``: a batch is delivered a second time (SQS delivers at least once): after it was handled,
   or, with ``value`` 1, at the same time by another poller, as when a receive's visibility timeout ran out
-  or two of SQS's hosts both answered it (two invocations of one message running at once);
+  or two of SQS's hosts both answered it (two invocations of one message running at once). The second
+  delivery is a receive of its own, made when the first is received: a new receipt handle and one more
+  receive counted, so the first delivery's delete (by the older handle) deletes nothing, and a failure of
+  the second brings the message back after its visibility timeout;
 - ``sqs-delay``: a received message comes ``value`` seconds late;
 - ``sqs-reorder``: a batch's records come in another order, or a lone message is held back a second so
   that the next one overtakes it;
@@ -41,6 +44,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from nodecycle_sandbox.aws.sqs_receipts import (
+    RECEIPT_HANDLE_HEADER,
+    RECEIVE_AGAIN_HEADER,
+    RECEIVE_COUNT_HEADER,
+)
 from nodecycle_sandbox.faults import Injector
 
 if TYPE_CHECKING:
@@ -99,15 +107,21 @@ class RunnerFaults(Injector):
         self._send_late(queue, client, queue_url, kept[0], 1, log)
         return []
 
-    def duplicates(self, queue: str, messages: list[MessageTypeDef]) -> tuple[list[MessageTypeDef], bool]:
+    def duplicates(
+        self, queue: str, client: SQSClient, queue_url: str, messages: list[MessageTypeDef]
+    ) -> tuple[list[MessageTypeDef], bool]:
         """The messages of a received batch to deliver once more, and whether at the same time as the first
-        delivery (rather than after it)."""
+        delivery (rather than after it). Each is received again now, as SQS's duplicate is a receive of its own:
+        a new receipt handle (the first delivery's then deletes nothing) and one more receive counted."""
         if not self.armed or not messages:
             return [], False
         fault = self.draw(("sqs-duplicate",), queue, f"{queue} batch of {len(messages)}")
         if fault is None:
             return [], False
-        return list(messages), fault.value == 1
+        again = [
+            twin for twin in (_received_again(client, queue_url, m) for m in messages) if twin is not None
+        ]
+        return again, bool(again) and fault.value == 1
 
     def on_event(self, function: str, detail: str) -> EventFate:
         """What becomes of an asynchronous invocation of ``function``: how late its run starts, and whether it
@@ -162,6 +176,31 @@ class RunnerFaults(Injector):
         )
         client.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
         log.info("%s late %s by %ds as %s", queue, message["MessageId"], seconds, again["MessageId"])
+
+
+def _received_again(client: SQSClient, queue_url: str, message: MessageTypeDef) -> MessageTypeDef | None:
+    """``message`` as a second receive of it gets it (see ``aws/sqs_receipts.py``), or None if it is gone."""
+
+    def ask_again(request: Any, **_: Any) -> None:
+        request.headers[RECEIVE_AGAIN_HEADER] = "1"
+
+    # (the fault client's only ChangeMessageVisibility, but registered for this call alone all the same)
+    event = "before-sign.sqs.ChangeMessageVisibility"
+    client.meta.events.register(event, ask_again)
+    try:
+        answer = client.change_message_visibility(
+            QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0
+        )
+    except client.exceptions.ReceiptHandleIsInvalid:
+        return None
+    finally:
+        client.meta.events.unregister(event, ask_again)
+    headers = answer["ResponseMetadata"]["HTTPHeaders"]
+    attributes = {
+        **(message.get("Attributes") or {}),
+        "ApproximateReceiveCount": headers[RECEIVE_COUNT_HEADER],
+    }
+    return {**message, "ReceiptHandle": headers[RECEIPT_HANDLE_HEADER], "Attributes": attributes}
 
 
 class WorkerFaults:

@@ -232,7 +232,7 @@ class SqsEventSource:
             queue.logical_id, fault_client, queue.url, messages, self._deliveries
         )
         if messages:
-            again, alongside = self._faults.duplicates(queue.logical_id, messages)
+            again, alongside = self._faults.duplicates(queue.logical_id, fault_client, queue.url, messages)
             if again:
                 self._deliveries.info(
                     "%s duplicated %s%s",

@@ -57,3 +57,42 @@ def test_a_delete_by_an_older_receipt_handle_succeeds_and_deletes_nothing(queue:
     sqs.delete_message(QueueUrl=url, ReceiptHandle=third["ReceiptHandle"])
     sqs.delete_message(QueueUrl=url, ReceiptHandle=first["ReceiptHandle"])
     assert sqs.receive_message(QueueUrl=url).get("Messages", []) == []
+
+
+def test_a_duplicate_delivery_is_a_receive_of_its_own_with_a_new_handle(queue: tuple[Any, str]) -> None:
+    from nodecycle_sandbox.aws.sqs_receipts import (
+        RECEIPT_HANDLE_HEADER,
+        RECEIVE_AGAIN_HEADER,
+        RECEIVE_COUNT_HEADER,
+    )
+
+    sqs, url = queue
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"VisibilityTimeout": "30"})
+    sqs.send_message(QueueUrl=url, MessageBody="step")
+    (first,) = sqs.receive_message(QueueUrl=url)["Messages"]
+
+    # When the message is received again (the runner's sqs-duplicate fault) while the first receive holds it
+    def ask_again(request: Any, **_: Any) -> None:
+        request.headers[RECEIVE_AGAIN_HEADER] = "1"
+
+    sqs.meta.events.register("before-sign.sqs.ChangeMessageVisibility", ask_again)
+    answer = sqs.change_message_visibility(
+        QueueUrl=url, ReceiptHandle=first["ReceiptHandle"], VisibilityTimeout=30
+    )
+    sqs.meta.events.unregister("before-sign.sqs.ChangeMessageVisibility", ask_again)
+    headers = answer["ResponseMetadata"]["HTTPHeaders"]
+
+    # Then it has a new handle and a second receive, and stays invisible (no third consumer gets it now)
+    again = headers[RECEIPT_HANDLE_HEADER]
+    assert again != first["ReceiptHandle"]
+    assert headers[RECEIVE_COUNT_HEADER] == "2"
+    assert sqs.receive_message(QueueUrl=url).get("Messages", []) == []
+    # And the first receive's delete deletes nothing, the second's deletes it
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=first["ReceiptHandle"])
+    sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=again, VisibilityTimeout=0)
+    (third,) = sqs.receive_message(QueueUrl=url, MessageSystemAttributeNames=["ApproximateReceiveCount"])[
+        "Messages"
+    ]
+    assert third["Attributes"]["ApproximateReceiveCount"] == "3"
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=third["ReceiptHandle"])
+    assert sqs.receive_message(QueueUrl=url).get("Messages", []) == []

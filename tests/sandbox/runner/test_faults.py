@@ -137,6 +137,31 @@ def test_dropped_messages_are_never_delivered_and_duplicated_ones_twice(make_run
     assert runner.faults.counts() == {"sqs-drop": 1, "sqs-duplicate": 1}
 
 
+def test_a_duplicate_is_a_receive_of_its_own_and_its_failure_brings_the_message_back(
+    make_runner: MakeRunner,
+) -> None:
+    # Given a batch delivered twice, to a handler that fails the second receive of a message
+    failing = HANDLER.replace(
+        "    sqs = boto3.client",
+        '    if event["Records"][0]["attributes"]["ApproximateReceiveCount"] == "2":\n'
+        '        raise RuntimeError("second receive")\n'
+        "    sqs = boto3.client",
+    )
+    runner = make_runner(TEMPLATE, {"worker": failing}, mode="process", concurrency_cap=ONE_POLLER)
+    runner.faults.arm([Fault("u", "sqs-duplicate", target="Work", limit=1)], seed=1)
+
+    # When a message is sent
+    _send(runner, "twice")
+    runner.journal.wait_until(lambda: len(runner.journal.invocations("Worker")) == 3, timeout=15)
+
+    # Then the duplicate came with a handle of its own and its receive counted, and the first delivery's delete
+    # (by the older handle) left the message to it: failed, it came back after its visibility timeout, as on SQS
+    records = [i.event["Records"][0] for i in runner.journal.invocations("Worker")]
+    assert [r["attributes"]["ApproximateReceiveCount"] for r in records] == ["1", "2", "3"]
+    assert len({r["receiptHandle"] for r in records}) == 3
+    assert [i.ok for i in runner.journal.invocations("Worker")] == [True, False, True]
+
+
 def test_a_duplicate_may_run_at_the_same_time_as_the_first_delivery(make_runner: MakeRunner) -> None:
     # Given a batch delivered twice at once (as two pollers of SQS may), to a handler that takes its time
     template = TEMPLATE
