@@ -8,6 +8,13 @@
   botocore does not retry as it retries a throttle: the caller meets it at once;
 - ``aws-error``: the service's 5xx (``InternalFailure``, ``InternalError``, ``InternalServerError``,
   ``ServerException``).
+- ``dynamodb-conflict``: a DynamoDB write meets another writer's transaction on the same item: a
+  TransactWriteItems is cancelled, ``TransactionCanceledException`` whose ``CancellationReasons`` say
+  ``TransactionConflict`` for its item number ``value`` (0: the first) and ``None`` for the others; a PutItem,
+  UpdateItem or DeleteItem is refused, ``TransactionConflictException`` (400). Neither is retried by
+  botocore (neither is in its standard mode's list of transient or throttling codes): the caller meets it on
+  its first attempt, and nothing is written. Reads are never refused so (GetItem, Query and Scan read the
+  committed state alongside a transaction);
 - ``aws-lost-answer``: the call is served (it landed: an address allocated, an action completed, an item
   written), then its answer is lost on the way back, which the caller sees as the service's 5xx; botocore sends
   it again, and the retry meets what the first attempt did (``No active Lifecycle Action found``,
@@ -35,7 +42,14 @@ from collections.abc import Callable, Iterable
 from typing import Any, cast
 from urllib.parse import parse_qs
 
-from nodecycle_sandbox.faults import AWS_KINDS, AWS_REFUSAL_KINDS, RUNNER_AGENT, Fault, Injector
+from nodecycle_sandbox.faults import (
+    AWS_CONFLICT_KINDS,
+    AWS_KINDS,
+    AWS_REFUSAL_KINDS,
+    RUNNER_AGENT,
+    Fault,
+    Injector,
+)
 from nodecycle_sandbox.iam.identities import IDENTITIES
 
 _CREDENTIAL = re.compile(r"Credential=([^/]+)/[^/]+/[^/]+/([^/]+)/aws4_request")
@@ -87,9 +101,16 @@ class AwsFaults(Injector):
         name = f"{service}.{operation}"
         if service not in _ERRORS:
             return None
-        fault = self.draw((*AWS_KINDS, *AWS_REFUSAL_KINDS), name, " ".join((name, *_instances(environ))))
+        kinds: tuple[str, ...] = (*AWS_KINDS, *AWS_REFUSAL_KINDS)
+        if service == "dynamodb" and operation in _CONFLICTING_WRITES:
+            kinds = (*kinds, *AWS_CONFLICT_KINDS)
+        fault = self.draw(kinds, name, " ".join((name, *_instances(environ))))
         if fault is None:
             return None
+        if fault.kind == "dynamodb-conflict" and operation == "TransactWriteItems":
+            return *_transaction_conflict(environ, round(fault.value)), False
+        if fault.kind == "dynamodb-conflict":
+            return *_response("json", service, "TransactionConflictException", 400, _CONFLICT), False
         protocol, throttle, throttle_status, error, error_status = _ERRORS[service]
         if fault.kind == "aws-denied":
             code, status = _DENIED.get(service, ("AccessDenied", 403))
@@ -102,6 +123,10 @@ class AwsFaults(Injector):
         return *failed, fault.kind == "aws-lost-answer"
 
 
+# The writes another transaction can hold an item against (DynamoDB's developer guide, transaction conflicts)
+_CONFLICTING_WRITES = frozenset({"TransactWriteItems", "PutItem", "UpdateItem", "DeleteItem"})
+_CONFLICT = "Transaction is ongoing for the item"
+
 _THROTTLED_ITEM = (
     "Throughput exceeds the current capacity of your table or index. DynamoDB is automatically scaling your table "
     "or index so please try again shortly."
@@ -110,6 +135,19 @@ _THROTTLED_ITEM = (
 
 def _transaction_throttled(environ: dict[str, Any]) -> tuple[int, list[tuple[str, str]], bytes]:
     """DynamoDB's answer to a transaction it cancelled for throughput: one reason per item, in their order."""
+    return _cancelled(environ, 0, {"Code": "ThrottlingError", "Message": _THROTTLED_ITEM})
+
+
+def _transaction_conflict(environ: dict[str, Any], index: int) -> tuple[int, list[tuple[str, str]], bytes]:
+    """DynamoDB's answer to a transaction cancelled for another's on its item number ``index``."""
+    return _cancelled(environ, index, {"Code": "TransactionConflict", "Message": _CONFLICT})
+
+
+def _cancelled(
+    environ: dict[str, Any], index: int, reason: dict[str, str]
+) -> tuple[int, list[tuple[str, str]], bytes]:
+    """A TransactionCanceledException naming ``reason`` for the item ``index`` (the last one if there are fewer)
+    and ``None`` for the others."""
     length = int(environ.get("CONTENT_LENGTH") or 0)
     body = environ["wsgi.input"].read(length) if length else b""
     environ["wsgi.input"] = io.BytesIO(body)  # (put back, as _form does)
@@ -117,7 +155,8 @@ def _transaction_throttled(environ: dict[str, Any]) -> tuple[int, list[tuple[str
         items = len(json.loads(body or b"{}").get("TransactItems") or [None])
     except ValueError:
         items = 1
-    reasons = [{"Code": "ThrottlingError", "Message": _THROTTLED_ITEM}] + [{"Code": "None"}] * (items - 1)
+    reasons = [{"Code": "None"}] * items
+    reasons[max(0, min(index, items - 1))] = reason
     codes = ", ".join(r["Code"] for r in reasons)
     answer = {
         "__type": f"{_JSON_NAMESPACE['dynamodb']}#TransactionCanceledException",

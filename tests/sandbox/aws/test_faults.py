@@ -255,3 +255,59 @@ def test_a_throttled_transaction_is_cancelled_for_throughput_and_the_store_retri
     with pytest.raises(TransientError):
         store.write_claimed(make_record(PLAN), None)
     assert operator.scan(TableName=table, ConsistentRead=True)["Items"] == []
+
+
+@pytest.mark.parametrize("item", [0, 1])
+def test_a_transaction_cancelled_for_a_conflict_is_retried_later_never_read_as_a_claim_or_record_taken(
+    endpoint: str, item: int
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from nodecycle.adapters.aws.clients import CLIENT_CONFIG
+    from nodecycle.adapters.aws.records import DynamoRecordStore
+    from nodecycle.domain.errors import TransientError
+    from tests.unit.foundation.test_engine import PLAN, make_record
+
+    # Given the lifecycle table, and another writer's transaction holding the record (item 0) or its action's
+    # claim (item 1) of each of the function's transactions, and each of its other writes' items
+    operator = _client(endpoint, "dynamodb", key=OTHER_KEY)
+    table = f"conflicting-records-{item}"
+    operator.create_table(
+        TableName=table,
+        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    FAULTS.arm_for(
+        [Fault("c", "dynamodb-conflict", target="dynamodb.*", value=item)], seed=1, callers=[FUNCTION_KEY]
+    )
+
+    # When a record is written with its action's claim (one transaction), Then DynamoDB cancels it, naming the
+    # conflict as the reason of that item
+    with pytest.raises(ClientError) as cancelled:
+        _client(endpoint, "dynamodb").transact_write_items(
+            TransactItems=[
+                {"Put": {"TableName": table, "Item": {"id": {"S": "a"}}}},
+                {"Put": {"TableName": table, "Item": {"id": {"S": "b"}}}},
+            ]
+        )
+    assert cancelled.value.response["Error"]["Code"] == "TransactionCanceledException"
+    codes = [r["Code"] for r in cancelled.value.response["CancellationReasons"]]
+    assert codes == ["TransactionConflict", "None"][:: 1 if item == 0 else -1]
+
+    # And the store, with the functions' retrying client, reads it and a conflicting write alone as a step to
+    # retry later (botocore retries neither): not as its claim or record taken, nor as progress saved further
+    store = DynamoRecordStore(
+        table, ttl=timedelta(days=1), dynamodb=_client(endpoint, "dynamodb", config=CLIENT_CONFIG)
+    )
+    record = make_record(PLAN)
+    with pytest.raises(TransientError):
+        store.write_claimed(record, None)
+    with pytest.raises(TransientError):
+        store.create(record)
+    with pytest.raises(TransientError):
+        store.save_progress("event", 1, datetime.now(UTC))
+    # (reads are not refused for a transaction under way)
+    assert store.get(record.id) is None
+    assert operator.scan(TableName=table, ConsistentRead=True)["Items"] == []
+    assert FAULTS.counts() == {"dynamodb-conflict": 4}
