@@ -211,10 +211,7 @@ class ReleaseAddresses:
                     # Asked again, it would hold the lifecycle (a terminate's action) minutes for nothing: left to
                     # the sweeper at once, disassociated, and told once (an operator has AWS Support unlock it;
                     # the sweep tries it again at a growing interval, told no more)
-                    if self._locked is not None:
-                        self._locked.met(address, now, error)
-                    else:
-                        self._metrics.count("EipFailures")
+                    self._tell_locked(address, now, error)
                     log.error(
                         "address %s is locked by AWS: %s; left to the sweeper", address.public_ip, error
                     )
@@ -554,6 +551,22 @@ class ReleaseAddresses:
                 pool,
             )
             freed[pool] += 1
+
+    def _tell_locked(self, address: Address, now: datetime, error: AddressLocked) -> None:
+        """Tell a lock met, once (remembered for the sweep) or, where it cannot be remembered, as each one was
+        before locks were remembered: the memory is advice, and a table that throttles it (or whose item others
+        keep writing) must not hold the lifecycle in retries for an address already left to the sweeper."""
+        if self._locked is not None:
+            try:
+                self._locked.met(address, now, error)
+                return
+            except TransientError as unremembered:
+                log.warning(
+                    "the lock of address %s could not be remembered (%s): told now, and again by the sweep",
+                    address.public_ip,
+                    unremembered,
+                )
+        self._metrics.count("EipFailures")
 
     def _take_back(
         self,
