@@ -413,10 +413,30 @@ def _forced_from(o: Observation) -> dict[str, float]:
             )
             and o.acting_at + f.at >= action.started_at
         ]
+        tries += _slowed(o, node, granted, min(cordons, default=float("inf")))
         if cordons or tries:
             begun[node] = min(begun.get(node, float("inf")), *cordons, *tries)
             deadline[node] = action.global_deadline - DRAIN_TAIL_LONGEST
     return {node: min(at + DRAIN_TIMEOUT, deadline[node]) - skew for node, at in begun.items()}
+
+
+def _slowed(o: Observation, node: str, granted: float, cordoned: float) -> list[float]:
+    """When the requests of ``node``'s cordon step that a slow API server served late (``kube-slow``) arrived: the
+    product's drain time starts as that step starts, before its requests (the node's read, the budget document's
+    read and renewal, the PATCH), and the judges see the cordon when its PATCH lands, the delays later. The node's
+    own read or PATCH after its grant; the budget ConfigMap's between the grant and the cordon (whose ever they
+    are: the judge may begin a drain early by that window, never late)."""
+    arrived = []
+    for firing in o.firings:
+        at = o.acting_at + firing.at
+        if firing.kind != "kube-slow" or at < granted:
+            continue
+        verb, resource, *name = firing.detail.split()
+        nodes = resource == "nodes" and name == [node] and verb in ("GET", "PATCH")
+        budget = resource == "configmaps" and name == [BUDGET[1]] and at <= cordoned
+        if nodes or budget:
+            arrived.append(at)
+    return arrived
 
 
 def _holding(o: Observation) -> dict[str, list[float]]:
