@@ -280,6 +280,10 @@ class FunctionSettings(Identity, State, Timing):
 class IntakeSettings(FunctionSettings, Scope, Eip, Readiness, Disruptions):
     """Intake chooses each action's plan: it needs to know whether EIPs and the readiness gate are on."""
 
+    # The intake queue, where a lifecycle action's event from EventBridge retried on purpose goes (unset: the
+    # invocation fails instead, and Lambda retries it): functions/intake/app.py
+    intake_queue_url: Annotated[str | None, BeforeValidator(_blank_is_none)] = None
+
     @property
     def readiness_gate_enabled(self) -> bool:
         return self.readiness_gate and self.uses_kubernetes

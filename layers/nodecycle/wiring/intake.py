@@ -9,6 +9,7 @@ from functools import cache
 from typing import TYPE_CHECKING
 
 from nodecycle.adapters.aws.instances import Ec2Instances
+from nodecycle.adapters.aws.queues import SqsIntakeQueue
 from nodecycle.domain.catalog import LifecycleHooks, ManagedGroups
 from nodecycle.domain.intake import Intake
 from nodecycle.domain.intake_budget import IntakeBudget
@@ -42,6 +43,13 @@ def intake() -> Intake:
 def budget() -> IntakeBudget:
     ports = shared()
     return IntakeBudget(ports.records, ports.clock, owner=settings().owner_id)
+
+
+@cache
+def intake_queue() -> SqsIntakeQueue | None:
+    """The intake queue, where an event from EventBridge retried on purpose is handed (None: not set)."""
+    url = settings().intake_queue_url
+    return None if url is None else SqsIntakeQueue(url)
 
 
 def adopt_after(config: Timing) -> timedelta:

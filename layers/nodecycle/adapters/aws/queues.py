@@ -25,3 +25,15 @@ class SqsWorkQueues:
                 MessageBody=message.model_dump_json(exclude_defaults=True),
                 DelaySeconds=delay_seconds,
             )
+
+
+class SqsIntakeQueue:
+    """The intake queue, as intake itself sends to it: an event EventBridge delivered, to be taken in again."""
+
+    def __init__(self, url: str, sqs: SQSClient | None = None) -> None:
+        self._url = url
+        self._sqs: LazyClient[SQSClient] = LazyClient("sqs", sqs)
+
+    def send(self, body: str, delay_seconds: int) -> None:
+        with transient_errors("handing an event to the intake queue"):
+            self._sqs().send_message(QueueUrl=self._url, MessageBody=body, DelaySeconds=delay_seconds)
