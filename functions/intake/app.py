@@ -68,11 +68,11 @@ def _handed_to_the_queue(event: dict[str, Any], error: Exception) -> bool:
     EventBridge invokes intake asynchronously: Lambda retries only a failed invocation (twice, then the on-failure
     destination), so an ordinary retry failed it, and IntakeErrorsAlarm paged for each (a throttle, a hook read
     before its action started). On the queue the event is retried and dead-lettered as the queue's own records
-    (5 receives, the dead-letter alarm), and a repeated retry is counted (``RecordsRetriedAgain``). Not handed:
-    what is no ordinary retry (a refusal, a bug: the function's error alarm must see it); a disruption (the queue
-    is trusted less than EventBridge: what EC2 does not confirm, a rebalance recommendation, a Spot warning its
-    request does not show yet, would be dropped there); and an event the queue refuses (it fails the invocation,
-    as before: Lambda retries it, nothing lost)."""
+    (5 receives, the dead-letter alarm), and one that fails so again at its redelivery is the function's error
+    (``entrypoints.retried_again``). Not handed: what is no ordinary retry (a refusal, a bug: the function's
+    error alarm must see it); a disruption (the queue is trusted less than EventBridge: what EC2 does not
+    confirm, a rebalance recommendation, a Spot warning its request does not show yet, would be dropped there);
+    and an event the queue refuses (it fails the invocation, as before: Lambda retries it, nothing lost)."""
     if not expected_retry(error) or is_disruption_event(event):
         return False
     queue = intake_queue()

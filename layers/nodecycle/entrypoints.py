@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from nodecycle.domain.engine import Handled, StepEngine
 from nodecycle.domain.errors import AccessRefused, TransientError
+from nodecycle.domain.intake_budget import OutOfTime
 from nodecycle.domain.model import parse_record_id
 from nodecycle.domain.ports.lifecycle import WorkMessage
 from nodecycle.domain.ports.runtime import Metrics
@@ -41,13 +42,29 @@ def expected_retry(error: BaseException) -> bool:
     return isinstance(error, TransientError) and not isinstance(error, AccessRefused)
 
 
+def retried_again(error: BaseException, record: SqsRecord) -> bool:
+    """Whether a record retried on purpose failed so again at its redelivery (its second receive or later): no
+    ordinary retry. Each of them is answered by then (the hook and the owner's listing are read again past their
+    ttl, another invocation's claim is released, a throttle has passed): one that lasts (a throttle that never
+    ends, a service down) would otherwise page nobody until the dead-letter queue's alarm, 5 receives on (15
+    minutes on the intake queue), after the hooks' actions it held back had expired. Not progress: an AWS Health
+    event taken in over several invocations (:class:`OutOfTime`: each takes in more)."""
+    attributes = record.get("attributes") or {}
+    try:
+        receives = int(attributes.get("ApproximateReceiveCount", 1))
+    except (TypeError, ValueError):
+        receives = 1
+    return receives >= 2 and not isinstance(error, OutOfTime)
+
+
 def partial_batch(event: dict[str, Any], handle: Callable[[SqsRecord], object]) -> BatchResponse:
     """Handle each record of an SQS event alone and report those that raised (``ReportBatchItemFailures``):
     SQS deletes the others and delivers these again, then dead-letters them (the dead-letter queue's alarm).
 
     An expected retry (``expected_retry``) is reported alone and logged as a warning, whatever the other
     records did: a lone record retried on purpose must not fail the invocation, whose error alarm would page an
-    operator for it. When every record failed and one of them unexpectedly, the invocation fails instead, as it
+    operator for it. Retried so again at its redelivery (``retried_again``), it is unexpected: that retry lasts.
+    When every record failed and one of them unexpectedly, the invocation fails instead, as it
     would have without partial responses, so that Lambda's error metrics (and the function's error alarm) show
     it; an unexpected failure beside records that succeeded is reported alone (failing the invocation would
     deliver those again, each receive counted towards the dead-letter queue), logged as an error with its
@@ -68,7 +85,7 @@ def partial_batch(event: dict[str, Any], handle: Callable[[SqsRecord], object]) 
             raise
         except Exception as error:  # one record's failure must not fail the others: reported, retried
             failed.append({"itemIdentifier": record["messageId"]})
-            if expected_retry(error):
+            if expected_retry(error) and not retried_again(error, record):
                 logger.warning(
                     "a record of the batch is retried: SQS delivers it again: %s",
                     error,
@@ -76,7 +93,8 @@ def partial_batch(event: dict[str, Any], handle: Callable[[SqsRecord], object]) 
                 )
                 continue
             logger.exception(
-                "a record of the batch failed: SQS delivers it again",
+                "a record of the batch failed%s: SQS delivers it again",
+                " again at its redelivery" if expected_retry(error) else "",
                 extra={"message_id": record.get("messageId")},
             )
             unexpected = unexpected or error
