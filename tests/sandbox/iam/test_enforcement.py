@@ -217,6 +217,12 @@ def test_each_function_reaches_its_own_queues_only(deployed: tuple[str, Runner])
     assert error(
         client(deployed, "sqs", "DrainFunction").send_message, QueueUrl=dead_letters, MessageBody="x"
     )
+    # (intake hands an event from EventBridge retried on purpose to its own queue: functions/intake/app.py)
+    intake_queue = runner.queue("IntakeQueue").url
+    client(deployed, "sqs", "IntakeFunction").send_message(QueueUrl=intake_queue, MessageBody="{}")
+    assert error(
+        client(deployed, "sqs", "DrainFunction").send_message, QueueUrl=intake_queue, MessageBody="x"
+    )
 
 
 def test_dynamodb_and_eks_refuse_with_their_own_error_shape(deployed: tuple[str, Runner]) -> None:
