@@ -52,6 +52,16 @@ MAX_ABSENT_HOOKS = 1000
 _GROUP_NAME = re.compile(r"[^\x00-\x08\x0b\x0c\x0e-\x1f]{1,255}")
 
 
+def _again[E: BaseException](error: E) -> E:
+    """An exception like ``error`` (its type, words and attributes: a retry_after, a refused call's code) to raise
+    anew. One object raised again and again keeps the frames of every raise in its traceback: the listing's failure,
+    raised again for each name of a flood within LIST_EVERY (hundreds), would keep thousands of frames and their
+    locals, and a refusal's traceback, logged at each, would grow with each."""
+    again = type(error).__new__(type(error), *error.args)
+    again.__dict__.update(error.__dict__)
+    return again
+
+
 class ManagedGroups:
     """Decides whether an Auto Scaling group belongs to this stack.
 
@@ -206,7 +216,7 @@ class ManagedGroups:
         if self._listing_asked_at is not None and now - self._listing_asked_at < LIST_EVERY:
             # (at most one listing per LIST_EVERY: the names that follow a failed or recent one are retried)
             if self._listing_failed is not None:
-                raise self._listing_failed
+                raise _again(self._listing_failed)
             raise TransientError(
                 f"group {group} is not in the listing of the groups tagged for {self._owner}, read before its action "
                 f"started and read again at most once per {LIST_EVERY.total_seconds():.0f} s: retried"

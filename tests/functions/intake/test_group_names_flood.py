@@ -5,6 +5,8 @@ groups tagged for this owner are listed instead."""
 
 from __future__ import annotations
 
+import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -373,3 +375,36 @@ def test_a_group_the_last_listing_has_is_answered_by_it_whenever_its_action_star
     assert outcome is IntakeOutcome.ACCEPTED
     assert autoscaling.reads.count(f"tag:{OWNER}") == listings
     assert "nodes-ours" not in autoscaling.reads
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        lambda: TransientError("listing the groups tagged for this owner: Rate exceeded"),
+        lambda: AccessRefused("listing the groups tagged for this owner", "AccessDenied", "not authorized"),
+    ],
+    ids=["throttled", "refused"],
+)
+def test_each_name_retried_with_the_listings_failure_raises_an_exception_of_its_own(
+    failure: Callable[[], TransientError],
+) -> None:
+    # Given a tag-managed stack whose lookups a flood used up, and the listing of this owner's groups failing
+    autoscaling, clock = FailingListing(failure=failure()), FakeClock()
+    intake = a_stack(autoscaling, clock)
+    used_up(intake, clock)
+
+    # When the flood's names come within LOOKUP_EVERY of the failed listing (each retried with its failure)
+    raised: list[TransientError] = []
+    for n in range(20):  # (2 s: no lookup by name let through meanwhile)
+        with pytest.raises(TransientError) as retried:
+            intake.accept(naming(f"invented-{n}", 1000 + n, clock))
+        raised.append(retried.value)
+        clock.advance(0.1)
+
+    # Then each is an exception of its own, of the failure's type and words, whose traceback is its own raise's
+    # (before: one object raised again and again, two frames more at each raise here, a whole invocation's stack
+    # more at each in the function: thousands of frames kept, each logged with a refusal's traceback)
+    assert {type(error) for error in raised} == {type(autoscaling.failure)}
+    assert {str(error) for error in raised} == {str(autoscaling.failure)}
+    assert len({id(error) for error in raised}) == len(raised)
+    assert len({len(traceback.extract_tb(error.__traceback__)) for error in raised[1:]}) == 1
