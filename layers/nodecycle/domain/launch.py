@@ -35,6 +35,10 @@ SCAN_EVERY = 6
 # lastHeartbeatTime cannot tell: a live kubelet posts node status only every 5 minutes, but renews its Lease
 # about every 10 s (a brand-new node's kubelet creates its Lease as it starts).
 CLOCK_SKEW = timedelta(seconds=5)
+# record.extra key: the Lease's renewTime at the gate's first read of it (NO_LEASE for none), kept for a launch
+# whose start cannot judge the kubelet's stamps (see _timed_by_intake).
+LEASE_SEEN = "lease_seen"
+NO_LEASE = "none"
 
 
 class ReadinessGate:
@@ -67,7 +71,7 @@ class ReadinessGate:
             # (EC2 refusing the instance's DNS name leaves the node to be found by its instance id or provider id:
             # the launch of a node that joins still completes, rather than every launch waiting out its gate)
             node, extra = self._finder.find(record, scan=self._scan(polls, now, deadline))
-            ready = node is not None and node.ready and self._kubelet_ran_since(node, record)
+            ready = node is not None and node.ready and self._kubelet_ran_since(node, record, now, extra)
             state = None if ready or not self._ask_state(polls, now, deadline) else self._state(record)
         except AccessRefused as refused:  # (before TransientError, its base: see _refused)
             return self._refused(record, now, deadline, refused)
@@ -207,9 +211,12 @@ class ReadinessGate:
         self._metrics.count("ReadinessTimeouts")
         return Outcome.goto(Step.COMPLETE, result=self._policy.on_failure, outcome=outcome, **fields)
 
-    def _kubelet_ran_since(self, node: NodeInfo, record: LifecycleRecord) -> bool:
+    def _kubelet_ran_since(
+        self, node: NodeInfo, record: LifecycleRecord, now: datetime, extra: dict[str, object]
+    ) -> bool:
         """Whether the node's kubelet renewed its Lease since the launch began (see CLOCK_SKEW). A node without
-        a Lease waits: a live kubelet creates it again within a renewal."""
+        a Lease waits: a live kubelet creates it again within a renewal. For a launch the intake timed from its
+        own clock, see _renewed_since_first_read."""
         try:
             renewed = self._cluster.lease_renewed_at(node.name)
         except Refused as refused:
@@ -233,7 +240,10 @@ class ReadinessGate:
                 warning=True,
             )
             return True
-        if renewed is not None and renewed >= record.started_at - CLOCK_SKEW:
+        if _timed_by_intake(record):
+            if self._renewed_since_first_read(renewed, record, now, extra):
+                return True
+        elif renewed is not None and renewed >= record.started_at - CLOCK_SKEW:
             return True
         log.info(
             "node %s says Ready, but its kubelet has not renewed its Lease since the launch began at %s (%s): "
@@ -244,6 +254,24 @@ class ReadinessGate:
         )
         return False
 
+    @staticmethod
+    def _renewed_since_first_read(
+        renewed: datetime | None, record: LifecycleRecord, now: datetime, extra: dict[str, object]
+    ) -> bool:
+        """Whether the kubelet renewed the Lease since the launch began, for a launch the intake timed from its
+        own clock, which may run behind. At the gate's first read of the Lease, only a renewal since both that
+        start and this look (by the drain function's clock) counts: a Lease last renewed before a warm-pool stop
+        passes only if both functions' clocks run behind (a live kubelet's last renewal may miss it by up to a
+        renewal, which only costs that wait). After it, a renewTime changed since the first read counts: a
+        write since that read, after the launch began (the kubelet's stamps compared with each other, for
+        equality only: a kubelet whose clock stepped back at boot still counts)."""
+        stamp = renewed.isoformat() if renewed is not None else NO_LEASE
+        seen = record.extra.get(LEASE_SEEN)
+        if seen is None:
+            extra[LEASE_SEEN] = stamp
+            return renewed is not None and renewed >= max(record.started_at, now) - CLOCK_SKEW
+        return renewed is not None and stamp != seen
+
     def _scan(self, polls: int, now: datetime, deadline: datetime) -> bool:
         """Whether this poll may list every node (see SCAN_AFTER)."""
         policy = self._policy
@@ -251,3 +279,13 @@ class ReadinessGate:
         if now + timedelta(seconds=policy.poll_seconds) >= deadline:
             return True  # the last look before giving up
         return now - started >= SCAN_AFTER and polls % SCAN_EVERY == 0
+
+
+def _timed_by_intake(record: LifecycleRecord) -> bool:
+    """Whether the intake timed the launch from its own clock rather than by Auto Scaling's event time: it does
+    so for an event dated after its now (domain/intake.py), which an intake whose clock runs behind finds of
+    every event it takes in before its clock catches up. That start is then early by as much as the intake's
+    clock is behind, and a Lease renewed before a warm-pool stop, though dead, would pass for renewed since.
+    (Otherwise the receipt, on the intake's clock to the microsecond, equals the event's time only by chance,
+    which costs a launch a renewal's wait at most.)"""
+    return record.started_at == record.received_at
