@@ -211,10 +211,13 @@ class ReleaseAddresses:
                     # Asked again, it would hold the lifecycle (a terminate's action) minutes for nothing: left to
                     # the sweeper at once, disassociated, and told once (an operator has AWS Support unlock it;
                     # the sweep tries it again at a growing interval, told no more)
-                    self._tell_locked(address, now, error)
-                    log.error(
-                        "address %s is locked by AWS: %s; left to the sweeper", address.public_ip, error
-                    )
+                    if self._tell_locked(address, now, error):
+                        # (the lock's memory told it: an ERROR the first time, a WARNING with its next try after)
+                        log.info("address %s is locked by AWS: left to the sweeper", address.public_ip)
+                    else:
+                        log.error(
+                            "address %s is locked by AWS: %s; left to the sweeper", address.public_ip, error
+                        )
                     locked.append(address)
                 except AddressRefused as error:
                     # asked again with the ones in use (a denial may be IAM still propagating), then left
@@ -552,14 +555,15 @@ class ReleaseAddresses:
             )
             freed[pool] += 1
 
-    def _tell_locked(self, address: Address, now: datetime, error: AddressLocked) -> None:
-        """Tell a lock met, once (remembered for the sweep) or, where it cannot be remembered, as each one was
-        before locks were remembered: the memory is advice, and a table that throttles it (or whose item others
-        keep writing) must not hold the lifecycle in retries for an address already left to the sweeper."""
+    def _tell_locked(self, address: Address, now: datetime, error: AddressLocked) -> bool:
+        """Tell a lock met, once (remembered for the sweep: True, the memory logged it) or, where it cannot be
+        remembered, as each one was before locks were remembered (False: the caller logs it): the memory is advice,
+        and a table that throttles it (or whose item others keep writing) must not hold the lifecycle in retries
+        for an address already left to the sweeper."""
         if self._locked is not None:
             try:
                 self._locked.met(address, now, error)
-                return
+                return True
             except TransientError as unremembered:
                 log.warning(
                     "the lock of address %s could not be remembered (%s): told now, and again by the sweep",
@@ -567,6 +571,7 @@ class ReleaseAddresses:
                     unremembered,
                 )
         self._metrics.count("EipFailures")
+        return False
 
     def _take_back(
         self,
