@@ -718,6 +718,34 @@ class Intake:
         restarted = record.model_copy(update={"seq": known.seq + 1})
         return self._records.write_claimed(restarted, expected, expected_seq=known.seq), restarted
 
+    def _after(self, record: LifecycleRecord, claim: ActionClaim) -> IntakeOutcome | None:
+        """``record``, which started after the action its instance's claim names: None when that action is over
+        (``record``'s is a later one, and its lifecycle replaces the claim's); rejected while Auto Scaling still
+        holds the claim's token. A hook holds one action of an instance at a time, so ``record`` is then forged or
+        crossed: its instance named, on the intake queue, with another held instance's live token, which an Auto
+        Scaling that takes a token alone accepts. Taken for a later action, it replaced the instance's own
+        lifecycle, took its slot ahead of it and cordoned its node, and, once the other instance's action ended,
+        its cleanup cleared the node's claim while the instance's own drain waited. Asked only when the claim's
+        lifecycle is still open (one heartbeat), so an instance back from its warm pool costs nothing."""
+        earlier = None if claim.adopted else self._records.get(claim.lifecycle)
+        if earlier is None or not earlier.token_known or not earlier.action_open:
+            return None
+        if not self._autoscaling.heartbeat(earlier.action):
+            return None
+        self._metrics.count("Heartbeats")
+        self._metrics.count("LifecycleEventsRejected", reason="token-conflict")
+        log.warning(
+            "dropped: the %s action of %s under hook %s is lifecycle %s's, whose token Auto Scaling still holds; "
+            "this event names it with token %s, started later: a hook holds one action of an instance at a time, "
+            "so it is forged, or names the instance with another's token",
+            record.transition.short,
+            record.instance_id,
+            record.hook,
+            claim.lifecycle,
+            record.token,
+        )
+        return IntakeOutcome.TOKEN_CONFLICT
+
     def _taken(self, record: LifecycleRecord, claim: ActionClaim) -> IntakeOutcome | None:
         """What another lifecycle's claim on the action leaves to ``record``: None when that lifecycle is of an
         earlier action, over (the instance is back from its warm pool), and ``record``'s replaces it."""
@@ -725,7 +753,7 @@ class Intake:
             # (a hook holds one action of an instance at a time: one of them that started before this one and
             # is the claim's, or was adopted before it started, is over)
             if claim.since < record.started_at:
-                return None
+                return self._after(record, claim)
             # (an instance EC2 does not show in the group named is not heartbeated: see _of_its_group)
             if (
                 not claim.adopted
