@@ -1,14 +1,15 @@
 """A drain whose slot's renewal is refused mid-way: the budget ConfigMap crowded near the API server's 1 MiB by keys the
 budget does not write (BudgetCrowdedOut), or the stack's binding to the budget's Role gone (403). Its poll evicts nothing
 from the first refusal on, so when its holder expires and the slot is granted to another node, no two drains evict
-under a budget of one (invariant 1). But the time it is refused runs against its own drain timeout, and at it the drain
-ends its node's action (its instance terminated with what is left on it) while another stack's node holds the slot its
-expired holder freed: a wait for a slot counted as drain time (invariant 9), one node disrupted outside the budget
-(invariant 1). On the sandbox API server, through the product's adapters and the EVICT step."""
+under a budget of one (invariant 1). Its holder expired, its slot is lost for certain: from then on it waits for a slot
+as a drain paused for a lost slot does, the wait not counted against its own drain timeout (invariant 9), so it does not
+end its node's action at that timeout beside the node granted its slot; it ends at the latest its timeout policy may
+act before the action's global timeout (invariant 2). On the sandbox API server, through the product's adapters and the
+EVICT step."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 import pytest
@@ -16,6 +17,7 @@ from kubernetes import client
 from kubernetes.client import PolicyV1Api, RbacAuthorizationV1Api, V1Pod, V1PodDisruptionBudget
 
 from nodecycle.adapters.kube.budget import BudgetCrowdedOut
+from nodecycle.domain.drain.common import _deadline_cap
 from nodecycle.domain.drain.evict import READS_REFUSED
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.model import LifecycleRecord, Step
@@ -35,6 +37,9 @@ from tests.unit.drain.test_drain_steps import policy
 
 MIB = 1024 * 1024
 TIMEOUT_AT = BEGAN + timedelta(minutes=30)  # the drain's deadline (see lifecycle_of)
+# The action's global timeout: its drain's deadline may be moved up to 8 min 5 s before it (the force grace, a stuck
+# pod's minute and the settle margin of the test's policy), 12:35:55
+GLOBAL_AT = BEGAN + timedelta(minutes=45)
 
 
 def web_pod(node: str) -> dict[str, Any]:
@@ -126,11 +131,6 @@ def test_a_drain_refused_its_renewal_evicts_nothing_while_its_expired_slot_is_gr
     admin.api_client.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a drain refused its slot's renewal counts the time against its own timeout, and at it completes its "
-    "action (the node terminated undrained) while another stack's node holds the slot its expired holder freed",
-)
 def test_a_drain_refused_its_renewal_past_its_slot_s_expiry_does_not_end_beside_the_node_granted_its_slot(
     server: KubeServer,
 ) -> None:
@@ -141,7 +141,7 @@ def test_a_drain_refused_its_renewal_past_its_slot_s_expiry_does_not_end_beside_
     in_progress(api, blue, records, slot)
     admin = admin_api(server)
     keep_a_pod_on(server, admin, node_name(0))
-    record = lifecycle_of(slot, Step.EVICT, seq=3)
+    record = lifecycle_of(slot, Step.EVICT, seq=3).model_copy(update={"global_deadline": GLOBAL_AT})
     every = policy().poll_seconds
     # When blue's binding to the budget's Role is deleted (a GitOps prune of one stack's RBAC), stack green's kept
     admin.api_client.close()
@@ -149,16 +149,25 @@ def test_a_drain_refused_its_renewal_past_its_slot_s_expiry_does_not_end_beside_
     # (green's drain: the administrator's client stands in for its own identity, which its binding still lets in)
     green = budget_of(admin_api(server), clock, "green", "1", "1")
     # ...blue's drain polls, refused its renewal at each, and green's node 1 asks at each poll
-    granted_at = None
-    outcome = None
-    while outcome is None or (outcome.again and clock.now() < TIMEOUT_AT + timedelta(seconds=2 * every)):
-        clock.advance(every)
-        outcome = evict_step(api, blue, slot)(record, clock.now())
-        record = record.model_copy(
-            update={k: v for k, v in outcome.changes.items() if k in LifecycleRecord.model_fields}
-        )
-        if granted_at is None and green.acquire(request(1, owner="green")).granted:
-            granted_at = clock.now()
+    granted_at: datetime | None = None
+    refused_at: datetime | None = None
+
+    def polled(until: datetime) -> Outcome:
+        nonlocal record, granted_at, refused_at
+        outcome = None
+        while outcome is None or (outcome.again and clock.now() < until):
+            clock.advance(every if outcome is None else max(every, outcome.delay))  # (as its waits ask)
+            outcome = evict_step(api, blue, slot)(record, clock.now())
+            record = record.model_copy(
+                update={k: v for k, v in outcome.changes.items() if k in LifecycleRecord.model_fields}
+            )
+            if refused_at is None and READS_REFUSED in record.extra:
+                refused_at = clock.now()
+            if granted_at is None and green.acquire(request(1, owner="green")).granted:
+                granted_at = clock.now()
+        return outcome
+
+    outcome = polled(TIMEOUT_AT + timedelta(seconds=2 * every))
     # (green's node was granted the slot once blue's holder expired, a TTL after its last renewal)
     assert granted_at is not None
     assert granted_at < TIMEOUT_AT
@@ -169,3 +178,12 @@ def test_a_drain_refused_its_renewal_past_its_slot_s_expiry_does_not_end_beside_
     # instance terminated, the pod the PodDisruptionBudget keeps with it) beside node 1's drain, the budget's one
     # slot: the time past its slot's expiry is a wait for a slot, not drain time (invariant 9), as a paused drain's
     assert outcome.again, outcome
+    assert refused_at is not None
+    assert record.drain_paused_at == refused_at + policy().holder_ttl
+    # And, the budget refusing it to the end (node 1 never releasing here), it ends at the latest its timeout policy
+    # may act before the action's global timeout (invariant 2: Auto Scaling's own timeout would end it there
+    # anyway), a drain timeout (drain-timeout-reads-refused) 6 min 55 s past its own, having evicted nothing
+    outcome = polled(GLOBAL_AT)
+    assert (outcome.then, outcome.changes.get("outcome")) == (Step.COMPLETE, "drain-timeout-reads-refused")
+    assert clock.now() == _deadline_cap(record, policy()) < GLOBAL_AT
+    assert server.counters().get(("create", "pods/eviction"), 0) == 0

@@ -69,6 +69,11 @@ EVICTION_FAILING_FOR = timedelta(seconds=30)
 # record.extra key: since when the API server refuses the drain what it polls with (its node, its pods, its
 # budget slot's renewal: RBAC)
 READS_REFUSED = "reads_refused"
+# record.extra key: since when the drain's polls are refused before they renew its budget slot (its renewal refused,
+# or a read before it). Its holder, last renewed before then, has expired a holder TTL later at the latest, and its
+# slot may be another node's: from then on the drain waits for a slot, as one that lost it (see _reads_refused).
+# Dropped by any poll not so refused (one that renewed the slot), so it never dates from an earlier refusal.
+UNRENEWED = "slot_unrenewed_since"
 # A pass tells of at most this many pods' refusals (a blocked or refused eviction, a refused delete: each an Event
 # on the pod and one on its node, one request each); the others are told at the next passes. A pass over many
 # refused pods would otherwise spend the step's time on Events against a slow API server.
@@ -174,10 +179,17 @@ class Evict:
 
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
         try:
-            return self._poll(record, now)
+            outcome = self._poll(record, now)
         except Refused as refusal:  # (evictions and deletes answer their refusals: only the polls' reads and
-            # the slot's renewal raise one)
+            # the slot's renewal raise one; those after the renewal are answered in _poll)
             return self._reads_refused(record, now, str(refusal))
+        if UNRENEWED not in record.extra:
+            return outcome
+        # (a poll not refused before its renewal: the slot renewed, or the drain gone on without it; dropped either
+        # way, a later refusal dates the slot's end from itself, never earlier than it could be)
+        extra = outcome.changes.get("extra", record.extra)
+        kept = {key: value for key, value in extra.items() if key != UNRENEWED}
+        return replace(outcome, changes={**outcome.changes, "extra": kept})
 
     def _deadline_now(self, record: LifecycleRecord, now: datetime) -> datetime:
         """The drain's deadline as of ``now``: a pause for a lost slot is not drain time, up to where the
@@ -187,16 +199,38 @@ class Evict:
             deadline = min(deadline + (now - record.drain_paused_at), _deadline_cap(record, self._policy))
         return deadline
 
-    def _reads_refused(self, record: LifecycleRecord, now: datetime, why: str) -> Outcome:
+    def _reads_refused(
+        self, record: LifecycleRecord, now: datetime, why: str, *, renewed: bool = False
+    ) -> Outcome:
         """The API server will not let the drain read its node, list its pods or renew its budget slot (RBAC
-        edited for a while): the drain cannot tell what is left, or whether it may go on, so it neither evicts
-        nor completes. Told and asked again as a refused cordon is (see :func:`_refused_while_time_runs`)."""
+        edited for a while; the budget ConfigMap crowded out, immutable or gone): the drain cannot tell what is
+        left, or whether it may go on, so it neither evicts nor completes. Told and asked again as a refused cordon
+        is (see :func:`_refused_while_time_runs`). ``renewed``: the slot was renewed at this poll, before the
+        refused read. Refused before its renewal for a holder TTL, the drain has lost its slot for certain (its
+        holder expired, and another node may be granted it): from then on it is paused as for a lost slot, its
+        wait for a slot not drain time (invariant 9), up to where its timeout policy must still act before the
+        global timeout (its deadline's cap). Its drain time ran while the slot was still its own."""
         node = _known(record.node, "node")
+        extra = {key: value for key, value in record.extra.items() if key != UNRENEWED}
+        paused_at = record.drain_paused_at
+        if not renewed:
+            since = datetime.fromisoformat(str(record.extra.get(UNRENEWED, now.isoformat())))
+            extra[UNRENEWED] = since.isoformat()
+            lost = since + self._policy.holder_ttl
+            if paused_at is None and now >= lost:
+                log.warning(
+                    "the budget slot of node %s expired unrenewed at %s: pausing the drain", node, lost
+                )
+                paused_at = lost
+        found: dict[str, Any] = {"extra": extra}
+        if paused_at != record.drain_paused_at:
+            found["drain_paused_at"] = paused_at
         # (paused for its lost slot, and unable to tell whether it is back: still waiting, and a wait for a slot is
         # not drain time, as when the slot comes back: see _poll)
-        deadline = self._deadline_now(record, now)
+        deadline = self._deadline_now(record.model_copy(update={"drain_paused_at": paused_at}), now)
         log.error("the drain of node %s is refused what it polls with: %s", node, why)
-        return _refused_while_time_runs(
+        cap = _deadline_cap(record, self._policy)
+        outcome = _refused_while_time_runs(
             record,
             node,
             record.node_uid,
@@ -211,11 +245,19 @@ class Evict:
             told=(
                 "DrainReadRefused",
                 f"Drain by nodecycle ({record.owner}) of {record.instance_id} refused a read by the API server: "
-                f"{why}; asked again until {deadline:%H:%M:%S}Z, then the drain times out",
+                f"{why}; asked again until {deadline:%H:%M:%S}Z (its slot lost unrenewed meanwhile, a wait for a "
+                f"slot up to {cap:%H:%M:%S}Z), then the drain times out",
             ),
             timed_out=f"Drain timed out with the API server refusing its reads ({why}): {_ended(record)}",
             outcome="drain-timeout-reads-refused",
+            found=found,
         )
+        if paused_at is None or not outcome.again:
+            return outcome
+        # (paused, it asks again at the waiters' cadence, as a drain that lost its slot does, not at each poll for
+        # what may be hours up to its cap; never past its deadline)
+        wait = min(self._policy.budget_retry_seconds, max(outcome.delay, (deadline - now).total_seconds()))
+        return replace(outcome, delay=wait)
 
     def _poll(self, record: LifecycleRecord, now: datetime) -> Outcome:
         node = _known(record.node, "node")
@@ -300,6 +342,8 @@ class Evict:
             if now < deadline:
                 raise  # (retried by the engine: the drain's timeout still ahead)
             return self._timed_out_unlisted(record, now, error, **changes)
+        except Refused as refusal:  # (its slot renewed: held, its drain time running)
+            return self._reads_refused(record, now, str(refusal), renewed=True)
         if graces is not None:
             record = record.model_copy(update={"extra": {**record.extra, GRACES: graces}})
         left = podfilter.remaining(pods)
