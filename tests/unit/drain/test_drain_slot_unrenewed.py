@@ -76,3 +76,20 @@ def test_a_drain_refused_the_list_of_its_pods_after_renewing_its_slot_times_out_
 
     # Then it times out there: its slot was its own all along (invariant 10)
     assert (outcome.then, outcome.changes["outcome"]) == (Step.COMPLETE, "drain-timeout-reads-refused")
+
+
+def test_a_paused_drain_whose_slot_is_back_ends_its_pause_though_the_list_of_its_pods_is_refused() -> None:
+    # Given a drain paused for its lost slot 100 s into its 600 s, whose slot is back, its pods RBAC refuses to list
+    cluster = FakeCluster(nodes={NODE: node()}, pods=[pod("web-1")], pods_refused=WHY)
+    paused = polled(drain_paused_at=T0 + timedelta(seconds=100))
+
+    # When it polls 650 s in, and again at its deadline as moved by its 550 s pause
+    outcome = evict(cluster)(paused, T0 + timedelta(seconds=650))
+    record = paused.model_copy(update=dict(outcome.changes))
+    at = evict(cluster)(record, T0 + timedelta(seconds=1150))
+
+    # Then its pause ended there (its slot held again, its drain time running), and it times out at that deadline
+    # rather than waiting on, its slot held, up to its deadline's cap (invariant 10)
+    assert outcome.again
+    assert (record.drain_paused_at, record.drain_deadline) == (None, T0 + timedelta(seconds=1150))
+    assert (at.then, at.changes["outcome"]) == (Step.COMPLETE, "drain-timeout-reads-refused")

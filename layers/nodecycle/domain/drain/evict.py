@@ -200,7 +200,7 @@ class Evict:
         return deadline
 
     def _reads_refused(
-        self, record: LifecycleRecord, now: datetime, why: str, *, renewed: bool = False
+        self, record: LifecycleRecord, now: datetime, why: str, *, renewed: bool = False, **changes: Any
     ) -> Outcome:
         """The API server will not let the drain read its node, list its pods or renew its budget slot (RBAC
         edited for a while; the budget ConfigMap crowded out, immutable or gone): the drain cannot tell what is
@@ -209,7 +209,9 @@ class Evict:
         refused read. Refused before its renewal for a holder TTL, the drain has lost its slot for certain (its
         holder expired, and another node may be granted it): from then on it is paused as for a lost slot, its
         wait for a slot not drain time (invariant 9), up to where its timeout policy must still act before the
-        global timeout (its deadline's cap). Its drain time ran while the slot was still its own."""
+        global timeout (its deadline's cap). Its drain time ran while the slot was still its own. ``changes``: what
+        the poll found before the refusal (its pause ended by the slot back), kept."""
+        record = record.model_copy(update=changes)
         node = _known(record.node, "node")
         extra = {key: value for key, value in record.extra.items() if key != UNRENEWED}
         paused_at = record.drain_paused_at
@@ -222,7 +224,7 @@ class Evict:
                     "the budget slot of node %s expired unrenewed at %s: pausing the drain", node, lost
                 )
                 paused_at = lost
-        found: dict[str, Any] = {"extra": extra}
+        found: dict[str, Any] = {**changes, "extra": extra}
         if paused_at != record.drain_paused_at:
             found["drain_paused_at"] = paused_at
         # (paused for its lost slot, and unable to tell whether it is back: still waiting, and a wait for a slot is
@@ -342,8 +344,8 @@ class Evict:
             if now < deadline:
                 raise  # (retried by the engine: the drain's timeout still ahead)
             return self._timed_out_unlisted(record, now, error, **changes)
-        except Refused as refusal:  # (its slot renewed: held, its drain time running)
-            return self._reads_refused(record, now, str(refusal), renewed=True)
+        except Refused as refusal:  # (its slot renewed: held, its drain time running, a pause over)
+            return self._reads_refused(record, now, str(refusal), renewed=True, **changes)
         if graces is not None:
             record = record.model_copy(update={"extra": {**record.extra, GRACES: graces}})
         left = podfilter.remaining(pods)
