@@ -1,6 +1,8 @@
 """The alarm on refused heartbeats fires on the metric as the product emits it: the engine's and the sweeper's
 refused heartbeats, counted through the functions' Metrics adapter (CloudWatch EMF), match the alarm's metric by
-its name and its whole set of dimensions, and page before the action's heartbeat timeout; throttled ones do not."""
+its name and its whole set of dimensions, and page before the action's heartbeat timeout; throttled ones do not.
+The alarm on throttled heartbeats, likewise, on the engine's throttled heartbeats: it pages a throttle that outlasts
+the engine's retry a margin before the heartbeat timeout, and not one that its retry got through."""
 
 from __future__ import annotations
 
@@ -13,14 +15,17 @@ from typing import Any
 
 import pytest
 
-from nodecycle.domain.engine import Outcome
+from nodecycle.domain.engine import EngineTiming, Outcome, StepEngine
 from nodecycle.domain.errors import AccessRefused, TransientError
-from nodecycle.domain.model import ActionRef, Step
+from nodecycle.domain.flow import Worker
+from nodecycle.domain.model import ActionRef, Step, global_deadline
+from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.sweep.sweeper import SweepFailed
 from nodecycle.observability import PowertoolsMetrics, metrics
-from tests.functions.test_operations_template import RESOURCES, alarm_fires, intrinsics
+from nodecycle.settings import Timing
+from tests.functions.test_operations_template import RESOURCES, _default, alarm_fires, intrinsics
 from tests.support.fakes import T0, FakeClock, FakeMetrics
-from tests.unit.foundation.test_engine import ONE_FAULT, PLAN, World, make_record
+from tests.unit.foundation.test_engine import ONE_FAULT, PLAN, ThrottledAutoscaling, World, make_record
 from tests.unit.foundation.test_engine_refusals import HeartbeatsRefused
 from tests.unit.sweeper.test_orphans import World as Orphans
 from tests.unit.sweeper.test_sweeper import GRACE, Repair
@@ -161,3 +166,105 @@ def test_the_sweepers_refused_heartbeat_of_an_orphaned_action_fires_the_alarm() 
     # Then its refused heartbeat is the alarm's metric, as the lifecycles' refused heartbeats are
     assert isinstance(world.metrics, Emitted)
     assert sum(watched_by(refused_alarm(), world.metrics).values()) == 1
+
+
+# The throttled heartbeats' alarm, on the template's defaults: the engine's margin and its one fault's retry (the
+# later of the work queues' visibility timeout and the resume grace + 2), and the hooks those keep alive: the
+# shortest (a sweep interval and a margin), one of ten minutes, and Auto Scaling's default of an hour.
+DEFAULTS = Timing(
+    heartbeat_margin_seconds=_default("HeartbeatMarginSeconds"),
+    resume_grace_seconds=_default("ResumeGraceSeconds"),
+    work_visibility_timeout_seconds=_default("WorkVisibilityTimeoutSeconds"),
+    sweep_interval_minutes=_default("SweepIntervalMinutes"),
+)
+HOOKS = [DEFAULTS.min_heartbeat_timeout_seconds, 600, 3600]
+
+
+def throttled_alarm() -> Mapping[str, Any]:
+    return intrinsics({"OwnerId": OWNER}).resolve(RESOURCES["HeartbeatsThrottledAlarm"]["Properties"])
+
+
+def drain_throttled(heartbeat_timeout: int, throttled: int, *, offset: int = 0) -> tuple[Emitted, int, int]:
+    """A drain polling every 5 s on the template's timing, its action's heartbeats throttled ``throttled`` times
+    in a row (then accepted), run until its first heartbeat deadline; the metrics as emitted, that deadline and
+    the heartbeats Auto Scaling took (seconds after T0; ``offset``: the action's start in its minute)."""
+    world = World(redelivery=DEFAULTS.redelivery_seconds)
+    world.autoscaling = autoscaling = ThrottledAutoscaling(throttled)
+    world.clock.advance(offset)
+    world.metrics = emitted = Emitted(world.clock)
+    start = world.clock.now()
+    record = make_record(
+        PLAN,
+        Step.EVICT,
+        received_at=start,
+        started_at=start,
+        updated_at=start,
+        due_at=start,
+        heartbeat_timeout=heartbeat_timeout,
+        heartbeat_deadline=start + timedelta(seconds=heartbeat_timeout),
+        global_deadline=global_deadline(start, heartbeat_timeout),
+    )
+    world.records.create(record)
+    engine = StepEngine(
+        worker=Worker.DRAIN,
+        steps={Step.EVICT: lambda record, now: Outcome.wait(5)},
+        records=world.records,
+        queues=world.queues,
+        autoscaling=world.autoscaling,
+        clock=world.clock,
+        metrics=emitted,
+        timing=EngineTiming(
+            resume_grace=timedelta(seconds=DEFAULTS.resume_grace_seconds),
+            redelivery=timedelta(seconds=DEFAULTS.redelivery_seconds),
+            heartbeat_margin=timedelta(seconds=DEFAULTS.heartbeat_margin_seconds),
+            settle_before=timedelta(seconds=DEFAULTS.settle_before_seconds),
+        ),
+        failure_result=lambda record: ActionResult.ABANDON,
+    )
+    deadline = record.heartbeat_deadline
+    while world.clock.now() < deadline and world.record().heartbeats == 0:
+        engine.handle(world.message())
+        (sent,) = world.queues.take()
+        world.clock.advance(max(sent.delay, 1))
+    accepted = world.record().heartbeats
+    return emitted, int((deadline - T0).total_seconds()), accepted + autoscaling.refused
+
+
+@pytest.mark.parametrize("offset", [0, 20, 33, 45])
+@pytest.mark.parametrize("heartbeat_timeout", HOOKS)
+def test_a_throttle_that_outlasts_a_retry_pages_a_margin_before_the_heartbeat_timeout(
+    heartbeat_timeout: int, offset: int
+) -> None:
+    # Given a drain whose keep-alive heartbeats Auto Scaling throttles from the first on (a rate limit the account's
+    # other callers use up), counted through the functions' Metrics adapter
+    # When it polls until the action's heartbeat timeout
+    emitted, deadline, asked = drain_throttled(heartbeat_timeout, throttled=1_000, offset=offset)
+
+    # Then the throttled heartbeats, as emitted, are the alarm's metric (owner and service, no reason), and it pages
+    # once the throttle outlasted the engine's first retry: a margin before Auto Scaling takes the hook's default
+    # result (the expired actions' alarm tells only after that, within its five minutes)
+    alarm = throttled_alarm()
+    points = watched_by(alarm, emitted)
+    assert sum(points.values()) == asked > 2
+    fired = alarm_fires(alarm, points, deadline + 600)
+    assert fired, "a throttle that lasts until the heartbeat timeout never pages"
+    assert fired[0] <= deadline - DEFAULTS.heartbeat_margin_seconds, (
+        f"paged {deadline - fired[0]} s before the heartbeat timeout, less than a margin"
+    )
+    assert fired[0] - min(points) <= 180, "paged more than three minutes after the first throttled heartbeat"
+
+
+@pytest.mark.parametrize("offset", [0, 20, 45, 59])
+@pytest.mark.parametrize("heartbeat_timeout", HOOKS)
+def test_a_heartbeat_throttled_once_and_accepted_at_its_retry_does_not_page(
+    heartbeat_timeout: int, offset: int
+) -> None:
+    # Given a drain whose first keep-alive heartbeat Auto Scaling throttles, its retry accepted (the engine's
+    # backoff did its work): no action came near its heartbeat timeout
+    emitted, _, asked = drain_throttled(heartbeat_timeout, throttled=1, offset=offset)
+
+    # Then the throttled heartbeat is counted, and pages no one
+    alarm = throttled_alarm()
+    points = watched_by(alarm, emitted)
+    assert (sum(points.values()), asked) == (1, 2)
+    assert not alarm_fires(alarm, points, max(points) + 600)
