@@ -199,6 +199,26 @@ class BudgetCrowdedOut(Refused):
         self.name = name
 
 
+class BudgetWriteRefused(Refused):
+    """A write of the budget ConfigMap, within its 1 MiB, that the API server refused for a reason of its own: an
+    admission policy (a ValidatingAdmissionPolicy's or a webhook's deny: 422 Invalid, 400, as it chose), a proxy
+    in front of the API server that takes no body that large (413), a field a newer server does not take (400).
+    The same write is refused again until a person changes what refuses it: the ConfigMap's answer, as a refused
+    read is (see :class:`BudgetNotInstalled`), in the server's words. Raised as a transient error, it was retried
+    until its message was dead-lettered, logged as a document too large; a 400 failed it as a plain error."""
+
+    def __init__(self, namespace: str, name: str, status: int, message: str, data_bytes: int) -> None:
+        super().__init__(
+            f"the API server refused the write of the disruption budget ConfigMap {namespace}/{name} "
+            f"({data_bytes} bytes of data, within its limit of {CONFIGMAP_MAX_BYTES}): HTTP {status} {message}. "
+            f"Until what refuses it (an admission policy or webhook on ConfigMaps in {namespace}, a proxy's body "
+            f"limit) lets nodecycle's writes of it through, no slot is granted, renewed or given back"
+        )
+        self.namespace = namespace
+        self.name = name
+        self.status = status
+
+
 # An entry's writer's lead (None: not told) and its digest as stored
 type _Told = tuple[timedelta | None, str]
 
@@ -240,7 +260,8 @@ class ConfigMapBudgetStore:
     budget reads back. A read or write the role may not make (403: RBAC, a namespace the RBAC does not cover)
     raises :class:`Refused`, the step's to decide on; so does a write the API server could only refuse until a person
     acts, never sent: to an immutable ConfigMap (:class:`BudgetImmutable`), or past its 1 MiB with keys the budget
-    does not write (:class:`BudgetCrowdedOut`).
+    does not write (:class:`BudgetCrowdedOut`); and a write within it that the API server refused all the same (an
+    admission policy's 422 or 400, a proxy's 413: :class:`BudgetWriteRefused`, in the server's words).
     """
 
     def __init__(
@@ -484,10 +505,18 @@ class ConfigMapBudgetStore:
                         f"writing ConfigMap {self.namespace}/{self.name}: HTTP {error.status} {_message(error)}",
                         retry_after=retry_after(error),
                     ) from error
+                data_bytes = _data_bytes(config_map.data or {}) + sum(_binary_bytes(config_map).values())
+                if error.status in (400, 413, 422) and data_bytes <= CONFIGMAP_MAX_BYTES:
+                    # Not the size (the store refuses the two causes it can see before it writes): a policy's or a
+                    # proxy's answer to this write, which no retry changes
+                    raise BudgetWriteRefused(
+                        self.namespace, self.name, error.status, _message(error), data_bytes
+                    ) from error
                 if error.status in (413, 422):
-                    # Too large, or otherwise invalid: the same write would fail again. The domain bounds the
-                    # document (its queue's maximum), so this is a document no version of nodecycle should
-                    # write: say what the server said and how big it was, and let the step retry later.
+                    # Too large: the same write would fail again. The domain bounds the document (its queue's
+                    # maximum), so this is a document no version of nodecycle should write, or forced slots past
+                    # the bound that shrinks as their drains give them back: say what the server said and how big
+                    # it was, and let the step retry later.
                     size = len(doc.to_json())
                     log.error(
                         "the API server refused the budget ConfigMap %s/%s (%d bytes): %s",
