@@ -254,8 +254,8 @@ def test_a_throttle_that_outlasts_a_retry_pages_a_margin_before_the_heartbeat_ti
     assert fired[0] - min(points) <= 180, "paged more than three minutes after the first throttled heartbeat"
 
 
-@pytest.mark.parametrize("offset", [0, 20, 45, 59])
-@pytest.mark.parametrize("heartbeat_timeout", HOOKS)
+@pytest.mark.parametrize("offset", [0, 45, 59])
+@pytest.mark.parametrize("heartbeat_timeout", HOOKS[:2])  # (an hour's runs the same way, 6 times as long)
 def test_a_heartbeat_throttled_once_and_accepted_at_its_retry_does_not_page(
     heartbeat_timeout: int, offset: int
 ) -> None:
