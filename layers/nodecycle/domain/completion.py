@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from nodecycle.domain.engine import Outcome, completed_by_a_vanished_claim, confirmed_before_claim
-from nodecycle.domain.errors import AccessRefused
+from nodecycle.domain.errors import AccessRefused, TransientError
 from nodecycle.domain.model import (
     ADDRESSES_LEFT,
     ENDED_BY,
@@ -84,7 +84,9 @@ class CompleteAction:
         self._metrics = metrics
         self._records = records
 
-    def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
+    def __call__(self, record: LifecycleRecord, now: datetime, *, last: bool = False) -> Outcome:
+        """``last``: no later try can complete the action before its global timeout (the sweep's last settlement):
+        a heartbeat asked before the call that fails (throttled) does not keep the call from being made."""
         result = record.result or ActionResult.CONTINUE
         outcome = record.outcome or "completed"
         extra = record.extra
@@ -93,7 +95,7 @@ class CompleteAction:
             if self._ends_its_instance(record, now):
                 extra = {**extra, ENDS_ITS_INSTANCE: True}
             # Completing twice is harmless: "no active lifecycle action" means it is settled already.
-            if self._confirmed(record, now) and self._autoscaling.complete(record.action, result):
+            if self._confirmed(record, now, last) and self._autoscaling.complete(record.action, result):
                 log.info("completed the lifecycle action with %s (%s)", result, outcome)
                 self._metrics.count(
                     "LifecycleActionsCompleted", result=result.value, transition=record.transition.short
@@ -124,7 +126,7 @@ class CompleteAction:
         ``engine.confirmed_before_claim``)."""
         return confirmed_before_claim(record, now, self._autoscaling)
 
-    def _confirmed(self, record: LifecycleRecord, now: datetime) -> bool:
+    def _confirmed(self, record: LifecycleRecord, now: datetime, last: bool = False) -> bool:
         """Whether the action may be completed: confirmed by a step before (the engine's ``_verify``), or now,
         and still this token's where the hook holds the instance again next (``_still_its_own``). An action settled
         near its global timeout before any step confirmed it may be a forged notification dated so, pairing an
@@ -137,9 +139,9 @@ class CompleteAction:
             return True
         if record.verified_at is None:
             return self._autoscaling.confirm(record.action)
-        return self._still_its_own(record, now)
+        return self._still_its_own(record, now, last)
 
-    def _still_its_own(self, record: LifecycleRecord, now: datetime) -> bool:
+    def _still_its_own(self, record: LifecycleRecord, now: datetime, last: bool = False) -> bool:
         """Whether the action a step confirmed is still active, asked with its token (a heartbeat) before the
         completion, which names the instance alone and settles whatever action the hook holds for it *now* (see
         ``AutoscalingActions.complete``). An action that ended without this lifecycle knowing (its completion's
@@ -164,7 +166,9 @@ class CompleteAction:
         may have landed), and so does a scale-in to the pool's completion after its drain: a call each. A heartbeat
         refused to this role (a denial of that call alone) leaves the completion to go on named by its instance,
         as the sweep completes an action whose heartbeat failed at its last chance; throttled, it is retried as
-        the completion is."""
+        the completion is, but at the ``last`` try before the global timeout (the sweep's last settlement) the
+        completion goes on: the action's timeout with the hook's default result is certain then, a next action
+        settled only if an earlier call landed and the instance moved on since."""
         if record.verified_at == now:
             return True
         if record.destination != WARM_POOL and not (
@@ -176,6 +180,15 @@ class CompleteAction:
         except AccessRefused as error:
             log.warning(
                 "could not ask whether the lifecycle action is still active (completing it): %s", error
+            )
+            return True
+        except TransientError as error:
+            if not last:
+                raise
+            log.warning(
+                "could not ask whether the lifecycle action is still active (completing it, at its last "
+                "chance before its global timeout): %s",
+                error,
             )
             return True
 

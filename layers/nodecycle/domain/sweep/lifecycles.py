@@ -377,7 +377,8 @@ class LifecycleRepair:
         # that would take it over next, an interval later, came after the global timeout (a sweep delivered late
         # crashed after its claim, the next one on schedule came seconds before that claim's end). A second call is
         # the lesser harm.
-        if completion_in_progress(record, now, self._margin, held=not self._last_sweep(record, now, late)):
+        last_sweep = self._last_sweep(record, now, late)
+        if completion_in_progress(record, now, self._margin, held=not last_sweep):
             # A completer (the engine's completion, the guard's) claimed it and is calling Auto Scaling: taken
             # over, its call that landed would answer this one's "no active lifecycle action". One killed after
             # its claim (its invocation over) is taken over by the next sweep (see ``claimed_for_completion``).
@@ -433,7 +434,8 @@ class LifecycleRepair:
             self._metrics.count("GlobalTimeoutsNear")
         self._left_line(record, now)
         try:
-            completed = self._completion(settling, now)
+            # (at the last sweep, a throttled heartbeat before the call does not keep it from being made)
+            completed = self._completion(settling, now, last=last_sweep)
         except Exception as error:
             # (Auto Scaling throttled): the engine retries the completion, with this result, at its backoff; a
             # crash here leaves the lifecycle at its completion, overdue, for the next sweep

@@ -1,0 +1,70 @@
+"""The heartbeat a completion asks before its call (``CompleteAction._still_its_own``: a completion into the warm pool, or
+a launch's that may have been called before) at the last sweep that can settle the action before its global timeout.
+The sweep settles there whatever kept the action's heartbeat from Auto Scaling (throttled, or that call alone denied):
+no later sweep comes before the hook's default result, and a completion needs no heartbeat. The completion's own
+heartbeat must not undo that: throttled, it must not keep the completion from its call."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from nodecycle.domain.completion import SETTLED_ELSEWHERE
+from nodecycle.domain.errors import TransientError
+from nodecycle.domain.model import WARM_POOL, ActionRef, Step, Transition
+from nodecycle.domain.policy import ActionResult
+from tests.unit.sweeper.test_sweeper import Repair, stalled_at_its_last_chance
+
+INSTANCE = "i-0123456789abcdef0"
+
+# The actions whose completion asks its token first at the sweep's settlement: a drain of a scale-in back to the
+# warm pool (held in Warmed:Pending:Wait by the terminating hook), and a launch out of the pool at its completion
+# whose earlier try was throttled (its call may have landed: attempts > refusals)
+ASKED_FIRST: dict[str, tuple[str, dict[str, Any]]] = {
+    "scale-in-to-the-pool": (
+        "Warmed:Pending:Wait",
+        {"origin": "AutoScalingGroup", "destination": WARM_POOL},
+    ),
+    "launch-retried": (
+        "Pending:Wait",
+        {
+            "transition": Transition.LAUNCHING,
+            "hook": "launch",
+            "origin": WARM_POOL,
+            "destination": "AutoScalingGroup",
+            "step": Step.COMPLETE,
+            "result": ActionResult.CONTINUE,
+            "attempts": 1,
+        },
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ASKED_FIRST))
+def test_the_last_sweep_completes_an_action_whose_completion_heartbeat_is_throttled(case: str) -> None:
+    # Given a stalled lifecycle whose completion asks its token first, at the last sweep before its global timeout,
+    # and Auto Scaling throttling heartbeats (botocore's retries spent) but taking completions
+    held_in, changes = ASKED_FIRST[case]
+    repair = Repair()
+    hook = "launch" if changes.get("transition") is Transition.LAUNCHING else "terminate"
+    repair.autoscaling.issue("token", INSTANCE, hook=("nodes", hook), held_in=held_in)
+    stalled_at_its_last_chance(repair, **changes)
+    repair.clock.advance(
+        30
+    )  # (the next sweep, on schedule, would come less than a margin before the global timeout)
+
+    def throttled(action: ActionRef) -> bool:
+        raise TransientError("recording a lifecycle heartbeat: Throttling: Rate exceeded")
+
+    repair.autoscaling.heartbeat = throttled  # type: ignore[method-assign]
+
+    # When the sweep runs (no later one comes before the global timeout), Then the action is completed all the same,
+    # not left to the hook's default result
+    assert repair.run()["LifecyclesSettled"] == 1
+    assert [named.instance_id for named, _ in repair.autoscaling.completed] == [INSTANCE], (
+        "the completion's throttled heartbeat kept the last sweep from completing the action"
+    )
+    (settled,) = repair.records.items.values()
+    assert not settled.action_open
+    assert not settled.extra.get(SETTLED_ELSEWHERE)
