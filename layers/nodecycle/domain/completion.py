@@ -71,6 +71,11 @@ def ended_by(record: LifecycleRecord, now: datetime) -> LifecycleRecord | None:
     )
 
 
+class NotCalled(TransientError):
+    """A completion that failed before its call to Auto Scaling (the confirmation or heartbeat it asks first, throttled):
+    nothing of it landed, and its claim is no completion that may have (see ``engine.claimed_for_completion``)."""
+
+
 class CompleteAction:
     """``records``: where the terminate lifecycle's completion writes its instance's state-change lifecycle over
     (see ``ended_by``); None: not. The sweeper's settlement near the global timeout too: a completion cut short
@@ -137,9 +142,14 @@ class CompleteAction:
         alone (the adapter looks where it is)."""
         if not record.token_known:
             return True
-        if record.verified_at is None:
-            return self._autoscaling.confirm(record.action)
-        return self._still_its_own(record, now, last)
+        try:
+            if record.verified_at is None:
+                return self._autoscaling.confirm(record.action)
+            return self._still_its_own(record, now, last)
+        except TransientError as error:
+            if isinstance(error, AccessRefused):
+                raise
+            raise NotCalled(str(error), retry_after=error.retry_after) from error
 
     def _still_its_own(self, record: LifecycleRecord, now: datetime, last: bool = False) -> bool:
         """Whether the action a step confirmed is still active, asked with its token (a heartbeat) before the

@@ -14,6 +14,7 @@ from nodecycle.domain.completion import SETTLED_ELSEWHERE
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import WARM_POOL, ActionRef, Step, Transition
 from nodecycle.domain.policy import ActionResult
+from nodecycle.domain.sweep.sweeper import SweepFailed
 from tests.unit.sweeper.test_sweeper import Repair, stalled_at_its_last_chance
 
 INSTANCE = "i-0123456789abcdef0"
@@ -68,3 +69,41 @@ def test_the_last_sweep_completes_an_action_whose_completion_heartbeat_is_thrott
     (settled,) = repair.records.items.values()
     assert not settled.action_open
     assert not settled.extra.get(SETTLED_ELSEWHERE)
+
+
+def test_a_settlement_whose_heartbeat_first_failed_is_not_taken_over_as_a_completion_that_may_have_landed() -> (
+    None
+):
+    # Given a drain of a scale-in back to the warm pool, stalled at a sweep before its global timeout that is not the
+    # last one, whose settlement's heartbeat before its call is throttled (its completion never called)
+    repair = Repair()
+    held_in, changes = ASKED_FIRST["scale-in-to-the-pool"]
+    repair.autoscaling.issue("token", INSTANCE, hook=("nodes", "terminate"), held_in=held_in)
+    stalled_at_its_last_chance(repair, **changes)
+    heartbeat = repair.autoscaling.heartbeat
+    throttles = [TransientError("recording a lifecycle heartbeat: Throttling: Rate exceeded")]
+
+    def throttled_once(action: ActionRef) -> bool:
+        if throttles:
+            raise throttles.pop()
+        return heartbeat(action)
+
+    repair.autoscaling.heartbeat = throttled_once  # type: ignore[method-assign]
+    with pytest.raises(SweepFailed):  # (its alarm)
+        repair.run()
+    assert repair.autoscaling.completed == []
+    (record,) = repair.records.items.values()
+
+    # When an operator completes the action meanwhile, and the engine runs the completion the sweep sent on
+    repair.autoscaling.completed.append((record.action, ActionResult.CONTINUE))
+    (sent, *_) = repair.queues.take()
+    repair.engine().handle(sent.message)
+
+    # Then the action is recorded as settled elsewhere (counted: its alarm), not as a completion of the sweep's that
+    # vanished: the sweep never called
+    (settled,) = repair.records.items.values()
+    assert not settled.action_open
+    assert settled.extra.get(SETTLED_ELSEWHERE), (
+        "a claim whose completion was never called was taken over as one that may have landed"
+    )
+    assert repair.metrics.counts["LifecycleActionsSettledElsewhere"] == 1

@@ -6,7 +6,7 @@ import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
-from nodecycle.domain.completion import CompleteAction
+from nodecycle.domain.completion import CompleteAction, NotCalled
 from nodecycle.domain.eip.wake import waits_in_line
 from nodecycle.domain.engine import (
     Dispatcher,
@@ -439,9 +439,9 @@ class LifecycleRepair:
         except Exception as error:
             # (Auto Scaling throttled): the engine retries the completion, with this result, at its backoff; a
             # crash here leaves the lifecycle at its completion, overdue, for the next sweep
-            if isinstance(error, AccessRefused):
-                # A call that did not land: its claim is not one the engine's completion may take for a completion
-                # of ours (see ``claimed_for_completion``)
+            if isinstance(error, (AccessRefused, NotCalled)):
+                # A call that did not land (refused, or never made: what it asks first failed): its claim is not one
+                # the engine's completion may take for a completion of ours (see ``claimed_for_completion``)
                 settling = self._claim_withdrawn(settling)
             self._dispatcher.send(settling, now)
             raise
