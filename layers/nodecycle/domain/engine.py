@@ -530,11 +530,17 @@ class StepEngine:
                     if claimed:
                         # Refused to the last try (its message fails): a call that did not land, whose claim the
                         # next completer must not take for a completion of ours (the earlier tries' were recorded).
-                        # The last refusal counted, so that the message's redeliveries fail too (see _handle). Under
+                        # The last refusal counted, so that the message's redeliveries fail too (see _handle), and
+                        # the try among the attempts, so that one before it that may have landed (a 5xx) is still told
+                        # by them (``attempts > refusals``: a launch's completion asks its token first). Under
                         # the next seq: a write of the claimed record read before this one (the sweep's keep-alive,
                         # at the seq it read) loses, rather than put the claim back and the refusal off.
                         withdrawn = claim_recorded(record).model_copy(
-                            update={"refusals": record.refusals + 1, "seq": record.seq + 1}
+                            update={
+                                "attempts": record.attempts + 1,
+                                "refusals": record.refusals + 1,
+                                "seq": record.seq + 1,
+                            }
                         )
                         self._records.commit(withdrawn, expected_seq=record.seq)
                     raise

@@ -234,13 +234,13 @@ def test_a_refused_completion_completes_nothing_is_retried_then_fails_its_messag
 
     # Then nothing was completed nor taken for settled (a refusal is no "no active lifecycle action"), the
     # action was kept alive meanwhile, and the record still waits at its completion (for the redelivery, the
-    # sweeper), its refusals told
+    # sweeper), its refusals told, every try among its attempts (the last one too: see the engine's withdrawal)
     assert world.autoscaling.completed == []
     record = world.record()
     assert (record.step, record.completed_at, record.attempts) == (
         Step.COMPLETE,
         None,
-        MAX_REFUSED_ATTEMPTS - 1,
+        MAX_REFUSED_ATTEMPTS,
     )
     assert "refused (AccessDenied)" in (record.last_error or "")
     assert world.metrics.counts["StepRetries[reason=refused]"] == MAX_REFUSED_ATTEMPTS
