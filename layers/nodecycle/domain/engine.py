@@ -231,6 +231,10 @@ class ClaimingStep(Protocol):
 
     def before_claim(self, record: LifecycleRecord, now: datetime) -> LifecycleRecord: ...
 
+    def __call__(self, record: LifecycleRecord, now: datetime, *, last: bool = False) -> Outcome:
+        """``last``: no later run is sure to come before the action's global timeout (see ``_run_step``)."""
+        ...
+
 
 class Handled(StrEnum):
     RAN = "ran"
@@ -522,7 +526,14 @@ class StepEngine:
                             log.info("the completion of seq %d was claimed by another completer", record.seq)
                             return None
                         record, claimed = claim, True
-                    outcome = stepped = handler(record, now)
+                    if isinstance(handler, ClaimingStep):
+                        # Within a margin of the global timeout (where its retries are due at once: see _keep_alive)
+                        # no later run is sure to come before it: what the completion asks before its call, failing
+                        # (throttled), does not keep the call from being made (see ``CompleteAction``)
+                        last = now >= record.global_deadline - self._timing.heartbeat_margin
+                        outcome = stepped = handler(record, now, last=last)
+                    else:
+                        outcome = stepped = handler(record, now)
             except (TransientError, Refused) as error:
                 try:
                     outcome = self._retry(record, now, error)

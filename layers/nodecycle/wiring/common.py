@@ -112,8 +112,10 @@ class _WithinStepTime:
         self._handler = handler
         self._time = time
 
-    def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
+    def __call__(self, record: LifecycleRecord, now: datetime, *, last: bool = False) -> Outcome:
         with self._time.step():
+            if isinstance(self._handler, ClaimingStep):  # (``last``: see engine.ClaimingStep)
+                return self._handler(record, now, last=last)
             return self._handler(record, now)
 
     def before_claim(self, record: LifecycleRecord, now: datetime) -> LifecycleRecord:

@@ -6,15 +6,17 @@ heartbeat must not undo that: throttled, it must not keep the completion from it
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
-from nodecycle.domain.completion import SETTLED_ELSEWHERE
+from nodecycle.domain.completion import SETTLED_ELSEWHERE, CompleteAction
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import WARM_POOL, ActionRef, Step, Transition
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.sweep.sweeper import SweepFailed
+from tests.unit.foundation.test_engine import MARGIN, World, kept_alive, make_record
 from tests.unit.sweeper.test_sweeper import Repair, stalled_at_its_last_chance
 
 INSTANCE = "i-0123456789abcdef0"
@@ -107,3 +109,33 @@ def test_a_settlement_whose_heartbeat_first_failed_is_not_taken_over_as_a_comple
         "a claim whose completion was never called was taken over as one that may have landed"
     )
     assert repair.metrics.counts["LifecycleActionsSettledElsewhere"] == 1
+
+
+@pytest.mark.parametrize(("before_the_timeout", "completed"), [(MARGIN / 2, ["token"]), (MARGIN * 2, [])])
+def test_the_engines_completion_past_its_last_margin_completes_though_its_heartbeat_first_is_throttled(
+    before_the_timeout: float, completed: list[str]
+) -> None:
+    # Given a launch out of the warm pool at its completion, an earlier try throttled (its call may have landed), now
+    # within a margin of its global timeout (where the engine's retries come at once: no later run is sure to come
+    # before it), and Auto Scaling throttling heartbeats (botocore's retries spent) but taking completions
+    world = World()
+    world.autoscaling.issue("token", INSTANCE, hook=("nodes", "launch"), held_in="Pending:Wait")
+    _, changes = ASKED_FIRST["launch-retried"]
+    record = make_record((Step.COMPLETE, Step.DONE), id=f"{INSTANCE}/launch/token", **changes)
+    world.clock.current = record.global_deadline - timedelta(seconds=before_the_timeout)
+    world.records.create(kept_alive(world.autoscaling, record, world.clock.now() - timedelta(seconds=100)))
+
+    def throttled(action: ActionRef) -> bool:
+        raise TransientError("recording a lifecycle heartbeat: Throttling: Rate exceeded")
+
+    world.autoscaling.heartbeat = throttled  # type: ignore[method-assign]
+    engine = world.engine({Step.COMPLETE: CompleteAction(world.autoscaling, world.metrics)})
+
+    # When the engine runs its completion
+    engine.handle(world.message(record.id))
+
+    # Then the action is completed, not retried on a heartbeat until the hook's default result ends it (before its
+    # last margin, retried: the heartbeat still guards a retry against the instance's next action)
+    assert [named.token for named, _ in world.autoscaling.completed] == completed, (
+        "the completion's throttled heartbeat kept the engine's last try from completing the action"
+    )
