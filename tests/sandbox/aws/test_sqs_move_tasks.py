@@ -8,27 +8,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
-import boto3
-import pytest
-from moto import mock_aws
-
-from nodecycle_sandbox.aws.install import install
-
-REGION = "eu-west-1"
-
-
-@pytest.fixture
-def sqs() -> Iterator[Any]:
-    install()
-    with mock_aws():
-        yield boto3.client("sqs", region_name=REGION)
-
-
-def arn(sqs: Any, url: str) -> str:
-    return str(sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"])
+# (moto with the sandbox's additions, in process, and a queue's ARN: the redrive command's tests' own)
+from tests.integration.cli.test_sandbox_redrive import arn
+from tests.integration.cli.test_sandbox_redrive import sqs as sqs
 
 
 def test_a_redriven_message_is_a_new_message_with_its_body_and_attributes(sqs: Any) -> None:
