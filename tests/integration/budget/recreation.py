@@ -26,7 +26,7 @@ from tests.integration.budget.test_configmap_recreated import cordon, request
 from tests.support.fakes import FakeMetrics, InMemoryRecords
 from tests.unit.budget.fakes import START, FakeClock
 from tests.unit.drain.test_drain_steps import FakeEvents, NoDns, policy, wakes_to_nowhere
-from tests.unit.foundation.test_engine import make_record
+from tests.unit.foundation.test_engine import make_record_begun
 
 BEGAN = START - timedelta(minutes=1)  # when the lifecycles began: before either ConfigMap was created
 PLAN = (Step.ACQUIRE_SLOT, Step.CORDON, Step.EVICT, Step.COMPLETE, Step.CLEANUP, Step.DONE)
@@ -56,17 +56,18 @@ def slot_of(i: int) -> SlotRequest:
 
 
 def record_of(slot: SlotRequest, step: Step, seq: int = 0, received_at: datetime = BEGAN) -> LifecycleRecord:
-    """Node ``slot.node``'s terminate lifecycle, received at ``received_at``, its record at ``step`` under
-    ``seq``."""
+    """Node ``slot.node``'s terminate lifecycle, started and received at ``received_at``, its record at ``step``
+    under ``seq``: its heartbeat and global deadlines are those intake gives an action started then, on the
+    budget's clock (not the engine tests' months later), so that a drain's deadline cap is where it would be."""
     assert slot.token is not None
-    return make_record(
+    return make_record_begun(
+        received_at,
         PLAN,
         step,
         id=slot.record_id,
         owner=slot.owner,
         instance_id=slot.instance_id,
         token=slot.token,
-        received_at=received_at,
         seq=seq,
     )
 

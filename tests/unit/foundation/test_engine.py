@@ -44,6 +44,24 @@ def make_record(plan: tuple[Step, ...], step: Step | None = None, **changes: obj
     return record.model_copy(update=changes)
 
 
+def make_record_begun(
+    began: datetime, plan: tuple[Step, ...], step: Step | None = None, **changes: object
+) -> LifecycleRecord:
+    """``make_record``'s record, its action started (and received) at ``began``: its heartbeat and global deadlines
+    are those intake gives an action started then. For tests on a clock of their own, whose records would
+    otherwise time out at T0's deadlines, months from their clock (and so never near their drains' caps)."""
+    begun: dict[str, object] = {
+        "received_at": began,
+        "started_at": began,
+        "updated_at": began,
+        "due_at": began,
+        "heartbeat_deadline": began + timedelta(seconds=HEARTBEAT),
+        "global_deadline": global_deadline(began, HEARTBEAT),
+        "verified_at": began,
+    }
+    return make_record(plan, step, **(begun | changes))
+
+
 def kept_alive(autoscaling: FakeAutoscaling, record: LifecycleRecord, at: datetime) -> LifecycleRecord:
     """``record`` and Auto Scaling as a long lifecycle leaves them: its last heartbeat accepted at ``at``."""
     autoscaling.kept_alive(record.token, at)
