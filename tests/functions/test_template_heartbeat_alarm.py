@@ -180,6 +180,13 @@ DEFAULTS = Timing(
 HOOKS = [DEFAULTS.min_heartbeat_timeout_seconds, 600, 3600]
 
 
+# The series every throttled heartbeat is counted in (the dashboard's "HeartbeatRetries throttled")
+THROTTLED = {
+    "MetricName": "HeartbeatRetries",
+    "Dimensions": [{"Name": "owner", "Value": OWNER}, {"Name": "service", "Value": "nodecycle"}],
+}
+
+
 def throttled_alarm() -> Mapping[str, Any]:
     return intrinsics({"OwnerId": OWNER}).resolve(RESOURCES["HeartbeatsThrottledAlarm"]["Properties"])
 
@@ -240,12 +247,14 @@ def test_a_throttle_that_outlasts_a_retry_pages_a_margin_before_the_heartbeat_ti
     # When it polls until the action's heartbeat timeout
     emitted, deadline, asked = drain_throttled(heartbeat_timeout, throttled=1_000, offset=offset)
 
-    # Then the throttled heartbeats, as emitted, are the alarm's metric (owner and service, no reason), and it pages
-    # once the throttle outlasted the engine's first retry: a margin before Auto Scaling takes the hook's default
-    # result (the expired actions' alarm tells only after that, within its five minutes)
+    # Then every throttled heartbeat, as emitted, is counted (HeartbeatRetries, owner and service, no reason), the
+    # late ones are the alarm's metric, and it pages once the throttle outlasted the engine's first full retry: a
+    # margin before Auto Scaling takes the hook's default result (the expired actions' alarm tells only after
+    # that, within its five minutes)
+    assert sum(watched_by(THROTTLED, emitted).values()) == asked > 2
     alarm = throttled_alarm()
     points = watched_by(alarm, emitted)
-    assert sum(points.values()) == asked > 2
+    assert 0 < sum(points.values()) < asked
     fired = alarm_fires(alarm, points, deadline + 600)
     assert fired, "a throttle that lasts until the heartbeat timeout never pages"
     assert fired[0] <= deadline - DEFAULTS.heartbeat_margin_seconds, (
@@ -264,7 +273,82 @@ def test_a_heartbeat_throttled_once_and_accepted_at_its_retry_does_not_page(
     emitted, _, asked = drain_throttled(heartbeat_timeout, throttled=1, offset=offset)
 
     # Then the throttled heartbeat is counted, and pages no one
+    assert (sum(watched_by(THROTTLED, emitted).values()), asked) == (1, 2)
     alarm = throttled_alarm()
     points = watched_by(alarm, emitted)
-    assert (sum(points.values()), asked) == (1, 2)
-    assert not alarm_fires(alarm, points, max(points) + 600)
+    assert not alarm_fires(alarm, points, 600 + max(points, default=0))
+
+
+@pytest.mark.parametrize("heartbeat_timeout", HOOKS[:2])
+def test_a_heartbeat_throttled_twice_a_few_seconds_apart_then_accepted_pages_no_one(
+    heartbeat_timeout: int,
+) -> None:
+    # Given drains starting at each second of a minute whose first keep-alive heartbeat Auto Scaling throttles
+    # twice (the first try a poll before the last safe run, and its retry a few seconds later), its next retry
+    # accepted: no action came near its heartbeat timeout
+    paged = []
+    for offset in range(60):
+        emitted, _, asked = drain_throttled(heartbeat_timeout, throttled=2, offset=offset)
+        assert (sum(watched_by(THROTTLED, emitted).values()), asked) == (2, 3)
+        # Then however the two fall about a minute's end, the alarm pages no one
+        alarm = throttled_alarm()
+        points = watched_by(alarm, emitted)
+        if alarm_fires(alarm, points, 600 + max(points, default=0)):
+            paged.append(offset)
+    assert not paged, f"paged for {len(paged)} of 60 starts (at offsets {paged})"
+
+
+def test_the_sweepers_throttled_heartbeat_fires_the_throttled_alarm() -> None:
+    # Given a stalled lifecycle (its message lost) whose heartbeat deadline comes before the next sweep, while
+    # Auto Scaling throttles the sweeper's heartbeats, counted through the functions' Metrics adapter
+    repair = Repair()
+    repair.metrics = emitted = Emitted(repair.clock)
+    record = make_record(PLAN, Step.EVICT, node="n1")
+    repair.records.create(record)
+    repair.clock.current = T0 + GRACE + timedelta(seconds=30)
+
+    def throttled(action: ActionRef) -> bool:
+        raise TransientError("recording a lifecycle heartbeat: Throttling: Rate exceeded")
+
+    repair.autoscaling.heartbeat = throttled  # type: ignore[method-assign]
+
+    # When the sweeper runs (and fails)
+    with pytest.raises(SweepFailed):
+        repair.run()
+
+    # Then its throttled heartbeat (its last chance before the deadline) is counted as the engine's throttled
+    # ones are, and is the throttled alarm's metric: it pages within two minutes, before the deadline
+    assert sum(watched_by(THROTTLED, emitted).values()) == 1
+    alarm = throttled_alarm()
+    points = watched_by(alarm, emitted)
+    assert sum(points.values()) == 1
+    deadline = int((record.heartbeat_deadline - T0).total_seconds())
+    fired = alarm_fires(alarm, points, deadline + 600)
+    assert fired, "the sweeper's throttled heartbeat never pages"
+    assert fired[0] - min(points) <= 120
+    assert fired[0] < deadline
+
+
+def test_the_sweepers_throttled_heartbeat_of_an_orphaned_action_fires_the_throttled_alarm() -> None:
+    # Given an action of this stack's hook that intake never recorded, kept alive by the sweeper's heartbeats
+    # alone, while Auto Scaling throttles them
+    clock = FakeClock()
+    world = Orphans(clock=clock, metrics=Emitted(clock))
+    world.terminating()
+
+    def throttled(action: ActionRef) -> bool:
+        raise TransientError("recording a lifecycle heartbeat: Throttling: Rate exceeded")
+
+    world.autoscaling.heartbeat = throttled  # type: ignore[method-assign]
+
+    # When the sweeper runs (and fails)
+    with pytest.raises(SweepFailed):
+        world.sweep()
+
+    # Then its throttled heartbeat is counted, and fires the throttled alarm
+    assert isinstance(world.metrics, Emitted)
+    assert sum(watched_by(THROTTLED, world.metrics).values()) == 1
+    alarm = throttled_alarm()
+    points = watched_by(alarm, world.metrics)
+    assert sum(points.values()) == 1
+    assert alarm_fires(alarm, points, max(points) + 600)

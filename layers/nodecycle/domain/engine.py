@@ -807,6 +807,8 @@ class StepEngine:
                         "heartbeat failed, retrying in %.0f s: %s", (retry_at - now).total_seconds(), error
                     )
                     self._metrics.count("HeartbeatRetries")
+                    if now >= self._throttled_late_from(record):
+                        self._metrics.count("HeartbeatsThrottledLate")
                 return record.model_copy(
                     update={"due_at": min(record.due_at, retry_at), "heartbeat_retry_at": retry_at}
                 )
@@ -839,6 +841,14 @@ class StepEngine:
     def _last_safe_run(self, record: LifecycleRecord) -> datetime:
         """The latest due time of a next run that, even retried after one fault, still heartbeats in time."""
         return record.heartbeat_deadline - self._timing.heartbeat_margin - self._timing.redelivery
+
+    def _throttled_late_from(self, record: LifecycleRecord) -> datetime:
+        """From when a throttled heartbeat is late (``HeartbeatsThrottledLate``, what the throttled heartbeats'
+        alarm pages on): the throttle outlasted the engine's first full retry past the last safe run (half a
+        fault's retry later), and the action is inside its last margin and half a retry. The first keep-alive
+        try comes up to a poll before the last safe run and its retry a few seconds after it: two throttled
+        tries there are one throttle the backoff is still working through, wherever a minute ends between them."""
+        return record.heartbeat_deadline - self._timing.heartbeat_margin - self._timing.redelivery / 2
 
     def _heartbeat_retry(self, record: LifecycleRecord, now: datetime) -> datetime:
         """When to try a failed (throttled) heartbeat again: half way to the last moment that still leaves

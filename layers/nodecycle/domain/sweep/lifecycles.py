@@ -260,6 +260,13 @@ class LifecycleRepair:
             # (counted as the engine counts its refused heartbeats, apart from throttling: the sweep fails too)
             self._metrics.count("HeartbeatRetries", reason="refused")
             raise
+        except TransientError:
+            # (counted as the engine's throttled heartbeats are, and late: the sweeper heartbeats an action only
+            # when its deadline comes before the next sweep, so a throttled one may be its last chance; the sweep
+            # fails too, but its errors' alarm tells only after five minutes)
+            self._metrics.count("HeartbeatRetries")
+            self._metrics.count("HeartbeatsThrottledLate")
+            raise
         if not active:
             if record.step is Step.COMPLETE:
                 # At its completion, Auto Scaling's "no active lifecycle action" cannot tell an action that

@@ -307,6 +307,11 @@ class OrphanedActions:
             # sweep's own failure only through its errors' period)
             self._metrics.count("HeartbeatRetries", reason="refused")
             raise
+        except TransientError:
+            # (a throttled one likewise, and late: nothing but the sweeper keeps such an action alive)
+            self._metrics.count("HeartbeatRetries")
+            self._metrics.count("HeartbeatsThrottledLate")
+            raise
         if held:
             self._metrics.count("Heartbeats")
         return held
