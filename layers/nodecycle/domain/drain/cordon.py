@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from nodecycle.domain.budget import Lifecycles, SlotReason
+from nodecycle.domain.budget.errors import WriteOutcomeUnknown
 from nodecycle.domain.drain.common import (
     ADOPT_FROM,
     _cause,
@@ -50,6 +51,11 @@ CORDON_REFUSED = "cordon_refused"
 # record.extra key: since when each claim of the node fails: it conflicts (409: the node changed between its read and
 # the PATCH, which names the version read), or fails as the API server's failure (a webhook that is down, 5xx, 429)
 CORDON_FAILING = "cordon_failing"
+# record.extra key: since when the cordon's tries are refused or fail before they renew the drain's budget slot (its
+# renewal, or the node's read before it), the first in a row (or the last whose write may have landed). Its holder,
+# last renewed before then, has expired a holder TTL later at the latest, and its slot may be another node's: from
+# then on the cordon waits for a slot as any waiter does (see _unrenewed). Dropped by any try that renewed the slot.
+CORDON_UNRENEWED = "cordon_slot_unrenewed_since"
 
 
 class ClaimedLifecycles(Lifecycles, Protocol):
@@ -84,7 +90,7 @@ def _cordoned_at(node: NodeInfo, record: LifecycleRecord, now: datetime) -> date
 def _without_refusal(found: dict[str, Any], record: LifecycleRecord) -> dict[str, Any]:
     """The record's extra (as the step found it so far) without the notes of a refused or failing cordon: the
     cordon took effect, or the drain's time starts again with its next slot."""
-    notes = (CORDON_REFUSED, CORDON_FAILING)
+    notes = (CORDON_REFUSED, CORDON_FAILING, CORDON_UNRENEWED)
     return {key: value for key, value in found.get("extra", record.extra).items() if key not in notes}
 
 
@@ -220,13 +226,30 @@ class Cordon:
                 # (RBAC on the budget ConfigMap): not cordoned without its slot confirmed, and settled at the
                 # drain timeout as the refused cordon it still is, rather than failed at every poll
                 why = f"its budget slot may not be renewed: {refusal}"
-                return self._refused(record, node.name, node.uid, why, started, deadline, now, found)
+                found, lost = self._unrenewed(record, found, now, refusal)
+                deadline = deadline if lost is None else _deadline_cap(record, self._policy)
+                return self._refused(
+                    record, node.name, node.uid, why, started, deadline, now, found, waiting=lost is not None
+                )
             except TransientError as error:
                 # (the budget ConfigMap's reads or writes fail: 5xx, throttling, conflicts past the store's retries)
                 # Not cordoned either: a failing claim, as the node's own PATCH failing is. Raised, it was retried
                 # every few seconds with no deadline (no drain time runs before the cordon), nobody told.
                 failed = Failure(f"its budget slot cannot be renewed: {error}", error.retry_after)
-                return self._failing(record, node.name, node.uid, failed, started, deadline, now, found)
+                found, lost = self._unrenewed(record, found, now, error)
+                deadline = deadline if lost is None else _deadline_cap(record, self._policy)
+                return self._failing(
+                    record,
+                    node.name,
+                    node.uid,
+                    failed,
+                    started,
+                    deadline,
+                    now,
+                    found,
+                    waiting=lost is not None,
+                )
+            found, started, deadline = self._renewed(record, found, started, deadline, now)
             _wake(self._dispatcher, renewed.wake)
             if renewed.reason is SlotReason.RELEASED:
                 # (this lifecycle gave its slot back already: a late delivery, whose commit loses; nothing lost)
@@ -282,6 +305,53 @@ class Cordon:
         )
         return Outcome.next(drain_started_at=started, drain_deadline=deadline, **found)
 
+    def _unrenewed(
+        self, record: LifecycleRecord, found: dict[str, Any], now: datetime, error: TransientError | Refused
+    ) -> tuple[dict[str, Any], datetime | None]:
+        """``found`` noting since when the cordon's tries are refused or fail before they renew the drain's slot
+        (CORDON_UNRENEWED), and when its holder expired for certain, a holder TTL later (None: not yet). From then
+        on nothing of the node touched is the drain's (no cordon took effect), and its slot may be another node's:
+        it waits for a slot as any waiter does, not counted as drain time (invariant 9), up to the latest its
+        timeout policy may act before the action's global timeout (its deadline's cap), at the waiters' cadence.
+        Counted as drain time instead, its timeout settled the action (``drain-timeout-cordon-refused``) beside
+        the node granted its expired slot: an instance terminated undrained over the budget (invariant 1). A write
+        whose answer was lost (WriteOutcomeUnknown) may have renewed the holder: the TTL runs from it."""
+        extra = found.get("extra", record.extra)
+        noted = extra.get(CORDON_UNRENEWED)
+        if noted is None or isinstance(error, WriteOutcomeUnknown):
+            since = now
+        else:
+            since = datetime.fromisoformat(str(noted))
+        expired: datetime | None = since + self._policy.holder_ttl
+        if expired is not None and now < expired:
+            expired = None
+        else:
+            log.warning(
+                "the budget slot of node %s expired unrenewed at %s: waiting for a slot", record.node, expired
+            )
+        return {**found, "extra": {**extra, CORDON_UNRENEWED: since.isoformat()}}, expired
+
+    def _renewed(
+        self,
+        record: LifecycleRecord,
+        found: dict[str, Any],
+        started: datetime,
+        deadline: datetime,
+        now: datetime,
+    ) -> tuple[dict[str, Any], datetime, datetime]:
+        """``found``, the drain's start and deadline after its slot was renewed (held again): the note of the
+        tries not renewed dropped. Lost meanwhile (see :meth:`_unrenewed`) and granted again now, the drain's time
+        starts now, as with any slot it waited for: the time without it was a wait."""
+        extra = found.get("extra", record.extra)
+        noted = extra.get(CORDON_UNRENEWED)
+        if noted is None:
+            return found, started, deadline
+        if now - datetime.fromisoformat(str(noted)) < self._policy.holder_ttl:
+            kept = {key: value for key, value in extra.items() if key != CORDON_UNRENEWED}
+            return {**found, "extra": kept}, started, deadline
+        again = {**found, "extra": _without_refusal(found, record)}
+        return again, now, min(now + self._policy.timeout, _deadline_cap(record, self._policy))
+
     def _claim_over(self, node: NodeInfo) -> bool:
         """Whether the claim of ``node`` by another lifecycle of this stack is stale, as its record tells: that
         lifecycle is over (a maintenance's drain whose release was refused or failed, its annotations left to the
@@ -321,11 +391,17 @@ class Cordon:
         started, deadline = self._drain_time(record, None, now)
         # (a slot-less cordon's node is found here: not yet, while the reads that would find it fail)
         node, uid = _named(record), record.node_uid
+        found: dict[str, Any] = {}
+        waiting = False
+        if Step.ACQUIRE_SLOT in record.plan:  # (read before the slot's renewal: not renewed either)
+            found, lost = self._unrenewed(record, found, now, error)
+            waiting = lost is not None
+            deadline = _deadline_cap(record, self._policy) if waiting else deadline
         if isinstance(error, Refused):
             why = f"reading the node: {error}"
-            return self._refused(record, node, uid, why, started, deadline, now, {})
+            return self._refused(record, node, uid, why, started, deadline, now, found, waiting=waiting)
         failure = Failure(str(error), error.retry_after)
-        return self._failing(record, node, uid, failure, started, deadline, now, {})
+        return self._failing(record, node, uid, failure, started, deadline, now, found, waiting=waiting)
 
     def _failing(
         self,
@@ -337,6 +413,8 @@ class Cordon:
         deadline: datetime,
         now: datetime,
         found: dict[str, Any],
+        *,
+        waiting: bool = False,
     ) -> Outcome:
         """The claim failed: the node changed between its read and the claim (409), or the API server failed it (a
         validating webhook on nodes that is down, a 5xx, throttling). Read again and decided again at once (no
@@ -354,7 +432,9 @@ class Cordon:
         if now - datetime.fromisoformat(str(since)) < timedelta(seconds=self._policy.poll_seconds):
             return Outcome.wait(wait, **found)
         why = f"{failure.why}, at every try since {since}"
-        return self._refused(record, node, uid, why, started, deadline, now, found, failure.retry_after)
+        return self._refused(
+            record, node, uid, why, started, deadline, now, found, failure.retry_after, waiting=waiting
+        )
 
     def _refused(
         self,
@@ -367,6 +447,8 @@ class Cordon:
         now: datetime,
         found: dict[str, Any],
         retry_after: float | None = None,
+        *,
+        waiting: bool = False,
     ) -> Outcome:
         """The API server will not cordon the node (an admission webhook that guards it, a role without patch
         on nodes): told and asked again at each poll as any refusal of what a drain needs (see
@@ -404,7 +486,8 @@ class Cordon:
             outcome="drain-timeout-cordon-refused",
             found=found,
         )
-        if Step.ACQUIRE_SLOT in record.plan or not outcome.again:
+        # (``waiting``: its slot lost unrenewed, a waiter, asking at a waiter's cadence up to its deadline's cap)
+        if (Step.ACQUIRE_SLOT in record.plan and not waiting) or not outcome.again:
             return outcome
         # (from a poll up, and never past the deadline, where the drain times out: a poll's floor taken again here
         # stepped past it, and the cordon was given up a poll late)

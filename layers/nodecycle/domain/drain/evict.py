@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from nodecycle.domain.budget import SlotDecision, SlotReason
+from nodecycle.domain.budget.errors import WriteOutcomeUnknown
 from nodecycle.domain.drain import pods as podfilter
 from nodecycle.domain.drain.common import (
     STUCK_AFTER,
@@ -93,6 +94,14 @@ RECORDONED = "recordoned"
 
 
 TimeLeft = Callable[[], float | None]
+
+
+class _RenewalFailed(Exception):
+    """The slot's renewal at a poll failed (``error``): answered by :meth:`Evict._renewal_failing`."""
+
+    def __init__(self, error: TransientError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def _poll_delay(polls: int, every: int) -> int:
@@ -183,6 +192,8 @@ class Evict:
         except Refused as refusal:  # (evictions and deletes answer their refusals: only the polls' reads and
             # the slot's renewal raise one; those after the renewal are answered in _poll)
             return self._reads_refused(record, now, str(refusal))
+        except _RenewalFailed as failed:
+            return self._renewal_failing(record, now, failed.error)
         if UNRENEWED not in record.extra:
             return outcome
         # (a poll not refused before its renewal: the slot renewed, or the drain gone on without it; dropped either
@@ -261,6 +272,43 @@ class Evict:
         wait = min(self._policy.budget_retry_seconds, max(outcome.delay, (deadline - now).total_seconds()))
         return replace(outcome, delay=wait)
 
+    def _renewal_failing(self, record: LifecycleRecord, now: datetime, error: TransientError) -> Outcome:
+        """The budget ConfigMap's reads or writes fail at the slot's renewal (5xx, throttling, conflicts past the
+        store's retries): nothing is evicted without the slot. Failing for a holder TTL since the last try that may
+        have renewed it (the first failure in a row, noted from its first retry; a write whose answer was lost,
+        WriteOutcomeUnknown, may have landed: from it), the drain's holder has expired and its slot may be another node's: from then on the
+        drain is paused as for a lost slot, its wait for a slot not drain time (invariant 9), up to its
+        deadline's cap, asking at the waiters' cadence. Before that its slot is still its own and its time runs
+        (invariant 10). Raised instead, the engine's retries kept no note of since when, and past its deadline
+        the drain ended (``_timed_out_unlisted``) beside the node its expired slot was granted to (invariant 1).
+        Past its deadline, as moved, the timeout policy acts on what can be known, disrupting nothing."""
+        node = _known(record.node, "node")
+        extra = dict(record.extra)
+        noted = extra.get(UNRENEWED)
+        if noted is None and record.attempts == 0 and now < self._deadline_now(record, now):
+            # (a first failure, a blip most often: the engine's retry, as any step's; from its retry on, which
+            # comes after it, since when is noted: later than the first failure, never earlier than it could be)
+            raise error
+        unknown = isinstance(error, WriteOutcomeUnknown) or noted is None
+        since = now if unknown else datetime.fromisoformat(str(noted))
+        extra[UNRENEWED] = since.isoformat()
+        changes: dict[str, Any] = {}
+        paused_at = record.drain_paused_at
+        lost = since + self._policy.holder_ttl
+        if paused_at is None and now >= lost:
+            log.warning("the budget slot of node %s expired unrenewed at %s: pausing the drain", node, lost)
+            self._metrics.count("BudgetSlotsLost")
+            paused_at = changes["drain_paused_at"] = lost
+        record = record.model_copy(update={"extra": extra, "drain_paused_at": paused_at})
+        deadline = self._deadline_now(record, now)
+        if now >= deadline:
+            return self._timed_out_unlisted(record, now, error, **changes)
+        log.warning("the budget slot of node %s cannot be renewed: %s", node, error)
+        wait = max(self._policy.poll_seconds, retry_after_wait(error.retry_after))
+        if paused_at is not None:  # (a waiter's cadence, as a drain that lost its slot asks)
+            wait = max(wait, self._policy.budget_retry_seconds)
+        return Outcome.wait(max(1.0, min(wait, (deadline - now).total_seconds())), extra=extra, **changes)
+
     def _poll(self, record: LifecycleRecord, now: datetime) -> Outcome:
         node = _known(record.node, "node")
         policy = self._policy
@@ -309,11 +357,7 @@ class Evict:
         try:
             renewed, paused = self._renew_slot(record, node, now)
         except TransientError as error:
-            # (the budget ConfigMap's reads or writes failing: retried at every poll until the global timeout, the
-            # drain past its timeout would never apply its policy; it acts without the slot, disrupting nothing)
-            if now < self._deadline_now(record, now):
-                raise  # (retried by the engine: the drain's timeout still ahead)
-            return self._timed_out_unlisted(record, now, error)
+            raise _RenewalFailed(error) from error
         if paused is not None:
             return paused
         if renewed.reason is SlotReason.REACQUIRED or record.drain_paused_at is not None:
