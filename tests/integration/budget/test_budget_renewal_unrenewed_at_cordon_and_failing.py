@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+import pytest
 from kubernetes.client import RbacAuthorizationV1Api
 
 from nodecycle.domain.drain.common import _deadline_cap
@@ -87,8 +88,9 @@ def test_a_cordon_refused_its_renewal_past_its_slot_s_expiry_waits_for_a_slot_be
     assert not stored["spec"].get("unschedulable")
 
 
+@pytest.mark.parametrize("target", ["GET configmaps", "GET nodes"])
 def test_a_drain_whose_renewal_fails_past_its_slot_s_expiry_does_not_end_beside_the_node_granted_its_slot(
-    server: KubeServer,
+    server: KubeServer, target: str
 ) -> None:
     # Given a budget of 1 held by stack blue's drain of node 0 (claimed), whose pod a PodDisruptionBudget keeps
     api = core_api(server)
@@ -108,13 +110,14 @@ def test_a_drain_whose_renewal_fails_past_its_slot_s_expiry_does_not_end_beside_
 
     def polled(until: datetime, fail: bool = True) -> Outcome:
         """Blue's polls as the engine runs them (a failure retried at the drain steps' cap), the API server failing
-        every read of the ConfigMap at each (``fail``); green's node 1 asking between them."""
+        every read of the ConfigMap (or of the node, which comes before the renewal) at each (``fail``); green's
+        node 1 asking between them."""
         nonlocal record, failing_at, granted_at, evictions_then
         outcome = None
         while outcome is None or (outcome.again and clock.now() < until):
             clock.advance(EVERY if outcome is None else max(1.0, outcome.delay))
             if fail:
-                server.faults.arm([Fault("etcd", "kube-error", "GET configmaps")], seed=1)
+                server.faults.arm([Fault("etcd", "kube-error", target)], seed=1)
             try:
                 outcome = evict_step(api, blue, slot)(record, clock.now())
             except TransientError:
@@ -133,7 +136,8 @@ def test_a_drain_whose_renewal_fails_past_its_slot_s_expiry_does_not_end_beside_
         return outcome
 
     assert polled(clock.now() + timedelta(seconds=EVERY), fail=False).again
-    # When the API server fails every read of the budget ConfigMap at blue's polls, until past blue's drain timeout
+    # When the API server fails every read of the budget ConfigMap (or of the node, read before it) at blue's polls,
+    # until past blue's drain timeout
     outcome = polled(TIMEOUT_AT + timedelta(seconds=2 * EVERY))
 
     # Then green's node was granted the slot once blue's holder expired, before blue's drain timeout

@@ -97,7 +97,8 @@ TimeLeft = Callable[[], float | None]
 
 
 class _RenewalFailed(Exception):
-    """The slot's renewal at a poll failed (``error``): answered by :meth:`Evict._renewal_failing`."""
+    """The slot's renewal at a poll failed, or the read of the node before it (``error``): answered by
+    :meth:`Evict._renewal_failing`."""
 
     def __init__(self, error: TransientError) -> None:
         super().__init__(str(error))
@@ -274,7 +275,7 @@ class Evict:
 
     def _renewal_failing(self, record: LifecycleRecord, now: datetime, error: TransientError) -> Outcome:
         """The budget ConfigMap's reads or writes fail at the slot's renewal (5xx, throttling, conflicts past the
-        store's retries): nothing is evicted without the slot. Failing for a holder TTL since the last try that may
+        store's retries), or the read of the node before it: nothing is evicted without the slot. Failing for a holder TTL since the last try that may
         have renewed it (the first failure in a row, noted from its first retry; a write whose answer was lost,
         WriteOutcomeUnknown, may have landed: from it), the drain's holder has expired and its slot may be another node's: from then on the
         drain is paused as for a lost slot, its wait for a slot not drain time (invariant 9), up to its
@@ -319,10 +320,9 @@ class Evict:
             found, whole = _node_as_seen(self._cluster, record, node)
         except TransientError as error:
             # (an API server that fails every read, its etcd overloaded: this read is each poll's first call, so a
-            # drain past its timeout would otherwise be retried until its global timeout, its policy never applied)
-            if now < self._deadline_now(record, now):
-                raise  # (retried by the engine: the drain's timeout still ahead)
-            return self._timed_out_unlisted(record, now, error)
+            # drain past its timeout would otherwise be retried until its global timeout, its policy never applied;
+            # and before its slot's renewal, which it keeps from the slot as a failing renewal does)
+            raise _RenewalFailed(error) from error
         if found is None:
             return self._node_deleted(record, now)
         info = _the_instances(found, record)
