@@ -18,8 +18,12 @@ attributes), so their Status is the one a real cluster writes:
 
 - ``kube-webhook-down``: a write (create, update, patch, delete) meets a validating webhook with
   ``failurePolicy: Fail`` that cannot be reached: 500 InternalError ``failed calling webhook``; nothing is done;
-- ``kube-webhook-deny``: a write is denied by a policy engine's webhook: 403 ``admission webhook ... denied
-  the request`` (as :class:`~nodecycle_sandbox.kube.admission.Denial` renders it); nothing is done;
+- ``kube-webhook-deny``: a write is denied by admission, in one of the three answers a real cluster gives, drawn on
+  the fault's own dice: a webhook's deny as today's kube-apiserver words it (403 Forbidden, ``<resource> "<name>"
+  is forbidden: admission webhook ... denied the request: ...``, webhook errors' ToStatusErr with no code set); a
+  webhook's deny without a code on a kube-apiserver before that (400, no reason: the code raised to 400); a
+  ValidatingAdmissionPolicy's deny (422 Invalid, ``... is forbidden: ValidatingAdmissionPolicy '...' with binding
+  '...' denied request: ...``, its message as the one cause: the reason a policy gives none). Nothing is done;
 - ``kube-forbidden``: any request is refused by RBAC, as while a ClusterRoleBinding or an access entry is
   edited: 403 Forbidden with the authorizer's message (``User "..." cannot patch resource "nodes" ...``).
 
@@ -45,6 +49,7 @@ _WRITES = frozenset({"PUT", "PATCH"})
 # What admission judges: create, update, patch, delete (never a read).
 _ADMITTED = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _WEBHOOK = "policy.chaos.nodecycle.io"
+_POLICY = "chaos.nodecycle.io"
 _WEBHOOK_URL = "https://policy-webhook.policy-system.svc:443/validate?timeout=10s"
 Refusal = Callable[[User, Attributes], errors.ApiError]
 
@@ -121,6 +126,10 @@ class KubeFaults(Injector):
         fault = self.draw(kinds, name, f"{name} {obj}".strip())
         if fault is None:
             return None
+        if fault.kind == "kube-webhook-deny":
+            # which of admission's answers, on the fault's own seeded dice (reproducible from the run's seed)
+            shape = min(int(self.uniform(0, len(_DENIALS))), len(_DENIALS) - 1)
+            return KubeFaultAction(refuse=_DENIALS[shape])
         if fault.kind in KUBE_REFUSAL_KINDS:
             return KubeFaultAction(refuse=_REFUSALS[fault.kind])
         resource = name.split(" ", 1)[1]
@@ -160,20 +169,52 @@ def _webhook_down(_user: User, _attributes: Attributes) -> errors.ApiError:
     return errors.ApiError(500, "InternalError", message)
 
 
-def _webhook_deny(_user: User, attributes: Attributes) -> errors.ApiError:
+def _denied_what(attributes: Attributes) -> tuple[str, str, JsonObj]:
+    """What admission.NewForbidden names: ``pods``, ``policies.example.io``; the name (``Unknown`` without one, as
+    ToStatusErr writes it); and the Status details it gives (the resource in ``kind``, as NewForbidden does)."""
+    group_resource = ".".join(p for p in (attributes.resource, attributes.api_group) if p)
+    name = attributes.name or "Unknown"
+    return group_resource, name, {"name": name, "group": attributes.api_group, "kind": attributes.resource}
+
+
+def _explanation(attributes: Attributes) -> str:
     what = "/".join(p for p in (attributes.resource, attributes.subresource) if p)
-    denial = Denial(
-        _WEBHOOK,
-        "",
-        what,
-        code=403,
-        message=f"{what} of {attributes.name or 'this object'} is not allowed now",
+    return f"{what} of {attributes.name or 'this object'} is not allowed now"
+
+
+def _webhook_deny_forbidden(_user: User, attributes: Attributes) -> errors.ApiError:
+    # kube-apiserver's webhook errors.ToStatusErr today: a deny without a code is 403, reason Forbidden, the
+    # denial prefixed as NewForbidden's
+    group_resource, name, details = _denied_what(attributes)
+    denied = f'admission webhook "{_WEBHOOK}" denied the request: {_explanation(attributes)}'
+    message = f'{group_resource} "{name}" is forbidden: {denied}'
+    return errors.ApiError(403, "Forbidden", message, details)
+
+
+def _webhook_deny_bad_request(_user: User, attributes: Attributes) -> errors.ApiError:
+    # kube-apiserver's ToStatusErr before that: a code under 400 raised to 400, the webhook's reason (none), the
+    # message as Denial renders it
+    return Denial(_WEBHOOK, "", "", code=400, message=_explanation(attributes)).error()
+
+
+def _policy_deny(_user: User, attributes: Attributes) -> errors.ApiError:
+    # the ValidatingAdmissionPolicy dispatcher: admission.NewForbidden, then the reason set to the policy's
+    # (Invalid without one) and the code to reasonToCode's (422), the message added as a cause
+    group_resource, name, details = _denied_what(attributes)
+    denied = (
+        f"ValidatingAdmissionPolicy '{_POLICY}' with binding '{_POLICY}-binding' denied request: "
+        f"{_explanation(attributes)}"
     )
-    return denial.error()
+    message = f'{group_resource} "{name}" is forbidden: {denied}'
+    return errors.ApiError(422, "Invalid", message, {**details, "causes": [{"message": denied}]})
+
+
+# kube-webhook-deny's answers, one drawn per firing
+_DENIALS: tuple[Refusal, ...] = (_webhook_deny_forbidden, _webhook_deny_bad_request, _policy_deny)
 
 
 _REFUSALS: dict[str, Refusal] = {
     "kube-forbidden": _forbidden,
     "kube-webhook-down": _webhook_down,
-    "kube-webhook-deny": _webhook_deny,
+    "kube-webhook-deny": _webhook_deny_forbidden,
 }

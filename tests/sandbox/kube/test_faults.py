@@ -198,7 +198,8 @@ def test_a_webhook_that_is_down_refuses_writes_only_and_nothing_is_done(
 def test_a_policy_webhook_denies_a_cordon_in_its_own_words(server: KubeServer, kube: Kube) -> None:
     # Given a policy engine that denies node patches
     server.seed({"nodes": nodes_seed(1)})
-    server.faults.arm([Fault("f1", "kube-webhook-deny", target="PATCH nodes", limit=1)], seed=1)
+    # (seed 6: the fault's dice draw the webhook's 403 of today's kube-apiserver, of the three answers it gives)
+    server.faults.arm([Fault("f1", "kube-webhook-deny", target="PATCH nodes", limit=1)], seed=6)
 
     # When the node is cordoned
     with pytest.raises(ApiException) as refused:
@@ -206,9 +207,48 @@ def test_a_policy_webhook_denies_a_cordon_in_its_own_words(server: KubeServer, k
 
     # Then the webhook's 403 came back as kube-apiserver words it, and the node is not cordoned
     assert refused.value.status == 403
+    assert status_of(refused.value)["reason"] == "Forbidden"
     assert 'admission webhook "' in status_of(refused.value)["message"]
     assert "denied the request" in status_of(refused.value)["message"]
     assert not kube.core.read_node(node_name(0, 10)).spec.unschedulable
+
+
+def _webhook_denials(server: KubeServer, kube: Kube, seed: int, count: int) -> list[tuple[int, str, str]]:
+    server.faults.arm([Fault("f1", "kube-webhook-deny", target="PATCH nodes")], seed=seed)
+    answers = []
+    for _ in range(count):
+        with pytest.raises(ApiException) as refused:
+            kube.core.patch_node(node_name(0, 10), {"spec": {"unschedulable": True}})
+        status = status_of(refused.value)
+        assert refused.value.status == status["code"]
+        answers.append((status["code"], status.get("reason", ""), status["message"]))
+    server.faults.disarm()
+    return answers
+
+
+def test_admission_denies_in_each_of_the_answers_a_real_cluster_gives(server: KubeServer, kube: Kube) -> None:
+    # Given admission that denies every node patch
+    server.seed({"nodes": nodes_seed(1)})
+    node = node_name(0, 10)
+
+    # When the node is cordoned again and again, under two runs of the same seed
+    answers = _webhook_denials(server, kube, seed=7, count=24)
+    again = _webhook_denials(server, kube, seed=7, count=24)
+
+    # Then each answer is one kube-apiserver gives: a webhook's deny as ToStatusErr words it today (403, reason
+    # Forbidden, NewForbidden's prefix), one without a code on an older kube-apiserver (raised to 400, no reason), a
+    # ValidatingAdmissionPolicy's (422 Invalid, reasonToCode's for a policy that gives no reason); all three come,
+    # drawn on the fault's seeded dice (the same seed, the same answers); the node is never cordoned
+    explanation = f"nodes of {node} is not allowed now"
+    webhook = 'admission webhook "policy.chaos.nodecycle.io" denied the request'
+    policy = "ValidatingAdmissionPolicy 'chaos.nodecycle.io' with binding 'chaos.nodecycle.io-binding' denied request"
+    assert set(answers) == {
+        (403, "Forbidden", f'nodes "{node}" is forbidden: {webhook}: {explanation}'),
+        (400, "", f"{webhook}: {explanation}"),
+        (422, "Invalid", f'nodes "{node}" is forbidden: {policy}: {explanation}'),
+    }
+    assert again == answers
+    assert not kube.core.read_node(node).spec.unschedulable
 
 
 def test_rbac_refuses_a_verb_for_a_while_as_the_authorizer_words_it(server: KubeServer, kube: Kube) -> None:
