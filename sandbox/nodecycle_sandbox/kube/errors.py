@@ -80,11 +80,33 @@ def stale_resource_version(rt: ResourceType, name: str) -> ApiError:
     )
 
 
-def invalid(
-    rt: ResourceType, name: str, field: str, problem: str, reason: str = "FieldValueInvalid"
-) -> ApiError:
+# field.ErrorType: the words that begin a field error's text, and the cause reason kube-apiserver gives it
+_FIELD_ERROR_TYPES = (
+    ("Required value", "FieldValueRequired"),
+    ("Duplicate value", "FieldValueDuplicate"),
+    ("Invalid value", "FieldValueInvalid"),
+    ("Unsupported value", "FieldValueNotSupported"),
+    ("Forbidden", "FieldValueForbidden"),
+    ("Too long", "FieldValueTooLong"),
+    ("Too many", "FieldValueTooMany"),
+    ("Internal error", "InternalError"),
+)
+
+
+def field_error_reason(problem: str) -> str:
+    """The cause reason of a field error whose text is ``problem``: ``Too long: must have at most 1048576 bytes``
+    is FieldValueTooLong, as field.Error's Type makes both its words and its reason (FieldValueInvalid for a text
+    of no known type)."""
+    for words, reason in _FIELD_ERROR_TYPES:
+        if problem == words or problem.startswith(f"{words}:"):
+            return reason
+    return "FieldValueInvalid"
+
+
+def invalid(rt: ResourceType, name: str, field: str, problem: str, reason: str = "") -> ApiError:
     """422 with one field cause, e.g. ``invalid(rt, "x", "metadata.name", "Required value")`` (``reason``: the
-    cause's, as field.ErrorType names it: FieldValueForbidden for a Forbidden)."""
+    cause's, as field.ErrorType names it; by default the one the problem's first words say: FieldValueTooLong for
+    a ``Too long: ...``, FieldValueForbidden for a ``Forbidden: ...``)."""
     return ApiError(
         422,
         "Invalid",
@@ -93,7 +115,7 @@ def invalid(
             "name": name,
             "kind": rt.kind,
             "group": rt.group,
-            "causes": [{"reason": reason, "message": problem, "field": field}],
+            "causes": [{"reason": reason or field_error_reason(problem), "message": problem, "field": field}],
         },
     )
 

@@ -82,6 +82,7 @@ def test_annotations_over_256_kib_in_total_are_422_and_counted_in_bytes(kube: Ku
     error = _patch_metadata(kube, {"annotations": {"x": ""}})
     assert error.status == 422
     assert "metadata.annotations: Too long: must have at most 262144 bytes" in status_of(error)["message"]
+    assert [c["reason"] for c in status_of(error)["details"]["causes"]] == ["FieldValueTooLong"]
     node = kube.core.read_node(name)
     node.metadata.annotations["x"] = ""
     with pytest.raises(ApiException) as raised:
@@ -125,6 +126,10 @@ def test_a_configmap_counts_its_values_in_bytes_up_to_1_mib_and_not_its_keys(kub
     error = _config_map_refusal(kube, {"k": "€" * (mib // 3 + 1)})  # fewer characters than bytes
     assert error.status == 422
     assert "Too long: must have at most 1048576 bytes" in status_of(error)["message"]
+    # field.TooLong's cause, as kube-apiserver gives it: FieldValueTooLong on the whole object ("[]")
+    assert status_of(error)["details"]["causes"] == [
+        {"reason": "FieldValueTooLong", "message": "Too long: must have at most 1048576 bytes", "field": "[]"}
+    ]
 
     kube.core.create_namespaced_config_map(
         "default", {"metadata": {"name": "full"}, "data": {"k" * 253: "x" * (mib - 1), "a": "x"}}
