@@ -7,10 +7,13 @@ dead-letter queue, never an error the step does not know."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import cast
 
 import pytest
+from kubernetes import client
 
 from nodecycle.adapters.kube.cluster_api import KubeCluster
+from nodecycle.adapters.kube.core_v1 import CoreV1
 from nodecycle.domain.ports.cluster import Eviction, Refused
 from nodecycle_sandbox.faults import Fault
 from nodecycle_sandbox.kube import KubeServer
@@ -79,12 +82,15 @@ def test_a_denied_cordon_eviction_or_delete_is_that_objects_refusal(
     server.faults.disarm()
 
 
+@pytest.mark.parametrize("product_client", [False, True], ids=["CoreV1Api", "CoreV1"])
 @pytest.mark.parametrize(("seed", "words"), ANSWERS)
-def test_a_denied_budget_write_is_the_configmaps_refusal(seed: int, words: str) -> None:
+def test_a_denied_budget_write_is_the_configmaps_refusal(seed: int, words: str, product_client: bool) -> None:
     with KubeServer(tls=True) as server:
         act_as_drain(server)
         add_nodes(server, 2)
-        api = core_api(server)
+        official = core_api(server)
+        # the official client, and the product's CoreV1 the drain function is wired with (the same calls)
+        api = cast("client.CoreV1Api", CoreV1(official.api_client)) if product_client else official
         clock = FakeClock()
         assert budget_of(api, clock, "blue", "1", "1").acquire(request(0)).granted
 
@@ -93,7 +99,7 @@ def test_a_denied_budget_write_is_the_configmaps_refusal(seed: int, words: str) 
         clock.advance(200)
         with pytest.raises(Refused) as refused:
             budget_of(api, clock, "blue", "1", "1").acquire(request(1))
-        api.api_client.close()
+        official.api_client.close()
 
     # Then the ask is the ConfigMap's refusal, naming it and what the server said (not a transient error)
     assert server.faults.counts() == {"kube-webhook-deny": 1}
