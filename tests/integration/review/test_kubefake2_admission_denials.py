@@ -12,6 +12,7 @@ from typing import cast
 import pytest
 from kubernetes import client
 
+from nodecycle.adapters.kube.budget import BudgetWriteRefused
 from nodecycle.adapters.kube.cluster_api import KubeCluster
 from nodecycle.adapters.kube.core_v1 import CoreV1
 from nodecycle.domain.ports.cluster import Eviction, Refused
@@ -101,7 +102,9 @@ def test_a_denied_budget_write_is_the_configmaps_refusal(seed: int, words: str, 
             budget_of(api, clock, "blue", "1", "1").acquire(request(1))
         official.api_client.close()
 
-    # Then the ask is the ConfigMap's refusal, naming it and what the server said (not a transient error)
+    # Then the ask is the ConfigMap's write refused, naming it (its namespace too) and what the server said (not a
+    # transient error, nor, for a webhook's 403, a role's RBAC refusal)
     assert server.faults.counts() == {"kube-webhook-deny": 1}
-    assert "nodecycle-budget" in str(refused.value)
+    assert isinstance(refused.value, BudgetWriteRefused)
+    assert "nodecycle/nodecycle-budget" in str(refused.value)
     assert words in str(refused.value)

@@ -1,6 +1,6 @@
 """A write of the budget ConfigMap the API server refuses for a reason of its own (not the two the store knows
 before it writes: an immutable ConfigMap, or others' keys taking its 1 MiB): an admission policy that denies
-updates of ConfigMaps in the namespace (a webhook's 422 Invalid, or its default 400), a proxy in front of the API
+updates of ConfigMaps in the namespace (a policy's 422 Invalid, a webhook's 403 Forbidden or, on older kube-apiservers, 400), a proxy in front of the API
 server that takes no body that large (413). The same write is refused again until a person changes the policy:
 the ConfigMap's answer, a Refused naming what the server said, as a refused read is (a drain's poll evicts nothing
 and tells why on its node; an ask is retried up to its refused tries, then its message fails: the alarm); not a

@@ -201,7 +201,8 @@ class BudgetCrowdedOut(Refused):
 
 class BudgetWriteRefused(Refused):
     """A write of the budget ConfigMap, within its 1 MiB, that the API server refused for a reason of its own: an
-    admission policy (a ValidatingAdmissionPolicy's or a webhook's deny: 422 Invalid, 400, as it chose), a proxy
+    admission policy (a ValidatingAdmissionPolicy's deny: 422 Invalid; a webhook's: 403 Forbidden on today's
+    kube-apiserver, 400 on older ones, or the code it chose), a proxy
     in front of the API server that takes no body that large (413), a field a newer server does not take (400).
     The same write is refused again until a person changes what refuses it: the ConfigMap's answer, as a refused
     read is (see :class:`BudgetNotInstalled`), in the server's words. Raised as a transient error, it was retried
@@ -506,9 +507,12 @@ class ConfigMapBudgetStore:
                         retry_after=retry_after(error),
                     ) from error
                 data_bytes = _data_bytes(config_map.data or {}) + sum(_binary_bytes(config_map).values())
-                if error.status in (400, 413, 422) and data_bytes <= CONFIGMAP_MAX_BYTES:
+                if (
+                    error.status in (400, 413, 422) or (error.status == 403 and _admission_denied(error))
+                ) and data_bytes <= CONFIGMAP_MAX_BYTES:
                     # Not the size (the store refuses the two causes it can see before it writes): a policy's or a
-                    # proxy's answer to this write, which no retry changes
+                    # proxy's answer to this write, which no retry changes (a webhook's deny is a 403 on today's
+                    # kube-apiserver, not the role's RBAC: told as the write's refusal, not a role to fix)
                     raise BudgetWriteRefused(
                         self.namespace, self.name, error.status, _message(error), data_bytes
                     ) from error
@@ -673,6 +677,13 @@ def _node_state(node: dict[str, Any]) -> NodeState:
         shut_down=any(t.get("key") == SHUTDOWN_TAINT for t in spec.get("taints") or []),
         released=RELEASED_FOR_ANNOTATION in (metadata.get("annotations") or {}),
     )
+
+
+def _admission_denied(error: ApiException) -> bool:
+    """Whether a 403 is admission's deny (a validating webhook's or a ValidatingAdmissionPolicy's, as kube-apiserver
+    words them), not RBAC's."""
+    message = _message(error)
+    return "admission webhook" in message or "ValidatingAdmissionPolicy" in message
 
 
 def _message(error: ApiException) -> str:
