@@ -24,6 +24,12 @@ from moto.sqs.exceptions import ReceiptHandleIsInvalid
 from moto.sqs.models import Queue
 from moto.sqs.responses import SQSResponse
 
+from nodecycle_sandbox.sqs_receive_again import (
+    RECEIPT_HANDLE_HEADER,
+    RECEIVE_AGAIN_HEADER,
+    RECEIVE_COUNT_HEADER,
+)
+
 _MARKER = "_nodecycle_sandbox_latest_receipt"
 
 
@@ -56,9 +62,6 @@ def _by_latest_receipt(delete: Callable[[Queue, str], None]) -> Callable[[Queue,
 # with a ChangeMessageVisibility of the handle in hand that carries this header: the message is received again
 # (invisible for the queue's visibility timeout from now), and the answer's headers say its new handle and
 # receive count. Without the header, ChangeMessageVisibility is moto's.
-RECEIVE_AGAIN_HEADER = "x-nodecycle-sandbox-receive-again"
-RECEIPT_HANDLE_HEADER = "x-nodecycle-sandbox-receipt-handle"
-RECEIVE_COUNT_HEADER = "x-nodecycle-sandbox-receive-count"
 
 
 def _received_again(change: Callable[[SQSResponse], Any]) -> Callable[[SQSResponse], Any]:

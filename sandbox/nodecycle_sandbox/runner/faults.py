@@ -44,12 +44,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from nodecycle_sandbox.aws.sqs_receipts import (
+from nodecycle_sandbox.faults import Injector
+from nodecycle_sandbox.sqs_receive_again import (
     RECEIPT_HANDLE_HEADER,
     RECEIVE_AGAIN_HEADER,
     RECEIVE_COUNT_HEADER,
 )
-from nodecycle_sandbox.faults import Injector
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
