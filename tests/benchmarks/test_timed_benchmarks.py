@@ -30,6 +30,7 @@ ROWS = {
         "6 terminations at once: last slot decision",
         "slot asks per node vs one each",
         "budget: CPU per ask with",
+        "the ConfigMap store vs in memory",
     ],
 }
 
