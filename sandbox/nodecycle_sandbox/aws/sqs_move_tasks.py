@@ -13,8 +13,15 @@ answered ``NotImplementedError``: in the sandbox the runbook's redrive could not
   ``FAILED`` with the messages before it moved;
 - a message moved keeps its body and message attributes, under a new message id, and leaves the source.
 
-The task runs at once, on the messages visible when it starts (SQS runs it in the background, at most
-``MaxNumberOfMessagesPerSecond``); ``ListMessageMoveTasks`` reports it.
+The task runs in the background, as SQS runs it: StartMessageMoveTask answers its handle with nothing moved yet,
+and ``ListMessageMoveTasks`` shows it ``RUNNING`` while ``ApproximateNumberOfMessagesMoved`` grows towards
+``ApproximateNumberOfMessagesToMove`` (the messages visible when it started), at most
+``MaxNumberOfMessagesPerSecond`` a second (1 to 500; without it, ``DEFAULT_RATE``), until ``COMPLETED``. "Only one
+active message movement task is supported per queue at any given time": a second StartMessageMoveTask of the
+same source while one runs is refused. ``CancelMessageMoveTask`` stops a running one (``CANCELLING``, then
+``CANCELLED``: what moved stays moved); a task that is not running cannot be cancelled (the API reference: "only
+when the current status is RUNNING"; its error code is not documented, the harsher reading taken: refused). A
+message received (in flight) when its turn comes is not moved, and not counted.
 """
 
 from __future__ import annotations
@@ -26,14 +33,28 @@ import uuid
 from typing import Any
 
 from moto.core.responses import ActionResult
-from moto.sqs.exceptions import InvalidParameterValue, QueueDoesNotExist
+from moto.sqs.exceptions import InvalidParameterValue, QueueDoesNotExist, SQSException
 from moto.sqs.models import Message, Queue, SQSBackend, sqs_backends
 from moto.sqs.responses import SQSResponse
 
+from nodecycle_sandbox.aws.sqs_timing import _BACKEND_LOCK
+
 SOURCE_ATTRIBUTE = "DeadLetterQueueSourceArn"
+# Messages a second of a task started without MaxNumberOfMessagesPerSecond (SQS "optimizes the rate based on the
+# queue message backlog size"): quick, but never all at once
+DEFAULT_RATE = 50
+MAX_RATE = 500  # the API reference's maximum
 _MARKER = "_nodecycle_sandbox_move_tasks"
 _TASKS: dict[str, list[dict[str, Any]]] = {}  # source ARN -> its tasks, newest first
+_CANCELLED: dict[str, threading.Event] = {}  # task handle -> set when it is cancelled
 _LOCK = threading.Lock()
+
+
+class ResourceNotFound(SQSException):
+    code = "ResourceNotFoundException"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(self.code, message)
 
 
 def install() -> None:
@@ -57,6 +78,7 @@ def install() -> None:
     SQSBackend.receive_message = receive_message  # type: ignore[method-assign]
     SQSResponse.start_message_move_task = _start  # type: ignore[attr-defined]
     SQSResponse.list_message_move_tasks = _list  # type: ignore[attr-defined]
+    SQSResponse.cancel_message_move_task = _cancel  # type: ignore[attr-defined]
     setattr(SQSResponse, _MARKER, True)
 
 
@@ -71,10 +93,13 @@ def _start(self: SQSResponse) -> ActionResult:
     backend: SQSBackend = sqs_backends[self.current_account][self.region]
     source_arn = str(self._get_param("SourceArn"))
     destination_arn = self._get_param("DestinationArn")
+    rate = self._get_param("MaxNumberOfMessagesPerSecond")
     source = _queue_of(backend, source_arn)
     if not any(q.dead_letter_queue is source for q in backend.queues.values()):
         raise InvalidParameterValue("Source queue must be configured as a Dead Letter Queue.")
     destination = _queue_of(backend, str(destination_arn)) if destination_arn else None
+    if rate is not None and not 1 <= int(rate) <= MAX_RATE:
+        raise InvalidParameterValue(f"MaxNumberOfMessagesPerSecond must be between 1 and {MAX_RATE}.")
     handle = str(uuid.uuid4())
     task: dict[str, Any] = {
         "TaskHandle": handle,
@@ -86,33 +111,80 @@ def _start(self: SQSResponse) -> ActionResult:
     }
     if destination_arn:
         task["DestinationArn"] = str(destination_arn)
+    if rate is not None:
+        task["MaxNumberOfMessagesPerSecond"] = int(rate)
     with _LOCK:
-        if any(t["Status"] == "RUNNING" for t in _TASKS.get(source_arn, [])):
+        if any(t["Status"] in ("RUNNING", "CANCELLING") for t in _TASKS.get(source_arn, [])):
             raise InvalidParameterValue(
                 "There is already a task running. Only one active task is allowed per source."
             )
         _TASKS.setdefault(source_arn, []).insert(0, task)
-    now = time.time()
-    visible = [m for m in list(source._messages) if m.visible_at <= now and m.delayed_until <= now]
+        cancelled = _CANCELLED[handle] = threading.Event()
+    with _BACKEND_LOCK:
+        now = time.time()
+        visible = [m for m in list(source._messages) if m.visible_at <= now and m.delayed_until <= now]
     task["ApproximateNumberOfMessagesToMove"] = len(visible)
-    for message in visible:
-        origin = destination or _origin(backend, message)
-        if origin is None:
-            task["Status"] = "FAILED"
-            task["FailureReason"] = (
-                f"message {message.id} was not moved to the dead-letter queue by a queue's redrive policy: it has no "
-                "source queue to go back to (name a DestinationArn)"
-            )
-            return ActionResult({"TaskHandle": handle})
-        backend.send_message(
-            origin.name,
-            message.body,
-            message_attributes=copy.deepcopy(message.message_attributes),
-        )
-        source._messages.remove(message)
-        task["ApproximateNumberOfMessagesMoved"] += 1
-    task["Status"] = "COMPLETED"
+    mover = threading.Thread(
+        target=_move,
+        args=(
+            backend,
+            task,
+            source,
+            destination,
+            visible,
+            1.0 / (int(rate) if rate else DEFAULT_RATE),
+            cancelled,
+        ),
+        name=f"sqs-move-task-{handle[:8]}",
+        daemon=True,
+    )
+    mover.start()
     return ActionResult({"TaskHandle": handle})
+
+
+def _move(
+    backend: SQSBackend,
+    task: dict[str, Any],
+    source: Queue,
+    destination: Queue | None,
+    messages: list[Message],
+    interval: float,
+    cancelled: threading.Event,
+) -> None:
+    """The task's messages one at a time, ``interval`` seconds apart (the first one too: nothing moves before
+    StartMessageMoveTask has answered)."""
+    status = "COMPLETED"
+    for message in messages:
+        if cancelled.wait(interval):
+            break
+        try:
+            origin = destination or _origin(backend, message)
+        except QueueDoesNotExist:
+            origin = None  # (its queue deleted since: below)
+        with _BACKEND_LOCK:
+            if origin is not None and origin.name in backend.queues and source.name in backend.queues:
+                if message in source._messages and message.visible_at <= time.time():
+                    backend.send_message(
+                        origin.name,
+                        message.body,
+                        message_attributes=copy.deepcopy(message.message_attributes),
+                    )
+                    source._messages.remove(message)
+                    with _LOCK:
+                        task["ApproximateNumberOfMessagesMoved"] += 1
+                # (else received or deleted since the task started: not moved)
+                continue
+        status = "FAILED"
+        task["FailureReason"] = (
+            f"the queue of message {message.id} was deleted"
+            if destination is not None or message.system_attributes.get(SOURCE_ATTRIBUTE)
+            else f"message {message.id} was not moved to the dead-letter queue by a queue's redrive policy: it has "
+            "no source queue to go back to (name a DestinationArn)"
+        )
+        break
+    with _LOCK:
+        task["Status"] = "CANCELLED" if cancelled.is_set() else status
+        _CANCELLED.pop(task["TaskHandle"], None)
 
 
 def _origin(backend: SQSBackend, message: Message) -> Queue | None:
@@ -126,3 +198,19 @@ def _list(self: SQSResponse) -> ActionResult:
     with _LOCK:
         tasks = [dict(t) for t in _TASKS.get(source_arn, [])[:maximum]]
     return ActionResult({"Results": tasks})
+
+
+def _cancel(self: SQSResponse) -> ActionResult:
+    handle = str(self._get_param("TaskHandle"))
+    with _LOCK:
+        task = next((t for tasks in _TASKS.values() for t in tasks if t["TaskHandle"] == handle), None)
+        if task is None:
+            raise ResourceNotFound("The specified task handle does not exist.")
+        if task["Status"] != "RUNNING":
+            raise InvalidParameterValue(
+                f"The task is {task['Status']}: only a RUNNING task can be cancelled."
+            )
+        task["Status"] = "CANCELLING"
+        _CANCELLED[handle].set()
+        moved = task["ApproximateNumberOfMessagesMoved"]
+    return ActionResult({"ApproximateNumberOfMessagesMoved": moved})

@@ -7,6 +7,7 @@ to without a destination."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,6 +30,17 @@ def sqs() -> Iterator[Any]:
 
 def arn(sqs: Any, url: str) -> str:
     return str(sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"])
+
+
+def finished(sqs: Any, url: str, timeout: float = 10.0) -> dict[str, Any]:
+    """The latest move task of the dead-letter queue at ``url`` once it no longer runs: SQS moves the messages in
+    the background, as an operator waits for it (``aws sqs list-message-move-tasks``)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        (task,) = sqs.list_message_move_tasks(SourceArn=arn(sqs, url))["Results"]
+        if task["Status"] not in ("RUNNING", "CANCELLING") or time.monotonic() > deadline:
+            return dict(task)
+        time.sleep(0.02)
 
 
 def queues(sqs: Any) -> dict[str, str]:
@@ -61,6 +73,7 @@ def test_each_dead_letter_goes_back_to_the_queue_it_came_from(sqs: Any) -> None:
     dead_letter(sqs, urls["wake"], "a wake-up")
 
     handle = sqs.start_message_move_task(SourceArn=arn(sqs, urls["dead"]))["TaskHandle"]
+    finished(sqs, urls["dead"])
 
     assert bodies(sqs, urls["drain"]) == ["a drain step"]
     assert bodies(sqs, urls["wake"]) == ["a wake-up"]
@@ -79,6 +92,7 @@ def test_what_eventbridge_left_there_goes_to_the_destination_named_with_its_attr
     sqs.send_message(QueueUrl=urls["dead"], MessageBody='{"id": "e-1"}', MessageAttributes=attributes)
 
     sqs.start_message_move_task(SourceArn=arn(sqs, urls["dead"]), DestinationArn=arn(sqs, urls["intake"]))
+    finished(sqs, urls["dead"])
 
     (moved,) = sqs.receive_message(QueueUrl=urls["intake"], MessageAttributeNames=["All"])["Messages"]
     assert moved["Body"] == '{"id": "e-1"}'
@@ -92,7 +106,7 @@ def test_a_message_sent_there_directly_has_no_queue_to_go_back_to(sqs: Any) -> N
 
     sqs.start_message_move_task(SourceArn=arn(sqs, urls["dead"]))
 
-    (task,) = sqs.list_message_move_tasks(SourceArn=arn(sqs, urls["dead"]))["Results"]
+    task = finished(sqs, urls["dead"])
     assert task["Status"] == "FAILED"
     assert "DestinationArn" in task["FailureReason"]
     assert bodies(sqs, urls["dead"]) == ["an on-failure record"]

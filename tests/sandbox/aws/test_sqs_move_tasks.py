@@ -11,7 +11,10 @@ import time
 from typing import Any
 
 # (moto with the sandbox's additions, in process, and a queue's ARN: the redrive command's tests' own)
-from tests.integration.cli.test_sandbox_redrive import arn
+import pytest
+from botocore.exceptions import ClientError
+
+from tests.integration.cli.test_sandbox_redrive import arn, finished
 from tests.integration.cli.test_sandbox_redrive import sqs as sqs
 
 
@@ -34,6 +37,7 @@ def test_a_redriven_message_is_a_new_message_with_its_body_and_attributes(sqs: A
 
     # When the dead-letter queue is redriven to where it came from
     sqs.start_message_move_task(SourceArn=arn(sqs, dead))
+    finished(sqs, dead)
 
     # Then it is a new message there: a new id, sent at the move, never received before, with its body and
     # message attributes
@@ -48,3 +52,60 @@ def test_a_redriven_message_is_a_new_message_with_its_body_and_attributes(sqs: A
     )
     assert redriven["Attributes"]["ApproximateReceiveCount"] == "1"
     assert (redriven["Body"], redriven["MessageAttributes"]["kind"]["StringValue"]) == ("step", "drain-step")
+
+
+def test_a_redrive_runs_in_the_background_one_at_a_time_per_queue_and_can_be_cancelled(sqs: Any) -> None:
+    """StartMessageMoveTask "starts an asynchronous task"; "only one active message movement task is supported per
+    queue at any given time"; a cancelled task "does not revert the messages that have already been moved" (SQS
+    API reference). The sandbox's moved every message before it answered."""
+    dead = sqs.create_queue(QueueName="dead")["QueueUrl"]
+    policy = json.dumps({"deadLetterTargetArn": arn(sqs, dead), "maxReceiveCount": 1})
+    sqs.create_queue(QueueName="work", Attributes={"RedrivePolicy": policy})
+    intake = sqs.create_queue(QueueName="intake")["QueueUrl"]
+    for n in range(3):
+        sqs.send_message(QueueUrl=dead, MessageBody=f"record {n}")
+    source = arn(sqs, dead)
+
+    # When a redrive is started at one message a second
+    handle = sqs.start_message_move_task(
+        SourceArn=source, DestinationArn=arn(sqs, intake), MaxNumberOfMessagesPerSecond=1
+    )["TaskHandle"]
+
+    # Then it runs, not done yet: its messages mostly still in the dead-letter queue
+    (task,) = sqs.list_message_move_tasks(SourceArn=source)["Results"]
+    assert (task["TaskHandle"], task["Status"], task["ApproximateNumberOfMessagesToMove"]) == (
+        handle,
+        "RUNNING",
+        3,
+    )
+    assert task["ApproximateNumberOfMessagesMoved"] < 3
+    assert task["MaxNumberOfMessagesPerSecond"] == 1
+    # and a second one of the same queue is refused while it runs
+    with pytest.raises(ClientError) as refused:
+        sqs.start_message_move_task(SourceArn=source, DestinationArn=arn(sqs, intake))
+    assert refused.value.response["Error"]["Code"] in (
+        "InvalidParameterValue",
+        "InvalidParameterValueException",
+    )
+
+    # When it is cancelled: what moved stays moved, the rest stays in the dead-letter queue
+    sqs.cancel_message_move_task(TaskHandle=handle)
+    task = finished(sqs, dead)
+    assert task["Status"] == "CANCELLED"
+    left = sqs.get_queue_attributes(QueueUrl=dead, AttributeNames=["ApproximateNumberOfMessages"])[
+        "Attributes"
+    ]
+    assert int(left["ApproximateNumberOfMessages"]) == 3 - task["ApproximateNumberOfMessagesMoved"] > 0
+    # A task no longer running cannot be cancelled; a new one may start
+    with pytest.raises(ClientError):
+        sqs.cancel_message_move_task(TaskHandle=handle)
+    sqs.start_message_move_task(SourceArn=source, DestinationArn=arn(sqs, intake))
+    assert finished(sqs, dead)["Status"] == "COMPLETED"
+    assert (
+        int(
+            sqs.get_queue_attributes(QueueUrl=intake, AttributeNames=["ApproximateNumberOfMessages"])[
+                "Attributes"
+            ]["ApproximateNumberOfMessages"]
+        )
+        == 3
+    )
