@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import time
 from typing import Any
 
 import boto3
@@ -37,6 +38,13 @@ def run_fix(sqs: Any, fix: str) -> None:
             SourceArn=options["--source-arn"],
             **({"DestinationArn": options["--destination-arn"]} if "--destination-arn" in options else {}),
         )
+        # (SQS moves them in the background: waited for, as the runbook says)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            (task,) = sqs.list_message_move_tasks(SourceArn=options["--source-arn"])["Results"]
+            if task["Status"] != "RUNNING":
+                break
+            time.sleep(0.02)
     else:
         assert words[:3] == ["aws", "sqs", "purge-queue"], fix
         sqs.purge_queue(QueueUrl=options["--queue-url"])
@@ -84,3 +92,32 @@ def test_the_sweepers_dead_letters_are_purged_by_the_fix(deployed: tuple[Doctor,
     run_fix(sqs, problem.fix)
 
     assert finding(doctor, "sweeper").status is Status.OK
+
+
+def test_a_redrive_under_way_is_reported_and_not_started_again(deployed: tuple[Doctor, Any]) -> None:
+    """SQS moves a dead-letter queue's messages in the background (StartMessageMoveTask answers at once, the task
+    RUNNING) and refuses a second task of the same queue while one runs. The doctor, run while its own fix ran,
+    found the messages still there and gave the same fix again: run, SQS refused it."""
+    sqs_move_tasks.install()
+    doctor, _ = deployed
+    sqs: Any = boto3.client("sqs", region_name="eu-west-1")
+    outputs = doctor._deployment.outputs  # type: ignore[union-attr]
+    url = outputs["IntakeDeadLetterQueueUrl"]
+    for n in range(3):
+        sqs.send_message(QueueUrl=url, MessageBody=json.dumps({**EVENT, "id": f"e-{n}"}))
+    source = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    # Given the intake dead-letter queue's redrive under way (slowly: one message a second)
+    handle = sqs.start_message_move_task(
+        SourceArn=source, DestinationArn=outputs["IntakeQueueArn"], MaxNumberOfMessagesPerSecond=1
+    )["TaskHandle"]
+
+    found = finding(doctor, "intake")
+
+    # Then the doctor says it runs and how far it is, and its fix waits for it (or stops it) rather than
+    # starting the redrive SQS refuses now
+    assert found.status is Status.WARNING, found
+    assert "a redrive of them is running" in found.what
+    assert "start-message-move-task" not in found.fix
+    assert f"aws sqs list-message-move-tasks --source-arn {source}" in found.fix
+    assert f"aws sqs cancel-message-move-task --task-handle {handle}" in found.fix
+    sqs.cancel_message_move_task(TaskHandle=handle)

@@ -468,6 +468,17 @@ def _lets_eventbridge_send(statement: Mapping[str, Any], queue: str, rule: str) 
     return True
 
 
+def _latest_redrive(sqs: Any, queue: DeadLetterQueue) -> dict[str, Any] | None:
+    """The queue's latest message move task (SQS keeps those of the last 14 days), None: none, or not told. Only
+    an aside to the messages' count: whatever stops it (a permission the doctor lacks, an endpoint that does not
+    serve the action) leaves the finding what the messages alone say."""
+    try:
+        tasks = sqs.list_message_move_tasks(SourceArn=queue.arn, MaxResults=1).get("Results") or []
+    except Exception:
+        return None
+    return dict(tasks[0]) if tasks else None
+
+
 def dead_letters(sqs: Any, queues: Mapping[str, DeadLetterQueue]) -> list[Finding]:
     findings = []
     for what, queue in queues.items():
@@ -498,12 +509,31 @@ def dead_letters(sqs: Any, queues: Mapping[str, DeadLetterQueue]) -> list[Findin
         count = int(attributes.get("ApproximateNumberOfMessages", 0)) + int(
             attributes.get("ApproximateNumberOfMessagesNotVisible", 0)
         )
-        if count:
+        latest = _latest_redrive(sqs, queue) if count else None
+        if latest is not None and latest.get("Status") in ("RUNNING", "CANCELLING"):
+            # SQS moves them in the background and refuses a second redrive of the queue while this one runs
+            # (StartMessageMoveTask: "only one active message movement task is supported per queue")
+            handle = latest.get("TaskHandle", "")
+            findings.append(
+                Finding.warning(
+                    check,
+                    f"{count} message{'s' if count != 1 else ''} in the {what} dead-letter queue: a redrive of them "
+                    f"is running ({latest.get('ApproximateNumberOfMessagesMoved', 0)} of "
+                    f"{latest.get('ApproximateNumberOfMessagesToMove', '?')} moved)",
+                    "SQS moves them in the background and refuses another redrive of the queue until this one ends",
+                    f"wait for it to end: aws sqs list-message-move-tasks --source-arn {queue.arn} (to stop it: "
+                    f"aws sqs cancel-message-move-task --task-handle {handle})",
+                )
+            )
+        elif count:
+            failed = ""
+            if latest is not None and latest.get("Status") == "FAILED":
+                failed = f"; the last redrive failed: {latest.get('FailureReason', 'no reason given')}"
             findings.append(
                 Finding.problem(
                     check,
                     f"{count} message{'s' if count != 1 else ''} in the {what} dead-letter queue",
-                    f"work that failed for good: see docs/runbook.md#{what}-dead-letters",
+                    f"work that failed for good: see docs/runbook.md#{what}-dead-letters{failed}",
                     f"aws sqs receive-message --queue-url {url} --max-number-of-messages 10 --attribute-names All "
                     "--message-attribute-names All --visibility-timeout 0"
                     + (f" (what and why); once the cause is fixed: {queue.redrive}" if queue.redrive else ""),
