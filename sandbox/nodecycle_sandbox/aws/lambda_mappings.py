@@ -7,13 +7,27 @@ in Docker: without Docker the invocation fails and moto makes the batch visible 
 towards the queue's ``maxReceiveCount``, so that every message would reach the dead-letter queue before the
 runner saw it. Here a queue keeps no mapping for moto to run: moto's Lambda still holds each mapping (list, get,
 update, delete answer as on AWS).
+
+Lambda refuses what would deliver a batch twice while it runs: an SQS mapping whose queue's visibility timeout
+is shorter than the function's timeout (CreateEventSourceMapping), and a function's timeout raised past the
+visibility timeout of a queue it is mapped to (UpdateFunctionConfiguration), both InvalidParameterValueException
+"Queue visibility timeout: 30 seconds is less than Function timeout: 60 seconds". moto took both. A sandbox
+that compresses time (``SandboxOptions.min_values`` False: a 5 s visibility timeout for functions of 60 s) has
+its runner tag such a function with ``SHORT_VISIBILITY_TAG``: its mappings are taken, as the sandbox allows
+what AWS forbids for speed.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from moto.sqs.models import Queue
+from moto.awslambda.exceptions import InvalidParameterValueException
+from moto.awslambda.models import LambdaBackend
+from moto.sqs.models import Queue, sqs_backends
+
+_MARKER = "_nodecycle_visibility_checked"
+# A function's tag by which the runner of a time-compressed sandbox lets its queues be shorter than its timeout
+SHORT_VISIBILITY_TAG = "nodecycle-sandbox:short-visibility"
 
 
 def _no_mappings(self: Queue) -> dict[str, Any]:
@@ -24,5 +38,48 @@ def _forget(self: Queue, value: dict[str, Any]) -> None:
     """moto's Queue sets its dict of mappings at creation."""
 
 
+def _visibility(backend: LambdaBackend, arn: str) -> int | None:
+    """The visibility timeout of the SQS queue ``arn`` (None: not a queue of this account and region)."""
+    for queue in sqs_backends[backend.account_id][backend.region_name].queues.values():
+        if queue.queue_arn == arn:
+            # (moto sets each attribute of a queue as a Python attribute of the same name, snake-cased)
+            return int(getattr(queue, "visibility_timeout"))  # noqa: B009
+    return None
+
+
+def _refuse_shorter(visibility: int | None, timeout: int, function: Any) -> None:
+    if SHORT_VISIBILITY_TAG in (function.tags or {}):
+        return
+    if visibility is not None and visibility < timeout:
+        raise InvalidParameterValueException(
+            f"Queue visibility timeout: {visibility} seconds is less than Function timeout: {timeout} seconds"
+        )
+
+
 def install() -> None:
     Queue.lambda_event_source_mappings = property(_no_mappings, _forget)  # type: ignore[assignment]
+    if getattr(LambdaBackend, _MARKER, False):
+        return
+    create, update = LambdaBackend.create_event_source_mapping, LambdaBackend.update_function_configuration
+
+    def create_event_source_mapping(self: LambdaBackend, spec: dict[str, Any]) -> Any:
+        if spec.get("FunctionName") and spec.get("EventSourceArn"):
+            function = self._lambdas.get_function_by_name_or_arn_with_qualifier(spec["FunctionName"])
+            _refuse_shorter(_visibility(self, str(spec["EventSourceArn"])), int(function.timeout), function)
+        return create(self, spec)
+
+    def update_function_configuration(
+        self: LambdaBackend, function_name: str, qualifier: str, body: dict[str, Any]
+    ) -> Any:
+        if "Timeout" in body:
+            function = self.get_function(function_name, qualifier)
+            for mapping in list(self._event_source_mappings.values()):
+                if mapping.function_arn == function.function_arn:
+                    _refuse_shorter(
+                        _visibility(self, str(mapping.event_source_arn)), int(body["Timeout"]), function
+                    )
+        return update(self, function_name, qualifier, body)
+
+    LambdaBackend.create_event_source_mapping = create_event_source_mapping  # type: ignore[method-assign]
+    LambdaBackend.update_function_configuration = update_function_configuration  # type: ignore[method-assign]
+    setattr(LambdaBackend, _MARKER, True)

@@ -30,6 +30,10 @@ from nodecycle_sandbox.runner.resources import SandboxResources
 # Lambda's least MaximumConcurrency of an SQS mapping (CreateEventSourceMapping refuses less)
 MIN_MAXIMUM_CONCURRENCY = 2
 
+# The tag by which the sandbox's Lambda takes a mapping of a queue shorter than its function's timeout
+# (aws/lambda_mappings.py's, spelled out here: the runner does not import moto)
+SHORT_VISIBILITY_TAG = "nodecycle-sandbox:short-visibility"
+
 REFRESH_SECONDS = 1.0
 DEFAULT_RUNTIME = "python3.13"
 # SAM's generated role, for a function without `Role`: Lambda may assume it.
@@ -100,7 +104,10 @@ class LambdaFunctions:
         intrinsics: Intrinsics,
         resources: SandboxResources,
         clients: Mapping[str, Any],
+        min_values: bool = True,
     ) -> None:
+        # False: time compressed (the sandbox's min_values): a function's queue may be shorter than its timeout
+        self._min_values = min_values
         self._template = template
         self._intrinsics = intrinsics
         self._resources = resources
@@ -160,6 +167,10 @@ class LambdaFunctions:
             request["Architectures"] = [str(a) for a in self._intrinsics.resolve(properties["Architectures"])]
         if spec.dead_letter_arn:
             request["DeadLetterConfig"] = {"TargetArn": spec.dead_letter_arn}
+        if not self._min_values and any(t.queue.visibility_timeout < spec.timeout for t in spec.sqs):
+            # (Lambda refuses a mapping of a queue whose visibility timeout is shorter than the function's
+            # timeout: a compressed sandbox's are, and the tag lets them be, see aws/lambda_mappings.py)
+            request["Tags"] = {SHORT_VISIBILITY_TAG: "compressed time"}
         self._lambda.create_function(**request)
 
     def _role(self, spec: FunctionSpec, properties: Mapping[str, Any]) -> str:
@@ -221,7 +232,15 @@ class LambdaFunctions:
         # it. The runner keeps the value it was given (functions.py): only what Lambda shows an operator differs.
         if maximum is not None and int(maximum) >= MIN_MAXIMUM_CONCURRENCY:
             request["ScalingConfig"] = {"MaximumConcurrency": int(maximum)}
-        self._mappings[(spec.logical_id, event)] = self._lambda.create_event_source_mapping(**request)["UUID"]
+        try:
+            self._mappings[(spec.logical_id, event)] = self._lambda.create_event_source_mapping(**request)[
+                "UUID"
+            ]
+        except self._lambda.exceptions.InvalidParameterValueException as refused:
+            # (CloudFormation fails the stack with Lambda's message)
+            raise MappingRefused(
+                f"{spec.logical_id}.{event}: {refused.response['Error']['Message']}"
+            ) from None
 
     # -- what Lambda says now -----------------------------------------------------------------------
 

@@ -191,6 +191,7 @@ class Runner:
             template,
             intrinsics=resources.intrinsics,
             resources=resources,
+            min_values=self._min_values,
             # (Lambda is read by every poller and delivery, each on its own thread, for its function's concurrency
             # and its mapping's state, all at once when their answers are due again: a pool smaller than those
             # threads discards connections, one "Connection pool is full" warning line each, on the demo's screen)

@@ -17,6 +17,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from nodecycle_sandbox.aws import lambda_invoke
+from nodecycle_sandbox.runner.lambda_functions import MappingRefused
 
 from .conftest import REGION, MakeRunner
 from .test_stack_deployment import client
@@ -313,3 +314,28 @@ def test_a_functions_log_is_in_its_log_group_as_the_runbook_reads_it(
     errors = runner.journal.wait_until(lambda: found("ERROR"), timeout=10)
     assert [json.loads(m)["message"] for m in errors] == ["could not drain node-1"]
     assert "a line of its own" in found("")
+
+
+SHORT = TEMPLATE.replace("VisibilityTimeout: 30", "VisibilityTimeout: 5")
+
+
+def test_a_queue_shorter_than_its_functions_timeout_fails_the_stack(make_runner: MakeRunner) -> None:
+    """Lambda refuses the mapping of a queue whose visibility timeout is shorter than the function's timeout:
+    CloudFormation fails the stack with its message."""
+    with pytest.raises(
+        MappingRefused, match="Queue visibility timeout: 5 seconds is less than Function timeout: 20"
+    ):
+        make_runner(SHORT, {"worker": WORKER}, min_values=True)
+
+
+def test_a_sandbox_that_compresses_time_takes_a_queue_shorter_than_its_functions_timeout(
+    make_runner: MakeRunner,
+) -> None:
+    """As the campaign's 5 s visibility timeout for 60 s functions: Lambda still shows the template's timeout."""
+    runner = make_runner(SHORT, {"worker": WORKER}, min_values=False, sqs_sources_enabled=False)
+    aws = lambda_client(runner)
+    name = runner.functions["Worker"].name
+
+    assert aws.get_function_configuration(FunctionName=name)["Timeout"] == 20
+    (mapping,) = aws.list_event_source_mappings(FunctionName=name)["EventSourceMappings"]
+    assert mapping["EventSourceArn"].endswith(":t-Work")

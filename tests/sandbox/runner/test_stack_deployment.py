@@ -166,7 +166,7 @@ def test_a_parameter_value_the_template_refuses_stops_the_deployment_naming_its_
     make_runner: MakeRunner, name: str, value: str, constraint: str
 ) -> None:
     with pytest.raises(ParameterError) as refused:
-        make_runner(TEMPLATE, {"intake": INTAKE}, parameters={name: value})
+        make_runner(TEMPLATE, {"intake": INTAKE}, parameters={name: value}, min_values=True)
     assert str(refused.value) == f"parameter {name}={value!r} is not valid: it {constraint}"
 
 
