@@ -1,14 +1,14 @@
 """Asynchronous invocation (EventBridge rules and schedules -> Lambda), with Lambda's retry policy.
 
 A failed event is retried `MaximumRetryAttempts` times (2 by default) after a back-off (about a minute, then
-two, on AWS; seconds in the sandbox), then sent to the function's dead-letter queue or on-failure
-destination if the template configures one, else dropped, as Lambda does. An event refused for the
-function's reserved concurrency (a throttle) waits in Lambda's queue and is tried again with an exponential
-back-off, without counting as a retry attempt, until it is older than `MaximumEventAgeInSeconds`; then it
-goes to the same failure targets ("EventAgeExceeded"), see ``concurrency.py``. A function whose reserved
-concurrency is 0 (stopped by an operator) is not waited for: each event goes to them at once, never run
-("ZeroReservedConcurrency"), as Lambda does since 2021. Faults (``runner/faults.py``) may run an event late, or
-twice.
+two, on AWS; seconds in the sandbox) while its retry would be younger than `MaximumEventAgeInSeconds`, then sent
+to the function's dead-letter queue or on-failure destination if the template configures one
+("RetriesExhausted", or "EventAgeExceeded"), else dropped, as Lambda does. An event refused for the function's
+reserved concurrency (a throttle) waits in Lambda's queue and is tried again with an exponential back-off,
+without counting as a retry attempt, until it is older than `MaximumEventAgeInSeconds`; then it goes to the same
+failure targets ("EventAgeExceeded"), see ``concurrency.py``. A function whose reserved concurrency is 0 (stopped
+by an operator) is not waited for: each event goes to them at once, never run ("ZeroReservedConcurrency"), as
+Lambda does since 2021. Faults (``runner/faults.py``) may run an event late, or twice.
 """
 
 from __future__ import annotations
@@ -128,6 +128,10 @@ class AsyncInvoker:
                 self._dead_letter(spec, event, result, queued.attempt, "RetriesExhausted")
                 return
             delay = self._retry_delays[min(queued.attempt - 1, len(self._retry_delays) - 1)]
+            if time.monotonic() + delay - queued.accepted > spec.max_event_age * self._throttle_scale:
+                # (Lambda sends no event older than its maximum age: its retry would be)
+                self._dead_letter(spec, event, result, queued.attempt, "EventAgeExceeded")
+                return
             if self._stopping.wait(delay):
                 return
             queued.attempt += 1
