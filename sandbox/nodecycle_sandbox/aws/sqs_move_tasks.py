@@ -45,7 +45,10 @@ SOURCE_ATTRIBUTE = "DeadLetterQueueSourceArn"
 DEFAULT_RATE = 50
 MAX_RATE = 500  # the API reference's maximum
 _MARKER = "_nodecycle_sandbox_move_tasks"
-_TASKS: dict[str, list[dict[str, Any]]] = {}  # source ARN -> its tasks, newest first
+# A source queue's tasks, newest first, kept on the queue: a queue made again (a moto reset, the next test) has
+# none, and a task still running in a reset moto blocks no new one
+_QUEUE_TASKS = "_nodecycle_move_tasks"
+_HANDLES: dict[str, dict[str, Any]] = {}  # task handle -> its task
 _CANCELLED: dict[str, threading.Event] = {}  # task handle -> set when it is cancelled
 _LOCK = threading.Lock()
 
@@ -114,11 +117,12 @@ def _start(self: SQSResponse) -> ActionResult:
     if rate is not None:
         task["MaxNumberOfMessagesPerSecond"] = int(rate)
     with _LOCK:
-        if any(t["Status"] in ("RUNNING", "CANCELLING") for t in _TASKS.get(source_arn, [])):
+        if any(t["Status"] in ("RUNNING", "CANCELLING") for t in _tasks_of(source)):
             raise InvalidParameterValue(
                 "There is already a task running. Only one active task is allowed per source."
             )
-        _TASKS.setdefault(source_arn, []).insert(0, task)
+        _tasks_of(source).insert(0, task)
+        _HANDLES[handle] = task
         cancelled = _CANCELLED[handle] = threading.Event()
     with _BACKEND_LOCK:
         now = time.time()
@@ -187,23 +191,29 @@ def _move(
         _CANCELLED.pop(task["TaskHandle"], None)
 
 
+def _tasks_of(queue: Queue) -> list[dict[str, Any]]:
+    tasks: list[dict[str, Any]] = queue.__dict__.setdefault(_QUEUE_TASKS, [])
+    return tasks
+
+
 def _origin(backend: SQSBackend, message: Message) -> Queue | None:
     arn = message.system_attributes.get(SOURCE_ATTRIBUTE)
     return _queue_of(backend, str(arn)) if arn else None
 
 
 def _list(self: SQSResponse) -> ActionResult:
-    source_arn = str(self._get_param("SourceArn"))
+    backend: SQSBackend = sqs_backends[self.current_account][self.region]
+    source = _queue_of(backend, str(self._get_param("SourceArn")))
     maximum = int(self._get_param("MaxResults") or 1)
     with _LOCK:
-        tasks = [dict(t) for t in _TASKS.get(source_arn, [])[:maximum]]
+        tasks = [dict(t) for t in _tasks_of(source)[:maximum]]
     return ActionResult({"Results": tasks})
 
 
 def _cancel(self: SQSResponse) -> ActionResult:
     handle = str(self._get_param("TaskHandle"))
     with _LOCK:
-        task = next((t for tasks in _TASKS.values() for t in tasks if t["TaskHandle"] == handle), None)
+        task = _HANDLES.get(handle)
         if task is None:
             raise ResourceNotFound("The specified task handle does not exist.")
         if task["Status"] != "RUNNING":

@@ -10,10 +10,14 @@ import json
 import time
 from typing import Any
 
-# (moto with the sandbox's additions, in process, and a queue's ARN: the redrive command's tests' own)
+import boto3
 import pytest
 from botocore.exceptions import ClientError
+from moto import mock_aws
 
+from nodecycle_sandbox.aws.install import install
+
+# (moto with the sandbox's additions, in process, and a queue's ARN: the redrive command's tests' own)
 from tests.integration.cli.test_sandbox_redrive import arn, finished
 from tests.integration.cli.test_sandbox_redrive import sqs as sqs
 
@@ -109,3 +113,20 @@ def test_a_redrive_runs_in_the_background_one_at_a_time_per_queue_and_can_be_can
         )
         == 3
     )
+
+
+def test_a_redrive_left_running_by_a_reset_sandbox_blocks_no_redrive_of_the_next() -> None:
+    """(The sandbox's own hygiene: each test's moto starts afresh, its queues' tasks with it.)"""
+    install()
+    for _ in range(2):
+        with mock_aws():
+            sqs = boto3.client("sqs", region_name="eu-west-1")
+            dead = sqs.create_queue(QueueName="dead")["QueueUrl"]
+            policy = json.dumps({"deadLetterTargetArn": arn(sqs, dead), "maxReceiveCount": 1})
+            intake = sqs.create_queue(QueueName="intake", Attributes={"RedrivePolicy": policy})["QueueUrl"]
+            for n in range(3):
+                sqs.send_message(QueueUrl=dead, MessageBody=f"record {n}")
+            # (slow: still running when the context ends)
+            sqs.start_message_move_task(
+                SourceArn=arn(sqs, dead), DestinationArn=arn(sqs, intake), MaxNumberOfMessagesPerSecond=1
+            )
