@@ -103,7 +103,8 @@ def test_a_redrive_under_way_is_reported_and_not_started_again(deployed: tuple[D
     sqs: Any = boto3.client("sqs", region_name="eu-west-1")
     outputs = doctor._deployment.outputs  # type: ignore[union-attr]
     url = outputs["IntakeDeadLetterQueueUrl"]
-    for n in range(3):
+    # (ten: the redrive still runs when the doctor, however slow, reads the queue)
+    for n in range(10):
         sqs.send_message(QueueUrl=url, MessageBody=json.dumps({**EVENT, "id": f"e-{n}"}))
     source = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     # Given the intake dead-letter queue's redrive under way (slowly: one message a second)

@@ -58,6 +58,9 @@ def test_a_redriven_message_is_a_new_message_with_its_body_and_attributes(sqs: A
     assert (redriven["Body"], redriven["MessageAttributes"]["kind"]["StringValue"]) == ("step", "drain-step")
 
 
+MESSAGES = 6  # at one a second: still running when the test, however slow, looks
+
+
 def test_a_redrive_runs_in_the_background_one_at_a_time_per_queue_and_can_be_cancelled(sqs: Any) -> None:
     """StartMessageMoveTask "starts an asynchronous task"; "only one active message movement task is supported per
     queue at any given time"; a cancelled task "does not revert the messages that have already been moved" (SQS
@@ -66,7 +69,7 @@ def test_a_redrive_runs_in_the_background_one_at_a_time_per_queue_and_can_be_can
     policy = json.dumps({"deadLetterTargetArn": arn(sqs, dead), "maxReceiveCount": 1})
     sqs.create_queue(QueueName="work", Attributes={"RedrivePolicy": policy})
     intake = sqs.create_queue(QueueName="intake")["QueueUrl"]
-    for n in range(3):
+    for n in range(MESSAGES):
         sqs.send_message(QueueUrl=dead, MessageBody=f"record {n}")
     source = arn(sqs, dead)
 
@@ -80,9 +83,9 @@ def test_a_redrive_runs_in_the_background_one_at_a_time_per_queue_and_can_be_can
     assert (task["TaskHandle"], task["Status"], task["ApproximateNumberOfMessagesToMove"]) == (
         handle,
         "RUNNING",
-        3,
+        MESSAGES,
     )
-    assert task["ApproximateNumberOfMessagesMoved"] < 3
+    assert task["ApproximateNumberOfMessagesMoved"] < MESSAGES
     assert task["MaxNumberOfMessagesPerSecond"] == 1
     # and a second one of the same queue is refused while it runs
     with pytest.raises(ClientError) as refused:
@@ -99,7 +102,7 @@ def test_a_redrive_runs_in_the_background_one_at_a_time_per_queue_and_can_be_can
     left = sqs.get_queue_attributes(QueueUrl=dead, AttributeNames=["ApproximateNumberOfMessages"])[
         "Attributes"
     ]
-    assert int(left["ApproximateNumberOfMessages"]) == 3 - task["ApproximateNumberOfMessagesMoved"] > 0
+    assert int(left["ApproximateNumberOfMessages"]) == MESSAGES - task["ApproximateNumberOfMessagesMoved"] > 0
     # A task no longer running cannot be cancelled; a new one may start
     with pytest.raises(ClientError):
         sqs.cancel_message_move_task(TaskHandle=handle)
@@ -111,7 +114,7 @@ def test_a_redrive_runs_in_the_background_one_at_a_time_per_queue_and_can_be_can
                 "Attributes"
             ]["ApproximateNumberOfMessages"]
         )
-        == 3
+        == MESSAGES
     )
 
 
