@@ -634,17 +634,17 @@ class Evict:
         them within their grace; with none, they stay until the garbage collector ends them), or until the
         drain's deadline; then the drain settles. No node has the name meanwhile, so no other instance's pod is
         bound to it. Their evictions are the drain's disruption as those on the node are: its slot is renewed
-        first, and while it is lost the drain pauses (invariant 1), its pause not drain time."""
+        first, and while it is lost (or unrenewed, refused or failing, for a holder TTL) the drain pauses (invariant
+        1), its pause not drain time."""
         node = _known(record.node, "node")
         deadline = self._deadline_now(record, now)
         try:
             pods = podfilter.remaining(self._cluster.pods_on(node))
         except TransientError as error:
-            # (lists that fail: raised at every try whatever the deadline, the drain would be retried until its
-            # global timeout, its policy never applied, as for a node that is there: see _poll)
-            if now < deadline:
-                raise  # (retried by the engine: the drain's timeout still ahead)
-            return self._timed_out_unlisted(record, now, error)
+            # (lists that fail come before the slot's renewal, as the node's read does on a node that is there: kept
+            # from the slot as a failing renewal is, a holder TTL of them a wait for a slot, and past the deadline
+            # the timeout policy, not the engine's retries until the global timeout: see _renewal_failing)
+            raise _RenewalFailed(error) from error
         asked = podfilter.to_evict(pods)
         stopping = [pod for pod in pods if pod.deletion_at is not None and now < pod.deletion_at]
         if not (asked or stopping) or now >= deadline:
@@ -668,7 +668,12 @@ class Evict:
             record.instance_id,
             len(pods),
         )
-        _, paused = self._renew_slot(record, node, now)
+        try:
+            _, paused = self._renew_slot(record, node, now)
+        except TransientError as error:
+            # (failing for a holder TTL, the slot may be another node's: these pods are evicted no more than the
+            # node's would be, and the drain does not end at its own deadline beside that node's: invariants 1, 9)
+            raise _RenewalFailed(error) from error
         if paused is not None:
             return paused
         # (the slot back after a pause: the drain goes on, its deadline moved by the pause, as in _poll)
