@@ -78,8 +78,11 @@ class Kubelet:
             if is_terminating(pod) and grace >= int(meta.get("deletionGracePeriodSeconds", grace)):
                 return pod  # a longer or equal grace never extends a deletion in progress
             updated = finalizers.marked(pod, grace, now)
-            uid = uid_of(pod)
-            self._gone_at[uid] = min(self._gone_at.get(uid, float("inf")), mono + stop_after)
+            if self._stops_on(pod_node(pod)):
+                # (signalled now: its app stops at its own pace, or at a shorter grace's end; on a node whose
+                # kubelet is gone or whose runtime hangs, nothing is signalled until it is back: see _signal)
+                uid = uid_of(pod)
+                self._gone_at[uid] = min(self._gone_at.get(uid, float("inf")), mono + stop_after)
             return self._store.write(PODS, updated, verb=verb, source=source, resource=resource)
 
     def end_pod(self, pod: JsonObj, *, verb: str, source: str, resource: str = "") -> JsonObj:
@@ -104,14 +107,40 @@ class Kubelet:
             self._dead.add(node)
 
     def revive(self, node: str) -> None:
+        """The node's kubelet is back: it stops the pods deleted while it was gone (see :meth:`_signal`)."""
         with self._store.lock:
             self._dead.discard(node)
+            self._signal(node)
 
     def hang_runtime(self, node: str, hung: bool = True) -> None:
         """The node's container runtime hangs (``hung``) or answers again: while it hangs, the pods deleted on the
-        node stay Terminating past their grace, their kubelet alive."""
+        node stay Terminating past their grace, their kubelet alive; once it answers, they are stopped from then
+        (see :meth:`_signal`)."""
         with self._store.lock:
             (self._hung.add if hung else self._hung.discard)(node)
+            if not hung:
+                self._signal(node)
+
+    def _stops_on(self, node: str) -> bool:
+        """A kubelet runs on the node over a runtime that answers: what is deleted there is signalled at once."""
+        return node not in self._dead and node not in self._hung
+
+    def _signal(self, node: str) -> None:
+        """The pods being deleted on ``node`` that nothing has signalled (deleted while its kubelet was gone, or
+        its runtime hung) get their SIGTERM now: each stops within its deletion's grace counted from now, in its
+        app's shutdown time, however long ago its deadline passed (a kubelet back kills a pod with its
+        deletionGracePeriodSeconds, not what is left of it). Those signalled before stop at their own pace:
+        confirmed at the next pass once it is over."""
+        if not self._stops_on(node):
+            return
+        mono = time.monotonic()
+        for pod in self._store.items(PODS):
+            if pod_node(pod) != node or not is_terminating(pod) or finalizers.stopped(pod):
+                continue
+            grace = float(pod["metadata"].get("deletionGracePeriodSeconds", 0))
+            stop_after = min(float_annotation(pod, SHUTDOWN_ANNOTATION, self.shutdown_seconds), grace)
+            uid = uid_of(pod)
+            self._gone_at[uid] = min(self._gone_at.get(uid, float("inf")), mono + stop_after)
 
     def alive_on(self, node: str) -> bool:
         return node not in self._dead
