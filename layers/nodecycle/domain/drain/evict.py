@@ -97,8 +97,8 @@ TimeLeft = Callable[[], float | None]
 
 
 class _RenewalFailed(Exception):
-    """The slot's renewal at a poll failed, or the read of the node before it (``error``): answered by
-    :meth:`Evict._renewal_failing`."""
+    """The slot's renewal at a poll failed, or a read before it (``error``: the node's, or the list of the pods left
+    bound to a deleted node's name): answered by :meth:`Evict._renewal_failing`."""
 
     def __init__(self, error: TransientError) -> None:
         super().__init__(str(error))
@@ -275,7 +275,7 @@ class Evict:
 
     def _renewal_failing(self, record: LifecycleRecord, now: datetime, error: TransientError) -> Outcome:
         """The budget ConfigMap's reads or writes fail at the slot's renewal (5xx, throttling, conflicts past the
-        store's retries), or the read of the node before it: nothing is evicted without the slot. Failing for a holder TTL since the last try that may
+        store's retries), or a read before it (the node's, a deleted node's pods): nothing is evicted without the slot. Failing for a holder TTL since the last try that may
         have renewed it (the first failure in a row, noted from its first retry; a write whose answer was lost,
         WriteOutcomeUnknown, may have landed: from it), the drain's holder has expired and its slot may be another node's: from then on the
         drain is paused as for a lost slot, its wait for a slot not drain time (invariant 9), up to its
