@@ -105,6 +105,9 @@ class OrphanedActions:
         self._last_listed: datetime | None = None  # when the last sweep listed the held instances
         # what the keep-alive found, and when: the adoptions take only what their own sweep kept alive
         self._held: tuple[datetime | None, list[Orphan]] = (None, [])
+        # the orphans last found held (by a listing, or by their own heartbeats while none could be made): kept
+        # alive by instance id and hook while Auto Scaling will not list the held instances
+        self._orphans: list[Orphan] = []
         # the held instances the last sweep, cut short, did not look at: the next looks at them first
         self._unlooked: set[tuple[str, Transition]] = set()
         # The held instances a listing showed that no probe settled (not looked at, or the probe failed) -> the
@@ -129,10 +132,14 @@ class OrphanedActions:
         unsettled: dict[tuple[str, Transition], datetime | None] = {}
         looked = failed = 0
         cut_short = False
+        try:
+            waiting_instances = self._groups.waiting_instances()
+        except Exception as error:  # (denied, throttled past the client's retries: logged whole below)
+            self._keep_found_alive(error, open_records, held, time)
         # The instances a sweep cut short left unlooked at go first at the next: the listing comes in the same
         # order at every sweep, and each sweep would reach the same first ones again, never the others
         listed = sorted(
-            (w for w in self._groups.waiting_instances() if not _known(w, known)),
+            (w for w in waiting_instances if not _known(w, known)),
             key=lambda w: (w.instance_id, w.transition) not in self._unlooked,
         )
         # (only a listing made: one that failed showed nothing, and did not fail to show an action)
@@ -165,6 +172,10 @@ class OrphanedActions:
         unsettled_instances = {instance_id for instance_id, _ in unsettled}
         self._seen = {key: value for key, value in self._seen.items() if key[0] in unsettled_instances} | seen
         self._unsettled = unsettled
+        self._orphans = [
+            *held,
+            *(o for o in self._orphans if (o.waiting.instance_id, o.waiting.transition) in unsettled),
+        ]
         self._metrics.count("LifecyclesOrphaned", len(held))
         if cut_short:
             raise time.cut_short(f"held instances left unlooked at after {looked} ({failed} failed)")
@@ -173,6 +184,48 @@ class OrphanedActions:
                 f"could not tell whether {failed} held instances are orphaned (the others were)"
             )
         return {"LifecyclesOrphaned": len(held)}
+
+    def _keep_found_alive(
+        self, error: Exception, open_records: Sequence[LifecycleRecord], held: list[Orphan], time: SweepTime
+    ) -> NoReturn:
+        """The keep-alive when Auto Scaling will not list the instances hooks hold (DescribeAutoScalingGroups denied
+        to this role, or throttled past the client's retries). Only the sweeper heartbeats an orphan, once a sweep,
+        and a hook's heartbeat timeout may be as short as an interval and a margin: a sweep that heartbeated
+        nothing let such an action lapse before the next, and Auto Scaling applied the hook's default result (an
+        undrained termination). So the orphans last found held are kept alive by their instance ids and hooks,
+        their records looked for as after any heartbeat, and those still held are adopted in their time, as after a
+        listing (their first sightings kept); new ones wait for a listing. The listing's failure is the part's
+        (re-raised: the sweeper logs it whole and fails the sweep), what was kept alive all the same is logged."""
+        failed = 0
+        still: list[Orphan] = []
+        for index, orphan in enumerate(self._orphans):
+            if not time.enough():
+                unreached = self._orphans[index:]  # (kept for the next sweep)
+                self._orphans = still + unreached
+                raise time.cut_short(
+                    f"the held instances not listed ({error!r}): {len(unreached)} orphaned actions found before "
+                    "not kept alive"
+                ) from error
+            try:
+                if not self._held_by(orphan.waiting, orphan.hook):
+                    continue  # (over: completed, or its instance gone)
+                still.append(orphan)
+                if not self._recorded(orphan.waiting, orphan.hook, open_records):
+                    held.append(orphan)
+            except Exception:  # one instance's failure must not stop the others
+                log.exception("could not keep the action of %s alive", orphan.waiting.instance_id)
+                still.append(orphan)
+                failed += 1
+        self._orphans = still
+        self._metrics.count("LifecyclesOrphaned", len(held))
+        log.error(
+            "could not list the instances this stack's hooks hold (%r): kept alive the %d actions found orphaned "
+            "before that are still held (%d could not be asked), looked for no others",
+            error,
+            len(still) - failed,
+            failed,
+        )
+        raise error
 
     def _keep_every_action_alive(self, now: datetime, time: SweepTime) -> NoReturn:
         """The keep-alive when DynamoDB will not list the open lifecycles (its Query denied, a key disabled,
