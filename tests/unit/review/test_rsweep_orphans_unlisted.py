@@ -115,3 +115,31 @@ def test_an_orphan_whose_lifecycle_was_written_since_is_heartbeated_but_not_adop
     # Then nothing is adopted a second time, and no other group's instance is touched
     assert len(world.queues.sent) == sent
     assert {(a.group, a.instance_id) for a in world.autoscaling.heartbeats} == {(GROUP, INSTANCE)}
+
+
+def test_an_orphan_found_by_the_last_sweep_is_kept_alive_while_its_groups_hooks_cannot_be_read() -> None:
+    # Given an action of this stack's hook (of the shortest heartbeat timeout allowed) whose event never became a
+    # record, found held and kept alive by a sweep
+    world = shortest_hooks(World())
+    world.terminating()
+    world.sweep()
+
+    # When the next sweep lists the held instances but cannot read its group's hooks (DescribeLifecycleHooks
+    # throttled past the client's retries, or denied: read again at every sweep, its answer trusted a minute)
+    def throttled(group: str) -> dict[str, Hook]:
+        raise TransientError("DescribeLifecycleHooks: Throttling: Rate exceeded")
+
+    hooks_of = world.autoscaling.hooks_of
+    world.autoscaling.hooks_of = throttled  # type: ignore[method-assign]
+    world.clock.advance(INTERVAL.total_seconds())
+    failures = sweep_as_the_sweeper_does(world)
+
+    # Then the action is kept alive under the hook the last sweep found holding it (before: no heartbeat, and it
+    # lapsed before the next sweep), and the part fails all the same
+    assert world.autoscaling.expires_at(TOKEN) == world.clock.now() + timedelta(seconds=SHORTEST)
+    assert len(failures) == 1
+
+    # and once the hooks are read again, it is adopted as first found two sweeps ago
+    world.autoscaling.hooks_of = hooks_of  # type: ignore[method-assign]
+    world.clock.advance(INTERVAL.total_seconds())
+    assert world.sweep()["LifecyclesAdopted"] == 1

@@ -17,7 +17,9 @@ event of the action finds (``Intake.accept``), so redriving the dead letter star
 
 Two parts of the sweep: the keep-alive (listing and heartbeats) comes first of all the sweep's parts, the
 adoptions after the lifecycles' repair (see :mod:`.sweeper`). While DynamoDB will not list the open lifecycles,
-the keep-alive heartbeats every action this stack's hooks hold, and nothing is adopted.
+the keep-alive heartbeats every action this stack's hooks hold, and nothing is adopted. While Auto Scaling will not
+list the held instances, or tell a group's hooks, the actions found orphaned before are kept alive under the hooks
+found holding them (only the sweeper heartbeats them, and a hook's timeout may be shorter than two intervals).
 
 The first sightings live in the sweeper's container (sweeps run one at a time): a cold start forgets them,
 which costs one more heartbeat and one more interval before the adoption, never an adoption too early.
@@ -167,6 +169,7 @@ class OrphanedActions:
                 log.exception("could not tell whether a hook of ours holds %s", waiting.instance_id)
                 unsettled[instance] = before
                 failed += 1
+                self._keep_alive_as_found(waiting)
         # What is no longer held is forgotten (and what was adopted, once its record lists); what no probe
         # settled keeps its first sighting
         unsettled_instances = {instance_id for instance_id, _ in unsettled}
@@ -184,6 +187,22 @@ class OrphanedActions:
                 f"could not tell whether {failed} held instances are orphaned (the others were)"
             )
         return {"LifecyclesOrphaned": len(held)}
+
+    def _keep_alive_as_found(self, waiting: WaitingInstance) -> None:
+        """Heartbeat the actions a sweep before found holding ``waiting`` with no record, under the hooks it found
+        them held by, when its probe failed (the group's hooks not read: DescribeLifecycleHooks throttled or
+        denied, read again at every sweep): no later sweep may come before such an action's heartbeat timeout.
+        Its failure is the probe's, already told."""
+        for orphan in self._orphans:
+            if (orphan.waiting.instance_id, orphan.waiting.transition) != (
+                waiting.instance_id,
+                waiting.transition,
+            ):
+                continue
+            try:
+                self._held_by(orphan.waiting, orphan.hook)
+            except Exception as error:  # (counted as the probe's heartbeats are)
+                log.warning("could not keep the action of %s alive either (%r)", waiting.instance_id, error)
 
     def _keep_found_alive(
         self, error: Exception, open_records: Sequence[LifecycleRecord], held: list[Orphan], time: SweepTime
