@@ -9,12 +9,13 @@ termination, invariant 11)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
 
 from nodecycle.domain.errors import AccessRefused, TransientError
-from nodecycle.domain.model import adopted_token
+from nodecycle.domain.model import LifecycleRecord, adopted_token
 from nodecycle.domain.ports.lifecycle import Hook, WaitingInstance
 from tests.unit.sweeper.test_orphans import AMPLE, GROUP, HOOK, INSTANCE, INTERVAL, OWNER, TOKEN, World
 
@@ -143,3 +144,31 @@ def test_an_orphan_found_by_the_last_sweep_is_kept_alive_while_its_groups_hooks_
     world.autoscaling.hooks_of = hooks_of  # type: ignore[method-assign]
     world.clock.advance(INTERVAL.total_seconds())
     assert world.sweep()["LifecyclesAdopted"] == 1
+
+
+class Unlisted(list[LifecycleRecord]):
+    """The open lifecycles as the sweep holds them while DynamoDB will not list them (its Query denied)."""
+
+    def __iter__(self) -> Iterator[LifecycleRecord]:
+        raise AccessRefused("listing the open lifecycles", "AccessDeniedException", "dynamodb:Query")
+
+
+def test_an_orphan_found_by_the_last_sweep_is_kept_alive_while_neither_dynamodb_nor_auto_scaling_list() -> (
+    None
+):
+    # Given an orphan (of the shortest heartbeat timeout allowed) found held and kept alive by a sweep
+    world = shortest_hooks(World())
+    world.terminating()
+    world.sweep()
+
+    # When the next sweep can list neither the open lifecycles nor the held instances
+    def throttled(names: tuple[str, ...], owner: str | None) -> list[WaitingInstance]:
+        raise TransientError("DescribeAutoScalingGroups: Throttling: Rate exceeded")
+
+    world.autoscaling.waiting_instances = throttled  # type: ignore[method-assign]
+    world.clock.advance(INTERVAL.total_seconds())
+    with pytest.raises(TransientError):
+        world.part.keep_alive(Unlisted(), world.clock.now(), AMPLE)
+
+    # Then the action is kept alive all the same (before: no heartbeat, and it lapsed before the next sweep)
+    assert world.autoscaling.expires_at(TOKEN) == world.clock.now() + timedelta(seconds=SHORTEST)

@@ -254,10 +254,21 @@ class OrphanedActions:
         (invariant 11). So every action held under this stack's hooks is kept alive, those with a lifecycle too
         (a heartbeat only extends an action), and the outage costs time instead. Nothing is adopted, and nothing
         learnt of the first sightings: the next sweep that lists the open lifecycles judges the orphans. The
-        part fails (the sweeper's dead-letter alarm), as the lifecycles' does."""
+        part fails (the sweeper's dead-letter alarm), as the lifecycles' does. Auto Scaling not listing the held
+        instances either, or not telling a group's hooks, the actions found orphaned before are kept alive under
+        the hooks found holding them (see ``_keep_found_alive``)."""
         self._held = (now, [])
         kept = failed = 0
-        for waiting in self._groups.waiting_instances():
+        try:
+            waiting_instances = self._groups.waiting_instances()
+        except Exception:  # (re-raised: logged whole by the sweeper)
+            found = {(o.waiting.instance_id, o.waiting.transition): o.waiting for o in self._orphans}
+            for waiting in found.values():
+                if not time.enough():
+                    break  # (the listing's failure is the part's, and says the sweep failed)
+                self._keep_alive_as_found(waiting)
+            raise
+        for waiting in waiting_instances:
             if not time.enough():
                 raise time.cut_short(
                     f"the open lifecycles not listed: {kept} held actions kept alive, the rest not ({failed} failed)"
@@ -268,6 +279,7 @@ class OrphanedActions:
             except Exception:  # one instance's failure must not stop the others
                 log.exception("could not keep the actions holding %s alive", waiting.instance_id)
                 failed += 1
+                self._keep_alive_as_found(waiting)
         raise SweepFailed(
             f"the open lifecycles could not be listed: kept every held action alive ({kept}; {failed} instances "
             "failed), adopted none"
