@@ -19,6 +19,7 @@ from nodecycle.domain.budget.limits import BudgetLimits, Decisive, NodeState, ow
 from nodecycle.domain.budget.requests import SlotDecision, SlotReason, SlotRequest
 from nodecycle.domain.budget.seed import DrainsInProgress, seeded
 from nodecycle.domain.budget.view import BudgetView, view_of
+from nodecycle.domain.errors import TransientError
 from nodecycle.domain.ports.budget import BudgetStore, NodeInventory
 from nodecycle.domain.ports.runtime import Clock, Metrics
 
@@ -591,12 +592,14 @@ class DisruptionBudget:
         whose outcome is unknown (its answer lost) is read back: found stored as written, it landed, and its
         result is returned as if answered (see :meth:`_landed`)."""
         attempts = 0
-        # the last attempt's document to write and its result (None: it wrote nothing)
+        # the last attempt's document to write and its result (None: it wrote nothing), and the document it read
         last: list[tuple[BudgetDocument, _Written[T]] | None] = [None]
+        read: list[BudgetDocument | None] = [None]
 
         def counted(current: BudgetDocument | None) -> tuple[BudgetDocument | None, _Written[T]]:
             nonlocal attempts
             attempts += 1
+            read[0] = current
             if current is not None and (current.unwritten or current.unvouched):
                 # (the store writes the seed, whatever ``mutate`` decides: it differs from what it read)
                 current = self._seeded(current)
@@ -608,7 +611,7 @@ class DisruptionBudget:
         try:
             written = self._store.update(counted)
         except WriteOutcomeUnknown as unknown:
-            written = self._landed(last[0], unknown)
+            written = self._landed(last[0], read[0], unknown)
         finally:
             if attempts > 1:
                 self._metrics.count("BudgetConflicts", attempts - 1)
@@ -617,12 +620,20 @@ class DisruptionBudget:
         return written.result
 
     def _landed[T](
-        self, sent: tuple[BudgetDocument, _Written[T]] | None, unknown: WriteOutcomeUnknown
+        self,
+        sent: tuple[BudgetDocument, _Written[T]] | None,
+        based_on: BudgetDocument | None,
+        unknown: WriteOutcomeUnknown,
     ) -> _Written[T]:
         """The result of the write ``sent`` (its document and result) whose answer was lost (``unknown``), when
         the document read back is that document, as written: it landed, and nobody wrote since. Otherwise
         ``unknown`` is raised: the step is retried, and a repeated release or forget (which finds its entry
-        gone) wakes those its first write passed slots on to; anything else is judged at the retry.
+        gone) wakes those its first write passed slots on to; anything else is judged at the retry. But when the
+        document read back is still the one the write was decided on (``based_on``), byte for byte, the write
+        certainly did not land (every write stamps its decision's time): a plain :class:`TransientError`, so
+        that a renewal refused so at every try (a webhook on ConfigMaps that cannot be reached: 500, nothing
+        written) is known as not renewed, and its drain counts its slot lost once its TTL has run, not renewed
+        by each try (invariants 1 and 9: it had ended at its drain timeout beside the node its slot went to).
 
         Why: a write that passes slots on (a release, any write that removes an expired holder) is the only
         one to wake their lifecycles, whose next asks would find their slots held; told of an error, its writer
@@ -637,6 +648,10 @@ class DisruptionBudget:
         except Exception as error:  # (any failure to read it back leaves the outcome as unknown as it was)
             raise unknown from error  # (the read's own error kept as the cause, for the step's log)
         doc, written = sent
+        if stored is not None and based_on is not None and stored.to_json() == based_on.to_json():
+            raise TransientError(
+                f"the budget's write did not land: {unknown}", retry_after=unknown.retry_after
+            ) from unknown
         # (byte for byte: every write stamps the time of its decision, so another writer's document is not ours)
         if stored is None or stored.unwritten or stored.unvouched or stored.to_json() != doc.to_json():
             raise unknown
