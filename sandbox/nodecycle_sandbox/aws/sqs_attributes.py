@@ -1,18 +1,33 @@
-"""Queue attributes held to SQS's ranges, where moto stores any number.
+"""Queue attributes held to SQS's ranges, where moto stores any number; a message's visibility changed as SQS
+changes it.
 
 CreateQueue and SetQueueAttributes take each of these attributes only within its range (the SQS API reference,
 CreateQueue, ``Attributes``): ``DelaySeconds`` 0 to 900, ``MessageRetentionPeriod`` 60 to 1,209,600 (14 days),
 ``ReceiveMessageWaitTimeSeconds`` 0 to 20, ``VisibilityTimeout`` 0 to 43,200 (12 hours). SQS refuses the call
 with ``InvalidAttributeValue`` ("Invalid value for the parameter VisibilityTimeout."), and the stack that
 declares such a queue fails to deploy. moto created the queue (it checks ``MaximumMessageSize`` alone).
+
+ChangeMessageVisibility (the SQS API reference) changes the visibility of a message in flight, by the receipt
+handle of its latest receive, to 0 to 43,200 seconds from the call. moto changed it by any handle the message
+ever had, for a message no longer in flight too, and took a negative timeout. Here, as SQS: a timeout out of
+its range is ``InvalidParameterValue``; a handle the message had before its latest receive is refused as
+expired (``InvalidParameterValue``, "The receipt handle has expired": AWS's knowledge center, the error of an
+old handle; the API reference leaves a standard queue's answer open, the harsher reading); a message whose
+visibility timeout ran out (visible again, not received since) is ``MessageNotInflight``. So a consumer that
+shortens a failed message's timeout after another poller received it again (a duplicate delivery, an
+invocation that outlived its batch's timeout) is refused, as on AWS, and the message keeps its visibility.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import wraps
 from typing import Any
 
-from moto.sqs.exceptions import InvalidAttributeValue
-from moto.sqs.models import Queue
+from moto.sqs.exceptions import InvalidAttributeValue, InvalidParameterValue, SQSException
+from moto.sqs.models import Queue, SQSBackend
+
+from nodecycle_sandbox.aws.sqs_timing import BACKEND_LOCK
 
 RANGES = {
     "DelaySeconds": (0, 900),
@@ -21,6 +36,11 @@ RANGES = {
     "VisibilityTimeout": (0, 43_200),
 }
 _MARKER = "_nodecycle_sandbox_queue_attributes"
+
+
+class MessageNotInflight(SQSException):
+    def __init__(self) -> None:
+        super().__init__("MessageNotInflight", "The message referred to isn't in flight.")
 
 
 def install() -> None:
@@ -36,4 +56,58 @@ def install() -> None:
         original(self, attributes, now)
 
     Queue._set_attributes = set_attributes  # type: ignore[method-assign]
+    backend: Any = SQSBackend
+    backend.change_message_visibility = _as_sqs_changes_it(SQSBackend.change_message_visibility)
+    backend.change_message_visibility_batch = _each_entry_alone
     setattr(Queue, _MARKER, True)
+
+
+def _as_sqs_changes_it(change: Callable[..., None]) -> Callable[..., None]:
+    @wraps(change)
+    def change_message_visibility(
+        self: SQSBackend, queue_name: str, receipt_handle: str, visibility_timeout: int
+    ) -> None:
+        low, high = RANGES["VisibilityTimeout"]
+        if not low <= int(visibility_timeout) <= high:
+            raise InvalidParameterValue(
+                f"Value {visibility_timeout} for parameter VisibilityTimeout is invalid. Reason: Must be between "
+                f"{low} and {high}, if provided."
+            )
+        with BACKEND_LOCK:  # (the message's state read and changed in one decision, as SQS's)
+            for message in self.get_queue(queue_name)._messages:
+                if not message.had_receipt_handle(receipt_handle):
+                    continue
+                if message.receipt_handle != receipt_handle:
+                    raise InvalidParameterValue(
+                        f"Value {receipt_handle} for parameter ReceiptHandle is invalid. Reason: The receipt "
+                        "handle has expired."
+                    )
+                if message.visible:
+                    raise MessageNotInflight
+                break
+            change(self, queue_name, receipt_handle, visibility_timeout)
+
+    return change_message_visibility
+
+
+def _each_entry_alone(
+    self: SQSBackend, queue_name: str, entries: list[dict[str, Any]]
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """ChangeMessageVisibilityBatch: each entry's success or failure of its own (moto's let a refusal other than
+    an unknown handle fail the whole call)."""
+    success: list[str] = []
+    failed: list[dict[str, Any]] = []
+    for entry in entries:
+        try:
+            self.change_message_visibility(
+                queue_name=queue_name,
+                receipt_handle=entry["ReceiptHandle"],
+                visibility_timeout=int(entry.get("VisibilityTimeout", 0)),
+            )
+        except SQSException as error:
+            failed.append(
+                {"Id": entry["Id"], "SenderFault": True, "Code": error.code, "Message": error.message}
+            )
+            continue
+        success.append(entry["Id"])
+    return success, failed

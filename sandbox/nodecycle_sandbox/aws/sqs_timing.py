@@ -67,7 +67,7 @@ def _within_retention(self: SQSBackend, queue_name: str, message: Message) -> bo
     return bool(retention + message.sent_timestamp / 1000 > unix_time())  # type: ignore[operator]
 
 
-_BACKEND_LOCK = threading.RLock()
+BACKEND_LOCK = threading.RLock()
 
 
 def _locked_receive(receive: Callable[..., Any]) -> Callable[..., Any]:
@@ -80,7 +80,7 @@ def _locked_receive(receive: Callable[..., Any]) -> Callable[..., Any]:
         deadline = time.monotonic() + wait_seconds_timeout
         queue = self.get_queue(queue_name)
         while True:
-            with _BACKEND_LOCK:
+            with BACKEND_LOCK:
                 received = receive(self, queue_name, count, 0, *args, **kwargs)
             left = deadline - time.monotonic()
             if received or left <= 0:
@@ -109,6 +109,6 @@ def install() -> None:
             "change_message_visibility_batch",
             "purge_queue",
         ),
-        _BACKEND_LOCK,
+        BACKEND_LOCK,
     )
     SQSBackend._nodecycle_sqs_timing = True  # type: ignore[attr-defined]
