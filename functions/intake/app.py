@@ -29,7 +29,7 @@ from nodecycle.domain.model import DisruptionEvent
 from nodecycle.domain.ports.instances import InstanceFacts
 from nodecycle.entrypoints import BatchResponse, SqsRecord, expected_retry, partial_batch
 from nodecycle.observability import logger, metrics, tracer
-from nodecycle.wiring.intake import budget, intake, intake_queue, invocation_time, shared
+from nodecycle.wiring.intake import budget, intake, intake_queue, invocation_time, redeliveries, shared
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -46,7 +46,9 @@ def handler(event: dict[str, Any], context: LambdaContext) -> BatchResponse | No
     with invocation_time().running(time_left()):
         if "Records" in event:
             return partial_batch(
-                _health_events_last(event), lambda record: _queue_record(record, home, time_left)
+                _health_events_last(event),
+                lambda record: _queue_record(record, home, time_left),
+                redeliveries(),
             )
         try:
             accept(lambda: from_eventbridge(event, home=home), time_left)

@@ -219,7 +219,9 @@ class ManagedGroups:
                 raise _again(self._listing_failed)
             raise TransientError(
                 f"group {group} is not in the listing of the groups tagged for {self._owner}, read before its action "
-                f"started and read again at most once per {LIST_EVERY.total_seconds():.0f} s: retried"
+                f"started and read again at most once per {LIST_EVERY.total_seconds():.0f} s: retried",
+                # (its retry comes once the listing may be read again: sooner, it would find the same answer)
+                retry_after=(LIST_EVERY - (now - self._listing_asked_at)).total_seconds(),
             )
         # (the attempt stamped before the call: one refused or throttled is not asked again by each name that follows
         # it within LIST_EVERY, which are retried with its failure meanwhile)
@@ -313,6 +315,15 @@ class LifecycleHooks:
             return None
         self._cache[key] = (hook, now)
         return hook
+
+    def read_again_in(self, group: str, name: str) -> float:
+        """Seconds until the answer here about the hook is past its ttl, and read again (0: it is already)."""
+        key = (group, name)
+        cached = self._cache.get(key)
+        read_at = cached[1] if cached is not None else self._absent.get(key)
+        if read_at is None:
+            return 0.0
+        return max((self._ttl - (self._clock.now() - read_at)).total_seconds(), 0.0)
 
     def read_before(self, group: str, name: str, when: datetime) -> bool:
         """Whether the answer here about the hook (as ``get`` last gave it) was read before ``when``: an answer

@@ -168,11 +168,13 @@ class Intake:
         ):
             # The answer was read before the action started (the ttl's, or a flood used the fresh reads up): the
             # hook may have been created, or recreated for this transition, since. Retried rather than dropped:
-            # at its redelivery (the queue's visibility timeout, past the ttl) the answer is read again after
+            # at its redelivery (once the ttl is past: its retry_after) the answer is read again after
             # the action's start and is final, so a forged message dated now costs one receive more, no loop.
             raise TransientError(
                 f"lifecycle hook {event.hook} of group {event.group} read here before its action started, as "
-                f"{'absent' if hook is None else hook.transition.short}: retried, to be read again"
+                f"{'absent' if hook is None else hook.transition.short}: retried, to be read again",
+                # (its retry comes once the answer is past its ttl: sooner, this container would give it again)
+                retry_after=self._hooks.read_again_in(event.group, event.hook),
             )
         if hook is None:
             log.warning("dropped: lifecycle hook %s of group %s does not exist", event.hook, event.group)

@@ -9,7 +9,7 @@ from functools import cache
 from typing import TYPE_CHECKING
 
 from nodecycle.adapters.aws.instances import Ec2Instances
-from nodecycle.adapters.aws.queues import SqsIntakeQueue
+from nodecycle.adapters.aws.queues import SqsIntakeQueue, SqsRedeliveries
 from nodecycle.domain.catalog import LifecycleHooks, ManagedGroups
 from nodecycle.domain.intake import Intake
 from nodecycle.domain.intake_budget import IntakeBudget
@@ -50,6 +50,18 @@ def intake_queue() -> SqsIntakeQueue | None:
     """The intake queue, where an event from EventBridge retried on purpose is handed (None: not set)."""
     url = settings().intake_queue_url
     return None if url is None else SqsIntakeQueue(url)
+
+
+# The intake queue's visibility timeout, as template.yaml declares it (IntakeQueue; a test holds the two equal):
+# a record retried on purpose comes back sooner than it (nodecycle/entrypoints.py)
+INTAKE_QUEUE_VISIBILITY_SECONDS = 180
+
+
+@cache
+def redeliveries() -> SqsRedeliveries | None:
+    """The intake queue, as a record of it retried on purpose comes back sooner (None: its url not set)."""
+    url = settings().intake_queue_url
+    return None if url is None else SqsRedeliveries(url, INTAKE_QUEUE_VISIBILITY_SECONDS)
 
 
 def adopt_after(config: Timing) -> timedelta:

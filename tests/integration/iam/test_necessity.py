@@ -133,6 +133,12 @@ MAYBE_EXERCISED = {
         "(tests/functions/intake/test_eventbridge_retries_by_the_queue.py sends one on moto)"
     ),
     "DrainFunctionRole/drain:SendWork on arn:aws:sqs:eu-west-1:123456789012:nodecycle-WakeQueue": WAKE_UP,
+    "IntakeFunctionRole/intake:PollIntakeQueue sqs:ChangeMessageVisibility": (
+        "an intake queue record retried on purpose, brought back sooner than the queue's visibility timeout: only "
+        "when a record is retried (a throttle, a hook read before its action started), as timing falls "
+        "(tests/functions/intake/test_retries_come_back_sooner.py; the role's grant: "
+        "tests/sandbox/iam/test_intake_redelivery_permission.py)"
+    ),
     "SweeperFunctionRole/sweeper:SendWork": f"{REPAIR}; but a wake-up of a waiter by the sweep's budget part "
     "goes through it too, when a sweep finds a finished lifecycle's slot not yet given back (its timing)",
     "SweeperFunctionRole/sweeper:OrphanedActions autoscaling:DescribeLifecycleHooks": ADOPTION,

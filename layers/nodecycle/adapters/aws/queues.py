@@ -37,3 +37,23 @@ class SqsIntakeQueue:
     def send(self, body: str, delay_seconds: int) -> None:
         with transient_errors("handing an event to the intake queue"):
             self._sqs().send_message(QueueUrl=self._url, MessageBody=body, DelaySeconds=delay_seconds)
+
+
+class SqsRedeliveries:
+    """A queue whose records its function retries sooner than the queue's visibility timeout brings them back
+    (``nodecycle.entrypoints.Redeliveries``): a record's visibility shortened by its receipt handle."""
+
+    def __init__(self, url: str, visibility_timeout: int, sqs: SQSClient | None = None) -> None:
+        self._url = url
+        self._visibility_timeout = visibility_timeout
+        self._sqs: LazyClient[SQSClient] = LazyClient("sqs", sqs)
+
+    @property
+    def visibility_timeout(self) -> int:
+        return self._visibility_timeout
+
+    def redeliver_in(self, receipt_handle: str, seconds: int) -> None:
+        with transient_errors("bringing a record retried back to the queue sooner"):
+            self._sqs().change_message_visibility(
+                QueueUrl=self._url, ReceiptHandle=receipt_handle, VisibilityTimeout=seconds
+            )
