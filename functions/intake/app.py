@@ -7,7 +7,7 @@ retry: the same bytes would fail the same way), then hand each action or disrupt
 ignores what is not this stack's, de-duplicates, writes the record and sends the first unit of work. Errors
 from AWS propagate: on the queue, the record alone fails (partial batch response) and is retried, then
 dead-lettered; a lifecycle action's event from EventBridge retried on purpose is handed to the queue, delayed
-(``_handed_to_the_queue``), and anything else fails the asynchronous invocation, which Lambda retries and then
+(``wiring/intake_requeue.py``), and anything else fails the asynchronous invocation, which Lambda retries and then
 dead-letters. An instance is started only
 with time left to finish it (domain/intake_budget.py): an event whose instances remain when the time is nearly
 out fails the same way, and its retry continues where it stopped.
@@ -15,21 +15,21 @@ out fails the same way, and its retry continues where it stopped.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from functools import cache
 from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from nodecycle.contracts.disruption_events import NotADisruption, is_disruption_event
+from nodecycle.contracts.disruption_events import NotADisruption
 from nodecycle.contracts.events import Home, Received, from_eventbridge, from_sqs_body, names_many
 from nodecycle.contracts.lifecycle_events import InvalidLifecycleEvent, TestNotification
 from nodecycle.domain.model import DisruptionEvent
 from nodecycle.domain.ports.instances import InstanceFacts
-from nodecycle.entrypoints import BatchResponse, SqsRecord, expected_retry, partial_batch
+from nodecycle.entrypoints import BatchResponse, SqsRecord, partial_batch
 from nodecycle.observability import logger, metrics, tracer
-from nodecycle.wiring.intake import budget, intake, intake_queue, invocation_time, redeliveries, shared
+from nodecycle.wiring.intake import budget, intake, invocation_time, redeliveries, shared
+from nodecycle.wiring.intake_requeue import handed_to_the_queue
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -53,47 +53,9 @@ def handler(event: dict[str, Any], context: LambdaContext) -> BatchResponse | No
         try:
             accept(lambda: from_eventbridge(event, home=home), time_left)
         except Exception as error:
-            if not _handed_to_the_queue(event, error):
+            if not handed_to_the_queue(event, error):
                 raise
         return None
-
-
-# How long an event from EventBridge handed to the intake queue waits there: past the answers its retry must read
-# again (a hook's, trusted for 60 s; the listing of this owner's groups, read again at most every 30 s:
-# domain/catalog.py), about when Lambda's first retry of a failed invocation came.
-REQUEUE_DELAY_SECONDS = 60
-
-
-def _handed_to_the_queue(event: dict[str, Any], error: Exception) -> bool:
-    """Whether the lifecycle action's event that ``error`` stopped was handed to the intake queue, its retry.
-
-    EventBridge invokes intake asynchronously: Lambda retries only a failed invocation (twice, then the on-failure
-    destination), so an ordinary retry failed it, and IntakeErrorsAlarm paged for each (a throttle, a hook read
-    before its action started). On the queue the event is retried and dead-lettered as the queue's own records
-    (5 receives, the dead-letter alarm), and one that fails so again at its redelivery is the function's error
-    (``entrypoints.retried_again``). Not handed: what is no ordinary retry (a refusal, a bug: the function's
-    error alarm must see it); a disruption (the queue is trusted less than EventBridge: what EC2 does not
-    confirm, a rebalance recommendation, a Spot warning its request does not show yet, would be dropped there);
-    and an event the queue refuses (it fails the invocation, as before: Lambda retries it, nothing lost)."""
-    if not expected_retry(error) or is_disruption_event(event):
-        return False
-    queue = intake_queue()
-    if queue is None:
-        return False
-    try:
-        queue.send(json.dumps(event), delay_seconds=REQUEUE_DELAY_SECONDS)
-    except Exception:
-        logger.exception(
-            "could not hand an event to the intake queue: the invocation fails, Lambda retries it"
-        )
-        return False
-    logger.warning(
-        "an event from EventBridge is retried by the intake queue in %d s: %s",
-        REQUEUE_DELAY_SECONDS,
-        error,
-        extra={"event_id": event.get("id")},
-    )
-    return True
 
 
 def _health_events_last(event: dict[str, Any]) -> dict[str, Any]:

@@ -12,8 +12,6 @@ from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any, cast
 
-from functions.intake.app import REQUEUE_DELAY_SECONDS
-
 from nodecycle.domain.catalog import LIST_EVERY, OWNER_TAG, LifecycleHooks
 from nodecycle.domain.intake import Intake, IntakeOutcome
 from nodecycle.domain.model import LifecycleEvent, Transition
@@ -21,6 +19,7 @@ from nodecycle.domain.policy import PlanPolicy
 from nodecycle.domain.ports.lifecycle import Hook
 from nodecycle.settings import Timing
 from nodecycle.wiring.intake import managed_groups
+from nodecycle.wiring.intake_requeue import REQUEUE_DELAY_SECONDS
 from tests.functions.intake.test_group_names_flood import (
     HOOK,
     OWNER,
@@ -104,7 +103,7 @@ def test_a_new_groups_first_action_during_a_flood_is_taken_in_one_redelivery_on_
 
 def test_its_event_by_eventbridge_handed_to_the_queue_is_taken_in_at_its_first_receive() -> None:
     # Given the same flood and listing, and the new group's action's event from EventBridge retried (handed to
-    # the intake queue, delayed: functions/intake/app.py's REQUEUE_DELAY_SECONDS)
+    # the intake queue, delayed: nodecycle/wiring/intake_requeue.py's REQUEUE_DELAY_SECONDS)
     clock = FakeClock()
     autoscaling = CountingAutoscaling(clock=clock, action_timeout=SHORTEST_HOOK)
     intake = a_stack(autoscaling, clock)
