@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
@@ -44,6 +45,32 @@ def sent(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[st
     events.unregister("provide-client-params.sqs.SendMessage", unique_id="tests.sent")
 
 
+@dataclass(frozen=True)
+class HandedOver:
+    """A lifecycle action's event from EventBridge that intake handed to the intake queue, and the calls that
+    sent it there."""
+
+    event: dict[str, Any]
+    sent: list[dict[str, Any]]
+
+    @property
+    def body(self) -> str:
+        """The copy on the queue, as the queue delivers it."""
+        return str(self.sent[0]["MessageBody"])
+
+
+@pytest.fixture
+def handed_over(dynamodb: Answering, intake_fn: ModuleType, sent: list[dict[str, Any]]) -> HandedOver:
+    """A terminate action's event from EventBridge whose record's write DynamoDB throttled (and still throttles:
+    ``dynamodb.answer = None`` ends it): intake's invocation succeeded (before: TransientError, Lambda's error)
+    and handed the event to the intake queue, once."""
+    event = happening_now(load_event("eventbridge-terminate.json"))
+    dynamodb.answer = THROTTLED
+    assert intake_fn.handler(event, LambdaContext()) is None
+    assert len(sent) == 1
+    return HandedOver(event, sent)
+
+
 def queued(stack: Stack) -> int:
     """The messages on the intake queue, visible or delayed."""
     attributes = boto3.client("sqs").get_queue_attributes(
@@ -54,14 +81,11 @@ def queued(stack: Stack) -> int:
 
 
 def test_a_lifecycle_action_from_eventbridge_retried_goes_to_the_intake_queue_not_to_lambdas_retries(
-    dynamodb: Answering, intake_fn: ModuleType, stack: Stack, sent: list[dict[str, Any]]
+    dynamodb: Answering, intake_fn: ModuleType, stack: Stack, handed_over: HandedOver
 ) -> None:
-    # Given a terminate action's event from EventBridge, and DynamoDB throttling its record's write
-    event = happening_now(load_event("eventbridge-terminate.json"))
-    dynamodb.answer = THROTTLED
-
-    # When intake is invoked with it, Then the invocation succeeds (before: TransientError, Lambda's error)
-    assert intake_fn.handler(event, LambdaContext()) is None
+    # Given a terminate action's event from EventBridge, and DynamoDB throttling its record's write, When intake
+    # is invoked with it, Then the invocation succeeds (the fixture: before, TransientError, Lambda's error)
+    event, sent = handed_over.event, handed_over.sent
 
     # And the event is on the intake queue as EventBridge sent it, delayed past the caches' answers (the hook's
     # and the listing's ttl: its retry reads them again)
@@ -72,7 +96,7 @@ def test_a_lifecycle_action_from_eventbridge_retried_goes_to_the_intake_queue_no
 
     # And its delivery by the queue, the throttle over, takes it in
     assert queued(stack) == 1
-    response = intake_fn.handler(sqs_event(sent[0]["MessageBody"]), LambdaContext())
+    response = intake_fn.handler(sqs_event(handed_over.body), LambdaContext())
     assert response == {"batchItemFailures": []}
     (record,) = records()
     assert work(stack.drain_queue) == [{"record_id": record["id"], "seq": 0, "step": "acquire-slot"}]

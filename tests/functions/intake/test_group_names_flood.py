@@ -62,16 +62,21 @@ def created(autoscaling: CountingAutoscaling, group: str) -> None:
 def flooded(intake: Intake, clock: FakeClock, seconds: int, per_second: int = 30) -> list[LifecycleEvent]:
     """Messages naming invented groups, each another, for ``seconds``: each dropped as unmanaged, or retried (dated
     after the listing of this owner's groups was read: see LIST_EVERY); the retried ones."""
-    retried = []
+    retried: list[LifecycleEvent] = []
     for n in range(seconds * per_second):
-        event = naming(f"invented-{clock.now().timestamp()}", n, clock)
-        outcome = offered(intake, event)
-        if outcome is None:
-            retried.append(event)
-        else:
-            assert outcome is IntakeOutcome.UNMANAGED
+        dropped_or_retried(intake, naming(f"invented-{clock.now().timestamp()}", n, clock), retried)
         clock.advance(1 / per_second)
     return retried
+
+
+def dropped_or_retried(intake: Intake, event: LifecycleEvent, retried: list[LifecycleEvent]) -> None:
+    """A message naming an invented group offered to intake: dropped as unmanaged, or retried (then in
+    ``retried``)."""
+    outcome = offered(intake, event)
+    if outcome is None:
+        retried.append(event)
+    else:
+        assert outcome is IntakeOutcome.UNMANAGED
 
 
 @pytest.fixture
@@ -335,12 +340,7 @@ def test_a_flood_of_invented_names_costs_a_few_listings_a_minute_and_drops_no_ne
                 retried.append(ours)
             else:
                 assert first is IntakeOutcome.ACCEPTED
-        event = naming(f"invented-{n}", n, clock)
-        outcome = offered(intake, event)
-        if outcome is None:
-            retried.append(event)
-        else:
-            assert outcome is IntakeOutcome.UNMANAGED
+        dropped_or_retried(intake, naming(f"invented-{n}", n, clock), retried)
         clock.advance(1 / 30)
 
     # Then the listing was read a few times (before: once per LOOKUP_EVERY, 20 listings and 60 pages a minute:

@@ -48,22 +48,35 @@ def intake_queue(stack: Stack) -> tuple[str, str, int, int]:
     return stack.intake_queue, dead, visibility, receives
 
 
+def received(queue: str) -> dict[str, Any] | None:
+    """The next message of ``queue`` as Lambda's poller takes it in (its system attributes: receive count, first
+    receive): the SQS event of a batch of one; None when none is visible."""
+    messages = boto3.client("sqs").receive_message(
+        QueueUrl=queue, MaxNumberOfMessages=1, MessageSystemAttributeNames=["All"]
+    )
+    return (
+        {
+            "Records": [
+                {
+                    "messageId": message["MessageId"],
+                    "receiptHandle": message["ReceiptHandle"],
+                    "body": message["Body"],
+                    "attributes": message["Attributes"],
+                    "eventSource": "aws:sqs",
+                }
+                for message in messages.get("Messages", [])
+            ]
+        }
+        if messages.get("Messages")
+        else None
+    )
+
+
 def receive(queue: str) -> dict[str, Any]:
     """One message of ``queue`` as Lambda's poller takes it in: the SQS event of a batch of one."""
-    (message,) = boto3.client("sqs").receive_message(
-        QueueUrl=queue, MaxNumberOfMessages=1, AttributeNames=["ApproximateReceiveCount"]
-    )["Messages"]
-    return {
-        "Records": [
-            {
-                "messageId": message["MessageId"],
-                "receiptHandle": message["ReceiptHandle"],
-                "body": message["Body"],
-                "attributes": message["Attributes"],
-                "eventSource": "aws:sqs",
-            }
-        ]
-    }
+    batch = received(queue)
+    assert batch is not None, "no message visible"
+    return batch
 
 
 def test_an_invocation_killed_between_a_record_and_its_first_message_is_finished_by_one_redelivery(

@@ -62,14 +62,21 @@ def flood(intake: Intake, clock: FakeClock, n: int) -> None:
         offered(intake, naming(f"invented-{n}-{k}", 10_000 + 5 * n + k, clock))
 
 
-def test_a_new_groups_first_action_during_a_flood_is_taken_in_one_redelivery_on_and_kept_alive() -> None:
-    # Given a tag-managed stack whose lookups a flood of invented names used up, the listing of this owner's
-    # groups read at the flood's next name (before the group below exists)
+def flooded_and_listed() -> tuple[FakeClock, CountingAutoscaling, Intake]:
+    """A tag-managed stack whose lookups a flood of invented names used up, the listing of this owner's groups
+    read at the flood's next name (dropped as unmanaged)."""
     clock = FakeClock()
     autoscaling = CountingAutoscaling(clock=clock, action_timeout=SHORTEST_HOOK)
     intake = a_stack(autoscaling, clock)
     used_up(intake, clock)
     assert offered(intake, naming("invented-0", 10_000, clock)) is IntakeOutcome.UNMANAGED
+    return clock, autoscaling, intake
+
+
+def test_a_new_groups_first_action_during_a_flood_is_taken_in_one_redelivery_on_and_kept_alive() -> None:
+    # Given a tag-managed stack whose lookups a flood of invented names used up, the listing of this owner's
+    # groups read at the flood's next name (before the group below exists)
+    clock, autoscaling, intake = flooded_and_listed()
     listed_at = clock.now()
 
     # When a group is created for the stack 2 s later (its hook's heartbeat timeout the shortest the settings
@@ -104,11 +111,7 @@ def test_a_new_groups_first_action_during_a_flood_is_taken_in_one_redelivery_on_
 def test_its_event_by_eventbridge_handed_to_the_queue_is_taken_in_at_its_first_receive() -> None:
     # Given the same flood and listing, and the new group's action's event from EventBridge retried (handed to
     # the intake queue, delayed: nodecycle/wiring/intake_requeue.py's REQUEUE_DELAY_SECONDS)
-    clock = FakeClock()
-    autoscaling = CountingAutoscaling(clock=clock, action_timeout=SHORTEST_HOOK)
-    intake = a_stack(autoscaling, clock)
-    used_up(intake, clock)
-    assert offered(intake, naming("invented-0", 10_000, clock)) is IntakeOutcome.UNMANAGED
+    clock, autoscaling, intake = flooded_and_listed()
     clock.advance(2)
     autoscaling.tags["nodes-new"] = {OWNER_TAG: OWNER}
     autoscaling.hooks[("nodes-new", HOOK)] = Hook(Transition.TERMINATING, heartbeat_timeout=SHORTEST_HOOK)

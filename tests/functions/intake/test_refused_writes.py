@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from types import ModuleType
 from typing import Any
@@ -150,10 +151,9 @@ def test_an_eventbridge_event_whose_intake_is_refused_fails_for_lambda_to_retry(
     assert metric(capsys.readouterr().out, "LifecycleEventsRejected") == 0
 
 
-class Cancelling:
-    """DynamoDB answering each TransactWriteItems of the adapters' clients with ``answer`` while it is set: what
-    is left once botocore's retries are spent (a throttle, a 500), or a transaction cancelled for another reason
-    than a condition (another transaction on one of its items, throttling of one of them)."""
+class Answering:
+    """DynamoDB answering each call of the adapters' clients it is registered for with ``answer`` while it is set
+    (after botocore's retries: a throttle that lasts, a refusal): a status and the error's code and message."""
 
     def __init__(self) -> None:
         self.answer: tuple[int, dict[str, Any]] | None = None
@@ -162,18 +162,41 @@ class Cancelling:
         if self.answer is None:
             return None
         status, error = self.answer
-        return AWSResponse("https://dynamodb", status, HTTPHeaders(), None), {**error, "ResponseMetadata": {}}
+        return AWSResponse("https://dynamodb", status, HTTPHeaders(), None), {
+            **self.parsed(error),
+            "ResponseMetadata": {},
+        }
+
+    def parsed(self, error: dict[str, Any]) -> dict[str, Any]:
+        return {"Error": error}
+
+
+class Cancelling(Answering):
+    """DynamoDB answering each TransactWriteItems of the adapters' clients with ``answer`` while it is set: what
+    is left once botocore's retries are spent (a throttle, a 500), or a transaction cancelled for another reason
+    than a condition (another transaction on one of its items, throttling of one of them): the whole parsed
+    answer (its error and the cancellation reasons)."""
+
+    def parsed(self, error: dict[str, Any]) -> dict[str, Any]:
+        return error
+
+
+@contextmanager
+def answering[A: Answering](event: str, answers: A) -> Iterator[A]:
+    """``answers`` registered for the botocore ``event`` (before-call.dynamodb[.Operation]) on boto3's default
+    session, before the adapters' clients are made from it (each copies its handlers)."""
+    events = boto3._get_default_session().events
+    # (a before-call handler that answers is botocore's answer to the call: the stubs type it as answering None)
+    events.register(event, answers, unique_id=f"tests.Answering:{event}")  # type: ignore[arg-type]
+    yield answers
+    answers.answer = None  # (a client made meanwhile keeps the handler: it must answer nothing after)
+    events.unregister(event, unique_id=f"tests.Answering:{event}")
 
 
 @pytest.fixture
 def transactions(stack: Stack) -> Iterator[Cancelling]:
-    # On boto3's default session before the adapters' clients are made from it (each copies its handlers)
-    cancelling = Cancelling()
-    events = boto3._get_default_session().events
-    # (a before-call handler that answers is botocore's answer to the call: the stubs type it as answering None)
-    events.register("before-call.dynamodb.TransactWriteItems", cancelling, unique_id="tests.Cancel")  # type: ignore[arg-type]
-    yield cancelling
-    events.unregister("before-call.dynamodb.TransactWriteItems", unique_id="tests.Cancel")
+    with answering("before-call.dynamodb.TransactWriteItems", Cancelling()) as cancelling:
+        yield cancelling
 
 
 def _cancelled(*codes: str) -> tuple[int, dict[str, Any]]:

@@ -10,16 +10,14 @@ from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
-import boto3
 import pytest
-from botocore.awsrequest import AWSResponse, HTTPHeaders
 
 from nodecycle.domain.engine import StepEngine
 from nodecycle.domain.intake import Intake
 from nodecycle.domain.model import Step
 from nodecycle.domain.ports.lifecycle import WorkMessage
 from nodecycle.entrypoints import BatchFailed
-from tests.functions.intake.test_refused_writes import hook_notifications
+from tests.functions.intake.test_refused_writes import Answering, answering, hook_notifications
 from tests.support.events import sqs_event
 from tests.support.functions import LambdaContext, load_function
 from tests.support.stack import Stack
@@ -28,32 +26,10 @@ THROTTLED = (400, {"Code": "ProvisionedThroughputExceededException", "Message": 
 REFUSED = (400, {"Code": "AccessDeniedException", "Message": "not authorized to perform dynamodb:*"})
 
 
-class Answering:
-    """DynamoDB answering each call of the adapters' clients with ``answer`` while it is set (after botocore's
-    retries: a throttle that lasts, a refusal)."""
-
-    def __init__(self) -> None:
-        self.answer: tuple[int, dict[str, str]] | None = None
-
-    def __call__(self, **_: Any) -> tuple[AWSResponse, dict[str, Any]] | None:
-        if self.answer is None:
-            return None
-        status, error = self.answer
-        return AWSResponse("https://dynamodb", status, HTTPHeaders(), None), {
-            "Error": error,
-            "ResponseMetadata": {},
-        }
-
-
 @pytest.fixture
 def dynamodb(stack: Stack) -> Iterator[Answering]:
-    # On boto3's default session before the functions' clients are made from it (each copies its handlers)
-    answering = Answering()
-    events = boto3._get_default_session().events
-    events.register("before-call.dynamodb", answering, unique_id="tests.Answering")  # type: ignore[arg-type]
-    yield answering
-    answering.answer = None  # (a client made meanwhile keeps the handler: it must answer nothing after)
-    events.unregister("before-call.dynamodb", unique_id="tests.Answering")
+    with answering("before-call.dynamodb", Answering()) as answers:
+        yield answers
 
 
 def a_bug(*_: Any, **__: Any) -> Any:

@@ -11,6 +11,7 @@ all the same; a record that succeeds costs no call. On moto with the sandbox's S
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from types import ModuleType
 from typing import Any
@@ -27,12 +28,13 @@ from nodecycle.wiring.intake import INTAKE_QUEUE_VISIBILITY_SECONDS
 from nodecycle_sandbox.aws import sqs_attributes
 from nodecycle_sandbox.runner.cfn_yaml import load_template
 from tests.functions.intake.test_intake_function import records, work
+from tests.functions.intake.test_killed_invocation import intake_queue, received
 from tests.functions.intake.test_retries_alone_in_a_batch import THROTTLED, Answering, dynamodb
 from tests.support.events import happening_now, load_event
 from tests.support.functions import LambdaContext
 from tests.support.stack import TEMPLATE, Stack
 
-__all__ = ["dynamodb"]  # (the fixture, imported to be used here)
+__all__ = ["dynamodb", "intake_queue"]  # (the fixtures, imported to be used here)
 
 
 class QueueClock:
@@ -53,41 +55,42 @@ class QueueClock:
 
 
 @pytest.fixture
-def queue(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The intake queue with the template's visibility timeout, SQS as strict as SQS about visibility changes,
-    and the function told its URL (template.yaml's IntakeFunction environment)."""
+def queue(intake_queue: tuple[str, str, int, int], monkeypatch: pytest.MonkeyPatch) -> str:
+    """The intake queue as the template makes it, SQS as strict as SQS about visibility changes, and the function
+    told its URL (template.yaml's IntakeFunction environment)."""
     sqs_attributes.install()
-    visibility = load_template(TEMPLATE)["Resources"]["IntakeQueue"]["Properties"]["VisibilityTimeout"]
-    boto3.client("sqs").set_queue_attributes(
-        QueueUrl=stack.intake_queue, Attributes={"VisibilityTimeout": str(visibility)}
-    )
-    monkeypatch.setenv("NODECYCLE_INTAKE_QUEUE_URL", stack.intake_queue)
-    return stack.intake_queue
+    url = intake_queue[0]
+    monkeypatch.setenv("NODECYCLE_INTAKE_QUEUE_URL", url)
+    return url
 
 
-def delivered(queue: str) -> dict[str, Any] | None:
-    """The next message of ``queue`` as Lambda's poller hands it over: an SQS event of one record (None: none)."""
-    messages = (
-        boto3.client("sqs")
-        .receive_message(QueueUrl=queue, MaxNumberOfMessages=1, MessageSystemAttributeNames=["All"])
-        .get("Messages", [])
-    )
-    return (
-        {
-            "Records": [
-                {
-                    "messageId": message["MessageId"],
-                    "receiptHandle": message["ReceiptHandle"],
-                    "body": message["Body"],
-                    "attributes": message["Attributes"],
-                    "eventSource": "aws:sqs",
-                }
-                for message in messages
-            ]
-        }
-        if messages
-        else None
-    )
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> QueueClock:
+    return QueueClock(monkeypatch)
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """A message of the intake queue as Lambda's poller handed it over, and the queue's clock."""
+
+    queue: str
+    clock: QueueClock
+    batch: dict[str, Any]
+
+    @property
+    def record(self) -> dict[str, Any]:
+        return dict(self.batch["Records"][0])
+
+
+@pytest.fixture
+def first(queue: str, clock: QueueClock, dynamodb: Answering) -> Delivered:
+    """A terminate hook's notification on the intake queue, at its first delivery, and DynamoDB throttling its
+    record's write (``dynamodb.answer = None`` ends it)."""
+    body = happening_now(load_event("sqs-hook-terminate.json"))["Records"][0]["body"]
+    boto3.client("sqs").send_message(QueueUrl=queue, MessageBody=body)
+    _, batch = next_delivery(queue, clock, 0)
+    dynamodb.answer = THROTTLED
+    return Delivered(queue, clock, batch)
 
 
 def next_delivery(queue: str, clock: QueueClock, within: int) -> tuple[float, dict[str, Any]]:
@@ -95,7 +98,7 @@ def next_delivery(queue: str, clock: QueueClock, within: int) -> tuple[float, di
     5 s): how long that took."""
     start = clock.offset
     while clock.offset - start <= within:
-        batch = delivered(queue)
+        batch = received(queue)
         if batch is not None:
             return clock.offset - start, batch
         clock.offset += 1 if clock.offset - start < 20 else 5
@@ -124,26 +127,19 @@ def test_the_template_and_the_wiring_agree_on_the_intake_queues_visibility_timeo
 def test_a_lone_throttled_record_comes_back_in_seconds_not_after_the_queues_visibility_timeout(
     dynamodb: Answering,
     intake_fn: ModuleType,
-    queue: str,
+    first: Delivered,
     stack: Stack,
-    monkeypatch: pytest.MonkeyPatch,
     visibility_changes: list[dict[str, Any]],
 ) -> None:
-    clock = QueueClock(monkeypatch)
     # Given a terminate hook's notification on the intake queue, delivered, and DynamoDB throttling its write
-    body = happening_now(load_event("sqs-hook-terminate.json"))["Records"][0]["body"]
-    boto3.client("sqs").send_message(QueueUrl=queue, MessageBody=body)
-    _, first = next_delivery(queue, clock, 0)
-    dynamodb.answer = THROTTLED
-
     # When intake takes it in, Then it is retried (its failure reported, the invocation not failed)
-    failed = [{"itemIdentifier": first["Records"][0]["messageId"]}]
-    assert intake_fn.handler(first, LambdaContext()) == {"batchItemFailures": failed}
+    failed = [{"itemIdentifier": first.record["messageId"]}]
+    assert intake_fn.handler(first.batch, LambdaContext()) == {"batchItemFailures": failed}
     dynamodb.answer = None
 
-    # And the queue delivers it again 10 s on, not 180 s (before: 180 s, the queue's visibility timeout), and it
-    # is taken in: its lifecycle's record and first step, 10 s after the hook
-    waited, again = next_delivery(queue, clock, INTAKE_QUEUE_VISIBILITY_SECONDS)
+    # And the queue delivers it again 10 s on, not 180 s (before: 178-180 s, the queue's visibility timeout), and
+    # it is taken in: its lifecycle's record and first step, 10 s after the hook
+    waited, again = next_delivery(first.queue, first.clock, INTAKE_QUEUE_VISIBILITY_SECONDS)
     assert waited <= entrypoints.FIRST_RETRY_SECONDS
     assert intake_fn.handler(again, LambdaContext()) == {"batchItemFailures": []}
     (record,) = records()
@@ -151,68 +147,55 @@ def test_a_lone_throttled_record_comes_back_in_seconds_not_after_the_queues_visi
 
     # And only the retried record cost a ChangeMessageVisibility: the one that succeeded, none
     assert [(c["ReceiptHandle"], c["VisibilityTimeout"]) for c in visibility_changes] == [
-        (first["Records"][0]["receiptHandle"], entrypoints.FIRST_RETRY_SECONDS)
+        (first.record["receiptHandle"], entrypoints.FIRST_RETRY_SECONDS)
     ]
 
 
 def test_a_record_received_again_meanwhile_keeps_its_visibility_and_its_failure_is_reported(
     dynamodb: Answering,
     intake_fn: ModuleType,
-    queue: str,
-    monkeypatch: pytest.MonkeyPatch,
+    first: Delivered,
     visibility_changes: list[dict[str, Any]],
 ) -> None:
-    clock = QueueClock(monkeypatch)
     # Given a hook notification delivered, then delivered again to another invocation before the first is over
     # (a duplicate delivery: the first receipt handle has expired), and DynamoDB throttling its write
-    body = happening_now(load_event("sqs-hook-terminate.json"))["Records"][0]["body"]
-    boto3.client("sqs").send_message(QueueUrl=queue, MessageBody=body)
-    _, first = next_delivery(queue, clock, 0)
     boto3.client("sqs").change_message_visibility(
-        QueueUrl=queue, ReceiptHandle=first["Records"][0]["receiptHandle"], VisibilityTimeout=0
+        QueueUrl=first.queue, ReceiptHandle=first.record["receiptHandle"], VisibilityTimeout=0
     )
-    _, second = next_delivery(queue, clock, 1)
-    dynamodb.answer = THROTTLED
+    _, second = next_delivery(first.queue, first.clock, 1)
 
     # When the first invocation retries it, Then SQS refuses the shorter visibility by the expired handle, and
     # the record is retried all the same (its failure reported, the invocation not failed)
-    failed = [{"itemIdentifier": first["Records"][0]["messageId"]}]
-    assert intake_fn.handler(first, LambdaContext()) == {"batchItemFailures": failed}
+    failed = [{"itemIdentifier": first.record["messageId"]}]
+    assert intake_fn.handler(first.batch, LambdaContext()) == {"batchItemFailures": failed}
     assert len(visibility_changes) == 2  # (the test's own, then intake's, refused)
 
     # And the second delivery keeps the queue's visibility timeout: nothing until it runs out
     dynamodb.answer = None
     with pytest.raises(AssertionError, match="nothing delivered"):
-        next_delivery(queue, clock, INTAKE_QUEUE_VISIBILITY_SECONDS - 10)
-    assert second["Records"][0]["receiptHandle"] != first["Records"][0]["receiptHandle"]
+        next_delivery(first.queue, first.clock, INTAKE_QUEUE_VISIBILITY_SECONDS - 10)
+    assert second["Records"][0]["receiptHandle"] != first.record["receiptHandle"]
 
 
 def test_a_throttle_that_outlasts_the_sooner_retry_is_retried_at_the_queues_timeout_then_fails_the_invocation(
-    dynamodb: Answering,
     intake_fn: ModuleType,
-    queue: str,
-    monkeypatch: pytest.MonkeyPatch,
+    first: Delivered,
     visibility_changes: list[dict[str, Any]],
 ) -> None:
-    clock = QueueClock(monkeypatch)
     # Given a hook notification delivered, and DynamoDB throttling its write for good
-    body = happening_now(load_event("sqs-hook-terminate.json"))["Records"][0]["body"]
-    boto3.client("sqs").send_message(QueueUrl=queue, MessageBody=body)
-    dynamodb.answer = THROTTLED
-    _, first = next_delivery(queue, clock, 0)
-    intake_fn.handler(first, LambdaContext())
+    intake_fn.handler(first.batch, LambdaContext())
 
     # When its sooner retry (10 s on) finds the throttle still there, Then it is an ordinary retry again (no
     # error: a throttle of 10 s pages nobody), left to the queue's timeout (no second change: each receive counts
     # towards the dead-letter queue)
-    waited, second = next_delivery(queue, clock, INTAKE_QUEUE_VISIBILITY_SECONDS)
+    waited, second = next_delivery(first.queue, first.clock, INTAKE_QUEUE_VISIBILITY_SECONDS)
     assert waited <= entrypoints.FIRST_RETRY_SECONDS
     assert intake_fn.handler(second, LambdaContext())["batchItemFailures"]
     assert len(visibility_changes) == 1
 
     # And at the redelivery after the queue's timeout, 3 minutes after the first receive as before, the throttle
     # that lasts fails the invocation (the function's error alarm)
-    waited, third = next_delivery(queue, clock, INTAKE_QUEUE_VISIBILITY_SECONDS + 1)
+    waited, third = next_delivery(first.queue, first.clock, INTAKE_QUEUE_VISIBILITY_SECONDS + 1)
     assert waited > INTAKE_QUEUE_VISIBILITY_SECONDS / 2  # (the wall clock runs on too)
     with pytest.raises(entrypoints.BatchFailed):
         intake_fn.handler(third, LambdaContext())

@@ -9,6 +9,8 @@ from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any, cast
 
+import pytest
+
 from nodecycle.domain.catalog import LOOKUP_BURST, LOOKUP_EVERY, LifecycleHooks
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.intake import Intake, IntakeOutcome
@@ -228,9 +230,12 @@ def test_a_hook_created_after_its_name_was_asked_about_is_found_within_the_hooks
     autoscaling.hooks[(OURS, "late")] = Hook(Transition.TERMINATING, heartbeat_timeout=300)
 
     # Then within the hooks' ttl (a minute) it is not asked about again (an action started since is retried,
-    # not dropped), and after it, it is found
+    # not dropped: to come back once the answer is past its ttl, its retry_after, here 1 s, which the intake
+    # queue honours rather than bring it back sooner to the same answer), and after it, it is found
     clock.advance(59)
-    assert delivered(intake, naming(OURS, 2, clock, hook="late")) is None
+    with pytest.raises(TransientError) as retried:
+        intake.accept(naming(OURS, 2, clock, hook="late"))
+    assert retried.value.retry_after == pytest.approx(1)
     assert autoscaling.hook_reads == [(OURS, "late")]
     clock.advance(1)
     assert intake.accept(naming(OURS, 3, clock, hook="late")) is IntakeOutcome.ACCEPTED
