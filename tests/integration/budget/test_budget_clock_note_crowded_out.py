@@ -15,12 +15,12 @@ import pytest
 from nodecycle.adapters.kube.budget import BudgetCrowdedOut
 from nodecycle.domain.budget import SlotReason
 from nodecycle_sandbox.kube import KubeServer
-from tests.integration.budget.conftest import NAMESPACE, admin_api, core_api, node_name
+from tests.integration.budget.conftest import NAMESPACE, core_api, node_name
 from tests.integration.budget.test_budget_clock_five_minutes_off import POLL, behind_and_on_time, budget_of
 from tests.integration.budget.test_configmap_recreated import request
+from tests.support.budget_refusals import CONFIGMAP, paste_a_backup
 
 TTL = timedelta(seconds=420)
-MIB = 1024 * 1024
 
 
 def test_a_holder_s_lead_is_never_squeezed_out_of_a_crowded_configmap(
@@ -33,13 +33,8 @@ def test_a_holder_s_lead_is_never_squeezed_out_of_a_crowded_configmap(
     late, on_time = budget_of(api, late_clock, TTL), budget_of(api, clock, TTL)
     assert late.acquire(request(0)).granted
     # When someone pastes a backup beside the document that fills the ConfigMap's data to 10 bytes short of 1 MiB
-    admin = admin_api(server)
-    data: dict[str, str] = admin.read_namespaced_config_map("nodecycle-budget", NAMESPACE).data or {}
-    assert "budget.clock" in data
-    backup = MIB - sum(len(value.encode()) for value in data.values()) - 10
-    edit = {"backup.json": "x" * backup}
-    admin.patch_namespaced_config_map("nodecycle-budget", NAMESPACE, {"data": edit})
-    admin.api_client.close()
+    assert "budget.clock" in (api.read_namespaced_config_map(CONFIGMAP, NAMESPACE).data or {})
+    paste_a_backup(server, short_of_a_mib=10)
 
     # ...and node 0's drain polls for a TTL, renewing its slot (or refused it, the ConfigMap crowded), while
     # node 1 asks on the container on time

@@ -7,14 +7,12 @@ not a transient error retried until the message is dead-lettered, logged as a do
 
 from __future__ import annotations
 
-import pytest
 from kubernetes import client
 
 from nodecycle.adapters.kube.budget import BudgetImmutable
 from nodecycle.domain.budget import SlotReason
-from nodecycle.domain.ports.cluster import Refused
 from nodecycle_sandbox.kube import KubeServer
-from tests.integration.budget.conftest import NAMESPACE, add_nodes, admin_api, node_name
+from tests.integration.budget.conftest import NAMESPACE, admin_api, node_name
 from tests.integration.budget.test_configmap_recreated import (
     budget_of,
     cordon,
@@ -22,30 +20,24 @@ from tests.integration.budget.test_configmap_recreated import (
     recreate_the_configmap,
     request,
 )
-from tests.unit.budget.fakes import FakeClock
+from tests.support.budget_refusals import CONFIGMAP, held_by_node_0, refusals_later
 
 
 def test_an_immutable_budget_configmap_is_refused_with_its_way_out_and_nothing_is_sent_to_be_refused(
     server: KubeServer, core: client.CoreV1Api
 ) -> None:
     # Given a budget of 1 held by node 0's drain (claimed on its node)
-    add_nodes(server, 6)
-    clock = FakeClock()
-    assert budget_of(core, clock, "blue", "1", "1").acquire(request(0)).granted
+    clock = held_by_node_0(server, core)
     cordon(core, request(0))
     # When the ConfigMap is made immutable, and node 1 asks, and node 0's drain renews its slot when it is due
     admin = admin_api(server)
-    admin.patch_namespaced_config_map("nodecycle-budget", NAMESPACE, {"immutable": True})
-    clock.advance(200)
-    server.reset_counters()
-    refusals = []
-    for ask, slot in (
-        (budget_of(core, clock, "blue", "1", "1").acquire, request(1)),
-        (budget_of(core, clock, "blue", "1", "1").renew, polled(0)),
-    ):
-        with pytest.raises(Refused) as refused:
-            ask(slot)
-        refusals.append(refused.value)
+    admin.patch_namespaced_config_map(CONFIGMAP, NAMESPACE, {"immutable": True})
+    refusals = refusals_later(
+        server,
+        clock,
+        lambda: budget_of(core, clock, "blue", "1", "1").acquire(request(1)),
+        lambda: budget_of(core, clock, "blue", "1", "1").renew(polled(0)),
+    )
 
     # Then each is refused, naming the ConfigMap and the way out, and no write was sent to be refused
     for refusal in refusals:
