@@ -19,25 +19,14 @@ from nodecycle.domain.drain.cordon import CORDON_REFUSED
 from nodecycle.domain.drain.evict import UNRENEWED
 from nodecycle.domain.engine import DRAIN_RETRY_CAP_SECONDS, Outcome
 from nodecycle.domain.errors import TransientError
-from nodecycle.domain.model import LifecycleRecord, Step
+from nodecycle.domain.model import Step
 from nodecycle_sandbox.faults import Fault
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.budget.conftest import NAMESPACE, admin_api, core_api, node_name
-from tests.integration.budget.recreation import (
-    at_its_cordon,
-    cordon_step,
-    evict_step,
-    in_progress,
-    lifecycle_of,
-    six_nodes,
-    slot_of,
-)
-from tests.integration.budget.test_budget_renewal_refused_mid_drain import (
-    GLOBAL_AT,
-    TIMEOUT_AT,
-    keep_a_pod_on,
-)
+from tests.integration.budget.recreation import at_its_cordon, cordon_step, six_nodes, slot_of
+from tests.integration.budget.test_budget_renewal_refused_mid_drain import GLOBAL_AT, TIMEOUT_AT
 from tests.integration.budget.test_configmap_recreated import budget_of, request
+from tests.support.budget_refusals import as_stored, kept_drain
 from tests.unit.drain.test_drain_steps import policy
 
 EVERY = policy().poll_seconds
@@ -63,9 +52,7 @@ def test_a_cordon_refused_its_renewal_past_its_slot_s_expiry_waits_for_a_slot_be
     while outcome is None or (outcome.again and clock.now() <= GLOBAL_AT):
         clock.advance(EVERY if outcome is None else max(1.0, outcome.delay))
         outcome = cordon_step(api, blue)(record, clock.now())
-        record = record.model_copy(
-            update={k: v for k, v in outcome.changes.items() if k in LifecycleRecord.model_fields}
-        )
+        record = as_stored(record, outcome)
         if refused_at is None and CORDON_REFUSED in record.extra:
             refused_at = clock.now()
             drain_deadline = datetime.fromisoformat(str(record.extra[CORDON_REFUSED])) + policy().timeout
@@ -93,44 +80,34 @@ def test_a_drain_whose_renewal_fails_past_its_slot_s_expiry_does_not_end_beside_
     server: KubeServer, target: str
 ) -> None:
     # Given a budget of 1 held by stack blue's drain of node 0 (claimed), whose pod a PodDisruptionBudget keeps
-    api = core_api(server)
-    clock, records, blue = six_nodes(server, api, total="1")
-    slot = slot_of(0)
-    in_progress(api, blue, records, slot)
-    admin = admin_api(server)
-    keep_a_pod_on(server, admin, node_name(0))
-    green = budget_of(admin, clock, "green", "1", "1")
-    record = lifecycle_of(slot, Step.EVICT, seq=3).model_copy(update={"global_deadline": GLOBAL_AT})
+    drain = kept_drain(server, global_deadline=GLOBAL_AT)
+    clock = drain.clock
+    green = budget_of(admin_api(server), clock, "green", "1", "1")
     failing_at: datetime | None = None
     granted_at: datetime | None = None
     evictions_then = 0
-
-    def evictions() -> int:
-        return server.counters().get(("create", "pods/eviction"), 0)
 
     def polled(until: datetime, fail: bool = True) -> Outcome:
         """Blue's polls as the engine runs them (a failure retried at the drain steps' cap), the API server failing
         every read of the ConfigMap (or of the node, which comes before the renewal) at each (``fail``); green's
         node 1 asking between them."""
-        nonlocal record, failing_at, granted_at, evictions_then
+        nonlocal failing_at, granted_at, evictions_then
         outcome = None
         while outcome is None or (outcome.again and clock.now() < until):
             clock.advance(EVERY if outcome is None else max(1.0, outcome.delay))
             if fail:
                 server.faults.arm([Fault("etcd", "kube-error", target)], seed=1)
             try:
-                outcome = evict_step(api, blue, slot)(record, clock.now())
+                outcome = drain.poll()
             except TransientError:
                 failing_at = failing_at or clock.now()
-                evictions_then = evictions_then or evictions()
-                outcome = Outcome.wait(DRAIN_RETRY_CAP_SECONDS, attempts=record.attempts + 1)
+                evictions_then = evictions_then or drain.evictions()
+                outcome = Outcome.wait(DRAIN_RETRY_CAP_SECONDS, attempts=drain.record.attempts + 1)
             else:
                 outcome = Outcome(**{**outcome.__dict__, "changes": {"attempts": 0, **outcome.changes}})
             finally:
                 server.faults.disarm()
-            record = record.model_copy(
-                update={k: v for k, v in outcome.changes.items() if k in LifecycleRecord.model_fields}
-            )
+            drain.stored(outcome)
             if granted_at is None and green.acquire(request(1, owner="green")).granted:
                 granted_at = clock.now()
         return outcome
@@ -148,14 +125,14 @@ def test_a_drain_whose_renewal_fails_past_its_slot_s_expiry_does_not_end_beside_
     # And blue's drain, its slot certainly expired a holder TTL after its renewals began to fail, does not end its
     # node's action at its drain timeout beside node 1's: paused from then on, a wait for a slot (invariant 9)
     assert outcome.again, outcome
-    assert record.drain_paused_at is not None
-    noted = datetime.fromisoformat(str(record.extra[UNRENEWED]))
+    assert drain.record.drain_paused_at is not None
+    noted = datetime.fromisoformat(str(drain.record.extra[UNRENEWED]))
     assert failing_at < noted <= failing_at + timedelta(seconds=DRAIN_RETRY_CAP_SECONDS)
-    assert record.drain_paused_at == noted + policy().holder_ttl
+    assert drain.record.drain_paused_at == noted + policy().holder_ttl
     # And, the budget failing to the end, it ends at the latest its timeout policy may act, having evicted nothing
     # since its renewals failed
     outcome = polled(GLOBAL_AT)
     assert outcome.changes.get("outcome") == "drain-timeout-unlisted"
     assert clock.now() <= GLOBAL_AT
-    assert evictions() == evictions_then
+    assert drain.evictions() == evictions_then
     assert server.get_object("pods", "web-0", "default") is not None
