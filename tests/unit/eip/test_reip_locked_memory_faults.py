@@ -7,31 +7,29 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import timedelta
 
-from nodecycle.domain.eip.locked import Lock, LockedReleases, Locks
-from nodecycle.domain.eip.release import ReleaseAddresses
+from nodecycle.domain.eip.locked import Lock, Locks
 from nodecycle.domain.errors import TransientError
-from nodecycle.domain.sweep.addresses import AddressSweep
-from tests.support.fakes import FakeClock, FakeMetrics
+from tests.support.eip_lock_memory import (
+    locked_on_its_instance,
+    release_remembering_locks,
+    sweep_remembering_locks,
+)
+from tests.support.fakes import FakeMetrics
 from tests.unit.eip.fakes import OWNER, T0, FakeAddresses, FakeLines, terminate_record
-from tests.unit.sweeper.test_orphans import AMPLE
 
 INSTANCE = "i-0000000000000a001"
 
 
 def test_a_lock_met_while_the_table_throttles_its_memory_does_not_hold_the_terminate() -> None:
     # Given an instance whose address AWS locked, and the table throttling the memory of the locks
-    ec2 = FakeAddresses()
-    ec2.launch(INSTANCE)
-    address = ec2.add(allocated_for=INSTANCE, allocated_at=T0 - timedelta(days=1), on=INSTANCE)
-    ec2.locked.add(address)
+    ec2, address = locked_on_its_instance(INSTANCE)
     lines, metrics = FakeLines(), FakeMetrics()
 
     def throttled(owner: str) -> Locks:
         raise TransientError("ProvisionedThroughputExceededException")
 
     lines.locks = throttled  # type: ignore[method-assign]
-    locked = LockedReleases(owner=OWNER, locks=lines, metrics=metrics)
-    step = ReleaseAddresses(owner=OWNER, addresses=ec2, metrics=metrics, lines=lines, locked=locked)
+    step = release_remembering_locks(ec2, lines, metrics)
 
     # When its terminate releases its address
     outcome = step(terminate_record(INSTANCE), T0)
@@ -45,18 +43,14 @@ def test_a_lock_met_while_the_table_throttles_its_memory_does_not_hold_the_termi
 
 def test_a_lock_whose_write_keeps_losing_does_not_hold_the_terminate() -> None:
     # Given a locked address, and its memory written over by others at each of the writes (a contended item)
-    ec2 = FakeAddresses()
-    ec2.launch(INSTANCE)
-    address = ec2.add(allocated_for=INSTANCE, allocated_at=T0 - timedelta(days=1), on=INSTANCE)
-    ec2.locked.add(address)
+    ec2, _ = locked_on_its_instance(INSTANCE)
     lines, metrics = FakeLines(), FakeMetrics()
 
     def lost(owner: str, locks: Mapping[str, Lock], expected_version: int) -> bool:
         return False
 
     lines.keep_locks = lost  # type: ignore[method-assign]
-    locked = LockedReleases(owner=OWNER, locks=lines, metrics=metrics)
-    step = ReleaseAddresses(owner=OWNER, addresses=ec2, metrics=metrics, lines=lines, locked=locked)
+    step = release_remembering_locks(ec2, lines, metrics)
 
     # When its terminate releases its address, Then the lifecycle goes on, the lock told
     assert not step(terminate_record(INSTANCE), T0).again
@@ -77,15 +71,7 @@ def test_a_lock_due_again_never_releases_an_address_associated_since() -> None:
     ec2.after["find"] = lambda *_: ec2.take(address, INSTANCE)
 
     # When the sweep runs at its next try
-    part = AddressSweep(
-        owner=OWNER,
-        addresses=ec2,
-        clock=FakeClock(T0),
-        metrics=metrics,
-        grace=timedelta(minutes=10),
-        locked=LockedReleases(owner=OWNER, locks=lines, metrics=metrics),
-    )
-    part(AMPLE)
+    sweep_remembering_locks(ec2, lines, metrics)
 
     # Then the address stays on its instance
     assert address in ec2.eips
@@ -110,15 +96,7 @@ def test_a_lock_of_an_address_gone_since_is_dropped_from_the_memory_at_a_later_w
     )
 
     # When the sweep tries the one still locked again
-    part = AddressSweep(
-        owner=OWNER,
-        addresses=ec2,
-        clock=FakeClock(T0),
-        metrics=metrics,
-        grace=timedelta(minutes=10),
-        locked=LockedReleases(owner=OWNER, locks=lines, metrics=metrics),
-    )
-    part(AMPLE)
+    sweep_remembering_locks(ec2, lines, metrics)
 
     # Then the gone one's entry is dropped (the item does not grow with every address ever locked), the other kept
     assert set(lines.locked[OWNER].by) == {still}
