@@ -37,7 +37,7 @@ from moto.sqs.exceptions import InvalidParameterValue, QueueDoesNotExist, SQSExc
 from moto.sqs.models import Message, Queue, SQSBackend, sqs_backends
 from moto.sqs.responses import SQSResponse
 
-from nodecycle_sandbox.aws.sqs_timing import _BACKEND_LOCK
+from nodecycle_sandbox.aws.sqs_timing import BACKEND_LOCK
 
 SOURCE_ATTRIBUTE = "DeadLetterQueueSourceArn"
 # Messages a second of a task started without MaxNumberOfMessagesPerSecond (SQS "optimizes the rate based on the
@@ -124,7 +124,7 @@ def _start(self: SQSResponse) -> ActionResult:
         _tasks_of(source).insert(0, task)
         _HANDLES[handle] = task
         cancelled = _CANCELLED[handle] = threading.Event()
-    with _BACKEND_LOCK:
+    with BACKEND_LOCK:
         now = time.time()
         visible = [m for m in list(source._messages) if m.visible_at <= now and m.delayed_until <= now]
     task["ApproximateNumberOfMessagesToMove"] = len(visible)
@@ -165,7 +165,7 @@ def _move(
             origin = destination or _origin(backend, message)
         except QueueDoesNotExist:
             origin = None  # (its queue deleted since: below)
-        with _BACKEND_LOCK:
+        with BACKEND_LOCK:
             if origin is not None and origin.name in backend.queues and source.name in backend.queues:
                 if message in source._messages and message.visible_at <= time.time():
                     backend.send_message(

@@ -29,8 +29,9 @@ from tests.integration.budget.recreation import (
     six_nodes,
     slot_of,
 )
-from tests.integration.budget.test_budget_renewal_refused_mid_drain import GLOBAL_AT, keep_a_pod_on
+from tests.integration.budget.test_budget_renewal_refused_mid_drain import GLOBAL_AT
 from tests.integration.budget.test_configmap_recreated import budget_of, request
+from tests.support.budget_refusals import keep_a_pod_on
 from tests.unit.drain.test_drain_steps import policy
 
 EVERY = policy().poll_seconds
@@ -61,7 +62,7 @@ class _Drain:
         self.slot = slot_of(0)
         in_progress(self.api, self.blue, records, self.slot)
         self.admin = admin_api(server)
-        keep_a_pod_on(server, self.admin, node_name(0))
+        keep_a_pod_on(server, node_name(0))
         self.green = budget_of(self.admin, self.clock, "green", "1", "1")
         self.record = lifecycle_of(self.slot, Step.EVICT, seq=3).model_copy(
             update={"global_deadline": GLOBAL_AT, "drain_deadline": TIMEOUT_AT}
