@@ -40,6 +40,8 @@ class ApiError(Exception):
             "reason": self.reason,
             "code": self.code,
         }
+        if not self.reason:
+            del body["reason"]  # (a Status a handler answered with, which names none: omitted as Go omits it)
         if self.details is not None:
             body["details"] = self.details
         if self.retry_after > 0:

@@ -46,6 +46,8 @@ DISRUPTION_TARGET = {
 # budget's status.disruptedPods) until the pod is being deleted, or for this long if it never is (a delete
 # the eviction's preconditions refused after the budget check).
 DELETION_TIMEOUT_SECONDS = 120.0
+# checkAndDecrement's MaxDisruptedPodSize: more evictions not yet confirmed by the disruption controller are refused
+MAX_DISRUPTED_PODS = 2000
 
 
 @dataclass(frozen=True)
@@ -117,13 +119,9 @@ def pdb_pods(store: Store, pdb: JsonObj, index: PodIndex | None = None) -> list[
 
 
 def compute_budget(store: Store, pdb: JsonObj, index: PodIndex | None = None) -> Budget:
-    """What the disruption controller would write into the PDB's status, computed fresh under the lock
-    (``index``: the pods of the current controller pass, when computing many budgets at once).
-
-    Counting afresh (rather than trusting status.disruptionsAllowed, as kube-apiserver does with its
-    DisruptedPods bookkeeping) is equivalent here: an evicted pod is marked terminating in the same locked
-    step, so the next eviction already sees one healthy pod fewer.
-    """
+    """What the disruption controller writes into the PDB's status at its pass, counted under the lock
+    (``index``: the pods of the current controller pass, when computing many budgets at once). An eviction reads
+    that status, never counts (see _check_and_decrement)."""
     with store.lock:
         pods = pdb_pods(store, pdb, index)
         spec = pdb.get("spec") or {}
@@ -206,47 +204,23 @@ def evict(
             kubelet.delete_pod(pod, grace, verb="create", resource="pods/eviction", source=source)
             return _success()
         labels = labels_of(pod)
-        pdbs = [
-            p
-            for p in store.items(PDBS, namespace)
-            if from_label_selector_object((p.get("spec") or {}).get("selector")).matches(labels)
-        ]
+        pdbs = [p for p in store.items(PDBS, namespace) if _guards(p, labels)]
         if len(pdbs) > 1:
-            raise errors.internal_error(MULTIPLE_PDBS_MESSAGE)
+            # (not an error but the Status evictionREST answers with, code 500: no reason, no details, its words)
+            raise errors.ApiError(500, "", MULTIPLE_PDBS_MESSAGE)
         if pdbs:
             pdb = pdbs[0]
-            if int((pdb.get("status") or {}).get("observedGeneration", 0)) < int(
-                pdb["metadata"].get("generation", 0)
-            ):
-                # (checkAndDecrement: a budget its controller has not observed since its spec changed)
-                raise errors.too_many_requests(
-                    VIOLATION_MESSAGE,
-                    [
-                        {
-                            "reason": "DisruptionBudget",
-                            "message": f"The disruption budget {name_of(pdb)} is still being processed by the server.",
-                        }
-                    ],
-                    retry_after=10,
-                )
-            budget = compute_budget(store, pdb)
+            # (judged on the budget's status as its controller last wrote it and earlier evictions took it down,
+            # as checkAndDecrement judges it: the pods are not counted here, so a replacement turned Ready since
+            # the controller's last pass gives no room until its next)
+            status = pdb.get("status") or {}
+            desired, current = int(status.get("desiredHealthy", 0)), int(status.get("currentHealthy", 0))
             unhealthy_may_go = not pod_ready(pod) and (
                 (pdb.get("spec") or {}).get("unhealthyPodEvictionPolicy") == "AlwaysAllow"
-                or 0 < budget.desired <= budget.current
+                or 0 < desired <= current
             )
-            if not unhealthy_may_go and budget.allowed <= 0:
-                raise errors.too_many_requests(
-                    VIOLATION_MESSAGE,
-                    [
-                        {
-                            "reason": "DisruptionBudget",
-                            "message": f"The disruption budget {name_of(pdb)} needs {budget.desired} healthy pods "
-                            f"and has {budget.current} currently",
-                        }
-                    ],
-                )
             if not unhealthy_may_go:
-                _record_disruption(store, pdb, budget, name)
+                _check_and_decrement(store, pdb, name)
         check_preconditions(PODS, pod, options)
         pod = _disruption_target(store, pod, source)
         kubelet.delete_pod(pod, grace, verb="create", resource="pods/eviction", source=source)
@@ -265,15 +239,78 @@ def _disruption_target(store: Store, pod: JsonObj, source: str) -> JsonObj:
     return store.write(PODS, updated, verb="update", source=source, resource="pods/status")
 
 
-def _record_disruption(store: Store, pdb: JsonObj, budget: Budget, pod: str) -> None:
-    """The eviction handler's PDB status update (the API server's own write, not the caller's): the pod is about
-    to go, so the budget no longer counts it."""
+def _check_and_decrement(store: Store, pdb: JsonObj, pod: str) -> None:
+    """checkAndDecrement: refuse an eviction the budget's status has no room for, else record it there (the eviction
+    handler's own status write, not the caller's): the pod is about to go, so the budget no longer counts it."""
     status = dict(pdb.get("status") or {})
-    status["disruptedPods"] = {**budget.disrupted, pod: rfc3339(time.time())}
-    status["disruptionsAllowed"] = budget.allowed - 1
+    if int(status.get("observedGeneration", 0)) < int(pdb["metadata"].get("generation", 0)):
+        # (a budget its controller has not observed since its spec changed)
+        raise errors.too_many_requests(
+            VIOLATION_MESSAGE,
+            [
+                {
+                    "reason": "DisruptionBudget",
+                    "message": f"The disruption budget {name_of(pdb)} is still being processed by the server.",
+                }
+            ],
+            retry_after=10,
+        )
+    allowed = int(status.get("disruptionsAllowed", 0))
+    if allowed < 0:
+        raise errors.ApiError(
+            403,
+            "Forbidden",
+            f'poddisruptionbudget.policy "{name_of(pdb)}" is forbidden: pdb disruptions allowed is negative',
+            _budget_details(pdb),
+        )
+    disrupted = dict(status.get("disruptedPods") or {})
+    if len(disrupted) > MAX_DISRUPTED_PODS:
+        raise errors.ApiError(
+            403,
+            "Forbidden",
+            f'poddisruptionbudget.policy "{name_of(pdb)}" is forbidden: DisruptedPods map too big - too many '
+            "evictions not confirmed by PDB controller",
+            _budget_details(pdb),
+        )
+    if allowed == 0:
+        raise errors.too_many_requests(
+            VIOLATION_MESSAGE,
+            [
+                {
+                    "reason": "DisruptionBudget",
+                    "message": f"The disruption budget {name_of(pdb)} needs {status.get('desiredHealthy', 0)} "
+                    f"healthy pods and has {status.get('currentHealthy', 0)} currently",
+                }
+            ],
+        )
+    now = time.time()
+    status["disruptionsAllowed"] = allowed - 1
+    if allowed == 1:  # (UpdateDisruptionAllowedCondition)
+        condition = {
+            "type": "DisruptionAllowed",
+            "status": "False",
+            "reason": "InsufficientPods",
+            "message": "",
+            "observedGeneration": status.get("observedGeneration", 0),
+        }
+        status["conditions"] = with_condition(status.get("conditions") or [], condition, now)
+    status["disruptedPods"] = {**disrupted, pod: rfc3339(now)}
     updated = json_copy(pdb)
     updated["status"] = status
     store.write(PDBS, updated, verb="update", source=SANDBOX, resource="poddisruptionbudgets/status")
+
+
+def _budget_details(pdb: JsonObj) -> dict[str, Any]:
+    """The details of errors.NewForbidden(policy.Resource("poddisruptionbudget"), name, ...)."""
+    return {"name": name_of(pdb), "group": "policy", "kind": "poddisruptionbudget"}
+
+
+def _guards(pdb: JsonObj, labels: dict[str, str]) -> bool:
+    """Whether ``pdb`` guards the evictions of a pod of ``labels``, as getPodDisruptionBudgets decides: a null or
+    empty selector guards none ("it should match nothing, not everything"), though the disruption controller
+    counts every pod of the namespace under an empty one."""
+    selector = from_label_selector_object((pdb.get("spec") or {}).get("selector"))
+    return bool(selector.requirements) and selector.matches(labels)
 
 
 def _pdb_applies(pod: JsonObj) -> bool:

@@ -74,8 +74,15 @@ def test_eviction_that_would_violate_the_budget_is_429_with_the_message_kubectl_
 ) -> None:
     # Given 3 pods under minAvailable 2, replacements slow to start
     pods = _seed_web(server, replicas=3, pdb={"minAvailable": 2}, slow_replacements=True)
-    # When two pods are evicted in a row
+    # When two pods are evicted in a row, the second once the disruption controller has counted the first gone
+    # (until then the budget's status, which the eviction reads, counts 3 healthy pods and no disruption left)
     assert _evict(kube, pods[0]) == 201
+    wait_until(
+        lambda: (
+            (server.get_object("poddisruptionbudgets", "web", "shop") or {})["status"]["currentHealthy"] == 2
+        ),
+        what="the budget to count 2 healthy",
+    )
     with pytest.raises(ApiException) as raised:
         kube.core.create_namespaced_pod_eviction(pods[1], "shop", _eviction(pods[1]))
     # Then the second is refused with a TooManyRequests Status naming the budget
@@ -130,9 +137,16 @@ def test_pod_matched_by_two_budgets_cannot_be_evicted_500(server: KubeServer, ku
     kube.policy.create_namespaced_pod_disruption_budget("shop", second)
     with pytest.raises(ApiException) as raised:
         kube.core.create_namespaced_pod_eviction(pods[0], "shop", _eviction(pods[0]))
+    # (the Status evictionREST answers with rather than an error: code 500, no reason, its own words)
     assert raised.value.status == 500
-    assert status_of(raised.value)["reason"] == "InternalError"
-    assert "more than one PodDisruptionBudget" in status_of(raised.value)["message"]
+    assert status_of(raised.value) == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
+        "code": 500,
+    }
 
 
 def test_eviction_of_a_missing_pod_is_404(server: KubeServer, kube: Kube) -> None:
@@ -226,9 +240,10 @@ def test_a_stale_uid_precondition_the_budget_lets_through_is_409_and_counts_as_a
     pdb = server.get_object("poddisruptionbudgets", "web", "shop")
     assert pdb is not None
     assert list(pdb["status"]["disruptedPods"]) == [pods[0]]
-    # When the DeletionTimeout has passed, Then the pod that was not deleted counts as healthy again
+    # When the DeletionTimeout has passed, Then the pod that was not deleted counts as healthy again, from the
+    # disruption controller's next pass (the eviction reads the budget's status, which that pass writes)
     monkeypatch.setattr(eviction, "DELETION_TIMEOUT_SECONDS", 0.0)
-    assert _evict(kube, pods[1]) == 201
+    wait_until(lambda: _evict(kube, pods[1]) == 201, what="the eviction allowed")
 
 
 def test_a_stale_uid_precondition_of_a_pod_being_deleted_is_409(server: KubeServer, kube: Kube) -> None:
@@ -327,3 +342,72 @@ def test_a_budget_its_controller_has_not_observed_yet_refuses_evictions_429_retr
     assert kube.core.read_namespaced_pod(pods[0], "shop").metadata.deletion_timestamp is None
     # and once the controller has observed it, the eviction is allowed
     wait_until(lambda: _evict(kube, pods[0]) == 201, what="the eviction allowed")
+
+
+def test_an_eviction_is_judged_on_the_budget_status_its_controller_last_wrote(
+    server: KubeServer, kube: Kube
+) -> None:
+    # Given 3 Ready pods under minAvailable 2, and a budget status the disruption controller wrote before it saw the
+    # third pod Ready (its next pass not come yet): no disruption allowed
+    pods = _seed_web(server, replicas=3, pdb={"minAvailable": 2})
+    with server.paused_controllers():
+        kube.policy.patch_namespaced_pod_disruption_budget_status(
+            "web", "shop", {"status": {"currentHealthy": 2, "desiredHealthy": 2, "disruptionsAllowed": 0}}
+        )
+
+        # When a pod is evicted
+        with pytest.raises(ApiException) as refused:
+            kube.core.create_namespaced_pod_eviction(pods[0], "shop", _eviction(pods[0]))
+
+    # Then it is refused on that status, as kube-apiserver's checkAndDecrement refuses it (it reads
+    # status.disruptionsAllowed, never counts the pods itself), in the status's words, and the pod stays
+    assert refused.value.status == 429
+    assert status_of(refused.value)["details"]["causes"] == [
+        {
+            "reason": "DisruptionBudget",
+            "message": "The disruption budget web needs 2 healthy pods and has 2 currently",
+        }
+    ]
+    assert kube.core.read_namespaced_pod(pods[0], "shop").metadata.deletion_timestamp is None
+    # and once the controller has counted the pods again, the eviction is allowed
+    wait_until(lambda: _evict(kube, pods[0]) == 201, what="the eviction allowed")
+
+
+def test_an_eviction_the_budget_status_allows_goes_through_and_takes_it_to_zero(
+    server: KubeServer, kube: Kube
+) -> None:
+    # Given a budget whose status, written before a pod turned unready, still allows one disruption
+    pods = _seed_web(server, replicas=3, pdb={"minAvailable": 3}, slow_replacements=True)
+    with server.paused_controllers():
+        kube.policy.patch_namespaced_pod_disruption_budget_status(
+            "web", "shop", {"status": {"currentHealthy": 4, "desiredHealthy": 3, "disruptionsAllowed": 1}}
+        )
+        # When two pods are evicted before the controller's next pass
+        statuses = [_evict(kube, pods[0]), _evict(kube, pods[1])]
+        status = (server.get_object("poddisruptionbudgets", "web", "shop") or {})["status"]
+
+    # Then the first goes (the status allowed it), the second is refused: the eviction took the status to zero
+    assert statuses == [201, 429]
+    assert status["disruptionsAllowed"] == 0
+    assert set(status["disruptedPods"]) == {pods[0]}
+    assert {c["type"]: c["status"] for c in status.get("conditions") or []}.get(
+        "DisruptionAllowed"
+    ) == "False"
+
+
+def test_a_budget_selecting_everything_does_not_guard_evictions(server: KubeServer, kube: Kube) -> None:
+    # Given pods whose only budget has an empty selector ({}: every pod of its namespace, for the disruption
+    # controller) and no room
+    pods = _seed_web(server, replicas=2, pdb=None)
+    kube.policy.create_namespaced_pod_disruption_budget(
+        "shop", {"metadata": {"name": "all"}, "spec": {"minAvailable": 2, "selector": {}}}
+    )
+    wait_until(
+        lambda: "status" in (server.get_object("poddisruptionbudgets", "all", "shop") or {}),
+        what="the budget observed",
+    )
+
+    # When a pod is evicted, then it goes: the eviction subresource skips a budget whose selector is empty
+    # ("If a PDB with a nil or empty selector creeps in, it should match nothing, not everything":
+    # getPodDisruptionBudgets)
+    assert _evict(kube, pods[0]) == 201
