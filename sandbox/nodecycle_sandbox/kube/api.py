@@ -139,19 +139,18 @@ class Api:
             revision, start_after = _decode_continue(options.continue_token)
             if revision < compacted:
                 raise errors.expired_continue()
-        selected = [
-            o
-            for o in items
-            if (start_after is None or _key(o) > start_after)
-            and labels.matches(labels_of(o))
-            and fields.matches(o)
-        ]
+        remaining = [o for o in items if start_after is None or _key(o) > start_after]
+        selected = [o for o in remaining if labels.matches(labels_of(o)) and fields.matches(o)]
         meta: JsonObj = {"resourceVersion": str(revision)}
-        if 0 < options.limit < len(selected):
-            selected, rest = selected[: options.limit], len(selected) - options.limit
-            meta["continue"] = _encode_continue(revision, _key(selected[-1]))
-            if not options.label_selector and not options.field_selector:
-                meta["remainingItemCount"] = rest
+        if 0 < options.limit <= len(selected):
+            selected = selected[: options.limit]
+            # Continued while any object follows the page, selected or not, as etcd's store pages a list (its
+            # hasMore: another key past a full page): the next page may come back empty
+            following = sum(1 for o in remaining if _key(o) > _key(selected[-1]))
+            if following:
+                meta["continue"] = _encode_continue(revision, _key(selected[-1]))
+                if not options.label_selector and not options.field_selector:
+                    meta["remainingItemCount"] = following
         return {"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta, "items": selected}
 
     # --- writes -----------------------------------------------------------------------------------

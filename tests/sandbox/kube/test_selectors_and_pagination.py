@@ -247,3 +247,22 @@ def test_a_list_continued_after_a_compaction_is_410_expired_and_a_new_list_is_se
     again = kube.core.list_node(limit=2)
     rest = kube.core.list_node(limit=2, _continue=again.metadata._continue)
     assert len(again.items) + len(rest.items) == 3
+
+
+def test_a_full_page_of_a_filtered_list_continues_while_any_object_follows_it_even_none_selected(
+    cluster: tuple[KubeServer, Kube],
+) -> None:
+    _, kube = cluster
+    # Given the 3 back-end pods of shop, whose names sort before the namespace's other pods (canary, web-*)
+    # When they are listed by label 3 to a page
+    first = kube.core.list_namespaced_pod("shop", label_selector="tier=back", limit=3)
+    # Then the full page continues, as etcd's store pages it (hasMore: another key after the page, selected or
+    # not), and the next page is empty and ends the list: a client must go by the token, not by a short page
+    assert sorted(p.metadata.name[:4] for p in first.items) == ["api-"] * 3
+    assert first.metadata._continue
+    assert first.metadata.remaining_item_count is None
+    rest = kube.core.list_namespaced_pod(
+        "shop", label_selector="tier=back", limit=3, _continue=first.metadata._continue
+    )
+    assert rest.items == []
+    assert rest.metadata._continue is None
