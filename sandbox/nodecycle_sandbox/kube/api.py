@@ -210,6 +210,10 @@ class Api:
         obj = _decoded(rt, body)
         with self._store.lock:
             current = self.get(rt, namespace, name)
+            # The object's uid, when it names one, is the replace's precondition (DefaultUpdatedObjectInfo
+            # .Preconditions), checked before its resourceVersion: a copy of an object deleted and created again
+            # under its name is refused even when sent without its version (an unconditional replace)
+            check_preconditions(rt, current, {"preconditions": {"uid": obj["metadata"].get("uid")}})
             return self._replace(rt, current, obj, subresource, "update", source, admit)
 
     def patch(
@@ -309,6 +313,11 @@ class Api:
         wanted_version = meta.get("resourceVersion")
         if wanted_version and wanted_version != cur_meta["resourceVersion"]:
             raise errors.stale_resource_version(rt, name)
+        if subresource != "status" and meta.get("uid") and meta["uid"] != cur_meta["uid"]:
+            # (a patch that sets another: ValidateObjectMetaUpdate; a replace's was its precondition)
+            raise errors.invalid(
+                rt, name, "metadata.uid", f'Invalid value: "{meta["uid"]}": field is immutable'
+            )
         if subresource == "status":
             result = json_copy(current)
             result["status"] = new.get("status") or {}

@@ -304,3 +304,37 @@ def test_lease_can_be_taken_over_only_from_its_current_version(kube: Kube) -> No
     assert taken.spec.holder_identity == "b"
     current.spec.holder_identity = "c"  # still carries the version "b" replaced
     assert _error(kube.coordination.replace_namespaced_lease, "drain-lock", "default", current).status == 409
+
+
+def test_a_replace_naming_another_uid_is_409_even_without_a_resource_version(kube: Kube) -> None:
+    # Given a ConfigMap read, then deleted and created again under its name (another uid)
+    kube.core.create_namespaced_config_map("default", _configmap("again", {"n": "0"}))
+    read = kube.core.read_namespaced_config_map("again", "default")
+    kube.core.delete_namespaced_config_map("again", "default")
+    kube.core.create_namespaced_config_map("default", _configmap("again", {"n": "1"}))
+    # When the copy read is put back without its resourceVersion (an unconditional replace), still naming its uid
+    read.metadata.resource_version = None
+    read.data["n"] = "2"
+    error = _error(kube.core.replace_namespaced_config_map, "again", "default", read)
+    # Then the uid is a precondition of the replace (DefaultUpdatedObjectInfo.Preconditions): 409, the new object kept
+    assert (error.status, status_of(error)["reason"]) == (409, "Conflict")
+    now = kube.core.read_namespaced_config_map("again", "default")
+    assert status_of(error)["message"] == (
+        'Operation cannot be fulfilled on configmaps "again": Precondition failed: UID in precondition: '
+        f"{read.metadata.uid}, UID in object meta: {now.metadata.uid}"
+    )
+    assert now.data == {"n": "1"}
+
+
+def test_a_patch_that_changes_the_uid_is_422_field_is_immutable(kube: Kube) -> None:
+    kube.core.create_namespaced_config_map("default", _configmap("fixed", {"n": "0"}))
+    uid = "0b1c0d2e-0000-4000-8000-000000000000"
+    error = _error(
+        kube.core.patch_namespaced_config_map,
+        "fixed",
+        "default",
+        {"metadata": {"uid": uid}},
+        _content_type="application/merge-patch+json",
+    )
+    assert (error.status, status_of(error)["reason"]) == (422, "Invalid")
+    assert f'metadata.uid: Invalid value: "{uid}": field is immutable' in status_of(error)["message"]
