@@ -71,17 +71,36 @@ def test_one_object_s_metadata_is_a_partial_object(cluster: tuple[KubeServer, Ku
     assert set(body) == {"kind", "apiVersion", "metadata"}
 
 
-def test_a_representation_that_does_not_fit_the_request_is_refused_unless_an_alternative_is_offered(
+def test_a_metadata_representation_that_does_not_fit_the_request_is_refused_whatever_alternative_follows(
     cluster: tuple[KubeServer, Kube],
 ) -> None:
     _, kube = cluster
-    # A list asked for as one object's metadata: 406, as kube-apiserver answers
+    # A list asked for as one object's metadata: 406, as kube-apiserver answers, and so with plain JSON as the
+    # next alternative: its negotiation takes either metadata kind for any endpoint ("TODO: should delineate
+    # between lists and non-list endpoints"), and only the transform refuses it, with nothing to fall back to
+    for accept in (METADATA, f"{METADATA},application/json"):
+        with pytest.raises(ApiException) as refused:
+            list_nodes(kube, accept)
+        assert refused.value.status == 406
+        assert status_of(refused.value)["reason"] == "NotAcceptable"
+        assert (
+            "you requested PartialObjectMetadata, but the requested object is a list"
+            in (status_of(refused.value)["message"])
+        )
+    # and one object asked for as a list's metadata
     with pytest.raises(ApiException) as refused:
-        list_nodes(kube, METADATA)
+        kube.core.read_node(
+            node_name(0, 10), _preload_content=False, _headers={"Accept": f"{METADATA_LIST},application/json"}
+        )
     assert refused.value.status == 406
-    assert status_of(refused.value)["reason"] == "NotAcceptable"
-    # The same with plain JSON as the next alternative: the objects
-    listed = list_nodes(kube, f"{METADATA},application/json")
+    assert (
+        "you requested PartialObjectMetadataList, but the requested object is not a list"
+        in (status_of(refused.value)["message"])
+    )
+    # A representation of another group is not offered at all: the next alternative is served
+    listed = list_nodes(
+        kube, "application/json;as=PartialObjectMetadataList;g=example.com;v=v1,application/json"
+    )
     assert listed["kind"] == "NodeList"
     assert "status" in listed["items"][0]
 
