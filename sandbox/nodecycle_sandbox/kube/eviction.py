@@ -46,6 +46,10 @@ DISRUPTION_TARGET = {
 # budget's status.disruptedPods) until the pod is being deleted, or for this long if it never is (a delete
 # the eviction's preconditions refused after the budget check).
 DELETION_TIMEOUT_SECONDS = 120.0
+# evictionREST's EvictionsRetry: how many times, and how far apart, the delete of a pod evicted without its budgets
+# is tried when it meets a conflict
+CONFLICT_RETRIES = 20
+CONFLICT_RETRY_SECONDS = 0.5
 # checkAndDecrement's MaxDisruptedPodSize: more evictions not yet confirmed by the disruption controller are refused
 MAX_DISRUPTED_PODS = 2000
 
@@ -172,8 +176,9 @@ def evict(
 ) -> JsonObj:
     """POST .../pods/{name}/eviction: delete the pod unless a PodDisruptionBudget forbids it (429).
 
-    In kube-apiserver's order: the body (400); the validating webhooks (``admit``); the pod (404); a pod the budgets do not guard is deleted at once, its
-    preconditions checked by the delete (409); otherwise the budgets (500 for more than one, 429 without room),
+    In kube-apiserver's order: the body (400); the validating webhooks (``admit``); the pod (404); a pod the
+    budgets do not guard is deleted at once, its preconditions checked by the delete (409, once the handler has
+    tried it again for about 10 s); otherwise the budgets (500 for more than one, 429 without room),
     an allowed disruption recorded in the budget's status, and only then the delete with its preconditions: a
     precondition that no longer matches is 409 when the budget had room (the disruption stays recorded), 429
     when it had none."""
@@ -193,13 +198,42 @@ def evict(
     options = body.get("deleteOptions") or {}
     if admit is not None:
         admit()  # the webhooks judge the Eviction before the pod is looked up: a gone pod gets their refusal
+    # A pod evicted without its budgets whose delete meets a conflict (a uid precondition that no longer matches)
+    # is tried again, CONFLICT_RETRIES times in all, CONFLICT_RETRY_SECONDS apart, unless the request names a
+    # resourceVersion of its own (evictionREST.Create: retry.OnError(EvictionsRetry, errors.IsConflict, ...)): its
+    # 409 comes about 10 s late
+    tries = 1 if (options.get("preconditions") or {}).get("resourceVersion") else CONFLICT_RETRIES
+    for attempt in range(1, tries + 1):
+        try:
+            return _evict_once(store, kubelet, namespace, name, options, source=source)
+        except _IgnoredBudgetConflict as conflict:
+            if attempt == tries:
+                raise conflict.error from None
+        time.sleep(CONFLICT_RETRY_SECONDS)  # (without the store's lock)
+    raise AssertionError("unreachable")
+
+
+class _IgnoredBudgetConflict(Exception):
+    """A conflict of the delete of a pod evicted without its budgets, which the handler tries again."""
+
+    def __init__(self, error: errors.ApiError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+def _evict_once(
+    store: Store, kubelet: Kubelet, namespace: str, name: str, options: JsonObj, *, source: str
+) -> JsonObj:
     with store.lock:
         pod = store.get(PODS, namespace, name)
         if pod is None:
             raise errors.not_found(PODS, name)
         grace = options.get("gracePeriodSeconds")
         if not _pdb_applies(pod):
-            check_preconditions(PODS, pod, options)
+            try:
+                check_preconditions(PODS, pod, options)
+            except errors.ApiError as error:
+                raise _IgnoredBudgetConflict(error) from None
             pod = _disruption_target(store, pod, source)
             kubelet.delete_pod(pod, grace, verb="create", resource="pods/eviction", source=source)
             return _success()

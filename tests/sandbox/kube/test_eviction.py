@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -246,13 +247,26 @@ def test_a_stale_uid_precondition_the_budget_lets_through_is_409_and_counts_as_a
     wait_until(lambda: _evict(kube, pods[1]) == 201, what="the eviction allowed")
 
 
-def test_a_stale_uid_precondition_of_a_pod_being_deleted_is_409(server: KubeServer, kube: Kube) -> None:
-    # Given a pod already terminating (its eviction skips the budget)
+def test_a_stale_uid_precondition_of_a_pod_being_deleted_is_409_after_the_handler_s_retries(
+    server: KubeServer, kube: Kube, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a pod already terminating (its eviction skips the budget), and the eviction handler's retry of a
+    # conflict shortened for the test (EvictionsRetry: 20 tries 0.5 s apart, about 10 s on kube-apiserver)
     pods = _seed_web(server, replicas=2, pdb={"maxUnavailable": 1}, shutdownSeconds=30)
     assert _evict(kube, pods[0]) == 201
-    # When it is evicted again with a uid that no longer matches, Then the delete refuses it: 409
+    monkeypatch.setattr(eviction, "CONFLICT_RETRY_SECONDS", 0.05)
+    # When it is evicted again with a uid that no longer matches, Then the delete refuses it: 409, but only once
+    # the handler has tried it 20 times (retry.OnError on a conflict, the request naming no resourceVersion)
     stale = {"preconditions": {"uid": "0b1c0d2e-0000-4000-8000-000000000000"}}
+    started = time.monotonic()
     assert _evict(kube, pods[0], deleteOptions=stale) == 409
+    assert time.monotonic() - started >= 19 * 0.05
+    # and at once when the request names a resourceVersion too (no retry: its precondition is the caller's)
+    current = kube.core.read_namespaced_pod(pods[0], "shop").metadata.resource_version
+    started = time.monotonic()
+    both = {"preconditions": {"uid": stale["preconditions"]["uid"], "resourceVersion": current}}
+    assert _evict(kube, pods[0], deleteOptions=both) == 409
+    assert time.monotonic() - started < 19 * 0.05
 
 
 @pytest.mark.parametrize(("policy", "evicted"), [(None, 429), ("IfHealthyBudget", 429), ("AlwaysAllow", 201)])
