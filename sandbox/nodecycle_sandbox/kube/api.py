@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import builtins
 import dataclasses
 import json
 import re
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -104,6 +106,8 @@ class Api:
         self.namespace_lag = 0.0
         # What resourceVersion=0 reads see of a resource whose watch cache a test holds behind (see watch_cache.py)
         self.watch_cache = WatchCache()
+        # The objects each paged list read, by resource, namespace and revision, for its continued pages
+        self._paged: OrderedDict[tuple[ResourceType, str | None, int], list[JsonObj]] = OrderedDict()
 
     # --- reads ------------------------------------------------------------------------------------
 
@@ -139,6 +143,10 @@ class Api:
             revision, start_after = _decode_continue(options.continue_token)
             if revision < compacted:
                 raise errors.expired_continue()
+            # (the objects as they were at the first page's revision, as etcd reads a continued list: none
+            # created, changed or deleted since shows; the latest state only for a list no longer held)
+            with self._store.lock:
+                items = self._paged.get((rt, namespace, revision), items)
         remaining = [o for o in items if start_after is None or _key(o) > start_after]
         selected = [o for o in remaining if labels.matches(labels_of(o)) and fields.matches(o)]
         meta: JsonObj = {"resourceVersion": str(revision)}
@@ -149,9 +157,21 @@ class Api:
             following = sum(1 for o in remaining if _key(o) > _key(selected[-1]))
             if following:
                 meta["continue"] = _encode_continue(revision, _key(selected[-1]))
+                self._hold_for_paging(rt, namespace, revision, items)
                 if not options.label_selector and not options.field_selector:
                     meta["remainingItemCount"] = following
         return {"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta, "items": selected}
+
+    def _hold_for_paging(
+        self, rt: ResourceType, namespace: str | None, revision: int, items: builtins.list[JsonObj]
+    ) -> None:
+        """Keep what a paged list read at ``revision`` for its continued pages (stored objects are never mutated:
+        the references are a snapshot), the latest PAGED_LISTS lists."""
+        with self._store.lock:
+            self._paged[(rt, namespace, revision)] = items
+            self._paged.move_to_end((rt, namespace, revision))
+            while len(self._paged) > PAGED_LISTS:
+                self._paged.popitem(last=False)
 
     # --- writes -----------------------------------------------------------------------------------
 
@@ -408,6 +428,9 @@ def _validate_name(rt: ResourceType, name: str) -> None:
 
 
 MAX_GENERATED_NAME_PREFIX = 63 - 5
+# How many paged lists the server keeps the snapshot of for their continued pages (a continued list whose snapshot
+# went is read from the latest state; etcd keeps every revision until its compaction: see Store.compact)
+PAGED_LISTS = 64
 # The API server refuses a ConfigMap whose data and binaryData together exceed this (as it does a Secret).
 MAX_CONFIGMAP_BYTES = 1024 * 1024
 

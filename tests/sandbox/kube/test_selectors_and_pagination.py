@@ -266,3 +266,25 @@ def test_a_full_page_of_a_filtered_list_continues_while_any_object_follows_it_ev
     )
     assert rest.items == []
     assert rest.metadata._continue is None
+
+
+def test_a_continued_list_shows_the_objects_as_they_were_at_its_first_page(
+    server: KubeServer, kube: Kube
+) -> None:
+    # Given a paged list of 4 nodes begun (2 to a page)
+    server.seed({"nodes": nodes_seed(4)})
+    names = sorted(n["metadata"]["name"] for n in server.objects("nodes"))
+    first = kube.core.list_node(limit=2)
+    # When, before it is continued, its last node is deleted and the third labelled
+    kube.core.delete_node(names[3])
+    kube.core.patch_node(names[2], {"metadata": {"labels": {"written": "since"}}})
+    rest = kube.core.list_node(limit=2, _continue=first.metadata._continue)
+    # Then the rest is read at the first page's revision, as etcd serves a continued list (clientv3.WithRev): the
+    # deleted node is still there, the third without its label, and every page tells the same resourceVersion
+    assert [n.metadata.name for n in rest.items] == names[2:]
+    assert "written" not in (rest.items[0].metadata.labels or {})
+    assert rest.metadata.resource_version == first.metadata.resource_version
+    assert rest.metadata._continue is None
+    # while a list begun now sees them as they are
+    now = kube.core.list_node(limit=10)
+    assert [n.metadata.name for n in now.items] == names[:3]
