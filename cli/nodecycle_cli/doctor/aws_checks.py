@@ -533,7 +533,7 @@ def dead_letters(sqs: Any, queues: Mapping[str, DeadLetterQueue]) -> list[Findin
                 Finding.problem(
                     check,
                     f"{count} message{'s' if count != 1 else ''} in the {what} dead-letter queue",
-                    f"work that failed for good: see docs/runbook.md#{what}-dead-letters{failed}",
+                    f"work that failed for good: see docs/runbook.md#{what}-dead-letters" + failed,
                     f"aws sqs receive-message --queue-url {url} --max-number-of-messages 10 --attribute-names All "
                     "--message-attribute-names All --visibility-timeout 0"
                     + (f" (what and why); once the cause is fixed: {queue.redrive}" if queue.redrive else ""),

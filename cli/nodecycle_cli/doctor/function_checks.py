@@ -215,8 +215,12 @@ def rule_permission(lambda_: Any, what: str, function: str, rule: str, rule_arn:
             f"lambda:InvokeFunction for {EVENTS_PRINCIPAL} on the rule)",
             "EventBridge's every call is refused: each event goes to the rule's dead-letter queue at once, not "
             "retried (ERROR_CODE NO_PERMISSIONS), and the function never sees it; sam deploy does not put the "
-            "permission back. Once it is back, see to what the dead-letter queue kept: docs/runbook.md#"
-            + ("sweeper-dead-letters" if what == "sweeper schedule" else "intake-dead-letters"),
+            "permission back. Once it is back, see to what the dead-letter queue kept: "
+            + (
+                "docs/runbook.md#sweeper-dead-letters"
+                if what == "sweeper schedule"
+                else "docs/runbook.md#intake-dead-letters"
+            ),
             f"aws lambda add-permission --function-name {function} --statement-id {rule}-Permission --action "
             f"lambda:InvokeFunction --principal {EVENTS_PRINCIPAL} --source-arn {rule_arn}",
         )
