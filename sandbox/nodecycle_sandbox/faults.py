@@ -44,6 +44,10 @@ WORKER_KINDS = ("worker-kill", "clock-skew", "time-travel")
 # Set by the campaign's world itself at a moment of its story (chaos/world.py), not drawn per request by an
 # injector: a node's container runtime that hangs, an Elastic IP that AWS locks.
 WORLD_KINDS = ("kube-hung-runtime", "eip-locked")
+# Set and lifted by the campaign's world too (chaos/outages.py): an event source mapping disabled, a function's
+# role without its policy, a third writer of the budget ConfigMap; and, once the story is over, a work message
+# replayed hours later.
+OUTAGE_KINDS = ("mapping-paused", "iam-detached", "budget-third-writer", "work-replay")
 KINDS = (
     *KUBE_KINDS,
     *KUBE_REFUSAL_KINDS,
@@ -55,6 +59,7 @@ KINDS = (
     *EVENT_KINDS,
     *WORKER_KINDS,
     *WORLD_KINDS,
+    *OUTAGE_KINDS,
 )
 # What the runner's own clients add to their User-Agent. Its event source mappings poll with the function's
 # key, as Lambda does (IAM judges them by the function's role), but AWS faults are for nodecycle's calls:

@@ -10,9 +10,10 @@ from nodecycle_sandbox.chaos.plan import (
     EC2_LAG_LONGEST,
     INDEX_LAG_LONGEST,
     KINDS,
+    Scenario,
     draw,
 )
-from nodecycle_sandbox.faults import WORLD_KINDS
+from nodecycle_sandbox.faults import OUTAGE_KINDS, WORLD_KINDS, Fault
 
 
 def test_every_scenario_draws_a_node_that_lingers_and_pods_that_linger_after_it_for_seconds() -> None:
@@ -31,11 +32,12 @@ def test_the_lingering_is_drawn_after_the_story_and_its_faults_which_a_seed_draw
     scenario = draw(41, 0)
 
     # Then its story and fault plan are the ones it had before the lingering was drawn (a campaign's seed
-    # still names the runs it named), the hazards drawn since after them
+    # still names the runs it named), the hazards and outages drawn since after them
     assert scenario.kind == "two-owners"
     assert scenario.size == 4
     assert scenario.lost_kubelet_at == 1.2
-    assert [(f.kind, f.target, f.probability) for f in scenario.faults if f.kind not in WORLD_KINDS] == [
+    drawn_since = (*WORLD_KINDS, *OUTAGE_KINDS)
+    assert [(f.kind, f.target, f.probability) for f in scenario.faults if f.kind not in drawn_since] == [
         ("sqs-reorder", "*", 0.24),
         ("worker-kill", "SweeperFunction", 0.25),
         ("sqs-delay", "*", 0.06),
@@ -58,8 +60,9 @@ def test_refusals_are_drawn_with_a_window_and_a_limit_after_everything_else() ->
         f.stop - f.start <= AWS_REFUSAL_LONGEST for _, f in refusals if f.kind == "aws-denied" and f.stop
     )
     assert any(f.stop - f.start > 20.0 for _, f in refusals if f.kind != "aws-denied" and f.stop)
+    drawn_since = (*WORLD_KINDS, *OUTAGE_KINDS)
     assert all(
-        [f for f in s.faults if f.kind not in WORLD_KINDS][-1].kind in refusal_kinds for s, _ in refusals
+        [f for f in s.faults if f.kind not in drawn_since][-1].kind in refusal_kinds for s, _ in refusals
     )
     # and none without faults
     assert not any(f.kind in refusal_kinds for i in range(40) for f in draw(41, i, faults=False).faults)
@@ -82,7 +85,13 @@ def test_asking_for_lag_changes_no_seeds_story_nor_fault_plan_only_adds_the_lag_
                     # Then the plain one has no lag, as before lag could be drawn
                     assert not plain.lagging
                     assert plain.ec2_lag == 0.0
-                    # and the lagging one is the same story under the same faults, the lag added after them
+                    # and the lagging one is the same story under the same faults, the lag added after them (and
+                    # the outages, drawn last of all, the same but for their numbers)
+                    plain, outages = _outages_apart(plain)
+                    lagging, lagging_outages = _outages_apart(lagging)
+                    assert [replace(f, id="") for f in lagging_outages] == [
+                        replace(f, id="") for f in outages
+                    ]
                     same = len(plain.faults)
                     assert lagging.faults[:same] == plain.faults
                     assert [f.kind for f in lagging.faults[same:]] in ([], ["dynamodb-index-lag"])
@@ -118,11 +127,12 @@ def test_lag_asked_for_is_drawn_an_index_behind_ec2_behind_or_both_within_their_
     # within their bounds, and the index lag numbered after every other fault (it is drawn last)
     assert all(0.3 <= s.ec2_lag <= EC2_LAG_LONGEST for s in scenarios if s.ec2_lag)
     for s in scenarios:
+        before_outages = _outages_apart(s)[0].faults
         for fault in index_lags[s.index]:
             assert 0.3 <= fault.value <= INDEX_LAG_LONGEST
             assert 0.3 <= fault.probability <= 1.0
-            assert s.faults[-1] == fault
-            assert fault.id == f"f{len(s.faults)}"
+            assert before_outages[-1] == fault
+            assert fault.id == f"f{len(before_outages)}"
     assert "EC2's reads" in next(s for s in scenarios if s.ec2_lag).describe()
     # and with no fault asked for, the lag alone
     alone = draw(41, 0, faults=False, lag=True)
@@ -137,10 +147,11 @@ def test_the_hazards_are_drawn_after_every_other_fault_each_from_a_stream_of_its
             scenario = draw(seed, index, lag=True, forge=True)
             kinds = [f.kind for f in scenario.faults]
             hazards = [f for f in scenario.faults if f.kind in WORLD_KINDS]
+            outages = [f for f in scenario.faults if f.kind in OUTAGE_KINDS]
 
             # Then the hazards come after every fault of the plan before them (the index lag, drawn with lag
-            # asked for, after them), numbered in order
-            ahead = len(scenario.faults) - len(hazards) - kinds.count("dynamodb-index-lag")
+            # asked for, and the outages after them), numbered in order
+            ahead = len(scenario.faults) - len(hazards) - kinds.count("dynamodb-index-lag") - len(outages)
             assert scenario.faults[ahead : ahead + len(hazards)] == tuple(hazards)
             assert [f.id for f in scenario.faults] == [f"f{n}" for n in range(1, len(scenario.faults) + 1)]
             # at most one of each, none in a launch, a locked address only with stack a's Elastic IPs to release
@@ -164,3 +175,9 @@ def test_each_hazard_is_drawn_in_a_share_of_the_scenarios_that_can_meet_it() -> 
     assert all(
         0.0 <= f.start <= 2.0 and f.limit == 1 for s in scenarios for f in s.faults if f.kind in WORLD_KINDS
     )
+
+
+def _outages_apart(scenario: Scenario) -> tuple[Scenario, tuple[Fault, ...]]:
+    """``scenario`` without its outages (drawn last of all), and the outages."""
+    outages = tuple(f for f in scenario.faults if f.kind in OUTAGE_KINDS)
+    return scenario.with_faults(scenario.faults[: len(scenario.faults) - len(outages)]), outages

@@ -64,6 +64,13 @@ LOST_MESSAGE_COST = SWEEP_INTERVAL + RESUME_GRACE + 1.0
 # invocation it killed.
 KILLED_COMPLETER_COST = 60.0 + 5.0
 COMPLETERS = frozenset({"DrainFunction", "EipFunction", "SweeperFunction"})
+# What an outage of one of those functions in the drain's own stack costs it (chaos/outages.py: its event source
+# mapping disabled, its role without its policy): while it lasts no step of the drain can run, nor its completion
+# (the node stays cordoned, rightly holding its slot), so the overlap of its window with the drain's span; then a
+# message that failed in it comes back after the visibility timeout (5 s), and Lambda's poller starts again (a
+# second or two). What holds up other stacks, or functions outside the drain's span (intake), excuses nothing.
+STALLING_OUTAGES = frozenset({"mapping-paused", "iam-detached"})
+OUTAGE_RECOVERY = 5.0 + 2.0
 # What a forced delete of one of a drain's pods that an injected fault answered (refused, failed) costs it: the
 # force policy asks such a pod again at every poll until the force grace and its slack are over (the product's
 # FORCED_POD_SLACK: a pod still there then is given up on), not only for the margin.
@@ -414,6 +421,8 @@ def _forced_from(o: Observation) -> dict[str, float]:
             and o.acting_at + f.at >= action.started_at
         ]
         tries += _slowed(o, node, granted, min(cordons, default=float("inf")))
+        if granted != float("inf"):
+            tries += _stormed(o, granted, min(cordons, default=float("inf")))
         if cordons or tries:
             begun[node] = min(begun.get(node, float("inf")), *cordons, *tries)
             deadline[node] = action.global_deadline - DRAIN_TAIL_LONGEST
@@ -477,6 +486,7 @@ def _slot_held(o: Observation) -> Iterator[Violation]:
     held_up = _deliveries_held_up(o)
     deletes_failed = _deletes_failed(o)
     kills = [o.acting_at + f.at for f in o.firings if f.kind == "worker-kill" and f.detail in COMPLETERS]
+    stalled = _stalled(o)
     for action in o.actions:
         node = nodes.get(action.instance_id)
         if action.transition != TERMINATING or node not in cordoned or action.finished_at is None:
@@ -490,6 +500,9 @@ def _slot_held(o: Observation) -> Iterator[Violation]:
             excused += FORCED_DELETE_SLACK
         if any(cordoned[node] <= at <= ended for at in kills):
             excused += KILLED_COMPLETER_COST
+        for begin, end in stalled.get(o.groups.get(action.group, ""), ()):
+            if begin <= ended and end >= cordoned[node]:
+                excused += min(end, ended) - max(begin, cordoned[node]) + OUTAGE_RECOVERY
         if held > limit + excused:
             dead = " (its kubelet was lost)" if o.lost_kubelet and o.lost_kubelet[0] == node else ""
             finished = action.finished_at - cordoned[node]
@@ -503,6 +516,40 @@ def _slot_held(o: Observation) -> Iterator[Violation]:
                 f"{node}{dead} held its slot {held:.0f}s (limit {limit:.0f}s{late}); its action was completed "
                 f"{finished:.0f}s after the cordon",
             )
+
+
+def _stalled(o: Observation) -> dict[str, list[tuple[float, float]]]:
+    """Owner -> the windows (from set to lifted) of the outages that stalled one of its completing functions."""
+    faults = {fault.id: fault for fault in o.scenario.faults}
+    found: dict[str, list[tuple[float, float]]] = {}
+    for firing in o.firings:
+        fault = faults.get(firing.fault)
+        if firing.kind not in STALLING_OUTAGES or fault is None or fault.target not in COMPLETERS:
+            continue
+        _function, owner, *_ = firing.detail.split()
+        # (lifted at its stop, or sooner once the story settled; a look's interval late at most)
+        end = o.acting_at + (fault.stop if fault.stop is not None else firing.at) + 0.5
+        found.setdefault(owner, []).append((o.acting_at + firing.at, end))
+    return found
+
+
+def _stormed(o: Observation, granted: float, cordoned: float) -> list[float]:
+    """When a third writer's storm of the budget ConfigMap (chaos/outages.py) could first have met the cordon
+    step of a drain granted at ``granted`` and cordoned at ``cordoned``: the step renews the budget document
+    before it patches the node, and a 409 sends it back to read and write again, while the product's drain time
+    runs since the step began. As for a slow API server (``_slowed``), the judge may begin a drain early by that
+    window, never late."""
+    faults = {fault.id: fault for fault in o.scenario.faults}
+    found = []
+    for firing in o.firings:
+        fault = faults.get(firing.fault)
+        if firing.kind != "budget-third-writer" or fault is None:
+            continue
+        begin = o.acting_at + firing.at
+        end = o.acting_at + (fault.stop if fault.stop is not None else firing.at) + 0.5
+        if begin <= cordoned and end >= granted:
+            found.append(max(begin, granted))
+    return found
 
 
 def _deletes_failed(o: Observation) -> dict[str, list[float]]:

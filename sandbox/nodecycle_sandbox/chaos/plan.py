@@ -14,6 +14,11 @@ Opted in (``forge``), messages that anyone allowed to send to an intake queue ca
 real ones (:func:`draw_forgeries`, a stream of its own too): a hook notification for an instance in service
 with a token no hook issued, a replay of an action already completed or still open, one sent to the queue of
 the stack that does not own the group. Design invariant 8: none of them may disrupt anything.
+
+With faults, outages are drawn last of all, each from a stream of its own (:func:`draw_mapping_paused`,
+:func:`draw_iam_detached`, :func:`draw_third_writer`, :func:`draw_work_replay`; set by ``chaos/outages.py``): an
+event source mapping disabled for a while, one function's role without its policy, a third writer of the budget
+ConfigMap, and work messages replayed hours after the story.
 """
 
 from __future__ import annotations
@@ -176,11 +181,22 @@ def draw(
         scenario = scenario.with_faults((*scenario.faults, *numbered))
     if forge:
         scenario = replace(scenario, forgeries=draw_forgeries(random.Random(f"{seed}:{index}:forge")))
-    if not lag:
+    if lag:
+        index_lag, ec2_lag = draw_lag(random.Random(f"{seed}:{index}:lag"))
+        numbered = tuple(replace(f, id=f"f{len(scenario.faults) + 1}") for f in index_lag)
+        scenario = replace(scenario, faults=(*scenario.faults, *numbered), ec2_lag=ec2_lag)
+    if not faults:
         return scenario
-    index_lag, ec2_lag = draw_lag(random.Random(f"{seed}:{index}:lag"))
-    numbered = tuple(replace(f, id=f"f{len(scenario.faults) + 1}") for f in index_lag)
-    return replace(scenario, faults=(*scenario.faults, *numbered), ec2_lag=ec2_lag)
+    # The outages last of all, each from a stream of its own: every fault above keeps its draw and its id.
+    outages = (
+        *draw_mapping_paused(random.Random(f"{seed}:{index}:mapping-paused")),
+        *draw_iam_detached(random.Random(f"{seed}:{index}:iam-detached")),
+        *draw_third_writer(random.Random(f"{seed}:{index}:third-writer")),
+        *draw_work_replay(random.Random(f"{seed}:{index}:work-replay")),
+    )
+    first = len(scenario.faults) + 1
+    numbered = tuple(replace(f, id=f"f{n}") for n, f in enumerate(outages, start=first))
+    return scenario.with_faults((*scenario.faults, *numbered))
 
 
 def draw_faults(rng: random.Random, scenario: Scenario) -> tuple[Fault, ...]:
@@ -330,6 +346,85 @@ def draw_eip_locked(rng: random.Random, scenario: Scenario) -> tuple[Fault, ...]
     return (
         Fault("", "eip-locked", "ec2.ReleaseAddress", 1.0, start=start, limit=1, value=rng.randrange(1000)),
     )
+
+
+# The outages real accounts and clusters have that the menu above does not draw, each in a share of the scenarios
+# (their world.py moments: chaos/outages.py). The stacks' work queues and the functions that read them (the intake
+# queue's function starts actions, the others carry them on), and the functions whose role a policy edit can hit.
+OUTAGE_SHARE = 0.3
+WORK_FUNCTIONS = ("IntakeFunction", "DrainFunction", "EipFunction", "WakeFunction")
+ROLE_FUNCTIONS = ("IntakeFunction", "DrainFunction", "EipFunction", "SweeperFunction")
+REPLAYED_FUNCTIONS = ("DrainFunction", "EipFunction", "WakeFunction")
+OUTAGE_LATEST = 6.0  # seconds into the scenario an outage begins at the latest: while its story runs
+# How long a mapping stays disabled, a policy detached, at most: "minutes" on AWS, compressed as the hooks are (a
+# 30 s heartbeat timeout for AWS's default of 3,600 s; the global timeout 180 s): under the global timeout less a
+# drain's own time, so that nodecycle can still finish once it is over, and past the heartbeat timeout (a mapping)
+# so that only the sweeper's heartbeats, not the stalled step's, keep an action alive meanwhile. A detached policy
+# stops at the heartbeat timeout: the sweeper's role, detached longer, leaves nobody to keep a stalled action alive.
+MAPPING_PAUSED_LONGEST = 60.0
+IAM_DETACHED_LONGEST = 30.0
+# A third writer of the budget ConfigMap (a GitOps controller reconciling its labels, a backup tool annotating it)
+# writes every few hundred milliseconds at most while it storms, for as long as the cluster's refusals last.
+THIRD_WRITER_LONGEST = KUBE_REFUSAL_LONGEST
+# How much later than the story a work message is replayed (an operator's redrive of a dead-letter queue, a copy
+# sent again by hand): hours, within the queues' retention (4 days: the template's).
+REPLAY_EARLIEST = 3600.0
+REPLAY_LATEST = 12 * 3600.0
+
+
+def draw_mapping_paused(rng: random.Random) -> tuple[Fault, ...]:
+    """A stack's event source mapping disabled (``aws lambda update-event-source-mapping --no-enabled``: an
+    operator's pause, or Lambda's own on a role it cannot use) from ``start`` for up to a minute, then enabled
+    again: its queue stalls meanwhile, and what it held comes at once afterwards. ``target``: the mapping's
+    function; ``value`` picks the stack."""
+    if rng.random() >= OUTAGE_SHARE:
+        return ()
+    function = rng.choice(WORK_FUNCTIONS)
+    start = round(rng.uniform(0.0, OUTAGE_LATEST), 1)
+    stop = round(start + rng.uniform(5.0, MAPPING_PAUSED_LONGEST), 1)
+    return (
+        Fault(
+            "", "mapping-paused", function, 1.0, start=start, stop=stop, limit=1, value=rng.randrange(1000)
+        ),
+    )
+
+
+def draw_iam_detached(rng: random.Random) -> tuple[Fault, ...]:
+    """One function's role loses its policy (detached by a mistaken change, put back by the next deploy) from
+    ``start`` for up to the hooks' heartbeat timeout: every AWS call of that function is refused with IAM's own
+    AccessDenied (its event source mapping's polls too, which use the role), the other functions' are not.
+    ``target``: the function; ``value`` picks the stack."""
+    if rng.random() >= OUTAGE_SHARE:
+        return ()
+    function = rng.choice(ROLE_FUNCTIONS)
+    start = round(rng.uniform(0.0, OUTAGE_LATEST), 1)
+    stop = round(start + rng.uniform(2.0, IAM_DETACHED_LONGEST), 1)
+    return (
+        Fault("", "iam-detached", function, 1.0, start=start, stop=stop, limit=1, value=rng.randrange(1000)),
+    )
+
+
+def draw_third_writer(rng: random.Random) -> tuple[Fault, ...]:
+    """A third writer of the budget ConfigMap, storming from ``start`` to ``stop``: a write of its own metadata
+    every ``value`` seconds, so that every conditional write nodecycle makes in between meets a real 409 (a new
+    resourceVersion, the document unchanged), not an injected one."""
+    if rng.random() >= OUTAGE_SHARE:
+        return ()
+    start = round(rng.uniform(0.0, OUTAGE_LATEST), 1)
+    stop = round(start + rng.uniform(2.0, THIRD_WRITER_LONGEST), 1)
+    every = round(rng.uniform(0.05, 0.4), 2)
+    return (Fault("", "budget-third-writer", "configmaps", 1.0, start=start, stop=stop, value=every),)
+
+
+def draw_work_replay(rng: random.Random) -> tuple[Fault, ...]:
+    """Once the story is over, ``limit`` of its oldest work messages to ``target`` sent again ``value`` seconds
+    later (hours: a dead-letter queue redriven, a message copied back by hand), the functions' clocks moved on
+    with them. Design invariant 8: nothing a replay names may be disrupted again."""
+    if rng.random() >= OUTAGE_SHARE:
+        return ()
+    function = rng.choice(REPLAYED_FUNCTIONS)
+    later = round(rng.uniform(REPLAY_EARLIEST, REPLAY_LATEST))
+    return (Fault("", "work-replay", function, 1.0, limit=rng.randint(1, 3), value=later),)
 
 
 # How far behind its writes AWS reads at most, in seconds: "usually under a second" (a DynamoDB global secondary

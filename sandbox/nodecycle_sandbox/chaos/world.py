@@ -29,6 +29,7 @@ from nodecycle_sandbox.aws.control import SANDBOX_ACCOUNT
 from nodecycle_sandbox.aws.group import AutoScalingGroup, GroupSpec, HookSpec
 from nodecycle_sandbox.aws.notifications import forged_hook_notification
 from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING, ActionRecord, InstanceHistory
+from nodecycle_sandbox.chaos.outages import Outages
 from nodecycle_sandbox.chaos.plan import Forgery, Scenario
 from nodecycle_sandbox.faults import WORLD_KINDS, Fault, Firing
 from nodecycle_sandbox.kube import HistoryEntry, KubeServer
@@ -329,16 +330,19 @@ class ScenarioRun:
                     box.aws.configure(token_checked_against_instance=False, token_checked_against_group=False)
                 box.arm_faults(scenario.faults, scenario.seed * 1000 + scenario.index)
                 acting = time.time()
+                outages = self._outages(time.monotonic())
                 with (
                     self._lagging_ec2() as lagged,
                     self._sweeping_on_schedule(),
-                    self._setting_hazards(time.monotonic()),
+                    self._setting_hazards(outages.armed),
+                    outages.timed(),
                 ):
                     self._act(acting)
                     # (an intake message retried waits out its visibility timeout: see _redeliver_retried)
                     quiescent, left = self._quiesce(retried_waiting=True)
                 self._phase("quiescent")
-                firings = sorted([*box.fault_firings(), *self.hazard_firings], key=lambda f: f.at)
+                hazards = [*self.hazard_firings, *outages.firings]
+                firings = sorted([*box.fault_firings(), *hazards], key=lambda f: f.at)
                 box.disarm_faults()
                 # (without forgeries the world waits for no intake queue, and leaves their retries be)
                 if quiescent and self.forged:
@@ -347,7 +351,16 @@ class ScenarioRun:
                     self._lift_locks()  # (AWS Support's answer: the sweepers must then release the addresses)
                     self._sweep_all()  # the sweepers have the last word, with no fault
                     quiescent, left = self._quiesce(timeout=30)
-            self._phase("swept")
+                if quiescent and any(f.kind == "work-replay" for f in scenario.faults):
+                    # (hours later: nothing else runs then; what the replays do is judged with the rest)
+                    replayed = len(outages.firings)
+                    left = outages.replay()
+                    firings += outages.firings[replayed:]
+                    if not left:
+                        quiescent, left = self._quiesce(timeout=30)
+                    quiescent = quiescent and not left
+                self.notes += outages.notes
+                self._phase("swept")
             final = self._final_addresses()
             self._phase("addresses")
             observation = Observation(
@@ -632,6 +645,18 @@ class ScenarioRun:
             allocation in self._addresses()
         )  # (nodecycle may have released it between the look and the lock)
         return f"locked {allocation} of {instance}{'' if still else ' (released before the lock: no effect)'}"
+
+    def _outages(self, armed: float) -> Outages:
+        """The scenario's outages (chaos/outages.py), their clock started at ``armed`` (monotonic)."""
+        return Outages(
+            box=self.box,
+            runners=self.world.runners,
+            owners={stack: owner_of(stack) for stack in self.world.runners},
+            stacks=self.scenario.stacks,
+            faults=self.scenario.faults,
+            armed=armed,
+            budget=BUDGET,
+        )
 
     def _lift_locks(self) -> None:
         """AWS Support unlocks the addresses AWS locked."""
