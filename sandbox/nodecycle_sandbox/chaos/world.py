@@ -84,7 +84,8 @@ STACKS: dict[str, dict[str, str]] = {
 # whole minutes for EventBridge, so the handlers are told the interval through their environment). Under the
 # hooks' 30 s heartbeat timeout and 10 s margin this keeps alive every action whose work message was lost and
 # resumes it once it is ResumeGraceSeconds overdue, as the schedule does in AWS. The world fires it itself,
-# from the moment a scenario acts until quiescence, so that the moments before and after stay its own.
+# while a scenario's groups launch and from the moment it acts until quiescence (the launches are judged too),
+# so that the moments between and after stay its own.
 SWEEP_INTERVAL = 12.0
 SETTINGS = {"NODECYCLE_SWEEP_INTERVAL_MINUTES": str(SWEEP_INTERVAL / 60)}
 LIMITS = {"total": 2, "per_zone": 1}
@@ -408,11 +409,16 @@ class ScenarioRun:
                 tags={OWNER_TAG: owner_of(stack)},
             )
             self.groups[stack] = self.box.add_group(spec)
-        for group in self.groups.values():
-            # launches go through nodecycle's launch hooks too: as long as their global timeout allows
-            self._wait(
-                functools.partial(_in_service, group, size), QUIESCENCE_TIMEOUT, f"{group.name} in service"
-            )
+        # (the schedule runs meanwhile, as in AWS: a launch whose event reaches intake late is kept alive and
+        # adopted by a sweep; without it, one kept alive by a stray sweep lapsed at its heartbeat timeout)
+        with self._sweeping_on_schedule():
+            for group in self.groups.values():
+                # launches go through nodecycle's launch hooks too: as long as their global timeout allows
+                self._wait(
+                    functools.partial(_in_service, group, size),
+                    QUIESCENCE_TIMEOUT,
+                    f"{group.name} in service",
+                )
 
     def _seed_workloads(self) -> None:
         scenario = self.scenario
@@ -688,7 +694,8 @@ class ScenarioRun:
 
     def _sweeping_on_schedule(self) -> AbstractContextManager[None]:
         """The sweepers' schedule, every SWEEP_INTERVAL from now until the block ends (the random sweeps of
-        the scenario come on top, as an operator's manual runs would)."""
+        the scenario come on top, as an operator's manual runs would): while the groups launch, and from the
+        story's first act to quiescence."""
         return _repeating(SWEEP_INTERVAL, "chaos-schedule", self._fire_sweepers)
 
     def _fire_sweepers(self) -> None:
