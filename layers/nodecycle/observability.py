@@ -51,11 +51,37 @@ metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
 warnings.filterwarnings("ignore", message="No application metrics to publish")
 
 
+# The pages (an alarm of template.yaml fires at their first count, on the owner and service series) counted once
+# per action (or per decision) beside the write that says so: the engine's guard's GlobalTimeoutsNear with its
+# settlement's commit, LifecycleActionsExpired and LifecycleActionsUnknown with the commit past the action, a
+# step's DrainTimeouts, ReadinessTimeouts or EipFailures with the outcome it commits, ForcedSlots and
+# BudgetQueueFull with the budget document's write, HeartbeatsThrottledLate with the heartbeat's retry time.
+# Powertools holds a metric without dimensions until the handler returns: an invocation the runtime ends after
+# such a write (its timeout: a later record of its batch hung; out of memory) lost the page, and the delivery
+# again finds the write made and counts nothing. So these are written out (their own EMF line) as they are
+# counted. They are rare (each one pages); the ordinary counters stay in the one document of the invocation.
+# Not EvictionErrors: counted at every poll while the refusal lasts (the next poll counts it again), many a drain.
+PAGES = frozenset(
+    {
+        "BudgetQueueFull",
+        "DrainTimeouts",
+        "EipFailures",
+        "ForcedSlots",
+        "GlobalTimeoutsNear",
+        "HeartbeatsThrottledLate",
+        "LifecycleActionsExpired",
+        "LifecycleActionsUnknown",
+        "ReadinessTimeouts",
+    }
+)
+
+
 class PowertoolsMetrics:
     """Counts and durations as CloudWatch EMF, always with the ``owner`` dimension.
 
     Metrics with extra dimensions (a transition, a reason) are flushed at once as their own EMF document,
-    because the dimensions of the shared document apply to every metric in it.
+    because the dimensions of the shared document apply to every metric in it; so are the ``PAGES``, so that an
+    invocation killed after counting one has told it.
     """
 
     def __init__(self, owner: str) -> None:
@@ -70,7 +96,7 @@ class PowertoolsMetrics:
         self._emit(name, MetricUnit.Seconds, value, dimensions)
 
     def _emit(self, name: str, unit: MetricUnit, value: float, dimensions: dict[str, str]) -> None:
-        if not dimensions:
+        if not dimensions and name not in PAGES:
             metrics.add_metric(name=name, unit=unit, value=value)
             return
         with single_metric(
