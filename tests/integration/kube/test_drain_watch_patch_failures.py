@@ -40,8 +40,9 @@ from tests.unit.drain.test_drain_steps import (
 )
 
 SEED = drain_steps.SEED
+# (no 409 storm: a release names no version, a storm of other writers does not reach it; see
+# test_release_in_a_conflict_storm.py)
 FAILURES = {
-    "409 storm": Fault("storm", "kube-conflict", "PATCH nodes"),
     "webhook down": Fault("webhook", "kube-webhook-down", "PATCH nodes"),
 }
 HOURS = timedelta(hours=3)  # longer than any bound of a failing watch

@@ -103,7 +103,9 @@ def test_a_cordon_after_a_409_storm_counts_the_drains_time_from_its_first_try(
     assert node["spec"].get("unschedulable") is True
 
 
-@FAULTS
+# (no 409 storm: a release names no version, a storm of other writers does not reach it; see
+# test_release_in_a_conflict_storm.py)
+@pytest.mark.parametrize("fault", [WEBHOOK_DOWN], ids=["webhook-down"])
 def test_a_cleanup_whose_node_patch_keeps_failing_gives_its_slot_back_and_ends_leaving_the_annotations_to_the_sweeper(
     cluster: KubeCluster, server: KubeServer, fault: Fault
 ) -> None:

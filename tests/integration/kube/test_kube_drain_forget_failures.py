@@ -33,12 +33,13 @@ SEED = drain_steps.SEED
 
 @pytest.mark.parametrize(
     "fault",
+    # (no 409 storm: a release names no version, a storm of other writers does not reach it; see
+    # test_release_in_a_conflict_storm.py)
     [
-        Fault("storm", "kube-conflict", "PATCH nodes"),
         Fault("webhook", "kube-webhook-down", "PATCH nodes"),
         Fault("etcd", "kube-error", "GET nodes"),
     ],
-    ids=["409-storm", "webhook-down", "reads-fail"],
+    ids=["webhook-down", "reads-fail"],
 )
 def test_an_instance_gone_without_a_hook_frees_its_slot_within_seconds_though_its_node_cannot_be_released(
     cluster: KubeCluster, server: KubeServer, fault: Fault

@@ -644,8 +644,9 @@ def test_a_waiter_that_cannot_be_woken_does_not_keep_the_others_waiting() -> Non
 @dataclass
 class FakeNodes:
     """The nodes as the API server keeps them (tests/contracts/test_sweep_nodes.py): a release is a patch
-    conditional on the node's resourceVersion as it was read (CONFLICT when it changed since, GONE when it
-    was deleted), which takes the annotations off and moves the resourceVersion on."""
+    conditional on the node and its annotations as they were read (CONFLICT when they changed since, not when
+    only its resourceVersion moved; GONE when it was deleted), which takes the annotations off and moves the
+    resourceVersion on."""
 
     nodes: list[NodeInfo]
     released: list[str] = field(default_factory=list)
@@ -660,7 +661,7 @@ class FakeNodes:
         stored = next((n for n in self.nodes if n.name == node.name), None)
         if stored is None:
             return Claim.GONE
-        if stored.resource_version != node.resource_version:
+        if (stored.uid, stored.owner, stored.in_progress) != (node.uid, node.owner, node.in_progress):
             return Claim.CONFLICT
         self.released.append(node.name)
         released = {"owner": None, "in_progress": None}

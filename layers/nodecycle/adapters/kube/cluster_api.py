@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
@@ -46,6 +47,13 @@ from nodecycle.domain.ports.cluster import (
 log = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+# How a JSON patch that cannot be applied is answered (422): kube-apiserver (since kubernetes#68346) says "the
+# server rejected our request due to an error in our request" and gives its library's words as a cause of type
+# UnexpectedServerResponse (evanphx/json-patch: "testing value <path> failed", "test operation does not apply: is
+# missing path: <path>"); the sandbox gives them in its message ("the patch could not be applied: ...")
+NOT_APPLIED = re.compile(r"testing value|test operation|missing path|test failed|could not be applied", re.I)
+UNEXPECTED_RESPONSE = "UnexpectedServerResponse"
 LEGACY_ZONE_LABEL = "failure-domain.beta.kubernetes.io/zone"
 # The eviction subresource's words (HTTP 500) for a pod that more than one PodDisruptionBudget selects
 MULTIPLE_BUDGETS = "more than one PodDisruptionBudget"
@@ -262,6 +270,9 @@ class KubeCluster:
         unlabel: bool = False,
         released_for: str | None = None,
     ) -> Claim:
+        guarded = _release_guarded(node, uncordon=uncordon, unlabel=unlabel, released_for=released_for)
+        if guarded is not None:
+            return self._patch_node(node.name, guarded, content_type=JSON_PATCH)
         metadata: dict[str, Any] = {
             "resourceVersion": node.resource_version,
             "annotations": {
@@ -277,20 +288,25 @@ class KubeCluster:
             body["spec"] = {"unschedulable": None}
         return self._patch_node(node.name, body)
 
-    def _patch_node(self, name: str, body: dict[str, Any]) -> Claim:
+    def _patch_node(self, name: str, body: Any, *, content_type: str = MERGE_PATCH) -> Claim:
         # A merge patch that carries metadata.resourceVersion is applied only if the node has not changed
-        # since it was read: the API server answers 409 otherwise.
+        # since it was read: the API server answers 409 otherwise. A JSON patch is applied only if its tests
+        # hold: 422 otherwise, with the words of the failed test.
         try:
             with kube_errors(f"patching node {name}"):
                 self._api.patch_node(
                     name,
                     body,
-                    _content_type=MERGE_PATCH,
+                    _content_type=content_type,
                     _preload_content=False,
                     _request_timeout=REQUEST_TIMEOUT,
                 )
         except ApiException as error:
             if error.status == 409:
+                log.info("node %s changed since it was read (409): not patched", name)
+                return Claim.CONFLICT
+            if content_type == JSON_PATCH and error.status == 422 and _test_failed(error):
+                log.info("node %s is no longer as its release read it: not released", name)
                 return Claim.CONFLICT
             if error.status == 404:
                 return Claim.GONE
@@ -391,6 +407,72 @@ class KubeCluster:
                 raise Refused(status_message(error)) from error
             raise
         return True
+
+
+def _release_guarded(
+    node: NodeInfo, *, uncordon: bool, unlabel: bool, released_for: str | None
+) -> list[dict[str, Any]] | None:
+    """The release of ``node`` as a JSON patch whose tests are what the release is about: the node (its uid),
+    this owner's annotations as read (invariant 3: a node another owner, or another lifecycle, claimed since is
+    left alone), the cordon and label it lifts as read. Not its resourceVersion: a node changes all the time
+    (its kubelet's status, other controllers' labels and annotations), and a release conditional on it lost to
+    any of those writes between the read and the patch (a sweep lists every node, then patches them one by
+    one, in the same order at every sweep: on a busy cluster some were never released).
+
+    None when the read shows none of this owner's marks to test (both annotations, or the released-for mark
+    alone): such a release stays conditional on the resourceVersion."""
+    owner, progress, mark = node.owner, node.in_progress, node.released_for
+    holds = owner is not None and progress is not None
+    if not node.uid or not (holds or (owner is None and progress is None and mark is not None)):
+        return None
+    ops: list[dict[str, Any]] = [{"op": "test", "path": "/metadata/uid", "value": node.uid}]
+    for key, value in (
+        (OWNER_ANNOTATION, owner),
+        (IN_PROGRESS_ANNOTATION, progress),
+        (RELEASED_FOR_ANNOTATION, mark),
+    ):
+        if value is not None:
+            ops += [
+                {"op": "test", "path": _annotation(key), "value": value},
+                {"op": "remove", "path": _annotation(key)},
+            ]
+    if released_for is not None:
+        ops.append({"op": "add", "path": _annotation(RELEASED_FOR_ANNOTATION), "value": released_for})
+    # What it lifts, only as read (a test of an absent field is not portable: RFC 6902 fails it, kube-apiserver's
+    # library takes it as null): a cordon the read does not show is not lifted, rather than an operator's taken
+    if uncordon and node.unschedulable:
+        ops += [
+            {"op": "test", "path": "/spec/unschedulable", "value": True},
+            {"op": "add", "path": "/spec/unschedulable", "value": False},
+        ]
+    if unlabel and node.excluded_from_lb:
+        label = "/metadata/labels/" + _pointer_token(EXCLUDE_LB_LABEL)
+        ops += [{"op": "test", "path": label, "value": "true"}, {"op": "remove", "path": label}]
+    return ops
+
+
+def _annotation(key: str) -> str:
+    return "/metadata/annotations/" + _pointer_token(key)
+
+
+def _pointer_token(key: str) -> str:
+    """``key`` as one JSON pointer token (RFC 6901): ``~`` and ``/`` escaped."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _test_failed(error: ApiException) -> bool:
+    """Whether a release's 422 is its JSON patch not applied (a test failed: the node is not as read), not the
+    node's refusal (its validation, a webhook). Every other operation of the release is on a path a test before
+    it found, so a patch not applied is a failed test."""
+    try:
+        status = json.loads(error.body or "{}")
+    except ValueError:
+        return False
+    causes = (status.get("details") or {}).get("causes") or []
+    if any(cause.get("type") == UNEXPECTED_RESPONSE for cause in causes):
+        return True
+    words = [str(status.get("message") or "")] + [str(cause.get("message") or "") for cause in causes]
+    return any(NOT_APPLIED.search(word) for word in words)
 
 
 def _delete_options(pod: PodInfo, grace_seconds: int) -> dict[str, Any]:

@@ -40,7 +40,7 @@ class CoreV1:
     def patch_node(
         self,
         name: str,
-        body: dict[str, Any],
+        body: dict[str, Any] | list[dict[str, Any]],
         *,
         _content_type: str,
         _preload_content: bool = False,

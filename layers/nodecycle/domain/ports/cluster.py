@@ -168,11 +168,13 @@ class Cluster(Protocol):
         unlabel: bool = False,
         released_for: str | None = None,
     ) -> Claim:
-        """One PATCH, conditional on the resourceVersion: remove both annotations together; for a node that
-        will come back, lift the cordon (``uncordon``) and the load balancer exclusion (``unlabel``), each only
-        where nodecycle set it. ``released_for`` marks the node with the lifecycle whose annotations this
-        clears before its cleanup (a stop of its instance); without it, the mark is removed. Raises
-        :class:`Refused` as :meth:`claim_node` does."""
+        """One PATCH, conditional on the node (its uid) and this owner's annotations as read, not on its
+        resourceVersion (its kubelet's status and others' labels move that at any time; a read showing none of
+        this owner's marks stays conditional on it): remove both annotations together; for a node that will come
+        back, lift the cordon (``uncordon``) and the load balancer exclusion (``unlabel``), each only where
+        nodecycle set it and as the read shows it. ``released_for`` marks the node with the lifecycle whose
+        annotations this clears before its cleanup (a stop of its instance); without it, the mark is removed.
+        Raises :class:`Refused` as :meth:`claim_node` does."""
         ...
 
     def pods_on(self, node: str) -> list[PodInfo]:
