@@ -6,8 +6,15 @@ Only the operations whose resources the template scopes need a resolver here; an
 authorized on ``"*"``, which is what AWS does for actions without resource-level permissions (Describe*).
 A resource that does not exist cannot be judged by its tags: its request (``resource_found=False``, the ARN
 its name would have) is refused only to a role that is granted the action on nothing at all; a role that is
-granted it somewhere hears what AWS answers (``InvalidAllocationID.NotFound``, ``No active Lifecycle
-Action``...), as AWS looks a resource up before it can read its tags.
+granted it somewhere hears what AWS answers (``No active Lifecycle Action``...).
+
+An Elastic IP EC2 no longer has (released, or an association ended) is judged as AWS judges it: IAM decides
+before EC2 looks the address up, with no ``aws:ResourceTag/...`` key in the request (an absent key fails every
+condition on it but ``...IfExists`` and ``Null``), so a role granted the action on tagged addresses only hears
+``UnauthorizedOperation``, not ``InvalidAllocationID.NotFound`` / ``InvalidAssociationID.NotFound``; only a role
+granted it unconditionally hears those. (IAM user guide, condition operators: "If the key that you specify in a
+policy condition is not present in the request context, the values do not match and the condition is false";
+EC2 answers UnauthorizedOperation for a tag-scoped TerminateInstances of an instance that no longer exists.)
 """
 
 from __future__ import annotations
@@ -75,9 +82,10 @@ def _ec2(response: Any, operation: str, region: str, account: str, base: dict[st
         allocation, public_ip = response._get_param("AllocationId"), response._get_param("PublicIp")
         address = _address(backend, allocation_id=allocation, public_ip=public_ip)
         named = allocation or public_ip
-        if address is None:
-            return [_missing(action, f"{prefix}:elastic-ip/{named or '*'}", base)]
-        requests = [tagged("elastic-ip", address)]
+        if address is None:  # judged with no tags: see the module's docstring
+            requests = [Request(action, f"{prefix}:elastic-ip/{named or '*'}", context_of(base))]
+        else:
+            requests = [tagged("elastic-ip", address)]
         if operation == "AssociateAddress":
             instance = _lookup(backend.get_instance, response._get_param("InstanceId"))
             interface = _lookup(backend.get_network_interface, response._get_param("NetworkInterfaceId"))
@@ -92,8 +100,9 @@ def _ec2(response: Any, operation: str, region: str, account: str, base: dict[st
             association_id=response._get_param("AssociationId"),
             public_ip=response._get_param("PublicIp"),
         )
+        # an association gone, and with it what names the address: judged with no tags (see the docstring)
         if address is None:
-            return [_missing(action, f"{prefix}:elastic-ip/*", base)]
+            return [Request(action, f"{prefix}:elastic-ip/*", context_of(base))]
         requests = [tagged("elastic-ip", address)]
         if address.eni is not None:
             requests.append(tagged("network-interface", address.eni))

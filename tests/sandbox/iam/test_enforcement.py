@@ -330,6 +330,25 @@ def test_an_action_a_role_is_not_granted_is_refused_even_on_a_resource_that_does
     assert (denied["Code"], denied["status"]) == ("AccessDenied", 403)
     assert "autoscaling:CompleteLifecycleAction on resource: " in denied["Message"]
 
-    # And a role that holds the action (on its own resources) hears what the service answers of the missing one
+    # And a role that holds the action on its own (tagged) addresses only is refused it too: IAM decides before EC2
+    # looks the address up, and a condition on a tag of a resource that does not exist is false (the sandbox let it
+    # hear InvalidAllocationID.NotFound / InvalidAssociationID.NotFound, on which the EIP adapter counted a retried
+    # release or disassociation as done)
+    for function in ("EipFunction", "SweeperFunction"):
+        ec2 = client(deployed, "ec2", function)
+        denied = error(ec2.release_address, AllocationId=missing)
+        assert (denied["Code"], denied["status"]) == ("UnauthorizedOperation", 403)
+        arn = f"arn:aws:ec2:{REGION}:{ACCOUNT}:elastic-ip/{missing}"
+        assert f"ec2:ReleaseAddress on resource: {arn}" in denied["Message"]
+        gone = "eipassoc-0123456789abcdef0"
+        assert error(ec2.disassociate_address, AssociationId=gone)["Code"] == "UnauthorizedOperation"
+    # (an address released since, or an association ended since, likewise)
+    owned = address(deployed, **{"nodecycle:owner": "nodecycle"})
+    operator = client(deployed, "ec2")
+    association = operator.associate_address(AllocationId=owned, InstanceId=instance(deployed, MANAGED))
+    operator.disassociate_address(AssociationId=association["AssociationId"])
+    operator.release_address(AllocationId=owned)
     eip = client(deployed, "ec2", "EipFunction")
-    assert error(eip.release_address, AllocationId=missing)["Code"] == "InvalidAllocationID.NotFound"
+    assert error(eip.release_address, AllocationId=owned)["Code"] == "UnauthorizedOperation"
+    ended = association["AssociationId"]
+    assert error(eip.disassociate_address, AssociationId=ended)["Code"] == "UnauthorizedOperation"
