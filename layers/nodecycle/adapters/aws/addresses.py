@@ -6,7 +6,7 @@ connection errors become :class:`~nodecycle.domain.errors.TransientError` (``tra
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -126,11 +126,14 @@ class Ec2Addresses:
             _NOT_FOUND: AddressNotFound,
         }
         answers.update(dict.fromkeys(_INSTANCE_UNAVAILABLE, InstanceUnavailable))
+        gone = self._allocation_gone(allocation_id)
         try:
-            with transient_errors("associating an Elastic IP"):
+            with _unless_gone(gone), transient_errors("associating an Elastic IP"):
                 associated = self._ec2().associate_address(
                     AllocationId=allocation_id, AllowReassociation=False, InstanceId=instance_id
                 )
+        except AddressNotFound:
+            raise
         except AccessRefused as error:
             raise AddressRefused(str(error)) from error  # (as _answers says it)
         except ClientError as error:
@@ -142,7 +145,7 @@ class Ec2Addresses:
             if interface is None:
                 with _answers(answers):
                     raise
-            with _answers(answers), transient_errors("associating an Elastic IP"):
+            with _answers(answers), _unless_gone(gone), transient_errors("associating an Elastic IP"):
                 associated = self._ec2().associate_address(
                     AllocationId=allocation_id, AllowReassociation=False, NetworkInterfaceId=interface
                 )
@@ -171,6 +174,7 @@ class Ec2Addresses:
         try:
             with (
                 _answers({"InvalidAssociationID.NotFound": AddressNotFound}),
+                _unless_gone(self._association_gone(association_id)),
                 transient_errors("disassociating an Elastic IP"),
             ):
                 self._ec2().disassociate_address(AssociationId=association_id)
@@ -192,11 +196,36 @@ class Ec2Addresses:
             "InvalidAddress.PtrSet": AddressLocked,
         }
         try:
-            with _answers(answers), transient_errors("releasing an Elastic IP"):
+            with (
+                _answers(answers),
+                _unless_gone(self._allocation_gone(allocation_id)),
+                transient_errors("releasing an Elastic IP"),
+            ):
                 self._ec2().release_address(AllocationId=allocation_id)
         except AddressNotFound as error:
             return answer_lost(error.__cause__)
         return True
+
+    def _allocation_gone(self, allocation_id: str) -> Callable[[], bool]:
+        def gone() -> bool:
+            try:
+                with transient_errors("describing an Elastic IP"):
+                    found = self._ec2().describe_addresses(AllocationIds=[allocation_id])
+            except ClientError as error:
+                if error_code(error) == _NOT_FOUND:
+                    return True
+                raise
+            return not found.get("Addresses")
+
+        return gone
+
+    def _association_gone(self, association_id: str) -> Callable[[], bool]:
+        def gone() -> bool:
+            with transient_errors("describing an Elastic IP"):
+                found = self._ec2().describe_addresses(Filters=[_filter("association-id", association_id)])
+            return not found.get("Addresses")
+
+        return gone
 
     def instance_states(self, instance_ids: Collection[str]) -> dict[str, str]:
         # a denial of DescribeInstances alone (a service control policy) is a refusal like the others: the
@@ -226,6 +255,26 @@ def _answers(errors: Mapping[str, type[AddressError]]) -> Iterator[None]:
         raise errors.get(error_code(error), AddressRefused)(str(error)) from error
     except AccessRefused as error:
         raise AddressRefused(str(error)) from error
+
+
+@contextmanager
+def _unless_gone(gone: Callable[[], bool]) -> Iterator[None]:
+    """A refusal of a call on an address (``UnauthorizedOperation``) that EC2 no longer has is its NotFound.
+
+    The template grants the address actions on addresses carrying the owner tag only, and IAM decides before EC2
+    looks the address up: an address released since (by another caller, or by an earlier attempt of this very
+    call whose answer was lost), or an association ended since, has no tags, the condition fails, and EC2 answers
+    UnauthorizedOperation where an unconditional grant would hear ``InvalidAllocationID.NotFound`` (or
+    ``InvalidAssociationID.NotFound``). Asked (DescribeAddresses, granted on every address), EC2 tells the two
+    apart: gone, it is :class:`AddressNotFound` with the refusal's ClientError as its cause (whose answer tells
+    whether an earlier attempt was lost: ``answer_lost``); still there, the refusal stands. Only a refusal costs
+    the look: a call that succeeds makes no other."""
+    try:
+        yield
+    except AccessRefused as error:
+        if gone():
+            raise AddressNotFound(str(error)) from error.__cause__
+        raise
 
 
 def _filter(name: str, value: str) -> FilterTypeDef:
