@@ -15,6 +15,7 @@ condition on it but ``...IfExists`` and ``Null``), so a role granted the action 
 granted it unconditionally hears those. (IAM user guide, condition operators: "If the key that you specify in a
 policy condition is not present in the request context, the values do not match and the condition is false";
 EC2 answers UnauthorizedOperation for a tag-scoped TerminateInstances of an instance that no longer exists.)
+The instance an AssociateAddress names likewise: one EC2 no longer has (or never had) is judged with no tags.
 """
 
 from __future__ import annotations
@@ -87,10 +88,13 @@ def _ec2(response: Any, operation: str, region: str, account: str, base: dict[st
         else:
             requests = [tagged("elastic-ip", address)]
         if operation == "AssociateAddress":
-            instance = _lookup(backend.get_instance, response._get_param("InstanceId"))
+            instance_id = response._get_param("InstanceId")
+            instance = _lookup(backend.get_instance, instance_id)
             interface = _lookup(backend.get_network_interface, response._get_param("NetworkInterfaceId"))
             if instance is not None:
                 requests.append(tagged("instance", instance))
+            elif instance_id:  # gone (aged out) or never was: judged with no tags, as a gone address is
+                requests.append(Request(action, f"{prefix}:instance/{instance_id}", context_of(base)))
             if interface is not None:
                 requests.append(tagged("network-interface", interface))
         return requests

@@ -352,3 +352,19 @@ def test_an_action_a_role_is_not_granted_is_refused_even_on_a_resource_that_does
     assert error(eip.release_address, AllocationId=owned)["Code"] == "UnauthorizedOperation"
     ended = association["AssociationId"]
     assert error(eip.disassociate_address, AssociationId=ended)["Code"] == "UnauthorizedOperation"
+
+
+def test_an_instance_that_does_not_exist_is_judged_without_tags(deployed: tuple[str, Runner]) -> None:
+    # Given an address of this stack and an instance id EC2 does not have (terminated and aged out, or never was),
+    # When the eip function associates the address with it, Then IAM refuses it: the grant on instances is
+    # conditioned on their group's tag, which a missing instance does not have (the sandbox skipped the instance
+    # side and let EC2 answer InvalidInstanceID.NotFound)
+    owned = address(deployed, **{"nodecycle:owner": "nodecycle"})
+    eip = client(deployed, "ec2", "EipFunction")
+    missing = "i-0123456789abcdef0"
+    denied = error(eip.associate_address, AllocationId=owned, InstanceId=missing)
+    assert (denied["Code"], denied["status"]) == ("UnauthorizedOperation", 403)
+    assert (
+        f"ec2:AssociateAddress on resource: arn:aws:ec2:{REGION}:{ACCOUNT}:instance/{missing}"
+        in (denied["Message"])
+    )
