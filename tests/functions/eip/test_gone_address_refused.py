@@ -18,7 +18,12 @@ from botocore.exceptions import ReadTimeoutError
 from nodecycle.adapters.aws import clients
 from nodecycle.adapters.aws.addresses import Ec2Addresses
 from nodecycle.domain.eip import release_unassociated
-from nodecycle.domain.ports.addresses import OWNER_TAG, AddressNotFound, AddressRefused
+from nodecycle.domain.ports.addresses import (
+    OWNER_TAG,
+    AddressNotFound,
+    AddressRefused,
+    InstanceUnavailable,
+)
 from nodecycle_sandbox.aws.install import install
 from nodecycle_sandbox.iam.identities import IDENTITIES
 from nodecycle_sandbox.iam.template import offline_roles
@@ -126,3 +131,14 @@ def test_a_refusal_of_an_address_that_is_there_stays_a_refusal(as_role: Callable
     # And an address of this owner is released (the role may: a first attempt, no other call)
     ours = allocate(**{OWNER_TAG: OWNER})
     assert adapter.release(ours) is True
+
+
+def test_an_instance_ec2_no_longer_has_is_unavailable_not_a_refusal(as_role: Callable[[], Any]) -> None:
+    # Given an address of this owner and an instance id EC2 no longer has (terminated and aged out): the role's
+    # grant on instances is conditioned on their group's tag, so IAM refuses the association
+    address = allocate(**{OWNER_TAG: OWNER})
+
+    # When the role associates the address with it, Then the instance cannot take an address (the step asks its
+    # state and ends it, gone), as EC2's InvalidInstanceID.NotFound says, not a refusal asked again and again
+    with pytest.raises(InstanceUnavailable):
+        Ec2Addresses(as_role()).associate(address, "i-0123456789abcdef0")

@@ -126,13 +126,13 @@ class Ec2Addresses:
             _NOT_FOUND: AddressNotFound,
         }
         answers.update(dict.fromkeys(_INSTANCE_UNAVAILABLE, InstanceUnavailable))
-        gone = self._allocation_gone(allocation_id)
+        gone = self._association_side_gone(allocation_id, instance_id)
         try:
             with _unless_gone(gone), transient_errors("associating an Elastic IP"):
                 associated = self._ec2().associate_address(
                     AllocationId=allocation_id, AllowReassociation=False, InstanceId=instance_id
                 )
-        except AddressNotFound:
+        except (AddressNotFound, InstanceUnavailable):
             raise
         except AccessRefused as error:
             raise AddressRefused(str(error)) from error  # (as _answers says it)
@@ -206,24 +206,39 @@ class Ec2Addresses:
             return answer_lost(error.__cause__)
         return True
 
-    def _allocation_gone(self, allocation_id: str) -> Callable[[], bool]:
-        def gone() -> bool:
+    def _allocation_gone(self, allocation_id: str) -> _Gone:
+        def gone() -> type[AddressError] | None:
             try:
                 with transient_errors("describing an Elastic IP"):
                     found = self._ec2().describe_addresses(AllocationIds=[allocation_id])
             except ClientError as error:
                 if error_code(error) == _NOT_FOUND:
-                    return True
+                    return AddressNotFound
                 raise
-            return not found.get("Addresses")
+            return None if found.get("Addresses") else AddressNotFound
 
         return gone
 
-    def _association_gone(self, association_id: str) -> Callable[[], bool]:
-        def gone() -> bool:
+    def _association_gone(self, association_id: str) -> _Gone:
+        def gone() -> type[AddressError] | None:
             with transient_errors("describing an Elastic IP"):
                 found = self._ec2().describe_addresses(Filters=[_filter("association-id", association_id)])
-            return not found.get("Addresses")
+            return None if found.get("Addresses") else AddressNotFound
+
+        return gone
+
+    def _association_side_gone(self, allocation_id: str, instance_id: str) -> _Gone:
+        """(AssociateAddress) The address gone, or the instance: the template grants the call on instances of the
+        managed groups only (by their group's tag), which one EC2 no longer has (or does not have yet) is not."""
+        address_gone = self._allocation_gone(allocation_id)
+
+        def gone() -> type[AddressError] | None:
+            found = address_gone()
+            if found is not None:
+                return found
+            with transient_errors("describing an instance"):
+                known = next(iter(Ec2Instances(self._ec2()).describe([instance_id])), None)
+            return InstanceUnavailable if known is None else None
 
         return gone
 
@@ -257,8 +272,12 @@ def _answers(errors: Mapping[str, type[AddressError]]) -> Iterator[None]:
         raise AddressRefused(str(error)) from error
 
 
+# What a refused call's resources are, asked once it is refused: the domain's NotFound of the one gone, or None
+_Gone = Callable[[], type[AddressError] | None]
+
+
 @contextmanager
-def _unless_gone(gone: Callable[[], bool]) -> Iterator[None]:
+def _unless_gone(gone: _Gone) -> Iterator[None]:
     """A refusal of a call on an address (``UnauthorizedOperation``) that EC2 no longer has is its NotFound.
 
     The template grants the address actions on addresses carrying the owner tag only, and IAM decides before EC2
@@ -267,13 +286,16 @@ def _unless_gone(gone: Callable[[], bool]) -> Iterator[None]:
     UnauthorizedOperation where an unconditional grant would hear ``InvalidAllocationID.NotFound`` (or
     ``InvalidAssociationID.NotFound``). Asked (DescribeAddresses, granted on every address), EC2 tells the two
     apart: gone, it is :class:`AddressNotFound` with the refusal's ClientError as its cause (whose answer tells
-    whether an earlier attempt was lost: ``answer_lost``); still there, the refusal stands. Only a refusal costs
-    the look: a call that succeeds makes no other."""
+    whether an earlier attempt was lost: ``answer_lost``); still there, the refusal stands. An AssociateAddress
+    naming an instance EC2 no longer has is refused so too (the grant on instances is by their group's tag): that
+    instance is :class:`InstanceUnavailable`, as its InvalidInstanceID.NotFound. Only a refusal costs the look: a
+    call that succeeds makes no other."""
     try:
         yield
     except AccessRefused as error:
-        if gone():
-            raise AddressNotFound(str(error)) from error.__cause__
+        missing = gone()
+        if missing is not None:
+            raise missing(str(error)) from error.__cause__
         raise
 
 
