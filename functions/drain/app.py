@@ -11,9 +11,11 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from nodecycle.entrypoints import BatchResponse, work_queue_handler
-from nodecycle.wiring.drain import engine, invocation_time, shared
+from nodecycle.wiring.drain import engine, invocation_time, redeliveries, shared
 
-_work = work_queue_handler(engine, lambda: shared().metrics)
+# (a record retried on purpose comes back sooner than the visibility timeout of the queue this function polls:
+# the drain queue, or the wake queue for the wake function)
+_work = work_queue_handler(engine, lambda: shared().metrics, redeliveries)
 
 
 def handler(event: dict[str, Any], context: LambdaContext) -> BatchResponse:

@@ -13,9 +13,10 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from nodecycle.entrypoints import BatchResponse, work_queue_handler
-from nodecycle.wiring.eip import engine, invocation_time, shared
+from nodecycle.wiring.eip import engine, invocation_time, redeliveries, shared
 
-_work = work_queue_handler(engine, lambda: shared().metrics)
+# (a record retried on purpose comes back sooner than the EIP queue's visibility timeout)
+_work = work_queue_handler(engine, lambda: shared().metrics, redeliveries)
 
 
 def handler(event: dict[str, Any], context: LambdaContext) -> BatchResponse:

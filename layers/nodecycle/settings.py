@@ -161,6 +161,10 @@ class State(_Section):
     drain_queue_url: str = Field(min_length=1)
     eip_queue_url: str = Field(min_length=1)
     wake_queue_url: str = Field(min_length=1)  # budget wake-ups (the drain function's priority lane)
+    # The work queue this function's mapping polls, set per function by template.yaml (the drain and wake functions
+    # run the same code on different queues): a record of it retried on purpose comes back sooner than the queue's
+    # visibility timeout (nodecycle/entrypoints.py). Unset (intake, the sweeper): at the timeout
+    work_queue_url: OptionalText = None
     record_ttl_days: int = Field(default=14, ge=1, le=365)
 
 

@@ -7,6 +7,7 @@ from datetime import timedelta
 from functools import cache
 
 from nodecycle.adapters.aws.instances import Ec2Instances
+from nodecycle.adapters.aws.queues import SqsRedeliveries
 from nodecycle.adapters.kube.budget import ConfigMapBudgetStore, KubeDrainsInProgress, KubeNodeInventory
 from nodecycle.adapters.kube.cluster_api import KubeCluster
 from nodecycle.adapters.kube.core_v1 import CoreV1
@@ -47,6 +48,15 @@ def settings() -> DrainSettings:
 
 def shared() -> Common:
     return common(settings())
+
+
+@cache
+def redeliveries() -> SqsRedeliveries | None:
+    """The queue this function polls (the drain queue, or the wake queue for the wake function, which runs this
+    code), as a record of it retried on purpose comes back sooner than its visibility timeout (None: not set)."""
+    config = settings()
+    url = config.work_queue_url
+    return None if url is None else SqsRedeliveries(url, config.work_visibility_timeout_seconds)
 
 
 # -- the cluster: also what the sweeper uses -----------------------------------------------------------

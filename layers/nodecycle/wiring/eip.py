@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from nodecycle.adapters.aws.address_lines import DynamoAddressLines
 from nodecycle.adapters.aws.addresses import Ec2Addresses
+from nodecycle.adapters.aws.queues import SqsRedeliveries
 from nodecycle.domain.completion import CompleteAction, SettleResults
 from nodecycle.domain.eip.assign import AssignAddress
 from nodecycle.domain.eip.locked import LockedReleases
@@ -43,6 +44,15 @@ def shared() -> Common:
 @cache
 def addresses() -> Ec2Addresses:
     return Ec2Addresses()
+
+
+@cache
+def redeliveries() -> SqsRedeliveries | None:
+    """The EIP queue, as a record of it retried on purpose comes back sooner than its visibility timeout (None:
+    the function not told the queue it polls)."""
+    config = settings()
+    url = config.work_queue_url
+    return None if url is None else SqsRedeliveries(url, config.work_visibility_timeout_seconds)
 
 
 @cache

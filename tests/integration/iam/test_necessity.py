@@ -139,6 +139,15 @@ MAYBE_EXERCISED = {
         "(tests/functions/intake/test_retries_come_back_sooner.py; the role's grant: "
         "tests/sandbox/iam/test_intake_redelivery_permission.py)"
     ),
+    **dict.fromkeys(
+        (
+            "DrainFunctionRole/drain:PollDrainQueue sqs:ChangeMessageVisibility",
+            "EipFunctionRole/eip:PollEipQueue sqs:ChangeMessageVisibility",
+        ),
+        "a work queue record retried on purpose (drain, wake, eip), brought back sooner than the queue's visibility "
+        "timeout: only when a step is retried (a throttle, a claim held elsewhere), as timing falls "
+        "(tests/functions/test_requeue_work_queues.py; the roles' grants: tests/functions/test_requeue_permissions.py)",
+    ),
     "SweeperFunctionRole/sweeper:SendWork": f"{REPAIR}; but a wake-up of a waiter by the sweep's budget part "
     "goes through it too, when a sweep finds a finished lifecycle's slot not yet given back (its timing)",
     "SweeperFunctionRole/sweeper:OrphanedActions autoscaling:DescribeLifecycleHooks": ADOPTION,
