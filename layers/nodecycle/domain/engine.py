@@ -587,8 +587,10 @@ class StepEngine:
                 # the waiter's own retry ("wait again", read before the slot was freed): wake the lifecycle,
                 # or it holds the slot unused until that retry. If it moved on, the wake does nothing.
                 self._dispatch.wake(record.id, token=record.token)
+            gone_counted(self._records, record, updated, False, self._metrics)
             return None
         settled_elsewhere_counted(record, updated, self._metrics)
+        gone_counted(self._records, record, updated, True, self._metrics)
         if updated.outcome == "global-timeout-near" and record.outcome != updated.outcome:
             # The guard's decision, counted once it landed: a run whose commit was refused, its message delivered
             # again, decides it again (a metric that pages: once per action)
@@ -675,8 +677,7 @@ class StepEngine:
                     record.instance_id,
                     record.step,
                 )
-                self._metrics.count("LifecycleActionsUnknown")
-                return record, Outcome.next(outcome="unknown-action")
+                return record, Outcome.next(outcome="unknown-action")  # (counted once it lands: gone_counted)
             return record, None
         if record.verified_at is not None and now <= record.heartbeat_deadline:
             return record, None
@@ -692,8 +693,7 @@ class StepEngine:
                     "the lifecycle action of %s lapsed before this step: nothing is disrupted",
                     record.instance_id,
                 )
-                self._metrics.count("LifecycleActionsExpired")
-                return record, expired_before_completion(record, self._records)
+                return record, expired_before_completion(record, self._records)  # (counted: see gone_counted)
             # A launch whose instance Auto Scaling terminated before this first step (a scale-in right after the
             # scale-out, a Spot instance reclaimed at once) finds its action ended with it, as a forged pair
             # finds none: only where the instance is tells them apart (see ``instance_left``). The heartbeat is
@@ -708,8 +708,9 @@ class StepEngine:
                 "Auto Scaling has no active lifecycle action with this token for %s: nothing is disrupted",
                 record.instance_id,
             )
-            self._metrics.count("LifecycleActionsUnknown")
-            return record, Outcome.goto(after_completion(record), outcome="unknown-action")
+            return record, Outcome.goto(
+                after_completion(record), outcome="unknown-action"
+            )  # (see gone_counted)
         return record.renewed(now, verified_at=now), None
 
     def _guard(self, record: LifecycleRecord, now: datetime) -> Outcome | None:
@@ -818,7 +819,7 @@ class StepEngine:
             if not active and read_seq is not None and moved_on(self._records, record.id, read_seq):
                 return record  # (its commit loses: see moved_on)
             if not active:
-                ended = action_lapsed(record, now, self._autoscaling, self._records, self._metrics)
+                ended = action_lapsed(record, now, self._autoscaling, self._records)
                 expired = advance(record, ended, now)
                 return expired.model_copy(update={"seq": record.seq})  # the step's own advance took this seq
             self._metrics.count("Heartbeats")
@@ -928,18 +929,43 @@ def expired_before_completion(record: LifecycleRecord, records: RecordStore) -> 
 
 
 def action_lapsed(
-    record: LifecycleRecord, now: datetime, autoscaling: Autoscaling, records: RecordStore, metrics: Metrics
+    record: LifecycleRecord, now: datetime, autoscaling: Autoscaling, records: RecordStore
 ) -> Outcome:
     """Past an action Auto Scaling no longer has, found so by a heartbeat (the engine's, or the sweeper's
-    keep-alive): a launch that ended with its instance, or else an expiry (counted: its alarm)."""
+    keep-alive): a launch that ended with its instance, or else an expiry (counted once its commit lands: see
+    ``gone_counted``)."""
     ended = ended_with_its_instance(record, now, autoscaling)
     if ended is not None:
         return ended
     log.warning(
         "the lifecycle action of %s is no longer active (timed out, or completed elsewhere)", record.id
     )
-    metrics.count("LifecycleActionsExpired")
     return expired_before_completion(record, records)
+
+
+def gone_counted(
+    records: RecordStore, read: LifecycleRecord, written: LifecycleRecord, landed: bool, metrics: Metrics
+) -> None:
+    """Count the page of an action found gone (``LifecycleActionsExpired``; ``LifecycleActionsUnknown``, one Auto
+    Scaling never had with this token) by the write that records the lifecycle past it (``written``, from the
+    record as its writer ``read`` it), once that write ``landed``. The pages are written out as counted
+    (observability.PAGES): counted before the commit, a run killed or whose commit was refused paged it, and its
+    delivery again, finding the action gone again, paged it a second time; so did each of two writers (two
+    deliveries at once, the engine and a sweep) that found it gone, when only one commit lands. A write that lost
+    to a record gone (deleted by hand: nothing of ours deletes one before its TTL) pages all the same: no writer
+    records the expiry then (a read that fails: counted too, a page twice rather than none)."""
+    if written.outcome == read.outcome or written.outcome not in ("action-expired", "unknown-action"):
+        return
+    if not landed:
+        try:
+            if records.get(read.id) is not None:
+                return  # (the writer whose commit landed counts it, if it found the action gone too)
+        except Exception as error:
+            log.warning("could not read lifecycle %s again (%r): its page counted", read.id, error)
+    if written.outcome == "action-expired":
+        metrics.count("LifecycleActionsExpired")
+    else:
+        metrics.count("LifecycleActionsUnknown")
 
 
 # Auto Scaling's lifecycle states (prefixes) of an instance it is terminating, out of its group or its warm

@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 
-from nodecycle.domain.engine import action_lapsed
+from nodecycle.domain.engine import action_lapsed, advance, gone_counted
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import Step
 from nodecycle.domain.ports.lifecycle import Membership, WorkMessage
@@ -146,7 +146,8 @@ def test_a_lapsed_launch_ends_as_gone_on_the_evidence_its_confirmation_gave(
         autoscaling.in_ec2[INSTANCE] = in_ec2
 
     # When its lapse is settled
-    ended = action_lapsed(record, T0 + timedelta(seconds=30), autoscaling, records, metrics)
+    ended = action_lapsed(record, T0 + timedelta(seconds=30), autoscaling, records)
+    gone_counted(records, record, advance(record, ended, T0 + timedelta(seconds=30)), True, metrics)
 
     # Then it ends as gone only on what shows the instance left the record's group; else as an expiry (counted)
     assert ended.changes["outcome"] == outcome

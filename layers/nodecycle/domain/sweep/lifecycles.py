@@ -15,6 +15,7 @@ from nodecycle.domain.engine import (
     claim_recorded,
     claimed_for_completion,
     completion_in_progress,
+    gone_counted,
     moved_on,
     settled_elsewhere_counted,
 )
@@ -290,9 +291,11 @@ class LifecycleRepair:
                     "the lifecycle action of %s is no longer active, and its lifecycle moved on", record.id
                 )
                 return None
-            ended = action_lapsed(record, now, self._autoscaling, self._records, self._metrics)
+            ended = action_lapsed(record, now, self._autoscaling, self._records)
             gone = advance(record, ended, now)
-            if self._records.commit(gone, expected_seq=record.seq):
+            landed = self._records.commit(gone, expected_seq=record.seq)
+            gone_counted(self._records, record, gone, landed, self._metrics)
+            if landed:
                 counts["LifecyclesExpired"] += ended.changes.get("outcome") == "action-expired"
                 self._left_line(record, now)
                 if not gone.finished:
