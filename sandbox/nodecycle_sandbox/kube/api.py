@@ -31,7 +31,7 @@ from nodecycle_sandbox.kube.meta import (
     rfc3339,
 )
 from nodecycle_sandbox.kube.object_meta import metadata_problem
-from nodecycle_sandbox.kube.patching import PatchError, apply_patch
+from nodecycle_sandbox.kube.patching import PatchError, apply_patch, refusal
 from nodecycle_sandbox.kube.read_versions import LATEST, ReadVersion
 from nodecycle_sandbox.kube.resources import (
     CONFIGMAPS,
@@ -104,6 +104,8 @@ class Api:
         self._kubelet = kubelet
         # How long the namespace controller takes to get to a namespace deleted (see namespaces.py)
         self.namespace_lag = 0.0
+        # A JSON patch not applied told in the sandbox's words (see patching.refusal), not kube-apiserver's none
+        self.json_patch_words = True
         # What resourceVersion=0 reads see of a resource whose watch cache a test holds behind (see watch_cache.py)
         self.watch_cache = WatchCache()
         # The objects each paged list read, by resource, namespace and revision, for its continued pages
@@ -253,7 +255,7 @@ class Api:
             try:
                 patched = apply_patch(content_type, current, patch)
             except PatchError as exc:
-                raise errors.ApiError(422, "Invalid", f"the patch could not be applied: {exc}") from None
+                raise refusal(content_type, exc, words=self.json_patch_words) from None
             # A resourceVersion left in (or put into) the patched object is a precondition, as in kube-apiserver.
             return self._replace(rt, current, _decoded(rt, patched), subresource, "patch", source, admit)
 

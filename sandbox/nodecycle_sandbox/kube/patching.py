@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from nodecycle_sandbox.kube import errors
 from nodecycle_sandbox.kube.meta import json_copy
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -17,6 +18,31 @@ PATCH_TYPES = (MERGE_PATCH, STRATEGIC_MERGE_PATCH, JSON_PATCH)
 
 class PatchError(ValueError):
     """The patch cannot be applied to this object (a failed ``test``, a missing path, a bad directive)."""
+
+
+class PatchDecodeError(PatchError):
+    """The patch is no patch of its type at all (a JSON patch that is no list of operations)."""
+
+
+# kube-apiserver's answer to a JSON patch its library (evanphx/json-patch) cannot apply (handlers/patch.go,
+# applyJSPatch): errors.NewGenericServerResponse(422, "", schema.GroupResource{}, "", err.Error(), 0, false), the
+# generic words of a 422 with reason Invalid, no resource, no name and no cause (isUnexpectedResponse false): the
+# library's words ("testing value /x failed", "... missing path ...") are not sent at all, and ``details`` is an
+# empty object (every field of StatusDetails is omitempty). One that does not decode is a 400 in its words.
+JSON_PATCH_NOT_APPLIED = "the server rejected our request due to an error in our request"
+# (encoding/json's UnmarshalTypeError, naming the JSON type of what was sent instead of the list of operations)
+_GO_JSON_TYPES = {dict: "object", str: "string", int: "number", float: "number", bool: "bool"}
+
+
+def refusal(content_type: str, error: PatchError, *, words: bool = False) -> errors.ApiError:
+    """The API server's answer to a patch of ``content_type`` that ``error`` says cannot be applied. ``words``: a
+    JSON patch not applied told in the sandbox's words instead (kinder than kube-apiserver, which sends none: see
+    ``KubeServer(json_patch_words=...)``)."""
+    if content_type == JSON_PATCH and isinstance(error, PatchDecodeError):
+        return errors.ApiError(400, "BadRequest", str(error))
+    if content_type == JSON_PATCH and not words:
+        return errors.ApiError(422, "Invalid", JSON_PATCH_NOT_APPLIED, {})
+    return errors.ApiError(422, "Invalid", f"the patch could not be applied: {error}")
 
 
 # Strategic merge knows, from the Go struct tags, which lists merge by a key. The sandbox serves a handful
@@ -208,8 +234,11 @@ def _remove(doc: Any, tokens: list[str]) -> tuple[Any, Any]:
 
 
 def json_patch(doc: Any, operations: Any) -> Any:
+    if operations is None:
+        operations = []  # (JSON null decodes to no operations in Go: nothing to apply)
     if not isinstance(operations, list):
-        raise PatchError("a JSON patch must be a list of operations")
+        sent = _GO_JSON_TYPES.get(type(operations), "value")
+        raise PatchDecodeError(f"json: cannot unmarshal {sent} into Go value of type jsonpatch.Patch")
     result = json_copy(doc)
     for op in operations:
         if not isinstance(op, dict) or "op" not in op or "path" not in op:
