@@ -36,6 +36,11 @@ if TYPE_CHECKING:
 _log = logging.getLogger(__name__)
 # How often a disabled mapping's pollers look whether it is enabled again (Lambda takes seconds to start one)
 _DISABLED_POLL_SECONDS = 0.2
+# Lambda's poller backs off while its polls fail (the function's role refused sqs:ReceiveMessage, the queue gone):
+# it documents no figures; the sandbox waits 1 s after the first failure, doubling, at most 16 s, and starts over
+# once a poll answers (the role allowed again is polled within 16 s)
+_POLL_BACKOFF_FIRST_SECONDS = 1.0
+_POLL_BACKOFF_MAX_SECONDS = 16.0
 _SYSTEM_ATTRIBUTES = (
     "ApproximateReceiveCount",
     "SentTimestamp",
@@ -99,6 +104,35 @@ def failed_message_ids(result: InvocationResult, batch: list[str], report_failur
 
 class _Closed(Exception):
     """A closed event source's poller asked for another request (see `SqsEventSource.close`)."""
+
+
+class _PollFailures:
+    """One poller's failures in a row: how long it waits before it polls again, and what it tells of each (one
+    WARNING line; the first of a run, or one that fails otherwise than the one before, with its traceback: an
+    operator reads the refusal once, not a traceback every second while a policy lasts)."""
+
+    def __init__(self) -> None:
+        self._failures = 0
+        self._last: tuple[str, str] | None = None
+
+    def answered(self) -> None:
+        self._failures, self._last = 0, None
+
+    def failed(self, source: str, error: Exception) -> float:
+        code = str(((getattr(error, "response", None) or {}).get("Error") or {}).get("Code") or "")
+        kind = (type(error).__name__, code)
+        self._failures += 1
+        delay = min(_POLL_BACKOFF_FIRST_SECONDS * 2 ** (self._failures - 1), _POLL_BACKOFF_MAX_SECONDS)
+        _log.warning(
+            "%s poll failed (%d in a row), polling again in %.0f s: %s",
+            source,
+            self._failures,
+            delay,
+            error,
+            exc_info=kind != self._last,
+        )
+        self._last = kind
+        return delay
 
 
 class SqsEventSource:
@@ -190,12 +224,13 @@ class SqsEventSource:
         # Once closed, not even botocore's retry of a long poll cut by the AWS side's end: the next sandbox's
         # AWS side may have that port already, and queues of the same names.
         client.meta.events.register("before-send.sqs", self._refuse_once_closed)
+        failures = _PollFailures()
         while not self._stopping.is_set():
             try:
                 if not self._enabled():
                     self._stopping.wait(_DISABLED_POLL_SECONDS)
                     continue
-                messages, received_at = self._receive(client)
+                messages, received_at = self._receive(client, failures)
                 if not messages:
                     continue  # (disabled while it polled, or stopping)
                 with self._state:
@@ -208,11 +243,10 @@ class SqsEventSource:
                     with self._state:
                         self._busy -= 1
                         self._state.notify_all()
-            except Exception:
+            except Exception as error:
                 if self._stopping.is_set():
                     return  # the AWS side went away first during shutdown
-                _log.exception("%s poller failed; retrying", self.source)
-                self._stopping.wait(1)
+                self._stopping.wait(failures.failed(self.source, error))
 
     def _refuse_once_closed(self, **_: Any) -> None:
         if self._closed:
@@ -260,8 +294,9 @@ class SqsEventSource:
                 now - sent if sent else float("nan"),
             )
 
-    def _receive(self, client: SQSClient) -> tuple[list[MessageTypeDef], float]:
-        """A batch, and when its first messages were received (their visibility timeout runs from then)."""
+    def _receive(self, client: SQSClient, failures: _PollFailures) -> tuple[list[MessageTypeDef], float]:
+        """A batch, and when its first messages were received (their visibility timeout runs from then); each
+        poll that answers (empty or not) ends the poller's run of failures."""
         trigger = self._trigger
         messages: list[MessageTypeDef] = []
         received_at = time.monotonic()
@@ -285,6 +320,7 @@ class SqsEventSource:
                 MessageSystemAttributeNames=["All"],
                 MessageAttributeNames=["All"],
             )
+            failures.answered()
             received = answer.get("Messages", [])
             if received and not messages:
                 received_at = time.monotonic()
