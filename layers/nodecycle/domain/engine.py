@@ -708,9 +708,8 @@ class StepEngine:
                 "Auto Scaling has no active lifecycle action with this token for %s: nothing is disrupted",
                 record.instance_id,
             )
-            return record, Outcome.goto(
-                after_completion(record), outcome="unknown-action"
-            )  # (see gone_counted)
+            # (counted once its commit lands: see gone_counted)
+            return record, Outcome.goto(after_completion(record), outcome="unknown-action")
         return record.renewed(now, verified_at=now), None
 
     def _guard(self, record: LifecycleRecord, now: datetime) -> Outcome | None:
