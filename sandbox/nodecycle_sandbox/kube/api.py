@@ -104,8 +104,6 @@ class Api:
         self._kubelet = kubelet
         # How long the namespace controller takes to get to a namespace deleted (see namespaces.py)
         self.namespace_lag = 0.0
-        # A JSON patch not applied told in the sandbox's words (see patching.refusal), not kube-apiserver's none
-        self.json_patch_words = True
         # What resourceVersion=0 reads see of a resource whose watch cache a test holds behind (see watch_cache.py)
         self.watch_cache = WatchCache()
         # The objects each paged list read, by resource, namespace and revision, for its continued pages
@@ -255,7 +253,7 @@ class Api:
             try:
                 patched = apply_patch(content_type, current, patch)
             except PatchError as exc:
-                raise refusal(content_type, exc, words=self.json_patch_words) from None
+                raise refusal(content_type, exc) from None
             # A resourceVersion left in (or put into) the patched object is a precondition, as in kube-apiserver.
             return self._replace(rt, current, _decoded(rt, patched), subresource, "patch", source, admit)
 

@@ -34,13 +34,13 @@ JSON_PATCH_NOT_APPLIED = "the server rejected our request due to an error in our
 _GO_JSON_TYPES = {dict: "object", str: "string", int: "number", float: "number", bool: "bool"}
 
 
-def refusal(content_type: str, error: PatchError, *, words: bool = False) -> errors.ApiError:
-    """The API server's answer to a patch of ``content_type`` that ``error`` says cannot be applied. ``words``: a
-    JSON patch not applied told in the sandbox's words instead (kinder than kube-apiserver, which sends none: see
-    ``KubeServer(json_patch_words=...)``)."""
+def refusal(content_type: str, error: PatchError) -> errors.ApiError:
+    """The API server's answer to a patch of ``content_type`` that ``error`` says cannot be applied: a JSON patch
+    not applied (a failed ``test``) as kube-apiserver answers it, a generic 422 with none of the library's words
+    (handlers/patch.go, applyJSPatch); a client that read them would pass here and fail on a real cluster."""
     if content_type == JSON_PATCH and isinstance(error, PatchDecodeError):
         return errors.ApiError(400, "BadRequest", str(error))
-    if content_type == JSON_PATCH and not words:
+    if content_type == JSON_PATCH:
         return errors.ApiError(422, "Invalid", JSON_PATCH_NOT_APPLIED, {})
     return errors.ApiError(422, "Invalid", f"the patch could not be applied: {error}")
 

@@ -68,9 +68,6 @@ class KubeServer:
         namespace_controller_lag_seconds: how long after a namespace is deleted the namespace controller
             deletes what it holds (see ``kube/namespaces.py``); the namespace is Terminating meanwhile, and
             every create in it refused. 0, the default: at once, as the controller's reaction of moments.
-        json_patch_words: a JSON patch the server cannot apply (a failed ``test``) answered with its words
-            ("the patch could not be applied: test failed at ..."), True, the default; False: as kube-apiserver
-            answers it, a generic 422 with none (see ``kube/patching.refusal``).
     """
 
     def __init__(
@@ -89,7 +86,6 @@ class KubeServer:
         pod_gc_quarantine_seconds: float = 0.0,
         unreachable_toleration_seconds: float = 300.0,
         namespace_controller_lag_seconds: float = 0.0,
-        json_patch_words: bool = True,
     ) -> None:
         self.cluster_name = cluster_name
         self._tls = tls
@@ -110,7 +106,6 @@ class KubeServer:
         # kube-apiserver answers a JSON patch it cannot apply (a failed test) with a generic 422 and none of its
         # library's words (patching.refusal); the sandbox still gives them by default, for the node release
         # (adapters/kube/cluster_api._test_failed) reads them: False answers as kube-apiserver does
-        self._api.json_patch_words = json_patch_words
         self._controllers = Controllers(
             self._store,
             self._api,

@@ -38,7 +38,7 @@ def progress(token: str) -> str:
 def kube() -> Iterator[tuple[KubeServer, Any]]:
     """One node annotated by this owner for a lifecycle that is over, on a server that answers a JSON patch not
     applied as kube-apiserver does."""
-    with KubeServer(tls=True, json_patch_words=False) as server:
+    with KubeServer(tls=True) as server:
         server.apply(RBAC)
         server.add_access_entries([AccessEntry(SWEEPER_ROLE, ("nodecycle-sweeper",))])
         server.map_role(SWEEPER_KEY, SWEEPER_ROLE, "nodecycle-SweeperFunction")
@@ -50,10 +50,6 @@ def kube() -> Iterator[tuple[KubeServer, Any]]:
         admin.api_client.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="cluster_api._test_failed reads words kube-apiserver never sends: a release whose tests fail is Refused",
-)
 def test_a_release_of_a_node_claimed_again_since_its_read_leaves_it_on_kube_apiservers_422(
     kube: tuple[KubeServer, Any],
 ) -> None:

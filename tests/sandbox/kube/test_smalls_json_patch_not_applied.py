@@ -37,7 +37,7 @@ NOT_APPLIED = {
 @pytest.fixture
 def server() -> Iterator[KubeServer]:
     """The sandbox's API server answering a JSON patch not applied as kube-apiserver does."""
-    with KubeServer(tick_seconds=0.02, pod_start_seconds=0.05, json_patch_words=False) as started:
+    with KubeServer(tick_seconds=0.02, pod_start_seconds=0.05) as started:
         yield started
 
 

@@ -48,12 +48,14 @@ log = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
-# How a JSON patch that cannot be applied is answered (422): kube-apiserver (since kubernetes#68346) says "the
-# server rejected our request due to an error in our request" and gives its library's words as a cause of type
-# UnexpectedServerResponse (evanphx/json-patch: "testing value <path> failed", "test operation does not apply: is
-# missing path: <path>"); the sandbox gives them in its message ("the patch could not be applied: ...")
-NOT_APPLIED = re.compile(r"testing value|test operation|missing path|test failed|could not be applied", re.I)
+# How a JSON patch that cannot be applied is answered (422): kube-apiserver says "the server rejected our request
+# due to an error in our request", with no cause (handlers/patch.go, applyJSPatch: NewGenericServerResponse(...,
+# isUnexpectedResponse=false)); some versions and proxies add the library's words, as a cause of type
+# UnexpectedServerResponse or in the message (evanphx/json-patch: "testing value <path> failed", "test operation
+# does not apply: is missing path: <path>")
+PATCH_NOT_APPLIED = "the server rejected our request due to an error in our request"
 UNEXPECTED_RESPONSE = "UnexpectedServerResponse"
+NOT_APPLIED = re.compile(r"testing value|test operation|missing path|test failed", re.I)
 LEGACY_ZONE_LABEL = "failure-domain.beta.kubernetes.io/zone"
 # The eviction subresource's words (HTTP 500) for a pod that more than one PodDisruptionBudget selects
 MULTIPLE_BUDGETS = "more than one PodDisruptionBudget"
@@ -468,8 +470,16 @@ def _test_failed(error: ApiException) -> bool:
         status = json.loads(error.body or "{}")
     except ValueError:
         return False
-    causes = (status.get("details") or {}).get("causes") or []
+    details = status.get("details") or {}
+    causes = details.get("causes") or []
     if any(cause.get("type") == UNEXPECTED_RESPONSE for cause in causes):
+        return True
+    # kube-apiserver's own answer (handlers/patch.go, applyJSPatch: NewGenericServerResponse(422, ...,
+    # isUnexpectedResponse=false)): its generic words, no cause, no kind nor name; the node's validation and an
+    # admission policy's deny (NewInvalid) name the node and give causes
+    if status.get("message") == PATCH_NOT_APPLIED and not (
+        causes or details.get("kind") or details.get("name")
+    ):
         return True
     words = [str(status.get("message") or "")] + [str(cause.get("message") or "") for cause in causes]
     return any(NOT_APPLIED.search(word) for word in words)
