@@ -66,14 +66,18 @@ MAX_ENTRY_TTL = timedelta(days=1)
 
 
 def _on_utc(stamp: datetime) -> datetime:
-    return stamp.astimezone(UTC) if stamp.tzinfo is not None and stamp.tzinfo is not UTC else stamp
+    if stamp.tzinfo is None:
+        # (written without an offset: by hand, or by a tool that drops it. Every writer stamps on UTC; kept naive,
+        # its first comparison with the clock's time raised TypeError, at every decision of every owner)
+        return stamp.replace(tzinfo=UTC)
+    return stamp if stamp.tzinfo is UTC else stamp.astimezone(UTC)
 
 
 # A stamp as read, on ``datetime.UTC``: parsed, each has a time zone object of its own (pydantic's), and every
 # comparison or subtraction with another stamp or the clock's time (on UTC) then asks both their offsets, a Python
 # call each. Read and compared by the hundred at each ask, that made an ask at 400 waiters 8.0 ms of CPU instead of
 # 6.8 (benchmarks/bursts.py), and the longer a read-modify-write, the more of a burst's writers lose the race (409).
-# The same instants; a stamp someone wrote with another offset is written back in UTC.
+# The same instants; a stamp someone wrote with another offset is written back in UTC (one with none: taken as UTC).
 Stamp = Annotated[datetime, AfterValidator(_on_utc)]
 
 
