@@ -630,7 +630,9 @@ class DisruptionBudget:
         ``unknown`` is raised: the step is retried, and a repeated release or forget (which finds its entry
         gone) wakes those its first write passed slots on to; anything else is judged at the retry. But when the
         document read back is still the one the write was decided on (``based_on``), byte for byte, the write
-        certainly did not land (every write stamps its decision's time): a plain :class:`TransientError`, so
+        had not landed by then (every write stamps its decision's time; one still held by the API server, past a
+        client's timeout, may land later: the step's retry finds it, a repeated release waking by its mark those
+        it passed slots on to, an ask its slot held): a plain :class:`TransientError`, so
         that a renewal refused so at every try (a webhook on ConfigMaps that cannot be reached: 500, nothing
         written) is known as not renewed, and its drain counts its slot lost once its TTL has run, not renewed
         by each try (invariants 1 and 9: it had ended at its drain timeout beside the node its slot went to).
