@@ -10,10 +10,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from typing import Any
+from unittest.mock import patch
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from nodecycle.adapters.kube.cluster_api import KubeCluster
+from nodecycle.adapters.kube.core_v1 import CoreV1
 from nodecycle.domain.ports.cluster import (
     EXCLUDE_LB_LABEL,
     IN_PROGRESS_ANNOTATION,
@@ -86,6 +89,33 @@ def test_a_label_removed_since_the_read_fails_the_release_once_not_for_ever(
     assert cluster.release_node(read(cluster), uncordon=True, unlabel=True) is Claim.CLAIMED
     after = read(cluster)
     assert (after.owner, after.unschedulable, after.excluded_from_lb) == (None, False, False)
+
+
+def test_a_label_given_another_value_is_lifted_not_a_conflict_at_every_try(
+    kube: tuple[KubeCluster, Any],
+) -> None:
+    cluster, admin = kube
+    # Given the label nodecycle set given another value (kubectl label --overwrite ...=): the service controller
+    # and the read both go by its key alone
+    admin.patch_node(NODE, {"metadata": {"labels": {EXCLUDE_LB_LABEL: ""}}})
+
+    # When the release is read and tried, Then it lifts it (before: its test of "true" failed, a CONFLICT at every
+    # try, the annotations and the cordon kept until the release was given up and told as refused)
+    assert cluster.release_node(read(cluster), uncordon=True, unlabel=True) is Claim.CLAIMED
+    after = read(cluster)
+    assert (after.owner, after.unschedulable, after.excluded_from_lb) == (None, False, False)
+
+
+def test_a_label_removed_since_the_read_is_a_conflict_in_the_librarys_words_too(
+    kube: tuple[KubeCluster, Any],
+) -> None:
+    cluster, _ = kube
+    # (a server or proxy that passes evanphx/json-patch's words on in the message, as some do for a failed test)
+    error = ApiException(status=422, reason="Unprocessable Entity")
+    words = f"Unable to remove nonexistent key: {EXCLUDE_LB_LABEL}: missing value"
+    error.body = json.dumps({"kind": "Status", "code": 422, "reason": "Invalid", "message": words})
+    with patch.object(CoreV1, "patch_node", side_effect=error):
+        assert cluster.release_node(read(cluster), uncordon=True, unlabel=True) is Claim.CONFLICT
 
 
 def test_a_mark_alone_read_is_not_released_once_another_lifecycle_claimed_the_node(

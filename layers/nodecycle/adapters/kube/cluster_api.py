@@ -52,10 +52,10 @@ JSON_PATCH = "application/json-patch+json"
 # due to an error in our request", with no cause (handlers/patch.go, applyJSPatch: NewGenericServerResponse(...,
 # isUnexpectedResponse=false)); some versions and proxies add the library's words, as a cause of type
 # UnexpectedServerResponse or in the message (evanphx/json-patch: "testing value <path> failed", "test operation
-# does not apply: is missing path: <path>")
+# does not apply: is missing path: <path>"; a remove: "Unable to remove nonexistent key: <key>")
 PATCH_NOT_APPLIED = "the server rejected our request due to an error in our request"
 UNEXPECTED_RESPONSE = "UnexpectedServerResponse"
-NOT_APPLIED = re.compile(r"testing value|test operation|missing path|test failed", re.I)
+NOT_APPLIED = re.compile(r"testing value|test operation|missing path|test failed|nonexistent key", re.I)
 LEGACY_ZONE_LABEL = "failure-domain.beta.kubernetes.io/zone"
 # The eviction subresource's words (HTTP 500) for a pod that more than one PodDisruptionBudget selects
 MULTIPLE_BUDGETS = "more than one PodDisruptionBudget"
@@ -448,8 +448,9 @@ def _release_guarded(
             {"op": "add", "path": "/spec/unschedulable", "value": False},
         ]
     if unlabel and node.excluded_from_lb:
-        label = "/metadata/labels/" + _pointer_token(EXCLUDE_LB_LABEL)
-        ops += [{"op": "test", "path": label, "value": "true"}, {"op": "remove", "path": label}]
+        # (by its key, as the read and the service controller know it: a test of the value nodecycle set failed at
+        # every try once someone gave it another; a label removed since fails the remove, a 422 as a failed test)
+        ops.append({"op": "remove", "path": "/metadata/labels/" + _pointer_token(EXCLUDE_LB_LABEL)})
     return ops
 
 
@@ -465,7 +466,7 @@ def _pointer_token(key: str) -> str:
 def _test_failed(error: ApiException) -> bool:
     """Whether a release's 422 is its JSON patch not applied (a test failed: the node is not as read), not the
     node's refusal (its validation, a webhook). Every other operation of the release is on a path a test before
-    it found, so a patch not applied is a failed test."""
+    it found, or removes what the read showed (the label): a patch not applied is a node no longer as read."""
     try:
         status = json.loads(error.body or "{}")
     except ValueError:
