@@ -58,7 +58,12 @@ class Redeliveries(Protocol):
     def redeliver_in(self, receipt_handle: str, seconds: int) -> None: ...
 
 
-def retried_again(error: BaseException, record: SqsRecord, redeliveries: Redeliveries | None = None) -> bool:
+def retried_again(
+    error: BaseException,
+    record: SqsRecord,
+    redeliveries: Redeliveries | None = None,
+    received_at: float | None = None,
+) -> bool:
     """Whether a record retried on purpose failed so again at its redelivery (its second receive or later): no
     ordinary retry. Each of them is answered by then (the hook and the owner's listing are read again past their
     ttl, another invocation's claim is released, a throttle has passed): one that lasts (a throttle that never
@@ -69,20 +74,31 @@ def retried_again(error: BaseException, record: SqsRecord, redeliveries: Redeliv
     On a queue whose first retries come sooner (``redeliveries``), the redelivery that answers them is the one a
     visibility timeout after the first receive, as before: a retry that comes sooner (10 s on) may find the
     throttle still there, an ordinary retry again. Told by SQS's ``ApproximateFirstReceiveTimestamp``: a receive
-    past half the queue's timeout since the first came after a full timeout (a sooner retry comes within a minute,
-    at most a Retry-After's cap, a third of the intake queue's 180 s)."""
+    five sixths of the queue's timeout or more since the first came after a full timeout (the sixth below it for
+    an approximate timestamp). A sooner retry comes within two thirds of it (``retry_in`` shortens no other): it
+    is counted from the record's failure, not from its receive (a record that failed 20 s into its invocation with
+    a Retry-After of 60 s comes back 80 s after its first receive); the sixth between is Lambda's poller taking a
+    visible message late. Measured at this receive (``received_at``, the batch's start; default now), not at the
+    record's failure: a receive's own seconds before it failed are no later redelivery."""
     if isinstance(error, OutOfTime):
         return False
-    attributes = record.get("attributes") or {}
     if _receives(record) < 2:
         return False
     if redeliveries is None:
         return True
+    since = _since_first_receive(record, received_at)
+    return since is None or since >= redeliveries.visibility_timeout * 5 / 6
+
+
+def _since_first_receive(record: SqsRecord, at: float | None = None) -> float | None:
+    """Seconds from SQS's first hand-over of the record's message to a consumer until ``at`` (default now);
+    None: SQS did not say."""
+    attributes = record.get("attributes") or {}
     try:
         first = int(attributes["ApproximateFirstReceiveTimestamp"]) / 1000
     except (KeyError, TypeError, ValueError):
-        return True
-    return now() - first >= redeliveries.visibility_timeout / 2
+        return None
+    return max((now() if at is None else at) - first, 0.0)
 
 
 def now() -> float:
@@ -105,13 +121,18 @@ def retry_in(error: BaseException, record: SqsRecord, timeout: int) -> int | Non
     receive of a record that makes progress (:class:`OutOfTime`), doubling from FIRST_RETRY_SECONDS. Not at the
     later receives of the others: each receive counts towards the dead-letter queue (5 on the intake queue), and
     retries that all came sooner would dead-letter a throttle of five minutes that the queue's own timeout rides
-    out; one sooner retry moves the dead-letter queue from 15 to 12 minutes."""
+    out; one sooner retry moves the dead-letter queue from 15 to 12 minutes. Nor when it would come back past
+    two thirds of the ``timeout`` since its first receive (it failed late in its invocation, or must wait long):
+    ``retried_again`` would no longer tell its next receive from a redelivery at the timeout, and would page."""
     receives = _receives(record)
-    if receives > 1 and not isinstance(error, OutOfTime):
+    progress = isinstance(error, OutOfTime)
+    if receives > 1 and not progress:
         return None
     backoff = FIRST_RETRY_SECONDS * 2 ** min(max(receives - 1, 0), 12)
     retry_after = error.retry_after if isinstance(error, TransientError) else None
     seconds = max(backoff, int(retry_after_wait(retry_after) + 0.999))
+    if not progress and (_since_first_receive(record) or 0.0) + seconds > timeout * 2 / 3:
+        return None
     return seconds if seconds < timeout else None
 
 
@@ -156,6 +177,7 @@ def partial_batch(
     Powertools' batch utility does this too, but importing it costs each cold start about 0.4x an
     ``import boto3`` (asyncio and every event data class): measured by ``make bench``."""
     records = event.get("Records") or []
+    received_at = now()  # (the batch's receive, give or take Lambda's hand-over: see retried_again)
     failed: list[dict[str, str]] = []
     unexpected: Exception | None = None
     for record in records:
@@ -168,7 +190,7 @@ def partial_batch(
             raise
         except Exception as error:  # one record's failure must not fail the others: reported, retried
             failed.append({"itemIdentifier": record["messageId"]})
-            if expected_retry(error) and not retried_again(error, record, redeliveries):
+            if expected_retry(error) and not retried_again(error, record, redeliveries, received_at):
                 logger.warning(
                     "a record of the batch is retried: SQS delivers it again: %s",
                     error,
