@@ -580,7 +580,13 @@ class StepEngine:
             renewed_at=renewed_at,
             heartbeat_failed=heartbeat_failed,
         )
-        if not self._records.commit(updated, expected_seq=record.seq):
+        try:
+            landed = self._records.commit(updated, expected_seq=record.seq)
+        except Exception:
+            # (landed or not: its answer lost, its message's delivery again stale if it landed; see gone_counted)
+            gone_counted(self._records, record, updated, None, self._metrics)
+            raise
+        if not landed:
             log.info("another delivery already ran step %s (seq %d)", record.step, record.seq)
             if waits_for_slot(record) and not waits_for_slot(updated):
                 # This run took a slot in the budget document, but the commit that says so lost, perhaps to
@@ -943,7 +949,11 @@ def action_lapsed(
 
 
 def gone_counted(
-    records: RecordStore, read: LifecycleRecord, written: LifecycleRecord, landed: bool, metrics: Metrics
+    records: RecordStore,
+    read: LifecycleRecord,
+    written: LifecycleRecord,
+    landed: bool | None,
+    metrics: Metrics,
 ) -> None:
     """Count the page of an action found gone (``LifecycleActionsExpired``; ``LifecycleActionsUnknown``, one Auto
     Scaling never had with this token) by the write that records the lifecycle past it (``written``, from the
@@ -952,10 +962,20 @@ def gone_counted(
     delivery again, finding the action gone again, paged it a second time; so did each of two writers (two
     deliveries at once, the engine and a sweep) that found it gone, when only one commit lands. A write that lost
     to a record gone (deleted by hand: nothing of ours deletes one before its TTL) pages all the same: no writer
-    records the expiry then (a read that fails: counted too, a page twice rather than none)."""
+    records the expiry then (a read that fails: counted too, a page twice rather than none). A write whose
+    outcome is unknown (``landed`` None: it raised, a TransientError of a 500 at every attempt after one that
+    landed, or of an attempt its run's time did not allow after a read timeout) is read back: the record as it
+    wrote it, it landed and this writer counts it, as its delivery again finds the record moved on (stale) and
+    counts nothing; otherwise that delivery, or the writer whose commit landed, does."""
     if written.outcome == read.outcome or written.outcome not in ("action-expired", "unknown-action"):
         return
-    if not landed:
+    if landed is None:
+        try:
+            if records.get(read.id) != written:
+                return
+        except Exception as error:
+            log.warning("could not read lifecycle %s back (%r): its page counted", read.id, error)
+    elif not landed:
         try:
             if records.get(read.id) is not None:
                 return  # (the writer whose commit landed counts it, if it found the action gone too)
