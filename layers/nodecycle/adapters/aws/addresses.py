@@ -289,11 +289,14 @@ def _unless_gone(gone: _Gone) -> Iterator[None]:
     whether an earlier attempt was lost: ``answer_lost``); still there, the refusal stands. An AssociateAddress
     naming an instance EC2 no longer has is refused so too (the grant on instances is by their group's tag): that
     instance is :class:`InstanceUnavailable`, as its InvalidInstanceID.NotFound. Only a refusal costs the look: a
-    call that succeeds makes no other."""
+    call that succeeds makes no other. Nor does a refusal after an attempt of the call whose answer was lost
+    (``answer_lost``: a release or disassociation sent again by botocore): IAM does not change its mind between
+    two attempts a second apart, so the resource did, that attempt having done the call; and a look right after it
+    would still show the address (EC2's reads lag its writes), taking this call's own release for a refusal."""
     try:
         yield
     except AccessRefused as error:
-        missing = gone()
+        missing = AddressNotFound if answer_lost(error.__cause__) else gone()
         if missing is not None:
             raise missing(str(error)) from error.__cause__
         raise
