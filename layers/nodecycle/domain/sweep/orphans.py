@@ -228,9 +228,10 @@ class OrphanedActions:
             try:
                 if not self._held_by(orphan.waiting, orphan.hook):
                     continue  # (over: completed, or its instance gone)
+                if self._recorded(orphan.waiting, orphan.hook, open_records):
+                    continue  # (its lifecycle written since keeps it alive: forgotten, see _forget)
                 still.append(orphan)
-                if not self._recorded(orphan.waiting, orphan.hook, open_records):
-                    held.append(orphan)
+                held.append(orphan)
             except Exception:  # one instance's failure must not stop the others
                 log.exception("could not keep the action of %s alive", orphan.waiting.instance_id)
                 still.append(orphan)
@@ -309,12 +310,26 @@ class OrphanedActions:
             except Exception:  # one instance's failure must not stop the others
                 log.exception("could not adopt the action of %s", orphan.waiting.instance_id)
                 failed += 1
+                continue
+            self._forget(orphan)
         self._metrics.count("LifecyclesAdopted", adopted)
         if unadopted:
             raise time.cut_short(f"{unadopted} orphaned actions kept alive but not adopted, {failed} failed")
         if failed:
             raise SweepFailed(f"{failed} orphaned actions could not be adopted")
         return {"LifecyclesAdopted": adopted}
+
+    def _forget(self, orphan: Orphan) -> None:
+        """No longer keep ``orphan`` alive as found (``_keep_found_alive``): its action has a lifecycle now, which
+        keeps it alive. Remembered past it, a later sweep whose listing fails heartbeats by instance id and hook
+        whatever action that hook holds then (the instance's next one: out of its warm pool into service, under
+        the launch hook that held its move into the pool), and, that lifecycle over, adopted it at once as this
+        orphan: under this one's move (into the pool: completed at once, no readiness gate, no address) and its
+        first sighting (no interval for its own event to come)."""
+        key = (orphan.waiting.instance_id, orphan.waiting.transition, orphan.hook)
+        self._orphans = [
+            o for o in self._orphans if (o.waiting.instance_id, o.waiting.transition, o.hook) != key
+        ]
 
     def _adopt(self, orphan: Orphan) -> bool:
         """Start the lifecycle of an action held with no record; whether intake accepted it."""
