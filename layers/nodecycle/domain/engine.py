@@ -585,6 +585,8 @@ class StepEngine:
         except Exception:
             # (landed or not: its answer lost, its message's delivery again stale if it landed; see gone_counted)
             gone_counted(self._records, record, updated, None, self._metrics)
+            if _guard_decided(record, updated) and _read_back(self._records, updated):
+                self._metrics.count("GlobalTimeoutsNear")
             raise
         if not landed:
             log.info("another delivery already ran step %s (seq %d)", record.step, record.seq)
@@ -597,7 +599,7 @@ class StepEngine:
             return None
         settled_elsewhere_counted(record, updated, self._metrics)
         gone_counted(self._records, record, updated, True, self._metrics)
-        if updated.outcome == "global-timeout-near" and record.outcome != updated.outcome:
+        if _guard_decided(record, updated):
             # The guard's decision, counted once it landed: a run whose commit was refused, its message delivered
             # again, decides it again (a metric that pages: once per action)
             self._metrics.count("GlobalTimeoutsNear")
@@ -948,6 +950,21 @@ def action_lapsed(
     return expired_before_completion(record, records)
 
 
+def _guard_decided(read: LifecycleRecord, written: LifecycleRecord) -> bool:
+    """Whether ``written`` records the guard's decision near the action's global timeout (``GlobalTimeoutsNear``)."""
+    return written.outcome == "global-timeout-near" and read.outcome != written.outcome
+
+
+def _read_back(records: RecordStore, written: LifecycleRecord) -> bool:
+    """Whether a commit of ``written`` that raised landed all the same (its record read back as written); a read that
+    fails says so too: a page counted twice rather than none (see gone_counted)."""
+    try:
+        return records.get(written.id) == written
+    except Exception as error:
+        log.warning("could not read lifecycle %s back (%r): its page counted", written.id, error)
+        return True
+
+
 def gone_counted(
     records: RecordStore,
     read: LifecycleRecord,
@@ -970,11 +987,8 @@ def gone_counted(
     if written.outcome == read.outcome or written.outcome not in ("action-expired", "unknown-action"):
         return
     if landed is None:
-        try:
-            if records.get(read.id) != written:
-                return
-        except Exception as error:
-            log.warning("could not read lifecycle %s back (%r): its page counted", read.id, error)
+        if not _read_back(records, written):
+            return
     elif not landed:
         try:
             if records.get(read.id) is not None:
