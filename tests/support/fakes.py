@@ -74,6 +74,21 @@ def _stored(record: LifecycleRecord) -> LifecycleRecord:
     return LifecycleRecord.model_validate(item, strict=False)
 
 
+def commit_fails_once(records: InMemoryRecords, error: Exception, *, landed: bool = False) -> None:
+    """The next commit of ``records`` raises ``error``: after it landed when ``landed`` (its answer lost: a read
+    timeout, a 500 after the write), before otherwise (refused: throttled past the client's retries, or a run killed
+    before it); the commits after it answer as before."""
+    commit = records.commit
+
+    def once(record: LifecycleRecord, expected_seq: int) -> bool:
+        records.commit = commit  # type: ignore[method-assign]
+        if landed:
+            assert commit(record, expected_seq)
+        raise error
+
+    records.commit = once  # type: ignore[method-assign]
+
+
 class InMemoryRecords:
     """The lifecycle table as DynamoRecordStore answers for it (tests/contracts/test_records.py): conditional
     writes, where a write that meets its own item (botocore's retry of a write that landed) is its writer's

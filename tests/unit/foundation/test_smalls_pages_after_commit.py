@@ -14,6 +14,7 @@ from nodecycle.domain.engine import Outcome, StepEngine
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.ports.lifecycle import WorkMessage
+from tests.support.fakes import commit_fails_once
 from tests.unit.foundation.test_engine import PLAN, Script, World, make_record
 from tests.unit.sweeper.test_sweeper import MARGIN, Repair
 
@@ -46,13 +47,7 @@ def test_a_run_whose_commit_past_a_gone_action_is_refused_pages_it_once(found_at
     # Given a lifecycle whose action is gone, whose first commit past it DynamoDB refuses (throttled past the
     # client's retries; as a run killed before its commit)
     world, engine, page, outcome = lifecycle_gone(found_at)
-    commit = world.records.commit
-
-    def refuse_once(record: LifecycleRecord, expected_seq: int) -> bool:
-        world.records.commit = commit  # type: ignore[method-assign]
-        raise TransientError("ProvisionedThroughputExceededException")
-
-    world.records.commit = refuse_once  # type: ignore[method-assign]
+    commit_fails_once(world.records, TransientError("ProvisionedThroughputExceededException"))
     message = world.message()
     with pytest.raises(TransientError):
         engine().handle(message)

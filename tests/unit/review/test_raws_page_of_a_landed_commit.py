@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from nodecycle.domain.errors import TransientError
-from nodecycle.domain.model import LifecycleRecord
+from tests.support.fakes import commit_fails_once
 from tests.unit.foundation.test_smalls_pages_after_commit import GONE, lifecycle_gone
 
 
@@ -18,14 +18,11 @@ from tests.unit.foundation.test_smalls_pages_after_commit import GONE, lifecycle
 def test_a_commit_past_a_gone_action_that_landed_with_its_answer_lost_pages_it_once(found_at: str) -> None:
     # Given a lifecycle whose action is gone, whose commit past it lands but whose answer is lost (raised)
     world, engine, page, outcome = lifecycle_gone(found_at)
-    commit = world.records.commit
-
-    def landed_answer_lost(record: LifecycleRecord, expected_seq: int) -> bool:
-        world.records.commit = commit  # type: ignore[method-assign]
-        assert commit(record, expected_seq)
-        raise TransientError("writing a lifecycle record: attempt 2 not sent, 1.2 s left of the run's time")
-
-    world.records.commit = landed_answer_lost  # type: ignore[method-assign]
+    commit_fails_once(
+        world.records,
+        TransientError("writing a lifecycle record: attempt 2 not sent, 1.2 s left of the run's time"),
+        landed=True,
+    )
     message = world.message()
     with pytest.raises(TransientError):
         engine().handle(message)
@@ -37,26 +34,4 @@ def test_a_commit_past_a_gone_action_that_landed_with_its_answer_lost_pages_it_o
     # Then the lifecycle is past its action (its next step left to the sweep of due records), and paged once
     # (before: never)
     assert world.record().outcome == outcome
-    assert world.metrics.counts[page] == 1
-
-
-@pytest.mark.parametrize("found_at", list(GONE))
-def test_a_commit_that_raised_without_landing_pages_once_at_the_delivery_again(found_at: str) -> None:
-    # Given a lifecycle whose action is gone, whose commit past it raises and did not land
-    world, engine, page, outcome = lifecycle_gone(found_at)
-    commit = world.records.commit
-
-    def not_landed(record: LifecycleRecord, expected_seq: int) -> bool:
-        world.records.commit = commit  # type: ignore[method-assign]
-        raise TransientError("InternalServerError")
-
-    world.records.commit = not_landed  # type: ignore[method-assign]
-    message = world.message()
-    with pytest.raises(TransientError):
-        engine().handle(message)
-
-    # When its message is delivered again, Then it is paged once, by that delivery's commit
-    world.clock.advance(5)
-    engine().handle(message)
-    assert (world.record().outcome, world.record().finished) == (outcome, True)
     assert world.metrics.counts[page] == 1
