@@ -4,18 +4,15 @@ that AWS would fail. moto in this process, the real template deployed by the run
 
 from __future__ import annotations
 
-import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from nodecycle_sandbox.aws.eks import point_cluster
-from nodecycle_sandbox.aws.server import MotoServer
 from nodecycle_sandbox.iam.identities import IDENTITIES, role_of
 from nodecycle_sandbox.iam.policy import PolicyError
 from nodecycle_sandbox.runner import Runner
 from tests.sandbox.iam import test_enforcement as enforcement
+from tests.sandbox.iam.test_enforcement import deployed
 
 client, address, error, instance = (
     enforcement.client,
@@ -24,44 +21,8 @@ client, address, error, instance = (
     enforcement.instance,
 )
 Deployed = tuple[str, Runner]
+__all__ = ["deployed"]  # (test_enforcement's deployment of the template, used here)
 ARN = "arn:aws:iam::123456789012:role/probe"
-
-
-def reset(url: str) -> None:
-    urllib.request.urlopen(urllib.request.Request(f"{url}/moto-api/reset", method="POST")).close()
-
-
-@pytest.fixture(scope="module")
-def deployed() -> Iterator[Deployed]:
-    """The template deployed on moto in this process, as tests/sandbox/iam/test_enforcement.py deploys it;
-    moto's state is per process, so it is reset before and after (another module may share the worker)."""
-    server = MotoServer()
-    url = server.start()
-    reset(url)
-    point_cluster(
-        account=enforcement.ACCOUNT,
-        region=enforcement.REGION,
-        name="sandbox",
-        endpoint="https://127.0.0.1:1",
-        ca_pem="",
-        authentication_mode="API",
-    )
-    runner = Runner(
-        template=enforcement.ROOT / "template.yaml",
-        root=enforcement.ROOT,
-        endpoint_url=url,
-        region=enforcement.REGION,
-        parameters={"ClusterName": "sandbox", "ManagedGroups": enforcement.MANAGED, "EipMode": "allocate"},
-        mode="inline",
-        sqs_sources_enabled=False,
-        schedules_enabled=False,
-        identities=IDENTITIES.register,
-    ).start()
-    yield url, runner
-    runner.stop()
-    IDENTITIES.clear()
-    reset(url)
-    server.stop()
 
 
 def public_ip(deployed: Deployed, allocation: str) -> str:

@@ -3,6 +3,7 @@ AWS fails it. moto in this process, the real template deployed by the runner (no
 
 from __future__ import annotations
 
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,10 +31,16 @@ def session(function: str) -> str:
     return f"arn:aws:sts::{ACCOUNT}:assumed-role/nodecycle-{function}Role/nodecycle-{function}"
 
 
+def reset(url: str) -> None:
+    """moto's state, which is per process, emptied (another module may share the worker)."""
+    urllib.request.urlopen(urllib.request.Request(f"{url}/moto-api/reset", method="POST")).close()
+
+
 @pytest.fixture(scope="module")
 def deployed() -> Iterator[tuple[str, Runner]]:
     server = MotoServer()
     url = server.start()
+    reset(url)
     # the cluster the template's access entries are for (CloudFormation would fail without it)
     point_cluster(
         account=ACCOUNT,
@@ -57,6 +64,7 @@ def deployed() -> Iterator[tuple[str, Runner]]:
     yield url, runner
     runner.stop()
     IDENTITIES.clear()
+    reset(url)
     server.stop()
 
 
