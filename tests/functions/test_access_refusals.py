@@ -23,8 +23,12 @@ from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.lifecycle import WorkMessage
 from nodecycle_sandbox.aws.install import install
 from nodecycle_sandbox.iam.identities import IDENTITIES
+from nodecycle_sandbox.iam.template import offline_roles
+from nodecycle_sandbox.runner.cfn_yaml import load_template
 from tests.support.fakes import T0, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
 from tests.support.stack import Stack
+
+from .test_template_parameters import ROOT
 
 ACCOUNT = "123456789012"
 ROLE = f"arn:aws:iam::{ACCOUNT}:role/nodecycle-drain-refused"
@@ -191,3 +195,56 @@ def test_a_step_refused_again_and_again_fails_its_message_for_the_dead_letter_qu
     assert records.get(record.id) == record
     assert metrics.counts["StepRetries[reason=refused]"] == 1
     assert not ran
+
+
+@pytest.mark.parametrize(
+    "parameters",
+    [
+        pytest.param({"ManagedGroups": ACTION.group}, id="by-name"),
+        pytest.param(
+            {"ManagedByTag": "true"},
+            id="by-tag",
+            marks=pytest.mark.xfail(
+                strict=True,
+                raises=AccessRefused,
+                reason="adapters/aws/autoscaling.py (_settled) takes IAM's refusal of a group gone for a refusal",
+            ),
+        ),
+    ],
+)
+def test_a_heartbeat_of_an_action_gone_with_its_group_is_settled_whether_groups_are_named_or_tagged(
+    stack: Stack, parameters: dict[str, str]
+) -> None:
+    # Given the drain function's role as the template grants it, and the action's group deleted since (ForceDelete
+    # ends its actions with it)
+    install()
+    boto3.client("ec2").create_launch_template(
+        LaunchTemplateName="nodes",
+        LaunchTemplateData={"ImageId": "ami-12c6146b", "InstanceType": "m6g.large"},
+    )
+    autoscaling = boto3.client("autoscaling")
+    autoscaling.create_auto_scaling_group(
+        AutoScalingGroupName=ACTION.group,
+        LaunchTemplate={"LaunchTemplateName": "nodes"},
+        MinSize=0,
+        MaxSize=1,
+        AvailabilityZones=["eu-west-1a"],
+        Tags=[{"Key": "nodecycle:owner", "Value": "nodecycle", "PropagateAtLaunch": True}],
+    )
+    autoscaling.delete_auto_scaling_group(AutoScalingGroupName=ACTION.group, ForceDelete=True)
+    template = load_template(ROOT / "template.yaml")
+    role = offline_roles(template, {"ClusterName": "prod", **parameters})["DrainFunctionRole"]
+    key = "AKIAGONEGROUPDRAIN01"  # this test's own
+    IDENTITIES.register(
+        roles=[role],
+        keys=[{"access_key": key, "role_arn": role["arn"], "session_name": "drain", "account": ACCOUNT}],
+    )
+    drain = boto3.client("autoscaling", aws_access_key_id=key, aws_secret_access_key="drain")
+
+    # When it heartbeats the action, Then the action is gone (settled), as a name-scoped role hears it from Auto
+    # Scaling; a tag-scoped role is refused by IAM instead (a group that does not exist has no tag for the grant's
+    # condition to read), which the adapter told as a refusal: the step retried to the dead-letter queue and
+    # HeartbeatsRefusedAlarm paged for a group deleted on purpose. The fix: on a refusal, look where the instance
+    # is (DescribeAutoScalingInstances, which every role holds): one Auto Scaling no longer lists in the action's
+    # group has no action there, settled; else the refusal stands.
+    assert AutoscalingActions(drain).heartbeat(ACTION) is False

@@ -22,7 +22,7 @@ from typing import Any
 from moto.core.exceptions import ServiceException
 from moto.core.responses import ActionResult, BaseResponse
 
-from nodecycle_sandbox.iam.evaluate import Decision, Request, Verdict, context_of, evaluate, grants_action
+from nodecycle_sandbox.iam.evaluate import Decision, Request, Verdict, context_of, evaluate
 from nodecycle_sandbox.iam.identities import IDENTITIES, JournalEntry, Principal, Role
 from nodecycle_sandbox.iam.requests import UNAUTHORIZED_ACTIONS, requests_for
 
@@ -74,17 +74,15 @@ def authorize(principal: Principal, requests: list[Request]) -> None:
         if request.action in UNAUTHORIZED_ACTIONS:
             continue
         if not request.resource_found:
-            # Not journaled: without the resource's tags the decision is not one a policy can be replayed on. A Deny
-            # that holds without them (none of its conditions reads a tag the resource would have) refuses it as on
-            # any resource; a role granted the action nowhere is refused it too; the others hear the service.
+            # Judged as any other, by the ARN its name gives (a grant by name holds, a grant on other names does
+            # not) and without the tags it would have (a condition on one is false, as IAM has no such key);
+            # not journaled: the decision is not one a policy can be replayed on.
             verdict = evaluate(principal.role.statements, request)
-            if verdict.decision is not Decision.EXPLICIT_DENY:
-                if grants_action(principal.role.statements, request.action):
-                    continue
-                verdict = Verdict(Decision.IMPLICIT_DENY)
-            raise AccessDenied(
-                request.action.split(":", 1)[0], denial_message(principal.arn, request, verdict)
-            )
+            if not verdict.allowed:
+                raise AccessDenied(
+                    request.action.split(":", 1)[0], denial_message(principal.arn, request, verdict)
+                )
+            continue
         verdict = _decide(principal.role, principal.role.statements, request)
         if not verdict.allowed:
             raise AccessDenied(

@@ -26,8 +26,8 @@ class Request:
     context: Context = field(default_factory=dict)  # lower-case condition keys -> values
     # Trust policies only: the principal asking, by type ("Service": ("autoscaling.amazonaws.com",)).
     principal: Mapping[str, tuple[str, ...]] | None = None
-    # False: the call names a resource that does not exist (``resource`` is the ARN its name would have), so
-    # there are no tags to judge it by; see ``grants_action``.
+    # False: the call names a resource that does not exist (``resource`` is the ARN its name would have): judged
+    # by that ARN, with no tags to read (not journaled).
     resource_found: bool = True
 
 
@@ -61,17 +61,6 @@ def applies(statement: Statement, request: Request) -> bool:
     if statement.principals is not None and not _principal_matches(statement, request):
         return False
     return all(condition.holds(request.context) for condition in statement.conditions)
-
-
-def grants_action(statements: Iterable[Statement], action: str) -> bool:
-    """Whether some Allow statement names ``action``, on whatever resource and condition. A role without one is
-    refused the action on any resource, one that does not exist too: AWS answers it as unauthorized, not as
-    not found. (A role with one hears what the service answers of the missing resource.)"""
-    return any(
-        statement.effect == "Allow"
-        and any(action_matches(p, action) for p in statement.actions) != statement.not_action
-        for statement in statements
-    )
 
 
 def evaluate(statements: Iterable[Statement], request: Request) -> Verdict:

@@ -4,9 +4,10 @@ for).
 
 Only the operations whose resources the template scopes need a resolver here; any other operation is
 authorized on ``"*"``, which is what AWS does for actions without resource-level permissions (Describe*).
-A resource that does not exist cannot be judged by its tags: its request (``resource_found=False``, the ARN
-its name would have) is refused only to a role that is granted the action on nothing at all; a role that is
-granted it somewhere hears what AWS answers (``No active Lifecycle Action``...).
+A group that does not exist is judged by the ARN its name would have (``resource_found=False``) and without tags:
+a role granted the action on that name hears what Auto Scaling answers (a ``ValidationError``), one granted it on
+other names only, or on groups of a tag, is refused (the sandbox once let any role granted the action somewhere
+hear the ``ValidationError``, which the adapter takes for an action settled).
 
 An Elastic IP EC2 no longer has (released, or an association ended) is judged as AWS judges it: IAM decides
 before EC2 looks the address up, with no ``aws:ResourceTag/...`` key in the request (an absent key fails every

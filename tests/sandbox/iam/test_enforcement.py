@@ -362,6 +362,25 @@ def test_an_action_a_role_is_not_granted_is_refused_even_on_a_resource_that_does
     assert error(eip.disassociate_address, AssociationId=ended)["Code"] == "UnauthorizedOperation"
 
 
+def test_a_group_that_does_not_exist_is_judged_by_its_name_and_without_tags(
+    deployed: tuple[str, Runner],
+) -> None:
+    # Given the stack's roles, granted lifecycle actions on the managed group by name (nodes-a), When the drain
+    # function completes an action of a group no role is granted and that does not exist, Then IAM refuses it: the
+    # name is in the ARN whether or not the group exists, and none of the role's resources matches it (the
+    # sandbox let a role granted the action on any group hear Auto Scaling's ValidationError, which the adapter
+    # takes for an action settled)
+    drain = client(deployed, "autoscaling", "DrainFunction")
+    call = {"LifecycleHookName": "h", "InstanceId": "i-0", "LifecycleActionResult": "CONTINUE"}
+    denied = error(drain.complete_lifecycle_action, AutoScalingGroupName="not-managed", **call)
+    assert (denied["Code"], denied["status"]) == ("AccessDenied", 403)
+    arn = f"arn:aws:autoscaling:{REGION}:{ACCOUNT}:autoScalingGroup:*:autoScalingGroupName/not-managed"
+    assert f"autoscaling:CompleteLifecycleAction on resource: {arn}" in denied["Message"]
+    # And the managed group's own name, gone (deleted with its actions), is granted: Auto Scaling answers it
+    gone = error(drain.complete_lifecycle_action, AutoScalingGroupName=MANAGED, **call)
+    assert gone["Code"] == "ValidationError"
+
+
 def test_an_instance_that_does_not_exist_is_judged_without_tags(deployed: tuple[str, Runner]) -> None:
     # Given an address of this stack and an instance id EC2 does not have (terminated and aged out, or never was),
     # When the eip function associates the address with it, Then IAM refuses it: the grant on instances is

@@ -246,3 +246,44 @@ def test_an_explicit_deny_refuses_a_call_on_a_resource_that_does_not_exist() -> 
     # tags), not EC2's InvalidAllocationID.NotFound, which tells the caller the release was permitted
     with pytest.raises(AccessDenied, match="with an explicit deny"):
         authorize(principal, [missing])
+
+
+def test_a_call_on_a_group_that_does_not_exist_is_judged_by_its_name_and_without_tags() -> None:
+    # Given a role granted the completion of actions of the group "nodes" by name, and of any group tagged as its
+    # owner's (the template's two grants)
+    by_name = "arn:*:autoscaling:*:*:autoScalingGroup:*:autoScalingGroupName/nodes"
+    owned = {"StringEquals": {"autoscaling:ResourceTag/nodecycle:owner": "o"}}
+    role = role_of(
+        {
+            "arn": "arn:aws:iam::123456789012:role/r",
+            "policies": [
+                {
+                    "source": "r/p",
+                    "document": {
+                        "Statement": [
+                            allow("autoscaling:CompleteLifecycleAction", by_name),
+                            allow(
+                                "autoscaling:CompleteLifecycleAction",
+                                "arn:aws:autoscaling:*:*:autoScalingGroup:*:autoScalingGroupName/*",
+                                Condition=owned,
+                            ),
+                        ]
+                    },
+                }
+            ],
+        }
+    )
+    principal = Principal("AKIAEXAMPLEROLE00001", role, "fn", "123456789012")
+
+    def missing(name: str) -> Request:
+        arn = f"arn:aws:autoscaling:eu-west-1:123456789012:autoScalingGroup:*:autoScalingGroupName/{name}"
+        return Request("autoscaling:CompleteLifecycleAction", arn, context_of({}), resource_found=False)
+
+    # When it completes an action of "nodes", gone, Then IAM lets Auto Scaling answer (its name is granted)
+    authorize(principal, [missing("nodes")])
+    # When it names another group that does not exist, Then IAM refuses it: the name is in the ARN whether or not
+    # the group exists, and the grant by tag does not hold for a group without tags (a condition on a key the
+    # request does not carry is false). The sandbox let any role granted the action somewhere hear Auto Scaling's
+    # ValidationError, which the adapter takes for an action settled.
+    with pytest.raises(AccessDenied, match="autoScalingGroupName/other because no identity-based policy"):
+        authorize(principal, [missing("other")])
