@@ -6,6 +6,10 @@ notification and an event EventBridge could not deliver as they were, and the re
 destination wrote for an event whose invocations all failed, the event in its ``requestPayload``. That one
 is taken in as its event, trusted as little as anything else on the queue (anyone allowed to send to it can
 write one).
+
+And what an SNS topic delivered to the queue without raw message delivery (a hook notifying a topic the queue is
+subscribed to): the notification's envelope, the message in it as a string. That one is taken in as its message,
+trusted as little (anyone allowed to send to the queue can write an envelope too).
 """
 
 from __future__ import annotations
@@ -75,6 +79,8 @@ def from_sqs_body(body: str, home: Home | None = None) -> list[Received] | TestN
     the dead-letter queue carries. ``home``: where the stack runs (a message from elsewhere is refused)."""
     data = lifecycle_events.load_json(body)
     delivery = "sqs-eventbridge"
+    if is_sns_notification(data):
+        data = sns_message(data)
     if is_on_failure_record(data):
         data, delivery = redriven_event(data), REDRIVEN
     if home is not None and isinstance(data, dict):
@@ -83,6 +89,32 @@ def from_sqs_body(body: str, home: Home | None = None) -> list[Received] | TestN
         return list(disruption_events.from_eventbridge(data, delivery=delivery))
     parsed = lifecycle_events.from_sqs_data(data, eventbridge_delivery=delivery)
     return parsed if isinstance(parsed, TestNotification) else [parsed]
+
+
+def is_sns_notification(data: Any) -> bool:
+    """Whether a message body read as JSON is an SNS notification's envelope (a subscription without raw message
+    delivery): ``Type`` Notification, its ``TopicArn`` and its ``Message``. Neither an EventBridge event nor a
+    hook notification has those."""
+    return (
+        isinstance(data, dict)
+        and data.get("Type") == "Notification"
+        and "TopicArn" in data
+        and "Message" in data
+    )
+
+
+def sns_message(envelope: Mapping[str, Any]) -> Any:
+    """The message an SNS notification's envelope carries, read as JSON (once: an envelope in it is not opened);
+    :class:`InvalidLifecycleEvent` for one that is not a JSON string."""
+    message = envelope["Message"]
+    if not isinstance(message, str):
+        raise InvalidLifecycleEvent(
+            "invalid-field",
+            f"Message of an SNS notification is a JSON {type(message).__name__}, not a string",
+        )
+    data = lifecycle_events.load_json(message)
+    log.info("an SNS notification of topic %r: its message taken in", str(envelope.get("TopicArn"))[:256])
+    return data
 
 
 def is_on_failure_record(data: Any) -> bool:
@@ -129,6 +161,11 @@ def names_many(body: str) -> bool:
         data = lifecycle_events.load_json(body)
     except InvalidLifecycleEvent:
         return False
+    if is_sns_notification(data) and isinstance(data.get("Message"), str):  # (by SNS: its message)
+        try:
+            data = lifecycle_events.load_json(data["Message"])
+        except InvalidLifecycleEvent:
+            return False
     if is_on_failure_record(data):  # (redriven: its event)
         data = data.get("requestPayload")
     return isinstance(data, dict) and data.get("source") == disruption_events.HEALTH_SOURCE
