@@ -1,14 +1,12 @@
 """What real deliveries do that the samples of the other intake tests do not: an EventBridge event whose ``detail``
 another version of Auto Scaling writes (fields added, Origin and Destination left out, the token missing); free
 text that JSON can write and no AWS API takes (a lone UTF-16 surrogate); a batch of ten one of whose records fails
-for a bug; every SQS source's partial batch response; the same instance's launch and terminate actions told in
-either order. (Each held before these tests: kept for what the suite did not cover.)"""
+for a bug; every SQS source's partial batch response. (Each held before these tests: kept for what the suite did not cover.)"""
 
 from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime, timedelta
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -181,36 +179,3 @@ def test_every_sqs_source_of_the_template_reports_its_failed_records_alone() -> 
         for key, properties in sources.items()
         if properties.get("FunctionResponseTypes") != ["ReportBatchItemFailures"]
     } == set()
-
-
-@pytest.mark.parametrize("terminate_first", [True, False], ids=["terminate told first", "launch told first"])
-def test_one_instances_launch_and_terminate_actions_in_either_order_are_two_lifecycles(
-    intake_fn: ModuleType, stack: Stack, terminate_first: bool
-) -> None:
-    # Given an instance's launch action (its launch still open, or its event late) and its terminate action,
-    # each with its own token, told in either order (the launch started a minute before the terminate)
-    launch = hook_notification(
-        "sqs-hook-launch.json", EC2InstanceId=INSTANCE, LifecycleActionToken=str(uuid.uuid4())
-    )
-    terminate = hook_notification(EC2InstanceId=INSTANCE, LifecycleActionToken=str(uuid.uuid4()))
-    launch["Time"] = before(terminate["Time"], seconds=60)
-    told = [terminate, launch] if terminate_first else [launch, terminate]
-
-    # When intake takes each in, in its own batch, and each again (a duplicate delivery)
-    for body in told + told:
-        assert intake_fn.handler(sqs_event(body), LambdaContext()) == {"batchItemFailures": []}
-
-    # Then each is a lifecycle of its own (neither taken for the other, neither dropped), each with one first
-    # step: the launch's readiness gate and the terminate's slot, each under its own token
-    kept = {(record["transition"], record["token"]) for record in records()}
-    assert kept == {
-        ("autoscaling:EC2_INSTANCE_LAUNCHING", launch["LifecycleActionToken"]),
-        ("autoscaling:EC2_INSTANCE_TERMINATING", terminate["LifecycleActionToken"]),
-    }
-    assert sorted(message["step"] for message in work(stack.drain_queue)) == ["acquire-slot", "ready-gate"]
-
-
-def before(time: str, *, seconds: int) -> str:
-    """The AWS time ``time`` less ``seconds``."""
-    at = datetime.fromisoformat(time.replace("Z", "+00:00")) - timedelta(seconds=seconds)
-    return at.strftime("%Y-%m-%dT%H:%M:%S.000Z")
