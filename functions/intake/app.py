@@ -23,7 +23,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from nodecycle.contracts.disruption_events import NotADisruption
 from nodecycle.contracts.events import Home, Received, from_eventbridge, from_sqs_body, names_many
-from nodecycle.contracts.lifecycle_events import InvalidLifecycleEvent, TestNotification
+from nodecycle.contracts.lifecycle_events import TEST_NOTIFICATION, InvalidLifecycleEvent, TestNotification
 from nodecycle.domain.model import DisruptionEvent
 from nodecycle.domain.ports.instances import InstanceFacts
 from nodecycle.entrypoints import BatchResponse, SqsRecord, partial_batch
@@ -84,7 +84,8 @@ def accept(parse: Callable[[], list[Received] | TestNotification], time_left: Ca
         logger.info("acknowledged an event that tells of no disruption: %s", error)
         return "not-a-disruption"
     if isinstance(events, TestNotification):
-        logger.info("test notification for group %s acknowledged", events.AutoScalingGroupName)
+        told = "test notification" if events.Event == TEST_NOTIFICATION else events.Event
+        logger.info("%s for group %s acknowledged", told, events.AutoScalingGroupName)
         return "test-notification"
     disruptions = [event for event in events if isinstance(event, DisruptionEvent)]
     # (read when the first instance is started: a record sent back for want of time has asked EC2 nothing)

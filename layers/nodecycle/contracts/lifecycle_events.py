@@ -3,7 +3,9 @@
 - EventBridge: ``EC2 Instance-launch Lifecycle Action`` / ``EC2 Instance-terminate Lifecycle Action``,
   invoking the intake function directly or delivered as an SQS message body by an SQS target;
 - a hook whose notification target is an SQS queue: a flat JSON body (``Service: "AWS Auto Scaling"``);
-- ``autoscaling:TEST_NOTIFICATION``, sent to a queue when a hook is created: acknowledged and dropped.
+- ``autoscaling:TEST_NOTIFICATION``, sent to a queue when a hook is created: acknowledged and dropped; so are a
+  group's scaling notifications (``autoscaling:EC2_INSTANCE_LAUNCH``...), which a topic the queue subscribes to may
+  bring beside its hook's (see :mod:`.events`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,15 @@ DETAIL_TYPES = {
     "EC2 Instance-terminate Lifecycle Action": Transition.TERMINATING,
 }
 TEST_NOTIFICATION = "autoscaling:TEST_NOTIFICATION"
+# What a group's notification configuration sends (PutNotificationConfiguration, to SNS topics only): news of a
+# launch or a termination, or of its failure, no action to take. On the intake queue by a topic it subscribes to
+# that also carries a hook's notifications; rejected, each would page (RejectedEventsAlarm) for Auto Scaling's news.
+SCALING_NOTIFICATIONS = (
+    "autoscaling:EC2_INSTANCE_LAUNCH",
+    "autoscaling:EC2_INSTANCE_LAUNCH_ERROR",
+    "autoscaling:EC2_INSTANCE_TERMINATE",
+    "autoscaling:EC2_INSTANCE_TERMINATE_ERROR",
+)
 
 INSTANCE_ID = r"^i-[0-9a-f]{8,17}$"
 _TOKEN = (
@@ -44,12 +55,19 @@ class InvalidLifecycleEvent(ValueError):
 
 
 class TestNotification(BaseModel):
-    """Sent once to an SQS target when a hook is created. Carries no action: nothing to do."""
+    """Sent once to an SQS target when a hook is created. Carries no action: nothing to do. (A group's scaling
+    notification, ``SCALING_NOTIFICATIONS``, carries none either, and is taken as one.)"""
 
     # defer_build: sent once, when a hook is created; not worth building at every cold start
     model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 
-    Event: Literal["autoscaling:TEST_NOTIFICATION"]
+    Event: Literal[
+        "autoscaling:TEST_NOTIFICATION",
+        "autoscaling:EC2_INSTANCE_LAUNCH",
+        "autoscaling:EC2_INSTANCE_LAUNCH_ERROR",
+        "autoscaling:EC2_INSTANCE_TERMINATE",
+        "autoscaling:EC2_INSTANCE_TERMINATE_ERROR",
+    ]
     Service: str
     AutoScalingGroupName: str
     Time: AwareDatetime | None = None
@@ -152,7 +170,7 @@ def from_sqs_data(
         raise InvalidLifecycleEvent("unknown-shape", f"body is a JSON {type(data).__name__}, not an object")
     if "detail-type" in data or "source" in data:
         return from_eventbridge(data, delivery=eventbridge_delivery)
-    if data.get("Event") == TEST_NOTIFICATION:
+    if data.get("Event") == TEST_NOTIFICATION or data.get("Event") in SCALING_NOTIFICATIONS:
         return validate(TestNotification, data)
     if data.get("Service") == "AWS Auto Scaling" or "LifecycleTransition" in data:
         parsed = validate(HookNotification, data)

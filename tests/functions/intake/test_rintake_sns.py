@@ -116,3 +116,53 @@ def test_an_aws_health_event_wrapped_by_sns_is_taken_in_after_the_other_records(
     assert names_many(health)
     assert not names_many(json.dumps(sns_wrapped(hook_notification())))
     assert not names_many(json.dumps({**sns_wrapped({}), "Message": "{truncated"}))
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        "autoscaling:EC2_INSTANCE_LAUNCH",
+        "autoscaling:EC2_INSTANCE_LAUNCH_ERROR",
+        "autoscaling:EC2_INSTANCE_TERMINATE",
+        "autoscaling:EC2_INSTANCE_TERMINATE_ERROR",
+    ],
+)
+def test_a_groups_scaling_notification_by_the_same_topic_is_acknowledged_not_rejected(
+    intake_fn: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str], event: str
+) -> None:
+    # Given what a group's notification configuration sends (to SNS topics only) on a topic the queue subscribes
+    # to: news of a launch or a termination (or of its failure), no lifecycle action
+    batch = sqs_event(sns_wrapped(scaling_notification(event)))
+
+    # When intake takes it in, Then it is acknowledged as a test notification is: nothing written or sent, no
+    # error, no rejection (each would page: RejectedEventsAlarm)
+    assert intake_fn.handler(batch, LambdaContext()) == {"batchItemFailures": []}
+    assert records() == []
+    assert work(stack.drain_queue) == []
+    output = capsys.readouterr().out
+    assert errors(output) == []
+    assert metric(output, "LifecycleEventsRejected") == 0
+    assert f"{event} for group nodes-general acknowledged" in output
+
+
+def scaling_notification(event: str) -> dict[str, Any]:
+    """A group's scaling notification, as Auto Scaling writes one (its user guide's example)."""
+    return {
+        "Progress": 50,
+        "AccountId": "123456789012",
+        "Description": "Terminating EC2 instance: i-0a1b2c3d4e5f60718",
+        "RequestId": str(uuid.uuid4()),
+        "EndTime": "2026-12-06T11:00:40.517Z",
+        "AutoScalingGroupARN": "arn:aws:autoscaling:eu-west-1:123456789012:autoScalingGroup:1:autoScalingGroupName/nodes-general",
+        "ActivityId": str(uuid.uuid4()),
+        "StartTime": "2026-12-06T11:00:00.214Z",
+        "Service": "AWS Auto Scaling",
+        "Time": "2026-12-06T11:00:40.517Z",
+        "EC2InstanceId": INSTANCE,
+        "StatusCode": "InProgress",
+        "StatusMessage": "",
+        "Details": {"Subnet ID": "subnet-0123456789abcdef0", "Availability Zone": "eu-west-1a"},
+        "AutoScalingGroupName": "nodes-general",
+        "Cause": "At 2026-12-06T11:00:00Z an instance was taken out of service in response to a scale-in.",
+        "Event": event,
+    }
