@@ -81,6 +81,8 @@ def from_sqs_body(body: str, home: Home | None = None) -> list[Received] | TestN
     delivery = "sqs-eventbridge"
     if is_sns_notification(data):
         data = sns_message(data)
+    else:
+        _no_other_sns_message(data)
     if is_on_failure_record(data):
         data, delivery = redriven_event(data), REDRIVEN
     if home is not None and isinstance(data, dict):
@@ -115,6 +117,21 @@ def sns_message(envelope: Mapping[str, Any]) -> Any:
     data = lifecycle_events.load_json(message)
     log.info("an SNS notification of topic %r: its message taken in", str(envelope.get("TopicArn"))[:256])
     return data
+
+
+def _no_other_sns_message(data: Any) -> None:
+    """:class:`InvalidLifecycleEvent` saying what an SNS message that is no notification is: the confirmation of a
+    subscription of the queue to a topic (or of its end), an operator's to confirm by its SubscribeURL, not a shape
+    to tell by its keys."""
+    if not isinstance(data, dict) or "TopicArn" not in data:
+        return
+    kind = data.get("Type")
+    if kind in ("SubscriptionConfirmation", "UnsubscribeConfirmation"):
+        raise InvalidLifecycleEvent(
+            "unknown-shape",
+            f"an SNS {kind} of topic {str(data['TopicArn'])[:256]!r}, no notification: a subscription of this "
+            "queue to the topic is confirmed by its SubscribeURL",
+        )
 
 
 def is_on_failure_record(data: Any) -> bool:

@@ -166,3 +166,32 @@ def scaling_notification(event: str) -> dict[str, Any]:
         "Cause": "At 2026-12-06T11:00:00Z an instance was taken out of service in response to a scale-in.",
         "Event": event,
     }
+
+
+@pytest.mark.parametrize("kind", ["SubscriptionConfirmation", "UnsubscribeConfirmation"])
+def test_an_sns_subscriptions_confirmation_is_rejected_saying_what_it_is(
+    intake_fn: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    # Given what SNS sends a queue subscribed to a topic (or unsubscribed from it) that an operator must confirm
+    topic = "arn:aws:sns:eu-west-1:210987654321:nodecycle-hooks"
+    confirmation = {
+        "Type": kind,
+        "MessageId": str(uuid.uuid4()),
+        "Token": "2336412f37f" * 10,
+        "TopicArn": topic,
+        "Message": f"You have chosen to subscribe to the topic {topic}.",
+        "SubscribeURL": f"https://sns.eu-west-1.amazonaws.com/?Action=ConfirmSubscription&TopicArn={topic}",
+        "Timestamp": "2026-12-06T11:00:00.000Z",
+        "SignatureVersion": "1",
+        "Signature": "EXAMPLE==",
+        "SigningCertURL": "https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-0000.pem",
+    }
+
+    # When intake takes it in, Then it is rejected (an operator must act on it) by an error that says what it is
+    # and of which topic, not only which keys it has
+    assert intake_fn.handler(sqs_event(confirmation), LambdaContext()) == {"batchItemFailures": []}
+    output = capsys.readouterr().out
+    assert metric(output, "LifecycleEventsRejected", reason="unknown-shape") == 1
+    (error,) = errors(output)
+    assert f"an SNS {kind} of topic {topic!r}" in error
+    assert "SubscribeURL" in error
