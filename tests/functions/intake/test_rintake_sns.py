@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from nodecycle.contracts.events import names_many
+from nodecycle.contracts.events import from_sqs_body, names_many
 from tests.functions.intake.test_intake_function import records, work
 from tests.functions.intake.test_rintake_deliveries import INSTANCE, errors, hook_notification
 from tests.support.emf import metric
-from tests.support.events import load_event, sqs_event
+from tests.support.events import load_event, sqs_bodies, sqs_event
 from tests.support.functions import LambdaContext
 from tests.support.stack import Stack
 
@@ -195,3 +195,10 @@ def test_an_sns_subscriptions_confirmation_is_rejected_saying_what_it_is(
     (error,) = errors(output)
     assert f"an SNS {kind} of topic {topic!r}" in error
     assert "SubscribeURL" in error
+
+
+def test_the_sample_by_sns_is_the_sample_hook_notification() -> None:
+    # (events/sqs-sns-hook-terminate.json, for sam local invoke: the terminate sample's action, by its topic)
+    (wrapped,) = sqs_bodies("sqs-sns-hook-terminate.json")
+    (plain,) = sqs_bodies("sqs-hook-terminate.json")
+    assert from_sqs_body(wrapped) == from_sqs_body(plain)
