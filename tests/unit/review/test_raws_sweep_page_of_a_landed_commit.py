@@ -1,16 +1,12 @@
 """The sweep's keep-alive that finds an action gone counts ``LifecycleActionsExpired`` once its commit past it lands
 (``engine.gone_counted``, from ``LifecycleRepair``). A commit that lands with its answer lost and then raises (a 500 at
-every attempt after the first landed; a retry after a read timeout the sweep's time does not allow) counts nothing,
-and the next sweep reads the record already past the action (its outcome unchanged by its write): no page. The
-engine's own commit reads such a record back (``StepEngine``); the sweep's does not yet. The fix belongs to
-domain/sweep/lifecycles.py: ``landed = ...commit(...)`` in a try whose except calls ``gone_counted(self._records,
-record, gone, None, self._metrics)`` and re-raises."""
+every attempt after the first landed; a retry after a read timeout the sweep's time does not allow) is read back, as
+the engine's own commit is (``StepEngine``): the next sweep reads the record already past the action (its outcome
+unchanged by its write) and counts nothing."""
 
 from __future__ import annotations
 
 import contextlib
-
-import pytest
 
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import LifecycleRecord, Step
@@ -18,9 +14,6 @@ from tests.unit.foundation.test_engine import PLAN, make_record
 from tests.unit.sweeper.test_sweeper import INTERVAL, MARGIN, Repair
 
 
-@pytest.mark.xfail(
-    strict=True, reason="a sweep's commit past a gone action that landed and raised pages nobody"
-)
 def test_a_sweeps_commit_past_a_gone_action_that_landed_with_its_answer_lost_pages_it_once() -> None:
     # Given a drain at its eviction whose action is gone, due at a sweep's keep-alive, whose commit past the action
     # lands but raises

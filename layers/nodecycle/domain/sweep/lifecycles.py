@@ -293,7 +293,13 @@ class LifecycleRepair:
                 return None
             ended = action_lapsed(record, now, self._autoscaling, self._records)
             gone = advance(record, ended, now)
-            landed = self._records.commit(gone, expected_seq=record.seq)
+            try:
+                landed = self._records.commit(gone, expected_seq=record.seq)
+            except Exception:
+                # (its answer lost: a 500 at every attempt after one that landed; read back, counted if it landed,
+                # as the next sweep finds the record past the action and counts nothing; see gone_counted)
+                gone_counted(self._records, record, gone, None, self._metrics)
+                raise
             gone_counted(self._records, record, gone, landed, self._metrics)
             if landed:
                 counts["LifecyclesExpired"] += ended.changes.get("outcome") == "action-expired"
