@@ -585,7 +585,7 @@ class StepEngine:
         except Exception:
             # (landed or not: its answer lost, its message's delivery again stale if it landed; see gone_counted)
             gone_counted(self._records, record, updated, None, self._metrics)
-            if _guard_decided(record, updated) and _read_back(self._records, updated):
+            if _guard_decided(record, updated) and landed_after_all(self._records, updated):
                 self._metrics.count("GlobalTimeoutsNear")
             raise
         if not landed:
@@ -955,7 +955,7 @@ def _guard_decided(read: LifecycleRecord, written: LifecycleRecord) -> bool:
     return written.outcome == "global-timeout-near" and read.outcome != written.outcome
 
 
-def _read_back(records: RecordStore, written: LifecycleRecord) -> bool:
+def landed_after_all(records: RecordStore, written: LifecycleRecord) -> bool:
     """Whether a commit of ``written`` that raised landed all the same (its record read back as written); a read that
     fails says so too: a page counted twice rather than none (see gone_counted)."""
     try:
@@ -987,7 +987,7 @@ def gone_counted(
     if written.outcome == read.outcome or written.outcome not in ("action-expired", "unknown-action"):
         return
     if landed is None:
-        if not _read_back(records, written):
+        if not landed_after_all(records, written):
             return
     elif not landed:
         try:

@@ -16,6 +16,7 @@ from nodecycle.domain.engine import (
     claimed_for_completion,
     completion_in_progress,
     gone_counted,
+    landed_after_all,
     moved_on,
     settled_elsewhere_counted,
 )
@@ -444,7 +445,15 @@ class LifecycleRepair:
             until,
             by="sweeper",
         ).model_copy(update={"due_at": now})
-        if not self._records.commit(settling, expected_seq=record.seq):
+        try:
+            claimed = self._records.commit(settling, expected_seq=record.seq)
+        except Exception:
+            # (its answer lost: a 500 at every attempt after one that landed, a retry its time did not allow) read
+            # back, counted if it landed: the next sweep settles the action again under its mark, and counts nothing
+            if not counted and landed_after_all(self._records, settling):
+                self._metrics.count("GlobalTimeoutsNear")
+            raise
+        if not claimed:
             return False
         if not counted:  # (a page: once per action, by the settlement that claimed it)
             self._metrics.count("GlobalTimeoutsNear")
