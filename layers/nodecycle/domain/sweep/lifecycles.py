@@ -255,9 +255,8 @@ class LifecycleRepair:
         # it looks where the instance is first, so a token Auto Scaling may take named with another group than its
         # action's (another stack's) is not kept alive for a message that named this stack's group with it.
         unconfirmed = record.verified_at is None and record.token_known
-        beat = self._autoscaling.confirm if unconfirmed else self._autoscaling.heartbeat
         try:
-            active = beat(record.action)
+            active = self._beat(record, unconfirmed)
         except AccessRefused:
             # (counted as the engine counts its refused heartbeats, apart from throttling: the sweep fails too)
             self._metrics.count("HeartbeatRetries", reason="refused")
@@ -314,6 +313,26 @@ class LifecycleRepair:
         # Same seq: the work message in flight (if any) stays current. If the engine commits first, this write
         # loses, and the engine's record (with an earlier deadline) heartbeats again soon: harmless.
         return kept if self._records.commit(kept, expected_seq=record.seq) else None
+
+    def _beat(self, record: LifecycleRecord, unconfirmed: bool) -> bool:
+        """The keep-alive's heartbeat: through the confirmation for an action no step confirmed (see ``_keep_alive``);
+        whether Auto Scaling took it. While the confirmation's look where the instance is cannot be made
+        (DescribeAutoScalingInstances throttled past the client's retries: a refresh of hundreds of nodes, every
+        drain confirming its action), by the action's token alone: this sweep may be the last before its heartbeat
+        deadline, and only the sweeper heartbeats an action whose queue stalled (invariant 11). A heartbeat only
+        extends an action, and the lifecycle stays unconfirmed: its step looks before it disrupts anything, and the
+        next sweep's keep-alive looks again."""
+        if not unconfirmed:
+            return self._autoscaling.heartbeat(record.action)
+        try:
+            return self._autoscaling.confirm(record.action)
+        except TransientError as error:
+            log.warning(
+                "could not confirm the lifecycle action of %s (%r): heartbeated by its token alone",
+                record.id,
+                error,
+            )
+            return self._autoscaling.heartbeat(record.action)
 
     def _repair(
         self, record: LifecycleRecord, now: datetime, last: bool, time: SweepTime, late: timedelta
