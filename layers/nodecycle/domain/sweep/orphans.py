@@ -19,7 +19,8 @@ Two parts of the sweep: the keep-alive (listing and heartbeats) comes first of a
 adoptions after the lifecycles' repair (see :mod:`.sweeper`). While DynamoDB will not list the open lifecycles,
 the keep-alive heartbeats every action this stack's hooks hold, and nothing is adopted. While Auto Scaling will not
 list the held instances, or tell a group's hooks, the actions found orphaned before are kept alive under the hooks
-found holding them (only the sweeper heartbeats them, and a hook's timeout may be shorter than two intervals).
+found holding them (only the sweeper heartbeats them, and a hook's timeout may be shorter than two intervals); a
+group's hooks not told, the held instances are probed under those it told before, and adopted once it tells them.
 
 The first sightings live in the sweeper's container (sweeps run one at a time): a cold start forgets them,
 which costs one more heartbeat and one more interval before the adoption, never an adoption too early.
@@ -37,7 +38,7 @@ from nodecycle.domain.catalog import LifecycleHooks, ManagedGroups
 from nodecycle.domain.errors import AccessRefused, TransientError
 from nodecycle.domain.intake import Intake, IntakeOutcome
 from nodecycle.domain.model import WARM_POOL, LifecycleRecord, Transition
-from nodecycle.domain.ports.lifecycle import Autoscaling, ClaimingRecordStore, WaitingInstance
+from nodecycle.domain.ports.lifecycle import Autoscaling, ClaimingRecordStore, Hook, WaitingInstance
 from nodecycle.domain.ports.runtime import Metrics
 from nodecycle.domain.sweep.sweep_time import SweepTime
 from nodecycle.domain.sweep.sweeper import Counts, SweepFailed, found_unlisted
@@ -117,10 +118,15 @@ class OrphanedActions:
         # from a listing that showed them (an action's global timeout is reckoned from it: it must come no
         # later than the action started)
         self._unsettled: dict[tuple[str, Transition], datetime | None] = {}
+        # Each group's hooks as last read, for a sweep that cannot read them again (see _our_hooks), and the groups
+        # this sweep could not
+        self._hooks_read: dict[str, dict[str, Hook]] = {}
+        self._hooks_unread: set[str] = set()
 
     def keep_alive(self, open_records: Sequence[LifecycleRecord], now: datetime, time: SweepTime) -> Counts:
         """The first sweep part: heartbeat every action held with no record. No record tells when its hook's
         heartbeat timeout ends, and the first sighting may come just before it: no later part may delay it."""
+        self._hooks_unread = set()
         try:
             # (not a lifecycle whose action is over that still watches its node: into a warm pool, for weeks; the
             # instance's next action under the hook is another one)
@@ -185,6 +191,11 @@ class OrphanedActions:
         if failed:
             raise SweepFailed(
                 f"could not tell whether {failed} held instances are orphaned (the others were)"
+            )
+        if self._hooks_unread:
+            raise SweepFailed(
+                f"could not read the lifecycle hooks of {', '.join(sorted(self._hooks_unread))}: their held "
+                "instances probed under the hooks read before"
             )
         return {"LifecyclesOrphaned": len(held)}
 
@@ -302,6 +313,13 @@ class OrphanedActions:
                     self._adopt_after,
                 )
                 continue
+            if orphan.waiting.group in self._hooks_unread:
+                # (found under the hooks read before: adopted once a sweep reads them, as intake's path reads them)
+                log.warning(
+                    "%s is held with no lifecycle record: adopted once its group's hooks are read",
+                    orphan.waiting.instance_id,
+                )
+                continue
             if not time.enough():
                 unadopted += 1  # kept alive: adopted by the next sweep
                 continue
@@ -389,10 +407,30 @@ class OrphanedActions:
         return True
 
     def _our_hooks(self, group: str, transition: Transition) -> list[str]:
-        """This stack's hooks of ``transition`` on ``group`` (read once per group and ttl)."""
+        """This stack's hooks of ``transition`` on ``group`` (read once per group and ttl). When Auto Scaling will not
+        tell them (DescribeLifecycleHooks throttled past the client's retries, denied), those it told before: only
+        the sweeper heartbeats an action held with no record, and one first held since would otherwise lapse at its
+        heartbeat timeout, undrained, while the read fails (a refresh of hundreds of nodes, every drain calling Auto
+        Scaling). A hook rarely changes; a heartbeat under one deleted since is refused, harmlessly, and one created
+        since waits for a read. (The sweep fails all the same: its alarm.)"""
+        try:
+            hooks = self._hooks.of(group)
+        except Exception as error:
+            if group not in self._hooks_read:
+                raise
+            if group not in self._hooks_unread:
+                log.warning(
+                    "could not read the lifecycle hooks of %s (%r): probed under those read before",
+                    group,
+                    error,
+                )
+            self._hooks_unread.add(group)
+            hooks = self._hooks_read[group]
+        else:
+            self._hooks_read[group] = hooks
         return [
             name
-            for name, hook in self._hooks.of(group).items()
+            for name, hook in hooks.items()
             if hook.transition is transition and self._groups.takes_hook(name)
         ]
 
