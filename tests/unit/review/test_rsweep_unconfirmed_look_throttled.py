@@ -8,16 +8,32 @@ extends an action; the lifecycle stays unconfirmed, and its step looks before it
 
 from __future__ import annotations
 
-import contextlib
 from datetime import timedelta
 
-from nodecycle.domain.errors import TransientError
+import pytest
+
+from nodecycle.domain.errors import AccessRefused, TransientError
 from nodecycle.domain.model import ActionRef, Step
+from nodecycle.domain.sweep.sweeper import SweepFailed
 from tests.unit.foundation.test_engine import PLAN, make_record
 from tests.unit.sweeper.test_sweeper import INTERVAL, Repair
 
 
-def test_an_unconfirmed_action_is_kept_alive_while_the_look_before_its_heartbeat_is_throttled() -> None:
+@pytest.mark.parametrize(
+    "failure",
+    [
+        TransientError("reading an instance's group and lifecycle state: Throttling: Rate exceeded"),
+        AccessRefused(
+            "reading an instance's group and lifecycle state",
+            "AccessDenied",
+            "not authorized to perform: autoscaling:DescribeAutoScalingInstances",
+        ),
+    ],
+    ids=["throttled", "denied"],
+)
+def test_an_unconfirmed_action_is_kept_alive_while_the_look_before_its_heartbeat_fails(
+    failure: Exception,
+) -> None:
     # Given a lifecycle intake wrote, no step of it run yet (its queue stalled), whose hook's heartbeat timeout is
     # 600 s
     repair = Repair()
@@ -28,15 +44,16 @@ def test_an_unconfirmed_action_is_kept_alive_while_the_look_before_its_heartbeat
     assert repair.records.create(record)
     repair.clock.advance(60)
 
-    # ... and Auto Scaling throttling the look where its instance is (DescribeAutoScalingInstances), past retries
-    def look_throttled(action: ActionRef) -> bool:
-        raise TransientError("reading an instance's group and lifecycle state: Throttling: Rate exceeded")
+    # ... and Auto Scaling refusing the look where its instance is (DescribeAutoScalingInstances): throttled past the
+    # client's retries, or denied to the sweeper's role alone
+    def look_failed(action: ActionRef) -> bool:
+        raise failure
 
-    repair.autoscaling.confirm = look_throttled  # type: ignore[method-assign]
+    repair.autoscaling.confirm = look_failed  # type: ignore[method-assign]
 
     # When the sweeps run on schedule for longer than the heartbeat timeout
     for _ in range(4):
-        with contextlib.suppress(Exception):  # (a sweep that could not confirm it fails: its alarm)
+        with pytest.raises(SweepFailed):  # (a sweep that could not confirm it fails: its alarm)
             repair.run()
         repair.clock.advance(INTERVAL.total_seconds())
 

@@ -256,7 +256,7 @@ class LifecycleRepair:
         # action's (another stack's) is not kept alive for a message that named this stack's group with it.
         unconfirmed = record.verified_at is None and record.token_known
         try:
-            active = self._beat(record, unconfirmed)
+            active = self._beat(record, unconfirmed, counts)
         except AccessRefused:
             # (counted as the engine counts its refused heartbeats, apart from throttling: the sweep fails too)
             self._metrics.count("HeartbeatRetries", reason="refused")
@@ -314,14 +314,14 @@ class LifecycleRepair:
         # loses, and the engine's record (with an earlier deadline) heartbeats again soon: harmless.
         return kept if self._records.commit(kept, expected_seq=record.seq) else None
 
-    def _beat(self, record: LifecycleRecord, unconfirmed: bool) -> bool:
+    def _beat(self, record: LifecycleRecord, unconfirmed: bool, counts: Counts) -> bool:
         """The keep-alive's heartbeat: through the confirmation for an action no step confirmed (see ``_keep_alive``);
         whether Auto Scaling took it. While the confirmation's look where the instance is cannot be made
         (DescribeAutoScalingInstances throttled past the client's retries: a refresh of hundreds of nodes, every
         drain confirming its action), by the action's token alone: this sweep may be the last before its heartbeat
         deadline, and only the sweeper heartbeats an action whose queue stalled (invariant 11). A heartbeat only
         extends an action, and the lifecycle stays unconfirmed: its step looks before it disrupts anything, and the
-        next sweep's keep-alive looks again."""
+        next sweep's keep-alive looks again. The sweep fails all the same (its alarm), as when the look was all."""
         if not unconfirmed:
             return self._autoscaling.heartbeat(record.action)
         try:
@@ -332,6 +332,7 @@ class LifecycleRepair:
                 record.id,
                 error,
             )
+            counts["RepairsFailed"] += 1
             return self._autoscaling.heartbeat(record.action)
 
     def _repair(
