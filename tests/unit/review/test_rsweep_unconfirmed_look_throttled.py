@@ -14,6 +14,7 @@ import pytest
 
 from nodecycle.domain.errors import AccessRefused, TransientError
 from nodecycle.domain.model import ActionRef, Step
+from nodecycle.domain.sweep.sweep_time import RESERVE, SweepTime
 from nodecycle.domain.sweep.sweeper import SweepFailed
 from tests.unit.foundation.test_engine import PLAN, make_record
 from tests.unit.sweeper.test_sweeper import INTERVAL, Repair
@@ -62,3 +63,51 @@ def test_an_unconfirmed_action_is_kept_alive_while_the_look_before_its_heartbeat
     current = repair.records.get(record.id)
     assert current is not None
     assert current.verified_at is None
+
+
+def test_a_stalled_refreshs_unconfirmed_actions_are_all_kept_alive_by_a_sweep_whose_looks_are_throttled() -> (
+    None
+):
+    # Given thirty lifecycles intake wrote in a refresh, no step of them run yet (their queue stalled), of hooks of
+    # 600 s
+    repair = Repair()
+    repair.autoscaling.action_timeout = 600
+    tokens = [f"token-{n}" for n in range(30)]
+    for n, token in enumerate(tokens):
+        instance = f"i-{n:017x}"
+        repair.autoscaling.issue(token, instance)
+        begun = make_record(PLAN, Step.ACQUIRE_SLOT, verified_at=None, heartbeat_timeout=600)
+        assert repair.records.create(
+            begun.model_copy(
+                update={
+                    "id": f"{instance}/terminate/{token}",
+                    "instance_id": instance,
+                    "token": token,
+                    "heartbeat_deadline": begun.started_at + timedelta(seconds=600),
+                }
+            )
+        )
+    repair.clock.advance(60)
+
+    # ... and each look where an instance is (DescribeAutoScalingInstances) throttled through the client's retries
+    # and backoffs: 15 s each
+    def look_throttled(action: ActionRef) -> bool:
+        repair.clock.advance(15)
+        raise TransientError("reading an instance's group and lifecycle state: Throttling: Rate exceeded")
+
+    repair.autoscaling.confirm = look_throttled  # type: ignore[method-assign]
+
+    # When a sweep of the lifecycles runs, with the time a sweep's part has (300 s, less the reserve)
+    ends = repair.clock.now() + timedelta(seconds=300)
+    time = SweepTime(lambda: (ends - repair.clock.now()).total_seconds(), RESERVE)
+    with pytest.raises(SweepFailed):
+        repair.part()(list(repair.records.open_records("stack-a")), repair.clock.now(), time)
+
+    # Then every action was kept alive (before: the sweep ran out of time after a dozen and a half looks, and the
+    # rest lapsed before the next)
+    unkept = [
+        t
+        for t in tokens
+        if repair.autoscaling.expires_at(t) <= make_record(PLAN).started_at + timedelta(seconds=600)
+    ]
+    assert unkept == []

@@ -108,6 +108,8 @@ class LifecycleRepair:
         self._interval = interval
         self._settle_before = settle_before
         self._failure_result = failure_result
+        # Whether this sweep's look where an unconfirmed action's instance is failed (see ``_beat``)
+        self._look_failed = False
 
     def __call__(self, open_records: Sequence[LifecycleRecord], now: datetime, time: SweepTime) -> Counts:
         counts = dict.fromkeys(
@@ -123,6 +125,7 @@ class LifecycleRepair:
             ),
             0,
         )
+        self._look_failed = False
         # (at most an interval: a sweep retried hours late would otherwise settle every stalled action at once)
         late = min(time.late, self._interval)
         ordered = sorted(open_records, key=self._urgency)
@@ -318,21 +321,31 @@ class LifecycleRepair:
         """The keep-alive's heartbeat: through the confirmation for an action no step confirmed (see ``_keep_alive``);
         whether Auto Scaling took it. While the confirmation's look where the instance is cannot be made
         (DescribeAutoScalingInstances throttled past the client's retries: a refresh of hundreds of nodes, every
-        drain confirming its action), by the action's token alone: this sweep may be the last before its heartbeat
-        deadline, and only the sweeper heartbeats an action whose queue stalled (invariant 11). A heartbeat only
-        extends an action, and the lifecycle stays unconfirmed: its step looks before it disrupts anything, and the
-        next sweep's keep-alive looks again. The sweep fails all the same (its alarm), as when the look was all."""
+        drain confirming its action; or denied to this role), by the action's token alone: this sweep may be the
+        last before its heartbeat deadline, and only the sweeper heartbeats an action whose queue stalled
+        (invariant 11). A heartbeat only extends an action, and the lifecycle stays unconfirmed: its step looks
+        before it disrupts anything, and the next sweep's keep-alive looks again. The sweep fails all the same (its
+        alarm), as when the look was all.
+
+        Once a look has failed, the rest of the sweep's unconfirmed actions are heartbeated without one: each look
+        would spend the client's retries and backoffs (seconds) on a call refused the same way, and the hundreds of
+        actions a stalled refresh leaves unconfirmed would outlast the sweep, the ones it did not reach lapsing."""
         if not unconfirmed:
+            return self._autoscaling.heartbeat(record.action)
+        if self._look_failed:
+            log.info("lifecycle %s heartbeated by its token alone: this sweep's look failed", record.id)
             return self._autoscaling.heartbeat(record.action)
         try:
             return self._autoscaling.confirm(record.action)
         except TransientError as error:
             log.warning(
-                "could not confirm the lifecycle action of %s (%r): heartbeated by its token alone",
+                "could not confirm the lifecycle action of %s (%r): heartbeated by its token alone, as the "
+                "sweep's other unconfirmed actions are",
                 record.id,
                 error,
             )
             counts["RepairsFailed"] += 1
+            self._look_failed = True
             return self._autoscaling.heartbeat(record.action)
 
     def _repair(
