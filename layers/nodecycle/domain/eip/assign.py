@@ -610,12 +610,23 @@ class AssignAddress:
         down or terminated, and the step then ends the launch as ``instance-gone`` (``_instance_unavailable``)."""
         if not scratch.get("exhausted_since"):
             return None  # (a launch that did not wait: its action was confirmed moments ago)
+        return self._terminating(record)
+
+    def _terminating(self, record: LifecycleRecord) -> str | None:
+        """The Auto Scaling state of the launch's instance when its group is terminating it; None otherwise, or
+        when Auto Scaling does not say now."""
         try:
             state = self._groups.lifecycle_state(record.instance_id)
         except TransientError as error:
             log.info("could not tell whether instance %s is terminating: %s", record.instance_id, error)
             return None
         return state if state is not None and state.startswith(TERMINATION_STATES) else None
+
+    def _going(self, record: LifecycleRecord) -> str | None:
+        """Why the launch's instance will take no address: gone in EC2 (shutting down, terminated), or being
+        terminated by its group (running in EC2 while terminate hooks hold it); None otherwise, or when neither
+        tells now (the launch goes on as before)."""
+        return self._gone_while_waiting(record.instance_id) or self._terminating(record)
 
     def _instance_gone(self, record: LifecycleRecord, state: str, *, released: int = 0) -> Outcome:
         """A launch waiting for (or taking) an address whose instance went meanwhile: its action went with it
@@ -970,9 +981,8 @@ class AssignAddress:
         except AddressNotFound:
             theirs = bool(scratch.get("verify", {}).get("theirs"))
             if not theirs and (scratch.get("allocated") or {}).get("allocation_id") != allocation_id:
-                self._metrics.count("EipFailures")
                 return self._start_over(
-                    record, scratch, f"address {allocation_id} was released behind our back"
+                    record, scratch, f"address {allocation_id} was released behind our back", failed=True
                 )
             current = (
                 None  # allocated for this launch moments ago (by this delivery or another): not known yet
@@ -993,9 +1003,8 @@ class AssignAddress:
             )
         reads = int(scratch.get("verify", {}).get("reads", 0)) + 1
         if reads >= VERIFY_READS and current is None:
-            self._metrics.count("EipFailures")
             reason = f"address {allocation_id} was released behind our back (unknown to EC2 in {reads} reads)"
-            return self._start_over(record, scratch, reason)
+            return self._start_over(record, scratch, reason, failed=True)
         shown = current.public_ip if current is not None else allocation_id
         if reads >= VERIFY_READS:
             return self._start_over(
@@ -1138,7 +1147,25 @@ class AssignAddress:
                 log.info("released spare address %s of instance %s", address.public_ip, record.instance_id)
         return released
 
-    def _start_over(self, record: LifecycleRecord, scratch: dict[str, Any], reason: str) -> Outcome:
+    def _start_over(
+        self, record: LifecycleRecord, scratch: dict[str, Any], reason: str, *, failed: bool = False
+    ) -> Outcome:
+        """Assign an address again (``failed``: an address was taken away from the launch, an EIP failure), unless
+        the instance is going. An assignment that did not hold may be one whose instance a user or its group
+        terminated meanwhile: EC2 ended its association, or the terminate's release (terminate hooks holding the
+        instance running) took the address back before EC2's reads showed the association. Started over, such a
+        launch would count an EIP failure for an instance going (the alarm) and take another address for it, an
+        allocated one left on it until EC2 terminates it (then the sweeper's), or a pool's kept from the live
+        launches. It ends as ``instance-gone`` instead, as a launch that waited for an address does. Two reads
+        (DescribeInstances, DescribeAutoScalingInstances), at a start over only."""
+        going = self._going(record)
+        if going is not None:
+            released = 0
+            if self._mode is EipMode.ALLOCATE:
+                released = self._release_spares(record, keep=None, found=None)
+            return self._instance_gone(record, going, released=released)
+        if failed:
+            self._metrics.count("EipFailures")
         restarts = int(scratch.get("restarts", 0)) + 1
         if restarts > MAX_RESTARTS:
             return self._fail(record, f"{reason} (gave up after {MAX_RESTARTS} attempts)")

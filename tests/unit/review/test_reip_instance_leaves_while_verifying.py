@@ -1,0 +1,74 @@
+"""ASSIGN_EIP for a launch whose instance leaves while the step verifies its association: the group terminates it
+(terminate hooks hold it, running in EC2) or EC2 has terminated it, and the terminate's release takes its address
+back before EC2's reads show the association (see fakes.py for the EC2 it runs on).
+
+The association then never shows: the step starts over. Started over for an instance that is going, it took the
+address given back for released behind its back (EipFailures: the alarm pages for a live instance without its
+address) and took another one for the instance (allocate mode: allocated, left on it until EC2 terminates it and the
+sweeper releases it; pool mode: a pool address kept from the live launches)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+
+from nodecycle.domain.engine import Outcome
+from nodecycle.domain.model import LifecycleRecord, Step
+from nodecycle.wiring.common import eip_policy
+from tests.support.fakes import FakeMetrics
+from tests.unit.eip.fakes import T0, AsTheEngineRuns, FakeAddresses, Wiring, launch_record
+from tests.unit.eip.test_assign_address import INSTANCE, POOL, after, settings
+
+MODES = {
+    "pool": {"eip_mode": "pool", "eip_pool_name": POOL},
+    "allocate": {"eip_mode": "allocate"},
+}
+
+
+def run_on(assign: AsTheEngineRuns, record: LifecycleRecord, now: datetime) -> Outcome:
+    """Run the step as its messages come, until it moves on (20 runs at most)."""
+    for _ in range(20):
+        outcome = assign(record, now)
+        if not outcome.again:
+            return outcome
+        record, now = after(record, outcome), now + timedelta(seconds=outcome.delay)
+    raise AssertionError("still at ASSIGN_EIP after 20 runs")
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("leaving", ["group", "ec2"])
+def test_a_launch_whose_instance_leaves_as_it_verifies_ends_as_gone_and_takes_no_other_address(
+    mode: str, leaving: str
+) -> None:
+    # Given a launch that associated its address (in pool mode, one of the pool's two), EC2's reads not showing the
+    # association yet
+    ec2, metrics, wiring = FakeAddresses(lag=1, settling=0), FakeMetrics(), Wiring()
+    ec2.launch(INSTANCE)
+    pool = [ec2.add(pool=POOL, allocated_at=None) for _ in range(2)] if mode == "pool" else []
+    assign = wiring.assign(ec2, metrics, eip_policy(settings(**MODES[mode], eip_failure_policy="abandon")))
+    record = launch_record(INSTANCE)
+    first = assign(record, T0)
+    assert first.again
+    (held,) = ec2.on(INSTANCE)
+    record, now = after(record, first), T0 + timedelta(seconds=first.delay)
+
+    # When its instance leaves (the group terminates it, terminate hooks holding it running in EC2; or EC2
+    # terminated it), and the terminate's release takes the address back (disassociated; released, unless a pool's)
+    if leaving == "group":
+        wiring.groups.states[INSTANCE] = "Terminating:Wait"
+        assert held.association_id is not None
+        assert ec2.disassociate(held.association_id)
+    else:
+        ec2.terminate(INSTANCE)
+    if mode == "allocate":
+        assert ec2.release(held.allocation_id)
+    outcome = run_on(assign, record, now)
+
+    # Then the launch ends past its completion as gone, no EIP failure counted (no page for an instance going)
+    assert (outcome.then, outcome.changes.get("outcome")) == (Step.DONE, "instance-gone")
+    assert metrics.counts["EipFailures"] == 0
+    # And it took no other address for the instance going: nothing allocated again, nothing left on it or for it
+    assert ec2.on(INSTANCE) == []
+    assert ec2.count("allocate") == (1 if mode == "allocate" else 0)
+    assert sorted(ec2.eips) == sorted(pool)
