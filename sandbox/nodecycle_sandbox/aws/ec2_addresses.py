@@ -56,6 +56,9 @@
   it is associated as any other (an address refused to associations for its own sake is a denial by a condition on
   its tags, ``UnauthorizedOperation``, which the sandbox's IAM judges). moto has no such state; a test locks one by
   its allocation id (``lock``).
+- An address with a reverse DNS record (a PTR record set on it with ModifyAddressAttribute) cannot be released either:
+  ReleaseAddress answers ``InvalidAddress.PtrSet`` until the record is removed (``ResetAddressAttribute``), associated
+  or not. moto has no such record; a test sets one by its allocation id (``set_reverse_dns``).
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ _REQUEST = threading.local()
 _MARKER = "_nodecycle_sandbox_associate"
 _QUOTA = "_nodecycle_address_quota"
 _LOCKED = "_nodecycle_locked_addresses"
+_REVERSE_DNS = "_nodecycle_reverse_dns_addresses"
 # the states in which EC2 refuses to associate an address with an instance (stopped and stopping are allowed:
 # an address stays with a stopped instance, and may be associated with one)
 _CANNOT_ASSOCIATE = frozenset({"pending", "shutting-down", "terminated"})
@@ -179,6 +183,12 @@ def install() -> None:
                     "The specified Elastic IP address cannot be released from your account. A reverse DNS record "
                     "may be associated with the Elastic IP address. To unlock the address, contact AWS Support.",
                 )
+            if found[0].allocation_id in getattr(self, _REVERSE_DNS, set()):
+                raise EC2ClientError(
+                    "InvalidAddress.PtrSet",
+                    "The Elastic IP address cannot be released because a reverse DNS (PTR) record is set for it. "
+                    "Remove the record before you release the address.",
+                )
             in_use = found[0].eni is not None or found[0].instance is not None
             if in_use and not DEFAULT_VPC:
                 raise EC2ClientError("InvalidIPAddress.InUse", f"Address {found[0].allocation_id} is in use.")
@@ -256,3 +266,17 @@ def unlock(ec2_backend: Any, allocation_id: str) -> None:
     with _LOCK:
         locked: set[str] = getattr(ec2_backend, _LOCKED, set())
         setattr(ec2_backend, _LOCKED, locked - {allocation_id})
+
+
+def set_reverse_dns(ec2_backend: Any, allocation_id: str) -> None:
+    """A reverse DNS record is set on the address: ReleaseAddress refuses it (``InvalidAddress.PtrSet``) from now on."""
+    with _LOCK:
+        records: set[str] = getattr(ec2_backend, _REVERSE_DNS, set())
+        setattr(ec2_backend, _REVERSE_DNS, records | {allocation_id})
+
+
+def reset_reverse_dns(ec2_backend: Any, allocation_id: str) -> None:
+    """The address's reverse DNS record is removed: ReleaseAddress releases it again."""
+    with _LOCK:
+        records: set[str] = getattr(ec2_backend, _REVERSE_DNS, set())
+        setattr(ec2_backend, _REVERSE_DNS, records - {allocation_id})
