@@ -28,7 +28,9 @@
 - An instance takes an address only once it runs: AssociateAddress naming one that is pending, shutting down or
   terminated answers ``InvalidInstanceID`` ("The pending instance 'i-...' is not in a valid state for this
   operation.", the answer EC2 gives a launch that associates too early, or one whose instance was terminated
-  meanwhile). moto associated it, so an address could be "held" by a terminated instance.
+  meanwhile). moto associated it, so an address could be "held" by a terminated instance. An address gone answers
+  ``InvalidAllocationID.NotFound`` first, whatever the instance's state (EC2 does not document which it looks at
+  first; this is the harsher order: the caller cannot tell the instance is gone).
 - A terminated instance keeps no address: EC2 disassociates its Elastic IPs, which stay allocated ("Elastic IP
   addresses", EC2 user guide: when an instance is terminated its Elastic IP address is disassociated, and stays
   allocated to the account); an address on a secondary network interface that outlives the instance (not
@@ -137,6 +139,13 @@ def install() -> None:
         if getattr(_REQUEST, "reassociation_left_out", False):
             reassociate = True
         with _LOCK:
+            # (the address is looked up before the instance: an address gone answers NotFound whatever the
+            # instance's state, the harsher order, which EC2 does not document; moto looked the instance up first)
+            (found,) = (
+                self.address_by_ip([address])
+                if address
+                else self.address_by_allocation([allocation_id or ""])
+            )
             state = instance.state if instance is not None else None
             if state in _CANNOT_ASSOCIATE:
                 raise EC2ClientError(
@@ -150,11 +159,6 @@ def install() -> None:
                     "interface ID for the operation instead.",
                 )
             if not reassociate:
-                (found,) = (
-                    self.address_by_ip([address])
-                    if address
-                    else self.address_by_allocation([allocation_id or ""])
-                )
                 # (an instance is asked for by its primary interface, where moto associates it: the same place
                 # again is not a move)
                 target = eni if eni is not None else instance.nics[0] if instance is not None else None

@@ -644,6 +644,14 @@ class AssignAddress:
         )
         return Outcome.goto(after_completion(record), outcome="instance-gone", extra=without_scratch(record))
 
+    def _gone_with_spares(self, record: LifecycleRecord, state: str) -> Outcome:
+        """``_instance_gone``, the addresses allocated for the launch released first (allocate mode: a pool's stay
+        in the pool, unassociated)."""
+        released = 0
+        if self._mode is EipMode.ALLOCATE:
+            released = self._release_spares(record, keep=None, found=None)
+        return self._instance_gone(record, state, released=released)
+
     def ended_in_line(self, record: LifecycleRecord, now: datetime) -> None:
         """The engine moved on a launch waiting in line without this step (the global-timeout guard settled its
         action, or a heartbeat found it lapsed: timed out, completed by an operator): it leaves the line as one
@@ -730,6 +738,13 @@ class AssignAddress:
         least); then the failure policy decides, the address left to the sweeper (which releases it once EC2 shows
         it, past its grace). Never another allocated meanwhile: one launch, one address."""
         allocated = scratch["allocated"]
+        if unseen >= UNSEEN_TRIES:
+            # Unknown for a minute: the instance may be going, its release having freed the address before EC2
+            # showed it (tries on, ten minutes by default, then a failure counted and the policy, for nothing). One
+            # look per try from then on, 30 s apart: an abnormal path
+            going = self._going(record)
+            if going is not None:
+                return self._gone_with_spares(record, going)
         since = address.allocated_at
         waited = now - since if since is not None else timedelta(0)
         if waited >= max(self._wait, TAKE_OWN_WITHIN):
@@ -942,6 +957,9 @@ class AssignAddress:
                     # two once this one shows; so it is tried again, then the failure policy decides (see _unseen).
                     # So too one EC2 still has, though it refused it for a minute (see _still_there)
                     return self._unseen(record, now, scratch, address, unseen)
+            going = self._going(record)  # (released by the release of an instance going: no failure)
+            if going is not None:
+                return self._gone_with_spares(record, going)
             self._metrics.count("EipFailures")
             log.warning("address %s was released behind our back: trying the next", address.allocation_id)
             return None
@@ -1046,10 +1064,7 @@ class AssignAddress:
         instance = record.instance_id
         state = self._addresses.instance_states([instance]).get(instance)
         if state in GONE_STATES:
-            released = 0
-            if self._mode is EipMode.ALLOCATE:
-                released = self._release_spares(record, keep=None, found=None)
-            return self._instance_gone(record, state, released=released)
+            return self._gone_with_spares(record, state)
         attempts = int(scratch.get("instance_attempts", 0)) + 1
         if attempts > INSTANCE_ATTEMPTS:
             waited = INSTANCE_ATTEMPTS * INSTANCE_DELAY
@@ -1160,10 +1175,7 @@ class AssignAddress:
         (DescribeInstances, DescribeAutoScalingInstances), at a start over only."""
         going = self._going(record)
         if going is not None:
-            released = 0
-            if self._mode is EipMode.ALLOCATE:
-                released = self._release_spares(record, keep=None, found=None)
-            return self._instance_gone(record, going, released=released)
+            return self._gone_with_spares(record, going)
         if failed:
             self._metrics.count("EipFailures")
         restarts = int(scratch.get("restarts", 0)) + 1
