@@ -13,8 +13,11 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from nodecycle.domain.eip.assign import VERIFY_READS
 from nodecycle.domain.engine import Outcome
+from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import LifecycleRecord, Step
+from nodecycle.domain.ports.addresses import AddressRefused
 from nodecycle.wiring.common import eip_policy
 from tests.support.fakes import FakeMetrics
 from tests.unit.eip.fakes import T0, AsTheEngineRuns, FakeAddresses, Wiring, launch_record
@@ -72,3 +75,28 @@ def test_a_launch_whose_instance_leaves_as_it_verifies_ends_as_gone_and_takes_no
     assert ec2.on(INSTANCE) == []
     assert ec2.count("allocate") == (1 if mode == "allocate" else 0)
     assert sorted(ec2.eips) == sorted(pool)
+
+
+def test_a_start_over_whose_looks_at_the_instance_go_unanswered_starts_over_as_before() -> None:
+    # Given a launch whose association does not show in its reads (a live instance, EC2's reads far behind), and
+    # EC2 and Auto Scaling that will not tell where the instance is now (a denial, a throttle)
+    ec2, metrics, wiring = FakeAddresses(lag=VERIFY_READS + 1), FakeMetrics(), Wiring()
+    ec2.launch(INSTANCE)
+    ec2.faults["instance_states"].append(AddressRefused("UnauthorizedOperation"))
+
+    def unanswered(instance_id: str) -> str | None:
+        raise TransientError("Throttling")
+
+    wiring.groups.lifecycle_state = unanswered  # type: ignore[method-assign]
+    assign = wiring.assign(ec2, metrics, eip_policy(settings(**MODES["allocate"])))
+    record, now = launch_record(INSTANCE), T0
+    outcome = assign(record, now)
+    for _ in range(VERIFY_READS - 1):
+        record, now = after(record, outcome), now + timedelta(seconds=outcome.delay)
+        outcome = assign(record, now)
+
+    # Then the launch starts over as before (not knowing is no reason to end it, nor to fail the step)
+    assert outcome.again
+    assert outcome.changes["extra"]["eip"]["restarts"] == 1
+    assert ec2.count("instance_states") == 1
+    assert metrics.counts["EipFailures"] == 0
