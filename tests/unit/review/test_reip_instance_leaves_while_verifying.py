@@ -17,7 +17,7 @@ from nodecycle.domain.eip.assign import VERIFY_READS
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import LifecycleRecord, Step
-from nodecycle.domain.ports.addresses import AddressRefused
+from nodecycle.domain.ports.addresses import Address, AddressRefused
 from nodecycle.wiring.common import eip_policy
 from tests.support.fakes import FakeMetrics
 from tests.unit.eip.fakes import T0, AsTheEngineRuns, FakeAddresses, Wiring, launch_record
@@ -100,3 +100,35 @@ def test_a_start_over_whose_looks_at_the_instance_go_unanswered_starts_over_as_b
     assert outcome.changes["extra"]["eip"]["restarts"] == 1
     assert ec2.count("instance_states") == 1
     assert metrics.counts["EipFailures"] == 0
+
+
+def test_a_launch_ended_for_an_instance_its_group_terminates_releases_nothing_from_it_while_it_drains() -> (
+    None
+):
+    # Given a launch whose association does not show in its reads for long (EC2's reads far behind, its listings
+    # too), in a default VPC (ReleaseAddress of an address in use disassociates and releases it without a word)
+    ec2, metrics, wiring = FakeAddresses(lag=VERIFY_READS + 1, default_vpc=True), FakeMetrics(), Wiring()
+    ec2.launch(INSTANCE)
+    listed = ec2.find
+
+    def behind(owner: str, **filters: str | None) -> list[Address]:
+        return [
+            Address(**{**vars(a), "association_id": None, "instance_id": None})
+            for a in listed(owner, **filters)
+        ]
+
+    ec2.find = behind  # type: ignore[method-assign]
+    assign = wiring.assign(ec2, metrics, eip_policy(settings(**MODES["allocate"])))
+    record, now = launch_record(INSTANCE), T0
+    outcome = assign(record, now)
+    (held,) = ec2.on(INSTANCE)
+
+    # When its group terminates the instance (terminate hooks hold it running while it drains, its address in
+    # use), and the launch's reads still do not show the association
+    wiring.groups.states[INSTANCE] = "Terminating:Wait"
+    outcome = run_on(assign, after(record, outcome), now + timedelta(seconds=outcome.delay))
+
+    # Then the launch ends as gone, but the address stays on the draining instance: the instance's own release
+    # takes it back after the drain (EC2 alone says when an instance is gone and its addresses free)
+    assert outcome.changes.get("outcome") == "instance-gone"
+    assert [eip.allocation_id for eip in ec2.on(INSTANCE)] == [held.allocation_id]

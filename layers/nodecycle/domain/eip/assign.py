@@ -646,9 +646,12 @@ class AssignAddress:
 
     def _gone_with_spares(self, record: LifecycleRecord, state: str) -> Outcome:
         """``_instance_gone``, the addresses allocated for the launch released first (allocate mode: a pool's stay
-        in the pool, unassociated)."""
+        in the pool, unassociated) when EC2 says the instance is gone (``state`` one of its GONE_STATES). One its
+        group is terminating (an Auto Scaling ``state``) runs while it drains: its address may be on it, in use,
+        which a read behind EC2's writes shows free (and a default VPC releases without a word); the instance's own
+        release takes back what is allocated for it after the drain, the sweeper what that release does not list."""
         released = 0
-        if self._mode is EipMode.ALLOCATE:
+        if self._mode is EipMode.ALLOCATE and state in GONE_STATES:
             released = self._release_spares(record, keep=None, found=None)
         return self._instance_gone(record, state, released=released)
 
