@@ -250,12 +250,7 @@ class Outages:
                 if invocation.started_at >= since
                 for _ in invocation.records
             )
-            waiting = [
-                f"{stack}'s {queue_id}: {total} messages"
-                for stack in sorted(stacks)
-                for queue_id in sorted(set(WORK_QUEUES.values()))
-                if (total := _messages(sqs, self.runners[stack].queue(queue_id).url))
-            ]
+            waiting = work_waiting(sqs, self.runners, stacks)
             if handled >= sent and not waiting:
                 return []
             if time.monotonic() > deadline:
@@ -285,6 +280,17 @@ def oldest_work(
         if (stack, body) not in oldest:
             oldest.append((stack, body))
     return oldest[:count]
+
+
+def work_waiting(sqs: Any, runners: dict[str, Runner], stacks: set[str] | tuple[str, ...]) -> list[str]:
+    """What the ``stacks``' work queues still hold (visible, in flight or delayed), as "<stack>'s <queue>: N
+    messages"; empty: nothing."""
+    return [
+        f"{stack}'s {queue_id}: {total} messages"
+        for stack in sorted(stacks)
+        for queue_id in sorted(set(WORK_QUEUES.values()))
+        if (total := _messages(sqs, runners[stack].queue(queue_id).url))
+    ]
 
 
 def _messages(sqs: Any, url: str) -> int:

@@ -29,7 +29,7 @@ from nodecycle_sandbox.aws.control import SANDBOX_ACCOUNT
 from nodecycle_sandbox.aws.group import AutoScalingGroup, GroupSpec, HookSpec
 from nodecycle_sandbox.aws.notifications import forged_hook_notification
 from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING, ActionRecord, InstanceHistory
-from nodecycle_sandbox.chaos.outages import Outages
+from nodecycle_sandbox.chaos.outages import Outages, work_waiting
 from nodecycle_sandbox.chaos.plan import Forgery, Scenario
 from nodecycle_sandbox.faults import WORLD_KINDS, Fault, Firing
 from nodecycle_sandbox.kube import HistoryEntry, KubeServer
@@ -103,6 +103,9 @@ HUNG_RUNTIME_PATIENCE = 5.0
 # was lifted is released: past the sweep grace, then hours and days, past whatever back-off the sweeper keeps for
 # an address it found locked (its schedule is the product's; the world depends on none).
 LATE_SWEEPS = (SWEEP_GRACE + 60, 3600.0, 6 * 3600.0, 24 * 3600.0, 7 * 24 * 3600.0)
+# How long the work a late sweep sends (a step it resumed) has to be handled, and how often the queues are looked at
+LATE_SWEEP_SETTLE = 30.0
+LATE_SWEEP_LOOK = 0.25
 # At most how often the world moves on the queue's clock for the intake messages it retries (the template's
 # maxReceiveCount is 5: a message that fails every delivery is in the dead-letter queue by then)
 REDELIVERIES = 6
@@ -362,8 +365,10 @@ class ScenarioRun:
                     quiescent = quiescent and not left
                 self.notes += outages.notes
                 self._phase("swept")
-            final = self._final_addresses()
+            final, unsettled = self._final_addresses()
             self._phase("addresses")
+            if unsettled:  # (work left in the queues would come due in the next scenarios)
+                quiescent, left = False, [*left, *unsettled]
             observation = Observation(
                 scenario=scenario,
                 groups={g.name: owner_of(stack) for stack, g in self.groups.items()},
@@ -929,10 +934,11 @@ class ScenarioRun:
             self.notes.append(f"{len(missed)} looks at the addresses failed (first: {missed[0]})")
         seen.append(AddressSeen(time.time(), self._addresses()))
 
-    def _final_addresses(self) -> dict[str, tuple[str | None, dict[str, str]]]:
+    def _final_addresses(self) -> tuple[dict[str, tuple[str | None, dict[str, str]]], list[str]]:
         """The addresses once the sweep grace has passed: a sweep with the sweepers' clocks moved past it
         (stack a allocates, so its sweeper is the one that must release what a crash left unassociated), and
-        while an address AWS locked, its lock lifted since, is still there, later ones (LATE_SWEEPS)."""
+        while an address AWS locked, its lock lifted since, is still there, later ones (LATE_SWEEPS); and what
+        the late sweeps' work left unsettled (see _late_sweep)."""
         addresses = self._addresses()
         loose = [
             a
@@ -940,30 +946,45 @@ class ScenarioRun:
             if instance is None and POOL_TAG not in tags and tags.get(OWNER_TAG) == owner_of("a")
         ]
         if not loose or "a" not in self.scenario.stacks:
-            return addresses
+            return addresses, []
         # (then, while an address whose lock was lifted is still there, later and later ones: see LATE_SWEEPS)
         for travel in LATE_SWEEPS:
-            self._late_sweep(travel)
+            unsettled = self._late_sweep(travel)
             addresses = self._addresses()
+            if unsettled:
+                return addresses, unsettled
             if not any(
                 lifted is not None and allocation in addresses
                 for allocation, (_, lifted) in self.locked.items()
             ):
                 break
-        return addresses
+        return addresses, []
 
-    def _late_sweep(self, travel: float) -> None:
-        """One sweep of stack a's sweeper, its clock ``travel`` seconds ahead (time-travel: its deadline with it)."""
+    def _late_sweep(self, travel: float) -> list[str]:
+        """One sweep of stack a's sweeper ``travel`` seconds later (time-travel: its clock and deadline moved on),
+        and the work it sends handled as late: every function's clock moved on by as much until stack a's work
+        queues are empty again, as a replay's (outages.py). A step the sweep resumes is due at the sweeper's now:
+        handled by functions whose clocks had not moved, it was due that far ahead, and they sent it again
+        delayed (SQS's 900 s at most, then again), messages that outlived the scenario and came due in the next
+        ones (seed 3's scenario 2 found them in a's EipQueue after its replays). What did not settle in time."""
         runner = self.world.runners["a"]
-        self.box.runner_faults.arm(
-            [Fault("sweep-grace", "time-travel", "SweeperFunction", limit=1, value=travel)], seed=0
-        )
+        sqs = self.box.client("sqs")
+        self.box.runner_faults.arm([Fault("sweep-grace", "time-travel", "*", value=travel)], seed=0)
         before = len(runner.journal.invocations("SweeperFunction"))
         runner.fire_schedule("SweeperFunction")
         try:
             self._wait(
                 lambda: len(runner.journal.invocations("SweeperFunction")) > before, 60, "the late sweep"
             )
+            deadline = time.monotonic() + LATE_SWEEP_SETTLE
+            while waiting := work_waiting(sqs, self.world.runners, ("a",)):
+                if time.monotonic() > deadline:
+                    return [
+                        f"the late sweep's work (+{travel:.0f} s) not handled in {LATE_SWEEP_SETTLE:.0f}s",
+                        *waiting,
+                    ]
+                time.sleep(LATE_SWEEP_LOOK)
+            return []
         finally:
             self.box.runner_faults.disarm()
 

@@ -1,0 +1,102 @@
+"""The world's late sweeps (an address's judgement once the sweep grace has passed, and hours later while an address
+whose lock was lifted is still there) run stack a's sweeper with its clock moved ahead. A sweep then resumes what it
+finds overdue: the step it re-sends is due at the sweeper's now. Handled by functions whose clocks had not moved,
+that step was due hours ahead, and they sent it again delayed (900 s, SQS's most, then again): the messages outlived
+the scenario in stack a's work queues. Seed 3 run in one world: scenario 1's late sweeps (its address locked, an
+EipFunction invocation of a state-change lifecycle killed) resumed that lifecycle at +360 s and +3,600 s, and
+scenario 2's replay found a's EipQueue holding 3 delayed messages 30 s after its replays were handled ("the
+replayed work not handled in 30s (3 of 3)"). So the work a late sweep sends is handled as late as the sweep: every
+function's clock moved on by as much until the stack's work queues are empty again, as the replays' is."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from nodecycle_sandbox.chaos import world
+from nodecycle_sandbox.chaos.world import ScenarioRun
+from nodecycle_sandbox.faults import Fault
+
+QUEUES = ("DrainQueue", "EipQueue", "WakeQueue")
+
+
+class _Faults:
+    def __init__(self, events: list[Any]) -> None:
+        self.events = events
+        self.armed: list[Fault] = []
+
+    def arm(self, faults: list[Fault], seed: int) -> None:
+        self.armed = list(faults)
+        self.events.append(("armed", tuple((f.kind, f.target, f.value, f.limit) for f in faults)))
+
+    def disarm(self) -> None:
+        self.armed = []
+        self.events.append("disarmed")
+
+
+class _Sqs:
+    """Stack a's work queues: the EipQueue holds ``waiting`` messages (delayed) for its first reads, then none."""
+
+    def __init__(self, events: list[Any], faults: _Faults, waiting: list[int]) -> None:
+        self._events = events
+        self._faults = faults
+        self._waiting = waiting
+
+    def get_queue_attributes(self, QueueUrl: str, AttributeNames: list[str]) -> dict[str, Any]:
+        count = self._waiting.pop(0) if self._waiting and QueueUrl == "url:EipQueue" else 0
+        if QueueUrl == "url:EipQueue":
+            self._events.append(("read", count, bool(self._faults.armed)))
+        return {"Attributes": {"ApproximateNumberOfMessagesDelayed": str(count)}}
+
+
+def _late_sweep(waiting: list[int]) -> tuple[list[Any], list[str]]:
+    events: list[Any] = []
+    faults = _Faults(events)
+    sweeps: list[str] = []
+
+    def fire(function: str) -> None:
+        sweeps.append(function)
+        events.append("swept")
+
+    runner = SimpleNamespace(
+        fire_schedule=fire,
+        journal=SimpleNamespace(invocations=lambda function: list(sweeps)),
+        queue=lambda queue_id: SimpleNamespace(url=f"url:{queue_id}"),
+    )
+    sqs = _Sqs(events, faults, waiting)
+    run = object.__new__(ScenarioRun)  # (only its world's runner of stack a and the sandbox are used)
+    run.world = SimpleNamespace(runners={"a": runner})  # type: ignore[assignment]
+    run.box = SimpleNamespace(runner_faults=faults, client=lambda service: sqs)  # type: ignore[assignment]
+    left = run._late_sweep(3600.0)
+    return events, left
+
+
+def test_the_work_a_late_sweep_sends_is_handled_as_late_as_the_sweep(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(world, "LATE_SWEEP_LOOK", 0.01)
+    # Given stack a's EipQueue holds a message a late sweep resumed for its first two looks, then none
+    events, left = _late_sweep([1, 1])
+
+    # Then every function's clock was moved on by the sweep's travel (not only the sweeper's), from before the sweep
+    # until the queue was empty, and the sweep settled
+    assert events == [
+        ("armed", (("time-travel", "*", 3600.0, None),)),
+        "swept",
+        ("read", 1, True),
+        ("read", 1, True),
+        ("read", 0, True),
+        "disarmed",
+    ]
+    assert left == []
+
+
+def test_work_a_late_sweep_left_in_the_queues_is_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(world, "LATE_SWEEP_LOOK", 0.01)
+    monkeypatch.setattr(world, "LATE_SWEEP_SETTLE", 0.05)
+    # Given stack a's EipQueue that never empties
+    events, left = _late_sweep([2] * 1000)
+
+    # Then the sweep's work is told unsettled, by queue, and the clocks moved back
+    assert left == ["the late sweep's work (+3600 s) not handled in 0s", "a's EipQueue: 2 messages"]
+    assert events[-1] == "disarmed"
