@@ -16,6 +16,11 @@ old handle; the API reference leaves a standard queue's answer open, the harsher
 visibility timeout ran out (visible again, not received since) is ``MessageNotInflight``. So a consumer that
 shortens a failed message's timeout after another poller received it again (a duplicate delivery, an
 invocation that outlived its batch's timeout) is refused, as on AWS, and the message keeps its visibility.
+
+A visibility lasts 12 hours in all from its receive: a change may set it within what is left of them (the API
+reference's example: 30 minutes extended by 2 hours leaves 9 h 30 min), past that ``InvalidParameterValue``.
+moto counted the 12 hours from the message's sending, and refused a change at the receive of a message that had
+waited in its queue for hours (a stalled consumer, a dead-letter queue redriven), where SQS takes it.
 """
 
 from __future__ import annotations
@@ -24,10 +29,15 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
-from moto.sqs.exceptions import InvalidAttributeValue, InvalidParameterValue, SQSException
-from moto.sqs.models import Queue, SQSBackend
+from moto.sqs.exceptions import (
+    InvalidAttributeValue,
+    InvalidParameterValue,
+    ReceiptHandleIsInvalid,
+    SQSException,
+)
+from moto.sqs.models import Message, Queue, SQSBackend
 
-from nodecycle_sandbox.aws.sqs_timing import BACKEND_LOCK
+from nodecycle_sandbox.aws.sqs_timing import BACKEND_LOCK, unix_time_millis
 
 RANGES = {
     "DelaySeconds": (0, 900),
@@ -36,6 +46,7 @@ RANGES = {
     "VisibilityTimeout": (0, 43_200),
 }
 _MARKER = "_nodecycle_sandbox_queue_attributes"
+_RECEIVED_AT = "_nodecycle_received_at"  # a message's latest receive (unix ms)
 
 
 class MessageNotInflight(SQSException):
@@ -57,37 +68,55 @@ def install() -> None:
 
     Queue._set_attributes = set_attributes  # type: ignore[method-assign]
     backend: Any = SQSBackend
-    backend.change_message_visibility = _as_sqs_changes_it(SQSBackend.change_message_visibility)
+    message: Any = Message
+    message.mark_received = _remembering_the_receive(Message.mark_received)
+    backend.change_message_visibility = _as_sqs_changes_it
     backend.change_message_visibility_batch = _each_entry_alone
     setattr(Queue, _MARKER, True)
 
 
-def _as_sqs_changes_it(change: Callable[..., None]) -> Callable[..., None]:
-    @wraps(change)
-    def change_message_visibility(
-        self: SQSBackend, queue_name: str, receipt_handle: str, visibility_timeout: int
-    ) -> None:
-        low, high = RANGES["VisibilityTimeout"]
-        if not low <= int(visibility_timeout) <= high:
-            raise InvalidParameterValue(
-                f"Value {visibility_timeout} for parameter VisibilityTimeout is invalid. Reason: Must be between "
-                f"{low} and {high}, if provided."
-            )
-        with BACKEND_LOCK:  # (the message's state read and changed in one decision, as SQS's)
-            for message in self.get_queue(queue_name)._messages:
-                if not message.had_receipt_handle(receipt_handle):
-                    continue
-                if message.receipt_handle != receipt_handle:
-                    raise InvalidParameterValue(
-                        f"Value {receipt_handle} for parameter ReceiptHandle is invalid. Reason: The receipt "
-                        "handle has expired."
-                    )
-                if message.visible:
-                    raise MessageNotInflight
-                break
-            change(self, queue_name, receipt_handle, visibility_timeout)
+def _remembering_the_receive(mark_received: Callable[..., None]) -> Callable[..., None]:
+    @wraps(mark_received)
+    def marked(self: Message, visibility_timeout: int | None = None) -> None:
+        mark_received(self, visibility_timeout)
+        setattr(self, _RECEIVED_AT, unix_time_millis())  # (moto's Message keeps no receive time)
 
-    return change_message_visibility
+    return marked
+
+
+def _as_sqs_changes_it(
+    self: SQSBackend, queue_name: str, receipt_handle: str, visibility_timeout: int
+) -> None:
+    low, high = RANGES["VisibilityTimeout"]
+    if not low <= int(visibility_timeout) <= high:
+        raise InvalidParameterValue(
+            f"Value {visibility_timeout} for parameter VisibilityTimeout is invalid. Reason: Must be between "
+            f"{low} and {high}, if provided."
+        )
+    queue = self.get_queue(queue_name)
+    with BACKEND_LOCK:  # (the message's state read and changed in one decision, as SQS's)
+        for message in queue._messages:
+            if not message.had_receipt_handle(receipt_handle):
+                continue
+            if message.receipt_handle != receipt_handle:
+                raise InvalidParameterValue(
+                    f"Value {receipt_handle} for parameter ReceiptHandle is invalid. Reason: The receipt "
+                    "handle has expired."
+                )
+            if message.visible:
+                raise MessageNotInflight
+            now = unix_time_millis()
+            received = float(getattr(message, _RECEIVED_AT, now))
+            if now + int(visibility_timeout) * 1000 - received > high * 1000:
+                raise InvalidParameterValue(
+                    f"Value {visibility_timeout} for parameter VisibilityTimeout is invalid. Reason: Total "
+                    f"VisibilityTimeout for the message is beyond the limit [{high} seconds]"
+                )
+            message.change_visibility(int(visibility_timeout))
+            if message.visible and message in queue.pending_messages:  # (as moto's change: visible again)
+                queue.pending_messages.remove(message)
+            return
+        raise ReceiptHandleIsInvalid
 
 
 def _each_entry_alone(
