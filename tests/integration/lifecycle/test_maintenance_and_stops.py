@@ -81,9 +81,16 @@ def test_maintenance_is_drained_before_it_starts_and_a_stopped_instance_leaves_n
         )
         assert gone.outcome == "instance-gone-without-hook"
         wait_for(lambda: not addresses_of(sandbox, stopped), 30, "the address released")
-        # ...and it stays so while the held-up drain finds its instance stopped, the node marked released for the
-        # drain's lifecycle (the stop's mark, which the watch after the drain leaves: an instance not coming back)
-        time.sleep(5)
+        # ...and it stays so once the held-up drain has found its instance stopped and its lifecycle is over (a
+        # fixed 5 s wait here proved as much only if that drain had looked within it), the node marked released
+        # for the drain's lifecycle (the stop's mark, which the watch after the drain leaves: an instance not
+        # coming back)
+        held_up = wait_for(
+            lambda: (r := store.get(f"{stopped}/{Transition.SCHEDULED_CHANGE.short}")) and r.finished and r,
+            30,
+            "the held-up drain's lifecycle over",
+        )
+        assert held_up.outcome == "instance-down"
         assert stopped_node not in current_holders(sandbox)
         released = {"nodecycle.io/released-for": f"{stopped}/{Transition.SCHEDULED_CHANGE.short}"}
         assert nodecycle_annotations(sandbox, stopped_node) == released
