@@ -10,13 +10,14 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.stub import Stubber
 
 from nodecycle.adapters.aws.autoscaling import AutoscalingActions
 from nodecycle.adapters.aws.instances import Ec2Instances
 from nodecycle.adapters.aws.queues import SqsWorkQueues
 from nodecycle.adapters.aws.records import DynamoRecordStore
 from nodecycle.domain.engine import MAX_REFUSED_ATTEMPTS, EngineTiming, Handled, StepEngine
-from nodecycle.domain.errors import AccessRefused
+from nodecycle.domain.errors import AccessRefused, TransientError
 from nodecycle.domain.flow import Worker
 from nodecycle.domain.model import ActionRef, LifecycleRecord, Step, Transition, global_deadline
 from nodecycle.domain.policy import ActionResult
@@ -197,26 +198,12 @@ def test_a_step_refused_again_and_again_fails_its_message_for_the_dead_letter_qu
     assert not ran
 
 
-@pytest.mark.parametrize(
-    "parameters",
-    [
-        pytest.param({"ManagedGroups": ACTION.group}, id="by-name"),
-        pytest.param(
-            {"ManagedByTag": "true"},
-            id="by-tag",
-            marks=pytest.mark.xfail(
-                strict=True,
-                raises=AccessRefused,
-                reason="adapters/aws/autoscaling.py (_settled) takes IAM's refusal of a group gone for a refusal",
-            ),
-        ),
-    ],
-)
-def test_a_heartbeat_of_an_action_gone_with_its_group_is_settled_whether_groups_are_named_or_tagged(
-    stack: Stack, parameters: dict[str, str]
-) -> None:
-    # Given the drain function's role as the template grants it, and the action's group deleted since (ForceDelete
-    # ends its actions with it)
+def _drain_role_on(
+    parameters: dict[str, str], tags: dict[str, str], deleted: bool, key: str
+) -> tuple[AutoscalingActions, ActionRef]:
+    """The Auto Scaling port of the drain function's role as the template grants it under ``parameters``, and the
+    action to call it on: the action's group, tagged ``tags``, either deleted since (``deleted``: ForceDelete ends
+    its actions with it), or still there with an instance in service, the one the action names."""
     install()
     boto3.client("ec2").create_launch_template(
         LaunchTemplateName="nodes",
@@ -229,22 +216,133 @@ def test_a_heartbeat_of_an_action_gone_with_its_group_is_settled_whether_groups_
         MinSize=0,
         MaxSize=1,
         AvailabilityZones=["eu-west-1a"],
-        Tags=[{"Key": "nodecycle:owner", "Value": "nodecycle", "PropagateAtLaunch": True}],
+        Tags=[{"Key": k, "Value": v, "PropagateAtLaunch": True} for k, v in tags.items()],
     )
-    autoscaling.delete_auto_scaling_group(AutoScalingGroupName=ACTION.group, ForceDelete=True)
+    if deleted:
+        autoscaling.delete_auto_scaling_group(AutoScalingGroupName=ACTION.group, ForceDelete=True)
+        action = ACTION
+    else:
+        autoscaling.set_desired_capacity(AutoScalingGroupName=ACTION.group, DesiredCapacity=1)
+        (listed,) = autoscaling.describe_auto_scaling_instances()["AutoScalingInstances"]
+        action = ACTION.model_copy(update={"instance_id": listed["InstanceId"]})
     template = load_template(ROOT / "template.yaml")
     role = offline_roles(template, {"ClusterName": "prod", **parameters})["DrainFunctionRole"]
-    key = "AKIAGONEGROUPDRAIN01"  # this test's own
     IDENTITIES.register(
         roles=[role],
         keys=[{"access_key": key, "role_arn": role["arn"], "session_name": "drain", "account": ACCOUNT}],
     )
-    drain = boto3.client("autoscaling", aws_access_key_id=key, aws_secret_access_key="drain")
+    return AutoscalingActions(
+        boto3.client("autoscaling", aws_access_key_id=key, aws_secret_access_key="drain")
+    ), action
 
-    # When it heartbeats the action, Then the action is gone (settled), as a name-scoped role hears it from Auto
-    # Scaling; a tag-scoped role is refused by IAM instead (a group that does not exist has no tag for the grant's
-    # condition to read), which the adapter told as a refusal: the step retried to the dead-letter queue and
-    # HeartbeatsRefusedAlarm paged for a group deleted on purpose. The fix: on a refusal, look where the instance
-    # is (DescribeAutoScalingInstances, which every role holds): one Auto Scaling no longer lists in the action's
-    # group has no action there, settled; else the refusal stands.
-    assert AutoscalingActions(drain).heartbeat(ACTION) is False
+
+OWNED = {"nodecycle:owner": "nodecycle"}  # (the owner offline_roles grants a stack managing groups by tag)
+HEARTBEAT = ("recording a lifecycle heartbeat", lambda port, action: port.heartbeat(action))
+COMPLETION = (
+    "completing a lifecycle action",
+    lambda port, action: port.complete(action, ActionResult.CONTINUE),
+)
+
+
+@pytest.mark.parametrize("call", [HEARTBEAT, COMPLETION], ids=["heartbeat", "complete"])
+@pytest.mark.parametrize(
+    "parameters",
+    [
+        pytest.param({"ManagedGroups": ACTION.group}, id="by-name"),
+        pytest.param({"ManagedByTag": "true"}, id="by-tag"),
+    ],
+)
+def test_a_heartbeat_of_an_action_gone_with_its_group_is_settled_whether_groups_are_named_or_tagged(
+    stack: Stack,
+    parameters: dict[str, str],
+    call: tuple[str, Callable[[AutoscalingActions, ActionRef], bool]],
+) -> None:
+    # Given the drain function's role as the template grants it, and the action's group deleted since (ForceDelete
+    # ends its actions with it)
+    port, action = _drain_role_on(parameters, OWNED, deleted=True, key="AKIAGONEGROUPDRAIN01")
+    # When it heartbeats (or completes) the action, Then the action is gone (settled), as a name-scoped role hears
+    # it from Auto Scaling; a tag-scoped role is refused by IAM instead (a group that does not exist has no tag for
+    # the grant's condition to read): told as a refusal, the step retried to the dead-letter queue and
+    # HeartbeatsRefusedAlarm paged for a group deleted on purpose. Where the instance is tells them apart
+    # (DescribeAutoScalingInstances, which every role holds): one Auto Scaling no longer lists in the action's
+    # group has no action there.
+    assert call[1](port, action) is False
+
+
+@pytest.mark.parametrize("call", [HEARTBEAT, COMPLETION], ids=["heartbeat", "complete"])
+def test_a_call_refused_on_a_group_that_still_lists_the_instance_stays_a_refusal(
+    stack: Stack, call: tuple[str, Callable[[AutoscalingActions, ActionRef], bool]]
+) -> None:
+    # Given a stack managing its groups by tag, and the action's group, still there and listing the instance, not
+    # tagged for it (its tag edited away, or another stack's)
+    port, action = _drain_role_on(
+        {"ManagedByTag": "true"},
+        {"nodecycle:owner": "another-stack"},
+        deleted=False,
+        key="AKIATAGGEDOTHERS0001",
+    )
+    # When the action is heartbeated (or completed), Then IAM's refusal is a refusal, naming the call: a
+    # permission missing stays loud (retried, its alarm, the dead-letter queue), never taken for an action gone
+    with pytest.raises(AccessRefused) as raised:
+        call[1](port, action)
+    assert (raised.value.call, raised.value.code) == (call[0], "AccessDenied")
+
+
+_DENIED: dict[str, Any] = {
+    "service_error_code": "AccessDenied",
+    "service_message": "is not authorized to perform",
+    "http_status_code": 403,
+}
+
+
+def _listed(group: str) -> dict[str, Any]:
+    return {
+        "AutoScalingInstances": [
+            {
+                "InstanceId": ACTION.instance_id,
+                "AutoScalingGroupName": group,
+                "AvailabilityZone": "eu-west-1a",
+                "LifecycleState": "Terminating:Wait",
+                "HealthStatus": "HEALTHY",
+                "ProtectedFromScaleIn": False,
+            }
+        ]
+    }
+
+
+@pytest.mark.parametrize(
+    ("look", "expected"),
+    [
+        pytest.param({"service_response": _listed("nodes-other")}, False, id="in-another-group"),
+        pytest.param({"service_response": {"AutoScalingInstances": []}}, False, id="in-no-group"),
+        # (Auto Scaling still lists a deleted group's instances for a while: refused, retried until it does not)
+        pytest.param({"service_response": _listed(ACTION.group)}, AccessRefused, id="still-in-its-group"),
+        pytest.param(_DENIED, AccessRefused, id="look-refused"),
+        pytest.param(
+            {"service_error_code": "Throttling", "service_message": "Rate exceeded", "http_status_code": 400},
+            TransientError,
+            id="look-throttled",
+        ),
+    ],
+)  # fmt: skip
+def test_a_refused_heartbeat_is_settled_only_where_the_instance_is_no_longer_in_its_group(
+    look: dict[str, Any], expected: bool | type[Exception]
+) -> None:
+    client = boto3.client("autoscaling", region_name="eu-west-1")
+    with Stubber(client) as stubber:
+        stubber.add_client_error("record_lifecycle_action_heartbeat", **_DENIED)
+        if "service_response" in look:
+            stubber.add_response("describe_auto_scaling_instances", look["service_response"])
+        else:
+            stubber.add_client_error("describe_auto_scaling_instances", **look)
+        if isinstance(expected, bool):
+            assert AutoscalingActions(client).heartbeat(ACTION) is expected
+        else:
+            with pytest.raises(expected) as raised:
+                AutoscalingActions(client).heartbeat(ACTION)
+            # (a refused look tells nothing: the heartbeat's own refusal, as its alarm counts it)
+            if expected is AccessRefused:
+                assert raised.value.call == "recording a lifecycle heartbeat"  # type: ignore[attr-defined]
+            else:
+                assert not isinstance(raised.value, AccessRefused)
+        stubber.assert_no_pending_responses()

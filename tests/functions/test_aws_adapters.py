@@ -294,6 +294,13 @@ def test_other_errors_are_not_taken_for_a_settled_action(
 ) -> None:
     adapter, stubber = autoscaling
     stubber.add_client_error("complete_lifecycle_action", "AccessDenied", "not authorized", 403)
+    # (a refusal is looked into: the instance still in the action's group, the group is there, the refusal stands)
+    listed = {
+        "AutoScalingInstances": [
+            {**_instance(ACTION.instance_id, "Terminating:Wait"), "AutoScalingGroupName": ACTION.group}
+        ]
+    }
+    stubber.add_response("describe_auto_scaling_instances", listed, {"InstanceIds": [ACTION.instance_id]})
     with pytest.raises(Exception, match="not authorized"):
         adapter.complete(ACTION, ActionResult.CONTINUE)
 

@@ -10,7 +10,7 @@ from botocore.exceptions import ClientError
 from nodecycle.adapters.aws.clients import LazyClient, answer_lost, error_code, transient_errors
 from nodecycle.adapters.aws.instances import Ec2Instances
 from nodecycle.domain.catalog import OWNER_TAG
-from nodecycle.domain.errors import TransientError
+from nodecycle.domain.errors import AccessRefused, TransientError
 from nodecycle.domain.model import WARM_POOL, ActionRef, Transition
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.lifecycle import Hook, Membership, WaitingInstance
@@ -144,6 +144,8 @@ class AutoscalingActions:
                 )
                 return True
             return self._settled(action, error)
+        except AccessRefused as refused:
+            return self._gone_with_its_group(action, refused)
         return True
 
     def heartbeat(self, action: ActionRef) -> bool:
@@ -154,7 +156,42 @@ class AutoscalingActions:
                 self._asg().record_lifecycle_action_heartbeat(**_naming(action))
         except ClientError as error:
             return self._settled(action, error)
+        except AccessRefused as refused:
+            return self._gone_with_its_group(action, refused)
         return True
+
+    def _gone_with_its_group(self, action: ActionRef, refused: AccessRefused) -> bool:
+        """Whether a heartbeat or completion IAM refused named an action gone with its group (False), else the
+        refusal raised as it is.
+
+        A role granted the lifecycle calls by the groups' tag (``ManagedByTag``) is refused them on a group that no
+        longer exists: IAM reads the grant's tag condition on a resource that has no tags any more, where a role
+        granted them by name hears Auto Scaling's "No active Lifecycle Action" (a group force-deleted ends its
+        actions with it). Only where the instance is tells the two apart: one Auto Scaling no longer lists in the
+        action's group (nor at all) has no action of that group, settled as the ValidationError settles it; one it
+        still lists there (a group that lost its tag, a policy denying the call; or the moments after a deletion,
+        while Auto Scaling still lists its instances: retried, as any refusal) is a refusal, which stays loud (its
+        alarm, the dead-letter queue in the end). A look refused as well tells nothing: the call's own refusal is
+        raised; a throttled one is a TransientError, retried. One call, on a refusal only."""
+        try:
+            with transient_errors("reading an instance's group after a refused call"):
+                found = self._asg().describe_auto_scaling_instances(InstanceIds=[action.instance_id])
+        except AccessRefused as look:
+            log.warning(
+                "could not tell whether the action of %s went with its group: %s", action.instance_id, look
+            )
+            raise refused from refused.__cause__
+        listed = found.get("AutoScalingInstances", [])
+        if listed and listed[0]["AutoScalingGroupName"] == action.group:
+            raise refused
+        log.warning(
+            "%s: instance %s is no longer in group %s (%s): its action went with the group",
+            refused,
+            action.instance_id,
+            action.group,
+            f"in group {listed[0]['AutoScalingGroupName']}" if listed else "in no group",
+        )
+        return False
 
     def confirm(self, action: ActionRef) -> bool:
         """A look at where the instance is, then a heartbeat: the engine's confirmation of an action before it
