@@ -19,7 +19,14 @@ from nodecycle.adapters.aws.records import DynamoRecordStore
 from nodecycle.domain.engine import MAX_REFUSED_ATTEMPTS, EngineTiming, Handled, StepEngine
 from nodecycle.domain.errors import AccessRefused, TransientError
 from nodecycle.domain.flow import Worker
-from nodecycle.domain.model import ActionRef, LifecycleRecord, Step, Transition, global_deadline
+from nodecycle.domain.model import (
+    ActionRef,
+    LifecycleRecord,
+    Step,
+    Transition,
+    adopted_token,
+    global_deadline,
+)
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.lifecycle import WorkMessage
 from nodecycle_sandbox.aws.install import install
@@ -346,3 +353,94 @@ def test_a_refused_heartbeat_is_settled_only_where_the_instance_is_no_longer_in_
             else:
                 assert not isinstance(raised.value, AccessRefused)
         stubber.assert_no_pending_responses()
+
+
+def _port_of(role_name: str, key: str) -> AutoscalingActions:
+    """The Auto Scaling port of one function's role as the template grants it with ManagedByTag=true."""
+    template = load_template(ROOT / "template.yaml")
+    role = offline_roles(template, {"ClusterName": "prod", "ManagedByTag": "true"})[role_name]
+    IDENTITIES.register(
+        roles=[role],
+        keys=[{"access_key": key, "role_arn": role["arn"], "session_name": "gone", "account": ACCOUNT}],
+    )
+    return AutoscalingActions(
+        boto3.client("autoscaling", aws_access_key_id=key, aws_secret_access_key="gone"),
+        boto3.client("ec2", aws_access_key_id=key, aws_secret_access_key="gone"),
+    )
+
+
+ADOPTED = ACTION.model_copy(update={"token": adopted_token(ACTION.hook)})  # (named by its instance alone)
+
+
+# What each function asks about a group (or its instance, or an action of it) that can disappear, by the role that
+# asks it, and what it answers once the group is gone
+ASKED: dict[str, tuple[str, Callable[[AutoscalingActions], object], object]] = {
+    "intake-hook": ("IntakeFunctionRole", lambda port: port.hook(ACTION.group, ACTION.hook), None),
+    "intake-group-tags": ("IntakeFunctionRole", lambda port: port.group_tags(ACTION.group), None),
+    "intake-membership": ("IntakeFunctionRole", lambda port: port.membership(ACTION.instance_id).group, None),
+    "intake-heartbeat": ("IntakeFunctionRole", lambda port: port.heartbeat(ACTION), False),
+    "drain-lifecycle-state": (
+        "DrainFunctionRole",
+        lambda port: port.lifecycle_state(ACTION.instance_id),
+        None,
+    ),
+    "eip-membership": ("EipFunctionRole", lambda port: port.membership(ACTION.instance_id).group, None),
+    "eip-confirm": ("EipFunctionRole", lambda port: port.confirm(ACTION), False),
+    "eip-complete-adopted": (
+        "EipFunctionRole",
+        lambda port: port.complete(ADOPTED, ActionResult.CONTINUE),
+        False,
+    ),
+    "sweeper-hooks": ("SweeperFunctionRole", lambda port: port.hooks_of(ACTION.group), {}),
+    "sweeper-held-instances": (
+        "SweeperFunctionRole",
+        lambda port: port.waiting_instances((ACTION.group,), "nodecycle"),
+        [],
+    ),
+    "sweeper-warm-pool": ("SweeperFunctionRole", lambda port: port._warm_pool(ACTION.group), []),
+    "sweeper-complete-adopted": (
+        "SweeperFunctionRole",
+        lambda port: port.complete(ADOPTED, ActionResult.CONTINUE),
+        False,
+    ),
+    "sweeper-heartbeat-adopted": ("SweeperFunctionRole", lambda port: port.heartbeat(ADOPTED), False),
+}
+
+
+def test_every_call_on_a_group_deleted_answers_it_gone_to_roles_granted_by_tag(stack: Stack) -> None:
+    # Given a stack managing its groups by tag, and a group of its (with a warm pool) force-deleted while its
+    # actions were open
+    install()
+    boto3.client("ec2").create_launch_template(
+        LaunchTemplateName="nodes",
+        LaunchTemplateData={"ImageId": "ami-12c6146b", "InstanceType": "m6g.large"},
+    )
+    autoscaling = boto3.client("autoscaling")
+    autoscaling.create_auto_scaling_group(
+        AutoScalingGroupName=ACTION.group,
+        LaunchTemplate={"LaunchTemplateName": "nodes"},
+        MinSize=0,
+        MaxSize=1,
+        AvailabilityZones=["eu-west-1a"],
+        Tags=[{"Key": k, "Value": v, "PropagateAtLaunch": True} for k, v in OWNED.items()],
+    )
+    autoscaling.put_warm_pool(AutoScalingGroupName=ACTION.group, MinSize=0)
+    autoscaling.delete_auto_scaling_group(AutoScalingGroupName=ACTION.group, ForceDelete=True)
+    ports = {
+        role: _port_of(role, f"AKIAGONE{role.removesuffix('FunctionRole').upper():0<12}")
+        for role in {role for role, _, _ in ASKED.values()}
+    }
+
+    # When each function whose role makes a call makes it
+    answers: dict[str, object] = {}
+    for name, (role, call, _) in ASKED.items():
+        try:
+            answers[name] = call(ports[role])
+        except AccessRefused as refused:
+            answers[name] = refused.code
+
+    # Then each answers the group, its hooks, its instances and actions gone, none refused to a role granted by tag:
+    # Auto Scaling's describe calls have no resource-level permissions (granted on "*", read with no tag); an
+    # adopted action's completion and the engine's confirmation ask where the instance is first; a refused
+    # heartbeat looks where it is (before, the two heartbeats were AccessDenied)
+    assert answers == {name: gone for name, (_, _, gone) in ASKED.items()}
