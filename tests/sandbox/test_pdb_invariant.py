@@ -179,7 +179,7 @@ def _breach_after(history: list[HistoryEntry]) -> HistoryEntry:
 
 
 def test_a_daemonset_pod_gone_with_its_drained_node_excuses_no_later_breach() -> None:
-    with KubeServer(tick_seconds=0.02, pod_start_seconds=0.05) as server:
+    with KubeServer(tick_seconds=0.02, pod_start_seconds=0.05, pod_gc_quarantine_seconds=0) as server:
         kube = connect(server)
         # Given web (2 replicas, minAvailable 1) and a DaemonSet on two nodes
         server.seed(

@@ -69,9 +69,10 @@ class SyncResult:
     # the next monotonic time a kubelet renews its Lease: a timer of the loop's, but no work that settling waits
     # for (live kubelets renew for ever)
     renewal: float | None = None
-    # the next monotonic time the node lifecycle controller marks a node whose kubelet is lost Unknown, or its
-    # taint manager deletes a pod of an unreachable node: timers of the loop's, but no work that settling waits
-    # for either (40 s and five minutes by default after a kubelet is lost, with a node lingering meanwhile)
+    # the next monotonic time the node lifecycle controller marks a node whose kubelet is lost Unknown, its
+    # taint manager deletes a pod of a tainted node, a hung runtime's kubelet posts its node NotReady, or podgc's
+    # quarantine of a deleted node's pods ends: timers of the loop's, but no work that settling waits for either
+    # (40 s, five minutes, three minutes and 40 s by default, with a node or its pods lingering meanwhile)
     lost_kubelets: float | None = None
 
 
@@ -91,7 +92,7 @@ class Controllers:
         api: Api,
         kubelet: Kubelet,
         *,
-        pod_gc_quarantine: float = 0.0,
+        pod_gc_quarantine: float = 40.0,
         unreachable_toleration: float = 300.0,
     ) -> None:
         self._store = store
@@ -100,10 +101,11 @@ class Controllers:
         # podgc waits this long after it sees pods bound to a node that does not exist before it force-deletes
         # them (kube-controller-manager's quarantine: 40 s), in case the node was only late in its informer
         self.pod_gc_quarantine = pod_gc_quarantine
-        # the taint manager's default for pods that do not tolerate the unreachable taint themselves
+        # the taint manager's default for pods that do not tolerate the unreachable or not-ready taint themselves
         self.unreachable_toleration = unreachable_toleration
         self._orphaned_at: dict[str, float] = {}  # missing node -> when podgc first saw pods bound to it
-        self._unreachable_at: dict[str, float] = {}  # node -> when it was tainted unreachable (monotonic)
+        # (node, NoExecute taint key) -> when the taint manager first saw it there (monotonic)
+        self._tainted_at: dict[tuple[str, str], float] = {}
         self._node_ready_at: dict[str, float] = {}
         self._kubelet_lost_at: dict[
             str, float
@@ -177,7 +179,6 @@ class Controllers:
                 raise LookupError(f"no node {name!r}")
             self._kubelet.revive(name)
             self._kubelet_lost_at.pop(name, None)
-            self._unreachable_at.pop(name, None)
             updated = node_lifecycle.reachable(node, time.time())
             if updated != node:
                 self._store.write(NODES, updated, verb="update", source=SANDBOX, resource="nodes/status")
@@ -196,7 +197,9 @@ class Controllers:
         """Run every controller once."""
         with self._store.lock:
             changed, node_deadline, lost_deadline = self._sync_node_timers()
-            evicted, eviction_deadline = self._evict_from_unreachable_nodes()
+            unhealthy, runtime_deadline = self._kubelet.check_runtimes()
+            changed |= unhealthy | self._sync_ready_taints()
+            evicted, eviction_deadline = self._evict_by_taints()
             collected, orphan_deadline = self.collect_garbage()
             changed |= evicted | collected
             emptied, namespace_deadline = self._sync_namespaces()
@@ -212,9 +215,11 @@ class Controllers:
             revision = self._store.revision
             renewal = self._kubelet.renew_leases()
             changed |= self._store.revision != revision
-            deadlines = [d for d in (node_deadline, orphan_deadline, pod_deadline) if d is not None]
-            # (a lagging namespace controller is a timer of the loop's, not work that settling waits for)
-            lost = [d for d in (lost_deadline, eviction_deadline, namespace_deadline) if d is not None]
+            deadlines = [d for d in (node_deadline, pod_deadline) if d is not None]
+            # (a lagging namespace controller, a hung runtime's PLEG, or podgc's quarantine (40 s), is a timer of
+            # the loop's, not work that settling waits for)
+            timers = (lost_deadline, eviction_deadline, namespace_deadline, runtime_deadline, orphan_deadline)
+            lost = [d for d in timers if d is not None]
             return SyncResult(
                 changed, min(deadlines, default=None), self._store.revision, renewal, min(lost, default=None)
             )
@@ -242,7 +247,6 @@ class Controllers:
                 if name in self._stopped:
                     lost = node_lifecycle.shut_down(lost, time.time())
                 self._store.write(NODES, lost, verb="update", source=SANDBOX, resource="nodes/status")
-                self._unreachable_at[name] = mono
                 changed = True
         ready_due = min(self._node_ready_at.values(), default=None)
         return changed, ready_due, min(self._kubelet_lost_at.values(), default=None)
@@ -259,36 +263,60 @@ class Controllers:
         self._store.write(NODES, updated, verb="update", source=SANDBOX, resource="nodes/status")
         return True
 
-    def _evict_from_unreachable_nodes(self) -> tuple[bool, float | None]:
-        """The taint manager: the pods of a node tainted unreachable (NoExecute) are deleted, gracefully, once
-        their toleration of the taint is over; returns (deleted any, when the next one is due)."""
-        for name in list(self._unreachable_at):
-            node = self._store.get(NODES, "", name)
-            if node is None or not node_lifecycle.tainted_unreachable(node):
-                del self._unreachable_at[name]
-        if not self._unreachable_at:
-            return False, None
+    def _sync_ready_taints(self) -> bool:
+        """The node lifecycle controller's taints for each node's Ready condition (not-ready while False,
+        unreachable while Unknown, neither while True); returns whether it wrote any."""
+        changed = False
+        now = time.time()
+        for node in self._store.items(NODES):
+            updated = node_lifecycle.with_ready_taints(node, now)
+            if updated is not node:
+                self._store.write(NODES, updated, verb="update", source=SANDBOX)
+                changed = True
+        return changed
+
+    def _evict_by_taints(self) -> tuple[bool, float | None]:
+        """The taint manager: the pods of a node with a NoExecute taint (not-ready, unreachable, out-of-service)
+        are deleted, gracefully, once their toleration of it is over; returns (deleted any, when the next one is
+        due)."""
         mono = time.monotonic()
+        tainted: dict[str, list[str]] = {}
+        for node in self._store.items(NODES):
+            keys = node_lifecycle.evicting_taints(node)
+            if keys:
+                tainted[name_of(node)] = keys
+        seen = {(name, key) for name, keys in tainted.items() for key in keys}
+        self._tainted_at = {k: since for k, since in self._tainted_at.items() if k in seen}
+        for k in seen:
+            self._tainted_at.setdefault(k, mono)
+        if not tainted:
+            return False, None
         changed = False
         due: list[float] = []
         for pod in self._store.items(PODS):
-            since = self._unreachable_at.get(pod_node(pod))
-            if since is None or not pod_active(pod):
+            on_node = tainted.get(pod_node(pod))
+            if on_node is None or not pod_active(pod):
                 continue
-            seconds = node_lifecycle.toleration_seconds(pod, self.unreachable_toleration)
-            if seconds is None:
-                continue  # tolerated for ever
-            if mono < since + seconds:
-                due.append(since + seconds)
+            ends = []
+            for key in on_node:
+                seconds = node_lifecycle.toleration_seconds(pod, key, self.unreachable_toleration)
+                if seconds is not None:  # (None: tolerated for ever)
+                    ends.append(self._tainted_at[(pod_node(pod), key)] + seconds)
+            if not ends:
+                continue
+            if mono < min(ends):
+                due.append(min(ends))
                 continue
             self._kubelet.delete_pod(pod, None, verb="delete", resource="pods", source=SANDBOX)
             changed = True
         return changed, min(due, default=None)
 
     def collect_garbage(self) -> tuple[bool, float | None]:
-        """Pods of vanished nodes go once podgc's quarantine is over; objects whose owners are all gone are
-        deleted. Returns (changed anything, when the next quarantine ends)."""
+        """Pods of vanished nodes go once podgc's quarantine is over, and pods terminating on an out-of-service
+        node at once; objects whose owners are all gone are deleted. Returns (changed anything, when the next
+        quarantine ends)."""
         changed, due = self._collect_orphans()
+        changed |= self._collect_out_of_service()
         for rt in ALL:
             for obj in self._store.items(rt):
                 refs = obj["metadata"].get("ownerReferences") or []
@@ -309,6 +337,28 @@ class Controllers:
                     self._store.remove(rt, namespace_of(obj), name_of(obj), verb="delete", source=SANDBOX)
                 changed = True
         return changed, due
+
+    def _collect_out_of_service(self) -> bool:
+        """podgc's gcTerminating: the pods being deleted on a node that is not Ready and carries the
+        ``node.kubernetes.io/out-of-service`` taint (an operator's word that it is shut down for good) are
+        force-deleted, finalizers permitting; on any other node, however long NotReady, they are left alone."""
+        out_of_service = {
+            name_of(n)
+            for n in self._store.items(NODES)
+            if not node_ready(n)
+            and any(
+                t.get("key") == node_lifecycle.OUT_OF_SERVICE_TAINT
+                for t in (n.get("spec") or {}).get("taints") or []
+            )
+        }
+        if not out_of_service:
+            return False
+        changed = False
+        for pod in self._store.items(PODS):
+            if pod_node(pod) in out_of_service and is_terminating(pod) and not finalizers.stopped(pod):
+                self._kubelet.end_pod(pod, verb="delete", source=SANDBOX)
+                changed = True
+        return changed
 
     def _collect_orphans(self) -> tuple[bool, float | None]:
         """podgc's gcOrphaned: the pods bound to a node that does not exist stay as they were (Running, or
@@ -445,8 +495,20 @@ class Controllers:
         return changed
 
     def _daemon_nodes(self, ds: JsonObj, nodes: list[JsonObj]) -> set[str]:
-        selector = ((ds["spec"].get("template") or {}).get("spec") or {}).get("nodeSelector") or {}
-        return {name_of(n) for n in nodes if all(labels_of(n).get(k) == v for k, v in selector.items())}
+        """The nodes the DaemonSet wants a pod on: those its selector picks whose NoExecute taints its pods
+        tolerate for ever (an out-of-service node's taint evicts them: none is placed there again)."""
+        template = (ds["spec"].get("template") or {}).get("spec") or {}
+        selector = template.get("nodeSelector") or {}
+        tolerations = list(template.get("tolerations") or []) + _DAEMON_TOLERATIONS
+        return {
+            name_of(n)
+            for n in nodes
+            if all(labels_of(n).get(k) == v for k, v in selector.items())
+            and all(
+                node_lifecycle.tolerates_for_ever(tolerations, key)
+                for key in node_lifecycle.evicting_taints(n)
+            )
+        }
 
     def _sync_daemonsets(self) -> bool:
         """One pod per matching node, bound directly and tolerating cordoned and failing nodes."""

@@ -8,7 +8,13 @@ import secrets
 import time
 
 from nodecycle_sandbox.kube import errors, finalizers, node_lifecycle
-from nodecycle_sandbox.kube.builders import NODE_LEASE_NAMESPACE, ip_of_node_name, micro_time, node_lease
+from nodecycle_sandbox.kube.builders import (
+    NODE_LEASE_NAMESPACE,
+    ip_of_node_name,
+    micro_time,
+    node_lease,
+    ready_condition,
+)
 from nodecycle_sandbox.kube.history import SANDBOX
 from nodecycle_sandbox.kube.meta import (
     DEFAULT_GRACE_SECONDS,
@@ -41,18 +47,28 @@ class Kubelet:
     """
 
     def __init__(
-        self, store: Store, *, start_seconds: float, shutdown_seconds: float, lease_renew_seconds: float
+        self,
+        store: Store,
+        *,
+        start_seconds: float,
+        shutdown_seconds: float,
+        lease_renew_seconds: float,
+        pleg_threshold_seconds: float = node_lifecycle.PLEG_THRESHOLD_SECONDS,
     ) -> None:
         self._store = store
         self.start_seconds = start_seconds
         self.shutdown_seconds = shutdown_seconds
         self.lease_renew_seconds = lease_renew_seconds
+        # how long a hung runtime goes unnoticed: then the kubelet's PLEG is not healthy and it posts Ready=False
+        self.pleg_threshold_seconds = pleg_threshold_seconds
         self._renewed_at: dict[str, float] = {}  # node -> its kubelet's last Lease renewal (monotonic)
         self._ready_at: dict[str, float] = {}
         self._dead: set[str] = set()  # nodes whose kubelet is gone
-        # nodes whose kubelet runs (it renews its Lease, the node stays Ready) over a container runtime that hangs:
-        # it stops none of the pods deleted there (a wedged containerd: StopContainer never returns)
-        self._hung: set[str] = set()
+        # nodes whose kubelet runs (it renews its Lease) over a container runtime that hangs, and since when
+        # (monotonic): it starts and stops none of their pods (a wedged containerd: StopContainer never returns),
+        # and once its PLEG has not relisted for ``pleg_threshold_seconds`` it posts the node Ready=False
+        self._hung: dict[str, float] = {}
+        self._pleg_unhealthy: set[str] = set()  # hung nodes whose kubelet posted them NotReady for it
         self._gone_at: dict[str, float] = {}
         self._ips = itertools.count(10)
 
@@ -110,6 +126,7 @@ class Kubelet:
         """The node's kubelet is back: it stops the pods deleted while it was gone (see :meth:`_signal`)."""
         with self._store.lock:
             self._dead.discard(node)
+            self._pleg_unhealthy.discard(node)  # (a kubelet that starts again checks its runtime afresh)
             self._signal(node)
 
     def hang_runtime(self, node: str, hung: bool = True) -> None:
@@ -117,9 +134,46 @@ class Kubelet:
         node stay Terminating past their grace, their kubelet alive; once it answers, they are stopped from then
         (see :meth:`_signal`)."""
         with self._store.lock:
-            (self._hung.add if hung else self._hung.discard)(node)
-            if not hung:
-                self._signal(node)
+            if hung:
+                self._hung.setdefault(node, time.monotonic())
+                return
+            self._hung.pop(node, None)
+            self._signal(node)
+            if node in self._pleg_unhealthy:
+                self._pleg_unhealthy.discard(node)
+                found = self._store.get(NODES, "", node)
+                if found is not None and node not in self._dead:
+                    self._post_node_ready(found)  # (its PLEG relists within a second: Ready again)
+
+    def check_runtimes(self) -> tuple[bool, float | None]:
+        """The PLEG health check of each live kubelet whose runtime hangs: once it has not relisted for the
+        threshold, the kubelet posts its node Ready=False (reason KubeletNotReady, "PLEG is not healthy"). Returns
+        (posted any, when (monotonic) the next one turns unhealthy)."""
+        with self._store.lock:
+            mono = time.monotonic()
+            changed = False
+            due: list[float] = []
+            for node, since in sorted(self._hung.items()):
+                found = self._store.get(NODES, "", node)
+                if found is None or node in self._dead or node in self._pleg_unhealthy:
+                    continue
+                if mono < since + self.pleg_threshold_seconds:
+                    due.append(since + self.pleg_threshold_seconds)
+                    continue
+                posted = node_lifecycle.runtime_not_ready(
+                    found, mono - since, self.pleg_threshold_seconds, time.time()
+                )
+                self._store.write(NODES, posted, verb="update", source=SANDBOX, resource="nodes/status")
+                self._pleg_unhealthy.add(node)
+                changed = True
+            return changed, min(due, default=None)
+
+    def _post_node_ready(self, node: JsonObj) -> None:
+        now = time.time()
+        updated = json_copy(node)
+        status = updated.setdefault("status", {})
+        status["conditions"] = with_condition(status.get("conditions") or [], ready_condition(True, now), now)
+        self._store.write(NODES, updated, verb="update", source=SANDBOX, resource="nodes/status")
 
     def _stops_on(self, node: str) -> bool:
         """A kubelet runs on the node over a runtime that answers: what is deleted there is signalled at once."""
@@ -185,7 +239,8 @@ class Kubelet:
         with self._store.lock:
             nodes = {name_of(n): n for n in self._store.items(NODES)}
             self._dead &= set(nodes)  # a node registering again under a reused name has a kubelet of its own
-            self._hung &= set(nodes)
+            self._hung = {node: since for node, since in self._hung.items() if node in nodes}
+            self._pleg_unhealthy &= set(self._hung)
             changed = False
             deadlines: list[float] = []
             seen: set[str] = set()
@@ -197,8 +252,10 @@ class Kubelet:
                 uid = uid_of(pod)
                 seen.add(uid)
                 alive = node_ready(node)
-                if pod_node(pod) in self._dead:
-                    # No kubelet: nothing starts or stops; the node lifecycle controller marks the pods unready.
+                if pod_node(pod) in self._dead or pod_node(pod) in self._hung:
+                    # No kubelet, or one whose runtime hangs (each of its calls never returns: no sandbox starts, no
+                    # container stops, no pod status is posted): nothing starts or stops; the node lifecycle
+                    # controller marks the pods unready once the node is not Ready.
                     if not alive and pod_ready(pod):
                         self._post_status(node_lifecycle.pod_not_ready(pod, time.time()))
                         changed = True
@@ -208,9 +265,7 @@ class Kubelet:
                         continue  # finished; the object waits for its finalizers to be removed
                     # A live kubelet stops the pods deleted on its node even while it reports the node NotReady
                     # (its container runtime's network not ready): only a kubelet that is gone never does, or
-                    # one whose runtime hangs.
-                    if pod_node(pod) in self._hung:
-                        continue
+                    # one whose runtime hangs (above).
                     gone_at = self._gone_at.setdefault(uid, mono + self.shutdown_seconds)
                     if mono >= gone_at:
                         self.end_pod(pod, verb="delete", source=SANDBOX)

@@ -12,6 +12,12 @@ forever when it tolerates the taint without them (DaemonSet pods), else the API 
 DefaultTolerationSeconds admission plugin gives every other pod 300 s). With no kubelet to stop their
 containers, those pods then stay Terminating until the node object goes and the pod garbage collector
 force-deletes them.
+
+A kubelet that posts Ready=False (its container runtime hung: PLEG not healthy after three minutes) gets the same
+from the controller at once, under the ``node.kubernetes.io/not-ready`` key (doNoExecuteTaintingPass: not-ready and
+unreachable are exclusive, as Ready False and Unknown are). An operator's ``node.kubernetes.io/out-of-service``
+NoExecute taint evicts every pod that does not tolerate it at once (no default toleration), and the pod garbage
+collector force-deletes the pods terminating on such a node once it is not Ready (gcTerminating).
 """
 
 from __future__ import annotations
@@ -20,30 +26,107 @@ from nodecycle_sandbox.kube.builders import pressure_conditions, ready_condition
 from nodecycle_sandbox.kube.meta import JsonObj, json_copy, rfc3339, with_condition
 
 UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service"
+# The NoExecute taints the taint manager acts on here; kube-apiserver's DefaultTolerationSeconds gives every pod
+# that does not tolerate the first two itself 300 s of each (--default-not-ready-toleration-seconds,
+# --default-unreachable-toleration-seconds), none of the third
+DEFAULT_TOLERATED = (NOT_READY_TAINT, UNREACHABLE_TAINT)
+EVICTING_TAINTS = (*DEFAULT_TOLERATED, OUT_OF_SERVICE_TAINT)
+# What a kubelet whose runtime hangs posts once its PLEG has not relisted for the threshold (pkg/kubelet/pleg:
+# relistThreshold 3 min; the node status setter's ReadyCondition: reason KubeletNotReady, the runtime errors' words)
+KUBELET_NOT_READY = "KubeletNotReady"
+PLEG_THRESHOLD_SECONDS = 180.0
 SHUTDOWN_TAINT = "node.cloudprovider.kubernetes.io/shutdown"
 LOST_MESSAGE = "Kubelet stopped posting node status."
 
 
-def tainted_unreachable(node: JsonObj) -> bool:
-    """The node carries the unreachable taint whose effect evicts its pods."""
-    return any(
-        t.get("key") == UNREACHABLE_TAINT and t.get("effect") == "NoExecute"
+def evicting_taints(node: JsonObj) -> list[str]:
+    """The keys of the node's NoExecute taints that the taint manager here evicts pods for."""
+    return [
+        str(t.get("key"))
         for t in (node.get("spec") or {}).get("taints") or []
-    )
+        if t.get("key") in EVICTING_TAINTS and t.get("effect") == "NoExecute"
+    ]
 
 
-def toleration_seconds(pod: JsonObj, default: float) -> float | None:
-    """How long the pod stays on an unreachable node: its own toleration of the NoExecute unreachable taint
-    (None: for ever), or ``default`` when it has none (what DefaultTolerationSeconds would have added)."""
+def toleration_seconds(pod: JsonObj, taint: str, default: float) -> float | None:
+    """How long the pod stays on a node with the NoExecute ``taint``: its own toleration of it (None: for ever),
+    else ``default`` for the not-ready and unreachable taints (what DefaultTolerationSeconds would have added), 0
+    for any other."""
     for toleration in (pod.get("spec") or {}).get("tolerations") or []:
         key, effect = toleration.get("key"), toleration.get("effect")
-        if key not in (UNREACHABLE_TAINT, None, "") or effect not in ("NoExecute", None, ""):
+        if key not in (taint, None, "") or effect not in ("NoExecute", None, ""):
             continue
         if not key and toleration.get("operator") != "Exists":
             continue  # an empty key tolerates every taint only with the operator Exists
         seconds = toleration.get("tolerationSeconds")
         return None if seconds is None else max(0.0, float(seconds))
-    return default
+    return default if taint in DEFAULT_TOLERATED else 0.0
+
+
+def tolerates_for_ever(tolerations: list[JsonObj], taint: str) -> bool:
+    """Whether these tolerations keep a pod on a node with the NoExecute ``taint`` for ever (the DaemonSet
+    controller places a pod only where it would stay)."""
+    return toleration_seconds({"spec": {"tolerations": tolerations}}, taint, 0.0) is None
+
+
+def with_ready_taints(node: JsonObj, now: float) -> JsonObj:
+    """The node with the taints its Ready condition calls for, as the node lifecycle controller keeps them
+    (TaintNodesByCondition's NoSchedule, doNoExecuteTaintingPass's NoExecute): not-ready while Ready is False,
+    unreachable while it is Unknown, neither while it is True. Taints already there keep their timeAdded."""
+    ready = next(
+        (
+            c.get("status")
+            for c in (node.get("status") or {}).get("conditions") or []
+            if c.get("type") == "Ready"
+        ),
+        None,
+    )
+    if ready is None:
+        return node  # (no kubelet ever posted it: the controller's startup grace, not modelled, is not over)
+    wanted = {"False": NOT_READY_TAINT, "Unknown": UNREACHABLE_TAINT}.get(str(ready))
+    spec = node.get("spec") or {}
+    taints: list[JsonObj] = spec.get("taints") or []
+    kept = [t for t in taints if t.get("key") not in DEFAULT_TOLERATED or t.get("key") == wanted]
+    if wanted is not None:
+        for effect in ("NoSchedule", "NoExecute"):
+            if not any(t.get("key") == wanted and t.get("effect") == effect for t in kept):
+                kept.append({"key": wanted, "effect": effect, "timeAdded": rfc3339(now)})
+    if kept == taints:
+        return node
+    updated = json_copy(node)
+    if kept:
+        updated.setdefault("spec", {})["taints"] = kept
+    else:
+        updated.setdefault("spec", {}).pop("taints", None)
+    return updated
+
+
+def runtime_not_ready(node: JsonObj, hung_for: float, threshold: float, now: float) -> JsonObj:
+    """The node as its kubelet posts it once its container runtime hung past the PLEG threshold: Ready False."""
+    updated = json_copy(node)
+    status = updated.setdefault("status", {})
+    message = (
+        f"PLEG is not healthy: pleg was last seen active {_go_duration(hung_for)} ago; "
+        f"threshold is {_go_duration(threshold)}"
+    )
+    ready = {
+        "type": "Ready",
+        "status": "False",
+        "reason": KUBELET_NOT_READY,
+        "message": message,
+        "lastHeartbeatTime": rfc3339(now),
+    }
+    status["conditions"] = with_condition(status.get("conditions") or [], ready, now)
+    return updated
+
+
+def _go_duration(seconds: float) -> str:
+    """A duration as Go's time.Duration prints it (3m0s, 3m0.5s), to the millisecond."""
+    minutes, rest = divmod(round(seconds, 3), 60)
+    text = f"{rest:.3f}".rstrip("0").rstrip(".")
+    return f"{int(minutes)}m{text}s" if minutes else f"{text}s"
 
 
 def unreachable(node: JsonObj, now: float) -> JsonObj:

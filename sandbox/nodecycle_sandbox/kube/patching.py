@@ -5,6 +5,9 @@ Every function returns a new document and never mutates its inputs: stored objec
 
 from __future__ import annotations
 
+import json
+import re
+from decimal import Decimal
 from typing import Any
 
 from nodecycle_sandbox.kube import errors
@@ -263,11 +266,191 @@ def json_patch(doc: Any, operations: Any) -> Any:
                 value = json_copy(_resolve(result, source))
             result = _add(result, path, value)
         elif kind == "test":
-            if _resolve(result, path) != op["value"]:
+            if not _test_holds(result, path, op):
                 raise PatchError(f"test failed at {op['path']!r}")
         else:
             raise PatchError(f"unknown JSON patch operation {kind!r}")
     return result
+
+
+# --- a JSON patch's test, as evanphx/json-patch (v4, kube-apiserver's) makes it -----------------------------
+#
+# kube-apiserver applies a JSON patch to the object as its codec encodes it (handlers/patch.go: runtime.Encode, Go's
+# encoding/json), and its library compares a test's value with what is at its path as raw JSON text
+# (lazyNode.equal): objects and arrays member by member, every scalar by its compacted bytes (json.Compact), never
+# decoded. So a string is equal only when both sides escape it alike: Go writes non-ASCII as it is and escapes
+# ``<``, ``>``, ``&``, U+2028 and U+2029 (``\u003c``...), while Python's json.dumps (the official client's) escapes
+# every non-ASCII character and none of ``<>&``; and ``1.0`` is not ``1``. The sandbox compares the same way: the
+# value's raw text as the request sent it (see decode_json_patch), else as json.dumps writes it.
+
+
+class _RawOp(dict[str, Any]):
+    """A decoded JSON patch operation that keeps its ``value`` as the request's raw text."""
+
+    raw_value: str | None = None
+
+
+_WS = re.compile(r"[ \t\n\r]*")
+_DECODER = json.JSONDecoder()
+
+
+def decode_json_patch(body: bytes) -> Any:
+    """The JSON patch ``body`` decoded, each operation keeping the raw text of its value. Raises ValueError
+    when the body is no JSON."""
+    text = body.decode("utf-8")
+    decoded = json.loads(text)
+    if not isinstance(decoded, list):
+        return decoded
+    raws = _raw_values(text)
+    ops: list[Any] = []
+    for op, raw in zip(decoded, raws, strict=True):
+        if isinstance(op, dict):
+            kept = _RawOp(op)
+            kept.raw_value = raw
+            op = kept
+        ops.append(op)
+    return ops
+
+
+def _skip(text: str, at: int) -> int:
+    match = _WS.match(text, at)
+    assert match is not None  # (matches the empty string)
+    return match.end()
+
+
+def _raw_values(text: str) -> list[str | None]:
+    """The raw text of each operation's ``value`` (the last one, as Go's decoder keeps it), in a valid JSON
+    array."""
+    at = _skip(text, 0) + 1  # (past the "[")
+    found: list[str | None] = []
+    at = _skip(text, at)
+    while text[at] != "]":
+        raw: str | None = None
+        if text[at] == "{":
+            at = _skip(text, at + 1)
+            while text[at] != "}":
+                key, at = _DECODER.raw_decode(text, at)
+                at = _skip(text, _skip(text, at) + 1)  # (past the ":")
+                _, end = _DECODER.raw_decode(text, at)
+                if key == "value":
+                    raw = text[at:end]
+                at = _skip(text, end)
+                at = _skip(text, at + 1) if text[at] == "," else at
+            at += 1
+        else:
+            _, at = _DECODER.raw_decode(text, at)
+        found.append(raw)
+        at = _skip(text, at)
+        at = _skip(text, at + 1) if text[at] == "," else at
+    return found
+
+
+class _Scalar(str):
+    """A JSON scalar as its compacted text."""
+
+
+_Tree = dict[str, "_Tree | None"] | list["_Tree | None"] | _Scalar
+
+
+def _raw_tree(text: str, at: int = 0) -> tuple[_Tree | None, int]:
+    """The JSON value at ``at`` with every scalar kept as its text (None for null), and where it ends."""
+    at = _skip(text, at)
+    if text[at] == "{":
+        members: dict[str, _Tree | None] = {}
+        at = _skip(text, at + 1)
+        while text[at] != "}":
+            key, at = _DECODER.raw_decode(text, at)
+            at = _skip(text, at) + 1
+            members[key], at = _raw_tree(text, at)
+            at = _skip(text, at)
+            at = _skip(text, at + 1) if text[at] == "," else at
+        return members, at + 1
+    if text[at] == "[":
+        items: list[_Tree | None] = []
+        at = _skip(text, at + 1)
+        while text[at] != "]":
+            item, at = _raw_tree(text, at)
+            items.append(item)
+            at = _skip(text, at)
+            at = _skip(text, at + 1) if text[at] == "," else at
+        return items, at + 1
+    _, end = _DECODER.raw_decode(text, at)
+    raw = text[at:end]
+    return (None if raw == "null" else _Scalar(raw)), end
+
+
+def _go_tree(value: Any) -> _Tree | None:
+    """A stored value as kube-apiserver's codec writes it (Go's encoding/json), scalars as their text."""
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        return {str(k): _go_tree(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_go_tree(v) for v in value]
+    return _Scalar(go_json_scalar(value))
+
+
+_GO_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
+
+
+def go_json_scalar(value: Any) -> str:
+    """A JSON scalar as Go's encoding/json (1.22 and later) writes it: HTML characters and the line and paragraph
+    separators escaped, other non-ASCII as it is, a whole float64 without a fraction."""
+    if value is True or value is False:
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if value == 0 or 1e-6 <= abs(value) < 1e21:
+            return format(Decimal(repr(value)), "f").removesuffix(".0")  # (Go's 'f' format, shortest digits)
+        return repr(value).replace("e-0", "e-")  # (Go's 'e' format: 1e-07 is 1e-7)
+    out = ['"']
+    for ch in str(value):
+        code = ord(ch)
+        if ch in _GO_ESCAPES:
+            out.append(_GO_ESCAPES[ch])
+        elif code < 0x20 or ch in "<>&" or code in (0x2028, 0x2029):
+            out.append(f"\\u{code:04x}")
+        elif 0xD800 <= code <= 0xDFFF:
+            out.append("\\ufffd")  # (a lone surrogate is no UTF-8: Go writes the replacement character)
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def _raw_equal(stored: _Tree | None, sent: _Tree | None) -> bool:
+    """lazyNode.equal: objects by their decoded keys (the same number of them), arrays item by item, scalars by
+    their text."""
+    if stored is None or sent is None:
+        return stored is None and sent is None
+    if isinstance(stored, dict):
+        return (
+            isinstance(sent, dict)
+            and len(stored) == len(sent)
+            and all(k in sent and _raw_equal(v, sent[k]) for k, v in stored.items())
+        )
+    if isinstance(stored, list):
+        return (
+            isinstance(sent, list)
+            and len(stored) == len(sent)
+            and all(_raw_equal(a, b) for a, b in zip(stored, sent, strict=True))
+        )
+    return isinstance(sent, _Scalar) and str(stored) == str(sent)
+
+
+def _test_holds(doc: Any, path: list[str], op: dict[str, Any]) -> bool:
+    """Whether a ``test`` holds as evanphx/json-patch (v4) judges it: a missing member of an object that is there
+    reads as null, and null equals only null; else the raw comparison above."""
+    raw = getattr(op, "raw_value", None)
+    if raw is None:
+        raw = json.dumps(op["value"])  # (what the official Python client sends)
+    if path:
+        parent = _resolve(doc, path[:-1])
+        if isinstance(parent, dict) and path[-1] not in parent:
+            return raw.strip() == "null"
+    stored = _resolve(doc, path)
+    return _raw_equal(_go_tree(stored), _raw_tree(raw)[0])
 
 
 def apply_patch(content_type: str, original: dict[str, Any], patch: Any) -> dict[str, Any]:

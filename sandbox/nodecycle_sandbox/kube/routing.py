@@ -29,7 +29,7 @@ from nodecycle_sandbox.kube.faults import Refusal
 from nodecycle_sandbox.kube.history import API
 from nodecycle_sandbox.kube.kubelet import Kubelet
 from nodecycle_sandbox.kube.meta import JsonObj
-from nodecycle_sandbox.kube.patching import PATCH_TYPES
+from nodecycle_sandbox.kube.patching import JSON_PATCH, PATCH_TYPES, decode_json_patch
 from nodecycle_sandbox.kube.rbac import Attributes, User
 from nodecycle_sandbox.kube.read_versions import ReadVersion
 from nodecycle_sandbox.kube.resources import PODS, ResourceType, by_path
@@ -225,7 +225,8 @@ class Router:
                 namespace,
                 name,
                 content_type,
-                _decode(request.body),
+                # (a JSON patch keeps each test's value as sent: kube-apiserver compares it as raw text)
+                _decode(request.body, decode_json_patch if content_type == JSON_PATCH else json.loads),
                 subresource=sub,
                 source=API,
                 admit=admit,
@@ -328,11 +329,11 @@ def _content_type(request: Request) -> str:
 MAX_REQUEST_BODY_BYTES = 3 * 1024 * 1024
 
 
-def _decode(body: bytes) -> Any:
+def _decode(body: bytes, decode: Callable[[bytes], Any] = json.loads) -> Any:
     if len(body) > MAX_REQUEST_BODY_BYTES:
         raise errors.request_entity_too_large(f"limit is {MAX_REQUEST_BODY_BYTES}")
     try:
-        return json.loads(body) if body else None
+        return decode(body) if body else None
     except ValueError as exc:
         raise errors.bad_request(f"error decoding the request body as JSON: {exc}") from None
 

@@ -60,11 +60,16 @@ class KubeServer:
         node_lease_renew_seconds: how often each live kubelet renews its node's Lease in ``kube-node-lease``
             (the kubelet's: a quarter of its 40 s lease duration); a lost kubelet's Lease is left as it was.
         pod_gc_quarantine_seconds: how long the pods of a deleted node stay in the API (Running, or
-            Terminating) before the pod garbage collector force-deletes them (kube-controller-manager: 40 s).
-            0, the default: at once, as tests that do not look at orphaned pods want it.
+            Terminating) before the pod garbage collector force-deletes them (kube-controller-manager's
+            quarantineTime: 40 s, the default). A test that wants them gone sooner says so (0: at once).
         unreachable_toleration_seconds: how long a pod without a toleration of its own stays on a node tainted
             unreachable before the taint manager deletes it (kube-apiserver's
-            ``--default-unreachable-toleration-seconds``: 300 s). With its kubelet gone, it stays Terminating.
+            ``--default-unreachable-toleration-seconds``: 300 s), or tainted not-ready (its
+            ``--default-not-ready-toleration-seconds``, the same here). With its kubelet gone, or its runtime
+            hung, it stays Terminating.
+        pleg_threshold_seconds: how long after its container runtime hangs (``hang_runtime``) a live kubelet posts
+            its node Ready=False, "PLEG is not healthy" (the kubelet's relistThreshold: 3 min); the node lifecycle
+            controller then taints it not-ready (NoExecute).
         namespace_controller_lag_seconds: how long after a namespace is deleted the namespace controller
             deletes what it holds (see ``kube/namespaces.py``); the namespace is Terminating meanwhile, and
             every create in it refused. 0, the default: at once, as the controller's reaction of moments.
@@ -83,8 +88,9 @@ class KubeServer:
         token_max_age_seconds: float | None = None,
         node_monitor_grace_seconds: float = 40.0,
         node_lease_renew_seconds: float = 10.0,
-        pod_gc_quarantine_seconds: float = 0.0,
+        pod_gc_quarantine_seconds: float = 40.0,
         unreachable_toleration_seconds: float = 300.0,
+        pleg_threshold_seconds: float = 180.0,
         namespace_controller_lag_seconds: float = 0.0,
     ) -> None:
         self.cluster_name = cluster_name
@@ -100,6 +106,7 @@ class KubeServer:
             start_seconds=pod_start_seconds,
             shutdown_seconds=pod_shutdown_seconds,
             lease_renew_seconds=node_lease_renew_seconds,
+            pleg_threshold_seconds=pleg_threshold_seconds,
         )
         self._api = Api(self._store, self._kubelet)
         self._api.namespace_lag = namespace_controller_lag_seconds
@@ -378,8 +385,11 @@ class KubeServer:
 
     def hang_runtime(self, name: str, *, hung: bool = True) -> None:
         """The node's container runtime hangs (or, ``hung`` False, answers again): its kubelet still renews the
-        node's Lease and keeps it Ready, but stops none of the pods deleted there; a delete with grace 0 is the API
-        server's, which marks a pod with finalizers (deletionGracePeriodSeconds 0) or removes one without."""
+        node's Lease, but starts and stops none of its pods (a delete with grace 0 is the API server's, which marks
+        a pod with finalizers (deletionGracePeriodSeconds 0) or removes one without); ``pleg_threshold_seconds``
+        later it posts the node Ready=False ("PLEG is not healthy"), then tainted not-ready, its pods evicted
+        by the taint manager once their toleration is over (and left Terminating). Answering again, the node is
+        Ready at once."""
         self._controllers.hang_runtime(name, hung)
         self._poke()
 
@@ -426,7 +436,7 @@ class KubeServer:
 
     def remove_node(self, name: str) -> bool:
         """The instance is gone: the cloud provider deletes its node. Its pods stay bound to it until the pod
-        garbage collector's quarantine (``pod_gc_quarantine_seconds``) is over: at once by default; the
+        garbage collector's quarantine (``pod_gc_quarantine_seconds``) is over: 40 s by default; the
         controllers replace them once they are gone. Returns False when there was no such node (an instance
         whose kubelet never registered)."""
         with self._store.lock:
@@ -460,8 +470,9 @@ class KubeServer:
 
     def settle(self, timeout: float = 10.0) -> None:
         """Wait until the controllers have nothing left to do: pods started, terminations finished, replicas
-        in place (pods that fit nowhere stay Pending). Not waited for: what a lost kubelet leads to later (its
-        node turning Unknown, the taint manager's deletions), which may be minutes away. Raises TimeoutError
+        in place (pods that fit nowhere stay Pending). Not waited for: what a lost kubelet or a hung runtime leads
+        to later (its node turning Unknown or NotReady, the taint manager's deletions), nor the pod garbage
+        collector's quarantine of a deleted node's pods, which may be minutes away. Raises TimeoutError
         otherwise."""
         deadline = time.monotonic() + timeout
         while True:
@@ -504,6 +515,17 @@ class KubeServer:
     @pod_gc_quarantine_seconds.setter
     def pod_gc_quarantine_seconds(self, seconds: float) -> None:
         self._controllers.pod_gc_quarantine = seconds
+        self._poke()
+
+    @property
+    def pleg_threshold_seconds(self) -> float:
+        """How long a hung container runtime goes before its kubelet posts the node Ready=False; may be changed
+        while running (counted from when the runtime hung)."""
+        return self._kubelet.pleg_threshold_seconds
+
+    @pleg_threshold_seconds.setter
+    def pleg_threshold_seconds(self, seconds: float) -> None:
+        self._kubelet.pleg_threshold_seconds = seconds
         self._poke()
 
     @property

@@ -220,6 +220,7 @@ def test_node_registered_with_ready_after_turns_ready_later(server: KubeServer, 
 def test_removed_node_takes_its_pods_and_controllers_recreate_them_elsewhere(
     server: KubeServer, kube: Kube
 ) -> None:
+    server.pod_gc_quarantine_seconds = 0  # (podgc's 40 s quarantine: over at once here)
     server.seed(
         {
             "nodes": nodes_seed(3),

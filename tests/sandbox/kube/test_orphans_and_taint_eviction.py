@@ -67,7 +67,12 @@ def test_the_pods_of_a_deleted_node_linger_until_the_pod_gc_quarantine_is_over()
 
 
 def test_the_taint_manager_deletes_the_pods_of_an_unreachable_node_once_their_toleration_is_over() -> None:
-    with KubeServer(tick_seconds=0.02, pod_start_seconds=0.05, unreachable_toleration_seconds=0.3) as server:
+    with KubeServer(
+        tick_seconds=0.02,
+        pod_start_seconds=0.05,
+        unreachable_toleration_seconds=0.3,
+        pod_gc_quarantine_seconds=0,  # (podgc's 40 s quarantine: over at once here)
+    ) as server:
         kube = connect(server)
         # Given a node with a Deployment's pod (no toleration of its own: the default, 0.3 s here), a pod that
         # tolerates the unreachable taint for ever and a DaemonSet's pod (which tolerates it for ever too)
@@ -124,7 +129,12 @@ def test_the_taint_manager_deletes_the_pods_of_an_unreachable_node_once_their_to
 def test_the_node_of_a_terminated_instance_lingers_without_its_kubelet_until_the_cloud_provider_deletes_it() -> (
     None
 ):
-    with KubeServer(tick_seconds=0.02, pod_start_seconds=0.05, node_monitor_grace_seconds=0.2) as server:
+    with KubeServer(
+        tick_seconds=0.02,
+        pod_start_seconds=0.05,
+        node_monitor_grace_seconds=0.2,
+        pod_gc_quarantine_seconds=0,  # (podgc's 40 s quarantine: over at once here)
+    ) as server:
         kube = connect(server)
         # Given a node running a Deployment's pods
         server.seed(
