@@ -422,10 +422,13 @@ def _release_guarded(
     one, in the same order at every sweep: on a busy cluster some were never released).
 
     None when the read shows none of this owner's marks to test (both annotations, or the released-for mark
-    alone): such a release stays conditional on the resourceVersion."""
+    alone), or one a test cannot hold for (see _testable): such a release stays conditional on the
+    resourceVersion."""
     owner, progress, mark = node.owner, node.in_progress, node.released_for
     holds = owner is not None and progress is not None
     if not node.uid or not (holds or (owner is None and progress is None and mark is not None)):
+        return None
+    if not all(_testable(value) for value in (node.uid, owner, progress, mark) if value is not None):
         return None
     ops: list[dict[str, Any]] = [{"op": "test", "path": "/metadata/uid", "value": node.uid}]
     for key, value in (
@@ -452,6 +455,16 @@ def _release_guarded(
         # every try once someone gave it another; a label removed since fails the remove, a 422 as a failed test)
         ops.append({"op": "remove", "path": "/metadata/labels/" + _pointer_token(EXCLUDE_LB_LABEL)})
     return ops
+
+
+def _testable(value: str) -> bool:
+    """Whether a JSON patch ``test`` of ``value`` can hold on kube-apiserver: its library (evanphx/json-patch)
+    compares the raw JSON text sent with the object's as Go's encoding/json writes it, never decoded, and the
+    client (json.dumps) escapes every non-ASCII character, Go none but U+2028 and U+2029, and Go escapes ``&``,
+    ``<`` and ``>``, the client not. A value with any of them never equals itself there (a token is an event's
+    id, which only its length bounds): a release testing it would be a conflict at every try. Printable ASCII but
+    those three is written alike by both."""
+    return all(" " <= ch <= "~" and ch not in "&<>" for ch in value)
 
 
 def _annotation(key: str) -> str:
