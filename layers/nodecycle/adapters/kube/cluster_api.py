@@ -94,7 +94,7 @@ def node_info(data: dict[str, Any]) -> NodeInfo:
         zone=labels.get(ZONE_LABEL) or labels.get(LEGACY_ZONE_LABEL),
         uid=meta.get("uid"),
         ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions),
-        kubelet_lost=any(c.get("type") == "Ready" and c.get("status") == "Unknown" for c in conditions),
+        kubelet_lost=any(c.get("type") == "Ready" and _stops_no_pod(c) for c in conditions),
         owner=annotations.get(OWNER_ANNOTATION),
         in_progress=annotations.get(IN_PROGRESS_ANNOTATION),
         resource_version=str(meta.get("resourceVersion", "")),
@@ -102,6 +102,22 @@ def node_info(data: dict[str, Any]) -> NodeInfo:
         excluded_from_lb=EXCLUDE_LB_LABEL in labels,
         released_for=annotations.get(RELEASED_FOR_ANNOTATION),
     )
+
+
+# What a kubelet whose container runtime cannot act says of its node (Ready=False, reason KubeletNotReady, the
+# runtime state's errors: pkg/kubelet/runtime.go): its PLEG has not relisted for 3 minutes (a hung containerd), or
+# the runtime does not answer at all. Its pods deleted are never stopped, as on a node whose kubelet is gone. (Not
+# "container runtime network not ready": that kubelet still stops them.)
+_RUNTIME_DOWN = ("PLEG is not healthy", "container runtime is down", "container runtime not ready")
+
+
+def _stops_no_pod(ready: dict[str, Any]) -> bool:
+    """Whether the node's Ready condition says no kubelet will stop the pods deleted there: Unknown (the node
+    lifecycle controller's, its kubelet gone), or False in the words of a kubelet whose runtime is down."""
+    if ready.get("status") == "Unknown":
+        return True
+    message = str(ready.get("message") or "")
+    return ready.get("status") == "False" and any(words in message for words in _RUNTIME_DOWN)
 
 
 def pod_info(data: dict[str, Any]) -> PodInfo:

@@ -43,8 +43,9 @@ class NodeInfo(BaseModel):
     excluded_from_lb: bool = False  # labelled node.kubernetes.io/exclude-from-external-load-balancers
     released_for: str | None = None  # the nodecycle.io/released-for annotation
     # Ready is Unknown: the kubelet stopped posting the node's status (gone with its instance, or cut off), as
-    # the node lifecycle controller marks it. A NotReady node whose kubelet still reports (Ready=False: its
-    # container runtime's network not ready) still stops the pods deleted on it.
+    # the node lifecycle controller marks it; or False, the kubelet saying its container runtime is down or hung
+    # (PLEG not healthy): either way nothing stops the pods deleted there. A NotReady node whose kubelet still
+    # reports otherwise (Ready=False: its container runtime's network not ready) still stops them.
     kubelet_lost: bool = False
 
     @property
