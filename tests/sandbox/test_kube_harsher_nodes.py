@@ -12,9 +12,9 @@ Each test names the faster setting it chooses (a threshold, a toleration) rather
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
-from kubernetes.client import CoreV1Api
+from kubernetes.client import CoreV1Api, V1Pod
 
 from nodecycle_sandbox.kube import KubeServer
 from tests.sandbox.kube.conftest import is_ready, node_name, nodes_seed, pods_of, wait_until
@@ -62,10 +62,17 @@ def test_a_hung_runtime_turns_its_node_not_ready_past_the_pleg_threshold_and_rea
         server.settle()
         web = _web_on(server, NODE)["metadata"]["name"]
 
-        # When the node's container runtime hangs
+        # When the node's container runtime hangs, and a pod is bound to it
         server.hang_runtime(NODE)
+        admin = CoreV1Api(server.api_client())
+        bound = {
+            "metadata": {"name": "late"},
+            "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "i"}]},
+        }
+        admin.create_namespaced_pod("shop", cast("V1Pod", bound))  # (as JSON: sent as it is)
 
-        # Then its kubelet still reports it Ready until the threshold, then Ready=False in its PLEG's words
+        # Then its kubelet still reports it Ready until the threshold, then Ready=False in its PLEG's words; the pod
+        # never starts meanwhile
         assert _ready(server, NODE)["status"] == "True"
         wait_until(lambda: _ready(server, NODE)["status"] == "False", what="the node NotReady")
         ready = _ready(server, NODE)
@@ -75,6 +82,7 @@ def test_a_hung_runtime_turns_its_node_not_ready_past_the_pleg_threshold_and_rea
         # and the node lifecycle controller taints it not-ready and marks its pods unready
         wait_until(lambda: {(NOT_READY, "NoSchedule"), (NOT_READY, "NoExecute")} <= _taints(server, NODE))
         wait_until(lambda: not is_ready(server.get_object("pods", web, "shop") or {}), what="the pod unready")
+        assert (server.get_object("pods", "late", "shop") or {})["status"]["phase"] == "Pending"
 
         # When the runtime answers again, Then the node is Ready, untainted, and its pod ready again
         server.hang_runtime(NODE, hung=False)
@@ -83,6 +91,10 @@ def test_a_hung_runtime_turns_its_node_not_ready_past_the_pleg_threshold_and_rea
             lambda: not {t for t in _taints(server, NODE) if t[0] == NOT_READY}, what="the taints gone"
         )
         wait_until(lambda: is_ready(server.get_object("pods", web, "shop") or {}), what="the pod ready again")
+        wait_until(
+            lambda: is_ready(server.get_object("pods", "late", "shop") or {}), what="the late pod started"
+        )
+        admin.api_client.close()
 
 
 def test_the_pods_of_a_hung_node_are_deleted_past_their_toleration_and_stay_terminating() -> None:
