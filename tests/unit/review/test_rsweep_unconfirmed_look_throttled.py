@@ -43,6 +43,8 @@ def test_an_unconfirmed_action_is_kept_alive_while_the_look_before_its_heartbeat
         update={"heartbeat_deadline": make_record(PLAN).started_at + timedelta(seconds=600)}
     )
     assert repair.records.create(record)
+    # (Auto Scaling knows the hook and instance of each action it starts: one named by its instance alone is found)
+    repair.autoscaling.issue(record.token, record.instance_id, hook=(record.group, record.hook))
     repair.clock.advance(60)
 
     # ... and Auto Scaling refusing the look where its instance is (DescribeAutoScalingInstances): throttled past the
@@ -75,7 +77,7 @@ def test_a_stalled_refreshs_unconfirmed_actions_are_all_kept_alive_by_a_sweep_wh
     tokens = [f"token-{n}" for n in range(30)]
     for n, token in enumerate(tokens):
         instance = f"i-{n:017x}"
-        repair.autoscaling.issue(token, instance)
+        repair.autoscaling.issue(token, instance, hook=("nodes", "terminate"))
         begun = make_record(PLAN, Step.ACQUIRE_SLOT, verified_at=None, heartbeat_timeout=600)
         assert repair.records.create(
             begun.model_copy(

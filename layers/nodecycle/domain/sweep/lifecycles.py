@@ -22,7 +22,7 @@ from nodecycle.domain.engine import (
 )
 from nodecycle.domain.errors import AccessRefused, TransientError
 from nodecycle.domain.flow import completed_first
-from nodecycle.domain.model import LifecycleRecord, Step
+from nodecycle.domain.model import ActionRef, LifecycleRecord, Step, adopted_token
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.lifecycle import Autoscaling, RecordStore
 from nodecycle.domain.ports.runtime import Clock, Metrics
@@ -329,24 +329,31 @@ class LifecycleRepair:
 
         Once a look has failed, the rest of the sweep's unconfirmed actions are heartbeated without one: each look
         would spend the client's retries and backoffs (seconds) on a call refused the same way, and the hundreds of
-        actions a stalled refresh leaves unconfirmed would outlast the sweep, the ones it did not reach lapsing."""
+        actions a stalled refresh leaves unconfirmed would outlast the sweep, the ones it did not reach lapsing.
+
+        Without the look, the heartbeat names the action by its group, hook and instance, not by its token: AWS does
+        not document that a token named with another group than its action's is refused, and a record of a message
+        that named this stack's group with another stack's token would otherwise keep that stack's action alive at
+        every sweep the look failed, its node held past its own hook's timeout (invariant 8). By its instance, the
+        heartbeat reaches only an action this stack's hook holds for the instance in the group named: this
+        lifecycle's, or one the orphans' keep-alive would heartbeat as well."""
         if not unconfirmed:
             return self._autoscaling.heartbeat(record.action)
         if self._look_failed:
-            log.info("lifecycle %s heartbeated by its token alone: this sweep's look failed", record.id)
-            return self._autoscaling.heartbeat(record.action)
+            log.info("lifecycle %s heartbeated by its instance alone: this sweep's look failed", record.id)
+            return self._autoscaling.heartbeat(_by_instance(record))
         try:
             return self._autoscaling.confirm(record.action)
         except TransientError as error:
             log.warning(
-                "could not confirm the lifecycle action of %s (%r): heartbeated by its token alone, as the "
+                "could not confirm the lifecycle action of %s (%r): heartbeated by its instance alone, as the "
                 "sweep's other unconfirmed actions are",
                 record.id,
                 error,
             )
             counts["RepairsFailed"] += 1
             self._look_failed = True
-            return self._autoscaling.heartbeat(record.action)
+            return self._autoscaling.heartbeat(_by_instance(record))
 
     def _repair(
         self, record: LifecycleRecord, now: datetime, last: bool, time: SweepTime, late: timedelta
@@ -510,3 +517,8 @@ class LifecycleRepair:
         if not settled.finished:
             self._dispatcher.send(settled, now)  # what comes after completion: the release, the cleanup
         return True
+
+
+def _by_instance(record: LifecycleRecord) -> ActionRef:
+    """``record``'s action named by its group, hook and instance alone (as an adopted one's is), not by its token."""
+    return record.action.model_copy(update={"token": adopted_token(record.hook)})
