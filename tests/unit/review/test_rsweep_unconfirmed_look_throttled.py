@@ -3,7 +3,7 @@ where the instance is, DescribeAutoScalingInstances, then the heartbeat), so tha
 than its action's is not kept alive for it. While that look was throttled past the client's retries (a refresh of
 hundreds of nodes: every drain's confirmation and the sweeps share Auto Scaling's rate) the heartbeat was never made:
 with the queue stalled since intake wrote the lifecycles, the sweeper alone keeps their actions alive, and they lapsed
-at their heartbeat timeout, their nodes terminated undrained (invariant 11). A heartbeat by the token alone only
+at their heartbeat timeout, their nodes terminated undrained (invariant 11). A heartbeat by the instance alone only
 extends an action; the lifecycle stays unconfirmed, and its step looks before it disrupts anything."""
 
 from __future__ import annotations

@@ -321,7 +321,7 @@ class LifecycleRepair:
         """The keep-alive's heartbeat: through the confirmation for an action no step confirmed (see ``_keep_alive``);
         whether Auto Scaling took it. While the confirmation's look where the instance is cannot be made
         (DescribeAutoScalingInstances throttled past the client's retries: a refresh of hundreds of nodes, every
-        drain confirming its action; or denied to this role), by the action's token alone: this sweep may be the
+        drain confirming its action; or denied to this role), by its instance (see below): this sweep may be the
         last before its heartbeat deadline, and only the sweeper heartbeats an action whose queue stalled
         (invariant 11). A heartbeat only extends an action, and the lifecycle stays unconfirmed: its step looks
         before it disrupts anything, and the next sweep's keep-alive looks again. The sweep fails all the same (its
