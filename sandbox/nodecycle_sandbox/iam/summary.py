@@ -25,6 +25,7 @@ EVERY_BRANCH = {
     "ClusterName": "prod",
     "ManagedGroups": "nodes-a,nodes-b",
     "ManagedByTag": "true",
+    "RetiringGroups": "nodes-old",
     "SubnetIds": "subnet-1,subnet-2",
     "SecurityGroupIds": "sg-1",
 }

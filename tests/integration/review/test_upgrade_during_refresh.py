@@ -101,14 +101,6 @@ def test_a_budget_lowered_then_raised_mid_refresh_keeps_the_drains_and_grants_on
         assert completed_before_drained(history, terminations) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TimeoutError,
-    reason="the roles' CompleteLifecycleAction and RecordLifecycleActionHeartbeat statements name only the groups "
-    "ManagedGroups names (ManagedByTag: the groups tagged): a deployment that drops a group with open actions "
-    "takes the permission to complete them (AccessDenied) and to heartbeat them; the drain ends but the action "
-    "waits for the hook's default result, and a drain longer than the heartbeat timeout ends undrained",
-)
 def test_a_group_no_longer_managed_mid_drain_has_its_accepted_action_drained_and_completed() -> None:
     # Given a node of the group draining, stuck on a pod its disruption budget keeps
     with running(size=2, workloads=None) as sandbox, redeployable(sandbox) as retired:
@@ -118,9 +110,10 @@ def test_a_group_no_longer_managed_mid_drain_has_its_accepted_action_drained_and
         sandbox.asg.terminate(instance)
         wait_for(lambda: _holders(sandbox) == [node], 30, "the drain holding its slot")
 
-        # When the stack is deployed again without the group among its managed groups (its roles with it), and
-        # the drain may go on
-        redeploy(sandbox, {"ManagedGroups": "other-workers"}, retired)
+        # When the stack is deployed again with the group moved from its managed groups to its retiring ones
+        # (runbook, "Removing a group from a stack": without RetiringGroups the roles lose the completion and
+        # the heartbeats of its actions, AccessDenied), and the drain may go on
+        redeploy(sandbox, {"ManagedGroups": "other-workers", "RetiringGroups": "nodecycle-workers"}, retired)
         sandbox.kube.delete_namespace("pinned")
 
         # Then the action accepted before is still drained and completed (invariant 2), not left to the hook's
