@@ -54,6 +54,25 @@ def test_the_roles_that_finish_lifecycles_may_complete_and_heartbeat_the_actions
     assert not _allowed(roles, "IntakeFunctionRole", ACTIONS[1], "ng-old")
 
 
+def _may_associate_with(roles: Mapping[str, Any], role: str, group: str) -> bool:
+    statements = [s for p in roles[role]["policies"] for s in parse_policy(p["document"], source=p["source"])]
+    arn = f"arn:aws:ec2:{REGION}:{ACCOUNT}:instance/i-0123456789abcdef0"
+    context = context_of({"aws:RequestedRegion": REGION, "aws:ResourceTag/aws:autoscaling:groupName": group})
+    return evaluate(statements, Request("ec2:AssociateAddress", arn, context)).allowed
+
+
+def test_a_launch_of_a_retiring_group_taken_in_before_gets_its_address() -> None:
+    # (an instance refresh launches in the group it drains: the EIP role associates the launch's address with
+    # the instance of a retiring group as with one of a managed group; no other role associates at all)
+    roles = _roles({"ManagedGroups": "ng-new", "RetiringGroups": "ng-old", "EipMode": "allocate"})
+    assert _may_associate_with(roles, "EipFunctionRole", "ng-new")
+    assert _may_associate_with(roles, "EipFunctionRole", "ng-old")
+    assert not _may_associate_with(roles, "EipFunctionRole", "ng-other")
+    for role in ("DrainFunctionRole", "SweeperFunctionRole", "IntakeFunctionRole"):
+        assert not _may_associate_with(roles, role, "ng-old")
+    assert not _may_associate_with(_roles({"ManagedGroups": "ng-new"}), "EipFunctionRole", "ng-old")
+
+
 def test_without_retiring_groups_a_group_dropped_from_managed_groups_loses_its_completions() -> None:
     # (what a deployment that only drops the group does: AccessDenied for the actions its records still hold)
     roles = _roles({"ManagedGroups": "ng-new"})
@@ -71,6 +90,7 @@ def test_without_retiring_groups_a_group_dropped_from_managed_groups_loses_its_c
         parameters={"ManagedGroups": "ng-new", "ClusterName": "c"},
     )
     assert not resources.exists("RetiringGroupsPolicy")
+    assert not resources.exists("RetiringGroupsInstancesPolicy")
 
 
 def test_the_functions_never_read_the_retiring_groups() -> None:
