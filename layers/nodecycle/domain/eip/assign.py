@@ -102,6 +102,10 @@ UNSEEN_TRIES = 6
 TAKE_OWN_WITHIN = timedelta(minutes=4)
 INSTANCE_DELAY = 5  # seconds between attempts on an instance that cannot take an address yet
 INSTANCE_ATTEMPTS = 24  # two minutes: an instance is pending for well under one
+# An instance EC2 does not know yet (InvalidInstanceID.NotFound, not listed) past those two minutes: EC2's reads may
+# lag RunInstances for minutes ("Eventual consistency in the Amazon EC2 API": back off up to a few minutes). Tried
+# this often, for as long as the launch may wait for an address (EipWaitSeconds), before the failure policy decides
+UNKNOWN_INSTANCE_DELAY = 30  # seconds
 # What EC2 refuses is asked again this often, 15, 30, 60 s apart, then the failure policy decides
 REFUSED_ATTEMPTS = 4
 REFUSED_DELAY = 15  # seconds
@@ -967,7 +971,7 @@ class AssignAddress:
             log.warning("address %s was released behind our back: trying the next", address.allocation_id)
             return None
         except InstanceUnavailable:
-            return self._instance_unavailable(record, scratch)
+            return self._instance_unavailable(record, now, scratch)
         except AddressRefused as error:
             if address.pool is None:
                 raise  # (the launch's own address: no other to take)
@@ -1057,29 +1061,53 @@ class AssignAddress:
         except AddressNotFound:
             return None
 
-    def _instance_unavailable(self, record: LifecycleRecord, scratch: dict[str, Any]) -> Outcome:
+    def _instance_unavailable(
+        self, record: LifecycleRecord, now: datetime, scratch: dict[str, Any]
+    ) -> Outcome:
         """EC2 refused the instance; its state tells a pending instance (wait) from a gone one (its launch ends).
 
         Gone (terminated while its address was being assigned: a scale-in right after the scale-out, a Spot
         instance reclaimed), its launch action went with it: the launch ends as ``instance-gone``, as one that
         waited for an address does (``_instance_gone``), the addresses allocated for it released (a pool's stay
-        in the pool, unassociated). No EIP failure: no live instance is without its address."""
+        in the pool, unassociated). No EIP failure: no live instance is without its address.
+
+        Pending, it is tried again for two minutes (INSTANCE_ATTEMPTS), then the failure policy decides. One EC2
+        does not list at all is neither: EC2 does not know a new instance yet (its reads lag RunInstances, for
+        minutes at worst), and failing it at two minutes would count an EIP failure (the alarm) and apply the
+        policy to a live instance (abandon: terminated). It is tried on, UNKNOWN_INSTANCE_DELAY apart, for as long
+        as the launch may wait for an address (EipWaitSeconds, two minutes at least); each of those tries asks Auto
+        Scaling too (one DescribeAutoScalingInstances, on that abnormal path only), as an instance its group
+        terminates meanwhile took its launch action with it: the launch then ends as ``instance-gone``."""
         instance = record.instance_id
         state = self._addresses.instance_states([instance]).get(instance)
         if state in GONE_STATES:
             return self._gone_with_spares(record, state)
         attempts = int(scratch.get("instance_attempts", 0)) + 1
-        if attempts > INSTANCE_ATTEMPTS:
-            waited = INSTANCE_ATTEMPTS * INSTANCE_DELAY
+        since = scratch.get("instance_since") or now.isoformat()
+        scratch = {**scratch, "instance_attempts": attempts, "instance_since": since}
+        if attempts > INSTANCE_ATTEMPTS and state is None:
+            going = self._terminating(record)
+            if going is not None:
+                return self._gone_with_spares(record, going)
+            waited = now - datetime.fromisoformat(since)
+            if waited < max(self._wait, timedelta(seconds=INSTANCE_ATTEMPTS * INSTANCE_DELAY)):
+                log.info("instance %s is still unknown to EC2: trying again shortly", instance)
+                return _wait(record, UNKNOWN_INSTANCE_DELAY, scratch)
             return self._fail(
-                record, f"instance could not take an address for {waited}s (state {state or 'unknown'})"
+                record,
+                f"instance still unknown to EC2 {waited.total_seconds():.0f} s after its first refusal",
+            )
+        if attempts > INSTANCE_ATTEMPTS:
+            waited_s = INSTANCE_ATTEMPTS * INSTANCE_DELAY
+            return self._fail(
+                record, f"instance could not take an address for {waited_s}s (state {state or 'unknown'})"
             )
         log.info(
             "instance %s cannot take an address yet (state %s): trying again shortly",
             instance,
             state or "not visible yet",
         )
-        return _wait(record, INSTANCE_DELAY, {**scratch, "instance_attempts": attempts})
+        return _wait(record, INSTANCE_DELAY, scratch)
 
     # -- endings ---------------------------------------------------------------------------------------
 
