@@ -48,6 +48,8 @@ log = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
+# A release conditional on the resourceVersion that meets a 409 reads its node again and tries again this often
+RELEASE_REREADS = 2
 # How a JSON patch that cannot be applied is answered (422): kube-apiserver says "the server rejected our request
 # due to an error in our request", with no cause (handlers/patch.go, applyJSPatch: NewGenericServerResponse(...,
 # isUnexpectedResponse=false)); some versions and proxies add the library's words, as a cause of type
@@ -291,6 +293,42 @@ class KubeCluster:
         guarded = _release_guarded(node, uncordon=uncordon, unlabel=unlabel, released_for=released_for)
         if guarded is not None:
             return self._patch_node(node.name, guarded, content_type=JSON_PATCH)
+        # Conditional on the resourceVersion: any write since the read (its kubelet's status, another controller's
+        # label) is a 409, and a sweep patches what it listed long before, in the same order at every sweep. So the
+        # release of marks a test cannot hold for (see _testable) reads the node again on a 409 and tries once more
+        # while what it is about reads as it did (never a node claimed, cordoned or labelled otherwise since:
+        # invariant 3); it lost to such a write at every sweep, its node left annotated for ever. (A release with
+        # no marks to clear stays a conflict on any change, as ever.)
+        claim = self._release_versioned(node, uncordon=uncordon, unlabel=unlabel, released_for=released_for)
+        for _ in range(RELEASE_REREADS if _marked(node) else 0):
+            if claim is not Claim.CONFLICT:
+                break
+            fresh = self._node_now(node.name)
+            if fresh is None:
+                return Claim.GONE
+            if _release_premises(fresh, uncordon, unlabel) != _release_premises(node, uncordon, unlabel):
+                break
+            claim = self._release_versioned(
+                fresh, uncordon=uncordon, unlabel=unlabel, released_for=released_for
+            )
+        return claim
+
+    def _node_now(self, name: str) -> NodeInfo | None:
+        """The node as it is now, by a consistent list of it alone (what the sweeper's role may do: list, not
+        get; and not the watch cache's copy, which may predate the write that made the 409)."""
+        with forbidden_refused():
+            listed = pages(
+                self._api.list_node,
+                f"reading node {name}",
+                consistent=True,
+                field_selector=f"metadata.name={name}",
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+            return next((node_info(item) for item in listed), None)
+
+    def _release_versioned(
+        self, node: NodeInfo, *, uncordon: bool, unlabel: bool, released_for: str | None
+    ) -> Claim:
         metadata: dict[str, Any] = {
             "resourceVersion": node.resource_version,
             "annotations": {
@@ -441,8 +479,7 @@ def _release_guarded(
     alone), or one a test cannot hold for (see _testable): such a release stays conditional on the
     resourceVersion."""
     owner, progress, mark = node.owner, node.in_progress, node.released_for
-    holds = owner is not None and progress is not None
-    if not node.uid or not (holds or (owner is None and progress is None and mark is not None)):
+    if not _marked(node):
         return None
     if not all(_testable(value) for value in (node.uid, owner, progress, mark) if value is not None):
         return None
@@ -471,6 +508,27 @@ def _release_guarded(
         # every try once someone gave it another; a label removed since fails the remove, a 422 as a failed test)
         ops.append({"op": "remove", "path": "/metadata/labels/" + _pointer_token(EXCLUDE_LB_LABEL)})
     return ops
+
+
+def _marked(node: NodeInfo) -> bool:
+    """Whether the read shows this owner's marks for a release to be about (both annotations, or the released-for
+    mark alone), on a node read with its uid."""
+    owner, progress, mark = node.owner, node.in_progress, node.released_for
+    holds = owner is not None and progress is not None
+    return bool(node.uid) and (holds or (owner is None and progress is None and mark is not None))
+
+
+def _release_premises(node: NodeInfo, uncordon: bool, unlabel: bool) -> tuple[Any, ...]:
+    """What a release conditional on the resourceVersion is about: the node (its uid), this owner's marks, and the
+    cordon and label it lifts; a read of the node again showing these alike may be released in its stead."""
+    return (
+        node.uid,
+        node.owner,
+        node.in_progress,
+        node.released_for,
+        node.unschedulable if uncordon else None,
+        node.excluded_from_lb if unlabel else None,
+    )
 
 
 def _testable(value: str) -> bool:
