@@ -107,10 +107,13 @@ def node_info(data: dict[str, Any]) -> NodeInfo:
 
 
 # What a kubelet whose container runtime cannot act says of its node (Ready=False, reason KubeletNotReady, the
-# runtime state's errors: pkg/kubelet/runtime.go): its PLEG has not relisted for 3 minutes (a hung containerd), or
-# the runtime does not answer at all. Its pods deleted are never stopped, as on a node whose kubelet is gone. (Not
-# "container runtime network not ready": that kubelet still stops them.)
-_RUNTIME_DOWN = ("PLEG is not healthy", "container runtime is down", "container runtime not ready")
+# runtime state's errors: pkg/kubelet/runtime.go): its PLEG has not relisted for 3 minutes (a hung containerd: "PLEG
+# is not healthy: pleg was last seen active 3m5s ago; ..."), or the runtime does not answer at all. Its pods deleted
+# are never stopped, as on a node whose kubelet is gone. (Not "container runtime network not ready": that kubelet
+# still stops them. Nor a kubelet that has just started, before its first runtime check and relist: "container
+# runtime status check may not have completed yet, PLEG is not healthy: pleg has yet to be successful", for a second
+# or so, then it stops them as any kubelet does.)
+_RUNTIME_DOWN = ("pleg was last seen active", "container runtime is down", "container runtime not ready")
 
 
 def _stops_no_pod(ready: dict[str, Any]) -> bool:
