@@ -61,6 +61,17 @@ _DAEMON_TOLERATIONS = [
 ]
 
 
+def daemon_tolerations(tolerations: list[JsonObj]) -> list[JsonObj]:
+    """A DaemonSet pod's tolerations: its template's, and the controller's own (not-ready and unreachable
+    NoExecute without seconds, unschedulable NoSchedule) in place of any of the template's of the same key, operator
+    and effect (AddOrUpdateDaemonPodTolerations): however the template tolerates a failing node, its pods stay."""
+    own = {(t["key"], t["operator"], t["effect"]) for t in _DAEMON_TOLERATIONS}
+    kept = [
+        t for t in tolerations if (t.get("key"), t.get("operator") or "Equal", t.get("effect")) not in own
+    ]
+    return kept + [dict(t) for t in _DAEMON_TOLERATIONS]
+
+
 @dataclass(frozen=True)
 class SyncResult:
     changed: bool  # the pass wrote something, so another pass may have more to do
@@ -499,7 +510,7 @@ class Controllers:
         tolerate for ever (an out-of-service node's taint evicts them: none is placed there again)."""
         template = (ds["spec"].get("template") or {}).get("spec") or {}
         selector = template.get("nodeSelector") or {}
-        tolerations = list(template.get("tolerations") or []) + _DAEMON_TOLERATIONS
+        tolerations = daemon_tolerations(list(template.get("tolerations") or []))
         return {
             name_of(n)
             for n in nodes
@@ -526,7 +537,7 @@ class Controllers:
             for node in sorted(wanted - set(placed)):
                 pod = pod_from_template(ds["spec"]["template"], namespace=namespace_of(ds), owner=ds)
                 pod["spec"]["nodeName"] = node
-                pod["spec"]["tolerations"] = list(pod["spec"].get("tolerations") or []) + _DAEMON_TOLERATIONS
+                pod["spec"]["tolerations"] = daemon_tolerations(list(pod["spec"].get("tolerations") or []))
                 self._api.create(PODS, namespace_of(ds), pod, source=SANDBOX)
                 changed = True
             for node, pods in placed.items():

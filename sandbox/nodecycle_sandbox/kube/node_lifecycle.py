@@ -51,17 +51,26 @@ def evicting_taints(node: JsonObj) -> list[str]:
 
 
 def toleration_seconds(pod: JsonObj, taint: str, default: float) -> float | None:
-    """How long the pod stays on a node with the NoExecute ``taint``: its own toleration of it (None: for ever),
-    else ``default`` for the not-ready and unreachable taints (what DefaultTolerationSeconds would have added), 0
-    for any other."""
+    """How long the pod stays on a node with the NoExecute ``taint``: the shortest tolerationSeconds of its own
+    tolerations of it, whatever their order (None, for ever, only if none of them has any: the taint manager's
+    getMinTolerationTime), else ``default`` for the not-ready and unreachable taints (what DefaultTolerationSeconds
+    would have added), 0 for any other."""
+    matched = False
+    shortest: float | None = None
     for toleration in (pod.get("spec") or {}).get("tolerations") or []:
         key, effect = toleration.get("key"), toleration.get("effect")
         if key not in (taint, None, "") or effect not in ("NoExecute", None, ""):
             continue
         if not key and toleration.get("operator") != "Exists":
             continue  # an empty key tolerates every taint only with the operator Exists
+        matched = True
         seconds = toleration.get("tolerationSeconds")
-        return None if seconds is None else max(0.0, float(seconds))
+        if seconds is not None:
+            shortest = (
+                max(0.0, float(seconds)) if shortest is None else min(shortest, max(0.0, float(seconds)))
+            )
+    if matched:
+        return shortest
     return default if taint in DEFAULT_TOLERATED else 0.0
 
 
