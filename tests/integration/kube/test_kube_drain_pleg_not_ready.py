@@ -1,8 +1,8 @@
 """A node whose container runtime hangs past its kubelet's PLEG threshold, on the real Kubernetes adapter against the
 sandbox API server: the kubelet lives (it renews the node's Lease) and posts the node Ready=False, in its runtime
-errors' words ("PLEG is not healthy: ..."), and stops none of the pods deleted there. Unlike a NotReady node whose
-runtime answers (its network not ready), nothing will stop them: waiting for them past the drain's look at the node
-only holds the budget slot."""
+errors' words ("PLEG is not healthy: ..."), and stops none of the pods deleted there while it lasts. Unlike a NotReady
+node whose runtime answers (its network not ready), nothing stops them then: waiting for them past their grace (what a
+runtime answering again would give them) only holds the budget slot."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from datetime import UTC, datetime, timedelta
 from kubernetes.client import CoreV1Api
 
 from nodecycle.adapters.kube.cluster_api import KubeCluster
-from nodecycle.domain.drain.evict import CHECK_NODE_AFTER
 from nodecycle.domain.model import Step
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.kube.cluster import TIMEOUT, evict_step, run
@@ -30,6 +29,7 @@ SEED = {
 }
 # (the kubelet's relistThreshold is 3 min: the node turns NotReady at once here)
 SERVER_OPTIONS = {"pleg_threshold_seconds": 0.05}
+GRACE = timedelta(seconds=30)  # the seeded pods' terminationGracePeriodSeconds (the default)
 
 
 def _ready(server: KubeServer) -> dict[str, str]:
@@ -61,9 +61,9 @@ def test_pods_a_hung_runtime_never_stops_are_left_once_the_drain_looks_at_its_no
     step = evict_step(cluster, NODE, INSTANCE, slots=FakeSlots(holders={NODE}, held_for={NODE: record.id}))
     runs, record = run(step, record, start, start + timedelta(seconds=180))
 
-    # Then the drain leaves them once it looks at the node (as on a node whose kubelet is gone), not a minute past
-    # their deletion's deadline, holding its slot meanwhile
+    # Then the drain leaves them once their grace is over (what is owed to them: a runtime that answered again
+    # within it would stop them with it), not a minute past their deletion's deadline, holding its slot meanwhile
     ended_at, outcome = runs[-1]
     assert not outcome.again
-    assert record.outcome == "drained; 2 pods left terminating (node not ready)"
-    assert ended_at - start <= CHECK_NODE_AFTER + timedelta(seconds=10), ended_at - start
+    assert record.outcome == "drained; 2 pods left terminating (node not ready, its container runtime down)"
+    assert ended_at - start <= GRACE + timedelta(seconds=10), ended_at - start

@@ -1,8 +1,8 @@
 """A node whose container runtime hangs past its kubelet's PLEG threshold (Ready=False, "PLEG is not healthy: pleg
 was last seen active ..."), then answers again: a containerd restarted by systemd, a relist that was only slow. Its
-kubelet, which skipped every pod sync meanwhile, then stops the pods deleted there, each with its grace. Since
-cd745fc the drain leaves them as soon as it looks at the node (as on a node whose kubelet is gone) and completes:
-the instance's end then cuts the graceful stop that a recovered runtime would have given them."""
+kubelet, which skipped every pod sync meanwhile, then stops the pods deleted there, each with its grace. The drain
+waits for them until their grace is over: left at its first look at the node (as on a node whose kubelet is gone),
+the instance's end cut the graceful stop that the recovered runtime gave them."""
 
 from __future__ import annotations
 
@@ -45,12 +45,6 @@ def _ready(server: KubeServer) -> dict[str, str]:
     return next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="cd745fc leaves the pods of a node whose runtime is down at the drain's first look (15 s), not once "
-    "their grace is over: a runtime answering again within it would have stopped them gracefully (before cd745fc: "
-    "passes, the drain waiting up to their deadline + 60 s)",
-)
 def test_a_drain_does_not_complete_under_pods_a_recovering_runtime_still_stops_within_their_grace(
     kube: tuple[KubeServer, KubeCluster],
 ) -> None:

@@ -1,4 +1,4 @@
-"""Which NotReady kubelet the drain takes for one that stops no pod (NodeInfo.kubelet_lost), by the words of its
+"""Which NotReady kubelet the drain takes for one whose runtime stops no pod (NodeInfo.runtime_down), by the words of its
 Ready condition (the kubelet's runtime errors, pkg/kubelet/runtime.go and pleg/generic.go, 1.28 to 1.33): a runtime
 hung or down, yes; a kubelet that has just started, no: until its first runtime check and its PLEG's first relist (a
 second or so) it says "container runtime status check may not have completed yet" and "PLEG is not healthy: pleg has
@@ -33,7 +33,8 @@ def _node(status: str, message: str) -> dict[str, Any]:
     ],
 )
 def test_a_kubelet_that_will_stop_its_pods_is_not_taken_for_lost(message: str) -> None:
-    assert node_info(_node("False", message)).kubelet_lost is False
+    node = node_info(_node("False", message))
+    assert (node.kubelet_lost, node.runtime_down) == (False, False)
 
 
 @pytest.mark.parametrize(
@@ -47,4 +48,6 @@ def test_a_kubelet_that_will_stop_its_pods_is_not_taken_for_lost(message: str) -
     ],
 )
 def test_a_kubelet_whose_runtime_is_hung_or_down_is_taken_for_lost(message: str) -> None:
-    assert node_info(_node("False", message)).kubelet_lost is True
+    # (its kubelet lives: not lost, but its runtime stops nothing while it is down)
+    node = node_info(_node("False", message))
+    assert (node.kubelet_lost, node.runtime_down) == (False, True)

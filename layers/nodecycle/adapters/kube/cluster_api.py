@@ -96,7 +96,8 @@ def node_info(data: dict[str, Any]) -> NodeInfo:
         zone=labels.get(ZONE_LABEL) or labels.get(LEGACY_ZONE_LABEL),
         uid=meta.get("uid"),
         ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions),
-        kubelet_lost=any(c.get("type") == "Ready" and _stops_no_pod(c) for c in conditions),
+        kubelet_lost=any(c.get("type") == "Ready" and c.get("status") == "Unknown" for c in conditions),
+        runtime_down=any(c.get("type") == "Ready" and _runtime_down(c) for c in conditions),
         owner=annotations.get(OWNER_ANNOTATION),
         in_progress=annotations.get(IN_PROGRESS_ANNOTATION),
         resource_version=str(meta.get("resourceVersion", "")),
@@ -116,11 +117,8 @@ def node_info(data: dict[str, Any]) -> NodeInfo:
 _RUNTIME_DOWN = ("pleg was last seen active", "container runtime is down", "container runtime not ready")
 
 
-def _stops_no_pod(ready: dict[str, Any]) -> bool:
-    """Whether the node's Ready condition says no kubelet will stop the pods deleted there: Unknown (the node
-    lifecycle controller's, its kubelet gone), or False in the words of a kubelet whose runtime is down."""
-    if ready.get("status") == "Unknown":
-        return True
+def _runtime_down(ready: dict[str, Any]) -> bool:
+    """Whether the node's Ready condition is False in the words of a kubelet whose container runtime is down."""
     message = str(ready.get("message") or "")
     return ready.get("status") == "False" and any(words in message for words in _RUNTIME_DOWN)
 

@@ -57,8 +57,9 @@ FORCED_POD_SLACK = timedelta(seconds=60)  # after a forced delete's grace: a pod
 # and invariant 10's margin, on a node whose container runtime hangs (its kubelet alive: nothing else tells).
 FORCED_STOP_SLACK = timedelta(seconds=10)
 # A pod asked to go this long ago (or past its own deletion deadline, whichever comes first) and still there
-# makes the drain look at its node: on a node whose kubelet is gone (Ready Unknown), or whose runtime is down (Ready
-# False, "PLEG is not healthy"), pods being deleted never finish, and waiting for them only holds a budget slot. Until then the node is not read at all.
+# makes the drain look at its node: on a node whose kubelet is gone (Ready Unknown) pods being deleted never finish,
+# and waiting for them only holds a budget slot; on one whose runtime is down (Ready False, "PLEG is not healthy")
+# they are waited for until their grace is over. Until then the node is not read at all.
 CHECK_NODE_AFTER = timedelta(seconds=15)
 STUCK_PODS = "stuck_pods"  # record.extra key: pods the drain stopped waiting for, and why
 # A pass over the pods stops calling after this many transient failures: one pod's call failing is that pod's
@@ -700,8 +701,9 @@ class Evict:
         forced_at: datetime | None = None,
     ) -> tuple[list[PodInfo], str]:
         """The pods of ``left`` that will never leave by themselves, and why: all those being deleted when
-        the node's kubelet is gone (Ready Unknown: they stay Terminating until the node object goes) or says its
-        container runtime is down or hung (no pod of it stops; a kubelet that reports the node NotReady for
+        the node's kubelet is gone (Ready Unknown: they stay Terminating until the node object goes); those past
+        their deletion's deadline when it says its container runtime is down or hung (none stops meanwhile, but a
+        runtime that answers again stops them with their grace; a kubelet that reports the node NotReady for
         another reason is there to stop them), else
         those still there well past their deletion's deadline. A pod force-deleted with a short grace makes
         the drain look at the node as soon as that grace is over, not only after ``CHECK_NODE_AFTER``.
@@ -727,6 +729,12 @@ class Evict:
         )
         if overdue and node.kubelet_lost:
             return deleting, "node not ready"
+        if node.runtime_down:
+            # (its kubelet stops nothing while the runtime is down; one that answers again within their grace
+            # stops them with it: they are left once the grace is over, what is owed to them, not at the first look)
+            ungraced = [pod for pod in deleting if pod.deletion_at is not None and now > pod.deletion_at]
+            if ungraced:
+                return ungraced, "node not ready, its container runtime down"
 
         def given_up(deadline: datetime) -> datetime:
             if forced_at is None or not past_deadline:

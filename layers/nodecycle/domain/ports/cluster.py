@@ -43,10 +43,12 @@ class NodeInfo(BaseModel):
     excluded_from_lb: bool = False  # labelled node.kubernetes.io/exclude-from-external-load-balancers
     released_for: str | None = None  # the nodecycle.io/released-for annotation
     # Ready is Unknown: the kubelet stopped posting the node's status (gone with its instance, or cut off), as
-    # the node lifecycle controller marks it; or False, the kubelet saying its container runtime is down or hung
-    # (PLEG not healthy): either way nothing stops the pods deleted there. A NotReady node whose kubelet still
-    # reports otherwise (Ready=False: its container runtime's network not ready) still stops them.
+    # the node lifecycle controller marks it: nothing stops the pods deleted there.
     kubelet_lost: bool = False
+    # Ready is False in the words of a kubelet whose container runtime is down or hung (PLEG not healthy): no pod
+    # deleted there stops while it lasts, but a runtime that answers again (containerd restarted) stops them with
+    # their grace. A NotReady node whose kubelet reports otherwise (its runtime's network not ready) stops them.
+    runtime_down: bool = False
 
     @property
     def lifecycle(self) -> str | None:
