@@ -19,6 +19,7 @@ from moto import mock_aws
 from nodecycle.adapters.aws import clients
 from nodecycle.adapters.aws.records import DynamoRecordStore
 from nodecycle.domain.model import LifecycleRecord, Step
+from nodecycle.domain.ports.addresses import OWNER_TAG
 from nodecycle.domain.ports.lifecycle import WorkMessage
 from nodecycle_sandbox.aws.ec2_consistency import LAG
 from nodecycle_sandbox.aws.install import install
@@ -254,6 +255,11 @@ def allocate(**tags: str) -> str:
     ec2: Any = boto3.client("ec2")
     spec = [{"ResourceType": "elastic-ip", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}]
     return str(ec2.allocate_address(Domain="vpc", TagSpecifications=spec)["AllocationId"])
+
+
+def ours(owner: str = "stack-a") -> list[dict[str, Any]]:
+    """The addresses tagged for ``owner`` (default: tests/conftest.py's stack's)."""
+    return addresses(**{f"tag:{OWNER_TAG}": owner})
 
 
 def addresses(**filters: str) -> list[dict[str, Any]]:

@@ -25,6 +25,7 @@ from tests.functions.eip.conftest import (
     given,
     lagging_clock,
     now,
+    ours,
     run_instances,
     run_while,
     work_event,
@@ -56,10 +57,6 @@ def lag(clock: Clock, seconds: float) -> None:
 
 
 run = run_while
-
-
-def ours() -> list[dict[str, Any]]:
-    return addresses(**{f"tag:{OWNER_TAG}": OWNER})
 
 
 @pytest.mark.parametrize("seconds", LAGS)

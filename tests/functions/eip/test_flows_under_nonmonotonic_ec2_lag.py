@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from types import ModuleType
-from typing import Any
 
 import pytest
 
@@ -19,11 +18,11 @@ from nodecycle.domain.ports.addresses import OWNER_TAG, POOL_TAG
 from nodecycle_sandbox.aws.ec2_consistency import LAG, alternating
 from tests.functions.eip.conftest import (
     Clock,
-    addresses,
     allocate,
     given,
     lagging_clock,
     now,
+    ours,
     run_instances,
     run_while,
 )
@@ -55,10 +54,6 @@ def lag(clock: Clock, seconds: float) -> None:
 
 
 run = run_while
-
-
-def ours() -> list[dict[str, Any]]:
-    return addresses(**{f"tag:{OWNER_TAG}": OWNER})
 
 
 @pytest.mark.parametrize("seconds", LAGS)

@@ -10,13 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from types import ModuleType
-from typing import Any
 
 import boto3
 import pytest
 
 from nodecycle.domain.model import Step
-from nodecycle.domain.ports.addresses import ALLOCATED_AT_TAG, INSTANCE_TAG, OWNER_TAG
+from nodecycle.domain.ports.addresses import ALLOCATED_AT_TAG, INSTANCE_TAG
 from nodecycle.wiring import sweeper
 from nodecycle.wiring.eip import address_sweep
 from nodecycle_sandbox.aws import LAUNCHING, TERMINATING, AwsControl
@@ -25,11 +24,11 @@ from nodecycle_sandbox.aws.group import AutoScalingGroup, GroupSpec, HookSpec, W
 from tests.conftest import REGION
 from tests.functions.eip.conftest import (
     Clock,
-    addresses,
     given,
     instance_state,
     lagging_clock,
     now,
+    ours,
     run_while,
     work_event,
 )
@@ -58,10 +57,6 @@ def eip_fn(clock: Clock, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     monkeypatch.setenv("NODECYCLE_EIP_MODE", "allocate")
     monkeypatch.setenv("NODECYCLE_EIP_FAILURE_POLICY", "abandon")
     return load_function("eip")
-
-
-def ours() -> list[dict[str, Any]]:
-    return addresses(**{f"tag:{OWNER_TAG}": OWNER})
 
 
 def group_launching_one(warm: bool) -> tuple[AutoScalingGroup, str]:

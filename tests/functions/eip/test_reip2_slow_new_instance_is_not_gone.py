@@ -8,20 +8,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from types import ModuleType
-from typing import Any
 
 import pytest
 
 from nodecycle.domain.model import Step
-from nodecycle.domain.ports.addresses import OWNER_TAG
 from nodecycle_sandbox.aws.ec2_consistency import LAG
 from tests.functions.eip.conftest import (
     Clock,
-    addresses,
     current,
     given,
     lagging_clock,
     now,
+    ours,
     run_instances,
     run_while,
     work_event,
@@ -46,10 +44,6 @@ def eip_fn(clock: Clock, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     monkeypatch.setenv("NODECYCLE_EIP_MODE", "allocate")
     monkeypatch.setenv("NODECYCLE_EIP_FAILURE_POLICY", "abandon")
     return load_function("eip")
-
-
-def ours() -> list[dict[str, Any]]:
-    return addresses(**{f"tag:{OWNER_TAG}": OWNER})
 
 
 def test_a_new_instance_ec2_does_not_list_for_minutes_is_not_taken_for_gone_and_takes_its_address(

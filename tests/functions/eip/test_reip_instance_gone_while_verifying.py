@@ -13,16 +13,15 @@ import boto3
 import pytest
 
 from nodecycle.domain.model import Step
-from nodecycle.domain.ports.addresses import OWNER_TAG
 from nodecycle_sandbox.aws.ec2_consistency import LAG
 from tests.functions.eip.conftest import (
     Clock,
-    addresses,
     current,
     due_now,
     given,
     lagging_clock,
     now,
+    ours,
     run_instances,
     run_while,
     work_event,
@@ -46,10 +45,6 @@ def clock(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[Clock]:
 def eip_fn(clock: Clock, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     monkeypatch.setenv("NODECYCLE_EIP_MODE", "allocate")
     return load_function("eip")
-
-
-def ours() -> list[dict[str, Any]]:
-    return addresses(**{f"tag:{OWNER_TAG}": OWNER})
 
 
 def test_a_launch_whose_instance_is_terminated_and_its_address_released_as_it_verifies_ends_as_gone(

@@ -15,15 +15,14 @@ import pytest
 from botocore.exceptions import ClientError
 
 from nodecycle.domain.model import Step
-from nodecycle.domain.ports.addresses import OWNER_TAG
 from nodecycle_sandbox.aws.ec2_consistency import LAG
 from tests.functions.eip.conftest import (
     Clock,
-    addresses,
     current,
     given,
     lagging_clock,
     now,
+    ours,
     run_instances,
     run_while,
     work_event,
@@ -47,10 +46,6 @@ def eip_fn(clock: Clock, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     monkeypatch.setenv("NODECYCLE_EIP_MODE", "allocate")
     monkeypatch.setenv("NODECYCLE_EIP_FAILURE_POLICY", "abandon")
     return load_function("eip")
-
-
-def ours() -> list[dict[str, Any]]:
-    return addresses(**{f"tag:{OWNER_TAG}": OWNER})
 
 
 def test_the_sandbox_answers_an_association_of_an_address_gone_with_a_terminated_instance_for_the_address(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from types import ModuleType
-from typing import Any
 
 import boto3
 import pytest
@@ -19,11 +18,11 @@ from nodecycle.domain.ports.addresses import OWNER_TAG, POOL_TAG
 from nodecycle_sandbox.aws.ec2_consistency import LAG, alternating
 from tests.functions.eip.conftest import (
     Clock,
-    addresses,
     allocate,
     given,
     lagging_clock,
     now,
+    ours,
     run_instances,
     run_while,
 )
@@ -47,10 +46,6 @@ def pool_fn(clock: Clock, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     monkeypatch.setenv("NODECYCLE_EIP_MODE", "pool")
     monkeypatch.setenv("NODECYCLE_EIP_POOL_NAME", "ci")
     return load_function("eip")
-
-
-def ours() -> list[dict[str, Any]]:
-    return addresses(**{f"tag:{OWNER_TAG}": OWNER})
 
 
 def test_a_warm_pool_stop_minutes_after_the_claim_returns_the_pool_address_once_ec2_knows_the_association(
