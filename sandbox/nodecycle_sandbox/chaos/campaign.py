@@ -17,7 +17,7 @@ from typing import Any
 from nodecycle_sandbox.chaos import invariants
 from nodecycle_sandbox.chaos.invariants import Violation
 from nodecycle_sandbox.chaos.plan import KINDS, Scenario, draw
-from nodecycle_sandbox.chaos.world import Observation, World
+from nodecycle_sandbox.chaos.world import CLUSTER_KINDS, Observation, World
 from nodecycle_sandbox.faults import KINDS as FAULT_KINDS
 
 
@@ -79,6 +79,12 @@ class CampaignReport:
             f"  faults injected: {sum(self.faults.values())}",
         ]
         lines += [f"    {kind:<20} {self.faults[kind]}" for kind in FAULT_KINDS if self.faults[kind]]
+        # (what the harsher cluster did by itself: a hung runtime's node NotReady, an operator's taint)
+        lines += [
+            f"    {kind:<20} {self.faults[kind]} (the cluster's)"
+            for kind in CLUSTER_KINDS
+            if self.faults[kind]
+        ]
         if self.ec2_lagged:
             lines.append(f"  EC2 reads and calls that met its lag: {self.ec2_lagged}")
         lines.append(f"  violations: {sum(self.violations.values())}")

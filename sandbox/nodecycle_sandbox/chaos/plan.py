@@ -89,6 +89,12 @@ class Scenario:
     ec2_lag: float = 0.0
     # Messages forged or replayed onto the intake queues (drawn only when the campaign is asked to forge).
     forgeries: tuple[Forgery, ...] = ()
+    # The harsher cluster's clocks, compressed as the rest (each from a stream of its own, after everything else):
+    # how long a hung runtime goes before its kubelet posts the node NotReady (PLEG; 0: no runtime hangs, the
+    # cluster's 3 min), and how long after a kubelet is lost an operator taints its node out-of-service (None:
+    # nobody does).
+    pleg_threshold: float = 0.0
+    out_of_service_after: float | None = None
 
     @property
     def name(self) -> str:
@@ -118,6 +124,10 @@ class Scenario:
         }[self.kind]
         lost = "" if self.lost_kubelet_at is None else f", a kubelet lost at {self.lost_kubelet_at:.1f}s"
         sweeps = ", ".join(f"{t:.1f}" for t in self.sweeps)
+        if self.pleg_threshold:
+            lost += f", a hung runtime's node NotReady after {self.pleg_threshold:.1f}s"
+        if self.out_of_service_after is not None:
+            lost += f", the lost kubelet's node tainted out-of-service {self.out_of_service_after:.1f}s after"
         lag = f"; EC2's reads {self.ec2_lag:.1f}s behind its writes" if self.ec2_lag else ""
         if self.forgeries:
             lag += "; messages forged: " + ", ".join(f.describe() for f in self.forgeries)
@@ -179,6 +189,14 @@ def draw(
         first = len(scenario.faults) + 1
         numbered = tuple(replace(f, id=f"f{n}") for n, f in enumerate(hazards, start=first))
         scenario = scenario.with_faults((*scenario.faults, *numbered))
+        # The harsher cluster's clocks, from streams of their own too (they add no fault: every id stays)
+        scenario = replace(
+            scenario,
+            pleg_threshold=draw_pleg_threshold(random.Random(f"{seed}:{index}:pleg"), scenario),
+            out_of_service_after=draw_out_of_service(
+                random.Random(f"{seed}:{index}:out-of-service"), scenario
+            ),
+        )
     if forge:
         scenario = replace(scenario, forgeries=draw_forgeries(random.Random(f"{seed}:{index}:forge")))
     if lag:
@@ -346,6 +364,37 @@ def draw_eip_locked(rng: random.Random, scenario: Scenario) -> tuple[Fault, ...]
     return (
         Fault("", "eip-locked", "ec2.ReleaseAddress", 1.0, start=start, limit=1, value=rng.randrange(1000)),
     )
+
+
+# How long a hung runtime goes before its kubelet posts its node Ready=False, "PLEG is not healthy" (the kubelet's
+# relistThreshold: 3 min), compressed: from at once to the drain timeout (20 s), so that a drain meets a node that
+# turns NotReady before it begins, while it evicts, or while it forces. The taint manager's eviction of the pods of
+# a not-ready node follows the world's toleration (world.UNREACHABLE_TOLERATION).
+PLEG_SHORTEST = 1.0
+PLEG_LONGEST = 20.0
+# The share of the scenarios whose lost kubelet's node an operator taints node.kubernetes.io/out-of-service (the
+# non-graceful node shutdown: a node seen NotReady and judged gone for good), and how long after the loss at most
+# (the node is Unknown after the world's monitor grace, 2 s; the operator acts once it is, never before).
+OUT_OF_SERVICE_SHARE = 0.5
+OUT_OF_SERVICE_LATEST = 15.0
+
+
+def draw_pleg_threshold(rng: random.Random, scenario: Scenario) -> float:
+    """The compressed PLEG threshold of a scenario whose runtime hangs (0.0 in one where none does), from ``rng``
+    (a stream of its own: a seed's stories, faults and ids are what they were)."""
+    if not any(f.kind == "kube-hung-runtime" for f in scenario.faults):
+        return 0.0
+    return round(rng.uniform(PLEG_SHORTEST, PLEG_LONGEST), 1)
+
+
+def draw_out_of_service(rng: random.Random, scenario: Scenario) -> float | None:
+    """In a share of the scenarios that lose a kubelet, how long after the loss an operator taints its node
+    ``node.kubernetes.io/out-of-service=nodeshutdown:NoExecute`` (Kubernetes' non-graceful node shutdown): the
+    taint manager evicts its pods at once, and podgc force-deletes those left Terminating there (kubelet gone), so
+    that their controllers replace them elsewhere. From ``rng``, a stream of its own."""
+    if scenario.lost_kubelet_at is None or rng.random() >= OUT_OF_SERVICE_SHARE:
+        return None
+    return round(rng.uniform(0.0, OUT_OF_SERVICE_LATEST), 1)
 
 
 # The outages real accounts and clusters have that the menu above does not draw, each in a share of the scenarios

@@ -99,6 +99,13 @@ UNREACHABLE_TOLERATION = 8.0
 # of the scenario (a scale-in's or refresh's first terminations come within a second or two).
 HAZARD_POLL = 0.25
 HUNG_RUNTIME_PATIENCE = 5.0
+# The kubelet's PLEG threshold where a scenario's runtime never hangs (its own: 3 min), and the taint an operator
+# puts on a node judged shut down for good (Kubernetes' non-graceful node shutdown), with its look in the firings.
+PLEG_THRESHOLD = 180.0
+OUT_OF_SERVICE = {"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown", "effect": "NoExecute"}
+# What the cluster did by itself that the world records among the firings (neither a fault of the plan nor
+# set by the world at its moment): a hung runtime's node posted NotReady, a lost kubelet's node tainted.
+CLUSTER_KINDS = ("pleg-not-ready", "out-of-service")
 # How far the late sweeps move the sweeper's clock ahead, each after the one before, until an address whose lock
 # was lifted is released: past the sweep grace, then hours and days, past whatever back-off the sweeper keeps for
 # an address it found locked (its schedule is the product's; the world depends on none).
@@ -322,6 +329,7 @@ class ScenarioRun:
         box.kube.reset_history()
         box.aws.plan_nodes(labels={SCENARIO_LABEL: self.tag}, remove_after=scenario.node_removal)
         box.kube.pod_gc_quarantine_seconds = scenario.pod_gc_quarantine
+        box.kube.pleg_threshold_seconds = scenario.pleg_threshold or PLEG_THRESHOLD
         started = time.time()
         seen: list[AddressSeen] = []
         try:
@@ -339,6 +347,7 @@ class ScenarioRun:
                     self._lagging_ec2() as lagged,
                     self._sweeping_on_schedule(),
                     self._setting_hazards(outages.armed),
+                    self._watching_the_cluster(outages.armed),
                     outages.timed(),
                 ):
                     self._act(acting)
@@ -609,6 +618,66 @@ class ScenarioRun:
             self.notes.append(
                 "hazards never set (nothing they fit): " + ", ".join(f.describe() for f in pending)
             )
+
+    @contextmanager
+    def _watching_the_cluster(self, armed: float) -> Iterator[None]:
+        """While the block runs: the moment each hung runtime's kubelet posts its node NotReady (PLEG), and an
+        operator's out-of-service taint on the lost kubelet's node ``out_of_service_after`` seconds after the
+        loss, once the node is seen not Ready (never a node that still answers), recorded among the firings
+        (``CLUSTER_KINDS``, their clock the faults' one: ``armed``, monotonic)."""
+        after = self.scenario.out_of_service_after
+        if not self.scenario.pleg_threshold and after is None:
+            yield
+            return
+        seen: set[str] = set()
+        tainted: list[str] = []
+
+        def fired(kind: str, detail: str) -> None:
+            elapsed = time.monotonic() - armed
+            self.hazard_firings.append(Firing(round(elapsed, 3), kind, kind, detail))
+            self.notes.append(f"{kind} at {elapsed:.1f}s: {detail}")
+
+        def look() -> None:
+            for node in self.hung:
+                found = self.box.kube.get_object("nodes", node)
+                if node not in seen and found is not None and _ready(found) == "False":
+                    seen.add(node)
+                    fired("pleg-not-ready", f"{node} NotReady: {_ready_message(found)}")
+            if after is None or self.lost is None or tainted:
+                return
+            node, lost_at = self.lost
+            found = self.box.kube.get_object("nodes", node)
+            if found is None:
+                tainted.append(node)  # (gone with its instance: nothing to taint)
+                return
+            if time.time() < lost_at + after or _ready(found) == "True":
+                return
+            try:
+                self._taint_out_of_service(found)
+            except Exception:  # (a fault of the plan, a conflict with the controllers: tried again next look)
+                log.debug("the operator's out-of-service taint failed", exc_info=True)
+                return
+            tainted.append(node)
+            fired(
+                "out-of-service", f"{node} tainted {OUT_OF_SERVICE['key']} ({_ready(found)} for its kubelet)"
+            )
+
+        with _repeating(HAZARD_POLL, "chaos-cluster", look):
+            yield
+
+    def _taint_out_of_service(self, node: dict[str, Any]) -> None:
+        """The operator's ``kubectl taint``, as a replace of the node read a moment ago (a PUT: the judges read
+        a failed PATCH or GET of a node as a try of its drain; this is nobody's drain), refused on a conflict."""
+        from kubernetes.client import CoreV1Api  # (the official client is slow to import: only when needed)
+
+        spec = node.setdefault("spec", {})
+        spec["taints"] = [*(spec.get("taints") or []), dict(OUT_OF_SERVICE)]
+        api = CoreV1Api(self.box.kube.api_client())
+        body: Any = node  # (the client sends a dict as it is, the node's fields as read)
+        try:
+            api.replace_node(node["metadata"]["name"], body)
+        finally:
+            api.api_client.close()
 
     def _set_hazard(self, fault: Fault, elapsed: float) -> str | None:
         """Set ``fault`` now if something fits it, and say what it did (None: nothing fits yet)."""
@@ -1052,6 +1121,21 @@ def _unless_released(allocation: str) -> Iterator[None]:
         if error.response.get("Error", {}).get("Code") != "InvalidAllocationID.NotFound":
             raise
         log.info("address %s was released meanwhile", allocation)
+
+
+def _ready(node: dict[str, Any]) -> str:
+    """The status of the node's Ready condition ("True", "False", "Unknown"; "Unknown" when it has none)."""
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return str(condition.get("status"))
+    return "Unknown"
+
+
+def _ready_message(node: dict[str, Any]) -> str:
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return str(condition.get("message", ""))[:60]
+    return ""
 
 
 def _hooks() -> tuple[HookSpec, ...]:
