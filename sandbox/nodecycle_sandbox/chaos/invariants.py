@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING
+from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING, ActionRecord
 from nodecycle_sandbox.chaos.world import (
     BUDGET,
     DRAIN_TIMEOUT,
@@ -210,10 +210,15 @@ def _pods_on_at(history: list[HistoryEntry], node: str) -> list[HistoryEntry]:
 
 
 def _global_timeout(o: Observation) -> Iterator[Violation]:
+    """Every action ends by nodecycle's completion, in time. Excused: an action that lapsed, with no outcome of
+    nodecycle's, while its stack's sweeper could not run for its whole heartbeat window (see
+    :func:`_unswept_window`)."""
     for action in o.actions:
         kind = "launch" if action.transition == LAUNCHING else "terminate"
         if action.active:
             continue  # reported as left unsettled by "repair"
+        if action.outcome == "heartbeat-timeout" and _unswept_window(o, action):
+            continue
         if action.outcome != "completed":
             yield Violation(
                 "global-timeout",
@@ -223,6 +228,60 @@ def _global_timeout(o: Observation) -> Iterator[Violation]:
             yield Violation(
                 "global-timeout", f"{kind} of {action.instance_id} completed after its global timeout"
             )
+
+
+def _unswept_window(o: Observation, action: ActionRecord) -> bool:
+    """Whether ``action``'s first heartbeat window passed with its stack's sweeper stalled (its role without its
+    policy) for all but less than a sweep interval of it, while nodecycle's own steps never began on it: a
+    terminate whose drain never touched its node nor asked the budget for it, a launch with no outcome of
+    nodecycle's. The stacks' promise (README: a heartbeat timeout of at least a sweep interval plus the margin,
+    "while a queue stalls only the sweeper heartbeats") stands on a sweeper that runs in each window: an action
+    whose event intake could not take in time (a throttled write hands it to the intake queue 60 s later: past a
+    30 s heartbeat timeout), or whose first step's message a refusal kept from its queue, has only the sweeper to
+    adopt or resume it, and a sweeper refused every call for the whole window cannot, in AWS as here. An outage
+    for the alarms (the sweeper's errors, the expired actions), not an interleaving the invariant can judge. An
+    action whose steps did run heartbeats by them, whatever the sweeper does: judged as ever."""
+    deadline = action.started_at + action.heartbeat_timeout
+    if action.transition == TERMINATING:
+        if _drain_begun(o, o.nodes_of.get(action.instance_id), deadline):
+            return False
+    elif o.outcomes.get(action.token) is not None:
+        return False
+    stalled = 0.0
+    for begin, end in _sweeper_stalled(o).get(o.groups.get(action.group, ""), ()):
+        stalled += max(0.0, min(end, deadline) - max(begin, action.started_at))
+    return action.heartbeat_timeout - stalled < SWEEP_INTERVAL
+
+
+def _drain_begun(o: Observation, node: str | None, before: float) -> bool:
+    """Whether nodecycle began a drain of ``node`` before ``before``: claimed it (its owner annotation), cordoned
+    it, or named it in the budget's document (a waiter or a holder)."""
+    for entry in o.history:
+        if entry.time > before:
+            break
+        if entry.kind == "Node" and entry.name == node and not entry.removed:
+            annotations = (entry.object.get("metadata") or {}).get("annotations") or {}
+            if OWNER_ANNOTATION in annotations or entry.unschedulable:
+                return True
+        elif (doc := _budget_written(entry)) is not None:
+            named = {str(item.get("node")) for kind in ("holders", "waiters") for item in doc.get(kind, [])}
+            if node in named:
+                return True
+    return False
+
+
+def _sweeper_stalled(o: Observation) -> dict[str, list[tuple[float, float]]]:
+    """Owner -> the windows (from set to lifted) its SweeperFunction's role was without its policy."""
+    faults = {fault.id: fault for fault in o.scenario.faults}
+    found: dict[str, list[tuple[float, float]]] = {}
+    for firing in o.firings:
+        fault = faults.get(firing.fault)
+        if firing.kind != "iam-detached" or fault is None or fault.target != "SweeperFunction":
+            continue
+        _function, owner, *_ = firing.detail.split()
+        end = o.acting_at + (fault.stop if fault.stop is not None else firing.at)
+        found.setdefault(owner, []).append((o.acting_at + firing.at, end))
+    return found
 
 
 def _ownership(o: Observation) -> Iterator[Violation]:
