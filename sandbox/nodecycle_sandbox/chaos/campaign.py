@@ -76,7 +76,7 @@ class CampaignReport:
             f"campaign seed {self.seed}: {self.scenarios} scenarios in {self.seconds:.0f}s "
             f"({per:.1f}s per scenario in its world, {self.startup_seconds:.0f}s to start the world)",
             "  scenarios by kind: " + ", ".join(f"{k} {self.by_kind[k]}" for k in KINDS if self.by_kind[k]),
-            f"  faults injected: {sum(self.faults.values())}",
+            f"  faults injected: {sum(self.faults[kind] for kind in FAULT_KINDS)}",
         ]
         lines += [f"    {kind:<20} {self.faults[kind]}" for kind in FAULT_KINDS if self.faults[kind]]
         # (what the harsher cluster did by itself: a hung runtime's node NotReady, an operator's taint)
