@@ -5,17 +5,25 @@ imports, the disruption contracts and the entry points, at each cold start)."""
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from nodecycle.contracts.disruption_events import is_disruption_event
-from nodecycle.entrypoints import expected_retry
+from nodecycle.domain.errors import TransientError, retry_after_wait
+from nodecycle.entrypoints import FIRST_RETRY_SECONDS, expected_retry
 from nodecycle.observability import logger
 from nodecycle.wiring.intake import intake_queue
 
-# How long an event from EventBridge handed to the intake queue waits there: past the answers its retry must read
-# again (a hook's, trusted for 60 s; the listing of this owner's groups, read again at most every 30 s:
-# domain/catalog.py), about when Lambda's first retry of a failed invocation came.
-REQUEUE_DELAY_SECONDS = 60
+
+def requeue_delay(error: BaseException) -> int:
+    """How long an event from EventBridge handed to the intake queue waits there: as a record of the queue retried
+    on purpose waits at its first receive (nodecycle/entrypoints.py's ``retry_in``): FIRST_RETRY_SECONDS, or as
+    long as its error says its retry must wait (a hook read before its action started, read again once its ttl
+    is past; the listing of this owner's groups, read again at most every 30 s: domain/catalog.py; a server's
+    Retry-After, capped). Not a fixed minute: a throttle holds no cached answer back, and a minute is past the
+    30 s heartbeat timeout Auto Scaling allows a hook (its action lapsed unless the sweeper came first)."""
+    retry_after = error.retry_after if isinstance(error, TransientError) else None
+    return max(FIRST_RETRY_SECONDS, math.ceil(retry_after_wait(retry_after)))
 
 
 def handed_to_the_queue(event: dict[str, Any], error: Exception) -> bool:
@@ -34,8 +42,9 @@ def handed_to_the_queue(event: dict[str, Any], error: Exception) -> bool:
     queue = intake_queue()
     if queue is None:
         return False
+    delay = requeue_delay(error)
     try:
-        queue.send(json.dumps(event), delay_seconds=REQUEUE_DELAY_SECONDS)
+        queue.send(json.dumps(event), delay_seconds=delay)
     except Exception:
         logger.exception(
             "could not hand an event to the intake queue: the invocation fails, Lambda retries it"
@@ -43,7 +52,7 @@ def handed_to_the_queue(event: dict[str, Any], error: Exception) -> bool:
         return False
     logger.warning(
         "an event from EventBridge is retried by the intake queue in %d s: %s",
-        REQUEUE_DELAY_SECONDS,
+        delay,
         error,
         extra={"event_id": event.get("id")},
     )

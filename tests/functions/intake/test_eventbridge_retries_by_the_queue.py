@@ -18,6 +18,7 @@ import boto3
 import pytest
 
 from nodecycle.domain.errors import AccessRefused, TransientError
+from nodecycle.entrypoints import FIRST_RETRY_SECONDS
 from tests.functions.intake.test_disruption_intake import ec2_event, launch
 from tests.functions.intake.test_intake_function import records, work
 from tests.functions.intake.test_retries_alone_in_a_batch import REFUSED, THROTTLED, Answering, dynamodb
@@ -87,10 +88,11 @@ def test_a_lifecycle_action_from_eventbridge_retried_goes_to_the_intake_queue_no
     # is invoked with it, Then the invocation succeeds (the fixture: before, TransientError, Lambda's error)
     event, sent = handed_over.event, handed_over.sent
 
-    # And the event is on the intake queue as EventBridge sent it, delayed past the caches' answers (the hook's
-    # and the listing's ttl: its retry reads them again)
+    # And the event is on the intake queue as EventBridge sent it, delayed as a record of the queue retried on
+    # purpose would be at its first receive: 10 s for a throttle, which no cached answer holds back (60 s before:
+    # past the 30 s heartbeat timeout Auto Scaling allows a hook, its action lapsed unless the sweeper came first)
     assert [json.loads(call["MessageBody"]) for call in sent] == [event]
-    assert sent[0]["DelaySeconds"] >= 60
+    assert sent[0]["DelaySeconds"] == FIRST_RETRY_SECONDS
     dynamodb.answer = None
     assert records() == []
 
@@ -138,3 +140,18 @@ def test_a_disruption_from_eventbridge_retried_still_fails_the_invocation(
         intake_fn.handler(event, LambdaContext())
     assert sent == []
     assert queued(stack) == 0
+
+
+@pytest.mark.parametrize(
+    ("retry_after", "delay"),
+    [(None, FIRST_RETRY_SECONDS), (3.0, FIRST_RETRY_SECONDS), (45.2, 46), (60.0, 60), (3600.0, 60)],
+)
+def test_an_event_handed_to_the_queue_waits_what_its_error_says_and_no_less_than_a_first_retry(
+    retry_after: float | None, delay: int
+) -> None:
+    # A hook read before its action started, or the owner's listing read too lately, says when it is read again
+    # (its retry_after): the event waits that long, so its retry finds the answer read again (a server's
+    # Retry-After is capped as every wait of it is)
+    from nodecycle.wiring.intake_requeue import requeue_delay
+
+    assert requeue_delay(TransientError("x", retry_after=retry_after)) == delay

@@ -19,7 +19,6 @@ from nodecycle.domain.policy import PlanPolicy
 from nodecycle.domain.ports.lifecycle import Hook
 from nodecycle.settings import Timing
 from nodecycle.wiring.intake import managed_groups
-from nodecycle.wiring.intake_requeue import REQUEUE_DELAY_SECONDS
 from tests.functions.intake.test_group_names_flood import (
     HOOK,
     OWNER,
@@ -110,7 +109,8 @@ def test_a_new_groups_first_action_during_a_flood_is_taken_in_one_redelivery_on_
 
 def test_its_event_by_eventbridge_handed_to_the_queue_is_taken_in_at_its_first_receive() -> None:
     # Given the same flood and listing, and the new group's action's event from EventBridge retried (handed to
-    # the intake queue, delayed: nodecycle/wiring/intake_requeue.py's REQUEUE_DELAY_SECONDS)
+    # the intake queue, delayed until the listing is read again: nodecycle/wiring/intake_requeue.py's requeue_delay,
+    # at most LIST_EVERY)
     clock, autoscaling, intake = flooded_and_listed()
     clock.advance(2)
     autoscaling.tags["nodes-new"] = {OWNER_TAG: OWNER}
@@ -123,7 +123,7 @@ def test_its_event_by_eventbridge_handed_to_the_queue_is_taken_in_at_its_first_r
     assert offered(intake, ours) is None
 
     # When the queue delivers it, its delay later, Then it is taken in (the listing read again since)
-    clock.advance(REQUEUE_DELAY_SECONDS)
+    clock.advance(LIST_EVERY.total_seconds())
     flood(intake, clock, 1)
     assert offered(intake, ours) is IntakeOutcome.ACCEPTED
-    assert clock.now() - ours.started_at <= timedelta(seconds=REQUEUE_DELAY_SECONDS + 2)
+    assert clock.now() - ours.started_at <= LIST_EVERY + timedelta(seconds=8)
