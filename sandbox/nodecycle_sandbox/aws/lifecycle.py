@@ -29,6 +29,7 @@ from moto.autoscaling.models import (
     LifecycleHook,
     TerminateInstanceActivity,
 )
+from moto.sns.models import sns_backends
 from moto.sqs.models import sqs_backends
 
 from nodecycle_sandbox.aws import hook_role, notifications
@@ -49,6 +50,7 @@ from nodecycle_sandbox.aws.records import (
 from nodecycle_sandbox.aws.refresh import InstanceRefresh
 from nodecycle_sandbox.aws.scheduler import Scheduler
 from nodecycle_sandbox.aws.warm_pool import WarmPoolEmulator, in_pool
+from nodecycle_sandbox.iam.resource_policies import service_may
 
 if TYPE_CHECKING:
     from moto.autoscaling.models import AutoScalingBackend
@@ -204,7 +206,7 @@ class LifecycleEmulator:
             if target_arn is not None:
                 hook.notification_target_arn = target_arn or None
                 if hook.notification_target_arn:
-                    self._send_sqs(
+                    self._notify(
                         hook.notification_target_arn,
                         notifications.sqs_test_notification(
                             at=time.time(), account=self.backend.account_id, group=group, group_arn=asg.arn
@@ -538,7 +540,7 @@ class LifecycleEmulator:
         metadata: str | None = getattr(hook, "notification_metadata", None)
         target: str | None = getattr(hook, "notification_target_arn", None)
         if target:
-            self._send_sqs(
+            self._notify(
                 target,
                 notifications.sqs_lifecycle_body(
                     at=now,
@@ -763,7 +765,7 @@ class LifecycleEmulator:
                     return group, state
         return None
 
-    def _send_sqs(
+    def _notify(
         self,
         target_arn: str,
         body: dict[str, Any],
@@ -772,16 +774,25 @@ class LifecycleEmulator:
         role_arn: str | None = None,
         group_arn: str = "",
     ) -> None:
-        _, _, service, region, account, queue_name = target_arn.split(":", 5)
-        if service != "sqs":
+        """Notify the hook's target, an SQS queue or an SNS topic, as its role (when it has one). ``required``:
+        the hook's test notification at PutLifecycleHook, whose failure refuses the hook; later ones are lost
+        with a warning, as Auto Scaling's are. A topic accepts a publish whatever becomes of its deliveries."""
+        _, _, service, region, account, name = target_arn.split(":", 5)
+        if service not in ("sqs", "sns"):
             raise ValidationError(
-                f"The sandbox delivers lifecycle notifications to SQS only, not {target_arn}"
+                f"The sandbox delivers lifecycle notifications to SQS or SNS only, not {target_arn}"
             )
+        message = json.dumps(body)
         try:
             if role_arn:  # Auto Scaling sends with the hook's role: its trust and its policies must allow it
                 hook_role.authorize(role_arn, self.backend.account_id, group_arn, target_arn)
-            sqs_backends[account][region].send_message(queue_name, json.dumps(body))
-        except Exception as error:  # moto raises several kinds for a missing queue
+            if service == "sqs":
+                sqs_backends[account][region].send_message(name, message)
+            else:
+                sns_backends[account][region].get_topic(
+                    target_arn
+                )  # a topic that is gone refuses the publish
+        except Exception as error:  # moto raises several kinds for a missing queue or topic
             if required:
                 raise ValidationError(
                     f"Unable to publish test message to notification target {target_arn} using IAM role "
@@ -789,7 +800,57 @@ class LifecycleEmulator:
                 ) from error
             _log.warning("lifecycle notification to %s failed: %s", target_arn, error)
             return
+        if service == "sns":
+            _fan_out(target_arn, message, notifications.sns_subject(body))
         self.notifications.append(Notification(time.time(), target_arn, body))
+
+
+def _fan_out(topic_arn: str, message: str, subject: str) -> None:
+    """SNS delivering a published message to the topic's SQS subscriptions (other protocols are not emulated):
+    in its envelope, or as it is with RawMessageDelivery. SNS sends as the service ``sns.amazonaws.com`` on
+    behalf of the topic, so the queue's own policy must allow that (no identity policy is involved: a queue
+    without a policy refuses it); a subscription whose filter policy refuses the message (a hook notification has
+    no message attributes) gets nothing. A refused delivery is lost for the publisher, who is never told."""
+    region, account = topic_arn.split(":")[3:5]
+    backend = sns_backends[account][region]
+    subscriptions, _ = backend.list_subscriptions_by_topic(topic_arn)
+    for subscription in subscriptions:
+        if subscription.protocol != "sqs":
+            continue
+        matcher = getattr(subscription, "_filter_policy_matcher", None)
+        if matcher is not None and not matcher.matches({}, message):
+            continue
+        queue_arn = subscription.endpoint
+        queue_region, queue_account, queue_name = queue_arn.split(":")[3:6]
+        queues = sqs_backends[queue_account][queue_region]
+        try:
+            queue = queues.get_queue(queue_name)
+        except Exception as error:  # moto's QueueDoesNotExist
+            _log.warning("SNS could not deliver to %s: %s", queue_arn, error)
+            continue
+        if not service_may(
+            queue.policy,
+            service="sns.amazonaws.com",
+            action="sqs:SendMessage",
+            resource=queue_arn,
+            source_arn=topic_arn,
+            source_account=account,
+        ):
+            _log.warning(
+                "SNS could not deliver to %s: its queue policy does not allow topic %s", queue_arn, topic_arn
+            )
+            continue
+        if subscription.attributes.get("RawMessageDelivery") in (True, "true"):
+            queues.send_message(queue_name, message)
+            continue
+        envelope = notifications.sns_envelope(
+            at=time.time(),
+            topic_arn=topic_arn,
+            subscription_arn=subscription.arn,
+            subject=subject,
+            message=message,
+        )
+        queues.send_message(queue_name, json.dumps(envelope, indent=2))
 
 
 def _zone(state: InstanceState) -> str:

@@ -1,7 +1,10 @@
-"""The exact shapes Auto Scaling sends for lifecycle actions: EventBridge events and SQS message bodies."""
+"""The exact shapes Auto Scaling sends for lifecycle actions: EventBridge events and SQS message bodies, and what
+an SNS topic puts on a subscribed queue for one (the body in its envelope, unless raw message delivery is on)."""
 
 from __future__ import annotations
 
+import base64
+import os
 import time
 import uuid
 from datetime import UTC, datetime
@@ -129,4 +132,37 @@ def sqs_test_notification(*, at: float, account: str, group: str, group_arn: str
         "Service": "AWS Auto Scaling",
         "Event": "autoscaling:TEST_NOTIFICATION",
         "Time": _iso(at, millis=True),
+    }
+
+
+def sns_subject(body: dict[str, Any]) -> str:
+    """The Subject Auto Scaling publishes a hook's notification with (two spaces after the colon, as it writes
+    them): "Auto Scaling:  Lifecycle action 'TERMINATING' for instance i-... in progress.", and for the hook's
+    test notification 'Auto Scaling: test notification for group "name"'."""
+    transition = body.get("LifecycleTransition")
+    if not isinstance(transition, str):
+        return f'Auto Scaling: test notification for group "{body["AutoScalingGroupName"]}"'
+    kind = transition.rsplit("_", 1)[-1]
+    return f"Auto Scaling:  Lifecycle action '{kind}' for instance {body['EC2InstanceId']} in progress."
+
+
+def sns_envelope(
+    *, at: float, topic_arn: str, subscription_arn: str, subject: str, message: str
+) -> dict[str, Any]:
+    """An SNS notification as a subscription without raw message delivery puts it on an SQS queue: its fields in
+    SNS's order, the message a string. The signature is random bytes of an RSA signature's length (nothing in
+    the sandbox verifies it); SignatureVersion "1", a topic's default."""
+    region = topic_arn.split(":")[3]
+    host = f"https://sns.{region}.amazonaws.com"
+    return {
+        "Type": "Notification",
+        "MessageId": str(uuid.uuid4()),
+        "TopicArn": topic_arn,
+        "Subject": subject,
+        "Message": message,
+        "Timestamp": _iso(at, millis=True),
+        "SignatureVersion": "1",
+        "Signature": base64.b64encode(os.urandom(256)).decode(),
+        "SigningCertURL": f"{host}/SimpleNotificationService-{uuid.uuid4().hex}.pem",
+        "UnsubscribeURL": f"{host}/?Action=Unsubscribe&SubscriptionArn={subscription_arn}",
     }
