@@ -176,9 +176,29 @@ class LifecycleEmulator:
             asg = self.group(group)
             # moto's hook class declares only what moto stores; the sandbox adds attributes to it.
             hook: Any = self.backend.lifecycle_hooks.get(f"{group}_{name}")
+            if hook is None and transition not in TRANSITIONS:
+                raise ValidationError(f"Invalid Lifecycle Transition: {transition}")
+            if transition is not None and transition not in TRANSITIONS:
+                raise ValidationError(f"Invalid Lifecycle Transition: {transition}")
+            if heartbeat_timeout is not None and heartbeat_timeout <= 0:
+                raise ValidationError("HeartbeatTimeout must be positive")
+            if default_result is not None and default_result not in RESULTS:
+                raise ValidationError(f"Invalid DefaultResult: {default_result}")
+            # The test notification goes first, to the target and as the role the hook would have: a call
+            # refused for it changes nothing (AWS neither creates nor changes the hook then).
+            role = role_arn if role_arn is not None else getattr(hook, "role_arn", None)
+            if target_arn:
+                self._notify(
+                    target_arn,
+                    notifications.sqs_test_notification(
+                        at=time.time(), account=self.backend.account_id, group=group, group_arn=asg.arn
+                    ),
+                    required=True,
+                    role_arn=role,
+                    group_arn=asg.arn,
+                )
             if hook is None:
-                if transition not in TRANSITIONS:
-                    raise ValidationError(f"Invalid Lifecycle Transition: {transition}")
+                assert transition is not None  # a new hook's transition is checked above
                 hook = self.backend.create_lifecycle_hook(
                     name, group, transition, heartbeat_timeout, default_result or "ABANDON"
                 )
@@ -187,16 +207,10 @@ class LifecycleEmulator:
                 hook.role_arn = None
             # PutLifecycleHook on an existing hook changes only what the call names.
             if transition is not None:
-                if transition not in TRANSITIONS:
-                    raise ValidationError(f"Invalid Lifecycle Transition: {transition}")
                 hook.lifecycle_transition = transition
             if heartbeat_timeout is not None:
-                if heartbeat_timeout <= 0:
-                    raise ValidationError("HeartbeatTimeout must be positive")
                 hook.heartbeat_timeout = heartbeat_timeout
             if default_result is not None:
-                if default_result not in RESULTS:
-                    raise ValidationError(f"Invalid DefaultResult: {default_result}")
                 hook.default_result = default_result
             if metadata is not None:
                 hook.notification_metadata = metadata
@@ -205,16 +219,6 @@ class LifecycleEmulator:
             hook.global_timeout = int(self.timing.global_timeout(hook.heartbeat_timeout))
             if target_arn is not None:
                 hook.notification_target_arn = target_arn or None
-                if hook.notification_target_arn:
-                    self._notify(
-                        hook.notification_target_arn,
-                        notifications.sqs_test_notification(
-                            at=time.time(), account=self.backend.account_id, group=group, group_arn=asg.arn
-                        ),
-                        required=True,
-                        role_arn=hook.role_arn,
-                        group_arn=asg.arn,
-                    )
             return hook
 
     def delete_hook(self, group: str, name: str) -> None:

@@ -189,3 +189,32 @@ def test_the_hooks_role_must_allow_sns_publish_on_the_topic(aws: Emulation) -> N
         )
     (hook,) = aws.autoscaling.describe_lifecycle_hooks(AutoScalingGroupName="workers")["LifecycleHooks"]
     assert hook["NotificationTargetARN"] == topic
+
+
+def test_a_put_lifecycle_hook_refused_for_its_test_notification_changes_no_hook(aws: Emulation) -> None:
+    # Given a group whose launch hook notifies EventBridge only, a topic, and a role that may not publish to it
+    sns = _client("sns")
+    topic = sns.create_topic(Name="hooks")["TopicArn"]
+    sqs_only = _role(
+        aws, "sns-test-refused", {"Effect": "Allow", "Action": "sqs:SendMessage", "Resource": "*"}
+    )
+    aws.group(HookSpec("ready", LAUNCHING, 60))
+    before = aws.autoscaling.describe_lifecycle_hooks(AutoScalingGroupName="workers")["LifecycleHooks"]
+
+    # When the hook is put again to notify the topic as that role, with another heartbeat timeout, and a new
+    # terminate hook likewise: both refused (the test notification cannot be published)
+    for name, transition in (("ready", LAUNCHING), ("drain", TERMINATING)):
+        with pytest.raises(ClientError):
+            aws.autoscaling.put_lifecycle_hook(
+                AutoScalingGroupName="workers",
+                LifecycleHookName=name,
+                LifecycleTransition=transition,
+                HeartbeatTimeout=120,
+                NotificationTargetARN=topic,
+                RoleARN=sqs_only,
+            )
+
+    # Then the hooks are as they were, as AWS leaves them after a failed call: no target, no role, the same
+    # timeout, and no new hook
+    after = aws.autoscaling.describe_lifecycle_hooks(AutoScalingGroupName="workers")["LifecycleHooks"]
+    assert after == before
