@@ -729,17 +729,27 @@ class Evict:
         )
         if overdue and node.kubelet_lost:
             return deleting, "node not ready"
+
+        def grace_over(deadline: datetime) -> datetime:
+            # (once forced, never sooner than the force grace from the force: the API server counts a shortened
+            # grace from the first delete, the kubelet from when it sees the force's)
+            if forced_at is None or not past_deadline:
+                return deadline
+            return max(deadline, forced_at + timedelta(seconds=self._policy.force_grace))
+
         if node.runtime_down:
             # (its kubelet stops nothing while the runtime is down; one that answers again within their grace
             # stops them with it: they are left once the grace is over, what is owed to them, not at the first look)
-            ungraced = [pod for pod in deleting if pod.deletion_at is not None and now > pod.deletion_at]
+            ungraced = [
+                pod for pod in deleting if pod.deletion_at is not None and now > grace_over(pod.deletion_at)
+            ]
             if ungraced:
                 return ungraced, "node not ready, its container runtime down"
 
         def given_up(deadline: datetime) -> datetime:
             if forced_at is None or not past_deadline:
                 return deadline + STUCK_AFTER
-            return max(deadline, forced_at + timedelta(seconds=self._policy.force_grace)) + FORCED_STOP_SLACK
+            return grace_over(deadline) + FORCED_STOP_SLACK
 
         past = [pod for pod in deleting if pod.deletion_at is not None and now > given_up(pod.deletion_at)]
         kept = [pod for pod in deleting if past_deadline and pod.deletion_grace == 0 and pod not in past]
