@@ -37,6 +37,12 @@ class AccessRefused(TransientError):
         self.code = code
 
 
+class NotYetHeld(TransientError):
+    """A confirmation's look that answered: Auto Scaling lists the instance in its action's group on its way into
+    the wait state the action holds it in (a state read lagging the hook's notification). Asked again shortly, as
+    any TransientError, but no failed call: nothing was throttled or refused."""
+
+
 def retry_after_wait(retry_after: float | None, left: timedelta | None = None) -> float:
     """How long a retry waits at least for a server that said Retry-After (0 when it did not): what it asked,
     as client-go waits it, up to ``RETRY_AFTER_CAP_SECONDS``, and never past ``left`` (a drain's time before

@@ -10,7 +10,7 @@ from botocore.exceptions import ClientError
 from nodecycle.adapters.aws.clients import LazyClient, answer_lost, error_code, transient_errors
 from nodecycle.adapters.aws.instances import Ec2Instances
 from nodecycle.domain.catalog import OWNER_TAG
-from nodecycle.domain.errors import AccessRefused, TransientError
+from nodecycle.domain.errors import AccessRefused, NotYetHeld
 from nodecycle.domain.model import WARM_POOL, ActionRef, Transition
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.lifecycle import Hook, Membership, WaitingInstance
@@ -225,7 +225,7 @@ class AutoscalingActions:
 
     def _held_in_its_group(self, action: ActionRef) -> bool:
         """Whether ``action``'s instance waits, in the group the action names, in the state its action holds it in.
-        A TransientError while it is still on its way into that state."""
+        NotYetHeld (a TransientError) while it is still on its way into that state."""
         with transient_errors("reading an instance's group and lifecycle state"):
             found = self._asg().describe_auto_scaling_instances(InstanceIds=[action.instance_id])
         listed = found.get("AutoScalingInstances", [])
@@ -239,7 +239,7 @@ class AutoscalingActions:
             # an action of another instance; the step is retried, the action renewed meanwhile when it is this
             # token's: the group's own instance, on its way into the state its action holds it in)
             self.heartbeat(action)
-            raise TransientError(
+            raise NotYetHeld(
                 f"instance {action.instance_id} is {state}, not yet {holding} where its action holds it"
             )
         log.warning(

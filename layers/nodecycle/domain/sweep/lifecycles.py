@@ -20,7 +20,7 @@ from nodecycle.domain.engine import (
     moved_on,
     settled_elsewhere_counted,
 )
-from nodecycle.domain.errors import AccessRefused, TransientError
+from nodecycle.domain.errors import AccessRefused, NotYetHeld, TransientError
 from nodecycle.domain.flow import completed_first
 from nodecycle.domain.model import ActionRef, LifecycleRecord, Step, adopted_token
 from nodecycle.domain.policy import ActionResult
@@ -329,7 +329,9 @@ class LifecycleRepair:
 
         Once a look has failed, the rest of the sweep's unconfirmed actions are heartbeated without one: each look
         would spend the client's retries and backoffs (seconds) on a call refused the same way, and the hundreds of
-        actions a stalled refresh leaves unconfirmed would outlast the sweep, the ones it did not reach lapsing.
+        actions a stalled refresh leaves unconfirmed would outlast the sweep, the ones it did not reach lapsing. A
+        look that answered the instance on its way into its wait state (NotYetHeld: a read lagging the notification)
+        did not fail: that action alone is heartbeated by its instance, and the sweep goes on looking.
 
         Without the look, the heartbeat names the action by its group, hook and instance, not by its token: AWS does
         not document that a token named with another group than its action's is refused, and a record of a message
@@ -344,6 +346,11 @@ class LifecycleRepair:
             return self._autoscaling.heartbeat(_by_instance(record))
         try:
             return self._autoscaling.confirm(record.action)
+        except NotYetHeld as lagging:
+            # (the look answered: its instance on its way into its wait state, a read lagging the notification. No
+            # failed look, no failed sweep: heartbeated by its instance, confirmed by its step or the next sweep)
+            log.info("lifecycle %s heartbeated by its instance alone: %s", record.id, lagging)
+            return self._autoscaling.heartbeat(_by_instance(record))
         except TransientError as error:
             log.warning(
                 "could not confirm the lifecycle action of %s (%r): heartbeated by its instance alone, as the "
