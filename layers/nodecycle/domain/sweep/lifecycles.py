@@ -137,6 +137,7 @@ class LifecycleRepair:
             # Each lifecycle at the time the sweep reaches it: the calls for the ones before may have taken
             # seconds (throttled, retried), and a start time would find a lost message "not yet overdue".
             now = max(now, self._clock.now())
+            before = counts["RepairsFailed"]
             try:
                 current, unread = self._as_it_is(record, now, late)
                 if current is None:
@@ -172,6 +173,8 @@ class LifecycleRepair:
             except Exception:  # one lifecycle's failure must not stop the repair of the others
                 log.exception("could not repair lifecycle %s", record.id)
                 counts["RepairsFailed"] += 1
+            # (one lifecycle counts once, however many of its calls failed: its look, then its heartbeat)
+            counts["RepairsFailed"] = min(counts["RepairsFailed"], before + 1)
         self._metrics.count("LifecyclesStuck", counts["LifecyclesStuck"])
         self._metrics.count("LifecyclesStalled", counts["LifecyclesStalled"])
         if unreached:
