@@ -747,8 +747,9 @@ class AssignAddress:
         allocated = scratch["allocated"]
         if unseen >= UNSEEN_TRIES:
             # Unknown for a minute: the instance may be going, its release having freed the address before EC2
-            # showed it (tries on, ten minutes by default, then a failure counted and the policy, for nothing). One
-            # look per try from then on, 30 s apart: an abnormal path
+            # showed it (tries on, ten minutes by default, then a failure counted and the policy, for nothing). A
+            # look per try from then on, 30 s apart (DescribeInstances, and DescribeAutoScalingInstances unless EC2
+            # tells the instance gone: see _going): an abnormal path
             going = self._going(record)
             if going is not None:
                 return self._gone_with_spares(record, going)
