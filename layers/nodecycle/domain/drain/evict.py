@@ -702,9 +702,9 @@ class Evict:
     ) -> tuple[list[PodInfo], str]:
         """The pods of ``left`` that will never leave by themselves, and why: all those being deleted when
         the node's kubelet is gone (Ready Unknown: they stay Terminating until the node object goes); those past
-        their deletion's deadline when it says its container runtime is down or hung (none stops meanwhile, but a
-        runtime that answers again stops them with their grace; a kubelet that reports the node NotReady for
-        another reason is there to stop them), else
+        their deletion's deadline (once forced, the force grace from the force at least) when it says its container
+        runtime is down or hung (none stops meanwhile, but a runtime that answers again stops them with their grace;
+        a kubelet that reports the node NotReady for another reason is there to stop them), else
         those still there well past their deletion's deadline. A pod force-deleted with a short grace makes
         the drain look at the node as soon as that grace is over, not only after ``CHECK_NODE_AFTER``.
         Past the drain's deadline (its timeout policy has acted), also those with no grace left
