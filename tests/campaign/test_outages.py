@@ -157,6 +157,11 @@ def test_a_replay_takes_the_oldest_distinct_messages_its_function_had_from_its_w
     ]
 
 
+def _key(function: str) -> str:
+    """A well-formed access key id of the function (20 upper-case alphanumerics, as the sandbox's IAM takes)."""
+    return f"AKIA{function.upper()[:16]:X<16}"
+
+
 def test_a_detached_policy_leaves_its_roles_functions_the_logging_policy_only_until_it_is_put_back() -> None:
     # Given a stack whose drain and wake functions share a role (its own policy and the logging one), and the
     # sweeper a role of its own, known to IAM
@@ -182,7 +187,7 @@ def test_a_detached_policy_leaves_its_roles_functions_the_logging_policy_only_un
     runner = SimpleNamespace(
         roles=roles,
         function_roles=function_roles,
-        access_key=lambda function: f"key-{function}",
+        access_key=_key,
         functions={f: SimpleNamespace(name=f"chaos-a-{f}") for f in function_roles},
         account="123456789012",
     )
@@ -191,7 +196,7 @@ def test_a_detached_policy_leaves_its_roles_functions_the_logging_policy_only_un
         roles.values(),
         [
             {
-                "access_key": f"key-{f}",
+                "access_key": _key(f),
                 "role_arn": roles[r]["arn"],
                 "session_name": f,
                 "account": "123456789012",
@@ -213,7 +218,7 @@ def test_a_detached_policy_leaves_its_roles_functions_the_logging_policy_only_un
     )
 
     def sources(function: str) -> set[str]:
-        principal = iam.principal(f"key-{function}")
+        principal = iam.principal(_key(function))
         assert principal is not None
         return {s.source.rsplit("#", 1)[0].split("[")[0] for s in principal.role.statements}
 

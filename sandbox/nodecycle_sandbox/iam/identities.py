@@ -9,6 +9,7 @@ assumes them.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -18,6 +19,8 @@ from nodecycle_sandbox.iam.policy import PolicyError, Statement, parse_policy
 
 # Decisions remembered per process (a drain-heavy test makes a few thousand calls).
 JOURNAL_LIMIT = 200_000
+# An access key id as AWS issues them and moto parses them from a request's signature
+ACCESS_KEY_ID = re.compile(r"[A-Z0-9]{20}")
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,13 @@ class Identities:
         with self._lock:
             self._roles.update(parsed)
             for key in keys:
+                if not ACCESS_KEY_ID.fullmatch(key["access_key"]):
+                    # (moto reads a request's identity only from a key of that form: any other signs the
+                    # request as the administrator, and a test of the role's permissions passes unchecked)
+                    raise ValueError(
+                        f"access key {key['access_key']!r} is not 20 upper-case letters and digits: moto would "
+                        "take its requests for the administrator's"
+                    )
                 role = self._roles[key["role_arn"]]
                 known = self._keys.get(key["access_key"])
                 if known is not None and known.role.arn != role.arn:
