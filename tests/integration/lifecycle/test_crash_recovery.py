@@ -48,15 +48,6 @@ REDELIVERY = 1  # seconds: the visibility timeout this test's deliveries use
 # delivered no later than IDLE_LONGEST after it is due, against its 1 s delay: no kill point or step depends on it.
 IDLE_FIRST = 0.05
 IDLE_LONGEST = 0.2
-# Each invocation's time (its context's remaining time at the start), as if the functions' timeout were this. A
-# completion's claim is kept until its invocation's end (engine.claimed_for_completion's ``until``), so a
-# container killed after its claim left the lifecycle waiting that long for the redelivery to take it over: at
-# the template's 60 s, that one lifecycle was the run's last 50 s, the pump idle. On AWS the queue's visibility
-# timeout (at least the function's timeout) keeps the redelivery behind the claim's end; this test compresses
-# the redelivery (REDELIVERY) and, with this, the claim. Still twice the engine's inline budget (15 s: the next
-# step runs inline only with more than that left), so the steps run inline as they do at 60 s, however loaded
-# the machine: an invocation's work takes well under a second.
-INVOCATION_SECONDS = 30
 
 
 class Killed(BaseException):
@@ -333,7 +324,7 @@ class Pump:
             self.killer.invocation(str(json.loads(message["Body"]).get("record_id", "")) or None)
             self._as(function)
             try:
-                result = module.handler(event, LambdaContext(remaining_millis=INVOCATION_SECONDS * 1000))
+                result = module.handler(event, LambdaContext())
             except Killed:
                 fresh_container()  # the message comes back after its visibility timeout
                 continue
