@@ -174,22 +174,20 @@ class AutoscalingActions:
         alarm, the dead-letter queue in the end). A look refused as well tells nothing: the call's own refusal is
         raised; a throttled one is a TransientError, retried. One call, on a refusal only."""
         try:
-            with transient_errors("reading an instance's group after a refused call"):
-                found = self._asg().describe_auto_scaling_instances(InstanceIds=[action.instance_id])
+            group, _ = self._listed(action.instance_id, "reading an instance's group after a refused call")
         except AccessRefused as look:
             log.warning(
                 "could not tell whether the action of %s went with its group: %s", action.instance_id, look
             )
             raise refused from refused.__cause__
-        listed = found.get("AutoScalingInstances", [])
-        if listed and listed[0]["AutoScalingGroupName"] == action.group:
+        if group == action.group:
             raise refused
         log.warning(
             "%s: instance %s is no longer in group %s (%s): its action went with the group",
             refused,
             action.instance_id,
             action.group,
-            f"in group {listed[0]['AutoScalingGroupName']}" if listed else "in no group",
+            f"in group {group}" if group is not None else "in no group",
         )
         return False
 
@@ -226,11 +224,7 @@ class AutoscalingActions:
     def _held_in_its_group(self, action: ActionRef) -> bool:
         """Whether ``action``'s instance waits, in the group the action names, in the state its action holds it in.
         NotYetHeld (a TransientError) while it is still on its way into that state."""
-        with transient_errors("reading an instance's group and lifecycle state"):
-            found = self._asg().describe_auto_scaling_instances(InstanceIds=[action.instance_id])
-        listed = found.get("AutoScalingInstances", [])
-        group = listed[0]["AutoScalingGroupName"] if listed else None
-        state = str(listed[0]["LifecycleState"]) if listed else None
+        group, state = self._listed(action.instance_id, "reading an instance's group and lifecycle state")
         holding = _holding_state(action)
         if group == action.group and state == holding:
             return True
@@ -394,20 +388,23 @@ class AutoscalingActions:
                 group["AutoScalingGroupName"] for page in pages for group in page["AutoScalingGroups"]
             )
 
-    def lifecycle_state(self, instance_id: str) -> str | None:
-        with transient_errors("reading an instance's lifecycle state"):
-            found = self._asg().describe_auto_scaling_instances(InstanceIds=[instance_id])
-        instances = found.get("AutoScalingInstances", [])
-        return str(instances[0]["LifecycleState"]) if instances else None
-
-    def membership(self, instance_id: str) -> Membership:
-        with transient_errors("reading an instance's group and lifecycle state"):
+    def _listed(self, instance_id: str, doing: str) -> tuple[str | None, str | None]:
+        """The group that lists the instance and its lifecycle state there (DescribeAutoScalingInstances); None
+        and None when no group does."""
+        with transient_errors(doing):
             found = self._asg().describe_auto_scaling_instances(InstanceIds=[instance_id])
         listed = found.get("AutoScalingInstances", [])
-        if listed:
-            return Membership(
-                group=listed[0]["AutoScalingGroupName"], lifecycle_state=listed[0]["LifecycleState"]
-            )
+        if not listed:
+            return None, None
+        return str(listed[0]["AutoScalingGroupName"]), str(listed[0]["LifecycleState"])
+
+    def lifecycle_state(self, instance_id: str) -> str | None:
+        return self._listed(instance_id, "reading an instance's lifecycle state")[1]
+
+    def membership(self, instance_id: str) -> Membership:
+        group, state = self._listed(instance_id, "reading an instance's group and lifecycle state")
+        if group is not None and state is not None:
+            return Membership(group=group, lifecycle_state=state)
         # No group lists it: Auto Scaling forgets an instance once it is terminated (and never knew one of no
         # group). EC2 still describes a terminated instance for a while (about an hour), with the group's name
         # in the tag Auto Scaling gave it at launch; and it answers nothing for an id it does not know.
