@@ -114,6 +114,13 @@ def _receives(record: SqsRecord) -> int:
         return 1
 
 
+def retry_wait(error: BaseException, backoff: int = FIRST_RETRY_SECONDS) -> int:
+    """Whole seconds a retry on purpose waits: ``backoff``, or as long as its error says it must (a server's
+    Retry-After, up to its cap; an answer read again only so late), whichever is longer."""
+    retry_after = error.retry_after if isinstance(error, TransientError) else None
+    return max(backoff, int(retry_after_wait(retry_after) + 0.999))
+
+
 def retry_in(error: BaseException, record: SqsRecord, timeout: int) -> int | None:
     """How soon a record retried on purpose comes back (seconds), when sooner than the queue's ``timeout``; None:
     at the timeout, as SQS brings it back unasked. At its first receive: FIRST_RETRY_SECONDS, or as long as its
@@ -128,9 +135,7 @@ def retry_in(error: BaseException, record: SqsRecord, timeout: int) -> int | Non
     progress = isinstance(error, OutOfTime)
     if receives > 1 and not progress:
         return None
-    backoff = FIRST_RETRY_SECONDS * 2 ** min(max(receives - 1, 0), 12)
-    retry_after = error.retry_after if isinstance(error, TransientError) else None
-    seconds = max(backoff, int(retry_after_wait(retry_after) + 0.999))
+    seconds = retry_wait(error, FIRST_RETRY_SECONDS * 2 ** min(max(receives - 1, 0), 12))
     if not progress and (_since_first_receive(record) or 0.0) + seconds > timeout * 2 / 3:
         return None
     return seconds if seconds < timeout else None

@@ -5,12 +5,10 @@ imports, the disruption contracts and the entry points, at each cold start)."""
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
 from nodecycle.contracts.disruption_events import is_disruption_event
-from nodecycle.domain.errors import TransientError, retry_after_wait
-from nodecycle.entrypoints import FIRST_RETRY_SECONDS, expected_retry
+from nodecycle.entrypoints import expected_retry, retry_wait
 from nodecycle.observability import logger
 from nodecycle.wiring.intake import intake_queue
 
@@ -22,8 +20,7 @@ def requeue_delay(error: BaseException) -> int:
     is past; the listing of this owner's groups, read again at most every 30 s: domain/catalog.py; a server's
     Retry-After, capped). Not a fixed minute: a throttle holds no cached answer back, and a minute is past the
     30 s heartbeat timeout Auto Scaling allows a hook (its action lapsed unless the sweeper came first)."""
-    retry_after = error.retry_after if isinstance(error, TransientError) else None
-    return max(FIRST_RETRY_SECONDS, math.ceil(retry_after_wait(retry_after)))
+    return retry_wait(error)
 
 
 def handed_to_the_queue(event: dict[str, Any], error: Exception) -> bool:
