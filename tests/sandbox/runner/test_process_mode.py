@@ -186,7 +186,8 @@ def _wait_dead(pid: int) -> None:
     zygote it was forked from."""
     deadline = time.monotonic() + 5
     while (stat := Path(f"/proc/{pid}/stat")).exists():
-        with contextlib.suppress(FileNotFoundError):
+        # Reaped between the look and the read: the open finds no file, or the read no process (ESRCH)
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
             if stat.read_text().split(")")[-1].split()[0] == "Z":
                 return
         assert time.monotonic() < deadline, f"process {pid} did not die"
