@@ -5,7 +5,8 @@
 - ``EC2 Instance State-change Notification``: an instance stopping, stopped, shutting down or terminated
   (other states are not disruptions);
 - ``AWS Health Event`` of category ``scheduledChange`` for EC2: maintenance (a reboot, a stop, a retirement)
-  scheduled for one or more instances, starting at ``startTime``.
+  scheduled for one or more instances, starting at ``startTime`` (its update closing it: over or called off,
+  nothing to act on).
 
 All come as EventBridge events (invoking intake directly, or delivered as an SQS message body).
 """
@@ -84,6 +85,9 @@ class _HealthDetail(BaseModel):
     eventTypeCategory: str
     eventTypeCode: str
     startTime: Annotated[AwsTime, BeforeValidator(_health_time)]
+    # upcoming, open or closed. Health sends its event again when it closes it: the maintenance is over, or was
+    # called off (EC2 lists it as [Completed] or [Canceled], or no more). Absent from older events.
+    statusCode: str | None = None
     affectedEntities: list[_Entity] = Field(default_factory=list)
 
 
@@ -145,6 +149,13 @@ def from_eventbridge(event: Mapping[str, Any], delivery: str = "eventbridge") ->
     health = validate(_HealthDetail, parsed.detail)
     if health.service != "EC2" or health.eventTypeCategory != "scheduledChange":
         raise NotADisruption(f"AWS Health event {health.eventTypeCode}: not a scheduled change of EC2")
+    if health.statusCode == "closed":
+        # Nothing left to drain for. Taken in, the update of a maintenance called off (its start still ahead, which
+        # EC2 no longer lists) drained the node as for maintenance EC2 lists late, and that of one done (its start
+        # passed) was rejected as stale: RejectedEventsAlarm paged at the end of every maintenance.
+        raise NotADisruption(
+            f"AWS Health event {health.eventTypeCode} closed: its maintenance is over or called off"
+        )
     instances = sorted({e.entityValue for e in health.affectedEntities if e.entityValue.startswith("i-")})
     if not instances:
         raise InvalidLifecycleEvent("missing-field", "detail.affectedEntities names no instance")
