@@ -12,7 +12,8 @@
 - Scheduled maintenance: the event in ``DescribeInstanceStatus`` (code, ``NotBefore``, ``NotAfter``) and the
   AWS Health event; then EC2 carrying it out (a reboot or system maintenance leaves the instance running, a
   stop or retirement stops it) or calling it off, after which it lists the event with its description
-  prefixed ``[Completed]`` or ``[Canceled]``, as EC2 does for a week.
+  prefixed ``[Completed]`` or ``[Canceled]``, as EC2 does for a week, and AWS Health sends its event again,
+  closed (``statusCode``), under the same ARN.
 - State changes outside the hooks: ``TerminateInstances``/``StopInstances`` called by anyone, and a Spot
   interruption that the hooks did not finish first, publish ``shutting-down``/``terminated`` and
   ``stopping``/``stopped``. A termination through the hooks publishes none (not emulated).
@@ -114,6 +115,8 @@ class DisruptionEmulator:
     def __init__(self, lifecycle: LifecycleEmulator) -> None:
         self._lifecycle = lifecycle
         self.spot_requests: dict[str, _GroupSpotRequest] = {}  # instance id -> its request
+        # scheduled event id -> the AWS Health event that told of it (its ARN), which closes when it ends
+        self._health_arns: dict[str, str] = {}
 
     @property
     def _ec2(self) -> Any:
@@ -218,12 +221,17 @@ class DisruptionEmulator:
         with self._lifecycle.lock:
             now = time.time()
             starts, ends = now + starts_in, now + starts_in + duration
+            told = ec2_events.health_scheduled_change(
+                **self._common(), instance_ids=list(instance_ids), code=code, starts=starts, ends=ends
+            )
             for instance_id in instance_ids:
                 instance = self._ec2.get_instance(instance_id)
                 events = list(getattr(instance, "events", None) or [])
+                event_id = f"instance-event-{uuid.uuid4().hex[:17]}"
+                self._health_arns[event_id] = told["detail"]["eventArn"]
                 events.append(
                     {
-                        "InstanceEventId": f"instance-event-{uuid.uuid4().hex[:17]}",
+                        "InstanceEventId": event_id,
                         "Code": code,
                         "Description": ec2_events.DESCRIPTIONS[code],
                         "NotBefore": datetime.fromtimestamp(starts, tz=UTC),
@@ -232,11 +240,7 @@ class DisruptionEmulator:
                 )
                 # DescribeInstanceStatus answers the model's events (moto serializes its attributes).
                 instance.events = events
-            self._publish(
-                ec2_events.health_scheduled_change(
-                    **self._common(), instance_ids=list(instance_ids), code=code, starts=starts, ends=ends
-                )
-            )
+            self._publish(told)
 
     def end_maintenance(self, instance_ids: list[str], *, canceled: bool = False) -> None:
         with self._lifecycle.lock:
@@ -254,6 +258,17 @@ class DisruptionEmulator:
                 if not canceled and first["Code"] in GOING_CODES and instance.state == "running":
                     self._ec2.stop_instances([instance_id])
                     self.state_changed([instance_id], ("stopping", "stopped"))
+                self._publish(
+                    ec2_events.health_scheduled_change(
+                        **self._common(),
+                        instance_ids=[instance_id],
+                        code=first["Code"],
+                        starts=first["NotBefore"].timestamp(),
+                        ends=first["NotAfter"].timestamp(),
+                        status="closed",
+                        event_arn=self._health_arns.get(first["InstanceEventId"]),
+                    )
+                )
 
     # -- state changes outside the hooks --------------------------------------------------------
 

@@ -112,7 +112,11 @@ def health_scheduled_change(
     code: str,
     starts: float,
     ends: float,
+    status: str = "upcoming",
+    event_arn: str | None = None,
 ) -> dict[str, Any]:
+    """``status``: the Health event's (``upcoming``, ``open``, ``closed``); ``event_arn``: the event's own, for an
+    update of it (Health sends its event again, a new EventBridge id under the same ARN, when it changes it)."""
     type_code = HEALTH_CODES[code]
     event = _envelope(
         source="aws.health",
@@ -123,12 +127,14 @@ def health_scheduled_change(
         resources=list(instance_ids),
     )
     event["detail"] = {
-        "eventArn": f"arn:aws:health:{region}::event/EC2/{type_code}/{type_code}_{uuid.uuid4().hex[:12].upper()}",
+        "eventArn": event_arn
+        or f"arn:aws:health:{region}::event/EC2/{type_code}/{type_code}_{uuid.uuid4().hex[:12].upper()}",
         "service": "EC2",
         "eventTypeCode": type_code,
         "eventTypeCategory": "scheduledChange",
         "startTime": _rfc1123(starts),
         "endTime": _rfc1123(ends),
+        "statusCode": status,
         "eventDescription": [{"language": "en_US", "latestDescription": DESCRIPTIONS[code]}],
         "affectedEntities": [{"entityValue": instance, "tags": {}} for instance in instance_ids],
     }

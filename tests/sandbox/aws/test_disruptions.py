@@ -304,3 +304,29 @@ def test_instances_the_group_terminates_through_its_hooks_publish_their_state_ch
         (victim, "terminated"),
     ]
     assert all(any(matches(p, e) for p in intake_patterns()) for e in changes)
+
+
+def test_scheduled_maintenance_ended_is_told_by_its_health_event_closed(aws: Emulation) -> None:
+    # Given a retirement of one instance and a reboot of another, each told by AWS Health (upcoming)
+    group = aws.group(size=2)
+    retired, rebooted = sorted(group.instances())
+    group.schedule_maintenance([retired], starts_in=3600)
+    group.schedule_maintenance([rebooted], code="system-reboot", starts_in=7200)
+
+    # When EC2 carries out the retirement and calls off the reboot
+    group.end_maintenance([retired])
+    group.end_maintenance([rebooted], canceled=True)
+
+    # Then AWS Health sends each event again, closed, under its ARN (a new EventBridge id), as it does for every
+    # scheduled change it closes
+    told = ec2_events(aws, "AWS Health Event")
+    assert [(e["detail"]["statusCode"], e["resources"]) for e in told] == [
+        ("upcoming", [retired]),
+        ("upcoming", [rebooted]),
+        ("closed", [retired]),
+        ("closed", [rebooted]),
+    ]
+    assert told[2]["detail"]["eventArn"] == told[0]["detail"]["eventArn"]
+    assert told[3]["detail"]["eventArn"] == told[1]["detail"]["eventArn"]
+    assert told[2]["id"] != told[0]["id"]
+    assert shape(told[2]) == shape(sample("eventbridge-health-scheduled-retirement.json"))
