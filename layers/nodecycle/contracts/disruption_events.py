@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from nodecycle.contracts.eventbridge import EventBridgeEnvelope
-from nodecycle.contracts.lifecycle_events import INSTANCE_ID, InvalidLifecycleEvent, validate
+from nodecycle.contracts.lifecycle_events import INSTANCE_ID, InvalidLifecycleEvent, shown, validate
 from nodecycle.contracts.times import AwsTime
 from nodecycle.domain.model import DisruptionEvent, Transition
 from nodecycle.domain.ports.instances import DOWN_STATES
@@ -136,7 +136,7 @@ def from_eventbridge(event: Mapping[str, Any], delivery: str = "eventbridge") ->
     if kind == STATE_CHANGE:
         change = validate(_StateChange, parsed.detail)
         if change.state not in DOWN_STATES:
-            raise NotADisruption(f"instance {change.instance_id} is {change.state}: not a disruption")
+            raise NotADisruption(f"instance {change.instance_id} is {shown(change.state)}: not a disruption")
         return [
             DisruptionEvent(
                 instance_id=change.instance_id,
@@ -148,13 +148,13 @@ def from_eventbridge(event: Mapping[str, Any], delivery: str = "eventbridge") ->
         ]
     health = validate(_HealthDetail, parsed.detail)
     if health.service != "EC2" or health.eventTypeCategory != "scheduledChange":
-        raise NotADisruption(f"AWS Health event {health.eventTypeCode}: not a scheduled change of EC2")
+        raise NotADisruption(f"AWS Health event {shown(health.eventTypeCode)}: not a scheduled change of EC2")
     if health.statusCode == "closed":
         # Nothing left to drain for. Taken in, the update of a maintenance called off (its start still ahead, which
         # EC2 no longer lists) drained the node as for maintenance EC2 lists late, and that of one done (its start
         # passed) was rejected as stale: RejectedEventsAlarm paged at the end of every maintenance.
         raise NotADisruption(
-            f"AWS Health event {health.eventTypeCode} closed: its maintenance is over or called off"
+            f"AWS Health event {shown(health.eventTypeCode)} closed: its maintenance is over or called off"
         )
     instances = sorted({e.entityValue for e in health.affectedEntities if e.entityValue.startswith("i-")})
     if not instances:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nodecycle.contracts import disruption_events, lifecycle_events
-from nodecycle.contracts.lifecycle_events import InvalidLifecycleEvent, TestNotification
+from nodecycle.contracts.lifecycle_events import InvalidLifecycleEvent, TestNotification, keys_of
 from nodecycle.domain.model import DisruptionEvent, LifecycleEvent
 
 log = logging.getLogger(__name__)
@@ -159,14 +159,15 @@ def redriven_event(record: Mapping[str, Any]) -> dict[str, Any]:
     if "source" not in payload and "detail-type" not in payload:
         raise InvalidLifecycleEvent(
             "unknown-shape",
-            f"requestPayload is not an EventBridge event (keys: {sorted(payload)[:8]})",
+            f"requestPayload is not an EventBridge event (keys: {keys_of(payload)})",
         )
     context = record["requestContext"]
     log.info(
         "an on-failure record redriven: its event %s (%s after %s invocations)",
-        payload.get("id"),
-        context.get("condition"),
-        context.get("approximateInvokeCount"),
+        # (cut as an EventBridge id, a condition and a count can be long: the record's writer may be anyone's)
+        str(payload.get("id"))[:128],
+        str(context.get("condition"))[:64],
+        str(context.get("approximateInvokeCount"))[:16],
     )
     return payload
 

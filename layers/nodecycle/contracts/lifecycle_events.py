@@ -46,6 +46,20 @@ _TOKEN = (
 _SHOWN = 200  # characters of a refused value that its error shows
 
 
+def shown(value: object) -> str:
+    """``value`` as a log line quotes it: its repr, cut to _SHOWN characters (saying how long it was) when longer.
+    Anyone allowed to send to the intake queue writes what a refusal quotes, as long as a message can be: quoted
+    whole, a line would be as long, past what CloudWatch Logs keeps of an event (256 KB), and cut, the JSON of the
+    structured line with it (its reason, its message id)."""
+    text = repr(value)
+    return text if len(text) <= _SHOWN else f"{text[:_SHOWN]}... ({len(text)} characters)"
+
+
+def keys_of(data: Mapping[str, Any]) -> str:
+    """The first keys of an object of no known shape, as an error names them (each ``shown``)."""
+    return f"[{', '.join(shown(key) for key in sorted(data)[:8])}]"
+
+
 class InvalidLifecycleEvent(ValueError):
     """The input is not a lifecycle action nodecycle can act on. ``reason`` is a short metric dimension."""
 
@@ -69,7 +83,8 @@ class TestNotification(BaseModel):
         "autoscaling:EC2_INSTANCE_TERMINATE_ERROR",
     ]
     Service: str
-    AutoScalingGroupName: str
+    # (as Auto Scaling lets a group's name be: this one is logged, see shown)
+    AutoScalingGroupName: str = Field(max_length=255)
     Time: AwareDatetime | None = None
     RequestId: str | None = None
 
@@ -135,12 +150,12 @@ class LifecycleActionEvent(EventBridgeEnvelope):
 def from_eventbridge(event: Mapping[str, Any], delivery: str = "eventbridge") -> LifecycleEvent:
     source = event.get("source")
     if source != SOURCE:
-        raise InvalidLifecycleEvent("wrong-source", f"source is {source!r}, expected {SOURCE!r}")
+        raise InvalidLifecycleEvent("wrong-source", f"source is {shown(source)}, expected {SOURCE!r}")
     detail_type = event.get("detail-type")
     expected = DETAIL_TYPES.get(str(detail_type))
     if expected is None:
         raise InvalidLifecycleEvent(
-            "unsupported-detail-type", f"detail-type {detail_type!r} is not a lifecycle action"
+            "unsupported-detail-type", f"detail-type {shown(detail_type)} is not a lifecycle action"
         )
     parsed = validate(LifecycleActionEvent, event)
     if parsed.detail.LifecycleTransition is not expected:
@@ -177,7 +192,7 @@ def from_sqs_data(
         return parsed.normalized(parsed.Time, "sqs")
     raise InvalidLifecycleEvent(
         "unknown-shape",
-        f"body is neither an EventBridge event nor a hook notification (keys: {sorted(data)[:8]})",
+        f"body is neither an EventBridge event nor a hook notification (keys: {keys_of(data)})",
     )
 
 
@@ -197,9 +212,9 @@ def _invalid(error: ValidationError) -> InvalidLifecycleEvent:
     if name == "LifecycleTransition":
         return InvalidLifecycleEvent(
             "unknown-transition",
-            f"{field} {first.get('input')!r} is not a lifecycle hook's transition (launching or terminating)",
+            f"{field} {shown(first.get('input'))} is not a lifecycle hook's transition (launching or terminating)",
         )
-    got = repr(first.get("input"))
-    if len(got) > _SHOWN:  # (a field refused for its length would fill the log line)
-        got = f"{got[:_SHOWN]}... ({len(got)} characters)"
-    return InvalidLifecycleEvent("invalid-field", f"{field}: {first['msg']} (got {got})")
+    # (a field refused for its length would fill the log line: see shown)
+    return InvalidLifecycleEvent(
+        "invalid-field", f"{field}: {first['msg']} (got {shown(first.get('input'))})"
+    )
