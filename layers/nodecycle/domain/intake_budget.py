@@ -15,8 +15,8 @@ idempotent anyway (one record per instance and cause): a crash before the save r
 Why not split the event into messages of a few instances each, sent to the intake queue: what comes by the
 queue is trusted less than what EventBridge delivers (anyone allowed to send to it can forge an event), so a
 maintenance EC2 does not list yet would be drained for by the event's first part and not by its others; and
-intake would need to send to its own queue (a permission it does not have, and a loop Lambda's recursion
-detection watches).
+the parts would loop through intake's own queue (which it sends to only to hand over an EventBridge event retried
+on purpose, once), a loop Lambda's recursion detection watches.
 """
 
 from __future__ import annotations
