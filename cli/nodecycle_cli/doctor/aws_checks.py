@@ -22,6 +22,10 @@ from nodecycle_cli.output import age
 
 LAUNCHING = "autoscaling:EC2_INSTANCE_LAUNCHING"
 TERMINATING = "autoscaling:EC2_INSTANCE_TERMINATING"
+# The group tag key aws-node-termination-handler's queue processor acts on (its managedAsgTag default, checked when
+# checkASGTagBeforeDraining is on, its default): it drains the group's nodes on every terminate lifecycle action its
+# rule sends it, whichever hook, and completes that hook's action (docs/migrating.md)
+NTH_MANAGED_TAG = "aws-node-termination-handler/managed"
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,8 @@ def hooks(autoscaling: Any, groups: Sequence[str], rules: HookRules) -> list[Fin
                 )
             )
             continue
+        if any(t["Key"] == NTH_MANAGED_TAG for t in described[group].get("Tags", [])):
+            findings.append(_other_drainer(group))
         try:
             found = autoscaling.describe_lifecycle_hooks(AutoScalingGroupName=group)["LifecycleHooks"]
         except ClientError as error:
@@ -107,6 +113,18 @@ def hooks(autoscaling: Any, groups: Sequence[str], rules: HookRules) -> list[Fin
             continue
         findings += _group_hooks(group, found, rules)
     return findings
+
+
+def _other_drainer(group: str) -> Finding:
+    return Finding.problem(
+        f"hooks.{group}",
+        f"group {group} is still tagged {NTH_MANAGED_TAG}: aws-node-termination-handler drains its nodes too",
+        "its queue processor drains the node of every terminate lifecycle action its rule sends it, nodecycle's "
+        "hook's included, outside the disruption budget, and completes nodecycle's action with CONTINUE: nodes "
+        "drained beyond the budget, two drains of one node",
+        f"aws autoscaling delete-tags --tags ResourceId={group},ResourceType=auto-scaling-group,Key={NTH_MANAGED_TAG}"
+        " (docs/migrating.md: one group at a time)",
+    )
 
 
 def _group_hooks(group: str, found: Sequence[Mapping[str, Any]], rules: HookRules) -> list[Finding]:
