@@ -1,4 +1,4 @@
-"""The ``nodecycle`` commands docs/runbook.md and docs/removing.md give an operator are commands the CLI
+"""The ``nodecycle`` commands docs/runbook.md, docs/removing.md and docs/migrating.md give an operator are commands the CLI
 takes as written, and in the runbook (whose helpers set ``STACK``) each one that reads or changes the stack's
 things names the stack: without ``--stack`` a command knows neither the stack's table and owner id nor its
 ``BudgetNamespace``, and ``budget release`` no longer refuses to free another owner's slot unasked."""
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from nodecycle_cli.main import build_parser
+from nodecycle_cli.main import UsageError, build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = ("docs/runbook.md", "docs/removing.md")
+DOCS = ("docs/runbook.md", "docs/removing.md", "docs/migrating.md")
 # What the docs' shell would put in place of its variables and helpers
 VALUES = {
     "$STACK": "nodecycle",
@@ -53,7 +53,7 @@ def test_each_command_the_docs_give_is_one_the_cli_takes(path: str) -> None:
         # When the CLI parses it as `nodecycle` would
         try:
             build_parser(argv[0]).parse_args(argv)
-        except SystemExit:
+        except (SystemExit, UsageError):  # (the CLI's parser raises its usage errors: main says them)
             refused.append(command)
     # Then it takes each as written
     assert not refused
