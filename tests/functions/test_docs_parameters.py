@@ -1,5 +1,5 @@
-"""What template.yaml's parameter descriptions tell the operator who sets them (sam deploy --guided shows them)
-is what the functions check at their cold start."""
+"""What template.yaml's parameter descriptions tell the operator who sets them (the CloudFormation console shows them;
+`sam deploy --guided` only the names and defaults) is what the functions check at their cold start."""
 
 from __future__ import annotations
 
@@ -65,3 +65,37 @@ def test_a_whole_sweep_interval_gives_its_schedule_and_alarm(interval: str) -> N
     assert schedule == ("rate(1 minute)" if interval == "1" else f"rate({interval} minutes)")
     alarm = resources.intrinsics.resolve(TEMPLATE["Resources"]["LifecyclesStalledAlarm"]["Properties"])
     assert int(alarm["EvaluationPeriods"]) == 2 * int(interval) + 1
+
+
+def test_every_parameter_says_what_it_does() -> None:
+    # The CloudFormation console shows each parameter's description beside its field, and `sam deploy --guided`
+    # only its name and default: a parameter without one is a name to guess at (ForceGraceSeconds, EipMode...)
+    assert sorted(name for name, parameter in PARAMETERS.items() if not parameter.get("Description")) == []
+
+
+@pytest.mark.parametrize(
+    "name",
+    sorted(
+        name
+        for name, parameter in PARAMETERS.items()
+        if parameter.get("AllowedValues")
+        and set(parameter["AllowedValues"]) != {"true", "false"}
+        and parameter["Type"] == "String"
+    ),
+)
+def test_a_choice_parameter_says_what_each_of_its_values_does(name: str) -> None:
+    # Given a parameter that takes one of a few words (EipMode: off, allocate, pool)
+    description = PARAMETERS[name].get("Description") or ""
+    # Then its description names each of them
+    assert [value for value in PARAMETERS[name]["AllowedValues"] if value not in description] == []
+
+
+def test_a_default_a_description_states_is_the_parameters_default() -> None:
+    # Given each description that states its parameter's default ("Default 10."), Then it is the one deployed
+    stated = {
+        name: match.group(1)
+        for name, parameter in PARAMETERS.items()
+        if (match := re.search(r"\bDefault (\S+?)\.?(?:\s|$)", parameter.get("Description") or ""))
+    }
+    assert len(stated) >= 4  # the scan found them
+    assert {name: value for name, value in stated.items() if value != str(PARAMETERS[name]["Default"])} == {}
