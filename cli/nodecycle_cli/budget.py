@@ -35,6 +35,18 @@ if TYPE_CHECKING:
 DEFAULT_NAMESPACE = "nodecycle"  # the default of the BudgetNamespace stack parameter
 DEFAULT_NAME = "nodecycle-budget"
 
+SHOW = (
+    "The disruption budget every nodecycle stack on the cluster shares: the slots held (node, zone, owner, since "
+    "when, last renewed, forced or not), the nodes waiting in line and which is next, and the limits each stack "
+    "resolved, cluster-wide and per zone. Read-only."
+)
+RELEASE = (
+    "Free the budget slot NODE holds, for a drain that is stuck (a node waiting in line holds none: nothing is "
+    "released for it). Asks first, naming the slot's owner; with its input closed it releases nothing. With "
+    "--stack, another owner's slot is freed only when the question is answered, never with --yes. A slot that is "
+    "not renewed frees itself after BudgetHolderTtlSeconds: this is for not waiting that long."
+)
+
 
 def register(commands: Any) -> None:
     """Add ``budget show`` and ``budget release`` to ``commands`` (an ``add_subparsers()`` result)."""
@@ -49,13 +61,23 @@ def register(commands: Any) -> None:
         "--name", default=DEFAULT_NAME, help=f"name of the ConfigMap (default: {DEFAULT_NAME})"
     )
 
-    budget = commands.add_parser("budget", help="show the disruption budget, or release a slot by hand")
+    budget = commands.add_parser(
+        "budget",
+        help="show the disruption budget, or release a slot by hand",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     actions = budget.add_subparsers(dest="budget_command", required=True, metavar="ACTION")
 
     show = actions.add_parser(
-        "show", parents=[cluster], help="holders, waiters and limits, per zone, with their ages"
+        "show",
+        parents=[cluster],
+        help="holders, waiters and limits, per zone, with their ages",
+        description=SHOW,
     )
-    show.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    show.add_argument(
+        "-o", "--output", choices=("table", "json"), default="table", help="how to print it (default: table)"
+    )
     show.add_argument("--json", dest="output", action="store_const", const="json", help="same as -o json")
     show.set_defaults(run=show_budget)
 
@@ -63,6 +85,7 @@ def register(commands: Any) -> None:
         "release",
         parents=[cluster],
         help="free the slot a node holds, whatever stack holds it, after asking (for a drain that is stuck)",
+        description=RELEASE,
     )
     release.add_argument("node", metavar="NODE", help="the node's name, or its instance's id")
     release.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")

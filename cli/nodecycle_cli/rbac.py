@@ -171,11 +171,20 @@ def command(namespace: str, group_prefix: str) -> str:
 
 def register(commands: Any) -> None:
     parser = commands.add_parser(
-        "rbac", help="the cluster roles, the budget namespace and ConfigMap, for kubectl apply -f -"
+        "rbac",
+        help="the cluster roles, the budget namespace and ConfigMap, for kubectl apply -f -",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--namespace", default=DEFAULT_NAMESPACE, help="the stack's BudgetNamespace")
     parser.add_argument(
-        "--group-prefix", default=DEFAULT_GROUP_PREFIX, help="the stack's KubernetesGroup parameter"
+        "--namespace",
+        default=DEFAULT_NAMESPACE,
+        help=f"the stack's BudgetNamespace parameter (default: {DEFAULT_NAMESPACE})",
+    )
+    parser.add_argument(
+        "--group-prefix",
+        default=DEFAULT_GROUP_PREFIX,
+        help=f"the stack's KubernetesGroup parameter (default: {DEFAULT_GROUP_PREFIX})",
     )
     parser.set_defaults(run=run)
 

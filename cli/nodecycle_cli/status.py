@@ -56,7 +56,9 @@ def register(commands: Any) -> None:
     parser.add_argument("--table", help="lifecycle table (default: $NODECYCLE_RECORD_TABLE)")
     parser.add_argument("--owner", help="the stack's owner id (default: $NODECYCLE_OWNER_ID)")
     parser.add_argument("--all", action="store_true", help="finished lifecycles too (reads the whole table)")
-    parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    parser.add_argument(
+        "-o", "--output", choices=("table", "json"), default="table", help="how to print it (default: table)"
+    )
     parser.add_argument("--json", dest="output", action="store_const", const="json", help="same as -o json")
     parser.set_defaults(run=run)
 

@@ -79,3 +79,20 @@ def test_the_doctors_help_names_the_rbac_it_compares_with_when_rbac_is_left_out(
     assert option.default is None
     assert "nodecycle rbac" in help_text, help_text
     assert "deploy/rbac.yaml here" not in help_text
+
+
+def test_each_commands_help_says_what_it_does_and_what_each_option_is() -> None:
+    # Given `nodecycle <command> [<action>] --help` for every command and action (`nodecycle budget release
+    # --help` printed its usage and options only: nothing said what NODE's slot release does, or when to use it)
+    bare, unexplained = [], []
+    for name, parser in command_parsers():
+        if not (parser.description or "").strip():
+            bare.append(name)
+        unexplained += [
+            f"nodecycle {name} {'/'.join(action.option_strings) or action.dest}"
+            for action in parser._actions
+            if not action.help and not isinstance(action, argparse._SubParsersAction)
+        ]
+    # Then each has a description, and each of its options and arguments a help line
+    assert bare == []
+    assert unexplained == []
