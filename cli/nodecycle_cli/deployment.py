@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from nodecycle_cli.failures import CommandError
+from nodecycle_cli.failures import CommandError, endpoint_note
 
 if TYPE_CHECKING:
     import boto3
@@ -137,6 +137,7 @@ def find(session: boto3.Session, name: str) -> Deployment:
             raise CommandError(
                 f"no CloudFormation stack {name!r} in {cloudformation.meta.region_name} "
                 "(pass --region, or the name `sam deploy` was given)"
+                + endpoint_note(cloudformation.meta.endpoint_url)
             ) from None
         raise
     return from_description(stacks[0], cloudformation.meta.region_name)

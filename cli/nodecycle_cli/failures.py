@@ -6,8 +6,10 @@ kubeconfig needs to read what to do, not a traceback (``-v`` still shows the tra
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
+from urllib.parse import urlsplit
 
 
 class CommandError(Exception):
@@ -42,10 +44,44 @@ def _aws(error: BaseException) -> str | None:
     if isinstance(error, exceptions.TokenRetrievalError | exceptions.SSOTokenLoadError):
         return f"the AWS SSO session cannot be used ({error}): run `aws sso login`"
     if isinstance(error, exceptions.EndpointConnectionError | exceptions.ConnectTimeoutError):
-        return f"cannot reach AWS: {error}"
+        return f"cannot reach AWS: {error}{endpoint_note(error.kwargs.get('endpoint_url'))}"
+    parsers = sys.modules.get("botocore.parsers")
+    if parsers is not None and isinstance(error, parsers.ResponseParserError):
+        # (botocore's error names neither the call nor the endpoint: the variable is the likely cause)
+        endpoint = os.environ.get("AWS_ENDPOINT_URL")
+        return f"the answer to {_call(error)} is not an AWS answer ({str(error).splitlines()[0]})" + (
+            endpoint_note(endpoint) if endpoint else ": a proxy between here and AWS?"
+        )
     if isinstance(error, exceptions.ClientError):
         return _credentials(error) or aws_answer(error)
     return None
+
+
+def endpoint_note(url: str | None) -> str:
+    """What to add to a failure of a call made at ``url`` when that is not AWS's endpoint: the sandbox's environment
+    file sets AWS_ENDPOINT_URL (and its keys, which botocore prefers to a profile), and a shell that sourced it
+    asks the sandbox about a real stack, or, once the sandbox stopped, nobody."""
+    if not url or (urlsplit(url).hostname or "").endswith(AWS_HOSTS):
+        return ""
+    return (
+        f" (asked at {url}, which is not AWS: AWS_ENDPOINT_URL, or an endpoint_url of the AWS config, sends the "
+        "calls there, as the sandbox's environment file does; unset AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID and "
+        "AWS_SECRET_ACCESS_KEY to reach AWS)"
+    )
+
+
+AWS_HOSTS = (".amazonaws.com", ".amazonaws.com.cn", ".api.aws")
+
+
+def _call(error: BaseException) -> str:
+    """The operation a botocore error came from, when the traceback tells it (ResponseParserError does not say)."""
+    trace = error.__traceback__
+    while trace is not None:
+        name = trace.tb_frame.f_locals.get("operation_name")
+        if isinstance(name, str):
+            return name
+        trace = trace.tb_next
+    return "an AWS call"
 
 
 # AWS's answers to a call signed with credentials that expired (the query protocol's code, the JSON protocols') or

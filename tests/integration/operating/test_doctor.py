@@ -386,10 +386,14 @@ def test_before_deploying_it_checks_the_cluster_and_the_groups_given(doctor: Doc
 
 def test_no_stack_is_one_line_naming_it(doctor: Doctor, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["doctor", "--stack", "nope"]) == 2
-    assert capsys.readouterr().err.strip() == (
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(
         "nodecycle doctor: no CloudFormation stack 'nope' in eu-west-1 (pass --region, or the name `sam deploy` "
         "was given)"
     )
+    # (asked at the sandbox's endpoint, which the line names: tests/functions/test_cli_endpoint_not_aws.py)
+    assert "asked at http://127.0.0.1:" in err
 
 
 # -- the other commands, by stack name ------------------------------------------------------------------
