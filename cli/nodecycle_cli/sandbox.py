@@ -72,9 +72,18 @@ def add_sandbox_options(parser: argparse.ArgumentParser, nodes: int = 6) -> None
         "--parameter",
         action="append",
         default=[],
+        type=_name_value,
         metavar="NAME=VALUE",
         help="any other template parameter, e.g. DrainTimeoutSeconds=300 (repeatable)",
     )
+
+
+def _name_value(text: str) -> str:
+    """A --parameter as given, refused by the parser (before the sandbox starts) unless it is NAME=VALUE."""
+    name, sep, _ = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"needs NAME=VALUE, got {text!r}")
+    return text
 
 
 def options_from(args: argparse.Namespace) -> SandboxOptions:
