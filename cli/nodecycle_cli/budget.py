@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from nodecycle_cli import json_errors, rbac
 from nodecycle_cli.cluster import add_kubeconfig_arguments, api_client, mismatch
-from nodecycle_cli.deployment import add_stack_arguments, find, session
+from nodecycle_cli.deployment import add_stack_arguments, find, session, stack_named_by
 from nodecycle_cli.failures import CommandError, explain
 from nodecycle_cli.output import age, table
 
@@ -351,7 +351,8 @@ def _store(args: argparse.Namespace) -> ConfigMapBudgetStore:
     kube = api_client(args)
     if args.stack:
         aws = session(args)
-        deployment = find(aws, args.stack)
+        with stack_named_by(args):
+            deployment = find(aws, args.stack)
         args.namespace = args.namespace or deployment.parameter("BudgetNamespace", DEFAULT_NAMESPACE)
         # the stack's functions' groups, for the command that installs a missing budget (see _no_budget)
         args.group_prefix = deployment.parameter("KubernetesGroup", rbac.DEFAULT_GROUP_PREFIX)

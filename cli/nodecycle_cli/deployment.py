@@ -134,13 +134,39 @@ def find(session: boto3.Session, name: str) -> Deployment:
         stacks = cloudformation.describe_stacks(StackName=name)["Stacks"]
     except ClientError as error:
         if error.response.get("Error", {}).get("Code") == "ValidationError":
-            raise CommandError(
-                f"no CloudFormation stack {name!r} in {cloudformation.meta.region_name} "
-                "(pass --region, or the name `sam deploy` was given)"
-                + endpoint_note(cloudformation.meta.endpoint_url)
+            raise StackNotFound(
+                name, cloudformation.meta.region_name, cloudformation.meta.endpoint_url
             ) from None
         raise
     return from_description(stacks[0], cloudformation.meta.region_name)
+
+
+class StackNotFound(CommandError):
+    """CloudFormation has no stack of the name (a ValidationError), said in one line."""
+
+    def __init__(self, name: str, region: str, endpoint: str | None, why: str | None = None) -> None:
+        self.name, self.region, self.endpoint = name, region, endpoint
+        why = why or "pass --region, or the name `sam deploy` was given"
+        super().__init__(f"no CloudFormation stack {name!r} in {region} ({why}){endpoint_note(endpoint)}")
+
+
+@contextmanager
+def stack_named_by(args: argparse.Namespace) -> Iterator[None]:
+    """Around the look-up of ``args.stack``: a stack not found whose name came from $NODECYCLE_STACK says so (the
+    operator never typed it: a stack since deleted, as docs/removing.md has them free a slot after sam delete, or
+    a profile's typo), and how to run without it."""
+    try:
+        yield
+    except StackNotFound as missing:
+        if getattr(args, "stack_source", None) != STACK_VARIABLE:
+            raise
+        raise StackNotFound(
+            missing.name,
+            missing.region,
+            missing.endpoint,
+            f"{STACK_VARIABLE} names it: pass --stack NAME, or unset NODECYCLE_STACK to run without a stack "
+            "(budget with --namespace)",
+        ) from None
 
 
 def from_description(stack: Mapping[str, Any], region: str) -> Deployment:

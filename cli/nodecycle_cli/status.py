@@ -30,6 +30,7 @@ from nodecycle_cli.deployment import (
     find,
     lifecycle_table,
     session,
+    stack_named_by,
 )
 from nodecycle_cli.failures import CommandError
 from nodecycle_cli.output import age, table
@@ -71,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
     # stack's, sharing the table or not); --stack on the line is an order, which they must agree with
     on_the_line = args.stack_source == "--stack"
     if args.stack and (on_the_line or not (args.table and args.owner)):
-        deployment = find(aws, args.stack)
+        with stack_named_by(args):
+            deployment = find(aws, args.stack)
         for flag, given, its in (
             ("--table", args.table, deployment.table),
             ("--owner", args.owner, deployment.owner),

@@ -56,6 +56,7 @@ from nodecycle_cli.deployment import (
     find,
     lifecycle_table,
     session,
+    stack_named_by,
 )
 from nodecycle_cli.doctor import aws_checks, cluster_checks, function_checks
 from nodecycle_cli.doctor.findings import Finding, Status, as_json, exit_status, render
@@ -132,7 +133,8 @@ def register(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     aws = session(args)
-    deployment = find(aws, args.stack) if args.stack else None
+    with stack_named_by(args):
+        deployment = find(aws, args.stack) if args.stack else None
     if deployment is None and not (args.cluster or args.group):
         raise CommandError(
             "what to check? pass --stack NAME (or, before deploying, --cluster NAME and --group GROUP)"
