@@ -15,6 +15,7 @@ from nodecycle.domain.policy import Quantity
 from nodecycle.settings import Timing
 from nodecycle_cli.doctor import aws_checks
 from nodecycle_sandbox.runner.cfn_yaml import load_template
+from nodecycle_sandbox.runner.intrinsics import check_parameters
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = (ROOT / "docs" / "migrating.md").read_text()
@@ -121,3 +122,20 @@ def test_the_sizing_table_is_the_budgets_arithmetic() -> None:
     assert global_deadline(started, 600) - started == timedelta(hours=16, minutes=40)
     assert "16 h 40 min global timeout of a 600 s hook" in text
     assert timedelta(minutes=300 * 4) > timedelta(hours=16, minutes=40)
+
+
+def test_the_guides_deploy_commands_give_sam_the_values_they_show_and_the_template_takes_them() -> None:
+    from samcli.cli.types import CfnParameterOverridesType
+
+    deploys = [
+        words[words.index("--parameter-overrides") + 1 :] for words in commands("sam deploy --parameter")
+    ]
+    assert deploys
+    for words in deploys:
+        given = [word for word in words if "=" in word]
+        # SAM reads the words as `sam deploy` does (it cuts an unquoted value at its first blank)
+        read = CfnParameterOverridesType().convert(tuple(given), None, None)
+        shown = {word.split("=", 1)[0]: word.split("=", 1)[1].strip('"') for word in given}
+        assert read == shown
+        # and the template takes each (its patterns: a truncated selector could pass them, not the check above)
+        check_parameters(TEMPLATE, {name: value for name, value in read.items() if "..." not in value})
