@@ -125,7 +125,7 @@ def test_the_sizing_table_is_the_budgets_arithmetic() -> None:
 
 
 def test_the_guides_deploy_commands_give_sam_the_values_they_show_and_the_template_takes_them() -> None:
-    from samcli.cli.types import CfnParameterOverridesType
+    from samcli.cli.types import CfnParameterOverridesType  # type: ignore[import-untyped]  # (SAM ships no types)
 
     deploys = [
         words[words.index("--parameter-overrides") + 1 :] for words in commands("sam deploy --parameter")
