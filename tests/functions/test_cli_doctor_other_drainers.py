@@ -97,3 +97,26 @@ def test_the_tagged_groups_hooks_are_still_checked(autoscaling: Any) -> None:
     assert len(whats) == 2
     assert any("aws-node-termination-handler/managed" in what for what in whats)
     assert any("no terminate hook" in what for what in whats)
+
+
+def test_a_terminate_hook_of_another_tool_beside_nodecycles_is_named_in_its_check(autoscaling: Any) -> None:
+    # Given a group with nodecycle's terminate hook and another tool's (aws-node-termination-handler's, whose tag
+    # is gone: a group half way through docs/migrating.md's step 3). Auto Scaling waits for both: answered by a
+    # drainer, the node is drained twice; answered by nobody, each termination waits out its heartbeat timeout.
+    # Another tool's hook is allowed (ManagedHooks leaves it alone), so it is no problem: it is said
+    add_group(autoscaling, "workers")
+    autoscaling.put_lifecycle_hook(
+        AutoScalingGroupName="workers",
+        LifecycleHookName="nth-terminate",
+        LifecycleTransition=aws_checks.TERMINATING,
+        HeartbeatTimeout=300,
+        DefaultResult="CONTINUE",
+    )
+
+    # When the doctor checks the group's hooks
+    (found,) = aws_checks.hooks(autoscaling, ["workers"], RULES)
+
+    # Then nodecycle's hook is ok, and its line names the other hook, that Auto Scaling waits for it too
+    assert found.status == "ok"
+    assert "nth-terminate" in found.what
+    assert "Auto Scaling waits for its other terminate hook nth-terminate too" in found.what

@@ -161,12 +161,18 @@ def _group_hooks(group: str, found: Sequence[Mapping[str, Any]], rules: HookRule
                 )
             )
             continue
+        # Another tool's hook of the same transition is allowed (ManagedHooks leaves it alone), but Auto Scaling
+        # waits for it too: a drainer answering it drains the node a second time, outside the budget; nobody
+        # answering it holds each instance its heartbeat timeout. Said on nodecycle's hook's line, not as a problem
+        beside = [h["LifecycleHookName"] for h in of_transition if not rules.answers(h["LifecycleHookName"])]
         for hook in ours:
-            findings += _hook(group, hook, short, rules)
+            findings += _hook(group, hook, short, rules, beside)
     return findings or [Finding.ok(check, f"group {group}: no hook needed by these settings")]
 
 
-def _hook(group: str, hook: Mapping[str, Any], short: str, rules: HookRules) -> list[Finding]:
+def _hook(
+    group: str, hook: Mapping[str, Any], short: str, rules: HookRules, beside: Sequence[str] = ()
+) -> list[Finding]:
     name, check = hook["LifecycleHookName"], f"hooks.{group}"
     timeout, default = int(hook["HeartbeatTimeout"]), hook["DefaultResult"]
     put = (
@@ -203,8 +209,14 @@ def _hook(group: str, hook: Mapping[str, Any], short: str, rules: HookRules) -> 
                 f"{put} --heartbeat-timeout {timeout} --default-result {wanted}",
             )
         )
+    also = (
+        f"; Auto Scaling waits for its other {short} hook{'s' if len(beside) > 1 else ''} {', '.join(beside)} too "
+        "(docs/migrating.md: one drainer per node)"
+        if beside
+        else ""
+    )
     return findings or [
-        Finding.ok(check, f"hook {name} of group {group}: heartbeat {timeout} s, default {default}")
+        Finding.ok(check, f"hook {name} of group {group}: heartbeat {timeout} s, default {default}{also}")
     ]
 
 
