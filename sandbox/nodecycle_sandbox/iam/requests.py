@@ -32,6 +32,15 @@ _SQS_ACTIONS = {
     "DeleteMessageBatch": "DeleteMessage",
     "ChangeMessageVisibilityBatch": "ChangeMessageVisibility",
 }
+# moto's name for a service (its backend's module) where it is not the service's prefix in IAM actions: a
+# policy granting lambda:GetPolicy was judged against "awslambda:GetPolicy" and refused
+_IAM_PREFIXES = {
+    "awslambda": "lambda",
+    "elb": "elasticloadbalancing",
+    "elbv2": "elasticloadbalancing",
+    "resourcegroupstaggingapi": "tag",
+    "service-quotas": "servicequotas",
+}
 # Actions AWS never denies.
 UNAUTHORIZED_ACTIONS = frozenset({"sts:GetCallerIdentity"})
 
@@ -45,7 +54,7 @@ def requests_for(response: Any) -> list[Request]:
     base = {"aws:RequestedRegion": region}
     resolver = _RESOLVERS.get(service)
     if resolver is None:
-        return [Request(f"{service}:{operation}", "*", context_of(base))]
+        return [Request(f"{_IAM_PREFIXES.get(service, service)}:{operation}", "*", context_of(base))]
     return resolver(response, operation, region, account, base)
 
 

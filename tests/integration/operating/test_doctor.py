@@ -446,3 +446,98 @@ def test_budget_show_warns_when_the_kubeconfig_is_another_clusters(
     )
     assert err[1].startswith("nodecycle budget: cannot reach the Kubernetes API")
     assert len(err) == 2
+
+
+# deploy/operator-policy.json: what a person running the read commands needs (the README's "Operating").
+OPERATOR_POLICY = ROOT / "deploy" / "operator-policy.json"
+OPERATOR_ROLE = "arn:aws:iam::123456789012:role/nodecycle-operator"
+OPERATOR_KEY = (
+    "AKIANODECYCLEOPERATE"  # (moto reads an identity only from a key of 20 upper-case letters/digits)
+)
+
+
+@pytest.fixture
+def operator(doctor: Doctor, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The operator's shell as a role holding deploy/operator-policy.json and nothing else: the sandbox's IAM
+    judges each of its calls against it, as AWS would."""
+    document = json.loads(OPERATOR_POLICY.read_text())
+    doctor.sandbox.aws.register_identities(
+        roles=[
+            {
+                "arn": OPERATOR_ROLE,
+                "policies": [{"source": "deploy/operator-policy.json", "document": document}],
+            }
+        ],
+        keys=[
+            {
+                "access_key": OPERATOR_KEY,
+                "role_arn": OPERATOR_ROLE,
+                "session_name": "operator",
+                "account": "123456789012",
+            }
+        ],
+    )
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", OPERATOR_KEY)
+    return OPERATOR_ROLE
+
+
+def _granted(document: dict[str, Any]) -> set[str]:
+    return {
+        action
+        for statement in document["Statement"]
+        for action in ([statement["Action"]] if isinstance(statement["Action"], str) else statement["Action"])
+    }
+
+
+def test_the_operator_policy_lets_every_read_command_make_every_check_and_grants_nothing_unused(
+    doctor: Doctor, operator: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    aws = doctor.sandbox.aws
+    seen = len(aws.authorizations())
+    # Given the drain dead-letter queue holding a message (the doctor then asks SQS for its redrives) and the
+    # sweeper's schedule without its permission to invoke the function (the doctor then asks whether the
+    # function is there at all), as an operator meets them
+    sqs, lambda_ = doctor.client("sqs"), doctor.client("lambda")
+    dead_letters = doctor.sandbox.runner.queue("DrainDeadLetterQueue").url
+    sqs.send_message(QueueUrl=dead_letters, MessageBody='{"record_id": "x", "seq": 0, "step": "evict"}')
+    rule = f"{STACK}-SweeperFunctionSweep"
+    (target,) = doctor.client("events").list_targets_by_rule(Rule=rule)["Targets"]
+    function = target["Arn"].rsplit(":", 1)[-1]
+    statements = json.loads(lambda_.get_policy(FunctionName=function)["Policy"])["Statement"]
+    for statement in statements:
+        lambda_.remove_permission(FunctionName=function, StatementId=statement["Sid"])
+    try:
+        # When the operator runs each read command
+        exits = {}
+        for argv in (
+            ["status", "--stack", STACK, "--json"],
+            ["status", "--all", "--stack", STACK, "--json"],
+            ["budget", "show", "--stack", STACK, "--json"],
+        ):
+            capsys.readouterr()
+            exits[" ".join(argv[:2])] = main(argv)
+        status, findings = doctor("--stack", STACK)
+    finally:
+        sqs.purge_queue(QueueUrl=dead_letters)
+        for statement in statements:
+            lambda_.add_permission(
+                FunctionName=function,
+                StatementId=statement["Sid"],
+                Action=statement["Action"],
+                Principal=statement["Principal"]["Service"],
+                SourceArn=statement["Condition"]["ArnLike"]["AWS:SourceArn"],
+            )
+    decided = [entry for entry in aws.authorizations()[seen:] if entry.principal == operator]
+
+    # Then AWS refused none of its calls, every command ran, and the doctor made every check: the two planted
+    # faults are its only problems
+    assert [(e.action, e.resource) for e in decided if not e.allowed] == []
+    assert set(exits.values()) == {0}, exits
+    assert status == 1
+    assert [f for f in findings if f["status"] == "unchecked"] == []
+    assert {f["check"] for f in not_ok(findings)} == {
+        "queues.dead-letters.drain",
+        "eventbridge.rule.sweeper schedule.permission",
+    }, not_ok(findings)
+    # And the policy grants only what the commands call: every action in it was used
+    assert _granted(json.loads(OPERATOR_POLICY.read_text())) == {e.action for e in decided}
