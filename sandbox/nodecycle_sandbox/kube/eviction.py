@@ -340,11 +340,13 @@ def _budget_details(pdb: JsonObj) -> dict[str, Any]:
 
 
 def _guards(pdb: JsonObj, labels: dict[str, str]) -> bool:
-    """Whether ``pdb`` guards the evictions of a pod of ``labels``, as getPodDisruptionBudgets decides: a null or
-    empty selector guards none ("it should match nothing, not everything"), though the disruption controller
-    counts every pod of the namespace under an empty one."""
+    """Whether ``pdb`` guards the evictions of a pod of ``labels``, as getPodDisruptionBudgets decides: its selector
+    matches them. A null selector matches none, an empty one ({}) every pod of the namespace, as policy/v1 says
+    and the disruption controller counts: kube-apiserver skipped empty selectors ("it should match nothing, not
+    everything") until kubernetes#119732 (1.29), so a namespace-wide budget let every eviction through while its
+    status said no pod could go."""
     selector = from_label_selector_object((pdb.get("spec") or {}).get("selector"))
-    return bool(selector.requirements) and selector.matches(labels)
+    return selector.matches(labels)
 
 
 def _pdb_applies(pod: JsonObj) -> bool:

@@ -409,9 +409,10 @@ def test_an_eviction_the_budget_status_allows_goes_through_and_takes_it_to_zero(
     ) == "False"
 
 
-def test_a_budget_selecting_everything_does_not_guard_evictions(server: KubeServer, kube: Kube) -> None:
-    # Given pods whose only budget has an empty selector ({}: every pod of its namespace, for the disruption
-    # controller) and no room
+def test_a_budget_with_an_empty_selector_guards_the_evictions_of_every_pod_of_its_namespace(
+    server: KubeServer, kube: Kube
+) -> None:
+    # Given pods whose only budget has an empty selector ({}: in policy/v1, every pod of its namespace) and no room
     pods = _seed_web(server, replicas=2, pdb=None)
     kube.policy.create_namespaced_pod_disruption_budget(
         "shop", {"metadata": {"name": "all"}, "spec": {"minAvailable": 2, "selector": {}}}
@@ -421,7 +422,26 @@ def test_a_budget_selecting_everything_does_not_guard_evictions(server: KubeServ
         what="the budget observed",
     )
 
-    # When a pod is evicted, then it goes: the eviction subresource skips a budget whose selector is empty
-    # ("If a PDB with a nil or empty selector creeps in, it should match nothing, not everything":
-    # getPodDisruptionBudgets)
-    assert _evict(kube, pods[0]) == 201
+    # When a pod is evicted, Then the budget refuses it (429, in its words), as kube-apiserver has since 1.29
+    # (kubernetes#119732: getPodDisruptionBudgets no longer skips an empty selector; the API documents that an
+    # empty selector selects every pod of the namespace, a null one none), and the pod stays
+    with pytest.raises(ApiException) as refused:
+        kube.core.create_namespaced_pod_eviction(pods[0], "shop", _eviction(pods[0]))
+    assert refused.value.status == 429
+    assert status_of(refused.value)["details"]["causes"] == [
+        {"reason": "DisruptionBudget", "message": "The disruption budget all needs 2 healthy pods and has 2 currently"}
+    ]
+    assert kube.core.read_namespaced_pod(pods[0], "shop").metadata.deletion_timestamp is None
+
+
+def test_a_pod_with_a_budget_of_its_own_under_a_namespace_wide_budget_too_cannot_be_evicted_500(
+    server: KubeServer, kube: Kube
+) -> None:
+    # Given an app with its own budget, with room, and a budget of the whole namespace ({}) beside it
+    pods = _seed_web(server, replicas=2, pdb={"maxUnavailable": 1})
+    kube.policy.create_namespaced_pod_disruption_budget(
+        "shop", {"metadata": {"name": "all"}, "spec": {"maxUnavailable": 1, "selector": {}}}
+    )
+    # When one of its pods is evicted, Then two budgets select it: 500, and it stays
+    assert _evict(kube, pods[0]) == 500
+    assert kube.core.read_namespaced_pod(pods[0], "shop").metadata.deletion_timestamp is None
