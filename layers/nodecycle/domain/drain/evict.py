@@ -498,11 +498,6 @@ class Evict:
                 self._metrics.count("EvictionsThrottled")
                 asked_wait = max(asked_wait, retry_after_wait(result.retry_after, deadline - now))
                 break
-            elif result.kind is Eviction.MISCONFIGURED:
-                log.error(
-                    "pod %s/%s is selected by more than one PodDisruptionBudget", pod.namespace, pod.name
-                )
-                self._metrics.count("EvictionErrors")
             elif result.kind is Eviction.NAMESPACE_TERMINATING:
                 # Its namespace is being deleted: the API server takes no eviction there, and the namespace
                 # controller deletes the pod (with its own grace). Nothing an operator could fix (no alarm), nor
@@ -524,10 +519,17 @@ class Evict:
                 log.info(
                     "pod %s/%s, being deleted, is not evicted: %s", pod.namespace, pod.name, result.detail
                 )
-            elif result.kind is Eviction.REFUSED:
+            elif result.kind in (Eviction.REFUSED, Eviction.MISCONFIGURED):
                 # One pod refused must not leave the others on the node: they are evicted, this one is asked
-                # again at every poll, and the drain's timeout policy decides what becomes of it
-                log.error("eviction of pod %s/%s refused: %s", pod.namespace, pod.name, result.detail)
+                # again at every poll, and the drain's timeout policy decides what becomes of it. Told as any
+                # refusal: a pod two PodDisruptionBudgets select (500, whatever they allow: a namespace-wide budget
+                # beside its app's own) is the refusal an operator meets most, and only an operator ends it
+                if result.kind is Eviction.MISCONFIGURED:
+                    log.error(
+                        "pod %s/%s is selected by more than one PodDisruptionBudget", pod.namespace, pod.name
+                    )
+                else:
+                    log.error("eviction of pod %s/%s refused: %s", pod.namespace, pod.name, result.detail)
                 self._metrics.count("EvictionErrors")  # the alarm: an operator must look
                 if not notes.told(pod.uid, BLOCKED) and told < TOLD_PER_PASS:
                     notes.tell(pod.uid, BLOCKED)
