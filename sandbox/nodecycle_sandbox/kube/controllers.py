@@ -673,6 +673,9 @@ class Controllers:
         index = PodIndex(self._store.items(PODS))
         for pdb in self._store.items(PDBS):
             budget = compute_budget(self._store, pdb, index)
+            if budget.failure is not None:
+                changed |= self._write_status(PDBS, pdb, _fail_safe(pdb, budget.failure, now))
+                continue
             allowed = budget.allowed > 0
             condition = {
                 "type": "DisruptionAllowed",
@@ -694,6 +697,27 @@ class Controllers:
                 status["disruptedPods"] = budget.disrupted
             changed |= self._write_status(PDBS, pdb, status)
         return changed
+
+
+def _fail_safe(pdb: JsonObj, failure: str, now: float) -> JsonObj:
+    """The status the disruption controller's failSafe writes when its sync of ``pdb`` fails: no disruption allowed,
+    DisruptionAllowed False for SyncFailed in the error's words, the rest as it was. Not observedGeneration, which
+    only a sync that succeeds advances: a budget never synced stays "still being processed" to every eviction
+    (429, Retry-After 10) for as long as its sync fails; one synced before answers on its last counts."""
+    old = dict(pdb.get("status") or {})
+    condition: JsonObj = {
+        "type": "DisruptionAllowed",
+        "status": "False",
+        "reason": "SyncFailed",
+        "message": failure,
+    }
+    if old.get("observedGeneration"):
+        condition["observedGeneration"] = old["observedGeneration"]
+    status: JsonObj = {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0}
+    status.update(old)
+    status["disruptionsAllowed"] = 0
+    status["conditions"] = with_condition(old.get("conditions") or [], condition, now)
+    return status
 
 
 # A pass holds the store's lock, and every API request waits for it. With hundreds of nodes a pass takes tens of

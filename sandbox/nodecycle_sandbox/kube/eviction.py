@@ -28,7 +28,7 @@ from nodecycle_sandbox.kube.meta import (
     uid_of,
     with_condition,
 )
-from nodecycle_sandbox.kube.resources import EVICTION_API_VERSIONS, PDBS, PODS
+from nodecycle_sandbox.kube.resources import ALL, EVICTION_API_VERSIONS, PDBS, PODS
 from nodecycle_sandbox.kube.selectors import LabelSelector, from_label_selector_object
 from nodecycle_sandbox.kube.store import Store
 
@@ -61,6 +61,9 @@ class Budget:
     current: int
     allowed: int
     disrupted: dict[str, str] = field(default_factory=dict)  # status.disruptedPods still counted
+    # Why the disruption controller's sync failed (its error's words), when it did: then it writes failSafe's status,
+    # not these counts (see Controllers._sync_statuses)
+    failure: str | None = None
 
 
 def _scaled(value: int | str, total: int) -> int:
@@ -72,25 +75,46 @@ def _scaled(value: int | str, total: int) -> int:
     return math.ceil(int(value[:-1]) * total / 100)
 
 
-def _expected_scale(store: Store, pods: list[JsonObj]) -> int | None:
-    """Sum of the replicas of the pods' controllers; None (fail safe) when a pod has no scalable controller."""
+class _SyncFailed(Exception):
+    """The disruption controller's sync of a budget failed (getExpectedScale's error, in its words)."""
+
+
+def _expected_scale(store: Store, pods: list[JsonObj]) -> int:
+    """The sum of the scales of the pods' controllers, as getExpectedScale finds them: a ReplicaSet's Deployment's
+    replicas, else the ReplicaSet's own. A pod without a controller is left out (an unmanaged pod: an Event, no
+    failure, since 1.26); one whose controller is gone, or has no scale subresource (a Job's, a DaemonSet's, a
+    mirror pod's Node), fails the sync (:class:`_SyncFailed`), which allows nothing until it succeeds."""
     scales: dict[str, int] = {}
     for pod in pods:
         ref = controller_ref(pod)
-        if ref is None or ref.get("kind") != "ReplicaSet":
-            return None  # the disruption controller only knows scalable controllers: it then allows nothing
-        rs = store.by_uid(str(ref.get("uid")))
-        if rs is None:
-            return None
-        owner = controller_ref(rs)
-        if owner is not None and owner.get("kind") == "Deployment":
-            deployment = store.by_uid(str(owner.get("uid")))
-            if deployment is None:
-                return None
-            scales[uid_of(deployment)] = int((deployment.get("spec") or {}).get("replicas", 1))
-        else:
-            scales[uid_of(rs)] = int((rs.get("spec") or {}).get("replicas", 1))
+        if ref is None:
+            continue
+        if (ref.get("apiVersion"), ref.get("kind")) not in (
+            ("apps/v1", "ReplicaSet"),
+            ("apps/v1", "Deployment"),
+        ):
+            raise _SyncFailed(_no_scale(ref))
+        controller = store.by_uid(str(ref.get("uid")))
+        if controller is None or controller.get("kind") != ref.get("kind"):
+            raise _SyncFailed(f'found no controllers for pod "{name_of(pod)}"')
+        owner = controller_ref(controller) if controller.get("kind") == "ReplicaSet" else None
+        deployment = (
+            store.by_uid(str(owner.get("uid"))) if owner and owner.get("kind") == "Deployment" else None
+        )
+        # (a ReplicaSet whose Deployment is gone is found by the scale subresource's finder: its own replicas)
+        scaled = deployment or controller
+        scales[uid_of(scaled)] = int((scaled.get("spec") or {}).get("replicas", 1))
     return sum(scales.values())
+
+
+def _no_scale(ref: JsonObj) -> str:
+    """The scale finder's error for a controller of ``ref``'s kind: one the API server does not serve is no kind
+    at all to its REST mapper; one it serves has no scale subresource."""
+    api_version, kind = str(ref.get("apiVersion")), str(ref.get("kind"))
+    served = next((rt for rt in ALL if (rt.api_version, rt.kind) == (api_version, kind)), None)
+    if served is None:
+        return f'no matches for kind "{kind}" in version "{api_version}"'
+    return f"{served.qualified} does not implement the scale subresource"
 
 
 class PodIndex:
@@ -137,10 +161,10 @@ def compute_budget(store: Store, pdb: JsonObj, index: PodIndex | None = None) ->
             # An integer minAvailable (or nothing) counts the pods themselves, not their controllers' scale.
             expected, desired = len(pods), int(min_available or 0)
         else:
-            scale = _expected_scale(store, pods)
-            if scale is None:
-                return Budget(expected=0, desired=0, current=current, allowed=0, disrupted=disrupted)
-            expected = scale
+            try:
+                expected = _expected_scale(store, pods)
+            except _SyncFailed as failed:
+                return Budget(expected=0, desired=0, current=current, allowed=0, failure=str(failed))
             if max_unavailable is not None:
                 desired = max(0, expected - _scaled(max_unavailable, expected))
             else:

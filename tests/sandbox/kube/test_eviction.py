@@ -429,7 +429,10 @@ def test_a_budget_with_an_empty_selector_guards_the_evictions_of_every_pod_of_it
         kube.core.create_namespaced_pod_eviction(pods[0], "shop", _eviction(pods[0]))
     assert refused.value.status == 429
     assert status_of(refused.value)["details"]["causes"] == [
-        {"reason": "DisruptionBudget", "message": "The disruption budget all needs 2 healthy pods and has 2 currently"}
+        {
+            "reason": "DisruptionBudget",
+            "message": "The disruption budget all needs 2 healthy pods and has 2 currently",
+        }
     ]
     assert kube.core.read_namespaced_pod(pods[0], "shop").metadata.deletion_timestamp is None
 
@@ -445,3 +448,107 @@ def test_a_pod_with_a_budget_of_its_own_under_a_namespace_wide_budget_too_cannot
     # When one of its pods is evicted, Then two budgets select it: 500, and it stays
     assert _evict(kube, pods[0]) == 500
     assert kube.core.read_namespaced_pod(pods[0], "shop").metadata.deletion_timestamp is None
+
+
+def _pod_of_a_job(server: KubeServer, kube: Kube, name: str, node: str) -> None:
+    """A pod of the Job ``batch`` (a controller without a scale subresource), bound to ``node``, labelled
+    app=batch."""
+    owner = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "name": "batch",
+        "uid": "5e1f0c2a-0000-4000-8000-00000000b47c",
+    }
+    kube.core.create_namespaced_pod(
+        "shop",
+        {
+            "metadata": {
+                "name": name,
+                "labels": {"app": "batch"},
+                "ownerReferences": [{**owner, "controller": True}],
+            },
+            "spec": {"nodeName": node, "containers": [{"name": "main", "image": "busybox"}]},
+        },
+    )
+
+
+def test_a_budget_whose_pods_controller_has_no_scale_is_never_observed_and_refuses_evictions_as_still_processed(
+    server: KubeServer, kube: Kube
+) -> None:
+    # Given two running pods of a Job (no scale subresource) and a budget by maxUnavailable over them
+    _seed_web(server, replicas=2, pdb=None)
+    nodes = sorted(n["metadata"]["name"] for n in server.objects("nodes"))
+    for index, node in enumerate(nodes[:2]):
+        _pod_of_a_job(server, kube, f"batch-{index}", node)
+    server.settle()
+    kube.policy.create_namespaced_pod_disruption_budget(
+        "shop",
+        {
+            "metadata": {"name": "batch"},
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "batch"}}},
+        },
+    )
+
+    # When the disruption controller syncs it, Then it fails (its expected count needs each pod's controller's
+    # scale) and writes what failSafe writes: no disruption allowed, DisruptionAllowed False for SyncFailed in the
+    # error's words, and not observedGeneration, which only a sync that succeeds advances
+    pdb = wait_until(
+        lambda: (
+            (found := server.get_object("poddisruptionbudgets", "batch", "shop"))
+            and found.get("status")
+            and found
+        ),
+        what="the budget's status",
+    )
+    status = pdb["status"]
+    assert "observedGeneration" not in status
+    assert status["disruptionsAllowed"] == 0
+    (condition,) = status["conditions"]
+    assert (condition["type"], condition["status"], condition["reason"]) == (
+        "DisruptionAllowed",
+        "False",
+        "SyncFailed",
+    )
+    assert "batch/v1" in condition["message"], condition
+    # and every eviction of its pods is refused as one of a budget still being processed (checkAndDecrement:
+    # observedGeneration behind generation), 429 with Retry-After 10, for as long as that lasts
+    with pytest.raises(ApiException) as refused:
+        kube.core.create_namespaced_pod_eviction("batch-0", "shop", _eviction("batch-0"))
+    assert refused.value.status == 429
+    assert (refused.value.headers or {}).get("Retry-After") == "10"
+    assert status_of(refused.value)["details"]["causes"] == [
+        {
+            "reason": "DisruptionBudget",
+            "message": "The disruption budget batch is still being processed by the server.",
+        }
+    ]
+
+
+def test_pods_of_a_budget_without_a_controller_are_left_out_of_its_expected_count(
+    server: KubeServer, kube: Kube
+) -> None:
+    # Given 3 web pods of a Deployment and a pod of no controller with web's labels, under maxUnavailable 1
+    pods = _seed_web(server, replicas=3, pdb={"maxUnavailable": 1})
+    node = server.get_object("pods", pods[0], "shop")["spec"]["nodeName"]  # type: ignore[index]
+    kube.core.create_namespaced_pod(
+        "shop",
+        {
+            "metadata": {"name": "web-by-hand", "labels": {"app": "web"}},
+            "spec": {"nodeName": node, "containers": [{"name": "main", "image": "busybox"}]},
+        },
+    )
+    server.settle()
+
+    # Then the disruption controller counts the Deployment's scale (3) as expected, not the bare pod (unmanaged
+    # pods: an Event, no failure, since 1.26's getExpectedScale), and the 4 healthy pods leave 2 disruptions
+    def counted() -> tuple[int, int, int, int] | None:
+        status = (server.get_object("poddisruptionbudgets", "web", "shop") or {}).get("status") or {}
+        found = (
+            status.get("expectedPods"),
+            status.get("desiredHealthy"),
+            status.get("currentHealthy"),
+            status.get("disruptionsAllowed"),
+        )
+        return found if found[2] == 4 else None  # type: ignore[return-value]
+
+    assert wait_until(counted, what="the budget counting 4 healthy pods") == (3, 2, 4, 2)
