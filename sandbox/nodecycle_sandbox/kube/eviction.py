@@ -205,7 +205,8 @@ def evict(
     tried it again for about 10 s); otherwise the budgets (500 for more than one, 429 without room),
     an allowed disruption recorded in the budget's status, and only then the delete with its preconditions: a
     precondition that no longer matches is 409 when the budget had room (the disruption stays recorded), 429
-    when it had none."""
+    when it had none, and 429 'still being processed' for an unhealthy pod the budget let go without a disruption
+    (unless the request named a resourceVersion: its 409)."""
     if not isinstance(body, dict):
         raise errors.bad_request("the body of an eviction must be a JSON object")
     # Like any typed endpoint, the body may leave apiVersion and kind out; they default to policy/v1 Eviction.
@@ -279,6 +280,16 @@ def _evict_once(
             )
             if not unhealthy_may_go:
                 _check_and_decrement(store, pdb, name)
+            elif not (options.get("preconditions") or {}).get("resourceVersion"):
+                # An unhealthy pod let go without a disruption is deleted on condition of the resourceVersion it was
+                # read at (updateDeletionOptions: not turned healthy since), and a conflict of that delete, the
+                # caller's uid's included, is answered as a budget still being processed when the request named no
+                # resourceVersion of its own: clients retry a 429 (here the pod is read and deleted under one lock,
+                # so only the caller's preconditions can conflict)
+                try:
+                    check_preconditions(PODS, pod, options)
+                except errors.ApiError:
+                    raise _still_processed(pdb) from None
         check_preconditions(PODS, pod, options)
         pod = _disruption_target(store, pod, source)
         kubelet.delete_pod(pod, grace, verb="create", resource="pods/eviction", source=source)
@@ -302,17 +313,7 @@ def _check_and_decrement(store: Store, pdb: JsonObj, pod: str) -> None:
     handler's own status write, not the caller's): the pod is about to go, so the budget no longer counts it."""
     status = dict(pdb.get("status") or {})
     if int(status.get("observedGeneration", 0)) < int(pdb["metadata"].get("generation", 0)):
-        # (a budget its controller has not observed since its spec changed)
-        raise errors.too_many_requests(
-            VIOLATION_MESSAGE,
-            [
-                {
-                    "reason": "DisruptionBudget",
-                    "message": f"The disruption budget {name_of(pdb)} is still being processed by the server.",
-                }
-            ],
-            retry_after=10,
-        )
+        raise _still_processed(pdb)  # (a budget its controller has not observed since its spec changed)
     allowed = int(status.get("disruptionsAllowed", 0))
     if allowed < 0:
         raise errors.ApiError(
@@ -356,6 +357,15 @@ def _check_and_decrement(store: Store, pdb: JsonObj, pod: str) -> None:
     updated = json_copy(pdb)
     updated["status"] = status
     store.write(PDBS, updated, verb="update", source=SANDBOX, resource="poddisruptionbudgets/status")
+
+
+def _still_processed(pdb: JsonObj) -> errors.ApiError:
+    """createTooManyRequestsError: 429 with Retry-After 10, the budget "still being processed by the server"."""
+    cause = {
+        "reason": "DisruptionBudget",
+        "message": f"The disruption budget {name_of(pdb)} is still being processed by the server.",
+    }
+    return errors.too_many_requests(VIOLATION_MESSAGE, [cause], retry_after=10)
 
 
 def _budget_details(pdb: JsonObj) -> dict[str, Any]:

@@ -552,3 +552,38 @@ def test_pods_of_a_budget_without_a_controller_are_left_out_of_its_expected_coun
         return found if found[2] == 4 else None  # type: ignore[return-value]
 
     assert wait_until(counted, what="the budget counting 4 healthy pods") == (3, 2, 4, 2)
+
+
+def test_a_stale_uid_precondition_of_an_unhealthy_pod_the_budget_lets_go_is_429_still_being_processed(
+    server: KubeServer, kube: Kube
+) -> None:
+    # Given 3 pods on 3 nodes under minAvailable 2, one of them unready (its node NotReady): the budget holds
+    # (3 >= 2), so an unhealthy pod may go without taking a disruption (IfHealthyBudget)
+    pods = _seed_web(server, replicas=3, pdb={"minAvailable": 2}, slow_replacements=True)
+    sick = next(p for p in pods_of(server, "shop", "web") if p["metadata"]["name"] == pods[0])
+    server.set_node_ready(sick["spec"]["nodeName"], False)
+    wait_until(
+        lambda: not is_ready(server.get_object("pods", pods[0], "shop") or {}), what="the pod to turn unready"
+    )
+    stale = {"preconditions": {"uid": "0b1c0d2e-0000-4000-8000-000000000000"}}
+
+    # When it is evicted with a uid precondition that no longer matches
+    with pytest.raises(ApiException) as refused:
+        kube.core.create_namespaced_pod_eviction(pods[0], "shop", _eviction(pods[0], deleteOptions=stale))
+
+    # Then, as kube-apiserver answers a conflict of the delete it made conditional on the pod's resourceVersion
+    # (updateDeletionOptions: "the pod hasn't been considered healthy since we calculated") and the request named
+    # none: 429 'still being processed', Retry-After 10, not the delete's 409; and the pod stays
+    assert refused.value.status == 429
+    assert (refused.value.headers or {}).get("Retry-After") == "10"
+    assert status_of(refused.value)["details"]["causes"] == [
+        {
+            "reason": "DisruptionBudget",
+            "message": "The disruption budget web is still being processed by the server.",
+        }
+    ]
+    assert kube.core.read_namespaced_pod(pods[0], "shop").metadata.deletion_timestamp is None
+    # and naming a resourceVersion of its own too, the conflict is the 409 it asked for
+    current = kube.core.read_namespaced_pod(pods[0], "shop").metadata.resource_version
+    both = {"preconditions": {**stale["preconditions"], "resourceVersion": current}}
+    assert _evict(kube, pods[0], deleteOptions=both) == 409
