@@ -13,7 +13,14 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from kubernetes.client import CoreV1Api, PolicyV1Api
+from kubernetes.client import (
+    CoreV1Api,
+    PolicyV1Api,
+    V1LabelSelector,
+    V1ObjectMeta,
+    V1PodDisruptionBudget,
+    V1PodDisruptionBudgetSpec,
+)
 
 from nodecycle.adapters.kube.cluster_api import KubeCluster
 from nodecycle_sandbox.chaos.invariants import SLOT_MARGIN
@@ -43,8 +50,13 @@ def test_pods_under_their_own_budget_and_a_namespace_wide_one_are_told_refused_o
     # Given the node cordoned, and a budget of the whole namespace that lets no pod go (minAvailable 100%), beside
     # web's own
     CoreV1Api(server.api_client()).patch_node(NODE, {"spec": {"unschedulable": True}})
+    everything = V1LabelSelector()  # (sent as {})
     PolicyV1Api(server.api_client()).create_namespaced_pod_disruption_budget(
-        "shop", {"metadata": {"name": "all"}, "spec": {"minAvailable": "100%", "selector": {}}}
+        "shop",
+        V1PodDisruptionBudget(
+            metadata=V1ObjectMeta(name="all"),
+            spec=V1PodDisruptionBudgetSpec(min_available="100%", selector=everything),
+        ),
     )
     server.settle()
     pods = [pod for pod in cluster.pods_on(NODE) if pod.namespace == "shop"]
