@@ -32,7 +32,9 @@ this order and add it to the occupancy, until none fits:
 1. a node *in progress* (cordoned and partly drained: its drain lost its slot) — disruption already done
    goes on before any new one; oldest first;
 2. a node whose action's global timeout is near (``urgentAt`` passed) — earliest first;
-3. a node passed over ``MAX_PASSED`` times already — oldest first (the bound on the next rule's unfairness);
+3. a node passed over ``MAX_PASSED`` times already — oldest first (the bound on the next rule's unfairness, and
+   on another stack's: a node that another stack's younger grants leave out of its own stack's view, though it
+   would fit beside its own stack's holders, counts a pass at each such grant; see :func:`_crowded_out`);
 4. any other node: the one of the zone with the most waiters left in this replay, then the oldest. Under a
    per-zone limit, first come first served leaves the last drains of a refresh bunched in one zone while the
    other zones' slots idle; draining the zone with the most work left first keeps every zone busy to the end.
@@ -40,7 +42,7 @@ this order and add it to the occupancy, until none fits:
 The waiters picked in this replay are *eligible*. A request is granted only when it is eligible: a newcomer
 joins the queue first, so it goes before an older waiter only by this order; a waiter whose zone is full is
 skipped, never waited for, but for one of the first two classes that the holders keep out (not the unavailable
-nodes its owner counts alone): the replay keeps its room, and a waiter after it goes only if it leaves that
+nodes its owner counts alone), or of the third that other stacks' holders keep out: the replay keeps its room, and a waiter after it goes only if it leaves that
 waiter the room it needs once what keeps it out is gone (a node of unknown zone, or a stricter owner's,
 would otherwise fit at no pick while younger ones take every slot that comes free, and be forced past the
 budget at the end of its urgent window; see :func:`_kept_for`). When a waiter is granted, each older waiter that would have fit at its pick (and
@@ -345,14 +347,55 @@ def _kept_for(
     kept = []
     for entry in line:
         standing, waiter, (owner, zone) = entry
-        if standing[0] >= _PASSED_OVER or occupancy[owner].admits(
-            waiter.node, zone, doc.limits[owner].resolved
+        limits = doc.limits[owner]
+        if standing[0] > _PASSED_OVER or occupancy[owner].admits(waiter.node, zone, limits.resolved):
+            continue
+        alone = Occupancy(counted_unavailable(doc, limits))
+        if not alone.admits(waiter.node, zone, limits.resolved):
+            continue
+        if standing[0] == _PASSED_OVER and _kept_out_by_own(doc, waiter, limits):
+            # (passed over within its own stack, by the zone with the most work left: what keeps it out now is
+            # its stack's own drains, which leave as they came; holding the other zones back would idle slots)
+            continue
+        kept.append(entry)
+    return kept
+
+
+def _kept_out_by_own(doc: BudgetDocument, waiter: Waiter, limits: OwnerLimits) -> bool:
+    """Whether ``waiter`` does not fit beside its own stack's holders (and the unavailable nodes it counts) alone."""
+    own = {h.node: h.zone for h in doc.holders if h.owner == waiter.owner}
+    taken = Occupancy({**counted_unavailable(doc, limits), **own})
+    return not taken.admits(waiter.node, waiter.zone, limits.resolved)
+
+
+def _crowded_out(
+    doc: BudgetDocument, granted: Waiter, taken: dict[str, str | None], fitting: Collection[str]
+) -> Iterator[str]:
+    """The nodes of the waiters of other stacks, older than ``granted``, that the write's grants (``taken``, its
+    nodes and their zones) leave out of their stack's view though they would fit beside their stack's own holders:
+    a stricter stack's waiter beside a looser stack's refresh. Each is passed over once more per such grant (not
+    those of ``fitting``, counted as the waiters that fit at the pick: see :func:`_passed_over`). A looser stack
+    fills every slot it frees with its next node, and the stricter stack's view stays full: without a count, its
+    node waited until its global timeout made it urgent (hours into a refresh); passed over ``MAX_PASSED`` times,
+    the replay keeps its room (see :func:`_kept_for`), the looser stack's holders drain down under the stricter
+    limit, and it goes."""
+    holders = {h.node: h.zone for h in doc.holders}
+    for waiter in doc.waiters:
+        limits = doc.limits.get(waiter.owner)
+        if (
+            limits is None
+            or waiter.owner == granted.owner
+            or waiter.waiting_since >= granted.waiting_since
+            or waiter.node in taken
+            or waiter.node in fitting
+            or waiter.node in holders
         ):
             continue
-        alone = Occupancy(counted_unavailable(doc, doc.limits[owner]))
-        if alone.admits(waiter.node, zone, doc.limits[owner].resolved):
-            kept.append(entry)
-    return kept
+        counted = counted_unavailable(doc, limits)
+        if granted.node in counted or _kept_out_by_own(doc, waiter, limits):
+            continue  # (the grant took none of its stack's room, or its own stack's drains keep it out)
+        if not Occupancy({**counted, **holders, **taken}).admits(waiter.node, waiter.zone, limits.resolved):
+            yield waiter.node
 
 
 def _leaves_room(
@@ -712,7 +755,10 @@ def claim(
     granted = Holder(
         node=request.node, owner=request.owner, acquired_at=acquired_at, forced=forced, **renewal
     )
-    doc = _with_holders(doc, (granted,), Counter(_passed_over(pick or (), entry, {request.node})))
+    passes = Counter(_passed_over(pick or (), entry, {request.node}))
+    if pick is not None:
+        passes.update(_crowded_out(doc, entry, {entry.node: entry.zone}, {w.node for w in pick}))
+    doc = _with_holders(doc, (granted,), passes)
     reason = SlotReason.FORCED if forced else SlotReason.REACQUIRED if renewing else SlotReason.GRANTED
     waited = now - entry.waiting_since if waiter is not None else None
     return Claimed(doc, _decision(doc, True, reason), waited, shed=shed)
@@ -741,10 +787,11 @@ def pass_on(doc: BudgetDocument, record_ids: Collection[str], owner: str, now: d
     picks = [(w, fitting) for w, fitting in _replay(doc, now) if w.owner == owner and w.record_id in wanted]
     if not picks:
         return Passed(doc, ())
-    taken = {w.node for w, _ in picks}
+    taken = {w.node: w.zone for w, _ in picks}
     passes: Counter[str] = Counter()
     for waiter, fitting in picks:
         passes.update(_passed_over(fitting, waiter, taken))
+        passes.update(_crowded_out(doc, waiter, taken, {w.node for w in fitting}))
     doc = _with_holders(doc, tuple(w.holding(acquired_at=now) for w, _ in picks), passes)
     return Passed(doc, tuple(w for w, _ in picks))
 
