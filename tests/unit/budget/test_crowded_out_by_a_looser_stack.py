@@ -35,7 +35,9 @@ def test_a_looser_stacks_grant_that_leaves_a_stricter_stacks_older_waiter_out_co
 
     # Then g1, which blue's holders alone keep out of green's view, counts one pass
     assert decision.granted
-    assert doc.waiter("g1") is not None and doc.waiter("g1").passed == 1
+    g1 = doc.waiter("g1")
+    assert g1 is not None
+    assert g1.passed == 1
 
 
 def test_a_stricter_stacks_waiter_passed_over_has_its_room_kept_from_the_looser_stacks_newcomers() -> None:

@@ -343,36 +343,57 @@ def _kept_for(
     once, and an urgent one waited out its whole urgent window to be forced past the budget (invariant 9:
     it goes first). The window is a whole drain long, so the holders' drains end within it and make room.
     (One that the unavailable nodes its owner counts keep out keeps no room: holding the others back would
-    not let it in.)"""
+    not let it in.) So too for a waiter passed over ``MAX_PASSED`` times that other owners' holders keep out
+    (see :func:`_crowded_out`), but not one that its own owner's holders keep out: passed over within its own
+    stack by the zone with the most work left, it waits for its stack's own drains, which leave as they came,
+    and holding the other zones back for it would idle their slots."""
     kept = []
+    views = _OwnViews(doc)
     for entry in line:
         standing, waiter, (owner, zone) = entry
-        limits = doc.limits[owner]
-        if standing[0] > _PASSED_OVER or occupancy[owner].admits(waiter.node, zone, limits.resolved):
+        resolved = doc.limits[owner].resolved
+        if standing[0] > _PASSED_OVER or occupancy[owner].admits(waiter.node, zone, resolved):
             continue
-        alone = Occupancy(counted_unavailable(doc, limits))
-        if not alone.admits(waiter.node, zone, limits.resolved):
+        if not views.alone(owner).admits(waiter.node, zone, resolved):
             continue
-        if standing[0] == _PASSED_OVER and _kept_out_by_own(doc, waiter, limits):
-            # (passed over within its own stack, by the zone with the most work left: what keeps it out now is
-            # its stack's own drains, which leave as they came; holding the other zones back would idle slots)
+        if standing[0] == _PASSED_OVER and not views.own(owner).admits(waiter.node, zone, resolved):
             continue
         kept.append(entry)
     return kept
 
 
-def _kept_out_by_own(doc: BudgetDocument, waiter: Waiter, limits: OwnerLimits) -> bool:
-    """Whether ``waiter`` does not fit beside its own stack's holders (and the unavailable nodes it counts) alone."""
-    own = {h.node: h.zone for h in doc.holders if h.owner == waiter.owner}
-    taken = Occupancy({**counted_unavailable(doc, limits), **own})
-    return not taken.admits(waiter.node, waiter.zone, limits.resolved)
+class _OwnViews:
+    """What each owner of ``doc`` sees taken, by parts, worked out once per owner: the unavailable nodes it
+    counts (``alone``), and those with its own holders (``own``)."""
+
+    def __init__(self, doc: BudgetDocument) -> None:
+        self._doc = doc
+        self._counted: dict[str, dict[str, str | None]] = {}
+        self._alone: dict[str, Occupancy] = {}
+        self._own: dict[str, Occupancy] = {}
+
+    def counted(self, owner: str) -> dict[str, str | None]:
+        if owner not in self._counted:
+            self._counted[owner] = counted_unavailable(self._doc, self._doc.limits[owner])
+        return self._counted[owner]
+
+    def alone(self, owner: str) -> Occupancy:
+        if owner not in self._alone:
+            self._alone[owner] = Occupancy(self.counted(owner))
+        return self._alone[owner]
+
+    def own(self, owner: str) -> Occupancy:
+        if owner not in self._own:
+            mine = {h.node: h.zone for h in self._doc.holders if h.owner == owner}
+            self._own[owner] = Occupancy({**self.counted(owner), **mine})
+        return self._own[owner]
 
 
 def _crowded_out(
     doc: BudgetDocument, granted: Waiter, taken: dict[str, str | None], fitting: Collection[str]
 ) -> Iterator[str]:
-    """The nodes of the waiters of other stacks, older than ``granted``, that the write's grants (``taken``, its
-    nodes and their zones) leave out of their stack's view though they would fit beside their stack's own holders:
+    """The nodes of the waiters of other owners, older than ``granted``, that the write's grants (``taken``, its
+    nodes and their zones) leave out of their owner's view though they would fit beside their owner's own holders:
     a stricter stack's waiter beside a looser stack's refresh. Each is passed over once more per such grant (not
     those of ``fitting``, counted as the waiters that fit at the pick: see :func:`_passed_over`). A looser stack
     fills every slot it frees with its next node, and the stricter stack's view stays full: without a count, its
@@ -380,21 +401,26 @@ def _crowded_out(
     the replay keeps its room (see :func:`_kept_for`), the looser stack's holders drain down under the stricter
     limit, and it goes."""
     holders = {h.node: h.zone for h in doc.holders}
+    views = _OwnViews(doc)
+    seen: dict[str, Occupancy] = {}  # what each owner sees taken once the write's grants hold
     for waiter in doc.waiters:
-        limits = doc.limits.get(waiter.owner)
+        owner = waiter.owner
         if (
-            limits is None
-            or waiter.owner == granted.owner
+            owner not in doc.limits
+            or owner == granted.owner
             or waiter.waiting_since >= granted.waiting_since
             or waiter.node in taken
             or waiter.node in fitting
             or waiter.node in holders
+            or granted.node in views.counted(owner)  # (the grant took none of its owner's room)
         ):
             continue
-        counted = counted_unavailable(doc, limits)
-        if granted.node in counted or _kept_out_by_own(doc, waiter, limits):
-            continue  # (the grant took none of its stack's room, or its own stack's drains keep it out)
-        if not Occupancy({**counted, **holders, **taken}).admits(waiter.node, waiter.zone, limits.resolved):
+        resolved = doc.limits[owner].resolved
+        if not views.own(owner).admits(waiter.node, waiter.zone, resolved):
+            continue  # (its own owner's drains keep it out)
+        if owner not in seen:
+            seen[owner] = Occupancy({**views.counted(owner), **holders, **taken})
+        if not seen[owner].admits(waiter.node, waiter.zone, resolved):
             yield waiter.node
 
 
