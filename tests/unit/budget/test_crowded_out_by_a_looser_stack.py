@@ -59,3 +59,22 @@ def test_a_waiter_passed_over_that_its_own_stacks_drains_keep_out_keeps_no_room(
     )
     # Then b1 goes: a1 waits for its own stack's drain of zone a, whatever goes beside it
     assert picks(doc, seconds=2) == ["b1"]
+
+
+def test_a_zone_limit_only_the_stricter_stack_sets_keeps_its_zone_for_its_waiter_passed_over() -> None:
+    # Given green allowing 4 in all and 1 per zone, blue 4 and no zone limit; blue holds a node of zone a, green's
+    # g1 of zone a waits, passed over MAX_PASSED times by blue's grants there; blue's b9 (zone a) and b10 (zone b)
+    # ask after it
+    doc = BudgetDocument.model_validate(
+        {
+            "holders": [holder("h0")],
+            "waiters": [
+                waiter("g1", owner="green", passed=MAX_PASSED),
+                waiter("b9", since=1),
+                waiter("b10", zone="b", since=2),
+            ],
+            "limits": _owners(green=(4, 1), blue=(4, None)),
+        }
+    )
+    # Then b9 waits for zone a to drain for g1; b10 of zone b takes none of g1's room, and goes
+    assert picks(doc, seconds=3) == ["b10"]
