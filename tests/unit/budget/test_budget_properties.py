@@ -75,6 +75,29 @@ def node_of(record_id: str) -> str:
     return record_id.split("-")[1]
 
 
+def load(taken: list[str | None], zone: str | None) -> int:
+    return sum(1 for t in taken if t is None or t == zone)
+
+
+def leaves_room(taken: list[str | None], zone: str | None, kept: str | None, limits: Limits) -> bool:
+    """Naive: one more node of ``zone`` leaves a node of zone ``kept`` (a waiter whose room is kept) room once the
+    nodes that keep it out are gone: those of the zones it counts against that are full, and those of unknown zone."""
+    rest = taken
+    if limits.per_zone is not None:
+        zones = [kept] if kept is not None else [*ZONES, None]
+        full = {z for z in zones if load(taken, z) >= limits.per_zone}
+        if full:
+            rest = [t for t in taken if t is not None and t not in full]
+    if len(rest) + 2 > limits.total:
+        return False
+    if limits.per_zone is None:
+        return True
+    if zone is not None and kept is not None and zone != kept:
+        return True  # (two known zones apart)
+    shared = [*ZONES, None] if zone is None and kept is None else [kept if zone is None else zone]
+    return all(load(rest, z) + 2 <= limits.per_zone for z in shared)
+
+
 def fits(taken: list[str | None], zone: str | None, limits: Limits) -> bool:
     """Naive: one more node of ``zone`` next to nodes of zones ``taken`` stays within ``limits``."""
     if len(taken) >= limits.total:
@@ -177,6 +200,7 @@ class BudgetMachine(RuleBasedStateMachine):
         doc = doc or self.stored()
         holders = {h.node: h.zone for h in doc.holders} if as_stored else self.live_holders(doc)
         taken = list(holders.values())
+        owners = {h.node: h.owner for h in doc.holders if h.node in holders}
         # an expired waiter stopped asking: it lost its place, and comes back as a newcomer (it keeps neither
         # its waiting time nor its passes)
         stored = {w.node: w for w in doc.waiters if as_stored or not w.expired(self.now())}
@@ -195,6 +219,11 @@ class BudgetMachine(RuleBasedStateMachine):
         work = Counter(zone for _, zone, _, _, _ in remaining)
         eligible: list[str] = []
         picked: list[tuple[str | None, str]] = []  # (zone, owner) of the waiters picked so far
+        arrival = {w[0]: i for i, w in enumerate(remaining)}
+        # waiters passed over MAX_PASSED times that other owners' holders keep out keep their room (they would fit
+        # beside their own owner's holders): a waiter after them goes only if it leaves them that room
+        kept = [w for w in remaining if self.kept(w, taken, holders, owners)]
+        remaining = [w for w in remaining if w not in kept]
 
         def still_fits(zone: str | None, owner: str, newcomer: str | None) -> bool:
             # a waiter picked earlier takes its slot in its turn: it must fit beside the newcomer as well
@@ -206,7 +235,13 @@ class BudgetMachine(RuleBasedStateMachine):
             fitting = [
                 w
                 for w in remaining
-                if fits(taken, w[1], self.limits[w[2]]) and all(still_fits(z, o, w[1]) for z, o in picked)
+                if fits(taken, w[1], self.limits[w[2]])
+                and all(still_fits(z, o, w[1]) for z, o in picked)
+                and all(
+                    leaves_room(taken, w[1], k[1], self.limits[k[2]])
+                    for k in kept
+                    if w[4] < MAX_PASSED or (w[3], arrival[w[0]]) > (k[3], arrival[k[0]])
+                )
             ]
             if not fitting:
                 return eligible
@@ -224,6 +259,20 @@ class BudgetMachine(RuleBasedStateMachine):
             eligible.append(best[0])
             remaining.remove(best)
             work[best[1]] -= 1
+
+    def kept(
+        self,
+        waiter: tuple[str, str | None, str, datetime, int],
+        taken: list[str | None],
+        holders: dict[str, str | None],
+        owners: dict[str, str],
+    ) -> bool:
+        """Whether the replay keeps room for ``waiter``: passed over MAX_PASSED times, kept out by the holders, but
+        fitting beside those of its own owner (another owner's holders keep it out)."""
+        _, zone, owner, _, passed = waiter
+        own = [z for n, z in holders.items() if owners.get(n) == owner]
+        limits = self.limits[owner]
+        return passed >= MAX_PASSED and not fits(taken, zone, limits) and fits(own, zone, limits)
 
     def eligible_as_stored(self) -> set[str]:
         """The nodes of the waiters (of every owner) eligible as the document was written: those its writer
@@ -626,9 +675,18 @@ class BudgetMachine(RuleBasedStateMachine):
                 self.acquire_checked(node)
             if set(self.live_holders()) <= holders:
                 break
-        # work-conserving: nobody is left waiting for a slot that is free for it
-        taken = list(self.live_holders().values())
-        for node, zone, owner in self.live_waiters():
+        # work-conserving: nobody is left waiting for a slot that is free for it, but to leave a waiter passed over
+        # MAX_PASSED times that another owner's holders keep out its room
+        doc = self.stored()
+        holders = self.live_holders()
+        taken = list(holders.values())
+        owners = {h.node: h.owner for h in doc.holders}
+        line = {w.node: w for w in doc.waiters}
+        entries = [(n, z, o, line[n].waiting_since, line[n].passed) for n, z, o in self.live_waiters()]
+        kept = [w for w in entries if self.kept(w, taken, holders, owners)]
+        for node, zone, owner, _, _ in entries:
+            if any(not leaves_room(taken, zone, k[1], self.limits[k[2]]) for k in kept if k[0] != node):
+                continue
             assert not fits(taken, zone, self.limits[owner]), f"{node} waits though it fits"
 
     # --- invariants ------------------------------------------------------------------------------------
