@@ -678,12 +678,12 @@ class BudgetMachine(RuleBasedStateMachine):
         # work-conserving: nobody is left waiting for a slot that is free for it, but to leave a waiter passed over
         # MAX_PASSED times that another owner's holders keep out its room
         doc = self.stored()
-        holders = self.live_holders()
-        taken = list(holders.values())
+        live = self.live_holders()
+        taken = list(live.values())
         owners = {h.node: h.owner for h in doc.holders}
         line = {w.node: w for w in doc.waiters}
         entries = [(n, z, o, line[n].waiting_since, line[n].passed) for n, z, o in self.live_waiters()]
-        kept = [w for w in entries if self.kept(w, taken, holders, owners)]
+        kept = [w for w in entries if self.kept(w, taken, live, owners)]
         for node, zone, owner, _, _ in entries:
             if any(not leaves_room(taken, zone, k[1], self.limits[k[2]]) for k in kept if k[0] != node):
                 continue
