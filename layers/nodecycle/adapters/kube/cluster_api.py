@@ -429,8 +429,8 @@ class KubeCluster:
             if error.status in (404, 409):  # gone, or replaced by a pod of the same name (uid precondition)
                 return EvictionResult(Eviction.GONE)
             if error.status == 500 and MULTIPLE_BUDGETS in status_message(error):
-                # the one 500 that is the pod's (any other is the server's own failure: transient)
-                log.error("eviction of %s/%s failed: %s", pod.namespace, pod.name, status_message(error))
+                # the one 500 that is the pod's (any other is the server's own failure: transient); the drain
+                # logs it, once per pod and poll
                 return EvictionResult(Eviction.MISCONFIGURED, status_message(error))
             if namespace_terminating(error):
                 # No eviction is accepted in a namespace being deleted: its namespace controller deletes the pod

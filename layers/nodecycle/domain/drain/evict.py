@@ -526,7 +526,10 @@ class Evict:
                 # beside its app's own) is the refusal an operator meets most, and only an operator ends it
                 if result.kind is Eviction.MISCONFIGURED:
                     log.error(
-                        "pod %s/%s is selected by more than one PodDisruptionBudget", pod.namespace, pod.name
+                        "pod %s/%s is selected by more than one PodDisruptionBudget: %s",
+                        pod.namespace,
+                        pod.name,
+                        result.detail,
                     )
                 else:
                     log.error("eviction of pod %s/%s refused: %s", pod.namespace, pod.name, result.detail)
