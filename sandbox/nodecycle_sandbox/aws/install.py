@@ -24,6 +24,7 @@ from nodecycle_sandbox.aws import (
     api,
     dynamodb_index_lag,
     dynamodb_items,
+    dynamodb_numbers,
     dynamodb_transactions,
     ec2_addresses,
     ec2_consistency,
@@ -61,6 +62,7 @@ def install() -> None:
     sqs_receipts.install()  # a delete by a receipt handle older than the latest deletes nothing
     dynamodb_items.install()  # answers of lifecycle records without moto's per-attribute walk
     dynamodb_index_lag.install()  # global secondary indexes that lag their table
+    dynamodb_numbers.install()  # numbers kept as DynamoDB keeps them: no leading or trailing zeroes
     dynamodb_transactions.install()  # one write at a time; a cancelled transaction undoes only its own
     ec2_addresses.install()
     ec2_filters.install()  # at most 200 filter values a call, of at most 255 characters
