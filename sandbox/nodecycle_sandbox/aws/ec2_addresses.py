@@ -31,6 +31,12 @@
   meanwhile). moto associated it, so an address could be "held" by a terminated instance. An address gone answers
   ``InvalidAllocationID.NotFound`` first, whatever the instance's state (EC2 does not document which it looks at
   first; this is the harsher order: the caller cannot tell the instance is gone).
+- An address associated by a network interface (``NetworkInterfaceId``) is refused the same way while the instance
+  the interface is attached to is pending or shutting down, with another code: ``IncorrectInstanceState``
+  ("The pending instance to which 'eni-...' is attached is not in a valid state for this operation", the answer
+  EC2 gave in hashicorp/terraform-provider-aws#19699 to an association with the interface of an instance being
+  created). moto associated it, so a caller that took an instance's primary interface from a description of it
+  stopped (its start not shown yet: EC2's reads lag) put the address on an instance starting, where EC2 refuses it.
 - A terminated instance keeps no address: EC2 disassociates its Elastic IPs, which stay allocated ("Elastic IP
   addresses", EC2 user guide: when an instance is terminated its Elastic IP address is disassociated, and stays
   allocated to the account); an address on a secondary network interface that outlives the instance (not
@@ -84,6 +90,8 @@ _REVERSE_DNS = "_nodecycle_reverse_dns_addresses"
 # the states in which EC2 refuses to associate an address with an instance (stopped and stopping are allowed:
 # an address stays with a stopped instance, and may be associated with one)
 _CANNOT_ASSOCIATE = frozenset({"pending", "shutting-down", "terminated"})
+# the states in which EC2 refuses an address to the network interfaces attached to an instance
+_STARTING_OR_GOING = frozenset({"pending", "shutting-down"})
 # True: ReleaseAddress answers as for addresses of a default VPC (an address in use is disassociated and
 # released, no error); False: as for those of a nondefault VPC (refused while associated). Read per call.
 DEFAULT_VPC = False
@@ -151,6 +159,14 @@ def install() -> None:
                 raise EC2ClientError(
                     "InvalidInstanceID",
                     f"The {state} instance '{instance.id}' is not in a valid state for this operation.",
+                )
+            attached = getattr(eni, "instance", None) if eni is not None else None
+            # (an interface that outlived its terminated instance is detached from it: available, it takes one)
+            if attached is not None and attached.state in _STARTING_OR_GOING and eni in attached.nics.values():
+                raise EC2ClientError(
+                    "IncorrectInstanceState",
+                    f"The {attached.state} instance to which '{eni.id}' is attached is not in a valid state for "
+                    "this operation",
                 )
             if eni is None and instance is not None and len(instance.nics) > 1:
                 raise EC2ClientError(
