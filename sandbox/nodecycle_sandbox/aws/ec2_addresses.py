@@ -162,7 +162,11 @@ def install() -> None:
                 )
             attached = getattr(eni, "instance", None) if eni is not None else None
             # (an interface that outlived its terminated instance is detached from it: available, it takes one)
-            if attached is not None and attached.state in _STARTING_OR_GOING and eni in attached.nics.values():
+            if (
+                attached is not None
+                and attached.state in _STARTING_OR_GOING
+                and eni in attached.nics.values()
+            ):
                 raise EC2ClientError(
                     "IncorrectInstanceState",
                     f"The {attached.state} instance to which '{eni.id}' is attached is not in a valid state for "

@@ -128,6 +128,6 @@ def test_a_cancelled_transactions_reasons_carry_the_item_in_dynamodbs_form(dynam
         )
 
     # Then its cancellation reason carries the item as DynamoDB keeps it
-    reasons = cancelled.value.response["CancellationReasons"]  # type: ignore[typeddict-item]
+    reasons = cancelled.value.response["CancellationReasons"]
     assert reasons[0]["Code"] == "ConditionalCheckFailed"
     assert reasons[0]["Item"] == {"id": {"S": "a"}, "share": {"N": "1.5"}}

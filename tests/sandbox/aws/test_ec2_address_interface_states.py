@@ -58,7 +58,10 @@ def test_the_interface_of_an_instance_starting_or_going_takes_no_address(ec2: An
     with pytest.raises(ec2.exceptions.ClientError) as refused:
         ec2.associate_address(AllocationId=allocation, NetworkInterfaceId=interface, AllowReassociation=False)
     assert refused.value.response["Error"]["Code"] == "IncorrectInstanceState"
-    assert f"The {state} instance to which '{interface}' is attached" in refused.value.response["Error"]["Message"]
+    assert (
+        f"The {state} instance to which '{interface}' is attached"
+        in refused.value.response["Error"]["Message"]
+    )
     assert _associated(ec2, allocation) is None
 
 
