@@ -8,7 +8,12 @@ AWS side spent a third of its time there (py-spy on the AWS process, scenario 21
 scenario by scenario, until the deliveries it paced came late. The answer is the one moto gives (for an id of
 EC2's fixed length); only the lookup is direct.
 
-A released address's tags are forgotten with it (``ec2_addresses.py``), as EC2 forgets them.
+A released address's tags are forgotten with it (``ec2_addresses.py``), as EC2 forgets them. Nor can they come back:
+CreateTags naming an Elastic IP EC2 does not have (released, or never allocated) is refused, the whole request,
+``InvalidAllocationID.NotFound`` (the code EC2 gives a tag of an id it does not know: "Eventual consistency in the
+Amazon EC2 API", whose lagging form ``ec2_consistency.py`` answers). moto tagged any id: DescribeTags then listed
+tags of an address that no longer existed, and a tool that tags an address after allocating it (an operator adding
+one to a pool) was never told that the address it tagged was gone.
 
 The tags a caller gives (CreateTags, AllocateAddress's TagSpecifications) are held to EC2's tag restrictions
 ("Tag restrictions", Tag your Amazon EC2 resources, EC2 user guide): a key of at most 128 characters, a value of
@@ -87,7 +92,19 @@ def check_tags(tags: Iterable[dict[str, Any]]) -> None:
 
 
 def _create_tags_tags(request: TagResponse) -> list[dict[str, Any]]:
+    known_addresses(request)
     return list(request._get_param("Tags", []))
+
+
+def known_addresses(request: TagResponse) -> None:
+    """Refuse a CreateTags naming an Elastic IP (by its allocation id) that EC2 does not have, as EC2 does."""
+    backend: Any = request.ec2_backend
+    allocations = {address.allocation_id for address in backend.addresses}
+    for resource in request._get_param("Resources", []):
+        if str(resource).startswith("eipalloc-") and resource not in allocations:
+            raise EC2ClientError(
+                "InvalidAllocationID.NotFound", f"The allocation ID '{resource}' does not exist"
+            )
 
 
 def _specified_tags(request: ElasticIPAddresses) -> list[dict[str, Any]]:
