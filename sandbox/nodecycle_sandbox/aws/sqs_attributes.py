@@ -7,6 +7,11 @@ CreateQueue, ``Attributes``): ``DelaySeconds`` 0 to 900, ``MessageRetentionPerio
 with ``InvalidAttributeValue`` ("Invalid value for the parameter VisibilityTimeout."), and the stack that
 declares such a queue fails to deploy. moto created the queue (it checks ``MaximumMessageSize`` alone).
 
+SendMessage (and each entry of SendMessageBatch) takes ``DelaySeconds`` from 0 to 900 (the SQS API reference,
+SendMessage: "Valid values: 0 to 900"): SQS refuses a negative delay as one past 900 (``InvalidParameterValue``,
+"Value -1 for parameter DelaySeconds is invalid. Reason: DelaySeconds must be >= 0 and <= 900."; a batch's entry
+fails alone). moto refused only the delays past 900, and sent a message delayed by -1 at once.
+
 ChangeMessageVisibility (the SQS API reference) changes the visibility of a message in flight, by the receipt
 handle of its latest receive, to 0 to 43,200 seconds from the call. moto changed it by any handle the message
 ever had, for a message no longer in flight too, and took a negative timeout. Here, as SQS: a timeout out of
@@ -68,11 +73,27 @@ def install() -> None:
 
     Queue._set_attributes = set_attributes  # type: ignore[method-assign]
     backend: Any = SQSBackend
+    backend.send_message = _delay_within_range(SQSBackend.send_message)
     message: Any = Message
     message.mark_received = _remembering_the_receive(Message.mark_received)
     backend.change_message_visibility = _as_sqs_changes_it
     backend.change_message_visibility_batch = _each_entry_alone
     setattr(Queue, _MARKER, True)
+
+
+def _delay_within_range(send: Callable[..., Message]) -> Callable[..., Message]:
+    @wraps(send)
+    def send_message(self: SQSBackend, *args: Any, **kwargs: Any) -> Message:
+        delay = kwargs.get("delay_seconds", args[3] if len(args) > 3 else None)
+        low, high = RANGES["DelaySeconds"]
+        if delay is not None and int(delay) < low:
+            raise InvalidParameterValue(
+                f"Value {delay} for parameter DelaySeconds is invalid. Reason: DelaySeconds must be >= {low} and "
+                f"<= {high}."
+            )
+        return send(self, *args, **kwargs)
+
+    return send_message
 
 
 def _remembering_the_receive(mark_received: Callable[..., None]) -> Callable[..., None]:
