@@ -75,7 +75,7 @@ class DynamoRecordStore:
             answer = cast(dict[str, Any], error.response)
             reasons: list[dict[str, Any]] = answer.get("CancellationReasons") or [{}, {}]
             on_record, on_claim = reasons
-            if on_record.get("Item") == item:
+            if _same_item(on_record.get("Item"), item):
                 return Claimed.WRITTEN  # botocore sent it again after it landed (see _put), with its claim
             if on_record.get("Code") == "ConditionalCheckFailed":
                 return Claimed.RECORD_TAKEN
@@ -163,7 +163,7 @@ class DynamoRecordStore:
                 # a retry of a write that landed fails its own condition. That is this writer's success, not
                 # a lost race: read as one, the engine would send no next message and the lifecycle would wait
                 # for the sweeper, an intake would drop its first message.
-                return error.response.get("Item") == item
+                return _same_item(error.response.get("Item"), item)  # type: ignore[arg-type]
             raise
         return True
 
@@ -226,6 +226,16 @@ def _claim_id(action: ActionRef) -> str:
 def _progress_id(key: str) -> str:
     """An event's intake progress (see IntakeBudget): beside the records, under an id no record has."""
     return f"intake-progress#{key}"
+
+
+def _same_item(stored: dict[str, Any] | None, sent: dict[str, Any]) -> bool:
+    """Whether the item DynamoDB returned is the one sent, value for value. Not the wire forms: DynamoDB keeps a
+    number, not the string it was sent (leading and trailing zeroes trimmed, no exponent), so a float of a record's
+    extra sent as "2.0" or "1E+20" comes back as "2" or "100000000000000000000"; read back, both are the same
+    Decimal."""
+    if stored is None or stored.keys() != sent.keys():
+        return False
+    return all(_deserializer.deserialize(stored[key]) == _deserializer.deserialize(sent[key]) for key in sent)
 
 
 def _from_item(item: dict[str, Any]) -> LifecycleRecord:
