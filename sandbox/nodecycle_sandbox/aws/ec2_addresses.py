@@ -33,9 +33,8 @@
   first; this is the harsher order: the caller cannot tell the instance is gone).
 - An address associated by a network interface (``NetworkInterfaceId``) is refused the same way while the instance
   the interface is attached to is pending or shutting down, with another code: ``IncorrectInstanceState``
-  ("The pending instance to which 'eni-...' is attached is not in a valid state for this operation", the answer
-  EC2 gave in hashicorp/terraform-provider-aws#19699 to an association with the interface of an instance being
-  created). moto associated it, so a caller that took an instance's primary interface from a description of it
+  ("The pending instance to which 'eni-...' is attached is not in a valid state for this operation", EC2's
+  answer to an association with the interface of an instance being created). moto associated it, so a caller that took an instance's primary interface from a description of it
   stopped (its start not shown yet: EC2's reads lag) put the address on an instance starting, where EC2 refuses it.
 - A terminated instance keeps no address: EC2 disassociates its Elastic IPs, which stay allocated ("Elastic IP
   addresses", EC2 user guide: when an instance is terminated its Elastic IP address is disassociated, and stays

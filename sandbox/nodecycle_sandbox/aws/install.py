@@ -140,7 +140,7 @@ def _patch_backend() -> None:
         self: AutoScalingBackend, as_name: str, lifecycle_hook_names: list[str] | None = None
     ) -> Any:
         # Auto Scaling answers a ValidationError ("... not found") for a group it does not know, a deleted one
-        # included (Terraform's lifecycle hook finder reads that answer as "gone"); moto answered an empty list.
+        # included (a caller reads that answer as "gone"); moto answered an empty list.
         if as_name not in self.autoscaling_groups:
             raise ValidationError(f"AutoScalingGroup name not found - AutoScalingGroup '{as_name}' not found")
         return original_describe_hooks(self, as_name, lifecycle_hook_names)

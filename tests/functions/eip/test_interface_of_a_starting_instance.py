@@ -6,7 +6,7 @@ An instance of several network interfaces (the VPC CNI attaches more) is refused
 of a warm pool is stopped, and started again when the group takes it in: read stopped, it may be pending by the
 time the association by its interface arrives (or read stopped by a replica behind the start). EC2 refuses an
 address to an interface whose instance is pending (``IncorrectInstanceState``: "The pending instance to which
-'eni-...' is attached is not in a valid state for this operation", hashicorp/terraform-provider-aws#19699); moto
+'eni-...' is attached is not in a valid state for this operation"); moto
 associated it, and nothing in the sandbox met that refusal. The sandbox now answers as EC2
 (nodecycle_sandbox/aws/ec2_addresses.py): the adapter must say the instance is unavailable (the step waits for a
 pending one, and tries again), never that the address was taken, nor fail with EC2's code.

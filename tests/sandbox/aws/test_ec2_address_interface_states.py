@@ -1,7 +1,7 @@
 """AssociateAddress by a network interface, as EC2 answers it for the state of the instance the interface is attached
 to: refused while that instance is pending or shutting down (``IncorrectInstanceState``, "The pending instance to
-which 'eni-...' is attached is not in a valid state for this operation", EC2's answer quoted in
-hashicorp/terraform-provider-aws#19699), taken while it runs or is stopped. moto associated the address whatever
+which 'eni-...' is attached is not in a valid state for this operation", EC2's answer), taken while it runs or is
+stopped. moto associated the address whatever
 the instance's state."""
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """Lambda refuses an SQS mapping whose queue's visibility timeout is shorter than the function's timeout, and a
 function timeout raised past the visibility timeout of a queue it is mapped to ("InvalidParameterValueException:
-Queue visibility timeout: 30 seconds is less than Function timeout: 60 seconds", as CloudFormation and Terraform
-users meet it): a batch still running when its messages show again is delivered twice. moto took both."""
+Queue visibility timeout: 30 seconds is less than Function timeout: 60 seconds", as a deployment meets it): a batch still running when its messages show again is delivered twice. moto took both."""
 
 from __future__ import annotations
 
