@@ -293,8 +293,9 @@ class IntakeSettings(FunctionSettings, Scope, Eip, Readiness, Disruptions):
         return self.readiness_gate and self.uses_kubernetes
 
 
-class EipSettings(FunctionSettings, Eip):
-    pass
+class EipSettings(FunctionSettings, Eip, Readiness):
+    """Readiness too: a launch whose address step ends past the engine's guard point is settled there, at the
+    readiness gate it moved on to, with that gate's failure result (``wiring.eip``)."""
 
 
 def _describe(error: ValidationError) -> str:

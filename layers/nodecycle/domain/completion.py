@@ -237,7 +237,8 @@ class SettleResults:
     """The result for an action that must be settled before its work could finish (its global timeout is
     near): a terminating instance goes either way, and CONTINUE lets the group's other hooks run; a launch
     follows the failure policy of the step it was waiting in. None: this function never settles a launch at
-    that step (it does not run it)."""
+    that step: it neither runs it nor ever moves a launch on to it (the engine's guard judges the step a run moved
+    on to as well as the one it ran)."""
 
     eip: ActionResult | None = None  # a launch still assigning its address
     readiness: ActionResult | None = None  # a launch waiting for its node to be Ready

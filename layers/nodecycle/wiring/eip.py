@@ -79,7 +79,9 @@ def engine() -> StepEngine:
             ),
             Step.COMPLETE: CompleteAction(ports.autoscaling, ports.metrics, ports.records),
         },
-        SettleResults(eip=policy.failure_result),
+        # (readiness too: a step that ends past the guard's point is judged again there, when the launch has moved on
+        # to its readiness gate, which only the drain function runs: see ``StepEngine._run_step``)
+        SettleResults(eip=policy.failure_result, readiness=config.readiness_failure_result),
         # (a launch in line that the engine settles or finds lapsed leaves the line as one giving up does)
         out_of_line=assign.ended_in_line,
     )
