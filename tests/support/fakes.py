@@ -233,6 +233,8 @@ class FakeAutoscaling:
     listings: list[tuple[tuple[str, ...], str | None]] = field(
         default_factory=list
     )  # waiting_instances calls
+    # when Auto Scaling answered the heartbeat it accepted last, on ``clock`` (its answer's Date: see renewed_at)
+    _answered_at: datetime | None = field(default=None, init=False)
 
     def complete(self, action: ActionRef, result: ActionResult) -> bool:
         # named as AutoscalingActions names a completion: by its instance alone, the action the hook holds for
@@ -256,12 +258,18 @@ class FakeAutoscaling:
         return True
 
     def heartbeat(self, action: ActionRef) -> bool:
+        self._answered_at = None
         named = self._named(action)
         if named is None:
             return False
         self.heartbeats.append(action)
-        self.renewed[named.token] = self.clock.now()
+        self.renewed[named.token] = self._answered_at = self.clock.now()
         return True
+
+    def renewed_at(self, now: datetime) -> datetime:
+        """As AutoscalingActions tells it: the caller's ``now``, or the time of Auto Scaling's answer to the heartbeat
+        just accepted (its Date: on ``clock``) when that is earlier (a caller's clock running ahead of it)."""
+        return now if self._answered_at is None else min(now, self._answered_at)
 
     def confirm(self, action: ActionRef) -> bool:
         """A look at where the instance is, then a heartbeat, as AutoscalingActions confirms

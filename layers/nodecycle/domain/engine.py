@@ -141,7 +141,8 @@ def confirmed_before_claim(
             "could not confirm the lifecycle action before its claim (the completion asks again): %s", error
         )
         return record
-    return record.renewed(now, verified_at=now) if confirmed else record
+    # (renewed as of Auto Scaling's answer when this function's clock runs ahead of it: see Autoscaling.renewed_at)
+    return record.renewed(autoscaling.renewed_at(now), verified_at=now) if confirmed else record
 
 
 def claim_recorded(record: LifecycleRecord) -> LifecycleRecord:
@@ -718,7 +719,8 @@ class StepEngine:
             )
             # (counted once its commit lands: see gone_counted)
             return record, Outcome.goto(after_completion(record), outcome="unknown-action")
-        return record.renewed(now, verified_at=now), None
+        # (renewed as of Auto Scaling's answer when this function's clock runs ahead of it: see Autoscaling.renewed_at)
+        return record.renewed(self._autoscaling.renewed_at(now), verified_at=now), None
 
     def _guard(self, record: LifecycleRecord, now: datetime) -> Outcome | None:
         """Complete the action before its global timeout, whatever the current step is still waiting for."""
@@ -830,7 +832,9 @@ class StepEngine:
                 expired = advance(record, ended, now)
                 return expired.model_copy(update={"seq": record.seq})  # the step's own advance took this seq
             self._metrics.count("Heartbeats")
-            record = record.renewed(now)
+            # (as of Auto Scaling's answer when this function's clock runs ahead of it: a deadline recorded later than
+            # Auto Scaling's would have every run after this one, on a clock that is right, heartbeat too late)
+            record = record.renewed(self._autoscaling.renewed_at(now))
         if record.heartbeat_deadline < record.global_deadline and record.due_at > self._last_safe_run(record):
             # a wait longer than the heartbeat deadline allows is cut into pieces, each with its heartbeat
             cut = self._last_safe_run(record)

@@ -976,7 +976,8 @@ class Intake:
         self._metrics.count("Heartbeats")
         left = (record.heartbeat_deadline - now).total_seconds()
         log.info("heartbeat for a lifecycle action received %.0f s before its heartbeat deadline", left)
-        return record.renewed(now), False
+        # (as of Auto Scaling's answer when this function's clock runs ahead of it: see Autoscaling.renewed_at)
+        return record.renewed(self._autoscaling.renewed_at(now)), False
 
     def _timed_out_so(self, record: LifecycleRecord) -> bool:
         """Whether the instance is where its action's default result put it: a terminating instance never back

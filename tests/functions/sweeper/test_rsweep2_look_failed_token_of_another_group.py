@@ -177,4 +177,5 @@ def test_this_stacks_own_unconfirmed_action_is_still_kept_alive_by_its_instance_
     assert (action.active, len(action.heartbeats)) == (True, 1)
     kept = records.get(record.id)
     assert kept is not None
-    assert (kept.verified_at, kept.heartbeat_deadline > record.heartbeat_deadline) == (None, True)
+    # (renewed as of Auto Scaling's answer: this sweep's clock is half a minute ahead of moto's)
+    assert (kept.verified_at, kept.heartbeats) == (None, record.heartbeats + 1)

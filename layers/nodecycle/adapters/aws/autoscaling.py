@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from nodecycle.adapters.aws.clients import LazyClient, answer_lost, error_code, transient_errors
+from nodecycle.adapters.aws.clients import (
+    LazyClient,
+    answer_lost,
+    answered_at,
+    error_code,
+    transient_errors,
+)
 from nodecycle.adapters.aws.instances import Ec2Instances
 from nodecycle.domain.catalog import OWNER_TAG
 from nodecycle.domain.errors import AccessRefused, NotYetHeld
@@ -94,6 +101,8 @@ class AutoscalingActions:
             "autoscaling", autoscaling, telling_lost_answers=("CompleteLifecycleAction",)
         )
         self._instances = Ec2Instances(ec2)  # (its client made only at its first call: ``membership``'s)
+        # Auto Scaling's time of its answer to the last heartbeat it accepted (see ``renewed_at``)
+        self._renewed_at: datetime | None = None
 
     def complete(self, action: ActionRef, result: ActionResult) -> bool:
         """Complete the action the hook holds for ``action``'s instance, named by the instance alone, never by
@@ -151,14 +160,23 @@ class AutoscalingActions:
     def heartbeat(self, action: ActionRef) -> bool:
         # (not looked at as a completion is: a heartbeat that lands on a newer action of the instance only
         # extends it, and the orphans' keep-alive heartbeats by instance id at every sweep: no call per item)
+        self._renewed_at = None
         try:
             with transient_errors("recording a lifecycle heartbeat"):
-                self._asg().record_lifecycle_action_heartbeat(**_naming(action))
+                answer = self._asg().record_lifecycle_action_heartbeat(**_naming(action))
         except ClientError as error:
             return self._settled(action, error)
         except AccessRefused as refused:
             return self._gone_with_its_group(action, refused)
+        self._renewed_at = answered_at(answer)
         return True
+
+    def renewed_at(self, now: datetime) -> datetime:
+        """``now``, or the Date of Auto Scaling's answer to the heartbeat just accepted when that is earlier: a caller
+        whose clock runs ahead of Auto Scaling's records the renewal on Auto Scaling's clock (the Date is to the
+        second and stamped before the answer left: never after the renewal). A clock on time or behind records its
+        own ``now``, read before the call, as before."""
+        return now if self._renewed_at is None else min(now, self._renewed_at)
 
     def _gone_with_its_group(self, action: ActionRef, refused: AccessRefused) -> bool:
         """Whether a heartbeat or completion IAM refused named an action gone with its group (False), else the

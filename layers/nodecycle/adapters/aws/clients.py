@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from datetime import datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import boto3
@@ -220,6 +222,18 @@ def _tell_lost_answer(parsed: Any, context: Any, **_: Any) -> None:
     """(botocore's after-call) Copy the note into the answer, which a ClientError carries as its response."""
     if context.get(_ANSWER_LOST):
         parsed.setdefault("ResponseMetadata", {})[_ANSWER_LOST] = True
+
+
+def answered_at(answer: Any) -> datetime | None:
+    """The service's time of ``answer`` (a boto3 call's result), as its Date header tells it: to the second, stamped
+    before the answer went out, on the service's clock. None when not told (no Date, or one unreadable or without
+    its zone)."""
+    headers = (answer or {}).get("ResponseMetadata", {}).get("HTTPHeaders", {})
+    try:
+        date = parsedate_to_datetime(str(headers.get("date")))
+    except (TypeError, ValueError):
+        return None
+    return date if date.tzinfo is not None else None
 
 
 def error_code(error: ClientError) -> str:

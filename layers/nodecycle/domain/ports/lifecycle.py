@@ -170,6 +170,14 @@ class Autoscaling(Protocol):
         """Record a heartbeat; False when the action is no longer active."""
         ...
 
+    def renewed_at(self, now: datetime) -> datetime:
+        """When the heartbeat just accepted (``heartbeat``, or ``confirm``'s) renewed its action, on the caller's
+        clock as far as it can tell: ``now`` (read before the call), or Auto Scaling's time of its answer when that
+        is earlier. Auto Scaling renews an action from when it takes the heartbeat, on its own clock: a caller whose
+        clock runs ahead of it, recording its own ``now``, would write a deadline that much later than Auto
+        Scaling's, and every run after it, on a clock that is right, would heartbeat that much too late."""
+        ...
+
     def confirm(self, action: ActionRef) -> bool:
         """Record a heartbeat and confirm that the action holds its instance: False when the action is not
         active, or when the instance is not where an action of its transition holds it (the token is another

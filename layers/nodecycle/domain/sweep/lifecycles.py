@@ -315,7 +315,8 @@ class LifecycleRepair:
             return None
         self._metrics.count("Heartbeats")
         counts["LifecyclesKeptAlive"] += 1
-        kept = record.renewed(now)
+        # (as of Auto Scaling's answer when the sweeper's clock runs ahead of it: see Autoscaling.renewed_at)
+        kept = record.renewed(self._autoscaling.renewed_at(now))
         # Same seq: the work message in flight (if any) stays current. If the engine commits first, this write
         # loses, and the engine's record (with an earlier deadline) heartbeats again soon: harmless.
         return kept if self._records.commit(kept, expected_seq=record.seq) else None
