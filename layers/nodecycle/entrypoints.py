@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -88,6 +89,15 @@ def retried_again(
         return True
     since = _since_first_receive(record, received_at)
     return since is None or since >= redeliveries.visibility_timeout * 5 / 6
+
+
+def _first_receive(record: SqsRecord) -> datetime | None:
+    """When SQS first handed the record's message to a consumer, on SQS's clock; None: SQS did not say."""
+    attributes = record.get("attributes") or {}
+    try:
+        return datetime.fromtimestamp(int(attributes["ApproximateFirstReceiveTimestamp"]) / 1000, UTC)
+    except (KeyError, TypeError, ValueError, OverflowError, OSError):
+        return None
 
 
 def _since_first_receive(record: SqsRecord, at: float | None = None) -> float | None:
@@ -232,6 +242,9 @@ def run_work_record(engine: StepEngine, metrics: Metrics, record: SqsRecord, con
         )
         metrics.count("WorkMessagesRejected")
         return None
+    delivered_at = _first_receive(record)
+    if delivered_at is not None:
+        message = message.model_copy(update={"delivered_at": delivered_at})
     try:
         parse_record_id(message.record_id)
     except ValueError as error:

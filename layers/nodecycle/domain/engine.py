@@ -427,7 +427,12 @@ class StepEngine:
             # step would be overdue, and repairs the chain if it has not moved by then.
             self._watch(record, now)
             return Handled.WATCHING
-        if record.due_at - now > timedelta(seconds=1) and not message.wake:
+        # Early by SQS's clock too, not only by this container's: SQS delivers a message no sooner than its delay,
+        # so only a wait chained past SQS's 900 s limit comes before its due time. A container whose clock runs
+        # minutes behind would read a message on time as early by as much, and snooze it that long: a run due at the
+        # last safe moment for its heartbeat would come after the action timed out.
+        delivered = now if message.delivered_at is None else max(now, message.delivered_at)
+        if record.due_at - delivered > timedelta(seconds=1) and not message.wake:
             self._dispatch.send(record, now, here=self._worker)
             return Handled.SNOOZED
 

@@ -8,7 +8,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from nodecycle.domain.flow import Worker
 from nodecycle.domain.model import (
@@ -36,6 +36,10 @@ class WorkMessage(BaseModel):
     # a wake's lifecycle: a record starts over under another token (the next maintenance), which a wake-up
     # meant for the last one must not bring forward
     token: str | None = None
+    # When SQS first handed the message to a consumer, on SQS's clock (its ApproximateFirstReceiveTimestamp): set by
+    # the receiver from its queue's record, never sent. What tells a message early by design (a wait chained past
+    # SQS's 900 s delay limit) from one on time read on a container clock that runs behind (see StepEngine._handle).
+    delivered_at: datetime | None = Field(default=None, exclude=True)
 
 
 @dataclass(frozen=True)
