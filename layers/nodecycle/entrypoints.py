@@ -103,12 +103,10 @@ def _first_receive(record: SqsRecord) -> datetime | None:
 def _since_first_receive(record: SqsRecord, at: float | None = None) -> float | None:
     """Seconds from SQS's first hand-over of the record's message to a consumer until ``at`` (default now);
     None: SQS did not say."""
-    attributes = record.get("attributes") or {}
-    try:
-        first = int(attributes["ApproximateFirstReceiveTimestamp"]) / 1000
-    except (KeyError, TypeError, ValueError):
+    first = _first_receive(record)
+    if first is None:
         return None
-    return max((now() if at is None else at) - first, 0.0)
+    return max((now() if at is None else at) - first.timestamp(), 0.0)
 
 
 def now() -> float:
