@@ -16,18 +16,30 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks import api_calls, bursts, cluster_size, cold_start, contention, order, refresh, waiting, wake
+from benchmarks import (
+    api_calls,
+    bursts,
+    cluster_size,
+    cold_start,
+    contention,
+    order,
+    refresh,
+    storms,
+    waiting,
+    wake,
+)
 from benchmarks.report import Result, Row, markdown_table, text_table
 from benchmarks.schedule import Budget
 
 LAST_RUN = Path(__file__).resolve().parent / "last-run.json"
 # In the order they run: the quick, exact ones first.
-BENCHMARKS = ("waiting", "cold", "contention", "calls", "sizes", "refresh", "order", "bursts")
+BENCHMARKS = ("waiting", "cold", "contention", "calls", "sizes", "refresh", "storms", "order", "bursts")
 # (default, --quick, --tiny) per size option; --quick keeps every benchmark but makes each smaller, --tiny is
 # what CI runs: each benchmark once, to prove it still runs and prints its rows (at the least that does: a
 # paced refresh in which two nodes wait for a slot of the 4/2 budget, paced 2x, and one cluster size).
 SIZES: dict[str, tuple[Any, Any, Any]] = {
     "nodes": (24, 12, 6),
+    "storm_nodes": (24, 12, 6),
     "order_sizes": ((30, 100, 300), (30,), ()),
     # the same refresh with pods and polls --pace times slower, where the sandbox saturates two cores at pace 1
     "paced_sizes": ((300,), (), (6,)),
@@ -63,6 +75,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--drain-concurrency", type=int, default=6, help="refresh: DrainConcurrency (template default 20)"
+    )
+    parser.add_argument(
+        "--storm-nodes",
+        type=int,
+        help="storms: nodes in the group refreshed quiet and in a storm (default 24)",
     )
     parser.add_argument("--order-sizes", type=_sizes, help="order: group sizes, e.g. 30,100,300")
     parser.add_argument(
@@ -157,6 +174,11 @@ def _run_one(
         ran = refresh.run(settings, log_dir / "refresh")
         done(refresh.result(ran))
         done(wake.result(ran))
+    elif name == "storms":
+        settings = refresh.Settings(
+            args.storm_nodes, budget, args.retry_seconds, args.poll_seconds, args.drain_concurrency
+        )
+        done(storms.result(*storms.run(settings, log_dir / "storms")))
     elif name == "order":
         runs = [(nodes, 1.0) for nodes in args.order_sizes] + [
             (nodes, args.pace) for nodes in args.paced_sizes

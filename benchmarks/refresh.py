@@ -13,7 +13,8 @@ import json
 import statistics
 import time
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ from benchmarks.schedule import (
     lower_bound,
 )
 from nodecycle_sandbox.aws.group import wait_for
-from nodecycle_sandbox.aws.records import TERMINATING, ActionRecord
+from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING, ActionRecord
 from nodecycle_sandbox.checks import (
     completed_before_drained,
     cordon_peaks,
@@ -38,6 +39,7 @@ from nodecycle_sandbox.checks import (
     released_at,
     unsettled,
 )
+from nodecycle_sandbox.faults import Fault, Firing
 from nodecycle_sandbox.kube import HistoryEntry
 
 
@@ -97,6 +99,16 @@ class RefreshRun:
     steps: list[StepRun]  # the drain function's invocations during the refresh
     wake_steps: list[StepRun]  # the wake function's invocations during the refresh (budget wake-ups)
     load: load.Load  # the machine's and the sandbox's CPU during the refresh
+    # What the refresh cost in calls, from its start to the last release (storms.py reads them): every
+    # function's AWS calls as botocore was asked for them (its retries of a throttled attempt inside one), the
+    # API server's requests it served, the faults injected (each a request refused: an attempt more), and the
+    # lifecycle actions (terminate and launch) that the refresh started.
+    aws_calls: Counter[str] = field(default_factory=Counter)
+    kube_requests: Counter[str] = field(default_factory=Counter)
+    firings: tuple[Firing, ...] = ()
+    lifecycles: int = 0
+    left_over: tuple[str, ...] = ()  # what was still not settled once the refresh was over (see leftovers)
+    broken: tuple[str, ...] = ()  # the rules it broke (see broken_rules), kept when the caller reports them
 
 
 def workloads(nodes: int, pace: float = 1.0) -> dict[str, Any]:
@@ -118,7 +130,11 @@ def workloads(nodes: int, pace: float = 1.0) -> dict[str, Any]:
     }
 
 
-def run(settings: Settings, log_dir: Path) -> RefreshRun:
+def run(
+    settings: Settings, log_dir: Path, faults: Sequence[Fault] = (), seed: int = 0, *, strict: bool = True
+) -> RefreshRun:
+    """The refresh, measured; ``faults`` are injected from its start to its last release (drawn with ``seed``).
+    ``strict``: a refresh that broke the rules raises (it measures nothing); else they are kept in ``broken``."""
     parameters = {
         "BudgetMaxUnavailable": str(settings.budget.total),
         "BudgetMaxUnavailablePerZone": str(settings.budget.per_zone),
@@ -133,7 +149,10 @@ def run(settings: Settings, log_dir: Path) -> RefreshRun:
         server.settle(timeout=60)
         old = set(box.asg.in_state("InService"))
         server.reset_history()  # no node is cordoned now: the history starts clean
+        server.reset_counters()
         began = time.time()
+        if faults:
+            box.arm_faults(faults, seed)
         with load.sampled() as sampled:
             refresh = box.asg.start_refresh(min_healthy_percentage=0)
             # Budget-bound: a broken wake-up costs a whole backoff per round of the budget: allow for that,
@@ -146,8 +165,25 @@ def run(settings: Settings, log_dir: Path) -> RefreshRun:
             # The last drains' clean-up (slot release) comes just after their completion: wait for an empty
             # budget.
             wait_for(lambda: _budget_empty(server.history()), 60, "the last budget releases")
+        firings = tuple(box.fault_firings()) if faults else ()
+        box.disarm_faults()
+        # Nothing leaked: once the old nodes' objects are gone (2 s after their instances, as on EKS), no action
+        # is open, no node is left cordoned or marked by nodecycle, no budget entry is left.
+        left: list[str] = []
+        try:
+            wait_for(lambda: not (left := leftovers(box, old)), 30, "nothing left over")
+        except TimeoutError:
+            pass
+        kube_requests = Counter(
+            {f"{verb} {resource}": n for (verb, resource), n in server.counters().items()}
+        )
         history = server.history()
         actions = [a for a in box.asg.actions(transition=TERMINATING) if a.instance_id in old]
+        launches = [a for a in box.asg.actions(transition=LAUNCHING) if a.instance_id not in old]
+        aws_calls: Counter[str] = Counter()
+        for invocation in box.runner.journal.invocations():
+            if invocation.started_at >= began:
+                aws_calls.update(invocation.api_calls)
         steps, wake_steps = (
             [
                 _step_run(invocation)
@@ -160,14 +196,50 @@ def run(settings: Settings, log_dir: Path) -> RefreshRun:
     if len(found) != len(old):
         raise RuntimeError(f"{len(found)} of {len(old)} old nodes were cordoned and completed")
     broken = broken_rules(history, actions, settings.budget)
-    if broken:  # a refresh that beat its ideal by breaking the rules measures nothing
+    if broken and strict:  # a refresh that beat its ideal by breaking the rules measures nothing
         raise RuntimeError("the refresh broke the rules it is timed under: " + "; ".join(broken))
     writes = budget_writes(history)
     cordons = {drain.node: drain.cordoned_at for drain in found}
     emptied = {drain.node: at for drain in found if (at := emptied_at(history, drain)) is not None}
     return RefreshRun(
-        settings, found, writes, cordons, emptied, timeline.duration, steps, wake_steps, sampled
+        settings,
+        found,
+        writes,
+        cordons,
+        emptied,
+        timeline.duration,
+        steps,
+        wake_steps,
+        sampled,
+        aws_calls,
+        kube_requests,
+        firings,
+        len(actions) + len(launches),
+        tuple(left),
+        tuple(broken),
     )
+
+
+# What nodecycle marks a node with while it works on it (the drain's owner and its step in progress)
+_MARKS = ("nodecycle.io/owner", "nodecycle.io/in-progress")
+
+
+def leftovers(box: Any, old: set[str]) -> list[str]:
+    """What still says "not done" after the refresh, as the campaign's quiescence reads it: lifecycle actions
+    open, nodes of old instances still there, nodes cordoned or annotated by nodecycle, budget entries."""
+    left = [f"action {a.instance_id} {a.transition} open" for a in box.asg.actions() if a.active]
+    for node in box.kube.objects("nodes"):
+        meta = node["metadata"]
+        if (node.get("spec") or {}).get("providerID", "").rsplit("/", 1)[-1] in old:
+            left.append(f"node {meta['name']} of a replaced instance still there")
+        if (node.get("spec") or {}).get("unschedulable"):
+            left.append(f"node {meta['name']} left cordoned")
+        marks = [mark for mark in _MARKS if mark in (meta.get("annotations") or {})]
+        if marks:
+            left.append(f"node {meta['name']} still marked {', '.join(marks)}")
+    if not _budget_empty(box.kube.history()):
+        left.append("budget entries left")
+    return left
 
 
 def broken_rules(history: list[HistoryEntry], actions: list[ActionRecord], budget: Budget) -> list[str]:
