@@ -9,6 +9,7 @@ lower bound and as a greedy schedule with no hand-over latency.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import json
 import statistics
 import time
@@ -169,11 +170,15 @@ def run(
         box.disarm_faults()
         # Nothing leaked: once the old nodes' objects are gone (2 s after their instances, as on EKS), no action
         # is open, no node is left cordoned or marked by nodecycle, no budget entry is left.
-        left: list[str] = []
-        try:
-            wait_for(lambda: not (left := leftovers(box, old)), 30, "nothing left over")
-        except TimeoutError:
-            pass
+        seen: list[list[str]] = [[]]  # the last look's
+
+        def settled() -> bool:
+            seen[0] = leftovers(box, old)
+            return not seen[0]
+
+        with contextlib.suppress(TimeoutError):  # what is left then is reported, not raised
+            wait_for(settled, 30, "nothing left over", poll=0.5)
+        left = seen[0]
         kube_requests = Counter(
             {f"{verb} {resource}": n for (verb, resource), n in server.counters().items()}
         )
