@@ -3,6 +3,7 @@ classification."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -125,7 +126,43 @@ def client(service: str) -> Any:
     made = boto3.client(service, config=CLIENT_CONFIG)  # type: ignore[call-overload]
     # every service's every attempt, retries included (botocore emits before-send.<service>.<operation>)
     made.meta.events.register("before-send", _attempt_within_time, unique_id="nodecycle-calls-within-time")
+    if service == "dynamodb":
+        # (a more specific event than botocore's own needs-retry.dynamodb handler: asked first, its answer wins)
+        made.meta.events.register(
+            "needs-retry.dynamodb.TransactWriteItems",
+            _retry_throttled_transaction,
+            unique_id="nodecycle-retry-throttled-transaction",
+        )
     return made
+
+
+# The reasons DynamoDB gives an item of a transaction it cancelled for throughput (the API reference's
+# CancellationReasons): the table's or an index's capacity, or the request rate on the item.
+_THROUGHPUT_REASONS = frozenset({"ThrottlingError", "ProvisionedThroughputExceeded"})
+
+
+def _retry_throttled_transaction(response: Any = None, attempts: int = 1, **_: Any) -> float | None:
+    """(botocore's needs-retry, after each attempt of a DynamoDB TransactWriteItems) Retry a transaction that
+    DynamoDB cancelled for throughput, as botocore's standard mode retries any other throttled call: up to
+    MAX_ATTEMPTS, after a random sleep of up to 2^(attempt - 1) s (its own backoff, capped at MAX_BACKOFF_SECONDS).
+
+    DynamoDB refuses a throttled PutItem with ProvisionedThroughputExceededException, which botocore retries; a
+    throttled transaction it cancels, TransactionCanceledException naming ThrottlingError for the item throttled
+    and None for the others, a code botocore retries never. Its one throttled attempt then failed the whole call:
+    intake's event waited 10 s in the intake queue (the lifecycle out of the budget meanwhile), a drain's step the
+    engine's backoff, where another throttled call costs well under a second. Nothing of a cancelled transaction is
+    written, so the same one is sent again. A transaction cancelled for anything else (its condition, another
+    writer's transaction on an item) is the caller's to judge, as before. Each retry is still sent only within the
+    run's time (``calls_within``, on before-send)."""
+    if response is None or attempts >= MAX_ATTEMPTS:
+        return None
+    parsed = response[1] or {}
+    if parsed.get("Error", {}).get("Code") != "TransactionCanceledException":
+        return None
+    reasons = {str(reason.get("Code")) for reason in parsed.get("CancellationReasons") or []} - {"None"}
+    if not reasons or not reasons <= _THROUGHPUT_REASONS:
+        return None
+    return random.random() * min(2.0 ** (attempts - 1), MAX_BACKOFF_SECONDS)
 
 
 def _backoff_after(attempt: int) -> float:
