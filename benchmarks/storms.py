@@ -57,6 +57,9 @@ class Figures:
     kube_requests: float  # per drained node, served and refused
     kube_refused: float  # per drained node
     worst_idle: float  # a freed slot's, drain over -> next cordon
+    entry: (
+        float  # the latest a node entered the budget after its terminate action started (intake, first step)
+    )
     broken: tuple[str, ...]  # rules broken and things left over
 
 
@@ -69,6 +72,11 @@ def figures(run: refresh.RefreshRun) -> Figures:
     completions = {drain.node: drain.done_at for drain in found}
     handovers = wake.handovers(run.writes, run.cordons, completions)
     lifecycles = max(1, run.lifecycles)
+    entered: dict[str, float] = {}
+    for write in run.writes:
+        for entry in (*write.holders, *write.waiters):
+            entered.setdefault(entry.node, write.time)
+    late = [entered[d.node] - d.waiting_at for d in found if d.node in entered]
     return Figures(
         makespan=makespan,
         bound=lower_bound(found, run.settings.budget),
@@ -78,6 +86,7 @@ def figures(run: refresh.RefreshRun) -> Figures:
         kube_requests=(sum(run.kube_requests.values()) + kube_refused) / len(found),
         kube_refused=kube_refused / len(found),
         worst_idle=max((h.idle for h in handovers), default=0.0),
+        entry=max(late, default=0.0),
         broken=(*run.broken, *run.left_over),
     )
 
@@ -127,6 +136,14 @@ def result(quiet_run: refresh.RefreshRun, storm_run: refresh.RefreshRun) -> Resu
             f"{name}: a freed slot idle, max, storm vs quiet (drain over -> next cordon)",
             storm.worst_idle,
             quiet.worst_idle,
+            "s",
+            "-",
+        ),
+        # A node not in the budget yet cannot take a slot freed meanwhile: its intake and first step were late
+        Row(
+            f"{name}: terminate action started -> node in the budget, max, storm vs quiet",
+            storm.entry,
+            quiet.entry,
             "s",
             "-",
         ),
