@@ -103,16 +103,9 @@ def result(quiet_run: refresh.RefreshRun, storm_run: refresh.RefreshRun) -> Resu
     settings = quiet_run.settings
     quiet, storm = figures(quiet_run), figures(storm_run)
     name = f"storm {settings.nodes} nodes, {settings.budget.total}/{settings.budget.per_zone}"
-    target = refresh.target_for(settings.nodes)
     rows = [
-        Row(
-            f"{name}: quiet makespan vs lower bound",
-            quiet.makespan,
-            quiet.bound,
-            "s",
-            f"<= {target:.2f}",
-            quiet.makespan <= target * quiet.bound,
-        ),
+        # (the design's target on it is the refresh benchmark's: here it is the yardstick of the storm's)
+        Row(f"{name}: quiet makespan vs lower bound", quiet.makespan, quiet.bound, "s", "-"),
         Row(f"{name}: storm makespan vs lower bound", storm.makespan, storm.bound, "s", "-"),
         Row(f"{name}: storm makespan vs quiet", storm.makespan, quiet.makespan, "s", "-"),
         Row(f"{name}: AWS calls per lifecycle, storm vs quiet", storm.aws_calls, quiet.aws_calls, "", "-"),
