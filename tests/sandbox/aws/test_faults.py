@@ -247,8 +247,10 @@ def test_a_throttled_transaction_is_cancelled_for_throughput_and_the_store_retri
     reasons = cancelled.value.response["CancellationReasons"]
     assert [r["Code"] for r in reasons] == ["ThrottlingError", "None"]
 
-    # And the store, with the functions' retrying client, reads it as a step to retry later: not its claim
-    # taken nor its record's (botocore does not retry a cancelled transaction), and nothing was written
+    # And the store, with a client of the functions' retry settings, reads it as a step to retry later: not its
+    # claim taken nor its record's (botocore does not retry a cancelled transaction; the functions' own client
+    # retries one cancelled for throughput, as tests/functions/test_record_store_throttled_transaction.py shows),
+    # and nothing was written
     store = DynamoRecordStore(
         table, ttl=timedelta(days=1), dynamodb=_client(endpoint, "dynamodb", config=CLIENT_CONFIG)
     )
