@@ -233,3 +233,33 @@ def test_a_stricter_stack_still_on_the_older_version_gets_its_slot_from_an_upgra
     assert granted, f"green's node still waits after {rounds} rounds of blue's refresh"
     assert rounds <= MAX_PASSED + 3, rounds
     api.api_client.close()
+
+
+def test_a_looser_stacks_drain_in_progress_that_lost_its_slot_goes_before_the_room_kept_for_a_stricter_one(
+    server: KubeServer,
+) -> None:
+    # Given green's node 0 passed over MAX_PASSED times by blue's refresh (blue holding 3, green's view full), its room
+    # kept: blue's newcomer waits
+    add_nodes(server, NODES)
+    api = core_api(server)
+    clock = FakeClock()
+    blue, nxt = blue_refresh_passing_green_over(api, clock)
+    green = budget_of(api, clock, "green", total="2", per_zone=NO_ZONE_LIMIT)
+    assert blue.acquire(request(nxt, "blue")).reason is SlotReason.NO_ROOM
+    stalled, *polling = sorted(INDEX[n] for n in holders(blue))
+    # When one of blue's drains stalls past its slot's TTL (a function that stopped), cordoned and partly evicted,
+    # while the others poll and the nodes in line ask again
+    elapsed = 0.0
+    while elapsed <= TTL.total_seconds():
+        clock.advance(TTL.total_seconds() / 4)
+        elapsed += TTL.total_seconds() / 4
+        for i in polling:
+            assert blue.renew(polled(i)).granted
+        assert not green.acquire(request(0, "green")).granted  # (green's view: blue's 2 polling, full)
+        blue.acquire(request(nxt, "blue"))
+    assert set(holders(blue)) == {node_name(i) for i in polling}
+    # Then the stalled drain, polling again, takes its slot back at once (blue's 3 has room): a drain in progress goes
+    # before any node not yet touched, the room kept for green's passed-over node included (invariant 9)
+    assert blue.renew(polled(stalled)).granted
+    assert node_name(nxt) not in holders(blue)  # (blue's newcomer still waits, for green's node)
+    api.api_client.close()
