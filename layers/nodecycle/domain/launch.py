@@ -39,6 +39,26 @@ CLOCK_SKEW = timedelta(seconds=5)
 # whose start cannot judge the kubelet's stamps (see _timed_by_intake).
 LEASE_SEEN = "lease_seen"
 NO_LEASE = "none"
+# A Ready node may not take pods yet: it still carries a taint that a controller or an agent lifts once the node is
+# set up. Kubernetes' own: the node lifecycle controller's not-ready (the API server's TaintNodesByCondition puts it
+# on every new node; the controller lifts it a node monitor period or more after the kubelet posts Ready),
+# unreachable and network-unavailable, and the cloud controller manager's uninitialized (until it has set the
+# node's provider id, zone and addresses) and shutdown (a node back from a stopped warm pool). Completed then, the
+# launch puts the instance in service (an instance refresh drains the next old node) while no pod can go there.
+SETUP_TAINTS = frozenset(
+    {
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+        "node.kubernetes.io/network-unavailable",
+        "node.cloudprovider.kubernetes.io/uninitialized",
+        "node.cloudprovider.kubernetes.io/shutdown",
+    }
+)
+# And the startup taints of agents, by the name they share: a CNI's (node.cilium.io/agent-not-ready,
+# cni.istio.io/not-ready) or a CSI driver's (ebs.csi.aws.com/agent-not-ready, efs.csi.aws.com/...), lifted by the
+# agent's node plugin once it runs there. A taint the node keeps for good (a dedicated group's) is the node's
+# purpose: it does not hold the gate.
+SETUP_TAINT_NAMES = frozenset({"not-ready", "agent-not-ready"})
 
 
 class ReadinessGate:
@@ -71,7 +91,13 @@ class ReadinessGate:
             # (EC2 refusing the instance's DNS name leaves the node to be found by its instance id or provider id:
             # the launch of a node that joins still completes, rather than every launch waiting out its gate)
             node, extra = self._finder.find(record, scan=self._scan(polls, now, deadline))
-            ready = node is not None and node.ready and self._kubelet_ran_since(node, record, now, extra)
+            ready = (
+                node is not None
+                and node.ready
+                # (the Lease read first: its first read is the mark a launch the intake timed is judged by)
+                and self._kubelet_ran_since(node, record, now, extra)
+                and not _still_setting_up(node)
+            )
             state = None if ready or not self._ask_state(polls, now, deadline) else self._state(record)
         except AccessRefused as refused:  # (before TransientError, its base: see _refused)
             return self._refused(record, now, deadline, refused)
@@ -289,3 +315,17 @@ def _timed_by_intake(record: LifecycleRecord) -> bool:
     (Otherwise the receipt, on the intake's clock to the microsecond, equals the event's time only by chance,
     which costs a launch a renewal's wait at most.)"""
     return record.started_at == record.received_at
+
+
+def _still_setting_up(node: NodeInfo) -> bool:
+    """Whether the node, Ready, still carries a taint lifted once it is set up (see SETUP_TAINTS): the gate waits."""
+    setting_up = [
+        key
+        for key in dict.fromkeys(node.taints)  # (a key once, whatever its effects: not-ready is both)
+        if key in SETUP_TAINTS or key.rpartition("/")[2] in SETUP_TAINT_NAMES
+    ]
+    if setting_up:
+        log.info(
+            "node %s says Ready, but is still tainted %s: waiting for it", node.name, ", ".join(setting_up)
+        )
+    return bool(setting_up)

@@ -92,6 +92,7 @@ def test_a_node_named_otherwise_found_not_ready_by_a_scan_opens_the_gate_at_the_
     assert now - started > SCAN_AFTER
     # And the node turns Ready right after, and the gate polls on
     server.set_node_ready(HOSTNAME, True)
+    server.settle()  # (and the node lifecycle controller lifts its not-ready taint)
     lists = lookups.lists
     opened_after = 0
     for _ in range(SCAN_EVERY):

@@ -139,6 +139,7 @@ def test_a_stale_ready_node_under_the_instances_name_never_opens_the_gate_of_the
 
     # And once the launch's own node is Ready, the next look opens it, on that node
     server.set_node_ready(INSTANCE, True)
+    server.settle()  # (and the node lifecycle controller lifts its not-ready taint)
     outcome = ready_gate(record, now)
     assert (outcome.again, outcome.changes.get("outcome"), outcome.changes.get("node")) == (
         False,
@@ -167,6 +168,7 @@ def test_duplicate_and_reordered_gate_messages_settle_the_launch_once(
     assert engine.handle(first) is Handled.WATCHING
     (watch,) = world.queues.take()
     server.set_node_ready(NODE, True)
+    server.settle()  # (and the node lifecycle controller lifts its not-ready taint)
     world.clock.current += timedelta(seconds=poll.delay)
     handled = [engine.handle(poll.message), engine.handle(poll.message)]
     world.clock.current += timedelta(seconds=watch.delay)
@@ -195,6 +197,7 @@ def test_a_flapping_node_opens_the_gate_only_at_a_look_that_finds_it_ready(
             server.set_node_ready(NODE, True)
             ready = False
         server.set_node_ready(NODE, ready)
+        server.settle()  # (the node lifecycle controller's taints follow Ready)
 
         # When the gate looks at each state
         outcome = ready_gate(record, now)

@@ -104,6 +104,11 @@ def node_info(data: dict[str, Any]) -> NodeInfo:
         unschedulable=bool(spec.get("unschedulable")),
         excluded_from_lb=EXCLUDE_LB_LABEL in labels,
         released_for=annotations.get(RELEASED_FOR_ANNOTATION),
+        taints=tuple(
+            str(t.get("key"))
+            for t in spec.get("taints") or []
+            if t.get("effect") in ("NoSchedule", "NoExecute")
+        ),
     )
 
 

@@ -42,6 +42,8 @@ class NodeInfo(BaseModel):
     unschedulable: bool = False  # spec.unschedulable: cordoned, by nodecycle or anyone
     excluded_from_lb: bool = False  # labelled node.kubernetes.io/exclude-from-external-load-balancers
     released_for: str | None = None  # the nodecycle.io/released-for annotation
+    # The keys of its NoSchedule and NoExecute taints: what keeps pods off it (PreferNoSchedule does not)
+    taints: tuple[str, ...] = ()
     # Ready is Unknown: the kubelet stopped posting the node's status (gone with its instance, or cut off), as
     # the node lifecycle controller marks it: nothing stops the pods deleted there.
     kubelet_lost: bool = False
