@@ -10,7 +10,7 @@ from typing import Any
 from nodecycle.domain.engine import MAX_RETRY_BACKOFF_SECONDS, Dispatcher, Outcome
 from nodecycle.domain.errors import AccessRefused, TransientError, retry_after_wait
 from nodecycle.domain.model import LifecycleRecord, Step
-from nodecycle.domain.nodes import NodeFinder
+from nodecycle.domain.nodes import NodeFinder, NodeUnreadable
 from nodecycle.domain.policy import ReadinessPolicy
 from nodecycle.domain.ports.cluster import Cluster, Events, NodeInfo, Refused
 from nodecycle.domain.ports.instances import DOWN_STATES, Instances
@@ -100,11 +100,11 @@ class ReadinessGate:
             )
             state = None if ready or not self._ask_state(polls, now, deadline) else self._state(record)
         except AccessRefused as refused:  # (before TransientError, its base: see _refused)
-            return self._refused(record, now, deadline, refused)
+            return self._refused(record, now, deadline, refused, polls)
         except TransientError as error:
             return self._unanswered(record, now, deadline, error)
         except Refused as refused:
-            return self._refused(record, now, deadline, refused)
+            return self._refused(record, now, deadline, refused, polls)
         extra[POLLS] = polls + 1
         if node is not None and ready:
             log.info("node %s is Ready", node.name)
@@ -160,7 +160,12 @@ class ReadinessGate:
         raise error
 
     def _refused(
-        self, record: LifecycleRecord, now: datetime, deadline: datetime, refused: Refused | AccessRefused
+        self,
+        record: LifecycleRecord,
+        now: datetime,
+        deadline: datetime,
+        refused: Refused | AccessRefused,
+        polls: int,
     ) -> Outcome:
         """The API server refuses to show the node (403: a role without get or list on nodes), or AWS refuses the
         instance's name or state (ec2:DescribeInstances denied by a service control policy or a permissions
@@ -168,11 +173,24 @@ class ReadinessGate:
         (the engine fails a step's message after a few minutes of refused tries, and the sweeper then keeps the
         action alive for up to 48 hours): each look says so, the next comes at the poll's pace (the RBAC or the
         policy may be mended meanwhile), and the gate's timeout settles the launch by the failure policy, its
-        alarm telling an operator."""
+        alarm telling an operator. Meanwhile EC2 is asked about the instance as at any look that finds no node
+        Ready (see DOWN_STATES' use above): an instance gone meanwhile ends the gate as down, not at its timeout as a
+        refusal; and what the look learned (the instance's DNS name) is kept, not asked of EC2 at every poll for as
+        long as the refusal lasts."""
         why = str(refused)[:500]
+        extra = dict(refused.extra) if isinstance(refused, NodeUnreadable) else dict(record.extra)
+        extra[POLLS] = polls + 1
+        if self._ask_state(polls, now, deadline):
+            try:
+                state = self._state(record)
+            except TransientError as error:  # (throttled: not known at this look, as a refused question)
+                log.warning("the state of instance %s is not answered (%s)", record.instance_id, error)
+                state = None
+            if state in DOWN_STATES:
+                return self._down(record, state, extra)
         if now >= deadline:
             what = "the instance's read" if isinstance(refused, AccessRefused) else "the node's read"
-            return self._timed_out("readiness-refused", f"{what} refused: {why}", last_error=why)
+            return self._timed_out("readiness-refused", f"{what} refused: {why}", last_error=why, extra=extra)
         mend = (
             "mend the drain function's IAM policy, or the service control policy or boundary that denies it"
             if isinstance(refused, AccessRefused)
@@ -186,7 +204,7 @@ class ReadinessGate:
             mend,
             deadline,
         )
-        return Outcome.wait(self._policy.poll_seconds, gate_deadline=deadline, last_error=why)
+        return Outcome.wait(self._policy.poll_seconds, gate_deadline=deadline, last_error=why, extra=extra)
 
     def _back_from_pool(self, node: NodeInfo, record: LifecycleRecord) -> None:
         """A node still marked released for an earlier lifecycle is one whose instance went into a warm pool

@@ -6,7 +6,7 @@ import logging
 
 from nodecycle.domain.errors import AccessRefused, TransientError
 from nodecycle.domain.model import LifecycleRecord
-from nodecycle.domain.ports.cluster import Cluster, NodeInfo
+from nodecycle.domain.ports.cluster import Cluster, NodeInfo, Refused
 from nodecycle.domain.ports.instances import Instances
 
 PRIVATE_DNS = "private_dns"  # record.extra key: the instance's private DNS name, looked up once
@@ -18,6 +18,16 @@ PRIVATE_DNS = "private_dns"  # record.extra key: the instance's private DNS name
 NODE_NAME = "node_name"
 
 log = logging.getLogger(__name__)
+
+
+class NodeUnreadable(Refused):
+    """The API server refused the read of the instance's node (403: a role without get or list on nodes).
+    ``extra``: the record's extra with what the look learned before (the instance's DNS name), for the step to keep
+    rather than ask EC2 again at each look while the refusal lasts."""
+
+    def __init__(self, refused: Refused, extra: dict[str, object]) -> None:
+        super().__init__(str(refused))
+        self.extra = extra
 
 
 class NodeFinder:
@@ -37,8 +47,17 @@ class NodeFinder:
         the next find. The name only spares a scan of the nodes, and raised, a refusal that lasts would fail the
         step's message into the dead-letter queue after the engine's refused tries (the launch left to its global
         timeout, the terminating instance's node never drained), and throttling would hold the step in the
-        engine's backoff for as long as it lasts."""
+        engine's backoff for as long as it lasts. The API server refusing the node raises NodeUnreadable, with
+        what the look learned."""
         extra: dict[str, object] = dict(record.extra)
+        try:
+            return self._find(record, extra, scan=scan)
+        except Refused as refused:
+            raise NodeUnreadable(refused, extra) from refused
+
+    def _find(
+        self, record: LifecycleRecord, extra: dict[str, object], *, scan: bool
+    ) -> tuple[NodeInfo | None, dict[str, object]]:
         named = extra.get(NODE_NAME)
         if isinstance(named, str):
             node = self._cluster.get_node(named)
