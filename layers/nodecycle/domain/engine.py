@@ -431,9 +431,11 @@ class StepEngine:
         # so only a wait chained past SQS's 900 s limit comes before its due time. A container whose clock runs
         # minutes behind would read a message on time as early by as much, and snooze it that long: a run due at the
         # last safe moment for its heartbeat would come after the action timed out.
+        # The rest of the wait is measured from the same time: on the container's clock alone, one minutes behind
+        # would delay the next piece of a chained wait as much too long.
         delivered = now if message.delivered_at is None else max(now, message.delivered_at)
         if record.due_at - delivered > timedelta(seconds=1) and not message.wake:
-            self._dispatch.send(record, now, here=self._worker)
+            self._dispatch.send(record, delivered, here=self._worker)
             return Handled.SNOOZED
 
         while True:
