@@ -153,7 +153,8 @@ def _retry_throttled_transaction(response: Any = None, attempts: int = 1, **_: A
     engine's backoff, where another throttled call costs well under a second. Nothing of a cancelled transaction is
     written, so the same one is sent again. A transaction cancelled for anything else (its condition, another
     writer's transaction on an item) is the caller's to judge, as before. Each retry is still sent only within the
-    run's time (``calls_within``, on before-send)."""
+    run's time (``calls_within``, on before-send). Unlike botocore's own retries, these take nothing from its retry
+    quota (a private object of the client's retry handler): bounded by MAX_ATTEMPTS and the run's time instead."""
     if response is None or attempts >= MAX_ATTEMPTS:
         return None
     parsed = response[1] or {}
