@@ -12,15 +12,15 @@ unknown stack: a ValidationError), a server answering every request with an HTML
 from __future__ import annotations
 
 import socket
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 from moto import mock_aws
 
 from nodecycle_cli.main import main
 from nodecycle_sandbox.aws.server import MotoServer
+from tests.support.http_stub import serving
 
 STATUS = ["status", "--stack", "prod"]
 
@@ -64,12 +64,8 @@ class _HtmlErrorPage(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def html_endpoint() -> Iterator[str]:
-    server = HTTPServer(("127.0.0.1", 0), _HtmlErrorPage)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serving(_HtmlErrorPage) as url:
+        yield url
 
 
 def closed_port() -> str:

@@ -5,9 +5,8 @@ leaves the node's other pods where they are."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import ClassVar
 
 import pytest
@@ -16,6 +15,7 @@ from kubernetes.client import ApiClient, Configuration
 from nodecycle.adapters.kube.cluster_api import KubeCluster
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.ports.cluster import Eviction, EvictionResult, PodInfo
+from tests.support.http_stub import serving
 
 WEB = PodInfo(
     namespace="apps",
@@ -74,12 +74,8 @@ class _Refusing(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server() -> Iterator[str]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Refusing)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
+    with serving(_Refusing) as url:
+        yield url
 
 
 @pytest.mark.parametrize("refusal", list(REFUSALS))
