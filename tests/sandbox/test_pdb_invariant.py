@@ -306,3 +306,72 @@ def test_pods_force_deleted_once_the_drain_timed_out_are_no_breach_an_eviction_m
 
     # Then the breach the deletes made is excused
     assert _judged_pdb(history, acting, instance) == []
+
+
+def test_pods_that_turn_unready_with_a_hung_runtimes_node_are_no_breach_an_eviction_made() -> None:
+    # A kubelet whose container runtime hangs posts its node Ready=False once its PLEG has not relisted for the
+    # threshold ("PLEG is not healthy"); the node lifecycle controller then marks the node's pods NotReady
+    # (MarkPodsNotReady runs for a Ready condition that turned False, as for one turned Unknown) and the disruption
+    # controller counts them unhealthy. No PodDisruptionBudget can stop it, and no eviction takes part (seed 91
+    # scenario 3: a node waiting for its slot turned NotReady while two drained nodes' replacements started,
+    # web fell to 2 healthy pods of 3 required, and the judge called it an eviction's breach).
+    with KubeServer(tick_seconds=0.02, pod_start_seconds=0.05, pleg_threshold_seconds=0.3) as server:
+        # Given five pods of web under maxUnavailable 2 (3 required), three of them on the first node
+        server.seed(
+            {
+                "nodes": nodes_seed(2),
+                "deployments": [
+                    {"name": "web", "namespace": "shop", "replicas": 5, "pdb": {"maxUnavailable": 2}}
+                ],
+            }
+        )
+        server.settle()
+        wait_until(lambda: _healthy(server) == 5, what="5 healthy pods")
+        node = node_name(0, 10)
+        assert len([p for p in pods_of(server, "shop", "web") if p["spec"]["nodeName"] == node]) == 3
+        acting = time.time()
+        time.sleep(0.01)
+        # When that node's container runtime hangs, and its kubelet posts it NotReady after the threshold
+        server.hang_runtime(node)
+        wait_until(lambda: _healthy(server) == 2, what="the budget to count the node's pods unhealthy")
+        history = server.history()
+        server.hang_runtime(node, hung=False)
+    assert [(b.healthy, b.desired) for b in _breaches_after(history, acting)[:1]] == [(2, 3)]
+    assert not [e for e in history if e.resource == "pods/eviction" or (e.kind == "Pod" and e.removed)]
+    # (its instance still in service, not terminating: nothing of nodecycle's took part)
+    instance = InstanceHistory(INSTANCE, "g", "eu-west-1a", node, acting - 60, acting - 50)
+
+    judged = check(_observation(history, acting, instance, actions=[], outcomes={}))
+
+    # Then the breach is the cluster's, not an eviction's
+    assert [v.detail for v in judged if v.invariant == "pdb"] == []
+
+
+def test_a_breach_before_a_hung_runtimes_node_turned_not_ready_is_still_a_violation() -> None:
+    with KubeServer(tick_seconds=0.02, pod_start_seconds=0.05, pleg_threshold_seconds=0.3) as server:
+        server.seed(
+            {
+                "nodes": nodes_seed(2),
+                "deployments": [
+                    {"name": "web", "namespace": "shop", "replicas": 5, "pdb": {"maxUnavailable": 2}}
+                ],
+            }
+        )
+        server.settle()
+        wait_until(lambda: _healthy(server) == 5, what="5 healthy pods")
+        node = node_name(0, 10)
+        acting = time.time()
+        time.sleep(0.01)
+        # Given a node whose runtime hangs but whose kubelet has not posted it NotReady yet (a long threshold)
+        server.pleg_threshold_seconds = 3600.0
+        server.hang_runtime(node)
+        history = server.history()
+        server.hang_runtime(node, hung=False)
+    # When the budget falls below its floor by something else (what a drain that deleted pods would leave)
+    breached = [*history, _breach_after(history)]
+    instance = InstanceHistory(INSTANCE, "g", "eu-west-1a", node, acting - 60, acting - 50)
+
+    judged = check(_observation(breached, acting, instance, actions=[], outcomes={}))
+
+    # Then it is judged a breach: a hung runtime excuses only from its node's NotReady
+    assert [v.invariant for v in judged if v.invariant == "pdb"] == ["pdb"]

@@ -37,6 +37,7 @@ from nodecycle_sandbox.checks import (
 )
 from nodecycle_sandbox.kube import HistoryEntry
 from nodecycle_sandbox.kube.history import API
+from nodecycle_sandbox.kube.meta import condition, node_ready
 
 # The invariants, by name, as a campaign reports them.
 INVARIANTS = {
@@ -395,6 +396,11 @@ def _pdb(o: Observation) -> Iterator[Violation]:
     instance terminated: whether that was too early is the "drain" invariant's question), a forced delete at
     the drain timeout (its policy).
 
+    A node whose kubelet posts it NotReady (its container runtime hung: "PLEG is not healthy") has its pods marked
+    NotReady by the node lifecycle controller as a lost kubelet's are (MarkPodsNotReady, for a Ready condition
+    turned False as for one turned Unknown): that excuses too, from the moment its node turned, when it still had
+    pods a budget counted healthy.
+
     A node goes with its instance, not when the cloud provider deletes its Node object: its kubelet goes at
     once, and the node lifecycle controller marks its pods NotReady after its monitor grace, seconds before
     the node is deleted and, after the pod GC's quarantine, its pods. So the instance's end excuses, when its
@@ -414,6 +420,9 @@ def _pdb(o: Observation) -> Iterator[Violation]:
             continue
         if healthy_pods_on_at(o.history, instance.node_name, ended):
             excused_from = ended
+    for not_ready, turned in _turned_not_ready(o):
+        if turned < excused_from and healthy_pods_on_at(o.history, not_ready, turned):
+            excused_from = turned
     forced_from = _forced_from(o)
     budgets = budgets_of(o.history)
     # budget -> the first forced delete of one of its pods past its node's drain timeout
@@ -443,6 +452,20 @@ def _pdb(o: Observation) -> Iterator[Violation]:
             f"({breach.time - o.acting_at:.1f}s in)",
         )
         return  # one breach tells it; the following moments are the same breach
+
+
+def _turned_not_ready(o: Observation) -> Iterator[tuple[str, float]]:
+    """(node, when) for each write of the story that turned a node's Ready condition from True to False: what a
+    live kubelet posts (a hung runtime's PLEG). Unknown, the node lifecycle controller's mark of a kubelet gone, is
+    judged by the kubelet's loss or its instance's end, whichever came first, not here."""
+    ready: dict[str, bool] = {}
+    for entry in o.history:
+        if entry.kind != "Node" or entry.removed:
+            continue
+        posted_false = (condition(entry.object, "Ready") or {}).get("status") == "False"
+        if ready.get(entry.name, False) and posted_false and entry.time >= o.acting_at:
+            yield entry.name, entry.time
+        ready[entry.name] = node_ready(entry.object)
 
 
 def _forced_from(o: Observation) -> dict[str, float]:
