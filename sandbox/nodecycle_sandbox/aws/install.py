@@ -35,6 +35,7 @@ from nodecycle_sandbox.aws import (
     events_sources,
     lambda_invoke,
     lambda_mappings,
+    moto_dispatch,
     sqs_attributes,
     sqs_move_tasks,
     sqs_receipts,
@@ -56,6 +57,7 @@ def install() -> None:
     _patch_group()
     _patch_backend()
     _patch_stop_and_start()
+    moto_dispatch.install()  # moto's lookups of a request's backend and action, once, not per request
     sqs_timing.install()
     sqs_attributes.install()  # queue attributes within SQS's ranges
     sqs_move_tasks.install()  # the dead-letter queues' redrive (StartMessageMoveTask)
