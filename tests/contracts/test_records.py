@@ -139,6 +139,32 @@ def test_a_claimed_write_over_a_seq_wants_the_record_at_that_seq(store: Store) -
     assert store.claim(record) == ActionClaim.of(restarted)
 
 
+def test_a_token_is_held_by_one_record_and_another_instances_is_refused(store: Store) -> None:
+    # Auto Scaling issues a token for one action of one instance; a record of the token under another instance
+    # is a message naming that instance with another's live token (forged or crossed), refused with nothing written
+    record = make_record(PLAN, verified_at=None)
+    crossed = other(
+        "i-0fedcba9876543210", token=record.token, id=f"i-0fedcba9876543210/terminate/{record.token}"
+    )
+    assert store.write_claimed(record, None) is Claimed.WRITTEN
+    assert store.token_holder(record.token) == record.id
+    assert store.token_holder("another") is None
+
+    assert store.write_claimed(crossed, None) is Claimed.TOKEN_TAKEN
+    assert store.get(crossed.id) is None
+    assert store.claim(crossed) is None
+    # The record's own writes meet their own token: a retry that landed, a takeover over its seq (another hook)
+    assert store.write_claimed(record, None) is Claimed.WRITTEN
+    taken = record.model_copy(update={"hook": "other-hook", "seq": 1})
+    assert store.write_claimed(taken, None, expected_seq=0) is Claimed.WRITTEN
+    assert store.token_holder(record.token) == record.id
+    # Adopted lifecycles of two instances have one token (one per hook: no API tells theirs): not held
+    for instance in ("i-00000000000000001", "i-00000000000000002"):
+        adopted = other(instance, token="adopted:terminate", id=f"{instance}/terminate/adopted:terminate")
+        assert store.write_claimed(adopted, None) is Claimed.WRITTEN
+    assert store.token_holder("adopted:terminate") is None
+
+
 def test_intake_progress_only_moves_forward(store: Store) -> None:
     store.save_progress("event-1", 3, T0)
     store.save_progress("event-1", 3, T0)  # its own retry
@@ -210,7 +236,11 @@ def test_an_item_just_under_400_kb_is_taken(store: Store) -> None:
 def test_a_transition_short_name_is_part_of_the_claim(store: Store) -> None:
     # The claims of one instance under one hook name but different transitions are two claims
     launch = make_record(
-        PLAN, id="i-0123456789abcdef0/launch/token", transition=Transition.LAUNCHING, hook="terminate"
+        PLAN,
+        id="i-0123456789abcdef0/launch/launch-token",
+        token="launch-token",  # (a token is one action's: see the test of tokens above)
+        transition=Transition.LAUNCHING,
+        hook="terminate",
     )
     assert store.write_claimed(make_record(PLAN), None) is Claimed.WRITTEN
     assert store.write_claimed(launch, None) is Claimed.WRITTEN

@@ -40,6 +40,13 @@ def claim_id(stack: Stack) -> str:
     return f"claim#{INSTANCE}#launch#{record.hook}"
 
 
+def token_id(stack: Stack) -> str:
+    """The id of the item that holds a real launch action's token for its record."""
+    record = launch_record(INSTANCE, at=datetime.now(UTC))
+    assert store(stack).write_claimed(record, None).value == "written"
+    return f"token#{record.token}"
+
+
 def progress_id(stack: Stack) -> str:
     """The id of the item that holds an AWS Health event's intake progress."""
     key = f"{uuid.uuid4()}#0123456789abcdef"
@@ -51,6 +58,7 @@ def progress_id(stack: Stack) -> str:
     "forged",
     [
         pytest.param(claim_id, id="an-action-claim"),
+        pytest.param(token_id, id="a-tokens-holder"),
         pytest.param(progress_id, id="an-intake-progress"),
         pytest.param(lambda stack: "", id="empty"),
         pytest.param(lambda stack: f"{INSTANCE}/launch/{'x' * 3000}", id="longer-than-a-table-key"),
@@ -60,7 +68,7 @@ def test_a_work_message_naming_no_lifecycle_record_is_dropped_not_retried(
     eip_fn: ModuleType, stack: Stack, forged: Callable[[Stack], str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Given a work message someone sent to the queue under an id that no lifecycle record has or could have:
-    # another item of the table (an action's claim, an event's intake progress), or one the table refuses
+    # another item of the table (an action's claim, a token's holder, an event's intake progress), or one the table refuses
     body = WorkMessage(record_id=forged(stack), seq=0, step=Step.COMPLETE).model_dump_json()
 
     # When the function takes it

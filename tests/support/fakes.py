@@ -98,6 +98,7 @@ class InMemoryRecords:
     def __init__(self) -> None:
         self.items: dict[str, LifecycleRecord] = {}
         self.claims: dict[tuple[str, Transition, str], ActionClaim] = {}  # (instance, transition, hook) ->
+        self.tokens: dict[str, str] = {}  # a known token -> the id of the record that holds it
         self.commits = 0
         self.progresses: dict[str, int] = {}  # an event's intake progress (IntakeProgress)
 
@@ -153,9 +154,16 @@ class InMemoryRecords:
             return Claimed.RECORD_TAKEN
         if claim_fails:
             return Claimed.CLAIM_TAKEN
+        if record.token_known and self.tokens.get(record.token, record.id) != record.id:
+            return Claimed.TOKEN_TAKEN
         self.items[record.id] = stored
         self.claims[(record.instance_id, record.transition, record.hook)] = ActionClaim.of(record)
+        if record.token_known:
+            self.tokens[record.token] = record.id
         return Claimed.WRITTEN
+
+    def token_holder(self, token: str) -> str | None:
+        return self.tokens.get(token)
 
     def open_records(self, owner: str) -> Iterator[LifecycleRecord]:
         # As the table's open-by-due index returns them: earliest due first (its sort key: whole seconds); in no

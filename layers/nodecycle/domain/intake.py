@@ -22,6 +22,7 @@ from nodecycle.domain.model import (
     Transition,
     adopted_token,
     global_deadline,
+    parse_record_id,
     record_id,
 )
 from nodecycle.domain.policy import PlanPolicy
@@ -570,6 +571,8 @@ class Intake:
                 self._send_first(stored)
                 log.info("accepted %s; first step %s", stored.transition.short, stored.step)
                 return IntakeOutcome.ACCEPTED
+            if written is Claimed.TOKEN_TAKEN:
+                return self._token_taken(record)
             if written is Claimed.RECORD_TAKEN:
                 known = self._records.get(record.id)
                 # (an adopted lifecycle's id names its hook, and its instance has one group at a time)
@@ -581,6 +584,30 @@ class Intake:
             f"the claim of the {record.transition.short} action of {record.instance_id} under hook {record.hook} "
             f"changed {CLAIM_ATTEMPTS} times while its lifecycle was written"
         )
+
+    def _token_taken(self, record: LifecycleRecord) -> IntakeOutcome:
+        """``record``, whose token another lifecycle holds: one of another instance (or transition). Auto Scaling
+        issues a token for one action of one instance, so one of the two messages names its instance with the
+        other's token: forged, or crossed. An Auto Scaling that takes a call's token alone (AWS does not say it
+        refuses one named with another instance) confirms both; taken in, this one's lifecycle took a slot for
+        its instance's node and cordoned it for an action that is not its instance's, and ended when the token's
+        own lifecycle completed the action, the node left cordoned while its instance's own action waited (seed
+        94). Rejected, as a token named otherwise is (``_conflicting``): the instance's own event, or the sweeper's
+        adoption of its action, starts its lifecycle. (When this message is the true one and the crossed came
+        first, it is rejected all the same: no API tells which instance a token is of. Told, for an operator.)"""
+        holder = self._records.token_holder(record.token)
+        self._metrics.count("LifecycleEventsRejected", reason="token-conflict")
+        held_by = parse_record_id(holder)[0] if holder is not None else "another instance"
+        log.warning(
+            "dropped: the token %s this event names with instance %s is lifecycle %s's, of instance %s: a token is "
+            "one action of one instance, so one of the two messages is forged, or names its instance with the "
+            "other's token",
+            record.token,
+            record.instance_id,
+            holder,
+            held_by,
+        )
+        return IntakeOutcome.TOKEN_CONFLICT
 
     def _claimed(self, record: LifecycleRecord, claim: ActionClaim | None) -> IntakeOutcome | None:
         """What the action's claim (None: none) leaves to ``record``, before it is written; None: it is written."""

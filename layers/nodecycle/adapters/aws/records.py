@@ -19,7 +19,7 @@ from nodecycle.domain.ports.lifecycle import ActionClaim, Claimed
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
-    from mypy_boto3_dynamodb.type_defs import PutTypeDef
+    from mypy_boto3_dynamodb.type_defs import PutTypeDef, TransactWriteItemTypeDef
 
 log = logging.getLogger(__name__)
 
@@ -65,25 +65,49 @@ class DynamoRecordStore:
         }
         written = _conditional_put(self._table, item, *_record_condition(expected_seq))
         claimed = _conditional_put(self._table, claim_item, *_claim_condition(expected))
+        puts: list[TransactWriteItemTypeDef] = [{"Put": written}, {"Put": claimed}]
+        if record.token_known:
+            # The token held for this record, in the same transaction (one call, as before): a second record of
+            # it, under another instance or transition, is refused (see ClaimingRecordStore.write_claimed). This
+            # record's own writes meet their own item (a retry, a commit over a seq, a takeover under its group
+            # and hook): the condition holds.
+            token_item = {
+                "id": {"S": _token_id(record.token)},
+                "lifecycle": {"S": record.id},
+                # as long as its claim: a late message of the token can come until then
+                "expires_at": item["expires_at"],
+            }
+            values = {":lifecycle": {"S": record.id}}
+            puts.append({"Put": _conditional_put(self._table, token_item, _TOKEN_CONDITION, values)})
         try:
             with transient_errors("writing a lifecycle record and its action's claim"):
-                self._dynamodb().transact_write_items(TransactItems=[{"Put": written}, {"Put": claimed}])
+                self._dynamodb().transact_write_items(TransactItems=puts)
         except ClientError as error:
             if error_code(error) != "TransactionCanceledException":
                 raise
             # (a field of TransactionCanceledException botocore's generic error response does not declare)
             answer = cast(dict[str, Any], error.response)
-            reasons: list[dict[str, Any]] = answer.get("CancellationReasons") or [{}, {}]
-            on_record, on_claim = reasons
+            reasons: list[dict[str, Any]] = answer.get("CancellationReasons") or [{} for _ in puts]
+            on_record, on_claim, *on_token = reasons
             if _same_item(on_record.get("Item"), item):
                 return Claimed.WRITTEN  # botocore sent it again after it landed (see _put), with its claim
             if on_record.get("Code") == "ConditionalCheckFailed":
                 return Claimed.RECORD_TAKEN
             if on_claim.get("Code") == "ConditionalCheckFailed":
                 return Claimed.CLAIM_TAKEN
+            if any(reason.get("Code") == "ConditionalCheckFailed" for reason in on_token):
+                return Claimed.TOKEN_TAKEN
             # another transaction on one of the items at that moment, or throttled: worth retrying
             raise TransientError(f"writing a lifecycle record and its action's claim: {error}") from error
         return Claimed.WRITTEN
+
+    def token_holder(self, token: str) -> str | None:
+        with transient_errors("reading which lifecycle holds a token"):
+            response = self._dynamodb().get_item(
+                TableName=self._table, Key={"id": {"S": _token_id(token)}}, ConsistentRead=True
+            )
+        item = response.get("Item")
+        return item["lifecycle"]["S"] if item else None
 
     def get(self, record_id: str) -> LifecycleRecord | None:
         with transient_errors("reading a lifecycle record"):
@@ -221,6 +245,15 @@ def _claim_condition(expected: ActionClaim | None) -> tuple[str, dict[str, Any]]
 def _claim_id(action: ActionRef) -> str:
     """The claim's item: beside the records, under an id no record has (nor any record id's form)."""
     return f"claim#{action.instance_id}#{action.transition.short}#{action.hook}"
+
+
+# A token's item: held by the record that wrote it first, or written again by that record's own writes
+_TOKEN_CONDITION = "attribute_not_exists(id) OR lifecycle = :lifecycle"
+
+
+def _token_id(token: str) -> str:
+    """Which record holds a token (see write_claimed): beside the records, under an id no record has."""
+    return f"token#{token}"
 
 
 def _progress_id(key: str) -> str:

@@ -70,6 +70,8 @@ class Claimed(StrEnum):
     WRITTEN = "written"  # both
     RECORD_TAKEN = "record-taken"  # neither: the record exists (or, over a seq, moved on from it)
     CLAIM_TAKEN = "claim-taken"  # neither: the claim is not the one expected
+    # neither: the token is another lifecycle's, of another instance or transition (see write_claimed)
+    TOKEN_TAKEN = "token-taken"
 
 
 class RecordStore(Protocol):
@@ -99,7 +101,18 @@ class ClaimingRecordStore(RecordStore, Protocol):
         self, record: LifecycleRecord, expected: ActionClaim | None, expected_seq: int | None = None
     ) -> Claimed:
         """Write a hook's lifecycle (a new record; over ``expected_seq`` when given) and make it its action's
-        claim (``ActionClaim.of``), both or neither, while the claim is still ``expected`` (None: none)."""
+        claim (``ActionClaim.of``), both or neither, while the claim is still ``expected`` (None: none).
+
+        A known token (not an adopted lifecycle's) is held for the record in the same write, and the write is
+        refused (``TOKEN_TAKEN``) when another record holds it: Auto Scaling issues a token for one action of one
+        instance, and may take a call's token alone (it does not say it refuses one named with another instance),
+        so a second lifecycle of the token under another instance is a message that names the instance with
+        another's live token: forged or crossed. Its lifecycle would cordon and drain a node for an action that is
+        not its instance's, and end when the token's true lifecycle completes it."""
+        ...
+
+    def token_holder(self, token: str) -> str | None:
+        """The id of the record that holds ``token`` (see ``write_claimed``); None when none does."""
         ...
 
 
