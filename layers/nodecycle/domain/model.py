@@ -217,6 +217,11 @@ ADDRESSES_LEFT = "addresses_left"
 # record.extra key: the action was no longer active when this lifecycle came to complete it (completed by an
 # earlier delivery, timed out, or never Auto Scaling's)
 SETTLED_ELSEWHERE = "settled_elsewhere"
+# record.extra key of a terminate lifecycle carried over to the action its instance's hook holds (the token it was
+# taken in under, whose action ended while the hook still held its instance under another: a message that named
+# the instance with another's token; see drain.cleanup): its action is named by the instance from then on, as an
+# adopted one's is. The token it was taken in under.
+CARRIED_OVER = "carried_over"
 
 
 class Step(StrEnum):
@@ -309,6 +314,14 @@ class LifecycleRecord(ActionRef):
         """Whether this state-change record is the one lifecycle ``lifecycle_id`` wrote over as it ended its
         instance (see ``completion.ended_by``)."""
         return self.extra.get(ENDED_BY) == lifecycle_id
+
+    @property
+    def action(self) -> ActionRef:
+        """The action's name; by its instance alone once the lifecycle was carried over (CARRIED_OVER)."""
+        named = super().action
+        if self.extra.get(CARRIED_OVER):
+            return named.model_copy(update={"token": adopted_token(self.hook)})
+        return named
 
     @property
     def action_confirmed(self) -> bool:

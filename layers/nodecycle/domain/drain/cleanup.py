@@ -23,11 +23,13 @@ from nodecycle.domain.drain.common import (
 from nodecycle.domain.engine import DRAIN_RETRY_CAP_SECONDS, Dispatcher, Outcome
 from nodecycle.domain.errors import AccessRefused, TransientError, retry_after_wait
 from nodecycle.domain.model import (
+    CARRIED_OVER,
     ENDS_ITS_INSTANCE,
     SET_ON_NODE,
     SUCCESSOR,
     WARM_POOL,
     LifecycleRecord,
+    Step,
     Transition,
 )
 from nodecycle.domain.ports.budget import Slots
@@ -154,6 +156,10 @@ class Cleanup:
                 why = f"reading the node: {error}"
             self._told_refused(record.node, record.node_uid, record, why)
             node = None
+        if node is not None:
+            carried = self._carried_over(record, node, now)
+            if carried is not None:
+                return carried
         into_pool = record.transition.has_hook and record.destination == WARM_POOL
         # Drained for scheduled maintenance: whether the instance stays (a reboot) or goes (a stop, a
         # retirement), only the maintenance's end tells
@@ -209,6 +215,70 @@ class Cleanup:
             pace = self._maintenance_poll_seconds
             return self._watch(self._lift_after_maintenance, watched, now, MAINTENANCE_WATCH, pace)
         return Outcome.next()
+
+    def _carried_over(self, record: LifecycleRecord, node: NodeInfo, now: datetime) -> Outcome | None:
+        """A terminate lifecycle whose token's action ended while its hook still holds its instance under another
+        action, its node still claimed and cordoned by it: carried over to that action, its drain going on where it
+        was, named by the instance (CARRIED_OVER); None for any other.
+
+        A token is one action of one instance, but Auto Scaling may take a call's token alone (it does not say it
+        refuses one named with another instance): a message on the intake queue that names a terminating instance
+        with another terminating instance's live token, taken in before that one's own event (which intake then
+        refuses: the token is held), is confirmed, takes a slot for the instance's node and cordons it. When the
+        token's action ends (the other instance's adoption completes it, by its instance), this lifecycle finds it
+        gone. Cleaned up as any, it cleared the node's claim and gave its slot back with the node left cordoned, its
+        instance leaving service under its own action, not yet taken in: a node cordoned outside the budget, and a
+        claim cleared while its instance's action was open (seed 94). That action is the hook's for this very
+        instance, which Auto Scaling confirms by a heartbeat named by the instance: its drain, begun, goes on in the
+        slot it holds, and its completion, named by the instance as every completion is, settles it. The instance's
+        own event, when it comes, finds this lifecycle's claim of a later start than its own and goes on beside it,
+        waiting for the node, and ends at its check once this one completed the action (as beside an adoption).
+
+        Once only, and only for a node this lifecycle still claims (another lifecycle of the instance that claimed
+        it since drains it) and a drain it began. A timed-out action leaves no action of the hook (the instance
+        went on), and another hook's holds none of this one: a heartbeat by the instance finds nothing, and the
+        cleanup goes on as ever."""
+        if (
+            record.transition is not Transition.TERMINATING
+            or record.outcome != "action-expired"
+            or record.extra.get(CARRIED_OVER)
+            or record.drain_started_at is None
+            or Step.EVICT not in record.plan
+            or node.owner != record.owner
+            or node.lifecycle != record.id
+            or not _of_instance(node, record)
+        ):
+            return None
+        carried = {**record.extra, CARRIED_OVER: record.token}
+        try:
+            held = self._autoscaling.heartbeat(record.model_copy(update={"extra": carried}).action)
+        except TransientError as error:
+            # (not answered: asked again at once for a while, as a release that fails; then cleaned up as ever)
+            log.warning("whether the hook still holds %s cannot be told yet: %s", record.instance_id, error)
+            return _at_once(record.extra, RELEASE_FAILING, now, error.retry_after)
+        if not held:
+            return None
+        self._metrics.count("Heartbeats")
+        log.warning(
+            "the action of token %s is over, but hook %s still holds instance %s under another action: the "
+            "lifecycle was taken in from a message that named the instance with another's token; its drain of "
+            "node %s goes on for the instance's own action",
+            record.token,
+            record.hook,
+            record.instance_id,
+            node.name,
+        )
+        kept = {key: value for key, value in carried.items() if key != RELEASE_FAILING}
+        renewed = record.renewed(self._autoscaling.renewed_at(now))
+        return Outcome.goto(
+            Step.EVICT,
+            outcome=None,
+            extra=kept,
+            verified_at=now,
+            heartbeat_deadline=renewed.heartbeat_deadline,
+            heartbeats=renewed.heartbeats,
+            heartbeat_retry_at=None,
+        )
 
     def _watch(
         self,
