@@ -163,6 +163,14 @@ def test_a_token_is_held_by_one_record_and_another_instances_is_refused(store: S
         adopted = other(instance, token="adopted:terminate", id=f"{instance}/terminate/adopted:terminate")
         assert store.write_claimed(adopted, None) is Claimed.WRITTEN
     assert store.token_holder("adopted:terminate") is None
+    # A record may take the token from the one that holds it, when it names that one (a lifecycle Auto Scaling
+    # does not confirm: see intake), and only then
+    third = other(
+        "i-00000000000000003", token=record.token, id=f"i-00000000000000003/terminate/{record.token}"
+    )
+    assert store.write_claimed(third, None, displacing=crossed.id) is Claimed.TOKEN_TAKEN
+    assert store.write_claimed(crossed, None, displacing=record.id) is Claimed.WRITTEN
+    assert store.token_holder(record.token) == crossed.id
 
 
 def test_intake_progress_only_moves_forward(store: Store) -> None:

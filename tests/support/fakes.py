@@ -137,7 +137,12 @@ class InMemoryRecords:
         return self.claims.get((action.instance_id, action.transition, action.hook))
 
     def write_claimed(
-        self, record: LifecycleRecord, expected: ActionClaim | None, expected_seq: int | None = None
+        self,
+        record: LifecycleRecord,
+        expected: ActionClaim | None,
+        expected_seq: int | None = None,
+        *,
+        displacing: str | None = None,
     ) -> Claimed:
         stored = _stored(record)
         current = self.items.get(record.id)
@@ -154,7 +159,7 @@ class InMemoryRecords:
             return Claimed.RECORD_TAKEN
         if claim_fails:
             return Claimed.CLAIM_TAKEN
-        if record.token_known and self.tokens.get(record.token, record.id) != record.id:
+        if record.token_known and self.tokens.get(record.token, record.id) not in (record.id, displacing):
             return Claimed.TOKEN_TAKEN
         self.items[record.id] = stored
         self.claims[(record.instance_id, record.transition, record.hook)] = ActionClaim.of(record)

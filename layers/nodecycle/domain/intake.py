@@ -559,6 +559,9 @@ class Intake:
         if record.token_known and self._adopted_without_claim(record, now):
             return IntakeOutcome.ADOPTED
         expected = None if record.token_known else self._records.claim(record)
+        displacing: str | None = (
+            None  # a lifecycle that holds the token and is not Auto Scaling's (_token_taken)
+        )
         for _ in range(CLAIM_ATTEMPTS):
             if lapsed and self._records.get(record.id) is None:
                 # (a lifecycle of the action may have ended since, and its record expired: its claim tells)
@@ -566,13 +569,16 @@ class Intake:
             claimed = self._claimed(record, expected)
             if claimed is not None:
                 return claimed
-            written, stored = self._write_action(record, expected)
+            written, stored = self._write_action(record, expected, displacing)
             if written is Claimed.WRITTEN:
                 self._send_first(stored)
                 log.info("accepted %s; first step %s", stored.transition.short, stored.step)
                 return IntakeOutcome.ACCEPTED
             if written is Claimed.TOKEN_TAKEN:
-                return self._token_taken(record)
+                rejected, displacing = self._token_taken(record)
+                if rejected is not None:
+                    return rejected
+                continue  # (written again, taking the token from that lifecycle)
             if written is Claimed.RECORD_TAKEN:
                 known = self._records.get(record.id)
                 # (an adopted lifecycle's id names its hook, and its instance has one group at a time)
@@ -585,19 +591,38 @@ class Intake:
             f"changed {CLAIM_ATTEMPTS} times while its lifecycle was written"
         )
 
-    def _token_taken(self, record: LifecycleRecord) -> IntakeOutcome:
+    def _token_taken(self, record: LifecycleRecord) -> tuple[IntakeOutcome | None, str | None]:
         """``record``, whose token another lifecycle holds: one of another instance (or transition). Auto Scaling
         issues a token for one action of one instance, so one of the two messages names its instance with the
         other's token: forged, or crossed. An Auto Scaling that takes a call's token alone (AWS does not say it
-        refuses one named with another instance) confirms both; taken in, this one's lifecycle took a slot for
-        its instance's node and cordoned it for an action that is not its instance's, and ended when the token's
-        own lifecycle completed the action, the node left cordoned while its instance's own action waited (seed
-        94). Rejected, as a token named otherwise is (``_conflicting``): the instance's own event, or the sweeper's
-        adoption of its action, starts its lifecycle. (When this message is the true one and the crossed came
-        first, it is rejected all the same: no API tells which instance a token is of. Told, for an operator.)"""
+        refuses one named with another instance) confirms both while both instances wait where a terminate holds
+        them; taken in, this one's lifecycle took a slot for its instance's node and cordoned it for an action that
+        is not its instance's, and, that action over, its cleanup cleared the node's claim and gave the slot back
+        with the node left cordoned while its instance's own action was open (seed 94). Rejected, as a token named
+        otherwise is (``_conflicting``): the instance's own event, or the sweeper's adoption of its action, starts
+        its lifecycle. (When this message is the true one and the crossed came first, it is rejected all the same:
+        no API tells which instance a token is of. Told, for an operator.)
+
+        Unless the holder is no action Auto Scaling has for its instance: a lifecycle never confirmed that ended
+        (``unknown-action``: an instance in service named with the token, a forgery taken in before the true
+        event), or one not confirmed yet that Auto Scaling does not confirm now (one call, on this path alone).
+        Then this record takes the token from it (the second of the pair returned): the forgery, open, ends at its
+        own check."""
         holder = self._records.token_holder(record.token)
+        known = None if holder is None else self._records.get(holder)
+        if holder is None:
+            return None, None  # (its item expired since the write: written again)
+        if known is not None and not known.action_confirmed:
+            if known.finished or not self._autoscaling.confirm(known.action):
+                log.warning(
+                    "the token %s is held by lifecycle %s, which Auto Scaling does not confirm (%s): taken from it",
+                    record.token,
+                    holder,
+                    known.outcome or "not where its action would hold it",
+                )
+                return None, holder
+            self._metrics.count("Heartbeats")
         self._metrics.count("LifecycleEventsRejected", reason="token-conflict")
-        held_by = parse_record_id(holder)[0] if holder is not None else "another instance"
         log.warning(
             "dropped: the token %s this event names with instance %s is lifecycle %s's, of instance %s: a token is "
             "one action of one instance, so one of the two messages is forged, or names its instance with the "
@@ -605,9 +630,9 @@ class Intake:
             record.token,
             record.instance_id,
             holder,
-            held_by,
+            parse_record_id(holder)[0],
         )
-        return IntakeOutcome.TOKEN_CONFLICT
+        return IntakeOutcome.TOKEN_CONFLICT, None
 
     def _claimed(self, record: LifecycleRecord, claim: ActionClaim | None) -> IntakeOutcome | None:
         """What the action's claim (None: none) leaves to ``record``, before it is written; None: it is written."""
@@ -731,14 +756,14 @@ class Intake:
         return True
 
     def _write_action(
-        self, record: LifecycleRecord, expected: ActionClaim | None
+        self, record: LifecycleRecord, expected: ActionClaim | None, displacing: str | None = None
     ) -> tuple[Claimed, LifecycleRecord]:
         """Write a new record of a hook's lifecycle with its claim. An adopted one's record is that of the
         instance's earlier adopted lifecycle under the hook (one id per instance, transition and hook): over,
         it starts again there (on the next seq, so a late message of the old one is stale). Whenever it ended:
         the action the sweeper found held now is another (by the time it is adopted, the listing before the
         one that first found it may be older than that end: the two actions can be a few seconds apart)."""
-        written = self._records.write_claimed(record, expected)
+        written = self._records.write_claimed(record, expected, displacing=displacing)
         if written is not Claimed.RECORD_TAKEN or record.token_known:
             return written, record
         known = self._records.get(record.id)

@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 import boto3
 
 from nodecycle_sandbox.aws import TERMINATING
+from tests.functions.intake.conftest import GROUP, LAUNCH_HOOK
 from tests.functions.intake.test_crossed_token_taken_in_second import two_terminating
 from tests.functions.intake.test_foreign_and_forged_actions import (
     Sandbox,
@@ -80,3 +81,42 @@ def test_the_true_event_of_a_token_a_crossed_notification_took_first_is_rejected
     assert sent == [f"{first}/terminate/{other.token}"]
     claims = boto3.resource("dynamodb").Table("nodecycle-lifecycle").scan()["Items"]
     assert not [item for item in claims if str(item["id"]).startswith(f"claim#{second}#")]
+
+
+def test_a_forgery_naming_an_instance_in_service_with_a_live_token_does_not_keep_the_true_event_out(
+    sandbox: Sandbox,  # noqa: F811
+    stack: Stack,
+) -> None:
+    """A forgery taken in first holds the token too, but Auto Scaling does not confirm it (its instance is in
+    service): the true event takes the token from it, and the forgery ends at its own check."""
+    # Given an Auto Scaling that takes a call's token alone, an instance in service and one held by the terminate
+    # hook, and a notification naming the one in service with the other's live token, taken in first
+    sandbox.control.configure(token_checked_against_instance=False)
+    autoscaling = boto3.client("autoscaling")
+    autoscaling.set_desired_capacity(AutoScalingGroupName=GROUP, DesiredCapacity=2)
+    for launched in sandbox.control.actions():
+        autoscaling.complete_lifecycle_action(
+            AutoScalingGroupName=GROUP,
+            LifecycleHookName=LAUNCH_HOOK,
+            LifecycleActionToken=launched.token,
+            LifecycleActionResult="CONTINUE",
+        )
+    serving, leaving = sorted(a.instance_id for a in sandbox.control.actions())
+    autoscaling.terminate_instance_in_auto_scaling_group(
+        InstanceId=leaving, ShouldDecrementDesiredCapacity=True
+    )
+    action = sandbox.action(leaving, TERMINATING)
+    forged = hook_notification(serving, action.token, datetime.now(UTC))
+    assert sandbox.intake.handler(sqs_event(forged), LambdaContext()) == {"batchItemFailures": []}
+
+    # When the terminating instance's own event comes
+    sandbox.intake.handler(sandbox.bus.of(action.token), LambdaContext())
+
+    # Then it is taken in (its first step sent), the token now its lifecycle's
+    assert (leaving, action.token) in {(r["instance_id"], r["token"]) for r in records()}
+    sent = [json.loads(m["Body"])["record_id"] for m in receive_all(stack.drain_queue)]
+    assert f"{leaving}/terminate/{action.token}" in sent
+    holder = (
+        boto3.resource("dynamodb").Table("nodecycle-lifecycle").get_item(Key={"id": f"token#{action.token}"})
+    )
+    assert holder["Item"]["lifecycle"] == f"{leaving}/terminate/{action.token}"

@@ -78,10 +78,16 @@ def test_forged_and_replayed_terminate_notifications_touch_nothing() -> None:
         notify(sandbox, forged_target, forged_token)
         notify(sandbox, replay_target, completed_launch.token)
 
-        # Then both lifecycles end as unknown actions, with nothing completed
-        for instance, token in ((forged_target, forged_token), (replay_target, completed_launch.token)):
-            record = finished(sandbox, instance, token)
-            assert (record.outcome, record.completed_at) == ("unknown-action", None)
+        # Then the forged one's lifecycle ends as an unknown action, with nothing completed; the replayed one is
+        # refused at intake (its token is the launch lifecycle's: a token is one action of one instance), nothing
+        # written for it
+        record = finished(sandbox, forged_target, forged_token)
+        assert (record.outcome, record.completed_at) == ("unknown-action", None)
+        journal = sandbox.runner.journal
+        journal.wait_until(
+            lambda: taken(journal.invocations("IntakeFunction"), completed_launch.token, TERMINATING), 30
+        )
+        assert records(sandbox).get(f"{replay_target}/terminate/{completed_launch.token}") is None
         # And the nodes were never cordoned, annotated or drained; the instances stay in service
         nodes = {node_of(sandbox, forged_target), node_of(sandbox, replay_target)}
         writes = sandbox.kube.history()[writes_before:]

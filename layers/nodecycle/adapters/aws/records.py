@@ -52,7 +52,12 @@ class DynamoRecordStore:
         return ActionClaim(item["lifecycle"]["S"], datetime.fromisoformat(item["since"]["S"]))
 
     def write_claimed(
-        self, record: LifecycleRecord, expected: ActionClaim | None, expected_seq: int | None = None
+        self,
+        record: LifecycleRecord,
+        expected: ActionClaim | None,
+        expected_seq: int | None = None,
+        *,
+        displacing: str | None = None,
     ) -> Claimed:
         item = self._to_item(record)
         claim = ActionClaim.of(record)
@@ -78,7 +83,11 @@ class DynamoRecordStore:
                 "expires_at": item["expires_at"],
             }
             values = {":lifecycle": {"S": record.id}}
-            puts.append({"Put": _conditional_put(self._table, token_item, _TOKEN_CONDITION, values)})
+            condition = _TOKEN_CONDITION
+            if displacing is not None:
+                condition += " OR lifecycle = :displaced"
+                values[":displaced"] = {"S": displacing}
+            puts.append({"Put": _conditional_put(self._table, token_item, condition, values)})
         try:
             with transient_errors("writing a lifecycle record and its action's claim"):
                 self._dynamodb().transact_write_items(TransactItems=puts)

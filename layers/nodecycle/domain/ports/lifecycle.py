@@ -98,7 +98,12 @@ class ClaimingRecordStore(RecordStore, Protocol):
         ...
 
     def write_claimed(
-        self, record: LifecycleRecord, expected: ActionClaim | None, expected_seq: int | None = None
+        self,
+        record: LifecycleRecord,
+        expected: ActionClaim | None,
+        expected_seq: int | None = None,
+        *,
+        displacing: str | None = None,
     ) -> Claimed:
         """Write a hook's lifecycle (a new record; over ``expected_seq`` when given) and make it its action's
         claim (``ActionClaim.of``), both or neither, while the claim is still ``expected`` (None: none).
@@ -108,7 +113,8 @@ class ClaimingRecordStore(RecordStore, Protocol):
         instance, and may take a call's token alone (it does not say it refuses one named with another instance),
         so a second lifecycle of the token under another instance is a message that names the instance with
         another's live token: forged or crossed. Its lifecycle would cordon and drain a node for an action that is
-        not its instance's, and end when the token's true lifecycle completes it."""
+        not its instance's, and end when the token's true lifecycle completes it. ``displacing``: the record that
+        holds the token, from which this one takes it (one Auto Scaling does not confirm: see intake)."""
         ...
 
     def token_holder(self, token: str) -> str | None:
