@@ -14,16 +14,19 @@ from datetime import timedelta
 
 import pytest
 
+from nodecycle.domain.completion import CompleteAction
+from nodecycle.domain.engine import advance
 from nodecycle.domain.model import CARRIED_OVER, LifecycleRecord, Step
-from nodecycle.domain.policy import ActionResult
-from tests.support.fakes import T0, FakeAutoscaling
+from tests.support.fakes import T0, FakeAutoscaling, FakeMetrics
 from tests.unit.drain.test_drain_steps import (
     INSTANCE,
     NODE,
     FakeCluster,
     FakeSlots,
     cleanup,
+    evict,
     node,
+    policy,
     terminating,
 )
 
@@ -33,7 +36,13 @@ OWN = "own-token"  # the token of the action the hook holds the instance by (its
 def crossed_at_its_cleanup() -> tuple[LifecycleRecord, FakeCluster]:
     """The crossed lifecycle (token ``token``, the other instance's) at its cleanup after its action was found
     gone, its node still claimed and cordoned by it, its drain begun."""
-    record = terminating(Step.CLEANUP, node=NODE, drain_started_at=T0, outcome="action-expired")
+    record = terminating(
+        Step.CLEANUP,
+        node=NODE,
+        drain_started_at=T0,
+        drain_deadline=T0 + policy().timeout,
+        outcome="action-expired",
+    )
     started = {
         "instance": INSTANCE,
         "transition": "terminate",
@@ -66,34 +75,43 @@ def test_a_crossed_lifecycle_whose_token_ended_goes_on_for_the_action_that_holds
     # action named by the instance (the hook's action of it, renewed by that name)
     assert (cluster.patches, slots.released, cluster.cordoned) == ([], [], {NODE})
     assert outcome.then is Step.EVICT
-    carried = record.model_copy(update=outcome.changes)
-    assert (carried.outcome, carried.extra[CARRIED_OVER], carried.action_open) == (None, record.token, True)
+    carried = advance(record, outcome, T0 + timedelta(seconds=60))
+    assert (carried.step, carried.outcome, carried.action_open) == (Step.EVICT, None, True)
+    assert carried.extra[CARRIED_OVER] == record.token
     assert not carried.action.token_known
     assert [heartbeat.token_known for heartbeat in autoscaling.heartbeats] == [False]
-    # ... and its completion settles the instance's own action
-    assert autoscaling.complete(carried.action, ActionResult.CONTINUE)
+
+    # When its drain goes on (the node empty by now) and it comes to its completion
+    later = T0 + timedelta(seconds=90)
+    drained = evict(cluster, slots)(carried, later)
+    assert (drained.then, drained.again) == (None, False)
+    completing = advance(carried, drained, later)
+    assert completing.step is Step.COMPLETE
+    completed = CompleteAction(autoscaling, FakeMetrics())(completing, later)
+
+    # Then it settles the instance's own action (named by the instance), and its cleanup ends as any: the claim
+    # cleared with the action over, the node kept cordoned (leaving), the slot given back
     assert [(done.instance_id, done.token) for done, _ in autoscaling.completed] == [(INSTANCE, OWN)]
-
-    # When that lifecycle's action ends too before it completes it (completed by hand), its cleanup cleans up as ever
-    over = carried.model_copy(update={"step": Step.CLEANUP, "outcome": "action-expired"})
-    again = cleanup(cluster, slots, autoscaling)(over, T0 + timedelta(seconds=120))
-    assert again.then is None
-    assert (cluster.patches, slots.released) == (
-        [{"owner": None, "in_progress": None, "released_for": record.id}],
-        [NODE],
-    )
+    over = advance(completing, completed, later)
+    assert (over.step, over.outcome, over.completed_at) == (Step.CLEANUP, "drained", later)
+    assert cleanup(cluster, slots, autoscaling)(over, later).then is None
+    assert cluster.patches == [{"owner": None, "in_progress": None, "released_for": record.id}]
+    assert (slots.released, cluster.cordoned) == ([NODE], {NODE})
 
 
-@pytest.mark.parametrize("case", ["no-action-held", "node-claimed-since"])
-def test_a_lifecycle_whose_action_ended_is_cleaned_up_as_ever_when_the_hook_holds_nothing_for_it(
+@pytest.mark.parametrize("case", ["no-action-held", "node-claimed-since", "carried-over-before"])
+def test_a_lifecycle_whose_action_ended_is_cleaned_up_as_ever_when_nothing_is_left_to_carry_over(
     case: str,
 ) -> None:
     # Given a lifecycle at its cleanup after its action was found gone: the instance went on (its action timed
-    # out, the hook holds nothing of it), or another lifecycle of the instance has claimed the node since
+    # out, the hook holds nothing of it), or another lifecycle of the instance has claimed the node since, or it
+    # was carried over once already
     record, cluster = crossed_at_its_cleanup()
     if case == "node-claimed-since":
         other = {"instance": INSTANCE, "transition": "terminate", "token": OWN, "started": T0.isoformat()}
         cluster.nodes[NODE] = cluster.nodes[NODE].model_copy(update={"in_progress": json.dumps(other)})
+    if case == "carried-over-before":  # (and found gone again: once only)
+        record = record.model_copy(update={"extra": {CARRIED_OVER: "an-earlier-token"}})
     slots = FakeSlots(holders={NODE})
     autoscaling = holding_the_instance(own=case != "no-action-held")
 
@@ -102,9 +120,8 @@ def test_a_lifecycle_whose_action_ended_is_cleaned_up_as_ever_when_the_hook_hold
 
     # Then it ends, as any cleanup: its claim (if still its) cleared, its slot given back, nothing carried over
     assert outcome.then is None
-    assert CARRIED_OVER not in outcome.changes.get("extra", {})
-    if case == "no-action-held":
-        assert cluster.patches == [{"owner": None, "in_progress": None, "released_for": record.id}]
-    else:
+    if case == "node-claimed-since":
         assert cluster.patches == []
+    else:
+        assert cluster.patches == [{"owner": None, "in_progress": None, "released_for": record.id}]
     assert autoscaling.heartbeats == []  # (none accepted: nothing renewed for the instance)
