@@ -61,8 +61,9 @@ def test_the_true_event_of_a_token_a_crossed_notification_took_first_is_rejected
     Auto Scaling API tells which instance a token is of (one that takes a call's token alone confirms both), so
     the first holds the token and the second is rejected, whichever is true. What that leaves, stated here: the
     true instance has no lifecycle and no claim of its action, which the sweeper's adoption finds (by instance,
-    as for a lost event), and the crossed lifecycle goes on under the token until its own check or the true
-    action's end stops it (the harm the first notification did, not made worse by the second)."""
+    as for a lost event); the crossed lifecycle goes on under the token, and once the token's action ends (that
+    adoption completes it), drains on for its own instance's action, which the hook holds
+    (tests/unit/drain/test_crossed_lifecycle_carried_over.py)."""
     # Given an Auto Scaling that takes a call's token alone, two instances both held by the terminate hook, and
     # a notification naming the first with the second's live token, taken in before the second's own event
     sandbox.control.configure(token_checked_against_instance=False)
