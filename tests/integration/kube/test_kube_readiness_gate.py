@@ -21,8 +21,8 @@ from nodecycle_sandbox.aws.group import wait_for
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.kube.cluster import drain_server, eks_describing
 from tests.support.fakes import T0, FakeMetrics
+from tests.support.readiness_gates import Dns
 from tests.unit.drain.test_drain_steps import INSTANCE, NODE, launching, readiness, wakes_to_nowhere
-from tests.unit.drain.test_readiness_gate import Dns
 
 SEED = {"nodes": [{"privateIp": "10.0.1.23", "instanceId": INSTANCE, "zone": "eu-west-1a"}]}
 LEASES = "kube-node-lease"

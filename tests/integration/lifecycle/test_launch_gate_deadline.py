@@ -21,8 +21,8 @@ from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.policy import ActionResult
 from tests.integration.kube.cluster import drain_server, eks_describing
 from tests.support.fakes import T0
+from tests.support.readiness_gates import Dns
 from tests.unit.drain.test_drain_steps import launching, readiness, wakes_to_nowhere
-from tests.unit.drain.test_readiness_gate import Dns
 from tests.unit.foundation.test_engine import World
 
 HEARTBEAT_TIMEOUT = 30  # seconds: the shortest Auto Scaling takes; its actions live 3,000 s at most

@@ -26,8 +26,8 @@ from nodecycle_sandbox.kube import KubeServer
 from tests.integration.budget.conftest import DRAIN_ROLE
 from tests.integration.kube.cluster import drain_server, eks_describing
 from tests.support.fakes import T0
+from tests.support.readiness_gates import Dns
 from tests.unit.drain.test_drain_steps import launching, readiness, wakes_to_nowhere
-from tests.unit.drain.test_readiness_gate import Dns
 from tests.unit.foundation.test_engine import World
 
 TIMEOUT = 300  # the gate's readiness timeout, seconds

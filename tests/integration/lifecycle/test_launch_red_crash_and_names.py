@@ -20,8 +20,8 @@ from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.policy import ActionResult
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.kube.cluster import drain_server, eks_describing
+from tests.support.readiness_gates import Dns
 from tests.unit.drain.test_drain_steps import INSTANCE, NODE, launching, readiness, wakes_to_nowhere
-from tests.unit.drain.test_readiness_gate import Dns
 from tests.unit.foundation.test_engine import World
 
 POLL = 10

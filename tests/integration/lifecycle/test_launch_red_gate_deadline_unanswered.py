@@ -24,8 +24,8 @@ from nodecycle_sandbox.faults import Fault
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.kube.cluster import drain_server, eks_describing
 from tests.support.fakes import T0
+from tests.support.readiness_gates import Dns
 from tests.unit.drain.test_drain_steps import launching, readiness, wakes_to_nowhere
-from tests.unit.drain.test_readiness_gate import Dns
 from tests.unit.foundation.test_engine import MARGIN, World
 
 HEARTBEAT = 300  # the hook's heartbeat timeout: its global timeout 30,000 s (100 of them)

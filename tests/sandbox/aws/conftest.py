@@ -14,6 +14,7 @@ from nodecycle_sandbox.aws import AwsControl, install
 from nodecycle_sandbox.aws.group import AutoScalingGroup, GroupSpec, HookSpec, WarmPoolSpec
 
 REGION = "eu-west-1"
+RECORDS_TABLE = "records"  # the table of the tests of the sandbox's DynamoDB patches
 # moto reads the caller's access key from the request signature: it must look like a real one.
 OPERATOR_KEY = "AKIATESTOPERATOR0000"
 
@@ -121,3 +122,18 @@ def _client(service: str) -> Any:
     return boto3.client(  # type: ignore[call-overload]
         service, region_name=REGION, aws_access_key_id=OPERATOR_KEY, aws_secret_access_key="testing"
     )
+
+
+@pytest.fixture
+def records_table() -> Iterator[Any]:
+    """A client of moto's DynamoDB in process, with an empty on-demand table RECORDS_TABLE keyed by its string
+    ``id``: what the tests of the sandbox's patches of moto's DynamoDB (numbers, transactions) write to."""
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name=REGION)
+        client.create_table(
+            TableName=RECORDS_TABLE,
+            KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        yield client

@@ -3,31 +3,20 @@ data types", Number, DynamoDB developer guide), where moto gave back the string 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
 from botocore.exceptions import ClientError
-from moto import mock_aws
 
 from nodecycle_sandbox.aws import dynamodb_numbers
-
-TABLE = "records"
+from tests.sandbox.aws.conftest import RECORDS_TABLE as TABLE
 
 
 @pytest.fixture
-def dynamodb() -> Iterator[Any]:
+def dynamodb(records_table: Any) -> Any:
+    """The conftest's table, moto patched as the sandbox patches it (a class's methods: for every backend)."""
     dynamodb_numbers.install()
-    with mock_aws():
-        client = boto3.client("dynamodb", region_name="eu-west-1")
-        client.create_table(
-            TableName=TABLE,
-            KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
-            AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
-            BillingMode="PAY_PER_REQUEST",
-        )
-        yield client
+    return records_table
 
 
 @pytest.mark.parametrize(

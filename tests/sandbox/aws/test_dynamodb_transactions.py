@@ -3,31 +3,21 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import boto3
 import pytest
-from moto import mock_aws
 from moto.dynamodb import models
 
 from nodecycle_sandbox.aws import dynamodb_transactions
-
-TABLE = "records"
+from tests.sandbox.aws.conftest import RECORDS_TABLE as TABLE
 
 
 @pytest.fixture
-def dynamodb() -> Iterator[Any]:
+def dynamodb(records_table: Any) -> Any:
+    """The conftest's table, moto patched as the sandbox patches it (a class's methods: for every backend)."""
     dynamodb_transactions.install()
-    with mock_aws():
-        client = boto3.client("dynamodb", region_name="eu-west-1")
-        client.create_table(
-            TableName=TABLE,
-            KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
-            AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
-            BillingMode="PAY_PER_REQUEST",
-        )
-        yield client
+    return records_table
 
 
 def _put(item_id: str, condition: str = "attribute_not_exists(id)") -> dict[str, Any]:

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import pytest
 
@@ -13,11 +12,21 @@ from nodecycle.domain.drain.cleanup import POOL_IDLE, POOL_IDLE_POLL_SECONDS, PO
 from nodecycle.domain.engine import Dispatcher
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.launch import SCAN_EVERY, ReadinessGate
-from nodecycle.domain.model import LifecycleRecord, Step, Transition, record_id
+from nodecycle.domain.model import Step, Transition, record_id
 from nodecycle.domain.nodes import NodeFinder
-from nodecycle.domain.policy import ActionResult, ReadinessPolicy
-from nodecycle.domain.ports.cluster import NodeInfo, Refused
-from tests.support.fakes import T0, FakeMetrics
+from nodecycle.domain.policy import ActionResult
+from nodecycle.domain.ports.cluster import NodeInfo
+from tests.support.fakes import T0
+from tests.support.readiness_gates import (
+    Dns,
+    GoingDown,
+    KubeletCluster,
+    RefusingCluster,
+    gate_in,
+    gate_on,
+    gate_until_it_ends,
+    poll_gate,
+)
 from tests.unit.drain.test_drain_steps import (
     INSTANCE,
     NODE,
@@ -29,7 +38,6 @@ from tests.unit.drain.test_drain_steps import (
     node,
     readiness,
     terminating,
-    wakes_to_nowhere,
 )
 from tests.unit.foundation.test_engine import World
 
@@ -46,57 +54,6 @@ class LookupsCluster(FakeCluster):
     ) -> NodeInfo | None:
         self.looks.append(scan)
         return super().find_node(instance_id, private_dns_name, scan=scan)
-
-
-class Dns:
-    def private_dns_name(self, instance_id: str) -> str | None:
-        return NODE
-
-    def alive(self, instance_ids: Collection[str]) -> set[str]:
-        return set(instance_ids)
-
-    def states(self, instance_ids: Collection[str]) -> dict[str, str]:
-        return dict.fromkeys(instance_ids, "running")
-
-
-def gate_on(
-    cluster: FakeCluster, dns: Dns, policy: ReadinessPolicy, events: FakeEvents | None = None
-) -> ReadinessGate:
-    return ReadinessGate(
-        finder=NodeFinder(cluster, dns),
-        cluster=cluster,
-        instances=dns,
-        dispatcher=wakes_to_nowhere(),
-        policy=policy,
-        metrics=FakeMetrics(),
-        events=events or FakeEvents(),
-    )
-
-
-def poll_gate(
-    gate: ReadinessGate,
-    cluster: FakeCluster,
-    *,
-    until: float,
-    joins: dict[float, NodeInfo],
-    record: LifecycleRecord | None = None,
-) -> float:
-    """Run the gate at each poll until it opens or ``until`` seconds have passed; ``joins`` registers nodes at
-    the given seconds. Returns when it opened (or ``until``)."""
-    record = record or launching()
-    now = T0
-    while (now - T0).total_seconds() < until:
-        cluster.now = now
-        for at, joined in list(joins.items()):
-            if (now - T0).total_seconds() >= at:
-                cluster.nodes[joined.name] = joined
-                del joins[at]
-        outcome = gate(record, now)
-        if not outcome.again:
-            return (now - T0).total_seconds()
-        record = record.model_copy(update=dict(outcome.changes))
-        now += timedelta(seconds=outcome.delay)
-    return until
 
 
 def test_a_node_that_is_still_registering_is_looked_up_by_name_not_by_listing_every_node() -> None:
@@ -182,30 +139,6 @@ def test_an_instance_ec2_does_not_describe_yet_is_asked_about_again_not_taken_as
     assert not any(cluster.looks)
 
 
-@dataclass
-class KubeletCluster(FakeCluster):
-    """A node whose kubelet renews its Lease every 10 s from ``first`` on, as the API server's clock (``now``)
-    runs; stopped from ``stopped`` to ``restarted`` (its Lease stays at the last renewal meanwhile)."""
-
-    first: datetime = T0
-    stopped: datetime | None = None
-    restarted: datetime | None = None
-
-    def lease_renewed_at(self, node: str) -> datetime | None:
-        if node not in self.nodes:
-            return None
-        running_since = self.first
-        if self.restarted is not None and self.now >= self.restarted:
-            running_since = self.restarted
-        elif self.stopped is not None and self.now >= self.stopped:
-            return self._renewed(running_since, self.stopped)
-        return self._renewed(running_since, self.now)
-
-    @staticmethod
-    def _renewed(since: datetime, until: datetime) -> datetime:
-        return since + timedelta(seconds=(until - since).total_seconds() // 10 * 10)
-
-
 @pytest.mark.parametrize("phase", range(10))
 def test_an_instance_from_a_running_warm_pool_is_in_service_within_a_lease_renewal(phase: int) -> None:
     # Given an instance taken out of a Running warm pool at T0: its kubelet never stopped and renews its Lease
@@ -289,21 +222,6 @@ class FailingCluster(FakeCluster):
         raise TransientError(f"reading node {private_dns_name}: HTTP 500 etcdserver: request timed out")
 
 
-def gate_until_it_ends(world: World, gate: ReadinessGate) -> LifecycleRecord:
-    """A launch's lifecycle through ``gate``, each message handled when it is due, until the gate ends: the
-    record then."""
-    world.records.create(launching())
-    engine = world.engine(
-        {Step.READY_GATE: gate, Step.COMPLETE: CompleteAction(world.autoscaling, world.metrics)}
-    )
-    record = world.record()
-    while record.step is Step.READY_GATE:
-        world.clock.current = max(world.clock.current, record.due_at)
-        engine.handle(world.message(record.id))
-        record = world.record()
-    return record
-
-
 def test_an_api_server_that_fails_every_read_does_not_hold_the_launch_past_the_readiness_timeout() -> None:
     # Given a launch whose gate (60 s, polls every 5 s) finds the API server failing every read (500s)
     world = World()
@@ -311,7 +229,7 @@ def test_an_api_server_that_fails_every_read_does_not_hold_the_launch_past_the_r
     gate = gate_on(cluster, Dns(), readiness(readiness_timeout_seconds="60", drain_poll_seconds="5"))
 
     # When its messages come, each when it is due, until the gate ends (or the action's global timeout)
-    record = gate_until_it_ends(world, gate)
+    record, _ = gate_until_it_ends(world, gate)
 
     # Then the gate ends at its timeout, with the configured result and why, after at most one retry's backoff
     # (at most 180 s, times a jitter of 1.5): not hours later at the global timeout
@@ -321,37 +239,17 @@ def test_an_api_server_that_fails_every_read_does_not_hold_the_launch_past_the_r
     assert [result for _, result in world.autoscaling.completed] == [ActionResult.ABANDON]
 
 
-@dataclass
-class RefusingCluster(FakeCluster):
-    """An API server that refuses the gate's reads of nodes (403: a role without get and list on nodes)."""
-
-    def find_node(
-        self, instance_id: str, private_dns_name: str | None, *, scan: bool = True
-    ) -> NodeInfo | None:
-        raise Refused(
-            f'nodes "{private_dns_name}" is forbidden: User "nodecycle" cannot get resource "nodes"'
-        )
-
-
 def test_an_api_server_that_refuses_every_read_settles_the_launch_at_the_readiness_timeout_not_dead_lettered() -> (
     None
 ):
     # Given a launch whose gate (60 s, polls every 5 s) finds the API server refusing every read of nodes (403)
     world = World()
     cluster = RefusingCluster()
-    gate = ReadinessGate(
-        finder=NodeFinder(cluster, Dns()),
-        cluster=cluster,
-        instances=Dns(),
-        dispatcher=wakes_to_nowhere(),
-        policy=readiness(readiness_timeout_seconds="60", drain_poll_seconds="5"),
-        metrics=world.metrics,
-        events=FakeEvents(),
-    )
+    gate = gate_in(world, cluster, Dns(), readiness(readiness_timeout_seconds="60", drain_poll_seconds="5"))
 
     # When its messages come, each when it is due, until the gate ends (a refusal raised by a step would be
     # retried, then dead-lettered)
-    record = gate_until_it_ends(world, gate)
+    record, _ = gate_until_it_ends(world, gate)
 
     # Then the gate looks again at its poll's pace (RBAC may be mended meanwhile) and ends at its timeout with
     # the configured result, saying why; the timeout's alarm tells an operator
@@ -360,20 +258,6 @@ def test_an_api_server_that_refuses_every_read_settles_the_launch_at_the_readine
     assert record.completed_at <= T0 + timedelta(seconds=65)
     assert "forbidden" in (record.last_error or "")
     assert world.metrics.counts["ReadinessTimeouts"] == 1
-
-
-class GoingDown(Dns):
-    """EC2 for an instance that is terminated or stopped ``at`` (by the test's clock) while its launch waits:
-    counts the gate's questions about its state."""
-
-    def __init__(self, world: World, at: datetime, state: str) -> None:
-        self.world, self.at, self.state = world, at, state
-        self.asked = 0
-
-    def states(self, instance_ids: Collection[str]) -> dict[str, str]:
-        self.asked += 1
-        state = self.state if self.world.clock.now() >= self.at else "running"
-        return dict.fromkeys(instance_ids, state)
 
 
 @pytest.mark.parametrize("state", ["shutting-down", "terminated", "stopping", "stopped"])
@@ -385,29 +269,11 @@ def test_an_instance_that_goes_down_while_its_launch_waits_ends_the_gate_without
     world = World()
     cluster = FakeCluster()
     ec2 = GoingDown(world, at=T0 + timedelta(seconds=40), state=state)
-    gate = ReadinessGate(
-        finder=NodeFinder(cluster, ec2),
-        cluster=cluster,
-        instances=ec2,
-        dispatcher=wakes_to_nowhere(),
-        policy=readiness(readiness_timeout_seconds="180", drain_poll_seconds="5"),
-        metrics=world.metrics,
-        events=FakeEvents(),
-    )
-    world.records.create(launching())
+    gate = gate_in(world, cluster, ec2, readiness(readiness_timeout_seconds="180", drain_poll_seconds="5"))
     world.autoscaling.active = state not in ("shutting-down", "terminated")
-    engine = world.engine(
-        {Step.READY_GATE: gate, Step.COMPLETE: CompleteAction(world.autoscaling, world.metrics)}
-    )
 
     # When its messages come, each when it is due, until the gate ends
-    record = world.record()
-    polls = 0
-    while record.step is Step.READY_GATE:
-        world.clock.current = max(world.clock.current, record.due_at)
-        engine.handle(world.message(record.id))
-        polls += 1
-        record = world.record()
+    record, polls = gate_until_it_ends(world, gate)
 
     # Then the gate ends within a few polls of the instance going down, with the failure policy's result (a
     # stopped instance's action is still Auto Scaling's to settle), no readiness timeout counted (its alarm pages
@@ -424,15 +290,7 @@ def test_the_gate_asks_ec2_nothing_of_an_instance_whose_node_is_ready() -> None:
     world = World()
     cluster = FakeCluster(nodes={NODE: node()})
     ec2 = GoingDown(world, at=T0, state="terminated")
-    gate = ReadinessGate(
-        finder=NodeFinder(cluster, ec2),
-        cluster=cluster,
-        instances=ec2,
-        dispatcher=wakes_to_nowhere(),
-        policy=readiness(),
-        metrics=world.metrics,
-        events=FakeEvents(),
-    )
+    gate = gate_in(world, cluster, ec2, readiness())
 
     # When the gate looks
     outcome = gate(launching(), T0)

@@ -19,8 +19,8 @@ import pytest
 from nodecycle.domain.model import LifecycleEvent, LifecycleRecord, Transition
 from nodecycle.domain.ports.lifecycle import Hook
 from tests.support.fakes import T0, FakeAutoscaling, FakeClock, InMemoryRecords
+from tests.support.readiness_gates import Dns, KubeletCluster, gate_on, poll_gate
 from tests.unit.drain.test_drain_steps import NODE, launching, node, readiness
-from tests.unit.drain.test_readiness_gate import Dns, KubeletCluster, gate_on
 from tests.unit.foundation.test_intake import GROUP, HOOK, intake
 
 OFF = timedelta(seconds=60)  # the function's clock over the true time (Auto Scaling's, the API server's)
@@ -50,15 +50,7 @@ def opened_at(
     whose clock runs ``lead`` ahead, opens for a launch the intake timed so; 120 when it does not."""
     gate = gate_on(cluster, Dns(), readiness(readiness_timeout_seconds="120", drain_poll_seconds="5"))
     record = launching(origin="WarmPool", started_at=started_at, received_at=received_at)
-    true = T0
-    while true < T0 + timedelta(seconds=120):
-        cluster.now = true  # the API server's (and the kubelet's) clock
-        outcome = gate(record, true + lead)
-        if not outcome.again:
-            return (true - T0).total_seconds()
-        record = record.model_copy(update=dict(outcome.changes))
-        true += timedelta(seconds=outcome.delay)
-    return 120
+    return poll_gate(gate, cluster, until=120, joins={}, record=record, lead=lead)
 
 
 def taken_in_by_an_intake_a_minute_behind() -> LifecycleRecord:

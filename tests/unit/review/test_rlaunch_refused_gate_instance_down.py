@@ -8,14 +8,11 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from nodecycle.domain.completion import CompleteAction
-from nodecycle.domain.launch import SCAN_EVERY, ReadinessGate
-from nodecycle.domain.model import Step
-from nodecycle.domain.nodes import NodeFinder
+from nodecycle.domain.launch import SCAN_EVERY
 from nodecycle.domain.policy import ActionResult
 from tests.support.fakes import T0
-from tests.unit.drain.test_drain_steps import FakeEvents, launching, readiness, wakes_to_nowhere
-from tests.unit.drain.test_readiness_gate import GoingDown, RefusingCluster
+from tests.support.readiness_gates import GoingDown, RefusingCluster, gate_in, gate_until_it_ends
+from tests.unit.drain.test_drain_steps import readiness
 from tests.unit.foundation.test_engine import World
 
 POLL = 5
@@ -39,29 +36,13 @@ def test_a_gate_refused_the_nodes_ends_as_instance_down_when_its_instance_is_ter
     world = World()
     cluster = RefusingCluster()
     ec2 = CountingEc2(world, at=T0 + timedelta(seconds=40), state="terminated")
-    gate = ReadinessGate(
-        finder=NodeFinder(cluster, ec2),
-        cluster=cluster,
-        instances=ec2,
-        dispatcher=wakes_to_nowhere(),
-        policy=readiness(readiness_timeout_seconds="600", drain_poll_seconds=str(POLL)),
-        metrics=world.metrics,
-        events=FakeEvents(),
+    gate = gate_in(
+        world, cluster, ec2, readiness(readiness_timeout_seconds="600", drain_poll_seconds=str(POLL))
     )
-    world.records.create(launching())
     world.autoscaling.active = False
-    engine = world.engine(
-        {Step.READY_GATE: gate, Step.COMPLETE: CompleteAction(world.autoscaling, world.metrics)}
-    )
 
     # When its messages come, each when it is due, until the gate ends
-    record = world.record()
-    polls = 0
-    while record.step is Step.READY_GATE:
-        world.clock.current = max(world.clock.current, record.due_at)
-        engine.handle(world.message(record.id))
-        polls += 1
-        record = world.record()
+    record, polls = gate_until_it_ends(world, gate)
 
     # Then it ends within a few polls of the instance going down, as down, no readiness timeout counted
     assert (record.result, record.outcome) == (ActionResult.ABANDON, "instance-down")

@@ -7,20 +7,11 @@ from datetime import timedelta
 
 import pytest
 
-from nodecycle.domain.launch import SCAN_EVERY, ReadinessGate
-from nodecycle.domain.nodes import NodeFinder
+from nodecycle.domain.launch import SCAN_EVERY
 from nodecycle.domain.policy import ActionResult
 from tests.support.fakes import T0
-from tests.unit.drain.test_drain_steps import (
-    NODE,
-    FakeCluster,
-    FakeEvents,
-    launching,
-    node,
-    readiness,
-    wakes_to_nowhere,
-)
-from tests.unit.drain.test_readiness_gate import Dns, GoingDown, gate_on
+from tests.support.readiness_gates import Dns, GoingDown, gate_in, gate_on
+from tests.unit.drain.test_drain_steps import NODE, FakeCluster, launching, node, readiness
 from tests.unit.foundation.test_engine import World
 
 
@@ -64,15 +55,7 @@ def test_a_ready_node_held_by_a_startup_taint_whose_instance_goes_down_ends_the_
     world = World()
     cluster = FakeCluster(nodes={NODE: node(taints=("node.cilium.io/agent-not-ready",))})
     ec2 = GoingDown(world, at=T0, state="terminated")
-    gate = ReadinessGate(
-        finder=NodeFinder(cluster, ec2),
-        cluster=cluster,
-        instances=ec2,
-        dispatcher=wakes_to_nowhere(),
-        policy=readiness(readiness_timeout_seconds="600", drain_poll_seconds="10"),
-        metrics=world.metrics,
-        events=FakeEvents(),
-    )
+    gate = gate_in(world, cluster, ec2, readiness(readiness_timeout_seconds="600", drain_poll_seconds="10"))
 
     # When the gate polls
     record, now = launching(), T0
