@@ -98,7 +98,6 @@ class ReadinessGate:
                 and self._kubelet_ran_since(node, record, now, extra)
                 and not _still_setting_up(node)
             )
-            state = None if ready or not self._ask_state(polls, now, deadline) else self._state(record)
         except AccessRefused as refused:  # (before TransientError, its base: see _refused)
             return self._refused(record, now, deadline, refused, polls)
         except TransientError as error:
@@ -110,6 +109,7 @@ class ReadinessGate:
             log.info("node %s is Ready", node.name)
             self._back_from_pool(node, record)
             return Outcome.next(node=node.name, zone=node.zone, outcome="node-ready", extra=extra)
+        state = self._state_at_look(record, polls, now, deadline)
         if state in DOWN_STATES:
             return self._down(record, state, extra)
         if now >= deadline:
@@ -180,14 +180,9 @@ class ReadinessGate:
         why = str(refused)[:500]
         extra = dict(refused.extra) if isinstance(refused, NodeUnreadable) else dict(record.extra)
         extra[POLLS] = polls + 1
-        if self._ask_state(polls, now, deadline):
-            try:
-                state = self._state(record)
-            except TransientError as error:  # (throttled: not known at this look, as a refused question)
-                log.warning("the state of instance %s is not answered (%s)", record.instance_id, error)
-                state = None
-            if state in DOWN_STATES:
-                return self._down(record, state, extra)
+        state = self._state_at_look(record, polls, now, deadline)
+        if state in DOWN_STATES:
+            return self._down(record, state, extra)
         if now >= deadline:
             what = "the instance's read" if isinstance(refused, AccessRefused) else "the node's read"
             return self._timed_out("readiness-refused", f"{what} refused: {why}", last_error=why, extra=extra)
@@ -215,22 +210,32 @@ class ReadinessGate:
         if node.released_for is not None and node.released_for != record.id:
             self._dispatcher.wake_cleanup(node.released_for)
 
-    def _state(self, record: LifecycleRecord) -> str | None:
-        """The instance's state in EC2; None when AWS refuses it: the look goes on without it (a refused question
-        must not void the look, or the gate, looking no further, would ask it again at every poll)."""
+    def _state_at_look(
+        self, record: LifecycleRecord, polls: int, now: datetime, deadline: datetime
+    ) -> str | None:
+        """The instance's state in EC2 at this look of a node not Ready for the gate, whether the API server showed
+        the node or refused it (see DOWN_STATES' use above): asked once in SCAN_EVERY polls, and at the gate's
+        timeout. None when this look does not ask, or gets no answer: refused (ec2:DescribeInstances denied) or
+        unanswered (throttled), the state is not known at this look, which goes on without it. A question that
+        voided the look would keep the gate from counting it, and the next look would ask it again, at every poll
+        for as long as the refusal lasts, or after the engine's backoff for a throttled one, not at the poll's pace."""
+        if not (now >= deadline or (polls + 1) % SCAN_EVERY == 0):
+            return None
         try:
             return self._instances.states([record.instance_id]).get(record.instance_id)
-        except AccessRefused as refused:
+        except AccessRefused as refused:  # (before TransientError, its base)
             log.error(
                 "the state of instance %s is refused (%s): not known at this look",
                 record.instance_id,
                 refused,
             )
-            return None
-
-    def _ask_state(self, polls: int, now: datetime, deadline: datetime) -> bool:
-        """Whether this poll asks EC2 whether the instance is down (see DOWN_STATES' use above)."""
-        return now >= deadline or (polls + 1) % SCAN_EVERY == 0
+        except TransientError as error:
+            log.warning(
+                "the state of instance %s is not answered (%s): not known at this look",
+                record.instance_id,
+                error,
+            )
+        return None
 
     def _down(self, record: LifecycleRecord, state: str, extra: dict[str, object]) -> Outcome:
         """The instance went down while its node was awaited: no node will be Ready for this launch, and no

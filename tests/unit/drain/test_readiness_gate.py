@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -283,6 +284,50 @@ def test_an_instance_that_goes_down_while_its_launch_waits_ends_the_gate_without
     assert record.completed_at <= T0 + timedelta(seconds=40 + 5 * SCAN_EVERY)
     assert world.metrics.counts.get("ReadinessTimeouts", 0) == 0
     assert 1 <= ec2.asked <= polls // SCAN_EVERY + 1
+
+
+class Throttling(Dns):
+    """EC2 throttling every question about the instance's state (DescribeInstances: RequestLimitExceeded, which
+    the adapter raises as a TransientError), as it does an account whose calls burst past their rate for a while:
+    counts the questions."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def states(self, instance_ids: Collection[str]) -> dict[str, str]:
+        self.asked += 1
+        raise TransientError("DescribeInstances: RequestLimitExceeded (Request limit exceeded.)")
+
+
+def test_a_throttled_question_about_the_instance_costs_the_gate_neither_its_look_nor_its_pace() -> None:
+    # Given a launch whose gate (10 minutes, polls every 5 s) waits for a node that joins Ready 120 s in, and EC2
+    # throttling every question about the instance's state meanwhile
+    world = World()
+    cluster = FakeCluster()
+    ec2 = Throttling()
+    gate = gate_in(world, cluster, ec2, readiness(readiness_timeout_seconds="600", drain_poll_seconds="5"))
+    world.records.create(launching())
+    engine = world.engine(
+        {Step.READY_GATE: gate, Step.COMPLETE: CompleteAction(world.autoscaling, world.metrics)}
+    )
+
+    # When its messages come, each when it is due, until the gate ends
+    record = world.record()
+    while record.step is Step.READY_GATE:
+        world.clock.current = max(world.clock.current, record.due_at)
+        if world.clock.current >= T0 + timedelta(seconds=120):
+            cluster.now = world.clock.current
+            cluster.nodes[NODE] = node()
+        engine.handle(world.message(record.id))
+        record = world.record()
+
+    # Then the unanswered question leaves the look counted, as a refused one does: the gate opens at its first poll
+    # after the node is Ready (no look retried with the engine's backoff, which grows to minutes), and EC2 is asked
+    # once in SCAN_EVERY polls (at 25, 55, 85 and 115 s), not again at every look while it throttles
+    assert (record.result, record.outcome) == (ActionResult.CONTINUE, "node-ready")
+    assert record.completed_at == T0 + timedelta(seconds=120)
+    assert world.metrics.counts.get("StepRetries", 0) == 0
+    assert ec2.asked == 120 // (5 * SCAN_EVERY)
 
 
 def test_the_gate_asks_ec2_nothing_of_an_instance_whose_node_is_ready() -> None:
