@@ -4,6 +4,9 @@
   posts its node Ready=False (reason KubeletNotReady, "PLEG is not healthy: ..."), the node lifecycle controller
   taints it ``node.kubernetes.io/not-ready`` (NoSchedule and NoExecute) and marks its pods unready, and the taint
   manager deletes them once their toleration is over (300 s by default), where they stay Terminating;
+- a node is registered tainted ``node.kubernetes.io/not-ready:NoSchedule`` (kube-apiserver's TaintNodesByCondition
+  admission plugin), Ready condition notwithstanding, and keeps it until the node lifecycle controller has seen it
+  Ready: nothing that waits for a node to take pods may take the Ready condition alone for it;
 - the pod garbage collector force-deletes the pods of a deleted node after its 40 s quarantine, and the pods
   terminating on a NotReady node only once it carries ``node.kubernetes.io/out-of-service`` (whose NoExecute taint
   evicts every pod not tolerating it at once).
@@ -14,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from kubernetes.client import CoreV1Api, V1Pod
+from kubernetes.client import CoreV1Api, V1Node, V1Pod
 
 from nodecycle_sandbox.kube import KubeServer
 from tests.sandbox.kube.conftest import is_ready, node_name, nodes_seed, pods_of, wait_until
@@ -153,4 +156,43 @@ def test_pods_terminating_on_a_not_ready_node_go_only_once_it_is_out_of_service(
         wait_until(lambda: not _daemon_on(server, NODE), what="the daemon pod gone")
         server.settle()
         assert not _daemon_on(server, NODE)
+        admin.api_client.close()
+
+
+def test_a_node_registers_tainted_not_ready_until_the_node_lifecycle_controller_has_seen_it_ready() -> None:
+    # Real: kube-apiserver's TaintNodesByCondition admission plugin (plugin/pkg/admission/nodetaint) adds
+    # node.kubernetes.io/not-ready:NoSchedule to every Node created, whatever its status says (a kubelet registers
+    # its node with its conditions); the node lifecycle controller's NoSchedule pass lifts it once it sees the node
+    # Ready. A node that appears Ready and untainted at once lets a launch gate open, or a pod be scheduled, before
+    # the cluster would.
+    with KubeServer(tick_seconds=0.02, pod_start_seconds=0.05) as server:
+        admin = CoreV1Api(server.api_client())
+        ready, joining, posted = node_name(0, 20), node_name(1, 21), node_name(2, 22)
+
+        # Given the controllers held back (the moment between a registration and the controller's answer)
+        with server.paused_controllers():
+            # When a kubelet registers its node Ready, another its node NotReady, and a client creates a node
+            # through the API, Ready in the status it sends
+            server.add_node(ready, instance_id="i-0000000000000020", zone="eu-west-1a")
+            server.add_node(joining, instance_id="i-0000000000000021", zone="eu-west-1b", ready=False)
+            sent = {
+                "metadata": {"name": posted},
+                "spec": {"providerID": "aws:///eu-west-1c/i-0000000000000022"},
+                "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+            }
+            admin.create_node(cast("V1Node", sent))
+
+            # Then each is stored tainted not-ready (NoSchedule), though it says Ready
+            assert _ready(server, ready)["status"] == "True"
+            for name in (ready, joining, posted):
+                assert _taints(server, name) == {(NOT_READY, "NoSchedule")}, name
+
+        # And once the controller runs, the Ready ones lose it; the one not Ready keeps it (with the NoExecute one)
+        wait_until(lambda: not _taints(server, ready), what="the Ready node untainted")
+        wait_until(lambda: not _taints(server, posted), what="the created node untainted")
+        server.settle()
+        assert _taints(server, joining) == {(NOT_READY, "NoSchedule"), (NOT_READY, "NoExecute")}
+        # until its kubelet posts Ready
+        server.set_node_ready(joining, True)
+        wait_until(lambda: not _taints(server, joining), what="the joining node untainted")
         admin.api_client.close()

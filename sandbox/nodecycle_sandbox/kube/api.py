@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from nodecycle_sandbox.kube import errors, finalizers, namespaces, rbac
+from nodecycle_sandbox.kube import errors, finalizers, namespaces, node_lifecycle, rbac
 from nodecycle_sandbox.kube.builders import random_suffix
 from nodecycle_sandbox.kube.events import event_problem
 from nodecycle_sandbox.kube.history import API
@@ -39,6 +39,7 @@ from nodecycle_sandbox.kube.resources import (
     DEPLOYMENTS,
     EVENTS,
     NAMESPACES,
+    NODES,
     PDBS,
     PODS,
     RBAC_TYPES,
@@ -209,6 +210,8 @@ class Api:
                 # Whatever status a client sends, a new pod starts Pending: status is the kubelet's to write.
                 obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
             _default_and_validate(rt, obj)
+            if rt is NODES:
+                node_lifecycle.registered_not_ready(obj)
             if admit is not None:
                 admit()
             # (the store's create, after the webhooks: an existing name is a 409 only then)

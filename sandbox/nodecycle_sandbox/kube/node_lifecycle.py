@@ -80,6 +80,18 @@ def tolerates_for_ever(tolerations: list[JsonObj], taint: str) -> bool:
     return toleration_seconds({"spec": {"tolerations": tolerations}}, taint, 0.0) is None
 
 
+def registered_not_ready(node: JsonObj) -> None:
+    """The node being created as kube-apiserver's TaintNodesByCondition admission plugin leaves it
+    (plugin/pkg/admission/nodetaint): tainted ``node.kubernetes.io/not-ready:NoSchedule`` whatever its conditions
+    say (a kubelet registers its node with its status), so that nothing is scheduled on it before the node
+    lifecycle controller has seen it Ready and lifted the taint (``with_ready_taints``). As the plugin adds it:
+    once, without a timeAdded, on create only (in place: the request's own copy)."""
+    spec = node.setdefault("spec", {})
+    taints: list[JsonObj] = spec.get("taints") or []
+    if not any(t.get("key") == NOT_READY_TAINT and t.get("effect") == "NoSchedule" for t in taints):
+        spec["taints"] = [*taints, {"key": NOT_READY_TAINT, "effect": "NoSchedule"}]
+
+
 def with_ready_taints(node: JsonObj, now: float) -> JsonObj:
     """The node with the taints its Ready condition calls for, as the node lifecycle controller keeps them
     (TaintNodesByCondition's NoSchedule, doNoExecuteTaintingPass's NoExecute): not-ready while Ready is False,

@@ -343,7 +343,8 @@ class KubeServer:
         pods_capacity: int = 110,
     ) -> JsonObj:
         """Register a node as a kubelet would, with its Lease. With ``ready_after`` it registers NotReady and
-        turns Ready that many seconds later (a launching instance)."""
+        turns Ready that many seconds later (a launching instance). Registered tainted not-ready (NoSchedule), as
+        the API server taints every node created, until the controllers' next pass sees it Ready."""
         node = node_object(
             name,
             instance_id=instance_id,

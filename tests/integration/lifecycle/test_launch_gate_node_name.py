@@ -20,8 +20,8 @@ from nodecycle.domain.ports.cluster import NodeInfo
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.kube.cluster import drain_server, eks_describing
 from tests.support.fakes import FakeMetrics
+from tests.support.readiness_gates import Dns
 from tests.unit.drain.test_drain_steps import INSTANCE, NODE, launching, readiness, wakes_to_nowhere
-from tests.unit.drain.test_readiness_gate import Dns
 
 HOSTNAME = "worker-7.cluster.example"  # the node's name: not the instance's private DNS name
 
@@ -130,6 +130,9 @@ def test_a_node_found_under_another_name_then_deleted_and_registered_by_its_dns_
     # When that node is deleted, and the kubelet registers again under the instance's DNS name, Ready
     assert server.remove_node(HOSTNAME)
     server.add_node(NODE, instance_id=INSTANCE, zone="eu-west-1a")
+    # (registered tainted not-ready, as the API server taints every node created, until the node lifecycle
+    # controller has seen it Ready: a gate looking before that waits a poll, as on a real cluster)
+    server.settle()
     outcome = gate(record, now)
 
     # Then the gate finds it by the DNS name at its next poll, and opens
