@@ -963,6 +963,11 @@ class Intake:
         if queued is None:
             return False  # known already: a duplicate
         queued = queued.model_copy(update={"seq": known.seq + 1, "updated_at": now})
+        if drained:
+            # Its cleanup sleeps until the maintenance's window opens, and hands the record over to the next
+            # lifecycle (which takes the cordon over) only when it looks again: woken now, the next lifecycle
+            # starts at once (its own due time, what status shows), not up to the lead time later.
+            queued = queued.model_copy(update={"due_at": min(queued.due_at, now)})
         if not self._records.commit(queued, expected_seq=known.seq):
             return False  # another delivery queued it (or the lifecycle moved on)
         self._send_first(queued)

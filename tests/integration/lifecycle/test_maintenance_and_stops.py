@@ -240,7 +240,10 @@ def schedule_two_maintenances(sandbox: Sandbox, instance: str) -> dict[str, Any]
 def wait_for_the_second(sandbox: Sandbox, instance: str) -> LifecycleRecord:
     """The record of ``instance``'s maintenances once the first one's lifecycle is over and the second's has
     started on it (it waits for its own lead time). (Intake may take the second's event first: the record is
-    the second's then too, before the first's moves it, but its node is not cordoned yet.)"""
+    the second's then too, before the first's moves it, but its node is not cordoned yet. Or last, after the first's
+    cleanup has gone to sleep until the reboot's window: intake wakes it, so the second starts then, not at the
+    window, 62 s on, past this wait.) The wait is for the first's drain under PodDisruptionBudgets (a few seconds
+    alone), and must end before the reboot starts, which the update below must precede."""
     store = records(sandbox)
     node = node_of(sandbox, instance)
     later = time.time() + LATER_IN - 120
