@@ -195,4 +195,16 @@ def test_a_node_registers_tainted_not_ready_until_the_node_lifecycle_controller_
         # until its kubelet posts Ready
         server.set_node_ready(joining, True)
         wait_until(lambda: not _taints(server, joining), what="the joining node untainted")
+
+        # And a node whose kubelet registers it NotReady and posts Ready as it turns so (a launching instance's):
+        # after the pass in which it posts Ready, the node is Ready and still tainted (the controller sees the post
+        # from its informer, after it); the next pass lifts the taint
+        booting = node_name(0, 23)
+        with server.paused_controllers():
+            server.add_node(booting, instance_id="i-0000000000000023", zone="eu-west-1a", ready_after=0.0)
+            server.pass_controllers()
+            assert _ready(server, booting)["status"] == "True"
+            assert (NOT_READY, "NoSchedule") in _taints(server, booting)
+            server.pass_controllers()
+            assert not _taints(server, booting)
         admin.api_client.close()

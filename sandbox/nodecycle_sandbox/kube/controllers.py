@@ -8,7 +8,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 
 from nodecycle_sandbox.kube import finalizers, namespaces, node_lifecycle
@@ -207,9 +207,10 @@ class Controllers:
     def sync(self) -> SyncResult:
         """Run every controller once."""
         with self._store.lock:
-            changed, node_deadline, lost_deadline = self._sync_node_timers()
+            posted_ready: set[str] = set()
+            changed, node_deadline, lost_deadline = self._sync_node_timers(posted_ready)
             unhealthy, runtime_deadline = self._kubelet.check_runtimes()
-            changed |= unhealthy | self._sync_ready_taints()
+            changed |= unhealthy | self.sync_ready_taints(seen_before=posted_ready)
             evicted, eviction_deadline = self._evict_by_taints()
             collected, orphan_deadline = self.collect_garbage()
             changed |= evicted | collected
@@ -235,9 +236,10 @@ class Controllers:
                 changed, min(deadlines, default=None), self._store.revision, renewal, min(lost, default=None)
             )
 
-    def _sync_node_timers(self) -> tuple[bool, float | None, float | None]:
-        """Nodes turning Ready, and nodes whose lost kubelet the controller notices; returns (changed anything,
-        when the next turns Ready, when the next lost kubelet is noticed)."""
+    def _sync_node_timers(self, posted_ready: set[str]) -> tuple[bool, float | None, float | None]:
+        """Nodes turning Ready (their kubelet's post: added to ``posted_ready``), and nodes whose lost kubelet the
+        controller notices; returns (changed anything, when the next turns Ready, when the next lost kubelet is
+        noticed)."""
         mono = time.monotonic()
         changed = False
         for name, due in list(self._node_ready_at.items()):
@@ -246,7 +248,9 @@ class Controllers:
                 del self._node_ready_at[name]
             elif mono >= due:
                 del self._node_ready_at[name]
-                changed |= self._write_node_ready(node, True)
+                if self._write_node_ready(node, True):
+                    posted_ready.add(name)
+                    changed = True
         for name, due in list(self._kubelet_lost_at.items()):
             node = self._store.get(NODES, "", name)
             if node is None:
@@ -274,12 +278,16 @@ class Controllers:
         self._store.write(NODES, updated, verb="update", source=SANDBOX, resource="nodes/status")
         return True
 
-    def _sync_ready_taints(self) -> bool:
+    def sync_ready_taints(self, seen_before: Collection[str] = ()) -> bool:
         """The node lifecycle controller's taints for each node's Ready condition (not-ready while False,
-        unreachable while Unknown, neither while True); returns whether it wrote any."""
+        unreachable while Unknown, neither while True); returns whether it wrote any. Not yet for the nodes whose
+        kubelet posted Ready in this pass (``seen_before``): the controller sees a kubelet's post only after it,
+        from its informer, so a node is Ready and still tainted not-ready until its next pass, as on a cluster."""
         changed = False
         now = time.time()
         for node in self._store.items(NODES):
+            if name_of(node) in seen_before:
+                continue
             updated = node_lifecycle.with_ready_taints(node, now)
             if updated is not node:
                 self._store.write(NODES, updated, verb="update", source=SANDBOX)

@@ -185,6 +185,11 @@ class KubeServer:
         with self._loop.paused():
             yield
 
+    def pass_controllers(self) -> None:
+        """One pass of every controller, now: under ``paused_controllers``, what the cluster shows after exactly
+        that pass (a kubelet's post the node lifecycle controller has not seen yet)."""
+        self._controllers.sync()
+
     @contextlib.contextmanager
     def lagging_watch_cache(self, kind: str = "nodes") -> Iterator[None]:
         """Hold the watch cache of ``kind`` behind meanwhile: the reads it serves (``resourceVersion=0``, and a
@@ -294,6 +299,9 @@ class KubeServer:
                 )
                 for static in node.static_pods:
                     self._controllers.add_static_pod(node.name, static)
+            # (a seed is a cluster as it runs: its nodes registered long ago, their not-ready taint lifted once the
+            # node lifecycle controller saw them Ready, not a registration in progress)
+            self._controllers.sync_ready_taints()
             for rt, obj in plan.objects:
                 self._api.create(rt, obj["metadata"].get("namespace", ""), obj, source=SANDBOX)
 

@@ -60,9 +60,12 @@ def act_as_drain(server: KubeServer) -> None:
 
 
 def add_nodes(server: KubeServer, count: int) -> None:
-    """``count`` Ready nodes round-robin over the three zones."""
+    """``count`` Ready nodes round-robin over the three zones, once the node lifecycle controller has answered their
+    registration (lifted the not-ready taint the API server puts on every new node: a write to each node that a
+    test's first read-modify-write of it would otherwise race)."""
     for i in range(count):
         server.add_node(node_name(i), instance_id=instance_of(i), zone=zone_of(i))
+    server.settle()
 
 
 @pytest.fixture

@@ -44,6 +44,7 @@ def kube() -> Iterator[tuple[KubeServer, Any]]:
         server.map_role(SWEEPER_KEY, SWEEPER_ROLE, "nodecycle-SweeperFunction")
         admin = admin_api(server)
         server.add_node(NODE, instance_id=INSTANCE, zone="eu-west-1a")
+        server.settle()  # (the controller's lift of the new node's not-ready taint: a write the status posts would race)
         annotations = {OWNER_ANNOTATION: OWNER, IN_PROGRESS_ANNOTATION: progress("t")}
         admin.patch_node(NODE, {"metadata": {"annotations": annotations}})
         yield server, admin
@@ -114,6 +115,7 @@ def test_a_release_leaves_a_node_registered_again_under_its_name(kube: tuple[Kub
     server.remove_node(NODE)
     server.settle()
     server.add_node(NODE, instance_id=INSTANCE, zone="eu-west-1a")
+    server.settle()
     annotations = {OWNER_ANNOTATION: OWNER, IN_PROGRESS_ANNOTATION: progress("t")}
     admin.patch_node(NODE, {"metadata": {"annotations": annotations}})
 

@@ -149,6 +149,7 @@ def test_a_node_named_after_its_instance_id_opens_the_gate_at_its_first_poll_wit
     started = datetime.now(UTC) - timedelta(seconds=1)
     record: LifecycleRecord = launching(started_at=started)
     server.add_node(INSTANCE, instance_id=INSTANCE, zone="eu-west-1a")
+    server.settle()  # (the node lifecycle controller's lift of the not-ready taint every new node is created with)
 
     # When the gate looks for it the first time, minutes before it may list every node
     outcome = gate(record, started)

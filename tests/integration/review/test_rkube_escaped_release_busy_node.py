@@ -44,6 +44,9 @@ def kube() -> Iterator[tuple[KubeServer, Any]]:
         server.map_role(SWEEPER_KEY, SWEEPER_ROLE, "nodecycle-SweeperFunction")
         admin = admin_api(server)
         server.add_node(NODE, instance_id=INSTANCE, zone="eu-west-1a")
+        # (the node lifecycle controller's answer to the registration first: it lifts the not-ready taint the API
+        # server put on the new node, a write that would race the status post below)
+        server.settle()
         admin.patch_node(
             NODE, {"metadata": {"annotations": {OWNER_ANNOTATION: OWNER, IN_PROGRESS_ANNOTATION: PROGRESS}}}
         )

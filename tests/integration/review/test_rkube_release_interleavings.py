@@ -41,6 +41,7 @@ def kube() -> Iterator[tuple[KubeCluster, Any]]:
         server.apply(RBAC)
         admin = admin_api(server)
         server.add_node(NODE, instance_id=INSTANCE, zone="eu-west-1a")
+        server.settle()  # (the controller's lift of the new node's not-ready taint: a write the claim would race)
         cluster = KubeCluster(lambda: admin.api_client)
         read = cluster.get_node(NODE)
         assert read is not None
