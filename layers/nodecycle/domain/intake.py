@@ -12,6 +12,7 @@ from nodecycle.domain.engine import Dispatcher
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import disruption_plan, plan_for
 from nodecycle.domain.model import (
+    CARRIED_OVER,
     ENDED_BY,
     INSTANCE_STATE,
     SUCCESSOR,
@@ -787,6 +788,8 @@ class Intake:
         if not self._autoscaling.heartbeat(earlier.action):
             return None
         self._metrics.count("Heartbeats")
+        if earlier.extra.get(CARRIED_OVER):
+            return self._carried_over_to(record, earlier)
         self._metrics.count("LifecycleEventsRejected", reason="token-conflict")
         log.warning(
             "dropped: the %s action of %s under hook %s is lifecycle %s's, whose token Auto Scaling still holds; "
@@ -808,6 +811,12 @@ class Intake:
             # is the claim's, or was adopted before it started, is over)
             if claim.since < record.started_at:
                 return self._after(record, claim)
+            if not claim.adopted:
+                claiming = self._records.get(claim.lifecycle)
+                if claiming is not None and claiming.extra.get(CARRIED_OVER) and claiming.action_open:
+                    # (named by the instance: it drains for whichever action the hook holds the instance by, this
+                    # event's when it is still held, and an earlier event's action is over)
+                    return self._carried_over_to(record, claiming)
             # (an instance EC2 does not show in the group named is not heartbeated: see _of_its_group)
             if (
                 not claim.adopted
@@ -847,6 +856,25 @@ class Intake:
         if other is None or not other.action_open:
             return None
         log.warning("not adopted: lifecycle %s of the action came first", claim.lifecycle)
+        return IntakeOutcome.DUPLICATE
+
+    def _carried_over_to(self, record: LifecycleRecord, carried: LifecycleRecord) -> IntakeOutcome:
+        """``record``, an event of the action its instance's hook holds it by, which ``carried`` drains for: a
+        lifecycle taken in under another instance's token (crossed) and carried over to the action of its own
+        instance when that token's action ended (drain.cleanup ``_carried_over``), named by the instance from then
+        on, as an adopted one is. The instance's own event, come late (lagging, or retried), is a late event of
+        it, as of an adopted action. Taken in, it started a second lifecycle of the action beside it (its own slot
+        ask, cordon and drain of the node, a second completion) when dated before the crossed message, and was
+        counted a rejected forgery when dated after."""
+        log.warning(
+            "late event of the %s action of %s, which lifecycle %s (taken in under token %s, carried over to the "
+            "action the hook holds the instance by) drains for: nothing to do",
+            record.transition.short,
+            record.instance_id,
+            carried.id,
+            carried.extra.get(CARRIED_OVER),
+        )
+        self._metrics.count("LifecycleEventsDuplicate")
         return IntakeOutcome.DUPLICATE
 
     def _known(self, known: LifecycleRecord | None, now: datetime, *, moved: bool = False) -> IntakeOutcome:
