@@ -783,6 +783,15 @@ class Intake:
         its cleanup cleared the node's claim while the instance's own drain waited. Asked only when the claim's
         lifecycle is still open (one heartbeat), so an instance back from its warm pool costs nothing."""
         earlier = None if claim.adopted else self._records.get(claim.lifecycle)
+        if (
+            earlier is not None
+            and earlier.extra.get(CARRIED_OVER)
+            and earlier.completed_at is not None
+            and record.started_at <= earlier.completed_at
+        ):
+            # (it completed the action its instance's hook held then, named by the instance: this one, started
+            # before that completion, or an earlier one; a later action of the instance starts after it)
+            return self._carried_over_to(record, earlier)
         if earlier is None or not earlier.token_known or not earlier.action_open:
             return None
         if not self._autoscaling.heartbeat(earlier.action):
@@ -865,10 +874,11 @@ class Intake:
         on, as an adopted one is. The instance's own event, come late (lagging, or retried), is a late event of
         it, as of an adopted action. Taken in, it started a second lifecycle of the action beside it (its own slot
         ask, cordon and drain of the node, a second completion) when dated before the crossed message, and was
-        counted a rejected forgery when dated after."""
+        counted a rejected forgery when dated after; once that lifecycle completed the action, it started one for
+        an action over, whose first step found no action (an unknown action's page)."""
         log.warning(
             "late event of the %s action of %s, which lifecycle %s (taken in under token %s, carried over to the "
-            "action the hook holds the instance by) drains for: nothing to do",
+            "action the hook holds the instance by) drains or drained for: nothing to do",
             record.transition.short,
             record.instance_id,
             carried.id,

@@ -30,12 +30,14 @@ from tests.support.functions import LambdaContext
 from tests.support.stack import Stack, receive_all
 
 
+@pytest.mark.parametrize("carried_over", ["draining", "completed"])
 @pytest.mark.parametrize("dated", ["after-the-own-start", "before-the-own-start"])
 def test_the_own_event_of_an_action_a_carried_over_lifecycle_drains_for_starts_no_second_lifecycle(
     sandbox: Sandbox,  # noqa: F811
     stack: Stack,
     capsys: pytest.CaptureFixture[str],
     dated: str,
+    carried_over: str,
 ) -> None:
     # Given an Auto Scaling that takes a call's token alone, two instances held by the terminate hook, and a
     # notification naming the first with the second's live token taken in before either instance's own event
@@ -68,15 +70,30 @@ def test_the_own_event_of_an_action_a_carried_over_lifecycle_drains_for_starts_n
         }
     )
     assert store.commit(carried, expected_seq=taken.seq)
+    if carried_over == "completed":
+        # ... and has completed the first instance's action since (named by the instance, as every completion)
+        boto3.client("autoscaling").complete_lifecycle_action(
+            AutoScalingGroupName=GROUP,
+            LifecycleHookName=own.hook,
+            InstanceId=first,
+            LifecycleActionResult="CONTINUE",
+        )
+        now = datetime.now(UTC)
+        completed = carried.model_copy(
+            update={"seq": carried.seq + 1, "step": Step.CLEANUP, "completed_at": now, "outcome": "drained"}
+        )
+        assert store.commit(completed, expected_seq=carried.seq)
+        carried = completed
 
-    # When the first instance's own event comes
+    # When the first instance's own event comes (lagging, or retried)
     capsys.readouterr()
     sandbox.intake.handler(sandbox.bus.of(own.token), LambdaContext())
 
-    # Then it is a late event of the action the carried-over lifecycle drains for (a duplicate, as a late event of
-    # an adopted action is): no second lifecycle of the action (its own slot ask, cordon and drain of the node,
-    # beside the carried-over one's), nothing sent, the action's claim still the carried-over one's, and the true
-    # event not counted a rejected forgery
+    # Then it is a late event of the action the carried-over lifecycle drains (or drained) for: a duplicate, as a
+    # late event of an adopted action is. No second lifecycle of the action (beside a draining one: its own slot
+    # ask, cordon, drain and completion; after a completed one: a lifecycle of an action over, whose first step
+    # finds no action and pages as an unknown one), nothing sent, the action's claim still the carried-over one's,
+    # and the true event not counted a rejected forgery (the rejected-events alarm)
     assert {(r["instance_id"], r["token"]) for r in records()} == {(first, other.token)}
     sent = [json.loads(m["Body"])["record_id"] for m in receive_all(stack.drain_queue)]
     assert f"{first}/terminate/{own.token}" not in sent
