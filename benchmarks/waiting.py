@@ -31,6 +31,7 @@ from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.lifecycle import Hook, Membership, WaitingInstance, WorkMessage
 from nodecycle.settings import DrainSettings
 from nodecycle.wiring.common import common
+from nodecycle.wiring.engines import engine_timing
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 RETRY_SECONDS = 30  # BudgetRetrySeconds, the template's default
@@ -185,7 +186,7 @@ class Waited:
 
 
 def timing() -> EngineTiming:
-    return common(DrainSettings.from_env(_ENV)).timing
+    return engine_timing(common(DrainSettings.from_env(_ENV)))
 
 
 def simulate(

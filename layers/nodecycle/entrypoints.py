@@ -12,12 +12,11 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import ValidationError
 
-from nodecycle.domain.engine import Handled, StepEngine
 from nodecycle.domain.errors import AccessRefused, TransientError, retry_after_wait
 from nodecycle.domain.intake_budget import OutOfTime
 from nodecycle.domain.model import parse_record_id
@@ -25,6 +24,9 @@ from nodecycle.domain.ports.lifecycle import WorkMessage
 from nodecycle.domain.ports.runtime import Metrics
 from nodecycle.observability import logger, metrics, tracer
 from nodecycle.settings import SettingsError
+
+if TYPE_CHECKING:  # (the work functions' wiring imports the engine: the intake function never runs one)
+    from nodecycle.domain.engine import Handled, StepEngine
 
 SqsRecord = dict[str, Any]  # one record of Lambda's SQS event: messageId, body, attributes...
 BatchResponse = dict[str, list[dict[str, str]]]  # {"batchItemFailures": [{"itemIdentifier": id}, ...]}

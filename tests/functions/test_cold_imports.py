@@ -154,3 +154,31 @@ def test_a_cold_start_builds_none_of_the_domain_models_its_first_invocation_does
     names = {name for models in built.values() for name in models}
     assert not names & {"NodeInfo", "PodInfo", "Quantity", "DisruptionEvent"}
     assert "LifecycleRecord" in names
+
+
+def test_a_cold_start_of_intake_imports_neither_the_step_engine_nor_its_steps() -> None:
+    # When a fresh interpreter loads the intake function's handler (it sends each new lifecycle's first message,
+    # domain/dispatch.py, and never runs a step)
+    script = (
+        "import json, sys\n"
+        "from tests.support.functions import load_function\n"
+        "load_function('intake')\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('nodecycle.'))))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    imported = set(json.loads(done.stdout.strip().splitlines()[-1]))
+
+    # Then neither the engine nor what only its steps use is imported: the completion, the addresses' lines and
+    # wake-ups, the addresses' and the cluster's ports (about 0.07x an import boto3: python -m benchmarks --only
+    # cold), while the dispatcher is
+    assert not imported & {
+        "nodecycle.domain.engine",
+        "nodecycle.domain.completion",
+        "nodecycle.domain.eip",
+        "nodecycle.domain.ports.addresses",
+        "nodecycle.domain.ports.cluster",
+        "nodecycle.wiring.engines",
+    }
+    assert "nodecycle.domain.dispatch" in imported

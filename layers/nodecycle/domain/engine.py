@@ -27,12 +27,15 @@ import math
 import random
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
+from nodecycle.domain.dispatch import (
+    Dispatcher as Dispatcher,  # (where the domain's steps have long found it)
+)
+from nodecycle.domain.dispatch import HandOver, hand_over_now, not_asking_yet, waits_for_slot
 from nodecycle.domain.eip.wake import waits_in_line
 from nodecycle.domain.errors import AccessRefused, TransientError, retry_after_wait
 from nodecycle.domain.flow import (
@@ -42,7 +45,6 @@ from nodecycle.domain.flow import (
     draining,
     following,
     needs_confirmation,
-    worker_for,
     worker_of,
 )
 from nodecycle.domain.model import (
@@ -61,7 +63,6 @@ from nodecycle.domain.ports.runtime import Clock, Metrics
 
 log = logging.getLogger(__name__)
 
-MAX_DELAY = 900  # SQS DelaySeconds limit: longer waits are chained
 MAX_RETRY_BACKOFF_SECONDS = 180  # the longest wait before retrying a step after a transient error
 MAX_BACKOFF = MAX_RETRY_BACKOFF_SECONDS / 1.5  # times a jitter of up to 1.5
 # A cordoned node's drain holds a slot others wait for, and its drain timeout runs: an API server that fails
@@ -190,14 +191,6 @@ def claim_ends(record: LifecycleRecord, within: timedelta, *, held: bool = True)
     return max(ends, min(datetime.fromisoformat(until), record.global_deadline - within))
 
 
-def waits_for_slot(record: LifecycleRecord) -> bool:
-    """A lifecycle a freed budget slot may move on: a waiter, or a drain paused because it lost its slot
-    (it asks for it back with precedence, and must not sit idle until its retry once one is free)."""
-    return record.step is Step.ACQUIRE_SLOT or (
-        record.step is Step.EVICT and record.drain_paused_at is not None
-    )
-
-
 @dataclass(frozen=True)
 class Outcome:
     """What a step decided. Build with :meth:`next`, :meth:`again` or :meth:`goto`."""
@@ -268,34 +261,6 @@ class EngineTiming:
     inline_budget: float = 15.0  # seconds a step may take: run the next one inline only with this left
 
 
-@dataclass
-class _HandOver:
-    """The waiter an engine's invocation runs itself once the step it runs now has freed a slot for it."""
-
-    worker: Worker  # the engine's: it runs only a step of its own worker
-    running: str  # the record id of the lifecycle it runs (woken itself only when its commit lost)
-    time_left: Callable[[], float]
-    inline_budget: float
-    waiter: LifecycleRecord | None = None
-
-    def take(self, waiting: LifecycleRecord) -> bool:
-        """Keep ``waiting`` to run here, if it is the first that this invocation can run."""
-        if (
-            self.waiter is not None
-            or waiting.id == self.running
-            or worker_of(waiting, self.worker) is not self.worker
-            or self.time_left() <= self.inline_budget
-        ):
-            return False
-        self.waiter = waiting
-        return True
-
-
-# The hand-over of the step an engine runs now (see ``StepEngine.handle``); None outside a step (the sweeper's
-# and intake's wake-ups are all sent).
-_hand_over: ContextVar[_HandOver | None] = ContextVar("hand_over", default=None)
-
-
 class StepEngine:
     def __init__(
         self,
@@ -341,8 +306,8 @@ class StepEngine:
         waiter one of them freed a slot for (see the module's docstring). ``scope(record_id)``: the log
         context of one lifecycle's run (its keys), entered for the message's lifecycle and, after it, for
         the waiter's: each line names the lifecycle it is about."""
-        hand_over = _HandOver(self._worker, message.record_id, time_left, self._timing.inline_budget)
-        holding = _hand_over.set(hand_over)
+        hand_over = HandOver(self._worker, message.record_id, time_left, self._timing.inline_budget)
+        holding = hand_over_now.set(hand_over)
         try:
             with scope(message.record_id):
                 handled = self._handle(message, time_left)
@@ -351,7 +316,7 @@ class StepEngine:
                 self._send_wake_or_leave(hand_over.waiter)
             raise
         finally:
-            _hand_over.reset(holding)
+            hand_over_now.reset(holding)
         if hand_over.waiter is not None:
             with scope(hand_over.waiter.id):
                 self._run_handed_over(hand_over.waiter, time_left)
@@ -399,7 +364,7 @@ class StepEngine:
         now = self._clock.now()
         if message.watch is not None:
             return self._check(message, record, now)
-        if message.wake and (message.token not in (None, record.token) or _not_asking_yet(record, now)):
+        if message.wake and (message.token not in (None, record.token) or not_asking_yet(record, now)):
             # a wake-up of the lifecycle this record held before it started over (the next maintenance, due
             # later): nothing for this one, which has not asked for a slot yet
             return Handled.STALE
@@ -469,7 +434,7 @@ class StepEngine:
         """This invocation goes on with its own lifecycle's next step: a waiter kept to run after the step that
         woke it is sent its wake-up now, for the wake lane to run meanwhile, rather than wait behind those
         steps (a cordon, an eviction pass: seconds) with its slot idle."""
-        hand_over = _hand_over.get()
+        hand_over = hand_over_now.get()
         if hand_over is not None and hand_over.waiter is not None:
             waiting, hand_over.waiter = hand_over.waiter, None
             self._send_wake_or_leave(waiting)
@@ -1096,16 +1061,6 @@ def _refused_to_the_last(
     )
 
 
-def _not_asking_yet(record: LifecycleRecord, now: datetime) -> bool:
-    """A lifecycle at ACQUIRE_SLOT that has not asked for a slot and is due later (a maintenance's, days
-    ahead): no wake-up brings it forward. (A first ask in flight is due already.)"""
-    return (
-        record.step is Step.ACQUIRE_SLOT
-        and record.slot_waiting_since is None
-        and record.due_at - now > timedelta(seconds=1)
-    )
-
-
 def _successor_of(record: LifecycleRecord, now: datetime) -> LifecycleRecord:
     """A lifecycle done with a successor (another maintenance of the instance, told of while it ran: one
     record per instance and cause) is followed by it on the same record, under the same next ``seq``."""
@@ -1115,89 +1070,3 @@ def _successor_of(record: LifecycleRecord, now: datetime) -> LifecycleRecord:
     log.info("lifecycle %s done: the next one of its instance starts", record.id)
     following = record.followed_by(LifecycleRecord.model_validate(successor))
     return following.model_copy(update={"seq": record.seq, "updated_at": now})
-
-
-class Dispatcher:
-    """Sends the work message of a record's current step, re-sends one that was lost, and wakes a lifecycle
-    waiting for a budget slot when one is freed for it."""
-
-    def __init__(self, *, records: RecordStore, queues: WorkQueues, clock: Clock, metrics: Metrics) -> None:
-        self._records = records
-        self._queues = queues
-        self._clock = clock
-        self._metrics = metrics
-
-    def send(self, record: LifecycleRecord, now: datetime, here: Worker | None = None) -> None:
-        """Send the message of the record's current step, from worker ``here`` (None: from elsewhere)."""
-        delay = max(0, min(MAX_DELAY, round((record.due_at - now).total_seconds())))
-        message = WorkMessage(record_id=record.id, seq=record.seq, step=record.step)
-        self._queues.send(worker_of(record, here), message, delay_seconds=delay)
-
-    def watch(
-        self, record: LifecycleRecord, now: datetime, grace: timedelta, here: Worker | None = None
-    ) -> None:
-        """Send a watch of the record's current step: it comes back once the step is ``grace`` overdue, and
-        sends the step again if nothing moved (a message lost) or finds it stale (see ``Engine._check``)."""
-        check_in = record.due_at + grace - now + timedelta(seconds=1)
-        watch = WorkMessage(record_id=record.id, seq=record.seq, step=record.step, watch=record.seq)
-        self.send_again(record, watch, delay_seconds=math.ceil(check_in.total_seconds()), here=here)
-
-    def send_again(
-        self, record: LifecycleRecord, message: WorkMessage, delay_seconds: int, here: Worker | None = None
-    ) -> None:
-        self._queues.send(
-            worker_for(record.plan, message.step, here),
-            message,
-            delay_seconds=max(0, min(MAX_DELAY, delay_seconds)),
-        )
-
-    def wake(self, record_id: str, token: str | None = None) -> None:
-        """Send a waiting lifecycle its next message at once: a budget slot it may take has been freed. Only
-        the lifecycle of ``token``, when given (the record may have started over under another since)."""
-        waiting = self._records.get(record_id)
-        if (
-            waiting is None
-            or not waits_for_slot(waiting)
-            or token not in (None, waiting.token)
-            or _not_asking_yet(waiting, self._clock.now())
-        ):
-            return
-        hand_over = _hand_over.get()
-        # (one kept is run by the engine's invocation once the step that woke it is committed)
-        if hand_over is None or not hand_over.take(waiting):
-            self.send_wake(waiting)
-        self._metrics.count("WaitersWoken")  # (after the send: one SQS refused woke nobody)
-
-    def wake_cleanup(self, record_id: str) -> None:
-        """Send a lifecycle watching its node after its cleanup its next look at once: what its watch waits for
-        has come (its instance left the warm pool). The look decides, as at its own pace; only sooner."""
-        watching = self._records.get(record_id)
-        if watching is None or watching.finished or watching.step is not Step.CLEANUP:
-            return
-        self.send_wake(watching)
-
-    def send_wake(self, record: LifecycleRecord) -> None:
-        """The record's current step at once, marked as a wake-up: through the wake lane, not the drain queue,
-        where it would wait behind every poll queued there. A message with no delay next to the waiter's
-        backoff message, marked to run before its due time: the first to run takes the slot and moves the
-        record on; the other one arrives stale."""
-        wake = WorkMessage(
-            record_id=record.id, seq=record.seq, step=record.step, wake=True, token=record.token
-        )
-        self._queues.send(Worker.WAKE, wake)
-
-    def resume(self, record: LifecycleRecord) -> bool:
-        """Re-send the current step of a record whose message was lost.
-
-        The step moves to a new ``seq`` first, so that if the old message was only late, not lost, it
-        arrives stale and the lifecycle still has a single chain of work.
-        """
-        now = self._clock.now()
-        resumed = record.model_copy(
-            update={"seq": record.seq + 1, "resumes": record.resumes + 1, "updated_at": now, "due_at": now}
-        )
-        if not self._records.commit(resumed, expected_seq=record.seq):
-            return False
-        self._metrics.count("LifecyclesResumed")
-        self.send(resumed, now)
-        return True

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from nodecycle.domain.catalog import OWNER_TAG, LifecycleHooks, ManagedGroups
-from nodecycle.domain.engine import Dispatcher
+from nodecycle.domain.dispatch import Dispatcher
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import disruption_plan, plan_for
 from nodecycle.domain.model import (

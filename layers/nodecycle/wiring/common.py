@@ -4,11 +4,11 @@ narrow policies the domain is handed, built from the function's own settings."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from functools import cache
 from typing import TYPE_CHECKING
 
@@ -17,17 +17,8 @@ from nodecycle.adapters.aws.clients import calls_within
 from nodecycle.adapters.aws.queues import SqsWorkQueues
 from nodecycle.adapters.aws.records import DynamoRecordStore
 from nodecycle.adapters.clock import SystemClock
-from nodecycle.domain.completion import SettleResults
-from nodecycle.domain.engine import (
-    ClaimingStep,
-    Dispatcher,
-    EngineTiming,
-    Outcome,
-    StepEngine,
-    StepHandler,
-)
+from nodecycle.domain.dispatch import Dispatcher
 from nodecycle.domain.flow import Worker
-from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.policy import DrainPolicy, EipPolicy, ReadinessPolicy
 from nodecycle.observability import PowertoolsMetrics
 from nodecycle.settings import Eip, FunctionSettings
@@ -105,32 +96,6 @@ def invocation_time() -> InvocationTime:
     return InvocationTime()
 
 
-class _WithinStepTime:
-    """A step whose AWS calls end within its time (see InvocationTime.step)."""
-
-    def __init__(self, handler: StepHandler, time: InvocationTime) -> None:
-        self._handler = handler
-        self._time = time
-
-    def __call__(self, record: LifecycleRecord, now: datetime, *, last: bool = False) -> Outcome:
-        with self._time.step():
-            if isinstance(self._handler, ClaimingStep):  # (``last``: see engine.ClaimingStep)
-                return self._handler(record, now, last=last)
-            return self._handler(record, now)
-
-    def before_claim(self, record: LifecycleRecord, now: datetime) -> LifecycleRecord:
-        """(engine.ClaimingStep) within the step's time too, as the step's own calls: a hung Auto Scaling must
-        leave the engine its reserve."""
-        if not isinstance(self._handler, ClaimingStep):
-            return record
-        with self._time.step():
-            return self._handler.before_claim(record, now)
-
-
-def within_step_time(steps: Mapping[Step, StepHandler], time: InvocationTime) -> dict[Step, StepHandler]:
-    return {step: _WithinStepTime(handler, time) for step, handler in steps.items()}
-
-
 @dataclass(frozen=True)
 class Common:
     settings: FunctionSettings
@@ -144,41 +109,8 @@ class Common:
     def resume_grace(self) -> timedelta:
         return timedelta(seconds=self.settings.resume_grace_seconds)
 
-    @property
-    def timing(self) -> EngineTiming:
-        return EngineTiming(
-            resume_grace=self.resume_grace,
-            redelivery=timedelta(seconds=self.settings.redelivery_seconds),
-            heartbeat_margin=timedelta(seconds=self.settings.heartbeat_margin_seconds),
-            settle_before=timedelta(seconds=self.settings.settle_before_seconds),
-        )
-
     def dispatcher(self) -> Dispatcher:
         return Dispatcher(records=self.records, queues=self.queues, clock=self.clock, metrics=self.metrics)
-
-    def engine(
-        self,
-        worker: Worker,
-        steps: dict[Step, StepHandler],
-        settle: SettleResults,
-        out_of_line: Callable[[LifecycleRecord, datetime], None] | None = None,
-    ) -> StepEngine:
-        """The step engine of one worker function, over the shared ports: the AWS calls of its steps end within
-        the step's time of the invocation that runs them (InvocationTime), as do the engine's confirmation before
-        a step, the engine's own within the invocation's."""
-        return StepEngine(
-            worker=worker,
-            steps=within_step_time(steps, invocation_time()),
-            step_time=invocation_time().step,
-            records=self.records,
-            queues=self.queues,
-            autoscaling=self.autoscaling,
-            clock=self.clock,
-            metrics=self.metrics,
-            timing=self.timing,
-            failure_result=settle,
-            out_of_line=out_of_line,
-        )
 
 
 @cache

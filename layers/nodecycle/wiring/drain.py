@@ -34,6 +34,7 @@ from nodecycle.wiring.common import STEP_RESERVE_SECONDS as STEP_RESERVE_SECONDS
 from nodecycle.wiring.common import Common, common, drain_policy, readiness_policy
 from nodecycle.wiring.common import InvocationTime as InvocationTime
 from nodecycle.wiring.common import invocation_time as invocation_time
+from nodecycle.wiring.engines import worker_engine
 
 # How old the budget's view of the nodes in scope may be (see KubeNodeInventory): their count changes as a
 # group scales, slowly; their health (cordons, NotReady) can change at any moment, so it is read more often.
@@ -194,4 +195,4 @@ def engine() -> StepEngine:
                 events=events,
             ),
         }
-    return ports.engine(Worker.DRAIN, steps, SettleResults(readiness=readiness.on_failure))
+    return worker_engine(ports, Worker.DRAIN, steps, SettleResults(readiness=readiness.on_failure))

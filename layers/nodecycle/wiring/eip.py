@@ -22,6 +22,7 @@ from nodecycle.domain.policy import EipMode
 from nodecycle.settings import EipSettings
 from nodecycle.wiring.common import Common, common, eip_policy
 from nodecycle.wiring.common import invocation_time as invocation_time  # (the eip handler's)
+from nodecycle.wiring.engines import worker_engine
 
 if TYPE_CHECKING:  # (imported by the sweeper alone: nodecycle.settings, _CLUSTER_SETTINGS)
     from collections.abc import Callable
@@ -65,7 +66,8 @@ def engine() -> StepEngine:
     # it leaves, or a spare released under the quota)
     waker = _line_waker(config, ports, lines)
     assign = _assign(config, ports, lines, waker)
-    return ports.engine(
+    return worker_engine(
+        ports,
         Worker.EIP,
         {
             Step.ASSIGN_EIP: assign,

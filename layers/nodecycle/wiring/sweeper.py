@@ -24,6 +24,7 @@ from nodecycle.observability import PowertoolsMetrics, metrics
 from nodecycle.settings import SweeperSettings
 from nodecycle.wiring import eip
 from nodecycle.wiring.common import Common, common, eip_policy
+from nodecycle.wiring.engines import engine_timing
 from nodecycle.wiring.intake import adopt_after, build_intake, managed_groups
 
 
@@ -84,9 +85,9 @@ def sweeper() -> Sweeper:
             completion=CompleteAction(ports.autoscaling, ports.metrics, ports.records),
             metrics=ports.metrics,
             resume_grace=ports.resume_grace,
-            margin=ports.timing.heartbeat_margin,
+            margin=engine_timing(ports).heartbeat_margin,
             interval=timedelta(minutes=config.sweep_interval_minutes),
-            settle_before=ports.timing.settle_before,
+            settle_before=engine_timing(ports).settle_before,
             failure_result=SettleResults(
                 eip=eip_policy(config).failure_result, readiness=config.readiness_failure_result
             ),
@@ -123,7 +124,7 @@ def sweeper() -> Sweeper:
         shares=SHARES,
         fresh=fresh,
         # (a sweep later than a margin: an action of the shortest heartbeat timeout allowed may lapse before it)
-        late_after=ports.timing.heartbeat_margin,
+        late_after=engine_timing(ports).heartbeat_margin,
     )
 
 

@@ -14,6 +14,7 @@ from nodecycle.settings import (
     SweeperSettings,
 )
 from nodecycle.wiring.common import common, drain_policy
+from nodecycle.wiring.engines import engine_timing
 
 REQUIRED = {
     "NODECYCLE_OWNER_ID": "stack-a",
@@ -177,7 +178,7 @@ def test_the_engine_times_heartbeats_for_one_fault_at_a_time_not_for_two(
         "NODECYCLE_RESUME_GRACE_SECONDS": grace,
     }
     # When the wiring times the engine
-    timing = common(DrainSettings.from_env(env)).timing
+    timing = engine_timing(common(DrainSettings.from_env(env)))
     # Then a next run is retried after a dead invocation (visibility) or after a lost message (grace, and a
     # second of rounding), whichever is later: not after both
     assert timing.redelivery.total_seconds() == one_fault
@@ -200,7 +201,7 @@ def test_the_engine_completes_where_the_sweepers_last_run_would_and_leaves_room_
     }
     # When the wiring times the engine and the drain
     settings = DrainSettings.from_env(env)
-    timing = common(settings).timing
+    timing = engine_timing(common(settings))
     # Then the guard completes an action no later than where the sweeper's last run before the global
     # timeout settles it (an interval and two margins), nor later than a margin and one fault allow: the
     # sweeper never settles a lifecycle the engine would still be running, and a crash at the guard's run is
