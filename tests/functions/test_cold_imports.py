@@ -171,7 +171,7 @@ def test_a_cold_start_of_intake_imports_neither_the_step_engine_nor_its_steps() 
     imported = set(json.loads(done.stdout.strip().splitlines()[-1]))
 
     # Then neither the engine nor what only its steps use is imported: the completion, the addresses' lines and
-    # wake-ups, the addresses' and the cluster's ports (about 0.07x an import boto3: python -m benchmarks --only
+    # wake-ups, the addresses' and the cluster's ports (about 0.08x an import boto3: python -m benchmarks --only
     # cold), while the dispatcher is
     assert not imported & {
         "nodecycle.domain.engine",
