@@ -17,8 +17,7 @@ from datetime import UTC, datetime, timedelta
 import boto3
 
 from nodecycle_sandbox.aws import TERMINATING
-from tests.functions.intake.conftest import GROUP, LAUNCH_HOOK
-from tests.functions.intake.test_crossed_token_taken_in_second import two_terminating
+from tests.functions.intake.test_crossed_token_taken_in_second import two_in_service, two_terminating
 from tests.functions.intake.test_foreign_and_forged_actions import (
     Sandbox,
     hook_notification,
@@ -93,17 +92,8 @@ def test_a_forgery_naming_an_instance_in_service_with_a_live_token_does_not_keep
     # Given an Auto Scaling that takes a call's token alone, an instance in service and one held by the terminate
     # hook, and a notification naming the one in service with the other's live token, taken in first
     sandbox.control.configure(token_checked_against_instance=False)
-    autoscaling = boto3.client("autoscaling")
-    autoscaling.set_desired_capacity(AutoScalingGroupName=GROUP, DesiredCapacity=2)
-    for launched in sandbox.control.actions():
-        autoscaling.complete_lifecycle_action(
-            AutoScalingGroupName=GROUP,
-            LifecycleHookName=LAUNCH_HOOK,
-            LifecycleActionToken=launched.token,
-            LifecycleActionResult="CONTINUE",
-        )
-    serving, leaving = sorted(a.instance_id for a in sandbox.control.actions())
-    autoscaling.terminate_instance_in_auto_scaling_group(
+    serving, leaving = two_in_service(sandbox)
+    boto3.client("autoscaling").terminate_instance_in_auto_scaling_group(
         InstanceId=leaving, ShouldDecrementDesiredCapacity=True
     )
     action = sandbox.action(leaving, TERMINATING)

@@ -28,8 +28,8 @@ from tests.support.functions import LambdaContext
 from tests.support.stack import Stack, receive_all
 
 
-def two_terminating(box: Sandbox) -> tuple[str, str]:
-    """Two instances of the managed group in service, then both terminating (each held by the terminate hook)."""
+def two_in_service(box: Sandbox) -> tuple[str, str]:
+    """Two instances of the managed group in service (their launches completed), in the order of their ids."""
     autoscaling = boto3.client("autoscaling")
     autoscaling.set_desired_capacity(AutoScalingGroupName=GROUP, DesiredCapacity=2)
     for launched in box.control.actions():
@@ -40,6 +40,13 @@ def two_terminating(box: Sandbox) -> tuple[str, str]:
             LifecycleActionResult="CONTINUE",
         )
     first, second = sorted(a.instance_id for a in box.control.actions())
+    return first, second
+
+
+def two_terminating(box: Sandbox) -> tuple[str, str]:
+    """Two instances of the managed group in service, then both terminating (each held by the terminate hook)."""
+    autoscaling = boto3.client("autoscaling")
+    first, second = two_in_service(box)
     for instance in (first, second):
         autoscaling.terminate_instance_in_auto_scaling_group(
             InstanceId=instance, ShouldDecrementDesiredCapacity=True
