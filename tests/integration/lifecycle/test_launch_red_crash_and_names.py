@@ -87,6 +87,7 @@ def test_a_worker_killed_between_the_gates_look_and_the_completion_is_repaired_b
     # follows the gate's look in the same invocation
     world, ready_gate = gate
     server.add_node(NODE, instance_id=INSTANCE, zone="eu-west-1a")
+    server.settle()  # (the node lifecycle controller lifts the not-ready taint a node registers with)
     world.records.create(launching())
     complete = KilledAroundTheCall(
         CompleteAction(world.autoscaling, world.metrics), after_the_call=after_the_call
