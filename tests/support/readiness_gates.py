@@ -83,7 +83,11 @@ class KubeletCluster(FakeCluster):
 
 
 def gate_on(
-    cluster: FakeCluster, dns: Dns, policy: ReadinessPolicy, events: FakeEvents | None = None
+    cluster: FakeCluster,
+    dns: Dns,
+    policy: ReadinessPolicy,
+    events: FakeEvents | None = None,
+    metrics: FakeMetrics | None = None,
 ) -> ReadinessGate:
     """The gate of a launch on ``cluster``, EC2 ``dns`` naming and describing its instance."""
     return ReadinessGate(
@@ -92,22 +96,14 @@ def gate_on(
         instances=dns,
         dispatcher=wakes_to_nowhere(),
         policy=policy,
-        metrics=FakeMetrics(),
+        metrics=FakeMetrics() if metrics is None else metrics,
         events=events or FakeEvents(),
     )
 
 
 def gate_in(world: World, cluster: FakeCluster, ec2: Dns, policy: ReadinessPolicy) -> ReadinessGate:
     """The gate as ``gate_on`` builds it, counting its metrics in ``world``'s (a readiness timeout, say)."""
-    return ReadinessGate(
-        finder=NodeFinder(cluster, ec2),
-        cluster=cluster,
-        instances=ec2,
-        dispatcher=wakes_to_nowhere(),
-        policy=policy,
-        metrics=world.metrics,
-        events=FakeEvents(),
-    )
+    return gate_on(cluster, ec2, policy, metrics=world.metrics)
 
 
 def poll_gate(

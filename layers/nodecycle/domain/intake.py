@@ -610,9 +610,9 @@ class Intake:
         Then this record takes the token from it (the second of the pair returned): the forgery, open, ends at its
         own check."""
         holder = self._records.token_holder(record.token)
-        known = None if holder is None else self._records.get(holder)
         if holder is None:
             return None, None  # (its item expired since the write: written again)
+        known = self._records.get(holder)
         if known is not None and not known.action_confirmed:
             if known.finished or not self._autoscaling.confirm(known.action):
                 log.warning(
