@@ -15,13 +15,16 @@ from datetime import timedelta
 import pytest
 
 from nodecycle.domain.completion import CompleteAction
+from nodecycle.domain.drain.common import RELEASE_FAILING_FOR
 from nodecycle.domain.engine import advance
-from nodecycle.domain.model import CARRIED_OVER, LifecycleRecord, Step
+from nodecycle.domain.errors import TransientError
+from nodecycle.domain.model import CARRIED_OVER, ActionRef, LifecycleRecord, Step
 from tests.support.fakes import T0, FakeAutoscaling, FakeMetrics
 from tests.unit.drain.test_drain_steps import (
     INSTANCE,
     NODE,
     FakeCluster,
+    FakeEvents,
     FakeSlots,
     cleanup,
     evict,
@@ -125,3 +128,55 @@ def test_a_lifecycle_whose_action_ended_is_cleaned_up_as_ever_when_nothing_is_le
     else:
         assert cluster.patches == [{"owner": None, "in_progress": None, "released_for": record.id}]
     assert autoscaling.heartbeats == []  # (none accepted: nothing renewed for the instance)
+
+
+class ThrottledFirst(FakeAutoscaling):
+    """Auto Scaling whose first ``throttled`` heartbeats fail as throttled (Rate exceeded, past botocore's
+    retries: Auto Scaling's API rate is per account and region, shared by every caller), then answers."""
+
+    def __init__(self, throttled: int) -> None:
+        super().__init__(issued={})
+        self.throttled = throttled
+
+    def heartbeat(self, action: ActionRef) -> bool:
+        if self.throttled > 0:
+            self.throttled -= 1
+            raise TransientError("Throttling: Rate exceeded")
+        return super().heartbeat(action)
+
+
+def test_a_carry_over_question_left_unanswered_does_not_use_up_the_releases_tries() -> None:
+    # Given the crossed lifecycle at its cleanup, its token's action ended and the hook holding nothing of its
+    # instance, and Auto Scaling throttling the question whether it does for longer than the tries at once
+    record, cluster = crossed_at_its_cleanup()
+    slots = FakeSlots(holders={NODE})
+    autoscaling = ThrottledFirst(throttled=2)
+    metrics, events = FakeMetrics(), FakeEvents()
+    step = cleanup(cluster, slots, autoscaling, events, metrics=metrics)
+    first = T0 + timedelta(seconds=60)
+    asked = step(record, first)
+    assert asked.again
+    record = advance(record, asked, first)
+
+    # When the cleanup gives the question up (cleaned up as ever), and the release's PATCH then meets a node
+    # changed since its read (a 409: the node's version moves with every status its kubelet posts)
+    cluster.conflicts = 1
+    later = first + RELEASE_FAILING_FOR + timedelta(seconds=2)
+    given_up = step(record, later)
+
+    # Then the release is tried again at once, as any release whose PATCH conflicts (RELEASE_FAILING_FOR of tries
+    # from its own first failure): not given up as refused at its first failure (the EvictionErrors alarm, a
+    # ReleaseRefused event, the claim left on the node) because the question failed for as long before it
+    assert given_up.again
+    assert metrics.counts["EvictionErrors"] == 0
+    assert [reason for _, reason, _ in events.written] == []
+    assert slots.released == []
+
+    # ... and its next try releases the node and gives the slot back, told as ever
+    record = advance(record, given_up, later)
+    done = step(record, later + timedelta(seconds=1))
+    assert done.then is None
+    assert not done.again
+    assert cluster.patches == [{"owner": None, "in_progress": None, "released_for": record.id}]
+    assert slots.released == [NODE]
+    assert metrics.counts["EvictionErrors"] == 0

@@ -77,6 +77,10 @@ WATCH_FAILING_TOLD = "watch_failing_told"
 # that is down lasts, it would be a hot loop of API calls and log lines for hours. Failing this long, the watch
 # ends as a refused release does: told, the cordon it kept left to an operator.
 WATCH_FAILING_LIMIT = timedelta(hours=1)
+# record.extra key: since when the question whether the hook still holds the instance of a lifecycle that may be
+# carried over is not answered (see Cleanup._carried_over). Its own clock, not the release's (RELEASE_FAILING): the
+# release that follows the answer, or the giving up, has its own RELEASE_FAILING_FOR of tries at once.
+CARRY_OVER_FAILING = "carry_over_failing"
 CONFLICT = "the node changed between its read and the PATCH (HTTP 409 Conflict)"
 
 
@@ -253,9 +257,14 @@ class Cleanup:
         try:
             held = self._autoscaling.heartbeat(record.model_copy(update={"extra": carried}).action)
         except TransientError as error:
-            # (not answered: asked again at once for a while, as a release that fails; then cleaned up as ever)
+            # Not answered: asked again at once for a while, as a release that fails; then cleaned up as ever. On a
+            # clock of its own: on the release's (RELEASE_FAILING), a question throttled for a few seconds used up
+            # the release's tries at once, and the first conflict of its PATCH (a node's version moves with every
+            # status update) or a throttled look at the instance's state gave the release up at once, told as
+            # refused (the EvictionErrors alarm), with the claim left on the node. (Given up, it keeps its clock:
+            # asked again by a next run of the release, it is not tried at once for as long again.)
             log.warning("whether the hook still holds %s cannot be told yet: %s", record.instance_id, error)
-            return _at_once(record.extra, RELEASE_FAILING, now, error.retry_after)
+            return _at_once(record.extra, CARRY_OVER_FAILING, now, error.retry_after)
         if not held:
             return None
         self._metrics.count("Heartbeats")
@@ -268,7 +277,9 @@ class Cleanup:
             record.instance_id,
             node.name,
         )
-        kept = {key: value for key, value in carried.items() if key != RELEASE_FAILING}
+        kept = {
+            key: value for key, value in carried.items() if key not in (CARRY_OVER_FAILING, RELEASE_FAILING)
+        }
         renewed = record.renewed(self._autoscaling.renewed_at(now))
         return Outcome.goto(
             Step.EVICT,
