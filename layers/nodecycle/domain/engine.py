@@ -48,12 +48,15 @@ from nodecycle.domain.flow import (
     worker_of,
 )
 from nodecycle.domain.model import (
+    CARRIED_OVER,
     ENDS_ITS_INSTANCE,
+    EXPIRY_UNTOLD,
     SETTLED_ELSEWHERE,
     SUCCESSOR,
     LifecycleRecord,
     Step,
     Transition,
+    may_carry_over,
 )
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.cluster import Refused
@@ -902,12 +905,15 @@ def expired_before_completion(record: LifecycleRecord, records: RecordStore) -> 
     completed it. A completion cut short after it wrote its instance's state-change lifecycle over (killed, or
     its call throttled: see ``completion.ended_by``) is told so, as its commit would have: EC2's state changes
     of the termination start nothing, and its cleanup frees what their lifecycle would have. (Read only then:
-    no other step writes it.)"""
+    no other step writes it.) A drain that its cleanup may carry over to the action its instance's hook holds has
+    its expiry told by that cleanup (EXPIRY_UNTOLD: see ``gone_counted``)."""
     extra = record.extra
     if record.step is Step.COMPLETE and not extra.get(ENDS_ITS_INSTANCE):
         told = records.get(record.state_change_id)
         if told is not None and told.written_over_by(record.id):
             extra = {**extra, ENDS_ITS_INSTANCE: True}
+    if may_carry_over(record):
+        extra = {**extra, EXPIRY_UNTOLD: True}
     return Outcome.goto(after_completion(record), outcome="action-expired", extra=extra)
 
 
@@ -959,8 +965,13 @@ def gone_counted(
     outcome is unknown (``landed`` None: it raised, a TransientError of a 500 at every attempt after one that
     landed, or of an attempt its run's time did not allow after a read timeout) is read back: the record as it
     wrote it, it landed and this writer counts it, as its delivery again finds the record moved on (stale) and
-    counts nothing; otherwise that delivery, or the writer whose commit landed, does."""
-    if written.outcome == read.outcome or written.outcome not in ("action-expired", "unknown-action"):
+    counts nothing; otherwise that delivery, or the writer whose commit landed, does.
+
+    An expiry left untold (EXPIRY_UNTOLD: a drain its cleanup may carry over) is told by the cleanup's write that
+    decides it, the same way: expired when nothing was carried over, LifecycleActionsCarriedOver (no page: the
+    drain goes on for the instance's own action, which its completion settles) when it was."""
+    told = _told_of(read, written)
+    if told is None:
         return
     if landed is None:
         if not landed_after_all(records, written):
@@ -971,10 +982,25 @@ def gone_counted(
                 return  # (the writer whose commit landed counts it, if it found the action gone too)
         except Exception as error:
             log.warning("could not read lifecycle %s again (%r): its page counted", read.id, error)
-    if written.outcome == "action-expired":
+    # (each by its name: the template's checks read what the code emits from its calls)
+    if told == "LifecycleActionsCarriedOver":
+        metrics.count("LifecycleActionsCarriedOver")
+    elif told == "LifecycleActionsExpired":
         metrics.count("LifecycleActionsExpired")
     else:
         metrics.count("LifecycleActionsUnknown")
+
+
+def _told_of(read: LifecycleRecord, written: LifecycleRecord) -> str | None:
+    """What the write of ``written`` over ``read`` tells of an action found gone (see ``gone_counted``); None:
+    nothing."""
+    if written.outcome != read.outcome and written.outcome in ("action-expired", "unknown-action"):
+        if written.outcome == "unknown-action":
+            return "LifecycleActionsUnknown"
+        return None if written.extra.get(EXPIRY_UNTOLD) else "LifecycleActionsExpired"
+    if read.extra.get(EXPIRY_UNTOLD) and not written.extra.get(EXPIRY_UNTOLD):
+        return "LifecycleActionsCarriedOver" if written.extra.get(CARRIED_OVER) else "LifecycleActionsExpired"
+    return None
 
 
 # Auto Scaling's lifecycle states (prefixes) of an instance it is terminating, out of its group or its warm

@@ -222,6 +222,12 @@ SETTLED_ELSEWHERE = "settled_elsewhere"
 # the instance with another's token; see drain.cleanup): its action is named by the instance from then on, as an
 # adopted one's is. The token it was taken in under.
 CARRIED_OVER = "carried_over"
+# record.extra key of a terminate lifecycle whose action was found gone while its drain may still be carried over
+# (see ``may_carry_over``): its expiry is told by the cleanup's commit that decides it, as an expiry
+# (LifecycleActionsExpired: the alarm) when nothing is carried over, as LifecycleActionsCarriedOver when the hook
+# still holds the instance under the action the drain goes on for. Told when the action was found gone, the
+# crossed lifecycle paged for an action that was not lost (the instance's own, completed by its carry-over).
+EXPIRY_UNTOLD = "expiry_untold"
 
 
 class Step(StrEnum):
@@ -390,6 +396,18 @@ class LifecycleRecord(ActionRef):
     def overdue(self, now: datetime, grace: timedelta) -> bool:
         """True when the message for this seq should have run long ago: it was probably lost."""
         return not self.finished and now > self.due_at + grace
+
+
+def may_carry_over(record: LifecycleRecord) -> bool:
+    """Whether ``record``'s drain may be carried over to the action its instance's hook holds once its own action
+    is found gone (see drain.cleanup ``_carried_over``, which also asks the node and Auto Scaling): a terminate
+    lifecycle that began its drain and was not carried over before (once only)."""
+    return (
+        record.transition is Transition.TERMINATING
+        and not record.extra.get(CARRIED_OVER)
+        and record.drain_started_at is not None
+        and Step.EVICT in record.plan
+    )
 
 
 def global_deadline(started_at: datetime, heartbeat_timeout: int) -> datetime:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -25,12 +26,14 @@ from nodecycle.domain.errors import AccessRefused, TransientError, retry_after_w
 from nodecycle.domain.model import (
     CARRIED_OVER,
     ENDS_ITS_INSTANCE,
+    EXPIRY_UNTOLD,
     SET_ON_NODE,
     SUCCESSOR,
     WARM_POOL,
     LifecycleRecord,
     Step,
     Transition,
+    may_carry_over,
 )
 from nodecycle.domain.ports.budget import Slots
 from nodecycle.domain.ports.cluster import Claim, Cluster, Events, NodeInfo, Refused
@@ -135,6 +138,14 @@ class Cleanup:
         self._maintenance_poll_seconds = maintenance_poll_seconds
 
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
+        outcome = self._cleanup(record, now)
+        if record.extra.get(EXPIRY_UNTOLD) and "extra" not in outcome.changes:
+            # (decided, not carried over: its commit tells the expiry; see engine.gone_counted)
+            extra = {key: value for key, value in record.extra.items() if key != EXPIRY_UNTOLD}
+            return replace(outcome, changes={**outcome.changes, "extra": extra})
+        return outcome
+
+    def _cleanup(self, record: LifecycleRecord, now: datetime) -> Outcome:
         if record.node is None:
             return Outcome.next()
         if record.extra.get(POOL_WATCH):
@@ -164,6 +175,11 @@ class Cleanup:
             carried = self._carried_over(record, node, now)
             if carried is not None:
                 return carried
+        # (not carried over: what follows is the release of a lifecycle whose action is gone, its expiry told by the
+        # commit of its outcome: see engine.gone_counted)
+        record = record.model_copy(
+            update={"extra": {key: value for key, value in record.extra.items() if key != EXPIRY_UNTOLD}}
+        )
         into_pool = record.transition.has_hook and record.destination == WARM_POOL
         # Drained for scheduled maintenance: whether the instance stays (a reboot) or goes (a stop, a
         # retirement), only the maintenance's end tells
@@ -199,7 +215,7 @@ class Cleanup:
                 watched = record.model_copy(update={"extra": _unseen(record.extra)})
         gone = record.instance_id if record.extra.get(ENDS_ITS_INSTANCE) else None
         try:
-            waiters = self._slots.release(record.node, record.id, record.token, gone=gone)
+            waiters = self._slots.release(_known(record.node, "node"), record.id, record.token, gone=gone)
         except TransientError as error:
             # The budget ConfigMap's reads or writes fail (5xx, throttled, conflicts past the store's retries). Raised,
             # the cleanup went to the engine's backoff (no draining step: up to 3 minutes a try), and a budget back
@@ -243,11 +259,8 @@ class Cleanup:
         went on), and another hook's holds none of this one: a heartbeat by the instance finds nothing, and the
         cleanup goes on as ever."""
         if (
-            record.transition is not Transition.TERMINATING
-            or record.outcome != "action-expired"
-            or record.extra.get(CARRIED_OVER)
-            or record.drain_started_at is None
-            or Step.EVICT not in record.plan
+            record.outcome != "action-expired"
+            or not may_carry_over(record)
             or node.owner != record.owner
             or node.lifecycle != record.id
             or not _of_instance(node, record)
@@ -277,9 +290,9 @@ class Cleanup:
             record.instance_id,
             node.name,
         )
-        kept = {
-            key: value for key, value in carried.items() if key not in (CARRY_OVER_FAILING, RELEASE_FAILING)
-        }
+        # (its expiry told as carried over by this outcome's commit: see engine.gone_counted)
+        dropped = (EXPIRY_UNTOLD, CARRY_OVER_FAILING, RELEASE_FAILING)
+        kept = {key: value for key, value in carried.items() if key not in dropped}
         renewed = record.renewed(self._autoscaling.renewed_at(now))
         return Outcome.goto(
             Step.EVICT,
