@@ -151,6 +151,7 @@ def test_a_token_is_held_by_one_record_and_another_instances_is_refused(store: S
     assert store.token_holder("another") is None
 
     assert store.write_claimed(crossed, None) is Claimed.TOKEN_TAKEN
+    assert store.token_holder(record.token) == record.id  # (the holder the refusal met)
     assert store.get(crossed.id) is None
     assert store.claim(crossed) is None
     # The record's own writes meet their own token: a retry that landed, a takeover over its seq (another hook)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import boto3
 
@@ -111,3 +112,40 @@ def test_a_forgery_naming_an_instance_in_service_with_a_live_token_does_not_keep
         boto3.resource("dynamodb").Table("nodecycle-lifecycle").get_item(Key={"id": f"token#{action.token}"})
     )
     assert holder["Item"]["lifecycle"] == f"{leaving}/terminate/{action.token}"
+
+
+def test_the_holder_of_a_token_is_told_by_the_write_it_refuses_not_read_again(
+    sandbox: Sandbox,  # noqa: F811
+    stack: Stack,
+) -> None:
+    """DynamoDB returns the item that failed a transaction's condition with its cancellation reasons
+    (ReturnValuesOnConditionCheckFailure ALL_OLD, per item, as moto does): the token item names its holder there,
+    and a GetItem of it after the refused write is a call more on the crossed path for the same answer."""
+    # Given an Auto Scaling that takes a call's token alone, two instances held by the terminate hook, the second
+    # one's own action taken in, and DynamoDB's item reads counted (before any client is made: each copies the
+    # session's handlers when it is)
+    read: list[str] = []
+
+    def reading(params: dict[str, Any], **_: Any) -> None:
+        read.append(params["Key"]["id"]["S"])
+
+    events = boto3._get_default_session().events
+    events.register("before-parameter-build.dynamodb.GetItem", reading, unique_id="tests.token-reads")
+    try:
+        sandbox.control.configure(token_checked_against_instance=False)
+        first, second = two_terminating(sandbox)
+        other = sandbox.action(second, TERMINATING)
+        sandbox.intake.handler(sandbox.bus.of(other.token), LambdaContext())
+        read.clear()
+
+        # When a notification names the first instance with the second's token
+        crossed = hook_notification(first, other.token, datetime.now(UTC) + timedelta(seconds=1))
+        assert sandbox.intake.handler(sqs_event(crossed), LambdaContext()) == {"batchItemFailures": []}
+    finally:
+        events.unregister("before-parameter-build.dynamodb.GetItem", unique_id="tests.token-reads")
+
+    # Then it is rejected as before (nothing written for it), and the token item was not read: the refused write
+    # named its holder, whose record is read (whether Auto Scaling confirmed it)
+    assert {(r["instance_id"], r["token"]) for r in records()} == {(second, other.token)}
+    assert f"token#{other.token}" not in read
+    assert f"{second}/terminate/{other.token}" in read

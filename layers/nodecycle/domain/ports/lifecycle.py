@@ -118,7 +118,9 @@ class ClaimingRecordStore(RecordStore, Protocol):
         ...
 
     def token_holder(self, token: str) -> str | None:
-        """The id of the record that holds ``token`` (see ``write_claimed``); None when none does."""
+        """The id of the record that holds ``token`` (see ``write_claimed``); None when none does. Asked right after
+        a write refused as ``TOKEN_TAKEN``, the store may answer with the holder that refusal met (DynamoDB returns
+        it with the refusal), as fresh as a read then."""
         ...
 
 
