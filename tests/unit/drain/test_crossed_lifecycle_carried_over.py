@@ -16,7 +16,7 @@ import pytest
 
 from nodecycle.domain.completion import CompleteAction
 from nodecycle.domain.drain.common import RELEASE_FAILING_FOR
-from nodecycle.domain.engine import advance
+from nodecycle.domain.engine import DRAIN_RETRY_CAP_SECONDS, advance
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import CARRIED_OVER, ActionRef, LifecycleRecord, Step
 from tests.support.fakes import T0, FakeAutoscaling, FakeMetrics
@@ -134,9 +134,11 @@ class ThrottledFirst(FakeAutoscaling):
     """Auto Scaling whose first ``throttled`` heartbeats fail as throttled (Rate exceeded, past botocore's
     retries: Auto Scaling's API rate is per account and region, shared by every caller), then answers."""
 
-    def __init__(self, throttled: int) -> None:
+    def __init__(self, throttled: int, *, own: bool = False) -> None:
         super().__init__(issued={})
         self.throttled = throttled
+        if own:  # (the hook holds the instance under its own action)
+            self.issue(OWN, INSTANCE, hook=("nodes", "terminate"))
 
     def heartbeat(self, action: ActionRef) -> bool:
         if self.throttled > 0:
@@ -158,10 +160,11 @@ def test_a_carry_over_question_left_unanswered_does_not_use_up_the_releases_trie
     assert asked.again
     record = advance(record, asked, first)
 
-    # When the cleanup gives the question up (cleaned up as ever), and the release's PATCH then meets a node
-    # changed since its read (a 409: the node's version moves with every status its kubelet posts)
+    # When the cleanup gives the question up (cleaned up as ever: a heartbeat timeout without an answer, in which
+    # no call of ours renewed the instance's action), and the release's PATCH then meets a node changed since its
+    # read (a 409: the node's version moves with every status its kubelet posts)
     cluster.conflicts = 1
-    later = first + RELEASE_FAILING_FOR + timedelta(seconds=2)
+    later = first + timedelta(seconds=record.heartbeat_timeout + 2)
     given_up = step(record, later)
 
     # Then the release is tried again at once, as any release whose PATCH conflicts (RELEASE_FAILING_FOR of tries
@@ -180,3 +183,37 @@ def test_a_carry_over_question_left_unanswered_does_not_use_up_the_releases_trie
     assert cluster.patches == [{"owner": None, "in_progress": None, "released_for": record.id}]
     assert slots.released == [NODE]
     assert metrics.counts["EvictionErrors"] == 0
+
+
+def test_a_carry_over_question_throttled_past_the_tries_at_once_keeps_the_slot_and_asks_at_the_drains_pace() -> (
+    None
+):
+    # Given the crossed lifecycle at its cleanup, the hook holding its instance under the instance's own action, and
+    # Auto Scaling throttling the question for longer than the tries at once (a rate shared by every caller of the
+    # account and region: a refresh's heartbeats and completions)
+    record, cluster = crossed_at_its_cleanup()
+    slots = FakeSlots(holders={NODE})
+    autoscaling = ThrottledFirst(throttled=3, own=True)
+    step = cleanup(cluster, slots, autoscaling)
+    at = T0 + timedelta(seconds=60)
+    record = advance(record, step(record, at), at)
+
+    # When the question is still throttled past RELEASE_FAILING_FOR
+    at += RELEASE_FAILING_FOR + timedelta(seconds=2)
+    throttled = step(record, at)
+
+    # Then it is asked again at a drain's retry pace, the node's claim and cordon and the slot kept: a question not
+    # answered is no answer. Given up, the cleanup cleared the claim and gave the slot back with the node left
+    # cordoned while the hook held the instance under its open action (seed 94's node cordoned outside the budget)
+    assert throttled.again
+    assert throttled.delay == DRAIN_RETRY_CAP_SECONDS
+    assert (cluster.patches, slots.released, cluster.cordoned) == ([], [], {NODE})
+    record = advance(record, throttled, at)
+    at += timedelta(seconds=throttled.delay)
+    record = advance(record, step(record, at), at)
+
+    # ... and once Auto Scaling answers, the drain is carried over to the instance's own action, in the slot it held
+    at += timedelta(seconds=DRAIN_RETRY_CAP_SECONDS)
+    carried = step(record, at)
+    assert carried.then is Step.EVICT
+    assert (cluster.patches, slots.released, cluster.cordoned) == ([], [], {NODE})

@@ -270,14 +270,28 @@ class Cleanup:
         try:
             held = self._autoscaling.heartbeat(record.model_copy(update={"extra": carried}).action)
         except TransientError as error:
-            # Not answered: asked again at once for a while, as a release that fails; then cleaned up as ever. On a
-            # clock of its own: on the release's (RELEASE_FAILING), a question throttled for a few seconds used up
-            # the release's tries at once, and the first conflict of its PATCH (a node's version moves with every
-            # status update) or a throttled look at the instance's state gave the release up at once, told as
-            # refused (the EvictionErrors alarm), with the claim left on the node. (Given up, it keeps its clock:
-            # asked again by a next run of the release, it is not tried at once for as long again.)
+            # Not answered: asked again at once for a while, as a release that fails. On a clock of its own: on the
+            # release's (RELEASE_FAILING), a question throttled for a few seconds used up the release's tries at
+            # once, and the first conflict of its PATCH (a node's version moves with every status update) or a
+            # throttled look at the instance's state gave the release up at once, told as refused (the
+            # EvictionErrors alarm), with the claim left on the node.
             log.warning("whether the hook still holds %s cannot be told yet: %s", record.instance_id, error)
-            return _at_once(record.extra, CARRY_OVER_FAILING, now, error.retry_after)
+            again = _at_once(record.extra, CARRY_OVER_FAILING, now, error.retry_after)
+            if again is not None:
+                return again
+            failing = _failing_for(record.extra, CARRY_OVER_FAILING, now)
+            if isinstance(error, AccessRefused) or failing >= timedelta(seconds=record.heartbeat_timeout):
+                # Refused (a policy: it does not lift by itself), or not answered for a whole heartbeat timeout:
+                # cleaned up as ever, the expiry told (an action the hook still holds is an orphan then, which the
+                # sweeper keeps alive and adopts). It keeps its clock: asked again by a next run of the release, it
+                # is not waited for again.
+                return None
+            # Then at a drain's retry pace, the node's claim and cordon and the slot kept: a question not answered
+            # is no answer. Given up after the tries at once (Auto Scaling's rate is the account's and region's,
+            # shared with a refresh's heartbeats and completions), the cleanup cleared the claim and gave the slot
+            # back with the node left cordoned while the hook held the instance under its open action (seed 94)
+            delay = max(DRAIN_RETRY_CAP_SECONDS, retry_after_wait(error.retry_after))
+            return Outcome.wait(delay, extra=record.extra)
         if not held:
             return None
         self._metrics.count("Heartbeats")
