@@ -379,10 +379,12 @@ def _read_version(query: Mapping[str, str]) -> ReadVersion:
 
 
 def _delete_options(request: Request) -> JsonObj:
-    body = _decode(request.body) if request.body.strip() else {}
-    if not isinstance(body, dict):
-        raise errors.bad_request("DeleteOptions must be a JSON object")
+    """The request's DeleteOptions: its body when it has one, else its query's parameters, never both (kube-apiserver's
+    DeleteResource, handlers/delete.go: a ?gracePeriodSeconds=0 beside a body is ignored, not a force delete)."""
+    if request.body.strip():
+        body = _decode(request.body)
+        if not isinstance(body, dict):
+            raise errors.bad_request("DeleteOptions must be a JSON object")
+        return body
     grace = _int_param(request.query, "gracePeriodSeconds")
-    if grace is not None and body.get("gracePeriodSeconds") is None:
-        body["gracePeriodSeconds"] = grace
-    return body
+    return {} if grace is None else {"gracePeriodSeconds": grace}

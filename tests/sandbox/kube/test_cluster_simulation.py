@@ -84,6 +84,25 @@ def test_grace_period_zero_and_unscheduled_pods_are_deleted_at_once(server: Kube
     assert server.get_object("pods", "nowhere", "default") is None
 
 
+def test_a_delete_with_a_body_takes_its_options_from_the_body_alone(server: KubeServer, kube: Kube) -> None:
+    # kube-apiserver's DeleteResource (k8s.io/apiserver handlers/delete.go) decodes the DeleteOptions from the body
+    # when the request has one, and reads the query's parameters only when it has none: a ?gracePeriodSeconds=0
+    # beside a body that names no grace is no force delete; the pod is deleted with its own grace. (A client that
+    # sends both, as the official client's delete_namespaced_pod does with a body, must put the grace in the body.)
+    server.seed({"nodes": nodes_seed(1)})
+    kube.core.create_namespaced_pod("default", _bare_pod("kept", node_name(0, 10), shutdown=60))
+    pod = _running(server, "kept")
+    kube.core.delete_namespaced_pod(
+        "kept", "default", grace_period_seconds=0, body={"preconditions": {"uid": pod["metadata"]["uid"]}}
+    )
+    left = server.get_object("pods", "kept", "default")
+    assert left is not None
+    assert left["metadata"]["deletionGracePeriodSeconds"] == 30
+    # Without a body, the query's grace is the delete's
+    kube.core.delete_namespaced_pod("kept", "default", grace_period_seconds=0)
+    assert server.get_object("pods", "kept", "default") is None
+
+
 def test_evicted_replicaset_pod_is_recreated_on_another_schedulable_node(
     server: KubeServer, kube: Kube
 ) -> None:
