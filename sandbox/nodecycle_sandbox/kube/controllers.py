@@ -280,7 +280,8 @@ class Controllers:
 
     def sync_ready_taints(self, seen_before: Collection[str] = ()) -> bool:
         """The node lifecycle controller's taints for each node's Ready condition (not-ready while False,
-        unreachable while Unknown, neither while True); returns whether it wrote any. Not yet for the nodes whose
+        unreachable while Unknown, neither while True) and for its cordon (unschedulable:NoSchedule while
+        spec.unschedulable); returns whether it wrote any. Not yet for the nodes whose
         kubelet posted Ready in this pass (``seen_before``): the controller sees a kubelet's post only after it,
         from its informer, so a node is Ready and still tainted not-ready until its next pass, as on a cluster."""
         changed = False
@@ -288,7 +289,9 @@ class Controllers:
         for node in self._store.items(NODES):
             if name_of(node) in seen_before:
                 continue
-            updated = node_lifecycle.with_ready_taints(node, now)
+            updated = node_lifecycle.with_unschedulable_taint(
+                node_lifecycle.with_ready_taints(node, now), now
+            )
             if updated is not node:
                 self._store.write(NODES, updated, verb="update", source=SANDBOX)
                 changed = True
@@ -562,7 +565,9 @@ class Controllers:
         if not pending:
             return False
         all_nodes = self._store.items(NODES)
-        nodes = [n for n in all_nodes if node_schedulable(n)]
+        # (Ready nodes: the not-ready taint's filter for pods that do not tolerate it; and a cordoned one for the
+        # pods that tolerate node.kubernetes.io/unschedulable:NoSchedule, as the NodeUnschedulable filter lets them)
+        nodes = [n for n in all_nodes if node_ready(n)]
         zone = {name_of(n): labels_of(n).get(ZONE_LABEL, "") for n in all_nodes}
         load: Counter[str] = Counter()
         per_node: Counter[tuple[str, str]] = Counter()
@@ -579,10 +584,12 @@ class Controllers:
         for pod in sorted(pending, key=lambda p: (p["metadata"]["creationTimestamp"], name_of(p))):
             owner = str((controller_ref(pod) or {}).get("uid", ""))
             selector = (pod.get("spec") or {}).get("nodeSelector") or {}
+            tolerates_cordon = node_lifecycle.tolerates(pod, node_lifecycle.UNSCHEDULABLE_TAINT, "NoSchedule")
             fits = [
                 n
                 for n in nodes
                 if load[name_of(n)] < pods_capacity(n)
+                and (tolerates_cordon or node_schedulable(n))
                 and all(labels_of(n).get(k) == v for k, v in selector.items())
             ]
             updated = json_copy(pod)

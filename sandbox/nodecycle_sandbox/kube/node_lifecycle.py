@@ -28,6 +28,8 @@ from nodecycle_sandbox.kube.meta import JsonObj, json_copy, rfc3339, with_condit
 UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service"
+# What the controller keeps on a cordoned node (spec.unschedulable), NoSchedule (doNoScheduleTaintingPass)
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 # The NoExecute taints the taint manager acts on here; kube-apiserver's DefaultTolerationSeconds gives every pod
 # that does not tolerate the first two itself 300 s of each (--default-not-ready-toleration-seconds,
 # --default-unreachable-toleration-seconds), none of the third
@@ -122,6 +124,44 @@ def with_ready_taints(node: JsonObj, now: float) -> JsonObj:
     else:
         updated.setdefault("spec", {}).pop("taints", None)
     return updated
+
+
+def with_unschedulable_taint(node: JsonObj, now: float) -> JsonObj:
+    """The node with the ``node.kubernetes.io/unschedulable:NoSchedule`` taint while it is cordoned
+    (``spec.unschedulable``) and without it once it is not, as the node lifecycle controller keeps it
+    (doNoScheduleTaintingPass, TaintNodesByCondition: SwapNodeControllerTaint stamps the taint it adds with a
+    timeAdded). A write of its own after each cordon and uncordon: the node's resourceVersion moves again."""
+    spec = node.get("spec") or {}
+    taints: list[JsonObj] = spec.get("taints") or []
+
+    def ours(taint: JsonObj) -> bool:
+        return taint.get("key") == UNSCHEDULABLE_TAINT and taint.get("effect") == "NoSchedule"
+
+    if any(ours(t) for t in taints) == bool(spec.get("unschedulable")):
+        return node
+    updated = json_copy(node)
+    if spec.get("unschedulable"):
+        kept = [*taints, {"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule", "timeAdded": rfc3339(now)}]
+    else:
+        kept = [t for t in taints if not ours(t)]
+    if kept:
+        updated.setdefault("spec", {})["taints"] = kept
+    else:
+        updated.setdefault("spec", {}).pop("taints", None)
+    return updated
+
+
+def tolerates(pod: JsonObj, key: str, effect: str) -> bool:
+    """Whether the pod tolerates a taint of ``key`` and ``effect`` without a value (core/v1
+    Toleration.ToleratesTaint: an empty effect matches every effect, an empty key with the operator Exists every
+    key, an empty operator is Equal)."""
+    for toleration in (pod.get("spec") or {}).get("tolerations") or []:
+        if toleration.get("effect") not in (None, "", effect) or toleration.get("key") not in (None, "", key):
+            continue
+        operator = toleration.get("operator") or "Equal"
+        if operator == "Exists" or (operator == "Equal" and not toleration.get("value")):
+            return True
+    return False
 
 
 def runtime_not_ready(node: JsonObj, hung_for: float, threshold: float, now: float) -> JsonObj:

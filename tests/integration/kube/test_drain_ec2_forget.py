@@ -32,6 +32,7 @@ def test_a_stop_whose_instance_state_ec2_refuses_frees_nothing_and_ends(
     # DescribeInstances
     drained = draining(Step.CORDON)
     cordon(cluster)(drained, T0)
+    server.settle()  # (the node lifecycle controller's unschedulable taint of the cordoned node, a write of its own)
     slots = FakeSlots(holders={NODE}, held_for={NODE: drained.id})
     before = server.get_object("nodes", NODE)
     assert before is not None

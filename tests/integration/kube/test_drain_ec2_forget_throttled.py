@@ -98,6 +98,7 @@ def test_a_stop_whose_instance_state_ec2_throttles_asks_again_within_the_cadence
 ) -> None:
     # Given the instance's node claimed by its drain, holding its slot, and EC2 throttling every DescribeInstances
     slots = claimed(cluster)
+    server.settle()  # (the node lifecycle controller's unschedulable taint of the cordoned node, a write of its own)
     before = server.get_object("nodes", NODE)
     assert before is not None
 

@@ -42,6 +42,7 @@ def test_a_duplicate_cleanup_leaves_the_released_mark_the_first_one_left_on_a_le
     # Given a terminating instance's node, drained, its action completed, and cleaned up once: marked released
     record = draining(Step.CORDON)
     claimed = cordon(cluster)(record, T0)
+    server.settle()  # (the node lifecycle controller's unschedulable taint of the cordoned node, a write of its own)
     record = record.model_copy(update={"step": Step.CLEANUP, "outcome": "drained", **claimed.changes})
     step = cleanup(cluster, FakeSlots(holders={NODE}, held_for={NODE: record.id}), FakeAutoscaling())
     assert not step(record, T0).again

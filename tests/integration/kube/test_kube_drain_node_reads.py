@@ -34,10 +34,13 @@ def evict(cluster: KubeCluster) -> Evict:
     return evict_step(cluster, NODE, INSTANCE)
 
 
-def claimed(cluster: KubeCluster) -> LifecycleRecord:
-    """The drain's record once its cordon claimed the node."""
+def claimed(cluster: KubeCluster, server: KubeServer) -> LifecycleRecord:
+    """The drain's record once its cordon claimed the node, and the controllers answered the cordon (the node
+    lifecycle controller taints a cordoned node unschedulable, a write of its own moments after the cordon: a poll
+    that read the node before it reads it whole again after it, as on a cluster)."""
     record = draining(Step.CORDON, node_uid=cluster.get_node(NODE).uid)  # type: ignore[union-attr]
     claim = cordon(cluster, finder=NodeFinder(cluster, NoDns()))(record, T0)
+    server.settle()
     return record.model_copy(update={"step": Step.EVICT, **claim.changes})
 
 
@@ -49,7 +52,7 @@ def test_later_polls_of_an_unchanged_node_read_a_fraction_of_its_bytes(
     cluster: KubeCluster, server: KubeServer
 ) -> None:
     # Given a drain that has claimed its node
-    record = claimed(cluster)
+    record = claimed(cluster, server)
     step = evict(cluster)
 
     # When it polls three times, the node unchanged
@@ -69,7 +72,7 @@ def test_later_polls_of_an_unchanged_node_read_a_fraction_of_its_bytes(
 
 def test_later_polls_list_a_fraction_of_the_pods_bytes(cluster: KubeCluster, server: KubeServer) -> None:
     # Given a drain that has claimed its node
-    record = claimed(cluster)
+    record = claimed(cluster, server)
     step = evict(cluster)
 
     # When it polls three times, its pods still there
@@ -91,7 +94,7 @@ def test_a_node_uncordoned_between_two_polls_is_read_whole_and_claimed_again(
     cluster: KubeCluster, server: KubeServer
 ) -> None:
     # Given a drain that has polled twice (the second read the node's metadata only)
-    record = claimed(cluster)
+    record = claimed(cluster, server)
     step = evict(cluster)
     for second in (0, 1):
         record = record.model_copy(update=dict(step(record, T0 + timedelta(seconds=second)).changes))
@@ -163,7 +166,7 @@ def test_the_cleanup_after_the_drain_reads_the_nodes_metadata_only(
     cluster: KubeCluster, server: KubeServer
 ) -> None:
     # Given a drain that has claimed its node and polled it (read whole), and its action completed
-    record = claimed(cluster)
+    record = claimed(cluster, server)
     polled = evict(cluster)(record, T0)
     record = record.model_copy(update={**polled.changes, "step": Step.CLEANUP, "completed_at": T0})
     whole = whole_node_bytes(cluster, server)
@@ -184,7 +187,7 @@ def test_the_looks_of_a_warm_pool_watch_read_the_nodes_metadata_only(
     cluster: KubeCluster, server: KubeServer
 ) -> None:
     # Given a drained node kept cordoned for an instance waiting in a running warm pool: its cleanup watches it
-    record = claimed(cluster).model_copy(
+    record = claimed(cluster, server).model_copy(
         update={"step": Step.CLEANUP, "completed_at": T0, "destination": "WarmPool"}
     )
     step = cleanup(cluster, FakeSlots(holders={NODE}), FakeAutoscaling(states={INSTANCE: "Warmed:Running"}))

@@ -157,6 +157,62 @@ def test_replacement_waits_pending_until_a_node_has_room(server: KubeServer, kub
     assert (scheduled.spec.node_name, scheduled.status.phase) == (node_name(2, 10), "Running")
 
 
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+
+
+def test_a_cordoned_node_is_tainted_unschedulable_until_it_is_uncordoned(
+    server: KubeServer, kube: Kube
+) -> None:
+    # kube-controller-manager's node lifecycle controller (doNoScheduleTaintingPass, TaintNodesByCondition) keeps a
+    # node.kubernetes.io/unschedulable:NoSchedule taint on every node whose spec.unschedulable is true, and takes it
+    # off once it is not: a write of its own to the node after each cordon and uncordon (a new resourceVersion a
+    # client that cordoned meets), and the taint the scheduler's TaintToleration filter then judges
+    server.seed({"nodes": nodes_seed(1)})
+    server.settle()
+    node = node_name(0, 10)
+    cordoned = kube.core.patch_node(node, {"spec": {"unschedulable": True}})
+    server.settle()
+    tainted = kube.core.read_node(node)
+    assert [(t.key, t.effect) for t in tainted.spec.taints or []] == [(UNSCHEDULABLE_TAINT, "NoSchedule")]
+    assert tainted.spec.taints[0].time_added is not None
+    assert tainted.metadata.resource_version != cordoned.metadata.resource_version
+    kube.core.patch_node(node, {"spec": {"unschedulable": None}})
+    server.settle()
+    assert not kube.core.read_node(node).spec.taints
+
+
+def test_a_pod_that_tolerates_the_unschedulable_taint_is_scheduled_on_a_cordoned_node(
+    server: KubeServer, kube: Kube
+) -> None:
+    # The scheduler's NodeUnschedulable filter lets a pod that tolerates node.kubernetes.io/unschedulable:NoSchedule
+    # onto a node with spec.unschedulable (a toleration of every taint, {operator: Exists}, as some agents and
+    # operators ship, included): a cordon keeps every other pod off, not those. Given one pod of such a Deployment on
+    # each of two nodes with room for one pod each
+    template = {
+        "metadata": {"labels": {"app": "agent"}},
+        "spec": {"containers": [{"name": "agent", "image": "x"}], "tolerations": [{"operator": "Exists"}]},
+    }
+    server.seed(
+        {
+            "nodes": nodes_seed(2, pods_capacity=1),
+            "deployments": [{"name": "agent", "namespace": "ops", "replicas": 2, "template": template}],
+        }
+    )
+    server.settle()
+    victim = pods_of(server, "ops", "agent")[0]
+    node = victim["spec"]["nodeName"]
+    # When its node is cordoned and the pod deleted
+    kube.core.patch_node(node, {"spec": {"unschedulable": True}})
+    kube.core.delete_namespaced_pod(victim["metadata"]["name"], "ops")
+    server.settle()
+    # Then its replacement runs on the cordoned node, the one with room
+    pods = pods_of(server, "ops", "agent")
+    assert len(pods) == 2
+    assert all(is_ready(p) for p in pods)
+    assert victim["metadata"]["uid"] not in {p["metadata"]["uid"] for p in pods}
+    assert node in {p["spec"]["nodeName"] for p in pods}
+
+
 def test_scheduler_spreads_replicas_over_zones(server: KubeServer) -> None:
     server.seed(
         {"nodes": nodes_seed(6), "deployments": [{"name": "web", "namespace": "shop", "replicas": 6}]}

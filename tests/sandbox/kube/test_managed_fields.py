@@ -58,9 +58,10 @@ def test_a_write_that_changes_nothing_changes_no_entry(server: KubeServer, kube:
     server.seed({"nodes": nodes_seed(1)})
     server.settle()
     name = kube.core.list_node().items[0].metadata.name
-    node = kube.core.patch_node(name, {"spec": {"unschedulable": True}})
+    # (a label: a cordon would have the node lifecycle controller taint the node after it, a write of its own)
+    node = kube.core.patch_node(name, {"metadata": {"labels": {"x": "1"}}})
 
-    again = kube.core.patch_node(name, {"spec": {"unschedulable": True}}, field_manager="someone-else")
+    again = kube.core.patch_node(name, {"metadata": {"labels": {"x": "1"}}}, field_manager="someone-else")
 
     assert again.metadata.resource_version == node.metadata.resource_version
     assert "someone-else/" not in _entries(server, name)
