@@ -253,7 +253,7 @@ class Pump:
         looked = time.monotonic()
         idle = IDLE_FIRST
         with self.environment(fresh=fresh):
-            while not done():
+            while True:
                 now = time.monotonic()
                 # (a snapshot scans every record, a third of a second under load: taken every 2 s, it was a sixth of
                 # the pump's thread; every 10 s tells work that stopped moving as well within the timeout)
@@ -269,9 +269,15 @@ class Pump:
                     )
                 if any([self.deliver(name) for name in self.handlers]):  # noqa: C419 - deliver to every queue
                     idle = IDLE_FIRST
-                else:
-                    time.sleep(idle)
-                    idle = min(idle * 1.5, IDLE_LONGEST)
+                    continue
+                # Asked only when no queue had a message: work is not over while its messages come, and the
+                # question reads every lifecycle's action (and a record): asked before each of the 300 deliveries
+                # of 53 lifecycles, it took a tenth of the run. (A message left after the work ended is delivered
+                # first: it belongs to that work, whatever it does.)
+                if done():
+                    return
+                time.sleep(idle)
+                idle = min(idle * 1.5, IDLE_LONGEST)
 
     @contextmanager
     def environment(self, *, fresh: bool = True) -> Iterator[None]:
