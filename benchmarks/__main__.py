@@ -49,11 +49,18 @@ SIZES: dict[str, tuple[Any, Any, Any]] = {
     "burst": (500, 100, 6),
     "acquirers": (50, 30, 8),
     "cold_runs": (7, 3, 1),
+    # the cases also imported without the layer's .pyc files (None: every one; import boto3 always): no row is
+    # measured so, only the details, and each case compiles every module it imports
+    "cold_without_pyc": (None, None, ("drain",)),
 }
 
 
 def _sizes(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(",") if part.strip())  # "" for none
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())  # "" for none
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -94,6 +101,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--burst", type=int, help="bursts: lifecycle actions at once (default 500)")
     parser.add_argument("--acquirers", type=int, help="contention: concurrent acquirers (default 50)")
     parser.add_argument("--cold-runs", type=int, help="cold: fresh interpreters per import (default 7)")
+    parser.add_argument(
+        "--cold-without-pyc",
+        type=_names,
+        help="cold: the cases also imported without .pyc files, e.g. drain,intake+parse (default all; boto3 always)",
+    )
     parser.add_argument("--only", choices=BENCHMARKS, action="append", help="run only these (repeatable)")
     parser.add_argument("--log-dir", type=Path, help="keep the handlers' logs here (default: discarded)")
     parser.add_argument(
@@ -151,7 +163,7 @@ def _run_one(
     if name == "waiting":
         done(waiting.result(waiting.run()))
     elif name == "cold":
-        done(cold_start.result(cold_start.run(args.cold_runs)))
+        done(cold_start.result(cold_start.run(args.cold_runs, args.cold_without_pyc)))
     elif name == "contention":
         done(contention.result(contention.run(args.acquirers, budget), args.acquirers, budget))
     elif name == "calls":
@@ -176,7 +188,11 @@ def _run_one(
         done(wake.result(ran))
     elif name == "storms":
         settings = refresh.Settings(
-            args.storm_nodes, budget, args.retry_seconds, args.poll_seconds, args.drain_concurrency
+            args.storm_nodes,
+            budget,
+            args.retry_seconds,
+            args.poll_seconds,
+            args.drain_concurrency,
         )
         done(storms.result(*storms.run(settings, log_dir / "storms")))
     elif name == "order":
@@ -184,7 +200,8 @@ def _run_one(
             (nodes, args.pace) for nodes in args.paced_sizes
         ]
         for nodes, pace in runs:  # each size reported as soon as it is measured
-            done(order.result([order.run_one(nodes, args.retry_seconds, args.poll_seconds, log_dir, pace)]))
+            ordered = order.run_one(nodes, args.retry_seconds, args.poll_seconds, log_dir, pace)
+            done(order.result([ordered]))
     elif name == "bursts":
         done(bursts.result(bursts.run(args.burst, log_dir / "bursts")))
 
