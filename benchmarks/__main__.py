@@ -52,6 +52,9 @@ SIZES: dict[str, tuple[Any, Any, Any]] = {
     # the cases also imported without the layer's .pyc files (None: every one; import boto3 always): no row is
     # measured so, only the details, and each case compiles every module it imports
     "cold_without_pyc": (None, None, ("drain",)),
+    # containers of each function started before a sandbox benchmark measures (None: all it may run at once, about
+    # twenty, each more than half a CPU-second to start); the others start when needed, cold
+    "warm": (None, None, 2),
 }
 
 
@@ -105,6 +108,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--cold-without-pyc",
         type=_names,
         help="cold: the cases also imported without .pyc files, e.g. drain,intake+parse (default all; boto3 always)",
+    )
+    parser.add_argument(
+        "--warm", type=int, help="sandboxes: containers of each function started ahead (default all)"
     )
     parser.add_argument("--only", choices=BENCHMARKS, action="append", help="run only these (repeatable)")
     parser.add_argument("--log-dir", type=Path, help="keep the handlers' logs here (default: discarded)")
@@ -167,21 +173,23 @@ def _run_one(
     elif name == "contention":
         done(contention.result(contention.run(args.acquirers, budget), args.acquirers, budget))
     elif name == "calls":
-        calls = api_calls.Settings(pods=args.pods, nodes=args.calls_nodes)
+        calls = api_calls.Settings(pods=args.pods, nodes=args.calls_nodes, warm=args.warm)
         done(api_calls.result(api_calls.run(calls, log_dir / "calls"), calls))
     elif name == "sizes":
         sizes = args.cluster_sizes
-        scoped = cluster_size.run(sizes, log_dir / "sizes")
+        scoped = cluster_size.run(sizes, log_dir / "sizes", warm=args.warm)
         # the unscoped comparison is a second sandbox of the same code path: left out of --tiny (CI's run)
         unscoped = (
             None
             if args.tiny
-            else cluster_size.run((sizes[0], sizes[-1]), log_dir / "sizes-unscoped", scoped=False)
+            else cluster_size.run(
+                (sizes[0], sizes[-1]), log_dir / "sizes-unscoped", scoped=False, warm=args.warm
+            )
         )
         done(cluster_size.result(scoped, unscoped))
     elif name == "refresh":
         settings = refresh.Settings(
-            args.nodes, budget, args.retry_seconds, args.poll_seconds, args.drain_concurrency
+            args.nodes, budget, args.retry_seconds, args.poll_seconds, args.drain_concurrency, warm=args.warm
         )
         ran = refresh.run(settings, log_dir / "refresh")
         done(refresh.result(ran))
@@ -193,6 +201,7 @@ def _run_one(
             args.retry_seconds,
             args.poll_seconds,
             args.drain_concurrency,
+            warm=args.warm,
         )
         done(storms.result(*storms.run(settings, log_dir / "storms")))
     elif name == "order":
@@ -200,10 +209,10 @@ def _run_one(
             (nodes, args.pace) for nodes in args.paced_sizes
         ]
         for nodes, pace in runs:  # each size reported as soon as it is measured
-            ordered = order.run_one(nodes, args.retry_seconds, args.poll_seconds, log_dir, pace)
+            ordered = order.run_one(nodes, args.retry_seconds, args.poll_seconds, log_dir, pace, args.warm)
             done(order.result([ordered]))
     elif name == "bursts":
-        done(bursts.result(bursts.run(args.burst, log_dir / "bursts")))
+        done(bursts.result(bursts.run(args.burst, log_dir / "bursts", args.warm)))
 
 
 def previous_run() -> dict[str, float]:

@@ -46,6 +46,7 @@ class Settings:
     pods: int  # drainable pods on each measured node, and pods per filler node
     nodes: int  # nodes in the cluster at the first measurement
     growth: int = 3  # the second measurement's cluster is this many times larger
+    warm: int | None = None  # containers of each function started ahead (None: all; see harness.sandbox)
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,9 @@ class Kubectl:
 
 
 def run(settings: Settings, log_dir: Path) -> list[Measurement]:
-    with start_sandbox(parameters=PARAMETERS, size=0, log_dir=log_dir, min_values=False) as box:
+    with start_sandbox(
+        parameters=PARAMETERS, size=0, log_dir=log_dir, min_values=False, warm=settings.warm
+    ) as box:
         kubectl = None
         if shutil.which("kubectl"):
             kubectl = Kubectl(box.kube.write_kubeconfig(log_dir / "kubeconfig"), log_dir / "kubectl-cache")

@@ -96,9 +96,9 @@ class Bursts:
     ask: AskCpu
 
 
-def run(size: int, log_dir: Path) -> Bursts:
-    """Scale a group out to ``size`` and back in, measuring each burst."""
-    with start_sandbox(parameters=PARAMETERS, size=0, log_dir=log_dir, hook_target="sqs") as box:
+def run(size: int, log_dir: Path, warm: int | None = None) -> Bursts:
+    """Scale a group out to ``size`` and back in, measuring each burst (``warm``: see harness.sandbox)."""
+    with start_sandbox(parameters=PARAMETERS, size=0, log_dir=log_dir, hook_target="sqs", warm=warm) as box:
         launches = _launch(box, size)
         terminations, contention = _scale_in(box, size)
     return Bursts(launches, terminations, contention, _ask_cpu(contention.longest))

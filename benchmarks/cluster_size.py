@@ -72,9 +72,11 @@ class Measurement:
     drain_bytes: Counter[str]
 
 
-def run(sizes: tuple[int, ...], log_dir: Path, *, scoped: bool = True) -> list[Measurement]:
+def run(
+    sizes: tuple[int, ...], log_dir: Path, *, scoped: bool = True, warm: int | None = None
+) -> list[Measurement]:
     with start_sandbox(
-        parameters=PARAMETERS if scoped else UNSCOPED, size=0, log_dir=log_dir, min_values=False
+        parameters=PARAMETERS if scoped else UNSCOPED, size=0, log_dir=log_dir, min_values=False, warm=warm
     ) as box:
         box.aws.plan_nodes(labels={GROUP_LABEL: "ours"}, join_after=JOIN_AFTER, remove_after=REMOVE_AFTER)
         box.kube.seed({"daemonSets": [{"name": "node-agent", "namespace": "kube-system"}]})

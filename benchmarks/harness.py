@@ -41,13 +41,17 @@ def sandbox(
     log_dir: Path,
     hook_target: Literal["eventbridge", "sqs"] = "eventbridge",
     min_values: bool = True,
+    warm: int | None = None,
 ) -> Iterator[Sandbox]:
     """A sandbox whose group has ``size`` instances in service (launched through the launch hooks).
 
     The sweeper's schedule is off: it is not on the path of a drain, and a sweep in the middle of a
     measurement would add API calls and budget writes that belong to no lifecycle. The containers of the
     functions on a drain's path are all started (warm) before the block runs. ``min_values=False`` accepts
-    numbers below a parameter's MinValue (a counting benchmark's single drain container)."""
+    numbers below a parameter's MinValue (a counting benchmark's single drain container). ``warm``: at most
+    this many containers of each started ahead (None: all it may run at once); the others start when needed,
+    cold. A container's start costs more than half a CPU-second on two cores, and a sandbox warms twenty:
+    CI's smallest run (--tiny), whose figures nobody reads, warms a few."""
     options = SandboxOptions(
         root=ROOT,
         parameters={**BASE_PARAMETERS, **parameters},
@@ -64,7 +68,7 @@ def sandbox(
         if size:
             started.asg.wait_in_service(size, timeout=60 + 3 * size)
         for function in WARM:
-            started.runner.warm(function)
+            started.runner.warm(function, warm)
         yield started
 
 

@@ -43,11 +43,19 @@ class Ordered:
     details: list[str]
 
 
-def run_one(nodes: int, retry_seconds: int, poll_seconds: int, log_dir: Path, pace: float = 1.0) -> Ordered:
-    """One refresh of ``nodes``; ``pace``: pod shutdowns and the drain's polls that many times slower."""
+def run_one(
+    nodes: int,
+    retry_seconds: int,
+    poll_seconds: int,
+    log_dir: Path,
+    pace: float = 1.0,
+    warm: int | None = None,
+) -> Ordered:
+    """One refresh of ``nodes``; ``pace``: pod shutdowns and the drain's polls that many times slower; ``warm``:
+    see harness.sandbox."""
     budget = budget_for(nodes)
     poll = max(1, round(poll_seconds * pace))
-    settings = refresh.Settings(nodes, budget, retry_seconds, poll, DRAIN_CONCURRENCY, pace)
+    settings = refresh.Settings(nodes, budget, retry_seconds, poll, DRAIN_CONCURRENCY, pace, warm=warm)
     suffix = f"-pace{pace:g}" if pace != 1 else ""
     return _ordered(refresh.run(settings, log_dir / f"order-{nodes}{suffix}"))
 

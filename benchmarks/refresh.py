@@ -69,6 +69,7 @@ class Settings:
     # wall time, so that the sandbox's CPU per second falls below what two cores give (see order.py).
     pace: float = 1.0
     wake_concurrency: int = 4  # WakeConcurrency: the wake function's containers (budget wake-ups)
+    warm: int | None = None  # containers of each function started ahead (None: all; see harness.sandbox)
 
     @property
     def name(self) -> str:
@@ -144,7 +145,7 @@ def run(
         "DrainConcurrency": str(settings.drain_concurrency),
         "WakeConcurrency": str(settings.wake_concurrency),
     }
-    with sandbox(parameters=parameters, size=settings.nodes, log_dir=log_dir) as box:
+    with sandbox(parameters=parameters, size=settings.nodes, log_dir=log_dir, warm=settings.warm) as box:
         server = box.kube
         server.seed(workloads(settings.nodes, settings.pace))
         server.settle(timeout=60)
