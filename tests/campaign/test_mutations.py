@@ -5,13 +5,11 @@ run on different workers."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from nodecycle_sandbox.chaos import world
 from nodecycle_sandbox.chaos.mutations import MUTATIONS, Mutation, check_mutation, mutated_layer
-from nodecycle_sandbox.kube import KubeServer
 
 ROOT = Path(__file__).resolve().parents[2]
 # The budget's mutation: a seed whose first instance refresh is the smallest that shows it, 3 instances drained
@@ -62,7 +60,9 @@ def test_a_product_that_deletes_pods_instead_of_evicting_them_is_caught(
     # two drains' deletes within that time take web below its floor. With the world's 0.2 s start, only deletes
     # within 0.2 s of each other did, as timing had it: on a loaded machine (load 17, tests/campaign under two
     # busy loops) the two scenarios' drains deleted further apart, and the mutation went uncaught.
-    monkeypatch.setattr(world, "KubeServer", _pods_slow_to_start)
+    # Slow from the moment the scenario's workloads are in place: its own pods started as fast as ever (the world
+    # waits for them before the story; it waited REPLACEMENTS_READY_AFTER for nothing)
+    monkeypatch.setattr(world.ScenarioRun, "_seed_workloads", _then_pods_slow_to_start)
 
     # When instance refreshes run on it
     result = check_mutation(
@@ -75,6 +75,11 @@ def test_a_product_that_deletes_pods_instead_of_evicting_them_is_caught(
     assert "pdb" in result.invariant
 
 
-def _pods_slow_to_start(**options: Any) -> KubeServer:
-    """The world's API server, its pods Ready REPLACEMENTS_READY_AFTER seconds after they are scheduled."""
-    return KubeServer(**{**options, "pod_start_seconds": REPLACEMENTS_READY_AFTER})
+_SEED_WORKLOADS = world.ScenarioRun._seed_workloads
+
+
+def _then_pods_slow_to_start(run: world.ScenarioRun) -> None:
+    """The scenario's workloads seeded and started, then every pod scheduled from now on (a replacement) Ready
+    REPLACEMENTS_READY_AFTER seconds after it is scheduled."""
+    _SEED_WORKLOADS(run)
+    run.box.kube.pod_start_seconds = REPLACEMENTS_READY_AFTER
