@@ -32,10 +32,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
-from nodecycle.domain.dispatch import (
-    Dispatcher as Dispatcher,  # (where the domain's steps have long found it)
-)
-from nodecycle.domain.dispatch import HandOver, hand_over_now, not_asking_yet, waits_for_slot
+from nodecycle.domain.dispatch import Dispatcher, HandOver, hand_over_now, not_asking_yet, waits_for_slot
 from nodecycle.domain.eip.wake import waits_in_line
 from nodecycle.domain.errors import AccessRefused, TransientError, retry_after_wait
 from nodecycle.domain.flow import (

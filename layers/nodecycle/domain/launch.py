@@ -7,7 +7,8 @@ import logging
 from datetime import datetime, timedelta
 from typing import Any
 
-from nodecycle.domain.engine import MAX_RETRY_BACKOFF_SECONDS, Dispatcher, Outcome
+from nodecycle.domain.dispatch import Dispatcher
+from nodecycle.domain.engine import MAX_RETRY_BACKOFF_SECONDS, Outcome
 from nodecycle.domain.errors import AccessRefused, TransientError, retry_after_wait
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.nodes import NodeFinder, NodeUnreadable

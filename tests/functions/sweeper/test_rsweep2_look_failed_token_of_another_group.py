@@ -22,7 +22,7 @@ from botocore.config import Config
 
 from nodecycle.adapters.aws.autoscaling import AutoscalingActions
 from nodecycle.domain.completion import CompleteAction
-from nodecycle.domain.engine import Dispatcher
+from nodecycle.domain.dispatch import Dispatcher
 from nodecycle.domain.model import Step
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.sweep.lifecycles import LifecycleRepair

@@ -15,7 +15,8 @@ import pytest
 
 from nodecycle.adapters.aws.records import DynamoRecordStore
 from nodecycle.domain.completion import SETTLED_ELSEWHERE, CompleteAction
-from nodecycle.domain.engine import Dispatcher, Handled, Outcome
+from nodecycle.domain.dispatch import Dispatcher
+from nodecycle.domain.engine import Handled, Outcome
 from nodecycle.domain.model import ActionRef, Step
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.sweep.lifecycles import LifecycleRepair

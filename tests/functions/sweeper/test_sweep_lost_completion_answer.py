@@ -18,7 +18,7 @@ from botocore.awsrequest import AWSResponse, HTTPHeaders
 from nodecycle.adapters.aws.autoscaling import AutoscalingActions
 from nodecycle.adapters.aws.clients import CLIENT_CONFIG
 from nodecycle.domain.completion import SETTLED_ELSEWHERE, CompleteAction
-from nodecycle.domain.engine import Dispatcher
+from nodecycle.domain.dispatch import Dispatcher
 from nodecycle.domain.model import ActionRef, LifecycleRecord, Step, Transition, global_deadline
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.sweep.lifecycles import LifecycleRepair

@@ -15,7 +15,7 @@ import pytest
 
 from nodecycle.adapters.aws.autoscaling import AutoscalingActions
 from nodecycle.domain.completion import CompleteAction
-from nodecycle.domain.engine import Dispatcher
+from nodecycle.domain.dispatch import Dispatcher
 from nodecycle.domain.model import LifecycleRecord, Step, Transition, global_deadline
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.sweep.lifecycles import LifecycleRepair

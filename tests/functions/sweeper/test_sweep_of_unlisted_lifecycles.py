@@ -13,7 +13,7 @@ from datetime import timedelta
 import pytest
 
 from nodecycle.domain.completion import CompleteAction
-from nodecycle.domain.engine import Dispatcher
+from nodecycle.domain.dispatch import Dispatcher
 from nodecycle.domain.intake import IntakeOutcome
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.policy import ActionResult

@@ -15,7 +15,7 @@ import pytest
 
 from nodecycle.adapters.aws.records import DynamoRecordStore
 from nodecycle.domain.completion import CompleteAction
-from nodecycle.domain.engine import Dispatcher
+from nodecycle.domain.dispatch import Dispatcher
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.intake import IntakeOutcome
 from nodecycle.domain.model import LifecycleRecord, Step

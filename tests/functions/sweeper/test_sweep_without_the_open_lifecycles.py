@@ -14,7 +14,7 @@ import pytest
 from botocore.awsrequest import AWSResponse, HTTPHeaders
 
 from nodecycle.adapters.aws.records import DynamoRecordStore
-from nodecycle.domain.engine import Dispatcher
+from nodecycle.domain.dispatch import Dispatcher
 from nodecycle.domain.intake import IntakeOutcome
 from nodecycle.domain.model import Step
 from nodecycle.domain.sweep.annotations import LeftoverAnnotations

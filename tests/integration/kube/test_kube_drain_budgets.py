@@ -9,9 +9,10 @@ from datetime import timedelta
 from kubernetes.client import CoreV1Api, PolicyV1Api
 
 from nodecycle.adapters.kube.cluster_api import KubeCluster
+from nodecycle.domain.dispatch import Dispatcher
 from nodecycle.domain.drain.evict import Evict
 from nodecycle.domain.drain.forget import ForgetNode
-from nodecycle.domain.engine import Dispatcher, Outcome
+from nodecycle.domain.engine import Outcome
 from nodecycle.domain.model import LifecycleRecord, Step, Transition
 from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.ports.cluster import Eviction, PodInfo

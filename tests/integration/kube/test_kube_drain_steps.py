@@ -19,11 +19,11 @@ from kubernetes.client import (
 )
 
 from nodecycle.adapters.kube.cluster_api import KubeCluster
+from nodecycle.domain.dispatch import Dispatcher
 from nodecycle.domain.drain.acquire import AcquireSlot
 from nodecycle.domain.drain.cleanup import Cleanup
 from nodecycle.domain.drain.evict import Evict
 from nodecycle.domain.drain.forget import ForgetNode
-from nodecycle.domain.engine import Dispatcher
 from nodecycle.domain.model import LifecycleRecord, Step, Transition
 from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.ports.cluster import EXCLUDE_LB_LABEL, PodInfo, Refused

@@ -19,6 +19,7 @@ from nodecycle.domain.budget import (
     Waiter,
 )
 from nodecycle.domain.completion import CompleteAction
+from nodecycle.domain.dispatch import Dispatcher
 from nodecycle.domain.drain.acquire import FORCED_SLOT, AcquireSlot
 from nodecycle.domain.drain.cleanup import (
     MAINTENANCE_OVER_AFTER,
@@ -32,7 +33,7 @@ from nodecycle.domain.drain.cordon import CORDON_REFUSED, Cordon
 from nodecycle.domain.drain.evict import FORCED_POD_SLACK, STUCK_PODS, Evict
 from nodecycle.domain.drain.forget import ForgetNode
 from nodecycle.domain.drain.pod_notes import PodNotes
-from nodecycle.domain.engine import Dispatcher, StepHandler, advance
+from nodecycle.domain.engine import StepHandler, advance
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import Worker, settle_step
 from nodecycle.domain.launch import ReadinessGate

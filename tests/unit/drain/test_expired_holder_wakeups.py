@@ -6,9 +6,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotRequest
+from nodecycle.domain.dispatch import Dispatcher
 from nodecycle.domain.drain.acquire import AcquireSlot
 from nodecycle.domain.drain.evict import Evict
-from nodecycle.domain.engine import Dispatcher
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import Worker
 from nodecycle.domain.model import LifecycleRecord, Step

@@ -6,8 +6,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotRequest
+from nodecycle.domain.dispatch import Dispatcher
 from nodecycle.domain.drain.acquire import AcquireSlot
-from nodecycle.domain.engine import Dispatcher, Outcome
+from nodecycle.domain.engine import Outcome
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.policy import Quantity

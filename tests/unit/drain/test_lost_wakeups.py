@@ -9,8 +9,8 @@ from datetime import timedelta
 import pytest
 
 from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotRequest
+from nodecycle.domain.dispatch import Dispatcher
 from nodecycle.domain.drain.forget import ForgetNode
-from nodecycle.domain.engine import Dispatcher
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import Worker
 from nodecycle.domain.model import Step, Transition

@@ -9,8 +9,8 @@ from datetime import timedelta
 import pytest
 
 from nodecycle.domain.completion import CompleteAction
+from nodecycle.domain.dispatch import Dispatcher
 from nodecycle.domain.drain.cleanup import POOL_IDLE, POOL_IDLE_POLL_SECONDS, POOL_WATCH
-from nodecycle.domain.engine import Dispatcher
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.launch import SCAN_EVERY, ReadinessGate
 from nodecycle.domain.model import Step, Transition, record_id

@@ -6,8 +6,9 @@ import json
 from dataclasses import replace
 
 from nodecycle.domain.budget import DisruptionBudget, SlotRequest
+from nodecycle.domain.dispatch import Dispatcher
 from nodecycle.domain.drain.cleanup import Cleanup
-from nodecycle.domain.engine import Dispatcher, Handled, Outcome
+from nodecycle.domain.engine import Handled, Outcome
 from nodecycle.domain.model import LifecycleRecord, Step, adopted_token, record_id
 from tests.support.fakes import T0, FakeAutoscaling, FakeMetrics
 from tests.unit.budget.fakes import MemoryBudgetStore

@@ -11,10 +11,11 @@ import pytest
 
 from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotRequest
 from nodecycle.domain.completion import CompleteAction
+from nodecycle.domain.dispatch import Dispatcher
 from nodecycle.domain.drain.cleanup import Cleanup
 from nodecycle.domain.eip import SCRATCH
 from nodecycle.domain.eip.release import RELEASE_ATTEMPTS, ReleaseAddresses
-from nodecycle.domain.engine import Dispatcher, Outcome, advance
+from nodecycle.domain.engine import Outcome, advance
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import (
     ENDED_BY,

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from nodecycle.domain.completion import SETTLED_ELSEWHERE, CompleteAction
-from nodecycle.domain.engine import Dispatcher, EngineTiming, Handled, Outcome, StepEngine
+from nodecycle.domain.dispatch import Dispatcher
+from nodecycle.domain.engine import EngineTiming, Handled, Outcome, StepEngine
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import Worker
 from nodecycle.domain.model import SUCCESSOR, ActionRef, LifecycleRecord, Step, Transition, global_deadline

@@ -10,7 +10,8 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from nodecycle.domain.engine import Dispatcher, Handled, Outcome
+from nodecycle.domain.dispatch import Dispatcher
+from nodecycle.domain.engine import Handled, Outcome
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import Worker
 from nodecycle.domain.model import LifecycleRecord, Step

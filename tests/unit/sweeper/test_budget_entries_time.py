@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nodecycle.domain.engine import Dispatcher
+from nodecycle.domain.dispatch import Dispatcher
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.sweep.budget_entries import StaleBudgetEntries
 from nodecycle.domain.sweep.sweep_time import RESERVE, SHARES, OutOfTime, SweepTime

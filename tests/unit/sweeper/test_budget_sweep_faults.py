@@ -14,7 +14,7 @@ from botocore.stub import Stubber
 
 from nodecycle.adapters.aws.instances import Ec2Instances
 from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotReason, SlotRequest
-from nodecycle.domain.engine import Dispatcher
+from nodecycle.domain.dispatch import Dispatcher
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.policy import Quantity

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from nodecycle.domain.budget import BudgetDocument, BudgetLimits, DisruptionBudget
-from nodecycle.domain.engine import Dispatcher
+from nodecycle.domain.dispatch import Dispatcher
 from nodecycle.domain.model import Step
 from nodecycle.domain.policy import Quantity
 from nodecycle.domain.sweep.budget_entries import StaleBudgetEntries

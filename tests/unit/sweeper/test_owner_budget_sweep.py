@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotReason, SlotRequest
-from nodecycle.domain.engine import Dispatcher
+from nodecycle.domain.dispatch import Dispatcher
 from nodecycle.domain.model import Step
 from nodecycle.domain.policy import Quantity
 from nodecycle.domain.sweep.budget_entries import StaleBudgetEntries

@@ -15,7 +15,8 @@ import pytest
 
 from nodecycle.domain.budget import Holder, SweepResult, Verdict, Waiter
 from nodecycle.domain.completion import CompleteAction, ended_by
-from nodecycle.domain.engine import Dispatcher, Outcome, StepEngine, StepHandler
+from nodecycle.domain.dispatch import Dispatcher
+from nodecycle.domain.engine import Outcome, StepEngine, StepHandler
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import Worker
 from nodecycle.domain.model import ENDS_ITS_INSTANCE, ActionRef, LifecycleRecord, Step, global_deadline

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from nodecycle.domain.budget import SlotDecision, SlotReason, SlotRequest
+from nodecycle.domain.dispatch import Dispatcher
 from nodecycle.domain.drain import pods as podfilter
 from nodecycle.domain.drain.common import (
     ADOPT_FROM,
@@ -27,7 +28,7 @@ from nodecycle.domain.drain.common import (
     _waiters_backoff,
     _wake,
 )
-from nodecycle.domain.engine import Dispatcher, Outcome
+from nodecycle.domain.engine import Outcome
 from nodecycle.domain.errors import TransientError, retry_after_wait
 from nodecycle.domain.flow import settle_step
 from nodecycle.domain.model import (

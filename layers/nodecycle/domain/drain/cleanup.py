@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from nodecycle.domain.completion import SETTLED_ELSEWHERE
+from nodecycle.domain.dispatch import Dispatcher
 from nodecycle.domain.drain.common import (
     RELEASE_FAILING_FOR,
     _at_once,
@@ -21,7 +22,7 @@ from nodecycle.domain.drain.common import (
     _set_on_node,
     _unseen,
 )
-from nodecycle.domain.engine import DRAIN_RETRY_CAP_SECONDS, Dispatcher, Outcome
+from nodecycle.domain.engine import DRAIN_RETRY_CAP_SECONDS, Outcome
 from nodecycle.domain.errors import AccessRefused, TransientError, retry_after_wait
 from nodecycle.domain.model import (
     CARRIED_OVER,

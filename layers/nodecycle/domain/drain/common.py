@@ -12,7 +12,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from nodecycle.domain.budget import SlotRequest
-from nodecycle.domain.engine import Dispatcher, Outcome
+from nodecycle.domain.dispatch import Dispatcher
+from nodecycle.domain.engine import Outcome
 from nodecycle.domain.errors import AccessRefused, TransientError, retry_after_wait
 from nodecycle.domain.flow import settle_step
 from nodecycle.domain.model import (

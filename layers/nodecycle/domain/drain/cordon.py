@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from nodecycle.domain.budget import Lifecycles, SlotReason
 from nodecycle.domain.budget.errors import WriteOutcomeUnknown
+from nodecycle.domain.dispatch import Dispatcher
 from nodecycle.domain.drain.common import (
     ADOPT_FROM,
     _cause,
@@ -28,7 +29,7 @@ from nodecycle.domain.drain.common import (
     _waiters_backoff,
     _wake,
 )
-from nodecycle.domain.engine import Dispatcher, Outcome
+from nodecycle.domain.engine import Outcome
 from nodecycle.domain.errors import TransientError, retry_after_wait
 from nodecycle.domain.flow import settle_step
 from nodecycle.domain.model import (

@@ -11,6 +11,7 @@ from typing import Any
 
 from nodecycle.domain.budget import SlotDecision, SlotReason
 from nodecycle.domain.budget.errors import WriteOutcomeUnknown
+from nodecycle.domain.dispatch import Dispatcher
 from nodecycle.domain.drain import pods as podfilter
 from nodecycle.domain.drain.common import (
     STUCK_AFTER,
@@ -27,7 +28,7 @@ from nodecycle.domain.drain.common import (
     _wake,
 )
 from nodecycle.domain.drain.pod_notes import BLOCKED, DELETION, FAILING, PodNotes
-from nodecycle.domain.engine import Dispatcher, Outcome
+from nodecycle.domain.engine import Outcome
 from nodecycle.domain.errors import TransientError, retry_after_wait
 from nodecycle.domain.flow import settle_step
 from nodecycle.domain.model import (

@@ -6,8 +6,9 @@ import logging
 from datetime import datetime
 from typing import Any
 
+from nodecycle.domain.dispatch import Dispatcher
 from nodecycle.domain.drain.common import _at_once, _backing_off
-from nodecycle.domain.engine import Dispatcher, Outcome
+from nodecycle.domain.engine import Outcome
 from nodecycle.domain.errors import AccessRefused, TransientError
 from nodecycle.domain.model import (
     LifecycleRecord,

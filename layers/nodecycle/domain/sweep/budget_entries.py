@@ -8,7 +8,7 @@ from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 
 from nodecycle.domain.budget import Holder, Verdict, Waiter
-from nodecycle.domain.engine import Dispatcher
+from nodecycle.domain.dispatch import Dispatcher
 from nodecycle.domain.model import LifecycleRecord
 from nodecycle.domain.ports.budget import SweepableBudget
 from nodecycle.domain.ports.lifecycle import RecordStore
