@@ -10,16 +10,15 @@ from __future__ import annotations
 
 from nodecycle.adapters.aws.instances import Ec2Instances
 from nodecycle.adapters.kube.cluster_api import KubeCluster
-from nodecycle.domain.drain.forget import ForgetNode
-from nodecycle.domain.model import Step, Transition
-from nodecycle.domain.nodes import NodeFinder
+from nodecycle.domain.model import Step
 from nodecycle_sandbox.aws.faults import FAULTS
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.kube import test_kube_drain_steps as drain_steps
+from tests.integration.kube.test_drain_ec2_forget_throttled import forget, stopped
 from tests.integration.kube.test_drain_ec2_instance_state import instances
-from tests.integration.kube.test_kube_drain_steps import INSTANCE, NODE, draining
+from tests.integration.kube.test_kube_drain_steps import NODE, draining
 from tests.support.fakes import T0
-from tests.unit.drain.test_drain_steps import FakeSlots, cordon, policy, spot, wakes_to_nowhere
+from tests.unit.drain.test_drain_steps import FakeSlots, cordon
 
 SEED = drain_steps.SEED
 __all__ = ["instances"]  # (the fixture: EC2 refusing the drain function every DescribeInstances)
@@ -38,21 +37,7 @@ def test_a_stop_whose_instance_state_ec2_refuses_frees_nothing_and_ends(
     assert before is not None
 
     # When the state change of the instance (stopped outside the hooks) comes to free what nodecycle held for it
-    stopped = spot(
-        Step.FORGET_NODE,
-        transition=Transition.STATE_CHANGE,
-        id=f"{INSTANCE}/state-change",
-        instance_id=INSTANCE,
-    )
-    step = ForgetNode(
-        finder=NodeFinder(cluster, instances),
-        cluster=cluster,
-        slots=slots,
-        dispatcher=wakes_to_nowhere(),
-        instances=instances,
-        policy=policy(),
-    )
-    outcome = step(stopped, T0)
+    outcome = forget(cluster, instances, slots)(stopped(), T0)
 
     # Then, unable to tell whether the instance is up again, it frees nothing and ends, saying why
     assert FAULTS.counts().get("aws-denied", 0) >= 1, "EC2 refused the step"
