@@ -37,6 +37,7 @@ from nodecycle_sandbox.aws import (
     lambda_mappings,
     moto_dispatch,
     sqs_attributes,
+    sqs_mapping_polls,
     sqs_move_tasks,
     sqs_receipts,
     sqs_timing,
@@ -59,6 +60,7 @@ def install() -> None:
     _patch_stop_and_start()
     moto_dispatch.install()  # moto's lookups of a request's backend and action, once, not per request
     sqs_timing.install()
+    sqs_mapping_polls.install()  # a mapping's long polls gated by its state in Lambda; ended by its runner
     sqs_attributes.install()  # queue attributes within SQS's ranges
     sqs_move_tasks.install()  # the dead-letter queues' redrive (StartMessageMoveTask)
     sqs_receipts.install()  # a delete by a receipt handle older than the latest deletes nothing

@@ -9,8 +9,10 @@ and ``update-event-source-mapping`` work against the sandbox; and the runner ask
 that what an operator changes there matters: a function throttled to 0 by hand runs nothing (every delivery
 is throttled, as Lambda's 429), a mapping disabled by hand polls nothing (its queue stalls), as on AWS.
 
-Lambda applies such a change within seconds, not at once; the runner reads each answer again after
-``REFRESH_SECONDS``, so that a delivery does not cost a call to Lambda.
+Lambda applies such a change within seconds, not at once; the runner reads a function's concurrency again after
+``REFRESH_SECONDS``, so that a delivery does not cost a call to Lambda. A mapping's state it does not read: the
+sandbox's SQS gives the polls of a disabled mapping nothing (``aws/sqs_mapping_polls.py``), as each poll names its
+mapping (``mapping_uuid``).
 """
 
 from __future__ import annotations
@@ -116,7 +118,6 @@ class LambdaFunctions:
         self._names: dict[str, str] = {}  # logical id -> function name
         self._mappings: dict[tuple[str, str], str] = {}  # (function, event) -> the mapping's UUID
         self._concurrency = _Answers(self._read_concurrency)
-        self._states = _Answers(self._read_state)
 
     def deploy(self, functions: list[FunctionSpec]) -> None:
         globals_ = (self._template.get("Globals") or {}).get("Function") or {}
@@ -143,10 +144,9 @@ class LambdaFunctions:
         value: int | None = self._concurrency.get(function)
         return value
 
-    def mapping_enabled(self, function: str, event: str) -> bool:
-        """Whether the mapping of ``function``'s SQS ``event`` is enabled in Lambda now."""
-        uuid = self._mappings.get((function, event))
-        return True if uuid is None else bool(self._states.get(uuid))
+    def mapping_uuid(self, function: str, event: str) -> str | None:
+        """The UUID of the mapping of ``function``'s SQS ``event`` in Lambda (None: not registered here)."""
+        return self._mappings.get((function, event))
 
     # -- what is created ----------------------------------------------------------------------------
 
@@ -251,10 +251,3 @@ class LambdaFunctions:
             return 0  # a function deleted by hand runs nothing
         value = answer.get("ReservedConcurrentExecutions")
         return None if value is None else int(value)
-
-    def _read_state(self, uuid: str) -> bool:
-        return str(self._lambda.get_event_source_mapping(UUID=uuid)["State"]) in (
-            "Enabled",
-            "Enabling",
-            "Updating",
-        )

@@ -55,6 +55,10 @@ DEFAULT_SQS_CONCURRENCY = 5
 # runs them with the function's concurrency; the sandbox keeps few worker processes unless told otherwise.
 ASYNC_CONCURRENCY = 2
 STOP_GRACE_SECONDS = 10.0
+# How long an event source mapping's poller waits in each long poll: Lambda's 20 s, the longest SQS allows (an idle
+# mapping costs a few receives a minute, not several a second). A disable in Lambda is taken by the polls under way
+# (aws/sqs_mapping_polls.py), and a stop ends them (`SqsEventSource.end_polls`): neither waits for them.
+LAMBDA_POLL_WAIT_SECONDS = 20
 SYNC_INVOKE = "invoke:sync"  # the journal's source of an operator's RequestResponse invocation
 
 
@@ -80,7 +84,7 @@ class Runner:
         default_concurrency: int = DEFAULT_SQS_CONCURRENCY,
         concurrency_cap: int | None = None,
         min_values: bool = True,
-        poll_wait: int = 1,
+        poll_wait: int = LAMBDA_POLL_WAIT_SECONDS,
         async_retry_delays: tuple[float, ...] = (1.0, 2.0),
         async_concurrency: int = ASYNC_CONCURRENCY,
         schedule_interval: float | None = None,
@@ -192,8 +196,8 @@ class Runner:
             intrinsics=resources.intrinsics,
             resources=resources,
             min_values=self._min_values,
-            # (Lambda is read by every poller and delivery, each on its own thread, for its function's concurrency
-            # and its mapping's state, all at once when their answers are due again: a pool smaller than those
+            # (Lambda is read by every delivery, each on its own thread, for its function's concurrency, all at
+            # once when the answer is due again: a pool smaller than those
             # threads discards connections, one "Connection pool is full" warning line each, on the demo's screen)
             clients={
                 "lambda": self._client("lambda", max_pool_connections=self._lambda_readers(specs)),
@@ -277,9 +281,12 @@ class Runner:
         """Stop delivering: the invocations in flight finish (their batches deleted, their results in the
         journal). ``aws_going``: the AWS side stops right after (the sandbox's stop), so the pollers' long polls
         are not waited for; they end with it, and what they would receive goes with it (`SqsEventSource.close`).
-        Else the pollers finish their long poll too, delivering what it brings (the AWS side stays)."""
+        Else the pollers' long polls are ended, a batch in hand delivered (the AWS side stays)."""
         for source in self._sources:
             source.stop()
+        if not aws_going:
+            for source in self._sources:
+                source.end_polls()
         if self._schedules is not None:
             self._schedules.stop()
         if self._async is not None:
@@ -348,6 +355,8 @@ class Runner:
         if not enabled:
             for source in running:
                 source.stop()
+            for source in running:
+                source.end_polls()
             deadline = time.monotonic() + self._poll_wait + STOP_GRACE_SECONDS
             for source in running:
                 source.join(deadline)
@@ -373,7 +382,7 @@ class Runner:
                 fault_client_factory=functools.partial(self._client, "sqs"),
                 deliveries=self._deliveries,
                 throttle_scale=self._throttle_scale,
-                enabled=functools.partial(self._lambda.mapping_enabled, spec.logical_id, trigger.name),
+                mapping=self._lambda.mapping_uuid(spec.logical_id, trigger.name),
             )
             source.start()
             self._sources.append(source)

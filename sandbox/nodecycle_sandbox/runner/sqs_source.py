@@ -10,6 +10,12 @@ when their visibility timeout would run out first, the mapping lets go and they 
 their next receive counting towards `maxReceiveCount` (``concurrency.py``). Delays and redrive to the dead-letter queue after `maxReceiveCount` are SQS's own
 business, which moto does at receive time, as AWS does.
 
+Pollers long-poll for ``poll_wait`` seconds (Lambda's pollers for 20, the longest SQS allows: an idle mapping costs
+a few receives a minute), each poll saying whose it is (``mapping_polls.py``): the sandbox's SQS gives a poll of a
+mapping disabled in Lambda nothing, from the moment it is disabled (an operator's ``update-event-source-mapping``,
+``aws/sqs_mapping_polls.py``), and `end_polls` ends the long polls under way of a source stopped while the AWS side
+stays.
+
 Each message's way through the mapping goes to the ``deliveries`` log: received (how many times, how long
 after it was sent), throttled, dropped, late or reordered by a fault, and the invocation that had it (how long it
 took, whether it failed it). With it a scenario's log tells a slow sandbox from a slow product.
@@ -20,9 +26,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from nodecycle_sandbox.mapping_polls import END_POLLS_HEADER, MAPPING_HEADER, POLLER_HEADER
 from nodecycle_sandbox.runner.concurrency import THROTTLE_TIME_SCALE, throttle_backoff
 from nodecycle_sandbox.runner.faults import RunnerFaults
 from nodecycle_sandbox.runner.functions import FunctionSpec, SqsTrigger
@@ -34,8 +42,6 @@ if TYPE_CHECKING:
     from mypy_boto3_sqs.type_defs import MessageTypeDef
 
 _log = logging.getLogger(__name__)
-# How often a disabled mapping's pollers look whether it is enabled again (Lambda takes seconds to start one)
-_DISABLED_POLL_SECONDS = 0.2
 # Lambda's poller backs off while its polls fail (the function's role refused sqs:ReceiveMessage, the queue gone):
 # it documents no figures; the sandbox waits 1 s after the first failure, doubling, at most 16 s, and starts over
 # once a poll answers (the role allowed again is polled within 16 s)
@@ -102,6 +108,16 @@ def failed_message_ids(result: InvocationResult, batch: list[str], report_failur
     return reported
 
 
+def _adding(headers: dict[str, str]) -> Callable[..., None]:
+    """A botocore ``before-sign`` handler that adds ``headers`` to the request."""
+
+    def add(request: Any, **_: Any) -> None:
+        for name, value in headers.items():
+            request.headers[name] = value
+
+    return add
+
+
 class _Closed(Exception):
     """A closed event source's poller asked for another request (see `SqsEventSource.close`)."""
 
@@ -151,10 +167,13 @@ class SqsEventSource:
         fault_client_factory: Callable[[], SQSClient] | None = None,
         deliveries: logging.Logger | None = None,
         throttle_scale: float = THROTTLE_TIME_SCALE,
-        enabled: Callable[[], bool] = lambda: True,
+        mapping: str | None = None,
     ) -> None:
-        # Whether the mapping is enabled in Lambda now (an operator may disable it: the queue then stalls)
-        self._enabled = enabled
+        # The mapping's UUID in Lambda, where an operator may disable it (the queue then stalls): the sandbox's SQS
+        # gives its polls nothing while it is disabled. None: polls not gated (a source no mapping stands for).
+        self._mapping = mapping
+        # This source's pollers, as their long polls name them (`end_polls`)
+        self._token = uuid.uuid4().hex
         self._faults = faults or RunnerFaults()
         self._throttle_scale = throttle_scale
         self._deliveries = deliveries or _log
@@ -205,13 +224,25 @@ class SqsEventSource:
     def close(self, deadline: float) -> None:
         """After `stop`, when the AWS side goes away with the mapping (the sandbox's stop): wait, until
         `deadline`, for the batches in hand (their invocations, deletes and journal entries) but not for the
-        long polls, which end with the AWS side (up to `poll_wait`, a second, of every sandbox's stop). A long
+        long polls, which end with the AWS side (up to `poll_wait`, 20 s, of every sandbox's stop). A long
         poll that answers after this delivers nothing: its messages go with the AWS side, as do those of a batch
         still gathering in its batching window (not yet an invocation)."""
         with self._state:
             self._state.wait_for(lambda: self._busy == 0, timeout=max(0.0, deadline - time.monotonic()))
             self._closed = True
         self._threads = []
+
+    def end_polls(self) -> None:
+        """After `stop`, with the AWS side staying: end this source's long polls under way (each would hold
+        `join` for up to `poll_wait`), as one ReceiveMessage that receives nothing. Best effort: a poll this
+        fails to end still ends within `poll_wait`. A batch in hand is delivered (its deletes are not refused)."""
+        headers = {POLLER_HEADER: self._token, END_POLLS_HEADER: "1"}
+        try:
+            client = self._fault_client_factory()  # (the account's: any caller may end them)
+            client.meta.events.register("before-sign.sqs.ReceiveMessage", _adding(headers))
+            client.receive_message(QueueUrl=self._trigger.queue.url, WaitTimeSeconds=0)
+        except Exception as error:
+            _log.debug("%s: could not end its long polls (%r)", self.source, error)
 
     def _poll(self) -> None:
         try:
@@ -224,15 +255,17 @@ class SqsEventSource:
         # Once closed, not even botocore's retry of a long poll cut by the AWS side's end: the next sandbox's
         # AWS side may have that port already, and queues of the same names.
         client.meta.events.register("before-send.sqs", self._refuse_once_closed)
+        # (every poll says whose it is: the AWS side gates it by the mapping's state, and ends it at `end_polls`)
+        poller = {POLLER_HEADER: self._token}
+        if self._mapping is not None:
+            poller[MAPPING_HEADER] = self._mapping
+        client.meta.events.register("before-sign.sqs.ReceiveMessage", _adding(poller))
         failures = _PollFailures()
         while not self._stopping.is_set():
             try:
-                if not self._enabled():
-                    self._stopping.wait(_DISABLED_POLL_SECONDS)
-                    continue
                 messages, received_at = self._receive(client, failures)
                 if not messages:
-                    continue  # (disabled while it polled, or stopping)
+                    continue  # (nothing came, or stopping)
                 with self._state:
                     if self._closed:
                         return  # (see close)
@@ -302,8 +335,6 @@ class SqsEventSource:
         received_at = time.monotonic()
         window_end: float | None = None
         while len(messages) < trigger.batch_size and not self._stopping.is_set():
-            if not messages and not self._enabled():
-                break  # disabled between two empty long polls: the batch is not started
             wait = self._poll_wait
             if window_end is not None:
                 remaining = window_end - time.monotonic()

@@ -202,3 +202,37 @@ def test_a_poller_still_starting_when_the_aws_side_goes_ends_quietly(
     # Then the poller ended without an unhandled error
     assert not poller.is_alive()
     assert [f.exc_value for f in failures] == []
+
+
+@pytest.mark.parametrize("stopping", ["the runner", "the function's sources"])
+def test_a_stop_with_the_aws_side_staying_ends_the_long_poll_rather_than_waiting_it_out(
+    make_runner: MakeRunner, stopping: str
+) -> None:
+    # Given a runner whose poller is in a 20 s long poll of an empty queue (Lambda's long poll)
+    runner = make_runner(POLLED, {"worker": SLOW}, poll_wait=20)
+    poller = _poller_in_its_long_poll(runner)
+
+    # When the runner stops, or stops the function's sources (a test stalling its queue), the AWS side staying
+    stop = runner.stop if stopping == "the runner" else lambda: runner.set_sources_enabled("Worker", False)
+    stopper = threading.Thread(target=stop, daemon=True)
+    stopper.start()
+
+    # Then the long poll is ended, well before its 20 s (before: the stop waited the long poll out), and a message
+    # sent then stays in the queue
+    poller.join(timeout=10)
+    assert not poller.is_alive()
+    stopper.join(timeout=10)
+    assert not stopper.is_alive()
+    url = runner.queue("Work").url
+    runner.sqs.send_message(QueueUrl=url, MessageBody="late")
+    attributes = runner.sqs.get_queue_attributes(
+        QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+    )["Attributes"]
+    assert (
+        attributes["ApproximateNumberOfMessages"],
+        attributes["ApproximateNumberOfMessagesNotVisible"],
+    ) == (
+        "1",
+        "0",
+    )
+    assert runner.journal.invocations("Worker") == []
