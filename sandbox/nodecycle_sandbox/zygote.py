@@ -47,8 +47,9 @@ WORKER_PRELOAD = (
     "yaml",
     "nodecycle_sandbox.runner.worker",
 )
-# What the AWS process imports: moto's backends and the emulation (which import no nodecycle code).
-AWS_PRELOAD = ("nodecycle_sandbox.aws.process", "nodecycle_sandbox.aws.server")
+# What the AWS process imports: moto's backends and the emulation (which import no nodecycle code), and moto's
+# first request to each service made once (warm.py).
+AWS_PRELOAD = ("nodecycle_sandbox.aws.process", "nodecycle_sandbox.aws.server", "nodecycle_sandbox.aws.warm")
 
 _MAX_FDS = 8
 _COVERAGE = ("COVERAGE_PROCESS_START", "COVERAGE_PROCESS_CONFIG")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from typing import Any
@@ -11,6 +12,22 @@ from werkzeug.serving import BaseWSGIServer, make_server
 
 from nodecycle_sandbox.aws import faults
 from nodecycle_sandbox.aws.install import install
+
+# A service's Flask app, as moto's server makes one at its first request (its routes, and the backend of another
+# region that moto makes to read them): made once per process, and once per zygote for the services the sandbox
+# serves (``warm.py``), not once per sandbox.
+backend_app = functools.cache(create_backend_app)
+
+
+def prepare() -> None:
+    """What moto needs before it serves the sandbox: its settings and the emulation installed. Idempotent."""
+    # moto builds some 130,000 stock AMIs with each region's EC2 backend (a CPU-second and more, again at
+    # each reset); the sandbox launches its own image id, which moto accepts without one (SANDBOX_AMI).
+    os.environ.setdefault("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
+    # Lambda's reserved concurrency within an account at the default limit (1,000, 100 kept unreserved): moto
+    # refuses a reservation past it only when told the account's limit
+    os.environ.setdefault("MOTO_LAMBDA_CONCURRENCY_QUOTA", "1000")
+    install()
 
 
 class _QuietRequestHandler(MotoRequestHandler):
@@ -34,14 +51,8 @@ class MotoServer:
         return f"http://{self._host}:{self._server.server_port}"
 
     def start(self) -> str:
-        # moto builds some 130,000 stock AMIs with each region's EC2 backend (a CPU-second and more, again at
-        # each reset); the sandbox launches its own image id, which moto accepts without one (SANDBOX_AMI).
-        os.environ.setdefault("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
-        # Lambda's reserved concurrency within an account at the default limit (1,000, 100 kept unreserved): moto
-        # refuses a reservation past it only when told the account's limit
-        os.environ.setdefault("MOTO_LAMBDA_CONCURRENCY_QUOTA", "1000")
-        install()
-        app = faults.middleware(DomainDispatcherApplication(create_backend_app))
+        prepare()
+        app = faults.middleware(DomainDispatcherApplication(backend_app))
         self._server = make_server(
             self._host, self._port, app, threaded=True, request_handler=_QuietRequestHandler
         )
