@@ -7,11 +7,12 @@ import os
 import threading
 from typing import Any
 
-from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 from werkzeug.serving import BaseWSGIServer, make_server
 
 from nodecycle_sandbox.aws import faults
 from nodecycle_sandbox.aws.install import install
+from nodecycle_sandbox.aws.keep_alive import KeepAliveRequestHandler
 
 # A service's Flask app, as moto's server makes one at its first request (its routes, and the backend of another
 # region that moto makes to read them): made once per process, and once per zygote for the services the sandbox
@@ -30,7 +31,7 @@ def prepare() -> None:
     install()
 
 
-class _QuietRequestHandler(MotoRequestHandler):
+class _QuietRequestHandler(KeepAliveRequestHandler):
     def log_request(self, *args: Any, **kwargs: Any) -> None:
         """One line per request would drown the sandbox's own output; errors are still logged."""
 
