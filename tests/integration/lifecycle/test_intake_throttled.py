@@ -4,16 +4,20 @@ action may be lost, dead-lettered, completed by mistake or left waiting for it."
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from nodecycle_sandbox import Sandbox
 from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING, ActionRecord
 from nodecycle_sandbox.checks import unsettled
+from nodecycle_sandbox.runner.lambda_functions import REFRESH_SECONDS
 from tests.integration.lifecycle.harness import running, wait_for
 
 pytestmark = pytest.mark.slow
 
 SIZE = 10
+LOWERED = 4  # intake's reserved concurrency, lowered by hand (the template's is 10)
 WIDE_BUDGET = {
     "BudgetMaxUnavailable": "100%",
     "BudgetMaxUnavailablePerZone": "100%",
@@ -39,12 +43,21 @@ def _intake_queue_empty(sandbox: Sandbox) -> bool:
 
 def test_a_burst_that_throttles_intake_loses_no_lifecycle_action() -> None:
     # Given a group whose hooks notify EventBridge and the intake queue, and EventBridge's events free to take
-    # all of intake's reserved concurrency (10), as Lambda lets them: its queue mapping competes for the same
+    # all of intake's reserved concurrency, as Lambda lets them: its queue mapping competes for the same. An
+    # operator has lowered it from the template's 10 to 4 (put-function-concurrency, as in an incident): with 10, a
+    # burst of ten terminations throttled intake only while their invocations overlapped enough, which a fresh-clone
+    # run once did not (no throttle, so nothing of what this test is about was exercised); with 4, any five at once
     with running(
         size=SIZE, workloads=None, hook_target="sqs", async_concurrency=5, parameters=WIDE_BUDGET
     ) as sandbox:
         runner = sandbox.runner
         old = set(sandbox.asg.in_state("InService"))
+        sandbox.client("lambda").put_function_concurrency(
+            FunctionName=runner.functions["IntakeFunction"].name, ReservedConcurrentExecutions=LOWERED
+        )
+        time.sleep(
+            REFRESH_SECONDS + 0.2
+        )  # (Lambda applies it within seconds: the runner reads it each second)
 
         # When every instance terminates at once
         sandbox.asg.set_desired(0)
