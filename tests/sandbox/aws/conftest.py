@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import io
+import json
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +20,33 @@ REGION = "eu-west-1"
 RECORDS_TABLE = "records"  # the table of the tests of the sandbox's DynamoDB patches
 # moto reads the caller's access key from the request signature: it must look like a real one.
 OPERATOR_KEY = "AKIATESTOPERATOR0000"
+_LAMBDA_TRUST = {
+    "Version": "2012-10-17",
+    "Statement": [
+        {"Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole"}
+    ],
+}
+
+
+def worker_function(timeout: int) -> Any:
+    """A function ``worker`` (its role, a handler that does nothing) with ``timeout``, made in moto under an active
+    ``mock_aws``; the Lambda client."""
+    role = boto3.client("iam", region_name=REGION).create_role(
+        RoleName="worker", AssumeRolePolicyDocument=json.dumps(_LAMBDA_TRUST)
+    )["Role"]["Arn"]
+    code = io.BytesIO()
+    with zipfile.ZipFile(code, "w") as package:
+        package.writestr("app.py", "def handler(event, context): return None\n")
+    awslambda = boto3.client("lambda", region_name=REGION)
+    awslambda.create_function(
+        FunctionName="worker",
+        Runtime="python3.13",
+        Role=role,
+        Handler="app.handler",
+        Code={"ZipFile": code.getvalue()},
+        Timeout=timeout,
+    )
+    return awslambda
 
 
 @dataclass

@@ -4,9 +4,6 @@ Queue visibility timeout: 30 seconds is less than Function timeout: 60 seconds",
 
 from __future__ import annotations
 
-import io
-import json
-import zipfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,35 +13,14 @@ from botocore.exceptions import ClientError
 from moto import mock_aws
 
 from nodecycle_sandbox.aws.install import install
-
-REGION = "eu-west-1"
-TRUST = {
-    "Version": "2012-10-17",
-    "Statement": [
-        {"Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole"}
-    ],
-}
+from tests.sandbox.aws.conftest import REGION, worker_function
 
 
 @pytest.fixture
 def aws() -> Iterator[dict[str, Any]]:
     install()
     with mock_aws():
-        role = boto3.client("iam", region_name=REGION).create_role(
-            RoleName="worker", AssumeRolePolicyDocument=json.dumps(TRUST)
-        )["Role"]["Arn"]
-        code = io.BytesIO()
-        with zipfile.ZipFile(code, "w") as package:
-            package.writestr("app.py", "def handler(event, context): return None\n")
-        awslambda = boto3.client("lambda", region_name=REGION)
-        awslambda.create_function(
-            FunctionName="worker",
-            Runtime="python3.13",
-            Role=role,
-            Handler="app.handler",
-            Code={"ZipFile": code.getvalue()},
-            Timeout=60,
-        )
+        awslambda = worker_function(timeout=60)
         yield {"lambda": awslambda, "sqs": boto3.client("sqs", region_name=REGION)}
 
 

@@ -8,10 +8,7 @@ would. A runner that stops its pollers with the AWS side staying ends their poll
 
 from __future__ import annotations
 
-import io
-import json
 import threading
-import zipfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -21,14 +18,7 @@ from moto import mock_aws
 
 from nodecycle_sandbox.aws.install import install
 from nodecycle_sandbox.mapping_polls import END_POLLS_HEADER, MAPPING_HEADER, POLLER_HEADER
-
-REGION = "eu-west-1"
-TRUST = {
-    "Version": "2012-10-17",
-    "Statement": [
-        {"Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole"}
-    ],
-}
+from tests.sandbox.aws.conftest import REGION, worker_function
 
 
 @pytest.fixture
@@ -36,21 +26,7 @@ def aws() -> Iterator[dict[str, Any]]:
     """A function mapped to the queue ``work`` (enabled), and the queue's URL."""
     install()
     with mock_aws():
-        role = boto3.client("iam", region_name=REGION).create_role(
-            RoleName="worker", AssumeRolePolicyDocument=json.dumps(TRUST)
-        )["Role"]["Arn"]
-        code = io.BytesIO()
-        with zipfile.ZipFile(code, "w") as package:
-            package.writestr("app.py", "def handler(event, context): return None\n")
-        awslambda = boto3.client("lambda", region_name=REGION)
-        awslambda.create_function(
-            FunctionName="worker",
-            Runtime="python3.13",
-            Role=role,
-            Handler="app.handler",
-            Code={"ZipFile": code.getvalue()},
-            Timeout=30,
-        )
+        awslambda = worker_function(timeout=30)
         sqs = boto3.client("sqs", region_name=REGION)
         url = sqs.create_queue(QueueName="work", Attributes={"VisibilityTimeout": "30"})["QueueUrl"]
         arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
