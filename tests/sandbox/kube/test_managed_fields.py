@@ -29,6 +29,7 @@ def test_each_manager_owns_what_it_wrote_and_a_metadata_list_carries_it(
     # When the official client cordons it and labels it, and another manager takes the label over
     kube.core.patch_node(name, {"spec": {"unschedulable": True}, "metadata": {"labels": {"x": "1"}}})
     kube.core.patch_node(name, {"metadata": {"labels": {"x": "2"}}}, field_manager="nodecycle")
+    server.settle()  # (the node lifecycle controller's unschedulable taint of the cordoned node, a write of its own)
 
     # Then each owns what it last set, in an Update entry of its own
     entries = _entries(server, name)
