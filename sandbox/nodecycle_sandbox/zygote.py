@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any
 
 # What a Lambda container of nodecycle imports before its own code (measured: about 0.6 of its 1.0 CPU-s of
-# imports). Not the X-Ray SDK: it decides at import whether it runs in Lambda, from the environment.
+# imports), and botocore's data parsed once (runner/botocore_models.py: 0.1 CPU-s of each container's first
+# clients). Not the X-Ray SDK: it decides at import whether it runs in Lambda, from the environment.
 WORKER_PRELOAD = (
     "boto3",
     "botocore.session",
@@ -46,6 +47,7 @@ WORKER_PRELOAD = (
     "requests",
     "yaml",
     "nodecycle_sandbox.runner.worker",
+    "nodecycle_sandbox.runner.botocore_warm",
 )
 # What the AWS process imports: moto's backends and the emulation (which import no nodecycle code), and moto's
 # first request to each service made once (warm.py).

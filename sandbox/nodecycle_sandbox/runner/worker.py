@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import IO, Any
 
-from nodecycle_sandbox.runner import api_calls
+from nodecycle_sandbox.runner import api_calls, botocore_models
 from nodecycle_sandbox.runner.context import LambdaContext
 from nodecycle_sandbox.runner.faults import WorkerFaults
 from nodecycle_sandbox.runner.handlers import call_handler, error_outcome, load_handler
@@ -45,6 +45,7 @@ def main(argv: list[str]) -> int:
     # /opt/python (the layer) and /var/task (the function) come first on Lambda's path.
     sys.path[:0] = [*layer_dirs, str(Path(handler_file).parent)]
     api_calls.install()
+    botocore_models.install()
     faults = WorkerFaults()
     faults.install()
     try:
