@@ -136,3 +136,66 @@ def test_any_other_internal_error_of_an_eviction_is_transient_not_a_pods_misconf
         TransientError, match=r"HTTP 500 Internal error occurred: (etcdserver|failed calling)"
     ):
         evict_answered(server, SERVER_FAILURES[failure])
+
+
+class _Created(BaseHTTPRequestHandler):
+    """An API server that answers every eviction 201 Created, with ``body`` (kube-apiserver's create handler writes
+    any result so, a Failure Status of the eviction subresource's included)."""
+
+    body: ClassVar[dict[str, object]] = {}
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = json.dumps(self.body).encode()
+        self.send_response(201)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+TWO_BUDGETS = (
+    "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
+)
+
+
+@pytest.mark.parametrize(
+    ("body", "kind", "detail"),
+    [
+        # evictionREST's result for a pod two budgets select: a Status of code 500, no reason, written with 201
+        (
+            {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Failure",
+                "message": TWO_BUDGETS,
+                "code": 500,
+            },
+            Eviction.MISCONFIGURED,
+            TWO_BUDGETS,
+        ),
+        # its result for an eviction: a Status of Success
+        (
+            {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201},
+            Eviction.EVICTED,
+            "",
+        ),
+    ],
+)
+def test_a_failure_status_in_a_created_answer_is_the_refusal_it_says_not_an_eviction(
+    body: dict[str, object], kind: Eviction, detail: str
+) -> None:
+    # Given an API server whose answer to the eviction is 201 Created, with a Status
+    _Created.body = body
+    with serving(_Created) as url:
+        cluster = KubeCluster(lambda: ApiClient(Configuration(host=url)))
+
+        # When the pod is evicted
+        answer = cluster.evict(WEB, grace_seconds=30)
+
+    # Then the answer is what the Status says, as client-go reads it: a Failure its refusal, in its words
+    assert (answer.kind, answer.detail) == (kind, detail)

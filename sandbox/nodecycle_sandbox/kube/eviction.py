@@ -202,11 +202,11 @@ def evict(
 
     In kube-apiserver's order: the body (400); the validating webhooks (``admit``); the pod (404); a pod the
     budgets do not guard is deleted at once, its preconditions checked by the delete (409, once the handler has
-    tried it again for about 10 s); otherwise the budgets (500 for more than one, 429 without room),
-    an allowed disruption recorded in the budget's status, and only then the delete with its preconditions: a
-    precondition that no longer matches is 409 when the budget had room (the disruption stays recorded), 429
-    when it had none, and 429 'still being processed' for an unhealthy pod the budget let go without a disruption
-    (unless the request named a resourceVersion: its 409)."""
+    tried it again for about 10 s); otherwise the budgets (more than one: a Status of code 500, answered with 201 as
+    a result, not as an error; 429 without room), an allowed disruption recorded in the budget's status, and only
+    then the delete with its preconditions: a precondition that no longer matches is 409 when the budget had room
+    (the disruption stays recorded), 429 when it had none, and 429 'still being processed' for an unhealthy pod the
+    budget let go without a disruption (unless the request named a resourceVersion: its 409)."""
     if not isinstance(body, dict):
         raise errors.bad_request("the body of an eviction must be a JSON object")
     # Like any typed endpoint, the body may leave apiVersion and kind out; they default to policy/v1 Eviction.
@@ -265,8 +265,12 @@ def _evict_once(
         labels = labels_of(pod)
         pdbs = [p for p in store.items(PDBS, namespace) if _guards(p, labels)]
         if len(pdbs) > 1:
-            # (not an error but the Status evictionREST answers with, code 500: no reason, no details, its words)
-            raise errors.ApiError(500, "", MULTIPLE_PDBS_MESSAGE)
+            # Not an error but the result evictionREST.Create returns (rtStatus): a Status of code 500, no reason,
+            # no details, its words, which kube-apiserver's create handler writes as it writes any result, with
+            # HTTP 201 Created (handlers/create.go: the Status's code is not the answer's). client-go reads a
+            # Failure Status in a 2xx answer as the error it says (rest.Request.transformResponse), so kubectl
+            # shows it as a 500; a client that reads the HTTP status alone takes it for an eviction
+            return _multiple_budgets()
         if pdbs:
             pdb = pdbs[0]
             # (judged on the budget's status as its controller last wrote it and earlier evictions took it down,
@@ -386,6 +390,18 @@ def _guards(pdb: JsonObj, labels: dict[str, str]) -> bool:
 def _pdb_applies(pod: JsonObj) -> bool:
     """Finished, pending and already terminating pods are evicted without consulting any budget."""
     return pod_phase(pod) not in ("Succeeded", "Failed", "Pending") and not is_terminating(pod)
+
+
+def _multiple_budgets() -> JsonObj:
+    """The Status evictionREST answers a pod two or more PodDisruptionBudgets select with, as its result."""
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": MULTIPLE_PDBS_MESSAGE,
+        "code": 500,
+    }
 
 
 def _success() -> JsonObj:

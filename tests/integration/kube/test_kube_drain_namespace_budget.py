@@ -1,9 +1,11 @@
 """A namespace-wide PodDisruptionBudget (an empty selector, {}: in policy/v1 every pod of its namespace) beside the
 apps' own, on the real Kubernetes adapter against the sandbox API server, which judges evictions as kube-apiserver
 has since 1.29 (kubernetes#119732): the pods of an app with a budget of its own are selected by two budgets, and
-their every eviction is answered 500 "This pod has more than one PodDisruptionBudget"; the pods of an app without
-one are guarded by the namespace's budget alone. The usual way a pod comes under two budgets: a platform team's
-catch-all budget per namespace, the app's chart its own.
+their every eviction is refused by a Status of code 500, "This pod has more than one PodDisruptionBudget", which
+kube-apiserver (and the sandbox) answers with HTTP 201 Created; the pods of an app without one are guarded by the
+namespace's budget alone. The usual way a pod comes under two budgets: a platform team's catch-all budget per
+namespace, the app's chart its own. (Read by its HTTP status alone, that refusal was taken for an eviction: the web
+pods were counted evicted at every poll, and never told refused.)
 
 The drain respects both (nothing goes that a budget keeps), tells each refused pod once on the pod and on its node
 (the runbook's Eviction errors: "its refusal told once by an event on the pod and on the node"), counts the alarm,

@@ -59,7 +59,8 @@ PATCH_NOT_APPLIED = "the server rejected our request due to an error in our requ
 UNEXPECTED_RESPONSE = "UnexpectedServerResponse"
 NOT_APPLIED = re.compile(r"testing value|test operation|missing path|test failed|nonexistent key", re.I)
 LEGACY_ZONE_LABEL = "failure-domain.beta.kubernetes.io/zone"
-# The eviction subresource's words (HTTP 500) for a pod that more than one PodDisruptionBudget selects
+# The eviction subresource's words for a pod that more than one PodDisruptionBudget selects: a Status of code 500,
+# which kube-apiserver answers with 201 Created (read as the refusal it is: see core_v1._raise_failure_status)
 MULTIPLE_BUDGETS = "more than one PodDisruptionBudget"
 # What a metadata-only client asks for one object (its metadata: name, uid, labels, annotations, version), else
 # the object whole from a server that cannot answer so

@@ -13,6 +13,7 @@ return and take ``V1ConfigMap`` models, whose modules are few.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 from urllib.parse import quote
 
@@ -61,7 +62,9 @@ class CoreV1:
     ) -> Any:
         _raw_only(_preload_content)
         path = f"/api/v1/namespaces/{_segment(namespace)}/pods/{_segment(name)}/eviction"
-        return self._call("POST", path, body=body, **options)
+        response = self._call("POST", path, body=body, **options)
+        _raise_failure_status(response)
+        return response
 
     def delete_namespaced_pod(
         self,
@@ -147,6 +150,30 @@ class CoreV1:
     def _config_map(self, response: Any) -> V1ConfigMap:
         found: V1ConfigMap = self.api_client.deserialize(response.data.decode(), "V1ConfigMap", JSON)
         return found
+
+
+def _raise_failure_status(response: Any) -> None:
+    """Raise the refusal a 2xx answer carries: a ``Status`` whose status is ``Failure``, as the error of its own
+    code (500 when it names none), as client-go reads such an answer (rest.Request.transformResponse: "Failed
+    requests are clearly just an error"). The eviction subresource refuses a pod that two or more
+    PodDisruptionBudgets select so: evictionREST.Create returns a Status of code 500 as its result, not as an
+    error, and kube-apiserver's create handler writes it with 201 Created, as any result. Read by its HTTP status
+    alone, that refusal was an eviction: the pod stayed, asked again and counted evicted at every poll, and no one
+    was told of the budgets until the drain's timeout forced it."""
+    try:
+        answer = json.loads(response.data or b"{}")
+    except (ValueError, UnicodeDecodeError):
+        return  # (not JSON: no Status to read; the eviction's answer is its status code)
+    if not isinstance(answer, dict) or answer.get("kind") != "Status" or answer.get("status") != "Failure":
+        return
+    code = answer.get("code")
+    status = code if isinstance(code, int) and code >= 400 else 500
+    raise ApiException(
+        status=status,
+        reason=str(answer.get("reason") or "Failure"),
+        http_resp=response,
+        body=response.data.decode("utf-8", "replace"),
+    )
 
 
 def _raw_only(preload: bool) -> None:

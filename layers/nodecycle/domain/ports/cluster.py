@@ -101,7 +101,9 @@ class Eviction(StrEnum):
     GONE = "gone"  # 404, or the pod was replaced (uid precondition failed)
     BLOCKED = "blocked"  # 429 naming a disruption budget: a PodDisruptionBudget would be violated
     THROTTLED = "throttled"  # 429 without one: the API server sheds load (priority and fairness)
-    MISCONFIGURED = "misconfigured"  # 500 saying that more than one PodDisruptionBudget selects the pod
+    # A Status of code 500 saying that more than one PodDisruptionBudget selects the pod (kube-apiserver answers it with
+    # 201 Created, as the eviction subresource's result, not as an error)
+    MISCONFIGURED = "misconfigured"
     # 403 with the cause NamespaceTerminating: the pod's namespace is being deleted, where the API server accepts
     # no create (an eviction is one) and its namespace controller deletes every pod: it goes without being asked
     NAMESPACE_TERMINATING = "namespace-terminating"
