@@ -199,3 +199,30 @@ def test_a_failure_status_in_a_created_answer_is_the_refusal_it_says_not_an_evic
 
     # Then the answer is what the Status says, as client-go reads it: a Failure its refusal, in its words
     assert (answer.kind, answer.detail) == (kind, detail)
+
+
+KUBEVIRT = (
+    'admission webhook "virt-launcher-eviction-interceptor.kubevirt.io" denied the request: Eviction triggered '
+    'evacuation of VMI "apps/web-1"'
+)
+
+
+@pytest.mark.parametrize(
+    ("reason", "message", "kind"),
+    [
+        # an admission webhook's 429 (KubeVirt's, which names no reason): that pod's "not now"
+        ("", KUBEVIRT, Eviction.DEFERRED),
+        ("TooManyRequests", KUBEVIRT, Eviction.DEFERRED),
+        # a 429 of the server's own, no budget named and no webhook's words: load shed
+        ("TooManyRequests", "Too many requests, please try again later.", Eviction.THROTTLED),
+    ],
+)
+def test_a_429_an_admission_webhook_gives_one_pod_is_deferred_not_throttled(
+    server: str, reason: str, message: str, kind: Eviction
+) -> None:
+    _Refusing.answer = (429, reason, message, None)
+    cluster = KubeCluster(lambda: ApiClient(Configuration(host=server)))
+
+    answer = cluster.evict(WEB, grace_seconds=30)
+
+    assert (answer.kind, answer.detail) == (kind, message)

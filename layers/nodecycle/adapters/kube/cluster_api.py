@@ -27,6 +27,7 @@ from nodecycle.adapters.kube.errors import (
     namespace_terminating,
     retry_after,
     status_message,
+    webhook_denied,
 )
 from nodecycle.adapters.kube.lists import PAGE, pages
 from nodecycle.domain.errors import TransientError
@@ -427,6 +428,12 @@ class KubeCluster:
         except ApiException as error:
             if error.status == 429:
                 budget = _disruption_budget_cause(error)
+                if budget is None and webhook_denied(error):
+                    # An admission webhook's "not now" for this pod, in the code it chose (KubeVirt's eviction
+                    # interceptor answers 429 while it moves the pod's VM away, as kubectl drain retries a 429):
+                    # the pod's answer, not the server's load, which API Priority and Fairness answers in plain
+                    # text with a Retry-After. Taken for throttling, every pass stopped at that pod
+                    return EvictionResult(Eviction.DEFERRED, status_message(error), retry_after(error))
                 if budget is None:  # no budget named: the API server is shedding load
                     return EvictionResult(Eviction.THROTTLED, status_message(error), retry_after(error))
                 # (a budget its controller has not observed since its spec changed answers with Retry-After

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -93,6 +94,17 @@ def namespace_terminating(error: ApiException) -> bool:
     except (ValueError, AttributeError):
         return False
     return any(cause.get("reason") == NAMESPACE_TERMINATING for cause in details.get("causes") or [])
+
+
+# How kube-apiserver words a validating or mutating webhook's denial, whatever code the webhook gave (webhook
+# errors.ToStatusErr): 'admission webhook "<name>" denied the request: <its message>' (or "without explanation"),
+# prefixed '<resource> "<name>" is forbidden: ' where the webhook gave no code
+_WEBHOOK_DENIED = re.compile(r'admission webhook ".+" denied the request')
+
+
+def webhook_denied(error: ApiException) -> bool:
+    """Whether the API server's answer is an admission webhook's denial, in the words kube-apiserver gives it."""
+    return bool(_WEBHOOK_DENIED.search(_message(error)))
 
 
 def status_message(error: ApiException) -> str:

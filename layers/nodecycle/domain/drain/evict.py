@@ -487,6 +487,28 @@ class Evict:
                     self._tell(
                         record, pod, "EvictionBlocked", f"blocked by a PodDisruptionBudget: {result.detail}"
                     )
+            elif result.kind is Eviction.DEFERRED:
+                # An admission webhook's "not now" for this pod (429: KubeVirt's, while it moves the pod's VM away
+                # first): its answer alone, as a budget's block is, so the pass goes on with the other pods (each
+                # VM's pod asked, each VM moving meanwhile), and the pod is asked again at the next polls, no sooner
+                # than a Retry-After it gave, until it goes or the drain's timeout policy acts. The webhook's design,
+                # not an operator's to fix: told once, no alarm
+                log.info(
+                    "eviction of pod %s/%s deferred by the API server: %s",
+                    pod.namespace,
+                    pod.name,
+                    result.detail,
+                )
+                asked_wait = max(asked_wait, retry_after_wait(result.retry_after, deadline - now))
+                if not notes.told(pod.uid, BLOCKED) and told < TOLD_PER_PASS:
+                    notes.tell(pod.uid, BLOCKED)
+                    told += 1
+                    self._tell(
+                        record,
+                        pod,
+                        "EvictionDeferred",
+                        f"deferred by the API server: {result.detail}; asked again until the drain's timeout",
+                    )
             elif result.kind is Eviction.THROTTLED:
                 # The API server sheds load (API Priority and Fairness), whichever pod is asked: asking the
                 # others now only adds to it. They are asked at the next poll, once its Retry-After is over.

@@ -18,7 +18,8 @@ from typing import Any
 PODS = "pods"  # record.extra key
 
 # What ``told`` may say
-BLOCKED = "b"  # its eviction blocked by a PodDisruptionBudget, or refused: EvictionBlocked, EvictionRefused
+BLOCKED = "b"  # its eviction blocked by a PodDisruptionBudget, refused or deferred: EvictionBlocked, EvictionRefused,
+# EvictionDeferred
 FAILING = "f"  # its evictions failing at every try: EvictionFailing
 DELETION = "d"  # its forced delete refused: DeletionRefused
 

@@ -101,6 +101,9 @@ class Eviction(StrEnum):
     GONE = "gone"  # 404, or the pod was replaced (uid precondition failed)
     BLOCKED = "blocked"  # 429 naming a disruption budget: a PodDisruptionBudget would be violated
     THROTTLED = "throttled"  # 429 without one: the API server sheds load (priority and fairness)
+    # 429 from an admission webhook: not this pod now, ask again later (KubeVirt's eviction interceptor, while it
+    # live-migrates the pod's VM away first): the pod's answer, as a budget's block is, not the server's load
+    DEFERRED = "deferred"
     # A Status of code 500 saying that more than one PodDisruptionBudget selects the pod (kube-apiserver answers it with
     # 201 Created, as the eviction subresource's result, not as an error)
     MISCONFIGURED = "misconfigured"
@@ -116,8 +119,9 @@ class Eviction(StrEnum):
 class EvictionResult:
     kind: Eviction
     detail: str = ""  # what the API server said (for BLOCKED: which budget, and how many pods it needs)
-    # For THROTTLED: the seconds the server asked to wait (Retry-After). For BLOCKED, set when the budget is
-    # still being processed (its controller has not observed its latest spec): not its lasting answer
+    # For THROTTLED (and DEFERRED, when the webhook said): the seconds the server asked to wait (Retry-After). For
+    # BLOCKED, set when the budget is still being processed (its controller has not observed its latest spec): not
+    # its lasting answer
     retry_after: float | None = None
 
 
