@@ -35,6 +35,8 @@ KUBE_KINDS = (
 KUBE_REFUSAL_KINDS = ("kube-webhook-down", "kube-webhook-deny", "kube-forbidden")
 AWS_KINDS = ("aws-throttle", "aws-error", "aws-lost-answer")
 AWS_REFUSAL_KINDS = ("aws-denied",)
+# Another update of the same resource pending at that moment (aws/faults.py): Auto Scaling's writes only
+AUTOSCALING_CONTENTION_KINDS = ("aws-contention",)
 # Another writer's transaction on the same item at that moment (aws/faults.py): DynamoDB's writes only
 AWS_CONFLICT_KINDS = ("dynamodb-conflict",)
 DYNAMODB_KINDS = ("dynamodb-index-lag",)  # the service's own lag, not a refusal (aws/dynamodb_index_lag.py)
@@ -53,6 +55,7 @@ KINDS = (
     *KUBE_REFUSAL_KINDS,
     *AWS_KINDS,
     *AWS_REFUSAL_KINDS,
+    *AUTOSCALING_CONTENTION_KINDS,
     *AWS_CONFLICT_KINDS,
     *DYNAMODB_KINDS,
     *SQS_KINDS,

@@ -8,6 +8,14 @@
   botocore does not retry as it retries a throttle: the caller meets it at once;
 - ``aws-error``: the service's 5xx (``InternalFailure``, ``InternalError``, ``InternalServerError``,
   ``ServerException``).
+- ``aws-contention``: an Auto Scaling write meets another update of the same resource still pending (an operator's
+  completion of the same lifecycle action, a scaling activity of the group): ``ResourceContention`` (500, Sender,
+  "You already have a pending update to an Auto Scaling resource (for example, a group, instance, or load
+  balancer)."; the API reference lists it for CompleteLifecycleAction, RecordLifecycleActionHeartbeat and the
+  group's other writes), and nothing is done: the other update goes on, this one was refused. botocore retries it
+  as it retries any 5xx, and its retry meets what the other update did (``No active Lifecycle Action found`` once
+  that update settled the action). A rule of this kind names Auto Scaling's operations; it fires on no other
+  service's;
 - ``dynamodb-conflict``: a DynamoDB write meets another writer's transaction on the same item: a
   TransactWriteItems is cancelled, ``TransactionCanceledException`` whose ``CancellationReasons`` say
   ``TransactionConflict`` for its item number ``value`` (0: the first) and ``None`` for the others; a PutItem,
@@ -43,6 +51,7 @@ from typing import Any, cast
 from urllib.parse import parse_qs
 
 from nodecycle_sandbox.faults import (
+    AUTOSCALING_CONTENTION_KINDS,
     AWS_CONFLICT_KINDS,
     AWS_KINDS,
     AWS_REFUSAL_KINDS,
@@ -104,6 +113,8 @@ class AwsFaults(Injector):
         kinds: tuple[str, ...] = (*AWS_KINDS, *AWS_REFUSAL_KINDS)
         if service == "dynamodb" and operation in _CONFLICTING_WRITES:
             kinds = (*kinds, *AWS_CONFLICT_KINDS)
+        if service == "autoscaling" and not operation.startswith("Describe"):
+            kinds = (*kinds, *AUTOSCALING_CONTENTION_KINDS)
         fault = self.draw(kinds, name, " ".join((name, *_instances(environ))))
         if fault is None:
             return None
@@ -111,6 +122,9 @@ class AwsFaults(Injector):
             return *_transaction_conflict(environ, round(fault.value)), False
         if fault.kind == "dynamodb-conflict":
             return *_response("json", service, "TransactionConflictException", 400, _CONFLICT), False
+        if fault.kind == "aws-contention":
+            # (a Sender fault with a 5xx status, as the service model declares it: the request was refused)
+            return *_response("query", service, "ResourceContention", 500, _CONTENTION, kind="Sender"), False
         protocol, throttle, throttle_status, error, error_status = _ERRORS[service]
         if fault.kind == "aws-denied":
             code, status = _DENIED.get(service, ("AccessDenied", 403))
@@ -126,6 +140,10 @@ class AwsFaults(Injector):
 # The writes another transaction can hold an item against (DynamoDB's developer guide, transaction conflicts)
 _CONFLICTING_WRITES = frozenset({"TransactWriteItems", "PutItem", "UpdateItem", "DeleteItem"})
 _CONFLICT = "Transaction is ongoing for the item"
+_CONTENTION = (
+    "You already have a pending update to an Auto Scaling resource "
+    "(for example, a group, instance, or load balancer)."
+)
 
 _THROTTLED_ITEM = (
     "Throughput exceeds the current capacity of your table or index. DynamoDB is automatically scaling your table "
@@ -235,8 +253,10 @@ def _form(environ: dict[str, Any]) -> dict[str, list[str]]:
 
 
 def _response(
-    protocol: str, service: str, code: str, status: int, message: str
+    protocol: str, service: str, code: str, status: int, message: str, kind: str | None = None
 ) -> tuple[int, list[tuple[str, str]], bytes]:
+    """The error answer, in the service's protocol; ``kind``: a query protocol's fault type, Sender or Receiver (by
+    default by the status: a 5xx the service's)."""
     request_id = str(uuid.uuid4())
     if protocol == "json":
         body = json.dumps({"__type": f"{_JSON_NAMESPACE[service]}#{code}", "message": message}).encode()
@@ -256,7 +276,7 @@ def _response(
         headers = [("Content-Type", "text/xml;charset=UTF-8")]
     else:
         namespace = _QUERY_NAMESPACE.get(service, f"https://{service}.amazonaws.com/doc/")
-        kind = "Receiver" if status >= 500 else "Sender"
+        kind = kind or ("Receiver" if status >= 500 else "Sender")
         body = (
             f'<ErrorResponse xmlns="{namespace}"><Error><Type>{kind}</Type><Code>{code}</Code>'
             f"<Message>{message}</Message></Error><RequestId>{request_id}</RequestId></ErrorResponse>"

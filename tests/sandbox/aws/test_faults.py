@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import boto3
 import pytest
@@ -170,6 +170,37 @@ def test_a_denied_call_is_refused_with_each_services_own_access_error(
     assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == status
     assert "with an explicit deny in a service control policy" in refused.value.response["Error"]["Message"]
     assert FAULTS.counts() == {"aws-denied": 1}
+
+
+def test_an_auto_scaling_write_refused_for_contention_is_a_sender_5xx_and_nothing_is_done(
+    endpoint: str,
+) -> None:
+    # Given Auto Scaling's writes contended (another update of the resource pending), for the function's key
+    FAULTS.arm_for([Fault("c", "aws-contention", target="autoscaling.*")], seed=1, callers=[FUNCTION_KEY])
+    function = _client(endpoint, "autoscaling")
+
+    # When the function makes a write
+    with pytest.raises(ClientError) as refused:
+        function.create_launch_configuration(
+            LaunchConfigurationName="contended", ImageId="ami-12c6146b", InstanceType="m5.large"
+        )
+
+    # Then it reads Auto Scaling's ResourceContention, the 500 its model declares a Sender fault, and nothing was
+    # done; its reads are not contended
+    assert refused.value.response["Error"]["Code"] == "ResourceContention"
+    assert cast(dict[str, Any], refused.value.response["Error"])["Type"] == "Sender"
+    assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 500
+    assert function.describe_launch_configurations()["LaunchConfigurations"] == []
+    assert [f.detail for f in FAULTS.firings()] == ["autoscaling.CreateLaunchConfiguration"]
+
+
+def test_contention_is_auto_scalings_alone(endpoint: str) -> None:
+    # Given a contention rule for every service's calls
+    FAULTS.arm_for([Fault("c", "aws-contention", target="*")], seed=1, callers=[FUNCTION_KEY])
+
+    # When the function writes to another service, Then nothing refuses it
+    _client(endpoint, "sqs").create_queue(QueueName="uncontended")
+    assert FAULTS.firings() == []
 
 
 def test_a_lost_answer_is_a_5xx_for_a_call_that_landed_and_botocores_retry_meets_what_it_did(

@@ -92,7 +92,15 @@ _THROTTLED_CODES = frozenset(
     }
 )
 
-_TRANSIENT_CODES = _THROTTLED_CODES | frozenset(
+# How a service says it refused a call for another update of the same resource still pending: Auto Scaling's
+# ResourceContention ("You already have a pending update to an Auto Scaling resource"), which the API reference lists
+# for CompleteLifecycleAction and RecordLifecycleActionHeartbeat. A 500, but a Sender fault in the service model: the
+# attempt did nothing, as a throttled one (the other update goes on), and botocore retries it as any 5xx
+_CONTENDED_CODES = frozenset({"ResourceContention"})
+# An attempt so answered did not do what it asks (see _note_lost_answer)
+_UNDONE_CODES = _THROTTLED_CODES | _CONTENDED_CODES
+
+_TRANSIENT_CODES = _UNDONE_CODES | frozenset(
     {
         "InternalError",
         "InternalFailure",
@@ -245,11 +253,14 @@ def answer_lost(error: BaseException | None) -> bool:
 def _note_lost_answer(
     request_dict: Any, response: Any = None, caught_exception: Exception | None = None, **_: Any
 ) -> None:
-    """(botocore's needs-retry, after every attempt) Note an attempt the service may have taken."""
+    """(botocore's needs-retry, after every attempt) Note an attempt the service may have taken: not one it refused
+    undone (throttled, or refused for another update pending: ``_UNDONE_CODES``), whatever its status. A retry after
+    such a refusal that finds the action settled, or the address gone, met another caller's doing: the update its
+    attempt contended with (an operator's completion of the same action, say), not this call's."""
     if response is not None:
         http, parsed = response
         code = str((parsed or {}).get("Error", {}).get("Code", ""))
-        lost = http is not None and http.status_code >= 500 and code not in _THROTTLED_CODES
+        lost = http is not None and http.status_code >= 500 and code not in _UNDONE_CODES
     else:
         lost = isinstance(caught_exception, ReadTimeoutError | ConnectionClosedError)
     if lost:
