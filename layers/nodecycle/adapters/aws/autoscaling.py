@@ -141,11 +141,12 @@ class AutoscalingActions:
                 )
         except ClientError as error:
             if error_code(error) == "ValidationError" and answer_lost(error):
-                # botocore sent the call again after an attempt whose answer was lost (a 5xx, a read timeout):
-                # that attempt completed the action, and the retry found it settled. The completion is this
-                # caller's, with its result: counted and recorded as its own, not as someone else's. (An action
-                # that timed out in the same seconds would be taken for it: the earlier attempt reached Auto
-                # Scaling, and nothing tells the two apart.)
+                # botocore sent the call again after an attempt whose answer was lost (a 5xx, a read timeout; not
+                # one Auto Scaling refused, a throttle or a ResourceContention, which did nothing: see
+                # clients._note_lost_answer): that attempt completed the action, and the retry found it settled.
+                # The completion is this caller's, with its result: counted and recorded as its own, not as someone
+                # else's. (An action that timed out in the same seconds would be taken for it: the earlier attempt
+                # reached Auto Scaling, and nothing tells the two apart.)
                 log.warning(
                     "completed the lifecycle action of %s: the retry of a completion whose answer was lost found "
                     "it settled",
