@@ -7,6 +7,7 @@ landing (botocore's retry of a write whose answer was lost) does not; a record r
 
 from __future__ import annotations
 
+import copy
 from datetime import timedelta
 from typing import Protocol
 
@@ -16,7 +17,13 @@ from nodecycle.adapters.aws.records import DynamoRecordStore
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import ActionRef, LifecycleRecord, Step, Transition
 from nodecycle.domain.policy import ActionResult
-from nodecycle.domain.ports.lifecycle import ActionClaim, Claimed, ClaimingRecordStore, IntakeProgress
+from nodecycle.domain.ports.lifecycle import (
+    ActionClaim,
+    Claimed,
+    ClaimingRecordStore,
+    IntakeProgress,
+    TokenTaken,
+)
 from tests.contracts.conftest import aws
 from tests.support.fakes import T0, InMemoryRecords
 from tests.unit.foundation.test_engine import PLAN, make_record
@@ -141,37 +148,66 @@ def test_a_claimed_write_over_a_seq_wants_the_record_at_that_seq(store: Store) -
 
 def test_a_token_is_held_by_one_record_and_another_instances_is_refused(store: Store) -> None:
     # Auto Scaling issues a token for one action of one instance; a record of the token under another instance
-    # is a message naming that instance with another's live token (forged or crossed), refused with nothing written
+    # is a message naming that instance with another's live token (forged or crossed), refused with nothing
+    # written, the refusal naming the record that holds the token
     record = make_record(PLAN, verified_at=None)
     crossed = other(
         "i-0fedcba9876543210", token=record.token, id=f"i-0fedcba9876543210/terminate/{record.token}"
     )
     assert store.write_claimed(record, None) is Claimed.WRITTEN
-    assert store.token_holder(record.token) == record.id
-    assert store.token_holder("another") is None
 
-    assert store.write_claimed(crossed, None) is Claimed.TOKEN_TAKEN
-    assert store.token_holder(record.token) == record.id  # (the holder the refusal met)
+    assert store.write_claimed(crossed, None) == TokenTaken(record.id)
     assert store.get(crossed.id) is None
     assert store.claim(crossed) is None
     # The record's own writes meet their own token: a retry that landed, a takeover over its seq (another hook)
     assert store.write_claimed(record, None) is Claimed.WRITTEN
     taken = record.model_copy(update={"hook": "other-hook", "seq": 1})
     assert store.write_claimed(taken, None, expected_seq=0) is Claimed.WRITTEN
-    assert store.token_holder(record.token) == record.id
+    assert store.write_claimed(crossed, None) == TokenTaken(record.id)
     # Adopted lifecycles of two instances have one token (one per hook: no API tells theirs): not held
     for instance in ("i-00000000000000001", "i-00000000000000002"):
         adopted = other(instance, token="adopted:terminate", id=f"{instance}/terminate/adopted:terminate")
         assert store.write_claimed(adopted, None) is Claimed.WRITTEN
-    assert store.token_holder("adopted:terminate") is None
     # A record may take the token from the one that holds it, when it names that one (a lifecycle Auto Scaling
     # does not confirm: see intake), and only then
     third = other(
         "i-00000000000000003", token=record.token, id=f"i-00000000000000003/terminate/{record.token}"
     )
-    assert store.write_claimed(third, None, displacing=crossed.id) is Claimed.TOKEN_TAKEN
+    assert store.write_claimed(third, None, displacing=crossed.id) == TokenTaken(record.id)
     assert store.write_claimed(crossed, None, displacing=record.id) is Claimed.WRITTEN
-    assert store.token_holder(record.token) == crossed.id
+    assert store.write_claimed(third, None) == TokenTaken(crossed.id)
+
+
+def test_each_refusal_names_the_holder_it_met_and_the_store_keeps_none(store: Store) -> None:
+    # Given two tokens, each held, and a second store on the same table (another warm container's)
+    first, second = (
+        make_record(PLAN, verified_at=None),
+        other(token="token-2", id="i-0fedcba9876543210/terminate/token-2"),
+    )
+    assert store.write_claimed(first, None) is Claimed.WRITTEN
+    assert store.write_claimed(second, None) is Claimed.WRITTEN
+    snapshot = _state(store)
+
+    # When a write of each token under a third instance is refused, one after the other
+    crossed = [
+        other("i-00000000000000003", token=held.token, id=f"i-00000000000000003/terminate/{held.token}")
+        for held in (first, second)
+    ]
+    refusals = [store.write_claimed(record, None) for record in crossed]
+
+    # Then each refusal names its own token's holder, and the store holds nothing of either afterwards: no
+    # answer of a refusal stays on a long-lived object for a later question (one never asked stayed there, a
+    # second refusal overwrote the first)
+    assert refusals == [TokenTaken(first.id), TokenTaken(second.id)]
+    assert _state(store) == snapshot
+
+
+def _state(store: Store) -> dict[str, object]:
+    """What a store object holds between calls: its collections by their contents, the rest as they are."""
+    return {
+        key: copy.deepcopy(value) if isinstance(value, dict | list | set) else value
+        for key, value in vars(store).items()
+    }
 
 
 def test_intake_progress_only_moves_forward(store: Store) -> None:

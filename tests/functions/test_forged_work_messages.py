@@ -13,7 +13,7 @@ import pytest
 
 from nodecycle.adapters.aws.records import DynamoRecordStore
 from nodecycle.domain.model import Step
-from nodecycle.domain.ports.lifecycle import WorkMessage
+from nodecycle.domain.ports.lifecycle import Claimed, WorkMessage
 from nodecycle.entrypoints import BatchFailed
 from tests.support.emf import metric
 from tests.support.events import sqs_event
@@ -36,14 +36,14 @@ def store(stack: Stack) -> DynamoRecordStore:
 def claim_id(stack: Stack) -> str:
     """The id of the item that holds a real launch action's claim, beside its record."""
     record = launch_record(INSTANCE, at=datetime.now(UTC))
-    assert store(stack).write_claimed(record, None).value == "written"
+    assert store(stack).write_claimed(record, None) is Claimed.WRITTEN
     return f"claim#{INSTANCE}#launch#{record.hook}"
 
 
 def token_id(stack: Stack) -> str:
     """The id of the item that holds a real launch action's token for its record."""
     record = launch_record(INSTANCE, at=datetime.now(UTC))
-    assert store(stack).write_claimed(record, None).value == "written"
+    assert store(stack).write_claimed(record, None) is Claimed.WRITTEN
     return f"token#{record.token}"
 
 

@@ -9,11 +9,12 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 from moto import mock_aws
 
 from nodecycle.adapters.aws.records import DynamoRecordStore
 from nodecycle.domain.model import Step
-from nodecycle.domain.ports.lifecycle import ActionClaim, Claimed
+from nodecycle.domain.ports.lifecycle import ActionClaim, Claimed, TokenTaken
 from tests.support.fakes import T0
 from tests.unit.foundation.test_engine import PLAN, make_record
 
@@ -191,3 +192,42 @@ def test_the_reads_of_one_item_see_the_latest_write_while_the_tables_copies_lag(
         # (the sandbox's lag is on: the same item read without ConsistentRead is the older one)
         stale = dynamodb.get_item(TableName=TABLE, Key={"id": {"S": record.id}})
         assert "Item" not in stale
+
+
+class ReasonsWithoutItems:
+    """A DynamoDB client whose refused transactions' cancellation reasons carry no item (an answer without
+    ReturnValuesOnConditionCheckFailure's item: DynamoDB returns it, this stands for one that would not)."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self.read: list[str] = []
+
+    def transact_write_items(self, **request: Any) -> Any:
+        try:
+            return self._client.transact_write_items(**request)
+        except ClientError as error:
+            for reason in error.response.get("CancellationReasons") or []:
+                reason.pop("Item", None)
+            raise
+
+    def get_item(self, **request: Any) -> Any:
+        self.read.append(request["Key"]["id"]["S"])
+        return self._client.get_item(**request)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
+def test_a_token_refusal_that_does_not_name_its_holder_has_it_read(dynamodb: Any) -> None:
+    # Given a token held by a record, and a refusal of another instance's record of it whose answer names no holder
+    client = ReasonsWithoutItems(dynamodb)
+    store = DynamoRecordStore(TABLE, ttl=timedelta(days=14), dynamodb=client)  # type: ignore[arg-type]
+    record = make_record(PLAN)
+    crossed = record.model_copy(
+        update={"id": f"i-0fedcba9876543210/terminate/{record.token}", "instance_id": "i-0fedcba9876543210"}
+    )
+    assert store.write_claimed(record, None) is Claimed.WRITTEN
+
+    # When the crossed record is written, Then the refusal names the holder, read from the token's item
+    assert store.write_claimed(crossed, None) == TokenTaken(record.id)
+    assert client.read == [f"token#{record.token}"]

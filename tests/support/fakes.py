@@ -18,6 +18,7 @@ from nodecycle.domain.ports.lifecycle import (
     Claimed,
     Hook,
     Membership,
+    TokenTaken,
     WaitingInstance,
     WorkMessage,
 )
@@ -143,7 +144,7 @@ class InMemoryRecords:
         expected_seq: int | None = None,
         *,
         displacing: str | None = None,
-    ) -> Claimed:
+    ) -> Claimed | TokenTaken:
         stored = _stored(record)
         current = self.items.get(record.id)
         record_fails = (
@@ -160,15 +161,12 @@ class InMemoryRecords:
         if claim_fails:
             return Claimed.CLAIM_TAKEN
         if record.token_known and self.tokens.get(record.token, record.id) not in (record.id, displacing):
-            return Claimed.TOKEN_TAKEN
+            return TokenTaken(self.tokens[record.token])
         self.items[record.id] = stored
         self.claims[(record.instance_id, record.transition, record.hook)] = ActionClaim.of(record)
         if record.token_known:
             self.tokens[record.token] = record.id
         return Claimed.WRITTEN
-
-    def token_holder(self, token: str) -> str | None:
-        return self.tokens.get(token)
 
     def open_records(self, owner: str) -> Iterator[LifecycleRecord]:
         # As the table's open-by-due index returns them: earliest due first (its sort key: whole seconds); in no

@@ -39,6 +39,7 @@ from nodecycle.domain.ports.lifecycle import (
     Autoscaling,
     Claimed,
     ClaimingRecordStore,
+    TokenTaken,
     WaitingInstance,
     WorkQueues,
 )
@@ -575,8 +576,8 @@ class Intake:
                 self._send_first(stored)
                 log.info("accepted %s; first step %s", stored.transition.short, stored.step)
                 return IntakeOutcome.ACCEPTED
-            if written is Claimed.TOKEN_TAKEN:
-                rejected, displacing = self._token_taken(record)
+            if isinstance(written, TokenTaken):
+                rejected, displacing = self._token_taken(record, written.holder)
                 if rejected is not None:
                     return rejected
                 continue  # (written again, taking the token from that lifecycle)
@@ -592,10 +593,12 @@ class Intake:
             f"changed {CLAIM_ATTEMPTS} times while its lifecycle was written"
         )
 
-    def _token_taken(self, record: LifecycleRecord) -> tuple[IntakeOutcome | None, str | None]:
-        """``record``, whose token another lifecycle holds: one of another instance (or transition). Auto Scaling
-        issues a token for one action of one instance, so one of the two messages names its instance with the
-        other's token: forged, or crossed. An Auto Scaling that takes a call's token alone (AWS does not say it
+    def _token_taken(
+        self, record: LifecycleRecord, holder: str | None
+    ) -> tuple[IntakeOutcome | None, str | None]:
+        """``record``, whose token another lifecycle holds (``holder``, as its refused write met it; None: none
+        by now): one of another instance (or transition). Auto Scaling issues a token for one action of one
+        instance, so one of the two messages names its instance with the other's token: forged, or crossed. An Auto Scaling that takes a call's token alone (AWS does not say it
         refuses one named with another instance) confirms both while both instances wait where a terminate holds
         them; taken in, this one's lifecycle took a slot for its instance's node and cordoned it for an action that
         is not its instance's, and, that action over, its cleanup cleared the node's claim and gave the slot back
@@ -609,7 +612,6 @@ class Intake:
         event), or one not confirmed yet that Auto Scaling does not confirm now (one call, on this path alone).
         Then this record takes the token from it (the second of the pair returned): the forgery, open, ends at its
         own check."""
-        holder = self._records.token_holder(record.token)
         if holder is None:
             return None, None  # (its item expired since the write: written again)
         known = self._records.get(holder)
@@ -758,7 +760,7 @@ class Intake:
 
     def _write_action(
         self, record: LifecycleRecord, expected: ActionClaim | None, displacing: str | None = None
-    ) -> tuple[Claimed, LifecycleRecord]:
+    ) -> tuple[Claimed | TokenTaken, LifecycleRecord]:
         """Write a new record of a hook's lifecycle with its claim. An adopted one's record is that of the
         instance's earlier adopted lifecycle under the hook (one id per instance, transition and hook): over,
         it starts again there (on the next seq, so a late message of the old one is stale). Whenever it ended:

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from nodecycle.adapters.aws.clients import LazyClient, error_code, transient_errors
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import ActionRef, LifecycleRecord
-from nodecycle.domain.ports.lifecycle import ActionClaim, Claimed
+from nodecycle.domain.ports.lifecycle import ActionClaim, Claimed, TokenTaken
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -34,11 +34,6 @@ class DynamoRecordStore:
         self._table = table
         self._ttl = ttl
         self._dynamodb: LazyClient[DynamoDBClient] = LazyClient("dynamodb", dynamodb)
-        # The holder of a token as the write it refused returned it (write_claimed), for token_holder to hand back
-        # once without a read: the one caller asks right after that refusal (intake), and a GetItem then was a
-        # call more on the crossed path for what DynamoDB had just said. Forgotten at the next write of the token,
-        # which may change its holder (one taking it over: see ``displacing``)
-        self._refused_by: dict[str, str] = {}
 
     def create(self, record: LifecycleRecord) -> bool:
         return self._put(record, *_record_condition(None))
@@ -63,7 +58,7 @@ class DynamoRecordStore:
         expected_seq: int | None = None,
         *,
         displacing: str | None = None,
-    ) -> Claimed:
+    ) -> Claimed | TokenTaken:
         item = self._to_item(record)
         claim = ActionClaim.of(record)
         claim_item = {
@@ -73,7 +68,6 @@ class DynamoRecordStore:
             # needed as long as a late event of its action can be taken in: until the action's global timeout
             "expires_at": item["expires_at"],
         }
-        self._refused_by.pop(record.token, None)
         written = _conditional_put(self._table, item, *_record_condition(expected_seq))
         claimed = _conditional_put(self._table, claim_item, *_claim_condition(expected))
         puts: list[TransactWriteItemTypeDef] = [{"Put": written}, {"Put": claimed}]
@@ -112,18 +106,15 @@ class DynamoRecordStore:
                 return Claimed.CLAIM_TAKEN
             if any(reason.get("Code") == "ConditionalCheckFailed" for reason in on_token):
                 (held,) = on_token
+                # the token item that failed the condition names its holder (ALL_OLD): no read for it on the
+                # crossed path. Read only when an answer would not carry it
                 holder = (held.get("Item") or {}).get("lifecycle", {}).get("S")
-                if isinstance(holder, str):
-                    self._refused_by[record.token] = holder
-                return Claimed.TOKEN_TAKEN
+                return TokenTaken(holder if isinstance(holder, str) else self._token_holder(record.token))
             # another transaction on one of the items at that moment, or throttled: worth retrying
             raise TransientError(f"writing a lifecycle record and its action's claim: {error}") from error
         return Claimed.WRITTEN
 
-    def token_holder(self, token: str) -> str | None:
-        told = self._refused_by.pop(token, None)
-        if told is not None:
-            return told  # (as the refused write returned it: see write_claimed)
+    def _token_holder(self, token: str) -> str | None:
         with transient_errors("reading which lifecycle holds a token"):
             response = self._dynamodb().get_item(
                 TableName=self._table, Key={"id": {"S": _token_id(token)}}, ConsistentRead=True

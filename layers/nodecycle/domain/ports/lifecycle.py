@@ -65,13 +65,23 @@ class ActionClaim:
 
 
 class Claimed(StrEnum):
-    """What became of a record written with its action's claim."""
+    """What became of a record written with its action's claim (or ``TokenTaken``: see write_claimed)."""
 
     WRITTEN = "written"  # both
     RECORD_TAKEN = "record-taken"  # neither: the record exists (or, over a seq, moved on from it)
     CLAIM_TAKEN = "claim-taken"  # neither: the claim is not the one expected
-    # neither: the token is another lifecycle's, of another instance or transition (see write_claimed)
-    TOKEN_TAKEN = "token-taken"
+
+
+@dataclass(frozen=True)
+class TokenTaken:
+    """Neither written: the token is another lifecycle's, of another instance or transition (see write_claimed).
+    The refusal names its holder as the write met it (DynamoDB returns the item that failed a condition with the
+    refusal): intake asks whether that lifecycle is Auto Scaling's without reading it again, and the store keeps
+    nothing of it between calls (a warm container's store answered a later question from the last refusal)."""
+
+    holder: (
+        str | None
+    )  # the id of the record that holds the token; None: none does any more (its item expired)
 
 
 class RecordStore(Protocol):
@@ -104,23 +114,17 @@ class ClaimingRecordStore(RecordStore, Protocol):
         expected_seq: int | None = None,
         *,
         displacing: str | None = None,
-    ) -> Claimed:
+    ) -> Claimed | TokenTaken:
         """Write a hook's lifecycle (a new record; over ``expected_seq`` when given) and make it its action's
         claim (``ActionClaim.of``), both or neither, while the claim is still ``expected`` (None: none).
 
         A known token (not an adopted lifecycle's) is held for the record in the same write, and the write is
-        refused (``TOKEN_TAKEN``) when another record holds it: Auto Scaling issues a token for one action of one
+        refused (``TokenTaken``, naming it) when another record holds it: Auto Scaling issues a token for one action of one
         instance, and may take a call's token alone (it does not say it refuses one named with another instance),
         so a second lifecycle of the token under another instance is a message that names the instance with
         another's live token: forged or crossed. Its lifecycle would cordon and drain a node for an action that is
         not its instance's, and end when the token's true lifecycle completes it. ``displacing``: the record that
         holds the token, from which this one takes it (one Auto Scaling does not confirm: see intake)."""
-        ...
-
-    def token_holder(self, token: str) -> str | None:
-        """The id of the record that holds ``token`` (see ``write_claimed``); None when none does. Asked right after
-        a write refused as ``TOKEN_TAKEN``, the store may answer with the holder that refusal met (DynamoDB returns
-        it with the refusal), as fresh as a read then."""
         ...
 
 
