@@ -22,7 +22,7 @@ from nodecycle.domain.engine import (
 )
 from nodecycle.domain.errors import AccessRefused, NotYetHeld, TransientError
 from nodecycle.domain.flow import completed_first
-from nodecycle.domain.model import ActionRef, LifecycleRecord, Step, adopted_token
+from nodecycle.domain.model import EXPIRY_UNTOLD, ActionRef, LifecycleRecord, Step, adopted_token
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.lifecycle import Autoscaling, RecordStore
 from nodecycle.domain.ports.runtime import Clock, Metrics
@@ -70,7 +70,10 @@ class LifecycleRepair:
       even in the last margins before its global timeout, where it would otherwise be completed without one:
       gone, and not at its completion (no completion of ours was asked), it expired by Auto Scaling's timeout,
       with the hook's default result, and is recorded and counted so (``LifecycleActionsExpired``: its alarm;
-      ``LifecyclesExpired`` in the report), not as settled by the sweeper with its "settled elsewhere" answer;
+      ``LifecyclesExpired`` in the report), not as settled by the sweeper with its "settled elsewhere" answer. A
+      drain its cleanup may carry over to the action its instance's hook holds (EXPIRY_UNTOLD: a crossed
+      lifecycle) has its expiry told by that cleanup, as expired or carried over: the report counts it apart
+      (``LifecyclesExpiryUntold``), as the metrics page nothing for it yet;
     - its horizons move on by its lateness (at most an interval): it heartbeats what a next sweep as late would
       reach after the heartbeat deadline, and settles a stalled action (overdue) whose last chance that next
       sweep would come after. Only a stalled one: one whose queue moves is completed by the engine's own guard
@@ -120,6 +123,7 @@ class LifecycleRepair:
                 "LifecyclesStalled",
                 "LifecyclesKeptAlive",
                 "LifecyclesExpired",
+                "LifecyclesExpiryUntold",
                 "RepairsRaced",
                 "RepairsFailed",
             ),
@@ -308,7 +312,12 @@ class LifecycleRepair:
                 raise
             gone_counted(self._records, record, gone, landed, self._metrics)
             if landed:
-                counts["LifecyclesExpired"] += ended.changes.get("outcome") == "action-expired"
+                # as the metrics tell it (gone_counted): an expiry left to the cleanup that may carry the drain
+                # over (EXPIRY_UNTOLD) is no page yet, and none at all once carried over; counted on its own
+                expired = ended.changes.get("outcome") == "action-expired"
+                untold = expired and bool(gone.extra.get(EXPIRY_UNTOLD))
+                counts["LifecyclesExpired"] += expired and not untold
+                counts["LifecyclesExpiryUntold"] += untold
                 self._left_line(record, now)
                 if not gone.finished:
                     self._dispatcher.send(gone, now)
