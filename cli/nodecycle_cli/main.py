@@ -21,6 +21,7 @@ from types import ModuleType
 from typing import NoReturn
 
 from nodecycle_cli import json_errors
+from nodecycle_cli.version import installed
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
         description="EC2 Auto Scaling lifecycle hooks for EKS nodes and Elastic IP fleets.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log what the tool does")
-    parser.add_argument("--version", action="version", version=f"nodecycle {_version()}")
+    parser.add_argument("--version", action="version", version=f"nodecycle {installed()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
         if command.name == chosen:
@@ -90,18 +91,6 @@ def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
         else:
             commands.add_parser(command.name, help=command.help)
     return parser
-
-
-def _version() -> str:
-    """The installed package's version (pyproject.toml's); the layer's own when run from a checkout."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("nodecycle")
-    except PackageNotFoundError:
-        from nodecycle import __version__
-
-        return __version__
 
 
 class MissingPackage(Exception):

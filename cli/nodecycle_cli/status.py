@@ -19,12 +19,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from nodecycle_cli import version
 from nodecycle_cli.claims import claims
 from nodecycle_cli.deployment import (
     STACK_VARIABLE,
+    Deployment,
     TableMissing,
     add_stack_arguments,
     find,
@@ -87,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
                     "pass --table and --owner both (they override the variable), or --stack"
                 )
         args.table, args.owner = deployment.table, deployment.owner
+        release: Deployment | None = deployment
         margin = deployment.parameters.get(MARGIN_PARAMETER)
         deleting = deployment.status if deployment.status.startswith("DELETE_") else None
     else:
@@ -94,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
         args.owner = args.owner or os.environ.get("NODECYCLE_OWNER_ID")
         margin = os.environ.get(MARGIN_VARIABLE)
         deleting = None
+        release = None
     if not args.table or not args.owner:
         raise CommandError(
             "which stack? pass --stack NAME (or --table and --owner, or set NODECYCLE_RECORD_TABLE and "
@@ -113,11 +118,17 @@ def run(args: argparse.Namespace) -> int:
             "lifecycle is left to list (the hooks on its groups stay: docs/removing.md)"
         ) from None
     records.sort(key=lambda record: record.received_at)
+    # (told once the lifecycles are read: a command that fails says its one line alone)
+    warning = version.mismatch(release) if release is not None else None
+    if warning is not None:
+        print(warning, file=sys.stderr)
     if args.output == "json":
         print(json.dumps([record.model_dump(mode="json") for record in records], indent=2))
         return 0
     margin_seconds = int(margin) if margin and margin.isdigit() else DEFAULT_MARGIN_SECONDS
     now = datetime.now(UTC)
+    if release is not None:
+        print(version.line(release), end="\n\n")
     print(
         "\n".join(
             render(records, now, finished_too=args.all, margin=timedelta(seconds=margin_seconds))

@@ -18,9 +18,12 @@ def test_the_version_is_the_projects(capsys: pytest.CaptureFixture[str]) -> None
     # When the operator asks the command its version
     with pytest.raises(SystemExit) as ended:
         main(["--version"])
-    # Then it says pyproject.toml's, which the template publishes too, and exits 0
+    # Then it says pyproject.toml's, which the template publishes too (and gives its stacks as their Version
+    # output: test_cli_stack_version), and exits 0
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-    published = load_template(ROOT / "template.yaml")["Metadata"]["AWS::ServerlessRepo::Application"]
+    template = load_template(ROOT / "template.yaml")
+    published = template["Metadata"]["AWS::ServerlessRepo::Application"]
     assert ended.value.code == 0
     assert capsys.readouterr().out == f"nodecycle {project}\n"
     assert str(published["SemanticVersion"]) == project
+    assert template["Outputs"]["Version"]["Value"] == project
