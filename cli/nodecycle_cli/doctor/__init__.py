@@ -16,6 +16,9 @@ with the usual credential chain, the cluster with the kubeconfig. Checked:
 - the RBAC applied as ``nodecycle rbac`` renders it for the stack's BudgetNamespace and KubernetesGroup
   (deploy/rbac.yaml with the template's defaults), or as the manifest --rbac names;
 - the budget ConfigMap readable as a budget document;
+- no aws-node-termination-handler in IMDS mode (its DaemonSet) draining the nodes of the stack's groups: it drains
+  on Spot interruptions and scheduled events with no budget, as nodecycle does on those and on terminations (two
+  drainers on one node: docs/migrating.md);
 - each managed group's hooks: present, named in ManagedHooks, a heartbeat timeout long enough for the
   settings (HeartbeatMarginSeconds plus the later of WorkVisibilityTimeoutSeconds and ResumeGraceSeconds + 2,
   and at least SweepIntervalMinutes plus HeartbeatMarginSeconds: 360 s with the template's defaults), the
@@ -58,7 +61,7 @@ from nodecycle_cli.deployment import (
     session,
     stack_named_by,
 )
-from nodecycle_cli.doctor import aws_checks, cluster_checks, function_checks
+from nodecycle_cli.doctor import aws_checks, cluster_checks, drainers, function_checks
 from nodecycle_cli.doctor.findings import Finding, Status, as_json, exit_status, render
 from nodecycle_cli.doctor.permissions import Identity
 from nodecycle_cli.failures import CommandError, explain
@@ -341,11 +344,23 @@ class Doctor:
             aws_checks.retrying_lifecycles(records, deployment.name),
         ]
 
+    def _groups(self) -> list[str] | None:
+        """The groups checked: --group's, else the stack's; None for a preflight of the cluster alone."""
+        if self._args.group:
+            return list(self._args.group)
+        if self._deployment is None:
+            return None
+        by_tag = self.parameter("ManagedByTag") == "true"
+        return aws_checks.managed_groups(
+            self.client("autoscaling"),
+            self._deployment.managed_groups,
+            self._deployment.owner if by_tag else None,
+        )
+
     def _hooks(self) -> list[Finding]:
         autoscaling = self.client("autoscaling")
-        if self._args.group:
-            groups = list(self._args.group)
-        elif self._deployment is None:
+        groups = self._groups()
+        if groups is None:
             # a preflight of the cluster alone (run takes --cluster without --group): no group to look at
             return [
                 Finding.unchecked(
@@ -354,11 +369,6 @@ class Doctor:
                     "pass --group GROUP for each Auto Scaling group the stack will manage",
                 )
             ]
-        else:
-            by_tag = self.parameter("ManagedByTag") == "true"
-            groups = aws_checks.managed_groups(
-                autoscaling, self._deployment.managed_groups, self._deployment.owner if by_tag else None
-            )
         eip = self.parameter("EipMode") != "off"
         gate = self.parameter("ReadinessGate") == "true" and bool(self.cluster)
         transitions = []
@@ -442,7 +452,27 @@ class Doctor:
                 lambda: cluster_checks.permissions(kube, identities, namespace, budget_exists[0], prefix),
             )
         findings += in_cluster("cluster.rbac-applied", lambda: self._rbac(kube, namespace))
+        findings += in_cluster(
+            drainers.CHECK, lambda: drainers.termination_handlers(kube, self._group_instances())
+        )
         return findings
+
+    def _group_instances(self) -> set[str] | None:
+        """The instance ids of the groups checked (None: no group given, every node counts)."""
+        groups = self._groups()
+        if not groups:
+            return None
+        pages = (
+            self.client("autoscaling")
+            .get_paginator("describe_auto_scaling_groups")
+            .paginate(AutoScalingGroupNames=groups)
+        )
+        return {
+            i["InstanceId"]
+            for page in pages
+            for g in page["AutoScalingGroups"]
+            for i in g.get("Instances", [])
+        }
 
     def _mode(self, eks: Any, cluster: str) -> Finding:
         finding, self._mode_of = cluster_checks.authentication_mode(eks, cluster)
