@@ -12,6 +12,13 @@ REGION ?= eu-west-1
 # 2 workers); with 3, the same run took 13 min 13 s instead of 15 min 36 s and passed (2026-12-03)
 PYTEST_WORKERS ?= 3
 export SAM_CLI_TELEMETRY := 0
+# Python writes each module's compiled .pyc next to it (in __pycache__, ignored by git) as it does by default: a
+# machine whose environment sets PYTHONDONTWRITEBYTECODE (this one's did) compiles every module of the repository
+# in every process, each pytest worker collecting the suite (14 CPU-s instead of 6, the assertion rewriting
+# included) and each Lambda container of a sandbox importing the layer from source. The built layer ships its
+# .pyc (layers/Makefile), so a container reading them is what Lambda does; the cold-start benchmarks compile
+# on purpose where they measure that (--cold-without-pyc).
+unexport PYTHONDONTWRITEBYTECODE
 export PATH := $(abspath $(BIN)):$(PATH)
 
 .PHONY: help install lock lint lint-types template build pytest durations test test-unit test-contracts test-functions \
