@@ -596,16 +596,16 @@ class Intake:
     def _token_taken(
         self, record: LifecycleRecord, holder: str | None
     ) -> tuple[IntakeOutcome | None, str | None]:
-        """``record``, whose token another lifecycle holds (``holder``, as its refused write met it; None: none
-        by now): one of another instance (or transition). Auto Scaling issues a token for one action of one
-        instance, so one of the two messages names its instance with the other's token: forged, or crossed. An Auto Scaling that takes a call's token alone (AWS does not say it
-        refuses one named with another instance) confirms both while both instances wait where a terminate holds
-        them; taken in, this one's lifecycle took a slot for its instance's node and cordoned it for an action that
-        is not its instance's, and, that action over, its cleanup cleared the node's claim and gave the slot back
-        with the node left cordoned while its instance's own action was open (seed 94). Rejected, as a token named
-        otherwise is (``_conflicting``): the instance's own event, or the sweeper's adoption of its action, starts
-        its lifecycle. (When this message is the true one and the crossed came first, it is rejected all the same:
-        no API tells which instance a token is of. Told, for an operator.)
+        """``record``, whose token another lifecycle holds (``holder``, as its refused write met it; None: none by now):
+        one of another instance (or transition). Auto Scaling issues a token for one action of one instance, so one of
+        the two messages names its instance with the other's token: forged, or crossed. An Auto Scaling that takes a
+        call's token alone (AWS does not say it refuses one named with another instance) confirms both while both
+        instances wait where a terminate holds them; taken in, this one's lifecycle took a slot for its instance's node
+        and cordoned it for an action that is not its instance's, and, that action over, its cleanup cleared the node's
+        claim and gave the slot back with the node left cordoned while its instance's own action was open (seed 94).
+        Rejected, as a token named otherwise is (``_conflicting``): the instance's own event, or the sweeper's adoption
+        of its action, starts its lifecycle. (When this message is the true one and the crossed came first, it is
+        rejected all the same: no API tells which instance a token is of. Told, for an operator.)
 
         Unless the holder is no action Auto Scaling has for its instance: a lifecycle never confirmed that ended
         (``unknown-action``: an instance in service named with the token, a forgery taken in before the true
