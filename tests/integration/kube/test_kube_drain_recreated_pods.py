@@ -3,7 +3,9 @@ against the sandbox API server: a DaemonSet-like controller of its own kind (an 
 replacement to the node by ``spec.nodeName``, past the cordon, as soon as the evicted pod is gone. Each
 replacement is a new pod (a new uid) that the drain evicts again, poll after poll; and its timeout policy ends
 the drain on time all the same (invariants 2 and 10), with the controller's pod still there. Coverage: the drain's
-by-uid bookkeeping (graces, failures, reports) over pods replaced under it."""
+by-uid bookkeeping (graces, failures, reports) over pods replaced under it. (The node is not cordoned here, so no
+cordon time tells these pods apart; on a node cordoned, with its unschedulable taint's time, a replacement created
+past it is left alone: test_kube_drain_pods_tolerating_the_cordon.py.)"""
 
 from __future__ import annotations
 

@@ -111,7 +111,24 @@ def node_info(data: dict[str, Any]) -> NodeInfo:
             for t in spec.get("taints") or []
             if t.get("effect") in ("NoSchedule", "NoExecute")
         ),
+        cordoned_at=_cordoned_at(spec.get("taints") or []),
     )
+
+
+# The taint the node lifecycle controller keeps on a cordoned node (doNoScheduleTaintingPass, TaintNodesByCondition),
+# stamped with a timeAdded when it adds it (SwapNodeControllerTaint)
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+
+
+def _cordoned_at(taints: list[dict[str, Any]]) -> datetime | None:
+    """The timeAdded of the node's unschedulable NoSchedule taint, as the API server wrote it (None: none)."""
+    for taint in taints:
+        if taint.get("key") == UNSCHEDULABLE_TAINT and taint.get("effect") == "NoSchedule":
+            try:
+                return _timestamp(taint.get("timeAdded"))
+            except ValueError:
+                return None
+    return None
 
 
 # What a kubelet whose container runtime cannot act says of its node (Ready=False, reason KubeletNotReady, the
@@ -143,6 +160,8 @@ def pod_info(data: dict[str, Any]) -> PodInfo:
         grace_period=spec.get("terminationGracePeriodSeconds"),
         deletion_at=_timestamp(meta.get("deletionTimestamp")),
         deletion_grace=meta.get("deletionGracePeriodSeconds"),
+        # (on the API server's clock as written, unlike deletion_at: compared only with the node's cordon, its stamp)
+        created_at=_timestamp(meta.get("creationTimestamp")),
     )
 
 

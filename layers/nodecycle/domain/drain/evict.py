@@ -351,7 +351,8 @@ class Evict:
                 fight = last is not None and now - datetime.fromisoformat(str(last)) < 2 * timedelta(
                     seconds=policy.poll_seconds
                 )
-                extra = {**record.extra, RECORDONED: now.isoformat()}
+                # (the pods placed on it meanwhile are the drain's too: its first list is taken again)
+                extra = {**podfilter.relisted(record.extra), RECORDONED: now.isoformat()}
                 return Outcome.goto(Step.CORDON, policy.poll_seconds if fight else 0, extra=extra)
             log.warning("node %s was uncordoned past the drain's timeout: its timeout policy applies", node)
         if whole:
@@ -394,7 +395,11 @@ class Evict:
             return self._reads_refused(record, now, str(refusal), renewed=True, **changes)
         if graces is not None:
             record = record.model_copy(update={"extra": {**record.extra, GRACES: graces}})
-        left = podfilter.remaining(pods)
+        # The drain's pods are those on the node at its cordon; those placed there after it are left alone, told
+        extra = podfilter.first_listed(record.extra, pods)
+        cordoned = podfilter.Cordoned.of(info, extra)
+        record = record.model_copy(update={"extra": self._placed_after(record, pods, cordoned, extra)})
+        left = podfilter.remaining(pods, cordoned)
         stuck, why = self._stuck(info, left, now, past_deadline=now >= deadline, forced_at=record.forced_at)
         if len(stuck) == len(left):
             base = "drained" if record.forced_at is None else "drain-timeout-forced"
@@ -415,8 +420,38 @@ class Evict:
         if now >= deadline and polls > 0:  # every drain asks its pods to leave once, before any force
             return self._timed_out(record, now, left, **changes)
         cap = self._grace_cap(deadline, now)
-        asked = podfilter.to_evict(pods) + podfilter.outlasting(left, cap, now)
+        asked = podfilter.to_evict(pods, cordoned) + podfilter.outlasting(left, cap, now)
         return self._ask_to_leave(record, asked, cap, deadline, now, **changes)
+
+    def _placed_after(
+        self,
+        record: LifecycleRecord,
+        pods: list[PodInfo],
+        cordoned: podfilter.Cordoned,
+        extra: dict[str, Any],
+    ) -> dict[str, Any]:
+        """``extra`` noting the pods placed on the node after its cordon (see drain/pods.py), each counted
+        (PodsPlacedAfterCordon) and told on the node once per drain: neither evicted nor waited for, they stop with
+        the instance, and only an operator can tell whether that is what their owner meant (a toleration of every
+        taint is often meant for NoExecute taints only)."""
+        new, extra = podfilter.untold(podfilter.placed_after(pods, cordoned), extra)
+        if not new or cordoned.at is None:
+            return extra
+        names = ", ".join(f"{p.namespace}/{p.name}" for p in new[:5]) + (", ..." if len(new) > 5 else "")
+        log.warning(
+            "%d pods placed on node %s after its cordon, left alone: %s", len(new), record.node, names
+        )
+        self._metrics.count("PodsPlacedAfterCordon", len(new))
+        self._events.on_node(
+            _known(record.node, "node"),
+            record.node_uid,
+            "PodsPlacedAfterCordon",
+            f"{len(new)} pods placed on the node after its cordon at {cordoned.at:%H:%M:%S}Z (they tolerate "
+            f"node.kubernetes.io/unschedulable, or were bound to it by name), not evicted nor waited for by the "
+            f"drain of nodecycle ({record.owner}): they stop with the instance: {names}",
+            warning=True,
+        )
+        return extra
 
     def _pods_on(
         self, record: LifecycleRecord, node: str

@@ -44,6 +44,10 @@ class NodeInfo(BaseModel):
     released_for: str | None = None  # the nodecycle.io/released-for annotation
     # The keys of its NoSchedule and NoExecute taints: what keeps pods off it (PreferNoSchedule does not)
     taints: tuple[str, ...] = ()
+    # The timeAdded of its node.kubernetes.io/unschedulable:NoSchedule taint, on the API server's clock as written
+    # (not moved to the reader's: compared only with the pods' creationTimestamps): when the node lifecycle
+    # controller saw the cordon now in effect, moments after it (None: no such taint, or one without a time)
+    cordoned_at: datetime | None = None
     # Ready is Unknown: the kubelet stopped posting the node's status (gone with its instance, or cut off), as
     # the node lifecycle controller marks it: nothing stops the pods deleted there.
     kubelet_lost: bool = False
@@ -84,6 +88,9 @@ class PodInfo(BaseModel):
     # that runs ahead of the API server's, as the answer's Date tells); and metadata.deletionGracePeriodSeconds
     deletion_at: datetime | None = None
     deletion_grace: int | None = None
+    # metadata.creationTimestamp, on the API server's clock as written (not moved to the reader's: compared only with
+    # its node's cordon, another stamp of the API server's; see drain/pods.py). None: not told
+    created_at: datetime | None = None
 
     @property
     def terminating(self) -> bool:
