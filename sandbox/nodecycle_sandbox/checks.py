@@ -105,20 +105,42 @@ def _drainable(pod: dict[str, object]) -> bool:
 
 
 def last_pod_gone(history: Sequence[HistoryEntry], node: str) -> float | None:
-    """When the last drainable pod bound to ``node`` went away (None if one never did: still there)."""
+    """When the last drainable pod bound to ``node`` that a drain answers for went away (None if one never did:
+    still there). A drain answers for the pods created before the node's last cordon in ``history``, as kubectl
+    drain for the pods it lists at its start: a pod created after it (one that tolerates the cordon's taint,
+    placed there by the scheduler) is not waited for (nodecycle leaves it alone: domain/drain/pods.py). The
+    cordon's time here is the API server's own write, exact: nodecycle, which reads only stamped seconds, waits
+    for the pods of a margin after it too, never for fewer."""
+    cordoned = _last_cordon(history, node)
+    born: dict[str, float] = {}  # a pod (its uid, else its name) -> the time of its first write: its creation
     present: dict[str, float] = {}
     gone_at = 0.0
     for entry in history:
         if entry.kind != "Pod":
             continue
         key = f"{entry.namespace}/{entry.name}"
+        pod = str((entry.object.get("metadata") or {}).get("uid") or key)
+        answered = cordoned is None or born.setdefault(pod, entry.time) < cordoned
+        if entry.removed:
+            born.pop(pod, None)  # (a pod of the same name created again is another)
         on_node = (entry.object.get("spec") or {}).get("nodeName") == node and _drainable(entry.object)
-        if on_node and not entry.removed:
+        if on_node and answered and not entry.removed:
             present[key] = entry.time
         elif key in present:
             del present[key]
             gone_at = entry.time
     return None if present else gone_at
+
+
+def _last_cordon(history: Sequence[HistoryEntry], node: str) -> float | None:
+    """When ``node`` was last cordoned (made unschedulable from schedulable) in ``history``; None if it is not
+    cordoned at its end."""
+    since: float | None = None
+    for entry in history:
+        if entry.kind == "Node" and entry.name == node:
+            cordoned = entry.unschedulable and not entry.removed
+            since = (since if since is not None else entry.time) if cordoned else None
+    return since
 
 
 def healthy_pods_on_at(history: Sequence[HistoryEntry], node: str, at: float) -> list[str]:

@@ -105,6 +105,27 @@ def test_a_drain_completed_with_pods_left_is_a_violation_unless_its_outcome_says
     assert _judged(_observation(emptied)) == set()
 
 
+def test_a_pod_created_after_the_cordon_is_not_one_the_drain_answers_for_but_one_created_before_it_is() -> (
+    None
+):
+    # Given a node cordoned at 2 s, its pod of the cordon gone at 5 s, and a pod placed on it at 3 s (one that
+    # tolerates the cordon's taint) still there when the action completes at 10 s
+    history = [
+        _pod(T0, "web-1"),
+        _node(T0 + 2, owner="chaos-a", cordoned=True),
+        _pod(T0 + 3, "agent-2"),
+        _pod(T0 + 5, "web-1", removed=True),
+    ]
+    # Then nothing is wrong: as kubectl drain, the drain answers for the pods there at its cordon
+    assert _judged(_observation(history)) == set()
+    # But a pod of the same name created before the cordon, still there, is one it answers for
+    before = [_pod(T0, "agent-2"), *history[:2], *history[3:]]
+    assert "drain" in _judged(_observation(before))
+    # And a pod of the cordon removed and created again under its name after it is a new one, not waited for
+    again = [*history[:2], _pod(T0 + 2.5, "web-1", removed=True), _pod(T0 + 3, "web-1")]
+    assert _judged(_observation(again)) == set()
+
+
 def test_an_adopted_actions_drain_is_judged_by_the_outcome_of_the_lifecycle_the_sweeper_adopted() -> None:
     # Given an action whose event was lost: the sweeper adopted it, and the lifecycle it started (its record
     # named by instance and hook: no API tells the sweeper the action's token) ended by the drain timeout's
