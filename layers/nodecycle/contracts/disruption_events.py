@@ -1,6 +1,8 @@
 """The EC2 and AWS Health events of disruptions that no lifecycle hook waits for, and their normalized form.
 
-- ``EC2 Spot Instance Interruption Warning``: EC2 reclaims a Spot instance two minutes after the event;
+- ``EC2 Spot Instance Interruption Warning``: EC2 reclaims a Spot instance two minutes after the event, by
+  terminating it or, for a persistent request's instance, stopping or hibernating it (``instance-action``):
+  EC2 starts such an instance again once capacity comes back;
 - ``EC2 Instance Rebalance Recommendation``: a Spot instance is at elevated risk of interruption;
 - ``EC2 Instance State-change Notification``: an instance stopping, stopped, shutting down or terminated
   (other states are not disruptions);
@@ -118,6 +120,8 @@ def from_eventbridge(event: Mapping[str, Any], delivery: str = "eventbridge") ->
                 instance_id=spot.instance_id,
                 cause=Transition.SPOT_INTERRUPTION,
                 strikes_at=parsed.time + SPOT_NOTICE,
+                # (a stop or hibernation ends with the instance started again, its node to be uncordoned then)
+                spot_action=spot.instance_action,
                 **common,
             )
         ]

@@ -15,6 +15,9 @@ from nodecycle.domain.model import (
     CARRIED_OVER,
     ENDED_BY,
     INSTANCE_STATE,
+    RESUMING_SPOT_ACTIONS,
+    SPOT_ACTION,
+    SPOT_WATCH,
     SUCCESSOR,
     DisruptionEvent,
     LifecycleEvent,
@@ -94,6 +97,17 @@ def _described(scheduled: list[ScheduledEvent], starts: datetime) -> datetime:
     Health start a few seconds past EC2's would skip to the next maintenance, and an older version of one EC2
     moved earlier would find none."""
     return min((e.not_before for e in scheduled), key=lambda at: (abs(at - starts), at))
+
+
+def _noted(event: DisruptionEvent) -> dict[str, object]:
+    """What a disruption's record notes of its event: a state change's new state; a Spot interruption's action
+    when EC2 stops or hibernates the instance rather than terminating it (its cleanup then uncordons the node once
+    EC2 has started the instance again)."""
+    if event.state is not None:
+        return {INSTANCE_STATE: event.state}
+    if event.cause is Transition.SPOT_INTERRUPTION and event.spot_action in RESUMING_SPOT_ACTIONS:
+        return {SPOT_ACTION: event.spot_action}
+    return {}
 
 
 def _with_successor(record: LifecycleRecord, later: LifecycleRecord) -> LifecycleRecord | None:
@@ -368,7 +382,7 @@ class Intake:
             heartbeat_timeout=0,
             heartbeat_deadline=event.strikes_at,
             global_deadline=event.strikes_at,
-            extra={INSTANCE_STATE: event.state} if event.state is not None else {},
+            extra=_noted(event),
         )
         return self._store(record, now, listed=event.listed)
 
@@ -529,7 +543,7 @@ class Intake:
             return IntakeOutcome.ACCEPTED
 
         known = self._records.get(record.id)
-        if known is not None and known.finished and self._anew(known, record):
+        if known is not None and (known.finished or _resting(known)) and self._anew(known, record):
             # One record per instance and cause: an instance stopped once (its lifecycle long over) and
             # stopped or terminated again later is a new disruption, not a duplicate; so is maintenance EC2
             # schedules after the last one was drained for, and a Spot instance restarted after an interruption
@@ -1110,6 +1124,15 @@ class Intake:
 
     def _send_first(self, record: LifecycleRecord) -> None:
         self._dispatch.send(record, self._clock.now())
+
+
+def _resting(known: LifecycleRecord) -> bool:
+    """Whether the open lifecycle ``known`` only watches, its drain over: a Spot interruption's that stopped its
+    instance, waiting for EC2 to start it again to lift the cordon it kept (SPOT_WATCH). An interruption of the
+    instance after the one it drained for is another, as after a finished lifecycle: taken for a duplicate, the
+    instance started again meanwhile, the watch lifted the cordon at its next look, and the node took pods again
+    that the second interruption then stopped undrained."""
+    return known.transition is Transition.SPOT_INTERRUPTION and bool(known.extra.get(SPOT_WATCH))
 
 
 def _moved_by(known: LifecycleRecord, record: LifecycleRecord) -> bool:

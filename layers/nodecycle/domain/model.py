@@ -171,6 +171,9 @@ class DisruptionEvent(BaseModel):
     happened_at: datetime  # when EC2 (or AWS Health) told of it
     strikes_at: datetime  # when the instance goes: the interruption, the maintenance's start
     state: str | None = None  # for a state change: the instance's new state
+    # for a Spot interruption: what EC2 does to the instance (its warning's instance-action): terminate, or stop or
+    # hibernate (a persistent request's instance, which EC2 starts again when capacity comes back)
+    spot_action: str | None = None
     delivery: str
     replay: str | None = None  # the name of the EventBridge archive replay that sent it again, if one did
     # scheduled maintenance: the starts of every maintenance EC2 lists for the instance (confirmed by EC2)
@@ -203,6 +206,15 @@ KEPT_ON_NODE = "kept_on_node"
 # record.extra key of a state-change lifecycle: the state EC2 told of (stopping, stopped, shutting-down, terminated).
 # EC2 tells of each stop and termination twice; the second is the same disruption (see intake).
 INSTANCE_STATE = "instance_state"
+# record.extra key of a Spot interruption's lifecycle whose warning said EC2 stops or hibernates the instance (its
+# instance-action), not terminates it: EC2 starts it again when capacity comes back, and the node the drain left
+# cordoned is uncordoned then (see drain.cleanup). Absent for a termination.
+SPOT_ACTION = "spot_action"
+RESUMING_SPOT_ACTIONS = frozenset({"stop", "hibernate"})
+# record.extra key of such a lifecycle at its cleanup: since when it watches for the instance started again, the node
+# left cordoned and marked released for it (see drain.cleanup). The next interruption of the instance, once it runs
+# again, starts over on the record then, as after a finished lifecycle, taking that cordon over (KEPT_ON_NODE).
+SPOT_WATCH = "spot_watch"
 # record.extra key of a state-change lifecycle that a terminate lifecycle wrote over as it completed its action
 # (that lifecycle's id): its own steps free everything the instance held, and EC2's state changes of the
 # termination, which follow every termination, start nothing
@@ -373,6 +385,13 @@ class LifecycleRecord(ActionRef):
     def followed_by(self, later: LifecycleRecord) -> LifecycleRecord:
         """``later``, the lifecycle that starts on this record once this one is over (the next maintenance of
         the instance), knowing what the lifecycles before it were for."""
+        if self.transition is Transition.SPOT_INTERRUPTION:
+            # (a Spot instance stopped by its interruption and started again, interrupted again while the watch for
+            # its start had not yet lifted the cordon this lifecycle kept: the next one takes that cordon over)
+            kept = self.extra.get(SET_ON_NODE) if self.extra.get(SPOT_WATCH) else None
+            if isinstance(kept, dict):
+                return later.model_copy(update={"extra": {**later.extra, KEPT_ON_NODE: kept}})
+            return later
         if self.transition is not Transition.SCHEDULED_CHANGE:
             return later
         starts = sorted({*self.done_starts, self.global_deadline} - {later.global_deadline})

@@ -28,7 +28,10 @@ from nodecycle.domain.model import (
     CARRIED_OVER,
     ENDS_ITS_INSTANCE,
     EXPIRY_UNTOLD,
+    RESUMING_SPOT_ACTIONS,
     SET_ON_NODE,
+    SPOT_ACTION,
+    SPOT_WATCH,
     SUCCESSOR,
     WARM_POOL,
     LifecycleRecord,
@@ -38,7 +41,7 @@ from nodecycle.domain.model import (
 )
 from nodecycle.domain.ports.budget import Slots
 from nodecycle.domain.ports.cluster import Claim, Cluster, Events, NodeInfo, Refused
-from nodecycle.domain.ports.instances import MaintainedInstances, ScheduledEvent, up
+from nodecycle.domain.ports.instances import GONE_STATES, STOP_STATES, MaintainedInstances, ScheduledEvent, up
 from nodecycle.domain.ports.lifecycle import Autoscaling
 from nodecycle.domain.ports.runtime import Metrics
 
@@ -60,6 +63,20 @@ MAINTENANCE_WATCH = "maintenance_watch"
 # (DrainPollSeconds): once a minute at the template's 5 s; before its window it sleeps until the window opens
 MAINTENANCE_POLLS_PER_LOOK = 12
 MAINTENANCE_POLL_SECONDS = MAINTENANCE_POLLS_PER_LOOK * 5
+# (record.extra's SPOT_WATCH: a node drained for a Spot interruption that stops or hibernates its instance, its cordon
+# kept, watched for the moment EC2 has started the instance again; see the model)
+# record.extra key: since when EC2 was seen to have stopped that instance (a look that finds it running before that
+# may come before the interruption struck)
+SPOT_DOWN_SEEN = "spot_down_seen"
+# An instance running this long after its interruption struck, never seen stopped by a look, was stopped and started
+# again between two looks (or EC2 did not interrupt it after all): it runs, and its node is uncordoned once Ready.
+SPOT_RESTART_UNSEEN_AFTER = timedelta(minutes=10)
+# EC2 starts a stopped Spot instance again when capacity comes back: minutes, or days. Looked at every
+# MAINTENANCE_POLL_SECONDS for this long after the interruption, then every SPOT_IDLE_POLL_SECONDS, until
+# SPOT_WATCH_LIMIT, when the watch ends with the cordon kept (told: an operator looks)
+SPOT_BRISK_FOR = timedelta(minutes=15)
+SPOT_IDLE_POLL_SECONDS = 300
+SPOT_WATCH_LIMIT = timedelta(days=2)
 # A maintenance EC2 still lists as pending this long after its window's end (NotAfter) is over all the same
 MAINTENANCE_OVER_AFTER = timedelta(minutes=15)
 # Windows are hours. A watch still waiting this long after the maintenance's start (a kubelet that never came
@@ -86,6 +103,9 @@ WATCH_FAILING_LIMIT = timedelta(hours=1)
 # release that follows the answer, or the giving up, has its own RELEASE_FAILING_FOR of tries at once.
 CARRY_OVER_FAILING = "carry_over_failing"
 CONFLICT = "the node changed between its read and the PATCH (HTTP 409 Conflict)"
+# The Event a watch that ends with the cordon kept writes, and what it was kept after
+MAINTENANCE_AFTER = ("CordonKeptAfterMaintenance", "scheduled maintenance")
+SPOT_AFTER = ("CordonKeptAfterSpotInterruption", "Spot interruption")
 
 
 class _ReleaseFailed(Exception):
@@ -114,7 +134,8 @@ class Cleanup:
     lifecycle drained for was not Auto Scaling's to end (it was no longer active: completed elsewhere, timed
     out, or never issued) and the instance stayed; or into a warm pool, once nothing can be scheduled on it
     before it is back in service (see ``_hold``); or after scheduled maintenance (a reboot), once it is over
-    and the instance stayed in service (see ``_lift_after_maintenance``).
+    and the instance stayed in service (see ``_lift_after_maintenance``); or after a Spot interruption that
+    stopped or hibernated the instance, once EC2 has started it again (see ``_lift_after_restart``).
     """
 
     def __init__(
@@ -154,6 +175,10 @@ class Cleanup:
         if record.extra.get(MAINTENANCE_WATCH):
             pace = self._maintenance_poll_seconds
             return self._watch(self._lift_after_maintenance, record, now, MAINTENANCE_WATCH, pace)
+        if record.extra.get(SPOT_WATCH):
+            return self._watch(
+                self._lift_after_restart, record, now, SPOT_WATCH, self._spot_pace(record, now)
+            )
         # (its metadata only, when it is the node the drain's last poll read whole: its annotations are what count)
         try:
             node, _ = _node_as_seen(self._cluster, record, record.node)
@@ -185,6 +210,14 @@ class Cleanup:
         # Drained for scheduled maintenance: whether the instance stays (a reboot) or goes (a stop, a
         # retirement), only the maintenance's end tells
         maintained = record.transition is Transition.SCHEDULED_CHANGE and record.drain_started_at is not None
+        # Drained for a Spot interruption that stops or hibernates the instance: EC2 starts it again when capacity
+        # comes back, its node Ready again and still cordoned (no one else lifts it). Its cordon is kept as for any
+        # Spot interruption (see _release), and lifted once the instance runs again (see _lift_after_restart).
+        resuming = (
+            record.transition is Transition.SPOT_INTERRUPTION
+            and record.extra.get(SPOT_ACTION) in RESUMING_SPOT_ACTIONS
+            and record.drain_started_at is not None
+        )
         watched = record  # what a watch after the release starts from
         if node is not None:
             held = into_pool or maintained
@@ -235,6 +268,9 @@ class Cleanup:
         if maintained:
             pace = self._maintenance_poll_seconds
             return self._watch(self._lift_after_maintenance, watched, now, MAINTENANCE_WATCH, pace)
+        if resuming:
+            pace = self._spot_pace(record, now)
+            return self._watch(self._lift_after_restart, watched, now, SPOT_WATCH, pace)
         return Outcome.next()
 
     def _carried_over(self, record: LifecycleRecord, node: NodeInfo, now: datetime) -> Outcome | None:
@@ -539,6 +575,74 @@ class Cleanup:
         delay = max(self._maintenance_poll_seconds, (opens - now).total_seconds())
         return Outcome.wait(delay, **watching)
 
+    def _spot_pace(self, record: LifecycleRecord, now: datetime) -> float:
+        """How often the watch after a Spot interruption that stopped its instance looks: as the maintenance watch
+        does around the interruption, less often once the instance has been stopped a while (EC2 starts it again
+        when capacity comes back, which may take days)."""
+        if now - record.global_deadline < SPOT_BRISK_FOR:
+            return self._maintenance_poll_seconds
+        return max(self._maintenance_poll_seconds, SPOT_IDLE_POLL_SECONDS)
+
+    def _lift_after_restart(self, record: LifecycleRecord, now: datetime) -> Outcome:
+        """Lift what this lifecycle set on the node once EC2 has started the instance again after the Spot
+        interruption that stopped or hibernated it: the instance runs (seen stopped since, or long enough after the
+        interruption that it was stopped and started between two looks), in service in its group if it has one,
+        and its node is Ready again (its kubelet back). Until then the cordon stays: the stop may still come, and a
+        node whose kubelet is not back takes no pods. An instance that goes (terminated: EC2 terminates a stopped
+        Spot instance whose request is cancelled or that cannot start; out of its group) keeps it. Only while the
+        node is still marked released for this lifecycle, as in the other watches (a later claim removes the mark:
+        that cordon is the later lifecycle's, the next interruption's)."""
+        node, record = self._marked_node(record)
+        if node is None:
+            return Outcome.next()
+        instance = record.instance_id
+        state = self._instances.states([instance]).get(instance)
+        in_group = self._autoscaling.lifecycle_state(instance) if record.group else "InService"
+        if (
+            state is None
+            or state in GONE_STATES
+            or in_group is None
+            or in_group.startswith(NOT_COMING_BACK_STATES)
+        ):
+            why = f"instance {instance} is not coming back ({state or 'gone'}, {in_group})"
+            return self._kept(node, record, why, leaving=True, after=SPOT_AFTER)
+        _, watching = _watching(record, SPOT_WATCH, now)
+        extra = watching["extra"]
+        if state in STOP_STATES and not extra.get(SPOT_DOWN_SEEN):
+            extra = {**extra, SPOT_DOWN_SEEN: now.isoformat()}
+        started_again = (
+            bool(extra.get(SPOT_DOWN_SEEN)) or now >= record.global_deadline + SPOT_RESTART_UNSEEN_AFTER
+        )
+        if started_again and state == "running" and in_group == "InService" and node.ready:
+            lifted = self._lift_set(node, record)
+            if lifted is Claim.CONFLICT:
+                raise TransientError(CONFLICT)  # (the watch's failure: see _watch)
+            if lifted is None:
+                return Outcome.next()  # refused: told, the cordon stays
+            log.info(
+                "instance %s runs again after its Spot interruption: node %s is uncordoned",
+                instance,
+                node.name,
+            )
+            self._events.on_node(
+                node.name,
+                node.uid,
+                "UncordonedAfterSpotInterruption",
+                f"EC2 started instance {instance} again after the Spot interruption that stopped it: the cordon "
+                "set for it is lifted",
+            )
+            return Outcome.next()
+        if now > record.global_deadline + SPOT_WATCH_LIMIT:
+            return self._kept(
+                node,
+                record,
+                f"instance {instance} is not running again with its node Ready ({state}, {in_group}, node "
+                f"{'Ready' if node.ready else 'NotReady'}) {SPOT_WATCH_LIMIT} after its Spot interruption",
+                warning=True,
+                after=SPOT_AFTER,
+            )
+        return Outcome.wait(self._spot_pace(record, now), extra=extra)
+
     def _kept(
         self,
         node: NodeInfo,
@@ -547,6 +651,7 @@ class Cleanup:
         *,
         warning: bool = False,
         leaving: bool = False,
+        after: tuple[str, str] | None = None,
     ) -> Outcome:
         """The watch after a maintenance ends with the cordon kept, and the node tells why. Its instance ``leaving``
         service (terminating, gone, stopped, out of its group), the node stays as the cleanup left it, marked
@@ -559,11 +664,12 @@ class Cleanup:
         if unmarked is Claim.CONFLICT:
             raise TransientError(CONFLICT)  # (the watch's failure: see _watch)
         log.log(logging.WARNING if warning else logging.INFO, "node %s stays cordoned: %s", node.name, why)
+        reason, what = after or MAINTENANCE_AFTER
         self._events.on_node(
             node.name,
             node.uid,
-            "CordonKeptAfterMaintenance",
-            f"The node stays cordoned after the scheduled maintenance of {record.instance_id}: {why}",
+            reason,
+            f"The node stays cordoned after the {what} of {record.instance_id}: {why}",
             warning=warning,
         )
         return Outcome.next()
