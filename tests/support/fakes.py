@@ -429,3 +429,15 @@ def holding_state(action: ActionRef) -> str:
     if action.origin == WARM_POOL:
         return "Warmed:Terminating:Wait"
     return "Warmed:Pending:Wait" if action.destination == WARM_POOL else "Terminating:Wait"
+
+
+@dataclass
+class LaunchingGroup(FakeAutoscaling):
+    """Auto Scaling holding every instance in ``Pending:Wait`` (its launch action open), unless ``states`` says
+    otherwise: what the readiness gate asks it at its timeout (see ReadinessGate._timed_out)."""
+
+    asked: int = 0
+
+    def lifecycle_state(self, instance_id: str) -> str | None:
+        self.asked += 1
+        return self.states.get(instance_id, "Pending:Wait")

@@ -14,7 +14,7 @@ from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.policy import ReadinessPolicy
 from nodecycle.domain.ports.cluster import NodeInfo, Refused
-from tests.support.fakes import T0, FakeMetrics
+from tests.support.fakes import T0, FakeAutoscaling, FakeMetrics, LaunchingGroup
 from tests.unit.drain.test_drain_steps import NODE, FakeCluster, FakeEvents, launching, wakes_to_nowhere
 from tests.unit.foundation.test_engine import World
 
@@ -88,12 +88,15 @@ def gate_on(
     policy: ReadinessPolicy,
     events: FakeEvents | None = None,
     metrics: FakeMetrics | None = None,
+    autoscaling: FakeAutoscaling | None = None,
 ) -> ReadinessGate:
-    """The gate of a launch on ``cluster``, EC2 ``dns`` naming and describing its instance."""
+    """The gate of a launch on ``cluster``, EC2 ``dns`` naming and describing its instance, Auto Scaling
+    (``autoscaling``) holding it in Pending:Wait unless told otherwise."""
     return ReadinessGate(
         finder=NodeFinder(cluster, dns),
         cluster=cluster,
         instances=dns,
+        autoscaling=LaunchingGroup() if autoscaling is None else autoscaling,
         dispatcher=wakes_to_nowhere(),
         policy=policy,
         metrics=FakeMetrics() if metrics is None else metrics,

@@ -8,13 +8,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from nodecycle.domain.dispatch import Dispatcher
-from nodecycle.domain.engine import MAX_RETRY_BACKOFF_SECONDS, Outcome
+from nodecycle.domain.engine import MAX_RETRY_BACKOFF_SECONDS, Outcome, ended_with_its_instance
 from nodecycle.domain.errors import AccessRefused, TransientError, retry_after_wait
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.nodes import NodeFinder, NodeUnreadable
 from nodecycle.domain.policy import ReadinessPolicy
 from nodecycle.domain.ports.cluster import Cluster, Events, NodeInfo, Refused
 from nodecycle.domain.ports.instances import DOWN_STATES, Instances
+from nodecycle.domain.ports.lifecycle import Autoscaling
 from nodecycle.domain.ports.runtime import Metrics
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,7 @@ class ReadinessGate:
         finder: NodeFinder,
         cluster: Cluster,
         instances: Instances,
+        autoscaling: Autoscaling,
         dispatcher: Dispatcher,
         policy: ReadinessPolicy,
         metrics: Metrics,
@@ -80,6 +82,7 @@ class ReadinessGate:
         self._finder = finder
         self._cluster = cluster
         self._instances = instances
+        self._autoscaling = autoscaling  # (asked at the gate's timeout only: see _timed_out)
         self._dispatcher = dispatcher
         self._policy = policy
         self._metrics = metrics
@@ -114,7 +117,8 @@ class ReadinessGate:
         if state in DOWN_STATES:
             return self._down(record, state, extra)
         if now >= deadline:
-            return self._timed_out("node-not-ready" if node is not None else "node-never-joined", extra=extra)
+            outcome = "node-not-ready" if node is not None else "node-never-joined"
+            return self._timed_out(record, now, outcome, extra=extra)
         return Outcome.wait(self._policy.poll_seconds, gate_deadline=deadline, extra=extra)
 
     def _deadline(self, record: LifecycleRecord, now: datetime) -> datetime:
@@ -138,7 +142,11 @@ class ReadinessGate:
         says. The deadline is kept from the first look, or a gate whose every look fails would never reach it."""
         if now >= deadline:
             return self._timed_out(
-                "readiness-unknown", f"its last look unanswered: {error}", last_error=str(error)[:500]
+                record,
+                now,
+                "readiness-unknown",
+                f"its last look unanswered: {error}",
+                last_error=str(error)[:500],
             )
         if record.gate_deadline is None:
             wait = max(self._policy.poll_seconds, retry_after_wait(error.retry_after))
@@ -186,7 +194,9 @@ class ReadinessGate:
             return self._down(record, state, extra)
         if now >= deadline:
             what = "the instance's read" if isinstance(refused, AccessRefused) else "the node's read"
-            return self._timed_out("readiness-refused", f"{what} refused: {why}", last_error=why, extra=extra)
+            return self._timed_out(
+                record, now, "readiness-refused", f"{what} refused: {why}", last_error=why, extra=extra
+            )
         mend = (
             "mend the drain function's IAM policy, or the service control policy or boundary that denies it"
             if isinstance(refused, AccessRefused)
@@ -254,8 +264,23 @@ class ReadinessGate:
             Step.COMPLETE, result=self._policy.on_failure, outcome="instance-down", extra=extra
         )
 
-    def _timed_out(self, outcome: str, detail: str = "", **fields: Any) -> Outcome:
-        """The gate's timeout: the launch is completed with the failure policy's result."""
+    def _timed_out(
+        self, record: LifecycleRecord, now: datetime, outcome: str, detail: str = "", **fields: Any
+    ) -> Outcome:
+        """The gate's timeout: the launch is completed with the failure policy's result. Unless Auto Scaling is
+        terminating its instance (or has): it ended the launch action with the termination (a scale-in of an
+        instance not yet in service, an operator), while EC2 says running for as long as terminate hooks hold it
+        (another tool's, or a drain of ours waiting for a budget slot), so the gate's looks at EC2 never found it
+        down. No node is missing for a live launch: the launch ends as ``instance-gone`` (as the engine ends one
+        whose heartbeat finds its action so ended, and the address step one that waited), with no readiness
+        timeout counted (its alarm pages for nodes that do not come up) and no completion asked of an action Auto
+        Scaling no longer has. Asked here only, one DescribeAutoScalingInstances per gate that times out: under a
+        launch hook of a long heartbeat timeout (AWS's default: an hour) no heartbeat is due before the gate's
+        timeout to find the action gone. Not known (Auto Scaling throttled, refused), the timeout stands."""
+        gone = ended_with_its_instance(record, now, self._autoscaling)
+        if gone is not None and gone.then is not None:  # (told in the log there)
+            extra = fields.get("extra")
+            return Outcome.goto(gone.then, **gone.changes, **({} if extra is None else {"extra": extra}))
         why = f"{outcome}, {detail}" if detail else outcome
         log.error("readiness gate timed out (%s): completing with %s", why, self._policy.on_failure)
         self._metrics.count("ReadinessTimeouts")

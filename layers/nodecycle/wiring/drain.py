@@ -189,6 +189,7 @@ def engine() -> StepEngine:
                 finder=finder,
                 cluster=nodes,
                 instances=instances,
+                autoscaling=ports.autoscaling,
                 dispatcher=ports.dispatcher(),
                 policy=readiness,
                 metrics=ports.metrics,

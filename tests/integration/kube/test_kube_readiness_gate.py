@@ -20,7 +20,7 @@ from nodecycle.domain.nodes import NodeFinder
 from nodecycle_sandbox.aws.group import wait_for
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.kube.cluster import drain_server, eks_describing
-from tests.support.fakes import T0, FakeMetrics
+from tests.support.fakes import T0, FakeMetrics, LaunchingGroup
 from tests.support.readiness_gates import Dns
 from tests.unit.drain.test_drain_steps import INSTANCE, NODE, launching, readiness, wakes_to_nowhere
 
@@ -45,6 +45,7 @@ def gate(server: KubeServer) -> Iterator[ReadinessGate]:
             finder=NodeFinder(cluster, Dns()),
             cluster=cluster,
             instances=Dns(),
+            autoscaling=LaunchingGroup(),
             dispatcher=wakes_to_nowhere(),
             policy=readiness(),
             metrics=FakeMetrics(),

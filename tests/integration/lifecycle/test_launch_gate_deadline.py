@@ -20,7 +20,7 @@ from nodecycle.domain.model import Step, global_deadline
 from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.policy import ActionResult
 from tests.integration.kube.cluster import drain_server, eks_describing
-from tests.support.fakes import T0
+from tests.support.fakes import T0, LaunchingGroup
 from tests.support.readiness_gates import Dns
 from tests.unit.drain.test_drain_steps import launching, readiness, wakes_to_nowhere
 from tests.unit.foundation.test_engine import World
@@ -55,6 +55,7 @@ def test_a_gate_longer_than_its_hooks_global_timeout_times_out_itself_before_the
         finder=NodeFinder(nodes, Dns()),
         cluster=nodes,
         instances=Dns(),
+        autoscaling=LaunchingGroup(),
         dispatcher=wakes_to_nowhere(),
         policy=readiness(readiness_timeout_seconds="3600", drain_poll_seconds="5"),
         metrics=world.metrics,

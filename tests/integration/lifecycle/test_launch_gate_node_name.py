@@ -19,7 +19,7 @@ from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.ports.cluster import NodeInfo
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.kube.cluster import drain_server, eks_describing
-from tests.support.fakes import FakeMetrics
+from tests.support.fakes import FakeMetrics, LaunchingGroup
 from tests.support.readiness_gates import Dns
 from tests.unit.drain.test_drain_steps import INSTANCE, NODE, launching, readiness, wakes_to_nowhere
 
@@ -61,6 +61,7 @@ def cluster(server: KubeServer) -> Iterator[tuple[Lookups, ReadinessGate]]:
                 finder=NodeFinder(lookups, Dns()),
                 cluster=lookups,
                 instances=Dns(),
+                autoscaling=LaunchingGroup(),
                 dispatcher=wakes_to_nowhere(),
                 policy=readiness(),
                 metrics=FakeMetrics(),

@@ -21,6 +21,7 @@ from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.policy import ActionResult
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.kube.cluster import drain_server, eks_describing
+from tests.support.fakes import LaunchingGroup
 from tests.support.readiness_gates import Dns
 from tests.unit.drain.test_drain_steps import INSTANCE, NODE, launching, readiness, wakes_to_nowhere
 from tests.unit.foundation.test_engine import World
@@ -45,6 +46,7 @@ def gate(server: KubeServer) -> Iterator[ReadinessGate]:
             finder=NodeFinder(cluster, Dns()),
             cluster=cluster,
             instances=Dns(),
+            autoscaling=LaunchingGroup(),
             dispatcher=wakes_to_nowhere(),
             policy=readiness(readiness_timeout_seconds="120", drain_poll_seconds=str(POLL)),
             metrics=world.metrics,

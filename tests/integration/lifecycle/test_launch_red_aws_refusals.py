@@ -29,7 +29,7 @@ from nodecycle_sandbox.aws.faults import FAULTS
 from nodecycle_sandbox.aws.server import MotoServer
 from nodecycle_sandbox.faults import Fault
 from tests.integration.kube.cluster import drain_server, eks_describing
-from tests.support.fakes import T0
+from tests.support.fakes import T0, LaunchingGroup
 from tests.unit.drain.test_drain_steps import launching, readiness, wakes_to_nowhere
 from tests.unit.foundation.test_engine import World
 
@@ -92,6 +92,7 @@ def test_ec2_refusing_the_gate_its_instance_settles_the_launch_at_the_readiness_
             finder=NodeFinder(cluster, instances),
             cluster=cluster,
             instances=instances,
+            autoscaling=LaunchingGroup(),
             dispatcher=wakes_to_nowhere(),
             policy=readiness(readiness_timeout_seconds=str(TIMEOUT), drain_poll_seconds="10"),
             metrics=world.metrics,
@@ -130,6 +131,7 @@ def test_ec2_refusing_the_gate_its_instance_still_finds_its_ready_node_by_provid
             finder=NodeFinder(cluster, instances),
             cluster=cluster,
             instances=instances,
+            autoscaling=LaunchingGroup(),
             dispatcher=wakes_to_nowhere(),
             policy=readiness(readiness_timeout_seconds=str(TIMEOUT), drain_poll_seconds="10"),
             metrics=world.metrics,

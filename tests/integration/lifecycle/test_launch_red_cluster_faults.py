@@ -25,7 +25,7 @@ from nodecycle_sandbox.faults import Fault
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.budget.conftest import DRAIN_ROLE
 from tests.integration.kube.cluster import drain_server, eks_describing
-from tests.support.fakes import T0
+from tests.support.fakes import T0, LaunchingGroup
 from tests.support.readiness_gates import Dns
 from tests.unit.drain.test_drain_steps import launching, readiness, wakes_to_nowhere
 from tests.unit.foundation.test_engine import World
@@ -53,6 +53,7 @@ def gate(server: KubeServer) -> Iterator[tuple[World, ReadinessGate]]:
                 finder=NodeFinder(cluster, Dns()),
                 cluster=cluster,
                 instances=Dns(),
+                autoscaling=LaunchingGroup(),
                 dispatcher=wakes_to_nowhere(),
                 policy=readiness(readiness_timeout_seconds=str(TIMEOUT), drain_poll_seconds=str(POLL)),
                 metrics=world.metrics,

@@ -23,7 +23,7 @@ from nodecycle.domain.policy import ActionResult
 from nodecycle_sandbox.faults import Fault
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.kube.cluster import drain_server, eks_describing
-from tests.support.fakes import T0
+from tests.support.fakes import T0, LaunchingGroup
 from tests.support.readiness_gates import Dns
 from tests.unit.drain.test_drain_steps import launching, readiness, wakes_to_nowhere
 from tests.unit.foundation.test_engine import MARGIN, World
@@ -62,6 +62,7 @@ def test_a_gate_whose_every_look_fails_times_out_itself_before_the_guard_settles
             finder=NodeFinder(cluster, Dns()),
             cluster=cluster,
             instances=Dns(),
+            autoscaling=LaunchingGroup(),
             dispatcher=wakes_to_nowhere(),
             policy=policy,
             metrics=world.metrics,

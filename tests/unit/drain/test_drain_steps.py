@@ -53,7 +53,15 @@ from nodecycle.domain.ports.instances import GONE_STATES, ScheduledEvent
 from nodecycle.domain.sweep.lifecycles import MAX_RESUMES
 from nodecycle.settings import DrainSettings
 from nodecycle.wiring.common import drain_policy, readiness_policy
-from tests.support.fakes import T0, FakeAutoscaling, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
+from tests.support.fakes import (
+    T0,
+    FakeAutoscaling,
+    FakeClock,
+    FakeMetrics,
+    InMemoryRecords,
+    LaunchingGroup,
+    RecordingQueues,
+)
 from tests.unit.budget.fakes import FakeInventory, MemoryBudgetStore, RecordingMetrics
 from tests.unit.drain.builders import no_end, pod
 from tests.unit.foundation.test_engine import make_record
@@ -2003,6 +2011,7 @@ def test_the_gate_opens_only_for_a_ready_node(ready: bool) -> None:
         finder=NodeFinder(cluster, Dns()),
         cluster=cluster,
         instances=Dns(),
+        autoscaling=LaunchingGroup(),
         dispatcher=wakes_to_nowhere(),
         policy=readiness(),
         metrics=FakeMetrics(),
@@ -2021,6 +2030,7 @@ def test_the_gate_gives_up_with_the_configured_result_when_the_node_never_joins(
         finder=NodeFinder(cluster, NoDns()),
         cluster=cluster,
         instances=NoDns(),
+        autoscaling=LaunchingGroup(),
         dispatcher=wakes_to_nowhere(),
         policy=readiness(readiness_failure_result="CONTINUE"),
         metrics=metrics,

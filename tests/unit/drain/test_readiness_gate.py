@@ -17,7 +17,7 @@ from nodecycle.domain.model import Step, Transition, record_id
 from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.cluster import NodeInfo
-from tests.support.fakes import T0
+from tests.support.fakes import T0, LaunchingGroup
 from tests.support.readiness_gates import (
     Dns,
     GoingDown,
@@ -366,6 +366,7 @@ def test_a_node_back_from_a_running_warm_pool_is_uncordoned_as_its_launch_comple
         finder=NodeFinder(cluster, Dns()),
         cluster=cluster,
         instances=Dns(),
+        autoscaling=LaunchingGroup(),
         dispatcher=Dispatcher(
             records=world.records, queues=world.queues, clock=world.clock, metrics=world.metrics
         ),
