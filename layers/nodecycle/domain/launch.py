@@ -348,12 +348,16 @@ class ReadinessGate:
         return renewed is not None and stamp != seen
 
     def _scan(self, polls: int, now: datetime, deadline: datetime) -> bool:
-        """Whether this poll may list every node (see SCAN_AFTER)."""
+        """Whether this poll may list every node (see SCAN_AFTER). The time the node has had to register is told
+        by the gate's looks so far, each a poll apart at least, not by its deadline less the readiness timeout: a
+        deadline cut short by the hook's global timeout (see _deadline) put that before the gate's first look, and
+        every such gate listed the whole cluster at its first look and once in SCAN_EVERY polls after it, for a node
+        about to register under its DNS name."""
         policy = self._policy
-        started = deadline - policy.timeout
         if now + timedelta(seconds=policy.poll_seconds) >= deadline:
             return True  # the last look before giving up
-        return now - started >= SCAN_AFTER and polls % SCAN_EVERY == 0
+        looked = timedelta(seconds=polls * policy.poll_seconds)
+        return looked >= SCAN_AFTER and polls % SCAN_EVERY == 0
 
 
 def _timed_by_intake(record: LifecycleRecord) -> bool:
