@@ -334,6 +334,10 @@ class LifecycleHooks:
         read_at = cached[1] if cached is not None else self._absent.get(key)
         return read_at is not None and read_at < when
 
+    def forget_groups(self) -> None:
+        """Read each group's hooks (``of``) again at its next use, whatever the ttl: once per sweep."""
+        self._groups.clear()
+
     def of(self, group: str) -> dict[str, Hook]:
         """The group's hooks by name (one DescribeLifecycleHooks per group and ttl)."""
         now = self._clock.now()

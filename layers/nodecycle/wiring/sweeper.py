@@ -93,10 +93,12 @@ def sweeper() -> Sweeper:
             ),
             clock=ports.clock,
             out_of_line=eip.line_leaver(config, ports),
+            hooks=hooks,
         ),
         "adoptions": orphans.adopt,
     }
-    fresh: list[Callable[[], None]] = []
+    # (the hooks read again at each sweep: a timeout lowered since reaches the next sweep's heartbeats)
+    fresh: list[Callable[[], None]] = [hooks.forget_groups]
     if config.uses_kubernetes:
         from nodecycle.wiring import drain  # the Kubernetes client only when there is a cluster
 

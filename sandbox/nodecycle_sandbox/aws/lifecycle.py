@@ -607,8 +607,18 @@ class LifecycleEmulator:
             action = self._active_action(
                 group, hook, token, instance_id, caller, "RecordLifecycleActionHeartbeat"
             )
+            # "This extends the timeout by the length of time defined using the PutLifecycleHook API call"
+            # (RecordLifecycleActionHeartbeat's reference): the hook's heartbeat timeout as it is now, one an
+            # operator lowered since the action started included. AWS does not document that an action keeps the
+            # timeout its hook had at its start; the sandbox takes the harsher reading.
+            before = action.deadline
+            current: Any = self.backend.lifecycle_hooks.get(f"{action.group}_{action.hook}")
+            if current is not None and current.heartbeat_timeout:
+                action.heartbeat_timeout = float(current.heartbeat_timeout)
             action.heartbeats.append(time.time())
             action.heartbeat_callers.append(caller)
+            if action.deadline < before:  # (the timer set for the later deadline would end it late)
+                self.call_at(action.deadline, lambda: self._check_timeout(action.token))
 
     def _active_action(
         self, group: str, hook: str, token: str | None, instance_id: str | None, caller: str, operation: str

@@ -19,7 +19,13 @@ from nodecycle.domain.model import Step
 from nodecycle.domain.sweep.sweeper import Counts
 from nodecycle.wiring import sweeper as wiring
 from tests.functions.intake.conftest import HEARTBEAT_TIMEOUT
-from tests.functions.sweeper.test_sweeper_function import OWNER, kept_to_the_end, record, store
+from tests.functions.sweeper.test_sweeper_function import (
+    OWNER,
+    kept_to_the_end,
+    record,
+    store,
+    under_a_hook_of,
+)
 from tests.support.stack import Stack, receive_all
 
 
@@ -30,9 +36,7 @@ def test_two_sweeps_at_once_repair_each_thing_once(sweeper: ModuleType, stack: S
     lost = record(
         "i-0aaaaaaaaaaaaaaa1", Step.RELEASE_EIP, now - timedelta(minutes=5), now - timedelta(minutes=6)
     )
-    lost = lost.model_copy(
-        update={"heartbeat_timeout": 3600, "heartbeat_deadline": lost.started_at + timedelta(hours=1)}
-    )
+    lost = under_a_hook_of(lost, 3600)
     started = now - timedelta(seconds=HEARTBEAT_TIMEOUT * 100 - 60)
     stuck = kept_to_the_end(
         record("i-0aaaaaaaaaaaaaaa3", Step.RELEASE_EIP, started + timedelta(minutes=1), started)

@@ -20,7 +20,7 @@ import pytest
 from nodecycle.adapters.aws.clients import CONNECT_TIMEOUT
 from nodecycle.domain.model import Step
 from nodecycle.wiring.common import END_RESERVE_SECONDS, STEP_RESERVE_SECONDS, invocation_time
-from tests.functions.sweeper.test_sweeper_function import OWNER, record, store
+from tests.functions.sweeper.test_sweeper_function import OWNER, record, store, under_a_hook_of
 from tests.support.events import load_event
 from tests.support.functions import LambdaContext
 from tests.support.stack import Stack
@@ -74,9 +74,7 @@ def test_every_call_of_a_sweep_ends_within_the_invocations_time(
         "i-0aaaaaaaaaaaaaaa1", Step.RELEASE_EIP, now - timedelta(minutes=5), now - timedelta(minutes=6)
     )
     # (its hook's heartbeat timeout is long: the action needs no heartbeat before the next sweep)
-    lost = lost.model_copy(
-        update={"heartbeat_timeout": 3600, "heartbeat_deadline": lost.started_at + timedelta(hours=1)}
-    )
+    lost = under_a_hook_of(lost, 3600)
     assert store(stack).create(lost)
     tags: list[Any] = [
         {"Key": "nodecycle:owner", "Value": OWNER},

@@ -15,7 +15,7 @@ import pytest
 from nodecycle.domain.model import Step
 from nodecycle_sandbox.aws.install import install
 from tests.functions.intake.conftest import GROUP, make_group
-from tests.functions.sweeper.test_sweeper_function import OWNER, record, store
+from tests.functions.sweeper.test_sweeper_function import OWNER, record, store, under_a_hook_of
 from tests.support.events import load_event
 from tests.support.functions import AwsLatency, LambdaContext, load_function
 from tests.support.stack import Stack
@@ -41,9 +41,7 @@ def fleet(stack: Stack, *, lifecycles: int, dangling: int, in_use: int) -> None:
     records = store(stack)
     for n in range(lifecycles):
         waiting = record(f"i-{n:017x}", Step.RELEASE_EIP, now + timedelta(minutes=1), now)
-        waiting = waiting.model_copy(
-            update={"heartbeat_timeout": 7200, "heartbeat_deadline": now + timedelta(hours=2)}
-        )
+        waiting = under_a_hook_of(waiting, 7200)
         assert records.create(waiting)
     ec2 = boto3.client("ec2")
     hour_ago = (now - timedelta(hours=1)).isoformat()

@@ -57,6 +57,27 @@ def record(instance: str, step: Step, due_at: datetime, started_at: datetime) ->
     )
 
 
+def under_a_hook_of(record: LifecycleRecord, seconds: int) -> LifecycleRecord:
+    """``record`` as one of a terminate hook of ``seconds`` (put on moto's group beside the 300 s one), its heartbeat
+    deadline a timeout after its start: the sweeper times heartbeats by a hook's timeout as Auto Scaling tells it,
+    when lower than its record's (a record of 3600 s under the group's 300 s hook is one whose hook was lowered)."""
+    hook = f"nodecycle-terminate-{seconds}"
+    boto3.client("autoscaling").put_lifecycle_hook(
+        AutoScalingGroupName=record.group,
+        LifecycleHookName=hook,
+        LifecycleTransition="autoscaling:EC2_INSTANCE_TERMINATING",
+        HeartbeatTimeout=seconds,
+        DefaultResult="ABANDON",
+    )
+    return record.model_copy(
+        update={
+            "hook": hook,
+            "heartbeat_timeout": seconds,
+            "heartbeat_deadline": record.started_at + timedelta(seconds=seconds),
+        }
+    )
+
+
 def kept_to_the_end(record: LifecycleRecord) -> LifecycleRecord:
     """``record`` as the heartbeats of the sweeps before leave an action stalled near its global timeout: its
     heartbeat deadline at the global timeout. (One whose record shows its heartbeat deadline past is asked about
@@ -75,9 +96,7 @@ def test_the_sweeper_resumes_lost_work_and_releases_dangling_addresses(
         "i-0aaaaaaaaaaaaaaa1", Step.RELEASE_EIP, now - timedelta(minutes=5), now - timedelta(minutes=6)
     )
     # (its hook's heartbeat timeout is long: the action needs no heartbeat before the next sweep)
-    lost = lost.model_copy(
-        update={"heartbeat_timeout": 3600, "heartbeat_deadline": lost.started_at + timedelta(hours=1)}
-    )
+    lost = under_a_hook_of(lost, 3600)
     waiting = record("i-0aaaaaaaaaaaaaaa2", Step.RELEASE_EIP, now + timedelta(seconds=30), now)
     for item in (lost, waiting):
         assert records.create(item)

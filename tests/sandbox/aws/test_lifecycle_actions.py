@@ -279,6 +279,46 @@ def test_heartbeats_never_extend_past_the_global_timeout(
     assert action.finished_at - action.started_at == pytest.approx(120.0)
 
 
+def test_a_heartbeat_after_the_hook_was_lowered_extends_the_action_by_the_hooks_timeout_now(
+    aws: Emulation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an action of a 60 s heartbeat timeout, on a clock the test moves, whose hook an operator lowers to 30 s
+    # 10 s after it started ("extends the timeout by the length of time defined using the PutLifecycleHook API call":
+    # RecordLifecycleActionHeartbeat's reference; no action is documented to keep its hook's timeout from its start)
+    clock = _StillClock()
+    monkeypatch.setattr(lifecycle, "time", clock)
+    group = aws.group(TERMINATE_HOOK, size=1)
+    victim = group.in_state("InService")[0]
+    group.terminate(victim, decrement=True)
+    started = clock.now
+    clock.now = started + 10
+    aws.autoscaling.put_lifecycle_hook(
+        AutoScalingGroupName="workers",
+        LifecycleHookName="drain",
+        LifecycleTransition="autoscaling:EC2_INSTANCE_TERMINATING",
+        HeartbeatTimeout=30,
+    )
+    (action,) = group.actions(transition=TERMINATING)
+    assert action.deadline == started + 60  # (the period running when it was lowered is the one it began)
+
+    # When a heartbeat comes 20 s after the action started
+    clock.now = started + 20
+    aws.autoscaling.record_lifecycle_action_heartbeat(
+        AutoScalingGroupName="workers", LifecycleHookName="drain", InstanceId=victim
+    )
+
+    # Then it extends the action by the hook's 30 s, not the 60 s the action started with
+    (action,) = group.actions(transition=TERMINATING)
+    assert action.deadline == started + 50
+    clock.now = started + 51
+    with pytest.raises(ClientError):
+        aws.autoscaling.record_lifecycle_action_heartbeat(
+            AutoScalingGroupName="workers", LifecycleHookName="drain", InstanceId=victim
+        )
+    (action,) = group.actions(transition=TERMINATING)
+    assert (action.outcome, action.finished_at) == ("heartbeat-timeout", started + 50)
+
+
 def test_a_launch_waits_in_pending_wait_and_an_abandoned_launch_is_replaced(aws: Emulation) -> None:
     # Given a launch hook
     group = aws.group(HookSpec("ready", LAUNCHING, heartbeat_timeout=60), size=1)

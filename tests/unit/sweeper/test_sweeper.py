@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from nodecycle.domain.budget import Holder, SweepResult, Verdict, Waiter
+from nodecycle.domain.catalog import LifecycleHooks
 from nodecycle.domain.completion import CompleteAction, ended_by
 from nodecycle.domain.dispatch import Dispatcher
 from nodecycle.domain.engine import Outcome, StepEngine, StepHandler
@@ -50,6 +51,9 @@ class Repair:
     margin: timedelta = MARGIN
     interval: timedelta = INTERVAL
     settle_before: timedelta = INTERVAL + 2 * MARGIN  # as settings: the later of this and margin + redelivery
+    hooks: LifecycleHooks | None = (
+        None  # the hooks as Auto Scaling tells them now (None: the records' timeouts)
+    )
 
     def __post_init__(self) -> None:
         self.autoscaling.clock = self.clock  # Auto Scaling's timeouts run on the test's clock
@@ -69,6 +73,7 @@ class Repair:
             settle_before=self.settle_before,
             failure_result=lambda record: self.failure,
             clock=self.clock,
+            hooks=self.hooks,
         )
 
     def run(self) -> Counts:

@@ -6,6 +6,7 @@ import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
+from nodecycle.domain.catalog import LifecycleHooks
 from nodecycle.domain.completion import CompleteAction, NotCalled
 from nodecycle.domain.eip.wake import waits_in_line
 from nodecycle.domain.engine import (
@@ -95,11 +96,17 @@ class LifecycleRepair:
         failure_result: Callable[[LifecycleRecord], ActionResult],
         clock: Clock,
         out_of_line: Callable[[LifecycleRecord, datetime], None] | None = None,
+        hooks: LifecycleHooks | None = None,
     ) -> None:
         """``out_of_line``: told of a launch waiting in an address line that this sweep moves on (settled, or
         found lapsed), as the engine tells it (``AssignAddress.ended_in_line``: it leaves the line and wakes the
-        next waiter); never raises."""
+        next waiter); never raises. ``hooks``: the hooks as Auto Scaling tells them now, whose heartbeat timeout,
+        lowered since an action started, times its heartbeats (see ``_as_hook_times``); None: the records'."""
         self._clock = clock
+        self._hooks = hooks
+        # This sweep's answers about the hooks' heartbeat timeouts: (group, hook) -> seconds, None when not told
+        self._hook_timeouts: dict[tuple[str, str], int | None] = {}
+        self._hooks_failed = False
         self._out_of_line = out_of_line
         self._records = records
         self._dispatcher = dispatcher
@@ -130,9 +137,10 @@ class LifecycleRepair:
             0,
         )
         self._look_failed = False
+        self._hook_timeouts, self._hooks_failed = {}, False
         # (at most an interval: a sweep retried hours late would otherwise settle every stalled action at once)
         late = min(time.late, self._interval)
-        ordered = sorted(open_records, key=self._urgency)
+        ordered = sorted((self._as_hook_times(record) for record in open_records), key=self._urgency)
         unreached = 0
         for reached, record in enumerate(ordered):
             if not time.enough():
@@ -229,7 +237,61 @@ class LifecycleRepair:
         if current is None or current.finished:
             log.info("lifecycle %s, listed at %s, is over: left alone", listed.id, listed.step)
             return None, False
-        return current, False
+        return self._as_hook_times(current), False
+
+    def _as_hook_times(self, record: LifecycleRecord) -> LifecycleRecord:
+        """``record`` timed by its hook's heartbeat timeout as Auto Scaling tells it now, when an operator lowered it
+        since the record took it (at intake): RecordLifecycleActionHeartbeat "extends the timeout by the length of
+        time defined using the PutLifecycleHook API call", and AWS does not document that an action keeps its hook's
+        timeout from its start. Timed by the record's, a stalled action was heartbeated a longer timeout apart than
+        Auto Scaling gave it, and lapsed in between, undrained (invariant 11). Its deadline moves earlier by as much
+        as the timeout was lowered (never later than the action's heartbeat with the new one: a heartbeat sooner is
+        harmless), and the heartbeat this calls for commits the lowered timeout, by which the engine's own
+        heartbeats are timed from then on. A timeout raised is not taken: whether Auto Scaling extends the current
+        period by it is not told either, and the shorter one costs a heartbeat more at most.
+
+        One DescribeLifecycleHooks per group and sweep (the catalog's answer, which the orphans' keep-alive shares).
+        One that fails (throttled past the client's retries, denied) leaves the records' timing, logged, and the
+        sweep asks no more of them: each would spend the client's retries before the heartbeats."""
+        if self._hooks is None or not record.action_open or record.heartbeat_timeout <= 0:
+            return record
+        key = (record.group, record.hook)
+        if key not in self._hook_timeouts:
+            self._hook_timeouts[key] = self._hook_timeout(record.group, record.hook)
+        timeout = self._hook_timeouts[key]
+        if timeout is None or timeout >= record.heartbeat_timeout:
+            return record
+        lowered = timedelta(seconds=record.heartbeat_timeout - timeout)
+        log.warning(
+            "the heartbeat timeout of hook %s of group %s was lowered to %d s since lifecycle %s took %d s: its "
+            "heartbeats are timed by the hook's",
+            record.hook,
+            record.group,
+            timeout,
+            record.id,
+            record.heartbeat_timeout,
+        )
+        return record.model_copy(
+            update={"heartbeat_timeout": timeout, "heartbeat_deadline": record.heartbeat_deadline - lowered}
+        )
+
+    def _hook_timeout(self, group: str, hook: str) -> int | None:
+        """The heartbeat timeout of ``hook`` of ``group`` as Auto Scaling tells it, None when it does not (the hook
+        or its group gone: its actions end with it; or the read failed)."""
+        if self._hooks is None or self._hooks_failed:
+            return None
+        try:
+            found = self._hooks.of(group).get(hook)
+        except Exception as error:  # (any failure: the records' timing, as before this read)
+            self._hooks_failed = True
+            log.warning(
+                "could not read the lifecycle hooks of %s (%r): this sweep times heartbeats by the records'",
+                group,
+                error,
+                exc_info=not isinstance(error, TransientError),
+            )
+            return None
+        return None if found is None else found.heartbeat_timeout
 
     def _calls_for(self, record: LifecycleRecord, now: datetime, late: timedelta) -> bool:
         """Whether the sweep would act on ``record`` as it is: resend it, settle it, or heartbeat its action."""
