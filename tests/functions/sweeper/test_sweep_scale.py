@@ -93,6 +93,8 @@ def test_a_sweep_of_1000_open_lifecycles_and_500_addresses_costs_pages_and_the_r
     assert operations["DescribeAddresses"] == 1 + 250
     assert operations["DescribeInstances"] == 2
     assert operations["Query"] <= 3
+    # (the hooks read once per group and sweep, whose timeouts time the open actions' heartbeats: not per lifecycle)
+    assert operations["DescribeLifecycleHooks"] == 1
     per_item = {"ReleaseAddress", "DescribeAddresses"}
     fixed = {op: n for op, n in operations.items() if op not in per_item}
     assert sum(fixed.values()) <= 12, fixed
@@ -102,4 +104,5 @@ def test_a_sweep_of_1000_open_lifecycles_and_500_addresses_costs_pages_and_the_r
     report, operations, seconds = sweep(sweeper, calls)
     assert report["EipsReleasedBySweep"] == 0
     assert operations["DescribeAddresses"] == 1
+    assert operations["DescribeLifecycleHooks"] == 1
     assert operations.total() <= 12, operations
