@@ -168,5 +168,8 @@ def node(
     schedulable: bool = True,
     ready: bool = True,
     shut_down: bool = False,
+    released: bool = False,
 ) -> NodeState:
-    return NodeState(name=name, zone=zone, schedulable=schedulable, ready=ready, shut_down=shut_down)
+    return NodeState(
+        name=name, zone=zone, schedulable=schedulable, ready=ready, shut_down=shut_down, released=released
+    )

@@ -66,6 +66,24 @@ def test_the_node_of_a_stopped_instance_is_neither_unavailable_nor_in_scope() ->
     assert entry.resolved.per_zone.by_zone == {"a": 2}
 
 
+def test_a_node_marked_released_by_its_drain_is_neither_unavailable_nor_in_scope() -> None:
+    # Given 3 nodes in service in zone a, one cordoned by hand, and two kept cordoned by their drains' cleanups,
+    # marked released for their lifecycles (an instance waiting in a Running warm pool, Ready; one ahead of its
+    # scheduled maintenance)
+    nodes = [node(f"a{i}") for i in range(3)] + [node("by-hand", schedulable=False)]
+    nodes += [node("pooled", schedulable=False, released=True)]
+    nodes += [node("maintained", schedulable=False, released=True)]
+
+    # When an owner counting unavailable nodes, with percent limits, records its limits
+    limits = BudgetLimits(Quantity.parse("50%"), Quantity.parse("50%"))
+    entry = owner_limits(limits, count_unavailable=True, nodes=nodes, now=START)
+
+    # Then only the node cordoned by hand is unavailable (as the budget's own mark of a slot given back excuses a
+    # node, for a TTL: a node out of the total takes no slot), and the percents are of the other 4 nodes
+    assert entry.unavailable == (NodeRef(name="by-hand", zone="a"),)
+    assert entry.nodes_in_scope == 4
+
+
 # -- the unavailable nodes an owner records ----------------------------------------------------------------
 
 ZONES = ("a", "b", "c", None)

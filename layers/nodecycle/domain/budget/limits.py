@@ -26,6 +26,12 @@ class NodeState:
     its instance leaves service (terminating, into its warm pool) and the node object lingers until the cloud
     provider deletes it. The budget's own marks of slots given back say the same (:func:`rules.leaving`), but go
     with its ConfigMap; the node's mark outlives a re-creation, so a percent is still of the nodes that serve.
+    Nor is it unavailable, as the budget's mark excuses it (:func:`rules.counted_unavailable`): a node out of the
+    total never takes a slot. The budget's mark lasts a TTL, the node's as long as the node is listed, cordoned:
+    for an instance waiting in a Running warm pool, or ahead of the scheduled maintenance it was drained for,
+    hours or days. Counted, each such node took a slot of every stack counting unavailable nodes a TTL after its
+    release and kept it, as a Stopped pool's would (see ``shut_down``), and the drains behind waited until their
+    global timeouts forced them (tests/integration/budget/test_released_nodes_counting_unavailable.py).
     """
 
     name: str
@@ -37,7 +43,7 @@ class NodeState:
 
     @property
     def unavailable(self) -> bool:
-        return not self.shut_down and not (self.schedulable and self.ready)
+        return not (self.shut_down or self.released) and not (self.schedulable and self.ready)
 
 
 @dataclass(frozen=True)
