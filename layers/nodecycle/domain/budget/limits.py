@@ -28,8 +28,8 @@ class NodeState:
     with its ConfigMap; the node's mark outlives a re-creation, so a percent is still of the nodes that serve.
     Nor is it unavailable, as the budget's mark excuses it (:func:`rules.counted_unavailable`): a node out of the
     total never takes a slot. The budget's mark lasts a TTL, the node's as long as the node is listed, cordoned:
-    for an instance waiting in a Running warm pool, or ahead of the scheduled maintenance it was drained for,
-    hours or days. Counted, each such node took a slot of every stack counting unavailable nodes a TTL after its
+    for an instance waiting in a Running warm pool, or ahead of the scheduled maintenance it was drained for, or
+    a node a rebalance recommendation's cordon left (its pods still running), hours or days. Counted, each such node took a slot of every stack counting unavailable nodes a TTL after its
     release and kept it, as a Stopped pool's would (see ``shut_down``), and the drains behind waited until their
     global timeouts forced them (tests/integration/budget/test_released_nodes_counting_unavailable.py).
     """
