@@ -24,9 +24,10 @@ MAX_DELAY = 900  # SQS DelaySeconds limit: longer waits are chained
 
 def waits_for_slot(record: LifecycleRecord) -> bool:
     """A lifecycle a freed budget slot may move on: a waiter, or a drain paused because it lost its slot
-    (it asks for it back with precedence, and must not sit idle until its retry once one is free)."""
+    (it asks for it back with precedence, and must not sit idle until its retry once one is free): at its poll, or
+    at its cordon again (its node uncordoned under it, or registered again)."""
     return record.step is Step.ACQUIRE_SLOT or (
-        record.step is Step.EVICT and record.drain_paused_at is not None
+        record.step in (Step.EVICT, Step.CORDON) and record.drain_paused_at is not None
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -212,6 +212,10 @@ class Cordon:
             log.info("adopting node %s: in progress with no owner", node.name)
         set_on_node = self._set_on_node(node, record)
         started, deadline = self._drain_time(record, node, now)
+        if record.drain_paused_at is not None:
+            # Paused for a lost slot (here, or at the eviction's poll that sent it here): not drain time, up to where
+            # the timeout policy must still act before the global timeout, as the eviction's poll counts it
+            deadline = min(deadline + (now - record.drain_paused_at), _deadline_cap(record, self._policy))
         if Step.ACQUIRE_SLOT in record.plan:
             # The slot is confirmed in the document as it is now before the node is touched (invariants 1, 8):
             # the ConfigMap deleted and created again since the grant is seeded from the nodes nodecycle claimed,
@@ -220,7 +224,16 @@ class Cordon:
             # else waits in line, not cordoned. Asked again after a refusal, polls apart, this renews the slot
             # as a drain's polls renew it. (Between this read and the PATCH a re-creation and another node's
             # grant would still fit, milliseconds: the first poll renews the slot before any eviction.)
-            request = _slot_request(record, node.name, node.zone, **_precedence(record, now, self._policy))
+            # A drain in progress cordoning its node again (uncordoned under it, or registered again: see Evict._poll)
+            # asks as the eviction's polls ask: in progress, from its place in line since its pause if it is paused.
+            # Asked as a first cordon, a slot lost here put it in line behind every node not yet touched that asked
+            # first, and its wait counted against its timeout (invariant 9: see below)
+            again = record.drain_started_at is not None
+            request = _slot_request(
+                record, node.name, node.zone, in_progress=again, **_precedence(record, now, self._policy)
+            )
+            if again:
+                request = replace(request, waiting_since=record.drain_paused_at)
             try:
                 renewed = self._slots.renew(request)
             except Refused as refusal:
@@ -255,6 +268,19 @@ class Cordon:
             if renewed.reason is SlotReason.RELEASED:
                 # (this lifecycle gave its slot back already: a late delivery, whose commit loses; nothing lost)
                 return Outcome.wait(self._policy.budget_retry_seconds, **found)
+            if not renewed.granted and again:
+                # Paused where it is, as the eviction's poll pauses a drain that lost its slot: its wait is not drain
+                # time. Sent back to the slot's ask instead, it kept its start and deadline, and once it had a slot
+                # again the time it waited was gone from its timeout (its pods forced at once, past it).
+                if record.drain_paused_at is None:
+                    log.warning(
+                        "lost the budget slot of node %s while cordoning it again: pausing the drain",
+                        node.name,
+                    )
+                    self._metrics.count("BudgetSlotsLost")
+                return Outcome.wait(
+                    self._policy.budget_retry_seconds, drain_paused_at=record.drain_paused_at or now, **found
+                )
             if not renewed.granted:
                 log.warning("lost the budget slot of node %s before its cordon: waiting for one", node.name)
                 self._metrics.count("BudgetSlotsLost")
@@ -304,7 +330,9 @@ class Cordon:
             f"Cordoned by nodecycle ({record.owner}) for {_cause(record)}: "
             f"{_what_then(record, deadline, self._policy.on_timeout)}",
         )
-        return Outcome.next(drain_started_at=started, drain_deadline=deadline, **found)
+        # (a pause over: its time is in the deadline)
+        paused: dict[str, Any] = {} if record.drain_paused_at is None else {"drain_paused_at": None}
+        return Outcome.next(drain_started_at=started, drain_deadline=deadline, **paused, **found)
 
     def _unrenewed(
         self, record: LifecycleRecord, found: dict[str, Any], now: datetime, error: TransientError | Refused
