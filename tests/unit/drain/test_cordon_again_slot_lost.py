@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
+from nodecycle.domain.dispatch import waits_for_slot
 from nodecycle.domain.engine import advance
 from nodecycle.domain.model import Step, Transition
 from tests.support.fakes import T0
@@ -63,3 +64,16 @@ def test_a_drain_in_progress_that_finds_its_slot_lost_at_its_cordon_again_pauses
     assert outcome.changes["drain_started_at"] == T0
     assert outcome.changes["drain_deadline"] == T0 + timeout + timedelta(minutes=10)
     assert outcome.changes["drain_paused_at"] is None
+
+
+def test_a_drain_paused_at_its_cordon_is_woken_by_a_freed_slot() -> None:
+    # Given a drain in progress paused at its cordon again, and one at its first cordon (not waiting: it holds its
+    # slot)
+    paused = terminating(
+        Step.CORDON, node=NODE, drain_started_at=T0, drain_paused_at=T0 + timedelta(minutes=5)
+    )
+    first = terminating(Step.CORDON, node=NODE)
+
+    # Then a slot freed moves the paused one on (its wake-up is sent), as a drain paused at its poll
+    assert waits_for_slot(paused)
+    assert not waits_for_slot(first)
