@@ -46,16 +46,19 @@ NODES = {
     "d1": ("green", "d"),
 }
 NODE_NAMES = sorted(NODES)
-STATES = ("ready", "cordoned", "not-ready", "shut-down", "deleted")
+# "released": kept cordoned by its drain's cleanup, marked released for its lifecycle (nodecycle.io/released-for: an
+# instance waiting in a Running warm pool, Ready), out of every owner's scope and unavailable count
+STATES = ("ready", "cordoned", "not-ready", "shut-down", "released", "deleted")
 
 
 def state_of(name: str, state: str) -> NodeState:
     return NodeState(
         name=name,
         zone=NODES[name][1],
-        schedulable=state not in ("cordoned",),
+        schedulable=state not in ("cordoned", "released"),
         ready=state not in ("not-ready", "shut-down"),
         shut_down=state == "shut-down",
+        released=state == "released",
     )
 
 
@@ -118,7 +121,10 @@ class ScopeMachine(RuleBasedStateMachine):
         if self.counting[owner]:
             skip = set(taken) | rules.leaving(doc)
             for state in self.caches[owner].nodes:
-                if state.unavailable and state.name not in skip:
+                # (written out here, not NodeState.unavailable: neither a stopped instance's node nor one its drain
+                # released is a disruption the budget counts)
+                down = not (state.schedulable and state.ready) and not (state.shut_down or state.released)
+                if down and state.name not in skip:
                     taken[state.name] = state.zone
         return taken
 
@@ -180,7 +186,9 @@ class ScopeMachine(RuleBasedStateMachine):
         request = self.request(node, in_progress=in_progress, urgent_at=urgent_at)
         decision = self.write(owner, lambda: (budget.renew if renewing else budget.acquire)(request))
         if decision.granted:
-            self.states[node] = "cordoned" if self.states[node] == "ready" else self.states[node]
+            # (its claim takes a released node's mark off)
+            claimed = self.states[node] in ("ready", "released")
+            self.states[node] = "cordoned" if claimed else self.states[node]
 
     @rule(node=st.sampled_from(NODE_NAMES))
     def forced(self, node: str) -> None:
@@ -189,14 +197,16 @@ class ScopeMachine(RuleBasedStateMachine):
         owner = NODES[node][0]
         self.write(owner, lambda: self.budgets[owner].acquire(self.request(node, force=True)))
 
-    @rule(node=st.sampled_from(NODE_NAMES), drained=st.booleans())
-    def release(self, node: str, drained: bool) -> None:
+    @rule(node=st.sampled_from(NODE_NAMES), drained=st.booleans(), pooled=st.booleans())
+    def release(self, node: str, drained: bool, pooled: bool) -> None:
         owner = NODES[node][0]
         record = self.request(node).record_id
         self.write(owner, lambda: self.budgets[owner].release(node, record))
         self.lifecycles[node] += 1
         if drained and self.states[node] != "deleted":
-            self.states[node] = "deleted"  # its instance terminated: the node object goes (later, at random)
+            # its instance terminated: the node object goes (later, at random); or into a Running warm pool: the node
+            # stays, Ready, cordoned and marked released for as long as it waits there
+            self.states[node] = "released" if pooled else "deleted"
 
     @rule(node=st.sampled_from(NODE_NAMES), rival=st.sampled_from(NODE_NAMES))
     def ask_racing_another_writer(self, node: str, rival: str) -> None:
