@@ -223,7 +223,10 @@ def counted_unavailable(doc: BudgetDocument, limits: OwnerLimits) -> dict[str, s
     instance, the sweeper, an operator's release of a stuck holder) leaves a drain that may still run, and its
     cordoned node unavailable, even when lifecycles that held the node before it gave it back; until the next
     mark naming a lifecycle (any lifecycle of the owner cleaning up on the node, a late delivery of an earlier
-    one's cleanup too) excuses the node again for a TTL, as docs/design.md says."""
+    one's cleanup too) excuses the node again for a TTL, as docs/design.md says. (The nodes ``limits`` records are
+    already without those their nodes say are released: see ``NodeState.released``. The stop of an instance marks its
+    node so as it removes its slot: its capacity is gone with the stop, as the cloud provider's shutdown taint then
+    says too, and what its drain may still do there takes nothing more.)"""
     skip = {h.node for h in doc.holders} | leaving(doc)
     return {n.name: n.zone for n in limits.unavailable if n.name not in skip}
 
