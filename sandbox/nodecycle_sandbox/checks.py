@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from nodecycle_sandbox.aws.records import TERMINATING, ActionRecord
 from nodecycle_sandbox.kube import HistoryEntry
+from nodecycle_sandbox.kube.meta import parse_rfc3339
 
 
 @dataclass(frozen=True)
@@ -112,15 +113,16 @@ def last_pod_gone(history: Sequence[HistoryEntry], node: str) -> float | None:
     cordon's time here is the API server's own write, exact: nodecycle, which reads only stamped seconds, waits
     for the pods of a margin after it too, never for fewer."""
     cordoned = _last_cordon(history, node)
-    born: dict[str, float] = {}  # a pod (its uid, else its name) -> the time of its first write: its creation
+    born: dict[str, float] = {}  # a pod (its uid, else its name) -> its creation
     present: dict[str, float] = {}
     gone_at = 0.0
     for entry in history:
         if entry.kind != "Pod":
             continue
         key = f"{entry.namespace}/{entry.name}"
-        pod = str((entry.object.get("metadata") or {}).get("uid") or key)
-        answered = cordoned is None or born.setdefault(pod, entry.time) < cordoned
+        meta = entry.object.get("metadata") or {}
+        pod = str(meta.get("uid") or key)
+        answered = cordoned is None or born.setdefault(pod, _created(meta, entry.time)) < cordoned
         if entry.removed:
             born.pop(pod, None)  # (a pod of the same name created again is another)
         on_node = (entry.object.get("spec") or {}).get("nodeName") == node and _drainable(entry.object)
@@ -130,6 +132,14 @@ def last_pod_gone(history: Sequence[HistoryEntry], node: str) -> float | None:
             del present[key]
             gone_at = entry.time
     return None if present else gone_at
+
+
+def _created(meta: Mapping[str, object], seen: float) -> float:
+    """A pod's creation: its creationTimestamp (whole seconds, cut: a pod created in the second of a cordon counts
+    as before it, as nodecycle's margin does), else when ``history`` first saw it (a history reset since its
+    creation sees it later than it was made)."""
+    stamp = meta.get("creationTimestamp")
+    return parse_rfc3339(stamp) if isinstance(stamp, str) else seen
 
 
 def _last_cordon(history: Sequence[HistoryEntry], node: str) -> float | None:
