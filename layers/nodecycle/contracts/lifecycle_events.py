@@ -13,9 +13,17 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
 
 from nodecycle.contracts.eventbridge import EventBridgeEnvelope
 from nodecycle.contracts.times import AwsTime
@@ -89,6 +97,20 @@ class TestNotification(BaseModel):
     RequestId: str | None = None
 
 
+def _metadata_text(value: object) -> object:
+    """A hook's NotificationMetadata as text, however its event carries it. EventBridge carries metadata that is a
+    JSON object as that object, not as its text (rules match keys inside it; handlers index it), a hook's
+    notification on a queue as the text: either is the same metadata, kept as compact JSON text. nodecycle reads
+    nothing in it: refused, the action of every hook with JSON metadata was dropped as invalid, its node drained
+    only once the sweeper adopted the action. (Anything JSON cannot write back is left for the model to refuse.)"""
+    if value is None or isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return value
+
+
 class _LifecycleFields(BaseModel):
     """The fields of a lifecycle action, common to both delivery shapes."""
 
@@ -104,7 +126,10 @@ class _LifecycleFields(BaseModel):
     LifecycleHookName: str = Field(min_length=1, max_length=255)
     EC2InstanceId: str = Field(pattern=INSTANCE_ID)
     LifecycleTransition: Transition
-    NotificationMetadata: str | None = Field(None, max_length=1023)
+    # (its text at most as long as Auto Scaling lets it be, JSON carried as a value included: see _metadata_text)
+    NotificationMetadata: Annotated[str | None, BeforeValidator(_metadata_text)] = Field(
+        None, max_length=1023
+    )
     Origin: str | None = Field(None, max_length=255)
     Destination: str | None = Field(None, max_length=255)
 

@@ -4,6 +4,7 @@ an SNS topic puts on a subscribed queue for one (the body in its envelope, unles
 from __future__ import annotations
 
 import base64
+import json
 import os
 import time
 import uuid
@@ -23,6 +24,20 @@ def _iso(at: float, *, millis: bool) -> str:
     if millis:
         return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _as_eventbridge_writes(metadata: str) -> Any:
+    """A hook's NotificationMetadata as its EventBridge event carries it: metadata that is a JSON object (or array)
+    as that JSON value, not as its text, any other metadata as its text. Public code written against AWS reads it
+    so: rules whose patterns match keys inside ``detail.NotificationMetadata`` (which EventBridge matches in JSON
+    objects only), handlers that index ``event["detail"]["NotificationMetadata"]["key"]``, sample events with
+    ``"NotificationMetadata": {}``. A hook's notification on an SQS queue carries the text, as the hook holds it
+    (``sqs_lifecycle_body``)."""
+    try:
+        value = json.loads(metadata)
+    except ValueError:
+        return metadata
+    return value if isinstance(value, (dict, list)) else metadata
 
 
 def eventbridge_event(
@@ -48,7 +63,7 @@ def eventbridge_event(
         "LifecycleTransition": transition,
     }
     if metadata is not None:
-        detail["NotificationMetadata"] = metadata
+        detail["NotificationMetadata"] = _as_eventbridge_writes(metadata)
     detail["Origin"] = origin
     detail["Destination"] = destination
     return {

@@ -54,10 +54,35 @@ def test_a_hook_without_target_sends_eventbridge_events_of_the_real_shape(aws: E
         "LifecycleHookName": "drain",
         "EC2InstanceId": victim,
         "LifecycleTransition": TERMINATING,
-        "NotificationMetadata": '{"pool":"a"}',
+        # (metadata that is a JSON object comes as that object, not as its text)
+        "NotificationMetadata": {"pool": "a"},
         "Origin": "AutoScalingGroup",
         "Destination": "EC2",
     }
+
+
+@pytest.mark.parametrize(
+    ("metadata", "carried"),
+    [
+        ("drain-timeout=600", "drain-timeout=600"),
+        ('["a", 1]', ["a", 1]),
+        ("42", "42"),
+        ("{not json", "{not json"),
+    ],
+)
+def test_an_eventbridge_event_carries_json_object_metadata_as_json_and_any_other_as_text(
+    aws: Emulation, metadata: str, carried: object
+) -> None:
+    # Given a group with a terminate hook carrying metadata that is plain text, a JSON array, a JSON number, or
+    # text that looks like JSON and is not
+    group = aws.group(HookSpec("drain", TERMINATING, 60, "CONTINUE", metadata=metadata), size=1)
+
+    # When an instance terminates
+    group.terminate(group.in_state("InService")[0])
+
+    # Then its event carries a JSON object or array as that value, anything else as the hook's text
+    (event,) = aws.bus.events
+    assert event["detail"]["NotificationMetadata"] == carried
 
 
 def test_an_sqs_hook_gets_a_test_notification_then_flat_lifecycle_bodies(aws: Emulation) -> None:

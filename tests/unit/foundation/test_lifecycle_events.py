@@ -154,3 +154,43 @@ def test_a_transition_that_contradicts_the_detail_type_is_rejected() -> None:
     with pytest.raises(InvalidLifecycleEvent, match="does not match detail-type") as raised:
         from_eventbridge(event)
     assert raised.value.reason == "unknown-transition"
+
+
+@pytest.mark.parametrize(
+    ("carried", "text"),
+    [
+        ({"pool": "general", "drain": {"timeout": 600}}, '{"pool":"general","drain":{"timeout":600}}'),
+        (["général", 1], '["général",1]'),
+        ({}, "{}"),
+        (True, "true"),  # (whether EventBridge carries a scalar so is not known: read either way)
+        ("drain-timeout=600", "drain-timeout=600"),
+    ],
+)
+def test_metadata_eventbridge_carries_as_json_is_kept_as_its_text(carried: object, text: str) -> None:
+    # Given an EventBridge event of a hook whose metadata is JSON, carried as that JSON value (as EventBridge does)
+    event = load_event("eventbridge-terminate.json")
+    event["detail"]["NotificationMetadata"] = carried
+
+    # When it is read, directly or off a queue, Then the action is taken in, its metadata as compact JSON text
+    assert from_eventbridge(event).notification_metadata == text
+    parsed = from_sqs_body(json.dumps(event))
+    assert isinstance(parsed, LifecycleEvent)
+    assert parsed.notification_metadata == text
+
+
+@pytest.mark.parametrize(
+    "carried",
+    [{"x": "y" * 1_100}, [float("nan")]],
+    ids=["longer than a hook's metadata", "not JSON"],
+)
+def test_metadata_no_hook_could_carry_is_refused_naming_it(carried: object) -> None:
+    # Given an event (by the queue, where anyone allowed to send writes it) whose metadata no hook could hold:
+    # longer as text than Auto Scaling lets metadata be, or a value JSON cannot write back
+    event = load_event("eventbridge-terminate.json")
+    event["detail"]["NotificationMetadata"] = carried
+
+    # When it is read, Then it is refused as invalid, naming the field
+    with pytest.raises(InvalidLifecycleEvent) as refused:
+        from_eventbridge(event)
+    assert refused.value.reason == "invalid-field"
+    assert "NotificationMetadata" in str(refused.value)
