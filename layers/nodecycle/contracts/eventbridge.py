@@ -35,4 +35,7 @@ class EventBridgeEnvelope(BaseModel):
     resources: list[str]
     detail_type: str = Field(alias="detail-type")
     detail: Any
-    replay_name: str | None = Field(None, alias="replay-name")
+    # An archive's replay's name, as EventBridge lets one be (1 to 64 of these characters: the Replay API's). Not
+    # bounded, a forged one by the queue went whole into the warning that refuses its disruption: a line past what
+    # CloudWatch Logs keeps of an event (256 KB), cut with its JSON.
+    replay_name: str | None = Field(None, alias="replay-name", pattern=r"^[.\-_A-Za-z0-9]{1,64}$")

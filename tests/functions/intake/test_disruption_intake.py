@@ -440,6 +440,27 @@ def test_a_disruption_an_archive_replays_is_refused(
     assert metric(capsys.readouterr().out, "LifecycleEventsRejected", reason="replayed") == 1
 
 
+def test_a_replay_name_no_eventbridge_replay_has_is_refused_and_its_lines_stay_within_a_log_event(
+    intake_fn: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a Spot warning of a running instance of a managed group sent to the intake queue (anyone allowed to send
+    # to it writes what it likes, up to 1 MiB) marked with a replay's name of 300,000 characters (EventBridge names
+    # a replay in at most 64)
+    instance = launch()
+    event = ec2_event("eventbridge-spot-interruption.json", instance)
+    event["replay-name"] = "r" * 300_000
+
+    # When intake takes the record in
+    assert intake_fn.handler(sqs_event(event), LambdaContext()) == {"batchItemFailures": []}
+
+    # Then it is refused naming the field, nothing drained, and no line it logs is cut by CloudWatch Logs (which
+    # keeps 256 KB of an event: a longer line loses its end, its JSON with it)
+    assert records() == []
+    output = capsys.readouterr().out
+    assert metric(output, "LifecycleEventsRejected", reason="invalid-field") == 1
+    assert max(len(line.encode()) for line in output.splitlines()) < 16_000
+
+
 def test_a_rebalance_recommendation_older_than_any_delivery_is_refused(
     intake_fn: ModuleType, stack: Stack, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
