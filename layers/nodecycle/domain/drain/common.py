@@ -4,6 +4,7 @@ wake-ups, the node of the instance."""
 from __future__ import annotations
 
 import logging
+import math
 import random
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
@@ -127,6 +128,19 @@ def _wake(dispatcher: Dispatcher, waiters: Iterable[str]) -> None:
             dispatcher.wake(waiter)
         except TransientError as error:
             log.warning("could not wake waiter %s (it asks for the slot at its retry): %s", waiter, error)
+
+
+def _until_deadline(wait: float, deadline: datetime, now: datetime) -> float:
+    """``wait`` (a poll's, a refused call's), but no later than ``deadline`` while it is still ahead (at least a
+    second, rounded up so that the next look falls at or just past it): there the drain's timeout policy acts. A
+    poll interval counted from wherever the last poll before it fell (up to ``DrainPollSeconds``, 300 s) acted
+    that much past it, the slot held that much longer than invariant 10 allows (its timeout + force grace + a
+    margin), and with the deadline capped near the global timeout (``_deadline_cap``, whose tail counts no poll)
+    the engine's guard completed the action before the policy applied (invariant 2)."""
+    left = (deadline - now).total_seconds()
+    if left <= 0:
+        return wait
+    return min(wait, max(1.0, float(math.ceil(left))))
 
 
 def _tail(policy: DrainPolicy) -> timedelta:
@@ -275,7 +289,9 @@ def _refused_while_time_runs(
     if marker not in extra:  # told once per drain: it is asked again at every poll
         reason, message = told
         events.on_node(node, uid, reason, message, warning=True)
-    return Outcome.wait(policy.poll_seconds, **{**found, "extra": {**extra, marker: since}})
+    # (asked again at the deadline at the latest, where the drain is settled: see _until_deadline)
+    wait = _until_deadline(policy.poll_seconds, deadline, now)
+    return Outcome.wait(wait, **{**found, "extra": {**extra, marker: since}})
 
 
 def _backing_off(

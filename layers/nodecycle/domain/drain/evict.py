@@ -25,6 +25,7 @@ from nodecycle.domain.drain.common import (
     _seen,
     _slot_request,
     _the_instances,
+    _until_deadline,
     _wake,
 )
 from nodecycle.domain.drain.pod_notes import BLOCKED, DELETION, FAILING, PodNotes
@@ -604,8 +605,10 @@ class Evict:
         extra = notes.into({**record.extra, POLLS: polls + 1})
         if ending:
             extra[ENDING_NAMESPACES] = sorted(ending)
+        # (the next look no later than the deadline, where the timeout policy acts: see _until_deadline)
+        wait = _until_deadline(max(_poll_delay(polls, policy.poll_seconds), asked_wait), deadline, now)
         return Outcome.wait(
-            max(_poll_delay(polls, policy.poll_seconds), asked_wait),
+            wait,
             pods_evicted=record.pods_evicted + evicted,
             extra=extra,
             **changes,
