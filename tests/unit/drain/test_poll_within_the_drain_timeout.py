@@ -71,3 +71,22 @@ def test_the_force_policy_acts_at_the_drain_timeout_whatever_the_poll_interval()
     completed = ran.done.completed_at
     assert completed is not None
     assert completed <= DEADLINE + timedelta(seconds=10 + 20), completed - DEADLINE
+
+
+def test_a_drain_whose_pods_cannot_be_listed_past_its_timeout_ends_at_the_force_grace_and_its_slack() -> None:
+    # Given the same drain past its timeout, the list of its pods failing (an overloaded etcd: 504s), forced a
+    # moment ago on what could be known (nothing: no pod could be named)
+    cluster = FakeCluster(nodes={NODE: node()}, pods=[pod("db-0")], pods_failing="HTTP 504", now=DEADLINE)
+    step = evict(cluster, drain_poll_seconds=POLL, budget_holder_ttl_seconds=TTL)
+    first = step(draining(extra={"polls": 9}), DEADLINE)
+    assert first.again
+    forced_at = first.changes["forced_at"]
+
+    # When it looks again as it asked
+    record = draining(extra={"polls": 9}, forced_at=forced_at)
+    at = DEADLINE + timedelta(seconds=first.delay)
+    outcome = step(record, at)
+
+    # Then it is over once the force grace and its slack (10 s + 60 s) are, not a whole poll interval later
+    assert outcome.changes["outcome"] == "drain-timeout-unlisted"
+    assert at <= forced_at + timedelta(seconds=10 + 60 + 2), at - forced_at

@@ -887,7 +887,11 @@ class Evict:
         if policy.on_timeout is TimeoutPolicy.CONTINUE or now > self._force_ends(forced_at):
             log.error("the pods of node %s cannot be listed past the drain's timeout: going on", record.node)
             return self._drained(record, now, "drain-timeout-unlisted", **changes)
-        return Outcome.wait(policy.poll_seconds, forced_at=forced_at, **changes)
+        # (looked at again no later than just past where the force stops waiting, whatever the poll interval: a
+        # 300 s poll held the slot that long past the force grace and its slack)
+        ends = (self._force_ends(forced_at) - now).total_seconds() + 1
+        wait = max(1.0, min(float(policy.poll_seconds), ends))
+        return Outcome.wait(wait, forced_at=forced_at, **changes)
 
     def _tell_timeout(self, record: LifecycleRecord, what: str) -> None:
         """The drain's timeout, counted and told on the node once (when the timeout policy first acts)."""
