@@ -599,6 +599,10 @@ class StepEngine:
         if draining(record.step):
             delay = min(delay, DRAIN_RETRY_CAP_SECONDS)
             left = record.drain_deadline - now if record.drain_deadline is not None else None
+            if left is not None and left > timedelta(0):
+                # (tried again at its deadline at the latest, where the drain's timeout policy acts: up to
+                # a second past it, as its polls look: see drain.common.LOOK_SLACK)
+                delay = min(delay, max(1.0, math.ceil(left.total_seconds())))
         attempts = record.attempts + 1
         if isinstance(error, TransientError) and not isinstance(error, AccessRefused):
             # A server that said when to come back (a 429's Retry-After) is not asked sooner, as client-go

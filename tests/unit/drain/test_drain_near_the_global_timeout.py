@@ -185,3 +185,46 @@ def test_a_node_forced_into_the_budget_near_its_global_timeout_gets_its_whole_lo
     drained_at = datetime.fromisoformat(done.extra["drained_at"])
     assert (done.completed_at - drained_at).total_seconds() >= 300
     assert done.outcome == "drain-timeout-forced"
+
+
+def capped_drain() -> tuple[LifecycleRecord, datetime]:
+    """A drain whose deadline is capped where its timeout policy must still act before the global timeout (one that
+    waited long for its slot: that wait is not drain time), at its polls; and when it started."""
+    cap = terminating(Step.EVICT).global_deadline - _tail(policy())
+    start = cap - timedelta(seconds=600)
+    record = terminating(
+        Step.EVICT, node=NODE, drain_started_at=start, drain_deadline=cap, extra={"polls": 1}
+    )
+    return record, start
+
+
+def test_a_capped_drain_whose_forced_deletes_are_refused_ends_by_its_own_policy_not_the_guard() -> None:
+    # Given a capped drain whose pod a PodDisruptionBudget without room protects, and whose delete an admission
+    # webhook denies: the force policy asks it again until the force grace and its minute are over
+    record, start = capped_drain()
+    cluster = KubeletCluster(
+        nodes={NODE: node()},
+        pods=[pod("db-0")],
+        blocked={"db-0"},
+        undeletable={"db-0": "admission webhook denied the request"},
+        now=start,
+    )
+
+    # When the engine drives it to its completion
+    done = run(record, start, cluster, FakeSlots(holders={NODE}, clock=FakeClock(start))).done
+
+    # Then the drain ends as its policy says, within the tail its cap left it, not by the engine's guard (which
+    # pages: GlobalTimeoutsNear) the moment the force's wait was over
+    assert done.outcome == "drain-timeout-forced-incomplete"
+
+
+def test_a_capped_drain_whose_pods_cannot_be_listed_ends_by_its_own_policy_not_the_guard() -> None:
+    # Given a capped drain whose pods cannot be listed (an overloaded etcd: 504s) from before its timeout on
+    record, start = capped_drain()
+    cluster = KubeletCluster(nodes={NODE: node()}, pods=[pod("db-0")], pods_failing="HTTP 504", now=start)
+
+    # When the engine drives it to its completion
+    done = run(record, start, cluster, FakeSlots(holders={NODE}, clock=FakeClock(start))).done
+
+    # Then the force waits its grace and minute for a list, and the drain ends so, not by the guard
+    assert done.outcome == "drain-timeout-unlisted"

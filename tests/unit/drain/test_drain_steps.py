@@ -865,9 +865,12 @@ def test_a_cordon_near_the_global_timeout_leaves_the_timeout_policy_time_to_act(
     record = terminating(Step.CORDON, node=NODE)
     late = record.global_deadline - timedelta(minutes=5)
     outcome = cordon(cluster)(record, late)
-    # force grace 5 s + a stuck pod's minute + the engine's guard point: where the sweeper's last run (every
-    # 5 minutes) would settle it, two 60 s heartbeat margins more (later than margin + one fault's 150 s)
-    assert outcome.changes["drain_deadline"] == record.global_deadline - timedelta(seconds=5 + 60 + 300 + 120)
+    # force grace 5 s + a stuck pod's minute + 5 s for the looks at the deadline and the force's end + the engine's
+    # guard point: where the sweeper's last run (every 5 minutes) would settle it, two 60 s heartbeat margins more
+    # (later than margin + one fault's 150 s)
+    assert outcome.changes["drain_deadline"] == record.global_deadline - timedelta(
+        seconds=5 + 60 + 5 + 300 + 120
+    )
 
 
 def test_a_node_another_owner_drains_is_left_alone_until_our_drain_timeout() -> None:
@@ -2378,9 +2381,10 @@ def test_a_terminate_hook_waits_for_a_stuck_disruption_drain_no_longer_than_a_dr
     cluster, slots = FakeCluster(nodes={NODE: node()}, pods=[pod("web-1")]), FakeSlots(room=1)
     step = acquire_after(records, cluster, slots)
     hook = terminating(Step.ACQUIRE_SLOT)
-    # a drain begun at T0 takes at most its timeout, the force policy's grace, a stuck pod's minute, and the
-    # margin before the global timeout (the load balancer delay is 0 here)
-    ends = T0 + timedelta(seconds=600 + 5 + 60 + 420)
+    # a drain begun at T0 takes at most its timeout, the force policy's grace, a stuck pod's minute, 5 s for the
+    # looks at its deadline and the force's end, and the margin before the global timeout (the load balancer delay
+    # is 0 here)
+    ends = T0 + timedelta(seconds=600 + 5 + 60 + 5 + 420)
 
     # While that drain could still be running (in its force phase, say), the hook waits for it
     assert step(hook, ends).again

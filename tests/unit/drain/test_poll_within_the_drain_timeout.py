@@ -11,11 +11,33 @@ the engine's guard completed the action before the timeout policy applied (invar
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
-from tests.support.fakes import T0, FakeClock
+from nodecycle.domain.completion import SettleResults
+from nodecycle.domain.engine import EngineTiming, Outcome, StepEngine
+from nodecycle.domain.errors import TransientError
+from nodecycle.domain.flow import Worker
+from nodecycle.domain.model import LifecycleRecord, Step
+from nodecycle.domain.ports.lifecycle import WorkMessage
+from tests.support.fakes import (
+    T0,
+    FakeAutoscaling,
+    FakeClock,
+    FakeMetrics,
+    InMemoryRecords,
+    RecordingQueues,
+)
 from tests.unit.drain.test_drain_near_the_global_timeout import KubeletCluster, run
-from tests.unit.drain.test_drain_steps import NODE, FakeCluster, FakeSlots, draining, evict, node, pod
+from tests.unit.drain.test_drain_steps import (
+    NODE,
+    FakeCluster,
+    FakeSlots,
+    draining,
+    evict,
+    node,
+    pod,
+    settings,
+)
 
 DEADLINE = T0 + timedelta(seconds=600)  # (``draining``'s)
 POLL, TTL = "300", "1200"  # a drain polling every 300 s (the holder TTL must cover 3 polls)
@@ -90,3 +112,45 @@ def test_a_drain_whose_pods_cannot_be_listed_past_its_timeout_ends_at_the_force_
     # Then it is over once the force grace and its slack (10 s + 60 s) are, not a whole poll interval later
     assert outcome.changes["outcome"] == "drain-timeout-unlisted"
     assert at <= forced_at + timedelta(seconds=10 + 60 + 2), at - forced_at
+
+
+def test_a_drain_step_that_fails_just_before_its_timeout_is_tried_again_at_the_timeout() -> None:
+    # Given a drain 2 s before its timeout whose poll fails (a 504 of an overloaded API server), its retries backed
+    # off to the drain's cap (5 s)
+    config = settings()
+    now = DEADLINE - timedelta(seconds=2)
+    clock = FakeClock(now)
+    records = InMemoryRecords()
+    autoscaling = FakeAutoscaling(clock=clock)
+    autoscaling.kept_alive("token", now)
+    record = draining(attempts=6, verified_at=now).renewed(now).model_copy(update={"due_at": now})
+    records.create(record)
+
+    def failing(record: LifecycleRecord, now: datetime) -> Outcome:
+        raise TransientError("listing the pods: HTTP 504")
+
+    engine = StepEngine(
+        worker=Worker.DRAIN,
+        steps={Step.EVICT: failing},
+        records=records,
+        queues=RecordingQueues(),
+        autoscaling=autoscaling,
+        clock=clock,
+        metrics=FakeMetrics(),
+        timing=EngineTiming(
+            resume_grace=timedelta(seconds=config.resume_grace_seconds),
+            heartbeat_margin=timedelta(seconds=config.heartbeat_margin_seconds),
+            redelivery=timedelta(seconds=config.redelivery_seconds),
+            settle_before=timedelta(seconds=config.settle_before_seconds),
+        ),
+        failure_result=SettleResults(),
+    )
+
+    # When the engine runs it
+    engine.handle(WorkMessage(record_id=record.id, seq=record.seq, step=Step.EVICT))
+
+    # Then it is tried again at the drain's timeout, where its timeout policy acts, not up to 5 s past it
+    retried = records.get(record.id)
+    assert retried is not None
+    assert retried.attempts == 7
+    assert retried.due_at <= DEADLINE, retried.due_at - DEADLINE

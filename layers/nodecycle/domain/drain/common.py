@@ -36,6 +36,12 @@ log = logging.getLogger(__name__)
 STUCK_AFTER = timedelta(seconds=60)
 # A Spot instance's drain ends this long before the interruption: a pod's grace never reaches past it
 SPOT_MARGIN = timedelta(seconds=10)
+# In a drain's tail (see _tail): its looks at what it waits for come up to a second past where they are due (its
+# deadline, the end of the force's wait: rounded up to whole seconds, so that they fall at or past it), each
+# delivered and run a moment later. Without it a drain whose deadline was capped, its forced deletes refused or
+# its pods unlisted, ended a second or two after the point where the engine's guard completes the action: the
+# guard took it (global-timeout-near, its alarm paged) every time.
+LOOK_SLACK = timedelta(seconds=5)
 ADOPT_FROM = (
     "adopt_from"  # record.extra key: the owner whose stale claim on the node this lifecycle takes over
 )
@@ -144,12 +150,14 @@ def _until_deadline(wait: float, deadline: datetime, now: datetime) -> float:
 
 
 def _tail(policy: DrainPolicy) -> timedelta:
-    """What a drain needs after its timeout: the force policy's grace, a stuck pod's margin, the load balancer
-    delay waited once the node is empty, and the margin before the action's global timeout at which the
-    engine completes it whatever happens."""
+    """What a drain needs after its timeout: the force policy's grace, a stuck pod's margin (the force's wait
+    for its deletes: FORCED_POD_SLACK, as long), the slack of the looks at its deadline and at that wait's end
+    (LOOK_SLACK), the load balancer delay waited once the node is empty, and the margin before the action's
+    global timeout at which the engine completes it whatever happens."""
     return (
         timedelta(seconds=policy.force_grace)
         + STUCK_AFTER
+        + LOOK_SLACK
         + policy.lb_deregistration_delay
         + policy.settle_margin
     )

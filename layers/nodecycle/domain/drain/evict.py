@@ -866,6 +866,9 @@ class Evict:
         given_up = max(deadlines + ([now + grace] if forced else [])) + FORCED_STOP_SLACK - now
         if given_up >= timedelta(0):
             poll = min(poll, given_up.total_seconds() + 1)
+        # (and no later than just past where the force stops waiting: a poll of the force grace and 11 s looked
+        # up to as long past it, the drain's end past its tail, where the guard had completed the action)
+        poll = max(1.0, min(poll, until.total_seconds() + 1))
         wait = max(poll, retry_after_wait(retry_after, until))
         return Outcome.wait(wait, forced_at=forced_at, extra=extra, **changes)
 
