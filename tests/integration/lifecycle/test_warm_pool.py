@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from nodecycle.domain.drain.cleanup import POOL_IDLE, POOL_WATCH, POOL_WATCH_SECONDS
+from nodecycle.domain.drain.common import NODE_SEEN
 from nodecycle.domain.model import LifecycleRecord, Step, Transition, adopted_token
 from nodecycle.domain.ports.cluster import RELEASED_FOR_ANNOTATION
 from nodecycle_sandbox import Sandbox
@@ -506,6 +507,50 @@ def test_a_scale_in_into_a_running_pool_keeps_the_ready_node_cordoned_until_its_
             "the wake lane's invocation that lifted the cordon",
         )
         assert finished.outcome == "drained"
+
+
+def test_a_node_waiting_in_a_running_pool_keeps_its_cordon_through_a_kubelet_outage() -> None:
+    # Given a running pool that takes instances back, and nodes that turn NotReady 3 s after their kubelet is gone
+    with running(size=3, warm_pool=TAKES_BACK_RUNNING, node_monitor_grace=3) as sandbox:
+        # When the group scales in by one: the instance waits in the pool running, its node drained, Ready and
+        # cordoned, watched by the lifecycle that took it there
+        sandbox.asg.set_desired(2)
+        instance, _, node, _ = scaled_in_to_pool(sandbox, "Warmed:Running")
+        record = wait_for(
+            lambda: (r := find_record(sandbox, instance)) is not None and r.extra.get(POOL_WATCH) and r,
+            30,
+            "the cleanup watching the pool",
+        )
+        assert cordoned(node_object(sandbox, node))
+
+        # When its kubelet is gone for a while (restarted, its runtime or its network down: the instance runs on,
+        # in the pool), until the watch has seen its node NotReady
+        sandbox.kube.kill_kubelet(node, grace_seconds=0)
+        wait_for(lambda: not ready(node_object(sandbox, node)), 30, "the node NotReady")
+        seen = wait_for(
+            lambda: (
+                (r := records(sandbox).get(record.id)) is not None
+                and (r.finished or (r.extra.get(NODE_SEEN) or {}).get("ready") is False)
+                and r
+            ),
+            60,
+            "the watch's look at the NotReady node",
+        )
+
+        # Then the node keeps its cordon and its mark, the watch goes on: the kubelet may come back while the
+        # instance is still out of service (a stopped instance's cannot, until it leaves the pool)
+        assert not seen.finished
+        assert cordoned(node_object(sandbox, node))
+
+        # and once the kubelet is back, its node Ready again, still no workload goes to the instance in the pool
+        sandbox.kube.revive_kubelet(node)
+        wait_for(lambda: ready(node_object(sandbox, node)), 30, "the node Ready again")
+        sandbox.kube.settle(timeout=30)
+        back = node_object(sandbox, node)
+        assert cordoned(back)
+        assert back["metadata"]["annotations"].get(RELEASED_FOR_ANNOTATION) == record.id
+        assert sandbox.asg.pool_instances().get(instance) == "Warmed:Running"
+        assert workload_pods_on(sandbox, node) == []
 
 
 def test_the_sweeper_adopts_a_scale_in_into_a_running_pool_whose_event_intake_lost_and_keeps_the_cordon() -> (

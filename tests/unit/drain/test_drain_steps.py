@@ -1829,6 +1829,34 @@ def test_a_node_waiting_in_a_running_warm_pool_stays_cordoned_until_it_leaves_th
     assert cluster.cordoned == set()
 
 
+@pytest.mark.parametrize("state", ["Warmed:Running", "Warmed:Pending:Proceed"])
+def test_a_node_in_the_warm_pool_whose_kubelet_is_gone_while_its_instance_runs_stays_cordoned(
+    state: str,
+) -> None:
+    # Given our node kept cordoned for an instance that waits in a warm pool running (or is on its way there, not
+    # stopped yet)
+    cluster = FakeCluster(nodes={NODE: node(owner="stack-a", in_progress="{}")}, cordoned={NODE})
+    autoscaling = FakeAutoscaling(states={INSTANCE: state})
+    step = cleanup(cluster, FakeSlots(holders={NODE}), autoscaling)
+    record = terminating(Step.CLEANUP, node=NODE, destination="WarmPool")
+    watching = record.model_copy(update=step(record, T0).changes)
+
+    # When its node is NotReady: its kubelet restarted, its runtime hung, its network cut, the instance running
+    cluster.nodes[NODE] = cluster.nodes[NODE].model_copy(update={"ready": False})
+    looked = step(watching, T0 + timedelta(seconds=60))
+
+    # Then it stays cordoned and marked, the watch going on: that kubelet may be back while the instance is out of
+    # service, its node Ready and schedulable (a stopped instance's is back only once it leaves the pool)
+    assert (looked.again, looked.delay) == (True, POOL_POLL_SECONDS)
+    assert (cluster.cordoned, cluster.nodes[NODE].released_for) == ({NODE}, record.id)
+
+    # and once the instance is stopped in its pool, its node NotReady, the cordon is lifted
+    autoscaling.states[INSTANCE] = "Warmed:Hibernated"
+    lifted = step(watching.model_copy(update=looked.changes), T0 + timedelta(seconds=70))
+    assert (lifted.then, lifted.again) == (None, False)
+    assert (cluster.cordoned, cluster.nodes[NODE].released_for) == (set(), None)
+
+
 def test_a_node_whose_instance_is_terminated_from_the_warm_pool_stays_cordoned() -> None:
     # Given our node kept cordoned for an instance waiting in a running warm pool
     cluster = FakeCluster(nodes={NODE: node(owner="stack-a", in_progress="{}")}, cordoned={NODE})

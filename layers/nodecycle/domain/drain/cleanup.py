@@ -56,6 +56,10 @@ POOL_POLL_SECONDS = 10  # how often a cleanup into the warm pool looks at its no
 # a running pool (PoolState Running): it is looked at less often, until it leaves the pool.
 POOL_WATCH_SECONDS = 15 * 60
 POOL_IDLE_POLL_SECONDS = 60
+# The states of an instance stopped in its warm pool (a Stopped or a Hibernated pool's): its kubelet is back only
+# once Auto Scaling starts it again, as it takes it out of the pool. One that waits there running (Warmed:Running),
+# or is on its way there (Warmed:Pending:Proceed, not stopped yet), has a kubelet that may come back any time.
+STOPPED_IN_POOL = ("Warmed:Stopped", "Warmed:Hibernated")
 # record.extra key: a node drained for scheduled maintenance, its cordon kept, watched since then for the moment
 # the maintenance is over
 MAINTENANCE_WATCH = "maintenance_watch"
@@ -133,7 +137,7 @@ class Cleanup:
     A node comes back uncordoned when its instance is coming back: still in service because the action this
     lifecycle drained for was not Auto Scaling's to end (it was no longer active: completed elsewhere, timed
     out, or never issued) and the instance stayed; or into a warm pool, once nothing can be scheduled on it
-    before it is back in service (see ``_hold``); or after scheduled maintenance (a reboot), once it is over
+    before it is back in service (see ``_hold`` and ``_lift_when_safe``); or after scheduled maintenance (a reboot), once it is over
     and the instance stayed in service (see ``_lift_after_maintenance``); or after a Spot interruption that
     stopped or hibernated the instance, once EC2 has started it again (see ``_lift_after_restart``).
     """
@@ -479,9 +483,13 @@ class Cleanup:
 
     def _lift_when_safe(self, record: LifecycleRecord, now: datetime) -> Outcome:
         """Lift what this lifecycle set on the node once nothing can be scheduled on it before it is back in
-        service: its kubelet is gone (NotReady: the node controller's taint keeps pods off), or the instance
-        left the pool. Only while the node is still marked released for this lifecycle (a later claim of the
-        instance's node removes the mark: that cordon is the later lifecycle's)."""
+        service: its instance is stopped (or hibernated) in the pool and its kubelet gone (NotReady: the node
+        controller's taint keeps pods off until the instance is started, which only its leaving the pool does), or
+        the instance left the pool. Not for a node NotReady while its instance runs (in a Running pool, or not
+        stopped yet): a kubelet restarted, a runtime that hung, a network cut for a minute, and the node is Ready
+        again with its instance still in the pool, schedulable, pods sent to an instance out of service that the
+        pool's shrinking terminates undrained. Only while the node is still marked released for this lifecycle (a
+        later claim of the instance's node removes the mark: that cordon is the later lifecycle's)."""
         node, record = self._marked_node(record)
         if node is None:
             return Outcome.next()
@@ -495,7 +503,7 @@ class Cleanup:
                 node.name,
             )
             return Outcome.next()
-        if not node.ready or not state.startswith("Warmed:"):
+        if not state.startswith("Warmed:") or (state in STOPPED_IN_POOL and not node.ready):
             if self._lift_set(node, record) is Claim.CONFLICT:
                 raise TransientError(CONFLICT)  # (the watch's failure: see _watch)
             return Outcome.next()
