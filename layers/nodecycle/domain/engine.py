@@ -50,6 +50,7 @@ from nodecycle.domain.model import (
     EXPIRY_UNTOLD,
     SETTLED_ELSEWHERE,
     SUCCESSOR,
+    WARM_POOL,
     LifecycleRecord,
     Step,
     Transition,
@@ -1008,6 +1009,21 @@ def _told_of(read: LifecycleRecord, written: LifecycleRecord) -> str | None:
 # pool: a launch action of the instance ends with them (see ``instance_left``). (The drain cleanup's
 # NOT_COMING_BACK_STATES, a wider set, says whether a drained node's instance comes back to service.)
 TERMINATION_STATES = ("Terminating", "Warmed:Terminating", "Terminated", "Warmed:Terminated")
+# The prefix of every state of a warm pool's instance: on its way into the pool, waiting there, or leaving it
+POOL_STATES = "Warmed:"
+
+
+def left_its_group(record: LifecycleRecord, state: str) -> bool:
+    """Whether an instance in Auto Scaling's lifecycle ``state`` has left the group that ``record``'s launch was
+    taking it into, its launch action ended with the move: terminating (or terminated), or, for a launch into the
+    group, in its warm pool. A scale-in with ReuseOnScaleIn sends an instance not yet in service back to the pool
+    too (held running in Warmed:Pending:Wait by the terminate hook, then stopped or kept running there), as a
+    scale-in without it terminates one: taken for an instance still there, its launch took a pool's address it
+    then kept, stopped in the pool, out of the sweeper's reach, and a heartbeat that found the action gone paged
+    as an expiry. A launch into the pool is held there by its own action (Warmed:Pending:Wait): not so."""
+    if state.startswith(TERMINATION_STATES):
+        return True
+    return state.startswith(POOL_STATES) and record.destination != WARM_POOL
 
 
 def ended_with_its_instance(
@@ -1066,12 +1082,12 @@ def instance_left(record: LifecycleRecord, autoscaling: Autoscaling) -> str | No
         state = autoscaling.lifecycle_state(record.instance_id)
         if state is None:
             return "in no group any more"
-        return state if state.startswith(TERMINATION_STATES) else None
+        return state if left_its_group(record, state) else None
     where = autoscaling.membership(record.instance_id)
     if where.group != record.group:
         return None
     if where.lifecycle_state is not None:
-        return where.lifecycle_state if where.lifecycle_state.startswith(TERMINATION_STATES) else None
+        return where.lifecycle_state if left_its_group(record, where.lifecycle_state) else None
     return f"{where.ec2_state} in EC2" if where.ec2_state in GONE_STATES else None
 
 

@@ -443,6 +443,10 @@ class LifecycleEmulator:
     def scale_in(self, group: FakeAutoScalingGroup, count: int) -> None:
         for state in self._victims(group, count):
             if self.pool.reuses(group):
+                # (a victim not yet in service leaves its launch as a terminated one does: the group's move of it
+                # into the pool ends its launch action, which a completion then finds gone, never putting in
+                # service an instance the terminate hook holds on its way to the pool)
+                self._cancel_round(state.instance.id, LAUNCHING)
                 self.pool.scale_in_to(group, state)
             else:
                 self.begin_terminate(group, state, "scale-in")

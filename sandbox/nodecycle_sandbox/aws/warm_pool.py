@@ -13,7 +13,8 @@ documents for warm pools starts the kubelet only then, also in a running pool), 
 the launch hooks (Origin "WarmPool", Destination "AutoScalingGroup") and `InService`. With
 `InstanceReusePolicy.ReuseOnScaleIn` a scale in sends the instance back to the pool instead of terminating it:
 `Warmed:Pending:Wait` under the terminating hooks (Origin "AutoScalingGroup", Destination "WarmPool"), then into
-the pool's state as above. A pool whose PoolState changes keeps its instances as they are; new ones take the
+the pool's state as above; an instance not yet in service (Pending:Wait) goes so too, its launch action ended by the
+move, as a termination ends it. A pool whose PoolState changes keeps its instances as they are; new ones take the
 new state. Pool instances count toward no capacity and are listed by DescribeWarmPool alone (in pages of
 MaxRecords, at most 50, with a NextToken), not among the group's Instances. The pool keeps max(MinSize,
 MaxGroupPreparedCapacity (the group's MaxSize when unset) - desired) instances: it launches what it lacks, and

@@ -173,6 +173,27 @@ def test_with_reuse_on_scale_in_a_scaled_in_instance_goes_back_to_the_pool_under
     assert group.instances() == {instance: "InService"}
 
 
+def test_a_scale_in_to_the_pool_before_the_instance_is_in_service_ends_its_launch_action(
+    aws: Emulation,
+) -> None:
+    # Given a group of one whose warm pool takes instances back on scale in, its instance still in Pending:Wait
+    # under the launch hook (not yet in service)
+    group = aws.group(*HOOKS, size=1, warm_pool=REUSED)
+    (instance,) = group.instances()
+    assert group.instances() == {instance: "Pending:Wait"}
+
+    # When the group scales in to none: the instance goes back to the pool under the terminate hook
+    group.set_desired(0)
+    assert group.pool_instances() == {instance: "Warmed:Pending:Wait"}
+
+    # Then its launch action ended with the move (as it does with a termination): its completion finds none, and
+    # the instance stays where the terminate hook holds it, not put in service
+    with pytest.raises(ClientError, match="No active Lifecycle Action found"):
+        _complete(aws, "launch", instance, LAUNCHING)
+    assert group.pool_instances() == {instance: "Warmed:Pending:Wait"}
+    assert group.instances() == {}
+
+
 def test_without_reuse_on_scale_in_a_scaled_in_instance_is_terminated(aws: Emulation) -> None:
     # Given a group of one in service with a warm pool that does not take instances back
     group = aws.group(*HOOKS, size=1, warm_pool=WarmPoolSpec(min_size=0, max_group_prepared_capacity=1))

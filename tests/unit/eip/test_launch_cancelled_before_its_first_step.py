@@ -26,6 +26,10 @@ OTHER_GROUP = "someone-elses"
         # terminate hooks hold it: its group lists it on its way out (EC2 says running)
         pytest.param(("Terminating:Wait", GROUP), None, "instance-gone", id="terminating-in-its-group"),
         pytest.param(("Terminating:Proceed", GROUP), None, "instance-gone", id="terminating-unheld"),
+        # a scale-in with ReuseOnScaleIn sends it back to its warm pool (the terminate hook holds it on the way),
+        # which ends its launch action as a termination does
+        pytest.param(("Warmed:Pending:Wait", GROUP), None, "instance-gone", id="back-to-its-warm-pool"),
+        pytest.param(("Warmed:Stopped", GROUP), None, "instance-gone", id="waiting-in-its-warm-pool"),
         # no group lists it any more: EC2 shows it going, tagged with the record's group
         pytest.param(None, ("terminated", GROUP), "instance-gone", id="terminated-with-its-groups-tag"),
         pytest.param(None, ("shutting-down", GROUP), "instance-gone", id="shutting-down-with-its-groups-tag"),
@@ -150,5 +154,36 @@ def test_a_lapsed_launch_ends_as_gone_on_the_evidence_its_confirmation_gave(
     gone_counted(records, record, advance(record, ended, T0 + timedelta(seconds=30)), True, metrics)
 
     # Then it ends as gone only on what shows the instance left the record's group; else as an expiry (counted)
+    assert ended.changes["outcome"] == outcome
+    assert metrics.counts.get("LifecycleActionsExpired", 0) == expired
+
+
+@pytest.mark.parametrize(
+    ("destination", "state", "outcome", "expired"),
+    [
+        # a launch into the group whose instance a scale-in sent back to its warm pool (ReuseOnScaleIn) before it
+        # was in service: the move ended its launch action, as a termination does
+        pytest.param(None, "Warmed:Pending:Wait", "instance-gone", 0, id="into-the-group-back-to-the-pool"),
+        pytest.param("AutoScalingGroup", "Warmed:Running", "instance-gone", 0, id="out-of-the-pool-and-back"),
+        # a launch into the pool is held there by its own action: found gone there, it lapsed
+        pytest.param("WarmPool", "Warmed:Pending:Wait", "action-expired", 1, id="into-the-pool-still-there"),
+    ],
+)
+def test_a_lapsed_launch_whose_instance_is_back_in_its_warm_pool_ended_with_the_move(
+    destination: str | None, state: str, outcome: str, expired: int
+) -> None:
+    # Given a confirmed launch whose action a heartbeat found gone before its timeouts, its instance listed by
+    # its group in a warm pool state
+    clock, records, metrics = FakeClock(T0), InMemoryRecords(), FakeMetrics()
+    record = launch_record(INSTANCE, verified_at=T0).model_copy(update={"destination": destination})
+    autoscaling = FakeAutoscaling(issued={}, clock=clock)
+    autoscaling.states[INSTANCE], autoscaling.group_of[INSTANCE] = state, GROUP
+
+    # When its lapse is settled
+    ended = action_lapsed(record, T0 + timedelta(seconds=30), autoscaling, records)
+    gone_counted(records, record, advance(record, ended, T0 + timedelta(seconds=30)), True, metrics)
+
+    # Then a launch into the group ends as gone (no page for an action nothing let lapse); one into the pool as
+    # an expiry
     assert ended.changes["outcome"] == outcome
     assert metrics.counts.get("LifecycleActionsExpired", 0) == expired

@@ -54,7 +54,7 @@ from nodecycle.domain.eip.line import (
     line_key,
 )
 from nodecycle.domain.eip.wake import OFFERED_FOR, LineWaker, Offers
-from nodecycle.domain.engine import TERMINATION_STATES, Outcome
+from nodecycle.domain.engine import Outcome, left_its_group
 from nodecycle.domain.errors import AccessRefused, TransientError
 from nodecycle.domain.flow import after_completion
 from nodecycle.domain.model import LifecycleRecord, Step
@@ -617,14 +617,14 @@ class AssignAddress:
         return self._terminating(record)
 
     def _terminating(self, record: LifecycleRecord) -> str | None:
-        """The Auto Scaling state of the launch's instance when its group is terminating it; None otherwise, or
-        when Auto Scaling does not say now."""
+        """The Auto Scaling state of the launch's instance when its group is terminating it, or has sent it back
+        to its warm pool (see ``engine.left_its_group``); None otherwise, or when Auto Scaling does not say now."""
         try:
             state = self._groups.lifecycle_state(record.instance_id)
         except TransientError as error:
             log.info("could not tell whether instance %s is terminating: %s", record.instance_id, error)
             return None
-        return state if state is not None and state.startswith(TERMINATION_STATES) else None
+        return state if state is not None and left_its_group(record, state) else None
 
     def _going(self, record: LifecycleRecord) -> str | None:
         """Why the launch's instance will take no address: gone in EC2 (shutting down, terminated), or being
