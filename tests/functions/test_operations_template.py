@@ -460,6 +460,44 @@ def test_the_stalled_lifecycles_alarm_fires_on_two_stalled_sweeps_in_a_row_whate
 
 
 @pytest.mark.parametrize("interval", [1, 2, 3, 5, 10, 30, 60])
+def test_the_stalled_lifecycles_alarm_does_not_fire_on_two_stalled_sweeps_with_a_clean_one_between(
+    interval: int,
+) -> None:
+    # A queue that is only slow (a large refresh's backlog) makes one sweep find a lifecycle overdue; the sweeper
+    # re-sends it and the next sweep finds none; two sweeps later another lifecycle is late behind the backlog.
+    # Each stall caught up within one sweep: no page. A window of two intervals and a minute held three runs of a
+    # schedule on time (at 0, N and 2N minutes), so the two stalled ones of stalled, clean, stalled were two
+    # breaching minutes in it and the alarm paged every such refresh.
+    alarm = intrinsics({"SweepIntervalMinutes": str(interval)}).resolve(
+        RESOURCES["LifecyclesStalledAlarm"]["Properties"]
+    )
+    step, horizon = interval * 60, 6 * 3600
+
+    def sweeps(stalled: set[int], late: Mapping[int, int] | None = None) -> dict[int, float]:
+        # run k's datapoint 37 s into its minute, or `late[k]` whole minutes later (EventBridge starts a target
+        # within a minute of its time; the count comes when the sweep's lifecycles part ends)
+        shift = late or {}
+        return {
+            37 + k * step + 60 * shift.get(k, 0): 1.0 if k in stalled else 0.0 for k in range(horizon // step)
+        }
+
+    for clean_between in ({3, 5}, {3, 5, 7, 9}, {3, 6}):
+        assert not alarm_fires(alarm, sweeps(clean_between), horizon), (
+            f"stalled sweeps {sorted(clean_between)} with clean ones between fire the alarm ({interval}-minute sweeps)"
+        )
+    # Two stalled in a row still fire it when the second one's count comes up to N - 1 minutes later than the
+    # first's (a late start, a longer sweep), and a stall that lasts fires it whatever the lateness
+    for lateness in range(interval):
+        fired = alarm_fires(alarm, sweeps({3, 4}, {4: lateness}), horizon)
+        assert fired, f"two stalled sweeps in a row, the second {lateness} min late, fire nothing"
+    lasting = set(range(3, 9))
+    assert alarm_fires(alarm, sweeps(lasting), horizon)
+    # (at 1-minute sweeps a run a minute late shares its minute, one datapoint, with the next)
+    if interval > 1:
+        assert alarm_fires(alarm, sweeps(lasting, {k: k % 2 for k in lasting}), horizon)
+
+
+@pytest.mark.parametrize("interval", [1, 2, 3, 5, 10, 30, 60])
 def test_the_sweeper_not_running_alarm_fires_once_no_sweep_started_for_two_intervals_and_a_minute(
     interval: int,
 ) -> None:
