@@ -1,5 +1,10 @@
 """EventBridge event pattern matching: exact values, value lists, prefix, suffix, anything-but, exists,
-numeric and equals-ignore-case, on nested fields and on array-valued fields (any element matches)."""
+numeric and equals-ignore-case, on nested fields and on array-valued fields (any element matches).
+
+No kinder than EventBridge: ``exists: true`` holds for a leaf only (an object or an empty array at the field is
+none: "exists works only on leaf nodes", as the content-filtering docs and SNS's filter policies, the same
+matcher, say), and values compare as JSON values (``true`` is not ``1``, as Python's ``True == 1`` would have
+it)."""
 
 from __future__ import annotations
 
@@ -39,7 +44,10 @@ def _field_matches(rules: list[Any], value: Any) -> bool:
     values = value if isinstance(value, list) else [value]
     for rule in rules:
         if isinstance(rule, Mapping) and "exists" in rule:
-            if (value is not _MISSING) == bool(rule["exists"]):
+            # (exists: false keeps matching only a missing field: what EventBridge makes of an object there is
+            # not established, and matching it would be the kinder guess)
+            present = _leaf(value) if rule["exists"] else value is not _MISSING
+            if present == bool(rule["exists"]):
                 return True
             continue
         if value is _MISSING:
@@ -49,9 +57,23 @@ def _field_matches(rules: list[Any], value: Any) -> bool:
     return False
 
 
+def _leaf(value: Any) -> bool:
+    """Whether a field holds a leaf: a scalar (null included), or an array with a scalar in it."""
+    if isinstance(value, list):
+        return any(not isinstance(v, Mapping | list) for v in value)
+    return value is not _MISSING and not isinstance(value, Mapping)
+
+
+def _json_equal(rule: Any, value: Any) -> bool:
+    """JSON equality: a boolean equals a boolean only (Python's ``True == 1`` and ``1 == True`` are no JSON's)."""
+    if isinstance(rule, bool) or isinstance(value, bool):
+        return isinstance(rule, bool) and isinstance(value, bool) and rule is value
+    return bool(rule == value)
+
+
 def _value_matches(rule: Any, value: Any) -> bool:
     if not isinstance(rule, Mapping):
-        return bool(rule == value)
+        return _json_equal(rule, value)
     if len(rule) != 1:
         raise InvalidPattern(f"a content filter has exactly one operator: {rule!r}")
     ((op, argument),) = rule.items()
@@ -76,10 +98,10 @@ def _affix(argument: Any, value: str, test: Callable[[str, str], bool]) -> bool:
 
 def _anything_but_excludes(argument: Any, value: Any) -> bool:
     if isinstance(argument, list):
-        return value in argument
+        return any(_json_equal(excluded, value) for excluded in argument)
     if isinstance(argument, Mapping):
         return _value_matches(argument, value)
-    return bool(value == argument)
+    return _json_equal(argument, value)
 
 
 def _numeric(argument: list[Any], value: Any) -> bool:

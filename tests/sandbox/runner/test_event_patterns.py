@@ -40,3 +40,37 @@ def test_patterns_match_as_eventbridge_does(pattern: dict, expected: bool) -> No
 def test_an_unknown_operator_is_an_invalid_pattern() -> None:
     with pytest.raises(InvalidPattern, match="wildcard"):
         matches({"source": [{"wildcard": "aws.*"}]}, EVENT)
+
+
+# Real AWS events carry objects, arrays and JSON types the patterns above do not reach: a hook's NotificationMetadata
+# that is a JSON object (as EventBridge writes it), AWS Health's affectedEntities, a boolean or a number.
+SHAPED = {
+    "source": "aws.autoscaling",
+    "detail": {
+        "NotificationMetadata": {"cluster": "prod"},
+        "Tags": [],
+        "Flag": True,
+        "Count": 1,
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("pattern", "expected"),
+    [
+        # Exists matching works on leaf nodes only (EventBridge's content filtering; SNS filter policies, the same
+        # matcher, say it in so many words): an object or an empty array is no leaf, so it does not "exist"
+        ({"detail": {"NotificationMetadata": [{"exists": True}]}}, False),
+        ({"detail": {"Tags": [{"exists": True}]}}, False),
+        ({"detail": {"NotificationMetadata": {"cluster": [{"exists": True}]}}}, True),
+        # JSON's true is not the number 1, nor 1 true (Python's True == 1 is no JSON equality)
+        ({"detail": {"Flag": [1]}}, False),
+        ({"detail": {"Count": [True]}}, False),
+        ({"detail": {"Flag": [True]}}, True),
+        ({"detail": {"Count": [1]}}, True),
+        ({"detail": {"Flag": [{"anything-but": [1]}]}}, True),
+        ({"detail": {"Count": [{"anything-but": [True]}]}}, True),
+    ],
+)
+def test_patterns_match_leaves_and_json_types_as_eventbridge_does(pattern: dict, expected: bool) -> None:
+    assert matches(pattern, SHAPED) is expected
