@@ -56,6 +56,15 @@
   one with several answers ``InvalidInstanceID`` ("There are multiple interfaces attached to instance
   'i-...'. Please specify an interface ID for the operation instead."). moto put the address on the first
   interface, so nodecycle's path to the primary interface never ran in the sandbox.
+- An address is associated with one private IP of its interface: the primary one unless ``PrivateIpAddress`` names a
+  secondary one (the AssociateAddress reference: "If no private IP address is specified, the Elastic IP address is
+  associated with the primary private IP address"), and DescribeAddresses shows that IP (``PrivateIpAddress``, and
+  its ``private-ip-address`` filter). Each private IP holds one address: an association displaces only the address
+  on the private IP it goes to, and ``AllowReassociation`` false refuses an address on another private IP of the same
+  interface as a move. moto ignored ``PrivateIpAddress``: it put the address on the primary IP, showed every address
+  of an interface on its primary IP, and displaced an address on a secondary IP (an operator's, associated with an
+  IP the VPC CNI gave the node) when the instance took another, so nodecycle's check of what an association would
+  displace (``Ec2Addresses.on_primary_ip``) refused a launch that EC2 lets through and never ran its other branch.
 - An address AWS has locked cannot be released from the account: ReleaseAddress answers ``InvalidAddress.Locked``
   ("The specified Elastic IP address cannot be released from your account. A reverse DNS record may be associated
   with the Elastic IP address. To unlock the address, contact AWS Support.", the EC2 error codes reference) whatever
@@ -86,6 +95,8 @@ _MARKER = "_nodecycle_sandbox_associate"
 _QUOTA = "_nodecycle_address_quota"
 _LOCKED = "_nodecycle_locked_addresses"
 _REVERSE_DNS = "_nodecycle_reverse_dns_addresses"
+# The private IP of its interface an address is associated with (unset or None: the interface's primary one)
+_PRIVATE_IP = "_nodecycle_private_ip"
 # the states in which EC2 refuses to associate an address with an instance (stopped and stopping are allowed:
 # an address stays with a stopped instance, and may be associated with one)
 _CANNOT_ASSOCIATE = frozenset({"pending", "shutting-down", "terminated"})
@@ -177,15 +188,28 @@ def install() -> None:
                     f"There are multiple interfaces attached to instance '{instance.id}'. Please specify an "
                     "interface ID for the operation instead.",
                 )
-            if not reassociate:
-                # (an instance is asked for by its primary interface, where moto associates it: the same place
-                # again is not a move)
-                target = eni if eni is not None else instance.nics[0] if instance is not None else None
-                if found.eni is not None and found.eni is not target:
-                    raise ResourceAlreadyAssociatedError(found.public_ip)
+            # (an instance is asked for by its primary interface, where moto associates it, and by its primary private
+            # IP, unless the request names another of that interface's)
+            target = eni if eni is not None else instance.nics[0] if instance is not None else None
+            place = getattr(_REQUEST, "private_ip", None) or getattr(target, "private_ip_address", None)
+            if (
+                not reassociate
+                and found.eni is not None
+                and (found.eni is not target or _ip_of(found) != place)
+            ):
+                raise ResourceAlreadyAssociatedError(found.public_ip)  # (the same place again is not a move)
+            public_ip = getattr(target, "public_ip", None)
             associated = original(self, instance, eni, address, allocation_id, reassociate)
+            setattr(associated, _PRIVATE_IP, place)
+            if target is not None and place != target.private_ip_address:
+                target.public_ip = public_ip  # (moto's public IP of the interface is its primary IP's)
             for other in self.addresses:
-                if other is not associated and other.eni is not None and other.eni is associated.eni:
+                if (
+                    other is not associated
+                    and other.eni is not None
+                    and other.eni is associated.eni
+                    and _ip_of(other) == place
+                ):
                     other.instance = None
                     other.eni = None
                     other.association_id = None
@@ -226,6 +250,8 @@ def install() -> None:
         if filter_name == "instance-id":
             holder = _holder(self)
             return holder.id if holder is not None else None
+        if filter_name == "private-ip-address":
+            return _ip_of(self)
         return original_filter(self, filter_name, method_name)
 
     original_request = ElasticIPAddresses.associate_address
@@ -233,16 +259,19 @@ def install() -> None:
     @functools.wraps(original_request)  # (its name is the call's, as the EC2 lag records it)
     def associate_request(self: ElasticIPAddresses) -> Any:
         _REQUEST.reassociation_left_out = "AllowReassociation" not in self._get_params()
+        _REQUEST.private_ip = self._get_param("PrivateIpAddress")
         try:
             return original_request(self)
         finally:
             _REQUEST.reassociation_left_out = False
+            _REQUEST.private_ip = None
 
     ElasticIPAddresses.associate_address = associate_request  # type: ignore[method-assign]
     Instance.terminate = terminate  # type: ignore[method-assign]
     # (DescribeAddresses answers with these attributes of the model; None leaves a field out, as EC2 does)
     ElasticAddress.instance_id = property(_instance_id)  # type: ignore[assignment,method-assign]
     ElasticAddress.network_interface_id = property(_interface_id)  # type: ignore[assignment,method-assign]
+    ElasticAddress.private_ip_address = property(_ip_of)  # type: ignore[assignment,method-assign]
     ElasticAddress.get_filter_value = get_filter_value  # type: ignore[method-assign]
     ElasticAddressBackend.allocate_address = allocate_address  # type: ignore[method-assign]
     ElasticAddressBackend.associate_address = associate_address  # type: ignore[method-assign]
@@ -266,6 +295,14 @@ def _holder(address: ElasticAddress) -> Instance | None:
 def _instance_id(address: ElasticAddress) -> str | None:
     holder = _holder(address)
     return None if holder is None else str(holder.id)
+
+
+def _ip_of(address: ElasticAddress) -> str | None:
+    """The private IP the address is associated with: the one its association named, or its interface's primary."""
+    if address.eni is None:
+        return None
+    named: str | None = getattr(address, _PRIVATE_IP, None)
+    return named or address.eni.private_ip_address
 
 
 def _interface_id(address: ElasticAddress) -> str | None:

@@ -238,3 +238,45 @@ def test_an_operators_address_on_the_second_interface_leaves_the_primary_to_the_
     assert addresses(**{f"tag:{OWNER_TAG}": OWNER}) == []
     (kept,) = ec2.describe_addresses()["Addresses"]
     assert (kept["AllocationId"], kept.get("NetworkInterfaceId")) == (operators, second)
+
+
+def test_an_operators_address_on_a_secondary_private_ip_of_the_instance_neither_stops_nor_loses_to_the_launch(
+    eip_fn: ModuleType, stack: Stack
+) -> None:
+    # Given a launching instance whose primary interface has a secondary private IP (as the VPC CNI gives a node's
+    # interfaces for pods) holding an operator's address, associated with that IP
+    ec2: Any = boto3.client("ec2")
+    (instance,) = run_instances(1)
+    (described,) = ec2.describe_instances(InstanceIds=[instance])["Reservations"][0]["Instances"]
+    (interface,) = [n["NetworkInterfaceId"] for n in described["NetworkInterfaces"]]
+    ec2.assign_private_ip_addresses(NetworkInterfaceId=interface, SecondaryPrivateIpAddressCount=1)
+    (ips,) = ec2.describe_network_interfaces(NetworkInterfaceIds=[interface])["NetworkInterfaces"]
+    (secondary,) = [ip["PrivateIpAddress"] for ip in ips["PrivateIpAddresses"] if not ip["Primary"]]
+    theirs = ec2.allocate_address(Domain="vpc")["AllocationId"]
+    ec2.associate_address(AllocationId=theirs, NetworkInterfaceId=interface, PrivateIpAddress=secondary)
+    launch = _given(stack, launch_record(instance, at=datetime.now(UTC)))
+
+    # When the eip function gets the launch's work message
+    response = eip_fn.handler(work_event(launch), LambdaContext())
+
+    # Then the instance takes its own address on its primary private IP, which that address was not in the way of
+    # (an association moves off only the address of the private IP it goes to), and the operator's stays
+    assert response.get("batchItemFailures", []) == []
+    (address,) = addresses(**{f"tag:{OWNER_TAG}": OWNER})
+    assert (address.get("InstanceId"), address["PrivateIpAddress"]) == (
+        instance,
+        described["PrivateIpAddress"],
+    )
+    launched = _current(stack, launch)
+    assert (launched.step, launched.allocation_id) == (Step.READY_GATE, address["AllocationId"])
+    (kept,) = ec2.describe_addresses(AllocationIds=[theirs])["Addresses"]
+    assert (kept.get("InstanceId"), kept["PrivateIpAddress"]) == (instance, secondary)
+
+    # When the instance terminates (drained) and the eip function gets the RELEASE_EIP message
+    terminate = _given(stack, terminate_record(instance, at=datetime.now(UTC)))
+    assert eip_fn.handler(work_event(terminate), LambdaContext()).get("batchItemFailures", []) == []
+
+    # Then the stack's address is released and the operator's is where it was
+    assert addresses(**{f"tag:{OWNER_TAG}": OWNER}) == []
+    (kept,) = ec2.describe_addresses(AllocationIds=[theirs])["Addresses"]
+    assert (kept.get("InstanceId"), kept["PrivateIpAddress"]) == (instance, secondary)

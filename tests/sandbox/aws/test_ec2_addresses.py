@@ -268,3 +268,48 @@ def test_a_terminated_instance_s_address_is_disassociated_and_stays_allocated(ec
     }
     ec2.release_address(AllocationId=address)
     assert ec2.describe_addresses()["Addresses"] == []
+
+
+def _secondary_ip(ec2: Any, interface: str) -> str:
+    """A secondary private IP assigned to ``interface`` (the VPC CNI gives pods such IPs of a node's interfaces)."""
+    ec2.assign_private_ip_addresses(NetworkInterfaceId=interface, SecondaryPrivateIpAddressCount=1)
+    (described,) = ec2.describe_network_interfaces(NetworkInterfaceIds=[interface])["NetworkInterfaces"]
+    (secondary,) = [ip["PrivateIpAddress"] for ip in described["PrivateIpAddresses"] if not ip["Primary"]]
+    return str(secondary)
+
+
+def test_an_address_on_a_secondary_private_ip_stays_there_when_the_instance_takes_another(ec2: Any) -> None:
+    # Given an instance whose primary interface has a secondary private IP holding an address (an operator's,
+    # associated with that IP: AssociateAddress's PrivateIpAddress)
+    launched = ec2.run_instances(ImageId=SANDBOX_AMI, MinCount=1, MaxCount=1)["Instances"][0]
+    instance, primary_ip = launched["InstanceId"], launched["PrivateIpAddress"]
+    interface = launched["NetworkInterfaces"][0]["NetworkInterfaceId"]
+    secondary = _secondary_ip(ec2, interface)
+    theirs = ec2.allocate_address(Domain="vpc")["AllocationId"]
+    ec2.associate_address(
+        AllocationId=theirs,
+        NetworkInterfaceId=interface,
+        PrivateIpAddress=secondary,
+        AllowReassociation=False,
+    )
+
+    # Then DescribeAddresses shows it on that IP of the instance (moto said the primary one)
+    (found,) = ec2.describe_addresses(AllocationIds=[theirs])["Addresses"]
+    assert (found.get("InstanceId"), found["PrivateIpAddress"]) == (instance, secondary)
+
+    # When another address is associated with the instance (its primary private IP)
+    mine = ec2.allocate_address(Domain="vpc")["AllocationId"]
+    ec2.associate_address(AllocationId=mine, InstanceId=instance, AllowReassociation=False)
+
+    # Then the instance holds both, each on its own private IP: EC2 displaces only the address of the private IP
+    # the new one goes to (moto's emulation took the instance's address off it, as if it had one IP)
+    shown = {a["AllocationId"]: a.get("PrivateIpAddress") for a in ec2.describe_addresses()["Addresses"]}
+    assert shown == {theirs: secondary, mine: primary_ip}
+    assert _holders(ec2) == {theirs: instance, mine: instance}
+
+    # And a third one on the secondary IP displaces the operator's there, and leaves the primary IP's
+    third = ec2.allocate_address(Domain="vpc")["AllocationId"]
+    ec2.associate_address(
+        AllocationId=third, NetworkInterfaceId=interface, PrivateIpAddress=secondary, AllowReassociation=False
+    )
+    assert _holders(ec2) == {theirs: None, mine: instance, third: instance}
