@@ -80,6 +80,26 @@ def dashboard_rows() -> list[tuple[str, frozenset[str]]]:
     return rows
 
 
+# What each sweep reports of the lifecycles it found in a state (stuck, stalled), whatever the sweep before found:
+# a gauge. Summed over a period it counts the same lifecycles once per sweep (five times over 300 s at 1-minute
+# sweeps), so the dashboard draws the most one sweep found (their alarms fire on any: a sum or a maximum of 1).
+SWEEP_GAUGES = ("LifecyclesStuck", "LifecyclesStalled")
+
+
+def test_the_dashboard_draws_a_sweeps_gauges_as_the_most_one_sweep_found_not_their_sum() -> None:
+    body, _ = RESOURCES["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
+    document = json.loads(re.sub(r"\$\{[^}]+\}", "x", body))
+    drawn = {}
+    for widget in document["widgets"]:
+        default = widget["properties"].get("stat")
+        for row in widget["properties"]["metrics"]:
+            options = next((item for item in row if isinstance(item, dict)), {})
+            names = [item for item in row if isinstance(item, str)]
+            if len(names) > 1 and names[1] in SWEEP_GAUGES:
+                drawn[names[1]] = options.get("stat", default)
+    assert drawn == dict.fromkeys(SWEEP_GAUGES, "Maximum")
+
+
 def dashboard_metrics() -> set[str]:
     """The NodeCycle metrics the dashboard draws: its metric rows, and those its SEARCH expressions name."""
     body, _ = RESOURCES["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
