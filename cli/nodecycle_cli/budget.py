@@ -18,7 +18,7 @@ import argparse
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from nodecycle_cli import json_errors, rbac
@@ -44,7 +44,9 @@ RELEASE = (
     "Free the budget slot NODE holds, for a drain that is stuck (a node waiting in line holds none: nothing is "
     "released for it). Asks first, naming the slot's owner; with its input closed it releases nothing. With "
     "--stack, another owner's slot is freed only when the question is answered, never with --yes. A slot that is "
-    "not renewed frees itself after BudgetHolderTtlSeconds: this is for not waiting that long."
+    "not renewed frees itself after BudgetHolderTtlSeconds: this is for not waiting that long. A slot its drain "
+    "renewed within the last third of that is a drain still running: the question says so (with --yes, a warning "
+    "after the release)."
 )
 
 
@@ -140,6 +142,7 @@ def release_slot(args: argparse.Namespace) -> int:
     another = (
         "" if acting_for in (None, holder.owner) else f", not by stack {args.stack} (owner {acting_for})"
     )
+    running = _running(holder, datetime.now(UTC))
     if another and args.yes:
         # A stack never frees what another owner holds (invariant 3): nor does its operator without being asked
         raise CommandError(
@@ -150,7 +153,10 @@ def release_slot(args: argparse.Namespace) -> int:
         )
     if not args.yes:
         try:
-            answer = input(f"Release the budget slot of {named} held by {holder.owner}{another}? [y/N] ")
+            answer = input(
+                f"Release the budget slot of {named} held by {holder.owner}{another}"
+                f"{f' ({running})' if running else ''}? [y/N] "
+            )
         except EOFError:
             # input closed (a script, a pipe): no answer is not a yes
             # (--yes is no way out for another owner's slot: that one is freed only when the question is answered)
@@ -196,7 +202,31 @@ def release_slot(args: argparse.Namespace) -> int:
         "Waiting nodes take it at their next retry. If that drain is still running, it takes a slot again at "
         "its next step when there is room, and otherwise pauses until there is."
     )
+    if running and args.yes:
+        # unasked, what the question would have said, for the log of whatever ran it (after the write: a
+        # command that fails says its one line alone)
+        print(f"warning: the slot of {named} was held by owner {holder.owner}: {running}", file=sys.stderr)
     return 0
+
+
+def _running(holder: Holder, now: datetime) -> str:
+    """What to tell before freeing the slot of a drain that is still running ('' for one that looks stuck).
+
+    A running drain renews its slot every third of its TTL (rules.RENEWALS_PER_TTL): one renewed within that is
+    alive, held up maybe by a PodDisruptionBudget, not stuck. Freed, its slot goes to the next waiter, whose drain
+    starts evicting while this one still does: one node more disrupted than the limits allow, until this drain's
+    next step finds its slot gone and pauses. A seeded holder's stamp is its seeding's, not its drain's: not told.
+    """
+    from nodecycle.domain.budget.rules import RENEWALS_PER_TTL
+
+    renewed = now - holder.renewed_at
+    if holder.seeded or renewed >= timedelta(seconds=holder.ttl_seconds) / RENEWALS_PER_TTL:
+        return ""
+    every = age(holder.ttl_seconds / RENEWALS_PER_TTL)
+    return (
+        f"its drain renewed it {age(renewed.total_seconds())} ago, as it does every {every}: it is running, not "
+        "stuck; freed, the slot goes to a waiting node whose drain starts beside it, past the limits"
+    )
 
 
 def _released_or_not(store: ConfigMapBudgetStore, holder: Holder, error: Exception) -> int:

@@ -6,7 +6,7 @@ import argparse
 import json
 import re
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import boto3
@@ -133,8 +133,16 @@ def test_release_asks_then_frees_the_slot_whatever_owner_holds_it(
     # When they release the slot of a node blue holds
     assert run(kubeconfig, "release", node_name(0)) == 0
 
-    # Then they were asked about that node and its owner, and the slot is free for the first waiter
-    assert questions == [f"Release the budget slot of {node_name(0)} held by blue? [y/N] "]
+    # Then they were asked about that node and its owner (whose drain, which took it just now, is running), and the
+    # slot is free for the first waiter
+    (question,) = questions
+    assert question.startswith(
+        f"Release the budget slot of {node_name(0)} held by blue (its drain renewed it "
+    )
+    assert question.endswith(
+        "running, not stuck; freed, the slot goes to a waiting node whose drain starts beside "
+        "it, past the limits)? [y/N] "
+    )
     assert f"Released the budget slot of {node_name(0)}: owner blue, instance {instance_of(0)}" in (
         capsys.readouterr().out
     )
@@ -307,9 +315,10 @@ def test_a_release_for_a_stack_of_a_slot_another_owner_holds_asks_and_names_both
     assert run(kubeconfig, "release", node_name(0), "--stack", stack_of_owner_green) == 1
 
     # Then the question said the slot is another owner's, and nothing is released
-    assert questions == [
-        f"Release the budget slot of {node_name(0)} held by blue, not by stack green-nodes (owner green)? [y/N] "
-    ]
+    (question,) = questions
+    assert question.startswith(
+        f"Release the budget slot of {node_name(0)} held by blue, not by stack green-nodes (owner green) (its drain "
+    )
     assert len(blue.snapshot().holders) == 2
 
 
@@ -452,3 +461,86 @@ def test_a_release_for_a_stack_whose_cluster_is_not_the_kubeconfigs_is_refused(
     assert "the stack's cluster prod is at https://" in err
     assert "nothing released" in err
     assert [v.node for v in blue.snapshot().holders] == [node_name(0), node_name(1)]
+
+
+class Behind:
+    """A drain's clock, ``by`` behind the wall clock: its slot was taken and last renewed that long ago."""
+
+    def __init__(self, by: timedelta) -> None:
+        self._by = by
+
+    def now(self) -> datetime:
+        return datetime.now(UTC) - self._by
+
+
+def _holding(server: KubeServer, node: int, renewed_ago: timedelta) -> DisruptionBudget:
+    """Owner blue holding ``node``'s slot (TTL 300 s, renewed every 100 s by a running drain), last renewed
+    ``renewed_ago``."""
+    add_nodes(server, 2)
+    api = core_api(server)
+    budget = DisruptionBudget(
+        store=ConfigMapBudgetStore(lambda: api, NAMESPACE),
+        nodes=KubeNodeInventory(lambda: api),
+        clock=Behind(renewed_ago),
+        metrics=SharedMetrics(),
+        limits=BudgetLimits(Quantity.parse("1"), Quantity.parse("1")),
+        holder_ttl=timedelta(seconds=300),
+        count_unavailable=False,
+        owner="blue",
+    )
+    request = SlotRequest(node_name(node), instance_of(node), zone_of(node), owner="blue", record_id="rec-0")
+    assert budget.acquire(request).granted
+    return budget
+
+
+def test_a_release_of_a_slot_its_drain_renewed_lately_says_the_drain_is_running_before_freeing_it(
+    server: KubeServer, kubeconfig: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a drain that renewed its slot 20 s ago (it renews every third of its 300 s TTL: it is running, held
+    # up by a PodDisruptionBudget maybe, not stuck), and an operator who follows "free a stuck slot"
+    budget = _holding(server, 0, renewed_ago=timedelta(seconds=20))
+    questions: list[str] = []
+
+    def confirm(prompt: str) -> str:
+        questions.append(prompt)
+        return "n"
+
+    monkeypatch.setattr("builtins.input", confirm)
+
+    # When they are asked
+    assert run(kubeconfig, "release", node_name(0)) == 1
+
+    # Then the question says that drain is running, and what freeing its slot does (another drain beside it)
+    (question,) = questions
+    assert re.search(r"its drain renewed it 2\ds ago", question)
+    assert "running, not stuck" in question
+    assert "past the limits" in question
+    assert [h.node for h in budget.snapshot().holders] == [node_name(0)]
+
+    # And with --yes, unasked, it is said on stderr before the slot is freed
+    assert run(kubeconfig, "release", node_name(0), "--yes") == 0
+    err = capsys.readouterr().err
+    assert "warning:" in err
+    assert "running, not stuck" in err
+    assert budget.snapshot().holders == []
+
+
+def test_a_release_of_a_slot_its_drain_stopped_renewing_asks_as_before(
+    server: KubeServer, kubeconfig: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a drain that has not renewed its slot for 150 s, past the third of its TTL it renews at: stuck
+    _holding(server, 0, renewed_ago=timedelta(seconds=150))
+    questions: list[str] = []
+
+    def confirm(prompt: str) -> str:
+        questions.append(prompt)
+        return "y"
+
+    monkeypatch.setattr("builtins.input", confirm)
+
+    # When it is released
+    assert run(kubeconfig, "release", node_name(0)) == 0
+
+    # Then the question is the plain one, and nothing is said of a running drain
+    assert questions == [f"Release the budget slot of {node_name(0)} held by blue? [y/N] "]
+    assert "running" not in capsys.readouterr().err
