@@ -6,8 +6,9 @@
 Both talk to the cluster of the current kubeconfig (``--kubeconfig``, ``--context``), a real one or the
 sandbox's, and read the ``nodecycle-budget`` ConfigMap of ``--namespace``. With ``--stack``, the namespace
 is the stack's ``BudgetNamespace``, and the kubeconfig's server is compared with the stack's EKS cluster
-(a mismatch is said on stderr: the budget shown would be another cluster's; ``release`` refuses to free a
-slot there, and with ``--yes`` where the two cannot be compared). ``release`` frees the slot of any owner,
+(a mismatch is said on stderr: the budget shown would be another cluster's, and ``show`` exits 1, with
+``--json`` the error object instead of it; ``release`` refuses to free a slot there, and with ``--yes`` where the
+two cannot be compared). ``release`` frees the slot of any owner,
 after a question that names it; with ``--stack``, a slot another owner holds is freed only when the question
 is answered (``--yes`` refuses it: a stack never frees what another owner holds).
 """
@@ -98,6 +99,12 @@ def show_budget(args: argparse.Namespace) -> int:
     from nodecycle.domain.budget import view_of
 
     store = _store(args)
+    elsewhere = getattr(args, "elsewhere", None)
+    if elsewhere is not None and args.output == "json":
+        # A script reads stdout as the stack's budget: another cluster's would say, in an incident, that the
+        # stack's drains hold no slot. The error object instead (the warning is on stderr already)
+        json_errors.write("budget show", f"{elsewhere}: nothing shown", 1)
+        return 1
     with _readable(store):
         doc = store.read()
     if doc is None:
@@ -112,7 +119,8 @@ def show_budget(args: argparse.Namespace) -> int:
         print(view.model_dump_json(indent=2))
     else:
         print(render(view, f"{args.namespace}/{args.name}"))
-    return 0
+    # (shown, for a person, under the warning: but not the stack's budget, which the exit status says)
+    return 0 if elsewhere is None else 1
 
 
 def release_slot(args: argparse.Namespace) -> int:
@@ -399,6 +407,8 @@ def _store(args: argparse.Namespace) -> ConfigMapBudgetStore:
                 raise CommandError(
                     f"{wrong.why}: nothing released unasked (run the command again without --yes, to be asked)"
                 )
+            if wrong.known:
+                args.elsewhere = wrong.why  # another cluster's budget: no success for show (see show_budget)
             print(f"warning: {wrong.why}", file=sys.stderr)
     args.namespace = args.namespace or DEFAULT_NAMESPACE
     api = client.CoreV1Api(kube)

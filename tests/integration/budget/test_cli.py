@@ -544,3 +544,49 @@ def test_a_release_of_a_slot_its_drain_stopped_renewing_asks_as_before(
     # Then the question is the plain one, and nothing is said of a running drain
     assert questions == [f"Release the budget slot of {node_name(0)} held by blue? [y/N] "]
     assert "running" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("output", ["table", "json"])
+def test_show_for_a_stack_through_another_clusters_kubeconfig_is_no_success(
+    blue: DisruptionBudget,
+    kubeconfig: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    output: str,
+) -> None:
+    # Given stack blue-nodes of cluster prod, and a kubeconfig whose context is another cluster (whose budget has
+    # holders of an owner blue too: each account deploys the stack under one name)
+    with mock_aws():
+        aws = boto3.Session(region_name="eu-west-1")
+        aws.client("eks").create_cluster(
+            name="prod",
+            roleArn="arn:aws:iam::123456789012:role/eks",
+            resourcesVpcConfig={"subnetIds": ["subnet-1"]},
+        )
+        described = {
+            "StackName": "blue-nodes",
+            "Parameters": [{"ParameterKey": "ClusterName", "ParameterValue": "prod"}],
+            "Outputs": [{"OutputKey": "OwnerId", "OutputValue": "blue"}],
+        }
+        monkeypatch.setattr(budget_cli, "session", lambda args: aws)
+        monkeypatch.setattr(budget_cli, "find", lambda aws, name: from_description(described, "eu-west-1"))
+
+        # When a script (or an operator in an incident) shows the stack's budget
+        code = main(
+            [
+                *("budget", "show", "--stack", "blue-nodes", "-o", output),
+                *("--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE),
+            ]
+        )
+
+    # Then the exit status says something is wrong, and the warning names both clusters
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert "the stack's cluster prod is at https://" in err
+    if output == "json":
+        # and JSON carries the error object, never the other cluster's budget as the stack's
+        assert json.loads(out)["error"]["exit_status"] == 1
+        assert node_name(0) not in out
+    else:
+        # while a person still sees what the kubeconfig's cluster holds, under the warning
+        assert node_name(0) in out
