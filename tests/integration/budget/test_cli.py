@@ -6,6 +6,7 @@ import argparse
 import json
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -40,6 +41,27 @@ def run(kubeconfig: Path, *argv: str) -> int:
     budget_cli.register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["budget", *argv, "--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE])
     return int(args.run(args))
+
+
+@contextmanager
+def stack_of_cluster_prod(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Stack blue-nodes (owner blue: its stack name, as each account that deploys it so names it) of EKS cluster
+    prod, as the CLI finds it, on moto's AWS."""
+    with mock_aws():
+        aws = boto3.Session(region_name="eu-west-1")
+        aws.client("eks").create_cluster(
+            name="prod",
+            roleArn="arn:aws:iam::123456789012:role/eks",
+            resourcesVpcConfig={"subnetIds": ["subnet-1"]},
+        )
+        described = {
+            "StackName": "blue-nodes",
+            "Parameters": [{"ParameterKey": "ClusterName", "ParameterValue": "prod"}],
+            "Outputs": [{"OutputKey": "OwnerId", "OutputValue": "blue"}],
+        }
+        monkeypatch.setattr(budget_cli, "session", lambda args: aws)
+        monkeypatch.setattr(budget_cli, "find", lambda aws, name: from_description(described, "eu-west-1"))
+        yield
 
 
 @pytest.fixture
@@ -423,21 +445,7 @@ def test_a_release_for_a_stack_whose_cluster_is_not_the_kubeconfigs_is_refused(
 ) -> None:
     # Given stack blue-nodes (owner blue: its stack name, as in every account that deploys it so) of cluster prod,
     # and a kubeconfig whose context is another cluster where a node of that name holds a slot of owner blue
-    with mock_aws():
-        aws = boto3.Session(region_name="eu-west-1")
-        aws.client("eks").create_cluster(
-            name="prod",
-            roleArn="arn:aws:iam::123456789012:role/eks",
-            resourcesVpcConfig={"subnetIds": ["subnet-1"]},
-        )
-        described = {
-            "StackName": "blue-nodes",
-            "Parameters": [{"ParameterKey": "ClusterName", "ParameterValue": "prod"}],
-            "Outputs": [{"OutputKey": "OwnerId", "OutputValue": "blue"}],
-        }
-        monkeypatch.setattr(budget_cli, "session", lambda args: aws)
-        monkeypatch.setattr(budget_cli, "find", lambda aws, name: from_description(described, "eu-west-1"))
-
+    with stack_of_cluster_prod(monkeypatch):
         # When the operator releases the slot of that node for the stack, without being asked
         code = main(
             [
@@ -556,21 +564,7 @@ def test_show_for_a_stack_through_another_clusters_kubeconfig_is_no_success(
 ) -> None:
     # Given stack blue-nodes of cluster prod, and a kubeconfig whose context is another cluster (whose budget has
     # holders of an owner blue too: each account deploys the stack under one name)
-    with mock_aws():
-        aws = boto3.Session(region_name="eu-west-1")
-        aws.client("eks").create_cluster(
-            name="prod",
-            roleArn="arn:aws:iam::123456789012:role/eks",
-            resourcesVpcConfig={"subnetIds": ["subnet-1"]},
-        )
-        described = {
-            "StackName": "blue-nodes",
-            "Parameters": [{"ParameterKey": "ClusterName", "ParameterValue": "prod"}],
-            "Outputs": [{"OutputKey": "OwnerId", "OutputValue": "blue"}],
-        }
-        monkeypatch.setattr(budget_cli, "session", lambda args: aws)
-        monkeypatch.setattr(budget_cli, "find", lambda aws, name: from_description(described, "eu-west-1"))
-
+    with stack_of_cluster_prod(monkeypatch):
         # When a script (or an operator in an incident) shows the stack's budget
         code = main(
             [
