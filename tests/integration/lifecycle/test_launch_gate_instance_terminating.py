@@ -12,10 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from nodecycle.domain.model import SETTLED_ELSEWHERE, Step, Transition
+from nodecycle.domain.model import SETTLED_ELSEWHERE, Transition
 from nodecycle_sandbox.aws.group import wait_for
 from tests.integration.lifecycle.harness import find_record, running
-from tests.integration.lifecycle.test_launch_terminated_while_open import ec2_state, hooks
+from tests.integration.lifecycle.test_launch_terminated_while_open import (
+    a_launch_in_the_gate,
+    ec2_state,
+    hooks,
+)
 from tests.integration.lifecycle.test_lost_aws_answers import log_ends, metrics_since
 
 pytestmark = pytest.mark.slow
@@ -30,18 +34,7 @@ def test_a_gate_timing_out_on_an_instance_its_group_terminates_ends_it_as_gone_n
     with running(
         parameters=parameters, size=0, hooks=hooks(3600), workloads=None, log_dir=tmp_path
     ) as sandbox:
-        sandbox.aws.plan_nodes(never_join=1)
-        sandbox.asg.set_desired(1)
-        launched = wait_for(lambda: next(iter(sandbox.asg.instances()), None), 30, "a launch")
-        wait_for(
-            lambda: (
-                (r := find_record(sandbox, launched, Transition.LAUNCHING)) is not None
-                and r.step is Step.READY_GATE
-                and r.verified_at is not None
-            ),
-            60,
-            "the launch in the readiness gate",
-        )
+        launched = a_launch_in_the_gate(sandbox)
         ends = log_ends(tmp_path)
 
         # When the group terminates its instance, which another tool's hook holds in Terminating:Wait, running

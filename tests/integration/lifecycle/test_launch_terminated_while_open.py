@@ -40,23 +40,30 @@ def holder(ec2: Any, allocation_id: str) -> str | None:
     return address.get("InstanceId")
 
 
+def a_launch_in_the_gate(sandbox: Any) -> str:
+    """The instance of a launch the group starts, its node never joining, once its lifecycle waits in the readiness
+    gate, its action confirmed."""
+    sandbox.aws.plan_nodes(never_join=1)
+    sandbox.asg.set_desired(1)
+    launched: str = wait_for(lambda: next(iter(sandbox.asg.instances()), None), 30, "a launch")
+    wait_for(
+        lambda: (
+            (r := find_record(sandbox, launched, Transition.LAUNCHING)) is not None
+            and r.step is Step.READY_GATE
+            and r.verified_at is not None
+        ),
+        60,
+        "the launch in the readiness gate",
+    )
+    return launched
+
+
 def test_a_launch_in_the_readiness_gate_whose_instance_is_terminated_ends_as_gone_not_expired() -> None:
     # Given a launch waiting in the readiness gate for a node that never joins, its hook's heartbeat timeout
     # short (the gate heartbeats its action every few seconds)
     parameters = {"HeartbeatMarginSeconds": "5", "ReadinessTimeoutSeconds": "600"}
     with running(parameters=parameters, size=0, hooks=hooks(30), workloads=None) as sandbox:
-        sandbox.aws.plan_nodes(never_join=1)
-        sandbox.asg.set_desired(1)
-        launched = wait_for(lambda: next(iter(sandbox.asg.instances()), None), 30, "a launch")
-        wait_for(
-            lambda: (
-                (r := find_record(sandbox, launched, Transition.LAUNCHING)) is not None
-                and r.step is Step.READY_GATE
-                and r.verified_at is not None
-            ),
-            60,
-            "the launch in the readiness gate",
-        )
+        launched = a_launch_in_the_gate(sandbox)
 
         # When the group terminates its instance (an operator, a scale-in before it was in service), which
         # another tool's hook holds in Terminating:Wait, running in EC2
