@@ -91,14 +91,21 @@ def failed_message_ids(result: InvocationResult, batch: list[str], report_failur
     """The messages that must go back to the queue after this invocation, as Lambda decides: all of them
     after a failed invocation; with ``ReportBatchItemFailures``, none for a null or empty response or failure
     list, the reported ones, or all of them for a response it cannot read as this batch's message ids (not an
-    object, an empty or null identifier, a bad key name, a message not in the batch)."""
+    object, failures that are not a list, an empty or null identifier, a bad key name, a message not in the
+    batch)."""
     if not result.ok:
         return list(batch)
     if not report_failures or result.response is None:
         return []
     if not isinstance(result.response, dict):
         return list(batch)  # not a batch response at all: Lambda's "invalid JSON response"
-    failures = result.response.get("batchItemFailures") or []
+    failures = result.response.get("batchItemFailures")
+    if failures is None:
+        return []  # (a null failure list, or none: Lambda's complete success)
+    if not isinstance(failures, list):
+        # Not a list at all (an empty object or string, false, 0 included): not the response Lambda reads, a
+        # failure of the whole batch; only an empty or a null list is a complete success
+        return list(batch)
     try:
         reported = [item["itemIdentifier"] for item in failures]
     except (KeyError, TypeError):
