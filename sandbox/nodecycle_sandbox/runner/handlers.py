@@ -32,9 +32,10 @@ def load_handler(handler_file: Path, module_name: str, handler_name: str) -> Han
 def call_handler(handler: Handler, event: Any, context: Any) -> dict[str, Any]:
     """The outcome as plain JSON data: {"ok": True, "response": ...} or {"ok": False, "errorType", ...}."""
     try:
-        response = handler(event, context)
-        # Lambda returns the response as JSON; one that does not serialize fails the invocation.
-        json.dumps(response)
+        # Lambda returns the response as JSON; one that does not serialize fails the invocation. What its
+        # callers (an event source mapping reading a partial batch response) see is that JSON: a tuple as an
+        # array, a key as a string, in an inline sandbox as in a worker process.
+        response = json.loads(json.dumps(handler(event, context)))
     except Exception as error:
         return error_outcome(error)
     return {"ok": True, "response": response}

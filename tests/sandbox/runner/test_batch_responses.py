@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from nodecycle_sandbox.runner.handlers import call_handler
 from nodecycle_sandbox.runner.invokers import InvocationResult
 from nodecycle_sandbox.runner.sqs_source import failed_message_ids
 
@@ -78,3 +79,13 @@ def test_a_failed_invocation_returns_the_whole_batch_whatever_it_reported() -> N
 def test_without_report_batch_item_failures_a_response_is_not_read() -> None:
     response = {"batchItemFailures": [{"itemIdentifier": "m2"}]}
     assert failed_message_ids(_returned(response), BATCH, report_failures=False) == []
+
+
+def test_a_response_is_read_as_the_json_lambda_returns() -> None:
+    # A tuple is a JSON array once Lambda has the response: its failures are a list, read as such (not "not a
+    # list", the whole batch), in an inline sandbox too, whose handlers return Python objects.
+    outcome = call_handler(
+        lambda event, context: {"batchItemFailures": ({"itemIdentifier": "m2"},)}, {}, None
+    )
+    result = _returned(outcome["response"])
+    assert failed_message_ids(result, BATCH, report_failures=True) == ["m2"]
