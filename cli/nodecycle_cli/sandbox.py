@@ -120,7 +120,9 @@ def start(args: argparse.Namespace) -> tuple[Sandbox, KubeServer]:
     """Start the sandbox, bring the group in service, seed the workloads, write kubeconfig and env file."""
     extra_nodes, workloads = split_seed(args.cluster)
     options = options_from(args)
-    kube = KubeServer(tls=True)
+    # (the kubeconfig written for kubectl holds one token, which must outlive the 15 minutes EKS gives a token:
+    # the sandbox has no exec plugin to renew it. The functions renew theirs all the same.)
+    kube = KubeServer(tls=True, token_max_age_seconds=None)
     try:
         sandbox = Sandbox(options, kube=kube).start()
     except ParameterError as error:  # refused before anything started, as CloudFormation would

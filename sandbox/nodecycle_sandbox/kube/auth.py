@@ -4,6 +4,12 @@ The sandbox checks the shape a real EKS authenticator needs, so a client that bu
 refused with 401; told its cluster's name, it also checks the SigV4 signature as STS would with the header
 ``x-k8s-aws-id: <cluster>`` the authenticator adds (every sandbox key has the same secret,
 ``SANDBOX_SECRET_KEY``): a token signed for another cluster is 401, as on EKS.
+
+What aws-iam-authenticator (``pkg/token``, ``Verify``) refuses before it asks STS is refused here too: a token
+over 4 KiB, a URL path other than ``/``, a query parameter outside its list or given twice, ``X-Amz-Expires``
+missing or over 900 s, ``X-Amz-Date`` missing, and a URL signed more than 15 minutes ago (whatever its
+X-Amz-Expires: STS honours a presigned GetCallerIdentity for 15 minutes). Not checked, because the sandbox's STS
+is moto on loopback over HTTP: that the scheme is https and the host an STS endpoint of the cluster's partition.
 """
 
 from __future__ import annotations
@@ -19,6 +25,23 @@ from urllib.parse import parse_qs, quote, urlsplit
 TOKEN_PREFIX = "k8s-aws-v1."
 _BASE64URL = re.compile(r"^[A-Za-z0-9_-]+$")
 _AMZ_DATE = "%Y%m%dT%H%M%SZ"
+TOKEN_LIFETIME_SECONDS = 900  # the authenticator's presignedURLExpiration: 15 minutes after X-Amz-Date
+MAX_TOKEN_BYTES = 4096  # its maxTokenLenBytes
+MAX_EXPIRES_SECONDS = 900  # the largest X-Amz-Expires it takes (0.3.0 and earlier: 60)
+# The only query parameters it lets through to STS (compared lower-cased)
+_PARAMETERS = frozenset(
+    {
+        "action",
+        "version",
+        "x-amz-algorithm",
+        "x-amz-credential",
+        "x-amz-date",
+        "x-amz-expires",
+        "x-amz-security-token",
+        "x-amz-signature",
+        "x-amz-signedheaders",
+    }
+)
 
 
 class TokenRejected(ValueError):
@@ -71,12 +94,15 @@ def make_eks_token(
 def check_eks_token(
     token: str,
     *,
-    max_age_seconds: float | None = None,
+    max_age_seconds: float | None = TOKEN_LIFETIME_SECONDS,
     now: dt.datetime | None = None,
     cluster_name: str | None = None,
 ) -> str:
-    """The access key that signed ``token``; TokenRejected unless it is an EKS token (with ``max_age_seconds``,
-    a fresh one; with ``cluster_name``, one signed for that cluster)."""
+    """The access key that signed ``token``; TokenRejected unless it is an EKS token the authenticator takes
+    (signed at most ``max_age_seconds`` ago, 15 minutes by default, None: of any age; with ``cluster_name``,
+    one signed for that cluster)."""
+    if len(token) > MAX_TOKEN_BYTES:
+        raise TokenRejected(f"token is too large: {len(token)} bytes, at most {MAX_TOKEN_BYTES}")
     if not token.startswith(TOKEN_PREFIX):
         raise TokenRejected(f"token does not start with {TOKEN_PREFIX!r}")
     encoded = token[len(TOKEN_PREFIX) :]
@@ -89,18 +115,29 @@ def check_eks_token(
     parts = urlsplit(url)
     if parts.scheme not in ("https", "http") or not parts.netloc:
         raise TokenRejected("token payload is not an http(s) URL")
-    query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
+    if parts.path != "/":
+        raise TokenRejected("unexpected path in pre-signed URL")
+    parsed = parse_qs(parts.query, keep_blank_values=True)
+    for key, values in parsed.items():
+        if key.lower() not in _PARAMETERS:
+            raise TokenRejected(f"non-whitelisted query parameter {key!r}")
+        if len(values) != 1:
+            raise TokenRejected("query parameter with multiple values not supported")
+    query = {k: v[-1] for k, v in parsed.items()}
     if query.get("Action") != "GetCallerIdentity":
         raise TokenRejected("presigned URL is not an sts:GetCallerIdentity call")
     if not query.get("X-Amz-Signature"):
         raise TokenRejected("presigned URL has no X-Amz-Signature")
     if "x-k8s-aws-id" not in query.get("X-Amz-SignedHeaders", "").lower().split(";"):
         raise TokenRejected("presigned URL does not sign the x-k8s-aws-id header")
+    expires = query.get("X-Amz-Expires", "")
+    if not expires.isdigit() or int(expires) > MAX_EXPIRES_SECONDS:
+        raise TokenRejected(f"invalid X-Amz-Expires parameter in pre-signed URL: {expires!r}")
+    try:
+        signed_at = dt.datetime.strptime(query.get("X-Amz-Date", ""), _AMZ_DATE).replace(tzinfo=dt.UTC)
+    except ValueError:
+        raise TokenRejected("presigned URL has no valid X-Amz-Date") from None
     if max_age_seconds is not None:
-        try:
-            signed_at = dt.datetime.strptime(query.get("X-Amz-Date", ""), _AMZ_DATE).replace(tzinfo=dt.UTC)
-        except ValueError:
-            raise TokenRejected("presigned URL has no valid X-Amz-Date") from None
         age = ((now or dt.datetime.now(dt.UTC)) - signed_at).total_seconds()
         if age > max_age_seconds:
             raise TokenRejected(

@@ -17,7 +17,12 @@ from nodecycle_sandbox.kube import namespaces
 from nodecycle_sandbox.kube.access import Access, AccessEntry, load_manifest
 from nodecycle_sandbox.kube.admission import Admission
 from nodecycle_sandbox.kube.api import Api
-from nodecycle_sandbox.kube.auth import ADMIN_ACCESS_KEY, check_eks_token, make_eks_token
+from nodecycle_sandbox.kube.auth import (
+    ADMIN_ACCESS_KEY,
+    TOKEN_LIFETIME_SECONDS,
+    check_eks_token,
+    make_eks_token,
+)
 from nodecycle_sandbox.kube.builders import node_object
 from nodecycle_sandbox.kube.controllers import ControllerLoop, Controllers, StaticPod
 from nodecycle_sandbox.kube.counters import Counters
@@ -54,7 +59,8 @@ class KubeServer:
             ``sandbox.nodecycle.io/start-seconds`` overrides it per pod).
         pod_shutdown_seconds: how long a deleted pod takes to stop, capped by its grace period
             (annotation ``sandbox.nodecycle.io/shutdown-seconds`` overrides it per pod).
-        token_max_age_seconds: refuse EKS tokens signed longer ago than this (EKS: 900); None: no limit.
+        token_max_age_seconds: refuse EKS tokens signed longer ago than this: by default 900 s, as EKS does;
+            None: no limit (for a kubeconfig's static token that must outlive 15 minutes, not the product).
         node_monitor_grace_seconds: how long after its kubelet is lost (``kill_kubelet``) a node turns
             Ready=Unknown (kube-controller-manager's ``--node-monitor-grace-period``: 40 s).
         node_lease_renew_seconds: how often each live kubelet renews its node's Lease in ``kube-node-lease``
@@ -85,7 +91,7 @@ class KubeServer:
         cluster_name: str = "sandbox",
         pod_start_seconds: float = 0.2,
         pod_shutdown_seconds: float = 0.0,
-        token_max_age_seconds: float | None = None,
+        token_max_age_seconds: float | None = TOKEN_LIFETIME_SECONDS,
         node_monitor_grace_seconds: float = 40.0,
         node_lease_renew_seconds: float = 10.0,
         pod_gc_quarantine_seconds: float = 40.0,
@@ -268,6 +274,9 @@ class KubeServer:
         config.ssl_ca_cert = str(self.ca_file)
         config.api_key = {"authorization": self.token(access_key)}
         config.api_key_prefix = {"authorization": "Bearer"}
+        # a fresh token on each request, as kubectl's exec plugin renews its own: the server refuses one signed
+        # more than 15 minutes ago, and a test's client may outlive that
+        config.refresh_api_key_hook = lambda cfg: cfg.api_key.update(authorization=self.token(access_key))  # type: ignore[assignment]
         return ApiClient(config)
 
     def write_kubeconfig(self, path: Path | None = None) -> Path:
