@@ -1,6 +1,7 @@
 """Access to an EKS cluster from a Lambda: no kubeconfig file, no kubectl binary.
 
-The endpoint and CA come from ``eks:DescribeCluster`` (once per container). The bearer token is what
+The endpoint and CA come from ``eks:DescribeCluster`` (once per container, and again when the endpoint cannot
+be reached: a cluster created again under its name has another endpoint and CA). The bearer token is what
 ``aws eks get-token`` produces: ``k8s-aws-v1.`` + base64url (no padding) of a presigned STS
 ``GetCallerIdentity`` URL that signs the header ``x-k8s-aws-id: <cluster name>``. EKS accepts such a URL for
 15 minutes after it was signed, so it is renewed well before that, on the request that finds it old.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 import os
 import tempfile
 import threading
@@ -17,7 +19,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from kubernetes.client import ApiClient, Configuration
+from kubernetes.client import ApiClient, Configuration, rest
+from urllib3.exceptions import MaxRetryError, NewConnectionError, SSLError
 from urllib3.util.retry import Retry
 
 from nodecycle import __version__
@@ -26,6 +29,8 @@ from nodecycle.adapters.kube.errors import ClusterUnauthorized, OutOfTime
 
 if TYPE_CHECKING:
     from mypy_boto3_eks import EKSClient
+
+log = logging.getLogger(__name__)
 
 TOKEN_PREFIX = "k8s-aws-v1."
 CLUSTER_ID_HEADER = "x-k8s-aws-id"
@@ -36,6 +41,9 @@ REQUEST_TIMEOUT = (5, 20)  # connect, read (seconds) for every Kubernetes call
 # four times, sleeping out each Retry-After (up to 60 s from API Priority and Fairness), so that one call
 # could outlast the function, asleep in the Lambda. Those are transient errors; the step's retry backs off.
 CLIENT_RETRIES = Retry(total=1, read=0, respect_retry_after_header=False)
+# The least time between two descriptions of the cluster after its endpoint failed: an API server unreachable for
+# minutes (a network fault, not a new cluster) costs one DescribeCluster a minute, not one per failed call
+REDESCRIBE_SECONDS = 60.0
 # A call is not started with less than this left of its run's time (see call_timeout)
 MIN_CALL_SECONDS = 1.0
 
@@ -142,6 +150,7 @@ class EksCluster:
         self._time_left = time_left
         self._api: ApiClient | None = None
         self._lock = threading.Lock()
+        self._redescribed: float | None = None  # (monotonic) when the cluster was last described again
 
     def api_client(self) -> ApiClient:
         with self._lock:
@@ -150,17 +159,48 @@ class EksCluster:
             return self._api
 
     def _connect(self) -> ApiClient:
-        with transient_errors("describing the EKS cluster"):
-            cluster = self._eks().describe_cluster(name=self._name)["cluster"]
-        config = Configuration(host=cluster["endpoint"])
-        config.ssl_ca_cert = _write_ca(base64.b64decode(cluster["certificateAuthority"]["data"]))
+        config = Configuration()
+        _point(config, self._describe())
         config.retries = CLIENT_RETRIES
         tokens = self._tokens
         config.api_key = {"authorization": tokens.token()}
         config.api_key_prefix = {"authorization": "Bearer"}
         # the client declares this hook as None-typed, but calls it before every request when set
         config.refresh_api_key_hook = lambda cfg: cfg.api_key.update(authorization=tokens.token())  # type: ignore[assignment]
-        return _RenewingApiClient(config, tokens, self._time_left)
+        return _RenewingApiClient(config, tokens, self._time_left, self._redescribe)
+
+    def _describe(self) -> dict[str, Any]:
+        with transient_errors("describing the EKS cluster"):
+            return dict(self._eks().describe_cluster(name=self._name)["cluster"])
+
+    def _redescribe(self, api: ApiClient) -> None:
+        """After a call whose connection failed: describe the cluster again and point ``api`` at its endpoint and CA
+        if they changed. EKS gives a cluster created again under the same name (a replacement, a rebuild) another
+        endpoint and CA, and the old endpoint stops answering; a warm container (the sweeper's, called every
+        minute, lives for hours) would otherwise fail every call until Lambda recycles it. At most once a
+        REDESCRIBE_SECONDS; a description that fails leaves things as they were (the call's own error is raised)."""
+        with self._lock:
+            now = time.monotonic()
+            if self._redescribed is not None and 0 <= now - self._redescribed < REDESCRIBE_SECONDS:
+                return
+            self._redescribed = now
+        try:
+            cluster = self._describe()
+        except Exception as error:  # (the failed call's error is the one to raise)
+            log.warning("describing EKS cluster %s again after its endpoint failed: %s", self._name, error)
+            return
+        config = api.configuration
+        old = (config.host, config.ssl_ca_cert)
+        _point(config, cluster)
+        if (config.host, config.ssl_ca_cert) != old:
+            log.warning("EKS cluster %s has a new endpoint or CA: %s", self._name, config.host)
+            # a new pool: the old one's connections are to the old endpoint, verified with the old CA
+            api.rest_client = rest.RESTClientObject(config)
+
+
+def _point(config: Configuration, cluster: dict[str, Any]) -> None:
+    config.host = cluster["endpoint"]
+    config.ssl_ca_cert = _write_ca(base64.b64decode(cluster["certificateAuthority"]["data"]))
 
 
 class _RenewingApiClient(ApiClient):
@@ -175,8 +215,15 @@ class _RenewingApiClient(ApiClient):
     time: see :func:`call_timeout`.
     """
 
-    def __init__(self, configuration: Configuration, tokens: EksTokens, time_left: TimeLeft = no_end) -> None:
+    def __init__(
+        self,
+        configuration: Configuration,
+        tokens: EksTokens,
+        time_left: TimeLeft = no_end,
+        unreachable: Callable[[ApiClient], None] | None = None,
+    ) -> None:
         super().__init__(configuration)
+        self._unreachable = unreachable
         # The API server names the manager of each write after the User-Agent's prefix: a cordon or annotation by
         # nodecycle is nodecycle's in `kubectl get node --show-managed-fields` and in the audit log, not the
         # generated client's default ("OpenAPI-Generator", like any tool built on it)
@@ -185,6 +232,19 @@ class _RenewingApiClient(ApiClient):
         self._time_left = time_left
 
     def call_api(
+        self, method: str, url: str, header_params: dict[str, str] | None = None, *args: Any, **kwargs: Any
+    ) -> Any:
+        try:
+            return self._call_renewing(method, url, header_params, *args, **kwargs)
+        except (MaxRetryError, NewConnectionError, SSLError) as error:
+            # (a connection not made, or a certificate not verified: not an answer the API server gave, nor a
+            # read that timed out)
+            reason = getattr(error, "reason", error)
+            if self._unreachable is not None and isinstance(reason, (NewConnectionError, SSLError)):
+                self._unreachable(self)
+            raise
+
+    def _call_renewing(
         self, method: str, url: str, header_params: dict[str, str] | None = None, *args: Any, **kwargs: Any
     ) -> Any:
         # The client checks a response's status after this call (and raises ApiException then), so the 401
