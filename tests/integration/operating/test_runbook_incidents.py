@@ -471,11 +471,15 @@ def run_aws(sandbox: Sandbox, command: str, outputs: dict[str, str]) -> Any:
     members = model.operation_model(name).input_shape.members
     by_option = {botocore.xform_name(m, "-"): m for m in members}
     params: dict[str, Any] = {}
+    query: str | None = None
     words = iter(argv)
     for word in words:
         if not word.startswith("--"):
             continue  # (an outfile: aws lambda invoke's)
         option = word[2:]
+        if option == "query":  # (the AWS CLI's own filter of the answer, JMESPath: applied below)
+            query = next(words)
+            continue
         if option.startswith("no-") and option[3:] in by_option:
             params[by_option[option[3:]]] = False
             continue
@@ -494,7 +498,10 @@ def run_aws(sandbox: Sandbox, command: str, outputs: dict[str, str]) -> Any:
             params[member] = next(words).encode()
         else:
             params[member] = next(words)
-    return getattr(client, botocore.xform_name(name))(**params)
+    answer = getattr(client, botocore.xform_name(name))(**params)
+    if query is not None:  # (a filter that cannot read the answer fails here; the answer is what is judged)
+        jmespath.search(query, answer)
+    return answer
 
 
 # What the sandbox does not serve of the runbook's commands (moto's gaps), each a strict xfail to take off once served
