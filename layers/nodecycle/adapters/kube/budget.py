@@ -21,7 +21,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from nodecycle.adapters.kube.cluster_api import LEGACY_ZONE_LABEL, node_info
+from nodecycle.adapters.kube.cluster_api import node_info, zone_of
 from nodecycle.adapters.kube.errors import forbidden_refused, kube_errors, retry_after
 from nodecycle.adapters.kube.lists import pages
 from nodecycle.adapters.kube.server_clock import server_date
@@ -37,7 +37,7 @@ from nodecycle.domain.budget.document import (
 from nodecycle.domain.budget.errors import WriteOutcomeUnknown
 from nodecycle.domain.budget.seed import DrainInProgress
 from nodecycle.domain.errors import TransientError
-from nodecycle.domain.ports.cluster import RELEASED_FOR_ANNOTATION, ZONE_LABEL, Refused
+from nodecycle.domain.ports.cluster import RELEASED_FOR_ANNOTATION, Refused
 
 log = logging.getLogger(__name__)
 
@@ -653,12 +653,11 @@ def _drain_in_progress(item: dict[str, Any]) -> DrainInProgress | None:
 
 
 def _zone(metadata: dict[str, Any]) -> str | None:
-    """The node's zone as its drain reads it (``node_info``): the GA label, else the beta one. Read from the GA label
-    alone, a node of the beta label only was of its zone in its drain's ask and of none in the scope: a per-zone
-    percent of a zone of such nodes resolved to a zone's without nodes (1), and one counted unavailable counted
-    against every zone (tests/integration/budget/test_legacy_zone_label.py)."""
-    labels = metadata.get("labels") or {}
-    return labels.get(ZONE_LABEL) or labels.get(LEGACY_ZONE_LABEL)
+    """The node's zone as its drain reads it (``zone_of``, as ``node_info``). Read from the GA label alone, a node
+    of the beta label only was of its zone in its drain's ask and of none in the scope: a per-zone percent of a zone
+    of such nodes resolved to a zone's without nodes (1), and one counted unavailable counted against every zone
+    (tests/integration/budget/test_legacy_zone_label.py)."""
+    return zone_of(metadata.get("labels") or {})
 
 
 def _node_metadata(node: dict[str, Any]) -> NodeState:

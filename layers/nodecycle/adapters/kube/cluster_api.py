@@ -86,6 +86,12 @@ def instance_of(provider_id: str | None) -> str | None:
 REFUSING = (400, 401, 403, 422)
 
 
+def zone_of(labels: dict[str, Any]) -> str | None:
+    """A node's zone from its labels: the GA label, else the beta one (nodes registered by older kubelets or cloud
+    providers carry the beta label alone). The drain's read of a node and the budget's scope read it so alike."""
+    return labels.get(ZONE_LABEL) or labels.get(LEGACY_ZONE_LABEL)
+
+
 def node_info(data: dict[str, Any]) -> NodeInfo:
     meta = data.get("metadata") or {}
     labels = meta.get("labels") or {}
@@ -95,7 +101,7 @@ def node_info(data: dict[str, Any]) -> NodeInfo:
     return NodeInfo(
         name=meta["name"],
         instance_id=instance_of(spec.get("providerID")),
-        zone=labels.get(ZONE_LABEL) or labels.get(LEGACY_ZONE_LABEL),
+        zone=zone_of(labels),
         uid=meta.get("uid"),
         ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions),
         kubelet_lost=any(c.get("type") == "Ready" and c.get("status") == "Unknown" for c in conditions),
