@@ -481,6 +481,20 @@ class Cleanup:
             lambda: self._cluster.release_node(node, uncordon=undo["cordon"], unlabel=undo["lb"]),
         )
 
+    def _lift_told(self, node: NodeInfo, record: LifecycleRecord, reason: str, message: str) -> Outcome:
+        """The end of a watch whose instance is back in service with its node Ready (after a maintenance, after a
+        Spot interruption that stopped it): what this lifecycle set on the node lifted, and told on the node
+        (``reason``, ``message``). A conflict is the watch's failure (tried again: see _watch); a refusal was told,
+        the cordon stays."""
+        lifted = self._lift_set(node, record)
+        if lifted is Claim.CONFLICT:
+            raise TransientError(CONFLICT)
+        if lifted is None:
+            return Outcome.next()
+        log.info("node %s is uncordoned: %s", node.name, message)
+        self._events.on_node(node.name, node.uid, reason, message)
+        return Outcome.next()
+
     def _lift_when_safe(self, record: LifecycleRecord, now: datetime) -> Outcome:
         """Lift what this lifecycle set on the node once nothing can be scheduled on it before it is back in
         service: its instance is stopped (or hibernated) in the pool and its kubelet gone (NotReady: the node
@@ -554,22 +568,13 @@ class Cleanup:
             event for event in self._instances.scheduled_events(instance) if _may_come(event, record, now)
         ]
         if not ahead and state == "running" and in_group == "InService" and node.ready:
-            lifted = self._lift_set(node, record)
-            if lifted is Claim.CONFLICT:
-                raise TransientError(CONFLICT)  # (the watch's failure: see _watch)
-            if lifted is None:
-                return Outcome.next()  # refused: told, the cordon stays
-            log.info(
-                "the maintenance of %s is over and it stayed: node %s is uncordoned", instance, node.name
-            )
-            self._events.on_node(
-                node.name,
-                node.uid,
+            return self._lift_told(
+                node,
+                record,
                 "UncordonedAfterMaintenance",
                 f"The scheduled maintenance of {instance} is over and the instance stayed in service: the "
                 "cordon set for it is lifted",
             )
-            return Outcome.next()
         if now > record.global_deadline + MAINTENANCE_WATCH_LIMIT:
             return self._kept(
                 node,
@@ -622,24 +627,13 @@ class Cleanup:
             bool(extra.get(SPOT_DOWN_SEEN)) or now >= record.global_deadline + SPOT_RESTART_UNSEEN_AFTER
         )
         if started_again and state == "running" and in_group == "InService" and node.ready:
-            lifted = self._lift_set(node, record)
-            if lifted is Claim.CONFLICT:
-                raise TransientError(CONFLICT)  # (the watch's failure: see _watch)
-            if lifted is None:
-                return Outcome.next()  # refused: told, the cordon stays
-            log.info(
-                "instance %s runs again after its Spot interruption: node %s is uncordoned",
-                instance,
-                node.name,
-            )
-            self._events.on_node(
-                node.name,
-                node.uid,
+            return self._lift_told(
+                node,
+                record,
                 "UncordonedAfterSpotInterruption",
                 f"EC2 started instance {instance} again after the Spot interruption that stopped it: the cordon "
                 "set for it is lifted",
             )
-            return Outcome.next()
         if now > record.global_deadline + SPOT_WATCH_LIMIT:
             return self._kept(
                 node,
