@@ -491,6 +491,14 @@ class Evict:
         ending = set(record.extra.get(ENDING_NAMESPACES) or [])
         calls = _PodCalls(notes, self._metrics, self._time_left)
 
+        def tell_once(pod: PodInfo, reason: str, message: str) -> None:
+            """Tell of ``pod``'s refusal once per pod and drain, a few per pass: it is asked again at every poll."""
+            nonlocal told
+            if not notes.told(pod.uid, BLOCKED) and told < TOLD_PER_PASS:
+                notes.tell(pod.uid, BLOCKED)
+                told += 1
+                self._tell(record, pod, reason, message)
+
         def ask(pod: PodInfo) -> EvictionResult:
             if pod.namespace in ending:  # (its namespace answered: no eviction is accepted there any more)
                 return EvictionResult(Eviction.NAMESPACE_TERMINATING, "its namespace is being deleted")
@@ -516,13 +524,8 @@ class Evict:
                         pod.name,
                         result.detail,
                     )
-                elif not notes.told(pod.uid, BLOCKED) and told < TOLD_PER_PASS:
-                    # told once per pod and drain (a few per pass): it is asked again at every poll
-                    notes.tell(pod.uid, BLOCKED)
-                    told += 1
-                    self._tell(
-                        record, pod, "EvictionBlocked", f"blocked by a PodDisruptionBudget: {result.detail}"
-                    )
+                else:
+                    tell_once(pod, "EvictionBlocked", f"blocked by a PodDisruptionBudget: {result.detail}")
             elif result.kind is Eviction.DEFERRED:
                 # An admission webhook's "not now" for this pod (429: KubeVirt's, while it moves the pod's VM away
                 # first): its answer alone, as a budget's block is, so the pass goes on with the other pods (each
@@ -536,15 +539,11 @@ class Evict:
                     result.detail,
                 )
                 asked_wait = max(asked_wait, retry_after_wait(result.retry_after, deadline - now))
-                if not notes.told(pod.uid, BLOCKED) and told < TOLD_PER_PASS:
-                    notes.tell(pod.uid, BLOCKED)
-                    told += 1
-                    self._tell(
-                        record,
-                        pod,
-                        "EvictionDeferred",
-                        f"deferred by the API server: {result.detail}; asked again until the drain's timeout",
-                    )
+                tell_once(
+                    pod,
+                    "EvictionDeferred",
+                    f"deferred by the API server: {result.detail}; asked again until the drain's timeout",
+                )
             elif result.kind is Eviction.THROTTLED:
                 # The API server sheds load (API Priority and Fairness), whichever pod is asked: asking the
                 # others now only adds to it. They are asked at the next poll, once its Retry-After is over.
@@ -593,10 +592,7 @@ class Evict:
                 else:
                     log.error("eviction of pod %s/%s refused: %s", pod.namespace, pod.name, result.detail)
                 self._metrics.count("EvictionErrors")  # the alarm: an operator must look
-                if not notes.told(pod.uid, BLOCKED) and told < TOLD_PER_PASS:
-                    notes.tell(pod.uid, BLOCKED)
-                    told += 1
-                    self._tell(record, pod, "EvictionRefused", f"refused by the API server: {result.detail}")
+                tell_once(pod, "EvictionRefused", f"refused by the API server: {result.detail}")
         if evicted:
             self._metrics.count("PodsEvicted", evicted)
         self._failing(record, notes, calls, unprocessed, answered, asked, told, now)
