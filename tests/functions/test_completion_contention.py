@@ -87,6 +87,18 @@ def launching(endpoint: str) -> Iterator[tuple[ActionRef, AwsControl]]:
     control.close()
 
 
+def complete_contended_once(endpoint: str, action: ActionRef) -> bool:
+    """nodecycle's completion of ``action`` with CONTINUE, with its client's settings, the first attempt Auto Scaling
+    refuses for contention (ResourceContention: another update of the group pending, nothing done)."""
+    FAULTS.arm_for(
+        [Fault("pending", "aws-contention", target="autoscaling.CompleteLifecycleAction", limit=1)],
+        seed=1,
+        callers=[FUNCTION_KEY],
+    )
+    autoscaling = AutoscalingActions(_client(endpoint, "autoscaling", FUNCTION_KEY, config=CLIENT_CONFIG))
+    return autoscaling.complete(action, ActionResult.CONTINUE)
+
+
 def test_a_completion_refused_for_contention_with_another_settlement_is_no_completion_of_its_own(
     endpoint: str, launching: tuple[ActionRef, AwsControl]
 ) -> None:
@@ -99,16 +111,10 @@ def test_a_completion_refused_for_contention_with_another_settlement_is_no_compl
         InstanceId=action.instance_id,
         LifecycleActionResult="ABANDON",
     )
-    FAULTS.arm_for(
-        [Fault("pending", "aws-contention", target="autoscaling.CompleteLifecycleAction", limit=1)],
-        seed=1,
-        callers=[FUNCTION_KEY],
-    )
-    autoscaling = AutoscalingActions(_client(endpoint, "autoscaling", FUNCTION_KEY, config=CLIENT_CONFIG))
 
-    # When nodecycle completes it with CONTINUE (botocore retries the refused attempt, and its retry finds no
-    # active action)
-    completed = autoscaling.complete(action, ActionResult.CONTINUE)
+    # When nodecycle completes it with CONTINUE, its first attempt refused for contention (botocore retries the
+    # refused attempt, and its retry finds no active action)
+    completed = complete_contended_once(endpoint, action)
 
     # Then the refusal was Auto Scaling's contention, the action was the operator's ABANDON, and nodecycle does not
     # take that settlement for its own completion
@@ -124,15 +130,9 @@ def test_a_completion_refused_for_contention_alone_completes_at_its_retry(
     # Given a launch action whose completion's first attempt Auto Scaling refuses for contention (another update
     # of the group pending, which leaves the action open)
     action, control = launching
-    FAULTS.arm_for(
-        [Fault("pending", "aws-contention", target="autoscaling.CompleteLifecycleAction", limit=1)],
-        seed=1,
-        callers=[FUNCTION_KEY],
-    )
-    autoscaling = AutoscalingActions(_client(endpoint, "autoscaling", FUNCTION_KEY, config=CLIENT_CONFIG))
 
     # When nodecycle completes it with CONTINUE
-    completed = autoscaling.complete(action, ActionResult.CONTINUE)
+    completed = complete_contended_once(endpoint, action)
 
     # Then botocore's retry completed it: nodecycle's completion, with its result
     assert FAULTS.counts() == {"aws-contention": 1}
