@@ -17,6 +17,7 @@ from nodecycle.domain.drain.cleanup import (
     SPOT_IDLE_POLL_SECONDS,
     SPOT_RESTART_UNSEEN_AFTER,
     SPOT_WATCH_LIMIT,
+    Cleanup,
 )
 from nodecycle.domain.model import KEPT_ON_NODE, SPOT_ACTION, LifecycleRecord, Step
 from tests.support.fakes import FakeAutoscaling
@@ -49,6 +50,15 @@ def cordoned_for_spot() -> FakeCluster:
     progress = json.dumps({"instance": INSTANCE, "transition": "spot-interruption", "token": "token"})
     claimed = node(owner="stack-a", in_progress=progress, unschedulable=True)
     return FakeCluster(nodes={NODE: claimed}, cordoned={NODE})
+
+
+def spot_cleanup(
+    cluster: FakeCluster, record: LifecycleRecord, ec2: Ec2Maintenance, events: FakeEvents | None = None
+) -> Cleanup:
+    """The cleanup step of ``record``'s drain, its node's slot held for it, against ``cluster`` and ``ec2``."""
+    return cleanup(
+        cluster, FakeSlots(holders={NODE}, held_for={NODE: record.id}), FakeAutoscaling(), events, ec2
+    )
 
 
 def set_ready(cluster: FakeCluster, ready: bool) -> None:
@@ -112,9 +122,7 @@ def test_a_spot_instance_running_right_after_its_interruption_is_not_taken_for_s
     # Given the watch after a Spot stop's drain, EC2 not having stopped the instance yet at its first looks
     cluster, ec2 = cordoned_for_spot(), Ec2Maintenance(known={INSTANCE: "running"})
     record = drained_for_spot("stop")
-    step = cleanup(
-        cluster, FakeSlots(holders={NODE}, held_for={NODE: record.id}), FakeAutoscaling(), None, ec2
-    )
+    step = spot_cleanup(cluster, record, ec2)
     watching = record.model_copy(update=step(record, STRIKES - timedelta(seconds=5)).changes)
 
     # When it looks while the instance still runs with its node Ready, moments after the interruption's time
@@ -137,9 +145,7 @@ def test_a_stopped_spot_instance_that_ec2_terminates_instead_keeps_its_cordon(st
     cluster, ec2 = cordoned_for_spot(), Ec2Maintenance(known={INSTANCE: "stopped"})
     record = drained_for_spot("stop")
     events = FakeEvents()
-    step = cleanup(
-        cluster, FakeSlots(holders={NODE}, held_for={NODE: record.id}), FakeAutoscaling(), events, ec2
-    )
+    step = spot_cleanup(cluster, record, ec2, events)
     watching = record.model_copy(update=step(record, STRIKES + timedelta(seconds=5)).changes)
 
     # When EC2 terminates the stopped instance (its request cancelled), or no longer lists it
@@ -160,9 +166,7 @@ def test_a_spot_instance_never_started_again_keeps_its_cordon_at_the_watchs_limi
     cluster, ec2 = cordoned_for_spot(), Ec2Maintenance(known={INSTANCE: "stopped"})
     record = drained_for_spot("stop")
     events = FakeEvents()
-    step = cleanup(
-        cluster, FakeSlots(holders={NODE}, held_for={NODE: record.id}), FakeAutoscaling(), events, ec2
-    )
+    step = spot_cleanup(cluster, record, ec2, events)
     watching = record.model_copy(update=step(record, STRIKES + timedelta(seconds=5)).changes)
 
     outcome = step(watching, STRIKES + SPOT_WATCH_LIMIT + timedelta(seconds=1))
@@ -176,9 +180,7 @@ def test_a_spot_interruption_that_terminates_its_instance_is_not_watched() -> No
     # (as before: the instance goes, its node keeps the cordon and the lifecycle ends at its cleanup)
     cluster, ec2 = cordoned_for_spot(), Ec2Maintenance(known={INSTANCE: "running"})
     record = drained_for_spot(None)
-    step = cleanup(
-        cluster, FakeSlots(holders={NODE}, held_for={NODE: record.id}), FakeAutoscaling(), None, ec2
-    )
+    step = spot_cleanup(cluster, record, ec2)
     outcome = step(record, STRIKES - timedelta(seconds=5))
     assert not outcome.again
     assert cluster.cordoned == {NODE}
@@ -188,9 +190,7 @@ def test_the_next_interruption_of_a_spot_instance_whose_watch_goes_on_takes_its_
     # Given the lifecycle of a Spot stop's drain, watching for its instance to run again
     cluster, ec2 = cordoned_for_spot(), Ec2Maintenance(known={INSTANCE: "running"})
     record = drained_for_spot("stop")
-    step = cleanup(
-        cluster, FakeSlots(holders={NODE}, held_for={NODE: record.id}), FakeAutoscaling(), None, ec2
-    )
+    step = spot_cleanup(cluster, record, ec2)
     watching = record.model_copy(update=step(record, STRIKES - timedelta(seconds=5)).changes)
 
     # When the next interruption's lifecycle starts over on the record
