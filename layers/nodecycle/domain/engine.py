@@ -472,7 +472,9 @@ class StepEngine:
         outcome = self._guard(record, now)
         unanswered = claimed = False
         # The confirmation's heartbeat in this run, if it asked one: when it was accepted, or that it failed
-        renewed_at, heartbeat_failed = None, False
+        # (the guard's, of an action no step confirmed, too)
+        renewed_at = now if outcome is not None and "verified_at" in outcome.changes else None
+        heartbeat_failed = False
         stepped: Outcome | None = None  # what the step itself decided (not the guard, a lapse, a retry)
         if outcome is None:
             handler = self._steps[record.step]
@@ -700,18 +702,24 @@ class StepEngine:
         return record.renewed(self._autoscaling.renewed_at(now), verified_at=now), None
 
     def _guard(self, record: LifecycleRecord, now: datetime) -> Outcome | None:
-        """Complete the action before its global timeout, whatever the current step is still waiting for."""
+        """Complete the action before its global timeout, whatever the current step is still waiting for. An
+        action no step confirmed is asked first (see ``confirmed_near_its_timeout``): one Auto Scaling does not
+        have is no action near its global timeout, and is not taken for one."""
         if not record.action_open or record.step in (Step.COMPLETE, Step.CLEANUP):
             return None
         if now < record.global_deadline - self._timing.settle_before:
             return None
+        confirmed, unknown = confirmed_near_its_timeout(record, now, self._autoscaling)
+        if unknown is not None:
+            return unknown  # (counted once its commit lands: see gone_counted)
         log.error("global timeout of the lifecycle action is near: completing it now")
-        # (counted once its commit lands: see _run_step)
+        # (counted once its commit lands: see _run_step; the confirmation's renewal, if it asked one, with it)
         return Outcome.goto(
             Step.COMPLETE,
             plan=completed_first(record),
             result=self._failure_result(record),
             outcome="global-timeout-near",
+            **_renewal(record, confirmed),
         )
 
     def _keep_alive(
@@ -932,6 +940,47 @@ def action_lapsed(
         "the lifecycle action of %s is no longer active (timed out, or completed elsewhere)", record.id
     )
     return expired_before_completion(record, records)
+
+
+def confirmed_near_its_timeout(
+    record: LifecycleRecord, now: datetime, autoscaling: Autoscaling
+) -> tuple[LifecycleRecord, Outcome | None]:
+    """``record`` as the guard, or the sweeper's settlement, finds it near its action's global timeout: an action no
+    step confirmed (its queue stalled since its event, or a message dated so) is confirmed first, and returned
+    renewed (``verified_at``); one Auto Scaling does not confirm where its instance is ends as the unknown action it
+    is (a forged pair dated half a minute before its global timeout, taken in before its token's true event), or as
+    a launch that ended with its instance, with the Outcome that says so. Settled near its global timeout instead,
+    it paged ``GlobalTimeoutsNear`` and was counted as settled elsewhere: an operator looked for a stalled drain that
+    never was. Not answered (throttled, refused, the instance not yet where its action holds it): the record as it
+    was, left to the completion, which asks again before it calls (``CompleteAction._confirmed``)."""
+    if not record.transition.has_hook or not record.token_known or record.verified_at is not None:
+        return record, None
+    try:
+        if autoscaling.confirm(record.action):
+            return record.renewed(autoscaling.renewed_at(now), verified_at=now), None
+        gone = _ended_with_its_instance(record, now, autoscaling)
+        if gone is not None and not autoscaling.heartbeat(record.action):
+            return record, gone
+    except TransientError as error:
+        log.info(
+            "could not confirm the lifecycle action near its global timeout (its completion asks again): %s",
+            error,
+        )
+        return record, None
+    log.warning(
+        "Auto Scaling has no active lifecycle action with this token for %s near its global timeout: nothing is "
+        "completed",
+        record.instance_id,
+    )
+    return record, Outcome.goto(after_completion(record), outcome="unknown-action")
+
+
+def _renewal(record: LifecycleRecord, confirmed: LifecycleRecord) -> dict[str, Any]:
+    """The fields a confirmation renewed on ``confirmed`` (none when it asked none), to carry in an Outcome."""
+    if confirmed is record:
+        return {}
+    fields = ("verified_at", "heartbeat_deadline", "heartbeats", "heartbeat_retry_at")
+    return {name: getattr(confirmed, name) for name in fields}
 
 
 def _guard_decided(read: LifecycleRecord, written: LifecycleRecord) -> bool:

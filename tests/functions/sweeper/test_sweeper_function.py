@@ -80,9 +80,13 @@ def under_a_hook_of(record: LifecycleRecord, seconds: int) -> LifecycleRecord:
 
 def kept_to_the_end(record: LifecycleRecord) -> LifecycleRecord:
     """``record`` as the heartbeats of the sweeps before leave an action stalled near its global timeout: its
-    heartbeat deadline at the global timeout. (One whose record shows its heartbeat deadline past is asked about
-    first, and moto has no action for it: an expiry.)"""
-    return record.model_copy(update={"heartbeat_deadline": record.global_deadline})
+    heartbeat deadline at the global timeout, and its action confirmed by the step that began (moto has none:
+    "already settled" to the settlement's completion). (One whose record shows its heartbeat deadline past is
+    asked about first, and moto has no action for it: an expiry. One no step confirmed is asked where its
+    instance is first: moto's has none, an unknown action.)"""
+    return record.model_copy(
+        update={"heartbeat_deadline": record.global_deadline, "verified_at": record.started_at}
+    )
 
 
 def test_the_sweeper_resumes_lost_work_and_releases_dangling_addresses(

@@ -148,3 +148,33 @@ def test_such_a_pair_dated_near_its_global_timeout_completes_no_other_instances_
             w for w in writes if w.kind == "Node" and w.name == bystander_node and w.source == "api"
         ] == []
         assert bystander in sandbox.asg.in_state("InService")
+
+
+def test_such_a_pair_taken_in_before_the_true_event_ends_as_an_unknown_action_not_a_global_timeout() -> None:
+    with running(size=2) as sandbox:
+        # Given an Auto Scaling that takes a call's token alone, and a terminating instance whose drain is
+        # held by a pod its budget will not let go, whose own event has not reached intake yet (its rule
+        # disabled: the order a busy intake queue can take them in)
+        sandbox.aws.configure(token_checked_against_instance=False)
+        _, victim = held_by_a_budget(sandbox)
+        (bystander,) = [i for i in sandbox.asg.in_state("InService") if i != victim]
+        sandbox.client("events").disable_rule(
+            Name=f"{sandbox.options.stack_name}-IntakeFunctionLifecycleActions"
+        )
+        sandbox.asg.terminate(victim)
+        action = wait_for(lambda: terminate_action(sandbox, victim), 30, "the terminate action")
+
+        # When the forged pair, dated half a minute before its global timeout, is taken in first
+        notify(sandbox, bystander, action.token, timedelta(seconds=100 * HEARTBEAT_TIMEOUT - 30))
+
+        # Then its lifecycle ends as the unknown action it is (its page, LifecycleActionsUnknown), not as an
+        # action settled near its global timeout (GlobalTimeoutsNear: an operator would look for a stalled
+        # drain that never was), with nothing completed
+        record = finished(sandbox, bystander, action.token)
+        assert (record.outcome, record.completed_at) == ("unknown-action", None), record
+        assert not record.action_confirmed
+        # And the terminating instance's action still waits on its own drain
+        held = terminate_action(sandbox, victim)
+        assert held is not None
+        assert held.active, f"the terminate action of {victim} was settled: {held}"
+        assert bystander in sandbox.asg.in_state("InService")

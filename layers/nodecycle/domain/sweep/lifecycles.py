@@ -11,11 +11,13 @@ from nodecycle.domain.completion import CompleteAction, NotCalled
 from nodecycle.domain.eip.wake import waits_in_line
 from nodecycle.domain.engine import (
     Dispatcher,
+    Outcome,
     action_lapsed,
     advance,
     claim_recorded,
     claimed_for_completion,
     completion_in_progress,
+    confirmed_near_its_timeout,
     gone_counted,
     landed_after_all,
     moved_on,
@@ -131,6 +133,7 @@ class LifecycleRepair:
                 "LifecyclesKeptAlive",
                 "LifecyclesExpired",
                 "LifecyclesExpiryUntold",
+                "LifecyclesUnknown",
                 "RepairsRaced",
                 "RepairsFailed",
             ),
@@ -443,7 +446,8 @@ class LifecycleRepair:
         """What became of one overdue lifecycle, or one whose action is at its last chance: the names of its
         counts."""
         if last:
-            return ("LifecyclesSettled",) if self._settle(record, now, time, late) else ("RepairsRaced",)
+            settled = self._settle(record, now, time, late)
+            return (settled,) if settled is not None else ("RepairsRaced",)
         if completion_in_progress(record, now, self._margin):
             # Overdue by the grace, but a completer's claim (due at once) whose call may be on its way: left to it,
             # as ``_settle`` leaves it (a resend would claim over it and call a second time)
@@ -501,12 +505,32 @@ class LifecycleRepair:
         less than a margin (what a completion takes) before its global timeout, or after it."""
         return now + late + self._interval > record.global_deadline - self._margin
 
-    def _settle(self, record: LifecycleRecord, now: datetime, time: SweepTime, late: timedelta) -> bool:
+    def _ended_unknown(self, record: LifecycleRecord, unknown: Outcome, now: datetime) -> str | None:
+        """The lifecycle of an action no step confirmed and Auto Scaling does not have, moved past it (``unknown``:
+        see ``confirmed_near_its_timeout``), as the engine's guard moves it: nothing completed, its page counted
+        once its write lands (``gone_counted``). (A launch found ended with its instance instead is counted settled.)"""
+        ended = advance(record, unknown, now)
+        try:
+            landed = self._records.commit(ended, expected_seq=record.seq)
+        except Exception:
+            gone_counted(self._records, record, ended, None, self._metrics)
+            raise
+        gone_counted(self._records, record, ended, landed, self._metrics)
+        if not landed:
+            return None
+        self._left_line(record, now)
+        if not ended.finished:
+            self._dispatcher.send(ended, now)
+        return "LifecyclesUnknown" if ended.outcome == "unknown-action" else "LifecyclesSettled"
+
+    def _settle(self, record: LifecycleRecord, now: datetime, time: SweepTime, late: timedelta) -> str | None:
+        """The name of what became of the lifecycle (its count): settled, or, never confirmed, ended as the unknown
+        action Auto Scaling says it is; None when the engine, or another completer, had it (``RepairsRaced``)."""
         # The list comes from an index that lags: read the lifecycle as it is before completing its action,
         # which no conditional write could undo. One the engine has moved on is the engine's.
         current = self._records.get(record.id)
         if current is None or current.seq != record.seq:
-            return False
+            return None
         # Settled as read now: a completer's write at the same seq since the first read (the engine's claim withdrawn
         # after a refused call) is not undone by this claim, which would otherwise take it over as one that landed
         record = current
@@ -526,7 +550,7 @@ class LifecycleRepair:
                 record.id,
                 record.seq,
             )
-            return False
+            return None
         log.error(
             "lifecycle %s at %s is overdue near its global timeout: completing it now", record.id, record.step
         )
@@ -539,8 +563,11 @@ class LifecycleRepair:
         # gate that found the node Ready), and keeps its why. Any other is settled with the failure result of
         # the step it was waiting in, and its address, if its plan still had to release it, goes right after.
         decided = record.step is Step.COMPLETE
-        # (an action no step confirmed, a queue stalled since its event: confirmed first, and the claim says so)
-        record = self._completion.before_claim(record, now)
+        # (an action no step confirmed, a queue stalled since its event: confirmed first, and the claim says so; one
+        # Auto Scaling does not have is no action near its global timeout: see ``confirmed_near_its_timeout``)
+        record, unknown = confirmed_near_its_timeout(record, now, self._autoscaling)
+        if unknown is not None:
+            return self._ended_unknown(record, unknown, now)
         # Claimed before the completion, on the next seq, as the engine's guard commits its way to the completion
         # before it completes: a step the engine runs meanwhile (a readiness gate that finds the node Ready, then
         # its completion inline) loses its commit and completes nothing. Completed first, the action would be
@@ -576,7 +603,7 @@ class LifecycleRepair:
                 self._metrics.count("GlobalTimeoutsNear")
             raise
         if not claimed:
-            return False
+            return None
         if not counted:  # (a page: once per action, by the settlement that claimed it)
             self._metrics.count("GlobalTimeoutsNear")
         self._left_line(record, now)
@@ -594,11 +621,11 @@ class LifecycleRepair:
             raise
         settled = claim_recorded(advance(settling, completed, now))
         if not self._records.commit(settled, expected_seq=settling.seq):
-            return False
+            return None
         settled_elsewhere_counted(settling, settled, self._metrics)
         if not settled.finished:
             self._dispatcher.send(settled, now)  # what comes after completion: the release, the cleanup
-        return True
+        return "LifecyclesSettled"
 
 
 def _by_instance(record: LifecycleRecord) -> ActionRef:
