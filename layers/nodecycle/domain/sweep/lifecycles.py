@@ -367,25 +367,14 @@ class LifecycleRepair:
                 )
                 return None
             ended = action_lapsed(record, now, self._autoscaling, self._records)
-            gone = advance(record, ended, now)
-            try:
-                landed = self._records.commit(gone, expected_seq=record.seq)
-            except Exception:
-                # (its answer lost: a 500 at every attempt after one that landed; read back, counted if it landed,
-                # as the next sweep finds the record past the action and counts nothing; see gone_counted)
-                gone_counted(self._records, record, gone, None, self._metrics)
-                raise
-            gone_counted(self._records, record, gone, landed, self._metrics)
-            if landed:
+            gone = self._past_its_action(record, ended, now)
+            if gone is not None:
                 # as the metrics tell it (gone_counted): an expiry left to the cleanup that may carry the drain
                 # over (EXPIRY_UNTOLD) is no page yet, and none at all once carried over; counted on its own
-                expired = ended.changes.get("outcome") == "action-expired"
+                expired = gone.outcome == "action-expired"
                 untold = expired and bool(gone.extra.get(EXPIRY_UNTOLD))
                 counts["LifecyclesExpired"] += expired and not untold
                 counts["LifecyclesExpiryUntold"] += untold
-                self._left_line(record, now)
-                if not gone.finished:
-                    self._dispatcher.send(gone, now)
             return None
         self._metrics.count("Heartbeats")
         counts["LifecyclesKeptAlive"] += 1
@@ -505,11 +494,14 @@ class LifecycleRepair:
         less than a margin (what a completion takes) before its global timeout, or after it."""
         return now + late + self._interval > record.global_deadline - self._margin
 
-    def _ended_unknown(self, record: LifecycleRecord, unknown: Outcome, now: datetime) -> str | None:
-        """The lifecycle of an action no step confirmed and Auto Scaling does not have, moved past it (``unknown``:
-        see ``confirmed_near_its_timeout``), as the engine's guard moves it: nothing completed, its page counted
-        once its write lands (``gone_counted``). (A launch found ended with its instance instead is counted settled.)"""
-        ended = advance(record, unknown, now)
+    def _past_its_action(
+        self, record: LifecycleRecord, gone: Outcome, now: datetime
+    ) -> LifecycleRecord | None:
+        """The lifecycle moved past an action Auto Scaling no longer has (``gone``: expired, unknown, ended with its
+        instance), as written; None when its write lost. Its page counted once the write lands (``gone_counted``;
+        its answer lost, a 500 at every attempt after one that landed: read back, counted if it landed, as the next
+        sweep finds the record past the action and counts nothing), what comes after sent on."""
+        ended = advance(record, gone, now)
         try:
             landed = self._records.commit(ended, expected_seq=record.seq)
         except Exception:
@@ -521,7 +513,7 @@ class LifecycleRepair:
         self._left_line(record, now)
         if not ended.finished:
             self._dispatcher.send(ended, now)
-        return "LifecyclesUnknown" if ended.outcome == "unknown-action" else "LifecyclesSettled"
+        return ended
 
     def _settle(self, record: LifecycleRecord, now: datetime, time: SweepTime, late: timedelta) -> str | None:
         """The name of what became of the lifecycle (its count): settled, or, never confirmed, ended as the unknown
@@ -567,7 +559,11 @@ class LifecycleRepair:
         # Auto Scaling does not have is no action near its global timeout: see ``confirmed_near_its_timeout``)
         record, unknown = confirmed_near_its_timeout(record, now, self._autoscaling)
         if unknown is not None:
-            return self._ended_unknown(record, unknown, now)
+            # (nothing completed, as the engine's guard leaves it; a launch found ended with its instance: settled)
+            ended = self._past_its_action(record, unknown, now)
+            if ended is None:
+                return None
+            return "LifecyclesUnknown" if ended.outcome == "unknown-action" else "LifecyclesSettled"
         # Claimed before the completion, on the next seq, as the engine's guard commits its way to the completion
         # before it completes: a step the engine runs meanwhile (a readiness gate that finds the node Ready, then
         # its completion inline) loses its commit and completes nothing. Completed first, the action would be
