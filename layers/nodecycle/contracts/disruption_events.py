@@ -23,7 +23,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from nodecycle.contracts.eventbridge import EventBridgeEnvelope
-from nodecycle.contracts.lifecycle_events import INSTANCE_ID, InvalidLifecycleEvent, shown, validate
+from nodecycle.contracts.lifecycle_events import INSTANCE_ID, shown, validate
 from nodecycle.contracts.times import AwsTime
 from nodecycle.domain.model import DisruptionEvent, Transition
 from nodecycle.domain.ports.instances import DOWN_STATES
@@ -162,7 +162,13 @@ def from_eventbridge(event: Mapping[str, Any], delivery: str = "eventbridge") ->
         )
     instances = sorted({e.entityValue for e in health.affectedEntities if e.entityValue.startswith("i-")})
     if not instances:
-        raise InvalidLifecycleEvent("missing-field", "detail.affectedEntities names no instance")
+        # AWS's own, about no instance: a Dedicated Host's maintenance names the host (h-...), a public event no
+        # resource at all (Health's EventBridge schema: ``resources`` is empty then). Refused as malformed, each
+        # paged (RejectedEventsAlarm) as a forged or broken message; one forged so names no node either.
+        raise NotADisruption(
+            f"AWS Health event {shown(health.eventTypeCode)} names no instance "
+            f"(entities: {shown([e.entityValue for e in health.affectedEntities][:8])})"
+        )
     for instance in instances:
         validate(_Detail, {"instance-id": instance})
     return [

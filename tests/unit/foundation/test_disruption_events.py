@@ -88,11 +88,13 @@ def test_a_malformed_spot_warning_is_refused_naming_what_is_wrong(
     assert raised.value.reason == reason
 
 
-def test_a_health_event_naming_no_instance_is_refused() -> None:
+def test_a_health_event_naming_no_instance_tells_of_no_disruption() -> None:
+    # (a Dedicated Host's maintenance names the host, a public event nothing: AWS's own, of no node)
     event = load_event("eventbridge-health-scheduled-retirement.json")
-    event["detail"]["affectedEntities"] = []
-    with pytest.raises(InvalidLifecycleEvent, match="names no instance"):
-        from_eventbridge(json.loads(json.dumps(event)))
+    for entities in ([], [{"entityValue": "h-0123456789abcdef0"}]):
+        event["detail"]["affectedEntities"] = entities
+        with pytest.raises(NotADisruption, match="names no instance"):
+            from_eventbridge(json.loads(json.dumps(event)))
 
 
 def test_times_without_their_zone_are_refused_naming_the_field() -> None:
