@@ -15,6 +15,7 @@ All come as EventBridge events (invoking intake directly, or delivered as an SQS
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from datetime import timedelta
 from email.utils import parsedate_to_datetime
@@ -97,6 +98,20 @@ class _Ec2Event(EventBridgeEnvelope):
     detail: dict[str, Any]
 
 
+# An EC2 instance's ARN (arn:<partition>:ec2:<region>:<account>:instance/<id>), as AWS Health may name it
+_INSTANCE_ARN = re.compile(r"^arn:[\w-]+:ec2:[^:]*:[^:]*:instance/(?P<id>.+)$")
+
+
+def _instance_of(entity: str) -> str | None:
+    """The instance an affected entity of a Health event names: its id, bare (``i-...``) or in its ARN (the schema's
+    own sample of a retirement names the instance by its ARN); None for an entity that is no instance (a Dedicated
+    Host, ``h-...``). (An id that is not one is refused later, naming it.)"""
+    if entity.startswith("i-"):
+        return entity
+    found = _INSTANCE_ARN.match(entity)
+    return found.group("id") if found else None
+
+
 def is_disruption_event(event: Mapping[str, Any]) -> bool:
     """Whether ``event`` is one of the EventBridge events this module reads (by source and detail-type)."""
     return event.get("detail-type") in DETAIL_TYPES.get(str(event.get("source")), ())
@@ -160,7 +175,9 @@ def from_eventbridge(event: Mapping[str, Any], delivery: str = "eventbridge") ->
         raise NotADisruption(
             f"AWS Health event {shown(health.eventTypeCode)} closed: its maintenance is over or called off"
         )
-    instances = sorted({e.entityValue for e in health.affectedEntities if e.entityValue.startswith("i-")})
+    instances = sorted(
+        {found for e in health.affectedEntities if (found := _instance_of(e.entityValue)) is not None}
+    )
     if not instances:
         # AWS's own, about no instance: a Dedicated Host's maintenance names the host (h-...), a public event no
         # resource at all (Health's EventBridge schema: ``resources`` is empty then). Refused as malformed, each

@@ -32,7 +32,8 @@ class EventBridgeEnvelope(BaseModel):
     account: str
     time: AwsTime  # EventBridge writes UTC with its Z; a time without a zone is not EventBridge's
     region: str
-    resources: list[str]
+    # (AWS Health's own sample of a retirement has none: its schema says the field is not required)
+    resources: list[str] = Field(default_factory=list)
     detail_type: str = Field(alias="detail-type")
     detail: Any
     # An archive's replay's name, as EventBridge lets one be (1 to 64 of these characters: the Replay API's). Not
