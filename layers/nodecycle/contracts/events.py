@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nodecycle.contracts import disruption_events, lifecycle_events
+from nodecycle.contracts.disruption_events import NotADisruption
 from nodecycle.contracts.lifecycle_events import InvalidLifecycleEvent, TestNotification, keys_of
 from nodecycle.domain.model import DisruptionEvent, LifecycleEvent
 
@@ -60,6 +61,27 @@ class Home:
         if isinstance(region, str) and region != self.region:
             raise InvalidLifecycleEvent(
                 "wrong-region", f"region {region[:64]!r} is not this stack's ({self.region})"
+            )
+        if data.get("source") == disruption_events.HEALTH_SOURCE:
+            self._health_of_here(data.get("detail"))
+
+    def _health_of_here(self, detail: object) -> None:
+        """:class:`NotADisruption` for an AWS Health event delivered here about another account or region. Its
+        ``account`` and ``region`` say where it was delivered, not what it is about (Health's EventBridge schema):
+        the management or delegated administrator account of an organization receives its members' events
+        (``detail.affectedAccount``), and the partition's backup region a copy of other regions' events
+        (``detail.eventRegion``, ``backupEvent``). AWS's own, of instances this stack cannot have: acknowledged.
+        Refused, each paged (RejectedEventsAlarm) as a forged message, its instances unknown to EC2 here."""
+        if not isinstance(detail, Mapping):
+            return  # (left to the shape's validation, which names it)
+        account, region = detail.get("affectedAccount"), detail.get("eventRegion")
+        if isinstance(account, str) and account != self.account:
+            raise NotADisruption(
+                f"an AWS Health event of account {account[:64]!r}, not this stack's ({self.account})"
+            )
+        if isinstance(region, str) and region != self.region:
+            raise NotADisruption(
+                f"an AWS Health event of region {region[:64]!r}, not this stack's ({self.region})"
             )
 
 
