@@ -4,8 +4,10 @@
   eu-west-1b:instance/i-...``, as EC2 writes it), no account;
 - ``EC2 Instance Rebalance Recommendation``: the same resource form;
 - ``EC2 Instance State-change Notification``: the instance's ARN with region and account;
-- ``AWS Health Event`` of category ``scheduledChange`` for EC2: the instance ids as resources and affected
-  entities, times in RFC 1123 (``Mon, 07 Dec 2026 10:00:00 GMT``).
+- ``AWS Health Event`` of category ``scheduledChange`` for EC2, as AWS Health's EventBridge schema documents its
+  sample retirement (health/latest/ug/aws-health-events-eventbridge-schema.html): no ``resources`` in the envelope,
+  each instance named by its ARN in ``affectedEntities`` (older samples name it by its bare id), the detail's scope,
+  affected account and region, page and backup flag; times in RFC 1123 (``Mon, 07 Dec 2026 10:00:00 GMT``).
 """
 
 from __future__ import annotations
@@ -97,7 +99,7 @@ def state_change(*, at: float, account: str, region: str, instance_id: str, stat
         at=at,
         account=account,
         region=region,
-        resources=[f"arn:aws:ec2:{region}:{account}:instance/{instance_id}"],
+        resources=[instance_arn(region=region, account=account, instance_id=instance_id)],
     )
     event["detail"] = {"instance-id": instance_id, "state": state}
     return event
@@ -119,23 +121,39 @@ def health_scheduled_change(
     update of it (Health sends its event again, a new EventBridge id under the same ARN, when it changes it)."""
     type_code = HEALTH_CODES[code]
     event = _envelope(
-        source="aws.health",
-        detail_type=HEALTH_EVENT,
-        at=at,
-        account=account,
-        region=region,
-        resources=list(instance_ids),
+        source="aws.health", detail_type=HEALTH_EVENT, at=at, account=account, region=region, resources=[]
     )
+    del event["resources"]  # (the documented sample has none: not a required field)
     event["detail"] = {
         "eventArn": event_arn
         or f"arn:aws:health:{region}::event/EC2/{type_code}/{type_code}_{uuid.uuid4().hex[:12].upper()}",
         "service": "EC2",
         "eventTypeCode": type_code,
         "eventTypeCategory": "scheduledChange",
+        "eventScopeCode": "ACCOUNT_SPECIFIC",
+        "communicationId": f"{uuid.uuid4().hex}-1",
         "startTime": _rfc1123(starts),
         "endTime": _rfc1123(ends),
+        "lastUpdatedTime": _rfc1123(at),
         "statusCode": status,
+        "eventRegion": region,
         "eventDescription": [{"language": "en_US", "latestDescription": DESCRIPTIONS[code]}],
-        "affectedEntities": [{"entityValue": instance, "tags": {}} for instance in instance_ids],
+        "affectedEntities": [
+            {
+                "entityValue": instance_arn(region=region, account=account, instance_id=instance),
+                "lastUpdatedTime": _rfc1123(at),
+                "status": "PENDING",
+            }
+            for instance in instance_ids
+        ],
+        "affectedAccount": account,
+        "page": "1",
+        "totalPages": "1",
+        "backupEvent": "false",
+        "personas": ["OPERATIONS"],
     }
     return event
+
+
+def instance_arn(*, region: str, account: str, instance_id: str) -> str:
+    return f"arn:aws:ec2:{region}:{account}:instance/{instance_id}"

@@ -234,7 +234,8 @@ def schedule_two_maintenances(sandbox: Sandbox, instance: str) -> dict[str, Any]
     told: list[dict[str, Any]] = [
         n.payload for n in sandbox.aws.notifications() if n.payload.get("source") == "aws.health"
     ]
-    return next(e for e in told if e["detail"]["affectedEntities"][0]["entityValue"] == instance)
+    # (Health names the instance by its ARN)
+    return next(e for e in told if e["detail"]["affectedEntities"][0]["entityValue"].endswith(f"/{instance}"))
 
 
 def wait_for_the_second(sandbox: Sandbox, instance: str) -> LifecycleRecord:

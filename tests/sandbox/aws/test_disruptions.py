@@ -38,6 +38,11 @@ def shape(value: Any) -> Any:
     return type(value).__name__
 
 
+def named(health: dict[str, Any]) -> list[str]:
+    """The instances a Health event names (by their ARNs)."""
+    return [e["entityValue"].rsplit("/", 1)[-1] for e in health["detail"]["affectedEntities"]]
+
+
 def intake_patterns() -> list[dict[str, Any]]:
     """The intake rules' patterns, resolved as CloudFormation would in the emulation's account and region
     (they match on both)."""
@@ -201,7 +206,10 @@ def test_scheduled_maintenance_is_in_the_instance_status_and_an_aws_health_event
     (event,) = ec2_events(aws, "AWS Health Event")
     assert shape(event) == shape(sample("eventbridge-health-scheduled-retirement.json"))
     assert event["detail"]["eventTypeCode"] == "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED"
-    assert [e["entityValue"] for e in event["detail"]["affectedEntities"]] == instances
+    # (each instance by its ARN, as Health's EventBridge schema documents its sample retirement)
+    assert [e["entityValue"] for e in event["detail"]["affectedEntities"]] == [
+        f"arn:aws:ec2:{REGION}:{ACCOUNT}:instance/{instance}" for instance in instances
+    ]
     assert any(matches(p, event) for p in intake_patterns())
     statuses = aws.ec2.describe_instance_status(InstanceIds=instances, IncludeAllInstances=True)
     for status in statuses["InstanceStatuses"]:
@@ -320,7 +328,7 @@ def test_scheduled_maintenance_ended_is_told_by_its_health_event_closed(aws: Emu
     # Then AWS Health sends each event again, closed, under its ARN (a new EventBridge id), as it does for every
     # scheduled change it closes
     told = ec2_events(aws, "AWS Health Event")
-    assert [(e["detail"]["statusCode"], e["resources"]) for e in told] == [
+    assert [(e["detail"]["statusCode"], named(e)) for e in told] == [
         ("upcoming", [retired]),
         ("upcoming", [rebooted]),
         ("closed", [retired]),
