@@ -14,9 +14,10 @@
   stop or retirement stops it) or calling it off, after which it lists the event with its description
   prefixed ``[Completed]`` or ``[Canceled]``, as EC2 does for a week, and AWS Health sends its event again,
   closed (``statusCode``), under the same ARN.
-- State changes outside the hooks: ``TerminateInstances``/``StopInstances`` called by anyone, and a Spot
-  interruption that the hooks did not finish first, publish ``shutting-down``/``terminated`` and
-  ``stopping``/``stopped``. A termination through the hooks publishes none (not emulated).
+- State changes: ``TerminateInstances``/``StopInstances`` called by anyone, and a Spot interruption that the
+  hooks did not finish first, publish ``shutting-down``/``terminated`` and ``stopping``/``stopped``; so do the
+  group's own terminations through its hooks and its stops into a warm pool (``lifecycle.py``, ``warm_pool.py``):
+  EC2 tells of every state change, whoever asked for it.
 """
 
 from __future__ import annotations
