@@ -181,7 +181,7 @@ def from_eventbridge(event: Mapping[str, Any], delivery: str = "eventbridge") ->
     if not instances:
         # AWS's own, about no instance: a Dedicated Host's maintenance names the host (h-...), a public event no
         # resource at all (Health's EventBridge schema: ``resources`` is empty then). Refused as malformed, each
-        # paged (RejectedEventsAlarm) as a forged or broken message; one forged so names no node either.
+        # would page (RejectedEventsAlarm) as a forged or broken message; one forged so names no node either.
         raise NotADisruption(
             f"AWS Health event {shown(health.eventTypeCode)} names no instance "
             f"(entities: {shown([e.entityValue for e in health.affectedEntities][:8])})"

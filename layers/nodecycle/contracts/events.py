@@ -51,7 +51,8 @@ class Home:
         EventBridge event's ``account`` and ``region``, a hook notification's ``AccountId`` (it names no region).
         A group of the same name elsewhere is not this stack's, and an action of it is not one this account's
         Auto Scaling holds: taken in, it would cost a record, a step and an unknown action's alarm. (A field
-        missing or of another type is left to the shape's validation, which names it.)"""
+        missing or of another type is left to the shape's validation, which names it.) And :class:`NotADisruption`
+        for an AWS Health event about another account or region (``_health_of_here``)."""
         account = data.get("account", data.get("AccountId"))
         if isinstance(account, str) and account != self.account:
             raise InvalidLifecycleEvent(
@@ -71,7 +72,7 @@ class Home:
         the management or delegated administrator account of an organization receives its members' events
         (``detail.affectedAccount``), and the partition's backup region a copy of other regions' events
         (``detail.eventRegion``, ``backupEvent``). AWS's own, of instances this stack cannot have: acknowledged.
-        Refused, each paged (RejectedEventsAlarm) as a forged message, its instances unknown to EC2 here."""
+        Refused, each would page (RejectedEventsAlarm) as a forged message, its instances unknown to EC2 here."""
         if not isinstance(detail, Mapping):
             return  # (left to the shape's validation, which names it)
         account, region = detail.get("affectedAccount"), detail.get("eventRegion")
