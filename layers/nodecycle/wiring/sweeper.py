@@ -109,6 +109,7 @@ def sweeper() -> Sweeper:
             budget=drain.budget(config, ports),
             records=ports.records,
             node_names=nodes.node_names,
+            nodes_now=nodes.nodes_now,
             alive_instances=Ec2Instances().alive,
             waker=ports.dispatcher(),
         )

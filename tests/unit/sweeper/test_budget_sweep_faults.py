@@ -95,11 +95,13 @@ class World:
         self,
         alive: Callable[[Collection[str]], set[str]] | None = None,
         node_names: Callable[[], set[str]] | None = None,
+        nodes_now: Callable[[Collection[str]], set[str]] | None = None,
     ) -> StaleBudgetEntries:
         return StaleBudgetEntries(
             budget=self.budget,
             records=self.records,
             node_names=node_names or (lambda: set(self.nodes)),
+            nodes_now=nodes_now,
             alive_instances=alive or AliveInstances({f"i-{n}" for n in self.nodes}),
             waker=Dispatcher(
                 records=self.records, queues=self.queues, clock=self.clock, metrics=FakeMetrics()
@@ -298,3 +300,28 @@ def test_a_wake_up_sqs_refuses_after_the_sweep_passed_the_slot_on_is_repaired_by
     assert decision.granted
     assert decision.reason is SlotReason.HELD
     assert world.store.version == version
+
+
+def test_a_node_missing_from_the_list_is_read_again_and_unread_tells_nothing() -> None:
+    # Given a budget of 1 held by n1 and n2 waiting, both open, and a list of the nodes that lags behind them (a
+    # watch cache's: n1 registered moments before its drain took the slot)
+    world = World()
+    n1 = world.lifecycle("n1")
+    world.lifecycle("n2")
+    world.queues.take()
+    asked: list[set[str]] = []
+
+    def read_again(names: Collection[str]) -> set[str]:
+        asked.append(set(names))
+        raise TransientError("HTTP 503 the server is currently unable to handle the request")
+
+    # When the sweep's budget part runs and reading n1 again fails
+    with pytest.raises(SweepFailed, match="read again the nodes missing from the list"):
+        world.part(node_names=lambda: {"n2"}, nodes_now=read_again)(
+            world.open_records(), world.clock.now(), world.time(left=300, reserve=15)
+        )
+
+    # Then n1 alone was read again, and keeps its slot: unread, its node is not taken for gone
+    assert asked == [{"n1"}]
+    assert (world.holders(), world.waiters(), world.woken()) == (["n1"], ["n2"], [])
+    assert n1 in world.open_ids

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -24,6 +24,9 @@ class ListedNodes:
     def node_metadata(self) -> list[NodeInfo]:
         self.lists += 1
         return list(self.nodes)
+
+    def nodes_now(self, names: Collection[str]) -> set[str]:
+        return set(names) & {node.name for node in self.nodes}
 
     def release_node(self, node: NodeInfo, *, uncordon: bool = False) -> Claim:
         self.released.append(node.name)

@@ -10,7 +10,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -70,6 +70,8 @@ METADATA_OBJECT = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,
 METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 # Where each kubelet keeps its Lease, named after its node (the NodeLease feature: GA, and always on)
 NODE_LEASE_NAMESPACE = "kube-node-lease"
+# Up to how many nodes nodes_now reads one by one, before one list of them all costs less
+NODES_READ_ONE_BY_ONE = 5
 
 
 def instance_of(provider_id: str | None) -> str | None:
@@ -279,6 +281,23 @@ class KubeCluster:
         # and an API server answers a list from its watch cache with every node at once, whatever the limit (a
         # whole list of 5,000 nodes is over 100 MB of JSON, at every sweep)
         return list(self._nodes(metadata_only=True))
+
+    def nodes_now(self, names: Collection[str]) -> set[str]:
+        # Not from the watch cache, as node_metadata's list is, which may not have a node registered moments ago
+        # yet. Each by a consistent list of it alone (the sweeper's role may list nodes, not get them; a name's
+        # field selector is one key's read: the registry's ListPredicate, MatchesSingle); more than a few, by one
+        # consistent list of every node's metadata (paged), rather than a call each.
+        if len(names) > NODES_READ_ONE_BY_ONE:
+            with forbidden_refused():
+                listed = pages(
+                    self._api.list_node,
+                    "listing nodes",
+                    metadata_only=True,
+                    consistent=True,
+                    _request_timeout=REQUEST_TIMEOUT,
+                )
+                return set(names) & {str((item.get("metadata") or {}).get("name")) for item in listed}
+        return {name for name in sorted(names) if self._node_now(name) is not None}
 
     def _nodes(self, *, metadata_only: bool = False, consistent: bool = False) -> Iterator[NodeInfo]:
         with forbidden_refused():  # a role without list on nodes, as a read's

@@ -8,6 +8,7 @@ them with the official client and boto3.
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -232,7 +233,13 @@ class NodeMetadata(Protocol):
     """The cluster's nodes by their metadata, as the sweeper lists them (see :class:`OwnedNodes`)."""
 
     def node_metadata(self) -> list[NodeInfo]:
-        """Every node (a paged list), known by its metadata only, as :meth:`OwnedNodes.nodes_owned_by`."""
+        """Every node (a paged list), known by its metadata only, as :meth:`OwnedNodes.nodes_owned_by`. A list
+        that may lag behind the nodes as they are (a cache's): a node registered moments ago may be missing."""
+        ...
+
+    def nodes_now(self, names: Collection[str]) -> set[str]:
+        """Of ``names``, those that are nodes now: each read as it is, not from the cache :meth:`node_metadata`
+        may be listed from."""
         ...
 
     def release_node(self, node: NodeInfo, *, uncordon: bool = False) -> Claim: ...

@@ -29,10 +29,14 @@ class StaleBudgetEntries:
         node_names: Callable[[], set[str]],
         alive_instances: Callable[[Collection[str]], set[str]],
         waker: Dispatcher,
+        nodes_now: Callable[[Collection[str]], set[str]] | None = None,
     ) -> None:
+        """``node_names`` lists the nodes, perhaps from a cache behind them; ``nodes_now`` tells which of the nodes
+        missing there are nodes now, each read again (None: the list is the nodes as they are)."""
         self._budget = budget
         self._records = records
         self._node_names = node_names
+        self._nodes_now = nodes_now
         self._alive = alive_instances
         self._waker = waker
 
@@ -51,7 +55,7 @@ class StaleBudgetEntries:
             # throttled: a read starts only while time is left, and an entry not judged is kept for the next
             # sweep (the write of what was judged comes within the reserve), and passed no slot.
             nonlocal unjudged
-            nodes = self._asked("list the nodes", self._node_names, unasked)
+            nodes = self._nodes(entries, unasked)
             alive = self._asked(
                 "ask EC2 about the instances", lambda: self._alive({e.instance_id for e in entries}), unasked
             )
@@ -102,6 +106,23 @@ class StaleBudgetEntries:
         if failures:
             raise SweepFailed(f"{'; '.join(failures)}; the other entries were swept")
         return {"SweptHolders": len(result.holders), "SweptWaiters": len(result.waiters)}
+
+    def _nodes(self, entries: Sequence[Holder | Waiter], unasked: list[str]) -> set[str] | None:
+        """The nodes, as far as the entries' are concerned (None: not known). A node missing from the list is read
+        again before its entry is judged gone: the Kubernetes adapter lists the nodes with resourceVersion=0, from
+        the API server's watch cache, which may lag behind etcd (seconds under load) and miss a node registered
+        moments before its drain took a slot; judged gone, that slot was freed while its drain evicted, and granted
+        to the next node (invariant 1). The lifecycles' records are read again so (lifecycle_over), for the index's
+        lag. Unread, the missing nodes tell nothing: the entries are judged without the nodes."""
+        listed = self._asked("list the nodes", self._node_names, unasked)
+        if listed is None or self._nodes_now is None:
+            return listed
+        missing = {entry.node for entry in entries} - listed
+        if not missing:
+            return listed
+        ask = self._nodes_now
+        now = self._asked("read again the nodes missing from the list", lambda: ask(missing), unasked)
+        return None if now is None else listed | now
 
     @staticmethod
     def _asked[T](what: str, ask: Callable[[], T], unasked: list[str]) -> T | None:

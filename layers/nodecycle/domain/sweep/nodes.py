@@ -7,6 +7,8 @@ annotated: both are in the nodes' metadata, and one list serves both. At 5,000 n
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from nodecycle.domain.ports.cluster import Claim, NodeInfo, NodeMetadata
 
 
@@ -24,6 +26,11 @@ class SweepNodes:
 
     def node_names(self) -> set[str]:
         return {node.name for node in self._nodes()}
+
+    def nodes_now(self, names: Collection[str]) -> set[str]:
+        """Of ``names``, those that are nodes now, each read again (never from the sweep's list): the list may lag
+        behind the nodes (the Kubernetes adapter's comes from the API server's watch cache)."""
+        return self._cluster.nodes_now(names) if names else set()
 
     def nodes_owned_by(self, owner: str) -> list[NodeInfo]:
         # (annotations cannot be selected on: filtered here)
