@@ -189,10 +189,15 @@ class KubeHTTPServer(ThreadingHTTPServer):
         self._ssl_context = ssl_context
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
+        # Connections accepted so far: each one a client did not reuse costs it a TCP and a TLS handshake with a real
+        # API server (EKS's endpoint), where the sandbox's are free
+        self.accepted = 0
         super().__init__(address, _Handler)
 
     def get_request(self) -> tuple[socket.socket, Any]:
         sock, address = super().get_request()
+        with self._connections_lock:
+            self.accepted += 1
         # Without TCP_NODELAY a response written as headers + body can wait for a delayed ACK (40 ms).
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self._ssl_context is not None:

@@ -571,6 +571,12 @@ class KubeServer:
         """Request body bytes received so far by (verb, resource)."""
         return self._counters.bytes_received()
 
+    def connections_opened(self) -> int:
+        """Connections the server has accepted since it started: a client that reads each answer whole sends its
+        next request on the same one (HTTP/1.1 keep-alive); one that leaves an answer unread opens another, a TCP
+        and a TLS handshake each with a real API server."""
+        return 0 if self._httpd is None else self._httpd.accepted
+
     def reset_counters(self) -> None:
         """Start the request and byte counts over."""
         self._counters.reset()

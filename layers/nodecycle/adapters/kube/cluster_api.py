@@ -19,7 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from nodecycle.adapters.kube import server_clock
-from nodecycle.adapters.kube.core_v1 import CoreV1
+from nodecycle.adapters.kube.core_v1 import CoreV1, finished
 from nodecycle.adapters.kube.eks_access import REQUEST_TIMEOUT
 from nodecycle.adapters.kube.errors import (
     forbidden_refused,
@@ -402,12 +402,14 @@ class KubeCluster:
         # hold: 422 otherwise, with the words of the failed test.
         try:
             with kube_errors(f"patching node {name}"):
-                self._api.patch_node(
-                    name,
-                    body,
-                    _content_type=content_type,
-                    _preload_content=False,
-                    _request_timeout=REQUEST_TIMEOUT,
+                finished(
+                    self._api.patch_node(
+                        name,
+                        body,
+                        _content_type=content_type,
+                        _preload_content=False,
+                        _request_timeout=REQUEST_TIMEOUT,
+                    )
                 )
         except ApiException as error:
             if error.status == 409:
@@ -504,13 +506,15 @@ class KubeCluster:
     def delete_pod(self, pod: PodInfo, grace_seconds: int) -> bool:
         try:
             with kube_errors(f"deleting pod {pod.namespace}/{pod.name}"):
-                self._api.delete_namespaced_pod(
-                    pod.name,
-                    pod.namespace,
-                    grace_period_seconds=grace_seconds,
-                    body=_delete_options(pod, grace_seconds),
-                    _preload_content=False,
-                    _request_timeout=REQUEST_TIMEOUT,
+                finished(
+                    self._api.delete_namespaced_pod(
+                        pod.name,
+                        pod.namespace,
+                        grace_period_seconds=grace_seconds,
+                        body=_delete_options(pod, grace_seconds),
+                        _preload_content=False,
+                        _request_timeout=REQUEST_TIMEOUT,
+                    )
                 )
         except ApiException as error:
             if error.status in (404, 409):  # gone, or replaced by a pod of the same name (uid precondition)

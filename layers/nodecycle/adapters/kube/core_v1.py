@@ -152,6 +152,15 @@ class CoreV1:
         return found
 
 
+def finished(response: Any) -> None:
+    """Read the rest of a raw answer whose body the caller does not need (a patched node, a deleted pod, a created
+    Event), so that its connection goes back to the client's pool: urllib3 keeps a connection with an answer unread
+    out of it (HTTPResponse.drain_conn: "unread data ... blocks the connection from being released back to the
+    pool"), and the next call opened another, a TCP and a TLS handshake with the API server. The answer's status is
+    what counts, already read: a body that fails to come (the connection lost mid-way) changes nothing of it."""
+    response.drain_conn()
+
+
 def _raise_failure_status(response: Any) -> None:
     """Raise the refusal a 2xx answer carries: a ``Status`` whose status is ``Failure``, as the error of its own
     code (500 when it names none), as client-go reads such an answer (rest.Request.transformResponse: "Failed

@@ -23,7 +23,7 @@ from typing import Any
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-from nodecycle.adapters.kube.core_v1 import CoreV1
+from nodecycle.adapters.kube.core_v1 import CoreV1, finished
 from nodecycle.adapters.kube.errors import OutOfTime, kube_errors, namespace_terminating
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.ports.cluster import PodInfo
@@ -103,8 +103,10 @@ class KubeEvents:
             return
         try:
             with kube_errors(f"writing event {reason} on {namespace}/{name}"):
-                CoreV1(self._api_client()).create_namespaced_event(
-                    namespace, event, _preload_content=False, _request_timeout=EVENT_TIMEOUT
+                finished(
+                    CoreV1(self._api_client()).create_namespaced_event(
+                        namespace, event, _preload_content=False, _request_timeout=EVENT_TIMEOUT
+                    )
                 )
         except OutOfTime as error:  # (not asked: the run had no time left; the API server is not to blame)
             log.debug("event %s on %s/%s not written: %s", reason, namespace, name, error)
