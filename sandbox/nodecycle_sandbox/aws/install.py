@@ -22,6 +22,7 @@ from moto.ec2.responses.instances import InstanceResponse
 
 from nodecycle_sandbox.aws import (
     api,
+    dynamodb_expressions,
     dynamodb_index_lag,
     dynamodb_items,
     dynamodb_numbers,
@@ -68,6 +69,7 @@ def install() -> None:
     dynamodb_index_lag.install()  # global secondary indexes that lag their table
     dynamodb_numbers.install()  # numbers kept as DynamoDB keeps them: no leading or trailing zeroes
     dynamodb_transactions.install()  # one write at a time; a cancelled transaction undoes only its own
+    dynamodb_expressions.install()  # a placeholder defined and not used refused, as DynamoDB does
     ec2_addresses.install()
     ec2_filters.install()  # at most 200 filter values a call, of at most 255 characters
     ec2_instances.install()  # terminated instances forgotten after about an hour
