@@ -12,7 +12,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from nodecycle_sandbox.aws import dynamodb_expressions
+from nodecycle_sandbox.aws import dynamodb_expressions, dynamodb_sizes
 from nodecycle_sandbox.runner.cfn_yaml import load_template
 from tests.support.stack import TEMPLATE
 
@@ -24,8 +24,10 @@ LIFECYCLE_TABLE = load_template(TEMPLATE)["Resources"]["LifecycleTable"]["Proper
 def moto() -> Iterator[None]:
     """moto for a whole module (a reset per test costs more than the test): each test makes its own table
     or queue under a name of its own. DynamoDB refuses a request whose expression placeholders it does not all
-    use, where moto takes it: checked as DynamoDB checks them (a patch of moto's class, for the whole process)."""
+    use, and counts the overhead of an item's lists and maps against its size limit, where moto does neither:
+    checked and counted as DynamoDB does (patches of moto's classes, for the whole process)."""
     dynamodb_expressions.install()
+    dynamodb_sizes.install()
     with mock_aws():
         yield
 

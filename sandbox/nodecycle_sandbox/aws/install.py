@@ -26,6 +26,7 @@ from nodecycle_sandbox.aws import (
     dynamodb_index_lag,
     dynamodb_items,
     dynamodb_numbers,
+    dynamodb_sizes,
     dynamodb_transactions,
     ec2_addresses,
     ec2_consistency,
@@ -70,6 +71,7 @@ def install() -> None:
     dynamodb_numbers.install()  # numbers kept as DynamoDB keeps them: no leading or trailing zeroes
     dynamodb_transactions.install()  # one write at a time; a cancelled transaction undoes only its own
     dynamodb_expressions.install()  # a placeholder defined and not used refused, as DynamoDB does
+    dynamodb_sizes.install()  # an item's lists and maps counted with their overhead against the size limit
     ec2_addresses.install()
     ec2_filters.install()  # at most 200 filter values a call, of at most 255 characters
     ec2_instances.install()  # terminated instances forgotten after about an hour
