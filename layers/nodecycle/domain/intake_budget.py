@@ -12,6 +12,14 @@ its instances (in their order, which the event's parsing fixes) were taken in, a
 for an asynchronous invocation, the queue's for a record) continues from there. Each instance's intake is
 idempotent anyway (one record per instance and cause): a crash before the save repeats work, loses none.
 
+An instance whose intake fails for good (no TransientError: its record written by a newer release before a
+rollback, or edited by hand, which this one cannot read; a write DynamoDB refuses; a bug) does not hold back
+the instances named after it: they are taken in, then the event fails with that first error (logged, retried,
+then dead-lettered, its alarm), its progress saved up to that instance, so that its retry, and a redrive once
+an operator repaired it, come back to it (the others after it taken in again as duplicates). Stopped there,
+the event's later instances, a fleet's retirement, went to their maintenance undrained at every retry. A
+TransientError still stops the event at once: throttled, refused or out of time, the others would meet it too.
+
 Why not split the event into messages of a few instances each, sent to the intake queue: what comes by the
 queue is trusted less than what EventBridge delivers (anyone allowed to send to it can forge an event), so a
 maintenance EC2 does not list yet would be drained for by the event's first part and not by its others; and
@@ -87,13 +95,31 @@ class IntakeBudget:
             log.info(
                 "continuing an event cut short: %d of its %d instances were taken in", start, len(events)
             )
-        done = start
+        done = start  # the instances taken in, from the first on: where a retry continues
         outcomes: list[str] = []
+        failed: Exception | None = (
+            None  # the first instance's failure that is no call to retry (see the module)
+        )
         try:
             for event in events[start:]:
                 self._time_for_another(events, time_left)
-                outcomes.append(accept(event))
-                done += 1
+                try:
+                    outcomes.append(accept(event))
+                except TransientError:
+                    raise  # (the others would meet it too: throttled, refused, out of time)
+                except Exception as error:
+                    if key is None:
+                        raise
+                    log.exception(
+                        "instance %s of the event could not be taken in: the others are, then the event fails",
+                        event.instance_id,
+                    )
+                    failed = failed or error
+                    continue
+                if failed is None:
+                    done += 1
+            if failed is not None:
+                raise failed
         except Exception:
             if key is not None and done > start:
                 self._progress.save_progress(key, done, self._clock.now())

@@ -90,3 +90,48 @@ def test_an_event_of_one_instance_left_with_too_little_time_is_not_started_and_s
         IntakeBudget(records, FakeClock()).take_in(health_event("i-1"), accept, lambda: 1.0)
     assert accept.taken == []
     assert records.progresses == {}
+
+
+class Unreadable(Accepting):
+    """Fails, at every delivery, for ``broken`` (its record unreadable to this release, say), for good."""
+
+    def __init__(self, broken: str) -> None:
+        super().__init__()
+        self.broken = broken
+        self.tried: list[str] = []
+
+    def __call__(self, event: DisruptionEvent) -> str:
+        self.tried.append(event.instance_id)
+        if event.instance_id == self.broken:
+            raise ValueError(f"the record of {self.broken} cannot be read")
+        return super().__call__(event)
+
+
+def test_an_instance_failing_for_good_holds_back_none_after_it_and_the_retry_comes_back_to_it() -> None:
+    # Given a Health event of four instances, the second of which fails at every delivery, not for a retry
+    records = InMemoryRecords()
+    budget = IntakeBudget(records, FakeClock())
+    event = health_event("i-1", "i-2", "i-3", "i-4")
+    accept = Unreadable("i-2")
+
+    # When it is delivered, Then the three others are taken in, and the event fails with the second's error
+    with pytest.raises(ValueError, match="i-2 cannot be read"):
+        budget.take_in(event, accept, lambda: PLENTY)
+    assert accept.taken == ["i-1", "i-3", "i-4"]
+
+    # And its retry starts at the second (not at the first, taken in; not past it, never taken in)
+    accept.tried.clear()
+    with pytest.raises(ValueError):
+        budget.take_in(event, accept, lambda: PLENTY)
+    assert accept.tried == ["i-2", "i-3", "i-4"]
+
+
+def test_an_error_for_a_retry_still_stops_the_event_at_once() -> None:
+    # Given a Health event of three instances whose second one is throttled
+    budget = IntakeBudget(InMemoryRecords(), FakeClock())
+    accept = Accepting(fail_at="i-2")
+
+    # When it is delivered, Then it stops there (the others would be throttled too), the third left to its retry
+    with pytest.raises(TransientError):
+        budget.take_in(health_event("i-1", "i-2", "i-3"), accept, lambda: PLENTY)
+    assert accept.taken == ["i-1"]
