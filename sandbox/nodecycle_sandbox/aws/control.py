@@ -7,12 +7,15 @@ with `RemoteAwsControl` (the same calls, made over a pipe into the AWS process).
 from __future__ import annotations
 
 import copy
+import time
 from typing import Any, Protocol
 
 from moto.autoscaling.models import AutoScalingBackend, autoscaling_backends
+from moto.dynamodb.models import dynamodb_backends
 
 from nodecycle_sandbox.aws import (
     dynamodb_index_lag,
+    dynamodb_ttl,
     ec2_addresses,
     ec2_consistency,
     ec2_instances,
@@ -101,6 +104,8 @@ class AwsControls(Protocol):
     def lag_ec2(self, *, seconds: float, callers: list[str] | None) -> list[str]: ...
 
     def lock_address(self, *, allocation_id: str, locked: bool = True) -> None: ...
+
+    def expire_ttl(self, *, at: float | None = None) -> list[str]: ...
 
 
 class AwsControl:
@@ -287,6 +292,12 @@ class AwsControl:
         """AWS locks the Elastic IP (``locked``: ReleaseAddress refused, ``InvalidAddress.Locked``) or AWS Support
         unlocks it, as ``ec2_addresses.py`` tells."""
         (ec2_addresses.lock if locked else ec2_addresses.unlock)(self.backend.ec2_backend, allocation_id)
+
+    def expire_ttl(self, *, at: float | None = None) -> list[str]:
+        """DynamoDB's Time to Live deletes, in the tables whose TTL is enabled, every item expired by ``at``
+        (epoch seconds; None: now), as ``dynamodb_ttl.py`` tells; the ``table/key`` of each."""
+        when = time.time() if at is None else at
+        return dynamodb_ttl.expire(dynamodb_backends[self.account][self.region], when)
 
     def close(self) -> None:
         lambda_invoke.connect(None)
