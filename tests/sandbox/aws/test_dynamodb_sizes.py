@@ -14,7 +14,8 @@ from nodecycle_sandbox.aws import dynamodb_sizes
 from tests.sandbox.aws.conftest import RECORDS_TABLE as TABLE
 
 TEXT = "x" * 390_000  # bytes of one string attribute: under moto's limit (405,000) by 15,000
-EMPTY_MAP = {"M": {}}  # nothing to moto; 4 bytes to DynamoDB (its 3, and 1 as an element of a list)
+# nothing to moto; 4 bytes to DynamoDB (its 3, and 1 as an element of a list)
+EMPTY_MAP: dict[str, Any] = {"M": {}}
 
 
 @pytest.fixture
