@@ -61,6 +61,9 @@ _SKEW = timedelta(seconds=1)
 # Writes of a hook's lifecycle, each after another lifecycle's claim on its action came in between: two writers
 # (its event's intake, the sweeper) make one retry at most; a third ends in a TransientError (retried later).
 CLAIM_ATTEMPTS = 3
+# Writes of a disruption's record tried in a row, each after its item was gone at the read that followed the one
+# before (deleted by the table's TTL meanwhile), before a retry later
+STORE_ATTEMPTS = 3
 # How long after a disruption EC2 may still not list its instance: EC2's API is eventually consistent, and an
 # instance launched moments ago answers InvalidInstanceID.NotFound for a while (usually under a second, seconds
 # under load), while a Spot interruption or a rebalance recommendation can come for it at once. Intake looks
@@ -537,13 +540,20 @@ class Intake:
         deadline (see ``_keep_alive``)."""
         if record.transition.has_hook:
             return self._store_action(record, now, lapsed=lapsed)
-        if self._records.create(record):
-            self._send_first(record)
-            log.info("accepted %s; first step %s", record.transition.short, record.step)
-            return IntakeOutcome.ACCEPTED
-
-        known = self._records.get(record.id)
-        if known is not None and (known.finished or _resting(known)) and self._anew(known, record):
+        for _ in range(STORE_ATTEMPTS):
+            if self._records.create(record):
+                self._send_first(record)
+                log.info("accepted %s; first step %s", record.transition.short, record.step)
+                return IntakeOutcome.ACCEPTED
+            known = self._records.get(record.id)
+            if known is None:
+                # The record the write met is gone by the read: the table's TTL deleted it (nothing else deletes
+                # one), a lifecycle of the instance long over. DynamoDB deletes an expired item at a moment of its
+                # own, days after its expiry, and meanwhile a write meets it: written again, not taken for a
+                # duplicate (a stop, a Spot interruption of the instance, left undrained)
+                continue
+            if not ((known.finished or _resting(known)) and self._anew(known, record)):
+                break
             # One record per instance and cause: an instance stopped once (its lifecycle long over) and
             # stopped or terminated again later is a new disruption, not a duplicate; so is maintenance EC2
             # schedules after the last one was drained for, and a Spot instance restarted after an interruption
@@ -559,6 +569,14 @@ class Intake:
                 )
                 return IntakeOutcome.ACCEPTED
             known = self._records.get(record.id)  # another delivery restarted it first
+            if known is not None:
+                break
+            # (or the table's TTL deleted the finished record between its read and the write over it: see above)
+        else:
+            raise TransientError(
+                f"the {record.transition.short} record of {record.instance_id} was gone at each of {STORE_ATTEMPTS} "
+                "reads after a write that met it"
+            )
         if (
             known is not None
             and not known.finished
