@@ -124,6 +124,31 @@ def test_a_subnet_or_security_group_that_is_not_an_id_is_refused_by_the_template
     check_parameters(TEMPLATE, {"SubnetIds": "subnet-0abc, subnet-1def", "SecurityGroupIds": " sg-0a1b"})
 
 
+@pytest.mark.parametrize(
+    "parameters",
+    [
+        {"SubnetIds": "subnet-0abc"},  # no security group: Lambda refuses the function, the stack rolls back
+        {"SecurityGroupIds": "sg-0a1b"},  # no subnet: no VPC at all (UseVpc), a private endpoint out of reach
+        {"SubnetIds": "subnet-0abc,", "SecurityGroupIds": "sg-0a1b"},  # an empty subnet id
+        {"SubnetIds": "subnet-0abc", "SecurityGroupIds": "sg-0a1b, "},  # an empty security group id
+    ],
+)
+def test_subnets_and_security_groups_are_given_together_or_not_at_all(parameters: dict[str, str]) -> None:
+    # Given subnets without security groups (or the reverse), When the stack is deployed, Then the template
+    # refuses it before anything is created: Lambda refuses a VpcConfig whose lists do not both have ids
+    # ("SubnetIds and SecurityIds must coexist or be both empty list."), after the queues, table and roles are
+    # made; security groups without subnets would deploy green with the functions outside the VPC
+    parameters = {"ManagedGroups": "nodes", **parameters}
+    check_parameters(TEMPLATE, parameters)  # each list is valid on its own
+    with pytest.raises(ParameterError, match="VpcTogether"):
+        check_rules(TEMPLATE, parameters)
+    check_rules(TEMPLATE, {"ManagedGroups": "nodes"})  # the defaults: no VPC
+    check_rules(
+        TEMPLATE,
+        {"ManagedGroups": "nodes", "SubnetIds": "subnet-0abc, subnet-1def", "SecurityGroupIds": "sg-0a1b"},
+    )
+
+
 # -- what the functions refuse at every cold start --------------------------------------------------------------
 
 

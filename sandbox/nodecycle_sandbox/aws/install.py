@@ -37,6 +37,7 @@ from nodecycle_sandbox.aws import (
     events_sources,
     lambda_invoke,
     lambda_mappings,
+    lambda_vpc,
     moto_dispatch,
     sqs_attributes,
     sqs_mapping_polls,
@@ -80,6 +81,7 @@ def install() -> None:
     eks_access.install()
     events_sources.install()  # PutEvents refuses the aws.* sources of AWS's own events
     lambda_mappings.install()  # SQS mappings run by the runner only, never by moto
+    lambda_vpc.install()  # a VpcConfig's subnets and security groups given together
     lambda_invoke.install()  # an Event invocation of a stack's function run by the runner
     enforce.install()  # each function's calls against its role (nodecycle_sandbox.iam)
     setattr(AutoScalingResponse, _MARKER, True)

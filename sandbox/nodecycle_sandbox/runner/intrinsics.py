@@ -99,8 +99,12 @@ def check_rules(template: Mapping[str, Any], overrides: Mapping[str, str]) -> No
     given). The rule functions of the template are evaluated: Fn::Equals, Fn::Not, Fn::And, Fn::Or,
     Fn::Contains and Ref; another raises ``UnsupportedIntrinsic`` rather than pass unchecked."""
     declared = template.get("Parameters") or {}
-    values = {name: str(spec["Default"]) for name, spec in declared.items() if "Default" in spec}
-    values |= {name: str(value) for name, value in overrides.items()}
+    given = {name: str(spec["Default"]) for name, spec in declared.items() if "Default" in spec}
+    given |= {name: str(value) for name, value in overrides.items()}
+    values: dict[str, str | list[str]] = {
+        name: _list_members(value) if _is_list(declared.get(name) or {}) else value
+        for name, value in given.items()
+    }
     for name, rule in (template.get("Rules") or {}).items():
         if "RuleCondition" in rule and not _rule_value(rule["RuleCondition"], values):
             continue
@@ -110,7 +114,18 @@ def check_rules(template: Mapping[str, Any], overrides: Mapping[str, str]) -> No
                 raise ParameterError(f"the parameters break rule {name}: {why}")
 
 
-def _rule_value(value: Any, parameters: Mapping[str, str]) -> Any:
+def _is_list(spec: Mapping[str, Any]) -> bool:
+    kind = str(spec.get("Type", ""))
+    return kind == "CommaDelimitedList" or kind.startswith("List<")
+
+
+def _list_members(value: str) -> list[str]:
+    """A list parameter's value as CloudFormation makes it: split at its commas, "each member string is
+    space-trimmed" (Parameters, CommaDelimitedList), "" one empty member."""
+    return [member.strip() for member in value.split(",")]
+
+
+def _rule_value(value: Any, parameters: Mapping[str, str | list[str]]) -> Any:
     if not isinstance(value, dict):
         return value
     ((key, argument),) = value.items()
@@ -128,8 +143,19 @@ def _rule_value(value: Any, parameters: Mapping[str, str]) -> Any:
     if key == "Fn::Or":
         return any(items)
     if key == "Fn::Contains":
-        return str(items[1]) in [str(v) for v in items[0]]
+        return str(items[1]) in [str(v) for v in _members(items[0], key)]
+    if key == "Fn::EachMemberEquals":
+        return all(str(v) == str(items[1]) for v in _members(items[0], key))
+    if key == "Fn::EachMemberIn":
+        return set(map(str, _members(items[0], key))) <= set(map(str, _members(items[1], key)))
     raise UnsupportedIntrinsic(f"the sandbox does not evaluate the rule function {key}")
+
+
+def _members(value: Any, function: str) -> list[Any]:
+    """A rule function's list argument: a list parameter's Ref, or a literal list (a string is not one)."""
+    if not isinstance(value, list):
+        raise ParameterError(f"a rule's {function} needs a list, got {value!r}")
+    return value
 
 
 class ResourceResolver(Protocol):
@@ -179,10 +205,8 @@ class Intrinsics:
             else:
                 continue
             # List parameters are given as comma-separated strings and Ref to a list.
-            is_list = spec.get("Type") == "CommaDelimitedList" or str(spec.get("Type", "")).startswith(
-                "List<"
-            )
-            values[name] = str(value).split(",") if is_list and not isinstance(value, list) else value
+            is_list = _is_list(spec)
+            values[name] = _list_members(str(value)) if is_list and not isinstance(value, list) else value
         return values
 
     # -- public ---------------------------------------------------------------------------------

@@ -167,6 +167,12 @@ class LambdaFunctions:
             request["Architectures"] = [str(a) for a in self._intrinsics.resolve(properties["Architectures"])]
         if spec.dead_letter_arn:
             request["DeadLetterConfig"] = {"TargetArn": spec.dead_letter_arn}
+        # (Lambda checks it: subnets and security groups together, aws/lambda_vpc.py; AWS::NoValue resolves to None)
+        vpc = self._intrinsics.resolve(properties.get("VpcConfig"))
+        if vpc:
+            request["VpcConfig"] = {
+                key: [str(v) for v in vpc.get(key) or []] for key in ("SubnetIds", "SecurityGroupIds")
+            }
         if not self._min_values and any(t.queue.visibility_timeout < spec.timeout for t in spec.sqs):
             # (Lambda refuses a mapping of a queue whose visibility timeout is shorter than the function's
             # timeout: a compressed sandbox's are, and the tag lets them be, see aws/lambda_mappings.py)

@@ -339,3 +339,31 @@ def test_a_sandbox_that_compresses_time_takes_a_queue_shorter_than_its_functions
     assert aws.get_function_configuration(FunctionName=name)["Timeout"] == 20
     (mapping,) = aws.list_event_source_mappings(FunctionName=name)["EventSourceMappings"]
     assert mapping["EventSourceArn"].endswith(":t-Work")
+
+
+def vpc_template(subnets: str, security_groups: str) -> str:
+    return TEMPLATE.replace(
+        "      MemorySize: 384\n",
+        "      MemorySize: 384\n"
+        f"      VpcConfig: {{ SubnetIds: {subnets}, SecurityGroupIds: {security_groups} }}\n",
+    )
+
+
+def test_a_function_whose_vpc_config_has_subnets_without_security_groups_fails_the_stack(
+    make_runner: MakeRunner,
+) -> None:
+    """Lambda refuses the function ("SubnetIds and SecurityIds must coexist or be both empty list."):
+    CloudFormation fails the stack with its message."""
+    with pytest.raises(ClientError, match="SubnetIds and SecurityIds must coexist"):
+        make_runner(vpc_template("[subnet-0abc]", "[]"), {"worker": WORKER}, sqs_sources_enabled=False)
+
+
+def test_a_function_whose_vpc_config_has_both_is_made_with_them(make_runner: MakeRunner) -> None:
+    runner = make_runner(
+        vpc_template("[subnet-0abc]", "[sg-0a1b]"), {"worker": WORKER}, sqs_sources_enabled=False
+    )
+    configuration = lambda_client(runner).get_function_configuration(
+        FunctionName=runner.functions["Worker"].name
+    )
+    assert configuration["VpcConfig"]["SubnetIds"] == ["subnet-0abc"]
+    assert configuration["VpcConfig"]["SecurityGroupIds"] == ["sg-0a1b"]
