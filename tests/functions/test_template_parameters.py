@@ -21,10 +21,17 @@ from nodecycle.settings import DrainSettings, IntakeSettings, Settings, Settings
 from nodecycle.wiring.common import drain_policy
 from nodecycle_sandbox.iam import Request, evaluate, parse_policy
 from nodecycle_sandbox.iam.evaluate import context_of
-from nodecycle_sandbox.iam.template import offline_roles
+from nodecycle_sandbox.iam.template import StaticResources, offline_roles
 from nodecycle_sandbox.runner.cfn_yaml import load_template
-from nodecycle_sandbox.runner.intrinsics import ParameterError, check_parameters, check_rules, whole_numbers
+from nodecycle_sandbox.runner.intrinsics import (
+    Intrinsics,
+    ParameterError,
+    check_parameters,
+    check_rules,
+    whole_numbers,
+)
 from nodecycle_sandbox.sandbox import Sandbox, SandboxOptions
+from nodecycle_sandbox.schedule_expressions import interval_seconds
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = load_template(ROOT / "template.yaml")
@@ -147,6 +154,27 @@ def test_subnets_and_security_groups_are_given_together_or_not_at_all(parameters
         TEMPLATE,
         {"ManagedGroups": "nodes", "SubnetIds": "subnet-0abc, subnet-1def", "SecurityGroupIds": "sg-0a1b"},
     )
+
+
+def test_every_sweep_interval_the_template_takes_is_a_schedule_eventbridge_takes() -> None:
+    # EventBridge refuses rate(1 minutes) and rate(5 minute): the sweeper's schedule spells the unit as the
+    # number wants (SweepEveryMinute), for each interval SweepIntervalMinutes allows
+    interval = whole_numbers(PARAMETERS["SweepIntervalMinutes"])
+    assert interval is not None
+    schedule = TEMPLATE["Resources"]["SweeperFunction"]["Properties"]["Events"]["Sweep"]["Properties"][
+        "Schedule"
+    ]
+    for minutes in interval:
+        resources = StaticResources(TEMPLATE, stack_name="s", region=REGION, account=ACCOUNT)
+        intrinsics = Intrinsics(
+            TEMPLATE,
+            resources=resources,
+            stack_name="s",
+            region=REGION,
+            account=ACCOUNT,
+            parameters={"ManagedGroups": "nodes", "SweepIntervalMinutes": str(minutes)},
+        )
+        assert interval_seconds(str(intrinsics.resolve(schedule))) == minutes * 60
 
 
 # -- what the functions refuse at every cold start --------------------------------------------------------------

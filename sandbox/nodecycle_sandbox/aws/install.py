@@ -34,6 +34,7 @@ from nodecycle_sandbox.aws import (
     ec2_instances,
     ec2_tags,
     eks_access,
+    events_schedules,
     events_sources,
     lambda_invoke,
     lambda_mappings,
@@ -80,6 +81,7 @@ def install() -> None:
     ec2_consistency.install()  # reads that lag the writes, when a test arms it
     eks_access.install()
     events_sources.install()  # PutEvents refuses the aws.* sources of AWS's own events
+    events_schedules.install()  # PutRule refuses a schedule expression EventBridge refuses
     lambda_mappings.install()  # SQS mappings run by the runner only, never by moto
     lambda_vpc.install()  # a VpcConfig's subnets and security groups given together
     lambda_invoke.install()  # an Event invocation of a stack's function run by the runner

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,13 +9,12 @@ from typing import Any
 
 from nodecycle_sandbox.runner.intrinsics import Intrinsics
 from nodecycle_sandbox.runner.resources import QueueInfo, SandboxResources
+from nodecycle_sandbox.schedule_expressions import interval_seconds
 
 DEFAULT_TIMEOUT = 3
 DEFAULT_MEMORY = 128
 DEFAULT_ASYNC_RETRIES = 2
 DEFAULT_MAX_EVENT_AGE = 21600  # seconds: Lambda keeps an asynchronous event up to 6 hours by default
-_RATE = re.compile(r"^rate\((\d+) (minute|minutes|hour|hours|day|days)\)$")
-_UNIT_SECONDS = {"minute": 60, "hour": 3600, "day": 86400}
 
 
 @dataclass(frozen=True)
@@ -208,13 +206,9 @@ def _triggers(
 
 
 def rate_seconds(expression: str) -> float | None:
-    match = _RATE.match(expression.strip())
-    if match is None:
-        if expression.startswith("cron("):
-            return None
-        raise ValueError(f"unsupported schedule expression {expression!r}")
-    count, unit = int(match.group(1)), match.group(2).rstrip("s")
-    return float(count * _UNIT_SECONDS[unit])
+    """A rate's interval in seconds, None for a cron expression; an expression EventBridge refuses raises
+    ``ValueError`` (``InvalidScheduleExpression``), as PutRule fails the stack with it."""
+    return interval_seconds(expression)
 
 
 def _bool(value: Any) -> bool:
