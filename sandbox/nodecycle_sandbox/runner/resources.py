@@ -84,6 +84,7 @@ class SandboxResources:
     # -- ResourceResolver -----------------------------------------------------------------------
 
     def ref(self, logical_id: str) -> str:
+        self._check_made(logical_id)
         kind = self._type(logical_id)
         if kind == "AWS::SQS::Queue":
             return self.queue(logical_id).url
@@ -101,6 +102,7 @@ class SandboxResources:
         return self._physical_name(logical_id)
 
     def get_att(self, logical_id: str, attribute: str) -> str:
+        self._check_made(logical_id)
         kind = self._type(logical_id)
         if kind == "AWS::SQS::Queue":
             queue = self.queue(logical_id)
@@ -224,6 +226,17 @@ class SandboxResources:
         )
 
     # -- helpers --------------------------------------------------------------------------------
+
+    def _check_made(self, logical_id: str) -> None:
+        """A Ref or GetAtt of a resource its condition leaves out fails the stack, where the sandbox would make the
+        resource at its first use: CloudFormation's "Template format error: Unresolved resource dependencies [X] in
+        the Resources block of the template" (aws/serverless-application-model#832). A reference in the branch of
+        an Fn::If not taken is never resolved, as there."""
+        if logical_id in self._resources and not self.exists(logical_id):
+            raise ValueError(
+                f"Template format error: Unresolved resource dependencies [{logical_id}] in the Resources block of "
+                f"the template (its condition {self._resources[logical_id]['Condition']} is false)"
+            )
 
     def _type(self, logical_id: str) -> str:
         if logical_id in self._implicit:

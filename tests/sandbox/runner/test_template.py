@@ -122,6 +122,27 @@ def test_queues_and_the_table_are_created_as_declared(make_runner: MakeRunner) -
     assert ttl["AttributeName"] == "expires_at"
 
 
+def test_a_reference_to_a_resource_its_condition_leaves_out_fails_the_deployment(
+    make_runner: MakeRunner,
+) -> None:
+    # Given a setting that names the VPC-only queue whatever the condition (no subnets: the queue is not made)
+    template = TEMPLATE.replace('ONLY_HERE: "1"', "ONLY_HERE: !Ref VpcOnly")
+
+    # Then the deployment fails, as CloudFormation's "Template format error: Unresolved resource dependencies
+    # [VpcOnly] in the Resources block of the template", rather than making the queue for the reference
+    with pytest.raises(ValueError, match=r"Unresolved resource dependencies \[VpcOnly\]"):
+        make_runner(template, {"worker": HANDLER})
+
+
+def test_a_reference_to_a_conditional_resource_in_the_branch_its_condition_takes_is_resolved(
+    make_runner: MakeRunner,
+) -> None:
+    # Given the same reference behind the queue's own condition (the branch not taken is never resolved)
+    template = TEMPLATE.replace('ONLY_HERE: "1"', "ONLY_HERE: !If [UseVpc, !GetAtt VpcOnly.Arn, none]")
+
+    assert make_runner(template, {"worker": HANDLER}).environments["Worker"]["ONLY_HERE"] == "none"
+
+
 def test_an_unsupported_intrinsic_is_named(make_runner: MakeRunner) -> None:
     # Given a setting that imports a value from another stack
     template = TEMPLATE.replace("FLAG: true", "FLAG: !ImportValue other-stack-flag")
