@@ -70,3 +70,59 @@ def test_the_runner_tags_what_the_sandboxs_lambda_lets_through() -> None:
     from nodecycle_sandbox.runner import lambda_functions
 
     assert lambda_functions.SHORT_VISIBILITY_TAG == lambda_mappings.SHORT_VISIBILITY_TAG
+
+
+@pytest.mark.parametrize(
+    ("settings", "code", "says"),
+    [
+        (
+            {"FunctionResponseTypes": ["ReportBatchItemFailure"]},
+            "ValidationException",
+            "functionResponseTypes",
+        ),
+        (
+            {"ScalingConfig": {"MaximumConcurrency": 1001}},
+            "ValidationException",
+            "less than or equal to 1000",
+        ),
+        (
+            {"BatchSize": 20},
+            "InvalidParameterValueException",
+            "Maximum batch window in seconds must be greater than 0",
+        ),
+        (
+            {"BatchSize": 20, "MaximumBatchingWindowInSeconds": 0},
+            "InvalidParameterValueException",
+            "Maximum batch window in seconds must be greater than 0",
+        ),
+    ],
+)
+def test_a_mapping_lambda_refuses_is_refused_at_its_creation_and_update(
+    aws: dict[str, Any], settings: dict[str, Any], code: str, says: str
+) -> None:
+    # Lambda's CreateEventSourceMapping/UpdateEventSourceMapping (botocore's lambda model: FunctionResponseTypes
+    # enum [ReportBatchItemFailures], ScalingConfig.MaximumConcurrency 2 to 1000; a batch over 10 of a standard
+    # queue needs a batching window of at least 1 s); moto took each
+    work = queue_arn(aws["sqs"], "work", 150)
+
+    with pytest.raises(ClientError) as refused:
+        aws["lambda"].create_event_source_mapping(FunctionName="worker", EventSourceArn=work, **settings)
+    assert refused.value.response["Error"]["Code"] == code
+    assert says in refused.value.response["Error"]["Message"]
+    assert aws["lambda"].list_event_source_mappings(FunctionName="worker")["EventSourceMappings"] == []
+
+    uuid = aws["lambda"].create_event_source_mapping(
+        FunctionName="worker", EventSourceArn=work, BatchSize=10
+    )["UUID"]
+    with pytest.raises(ClientError) as refused:
+        aws["lambda"].update_event_source_mapping(UUID=uuid, **settings)
+    assert refused.value.response["Error"]["Code"] == code
+    assert aws["lambda"].get_event_source_mapping(UUID=uuid)["BatchSize"] == 10
+    # (what Lambda takes is taken)
+    aws["lambda"].update_event_source_mapping(
+        UUID=uuid,
+        BatchSize=20,
+        MaximumBatchingWindowInSeconds=1,
+        FunctionResponseTypes=["ReportBatchItemFailures"],
+        ScalingConfig={"MaximumConcurrency": 1000},
+    )
