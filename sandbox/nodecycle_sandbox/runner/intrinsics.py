@@ -192,6 +192,7 @@ class Intrinsics:
         }
         self._parameters = self._parameter_values(parameters or {})
         self._conditions: dict[str, bool] = {}
+        self._in_conditions = 0  # > 0 while a condition is evaluated: no resource may be referred to there
 
     def _parameter_values(self, overrides: Mapping[str, str]) -> dict[str, Any]:
         declared = self._template.get("Parameters") or {}
@@ -220,7 +221,11 @@ class Intrinsics:
             conditions = self._template.get("Conditions") or {}
             if name not in conditions:
                 raise ValueError(f"unknown condition {name!r}")
-            self._conditions[name] = bool(self._resolve(conditions[name]))
+            self._in_conditions += 1
+            try:
+                self._conditions[name] = bool(self._resolve(conditions[name]))
+            finally:
+                self._in_conditions -= 1
         return self._conditions[name]
 
     def parameter(self, name: str) -> Any:
@@ -254,11 +259,22 @@ class Intrinsics:
             return self._pseudo[name]
         if name in (self._template.get("Parameters") or {}):
             return self.parameter(name)
+        self._check_outside_conditions(name)
         return self._resources.ref(name)
+
+    def _check_outside_conditions(self, logical_id: str) -> None:
+        """CloudFormation evaluates conditions before it creates anything: "Template format error: Unresolved
+        dependencies [X]. Cannot reference resources in the Conditions block of the template"."""
+        if self._in_conditions:
+            raise ValueError(
+                f"Template format error: Unresolved dependencies [{logical_id}]. Cannot reference resources in the "
+                "Conditions block of the template"
+            )
 
     def _function(self, key: str, argument: Any) -> Any:
         if key == "Fn::GetAtt":
             logical_id, attribute = argument if isinstance(argument, list) else argument.split(".", 1)
+            self._check_outside_conditions(str(logical_id))
             return self._resources.get_att(self._resolve(logical_id), self._resolve(attribute))
         if key == "Fn::Sub":
             return self._sub(argument)
@@ -276,7 +292,13 @@ class Intrinsics:
             return any(self._resolve(a) for a in argument)
         if key == "Fn::Join":
             separator, items = argument
-            return str(separator).join(str(item) for item in self._resolve(items))
+            joined = self._resolve(items)
+            if not isinstance(joined, list) or any(isinstance(item, (list, dict)) for item in joined):
+                raise ValueError(
+                    "Template error: every Fn::Join object requires two parameters, (1) a string delimiter and (2) a "
+                    f"list of strings to be joined (got {joined!r})"
+                )
+            return str(separator).join(str(item) for item in joined)
         if key == "Fn::Select":
             index, items = argument
             return self._resolve(items)[int(self._resolve(index))]
@@ -299,11 +321,19 @@ class Intrinsics:
         def replace(match: re.Match[str]) -> str:
             name = match.group(1)
             if name in variables:
-                return str(variables[name])
-            if "." in name and not name.startswith("AWS::"):
+                value = variables[name]
+            elif "." in name and not name.startswith("AWS::"):
                 logical_id, attribute = name.split(".", 1)
-                return str(self._resources.get_att(logical_id, attribute))
-            return str(self._ref(name))
+                self._check_outside_conditions(logical_id)
+                value = self._resources.get_att(logical_id, attribute)
+            else:
+                value = self._ref(name)
+            if isinstance(value, (list, dict)):
+                # (a list parameter is joined with Fn::Join first)
+                raise ValueError(
+                    f"Template error: variable {name} in Fn::Sub expression does not resolve to a string"
+                )
+            return str(value)
 
         # "${!Literal}" is CloudFormation's escape for a literal "${Literal}".
         return _SUB_VARIABLE.sub(replace, text).replace("${!", "${")
