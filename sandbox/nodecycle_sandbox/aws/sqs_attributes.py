@@ -5,7 +5,9 @@ CreateQueue and SetQueueAttributes take each of these attributes only within its
 CreateQueue, ``Attributes``): ``DelaySeconds`` 0 to 900, ``MessageRetentionPeriod`` 60 to 1,209,600 (14 days),
 ``ReceiveMessageWaitTimeSeconds`` 0 to 20, ``VisibilityTimeout`` 0 to 43,200 (12 hours). SQS refuses the call
 with ``InvalidAttributeValue`` ("Invalid value for the parameter VisibilityTimeout."), and the stack that
-declares such a queue fails to deploy. moto created the queue (it checks ``MaximumMessageSize`` alone).
+declares such a queue fails to deploy. moto created the queue (it checks ``MaximumMessageSize`` alone). A
+``RedrivePolicy``'s ``maxReceiveCount`` is 1 to 1,000 (the developer guide's "Maximum receives"), refused
+otherwise with ``InvalidParameterValue``; moto stored 0 and any count above.
 
 SendMessage (and each entry of SendMessageBatch) takes ``DelaySeconds`` from 0 to 900 (the SQS API reference,
 SendMessage: "Valid values: 0 to 900"): SQS refuses a negative delay as one past 900 (``InvalidParameterValue``,
@@ -30,6 +32,7 @@ waited in its queue for hours (a stalled consumer, a dead-letter queue redriven)
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
@@ -50,6 +53,7 @@ RANGES = {
     "ReceiveMessageWaitTimeSeconds": (0, 20),
     "VisibilityTimeout": (0, 43_200),
 }
+MAX_RECEIVE_COUNT = (1, 1000)
 _MARKER = "_nodecycle_sandbox_queue_attributes"
 _RECEIVED_AT = "_nodecycle_received_at"  # a message's latest receive (unix ms)
 
@@ -69,6 +73,7 @@ def install() -> None:
         for name, (low, high) in RANGES.items():
             if name in attributes and not low <= int(attributes[name]) <= high:
                 raise InvalidAttributeValue(name)
+        _check_redrive(attributes.get("RedrivePolicy"))
         original(self, attributes, now)
 
     Queue._set_attributes = set_attributes  # type: ignore[method-assign]
@@ -79,6 +84,24 @@ def install() -> None:
     backend.change_message_visibility = _as_sqs_changes_it
     backend.change_message_visibility_batch = _each_entry_alone
     setattr(Queue, _MARKER, True)
+
+
+def _check_redrive(policy: Any) -> None:
+    """A redrive policy's maxReceiveCount is 1 to 1,000 (the SQS developer guide's "Maximum receives"): SQS refuses
+    the queue's creation or change; moto stored 0, with which a message received once moves to the dead-letter
+    queue, and any count above."""
+    if not policy:
+        return
+    document = json.loads(policy) if isinstance(policy, str) else policy
+    count = document.get("maxReceiveCount") if isinstance(document, dict) else None
+    if count is None:
+        return  # (moto's own answer for a policy without one)
+    low, high = MAX_RECEIVE_COUNT
+    if not str(count).lstrip("-").isdigit() or not low <= int(count) <= high:
+        raise InvalidParameterValue(
+            f"Value {policy} for parameter RedrivePolicy is invalid. Reason: Invalid value for maxReceiveCount: "
+            f"{count}, valid values are from {low} to {high} both inclusive."
+        )
 
 
 def _delay_within_range(send: Callable[..., Message]) -> Callable[..., Message]:

@@ -3,6 +3,7 @@ CreateQueue and SetQueueAttributes)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -58,3 +59,31 @@ def test_queue_attributes_at_the_ends_of_their_ranges_are_taken(sqs: Any) -> Non
     url = sqs.create_queue(QueueName="q", Attributes=attributes)["QueueUrl"]
     found = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=list(attributes))["Attributes"]
     assert found == attributes
+
+
+@pytest.mark.parametrize("count", [0, 1001, -1])
+def test_a_redrive_policy_whose_max_receive_count_is_out_of_its_range_is_refused(
+    sqs: Any, count: int
+) -> None:
+    # Given a dead-letter queue, When a queue is created or changed with a maxReceiveCount outside 1 to 1,000 (the
+    # console's "Maximum receives"; moto stored 0, with which every message received once moves on), Then SQS refuses
+    # it and there is no such queue, or the queue keeps its policy
+    arn = sqs.get_queue_attributes(
+        QueueUrl=sqs.create_queue(QueueName="dlq")["QueueUrl"], AttributeNames=["QueueArn"]
+    )["Attributes"]["QueueArn"]
+    policy = json.dumps({"deadLetterTargetArn": arn, "maxReceiveCount": count})
+    with pytest.raises(sqs.exceptions.ClientError) as refused:
+        sqs.create_queue(QueueName="work", Attributes={"RedrivePolicy": policy})
+    assert refused.value.response["Error"]["Code"] == "InvalidParameterValue"
+    assert "maxReceiveCount" in refused.value.response["Error"]["Message"]
+
+    url = sqs.create_queue(
+        QueueName="work",
+        Attributes={"RedrivePolicy": json.dumps({"deadLetterTargetArn": arn, "maxReceiveCount": 5})},
+    )["QueueUrl"]
+    with pytest.raises(sqs.exceptions.ClientError):
+        sqs.set_queue_attributes(QueueUrl=url, Attributes={"RedrivePolicy": policy})
+    kept = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["RedrivePolicy"])["Attributes"][
+        "RedrivePolicy"
+    ]
+    assert json.loads(kept)["maxReceiveCount"] == 5
