@@ -36,6 +36,7 @@ from nodecycle_sandbox.aws import (
     eks_access,
     events_schedules,
     events_sources,
+    events_targets,
     lambda_invoke,
     lambda_mappings,
     lambda_vpc,
@@ -82,6 +83,7 @@ def install() -> None:
     eks_access.install()
     events_sources.install()  # PutEvents refuses the aws.* sources of AWS's own events
     events_schedules.install()  # PutRule refuses a schedule expression EventBridge refuses
+    events_targets.install()  # PutTargets refuses a RetryPolicy beyond EventBridge's ranges
     lambda_mappings.install()  # SQS mappings run by the runner only, never by moto
     lambda_vpc.install()  # a VpcConfig's subnets and security groups given together
     lambda_invoke.install()  # an Event invocation of a stack's function run by the runner
