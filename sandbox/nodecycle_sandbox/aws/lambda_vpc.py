@@ -20,6 +20,8 @@ from moto.awslambda.models import LambdaBackend
 
 COEXIST = "SubnetIds and SecurityIds must coexist or be both empty list."
 _PATTERNS = {"SubnetIds": re.compile(r"subnet-[0-9a-z]*"), "SecurityGroupIds": re.compile(r"sg-[0-9a-zA-Z]*")}
+# (the same model: at most 16 subnets and 5 security groups; a client checks only the least, none)
+_MOST = {"SubnetIds": 16, "SecurityGroupIds": 5}
 _MARKER = "_nodecycle_sandbox_vpc"
 
 
@@ -29,6 +31,12 @@ def check_vpc_config(config: Mapping[str, Any] | None) -> None:
         return
     lists = {key: list(config.get(key) or []) for key in _PATTERNS}
     for key, ids in lists.items():
+        if len(ids) > _MOST[key]:
+            raise ValidationException(
+                str(ids),
+                f"vpcConfig.{key[0].lower()}{key[1:]}",
+                f"Member must have length less than or equal to {_MOST[key]}",
+            )
         for value in ids:
             if not isinstance(value, str) or _PATTERNS[key].fullmatch(value) is None:
                 raise ValidationException(

@@ -1,6 +1,7 @@
 """Lambda refuses a VpcConfig whose subnets and security groups are not given together ("SubnetIds and SecurityIds
-must coexist or be both empty list.", InvalidParameterValueException), and an id that is not one (botocore's lambda
-model: subnet-[0-9a-z]*, sg-[0-9a-zA-Z]*), at CreateFunction and UpdateFunctionConfiguration. moto stored any."""
+must coexist or be both empty list.", InvalidParameterValueException), an id that is not one (botocore's lambda
+model: subnet-[0-9a-z]*, sg-[0-9a-zA-Z]*), and more than 16 subnets or 5 security groups, at CreateFunction and
+UpdateFunctionConfiguration. moto stored any."""
 
 from __future__ import annotations
 
@@ -30,11 +31,17 @@ def awslambda() -> Iterator[Any]:
         ({"SubnetIds": [], "SecurityGroupIds": ["sg-0a1b"]}, "InvalidParameterValueException"),
         ({"SubnetIds": ["subnet-0abc", ""], "SecurityGroupIds": ["sg-0a1b"]}, "ValidationException"),
         ({"SubnetIds": ["subnet-0abc"], "SecurityGroupIds": [" sg-0a1b"]}, "ValidationException"),
+        (
+            {"SubnetIds": [f"subnet-{n:x}" for n in range(17)], "SecurityGroupIds": ["sg-0a1b"]},
+            "ValidationException",
+        ),
+        (
+            {"SubnetIds": ["subnet-0abc"], "SecurityGroupIds": [f"sg-{n}" for n in range(6)]},
+            "ValidationException",
+        ),
     ],
 )
-def test_a_vpc_config_without_both_subnets_and_security_groups_is_refused(
-    awslambda: Any, config: dict[str, Any], code: str
-) -> None:
+def test_a_vpc_config_lambda_refuses_is_refused(awslambda: Any, config: dict[str, Any], code: str) -> None:
     with pytest.raises(ClientError) as refused:
         awslambda.update_function_configuration(FunctionName="worker", VpcConfig=config)
 
