@@ -563,7 +563,7 @@ class LifecycleRepair:
             ended = self._past_its_action(record, unknown, now)
             if ended is None:
                 return None
-            return "LifecyclesUnknown" if ended.outcome == "unknown-action" else "LifecyclesSettled"
+            return _unconfirmed_count(ended)
         # Claimed before the completion, on the next seq, as the engine's guard commits its way to the completion
         # before it completes: a step the engine runs meanwhile (a readiness gate that finds the node Ready, then
         # its completion inline) loses its commit and completes nothing. Completed first, the action would be
@@ -622,6 +622,12 @@ class LifecycleRepair:
         if not settled.finished:
             self._dispatcher.send(settled, now)  # what comes after completion: the release, the cleanup
         return "LifecyclesSettled"
+
+
+def _unconfirmed_count(ended: LifecycleRecord) -> str:
+    """The sweep's count of a lifecycle its settlement moved past an action no step confirmed: the unknown action it
+    is, or a launch that ended with its instance (settled: over, nothing left to complete)."""
+    return "LifecyclesUnknown" if ended.outcome == "unknown-action" else "LifecyclesSettled"
 
 
 def _by_instance(record: LifecycleRecord) -> ActionRef:
